@@ -1,0 +1,195 @@
+"""Experiment configuration: pydantic models of an experiment YAML (unknown keys are errors).
+
+An experiment names the hardware (a preset or an inline description), one or more models (each
+a trace), the training settings, and a sweep grid. Every axis of the grid may be a single value
+or a list; a point of the grid is one :class:`PointConfig`, which is what the engine simulates and
+what ``winner.yaml`` stores.
+
+Example (``experiments/dgx1.yaml``)::
+
+    name: dgx1
+    hardware: dgx1-v100-16gb
+    models:
+      - {name: gnmt16, trace: gnmt16, global_batch: 256, microbatch_size: [16, 32, 64]}
+    training: {dtype: fp16, optimizer: adam}
+    sweep: {schedule: [gpipe, 1f1b], stages: [2, 4, 8], dp_width: [1, 2], microbatch_size: [1, 2]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sim.errors import InputError
+
+IntList = int | list[int]
+StrList = str | list[str]
+
+
+def as_list(value: Any) -> list:
+    """``3`` -> ``[3]``; lists unchanged."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """One model to train: a trace and optional per-model overrides of the sweep."""
+
+    name: str = Field(description="Model name used in results (e.g. 'gpt2-1.5b').")
+    trace: str = Field(
+        description="Trace reference: a name in traces/ (e.g. 'gnmt16'), a path to a native "
+        "trace (.csv/.yaml) or a PipeDream graph.txt, relative to the experiment file."
+    )
+    global_batch: int | None = Field(
+        None, gt=0, description="Samples per optimizer step for this model (overrides training)."
+    )
+    microbatch_size: IntList | None = Field(
+        None, description="Samples per micro-batch for this model (overrides sweep)."
+    )
+
+
+class TrainingConfig(_Strict):
+    """Training settings shared by every grid point."""
+
+    global_batch: int = Field(64, gt=0, description="Samples per optimizer step (all replicas).")
+    dtype: Literal["fp16", "bf16", "fp32"] = Field(
+        "fp16", description="Training dtype of weights, gradients and activations."
+    )
+    optimizer: Literal["adam", "sgd"] = Field(
+        "adam",
+        description="Optimizer; sets the bytes of optimizer state per parameter (memory.md §1: "
+        "mixed-precision Adam 16 B/param in total).",
+    )
+    iterations: int = Field(
+        0, ge=0, description="Optimizer steps to simulate; 0 chooses enough for steady state."
+    )
+    optimizer_step: bool = Field(
+        True, description="Simulate the optimizer step's time (memory-bound update on HBM)."
+    )
+
+
+class SweepConfig(_Strict):
+    """The grid: every combination of the listed values is one configuration."""
+
+    schedule: StrList = Field("1f1b", description="Schedule name(s): gpipe, 1f1b, "
+                              "pipedream_2bw, pipedream, pipemare.")
+    stages: IntList = Field(2, description="Pipeline depth(s) p (stages, one GPU each).")
+    dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
+    memory_policy: StrList = Field("none", description="Memory-saving policy name(s).")
+
+    @field_validator("stages", "dp_width", "microbatch_size")
+    @classmethod
+    def _positive(cls, v: IntList) -> IntList:
+        for x in as_list(v):
+            if x < 1:
+                raise ValueError(f"must be >= 1, got {x}")
+        return v
+
+
+class OptionsConfig(_Strict):
+    """How configurations are built."""
+
+    partition: Literal["optimal", "uniform"] = Field(
+        "optimal", description="Layer partition: optimal (min bottleneck, memory aware) or uniform."
+    )
+    boundaries: list[int] | None = Field(
+        None, description="Fixed stage start-layer indices (overrides the partitioner; "
+        "written to winner.yaml)."
+    )
+    placement: list[list[int]] | None = Field(
+        None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
+    )
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment file."""
+
+    name: str = Field(description="Experiment name; results go to results/<name>/ by default.")
+    description: str = Field("", description="Free text.")
+    hardware: str | dict[str, Any] = Field(
+        description="Hardware preset name (see `sim hardware list`) or an inline description."
+    )
+    models: list[ModelConfig] = Field(min_length=1, description="Models to sweep.")
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+    options: OptionsConfig = Field(default_factory=OptionsConfig)
+    prediction: dict[str, Any] | None = Field(
+        None, description="Filled in winner.yaml: what the simulator predicted for it."
+    )
+
+
+class PointConfig(BaseModel):
+    """One fully specified configuration (a point of the grid)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    schedule: str
+    stages: int
+    dp_width: int
+    microbatch_size: int
+    microbatches: int
+    memory_policy: str
+    global_batch: int
+
+    def key(self) -> str:
+        """A stable short hash of the point."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConfig:
+    """Validate a parsed YAML mapping.
+
+    Raises:
+        InputError: naming the file and the first offending field.
+    """
+    if not isinstance(data, dict):
+        raise InputError("the experiment must be a YAML mapping (key: value)", file=file)
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        raise InputError(msg + more, file=file, field=_field_path(err["loc"])) from None
+
+
+def load_experiment(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment YAML file.
+
+    Raises:
+        InputError: the file is missing, is not valid YAML, or fails validation.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}",
+                         file=str(path)) from None
+    return parse_experiment(data, file=str(path))
+
+
+def config_hash(obj: Any) -> str:
+    """SHA-256 of a JSON-serialisable object with sorted keys (cache key)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

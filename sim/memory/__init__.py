@@ -1,0 +1,1 @@
+"""Memory: model-state accounting, per-stage plans and the memory-saving policies."""

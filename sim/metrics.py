@@ -1,0 +1,126 @@
+"""From an event log to the numbers a user compares: iteration time, throughput, bubble, memory.
+
+Steady state: the engine runs several optimizer steps; :func:`steady_window` picks the span
+between two step boundaries that excludes the pipeline fill of the first steps and the drain
+of the last ones, and every rate is measured over it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.events import EventLog
+
+
+def iterations_needed(stages: int, microbatches: int, synchronous: bool) -> int:
+    """Optimizer steps to simulate so that :func:`steady_window` lies in steady state.
+
+    A flushed schedule repeats identically after one step, so 2 suffice. An asynchronous one
+    needs ``ceil(p/m)`` steps of fill before and after a 2-step window.
+    """
+    if synchronous:
+        return 2
+    fill = math.ceil(stages / microbatches)
+    return 2 * fill + 2
+
+
+def steady_window(ends_s: list[float], stages: int, microbatches: int,
+                  synchronous: bool) -> tuple[float, float, int]:
+    """``(start_s, end_s, steps)``: the measured span and how many optimizer steps it holds.
+
+    Raises:
+        ValueError: no optimizer step ended.
+    """
+    if not ends_s:
+        raise ValueError("no optimizer step ended; nothing to measure")
+    if synchronous or len(ends_s) < 4:
+        if len(ends_s) == 1:
+            return 0.0, ends_s[0], 1
+        return ends_s[-2], ends_s[-1], 1
+    fill = math.ceil(stages / microbatches)
+    a, b = fill - 1, len(ends_s) - 1 - fill
+    if b <= a:
+        a, b = 0, len(ends_s) - 1
+    return ends_s[a], ends_s[b], b - a
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What one configuration achieved.
+
+    Attributes:
+        iteration_time_s: seconds per optimizer step in steady state.
+        throughput_samples_per_s: global batch / iteration time.
+        bubble_fraction: share of GPU-time in the window not spent on F/B/recompute.
+        peak_memory_bytes: max over GPUs of the peak bytes in use.
+        peak_by_device: peak bytes per device (GPUs and hosts).
+        fits: every device's peak is within its capacity.
+        oom: ``(device, peak, capacity)`` for the devices that do not fit.
+        swap_bytes: bytes moved by swaps and chunk moves per optimizer step.
+        recompute_s: recompute seconds per optimizer step, summed over GPUs.
+        stall_s: seconds compute waited on late swaps or fetches per step, summed over GPUs.
+        comm_bytes: bytes of stage-boundary and all-reduce traffic per step.
+    """
+
+    iteration_time_s: float
+    throughput_samples_per_s: float
+    bubble_fraction: float
+    peak_memory_bytes: float
+    peak_by_device: dict
+    fits: bool
+    oom: list
+    swap_bytes: float
+    recompute_s: float
+    stall_s: float
+    comm_bytes: float
+
+
+def compute_metrics(log: EventLog, *, stages: int, microbatches: int, synchronous: bool,
+                    samples_per_step: int) -> Metrics:
+    """Metrics of ``log`` (see :class:`Metrics`).
+
+    Args:
+        log: the engine's event log.
+        stages: pipeline depth p.
+        microbatches: micro-batches per step m.
+        synchronous: whether the schedule flushes each step.
+        samples_per_step: global batch (m * b * w).
+    """
+    t0, t1, steps = steady_window(log.iteration_ends_s, stages, microbatches, synchronous)
+    span = max(t1 - t0, 1e-30)
+    gpus = sorted({e.device for e in log.events if e.stream == "compute"})
+    busy = {"compute": 0.0, "recompute": 0.0, "stall": 0.0}
+    moved = {"swap": 0.0, "comm": 0.0}
+    for e in log.events:
+        lo, hi = max(e.start_s, t0), min(e.end_s, t1)
+        if hi <= lo and not (e.start_s == e.end_s and t0 <= e.start_s < t1):
+            continue
+        frac = (hi - lo) / e.duration_s if e.duration_s > 0 else 1.0
+        if e.kind in busy:
+            busy[e.kind] += hi - lo
+        elif e.kind in ("swap_out", "swap_in", "chunk_move"):
+            moved["swap"] += e.nbytes * frac
+        elif e.kind in ("transfer",):
+            moved["comm"] += e.nbytes * frac
+        elif e.kind == "allreduce" and e.replica == 0:
+            moved["comm"] += e.nbytes * frac
+    n = max(len(gpus), 1)
+    bubble = 1.0 - (busy["compute"] + busy["recompute"]) / (n * span)
+    peaks = dict(log.meta.get("peak_bytes", {}))
+    gpu_peaks = [v for k, v in peaks.items() if k.startswith("gpu")]
+    oom = list(log.meta.get("over_capacity", []))
+    it = span / steps
+    return Metrics(
+        iteration_time_s=it,
+        throughput_samples_per_s=samples_per_step / it,
+        bubble_fraction=max(0.0, bubble),
+        peak_memory_bytes=max(gpu_peaks, default=0.0),
+        peak_by_device=peaks,
+        fits=not oom,
+        oom=oom,
+        swap_bytes=moved["swap"] / steps,
+        recompute_s=busy["recompute"] / steps,
+        stall_s=busy["stall"] / steps,
+        comm_bytes=moved["comm"] / steps,
+    )

@@ -1,0 +1,166 @@
+"""Evaluate one grid point: from (experiment, point) to a result row.
+
+This is the pure function the sweep maps over: it resolves the point (trace at the
+micro-batch size, partition, placement, schedule program, memory plans), runs the engine and
+computes the metrics. Inputs that cannot be resolved raise :class:`~sim.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config import ExperimentConfig, PointConfig
+from sim.engine import SimInput, StageCost, simulate
+from sim.errors import InputError
+from sim.events import EventLog
+from sim.hardware.topology import Topology
+from sim.memory.base import StageContext
+from sim.memory.registry import get_policy
+from sim.memory.states import state_bytes
+from sim.metrics import Metrics, compute_metrics, iterations_needed
+from sim.partition import partition, uniform_partition
+from sim.placement import place
+from sim.schedules.analysis import peak_in_flight
+from sim.schedules.base import Schedule, ScheduleError
+from sim.schedules.registry import get_schedule
+from sim.trace.schema import Trace, dtype_bytes
+
+
+@dataclass
+class Resolved:
+    """A point with everything the engine needs, plus what the user may want to see."""
+
+    point: PointConfig
+    schedule: Schedule
+    trace: Trace
+    boundaries: tuple[int, ...]
+    placement: tuple[tuple[int, ...], ...]
+    sim_input: SimInput
+    iterations: int
+
+
+def make_schedule(name: str, stages: int, microbatches: int, *, file: str = "<experiment>",
+                  field: str = "sweep.schedule") -> Schedule:
+    """Instantiate a schedule, turning its errors into :class:`InputError`."""
+    try:
+        cls = get_schedule(name)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), file=file, field=field) from None
+    try:
+        return cls(stages, microbatches)
+    except ScheduleError as exc:
+        raise InputError(str(exc), file=file, field="sweep.stages") from None
+
+
+def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule: Schedule,
+                   in_flight: list[int], exp: ExperimentConfig) -> list[list[StageContext]]:
+    """One :class:`StageContext` per ``[replica][stage]``."""
+    sb = state_bytes(exp.training.dtype, exp.training.optimizer)
+    edges = list(boundaries) + [len(trace.layers)]
+    out = []
+    for r, row in enumerate(placement):
+        ctxs = []
+        for s, g in enumerate(row):
+            gpu = topo.gpu(g)
+            ctxs.append(StageContext(
+                stage=s, stages=len(row), replica=r, dp_width=len(placement), gpu=gpu.name,
+                host=gpu.host, layers=trace.layers[edges[s]:edges[s + 1]],
+                in_flight=in_flight[s], weight_versions=schedule.weight_versions(s), state=sb,
+                dtype_bytes=dtype_bytes(trace.dtype), capacity_bytes=gpu.memory_bytes,
+                topology=topo))
+        out.append(ctxs)
+    return out
+
+
+def choose_boundaries(topo: Topology, trace: Trace, schedule: Schedule, in_flight: list[int],
+                      placement, exp: ExperimentConfig) -> tuple[int, ...]:
+    """Stage boundaries: fixed, uniform, or the memory-aware optimal partition."""
+    p = schedule.stages
+    if exp.options.boundaries is not None:
+        if len(exp.options.boundaries) != p:
+            raise InputError(f"has {len(exp.options.boundaries)} entries but stages is {p}",
+                             field="options.boundaries")
+        return tuple(exp.options.boundaries)
+    if exp.options.partition == "uniform":
+        return tuple(uniform_partition(len(trace.layers), p))
+    sb = state_bytes(exp.training.dtype, exp.training.optimizer)
+    per_byte = 1.0 / dtype_bytes(trace.dtype)
+
+    def need(j: int, param_bytes: float, act_bytes: float) -> float:
+        per_param = sb.weight * schedule.weight_versions(j) + sb.grad + sb.optimizer
+        return param_bytes * per_byte * per_param + act_bytes * in_flight[j]
+
+    row = placement[0]
+    bw = [topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}") for j in range(p - 1)]
+    caps = [topo.gpu(g).memory_bytes for g in row]
+    return partition(trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps,
+                     stage_memory_bytes=need).boundaries
+
+
+def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trace: Trace,
+            *, file: str = "<experiment>") -> Resolved:
+    """Resolve a point (see module doc).
+
+    Raises:
+        InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
+            many GPUs, more stages than layers, bad fixed boundaries or placement.
+    """
+    schedule = make_schedule(point.schedule, point.stages, point.microbatches, file=file)
+    if point.stages * point.dp_width > topo.num_gpus:
+        raise InputError(f"stages x dp_width = {point.stages * point.dp_width} GPUs, but "
+                         f"{topo.name} has {topo.num_gpus}", file=file, field="sweep.stages")
+    if point.stages > len(base_trace.layers):
+        raise InputError(f"{point.stages} stages but trace {base_trace.name} has "
+                         f"{len(base_trace.layers)} layers", file=file, field="sweep.stages")
+    try:
+        policy = get_policy(point.memory_policy)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
+    trace = base_trace.scaled_to_microbatch(point.microbatch_size)
+    iterations = exp.training.iterations or iterations_needed(
+        point.stages, point.microbatches, schedule.synchronous)
+    program = schedule.program(iterations)
+    in_flight = peak_in_flight(program)
+    placement = _placement(exp, topo, point, file)
+    try:
+        boundaries = choose_boundaries(topo, trace, schedule, in_flight, placement, exp)
+    except InputError as exc:
+        exc.file = exc.file or file
+        raise
+    contexts = stage_contexts(topo, trace, boundaries, placement, schedule, in_flight, exp)
+    plans = tuple(tuple(policy.plan_all(row)) for row in contexts)
+    if not exp.training.optimizer_step:
+        from dataclasses import replace
+        plans = tuple(tuple(replace(p, optimizer_s=0.0) for p in row) for row in plans)
+    edges = list(boundaries) + [len(trace.layers)]
+    costs = tuple(
+        StageCost.from_layers(trace.layers[edges[s]:edges[s + 1]],
+                              trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0)
+        for s in range(point.stages)
+    )
+    sim_input = SimInput(topo, costs, program, point.microbatches, placement, plans)
+    return Resolved(point, schedule, trace, tuple(boundaries), placement, sim_input, iterations)
+
+
+def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
+    fixed = exp.options.placement
+    if fixed is None:
+        return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
+    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
+    flat = [g for r in fixed for g in r]
+    if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
+        raise InputError(f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
+                         f"in 0..{topo.num_gpus - 1}", file=file, field="options.placement")
+    return tuple(tuple(r) for r in fixed)
+
+
+def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
+    """Simulate a resolved point and compute its metrics."""
+    log = simulate(res.sim_input)
+    p = res.point
+    metrics = compute_metrics(log, stages=p.stages, microbatches=p.microbatches,
+                              synchronous=res.schedule.synchronous,
+                              samples_per_step=p.microbatches * p.microbatch_size * p.dp_width)
+    log.meta.update(boundaries=list(res.boundaries), placement=[list(r) for r in res.placement],
+                    schedule=p.schedule, microbatches=p.microbatches)
+    return metrics, log

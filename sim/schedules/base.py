@@ -1,0 +1,115 @@
+"""The :class:`Schedule` interface: a schedule is data, a per-rank list of actions.
+
+Each concrete schedule lives in its own module and registers itself in
+:mod:`sim.schedules.registry`. One pipeline rank runs one stage (rank ``s`` runs stage ``s``);
+data-parallel replicas of a pipeline run the same program.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from sim.schedules.action import STEP, Action, Program
+
+
+class ScheduleError(ValueError):
+    """The schedule cannot be built for these (stages, microbatches)."""
+
+
+class Schedule(ABC):
+    """A pipeline schedule for ``stages`` stages and ``microbatches`` micro-batches per iteration.
+
+    Class attributes:
+        name: registry name (``gpipe``, ``1f1b``, ``pipedream_2bw``, ``pipedream``, ``pipemare``).
+        synchronous: True when the pipeline flushes at every optimizer step (the update equals
+            minibatch SGD over ``microbatches`` micro-batches).
+        needs_m_ge_p: True when the schedule requires ``microbatches >= stages``.
+
+    Raises:
+        ScheduleError: ``stages < 1``, ``microbatches < 1``, or ``microbatches < stages`` where
+            the schedule needs ``m >= p``.
+    """
+
+    name: ClassVar[str]
+    synchronous: ClassVar[bool] = True
+    needs_m_ge_p: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+
+    def __init__(self, stages: int, microbatches: int):
+        if stages < 1:
+            raise ScheduleError(f"stages must be >= 1, got {stages}")
+        if microbatches < 1:
+            raise ScheduleError(f"microbatches must be >= 1, got {microbatches}")
+        if self.needs_m_ge_p and microbatches < stages:
+            raise ScheduleError(
+                f"{self.name} needs microbatches >= stages, got m={microbatches} < p={stages}; "
+                f"raise the number of micro-batches or use fewer stages"
+            )
+        self.stages = stages
+        self.microbatches = microbatches
+
+    @abstractmethod
+    def program(self, iterations: int = 1) -> Program:
+        """Per-rank action lists for ``iterations`` optimizer steps, ``STEP`` actions included.
+
+        Returns:
+            ``program[s]`` is the ordered list of :class:`Action` run by stage ``s``; every
+            stage runs F and B for micro-batches ``0 .. iterations*microbatches-1`` and
+            ``optimizer_steps(iterations)`` STEP actions (``iterations`` unless a schedule
+            steps more often, as PipeDream does).
+        """
+
+    @abstractmethod
+    def weight_versions(self, stage: int) -> int:
+        """Weight versions stage ``stage`` keeps in memory (schedules.md §1)."""
+
+    def optimizer_steps(self, iterations: int) -> int:
+        """STEP actions per stage in ``program(iterations)``: one per iteration by default."""
+        return iterations
+
+    def steady_state_iterations(self) -> int:
+        """Iterations after which every steady-state pattern has occurred on every stage.
+
+        Used to measure quantities such as :meth:`delay_steps` from a finite program:
+        ``2 + ceil(p/m)`` iterations hold a full ``m``-aligned window of ``p`` micro-batches
+        past the warm-up.
+        """
+        return 2 + -(-self.stages // self.microbatches)
+
+    def delay_steps(self, stage: int) -> int:
+        """Optimizer steps between a micro-batch's F and B at ``stage`` (staleness), at most.
+
+        Measured from :meth:`program` over :meth:`steady_state_iterations` iterations with
+        :func:`sim.schedules.analysis.delay_steps`; 0 for every flushed schedule.
+        """
+        from sim.schedules.analysis import delay_steps  # deferred: analysis imports this module
+
+        return delay_steps(self.program(self.steady_state_iterations()), stage)
+
+    def one_iteration(self) -> Program:
+        """The compute actions of one iteration (no STEP), as torch's CSV holds them."""
+        return [[a for a in rank if a.op != STEP] for rank in self.program(1)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(stages={self.stages}, microbatches={self.microbatches})"
+
+
+def with_steps_every(order: list[Action], every: int) -> list[Action]:
+    """Insert a STEP action after every ``every``-th backward (B or W) in ``order``.
+
+    Args:
+        order: one rank's compute actions.
+        every: backwards per optimizer step (1 for PipeDream, m for 2BW, PipeMare and the
+            flushed schedules).
+    """
+    out: list[Action] = []
+    done = 0
+    stage = order[0].stage if order else 0
+    for action in order:
+        out.append(action)
+        if action.op in ("B", "W"):
+            done += 1
+            if done % every == 0:
+                out.append(Action(stage, STEP, done // every - 1))
+    return out

@@ -1,0 +1,152 @@
+"""The per-layer profile of a model: :class:`LayerProfile` and :class:`Trace`.
+
+A trace is an ordered chain of layers measured (or generated) at one micro-batch size on
+one device. Scaling is explicit:
+
+* :meth:`Trace.scaled_to_microbatch` scales times and activation/output bytes linearly in the
+  number of samples (parameter bytes unchanged). This is the usual first-order model
+  (PipeDream's optimizer makes the same assumption); it over-estimates time at small batch
+  sizes where kernels are not saturated.
+* :meth:`Trace.scaled_to_device` scales times by the ratio of peak dense FLOP/s of the two
+  devices (source: hardware.md §1). It is only as good as that ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """One layer of a chain, for one micro-batch.
+
+    Attributes:
+        name: layer name (unique within the trace is not required).
+        fwd_s: forward time in seconds for one micro-batch.
+        bwd_s: full backward time in seconds (input + weight gradients).
+        param_bytes: bytes of the layer's parameters in the training dtype.
+        act_bytes: bytes saved for the backward per micro-batch (the activation stash).
+        out_bytes: bytes of the layer's output, i.e. what crosses a stage boundary placed
+            right after this layer (the gradient sent back has the same size).
+        bwd_input_s: optional input-gradient part of ``bwd_s`` (zero-bubble "I").
+        bwd_weight_s: optional weight-gradient part of ``bwd_s`` (zero-bubble "W").
+        flops: optional forward FLOPs per micro-batch.
+    """
+
+    name: str
+    fwd_s: float
+    bwd_s: float
+    param_bytes: float
+    act_bytes: float
+    out_bytes: float
+    bwd_input_s: float | None = None
+    bwd_weight_s: float | None = None
+    flops: float | None = None
+
+    def problems(self) -> list[str]:
+        """Every invalid field as ``'field: reason'``; empty when the layer is valid."""
+        out = []
+        for name in ("fwd_s", "bwd_s", "param_bytes", "act_bytes", "out_bytes"):
+            v = getattr(self, name)
+            if v is None or not isinstance(v, (int, float)) or math.isnan(v):
+                out.append(f"{name}: missing or not a number")
+            elif v < 0 or math.isinf(v):
+                out.append(f"{name}: must be a finite number >= 0, got {v}")
+        for name in ("bwd_input_s", "bwd_weight_s", "flops"):
+            v = getattr(self, name)
+            if v is not None and (math.isnan(v) or v < 0 or math.isinf(v)):
+                out.append(f"{name}: must be a finite number >= 0, got {v}")
+        return out
+
+
+@dataclass(frozen=True)
+class Trace:
+    """An ordered chain of :class:`LayerProfile` measured at ``microbatch_size`` samples.
+
+    Attributes:
+        name: model name, e.g. ``"gpt2-1.5b"``.
+        layers: the chain, input side first.
+        microbatch_size: samples per micro-batch the times and activation bytes refer to.
+        dtype: training dtype of parameters and activations (``"fp16"``, ``"bf16"``, ``"fp32"``).
+        device: name of the device measured on (or modelled), e.g. ``"V100-SXM2-16GB"``.
+        provenance: where it came from: source, command, date, notes.
+
+    Example:
+        >>> t = Trace("toy", (LayerProfile("l0", 1e-3, 2e-3, 4, 8, 8),), 1, "fp16", "cpu")
+        >>> t.scaled_to_microbatch(4).layers[0].fwd_s
+        0.004
+    """
+
+    name: str
+    layers: tuple[LayerProfile, ...]
+    microbatch_size: int
+    dtype: str
+    device: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def param_bytes(self) -> float:
+        """Total parameter bytes of the model."""
+        return sum(layer.param_bytes for layer in self.layers)
+
+    @property
+    def parameters(self) -> int:
+        """Parameter count, from ``param_bytes`` and the dtype's element size."""
+        return int(round(self.param_bytes / dtype_bytes(self.dtype)))
+
+    def scaled_to_microbatch(self, microbatch_size: int) -> Trace:
+        """The trace at another micro-batch size, linear in samples (see module doc)."""
+        if microbatch_size == self.microbatch_size:
+            return self
+        k = microbatch_size / self.microbatch_size
+        layers = tuple(
+            replace(
+                layer,
+                fwd_s=layer.fwd_s * k,
+                bwd_s=layer.bwd_s * k,
+                act_bytes=layer.act_bytes * k,
+                out_bytes=layer.out_bytes * k,
+                bwd_input_s=None if layer.bwd_input_s is None else layer.bwd_input_s * k,
+                bwd_weight_s=None if layer.bwd_weight_s is None else layer.bwd_weight_s * k,
+                flops=None if layer.flops is None else layer.flops * k,
+            )
+            for layer in self.layers
+        )
+        return replace(self, layers=layers, microbatch_size=microbatch_size)
+
+    def scaled_to_device(self, from_peak_flops: float, to_peak_flops: float, device: str) -> Trace:
+        """Times scaled by ``from_peak_flops / to_peak_flops`` (peak dense FLOP/s ratio)."""
+        k = from_peak_flops / to_peak_flops
+        layers = tuple(
+            replace(
+                layer,
+                fwd_s=layer.fwd_s * k,
+                bwd_s=layer.bwd_s * k,
+                bwd_input_s=None if layer.bwd_input_s is None else layer.bwd_input_s * k,
+                bwd_weight_s=None if layer.bwd_weight_s is None else layer.bwd_weight_s * k,
+            )
+            for layer in self.layers
+        )
+        prov = dict(self.provenance)
+        prov["scaled_to_device"] = f"{self.device} -> {device} by peak FLOP/s ratio {k:.4f}"
+        return replace(self, layers=layers, device=device, provenance=prov)
+
+
+_DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (``fp32`` 4, ``fp16``/``bf16`` 2).
+
+    Raises:
+        ValueError: unknown dtype.
+    """
+    try:
+        return _DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of fp32, fp16, bf16") from None
