@@ -60,8 +60,9 @@ class TrainingConfig(_Strict):
     """Training settings shared by every grid point."""
 
     global_batch: int = Field(64, gt=0, description="Samples per optimizer step (all replicas).")
-    dtype: Literal["fp16", "bf16", "fp32"] = Field(
-        "fp16", description="Training dtype of weights, gradients and activations."
+    dtype: Literal["fp16", "bf16", "fp32"] | None = Field(
+        None, description="Training dtype of weights, gradients and activations; default: each "
+        "trace's own dtype. A different dtype rescales the trace's bytes (not its times)."
     )
     optimizer: Literal["adam", "sgd"] = Field(
         "adam",

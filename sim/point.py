@@ -55,7 +55,7 @@ def make_schedule(name: str, stages: int, microbatches: int, *, file: str = "<ex
 def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule: Schedule,
                    in_flight: list[int], exp: ExperimentConfig) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]``."""
-    sb = state_bytes(exp.training.dtype, exp.training.optimizer)
+    sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     out = []
     for r, row in enumerate(placement):
@@ -83,7 +83,7 @@ def choose_boundaries(topo: Topology, trace: Trace, schedule: Schedule, in_fligh
         return tuple(exp.options.boundaries)
     if exp.options.partition == "uniform":
         return tuple(uniform_partition(len(trace.layers), p))
-    sb = state_bytes(exp.training.dtype, exp.training.optimizer)
+    sb = state_bytes(trace.dtype, exp.training.optimizer)
     per_byte = 1.0 / dtype_bytes(trace.dtype)
 
     def need(j: int, param_bytes: float, act_bytes: float) -> float:

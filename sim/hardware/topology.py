@@ -7,10 +7,10 @@ two transfers crossing one link take longer than one. A PCIe switch uplink share
 (DGX-1, hardware.md §3.1) is modelled as one ``swK -> cpuS`` link that both GPUs' host traffic
 crosses.
 
-Routes: :meth:`Topology.route` returns the widest path (largest bottleneck bandwidth), with the
-fewest hops among the widest, ties broken by node name, so it is deterministic. On DGX-1 this
-sends traffic between two GPUs without a direct NVLink through an NVLink relay GPU, as NCCL
-does, instead of over PCIe and QPI.
+Routes: :meth:`Topology.route` returns the path with the fewest hops, the widest bottleneck among
+those, ties broken by node name, so it is deterministic. GPUs relay only GPU-to-GPU traffic. On
+DGX-1 a direct NVLink is used where one exists, and a pair without one relays through one
+NVLink-connected GPU (2 hops), as NCCL does, instead of crossing PCIe and QPI (5 hops).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class Topology:
     def route(self, src: str, dst: str) -> tuple[Link, ...]:
         """Directed links from node ``src`` to node ``dst`` (empty when ``src == dst``).
 
-        The widest path, then fewest hops, then lexicographic by node names (see module doc).
+        Fewest hops, then widest, then lexicographic by node names (see module doc).
 
         Raises:
             ValueError: no path exists.
@@ -175,27 +175,42 @@ class Topology:
         return path
 
     def _widest_shortest(self, src: str, dst: str) -> tuple[Link, ...]:
-        for threshold in sorted({lk.bandwidth_Bps for lk in self.links}, reverse=True):
-            prev: dict[str, Link | None] = {src: None}
-            queue = deque([src])
-            while queue:
-                node = queue.popleft()
-                if node == dst:
-                    break
+        """Fewest hops, then widest bottleneck, then smallest predecessor name (BFS by level).
+
+        GPUs relay only traffic between two GPUs (NCCL forwards through a GPU; host copies do
+        not), so a host route never passes through another GPU.
+        """
+        gpus = {g.name for g in self.gpus}
+        relay_gpus = src in gpus and dst in gpus
+        width: dict[str, float] = {src: float("inf")}
+        prev: dict[str, Link] = {}
+        frontier = [src]
+        while frontier and dst not in width:
+            best: dict[str, tuple[float, str, Link]] = {}
+            for node in frontier:
+                if node != src and node in gpus and not relay_gpus:
+                    continue
                 for link in self._out[node]:
-                    # GPUs relay (NCCL does); hosts and switches forward as well.
-                    if link.bandwidth_Bps >= threshold and link.dst not in prev:
-                        prev[link.dst] = link
-                        queue.append(link.dst)
-            if dst in prev:
-                path = []
-                node = dst
-                while prev[node] is not None:
-                    link = prev[node]
-                    path.append(link)
-                    node = link.src
-                return tuple(reversed(path))
-        raise ValueError(f"no route from {src} to {dst} in topology {self.name}")
+                    if link.dst in width:
+                        continue
+                    w = min(width[node], link.bandwidth_Bps)
+                    cand = (w, link.src, link)
+                    old = best.get(link.dst)
+                    if old is None or w > old[0] or (w == old[0] and link.src < old[1]):
+                        best[link.dst] = cand
+            for node, (w, _, link) in best.items():
+                width[node] = w
+                prev[node] = link
+            frontier = sorted(best)
+        if dst not in width:
+            raise ValueError(f"no route from {src} to {dst} in topology {self.name}")
+        path = []
+        node = dst
+        while node != src:
+            link = prev[node]
+            path.append(link)
+            node = link.src
+        return tuple(reversed(path))
 
     def route_bandwidth_Bps(self, src: str, dst: str) -> float:
         """Bottleneck bandwidth of :meth:`route` in bytes/s (``inf`` when ``src == dst``)."""

@@ -119,6 +119,25 @@ class Trace:
         )
         return replace(self, layers=layers, microbatch_size=microbatch_size)
 
+    def with_dtype(self, dtype: str) -> Trace:
+        """The trace in another dtype: parameter, activation and output bytes scale by the
+        element-size ratio; times are unchanged (re-profile for the true speed).
+
+        Raises:
+            ValueError: unknown dtype.
+        """
+        if dtype == self.dtype:
+            return self
+        k = dtype_bytes(dtype) / dtype_bytes(self.dtype)
+        layers = tuple(
+            replace(layer, param_bytes=layer.param_bytes * k, act_bytes=layer.act_bytes * k,
+                    out_bytes=layer.out_bytes * k)
+            for layer in self.layers
+        )
+        prov = dict(self.provenance)
+        prov["converted_dtype"] = f"{self.dtype} -> {dtype}: bytes x {k:g}, times unchanged"
+        return replace(self, layers=layers, dtype=dtype, provenance=prov)
+
     def scaled_to_device(self, from_peak_flops: float, to_peak_flops: float, device: str) -> Trace:
         """Times scaled by ``from_peak_flops / to_peak_flops`` (peak dense FLOP/s ratio)."""
         k = from_peak_flops / to_peak_flops

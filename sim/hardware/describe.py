@@ -1,0 +1,174 @@
+"""Show a :class:`Topology` to a person (rich tables) or to a program (a plain dict).
+
+:func:`describe_topology` is what ``sim hardware show NAME`` prints. :func:`topology_to_dict`
+is the form stored next to results; it is a valid hardware description, so
+``load_hardware(topology_to_dict(t)) == t``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from sim.hardware.topology import Link, Topology
+
+_GB = 1e9
+_GIB = 2.0**30
+
+
+def _pairs(topo: Topology) -> list[tuple[Link, Link | None]]:
+    """Links in order, each with its reverse when that is the next link and equal but for the
+    direction (the expansion of an undirected link); so the pairing round-trips exactly."""
+    out: list[tuple[Link, Link | None]] = []
+    links = topo.links
+    i = 0
+    while i < len(links):
+        lk = links[i]
+        rev = links[i + 1] if i + 1 < len(links) else None
+        if rev is not None and (rev.src, rev.dst, rev.bandwidth_Bps, rev.latency_s, rev.kind) == (
+            lk.dst,
+            lk.src,
+            lk.bandwidth_Bps,
+            lk.latency_s,
+            lk.kind,
+        ):
+            out.append((lk, rev))
+            i += 2
+        else:
+            out.append((lk, None))
+            i += 1
+    return out
+
+
+def _relays(topo: Topology, route: tuple[Link, ...]) -> list[str]:
+    """Intermediate GPUs and hosts of a route (switches are not listed)."""
+    keep = {g.name for g in topo.gpus} | {h.name for h in topo.hosts}
+    return [lk.dst for lk in route[:-1] if lk.dst in keep]
+
+
+def gpu_table(topo: Topology) -> Table:
+    """One row per GPU: model, memory (GiB), peak TFLOPS, HBM GB/s, host, host route GB/s."""
+    table = Table(title=f"{topo.name}: GPUs")
+    for col in ("GPU", "model", "memory GiB", "peak TFLOPS", "HBM GB/s", "host"):
+        table.add_column(col, justify="left" if col in ("GPU", "model", "host") else "right")
+    table.add_column("to host GB/s", justify="right")
+    table.add_column("from host GB/s", justify="right")
+    for g in topo.gpus:
+        table.add_row(
+            g.name,
+            g.model,
+            f"{g.memory_bytes / _GIB:.1f}",
+            f"{g.peak_flops / 1e12:.1f}",
+            f"{g.hbm_bandwidth_Bps / _GB:.0f}",
+            g.host,
+            f"{topo.route_bandwidth_Bps(g.name, g.host) / _GB:.1f}",
+            f"{topo.route_bandwidth_Bps(g.host, g.name) / _GB:.1f}",
+        )
+    return table
+
+
+def host_table(topo: Topology) -> Table:
+    """One row per CPU socket: DRAM (GB and GiB), CPU Adam parameters/s."""
+    table = Table(title=f"{topo.name}: hosts (total DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
+    table.add_column("host")
+    for col in ("DRAM GB", "DRAM GiB", "Adam params/s"):
+        table.add_column(col, justify="right")
+    for h in topo.hosts:
+        table.add_row(
+            h.name,
+            f"{h.dram_bytes / _GB:.0f}",
+            f"{h.dram_bytes / _GIB:.0f}",
+            f"{h.adam_params_per_s:.3g}",
+        )
+    return table
+
+
+def link_table(topo: Topology) -> Table:
+    """One row per connection (``<->`` when both directions are equal): GB/s, us, kind."""
+    table = Table(title=f"{topo.name}: links (bandwidth per direction)")
+    for col in ("link", "kind", "GB/s", "latency us"):
+        table.add_column(col, justify="right" if col in ("GB/s", "latency us") else "left")
+    for lk, rev in _pairs(topo):
+        name = f"{lk.src} <-> {lk.dst}" if rev else f"{lk.src} -> {lk.dst}"
+        table.add_row(name, lk.kind, f"{lk.bandwidth_Bps / _GB:.2f}", f"{lk.latency_s * 1e6:.1f}")
+    return table
+
+
+def route_table(topo: Topology) -> Table:
+    """GPU x GPU matrix of route bottleneck bandwidth in GB/s (row = source).
+
+    A cell names the GPUs and hosts a route relays through, e.g. ``24.0 (gpu4)``; switches
+    are not named.
+    """
+    table = Table(title=f"{topo.name}: GPU-to-GPU route bandwidth, GB/s (relays in brackets)")
+    table.add_column("from \\ to")
+    for g in topo.gpus:
+        table.add_column(g.name, justify="right")
+    for src in topo.gpus:
+        cells = []
+        for dst in topo.gpus:
+            if src is dst:
+                cells.append("-")
+                continue
+            route = topo.route(src.name, dst.name)
+            relays = _relays(topo, route)
+            bw = f"{topo.route_bandwidth_Bps(src.name, dst.name) / _GB:.1f}"
+            cells.append(f"{bw} ({', '.join(relays)})" if relays else bw)
+        table.add_row(src.name, *cells)
+    return table
+
+
+def describe_topology(topo: Topology) -> Group:
+    """All tables of a topology, printable with ``rich.console.Console().print``.
+
+    Returns:
+        A :class:`rich.console.Group` of :func:`gpu_table`, :func:`host_table`,
+        :func:`link_table` and :func:`route_table` (``.renderables`` gives the tables).
+    """
+    return Group(gpu_table(topo), host_table(topo), link_table(topo), route_table(topo))
+
+
+def topology_to_dict(topo: Topology) -> dict[str, Any]:
+    """A topology as a plain, JSON-ready hardware description in base units.
+
+    Quantities are numbers in bytes, bytes/s, seconds and FLOP/s. Links equal in both directions
+    become one undirected entry; others are ``directed: true``. The result is valid input of
+    :func:`~sim.hardware.loader.load_hardware` and loads back to an equal topology.
+
+    Raises:
+        ValueError: the GPUs are not all of one type, or not named ``gpu0 .. gpu<n-1>`` in
+            order (a hardware description cannot express that).
+    """
+    g0 = topo.gpus[0]
+    kinds = {(g.model, g.memory_bytes, g.peak_flops, g.hbm_bandwidth_Bps) for g in topo.gpus}
+    if len(kinds) != 1:
+        raise ValueError(f"topology {topo.name} mixes GPU types; a description has one `gpu`")
+    if [g.name for g in topo.gpus] != [f"gpu{i}" for i in range(topo.num_gpus)]:
+        raise ValueError(f"topology {topo.name}: GPUs must be named gpu0..gpu{topo.num_gpus - 1}")
+    links = []
+    for lk, rev in _pairs(topo):
+        entry: dict[str, Any] = {"a": lk.src, "b": lk.dst, "bandwidth": lk.bandwidth_Bps}
+        entry.update(latency=lk.latency_s, kind=lk.kind)
+        if rev is None:
+            entry["directed"] = True
+        links.append(entry)
+    return {
+        "name": topo.name,
+        "description": topo.description,
+        "gpu": {
+            "model": g0.model,
+            "memory": g0.memory_bytes,
+            "peak_flops": g0.peak_flops,
+            "hbm_bandwidth": g0.hbm_bandwidth_Bps,
+        },
+        "num_gpus": topo.num_gpus,
+        "hosts": [
+            {"name": h.name, "dram": h.dram_bytes, "adam_params_per_s": h.adam_params_per_s}
+            for h in topo.hosts
+        ],
+        "gpu_hosts": [g.host for g in topo.gpus],
+        "switches": list(topo.switches),
+        "links": links,
+    }

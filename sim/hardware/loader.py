@@ -1,0 +1,261 @@
+"""Load a hardware description: a preset name, a YAML file or an inline mapping.
+
+Presets are the YAML files in ``sim/hardware/presets/`` (package data). Every error the user can
+cause (unknown preset, unreadable file, YAML syntax, schema violation, a link to an unknown node)
+is raised as :class:`sim.errors.InputError` naming the file and the dotted field path, e.g.
+``experiments/dgx1.yaml: field 'hardware.links.3.bandwidth': Input should be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sim.errors import InputError
+from sim.hardware.spec import HardwareSpec, topology_from_spec
+from sim.hardware.topology import Topology
+
+_MAX_BASE_DEPTH = 8
+
+
+def _presets_dir() -> Any:
+    return resources.files("sim.hardware").joinpath("presets")
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled hardware presets, sorted (file stems of ``presets/*.yaml``)."""
+    return sorted(
+        entry.name[: -len(".yaml")]
+        for entry in _presets_dir().iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects a key given twice in one mapping."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    keys = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in keys:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+            )
+        keys.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(text: str, *, file: str | None = None) -> Any:
+    """Parse YAML text safely, rejecting duplicate keys.
+
+    Raises:
+        InputError: a syntax error or a duplicated key, with the line and column.
+    """
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"invalid YAML{at}: {problem}", file=file) from None
+
+
+def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
+    known = list_presets()
+    close = [k for k in known if k.startswith(name)] or difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    msg = f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)}"
+    return InputError(msg, file=file, field=field)
+
+
+def _preset_raw(name: str, *, file: str | None, field: str | None) -> dict[str, Any]:
+    if not isinstance(name, str) or name not in list_presets():
+        raise _unknown_preset(str(name), file=file, field=field)
+    path = f"presets/{name}.yaml"
+    return _as_mapping(
+        read_yaml(_presets_dir().joinpath(f"{name}.yaml").read_text(), file=path), path, None
+    )
+
+
+def _as_mapping(raw: Any, file: str | None, field: str | None) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"a hardware description must be a mapping, got {type(raw).__name__}",
+            file=file,
+            field=field,
+        )
+    return raw
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve_base(raw: dict[str, Any], file: str | None, field: str | None) -> dict[str, Any]:
+    chain: list[str] = []
+    while isinstance(raw.get("base"), str):
+        name = raw["base"]
+        if name in chain or len(chain) >= _MAX_BASE_DEPTH:
+            raise InputError(
+                f"'base' presets form a cycle: {chain + [name]}",
+                file=file,
+                field=_join(field, "base"),
+            )
+        chain.append(name)
+        base = _preset_raw(name, file=file, field=_join(field, "base"))
+        raw = _merge(base, {k: v for k, v in raw.items() if k != "base"})
+    return {**raw, "base": chain[0]} if chain else raw
+
+
+def _join(prefix: str | None, rest: str) -> str:
+    return f"{prefix}.{rest}" if prefix and rest else (prefix or rest)
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str] | None:
+    model: Any = HardwareSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if (
+            not (isinstance(model, type) and issubclass(model, BaseModel))
+            or part not in model.model_fields
+        ):
+            return None
+        model = model.model_fields[part].annotation
+        while get_origin(model) is not None:  # list[X], X | None
+            model = next((a for a in get_args(model) if a is not type(None)), None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return None
+
+
+def _input_error(exc: ValidationError, file: str | None, field: str | None) -> InputError:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            msg = f"unknown key '{loc[-1]}'" + (
+                f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+            )
+        lines.append((_join(field, ".".join(str(p) for p in loc)), msg))
+    first_field, first_msg = lines[0]
+    more = "".join(f"\n  {f}: {m}" for f, m in lines[1:])
+    return InputError(
+        first_msg + (f"\n  (and {len(lines) - 1} more){more}" if more else ""),
+        file=file,
+        field=first_field,
+    )
+
+
+def _load(
+    source: str | Path | dict[str, Any] | HardwareSpec, file: str | None, field: str
+) -> tuple[HardwareSpec, str | None, str | None]:
+    """The spec, and the file and field prefix that later errors about it should name."""
+    if isinstance(source, HardwareSpec):
+        return source, file, field
+    if isinstance(source, dict):
+        raw, err_file, err_field = source, file, field
+    elif isinstance(source, (str, Path)):
+        text = str(source)
+        if isinstance(source, str) and text in list_presets():
+            err_file, err_field = f"presets/{text}.yaml", None
+            raw = _preset_raw(text, file=file, field=field)
+        elif isinstance(source, Path) or text.endswith((".yaml", ".yml")) or "/" in text:
+            path = Path(text)
+            if not path.is_absolute() and file is not None:
+                path = Path(file).parent / path
+            try:
+                content = path.read_text()
+            except OSError as exc:
+                msg = f"cannot read hardware file {path}: {exc.strerror}"
+                raise InputError(msg, file=file, field=field) from None
+            err_file, err_field = str(path), None
+            raw = _as_mapping(read_yaml(content, file=err_file), err_file, None)
+        else:
+            raise _unknown_preset(text, file=file, field=field)
+    else:
+        msg = (
+            f"hardware must be a preset name, a YAML path or a mapping, not {type(source).__name__}"
+        )
+        raise InputError(msg, file=file, field=field)
+    raw = _resolve_base(raw, err_file, err_field)
+    try:
+        return HardwareSpec.model_validate(raw), err_file, err_field
+    except ValidationError as exc:
+        raise _input_error(exc, err_file, err_field) from None
+
+
+def load_hardware_spec(
+    source: str | Path | dict[str, Any] | HardwareSpec,
+    *,
+    file: str | None = None,
+    field: str = "hardware",
+) -> HardwareSpec:
+    """Read and validate a hardware description without building the topology.
+
+    Args:
+        source: a preset name (see :func:`list_presets`); a path to a YAML file (a ``str`` is
+            a path when it ends in ``.yaml``/``.yml`` or contains ``/``; a relative path is
+            resolved against the directory of ``file`` when given); an inline mapping (e.g. the
+            ``hardware:`` value of an experiment YAML); or an already validated spec.
+        file: the file that names or contains ``source`` (an experiment YAML), for messages.
+        field: dotted path of ``source`` inside ``file``. Errors inside an inline mapping, and
+            an unknown preset name, are reported under it (``hardware.links.3.bandwidth``);
+            errors inside a separate YAML file name that file and the path inside it.
+
+    Returns:
+        The validated spec, quantities in bytes, bytes/s, seconds and FLOP/s, ``base`` resolved.
+
+    Raises:
+        InputError: unknown preset (the message lists the known ones), unreadable file, YAML
+            syntax error or duplicated key, schema violation (unknown key, negative bandwidth,
+            ...).
+    """
+    return _load(source, file, field)[0]
+
+
+def load_hardware(
+    source: str | Path | dict[str, Any] | HardwareSpec,
+    *,
+    file: str | None = None,
+    field: str = "hardware",
+) -> Topology:
+    """Load a :class:`Topology` from a preset name, a YAML file or an inline mapping.
+
+    Example:
+        >>> topo = load_hardware("dgx1-v100-16gb")
+        >>> topo.num_gpus, topo.direct_link("gpu0", "gpu3").bandwidth_Bps
+        (8, 48000000000.0)
+
+    Args:
+        source: as for :func:`load_hardware_spec`.
+        file: as for :func:`load_hardware_spec`.
+        field: as for :func:`load_hardware_spec`.
+
+    Returns:
+        The topology (bytes, bytes/s, seconds, FLOP/s inside).
+
+    Raises:
+        InputError: as for :func:`load_hardware_spec`, and for a link to an unknown node, a
+            wrong ``gpu_hosts`` entry, or a GPU that cannot reach another GPU or its host.
+    """
+    spec, err_file, err_field = _load(source, file, field)
+    return topology_from_spec(spec, file=err_file, field=err_field)

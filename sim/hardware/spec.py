@@ -1,0 +1,257 @@
+"""The hardware description as YAML: pydantic models and their conversion to a :class:`Topology`.
+
+A hardware file names one server: a GPU type and how many, the CPU sockets (hosts) with their
+DRAM, the NUMA socket of each GPU, switch nodes, and the physical links between nodes::
+
+    name: dgx1-v100-16gb
+    description: ...            # sources, and which numbers are peak and which effective
+    gpu: {model: V100-SXM2-16GB, memory: 16 GiB, peak_flops: 125 TFLOPS, hbm_bandwidth: 900 GB/s}
+    num_gpus: 8
+    hosts: [{name: cpu0, dram: 256 GiB}, {name: cpu1, dram: 256 GiB}]
+    gpu_hosts: [cpu0, cpu0, cpu0, cpu0, cpu1, cpu1, cpu1, cpu1]
+    switches: [sw0, sw1, sw2, sw3]
+    links:
+      - {a: gpu0, b: gpu3, bandwidth: 48 GB/s, latency: 10 us, kind: nvlink, count: 2}
+
+GPU nodes are named ``gpu0`` ... ``gpu<num_gpus-1>``. Quantities accept unit strings
+(``25 GB/s``, ``16 GiB``, ``10 us``, ``125 TFLOPS``; see :mod:`sim.units`) or bare numbers in
+base units (bytes, bytes/s, seconds, FLOP/s). A link's ``bandwidth`` is the per-direction
+bandwidth of the whole connection, i.e. of all ``count`` bundled links together (an NV2 pair on
+DGX-1 says ``bandwidth: 48 GB/s, count: 2``); ``count`` is descriptive. An undirected link
+(the default) becomes two directed :class:`Link` s, ``a->b`` then ``b->a``.
+
+``base: PRESET`` (resolved by :func:`sim.hardware.loader.load_hardware_spec`, before
+validation) starts from a preset and overrides its keys: mappings merge key by key, lists and
+scalars replace the preset's value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from sim.errors import InputError
+from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+
+NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+LinkKind = Literal[
+    "nvlink", "nvswitch", "pcie", "qpi", "upi", "xgmi", "network", "loopback", "link"
+]
+
+
+def _quantity(parse: Callable[[str | float], float], example: str) -> BeforeValidator:
+    def convert(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"expected a quantity such as '{example}' or a number, got {value!r}")
+        number = parse(value)
+        if not math.isfinite(number):
+            raise ValueError(f"must be finite, got {value!r}")
+        return number
+
+    return BeforeValidator(convert)
+
+
+Bytes = Annotated[float, _quantity(parse_bytes, "16 GiB")]
+Bandwidth = Annotated[float, _quantity(parse_bandwidth, "25 GB/s")]
+Seconds = Annotated[float, _quantity(parse_seconds, "10 us")]
+Flops = Annotated[float, _quantity(parse_flops, "125 TFLOPS")]
+
+
+class GPUSpec(BaseModel):
+    """The GPU type of every GPU of the server (hardware.md §1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="Product name, e.g. 'V100-SXM2-16GB'.")
+    memory: Bytes = Field(gt=0, description="HBM capacity, e.g. '16 GiB' (bytes if a number).")
+    peak_flops: Flops = Field(
+        gt=0, description="Dense fp16/bf16 tensor peak, e.g. '125 TFLOPS' (FLOP/s if a number)."
+    )
+    hbm_bandwidth: Bandwidth = Field(
+        gt=0, description="HBM bandwidth, e.g. '900 GB/s' (bytes/s if a number)."
+    )
+
+
+class HostSpec(BaseModel):
+    """One CPU socket (NUMA node) and the DRAM attached to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NODE_NAME, description="Node name, e.g. 'cpu0'.")
+    dram: Bytes = Field(ge=0, description="DRAM on this socket, e.g. '256 GiB'.")
+    adam_params_per_s: float = Field(
+        default=1.0e9,
+        gt=0,
+        description="CPU Adam throughput of this socket in parameters/s (offloaded optimizer "
+        "steps). The default 1e9 is a placeholder, not a measurement.",
+    )
+
+
+class LinkSpec(BaseModel):
+    """A physical connection between two nodes (both directions unless ``directed``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    a: str = Field(description="One end: 'gpu<i>', a host name or a switch name.")
+    b: str = Field(description="The other end (the destination when directed).")
+    bandwidth: Bandwidth = Field(
+        gt=0,
+        description="Per-direction bandwidth of the whole connection (all `count` links "
+        "together), e.g. '48 GB/s'.",
+    )
+    latency: Seconds = Field(
+        default=10e-6,
+        ge=0,
+        description="Fixed cost per transfer crossing this link, e.g. '10 us'. The default is "
+        "the ~10 us per copy of hardware.md §6 (an unverified estimate).",
+    )
+    kind: LinkKind = Field(default="link", description="Technology, e.g. 'nvlink' or 'pcie'.")
+    count: int = Field(
+        default=1, ge=1, description="Number of bundled physical links (NV2 = 2); descriptive."
+    )
+    directed: bool = Field(
+        default=False, description="Only the direction a -> b (default: both directions)."
+    )
+
+
+class HardwareSpec(BaseModel):
+    """A server: the YAML form of a :class:`~sim.hardware.topology.Topology`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Preset or user name of the server.")
+    description: str = Field(default="", description="Free text: sources, peak vs effective.")
+    base: str | None = Field(
+        default=None,
+        description="Preset this description starts from; its keys override the preset's "
+        "(mappings merge, lists replace).",
+    )
+    gpu: GPUSpec = Field(description="The GPU type (all GPUs are alike).")
+    num_gpus: int = Field(ge=1, description="Number of GPUs, named gpu0 ... gpu<num_gpus-1>.")
+    hosts: list[HostSpec] = Field(min_length=1, description="CPU sockets with their DRAM.")
+    gpu_hosts: list[str] | None = Field(
+        default=None,
+        description="Host (NUMA socket) of each GPU, one per GPU; default: the first host.",
+    )
+    switches: list[str] = Field(
+        default_factory=list, description="Switch node names (PCIe switches, 'nvswitch')."
+    )
+    links: list[LinkSpec] = Field(default_factory=list, description="Physical connections.")
+
+
+def gpu_names(spec: HardwareSpec) -> list[str]:
+    """``['gpu0', ..., 'gpu<n-1>']`` for ``spec.num_gpus`` GPUs."""
+    return [f"gpu{i}" for i in range(spec.num_gpus)]
+
+
+def reference_problems(spec: HardwareSpec) -> list[tuple[str, str]]:
+    """Cross-references a schema cannot check, as ``(dotted field, message)`` pairs.
+
+    Checks: node names unique and not of the form ``gpu<i>`` for hosts and switches;
+    ``gpu_hosts`` has one known host per GPU; every link joins two distinct known nodes; no
+    directed link appears twice. Empty when everything is consistent.
+    """
+    problems: list[tuple[str, str]] = []
+    gpus = gpu_names(spec)
+    known = set(gpus)
+    named = [(f"hosts.{i}.name", h.name) for i, h in enumerate(spec.hosts)]
+    named += [(f"switches.{i}", s) for i, s in enumerate(spec.switches)]
+    for where, name in named:
+        if name in known:
+            problems.append(
+                (where, f"node name '{name}' is used twice (GPUs are gpu0..gpu{spec.num_gpus - 1})")
+            )
+        known.add(name)
+    hosts = [h.name for h in spec.hosts]
+    if spec.gpu_hosts is not None:
+        if len(spec.gpu_hosts) != spec.num_gpus:
+            problems.append(
+                (
+                    "gpu_hosts",
+                    f"needs one host per GPU ({spec.num_gpus}), got {len(spec.gpu_hosts)}",
+                )
+            )
+        for i, host in enumerate(spec.gpu_hosts):
+            if host not in hosts:
+                problems.append((f"gpu_hosts.{i}", f"unknown host '{host}'; hosts are {hosts}"))
+    seen: dict[tuple[str, str], int] = {}
+    for i, link in enumerate(spec.links):
+        for end in ("a", "b"):
+            node = getattr(link, end)
+            if node not in known:
+                problems.append(
+                    (f"links.{i}.{end}", f"unknown node '{node}'; nodes are {sorted(known)}")
+                )
+        if link.a == link.b:
+            problems.append(
+                (f"links.{i}", f"a link must join two different nodes, got {link.a} twice")
+            )
+        pairs = [(link.a, link.b)] if link.directed else [(link.a, link.b), (link.b, link.a)]
+        for pair in pairs:
+            if pair in seen:
+                problems.append(
+                    (f"links.{i}", f"{pair[0]}->{pair[1]} is already given by links.{seen[pair]}")
+                )
+            seen.setdefault(pair, i)
+    return problems
+
+
+def topology_from_spec(
+    spec: HardwareSpec, *, file: str | None = None, field: str | None = None
+) -> Topology:
+    """Build the :class:`Topology` a :class:`HardwareSpec` describes.
+
+    Args:
+        spec: a validated hardware description (quantities already in bytes, bytes/s, s, FLOP/s).
+        file: the file the description came from, for error messages.
+        field: dotted path of the description inside that file (e.g. ``"hardware"``), prefixed
+            to the field named in errors.
+
+    Returns:
+        The topology, links in spec order (``a->b`` then ``b->a`` for undirected links).
+
+    Raises:
+        InputError: a cross-reference is wrong (see :func:`reference_problems`), or some GPU
+            cannot reach another GPU or its host (field ``links``).
+    """
+
+    def where(name: str) -> str:
+        return f"{field}.{name}" if field else name
+
+    problems = reference_problems(spec)
+    if problems:
+        name, message = problems[0]
+        raise InputError(message, file=file, field=where(name))
+    hosts = tuple(Host(h.name, h.dram, h.adam_params_per_s) for h in spec.hosts)
+    gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
+    g = spec.gpu
+    gpus = tuple(
+        GPU(name, g.model, g.memory, g.peak_flops, g.hbm_bandwidth, host)
+        for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
+    )
+    links: list[Link] = []
+    for lk in spec.links:
+        ends = [(lk.a, lk.b)] if lk.directed else [(lk.a, lk.b), (lk.b, lk.a)]
+        for src, dst in ends:
+            links.append(Link(f"{src}->{dst}", src, dst, lk.bandwidth, lk.latency, lk.kind))
+    topo = Topology(spec.name, gpus, hosts, tuple(links), tuple(spec.switches), spec.description)
+    _check_reachable(topo, file, where("links"))
+    return topo
+
+
+def _check_reachable(topo: Topology, file: str | None, field: str) -> None:
+    ends = [(a.name, b.name) for a in topo.gpus for b in topo.gpus if a is not b]
+    ends += [(gpu.name, gpu.host) for gpu in topo.gpus] + [
+        (gpu.host, gpu.name) for gpu in topo.gpus
+    ]
+    for src, dst in ends:
+        try:
+            topo.route(src, dst)
+        except ValueError:
+            raise InputError(
+                f"no path of links from {src} to {dst}", file=file, field=field
+            ) from None

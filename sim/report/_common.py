@@ -1,0 +1,127 @@
+"""Helpers shared by the report modules: device and stream ordering, unit constants, atomic writes.
+
+Every report file is written atomically: the bytes go to a temporary file in the destination
+directory, which then replaces the destination with :func:`os.replace`, so a reader never sees a
+half-written PNG or JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.events import Event
+
+GIB = float(2**30)
+"""Bytes per GiB."""
+
+_HOST_PREFIXES = ("cpu", "host")
+_STREAM_ORDER = ("compute", "recv", "send", "p2p", "comm", "d2h", "h2d")
+_CATEGORY_ORDER = ("weights", "gradients", "optimizer", "activations", "buffers", "swap")
+
+
+def is_host(device: str) -> bool:
+    """True for host devices (``cpu0``, ``host1``); every other device is an accelerator."""
+    return device.lower().startswith(_HOST_PREFIXES)
+
+
+def device_key(device: str) -> tuple:
+    """Sort key: accelerators before hosts, then by name with numbers in numeric order.
+
+    ``gpu2`` sorts before ``gpu10``, and ``cpu0`` after every GPU.
+    """
+    parts = re.split(r"(\d+)", device)
+    natural = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p)
+    return (is_host(device), natural)
+
+
+def sorted_devices(devices: Iterable[str]) -> list[str]:
+    """Distinct devices in display order (see :func:`device_key`)."""
+    return sorted(set(devices), key=device_key)
+
+
+def stream_key(stream: str) -> tuple[int, str]:
+    """Sort key for streams: compute first, then recv, send, p2p, comm, d2h, h2d, others by name."""
+    rank = _STREAM_ORDER.index(stream) if stream in _STREAM_ORDER else len(_STREAM_ORDER)
+    return (rank, stream)
+
+
+def category_key(category: str) -> tuple[int, str]:
+    """Sort key for memory categories: weights, gradients, optimizer, activations, buffers, swap."""
+    rank = _CATEGORY_ORDER.index(category) if category in _CATEGORY_ORDER else len(_CATEGORY_ORDER)
+    return (rank, category)
+
+
+def stream_lanes(events: Sequence[Event]) -> list[tuple[str, str, int]]:
+    """Place each span on a lane of its ``(device, stream)`` so spans on one lane never overlap.
+
+    Most streams need one lane; a stream the engine runs concurrent spans on (two sends to
+    different peers, say) gets more, so timelines show every span instead of hiding one under
+    another. Placement is greedy by start time (lowest free lane first) and deterministic.
+
+    Returns:
+        ``(device, stream, lane)`` for each event, in the order of ``events``.
+    """
+    order = sorted(range(len(events)), key=lambda i: _span_order(events[i]))
+    lane_ends: dict[tuple[str, str], list[float]] = {}
+    out: list[tuple[str, str, int]] = [("", "", 0)] * len(events)
+    for i in order:
+        ev = events[i]
+        ends = lane_ends.setdefault((ev.device, ev.stream), [])
+        lane = next((k for k, end in enumerate(ends) if end <= ev.start_s), len(ends))
+        if lane == len(ends):
+            ends.append(ev.end_s)
+        else:
+            ends[lane] = ev.end_s
+        out[i] = (ev.device, ev.stream, lane)
+    return out
+
+
+def _span_order(ev: Event) -> tuple:
+    return (ev.start_s, -ev.end_s, ev.kind, ev.name, ev.stage or 0, ev.microbatch or 0)
+
+
+def row_key(row: tuple[str, str, int]) -> tuple:
+    """Sort key of a ``(device, stream, lane)`` row: device order, then stream order, then lane."""
+    return (device_key(row[0]), stream_key(row[1]), row[2])
+
+
+def row_label(stream: str, lane: int) -> str:
+    """Display name of a stream lane: ``send``, then ``send (2)``, ``send (3)`` ..."""
+    return stream if lane == 0 else f"{stream} ({lane + 1})"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, creating parent directories.
+
+    Returns:
+        The destination path.
+    """
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return dest
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:
+    """Render a matplotlib figure to PNG and write it to ``path`` atomically.
+
+    Returns:
+        The path written.
+    """
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return atomic_write_bytes(path, buf.getvalue())

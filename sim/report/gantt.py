@@ -1,0 +1,184 @@
+"""Gantt timeline of one simulated run: one row per (device, stream), time in milliseconds.
+
+Compute spans are coloured by op (``F`` forward, ``B`` full backward, ``I`` backward-input,
+``W`` backward-weight, read from names like ``"2F5"``); recompute, optimizer steps, stage-boundary
+transfers, all-reduces, swaps, chunk moves and stalls each have their own colour. Micro-batch
+numbers are written inside compute and recompute bars that are wide enough to hold them. A stream
+with concurrent spans gets extra rows (``send (2)``) so that no bar hides another.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from sim.events import Event, EventLog  # noqa: E402
+from sim.report._common import row_key, row_label, save_figure, stream_lanes  # noqa: E402
+
+# (colour, hatch, legend label) per bar class, in legend order.
+STYLES: dict[str, tuple[str, str, str]] = {
+    "F": ("#1f77b4", "", "F forward"),
+    "B": ("#2ca02c", "", "B backward"),
+    "I": ("#98df8a", "", "I backward-input"),
+    "W": ("#9467bd", "", "W backward-weight"),
+    "compute": ("#17becf", "", "compute (other)"),
+    "recompute": ("#aec7e8", "//", "recompute"),
+    "optimizer": ("#e377c2", "", "optimizer step"),
+    "transfer": ("#ff7f0e", "", "transfer (stage boundary)"),
+    "allreduce": ("#d62728", "", "allreduce (data parallel)"),
+    "swap_out": ("#8c564b", "", "swap out"),
+    "swap_in": ("#c49c94", "", "swap in"),
+    "chunk_move": ("#bcbd22", "", "chunk move"),
+    "stall": ("#7f7f7f", "xx", "stall (waiting for data)"),
+    "other": ("#c7c7c7", "", "other"),
+}
+"""Colour, hatch and legend label of each bar class."""
+
+_OP_RE = re.compile(r"^\s*\d+([FBIW])\d+")
+_LABELLED = ("compute", "recompute")
+_CHAR_PX = 6.0  # approximate width of one 7-pt character at 100 dpi
+
+
+def bar_class(ev: Event) -> str:
+    """The :data:`STYLES` key of an event: its op letter for compute, else its kind."""
+    if ev.kind == "compute":
+        m = _OP_RE.match(ev.name)
+        return m.group(1) if m else "compute"
+    return ev.kind if ev.kind in STYLES else "other"
+
+
+def _window_s(log: EventLog, iteration: int | None) -> tuple[float, float]:
+    """The time range (seconds) to show: the whole run, or one iteration's work."""
+    if iteration is None:
+        ends = [e.end_s for e in log.events] + log.iteration_ends_s
+        return 0.0, max(ends, default=0.0)
+    if not 0 <= iteration < len(log.iteration_ends_s):
+        raise ValueError(
+            f"iteration {iteration} is not in the log "
+            f"({len(log.iteration_ends_s)} iteration(s) recorded)"
+        )
+    own = [e for e in log.events if e.iteration == iteration]
+    start = log.iteration_ends_s[iteration - 1] if iteration > 0 else 0.0
+    end = log.iteration_ends_s[iteration]
+    if own:
+        start = min(e.start_s for e in own)
+        end = max(end, max(e.end_s for e in own))
+    return start, end
+
+
+def _text_color(color: str) -> str:
+    r, g, b = to_rgb(color)
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
+
+
+def _label_bars(ax, shown: list[tuple[Event, int]], lo_ms: float, hi_ms: float) -> None:
+    """Write micro-batch numbers inside compute bars wide enough for them."""
+    px_per_ms = ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12)
+    for ev, row in shown:
+        if ev.kind not in _LABELLED or ev.microbatch is None:
+            continue
+        a, b = max(ev.start_s * 1e3, lo_ms), min(ev.end_s * 1e3, hi_ms)
+        text = str(ev.microbatch)
+        if (b - a) * px_per_ms < len(text) * _CHAR_PX + 4:
+            continue
+        ax.text(
+            (a + b) / 2,
+            row,
+            text,
+            ha="center",
+            va="center",
+            fontsize=7,
+            color=_text_color(STYLES[bar_class(ev)][0]),
+            clip_on=True,
+        )
+
+
+def plot_gantt(
+    log: EventLog, path: str | os.PathLike, *, iteration: int | None = None, title: str = ""
+) -> Path:
+    """Draw the timeline of every device stream and write it as a PNG.
+
+    Args:
+        log: the simulation's event log.
+        path: PNG to write.
+        iteration: show only this optimizer step (0-based): from the first start of its
+            micro-batches' work (or the previous iteration's end) to its end in
+            ``log.iteration_ends_s``. ``None`` shows the whole run.
+        title: prefix of the figure title.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: the log has no events, or ``iteration`` is not one of its iterations.
+    """
+    if not log.events:
+        raise ValueError("the event log has no events to draw a timeline of")
+    lo_s, hi_s = _window_s(log, iteration)
+    pad_ms = 0.01 * max(hi_s - lo_s, 1e-9) * 1e3  # keep an iteration-end line off the frame
+    lo_ms, hi_ms = lo_s * 1e3, hi_s * 1e3 + pad_ms
+    lanes = stream_lanes(log.events)
+    keys = sorted(set(lanes), key=row_key)
+    rows = {k: i for i, k in enumerate(keys)}
+    shown = [
+        (ev, rows[lane])
+        for ev, lane in zip(log.events, lanes, strict=True)
+        if ev.end_s >= lo_s and ev.start_s <= hi_s
+    ]
+    bars: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for ev, row in shown:
+        bars[bar_class(ev)][row].append((ev.start_s * 1e3, ev.duration_s * 1e3))
+
+    fig, ax = plt.subplots(figsize=(14.0, max(2.5, 0.38 * len(keys) + 1.6)))
+    try:
+        for cls, (color, hatch, _) in STYLES.items():
+            for row, spans in bars.get(cls, {}).items():
+                ax.broken_barh(
+                    spans,
+                    (row - 0.4, 0.8),
+                    facecolors=color,
+                    hatch=hatch or None,
+                    edgecolor="white",
+                    linewidth=0.5,
+                )
+        shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
+        for i, end_s in enumerate(shown_ends):
+            ax.axvline(
+                end_s * 1e3,
+                color="k",
+                linestyle="--",
+                linewidth=0.8,
+                label="iteration end" if i == 0 else None,
+            )
+        for i in range(1, len(keys)):
+            if keys[i][0] != keys[i - 1][0]:
+                ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
+        ax.set_yticks(range(len(keys)), [f"{d} {row_label(s, n)}" for d, s, n in keys])
+        ax.set_ylim(len(keys) - 0.5, -0.5)
+        ax.set_xlim(lo_ms, hi_ms)
+        ax.set_xlabel("time (ms)")
+        ax.set_ylabel("device, stream")
+        handles = [
+            Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
+            for cls, (c, h, lab) in STYLES.items()
+            if cls in bars
+        ]
+        handles += ax.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+        span = "whole run" if iteration is None else f"iteration {iteration}"
+        head = f"{title}: " if title else ""
+        ax.set_title(f"{head}pipeline timeline, {span} (time in ms; numbers are micro-batches)")
+        fig.tight_layout()
+        _label_bars(ax, shown, lo_ms, hi_ms)
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,99 @@
+"""Terminal summary of a sweep: the best configurations first, as a :class:`rich.table.Table`.
+
+Configurations that fit in memory come first, by throughput (highest first); those that do not
+fit follow, also by throughput, so a reader sees what more memory would buy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+from rich.table import Table
+
+from sim.report._common import GIB
+
+# (column in the results table, header with unit, formatter, right-justify)
+_COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
+    ("model", "model", str, False),
+    ("schedule", "schedule", str, False),
+    ("stages", "p stages", lambda v: f"{int(v)}", True),
+    ("dp_width", "w DP", lambda v: f"{int(v)}", True),
+    ("microbatch_size", "b samples", lambda v: f"{int(v)}", True),
+    ("microbatches", "m", lambda v: f"{int(v)}", True),
+    ("memory_policy", "memory policy", str, False),
+    ("iteration_time_s", "iteration (ms)", lambda v: f"{v * 1e3:,.2f}", True),
+    ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
+    ("bubble_fraction", "bubble (%)", lambda v: f"{v * 100:.1f}", True),
+    ("peak_memory_bytes", "peak (GiB)", lambda v: f"{v / GIB:.2f}", True),
+)
+
+
+def _cell(value: Any, fmt: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    try:
+        return fmt(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
+    """The results table reordered best first: fitting rows by throughput (descending), then the
+    rows that do not fit, by throughput; ties keep the table's order. Rows with no throughput
+    (NaN) come last within their group.
+
+    Raises:
+        ValueError: the table lacks ``throughput_samples_per_s`` or ``fits``.
+    """
+    missing = [c for c in ("throughput_samples_per_s", "fits") if c not in results_df.columns]
+    if missing:
+        raise ValueError(f"results table lacks column(s) {missing} needed to rank configurations")
+    order = results_df.assign(_fits=results_df["fits"].astype(bool))
+    order = order.sort_values(
+        ["_fits", "throughput_samples_per_s"],
+        ascending=[False, False],
+        kind="stable",
+        na_position="last",
+    )
+    return order.drop(columns="_fits")
+
+
+def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
+    """The ``top`` best configurations as a rich table with units in the headers.
+
+    Columns (those present in ``results_df``): rank, model, schedule, stages ``p``, DP width
+    ``w``, micro-batch size ``b`` (samples), micro-batches per iteration ``m``, memory policy,
+    iteration time (ms), throughput (samples/s), bubble (% of the iteration), peak memory (GiB),
+    fits (✓/✗). The caption says how many configurations there were and how many fit.
+
+    Args:
+        results_df: the sweep's results table.
+        top: how many rows to show (all if ``top`` <= 0).
+
+    Returns:
+        A :class:`rich.table.Table`; print it with ``rich.console.Console().print(table)``.
+
+    Raises:
+        ValueError: the table lacks ``throughput_samples_per_s`` or ``fits``.
+    """
+    ranked = rank_results(results_df)
+    shown = ranked.head(top) if top > 0 else ranked
+    n_fit = int(results_df["fits"].astype(bool).sum())
+    table = Table(
+        title="Best configurations (fitting ones first, by throughput)",
+        caption=f"showing {len(shown)} of {len(results_df)} configurations; {n_fit} fit in memory",
+    )
+    columns = [c for c in _COLUMNS if c[0] in ranked.columns]
+    table.add_column("#", justify="right")
+    for _, header, _, right in columns:
+        table.add_column(header, justify="right" if right else "left")
+    table.add_column("fits", justify="center")
+    for rank, (_, row) in enumerate(shown.iterrows(), start=1):
+        fits = bool(row["fits"])
+        cells = [_cell(row[col], fmt) for col, _, fmt, _ in columns]
+        table.add_row(
+            str(rank), *cells, "[green]✓[/]" if fits else "[red]✗[/]", style=None if fits else "dim"
+        )
+    return table

@@ -1,0 +1,109 @@
+"""``sim run``: load, validate, sweep, pick the winner, write everything, print a summary."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sim.config import load_experiment
+from sim.hardware.describe import topology_to_dict
+from sim.outputs import winner_config, write_results_csv, write_winner_artifacts, write_yaml
+from sim.point import evaluate, resolve
+from sim.sweep import expand, pick_winner, prepare, run_points
+
+
+def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bool,
+                   plots: bool, console: Console) -> int:
+    """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
+
+    Raises:
+        InputError: bad experiment, hardware, trace or grid (nothing is written then).
+    """
+    t0 = time.perf_counter()
+    exp = load_experiment(path)
+    prep = prepare(exp, str(path))
+    points, skipped = expand(prep)
+    out = Path(out_dir) if out_dir else Path("results") / exp.name
+    console.print(f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
+                  + (f" ({len(skipped)} combinations skipped)" if skipped else ""))
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as bar:
+        task = bar.add_task("sweep", total=len(points))
+        rows = run_points(prep, points, cache_dir=out / ".cache" if use_cache else None,
+                          jobs=min(jobs, len(points)),
+                          on_done=lambda n: bar.update(task, completed=n))
+    df = write_results_csv(rows, out / "results.csv")
+    _write_resolved(out, exp, prep, points, skipped)
+    written = [out / "results.csv", out / "config.resolved.yaml"]
+    if plots and "throughput_samples_per_s" in df:
+        from sim.report.plots import plot_throughput
+
+        written.append(plot_throughput(df[df["error"].fillna("") == ""], out / "throughput.png"))
+    from sim.report.tables import summary_table
+
+    ok = df[df["error"].fillna("") == ""]
+    code = 0
+    for i, model in enumerate(exp.models):
+        console.print(summary_table(ok[ok["model"] == model.name], top=5))
+        winner = pick_winner([r for r in rows if r["model"] == model.name])
+        if winner is None:
+            console.print(f"[bold red]{model.name}: no configuration fits in memory.[/] See "
+                          "results.csv (peak_memory_bytes, oom_device); try more stages, a "
+                          "smaller micro-batch or a memory policy.")
+            code = 1
+            continue
+        dirs = [out] if i == 0 else []
+        if len(exp.models) > 1:
+            dirs.append(out / model.name)
+        for d in dirs:
+            written += _write_winner(exp, prep, points, winner, path, d, plots)
+        console.print(f"[bold green]{model.name} winner:[/] {winner['schedule']} "
+                      f"p={winner['stages']} w={winner['dp_width']} "
+                      f"b={winner['microbatch_size']} m={winner['microbatches']} "
+                      f"policy={winner['memory_policy']}: "
+                      f"{winner['throughput_samples_per_s']:.2f} samples/s, "
+                      f"{winner['iteration_time_s'] * 1e3:.2f} ms/iteration, "
+                      f"peak {winner['peak_memory_bytes'] / 2**30:.2f} GiB", highlight=False)
+    _print_paths(console, written, t0)
+    return code
+
+
+def _write_winner(exp, prep, points, winner: dict, path: Path, out: Path,
+                  plots: bool) -> list[Path]:
+    """winner.yaml and, with ``plots``, the winner's memory plots and timelines in ``out``."""
+    written = [write_yaml(out / "winner.yaml", winner_config(exp, str(path), winner))]
+    if plots:
+        point = next(p for p in points if p.model_dump().items() <= winner.items())
+        res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
+        _, log = evaluate(res)
+        title = (f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
+                 f"b={point.microbatch_size} m={point.microbatches}")
+        written += write_winner_artifacts(out, log, title)
+    return written
+
+
+def _write_resolved(out: Path, exp, prep, points, skipped) -> None:
+    data = {
+        "experiment": exp.model_dump(mode="json"),
+        "hardware": topology_to_dict(prep.topology),
+        "traces": {name: {"layers": len(t.layers), "parameters": t.parameters,
+                          "microbatch_size": t.microbatch_size, "dtype": t.dtype,
+                          "device": t.device, "provenance": json.loads(
+                              json.dumps(t.provenance, default=str))}
+                   for name, t in prep.traces.items()},
+        "points": len(points),
+        "skipped": [{"config": d, "reason": r} for d, r in skipped],
+    }
+    write_yaml(out / "config.resolved.yaml", data)
+
+
+def _print_paths(console: Console, paths, t0: float) -> None:
+    console.print(f"wrote {len(paths)} files in {paths[0].parent} "
+                  f"({time.perf_counter() - t0:.1f} s):")
+    for p in paths:
+        console.print(f"  {p}")

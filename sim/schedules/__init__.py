@@ -1,0 +1,60 @@
+"""Pipeline schedules as data: per-rank action lists in torch's grammar (schedules.md).
+
+One module per schedule (GPipe, 1F1B, PipeDream-2BW, PipeDream, PipeMare), a registry,
+analysis functions (in-flight micro-batches, staleness, validation), torch's compute-only CSV
+format and a step × rank grid. Never imports torch.
+"""
+
+from sim.schedules.action import COMPUTE_OPS, STEP, Action, Program
+from sim.schedules.analysis import (
+    check_deadlock_free,
+    delay_steps,
+    peak_in_flight,
+    validate_program,
+)
+from sim.schedules.base import Schedule, ScheduleError, with_steps_every
+from sim.schedules.csv_io import from_csv, to_csv, to_csv_string
+from sim.schedules.gpipe import GPipe
+from sim.schedules.grid import format_grid, grid_table
+from sim.schedules.one_f_one_b import OneFOneB, one_f_one_b_order, unrolled_program
+from sim.schedules.pipedream import PipeDream
+from sim.schedules.pipedream_2bw import PipeDream2BW
+from sim.schedules.pipemare import PipeMare
+from sim.schedules.registry import (
+    ALIASES,
+    SCHEDULES,
+    UnknownScheduleError,
+    get_schedule,
+    schedule_names,
+)
+
+__all__ = [
+    "ALIASES",
+    "COMPUTE_OPS",
+    "SCHEDULES",
+    "STEP",
+    "Action",
+    "GPipe",
+    "OneFOneB",
+    "PipeDream",
+    "PipeDream2BW",
+    "PipeMare",
+    "Program",
+    "Schedule",
+    "ScheduleError",
+    "UnknownScheduleError",
+    "check_deadlock_free",
+    "delay_steps",
+    "format_grid",
+    "from_csv",
+    "get_schedule",
+    "grid_table",
+    "one_f_one_b_order",
+    "peak_in_flight",
+    "schedule_names",
+    "to_csv",
+    "to_csv_string",
+    "unrolled_program",
+    "validate_program",
+    "with_steps_every",
+]

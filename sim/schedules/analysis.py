@@ -1,0 +1,158 @@
+"""Pure functions over a :data:`~sim.schedules.action.Program`: in-flight counts, staleness, checks.
+
+They read each rank's list in its own order (list positions, not time), which is what the
+memory and staleness claims of schedules.md §1 are about; time comes from the engine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sim.schedules.action import STEP, Action, Program
+from sim.schedules.base import ScheduleError
+
+_DONE_OPS = ("B", "W")
+"""Ops that end a micro-batch's stay on a stage (a split backward ends at W)."""
+
+
+def peak_in_flight(program: Program) -> list[int]:
+    """Peak micro-batches in flight per rank: max over its list of forwards minus backwards done.
+
+    A micro-batch is in flight on a rank from its F until its B (or, for a split backward, its W),
+    as in schedules.md §3 ("until W"). Multi-stage ranks count chunk-micro-batches.
+
+    Returns:
+        One count per rank, e.g. ``[4, 3, 2, 1]`` for 1F1B with p=4, m=8.
+    """
+    peaks = []
+    for actions in program:
+        live = peak = 0
+        for action in actions:
+            live += (action.op == "F") - (action.op in _DONE_OPS)
+            peak = max(peak, live)
+        peaks.append(peak)
+    return peaks
+
+
+def _rank_of(program: Program, stage: int) -> list[Action]:
+    for actions in program:
+        if any(a.stage == stage and a.op != STEP for a in actions):
+            return actions
+    raise ScheduleError(f"no rank runs stage {stage}")
+
+
+def delay_steps(program: Program, stage: int) -> int:
+    """Staleness at ``stage``: max over micro-batches of the STEPs between its F and its backward.
+
+    The backward is B, or I for a split backward (the first op that uses the weights again).
+    0 for flushed schedules; ``p - s - 1`` for PipeDream; at most 1 for 2BW with ``m >= p``.
+
+    Raises:
+        ScheduleError: no rank runs ``stage``.
+    """
+    steps = 0
+    started: dict[int, int] = {}
+    worst = 0
+    for action in _rank_of(program, stage):
+        if action.op == STEP:
+            steps += 1
+        elif action.stage != stage:
+            continue
+        elif action.op == "F":
+            started[action.microbatch] = steps
+        elif action.op in ("B", "I") and action.microbatch in started:
+            worst = max(worst, steps - started[action.microbatch])
+    return worst
+
+
+def _check_rank(actions: list[Action], rank: int, expected_mbs: set[int], steps: int) -> None:
+    ops: Counter[tuple[str, int]] = Counter()
+    step_count = 0
+    for pos, a in enumerate(actions):
+        where = f"rank {rank}, position {pos}: {a}"
+        if a.stage != rank:
+            raise ScheduleError(f"{where} belongs to stage {a.stage}, not {rank}")
+        if a.op == STEP:
+            if a.microbatch != step_count:
+                raise ScheduleError(f"{where}: want step number {step_count}")
+            step_count += 1
+            continue
+        if a.microbatch not in expected_mbs:
+            raise ScheduleError(f"{where}: no such micro-batch")
+        needs = {"B": "F", "I": "F", "W": "I"}.get(a.op)
+        if needs and not ops[(needs, a.microbatch)]:
+            raise ScheduleError(f"{where} runs before {needs}")
+        ops[(a.op, a.microbatch)] += 1
+    for mb in sorted(expected_mbs):
+        n = {op: ops[(op, mb)] for op in "FBIW"}
+        if n["F"] != 1 or n["B"] + n["I"] != 1 or n["W"] != n["I"]:
+            raise ScheduleError(f"rank {rank}: micro-batch {mb} has {n}; want one F, one B")
+    if step_count != steps:
+        raise ScheduleError(f"rank {rank}: {step_count} STEP actions, want {steps}")
+
+
+def validate_program(
+    program: Program,
+    stages: int,
+    microbatches: int,
+    iterations: int,
+    *,
+    steps: int | None = None,
+) -> None:
+    """Check a one-stage-per-rank program; raise on the first problem.
+
+    Every rank ``s`` runs only stage ``s``; every micro-batch ``0 .. iterations*microbatches-1``
+    gets one F and one backward (B, or I then W) after it; STEPs are numbered 0, 1, ... and
+    there are ``steps`` of them (default ``iterations``; PipeDream has ``iterations *
+    microbatches``); and the ranks can run their lists to the end without deadlock under the
+    dependencies of schedules.md §4.1 (:func:`check_deadlock_free`).
+
+    Raises:
+        ScheduleError: naming the rank, list position and action at fault.
+    """
+    if len(program) != stages:
+        raise ScheduleError(f"program has {len(program)} ranks, want {stages} stages")
+    expected = set(range(iterations * microbatches))
+    for rank, actions in enumerate(program):
+        _check_rank(actions, rank, expected, iterations if steps is None else steps)
+    check_deadlock_free(program)
+
+
+def _ready(action: Action, done: set[Action], last_stage: int) -> bool:
+    s, op, mb = action
+    if op == "F":
+        return s == 0 or Action(s - 1, "F", mb) in done
+    if op == "W":
+        return Action(s, "I", mb) in done
+    if op in ("B", "I"):
+        downstream = s == last_stage or any(Action(s + 1, o, mb) in done for o in ("B", "I"))
+        return downstream and Action(s, "F", mb) in done
+    return True
+
+
+def check_deadlock_free(program: Program) -> None:
+    """Run every rank's list in order under the dependencies of schedules.md §4.1.
+
+    F(s, mb) needs F(s-1, mb); B or I(s, mb) needs F(s, mb) and the backward (B or I) of
+    (s+1, mb); W needs I. STEP waits for nothing. Any rank may advance whenever its next action's
+    dependencies are done.
+
+    Raises:
+        ScheduleError: when all unfinished ranks wait, naming each rank's blocked action.
+    """
+    last_stage = max((a.stage for actions in program for a in actions), default=0)
+    done: set[Action] = set()
+    pos = [0] * len(program)
+    progress = True
+    while progress:
+        progress = False
+        for rank, actions in enumerate(program):
+            while pos[rank] < len(actions) and _ready(actions[pos[rank]], done, last_stage):
+                done.add(actions[pos[rank]])
+                pos[rank] += 1
+                progress = True
+    blocked = [
+        f"rank {r} at {acts[pos[r]]}" for r, acts in enumerate(program) if pos[r] < len(acts)
+    ]
+    if blocked:
+        raise ScheduleError("deadlock: " + ", ".join(blocked))

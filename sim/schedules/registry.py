@@ -1,0 +1,64 @@
+"""Schedule registry: name -> :class:`~sim.schedules.base.Schedule` subclass.
+
+Canonical names are the classes' ``name`` attributes (schedules.md §1 rows we model); aliases
+cover the other names the literature and torch use. Look-ups ignore case and treat ``-`` as
+``_``, so ``PipeDream-Flush``, ``1F1B`` and torch's ``GPipe`` all resolve.
+"""
+
+from __future__ import annotations
+
+from sim.schedules.base import Schedule
+from sim.schedules.gpipe import GPipe
+from sim.schedules.one_f_one_b import OneFOneB
+from sim.schedules.pipedream import PipeDream
+from sim.schedules.pipedream_2bw import PipeDream2BW
+from sim.schedules.pipemare import PipeMare
+
+_CANONICAL: tuple[type[Schedule], ...] = (GPipe, OneFOneB, PipeDream2BW, PipeDream, PipeMare)
+
+ALIASES: dict[str, str] = {
+    "pipedream_flush": "1f1b",
+    "one_f_one_b": "1f1b",
+    "dapple": "1f1b",
+    "2bw": "pipedream_2bw",
+    "pipedream2bw": "pipedream_2bw",
+}
+"""Alternative name -> canonical name (DAPPLE has 1F1B's op order, schedules.md §2.3)."""
+
+SCHEDULES: dict[str, type[Schedule]] = {cls.name: cls for cls in _CANONICAL} | {
+    alias: next(c for c in _CANONICAL if c.name == target) for alias, target in ALIASES.items()
+}
+"""Every accepted name (canonical and alias) -> schedule class."""
+
+
+class UnknownScheduleError(KeyError):
+    """An unknown schedule name; ``str()`` is the plain message listing valid names."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def schedule_names(*, aliases: bool = False) -> list[str]:
+    """Canonical schedule names in registry order; with ``aliases=True`` every accepted name."""
+    return list(SCHEDULES) if aliases else [cls.name for cls in _CANONICAL]
+
+
+def get_schedule(name: str) -> type[Schedule]:
+    """The schedule class registered under ``name`` (case-insensitive, ``-`` = ``_``).
+
+    Raises:
+        UnknownScheduleError: a :class:`KeyError` whose message lists the valid names.
+
+    Example:
+        >>> get_schedule("PipeDream-Flush").name
+        '1f1b'
+    """
+    key = name.strip().lower().replace("-", "_")
+    try:
+        return SCHEDULES[key]
+    except KeyError:
+        valid = ", ".join(schedule_names())
+        extra = ", ".join(ALIASES)
+        raise UnknownScheduleError(
+            f"unknown schedule {name!r}; valid names: {valid} (aliases: {extra})"
+        ) from None

@@ -1,0 +1,224 @@
+"""Grid expansion, cached parallel evaluation and winner selection.
+
+Every grid point is a pure function of its configuration, so its result row is cached under a
+hash of everything it depends on (the point, the trace's content, the hardware, the training
+and option settings, the pipesim version). A second ``sim run`` reuses the rows it can.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import sim
+from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
+from sim.errors import InputError
+from sim.hardware.loader import load_hardware
+from sim.hardware.topology import Topology
+from sim.memory.registry import get_policy
+from sim.point import evaluate, make_schedule, resolve
+from sim.trace.loader import load_trace
+from sim.trace.schema import Trace
+
+
+@dataclass
+class Prepared:
+    """An experiment with its hardware and traces loaded."""
+
+    exp: ExperimentConfig
+    file: str
+    topology: Topology
+    traces: dict[str, Trace]
+
+
+def prepare(exp: ExperimentConfig, file: str) -> Prepared:
+    """Load the hardware and every model's trace.
+
+    Raises:
+        InputError: unknown preset, unreadable trace (naming the file and field).
+    """
+    topo = load_hardware(exp.hardware, file=file, field="hardware")
+    base = Path(file).parent if file else None
+    traces = {}
+    for i, model in enumerate(exp.models):
+        trace = load_trace(model.trace, base_dir=base, file=file, field=f"models.{i}.trace")
+        if exp.training.dtype:
+            trace = trace.with_dtype(exp.training.dtype)
+        traces[model.name] = trace
+    return Prepared(exp, file, topo, traces)
+
+
+def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
+    """All valid grid points, and ``(point, reason)`` for the combinations skipped.
+
+    Raises:
+        InputError: an unknown schedule or memory policy name (naming the field), or no
+            combination is valid (the reasons are listed); when the grid is a single point,
+            the reason that point is invalid.
+    """
+    exp, file = prep.exp, prep.file
+    sw = exp.sweep
+    for i, name in enumerate(as_list(sw.schedule)):
+        make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
+    for i, name in enumerate(as_list(sw.memory_policy)):
+        try:
+            get_policy(name)
+        except KeyError as exc:
+            raise InputError(str(exc.args[0]), file=file, field=f"sweep.memory_policy.{i}") from None
+    points, skipped = [], []
+    for mi, model in enumerate(exp.models):
+        gb = model.global_batch or exp.training.global_batch
+        mbs = as_list(model.microbatch_size if model.microbatch_size is not None
+                      else sw.microbatch_size)
+        axes = itertools.product(as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width),
+                                 mbs, as_list(sw.memory_policy))
+        for sched, p, w, b, policy in axes:
+            desc = f"{model.name} {sched} p={p} w={w} b={b} {policy}"
+            reason = _invalid(prep, model.name, sched, p, w, b, gb)
+            if reason:
+                skipped.append((desc, reason))
+                continue
+            points.append(PointConfig(model=model.name, schedule=sched, stages=p, dp_width=w,
+                                      microbatch_size=b, microbatches=gb // (w * b),
+                                      memory_policy=policy, global_batch=gb))
+    if not points:
+        if len(skipped) == 1:
+            raise InputError(skipped[0][1], file=file, field="sweep")
+        reasons = sorted({r for _, r in skipped})
+        raise InputError("no valid configuration in the grid: " + "; ".join(reasons[:5]),
+                         file=file, field="sweep")
+    return points, skipped
+
+
+def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb: int) -> str:
+    n = prep.topology.num_gpus
+    if p * w > n:
+        return f"stages x dp_width = {p * w} exceeds the {n} GPUs of {prep.topology.name}"
+    if gb % (w * b):
+        return (f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
+                f"(change training.global_batch or sweep.microbatch_size)")
+    m = gb // (w * b)
+    cls = make_schedule(sched, 1, 1, file=prep.file).__class__
+    if cls.needs_m_ge_p and m < p:
+        return (f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
+                f"(dp_width {w} x microbatch_size {b}) = {m} < {p} stages")
+    if p > len(prep.traces[model].layers):
+        return f"{p} stages but {model} has only {len(prep.traces[model].layers)} layers"
+    return ""
+
+
+def point_cache_key(prep: Prepared, point: PointConfig) -> str:
+    """Hash of everything the row depends on."""
+    trace = prep.traces[point.model]
+    exp = prep.exp
+    return config_hash({
+        "version": sim.__version__, "point": point.model_dump(),
+        "trace": [asdict(layer) for layer in trace.layers], "mb": trace.microbatch_size,
+        "hardware": repr(prep.topology.gpus) + repr(prep.topology.links) + repr(prep.topology.hosts),
+        "training": exp.training.model_dump(), "options": exp.options.model_dump(),
+    })
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(prep: Prepared) -> None:
+    _WORKER["prep"] = prep
+
+
+def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
+    """The result row of one point (never raises for a point that cannot run: see ``error``)."""
+    trace = prep.traces[point.model]
+    row = point.model_dump()
+    row["parameters"] = trace.parameters
+    try:
+        res = resolve(prep.exp, point, prep.topology, trace, file=prep.file)
+        met, log = evaluate(res)
+    except (InputError, ValueError) as exc:
+        row.update(fits=False, error=str(exc))
+        return row
+    oom = met.oom[0] if met.oom else None
+    row.update(
+        iteration_time_s=met.iteration_time_s,
+        throughput_samples_per_s=met.throughput_samples_per_s,
+        bubble_fraction=met.bubble_fraction, peak_memory_bytes=met.peak_memory_bytes,
+        fits=met.fits, oom_device=oom[0] if oom else "",
+        oom_capacity_bytes=oom[2] if oom else None,
+        swap_bytes=met.swap_bytes, recompute_s=met.recompute_s, stall_s=met.stall_s,
+        comm_bytes=met.comm_bytes, boundaries=json.dumps(list(res.boundaries)),
+        placement=json.dumps([list(r) for r in res.placement]), error="",
+        policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
+    )
+    return row
+
+
+def _worker_row(point: PointConfig) -> dict:
+    return evaluate_row(_WORKER["prep"], point)
+
+
+def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | None,
+               jobs: int = 1, on_done: Callable[[int], None] | None = None) -> list[dict]:
+    """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
+
+    Args:
+        prep: the loaded experiment.
+        points: grid points.
+        cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
+        jobs: worker processes (1: in this process).
+        on_done: called with the number of rows finished so far (for a progress bar).
+    """
+    rows: list[dict | None] = [None] * len(points)
+    keys = [point_cache_key(prep, p) for p in points]
+    todo = []
+    for i, key in enumerate(keys):
+        cached = cache_dir / f"{key}.json" if cache_dir else None
+        if cached and cached.is_file():
+            rows[i] = json.loads(cached.read_text())
+        else:
+            todo.append(i)
+    done = len(points) - len(todo)
+    if on_done:
+        on_done(done)
+
+    def store(i: int, row: dict) -> None:
+        nonlocal done
+        rows[i] = row
+        if cache_dir:
+            _atomic_json(cache_dir / f"{keys[i]}.json", row)
+        done += 1
+        if on_done:
+            on_done(done)
+
+    if jobs <= 1 or len(todo) <= 1:
+        for i in todo:
+            store(i, evaluate_row(prep, points[i]))
+    else:
+        ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(prep,)) as pool:
+            for i, row in zip(todo, pool.map(_worker_row, [points[i] for i in todo],
+                                             chunksize=max(1, len(todo) // (jobs * 8)))):
+                store(i, row)
+    return rows  # type: ignore[return-value]
+
+
+def _atomic_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, default=str))
+    os.replace(tmp, path)
+
+
+def pick_winner(rows: list[dict]) -> dict | None:
+    """The fitting row with the highest throughput (ties: fewer GPUs, then grid order)."""
+    ok = [r for r in rows if r.get("fits") and not r.get("error")]
+    if not ok:
+        return None
+    return max(ok, key=lambda r: (r["throughput_samples_per_s"],
+                                  -r["stages"] * r["dp_width"]))

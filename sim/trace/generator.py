@@ -1,0 +1,304 @@
+"""Analytic traces of GPT and BERT stacks: embedding, ``L`` transformer blocks, head.
+
+Nothing here is measured. Times are FLOPs / (peak FLOP/s x efficiency); memory is counted from
+tensor sizes. Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden size, ``a``
+heads, ``V`` vocabulary, ``f`` FFN multiplier (FFN width ``f*h``), ``d`` bytes per element.
+
+Transformer block (no tensor/sequence parallelism):
+
+* forward FLOPs ``(8 + 4f)*b*s*h^2 + 4*b*s^2*h``, i.e. ``24bsh^2 + 4bs^2h`` for ``f = 4``
+  (QKV 6bsh^2, scores and attention-over-V 4bs^2h, projection 2bsh^2, MLP 4f*bsh^2;
+  Narayanan et al., SC'21, arXiv:2104.04473, eq. 3; Korthikanti et al., arXiv:2205.05198).
+  Backward = 2 x forward; the zero-bubble split gives the weight-gradient part ``W`` the GEMM
+  FLOPs once and the input-gradient part ``I`` the rest (Qi et al., arXiv:2401.10241).
+* parameters ``(4 + 2f)h^2 + (9 + f)h`` = ``12h^2 + 13h`` for ``f = 4`` (QKV 3h^2+3h, projection
+  h^2+h, MLP 8h^2+5h, two LayerNorms 4h), times ``d`` bytes.
+* activation bytes ``sbh*(34 + 5*a*s/h)`` for 16-bit activations and ``f = 4`` (Korthikanti et
+  al. Table 2, no parallelism; pipesim reference memory.md §2). In general
+  ``d*((8 + 2f)*sbh + 2*a*s^2*b) + 2*sbh + a*s^2*b`` (16-bit tensors scale with ``d``; the three
+  dropout masks stay 1 byte per element).
+* ``out_bytes`` ``s*b*h*d`` (the hidden state sent to the next stage).
+
+Embedding layer: word + position embeddings (BERT also token-type embeddings and a LayerNorm).
+It is memory-bound, so its time is bytes moved / HBM bandwidth: forward reads the looked-up rows
+and writes the sum (``8bs + (2b + 1)*s*h*d`` bytes, plus ``2bsh*d`` for BERT's LayerNorm);
+backward reads the output gradient and writes a dense gradient of both tables
+(``b*s*h*d + (V + s)*h*d``; PyTorch's default dense embedding gradient), all weight-gradient.
+Activation bytes ``8sb + sbh`` (token ids and the embedding-dropout mask, as in Megatron's
+estimator ``theoretical_memory_usage.py``). ``flops`` is 0: the standard count excludes it.
+
+Head layer: the final LayerNorm (GPT) or the MLM transform, pooler and NSP classifier (BERT),
+then the output projection onto the vocabulary and the loss. Megatron keeps a separate copy of
+the word embedding on the last pipeline stage for this projection, so its ``V*h`` parameters are
+counted here too: :attr:`Trace.param_bytes` therefore exceeds the unique parameter count by
+``V*h*d``. Forward FLOPs ``2bshV`` (+ ``2bsh^2 + 2bh^2 + 4bh`` for BERT's transform, pooler and
+NSP). Activation bytes ``4sbh + 4sbV`` (Megatron's estimate for the output layer and fp32
+cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer.
+"""
+
+from __future__ import annotations
+
+from sim.errors import InputError
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+
+SOURCES = {
+    "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
+    "block_act_bytes": "Korthikanti et al. arXiv:2205.05198 Table 2 (memory.md §2): sbh(34 + 5as/h)",
+    "block_params": "12h^2 + 13h: QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, 2 LayerNorm 4h",
+    "bwd": "backward = 2 x forward FLOPs; W = GEMM FLOPs, I = rest (Qi et al. arXiv:2401.10241)",
+    "embedding": "time = bytes moved / HBM bandwidth; act 8sb + sbh (Megatron theoretical_memory_usage.py)",
+    "head": "separate V*h copy of the word embedding on the last stage (Megatron); act 4sbh + 4sbV",
+}
+
+#: Published model shapes. ``gpt-5b`` is the 44-layer, h=3072 GPT of ~5B parameters.
+MODEL_PRESETS: dict[str, dict[str, int | str]] = {
+    "gpt2-1.5b": {
+        "kind": "gpt",
+        "layers": 48,
+        "hidden": 1600,
+        "heads": 25,
+        "seq_len": 1024,
+        "vocab": 50257,
+    },
+    "bert-large": {
+        "kind": "bert",
+        "layers": 24,
+        "hidden": 1024,
+        "heads": 16,
+        "seq_len": 512,
+        "vocab": 30522,
+    },
+    "gpt-5b": {
+        "kind": "gpt",
+        "layers": 44,
+        "hidden": 3072,
+        "heads": 24,
+        "seq_len": 1024,
+        "vocab": 50257,
+    },
+}
+
+V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps": 900e9}
+"""V100 SXM2 peaks: 125 TFLOPS dense fp16 tensor, 900 GB/s HBM2 (hardware.md §1)."""
+
+
+def block_params(hidden: int, ffn_mult: int = 4) -> int:
+    """Parameters of one transformer block: ``(4 + 2f)h^2 + (9 + f)h`` (12h^2 + 13h at f=4)."""
+    h, f = hidden, ffn_mult
+    return (4 + 2 * f) * h * h + (9 + f) * h
+
+
+def block_fwd_flops(b: int, s: int, h: int, ffn_mult: int = 4) -> float:
+    """Forward FLOPs of one block per micro-batch: ``(8 + 4f)bsh^2 + 4bs^2h`` (Narayanan 2021)."""
+    return float((8 + 4 * ffn_mult) * b * s * h * h + 4 * b * s * s * h)
+
+
+def block_act_bytes(
+    b: int, s: int, h: int, a: int, ffn_mult: int = 4, elem_bytes: int = 2
+) -> float:
+    """Bytes a block stashes for backward: ``sbh(34 + 5as/h)`` at 16 bit, f=4 (Korthikanti)."""
+    sbh, as2b = s * b * h, a * s * s * b
+    return float(elem_bytes * ((8 + 2 * ffn_mult) * sbh + 2 * as2b) + 2 * sbh + as2b)
+
+
+def _check(kind: str, **ints: int) -> None:
+    if kind not in ("gpt", "bert"):
+        raise ValueError(f"kind must be 'gpt' or 'bert', got {kind!r}")
+    for key, v in ints.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{key} must be a positive integer, got {v!r}")
+    if ints["hidden"] % ints["heads"]:
+        raise ValueError(f"hidden {ints['hidden']} is not divisible by heads {ints['heads']}")
+
+
+def _embedding(kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float) -> LayerProfile:
+    params = (V + s) * h + ((2 * h + 2 * h) if kind == "bert" else 0)
+    fwd_bytes = 8 * b * s + (2 * b + 1) * s * h * d + (2 * b * s * h * d if kind == "bert" else 0)
+    bwd_s = (b * s * h * d + (V + s) * h * d) / hbm
+    return LayerProfile(
+        name="embedding",
+        fwd_s=fwd_bytes / hbm,
+        bwd_s=bwd_s,
+        param_bytes=float(params * d),
+        act_bytes=float(8 * s * b + s * b * h),
+        out_bytes=float(s * b * h * d),
+        bwd_input_s=0.0,
+        bwd_weight_s=bwd_s,
+        flops=0.0,
+    )
+
+
+def _head(kind: str, b: int, s: int, h: int, V: int, d: int, rate: float) -> LayerProfile:
+    if kind == "gpt":
+        params = 2 * h + V * h
+        flops = 2.0 * b * s * h * V
+    else:  # MLM transform (dense + LayerNorm), decoder copy + bias, pooler, NSP classifier
+        params = (h * h + h) + 2 * h + (V * h + V) + (h * h + h) + (2 * h + 2)
+        flops = 2.0 * b * s * h * V + 2.0 * b * s * h * h + 2.0 * b * h * h + 4.0 * b * h
+    fwd_s = flops / rate
+    return LayerProfile(
+        name="head",
+        fwd_s=fwd_s,
+        bwd_s=2 * fwd_s,
+        param_bytes=float(params * d),
+        act_bytes=float(4 * s * b * h + 4 * s * b * V),
+        out_bytes=0.0,
+        bwd_input_s=fwd_s,
+        bwd_weight_s=fwd_s,
+        flops=flops,
+    )
+
+
+def _block(i: int, b: int, s: int, h: int, a: int, f: int, d: int, rate: float) -> LayerProfile:
+    flops = block_fwd_flops(b, s, h, f)
+    gemm = float((8 + 4 * f) * b * s * h * h)
+    return LayerProfile(
+        name=f"block.{i}",
+        fwd_s=flops / rate,
+        bwd_s=2 * flops / rate,
+        param_bytes=float(block_params(h, f) * d),
+        act_bytes=block_act_bytes(b, s, h, a, f, d),
+        out_bytes=float(s * b * h * d),
+        bwd_input_s=(2 * flops - gemm) / rate,
+        bwd_weight_s=gemm / rate,
+        flops=flops,
+    )
+
+
+def transformer_trace(
+    kind: str,
+    *,
+    name: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    microbatch_size: int,
+    dtype: str = "fp16",
+    gpu_model: str,
+    peak_flops: float,
+    efficiency: float = 0.5,
+    ffn_mult: int = 4,
+    hbm_bandwidth_Bps: float = 900e9,
+) -> Trace:
+    """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
+
+    Args:
+        kind: ``"gpt"`` (causal LM head) or ``"bert"`` (MLM + NSP heads).
+        name: trace name.
+        layers, hidden, heads, seq_len, vocab: model shape (``hidden % heads == 0``).
+        microbatch_size: samples per micro-batch ``b``.
+        dtype: parameter and activation dtype (``fp16``, ``bf16``, ``fp32``).
+        gpu_model: device name recorded in the trace, e.g. ``"V100-SXM2"``.
+        peak_flops: the device's peak dense FLOP/s for ``dtype`` (hardware.md §1).
+        efficiency: achieved fraction of ``peak_flops``, in (0, 1].
+        ffn_mult: FFN width / hidden (4 for GPT-2 and BERT).
+        hbm_bandwidth_Bps: HBM bandwidth for the memory-bound embedding layer (default V100's
+            900 GB/s; pass your GPU's).
+
+    Returns:
+        ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
+
+    Raises:
+        ValueError: unknown kind or dtype, non-positive sizes, ``hidden % heads != 0``,
+            efficiency outside (0, 1], non-positive peak or bandwidth.
+    """
+    _check(
+        kind,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        seq_len=seq_len,
+        vocab=vocab,
+        microbatch_size=microbatch_size,
+        ffn_mult=ffn_mult,
+    )
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
+    if not (peak_flops > 0 and hbm_bandwidth_Bps > 0):
+        raise ValueError("peak_flops and hbm_bandwidth_Bps must be > 0")
+    d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
+    rate = peak_flops * efficiency
+    chain = [_embedding(kind, b, s, h, vocab, d, hbm_bandwidth_Bps)]
+    chain += [_block(i, b, s, h, heads, ffn_mult, d, rate) for i in range(layers)]
+    chain.append(_head(kind, b, s, h, vocab, d, rate))
+    inputs = {
+        "kind": kind,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "seq_len": seq_len,
+        "vocab": vocab,
+        "microbatch_size": microbatch_size,
+        "dtype": dtype,
+        "gpu_model": gpu_model,
+        "peak_flops": float(peak_flops),
+        "efficiency": float(efficiency),
+        "ffn_mult": ffn_mult,
+        "hbm_bandwidth_Bps": float(hbm_bandwidth_Bps),
+    }
+    prov = {
+        "source": "analytic: sim.trace.generator.transformer_trace",
+        "inputs": inputs,
+        "formulas": dict(SOURCES),
+        "unique_parameters": unique_parameters(kind, layers, hidden, seq_len, vocab, ffn_mult),
+        "notes": (
+            f"Generated, not measured: times = FLOPs / ({peak_flops / 1e12:g} TFLOP/s x "
+            f"{efficiency}) on {gpu_model}. param_bytes include Megatron's second copy of "
+            f"the word embedding in the head ({vocab}x{hidden})."
+        ),
+    }
+    return Trace(
+        name=name,
+        layers=tuple(chain),
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        device=gpu_model,
+        provenance=prov,
+    )
+
+
+def unique_parameters(
+    kind: str, layers: int, hidden: int, seq_len: int, vocab: int, ffn_mult: int = 4
+) -> int:
+    """Parameters of the model without the head's copy of the word embedding."""
+    h = hidden
+    emb = (vocab + seq_len) * h + (4 * h if kind == "bert" else 0)
+    head = 2 * h if kind == "gpt" else 2 * (h * h + h) + 2 * h + vocab + 2 * h + 2
+    return emb + layers * block_params(h, ffn_mult) + head
+
+
+def preset_trace(
+    name: str,
+    microbatch_size: int = 1,
+    gpu_model: str = "V100-SXM2",
+    peak_flops: float = 125e12,
+    *,
+    dtype: str = "fp16",
+    efficiency: float = 0.5,
+    hbm_bandwidth_Bps: float = 900e9,
+) -> Trace:
+    """:func:`transformer_trace` of a :data:`MODEL_PRESETS` entry (default: V100-SXM2, fp16).
+
+    Raises:
+        InputError: unknown preset name (the message lists the presets).
+        ValueError: as :func:`transformer_trace`.
+    """
+    if name not in MODEL_PRESETS:
+        raise InputError(
+            f"unknown model preset {name!r}; available: {', '.join(MODEL_PRESETS)}", field="model"
+        )
+    shape = dict(MODEL_PRESETS[name])
+    kind = str(shape.pop("kind"))
+    return transformer_trace(
+        kind,
+        name=name,
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        gpu_model=gpu_model,
+        peak_flops=peak_flops,
+        efficiency=efficiency,
+        hbm_bandwidth_Bps=hbm_bandwidth_Bps,
+        **shape,
+    )  # type: ignore[arg-type]

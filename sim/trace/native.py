@@ -1,0 +1,237 @@
+"""pipesim's native trace format: a per-layer CSV plus a YAML sidecar.
+
+A trace named ``gnmt16`` is two files side by side:
+
+``gnmt16.csv``
+    One row per layer, input side first, with the header
+    ``name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes,bwd_input_s,bwd_weight_s,flops``.
+    Units are in the column names: seconds and bytes for one micro-batch; ``flops`` is forward
+    FLOPs per micro-batch. The last three columns are optional: leave the cell empty.
+``gnmt16.yaml``
+    ``name``, ``microbatch_size``, ``dtype``, ``device`` and ``provenance`` (a mapping with at
+    least ``source``; by convention also ``command``, ``date`` and ``notes``). Unknown top-level
+    keys are errors.
+
+Rows are numbered from 1 (the header is not a row), so an error such as
+``gnmt16.csv: field 'fwd_s': row 3 (layer 'h.2'): fwd_s: must be a finite number >= 0, got -1.0``
+points at the third layer. Both files are written atomically (temporary file in the same
+directory, then :func:`os.replace`), so a reader never sees half a trace file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from sim.errors import InputError
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+
+COLUMNS = (
+    "name",
+    "fwd_s",
+    "bwd_s",
+    "param_bytes",
+    "act_bytes",
+    "out_bytes",
+    "bwd_input_s",
+    "bwd_weight_s",
+    "flops",
+)
+REQUIRED = COLUMNS[:6]
+SIDECAR_KEYS = ("name", "microbatch_size", "dtype", "device", "provenance")
+
+
+def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """The ``(csv, yaml)`` pair for ``x.csv``, ``x.yaml``, ``x.yml`` or a bare ``x``.
+
+    For a ``.csv`` or bare path whose ``.yaml`` sidecar is absent but a ``.yml`` exists, the
+    ``.yml`` is returned.
+    """
+    p = Path(path)
+    stem = _stem(p)
+    csv_path = stem.with_name(stem.name + ".csv")
+    yaml_path = stem.with_name(stem.name + ".yaml")
+    if p.suffix == ".yml" or (
+        not yaml_path.exists() and stem.with_name(stem.name + ".yml").exists()
+    ):
+        yaml_path = stem.with_name(stem.name + ".yml")
+    return csv_path, yaml_path
+
+
+def _stem(p: Path) -> Path:
+    return p.with_suffix("") if p.suffix in (".csv", ".yaml", ".yml") else p
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return ""
+    v = float(v)
+    return str(int(v)) if v.is_integer() else repr(v)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``trace`` as ``<stem>.csv`` + ``<stem>.yaml``, each atomically.
+
+    Args:
+        trace: the trace; every layer must pass :meth:`LayerProfile.problems`.
+        path: ``<stem>.csv``, ``<stem>.yaml`` or ``<stem>``; the parent directory must exist.
+
+    Returns:
+        The ``(csv_path, yaml_path)`` written.
+
+    Raises:
+        ValueError: a layer is invalid, the dtype is unknown or the microbatch size is not a
+            positive integer (the file would not read back).
+    """
+    dtype_bytes(trace.dtype)
+    if not isinstance(trace.microbatch_size, int) or trace.microbatch_size < 1:
+        raise ValueError(
+            f"microbatch_size must be a positive integer, got {trace.microbatch_size!r}"
+        )
+    for i, layer in enumerate(trace.layers, start=1):
+        if layer.problems():
+            raise ValueError(f"row {i} (layer {layer.name!r}): {'; '.join(layer.problems())}")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for layer in trace.layers:
+        w.writerow([layer.name] + [_fmt(getattr(layer, c)) for c in COLUMNS[1:]])
+    side = {
+        "name": trace.name,
+        "microbatch_size": trace.microbatch_size,
+        "dtype": trace.dtype,
+        "device": trace.device,
+        "provenance": dict(trace.provenance),
+    }
+    stem = _stem(Path(path))
+    csv_path = stem.with_name(stem.name + ".csv")
+    yaml_path = stem.with_name(stem.name + ".yaml")
+    _atomic_write(csv_path, buf.getvalue())
+    _atomic_write(yaml_path, yaml.safe_dump(side, sort_keys=False, allow_unicode=True))
+    return csv_path, yaml_path
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a native trace from its ``.csv`` or ``.yaml`` path (the other file is beside it).
+
+    Args:
+        path: ``<stem>.csv``, ``<stem>.yaml``/``.yml`` or ``<stem>``.
+
+    Returns:
+        The :class:`Trace`; numbers as floats, empty optional cells as ``None``.
+
+    Raises:
+        InputError: a file is missing or malformed; a required column or cell is missing; a
+            cell is not a number; a value is negative or infinite; an unknown column or sidecar
+            key. The error names the file and the field (``row N (layer 'x'): fwd_s``).
+    """
+    csv_path, yaml_path = trace_paths(path)
+    meta = _read_sidecar(yaml_path)
+    layers = _read_layers(csv_path)
+    return Trace(
+        name=meta["name"],
+        layers=layers,
+        microbatch_size=meta["microbatch_size"],
+        dtype=meta["dtype"],
+        device=meta["device"],
+        provenance=meta["provenance"],
+    )
+
+
+def _read_sidecar(path: Path) -> dict[str, Any]:
+    f = str(path)
+    if not path.exists():
+        raise InputError("trace sidecar not found (every <name>.csv needs a <name>.yaml)", file=f)
+    try:
+        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise InputError(f"not valid YAML: {e}", file=f) from None
+    if not isinstance(meta, dict):
+        raise InputError("expected a mapping with keys " + ", ".join(SIDECAR_KEYS), file=f)
+    unknown = sorted(set(meta) - set(SIDECAR_KEYS))
+    if unknown:
+        raise InputError(
+            f"unknown key(s) {unknown}; allowed: {list(SIDECAR_KEYS)}", file=f, field=unknown[0]
+        )
+    for key in SIDECAR_KEYS:
+        if meta.get(key) is None:
+            raise InputError("missing", file=f, field=key)
+    for key in ("name", "dtype", "device"):
+        if not isinstance(meta[key], str):
+            raise InputError(f"must be a string, got {meta[key]!r}", file=f, field=key)
+    mb = meta["microbatch_size"]
+    if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
+        raise InputError(f"must be a positive integer, got {mb!r}", file=f, field="microbatch_size")
+    try:
+        dtype_bytes(meta["dtype"])
+    except ValueError as e:
+        raise InputError(str(e), file=f, field="dtype") from None
+    if not isinstance(meta["provenance"], dict) or "source" not in meta["provenance"]:
+        raise InputError("must be a mapping with at least 'source'", file=f, field="provenance")
+    return meta
+
+
+def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
+    f = str(path)
+    if not path.exists():
+        raise InputError("trace file not found", file=f)
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise InputError(f"not a readable CSV: {e}", file=f) from None
+    cols = [c.strip() for c in df.columns]
+    df.columns = cols
+    for c in REQUIRED:
+        if c not in cols:
+            raise InputError(
+                f"missing column; the header must be {','.join(COLUMNS)}", file=f, field=c
+            )
+    unknown = [c for c in cols if c not in COLUMNS]
+    if unknown:
+        raise InputError(f"unknown column; allowed: {', '.join(COLUMNS)}", file=f, field=unknown[0])
+    if len(df) == 0:
+        raise InputError("no layers (the CSV has a header but no rows)", file=f)
+    return tuple(_row_to_layer(i, row, f) for i, row in enumerate(df.to_dict("records"), start=1))
+
+
+def _row_to_layer(i: int, row: dict[str, str], f: str) -> LayerProfile:
+    name = row["name"].strip()
+    where = f"row {i} (layer {name!r})"
+    if not name:
+        raise InputError(f"{where}: name: missing", file=f, field="name")
+    values: dict[str, float | None] = {}
+    for col in COLUMNS[1:]:
+        cell = str(row.get(col, "")).strip()
+        if cell == "":
+            values[col] = math.nan if col in REQUIRED else None
+            continue
+        try:
+            values[col] = float(cell)
+        except ValueError:
+            raise InputError(f"{where}: {col}: not a number: {cell!r}", file=f, field=col) from None
+    layer = LayerProfile(name=name, **values)
+    problems = layer.problems()
+    if problems:
+        col = problems[0].split(":", 1)[0]
+        raise InputError(f"{where}: {problems[0]}", file=f, field=col)
+    return layer

@@ -1,0 +1,86 @@
+"""Regenerate the traces shipped in the repository's ``traces/`` directory.
+
+``python traces/make_traces.py`` (from the repository root) calls :func:`build_shipped`, which
+writes, in pipesim's native format with provenance sidecars:
+
+* ``gnmt16``: GNMT-16 from PipeDream's ``gnmt_large/graph.txt`` (micro-batch 64, fp32, as profiled);
+* ``vgg16``: VGG-16 from PipeDream's ``vgg16/graph.txt`` (micro-batch 128, fp32, as profiled);
+* ``gpt2-1.5b``, ``bert-large``, ``gpt-5b``: analytic, micro-batch 1, fp16, on a V100-SXM2
+  modelled as 125 TFLOPS dense fp16 at efficiency 0.5 and 900 GB/s HBM (hardware.md §1).
+
+The PipeDream sources are read from ``<traces>/pipedream/<model>/graph.txt`` (copies of
+msr-fiddle/pipedream@7db6a1c, MIT).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from sim.trace.generator import V100_SXM2, preset_trace
+from sim.trace.native import write_trace
+from sim.trace.pipedream import read_pipedream
+from sim.trace.schema import Trace
+
+COMMAND = "python traces/make_traces.py"
+PIPEDREAM_SHIPPED = {"gnmt16": "gnmt_large", "vgg16": "vgg16"}
+GENERATED_SHIPPED = ("gpt2-1.5b", "bert-large", "gpt-5b")
+
+
+def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
+    """The shipped traces, in memory, without ``date`` (deterministic).
+
+    Args:
+        pipedream_dir: directory holding ``<model>/graph.txt`` for the PipeDream models.
+
+    Raises:
+        InputError: a PipeDream source is missing or malformed.
+    """
+    base = Path(pipedream_dir)
+    out = []
+    for name, model in PIPEDREAM_SHIPPED.items():
+        t = read_pipedream(base / model / "graph.txt", name=name)
+        prov = dict(t.provenance, file=f"traces/pipedream/{model}/graph.txt")
+        out.append(replace(t, provenance=prov))
+    for name in GENERATED_SHIPPED:
+        t = preset_trace(name, microbatch_size=1, dtype="fp16", efficiency=0.5, **V100_SXM2)
+        prov = dict(t.provenance)
+        prov["notes"] += (
+            " Device model: V100-SXM2, 125 TFLOPS dense fp16 tensor peak, efficiency "
+            "0.5, 900 GB/s HBM2 (hardware.md §1)."
+        )
+        out.append(replace(t, provenance=prov))
+    return out
+
+
+def build_shipped(
+    out_dir: str | os.PathLike[str],
+    *,
+    pipedream_dir: str | os.PathLike[str] | None = None,
+    date: str | None = None,
+) -> list[Path]:
+    """Write every shipped trace into ``out_dir`` as ``<name>.csv`` + ``<name>.yaml``.
+
+    Args:
+        out_dir: destination (created if absent).
+        pipedream_dir: PipeDream sources; default ``<out_dir>/pipedream``.
+        date: ISO date recorded in each provenance; default today.
+
+    Returns:
+        The CSV paths written.
+
+    Raises:
+        InputError: a PipeDream source is missing or malformed.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    src = Path(pipedream_dir) if pipedream_dir is not None else out / "pipedream"
+    stamp = date or _dt.date.today().isoformat()
+    written = []
+    for t in shipped_traces(src):
+        prov = dict(t.provenance, command=COMMAND, date=stamp)
+        csv_path, _ = write_trace(replace(t, provenance=prov), out / t.name)
+        written.append(csv_path)
+    return written
