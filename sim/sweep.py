@@ -72,7 +72,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         except KeyError as exc:
             raise InputError(str(exc.args[0]), file=file, field=f"sweep.memory_policy.{i}") from None
     points, skipped = [], []
-    for mi, model in enumerate(exp.models):
+    for _mi, model in enumerate(exp.models):
         gb = model.global_batch or exp.training.global_batch
         mbs = as_list(model.microbatch_size if model.microbatch_size is not None
                       else sw.microbatch_size)
@@ -203,7 +203,7 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                                  initargs=(prep,)) as pool:
             for i, row in zip(todo, pool.map(_worker_row, [points[i] for i in todo],
-                                             chunksize=max(1, len(todo) // (jobs * 8)))):
+                                             chunksize=max(1, len(todo) // (jobs * 8))), strict=False):
                 store(i, row)
     return rows  # type: ignore[return-value]
 

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up a virtual environment (torch 2.13.0 CPU build first, so nothing resolves a newer torch),
+# install pipesim with its test extras, lint, and run the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e '.[torch,test]'
+ruff check sim backends tests benchmarks
+python -m pytest -q "$@"

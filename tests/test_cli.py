@@ -1,0 +1,180 @@
+"""The command line: bad input gets one clear message, exit code 2, no traceback, no files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sim.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+SMALL = {
+    "name": "small",
+    "hardware": "dgx1-v100-16gb",
+    "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+    "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+}
+
+
+def _write(tmp_path: Path, data, name="exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def _run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _bad(tmp_path, data, *must_mention):
+    path = _write(tmp_path, data)
+    out = tmp_path / "out"
+    res = _run("run", path, "--out", out, "--jobs", 1)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert "error:" in res.output
+    for text in must_mention:
+        assert text in res.output, res.output
+    assert not out.exists(), "no partial result files on bad input"
+    return res.output
+
+
+def test_malformed_yaml(tmp_path):
+    _bad(tmp_path, "name: x\nmodels: [\n", "exp.yaml", "not valid YAML", "line")
+
+
+def test_unknown_key(tmp_path):
+    _bad(tmp_path, {**SMALL, "sweeep": {}}, "exp.yaml", "sweeep", "unknown key")
+
+
+def test_unknown_nested_key(tmp_path):
+    _bad(tmp_path, {**SMALL, "sweep": {**SMALL["sweep"], "stage": 2}}, "sweep.stage")
+
+
+def test_unknown_schedule(tmp_path):
+    _bad(tmp_path, {**SMALL, "sweep": {**SMALL["sweep"], "schedule": ["gpipe", "zigzag"]}},
+         "sweep.schedule.1", "zigzag", "1f1b")
+
+
+def test_unknown_preset(tmp_path):
+    _bad(tmp_path, {**SMALL, "hardware": "dgx9"}, "hardware", "dgx9", "dgx1-v100-16gb")
+
+
+def test_unknown_trace(tmp_path):
+    _bad(tmp_path, {**SMALL, "models": [{"name": "x", "trace": "no-such-trace"}]},
+         "models.0.trace", "no-such-trace")
+
+
+def _bad_trace(tmp_path, mutate):
+    src = ROOT / "traces" / "bert-large.csv"
+    df = pd.read_csv(src)
+    mutate(df)
+    df.to_csv(tmp_path / "t.csv", index=False)
+    shutil.copy(ROOT / "traces" / "bert-large.yaml", tmp_path / "t.yaml")
+    return {**SMALL, "models": [{"name": "x", "trace": "t.csv"}]}
+
+
+def test_trace_with_negative_time(tmp_path):
+    data = _bad_trace(tmp_path, lambda df: df.__setitem__("fwd_s", -df["fwd_s"]))
+    _bad(tmp_path, data, "t.csv", "fwd_s")
+
+
+def test_trace_with_missing_time(tmp_path):
+    def drop(df):
+        df.loc[2, "bwd_s"] = None
+    _bad(tmp_path, _bad_trace(tmp_path, drop), "t.csv", "bwd_s", "row")
+
+
+def test_m_less_than_p_for_single_point(tmp_path):
+    data = {**SMALL, "models": [{"name": "bert", "trace": "bert-large", "global_batch": 2}],
+            "sweep": {"schedule": "1f1b", "stages": 4, "microbatch_size": 1}}
+    _bad(tmp_path, data, "exp.yaml", "microbatches >= stages", "2 < 4")
+
+
+def test_negative_stages(tmp_path):
+    _bad(tmp_path, {**SMALL, "sweep": {**SMALL["sweep"], "stages": [0]}}, "sweep.stages")
+
+
+def test_missing_file(tmp_path):
+    res = _run("run", tmp_path / "nope.yaml")
+    assert res.exit_code == 2 and "file not found" in res.output
+
+
+def test_run_writes_everything_and_winner_reruns(tmp_path):
+    path = _write(tmp_path, SMALL)
+    out = tmp_path / "out"
+    res = _run("run", path, "--out", out, "--jobs", 1)
+    assert res.exit_code == 0, res.output
+    for name in ("results.csv", "winner.yaml", "config.resolved.yaml", "throughput.png",
+                 "memory_per_gpu.png", "memory_timeline.png", "timeline.png", "timeline.json"):
+        assert (out / name).is_file(), name
+    df = pd.read_csv(out / "results.csv")
+    for col in ("schedule", "stages", "dp_width", "microbatch_size", "microbatches",
+                "iteration_time_s", "throughput_samples_per_s", "bubble_fraction",
+                "peak_memory_bytes", "fits"):
+        assert col in df.columns
+    assert len(df) == 4
+    winner = yaml.safe_load((out / "winner.yaml").read_text())
+    best = df[df.fits].sort_values("throughput_samples_per_s").iloc[-1]
+    assert winner["sweep"]["schedule"] == best.schedule
+    out2 = tmp_path / "out2"
+    res2 = _run("run", out / "winner.yaml", "--out", out2, "--jobs", 1, "--no-plots")
+    assert res2.exit_code == 0, res2.output
+    again = pd.read_csv(out2 / "results.csv")
+    assert len(again) == 1
+    assert again.iteration_time_s[0] == pytest.approx(winner["prediction"]["iteration_time_s"])
+
+
+def test_second_run_reuses_cache(tmp_path):
+    path = _write(tmp_path, SMALL)
+    out = tmp_path / "out"
+    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    cached = sorted((out / ".cache").glob("*.json"))
+    assert len(cached) == 4
+    stamp = [p.stat().st_mtime_ns for p in cached]
+    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    assert [p.stat().st_mtime_ns for p in cached] == stamp
+
+
+@pytest.mark.parametrize("exp", sorted((ROOT / "experiments").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_experiment_runs(exp, tmp_path):
+    res = _run("run", exp, "--out", tmp_path / "out", "--jobs", 2, "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out" / "winner.yaml").is_file()
+
+
+def test_schedule_show_and_csv(tmp_path):
+    res = _run("schedule", "show", "1f1b", "--stages", 4, "--microbatches", 8,
+               "--csv", tmp_path / "s.csv")
+    assert res.exit_code == 0, res.output
+    assert "Step 00:" in res.output and "3B0" in res.output
+    rows = (tmp_path / "s.csv").read_text().splitlines()
+    assert rows[0].split(",")[:5] == ["0F0", "0F1", "0F2", "0F3", "0B0"]
+
+
+def test_schedule_show_m_less_than_p():
+    res = _run("schedule", "show", "1f1b", "--stages", 4, "--microbatches", 2)
+    assert res.exit_code == 2 and "microbatches" in res.output
+
+
+def test_partition_json():
+    res = _run("partition", "gnmt16", "--stages", 4, "--hardware", "dgx1-v100-16gb", "--json")
+    assert res.exit_code == 0, res.output
+    import json
+    data = json.loads(res.output)
+    assert len(data["stages"]) == 4 and data["boundaries"][0] == 0
+    assert data["bottleneck_s"] == pytest.approx(max(s["time_s"] for s in data["stages"]))
+
+
+def test_hardware_show():
+    res = _run("hardware", "show", "dgx1-v100-16gb")
+    assert res.exit_code == 0 and "gpu7" in res.output
+    assert _run("hardware", "show", "nope").exit_code == 2
