@@ -15,7 +15,6 @@ NVLink-connected GPU (2 hops), as NCCL does, instead of crossing PCIe and QPI (5
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 
