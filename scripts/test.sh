@@ -8,5 +8,5 @@ python3 -m venv .venv
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[torch,test]'
-ruff check sim backends tests benchmarks
+ruff check .
 python -m pytest -q "$@"
