@@ -9,4 +9,4 @@ python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[torch,test]'
 ruff check .
-python -m pytest -q "$@"
+python -m pytest "$@"
