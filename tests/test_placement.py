@@ -1,0 +1,44 @@
+"""Stage-to-GPU placement follows the topology."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.hardware.loader import load_hardware
+from sim.placement import place
+
+
+def _pipeline_bandwidths(topo, rows):
+    return [topo.route_bandwidth_Bps(f"gpu{r[i]}", f"gpu{r[i + 1]}")
+            for r in rows for i in range(len(r) - 1)]
+
+
+def test_dgx1_eight_stages_ride_double_nvlinks():
+    topo = load_hardware("dgx1-v100-16gb")
+    rows = place(topo, 8, 1)
+    assert sorted(rows[0]) == list(range(8))
+    nv2 = topo.direct_link("gpu0", "gpu3").bandwidth_Bps
+    assert all(bw == nv2 for bw in _pipeline_bandwidths(topo, rows))
+    # the identity order would cross pairs without NVLink (e.g. gpu3 -> gpu4)
+    assert topo.direct_link("gpu3", "gpu4") is None
+
+
+@pytest.mark.parametrize("p,w", [(2, 4), (4, 2), (2, 2), (4, 1)])
+def test_dgx1_replicas_use_distinct_gpus_and_nvlink_neighbours(p, w):
+    topo = load_hardware("dgx1-v100-16gb")
+    rows = place(topo, p, w)
+    flat = [g for r in rows for g in r]
+    assert len(flat) == len(set(flat)) == p * w
+    for r in rows:
+        for a, b in zip(r, r[1:], strict=False):
+            assert topo.direct_link(f"gpu{a}", f"gpu{b}") is not None
+
+
+def test_too_many_gpus_is_an_error():
+    with pytest.raises(ValueError, match="need 16 GPUs"):
+        place(load_hardware("dgx1-v100-16gb"), 8, 2)
+
+
+def test_uniform_fabric_keeps_identity_order():
+    topo = load_hardware("dgx-a100-40gb")
+    assert place(topo, 4, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
