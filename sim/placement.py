@@ -1,8 +1,8 @@
 """Mapping of (replica, stage) to GPUs so that neighbouring stages share fast links.
 
 Pipeline replica ``r`` of depth ``p`` takes positions ``r*p .. r*p+p-1`` of a GPU ordering; the
-ordering is the path through ``p*w`` GPUs that maximises the summed route bandwidth between
-consecutive stages of each replica (Held-Karp dynamic programming over subsets, exact for up to
+ordering is the path through ``p*w`` GPUs that maximises the summed score (route bandwidth /
+hops²) between consecutive stages of each replica (Held-Karp dynamic programming over subsets, exact for up to
 10 GPUs; identity order beyond that or when all pairs are equal, e.g. NVSwitch boxes). On DGX-1
 this finds the NV2 (50 GB/s) Hamiltonian path of the hybrid cube-mesh.
 """
@@ -30,12 +30,15 @@ def place(topology: Topology, stages: int, dp_width: int) -> list[list[int]]:
 
 
 def _bandwidth_matrix(topology: Topology) -> tuple[tuple[float, ...], ...]:
+    """Score of each GPU pair: route bandwidth / hops², so a relayed route (which also loads
+    the relay GPU's links) ranks below a direct link of the same bandwidth."""
     n = topology.num_gpus
-    return tuple(
-        tuple(0.0 if i == j else topology.route_bandwidth_Bps(f"gpu{i}", f"gpu{j}")
-              for j in range(n))
-        for i in range(n)
-    )
+
+    def score(i: int, j: int) -> float:
+        a, b = f"gpu{i}", f"gpu{j}"
+        return topology.route_bandwidth_Bps(a, b) / len(topology.route(a, b)) ** 2
+
+    return tuple(tuple(0.0 if i == j else score(i, j) for j in range(n)) for i in range(n))
 
 
 def _best_order(topology: Topology, stages: int, dp_width: int) -> tuple[int, ...]:
