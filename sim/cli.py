@@ -202,6 +202,138 @@ def partition_cmd(
         out.print(partition_table(part, trace))
 
 
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("this command needs torch: pip install -e '.[torch]' "
+                         "(CPU: pip install torch==2.13.0 first)") from None
+
+
+@app.command()
+@friendly
+def profile(
+    out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + "
+                                  "PATH.yaml (native format, with provenance)."),
+    kind: str = typer.Option("gpt", help="gpt (decoder) or bert (encoder)."),
+    layers: int = typer.Option(4, help="Transformer blocks L."),
+    hidden: int = typer.Option(256, help="Hidden size h."),
+    heads: int = typer.Option(4, help="Attention heads."),
+    seq_len: int = typer.Option(128, help="Tokens per sample s."),
+    vocab: int = typer.Option(2048, help="Vocabulary size V."),
+    name: str = typer.Option(None, help="Model name [default: the file name]."),
+    microbatch_size: int = typer.Option(4, "--microbatch-size", "-b", help="Samples per "
+                                        "micro-batch."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    dtype: str = typer.Option("fp32", help="fp32, fp16 or bf16."),
+    threads: int = typer.Option(None, help="CPU threads while profiling; use cores / ranks of "
+                                "the replay [default: cores / 2]."),
+    reps: int = typer.Option(7, help="Measured repetitions per layer (median kept)."),
+    split_backward: bool = typer.Option(False, help="Also measure the backward's input/weight "
+                                        "split (bwd_input_s, bwd_weight_s)."),
+) -> None:
+    """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
+    _need_torch()
+    from backends.torch.profile import profile_model
+
+    spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
+                heads=heads, seq_len=seq_len, vocab=vocab)
+    try:
+        trace = profile_model(spec, microbatch_size=microbatch_size, device=device, dtype=dtype,
+                              reps=reps, split_backward=split_backward,
+                              threads=threads or max(1, (os.cpu_count() or 2) // 2),
+                              path=out_path)
+    except ValueError as exc:
+        raise InputError(str(exc), field="model options") from None
+    total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
+    out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
+              f"params, fwd+bwd {total * 1e3:.2f} ms per micro-batch of {microbatch_size} on "
+              f"{trace.device}")
+
+
+@app.command()
+@friendly
+def calibrate(
+    out_path: Path = typer.Option(..., "--out", "-o", help="Hardware YAML to write; load it "
+                                  "like a preset (hardware: PATH)."),
+    nproc: int = typer.Option(2, help="Ranks, as the replay will use."),
+    device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
+) -> None:
+    """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and
+    bandwidth; host<->device on GPUs) and write a hardware description."""
+    _need_torch()
+    from backends.torch.calibrate import calibrate as run_calibration
+
+    cal = run_calibration(nproc=nproc, device=device, path=out_path)
+    gpu = cal.hardware.get("gpu", {})
+    out.print(f"wrote {out_path}: {nproc} x {gpu.get('model', device)}")
+    for link in cal.hardware.get("links", [])[:4]:
+        out.print(f"  {link}")
+
+
+@app.command()
+@friendly
+def validate(
+    config: Path = typer.Argument(..., help="A winner.yaml (or any single-configuration "
+                                  "experiment) whose trace was made by `sim profile`."),
+    nproc: int = typer.Option(None, help="Ranks; must equal the pipeline depth."),
+    device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
+    schedule: list[str] = typer.Option(None, "--schedule", "-s", help="Replay these schedules "
+                                       "instead (repeatable)."),
+    microbatches: list[int] = typer.Option(None, "--microbatches", "-m", help="Replay these "
+                                           "micro-batch counts instead (repeatable)."),
+    iterations: int = typer.Option(3, help="Measured iterations."),
+    warmup: int = typer.Option(1, help="Warm-up iterations."),
+    torch_builtin: bool = typer.Option(False, "--torch-builtin", help="Also run torch's "
+                                       "ScheduleGPipe / Schedule1F1B on the same model."),
+    out_dir: Path = typer.Option(None, "--out", help="Where validation.csv goes [default: "
+                                 "beside CONFIG]."),
+) -> None:
+    """Replay a configuration on real devices with torch and compare with the prediction.
+
+    Prints measured and predicted iteration time (seconds) and peak memory (bytes) per
+    configuration with the relative error (predicted - measured) / measured, and writes them
+    to validation.csv.
+    """
+    _need_torch()
+    from rich.table import Table
+
+    from backends.torch.launch import ReplayError
+    from sim.validate import ValidationSpec, run_validation
+
+    spec = ValidationSpec(schedules=tuple(schedule or ()), microbatches=tuple(microbatches or ()),
+                          device=device, nproc=nproc, iterations=iterations,
+                          warmup_iterations=warmup, torch_builtin=torch_builtin)
+    table = Table(title="measured vs predicted")
+    for col in ("schedule", "runtime", "m", "measured ms", "predicted ms", "error",
+                "peak MiB (meas/pred)", "actions ok"):
+        table.add_column(col, justify="right")
+
+    def row(r: dict) -> None:
+        out.print(f"  {r['schedule']} ({r['runtime']}) m={r['microbatches']}: measured "
+                  f"{r['measured_iteration_s'] * 1e3:.1f} ms, predicted "
+                  f"{r['predicted_iteration_s'] * 1e3:.1f} ms ({r['error']:+.1%})",
+                  highlight=False)
+        table.add_row(r["schedule"], r["runtime"], str(r["microbatches"]),
+                      f"{r['measured_iteration_s'] * 1e3:.1f}",
+                      f"{r['predicted_iteration_s'] * 1e3:.1f}", f"{r['error']:+.1%}",
+                      f"{r['measured_peak_bytes'] / 2**20:.1f} / "
+                      f"{r['predicted_peak_bytes'] / 2**20:.1f}",
+                      "yes" if r["all_actions_done"] and r["losses_finite"] else "NO")
+
+    try:
+        df, dest = run_validation(config, spec, out_dir, on_row=row)
+    except ReplayError as exc:
+        err.print(f"[bold red]replay failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    out.print(table)
+    mape = (df["error"].abs().mean()) * 100
+    out.print(f"mean absolute percentage error: {mape:.1f}%  -> {dest}")
+    if not (df["all_actions_done"].all() and df["losses_finite"].all()):
+        err.print("[bold red]a rank did not run all its actions or a loss was not finite[/]")
+        raise typer.Exit(1)
+
+
 def main() -> None:  # pragma: no cover - console entry
     app()
 

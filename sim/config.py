@@ -64,7 +64,7 @@ class TrainingConfig(_Strict):
         None, description="Training dtype of weights, gradients and activations; default: each "
         "trace's own dtype. A different dtype rescales the trace's bytes (not its times)."
     )
-    optimizer: Literal["adam", "sgd"] = Field(
+    optimizer: Literal["adam", "sgd", "sgd_momentum"] = Field(
         "adam",
         description="Optimizer; sets the bytes of optimizer state per parameter (memory.md §1: "
         "mixed-precision Adam 16 B/param in total).",
@@ -85,7 +85,11 @@ class SweepConfig(_Strict):
     stages: IntList = Field(2, description="Pipeline depth(s) p (stages, one GPU each).")
     dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
     microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
-    memory_policy: StrList = Field("none", description="Memory-saving policy name(s).")
+    memory_policy: StrList = Field(
+        "none", description="Memory-saving policy spec(s): none, recompute (recompute:full, "
+        "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
+        "d2d_swap (d2d_swap:weights), chunked (chunked:M elements per chunk, in millions), "
+        "zero_offload, auto; or one spec per stage joined by '|'.")
 
     @field_validator("stages", "dp_width", "microbatch_size")
     @classmethod
@@ -108,6 +112,11 @@ class OptionsConfig(_Strict):
     )
     placement: list[list[int]] | None = Field(
         None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
+    )
+    stage_policies: list[str] | None = Field(
+        None, min_length=1, description="A memory policy spec per stage (stage 0 first), e.g. "
+        "[recompute:full, cpu_swap, none, none]; replaces the sweep.memory_policy axis (which "
+        "must then be left unset); grid points whose depth differs from its length are skipped."
     )
 
 

@@ -47,6 +47,9 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: dict) -> dict:
 
     model = next(m for m in exp.models if m.name == row["model"])
     data = exp.model_dump(mode="json", exclude_none=True)
+    hw = exp.hardware
+    if isinstance(hw, str) and (hw.endswith((".yaml", ".yml")) or "/" in hw):
+        data["hardware"] = str((Path(exp_file).parent / hw).resolve())
     data["name"] = f"{exp.name}-winner"
     data["description"] = (f"Winner of experiment {exp.name}: {row['model']} {row['schedule']} "
                            f"p={row['stages']} w={row['dp_width']} b={row['microbatch_size']}")

@@ -3,7 +3,8 @@
 Mixed precision (fp16/bf16) with Adam is ZeRO's accounting: 2 (16-bit weight) + 2 (16-bit
 gradient) + 12 (fp32 master weight, Adam m, Adam v) = 16 bytes per parameter
 (Rajbhandari et al., arXiv:1910.02054). fp32 Adam: 4 + 4 + 8 (m, v) = 16. SGD with momentum:
-the fp32 master (for 16-bit training) plus one momentum buffer.
+the fp32 master (for 16-bit training) plus one momentum buffer (``sgd_momentum``) or none
+(``sgd``, plain SGD as the torch replay runs it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class StateBytes:
 
 
 def state_bytes(dtype: str, optimizer: str) -> StateBytes:
-    """Bytes per parameter for ``dtype`` (fp16, bf16, fp32) and ``optimizer`` (adam, sgd).
+    """Bytes per parameter for ``dtype`` (fp16, bf16, fp32) and ``optimizer`` (adam, sgd,
+    sgd_momentum).
 
     Raises:
         ValueError: unknown dtype or optimizer.
@@ -42,9 +44,11 @@ def state_bytes(dtype: str, optimizer: str) -> StateBytes:
     master = 4 if w < 4 else 0
     if optimizer == "adam":
         return StateBytes(weight=w, grad=w, optimizer=master + 8)
-    if optimizer == "sgd":
+    if optimizer == "sgd_momentum":
         return StateBytes(weight=w, grad=w, optimizer=master + 4)
-    raise ValueError(f"unknown optimizer {optimizer!r}; use adam or sgd")
+    if optimizer == "sgd":
+        return StateBytes(weight=w, grad=w, optimizer=master)
+    raise ValueError(f"unknown optimizer {optimizer!r}; use adam, sgd or sgd_momentum")
 
 
 def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) -> float:

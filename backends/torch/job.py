@@ -1,0 +1,235 @@
+"""What a hardware replay is asked to do (:class:`ReplayJob`) and what it measured (:class:`ReplayResult`).
+
+Pure data: no torch import, so the CLI can build and validate a job without starting torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from sim.schedules.registry import get_schedule
+
+SCHEDULES_TORCH = ("gpipe", "1f1b")
+"""Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
+POLICIES = ("none", "recompute", "cpu_swap")
+
+
+@dataclass
+class ReplayJob:
+    """One configuration to run on real devices (keyword-only; every field has a default).
+
+    Attributes:
+        model: the model: a dict of :class:`backends.torch.models.ModelSpec` fields, a
+            ``ModelSpec``, or a ``sim.trace.generator.MODEL_PRESETS`` name.
+        boundaries: start layer of each stage (as ``sim.partition.Partition.boundaries``);
+            ``None`` splits the ``layers + 2`` chain evenly.
+        schedule: ``gpipe``, ``1f1b``, ``pipedream_2bw``, ``pipedream`` or ``pipemare`` (any
+            name ``sim.schedules.registry.get_schedule`` accepts).
+        stages: pipeline depth ``p`` (one stage per rank).
+        microbatches: micro-batches per iteration ``m``.
+        microbatch_size: samples per micro-batch ``b``.
+        iterations: measured iterations (optimizer steps; ``m`` micro-batches each).
+        warmup_iterations: iterations run before measuring.
+        memory_policy: ``none``, ``recompute`` or ``cpu_swap``.
+        device: ``cpu`` (gloo) or ``cuda`` (NCCL, rank ``r`` on GPU ``r``).
+        nproc: ranks; ``None`` means ``stages`` (the only supported layout).
+        backend: ``ours`` (:mod:`backends.torch.runtime`, every schedule) or ``torch``
+            (torch's ``ScheduleGPipe`` / ``Schedule1F1B``).
+        torch_csv: with ``backend="torch"``, run ``_PipelineScheduleRuntime`` loading our
+            compute-only CSV (``sim.schedules.csv_io``) instead of torch's own schedule class.
+        seed: model and data seed.
+        lr: SGD learning rate (no momentum, no weight decay).
+        dtype: ``fp32``, ``fp16`` or ``bf16`` parameters and activations.
+        threads: CPU threads per rank; ``None`` = cores // nproc (at least 1).
+        timeout_s: hard limit on the whole run in seconds; then every rank is killed.
+        pg_timeout_s: process-group timeout in seconds (a blocked send/recv fails after it).
+        dump_dir: if set, every rank saves its gradients at each step and its final weights to
+            ``dump_dir/rank<r>.pt`` (tests compare them with a single-process run).
+        fail_on: testing aid: the rank executing this action (e.g. ``"1F0"``) raises.
+    """
+
+    model: dict[str, Any] | str = field(default_factory=dict)
+    boundaries: list[int] | None = None
+    schedule: str = "gpipe"
+    stages: int = 2
+    microbatches: int = 4
+    microbatch_size: int = 1
+    iterations: int = 3
+    warmup_iterations: int = 1
+    memory_policy: str = "none"
+    device: str = "cpu"
+    nproc: int | None = None
+    backend: str = "ours"
+    torch_csv: bool = False
+    seed: int = 0
+    lr: float = 1e-3
+    dtype: str = "fp32"
+    threads: int | None = None
+    timeout_s: float = 300.0
+    pg_timeout_s: float = 60.0
+    dump_dir: str | None = None
+    fail_on: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, (dict, str)):
+            self.model = (
+                self.model.to_dict() if hasattr(self.model, "to_dict") else asdict(self.model)
+            )
+        if self.nproc is None:
+            self.nproc = self.stages
+        if self.dump_dir is not None:
+            self.dump_dir = str(Path(self.dump_dir).resolve())
+        try:
+            self.schedule = get_schedule(self.schedule).name
+        except KeyError:
+            pass  # reported by problems()
+        problems = self.problems()
+        if problems:
+            raise ValueError("invalid replay job: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every invalid field as ``'field: reason'``."""
+        out = []
+        try:
+            get_schedule(self.schedule)(self.stages, self.microbatches)
+        except (KeyError, ValueError) as exc:
+            out.append(f"schedule: {exc}")
+        for name in ("stages", "microbatches", "microbatch_size", "iterations"):
+            if getattr(self, name) < 1:
+                out.append(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.warmup_iterations < 0:
+            out.append(f"warmup_iterations: must be >= 0, got {self.warmup_iterations}")
+        if self.nproc != self.stages:
+            out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
+        if self.memory_policy not in POLICIES:
+            out.append(f"memory_policy: {self.memory_policy!r} not in {POLICIES}")
+        if self.backend not in ("ours", "torch"):
+            out.append(f"backend: {self.backend!r} must be 'ours' or 'torch'")
+        if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH:
+            out.append(
+                f"schedule: backend 'torch' runs only {SCHEDULES_TORCH}, not {self.schedule!r}"
+            )
+        if self.device.split(":")[0] not in ("cpu", "cuda"):
+            out.append(f"device: {self.device!r} must be 'cpu' or 'cuda'")
+        if self.boundaries is not None and len(self.boundaries) not in (
+            self.stages,
+            self.stages + 1,
+        ):
+            out.append(
+                f"boundaries: need one start layer per stage ({self.stages}), got {self.boundaries}"
+            )
+        for name in ("timeout_s", "pg_timeout_s"):
+            if not getattr(self, name) > 0:
+                out.append(f"{name}: must be > 0 seconds")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict; :meth:`from_dict` reads it back."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReplayJob:
+        """Build a job from a dict; unknown keys raise ``ValueError`` naming them."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown replay job fields {unknown}; known: {sorted(names)}")
+        return cls(**data)
+
+
+@dataclass
+class ReplayResult:
+    """Measurements of one replay.
+
+    Attributes:
+        iteration_time_s: median seconds per iteration (``m`` micro-batches) over the measured
+            iterations; an iteration ends when the last rank finishes its optimizer step(s).
+        iteration_times_s: every measured iteration, in order.
+        peak_memory_bytes: per rank: ``torch.cuda.max_memory_allocated`` on GPUs; on CPU
+            parameter bytes x peak weight versions + gradient bytes + peak live saved-tensor
+            bytes (see ``memory``).
+        memory: per rank, the parts: ``param_bytes``, ``versions``, ``grad_bytes``,
+            ``act_peak_bytes``, ``host_act_peak_bytes`` (swapped), ``cuda_max_allocated``.
+        action_counts: per rank, executed actions by op (``F``, ``B``, ``STEP``).
+        expected_action_counts: per rank, the counts in the program.
+        losses: loss of every micro-batch in execution order (last stage), unscaled.
+        notes: caveats of this measurement.
+        job: the job, as a dict.
+        device_name: what ran it (``cpu-rank`` or the GPU's name).
+        wall_s: seconds from the first barrier to the last, measured on rank 0.
+    """
+
+    iteration_time_s: float
+    iteration_times_s: list[float]
+    peak_memory_bytes: list[float]
+    memory: list[dict[str, float]]
+    action_counts: list[dict[str, int]]
+    expected_action_counts: list[dict[str, int]]
+    losses: list[float]
+    notes: list[str]
+    job: dict[str, Any]
+    device_name: str = ""
+    wall_s: float = math.nan
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        """Samples per second: ``m * b / iteration_time_s``."""
+        return self.job["microbatches"] * self.job["microbatch_size"] / self.iteration_time_s
+
+    @property
+    def all_actions_done(self) -> bool:
+        """True when every rank executed exactly the actions of its program."""
+        return self.action_counts == self.expected_action_counts
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict, with throughput added."""
+        return {**asdict(self), "throughput_samples_per_s": self.throughput_samples_per_s}
+
+
+def _iteration_ends(step_times: list[float], iterations: int) -> list[float]:
+    """Time each iteration ended on one rank: its last STEP of that iteration."""
+    per = max(1, len(step_times) // iterations)
+    return [step_times[(k + 1) * per - 1] for k in range(iterations)]
+
+
+def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
+    """Combine the ranks' statistics into a :class:`ReplayResult`.
+
+    An iteration ends when the slowest rank finishes it; iteration ``k`` lasts from the end of
+    iteration ``k-1`` (the common start barrier for ``k = 0``) to its end. Ranks run on one
+    host, whose ``time.perf_counter`` (CLOCK_MONOTONIC) is shared by all processes.
+    """
+    total = job.warmup_iterations + job.iterations
+    ends = [
+        max(e) for e in zip(*(_iteration_ends(r["step_times"], total) for r in ranks), strict=True)
+    ]
+    starts = [max(r["start"] for r in ranks), *ends[:-1]]
+    times = [e - s for s, e in zip(starts, ends, strict=True)][job.warmup_iterations :]
+    ordered = sorted(times)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    notes = [n for r in ranks for n in r.get("notes", [])]
+    if job.schedule == "pipedream":
+        notes.append("pipedream steps after every micro-batch; an iteration is m micro-batches")
+    if job.device.startswith("cpu"):
+        notes.append(
+            "CPU memory = parameter bytes x (peak versions + 1 gradient copy) + peak live "
+            "saved-for-backward bytes (saved_tensors_hooks; recompute's backward-time "
+            "re-forward is not counted)"
+        )
+    return ReplayResult(
+        iteration_time_s=median,
+        iteration_times_s=times,
+        peak_memory_bytes=[r["peak_memory_bytes"] for r in ranks],
+        memory=[r["memory"] for r in ranks],
+        action_counts=[r["counts"] for r in ranks],
+        expected_action_counts=[r["expected"] for r in ranks],
+        losses=ranks[-1]["losses"],
+        notes=notes,
+        job=job.to_dict(),
+        device_name=ranks[0].get("device_name", ""),
+        wall_s=max(r["end"] for r in ranks) - min(r["start"] for r in ranks),
+    )

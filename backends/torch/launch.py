@@ -1,0 +1,208 @@
+"""Launch N ranks, with hard timeouts, and collect rank 0's JSON: :func:`replay`, :func:`run_ranks`.
+
+Each rank is ``python -m backends.torch.worker WORKDIR RANK`` in its own session (process
+group), so it and anything it starts can be killed as a whole. The process group of the ranks
+is joined through a file store in ``WORKDIR`` (no TCP port to race for) with
+``init_process_group(timeout=pg_timeout_s)``; the launcher itself enforces ``timeout_s`` on the
+whole run. A rank that raises, or a run that outlives ``timeout_s``, ends with a
+:class:`ReplayError` naming the rank and its error (or, for a hang, where each live rank is
+waiting, from a ``faulthandler`` stack dump), and every rank is killed: no process is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from backends.torch.job import ReplayJob, ReplayResult, collect_result
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+__all__ = ["ReplayError", "ReplayJob", "ReplayResult", "replay", "run_ranks"]
+
+
+class ReplayError(RuntimeError):
+    """A multi-process run failed: a rank raised or crashed, or the run timed out."""
+
+
+def default_threads(nproc: int) -> int:
+    """CPU threads per rank: the machine's cores shared evenly, at least 1."""
+    return max(1, (os.cpu_count() or 1) // nproc)
+
+
+def _env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 3.0
+        for p in alive:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+    for p in procs:  # reap; after SIGKILL this returns at once
+        if p.poll() is None:
+            p.wait()
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _failure_message(work: Path, codes: list[int | None]) -> str:
+    errors = []
+    for r in range(len(codes)):
+        f = work / f"rank{r}.error.json"
+        if f.exists():
+            errors.append(json.loads(f.read_text()))
+    if errors:
+        first = min(errors, key=lambda e: e["time"])
+        others = [
+            f"rank {r}: " + ("killed while still running" if c is None else f"exit code {c}")
+            for r, c in enumerate(codes)
+            if r != first["rank"]
+        ]
+        return (
+            f"rank {first['rank']} failed: {first['error']}\n{first['traceback']}"
+            f"other ranks (stopped after it): {', '.join(others) or 'none'}"
+        )
+    crashed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+    r, c = crashed[0]
+    return f"rank {r} died with exit code {c} (signal {-c} if negative); log:\n{_tail(work / f'rank{r}.log')}"
+
+
+def run_ranks(
+    target: str,
+    payload: dict[str, Any],
+    *,
+    nproc: int,
+    device: str = "cpu",
+    timeout_s: float = 300.0,
+    pg_timeout_s: float = 60.0,
+    threads: int | None = None,
+) -> list[Any]:
+    """Run ``target(payload, ctx)`` on ``nproc`` ranks and return every rank's result.
+
+    Args:
+        target: ``"module:function"``; the function takes ``(payload, RankContext)`` and
+            returns something JSON-serialisable (see :mod:`backends.torch.worker`).
+        payload: JSON-serialisable input for every rank.
+        nproc: number of ranks.
+        device: ``cpu`` (gloo) or ``cuda`` (NCCL).
+        timeout_s: hard limit on the whole run, seconds.
+        pg_timeout_s: ``init_process_group`` timeout, seconds.
+        threads: CPU threads per rank (default :func:`default_threads`).
+
+    Returns:
+        The per-rank return values, gathered by rank 0, in rank order.
+
+    Raises:
+        ReplayError: a rank failed or the run timed out (every rank is killed first).
+    """
+    threads = threads or default_threads(nproc)
+    with tempfile.TemporaryDirectory(prefix="pipesim-run-") as tmp:
+        work = Path(tmp)
+        spec = {
+            "target": target,
+            "payload": payload,
+            "world_size": nproc,
+            "device": device,
+            "pg_timeout_s": pg_timeout_s,
+            "threads": threads,
+        }
+        (work / "spec.json").write_text(json.dumps(spec))
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for r in range(nproc):
+                with open(work / f"rank{r}.log", "wb") as log:
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "backends.torch.worker", str(work), str(r)],
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=_env(threads),
+                            start_new_session=True,
+                        )
+                    )
+            _wait(procs, work, timeout_s)
+            result = work / "result.json"
+            if not result.exists():
+                raise ReplayError(f"rank 0 wrote no result; log:\n{_tail(work / 'rank0.log')}")
+            return json.loads(result.read_text())["ranks"]
+        finally:
+            _kill(procs)
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes):
+            time.sleep(0.2)  # let simultaneous failures land, then pick the first
+            raise ReplayError(_failure_message(work, [p.poll() for p in procs]))
+        if all(c == 0 for c in codes):
+            return
+        if time.monotonic() > deadline:
+            alive = [r for r, c in enumerate(codes) if c is None]
+            for r in alive:
+                try:
+                    os.kill(procs[r].pid, signal.SIGUSR1)  # faulthandler stack dump to the log
+                except ProcessLookupError:
+                    pass
+            time.sleep(1.0)
+            where = "\n".join(f"--- rank {r} ---\n{_tail(work / f'rank{r}.log')}" for r in alive)
+            raise ReplayError(
+                f"run timed out after {timeout_s:g} s; ranks still running: {alive}; "
+                f"their stacks:\n{where}"
+            )
+        time.sleep(0.05)
+
+
+def replay(job: ReplayJob) -> ReplayResult:
+    """Replay ``job`` on ``job.nproc`` ranks and measure it.
+
+    ``backend="ours"`` runs :mod:`backends.torch.runtime` (every schedule, exact action lists);
+    ``backend="torch"`` runs torch's ``ScheduleGPipe`` / ``Schedule1F1B``
+    (:mod:`backends.torch.torch_schedules`).
+
+    Raises:
+        ReplayError: a rank failed or the run exceeded ``job.timeout_s``.
+    """
+    target = {
+        "ours": "backends.torch.runtime:run_rank",
+        "torch": "backends.torch.torch_schedules:run_rank",
+    }[job.backend]
+    ranks = run_ranks(
+        target,
+        job.to_dict(),
+        nproc=job.nproc or job.stages,
+        device=job.device,
+        timeout_s=job.timeout_s,
+        pg_timeout_s=job.pg_timeout_s,
+        threads=job.threads,
+    )
+    return collect_result(job, ranks)

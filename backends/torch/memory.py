@@ -1,0 +1,151 @@
+"""Counting the bytes autograd saves for backward, and replaying memory policies.
+
+:class:`SavedBytes` is a pair of ``torch.autograd.graph.saved_tensors_hooks`` (memory.md §7):
+``pack`` counts ``untyped_storage().nbytes()`` once per storage (keyed by its ``data_ptr``),
+skipping parameters, and returns a small holder whose finaliser un-counts the storage when
+autograd frees the saved tensor (after the backward, or when the graph is dropped). So
+``live_bytes`` is the activation stash alive right now and ``peak_bytes`` its maximum: exact
+and device-agnostic (the CUDA caching allocator rounds; this does not).
+
+Policies (memory.md §7, "Replaying policies"):
+
+* ``none``: keep every saved tensor on the device.
+* ``recompute``: ``torch.utils.checkpoint`` around each block (done by
+  :class:`backends.torch.models.StageModule`); only block inputs are saved.
+* ``cpu_swap``: saved tensors go to host memory. On CUDA this is torch's
+  ``torch.autograd.graph.save_on_cpu(pin_memory=True)``; on CPU, where device and host are the
+  same memory, :class:`SavedBytes` copies them and counts them as host bytes, not device bytes.
+  As in ``save_on_cpu``, each saved tensor gets its own copy, so tensors that shared a storage
+  on the device no longer share it on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import torch
+
+POLICIES = ("none", "recompute", "cpu_swap")
+
+
+class _Held:
+    """A saved tensor plus the bookkeeping that un-counts it when autograd drops it."""
+
+    __slots__ = ("owner", "key", "tensor", "host")
+
+    def __init__(self, owner: SavedBytes, key: int, tensor: torch.Tensor, host: bool):
+        self.owner, self.key, self.tensor, self.host = owner, key, tensor, host
+
+    def __del__(self) -> None:
+        self.owner._release(self.key, self.host)
+
+
+class SavedBytes:
+    """Live and peak bytes saved for backward (once per storage, parameters excluded).
+
+    Args:
+        exclude: tensors (parameters) whose storages are never counted.
+        offload: copy each saved tensor (``cpu_swap`` on a CPU device) and count it in
+            ``host_live_bytes`` instead of ``live_bytes``.
+
+    Example:
+        >>> lin = torch.nn.Linear(4, 4)
+        >>> sb = SavedBytes(lin.parameters())
+        >>> with sb.hooks():
+        ...     y = lin(torch.ones(2, 4, requires_grad=True)).relu()
+        >>> sb.live_bytes  # the input (32 B) and relu's output (32 B)
+        64
+    """
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = (), offload: bool = False):
+        self.offload = offload
+        self._excluded: set[int] = set()
+        self._refs: dict[tuple[int, bool], list[int]] = {}
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.host_live_bytes = 0
+        self.host_peak_bytes = 0
+        self.exclude(exclude)
+
+    def exclude(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Never count the storages of ``tensors`` (call for every new weight version)."""
+        self._excluded.update(t.untyped_storage().data_ptr() for t in tensors)
+
+    def reset_peak(self) -> None:
+        """Restart the peaks from the current live bytes."""
+        self.peak_bytes = self.live_bytes
+        self.host_peak_bytes = self.host_live_bytes
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        """The context manager that installs the counting hooks."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor) -> object:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr == 0 or ptr in self._excluded:
+            return t
+        if self.offload:
+            t = t.detach().to("cpu", copy=True)
+            ptr = t.untyped_storage().data_ptr()
+            storage = t.untyped_storage()
+        key = (ptr, self.offload)
+        entry = self._refs.get(key)
+        if entry is None:
+            self._refs[key] = [1, storage.nbytes()]
+            self._add(storage.nbytes(), self.offload)
+        else:
+            entry[0] += 1
+        return _Held(self, ptr, t.detach(), self.offload)
+
+    @staticmethod
+    def _unpack(obj: object) -> torch.Tensor:
+        return obj.tensor if isinstance(obj, _Held) else obj  # type: ignore[return-value]
+
+    def _add(self, nbytes: int, host: bool) -> None:
+        if host:
+            self.host_live_bytes += nbytes
+            self.host_peak_bytes = max(self.host_peak_bytes, self.host_live_bytes)
+        else:
+            self.live_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+
+    def _release(self, ptr: int, host: bool) -> None:
+        entry = self._refs.get((ptr, host))
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self._refs[(ptr, host)]
+            self._add(-entry[1], host)
+
+
+@contextlib.contextmanager
+def policy_context(policy: str, device: torch.device, tracker: SavedBytes | None) -> Iterator[None]:
+    """The context a forward runs in under memory ``policy``.
+
+    Args:
+        policy: ``none``, ``recompute`` (the checkpointing itself lives in the stage module) or
+            ``cpu_swap``.
+        device: the compute device.
+        tracker: counting hooks (CPU replays); ``None`` on CUDA, where the allocator is read.
+
+    Raises:
+        ValueError: unknown policy.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown memory policy {policy!r}; use one of {', '.join(POLICIES)}")
+    if policy == "cpu_swap" and device.type == "cuda":
+        with torch.autograd.graph.save_on_cpu(pin_memory=True):
+            yield
+    elif tracker is not None:
+        with tracker.hooks():
+            yield
+    else:
+        yield
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Sum of ``numel * element_size`` in bytes."""
+    return sum(t.numel() * t.element_size() for t in tensors)

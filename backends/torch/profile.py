@@ -1,0 +1,261 @@
+"""Profile a real model layer by layer into a :class:`sim.trace.schema.Trace`.
+
+For each layer of the chain (:mod:`backends.torch.models`), on its real input (the previous
+layers' output for one micro-batch):
+
+* ``fwd_s``: the forward with autograd recording, median of ``reps`` after ``warmup`` runs.
+* ``bwd_s``: ``torch.autograd.backward(y, g)`` for a fresh forward ``y`` and a random output
+  gradient ``g`` (the head's output is the loss, its gradient 1). Parameter gradients
+  accumulate as in training.
+* ``bwd_input_s`` / ``bwd_weight_s`` (``split_backward=True``): ``torch.autograd.grad`` with
+  respect to the input only and to the parameters only, timed separately (memory.md §7). Each
+  runs the shared part of the backward, so their sum exceeds ``bwd_s`` somewhat.
+* ``act_bytes``: bytes saved for backward by one forward, counted once per storage with
+  ``saved_tensors_hooks``, parameters excluded (:class:`backends.torch.memory.SavedBytes`).
+  The layer's input counts (it is what the layer stashes); its output does not unless saved.
+* ``out_bytes``: bytes of the output, 0 for the head (nothing leaves the last layer, as in
+  ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode``.
+
+Timing is wall clock (``time.perf_counter``) on CPU and CUDA events on GPUs, with
+``torch.cuda.synchronize`` around every measured call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from backends.torch.memory import SavedBytes, tensor_bytes
+from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
+from sim.trace.schema import LayerProfile, Trace
+
+
+def device_model_name(device: str | torch.device) -> str:
+    """The device name traces and calibrated hardware files use.
+
+    ``cpu-rank`` for CPU (one replay rank is one "device"), else ``torch.cuda.get_device_name``.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu-rank"
+
+
+def cpu_model_name() -> str:
+    """The host CPU model from ``/proc/cpuinfo`` (``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def time_call(
+    run: Callable[[], object],
+    device: torch.device,
+    *,
+    setup: Callable[[], object] | None = None,
+    warmup: int = 2,
+    reps: int = 5,
+) -> float:
+    """Median seconds of ``run()`` over ``reps`` calls after ``warmup`` calls.
+
+    Args:
+        run: the measured call; it receives nothing, ``setup()``'s result is stored for it.
+        device: CUDA devices are timed with events, others with ``time.perf_counter``.
+        setup: untimed preparation before each call (e.g. a fresh forward before a backward).
+        warmup: untimed calls first.
+        reps: measured calls (>= 1).
+    """
+    times = []
+    for i in range(warmup + max(1, reps)):
+        if setup is not None:
+            setup()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            torch.cuda.synchronize(device)
+            elapsed = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            run()
+            elapsed = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def _profile_layer(
+    name: str,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    params: list[torch.Tensor],
+    x: torch.Tensor,
+    device: torch.device,
+    split_backward: bool,
+    warmup: int,
+    reps: int,
+) -> LayerProfile:
+    needs_input_grad = x.is_floating_point()
+    x = x.detach().requires_grad_(needs_input_grad)
+    state: dict[str, torch.Tensor] = {}
+
+    def forward() -> None:
+        y = fn(x)
+        state["y"] = y
+        state["g"] = torch.ones_like(y) if y.dim() == 0 else torch.randn_like(y)
+
+    fwd_s = time_call(forward, device, warmup=warmup, reps=reps)
+    bwd_s = time_call(
+        lambda: torch.autograd.backward(state["y"], state["g"]),
+        device,
+        setup=forward,
+        warmup=warmup,
+        reps=reps,
+    )
+    bwd_input_s = bwd_weight_s = None
+    if split_backward:
+        bwd_input_s = 0.0
+        if needs_input_grad:
+            bwd_input_s = time_call(
+                lambda: torch.autograd.grad(state["y"], x, state["g"]),
+                device,
+                setup=forward,
+                warmup=warmup,
+                reps=reps,
+            )
+        bwd_weight_s = time_call(
+            lambda: torch.autograd.grad(state["y"], params, state["g"], allow_unused=True),
+            device,
+            setup=forward,
+            warmup=warmup,
+            reps=reps,
+        )
+    tracker = SavedBytes(params)
+    with tracker.hooks():
+        y = fn(x)
+    act_bytes = tracker.live_bytes
+    with FlopCounterMode(display=False) as counter:
+        fn(x)
+    return LayerProfile(
+        name=name,
+        fwd_s=fwd_s,
+        bwd_s=bwd_s,
+        param_bytes=float(tensor_bytes(params)),
+        act_bytes=float(act_bytes),
+        out_bytes=0.0 if y.dim() == 0 else float(tensor_bytes([y])),
+        bwd_input_s=bwd_input_s,
+        bwd_weight_s=bwd_weight_s,
+        flops=float(counter.get_total_flops()),
+    )
+
+
+def profile_model(
+    spec: ModelSpec | Mapping[str, Any],
+    *,
+    microbatch_size: int,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    warmup: int = 2,
+    reps: int = 5,
+    split_backward: bool = False,
+    threads: int | None = None,
+    seed: int = 0,
+    path: str | Path | None = None,
+) -> Trace:
+    """Profile every layer of ``spec`` for one micro-batch; optionally write the trace.
+
+    Args:
+        spec: the model (:class:`~backends.torch.models.ModelSpec` or a dict of its fields).
+        microbatch_size: samples per micro-batch ``b``.
+        device: ``cpu``, ``cuda`` or ``cuda:<i>``.
+        dtype: ``fp32``, ``fp16`` or ``bf16`` (parameters and activations).
+        warmup: untimed repetitions before measuring.
+        reps: measured repetitions; the median is kept.
+        split_backward: also measure ``bwd_input_s`` and ``bwd_weight_s``.
+        threads: CPU threads (``torch.set_num_threads``) during profiling; to match a CPU
+            replay use ``cores // nproc``. ``None`` leaves torch's setting.
+        seed: model and batch seed.
+        path: if given, write the trace there with ``sim.trace.native.write_trace``
+            (``x`` -> ``x.csv`` + ``x.yaml``).
+
+    Returns:
+        The trace (``device`` from :func:`device_model_name`; provenance: source, command,
+        date, torch version, device details, micro-batch, dtype, threads, model, seed).
+    """
+    spec = as_spec(spec)
+    dev = torch.device(device)
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        layers = [layer.to(dev) for layer in build_layers(spec, seed, dtype=dtype)]
+        ids, targets = (t.to(dev) for t in make_batch(spec, microbatch_size, seed))
+        x: torch.Tensor = ids
+        out = []
+        for i, (name, layer) in enumerate(zip(layer_names(spec), layers, strict=True)):
+            is_head = i == len(layers) - 1
+            fn = (lambda h, layer=layer: lm_loss(layer(h), targets)) if is_head else layer
+            params = list(layer.parameters())
+            out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
+            with torch.no_grad():
+                x = layer(x)
+    finally:
+        torch.set_num_threads(old_threads)
+    trace = Trace(
+        name=spec.name,
+        layers=tuple(out),
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        device=device_model_name(dev),
+        provenance=_provenance(spec, dev, microbatch_size, dtype, warmup, reps, threads, seed),
+    )
+    if path is not None:
+        from sim.trace.native import write_trace
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_trace(trace, path)
+    return trace
+
+
+def _provenance(
+    spec: ModelSpec,
+    dev: torch.device,
+    b: int,
+    dtype: str,
+    warmup: int,
+    reps: int,
+    threads: int | None,
+    seed: int,
+) -> dict[str, Any]:
+    detail = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_model_name()
+    return {
+        "source": "backends.torch.profile.profile_model",
+        "command": " ".join(sys.argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": str(torch.__version__),
+        "device_detail": detail,
+        "host": platform.node(),
+        "microbatch_size": b,
+        "dtype": dtype,
+        "warmup": warmup,
+        "reps": reps,
+        "threads": threads or torch.get_num_threads(),
+        "model": spec.to_dict(),
+        "seed": seed,
+        "notes": "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
+        "parameters excluded); head includes the cross-entropy loss",
+    }

@@ -1,0 +1,234 @@
+"""Our pipeline runtime: one rank executes its action list from the simulator, exactly.
+
+:func:`run_rank` is the rank function :func:`backends.torch.launch.replay` starts on every
+rank (``backend="ours"``). It builds stage ``rank`` of the model, takes the program of
+``sim.schedules.registry.get_schedule(name)(p, m).program(warmup + iterations)`` for its rank
+and runs it in order:
+
+* ``F mb``: receive the activation from rank ``s-1`` (blocking ``dist.recv``; stage 0 makes the
+  micro-batch's token ids), run the forward on the version the schedule picks
+  (:mod:`backends.torch.versions`) under the memory policy, keep (input, output) for the
+  backward, and send the output to rank ``s+1`` with ``dist.isend`` (the last stage computes the
+  loss, divided by the micro-batches per step).
+* ``B mb``: receive the output gradient from rank ``s+1`` (the last stage starts from its loss),
+  run ``torch.autograd.backward``, send the input gradient to rank ``s-1`` with ``isend``.
+* ``STEP k``: SGD step of the version policy, after waiting for outstanding sends; its time is
+  recorded (after ``torch.cuda.synchronize`` on GPUs).
+
+Messages are tagged with the micro-batch (gloo matches by tag; NCCL by order, which is the
+same on both ends for every schedule here). Activations always have shape
+``[b, seq_len, hidden]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from backends.torch.job import ReplayJob
+from backends.torch.memory import SavedBytes, policy_context, tensor_bytes
+from backends.torch.models import DTYPES, as_spec, build_stage, even_boundaries, lm_loss, microbatch
+from backends.torch.profile import device_model_name
+from backends.torch.versions import make_versions
+from backends.torch.worker import RankContext
+from sim.schedules.action import STEP, Action
+from sim.schedules.registry import get_schedule
+
+
+def rank_program(job: ReplayJob, rank: int) -> list[Action]:
+    """Rank ``rank``'s actions for ``warmup_iterations + iterations`` iterations."""
+    schedule = get_schedule(job.schedule)(job.stages, job.microbatches)
+    return schedule.program(job.warmup_iterations + job.iterations)[rank]
+
+
+def _backwards_per_step(program: list[Action]) -> int:
+    count = 0
+    for a in program:
+        if a.op == STEP:
+            return max(count, 1)
+        count += a.op in ("B", "W")
+    return max(count, 1)
+
+
+class StageRunner:
+    """Executes one rank's program; see the module docstring.
+
+    Args:
+        job: the replay job.
+        ctx: this rank's context.
+    """
+
+    def __init__(self, job: ReplayJob, ctx: RankContext):
+        self.job, self.ctx = job, ctx
+        self.spec = as_spec(job.model)
+        self.rank, self.last = ctx.rank, ctx.rank == job.stages - 1
+        self.dev = ctx.device
+        boundaries = job.boundaries or even_boundaries(self.spec.n_layers, job.stages)
+        module = build_stage(
+            self.spec,
+            boundaries,
+            self.rank,
+            job.seed,
+            recompute=job.memory_policy == "recompute",
+            dtype=job.dtype,
+        ).to(self.dev)
+        on_cpu = self.dev.type == "cpu"
+        self.tracker = (
+            SavedBytes(module.parameters(), offload=job.memory_policy == "cpu_swap")
+            if on_cpu
+            else None
+        )
+        self.versions = make_versions(
+            get_schedule(job.schedule).name,
+            module,
+            job.lr,
+            job.microbatches,
+            on_new=lambda m: self.tracker.exclude(m.parameters()) if self.tracker else None,
+        )
+        self.param_bytes = tensor_bytes(module.parameters())
+        self.act_shape = (job.microbatch_size, self.spec.seq_len, self.spec.hidden)
+        self.act_dtype = DTYPES[job.dtype]
+        self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.pending: list[tuple[Any, torch.Tensor]] = []
+        self.losses: list[torch.Tensor] = []
+        self.counts: Counter[str] = Counter()
+        self.step_times: list[float] = []
+        self.dumped_grads: list[dict[str, torch.Tensor]] = []
+        self.scale = 1.0
+
+    # --- communication -------------------------------------------------------------------
+    def _tag(self, mb: int, backward: bool) -> int:
+        return 2 * mb + int(backward) if self.dev.type == "cpu" else 0
+
+    def _send(self, t: torch.Tensor, dst: int, tag: int) -> None:
+        t = t.detach().contiguous()
+        self.pending.append((dist.isend(t, dst, tag=tag), t))
+
+    def _recv(self, src: int, tag: int) -> torch.Tensor:
+        buf = torch.empty(self.act_shape, dtype=self.act_dtype, device=self.dev)
+        dist.recv(buf, src, tag=tag)
+        return buf
+
+    def _wait_sends(self) -> None:
+        for work, _ in self.pending:
+            work.wait()
+        self.pending.clear()
+
+    # --- actions -------------------------------------------------------------------------
+    def forward(self, mb: int) -> None:
+        """Forward of micro-batch ``mb`` (see module docstring)."""
+        module = self.versions.forward_module(mb)
+        if self.rank == 0:
+            x = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[0].to(self.dev)
+        else:
+            x = self._recv(self.rank - 1, self._tag(mb, False)).requires_grad_()
+        with policy_context(self.job.memory_policy, self.dev, self.tracker):
+            y = module(x)
+            if self.last:
+                targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
+                y = lm_loss(y, targets.to(self.dev))
+        if self.last:
+            self.losses.append(y.detach())
+            y = y * self.scale
+        else:
+            self._send(y, self.rank + 1, self._tag(mb, False))
+        self.stash[mb] = (x, y)
+
+    def backward(self, mb: int) -> None:
+        """Backward of micro-batch ``mb`` on the weights its graph holds."""
+        x, y = self.stash.pop(mb)
+        grad = None if self.last else self._recv(self.rank + 1, self._tag(mb, True))
+        torch.autograd.backward(y, grad)
+        self.versions.backward_done(mb)
+        if self.rank > 0:
+            self._send(x.grad, self.rank - 1, self._tag(mb, True))
+
+    def step(self, index: int) -> None:
+        """Optimizer step number ``index``; records the time it finished."""
+        self._wait_sends()
+        if self.job.dump_dir:
+            names = list(self.versions.newest().global_named_parameters())
+            grads = self.versions.gradients()
+            self.dumped_grads.append(
+                {
+                    n: g.detach().cpu().clone()
+                    for n, g in zip(names, grads, strict=True)
+                    if g is not None
+                }
+            )
+        self.versions.step()
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        self.step_times.append(time.perf_counter())
+
+    def run(self, program: list[Action]) -> dict[str, Any]:
+        """Execute ``program`` and return this rank's measurements (JSON-able)."""
+        self.scale = 1.0 / _backwards_per_step(program)
+        ops = {"F": self.forward, "B": self.backward, STEP: self.step}
+        if self.dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.dev)
+        dist.barrier()
+        start = time.perf_counter()
+        for action in program:
+            if self.job.fail_on is not None and str(action) == self.job.fail_on:
+                raise RuntimeError(f"injected failure at action {action} (ReplayJob.fail_on)")
+            if action.op not in ops:
+                raise ValueError(
+                    f"action {action}: op {action.op!r} is not supported by this runtime"
+                )
+            ops[action.op](action.microbatch)
+            self.counts[action.op] += 1
+        self._wait_sends()
+        dist.barrier()
+        end = time.perf_counter()
+        if self.job.dump_dir:
+            self._dump()
+        return self._stats(program, start, end)
+
+    def _dump(self) -> None:
+        params = {
+            n: p.detach().cpu().clone()
+            for n, p in self.versions.newest().global_named_parameters().items()
+        }
+        path = Path(self.job.dump_dir) / f"rank{self.rank}.pt"
+        torch.save({"grads": self.dumped_grads, "params": params}, path)
+
+    def _stats(self, program: list[Action], start: float, end: float) -> dict[str, Any]:
+        versions = self.versions.peak_versions
+        memory: dict[str, float] = {
+            "param_bytes": float(self.param_bytes),
+            "versions": float(versions),
+            "grad_bytes": float(self.param_bytes),
+        }
+        if self.tracker is not None:
+            memory["act_peak_bytes"] = float(self.tracker.peak_bytes)
+            memory["host_act_peak_bytes"] = float(self.tracker.host_peak_bytes)
+            peak = self.param_bytes * (versions + 1) + self.tracker.peak_bytes
+        else:
+            peak = torch.cuda.max_memory_allocated(self.dev)
+            memory["cuda_max_allocated"] = float(peak)
+        return {
+            "rank": self.rank,
+            "counts": dict(self.counts),
+            "expected": dict(Counter(a.op for a in program)),
+            "start": start,
+            "end": end,
+            "step_times": self.step_times,
+            "losses": [float(v) for v in self.losses],
+            "memory": memory,
+            "peak_memory_bytes": float(peak),
+            "device_name": device_model_name(self.dev),
+            "notes": [],
+        }
+
+
+def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
+    """Rank function for :func:`backends.torch.launch.run_ranks` (``backend="ours"``)."""
+    job = ReplayJob.from_dict(payload)
+    runner = StageRunner(job, ctx)
+    return runner.run(rank_program(job, ctx.rank))

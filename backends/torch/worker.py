@@ -1,0 +1,102 @@
+"""One rank of a multi-process run: ``python -m backends.torch.worker WORKDIR RANK``.
+
+Started by :func:`backends.torch.launch.run_ranks`. Reads ``WORKDIR/spec.json``
+(``target`` = ``"module:function"``, ``payload``, ``world_size``, ``device``,
+``pg_timeout_s``, ``threads``), joins the process group (gloo on CPU, NCCL on CUDA) through a
+file store in ``WORKDIR`` with a hard timeout, calls ``function(payload, ctx)`` and gathers
+every rank's JSON-able return value to rank 0, which writes ``WORKDIR/result.json``.
+
+On an exception the rank writes ``WORKDIR/rank<r>.error.json`` (time, error, traceback) and
+exits with code 1. ``SIGUSR1`` dumps every thread's Python stack to the rank's log, which the
+launcher uses to say where a hung rank is waiting.
+"""
+
+from __future__ import annotations
+
+import datetime
+import faulthandler
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a rank function gets besides its payload.
+
+    Attributes:
+        rank: this process's rank (= pipeline stage).
+        world_size: number of ranks.
+        device: the compute device (``cpu`` or ``cuda:<local index>``).
+        workdir: the run's scratch directory.
+    """
+
+    rank: int
+    world_size: int
+    device: torch.device
+    workdir: Path
+
+
+def _device(kind: str, rank: int) -> torch.device:
+    if kind.startswith("cuda"):
+        index = rank % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def main(workdir: str, rank: int) -> int:
+    """Run one rank; returns the process exit code."""
+    work = Path(workdir)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    spec = json.loads((work / "spec.json").read_text())
+    try:
+        if spec.get("threads"):
+            torch.set_num_threads(int(spec["threads"]))
+        device = _device(spec["device"], rank)
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            init_method=f"file://{work / 'store'}",
+            rank=rank,
+            world_size=spec["world_size"],
+            timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]),
+            **({"device_id": device} if device.type == "cuda" else {}),
+        )
+        module, name = spec["target"].split(":")
+        fn = getattr(importlib.import_module(module), name)
+        ctx = RankContext(rank, spec["world_size"], device, work)
+        stats = fn(spec["payload"], ctx)
+        gathered: list[object] | None = [None] * ctx.world_size if rank == 0 else None
+        dist.gather_object(stats, gathered, dst=0)
+        if rank == 0:
+            tmp = work / "result.json.tmp"
+            tmp.write_text(json.dumps({"ranks": gathered}))
+            os.replace(tmp, work / "result.json")
+        dist.destroy_process_group()
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - report every failure, then exit non-zero
+        error = {
+            "rank": rank,
+            "time": time.time(),
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+        }
+        (work / f"rank{rank}.error.json").write_text(json.dumps(error))
+        print(error["traceback"], file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1], int(sys.argv[2]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: a broken process group must not hang the exit

@@ -1,0 +1,171 @@
+"""``sim validate``: replay a configuration on real devices and compare with the simulator.
+
+For each configuration (the winner, or the winner with other schedules / micro-batch counts),
+the torch backend replays the same per-rank action lists on ``stages`` processes (gloo on CPU,
+NCCL on GPUs) and measures the median iteration time and each rank's peak memory; the simulator
+simulates the same configuration on the experiment's (calibrated) hardware. Both go side by side
+into ``validation.csv`` with the relative error ``(predicted - measured) / measured``.
+
+torch is imported only when a replay starts (``backends.torch``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from sim.config import PointConfig, load_experiment
+from sim.errors import InputError
+from sim.point import evaluate, resolve
+from sim.sweep import Prepared, expand, prepare
+
+REPLAY_POLICIES = {"none": "none", "recompute": "recompute", "cpu_swap": "cpu_swap"}
+
+
+@dataclass(frozen=True)
+class ValidationSpec:
+    """What to replay and how.
+
+    Attributes:
+        schedules: schedules to replay (default: the file's).
+        microbatches: micro-batch counts to replay (default: the file's); the global batch
+            follows as ``m * b * w``.
+        device: ``cpu`` or ``cuda``.
+        nproc: ranks; must equal the pipeline depth (one stage per rank).
+        iterations: measured iterations (optimizer steps).
+        warmup_iterations: iterations run before measuring.
+        torch_builtin: also run torch's own ScheduleGPipe / Schedule1F1B where they apply.
+        timeout_s: hard limit per replay.
+    """
+
+    schedules: tuple[str, ...] = ()
+    microbatches: tuple[int, ...] = ()
+    device: str = "cpu"
+    nproc: int | None = None
+    iterations: int = 3
+    warmup_iterations: int = 1
+    torch_builtin: bool = False
+    timeout_s: float = 600.0
+
+
+def variants(prep: Prepared, spec: ValidationSpec) -> list[PointConfig]:
+    """The configurations to replay: the file's single point, varied as ``spec`` asks.
+
+    Raises:
+        InputError: the file is not a single configuration, or the variation is invalid.
+    """
+    points, _ = expand(prep)
+    if len(points) != 1:
+        raise InputError(f"describes {len(points)} configurations; validate takes one (a "
+                         "winner.yaml written by `sim run`)", file=prep.file, field="sweep")
+    base = points[0]
+    out = []
+    for sched in spec.schedules or (base.schedule,):
+        for m in spec.microbatches or (base.microbatches,):
+            gb = m * base.microbatch_size * base.dp_width
+            out.append(base.model_copy(update=dict(schedule=sched, microbatches=m,
+                                                   global_batch=gb)))
+    return out
+
+
+def _model_spec(prep: Prepared, point: PointConfig) -> dict:
+    trace = prep.traces[point.model]
+    spec = trace.provenance.get("model")
+    if not isinstance(spec, dict):
+        raise InputError(f"trace {trace.name!r} has no model description (provenance.model), "
+                         "so there is no real model to replay; make the trace with `sim profile`",
+                         file=prep.file, field="models.0.trace")
+    return spec
+
+
+def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend: str):
+    from backends.torch.job import ReplayJob
+
+    policy = point.memory_policy.split(":")[0]
+    if policy not in REPLAY_POLICIES:
+        raise InputError(f"memory policy {point.memory_policy!r} cannot be replayed; the torch "
+                         f"backend replays {sorted(REPLAY_POLICIES)}", file=prep.file,
+                         field="sweep.memory_policy")
+    return ReplayJob(model=_model_spec(prep, point), boundaries=list(res.boundaries),
+                     schedule=point.schedule, stages=point.stages, microbatches=point.microbatches,
+                     microbatch_size=point.microbatch_size, iterations=spec.iterations,
+                     warmup_iterations=spec.warmup_iterations, memory_policy=policy,
+                     device=spec.device, backend=backend, dtype=prep.traces[point.model].dtype,
+                     threads=max(1, (os.cpu_count() or 1) // point.stages),
+                     timeout_s=spec.timeout_s)
+
+
+def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> list[dict]:
+    """Rows (ours, and torch's built-in schedule if asked) for one configuration.
+
+    Raises:
+        InputError: the configuration cannot be replayed (data parallelism, ranks != stages,
+            unsupported policy, trace without a model).
+        backends.torch.ReplayError: a rank failed or hung.
+    """
+    if point.dp_width != 1:
+        raise InputError("replays run one pipeline (dp_width 1)", file=prep.file,
+                         field="sweep.dp_width")
+    if spec.nproc is not None and spec.nproc != point.stages:
+        raise InputError(f"--nproc {spec.nproc} but the configuration has {point.stages} "
+                         "stages; the replay runs one stage per rank", field="--nproc")
+    res = resolve(prep.exp, point, prep.topology, prep.traces[point.model], file=prep.file)
+    metrics, _ = evaluate(res)
+    backends = ["ours"] + (["torch"] if spec.torch_builtin and point.schedule in
+                           ("gpipe", "1f1b") else [])
+    from backends.torch.launch import replay
+
+    rows = []
+    for backend in backends:
+        result = replay(_job(prep, point, res, spec, backend))
+        measured = result.iteration_time_s
+        mem = max(result.peak_memory_bytes)
+        rows.append(dict(
+            model=point.model, schedule=point.schedule, runtime=backend, stages=point.stages,
+            microbatch_size=point.microbatch_size, microbatches=point.microbatches,
+            memory_policy=point.memory_policy, device=spec.device,
+            device_name=result.device_name,
+            measured_iteration_s=measured, predicted_iteration_s=metrics.iteration_time_s,
+            error=(metrics.iteration_time_s - measured) / measured,
+            measured_peak_bytes=mem, predicted_peak_bytes=metrics.peak_memory_bytes,
+            memory_error=(metrics.peak_memory_bytes - mem) / mem if mem else math.nan,
+            all_actions_done=result.all_actions_done,
+            losses_finite=bool(result.losses) and all(math.isfinite(x) for x in result.losses),
+            measured_iterations_s=" ".join(f"{t:.4f}" for t in result.iteration_times_s),
+            notes="; ".join(result.notes),
+        ))
+    return rows
+
+
+def run_validation(path: Path, spec: ValidationSpec, out: Path | None,
+                   on_row=None) -> tuple[pd.DataFrame, Path]:
+    """Validate every variant of the configuration in ``path``; write ``validation.csv``.
+
+    Returns:
+        The table and the path written (default: next to ``path``).
+
+    Raises:
+        InputError: as :func:`validate_point`, or a bad file.
+    """
+    prep = prepare(load_experiment(path), str(path))
+    points = variants(prep, spec)
+    for p in points:  # validate every variant before the (slow) replays start
+        resolve(prep.exp, p, prep.topology, prep.traces[p.model], file=prep.file)
+        _model_spec(prep, p)
+    rows = []
+    for p in points:
+        new = validate_point(prep, p, spec)
+        rows += new
+        if on_row:
+            for row in new:
+                on_row(row)
+    df = pd.DataFrame(rows)
+    dest = (out or Path(path).parent) / "validation.csv"
+    from sim.outputs import atomic_write_text
+
+    atomic_write_text(dest, df.to_csv(index=False))
+    return df, dest

@@ -1,0 +1,262 @@
+"""The torch backend on CPU: models, profiling, calibration and multi-process replays (gloo).
+
+Replays run 2 ranks of tiny models (hidden 32, seq 16) and compare with a single-process
+reference, as torch's own pipelining tests do (schedules.md §4.5).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from backends.torch.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
+from backends.torch.memory import SavedBytes  # noqa: E402
+from backends.torch.models import (  # noqa: E402
+    ModelSpec,
+    build_layers,
+    build_stage,
+    lm_loss,
+    microbatch,
+)
+
+SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
+FAST = {"pg_timeout_s": 30.0, "timeout_s": 90.0}
+
+
+def _job(**kw: object) -> ReplayJob:
+    base = {
+        "model": SPEC.to_dict(),
+        "stages": 2,
+        "microbatches": 4,
+        "microbatch_size": 2,
+        "iterations": 1,
+        "warmup_iterations": 0,
+        **FAST,
+    }
+    return ReplayJob(**{**base, **kw})
+
+
+def _reference_grads(params: dict[str, torch.Tensor] | None, first_mb: int, m: int, b: int = 2):
+    """Mean-loss gradients of micro-batches ``first_mb ..`` in one process, and their losses."""
+    model = torch.nn.Sequential(*build_layers(SPEC, 0))
+    if params is not None:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(params[n])
+    losses = []
+    for i in range(m):
+        ids, targets = microbatch(SPEC, b, 0, first_mb + i)
+        loss = lm_loss(model(ids), targets)
+        (loss / m).backward()
+        losses.append(loss.item())
+    return {n: p.grad for n, p in model.named_parameters()}, losses
+
+
+def _load_dumps(path: Path, nproc: int = 2) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    dumps = [torch.load(path / f"rank{r}.pt") for r in range(nproc)]
+    steps = len(dumps[0]["grads"])
+    grads = [{k: v for d in dumps for k, v in d["grads"][s].items()} for s in range(steps)]
+    params = {k: v for d in dumps for k, v in d["params"].items()}
+    return grads, params
+
+
+def _worker_children() -> list[int]:
+    me, out = os.getpid(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == me and b"backends.torch.worker" in cmd:
+            out.append(int(pid))
+    return out
+
+
+def test_stage_weights_equal_full_model_and_chain_forward_matches() -> None:
+    full = torch.nn.Sequential(*build_layers(SPEC, 3))
+    stages = [build_stage(SPEC, [0, 2], s, 3) for s in range(2)]
+    named = {**stages[0].global_named_parameters(), **stages[1].global_named_parameters()}
+    for n, p in full.named_parameters():
+        torch.testing.assert_close(named[n], p, rtol=0, atol=0)
+    ids, _ = microbatch(SPEC, 2, 0, 0)
+    torch.testing.assert_close(stages[1](stages[0](ids)), full(ids))
+
+
+def test_saved_bytes_counts_once_and_frees() -> None:
+    lin = torch.nn.Linear(8, 8)
+    counter = SavedBytes(lin.parameters())
+    x = torch.ones(4, 8, requires_grad=True)
+    with counter.hooks():
+        y = (lin(x) * lin(x)).sum()  # x saved twice by two linears: one storage
+    assert counter.live_bytes == 4 * 8 * 4 * 3  # x once, the two linear outputs (mul saves both)
+    y.backward()
+    assert counter.live_bytes == 0 and counter.peak_bytes == 4 * 8 * 4 * 3
+
+
+def test_replay_job_rejects_bad_input_and_torch_has_the_gloo_fix() -> None:
+    from backends.torch.torch_schedules import has_gloo_p2p_fix
+
+    assert _job(schedule="2BW", microbatches=2).schedule == "pipedream_2bw"
+    with pytest.raises(ValueError, match="unknown schedule 'zb'"):
+        _job(schedule="zb")
+    with pytest.raises(ValueError, match="needs microbatches >= stages"):
+        _job(schedule="1f1b", microbatches=1)
+    with pytest.raises(ValueError, match="backend 'torch' runs only"):
+        _job(schedule="pipemare", backend="torch")
+    with pytest.raises(ValueError, match="unknown replay job fields"):
+        ReplayJob.from_dict({"schedul": "gpipe"})
+    assert has_gloo_p2p_fix()  # schedules.md §4.5: torch >= 2.8 waits on every gloo work
+
+
+def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
+    from backends.torch.profile import profile_model
+    from sim.trace.native import read_trace
+
+    trace = profile_model(
+        SPEC, microbatch_size=2, warmup=1, reps=2, split_backward=True, path=tmp_path / "tiny"
+    )
+    assert [layer.name for layer in trace.layers] == ["embedding", "block.0", "block.1", "head"]
+    assert all(layer.fwd_s > 0 and layer.bwd_s > 0 for layer in trace.layers)
+    block = trace.layers[1]
+    assert block.out_bytes == 2 * 16 * 32 * 4 and block.act_bytes > block.out_bytes
+    assert block.param_bytes == (12 * 32 * 32 + 13 * 32) * 4
+    assert trace.layers[-1].out_bytes == 0
+    assert trace.provenance["torch"] == str(torch.__version__)
+    assert read_trace(tmp_path / "tiny").layers[1].act_bytes == block.act_bytes
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "backend,schedule,csv",
+    [
+        ("ours", "gpipe", False),
+        ("ours", "1f1b", False),
+        ("torch", "gpipe", False),
+        ("torch", "1f1b", True),
+    ],
+)
+def test_replay_gradients_equal_single_process(
+    tmp_path: Path, backend: str, schedule: str, csv: bool
+) -> None:
+    job = _job(schedule=schedule, backend=backend, torch_csv=csv, dump_dir=str(tmp_path))
+    result = replay(job)
+    assert result.all_actions_done, (result.action_counts, result.expected_action_counts)
+    grads, _ = _load_dumps(tmp_path)
+    ref, ref_losses = _reference_grads(None, 0, 4)
+    assert set(grads[0]) == set(ref)
+    for name, g in ref.items():
+        torch.testing.assert_close(grads[0][name], g, rtol=1e-5, atol=4e-5, msg=name)
+    torch.testing.assert_close(torch.tensor(result.losses), torch.tensor(ref_losses))
+    assert result.iteration_time_s > 0 and len(result.peak_memory_bytes) == 2
+
+
+@pytest.mark.timeout(120)
+def test_2bw_update_is_one_step_stale(tmp_path: Path) -> None:
+    lr, m, steps = 0.5, 2, 3
+    result = replay(
+        _job(
+            schedule="pipedream_2bw",
+            microbatches=m,
+            iterations=steps,
+            lr=lr,
+            dump_dir=str(tmp_path),
+        )
+    )
+    assert result.all_actions_done and all(map(torch.isfinite, torch.tensor(result.losses)))
+    assert [mem["versions"] for mem in result.memory] == [2.0, 2.0]
+    _, params = _load_dumps(tmp_path)
+    w0 = {
+        n: p.detach().clone()
+        for n, p in torch.nn.Sequential(*build_layers(SPEC, 0)).named_parameters()
+    }
+    prev, cur, sgd = w0, w0, w0
+    for k in range(steps):  # W(t+1) = W(t) - lr * grad f_t(W(t-1)), W(-1) = W(0)
+        g, _ = _reference_grads(prev, k * m, m)
+        prev, cur = cur, {n: cur[n] - lr * g[n] for n in cur}
+        g_sgd, _ = _reference_grads(sgd, k * m, m)
+        sgd = {n: sgd[n] - lr * g_sgd[n] for n in sgd}
+    for name, w in cur.items():
+        torch.testing.assert_close(params[name], w, rtol=1e-5, atol=4e-5, msg=name)
+    assert any(not torch.allclose(params[n], sgd[n], atol=1e-4) for n in sgd)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("schedule,versions", [("pipedream", [2.0, 1.0]), ("pipemare", [1.0, 1.0])])
+def test_async_schedules_run_every_action(schedule: str, versions: list[float]) -> None:
+    result = replay(_job(schedule=schedule, microbatches=2, iterations=2, warmup_iterations=1))
+    assert result.all_actions_done
+    assert len(result.losses) == 6 and all(map(torch.isfinite, torch.tensor(result.losses)))
+    assert [mem["versions"] for mem in result.memory] == versions
+    assert len(result.iteration_times_s) == 2
+
+
+@pytest.mark.timeout(120)
+def test_memory_policies_change_the_activation_peak() -> None:
+    peaks = {}
+    for policy in ("none", "recompute", "cpu_swap"):
+        result = replay(_job(schedule="gpipe", memory_policy=policy))
+        peaks[policy] = result.memory[0]
+    assert peaks["recompute"]["act_peak_bytes"] < peaks["none"]["act_peak_bytes"]
+    assert peaks["cpu_swap"]["act_peak_bytes"] == 0
+    # like torch's save_on_cpu, every saved tensor gets its own host copy (no sharing)
+    assert peaks["cpu_swap"]["host_act_peak_bytes"] >= peaks["none"]["act_peak_bytes"]
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_rank_ends_the_run_with_its_error() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(
+        ReplayError, match=r"rank 1 failed: RuntimeError: injected failure at action 1F1"
+    ):
+        replay(_job(schedule="1f1b", fail_on="1F1"))
+    assert time.monotonic() - t0 < 30
+    assert _worker_children() == []
+
+
+def hang_on_rank_1(payload: dict, ctx: object) -> None:
+    """Rank function for the timeout test: rank 1 never reaches the barrier."""
+    import torch.distributed as dist
+
+    if ctx.rank == 1:  # type: ignore[attr-defined]
+        time.sleep(600)
+    dist.barrier()
+
+
+@pytest.mark.timeout(120)
+def test_a_hanging_run_times_out_and_leaves_no_process() -> None:
+    with pytest.raises(
+        ReplayError, match=r"timed out after 5 s; ranks still running: \[0, 1\]"
+    ) as err:
+        run_ranks(
+            "tests.test_backend_torch:hang_on_rank_1", {}, nproc=2, timeout_s=5, pg_timeout_s=60
+        )
+    assert "hang_on_rank_1" in str(err.value)  # the stack dump says where rank 1 waits
+    assert _worker_children() == []
+
+
+@pytest.mark.timeout(120)
+def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
+    from backends.torch.calibrate import calibrate, fit_latency_bandwidth
+    from sim.hardware.loader import load_hardware
+
+    assert fit_latency_bandwidth([0, 1e6, 2e6], [1e-5, 1e-5 + 1e-3, 1e-5 + 2e-3]) == pytest.approx(
+        (1e-5, 1e9)
+    )
+    cal = calibrate(
+        nproc=2,
+        sizes=(2**10, 2**16, 2**20),
+        reps=2,
+        matmul_n=256,
+        path=tmp_path / "hw.yaml",
+        timeout_s=90,
+    )
+    topo = load_hardware(str(tmp_path / "hw.yaml"))
+    assert [g.name for g in topo.gpus] == ["gpu0", "gpu1"] and topo.gpus[0].model == "cpu-rank"
+    assert topo.gpus[0].peak_flops > 0 and topo.direct_link("gpu0", "gpu1").bandwidth_Bps > 0
+    assert cal.ranks[0]["pairs"][0]["sizes"] == [2**10, 2**16, 2**20]

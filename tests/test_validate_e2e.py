@@ -1,0 +1,68 @@
+"""End to end on CPU: profile a real model, calibrate, simulate, replay with torch, compare."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from sim.cli import app  # noqa: E402
+
+runner = CliRunner()
+
+
+def _ok(*args):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.mark.timeout(600)
+def test_profile_simulate_replay_compare(tmp_path):
+    _ok("profile", "--out", tmp_path / "tiny", "--layers", 2, "--hidden", 64, "--heads", 2,
+        "--seq-len", 32, "--vocab", 128, "-b", 2, "--reps", 3)
+    _ok("calibrate", "--out", tmp_path / "hw.yaml", "--nproc", 2)
+    exp = {
+        "name": "tiny", "hardware": "hw.yaml",
+        "models": [{"name": "tiny", "trace": "tiny.csv", "global_batch": 8}],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": 2, "microbatch_size": 2},
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    _ok("run", tmp_path / "exp.yaml", "--out", tmp_path / "out", "--jobs", 1, "--no-plots")
+    winner = tmp_path / "out" / "winner.yaml"
+    out = _ok("validate", winner, "--nproc", 2, "--device", "cpu", "-s", "gpipe", "-s", "1f1b",
+              "-s", "pipedream_2bw", "--iterations", 2, "--torch-builtin")
+    assert "mean absolute percentage error" in out
+    df = pd.read_csv(tmp_path / "out" / "validation.csv")
+    for col in ("schedule", "microbatches", "measured_iteration_s", "predicted_iteration_s",
+                "error", "measured_peak_bytes", "predicted_peak_bytes"):
+        assert col in df.columns
+    assert sorted(df.schedule.unique()) == ["1f1b", "gpipe", "pipedream_2bw"]
+    assert set(df.runtime) == {"ours", "torch"}
+    assert df.all_actions_done.all() and df.losses_finite.all()
+    assert (df.measured_iteration_s > 0).all() and (df.predicted_iteration_s > 0).all()
+    row = df.iloc[0]
+    assert row.error == pytest.approx((row.predicted_iteration_s - row.measured_iteration_s)
+                                      / row.measured_iteration_s)
+    assert all(math.isfinite(x) for x in df.error)
+
+
+def test_validate_rejects_trace_without_model(tmp_path):
+    exp = {"name": "x", "hardware": "dgx1-v100-16gb",
+           "models": [{"name": "g", "trace": "gnmt16", "global_batch": 128,
+                       "microbatch_size": 64}],
+           "sweep": {"schedule": "gpipe", "stages": 2}}
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(exp))
+    res = runner.invoke(app, ["validate", str(tmp_path / "x.yaml")])
+    assert res.exit_code == 2 and "sim profile" in res.output, res.output
+
+
+def test_validate_rejects_a_grid(tmp_path):
+    res = runner.invoke(app, ["validate", "experiments/cpu-gpt-tiny.yaml"])
+    assert res.exit_code == 2 and "validate takes one" in res.output, res.output
