@@ -3,8 +3,11 @@
 Scenario: ``w`` replicas of a ``p``-stage pipeline run on ``p*w`` GPUs. Each stage replica is a
 SimPy process that executes its schedule's action list in order on the GPU's compute stream:
 a forward waits for its input activation, a backward for its output gradient. Sends of
-activations and gradients, swaps, chunk fetches and the data-parallel all-reduce are separate
-processes that hold every link on their route for ``latency + bytes / bottleneck bandwidth``;
+activations and gradients, swaps (to a host, or striped over peer GPUs), chunk fetches and
+write-backs, step copies and the data-parallel collectives (all-reduce; reduce-scatter and
+all-gather when optimizer state is sharded) are separate processes
+(:mod:`sim.engine_memory`, :mod:`sim.engine_collectives`) that hold every link on their route
+for ``latency + bytes / bottleneck bandwidth``;
 a link is a FIFO resource, so two transfers crossing one link take longer than one. Memory is
 recorded in a :class:`~sim.ledger.Ledger` (weights, gradients, optimizer state, activation
 stashes, receive buffers, swapped bytes) and an over-subscribed device is a verdict, not a crash.
@@ -19,10 +22,12 @@ from functools import cached_property
 
 import simpy
 
+from sim.engine_collectives import Collectives
+from sim.engine_memory import MemoryOps
 from sim.events import Event, EventLog
 from sim.hardware.topology import Topology
 from sim.ledger import Ledger
-from sim.memory.plan import StagePlan, Transfer
+from sim.memory.plan import StagePlan
 from sim.schedules.action import STEP, Action, Program
 from sim.trace.schema import LayerProfile
 
@@ -78,7 +83,7 @@ class SimInput:
         return len(self.placement)
 
 
-class _Engine:
+class _Engine(MemoryOps, Collectives):
     def __init__(self, inp: SimInput):
         self.inp = inp
         self.env = simpy.Environment()
@@ -92,6 +97,7 @@ class _Engine:
         self.step_end: dict[tuple[int, int, int], float] = {}
         self.collectives: dict[tuple[int, int], list] = {}
         self.bwd_done: dict[tuple[int, int], int] = {}
+        self.pending: dict[tuple[int, int], list] = {}
 
     # -- plumbing ---------------------------------------------------------------------
     def box(self, key: tuple) -> simpy.Event:
@@ -191,26 +197,6 @@ class _Engine:
             elif a.op == STEP:
                 yield from self.step(r, s, gpu, plan, a, meta)
 
-    def prefetch(self, r, s, gpu, plan: StagePlan, nxt: Action) -> None:
-        """Start the copies the next action needs while the current one runs."""
-        if plan.swap_bytes > 0 and nxt.op in ("B", "I"):
-            self.start_once(("swapin", r, s, nxt.microbatch),
-                            self.swap_in(r, s, gpu, plan, nxt.microbatch))
-        if plan.fetch_bytes > 0 and nxt.op in ("F", "B", "I"):
-            self.start_once(("fetch", r, s, str(nxt)), self.fetch(gpu, plan, nxt, s, r))
-
-    def start_once(self, key: tuple, gen) -> simpy.Event:
-        if key not in self.mail:
-            self.mail[key] = self.env.process(gen)
-        else:
-            gen.close()
-        return self.mail[key]
-
-    def fetch(self, gpu, plan: StagePlan, a: Action, s: int, r: int):
-        self.ledger.change(self.env.now, gpu, plan.fetch_bytes, "chunks", f"fetch {a}")
-        yield from self.transfer(plan.fetch_source, gpu, plan.fetch_bytes, "chunk_move",
-                                 f"fetch {a}", "h2d", stage=s, replica=r)
-
     def forward(self, r, s, gpu, plan: StagePlan, a: Action, meta):
         inp, mb = self.inp, a.microbatch
         if s > 0:
@@ -219,14 +205,14 @@ class _Engine:
             yield from self.wait(self.start_once(("fetch", r, s, str(a)),
                                                  self.fetch(gpu, plan, a, s, r)),
                                  gpu, f"wait fetch {a}", **meta)
-        self.ledger.change(self.env.now, gpu, plan.act_bytes, "activations", f"stash {a}")
+        self.ledger.change(self.env.now, gpu, plan.fwd_alloc_bytes, "activations", f"stash {a}")
         yield from self.compute(gpu, "compute", str(a), inp.costs[s].fwd_s, **meta)
         now = self.env.now
         if plan.fetch_bytes > 0:
-            self.ledger.change(now, gpu, -plan.fetch_bytes, "chunks", f"evict {a}")
+            self.ledger.change(now, gpu, -plan.fetch_live, "chunks", f"evict {a}")
         if s > 0:
             self.ledger.change(now, gpu, -inp.costs[s].in_bytes, "buffers", f"recv {a}")
-        self.ledger.change(now, gpu, -plan.recompute_bytes, "activations", f"drop {a}")
+        self.ledger.change(now, gpu, -plan.rebuild_bytes, "activations", f"drop {a}")
         if plan.swap_bytes > 0:
             self.box(("swapout", r, s, mb))  # created now so swap-in can wait on it
             self.env.process(self.swap_out(r, s, gpu, plan, mb, meta))
@@ -244,18 +230,20 @@ class _Engine:
             yield from self.wait(self.start_once(("fetch", r, s, str(a)),
                                                  self.fetch(gpu, plan, a, s, r)),
                                  gpu, f"wait fetch {a}", **meta)
-        if a.op in ("B", "I") and plan.recompute_s > 0:
-            self.ledger.change(self.env.now, gpu, plan.recompute_bytes, "activations",
+        if a.op in ("B", "I") and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
+            self.ledger.change(self.env.now, gpu, plan.rebuild_bytes, "activations",
                                f"recompute {a}")
             yield from self.compute(gpu, "recompute", f"R{a}", plan.recompute_s, **meta)
         dur = inp.costs[s].bwd_s if a.op == "B" else inp.costs[s].bwd_s / 2
         yield from self.compute(gpu, "compute", str(a), dur, **meta)
         now = self.env.now
         if plan.fetch_bytes > 0:
-            self.ledger.change(now, gpu, -plan.fetch_bytes, "chunks", f"evict {a}")
+            self.ledger.change(now, gpu, -plan.fetch_live, "chunks", f"evict {a}")
         if a.op in ("B", "W"):
-            self.ledger.change(now, gpu, -plan.act_bytes, "activations", f"free {a}")
+            self.ledger.change(now, gpu, -plan.fwd_alloc_bytes, "activations", f"free {a}")
             self.bwd_done[(r, s)] = self.bwd_done.get((r, s), 0) + 1
+            if plan.writeback_bytes > 0:
+                self.writeback(r, s, gpu, plan, a, meta)
         if a.op in ("B", "I"):
             if s < inp.stages - 1:
                 self.ledger.change(now, gpu, -inp.costs[s].out_bytes, "buffers", f"grad {a}")
@@ -273,75 +261,25 @@ class _Engine:
         self.ledger.change(self.env.now, dst, nbytes, "buffers", f"recv {kind} {dst_stage}/{mb}")
         self.box((kind, r, dst_stage, mb)).succeed()
 
-    def swap_out(self, r, s, gpu, plan: StagePlan, mb, meta):
-        yield from self.transfer(gpu, plan.swap_target, plan.swap_bytes, "swap_out",
-                                 f"swap-out {s}/{mb}", "d2h", **meta)
-        now = self.env.now
-        self.ledger.change(now, gpu, -plan.swap_bytes, "activations", f"swapped {s}/{mb}")
-        self.ledger.change(now, plan.swap_target, plan.swap_bytes, "swap", f"from {gpu} {s}/{mb}")
-        self.box(("swapout", r, s, mb)).succeed()
-
-    def swap_in(self, r, s, gpu, plan: StagePlan, mb):
-        yield self.box(("swapout", r, s, mb))
-        self.ledger.change(self.env.now, gpu, plan.swap_bytes, "activations", f"swap-in {s}/{mb}")
-        yield from self.transfer(plan.swap_target, gpu, plan.swap_bytes, "swap_in",
-                                 f"swap-in {s}/{mb}", "h2d", stage=s, microbatch=mb, replica=r,
-                                 iteration=mb // self.inp.microbatches)
-        self.ledger.change(self.env.now, plan.swap_target, -plan.swap_bytes, "swap",
-                           f"back to {gpu} {s}/{mb}")
-
     def step(self, r, s, gpu, plan: StagePlan, a: Action, meta):
-        if self.inp.dp_width > 1:
-            yield from self.allreduce(r, s, a.microbatch, plan, meta)
+        yield from self.wait_writebacks(r, s, gpu, meta)
+        dp = self.inp.dp_width > 1
+        if dp:
+            kind = "reduce_scatter" if plan.dp_sharded else "allreduce"
+            yield from self.collective(r, s, a.microbatch, plan, meta, kind)
         for t in plan.step_transfers_before:
             yield from self.copy(t, meta)
         if plan.host_optimizer_s > 0:
-            host = self.inp.topology.gpu(self.inp.placement[r][s]).host
-            start = self.env.now
-            yield self.env.timeout(plan.host_optimizer_s)
-            self.log.events.append(Event("host_optimizer", host, f"adam-s{s}r{r}", f"host step s{s}",
-                                         start, self.env.now, **meta))
+            yield from self.host_step(r, s, plan, meta)
         for t in plan.step_transfers_after:
             yield from self.copy(t, meta)
         yield from self.compute(gpu, "optimizer", f"{s}STEP{a.microbatch}", plan.optimizer_s,
                                 **meta)
+        if dp and plan.dp_sharded:
+            yield from self.collective(r, s, a.microbatch, plan, meta, "all_gather")
         done = self.bwd_done.get((r, s), 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self.step_end[(r, s, done // self.inp.microbatches - 1)] = self.env.now
-
-    def copy(self, t: Transfer, meta):
-        stream = "d2h" if t.dst.startswith("cpu") else "h2d"
-        yield from self.transfer(t.src, t.dst, t.nbytes, "swap_out" if stream == "d2h"
-                                 else "swap_in", t.label or f"{t.src}->{t.dst}", stream, **meta)
-
-    def allreduce(self, r, s, step_no, plan: StagePlan, meta):
-        """Ring all-reduce of the stage's gradients over its ``w`` replicas.
-
-        Time ``2(w-1)/w * bytes / ring bottleneck + 2(w-1) * max hop latency`` (the standard
-        ring bound), holding every link of the ring for that time.
-        """
-        key = (s, step_no)
-        group = self.collectives.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == self.inp.dp_width:
-            self.env.process(self.ring(s, plan.grad_bytes, group[0], meta))
-        start = self.env.now
-        yield group[0]
-        gpu = f"gpu{self.inp.placement[r][s]}"
-        self.log.events.append(Event("allreduce", gpu, "comm", f"allreduce s{s}", start,
-                                     self.env.now, nbytes=plan.grad_bytes, **{**meta,
-                                                                             "replica": r}))
-
-    def ring(self, s, nbytes, done: simpy.Event, meta):
-        topo, w = self.inp.topology, self.inp.dp_width
-        gpus = [f"gpu{self.inp.placement[r][s]}" for r in range(w)]
-        routes = [topo.route(gpus[i], gpus[(i + 1) % w]) for i in range(w)]
-        links = [lk for route in routes for lk in route]
-        bw = min(lk.bandwidth_Bps for lk in links)
-        lat = max(sum(lk.latency_s for lk in route) for route in routes)
-        dur = 2 * (w - 1) / w * nbytes / bw + 2 * (w - 1) * lat
-        yield from self.hold_links(links, dur)
-        done.succeed()
 
 
 def simulate(inp: SimInput) -> EventLog:

@@ -16,7 +16,9 @@ class Event:
     Attributes:
         kind: ``compute`` (F/B/I/W), ``recompute``, ``optimizer``, ``transfer`` (stage
             boundary send), ``allreduce`` (data-parallel gradient reduction), ``swap_out``,
-            ``swap_in``, ``stall`` (compute waiting for data that is late), ``chunk_move``.
+            ``swap_in``, ``stall`` (compute waiting for data that is late), ``chunk_move``,
+            ``reduce_scatter`` / ``all_gather`` (sharded data parallelism), ``host_optimizer``
+            (an optimizer step on the host CPU).
         device: the device it runs on (``gpu3``); for transfers the sending device.
         stream: ``compute``, ``send``, ``recv``, ``d2h``, ``h2d``, ``p2p`` or ``comm``.
         name: a short label: ``"2F5"``, ``"2F5 gpu1->gpu2"``, ``"allreduce s2"`` ...
@@ -57,7 +59,8 @@ class MemoryEvent:
         device: ``gpu3`` or a host ``cpu0``.
         delta_bytes: signed change in bytes.
         category: ``weights``, ``gradients``, ``optimizer``, ``activations``, ``buffers``,
-            ``swap`` (bytes parked on this device by another).
+            ``swap`` (bytes parked on this device by another), ``chunks`` (fetched chunks
+            and gradients on their way out), ``offload`` (model state in host DRAM).
         label: what it is, e.g. ``"stash 2F5"``.
     """
 

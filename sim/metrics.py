@@ -103,7 +103,7 @@ def compute_metrics(log: EventLog, *, stages: int, microbatches: int, synchronou
             moved["swap"] += e.nbytes * frac
         elif e.kind in ("transfer",):
             moved["comm"] += e.nbytes * frac
-        elif e.kind == "allreduce" and e.replica == 0:
+        elif e.kind in ("allreduce", "reduce_scatter", "all_gather") and e.replica == 0:
             moved["comm"] += e.nbytes * frac
     n = max(len(gpus), 1)
     bubble = 1.0 - (busy["compute"] + busy["recompute"]) / (n * span)

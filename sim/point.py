@@ -15,11 +15,14 @@ from sim.errors import InputError
 from sim.events import EventLog
 from sim.hardware.topology import Topology
 from sim.memory.base import StageContext
+from sim.memory.compose import note_host_capacity
+from sim.memory.estimate import host_link_sharers
 from sim.memory.registry import get_policy
 from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics, iterations_needed
 from sim.partition import partition, uniform_partition
 from sim.placement import place
+from sim.schedules.action import STEP, Program
 from sim.schedules.analysis import peak_in_flight
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
@@ -53,10 +56,13 @@ def make_schedule(name: str, stages: int, microbatches: int, *, file: str = "<ex
 
 
 def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule: Schedule,
-                   in_flight: list[int], exp: ExperimentConfig) -> list[list[StageContext]]:
+                   in_flight: list[int], exp: ExperimentConfig,
+                   program: Program | None = None) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]``."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
+    orders = _stage_orders(program, schedule.microbatches) if program else None
+    sharers = host_link_sharers(topo, [f"gpu{g}" for row in placement for g in row])
     out = []
     for r, row in enumerate(placement):
         ctxs = []
@@ -67,9 +73,20 @@ def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule
                 host=gpu.host, layers=trace.layers[edges[s]:edges[s + 1]],
                 in_flight=in_flight[s], weight_versions=schedule.weight_versions(s), state=sb,
                 dtype_bytes=dtype_bytes(trace.dtype), capacity_bytes=gpu.memory_bytes,
-                topology=topo))
+                topology=topo,
+                input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+                microbatches=schedule.microbatches, order=orders[s] if orders else (),
+                host_sharers=sharers.get(gpu.name, 1)))
         out.append(ctxs)
     return out
+
+
+def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
+    """Each rank's ops over one steady iteration (the middle one of the program)."""
+    its = max((a.microbatch // m for rank in program for a in rank if a.op != STEP), default=0)
+    it = (its + 1) // 2
+    return [tuple(a.op for a in rank if a.op != STEP and a.microbatch // m == it)
+            for rank in program]
 
 
 def choose_boundaries(topo: Topology, trace: Trace, schedule: Schedule, in_flight: list[int],
@@ -114,7 +131,7 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
                          f"{len(base_trace.layers)} layers", file=file, field="sweep.stages")
     try:
         policy = get_policy(point.memory_policy)
-    except KeyError as exc:
+    except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
     trace = base_trace.scaled_to_microbatch(point.microbatch_size)
     iterations = exp.training.iterations or iterations_needed(
@@ -127,8 +144,15 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
     except InputError as exc:
         exc.file = exc.file or file
         raise
-    contexts = stage_contexts(topo, trace, boundaries, placement, schedule, in_flight, exp)
-    plans = tuple(tuple(policy.plan_all(row)) for row in contexts)
+    contexts = stage_contexts(topo, trace, boundaries, placement, schedule, in_flight, exp,
+                              program)
+    flat_ctx = [c for row in contexts for c in row]
+    try:
+        flat = note_host_capacity(flat_ctx, policy.plan_all(flat_ctx))
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
+    plans = tuple(tuple(flat[r * point.stages:(r + 1) * point.stages])
+                  for r in range(len(contexts)))
     if not exp.training.optimizer_step:
         from dataclasses import replace
         plans = tuple(tuple(replace(p, optimizer_s=0.0) for p in row) for row in plans)
@@ -162,5 +186,16 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
                               synchronous=res.schedule.synchronous,
                               samples_per_step=p.microbatches * p.microbatch_size * p.dp_width)
     log.meta.update(boundaries=list(res.boundaries), placement=[list(r) for r in res.placement],
-                    schedule=p.schedule, microbatches=p.microbatches)
+                    schedule=p.schedule, microbatches=p.microbatches,
+                    policy_notes=policy_notes(res))
     return metrics, log
+
+
+def policy_notes(res: Resolved) -> dict:
+    """The memory policy's notes per stage (replica 0; other replicas when they differ)."""
+    out: dict = {"policy": res.point.memory_policy}
+    for r, row in enumerate(res.sim_input.plans):
+        for s, plan in enumerate(row):
+            if plan.notes and (r == 0 or plan.notes != res.sim_input.plans[0][s].notes):
+                out[f"s{s}" if r == 0 else f"r{r}s{s}"] = plan.notes
+    return out

@@ -47,6 +47,8 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     from sim.report.tables import summary_table
 
     ok = df[df["error"].fillna("") == ""]
+    if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
+        written += _memory_summary(ok, out, plots, console)
     code = 0
     for i, model in enumerate(exp.models):
         console.print(summary_table(ok[ok["model"] == model.name], top=5))
@@ -71,6 +73,18 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
                       f"peak {winner['peak_memory_bytes'] / 2**30:.2f} GiB", highlight=False)
     _print_paths(console, written, t0)
     return code
+
+
+def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
+    """Largest model per policy and fastest policy per model: table, CSV and two plots."""
+    from sim.report.memory_summary import write_memory_summary
+
+    table, written = write_memory_summary(df, out, plots)
+    console.print("[bold]Memory policies[/]: best fitting samples/s per model and policy; "
+                  "last row: the largest model that fits per policy")
+    console.print(table.to_string(float_format=lambda v: f"{v:,.2f}", na_rep="—"),
+                  highlight=False, soft_wrap=True)
+    return written
 
 
 def _write_winner(exp, prep, points, winner: dict, path: Path, out: Path,

@@ -21,6 +21,7 @@ from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
+from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, resolve
 from sim.trace.loader import load_trace
@@ -66,21 +67,17 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     sw = exp.sweep
     for i, name in enumerate(as_list(sw.schedule)):
         make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
-    for i, name in enumerate(as_list(sw.memory_policy)):
-        try:
-            get_policy(name)
-        except KeyError as exc:
-            raise InputError(str(exc.args[0]), file=file, field=f"sweep.memory_policy.{i}") from None
+    policies = _policy_axis(exp, file)
     points, skipped = [], []
     for _mi, model in enumerate(exp.models):
         gb = model.global_batch or exp.training.global_batch
         mbs = as_list(model.microbatch_size if model.microbatch_size is not None
                       else sw.microbatch_size)
         axes = itertools.product(as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width),
-                                 mbs, as_list(sw.memory_policy))
+                                 mbs, policies)
         for sched, p, w, b, policy in axes:
             desc = f"{model.name} {sched} p={p} w={w} b={b} {policy}"
-            reason = _invalid(prep, model.name, sched, p, w, b, gb)
+            reason = _invalid(prep, model.name, sched, p, w, b, gb) or _stage_count(policy, p)
             if reason:
                 skipped.append((desc, reason))
                 continue
@@ -94,6 +91,39 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         raise InputError("no valid configuration in the grid: " + "; ".join(reasons[:5]),
                          file=file, field="sweep")
     return points, skipped
+
+
+def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
+    """The memory-policy specs of the grid, validated (``options.stage_policies`` makes one
+    per-stage spec).
+
+    Raises:
+        InputError: an unknown policy or bad parameter, naming the field.
+    """
+    per_stage = exp.options.stage_policies
+    if per_stage is not None:
+        if "memory_policy" in exp.sweep.model_fields_set:
+            raise InputError("set either sweep.memory_policy or options.stage_policies, not both",
+                             file=file, field="options.stage_policies")
+        specs, field = list(per_stage), "options.stage_policies"
+    else:
+        specs, field = as_list(exp.sweep.memory_policy), "sweep.memory_policy"
+    for i, spec in enumerate(specs):
+        if SEPARATOR in spec and per_stage is not None:
+            raise InputError("one policy per entry ('|' joins stages only in "
+                             "sweep.memory_policy)", file=file, field=f"{field}.{i}")
+        try:
+            get_policy(spec)
+        except (KeyError, ValueError) as exc:
+            raise InputError(str(exc.args[0]), file=file, field=f"{field}.{i}") from None
+    return [SEPARATOR.join(specs)] if per_stage is not None else specs
+
+
+def _stage_count(policy: str, p: int) -> str:
+    n = policy.count(SEPARATOR) + 1
+    if n > 1 and n != p:
+        return f"memory policy {policy!r} names {n} stages but this point has {p}"
+    return ""
 
 
 def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb: int) -> str:

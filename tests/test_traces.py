@@ -407,6 +407,10 @@ def test_load_trace_unknown_lists_available():
         ("gpt2-1.5b", 50, 1_638_022_400),
         ("bert-large", 26, 367_480_636),
         ("gpt-5b", 46, 5_296_521_216),
+        ("gpt2-1b", 22, 1_215_119_360),
+        ("gpt3-10b", 52, 10_484_899_840),
+        ("gpt-ds-20b", 27, 20_967_137_280),
+        ("gpt-ds-40b", 52, 41_102_458_880),
     ],
 )
 def test_shipped_traces(name, layers, params):
@@ -423,4 +427,25 @@ def test_shipped_files_match_regeneration(tmp_path):
         fresh, shipped = read_trace(csv), load_trace(csv.stem)
         prov = dict(shipped.provenance, date="1970-01-01")
         assert fresh == replace(shipped, provenance=prov), csv.stem
-    assert len(list(tmp_path.glob("*.yaml"))) == 5
+    assert len(list(tmp_path.glob("*.yaml"))) == 12
+
+
+def test_attention_core_fields_for_selective_recompute(tmp_path):
+    """Blocks carry the 5as^2b stash and 4bs^2h FLOPs of the attention core; other layers and
+    traces without the columns read back as None."""
+    b, s, h, a = 2, 128, 64, 4
+    t = transformer_trace("gpt", name="t", layers=1, hidden=h, heads=a, seq_len=s, vocab=100,
+                          microbatch_size=b, gpu_model="x", peak_flops=1e12)
+    block = t.layers[1]
+    assert block.attn_core_act_bytes == 5 * a * s * s * b
+    assert block.attn_core_flops == 4 * b * s * s * h
+    assert t.layers[0].attn_core_act_bytes is None
+    assert t.scaled_to_microbatch(4).layers[1].attn_core_act_bytes == 10 * a * s * s * b
+    write_trace(t, tmp_path / "t")
+    assert "attn_core_act_bytes" in (tmp_path / "t.csv").read_text().splitlines()[0]
+    assert read_trace(tmp_path / "t.csv") == t
+    plain = Trace("u", (LayerProfile("l0", 1.0, 2.0, 3.0, 4.0, 5.0),), 1, "fp16", "x",
+                  {"source": "test"})
+    write_trace(plain, tmp_path / "u")
+    assert "attn_core" not in (tmp_path / "u.csv").read_text()
+    assert read_trace(tmp_path / "u.csv").layers[0].attn_core_flops is None

@@ -2,12 +2,15 @@
 
 A policy sees every stage at once (:meth:`MemoryPolicy.plan_all`), because some decisions are
 cross-stage (MPress places one GPU's activations in another GPU's spare memory). Most policies
-only override :meth:`MemoryPolicy.plan` for one stage.
+only override :meth:`MemoryPolicy.plan` for one stage. Cross-stage policies also receive the
+plans other policies already made for the remaining stages (``fixed``, when policies are chosen
+per stage), so they know what those GPUs hold.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -36,6 +39,13 @@ class StageContext:
         dtype_bytes: bytes per element of the training dtype.
         capacity_bytes: the GPU's memory capacity.
         topology: the server.
+        input_bytes: bytes of the activation the stage receives per micro-batch (0 on stage 0).
+        microbatches: micro-batches per iteration (m).
+        order: the stage's ops (``"F"``, ``"B"``, ``"I"``, ``"W"``) in program order over one
+            iteration, for policies that plan by access order (chunks).
+        host_sharers: GPUs of the configuration whose route to their host crosses the same
+            bottleneck link as this GPU's (2 on DGX-1 when both GPUs behind one PCIe switch
+            run stages); planning assumes their host copies split it.
     """
 
     stage: int
@@ -51,6 +61,10 @@ class StageContext:
     dtype_bytes: int
     capacity_bytes: float
     topology: Topology
+    input_bytes: float = 0.0
+    microbatches: int = 1
+    order: tuple[str, ...] = ()
+    host_sharers: int = 1
 
     @property
     def params(self) -> float:
@@ -66,10 +80,28 @@ class StageContext:
     def fwd_s(self) -> float:
         return sum(layer.fwd_s for layer in self.layers)
 
+    @property
+    def bwd_s(self) -> float:
+        return sum(layer.bwd_s for layer in self.layers)
+
+    @property
+    def out_bytes(self) -> float:
+        """Bytes sent to the next stage per micro-batch (0 on the last stage)."""
+        return self.layers[-1].out_bytes if self.stage < self.stages - 1 else 0.0
+
+    @property
+    def layer_inputs(self) -> tuple[float, ...]:
+        """Bytes of each layer's input: the stage input, then each layer's predecessor's output."""
+        return (self.input_bytes,) + tuple(x.out_bytes for x in self.layers[:-1])
+
+    @property
+    def gpu_index(self) -> int:
+        return int(self.gpu[3:])
+
     def resident_plan(self, **changes) -> StagePlan:
         """The plan with everything on the GPU (policy ``none``), with ``changes`` applied."""
         p = self.params
-        gpu = self.topology.gpu(int(self.gpu[3:]))
+        gpu = self.topology.gpu(self.gpu_index)
         base = dict(
             act_bytes=self.act_bytes,
             resident_act_bytes=self.act_bytes,
@@ -87,9 +119,32 @@ class MemoryPolicy(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    cross_stage: ClassVar[bool] = False
+    """True when a stage's plan depends on the other stages' (peers' spare memory)."""
 
-    def plan_all(self, contexts: list[StageContext]) -> list[StagePlan]:
-        """Plans for every stage replica, in the order of ``contexts``."""
+    spec: str = ""
+    """The ``memory_policy`` string this instance was built from (set by the registry)."""
+
+    @classmethod
+    def from_args(cls, args: list[str]) -> MemoryPolicy:
+        """An instance from the parameters after the name (``recompute:full:4`` -> ``["full",
+        "4"]``).
+
+        Raises:
+            ValueError: a parameter is not understood (the message says what is expected).
+        """
+        if args:
+            raise ValueError(f"policy {cls.name!r} takes no parameters, got {':'.join(args)!r}")
+        return cls()
+
+    def plan_all(self, contexts: list[StageContext],
+                 fixed: Sequence[tuple[StageContext, StagePlan]] = ()) -> list[StagePlan]:
+        """Plans for every stage replica, in the order of ``contexts``.
+
+        Args:
+            contexts: the stage replicas this policy plans.
+            fixed: ``(context, plan)`` of stage replicas planned by other policies.
+        """
         return [self.plan(ctx) for ctx in contexts]
 
     @abstractmethod

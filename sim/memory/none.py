@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.compose import describe
 from sim.memory.plan import StagePlan
 
 
@@ -13,4 +14,4 @@ class NoPolicy(MemoryPolicy):
     description = "everything resident on the GPU"
 
     def plan(self, ctx: StageContext) -> StagePlan:
-        return ctx.resident_plan()
+        return describe(ctx, ctx.resident_plan(), "everything resident", 0.0)

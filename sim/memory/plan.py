@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+SwapParts = tuple[tuple[str, float], ...]
+"""``((node, bytes), ...)``: where the swapped bytes of one micro-batch go."""
+
 
 @dataclass(frozen=True)
 class Transfer:
@@ -30,6 +33,9 @@ class StagePlan:
         resident_act_bytes: bytes of the stash that stay on the GPU between F and B.
         swap_bytes: bytes copied to ``swap_target`` after F and back before B.
         swap_target: node that holds swapped bytes (``cpu0`` or ``gpu5``); None if no swap.
+        swap_targets: striped swap, ``((node, bytes), ...)``: the swapped bytes of a
+            micro-batch split over several nodes (peer GPUs, a host), each part copied in
+            parallel on its own route. Overrides ``swap_target``; ``swap_bytes`` is their sum.
         recompute_s: seconds of recompute placed on the compute stream before each B.
         weight_bytes: GPU bytes of weights (all versions).
         grad_bytes: GPU bytes of gradient buffers.
@@ -41,6 +47,18 @@ class StagePlan:
         step_transfers_after: copies done at the step after it.
         fetch_bytes: bytes fetched to the GPU before each F and each B (chunks on demand).
         fetch_source: node fetched from.
+        fetch_live_bytes: bytes of fetched chunks on the GPU at once while an action runs
+            (chunks stream through a staging area); None means all of ``fetch_bytes``.
+        transient_bytes: bytes of the dropped (recomputed) activations live at once, during
+            F and during the recompute before B; None means all of :attr:`recompute_bytes`
+            (stage-granular checkpointing). Per-layer checkpointing rebuilds one layer at a
+            time: its largest layer's dropped bytes.
+        writeback_bytes: bytes copied from the GPU to ``fetch_source`` after each B (or W):
+            gradients of chunks that do not stay on the GPU. The optimizer step waits for them.
+        dp_sharded: with data parallelism, gradients are reduce-scattered before the optimizer
+            step and the updated parameters all-gathered after it (ZeRO-style sharding of
+            optimizer state), instead of one all-reduce before it.
+        dp_grad_bytes: bytes of the data-parallel gradient reduction (default ``grad_bytes``).
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -59,12 +77,51 @@ class StagePlan:
     step_transfers_after: tuple[Transfer, ...] = ()
     fetch_bytes: float = 0.0
     fetch_source: str | None = None
-    notes: dict = field(default_factory=dict)
+    fetch_live_bytes: float | None = None
+    swap_targets: SwapParts = ()
+    transient_bytes: float | None = None
+    writeback_bytes: float = 0.0
+    dp_sharded: bool = False
+    dp_grad_bytes: float | None = None
+    notes: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.swap_targets:
+            total = sum(b for _, b in self.swap_targets)
+            if self.swap_bytes and abs(total - self.swap_bytes) > 1e-6 * max(total, 1.0):
+                raise ValueError(f"swap_bytes {self.swap_bytes} != sum of swap_targets {total}")
+            object.__setattr__(self, "swap_bytes", total)
+
+    @property
+    def swap_parts(self) -> SwapParts:
+        """Where one micro-batch's swapped bytes go: ``swap_targets`` or ``swap_target``."""
+        if self.swap_targets:
+            return tuple((n, b) for n, b in self.swap_targets if b > 0)
+        if self.swap_bytes > 0 and self.swap_target:
+            return ((self.swap_target, self.swap_bytes),)
+        return ()
 
     @property
     def recompute_bytes(self) -> float:
         """Bytes dropped after F and rebuilt by recompute before B."""
         return max(0.0, self.act_bytes - self.resident_act_bytes - self.swap_bytes)
+
+    @property
+    def rebuild_bytes(self) -> float:
+        """Dropped bytes live at once during F and the recompute (see ``transient_bytes``)."""
+        if self.transient_bytes is None:
+            return self.recompute_bytes
+        return min(self.transient_bytes, self.recompute_bytes)
+
+    @property
+    def fetch_live(self) -> float:
+        """Bytes of fetched chunks on the GPU during an action."""
+        return self.fetch_bytes if self.fetch_live_bytes is None else self.fetch_live_bytes
+
+    @property
+    def fwd_alloc_bytes(self) -> float:
+        """Bytes a forward allocates: the kept and swapped stash plus the transient."""
+        return self.act_bytes - self.recompute_bytes + self.rebuild_bytes
 
     @property
     def static_gpu_bytes(self) -> float:

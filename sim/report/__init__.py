@@ -16,13 +16,16 @@ from sim.report.tables import rank_results, summary_table
 
 __all__ = [
     "dumps_chrome_trace",
+    "memory_summary",
     "memory_timeline",
     "peak_by_category",
     "peak_by_device",
     "plot_gantt",
+    "plot_max_model_per_policy",
     "plot_memory_per_gpu",
     "plot_memory_timeline",
     "plot_throughput",
+    "plot_throughput_vs_size",
     "rank_results",
     "summary_table",
     "to_chrome_trace",
@@ -34,6 +37,9 @@ _LAZY = {
     "plot_memory_per_gpu": "sim.report.memory_plots",
     "plot_memory_timeline": "sim.report.memory_plots",
     "plot_throughput": "sim.report.plots",
+    "memory_summary": "sim.report.memory_summary",
+    "plot_max_model_per_policy": "sim.report.memory_summary",
+    "plot_throughput_vs_size": "sim.report.memory_summary",
 }
 
 

@@ -26,6 +26,8 @@ CATEGORY_COLORS = {
     "activations": "#d62728",
     "buffers": "#9467bd",
     "swap": "#8c564b",
+    "chunks": "#bcbd22",
+    "offload": "#17becf",
 }
 """Fill colour of each memory category; other categories are grey."""
 

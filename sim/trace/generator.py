@@ -18,6 +18,9 @@ Transformer block (no tensor/sequence parallelism):
   ``d*((8 + 2f)*sbh + 2*a*s^2*b) + 2*sbh + a*s^2*b`` (16-bit tensors scale with ``d``; the three
   dropout masks stay 1 byte per element).
 * ``out_bytes`` ``s*b*h*d`` (the hidden state sent to the next stage).
+* ``attn_core_act_bytes`` ``(2d + 1)*a*s^2*b`` (= ``5as^2b`` at 16 bit: softmax output, dropout
+  mask, dropout output) and ``attn_core_flops`` ``4*b*s^2*h``: what selective recompute drops
+  and repeats (Korthikanti et al., memory.md §2, §5.1).
 
 Embedding layer: word + position embeddings (BERT also token-type embeddings and a LayerNorm).
 It is memory-bound, so its time is bytes moved / HBM bandwidth: forward reads the looked-up rows
@@ -44,6 +47,8 @@ from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 SOURCES = {
     "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
     "block_act_bytes": "Korthikanti et al. arXiv:2205.05198 Table 2 (memory.md §2): sbh(34 + 5as/h)",
+    "attn_core": "selective recompute: attention core stashes 5as^2b bytes, costs 4bs^2h FLOPs "
+                 "(Korthikanti et al. arXiv:2205.05198)",
     "block_params": "12h^2 + 13h: QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, 2 LayerNorm 4h",
     "bwd": "backward = 2 x forward FLOPs; W = GEMM FLOPs, I = rest (Qi et al. arXiv:2401.10241)",
     "embedding": "time = bytes moved / HBM bandwidth; act 8sb + sbh (Megatron theoretical_memory_usage.py)",
@@ -76,6 +81,18 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
         "seq_len": 1024,
         "vocab": 50257,
     },
+    **{name: {"kind": "gpt", "hidden": h, "seq_len": s, "layers": L, "heads": a, "vocab": 50257}
+       for name, (h, s, L, a) in {
+           # PatrickStar's GPT configs (Tencent/PatrickStar@2384535 examples/model_builder.py,
+           # hidden/seq/layers/heads; memory.md §5.4), GPT-2 vocabulary.
+           "gpt2-1b": (2048, 1024, 20, 16),
+           "gpt2-4b": (2304, 1024, 64, 16),
+           "gpt3-8b": (3072, 1024, 72, 16),
+           "gpt3-10b": (4096, 1024, 50, 16),
+           "gpt3-18b": (4096, 1024, 90, 16),
+           "gpt-ds-20b": (8192, 1024, 25, 16),
+           "gpt-ds-40b": (8192, 1024, 50, 16),
+       }.items()},
 }
 
 V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps": 900e9}
@@ -99,6 +116,12 @@ def block_act_bytes(
     """Bytes a block stashes for backward: ``sbh(34 + 5as/h)`` at 16 bit, f=4 (Korthikanti)."""
     sbh, as2b = s * b * h, a * s * s * b
     return float(elem_bytes * ((8 + 2 * ffn_mult) * sbh + 2 * as2b) + 2 * sbh + as2b)
+
+
+def attn_core_act_bytes(b: int, s: int, a: int, elem_bytes: int = 2) -> float:
+    """Bytes of the attention core's stash: softmax output and dropout output (``elem_bytes``
+    each) and the dropout mask (1 byte) per score, ``5*a*s^2*b`` at 16 bit (Korthikanti)."""
+    return float((2 * elem_bytes + 1) * a * s * s * b)
 
 
 def _check(kind: str, **ints: int) -> None:
@@ -162,6 +185,8 @@ def _block(i: int, b: int, s: int, h: int, a: int, f: int, d: int, rate: float) 
         bwd_input_s=(2 * flops - gemm) / rate,
         bwd_weight_s=gemm / rate,
         flops=flops,
+        attn_core_act_bytes=attn_core_act_bytes(b, s, a, d),
+        attn_core_flops=float(4 * b * s * s * h),
     )
 
 

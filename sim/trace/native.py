@@ -4,9 +4,11 @@ A trace named ``gnmt16`` is two files side by side:
 
 ``gnmt16.csv``
     One row per layer, input side first, with the header
-    ``name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes,bwd_input_s,bwd_weight_s,flops``.
-    Units are in the column names: seconds and bytes for one micro-batch; ``flops`` is forward
-    FLOPs per micro-batch. The last three columns are optional: leave the cell empty.
+    ``name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes,bwd_input_s,bwd_weight_s,flops``, and
+    optionally ``attn_core_act_bytes,attn_core_flops`` (the attention core's stash and forward
+    FLOPs, for selective recompute). Units are in the column names: seconds and bytes for one
+    micro-batch; ``flops`` is forward FLOPs per micro-batch. Every column after ``out_bytes`` is
+    optional: leave the cell empty (or, for the last two, omit the column).
 ``gnmt16.yaml``
     ``name``, ``microbatch_size``, ``dtype``, ``device`` and ``provenance`` (a mapping with at
     least ``source``; by convention also ``command``, ``date`` and ``notes``). Unknown top-level
@@ -44,8 +46,12 @@ COLUMNS = (
     "bwd_input_s",
     "bwd_weight_s",
     "flops",
+    "attn_core_act_bytes",
+    "attn_core_flops",
 )
 REQUIRED = COLUMNS[:6]
+EXTRA = COLUMNS[9:]
+"""Optional columns written only when some layer has a value (selective-recompute inputs)."""
 SIDECAR_KEYS = ("name", "microbatch_size", "dtype", "device", "provenance")
 
 
@@ -113,9 +119,11 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
             raise ValueError(f"row {i} (layer {layer.name!r}): {'; '.join(layer.problems())}")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    cols = [c for c in COLUMNS if c not in EXTRA
+            or any(getattr(layer, c) is not None for layer in trace.layers)]
+    w.writerow(cols)
     for layer in trace.layers:
-        w.writerow([layer.name] + [_fmt(getattr(layer, c)) for c in COLUMNS[1:]])
+        w.writerow([layer.name] + [_fmt(getattr(layer, c)) for c in cols[1:]])
     side = {
         "name": trace.name,
         "microbatch_size": trace.microbatch_size,

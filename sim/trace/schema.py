@@ -17,6 +17,14 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+OPTIONAL_FIELDS = ("bwd_input_s", "bwd_weight_s", "flops", "attn_core_act_bytes",
+                   "attn_core_flops")
+"""Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
+
+
+def _scaled(v: float | None, k: float) -> float | None:
+    return None if v is None else v * k
+
 
 @dataclass(frozen=True)
 class LayerProfile:
@@ -33,6 +41,11 @@ class LayerProfile:
         bwd_input_s: optional input-gradient part of ``bwd_s`` (zero-bubble "I").
         bwd_weight_s: optional weight-gradient part of ``bwd_s`` (zero-bubble "W").
         flops: optional forward FLOPs per micro-batch.
+        attn_core_act_bytes: optional part of ``act_bytes`` stashed by the attention core
+            (softmax output, its dropout mask and the dropout output: the ``5*a*s^2*b`` term of
+            Korthikanti et al.), which selective recompute drops (memory.md §2, §5.1).
+        attn_core_flops: optional forward FLOPs of the attention core (``4*b*s^2*h``: scores
+            and attention over V), the part selective recompute repeats.
     """
 
     name: str
@@ -44,6 +57,8 @@ class LayerProfile:
     bwd_input_s: float | None = None
     bwd_weight_s: float | None = None
     flops: float | None = None
+    attn_core_act_bytes: float | None = None
+    attn_core_flops: float | None = None
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``; empty when the layer is valid."""
@@ -54,7 +69,7 @@ class LayerProfile:
                 out.append(f"{name}: missing or not a number")
             elif v < 0 or math.isinf(v):
                 out.append(f"{name}: must be a finite number >= 0, got {v}")
-        for name in ("bwd_input_s", "bwd_weight_s", "flops"):
+        for name in OPTIONAL_FIELDS:
             v = getattr(self, name)
             if v is not None and (math.isnan(v) or v < 0 or math.isinf(v)):
                 out.append(f"{name}: must be a finite number >= 0, got {v}")
@@ -111,9 +126,11 @@ class Trace:
                 bwd_s=layer.bwd_s * k,
                 act_bytes=layer.act_bytes * k,
                 out_bytes=layer.out_bytes * k,
-                bwd_input_s=None if layer.bwd_input_s is None else layer.bwd_input_s * k,
-                bwd_weight_s=None if layer.bwd_weight_s is None else layer.bwd_weight_s * k,
-                flops=None if layer.flops is None else layer.flops * k,
+                bwd_input_s=_scaled(layer.bwd_input_s, k),
+                bwd_weight_s=_scaled(layer.bwd_weight_s, k),
+                flops=_scaled(layer.flops, k),
+                attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k),
+                attn_core_flops=_scaled(layer.attn_core_flops, k),
             )
             for layer in self.layers
         )
@@ -131,7 +148,8 @@ class Trace:
         k = dtype_bytes(dtype) / dtype_bytes(self.dtype)
         layers = tuple(
             replace(layer, param_bytes=layer.param_bytes * k, act_bytes=layer.act_bytes * k,
-                    out_bytes=layer.out_bytes * k)
+                    out_bytes=layer.out_bytes * k,
+                    attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k))
             for layer in self.layers
         )
         prov = dict(self.provenance)

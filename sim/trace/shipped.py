@@ -6,7 +6,9 @@ writes, in pipesim's native format with provenance sidecars:
 * ``gnmt16``: GNMT-16 from PipeDream's ``gnmt_large/graph.txt`` (micro-batch 64, fp32, as profiled);
 * ``vgg16``: VGG-16 from PipeDream's ``vgg16/graph.txt`` (micro-batch 128, fp32, as profiled);
 * ``gpt2-1.5b``, ``bert-large``, ``gpt-5b``: analytic, micro-batch 1, fp16, on a V100-SXM2
-  modelled as 125 TFLOPS dense fp16 at efficiency 0.5 and 900 GB/s HBM (hardware.md §1).
+  modelled as 125 TFLOPS dense fp16 at efficiency 0.5 and 900 GB/s HBM (hardware.md §1);
+* ``gpt2-1b`` ... ``gpt-ds-40b``: the same, with the GPT shapes of PatrickStar's benchmarks
+  (:data:`PATRICKSTAR_SHIPPED`).
 
 The PipeDream sources are read from ``<traces>/pipedream/<model>/graph.txt`` (copies of
 msr-fiddle/pipedream@7db6a1c, MIT).
@@ -27,6 +29,9 @@ from sim.trace.schema import Trace
 COMMAND = "python traces/make_traces.py"
 PIPEDREAM_SHIPPED = {"gnmt16": "gnmt_large", "vgg16": "vgg16"}
 GENERATED_SHIPPED = ("gpt2-1.5b", "bert-large", "gpt-5b")
+PATRICKSTAR_SHIPPED = ("gpt2-1b", "gpt2-4b", "gpt3-8b", "gpt3-10b", "gpt3-18b", "gpt-ds-20b",
+                       "gpt-ds-40b")
+"""GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
 
 
 def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
@@ -44,13 +49,16 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
         t = read_pipedream(base / model / "graph.txt", name=name)
         prov = dict(t.provenance, file=f"traces/pipedream/{model}/graph.txt")
         out.append(replace(t, provenance=prov))
-    for name in GENERATED_SHIPPED:
+    for name in GENERATED_SHIPPED + PATRICKSTAR_SHIPPED:
         t = preset_trace(name, microbatch_size=1, dtype="fp16", efficiency=0.5, **V100_SXM2)
         prov = dict(t.provenance)
         prov["notes"] += (
             " Device model: V100-SXM2, 125 TFLOPS dense fp16 tensor peak, efficiency "
             "0.5, 900 GB/s HBM2 (hardware.md §1)."
         )
+        if name in PATRICKSTAR_SHIPPED:
+            prov["shape_source"] = ("Tencent/PatrickStar@2384535 examples/model_builder.py "
+                                    "(hidden/seq/layers/heads; memory.md §5.4)")
         out.append(replace(t, provenance=prov))
     return out
 

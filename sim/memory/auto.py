@@ -1,0 +1,145 @@
+"""Policy ``auto``: per stage, the cheapest combination of the other policies that fits.
+
+MPress's holistic choice and vPipe's per-layer swap/recompute plan, with the estimates of
+:mod:`sim.memory.estimate`. For every stage replica:
+
+1. **Local options**: model states on the GPU, on the host (ZeRO-Offload) or in chunks
+   (PatrickStar); for the first two, every recompute choice with the smallest host swap that
+   fits (:mod:`sim.memory.search`); for chunks, keep / selective / full recompute. Each option
+   has an estimated cost, the seconds it adds per iteration (recompute, exposed copies, the host
+   optimizer step, which the stages of one socket run one after another).
+2. The cheapest option that fits its GPU's budget is taken (if none fits: the smallest peak,
+   and the notes say it does not fit).
+3. **D2D pass** (MPress): stages that still pay something, costliest first, try parking their
+   stash on NVLink peers' spare memory instead; taken when cheaper.
+4. **Host DRAM**: while a socket's planned bytes (offloaded states and swapped stashes) exceed
+   its DRAM, the stage on it with the cheapest alternative that uses less host memory switches.
+
+Notes per stage: the choice, GiB saved, ms added per iteration, the runner-up and how many
+options were considered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.chunked import chunk_states
+from sim.memory.compose import activation_plan, describe, ms, note_reservations
+from sim.memory.estimate import (
+    HEADROOM,
+    SWAP_LIVE,
+    budget_bytes,
+    host_bytes,
+    incoming_bytes,
+    planned_peak_bytes,
+    spare_bytes,
+)
+from sim.memory.peers import nvlink_peers, stripe
+from sim.memory.plan import StagePlan
+from sim.memory.search import Option, best_option, option, stash_choices
+from sim.memory.stash import stash
+from sim.memory.zero_offload import offload_states
+
+CHUNK_ELEMS = 64 * 2**20
+
+
+class AutoPolicy(MemoryPolicy):
+    """Pick, per stage, the cheapest plan that fits (module doc)."""
+
+    name = "auto"
+    description = "per stage, the cheapest fitting mix of recompute, swap, d2d, offload, chunks"
+    cross_stage = True
+
+    def plan(self, ctx: StageContext) -> StagePlan:
+        return self.plan_all([ctx])[0]
+
+    def plan_all(self, contexts: list[StageContext],
+                 fixed: Sequence[tuple[StageContext, StagePlan]] = ()) -> list[StagePlan]:
+        per_host: dict[str, int] = {}
+        for c in contexts:
+            per_host[c.host] = per_host.get(c.host, 0) + 1
+        options = [self.options(c, per_host[c.host]) for c in contexts]
+        chosen = [opts[0] for opts in options]
+        self.d2d_pass(contexts, chosen, fixed)
+        self.host_pass(contexts, chosen, options)
+        plans = [self.describe(c, ch, opts)
+                 for c, ch, opts in zip(contexts, chosen, options, strict=True)]
+        return note_reservations(contexts, plans, fixed)
+
+    def options(self, ctx: StageContext, on_host: int) -> list[Option]:
+        """Every local option of a stage, best first."""
+        out = []
+        offload, off_s = offload_states(ctx, ctx.resident_plan())
+        off_s += (on_host - 1) * offload.host_optimizer_s
+        resident = ctx.resident_plan()
+        for tag, base, extra in (("gpu", resident, 0.0), ("zero_offload", offload, off_s)):
+            for st in stash_choices(ctx):
+                o = option(ctx, st, base, extra_s=extra)
+                out.append(Option(o.plan, f"{tag} states, {o.label}", o.added_s, o.peak_bytes,
+                                  o.fits, tag, extra))
+        for st in (stash(ctx), stash(ctx, selective=True), stash(ctx, full=range(len(ctx.layers)))):
+            act = activation_plan(ctx, st)
+            plan, added, _ = chunk_states(ctx, act, CHUNK_ELEMS)
+            added += ctx.microbatches * st.recompute_s + (on_host - 1) * plan.host_optimizer_s
+            peak = planned_peak_bytes(plan, ctx)
+            out.append(Option(plan, f"chunked states, {st.label}", added, peak,
+                              peak <= budget_bytes(ctx), "chunked", added))
+        return sorted(out, key=lambda o: o.key)
+
+    def d2d_pass(self, contexts, chosen: list[Option], fixed) -> None:
+        job = {c.gpu for c in contexts} | {c.gpu for c, _ in fixed}
+        for i in sorted(range(len(contexts)), key=lambda i: -chosen[i].added_s):
+            ctx, cur = contexts[i], chosen[i]
+            if cur.added_s <= 0 or cur.state == "chunked" or ctx.in_flight <= SWAP_LIVE:
+                continue
+            base = ctx.resident_plan()
+            if cur.state == "zero_offload":
+                base = offload_states(ctx, base)[0]
+            pairs = list(fixed) + [(c, o.plan) for j, (c, o)
+                                   in enumerate(zip(contexts, chosen, strict=True)) if j != i]
+            reserved = incoming_bytes(pairs).get(ctx.gpu, 0.0)
+            need = (planned_peak_bytes(activation_plan(ctx, stash(ctx), (), base), ctx)
+                    + reserved - budget_bytes(ctx))
+            n = ctx.in_flight
+            room = {g: max(0.0, s) / n for g, s in spare_bytes(pairs).items()}
+            parts = stripe(min(ctx.act_bytes, need / (n - SWAP_LIVE)), nvlink_peers(ctx, job),
+                           room)
+            if not parts:
+                continue
+            o = best_option(ctx, base, parts, extra_s=cur.state_s, reserved=reserved)
+            if o.fits and o.added_s < cur.added_s - 1e-9:
+                label = f"{cur.state} states, d2d + {o.label}"
+                chosen[i] = Option(o.plan, label, o.added_s, o.peak_bytes, True, cur.state,
+                                   cur.state_s)
+
+    def host_pass(self, contexts, chosen: list[Option], options: list[list[Option]]) -> None:
+        """Switch stages until every socket's DRAM holds its plans (or no switch helps: then
+        :func:`~sim.memory.compose.note_host_capacity` marks them)."""
+        topo = contexts[0].topology if contexts else None
+        for host in sorted({c.host for c in contexts}):
+            cap = topo.host(host).dram_bytes * (1 - HEADROOM)
+            idx = [i for i, c in enumerate(contexts) if c.host == host]
+            while sum(host_bytes(contexts[i], chosen[i].plan) for i in idx) > cap:
+                best = None
+                inc = incoming_bytes([(c, o.plan) for c, o in zip(contexts, chosen, strict=True)])
+                for i in idx:
+                    have = host_bytes(contexts[i], chosen[i].plan)
+                    room = budget_bytes(contexts[i]) - inc.get(contexts[i].gpu, 0.0)
+                    for o in options[i]:
+                        saved = have - host_bytes(contexts[i], o.plan)
+                        if o.fits and o.peak_bytes <= room and saved > 0:
+                            score = (o.added_s - chosen[i].added_s) / saved
+                            if best is None or score < best[0]:
+                                best = (score, i, o)
+                if best is None:
+                    break
+                chosen[best[1]] = best[2]
+
+    def describe(self, ctx: StageContext, ch: Option, opts: list[Option]) -> StagePlan:
+        fitting = [o for o in opts if o.fits and o.label != ch.label]
+        runner = fitting[0] if fitting else None
+        return describe(ctx, ch.plan, ch.label, ch.added_s, options=len(opts),
+                        fitting_options=sum(o.fits for o in opts),
+                        runner_up=runner.label if runner else None,
+                        runner_up_added_ms=ms(runner.added_s) if runner else None)

@@ -1,0 +1,92 @@
+"""Build a :class:`StagePlan` from a stash choice, swap parts and model-state placement."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.memory.base import StageContext
+from sim.memory.plan import StagePlan, SwapParts
+from sim.memory.stash import Stash
+
+GiB = 2.0**30
+
+
+def activation_plan(ctx: StageContext, st: Stash, parts: SwapParts = (),
+                    base: StagePlan | None = None) -> StagePlan:
+    """``base`` (default: everything resident) with the stash ``st`` and ``parts`` of its kept
+    bytes swapped out per micro-batch.
+
+    Raises:
+        ValueError: the parts swap more than the kept bytes.
+    """
+    base = base or ctx.resident_plan()
+    parts = tuple((n, b) for n, b in parts if b > 0)
+    swap = sum(b for _, b in parts)
+    if swap > st.kept_bytes * (1 + 1e-9):
+        raise ValueError(f"swapping {swap} bytes of a {st.kept_bytes}-byte stash")
+    single = len(parts) == 1
+    return replace(
+        base, act_bytes=st.act_bytes, resident_act_bytes=max(0.0, st.kept_bytes - swap),
+        swap_bytes=swap, swap_target=parts[0][0] if single else None,
+        swap_targets=() if single else parts, recompute_s=st.recompute_s,
+        transient_bytes=st.transient_bytes if st.dropped_bytes > 0 else None)
+
+
+def gib(nbytes: float) -> float:
+    """Bytes as GiB rounded for notes."""
+    return round(nbytes / GiB, 3)
+
+
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds rounded for notes."""
+    return round(seconds * 1e3, 3)
+
+
+def describe(ctx: StageContext, plan: StagePlan, choice: str, added_s: float,
+             **extra) -> StagePlan:
+    """``plan`` with notes: the choice, GiB saved on the planned peak (vs. everything
+    resident), seconds added per iteration (estimate), planned peak and whether it fits."""
+    from sim.memory.estimate import budget_bytes, planned_peak_bytes
+
+    peak = planned_peak_bytes(plan, ctx)
+    saved = planned_peak_bytes(ctx.resident_plan(), ctx) - peak
+    notes = {"choice": choice, "saved_gib": gib(saved), "added_ms": ms(added_s),
+             "peak_gib": gib(peak), "fits": bool(peak <= budget_bytes(ctx)), **extra}
+    return replace(plan, notes=notes)
+
+
+def note_reservations(contexts: list[StageContext], plans: list[StagePlan],
+                      fixed=()) -> list[StagePlan]:
+    """``plans`` whose GPUs hold peers' swapped bytes, with ``reserved_for_peers_gib`` in their
+    notes and ``fits`` re-checked with those bytes."""
+    from sim.memory.estimate import budget_bytes, incoming_bytes, planned_peak_bytes
+
+    inc = incoming_bytes(list(fixed) + list(zip(contexts, plans, strict=True)))
+    out = []
+    for ctx, plan in zip(contexts, plans, strict=True):
+        got = inc.get(ctx.gpu, 0.0)
+        if got > 0:
+            fits = planned_peak_bytes(plan, ctx) + got <= budget_bytes(ctx) * (1 + 1e-9)
+            plan = replace(plan, notes={**plan.notes, "reserved_for_peers_gib": gib(got),
+                                        "fits": bool(fits and plan.notes.get("fits", True))})
+        out.append(plan)
+    return out
+
+
+def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
+    """``plans`` whose host socket cannot hold what they offload and swap there, marked
+    ``fits: False`` with a warning (the ledger will show the socket over capacity)."""
+    from sim.memory.estimate import HEADROOM, host_bytes
+
+    used: dict[str, float] = {}
+    for ctx, plan in zip(contexts, plans, strict=True):
+        used[ctx.host] = used.get(ctx.host, 0.0) + host_bytes(ctx, plan)
+    out = []
+    for ctx, plan in zip(contexts, plans, strict=True):
+        cap = ctx.topology.host(ctx.host).dram_bytes
+        if plan.notes and used[ctx.host] > cap * (1 - HEADROOM):
+            plan = replace(plan, notes={**plan.notes, "fits": False, "host_gib": gib(
+                used[ctx.host]), "warning": f"{ctx.host} DRAM ({gib(cap)} GiB) cannot hold what "
+                "its stages offload and swap"})
+        out.append(plan)
+    return out

@@ -1,0 +1,149 @@
+"""Planning estimates: a GPU's peak memory and the seconds a plan adds, before simulating.
+
+Policies that decide across stages (d2d peers, ``auto``) need each GPU's peak before the engine
+runs. The estimate, per stage replica with ``n`` micro-batches in flight (``ctx.in_flight``):
+
+``peak = static + n * resident + L * swap + rebuild + 2 * fetch_live
++ 2 * (input + output buffers)``
+
+* ``static``: weights (all versions), gradients, optimizer state on the GPU;
+* ``n * resident``: the kept part of every live stash;
+* ``L * swap``: while a forward runs with its whole stash, the previous forward's swap-out may
+  still be copying and the next backward's stash is already coming back (the swap-in starts one
+  action ahead), so ``L = 3`` micro-batches' swapped bytes can be on the GPU at once
+  (:data:`SWAP_LIVE`); more when a copy is slower than a forward and the warm-up's
+  back-to-back forwards leave a backlog (:func:`swap_live`). Swapping ``y`` bytes per
+  micro-batch lowers the peak by ``(n - L) * y``: it helps only stages with ``n > 3``;
+* ``rebuild``: the dropped bytes live during a forward or a recompute;
+* chunk staging (the next action's is prefetched during this one) and receive buffers, twice
+  for overlap.
+
+Host copies assume the GPUs behind one uplink all swap (``ctx.host_sharers``). The engine's
+ledger verifies every plan; the tests hold the estimate to it. Policies aim at ``budget_bytes`` = capacity minus a
+:data:`HEADROOM` share for what the estimate does not see.
+
+Peer reservations (MPress): a stage that parks ``x`` bytes per micro-batch on a peer holds at
+most ``n * x`` there at once (a micro-batch's part leaves the peer before its backward, and the
+next forward's part arrives after it), so a peer's ``spare`` must cover ``n * x``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sim.hardware.topology import Topology
+from sim.memory.base import StageContext
+from sim.memory.plan import StagePlan
+
+HEADROOM = 0.03
+"""Share of GPU capacity policies leave free (queued buffers, estimate error)."""
+
+SWAP_LIVE = 3
+"""Micro-batches whose swapped bytes can be on the GPU at once (module doc)."""
+
+
+def budget_bytes(ctx: StageContext) -> float:
+    """GPU bytes a policy may plan for on ``ctx``'s GPU."""
+    return ctx.capacity_bytes * (1.0 - HEADROOM)
+
+
+def swap_out_s(ctx: StageContext, parts) -> float:
+    """Seconds to copy one micro-batch's swapped ``parts`` out (parallel parts; host routes
+    split ``ctx.host_sharers`` ways)."""
+    return max((copy_s(ctx, ctx.gpu, node, b, _sharers(ctx, node)) for node, b in parts),
+               default=0.0)
+
+
+def swap_live(ctx: StageContext, parts) -> float:
+    """Micro-batches whose swapped bytes can be on the GPU at once: :data:`SWAP_LIVE`, or more
+    when a swap-out takes longer than a forward, so that the ``n`` forwards of the warm-up
+    leave a backlog of ``n * (1 - fwd_s / t_out)`` stashes waiting to leave (at most ``n + 1``:
+    then swapping saves nothing)."""
+    if not parts:
+        return 0.0
+    n, t_out = ctx.in_flight, swap_out_s(ctx, parts)
+    backlog = n * (1 - ctx.fwd_s / t_out) if t_out > ctx.fwd_s else 0.0
+    return min(n + 1.0, max(float(SWAP_LIVE), backlog + 2))
+
+
+def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
+    """The non-static part of :func:`planned_peak_bytes` (activations, copies, buffers)."""
+    return (ctx.in_flight * plan.resident_act_bytes
+            + swap_live(ctx, plan.swap_parts) * plan.swap_bytes + plan.rebuild_bytes
+            + 2 * plan.fetch_live
+            + 2 * (ctx.input_bytes + ctx.out_bytes))
+
+
+def planned_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
+    """Estimated peak bytes of ``ctx``'s stage on its GPU (module doc)."""
+    return plan.static_gpu_bytes + activation_peak_bytes(plan, ctx)
+
+
+def incoming_bytes(plans: Iterable[tuple[StageContext, StagePlan]]) -> dict[str, float]:
+    """Bytes each node holds at most for other GPUs' swaps: ``sum(n * part)`` per target."""
+    out: dict[str, float] = {}
+    for ctx, plan in plans:
+        for node, nbytes in plan.swap_parts:
+            out[node] = out.get(node, 0.0) + ctx.in_flight * nbytes
+    return out
+
+
+def host_bytes(ctx: StageContext, plan: StagePlan) -> float:
+    """Host DRAM a stage's plan holds at most: offloaded state plus swapped stashes."""
+    swapped = sum(b for n, b in plan.swap_parts if n == ctx.host)
+    return plan.host_bytes + ctx.in_flight * swapped
+
+
+def spare_bytes(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]:
+    """Bytes each planned GPU can still take for peers: budget - own peak - incoming."""
+    inc = incoming_bytes(pairs)
+    spare: dict[str, float] = {}
+    for ctx, plan in pairs:
+        own = spare.get(ctx.gpu, budget_bytes(ctx) - inc.get(ctx.gpu, 0.0))
+        spare[ctx.gpu] = own - planned_peak_bytes(plan, ctx)
+    return spare
+
+
+def copy_s(ctx: StageContext, src: str, dst: str, nbytes: float, sharers: int = 1) -> float:
+    """Uncontended copy time, with the bottleneck bandwidth split ``sharers`` ways."""
+    if nbytes <= 0 or src == dst:
+        return 0.0
+    topo = ctx.topology
+    return topo.route_latency_s(src, dst) + nbytes * sharers / topo.route_bandwidth_Bps(src, dst)
+
+
+def _sharers(ctx: StageContext, node: str) -> int:
+    return 1 if node.startswith("gpu") else ctx.host_sharers  # only host routes share uplinks
+
+
+def swap_exposed_s(ctx: StageContext, parts) -> float:
+    """Estimated stall per micro-batch of swapping ``parts`` (``((node, bytes), ...)``), with
+    host copies sharing their uplink ``ctx.host_sharers`` ways.
+
+    Parts move in parallel; the slowest sets the copy time ``t`` each way. The swap-in starts one
+    action (about a forward) before the backward, so ``t_in - fwd_s`` is exposed; the link must
+    also carry a swap-out per forward-plus-backward, so ``t_out - (fwd_s + bwd_s)`` is exposed
+    when it cannot keep up. With one micro-batch in flight the backward follows its forward at
+    once, and both copies are exposed.
+    """
+    if not parts:
+        return 0.0
+    t_out = swap_out_s(ctx, parts)
+    t_in = max(copy_s(ctx, node, ctx.gpu, b, _sharers(ctx, node)) for node, b in parts)
+    if ctx.in_flight <= 1:
+        return t_out + t_in
+    return max(0.0, t_in - ctx.fwd_s, t_out - (ctx.fwd_s + ctx.bwd_s))
+
+
+def host_link_sharers(topo: Topology, gpus: list[str]) -> dict[str, int]:
+    """Per GPU of ``gpus``, how many of them share the bottleneck link of its route to its host
+    (2 on DGX-1 when both GPUs behind one PCIe switch uplink are used)."""
+    bottleneck = {}
+    for g in gpus:
+        route = topo.route(g, topo.gpu(int(g[3:])).host)
+        if route:
+            bottleneck[g] = min(route, key=lambda lk: lk.bandwidth_Bps).name
+    counts: dict[str, int] = {}
+    for name in bottleneck.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {g: counts[name] for g, name in bottleneck.items()}

@@ -1,0 +1,99 @@
+"""What one micro-batch's activation stash holds under a recompute choice (memory.md §2, §5.1).
+
+Per layer ``i`` of a stage, with ``act_i`` its stash and ``in_i`` its input:
+
+* **keep**: ``act_i`` stays until the backward;
+* **full** checkpoint (Megatron ``recompute_granularity=full``): only the input stays,
+  ``min(in_i, act_i)`` (``2sbh`` for a transformer block, Korthikanti et al.); the layer's
+  forward (``fwd_s``) runs again before its backward, rebuilding ``act_i - kept`` bytes, one
+  layer at a time;
+* **selective** (``core_attn``): the attention core's ``5as^2b`` bytes (``attn_core_act_bytes``)
+  are dropped and recomputed, costing the attention core's share of the forward,
+  ``fwd_s * attn_core_flops / flops`` (``4bs^2h`` of ``24bsh^2 + 4bs^2h``). Layers without these
+  trace fields keep everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sim.memory.base import StageContext
+
+
+@dataclass(frozen=True)
+class Stash:
+    """One micro-batch's stash on a stage under a recompute choice.
+
+    Attributes:
+        act_bytes: the stash with no policy.
+        kept_bytes: bytes that stay after the forward (before any swap).
+        transient_bytes: largest dropped bytes of one layer (live during F and recompute).
+        recompute_s: forward seconds repeated before the backward.
+        full_layers: indices (within the stage) of fully checkpointed layers.
+        selective_layers: layers whose attention core is dropped.
+        label: ``keep``, ``selective``, ``full:K`` or ``full:K+selective``.
+    """
+
+    act_bytes: float
+    kept_bytes: float
+    transient_bytes: float
+    recompute_s: float
+    full_layers: tuple[int, ...] = ()
+    selective_layers: tuple[int, ...] = ()
+    label: str = "keep"
+
+    @property
+    def dropped_bytes(self) -> float:
+        return self.act_bytes - self.kept_bytes
+
+
+def _attn_core(layer) -> tuple[float, float]:
+    """``(bytes dropped, seconds recomputed)`` of selective recompute of one layer."""
+    if not layer.attn_core_act_bytes or not layer.attn_core_flops or not layer.flops:
+        return 0.0, 0.0
+    dropped = min(layer.attn_core_act_bytes, layer.act_bytes)
+    return dropped, layer.fwd_s * layer.attn_core_flops / layer.flops
+
+
+def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) -> Stash:
+    """The stash when layers ``full`` are checkpointed and, with ``selective``, the others'
+    attention cores are dropped."""
+    full_set = set(full)
+    kept = transient = rec_s = 0.0
+    sel = []
+    for i, (layer, inp) in enumerate(zip(ctx.layers, ctx.layer_inputs, strict=True)):
+        if i in full_set:
+            k = min(inp, layer.act_bytes)
+            kept += k
+            transient = max(transient, layer.act_bytes - k)
+            rec_s += layer.fwd_s
+            continue
+        drop, secs = _attn_core(layer) if selective else (0.0, 0.0)
+        if drop > 0:
+            sel.append(i)
+        kept += layer.act_bytes - drop
+        transient = max(transient, drop)
+        rec_s += secs
+    label = "keep"
+    if full_set:
+        label = f"full:{len(full_set)}" + ("+selective" if sel else "")
+    elif selective:
+        label = "selective"
+    return Stash(ctx.act_bytes, kept, transient, rec_s, tuple(sorted(full_set)), tuple(sel),
+                 label)
+
+
+def full_order(ctx: StageContext) -> list[int]:
+    """Layers in the order that saves most bytes per recompute second (Capuchin's MSPS);
+    layers that save nothing are left out."""
+    scored = []
+    for i, (layer, inp) in enumerate(zip(ctx.layers, ctx.layer_inputs, strict=True)):
+        saved = layer.act_bytes - min(inp, layer.act_bytes)
+        if saved > 0:
+            scored.append((-saved / max(layer.fwd_s, 1e-12), i))
+    return [i for _, i in sorted(scored)]
+
+
+def has_attn_core(ctx: StageContext) -> bool:
+    return any(_attn_core(layer)[0] > 0 for layer in ctx.layers)

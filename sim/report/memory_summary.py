@@ -1,0 +1,141 @@
+"""Which memory policy trains which model size, and which is fastest: one table, two plots.
+
+For a sweep over several memory policies and models (e.g. ``experiments/dgx1-memory.yaml``):
+
+* :func:`memory_summary`: one row per model (by parameter count) with the best fitting
+  throughput of every policy and the fastest policies (all within 0.1% of the best: where
+  nothing needs saving, ``none`` and the policies that then do nothing tie), then a last row
+  naming, per policy, the
+  largest model that fits: the table answers "fastest policy per model size" (rows) and
+  "largest model that fits per policy" (the last row).
+* :func:`plot_max_model_per_policy`: the largest trainable model per policy (bars).
+* :func:`plot_throughput_vs_size`: best fitting throughput against model size, one line per
+  policy.
+
+"Best" is over every other swept knob (schedule, stages, DP width, micro-batch size).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from sim.report._common import atomic_write_bytes, save_figure
+
+LARGEST = "largest model that fits"
+TIE = 1e-3
+"""Policies within this fraction of the best throughput share "fastest policy"."""
+_NEEDED = ("model", "parameters", "memory_policy", "fits", "throughput_samples_per_s")
+
+
+def best_fitting(results_df: pd.DataFrame) -> pd.DataFrame:
+    """Best fitting throughput per ``(model, parameters, memory_policy)``; no row where nothing
+    fits.
+
+    Raises:
+        ValueError: a needed column is missing.
+    """
+    missing = [c for c in _NEEDED if c not in results_df.columns]
+    if missing:
+        raise ValueError(f"results table lacks column(s) {missing} needed by memory_summary")
+    ok = results_df[results_df["fits"].fillna(False).astype(bool)]
+    ok = ok.dropna(subset=["throughput_samples_per_s"])
+    return (ok.groupby(["model", "parameters", "memory_policy"], as_index=False)
+            ["throughput_samples_per_s"].max())
+
+
+def memory_summary(results_df: pd.DataFrame) -> pd.DataFrame:
+    """The table of the module doc: index = model names (ascending size) and :data:`LARGEST`;
+    columns ``parameters``, ``fastest policy``, ``samples/s`` and one per policy (best fitting
+    samples/s, NaN if it does not fit)."""
+    best = best_fitting(results_df)
+    policies = sorted(results_df["memory_policy"].astype(str).unique())
+    sizes = results_df.groupby("model")["parameters"].max().sort_values()
+    wide = best.pivot(index="model", columns="memory_policy", values="throughput_samples_per_s")
+    wide = wide.reindex(index=sizes.index, columns=policies)
+    table = pd.DataFrame({"parameters": sizes.astype("int64")}, index=sizes.index)
+    top = wide.max(axis=1)
+    table["fastest policy"] = [
+        ", ".join(p for p in policies if wide.at[m, p] >= top[m] * (1 - TIE)) if top[m] == top[m]
+        else "none fits" for m in sizes.index]
+    table["samples/s"] = top
+    table = pd.concat([table, wide], axis=1)
+    last = {p: (wide[p].dropna().index[-1] if wide[p].notna().any() else "none fits")
+            for p in policies}
+    largest = pd.DataFrame([{"parameters": "", "fastest policy": "", "samples/s": "",
+                             **last}], index=[LARGEST])
+    out = pd.concat([table.astype(object), largest.astype(object)])
+    out.index.name = "model"
+    return out
+
+
+def _largest_params(results_df: pd.DataFrame) -> pd.Series:
+    best = best_fitting(results_df)
+    policies = sorted(results_df["memory_policy"].astype(str).unique())
+    return best.groupby("memory_policy")["parameters"].max().reindex(policies).fillna(0)
+
+
+def plot_max_model_per_policy(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Bars: the largest model (billions of parameters) that fits, per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    largest = _largest_params(results_df).sort_values()
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(largest) + 1.6), layout="constrained")
+    try:
+        ax.barh(largest.index, largest.values / 1e9, color="#1f77b4")
+        for y, v in enumerate(largest.values):
+            ax.text(v / 1e9, y, f" {v / 1e9:.1f} B" if v else " none fits", va="center",
+                    fontsize=8)
+        ax.set_xlabel("largest model that fits (billions of parameters)")
+        ax.set_title("Largest trainable model per memory policy")
+        ax.grid(axis="x", alpha=0.3)
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def plot_throughput_vs_size(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Lines: best fitting throughput (samples/s) against model size, one per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    best = best_fitting(results_df)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+    try:
+        for policy, rows in best.groupby("memory_policy", sort=True):
+            rows = rows.sort_values("parameters")
+            ax.plot(rows["parameters"] / 1e9, rows["throughput_samples_per_s"], "o-",
+                    label=policy)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        sizes = sorted(best["parameters"].unique() / 1e9)
+        ax.xaxis.set_major_locator(FixedLocator(sizes))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{v:.1f}" for v in sizes], rotation=45)
+        ax.set_xlabel("model size (billions of parameters)")
+        ax.set_ylabel("best throughput that fits (samples/s)")
+        ax.set_title("Throughput vs model size per memory policy")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def write_memory_summary(results_df: pd.DataFrame, out: Path,
+                         plots: bool = True) -> tuple[pd.DataFrame, list[Path]]:
+    """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``."""
+    table = memory_summary(results_df)
+    written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]
+    if plots:
+        written.append(plot_max_model_per_policy(results_df, out / "max_model_per_policy.png"))
+        written.append(plot_throughput_vs_size(results_df, out / "throughput_vs_model_size.png"))
+    return table, written

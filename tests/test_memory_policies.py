@@ -1,0 +1,427 @@
+"""Memory policies: formulas, swaps on real links, peers, chunks, the auto planner, the grammar."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.config import PointConfig, parse_experiment
+from sim.engine import simulate
+from sim.errors import InputError
+from sim.hardware.loader import load_hardware
+from sim.hardware.topology import Topology
+from sim.memory.chunks import access_sequence, belady, steady_misses
+from sim.memory.plan import StagePlan
+from sim.memory.registry import get_policy
+from sim.point import evaluate, resolve
+from sim.sweep import evaluate_row, expand, prepare
+from sim.trace.generator import transformer_trace
+from sim.trace.schema import LayerProfile, Trace
+from tests.helpers import chain_topology, uniform_input
+
+GiB = 2.0**30
+POLICIES = ["none", "recompute", "recompute:selective", "recompute:full:2", "cpu_swap",
+            "d2d_swap", "zero_offload", "chunked", "auto"]
+
+
+def tiny_gpt(layers: int = 4, b: int = 2, h: int = 64, a: int = 4, s: int = 128) -> Trace:
+    return transformer_trace("gpt", name="tiny", layers=layers, hidden=h, heads=a, seq_len=s,
+                             vocab=100, microbatch_size=b, gpu_model="x", peak_flops=1e12)
+
+
+def run(trace: Trace, topo: Topology, policy: str, *, schedule: str = "1f1b", p: int = 2,
+        w: int = 1, m: int = 4, optimizer_step: bool = True, **options):
+    """Resolve and simulate one point; returns (resolved, metrics, log)."""
+    exp = parse_experiment({"name": "t", "hardware": "x",
+                            "models": [{"name": trace.name, "trace": "x"}],
+                            "training": {"global_batch": m * w * trace.microbatch_size,
+                                         "optimizer_step": optimizer_step},
+                            "options": options})
+    point = PointConfig(model=trace.name, schedule=schedule, stages=p, dp_width=w,
+                        microbatch_size=trace.microbatch_size, microbatches=m,
+                        memory_policy=policy, global_batch=m * w * trace.microbatch_size)
+    res = resolve(exp, point, topo, trace)
+    met, log = evaluate(res)
+    return res, met, log
+
+
+def category_peak(log, device: str, category: str) -> float:
+    live = peak = 0.0
+    for ev in sorted(log.memory, key=lambda e: e.time_s):
+        if ev.device == device and ev.category == category:
+            live += ev.delta_bytes
+            peak = max(peak, live)
+    return peak
+
+
+def dgx1(capacity_gib: float = 32.0) -> Topology:
+    topo = load_hardware("dgx1-v100-32gb")
+    return replace(topo, gpus=tuple(replace(g, memory_bytes=capacity_gib * GiB)
+                                    for g in topo.gpus), _route_cache={})
+
+
+# ------------------------------------------------------------------ formulas (memory.md §1, §2)
+
+def test_activation_memory_follows_korthikanti_per_policy():
+    """1F1B, p=2, m=4: stage s holds p - s stashes; per block 34sbh + 5as^2b (none),
+    34sbh (selective, plus one layer's attention core while recomputing), 2sbh (full, plus one
+    layer's whole stash while recomputing)."""
+    b, s, h, a, L = 2, 128, 64, 4, 4
+    trace = tiny_gpt(L, b, h, a, s)
+    sbh, core = s * b * h, 5 * a * s * s * b
+    block = 34 * sbh + core
+    topo = chain_topology(2, memory_bytes=64 * GiB)
+    bounds = {"boundaries": [0, 3]}  # stage 0: embedding + 2 blocks; stage 1: 2 blocks + head
+    emb, head = trace.layers[0].act_bytes, trace.layers[-1].act_bytes
+    expect = {
+        "none": (2 * (emb + 2 * block), 1 * (2 * block + head)),
+        "recompute:selective": (2 * (emb + 2 * 34 * sbh) + core,
+                                2 * 34 * sbh + head + core),
+    }
+    for policy, (s0, s1) in expect.items():
+        _, _, log = run(trace, topo, policy, **bounds)
+        assert category_peak(log, "gpu0", "activations") == pytest.approx(s0), policy
+        assert category_peak(log, "gpu1", "activations") == pytest.approx(s1), policy
+    res, _, log = run(trace, topo, "recompute", **bounds)
+    plan0 = res.sim_input.plans[0][0]
+    # embedding input is nothing (token ids are not an activation here); blocks keep 2sbh each
+    assert plan0.resident_act_bytes == pytest.approx(2 * 2 * sbh)
+    assert plan0.rebuild_bytes == pytest.approx(block - 2 * sbh)
+    assert category_peak(log, "gpu0", "activations") == pytest.approx(
+        2 * 2 * 2 * sbh + block - 2 * sbh)
+    full = res.sim_input.plans[0][1]
+    assert full.recompute_s == pytest.approx(sum(x.fwd_s for x in trace.layers[3:]))
+
+
+def test_selective_recompute_time_is_the_attention_core_share():
+    trace = tiny_gpt()
+    res, _, _ = run(trace, chain_topology(2, memory_bytes=64 * GiB), "recompute:selective")
+    b, s, h = 2, 128, 64
+    share = 4 * b * s * s * h / (24 * b * s * h * h + 4 * b * s * s * h)
+    layers = trace.layers[res.boundaries[0]:res.boundaries[1]]
+    blocks = [x for x in layers if x.name.startswith("block")]
+    assert res.sim_input.plans[0][0].recompute_s == pytest.approx(
+        sum(x.fwd_s for x in blocks) * share)
+
+
+def test_selective_without_attention_fields_does_nothing_and_says_so():
+    layers = tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 1e6, 1e8, 1e6) for i in range(4))
+    trace = Trace("plain", layers, 1, "fp16", "x", {"source": "test"})
+    res, _, _ = run(trace, chain_topology(2, memory_bytes=64 * GiB), "recompute:selective")
+    plan = res.sim_input.plans[0][0]
+    assert plan.recompute_s == 0 and plan.resident_act_bytes == plan.act_bytes
+    assert "does nothing" in plan.notes["warning"]
+
+
+def test_model_state_bytes_per_policy():
+    """none 16 B/param on the GPU; ZeRO-Offload 2 + 2 on the GPU and 12 + 2 on the host, 4 B/param
+    over PCIe per step; chunks 16 B/param (14 with one micro-batch: the gradient reuses the
+    parameter chunk, PatrickStar)."""
+    trace = tiny_gpt()
+    topo = chain_topology(2, memory_bytes=64 * GiB)
+    res, _, log = run(trace, topo, "zero_offload")
+    for s, plan in enumerate(res.sim_input.plans[0]):
+        psi = sum(x.param_bytes for x in trace.layers[res.boundaries[s]:][
+            :len(trace.layers) if s else res.boundaries[1]]) / 2
+        assert plan.weight_bytes + plan.grad_bytes == pytest.approx(4 * psi)
+        assert plan.optimizer_bytes == 0 and plan.host_bytes == pytest.approx(14 * psi)
+        moved = sum(t.nbytes for t in plan.step_transfers_before + plan.step_transfers_after)
+        assert moved == pytest.approx(4 * psi)
+        assert plan.host_optimizer_s == pytest.approx(psi / topo.hosts[0].adam_params_per_s)
+    assert any(e.kind == "host_optimizer" for e in log.events)
+    for m, per_param in ((4, 16), (1, 14)):
+        res, _, _ = run(trace, topo, "chunked", m=m, schedule="gpipe")
+        plan = res.sim_input.plans[0][0]
+        psi = (plan.weight_bytes + plan.grad_bytes) / (per_param - 12)
+        assert plan.static_gpu_bytes == pytest.approx(per_param * psi)
+
+
+# ------------------------------------------------------------------ swaps on real links
+
+def _two_layers(f1_b1_s: float) -> Trace:
+    layers = (LayerProfile("l0", 0.25, 0.5, 0.0, 1e9, 0.0),
+              LayerProfile("l1", f1_b1_s / 2, f1_b1_s / 2, 0.0, 1e6, 0.0))
+    return Trace("two", layers, 1, "fp16", "x", {"source": "test"})
+
+
+@pytest.mark.parametrize("rest_s,stall_s", [(0.5, 1.5), (1.25, 0.75), (3.0, 0.0)])
+def test_late_swap_stalls_backward_by_exactly_its_lateness(rest_s, stall_s):
+    """Stage 0 swaps its 1 GB stash to the host at 1 GB/s after F (1 s) and back (1 s); its B
+    could start when stage 1 is done, ``rest_s`` after F. It stalls ``2 - rest_s`` if late."""
+    topo = chain_topology(2, bandwidth_Bps=1e9, memory_bytes=64 * GiB)
+    _, met, log = run(_two_layers(rest_s), topo, "cpu_swap|none", schedule="gpipe", m=1,
+                      optimizer_step=False, boundaries=[0, 1])
+    stalls = [e for e in log.events if e.kind == "stall" and e.device == "gpu0"
+              and e.iteration == 0]
+    assert sum(e.duration_s for e in stalls) == pytest.approx(stall_s)
+    b0 = next(e for e in log.events if e.name == "0B0")
+    assert b0.start_s == pytest.approx(0.25 + max(rest_s, 2.0))
+    swaps = sorted((e.start_s, e.end_s) for e in log.events
+                   if e.kind.startswith("swap") and e.iteration == 0)
+    assert swaps == [pytest.approx((0.25, 1.25)), pytest.approx((1.25, 2.25))]
+
+
+def test_two_gpus_sharing_a_pcie_uplink_swap_slower_than_one():
+    """DGX-1: GPUs 0 and 1 share switch sw0's uplink; GPUs 0 and 2 do not."""
+    layers = (LayerProfile("l0", 0.01, 0.02, 0.0, 4e9, 0.0),)
+    trace = Trace("one", layers, 1, "fp16", "x", {"source": "test"})
+
+    def swap_end(placement):
+        _, met, log = run(trace, dgx1(), "cpu_swap", schedule="gpipe", p=1, w=2, m=2,
+                          optimizer_step=False, placement=placement)
+        ends = [e.end_s for e in log.events if e.kind == "swap_out" and e.iteration == 0]
+        return max(ends) - 0.01, met.iteration_time_s  # swaps start after the first F
+
+    shared, apart = swap_end([[0], [1]]), swap_end([[0], [2]])
+    assert shared[0] == pytest.approx(2 * apart[0], rel=0.02)  # 4 copies on one uplink, not 2
+    assert shared[1] > apart[1]
+
+
+def test_striped_swap_runs_parts_in_parallel_and_parks_bytes_on_each_peer():
+    topo = chain_topology(3, bandwidth_Bps=1e9, memory_bytes=64 * GiB)
+    plan = StagePlan(act_bytes=3e9, resident_act_bytes=0.0,
+                     swap_targets=(("gpu1", 1e9), ("gpu2", 2e9)))
+    assert plan.swap_bytes == 3e9
+    log = simulate(uniform_input("gpipe", 1, 1, topology=topo, plan=plan, fwd_s=1.0, bwd_s=1.0))
+    outs = sorted(e.duration_s for e in log.events if e.kind == "swap_out")
+    assert outs == [pytest.approx(1.0), pytest.approx(2.0)]
+    assert log.meta["peak_bytes"]["gpu1"] == pytest.approx(1e9)
+    assert log.meta["peak_bytes"]["gpu2"] == pytest.approx(2e9)
+    b = next(e for e in log.events if e.name == "0B0")
+    assert b.start_s == pytest.approx(1.0 + 2.0 + 2.0)  # both parts out, then both back in
+
+
+# ------------------------------------------------------------------ MPress d2d swap
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cap=st.sampled_from([6.0, 8.0, 10.0, 14.0, 20.0]), b=st.integers(1, 4),
+       sched=st.sampled_from(["1f1b", "gpipe", "pipedream"]), p=st.sampled_from([4, 8]),
+       w=st.sampled_from([1, 2]))
+def test_d2d_never_places_bytes_on_a_gpu_past_its_capacity(cap, b, sched, p, w):
+    """Uniform partitions leave the first stages heavy, so peers do receive bytes (in about a
+    quarter of these cases); whichever GPU receives them stays within its capacity."""
+    if p * w > 8:
+        p = 4
+    trace = transformer_trace("gpt", name="g", layers=16, hidden=1536, heads=16, seq_len=1024,
+                              vocab=50257, microbatch_size=b, gpu_model="x", peak_flops=62.5e12)
+    topo = dgx1(cap)
+    _, _, log = run(trace, topo, "d2d_swap", schedule=sched, p=p, w=w, m=16,
+                    partition="uniform")
+    hosts = {ev.device for ev in log.memory if ev.category == "swap" and ev.device.startswith("gpu")}
+    for gpu in hosts:
+        assert log.meta["peak_bytes"][gpu] <= cap * GiB, gpu
+
+
+def test_d2d_uses_light_peers_over_nvlink_and_reports_them():
+    trace = transformer_trace("gpt", name="g", layers=16, hidden=1536, heads=16, seq_len=1024,
+                              vocab=50257, microbatch_size=4, gpu_model="x", peak_flops=62.5e12)
+    kw = dict(schedule="1f1b", p=8, m=16, partition="uniform")  # stage 0 heaviest
+    res, met, log = run(trace, dgx1(8.0), "d2d_swap", **kw)
+    notes = log.meta["policy_notes"]["s0"]
+    assert notes["choice"] == "d2d + keep" and notes["peers_gib_per_microbatch"]
+    assert notes["added_ms"] == 0 and met.stall_s == 0 and met.recompute_s == 0
+    nv = {lk.name for lk in res.sim_input.topology.links if lk.kind == "nvlink"}
+    swaps = [e for e in log.events if e.kind == "swap_out" and e.stage == 0]
+    assert swaps and all(set(e.links) <= nv for e in swaps)
+    _, base, _ = run(trace, dgx1(8.0), "none", **kw)
+    assert not base.fits and met.fits
+    assert met.throughput_samples_per_s == pytest.approx(base.throughput_samples_per_s)
+
+
+# ------------------------------------------------------------------ chunks (PatrickStar)
+
+def test_belady_evicts_the_chunk_used_farthest_in_the_future():
+    seq = [0, 1, 2, 0, 3, 0, 1, 2]
+    res = belady(seq, 3)
+    # at 4 (chunk 3): next uses 0 -> 5, 1 -> 6, 2 -> 7: evict 2 (LRU would evict 1);
+    # at 7 (chunk 2): 0, 1, 3 are never used again: the lowest id goes (PatrickStar's ties)
+    assert res.evictions == ((4, 2), (7, 0))
+    assert res.misses == (0, 1, 2, 4, 7)
+
+
+def _lru_misses(seq, cap):
+    cache, misses = [], 0
+    for c in seq:
+        if c in cache:
+            cache.remove(c)
+        else:
+            misses += 1
+            if len(cache) >= cap:
+                cache.pop(0)
+        cache.append(c)
+    return misses
+
+
+@settings(max_examples=60, deadline=None)
+@given(seq=st.lists(st.integers(0, 6), max_size=40), cap=st.integers(1, 5))
+def test_belady_never_misses_more_than_lru(seq, cap):
+    assert len(belady(seq, cap).misses) <= _lru_misses(seq, cap)
+
+
+def test_forward_backward_chunk_order_and_steady_misses():
+    seq, ops = access_sequence(["F", "B"], 4)
+    assert seq == [0, 1, 2, 3, 3, 2, 1, 0] and ops == ["F"] * 4 + ["B"] * 4
+    assert steady_misses(["F", "B"] * 2, 4, 4) == (0, 0)
+    # a cache of 3: each reversal reuses what the last pass left: one miss per pass
+    assert steady_misses(["F", "B"], 4, 3) == (1, 1)
+
+
+def test_chunked_streams_chunks_when_the_gpu_is_short_and_still_fits():
+    trace = transformer_trace("gpt", name="g", layers=8, hidden=2048, heads=16, seq_len=512,
+                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
+    topo = chain_topology(2, bandwidth_Bps=12e9, memory_bytes=1.25 * GiB)
+    res, met, log = run(trace, topo, "chunked:8", schedule="1f1b", p=2, m=4)
+    plan = res.sim_input.plans[0][0]
+    assert plan.fetch_bytes > 0 and plan.host_bytes > 0
+    assert any(e.kind == "chunk_move" for e in log.events)
+    assert met.fits and log.meta["policy_notes"]["s0"]["streamed_chunks"] > 0
+    _, none, _ = run(trace, topo, "none", schedule="1f1b", p=2, m=4)
+    assert not none.fits
+
+
+def test_sharded_data_parallel_reduce_scatters_and_all_gathers():
+    trace = tiny_gpt()
+    topo = chain_topology(4, bandwidth_Bps=1e9, memory_bytes=64 * GiB)
+    _, _, log = run(trace, topo, "zero_offload", p=2, w=2, m=2)
+    kinds = {e.kind for e in log.events}
+    assert {"reduce_scatter", "all_gather"} <= kinds and "allreduce" not in kinds
+    rs = next(e for e in log.events if e.kind == "reduce_scatter")
+    assert rs.duration_s == pytest.approx(0.5 * 2 * (2 - 1) / 2 * rs.nbytes / 1e9)
+
+
+# ------------------------------------------------------------------ auto
+
+def _fitting(trace, topo, policy, **kw):
+    _, met, log = run(trace, topo, policy, **kw)
+    return met, log
+
+
+@pytest.mark.parametrize("cap,sched,p", [(12.0, "1f1b", 8), (16.0, "gpipe", 4),
+                                         (24.0, "pipedream", 4), (9.0, "1f1b", 4)])
+def test_auto_never_picks_a_plan_that_does_not_fit(cap, sched, p):
+    trace = transformer_trace("gpt", name="g", layers=24, hidden=2048, heads=16, seq_len=1024,
+                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
+    topo = dgx1(cap)
+    auto, log = _fitting(trace, topo, "auto", schedule=sched, p=p, m=16)
+    said = all(v["fits"] for k, v in log.meta["policy_notes"].items() if k != "policy")
+    others = [_fitting(trace, topo, pol, schedule=sched, p=p, m=16)[0] for pol in POLICIES[:-1]]
+    if any(o.fits for o in others):
+        assert auto.fits
+        best = max(o.throughput_samples_per_s for o in others if o.fits)
+        assert auto.throughput_samples_per_s >= 0.95 * best
+    assert not said or auto.fits
+
+
+def test_auto_picks_the_strictly_best_policy():
+    """Uniform 8-stage 1F1B on 8 GiB V100s: the first stages do not fit, the last ones have room
+    one NVLink hop away. Parking stashes there (MPress) costs nothing; every other policy is
+    strictly slower (selective recompute a little, full recompute, swaps over the shared PCIe
+    uplinks and host optimizers much more): auto must pick d2d for the heavy stages."""
+    trace = transformer_trace("gpt", name="g", layers=16, hidden=1536, heads=16, seq_len=1024,
+                              vocab=50257, microbatch_size=4, gpu_model="x", peak_flops=62.5e12)
+    kw = dict(schedule="1f1b", p=8, m=16, partition="uniform")
+    results = {pol: _fitting(trace, dgx1(8.0), pol, **kw) for pol in POLICIES}
+    fit = {pol: met.throughput_samples_per_s for pol, (met, _) in results.items() if met.fits}
+    singles = {k: v for k, v in fit.items() if k != "auto"}
+    assert max(singles, key=singles.get) == "d2d_swap" and not results["none"][0].fits
+    assert all(v < 0.99 * singles["d2d_swap"] for k, v in singles.items() if k != "d2d_swap")
+    notes = results["auto"][1].meta["policy_notes"]
+    assert "d2d" in notes["s0"]["choice"] and "d2d" in notes["s1"]["choice"]
+    assert fit["auto"] == pytest.approx(singles["d2d_swap"])
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("cap,sched,p,w", [(16.0, "gpipe", 4, 2), (12.0, "1f1b", 8, 1),
+                                           (20.0, "pipedream", 4, 1)])
+def test_a_plan_whose_notes_say_it_fits_does_fit(policy, cap, sched, p, w):
+    """The planning estimate (GPU peak, peers' reservations, host DRAM) is never optimistic:
+    when every stage's notes say ``fits``, the engine's ledger agrees."""
+    trace = transformer_trace("gpt", name="g", layers=24, hidden=2048, heads=16, seq_len=1024,
+                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
+    met, log = _fitting(trace, dgx1(cap), policy, schedule=sched, p=p, w=w, m=16,
+                        partition="uniform")
+    notes = [v for k, v in log.meta["policy_notes"].items() if k != "policy"]
+    if notes and all(n["fits"] for n in notes):
+        assert met.fits, met.oom
+
+
+# ------------------------------------------------------------------ grammar, config, results
+
+@pytest.mark.parametrize("spec,cls", [("recompute:full:4", "RecomputePolicy"),
+                                      ("recompute:selective", "RecomputePolicy"),
+                                      ("cpu_swap:0.5", "CpuSwapPolicy"),
+                                      ("d2d_swap:weights", "D2DSwapPolicy"),
+                                      ("chunked:32", "ChunkedPolicy"),
+                                      ("none|auto", "PerStagePolicy")])
+def test_policy_specs(spec, cls):
+    pol = get_policy(spec)
+    assert type(pol).__name__ == cls and pol.spec == spec
+
+
+@pytest.mark.parametrize("bad", ["recompute:half", "recompute:full:0", "cpu_swap:2",
+                                 "chunked:big", "none:1", "swap", "auto:x"])
+def test_bad_policy_is_an_input_error_naming_the_field(bad):
+    exp = parse_experiment({"name": "t", "hardware": "dgx1-v100-32gb",
+                            "models": [{"name": "g", "trace": "gpt2-1b"}],
+                            "sweep": {"memory_policy": ["none", bad]}})
+    with pytest.raises(InputError) as e:
+        expand(prepare(exp, "experiments/t.yaml"))
+    assert e.value.field == "sweep.memory_policy.1"
+
+
+def test_stage_policies_option():
+    data = {"name": "t", "hardware": "dgx1-v100-32gb", "models": [{"name": "g", "trace": "gpt2-1b"}],
+            "training": {"global_batch": 8},
+            "sweep": {"stages": [2, 4]},
+            "options": {"stage_policies": ["recompute:full:2", "cpu_swap", "none", "none"]}}
+    prep = prepare(parse_experiment(data), "experiments/t.yaml")
+    points, skipped = expand(prep)
+    assert [(pt.stages, pt.memory_policy) for pt in points] == [
+        (4, "recompute:full:2|cpu_swap|none|none")]
+    assert "names 4 stages" in skipped[0][1]
+    row = evaluate_row(prep, points[0])
+    notes = json.loads(row["policy_notes"])
+    assert notes["s0"]["choice"] == "full:2" and notes["s1"]["choice"].startswith("cpu_swap")
+    data["options"]["stage_policies"][1] = "cpu_swap:7"
+    with pytest.raises(InputError) as e:
+        expand(prepare(parse_experiment(data), "experiments/t.yaml"))
+    assert e.value.field == "options.stage_policies.1"
+    data["sweep"]["memory_policy"] = "none"
+    with pytest.raises(InputError, match="either"):
+        expand(prepare(parse_experiment(data), "experiments/t.yaml"))
+
+
+def test_results_row_has_policy_columns():
+    exp = parse_experiment({"name": "t", "hardware": "dgx1-v100-32gb",
+                            "models": [{"name": "g", "trace": "gpt2-1b"}],
+                            "training": {"global_batch": 8},
+                            "sweep": {"stages": 4, "memory_policy": "cpu_swap"}})
+    prep = prepare(exp, "experiments/t.yaml")
+    row = evaluate_row(prep, expand(prep)[0][0])
+    assert row["memory_policy"] == "cpu_swap" and row["parameters"] == 1_215_119_360
+    assert row["swap_bytes"] > 0 and row["recompute_s"] == 0
+    assert json.loads(row["policy_notes"])["s0"]["target"] == "cpu0"
+
+
+def test_memory_summary_table_and_plots(tmp_path):
+    from sim.report.memory_summary import LARGEST, memory_summary, write_memory_summary
+
+    rows = []
+    for model, params in (("small", 1e9), ("big", 2e10)):
+        for pol, tput in (("none", 10.0), ("auto", 9.0)):
+            fits = not (model == "big" and pol == "none")
+            rows.append(dict(model=model, parameters=params, memory_policy=pol, fits=fits,
+                             throughput_samples_per_s=tput / (1 + (model == "big"))))
+    df = pd.DataFrame(rows)
+    table = memory_summary(df)
+    assert list(table.index) == ["small", "big", LARGEST]
+    assert table.loc["small", "fastest policy"] == "none"
+    assert table.loc["big", "fastest policy"] == "auto"
+    assert table.loc[LARGEST, "none"] == "small" and table.loc[LARGEST, "auto"] == "big"
+    _, written = write_memory_summary(df, tmp_path)
+    assert all(p.is_file() and p.stat().st_size > 0 for p in written)
