@@ -1,12 +1,13 @@
 """Accuracy of the simulator against real torch replays on this machine's CPU.
 
-Profiles a small GPT (4 blocks, hidden 256) with ``sim profile``'s function, calibrates 2 gloo
+Profiles a small GPT (4 blocks, hidden 256) with ``sim profile --concurrent 2``'s function
+(two simultaneous processes, as the replay's two ranks share the cores), calibrates 2 gloo
 ranks, then for GPipe, 1F1B and PipeDream-2BW at several micro-batch counts replays the
 configuration with our runtime (and torch's ScheduleGPipe / Schedule1F1B) and simulates it on
 the calibrated hardware. Prints the iteration-time error per configuration and the mean
 absolute percentage error (MAPE), and the peak-memory error.
 
-Run: ``python benchmarks/bench_validation.py [--microbatches 4 8 16] [--iterations 3]``.
+Run: ``python benchmarks/bench_validation.py [--microbatches 4 8 16] [--iterations 5]``.
 Prints figures; asserts nothing. Target (issue 4): MAPE under 10 % on CPU.
 """
 
@@ -26,20 +27,21 @@ from sim.validate import ValidationSpec, run_validation
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--microbatches", type=int, nargs="+", default=[4, 8, 16])
-    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     args = ap.parse_args()
 
     from backends.torch.calibrate import calibrate
-    from backends.torch.profile import profile_model
+    from backends.torch.profile_concurrent import profile_concurrent
 
     tmp = Path(tempfile.mkdtemp(prefix="pipesim-bench-"))
     spec = dict(name="gpt-bench", kind="gpt", layers=args.layers, hidden=args.hidden,
                 heads=4, seq_len=128, vocab=2048)
     t0 = time.perf_counter()
     threads = max(1, (os.cpu_count() or 2) // 2)
-    profile_model(spec, microbatch_size=4, threads=threads, reps=9, path=tmp / "gpt")
+    profile_concurrent(spec, copies=2, microbatch_size=4, threads=threads, reps=9,
+                       path=tmp / "gpt")
     calibrate(nproc=2, device="cpu", path=tmp / "hw.yaml")
     exp = {"name": "bench", "hardware": "hw.yaml",
            "models": [{"name": "gpt-bench", "trace": "gpt.csv",

@@ -231,18 +231,22 @@ def profile(
     reps: int = typer.Option(7, help="Measured repetitions per layer (median kept)."),
     split_backward: bool = typer.Option(False, help="Also measure the backward's input/weight "
                                         "split (bwd_input_s, bwd_weight_s)."),
+    concurrent: int = typer.Option(1, help="Profile in this many simultaneous processes (the "
+                                   "replay's ranks on a CPU share cores and memory bandwidth); "
+                                   "per-layer median over them."),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     _need_torch()
-    from backends.torch.profile import profile_model
+    from backends.torch.profile_concurrent import profile_concurrent
 
     spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
                 heads=heads, seq_len=seq_len, vocab=vocab)
     try:
-        trace = profile_model(spec, microbatch_size=microbatch_size, device=device, dtype=dtype,
-                              reps=reps, split_backward=split_backward,
-                              threads=threads or max(1, (os.cpu_count() or 2) // 2),
-                              path=out_path)
+        trace = profile_concurrent(spec, copies=concurrent, microbatch_size=microbatch_size,
+                                   device=device, dtype=dtype, reps=reps,
+                                   split_backward=split_backward,
+                                   threads=threads or max(1, (os.cpu_count() or 2) // 2),
+                                   path=out_path)
     except ValueError as exc:
         raise InputError(str(exc), field="model options") from None
     total = sum(x.fwd_s + x.bwd_s for x in trace.layers)

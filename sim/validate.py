@@ -4,7 +4,9 @@ For each configuration (the winner, or the winner with other schedules / micro-b
 the torch backend replays the same per-rank action lists on ``stages`` processes (gloo on CPU,
 NCCL on GPUs) and measures the median iteration time and each rank's peak memory; the simulator
 simulates the same configuration on the experiment's (calibrated) hardware. Both go side by side
-into ``validation.csv`` with the relative error ``(predicted - measured) / measured``.
+into ``validation.csv`` with the relative error ``(predicted - measured) / measured``, and each
+configuration's measured and predicted timelines go into ``measured-<schedule>-m<m>.json`` and
+``predicted-<schedule>-m<m>.json`` (Chrome traces: open both in Perfetto).
 
 torch is imported only when a replay starts (``backends.torch``).
 """
@@ -20,7 +22,9 @@ import pandas as pd
 
 from sim.config import PointConfig, load_experiment
 from sim.errors import InputError
+from sim.events import Event, EventLog
 from sim.point import evaluate, resolve
+from sim.schedules.action import STEP, Action
 from sim.sweep import Prepared, expand, prepare
 
 REPLAY_POLICIES = {"none": "none", "recompute": "recompute", "cpu_swap": "cpu_swap"}
@@ -99,7 +103,38 @@ def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend:
                      timeout_s=spec.timeout_s)
 
 
-def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> list[dict]:
+def measured_log(spans: list[list[tuple[str, float, float, float]]]) -> EventLog:
+    """An :class:`EventLog` of a replay's measured per-rank actions (rank ``r`` is ``gpu<r>``).
+
+    Each action becomes a ``stall`` span while it waited for its input and a ``compute`` (or
+    ``optimizer``) span for the rest, so the measured timeline reads like the simulated one.
+    """
+    log = EventLog()
+    for rank, rank_spans in enumerate(spans):
+        for name, start, ready, end in rank_spans:
+            action = Action.from_str(name)
+            meta = dict(stage=action.stage,
+                        microbatch=None if action.op == STEP else action.microbatch)
+            if ready > start:
+                log.events.append(Event("stall", f"gpu{rank}", "compute", f"wait {name}", start,
+                                        ready, **meta))
+            kind = "optimizer" if action.op == STEP else "compute"
+            log.events.append(Event(kind, f"gpu{rank}", "compute", name, ready, end, **meta))
+    return log
+
+
+def _write_timelines(dest: Path, point: PointConfig, backend: str, result, sim_log) -> None:
+    from sim.report.chrome_trace import write_chrome_trace
+
+    tag = f"{point.schedule}-m{point.microbatches}"
+    if result.action_spans:
+        write_chrome_trace(measured_log(result.action_spans), dest / f"measured-{tag}.json",
+                           title=f"measured {tag} ({backend} runtime)")
+    write_chrome_trace(sim_log, dest / f"predicted-{tag}.json", title=f"predicted {tag}")
+
+
+def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec,
+                   timelines: Path | None = None) -> list[dict]:
     """Rows (ours, and torch's built-in schedule if asked) for one configuration.
 
     Raises:
@@ -114,7 +149,7 @@ def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> 
         raise InputError(f"--nproc {spec.nproc} but the configuration has {point.stages} "
                          "stages; the replay runs one stage per rank", field="--nproc")
     res = resolve(prep.exp, point, prep.topology, prep.traces[point.model], file=prep.file)
-    metrics, _ = evaluate(res)
+    metrics, sim_log = evaluate(res)
     backends = ["ours"] + (["torch"] if spec.torch_builtin and point.schedule in
                            ("gpipe", "1f1b") else [])
     from backends.torch.launch import replay
@@ -122,6 +157,8 @@ def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> 
     rows = []
     for backend in backends:
         result = replay(_job(prep, point, res, spec, backend))
+        if timelines is not None and backend == "ours":
+            _write_timelines(timelines, point, backend, result, sim_log)
         measured = result.iteration_time_s
         mem = max(result.peak_memory_bytes)
         rows.append(dict(
@@ -156,15 +193,16 @@ def run_validation(path: Path, spec: ValidationSpec, out: Path | None,
     for p in points:  # validate every variant before the (slow) replays start
         resolve(prep.exp, p, prep.topology, prep.traces[p.model], file=prep.file)
         _model_spec(prep, p)
+    dest_dir = out or Path(path).parent
     rows = []
     for p in points:
-        new = validate_point(prep, p, spec)
+        new = validate_point(prep, p, spec, timelines=dest_dir)
         rows += new
         if on_row:
             for row in new:
                 on_row(row)
     df = pd.DataFrame(rows)
-    dest = (out or Path(path).parent) / "validation.csv"
+    dest = dest_dir / "validation.csv"
     from sim.outputs import atomic_write_text
 
     atomic_write_text(dest, df.to_csv(index=False))

@@ -51,6 +51,11 @@ def test_profile_simulate_replay_compare(tmp_path):
     assert row.error == pytest.approx((row.predicted_iteration_s - row.measured_iteration_s)
                                       / row.measured_iteration_s)
     assert all(math.isfinite(x) for x in df.error)
+    import json
+    measured = json.loads((tmp_path / "out" / "measured-1f1b-m4.json").read_text())
+    names = {e.get("name") for e in measured["traceEvents"]}
+    assert {"0F0", "1B3", "0B3"} <= names  # both ranks' real actions are in the timeline
+    assert (tmp_path / "out" / "predicted-1f1b-m4.json").is_file()
 
 
 def test_validate_rejects_trace_without_model(tmp_path):

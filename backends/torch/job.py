@@ -160,6 +160,10 @@ class ReplayResult:
         job: the job, as a dict.
         device_name: what ran it (``cpu-rank`` or the GPU's name).
         wall_s: seconds from the first barrier to the last, measured on rank 0.
+        action_spans: per rank, ``(action, start_s, ready_s, end_s)`` of every executed action
+            (our runtime), seconds from the common start barrier: ``ready_s`` is when its
+            input (received activation or gradient) had arrived, so ``end_s - ready_s`` is the
+            action's own time and ``ready_s - start_s`` its wait.
     """
 
     iteration_time_s: float
@@ -173,6 +177,7 @@ class ReplayResult:
     job: dict[str, Any]
     device_name: str = ""
     wall_s: float = math.nan
+    action_spans: list[list[tuple[str, float, float, float]]] = field(default_factory=list)
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -232,4 +237,6 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
         job=job.to_dict(),
         device_name=ranks[0].get("device_name", ""),
         wall_s=max(r["end"] for r in ranks) - min(r["start"] for r in ranks),
+        action_spans=[[(a, t0 - starts[0], tr - starts[0], t1 - starts[0])
+                       for a, t0, tr, t1 in r.get("spans", [])] for r in ranks],
     )

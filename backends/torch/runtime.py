@@ -98,6 +98,8 @@ class StageRunner:
         self.losses: list[torch.Tensor] = []
         self.counts: Counter[str] = Counter()
         self.step_times: list[float] = []
+        self.spans: list[tuple[str, float, float, float]] = []
+        self.ready = 0.0  # when the running action's input had arrived
         self.dumped_grads: list[dict[str, torch.Tensor]] = []
         self.scale = 1.0
 
@@ -112,6 +114,7 @@ class StageRunner:
     def _recv(self, src: int, tag: int) -> torch.Tensor:
         buf = torch.empty(self.act_shape, dtype=self.act_dtype, device=self.dev)
         dist.recv(buf, src, tag=tag)
+        self.ready = time.perf_counter()
         return buf
 
     def _wait_sends(self) -> None:
@@ -181,7 +184,9 @@ class StageRunner:
                 raise ValueError(
                     f"action {action}: op {action.op!r} is not supported by this runtime"
                 )
+            t0 = self.ready = time.perf_counter()
             ops[action.op](action.microbatch)
+            self.spans.append((str(action), t0, self.ready, time.perf_counter()))
             self.counts[action.op] += 1
         self._wait_sends()
         dist.barrier()
@@ -219,6 +224,7 @@ class StageRunner:
             "start": start,
             "end": end,
             "step_times": self.step_times,
+            "spans": self.spans,
             "losses": [float(v) for v in self.losses],
             "memory": memory,
             "peak_memory_bytes": float(peak),
