@@ -6,24 +6,15 @@ the whole grid has been validated, so bad input never leaves partial results.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from sim.atomic import atomic_write_text
 from sim.config import ExperimentConfig
 from sim.events import EventLog
 from sim.trace.loader import traces_dir
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def write_results_csv(rows: list[dict], path: Path) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import sim
+from sim.atomic import atomic_write_text
 from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
@@ -239,10 +240,7 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
 
 
 def _atomic_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, default=str))
 
 
 def pick_winner(rows: list[dict]) -> dict | None:

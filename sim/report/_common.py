@@ -10,11 +10,11 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sim.atomic import atomic_write_bytes
 from sim.events import Event
 
 GIB = float(2**30)
@@ -94,26 +94,6 @@ def row_key(row: tuple[str, str, int]) -> tuple:
 def row_label(stream: str, lane: int) -> str:
     """Display name of a stream lane: ``send``, then ``send (2)``, ``send (3)`` ..."""
     return stream if lane == 0 else f"{stream} ({lane + 1})"
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically, creating parent directories.
-
-    Returns:
-        The destination path.
-    """
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return dest
 
 
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:

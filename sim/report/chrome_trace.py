@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sim.atomic import atomic_write_bytes
 from sim.events import Event, EventLog
 from sim.report._common import (
     GIB,
-    atomic_write_bytes,
     row_key,
     row_label,
     sorted_devices,

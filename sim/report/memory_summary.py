@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.report._common import atomic_write_bytes, save_figure
+from sim.atomic import atomic_write_bytes
+from sim.report._common import save_figure
 
 LARGEST = "largest model that fits"
 TIE = 1e-3

@@ -12,10 +12,9 @@ from __future__ import annotations
 import csv
 import io
 import os
-import tempfile
-from pathlib import Path
 from typing import IO
 
+from sim.atomic import atomic_write_text
 from sim.errors import InputError
 from sim.schedules.action import COMPUTE_OPS, STEP, Action, Program
 
@@ -36,15 +35,7 @@ def to_csv(program: Program, path_or_file: str | os.PathLike[str] | IO[str]) -> 
     if not isinstance(path_or_file, (str, os.PathLike)):
         csv.writer(path_or_file).writerows(_rows(program))
         return
-    path = Path(path_or_file)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            csv.writer(handle).writerows(_rows(program))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write_text(path_or_file, to_csv_string(program))
 
 
 def to_csv_string(program: Program) -> str:

@@ -26,13 +26,13 @@ import csv
 import io
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
+from sim.atomic import atomic_write_text
 from sim.errors import InputError
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -83,18 +83,6 @@ def _fmt(v: float | None) -> str:
     return str(int(v)) if v.is_integer() else repr(v)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write ``trace`` as ``<stem>.csv`` + ``<stem>.yaml``, each atomically.
 
@@ -134,8 +122,8 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
     stem = _stem(Path(path))
     csv_path = stem.with_name(stem.name + ".csv")
     yaml_path = stem.with_name(stem.name + ".yaml")
-    _atomic_write(csv_path, buf.getvalue())
-    _atomic_write(yaml_path, yaml.safe_dump(side, sort_keys=False, allow_unicode=True))
+    atomic_write_text(csv_path, buf.getvalue())
+    atomic_write_text(yaml_path, yaml.safe_dump(side, sort_keys=False, allow_unicode=True))
     return csv_path, yaml_path
 
 
