@@ -180,7 +180,7 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
         throughput_samples_per_s=met.throughput_samples_per_s,
         bubble_fraction=met.bubble_fraction, peak_memory_bytes=met.peak_memory_bytes,
         fits=met.fits, oom_device=oom[0] if oom else "",
-        oom_capacity_bytes=oom[2] if oom else None,
+        oom_peak_bytes=oom[1] if oom else None, oom_capacity_bytes=oom[2] if oom else None,
         swap_bytes=met.swap_bytes, recompute_s=met.recompute_s, stall_s=met.stall_s,
         comm_bytes=met.comm_bytes, boundaries=json.dumps(list(res.boundaries)),
         placement=json.dumps([list(r) for r in res.placement]), error="",

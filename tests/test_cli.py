@@ -132,6 +132,20 @@ def test_run_writes_everything_and_winner_reruns(tmp_path):
     assert again.iteration_time_s[0] == pytest.approx(winner["prediction"]["iteration_time_s"])
 
 
+def test_not_fitting_names_device_peak_and_capacity(tmp_path):
+    """GPipe keeps all m stashes: BERT-Large at b=16 on 2 x 16 GB does not fit."""
+    data = {**SMALL, "models": [{"name": "bert", "trace": "bert-large", "global_batch": 256,
+                                 "microbatch_size": 16}],
+            "sweep": {"schedule": "gpipe", "stages": 2}}
+    out = tmp_path / "out"
+    res = _run("run", _write(tmp_path, data), "--out", out, "--jobs", 1, "--no-plots")
+    assert res.exit_code == 1 and "no configuration fits" in res.output, res.output
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert not row.fits and row.oom_device.startswith("gpu")
+    assert row.oom_peak_bytes > row.oom_capacity_bytes == 16 * 2**30
+    assert row.peak_memory_bytes >= row.oom_peak_bytes
+
+
 def test_second_run_reuses_cache(tmp_path):
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
