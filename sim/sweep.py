@@ -149,12 +149,15 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     trace = prep.traces[point.model]
     exp = prep.exp
     return config_hash({
-        "version": sim.__version__, "point": point.model_dump(),
+        "version": sim.__version__, "row_format": ROW_FORMAT, "point": point.model_dump(),
         "trace": [asdict(layer) for layer in trace.layers], "mb": trace.microbatch_size,
         "hardware": repr(prep.topology.gpus) + repr(prep.topology.links) + repr(prep.topology.hosts),
         "training": exp.training.model_dump(), "options": exp.options.model_dump(),
     })
 
+
+ROW_FORMAT = 2
+"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 _WORKER: dict = {}
 
