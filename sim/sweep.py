@@ -28,6 +28,9 @@ from sim.point import evaluate, make_schedule, resolve
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
+ROW_FORMAT = 2
+"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
+
 
 @dataclass
 class Prepared:
@@ -155,9 +158,6 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
         "training": exp.training.model_dump(), "options": exp.options.model_dump(),
     })
 
-
-ROW_FORMAT = 2
-"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 _WORKER: dict = {}
 
