@@ -7,7 +7,7 @@ computes the metrics. Inputs that cannot be resolved raise :class:`~sim.errors.I
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.config import ExperimentConfig, PointConfig
 from sim.engine import SimInput, StageCost, simulate
@@ -154,7 +154,6 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
     plans = tuple(tuple(flat[r * point.stages:(r + 1) * point.stages])
                   for r in range(len(contexts)))
     if not exp.training.optimizer_step:
-        from dataclasses import replace
         plans = tuple(tuple(replace(p, optimizer_s=0.0) for p in row) for row in plans)
     edges = list(boundaries) + [len(trace.layers)]
     costs = tuple(
