@@ -203,11 +203,12 @@ def partition_cmd(
 
 
 def _need_torch() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    """Fail with install instructions when torch is absent (without importing it here)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
         raise InputError("this command needs torch: pip install -e '.[torch]' "
-                         "(CPU: pip install torch==2.13.0 first)") from None
+                         "(CPU: pip install torch==2.13.0 first)")
 
 
 @app.command()
