@@ -62,8 +62,7 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
         dirs = [out] if i == 0 else []
         if len(exp.models) > 1:
             dirs.append(out / model.name)
-        for d in dirs:
-            written += _write_winner(exp, prep, points, winner, path, d, plots)
+        written += _write_winner(exp, prep, points, winner, path, dirs, plots)
         console.print(f"[bold green]{model.name} winner:[/] {winner['schedule']} "
                       f"p={winner['stages']} w={winner['dp_width']} "
                       f"b={winner['microbatch_size']} m={winner['microbatches']} "
@@ -87,17 +86,20 @@ def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
     return written
 
 
-def _write_winner(exp, prep, points, winner: dict, path: Path, out: Path,
+def _write_winner(exp, prep, points, winner: dict, path: Path, dirs: list[Path],
                   plots: bool) -> list[Path]:
-    """winner.yaml and, with ``plots``, the winner's memory plots and timelines in ``out``."""
-    written = [write_yaml(out / "winner.yaml", winner_config(exp, str(path), winner))]
+    """winner.yaml and, with ``plots``, the winner's memory plots and timelines in each of
+    ``dirs`` (the winner is simulated once)."""
+    data = winner_config(exp, str(path), winner)
+    written = [write_yaml(d / "winner.yaml", data) for d in dirs]
     if plots:
         point = next(p for p in points if p.model_dump().items() <= winner.items())
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         _, log = evaluate(res)
         title = (f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
                  f"b={point.microbatch_size} m={point.microbatches}")
-        written += write_winner_artifacts(out, log, title)
+        for d in dirs:
+            written += write_winner_artifacts(d, log, title)
     return written
 
 

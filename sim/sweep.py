@@ -25,6 +25,7 @@ from sim.hardware.topology import Topology
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, resolve
+from sim.schedules.registry import get_schedule
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
@@ -138,7 +139,7 @@ def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb:
         return (f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
                 f"(change training.global_batch or sweep.microbatch_size)")
     m = gb // (w * b)
-    cls = make_schedule(sched, 1, 1, file=prep.file).__class__
+    cls = get_schedule(sched)  # the name was checked by expand()
     if cls.needs_m_ge_p and m < p:
         return (f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
                 f"(dp_width {w} x microbatch_size {b}) = {m} < {p} stages")
