@@ -2,25 +2,73 @@
 
 Metrics, plots and the Chrome-trace timeline are computed from these records only, so they
 cannot disagree with the simulation. Times are seconds from the start of the simulation.
+
+The vocabularies (:class:`EventKind`, :class:`Stream`, :class:`MemCategory`) are ``str`` enums:
+a member equals its plain string (``EventKind.COMPUTE == "compute"``), so readers that compare
+strings keep working. Records are named tuples (cheap to create: the engine makes one per
+action and transfer).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Event:
+class EventKind(StrEnum):
+    """What an :class:`Event` is."""
+
+    COMPUTE = "compute"  # F, B, I or W
+    RECOMPUTE = "recompute"  # re-running a forward before its backward
+    OPTIMIZER = "optimizer"  # the optimizer step on the GPU
+    TRANSFER = "transfer"  # a stage-boundary send (activation or gradient)
+    ALLREDUCE = "allreduce"  # data-parallel gradient reduction
+    REDUCE_SCATTER = "reduce_scatter"  # sharded data parallelism: gradients
+    ALL_GATHER = "all_gather"  # sharded data parallelism: parameters
+    SWAP_OUT = "swap_out"  # a copy off the GPU (stash to host or peer, state to host)
+    SWAP_IN = "swap_in"  # a copy back to the GPU
+    CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
+    STALL = "stall"  # compute waiting for data that is late
+    HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
+
+
+COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)
+MEMORY_MOVE_KINDS = (EventKind.SWAP_OUT, EventKind.SWAP_IN, EventKind.CHUNK_MOVE)
+
+
+class Stream(StrEnum):
+    """The lane of a device an :class:`Event` runs on (host optimizer steps use ``adam-s<s>r<r>``)."""
+
+    COMPUTE = "compute"
+    SEND = "send"
+    RECV = "recv"
+    D2H = "d2h"
+    H2D = "h2d"
+    P2P = "p2p"
+    COMM = "comm"
+
+
+class MemCategory(StrEnum):
+    """What the bytes of a :class:`MemoryEvent` are."""
+
+    WEIGHTS = "weights"
+    GRADIENTS = "gradients"
+    OPTIMIZER = "optimizer"
+    ACTIVATIONS = "activations"
+    BUFFERS = "buffers"  # received activations and gradients
+    SWAP = "swap"  # bytes parked on this device by another
+    CHUNKS = "chunks"  # fetched chunks and gradients on their way out
+    OFFLOAD = "offload"  # model state in host DRAM
+
+
+class Event(NamedTuple):
     """A span of activity on one device stream.
 
     Attributes:
-        kind: ``compute`` (F/B/I/W), ``recompute``, ``optimizer``, ``transfer`` (stage
-            boundary send), ``allreduce`` (data-parallel gradient reduction), ``swap_out``,
-            ``swap_in``, ``stall`` (compute waiting for data that is late), ``chunk_move``,
-            ``reduce_scatter`` / ``all_gather`` (sharded data parallelism), ``host_optimizer``
-            (an optimizer step on the host CPU).
+        kind: an :class:`EventKind`.
         device: the device it runs on (``gpu3``); for transfers the sending device.
-        stream: ``compute``, ``send``, ``recv``, ``d2h``, ``h2d``, ``p2p`` or ``comm``.
+        stream: a :class:`Stream` (or ``adam-s<s>r<r>`` for a host optimizer step).
         name: a short label: ``"2F5"``, ``"2F5 gpu1->gpu2"``, ``"allreduce s2"`` ...
         start_s: start time in seconds.
         end_s: end time in seconds.
@@ -50,17 +98,14 @@ class Event:
         return self.end_s - self.start_s
 
 
-@dataclass(frozen=True)
-class MemoryEvent:
+class MemoryEvent(NamedTuple):
     """One allocation (``delta_bytes > 0``) or free (``< 0``) on a device at ``time_s``.
 
     Attributes:
         time_s: when, in seconds.
         device: ``gpu3`` or a host ``cpu0``.
         delta_bytes: signed change in bytes.
-        category: ``weights``, ``gradients``, ``optimizer``, ``activations``, ``buffers``,
-            ``swap`` (bytes parked on this device by another), ``chunks`` (fetched chunks
-            and gradients on their way out), ``offload`` (model state in host DRAM).
+        category: a :class:`MemCategory`.
         label: what it is, e.g. ``"stash 2F5"``.
     """
 

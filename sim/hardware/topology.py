@@ -19,6 +19,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 
+def transfer_time_s(route: tuple[Link, ...], nbytes: float) -> float:
+    """Seconds to move ``nbytes`` over ``route`` alone: the sum of its link latencies plus
+    ``nbytes`` over its bottleneck bandwidth (cut-through: every link streams at once, the
+    slowest sets the rate; hardware.md §6). The one transfer-time formula: the engine's sends,
+    swaps and collective steps and the planners' estimates all use it.
+
+    Raises:
+        ValueError: ``route`` is empty.
+    """
+    if not route:
+        raise ValueError("a transfer needs a route of at least one link")
+    return sum(lk.latency_s for lk in route) + nbytes / min(lk.bandwidth_Bps for lk in route)
+
+
 @dataclass(frozen=True)
 class GPU:
     """One GPU.
@@ -221,10 +235,11 @@ class Topology:
         return sum(lk.latency_s for lk in self.route(src, dst))
 
     def transfer_time_s(self, src: str, dst: str, nbytes: float) -> float:
-        """Uncontended time to move ``nbytes`` from ``src`` to ``dst`` (cut-through)."""
+        """Uncontended seconds to move ``nbytes`` from ``src`` to ``dst``: the
+        :func:`transfer_time_s` of :meth:`route` (0 when ``src == dst`` or nothing moves)."""
         if src == dst or nbytes <= 0:
             return 0.0
-        return self.route_latency_s(src, dst) + nbytes / self.route_bandwidth_Bps(src, dst)
+        return transfer_time_s(self.route(src, dst), nbytes)
 
     def direct_link(self, src: str, dst: str) -> Link | None:
         """The single link from ``src`` to ``dst`` if one exists."""

@@ -1,0 +1,13 @@
+"""The discrete-event engine: one resolved configuration in, one event log out.
+
+Composed of one concept per module: :mod:`~sim.engine.inputs` (what it runs, the
+:class:`StageReplica` record), :mod:`~sim.engine.links` (link resources and transfers, with the
+one transfer-time formula), :mod:`~sim.engine.streams` (compute spans and stalls),
+:mod:`~sim.engine.traffic` (the memory policy's copies), :mod:`~sim.engine.collectives`
+(data-parallel rings) and :mod:`~sim.engine.pipeline` (the stage replicas, :func:`simulate`).
+"""
+
+from sim.engine.inputs import SimInput, StageCost, StageReplica
+from sim.engine.pipeline import simulate
+
+__all__ = ["SimInput", "StageCost", "StageReplica", "simulate"]

@@ -1,0 +1,111 @@
+"""What the engine runs: a resolved configuration (:class:`SimInput`) and its parts.
+
+:class:`StageCost` is one stage's per-micro-batch compute and boundary sizes;
+:class:`StageReplica` is one (replica, stage) as the engine runs it: its GPU, host, memory plan,
+cost and action list, so that processes pass one record instead of ``(r, s, gpu, plan)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from sim.hardware.topology import Topology
+from sim.memory.plan import StagePlan
+from sim.schedules.action import Action, Program
+from sim.trace.schema import LayerProfile
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Per-micro-batch compute and boundary sizes of one stage.
+
+    Attributes:
+        fwd_s: forward seconds.
+        bwd_s: backward seconds (B, or I + W).
+        out_bytes: bytes of the activation this stage sends to the next one.
+        in_bytes: bytes of the activation it receives (the gradient it sends back).
+    """
+
+    fwd_s: float
+    bwd_s: float
+    out_bytes: float
+    in_bytes: float
+
+    @classmethod
+    def from_layers(cls, layers: tuple[LayerProfile, ...], in_bytes: float) -> StageCost:
+        """Sum of the layers' forward and backward seconds; the last layer's output bytes."""
+        return cls(sum(x.fwd_s for x in layers), sum(x.bwd_s for x in layers),
+                   layers[-1].out_bytes, in_bytes)
+
+
+@dataclass(frozen=True)
+class SimInput:
+    """One configuration, fully resolved.
+
+    Attributes:
+        topology: the server.
+        costs: per stage.
+        program: per-rank action lists (rank = stage), STEP included.
+        microbatches: micro-batches per iteration (m).
+        placement: GPU index per ``[replica][stage]``.
+        plans: memory plan per ``[replica][stage]``.
+    """
+
+    topology: Topology
+    costs: tuple[StageCost, ...]
+    program: Program
+    microbatches: int
+    placement: tuple[tuple[int, ...], ...]
+    plans: tuple[tuple[StagePlan, ...], ...]
+
+    @cached_property
+    def stages(self) -> int:
+        return len(self.costs)
+
+    @cached_property
+    def dp_width(self) -> int:
+        return len(self.placement)
+
+    def replicas(self) -> list[StageReplica]:
+        """Every (replica, stage), replica-major."""
+        return [StageReplica.of(self, r, s) for r in range(self.dp_width)
+                for s in range(self.stages)]
+
+
+@dataclass(frozen=True, slots=True)
+class StageReplica:
+    """Stage ``stage`` of pipeline replica ``replica`` as the engine runs it.
+
+    Attributes:
+        replica: data-parallel replica index r.
+        stage: pipeline stage s.
+        gpu: node name of its GPU (``gpu3``).
+        host: node name of that GPU's host socket (``cpu0``).
+        plan: its memory plan.
+        cost: its per-micro-batch compute and boundary sizes.
+        order: its action list (STEP included).
+        first: whether it is stage 0 (receives no activation).
+        last: whether it is the last stage (receives no gradient).
+    """
+
+    replica: int
+    stage: int
+    gpu: str
+    host: str
+    plan: StagePlan
+    cost: StageCost
+    order: tuple[Action, ...]
+    first: bool
+    last: bool
+
+    @classmethod
+    def of(cls, inp: SimInput, r: int, s: int) -> StageReplica:
+        g = inp.placement[r][s]
+        return cls(r, s, f"gpu{g}", inp.topology.gpu(g).host, inp.plans[r][s], inp.costs[s],
+                   tuple(inp.program[s]), s == 0, s == inp.stages - 1)
+
+    def tags(self, microbatch: int | None, iteration: int | None) -> dict:
+        """The keyword fields every :class:`~sim.events.Event` of this replica carries."""
+        return dict(stage=self.stage, microbatch=microbatch, iteration=iteration,
+                    replica=self.replica)

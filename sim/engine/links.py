@@ -1,0 +1,97 @@
+"""The links of the server as SimPy resources, and transfers over them.
+
+Every directed link is a FIFO resource of capacity 1 (hardware.md §6: each link is a shared
+resource): a transfer holds every link of its route for :func:`~sim.hardware.topology.
+transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers crossing one link
+take longer than one. Links are acquired in name order, so two multi-link transfers never
+deadlock. A single-link route (the common NVLink case) skips the sorting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import simpy
+
+from sim.events import Event
+from sim.hardware.topology import Link, Topology, transfer_time_s
+
+
+class Links:
+    """The link resources of one run, and the transfers that hold them.
+
+    Args:
+        env: the simulation environment.
+        topology: the server.
+        events: the log's event list; every transfer appends its :class:`Event` when it ends.
+    """
+
+    def __init__(self, env: simpy.Environment, topology: Topology, events: list[Event]):
+        self.env = env
+        self.topology = topology
+        self.events = events
+        self._res: dict[str, simpy.Resource] = {}
+        self._paths: dict[tuple[str, str], tuple] = {}
+
+    def resource(self, name: str) -> simpy.Resource:
+        """The FIFO resource of link (or CPU) ``name``, created on first use."""
+        res = self._res.get(name)
+        if res is None:
+            res = self._res[name] = simpy.Resource(self.env, capacity=1)
+        return res
+
+    def hold(self, links: Iterable[Link], duration_s: float):
+        """Process: acquire ``links`` in name order, hold them ``duration_s``, release them;
+        returns the time the hold started (when the last link was granted)."""
+        reqs = []
+        for name in sorted({lk.name for lk in links}):
+            res = self.resource(name)
+            req = res.request()
+            yield req
+            reqs.append((res, req))
+        start = self.env.now
+        yield self.env.timeout(duration_s)
+        for res, req in reqs:
+            res.release(req)
+        return start
+
+    def _path(self, src: str, dst: str) -> tuple:
+        """``(route, link names, resources in name order)`` of ``src -> dst``, cached."""
+        key = (src, dst)
+        path = self._paths.get(key)
+        if path is None:
+            route = self.topology.route(src, dst)
+            names = tuple(lk.name for lk in route)
+            path = self._paths[key] = (route, names,
+                                       [self.resource(n) for n in sorted(set(names))])
+        return path
+
+    def transfer(self, src: str, dst: str, nbytes: float, kind: str, name: str, stream: str,
+                 **tags):
+        """Process: move ``nbytes`` from node ``src`` to ``dst`` and log it as ``kind`` on
+        ``stream`` of ``src``; returns its start time (now, and nothing logged, when
+        ``src == dst`` or ``nbytes <= 0``)."""
+        route, names, resources = self._path(src, dst)
+        if not route or nbytes <= 0:
+            return self.env.now
+        dur = transfer_time_s(route, nbytes)
+        if len(resources) == 1:  # fast path: one link
+            res = resources[0]
+            req = res.request()
+            yield req
+            start = self.env.now
+            yield self.env.timeout(dur)
+            res.release(req)
+        else:
+            reqs = []
+            for res in resources:
+                req = res.request()
+                yield req
+                reqs.append((res, req))
+            start = self.env.now
+            yield self.env.timeout(dur)
+            for res, req in reqs:
+                res.release(req)
+        self.events.append(Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes,
+                                 links=names, **tags))
+        return start

@@ -1,0 +1,211 @@
+"""The SimPy model of one training configuration: the pipeline's stage replicas.
+
+Scenario: ``w`` replicas of a ``p``-stage pipeline run on ``p*w`` GPUs. Each stage replica is a
+SimPy process that executes its schedule's action list in order on its GPU's compute stream: a
+forward waits for its input activation, a backward for its output gradient. Sends of
+activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
+data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
+links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
+:class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
+
+The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
+Python's garbage collector is paused while the simulation runs (it allocates many small
+objects and frees them by reference counting; the cycle collector only costs time there).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import simpy
+
+from sim.engine.collectives import Collectives
+from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.links import Links
+from sim.engine.streams import ComputeStream
+from sim.engine.traffic import MemoryTraffic
+from sim.events import EventKind, EventLog, MemCategory, Stream
+from sim.ledger import Ledger
+from sim.schedules.action import STEP, Action
+
+
+class Engine:
+    """One run: the composed parts and the stage-replica processes."""
+
+    def __init__(self, inp: SimInput):
+        self.inp = inp
+        self.env = env = simpy.Environment()
+        topo = inp.topology
+        caps = {g.name: g.memory_bytes for g in topo.gpus}
+        caps.update({h.name: h.dram_bytes for h in topo.hosts})
+        self.ledger = Ledger(caps)
+        self.log = EventLog(capacity_bytes=caps)
+        self.links = Links(env, topo, self.log.events)
+        self.compute = ComputeStream(env, self.log.events)
+        self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute,
+                                     inp.microbatches)
+        self.collectives = Collectives(env, inp, self.links)
+        self._arrived: dict[tuple, simpy.Event] = {}
+        self._bwd_done: dict[tuple[int, int], int] = {}
+        self._step_end: dict[tuple[int, int, int], float] = {}
+
+    def _arrival(self, key: tuple) -> simpy.Event:
+        ev = self._arrived.get(key)
+        if ev is None:
+            ev = self._arrived[key] = self.env.event()
+        return ev
+
+    # -- the run ----------------------------------------------------------------------
+    def run(self) -> EventLog:
+        """Allocate model state, start every stage replica, run to the end; the log."""
+        for rep in self.inp.replicas():
+            s, plan, gpu = rep.stage, rep.plan, rep.gpu
+            self.ledger.change(0.0, gpu, plan.weight_bytes, MemCategory.WEIGHTS, f"s{s} weights")
+            self.ledger.change(0.0, gpu, plan.grad_bytes, MemCategory.GRADIENTS,
+                               f"s{s} gradients")
+            self.ledger.change(0.0, gpu, plan.optimizer_bytes, MemCategory.OPTIMIZER,
+                               f"s{s} optimizer")
+            if plan.host_bytes:
+                self.ledger.change(0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD,
+                                   f"s{s} states")
+            self.env.process(self.rank(rep))
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self.env.run()
+        finally:
+            if paused:
+                gc.enable()
+        ends: dict[int, float] = {}
+        for (_, _, k), t in self._step_end.items():
+            ends[k] = max(ends.get(k, t), t)
+        self.log.iteration_ends_s = [ends[k] for k in sorted(ends)]
+        self.log.memory = self.ledger.events
+        self.log.meta["peak_bytes"] = dict(self.ledger.peak)
+        self.log.meta["over_capacity"] = self.ledger.over_capacity()
+        return self.log
+
+    def rank(self, rep: StageReplica):
+        """Process: run ``rep``'s action list in order."""
+        order, m = rep.order, self.inp.microbatches
+        for i, a in enumerate(order):
+            if i + 1 < len(order):
+                self.traffic.prefetch(rep, order[i + 1])
+            if a.op == STEP:
+                yield from self.step(rep, a, rep.tags(None, a.microbatch))
+                continue
+            tags = rep.tags(a.microbatch, a.microbatch // m)
+            if a.op == "F":
+                yield from self.forward(rep, a, tags)
+            elif a.op in ("B", "I", "W"):
+                yield from self.backward(rep, a, tags)
+
+    def _fetch(self, rep: StageReplica, a: Action, tags: dict):
+        yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}",
+                                     **tags)
+
+    def forward(self, rep: StageReplica, a: Action, tags: dict):
+        """Process: wait for the input activation (and chunks), stash, compute, send."""
+        s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
+        if not rep.first:
+            yield self._arrival(("act", rep.replica, s, mb))
+        if plan.fetch_bytes > 0:
+            yield from self._fetch(rep, a, tags)
+        self.ledger.change(self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS,
+                           f"stash {a}")
+        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+        now = self.env.now
+        if plan.fetch_bytes > 0:
+            self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
+        if not rep.first:
+            self.ledger.change(now, gpu, -rep.cost.in_bytes, MemCategory.BUFFERS, f"recv {a}")
+        self.ledger.change(now, gpu, -plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"drop {a}")
+        if plan.swap_bytes > 0:
+            self.traffic.swap_out(rep, mb, tags)
+        if not rep.last:
+            self.env.process(self.send(rep, s + 1, mb, rep.cost.out_bytes, "act"))
+
+    def backward(self, rep: StageReplica, a: Action, tags: dict):
+        """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back."""
+        s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
+        uses_grad = a.op in ("B", "I")
+        if uses_grad and not rep.last:
+            yield self._arrival(("grad", rep.replica, s, mb))
+        if uses_grad and plan.swap_bytes > 0:
+            yield from self.compute.wait(self.traffic.swap_in(rep, mb), gpu,
+                                         f"wait swap-in {a}", **tags)
+        if plan.fetch_bytes > 0:
+            yield from self._fetch(rep, a, tags)
+        if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
+            self.ledger.change(self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS,
+                               f"recompute {a}")
+            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s,
+                                        **tags)
+        dur = rep.cost.bwd_s if a.op == "B" else rep.cost.bwd_s / 2
+        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+        now = self.env.now
+        if plan.fetch_bytes > 0:
+            self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
+        if a.op in ("B", "W"):
+            self.ledger.change(now, gpu, -plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS,
+                               f"free {a}")
+            key = (rep.replica, s)
+            self._bwd_done[key] = self._bwd_done.get(key, 0) + 1
+            if plan.writeback_bytes > 0:
+                self.traffic.writeback(rep, a, tags)
+        if uses_grad:
+            if not rep.last:
+                self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS,
+                                   f"grad {a}")
+            if not rep.first:
+                self.env.process(self.send(rep, s - 1, mb, rep.cost.in_bytes, "grad"))
+
+    def send(self, rep: StageReplica, dst_stage: int, mb: int, nbytes: float, kind: str):
+        """Process: send micro-batch ``mb``'s activation (``kind="act"``) or gradient
+        (``"grad"``) to stage ``dst_stage`` of the same replica; it arrives when it ends."""
+        r, s = rep.replica, rep.stage
+        src, dst = rep.gpu, f"gpu{self.inp.placement[r][dst_stage]}"
+        op = "F" if kind == "act" else "B"
+        yield from self.links.transfer(src, dst, nbytes, EventKind.TRANSFER,
+                                       f"{s}{op}{mb} {src}->{dst}", Stream.SEND,
+                                       **rep.tags(mb, mb // self.inp.microbatches))
+        self.ledger.change(self.env.now, dst, nbytes, MemCategory.BUFFERS,
+                           f"recv {kind} {dst_stage}/{mb}")
+        self._arrival((kind, r, dst_stage, mb)).succeed()
+
+    def step(self, rep: StageReplica, a: Action, tags: dict):
+        """Process: the optimizer step (write-backs, collectives, step copies, host step)."""
+        plan = rep.plan
+        yield from self.traffic.wait_writebacks(rep, tags)
+        dp = self.inp.dp_width > 1
+        if dp:
+            kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
+            yield from self.collectives.join(rep, a.microbatch, tags, kind)
+        for t in plan.step_transfers_before:
+            yield from self.traffic.copy(t, tags)
+        if plan.host_optimizer_s > 0:
+            yield from self.traffic.host_step(rep, tags)
+        for t in plan.step_transfers_after:
+            yield from self.traffic.copy(t, tags)
+        yield from self.compute.run(rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}",
+                                    plan.optimizer_s, **tags)
+        if dp and plan.dp_sharded:
+            yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
+        done = self._bwd_done.get((rep.replica, rep.stage), 0)
+        if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
+            self._step_end[(rep.replica, rep.stage, done // self.inp.microbatches - 1)] = (
+                self.env.now)
+
+
+def simulate(inp: SimInput) -> EventLog:
+    """Run one configuration to completion and return its event log.
+
+    Raises:
+        ValueError: the program deadlocks (an action waits for data nobody sends).
+    """
+    log = Engine(inp).run()
+    expected = sum(1 for rank in inp.program for a in rank if a.op == STEP) * inp.dp_width
+    done = sum(1 for e in log.events if e.kind == EventKind.OPTIMIZER)
+    if done < expected:
+        raise ValueError(f"the schedule deadlocked: {done} of {expected} optimizer steps ran")
+    return log

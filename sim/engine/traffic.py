@@ -1,0 +1,186 @@
+"""Memory traffic: swaps, chunk fetches, gradient write-backs, step copies, host optimizer steps.
+
+Every copy is a transfer on the topology (:class:`~sim.engine.links.Links`: it holds each link
+of its route, so it contends with the pipeline's own sends), and every byte is recorded in the
+ledger where it lives:
+
+* **swap** (``StagePlan.swap_parts``): after a forward, each part of the stash is copied to its
+  node (a host, or a peer GPU over NVLink; parts run in parallel) and freed on the GPU when its
+  copy ends; the node records it under category ``swap`` until it comes back. The swap-in is
+  started one action ahead of the backward, re-allocates the whole stash on the GPU when it
+  starts, and the backward waits for it (a ``stall`` when late).
+* **fetch** (chunks on demand): ``fetch_bytes`` are copied in before each F and B (prefetched
+  one action ahead) and dropped after the action.
+* **write-back**: ``writeback_bytes`` of gradients leave after each B (or W); the optimizer step
+  waits for all of them. They overwrite fetched chunks (PatrickStar reuses the 16-bit parameter
+  chunk for its gradient), so they take no memory beyond ``fetch_live_bytes``.
+* **step copies**: ``step_transfers_before/after`` around the host optimizer.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.inputs import StageReplica
+from sim.engine.links import Links
+from sim.engine.streams import ComputeStream
+from sim.events import Event, EventKind, MemCategory, Stream
+from sim.ledger import Ledger
+from sim.memory.plan import Transfer
+from sim.schedules.action import Action
+
+
+def _stream(node: str, out: bool) -> Stream:
+    if node.startswith("gpu"):
+        return Stream.P2P
+    return Stream.D2H if out else Stream.H2D
+
+
+class MemoryTraffic:
+    """The memory-policy copies of every stage replica of one run.
+
+    Args:
+        env: the simulation environment.
+        links: the link resources transfers hold.
+        ledger: where bytes are recorded.
+        compute: the compute streams (a late copy is a stall there).
+        microbatches: micro-batches per iteration (for the iteration tag of swap-ins).
+    """
+
+    def __init__(self, env: simpy.Environment, links: Links, ledger: Ledger,
+                 compute: ComputeStream, microbatches: int):
+        self.env = env
+        self.links = links
+        self.ledger = ledger
+        self.compute = compute
+        self.microbatches = microbatches
+        self._started: dict[tuple, simpy.Process] = {}
+        self._swapped_out: dict[tuple, simpy.Event] = {}
+        self._writebacks: dict[tuple[int, int], list[simpy.Process]] = {}
+
+    def _start_once(self, key: tuple, gen) -> simpy.Process:
+        proc = self._started.get(key)
+        if proc is None:
+            proc = self._started[key] = self.env.process(gen)
+        else:
+            gen.close()
+        return proc
+
+    def _swap_done(self, rep: StageReplica, mb: int) -> simpy.Event:
+        key = (rep.replica, rep.stage, mb)
+        ev = self._swapped_out.get(key)
+        if ev is None:
+            ev = self._swapped_out[key] = self.env.event()
+        return ev
+
+    # -- prefetching ------------------------------------------------------------------
+    def prefetch(self, rep: StageReplica, nxt: Action) -> None:
+        """Start the copies the next action needs while the current one runs."""
+        plan = rep.plan
+        if plan.swap_bytes > 0 and nxt.op in ("B", "I"):
+            self.swap_in(rep, nxt.microbatch)
+        if plan.fetch_bytes > 0 and nxt.op in ("F", "B", "I"):
+            self.fetch(rep, nxt)
+
+    def fetch(self, rep: StageReplica, a: Action) -> simpy.Process:
+        """The (one) fetch of ``rep``'s chunks for action ``a``, started if not yet."""
+        return self._start_once(("fetch", rep.replica, rep.stage, str(a)), self._fetch(rep, a))
+
+    def _fetch(self, rep: StageReplica, a: Action):
+        plan = rep.plan
+        self.ledger.change(self.env.now, rep.gpu, plan.fetch_live, MemCategory.CHUNKS,
+                           f"fetch {a}")
+        yield from self.links.transfer(plan.fetch_source, rep.gpu, plan.fetch_bytes,
+                                       EventKind.CHUNK_MOVE, f"fetch {a}", Stream.H2D,
+                                       stage=rep.stage, replica=rep.replica)
+
+    # -- write-backs ------------------------------------------------------------------
+    def writeback(self, rep: StageReplica, a: Action, tags: dict) -> None:
+        """Start the copy of a backward's gradients to ``fetch_source``; the step waits."""
+        def run():
+            yield from self.links.transfer(rep.gpu, rep.plan.fetch_source,
+                                           rep.plan.writeback_bytes, EventKind.CHUNK_MOVE,
+                                           f"write-back {a}", Stream.D2H, **tags)
+
+        key = (rep.replica, rep.stage)
+        self._writebacks.setdefault(key, []).append(self.env.process(run()))
+
+    def wait_writebacks(self, rep: StageReplica, tags: dict):
+        """Process: wait for every write-back started since the last call (a stall if late)."""
+        pending = self._writebacks.pop((rep.replica, rep.stage), [])
+        if pending:
+            yield from self.compute.wait(self.env.all_of(pending), rep.gpu,
+                                         f"wait write-back s{rep.stage}", **tags)
+
+    # -- swaps ------------------------------------------------------------------------
+    def swap_out(self, rep: StageReplica, mb: int, tags: dict) -> None:
+        """Start swapping out micro-batch ``mb``'s stash (the swap-in waits for it)."""
+        self._swap_done(rep, mb)  # created now so that a swap-in can wait on it
+        self.env.process(self._swap_out(rep, mb, tags))
+
+    def _swap_out(self, rep: StageReplica, mb: int, tags: dict):
+        parts = rep.plan.swap_parts
+        if len(parts) == 1:
+            yield from self._part_out(rep, parts[0], mb, "", tags)
+        else:
+            yield self.env.all_of([self.env.process(
+                self._part_out(rep, part, mb, f" ->{part[0]}", tags)) for part in parts])
+        self._swap_done(rep, mb).succeed()
+
+    def _part_out(self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str,
+                  tags: dict):
+        node, nbytes = part
+        s, gpu = rep.stage, rep.gpu
+        yield from self.links.transfer(gpu, node, nbytes, EventKind.SWAP_OUT,
+                                       f"swap-out {s}/{mb}{suffix}", _stream(node, True), **tags)
+        now = self.env.now
+        self.ledger.change(now, gpu, -nbytes, MemCategory.ACTIVATIONS,
+                           f"swapped {s}/{mb}{suffix}")
+        self.ledger.change(now, node, nbytes, MemCategory.SWAP, f"from {gpu} {s}/{mb}")
+
+    def swap_in(self, rep: StageReplica, mb: int) -> simpy.Process:
+        """The (one) swap-in of micro-batch ``mb``'s stash, started if not yet."""
+        return self._start_once(("swapin", rep.replica, rep.stage, mb), self._swap_in(rep, mb))
+
+    def _swap_in(self, rep: StageReplica, mb: int):
+        yield self._swap_done(rep, mb)
+        self.ledger.change(self.env.now, rep.gpu, rep.plan.swap_bytes, MemCategory.ACTIVATIONS,
+                           f"swap-in {rep.stage}/{mb}")
+        tags = rep.tags(mb, mb // self.microbatches)
+        parts = rep.plan.swap_parts
+        if len(parts) == 1:
+            yield from self._part_in(rep, parts[0], mb, "", tags)
+        else:
+            yield self.env.all_of([self.env.process(
+                self._part_in(rep, part, mb, f" <-{part[0]}", tags)) for part in parts])
+
+    def _part_in(self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str,
+                 tags: dict):
+        node, nbytes = part
+        s = rep.stage
+        yield from self.links.transfer(node, rep.gpu, nbytes, EventKind.SWAP_IN,
+                                       f"swap-in {s}/{mb}{suffix}", _stream(node, False), **tags)
+        self.ledger.change(self.env.now, node, -nbytes, MemCategory.SWAP,
+                           f"back to {rep.gpu} {s}/{mb}")
+
+    # -- the optimizer step -----------------------------------------------------------
+    def copy(self, t: Transfer, tags: dict):
+        """Process: a step copy (``d2h`` when it goes to a host)."""
+        out = t.dst.startswith("cpu")
+        yield from self.links.transfer(t.src, t.dst, t.nbytes,
+                                       EventKind.SWAP_OUT if out else EventKind.SWAP_IN,
+                                       t.label or f"{t.src}->{t.dst}",
+                                       Stream.D2H if out else Stream.H2D, **tags)
+
+    def host_step(self, rep: StageReplica, tags: dict):
+        """Process: the optimizer step on the host CPU; one socket runs one step at a time
+        (its ``adam_params_per_s`` is shared by every stage whose states it holds)."""
+        cpu = self.links.resource(f"adam@{rep.host}")
+        req = cpu.request()
+        yield req
+        start = self.env.now
+        yield self.env.timeout(rep.plan.host_optimizer_s)
+        cpu.release(req)
+        s, r = rep.stage, rep.replica
+        self.links.events.append(Event(EventKind.HOST_OPTIMIZER, rep.host, f"adam-s{s}r{r}",
+                                       f"host step s{s}", start, self.env.now, **tags))
