@@ -10,15 +10,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.events import EventLog
+from sim.events import COLLECTIVE_KINDS, MEMORY_MOVE_KINDS, EventKind, EventLog, Stream
 
 
 def iterations_needed(stages: int, microbatches: int, synchronous: bool) -> int:
-    """Optimizer steps to simulate so that :func:`steady_window` lies in steady state.
+    """Iterations to simulate (or unroll) so that every steady-state pattern occurs on every
+    stage: the one rule behind the engine's measuring window (:func:`steady_window`) and
+    :meth:`sim.schedules.base.Schedule.steady_state_iterations` (staleness from a program).
 
-    A flushed schedule repeats identically after one step, so 2 suffice. An asynchronous one
-    needs ``ceil(p/m)`` steps of fill before and after a 2-step window.
+    A flushed schedule repeats identically after one iteration, so 2 suffice (the second is
+    measured). An asynchronous one fills for ``ceil(p/m)`` iterations (the first micro-batch's
+    backward reaches stage 0 only after ``p`` forwards) and drains as long, around a 2-iteration
+    window: ``2 ceil(p/m) + 2``.
+
+    Raises:
+        ValueError: ``stages`` or ``microbatches`` below 1.
     """
+    if stages < 1 or microbatches < 1:
+        raise ValueError(f"stages and microbatches must be >= 1, got {stages}, {microbatches}")
     if synchronous:
         return 2
     fill = math.ceil(stages / microbatches)
@@ -89,8 +98,8 @@ def compute_metrics(log: EventLog, *, stages: int, microbatches: int, synchronou
     """
     t0, t1, steps = steady_window(log.iteration_ends_s, stages, microbatches, synchronous)
     span = max(t1 - t0, 1e-30)
-    gpus = sorted({e.device for e in log.events if e.stream == "compute"})
-    busy = {"compute": 0.0, "recompute": 0.0, "stall": 0.0}
+    gpus = sorted({e.device for e in log.events if e.stream == Stream.COMPUTE})
+    busy = {EventKind.COMPUTE: 0.0, EventKind.RECOMPUTE: 0.0, EventKind.STALL: 0.0}
     moved = {"swap": 0.0, "comm": 0.0}
     for e in log.events:
         lo, hi = max(e.start_s, t0), min(e.end_s, t1)
@@ -99,14 +108,14 @@ def compute_metrics(log: EventLog, *, stages: int, microbatches: int, synchronou
         frac = (hi - lo) / e.duration_s if e.duration_s > 0 else 1.0
         if e.kind in busy:
             busy[e.kind] += hi - lo
-        elif e.kind in ("swap_out", "swap_in", "chunk_move"):
+        elif e.kind in MEMORY_MOVE_KINDS:
             moved["swap"] += e.nbytes * frac
-        elif e.kind in ("transfer",):
+        elif e.kind == EventKind.TRANSFER:
             moved["comm"] += e.nbytes * frac
-        elif e.kind in ("allreduce", "reduce_scatter", "all_gather") and e.replica == 0:
+        elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
             moved["comm"] += e.nbytes * frac
     n = max(len(gpus), 1)
-    bubble = 1.0 - (busy["compute"] + busy["recompute"]) / (n * span)
+    bubble = 1.0 - (busy[EventKind.COMPUTE] + busy[EventKind.RECOMPUTE]) / (n * span)
     peaks = dict(log.meta.get("peak_bytes", {}))
     gpu_peaks = [v for k, v in peaks.items() if k.startswith("gpu")]
     oom = list(log.meta.get("over_capacity", []))
@@ -120,7 +129,7 @@ def compute_metrics(log: EventLog, *, stages: int, microbatches: int, synchronou
         fits=not oom,
         oom=oom,
         swap_bytes=moved["swap"] / steps,
-        recompute_s=busy["recompute"] / steps,
-        stall_s=busy["stall"] / steps,
+        recompute_s=busy[EventKind.RECOMPUTE] / steps,
+        stall_s=busy[EventKind.STALL] / steps,
         comm_bytes=moved["comm"] / steps,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+from sim.metrics import iterations_needed
 from sim.schedules.action import STEP, Action, Program
 
 
@@ -71,11 +72,11 @@ class Schedule(ABC):
     def steady_state_iterations(self) -> int:
         """Iterations after which every steady-state pattern has occurred on every stage.
 
-        Used to measure quantities such as :meth:`delay_steps` from a finite program:
-        ``2 + ceil(p/m)`` iterations hold a full ``m``-aligned window of ``p`` micro-batches
-        past the warm-up.
+        Used to measure quantities such as :meth:`delay_steps` from a finite program; the same
+        rule sets how many iterations the engine simulates
+        (:func:`sim.metrics.iterations_needed`).
         """
-        return 2 + -(-self.stages // self.microbatches)
+        return iterations_needed(self.stages, self.microbatches, self.synchronous)
 
     def delay_steps(self, stage: int) -> int:
         """Optimizer steps between a micro-batch's F and B at ``stage`` (staleness), at most.

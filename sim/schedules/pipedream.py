@@ -45,10 +45,6 @@ class PipeDream(Schedule):
         """One STEP per micro-batch: ``iterations * m``."""
         return iterations * self.microbatches
 
-    def steady_state_iterations(self) -> int:
-        """Enough micro-batches (at least ``p``) to pass the warm-up."""
-        return 1 + -(-self.stages // self.microbatches)
-
     def weight_versions(self, stage: int) -> int:
         """``p - s`` stashed versions (``num_versions = num_warmup_minibatches + 1``, §2.2)."""
         return self.stages - stage
