@@ -42,11 +42,13 @@ def _bandwidth_matrix(topology: Topology) -> tuple[tuple[float, ...], ...]:
 
 
 def _best_order(topology: Topology, stages: int, dp_width: int) -> tuple[int, ...]:
+    k = stages * dp_width
+    if stages == 1 or topology.num_gpus > 10:  # no pipeline neighbours, or too many to search
+        return tuple(range(k))
     bw = _bandwidth_matrix(topology)
     n = len(bw)
-    k = stages * dp_width
     off = {bw[i][j] for i in range(n) for j in range(n) if i != j}
-    if stages == 1 or len(off) <= 1 or n > 10:
+    if len(off) <= 1:
         return tuple(range(k))
     return _held_karp(bw, stages, k)
 

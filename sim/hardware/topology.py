@@ -11,6 +11,12 @@ Routes: :meth:`Topology.route` returns the path with the fewest hops, the widest
 those, ties broken by node name, so it is deterministic. GPUs relay only GPU-to-GPU traffic. On
 DGX-1 a direct NVLink is used where one exists, and a pair without one relays through one
 NVLink-connected GPU (2 hops), as NCCL does, instead of crossing PCIe and QPI (5 hops).
+A communicator's traffic may relay only through its own GPUs (``route(..., within=...)``): NCCL
+builds its rings and peer paths from the communicator's ranks only, so a pair with no peer path
+inside it goes through host memory (PCIe, and QPI across sockets).
+
+Routes are found with one breadth-first search per source (and relay set), cached, so loading a
+topology of ``n`` GPUs costs ``O(n * links)``, not a search per pair.
 """
 
 from __future__ import annotations
@@ -169,61 +175,85 @@ class Topology:
         """Total host DRAM over all sockets, in bytes."""
         return sum(h.dram_bytes for h in self.hosts)
 
-    def route(self, src: str, dst: str) -> tuple[Link, ...]:
+    def route(self, src: str, dst: str,
+              within: frozenset[str] | None = None) -> tuple[Link, ...]:
         """Directed links from node ``src`` to node ``dst`` (empty when ``src == dst``).
 
         Fewest hops, then widest, then lexicographic by node names (see module doc).
 
+        Args:
+            src: start node.
+            dst: end node.
+            within: a communicator's GPU names: only these GPUs may relay (switches and hosts
+                always may). None: any GPU may relay GPU-to-GPU traffic.
+
         Raises:
             ValueError: no path exists.
         """
-        key = (src, dst)
-        if key in self._route_cache:
-            return self._route_cache[key]
+        key = (src, dst, within)
+        path = self._route_cache.get(key)
+        if path is not None:
+            return path
         if src == dst:
-            path: tuple[Link, ...] = ()
+            path = ()
         else:
-            path = self._widest_shortest(src, dst)
+            gpus = self._gpu_names
+            relay = frozenset() if src not in gpus or dst not in gpus else (
+                gpus if within is None else gpus & within)
+            prev = self._tree(src, relay)
+            if dst not in prev:
+                raise ValueError(f"no route from {src} to {dst} in topology {self.name}"
+                                 + ("" if within is None else
+                                    f" through GPUs {sorted(within)} only"))
+            hops = []
+            node = dst
+            while node != src:
+                link = prev[node]
+                hops.append(link)
+                node = link.src
+            path = tuple(reversed(hops))
         self._route_cache[key] = path
         return path
 
-    def _widest_shortest(self, src: str, dst: str) -> tuple[Link, ...]:
-        """Fewest hops, then widest bottleneck, then smallest predecessor name (BFS by level).
+    @cached_property
+    def _gpu_names(self) -> frozenset[str]:
+        return frozenset(g.name for g in self.gpus)
 
-        GPUs relay only traffic between two GPUs (NCCL forwards through a GPU; host copies do
-        not), so a host route never passes through another GPU.
+    def _tree(self, src: str, relay: frozenset[str]) -> dict[str, Link]:
+        """One search from ``src``: the last link of the route to every reachable node.
+
+        Level by level (fewest hops); within a level the widest bottleneck wins, ties go to
+        the smaller predecessor name. Only GPUs in ``relay`` forward traffic (NCCL forwards
+        through a GPU; host copies do not), so the result serves every destination of one
+        kind at once: O(links) per source instead of per pair.
         """
-        gpus = {g.name for g in self.gpus}
-        relay_gpus = src in gpus and dst in gpus
+        key = (src, relay)
+        cached = self._route_cache.get(key)
+        if cached is not None:
+            return cached
+        gpus = self._gpu_names
         width: dict[str, float] = {src: float("inf")}
         prev: dict[str, Link] = {}
         frontier = [src]
-        while frontier and dst not in width:
+        while frontier:
             best: dict[str, tuple[float, str, Link]] = {}
             for node in frontier:
-                if node != src and node in gpus and not relay_gpus:
+                if node != src and node in gpus and node not in relay:
                     continue
+                wn = width[node]
                 for link in self._out[node]:
                     if link.dst in width:
                         continue
-                    w = min(width[node], link.bandwidth_Bps)
-                    cand = (w, link.src, link)
+                    w = wn if wn < link.bandwidth_Bps else link.bandwidth_Bps
                     old = best.get(link.dst)
                     if old is None or w > old[0] or (w == old[0] and link.src < old[1]):
-                        best[link.dst] = cand
+                        best[link.dst] = (w, link.src, link)
             for node, (w, _, link) in best.items():
                 width[node] = w
                 prev[node] = link
             frontier = sorted(best)
-        if dst not in width:
-            raise ValueError(f"no route from {src} to {dst} in topology {self.name}")
-        path = []
-        node = dst
-        while node != src:
-            link = prev[node]
-            path.append(link)
-            node = link.src
-        return tuple(reversed(path))
+        self._route_cache[key] = prev
+        return prev
 
     def route_bandwidth_Bps(self, src: str, dst: str) -> float:
         """Bottleneck bandwidth of :meth:`route` in bytes/s (``inf`` when ``src == dst``)."""
