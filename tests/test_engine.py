@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,7 +122,73 @@ def test_allreduce_ring_time():
     w, grad = 4, 4e9
     topo = chain_topology(w, bandwidth_Bps=1e9)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=grad)
-    log = simulate(uniform_input("gpipe", 1, 1, w=w, topology=topo, plan=plan))
+    inp = replace(uniform_input("gpipe", 1, 1, w=w, topology=topo, plan=plan),
+                  dp_bucket_bytes=0.0)  # all at the step, no overlap
+    log = simulate(inp)
     ar = [e for e in log.events if e.kind == "allreduce"]
     assert len(ar) == w
     assert all(e.duration_s == pytest.approx(2 * (w - 1) / w * grad / 1e9) for e in ar)
+
+
+# ------------------------------------------------- communication as NCCL does it (issue 12.3)
+
+def _gpus_on(link_names) -> set[str]:
+    return {n for name in link_names for n in name.split("->") if n.startswith("gpu")}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.integers(0, 7), min_size=2, max_size=8))
+def test_no_route_of_a_communicator_passes_through_a_gpu_outside_it(members):
+    from sim.hardware.loader import load_hardware
+
+    topo = load_hardware("dgx1-v100-16gb")
+    gpus = tuple(f"gpu{g}" for g in sorted(members))
+    comm = frozenset(gpus)
+    order = topo.ring(gpus)
+    assert sorted(order) == sorted(gpus) and order[0] == gpus[0]
+    for a, b in zip(order, order[1:] + order[:1], strict=True):
+        assert _gpus_on(lk.name for lk in topo.route(a, b, within=comm)) <= comm
+        assert _gpus_on(lk.name for lk in topo.route(a, b)) == {a, b}  # p2p: the pair only
+
+
+def test_engine_traffic_stays_inside_its_communicators_on_dgx1():
+    """p=2, w=4 on a DGX-1 placed so that replicas straddle the sockets: every send touches
+    only its two GPUs, every all-reduce only its stage's four replicas."""
+    from sim.hardware.loader import load_hardware
+
+    placement = ((0, 5), (1, 4), (2, 7), (3, 6))
+    base = uniform_input("1f1b", 2, 2, out_bytes=1e8, w=4,
+                         plan=StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=1e9))
+    log = simulate(replace(base, topology=load_hardware("dgx1-v100-16gb"), placement=placement))
+    sends = [e for e in log.events if e.kind == "transfer"]
+    rings = [e for e in log.events if e.kind == "allreduce"]
+    assert sends and rings
+    for e in sends:
+        src, dst = e.name.split()[1].split("->")
+        assert _gpus_on(e.links) == {src, dst}
+    for e in rings:
+        assert _gpus_on(e.links) <= {f"gpu{row[e.stage]}" for row in placement}
+    # gpu0 -> gpu5 has no NVLink: the activation goes through host memory (PCIe, QPI)
+    first = next(e for e in sends if e.name.startswith("0F0 gpu0->gpu5"))
+    assert first.links == ("gpu0->sw0", "sw0->cpu0", "cpu0->cpu1", "cpu1->sw2", "sw2->gpu5")
+
+
+@pytest.mark.parametrize("pair,seconds", [
+    # NV2 pair (48 GB/s, 10 us): 2 steps of 10e-6 + (1e9 / 2) / 48e9
+    ((0, 4), 2 * (10e-6 + 0.5e9 / 48e9)),
+    # no NVLink, across the sockets: gpu0->sw0 (13 GB/s, 5 us), sw0->cpu0 (12.5, 5), QPI
+    # (19.2, 1), cpu1->sw2 (12.5, 5), sw2->gpu5 (13, 5): 21 us, bottleneck 12.5 GB/s
+    ((0, 5), 2 * (21e-6 + 0.5e9 / 12.5e9)),
+])
+def test_dgx1_pair_allreduce_is_the_hand_computed_ring_time(pair, seconds):
+    """dgx1-v100-16gb preset numbers (hardware.md §3.1); 1e9 B of gradients, reduced at the
+    step (no buckets): ring of 2 = 2 steps of latency + (B/2) / bottleneck."""
+    from sim.hardware.loader import load_hardware
+
+    plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=1e9)
+    base = uniform_input("gpipe", 1, 1, w=2, plan=plan)
+    log = simulate(replace(base, topology=load_hardware("dgx1-v100-16gb"),
+                           placement=((pair[0],), (pair[1],)), dp_bucket_bytes=0.0))
+    ar = [e for e in log.events if e.kind == "allreduce"]
+    assert len(ar) == 2
+    assert all(e.duration_s == pytest.approx(seconds, rel=1e-12) for e in ar)

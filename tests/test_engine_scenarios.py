@@ -14,6 +14,8 @@ order, so both sides are compared as sorted lists and the log is checked to be i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.engine import simulate
 from sim.memory.plan import StagePlan
 from tests.helpers import chain_topology, uniform_input
@@ -85,11 +87,13 @@ def test_dp2_allreduce_is_the_ring_formula():
     # Each stage holds B = 2e9 B of gradients; links 1 GB/s, 0.25 s latency. Ring, w = 2:
     # 2(w-1) = 2 steps of 0.25 + (2e9 / 2) / 1e9 = 1.25 s -> 2.5 s
     # (= 2(w-1)/w * B/bw + 2(w-1) * latency = 2 + 0.5).
+    # Without bucketing (dp_bucket_bytes = 0) the all-reduce runs at the step:
     # Stage 1 reaches its step at 7 on both replicas: all-reduce [7, 9.5], step [9.5, 9.5].
     # Stage 0 at 9: all-reduce [9, 11.5] (other links: no contention), step [11.5, 11.5].
     topo = chain_topology(4, bandwidth_Bps=1 * GB, latency_s=0.25)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=2 * GB)
-    log = simulate(uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan))
+    log = simulate(replace(uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan),
+                           dp_bucket_bytes=0.0))
     expected = []
     for g0, g1 in ((0, 1), (2, 3)):
         a, b = f"gpu{g0}", f"gpu{g1}"
@@ -152,3 +156,64 @@ def test_cpu_swap_with_a_late_swap_in():
                    (8.0, -A, "free 1B0"), (10.0, -A, "free 1B1")]
     assert log.meta["peak_bytes"]["gpu1"] == 2 * A
     assert log.iteration_ends_s == [12.0]
+
+
+def _bucketed(bandwidth_Bps: float):
+    """GPipe p=2, m=2, w=2 (r0 on gpu0, gpu1; r1 on gpu2, gpu3), free sends, G = 4e9 B of
+    gradients per stage in 4 buckets of 1e9 B, links of ``bandwidth_Bps``, latency 0."""
+    topo = chain_topology(4, bandwidth_Bps=bandwidth_Bps, latency_s=0.0)
+    plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=4 * GB)
+    inp = replace(uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan),
+                  dp_bucket_bytes=1 * GB)
+    return simulate(inp)
+
+
+def test_bucketed_allreduce_exposes_only_the_last_bucket():
+    # The last backward of each stage (B1) reduces its gradients while it runs (t_B = 2 s):
+    # bucket k of 4 is ready at start + 2 * (k + 1) / 4. A bucket's ring (w = 2, 2e9 B/s):
+    # 2 steps of (1e9 / 2) / 2e9 = 0.25 s -> 0.5 s, as long as the gap between buckets, so
+    # none waits for the previous one.
+    # Stage 1: B1 [5,7]; buckets [5.5,6] [6,6.5] [6.5,7] [7,7.5]; step [7.5,7.5].
+    # Stage 0: B1 [7,9]; buckets [7.5,8] [8,8.5] [8.5,9] [9,9.5]; step [9.5,9.5].
+    # Exposed: 0.5 s per stage (the last bucket) instead of the whole 2 s all-reduce
+    # (2 * (4e9 / 2) / 2e9) that would end the iteration at 11.
+    log = _bucketed(2 * GB)
+    expected = []
+    for a, b in (("gpu0", "gpu1"), ("gpu2", "gpu3")):
+        expected += [
+            ("compute", a, "0F0", 0.0, 1.0), ("compute", a, "0F1", 1.0, 2.0),
+            ("compute", b, "1F0", 1.0, 2.0), ("compute", b, "1F1", 2.0, 3.0),
+            ("compute", b, "1B0", 3.0, 5.0), ("compute", b, "1B1", 5.0, 7.0),
+            ("compute", a, "0B0", 5.0, 7.0), ("compute", a, "0B1", 7.0, 9.0),
+            ("allreduce", b, "allreduce s1 b0", 5.5, 6.0),
+            ("allreduce", b, "allreduce s1 b1", 6.0, 6.5),
+            ("allreduce", b, "allreduce s1 b2", 6.5, 7.0),
+            ("allreduce", b, "allreduce s1 b3", 7.0, 7.5),
+            ("optimizer", b, "1STEP0", 7.5, 7.5),
+            ("allreduce", a, "allreduce s0 b0", 7.5, 8.0),
+            ("allreduce", a, "allreduce s0 b1", 8.0, 8.5),
+            ("allreduce", a, "allreduce s0 b2", 8.5, 9.0),
+            ("allreduce", a, "allreduce s0 b3", 9.0, 9.5),
+            ("optimizer", a, "0STEP0", 9.5, 9.5),
+        ]
+    assert spans(log) == sorted(expected)
+    assert log.iteration_ends_s == [9.5]
+
+
+def test_bucketed_allreduce_slower_than_the_backward_queues():
+    # Links of 0.5e9 B/s: a bucket's ring takes 2 * (1e9 / 2) / 0.5e9 = 2 s, longer than the
+    # 0.5 s between buckets, so each waits for the previous one (one NCCL stream).
+    # Stage 1: B1 [5,7]; buckets [5.5,7.5] [7.5,9.5] [9.5,11.5] [11.5,13.5]; step at 13.5.
+    # Stage 0: B1 [7,9]; buckets [7.5,9.5] [9.5,11.5] [11.5,13.5] [13.5,15.5]; step at 15.5.
+    log = _bucketed(0.5 * GB)
+    comm = sorted((e.device, e.name, e.start_s, e.end_s) for e in log.events
+                  if e.kind in ("allreduce", "optimizer") and e.replica == 0)
+    assert comm == sorted([
+        ("gpu1", "allreduce s1 b0", 5.5, 7.5), ("gpu1", "allreduce s1 b1", 7.5, 9.5),
+        ("gpu1", "allreduce s1 b2", 9.5, 11.5), ("gpu1", "allreduce s1 b3", 11.5, 13.5),
+        ("gpu1", "1STEP0", 13.5, 13.5),
+        ("gpu0", "allreduce s0 b0", 7.5, 9.5), ("gpu0", "allreduce s0 b1", 9.5, 11.5),
+        ("gpu0", "allreduce s0 b2", 11.5, 13.5), ("gpu0", "allreduce s0 b3", 13.5, 15.5),
+        ("gpu0", "0STEP0", 15.5, 15.5),
+    ])
+    assert log.iteration_ends_s == [15.5]

@@ -112,20 +112,25 @@ def test_dgx1_link_bandwidths_are_24_GBps_per_nvlink(preset):
             assert topo.direct_link(f"gpu{a}", f"gpu{b}") is None
 
 
-def test_dgx1_route_without_nvlink_relays_over_nvlink_not_pcie():
+def test_dgx1_pair_without_nvlink_goes_through_host_memory():
+    """A p2p pair uses only its own GPUs: gpu0 and gpu5 (no NVLink, different sockets) go
+    through PCIe, both sockets and QPI; relaying over NVLink needs a GPU of the communicator."""
     topo = load_hardware("dgx1-v100-16gb")
     route = topo.route("gpu0", "gpu5")
-    assert len(route) >= 2 and route[0].src == "gpu0" and route[-1].dst == "gpu5"
-    assert {lk.kind for lk in route} == {"nvlink"}
-    assert all(lk.dst.startswith("gpu") for lk in route)
-    assert topo.route_bandwidth_Bps("gpu0", "gpu5") >= 24 * GB
+    assert [lk.name for lk in route] == ["gpu0->sw0", "sw0->cpu0", "cpu0->cpu1", "cpu1->sw2",
+                                         "sw2->gpu5"]
+    assert topo.route_bandwidth_Bps("gpu0", "gpu5") == 12.5 * GB  # the shared switch uplink
+    relayed = topo.route("gpu0", "gpu5", within=frozenset({"gpu0", "gpu1", "gpu5"}))
+    assert [lk.name for lk in relayed] == ["gpu0->gpu1", "gpu1->gpu5"]
 
 
 def test_dgx1_route_prefers_direct_nvlink():
     topo = load_hardware("dgx1-v100-16gb")
     assert [lk.name for lk in topo.route("gpu0", "gpu1")] == ["gpu0->gpu1"]
+    everyone = frozenset(g.name for g in topo.gpus)
     assert (
-        max(len(topo.route(f"gpu{a}", f"gpu{b}")) for a, b in itertools.permutations(range(8), 2))
+        max(len(topo.route(f"gpu{a}", f"gpu{b}", within=everyone))
+            for a, b in itertools.permutations(range(8), 2))
         <= 2
     )
 

@@ -7,7 +7,7 @@ one transfer-time formula), :mod:`~sim.engine.streams` (compute spans and stalls
 (data-parallel rings) and :mod:`~sim.engine.pipeline` (the stage replicas, :func:`simulate`).
 """
 
-from sim.engine.inputs import SimInput, StageCost, StageReplica
+from sim.engine.inputs import DDP_BUCKET_BYTES, SimInput, StageCost, StageReplica
 from sim.engine.pipeline import simulate
 
-__all__ = ["SimInput", "StageCost", "StageReplica", "simulate"]
+__all__ = ["DDP_BUCKET_BYTES", "SimInput", "StageCost", "StageReplica", "simulate"]

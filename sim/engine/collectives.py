@@ -1,15 +1,29 @@
 """Data-parallel collectives over the ``w`` replicas of a stage: all-reduce, reduce-scatter,
-all-gather.
+all-gather, as NCCL runs them within one server.
 
-Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring): the ``w`` replicas form a ring
-``r0 -> r1 -> ... -> r0``; an all-reduce of ``B`` bytes is ``2(w-1)`` steps, a reduce-scatter or
-an all-gather ``w-1`` steps, and in every step each replica sends ``B/w`` bytes to the next one,
-all hops at once. A step therefore takes the slowest hop's
-:func:`~sim.hardware.topology.transfer_time_s` for ``B/w`` bytes. The collective holds every
-link of the ring for its whole duration, so it contends with sends and swaps on those links.
+Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring): the ``w`` GPUs of the communicator form a
+ring (:meth:`~sim.hardware.topology.Topology.ring`, each hop routed through the communicator's
+GPUs, switches and hosts only); an all-reduce of ``B`` bytes is ``2(w-1)`` steps, a
+reduce-scatter or an all-gather ``w-1`` steps, and in every step each GPU sends ``B/w`` bytes to
+the next one, all hops at once. A step therefore takes the slowest hop's
+:func:`~sim.hardware.topology.transfer_time_s` for ``B/w`` bytes, and the bus bandwidth NCCL
+reports (nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
+all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the slowest hop's
+bandwidth for large ``B``. The collective holds every link of the ring for its whole duration,
+so it contends with sends and swaps on those links (links are FIFO: see
+:mod:`sim.engine.links`).
+
+Overlap (PyTorch DDP, ``bucket_cap_mb=25``): the all-reduce of a backward that ends an
+optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backward computes.
+Gradients are assumed to become ready at a uniform rate over the backward (an assumption: the
+engine has per-stage, not per-layer, times), so bucket ``k`` of ``n`` is ready at
+``start + dur * bytes_up_to_k / B``; buckets are reduced one after another (one NCCL stream), and
+the optimizer step waits for the last one: only the tail is exposed.
 """
 
 from __future__ import annotations
+
+import math
 
 import simpy
 
@@ -41,12 +55,33 @@ def ring_time_s(routes: list[tuple[Link, ...]], nbytes: float, kind: str) -> flo
     return RING_STEPS[kind] * (w - 1) * step_s
 
 
+def bus_bandwidth_Bps(kind: str, members: int, nbytes: float, time_s: float) -> float:
+    """NCCL's bus bandwidth of a collective that moved ``nbytes`` in ``time_s``.
+
+    nccl-tests ``doc/PERFORMANCE.md``: ``algbw = nbytes / time_s``; ``busbw = algbw *
+    2(n-1)/n`` for an all-reduce, ``algbw * (n-1)/n`` for a reduce-scatter or all-gather,
+    ``algbw`` for a send/receive (``kind="transfer"``).
+    """
+    algbw = nbytes / time_s
+    if kind == EventKind.TRANSFER:
+        return algbw
+    return algbw * RING_STEPS[kind] * (members - 1) / members
+
+
+def buckets(nbytes: float, bucket_bytes: float) -> list[float]:
+    """Sizes of the DDP buckets of ``nbytes`` of gradients: full buckets, the rest last."""
+    if bucket_bytes <= 0 or nbytes <= bucket_bytes:
+        return [nbytes]
+    n = math.ceil(nbytes / bucket_bytes)
+    return [bucket_bytes] * (n - 1) + [nbytes - bucket_bytes * (n - 1)]
+
+
 class Collectives:
     """The collectives of one run: replicas join, the last one to join starts the ring.
 
     Args:
         env: the simulation environment.
-        inp: the configuration (placement and width).
+        inp: the configuration (placement, width, bucket size).
         links: the link resources the ring holds.
     """
 
@@ -55,6 +90,8 @@ class Collectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
+        self._overlapped: dict[tuple[int, int], simpy.Process] = {}
+        self._rings: dict[int, tuple[list[tuple[Link, ...]], tuple[str, ...]]] = {}
 
     @staticmethod
     def nbytes(rep: StageReplica) -> float:
@@ -62,24 +99,69 @@ class Collectives:
         plan = rep.plan
         return plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
 
-    def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
-        """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no``;
-        returns when every replica has joined and the ring has finished."""
-        key = (rep.stage, step_no, kind)
+    def overlaps(self, rep: StageReplica) -> bool:
+        """Whether ``rep``'s gradient all-reduce runs in buckets during its last backward."""
+        return (self.inp.dp_width > 1 and self.inp.dp_bucket_bytes > 0
+                and not rep.plan.dp_sharded and self.nbytes(rep) > 0)
+
+    def start_overlapped(self, rep: StageReplica, step_no: int, duration_s: float,
+                         tags: dict) -> None:
+        """Start the bucketed all-reduce of a backward that starts now and takes
+        ``duration_s``; :meth:`finish_overlapped` waits for it at the step."""
+        self._overlapped[(rep.replica, rep.stage)] = self.env.process(
+            self._bucketed(rep, step_no, self.env.now, duration_s, tags))
+
+    def _bucketed(self, rep: StageReplica, step_no: int, start_s: float, duration_s: float,
+                  tags: dict):
+        sizes = buckets(self.nbytes(rep), self.inp.dp_bucket_bytes)
+        total, done = sum(sizes), 0.0
+        for k, size in enumerate(sizes):
+            done += size
+            ready_s = start_s + duration_s * done / total
+            if ready_s > self.env.now:
+                yield self.env.timeout(ready_s - self.env.now)
+            yield from self.join(rep, step_no, tags, EventKind.ALLREDUCE, nbytes=size,
+                                 bucket=k if len(sizes) > 1 else None)
+
+    def finish_overlapped(self, rep: StageReplica) -> simpy.Process | None:
+        """The bucketed all-reduce started for ``rep``'s step, if any (and forget it)."""
+        return self._overlapped.pop((rep.replica, rep.stage), None)
+
+    def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str,
+             nbytes: float | None = None, bucket: int | None = None):
+        """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
+        ``nbytes``, default :meth:`nbytes`; bucket ``bucket`` of it); returns when every
+        replica has joined and the ring has finished."""
+        key = (rep.stage, step_no, kind, bucket)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        nbytes = self.nbytes(rep)
+        size = self.nbytes(rep) if nbytes is None else nbytes
         if group[1] == self.inp.dp_width:
-            self.env.process(self._ring(rep.stage, nbytes, kind, group[0]))
+            del self._groups[key]
+            self.env.process(self._ring(rep.stage, size, kind, group[0]))
         start = self.env.now
         yield group[0]
-        self.links.events.append(Event(kind, rep.gpu, Stream.COMM, f"{kind} s{rep.stage}", start,
-                                       self.env.now, nbytes=nbytes, **tags))
+        name = f"{kind} s{rep.stage}" + ("" if bucket is None else f" b{bucket}")
+        self.links.events.append(Event(kind, rep.gpu, Stream.COMM, name, start, self.env.now,
+                                       nbytes=size, links=self.ring(rep.stage)[1], **tags))
+
+    def ring(self, s: int) -> tuple[list[tuple[Link, ...]], tuple[str, ...]]:
+        """Stage ``s``'s ring: its hops' routes (through the communicator only) and the names
+        of the links they hold, in name order."""
+        cached = self._rings.get(s)
+        if cached is None:
+            topo, w = self.inp.topology, self.inp.dp_width
+            gpus = tuple(f"gpu{self.inp.placement[r][s]}" for r in range(w))
+            comm = frozenset(gpus)
+            order = topo.ring(gpus)
+            routes = [topo.route(a, b, within=comm)
+                      for a, b in zip(order, order[1:] + order[:1], strict=True)]
+            names = tuple(sorted({lk.name for route in routes for lk in route}))
+            cached = self._rings[s] = (routes, names)
+        return cached
 
     def _ring(self, s: int, nbytes: float, kind: str, done: simpy.Event):
-        topo, w = self.inp.topology, self.inp.dp_width
-        gpus = [f"gpu{self.inp.placement[r][s]}" for r in range(w)]
-        routes = [topo.route(gpus[i], gpus[(i + 1) % w]) for i in range(w)]
+        routes, _ = self.ring(s)
         yield from self.links.hold([lk for route in routes for lk in route],
                                    ring_time_s(routes, nbytes, kind))
         done.succeed()

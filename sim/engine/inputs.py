@@ -15,6 +15,10 @@ from sim.memory.plan import StagePlan
 from sim.schedules.action import Action, Program
 from sim.trace.schema import LayerProfile
 
+DDP_BUCKET_BYTES = 25 * 2**20
+"""PyTorch DDP's default gradient bucket, ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.
+DistributedDataParallel docs)."""
+
 
 @dataclass(frozen=True)
 class StageCost:
@@ -50,6 +54,9 @@ class SimInput:
         microbatches: micro-batches per iteration (m).
         placement: GPU index per ``[replica][stage]``.
         plans: memory plan per ``[replica][stage]``.
+        dp_bucket_bytes: size of the gradient buckets whose all-reduce overlaps the backward
+            that ends an optimizer step (PyTorch DDP's ``bucket_cap_mb=25`` default: 25 MiB);
+            0 reduces all gradients at the step, after the backward.
     """
 
     topology: Topology
@@ -58,6 +65,7 @@ class SimInput:
     microbatches: int
     placement: tuple[tuple[int, ...], ...]
     plans: tuple[tuple[StagePlan, ...], ...]
+    dp_bucket_bytes: float = DDP_BUCKET_BYTES
 
     @cached_property
     def stages(self) -> int:

@@ -98,7 +98,9 @@ class Engine:
             if a.op == "F":
                 yield from self.forward(rep, a, tags)
             elif a.op in ("B", "I", "W"):
-                yield from self.backward(rep, a, tags)
+                nxt = order[i + 1] if i + 1 < len(order) else None
+                step_no = nxt.microbatch if nxt is not None and nxt.op == STEP else None
+                yield from self.backward(rep, a, tags, step_no)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}",
@@ -125,8 +127,11 @@ class Engine:
         if not rep.last:
             self.env.process(self.send(rep, s + 1, mb, rep.cost.out_bytes, "act"))
 
-    def backward(self, rep: StageReplica, a: Action, tags: dict):
-        """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back."""
+    def backward(self, rep: StageReplica, a: Action, tags: dict, step_no: int | None = None):
+        """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back.
+
+        A B or W that ends optimizer step ``step_no`` reduces its gradients over the replicas
+        in buckets while it computes (:mod:`sim.engine.collectives`)."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
@@ -142,6 +147,8 @@ class Engine:
             yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s,
                                         **tags)
         dur = rep.cost.bwd_s if a.op == "B" else rep.cost.bwd_s / 2
+        if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
+            self.collectives.start_overlapped(rep, step_no, dur, tags)
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
         now = self.env.now
         if plan.fetch_bytes > 0:
@@ -178,7 +185,10 @@ class Engine:
         plan = rep.plan
         yield from self.traffic.wait_writebacks(rep, tags)
         dp = self.inp.dp_width > 1
-        if dp:
+        overlapped = self.collectives.finish_overlapped(rep)
+        if overlapped is not None:
+            yield overlapped
+        elif dp:
             kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
             yield from self.collectives.join(rep, a.microbatch, tags, kind)
         for t in plan.step_transfers_before:

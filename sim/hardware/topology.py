@@ -8,12 +8,12 @@ two transfers crossing one link take longer than one. A PCIe switch uplink share
 crosses.
 
 Routes: :meth:`Topology.route` returns the path with the fewest hops, the widest bottleneck among
-those, ties broken by node name, so it is deterministic. GPUs relay only GPU-to-GPU traffic. On
-DGX-1 a direct NVLink is used where one exists, and a pair without one relays through one
-NVLink-connected GPU (2 hops), as NCCL does, instead of crossing PCIe and QPI (5 hops).
-A communicator's traffic may relay only through its own GPUs (``route(..., within=...)``): NCCL
-builds its rings and peer paths from the communicator's ranks only, so a pair with no peer path
-inside it goes through host memory (PCIe, and QPI across sockets).
+those, ties broken by node name, so it is deterministic. Traffic uses only its communicator's
+GPUs (the issue's "communication as NCCL does it"): a p2p send or a copy involves its two ends
+only, so no other GPU relays it; a collective's hop may relay through another GPU of the same
+communicator (``route(..., within=...)``). Where a pair has no peer path (no NVLink, e.g. across
+the CPU sockets of a DGX-1), the route goes through host memory: PCIe switch, socket, QPI, at
+that path's bandwidth (NCCL's SHM transport).
 
 Routes are found with one breadth-first search per source (and relay set), cached, so loading a
 topology of ``n`` GPUs costs ``O(n * links)``, not a search per pair.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import permutations
 
 
 def transfer_time_s(route: tuple[Link, ...], nbytes: float) -> float:
@@ -184,8 +185,10 @@ class Topology:
         Args:
             src: start node.
             dst: end node.
-            within: a communicator's GPU names: only these GPUs may relay (switches and hosts
-                always may). None: any GPU may relay GPU-to-GPU traffic.
+            within: the GPU names of the communicator the traffic belongs to: GPUs of it
+                other than ``src`` and ``dst`` may relay GPU-to-GPU traffic (switches and
+                hosts always may). None: the pair alone (a p2p send, a copy): no GPU relays,
+                so a pair without a peer path goes through host memory.
 
         Raises:
             ValueError: no path exists.
@@ -198,13 +201,12 @@ class Topology:
             path = ()
         else:
             gpus = self._gpu_names
-            relay = frozenset() if src not in gpus or dst not in gpus else (
-                gpus if within is None else gpus & within)
+            relay = frozenset() if within is None or src not in gpus or dst not in gpus else (
+                (gpus & within) - {src, dst})
             prev = self._tree(src, relay)
             if dst not in prev:
                 raise ValueError(f"no route from {src} to {dst} in topology {self.name}"
-                                 + ("" if within is None else
-                                    f" through GPUs {sorted(within)} only"))
+                                 + ("" if not relay else f" relaying only through {sorted(relay)}"))
             hops = []
             node = dst
             while node != src:
@@ -214,6 +216,32 @@ class Topology:
             path = tuple(reversed(hops))
         self._route_cache[key] = path
         return path
+
+    def ring(self, gpus: tuple[str, ...]) -> tuple[str, ...]:
+        """The order in which a ring collective over ``gpus`` visits them, NCCL-like.
+
+        NCCL searches its rings over the communicator's GPUs for the fastest one (NCCL's
+        topology search, ``graph/search.cc``). Here: of the rings starting at ``gpus[0]`` (each
+        hop routed within the communicator, :meth:`route`), the one with the widest slowest hop,
+        then the widest hops in total, then the first in permutation order. Exhaustive up to 8
+        GPUs (5040 rings); beyond that the given order.
+        """
+        key = ("ring", gpus)
+        cached = self._route_cache.get(key)
+        if cached is not None:
+            return cached
+        comm = frozenset(gpus)
+        best, order = None, tuple(gpus)
+        if 2 < len(gpus) <= 8:
+            for rest in permutations(gpus[1:]):
+                cand = (gpus[0], *rest)
+                bws = [min(lk.bandwidth_Bps for lk in self.route(a, b, within=comm))
+                       for a, b in zip(cand, cand[1:] + cand[:1], strict=True)]
+                score = (min(bws), sum(bws))
+                if best is None or score > best:
+                    best, order = score, cand
+        self._route_cache[key] = order
+        return order
 
     @cached_property
     def _gpu_names(self) -> frozenset[str]:
