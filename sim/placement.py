@@ -1,17 +1,33 @@
-"""Mapping of (replica, stage) to GPUs so that neighbouring stages share fast links.
+"""Mapping of (replica, stage) to GPUs so that pipeline neighbours and data-parallel peers share
+fast links.
 
-Pipeline replica ``r`` of depth ``p`` takes positions ``r*p .. r*p+p-1`` of a GPU ordering; the
-ordering is the path through ``p*w`` GPUs that maximises the summed score (route bandwidth /
-hops²) between consecutive stages of each replica (Held-Karp dynamic programming over subsets, exact for up to
-10 GPUs; identity order beyond that or when all pairs are equal, e.g. NVSwitch boxes). On DGX-1
-this finds the NV2 (50 GB/s) Hamiltonian path of the hybrid cube-mesh.
+The score of a GPU pair is its route's bandwidth / hops² (a route through host memory or a
+switch ranks below a direct link of the same bandwidth); routes are the ones the traffic takes
+(:meth:`~sim.hardware.topology.Topology.route`: a pipeline send uses only its two GPUs, a
+data-parallel ring only its replicas). A placement scores, per replica, both directions of every
+pipeline neighbour pair (activations go one way, gradients the other), plus, per stage, every
+hop of the ring its ``w`` replicas all-reduce over (:meth:`~sim.hardware.topology.Topology.ring`).
+
+Search: with one replica, the best GPU ordering is a max-weight path (Held-Karp dynamic
+programming over subsets, exact for up to 10 GPUs); with several, every assignment of
+``p*w`` GPUs is scored (replicas in order of their first GPU, the others are the same placement)
+when there are at most 50 000 of them, e.g. any p x w on an 8-GPU server; beyond that the
+pipelines alone are optimised (Held-Karp) and the data-parallel term is not. Placement is
+skipped (identity order) when nothing differs: one stage and every GPU used, or a uniform fabric
+(all pairs score the same, e.g. NVSwitch boxes). On DGX-1 this finds the NV2 (50 GB/s) path of
+the hybrid cube-mesh, and keeps data-parallel peers on NVLink instead of across the sockets.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
+from itertools import combinations, permutations
 
 from sim.hardware.topology import Topology
+
+MAX_ASSIGNMENTS = 50_000
+"""Largest number of (p x w) assignments scored exhaustively (about a second in Python)."""
 
 
 def place(topology: Topology, stages: int, dp_width: int) -> list[list[int]]:
@@ -29,28 +45,79 @@ def place(topology: Topology, stages: int, dp_width: int) -> list[list[int]]:
     return [list(order[r * stages:(r + 1) * stages]) for r in range(dp_width)]
 
 
-def _bandwidth_matrix(topology: Topology) -> tuple[tuple[float, ...], ...]:
-    """Score of each GPU pair: route bandwidth / hops², so a relayed route (which also loads
-    the relay GPU's links) ranks below a direct link of the same bandwidth."""
+def _pair_scores(topology: Topology) -> tuple[tuple[float, ...], ...]:
+    """Score of each GPU pair as a p2p pair: route bandwidth / hops²."""
     n = topology.num_gpus
 
     def score(i: int, j: int) -> float:
-        a, b = f"gpu{i}", f"gpu{j}"
-        return topology.route_bandwidth_Bps(a, b) / len(topology.route(a, b)) ** 2
+        route = topology.route(f"gpu{i}", f"gpu{j}")
+        return min(lk.bandwidth_Bps for lk in route) / len(route) ** 2
 
     return tuple(tuple(0.0 if i == j else score(i, j) for j in range(n)) for i in range(n))
 
 
+def _ring_score(topology: Topology, gpus: tuple[int, ...]) -> float:
+    """Sum over the hops of the ring NCCL would use over ``gpus`` of bandwidth / hops²."""
+    names = tuple(f"gpu{g}" for g in gpus)
+    comm = frozenset(names)
+    order = topology.ring(names)
+    total = 0.0
+    for a, b in zip(order, order[1:] + order[:1], strict=True):
+        route = topology.route(a, b, within=comm)
+        total += min(lk.bandwidth_Bps for lk in route) / len(route) ** 2
+    return total
+
+
+@lru_cache(maxsize=64)
 def _best_order(topology: Topology, stages: int, dp_width: int) -> tuple[int, ...]:
-    k = stages * dp_width
-    if stages == 1 or topology.num_gpus > 10:  # no pipeline neighbours, or too many to search
+    n, k = topology.num_gpus, stages * dp_width
+    if (stages == 1 and k == n) or n > 10:  # nothing to choose, or too many to search
         return tuple(range(k))
-    bw = _bandwidth_matrix(topology)
-    n = len(bw)
-    off = {bw[i][j] for i in range(n) for j in range(n) if i != j}
-    if len(off) <= 1:
+    bw = _pair_scores(topology)
+    if len({bw[i][j] for i in range(n) for j in range(n) if i != j}) <= 1:
         return tuple(range(k))
-    return _held_karp(bw, stages, k)
+    if dp_width == 1:
+        return _held_karp(bw, stages, k)
+    if stages == 1:
+        return _best_ring_subset(topology, k)
+    if math.perm(n, k) // math.factorial(dp_width) > MAX_ASSIGNMENTS:
+        return _held_karp(bw, stages, k)
+    return _exhaustive(topology, bw, stages, dp_width)
+
+
+def _best_ring_subset(topology: Topology, k: int) -> tuple[int, ...]:
+    """One stage, ``k`` replicas: the ``k`` GPUs whose ring scores best (first in order)."""
+    best, choice = -1.0, tuple(range(k))
+    for subset in combinations(range(topology.num_gpus), k):
+        score = _ring_score(topology, subset)
+        if score > best * (1 + 1e-12):
+            best, choice = score, subset
+    return choice
+
+
+def _exhaustive(topology: Topology, bw, stages: int, dp_width: int) -> tuple[int, ...]:
+    """Every assignment (replica rows in order of their first GPU), the best first found."""
+    n, k = topology.num_gpus, stages * dp_width
+    ring: dict[tuple[int, ...], float] = {}
+
+    def column(gpus: tuple[int, ...]) -> float:
+        key = tuple(sorted(gpus))
+        got = ring.get(key)
+        if got is None:
+            got = ring[key] = _ring_score(topology, key)
+        return got
+
+    best, choice = -1.0, tuple(range(k))
+    for perm in permutations(range(n), k):
+        rows = [perm[r * stages:(r + 1) * stages] for r in range(dp_width)]
+        if any(rows[r][0] > rows[r + 1][0] for r in range(dp_width - 1)):
+            continue
+        score = sum(bw[row[s]][row[s + 1]] + bw[row[s + 1]][row[s]]
+                    for row in rows for s in range(stages - 1))
+        score += sum(column(tuple(row[s] for row in rows)) for s in range(stages))
+        if score > best * (1 + 1e-12):
+            best, choice = score, perm
+    return choice
 
 
 @lru_cache(maxsize=64)

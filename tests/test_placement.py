@@ -42,3 +42,28 @@ def test_too_many_gpus_is_an_error():
 def test_uniform_fabric_keeps_identity_order():
     topo = load_hardware("dgx-a100-40gb")
     assert place(topo, 4, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("p,w", [(4, 2), (2, 2), (3, 2)])
+def test_dgx1_data_parallel_peers_share_nvlink(p, w):
+    """The replicas of every stage are NVLink neighbours (their all-reduce would otherwise go
+    through host memory at 12.5 GB/s), and pipeline neighbours still are."""
+    topo = load_hardware("dgx1-v100-16gb")
+    rows = place(topo, p, w)
+    for s in range(p):
+        a, b = rows[0][s], rows[1][s]
+        assert topo.direct_link(f"gpu{a}", f"gpu{b}") is not None
+    for r in rows:
+        for a, b in zip(r, r[1:], strict=False):
+            assert topo.direct_link(f"gpu{a}", f"gpu{b}") is not None
+
+
+def test_dgx1_four_replicas_ring_over_nvlink():
+    """p=2, w=4: each stage's 4 replicas have a ring whose every hop is one NVLink."""
+    topo = load_hardware("dgx1-v100-16gb")
+    rows = place(topo, 2, 4)
+    for s in range(2):
+        gpus = tuple(f"gpu{row[s]}" for row in rows)
+        order = topo.ring(gpus)
+        for a, b in zip(order, order[1:] + order[:1], strict=True):
+            assert topo.direct_link(a, b) is not None

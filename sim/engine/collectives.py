@@ -30,7 +30,7 @@ import simpy
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.events import Event, EventKind, Stream
-from sim.hardware.topology import Link, transfer_time_s
+from sim.hardware.topology import Link, ring_hop_bandwidths, transfer_time_s
 
 RING_STEPS = {EventKind.ALLREDUCE: 2, EventKind.REDUCE_SCATTER: 1, EventKind.ALL_GATHER: 1}
 """Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
@@ -46,12 +46,16 @@ def ring_time_s(routes: list[tuple[Link, ...]], nbytes: float, kind: str) -> flo
             (``w-1`` steps).
 
     Returns:
-        ``steps * max_i transfer_time_s(routes[i], B / w)``; 0 for one member.
+        ``steps * max_i transfer_time_s(routes[i], B / w, bandwidth_i)``, ``bandwidth_i`` from
+        :func:`~sim.hardware.topology.ring_hop_bandwidths` (hop ``i``'s bottleneck, shared
+        with the other hops that cross it); 0 for one member.
     """
     w = len(routes)
     if w < 2:
         return 0.0
-    step_s = max(transfer_time_s(route, nbytes / w) for route in routes)
+    bws = ring_hop_bandwidths(routes)
+    step_s = max(transfer_time_s(route, nbytes / w, bw)
+                 for route, bw in zip(routes, bws, strict=True))
     return RING_STEPS[kind] * (w - 1) * step_s
 
 

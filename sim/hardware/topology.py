@@ -26,18 +26,42 @@ from functools import cached_property
 from itertools import permutations
 
 
-def transfer_time_s(route: tuple[Link, ...], nbytes: float) -> float:
-    """Seconds to move ``nbytes`` over ``route`` alone: the sum of its link latencies plus
-    ``nbytes`` over its bottleneck bandwidth (cut-through: every link streams at once, the
-    slowest sets the rate; hardware.md §6). The one transfer-time formula: the engine's sends,
-    swaps and collective steps and the planners' estimates all use it.
+def transfer_time_s(route: tuple[Link, ...], nbytes: float,
+                    bandwidth_Bps: float | None = None) -> float:
+    """Seconds to move ``nbytes`` over ``route``: the sum of its link latencies plus ``nbytes``
+    over its bottleneck bandwidth (cut-through: every link streams at once, the slowest sets
+    the rate; hardware.md §6). The one transfer-time formula: the engine's sends, swaps and
+    collective steps and the planners' estimates all use it.
+
+    Args:
+        route: the links, in order.
+        nbytes: bytes moved.
+        bandwidth_Bps: the rate when it is not the route's own bottleneck (a ring hop whose
+            bottleneck link is shared with other hops, :func:`ring_hop_bandwidths`).
 
     Raises:
         ValueError: ``route`` is empty.
     """
     if not route:
         raise ValueError("a transfer needs a route of at least one link")
-    return sum(lk.latency_s for lk in route) + nbytes / min(lk.bandwidth_Bps for lk in route)
+    if bandwidth_Bps is None:
+        bandwidth_Bps = min(lk.bandwidth_Bps for lk in route)
+    return sum(lk.latency_s for lk in route) + nbytes / bandwidth_Bps
+
+
+def ring_hop_bandwidths(routes: list[tuple[Link, ...]]) -> list[float]:
+    """Bandwidth of each hop of a ring whose hops all send at once, in bytes/s.
+
+    A hop gets its bottleneck link's bandwidth divided by the number of the ring's hops that
+    cross that link (a link relaying two hops' traffic is shared; links are per direction, so
+    the two directions of a pair do not share).
+    """
+    uses: dict[str, int] = {}
+    for route in routes:
+        for lk in route:
+            uses[lk.name] = uses.get(lk.name, 0) + 1
+    return [min(lk.bandwidth_Bps / uses[lk.name] for lk in route) if route else float("inf")
+            for route in routes]
 
 
 @dataclass(frozen=True)
@@ -224,7 +248,9 @@ class Topology:
         topology search, ``graph/search.cc``). Here: of the rings starting at ``gpus[0]`` (each
         hop routed within the communicator, :meth:`route`), the one with the widest slowest hop,
         then the widest hops in total, then the first in permutation order. Exhaustive up to 8
-        GPUs (5040 rings); beyond that the given order.
+        GPUs (5040 rings); beyond that the given order. A hop's bandwidth is that of
+        :func:`ring_hop_bandwidths` (a link two hops relay over is shared by both); ties go to
+        the ring with fewer links, then to the widest in total.
         """
         key = ("ring", gpus)
         cached = self._route_cache.get(key)
@@ -235,9 +261,10 @@ class Topology:
         if 2 < len(gpus) <= 8:
             for rest in permutations(gpus[1:]):
                 cand = (gpus[0], *rest)
-                bws = [min(lk.bandwidth_Bps for lk in self.route(a, b, within=comm))
-                       for a, b in zip(cand, cand[1:] + cand[:1], strict=True)]
-                score = (min(bws), sum(bws))
+                routes = [self.route(a, b, within=comm)
+                          for a, b in zip(cand, cand[1:] + cand[:1], strict=True)]
+                bws = ring_hop_bandwidths(routes)
+                score = (min(bws), -sum(len(r) for r in routes), sum(bws))
                 if best is None or score > best:
                     best, order = score, cand
         self._route_cache[key] = order
