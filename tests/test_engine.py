@@ -192,3 +192,65 @@ def test_dgx1_pair_allreduce_is_the_hand_computed_ring_time(pair, seconds):
     ar = [e for e in log.events if e.kind == "allreduce"]
     assert len(ar) == 2
     assert all(e.duration_s == pytest.approx(seconds, rel=1e-12) for e in ar)
+
+
+# --------------------------------------- bus bandwidth as nccl-tests defines it (issue 12.3)
+
+def test_bus_bandwidth_formulas_are_nccl_tests():
+    """nccl-tests doc/PERFORMANCE.md: algbw = S/t; busbw = algbw * 2(n-1)/n (all-reduce),
+    * (n-1)/n (reduce-scatter, all-gather), = algbw (send/recv)."""
+    from sim.engine.collectives import bus_bandwidth_Bps
+
+    assert bus_bandwidth_Bps("allreduce", 8, 8e9, 2.0) == pytest.approx(4e9 * 14 / 8)
+    assert bus_bandwidth_Bps("all_gather", 4, 8e9, 2.0) == pytest.approx(4e9 * 3 / 4)
+    assert bus_bandwidth_Bps("reduce_scatter", 2, 8e9, 1.0) == pytest.approx(8e9 / 2)
+    assert bus_bandwidth_Bps("transfer", 2, 8e9, 4.0) == pytest.approx(2e9)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_busbw_on_a_switch_equals_the_link_bandwidth(n):
+    """n GPUs on one switch, 100 GB/s links, no latency: every ring hop crosses 2 links of its
+    own, so busbw = 2(n-1)/n * B / (2(n-1) * (B/n) / 100e9) = 100 GB/s exactly; a send/recv
+    ring of n GPUs also moves B / (B / 100e9) = 100 GB/s."""
+    from sim.engine.microbench import allreduce_busbw_Bps, sendrecv_busbw_Bps
+
+    topo = chain_topology(8, bandwidth_Bps=100e9, latency_s=0.0, shared=True)
+    gpus = tuple(f"gpu{i}" for i in range(n))
+    assert allreduce_busbw_Bps(topo, gpus, 2**28) == pytest.approx(100e9, rel=1e-12)
+    assert sendrecv_busbw_Bps(topo, gpus, 2**28) == pytest.approx(100e9, rel=1e-12)
+
+
+def _accuracy_rows():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy_comm.py"
+    spec = importlib.util.spec_from_file_location("accuracy_comm", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_ACC = _accuracy_rows()
+_A100_GAP = ("dgx-a100-40gb's 265 GB/s NVSwitch links (raw-copy effective rate) over-predict "
+             "Galvatron's nccl-tests busbw (154-164 GB/s); see benchmarks/accuracy_comm.py")
+
+
+@pytest.mark.parametrize("quantity,key,ranks,measured", [
+    pytest.param(*m, marks=pytest.mark.xfail(strict=True, reason=_A100_GAP))
+    for m in _ACC._measurements()])
+def test_comm_prediction_within_15_percent_on_the_stated_a100(quantity, key, ranks, measured):
+    predicted = _ACC._predict(_ACC.STATED_PRESET, quantity, ranks)
+    assert abs(predicted / measured - 1.0) <= _ACC.BOUND
+
+
+@pytest.mark.parametrize("quantity,key,ranks,measured", [
+    pytest.param(*m, marks=[pytest.mark.xfail(
+        strict=True, reason="8 concurrent sendrecv pairs measure 110 GB/s vs 164 for one; no "
+                            "link is shared in the model")] if m[1] == "pp_size_8" else [])
+    for m in _ACC._measurements()])
+def test_comm_prediction_within_15_percent_on_the_closest_preset(quantity, key, ranks,
+                                                                   measured):
+    assert _ACC.closest_preset() == "dgx2-v100"
+    predicted = _ACC._predict("dgx2-v100", quantity, ranks)
+    assert abs(predicted / measured - 1.0) <= _ACC.BOUND

@@ -1,0 +1,56 @@
+"""nccl-tests on the model: the times the engine predicts for ``sendrecv_perf`` and
+``all_reduce_perf`` over a set of GPUs, for comparison with measured bus bandwidths.
+
+``sendrecv_perf`` on ``n`` GPUs (nccl-tests ``src/sendrecv.cu``): every rank sends ``B`` bytes
+to the next rank and receives from the previous one, all at once; ``busbw = algbw = B / t``.
+``all_reduce_perf``: one ring all-reduce of ``B`` bytes; ``busbw = B / t * 2(n-1)/n``
+(nccl-tests ``doc/PERFORMANCE.md``). Both run on the engine's own :class:`~sim.engine.links.
+Links` and ring (:mod:`sim.engine.collectives`), so they contend and route as a training run
+does.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.collectives import bus_bandwidth_Bps, ring_time_s
+from sim.engine.links import Links
+from sim.events import EventKind, Stream
+from sim.hardware.topology import Topology
+
+
+def sendrecv_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
+    """Seconds until every ``gpus[i] -> gpus[i+1 mod n]`` send of ``nbytes`` has ended, all
+    started at once (each a p2p pair: :meth:`~sim.hardware.topology.Topology.route`)."""
+    env = simpy.Environment()
+    links = Links(env, topology, [])
+    n = len(gpus)
+    for i, src in enumerate(gpus):
+        dst = gpus[(i + 1) % n]
+        if dst != src:
+            env.process(links.transfer(src, dst, nbytes, EventKind.TRANSFER, f"{src}->{dst}",
+                                       Stream.SEND))
+    env.run()
+    return env.now
+
+
+def allreduce_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
+    """Seconds of one ring all-reduce of ``nbytes`` over ``gpus`` (NCCL-like ring order,
+    routes through the communicator only)."""
+    comm = frozenset(gpus)
+    order = topology.ring(gpus)
+    routes = [topology.route(a, b, within=comm)
+              for a, b in zip(order, order[1:] + order[:1], strict=True)]
+    return ring_time_s(routes, nbytes, EventKind.ALLREDUCE)
+
+
+def sendrecv_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
+    """Predicted ``sendrecv_perf`` bus bandwidth (= algorithm bandwidth), bytes/s."""
+    return bus_bandwidth_Bps(EventKind.TRANSFER, len(gpus), nbytes,
+                             sendrecv_time_s(topology, gpus, nbytes))
+
+
+def allreduce_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
+    """Predicted ``all_reduce_perf`` bus bandwidth, bytes/s."""
+    return bus_bandwidth_Bps(EventKind.ALLREDUCE, len(gpus), nbytes,
+                             allreduce_time_s(topology, gpus, nbytes))
