@@ -5,6 +5,17 @@ resource): a transfer holds every link of its route for :func:`~sim.hardware.top
 transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers crossing one link
 take longer than one. Links are acquired in name order, so two multi-link transfers never
 deadlock. A single-link route (the common NVLink case) skips the sorting.
+
+FIFO, not shared bandwidth (issue 12: "choose by what measurements show"): the measurements at
+hand do not separate the two. Links are per direction, and NVLink's bidirectional rate is
+twice the unidirectional one (H100: 740-773 vs 371-377 GB/s, NVIDIA/nccl#1264, hardware.md §4),
+which both models give; in every configuration of Galvatron's nccl-tests files each link
+direction carries at most one flow of the model. Both disciplines are work conserving, so a set
+of transfers crossing one link ends at the same time either way (two equal copies: 2T); they
+differ only in which copy finishes first (FIFO: T and 2T; shared: 2T and 2T). FIFO is what one
+CUDA stream or one NCCL communicator does with its own operations, so it is kept. Not modelled:
+the duplex interference of PCIe (H2D measured while D2H runs drops to 11-16 of 24-26 GB/s on
+RTX 4090 boxes, NVIDIA/nvbandwidth#15).
 """
 
 from __future__ import annotations
