@@ -25,21 +25,23 @@ from sim.sweep import expand, prepare, run_points
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one_config(schedule: str, repeats: int = 5) -> tuple[float, int]:
-    """Median wall seconds of resolve + simulate + metrics for GPT-2 1.5B, p=8, m=64."""
+def one_config(schedule: str, repeats: int = 5) -> tuple[float, float, int]:
+    """Median wall and CPU seconds of resolve + simulate + metrics for GPT-2 1.5B, p=8, m=64
+    (CPU seconds are steadier on a shared machine)."""
     exp_file = ROOT / "experiments" / "dgx1.yaml"
     prep = prepare(load_experiment(exp_file), str(exp_file))
     point = PointConfig(model="gpt2-1.5b", schedule=schedule, stages=8, dp_width=1,
                         microbatch_size=1, microbatches=64, memory_policy="none",
                         global_batch=64)
-    times, actions = [], 0
+    times, cpu, actions = [], [], 0
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = resolve(prep.exp, point, prep.topology, prep.traces["gpt2-1.5b"])
         _, log = evaluate(res)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         actions = sum(len(rank) for rank in res.sim_input.program)
-    return statistics.median(times), actions
+    return statistics.median(times), statistics.median(cpu), actions
 
 
 def cluster_spec(nodes: int, gpus_per_node: int = 8) -> dict:
@@ -110,9 +112,9 @@ def main() -> None:
     parts = ap.parse_args().parts.split(",")
     if "one" in parts:
         for sched in ("1f1b", "gpipe", "pipedream_2bw", "pipedream"):
-            wall, actions = one_config(sched)
-            print(f"one config gpt2-1.5b p=8 m=64 {sched:14s}: {wall:.3f} s, {actions} actions "
-                  f"({actions / wall:,.0f} actions/s)")
+            wall, cpu, actions = one_config(sched)
+            print(f"one config gpt2-1.5b p=8 m=64 {sched:14s}: {wall:.3f} s wall, {cpu:.3f} s "
+                  f"CPU, {actions} actions ({actions / cpu:,.0f} actions per CPU second)")
     if "hardware" in parts:
         for nodes in (8, 32, 64):
             print(f"load_hardware, generated {nodes * 8}-GPU topology: "
