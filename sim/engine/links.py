@@ -51,19 +51,30 @@ class Links:
             res = self._res[name] = simpy.Resource(self.env, capacity=1)
         return res
 
-    def hold(self, links: Iterable[Link], duration_s: float):
-        """Process: acquire ``links`` in name order, hold them ``duration_s``, release them;
-        returns the time the hold started (when the last link was granted)."""
+    def acquire(self, links: Iterable[Link]):
+        """Process: request ``links`` in name order and wait for each; returns the grants
+        (give them to :meth:`release`)."""
         reqs = []
         for name in sorted({lk.name for lk in links}):
             res = self.resource(name)
             req = res.request()
             yield req
             reqs.append((res, req))
-        start = self.env.now
-        yield self.env.timeout(duration_s)
+        return reqs
+
+    @staticmethod
+    def release(reqs: list) -> None:
+        """Release the grants :meth:`acquire` returned."""
         for res, req in reqs:
             res.release(req)
+
+    def hold(self, links: Iterable[Link], duration_s: float):
+        """Process: acquire ``links`` in name order, hold them ``duration_s``, release them;
+        returns the time the hold started (when the last link was granted)."""
+        reqs = yield from self.acquire(links)
+        start = self.env.now
+        yield self.env.timeout(duration_s)
+        self.release(reqs)
         return start
 
     def _path(self, src: str, dst: str) -> tuple:

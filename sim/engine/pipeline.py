@@ -185,7 +185,7 @@ class Engine:
         plan = rep.plan
         yield from self.traffic.wait_writebacks(rep, tags)
         dp = self.inp.dp_width > 1
-        overlapped = self.collectives.finish_overlapped(rep)
+        overlapped = self.collectives.finish_overlapped(rep, a.microbatch)
         if overlapped is not None:
             yield overlapped
         elif dp:
