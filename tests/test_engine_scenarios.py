@@ -222,19 +222,19 @@ def test_bucketed_allreduce_slower_than_the_backward_queues():
 def test_hold_groups_keep_the_last_bucket_alone():
     from sim.engine.collectives import MAX_HOLDS, hold_groups
 
-    assert MAX_HOLDS == 8
+    assert MAX_HOLDS == 4
     assert hold_groups(3) == [(0, 0), (1, 1), (2, 2)]
-    # 19 head buckets in 7 groups at 19g//7: 0, 2, 5, 8, 10, 13, 16, 19
-    assert hold_groups(20) == [(0, 1), (2, 4), (5, 7), (8, 9), (10, 12), (13, 15), (16, 18),
-                               (19, 19)]
+    # 19 head buckets in 3 groups starting at 19g//3: 0, 6, 12 (and 19 ends them)
+    assert hold_groups(20) == [(0, 5), (6, 11), (12, 18), (19, 19)]
 
 
 def test_many_buckets_still_expose_only_the_last_one():
     # One stage, m = 1, w = 2 (gpu0, gpu1): F [0,1], B [1,41] with G = 40e9 B in 40 buckets of
     # 1e9 B, one ready every 1 s (at 2, 3, ..., 41). Ring of 2 at 2e9 B/s: 2 * 0.5e9 / 2e9 =
     # 0.5 s per bucket, shorter than the gap, so each ends 0.5 s after it is ready.
-    # 40 buckets > 8 holds: buckets 0-4 share the first hold (ready 2 ... 6, ends 6.5), ...;
-    # bucket 39 (ready 41) has its own: [41, 41.5]; the step at 41.5.
+    # 40 buckets > 4 holds: buckets 0-12 share the first hold (ready 2 ... 14, each reduced as
+    # it becomes ready: ends 14.5), 13-25 and 26-38 the next two; bucket 39 (ready 41) has
+    # its own: [41, 41.5]; the step at 41.5.
     topo = chain_topology(2, bandwidth_Bps=2 * GB, latency_s=0.0)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=40 * GB)
     inp = replace(uniform_input("gpipe", 1, 1, w=2, topology=topo, plan=plan, bwd_s=40.0),
@@ -242,7 +242,7 @@ def test_many_buckets_still_expose_only_the_last_one():
     log = simulate(inp)
     ar = sorted((e.name, e.start_s, e.end_s) for e in log.events
                 if e.kind == "allreduce" and e.replica == 0)
-    assert len(ar) == 8
-    assert ar[0] == ("allreduce s0 b0-4", 2.0, 6.5)
+    assert ar == [("allreduce s0 b0-12", 2.0, 14.5), ("allreduce s0 b13-25", 15.0, 27.5),
+                  ("allreduce s0 b26-38", 28.0, 40.5), ("allreduce s0 b39", 41.0, 41.5)]
     assert ("allreduce s0 b39", 41.0, 41.5) in ar
     assert log.iteration_ends_s == [41.5]

@@ -74,7 +74,7 @@ def bus_bandwidth_Bps(kind: str, members: int, nbytes: float, time_s: float) -> 
     return algbw * RING_STEPS[kind] * (members - 1) / members
 
 
-MAX_HOLDS = 8
+MAX_HOLDS = 4
 """Most link holds one bucketed all-reduce is simulated with (a 20 GB stage has 800 buckets of
 25 MiB; simulating each would dominate the run)."""
 
@@ -157,18 +157,22 @@ class Collectives:
         routes, names = self.ring(s)
         links = [lk for route in routes for lk in route]
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
-        ready, cost, cum = [], [], 0.0
-        for size in sizes:
-            cum += size
-            ready.append(start_s + duration_s * cum / nbytes)
-            cost.append(ring_time_s(routes, size, EventKind.ALLREDUCE))
-        for first, last in hold_groups(len(sizes)):
-            if ready[first] > self.env.now:
-                yield self.env.timeout(ready[first] - self.env.now)
+        n = len(sizes)
+        full_s = ring_time_s(routes, sizes[0], EventKind.ALLREDUCE)
+        last_s = ring_time_s(routes, sizes[-1], EventKind.ALLREDUCE)
+
+        def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
+            return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
+
+        for first, last in hold_groups(n):
+            if ready(first) > self.env.now:
+                yield self.env.timeout(ready(first) - self.env.now)
             reqs = yield from self.links.acquire(links)
-            begin = end = self.env.now
-            for k in range(first, last + 1):  # back to back as each becomes ready
-                end = max(end, ready[k]) + cost[k]
+            begin = self.env.now
+            # buckets first..last back to back as each becomes ready (equal sizes but the
+            # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved
+            cost = last_s if last == n - 1 else full_s
+            end = max(begin + (last - first + 1) * cost, ready(last) + cost)
             yield self.env.timeout(end - begin)
             self.links.release(reqs)
             label = f"b{first}" if first == last else f"b{first}-{last}"
