@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from sim.compute.device import ComputeSpec
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -30,6 +32,7 @@ class GPU:
         peak_flops: dense fp16/bf16 tensor peak in FLOP/s (hardware.md §1).
         hbm_bandwidth_Bps: HBM bandwidth in bytes/s.
         host: name of the CPU socket whose DRAM is this GPU's host memory.
+        compute: the compute model's view of the GPU (:mod:`sim.compute.device`), or None.
     """
 
     name: str
@@ -38,6 +41,7 @@ class GPU:
     peak_flops: float
     hbm_bandwidth_Bps: float
     host: str
+    compute: ComputeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Host:
 
     name: str
     dram_bytes: float
-    adam_params_per_s: float = 1.0e9
+    adam_params_per_s: float = 1.95e9
 
 
 @dataclass(frozen=True)
