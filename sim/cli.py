@@ -223,8 +223,9 @@ def profile(
     seq_len: int = typer.Option(128, help="Tokens per sample s."),
     vocab: int = typer.Option(2048, help="Vocabulary size V."),
     name: str = typer.Option(None, help="Model name [default: the file name]."),
-    microbatch_size: int = typer.Option(4, "--microbatch-size", "-b", help="Samples per "
-                                        "micro-batch."),
+    microbatch_size: list[int] = typer.Option([4], "--microbatch-size", "-b", help="Samples "
+                                              "per micro-batch; repeat (-b 1 -b 2 -b 4) to "
+                                              "profile several sizes into one trace."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     dtype: str = typer.Option("fp32", help="fp32, fp16 or bf16."),
     threads: int = typer.Option(None, help="CPU threads while profiling; use cores / ranks of "
@@ -243,7 +244,9 @@ def profile(
     spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
                 heads=heads, seq_len=seq_len, vocab=vocab)
     try:
-        trace = profile_concurrent(spec, copies=concurrent, microbatch_size=microbatch_size,
+        if any(b < 1 for b in microbatch_size):
+            raise InputError(f"must be >= 1, got {microbatch_size}", field="--microbatch-size")
+        trace = profile_concurrent(spec, copies=concurrent, microbatch_sizes=microbatch_size,
                                    device=device, dtype=dtype, reps=reps,
                                    split_backward=split_backward,
                                    threads=threads or max(1, (os.cpu_count() or 2) // 2),
@@ -252,8 +255,9 @@ def profile(
         raise InputError(str(exc), field="model options") from None
     total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
     out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
-              f"params, fwd+bwd {total * 1e3:.2f} ms per micro-batch of {microbatch_size} on "
-              f"{trace.device}")
+              f"params, fwd+bwd {total * 1e3:.2f} ms per micro-batch of "
+              f"{trace.microbatch_size} on {trace.device}"
+              + (f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""))
 
 
 @app.command()

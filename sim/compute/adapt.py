@@ -117,7 +117,8 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
         return None
     kind, h, s, v = shape["kind"], shape["hidden"], shape["seq_len"], shape["vocab"]
     blk = BlockShape(h, shape["heads"], s, shape.get("ffn_mult", 4) * h, causal=kind == "gpt",
-                     attention=shape.get("attention", "flash"))
+                     attention=shape.get("attention", "flash"),
+                     dropout=bool(shape.get("dropout", True)))
     return {"block": block_times(blk, b, spec, trace.dtype).total_s,
             "embedding": embedding_times(kind, b, s, h, v, spec, trace.dtype).total_s,
             "head": head_times(kind, b, s, h, v, spec, trace.dtype).total_s}

@@ -116,12 +116,6 @@ def preset_gpu(preset: str = "dgx1-v100-16gb") -> ComputeSpec:
     return spec
 
 
-def default_gpu(gpu_model: str, peak_flops: float, hbm_bandwidth_Bps: float) -> ComputeSpec:
-    """A spec from peaks only; the other fields are :class:`~sim.hardware.spec.GPUSpec`'s
-    defaults (assumptions: fp32 = peak/8, 108 SMs, matmul 0.8, attention 0.5)."""
-    return ComputeSpec(gpu_model, peak_flops, peak_flops / 8, hbm_bandwidth_Bps, 108, 0.8, 0.5)
-
-
 def block_params(hidden: int, ffn_mult: int = 4) -> int:
     """Parameters of one transformer block: ``(4 + 2f)h^2 + (9 + f)h`` (12h^2 + 13h at f=4)."""
     h, f = hidden, ffn_mult
@@ -253,11 +247,12 @@ def transformer_trace(
         gpu_model: device name recorded in the trace (default: ``gpu.model``).
         peak_flops: peak dense FLOP/s for ``dtype`` when ``gpu`` is not given.
         efficiency: a constant achieved fraction of ``peak_flops`` in (0, 1]: times are then
-            FLOPs / (peak x efficiency) (the old model, linear in ``b``). None (default): the
-            kernel model of :mod:`sim.compute`.
+            FLOPs / (peak x efficiency) (the constant-efficiency model, linear in ``b``). It is
+            the model whenever ``gpu`` is not given (default 0.5 then); with ``gpu`` and no
+            ``efficiency``, the kernel model of :mod:`sim.compute` times the layers.
         ffn_mult: FFN width / hidden (4 for GPT-2 and BERT).
         hbm_bandwidth_Bps: HBM bandwidth when ``gpu`` is not given (default V100's 900 GB/s).
-        gpu: the GPU for the kernel model; default :func:`default_gpu` of the peaks.
+        gpu: the GPU for the kernel model (e.g. :func:`preset_gpu`).
         attention: ``"math"`` (Megatron-LM's unfused core; the Korthikanti activation formula)
             or ``"flash"`` (torch SDPA's fused kernel: no ``s^2`` stash, see
             :mod:`sim.compute.attention`).
@@ -279,7 +274,9 @@ def transformer_trace(
             raise ValueError("give gpu= (a ComputeSpec) or gpu_model= and peak_flops=")
         if not (peak_flops > 0 and hbm_bandwidth_Bps > 0):
             raise ValueError("peak_flops and hbm_bandwidth_Bps must be > 0")
-        gpu = default_gpu(gpu_model, peak_flops, hbm_bandwidth_Bps)
+        efficiency = efficiency or 0.5
+        # only the peaks matter to the constant-efficiency model
+        gpu = ComputeSpec(gpu_model, peak_flops, peak_flops, hbm_bandwidth_Bps, 1, 1.0, 1.0)
     gpu_model = gpu_model or gpu.model
     shape = BlockShape(hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt",
                        attention=attention)
@@ -297,15 +294,17 @@ def transformer_trace(
     inputs = {"kind": kind, "layers": layers, "hidden": hidden, "heads": heads,
               "seq_len": seq_len, "vocab": vocab, "microbatch_size": microbatch_size,
               "dtype": dtype, "gpu_model": gpu_model, "ffn_mult": ffn_mult,
-              "attention": attention, "gpu": asdict(gpu)}
+              "attention": attention}
     if modelled:
+        inputs["gpu"] = asdict(gpu)
         how = (f"kernel model (sim.compute) on {gpu.model}: matmul {gpu.matmul_efficiency:g} x "
                f"{gpu.peak_flops(dtype) / 1e12:g} TFLOP/s with wave quantization on "
                f"{gpu.sm_count} SMs, HBM {gpu.hbm_efficiency:g} x "
                f"{gpu.hbm_bandwidth_Bps / 1e9:g} GB/s, {attention} attention, "
                f"{gpu.kernel_overhead_s * 1e6:g} us per kernel")
     else:
-        inputs.update(peak_flops=float(rate / efficiency), efficiency=float(efficiency))
+        inputs.update(peak_flops=float(rate / efficiency), efficiency=float(efficiency),
+                      hbm_bandwidth_Bps=float(hbm))
         how = f"FLOPs / ({rate / efficiency / 1e12:g} TFLOP/s x {efficiency}) on {gpu_model}"
     prov = {
         "source": "analytic: sim.trace.generator.transformer_trace",
