@@ -255,3 +255,36 @@ def test_llama_layer_shape_within_10_points_of_galvatron():
     for r in rs:
         assert abs(r["dgx-a100-80gb diff pp"]) <= 10.0, r
     assert rs[0]["dgx-a100-80gb rel"] > 1.02 and rs[0]["measured rel"] > 1.1
+
+
+# ---------------------------------------------------------------- torch backend (CPU path)
+
+def test_cpu_measurements_of_calibrate():
+    pytest.importorskip("torch")
+    import torch
+
+    from backends.torch.calibrate import cpu_adam_rate, gemm_by_shape, kernel_overhead_s
+
+    adam = cpu_adam_rate(params=2**16, reps=2, threads=1)
+    assert adam["implementation"] in ("fused", "foreach") and adam["params_per_s"] > 0
+    assert adam["params_per_s"] == pytest.approx(2**16 / adam["seconds"])
+    (g,) = gemm_by_shape(torch.device("cpu"), torch.float32, [(64, 32, 16)], reps=2)
+    assert g["flops_per_s"] == pytest.approx(2 * 64 * 32 * 16 / g["seconds"])
+    assert 0 < kernel_overhead_s(torch.device("cpu"), launches=20) < 1e-2
+
+
+def test_profile_several_microbatch_sizes_into_one_trace(tmp_path):
+    pytest.importorskip("torch")
+    from backends.torch.profile import merge_sizes, profile_model
+
+    spec = dict(name="mini", kind="gpt", layers=1, hidden=32, heads=2, seq_len=16, vocab=64)
+    traces = [profile_model(spec, microbatch_size=b, reps=1, warmup=1) for b in (2, 1)]
+    t = merge_sizes(traces)
+    assert t.microbatch_size == 1 and sorted(t.profiles) == [2]
+    assert t.profiles[2] == traces[0].layers
+    assert t.provenance["microbatch_sizes"] == [1, 2]
+    assert t.provenance["model_shape"]["attention"] == "flash"
+    write_trace(t, tmp_path / "mini")
+    assert read_trace(tmp_path / "mini.csv") == t
+    out, notes = adapt_trace(t, 4, None)  # outside: anchored to b=2 (no GPU: its own device)
+    assert out.microbatch_size == 4 and "linearly" in notes[0]  # cpu-rank: no compute spec
