@@ -168,7 +168,8 @@ def partition_cmd(
     hardware: str = typer.Option(None, "--hardware", help="Preset or YAML: use its GPU "
                                  "memory as the capacity and its links for boundary transfers."),
     microbatch_size: int = typer.Option(None, "--microbatch-size", "-b",
-                                        help="Scale the trace to this micro-batch size."),
+                                        help="Bring the trace to this micro-batch size (as "
+                                        "`sim run` does: interpolation or the compute model)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (seconds, bytes)."),
 ) -> None:
     """Split a trace's layers into P contiguous stages minimising the slowest stage.
@@ -181,13 +182,20 @@ def partition_cmd(
     from sim.trace.loader import load_trace
 
     trace = load_trace(trace_ref, file="command line", field="TRACE")
-    if microbatch_size:
-        trace = trace.scaled_to_microbatch(microbatch_size)
     bw = caps = None
+    topo = None
     if hardware:
         from sim.hardware.loader import load_hardware
 
         topo = load_hardware(hardware, field="--hardware")
+    if microbatch_size or topo is not None:
+        from sim.compute.adapt import adapt_trace
+
+        trace, notes = adapt_trace(trace, microbatch_size or trace.microbatch_size,
+                                   topo.gpus[0].compute if topo else None)
+        for note in notes:
+            err.print(f"note: {note}", highlight=False)
+    if topo is not None:
         if stages > topo.num_gpus:
             raise InputError(f"{stages} stages but {topo.name} has {topo.num_gpus} GPUs",
                              field="--stages")

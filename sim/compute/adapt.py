@@ -96,6 +96,8 @@ def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
     inputs = dict(trace.provenance["inputs"])
     source = ComputeSpec(**inputs.pop("gpu"))
     target = gpu or source
+    if replace(target, model=source.model) == source:  # same numbers, another name
+        target = source
     if b == trace.microbatch_size and target == source:
         return trace, []
     kind = inputs.pop("kind")
@@ -124,6 +126,10 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
             "head": head_times(kind, b, s, h, v, spec, trace.dtype).total_s}
 
 
+def _measured(sizes: list[int]) -> str:
+    return f"b={sizes[0]}" if len(sizes) == 1 else f"b={sizes[0]}..{sizes[-1]}"
+
+
 def _extrapolate(trace: Trace, b: int, spec: ComputeSpec | None, notes: list[str]) -> Trace:
     sizes = trace.measured_sizes
     b0 = sizes[0] if b < sizes[0] else sizes[-1]
@@ -132,8 +138,8 @@ def _extrapolate(trace: Trace, b: int, spec: ComputeSpec | None, notes: list[str
     lin = b / b0
     model = (_shape_times(trace, b, spec), _shape_times(trace, b0, spec)) if spec else None
     if model is None or model[0] is None or model[1] is None:
-        notes.append(f"{trace.name}: b={b} is outside the measured b={sizes[0]}..{sizes[-1]}; "
-                     f"no model shape in the provenance, so times scale linearly from b={b0}")
+        notes.append(f"{trace.name}: b={b} is outside the measured {_measured(sizes)}; no "
+                     f"model shape in the provenance, so times scale linearly from b={b0}")
         return base.scaled_to_microbatch(b)
     at_b, at_b0 = model
 
@@ -142,7 +148,7 @@ def _extrapolate(trace: Trace, b: int, spec: ComputeSpec | None, notes: list[str
         return at_b[key] / at_b0[key]
 
     layers = tuple(_time_scaled(layer, ratio(layer.name), lin) for layer in base.layers)
-    notes.append(f"{trace.name}: b={b} is outside the measured b={sizes[0]}..{sizes[-1]}; "
+    notes.append(f"{trace.name}: b={b} is outside the measured {_measured(sizes)}; "
                  f"compute model ({spec.model if spec else '?'}) anchored to measured b={b0} "
                  f"(block time x {ratio('block'):.3f} vs x {lin:.3f} if linear)")
     return replace(base, layers=layers, microbatch_size=b, profiles={})
@@ -203,8 +209,8 @@ def _rescale(trace: Trace, src: ComputeSpec | None, dst: ComputeSpec, notes: lis
         f"{trace.name}: measured on {name} ({src.model}), rescaled to {dst.model} by the compute "
         f"model: matmul-bound time x {src.matmul_rate(dt) / dst.matmul_rate(dt):.3f} "
         f"({dt} achieved matmul FLOP/s), memory-bound time x "
-        f"{src.hbm_bandwidth_Bps / dst.hbm_bandwidth_Bps:.3f} (HBM); fwd+bwd "
-        f"{before * 1e3:.2f} -> {after * 1e3:.2f} ms per micro-batch")
+        f"{src.hbm_bandwidth_Bps / dst.hbm_bandwidth_Bps:.3f} (HBM); fwd+bwd time x "
+        f"{after / before if before else 1.0:.3f}")
     return replace(trace, layers=layers, device=dst.model, profiles={},
                    provenance={**trace.provenance, "device": dst.model,
                                "rescaled_from": name})
