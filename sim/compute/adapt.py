@@ -81,8 +81,8 @@ def device_spec(name: str) -> ComputeSpec | None:
     from sim.hardware.loader import list_presets, load_hardware
 
     key = name.upper().removeprefix("NVIDIA").strip().replace(" ", "-")
-    specs = [load_hardware(p).gpus[0].compute for p in list_presets()]
-    specs = [s for s in specs if s is not None]
+    found = [load_hardware(p).gpus[0].compute for p in list_presets()]
+    specs = [s for s in found if s is not None]
     for spec in specs:
         if same_device(key, spec.model):
             return spec
@@ -136,12 +136,12 @@ def _extrapolate(trace: Trace, b: int, spec: ComputeSpec | None, notes: list[str
     base = trace.at_microbatch(b0)
     assert base is not None
     lin = b / b0
-    model = (_shape_times(trace, b, spec), _shape_times(trace, b0, spec)) if spec else None
-    if model is None or model[0] is None or model[1] is None:
+    at_b = _shape_times(trace, b, spec) if spec else None
+    at_b0 = _shape_times(trace, b0, spec) if spec else None
+    if at_b is None or at_b0 is None:
         notes.append(f"{trace.name}: b={b} is outside the measured {_measured(sizes)}; no "
                      f"model shape in the provenance, so times scale linearly from b={b0}")
         return base.scaled_to_microbatch(b)
-    at_b, at_b0 = model
 
     def ratio(name: str) -> float:
         key = next((k for k in ("embedding", "head") if name.startswith(k)), "block")
@@ -194,13 +194,15 @@ def _rescale(trace: Trace, src: ComputeSpec | None, dst: ComputeSpec, notes: lis
     def move(layer: LayerProfile) -> LayerProfile:
         f = layer.flops
 
-        def mv(t: float | None, c: float) -> float | None:
-            return None if t is None else rescale_time(t, None if f is None else c * f, src,
-                                                       dst, dt)
+        def mv(t: float, c: float) -> float:
+            return rescale_time(t, None if f is None else c * f, src, dst, dt)
+
+        def mv_opt(t: float | None) -> float | None:
+            return None if t is None else mv(t, 1.0)
 
         return replace(layer, fwd_s=mv(layer.fwd_s, 1.0), bwd_s=mv(layer.bwd_s, 2.0),
-                       bwd_input_s=mv(layer.bwd_input_s, 1.0),
-                       bwd_weight_s=mv(layer.bwd_weight_s, 1.0))
+                       bwd_input_s=mv_opt(layer.bwd_input_s),
+                       bwd_weight_s=mv_opt(layer.bwd_weight_s))
 
     before = sum(x.fwd_s + x.bwd_s for x in trace.layers)
     layers = tuple(move(layer) for layer in trace.layers)

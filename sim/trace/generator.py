@@ -303,9 +303,9 @@ def transformer_trace(
                f"{gpu.hbm_bandwidth_Bps / 1e9:g} GB/s, {attention} attention, "
                f"{gpu.kernel_overhead_s * 1e6:g} us per kernel")
     else:
-        inputs.update(peak_flops=float(rate / efficiency), efficiency=float(efficiency),
-                      hbm_bandwidth_Bps=float(hbm))
-        how = f"FLOPs / ({rate / efficiency / 1e12:g} TFLOP/s x {efficiency}) on {gpu_model}"
+        eff = float(efficiency or 1.0)
+        inputs.update(peak_flops=float(rate / eff), efficiency=eff, hbm_bandwidth_Bps=float(hbm))
+        how = f"FLOPs / ({rate / eff / 1e12:g} TFLOP/s x {eff}) on {gpu_model}"
     prov = {
         "source": "analytic: sim.trace.generator.transformer_trace",
         "inputs": inputs,

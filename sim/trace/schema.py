@@ -238,7 +238,8 @@ def _lerp(x: LayerProfile, y: LayerProfile, w: float) -> LayerProfile:
         return None if a is None or c is None else (1 - w) * a + w * c
 
     fields = ("fwd_s", "bwd_s", "act_bytes", "out_bytes") + OPTIONAL_FIELDS
-    return replace(x, **{f: mix(getattr(x, f), getattr(y, f)) for f in fields})
+    values = {f: mix(getattr(x, f), getattr(y, f)) for f in fields}
+    return replace(x, **values)  # type: ignore[arg-type]
 
 
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
