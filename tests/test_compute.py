@@ -288,3 +288,41 @@ def test_profile_several_microbatch_sizes_into_one_trace(tmp_path):
     assert read_trace(tmp_path / "mini.csv") == t
     out, notes = adapt_trace(t, 4, None)  # outside: anchored to b=2 (no GPU: its own device)
     assert out.microbatch_size == 4 and "linearly" in notes[0]  # cpu-rank: no compute spec
+
+
+def test_sim_run_prints_and_records_the_rescaling(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    exp = {"name": "x", "hardware": "dgx-a100-80gb",
+           "models": [{"name": "gnmt", "trace": "gnmt16", "global_batch": 128},
+                      {"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 8}],
+           "sweep": {"schedule": ["1f1b"], "stages": [4], "microbatch_size": [1, 32]}}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out"),
+                                   "--jobs", "1", "--no-plots"])
+    assert res.exit_code == 0, res.output
+    assert "rescaled to A100-SXM4-80GB" in res.output and "regenerated" in res.output
+    resolved = yaml.safe_load((tmp_path / "out" / "config.resolved.yaml").read_text())
+    notes = resolved["compute_notes"]
+    assert any("measured on V100" in n and "rescaled" in n for n in notes["gnmt"])
+    assert any("on A100-SXM4-80GB (was V100-SXM2-16GB)" in n for n in notes["gpt"])
+
+
+def test_sim_profile_repeated_b_writes_one_trace_with_profiles(tmp_path):
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    res = CliRunner().invoke(app, ["profile", "--out", str(tmp_path / "p"), "--layers", "1",
+                                   "--hidden", "32", "--heads", "2", "--seq-len", "16",
+                                   "--vocab", "64", "--reps", "1", "--threads", "1",
+                                   "-b", "2", "-b", "1"])
+    assert res.exit_code == 0, res.output
+    t = read_trace(tmp_path / "p.yaml")
+    assert t.measured_sizes == [1, 2] and (tmp_path / "p.b2.csv").exists()
+    assert "also measured b=[2]" in res.output
