@@ -168,7 +168,8 @@ def partition_cmd(
     hardware: str = typer.Option(None, "--hardware", help="Preset or YAML: use its GPU "
                                  "memory as the capacity and its links for boundary transfers."),
     microbatch_size: int = typer.Option(None, "--microbatch-size", "-b",
-                                        help="Scale the trace to this micro-batch size."),
+                                        help="Bring the trace to this micro-batch size (as "
+                                        "`sim run` does: interpolation or the compute model)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (seconds, bytes)."),
 ) -> None:
     """Split a trace's layers into P contiguous stages minimising the slowest stage.
@@ -181,13 +182,20 @@ def partition_cmd(
     from sim.trace.loader import load_trace
 
     trace = load_trace(trace_ref, file="command line", field="TRACE")
-    if microbatch_size:
-        trace = trace.scaled_to_microbatch(microbatch_size)
     bw = caps = None
+    topo = None
     if hardware:
         from sim.hardware.loader import load_hardware
 
         topo = load_hardware(hardware, field="--hardware")
+    if microbatch_size or topo is not None:
+        from sim.compute.adapt import adapt_trace
+
+        trace, notes = adapt_trace(trace, microbatch_size or trace.microbatch_size,
+                                   topo.gpus[0].compute if topo else None)
+        for note in notes:
+            err.print(f"note: {note}", highlight=False)
+    if topo is not None:
         if stages > topo.num_gpus:
             raise InputError(f"{stages} stages but {topo.name} has {topo.num_gpus} GPUs",
                              field="--stages")
@@ -223,8 +231,9 @@ def profile(
     seq_len: int = typer.Option(128, help="Tokens per sample s."),
     vocab: int = typer.Option(2048, help="Vocabulary size V."),
     name: str = typer.Option(None, help="Model name [default: the file name]."),
-    microbatch_size: int = typer.Option(4, "--microbatch-size", "-b", help="Samples per "
-                                        "micro-batch."),
+    microbatch_size: list[int] = typer.Option([4], "--microbatch-size", "-b", help="Samples "
+                                              "per micro-batch; repeat (-b 1 -b 2 -b 4) to "
+                                              "profile several sizes into one trace."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     dtype: str = typer.Option("fp32", help="fp32, fp16 or bf16."),
     threads: int = typer.Option(None, help="CPU threads while profiling; use cores / ranks of "
@@ -243,7 +252,9 @@ def profile(
     spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
                 heads=heads, seq_len=seq_len, vocab=vocab)
     try:
-        trace = profile_concurrent(spec, copies=concurrent, microbatch_size=microbatch_size,
+        if any(b < 1 for b in microbatch_size):
+            raise InputError(f"must be >= 1, got {microbatch_size}", field="--microbatch-size")
+        trace = profile_concurrent(spec, copies=concurrent, microbatch_sizes=microbatch_size,
                                    device=device, dtype=dtype, reps=reps,
                                    split_backward=split_backward,
                                    threads=threads or max(1, (os.cpu_count() or 2) // 2),
@@ -252,8 +263,9 @@ def profile(
         raise InputError(str(exc), field="model options") from None
     total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
     out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
-              f"params, fwd+bwd {total * 1e3:.2f} ms per micro-batch of {microbatch_size} on "
-              f"{trace.device}")
+              f"params, fwd+bwd {total * 1e3:.2f} ms per micro-batch of "
+              f"{trace.microbatch_size} on {trace.device}"
+              + (f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""))
 
 
 @app.command()

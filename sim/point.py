@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sim.compute.adapt import adapt_trace
 from sim.config import ExperimentConfig, PointConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.errors import InputError
@@ -40,6 +41,7 @@ class Resolved:
     placement: tuple[tuple[int, ...], ...]
     sim_input: SimInput
     iterations: int
+    compute_notes: tuple[str, ...] = ()
 
 
 def make_schedule(name: str, stages: int, microbatches: int, *, file: str = "<experiment>",
@@ -133,7 +135,7 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
         policy = get_policy(point.memory_policy)
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
-    trace = base_trace.scaled_to_microbatch(point.microbatch_size)
+    trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     iterations = exp.training.iterations or iterations_needed(
         point.stages, point.microbatches, schedule.synchronous)
     program = schedule.program(iterations)
@@ -162,7 +164,8 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
         for s in range(point.stages)
     )
     sim_input = SimInput(topo, costs, program, point.microbatches, placement, plans)
-    return Resolved(point, schedule, trace, tuple(boundaries), placement, sim_input, iterations)
+    return Resolved(point, schedule, trace, tuple(boundaries), placement, sim_input, iterations,
+                    tuple(notes))
 
 
 def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
@@ -186,7 +189,7 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
                               samples_per_step=p.microbatches * p.microbatch_size * p.dp_width)
     log.meta.update(boundaries=list(res.boundaries), placement=[list(r) for r in res.placement],
                     schedule=p.schedule, microbatches=p.microbatches,
-                    policy_notes=policy_notes(res))
+                    policy_notes=policy_notes(res), compute_notes=list(res.compute_notes))
     return metrics, log
 
 

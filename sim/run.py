@@ -30,6 +30,9 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     out = Path(out_dir) if out_dir else Path("results") / exp.name
     console.print(f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
                   + (f" ({len(skipped)} combinations skipped)" if skipped else ""))
+    notes = _compute_notes(prep, points)
+    for line in (n for model_notes in notes.values() for n in model_notes):
+        console.print(f"[yellow]note[/] {line}", highlight=False)
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
                   disable=not console.is_terminal) as bar:
@@ -38,7 +41,7 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
                           jobs=min(jobs, len(points)),
                           on_done=lambda n: bar.update(task, completed=n))
     df = write_results_csv(rows, out / "results.csv")
-    _write_resolved(out, exp, prep, points, skipped)
+    _write_resolved(out, exp, prep, points, skipped, notes)
     written = [out / "results.csv", out / "config.resolved.yaml"]
     if plots and "throughput_samples_per_s" in df:
         from sim.report.plots import plot_throughput
@@ -103,7 +106,16 @@ def _write_winner(exp, prep, points, winner: dict, path: Path, dirs: list[Path],
     return written
 
 
-def _write_resolved(out: Path, exp, prep, points, skipped) -> None:
+def _compute_notes(prep, points) -> dict[str, list[str]]:
+    """Per model, how its trace is brought to each micro-batch size and to this GPU."""
+    from sim.compute.adapt import grid_notes
+
+    gpu = prep.topology.gpus[0].compute
+    return {name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
+            for name, t in prep.traces.items()}
+
+
+def _write_resolved(out: Path, exp, prep, points, skipped, notes) -> None:
     data = {
         "experiment": exp.model_dump(mode="json"),
         "hardware": topology_to_dict(prep.topology),
@@ -112,6 +124,7 @@ def _write_resolved(out: Path, exp, prep, points, skipped) -> None:
                           "device": t.device, "provenance": json.loads(
                               json.dumps(t.provenance, default=str))}
                    for name, t in prep.traces.items()},
+        "compute_notes": notes,
         "points": len(points),
         "skipped": [{"config": d, "reason": r} for d, r in skipped],
     }

@@ -121,7 +121,7 @@ def test_gpt_5b_about_5b():
 
 
 def test_generator_time_uses_peak_and_efficiency():
-    a = preset_trace("bert-large", **V100)
+    a = preset_trace("bert-large", efficiency=0.5, **V100)
     b = transformer_trace(
         "bert",
         name="x",
@@ -156,10 +156,11 @@ def test_scaled_to_microbatch_is_linear():
     for a, b in zip(t1.layers, t4.layers, strict=True):
         assert b.fwd_s == pytest.approx(4 * a.fwd_s) and b.bwd_s == pytest.approx(4 * a.bwd_s)
         assert b.act_bytes == 4 * a.act_bytes and b.out_bytes == 4 * a.out_bytes
-    # the transformer formulas are linear in b, so the blocks match a generation at b = 4
+    # the memory formulas are linear in b, so the blocks' bytes match a generation at b = 4;
+    # the kernel model's times are not (small micro-batches are penalised, tests/test_compute.py)
     g4 = preset_trace("gpt2-1.5b", microbatch_size=4)
     for a, b in zip(g4.layers[1:-1], t4.layers[1:-1], strict=True):
-        assert a.act_bytes == b.act_bytes and a.fwd_s == pytest.approx(b.fwd_s, rel=1e-12)
+        assert a.act_bytes == b.act_bytes and a.fwd_s < b.fwd_s
 
 
 # ---------------------------------------------------------------- native format

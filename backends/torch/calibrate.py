@@ -13,6 +13,17 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
 * host <-> device (GPUs only): pinned host buffers copied with ``non_blocking`` copies, fitted
   the same way, written as two directed ``pcie`` links ``cpu0 -> gpuK`` and ``gpuK -> cpu0``.
 
+* GEMM efficiency by shape: achieved FLOP/s of the GEMMs in :data:`GEMM_SHAPES` (the
+  transformer shapes the compute model times, :mod:`sim.compute.kernels`); the best is written
+  as ``peak_flops`` with ``matmul_efficiency: 1`` (an effective peak), the table goes into
+  ``Calibration.ranks`` and the description. GPUs also get ``fp32_flops`` (fp32 matmul, TF32
+  off), ``sm_count`` (``multi_processor_count``), ``hbm_efficiency: 1`` (the copy bandwidth is
+  already effective) and ``kernel_overhead`` (median time per launch of a 1-element add in a
+  loop of back-to-back launches).
+* CPU Adam (:func:`cpu_adam_rate`): parameters per second of one ``torch.optim.Adam`` step on
+  the host (``fused=True`` where torch supports it on CPU, else ``foreach``), written as the
+  host's ``adam_params_per_s``.
+
 On CPU each rank is a "device" named like a GPU (``gpu0`` ...) of model ``cpu-rank`` with a
 ``1/nproc`` share of host RAM; the host link of a CPU rank is its memory copy bandwidth
 (``loopback``). Ranks share the cores, so each uses ``cores // nproc`` threads, as in a replay.
@@ -35,6 +46,12 @@ import torch.distributed as dist
 from backends.torch.launch import run_ranks
 from backends.torch.profile import cpu_model_name, device_model_name, time_call
 from backends.torch.worker import RankContext
+
+GEMM_SHAPES = ((256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+               (8192, 8192, 8192), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
+               (512, 4096, 4096), (128, 4096, 4096))
+"""``(m, n, k)`` of the GEMM-by-shape table: square sizes and Llama-2-7B projections at
+2048 / 512 / 128 tokens."""
 
 DEFAULT_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22, 2**24)
 """Message sizes in bytes for the ping-pong fit (1 KiB .. 16 MiB)."""
@@ -109,6 +126,62 @@ def _host_copies(dev: torch.device, sizes: list[int], reps: int) -> dict[str, li
     return res
 
 
+def gemm_by_shape(dev: torch.device, dtype: torch.dtype, shapes, reps: int = 5
+                  ) -> list[dict[str, float]]:
+    """Achieved FLOP/s of ``[m, k] @ [k, n]`` for each ``(m, n, k)`` in ``shapes``.
+
+    Returns:
+        One dict per shape: ``m, n, k, seconds`` (median of ``reps``) and ``flops_per_s``.
+    """
+    out = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, dtype=dtype, device=dev)
+        b = torch.randn(k, n, dtype=dtype, device=dev)
+        t = time_call(lambda a=a, b=b: a @ b, dev, reps=reps)
+        out.append({"m": m, "n": n, "k": k, "seconds": t, "flops_per_s": 2.0 * m * n * k / t})
+    return out
+
+
+def kernel_overhead_s(dev: torch.device, launches: int = 200) -> float:
+    """Seconds per launch of a 1-element add, issued back to back (launch + dispatch cost)."""
+    x = torch.zeros(1, device=dev)
+
+    def loop() -> None:
+        for _ in range(launches):
+            x.add_(1.0)
+
+    return time_call(loop, dev, reps=5) / launches
+
+
+def cpu_adam_rate(params: int = 2**24, reps: int = 5, threads: int | None = None
+                  ) -> dict[str, Any]:
+    """Parameters per second of one CPU ``torch.optim.Adam`` step over ``params`` fp32 values.
+
+    Uses ``fused=True`` when this torch supports fused Adam on CPU, else ``foreach=True``.
+
+    Returns:
+        ``{"params_per_s", "params", "seconds", "implementation", "threads"}`` (median step).
+    """
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        p = torch.nn.Parameter(torch.randn(params))
+        p.grad = torch.randn(params)
+        try:
+            opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+            opt.step()
+            impl = "fused"
+        except (RuntimeError, TypeError, ValueError):
+            opt = torch.optim.Adam([p], lr=1e-3, foreach=True)
+            impl = "foreach"
+        t = time_call(opt.step, torch.device("cpu"), reps=reps)
+        return {"params_per_s": params / t, "params": params, "seconds": t,
+                "implementation": impl, "threads": torch.get_num_threads()}
+    finally:
+        torch.set_num_threads(old)
+
+
 def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     """Rank function: measure compute, memory copy, p2p pairs (and host copies on GPUs)."""
     dev, n = ctx.device, payload["matmul_n"]
@@ -132,9 +205,16 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         "pairs": pairs,
         "device_name": device_model_name(dev),
     }
+    stats["gemm_by_shape"] = gemm_by_shape(dev, dtype, payload["gemm_shapes"], payload["reps"])
+    stats["kernel_overhead_s"] = kernel_overhead_s(dev)
     if dev.type == "cuda":
-        stats["memory_bytes"] = torch.cuda.get_device_properties(dev).total_memory
+        props = torch.cuda.get_device_properties(dev)
+        stats["memory_bytes"] = props.total_memory
+        stats["sm_count"] = props.multi_processor_count
         stats["host_copies"] = _host_copies(dev, payload["host_sizes"], payload["reps"])
+        torch.backends.cuda.matmul.allow_tf32 = False
+        fp32 = gemm_by_shape(dev, torch.float32, [(n, n, n)], payload["reps"])
+        stats["fp32_flops"] = fp32[0]["flops_per_s"]
     return stats
 
 
@@ -144,11 +224,14 @@ class Calibration:
 
     Attributes:
         hardware: the hardware YAML as a dict (``sim.hardware.spec.HardwareSpec`` fields).
-        ranks: raw per-rank measurements (FLOP/s, copy bandwidth, ping-pong times).
+        ranks: raw per-rank measurements (FLOP/s, GEMM by shape, copy bandwidth, ping-pong
+            times, kernel overhead).
+        host: host measurements (``cpu_adam``: :func:`cpu_adam_rate`'s result).
     """
 
     hardware: dict[str, Any]
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    host: dict[str, Any] = field(default_factory=dict)
 
     def write_yaml(self, path: str | Path) -> Path:
         """Write :attr:`hardware` as YAML to ``path`` (parent directories created)."""
@@ -207,6 +290,26 @@ def _links(ranks: list[dict[str, Any]], device: str, host_sizes: list[int]) -> l
     return links
 
 
+def _gemm_summary(rank: dict[str, Any]) -> str:
+    return ", ".join(f"{g['m']}x{g['n']}x{g['k']}: {g['flops_per_s'] / 1e12:.3g}"
+                     for g in rank["gemm_by_shape"])
+
+
+def _compute_fields(ranks: list[dict[str, Any]], kind: str, threads: int,
+                    flops: float) -> dict[str, Any]:
+    """The compute-model keys of the ``gpu`` mapping (module doc); effective numbers, so the
+    efficiencies are 1."""
+    out: dict[str, Any] = {
+        "matmul_efficiency": 1.0,
+        "hbm_efficiency": 1.0,
+        "kernel_overhead": f"{max(r['kernel_overhead_s'] for r in ranks) * 1e6:.3f} us",
+        "sm_count": ranks[0].get("sm_count", threads),
+    }
+    fp32 = min(r["fp32_flops"] for r in ranks) if kind == "cuda" else flops  # CPU: fp32 matmul
+    out["fp32_flops"] = f"{fp32 / 1e12:.6f} TFLOPS"
+    return out
+
+
 def calibrate(
     *,
     nproc: int = 2,
@@ -252,6 +355,8 @@ def calibrate(
         "host_sizes": host_sizes,
         "matmul_n": matmul_n or (8192 if kind == "cuda" else 1024),
         "copy_bytes": 2**30 if kind == "cuda" else 2**26,
+        "gemm_shapes": [list(x) for x in (GEMM_SHAPES if kind == "cuda" else
+                                          [(64, 64, 64), (256, 256, 256), (512, 512, 512)])],
     }
     ranks = run_ranks(
         "backends.torch.calibrate:run_rank",
@@ -261,8 +366,11 @@ def calibrate(
         timeout_s=timeout_s,
         threads=threads,
     )
-    flops = min(r["matmul_flops"] for r in ranks)
+    best = [max(g["flops_per_s"] for g in r["gemm_by_shape"]) for r in ranks]
+    flops = max(min(r["matmul_flops"] for r in ranks), min(best))
     hbm = min(r["copy_bandwidth_Bps"] for r in ranks)
+    rank_threads = threads or max(1, (os.cpu_count() or 1) // nproc)
+    adam = cpu_adam_rate(threads=os.cpu_count() or 1)
     memory = ranks[0].get("memory_bytes", _host_ram_bytes() / nproc)
     detail = ranks[0]["device_name"] if kind == "cuda" else cpu_model_name()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -273,20 +381,26 @@ def calibrate(
             f"{'NCCL' if kind == 'cuda' else 'gloo'}, torch {torch.__version__}. Effective numbers: "
             f"peak_flops = slowest rank's {payload['matmul_n']}^3 "
             f"{'bf16' if kind == 'cuda' else 'fp32'} matmul; hbm_bandwidth = 2*bytes/t of a copy; "
-            "links = least-squares latency + bytes/bandwidth of ping-pong one-way times."
+            "links = least-squares latency + bytes/bandwidth of ping-pong one-way times. "
+            f"GEMM by shape (rank 0, m x n x k: TFLOP/s): {_gemm_summary(ranks[0])}. "
+            f"CPU Adam: {adam['implementation']} torch.optim.Adam step over "
+            f"{adam['params']} fp32 params with {adam['threads']} threads: "
+            f"{adam['params_per_s']:.3g} params/s."
         ),
         "gpu": {
             "model": ranks[0]["device_name"],
             "memory": f"{memory / 2**30:.3f} GiB",
             "peak_flops": f"{flops / 1e12:.6f} TFLOPS",
             "hbm_bandwidth": f"{hbm / 1e9:.4f} GB/s",
+            **_compute_fields(ranks, kind, rank_threads, flops),
         },
         "num_gpus": nproc,
-        "hosts": [{"name": "cpu0", "dram": f"{_host_ram_bytes() / 2**30:.3f} GiB"}],
+        "hosts": [{"name": "cpu0", "dram": f"{_host_ram_bytes() / 2**30:.3f} GiB",
+                   "adam_params_per_s": float(f"{adam['params_per_s']:.4g}")}],
         "gpu_hosts": ["cpu0"] * nproc,
         "links": _links(ranks, kind, host_sizes),
     }
-    result = Calibration(hardware, ranks)
+    result = Calibration(hardware, ranks, {"cpu_adam": adam})
     if path is not None:
         result.write_yaml(path)
     return result

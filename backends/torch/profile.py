@@ -16,6 +16,13 @@ layers' output for one micro-batch):
 * ``out_bytes``: bytes of the output, 0 for the head (nothing leaves the last layer, as in
   ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode``.
 
+Several micro-batch sizes (``sim profile -b 1 -b 2 -b 4``): :func:`merge_sizes` combines one
+trace per size into one trace whose ``profiles`` hold the other sizes; the engine interpolates
+between them (:meth:`sim.trace.schema.Trace.at_microbatch`). The provenance records
+``model_shape`` (kind, sizes, ``attention: flash`` since ``nn.TransformerEncoderLayer`` calls
+``scaled_dot_product_attention``, no dropout), which lets the compute model extrapolate outside
+the measured sizes (:mod:`sim.compute.adapt`).
+
 Timing is wall clock (``time.perf_counter``) on CPU and CUDA events on GPUs, with
 ``torch.cuda.synchronize`` around every measured call.
 """
@@ -28,6 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +263,35 @@ def _provenance(
         "reps": reps,
         "threads": threads or torch.get_num_threads(),
         "model": spec.to_dict(),
+        "model_shape": {"kind": spec.kind, "hidden": spec.hidden, "heads": spec.heads,
+                        "seq_len": spec.seq_len, "vocab": spec.vocab, "ffn_mult": spec.ffn_mult,
+                        "attention": "flash", "dropout": False},
         "seed": seed,
         "notes": "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
         "parameters excluded); head includes the cross-entropy loss",
     }
+
+
+def merge_sizes(traces: list[Trace]) -> Trace:
+    """One trace from traces of the same model at different micro-batch sizes.
+
+    The smallest size becomes ``layers``/``microbatch_size``; the others go to ``profiles``.
+    Provenance: the smallest size's, with ``microbatch_sizes`` listing all of them.
+
+    Raises:
+        ValueError: no traces, a size twice, or different layer names.
+    """
+    if not traces:
+        raise ValueError("no traces to merge")
+    traces = sorted(traces, key=lambda t: t.microbatch_size)
+    sizes = [t.microbatch_size for t in traces]
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"micro-batch sizes must be distinct, got {sizes}")
+    names = [x.name for x in traces[0].layers]
+    if any([x.name for x in t.layers] != names for t in traces):
+        raise ValueError("traces of different models (layer names differ)")
+    first = traces[0]
+    prov = dict(first.provenance, microbatch_sizes=sizes)
+    prov.pop("microbatch_size", None)
+    return replace(first, provenance=prov, profiles={t.microbatch_size: t.layers
+                                                     for t in traces[1:]})

@@ -30,14 +30,17 @@ def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict) -> No
 
 
 def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None,
-                       timeout_s: float = 900.0, **kwargs: Any) -> Trace:
+                       timeout_s: float = 900.0, microbatch_sizes: list[int] | None = None,
+                       **kwargs: Any) -> Trace:
     """Like :func:`backends.torch.profile.profile_model`, in ``copies`` simultaneous processes.
 
     Args:
         spec: the model (``ModelSpec`` or a dict of its fields).
         copies: processes profiling at once (the replay's ranks); 1 profiles in this process.
         path: write the combined trace there (``x`` -> ``x.csv`` + ``x.yaml``).
-        timeout_s: limit for all copies together, in seconds.
+        timeout_s: limit for all copies together, in seconds (per micro-batch size).
+        microbatch_sizes: profile each of these sizes and merge them into one trace
+            (:func:`backends.torch.profile.merge_sizes`); overrides ``microbatch_size``.
         **kwargs: passed to ``profile_model`` (``microbatch_size``, ``threads``, ``reps`` ...).
 
     Returns:
@@ -51,6 +54,19 @@ def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None
     from backends.torch.profile import profile_model
 
     spec = as_spec(spec)
+    if microbatch_sizes:
+        from backends.torch.profile import merge_sizes
+
+        kwargs.pop("microbatch_size", None)
+        trace = merge_sizes([profile_concurrent(spec, copies=copies, timeout_s=timeout_s,
+                                                microbatch_size=b, **kwargs)
+                             for b in sorted(set(microbatch_sizes))])
+        if path is not None:
+            from sim.trace.native import write_trace
+
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            write_trace(trace, path)
+        return trace
     if copies <= 1:
         return profile_model(spec, path=path, **kwargs)
     ctx = mp.get_context("spawn")

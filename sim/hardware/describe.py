@@ -162,6 +162,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             "memory": g0.memory_bytes,
             "peak_flops": g0.peak_flops,
             "hbm_bandwidth": g0.hbm_bandwidth_Bps,
+            **_compute_fields(g0.compute),
         },
         "num_gpus": topo.num_gpus,
         "hosts": [
@@ -172,3 +173,13 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         "switches": list(topo.switches),
         "links": links,
     }
+
+
+def _compute_fields(spec: Any) -> dict[str, Any]:
+    """The compute-model keys of a ``gpu`` mapping (sim.compute.device), empty without one."""
+    if spec is None:
+        return {}
+    return {"fp32_flops": spec.fp32_flops, "sm_count": spec.sm_count,
+            "matmul_efficiency": spec.matmul_efficiency,
+            "attention_efficiency": spec.attention_efficiency,
+            "hbm_efficiency": spec.hbm_efficiency, "kernel_overhead": spec.kernel_overhead_s}

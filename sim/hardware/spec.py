@@ -33,6 +33,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from sim.compute.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
 from sim.errors import InputError
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
@@ -74,6 +75,46 @@ class GPUSpec(BaseModel):
     hbm_bandwidth: Bandwidth = Field(
         gt=0, description="HBM bandwidth, e.g. '900 GB/s' (bytes/s if a number)."
     )
+    fp32_flops: Flops | None = Field(
+        default=None, gt=0,
+        description="fp32 (non-tensor) peak, e.g. '15.7 TFLOPS'; default: peak_flops / 8 "
+        "(the V100 ratio, an assumption). Used for fp32 traces.",
+    )
+    sm_count: int = Field(
+        default=108, ge=1,
+        description="Streaming multiprocessors (wave quantization of GEMMs); default 108 "
+        "(A100, an assumption for other GPUs).",
+    )
+    matmul_efficiency: float = Field(
+        default=0.8, gt=0, le=1,
+        description="Achievable fraction of peak for large GEMMs (measured MAMF where known; "
+        "the default 0.8 is an assumption). See sim.compute.device.",
+    )
+    attention_efficiency: float = Field(
+        default=0.5, gt=0, le=1,
+        description="Achievable fraction of the tensor peak for fused (flash) attention, "
+        "forward + backward; the default 0.5 is an assumption.",
+    )
+    hbm_efficiency: float = Field(
+        default=DEFAULT_HBM_EFFICIENCY, gt=0, le=1,
+        description="Achievable fraction of HBM peak for memory-bound kernels (default: an "
+        "assumption, sim.compute.device).",
+    )
+    kernel_overhead: Seconds = Field(
+        default=DEFAULT_KERNEL_OVERHEAD_S, ge=0,
+        description="Fixed cost per kernel (launch + dispatch), e.g. '5 us' (default: an "
+        "assumption, sim.compute.device).",
+    )
+
+    def compute_spec(self) -> ComputeSpec:
+        """The :class:`~sim.compute.device.ComputeSpec` of this GPU."""
+        return ComputeSpec(
+            model=self.model, matmul_flops=self.peak_flops,
+            fp32_flops=self.fp32_flops or self.peak_flops / 8,
+            hbm_bandwidth_Bps=self.hbm_bandwidth, sm_count=self.sm_count,
+            matmul_efficiency=self.matmul_efficiency,
+            attention_efficiency=self.attention_efficiency,
+            hbm_efficiency=self.hbm_efficiency, kernel_overhead_s=self.kernel_overhead)
 
 
 class HostSpec(BaseModel):
@@ -84,10 +125,12 @@ class HostSpec(BaseModel):
     name: str = Field(pattern=NODE_NAME, description="Node name, e.g. 'cpu0'.")
     dram: Bytes = Field(ge=0, description="DRAM on this socket, e.g. '256 GiB'.")
     adam_params_per_s: float = Field(
-        default=1.0e9,
+        default=1.95e9,
         gt=0,
         description="CPU Adam throughput of this socket in parameters/s (offloaded optimizer "
-        "steps). The default 1e9 is a placeholder, not a measurement.",
+        "steps). Default 1.95e9: half of the ~3.9e9 params/s DeepSpeed CPU-Adam reaches on a "
+        "DGX-2 host (2x 24-core Xeon Platinum, AVX-512; ZeRO-Offload, Ren et al. ATC'21, "
+        "Table 3, unverified); presets scale it per CPU (see their description).",
     )
 
 
@@ -230,7 +273,7 @@ def topology_from_spec(
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
     gpus = tuple(
-        GPU(name, g.model, g.memory, g.peak_flops, g.hbm_bandwidth, host)
+        GPU(name, g.model, g.memory, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec())
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
     links: list[Link] = []

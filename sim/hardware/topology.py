@@ -63,6 +63,8 @@ def ring_hop_bandwidths(routes: list[tuple[Link, ...]]) -> list[float]:
     return [min(lk.bandwidth_Bps / uses[lk.name] for lk in route) if route else float("inf")
             for route in routes]
 
+from sim.compute.device import ComputeSpec
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -75,6 +77,7 @@ class GPU:
         peak_flops: dense fp16/bf16 tensor peak in FLOP/s (hardware.md §1).
         hbm_bandwidth_Bps: HBM bandwidth in bytes/s.
         host: name of the CPU socket whose DRAM is this GPU's host memory.
+        compute: the compute model's view of the GPU (:mod:`sim.compute.device`), or None.
     """
 
     name: str
@@ -83,6 +86,7 @@ class GPU:
     peak_flops: float
     hbm_bandwidth_Bps: float
     host: str
+    compute: ComputeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class Host:
 
     name: str
     dram_bytes: float
-    adam_params_per_s: float = 1.0e9
+    adam_params_per_s: float = 1.95e9
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """Analytic traces of GPT and BERT stacks: embedding, ``L`` transformer blocks, head.
 
-Nothing here is measured. Times are FLOPs / (peak FLOP/s x efficiency); memory is counted from
-tensor sizes. Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden size, ``a``
+Nothing here is measured. Times come from the kernel model of :mod:`sim.compute` on a
+:class:`~sim.compute.device.ComputeSpec` (GEMMs by shape at the GPU's achievable matmul FLOP/s,
+memory-bound kernels at HBM bandwidth, an explicit attention implementation, a per-kernel
+overhead), or, when a constant ``efficiency`` is given, FLOPs / (peak FLOP/s x efficiency) as
+before; memory is counted from tensor sizes. Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden size, ``a``
 heads, ``V`` vocabulary, ``f`` FFN multiplier (FFN width ``f*h``), ``d`` bytes per element.
 
 Transformer block (no tensor/sequence parallelism):
@@ -41,6 +44,11 @@ cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
+from sim.compute.device import ComputeSpec
+from sim.compute.layers import embedding_times, head_times
+from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -99,6 +107,15 @@ V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps"
 """V100 SXM2 peaks: 125 TFLOPS dense fp16 tensor, 900 GB/s HBM2 (hardware.md §1)."""
 
 
+def preset_gpu(preset: str = "dgx1-v100-16gb") -> ComputeSpec:
+    """The :class:`ComputeSpec` of a hardware preset's GPU (default: DGX-1's V100-SXM2)."""
+    from sim.hardware.loader import load_hardware
+
+    spec = load_hardware(preset).gpus[0].compute
+    assert spec is not None
+    return spec
+
+
 def block_params(hidden: int, ffn_mult: int = 4) -> int:
     """Parameters of one transformer block: ``(4 + 2f)h^2 + (9 + f)h`` (12h^2 + 13h at f=4)."""
     h, f = hidden, ffn_mult
@@ -134,13 +151,15 @@ def _check(kind: str, **ints: int) -> None:
         raise ValueError(f"hidden {ints['hidden']} is not divisible by heads {ints['heads']}")
 
 
-def _embedding(kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float) -> LayerProfile:
+def _embedding(kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float,
+               t: BlockTimes | None) -> LayerProfile:
     params = (V + s) * h + ((2 * h + 2 * h) if kind == "bert" else 0)
     fwd_bytes = 8 * b * s + (2 * b + 1) * s * h * d + (2 * b * s * h * d if kind == "bert" else 0)
-    bwd_s = (b * s * h * d + (V + s) * h * d) / hbm
+    fwd_s = t.fwd.total_s if t else fwd_bytes / hbm
+    bwd_s = t.bwd_weight.total_s if t else (b * s * h * d + (V + s) * h * d) / hbm
     return LayerProfile(
         name="embedding",
-        fwd_s=fwd_bytes / hbm,
+        fwd_s=fwd_s,
         bwd_s=bwd_s,
         param_bytes=float(params * d),
         act_bytes=float(8 * s * b + s * b * h),
@@ -151,42 +170,50 @@ def _embedding(kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float) ->
     )
 
 
-def _head(kind: str, b: int, s: int, h: int, V: int, d: int, rate: float) -> LayerProfile:
+def _head(kind: str, b: int, s: int, h: int, V: int, d: int, rate: float,
+          t: BlockTimes | None) -> LayerProfile:
     if kind == "gpt":
         params = 2 * h + V * h
         flops = 2.0 * b * s * h * V
     else:  # MLM transform (dense + LayerNorm), decoder copy + bias, pooler, NSP classifier
         params = (h * h + h) + 2 * h + (V * h + V) + (h * h + h) + (2 * h + 2)
         flops = 2.0 * b * s * h * V + 2.0 * b * s * h * h + 2.0 * b * h * h + 4.0 * b * h
-    fwd_s = flops / rate
+    fwd_s = t.fwd.total_s if t else flops / rate
+    bwd_in = t.bwd_input.total_s if t else fwd_s
+    bwd_w = t.bwd_weight.total_s if t else fwd_s
     return LayerProfile(
         name="head",
         fwd_s=fwd_s,
-        bwd_s=2 * fwd_s,
+        bwd_s=bwd_in + bwd_w,
         param_bytes=float(params * d),
         act_bytes=float(4 * s * b * h + 4 * s * b * V),
         out_bytes=0.0,
-        bwd_input_s=fwd_s,
-        bwd_weight_s=fwd_s,
+        bwd_input_s=bwd_in,
+        bwd_weight_s=bwd_w,
         flops=flops,
     )
 
 
-def _block(i: int, b: int, s: int, h: int, a: int, f: int, d: int, rate: float) -> LayerProfile:
+def _block(i: int, b: int, s: int, h: int, a: int, f: int, d: int, rate: float,
+           t: BlockTimes | None, flash: bool) -> LayerProfile:
     flops = block_fwd_flops(b, s, h, f)
     gemm = float((8 + 4 * f) * b * s * h * h)
+    core = attn_core_act_bytes(b, s, a, d)
+    act = block_act_bytes(b, s, h, a, f, d)
+    if flash:  # no s^2 stash; the kernel keeps the fp32 log-sum-exp (b*a*s floats)
+        act, core = act - core + 4.0 * b * a * s, 0.0
     return LayerProfile(
         name=f"block.{i}",
-        fwd_s=flops / rate,
-        bwd_s=2 * flops / rate,
+        fwd_s=t.fwd.total_s if t else flops / rate,
+        bwd_s=t.bwd_input.total_s + t.bwd_weight.total_s if t else 2 * flops / rate,
         param_bytes=float(block_params(h, f) * d),
-        act_bytes=block_act_bytes(b, s, h, a, f, d),
+        act_bytes=act,
         out_bytes=float(s * b * h * d),
-        bwd_input_s=(2 * flops - gemm) / rate,
-        bwd_weight_s=gemm / rate,
+        bwd_input_s=t.bwd_input.total_s if t else (2 * flops - gemm) / rate,
+        bwd_weight_s=t.bwd_weight.total_s if t else gemm / rate,
         flops=flops,
-        attn_core_act_bytes=attn_core_act_bytes(b, s, a, d),
-        attn_core_flops=float(4 * b * s * s * h),
+        attn_core_act_bytes=core,
+        attn_core_flops=0.0 if flash else float(4 * b * s * s * h),
     )
 
 
@@ -201,11 +228,13 @@ def transformer_trace(
     vocab: int,
     microbatch_size: int,
     dtype: str = "fp16",
-    gpu_model: str,
-    peak_flops: float,
-    efficiency: float = 0.5,
+    gpu_model: str | None = None,
+    peak_flops: float | None = None,
+    efficiency: float | None = None,
     ffn_mult: int = 4,
     hbm_bandwidth_Bps: float = 900e9,
+    gpu: ComputeSpec | None = None,
+    attention: str = "math",
 ) -> Trace:
     """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
 
@@ -215,73 +244,80 @@ def transformer_trace(
         layers, hidden, heads, seq_len, vocab: model shape (``hidden % heads == 0``).
         microbatch_size: samples per micro-batch ``b``.
         dtype: parameter and activation dtype (``fp16``, ``bf16``, ``fp32``).
-        gpu_model: device name recorded in the trace, e.g. ``"V100-SXM2"``.
-        peak_flops: the device's peak dense FLOP/s for ``dtype`` (hardware.md §1).
-        efficiency: achieved fraction of ``peak_flops``, in (0, 1].
+        gpu_model: device name recorded in the trace (default: ``gpu.model``).
+        peak_flops: peak dense FLOP/s for ``dtype`` when ``gpu`` is not given.
+        efficiency: a constant achieved fraction of ``peak_flops`` in (0, 1]: times are then
+            FLOPs / (peak x efficiency) (the constant-efficiency model, linear in ``b``). It is
+            the model whenever ``gpu`` is not given (default 0.5 then); with ``gpu`` and no
+            ``efficiency``, the kernel model of :mod:`sim.compute` times the layers.
         ffn_mult: FFN width / hidden (4 for GPT-2 and BERT).
-        hbm_bandwidth_Bps: HBM bandwidth for the memory-bound embedding layer (default V100's
-            900 GB/s; pass your GPU's).
+        hbm_bandwidth_Bps: HBM bandwidth when ``gpu`` is not given (default V100's 900 GB/s).
+        gpu: the GPU for the kernel model (e.g. :func:`preset_gpu`).
+        attention: ``"math"`` (Megatron-LM's unfused core; the Korthikanti activation formula)
+            or ``"flash"`` (torch SDPA's fused kernel: no ``s^2`` stash, see
+            :mod:`sim.compute.attention`).
 
     Returns:
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
 
     Raises:
-        ValueError: unknown kind or dtype, non-positive sizes, ``hidden % heads != 0``,
-            efficiency outside (0, 1], non-positive peak or bandwidth.
+        ValueError: unknown kind, dtype or attention, non-positive sizes,
+            ``hidden % heads != 0``, efficiency outside (0, 1], no GPU or peak given,
+            non-positive peak or bandwidth.
     """
-    _check(
-        kind,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        seq_len=seq_len,
-        vocab=vocab,
-        microbatch_size=microbatch_size,
-        ffn_mult=ffn_mult,
-    )
-    if not 0 < efficiency <= 1:
+    _check(kind, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab,
+           microbatch_size=microbatch_size, ffn_mult=ffn_mult)
+    if efficiency is not None and not 0 < efficiency <= 1:
         raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
-    if not (peak_flops > 0 and hbm_bandwidth_Bps > 0):
-        raise ValueError("peak_flops and hbm_bandwidth_Bps must be > 0")
+    if gpu is None:
+        if peak_flops is None or gpu_model is None:
+            raise ValueError("give gpu= (a ComputeSpec) or gpu_model= and peak_flops=")
+        if not (peak_flops > 0 and hbm_bandwidth_Bps > 0):
+            raise ValueError("peak_flops and hbm_bandwidth_Bps must be > 0")
+        efficiency = efficiency or 0.5
+        # only the peaks matter to the constant-efficiency model
+        gpu = ComputeSpec(gpu_model, peak_flops, peak_flops, hbm_bandwidth_Bps, 1, 1.0, 1.0)
+    gpu_model = gpu_model or gpu.model
+    shape = BlockShape(hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt",
+                       attention=attention)
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
-    rate = peak_flops * efficiency
-    chain = [_embedding(kind, b, s, h, vocab, d, hbm_bandwidth_Bps)]
-    chain += [_block(i, b, s, h, heads, ffn_mult, d, rate) for i in range(layers)]
-    chain.append(_head(kind, b, s, h, vocab, d, rate))
-    inputs = {
-        "kind": kind,
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "seq_len": seq_len,
-        "vocab": vocab,
-        "microbatch_size": microbatch_size,
-        "dtype": dtype,
-        "gpu_model": gpu_model,
-        "peak_flops": float(peak_flops),
-        "efficiency": float(efficiency),
-        "ffn_mult": ffn_mult,
-        "hbm_bandwidth_Bps": float(hbm_bandwidth_Bps),
-    }
+    modelled = efficiency is None
+    rate = gpu.peak_flops(dtype) * (efficiency or 1.0)
+    hbm = gpu.hbm_bandwidth_Bps
+    emb_t = embedding_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
+    blk_t = block_times(shape, b, gpu, dtype) if modelled else None
+    head_t = head_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
+    flash = attention == "flash"
+    chain = [_embedding(kind, b, s, h, vocab, d, hbm, emb_t)]
+    chain += [_block(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)]
+    chain.append(_head(kind, b, s, h, vocab, d, rate, head_t))
+    inputs = {"kind": kind, "layers": layers, "hidden": hidden, "heads": heads,
+              "seq_len": seq_len, "vocab": vocab, "microbatch_size": microbatch_size,
+              "dtype": dtype, "gpu_model": gpu_model, "ffn_mult": ffn_mult,
+              "attention": attention}
+    if modelled:
+        inputs["gpu"] = asdict(gpu)
+        how = (f"kernel model (sim.compute) on {gpu.model}: matmul {gpu.matmul_efficiency:g} x "
+               f"{gpu.peak_flops(dtype) / 1e12:g} TFLOP/s with wave quantization on "
+               f"{gpu.sm_count} SMs, HBM {gpu.hbm_efficiency:g} x "
+               f"{gpu.hbm_bandwidth_Bps / 1e9:g} GB/s, {attention} attention, "
+               f"{gpu.kernel_overhead_s * 1e6:g} us per kernel")
+    else:
+        eff = float(efficiency or 1.0)
+        inputs.update(peak_flops=float(rate / eff), efficiency=eff, hbm_bandwidth_Bps=float(hbm))
+        how = f"FLOPs / ({rate / eff / 1e12:g} TFLOP/s x {eff}) on {gpu_model}"
     prov = {
         "source": "analytic: sim.trace.generator.transformer_trace",
         "inputs": inputs,
         "formulas": dict(SOURCES),
         "unique_parameters": unique_parameters(kind, layers, hidden, seq_len, vocab, ffn_mult),
         "notes": (
-            f"Generated, not measured: times = FLOPs / ({peak_flops / 1e12:g} TFLOP/s x "
-            f"{efficiency}) on {gpu_model}. param_bytes include Megatron's second copy of "
-            f"the word embedding in the head ({vocab}x{hidden})."
+            f"Generated, not measured: times from the {how}. param_bytes include Megatron's "
+            f"second copy of the word embedding in the head ({vocab}x{hidden})."
         ),
     }
-    return Trace(
-        name=name,
-        layers=tuple(chain),
-        microbatch_size=microbatch_size,
-        dtype=dtype,
-        device=gpu_model,
-        provenance=prov,
-    )
+    return Trace(name=name, layers=tuple(chain), microbatch_size=microbatch_size, dtype=dtype,
+                 device=gpu_model, provenance=prov)
 
 
 def unique_parameters(
@@ -297,14 +333,19 @@ def unique_parameters(
 def preset_trace(
     name: str,
     microbatch_size: int = 1,
-    gpu_model: str = "V100-SXM2",
-    peak_flops: float = 125e12,
+    gpu_model: str | None = None,
+    peak_flops: float | None = None,
     *,
     dtype: str = "fp16",
-    efficiency: float = 0.5,
+    efficiency: float | None = None,
     hbm_bandwidth_Bps: float = 900e9,
+    gpu: ComputeSpec | None = None,
+    attention: str = "math",
 ) -> Trace:
-    """:func:`transformer_trace` of a :data:`MODEL_PRESETS` entry (default: V100-SXM2, fp16).
+    """:func:`transformer_trace` of a :data:`MODEL_PRESETS` entry.
+
+    Default device: the ``dgx1-v100-16gb`` preset's V100-SXM2 (:func:`preset_gpu`), unless
+    ``gpu`` or ``gpu_model`` + ``peak_flops`` are given.
 
     Raises:
         InputError: unknown preset name (the message lists the presets).
@@ -314,6 +355,8 @@ def preset_trace(
         raise InputError(
             f"unknown model preset {name!r}; available: {', '.join(MODEL_PRESETS)}", field="model"
         )
+    if gpu is None and peak_flops is None:
+        gpu = preset_gpu()
     shape = dict(MODEL_PRESETS[name])
     kind = str(shape.pop("kind"))
     return transformer_trace(
@@ -325,5 +368,7 @@ def preset_trace(
         peak_flops=peak_flops,
         efficiency=efficiency,
         hbm_bandwidth_Bps=hbm_bandwidth_Bps,
+        gpu=gpu,
+        attention=attention,
         **shape,
     )  # type: ignore[arg-type]

@@ -11,8 +11,10 @@ A trace named ``gnmt16`` is two files side by side:
     optional: leave the cell empty (or, for the last two, omit the column).
 ``gnmt16.yaml``
     ``name``, ``microbatch_size``, ``dtype``, ``device`` and ``provenance`` (a mapping with at
-    least ``source``; by convention also ``command``, ``date`` and ``notes``). Unknown top-level
-    keys are errors.
+    least ``source``; by convention also ``command``, ``date`` and ``notes``), and optionally
+    ``profiles``: further measured micro-batch sizes, each in ``gnmt16.b<size>.csv`` beside it
+    (same columns and layers; :attr:`~sim.trace.schema.Trace.profiles`). Unknown top-level keys
+    are errors.
 
 Rows are numbered from 1 (the header is not a row), so an error such as
 ``gnmt16.csv: field 'fwd_s': row 3 (layer 'h.2'): fwd_s: must be a finite number >= 0, got -1.0``
@@ -53,6 +55,7 @@ REQUIRED = COLUMNS[:6]
 EXTRA = COLUMNS[9:]
 """Optional columns written only when some layer has a value (selective-recompute inputs)."""
 SIDECAR_KEYS = ("name", "microbatch_size", "dtype", "device", "provenance")
+OPTIONAL_KEYS = ("profiles",)
 
 
 def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -102,16 +105,13 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
         raise ValueError(
             f"microbatch_size must be a positive integer, got {trace.microbatch_size!r}"
         )
-    for i, layer in enumerate(trace.layers, start=1):
-        if layer.problems():
-            raise ValueError(f"row {i} (layer {layer.name!r}): {'; '.join(layer.problems())}")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    cols = [c for c in COLUMNS if c not in EXTRA
-            or any(getattr(layer, c) is not None for layer in trace.layers)]
-    w.writerow(cols)
-    for layer in trace.layers:
-        w.writerow([layer.name] + [_fmt(getattr(layer, c)) for c in cols[1:]])
+    if trace.profile_problems():
+        raise ValueError("; ".join(trace.profile_problems()))
+    chains = {trace.microbatch_size: trace.layers, **trace.profiles}
+    for chain in chains.values():
+        for i, layer in enumerate(chain, start=1):
+            if layer.problems():
+                raise ValueError(f"row {i} (layer {layer.name!r}): {'; '.join(layer.problems())}")
     side = {
         "name": trace.name,
         "microbatch_size": trace.microbatch_size,
@@ -119,12 +119,27 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
         "device": trace.device,
         "provenance": dict(trace.provenance),
     }
+    if trace.profiles:
+        side["profiles"] = sorted(trace.profiles)
     stem = _stem(Path(path))
     csv_path = stem.with_name(stem.name + ".csv")
     yaml_path = stem.with_name(stem.name + ".yaml")
-    atomic_write_text(csv_path, buf.getvalue())
+    for b in sorted(trace.profiles):
+        atomic_write_text(stem.with_name(f"{stem.name}.b{b}.csv"), _csv_text(trace.profiles[b]))
+    atomic_write_text(csv_path, _csv_text(trace.layers))
     atomic_write_text(yaml_path, yaml.safe_dump(side, sort_keys=False, allow_unicode=True))
     return csv_path, yaml_path
+
+
+def _csv_text(chain: tuple[LayerProfile, ...]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    cols = [c for c in COLUMNS if c not in EXTRA
+            or any(getattr(layer, c) is not None for layer in chain)]
+    w.writerow(cols)
+    for layer in chain:
+        w.writerow([layer.name] + [_fmt(getattr(layer, c)) for c in cols[1:]])
+    return buf.getvalue()
 
 
 def read_trace(path: str | os.PathLike[str]) -> Trace:
@@ -144,6 +159,13 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     csv_path, yaml_path = trace_paths(path)
     meta = _read_sidecar(yaml_path)
     layers = _read_layers(csv_path)
+    profiles = {}
+    for b in meta.get("profiles") or []:
+        p = csv_path.with_name(f"{_stem(csv_path).name}.b{b}.csv")
+        profiles[b] = _read_layers(p)
+        if [x.name for x in profiles[b]] != [x.name for x in layers]:
+            raise InputError(f"layer names differ from {csv_path.name}'s; profile the same model "
+                             "at every size", file=str(p), field="name")
     return Trace(
         name=meta["name"],
         layers=layers,
@@ -151,6 +173,7 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         dtype=meta["dtype"],
         device=meta["device"],
         provenance=meta["provenance"],
+        profiles=profiles,
     )
 
 
@@ -164,11 +187,16 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
         raise InputError(f"not valid YAML: {e}", file=f) from None
     if not isinstance(meta, dict):
         raise InputError("expected a mapping with keys " + ", ".join(SIDECAR_KEYS), file=f)
-    unknown = sorted(set(meta) - set(SIDECAR_KEYS))
+    unknown = sorted(set(meta) - set(SIDECAR_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
-        raise InputError(
-            f"unknown key(s) {unknown}; allowed: {list(SIDECAR_KEYS)}", file=f, field=unknown[0]
-        )
+        raise InputError(f"unknown key(s) {unknown}; allowed: "
+                         f"{list(SIDECAR_KEYS + OPTIONAL_KEYS)}", file=f, field=unknown[0])
+    extra = meta.get("profiles")
+    if extra is not None and (not isinstance(extra, list) or any(
+            isinstance(b, bool) or not isinstance(b, int) or b < 1
+            or b == meta.get("microbatch_size") for b in extra)):
+        raise InputError(f"must be a list of further micro-batch sizes (positive integers other "
+                         f"than microbatch_size), got {extra!r}", file=f, field="profiles")
     for key in SIDECAR_KEYS:
         if meta.get(key) is None:
             raise InputError("missing", file=f, field=key)

@@ -1,7 +1,13 @@
 """The per-layer profile of a model: :class:`LayerProfile` and :class:`Trace`.
 
 A trace is an ordered chain of layers measured (or generated) at one micro-batch size on
-one device. Scaling is explicit:
+one device; a profiled trace may carry the same chain measured at further micro-batch sizes
+(:attr:`Trace.profiles`, from ``sim profile -b 1 -b 2 -b 4``). Scaling is explicit:
+
+* :meth:`Trace.at_microbatch` returns a measured size as is and interpolates linearly in ``b``
+  between the two nearest measured sizes (times and bytes; both are close to affine in ``b``
+  between neighbouring sizes). Outside the measured range it returns None: the caller
+  (:func:`sim.compute.adapt.adapt_trace`) extrapolates with the compute model and says so.
 
 * :meth:`Trace.scaled_to_microbatch` scales times and activation/output bytes linearly in the
   number of samples (parameter bytes unchanged). This is the usual first-order model
@@ -87,6 +93,8 @@ class Trace:
         dtype: training dtype of parameters and activations (``"fp16"``, ``"bf16"``, ``"fp32"``).
         device: name of the device measured on (or modelled), e.g. ``"V100-SXM2-16GB"``.
         provenance: where it came from: source, command, date, notes.
+        profiles: the chain measured at other micro-batch sizes, ``{b: layers}`` (same layer
+            names in the same order; ``microbatch_size`` itself is not a key).
 
     Example:
         >>> t = Trace("toy", (LayerProfile("l0", 1e-3, 2e-3, 4, 8, 8),), 1, "fp16", "cpu")
@@ -100,6 +108,7 @@ class Trace:
     dtype: str
     device: str
     provenance: dict[str, Any] = field(default_factory=dict)
+    profiles: dict[int, tuple[LayerProfile, ...]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -113,6 +122,52 @@ class Trace:
     def parameters(self) -> int:
         """Parameter count, from ``param_bytes`` and the dtype's element size."""
         return int(round(self.param_bytes / dtype_bytes(self.dtype)))
+
+    @property
+    def measured_sizes(self) -> list[int]:
+        """Every micro-batch size the trace has layers for, ascending."""
+        return sorted({self.microbatch_size, *self.profiles})
+
+    def layers_at(self, microbatch_size: int) -> tuple[LayerProfile, ...]:
+        """The layers measured at ``microbatch_size``.
+
+        Raises:
+            KeyError: not a measured size.
+        """
+        if microbatch_size == self.microbatch_size:
+            return self.layers
+        return self.profiles[microbatch_size]
+
+    def profile_problems(self) -> list[str]:
+        """Every inconsistency between ``profiles`` and ``layers`` as text; empty if none."""
+        names = [layer.name for layer in self.layers]
+        out = []
+        for b, layers in sorted(self.profiles.items()):
+            if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+                out.append(f"profiles: micro-batch size must be a positive integer, got {b!r}")
+            elif [layer.name for layer in layers] != names:
+                out.append(f"profiles[{b}]: layer names differ from the main profile's")
+        return out
+
+    def at_microbatch(self, microbatch_size: int) -> Trace | None:
+        """The trace at ``microbatch_size`` from measurements: exact at a measured size, linear
+        interpolation between the nearest measured sizes below and above, None outside the
+        measured range (see module doc). The result has no further ``profiles``."""
+        sizes = self.measured_sizes
+        b = microbatch_size
+        if b in sizes:
+            layers = self.layers_at(b)
+        elif sizes[0] < b < sizes[-1]:
+            lo = max(x for x in sizes if x < b)
+            hi = min(x for x in sizes if x > b)
+            w = (b - lo) / (hi - lo)
+            layers = tuple(_lerp(x, y, w) for x, y in
+                           zip(self.layers_at(lo), self.layers_at(hi), strict=True))
+        else:
+            return None
+        if b == self.microbatch_size and not self.profiles:
+            return self
+        return replace(self, layers=layers, microbatch_size=b, profiles={})
 
     def scaled_to_microbatch(self, microbatch_size: int) -> Trace:
         """The trace at another micro-batch size, linear in samples (see module doc)."""
@@ -134,7 +189,7 @@ class Trace:
             )
             for layer in self.layers
         )
-        return replace(self, layers=layers, microbatch_size=microbatch_size)
+        return replace(self, layers=layers, microbatch_size=microbatch_size, profiles={})
 
     def with_dtype(self, dtype: str) -> Trace:
         """The trace in another dtype: parameter, activation and output bytes scale by the
@@ -146,15 +201,18 @@ class Trace:
         if dtype == self.dtype:
             return self
         k = dtype_bytes(dtype) / dtype_bytes(self.dtype)
-        layers = tuple(
-            replace(layer, param_bytes=layer.param_bytes * k, act_bytes=layer.act_bytes * k,
-                    out_bytes=layer.out_bytes * k,
-                    attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k))
-            for layer in self.layers
-        )
+
+        def convert(chain: tuple[LayerProfile, ...]) -> tuple[LayerProfile, ...]:
+            return tuple(
+                replace(layer, param_bytes=layer.param_bytes * k, act_bytes=layer.act_bytes * k,
+                        out_bytes=layer.out_bytes * k,
+                        attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k))
+                for layer in chain)
+
         prov = dict(self.provenance)
         prov["converted_dtype"] = f"{self.dtype} -> {dtype}: bytes x {k:g}, times unchanged"
-        return replace(self, layers=layers, dtype=dtype, provenance=prov)
+        return replace(self, layers=convert(self.layers), dtype=dtype, provenance=prov,
+                       profiles={b: convert(c) for b, c in self.profiles.items()})
 
     def scaled_to_device(self, from_peak_flops: float, to_peak_flops: float, device: str) -> Trace:
         """Times scaled by ``from_peak_flops / to_peak_flops`` (peak dense FLOP/s ratio)."""
@@ -171,7 +229,17 @@ class Trace:
         )
         prov = dict(self.provenance)
         prov["scaled_to_device"] = f"{self.device} -> {device} by peak FLOP/s ratio {k:.4f}"
-        return replace(self, layers=layers, device=device, provenance=prov)
+        return replace(self, layers=layers, device=device, provenance=prov, profiles={})
+
+
+def _lerp(x: LayerProfile, y: LayerProfile, w: float) -> LayerProfile:
+    """``(1 - w) * x + w * y`` field by field (``param_bytes`` and the name from ``x``)."""
+    def mix(a: float | None, c: float | None) -> float | None:
+        return None if a is None or c is None else (1 - w) * a + w * c
+
+    fields = ("fwd_s", "bwd_s", "act_bytes", "out_bytes") + OPTIONAL_FIELDS
+    values = {f: mix(getattr(x, f), getattr(y, f)) for f in fields}
+    return replace(x, **values)  # type: ignore[arg-type]
 
 
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}

@@ -5,8 +5,9 @@ writes, in pipesim's native format with provenance sidecars:
 
 * ``gnmt16``: GNMT-16 from PipeDream's ``gnmt_large/graph.txt`` (micro-batch 64, fp32, as profiled);
 * ``vgg16``: VGG-16 from PipeDream's ``vgg16/graph.txt`` (micro-batch 128, fp32, as profiled);
-* ``gpt2-1.5b``, ``bert-large``, ``gpt-5b``: analytic, micro-batch 1, fp16, on a V100-SXM2
-  modelled as 125 TFLOPS dense fp16 at efficiency 0.5 and 900 GB/s HBM (hardware.md §1);
+* ``gpt2-1.5b``, ``bert-large``, ``gpt-5b``: analytic, micro-batch 1, fp16, on the V100-SXM2 of
+  the ``dgx1-v100-16gb`` preset, timed by the kernel model of :mod:`sim.compute` (math
+  attention, as in Megatron-LM);
 * ``gpt2-1b`` ... ``gpt-ds-40b``: the same, with the GPT shapes of PatrickStar's benchmarks
   (:data:`PATRICKSTAR_SHIPPED`).
 
@@ -21,7 +22,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from sim.trace.generator import V100_SXM2, preset_trace
+from sim.trace.generator import preset_gpu, preset_trace
 from sim.trace.native import write_trace
 from sim.trace.pipedream import read_pipedream
 from sim.trace.schema import Trace
@@ -47,14 +48,18 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
     out = []
     for name, model in PIPEDREAM_SHIPPED.items():
         t = read_pipedream(base / model / "graph.txt", name=name)
-        prov = dict(t.provenance, file=f"traces/pipedream/{model}/graph.txt")
+        prov = dict(t.provenance, file=f"traces/pipedream/{model}/graph.txt", device="V100",
+                    device_evidence="the PipeDream paper profiled on V100 GPUs; the file does "
+                    "not record the GPU, so pipesim treats the times as V100 times and rescales "
+                    "them (with a note) on other GPUs")
         out.append(replace(t, provenance=prov))
     for name in GENERATED_SHIPPED + PATRICKSTAR_SHIPPED:
-        t = preset_trace(name, microbatch_size=1, dtype="fp16", efficiency=0.5, **V100_SXM2)
+        t = preset_trace(name, microbatch_size=1, dtype="fp16", gpu=preset_gpu("dgx1-v100-16gb"))
         prov = dict(t.provenance)
         prov["notes"] += (
-            " Device model: V100-SXM2, 125 TFLOPS dense fp16 tensor peak, efficiency "
-            "0.5, 900 GB/s HBM2 (hardware.md §1)."
+            " Device model: the dgx1-v100-16gb preset's GPU (its description cites every "
+            "number); at other micro-batch sizes and on other GPUs `sim run` regenerates "
+            "the trace with the same model."
         )
         if name in PATRICKSTAR_SHIPPED:
             prov["shape_source"] = ("Tencent/PatrickStar@2384535 examples/model_builder.py "

@@ -1,0 +1,71 @@
+"""The attention core (scores, softmax, attention over V) as kernels: ``flash`` or ``math``.
+
+Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden, ``a`` heads, ``hd = h / a``,
+``d`` bytes per element.
+
+* ``flash``: one fused kernel per pass, as torch's ``scaled_dot_product_attention`` runs by
+  default on GPUs that support it (FlashAttention-2; Dao, arXiv:2307.08691). Forward FLOPs
+  ``4*b*s^2*h`` (halved when causal: the kernel skips masked tiles), backward 2.5x forward
+  (five matmuls instead of two: S is recomputed; Dao 2023 §3.1.2 / §3.2). HBM traffic: forward
+  reads Q, K, V and writes O (``4*b*s*h*d``) and the log-sum-exp (``4*b*a*s``); backward reads
+  Q, K, V, O, dO and writes dQ, dK, dV (``8*b*s*h*d``). Runs at ``attention_efficiency`` of the
+  tensor peak (:mod:`sim.compute.device`). Nothing of size ``s^2`` is stored.
+* ``math``: the unfused composition (Megatron-LM's and torch's ``math`` backend): two batched
+  GEMMs ``[s, hd] @ [hd, s]`` and ``[s, s] @ [s, hd]`` per (sample, head), a fused
+  scale-mask-softmax over ``b*a*s^2`` scores (read and write, ``2*b*a*s^2*d``), and with dropout
+  a dropout kernel (read, write and a 1-byte mask: ``(2d + 1)*b*a*s^2``). Backward: four
+  batched GEMMs (dV, dP, dQ, dK), softmax backward (reads P and dP, writes dS:
+  ``3*b*a*s^2*d``) and dropout backward (``(2d + 1)*b*a*s^2``).
+"""
+
+from __future__ import annotations
+
+from sim.compute.kernels import Kernel, gemm, mem
+
+IMPLEMENTATIONS = ("flash", "math")
+
+
+def _check(impl: str) -> None:
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {impl!r}")
+
+
+def attention_fwd(impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool,
+                  dropout: bool) -> list[Kernel]:
+    """Forward kernels of the attention core (module doc).
+
+    Raises:
+        ValueError: unknown ``impl``.
+    """
+    _check(impl)
+    hd = h // a
+    if impl == "flash":
+        flops = 4.0 * b * s * s * h * (0.5 if causal else 1.0)
+        return [Kernel("flash_attn_fwd", "attn", flops, 4.0 * b * s * h * d + 4.0 * b * a * s)]
+    scores = float(b * a * s * s)
+    out = [gemm("scores", s, s, hd, d, batch=b * a), mem("softmax", 2 * scores * d)]
+    if dropout:
+        out.append(mem("attn_dropout", (2 * d + 1) * scores))
+    out.append(gemm("attn_v", s, hd, s, d, batch=b * a))
+    return out
+
+
+def attention_bwd(impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool,
+                  dropout: bool) -> list[Kernel]:
+    """Backward kernels of the attention core (all input-gradient; module doc).
+
+    Raises:
+        ValueError: unknown ``impl``.
+    """
+    _check(impl)
+    hd = h // a
+    if impl == "flash":
+        flops = 2.5 * 4.0 * b * s * s * h * (0.5 if causal else 1.0)
+        return [Kernel("flash_attn_bwd", "attn", flops, 8.0 * b * s * h * d + 4.0 * b * a * s)]
+    scores = float(b * a * s * s)
+    out = [gemm("d_v", s, hd, s, d, batch=b * a), gemm("d_probs", s, s, hd, d, batch=b * a)]
+    if dropout:
+        out.append(mem("attn_dropout_bwd", (2 * d + 1) * scores))
+    out += [mem("softmax_bwd", 3 * scores * d), gemm("d_q", s, hd, s, d, batch=b * a),
+            gemm("d_k", s, hd, s, d, batch=b * a)]
+    return out

@@ -1,0 +1,116 @@
+"""What the compute model needs to know about one GPU: :class:`ComputeSpec`.
+
+A spec holds datasheet peaks (hardware.md §1) and achievable fractions of them. The fractions
+are measured by others where a measurement exists (cited per preset in the preset YAML's
+``description`` and in :data:`SOURCES`); the rest are marked as assumptions there.
+
+The model (see :mod:`sim.compute.kernels`) uses:
+
+* ``matmul_flops`` x ``matmul_efficiency``: the best a large, well-shaped fp16/bf16 GEMM
+  reaches (Stas Bekman's "Maximum Achievable Matmul FLOPS", ml-engineering
+  ``compute/accelerator/README.md``: A100 SXM 267.9 of 312 TFLOPS = 85.9 %, H100 SXM 792.1 of
+  989 = 80.1 %, both bf16, CUDA 12.1);
+* ``fp32_flops`` x ``matmul_efficiency`` for fp32 traces (no tensor cores, no TF32: torch's
+  default ``allow_tf32 = False`` for matmuls);
+* ``hbm_bandwidth_Bps`` x ``hbm_efficiency`` for memory-bound kernels;
+* ``sm_count`` for wave quantization (NVIDIA, "Matrix Multiplication Background User's Guide",
+  docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication, §"Wave
+  quantization");
+* ``attention_efficiency``: fraction of ``matmul_flops`` the fused attention kernel reaches;
+* ``kernel_overhead_s``: fixed cost per kernel (launch and framework dispatch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOURCES = {
+    "matmul_efficiency": "Maximum Achievable Matmul FLOPS (MAMF), stas00/ml-engineering "
+                         "compute/accelerator/README.md: A100 SXM 267.9/312 = 0.859, H100 SXM "
+                         "792.1/989 = 0.801 (bf16, CUDA 12.1); other GPUs: see preset description",
+    "wave_quantization": "NVIDIA Matrix Multiplication Background User's Guide (tile and wave "
+                         "quantization)",
+    "hbm_efficiency": "assumption 0.85: STREAM-like copy kernels reach 80-92 % of HBM peak "
+                      "(unverified); measure with `sim calibrate --device cuda`",
+    "kernel_overhead_s": "assumption 5 us per kernel (CUDA launch + PyTorch eager dispatch, "
+                         "unverified); measure with `sim calibrate --device cuda`",
+}
+
+DEFAULT_HBM_EFFICIENCY = 0.85
+"""Achievable fraction of HBM peak (assumption, see :data:`SOURCES`)."""
+DEFAULT_KERNEL_OVERHEAD_S = 5e-6
+"""Fixed cost per kernel in seconds (assumption, see :data:`SOURCES`)."""
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """The compute side of one GPU model.
+
+    Attributes:
+        model: product name, e.g. ``"A100-SXM4-80GB"``.
+        matmul_flops: dense fp16/bf16 tensor-core peak in FLOP/s (datasheet).
+        fp32_flops: fp32 (non-tensor) peak in FLOP/s (datasheet).
+        hbm_bandwidth_Bps: HBM peak in bytes/s (datasheet).
+        sm_count: streaming multiprocessors (datasheet / whitepaper).
+        matmul_efficiency: achievable fraction of peak for large GEMMs, in (0, 1].
+        attention_efficiency: achievable fraction of ``matmul_flops`` for the fused attention
+            kernel (forward + backward), in (0, 1].
+        hbm_efficiency: achievable fraction of HBM peak, in (0, 1].
+        kernel_overhead_s: fixed seconds per kernel.
+    """
+
+    model: str
+    matmul_flops: float
+    fp32_flops: float
+    hbm_bandwidth_Bps: float
+    sm_count: int
+    matmul_efficiency: float
+    attention_efficiency: float
+    hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
+    kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
+
+    def __post_init__(self) -> None:
+        for name in ("matmul_flops", "fp32_flops", "hbm_bandwidth_Bps", "sm_count"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)!r}")
+        if self.kernel_overhead_s < 0:
+            raise ValueError(f"kernel_overhead_s must be >= 0, got {self.kernel_overhead_s!r}")
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s for GEMMs in ``dtype``: tensor-core peak for 16-bit, fp32 peak otherwise.
+
+        Raises:
+            ValueError: unknown dtype.
+        """
+        if dtype in ("fp16", "bf16", "float16", "bfloat16"):
+            return self.matmul_flops
+        if dtype in ("fp32", "float32"):
+            return self.fp32_flops
+        raise ValueError(f"unknown dtype {dtype!r}; use one of fp32, fp16, bf16")
+
+    def matmul_rate(self, dtype: str) -> float:
+        """Achieved FLOP/s of a large GEMM: ``peak_flops(dtype) * matmul_efficiency``."""
+        return self.peak_flops(dtype) * self.matmul_efficiency
+
+    def hbm_rate_Bps(self) -> float:
+        """Achieved bytes/s of a memory-bound kernel: ``hbm_bandwidth_Bps * hbm_efficiency``."""
+        return self.hbm_bandwidth_Bps * self.hbm_efficiency
+
+
+def spec_from_gpu(gpu: object) -> ComputeSpec | None:
+    """The :class:`ComputeSpec` a topology GPU carries (attribute ``compute``), or None."""
+    return getattr(gpu, "compute", None)
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two device names denote the same GPU type for timing purposes.
+
+    The memory size suffix does not matter unless the HBM differs (A100 40 GB has HBM2 at
+    1555 GB/s, 80 GB HBM2e at 2039 GB/s), so only exact names or a name that is a prefix of the
+    other (``"V100"`` vs ``"V100-SXM2-16GB"``) are the same.
+    """
+    a, b = a.upper(), b.upper()
+    return a == b or a.startswith(b + "-") or b.startswith(a + "-")

@@ -1,0 +1,149 @@
+"""Kernel times on one GPU: GEMMs by shape, memory-bound kernels by bytes.
+
+A :class:`Kernel` is one launch: a GEMM ``(m, n, k)`` (times ``batch``) or a memory-bound
+kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.compute.device.ComputeSpec`:
+
+* GEMM: ``overhead + max(flops / (peak * matmul_efficiency * wave(m, n, batch)),
+  bytes / hbm_rate)`` with ``flops = 2*m*n*k*batch`` and ``bytes = (m*k + k*n + m*n)*d*batch``
+  (a roofline: small or skinny GEMMs are memory-bound). ``wave`` is the wave-quantization
+  factor of NVIDIA's Matrix Multiplication Background User's Guide: the output is cut into
+  ``TILE_M x TILE_N`` tiles, each SM runs one tile at a time, and the last wave runs partly
+  empty: ``tiles / (ceil(tiles / sm_count) * sm_count)``; tile quantization (padding of edge
+  tiles) is in the same factor through ``ceil(m / TILE_M) * ceil(n / TILE_N)``.
+* memory-bound: ``overhead + bytes / hbm_rate``.
+
+``overhead`` is ``kernel_overhead_s`` (launch and dispatch, see :mod:`sim.compute.device`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.compute.device import ComputeSpec
+
+TILE_M = 128
+TILE_N = 128
+"""Output tile of the modelled GEMM kernel: 128 x 128, one of the tile sizes NVIDIA's guide
+lists for cuBLAS tensor-core kernels (the guide's examples use 256x128 and 128x128; assumption:
+one tile per SM at a time)."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel launch.
+
+    Attributes:
+        name: what it computes, e.g. ``"qkv"`` or ``"softmax"``.
+        kind: ``"gemm"``, ``"mem"`` (memory-bound) or ``"attn"`` (fused attention).
+        flops: floating-point operations.
+        bytes: bytes read plus written in HBM.
+        m, n, k, batch: GEMM shape (``C[m, n] = A[m, k] @ B[k, n]``, ``batch`` of them);
+            zero for other kinds.
+    """
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+
+
+def gemm(name: str, m: int, n: int, k: int, elem_bytes: int, batch: int = 1) -> Kernel:
+    """A GEMM kernel ``[m, k] @ [k, n]`` (``batch`` times) with ``elem_bytes`` per element.
+
+    Raises:
+        ValueError: a non-positive dimension.
+    """
+    if min(m, n, k, batch) < 1:
+        raise ValueError(f"GEMM dimensions must be >= 1, got m={m} n={n} k={k} batch={batch}")
+    flops = 2.0 * m * n * k * batch
+    nbytes = float((m * k + k * n + m * n) * elem_bytes * batch)
+    return Kernel(name, "gemm", flops, nbytes, m, n, k, batch)
+
+
+def mem(name: str, nbytes: float, flops: float = 0.0) -> Kernel:
+    """A memory-bound kernel moving ``nbytes`` bytes (read + write)."""
+    return Kernel(name, "mem", float(flops), float(nbytes))
+
+
+def wave_factor(m: int, n: int, batch: int, sm_count: int) -> float:
+    """Useful fraction of the SM-tile slots a GEMM occupies (tile and wave quantization).
+
+    ``m * n * batch / (ceil(tiles / sm_count) * sm_count * TILE_M * TILE_N)`` with
+    ``tiles = ceil(m / TILE_M) * ceil(n / TILE_N) * batch``; in (0, 1].
+    """
+    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N) * batch
+    slots = math.ceil(tiles / sm_count) * sm_count
+    return (m * n * batch) / (slots * TILE_M * TILE_N)
+
+
+def gemm_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
+    """Seconds of a GEMM kernel on ``spec`` (module doc)."""
+    rate = spec.matmul_rate(dtype) * wave_factor(kern.m, kern.n, kern.batch, spec.sm_count)
+    return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
+
+
+def gemm_efficiency(m: int, n: int, k: int, spec: ComputeSpec, dtype: str,
+                    batch: int = 1) -> float:
+    """Achieved fraction of ``spec.peak_flops(dtype)`` of a GEMM of this shape, in (0, 1).
+
+    Falls for small GEMMs (memory-bound, partly filled waves, fixed overhead) and tends to
+    ``matmul_efficiency`` for large ones.
+    """
+    kern = gemm("gemm", m, n, k, 2 if dtype != "fp32" else 4, batch)
+    return kern.flops / (gemm_time_s(kern, spec, dtype) * spec.peak_flops(dtype))
+
+
+def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
+    """Seconds of one kernel on ``spec``.
+
+    ``attn`` kernels run at ``attention_efficiency`` of the tensor peak (or the fp32 peak for
+    fp32), bounded below by their bytes at HBM rate.
+
+    Raises:
+        ValueError: unknown kernel kind.
+    """
+    if kern.kind == "gemm":
+        return gemm_time_s(kern, spec, dtype)
+    if kern.kind == "mem":
+        return spec.kernel_overhead_s + kern.bytes / spec.hbm_rate_Bps()
+    if kern.kind == "attn":
+        rate = spec.peak_flops(dtype) * spec.attention_efficiency
+        return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
+    raise ValueError(f"unknown kernel kind {kern.kind!r}; use gemm, mem or attn")
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """Seconds of a list of kernels, split by what bounds them.
+
+    Attributes:
+        total_s: sum of kernel times.
+        matmul_s: time of GEMM and attention kernels (scales with achieved matmul FLOP/s).
+        memory_s: time of memory-bound kernels (scales with HBM bandwidth).
+        overhead_s: the fixed per-kernel part included in the two above.
+        kernels: number of kernels.
+    """
+
+    total_s: float
+    matmul_s: float
+    memory_s: float
+    overhead_s: float
+    kernels: int
+
+
+def phase_time(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> PhaseTime:
+    """Total and split seconds of ``kernels`` run back to back on ``spec``."""
+    matmul = memory = 0.0
+    for kern in kernels:
+        t = kernel_time_s(kern, spec, dtype)
+        if kern.kind == "mem":
+            memory += t
+        else:
+            matmul += t
+    return PhaseTime(matmul + memory, matmul, memory, len(kernels) * spec.kernel_overhead_s,
+                     len(kernels))

@@ -1,0 +1,72 @@
+"""Kernels of the embedding and head layers of a GPT or BERT stack, and layer times.
+
+With ``T = b*s`` tokens, ``h`` hidden, ``V`` vocabulary, ``d`` bytes per element:
+
+* embedding: memory-bound; forward moves ``8bs + (2b + 1)*s*h*d`` bytes (token ids, looked-up
+  rows, the sum; plus ``2bsh*d`` for BERT's LayerNorm); backward reads the output gradient and
+  writes a dense gradient of both tables, ``b*s*h*d + (V + s)*h*d`` (PyTorch's default dense
+  embedding gradient), all weight-gradient (as :mod:`sim.trace.generator` documents);
+* GPT head: final norm (``2*T*h*d``), logits GEMM ``[T, h] @ [h, V]``, and the fp32
+  cross-entropy (reads the logits, writes fp32 probabilities: ``T*V*(d + 4)``); backward: the
+  loss gradient (``T*V*(4 + d)``), ``dX = dY W^T`` and ``dW = X^T dY``, the norm backward;
+* BERT head: the MLM transform (GEMM ``[h, h]``, GELU, LayerNorm), the decoder GEMM and loss as
+  above, the pooler ``[b, h] @ [h, h]`` and the NSP classifier ``[b, h] @ [h, 2]``.
+"""
+
+from __future__ import annotations
+
+from sim.compute.device import ComputeSpec
+from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
+from sim.compute.transformer import BlockTimes
+
+
+def embedding_kernels(kind: str, b: int, s: int, h: int, vocab: int,
+                      d: int) -> tuple[list[Kernel], list[Kernel]]:
+    """``(forward, backward)`` kernels of the embedding layer (module doc)."""
+    fwd = 8 * b * s + (2 * b + 1) * s * h * d + (2 * b * s * h * d if kind == "bert" else 0)
+    return [mem("embedding", fwd)], [mem("embedding_bwd", b * s * h * d + (vocab + s) * h * d)]
+
+
+def head_kernels(kind: str, b: int, s: int, h: int, vocab: int,
+                 d: int) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
+    """``(forward, backward input, backward weight)`` kernels of the head (module doc)."""
+    t = b * s
+    fwd = [mem("final_norm", 2 * t * h * d)] if kind == "gpt" else [
+        gemm("mlm_dense", t, h, h, d), mem("mlm_gelu", 2 * t * h * d),
+        mem("mlm_norm", 2 * t * h * d)]
+    fwd += [gemm("logits", t, vocab, h, d), mem("cross_entropy", t * vocab * (d + 4))]
+    bwd_in = [mem("cross_entropy_bwd", t * vocab * (4 + d)), gemm("d_logits_in", t, h, vocab, d)]
+    bwd_w = [gemm("d_logits_w", h, vocab, t, d)]
+    if kind == "gpt":
+        bwd_in.append(mem("final_norm_bwd", 3 * t * h * d))
+    else:
+        fwd += [gemm("pooler", b, h, h, d), gemm("nsp", b, 2, h, d)]
+        bwd_in += [mem("mlm_norm_bwd", 3 * t * h * d), mem("mlm_gelu_bwd", 3 * t * h * d),
+                   gemm("d_mlm_dense_in", t, h, h, d), gemm("d_pooler_in", b, h, h, d)]
+        bwd_w += [gemm("d_mlm_dense_w", h, h, t, d), gemm("d_pooler_w", h, h, b, d)]
+    return fwd, bwd_in, bwd_w
+
+
+def _times(fwd: list[Kernel], bwd_in: list[Kernel], bwd_w: list[Kernel], spec: ComputeSpec,
+           dtype: str) -> BlockTimes:
+    return BlockTimes(phase_time(fwd, spec, dtype), phase_time(bwd_in, spec, dtype),
+                      phase_time(bwd_w, spec, dtype))
+
+
+def embedding_times(kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec,
+                    dtype: str) -> BlockTimes:
+    """Seconds of the embedding layer; its whole backward is weight-gradient."""
+    d = 4 if dtype in ("fp32", "float32") else 2
+    fwd, bwd = embedding_kernels(kind, b, s, h, vocab, d)
+    return _times(fwd, [], bwd, spec, dtype)
+
+
+def head_times(kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec,
+               dtype: str) -> BlockTimes:
+    """Seconds of the head layer (module doc)."""
+    d = 4 if dtype in ("fp32", "float32") else 2
+    return _times(*head_kernels(kind, b, s, h, vocab, d), spec, dtype)
+
+
+EMPTY = PhaseTime(0.0, 0.0, 0.0, 0.0, 0)
+"""A phase with no kernels."""
