@@ -163,6 +163,8 @@ class _Engine(MemoryOps, Collectives):
                 self.ledger.change(0.0, gpu, plan.weight_bytes, "weights", f"s{s} weights")
                 self.ledger.change(0.0, gpu, plan.grad_bytes, "gradients", f"s{s} gradients")
                 self.ledger.change(0.0, gpu, plan.optimizer_bytes, "optimizer", f"s{s} optimizer")
+                for category, nbytes in plan.overhead_charges():  # runtime reserve (memory)
+                    self.ledger.change(0.0, gpu, nbytes, category, f"s{s} {category}")
                 if plan.host_bytes:
                     host = inp.topology.gpu(g).host
                     self.ledger.change(0.0, host, plan.host_bytes, "offload", f"s{s} states")

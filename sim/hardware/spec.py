@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sim.errors import InputError
 from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.memory.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -73,6 +75,30 @@ class GPUSpec(BaseModel):
     )
     hbm_bandwidth: Bandwidth = Field(
         gt=0, description="HBM bandwidth, e.g. '900 GB/s' (bytes/s if a number)."
+    )
+    # memory as a PyTorch process sees it (sim.memory.capacity); defaults are sourced there
+    cuda_memory: Bytes | None = Field(
+        default=None, gt=0,
+        description="Total memory as CUDA reports it (e.g. '16160 MiB' on a V100-SXM2-16GB); "
+        "default: the sourced value for `model` in sim.memory.capacity.CUDA_TOTAL_MIB, else "
+        "`memory`.",
+    )
+    cuda_context: Bytes | None = Field(
+        default=None, ge=0, description="CUDA context per process (default 400 MiB, memory.md §1)."
+    )
+    cublas_workspace: Bytes | None = Field(
+        default=None, ge=0,
+        description="cuBLAS workspace per GEMM stream (default 8.125 MiB; 32 MiB on Hopper).",
+    )
+    nccl_buffer: Bytes | None = Field(
+        default=None, ge=0, description="NCCL_BUFFSIZE per channel and peer (default 4 MiB)."
+    )
+    nccl_channels: int | None = Field(
+        default=None, ge=1, description="NCCL channels per communicator (default 4, assumed)."
+    )
+    allocator_margin: float | None = Field(
+        default=None, ge=0, lt=1,
+        description="Share of the usable capacity lost to the caching allocator (default 0.05).",
     )
 
 
@@ -141,6 +167,18 @@ class HardwareSpec(BaseModel):
         default_factory=list, description="Switch node names (PCIe switches, 'nvswitch')."
     )
     links: list[LinkSpec] = Field(default_factory=list, description="Physical connections.")
+
+
+def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
+    """``(usable_bytes, reserve)`` of a GPU type: the CUDA-reported total and the runtime
+    reserve, from the spec's fields where given, else the sourced defaults of
+    :mod:`sim.memory.capacity`."""
+    usable = g.cuda_memory if g.cuda_memory is not None else cuda_total_bytes(g.model, g.memory)[0]
+    base = default_reserve(g.model)
+    given = {"cuda_context_bytes": g.cuda_context, "cublas_workspace_bytes": g.cublas_workspace,
+             "nccl_buffer_bytes": g.nccl_buffer, "nccl_channels": g.nccl_channels,
+             "allocator_margin": g.allocator_margin}
+    return usable, replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
 def gpu_names(spec: HardwareSpec) -> list[str]:
@@ -229,8 +267,9 @@ def topology_from_spec(
     hosts = tuple(Host(h.name, h.dram, h.adam_params_per_s) for h in spec.hosts)
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
+    usable, reserve = gpu_memory(g)
     gpus = tuple(
-        GPU(name, g.model, g.memory, g.peak_flops, g.hbm_bandwidth, host)
+        GPU(name, g.model, usable, g.peak_flops, g.hbm_bandwidth, host, reserve)
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
     links: list[Link] = []

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from sim.memory.capacity import NO_RESERVE, RuntimeReserve
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -26,10 +28,14 @@ class GPU:
     Attributes:
         name: node name, ``gpu<i>``.
         model: product name, e.g. ``V100-SXM2-16GB``.
-        memory_bytes: HBM capacity in bytes.
+        memory_bytes: usable capacity in bytes: the total CUDA reports (below the datasheet
+            figure; :mod:`sim.memory.capacity`).
         peak_flops: dense fp16/bf16 tensor peak in FLOP/s (hardware.md §1).
         hbm_bandwidth_Bps: HBM bandwidth in bytes/s.
         host: name of the CPU socket whose DRAM is this GPU's host memory.
+        reserve: what a training process holds besides tensors (context, cuBLAS, NCCL,
+            allocator margin, working memory; :mod:`sim.memory.capacity`). Hardware files get
+            the sourced defaults; a GPU built in code counts tensors only unless given one.
     """
 
     name: str
@@ -38,6 +44,7 @@ class GPU:
     peak_flops: float
     hbm_bandwidth_Bps: float
     host: str
+    reserve: RuntimeReserve = NO_RESERVE
 
 
 @dataclass(frozen=True)
