@@ -172,8 +172,14 @@ class HardwareSpec(BaseModel):
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
     """``(usable_bytes, reserve)`` of a GPU type: the CUDA-reported total and the runtime
     reserve, from the spec's fields where given, else the sourced defaults of
-    :mod:`sim.memory.capacity`."""
-    usable = g.cuda_memory if g.cuda_memory is not None else cuda_total_bytes(g.model, g.memory)[0]
+    :mod:`sim.memory.capacity`: the CUDA total of ``model``, unless ``memory`` is below 90 % of
+    it (a datasheet figure is within 10 % of the CUDA total: 16 GiB vs 16,160 MiB, 141 GB vs
+    139.8 GiB; a smaller ``memory`` is a deliberate override and is kept)."""
+    cuda_total = cuda_total_bytes(g.model, g.memory)[0]
+    if g.cuda_memory is not None:
+        usable = g.cuda_memory
+    else:
+        usable = cuda_total if g.memory >= 0.9 * cuda_total else g.memory
     base = default_reserve(g.model)
     given = {"cuda_context_bytes": g.cuda_context, "cublas_workspace_bytes": g.cublas_workspace,
              "nccl_buffer_bytes": g.nccl_buffer, "nccl_channels": g.nccl_channels,
