@@ -15,7 +15,7 @@ from sim.errors import InputError
 from sim.events import EventLog
 from sim.hardware.topology import Topology
 from sim.memory.base import StageContext
-from sim.memory.compose import note_host_capacity
+from sim.memory.compose import finalize_plans
 from sim.memory.estimate import host_link_sharers
 from sim.memory.registry import get_policy
 from sim.memory.reserve import tensor_capacity_bytes
@@ -151,7 +151,7 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
                               program)
     flat_ctx = [c for row in contexts for c in row]
     try:
-        flat = note_host_capacity(flat_ctx, policy.plan_all(flat_ctx))
+        flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     plans = tuple(tuple(flat[r * point.stages:(r + 1) * point.stages])

@@ -8,8 +8,8 @@ A "16 GB" GPU does not give a training process 16 GiB of tensors:
 * a **runtime reserve** is taken before the first tensor: the CUDA context, the cuBLAS
   workspace of each stream that runs GEMMs, and NCCL's buffers (per channel and per peer of
   each communicator) (:class:`RuntimeReserve`);
-* the caching **allocator** rounds and fragments: a share of the capacity is never usable by
-  tensors (:attr:`RuntimeReserve.allocator_margin`).
+* the caching **allocator** rounds and fragments: a share of the activation memory, which
+  churns every micro-batch, is lost on top of it (:attr:`RuntimeReserve.allocator_margin`).
 
 Every default below names its source; ``sim calibrate --device cuda`` measures them on the
 machine at hand. Numbers marked *unverified* come from secondary reports or general knowledge.
@@ -77,11 +77,11 @@ NCCL_CHANNELS = 4
 (unverified) for NVLink servers, which ``sim calibrate`` replaces with a measurement."""
 
 ALLOCATOR_MARGIN = 0.05
-"""Share of the usable capacity the caching allocator cannot hand to tensors (rounding to
-512 B blocks, fragmentation). Megatron's memory estimator adds 5 % (memory.md §1, §2
-``theoretical_memory_usage.py``). Charged as a fixed share of capacity, because the decision
-it changes (fits or not) is made at a peak near capacity, where ``margin x peak`` and
-``margin x capacity`` agree."""
+"""Caching-allocator overhead (rounding to 512 B blocks, fragmentation) as a share of the
+activation memory, whose allocations churn every micro-batch (model states are allocated once).
+Megatron's memory estimator multiplies its activation estimate by 1.05
+(``theoretical_memory_usage.py``, memory.md §2); the CUDA caching allocator rounds to 512 B
+(memory.md §1)."""
 
 
 def is_hopper(model: str) -> bool:
@@ -100,7 +100,7 @@ class RuntimeReserve:
             (:data:`CUBLAS_WORKSPACE_BYTES`).
         nccl_buffer_bytes: NCCL buffer per channel and peer (:data:`NCCL_BUFFSIZE_BYTES`).
         nccl_channels: channels per communicator (:data:`NCCL_CHANNELS`).
-        allocator_margin: share of the usable capacity lost to the allocator
+        allocator_margin: allocator overhead as a share of the activation memory
             (:data:`ALLOCATOR_MARGIN`).
         working: whether stages also charge their working memory (backward transients,
             pipeline output cache, DDP buckets; :mod:`sim.memory.reserve`).
@@ -127,9 +127,9 @@ class RuntimeReserve:
         return (self.cuda_context_bytes + self.cublas_workspace_bytes * gemm_streams
                 + self.nccl_bytes(peers))
 
-    def allocator_bytes(self, usable_bytes: float) -> float:
-        """Bytes of ``usable_bytes`` lost to the allocator."""
-        return self.allocator_margin * usable_bytes
+    def allocator_bytes(self, activation_bytes: float) -> float:
+        """Bytes the allocator loses on top of ``activation_bytes`` of activation memory."""
+        return self.allocator_margin * activation_bytes
 
 
 NO_RESERVE = RuntimeReserve(cuda_context_bytes=0.0, cublas_workspace_bytes=0.0,

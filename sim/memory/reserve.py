@@ -6,7 +6,8 @@ memory, includes them) and counted by the planning estimate (:mod:`sim.memory.es
 * ``reserve``: the process's runtime reserve, :meth:`RuntimeReserve.runtime_bytes`: CUDA
   context, one cuBLAS workspace (the compute stream) and NCCL buffers for every peer of every
   communicator the stage uses (:func:`nccl_peers`);
-* ``allocator``: the allocator margin, :meth:`RuntimeReserve.allocator_bytes`;
+* ``allocator``: the allocator margin, :meth:`RuntimeReserve.allocator_bytes` of the plan's
+  activation memory;
 * ``working``: what is live only around a backward or held by the pipeline runtime, charged
   for the whole run because the peak of every schedule falls at a backward
   (:func:`working_bytes`).
@@ -47,34 +48,40 @@ def output_cache_bytes(ctx: StageContext) -> float:
     return ctx.in_flight * ctx.out_bytes
 
 
-def ddp_bucket_bytes(ctx: StageContext) -> float:
+def ddp_bucket_bytes(ctx: StageContext, gpu_grad_bytes: float) -> float:
     """DistributedDataParallel's gradient buckets: with the default
-    ``gradient_as_bucket_view=False`` it copies the gradients into flat bucket buffers, one
-    more copy of the gradients (torch docs, ``DistributedDataParallel``); 0 without data
-    parallelism."""
-    return ctx.params * ctx.state.grad if ctx.dp_width > 1 else 0.0
+    ``gradient_as_bucket_view=False`` it copies the gradients it reduces into flat bucket
+    buffers, one more copy of the GPU-resident gradients ``gpu_grad_bytes`` (torch docs,
+    ``DistributedDataParallel``); 0 without data parallelism."""
+    return gpu_grad_bytes if ctx.dp_width > 1 else 0.0
 
 
-def working_bytes(ctx: StageContext) -> float:
+def working_bytes(ctx: StageContext, gpu_grad_bytes: float) -> float:
     """Backward working memory + pipeline output cache + DDP buckets, in bytes."""
-    return backward_working_bytes(ctx) + output_cache_bytes(ctx) + ddp_bucket_bytes(ctx)
+    return (backward_working_bytes(ctx) + output_cache_bytes(ctx)
+            + ddp_bucket_bytes(ctx, gpu_grad_bytes))
 
 
-def overhead(ctx: StageContext) -> dict[str, float]:
+def overhead(ctx: StageContext, activation_bytes: float | None = None,
+             gpu_grad_bytes: float | None = None) -> dict[str, float]:
     """``{"reserve_bytes", "allocator_bytes", "working_bytes"}`` of ``ctx``'s stage on its
-    GPU (module doc)."""
-    gpu = ctx.topology.gpu(ctx.gpu_index)
-    rv = gpu.reserve
+    GPU (module doc), for a plan whose activation memory (stash, buffers, transients) peaks at
+    ``activation_bytes`` and which keeps ``gpu_grad_bytes`` of gradients on the GPU (defaults:
+    everything resident, ``in_flight`` stashes)."""
+    rv = ctx.topology.gpu(ctx.gpu_index).reserve
+    if activation_bytes is None:
+        activation_bytes = ctx.in_flight * ctx.act_bytes
+    if gpu_grad_bytes is None:
+        gpu_grad_bytes = ctx.params * ctx.state.grad
     return {
         "reserve_bytes": rv.runtime_bytes(nccl_peers(ctx.stage, ctx.stages, ctx.dp_width)),
-        "allocator_bytes": rv.allocator_bytes(gpu.memory_bytes),
-        "working_bytes": working_bytes(ctx) if rv.working else 0.0,
+        "allocator_bytes": rv.allocator_bytes(activation_bytes),
+        "working_bytes": working_bytes(ctx, gpu_grad_bytes) if rv.working else 0.0,
     }
 
 
 def tensor_capacity_bytes(gpu) -> float:
     """Bytes a GPU (:class:`~sim.hardware.topology.GPU`) offers tensors before any stage is
-    placed: usable capacity minus the context, one cuBLAS workspace and the allocator margin
-    (NCCL buffers and working memory depend on the stage)."""
-    rv = gpu.reserve
-    return gpu.memory_bytes - rv.runtime_bytes(peers=0) - rv.allocator_bytes(gpu.memory_bytes)
+    placed: usable capacity minus the context and one cuBLAS workspace (NCCL buffers, the
+    allocator margin and working memory depend on the stage)."""
+    return gpu.memory_bytes - gpu.reserve.runtime_bytes(peers=0)
