@@ -184,3 +184,22 @@ def test_galvatron_profiles_within_ten_percent_where_modelled():
     # the closed form that fixes the sequence length: full recompute keeps 2sbh per layer
     ckpt = [r for r in got if r["category"] == "act_per_layer" and r["strategy"] == "1_1_8_c_sp"]
     assert ckpt and ckpt[0]["measured_mib"] == pytest.approx(2 * 4096 * 4096 / MIB)
+
+
+def test_one_peak_for_the_engine_the_rows_and_the_reports():
+    """The ledger's running peak, sim.memory.peak and the report's per-device peak agree on a
+    run with host swaps (memory moves between GPU and host)."""
+    from sim.report.memory import peak_by_device
+
+    trace = transformer_trace("gpt", name="g", layers=4, hidden=64, heads=4, seq_len=64,
+                              vocab=100, microbatch_size=2, gpu_model="x", peak_flops=1e12)
+    topo = load_hardware("dgx1-v100-16gb")
+    exp = _exp(trace, m=4)
+    point = _point(trace, "1f1b", p=2, m=4).model_copy(update={"memory_policy": "cpu_swap"})
+    met, log = evaluate(resolve(exp, point, topo, trace))
+    peaks = device_peaks(log.memory, log.capacity_bytes)
+    report = peak_by_device(log)
+    for dev, ledger_peak in log.meta["peak_bytes"].items():
+        assert peaks[dev].peak_bytes == pytest.approx(ledger_peak)
+        assert report[dev] == pytest.approx(ledger_peak)
+    assert any(d.startswith("cpu") and v > 0 for d, v in log.meta["peak_bytes"].items())
