@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -181,7 +181,7 @@ def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
     else:
         usable = cuda_total if g.memory >= 0.9 * cuda_total else g.memory
     base = default_reserve(g.model)
-    given = {"cuda_context_bytes": g.cuda_context, "cublas_workspace_bytes": g.cublas_workspace,
+    given: dict[str, Any] = {"cuda_context_bytes": g.cuda_context, "cublas_workspace_bytes": g.cublas_workspace,
              "nccl_buffer_bytes": g.nccl_buffer, "nccl_channels": g.nccl_channels,
              "allocator_margin": g.allocator_margin}
     return usable, replace(base, **{k: v for k, v in given.items() if v is not None})

@@ -27,8 +27,9 @@ def trace_attention(trace: Trace) -> str | None:
     value = getattr(trace, "attention", None)
     if value is None:
         prov = trace.provenance or {}
-        inputs = prov.get("inputs") if isinstance(prov.get("inputs"), dict) else {}
-        value = prov.get("attention", inputs.get("attention"))
+        inputs = prov.get("inputs")
+        nested = inputs.get("attention") if isinstance(inputs, dict) else None
+        value = prov.get("attention", nested)
     return str(value) if value is not None else None
 
 
