@@ -90,6 +90,9 @@ class SweepConfig(_Strict):
         "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
         "d2d_swap (d2d_swap:weights), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.")
+    synchronous_only: bool = Field(
+        False, description="Keep only schedules that update with fresh weights (staleness 0: "
+        "gpipe, 1f1b); skip pipedream, pipedream_2bw and pipemare.")
 
     @field_validator("stages", "dp_width", "microbatch_size")
     @classmethod

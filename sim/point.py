@@ -16,10 +16,11 @@ from sim.errors import InputError
 from sim.events import EventLog
 from sim.hardware.topology import Topology
 from sim.memory.base import StageContext
-from sim.memory.compose import note_host_capacity
+from sim.memory.compose import finalize_plans
 from sim.memory.estimate import host_link_sharers
 from sim.memory.registry import get_policy
-from sim.memory.states import state_bytes
+from sim.memory.reserve import tensor_capacity_bytes
+from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
 from sim.metrics import Metrics, compute_metrics, iterations_needed
 from sim.partition import partition, uniform_partition
 from sim.placement import place
@@ -78,7 +79,8 @@ def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule
                 topology=topo,
                 input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
                 microbatches=schedule.microbatches, order=orders[s] if orders else (),
-                host_sharers=sharers.get(gpu.name, 1)))
+                host_sharers=sharers.get(gpu.name, 1),
+                version_bytes=version_bytes_per_param(schedule.name, sb)))
         out.append(ctxs)
     return out
 
@@ -104,14 +106,15 @@ def choose_boundaries(topo: Topology, trace: Trace, schedule: Schedule, in_fligh
         return tuple(uniform_partition(len(trace.layers), p))
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     per_byte = 1.0 / dtype_bytes(trace.dtype)
+    vb = version_bytes_per_param(schedule.name, sb)
 
     def need(j: int, param_bytes: float, act_bytes: float) -> float:
-        per_param = sb.weight * schedule.weight_versions(j) + sb.grad + sb.optimizer
+        per_param = stage_state_bytes_per_param(sb, schedule.weight_versions(j), vb)
         return param_bytes * per_byte * per_param + act_bytes * in_flight[j]
 
     row = placement[0]
     bw = [topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}") for j in range(p - 1)]
-    caps = [topo.gpu(g).memory_bytes for g in row]
+    caps = [tensor_capacity_bytes(topo.gpu(g)) for g in row]
     return partition(trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps,
                      stage_memory_bytes=need).boundaries
 
@@ -150,7 +153,7 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
                               program)
     flat_ctx = [c for row in contexts for c in row]
     try:
-        flat = note_host_capacity(flat_ctx, policy.plan_all(flat_ctx))
+        flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     plans = tuple(tuple(flat[r * point.stages:(r + 1) * point.stages])

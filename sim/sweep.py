@@ -22,6 +22,8 @@ from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
+from sim.memory.attention import with_attention
+from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, resolve
@@ -29,7 +31,7 @@ from sim.schedules.registry import get_schedule
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
-ROW_FORMAT = 2
+ROW_FORMAT = 3
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 
@@ -56,7 +58,7 @@ def prepare(exp: ExperimentConfig, file: str) -> Prepared:
         trace = load_trace(model.trace, base_dir=base, file=file, field=f"models.{i}.trace")
         if exp.training.dtype:
             trace = trace.with_dtype(exp.training.dtype)
-        traces[model.name] = trace
+        traces[model.name] = with_attention(trace)[0]
     return Prepared(exp, file, topo, traces)
 
 
@@ -82,7 +84,8 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                                  mbs, policies)
         for sched, p, w, b, policy in axes:
             desc = f"{model.name} {sched} p={p} w={w} b={b} {policy}"
-            reason = _invalid(prep, model.name, sched, p, w, b, gb) or _stage_count(policy, p)
+            reason = (_invalid(prep, model.name, sched, p, w, b, gb) or _stage_count(policy, p)
+                      or _asynchronous(sw, sched))
             if reason:
                 skipped.append((desc, reason))
                 continue
@@ -122,6 +125,12 @@ def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
         except (KeyError, ValueError) as exc:
             raise InputError(str(exc.args[0]), file=file, field=f"{field}.{i}") from None
     return [SEPARATOR.join(specs)] if per_stage is not None else specs
+
+
+def _asynchronous(sw, sched: str) -> str:
+    if getattr(sw, "synchronous_only", False) and not get_schedule(sched).synchronous:
+        return f"{sched} updates with stale weights and sweep.synchronous_only is set"
+    return ""
 
 
 def _stage_count(policy: str, p: int) -> str:
@@ -189,6 +198,9 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
         comm_bytes=met.comm_bytes, boundaries=json.dumps(list(res.boundaries)),
         placement=json.dumps([list(r) for r in res.placement]), error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
+        staleness_steps=max(res.schedule.delay_steps(s) for s in range(point.stages)),
+        attention=trace.provenance.get("attention", ""),
+        **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )
     return row
 

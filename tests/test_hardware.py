@@ -41,16 +41,18 @@ NV2_PAIRS = {(0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7)}
 NV1_PAIRS = {(0, 1), (0, 2), (1, 3), (2, 6), (3, 7), (4, 5), (4, 6), (5, 7)}
 DGX1 = ["dgx1-v100-16gb", "dgx1-v100-32gb"]
 
-# (GPUs, GPU memory bytes, total host DRAM bytes): hardware.md §3, §5.
+MIB = 2.0**20
+# (GPUs, GPU memory bytes as CUDA reports them, total host DRAM bytes): hardware.md §3, §5;
+# the CUDA-reported totals and their sources are in sim.memory.capacity.CUDA_TOTAL_MIB.
 EXPECTED = {
-    "dgx1-v100-16gb": (8, 16 * GIB, 512 * GIB),
-    "dgx1-v100-32gb": (8, 32 * GIB, 512 * GIB),
-    "dgx2-v100": (16, 32 * GIB, 1.5e12),
-    "dgx-a100-40gb": (8, 40 * GIB, 1e12),
-    "dgx-a100-80gb": (8, 80 * GIB, 2e12),
-    "dgx-h100": (8, 80 * GIB, 2e12),
-    "dgx-h200": (8, 141e9, 2e12),
-    "pcie-8gpu": (8, 24 * GIB, 512 * GIB),
+    "dgx1-v100-16gb": (8, 16160 * MIB, 512 * GIB),
+    "dgx1-v100-32gb": (8, 32480 * MIB, 512 * GIB),
+    "dgx2-v100": (16, 32480 * MIB, 1.5e12),
+    "dgx-a100-40gb": (8, 40339 * MIB, 1e12),
+    "dgx-a100-80gb": (8, 81050 * MIB, 2e12),
+    "dgx-h100": (8, 81559 * MIB, 2e12),
+    "dgx-h200": (8, 143155 * MIB, 2e12),
+    "pcie-8gpu": (8, 24217 * MIB, 512 * GIB),
 }
 
 
@@ -353,7 +355,7 @@ def test_base_preset_with_overrides():
     )
     assert topo.name == "mine" and topo.host_dram_bytes == 384 * GIB
     assert (
-        topo.gpu(0).memory_bytes == 16 * GIB
+        topo.gpu(0).memory_bytes == 16160 * MIB
         and topo.direct_link("gpu0", "gpu3").bandwidth_Bps == 48e9
     )
     assert error({"base": "dgx9"}).field == "hardware.base"

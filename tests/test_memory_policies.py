@@ -15,6 +15,7 @@ from sim.engine import simulate
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
+from sim.memory.capacity import NO_RESERVE
 from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.memory.plan import StagePlan
 from sim.memory.registry import get_policy
@@ -60,8 +61,11 @@ def category_peak(log, device: str, category: str) -> float:
 
 
 def dgx1(capacity_gib: float = 32.0) -> Topology:
+    """DGX-1 with GPUs of ``capacity_gib`` that count tensors only (no runtime reserve: these
+    tests are about the policies; tests/test_memory_model.py covers the reserve)."""
     topo = load_hardware("dgx1-v100-32gb")
-    return replace(topo, gpus=tuple(replace(g, memory_bytes=capacity_gib * GiB)
+    return replace(topo, gpus=tuple(replace(g, memory_bytes=capacity_gib * GiB,
+                                            reserve=NO_RESERVE)
                                     for g in topo.gpus), _route_cache={})
 
 

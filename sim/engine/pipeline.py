@@ -65,6 +65,8 @@ class Engine:
                                f"s{s} gradients")
             self.ledger.change(0.0, gpu, plan.optimizer_bytes, MemCategory.OPTIMIZER,
                                f"s{s} optimizer")
+            for category, nbytes in plan.overhead_charges():  # runtime reserve (memory)
+                self.ledger.change(0.0, gpu, nbytes, MemCategory(category), f"s{s} {category}")
             if plan.host_bytes:
                 self.ledger.change(0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD,
                                    f"s{s} states")

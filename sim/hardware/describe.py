@@ -130,6 +130,15 @@ def describe_topology(topo: Topology) -> Group:
     return Group(gpu_table(topo), host_table(topo), link_table(topo), route_table(topo))
 
 
+def reserve_fields(gpu) -> dict:
+    """The memory fields of a hardware description's ``gpu`` mapping for ``gpu``
+    (:class:`~sim.hardware.topology.GPU`): CUDA-reported capacity and runtime reserve."""
+    rv = gpu.reserve
+    return {"cuda_memory": gpu.memory_bytes, "cuda_context": rv.cuda_context_bytes,
+            "cublas_workspace": rv.cublas_workspace_bytes, "nccl_buffer": rv.nccl_buffer_bytes,
+            "nccl_channels": rv.nccl_channels, "allocator_margin": rv.allocator_margin}
+
+
 def topology_to_dict(topo: Topology) -> dict[str, Any]:
     """A topology as a plain, JSON-ready hardware description in base units.
 
@@ -163,6 +172,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             "peak_flops": g0.peak_flops,
             "hbm_bandwidth": g0.hbm_bandwidth_Bps,
             **_compute_fields(g0.compute),
+            **reserve_fields(g0),
         },
         "num_gpus": topo.num_gpus,
         "hosts": [

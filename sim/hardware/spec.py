@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Annotated, Literal
+from dataclasses import replace
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sim.compute.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
 from sim.errors import InputError
 from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.memory.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -115,6 +117,30 @@ class GPUSpec(BaseModel):
             matmul_efficiency=self.matmul_efficiency,
             attention_efficiency=self.attention_efficiency,
             hbm_efficiency=self.hbm_efficiency, kernel_overhead_s=self.kernel_overhead)
+    # memory as a PyTorch process sees it (sim.memory.capacity); defaults are sourced there
+    cuda_memory: Bytes | None = Field(
+        default=None, gt=0,
+        description="Total memory as CUDA reports it (e.g. '16160 MiB' on a V100-SXM2-16GB); "
+        "default: the sourced value for `model` in sim.memory.capacity.CUDA_TOTAL_MIB, else "
+        "`memory`.",
+    )
+    cuda_context: Bytes | None = Field(
+        default=None, ge=0, description="CUDA context per process (default 400 MiB, memory.md §1)."
+    )
+    cublas_workspace: Bytes | None = Field(
+        default=None, ge=0,
+        description="cuBLAS workspace per GEMM stream (default 8.125 MiB; 32 MiB on Hopper).",
+    )
+    nccl_buffer: Bytes | None = Field(
+        default=None, ge=0, description="NCCL_BUFFSIZE per channel and peer (default 4 MiB)."
+    )
+    nccl_channels: int | None = Field(
+        default=None, ge=1, description="NCCL channels per communicator (default 4, assumed)."
+    )
+    allocator_margin: float | None = Field(
+        default=None, ge=0, lt=1,
+        description="Share of the usable capacity lost to the caching allocator (default 0.05).",
+    )
 
 
 class HostSpec(BaseModel):
@@ -184,6 +210,24 @@ class HardwareSpec(BaseModel):
         default_factory=list, description="Switch node names (PCIe switches, 'nvswitch')."
     )
     links: list[LinkSpec] = Field(default_factory=list, description="Physical connections.")
+
+
+def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
+    """``(usable_bytes, reserve)`` of a GPU type: the CUDA-reported total and the runtime
+    reserve, from the spec's fields where given, else the sourced defaults of
+    :mod:`sim.memory.capacity`: the CUDA total of ``model``, unless ``memory`` is below 90 % of
+    it (a datasheet figure is within 10 % of the CUDA total: 16 GiB vs 16,160 MiB, 141 GB vs
+    139.8 GiB; a smaller ``memory`` is a deliberate override and is kept)."""
+    cuda_total = cuda_total_bytes(g.model, g.memory)[0]
+    if g.cuda_memory is not None:
+        usable = g.cuda_memory
+    else:
+        usable = cuda_total if g.memory >= 0.9 * cuda_total else g.memory
+    base = default_reserve(g.model)
+    given: dict[str, Any] = {"cuda_context_bytes": g.cuda_context, "cublas_workspace_bytes": g.cublas_workspace,
+             "nccl_buffer_bytes": g.nccl_buffer, "nccl_channels": g.nccl_channels,
+             "allocator_margin": g.allocator_margin}
+    return usable, replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
 def gpu_names(spec: HardwareSpec) -> list[str]:
@@ -272,8 +316,10 @@ def topology_from_spec(
     hosts = tuple(Host(h.name, h.dram, h.adam_params_per_s) for h in spec.hosts)
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
+    usable, reserve = gpu_memory(g)
     gpus = tuple(
-        GPU(name, g.model, g.memory, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec())
+        GPU(name, g.model, usable, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec(),
+            reserve)
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
     links: list[Link] = []

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import permutations
 
+from sim.compute.device import ComputeSpec
+from sim.memory.capacity import NO_RESERVE, RuntimeReserve
+
 
 def transfer_time_s(route: tuple[Link, ...], nbytes: float,
                     bandwidth_Bps: float | None = None) -> float:
@@ -63,7 +66,6 @@ def ring_hop_bandwidths(routes: list[tuple[Link, ...]]) -> list[float]:
     return [min(lk.bandwidth_Bps / uses[lk.name] for lk in route) if route else float("inf")
             for route in routes]
 
-from sim.compute.device import ComputeSpec
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,15 @@ class GPU:
     Attributes:
         name: node name, ``gpu<i>``.
         model: product name, e.g. ``V100-SXM2-16GB``.
-        memory_bytes: HBM capacity in bytes.
+        memory_bytes: usable capacity in bytes: the total CUDA reports (below the datasheet
+            figure; :mod:`sim.memory.capacity`).
         peak_flops: dense fp16/bf16 tensor peak in FLOP/s (hardware.md §1).
         hbm_bandwidth_Bps: HBM bandwidth in bytes/s.
         host: name of the CPU socket whose DRAM is this GPU's host memory.
         compute: the compute model's view of the GPU (:mod:`sim.compute.device`), or None.
+        reserve: what a training process holds besides tensors (context, cuBLAS, NCCL,
+            allocator margin, working memory; :mod:`sim.memory.capacity`). Hardware files get
+            the sourced defaults; a GPU built in code counts tensors only unless given one.
     """
 
     name: str
@@ -87,6 +93,7 @@ class GPU:
     hbm_bandwidth_Bps: float
     host: str
     compute: ComputeSpec | None = None
+    reserve: RuntimeReserve = NO_RESERVE
 
 
 @dataclass(frozen=True)

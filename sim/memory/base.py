@@ -16,7 +16,8 @@ from typing import ClassVar
 
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
-from sim.memory.states import StateBytes, optimizer_step_s
+from sim.memory.reserve import overhead
+from sim.memory.states import StateBytes, optimizer_step_s, weight_bytes_per_param
 from sim.trace.schema import LayerProfile
 
 
@@ -46,6 +47,8 @@ class StageContext:
         host_sharers: GPUs of the configuration whose route to their host crosses the same
             bottleneck link as this GPU's (2 on DGX-1 when both GPUs behind one PCIe switch
             run stages); planning assumes their host copies split it.
+        version_bytes: bytes per parameter of each weight version beyond the first
+            (:func:`sim.memory.states.version_bytes_per_param`); None: ``state.weight``.
     """
 
     stage: int
@@ -65,6 +68,7 @@ class StageContext:
     microbatches: int = 1
     order: tuple[str, ...] = ()
     host_sharers: int = 1
+    version_bytes: float | None = None
 
     @property
     def params(self) -> float:
@@ -105,10 +109,12 @@ class StageContext:
         base = dict(
             act_bytes=self.act_bytes,
             resident_act_bytes=self.act_bytes,
-            weight_bytes=p * self.state.weight * self.weight_versions,
+            weight_bytes=p * weight_bytes_per_param(self.state, self.weight_versions,
+                                                    self.version_bytes),
             grad_bytes=p * self.state.grad,
             optimizer_bytes=p * self.state.optimizer,
             optimizer_s=optimizer_step_s(p, gpu.hbm_bandwidth_Bps, self.state),
+            **overhead(self),
         )
         base.update(changes)
         return StagePlan(**base)

@@ -90,3 +90,16 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
                 "its stages offload and swap"})
         out.append(plan)
     return out
+
+
+def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
+    """The plans the engine runs: each plan's allocator margin and DDP buckets recomputed for
+    what the policy chose (its activation memory, its GPU-resident gradients; planning used the
+    everything-resident values), then :func:`note_host_capacity`."""
+    from sim.memory.estimate import activation_peak_bytes
+    from sim.memory.reserve import overhead
+
+    out = []
+    for ctx, plan in zip(contexts, plans, strict=True):
+        out.append(replace(plan, **overhead(ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes)))
+    return note_host_capacity(contexts, out)

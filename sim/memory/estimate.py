@@ -3,10 +3,12 @@
 Policies that decide across stages (d2d peers, ``auto``) need each GPU's peak before the engine
 runs. The estimate, per stage replica with ``n`` micro-batches in flight (``ctx.in_flight``):
 
-``peak = static + n * resident + L * swap + rebuild + 2 * fetch_live
+``peak = static + overhead + n * resident + L * swap + rebuild + 2 * fetch_live
 + 2 * (input + output buffers)``
 
 * ``static``: weights (all versions), gradients, optimizer state on the GPU;
+* ``overhead``: runtime reserve, allocator margin and working memory (:mod:`sim.memory.reserve`),
+  the same bytes the engine charges in its ledger at t = 0;
 * ``n * resident``: the kept part of every live stash;
 * ``L * swap``: while a forward runs with its whole stash, the previous forward's swap-out may
   still be copying and the next backward's stash is already coming back (the swap-in starts one
@@ -76,7 +78,7 @@ def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
 
 def planned_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
     """Estimated peak bytes of ``ctx``'s stage on its GPU (module doc)."""
-    return plan.static_gpu_bytes + activation_peak_bytes(plan, ctx)
+    return plan.static_gpu_bytes + plan.overhead_bytes + activation_peak_bytes(plan, ctx)
 
 
 def incoming_bytes(plans: Iterable[tuple[StageContext, StagePlan]]) -> dict[str, float]:

@@ -59,6 +59,10 @@ class StagePlan:
             step and the updated parameters all-gathered after it (ZeRO-style sharding of
             optimizer state), instead of one all-reduce before it.
         dp_grad_bytes: bytes of the data-parallel gradient reduction (default ``grad_bytes``).
+        reserve_bytes: the process's runtime reserve on the GPU (CUDA context, cuBLAS
+            workspace, NCCL buffers; :mod:`sim.memory.reserve`).
+        allocator_bytes: the share of the GPU lost to the caching allocator.
+        working_bytes: backward working memory, pipeline output cache and DDP buckets.
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -83,6 +87,9 @@ class StagePlan:
     writeback_bytes: float = 0.0
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
+    reserve_bytes: float = 0.0
+    allocator_bytes: float = 0.0
+    working_bytes: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -125,4 +132,15 @@ class StagePlan:
 
     @property
     def static_gpu_bytes(self) -> float:
+        """Model-state bytes on the GPU (weights, gradients, optimizer state)."""
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+    @property
+    def overhead_bytes(self) -> float:
+        """Runtime reserve + allocator margin + working memory."""
+        return self.reserve_bytes + self.allocator_bytes + self.working_bytes
+
+    def overhead_charges(self) -> tuple[tuple[str, float], ...]:
+        """``(ledger category, bytes)`` the engine charges at t = 0 besides model states."""
+        return (("reserve", self.reserve_bytes), ("allocator", self.allocator_bytes),
+                ("working", self.working_bytes))

@@ -59,3 +59,38 @@ def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) ->
     bandwidth-bound, so this is a lower bound that real kernels approach for large tensors.
     """
     return params * (sb.grad + 2 * sb.optimizer + sb.weight) / hbm_bandwidth_Bps
+
+
+MASTER_VERSION_SCHEDULES = {"pipedream_2bw": "2BW keeps two fp32 master copies, "
+                            "fp32_from_fp16_groups and its _copy (msr-fiddle/pipedream@d6e2538 "
+                            "megatron/megatron/optimizer/optimizer.py; schedules.md §2.4)"}
+"""Schedules whose extra weight versions are fp32 master copies, with the source."""
+
+
+def version_bytes_per_param(schedule: str, sb: StateBytes) -> float:
+    """Bytes per parameter of each weight version beyond the first, as the reference
+    implementation holds it: an fp32 master copy (4 bytes) for PipeDream-2BW, a copy of the
+    training-dtype weights for PipeDream's weight stashing (a deque of ``state_dict`` s of the
+    model, msr-fiddle/pipedream ``runtime/optimizer.py``; schedules.md §2.2) and every other
+    schedule."""
+    return 4.0 if schedule in MASTER_VERSION_SCHEDULES else float(sb.weight)
+
+
+def weight_bytes_per_param(sb: StateBytes, versions: int,
+                           version_bytes: float | None = None) -> float:
+    """Bytes per parameter of all weight versions: ``weight + (versions - 1) * version_bytes``
+    (``version_bytes`` defaults to ``sb.weight``).
+
+    Examples (memory.md §1, schedules.md §2): fp16 + Adam under 1F1B: 2 (+ 2 grad + 12
+    optimizer = 16 per parameter); PipeDream-2BW: 2 + 4 (+ 14 = 20); PipeDream at stage ``s``
+    of ``p``: ``2 * (p - s)``.
+    """
+    extra = sb.weight if version_bytes is None else version_bytes
+    return sb.weight + (versions - 1) * extra
+
+
+def stage_state_bytes_per_param(sb: StateBytes, versions: int,
+                                version_bytes: float | None = None) -> float:
+    """Model-state bytes per parameter of a stage: weights (all versions) + gradient +
+    optimizer state."""
+    return weight_bytes_per_param(sb, versions, version_bytes) + sb.grad + sb.optimizer

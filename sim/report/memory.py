@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from sim.events import EventLog, MemoryEvent
+from sim.memory.peak import device_peaks
 from sim.report._common import category_key, sorted_devices
 
 
@@ -50,12 +51,15 @@ def memory_timeline(log: EventLog) -> dict[str, tuple[list[float], list[float]]]
 
 
 def peak_by_device(log: EventLog) -> dict[str, float]:
-    """Peak bytes in use per device (0.0 for a device that never allocates).
+    """Peak bytes in use per device (0.0 for a device that never allocates), from
+    :func:`sim.memory.peak.device_peaks`, the one peak computation.
 
     Returns:
         ``{device: peak_bytes}`` in display order.
     """
-    return {dev: max(vals) for dev, (_, vals) in memory_timeline(log).items()}
+    peaks = device_peaks(log.memory, log.capacity_bytes)
+    return {dev: peaks[dev].peak_bytes if dev in peaks else 0.0
+            for dev in memory_timeline(log)}
 
 
 def peak_by_category(log: EventLog, device: str) -> dict[str, float]:
@@ -76,18 +80,10 @@ def peak_by_category(log: EventLog, device: str) -> dict[str, float]:
     Raises:
         KeyError: ``device`` has neither memory events nor a capacity in the log.
     """
-    events = _by_device(log).get(device)
-    if events is None:
-        if device in log.capacity_bytes:
-            return {}
+    peaks = device_peaks(log.memory, log.capacity_bytes)
+    if device not in peaks:
         raise KeyError(f"device {device!r} does not appear in the event log")
-    live: dict[str, float] = {
-        c: 0.0 for c in sorted({e.category for e in events}, key=category_key)
-    }
-    total, peak, at_peak = 0.0, 0.0, dict(live)
-    for ev in events:
-        live[ev.category] += ev.delta_bytes
-        total += ev.delta_bytes
-        if total > peak:
-            peak, at_peak = total, dict(live)
-    return at_peak
+    if not any(ev.device == device for ev in log.memory):
+        return {}
+    live = peaks[device].by_category
+    return {c: live[c] for c in sorted(live, key=category_key)}

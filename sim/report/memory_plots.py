@@ -28,8 +28,12 @@ CATEGORY_COLORS = {
     "swap": "#8c564b",
     "chunks": "#bcbd22",
     "offload": "#17becf",
+    "reserve": "#525252",
+    "allocator": "#969696",
+    "working": "#e377c2",
 }
-"""Fill colour of each memory category; other categories are grey."""
+"""Fill colour of each memory category (the runtime reserve and allocator margin in dark and
+light grey, working memory in pink); other categories are light grey."""
 
 
 def _plotted_devices(log: EventLog) -> list[str]:

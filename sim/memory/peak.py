@@ -1,0 +1,96 @@
+"""Peak memory: the one computation every report and result row uses.
+
+The engine's :class:`~sim.ledger.Ledger` records every allocation and free; this module replays
+those events once per device (:func:`device_peaks`) and gives each device's peak, the bytes of
+each category live at that moment, and the headroom left under its capacity. The ledger's
+running peak, ``results.csv`` and the memory plots therefore cannot disagree. Events at one
+instant keep the order the engine logged them in, so an allocate-then-free shows its peak.
+
+Categories (:data:`ROW_CATEGORIES` maps them to result columns): ``weights``, ``gradients``,
+``optimizer``, ``activations``, ``buffers`` (receive buffers), ``chunks``, ``reserve`` (CUDA
+context, cuBLAS, NCCL), ``allocator`` (allocator margin), ``working`` (backward working memory,
+pipeline output cache, DDP buckets); hosts also have ``swap`` and ``offload``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sim.events import MemoryEvent
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """One device's peak.
+
+    Attributes:
+        device: node name (``gpu3``, ``cpu0``).
+        peak_bytes: maximum bytes in use.
+        time_s: first time the peak is reached.
+        by_category: bytes of each category live at the peak (they sum to ``peak_bytes``).
+        capacity_bytes: the device's capacity (None when unknown).
+    """
+
+    device: str
+    peak_bytes: float
+    time_s: float
+    by_category: dict[str, float] = field(default_factory=dict)
+    capacity_bytes: float | None = None
+
+    @property
+    def headroom_bytes(self) -> float | None:
+        """``capacity - peak`` (negative when the device does not fit)."""
+        return None if self.capacity_bytes is None else self.capacity_bytes - self.peak_bytes
+
+
+def device_peaks(events: Iterable[MemoryEvent],
+                 capacity_bytes: dict[str, float] | None = None) -> dict[str, DevicePeak]:
+    """The peak of every device that has events or a capacity (0 bytes when no events)."""
+    caps = capacity_bytes or {}
+    grouped: dict[str, list[MemoryEvent]] = defaultdict(list)
+    for ev in sorted(events, key=lambda e: e.time_s):
+        grouped[ev.device].append(ev)
+    out = {}
+    for dev in sorted(set(grouped) | set(caps)):
+        live: dict[str, float] = {c: 0.0 for c in sorted({e.category for e in grouped[dev]})}
+        total, best, at, when = 0.0, 0.0, dict(live), 0.0
+        for ev in grouped[dev]:
+            live[ev.category] += ev.delta_bytes
+            total += ev.delta_bytes
+            if total > best:
+                best, at, when = total, dict(live), ev.time_s
+        out[dev] = DevicePeak(dev, best, when, at, caps.get(dev))
+    return out
+
+
+def tightest_gpu(peaks: dict[str, DevicePeak]) -> DevicePeak | None:
+    """The GPU with the least headroom (first by name on ties); None without GPUs."""
+    gpus = [p for d, p in peaks.items() if d.startswith("gpu") and p.capacity_bytes is not None]
+    return min(gpus, key=lambda p: (p.headroom_bytes, p.device), default=None)
+
+
+ROW_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "peak_weights_bytes": ("weights",),
+    "peak_gradients_bytes": ("gradients",),
+    "peak_optimizer_bytes": ("optimizer",),
+    "peak_activations_bytes": ("activations", "chunks"),
+    "peak_buffers_bytes": ("buffers",),
+    "peak_working_bytes": ("working",),
+    "peak_reserve_bytes": ("reserve", "allocator"),
+}
+"""Result-row column -> ledger categories summed into it (at the tightest GPU's peak)."""
+
+
+def row_breakdown(peaks: dict[str, DevicePeak]) -> dict:
+    """``headroom_bytes``, ``tightest_gpu`` and the :data:`ROW_CATEGORIES` columns of the GPU
+    with the least headroom (empty values when there is no GPU)."""
+    tight = tightest_gpu(peaks)
+    if tight is None:
+        return {"headroom_bytes": None, "tightest_gpu": "",
+                **{col: None for col in ROW_CATEGORIES}}
+    row = {"headroom_bytes": tight.headroom_bytes, "tightest_gpu": tight.device}
+    for col, cats in ROW_CATEGORIES.items():
+        row[col] = sum(tight.by_category.get(c, 0.0) for c in cats)
+    return row
