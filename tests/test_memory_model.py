@@ -139,6 +139,9 @@ def test_flash_attention_is_assumed_when_the_trace_does_not_say():
     b, s, h, a = 2, 128, 64, 4
     trace = transformer_trace("gpt", name="g", layers=2, hidden=h, heads=a, seq_len=s,
                               vocab=100, microbatch_size=b, gpu_model="x", peak_flops=1e12)
+    # the generator declares its attention; a trace from elsewhere may not
+    inputs = {k: v for k, v in trace.provenance["inputs"].items() if k != "attention"}
+    trace = replace(trace, provenance={**trace.provenance, "inputs": inputs})
     flash, how = with_attention(trace)
     assert how == ASSUMED
     assert flash.layers[1].act_bytes == 34 * s * b * h
