@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from sim.schedules.action import STEP, Action, Program
-from sim.schedules.base import ScheduleError
+from sim.schedules.errors import ScheduleError
 
 _DONE_OPS = ("B", "W")
 """Ops that end a micro-batch's stay on a stage (a split backward ends at W)."""

@@ -11,10 +11,10 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from sim.schedules.action import STEP, Action, Program
+from sim.schedules.analysis import delay_steps as program_delay_steps
+from sim.schedules.errors import ScheduleError
 
-
-class ScheduleError(ValueError):
-    """The schedule cannot be built for these (stages, microbatches)."""
+__all__ = ["Schedule", "ScheduleError", "with_steps_every"]
 
 
 class Schedule(ABC):
@@ -83,9 +83,7 @@ class Schedule(ABC):
         Measured from :meth:`program` over :meth:`steady_state_iterations` iterations with
         :func:`sim.schedules.analysis.delay_steps`; 0 for every flushed schedule.
         """
-        from sim.schedules.analysis import delay_steps  # deferred: analysis imports this module
-
-        return delay_steps(self.program(self.steady_state_iterations()), stage)
+        return program_delay_steps(self.program(self.steady_state_iterations()), stage)
 
     def one_iteration(self) -> Program:
         """The compute actions of one iteration (no STEP), as torch's CSV holds them."""
