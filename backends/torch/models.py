@@ -229,13 +229,6 @@ def stage_ranges(boundaries: Sequence[int], n_layers: int) -> list[range]:
     return [range(a, e) for a, e in zip(b, ends, strict=True)]
 
 
-def even_boundaries(n_layers: int, stages: int) -> list[int]:
-    """Start layers splitting ``n_layers`` into ``stages`` near-equal contiguous stages."""
-    if not 1 <= stages <= n_layers:
-        raise ValueError(f"cannot split {n_layers} layers into {stages} stages")
-    return [round(i * n_layers / stages) for i in range(stages)]
-
-
 class StageModule(nn.Module):
     """The layers of one stage, run in order; optionally recomputing every block.
 

@@ -32,10 +32,11 @@ import torch.distributed as dist
 
 from backends.torch.job import ReplayJob
 from backends.torch.memory import SavedBytes, policy_context, tensor_bytes
-from backends.torch.models import DTYPES, as_spec, build_stage, even_boundaries, lm_loss, microbatch
+from backends.torch.models import DTYPES, as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext
+from sim.partition import uniform_partition
 from sim.schedules.action import STEP, Action
 from sim.schedules.registry import get_schedule
 
@@ -68,7 +69,7 @@ class StageRunner:
         self.spec = as_spec(job.model)
         self.rank, self.last = ctx.rank, ctx.rank == job.stages - 1
         self.dev = ctx.device
-        boundaries = job.boundaries or even_boundaries(self.spec.n_layers, job.stages)
+        boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
         module = build_stage(
             self.spec,
             boundaries,

@@ -29,9 +29,10 @@ from torch import nn
 
 from backends.torch.job import ReplayJob
 from backends.torch.memory import SavedBytes, policy_context, tensor_bytes
-from backends.torch.models import as_spec, build_stage, even_boundaries, lm_loss, microbatch
+from backends.torch.models import as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.worker import RankContext
+from sim.partition import uniform_partition
 
 
 def has_gloo_p2p_fix() -> bool:
@@ -107,7 +108,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         )
     spec, dev, rank = as_spec(job.model), ctx.device, ctx.rank
     last = rank == job.stages - 1
-    boundaries = job.boundaries or even_boundaries(spec.n_layers, job.stages)
+    boundaries = job.boundaries or list(uniform_partition(spec.n_layers, job.stages))
     inner = build_stage(
         spec,
         boundaries,
