@@ -220,23 +220,39 @@ def test_a_failing_rank_ends_the_run_with_its_error() -> None:
 
 
 def hang_on_rank_1(payload: dict, ctx: object) -> None:
-    """Rank function for the timeout test: rank 1 never reaches the barrier."""
+    """Rank function for the timeout test: rank 1 blocks forever on an event nobody sets (no
+    sleep that could end); rank 0 waits for it in a barrier."""
+    import threading
+
     import torch.distributed as dist
 
     if ctx.rank == 1:  # type: ignore[attr-defined]
-        time.sleep(600)
+        threading.Event().wait()
     dist.barrier()
 
 
-@pytest.mark.timeout(120)
+HANG_TIMEOUT_S = 30  # generous: both ranks start (import torch, join the group) well within it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_a_hanging_run_times_out_and_leaves_no_process() -> None:
-    with pytest.raises(
-        ReplayError, match=r"timed out after 5 s; ranks still running: \[0, 1\]"
-    ) as err:
+    """Deterministic: nothing ends by itself; only the launcher's timeout stops the run, and its
+    message names both ranks and shows rank 1 waiting inside ``hang_on_rank_1``."""
+    t0 = time.monotonic()
+    with pytest.raises(ReplayError) as err:
         run_ranks(
-            "tests.test_backend_torch:hang_on_rank_1", {}, nproc=2, timeout_s=5, pg_timeout_s=60
+            "tests.test_backend_torch:hang_on_rank_1",
+            {},
+            nproc=2,
+            timeout_s=HANG_TIMEOUT_S,
+            pg_timeout_s=600,  # rank 0's barrier must not give up before the launcher does
         )
-    assert "hang_on_rank_1" in str(err.value)  # the stack dump says where rank 1 waits
+    message = str(err.value)
+    assert f"run timed out after {HANG_TIMEOUT_S} s; ranks still running: [0, 1]" in message
+    rank1 = message.split("--- rank 1 ---", 1)[1]
+    assert "hang_on_rank_1" in rank1 and "wait" in rank1, message
+    assert HANG_TIMEOUT_S <= time.monotonic() - t0 < HANG_TIMEOUT_S + 30
     assert _worker_children() == []
 
 
@@ -260,3 +276,39 @@ def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
     assert [g.name for g in topo.gpus] == ["gpu0", "gpu1"] and topo.gpus[0].model == "cpu-rank"
     assert topo.gpus[0].peak_flops > 0 and topo.direct_link("gpu0", "gpu1").bandwidth_Bps > 0
     assert cal.ranks[0]["pairs"][0]["sizes"] == [2**10, 2**16, 2**20]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"])
+def test_expected_actions_are_every_microbatch_once_and_the_steps(schedule: str) -> None:
+    """The closed form the replay checks against: the program of every rank runs exactly it."""
+    from collections import Counter
+
+    from backends.torch.runtime import expected_actions, rank_program
+
+    job = _job(schedule=schedule, stages=3, nproc=3, microbatches=3, iterations=2,
+               warmup_iterations=1)
+    steps = 9 if schedule == "pipedream" else 3  # PipeDream steps after every micro-batch
+    for rank in range(3):
+        want = expected_actions(job, rank)
+        assert sum(want.values()) == 2 * 9 + steps and set(want.values()) == {1}
+        assert f"{rank}STEP{steps - 1}" in want and f"{rank}B8" in want
+        assert Counter(str(a) for a in rank_program(job, rank)) == want
+
+
+def test_a_missing_repeated_or_foreign_action_fails_all_actions_done() -> None:
+    from collections import Counter
+
+    from backends.torch.job import ReplayResult
+    from backends.torch.runtime import action_tally
+
+    due = Counter(["0F0", "0F1", "0B0", "0B1", "0STEP0"])
+
+    def done(executed: list[str]) -> bool:
+        counts, expected = action_tally(Counter(executed), due)
+        return ReplayResult(1.0, [1.0], [0.0], [{}], [counts], [expected], [], [], {}
+                            ).all_actions_done
+
+    assert done(["0F0", "0F1", "0B0", "0B1", "0STEP0"])
+    assert not done(["0F0", "0F1", "0B0", "0STEP0"])  # 0B1 never ran
+    assert not done(["0F0", "0F0", "0B0", "0B1", "0STEP0"])  # 0F0 twice, 0F1 never: same counts
+    assert not done(["0F0", "0F1", "0B0", "0B1", "0STEP0", "0STEP1"])

@@ -153,8 +153,11 @@ class ReplayResult:
             bytes (see ``memory``).
         memory: per rank, the parts: ``param_bytes``, ``versions``, ``grad_bytes``,
             ``act_peak_bytes``, ``host_act_peak_bytes`` (swapped), ``cuda_max_allocated``.
-        action_counts: per rank, executed actions by op (``F``, ``B``, ``STEP``).
-        expected_action_counts: per rank, the counts in the program.
+        action_counts: per rank, executed actions by op (``F``, ``B``, ``STEP``); our runtime
+            adds ``wrong``, actions run that were not due plus due ones never run
+            (``backends.torch.runtime.action_tally``).
+        expected_action_counts: per rank, the counts due, from the job alone (every
+            micro-batch's F and B, the schedule's optimizer steps), not from the program run.
         losses: loss of every micro-batch in execution order (last stage), unscaled.
         notes: caveats of this measurement.
         job: the job, as a dict.

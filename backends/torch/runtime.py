@@ -47,6 +47,46 @@ def rank_program(job: ReplayJob, rank: int) -> list[Action]:
     return schedule.program(job.warmup_iterations + job.iterations)[rank]
 
 
+def expected_actions(job: ReplayJob, rank: int) -> Counter[str]:
+    """What rank ``rank`` must execute, from the job alone (not from the program it runs).
+
+    Every rank runs one forward and one backward of each micro-batch ``0 .. n-1``, ``n = (warmup
+    + iterations) * m`` (``sim.schedules.action``: micro-batch indices are global), and the
+    schedule's ``optimizer_steps(warmup + iterations)`` optimizer steps numbered from 0.
+
+    Returns:
+        Action strings (``"1F3"``, ``"1STEP0"``) with the number of times each must run.
+    """
+    total = job.warmup_iterations + job.iterations
+    steps = get_schedule(job.schedule)(job.stages, job.microbatches).optimizer_steps(total)
+    want = Counter(f"{rank}{op}{mb}" for mb in range(total * job.microbatches) for op in "FB")
+    want.update(f"{rank}{STEP}{k}" for k in range(steps))
+    return want
+
+
+def action_tally(executed: Counter[str], expected: Counter[str]) -> tuple[dict, dict]:
+    """``(counts, expected_counts)`` per op for :class:`ReplayResult`: equal only when
+    ``executed`` is exactly ``expected`` (each action as often as it must run).
+
+    ``counts`` has the executed actions per op plus ``wrong``: actions run that were not
+    expected or more often than expected, and expected actions never run; ``expected_counts``
+    has the expected per op and ``wrong: 0``.
+
+    Example:
+        >>> action_tally(Counter(["0F0", "0F0"]), Counter(["0F0", "0B0"]))
+        ({'F': 2, 'wrong': 2}, {'B': 1, 'F': 1, 'wrong': 0})
+    """
+
+    def per_op(actions: Counter[str]) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for name, n in actions.items():
+            out[Action.from_str(name).op] += n
+        return dict(sorted(out.items()))
+
+    wrong = sum(((executed - expected) + (expected - executed)).values())
+    return {**per_op(executed), "wrong": wrong}, {**per_op(expected), "wrong": 0}
+
+
 def _backwards_per_step(program: list[Action]) -> int:
     count = 0
     for a in program:
@@ -97,7 +137,7 @@ class StageRunner:
         self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []
         self.losses: list[torch.Tensor] = []
-        self.counts: Counter[str] = Counter()
+        self.executed: Counter[str] = Counter()
         self.step_times: list[float] = []
         self.spans: list[tuple[str, float, float, float]] = []
         self.ready = 0.0  # when the running action's input had arrived
@@ -188,13 +228,13 @@ class StageRunner:
             t0 = self.ready = time.perf_counter()
             ops[action.op](action.microbatch)
             self.spans.append((str(action), t0, self.ready, time.perf_counter()))
-            self.counts[action.op] += 1
+            self.executed[str(action)] += 1
         self._wait_sends()
         dist.barrier()
         end = time.perf_counter()
         if self.job.dump_dir:
             self._dump()
-        return self._stats(program, start, end)
+        return self._stats(start, end)
 
     def _dump(self) -> None:
         params = {
@@ -204,7 +244,7 @@ class StageRunner:
         path = Path(self.job.dump_dir) / f"rank{self.rank}.pt"
         torch.save({"grads": self.dumped_grads, "params": params}, path)
 
-    def _stats(self, program: list[Action], start: float, end: float) -> dict[str, Any]:
+    def _stats(self, start: float, end: float) -> dict[str, Any]:
         versions = self.versions.peak_versions
         memory: dict[str, float] = {
             "param_bytes": float(self.param_bytes),
@@ -218,10 +258,11 @@ class StageRunner:
         else:
             peak = torch.cuda.max_memory_allocated(self.dev)
             memory["cuda_max_allocated"] = float(peak)
+        counts, expected = action_tally(self.executed, expected_actions(self.job, self.rank))
         return {
             "rank": self.rank,
-            "counts": dict(self.counts),
-            "expected": dict(Counter(a.op for a in program)),
+            "counts": counts,
+            "expected": expected,
             "start": start,
             "end": end,
             "step_times": self.step_times,
