@@ -196,16 +196,55 @@ def test_async_schedules_run_every_action(schedule: str, versions: list[float]) 
     assert len(result.iteration_times_s) == 2
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_memory_policies_change_the_activation_peak() -> None:
-    peaks = {}
-    for policy in ("none", "recompute", "cpu_swap"):
-        result = replay(_job(schedule="gpipe", memory_policy=policy))
-        peaks[policy] = result.memory[0]
-    assert peaks["recompute"]["act_peak_bytes"] < peaks["none"]["act_peak_bytes"]
-    assert peaks["cpu_swap"]["act_peak_bytes"] == 0
+    """2 stages of [embedding, block0] | [block1, head]: what each policy string replays."""
+    runs = {}
+    for policy in ("none", "recompute", "cpu_swap", "recompute:full:1", "cpu_swap:0.5",
+                   "recompute:selective"):
+        runs[policy] = replay(_job(schedule="gpipe", memory_policy=policy))
+    act = {p: [m["act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
+    host = {p: [m["host_act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
+    assert all(a < b for a, b in zip(act["recompute"], act["none"], strict=True))
+    assert act["cpu_swap"] == [0, 0]
     # like torch's save_on_cpu, every saved tensor gets its own host copy (no sharing)
-    assert peaks["cpu_swap"]["host_act_peak_bytes"] >= peaks["none"]["act_peak_bytes"]
+    assert all(h >= a for h, a in zip(host["cpu_swap"], act["none"], strict=True))
+    # recompute:full:1 checkpoints the first layer of each stage: stage 0's is the embedding
+    # (not a block: nothing changes, and a note says so), stage 1's is block1 (= full recompute)
+    assert act["recompute:full:1"] == [act["none"][0], act["recompute"][1]]
+    assert any("non-block layers" in n for n in runs["recompute:full:1"].notes)
+    # cpu_swap:0.5 swaps the first of each stage's two layers: block1 goes to host, head stays
+    assert 0 < host["cpu_swap:0.5"][1] < host["cpu_swap"][1]
+    assert 0 < act["cpu_swap:0.5"][1] < act["none"][1]
+    assert any("first 1 of 2 layers" in n for n in runs["cpu_swap:0.5"].notes)
+    # selective recompute is not replayed: it runs as none and says so
+    assert act["recompute:selective"] == act["none"]
+    assert any("not replayed" in n for n in runs["recompute:selective"].notes)
+
+
+def test_replay_reads_the_simulators_policy_spec() -> None:
+    from backends.torch.job import policy_problems
+    from backends.torch.memory import replay_policy
+
+    blocks = [False, True, True, False]  # embedding, block, block, head
+    assert replay_policy("recompute", 0, 1, blocks).checkpoint == {1, 2}
+    assert replay_policy("recompute:full:2", 0, 1, blocks).checkpoint == {1}
+    assert replay_policy("none|recompute:full:3", 1, 2, blocks).checkpoint == {1, 2}
+    assert replay_policy("none|recompute:full:3", 0, 2, blocks).checkpoint == set()
+    assert replay_policy("cpu_swap:0.25", 0, 1, blocks).swap == {0}
+    assert replay_policy("cpu_swap", 0, 1, blocks).swap == {0, 1, 2, 3}
+    assert replay_policy("cpu_swap", 0, 1, blocks).notes == ()
+    assert replay_policy("recompute:selective", 0, 1, blocks).checkpoint == set()
+    assert policy_problems("none|cpu_swap:0.5", 2) == []
+    assert "d2d_swap" in policy_problems("d2d_swap", 2)[0]
+    assert "chunked" in policy_problems("none|chunked", 2)[0]
+    assert "names 2 stages, not 3" in policy_problems("none|none", 3)[0]
+    assert "unknown memory policy 'swap'" in policy_problems("swap", 1)[0]
+    with pytest.raises(ValueError, match="memory_policy: 'auto' uses auto"):
+        _job(memory_policy="auto")
+    with pytest.raises(ValueError, match="only none, recompute and cpu_swap"):
+        replay_policy("zero_offload", 0, 1, blocks)
 
 
 @pytest.mark.timeout(120)

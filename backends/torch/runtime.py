@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,13 @@ import torch
 import torch.distributed as dist
 
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, policy_context, tensor_bytes
+from backends.torch.memory import (
+    SavedBytes,
+    apply_policy,
+    offloading,
+    saved_context,
+    tensor_bytes,
+)
 from backends.torch.models import DTYPES, as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.versions import make_versions
@@ -110,19 +117,11 @@ class StageRunner:
         self.rank, self.last = ctx.rank, ctx.rank == job.stages - 1
         self.dev = ctx.device
         boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
-        module = build_stage(
-            self.spec,
-            boundaries,
-            self.rank,
-            job.seed,
-            recompute=job.memory_policy == "recompute",
-            dtype=job.dtype,
-        ).to(self.dev)
-        on_cpu = self.dev.type == "cpu"
-        self.tracker = (
-            SavedBytes(module.parameters(), offload=job.memory_policy == "cpu_swap")
-            if on_cpu
-            else None
+        module = build_stage(self.spec, boundaries, self.rank, job.seed, dtype=job.dtype)
+        module = module.to(self.dev)
+        self.tracker = SavedBytes(module.parameters()) if self.dev.type == "cpu" else None
+        self.policy = apply_policy(
+            module, job.memory_policy, self.rank, job.stages, self.tracker
         )
         self.versions = make_versions(
             get_schedule(job.schedule).name,
@@ -171,11 +170,12 @@ class StageRunner:
             x = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[0].to(self.dev)
         else:
             x = self._recv(self.rank - 1, self._tag(mb, False)).requires_grad_()
-        with policy_context(self.job.memory_policy, self.dev, self.tracker):
+        with saved_context(self.tracker):
             y = module(x)
             if self.last:
                 targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
-                y = lm_loss(y, targets.to(self.dev))
+                with offloading(self.tracker) if self.policy.swap_loss else nullcontext():
+                    y = lm_loss(y, targets.to(self.dev))
         if self.last:
             self.losses.append(y.detach())
             y = y * self.scale
@@ -271,7 +271,7 @@ class StageRunner:
             "memory": memory,
             "peak_memory_bytes": float(peak),
             "device_name": device_model_name(self.dev),
-            "notes": [],
+            "notes": list(self.policy.notes),
         }
 
 
