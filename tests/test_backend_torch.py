@@ -131,6 +131,7 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
     assert read_trace(tmp_path / "tiny").layers[1].act_bytes == block.act_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "backend,schedule,csv",
@@ -156,6 +157,7 @@ def test_replay_gradients_equal_single_process(
     assert result.iteration_time_s > 0 and len(result.peak_memory_bytes) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_2bw_update_is_one_step_stale(tmp_path: Path) -> None:
     lr, m, steps = 0.5, 2, 3
@@ -186,6 +188,7 @@ def test_2bw_update_is_one_step_stale(tmp_path: Path) -> None:
     assert any(not torch.allclose(params[n], sgd[n], atol=1e-4) for n in sgd)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("schedule,versions", [("pipedream", [2.0, 1.0]), ("pipemare", [1.0, 1.0])])
 def test_async_schedules_run_every_action(schedule: str, versions: list[float]) -> None:
@@ -247,6 +250,7 @@ def test_replay_reads_the_simulators_policy_spec() -> None:
         replay_policy("zero_offload", 0, 1, blocks)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_failing_rank_ends_the_run_with_its_error() -> None:
     t0 = time.monotonic()
@@ -295,6 +299,7 @@ def test_a_hanging_run_times_out_and_leaves_no_process() -> None:
     assert _worker_children() == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
     from backends.torch.calibrate import calibrate, fit_latency_bandwidth

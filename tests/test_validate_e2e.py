@@ -22,6 +22,7 @@ def _ok(*args):
     return res.output
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_profile_simulate_replay_compare(tmp_path):
     _ok("profile", "--out", tmp_path / "tiny", "--layers", 2, "--hidden", 64, "--heads", 2,
