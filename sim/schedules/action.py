@@ -45,6 +45,10 @@ class Action(NamedTuple):
 
         Raises:
             ValueError: the text is not an action.
+
+        Example:
+            >>> Action.from_str("2F0"), str(Action(1, "STEP", 3))
+            (Action(stage=2, op='F', microbatch=0), '1STEP3')
         """
         m = _ACTION_RE.match(text)
         if not m:

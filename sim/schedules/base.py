@@ -100,6 +100,11 @@ def with_steps_every(order: list[Action], every: int) -> list[Action]:
         order: one rank's compute actions.
         every: backwards per optimizer step (1 for PipeDream, m for 2BW, PipeMare and the
             flushed schedules).
+
+    Example:
+        >>> order = [Action(0, op, mb) for mb in range(2) for op in "FB"]
+        >>> [str(a) for a in with_steps_every(order, 2)]
+        ['0F0', '0B0', '0F1', '0B1', '0STEP0']
     """
     out: list[Action] = []
     done = 0
