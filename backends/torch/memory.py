@@ -80,11 +80,6 @@ class SavedBytes:
         """Never count the storages of ``tensors`` (call for every new weight version)."""
         self._excluded.update(t.untyped_storage().data_ptr() for t in tensors)
 
-    def reset_peak(self) -> None:
-        """Restart the peaks from the current live bytes."""
-        self.peak_bytes = self.live_bytes
-        self.host_peak_bytes = self.host_live_bytes
-
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """The context manager that installs the counting hooks."""
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)

@@ -76,8 +76,3 @@ def get_policy(spec: str | PolicySpec) -> MemoryPolicy:
         policy = _instance(parsed.kind, list(parsed.args), parsed.text)
     policy.spec = parsed.text
     return policy
-
-
-def policy_names() -> list[str]:
-    """Names of the registered policies, sorted."""
-    return sorted(POLICIES)

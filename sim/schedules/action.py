@@ -55,10 +55,6 @@ class Action(NamedTuple):
             raise ValueError(f"{text!r} is not an action like '2F0' or '1B3'")
         return cls(int(m.group(1)), m.group(2), int(m.group(3)))
 
-    @property
-    def is_compute(self) -> bool:
-        return self.op in COMPUTE_OPS
-
 
 Program = list[list[Action]]
 """Per-rank ordered action lists: ``program[rank]`` is what pipeline rank ``rank`` executes."""
