@@ -17,7 +17,8 @@ from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
 from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.memory.plan import StagePlan
-from sim.memory.registry import get_policy
+from sim.memory.registry import get_policy, parse_policy
+from sim.memory.spec import PolicySpec
 from sim.point import evaluate, resolve
 from sim.sweep import evaluate_row, expand, prepare
 from sim.trace.generator import transformer_trace
@@ -213,7 +214,8 @@ def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
     GPUs receive bytes."""
     p, w = layout
     trace = d2d_trace(b)
-    kw = dict(schedule=sched, p=p, w=w, m=16, partition="uniform")
+    placement = [[r * p + s for s in range(p)] for r in range(w)]  # the same in both runs
+    kw = dict(schedule=sched, p=p, w=w, m=16, partition="uniform", placement=placement)
     _, _, alone = run(trace, dgx1(80.0), "none", **kw)
     peaks = alone.meta["peak_bytes"]
     used = [peaks[f"gpu{g}"] for g in range(8) if f"gpu{g}" in peaks]
@@ -406,6 +408,27 @@ def test_the_notes_cases_overflow_without_a_policy():
 def test_policy_specs(spec, cls):
     pol = get_policy(spec)
     assert type(pol).__name__ == cls and pol.spec == spec
+    assert type(get_policy(parse_policy(spec))).__name__ == cls
+
+
+def test_parse_policy_gives_the_typed_fields_the_string_says():
+    assert parse_policy("recompute") == PolicySpec("recompute", "recompute", mode="full")
+    full = parse_policy("recompute:full:4")
+    assert (full.kind, full.mode, full.layers, full.args) == ("recompute", "full", 4,
+                                                              ("full", "4"))
+    assert parse_policy("recompute:selective").mode == "selective"
+    assert parse_policy("cpu_swap").fraction == 1.0 and parse_policy("cpu_swap:0.5").fraction == 0.5
+    per = parse_policy("none|recompute:full:2|cpu_swap:0.25|none")
+    assert per.kind == "per_stage" and per.kinds() == {"none", "recompute", "cpu_swap"}
+    assert [per.for_stage(s, 4).text for s in range(4)] == ["none", "recompute:full:2",
+                                                            "cpu_swap:0.25", "none"]
+    assert per.for_stage(2, 4).fraction == 0.25
+    with pytest.raises(ValueError, match="names 4 stages, not 2"):
+        per.for_stage(0, 2)
+    with pytest.raises(KeyError, match="unknown memory policy 'swap'"):
+        parse_policy("swap")
+    with pytest.raises(ValueError, match="fraction"):
+        parse_policy("cpu_swap:2")
 
 
 @pytest.mark.parametrize("bad", ["recompute:half", "recompute:full:0", "cpu_swap:2",

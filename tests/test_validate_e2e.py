@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 
 import pandas as pd
 import pytest
@@ -75,9 +74,11 @@ MAX_OVER_PREDICTION = 0.5
 MIN_ERROR = -0.9
 MAX_MEMORY_ERROR = 0.15
 # One action's own compute (its span after its input arrived) against the profile's fwd_s /
-# bwd_s summed over the stage's layers: the median over each rank's actions, within 1/3x .. 10x
-# (one thread per rank here; the profile ran on an idle core or under the same contention).
-ACTION_RATIO = (1 / 3, 10.0)
+# bwd_s summed over the stage's layers. Contention only adds time, so the fastest of each rank's
+# actions estimates the uncontended compute; it must lie within 1/3x .. 5x of the profile (seen
+# on a loaded 2-core box: 0.8x .. 2.7x; the replay's forward also runs the saved-tensor counting
+# hooks, which the profile does not).
+ACTION_RATIO = (1 / 3, 5.0)
 
 
 def _assert_errors_bounded(df: pd.DataFrame) -> None:
@@ -96,7 +97,7 @@ def _assert_actions_near_profile(timeline: dict, profile: pd.DataFrame, boundari
                      if ev.get("ph") == "X" and ev.get("pid") == rank
                      and ev.get("cat") == "compute" and ev.get("name", "")[1:2] == op]
             assert spans, (rank, op)
-            ratio = statistics.median(spans) / profile[column].iloc[a:e].sum()
+            ratio = min(spans) / profile[column].iloc[a:e].sum()
             assert ACTION_RATIO[0] <= ratio <= ACTION_RATIO[1], (rank, op, ratio)
 
 
