@@ -202,28 +202,32 @@ def test_async_schedules_run_every_action(schedule: str, versions: list[float]) 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_memory_policies_change_the_activation_peak() -> None:
-    """2 stages of [embedding, block0] | [block1, head]: what each policy string replays."""
+    """2 stages of [embedding, block0] | [block1, head]: what each policy string replays, with
+    per-stage specs (``a|b``) so that one replay checks two stages."""
     runs = {}
-    for policy in ("none", "recompute", "cpu_swap", "recompute:full:1", "cpu_swap:0.5",
-                   "recompute:selective"):
+    for policy in ("none", "recompute|cpu_swap", "cpu_swap|recompute",
+                   "recompute:full:1|cpu_swap:0.5", "recompute:selective|recompute:full:1"):
         runs[policy] = replay(_job(schedule="gpipe", memory_policy=policy))
     act = {p: [m["act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
     host = {p: [m["host_act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
-    assert all(a < b for a, b in zip(act["recompute"], act["none"], strict=True))
-    assert act["cpu_swap"] == [0, 0]
+    none = act["none"]
+    recompute = [act["recompute|cpu_swap"][0], act["cpu_swap|recompute"][1]]
+    swapped = [host["cpu_swap|recompute"][0], host["recompute|cpu_swap"][1]]
+    assert all(a < b for a, b in zip(recompute, none, strict=True))
+    assert act["cpu_swap|recompute"][0] == 0 and act["recompute|cpu_swap"][1] == 0
     # like torch's save_on_cpu, every saved tensor gets its own host copy (no sharing)
-    assert all(h >= a for h, a in zip(host["cpu_swap"], act["none"], strict=True))
-    # recompute:full:1 checkpoints the first layer of each stage: stage 0's is the embedding
-    # (not a block: nothing changes, and a note says so), stage 1's is block1 (= full recompute)
-    assert act["recompute:full:1"] == [act["none"][0], act["recompute"][1]]
-    assert any("non-block layers" in n for n in runs["recompute:full:1"].notes)
-    # cpu_swap:0.5 swaps the first of each stage's two layers: block1 goes to host, head stays
-    assert 0 < host["cpu_swap:0.5"][1] < host["cpu_swap"][1]
-    assert 0 < act["cpu_swap:0.5"][1] < act["none"][1]
-    assert any("first 1 of 2 layers" in n for n in runs["cpu_swap:0.5"].notes)
+    assert all(h >= a for h, a in zip(swapped, none, strict=True))
+    # recompute:full:1 checkpoints each stage's first layer: stage 0's is the embedding (not a
+    # block: nothing changes, and a note says so), stage 1's is block1 (= full recompute)
+    half = "recompute:full:1|cpu_swap:0.5"
+    assert act[half][0] == none[0] and any("non-block layers" in n for n in runs[half].notes)
+    # cpu_swap:0.5 swaps the first of stage 1's two layers: block1 goes to host, the head stays
+    assert 0 < host[half][1] < swapped[1] and 0 < act[half][1] < none[1]
+    assert any("first 1 of 2 layers" in n for n in runs[half].notes)
     # selective recompute is not replayed: it runs as none and says so
-    assert act["recompute:selective"] == act["none"]
-    assert any("not replayed" in n for n in runs["recompute:selective"].notes)
+    sel = "recompute:selective|recompute:full:1"
+    assert act[sel] == [none[0], recompute[1]]
+    assert any("not replayed" in n for n in runs[sel].notes)
 
 
 def test_replay_reads_the_simulators_policy_spec() -> None:
