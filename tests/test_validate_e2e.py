@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -114,3 +115,21 @@ def test_validate_rejects_trace_without_model(tmp_path):
 def test_validate_rejects_a_grid(tmp_path):
     res = runner.invoke(app, ["validate", "experiments/cpu-gpt-tiny.yaml"])
     assert res.exit_code == 2 and "validate takes one" in res.output, res.output
+
+
+@pytest.mark.parametrize("policy,named", [("d2d_swap", "d2d_swap"), ("none|chunked", "chunked"),
+                                          ("zero_offload", "zero_offload")])
+def test_validate_refuses_a_policy_the_replay_cannot_run(tmp_path, policy, named):
+    """Exit 2 naming the option, before any rank starts (no validation.csv written)."""
+    root = Path(__file__).resolve().parents[1]
+    exp = {"name": "x", "hardware": str(root / "experiments" / "hardware" / "cpu-2rank.yaml"),
+           "models": [{"name": "g", "trace": str(root / "traces" / "gpt-tiny-cpu.csv"),
+                       "global_batch": 8, "microbatch_size": 2}],
+           "training": {"optimizer": "adam"},  # chunked with sgd crashes the simulator (reported)
+           "sweep": {"schedule": "gpipe", "stages": 2, "memory_policy": policy}}
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(exp))
+    res = runner.invoke(app, ["validate", str(tmp_path / "x.yaml"), "--nproc", "2"])
+    assert res.exit_code == 2, res.output
+    assert "sweep.memory_policy" in res.output and named in res.output
+    assert "only none, recompute, cpu_swap" in res.output
+    assert not (tmp_path / "validation.csv").exists()
