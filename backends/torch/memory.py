@@ -199,7 +199,7 @@ def offloading(tracker: SavedBytes | None) -> Iterator[None]:
 
 
 def install_swaps(
-    layers: Sequence[nn.Module], policy: ReplayPolicy, tracker: SavedBytes | None
+    layers: nn.ModuleList | Sequence[nn.Module], policy: ReplayPolicy, tracker: SavedBytes | None
 ) -> None:
     """Run ``layers[i]``, ``i`` in ``policy.swap``, under :func:`offloading` (forward pre/post
     hooks enter and leave it)."""

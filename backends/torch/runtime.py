@@ -190,6 +190,7 @@ class StageRunner:
         torch.autograd.backward(y, grad)
         self.versions.backward_done(mb)
         if self.rank > 0:
+            assert x.grad is not None, "a received activation requires grad"
             self._send(x.grad, self.rank - 1, self._tag(mb, True))
 
     def step(self, index: int) -> None:
@@ -241,7 +242,7 @@ class StageRunner:
             n: p.detach().cpu().clone()
             for n, p in self.versions.newest().global_named_parameters().items()
         }
-        path = Path(self.job.dump_dir) / f"rank{self.rank}.pt"
+        path = Path(str(self.job.dump_dir)) / f"rank{self.rank}.pt"
         torch.save({"grads": self.dumped_grads, "params": params}, path)
 
     def _stats(self, start: float, end: float) -> dict[str, Any]:
