@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (torch 2.13.0 CPU build first, so nothing resolves a newer torch),
-# install pipesim with its test extras, lint, and run the test suite.
+# install pipesim with its test extras, lint, and run the test suite (all of it, the slow
+# multi-process tests included; `bash scripts/test.sh -m "not slow"` runs the fast tier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv

@@ -102,17 +102,3 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n:.0f} B"
-
-
-def fmt_seconds(t: float) -> str:
-    """``0.0012`` -> ``'1.200 ms'``."""
-    if abs(t) >= 1:
-        return f"{t:.3f} s"
-    if abs(t) >= 1e-3:
-        return f"{t * 1e3:.3f} ms"
-    return f"{t * 1e6:.1f} us"
-
-
-def fmt_bandwidth(bps: float) -> str:
-    """``25e9`` -> ``'25.00 GB/s'``."""
-    return f"{bps / 1e9:.2f} GB/s"

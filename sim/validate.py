@@ -27,8 +27,6 @@ from sim.point import evaluate, resolve
 from sim.schedules.action import STEP, Action
 from sim.sweep import Prepared, expand, prepare
 
-REPLAY_POLICIES = {"none": "none", "recompute": "recompute", "cpu_swap": "cpu_swap"}
-
 
 @dataclass(frozen=True)
 class ValidationSpec:
@@ -87,17 +85,17 @@ def _model_spec(prep: Prepared, point: PointConfig) -> dict:
 
 
 def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend: str):
-    from backends.torch.job import ReplayJob
+    from backends.torch.job import ReplayJob, policy_problems
 
-    policy = point.memory_policy.split(":")[0]
-    if policy not in REPLAY_POLICIES:
-        raise InputError(f"memory policy {point.memory_policy!r} cannot be replayed; the torch "
-                         f"backend replays {sorted(REPLAY_POLICIES)}", file=prep.file,
+    problems = policy_problems(point.memory_policy, point.stages)  # the same parser as the sim
+    if problems:
+        raise InputError(f"cannot be replayed: {problems[0]}", file=prep.file,
                          field="sweep.memory_policy")
     return ReplayJob(model=_model_spec(prep, point), boundaries=list(res.boundaries),
                      schedule=point.schedule, stages=point.stages, microbatches=point.microbatches,
                      microbatch_size=point.microbatch_size, iterations=spec.iterations,
-                     warmup_iterations=spec.warmup_iterations, memory_policy=policy,
+                     warmup_iterations=spec.warmup_iterations,
+                     memory_policy=point.memory_policy,
                      device=spec.device, backend=backend, dtype=prep.traces[point.model].dtype,
                      threads=max(1, (os.cpu_count() or 1) // point.stages),
                      timeout_s=spec.timeout_s)

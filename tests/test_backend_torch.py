@@ -131,6 +131,7 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
     assert read_trace(tmp_path / "tiny").layers[1].act_bytes == block.act_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "backend,schedule,csv",
@@ -156,6 +157,7 @@ def test_replay_gradients_equal_single_process(
     assert result.iteration_time_s > 0 and len(result.peak_memory_bytes) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_2bw_update_is_one_step_stale(tmp_path: Path) -> None:
     lr, m, steps = 0.5, 2, 3
@@ -186,6 +188,7 @@ def test_2bw_update_is_one_step_stale(tmp_path: Path) -> None:
     assert any(not torch.allclose(params[n], sgd[n], atol=1e-4) for n in sgd)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("schedule,versions", [("pipedream", [2.0, 1.0]), ("pipemare", [1.0, 1.0])])
 def test_async_schedules_run_every_action(schedule: str, versions: list[float]) -> None:
@@ -196,18 +199,62 @@ def test_async_schedules_run_every_action(schedule: str, versions: list[float]) 
     assert len(result.iteration_times_s) == 2
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_memory_policies_change_the_activation_peak() -> None:
-    peaks = {}
-    for policy in ("none", "recompute", "cpu_swap"):
-        result = replay(_job(schedule="gpipe", memory_policy=policy))
-        peaks[policy] = result.memory[0]
-    assert peaks["recompute"]["act_peak_bytes"] < peaks["none"]["act_peak_bytes"]
-    assert peaks["cpu_swap"]["act_peak_bytes"] == 0
+    """2 stages of [embedding, block0] | [block1, head]: what each policy string replays, with
+    per-stage specs (``a|b``) so that one replay checks two stages."""
+    runs = {}
+    for policy in ("none", "recompute|cpu_swap", "cpu_swap|recompute",
+                   "recompute:full:1|cpu_swap:0.5", "recompute:selective|recompute:full:1"):
+        runs[policy] = replay(_job(schedule="gpipe", memory_policy=policy))
+    act = {p: [m["act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
+    host = {p: [m["host_act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
+    none = act["none"]
+    recompute = [act["recompute|cpu_swap"][0], act["cpu_swap|recompute"][1]]
+    swapped = [host["cpu_swap|recompute"][0], host["recompute|cpu_swap"][1]]
+    assert all(a < b for a, b in zip(recompute, none, strict=True))
+    assert act["cpu_swap|recompute"][0] == 0 and act["recompute|cpu_swap"][1] == 0
     # like torch's save_on_cpu, every saved tensor gets its own host copy (no sharing)
-    assert peaks["cpu_swap"]["host_act_peak_bytes"] >= peaks["none"]["act_peak_bytes"]
+    assert all(h >= a for h, a in zip(swapped, none, strict=True))
+    # recompute:full:1 checkpoints each stage's first layer: stage 0's is the embedding (not a
+    # block: nothing changes, and a note says so), stage 1's is block1 (= full recompute)
+    half = "recompute:full:1|cpu_swap:0.5"
+    assert act[half][0] == none[0] and any("non-block layers" in n for n in runs[half].notes)
+    # cpu_swap:0.5 swaps the first of stage 1's two layers: block1 goes to host, the head stays
+    assert 0 < host[half][1] < swapped[1] and 0 < act[half][1] < none[1]
+    assert any("first 1 of 2 layers" in n for n in runs[half].notes)
+    # selective recompute is not replayed: it runs as none and says so
+    sel = "recompute:selective|recompute:full:1"
+    assert act[sel] == [none[0], recompute[1]]
+    assert any("not replayed" in n for n in runs[sel].notes)
 
 
+def test_replay_reads_the_simulators_policy_spec() -> None:
+    from backends.torch.job import policy_problems
+    from backends.torch.memory import replay_policy
+
+    blocks = [False, True, True, False]  # embedding, block, block, head
+    assert replay_policy("recompute", 0, 1, blocks).checkpoint == {1, 2}
+    assert replay_policy("recompute:full:2", 0, 1, blocks).checkpoint == {1}
+    assert replay_policy("none|recompute:full:3", 1, 2, blocks).checkpoint == {1, 2}
+    assert replay_policy("none|recompute:full:3", 0, 2, blocks).checkpoint == set()
+    assert replay_policy("cpu_swap:0.25", 0, 1, blocks).swap == {0}
+    assert replay_policy("cpu_swap", 0, 1, blocks).swap == {0, 1, 2, 3}
+    assert replay_policy("cpu_swap", 0, 1, blocks).notes == ()
+    assert replay_policy("recompute:selective", 0, 1, blocks).checkpoint == set()
+    assert policy_problems("none|cpu_swap:0.5", 2) == []
+    assert "d2d_swap" in policy_problems("d2d_swap", 2)[0]
+    assert "chunked" in policy_problems("none|chunked", 2)[0]
+    assert "names 2 stages, not 3" in policy_problems("none|none", 3)[0]
+    assert "unknown memory policy 'swap'" in policy_problems("swap", 1)[0]
+    with pytest.raises(ValueError, match="memory_policy: 'auto' uses auto"):
+        _job(memory_policy="auto")
+    with pytest.raises(ValueError, match="only none, recompute and cpu_swap"):
+        replay_policy("zero_offload", 0, 1, blocks)
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_failing_rank_ends_the_run_with_its_error() -> None:
     t0 = time.monotonic()
@@ -220,26 +267,43 @@ def test_a_failing_rank_ends_the_run_with_its_error() -> None:
 
 
 def hang_on_rank_1(payload: dict, ctx: object) -> None:
-    """Rank function for the timeout test: rank 1 never reaches the barrier."""
+    """Rank function for the timeout test: rank 1 blocks forever on an event nobody sets (no
+    sleep that could end); rank 0 waits for it in a barrier."""
+    import threading
+
     import torch.distributed as dist
 
     if ctx.rank == 1:  # type: ignore[attr-defined]
-        time.sleep(600)
+        threading.Event().wait()
     dist.barrier()
 
 
-@pytest.mark.timeout(120)
+HANG_TIMEOUT_S = 30  # generous: both ranks start (import torch, join the group) well within it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_a_hanging_run_times_out_and_leaves_no_process() -> None:
-    with pytest.raises(
-        ReplayError, match=r"timed out after 5 s; ranks still running: \[0, 1\]"
-    ) as err:
+    """Deterministic: nothing ends by itself; only the launcher's timeout stops the run, and its
+    message names both ranks and shows rank 1 waiting inside ``hang_on_rank_1``."""
+    t0 = time.monotonic()
+    with pytest.raises(ReplayError) as err:
         run_ranks(
-            "tests.test_backend_torch:hang_on_rank_1", {}, nproc=2, timeout_s=5, pg_timeout_s=60
+            "tests.test_backend_torch:hang_on_rank_1",
+            {},
+            nproc=2,
+            timeout_s=HANG_TIMEOUT_S,
+            pg_timeout_s=600,  # rank 0's barrier must not give up before the launcher does
         )
-    assert "hang_on_rank_1" in str(err.value)  # the stack dump says where rank 1 waits
+    message = str(err.value)
+    assert f"run timed out after {HANG_TIMEOUT_S} s; ranks still running: [0, 1]" in message
+    rank1 = message.split("--- rank 1 ---", 1)[1]
+    assert "hang_on_rank_1" in rank1 and "wait" in rank1, message
+    assert HANG_TIMEOUT_S <= time.monotonic() - t0 < HANG_TIMEOUT_S + 30
     assert _worker_children() == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
     from backends.torch.calibrate import calibrate, fit_latency_bandwidth
@@ -260,3 +324,39 @@ def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
     assert [g.name for g in topo.gpus] == ["gpu0", "gpu1"] and topo.gpus[0].model == "cpu-rank"
     assert topo.gpus[0].peak_flops > 0 and topo.direct_link("gpu0", "gpu1").bandwidth_Bps > 0
     assert cal.ranks[0]["pairs"][0]["sizes"] == [2**10, 2**16, 2**20]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"])
+def test_expected_actions_are_every_microbatch_once_and_the_steps(schedule: str) -> None:
+    """The closed form the replay checks against: the program of every rank runs exactly it."""
+    from collections import Counter
+
+    from backends.torch.runtime import expected_actions, rank_program
+
+    job = _job(schedule=schedule, stages=3, nproc=3, microbatches=3, iterations=2,
+               warmup_iterations=1)
+    steps = 9 if schedule == "pipedream" else 3  # PipeDream steps after every micro-batch
+    for rank in range(3):
+        want = expected_actions(job, rank)
+        assert sum(want.values()) == 2 * 9 + steps and set(want.values()) == {1}
+        assert f"{rank}STEP{steps - 1}" in want and f"{rank}B8" in want
+        assert Counter(str(a) for a in rank_program(job, rank)) == want
+
+
+def test_a_missing_repeated_or_foreign_action_fails_all_actions_done() -> None:
+    from collections import Counter
+
+    from backends.torch.job import ReplayResult
+    from backends.torch.runtime import action_tally
+
+    due = Counter(["0F0", "0F1", "0B0", "0B1", "0STEP0"])
+
+    def done(executed: list[str]) -> bool:
+        counts, expected = action_tally(Counter(executed), due)
+        return ReplayResult(1.0, [1.0], [0.0], [{}], [counts], [expected], [], [], {}
+                            ).all_actions_done
+
+    assert done(["0F0", "0F1", "0B0", "0B1", "0STEP0"])
+    assert not done(["0F0", "0F1", "0B0", "0STEP0"])  # 0B1 never ran
+    assert not done(["0F0", "0F0", "0B0", "0B1", "0STEP0"])  # 0F0 twice, 0F1 never: same counts
+    assert not done(["0F0", "0F1", "0B0", "0B1", "0STEP0", "0STEP1"])

@@ -375,3 +375,37 @@ def test_format_grid_equals_torch(cls, p, m):
         r: [schedules._Action.from_str(str(a)) for a in acts] for r, acts in enumerate(program)
     }
     assert format_grid(program) == schedules._format_pipeline_order(order)
+
+
+def _imports(path) -> set[str]:
+    """Every ``sim.schedules.X`` module ``path`` imports, at top level or inside a function."""
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sim.schedules."):
+            out.add(node.module.rsplit(".", 1)[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.rsplit(".", 1)[1] for a in node.names
+                    if a.name.startswith("sim.schedules.")}
+    return out
+
+
+def test_schedule_modules_import_each_other_without_cycles():
+    """The modules of sim/schedules form a DAG (no deferred import hides a cycle)."""
+    from pathlib import Path
+
+    folder = Path(__file__).parent.parent / "sim" / "schedules"
+    graph = {p.stem: _imports(p) for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert "base" not in graph["analysis"] and "analysis" in graph["base"]
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, f"import cycle: {' -> '.join((*path, node))}"
+        if node not in done:
+            for nxt in graph.get(node, ()):
+                visit(nxt, (*path, node))
+            done.add(node)
+
+    for module in graph:
+        visit(module, ())

@@ -400,26 +400,49 @@ def test_load_trace_unknown_lists_available():
     assert "experiments/x.yaml" in msg and "model.trace" in msg and "gnmt16" in msg
 
 
-@pytest.mark.parametrize(
-    "name,layers,params",
-    [
-        ("gnmt16", 33, 277_717_568),
-        ("vgg16", 36, 138_357_544),
-        ("gpt2-1.5b", 50, 1_638_022_400),
-        ("bert-large", 26, 367_480_636),
-        ("gpt-5b", 46, 5_296_521_216),
-        ("gpt2-1b", 22, 1_215_119_360),
-        ("gpt3-10b", 52, 10_484_899_840),
-        ("gpt-ds-20b", 27, 20_967_137_280),
-        ("gpt-ds-40b", 52, 41_102_458_880),
-    ],
-)
-def test_shipped_traces(name, layers, params):
-    t = load_trace(name)
-    assert (len(t), t.parameters) == (layers, params)
+# GPT shipped traces: (name, blocks L, hidden h), vocab 50257, seq 1024, ffn 4h (traces/*.yaml).
+GPT_SHIPPED = [("gpt2-1.5b", 48, 1600), ("gpt-5b", 44, 3072), ("gpt2-1b", 20, 2048),
+               ("gpt3-10b", 50, 4096), ("gpt-ds-20b", 25, 8192), ("gpt-ds-40b", 50, 8192)]
+
+
+def _gpt_parameters(L: int, h: int, V: int = 50257, s: int = 1024) -> int:
+    """L blocks of 12h^2 + 13h (Narayanan et al. SC'21), token + position embeddings (V + s)h,
+    the final LayerNorm 2h and an untied LM head Vh."""
+    return L * (12 * h * h + 13 * h) + (V + s) * h + 2 * h + V * h
+
+
+def _shipped_ok(t: Trace) -> None:
     for key in ("source", "command", "date", "notes"):
         assert t.provenance.get(key), key
     assert all(not x.problems() for x in t.layers)
+
+
+@pytest.mark.parametrize("name,L,h", GPT_SHIPPED)
+def test_shipped_gpt_traces_have_the_closed_form_size(name, L, h):
+    t = load_trace(name)
+    assert (len(t), t.parameters) == (L + 2, _gpt_parameters(L, h))
+    _shipped_ok(t)
+
+
+def test_shipped_bert_large_has_the_published_size():
+    t = load_trace("bert-large")
+    h, V = 1024, 30522
+    heads = (h * h + h) + 2 * h + V + (2 * h + 2)  # MLM transform + LN, decoder bias, NSP
+    assert len(t) == 24 + 2 and t.parameters == 335_141_888 + heads + V * h  # bert-large-uncased
+    _shipped_ok(t)
+
+
+@pytest.mark.parametrize("name,graph,params", [("gnmt16", "gnmt_large", None),
+                                               ("vgg16", "vgg16", 138_357_544)])
+def test_shipped_pipedream_traces_sum_their_profiles(name, graph, params):
+    """PipeDream's parameter_size is fp32 bytes: the count is their sum / 4; VGG-16's is the
+    published 138,357,544 (torchvision vgg16). One layer per node with time or parameters."""
+    t = load_trace(name)
+    nodes = _file_nodes(PD / graph / "graph.txt")
+    assert t.parameters == sum(n[4] for n in nodes) / 4 == (params or t.parameters)
+    assert len(t) == sum(1 for n in nodes if (n[2] or n[3] or n[4]) and not n[1].startswith(
+        "Input"))
+    _shipped_ok(t)
 
 
 def test_shipped_files_match_regeneration(tmp_path):

@@ -34,10 +34,11 @@ matmul_n=None, name=None, path=None, timeout_s=300, threads=None) -> Calibration
     JSON/YAML round trips for the CLI and the winner file.
 
 ``ModelSpec``, ``as_spec(obj)``, ``build_layers(spec, seed)``, ``build_stage(spec, boundaries,
-stage, seed)``, ``make_batch(spec, microbatch_size, seed)``, ``even_boundaries(n_layers, stages)``
+stage, seed)``, ``make_batch(spec, microbatch_size, seed)``
     The models (:mod:`.models`): GPT/BERT chains of ``layers + 2`` modules with the analytic
     generator's sizes; ``as_spec`` also accepts ``sim.trace.generator.MODEL_PRESETS`` names.
-    ``boundaries`` are start layers per stage, as ``sim.partition.Partition.boundaries``.
+    ``boundaries`` are start layers per stage, as ``sim.partition.Partition.boundaries``; the
+    default split is ``sim.partition.uniform_partition`` (the simulator's own).
 
 Other modules: :mod:`.memory` (saved-tensor counting, memory policies), :mod:`.versions`
 (weight versions per schedule), :mod:`.worker` (one rank process).
@@ -62,7 +63,6 @@ _LAZY = {
     "build_layers": "models",
     "build_stage": "models",
     "make_batch": "models",
-    "even_boundaries": "models",
 }
 
 __all__ = sorted(_LAZY)

@@ -15,6 +15,26 @@ from sim.schedules.registry import get_schedule
 SCHEDULES_TORCH = ("gpipe", "1f1b")
 """Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
 POLICIES = ("none", "recompute", "cpu_swap")
+"""Memory policies the replay runs (``backends.torch.memory.replay_policy``), per stage."""
+
+
+def policy_problems(text: str, stages: int) -> list[str]:
+    """Why the replay cannot run memory policy ``text`` on ``stages`` stages (empty if it can).
+
+    The string is read by the simulator's own parser (``sim.memory.registry.parse_policy``).
+    """
+    from sim.memory.registry import parse_policy
+
+    try:
+        spec = parse_policy(text)
+        spec.for_stage(0, stages)
+    except (KeyError, ValueError) as exc:
+        return [f"memory_policy: {exc.args[0]}"]
+    other = sorted(spec.kinds() - set(POLICIES))
+    if other:
+        return [f"memory_policy: {text!r} uses {', '.join(other)}; the torch replay runs only "
+                f"{', '.join(POLICIES)} (one per stage joined by '|')"]
+    return []
 
 
 @dataclass
@@ -33,7 +53,9 @@ class ReplayJob:
         microbatch_size: samples per micro-batch ``b``.
         iterations: measured iterations (optimizer steps; ``m`` micro-batches each).
         warmup_iterations: iterations run before measuring.
-        memory_policy: ``none``, ``recompute`` or ``cpu_swap``.
+        memory_policy: the simulator's ``memory_policy`` string using ``none``, ``recompute``
+            and ``cpu_swap`` (``recompute:full:2``, ``cpu_swap:0.5``, ``none|recompute``); what
+            the replay runs differently is in the result's notes.
         device: ``cpu`` (gloo) or ``cuda`` (NCCL, rank ``r`` on GPU ``r``).
         nproc: ranks; ``None`` means ``stages`` (the only supported layout).
         backend: ``ours`` (:mod:`backends.torch.runtime`, every schedule) or ``torch``
@@ -104,8 +126,7 @@ class ReplayJob:
             out.append(f"warmup_iterations: must be >= 0, got {self.warmup_iterations}")
         if self.nproc != self.stages:
             out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
-        if self.memory_policy not in POLICIES:
-            out.append(f"memory_policy: {self.memory_policy!r} not in {POLICIES}")
+        out += policy_problems(self.memory_policy, self.stages)
         if self.backend not in ("ours", "torch"):
             out.append(f"backend: {self.backend!r} must be 'ours' or 'torch'")
         if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH:
@@ -153,8 +174,11 @@ class ReplayResult:
             bytes (see ``memory``).
         memory: per rank, the parts: ``param_bytes``, ``versions``, ``grad_bytes``,
             ``act_peak_bytes``, ``host_act_peak_bytes`` (swapped), ``cuda_max_allocated``.
-        action_counts: per rank, executed actions by op (``F``, ``B``, ``STEP``).
-        expected_action_counts: per rank, the counts in the program.
+        action_counts: per rank, executed actions by op (``F``, ``B``, ``STEP``); our runtime
+            adds ``wrong``, actions run that were not due plus due ones never run
+            (``backends.torch.runtime.action_tally``).
+        expected_action_counts: per rank, the counts due, from the job alone (every
+            micro-batch's F and B, the schedule's optimizer steps), not from the program run.
         losses: loss of every micro-batch in execution order (last stage), unscaled.
         notes: caveats of this measurement.
         job: the job, as a dict.

@@ -7,26 +7,34 @@ autograd frees the saved tensor (after the backward, or when the graph is droppe
 ``live_bytes`` is the activation stash alive right now and ``peak_bytes`` its maximum: exact
 and device-agnostic (the CUDA caching allocator rounds; this does not).
 
-Policies (memory.md §7, "Replaying policies"):
+Policies (memory.md §7, "Replaying policies"), read from the simulator's own
+``sim.memory.spec.PolicySpec`` for the rank's stage (:func:`replay_policy`):
 
 * ``none``: keep every saved tensor on the device.
-* ``recompute``: ``torch.utils.checkpoint`` around each block (done by
+* ``recompute`` / ``recompute:full``: ``torch.utils.checkpoint`` around each block (done by
   :class:`backends.torch.models.StageModule`); only block inputs are saved.
-* ``cpu_swap``: saved tensors go to host memory. On CUDA this is torch's
-  ``torch.autograd.graph.save_on_cpu(pin_memory=True)``; on CPU, where device and host are the
-  same memory, :class:`SavedBytes` copies them and counts them as host bytes, not device bytes.
-  As in ``save_on_cpu``, each saved tensor gets its own copy, so tensors that shared a storage
-  on the device no longer share it on the host.
+  ``recompute:full:N``: only the blocks among the stage's first ``N`` layers.
+  ``recompute:selective`` is not replayed: the stage keeps every activation and a note says so.
+* ``cpu_swap[:f]``: the saved tensors of the stage's first ``round(f * L)`` of ``L`` layers go
+  to host memory (a note gives the count when ``f < 1``: the simulator swaps ``f`` of the stash
+  bytes). On CUDA this is torch's ``torch.autograd.graph.save_on_cpu(pin_memory=True)`` around
+  those layers; on CPU, where device and host are the same memory, :class:`SavedBytes` copies
+  them and counts them as host bytes, not device bytes. As in ``save_on_cpu``, each saved tensor
+  gets its own copy, so tensors that shared a storage on the device no longer share it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from torch import nn
 
-POLICIES = ("none", "recompute", "cpu_swap")
+from backends.torch.models import Block, StageModule
+from sim.memory.registry import parse_policy
 
 
 class _Held:
@@ -72,11 +80,6 @@ class SavedBytes:
         """Never count the storages of ``tensors`` (call for every new weight version)."""
         self._excluded.update(t.untyped_storage().data_ptr() for t in tensors)
 
-    def reset_peak(self) -> None:
-        """Restart the peaks from the current live bytes."""
-        self.peak_bytes = self.live_bytes
-        self.host_peak_bytes = self.host_live_bytes
-
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """The context manager that installs the counting hooks."""
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -121,29 +124,117 @@ class SavedBytes:
             self._add(-entry[1], host)
 
 
-@contextlib.contextmanager
-def policy_context(policy: str, device: torch.device, tracker: SavedBytes | None) -> Iterator[None]:
-    """The context a forward runs in under memory ``policy``.
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """What one rank does about memory: the replay of its stage's policy spec.
+
+    Attributes:
+        checkpoint: positions (in the stage) of the blocks run under activation checkpointing.
+        swap: positions of the layers whose saved tensors go to host memory.
+        swap_loss: the loss's saved tensors go too (the last stage's whole stash is swapped).
+        notes: where the replay differs from what the simulator models, in words.
+    """
+
+    checkpoint: frozenset[int] = frozenset()
+    swap: frozenset[int] = frozenset()
+    swap_loss: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+
+def replay_policy(text: str, stage: int, stages: int, is_block: Sequence[bool]) -> ReplayPolicy:
+    """The :class:`ReplayPolicy` of ``stage`` for the ``memory_policy`` string ``text``.
 
     Args:
-        policy: ``none``, ``recompute`` (the checkpointing itself lives in the stage module) or
-            ``cpu_swap``.
-        device: the compute device.
-        tracker: counting hooks (CPU replays); ``None`` on CUDA, where the allocator is read.
+        text: the simulator's ``memory_policy`` (per-stage specs joined by ``|`` allowed).
+        stage: this rank's stage; ``stages``: the pipeline depth.
+        is_block: for each layer of the stage, whether it is a transformer block.
 
     Raises:
-        ValueError: unknown policy.
+        ValueError: a policy the replay cannot run (only ``none``, ``recompute`` and
+            ``cpu_swap`` are replayed), or a per-stage spec for another number of stages.
+
+    Example:
+        >>> replay_policy("none|cpu_swap:0.5", 1, 2, [True] * 4).swap
+        frozenset({0, 1})
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown memory policy {policy!r}; use one of {', '.join(POLICIES)}")
-    if policy == "cpu_swap" and device.type == "cuda":
+    spec = parse_policy(text).for_stage(stage, stages)
+    n = len(is_block)
+    blocks = frozenset(i for i, b in enumerate(is_block) if b)
+    where = f"stage {stage}: {spec.text!r}"
+    if spec.kind == "none":
+        return ReplayPolicy()
+    if spec.kind == "recompute" and spec.mode == "selective":
+        return ReplayPolicy(notes=(f"{where} not replayed: the stage keeps every activation, as "
+                                   "'none' (the simulator drops and re-runs the attention core)",))
+    if spec.kind == "recompute":
+        first = n if spec.layers is None else min(spec.layers, n)
+        others = [i for i in range(first) if i not in blocks]
+        notes = () if not others or spec.layers is None else (
+            f"{where}: checkpoints the blocks among the first {first} layers; the simulator also "
+            f"re-runs the non-block layers at positions {others}",)
+        return ReplayPolicy(checkpoint=frozenset(i for i in blocks if i < first), notes=notes)
+    if spec.kind == "cpu_swap":
+        fraction = 1.0 if spec.fraction is None else spec.fraction
+        k = round(fraction * n)
+        notes = () if k == n else (
+            f"{where}: saved tensors of the first {k} of {n} layers go to host (the simulator "
+            f"swaps {fraction:g} of the stash bytes)",)
+        return ReplayPolicy(swap=frozenset(range(k)), swap_loss=k == n, notes=notes)
+    raise ValueError(f"{where}: the torch replay runs only none, recompute and cpu_swap")
+
+
+@contextlib.contextmanager
+def offloading(tracker: SavedBytes | None) -> Iterator[None]:
+    """Tensors saved for backward inside go to host memory: ``tracker``'s host copies (CPU) or
+    ``save_on_cpu(pin_memory=True)`` (``tracker`` None: CUDA)."""
+    if tracker is None:
         with torch.autograd.graph.save_on_cpu(pin_memory=True):
             yield
-    elif tracker is not None:
-        with tracker.hooks():
-            yield
-    else:
+        return
+    before, tracker.offload = tracker.offload, True
+    try:
         yield
+    finally:
+        tracker.offload = before
+
+
+def install_swaps(
+    layers: nn.ModuleList | Sequence[nn.Module], policy: ReplayPolicy, tracker: SavedBytes | None
+) -> None:
+    """Run ``layers[i]``, ``i`` in ``policy.swap``, under :func:`offloading` (forward pre/post
+    hooks enter and leave it)."""
+    for i in sorted(policy.swap):
+        open_contexts: list[Any] = []
+
+        def enter(_module: nn.Module, _args: Any, _open: list[Any] = open_contexts) -> None:
+            ctx = offloading(tracker)
+            ctx.__enter__()
+            _open.append(ctx)
+
+        def leave(_m: nn.Module, _a: Any, _out: Any, _open: list[Any] = open_contexts) -> None:
+            _open.pop().__exit__(None, None, None)
+
+        layers[i].register_forward_pre_hook(enter)
+        layers[i].register_forward_hook(leave)
+
+
+def apply_policy(
+    module: StageModule, text: str, stage: int, stages: int, tracker: SavedBytes | None
+) -> ReplayPolicy:
+    """Set ``module`` up to run stage ``stage``'s policy from ``text``; returns what it runs.
+
+    Raises:
+        ValueError: as :func:`replay_policy`.
+    """
+    policy = replay_policy(text, stage, stages, [isinstance(x, Block) for x in module.layers])
+    module.recompute = policy.checkpoint
+    install_swaps(module.layers, policy, tracker)
+    return policy
+
+
+def saved_context(tracker: SavedBytes | None) -> contextlib.AbstractContextManager[Any]:
+    """The context a stage's forward runs in: the counting hooks on CPU, nothing on CUDA."""
+    return tracker.hooks() if tracker is not None else contextlib.nullcontext()
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:

@@ -22,7 +22,7 @@ Dropout is 0 so runs are deterministic. Each layer is initialised from its own s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -229,13 +229,6 @@ def stage_ranges(boundaries: Sequence[int], n_layers: int) -> list[range]:
     return [range(a, e) for a, e in zip(b, ends, strict=True)]
 
 
-def even_boundaries(n_layers: int, stages: int) -> list[int]:
-    """Start layers splitting ``n_layers`` into ``stages`` near-equal contiguous stages."""
-    if not 1 <= stages <= n_layers:
-        raise ValueError(f"cannot split {n_layers} layers into {stages} stages")
-    return [round(i * n_layers / stages) for i in range(stages)]
-
-
 class StageModule(nn.Module):
     """The layers of one stage, run in order; optionally recomputing every block.
 
@@ -243,18 +236,26 @@ class StageModule(nn.Module):
         layers: the stage's modules (chain order).
         first: chain index of ``layers[0]`` (used to name parameters globally).
         recompute: wrap each :class:`Block` in ``torch.utils.checkpoint.checkpoint``
-            (non-reentrant), i.e. the ``recompute`` memory policy (memory.md §7).
+            (non-reentrant), i.e. the ``recompute`` memory policy (memory.md §7); or only the
+            blocks at these positions in the stage (``recompute:full:N``).
     """
 
-    def __init__(self, layers: Sequence[nn.Module], first: int = 0, recompute: bool = False):
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        first: int = 0,
+        recompute: bool | Collection[int] = False,
+    ):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.first = first
-        self.recompute = recompute
+        self.recompute = (
+            frozenset(range(len(layers))) if recompute is True else frozenset(recompute or ())
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            if self.recompute and isinstance(layer, Block):
+        for i, layer in enumerate(self.layers):
+            if i in self.recompute and isinstance(layer, Block):
                 x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
             else:
                 x = layer(x)
@@ -275,7 +276,7 @@ def build_stage(
     stage: int,
     seed: int = 0,
     *,
-    recompute: bool = False,
+    recompute: bool | Collection[int] = False,
     dtype: str = "fp32",
 ) -> StageModule:
     """The layers of ``stage`` as one module, weights identical to :func:`build_layers`.
@@ -285,7 +286,8 @@ def build_stage(
         boundaries: start layer of each stage (see :func:`stage_ranges`).
         stage: stage index.
         seed: the model seed.
-        recompute: activation checkpointing around each block.
+        recompute: activation checkpointing around each block (or the blocks at these
+            positions in the stage).
         dtype: parameter dtype.
     """
     spec = as_spec(spec)

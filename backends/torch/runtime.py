@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,18 @@ import torch
 import torch.distributed as dist
 
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, policy_context, tensor_bytes
-from backends.torch.models import DTYPES, as_spec, build_stage, even_boundaries, lm_loss, microbatch
+from backends.torch.memory import (
+    SavedBytes,
+    apply_policy,
+    offloading,
+    saved_context,
+    tensor_bytes,
+)
+from backends.torch.models import DTYPES, as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext
+from sim.partition import uniform_partition
 from sim.schedules.action import STEP, Action
 from sim.schedules.registry import get_schedule
 
@@ -44,6 +52,46 @@ def rank_program(job: ReplayJob, rank: int) -> list[Action]:
     """Rank ``rank``'s actions for ``warmup_iterations + iterations`` iterations."""
     schedule = get_schedule(job.schedule)(job.stages, job.microbatches)
     return schedule.program(job.warmup_iterations + job.iterations)[rank]
+
+
+def expected_actions(job: ReplayJob, rank: int) -> Counter[str]:
+    """What rank ``rank`` must execute, from the job alone (not from the program it runs).
+
+    Every rank runs one forward and one backward of each micro-batch ``0 .. n-1``, ``n = (warmup
+    + iterations) * m`` (``sim.schedules.action``: micro-batch indices are global), and the
+    schedule's ``optimizer_steps(warmup + iterations)`` optimizer steps numbered from 0.
+
+    Returns:
+        Action strings (``"1F3"``, ``"1STEP0"``) with the number of times each must run.
+    """
+    total = job.warmup_iterations + job.iterations
+    steps = get_schedule(job.schedule)(job.stages, job.microbatches).optimizer_steps(total)
+    want = Counter(f"{rank}{op}{mb}" for mb in range(total * job.microbatches) for op in "FB")
+    want.update(f"{rank}{STEP}{k}" for k in range(steps))
+    return want
+
+
+def action_tally(executed: Counter[str], expected: Counter[str]) -> tuple[dict, dict]:
+    """``(counts, expected_counts)`` per op for :class:`ReplayResult`: equal only when
+    ``executed`` is exactly ``expected`` (each action as often as it must run).
+
+    ``counts`` has the executed actions per op plus ``wrong``: actions run that were not
+    expected or more often than expected, and expected actions never run; ``expected_counts``
+    has the expected per op and ``wrong: 0``.
+
+    Example:
+        >>> action_tally(Counter(["0F0", "0F0"]), Counter(["0F0", "0B0"]))
+        ({'F': 2, 'wrong': 2}, {'B': 1, 'F': 1, 'wrong': 0})
+    """
+
+    def per_op(actions: Counter[str]) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for name, n in actions.items():
+            out[Action.from_str(name).op] += n
+        return dict(sorted(out.items()))
+
+    wrong = sum(((executed - expected) + (expected - executed)).values())
+    return {**per_op(executed), "wrong": wrong}, {**per_op(expected), "wrong": 0}
 
 
 def _backwards_per_step(program: list[Action]) -> int:
@@ -68,20 +116,12 @@ class StageRunner:
         self.spec = as_spec(job.model)
         self.rank, self.last = ctx.rank, ctx.rank == job.stages - 1
         self.dev = ctx.device
-        boundaries = job.boundaries or even_boundaries(self.spec.n_layers, job.stages)
-        module = build_stage(
-            self.spec,
-            boundaries,
-            self.rank,
-            job.seed,
-            recompute=job.memory_policy == "recompute",
-            dtype=job.dtype,
-        ).to(self.dev)
-        on_cpu = self.dev.type == "cpu"
-        self.tracker = (
-            SavedBytes(module.parameters(), offload=job.memory_policy == "cpu_swap")
-            if on_cpu
-            else None
+        boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
+        module = build_stage(self.spec, boundaries, self.rank, job.seed, dtype=job.dtype)
+        module = module.to(self.dev)
+        self.tracker = SavedBytes(module.parameters()) if self.dev.type == "cpu" else None
+        self.policy = apply_policy(
+            module, job.memory_policy, self.rank, job.stages, self.tracker
         )
         self.versions = make_versions(
             get_schedule(job.schedule).name,
@@ -96,7 +136,7 @@ class StageRunner:
         self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []
         self.losses: list[torch.Tensor] = []
-        self.counts: Counter[str] = Counter()
+        self.executed: Counter[str] = Counter()
         self.step_times: list[float] = []
         self.spans: list[tuple[str, float, float, float]] = []
         self.ready = 0.0  # when the running action's input had arrived
@@ -130,11 +170,12 @@ class StageRunner:
             x = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[0].to(self.dev)
         else:
             x = self._recv(self.rank - 1, self._tag(mb, False)).requires_grad_()
-        with policy_context(self.job.memory_policy, self.dev, self.tracker):
+        with saved_context(self.tracker):
             y = module(x)
             if self.last:
                 targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
-                y = lm_loss(y, targets.to(self.dev))
+                with offloading(self.tracker) if self.policy.swap_loss else nullcontext():
+                    y = lm_loss(y, targets.to(self.dev))
         if self.last:
             self.losses.append(y.detach())
             y = y * self.scale
@@ -149,6 +190,7 @@ class StageRunner:
         torch.autograd.backward(y, grad)
         self.versions.backward_done(mb)
         if self.rank > 0:
+            assert x.grad is not None, "a received activation requires grad"
             self._send(x.grad, self.rank - 1, self._tag(mb, True))
 
     def step(self, index: int) -> None:
@@ -187,23 +229,23 @@ class StageRunner:
             t0 = self.ready = time.perf_counter()
             ops[action.op](action.microbatch)
             self.spans.append((str(action), t0, self.ready, time.perf_counter()))
-            self.counts[action.op] += 1
+            self.executed[str(action)] += 1
         self._wait_sends()
         dist.barrier()
         end = time.perf_counter()
         if self.job.dump_dir:
             self._dump()
-        return self._stats(program, start, end)
+        return self._stats(start, end)
 
     def _dump(self) -> None:
         params = {
             n: p.detach().cpu().clone()
             for n, p in self.versions.newest().global_named_parameters().items()
         }
-        path = Path(self.job.dump_dir) / f"rank{self.rank}.pt"
+        path = Path(str(self.job.dump_dir)) / f"rank{self.rank}.pt"
         torch.save({"grads": self.dumped_grads, "params": params}, path)
 
-    def _stats(self, program: list[Action], start: float, end: float) -> dict[str, Any]:
+    def _stats(self, start: float, end: float) -> dict[str, Any]:
         versions = self.versions.peak_versions
         memory: dict[str, float] = {
             "param_bytes": float(self.param_bytes),
@@ -217,10 +259,11 @@ class StageRunner:
         else:
             peak = torch.cuda.max_memory_allocated(self.dev)
             memory["cuda_max_allocated"] = float(peak)
+        counts, expected = action_tally(self.executed, expected_actions(self.job, self.rank))
         return {
             "rank": self.rank,
-            "counts": dict(self.counts),
-            "expected": dict(Counter(a.op for a in program)),
+            "counts": counts,
+            "expected": expected,
             "start": start,
             "end": end,
             "step_times": self.step_times,
@@ -229,7 +272,7 @@ class StageRunner:
             "memory": memory,
             "peak_memory_bytes": float(peak),
             "device_name": device_model_name(self.dev),
-            "notes": [],
+            "notes": list(self.policy.notes),
         }
 
 

@@ -28,10 +28,11 @@ import torch.distributed as dist
 from torch import nn
 
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, policy_context, tensor_bytes
-from backends.torch.models import as_spec, build_stage, even_boundaries, lm_loss, microbatch
+from backends.torch.memory import SavedBytes, apply_policy, saved_context, tensor_bytes
+from backends.torch.models import as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.worker import RankContext
+from sim.partition import uniform_partition
 
 
 def has_gloo_p2p_fix() -> bool:
@@ -42,16 +43,15 @@ def has_gloo_p2p_fix() -> bool:
 
 
 class _WithPolicy(nn.Module):
-    """Runs the stage's forward under the memory policy (and the saved-bytes counter)."""
+    """Runs the stage's forward under the saved-bytes counter (the policy is set up on
+    ``inner`` by :func:`backends.torch.memory.apply_policy`)."""
 
-    def __init__(
-        self, inner: nn.Module, policy: str, device: torch.device, tracker: SavedBytes | None
-    ):
+    def __init__(self, inner: nn.Module, tracker: SavedBytes | None):
         super().__init__()
-        self.inner, self.policy, self.device, self.tracker = inner, policy, device, tracker
+        self.inner, self.tracker = inner, tracker
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with policy_context(self.policy, self.device, self.tracker):
+        with saved_context(self.tracker):
             return self.inner(x)
 
 
@@ -107,21 +107,15 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         )
     spec, dev, rank = as_spec(job.model), ctx.device, ctx.rank
     last = rank == job.stages - 1
-    boundaries = job.boundaries or even_boundaries(spec.n_layers, job.stages)
-    inner = build_stage(
-        spec,
-        boundaries,
-        rank,
-        job.seed,
-        recompute=job.memory_policy == "recompute",
-        dtype=job.dtype,
-    ).to(dev)
-    tracker = (
-        SavedBytes(inner.parameters(), job.memory_policy == "cpu_swap")
-        if dev.type == "cpu"
-        else None
-    )
-    module = _WithPolicy(inner, job.memory_policy, dev, tracker)
+    boundaries = job.boundaries or list(uniform_partition(spec.n_layers, job.stages))
+    inner = build_stage(spec, boundaries, rank, job.seed, dtype=job.dtype).to(dev)
+    tracker = SavedBytes(inner.parameters()) if dev.type == "cpu" else None
+    policy = apply_policy(inner, job.memory_policy, rank, job.stages, tracker)
+    module = _WithPolicy(inner, tracker)
+    notes = list(policy.notes)
+    if policy.swap_loss and last:
+        notes.append("cpu_swap: torch's schedule computes the loss outside the stage module, so "
+                     "the loss's saved tensors stay on the device")
     stage = PipelineStage(module, rank, job.stages, dev)
     action_counts = _count_actions(stage)
     schedule = _schedule(job, stage, csv)
@@ -182,7 +176,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         "memory": memory,
         "peak_memory_bytes": float(peak),
         "device_name": device_model_name(dev),
-        "notes": [f"torch.distributed.pipelining {'CSV runtime' if csv else job.schedule}"]
-        if rank == 0
-        else [],
+        "notes": notes
+        + ([f"torch.distributed.pipelining {'CSV runtime' if csv else job.schedule}"]
+           if rank == 0 else []),
     }

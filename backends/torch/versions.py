@@ -127,7 +127,8 @@ class Stashed:
         for vid in sorted(self.holders):
             for i, p in enumerate(self.versions[vid].parameters()):
                 if p.grad is not None:
-                    total[i] = p.grad.clone() if total[i] is None else total[i] + p.grad
+                    acc = total[i]
+                    total[i] = p.grad.clone() if acc is None else acc + p.grad
         return total
 
     def _keep(self, vid: int, new_id: int) -> bool:

@@ -45,15 +45,15 @@ class Action(NamedTuple):
 
         Raises:
             ValueError: the text is not an action.
+
+        Example:
+            >>> Action.from_str("2F0"), str(Action(1, "STEP", 3))
+            (Action(stage=2, op='F', microbatch=0), '1STEP3')
         """
         m = _ACTION_RE.match(text)
         if not m:
             raise ValueError(f"{text!r} is not an action like '2F0' or '1B3'")
         return cls(int(m.group(1)), m.group(2), int(m.group(3)))
-
-    @property
-    def is_compute(self) -> bool:
-        return self.op in COMPUTE_OPS
 
 
 Program = list[list[Action]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from sim.schedules.action import STEP, Action, Program
-from sim.schedules.base import ScheduleError
+from sim.schedules.errors import ScheduleError
 
 _DONE_OPS = ("B", "W")
 """Ops that end a micro-batch's stay on a stage (a split backward ends at W)."""
@@ -23,6 +23,13 @@ def peak_in_flight(program: Program) -> list[int]:
 
     Returns:
         One count per rank, e.g. ``[4, 3, 2, 1]`` for 1F1B with p=4, m=8.
+
+    Example:
+        >>> from sim.schedules.registry import get_schedule
+        >>> peak_in_flight(get_schedule("1f1b")(4, 8).program(1))
+        [4, 3, 2, 1]
+        >>> peak_in_flight(get_schedule("gpipe")(4, 8).program(1))
+        [8, 8, 8, 8]
     """
     peaks = []
     for actions in program:
@@ -49,6 +56,11 @@ def delay_steps(program: Program, stage: int) -> int:
 
     Raises:
         ScheduleError: no rank runs ``stage``.
+
+    Example:
+        >>> from sim.schedules.registry import get_schedule
+        >>> [delay_steps(get_schedule("pipedream")(4, 4).program(3), s) for s in range(4)]
+        [3, 2, 1, 0]
     """
     steps = 0
     started: dict[int, int] = {}

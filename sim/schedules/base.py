@@ -12,10 +12,10 @@ from typing import ClassVar
 
 from sim.metrics import iterations_needed
 from sim.schedules.action import STEP, Action, Program
+from sim.schedules.analysis import delay_steps as program_delay_steps
+from sim.schedules.errors import ScheduleError
 
-
-class ScheduleError(ValueError):
-    """The schedule cannot be built for these (stages, microbatches)."""
+__all__ = ["Schedule", "ScheduleError", "with_steps_every"]
 
 
 class Schedule(ABC):
@@ -84,9 +84,7 @@ class Schedule(ABC):
         Measured from :meth:`program` over :meth:`steady_state_iterations` iterations with
         :func:`sim.schedules.analysis.delay_steps`; 0 for every flushed schedule.
         """
-        from sim.schedules.analysis import delay_steps  # deferred: analysis imports this module
-
-        return delay_steps(self.program(self.steady_state_iterations()), stage)
+        return program_delay_steps(self.program(self.steady_state_iterations()), stage)
 
     def one_iteration(self) -> Program:
         """The compute actions of one iteration (no STEP), as torch's CSV holds them."""
@@ -103,6 +101,11 @@ def with_steps_every(order: list[Action], every: int) -> list[Action]:
         order: one rank's compute actions.
         every: backwards per optimizer step (1 for PipeDream, m for 2BW, PipeMare and the
             flushed schedules).
+
+    Example:
+        >>> order = [Action(0, op, mb) for mb in range(2) for op in "FB"]
+        >>> [str(a) for a in with_steps_every(order, 2)]
+        ['0F0', '0B0', '0F1', '0B1', '0STEP0']
     """
     out: list[Action] = []
     done = 0
