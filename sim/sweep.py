@@ -30,6 +30,9 @@ from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
 ROW_FORMAT = 2
+MAX_MICROBATCHES = 4096
+"""Most micro-batches per iteration simulated. An assumption bounding one point's run time
+(p = 8, m = 1024 takes about 2 s on a shared 2-core machine, linear in m)."""
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 
@@ -70,6 +73,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     """
     exp, file = prep.exp, prep.file
     sw = exp.sweep
+    check_options(prep)
     for i, name in enumerate(as_list(sw.schedule)):
         make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
@@ -124,6 +128,48 @@ def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
     return [SEPARATOR.join(specs)] if per_stage is not None else specs
 
 
+def check_options(prep: Prepared) -> None:
+    """Check ``options.boundaries`` and ``options.placement`` against every model and the
+    hardware before anything is simulated (their length is matched per point in :func:`expand`).
+
+    Raises:
+        InputError: a boundary out of range, not starting at 0 or not increasing; a placement
+            that is not rectangular, names a GPU the hardware lacks, or uses one twice.
+    """
+    opts, file = prep.exp.options, prep.file
+    if opts.boundaries is not None:
+        b = opts.boundaries
+        layers = min((len(t.layers), name) for name, t in prep.traces.items())
+        if not b or b[0] != 0:
+            raise InputError("the first stage must start at layer 0", file=file,
+                             field="options.boundaries.0")
+        for i in range(1, len(b)):
+            if b[i] <= b[i - 1]:
+                raise InputError(f"{b[i]} is not after {b[i - 1]}: stage start layers must "
+                                 "increase", file=file, field=f"options.boundaries.{i}")
+            if b[i] >= layers[0]:
+                raise InputError(f"layer {b[i]} does not exist: model {layers[1]} has "
+                                 f"{layers[0]} layers (0..{layers[0] - 1})", file=file,
+                                 field=f"options.boundaries.{i}")
+    if opts.placement is not None:
+        n = prep.topology.num_gpus
+        rows = opts.placement
+        if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
+            raise InputError("must be a non-empty list of equally long rows [replica][stage]",
+                             file=file, field="options.placement")
+        seen: dict[int, str] = {}
+        for r, row in enumerate(rows):
+            for s, g in enumerate(row):
+                where = f"options.placement.{r}.{s}"
+                if not 0 <= g < n:
+                    raise InputError(f"GPU {g} does not exist: {prep.topology.name} has GPUs "
+                                     f"0..{n - 1}", file=file, field=where)
+                if g in seen:
+                    raise InputError(f"GPU {g} is already used at {seen[g]}", file=file,
+                                     field=where)
+                seen[g] = where
+
+
 def _stage_count(policy: str, p: int) -> str:
     n = policy.count(SEPARATOR) + 1
     if n > 1 and n != p:
@@ -139,6 +185,16 @@ def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb:
         return (f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
                 f"(change training.global_batch or sweep.microbatch_size)")
     m = gb // (w * b)
+    if m > MAX_MICROBATCHES:
+        return (f"global batch {gb} / (dp_width {w} x microbatch_size {b}) = {m} micro-batches "
+                f"per iteration, more than the {MAX_MICROBATCHES} simulated (raise "
+                "microbatch_size or lower global_batch)")
+    opts = prep.exp.options
+    if opts.boundaries is not None and len(opts.boundaries) != p:
+        return f"options.boundaries has {len(opts.boundaries)} stages, not {p}"
+    if opts.placement is not None and (len(opts.placement), len(opts.placement[0])) != (w, p):
+        return (f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
+                f"(replicas x stages), not {w} x {p}")
     cls = get_schedule(sched)  # the name was checked by expand()
     if cls.needs_m_ge_p and m < p:
         return (f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
