@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from sim.errors import InputError
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
 """Experiment and model names become folder names under results/: letters, digits and
 ``. _ + -``, not starting with a dot (so never ``..`` or a path)."""
 _NAME_HELP = " Letters, digits and . _ + - only (it names a folder), not starting with a dot."

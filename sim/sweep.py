@@ -16,6 +16,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 import sim
 from sim.atomic import atomic_write_text
 from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
@@ -25,11 +27,17 @@ from sim.hardware.topology import Topology
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, resolve
+from sim.procs import die_with_parent
+from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
+from sim.textio import decode_text
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
-ROW_FORMAT = 2
+__all__ = ["Prepared", "ResultRow", "evaluate_row", "expand", "pick_winner", "prepare",
+           "run_points"]
+
+ROW_FORMAT = 3
 MAX_MICROBATCHES = 4096
 """Most micro-batches per iteration simulated. An assumption bounding one point's run time
 (p = 8, m = 1024 takes about 2 s on a shared 2-core machine, linear in m)."""
@@ -219,23 +227,23 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
 _WORKER: dict = {}
 
 
-def _init_worker(prep: Prepared) -> None:
+def _init_worker(prep: Prepared, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     _WORKER["prep"] = prep
 
 
-def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
+def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
     """The result row of one point (never raises for a point that cannot run: see ``error``)."""
     trace = prep.traces[point.model]
-    row = point.model_dump()
-    row["parameters"] = trace.parameters
+    base = dict(point.model_dump(), parameters=trace.parameters)
     try:
         res = resolve(prep.exp, point, prep.topology, trace, file=prep.file)
         met, log = evaluate(res)
     except (InputError, ValueError) as exc:
-        row.update(fits=False, error=str(exc))
-        return row
+        return ResultRow(**base, fits=False, error=str(exc))
     oom = met.oom[0] if met.oom else None
-    row.update(
+    return ResultRow(
+        **base,
         iteration_time_s=met.iteration_time_s,
         throughput_samples_per_s=met.throughput_samples_per_s,
         bubble_fraction=met.bubble_fraction, peak_memory_bytes=met.peak_memory_bytes,
@@ -246,15 +254,34 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
         placement=json.dumps([list(r) for r in res.placement]), error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
     )
-    return row
 
 
-def _worker_row(point: PointConfig) -> dict:
+def _worker_row(point: PointConfig) -> ResultRow:
     return evaluate_row(_WORKER["prep"], point)
 
 
+def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
+    """The row cached in ``path``, or why it cannot be used (corrupt, of another format, for
+    another point, or with invalid values)."""
+    try:
+        data = json.loads(decode_text(path.read_bytes(), label=str(path)))
+    except (OSError, ValueError, InputError) as exc:
+        return f"unreadable ({' '.join(str(exc).split())[:120]})"
+    if not isinstance(data, dict) or data.get("format") != ROW_FORMAT or data.get("key") != key:
+        return "not an entry of this version for this configuration"
+    try:
+        row = ResultRow.model_validate(data.get("row"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return f"invalid row: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    if row.point() != point:
+        return "its configuration differs from the one it is filed under"
+    return row
+
+
 def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | None,
-               jobs: int = 1, on_done: Callable[[int], None] | None = None) -> list[dict]:
+               jobs: int = 1, on_done: Callable[[int], None] | None = None,
+               on_warning: Callable[[str], None] | None = None) -> list[ResultRow]:
     """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
 
     Args:
@@ -263,25 +290,31 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
         cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
         jobs: worker processes (1: in this process).
         on_done: called with the number of rows finished so far (for a progress bar).
+        on_warning: called with a message for each cache entry that is corrupt or forged
+            (it is recomputed and overwritten).
     """
-    rows: list[dict | None] = [None] * len(points)
+    rows: list[ResultRow | None] = [None] * len(points)
     keys = [point_cache_key(prep, p) for p in points]
     todo = []
     for i, key in enumerate(keys):
         cached = cache_dir / f"{key}.json" if cache_dir else None
-        if cached and cached.is_file():
-            rows[i] = json.loads(cached.read_text())
-        else:
-            todo.append(i)
+        got = read_cached(cached, key, points[i]) if cached and cached.is_file() else None
+        if isinstance(got, ResultRow):
+            rows[i] = got
+            continue
+        if got is not None and on_warning:
+            on_warning(f"cache entry {cached} is {got}; recomputing it")
+        todo.append(i)
     done = len(points) - len(todo)
     if on_done:
         on_done(done)
 
-    def store(i: int, row: dict) -> None:
+    def store(i: int, row: ResultRow) -> None:
         nonlocal done
         rows[i] = row
         if cache_dir:
-            _atomic_json(cache_dir / f"{keys[i]}.json", row)
+            atomic_write_text(cache_dir / f"{keys[i]}.json", json.dumps(
+                {"format": ROW_FORMAT, "key": keys[i], "row": row.model_dump()}))
         done += 1
         if on_done:
             on_done(done)
@@ -292,21 +325,9 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
     else:
         ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(prep,)) as pool:
+                                 initargs=(prep, os.getpid())) as pool:
             for i, row in zip(todo, pool.map(_worker_row, [points[i] for i in todo],
-                                             chunksize=max(1, len(todo) // (jobs * 8))), strict=False):
+                                             chunksize=max(1, len(todo) // (jobs * 8))),
+                              strict=True):
                 store(i, row)
     return rows  # type: ignore[return-value]
-
-
-def _atomic_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, default=str))
-
-
-def pick_winner(rows: list[dict]) -> dict | None:
-    """The fitting row with the highest throughput (ties: fewer GPUs, then grid order)."""
-    ok = [r for r in rows if r.get("fits") and not r.get("error")]
-    if not ok:
-        return None
-    return max(ok, key=lambda r: (r["throughput_samples_per_s"],
-                                  -r["stages"] * r["dp_width"]))
