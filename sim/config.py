@@ -32,6 +32,16 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
 ``. _ + -``, not starting with a dot (so never ``..`` or a path)."""
 _NAME_HELP = " Letters, digits and . _ + - only (it names a folder), not starting with a dot."
 
+MAX_MICROBATCHES = 4096
+"""Most micro-batches per iteration simulated. An assumption bounding one point's run time
+(p = 8, m = 1024 takes about 2 s on a shared 2-core machine, linear in m)."""
+MAX_GPUS = 256
+"""Most GPUs a hardware description may have, hence most pipeline stages. An assumption that
+bounds the route computation (about 8 s for 256 GPUs on a shared 2-core machine, growing as
+the cube of the count)."""
+MAX_ITERATIONS = 100
+"""Most optimizer steps simulated or unrolled (the steady state is reached within a few)."""
+
 IntList = int | list[int]
 StrList = str | list[str]
 
@@ -76,8 +86,8 @@ class TrainingConfig(_Strict):
         "mixed-precision Adam 16 B/param in total).",
     )
     iterations: int = Field(
-        0, ge=0, le=100, description="Optimizer steps to simulate; 0 chooses enough for "
-        "steady state (at most 100: the steady state is reached within a few)."
+        0, ge=0, le=MAX_ITERATIONS, description="Optimizer steps to simulate; 0 chooses enough "
+        "for steady state (at most 100: the steady state is reached within a few)."
     )
     optimizer_step: bool = Field(
         True, description="Simulate the optimizer step's time (memory-bound update on HBM)."

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 import sim
 from sim.atomic import atomic_write_text
-from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
+from sim.config import MAX_MICROBATCHES, ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
@@ -38,9 +38,6 @@ __all__ = ["Prepared", "ResultRow", "evaluate_row", "expand", "pick_winner", "pr
            "run_points"]
 
 ROW_FORMAT = 3
-MAX_MICROBATCHES = 4096
-"""Most micro-batches per iteration simulated. An assumption bounding one point's run time
-(p = 8, m = 1024 takes about 2 s on a shared 2-core machine, linear in m)."""
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 

@@ -15,15 +15,13 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from sim.config import MAX_GPUS
 from sim.errors import InputError
 from sim.hardware.spec import HardwareSpec, topology_from_spec
 from sim.hardware.topology import Topology
 from sim.textio import load_yaml, read_text
 
 _MAX_BASE_DEPTH = 8
-MAX_GPUS = 256
-"""Most GPUs a hardware description may have. An assumption that bounds the route computation
-(about 8 s for 256 GPUs on a shared 2-core machine, growing as the cube of the count)."""
 MAX_LINKS = 65536
 """Most links a hardware description may list (same reason)."""
 
