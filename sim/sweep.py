@@ -258,8 +258,10 @@ def _worker_row(point: PointConfig) -> ResultRow:
 
 
 def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
-    """The row cached in ``path``, or why it cannot be used (corrupt, of another format, for
-    another point, or with invalid values)."""
+    """The row cached in ``path``, or why it cannot be used: unreadable, of another format or
+    key, a checksum that does not match (damaged), filed under another point, invalid values
+    (:class:`ResultRow`) or inconsistent ones (:meth:`ResultRow.problems`: a hand-edited row).
+    The checksum is not a signature: it catches damage, the consistency checks catch edits."""
     try:
         data = json.loads(decode_text(path.read_bytes(), label=str(path)))
     except (OSError, ValueError, InputError) as exc:
@@ -271,9 +273,17 @@ def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
     except ValidationError as exc:
         err = exc.errors()[0]
         return f"invalid row: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    if data.get("sha256") != _row_digest(key, data["row"]):
+        return "damaged (its checksum does not match its content)"
     if row.point() != point:
         return "its configuration differs from the one it is filed under"
+    if row.problems():
+        return f"inconsistent ({row.problems()[0]})"
     return row
+
+
+def _row_digest(key: str, row: dict) -> str:
+    return config_hash({"key": key, "row": row})
 
 
 def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | None,
@@ -310,8 +320,10 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
         nonlocal done
         rows[i] = row
         if cache_dir:
+            data = row.model_dump()
             atomic_write_text(cache_dir / f"{keys[i]}.json", json.dumps(
-                {"format": ROW_FORMAT, "key": keys[i], "row": row.model_dump()}))
+                {"format": ROW_FORMAT, "key": keys[i], "row": data,
+                 "sha256": _row_digest(keys[i], data)}))
         done += 1
         if on_done:
             on_done(done)
