@@ -13,13 +13,14 @@ A reference is resolved in this order:
 2. **A name in the traces directory**: ``<traces>/<ref>.csv`` (e.g. ``gnmt16`` ->
    ``traces/gnmt16.csv``), then ``<traces>/<ref>/graph.txt`` (e.g. ``pipedream/vgg16``). The
    traces directory is ``$PIPESIM_TRACES`` when set, else the repository's ``traces/``
-   (next to the ``sim`` package).
+   (next to the ``sim`` package), else the copy installed as ``sim.shipped_traces``.
 
 Anything else is an :class:`InputError` that lists the available names.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -58,9 +59,19 @@ def check_scale(trace: Trace, *, file: str) -> None:
 
 
 def traces_dir() -> Path:
-    """The directory searched for trace names: ``$PIPESIM_TRACES`` or the repository's ``traces/``."""
+    """The directory searched for trace names: ``$PIPESIM_TRACES``, else the repository's
+    ``traces/`` (a checkout or an editable install), else the copy installed with the package
+    as ``sim.shipped_traces`` (``pip install .``)."""
     env = os.environ.get("PIPESIM_TRACES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "traces"
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2] / "traces"
+    if (repo / "README.md").is_file() and (repo / "pipedream").is_dir():
+        return repo
+    spec = importlib.util.find_spec("sim.shipped_traces")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return repo
 
 
 def available_traces(directory: str | os.PathLike[str] | None = None) -> list[str]:
