@@ -119,12 +119,18 @@ def _ours(folder: Path) -> set[str]:
 
 def check_out_dir(out: Path, *, option: str = "--out") -> None:
     """Before a run: ``out`` must be a writable folder (or creatable), empty or written by an
-    earlier ``sim run`` (its files are replaced as a whole).
+    earlier ``sim run`` (its files are replaced as a whole), and not the working directory or
+    one of its parents (it is renamed).
 
     Raises:
         InputError: naming ``option``.
     """
     check_writable(out, option=option, directory=True)
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise InputError(f"{out} is the working directory or holds it; its files are replaced "
+                         "as a whole, so name a folder inside it (e.g. --out results/x)",
+                         field=option)
     if out.is_dir():
         entries = {p.name for p in out.iterdir()} - {".cache", MANIFEST}
         if entries and not (out / MANIFEST).is_file() and not (_ours(out) & {"results.csv"}):

@@ -41,6 +41,7 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     points, skipped = expand(prep)
     out = Path(out_dir) if out_dir else Path("results") / exp.name
     check_out_dir(out)
+    out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)
     console.print(f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
                   + (f" ({len(skipped)} combinations skipped)" if skipped else ""))

@@ -38,6 +38,9 @@ __all__ = ["Prepared", "ResultRow", "evaluate_row", "expand", "pick_winner", "pr
            "run_points"]
 
 ROW_FORMAT = 3
+MAX_GRID = 100_000
+"""Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
+shipped dgx1.yaml has 810."""
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 
@@ -82,6 +85,12 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     for i, name in enumerate(as_list(sw.schedule)):
         make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
+    size = sum(len(as_list(sw.schedule)) * len(as_list(sw.stages)) * len(as_list(sw.dp_width))
+               * len(as_list(m.microbatch_size if m.microbatch_size is not None
+                             else sw.microbatch_size)) * len(policies) for m in exp.models)
+    if size > MAX_GRID:
+        raise InputError(f"the grid has {size:,} combinations, more than the {MAX_GRID:,} "
+                         "simulated; shorten its lists", file=file, field="sweep")
     points, skipped = [], []
     for _mi, model in enumerate(exp.models):
         gb = model.global_batch or exp.training.global_batch
