@@ -69,7 +69,7 @@ def pid_alive(pid: int) -> bool:
 def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
     """Delete the temporary files of :func:`atomic_write_bytes` in ``folder`` whose writer is
     dead (a process killed while writing). Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     d = Path(folder)
     if not d.is_dir():
         return removed

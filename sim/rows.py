@@ -74,14 +74,13 @@ class ResultRow(BaseModel):
         """Inconsistencies no simulation produces (a forged or damaged row): throughput not
         ``microbatches x microbatch_size x dp_width / iteration_time_s`` (metrics.py), a row
         that fits yet names an out-of-memory device, a measured row without its numbers."""
-        out = []
+        out: list[str] = []
         if self.error:
             return out
-        nums = (self.iteration_time_s, self.throughput_samples_per_s, self.peak_memory_bytes)
-        if any(v is None for v in nums):
+        it, tput = self.iteration_time_s, self.throughput_samples_per_s
+        if it is None or tput is None or self.peak_memory_bytes is None:
             return ["iteration_time_s, throughput_samples_per_s, peak_memory_bytes: missing"]
         samples = self.microbatches * self.microbatch_size * self.dp_width
-        it, tput = self.iteration_time_s, self.throughput_samples_per_s
         if not it > 0 or not math.isclose(tput, samples / it, rel_tol=1e-9):
             out.append(f"throughput_samples_per_s: {tput} is not {samples} samples / "
                        f"iteration_time_s {it}")

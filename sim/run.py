@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -92,8 +93,9 @@ def _write_all(exp, prep, points, skipped, rows, path: Path, out: Path, plots: b
                       f"b={winner.microbatch_size} m={winner.microbatches} "
                       f"policy={winner.memory_policy}: "
                       f"{winner.throughput_samples_per_s:.2f} samples/s, "
-                      f"{winner.iteration_time_s * 1e3:.2f} ms/iteration, "
-                      f"peak {winner.peak_memory_bytes / 2**30:.2f} GiB", highlight=False)
+                      f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
+                      f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
+                      highlight=False)
     return code, written
 
 
