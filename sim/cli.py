@@ -33,7 +33,8 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
 def friendly(fn):
-    """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2."""
+    """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2, an
+    operating-system fault (disk full, permission lost mid-run) one line and exit code 1."""
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -41,6 +42,11 @@ def friendly(fn):
         except InputError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            err.print(f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(1) from None
     return wrapper
 
 
