@@ -95,10 +95,11 @@ def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
 
 MANIFEST = ".pipesim-outputs.json"
 """Lists the top-level entries of a ``sim run`` output folder that the run wrote."""
-_LEGACY = {"results.csv", "winner.yaml", "config.resolved.yaml", "throughput.png",
+OUTPUT_NAMES = {"results.csv", "winner.yaml", "config.resolved.yaml", "throughput.png",
            "memory_per_gpu.png", "memory_timeline.png", "timeline.png", "timeline.json",
            "memory_summary.csv", "max_model_per_policy.png", "throughput_vs_model_size.png"}
-"""What runs before the manifest existed wrote (their folders count as ours too)."""
+"""Files a run writes at the top of its folder (and what runs before the manifest existed
+wrote; their folders count as ours too). A model may not be named like one of them."""
 _STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>new|old)-(?P<pid>\d+)$")
 
 
@@ -111,10 +112,25 @@ def _ours(folder: Path) -> set[str]:
             return {str(n) for n in names if "/" not in str(n) and str(n) not in ("", ".", "..")}
         except (ValueError, KeyError, TypeError, OSError):
             return set()
-    out = {p.name for p in folder.iterdir() if p.name in _LEGACY}
+    out = {p.name for p in folder.iterdir() if p.name in OUTPUT_NAMES}
     out |= {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-            and {c.name for c in p.iterdir()} <= _LEGACY}
+            and {c.name for c in p.iterdir()} <= OUTPUT_NAMES}
     return out
+
+
+def check_model_names(exp: ExperimentConfig, file: str) -> None:
+    """With several models each gets a folder beside the run's files: no model may be named
+    like one of them.
+
+    Raises:
+        InputError: naming the model's field.
+    """
+    if len(exp.models) < 2:
+        return
+    for i, m in enumerate(exp.models):
+        if m.name in OUTPUT_NAMES | {MANIFEST, "validation.csv"}:
+            raise InputError(f"{m.name!r} is the name of an output file; rename the model",
+                             file=file, field=f"models.{i}.name")
 
 
 def check_out_dir(out: Path, *, option: str = "--out") -> None:

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sim.config import load_experiment
 from sim.hardware.describe import topology_to_dict
 from sim.outputs import (
+    check_model_names,
     check_out_dir,
     commit_output,
     recover_out_dir,
@@ -41,6 +42,7 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     prep = prepare(exp, str(path))
     points, skipped = expand(prep)
     out = Path(out_dir) if out_dir else Path("results") / exp.name
+    check_model_names(exp, str(path))
     check_out_dir(out)
     out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)

@@ -135,6 +135,10 @@ CASES = [
     Case("model-name-path", {"exp.yaml": _exp(models=[
         {"name": "../x", "trace": "bert-large", "global_batch": 8}])}, RUN,
          ["exp.yaml", "models.0.name"]),
+    Case("model-named-like-an-output", {"exp.yaml": _exp(models=[
+        {"name": "results.csv", "trace": "bert-large", "global_batch": 8},
+        {"name": "b", "trace": "bert-large", "global_batch": 8}])}, RUN,
+         ["exp.yaml", "models.0.name", "output file"]),
     # --- options checked before the sweep ------------------------------------------------
     Case("boundaries-out-of-range", {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2},
                                                       options={"boundaries": [0, 500]})}, RUN,
