@@ -52,7 +52,7 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
         rows = run_points(prep, points, cache_dir=out / ".cache" if use_cache else None,
                           jobs=min(jobs, len(points)), on_done=on_done,
                           on_warning=lambda msg: console.print(f"[yellow]warning:[/] {msg}",
-                                                               highlight=False))
+                                                               highlight=False, soft_wrap=True))
     with staged_output(out) as stage:
         code, written = _write_all(exp, prep, points, skipped, rows, path, stage, plots, console)
         commit_output(stage, out)
