@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.config import config_hash
 from sim.outputs import MANIFEST, recover_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,18 +89,23 @@ def test_corrupt_and_forged_cache_entries_are_recomputed(tmp_path):
     truth = pd.read_csv(out / "results.csv")
     entries = sorted((out / ".cache").glob("*.json"))
     assert len(entries) == 4
-    entries[0].write_bytes(b"\x00\xffgarbage")  # damaged
-    forged = json.loads(entries[1].read_text())  # hand-edited: 10x the throughput
+    entries[0].write_bytes(b"\x00\xffgarbage")  # unreadable
+    edited = json.loads(entries[1].read_text())  # edited, checksum left as it was
+    edited["row"]["bubble_fraction"] = 0.0
+    entries[1].write_text(json.dumps(edited))
+    forged = json.loads(entries[2].read_text())  # forged: 10x the throughput, checksum redone
     forged["row"]["throughput_samples_per_s"] *= 10
-    entries[1].write_text(json.dumps(forged))
-    stolen = json.loads(entries[3].read_text())  # another point's row under this name
-    entries[2].write_text(json.dumps(stolen))
+    forged["sha256"] = config_hash({"key": forged["key"], "row": forged["row"]})
+    entries[2].write_text(json.dumps(forged))
+    other = json.loads(entries[3].read_text())  # filed under another configuration's key
+    entries[3].write_text(json.dumps({**other, "key": "0" * 64}))
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    flat = " ".join(res.output.split())
-    for p in entries[:3]:
-        assert p.name in flat.replace(" ", "") or str(p) in flat, flat
-    assert flat.count("warning:") == 3
+    warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 4, res.output
+    for p, why in zip(entries, ("unreadable", "damaged", "inconsistent (throughput",
+                                "not an entry"), strict=True):
+        assert any(str(p) in w and why in w for w in warnings), (p, why, warnings)
     again = pd.read_csv(out / "results.csv")
     pd.testing.assert_frame_equal(again, truth)
     assert runner.invoke(app, args).output.count("warning:") == 0  # rewritten
