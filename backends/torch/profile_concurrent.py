@@ -60,7 +60,8 @@ def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None
         return profile_model(spec, path=path, **kwargs)
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(copies), ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(barrier, queue, i, spec.to_dict(), kwargs, os.getpid()))
+    procs = [ctx.Process(target=_child,
+                         args=(barrier, queue, i, spec.to_dict(), kwargs, os.getpid()))
              for i in range(copies)]
     for p in procs:
         p.start()

@@ -188,6 +188,8 @@ def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> Non
         InputError: ``num_gpus`` above :data:`MAX_GPUS` or more than :data:`MAX_LINKS` links.
     """
     n = raw.get("num_gpus")
+    if isinstance(n, str) and n.strip().isdigit():
+        n = int(n)
     if isinstance(n, int) and not isinstance(n, bool) and n > MAX_GPUS:
         raise InputError(f"{n} GPUs is more than the {MAX_GPUS} pipesim simulates (describe one "
                          "server or a few nodes)", file=file, field=_join(field, "num_gpus"))
