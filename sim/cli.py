@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from sim.config import MAX_GPUS, MAX_ITERATIONS, MAX_MICROBATCHES
 from sim.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -32,7 +33,8 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
 def friendly(fn):
-    """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2."""
+    """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2, an
+    operating-system fault (disk full, permission lost mid-run) one line and exit code 1."""
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -40,6 +42,11 @@ def friendly(fn):
         except InputError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            err.print(f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(1) from None
     return wrapper
 
 
@@ -48,11 +55,13 @@ def friendly(fn):
 def run(
     experiment: Path = typer.Argument(..., help="Experiment YAML (e.g. experiments/dgx1.yaml) "
                                       "or a winner.yaml written by an earlier run."),
-    out_dir: Path = typer.Option(None, "--out", help="Output directory "
-                                 "[default: results/<experiment name>/]."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Worker processes [default: CPU count]."),
+    out_dir: Path = typer.Option(None, "--out", help="Output directory: new, empty, or written "
+                                 "by an earlier `sim run` (its files are replaced as a whole).",
+                                 show_default="results/<experiment name>/"),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes; 0: one per "
+                             "CPU core."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute every configuration "
-                                  "instead of reusing cached rows."),
+                                  "instead of reusing cached rows (OUT/.cache)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots and the "
                                "Chrome-trace timeline of the winner."),
 ) -> None:
@@ -108,18 +117,23 @@ def schedule_list() -> None:
 @friendly
 def schedule_show(
     name: str = typer.Argument(..., help="Schedule name (see `sim schedule list`)."),
-    stages: int = typer.Option(..., "--stages", "-p", help="Pipeline depth p."),
-    microbatches: int = typer.Option(..., "--microbatches", "-m", help="Micro-batches per "
-                                     "iteration m."),
-    iterations: int = typer.Option(1, help="Optimizer steps to unroll."),
+    stages: int = typer.Option(..., "--stages", "-p", min=1, max=MAX_GPUS,
+                               help="Pipeline depth p."),
+    microbatches: int = typer.Option(..., "--microbatches", "-m", min=1, max=MAX_MICROBATCHES,
+                                     help="Micro-batches per iteration m."),
+    iterations: int = typer.Option(1, min=1, max=MAX_ITERATIONS,
+                                   help="Optimizer steps to unroll."),
     csv: Path = typer.Option(None, "--csv", help="Write one iteration in torch's compute-only "
                              "CSV format to this file."),
 ) -> None:
     """Print a schedule as a step x rank grid of actions like '2F0' (stage 2, forward, mb 0)."""
+    from sim.atomic import check_writable
     from sim.point import make_schedule
     from sim.schedules.csv_io import to_csv
     from sim.schedules.grid import format_grid
 
+    if csv:
+        check_writable(csv, option="--csv")
     sched = make_schedule(name, stages, microbatches, file="command line", field="--stages")
     print(format_grid(sched.program(iterations)))
     versions = [sched.weight_versions(s) for s in range(stages)]
@@ -164,12 +178,15 @@ def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> No
 @friendly
 def partition_cmd(
     trace_ref: str = typer.Argument(..., metavar="TRACE", help="Trace name or path."),
-    stages: int = typer.Option(..., "--stages", "-p", help="Number of stages P."),
+    stages: int = typer.Option(..., "--stages", "-p", min=1, max=MAX_GPUS,
+                               help="Number of stages P."),
     hardware: str = typer.Option(None, "--hardware", help="Preset or YAML: use its GPU "
-                                 "memory as the capacity and its links for boundary transfers."),
-    microbatch_size: int = typer.Option(None, "--microbatch-size", "-b",
-                                        help="Bring the trace to this micro-batch size (as "
-                                        "`sim run` does: interpolation or the compute model)."),
+                                 "memory as the capacity and its links for boundary transfers.",
+                                 show_default="no capacity, free transfers"),
+    microbatch_size: int = typer.Option(None, "--microbatch-size", "-b", min=1,
+                                        help="Bring the trace to this micro-batch size in "
+                                        "samples (as `sim run` does: interpolation or the "
+                                        "compute model).", show_default="the trace's own"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (seconds, bytes)."),
 ) -> None:
     """Split a trace's layers into P contiguous stages minimising the slowest stage.
@@ -182,6 +199,9 @@ def partition_cmd(
     from sim.trace.loader import load_trace
 
     trace = load_trace(trace_ref, file="command line", field="TRACE")
+    if stages > len(trace.layers):
+        raise InputError(f"{stages} stages but {trace.name} has {len(trace.layers)} layers",
+                         field="--stages")
     bw = caps = None
     topo = None
     if hardware:
@@ -219,34 +239,69 @@ def _need_torch() -> None:
                          "(CPU: pip install torch==2.13.0 first)")
 
 
+DTYPES = ("fp32", "fp16", "bf16")
+
+
+def _check_choice(value: str, allowed: tuple[str, ...], option: str) -> None:
+    if value not in allowed:
+        raise InputError(f"{value!r} is not one of {', '.join(allowed)}", field=option)
+
+
+def _check_device_name(device: str) -> None:
+    """``cpu``, ``cuda`` or ``cuda:N`` (whether CUDA is there is checked with torch later)."""
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise InputError(f"{device!r} is not a device: use cpu, cuda or cuda:N",
+                         field="--device")
+
+
 @app.command()
 @friendly
 def profile(
     out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + "
                                   "PATH.yaml (native format, with provenance)."),
     kind: str = typer.Option("gpt", help="gpt (decoder) or bert (encoder)."),
-    layers: int = typer.Option(4, help="Transformer blocks L."),
-    hidden: int = typer.Option(256, help="Hidden size h."),
-    heads: int = typer.Option(4, help="Attention heads."),
-    seq_len: int = typer.Option(128, help="Tokens per sample s."),
-    vocab: int = typer.Option(2048, help="Vocabulary size V."),
-    name: str = typer.Option(None, help="Model name [default: the file name]."),
-    microbatch_size: list[int] = typer.Option([4], "--microbatch-size", "-b", help="Samples "
-                                              "per micro-batch; repeat (-b 1 -b 2 -b 4) to "
-                                              "profile several sizes into one trace."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    layers: int = typer.Option(4, min=1, max=1024, help="Transformer blocks L."),
+    hidden: int = typer.Option(256, min=1, help="Hidden size h (divisible by --heads)."),
+    heads: int = typer.Option(4, min=1, help="Attention heads."),
+    seq_len: int = typer.Option(128, min=1, help="Tokens per sample s."),
+    vocab: int = typer.Option(2048, min=2, help="Vocabulary size V."),
+    name: str = typer.Option(None, help="Model name.", show_default="the file name"),
+    microbatch_size: list[int] = typer.Option([4], "--microbatch-size", "-b", min=1,
+                                              help="Samples per micro-batch; repeat (-b 1 -b 2 "
+                                              "-b 4) to profile several sizes into one trace."),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
     dtype: str = typer.Option("fp32", help="fp32, fp16 or bf16."),
-    threads: int = typer.Option(None, help="CPU threads while profiling; use cores / ranks of "
-                                "the replay [default: cores / 2]."),
-    reps: int = typer.Option(7, help="Measured repetitions per layer (median kept)."),
+    threads: int = typer.Option(None, min=1, help="CPU threads while profiling; use cores / "
+                                "ranks of the replay.", show_default="cores / 2"),
+    reps: int = typer.Option(7, min=1, help="Measured repetitions per layer (median kept)."),
     split_backward: bool = typer.Option(False, help="Also measure the backward's input/weight "
                                         "split (bwd_input_s, bwd_weight_s)."),
-    concurrent: int = typer.Option(1, help="Profile in this many simultaneous processes (the "
-                                   "replay's ranks on a CPU share cores and memory bandwidth); "
-                                   "per-layer median over them."),
+    concurrent: int = typer.Option(1, min=1, max=64, help="Profile in this many simultaneous "
+                                   "processes (the replay's ranks on a CPU share cores and "
+                                   "memory bandwidth); per-layer median over them."),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
+    from sim.atomic import check_writable
+    from sim.config import NAME_PATTERN
+
+    _check_choice(kind, ("gpt", "bert"), "--kind")
+    _check_choice(dtype, DTYPES, "--dtype")
+    _check_device_name(device)
+    if hidden % heads:
+        raise InputError(f"hidden size {hidden} is not divisible by {heads} heads",
+                         field="--heads")
+    import re
+
+    if not re.match(NAME_PATTERN, name or out_path.name):
+        raise InputError(f"{name or out_path.name!r} is not a valid trace name: use letters, "
+                         "digits and . _ + - only", field="--name" if name else "--out")
+    for suffix in (".csv", ".yaml"):  # fail now, not after the measurement
+        check_writable(out_path.with_name(out_path.name + suffix), option="--out")
     _need_torch()
+    from backends.torch.profile import check_device
+
+    check_device(device)
     from backends.torch.profile_concurrent import profile_concurrent
 
     spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
@@ -273,14 +328,20 @@ def profile(
 def calibrate(
     out_path: Path = typer.Option(..., "--out", "-o", help="Hardware YAML to write; load it "
                                   "like a preset (hardware: PATH)."),
-    nproc: int = typer.Option(2, help="Ranks, as the replay will use."),
+    nproc: int = typer.Option(2, min=2, max=MAX_GPUS, help="Ranks, as the replay will use."),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
 ) -> None:
     """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and
     bandwidth; host<->device on GPUs) and write a hardware description."""
+    from sim.atomic import check_writable
+
+    _check_device_name(device)
+    check_writable(out_path, option="--out")  # fail now, not after the measurement
     _need_torch()
     from backends.torch.calibrate import calibrate as run_calibration
+    from backends.torch.profile import check_device
 
+    check_device(device, nproc=nproc)
     cal = run_calibration(nproc=nproc, device=device, path=out_path)
     gpu = cal.hardware.get("gpu", {})
     out.print(f"wrote {out_path}: {nproc} x {gpu.get('model', device)}")
@@ -293,18 +354,22 @@ def calibrate(
 def validate(
     config: Path = typer.Argument(..., help="A winner.yaml (or any single-configuration "
                                   "experiment) whose trace was made by `sim profile`."),
-    nproc: int = typer.Option(None, help="Ranks; must equal the pipeline depth."),
+    nproc: int = typer.Option(None, min=1, max=MAX_GPUS, help="Ranks; must equal the "
+                              "pipeline depth.", show_default="the pipeline depth"),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
     schedule: list[str] = typer.Option(None, "--schedule", "-s", help="Replay these schedules "
-                                       "instead (repeatable)."),
-    microbatches: list[int] = typer.Option(None, "--microbatches", "-m", help="Replay these "
-                                           "micro-batch counts instead (repeatable)."),
-    iterations: int = typer.Option(3, help="Measured iterations."),
-    warmup: int = typer.Option(1, help="Warm-up iterations."),
+                                       "instead (repeatable).", show_default="CONFIG's"),
+    microbatches: list[int] = typer.Option(None, "--microbatches", "-m", min=1,
+                                           max=MAX_MICROBATCHES, help="Replay these "
+                                           "micro-batch counts instead (repeatable).",
+                                           show_default="CONFIG's"),
+    iterations: int = typer.Option(3, min=1, max=MAX_ITERATIONS, help="Measured iterations "
+                                   "(optimizer steps)."),
+    warmup: int = typer.Option(1, min=0, max=MAX_ITERATIONS, help="Warm-up iterations."),
     torch_builtin: bool = typer.Option(False, "--torch-builtin", help="Also run torch's "
                                        "ScheduleGPipe / Schedule1F1B on the same model."),
-    out_dir: Path = typer.Option(None, "--out", help="Where validation.csv goes [default: "
-                                 "beside CONFIG]."),
+    out_dir: Path = typer.Option(None, "--out", help="Folder for validation.csv and the "
+                                 "timelines.", show_default="beside CONFIG"),
 ) -> None:
     """Replay a configuration on real devices with torch and compare with the prediction.
 
@@ -312,11 +377,22 @@ def validate(
     configuration with the relative error (predicted - measured) / measured, and writes them
     to validation.csv.
     """
+    from sim.atomic import check_writable
+    from sim.point import make_schedule
+
+    _check_device_name(device)
+    for i, name in enumerate(schedule or ()):
+        make_schedule(name, 1, 1, file="command line", field=f"--schedule ({i + 1}.)")
+    if out_dir:
+        check_writable(out_dir, option="--out", directory=True)
     _need_torch()
     from rich.table import Table
 
     from backends.torch.launch import ReplayError
+    from backends.torch.profile import check_device
     from sim.validate import ValidationSpec, run_validation
+
+    check_device(device)
 
     spec = ValidationSpec(schedules=tuple(schedule or ()), microbatches=tuple(microbatches or ()),
                           device=device, nproc=nproc, iterations=iterations,

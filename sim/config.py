@@ -22,10 +22,25 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from sim.errors import InputError
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
+"""Experiment and model names become folder names under results/: letters, digits and
+``. _ + -``, not starting with a dot (so never ``..`` or a path)."""
+_NAME_HELP = " Letters, digits and . _ + - only (it names a folder), not starting with a dot."
+
+MAX_MICROBATCHES = 4096
+"""Most micro-batches per iteration simulated. An assumption bounding one point's run time
+(p = 8, m = 1024 takes about 2 s on a shared 2-core machine, linear in m)."""
+MAX_GPUS = 256
+"""Most GPUs a hardware description may have, hence most pipeline stages. An assumption that
+bounds the route computation (about 8 s for 256 GPUs on a shared 2-core machine, growing as
+the cube of the count)."""
+MAX_ITERATIONS = 100
+"""Most optimizer steps simulated or unrolled (the steady state is reached within a few)."""
 
 IntList = int | list[int]
 StrList = str | list[str]
@@ -43,7 +58,8 @@ class _Strict(BaseModel):
 class ModelConfig(_Strict):
     """One model to train: a trace and optional per-model overrides of the sweep."""
 
-    name: str = Field(description="Model name used in results (e.g. 'gpt2-1.5b').")
+    name: str = Field(pattern=NAME_PATTERN,
+                      description="Model name used in results (e.g. 'gpt2-1.5b')." + _NAME_HELP)
     trace: str = Field(
         description="Trace reference: a name in traces/ (e.g. 'gnmt16'), a path to a native "
         "trace (.csv/.yaml) or a PipeDream graph.txt, relative to the experiment file."
@@ -70,7 +86,8 @@ class TrainingConfig(_Strict):
         "mixed-precision Adam 16 B/param in total).",
     )
     iterations: int = Field(
-        0, ge=0, description="Optimizer steps to simulate; 0 chooses enough for steady state."
+        0, ge=0, le=MAX_ITERATIONS, description="Optimizer steps to simulate; 0 chooses enough "
+        "for steady state (at most 100: the steady state is reached within a few)."
     )
     optimizer_step: bool = Field(
         True, description="Simulate the optimizer step's time (memory-bound update on HBM)."
@@ -126,7 +143,8 @@ class OptionsConfig(_Strict):
 class ExperimentConfig(_Strict):
     """A whole experiment file."""
 
-    name: str = Field(description="Experiment name; results go to results/<name>/ by default.")
+    name: str = Field(pattern=NAME_PATTERN, description="Experiment name; results go to "
+                      "results/<name>/ by default." + _NAME_HELP)
     description: str = Field("", description="Free text.")
     hardware: str | dict[str, Any] = Field(
         description="Hardware preset name (see `sim hardware list`) or an inline description."
@@ -138,6 +156,19 @@ class ExperimentConfig(_Strict):
     prediction: dict[str, Any] | None = Field(
         None, description="Filled in winner.yaml: what the simulator predicted for it."
     )
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
+        seen: dict[str, int] = {}
+        for i, m in enumerate(models):
+            if m.name in seen:
+                raise PydanticCustomError(
+                    "duplicate_name", "model name '{name}' is used by models.{first} too; "
+                    "give every model its own name", {"name": m.name, "first": seen[m.name],
+                                                       "index": i})
+            seen[m.name] = i
+        return models
 
 
 class PointConfig(BaseModel):
@@ -176,12 +207,18 @@ def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConf
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = err["msg"]
+        loc = tuple(err["loc"])
         if err["type"] == "extra_forbidden":
             msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
         elif err["type"] == "missing":
             msg = "required field is missing"
+        elif err["type"] == "string_pattern_mismatch":
+            msg = (f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
+                   "only, not starting with a dot (it names a folder under results/)")
+        elif err["type"] == "duplicate_name":
+            loc = loc + (err["ctx"]["index"], "name")
         more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-        raise InputError(msg + more, file=file, field=_field_path(err["loc"])) from None
+        raise InputError(msg + more, file=file, field=_field_path(loc)) from None
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
@@ -190,16 +227,9 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     Raises:
         InputError: the file is missing, is not valid YAML, or fails validation.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}",
-                         file=str(path)) from None
+    from sim.textio import read_yaml_file
+
+    data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))
 
 

@@ -13,7 +13,8 @@ class InputError(Exception):
     Args:
         message: what is wrong and how to fix it.
         file: the file the input came from, if any.
-        field: the dotted path of the offending field inside that file, if any.
+        field: the dotted path of the offending field inside that file, if any; or the
+            command-line option (``--out``), named as an option.
     """
 
     def __init__(self, message: str, *, file: str | None = None, field: str | None = None):
@@ -27,5 +28,6 @@ class InputError(Exception):
         if self.file:
             where = f"{self.file}"
         if self.field:
-            where = f"{where}: field '{self.field}'" if where else f"field '{self.field}'"
+            kind = "option" if self.field.startswith("-") else "field"
+            where = f"{where}: {kind} '{self.field}'" if where else f"{kind} '{self.field}'"
         return f"{where}: {self.message}" if where else self.message

@@ -1,25 +1,38 @@
 """Write the files of ``sim run``: results table, winner, resolved config, plots, timeline.
 
 Every file is written atomically (temporary file, then rename), and nothing is written until
-the whole grid has been validated, so bad input never leaves partial results.
+the whole grid has been validated, so bad input never leaves partial results. The whole output
+set of a run is written into a staging folder beside the target (``.<name>.new-<pid>``) and
+swapped in with two renames (:func:`staged_output`, :func:`commit_output`), so the folder
+always holds one run's complete set: a rerun where nothing fits leaves no earlier winner, and a
+kill leaves either the old set or the new one (a later run finishes or undoes the swap and
+removes the leftovers: :func:`recover_out_dir`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from sim.atomic import atomic_write_text
+from sim.atomic import atomic_write_text, check_writable, pid_alive, remove_stale_temps
 from sim.config import ExperimentConfig
+from sim.errors import InputError
 from sim.events import EventLog
+from sim.rows import ResultRow
 from sim.trace.loader import traces_dir
 
 
-def write_results_csv(rows: list[dict], path: Path) -> pd.DataFrame:
-    """The tidy table, one row per configuration; returns it as a DataFrame."""
-    df = pd.DataFrame(rows)
+def write_results_csv(rows: list[ResultRow], path: Path) -> pd.DataFrame:
+    """The tidy table, one row per configuration (columns: :class:`ResultRow`'s fields, in
+    order); returns it as a DataFrame."""
+    df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields))
     atomic_write_text(path, df.to_csv(index=False))
     return df
 
@@ -32,31 +45,29 @@ def _portable_trace_ref(ref: str, exp_file: str) -> str:
     return str(p if p.is_absolute() else (Path(exp_file).parent / p).resolve())
 
 
-def winner_config(exp: ExperimentConfig, exp_file: str, row: dict) -> dict:
+def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
     """An experiment that simulates just the winner, with the prediction attached."""
-    import json
-
-    model = next(m for m in exp.models if m.name == row["model"])
+    model = next(m for m in exp.models if m.name == row.model)
     data = exp.model_dump(mode="json", exclude_none=True)
     hw = exp.hardware
     if isinstance(hw, str) and (hw.endswith((".yaml", ".yml")) or "/" in hw):
         data["hardware"] = str((Path(exp_file).parent / hw).resolve())
-    data["name"] = f"{exp.name}-winner"
-    data["description"] = (f"Winner of experiment {exp.name}: {row['model']} {row['schedule']} "
-                           f"p={row['stages']} w={row['dp_width']} b={row['microbatch_size']}")
+    data["name"] = f"{exp.name[:120]}-winner"
+    data["description"] = (f"Winner of experiment {exp.name}: {row.model} {row.schedule} "
+                           f"p={row.stages} w={row.dp_width} b={row.microbatch_size}")
     data["models"] = [{"name": model.name, "trace": _portable_trace_ref(model.trace, exp_file),
-                       "global_batch": int(row["global_batch"]),
-                       "microbatch_size": int(row["microbatch_size"])}]
-    data["sweep"] = {"schedule": row["schedule"], "stages": int(row["stages"]),
-                     "dp_width": int(row["dp_width"]),
-                     "microbatch_size": int(row["microbatch_size"]),
-                     "memory_policy": row["memory_policy"]}
+                       "global_batch": int(row.global_batch),
+                       "microbatch_size": int(row.microbatch_size)}]
+    data["sweep"] = {"schedule": row.schedule, "stages": int(row.stages),
+                     "dp_width": int(row.dp_width),
+                     "microbatch_size": int(row.microbatch_size),
+                     "memory_policy": row.memory_policy}
     data["options"] = {"partition": exp.options.partition,
-                       "boundaries": json.loads(row["boundaries"]),
-                       "placement": json.loads(row["placement"])}
-    data["prediction"] = {k: row[k] for k in (
+                       "boundaries": json.loads(row.boundaries),
+                       "placement": json.loads(row.placement)}
+    data["prediction"] = {k: getattr(row, k) for k in (
         "iteration_time_s", "throughput_samples_per_s", "bubble_fraction", "peak_memory_bytes",
-        "microbatches") if k in row}
+        "microbatches")}
     return data
 
 
@@ -78,3 +89,133 @@ def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
         plot_gantt(log, out / "timeline.png", iteration=it),
         write_chrome_trace(log, out / "timeline.json", title=title),
     ]
+
+
+# --- the output set: written whole into a staging folder, then swapped in ------------------
+
+MANIFEST = ".pipesim-outputs.json"
+"""Lists the top-level entries of a ``sim run`` output folder that the run wrote."""
+OUTPUT_NAMES = {"results.csv", "winner.yaml", "config.resolved.yaml", "throughput.png",
+           "memory_per_gpu.png", "memory_timeline.png", "timeline.png", "timeline.json",
+           "memory_summary.csv", "max_model_per_policy.png", "throughput_vs_model_size.png"}
+"""Files a run writes at the top of its folder (and what runs before the manifest existed
+wrote; their folders count as ours too). A model may not be named like one of them."""
+_STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>new|old)-(?P<pid>\d+)$")
+
+
+def _ours(folder: Path) -> set[str]:
+    """Names of ``folder``'s entries written by an earlier ``sim run``."""
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            names = json.loads(manifest.read_text(encoding="utf-8"))["entries"]
+            return {str(n) for n in names if "/" not in str(n) and str(n) not in ("", ".", "..")}
+        except (ValueError, KeyError, TypeError, OSError):
+            return set()
+    out = {p.name for p in folder.iterdir() if p.name in OUTPUT_NAMES}
+    out |= {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+            and {c.name for c in p.iterdir()} <= OUTPUT_NAMES}
+    return out
+
+
+def check_model_names(exp: ExperimentConfig, file: str) -> None:
+    """With several models each gets a folder beside the run's files: no model may be named
+    like one of them.
+
+    Raises:
+        InputError: naming the model's field.
+    """
+    if len(exp.models) < 2:
+        return
+    for i, m in enumerate(exp.models):
+        if m.name in OUTPUT_NAMES | {MANIFEST, "validation.csv"}:
+            raise InputError(f"{m.name!r} is the name of an output file; rename the model",
+                             file=file, field=f"models.{i}.name")
+
+
+def check_out_dir(out: Path, *, option: str = "--out") -> None:
+    """Before a run: ``out`` must be a writable folder (or creatable), empty or written by an
+    earlier ``sim run`` (its files are replaced as a whole), and not the working directory or
+    one of its parents (it is renamed).
+
+    Raises:
+        InputError: naming ``option``.
+    """
+    check_writable(out, option=option, directory=True)
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise InputError(f"{out} is the working directory or holds it; its files are replaced "
+                         "as a whole, so name a folder inside it (e.g. --out results/x)",
+                         field=option)
+    if out.is_dir():
+        entries = {p.name for p in out.iterdir()} - {".cache", MANIFEST}
+        if entries and not (out / MANIFEST).is_file() and not (_ours(out) & {"results.csv"}):
+            raise InputError(f"{out} holds files not written by `sim run` "
+                             f"({', '.join(sorted(entries)[:3])}); choose a new or empty folder",
+                             field=option)
+
+
+def _carry_over(old: Path, out: Path) -> None:
+    """Move what the previous run did not write (its cache, `sim validate` files) from ``old``
+    into ``out``; the previous run's own files are dropped with ``old``."""
+    ours = _ours(old) | {MANIFEST}
+    for entry in old.iterdir():
+        if entry.name not in ours and not (out / entry.name).exists():
+            os.rename(entry, out / entry.name)
+
+
+def recover_out_dir(out: Path) -> None:
+    """Finish or undo the swap of a run killed while swapping, and remove its staging folders
+    (those whose pid is dead)."""
+    parent = out.parent
+    if not parent.is_dir():
+        return
+    stale = []
+    for p in parent.iterdir():
+        m = _STALE.match(p.name)
+        if m and m["name"] == out.name and p.is_dir() and not pid_alive(int(m["pid"])):
+            stale.append((m["kind"], p))
+    if not out.exists():
+        done = [p for kind, p in stale if kind == "new" and (p / MANIFEST).is_file()]
+        olds = [p for kind, p in stale if kind == "old"]
+        if done:
+            os.rename(done[0], out)
+        elif olds:
+            os.rename(olds[0], out)
+    for kind, p in stale:
+        if not p.exists():
+            continue
+        if kind == "old" and out.is_dir():
+            _carry_over(p, out)
+        shutil.rmtree(p, ignore_errors=True)
+    remove_stale_temps(out)
+    remove_stale_temps(out / ".cache")
+
+
+@contextmanager
+def staged_output(out: Path):
+    """Yield a staging folder beside ``out``; write the whole output set into it, then call
+    :func:`commit_output`. On an error the staging folder is removed and ``out`` is untouched.
+    """
+    recover_out_dir(out)
+    stage = out.parent / f".{out.name}.new-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def commit_output(stage: Path, out: Path) -> None:
+    """Swap the complete output set in ``stage`` in for ``out`` (two renames), keeping what
+    the previous run did not write (its ``.cache``, files of `sim validate`)."""
+    entries = sorted(p.name for p in stage.iterdir())
+    atomic_write_text(stage / MANIFEST, json.dumps({"entries": entries}, indent=1))
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.rename(out, old)
+    os.rename(stage, out)
+    if old.exists():
+        _carry_over(old, out)
+        shutil.rmtree(old, ignore_errors=True)

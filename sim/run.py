@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -11,9 +14,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from sim.config import load_experiment
 from sim.hardware.describe import topology_to_dict
-from sim.outputs import winner_config, write_results_csv, write_winner_artifacts, write_yaml
+from sim.outputs import (
+    check_model_names,
+    check_out_dir,
+    commit_output,
+    recover_out_dir,
+    staged_output,
+    winner_config,
+    write_results_csv,
+    write_winner_artifacts,
+    write_yaml,
+)
 from sim.point import evaluate, resolve
-from sim.sweep import expand, pick_winner, prepare, run_points
+from sim.rows import ResultRow, pick_winner
+from sim.sweep import expand, prepare, run_points
 
 
 def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bool,
@@ -28,18 +42,32 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     prep = prepare(exp, str(path))
     points, skipped = expand(prep)
     out = Path(out_dir) if out_dir else Path("results") / exp.name
+    check_model_names(exp, str(path))
+    check_out_dir(out)
+    out = out.resolve()  # the swap renames it: its name and parent must be real
+    recover_out_dir(out)
     console.print(f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
                   + (f" ({len(skipped)} combinations skipped)" if skipped else ""))
     notes = _compute_notes(prep, points)
     for line in (n for model_notes in notes.values() for n in model_notes):
         console.print(f"[yellow]note[/] {line}", highlight=False)
-    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True,
-                  disable=not console.is_terminal) as bar:
-        task = bar.add_task("sweep", total=len(points))
+    with _progress(console, len(points)) as on_done:
         rows = run_points(prep, points, cache_dir=out / ".cache" if use_cache else None,
-                          jobs=min(jobs, len(points)),
-                          on_done=lambda n: bar.update(task, completed=n))
+                          jobs=min(jobs, len(points)), on_done=on_done,
+                          on_warning=lambda msg: console.print(f"[yellow]warning:[/] {msg}",
+                                                               highlight=False, soft_wrap=True))
+    with staged_output(out) as stage:
+        code, written = _write_all(exp, prep, points, skipped, rows, path, stage, plots, console,
+                                   notes)
+        commit_output(stage, out)
+    _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
+    return code
+
+
+def _write_all(exp, prep, points, skipped, rows, path: Path, out: Path, plots: bool,
+               console: Console, notes: dict[str, list[str]]) -> tuple[int, list[Path]]:
+    """Write the whole output set into ``out`` (the staging folder); returns the exit code
+    (0, or 1 when a model has no fitting configuration) and the files written."""
     df = write_results_csv(rows, out / "results.csv")
     _write_resolved(out, exp, prep, points, skipped, notes)
     written = [out / "results.csv", out / "config.resolved.yaml"]
@@ -55,7 +83,7 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     code = 0
     for i, model in enumerate(exp.models):
         console.print(summary_table(ok[ok["model"] == model.name], top=5))
-        winner = pick_winner([r for r in rows if r["model"] == model.name])
+        winner = pick_winner([r for r in rows if r.model == model.name])
         if winner is None:
             console.print(f"[bold red]{model.name}: no configuration fits in memory.[/] See "
                           "results.csv (peak_memory_bytes, oom_device); try more stages, a "
@@ -66,15 +94,41 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
         if len(exp.models) > 1:
             dirs.append(out / model.name)
         written += _write_winner(exp, prep, points, winner, path, dirs, plots)
-        console.print(f"[bold green]{model.name} winner:[/] {winner['schedule']} "
-                      f"p={winner['stages']} w={winner['dp_width']} "
-                      f"b={winner['microbatch_size']} m={winner['microbatches']} "
-                      f"policy={winner['memory_policy']}: "
-                      f"{winner['throughput_samples_per_s']:.2f} samples/s, "
-                      f"{winner['iteration_time_s'] * 1e3:.2f} ms/iteration, "
-                      f"peak {winner['peak_memory_bytes'] / 2**30:.2f} GiB", highlight=False)
-    _print_paths(console, written, t0)
-    return code
+        console.print(f"[bold green]{model.name} winner:[/] {winner.schedule} "
+                      f"p={winner.stages} w={winner.dp_width} "
+                      f"b={winner.microbatch_size} m={winner.microbatches} "
+                      f"policy={winner.memory_policy}: "
+                      f"{winner.throughput_samples_per_s:.2f} samples/s, "
+                      f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
+                      f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
+                      highlight=False)
+    return code, written
+
+
+PROGRESS_EVERY_S = 5.0
+"""Seconds between the plain progress lines printed when the output is not a terminal."""
+
+
+@contextmanager
+def _progress(console: Console, total: int):
+    """A progress callback ``on_done(n)``: a rich bar on a terminal, else a plain line on
+    stderr every :data:`PROGRESS_EVERY_S` seconds and at the end (logs and CI see progress)."""
+    if console.is_terminal:
+        with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("sweep", total=total)
+            yield lambda n: bar.update(task, completed=n)
+        return
+    t0 = last = time.monotonic()
+
+    def line(n: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if n >= total or now - last >= PROGRESS_EVERY_S:
+            last = now
+            print(f"simulating: {n}/{total} configurations ({100 * n / max(total, 1):.0f}%), "
+                  f"{now - t0:.1f} s", file=sys.stderr, flush=True)
+    yield line
 
 
 def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
@@ -89,14 +143,14 @@ def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
     return written
 
 
-def _write_winner(exp, prep, points, winner: dict, path: Path, dirs: list[Path],
+def _write_winner(exp, prep, points, winner: ResultRow, path: Path, dirs: list[Path],
                   plots: bool) -> list[Path]:
     """winner.yaml and, with ``plots``, the winner's memory plots and timelines in each of
     ``dirs`` (the winner is simulated once)."""
     data = winner_config(exp, str(path), winner)
     written = [write_yaml(d / "winner.yaml", data) for d in dirs]
     if plots:
-        point = next(p for p in points if p.model_dump().items() <= winner.items())
+        point = winner.point()
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         _, log = evaluate(res)
         title = (f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "

@@ -16,9 +16,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 import sim
 from sim.atomic import atomic_write_text
-from sim.config import ExperimentConfig, PointConfig, as_list, config_hash
+from sim.config import MAX_MICROBATCHES, ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
@@ -27,11 +29,20 @@ from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, resolve
+from sim.procs import die_with_parent
+from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
+from sim.textio import decode_text
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
-ROW_FORMAT = 3
+__all__ = ["Prepared", "ResultRow", "evaluate_row", "expand", "pick_winner", "prepare",
+           "run_points"]
+
+ROW_FORMAT = 4
+MAX_GRID = 100_000
+"""Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
+shipped dgx1.yaml has 810."""
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 
 
@@ -72,9 +83,16 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     """
     exp, file = prep.exp, prep.file
     sw = exp.sweep
+    check_options(prep)
     for i, name in enumerate(as_list(sw.schedule)):
         make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
+    size = sum(len(as_list(sw.schedule)) * len(as_list(sw.stages)) * len(as_list(sw.dp_width))
+               * len(as_list(m.microbatch_size if m.microbatch_size is not None
+                             else sw.microbatch_size)) * len(policies) for m in exp.models)
+    if size > MAX_GRID:
+        raise InputError(f"the grid has {size:,} combinations, more than the {MAX_GRID:,} "
+                         "simulated; shorten its lists", file=file, field="sweep")
     points, skipped = [], []
     for _mi, model in enumerate(exp.models):
         gb = model.global_batch or exp.training.global_batch
@@ -133,6 +151,48 @@ def _asynchronous(sw, sched: str) -> str:
     return ""
 
 
+def check_options(prep: Prepared) -> None:
+    """Check ``options.boundaries`` and ``options.placement`` against every model and the
+    hardware before anything is simulated (their length is matched per point in :func:`expand`).
+
+    Raises:
+        InputError: a boundary out of range, not starting at 0 or not increasing; a placement
+            that is not rectangular, names a GPU the hardware lacks, or uses one twice.
+    """
+    opts, file = prep.exp.options, prep.file
+    if opts.boundaries is not None:
+        b = opts.boundaries
+        layers = min((len(t.layers), name) for name, t in prep.traces.items())
+        if not b or b[0] != 0:
+            raise InputError("the first stage must start at layer 0", file=file,
+                             field="options.boundaries.0")
+        for i in range(1, len(b)):
+            if b[i] <= b[i - 1]:
+                raise InputError(f"{b[i]} is not after {b[i - 1]}: stage start layers must "
+                                 "increase", file=file, field=f"options.boundaries.{i}")
+            if b[i] >= layers[0]:
+                raise InputError(f"layer {b[i]} does not exist: model {layers[1]} has "
+                                 f"{layers[0]} layers (0..{layers[0] - 1})", file=file,
+                                 field=f"options.boundaries.{i}")
+    if opts.placement is not None:
+        n = prep.topology.num_gpus
+        rows = opts.placement
+        if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
+            raise InputError("must be a non-empty list of equally long rows [replica][stage]",
+                             file=file, field="options.placement")
+        seen: dict[int, str] = {}
+        for r, row in enumerate(rows):
+            for s, g in enumerate(row):
+                where = f"options.placement.{r}.{s}"
+                if not 0 <= g < n:
+                    raise InputError(f"GPU {g} does not exist: {prep.topology.name} has GPUs "
+                                     f"0..{n - 1}", file=file, field=where)
+                if g in seen:
+                    raise InputError(f"GPU {g} is already used at {seen[g]}", file=file,
+                                     field=where)
+                seen[g] = where
+
+
 def _stage_count(policy: str, p: int) -> str:
     n = policy.count(SEPARATOR) + 1
     if n > 1 and n != p:
@@ -148,6 +208,16 @@ def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb:
         return (f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
                 f"(change training.global_batch or sweep.microbatch_size)")
     m = gb // (w * b)
+    if m > MAX_MICROBATCHES:
+        return (f"global batch {gb} / (dp_width {w} x microbatch_size {b}) = {m} micro-batches "
+                f"per iteration, more than the {MAX_MICROBATCHES} simulated (raise "
+                "microbatch_size or lower global_batch)")
+    opts = prep.exp.options
+    if opts.boundaries is not None and len(opts.boundaries) != p:
+        return f"options.boundaries has {len(opts.boundaries)} stages, not {p}"
+    if opts.placement is not None and (len(opts.placement), len(opts.placement[0])) != (w, p):
+        return (f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
+                f"(replicas x stages), not {w} x {p}")
     cls = get_schedule(sched)  # the name was checked by expand()
     if cls.needs_m_ge_p and m < p:
         return (f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
@@ -172,23 +242,23 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
 _WORKER: dict = {}
 
 
-def _init_worker(prep: Prepared) -> None:
+def _init_worker(prep: Prepared, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     _WORKER["prep"] = prep
 
 
-def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
+def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
     """The result row of one point (never raises for a point that cannot run: see ``error``)."""
     trace = prep.traces[point.model]
-    row = point.model_dump()
-    row["parameters"] = trace.parameters
+    base = dict(point.model_dump(), parameters=trace.parameters)
     try:
         res = resolve(prep.exp, point, prep.topology, trace, file=prep.file)
         met, log = evaluate(res)
     except (InputError, ValueError) as exc:
-        row.update(fits=False, error=str(exc))
-        return row
+        return ResultRow(**base, fits=False, error=str(exc))
     oom = met.oom[0] if met.oom else None
-    row.update(
+    return ResultRow(
+        **base,
         iteration_time_s=met.iteration_time_s,
         throughput_samples_per_s=met.throughput_samples_per_s,
         bubble_fraction=met.bubble_fraction, peak_memory_bytes=met.peak_memory_bytes,
@@ -202,15 +272,44 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> dict:
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )
-    return row
 
 
-def _worker_row(point: PointConfig) -> dict:
+def _worker_row(point: PointConfig) -> ResultRow:
     return evaluate_row(_WORKER["prep"], point)
 
 
+def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
+    """The row cached in ``path``, or why it cannot be used: unreadable, of another format or
+    key, a checksum that does not match (damaged), filed under another point, invalid values
+    (:class:`ResultRow`) or inconsistent ones (:meth:`ResultRow.problems`: a hand-edited row).
+    The checksum is not a signature: it catches damage, the consistency checks catch edits."""
+    try:
+        data = json.loads(decode_text(path.read_bytes(), label=str(path)))
+    except (OSError, ValueError, InputError) as exc:
+        return f"unreadable ({' '.join(str(exc).split())[:120]})"
+    if not isinstance(data, dict) or data.get("format") != ROW_FORMAT or data.get("key") != key:
+        return "not an entry of this version for this configuration"
+    try:
+        row = ResultRow.model_validate(data.get("row"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return f"invalid row: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    if data.get("sha256") != _row_digest(key, data["row"]):
+        return "damaged (its checksum does not match its content)"
+    if row.point() != point:
+        return "its configuration differs from the one it is filed under"
+    if row.problems():
+        return f"inconsistent ({row.problems()[0]})"
+    return row
+
+
+def _row_digest(key: str, row: dict) -> str:
+    return config_hash({"key": key, "row": row})
+
+
 def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | None,
-               jobs: int = 1, on_done: Callable[[int], None] | None = None) -> list[dict]:
+               jobs: int = 1, on_done: Callable[[int], None] | None = None,
+               on_warning: Callable[[str], None] | None = None) -> list[ResultRow]:
     """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
 
     Args:
@@ -219,25 +318,33 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
         cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
         jobs: worker processes (1: in this process).
         on_done: called with the number of rows finished so far (for a progress bar).
+        on_warning: called with a message for each cache entry that is corrupt or forged
+            (it is recomputed and overwritten).
     """
-    rows: list[dict | None] = [None] * len(points)
+    rows: list[ResultRow | None] = [None] * len(points)
     keys = [point_cache_key(prep, p) for p in points]
     todo = []
     for i, key in enumerate(keys):
         cached = cache_dir / f"{key}.json" if cache_dir else None
-        if cached and cached.is_file():
-            rows[i] = json.loads(cached.read_text())
-        else:
-            todo.append(i)
+        got = read_cached(cached, key, points[i]) if cached and cached.is_file() else None
+        if isinstance(got, ResultRow):
+            rows[i] = got
+            continue
+        if got is not None and on_warning:
+            on_warning(f"cache entry {cached} is {got}; recomputing it")
+        todo.append(i)
     done = len(points) - len(todo)
     if on_done:
         on_done(done)
 
-    def store(i: int, row: dict) -> None:
+    def store(i: int, row: ResultRow) -> None:
         nonlocal done
         rows[i] = row
         if cache_dir:
-            _atomic_json(cache_dir / f"{keys[i]}.json", row)
+            data = row.model_dump()
+            atomic_write_text(cache_dir / f"{keys[i]}.json", json.dumps(
+                {"format": ROW_FORMAT, "key": keys[i], "row": data,
+                 "sha256": _row_digest(keys[i], data)}))
         done += 1
         if on_done:
             on_done(done)
@@ -248,21 +355,9 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
     else:
         ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(prep,)) as pool:
+                                 initargs=(prep, os.getpid())) as pool:
             for i, row in zip(todo, pool.map(_worker_row, [points[i] for i in todo],
-                                             chunksize=max(1, len(todo) // (jobs * 8))), strict=False):
+                                             chunksize=max(1, len(todo) // (jobs * 8))),
+                              strict=True):
                 store(i, row)
     return rows  # type: ignore[return-value]
-
-
-def _atomic_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, default=str))
-
-
-def pick_winner(rows: list[dict]) -> dict | None:
-    """The fitting row with the highest throughput (ties: fewer GPUs, then grid order)."""
-    ok = [r for r in rows if r.get("fits") and not r.get("error")]
-    if not ok:
-        return None
-    return max(ok, key=lambda r: (r["throughput_samples_per_s"],
-                                  -r["stages"] * r["dp_width"]))

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from sim.atomic import atomic_write_text, check_writable, pid_alive
 from sim.config import PointConfig, load_experiment
 from sim.errors import InputError
 from sim.events import Event, EventLog
@@ -191,17 +193,38 @@ def run_validation(path: Path, spec: ValidationSpec, out: Path | None,
     for p in points:  # validate every variant before the (slow) replays start
         resolve(prep.exp, p, prep.topology, prep.traces[p.model], file=prep.file)
         _model_spec(prep, p)
-    dest_dir = out or Path(path).parent
-    rows = []
-    for p in points:
-        new = validate_point(prep, p, spec, timelines=dest_dir)
-        rows += new
-        if on_row:
-            for row in new:
-                on_row(row)
-    df = pd.DataFrame(rows)
-    dest = dest_dir / "validation.csv"
-    from sim.outputs import atomic_write_text
+    dest_dir = Path(out) if out else Path(path).parent
+    check_writable(dest_dir, option="--out", directory=True)
+    remove_stale_stages(dest_dir)
+    stage = dest_dir / f"{STAGE_PREFIX}{os.getpid()}"
+    stage.mkdir(parents=True, exist_ok=True)
+    try:
+        rows = []
+        for p in points:
+            new = validate_point(prep, p, spec, timelines=stage)
+            rows += new
+            if on_row:
+                for row in new:
+                    on_row(row)
+        df = pd.DataFrame(rows)
+        atomic_write_text(stage / "validation.csv", df.to_csv(index=False))
+        for f in sorted(stage.iterdir(), key=lambda f: f.name == "validation.csv"):
+            os.replace(f, dest_dir / f.name)  # validation.csv last: it marks a complete set
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return df, dest_dir / "validation.csv"
 
-    atomic_write_text(dest, df.to_csv(index=False))
-    return df, dest
+
+STAGE_PREFIX = ".validation.new-"
+"""A replay's files are written into ``<out>/.validation.new-<pid>/`` and moved out at the
+end, so a killed ``sim validate`` leaves no partial set (the next one removes the folder)."""
+
+
+def remove_stale_stages(folder: Path) -> None:
+    """Remove the staging folders of ``sim validate`` runs that are dead."""
+    if not folder.is_dir():
+        return
+    for p in folder.glob(f"{STAGE_PREFIX}*"):
+        pid = p.name[len(STAGE_PREFIX):]
+        if p.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)

@@ -192,3 +192,19 @@ def test_hardware_show():
     res = _run("hardware", "show", "dgx1-v100-16gb")
     assert res.exit_code == 0 and "gpu7" in res.output
     assert _run("hardware", "show", "nope").exit_code == 2
+
+
+@pytest.mark.parametrize("cmd,shown", [
+    (["run"], ["results/<experiment name>/", "[default: 0]"]),
+    (["profile"], ["[default: fp32]", "[default: cpu]", "[default: 4]", "cores / 2"]),
+    (["calibrate"], ["[default: 2]"]),
+    (["validate"], ["[default: 3]", "beside CONFIG"]),
+    (["schedule", "show"], ["[default: 1]"]),
+    (["partition"], ["the trace's own"]),
+])
+def test_help_shows_defaults(cmd, shown):
+    res = runner.invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0
+    flat = " ".join(res.output.replace("│", " ").split())
+    for text in shown:
+        assert text in flat, (text, flat)

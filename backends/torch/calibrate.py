@@ -234,13 +234,12 @@ class Calibration:
     host: dict[str, Any] = field(default_factory=dict)
 
     def write_yaml(self, path: str | Path) -> Path:
-        """Write :attr:`hardware` as YAML to ``path`` (parent directories created)."""
+        """Write :attr:`hardware` as YAML to ``path`` atomically (parent folders created)."""
         import yaml
 
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.hardware, sort_keys=False))
-        return path
+        from sim.atomic import atomic_write_text
+
+        return atomic_write_text(path, yaml.safe_dump(self.hardware, sort_keys=False))
 
 
 def _host_ram_bytes() -> float:

@@ -7,12 +7,16 @@ is joined through a file store in ``WORKDIR`` (no TCP port to race for) with
 whole run. A rank that raises, or a run that outlives ``timeout_s``, ends with a
 :class:`ReplayError` naming the rank and its error (or, for a hang, where each live rank is
 waiting, from a ``faulthandler`` stack dump), and every rank is killed: no process is left.
+If the launcher itself is killed (``kill -9``), each rank dies with it
+(:func:`sim.procs.die_with_parent`), and the next launch removes its scratch folder
+(:func:`remove_stale_workdirs`; the folder's name holds the launcher's pid).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,8 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from backends.torch.job import ReplayJob, ReplayResult, collect_result
+from sim.atomic import pid_alive
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKDIR_PREFIX = "pipesim-run-"
+"""Scratch folders are ``<tmp>/pipesim-run-<launcher pid>-<random>``."""
+PARENT_ENV = "PIPESIM_PARENT_PID"
 
 __all__ = ["ReplayError", "ReplayJob", "ReplayResult", "replay", "run_ranks"]
 
@@ -43,6 +51,7 @@ def _env(threads: int) -> dict[str, str]:
         p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p
     )
     env["OMP_NUM_THREADS"] = str(threads)
+    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -124,8 +133,9 @@ def run_ranks(
         ReplayError: a rank failed or the run timed out (every rank is killed first).
     """
     threads = threads or default_threads(nproc)
-    with tempfile.TemporaryDirectory(prefix="pipesim-run-") as tmp:
-        work = Path(tmp)
+    remove_stale_workdirs()
+    work = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+    try:
         spec = {
             "target": target,
             "payload": payload,
@@ -155,6 +165,21 @@ def run_ranks(
             return json.loads(result.read_text())["ranks"]
         finally:
             _kill(procs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def remove_stale_workdirs(root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove the scratch folders (``<tmp>/pipesim-run-<pid>-*``) of launchers that are dead
+    (e.g. ``sim validate`` killed with ``kill -9``). Returns what was removed."""
+    removed = []
+    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    for p in base.glob(f"{WORKDIR_PREFIX}*"):
+        pid = p.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if p.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) -> None:

@@ -11,6 +11,7 @@ own device, so one copy is enough.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,11 @@ from typing import Any
 from sim.trace.schema import Trace
 
 
-def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict) -> None:
+def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict,
+           parent_pid: int) -> None:
+    from sim.procs import die_with_parent
+
+    die_with_parent(parent_pid)
     from backends.torch.profile import profile_model
 
     try:
@@ -71,7 +76,8 @@ def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None
         return profile_model(spec, path=path, **kwargs)
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(copies), ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(barrier, queue, i, spec.to_dict(), kwargs))
+    procs = [ctx.Process(target=_child,
+                         args=(barrier, queue, i, spec.to_dict(), kwargs, os.getpid()))
              for i in range(copies)]
     for p in procs:
         p.start()

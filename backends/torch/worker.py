@@ -6,6 +6,7 @@ Started by :func:`backends.torch.launch.run_ranks`. Reads ``WORKDIR/spec.json``
 file store in ``WORKDIR`` with a hard timeout, calls ``function(payload, ctx)`` and gathers
 every rank's JSON-able return value to rank 0, which writes ``WORKDIR/result.json``.
 
+A rank dies with its launcher (``PIPESIM_PARENT_PID``, :func:`sim.procs.die_with_parent`).
 On an exception the rank writes ``WORKDIR/rank<r>.error.json`` (time, error, traceback) and
 exits with code 1. ``SIGUSR1`` dumps every thread's Python stack to the rank's log, which the
 launcher uses to say where a hung rank is waiting.
@@ -25,8 +26,13 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
+if __name__ == "__main__" and os.environ.get("PIPESIM_PARENT_PID"):
+    from sim.procs import die_with_parent  # before the slow torch import
+
+    die_with_parent(int(os.environ["PIPESIM_PARENT_PID"]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from sim.config import MAX_GPUS
 from sim.errors import InputError
 from sim.hardware.spec import HardwareSpec, topology_from_spec
 from sim.hardware.topology import Topology
+from sim.textio import load_yaml, read_text
 
 _MAX_BASE_DEPTH = 8
+MAX_LINKS = 65536
+"""Most links a hardware description may list (same reason)."""
 
 
 def _presets_dir() -> Any:
@@ -36,38 +39,13 @@ def list_presets() -> list[str]:
     )
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key given twice in one mapping."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    keys = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in keys:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
-            )
-        keys.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def read_yaml(text: str, *, file: str | None = None) -> Any:
-    """Parse YAML text safely, rejecting duplicate keys.
+    """Parse YAML text safely (:func:`sim.textio.load_yaml`: no duplicate keys, bounded depth).
 
     Raises:
         InputError: a syntax error or a duplicated key, with the line and column.
     """
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"invalid YAML{at}: {problem}", file=file) from None
+    return load_yaml(text, file=file)
 
 
 def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
@@ -182,11 +160,10 @@ def _load(
             path = Path(text)
             if not path.is_absolute() and file is not None:
                 path = Path(file).parent / path
-            try:
-                content = path.read_text()
-            except OSError as exc:
-                msg = f"cannot read hardware file {path}: {exc.strerror}"
-                raise InputError(msg, file=file, field=field) from None
+            if not path.is_file():
+                msg = f"cannot read hardware file {path}: not found (or not a file)"
+                raise InputError(msg, file=file, field=field)
+            content = read_text(path, what="hardware file")
             err_file, err_field = str(path), None
             raw = _as_mapping(read_yaml(content, file=err_file), err_file, None)
         else:
@@ -197,10 +174,29 @@ def _load(
         )
         raise InputError(msg, file=file, field=field)
     raw = _resolve_base(raw, err_file, err_field)
+    _check_size(raw, err_file, err_field)
     try:
         return HardwareSpec.model_validate(raw), err_file, err_field
     except ValidationError as exc:
         raise _input_error(exc, err_file, err_field) from None
+
+
+def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> None:
+    """Refuse absurd sizes before anything is built from them.
+
+    Raises:
+        InputError: ``num_gpus`` above :data:`MAX_GPUS` or more than :data:`MAX_LINKS` links.
+    """
+    n = raw.get("num_gpus")
+    if isinstance(n, str) and n.strip().isdigit():
+        n = int(n)
+    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_GPUS:
+        raise InputError(f"{n} GPUs is more than the {MAX_GPUS} pipesim simulates (describe one "
+                         "server or a few nodes)", file=file, field=_join(field, "num_gpus"))
+    links = raw.get("links")
+    if isinstance(links, list) and len(links) > MAX_LINKS:
+        raise InputError(f"{len(links)} links is more than the {MAX_LINKS} accepted", file=file,
+                         field=_join(field, "links"))
 
 
 def load_hardware_spec(

@@ -41,10 +41,13 @@ def best_fitting(results_df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in _NEEDED if c not in results_df.columns]
     if missing:
         raise ValueError(f"results table lacks column(s) {missing} needed by memory_summary")
+    from sim.report.tables import rank_results
+
     ok = results_df[results_df["fits"].fillna(False).astype(bool)]
     ok = ok.dropna(subset=["throughput_samples_per_s"])
-    return (ok.groupby(["model", "parameters", "memory_policy"], as_index=False)
-            ["throughput_samples_per_s"].max())
+    keys = ["model", "parameters", "memory_policy"]
+    best = rank_results(ok).drop_duplicates(keys)  # the best row of each group (sim.rows)
+    return best[keys + ["throughput_samples_per_s"]].sort_values(keys).reset_index(drop=True)
 
 
 def memory_summary(results_df: pd.DataFrame) -> pd.DataFrame:

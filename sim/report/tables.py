@@ -42,24 +42,21 @@ def _cell(value: Any, fmt: Any) -> str:
 
 
 def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
-    """The results table reordered best first: fitting rows by throughput (descending), then the
-    rows that do not fit, by throughput; ties keep the table's order. Rows with no throughput
-    (NaN) come last within their group.
+    """The results table reordered best first, by :func:`sim.rows.rank_key` (the one ranking
+    used everywhere): fitting rows by throughput (descending), then the rows that do not fit;
+    rows with no throughput (NaN) last within their group; ties broken deterministically.
 
     Raises:
         ValueError: the table lacks ``throughput_samples_per_s`` or ``fits``.
     """
+    from sim.rows import rank_key
+
     missing = [c for c in ("throughput_samples_per_s", "fits") if c not in results_df.columns]
     if missing:
         raise ValueError(f"results table lacks column(s) {missing} needed to rank configurations")
-    order = results_df.assign(_fits=results_df["fits"].astype(bool))
-    order = order.sort_values(
-        ["_fits", "throughput_samples_per_s"],
-        ascending=[False, False],
-        kind="stable",
-        na_position="last",
-    )
-    return order.drop(columns="_fits")
+    records = results_df.to_dict("records")
+    order = sorted(range(len(records)), key=lambda i: rank_key(records[i]))
+    return results_df.iloc[order]
 
 
 def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:

@@ -13,13 +13,14 @@ A reference is resolved in this order:
 2. **A name in the traces directory**: ``<traces>/<ref>.csv`` (e.g. ``gnmt16`` ->
    ``traces/gnmt16.csv``), then ``<traces>/<ref>/graph.txt`` (e.g. ``pipedream/vgg16``). The
    traces directory is ``$PIPESIM_TRACES`` when set, else the repository's ``traces/``
-   (next to the ``sim`` package).
+   (next to the ``sim`` package), else the copy installed as ``sim.shipped_traces``.
 
 Anything else is an :class:`InputError` that lists the available names.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -29,12 +30,48 @@ from sim.trace.pipedream import read_pipedream
 from sim.trace.schema import Trace
 
 _NATIVE = (".csv", ".yaml", ".yml")
+MAX_LAYER_S = 3600.0
+"""Longest forward or backward time of one layer for one micro-batch, in seconds. An
+assumption (no real layer comes near an hour) that keeps simulated clocks finite and exact."""
+MAX_LAYER_BYTES = float(2**50)
+"""Largest byte count of one layer (1 PiB), an assumption of the same kind."""
+_TIMES = ("fwd_s", "bwd_s", "bwd_input_s", "bwd_weight_s")
+_BYTES = ("param_bytes", "act_bytes", "out_bytes", "attn_core_act_bytes")
+
+
+def check_scale(trace: Trace, *, file: str) -> None:
+    """Refuse a trace no real model has: a layer slower than :data:`MAX_LAYER_S` or bigger
+    than :data:`MAX_LAYER_BYTES`, or no compute time at all (nothing to simulate).
+
+    Raises:
+        InputError: naming ``file``, the row (counted from 1) and the column.
+    """
+    for i, layer in enumerate(trace.layers, start=1):
+        for col, limit, unit in [(c, MAX_LAYER_S, "s") for c in _TIMES] + [
+                (c, MAX_LAYER_BYTES, "B") for c in _BYTES]:
+            v = getattr(layer, col)
+            if v is not None and v > limit:
+                raise InputError(f"row {i} (layer {layer.name!r}): {col}: {v:g} is more than "
+                                 f"the {limit:g} {unit} a layer may take", file=file, field=col)
+    if not sum(layer.fwd_s + layer.bwd_s for layer in trace.layers) > 0:
+        raise InputError("every layer has zero forward and backward time; there is nothing to "
+                         "simulate (check the units: seconds)", file=file, field="fwd_s")
 
 
 def traces_dir() -> Path:
-    """The directory searched for trace names: ``$PIPESIM_TRACES`` or the repository's ``traces/``."""
+    """The directory searched for trace names: ``$PIPESIM_TRACES``, else the repository's
+    ``traces/`` (a checkout or an editable install), else the copy installed with the package
+    as ``sim.shipped_traces`` (``pip install .``)."""
     env = os.environ.get("PIPESIM_TRACES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "traces"
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2] / "traces"
+    if (repo / "README.md").is_file() and (repo / "pipedream").is_dir():
+        return repo
+    spec = importlib.util.find_spec("sim.shipped_traces")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return repo
 
 
 def available_traces(directory: str | os.PathLike[str] | None = None) -> list[str]:
@@ -85,7 +122,9 @@ def load_trace(
     candidates += [d / f"{ref}.csv", d / str(ref) / "graph.txt"]
     for p in candidates:
         if p.exists() and (p.is_file() or (p / "graph.txt").is_file()):
-            return _read_path(p)
+            trace = _read_path(p)
+            check_scale(trace, file=str(p))
+            return trace
     names = available_traces(d)
     listing = ", ".join(names) if names else f"none ({d} has no traces)"
     raise InputError(

@@ -36,6 +36,7 @@ import yaml
 
 from sim.atomic import atomic_write_text
 from sim.errors import InputError
+from sim.textio import read_text, read_yaml_file
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 COLUMNS = (
@@ -181,10 +182,7 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
     f = str(path)
     if not path.exists():
         raise InputError("trace sidecar not found (every <name>.csv needs a <name>.yaml)", file=f)
-    try:
-        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise InputError(f"not valid YAML: {e}", file=f) from None
+    meta = read_yaml_file(path, what="trace sidecar")
     if not isinstance(meta, dict):
         raise InputError("expected a mapping with keys " + ", ".join(SIDECAR_KEYS), file=f)
     unknown = sorted(set(meta) - set(SIDECAR_KEYS) - set(OPTIONAL_KEYS))
@@ -217,12 +215,12 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
 
 def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
     f = str(path)
-    if not path.exists():
-        raise InputError("trace file not found", file=f)
+    text = read_text(path, what="trace file")
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"not a readable CSV: {e}", file=f) from None
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+                         skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as e:
+        raise InputError(f"not a readable CSV: {' '.join(str(e).split())}", file=f) from None
     cols = [c.strip() for c in df.columns]
     df.columns = cols
     for c in REQUIRED:

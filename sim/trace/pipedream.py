@@ -42,6 +42,7 @@ import os
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.textio import read_text
 from sim.trace.pipedream_graph import Node, parse_graph, topological_order
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -175,10 +176,7 @@ def read_pipedream(
     """
     p = Path(path)
     file = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read PipeDream graph: {e.strerror}", file=file) from None
+    text = read_text(p, label=file, what="PipeDream graph")
     dtype_bytes(dtype)
     model = p.parent.name
     evidence = "given by the caller"

@@ -1,0 +1,131 @@
+"""One row of ``results.csv`` (:class:`ResultRow`) and the one ranking of rows (:func:`rank_key`).
+
+Every place that picks "the best" configuration (the sweep's winner, each model's winner, the
+summary table, the memory-policy summary) orders rows with :func:`rank_key`, so they agree:
+
+1. rows that fit in memory (and simulated without error) first;
+2. then higher throughput (samples/s) first; rows without a throughput last;
+3. ties: fewer GPUs (``stages x dp_width``), then fewer micro-batches per iteration, then
+   schedule, stages, dp_width, microbatch_size, memory_policy and model by name/value, so the
+   order never depends on the grid's order or on which worker finished first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.config import PointConfig
+
+_NonNeg = Field(None, ge=0, allow_inf_nan=False)
+
+
+class ResultRow(BaseModel):
+    """One configuration's result: the grid point, then what the simulator measured.
+
+    Units: seconds (``_s``), bytes (``_bytes``), samples per second. A point that could not
+    be simulated has ``fits = False``, the reason in ``error`` and no measurements (None).
+    ``boundaries``, ``placement`` and ``policy_notes`` are JSON text (as in the CSV).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    schedule: str
+    stages: int = Field(ge=1)
+    dp_width: int = Field(ge=1)
+    microbatch_size: int = Field(ge=1)
+    microbatches: int = Field(ge=1)
+    memory_policy: str
+    global_batch: int = Field(ge=1)
+    parameters: int = Field(ge=0)
+    iteration_time_s: float | None = _NonNeg
+    throughput_samples_per_s: float | None = _NonNeg
+    bubble_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    peak_memory_bytes: float | None = _NonNeg
+    fits: bool = False
+    oom_device: str = ""
+    oom_peak_bytes: float | None = _NonNeg
+    oom_capacity_bytes: float | None = _NonNeg
+    swap_bytes: float | None = _NonNeg
+    recompute_s: float | None = _NonNeg
+    stall_s: float | None = _NonNeg
+    comm_bytes: float | None = _NonNeg
+    boundaries: str = ""
+    placement: str = ""
+    error: str = ""
+    policy_notes: str = ""
+    staleness_steps: int | None = Field(None, ge=0)
+    attention: str = ""
+    headroom_bytes: float | None = Field(None, allow_inf_nan=False)
+    tightest_gpu: str = ""
+    peak_weights_bytes: float | None = _NonNeg
+    peak_gradients_bytes: float | None = _NonNeg
+    peak_optimizer_bytes: float | None = _NonNeg
+    peak_activations_bytes: float | None = _NonNeg
+    peak_buffers_bytes: float | None = _NonNeg
+    peak_working_bytes: float | None = _NonNeg
+    peak_reserve_bytes: float | None = _NonNeg
+
+    def __getitem__(self, name: str) -> Any:
+        """``row["fits"]``: read a column by name, as from the CSV."""
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def point(self) -> PointConfig:
+        """The grid point this row is the result of."""
+        return PointConfig(**{k: getattr(self, k) for k in PointConfig.model_fields})
+
+    def problems(self) -> list[str]:
+        """Inconsistencies no simulation produces (a forged or damaged row): throughput not
+        ``microbatches x microbatch_size x dp_width / iteration_time_s`` (metrics.py), a row
+        that fits yet names an out-of-memory device, a measured row without its numbers."""
+        out: list[str] = []
+        if self.error:
+            return out
+        it, tput = self.iteration_time_s, self.throughput_samples_per_s
+        if it is None or tput is None or self.peak_memory_bytes is None:
+            return ["iteration_time_s, throughput_samples_per_s, peak_memory_bytes: missing"]
+        samples = self.microbatches * self.microbatch_size * self.dp_width
+        if not it > 0 or not math.isclose(tput, samples / it, rel_tol=1e-9):
+            out.append(f"throughput_samples_per_s: {tput} is not {samples} samples / "
+                       f"iteration_time_s {it}")
+        if self.fits == bool(self.oom_device):
+            out.append(f"fits: {self.fits} but oom_device is {self.oom_device!r}")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        """Simulated without error and fits in memory."""
+        return self.fits and not self.error
+
+
+def _get(row: Any, name: str, default: Any) -> Any:
+    value = row.get(name, default) if isinstance(row, Mapping) else getattr(row, name, default)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return value
+
+
+def rank_key(row: ResultRow | Mapping[str, Any]) -> tuple:
+    """Sort key of a row (a :class:`ResultRow` or a results.csv record): smaller is better.
+
+    See the module doc for the order. Missing columns count as absent values.
+    """
+    ok = bool(_get(row, "fits", False)) and not _get(row, "error", "")
+    tput = float(_get(row, "throughput_samples_per_s", -math.inf))
+    stages, width = int(_get(row, "stages", 0)), int(_get(row, "dp_width", 0))
+    return (not ok, -tput, stages * width, int(_get(row, "microbatches", 0)),
+            str(_get(row, "schedule", "")), stages, width, int(_get(row, "microbatch_size", 0)),
+            str(_get(row, "memory_policy", "")), str(_get(row, "model", "")))
+
+
+def pick_winner(rows: Iterable[ResultRow]) -> ResultRow | None:
+    """The best row that fits (by :func:`rank_key`), or None when none fits."""
+    ok = [r for r in rows if r.ok]
+    return min(ok, key=rank_key) if ok else None

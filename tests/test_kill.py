@@ -1,0 +1,153 @@
+"""kill -9 of `sim run` / `sim validate` leaves no process and, after the next run, no
+temporary file or folder (issue 7). Processes are found through /proc (Linux)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+
+SLOW = {"name": "slow", "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "g", "trace": "gpt2-1.5b", "global_batch": 1024}],
+        "sweep": {"schedule": ["gpipe", "1f1b", "pipedream_2bw"], "stages": [2, 4, 8],
+                  "dp_width": [1, 2], "microbatch_size": [1, 2]}}
+QUICK = {"name": "quick", "hardware": "dgx1-v100-16gb",
+         "models": [{"name": "b", "trace": "bert-large", "global_batch": 8}],
+         "sweep": {"schedule": "1f1b", "stages": 2}}
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of ``pid``, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1])
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            st = _stat(int(d.name))
+            if st and st[1] == pid and st[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    todo, out = [pid], []
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def alive(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def _wait_for(cond, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+def _sim(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sim.cli", *args], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if p.name.endswith(".tmp") or ".new-" in p.name
+            or ".old-" in p.name]
+
+
+@pytest.mark.timeout(180)
+def test_kill_9_of_sim_run_leaves_no_process_and_no_temp_files(tmp_path):
+    exp = tmp_path / "slow.yaml"
+    exp.write_text(yaml.safe_dump(SLOW))
+    out = tmp_path / "out"
+    proc = _sim("run", str(exp), "--out", str(out), "--jobs", "2", "--no-plots")
+    try:
+        assert _wait_for(lambda: len(children(proc.pid)) >= 2, 90), "no pool workers started"
+        time.sleep(1.0)  # mid-sweep
+        workers = descendants(proc.pid)
+        assert proc.poll() is None, proc.stderr.read().decode()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert _wait_for(lambda: not any(alive(p) for p in workers), 15), \
+            f"workers left running: {[p for p in workers if alive(p)]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # what a kill while writing leaves: a staging folder and a half-written cache entry
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f".out.new-{dead.pid}").mkdir()
+    (out / ".cache").mkdir(parents=True, exist_ok=True)
+    (out / ".cache" / f".abc.json.{dead.pid}.x1y2.tmp").write_text("{half")
+    quick = tmp_path / "quick.yaml"
+    quick.write_text(yaml.safe_dump(QUICK))
+    res = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(quick), "--out", str(out),
+                          "-j", "1", "--no-plots"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert _leftovers(tmp_path) == []
+    assert (out / "results.csv").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_sim_validate_kills_the_ranks(tmp_path):
+    pytest.importorskip("torch")
+    from backends.torch.launch import WORKDIR_PREFIX, remove_stale_workdirs
+
+    exp = yaml.safe_load((ROOT / "experiments" / "cpu-gpt-tiny.yaml").read_text())
+    exp["hardware"] = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
+    exp["models"][0]["trace"] = str(ROOT / "traces" / "gpt-tiny-cpu.csv")
+    exp["models"][0]["microbatch_size"] = 2
+    exp["sweep"]["schedule"] = "1f1b"
+    winner = tmp_path / "w.yaml"
+    winner.write_text(yaml.safe_dump(exp))
+    proc = _sim("validate", str(winner), "--nproc", "2", "--iterations", "100", "--out",
+                str(tmp_path / "v"))
+    try:
+        assert _wait_for(lambda: len(descendants(proc.pid)) >= 2, 120), \
+            proc.stderr.read().decode() if proc.poll() is not None else "no ranks started"
+        time.sleep(1.0)
+        ranks = descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert _wait_for(lambda: not any(alive(p) for p in ranks), 20), \
+            f"ranks left running: {[p for p in ranks if alive(p)]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    tmp = Path(tempfile.gettempdir())
+    mine = list(tmp.glob(f"{WORKDIR_PREFIX}{proc.pid}-*"))
+    assert mine, "the replay's scratch folder should be named by the launcher's pid"
+    remove_stale_workdirs()
+    assert not any(p.exists() for p in mine)
+    from sim.validate import remove_stale_stages
+
+    stages = list((tmp_path / "v").glob(".validation.new-*"))
+    assert [p.name for p in stages] == [f".validation.new-{proc.pid}"]
+    remove_stale_stages(tmp_path / "v")  # what the next `sim validate` there does first
+    assert not stages[0].exists()

@@ -1,0 +1,154 @@
+"""The output folder of `sim run` always holds one run's complete set; cached rows are checked;
+results are readable by others; progress shows without a terminal (issue 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.config import config_hash
+from sim.outputs import MANIFEST, recover_out_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+FITS = {"name": "fits", "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1}}
+# GPipe keeps all m stashes: BERT-Large at b=16 on 2 x 16 GB does not fit (test_cli.py)
+NOTHING_FITS = {"name": "nofit", "hardware": "dgx1-v100-16gb",
+                "models": [{"name": "bert", "trace": "bert-large", "global_batch": 256,
+                            "microbatch_size": 16}],
+                "sweep": {"schedule": "gpipe", "stages": 2}}
+
+
+def _exp(tmp_path: Path, data: dict, name: str = "exp.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (reaped)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.timeout(120)
+def test_rerun_where_nothing_fits_leaves_no_old_winner(tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["run", str(_exp(tmp_path, FITS)), "--out", str(out), "-j", "1"])
+    assert res.exit_code == 0, res.output
+    for name in ("winner.yaml", "timeline.png", "timeline.json", "memory_per_gpu.png"):
+        assert (out / name).is_file()
+    (out / "validation.csv").write_text("mine\n")  # e.g. written by `sim validate`
+    res = runner.invoke(app, ["run", str(_exp(tmp_path, NOTHING_FITS, "b.yaml")), "--out",
+                              str(out), "-j", "1"])
+    assert res.exit_code == 1, res.output
+    left = {p.name for p in out.iterdir()}
+    assert "winner.yaml" not in left and "timeline.png" not in left
+    assert "memory_per_gpu.png" not in left and "timeline.json" not in left
+    assert len(pd.read_csv(out / "results.csv")) == 1  # the new run's single row
+    assert (out / "validation.csv").read_text() == "mine\n"  # not ours: kept
+    assert (out / ".cache").is_dir()
+    assert json.loads((out / MANIFEST).read_text())["entries"] == sorted(
+        ["config.resolved.yaml", "results.csv", "throughput.png"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+@pytest.mark.timeout(120)
+def test_results_are_readable_by_others(tmp_path):
+    out = tmp_path / "out"
+    old = os.umask(0o022)
+    try:
+        res = runner.invoke(app, ["run", str(_exp(tmp_path, FITS)), "--out", str(out), "-j",
+                                  "1", "--no-plots"])
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0, res.output
+    for name in ("results.csv", "winner.yaml", "config.resolved.yaml"):
+        mode = stat.S_IMODE((out / name).stat().st_mode)
+        assert mode == 0o644, (name, oct(mode))
+
+
+@pytest.mark.timeout(120)
+def test_corrupt_and_forged_cache_entries_are_recomputed(tmp_path):
+    out = tmp_path / "out"
+    args = ["run", str(_exp(tmp_path, FITS)), "--out", str(out), "-j", "1", "--no-plots"]
+    assert runner.invoke(app, args).exit_code == 0
+    truth = pd.read_csv(out / "results.csv")
+    entries = sorted((out / ".cache").glob("*.json"))
+    assert len(entries) == 4
+    entries[0].write_bytes(b"\x00\xffgarbage")  # unreadable
+    edited = json.loads(entries[1].read_text())  # edited, checksum left as it was
+    edited["row"]["bubble_fraction"] = 0.0
+    entries[1].write_text(json.dumps(edited))
+    forged = json.loads(entries[2].read_text())  # forged: 10x the throughput, checksum redone
+    forged["row"]["throughput_samples_per_s"] *= 10
+    forged["sha256"] = config_hash({"key": forged["key"], "row": forged["row"]})
+    entries[2].write_text(json.dumps(forged))
+    other = json.loads(entries[3].read_text())  # filed under another configuration's key
+    entries[3].write_text(json.dumps({**other, "key": "0" * 64}))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 4, res.output
+    for p, why in zip(entries, ("unreadable", "damaged", "inconsistent (throughput",
+                                "not an entry"), strict=True):
+        assert any(str(p) in w and why in w for w in warnings), (p, why, warnings)
+    again = pd.read_csv(out / "results.csv")
+    pd.testing.assert_frame_equal(again, truth)
+    assert runner.invoke(app, args).output.count("warning:") == 0  # rewritten
+
+
+def test_recover_a_swap_killed_between_the_renames(tmp_path):
+    out = tmp_path / "out"
+    pid = dead_pid()
+    new = tmp_path / f".out.new-{pid}"
+    new.mkdir()
+    (new / "results.csv").write_text("new\n")
+    (new / MANIFEST).write_text(json.dumps({"entries": ["results.csv"]}))
+    old = tmp_path / f".out.old-{pid}"
+    old.mkdir()
+    (old / "results.csv").write_text("old\n")
+    (old / "winner.yaml").write_text("old\n")
+    (old / "validation.csv").write_text("mine\n")
+    (old / MANIFEST).write_text(json.dumps({"entries": ["results.csv", "winner.yaml"]}))
+    recover_out_dir(out)
+    assert (out / "results.csv").read_text() == "new\n"
+    assert (out / "validation.csv").read_text() == "mine\n"
+    assert not (out / "winner.yaml").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_recover_an_unfinished_staging_keeps_the_old_set(tmp_path):
+    out = tmp_path / "out"
+    pid = dead_pid()
+    (tmp_path / f".out.new-{pid}").mkdir()  # killed while writing: no manifest yet
+    (tmp_path / f".out.new-{pid}" / "results.csv").write_text("half")
+    old = tmp_path / f".out.old-{pid}"
+    old.mkdir()
+    (old / "results.csv").write_text("old\n")
+    recover_out_dir(out)
+    assert (out / "results.csv").read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.timeout(120)
+def test_progress_lines_without_a_terminal(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(_exp(tmp_path, FITS)),
+                          "--out", str(tmp_path / "out"), "-j", "1", "--no-plots"],
+                         capture_output=True, text=True, timeout=110, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert "simulating: 4/4 configurations (100%)" in res.stderr
