@@ -372,7 +372,7 @@ def calibrate(
     adam = cpu_adam_rate(threads=os.cpu_count() or 1)
     memory = ranks[0].get("memory_bytes", _host_ram_bytes() / nproc)
     detail = ranks[0]["device_name"] if kind == "cuda" else cpu_model_name()
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     hardware = {
         "name": name or f"calibrated-{platform.node()}-{kind}",
         "description": (

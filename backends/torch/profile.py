@@ -281,7 +281,7 @@ def _provenance(
     return {
         "source": "backends.torch.profile.profile_model",
         "command": " ".join(sys.argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "torch": str(torch.__version__),
         "device_detail": detail,
         "host": platform.node(),

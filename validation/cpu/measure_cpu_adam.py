@@ -31,7 +31,7 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "host": platform.node(),
         "torch": str(torch.__version__),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python validation/cpu/measure_cpu_adam.py",
         "notes": "median of 7 steps after 2 warm-up steps, fp32 params/grads/moments; the "
                  "machine's 2 cores were shared with other jobs, so the rate is noisy (a lower "
