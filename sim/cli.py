@@ -217,16 +217,26 @@ def profile(
     out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + "
                                   "PATH.yaml (native format, with provenance)."),
     kind: str = typer.Option("gpt", help="gpt (decoder) or bert (encoder)."),
-    layers: int = typer.Option(4, help="Transformer blocks L."),
+    layers: str = typer.Option(None, help="GPT/BERT: transformer blocks L [4]. With --model: "
+                               "the layer chain as module names fqn1,fqn2,... (name.* = its "
+                               "children) [default: the model's top-level children]."),
+    model: str = typer.Option(None, "--model", help="Your model: FILE.py:FUNC or "
+                              "package.module:FUNC returning (model, sample[, target]), or a "
+                              "Hugging Face config.json (random weights)."),
+    loss: str = typer.Option(None, "--loss", help="With --model: FILE.py:FUNC computing the "
+                             "loss from the last layer's output [and the target]."),
+    for_gpu: str = typer.Option(None, "--for-gpu", help="With --model: analyse under fake "
+                                "tensors for this GPU (preset or GPU name, e.g. H100) instead "
+                                "of running it."),
     hidden: int = typer.Option(256, help="Hidden size h."),
     heads: int = typer.Option(4, help="Attention heads."),
     seq_len: int = typer.Option(128, help="Tokens per sample s."),
     vocab: int = typer.Option(2048, help="Vocabulary size V."),
     name: str = typer.Option(None, help="Model name [default: the file name]."),
-    microbatch_size: int = typer.Option(4, "--microbatch-size", "-b", help="Samples per "
-                                        "micro-batch."),
+    microbatch_size: int = typer.Option(None, "--microbatch-size", "-b", help="Samples per "
+                                        "micro-batch [4; with --model: the sample's]."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    dtype: str = typer.Option("fp32", help="fp32, fp16 or bf16."),
+    dtype: str = typer.Option(None, help="fp32, fp16 or bf16 [fp32; bf16 with --for-gpu]."),
     threads: int = typer.Option(None, help="CPU threads while profiling; use cores / ranks of "
                                 "the replay [default: cores / 2]."),
     reps: int = typer.Option(7, help="Measured repetitions per layer (median kept)."),
@@ -238,9 +248,28 @@ def profile(
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     _need_torch()
+    if model or for_gpu:
+        from backends.torch.user_cli import profile_user
+
+        if not model:
+            raise InputError("--for-gpu needs --model", field="--for-gpu")
+        trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
+                             for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
+                             device=device, dtype=dtype, threads=threads, reps=reps,
+                             split_backward=split_backward, seq_len=seq_len)
+        total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
+        out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, "
+                  f"{trace.parameters:,} params, fwd+bwd {total * 1e3:.3f} ms per micro-batch "
+                  f"of {trace.microbatch_size} on {trace.device}")
+        return
+    if layers is not None and not layers.isdigit():
+        raise InputError(f"--layers {layers!r}: the GPT/BERT model takes a number of blocks; "
+                         "module names need --model", field="--layers")
+    microbatch_size = microbatch_size or 4
+    dtype = dtype or "fp32"
     from backends.torch.profile_concurrent import profile_concurrent
 
-    spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
+    spec = dict(name=name or out_path.name, kind=kind, layers=int(layers or 4), hidden=hidden,
                 heads=heads, seq_len=seq_len, vocab=vocab)
     try:
         trace = profile_concurrent(spec, copies=concurrent, microbatch_size=microbatch_size,

@@ -83,6 +83,12 @@ def _model_spec(prep: Prepared, point: PointConfig) -> dict:
         raise InputError(f"trace {trace.name!r} has no model description (provenance.model), "
                          "so there is no real model to replay; make the trace with `sim profile`",
                          file=prep.file, field="models.0.trace")
+    if spec.get("kind") == "user":  # a user's model (sim profile --model): torch-free check
+        from backends.torch.user_spec import UserModelSpec
+
+        problem = UserModelSpec.from_dict(spec).replay_problem(point.microbatch_size)
+        if problem:
+            raise InputError(problem, file=prep.file, field="microbatch_size")
     return spec
 
 
@@ -192,7 +198,9 @@ def run_validation(path: Path, spec: ValidationSpec, out: Path | None,
     points = variants(prep, spec)
     for p in points:  # validate every variant before the (slow) replays start
         resolve(prep.exp, p, prep.topology, prep.traces[p.model], file=prep.file)
-        _model_spec(prep, p)
+        if _model_spec(prep, p).get("kind") == "user" and spec.torch_builtin:
+            raise InputError("--torch-builtin replays the GPT/BERT models only; this trace is "
+                             "a user's model: drop --torch-builtin", field="--torch-builtin")
     dest_dir = out or Path(path).parent
     rows = []
     for p in points:
