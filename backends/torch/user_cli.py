@@ -15,9 +15,10 @@ from sim.errors import InputError
 from sim.trace.schema import Trace
 
 
-def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any]]:
-    """``(source, kwargs)`` for ``--model``: a function reference, or the Hugging Face builder
-    with ``config`` (absolute path) and ``seq_len`` for a ``*.json`` path.
+def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any], str | None]:
+    """``(source, kwargs, default loss)`` for ``--model``: a function reference, or for a
+    ``*.json`` path the Hugging Face builder with ``config`` (absolute path) and ``seq_len``
+    and its token cross-entropy loss.
 
     Raises:
         InputError: a ``.json`` path that does not exist.
@@ -26,8 +27,9 @@ def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any]]:
         path = Path(model)
         if not path.is_file():
             raise InputError("Hugging Face config not found", file=model, field="--model")
-        return "backends.torch.hf:build", {"config": str(path.resolve()), "seq_len": seq_len}
-    return model, {}
+        return ("backends.torch.hf:build", {"config": str(path.resolve()), "seq_len": seq_len},
+                "backends.torch.hf:loss")
+    return model, {}, None
 
 
 def profile_user(*, out_path: Path, model: str, layers: str | None, loss: str | None,
@@ -39,8 +41,8 @@ def profile_user(*, out_path: Path, model: str, layers: str | None, loss: str | 
     Raises:
         InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used).
     """
-    source, kwargs = model_source(model, seq_len)
-    common = dict(layers=parse_fqns(layers), loss=loss, microbatch_size=microbatch_size,
+    source, kwargs, default_loss = model_source(model, seq_len)
+    common = dict(layers=parse_fqns(layers), loss=loss or default_loss, microbatch_size=microbatch_size,
                   name=name or out_path.name, kwargs=kwargs, path=out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if for_gpu:
