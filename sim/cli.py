@@ -160,6 +160,42 @@ def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> No
     out.print(trace.provenance)
 
 
+@trace_app.command("import-kineto")
+@friendly
+def trace_import_kineto(
+    source: Path = typer.Argument(..., help="torch.profiler Chrome trace (.json or .json.gz) "
+                                  "whose layers are record_function annotations."),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + "
+                                  "PATH.yaml."),
+    microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", help="Samples per "
+                                        "micro-batch in the profiled steps."),
+    dtype: str = typer.Option("fp32", help="Training dtype of the profiled model."),
+    name: str = typer.Option(None, help="Model name [default: the file name]."),
+    layers: str = typer.Option(None, help="Annotation names forming the chain, a,b,c "
+                               "[default: every top-level annotation]."),
+    bytes_from: str = typer.Option(None, "--bytes-from", help="A trace of the same layers "
+                                   "(e.g. from `sim profile --model ... --for-gpu`) giving "
+                                   "parameter, activation and output bytes."),
+) -> None:
+    """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
+    --bytes-from)."""
+    from sim.trace.kineto import read_kineto
+    from sim.trace.loader import load_trace
+    from sim.trace.native import write_trace
+
+    ref = load_trace(bytes_from, file="command line", field="--bytes-from") if bytes_from \
+        else None
+    names = [n.strip() for n in layers.split(",") if n.strip()] if layers else None
+    trace = read_kineto(source, microbatch_size=microbatch_size, dtype=dtype,
+                        name=name or out_path.name, layers=names, bytes_from=ref)
+    write_trace(trace, out_path)
+    out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers "
+              f"({trace.provenance['timing']})")
+    if ref is None:
+        err.print("[yellow]warning:[/] parameter, activation and output bytes are 0 (a Kineto "
+                  "trace has none); give --bytes-from to fill them")
+
+
 @app.command("partition")
 @friendly
 def partition_cmd(

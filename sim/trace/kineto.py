@@ -52,8 +52,9 @@ class _Span:
     end_us: float
 
 
-def load_events(path: str | Path) -> list[dict[str, Any]]:
-    """The complete (``ph == "X"``) events of a Chrome trace (``.json`` or ``.json.gz``).
+def load_events(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The complete (``ph == "X"``) events of a Chrome trace (``.json`` or ``.json.gz``) and
+    the name of its first GPU (``deviceProperties``), if any.
 
     Raises:
         InputError: missing file, not JSON, or no ``traceEvents`` list.
@@ -71,7 +72,10 @@ def load_events(path: str | Path) -> list[dict[str, Any]]:
     if not isinstance(events, list):
         raise InputError("no 'traceEvents' list (export with prof.export_chrome_trace)",
                          file=str(p), field="traceEvents")
-    return [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    props = data.get("deviceProperties") if isinstance(data, dict) else None
+    gpu = props[0].get("name") if isinstance(props, list) and props and \
+        isinstance(props[0], dict) else None
+    return [e for e in events if isinstance(e, dict) and e.get("ph") == "X"], gpu
 
 
 def _span(e: dict[str, Any]) -> _Span:
@@ -183,7 +187,7 @@ def read_kineto(path: str | Path, *, microbatch_size: int, dtype: str = "fp32",
             backward events, or a ``bytes_from`` trace without the layer.
     """
     file = str(path)
-    events = load_events(path)
+    events, gpu_name = load_events(path)
     spans = layer_spans(events, layers, file)
     index = _Index(events)
     ref = bytes_from.scaled_to_microbatch(microbatch_size) if bytes_from else None
@@ -215,11 +219,4 @@ def read_kineto(path: str | Path, *, microbatch_size: int, dtype: str = "fp32",
     }
     return Trace(name=name or Path(file).name.split(".")[0], layers=tuple(out),
                  microbatch_size=microbatch_size, dtype=dtype,
-                 device=_device(events) if index.gpu else "cpu", provenance=prov)
-
-
-def _device(events: list[dict[str, Any]]) -> str:
-    for e in events:
-        if e.get("cat") == "kernel":
-            return f"cuda device {(e.get('args') or {}).get('device', 0)}"
-    return "cuda"
+                 device=(gpu_name or "cuda") if index.gpu else "cpu", provenance=prov)
