@@ -88,7 +88,9 @@ class OpCounter(TorchDispatchMode):
 
     Attributes:
         flops: FLOPs of the operators seen.
-        nbytes: bytes read and written (tensor inputs + outputs; view operators count 0).
+        nbytes: bytes read and written: tensor inputs + outputs of ``aten`` operators; views
+            and non-aten operators (``prim.device``) count 0, factories (``*_like``,
+            ``empty*``, ``new_*``) their outputs only.
         time_s: sum of :func:`op_time_s` over the operators.
     """
 
@@ -106,8 +108,10 @@ class OpCounter(TorchDispatchMode):
             flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) \
                 if packet in flop_registry else 0.0
         nbytes = 0.0
-        if not _is_view(func):
-            leaves = tree_flatten((args, kwargs))[0] + tree_flatten(out)[0]
+        if func.namespace == "aten" and not _is_view(func):
+            name = packet.__name__
+            reads = not (name.endswith("_like") or name.startswith(("empty", "new_")))
+            leaves = (tree_flatten((args, kwargs))[0] if reads else []) + tree_flatten(out)[0]
             nbytes = float(tensor_bytes(t for t in leaves if isinstance(t, torch.Tensor)))
         self.flops += flops
         self.nbytes += nbytes
