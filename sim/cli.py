@@ -289,6 +289,9 @@ def profile(
 
         if not model:
             raise InputError("--for-gpu needs --model", field="--for-gpu")
+        if concurrent > 1:
+            raise InputError("--concurrent profiles the GPT/BERT models only; drop it for "
+                             "--model", field="--concurrent")
         trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
                              for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
                              device=device, dtype=dtype, threads=threads, reps=reps,
