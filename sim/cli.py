@@ -289,13 +289,14 @@ def profile(
 
         if not model:
             raise InputError("--for-gpu needs --model", field="--for-gpu")
-        if concurrent > 1:
-            raise InputError("--concurrent profiles the GPT/BERT models only; drop it for "
-                             "--model", field="--concurrent")
+        if concurrent > 1 and for_gpu:
+            raise InputError("--concurrent measures CPU contention; --for-gpu runs nothing",
+                             field="--concurrent")
         trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
                              for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
                              device=device, dtype=dtype, threads=threads, reps=reps,
-                             split_backward=split_backward, seq_len=seq_len)
+                             split_backward=split_backward, seq_len=seq_len,
+                             concurrent=concurrent)
         total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
         out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, "
                   f"{trace.parameters:,} params, fwd+bwd {total * 1e3:.3f} ms per micro-batch "

@@ -35,7 +35,7 @@ def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any], str | N
 def profile_user(*, out_path: Path, model: str, layers: str | None, loss: str | None,
                  for_gpu: str | None, name: str | None, microbatch_size: int | None,
                  device: str, dtype: str | None, threads: int | None, reps: int,
-                 split_backward: bool, seq_len: int) -> Trace:
+                 split_backward: bool, seq_len: int, concurrent: int = 1) -> Trace:
     """Profile (or, with ``for_gpu``, analyse) a user's model and write the trace.
 
     Raises:
@@ -50,7 +50,8 @@ def profile_user(*, out_path: Path, model: str, layers: str | None, loss: str | 
 
         return fake_profile_user_model(source, gpu_name=for_gpu, dtype=dtype or "bf16",
                                        **common)
-    from backends.torch.user_profile import profile_user_model
+    from backends.torch.user_concurrent import profile_user_concurrent
 
-    return profile_user_model(source, device=device, dtype=dtype or "fp32", reps=reps,
-                              split_backward=split_backward, threads=threads, **common)
+    return profile_user_concurrent(copies=concurrent, source=source, device=device,
+                                   dtype=dtype or "fp32", reps=reps,
+                                   split_backward=split_backward, threads=threads, **common)
