@@ -133,6 +133,28 @@ def test_replay_problem_for_a_fixed_sample() -> None:
     assert UserModelSpec.from_dict(spec.to_dict()) == spec
 
 
+def test_validate_rejects_another_microbatch_size_and_torch_builtin(tmp_path: Path) -> None:
+    src = tmp_path / "fixed.py"
+    src.write_text("import torch\n\ndef build():\n    m = torch.nn.Sequential(torch.nn.Linear("
+                   "4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))\n"
+                   "    return m, torch.randn(4, 4)\n")
+    code, out = _cli("profile", "--model", f"{src}:build", "--reps", 1, "--out", tmp_path / "f")
+    assert code == 0, out
+    exp = {"name": "f", "hardware": str(ROOT / "experiments/hardware/cpu-2rank.yaml"),
+           "models": [{"name": "f", "trace": "f.csv", "global_batch": 8, "microbatch_size": 2}],
+           "training": {"optimizer": "sgd"}, "sweep": {"schedule": "gpipe", "stages": 2}}
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    code, out = _cli("validate", tmp_path / "exp.yaml", "--nproc", 2)
+    flat = " ".join(out.split())
+    assert code == 2 and "takes no microbatch_size argument" in flat, out
+    assert "microbatch_size: 4" in flat
+    exp["models"][0]["microbatch_size"] = 4
+    exp["models"][0]["global_batch"] = 16
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    code, out = _cli("validate", tmp_path / "exp.yaml", "--nproc", 2, "--torch-builtin")
+    assert code == 2 and "--torch-builtin" in out, out
+
+
 # --- profiling: closed forms and two mechanisms ---------------------------------------------
 
 def test_cnn_profile_bytes_and_flops_are_the_closed_forms(tmp_path: Path) -> None:

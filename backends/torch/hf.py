@@ -54,7 +54,7 @@ class _Decoder(nn.Module):
 class HFChain(nn.Module):
     """A Llama-layout ``*ForCausalLM`` as a chain of top-level children (see module doc)."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: Any):
         super().__init__()
         inner = model.model
         self.embed = _Embed(inner.embed_tokens)
@@ -88,6 +88,9 @@ def load_config(path: str | Path) -> Any:
         raise InputError(f"not a readable config.json: {exc}", file=str(path),
                          field="--model") from None
     kind = data.pop("model_type", None) if isinstance(data, dict) else None
+    if not isinstance(kind, str):
+        raise InputError("missing (e.g. \"model_type\": \"llama\")", file=str(path),
+                         field="model_type")
     try:
         return transformers.AutoConfig.for_model(kind, **data)
     except (ValueError, KeyError, TypeError) as exc:

@@ -42,7 +42,7 @@ def profile_user(*, out_path: Path, model: str, layers: str | None, loss: str | 
         InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used).
     """
     source, kwargs, default_loss = model_source(model, seq_len)
-    common = dict(layers=parse_fqns(layers), loss=loss or default_loss, microbatch_size=microbatch_size,
+    common: dict[str, Any] = dict(layers=parse_fqns(layers), loss=loss or default_loss, microbatch_size=microbatch_size,
                   name=name or out_path.name, kwargs=kwargs, path=out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if for_gpu:

@@ -94,7 +94,7 @@ def _prefix_output(layers: Sequence[nn.Module], sample: tuple[torch.Tensor, ...]
 
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
-            xs = tuple(mode.from_tensor(t) for t in sample)
+            xs: tuple[torch.Tensor, ...] = tuple(mode.from_tensor(t) for t in sample)
             for layer in layers:
                 xs = (layer(*xs),)
         return xs[0]
