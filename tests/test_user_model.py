@@ -365,3 +365,26 @@ def test_profile_simulate_replay_user_model(tmp_path: Path, which: str) -> None:
     res = replay(ReplayJob(model=trace_model, stages=2, microbatches=2, microbatch_size=b,
                            iterations=1, warmup_iterations=0, timeout_s=120, pg_timeout_s=60))
     assert res.losses[0] == pytest.approx(_first_loss(model, loss_ref, b, layers), rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_user_model_replays_memory_policies(tmp_path: Path) -> None:
+    from backends.torch.job import ReplayJob
+    from backends.torch.launch import replay
+    from backends.torch.user_profile import prepare
+
+    spec, *_ = prepare(
+        f"{LLAMA}:build", layers=LLAMA_LAYERS, loss=f"{LLAMA}:loss", microbatch_size=2,
+        dtype="fp32")
+    peaks, losses = {}, {}
+    for policy in ("none", "recompute", "cpu_swap"):
+        res = replay(ReplayJob(model=spec.to_dict(), stages=2, microbatches=2,
+                               microbatch_size=2, iterations=1, warmup_iterations=0,
+                               memory_policy=policy, timeout_s=120, pg_timeout_s=60))
+        assert res.all_actions_done
+        peaks[policy] = [m["act_peak_bytes"] for m in res.memory]
+        losses[policy] = res.losses
+    assert all(r < n for r, n in zip(peaks["recompute"], peaks["none"], strict=True))
+    assert peaks["cpu_swap"] == [0.0, 0.0]  # every saved tensor went to host memory
+    assert losses["recompute"] == pytest.approx(losses["none"])  # same numbers, less memory
