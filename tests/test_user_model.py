@@ -311,6 +311,20 @@ def test_hf_chain_equals_the_hf_model(tmp_path: Path) -> None:
     assert df.param_bytes.sum() == 2 * n_params  # bf16
 
 
+def test_llama2_7b_for_h100_without_a_gpu(tmp_path: Path) -> None:
+    """6.7 B parameters under fake tensors: no memory for weights, closed-form counts."""
+    pytest.importorskip("transformers")
+    code, out = _cli("profile", "--model", ROOT / "examples/hf/llama2-7b-config.json",
+                     "--seq-len", 4096, "-b", 1, "--for-gpu", "H100", "--out", tmp_path / "l7")
+    assert code == 0, out
+    df = pd.read_csv(tmp_path / "l7.csv")
+    h, f, v, n, s = 4096, 11008, 32000, 32, 4096
+    params = n * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h  # Llama-2-7B: 6,738,415,616
+    assert df.param_bytes.sum() == 2 * params  # bf16
+    assert df.flops.iloc[1] == 2 * s * (4 * h * h + 3 * h * f) + 4 * s * s * h
+    assert df.out_bytes.iloc[1] == 2 * s * h
+
+
 # --- profile -> simulate -> replay on 2 CPU ranks -------------------------------------------
 
 def _profile_run_validate(tmp_path: Path, model: str, extra: list, b: int) -> pd.DataFrame:
