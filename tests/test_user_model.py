@@ -99,6 +99,11 @@ def test_unknown_layer_and_bad_loss_exit_2(tmp_path: Path) -> None:
     code, out = _cli("profile", "--model", f"{CNN}:build", "-b", "3", "--for-gpu", "Z9000",
                      "--out", tmp_path / "t")
     assert code == 2 and "matches no preset" in " ".join(out.split()), out
+    code, out = _cli("profile", "--model", f"{CNN}:build", "--for-gpu", "H100", "--dtype",
+                     "fp32", "--out", tmp_path / "t")
+    assert code == 2 and "--dtype" in out, out
+    code, out = _cli("profile", "--layers", "embed,head", "--out", tmp_path / "t")
+    assert code == 2 and "need --model" in " ".join(out.split()), out  # GPT/BERT: a number
 
 
 def test_chain_default_star_and_overlap() -> None:
