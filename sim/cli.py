@@ -297,6 +297,8 @@ def profile(
                              device=device, dtype=dtype, threads=threads, reps=reps,
                              split_backward=split_backward, seq_len=seq_len,
                              concurrent=concurrent)
+        for warning in trace.provenance.get("warnings", []):
+            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
         total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
         out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, "
                   f"{trace.parameters:,} params, fwd+bwd {total * 1e3:.3f} ms per micro-batch "

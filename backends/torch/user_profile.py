@@ -104,11 +104,10 @@ def profile_user_model(source: str, *, layers: tuple[str, ...] | None = None,
     notes = ["per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
              "parameters excluded); the last layer includes the loss"
              + ("" if loss else " (stand-in loss mean(output^2), an assumption)")]
-    if note:
-        notes.append(note)
+    warnings = [note] if note else []
     if uncovered:
-        notes.append(f"parameters outside the layer chain (not profiled, not replayed): "
-                     f"{uncovered[:8]}")
+        warnings.append(f"parameters outside the layer chain (not profiled, not replayed): "
+                        f"{uncovered[:8]}")
     prov = {
         "source": "backends.torch.user_profile.profile_user_model",
         "command": " ".join(sys.argv),
@@ -118,8 +117,10 @@ def profile_user_model(source: str, *, layers: tuple[str, ...] | None = None,
         else cpu_model_name(),
         "host": platform.node(), "microbatch_size": um.microbatch_size, "dtype": dtype,
         "warmup": warmup, "reps": reps, "threads": threads or torch.get_num_threads(),
-        "model": spec.to_dict(), "seed": seed, "notes": "; ".join(notes),
+        "model": spec.to_dict(), "seed": seed, "notes": "; ".join(notes + warnings),
     }
+    if warnings:
+        prov["warnings"] = warnings
     trace = Trace(name=name, layers=tuple(out), microbatch_size=um.microbatch_size, dtype=dtype,
                   device=device_model_name(dev), provenance=prov)
     if path is not None:
