@@ -41,7 +41,7 @@ from sim.schedules.action import STEP, Action
 from sim.schedules.registry import get_schedule
 
 
-def user_stage(job: ReplayJob, rank: int):
+def user_stage(job: ReplayJob, rank: int) -> Any:
     """This rank's stage of a user's model (:mod:`backends.torch.user_stage`)."""
     from backends.torch.user_stage import build_user_stage
 
