@@ -407,3 +407,18 @@ def test_user_model_replays_memory_policies(tmp_path: Path) -> None:
     assert all(r < n for r, n in zip(peaks["recompute"], peaks["none"], strict=True))
     assert peaks["cpu_swap"] == [0.0, 0.0]  # every saved tensor went to host memory
     assert losses["recompute"] == pytest.approx(losses["none"])  # same numbers, less memory
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_concurrent_profile_of_a_user_model(tmp_path: Path) -> None:
+    code, out = _cli("profile", "--model", f"{CNN}:nothing", "--concurrent", 2, "--out",
+                     tmp_path / "t")
+    assert code == 2 and "nothing" in out, out  # checked before any process starts
+    code, out = _cli("profile", "--model", f"{CNN}:build", "--loss", f"{CNN}:loss", "-b", 2,
+                     "--reps", 1, "--concurrent", 2, "--out", tmp_path / "c")
+    assert code == 0, out
+    meta = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert meta["provenance"]["concurrent_copies"] == 2
+    assert meta["provenance"]["model"]["layers"] == ["stem", "block1", "block2", "block3",
+                                                     "head"]
