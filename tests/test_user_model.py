@@ -43,9 +43,13 @@ def _cli(*args: object) -> tuple[int, str]:
 
 # --- loading and bad input ----------------------------------------------------------------
 
-def test_load_callable_by_file_and_by_module() -> None:
+def test_load_callable_by_file_and_by_module(tmp_path: Path, monkeypatch) -> None:
     assert load_callable(f"{CNN}:build", option="--model").__name__ == "build"
     assert load_callable("examples.cnn:loss", option="--model").__name__ == "loss"
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "net.py").write_text("def build():\n    return 1\n")
+    monkeypatch.chdir(tmp_path)  # package.module resolves from the working directory
+    assert load_callable("mypkg.net:build", option="--model")() == 1
 
 
 @pytest.mark.parametrize("ref, words", [

@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,22 @@ def _import_file(path: Path, option: str) -> Any:
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def _import_module(name: str, option: str) -> Any:
+    """Import ``name`` with the working directory on ``sys.path`` (as ``python -m`` has it)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise InputError(f"module {name!r} cannot be imported (from {cwd}): {exc}",
+                         field=option) from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
 
 
 def resolve_file(ref: str, resolved: str | None = None) -> Path | None:
@@ -95,10 +112,7 @@ def load_callable(ref: str, *, option: str, resolved: str | None = None) -> Call
             raise InputError("file not found", file=str(path), field=option)
         module = _import_file(path.resolve(), option)
     else:
-        try:
-            module = importlib.import_module(head)
-        except ImportError as exc:
-            raise InputError(f"module {head!r} cannot be imported: {exc}", field=option) from None
+        module = _import_module(head, option)
     fn = getattr(module, func, None)
     if fn is None:
         defined = sorted(n for n, v in vars(module).items()
