@@ -50,6 +50,12 @@ def chain_layers(model: nn.Module, fqns: Sequence[str] | None = None, *,
         if not chain:
             raise InputError(f"{type(model).__name__} has no child modules to use as layers; "
                              "name the layers with --layers fqn1,fqn2,...", field=field)
+        lists = [n for n, m in chain if isinstance(m, (nn.ModuleList, nn.ModuleDict))]
+        if lists:
+            names = ",".join(f"{n}.*" if n in lists else n for n, _ in chain)
+            raise InputError(f"top-level {', '.join(repr(n) for n in lists)} of "
+                             f"{type(model).__name__} is a container, not a layer; name the "
+                             f"chain, e.g. --layers '{names}'", field=field)
         return chain
     known = [n for n, _ in model.named_modules() if n]
     out = []
