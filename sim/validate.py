@@ -198,9 +198,7 @@ def run_validation(path: Path, spec: ValidationSpec, out: Path | None,
     points = variants(prep, spec)
     for p in points:  # validate every variant before the (slow) replays start
         resolve(prep.exp, p, prep.topology, prep.traces[p.model], file=prep.file)
-        if _model_spec(prep, p).get("kind") == "user" and spec.torch_builtin:
-            raise InputError("--torch-builtin replays the GPT/BERT models only; this trace is "
-                             "a user's model: drop --torch-builtin", field="--torch-builtin")
+        _model_spec(prep, p)
     dest_dir = out or Path(path).parent
     rows = []
     for p in points:
