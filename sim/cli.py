@@ -174,6 +174,42 @@ def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> No
     out.print(trace.provenance)
 
 
+@trace_app.command("import-kineto")
+@friendly
+def trace_import_kineto(
+    source: Path = typer.Argument(..., help="torch.profiler Chrome trace (.json or .json.gz) "
+                                  "whose layers are record_function annotations."),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + "
+                                  "PATH.yaml."),
+    microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", help="Samples per "
+                                        "micro-batch in the profiled steps."),
+    dtype: str = typer.Option("fp32", help="Training dtype of the profiled model."),
+    name: str = typer.Option(None, help="Model name [default: the file name]."),
+    layers: str = typer.Option(None, help="Annotation names forming the chain, a,b,c "
+                               "[default: every top-level annotation]."),
+    bytes_from: str = typer.Option(None, "--bytes-from", help="A trace of the same layers "
+                                   "(e.g. from `sim profile --model ... --for-gpu`) giving "
+                                   "parameter, activation and output bytes."),
+) -> None:
+    """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
+    --bytes-from)."""
+    from sim.trace.kineto import read_kineto
+    from sim.trace.loader import load_trace
+    from sim.trace.native import write_trace
+
+    ref = load_trace(bytes_from, file="command line", field="--bytes-from") if bytes_from \
+        else None
+    names = [n.strip() for n in layers.split(",") if n.strip()] if layers else None
+    trace = read_kineto(source, microbatch_size=microbatch_size, dtype=dtype,
+                        name=name or out_path.name, layers=names, bytes_from=ref)
+    write_trace(trace, out_path)
+    out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers "
+              f"({trace.provenance['timing']})")
+    if ref is None:
+        err.print("[yellow]warning:[/] parameter, activation and output bytes are 0 (a Kineto "
+                  "trace has none); give --bytes-from to fill them")
+
+
 @app.command("partition")
 @friendly
 def partition_cmd(
@@ -261,17 +297,31 @@ def profile(
     out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + "
                                   "PATH.yaml (native format, with provenance)."),
     kind: str = typer.Option("gpt", help="gpt (decoder) or bert (encoder)."),
-    layers: int = typer.Option(4, min=1, max=1024, help="Transformer blocks L."),
+    layers: str = typer.Option(None, help="GPT/BERT: transformer blocks L (1..1024). With "
+                               "--model: the layer chain as module names fqn1,fqn2,... (name.* "
+                               "= its children).", show_default="4; with --model: the model's "
+                               "top-level children"),
+    model: str = typer.Option(None, "--model", help="Your model: FILE.py:FUNC or "
+                              "package.module:FUNC returning (model, sample[, target]), or a "
+                              "Hugging Face config.json (random weights)."),
+    loss: str = typer.Option(None, "--loss", help="With --model: FILE.py:FUNC computing the "
+                             "loss from the last layer's output [and the target]."),
+    for_gpu: str = typer.Option(None, "--for-gpu", help="With --model: analyse under fake "
+                                "tensors for this GPU (preset or GPU name, e.g. H100) instead "
+                                "of running it."),
     hidden: int = typer.Option(256, min=1, help="Hidden size h (divisible by --heads)."),
     heads: int = typer.Option(4, min=1, help="Attention heads."),
     seq_len: int = typer.Option(128, min=1, help="Tokens per sample s."),
     vocab: int = typer.Option(2048, min=2, help="Vocabulary size V."),
     name: str = typer.Option(None, help="Model name.", show_default="the file name"),
-    microbatch_size: list[int] = typer.Option([4], "--microbatch-size", "-b", min=1,
+    microbatch_size: list[int] = typer.Option(None, "--microbatch-size", "-b", min=1,
                                               help="Samples per micro-batch; repeat (-b 1 -b 2 "
-                                              "-b 4) to profile several sizes into one trace."),
+                                              "-b 4) to profile several sizes into one trace "
+                                              "(GPT/BERT).", show_default="4; with --model: "
+                                              "the sample's"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
-    dtype: str = typer.Option("fp32", help="fp32, fp16 or bf16."),
+    dtype: str = typer.Option(None, help="fp32, fp16 or bf16.",
+                              show_default="fp32; bf16 with --for-gpu"),
     threads: int = typer.Option(None, min=1, help="CPU threads while profiling; use cores / "
                                 "ranks of the replay.", show_default="cores / 2"),
     reps: int = typer.Option(7, min=1, help="Measured repetitions per layer (median kept)."),
@@ -286,7 +336,8 @@ def profile(
     from sim.config import NAME_PATTERN
 
     _check_choice(kind, ("gpt", "bert"), "--kind")
-    _check_choice(dtype, DTYPES, "--dtype")
+    if dtype is not None:
+        _check_choice(dtype, DTYPES, "--dtype")
     _check_device_name(device)
     if hidden % heads:
         raise InputError(f"hidden size {hidden} is not divisible by {heads} heads",
@@ -299,12 +350,42 @@ def profile(
     for suffix in (".csv", ".yaml"):  # fail now, not after the measurement
         check_writable(out_path.with_name(out_path.name + suffix), option="--out")
     _need_torch()
-    from backends.torch.profile import check_device
+    if not for_gpu:
+        from backends.torch.profile import check_device
 
-    check_device(device)
+        check_device(device)
+    if model or for_gpu:
+        from backends.torch.user_cli import profile_user
+
+        if not model:
+            raise InputError("--for-gpu needs --model", field="--for-gpu")
+        if concurrent > 1 and for_gpu:
+            raise InputError("--concurrent measures CPU contention; --for-gpu runs nothing",
+                             field="--concurrent")
+        if microbatch_size and len(microbatch_size) > 1:
+            raise InputError("give one -b with --model (several sizes are for GPT/BERT)",
+                             field="--microbatch-size")
+        trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
+                             for_gpu=for_gpu, name=name,
+                             microbatch_size=microbatch_size[0] if microbatch_size else None,
+                             device=device, dtype=dtype, threads=threads, reps=reps,
+                             split_backward=split_backward, seq_len=seq_len,
+                             concurrent=concurrent)
+        for warning in trace.provenance.get("warnings", []):
+            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
+        out.print(f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, "
+                  f"{trace.parameters:,} params, fwd+bwd {total * 1e3:.3f} ms per micro-batch "
+                  f"of {trace.microbatch_size} on {trace.device}")
+        return
+    if layers is not None and not (layers.isdigit() and 1 <= int(layers) <= 1024):
+        raise InputError(f"--layers {layers!r}: the GPT/BERT model takes a number of blocks "
+                         "(1..1024); module names need --model", field="--layers")
+    microbatch_size = microbatch_size or [4]
+    dtype = dtype or "fp32"
     from backends.torch.profile_concurrent import profile_concurrent
 
-    spec = dict(name=name or out_path.name, kind=kind, layers=layers, hidden=hidden,
+    spec = dict(name=name or out_path.name, kind=kind, layers=int(layers or 4), hidden=hidden,
                 heads=heads, seq_len=seq_len, vocab=vocab)
     try:
         if any(b < 1 for b in microbatch_size):

@@ -83,6 +83,12 @@ def _model_spec(prep: Prepared, point: PointConfig) -> dict:
         raise InputError(f"trace {trace.name!r} has no model description (provenance.model), "
                          "so there is no real model to replay; make the trace with `sim profile`",
                          file=prep.file, field="models.0.trace")
+    if spec.get("kind") == "user":  # a user's model (sim profile --model): torch-free check
+        from backends.torch.user_spec import UserModelSpec
+
+        problem = UserModelSpec.from_dict(spec).replay_problem(point.microbatch_size)
+        if problem:
+            raise InputError(problem, file=prep.file, field="microbatch_size")
     return spec
 
 

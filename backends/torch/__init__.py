@@ -40,6 +40,12 @@ stage, seed)``, ``make_batch(spec, microbatch_size, seed)``
     ``boundaries`` are start layers per stage, as ``sim.partition.Partition.boundaries``; the
     default split is ``sim.partition.uniform_partition`` (the simulator's own).
 
+Your own model (``sim profile --model FILE.py:FUNC``): :mod:`.user_model` (load and check
+``FUNC``), :mod:`.layer_chain` (top-level children or ``--layers`` fqns), :mod:`.user_profile`
+(measure), :mod:`.fake_profile` (``--for-gpu``: fake tensors + roofline), :mod:`.hf` (Hugging
+Face ``config.json``), :mod:`.user_stage` (a replay rank's stage; ``ReplayJob.model`` is then a
+:class:`.user_spec.UserModelSpec` dict).
+
 Other modules: :mod:`.memory` (saved-tensor counting, memory policies), :mod:`.versions`
 (weight versions per schedule), :mod:`.worker` (one rank process).
 """

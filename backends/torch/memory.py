@@ -28,13 +28,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from backends.torch.models import Block, StageModule
 from sim.memory.registry import parse_policy
+
+if TYPE_CHECKING:
+    from backends.torch.user_stage import UserStageModule
 
 
 class _Held:
@@ -219,14 +222,20 @@ def install_swaps(
 
 
 def apply_policy(
-    module: StageModule, text: str, stage: int, stages: int, tracker: SavedBytes | None
+    module: StageModule | UserStageModule,
+    text: str,
+    stage: int,
+    stages: int,
+    tracker: SavedBytes | None,
 ) -> ReplayPolicy:
     """Set ``module`` up to run stage ``stage``'s policy from ``text``; returns what it runs.
 
     Raises:
         ValueError: as :func:`replay_policy`.
     """
-    policy = replay_policy(text, stage, stages, [isinstance(x, Block) for x in module.layers])
+    # a user's model (backends.torch.user_stage) has no Block class: each of its layers counts
+    blocks = [isinstance(x, Block) or not isinstance(module, StageModule) for x in module.layers]
+    policy = replay_policy(text, stage, stages, blocks)
     module.recompute = policy.checkpoint
     install_swaps(module.layers, policy, tracker)
     return policy

@@ -41,11 +41,21 @@ from backends.torch.memory import (
 )
 from backends.torch.models import DTYPES, as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
+from backends.torch.user_spec import is_user_model
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
 from sim.schedules.action import STEP, Action
 from sim.schedules.registry import get_schedule
+
+
+def user_stage(job: ReplayJob, rank: int) -> Any:
+    """This rank's stage of a user's model (:mod:`backends.torch.user_stage`)."""
+    from backends.torch.user_stage import build_user_stage
+
+    return build_user_stage(job.model, job.boundaries, rank, job.stages,
+                            microbatch_size=job.microbatch_size, dtype=job.dtype,
+                            recompute=job.memory_policy == "recompute")
 
 
 def rank_program(job: ReplayJob, rank: int) -> list[Action]:
@@ -113,11 +123,15 @@ class StageRunner:
 
     def __init__(self, job: ReplayJob, ctx: RankContext):
         self.job, self.ctx = job, ctx
-        self.spec = as_spec(job.model)
         self.rank, self.last = ctx.rank, ctx.rank == job.stages - 1
         self.dev = ctx.device
-        boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
-        module = build_stage(self.spec, boundaries, self.rank, job.seed, dtype=job.dtype)
+        self.user = user_stage(job, ctx.rank) if is_user_model(job.model) else None
+        if self.user is None:
+            self.spec = as_spec(job.model)
+            boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
+            module = build_stage(self.spec, boundaries, self.rank, job.seed, dtype=job.dtype)
+        else:
+            module = self.user.module
         module = module.to(self.dev)
         self.tracker = SavedBytes(module.parameters()) if self.dev.type == "cpu" else None
         self.policy = apply_policy(
@@ -131,8 +145,9 @@ class StageRunner:
             on_new=lambda m: self.tracker.exclude(m.parameters()) if self.tracker else None,
         )
         self.param_bytes = tensor_bytes(module.parameters())
-        self.act_shape = (job.microbatch_size, self.spec.seq_len, self.spec.hidden)
-        self.act_dtype = DTYPES[job.dtype]
+        self.act_shape = (job.microbatch_size, self.spec.seq_len, self.spec.hidden) \
+            if self.user is None else self.user.recv_shape
+        self.act_dtype = DTYPES[job.dtype] if self.user is None else self.user.recv_dtype
         self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []
         self.losses: list[torch.Tensor] = []
@@ -151,8 +166,11 @@ class StageRunner:
         t = t.detach().contiguous()
         self.pending.append((dist.isend(t, dst, tag=tag), t))
 
-    def _recv(self, src: int, tag: int) -> torch.Tensor:
-        buf = torch.empty(self.act_shape, dtype=self.act_dtype, device=self.dev)
+    def _recv(self, src: int, tag: int, backward: bool = False) -> torch.Tensor:
+        shape, dtype = (self.act_shape, self.act_dtype)
+        if backward and self.user is not None:  # the gradient of this stage's output
+            shape, dtype = self.user.out_shape, self.user.out_dtype
+        buf = torch.empty(shape, dtype=dtype, device=self.dev)
         dist.recv(buf, src, tag=tag)
         self.ready = time.perf_counter()
         return buf
@@ -166,13 +184,17 @@ class StageRunner:
     def forward(self, mb: int) -> None:
         """Forward of micro-batch ``mb`` (see module docstring)."""
         module = self.versions.forward_module(mb)
-        if self.rank == 0:
+        if self.user is not None and self.rank == 0:
+            x = tuple(t.to(self.dev) for t in self.user.sample)
+        elif self.rank == 0:
             x = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[0].to(self.dev)
         else:
             x = self._recv(self.rank - 1, self._tag(mb, False)).requires_grad_()
         with saved_context(self.tracker):
-            y = module(x)
-            if self.last:
+            y = module(*x) if isinstance(x, tuple) else module(x)
+            if self.last and self.user is not None:
+                y = self.user.loss(y)
+            elif self.last:
                 targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
                 with offloading(self.tracker) if self.policy.swap_loss else nullcontext():
                     y = lm_loss(y, targets.to(self.dev))
@@ -186,7 +208,7 @@ class StageRunner:
     def backward(self, mb: int) -> None:
         """Backward of micro-batch ``mb`` on the weights its graph holds."""
         x, y = self.stash.pop(mb)
-        grad = None if self.last else self._recv(self.rank + 1, self._tag(mb, True))
+        grad = None if self.last else self._recv(self.rank + 1, self._tag(mb, True), True)
         torch.autograd.backward(y, grad)
         self.versions.backward_done(mb)
         if self.rank > 0:

@@ -31,6 +31,8 @@ from backends.torch.job import ReplayJob
 from backends.torch.memory import SavedBytes, apply_policy, saved_context, tensor_bytes
 from backends.torch.models import as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
+from backends.torch.runtime import user_stage
+from backends.torch.user_spec import is_user_model
 from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
 
@@ -50,9 +52,9 @@ class _WithPolicy(nn.Module):
         super().__init__()
         self.inner, self.tracker = inner, tracker
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         with saved_context(self.tracker):
-            return self.inner(x)
+            return self.inner(*xs)
 
 
 def _count_actions(stage: Any) -> Counter[str]:
@@ -72,22 +74,35 @@ def _count_actions(stage: Any) -> Counter[str]:
     return counts
 
 
-def _schedule(job: ReplayJob, stage: Any, csv: bool) -> Any:
+def _schedule(job: ReplayJob, stage: Any, csv: bool, loss_fn: Any = lm_loss) -> Any:
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     if not csv:
         cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.schedule]
-        return cls(stage, job.microbatches, loss_fn=lm_loss)
+        return cls(stage, job.microbatches, loss_fn=loss_fn)
     from sim.schedules.csv_io import to_csv
     from sim.schedules.registry import get_schedule
 
     program = get_schedule(job.schedule)(job.stages, job.microbatches).one_iteration()
-    schedule = _PipelineScheduleRuntime([stage], job.microbatches, loss_fn=lm_loss)
+    schedule = _PipelineScheduleRuntime([stage], job.microbatches, loss_fn=loss_fn)
     with tempfile.TemporaryDirectory() as tmp:
         to_csv(program, Path(tmp) / "schedule.csv")
         schedule._load_csv(str(Path(tmp) / "schedule.csv"), format="compute_only")
     return schedule
+
+
+def _cat_inputs(inputs: list[Any], dev: torch.device) -> tuple[torch.Tensor, ...]:
+    """The iteration's micro-batches concatenated along dim 0 (torch splits them back)."""
+    if isinstance(inputs[0], torch.Tensor):
+        return (torch.cat(inputs).to(dev),)
+    return tuple(torch.cat(parts).to(dev) for parts in zip(*inputs, strict=True))
+
+
+def user_loss(user: Any) -> Any:
+    """torch's ``loss_fn(output, target)`` for a user's model: its own loss of the output
+    (every micro-batch has the same target, which the stage holds)."""
+    return lambda output, target: user.loss(output)
 
 
 def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
@@ -105,10 +120,15 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
             f"torch {torch.__version__} lacks the gloo _batch_p2p fix (pytorch#152938, torch >= "
             "2.8): torch.distributed.pipelining can hang on gloo; use backend='ours'"
         )
-    spec, dev, rank = as_spec(job.model), ctx.device, ctx.rank
+    dev, rank = ctx.device, ctx.rank
     last = rank == job.stages - 1
-    boundaries = job.boundaries or list(uniform_partition(spec.n_layers, job.stages))
-    inner = build_stage(spec, boundaries, rank, job.seed, dtype=job.dtype).to(dev)
+    user = user_stage(job, rank) if is_user_model(job.model) else None
+    if user is None:
+        spec = as_spec(job.model)
+        boundaries = job.boundaries or list(uniform_partition(spec.n_layers, job.stages))
+        inner = build_stage(spec, boundaries, rank, job.seed, dtype=job.dtype).to(dev)
+    else:
+        inner = user.module.to(dev)
     tracker = SavedBytes(inner.parameters()) if dev.type == "cpu" else None
     policy = apply_policy(inner, job.memory_policy, rank, job.stages, tracker)
     module = _WithPolicy(inner, tracker)
@@ -118,7 +138,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
                      "the loss's saved tensors stay on the device")
     stage = PipelineStage(module, rank, job.stages, dev)
     action_counts = _count_actions(stage)
-    schedule = _schedule(job, stage, csv)
+    schedule = _schedule(job, stage, csv, lm_loss if user is None else user_loss(user))
     total = job.warmup_iterations + job.iterations
     m, b = job.microbatches, job.microbatch_size
     step_times, losses, grads_log = [], [], []
@@ -127,11 +147,15 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     dist.barrier()
     start = time.perf_counter()
     for k in range(total):
-        batches = [microbatch(spec, b, job.seed, k * m + i) for i in range(m)]
+        if user is None:
+            batches = [microbatch(spec, b, job.seed, k * m + i) for i in range(m)]
+        else:  # the user's sample for every micro-batch (and its target, or the sample)
+            batches = [(user.sample, user.target if user.target is not None
+                        else user.sample[0])] * m
         kwargs: dict[str, Any] = {}
         if last:
             kwargs = {"target": torch.cat([t for _, t in batches]).to(dev), "losses": []}
-        args = (torch.cat([x for x, _ in batches]).to(dev),) if rank == 0 else ()
+        args = _cat_inputs([x for x, _ in batches], dev) if rank == 0 else ()
         schedule.step(*args, **kwargs)
         if last:
             losses += [float(v) for v in kwargs["losses"]]

@@ -1,0 +1,71 @@
+"""``sim profile --model ... --concurrent N``: profile a user's model in N simultaneous processes.
+
+The replay's CPU ranks share the machine's cores and memory bandwidth, so a layer runs slower
+beside another rank than alone; :mod:`backends.torch.profile_concurrent` explains the method
+(copies start together at a barrier; per-layer median over the copies) and combines the copies'
+traces (its ``_combine``). This module starts the copies for
+:func:`backends.torch.user_profile.profile_user_model`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+from typing import Any
+
+from sim.trace.schema import Trace
+
+
+def _child(barrier: Any, queue: Any, index: int, kwargs: dict) -> None:
+    from backends.torch.user_profile import profile_user_model
+
+    try:
+        barrier.wait(timeout=120)
+        queue.put((index, profile_user_model(**kwargs), None))
+    except Exception as exc:  # reported by the parent with the copy's index
+        queue.put((index, None, f"{type(exc).__name__}: {exc}"))
+
+
+def profile_user_concurrent(*, copies: int, path: str | Path | None = None,
+                            timeout_s: float = 900.0, **kwargs: Any) -> Trace:
+    """:func:`~backends.torch.user_profile.profile_user_model` in ``copies`` processes at once.
+
+    The model is checked in this process first, so bad input fails with its clear message.
+
+    Returns:
+        Copy 0's trace with every layer's times the median over the copies; provenance
+        records ``concurrent_copies``.
+
+    Raises:
+        sim.errors.InputError: bad model, layers, loss or sample.
+        RuntimeError: a copy failed or the copies did not finish within ``timeout_s``.
+    """
+    from backends.torch.profile_concurrent import _combine
+    from backends.torch.user_profile import prepare, profile_user_model
+
+    if copies <= 1:
+        return profile_user_model(path=path, **kwargs)
+    prepare(kwargs["source"], layers=kwargs.get("layers"), loss=kwargs.get("loss"),
+            microbatch_size=kwargs.get("microbatch_size"), dtype=kwargs.get("dtype", "fp32"),
+            kwargs=kwargs.get("kwargs"))
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(copies), ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(barrier, queue, i, kwargs)) for i in range(copies)]
+    for p in procs:
+        p.start()
+    try:
+        results = [queue.get(timeout=timeout_s) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    failed = [f"copy {i}: {err}" for i, _, err in results if err]
+    if failed:
+        raise RuntimeError("concurrent profiling failed: " + "; ".join(failed))
+    trace = _combine([t for _, t, _ in sorted(results, key=lambda r: r[0])])
+    if path is not None:
+        from sim.trace.native import write_trace
+
+        write_trace(trace, path)
+    return trace
