@@ -192,18 +192,22 @@ class StageRunner:
             x = self._recv(self.rank - 1, self._tag(mb, False)).requires_grad_()
         with saved_context(self.tracker):
             y = module(*x) if isinstance(x, tuple) else module(x)
-            if self.last and self.user is not None:
-                y = self.user.loss(y)
-            elif self.last:
-                targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
+            if self.last:
                 with offloading(self.tracker) if self.policy.swap_loss else nullcontext():
-                    y = lm_loss(y, targets.to(self.dev))
+                    y = self._loss(y, mb)
         if self.last:
             self.losses.append(y.detach())
             y = y * self.scale
         else:
             self._send(y, self.rank + 1, self._tag(mb, False))
         self.stash[mb] = (x, y)
+
+    def _loss(self, y: torch.Tensor, mb: int) -> torch.Tensor:
+        """The last stage's loss: the user's, or the LM loss on micro-batch ``mb``'s targets."""
+        if self.user is not None:
+            return self.user.loss(y)
+        targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
+        return lm_loss(y, targets.to(self.dev))
 
     def backward(self, mb: int) -> None:
         """Backward of micro-batch ``mb`` on the weights its graph holds."""
