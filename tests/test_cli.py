@@ -196,7 +196,8 @@ def test_hardware_show():
 
 @pytest.mark.parametrize("cmd,shown", [
     (["run"], ["results/<experiment name>/", "[default: 0]"]),
-    (["profile"], ["[default: fp32]", "[default: cpu]", "[default: 4]", "cores / 2"]),
+    (["profile"], ["[default: (fp32; bf16 with --for-gpu)]", "[default: cpu]", "[default: (4;",
+                   "cores / 2"]),
     (["calibrate"], ["[default: 2]"]),
     (["validate"], ["[default: 3]", "beside CONFIG"]),
     (["schedule", "show"], ["[default: 1]"]),

@@ -138,6 +138,13 @@ NO_RESERVE = RuntimeReserve(cuda_context_bytes=0.0, cublas_workspace_bytes=0.0,
 
 
 def default_reserve(model: str) -> RuntimeReserve:
-    """The sourced defaults for a GPU ``model`` (Hopper gets the larger cuBLAS workspace)."""
+    """The sourced defaults for a GPU ``model`` (Hopper gets the larger cuBLAS workspace).
+
+    A CPU rank (``model`` starting with ``cpu``, as ``sim calibrate --device cpu`` writes it)
+    has no CUDA context, cuBLAS workspace or NCCL buffers, and the CPU replay counts tensors
+    only (parameters, versions and saved-for-backward bytes): :data:`NO_RESERVE`.
+    """
+    if model.lower().startswith("cpu"):
+        return NO_RESERVE
     key = "hopper" if is_hopper(model) else "pre-hopper"
     return RuntimeReserve(cublas_workspace_bytes=CUBLAS_WORKSPACE_BYTES[key])
