@@ -81,10 +81,18 @@ def preset_rows(preset: str) -> list[dict]:
     rows = []
     for quantity, key, ranks, measured in _measurements():
         predicted = _predict(preset, quantity, ranks)
-        rows.append({"quantity": quantity, "key": key, "ranks": list(ranks), "preset": preset,
-                     "measured_GBps": measured, "predicted_GBps": predicted,
-                     "error": predicted / measured - 1.0,
-                     "within_bound": abs(predicted / measured - 1.0) <= BOUND})
+        rows.append(
+            {
+                "quantity": quantity,
+                "key": key,
+                "ranks": list(ranks),
+                "preset": preset,
+                "measured_GBps": measured,
+                "predicted_GBps": predicted,
+                "error": predicted / measured - 1.0,
+                "within_bound": abs(predicted / measured - 1.0) <= BOUND,
+            }
+        )
     return rows
 
 
@@ -116,16 +124,22 @@ def rows() -> list[dict]:
 
 def main() -> None:
     table = rows()
-    print(f"{'preset':15s} {'measurement':28s} {'ranks':18s} {'measured':>9s} "
-          f"{'predicted':>9s} {'error':>7s}")
+    print(
+        f"{'preset':15s} {'measurement':28s} {'ranks':18s} {'measured':>9s} "
+        f"{'predicted':>9s} {'error':>7s}"
+    )
     for r in table:
-        print(f"{r['preset']:15s} {r['key']:28s} {str(r['ranks']):18s} "
-              f"{r['measured_GBps']:9.1f} {r['predicted_GBps']:9.1f} {r['error']:+7.1%}"
-              + ("" if r["within_bound"] else "  > 15 %"))
+        print(
+            f"{r['preset']:15s} {r['key']:28s} {str(r['ranks']):18s} "
+            f"{r['measured_GBps']:9.1f} {r['predicted_GBps']:9.1f} {r['error']:+7.1%}"
+            + ("" if r["within_bound"] else "  > 15 %")
+        )
     for preset in dict.fromkeys(r["preset"] for r in table):
         errs = [abs(r["error"]) for r in table if r["preset"] == preset]
-        print(f"{preset}: mean |error| {sum(errs) / len(errs):.1%}, "
-              f"{sum(e <= BOUND for e in errs)}/{len(errs)} within 15 %")
+        print(
+            f"{preset}: mean |error| {sum(errs) / len(errs):.1%}, "
+            f"{sum(e <= BOUND for e in errs)}/{len(errs)} within 15 %"
+        )
 
 
 if __name__ == "__main__":

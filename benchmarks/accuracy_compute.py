@@ -22,8 +22,12 @@ from pathlib import Path
 from sim.compute.transformer import LLAMA2_7B, block_times
 from sim.hardware.loader import load_hardware
 
-FILE = (Path(__file__).resolve().parent.parent / "validation" / "galvatron"
-        / "computation_profiling_bf16_llama2-7b_all.json")
+FILE = (
+    Path(__file__).resolve().parent.parent
+    / "validation"
+    / "galvatron"
+    / "computation_profiling_bf16_llama2-7b_all.json"
+)
 PRESETS = ("dgx-a100-80gb", "dgx-h100")
 """``dgx-a100-80gb`` is the stated assumption; ``dgx-h100`` is shown for comparison."""
 
@@ -54,8 +58,11 @@ def rows() -> list[dict]:
     preds = {p: predicted_per_sample_ms(p, sizes) for p in PRESETS}
     out = []
     for b in sizes:
-        row = {"b": b, "measured ms/sample": round(meas[b], 3),
-               "measured rel": round(meas[b] / meas[ref], 4)}
+        row = {
+            "b": b,
+            "measured ms/sample": round(meas[b], 3),
+            "measured rel": round(meas[b] / meas[ref], 4),
+        }
         for p, pred in preds.items():
             rel = pred[b] / pred[ref]
             row[f"{p} ms/sample"] = round(pred[b], 3)
@@ -65,5 +72,7 @@ def rows() -> list[dict]:
     return out
 
 
-TITLE = ("compute: Llama-2-7B layer (h 4096, ffn 11008 SwiGLU, 32 heads, seq 2048, bf16, "
-         "fwd+bwd), per-sample time relative to b=12, Galvatron measured vs pipesim model")
+TITLE = (
+    "compute: Llama-2-7B layer (h 4096, ffn 11008 SwiGLU, 32 heads, seq 2048, bf16, "
+    "fwd+bwd), per-sample time relative to b=12, Galvatron measured vs pipesim model"
+)

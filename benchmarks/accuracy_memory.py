@@ -42,8 +42,10 @@ from sim.memory.states import stage_state_bytes_per_param, state_bytes
 from sim.trace.generator import attn_core_act_bytes, block_act_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = {4096: ROOT / "validation/galvatron/memory_profiling_bf16_llama2-7b_all.json",
-         2048: ROOT / "validation/galvatron/memory_profiling_bf16_llama2-7b_seqlen2048_all.json"}
+FILES = {
+    4096: ROOT / "validation/galvatron/memory_profiling_bf16_llama2-7b_all.json",
+    2048: ROOT / "validation/galvatron/memory_profiling_bf16_llama2-7b_seqlen2048_all.json",
+}
 MIB = 2.0**20
 H, A, F, V, D = 4096, 32, 11008, 32000, 2  # Llama-2-7B; bf16
 WORLD, GLOBAL_BATCH = 8, 8
@@ -83,8 +85,11 @@ def predict(pp: int, rank_last: bool, layers: int, s: int, checkpoint: bool) -> 
     if not last:
         act_one += D * s * H  # the stage output kept until its backward
     act = samples * act_one
-    return {"ms": params * per_param / dp, "act": act,
-            "act_peak": act + head_working_bytes(s) * last}
+    return {
+        "ms": params * per_param / dp,
+        "act": act,
+        "act_peak": act + head_working_bytes(s) * last,
+    }
 
 
 KEY = re.compile(r"layernum\[(\d+)\]_bsz8_seq\d+_rank(\d+)_(ms|act_peak|act)$")
@@ -107,23 +112,48 @@ def rows() -> list[dict]:
                 if not k:
                     continue
                 layers, rank, cat = int(k[1]), int(k[2]), k[3]
-                row = {"file": path.name, "seq": s, "strategy": strategy, "rank": rank,
-                       "layers": layers, "category": cat, "measured_mib": mib}
+                row = {
+                    "file": path.name,
+                    "seq": s,
+                    "strategy": strategy,
+                    "rank": rank,
+                    "layers": layers,
+                    "category": cat,
+                    "measured_mib": mib,
+                }
                 if tp > 1:
-                    out.append({**row, "modelled": False, "predicted_mib": None,
-                                "rel_error": None, "why": "tensor parallelism is not modelled"})
+                    out.append(
+                        {
+                            **row,
+                            "modelled": False,
+                            "predicted_mib": None,
+                            "rel_error": None,
+                            "why": "tensor parallelism is not modelled",
+                        }
+                    )
                     continue
                 pred = predict(pp, rank == WORLD - 1, layers, s, ckpt)[cat] / MIB
                 why = ""
                 if s == 2048 and cat != "act":
-                    why = ("this file's model states (1154 MiB for 1 layer) do not follow the "
-                           "ZeRO-3 accounting of the other file (904 MiB): its profiling "
-                           "settings differ and are not recorded")
+                    why = (
+                        "this file's model states (1154 MiB for 1 layer) do not follow the "
+                        "ZeRO-3 accounting of the other file (904 MiB): its profiling "
+                        "settings differ and are not recorded"
+                    )
                 elif cat == "act_peak" and (pp > 1 or ckpt):
-                    why = ("peak with pipelining/recompute adds buffers and recompute transients "
-                           "not modelled")
-                out.append({**row, "modelled": not why, "predicted_mib": round(pred, 2),
-                            "rel_error": round(pred / mib - 1, 4), "why": why})
+                    why = (
+                        "peak with pipelining/recompute adds buffers and recompute transients "
+                        "not modelled"
+                    )
+                out.append(
+                    {
+                        **row,
+                        "modelled": not why,
+                        "predicted_mib": round(pred, 2),
+                        "rel_error": round(pred / mib - 1, 4),
+                        "why": why,
+                    }
+                )
         out.extend(_per_layer_rows(data, s, path.name))
     return out
 
@@ -132,17 +162,30 @@ def _per_layer_rows(data: dict, s: int, name: str) -> list[dict]:
     """Per-layer differences (layernum[2] - layernum[1]) of the 1_1_8 entries: one layer's
     model states, stash and checkpointed stash per sample."""
     out = []
-    for strategy, cat, pred in (("1_1_8_sp", "ms", LAYER_PARAMS * 16 / WORLD),
-                                ("1_1_8_sp", "act", layer_act_bytes(s)),
-                                ("1_1_8_c_sp", "act", 2 * s * H)):
+    for strategy, cat, pred in (
+        ("1_1_8_sp", "ms", LAYER_PARAMS * 16 / WORLD),
+        ("1_1_8_sp", "act", layer_act_bytes(s)),
+        ("1_1_8_c_sp", "act", 2 * s * H),
+    ):
         e = data.get(strategy, {})
         k1, k2 = (f"layernum[{n}]_bsz8_seq2048_rank0_{cat}" for n in (1, 2))
         if k1 in e and k2 in e:
             mib = e[k2] - e[k1]
-            out.append({"file": name, "seq": s, "strategy": strategy, "rank": 0, "layers": "2-1",
-                        "category": f"{cat}_per_layer", "measured_mib": round(mib, 3),
-                        "modelled": True, "predicted_mib": round(pred / MIB, 3),
-                        "rel_error": round(pred / MIB / mib - 1, 4), "why": ""})
+            out.append(
+                {
+                    "file": name,
+                    "seq": s,
+                    "strategy": strategy,
+                    "rank": 0,
+                    "layers": "2-1",
+                    "category": f"{cat}_per_layer",
+                    "measured_mib": round(mib, 3),
+                    "modelled": True,
+                    "predicted_mib": round(pred / MIB, 3),
+                    "rel_error": round(pred / MIB / mib - 1, 4),
+                    "why": "",
+                }
+            )
     return out
 
 
@@ -153,5 +196,7 @@ if __name__ == "__main__":
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(df.drop(columns=["file"]).to_string(index=False))
     mod = df[df.modelled]
-    print(f"\nmodelled {len(mod)} of {len(df)}; max |error| {mod.rel_error.abs().max():.1%}; "
-          f"within {BOUND:.0%}: {(mod.rel_error.abs() <= BOUND).sum()} of {len(mod)}")
+    print(
+        f"\nmodelled {len(mod)} of {len(df)}; max |error| {mod.rel_error.abs().max():.1%}; "
+        f"within {BOUND:.0%}: {(mod.rel_error.abs() <= BOUND).sum()} of {len(mod)}"
+    )

@@ -30,9 +30,16 @@ def one_config(schedule: str, repeats: int = 5) -> tuple[float, float, int]:
     (CPU seconds are steadier on a shared machine)."""
     exp_file = ROOT / "experiments" / "dgx1.yaml"
     prep = prepare(load_experiment(exp_file), str(exp_file))
-    point = PointConfig(model="gpt2-1.5b", schedule=schedule, stages=8, dp_width=1,
-                        microbatch_size=1, microbatches=64, memory_policy="none",
-                        global_batch=64)
+    point = PointConfig(
+        model="gpt2-1.5b",
+        schedule=schedule,
+        stages=8,
+        dp_width=1,
+        microbatch_size=1,
+        microbatches=64,
+        memory_policy="none",
+        global_batch=64,
+    )
     times, cpu, actions = [], [], 0
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -53,17 +60,47 @@ def cluster_spec(nodes: int, gpus_per_node: int = 8) -> dict:
     links = []
     for k in range(nodes):
         for i in range(k * gpus_per_node, (k + 1) * gpus_per_node):
-            links.append({"a": f"gpu{i}", "b": f"nvs{k}", "bandwidth": "250 GB/s",
-                          "latency": "5 us", "kind": "nvswitch"})
-            links.append({"a": f"gpu{i}", "b": f"cpu{k}", "bandwidth": "25 GB/s",
-                          "latency": "5 us", "kind": "pcie"})
-        links.append({"a": f"cpu{k}", "b": "net", "bandwidth": "25 GB/s", "latency": "5 us",
-                      "kind": "network"})
-    return {"name": f"cluster-{n}", "gpu": {"model": "generated", "memory": "80 GiB", "peak_flops": "312 TFLOPS",
-                    "hbm_bandwidth": "2039 GB/s"},
-            "num_gpus": n, "hosts": [{"name": f"cpu{k}", "dram": "1 TB"} for k in range(nodes)],
-            "gpu_hosts": [f"cpu{i // gpus_per_node}" for i in range(n)],
-            "switches": [f"nvs{k}" for k in range(nodes)] + ["net"], "links": links}
+            links.append(
+                {
+                    "a": f"gpu{i}",
+                    "b": f"nvs{k}",
+                    "bandwidth": "250 GB/s",
+                    "latency": "5 us",
+                    "kind": "nvswitch",
+                }
+            )
+            links.append(
+                {
+                    "a": f"gpu{i}",
+                    "b": f"cpu{k}",
+                    "bandwidth": "25 GB/s",
+                    "latency": "5 us",
+                    "kind": "pcie",
+                }
+            )
+        links.append(
+            {
+                "a": f"cpu{k}",
+                "b": "net",
+                "bandwidth": "25 GB/s",
+                "latency": "5 us",
+                "kind": "network",
+            }
+        )
+    return {
+        "name": f"cluster-{n}",
+        "gpu": {
+            "model": "generated",
+            "memory": "80 GiB",
+            "peak_flops": "312 TFLOPS",
+            "hbm_bandwidth": "2039 GB/s",
+        },
+        "num_gpus": n,
+        "hosts": [{"name": f"cpu{k}", "dram": "1 TB"} for k in range(nodes)],
+        "gpu_hosts": [f"cpu{i // gpus_per_node}" for i in range(n)],
+        "switches": [f"nvs{k}" for k in range(nodes)] + ["net"],
+        "links": links,
+    }
 
 
 def hardware_load(nodes: int) -> float:
@@ -113,25 +150,34 @@ def main() -> None:
     if "one" in parts:
         for sched in ("1f1b", "gpipe", "pipedream_2bw", "pipedream"):
             wall, cpu, actions = one_config(sched)
-            print(f"one config gpt2-1.5b p=8 m=64 {sched:14s}: {wall:.3f} s wall, {cpu:.3f} s "
-                  f"CPU, {actions} actions ({actions / cpu:,.0f} actions per CPU second)")
+            print(
+                f"one config gpt2-1.5b p=8 m=64 {sched:14s}: {wall:.3f} s wall, {cpu:.3f} s "
+                f"CPU, {actions} actions ({actions / cpu:,.0f} actions per CPU second)"
+            )
     if "hardware" in parts:
         for nodes in (8, 32, 64):
-            print(f"load_hardware, generated {nodes * 8}-GPU topology: "
-                  f"{hardware_load(nodes):.2f} s")
+            print(
+                f"load_hardware, generated {nodes * 8}-GPU topology: {hardware_load(nodes):.2f} s"
+            )
     if "placement" in parts:
         for p, w in ((8, 1), (4, 2), (2, 4), (1, 8)):
             print(f"place on dgx1-v100-16gb p={p} w={w}: {placement_time(p, w):.4f} s")
     if "sweep" in parts:
         wall, n = sweep(ap.parse_args().jobs)
-        print(f"dgx1.yaml sweep (no cache, {ap.parse_args().jobs} jobs): {n} configurations "
-              f"in {wall:.1f} s")
+        print(
+            f"dgx1.yaml sweep (no cache, {ap.parse_args().jobs} jobs): {n} configurations "
+            f"in {wall:.1f} s"
+        )
     if "cli" in parts:
         t0 = time.perf_counter()
-        os.system(f"cd {ROOT} && sim run experiments/dgx1.yaml --no-cache --out "
-                  f"{tempfile.mkdtemp()} > /dev/null")
-        print(f"`sim run experiments/dgx1.yaml --no-cache` end to end: "
-              f"{time.perf_counter() - t0:.1f} s")
+        os.system(
+            f"cd {ROOT} && sim run experiments/dgx1.yaml --no-cache --out "
+            f"{tempfile.mkdtemp()} > /dev/null"
+        )
+        print(
+            f"`sim run experiments/dgx1.yaml --no-cache` end to end: "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
 
 
 if __name__ == "__main__":

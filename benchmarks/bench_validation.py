@@ -36,41 +36,63 @@ def main() -> None:
     from backends.torch.profile_concurrent import profile_concurrent
 
     tmp = Path(tempfile.mkdtemp(prefix="pipesim-bench-"))
-    spec = dict(name="gpt-bench", kind="gpt", layers=args.layers, hidden=args.hidden,
-                heads=4, seq_len=128, vocab=2048)
+    spec = dict(
+        name="gpt-bench",
+        kind="gpt",
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=4,
+        seq_len=128,
+        vocab=2048,
+    )
     t0 = time.perf_counter()
     threads = max(1, (os.cpu_count() or 2) // 2)
-    profile_concurrent(spec, copies=2, microbatch_size=4, threads=threads, reps=9,
-                       path=tmp / "gpt")
+    profile_concurrent(spec, copies=2, microbatch_size=4, threads=threads, reps=9, path=tmp / "gpt")
     calibrate(nproc=2, device="cpu", path=tmp / "hw.yaml")
-    exp = {"name": "bench", "hardware": "hw.yaml",
-           "models": [{"name": "gpt-bench", "trace": "gpt.csv",
-                       "global_batch": 4 * args.microbatches[0]}],
-           "training": {"optimizer": "sgd"},
-           "sweep": {"schedule": "gpipe", "stages": 2, "microbatch_size": 4}}
+    exp = {
+        "name": "bench",
+        "hardware": "hw.yaml",
+        "models": [
+            {"name": "gpt-bench", "trace": "gpt.csv", "global_batch": 4 * args.microbatches[0]}
+        ],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": "gpipe", "stages": 2, "microbatch_size": 4},
+    }
     (tmp / "exp.yaml").write_text(yaml.safe_dump(exp))
     print(f"profiled and calibrated in {time.perf_counter() - t0:.1f} s ({tmp})")
-    vspec = ValidationSpec(schedules=("gpipe", "1f1b", "pipedream_2bw"),
-                           microbatches=tuple(args.microbatches), iterations=args.iterations,
-                           torch_builtin=True)
+    vspec = ValidationSpec(
+        schedules=("gpipe", "1f1b", "pipedream_2bw"),
+        microbatches=tuple(args.microbatches),
+        iterations=args.iterations,
+        torch_builtin=True,
+    )
 
     def show(r: dict) -> None:
-        print(f"{r['schedule']:14s} {r['runtime']:5s} m={r['microbatches']:3d}: measured "
-              f"{r['measured_iteration_s'] * 1e3:8.1f} ms  predicted "
-              f"{r['predicted_iteration_s'] * 1e3:8.1f} ms  error {r['error']:+6.1%}  "
-              f"peak memory error {r['memory_error']:+6.1%}", flush=True)
+        print(
+            f"{r['schedule']:14s} {r['runtime']:5s} m={r['microbatches']:3d}: measured "
+            f"{r['measured_iteration_s'] * 1e3:8.1f} ms  predicted "
+            f"{r['predicted_iteration_s'] * 1e3:8.1f} ms  error {r['error']:+6.1%}  "
+            f"peak memory error {r['memory_error']:+6.1%}",
+            flush=True,
+        )
 
     df, dest = run_validation(tmp / "exp.yaml", vspec, tmp, on_row=show)
     ours = df[df.runtime == "ours"]
     torch_rows = df[df.runtime == "torch"]
-    print(f"MAPE iteration time, our runtime: {ours.error.abs().mean():.1%} "
-          f"({len(ours)} configurations)")
+    print(
+        f"MAPE iteration time, our runtime: {ours.error.abs().mean():.1%} "
+        f"({len(ours)} configurations)"
+    )
     if len(torch_rows):
-        print(f"MAPE iteration time, torch ScheduleGPipe/Schedule1F1B: "
-              f"{torch_rows.error.abs().mean():.1%} ({len(torch_rows)} configurations)")
+        print(
+            f"MAPE iteration time, torch ScheduleGPipe/Schedule1F1B: "
+            f"{torch_rows.error.abs().mean():.1%} ({len(torch_rows)} configurations)"
+        )
     print(f"MAPE peak memory (our runtime): {ours.memory_error.abs().mean():.1%}")
-    print(f"all actions done: {bool(df.all_actions_done.all())}; "
-          f"losses finite: {bool(df.losses_finite.all())}; table: {dest}")
+    print(
+        f"all actions done: {bool(df.all_actions_done.all())}; "
+        f"losses finite: {bool(df.losses_finite.all())}; table: {dest}"
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,16 @@ import sys
 from pathlib import Path
 
 SCHEDULES = ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"]
-POLICIES = ["none", "recompute", "recompute:selective", "cpu_swap", "d2d_swap", "zero_offload",
-            "chunked", "auto"]
+POLICIES = [
+    "none",
+    "recompute",
+    "recompute:selective",
+    "cpu_swap",
+    "d2d_swap",
+    "zero_offload",
+    "chunked",
+    "auto",
+]
 
 
 def _points() -> list[tuple]:
@@ -29,8 +37,11 @@ def _points() -> list[tuple]:
         for sch in SCHEDULES:
             for dp in (1, 2):
                 pts += [(model, sch, 4, dp, mbs, 8, pol) for pol in POLICIES]
-            pts += [(model, sch, 8, 1, mbs, 8, "none"), (model, sch, 2, 2, mbs, 4, "cpu_swap"),
-                    (model, sch, 2, 1, mbs, 1, "none")]
+            pts += [
+                (model, sch, 8, 1, mbs, 8, "none"),
+                (model, sch, 2, 2, mbs, 4, "cpu_swap"),
+                (model, sch, 2, 1, mbs, 1, "none"),
+            ]
     return pts
 
 
@@ -55,18 +66,29 @@ def dump(root: Path, out: Path) -> None:
     res = {}
     for key in _points():
         model, sch, p, dp, mbs, m, pol = key
-        point = PointConfig(model=model, schedule=sch, stages=p, dp_width=dp,
-                            microbatch_size=mbs, microbatches=m, memory_policy=pol,
-                            global_batch=m * mbs * dp)
+        point = PointConfig(
+            model=model,
+            schedule=sch,
+            stages=p,
+            dp_width=dp,
+            microbatch_size=mbs,
+            microbatches=m,
+            memory_policy=pol,
+            global_batch=m * mbs * dp,
+        )
         try:
             r = resolve(prep.exp, point, prep.topology, prep.traces[model])
             met, log = evaluate(r)
         except Exception as exc:  # an invalid point is part of the output too
             res[key] = ("error", type(exc).__name__, str(exc))
             continue
-        res[key] = dict(events=[_record(e) for e in log.events],
-                        memory=[_record(e) for e in log.memory], ends=list(log.iteration_ends_s),
-                        metrics=dataclasses.asdict(met), meta=dict(log.meta))
+        res[key] = dict(
+            events=[_record(e) for e in log.events],
+            memory=[_record(e) for e in log.memory],
+            ends=list(log.iteration_ends_s),
+            metrics=dataclasses.asdict(met),
+            meta=dict(log.meta),
+        )
     out.write_bytes(pickle.dumps(res))
     print(f"{len(res)} configurations dumped to {out}")
 

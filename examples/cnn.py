@@ -16,8 +16,12 @@ from torch import nn
 
 def conv_block(cin: int, cout: int) -> nn.Sequential:
     """3x3 convolution, batch norm, ReLU, 2x2 max-pool: ``[b, cin, H, W] -> [b, cout, H/2, W/2]``."""
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                         nn.ReLU(), nn.MaxPool2d(2))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+    )
 
 
 class SmallCNN(nn.Module):
@@ -26,8 +30,9 @@ class SmallCNN(nn.Module):
     def __init__(self, channels: int = 16, classes: int = 10):
         super().__init__()
         c = channels
-        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c),
-                                  nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()
+        )
         self.block1 = conv_block(c, 2 * c)
         self.block2 = conv_block(2 * c, 4 * c)
         self.block3 = conv_block(4 * c, 8 * c)

@@ -51,7 +51,7 @@ def rotate(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     inv = 1.0 / base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
     angles = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
@@ -109,8 +109,14 @@ class TinyLlama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def build(microbatch_size: int = 4, seq_len: int = 64, vocab: int = 512, dim: int = 128,
-          heads: int = 4, n_blocks: int = 4):
+def build(
+    microbatch_size: int = 4,
+    seq_len: int = 64,
+    vocab: int = 512,
+    dim: int = 128,
+    heads: int = 4,
+    n_blocks: int = 4,
+):
     """The model, one micro-batch of token ids and its next-token targets."""
     model = TinyLlama(vocab, dim, heads, hidden=int(8 * dim / 3), n_blocks=n_blocks)
     ids = torch.randint(0, vocab, (microbatch_size, seq_len + 1))

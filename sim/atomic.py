@@ -34,8 +34,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.{os.getpid()}.",
-                               suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=dest.parent, prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp"
+    )
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:

@@ -58,8 +58,10 @@ class _Strict(BaseModel):
 class ModelConfig(_Strict):
     """One model to train: a trace and optional per-model overrides of the sweep."""
 
-    name: str = Field(pattern=NAME_PATTERN,
-                      description="Model name used in results (e.g. 'gpt2-1.5b')." + _NAME_HELP)
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="Model name used in results (e.g. 'gpt2-1.5b')." + _NAME_HELP,
+    )
     trace: str = Field(
         description="Trace reference: a name in traces/ (e.g. 'gnmt16'), a path to a native "
         "trace (.csv/.yaml) or a PipeDream graph.txt, relative to the experiment file."
@@ -77,8 +79,9 @@ class TrainingConfig(_Strict):
 
     global_batch: int = Field(64, gt=0, description="Samples per optimizer step (all replicas).")
     dtype: Literal["fp16", "bf16", "fp32"] | None = Field(
-        None, description="Training dtype of weights, gradients and activations; default: each "
-        "trace's own dtype. A different dtype rescales the trace's bytes (not its times)."
+        None,
+        description="Training dtype of weights, gradients and activations; default: each "
+        "trace's own dtype. A different dtype rescales the trace's bytes (not its times).",
     )
     optimizer: Literal["adam", "sgd", "sgd_momentum"] = Field(
         "adam",
@@ -86,8 +89,11 @@ class TrainingConfig(_Strict):
         "mixed-precision Adam 16 B/param in total).",
     )
     iterations: int = Field(
-        0, ge=0, le=MAX_ITERATIONS, description="Optimizer steps to simulate; 0 chooses enough "
-        "for steady state (at most 100: the steady state is reached within a few)."
+        0,
+        ge=0,
+        le=MAX_ITERATIONS,
+        description="Optimizer steps to simulate; 0 chooses enough "
+        "for steady state (at most 100: the steady state is reached within a few).",
     )
     optimizer_step: bool = Field(
         True, description="Simulate the optimizer step's time (memory-bound update on HBM)."
@@ -97,19 +103,24 @@ class TrainingConfig(_Strict):
 class SweepConfig(_Strict):
     """The grid: every combination of the listed values is one configuration."""
 
-    schedule: StrList = Field("1f1b", description="Schedule name(s): gpipe, 1f1b, "
-                              "pipedream_2bw, pipedream, pipemare.")
+    schedule: StrList = Field(
+        "1f1b", description="Schedule name(s): gpipe, 1f1b, pipedream_2bw, pipedream, pipemare."
+    )
     stages: IntList = Field(2, description="Pipeline depth(s) p (stages, one GPU each).")
     dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
     microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
     memory_policy: StrList = Field(
-        "none", description="Memory-saving policy spec(s): none, recompute (recompute:full, "
+        "none",
+        description="Memory-saving policy spec(s): none, recompute (recompute:full, "
         "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
         "d2d_swap (d2d_swap:weights), chunked (chunked:M elements per chunk, in millions), "
-        "zero_offload, auto; or one spec per stage joined by '|'.")
+        "zero_offload, auto; or one spec per stage joined by '|'.",
+    )
     synchronous_only: bool = Field(
-        False, description="Keep only schedules that update with fresh weights (staleness 0: "
-        "gpipe, 1f1b); skip pipedream, pipedream_2bw and pipemare.")
+        False,
+        description="Keep only schedules that update with fresh weights (staleness 0: "
+        "gpipe, 1f1b); skip pipedream, pipedream_2bw and pipemare.",
+    )
 
     @field_validator("stages", "dp_width", "microbatch_size")
     @classmethod
@@ -127,24 +138,29 @@ class OptionsConfig(_Strict):
         "optimal", description="Layer partition: optimal (min bottleneck, memory aware) or uniform."
     )
     boundaries: list[int] | None = Field(
-        None, description="Fixed stage start-layer indices (overrides the partitioner; "
-        "written to winner.yaml)."
+        None,
+        description="Fixed stage start-layer indices (overrides the partitioner; "
+        "written to winner.yaml).",
     )
     placement: list[list[int]] | None = Field(
         None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
     )
     stage_policies: list[str] | None = Field(
-        None, min_length=1, description="A memory policy spec per stage (stage 0 first), e.g. "
+        None,
+        min_length=1,
+        description="A memory policy spec per stage (stage 0 first), e.g. "
         "[recompute:full, cpu_swap, none, none]; replaces the sweep.memory_policy axis (which "
-        "must then be left unset); grid points whose depth differs from its length are skipped."
+        "must then be left unset); grid points whose depth differs from its length are skipped.",
     )
 
 
 class ExperimentConfig(_Strict):
     """A whole experiment file."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="Experiment name; results go to "
-                      "results/<name>/ by default." + _NAME_HELP)
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="Experiment name; results go to results/<name>/ by default." + _NAME_HELP,
+    )
     description: str = Field("", description="Free text.")
     hardware: str | dict[str, Any] = Field(
         description="Hardware preset name (see `sim hardware list`) or an inline description."
@@ -164,9 +180,11 @@ class ExperimentConfig(_Strict):
         for i, m in enumerate(models):
             if m.name in seen:
                 raise PydanticCustomError(
-                    "duplicate_name", "model name '{name}' is used by models.{first} too; "
-                    "give every model its own name", {"name": m.name, "first": seen[m.name],
-                                                       "index": i})
+                    "duplicate_name",
+                    "model name '{name}' is used by models.{first} too; "
+                    "give every model its own name",
+                    {"name": m.name, "first": seen[m.name], "index": i},
+                )
             seen[m.name] = i
         return models
 
@@ -213,8 +231,10 @@ def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConf
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "string_pattern_mismatch":
-            msg = (f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
-                   "only, not starting with a dot (it names a folder under results/)")
+            msg = (
+                f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
+                "only, not starting with a dot (it names a folder under results/)"
+            )
         elif err["type"] == "duplicate_name":
             loc = loc + (err["ctx"]["index"], "name")
         more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""

@@ -22,8 +22,9 @@ class Ledger:
         self.current: dict[str, float] = {}
         self.peak: dict[str, float] = {}
 
-    def change(self, time_s: float, device: str, delta_bytes: float, category: str,
-               label: str = "") -> None:
+    def change(
+        self, time_s: float, device: str, delta_bytes: float, category: str, label: str = ""
+    ) -> None:
         """Record ``delta_bytes`` (positive: allocate, negative: free) on ``device``."""
         if delta_bytes == 0:
             return

@@ -34,8 +34,9 @@ def iterations_needed(stages: int, microbatches: int, synchronous: bool) -> int:
     return 2 * fill + 2
 
 
-def steady_window(ends_s: list[float], stages: int, microbatches: int,
-                  synchronous: bool) -> tuple[float, float, int]:
+def steady_window(
+    ends_s: list[float], stages: int, microbatches: int, synchronous: bool
+) -> tuple[float, float, int]:
     """``(start_s, end_s, steps)``: the measured span and how many optimizer steps it holds.
 
     Raises:
@@ -85,8 +86,9 @@ class Metrics:
     comm_bytes: float
 
 
-def compute_metrics(log: EventLog, *, stages: int, microbatches: int, synchronous: bool,
-                    samples_per_step: int) -> Metrics:
+def compute_metrics(
+    log: EventLog, *, stages: int, microbatches: int, synchronous: bool, samples_per_step: int
+) -> Metrics:
     """Metrics of ``log`` (see :class:`Metrics`).
 
     Args:

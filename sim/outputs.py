@@ -53,21 +53,40 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
     if isinstance(hw, str) and (hw.endswith((".yaml", ".yml")) or "/" in hw):
         data["hardware"] = str((Path(exp_file).parent / hw).resolve())
     data["name"] = f"{exp.name[:120]}-winner"
-    data["description"] = (f"Winner of experiment {exp.name}: {row.model} {row.schedule} "
-                           f"p={row.stages} w={row.dp_width} b={row.microbatch_size}")
-    data["models"] = [{"name": model.name, "trace": _portable_trace_ref(model.trace, exp_file),
-                       "global_batch": int(row.global_batch),
-                       "microbatch_size": int(row.microbatch_size)}]
-    data["sweep"] = {"schedule": row.schedule, "stages": int(row.stages),
-                     "dp_width": int(row.dp_width),
-                     "microbatch_size": int(row.microbatch_size),
-                     "memory_policy": row.memory_policy}
-    data["options"] = {"partition": exp.options.partition,
-                       "boundaries": json.loads(row.boundaries),
-                       "placement": json.loads(row.placement)}
-    data["prediction"] = {k: getattr(row, k) for k in (
-        "iteration_time_s", "throughput_samples_per_s", "bubble_fraction", "peak_memory_bytes",
-        "microbatches")}
+    data["description"] = (
+        f"Winner of experiment {exp.name}: {row.model} {row.schedule} "
+        f"p={row.stages} w={row.dp_width} b={row.microbatch_size}"
+    )
+    data["models"] = [
+        {
+            "name": model.name,
+            "trace": _portable_trace_ref(model.trace, exp_file),
+            "global_batch": int(row.global_batch),
+            "microbatch_size": int(row.microbatch_size),
+        }
+    ]
+    data["sweep"] = {
+        "schedule": row.schedule,
+        "stages": int(row.stages),
+        "dp_width": int(row.dp_width),
+        "microbatch_size": int(row.microbatch_size),
+        "memory_policy": row.memory_policy,
+    }
+    data["options"] = {
+        "partition": exp.options.partition,
+        "boundaries": json.loads(row.boundaries),
+        "placement": json.loads(row.placement),
+    }
+    data["prediction"] = {
+        k: getattr(row, k)
+        for k in (
+            "iteration_time_s",
+            "throughput_samples_per_s",
+            "bubble_fraction",
+            "peak_memory_bytes",
+            "microbatches",
+        )
+    }
     return data
 
 
@@ -95,9 +114,19 @@ def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
 
 MANIFEST = ".pipesim-outputs.json"
 """Lists the top-level entries of a ``sim run`` output folder that the run wrote."""
-OUTPUT_NAMES = {"results.csv", "winner.yaml", "config.resolved.yaml", "throughput.png",
-           "memory_per_gpu.png", "memory_timeline.png", "timeline.png", "timeline.json",
-           "memory_summary.csv", "max_model_per_policy.png", "throughput_vs_model_size.png"}
+OUTPUT_NAMES = {
+    "results.csv",
+    "winner.yaml",
+    "config.resolved.yaml",
+    "throughput.png",
+    "memory_per_gpu.png",
+    "memory_timeline.png",
+    "timeline.png",
+    "timeline.json",
+    "memory_summary.csv",
+    "max_model_per_policy.png",
+    "throughput_vs_model_size.png",
+}
 """Files a run writes at the top of its folder (and what runs before the manifest existed
 wrote; their folders count as ours too). A model may not be named like one of them."""
 _STALE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>new|old)-(?P<pid>\d+)$")
@@ -113,8 +142,13 @@ def _ours(folder: Path) -> set[str]:
         except (ValueError, KeyError, TypeError, OSError):
             return set()
     out = {p.name for p in folder.iterdir() if p.name in OUTPUT_NAMES}
-    out |= {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-            and {c.name for c in p.iterdir()} <= OUTPUT_NAMES}
+    out |= {
+        p.name
+        for p in folder.iterdir()
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and {c.name for c in p.iterdir()} <= OUTPUT_NAMES
+    }
     return out
 
 
@@ -129,8 +163,11 @@ def check_model_names(exp: ExperimentConfig, file: str) -> None:
         return
     for i, m in enumerate(exp.models):
         if m.name in OUTPUT_NAMES | {MANIFEST, "validation.csv"}:
-            raise InputError(f"{m.name!r} is the name of an output file; rename the model",
-                             file=file, field=f"models.{i}.name")
+            raise InputError(
+                f"{m.name!r} is the name of an output file; rename the model",
+                file=file,
+                field=f"models.{i}.name",
+            )
 
 
 def check_out_dir(out: Path, *, option: str = "--out") -> None:
@@ -144,15 +181,19 @@ def check_out_dir(out: Path, *, option: str = "--out") -> None:
     check_writable(out, option=option, directory=True)
     real, cwd = out.resolve(), Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
-        raise InputError(f"{out} is the working directory or holds it; its files are replaced "
-                         "as a whole, so name a folder inside it (e.g. --out results/x)",
-                         field=option)
+        raise InputError(
+            f"{out} is the working directory or holds it; its files are replaced "
+            "as a whole, so name a folder inside it (e.g. --out results/x)",
+            field=option,
+        )
     if out.is_dir():
         entries = {p.name for p in out.iterdir()} - {".cache", MANIFEST}
         if entries and not (out / MANIFEST).is_file() and not (_ours(out) & {"results.csv"}):
-            raise InputError(f"{out} holds files not written by `sim run` "
-                             f"({', '.join(sorted(entries)[:3])}); choose a new or empty folder",
-                             field=option)
+            raise InputError(
+                f"{out} holds files not written by `sim run` "
+                f"({', '.join(sorted(entries)[:3])}); choose a new or empty folder",
+                field=option,
+            )
 
 
 def _carry_over(old: Path, out: Path) -> None:

@@ -39,10 +39,11 @@ def place(topology: Topology, stages: int, dp_width: int) -> list[list[int]]:
     k = stages * dp_width
     n = topology.num_gpus
     if k > n:
-        raise ValueError(f"{stages} stages x {dp_width} replicas need {k} GPUs; "
-                         f"{topology.name} has {n}")
+        raise ValueError(
+            f"{stages} stages x {dp_width} replicas need {k} GPUs; {topology.name} has {n}"
+        )
     order = _best_order(topology, stages, dp_width)
-    return [list(order[r * stages:(r + 1) * stages]) for r in range(dp_width)]
+    return [list(order[r * stages : (r + 1) * stages]) for r in range(dp_width)]
 
 
 def _pair_scores(topology: Topology) -> tuple[tuple[float, ...], ...]:
@@ -109,11 +110,14 @@ def _exhaustive(topology: Topology, bw, stages: int, dp_width: int) -> tuple[int
 
     best, choice = -1.0, tuple(range(k))
     for perm in permutations(range(n), k):
-        rows = [perm[r * stages:(r + 1) * stages] for r in range(dp_width)]
+        rows = [perm[r * stages : (r + 1) * stages] for r in range(dp_width)]
         if any(rows[r][0] > rows[r + 1][0] for r in range(dp_width - 1)):
             continue
-        score = sum(bw[row[s]][row[s + 1]] + bw[row[s + 1]][row[s]]
-                    for row in rows for s in range(stages - 1))
+        score = sum(
+            bw[row[s]][row[s + 1]] + bw[row[s + 1]][row[s]]
+            for row in rows
+            for s in range(stages - 1)
+        )
         score += sum(column(tuple(row[s] for row in rows)) for s in range(stages))
         if score > best * (1 + 1e-12):
             best, choice = score, perm
@@ -138,7 +142,6 @@ def _held_karp(bw: tuple[tuple[float, ...], ...], stages: int, k: int) -> tuple[
                 cand = (score + gain, path + (j,))
                 if key not in best or cand[0] > best[key][0] + 1e-9:
                     best[key] = cand
-    full = [(score, path) for (mask, _), (score, path) in best.items()
-            if bin(mask).count("1") == k]
+    full = [(score, path) for (mask, _), (score, path) in best.items() if bin(mask).count("1") == k]
     top = max(score for score, _ in full)
     return min(path for score, path in full if score >= top - 1e-9)

@@ -45,8 +45,14 @@ class Resolved:
     compute_notes: tuple[str, ...] = ()
 
 
-def make_schedule(name: str, stages: int, microbatches: int, *, file: str = "<experiment>",
-                  field: str = "sweep.schedule") -> Schedule:
+def make_schedule(
+    name: str,
+    stages: int,
+    microbatches: int,
+    *,
+    file: str = "<experiment>",
+    field: str = "sweep.schedule",
+) -> Schedule:
     """Instantiate a schedule, turning its errors into :class:`InputError`."""
     try:
         cls = get_schedule(name)
@@ -58,9 +64,16 @@ def make_schedule(name: str, stages: int, microbatches: int, *, file: str = "<ex
         raise InputError(str(exc), file=file, field="sweep.stages") from None
 
 
-def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule: Schedule,
-                   in_flight: list[int], exp: ExperimentConfig,
-                   program: Program | None = None) -> list[list[StageContext]]:
+def stage_contexts(
+    topo: Topology,
+    trace: Trace,
+    boundaries,
+    placement,
+    schedule: Schedule,
+    in_flight: list[int],
+    exp: ExperimentConfig,
+    program: Program | None = None,
+) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]``."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
@@ -71,16 +84,28 @@ def stage_contexts(topo: Topology, trace: Trace, boundaries, placement, schedule
         ctxs = []
         for s, g in enumerate(row):
             gpu = topo.gpu(g)
-            ctxs.append(StageContext(
-                stage=s, stages=len(row), replica=r, dp_width=len(placement), gpu=gpu.name,
-                host=gpu.host, layers=trace.layers[edges[s]:edges[s + 1]],
-                in_flight=in_flight[s], weight_versions=schedule.weight_versions(s), state=sb,
-                dtype_bytes=dtype_bytes(trace.dtype), capacity_bytes=gpu.memory_bytes,
-                topology=topo,
-                input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
-                microbatches=schedule.microbatches, order=orders[s] if orders else (),
-                host_sharers=sharers.get(gpu.name, 1),
-                version_bytes=version_bytes_per_param(schedule.name, sb)))
+            ctxs.append(
+                StageContext(
+                    stage=s,
+                    stages=len(row),
+                    replica=r,
+                    dp_width=len(placement),
+                    gpu=gpu.name,
+                    host=gpu.host,
+                    layers=trace.layers[edges[s] : edges[s + 1]],
+                    in_flight=in_flight[s],
+                    weight_versions=schedule.weight_versions(s),
+                    state=sb,
+                    dtype_bytes=dtype_bytes(trace.dtype),
+                    capacity_bytes=gpu.memory_bytes,
+                    topology=topo,
+                    input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+                    microbatches=schedule.microbatches,
+                    order=orders[s] if orders else (),
+                    host_sharers=sharers.get(gpu.name, 1),
+                    version_bytes=version_bytes_per_param(schedule.name, sb),
+                )
+            )
         out.append(ctxs)
     return out
 
@@ -89,18 +114,27 @@ def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
     """Each rank's ops over one steady iteration (the middle one of the program)."""
     its = max((a.microbatch // m for rank in program for a in rank if a.op != STEP), default=0)
     it = (its + 1) // 2
-    return [tuple(a.op for a in rank if a.op != STEP and a.microbatch // m == it)
-            for rank in program]
+    return [
+        tuple(a.op for a in rank if a.op != STEP and a.microbatch // m == it) for rank in program
+    ]
 
 
-def choose_boundaries(topo: Topology, trace: Trace, schedule: Schedule, in_flight: list[int],
-                      placement, exp: ExperimentConfig) -> tuple[int, ...]:
+def choose_boundaries(
+    topo: Topology,
+    trace: Trace,
+    schedule: Schedule,
+    in_flight: list[int],
+    placement,
+    exp: ExperimentConfig,
+) -> tuple[int, ...]:
     """Stage boundaries: fixed, uniform, or the memory-aware optimal partition."""
     p = schedule.stages
     if exp.options.boundaries is not None:
         if len(exp.options.boundaries) != p:
-            raise InputError(f"has {len(exp.options.boundaries)} entries but stages is {p}",
-                             field="options.boundaries")
+            raise InputError(
+                f"has {len(exp.options.boundaries)} entries but stages is {p}",
+                field="options.boundaries",
+            )
         return tuple(exp.options.boundaries)
     if exp.options.partition == "uniform":
         return tuple(uniform_partition(len(trace.layers), p))
@@ -115,12 +149,19 @@ def choose_boundaries(topo: Topology, trace: Trace, schedule: Schedule, in_fligh
     row = placement[0]
     bw = [topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}") for j in range(p - 1)]
     caps = [tensor_capacity_bytes(topo.gpu(g)) for g in row]
-    return partition(trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps,
-                     stage_memory_bytes=need).boundaries
+    return partition(
+        trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need
+    ).boundaries
 
 
-def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trace: Trace,
-            *, file: str = "<experiment>") -> Resolved:
+def resolve(
+    exp: ExperimentConfig,
+    point: PointConfig,
+    topo: Topology,
+    base_trace: Trace,
+    *,
+    file: str = "<experiment>",
+) -> Resolved:
     """Resolve a point (see module doc).
 
     Raises:
@@ -129,18 +170,27 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
     """
     schedule = make_schedule(point.schedule, point.stages, point.microbatches, file=file)
     if point.stages * point.dp_width > topo.num_gpus:
-        raise InputError(f"stages x dp_width = {point.stages * point.dp_width} GPUs, but "
-                         f"{topo.name} has {topo.num_gpus}", file=file, field="sweep.stages")
+        raise InputError(
+            f"stages x dp_width = {point.stages * point.dp_width} GPUs, but "
+            f"{topo.name} has {topo.num_gpus}",
+            file=file,
+            field="sweep.stages",
+        )
     if point.stages > len(base_trace.layers):
-        raise InputError(f"{point.stages} stages but trace {base_trace.name} has "
-                         f"{len(base_trace.layers)} layers", file=file, field="sweep.stages")
+        raise InputError(
+            f"{point.stages} stages but trace {base_trace.name} has "
+            f"{len(base_trace.layers)} layers",
+            file=file,
+            field="sweep.stages",
+        )
     try:
         policy = get_policy(point.memory_policy)
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     iterations = exp.training.iterations or iterations_needed(
-        point.stages, point.microbatches, schedule.synchronous)
+        point.stages, point.microbatches, schedule.synchronous
+    )
     program = schedule.program(iterations)
     in_flight = peak_in_flight(program)
     placement = _placement(exp, topo, point, file)
@@ -149,26 +199,29 @@ def resolve(exp: ExperimentConfig, point: PointConfig, topo: Topology, base_trac
     except InputError as exc:
         exc.file = exc.file or file
         raise
-    contexts = stage_contexts(topo, trace, boundaries, placement, schedule, in_flight, exp,
-                              program)
+    contexts = stage_contexts(topo, trace, boundaries, placement, schedule, in_flight, exp, program)
     flat_ctx = [c for row in contexts for c in row]
     try:
         flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    plans = tuple(tuple(flat[r * point.stages:(r + 1) * point.stages])
-                  for r in range(len(contexts)))
+    plans = tuple(
+        tuple(flat[r * point.stages : (r + 1) * point.stages]) for r in range(len(contexts))
+    )
     if not exp.training.optimizer_step:
         plans = tuple(tuple(replace(p, optimizer_s=0.0) for p in row) for row in plans)
     edges = list(boundaries) + [len(trace.layers)]
     costs = tuple(
-        StageCost.from_layers(trace.layers[edges[s]:edges[s + 1]],
-                              trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0)
+        StageCost.from_layers(
+            trace.layers[edges[s] : edges[s + 1]],
+            trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+        )
         for s in range(point.stages)
     )
     sim_input = SimInput(topo, costs, program, point.microbatches, placement, plans)
-    return Resolved(point, schedule, trace, tuple(boundaries), placement, sim_input, iterations,
-                    tuple(notes))
+    return Resolved(
+        point, schedule, trace, tuple(boundaries), placement, sim_input, iterations, tuple(notes)
+    )
 
 
 def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
@@ -178,8 +231,12 @@ def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: 
     ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
     flat = [g for r in fixed for g in r]
     if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
-        raise InputError(f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
-                         f"in 0..{topo.num_gpus - 1}", file=file, field="options.placement")
+        raise InputError(
+            f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
+            f"in 0..{topo.num_gpus - 1}",
+            file=file,
+            field="options.placement",
+        )
     return tuple(tuple(r) for r in fixed)
 
 
@@ -187,12 +244,21 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
     """Simulate a resolved point and compute its metrics."""
     log = simulate(res.sim_input)
     p = res.point
-    metrics = compute_metrics(log, stages=p.stages, microbatches=p.microbatches,
-                              synchronous=res.schedule.synchronous,
-                              samples_per_step=p.microbatches * p.microbatch_size * p.dp_width)
-    log.meta.update(boundaries=list(res.boundaries), placement=[list(r) for r in res.placement],
-                    schedule=p.schedule, microbatches=p.microbatches,
-                    policy_notes=policy_notes(res), compute_notes=list(res.compute_notes))
+    metrics = compute_metrics(
+        log,
+        stages=p.stages,
+        microbatches=p.microbatches,
+        synchronous=res.schedule.synchronous,
+        samples_per_step=p.microbatches * p.microbatch_size * p.dp_width,
+    )
+    log.meta.update(
+        boundaries=list(res.boundaries),
+        placement=[list(r) for r in res.placement],
+        schedule=p.schedule,
+        microbatches=p.microbatches,
+        policy_notes=policy_notes(res),
+        compute_notes=list(res.compute_notes),
+    )
     return metrics, log
 
 

@@ -51,5 +51,4 @@ def die_with_parent(parent_pid: int) -> None:
     _pdeathsig()
     if os.getppid() != parent_pid:
         os._exit(137)
-    threading.Thread(target=_watch, args=(parent_pid,), name="die-with-parent",
-                     daemon=True).start()
+    threading.Thread(target=_watch, args=(parent_pid,), name="die-with-parent", daemon=True).start()

@@ -93,8 +93,9 @@ class ResultRow(BaseModel):
             return ["iteration_time_s, throughput_samples_per_s, peak_memory_bytes: missing"]
         samples = self.microbatches * self.microbatch_size * self.dp_width
         if not it > 0 or not math.isclose(tput, samples / it, rel_tol=1e-9):
-            out.append(f"throughput_samples_per_s: {tput} is not {samples} samples / "
-                       f"iteration_time_s {it}")
+            out.append(
+                f"throughput_samples_per_s: {tput} is not {samples} samples / iteration_time_s {it}"
+            )
         if self.fits == bool(self.oom_device):
             out.append(f"fits: {self.fits} but oom_device is {self.oom_device!r}")
         return out
@@ -120,9 +121,18 @@ def rank_key(row: ResultRow | Mapping[str, Any]) -> tuple:
     ok = bool(_get(row, "fits", False)) and not _get(row, "error", "")
     tput = float(_get(row, "throughput_samples_per_s", -math.inf))
     stages, width = int(_get(row, "stages", 0)), int(_get(row, "dp_width", 0))
-    return (not ok, -tput, stages * width, int(_get(row, "microbatches", 0)),
-            str(_get(row, "schedule", "")), stages, width, int(_get(row, "microbatch_size", 0)),
-            str(_get(row, "memory_policy", "")), str(_get(row, "model", "")))
+    return (
+        not ok,
+        -tput,
+        stages * width,
+        int(_get(row, "microbatches", 0)),
+        str(_get(row, "schedule", "")),
+        stages,
+        width,
+        int(_get(row, "microbatch_size", 0)),
+        str(_get(row, "memory_policy", "")),
+        str(_get(row, "model", "")),
+    )
 
 
 def pick_winner(rows: Iterable[ResultRow]) -> ResultRow | None:

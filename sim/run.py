@@ -30,8 +30,9 @@ from sim.rows import ResultRow, pick_winner
 from sim.sweep import expand, prepare, run_points
 
 
-def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bool,
-                   plots: bool, console: Console) -> int:
+def run_experiment(
+    path: Path, *, out_dir: Path | None, jobs: int, use_cache: bool, plots: bool, console: Console
+) -> int:
     """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
 
     Raises:
@@ -46,26 +47,45 @@ def run_experiment(path: Path, *, out_dir: Path | None, jobs: int, use_cache: bo
     check_out_dir(out)
     out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)
-    console.print(f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
-                  + (f" ({len(skipped)} combinations skipped)" if skipped else ""))
+    console.print(
+        f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
+        + (f" ({len(skipped)} combinations skipped)" if skipped else "")
+    )
     notes = _compute_notes(prep, points)
     for line in (n for model_notes in notes.values() for n in model_notes):
         console.print(f"[yellow]note[/] {line}", highlight=False)
     with _progress(console, len(points)) as on_done:
-        rows = run_points(prep, points, cache_dir=out / ".cache" if use_cache else None,
-                          jobs=min(jobs, len(points)), on_done=on_done,
-                          on_warning=lambda msg: console.print(f"[yellow]warning:[/] {msg}",
-                                                               highlight=False, soft_wrap=True))
+        rows = run_points(
+            prep,
+            points,
+            cache_dir=out / ".cache" if use_cache else None,
+            jobs=min(jobs, len(points)),
+            on_done=on_done,
+            on_warning=lambda msg: console.print(
+                f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True
+            ),
+        )
     with staged_output(out) as stage:
-        code, written = _write_all(exp, prep, points, skipped, rows, path, stage, plots, console,
-                                   notes)
+        code, written = _write_all(
+            exp, prep, points, skipped, rows, path, stage, plots, console, notes
+        )
         commit_output(stage, out)
     _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
     return code
 
 
-def _write_all(exp, prep, points, skipped, rows, path: Path, out: Path, plots: bool,
-               console: Console, notes: dict[str, list[str]]) -> tuple[int, list[Path]]:
+def _write_all(
+    exp,
+    prep,
+    points,
+    skipped,
+    rows,
+    path: Path,
+    out: Path,
+    plots: bool,
+    console: Console,
+    notes: dict[str, list[str]],
+) -> tuple[int, list[Path]]:
     """Write the whole output set into ``out`` (the staging folder); returns the exit code
     (0, or 1 when a model has no fitting configuration) and the files written."""
     df = write_results_csv(rows, out / "results.csv")
@@ -85,23 +105,27 @@ def _write_all(exp, prep, points, skipped, rows, path: Path, out: Path, plots: b
         console.print(summary_table(ok[ok["model"] == model.name], top=5))
         winner = pick_winner([r for r in rows if r.model == model.name])
         if winner is None:
-            console.print(f"[bold red]{model.name}: no configuration fits in memory.[/] See "
-                          "results.csv (peak_memory_bytes, oom_device); try more stages, a "
-                          "smaller micro-batch or a memory policy.")
+            console.print(
+                f"[bold red]{model.name}: no configuration fits in memory.[/] See "
+                "results.csv (peak_memory_bytes, oom_device); try more stages, a "
+                "smaller micro-batch or a memory policy."
+            )
             code = 1
             continue
         dirs = [out] if i == 0 else []
         if len(exp.models) > 1:
             dirs.append(out / model.name)
         written += _write_winner(exp, prep, points, winner, path, dirs, plots)
-        console.print(f"[bold green]{model.name} winner:[/] {winner.schedule} "
-                      f"p={winner.stages} w={winner.dp_width} "
-                      f"b={winner.microbatch_size} m={winner.microbatches} "
-                      f"policy={winner.memory_policy}: "
-                      f"{winner.throughput_samples_per_s:.2f} samples/s, "
-                      f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
-                      f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
-                      highlight=False)
+        console.print(
+            f"[bold green]{model.name} winner:[/] {winner.schedule} "
+            f"p={winner.stages} w={winner.dp_width} "
+            f"b={winner.microbatch_size} m={winner.microbatches} "
+            f"policy={winner.memory_policy}: "
+            f"{winner.throughput_samples_per_s:.2f} samples/s, "
+            f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
+            f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
+            highlight=False,
+        )
     return code, written
 
 
@@ -114,8 +138,14 @@ def _progress(console: Console, total: int):
     """A progress callback ``on_done(n)``: a rich bar on a terminal, else a plain line on
     stderr every :data:`PROGRESS_EVERY_S` seconds and at the end (logs and CI see progress)."""
     if console.is_terminal:
-        with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
+        with Progress(
+            TextColumn("simulating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
             task = bar.add_task("sweep", total=total)
             yield lambda n: bar.update(task, completed=n)
         return
@@ -126,8 +156,13 @@ def _progress(console: Console, total: int):
         now = time.monotonic()
         if n >= total or now - last >= PROGRESS_EVERY_S:
             last = now
-            print(f"simulating: {n}/{total} configurations ({100 * n / max(total, 1):.0f}%), "
-                  f"{now - t0:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"simulating: {n}/{total} configurations ({100 * n / max(total, 1):.0f}%), "
+                f"{now - t0:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
     yield line
 
 
@@ -136,15 +171,21 @@ def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
     from sim.report.memory_summary import write_memory_summary
 
     table, written = write_memory_summary(df, out, plots)
-    console.print("[bold]Memory policies[/]: best fitting samples/s per model and policy; "
-                  "last row: the largest model that fits per policy")
-    console.print(table.to_string(float_format=lambda v: f"{v:,.2f}", na_rep="—"),
-                  highlight=False, soft_wrap=True)
+    console.print(
+        "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
+        "last row: the largest model that fits per policy"
+    )
+    console.print(
+        table.to_string(float_format=lambda v: f"{v:,.2f}", na_rep="—"),
+        highlight=False,
+        soft_wrap=True,
+    )
     return written
 
 
-def _write_winner(exp, prep, points, winner: ResultRow, path: Path, dirs: list[Path],
-                  plots: bool) -> list[Path]:
+def _write_winner(
+    exp, prep, points, winner: ResultRow, path: Path, dirs: list[Path], plots: bool
+) -> list[Path]:
     """winner.yaml and, with ``plots``, the winner's memory plots and timelines in each of
     ``dirs`` (the winner is simulated once)."""
     data = winner_config(exp, str(path), winner)
@@ -153,8 +194,10 @@ def _write_winner(exp, prep, points, winner: ResultRow, path: Path, dirs: list[P
         point = winner.point()
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         _, log = evaluate(res)
-        title = (f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
-                 f"b={point.microbatch_size} m={point.microbatches}")
+        title = (
+            f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
+            f"b={point.microbatch_size} m={point.microbatches}"
+        )
         for d in dirs:
             written += write_winner_artifacts(d, log, title)
     return written
@@ -165,19 +208,27 @@ def _compute_notes(prep, points) -> dict[str, list[str]]:
     from sim.compute.adapt import grid_notes
 
     gpu = prep.topology.gpus[0].compute
-    return {name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
-            for name, t in prep.traces.items()}
+    return {
+        name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
+        for name, t in prep.traces.items()
+    }
 
 
 def _write_resolved(out: Path, exp, prep, points, skipped, notes) -> None:
     data = {
         "experiment": exp.model_dump(mode="json"),
         "hardware": topology_to_dict(prep.topology),
-        "traces": {name: {"layers": len(t.layers), "parameters": t.parameters,
-                          "microbatch_size": t.microbatch_size, "dtype": t.dtype,
-                          "device": t.device, "provenance": json.loads(
-                              json.dumps(t.provenance, default=str))}
-                   for name, t in prep.traces.items()},
+        "traces": {
+            name: {
+                "layers": len(t.layers),
+                "parameters": t.parameters,
+                "microbatch_size": t.microbatch_size,
+                "dtype": t.dtype,
+                "device": t.device,
+                "provenance": json.loads(json.dumps(t.provenance, default=str)),
+            }
+            for name, t in prep.traces.items()
+        },
         "compute_notes": notes,
         "points": len(points),
         "skipped": [{"config": d, "reason": r} for d, r in skipped],
@@ -186,7 +237,8 @@ def _write_resolved(out: Path, exp, prep, points, skipped, notes) -> None:
 
 
 def _print_paths(console: Console, paths, t0: float) -> None:
-    console.print(f"wrote {len(paths)} files in {paths[0].parent} "
-                  f"({time.perf_counter() - t0:.1f} s):")
+    console.print(
+        f"wrote {len(paths)} files in {paths[0].parent} ({time.perf_counter() - t0:.1f} s):"
+    )
     for p in paths:
         console.print(f"  {p}")

@@ -36,8 +36,15 @@ from sim.textio import decode_text
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
-__all__ = ["Prepared", "ResultRow", "evaluate_row", "expand", "pick_winner", "prepare",
-           "run_points"]
+__all__ = [
+    "Prepared",
+    "ResultRow",
+    "evaluate_row",
+    "expand",
+    "pick_winner",
+    "prepare",
+    "run_points",
+]
 
 ROW_FORMAT = 4
 MAX_GRID = 100_000
@@ -87,35 +94,61 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     for i, name in enumerate(as_list(sw.schedule)):
         make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
-    size = sum(len(as_list(sw.schedule)) * len(as_list(sw.stages)) * len(as_list(sw.dp_width))
-               * len(as_list(m.microbatch_size if m.microbatch_size is not None
-                             else sw.microbatch_size)) * len(policies) for m in exp.models)
+    size = sum(
+        len(as_list(sw.schedule))
+        * len(as_list(sw.stages))
+        * len(as_list(sw.dp_width))
+        * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
+        * len(policies)
+        for m in exp.models
+    )
     if size > MAX_GRID:
-        raise InputError(f"the grid has {size:,} combinations, more than the {MAX_GRID:,} "
-                         "simulated; shorten its lists", file=file, field="sweep")
+        raise InputError(
+            f"the grid has {size:,} combinations, more than the {MAX_GRID:,} "
+            "simulated; shorten its lists",
+            file=file,
+            field="sweep",
+        )
     points, skipped = [], []
     for _mi, model in enumerate(exp.models):
         gb = model.global_batch or exp.training.global_batch
-        mbs = as_list(model.microbatch_size if model.microbatch_size is not None
-                      else sw.microbatch_size)
-        axes = itertools.product(as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width),
-                                 mbs, policies)
+        mbs = as_list(
+            model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
+        )
+        axes = itertools.product(
+            as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width), mbs, policies
+        )
         for sched, p, w, b, policy in axes:
             desc = f"{model.name} {sched} p={p} w={w} b={b} {policy}"
-            reason = (_invalid(prep, model.name, sched, p, w, b, gb) or _stage_count(policy, p)
-                      or _asynchronous(sw, sched))
+            reason = (
+                _invalid(prep, model.name, sched, p, w, b, gb)
+                or _stage_count(policy, p)
+                or _asynchronous(sw, sched)
+            )
             if reason:
                 skipped.append((desc, reason))
                 continue
-            points.append(PointConfig(model=model.name, schedule=sched, stages=p, dp_width=w,
-                                      microbatch_size=b, microbatches=gb // (w * b),
-                                      memory_policy=policy, global_batch=gb))
+            points.append(
+                PointConfig(
+                    model=model.name,
+                    schedule=sched,
+                    stages=p,
+                    dp_width=w,
+                    microbatch_size=b,
+                    microbatches=gb // (w * b),
+                    memory_policy=policy,
+                    global_batch=gb,
+                )
+            )
     if not points:
         if len(skipped) == 1:
             raise InputError(skipped[0][1], file=file, field="sweep")
         reasons = sorted({r for _, r in skipped})
-        raise InputError("no valid configuration in the grid: " + "; ".join(reasons[:5]),
-                         file=file, field="sweep")
+        raise InputError(
+            "no valid configuration in the grid: " + "; ".join(reasons[:5]),
+            file=file,
+            field="sweep",
+        )
     return points, skipped
 
 
@@ -129,15 +162,21 @@ def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
     per_stage = exp.options.stage_policies
     if per_stage is not None:
         if "memory_policy" in exp.sweep.model_fields_set:
-            raise InputError("set either sweep.memory_policy or options.stage_policies, not both",
-                             file=file, field="options.stage_policies")
+            raise InputError(
+                "set either sweep.memory_policy or options.stage_policies, not both",
+                file=file,
+                field="options.stage_policies",
+            )
         specs, field = list(per_stage), "options.stage_policies"
     else:
         specs, field = as_list(exp.sweep.memory_policy), "sweep.memory_policy"
     for i, spec in enumerate(specs):
         if SEPARATOR in spec and per_stage is not None:
-            raise InputError("one policy per entry ('|' joins stages only in "
-                             "sweep.memory_policy)", file=file, field=f"{field}.{i}")
+            raise InputError(
+                "one policy per entry ('|' joins stages only in sweep.memory_policy)",
+                file=file,
+                field=f"{field}.{i}",
+            )
         try:
             get_policy(spec)
         except (KeyError, ValueError) as exc:
@@ -164,32 +203,46 @@ def check_options(prep: Prepared) -> None:
         b = opts.boundaries
         layers = min((len(t.layers), name) for name, t in prep.traces.items())
         if not b or b[0] != 0:
-            raise InputError("the first stage must start at layer 0", file=file,
-                             field="options.boundaries.0")
+            raise InputError(
+                "the first stage must start at layer 0", file=file, field="options.boundaries.0"
+            )
         for i in range(1, len(b)):
             if b[i] <= b[i - 1]:
-                raise InputError(f"{b[i]} is not after {b[i - 1]}: stage start layers must "
-                                 "increase", file=file, field=f"options.boundaries.{i}")
+                raise InputError(
+                    f"{b[i]} is not after {b[i - 1]}: stage start layers must increase",
+                    file=file,
+                    field=f"options.boundaries.{i}",
+                )
             if b[i] >= layers[0]:
-                raise InputError(f"layer {b[i]} does not exist: model {layers[1]} has "
-                                 f"{layers[0]} layers (0..{layers[0] - 1})", file=file,
-                                 field=f"options.boundaries.{i}")
+                raise InputError(
+                    f"layer {b[i]} does not exist: model {layers[1]} has "
+                    f"{layers[0]} layers (0..{layers[0] - 1})",
+                    file=file,
+                    field=f"options.boundaries.{i}",
+                )
     if opts.placement is not None:
         n = prep.topology.num_gpus
         rows = opts.placement
         if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
-            raise InputError("must be a non-empty list of equally long rows [replica][stage]",
-                             file=file, field="options.placement")
+            raise InputError(
+                "must be a non-empty list of equally long rows [replica][stage]",
+                file=file,
+                field="options.placement",
+            )
         seen: dict[int, str] = {}
         for r, row in enumerate(rows):
             for s, g in enumerate(row):
                 where = f"options.placement.{r}.{s}"
                 if not 0 <= g < n:
-                    raise InputError(f"GPU {g} does not exist: {prep.topology.name} has GPUs "
-                                     f"0..{n - 1}", file=file, field=where)
+                    raise InputError(
+                        f"GPU {g} does not exist: {prep.topology.name} has GPUs 0..{n - 1}",
+                        file=file,
+                        field=where,
+                    )
                 if g in seen:
-                    raise InputError(f"GPU {g} is already used at {seen[g]}", file=file,
-                                     field=where)
+                    raise InputError(
+                        f"GPU {g} is already used at {seen[g]}", file=file, field=where
+                    )
                 seen[g] = where
 
 
@@ -205,23 +258,31 @@ def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb:
     if p * w > n:
         return f"stages x dp_width = {p * w} exceeds the {n} GPUs of {prep.topology.name}"
     if gb % (w * b):
-        return (f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
-                f"(change training.global_batch or sweep.microbatch_size)")
+        return (
+            f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
+            f"(change training.global_batch or sweep.microbatch_size)"
+        )
     m = gb // (w * b)
     if m > MAX_MICROBATCHES:
-        return (f"global batch {gb} / (dp_width {w} x microbatch_size {b}) = {m} micro-batches "
-                f"per iteration, more than the {MAX_MICROBATCHES} simulated (raise "
-                "microbatch_size or lower global_batch)")
+        return (
+            f"global batch {gb} / (dp_width {w} x microbatch_size {b}) = {m} micro-batches "
+            f"per iteration, more than the {MAX_MICROBATCHES} simulated (raise "
+            "microbatch_size or lower global_batch)"
+        )
     opts = prep.exp.options
     if opts.boundaries is not None and len(opts.boundaries) != p:
         return f"options.boundaries has {len(opts.boundaries)} stages, not {p}"
     if opts.placement is not None and (len(opts.placement), len(opts.placement[0])) != (w, p):
-        return (f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
-                f"(replicas x stages), not {w} x {p}")
+        return (
+            f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
+            f"(replicas x stages), not {w} x {p}"
+        )
     cls = get_schedule(sched)  # the name was checked by expand()
     if cls.needs_m_ge_p and m < p:
-        return (f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
-                f"(dp_width {w} x microbatch_size {b}) = {m} < {p} stages")
+        return (
+            f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
+            f"(dp_width {w} x microbatch_size {b}) = {m} < {p} stages"
+        )
     if p > len(prep.traces[model].layers):
         return f"{p} stages but {model} has only {len(prep.traces[model].layers)} layers"
     return ""
@@ -231,12 +292,20 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     """Hash of everything the row depends on."""
     trace = prep.traces[point.model]
     exp = prep.exp
-    return config_hash({
-        "version": sim.__version__, "row_format": ROW_FORMAT, "point": point.model_dump(),
-        "trace": [asdict(layer) for layer in trace.layers], "mb": trace.microbatch_size,
-        "hardware": repr(prep.topology.gpus) + repr(prep.topology.links) + repr(prep.topology.hosts),
-        "training": exp.training.model_dump(), "options": exp.options.model_dump(),
-    })
+    return config_hash(
+        {
+            "version": sim.__version__,
+            "row_format": ROW_FORMAT,
+            "point": point.model_dump(),
+            "trace": [asdict(layer) for layer in trace.layers],
+            "mb": trace.microbatch_size,
+            "hardware": repr(prep.topology.gpus)
+            + repr(prep.topology.links)
+            + repr(prep.topology.hosts),
+            "training": exp.training.model_dump(),
+            "options": exp.options.model_dump(),
+        }
+    )
 
 
 _WORKER: dict = {}
@@ -261,12 +330,19 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
         **base,
         iteration_time_s=met.iteration_time_s,
         throughput_samples_per_s=met.throughput_samples_per_s,
-        bubble_fraction=met.bubble_fraction, peak_memory_bytes=met.peak_memory_bytes,
-        fits=met.fits, oom_device=oom[0] if oom else "",
-        oom_peak_bytes=oom[1] if oom else None, oom_capacity_bytes=oom[2] if oom else None,
-        swap_bytes=met.swap_bytes, recompute_s=met.recompute_s, stall_s=met.stall_s,
-        comm_bytes=met.comm_bytes, boundaries=json.dumps(list(res.boundaries)),
-        placement=json.dumps([list(r) for r in res.placement]), error="",
+        bubble_fraction=met.bubble_fraction,
+        peak_memory_bytes=met.peak_memory_bytes,
+        fits=met.fits,
+        oom_device=oom[0] if oom else "",
+        oom_peak_bytes=oom[1] if oom else None,
+        oom_capacity_bytes=oom[2] if oom else None,
+        swap_bytes=met.swap_bytes,
+        recompute_s=met.recompute_s,
+        stall_s=met.stall_s,
+        comm_bytes=met.comm_bytes,
+        boundaries=json.dumps(list(res.boundaries)),
+        placement=json.dumps([list(r) for r in res.placement]),
+        error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
         staleness_steps=max(res.schedule.delay_steps(s) for s in range(point.stages)),
         attention=trace.provenance.get("attention", ""),
@@ -307,9 +383,15 @@ def _row_digest(key: str, row: dict) -> str:
     return config_hash({"key": key, "row": row})
 
 
-def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | None,
-               jobs: int = 1, on_done: Callable[[int], None] | None = None,
-               on_warning: Callable[[str], None] | None = None) -> list[ResultRow]:
+def run_points(
+    prep: Prepared,
+    points: list[PointConfig],
+    *,
+    cache_dir: Path | None,
+    jobs: int = 1,
+    on_done: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> list[ResultRow]:
     """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
 
     Args:
@@ -342,9 +424,17 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
         rows[i] = row
         if cache_dir:
             data = row.model_dump()
-            atomic_write_text(cache_dir / f"{keys[i]}.json", json.dumps(
-                {"format": ROW_FORMAT, "key": keys[i], "row": data,
-                 "sha256": _row_digest(keys[i], data)}))
+            atomic_write_text(
+                cache_dir / f"{keys[i]}.json",
+                json.dumps(
+                    {
+                        "format": ROW_FORMAT,
+                        "key": keys[i],
+                        "row": data,
+                        "sha256": _row_digest(keys[i], data),
+                    }
+                ),
+            )
         done += 1
         if on_done:
             on_done(done)
@@ -354,10 +444,17 @@ def run_points(prep: Prepared, points: list[PointConfig], *, cache_dir: Path | N
             store(i, evaluate_row(prep, points[i]))
     else:
         ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(prep, os.getpid())) as pool:
-            for i, row in zip(todo, pool.map(_worker_row, [points[i] for i in todo],
-                                             chunksize=max(1, len(todo) // (jobs * 8))),
-                              strict=True):
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(prep, os.getpid())
+        ) as pool:
+            for i, row in zip(
+                todo,
+                pool.map(
+                    _worker_row,
+                    [points[i] for i in todo],
+                    chunksize=max(1, len(todo) // (jobs * 8)),
+                ),
+                strict=True,
+            ):
                 store(i, row)
     return rows  # type: ignore[return-value]

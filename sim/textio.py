@@ -29,8 +29,13 @@ MAX_YAML_NODES = 1_000_000
 """Most values a YAML document may expand to (aliases counted each time they are used)."""
 
 
-def read_text(path: str | os.PathLike[str], *, label: str | None = None,
-              what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> str:
+def read_text(
+    path: str | os.PathLike[str],
+    *,
+    label: str | None = None,
+    what: str = "file",
+    max_bytes: int = MAX_TEXT_BYTES,
+) -> str:
     """The text of ``path``, which must be a readable UTF-8 text file.
 
     Args:
@@ -52,8 +57,9 @@ def read_text(path: str | os.PathLike[str], *, label: str | None = None,
     try:
         size = p.stat().st_size
         if size > max_bytes:
-            raise InputError(f"{what} is {size:,} bytes, more than the {max_bytes:,} accepted",
-                             file=name)
+            raise InputError(
+                f"{what} is {size:,} bytes, more than the {max_bytes:,} accepted", file=name
+            )
         data = p.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {what}: {exc.strerror}", file=name) from None
@@ -68,14 +74,18 @@ def decode_text(data: bytes, *, label: str, what: str = "file") -> str:
     """
     nul = data.find(b"\x00")
     if nul >= 0:
-        raise InputError(f"is a binary file (NUL byte at offset {nul}), expected a UTF-8 "
-                         f"text {what}", file=label)
+        raise InputError(
+            f"is a binary file (NUL byte at offset {nul}), expected a UTF-8 text {what}", file=label
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
-                         f"{exc.start} (line {line}); save the {what} as UTF-8", file=label) from None
+        raise InputError(
+            f"is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start} (line {line}); save the {what} as UTF-8",
+            file=label,
+        ) from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -93,7 +103,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
             continue
         if seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+            )
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -109,12 +120,16 @@ def _check_shape(data: Any, file: str | None) -> None:
         value, depth = stack.pop()
         nodes += 1
         if nodes > MAX_YAML_NODES:
-            raise InputError(f"the YAML expands to more than {MAX_YAML_NODES:,} values "
-                             "(aliases used recursively?)", file=file)
+            raise InputError(
+                f"the YAML expands to more than {MAX_YAML_NODES:,} values "
+                "(aliases used recursively?)",
+                file=file,
+            )
         if isinstance(value, (dict, list)):
             if depth > MAX_YAML_DEPTH:
-                raise InputError(f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep",
-                                 file=file)
+                raise InputError(
+                    f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=file
+                )
             items = value.values() if isinstance(value, dict) else value
             stack.extend((v, depth + 1) for v in items)
 
@@ -129,8 +144,9 @@ def load_yaml(text: str, *, file: str | None = None) -> Any:
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
     except RecursionError:
-        raise InputError(f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep",
-                         file=file) from None
+        raise InputError(
+            f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=file
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -140,8 +156,9 @@ def load_yaml(text: str, *, file: str | None = None) -> Any:
     return data
 
 
-def read_yaml_file(path: str | os.PathLike[str], *, label: str | None = None,
-                   what: str = "YAML file") -> Any:
+def read_yaml_file(
+    path: str | os.PathLike[str], *, label: str | None = None, what: str = "YAML file"
+) -> Any:
     """:func:`read_text` then :func:`load_yaml`.
 
     Raises:

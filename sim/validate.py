@@ -64,15 +64,20 @@ def variants(prep: Prepared, spec: ValidationSpec) -> list[PointConfig]:
     """
     points, _ = expand(prep)
     if len(points) != 1:
-        raise InputError(f"describes {len(points)} configurations; validate takes one (a "
-                         "winner.yaml written by `sim run`)", file=prep.file, field="sweep")
+        raise InputError(
+            f"describes {len(points)} configurations; validate takes one (a "
+            "winner.yaml written by `sim run`)",
+            file=prep.file,
+            field="sweep",
+        )
     base = points[0]
     out = []
     for sched in spec.schedules or (base.schedule,):
         for m in spec.microbatches or (base.microbatches,):
             gb = m * base.microbatch_size * base.dp_width
-            out.append(base.model_copy(update=dict(schedule=sched, microbatches=m,
-                                                   global_batch=gb)))
+            out.append(
+                base.model_copy(update=dict(schedule=sched, microbatches=m, global_batch=gb))
+            )
     return out
 
 
@@ -80,9 +85,12 @@ def _model_spec(prep: Prepared, point: PointConfig) -> dict:
     trace = prep.traces[point.model]
     spec = trace.provenance.get("model")
     if not isinstance(spec, dict):
-        raise InputError(f"trace {trace.name!r} has no model description (provenance.model), "
-                         "so there is no real model to replay; make the trace with `sim profile`",
-                         file=prep.file, field="models.0.trace")
+        raise InputError(
+            f"trace {trace.name!r} has no model description (provenance.model), "
+            "so there is no real model to replay; make the trace with `sim profile`",
+            file=prep.file,
+            field="models.0.trace",
+        )
     if spec.get("kind") == "user":  # a user's model (sim profile --model): torch-free check
         from backends.torch.user_spec import UserModelSpec
 
@@ -97,16 +105,25 @@ def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend:
 
     problems = policy_problems(point.memory_policy, point.stages)  # the same parser as the sim
     if problems:
-        raise InputError(f"cannot be replayed: {problems[0]}", file=prep.file,
-                         field="sweep.memory_policy")
-    return ReplayJob(model=_model_spec(prep, point), boundaries=list(res.boundaries),
-                     schedule=point.schedule, stages=point.stages, microbatches=point.microbatches,
-                     microbatch_size=point.microbatch_size, iterations=spec.iterations,
-                     warmup_iterations=spec.warmup_iterations,
-                     memory_policy=point.memory_policy,
-                     device=spec.device, backend=backend, dtype=prep.traces[point.model].dtype,
-                     threads=max(1, (os.cpu_count() or 1) // point.stages),
-                     timeout_s=spec.timeout_s)
+        raise InputError(
+            f"cannot be replayed: {problems[0]}", file=prep.file, field="sweep.memory_policy"
+        )
+    return ReplayJob(
+        model=_model_spec(prep, point),
+        boundaries=list(res.boundaries),
+        schedule=point.schedule,
+        stages=point.stages,
+        microbatches=point.microbatches,
+        microbatch_size=point.microbatch_size,
+        iterations=spec.iterations,
+        warmup_iterations=spec.warmup_iterations,
+        memory_policy=point.memory_policy,
+        device=spec.device,
+        backend=backend,
+        dtype=prep.traces[point.model].dtype,
+        threads=max(1, (os.cpu_count() or 1) // point.stages),
+        timeout_s=spec.timeout_s,
+    )
 
 
 def measured_log(spans: list[list[tuple[str, float, float, float]]]) -> EventLog:
@@ -119,11 +136,13 @@ def measured_log(spans: list[list[tuple[str, float, float, float]]]) -> EventLog
     for rank, rank_spans in enumerate(spans):
         for name, start, ready, end in rank_spans:
             action = Action.from_str(name)
-            meta = dict(stage=action.stage,
-                        microbatch=None if action.op == STEP else action.microbatch)
+            meta = dict(
+                stage=action.stage, microbatch=None if action.op == STEP else action.microbatch
+            )
             if ready > start:
-                log.events.append(Event("stall", f"gpu{rank}", "compute", f"wait {name}", start,
-                                        ready, **meta))
+                log.events.append(
+                    Event("stall", f"gpu{rank}", "compute", f"wait {name}", start, ready, **meta)
+                )
             kind = "optimizer" if action.op == STEP else "compute"
             log.events.append(Event(kind, f"gpu{rank}", "compute", name, ready, end, **meta))
     return log
@@ -134,13 +153,17 @@ def _write_timelines(dest: Path, point: PointConfig, backend: str, result, sim_l
 
     tag = f"{point.schedule}-m{point.microbatches}"
     if result.action_spans:
-        write_chrome_trace(measured_log(result.action_spans), dest / f"measured-{tag}.json",
-                           title=f"measured {tag} ({backend} runtime)")
+        write_chrome_trace(
+            measured_log(result.action_spans),
+            dest / f"measured-{tag}.json",
+            title=f"measured {tag} ({backend} runtime)",
+        )
     write_chrome_trace(sim_log, dest / f"predicted-{tag}.json", title=f"predicted {tag}")
 
 
-def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec,
-                   timelines: Path | None = None) -> list[dict]:
+def validate_point(
+    prep: Prepared, point: PointConfig, spec: ValidationSpec, timelines: Path | None = None
+) -> list[dict]:
     """Rows (ours, and torch's built-in schedule if asked) for one configuration.
 
     Raises:
@@ -149,15 +172,20 @@ def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec,
         backends.torch.ReplayError: a rank failed or hung.
     """
     if point.dp_width != 1:
-        raise InputError("replays run one pipeline (dp_width 1)", file=prep.file,
-                         field="sweep.dp_width")
+        raise InputError(
+            "replays run one pipeline (dp_width 1)", file=prep.file, field="sweep.dp_width"
+        )
     if spec.nproc is not None and spec.nproc != point.stages:
-        raise InputError(f"--nproc {spec.nproc} but the configuration has {point.stages} "
-                         "stages; the replay runs one stage per rank", field="--nproc")
+        raise InputError(
+            f"--nproc {spec.nproc} but the configuration has {point.stages} "
+            "stages; the replay runs one stage per rank",
+            field="--nproc",
+        )
     res = resolve(prep.exp, point, prep.topology, prep.traces[point.model], file=prep.file)
     metrics, sim_log = evaluate(res)
-    backends = ["ours"] + (["torch"] if spec.torch_builtin and point.schedule in
-                           ("gpipe", "1f1b") else [])
+    backends = ["ours"] + (
+        ["torch"] if spec.torch_builtin and point.schedule in ("gpipe", "1f1b") else []
+    )
     from backends.torch.launch import replay
 
     rows = []
@@ -167,25 +195,35 @@ def validate_point(prep: Prepared, point: PointConfig, spec: ValidationSpec,
             _write_timelines(timelines, point, backend, result, sim_log)
         measured = result.iteration_time_s
         mem = max(result.peak_memory_bytes)
-        rows.append(dict(
-            model=point.model, schedule=point.schedule, runtime=backend, stages=point.stages,
-            microbatch_size=point.microbatch_size, microbatches=point.microbatches,
-            memory_policy=point.memory_policy, device=spec.device,
-            device_name=result.device_name,
-            measured_iteration_s=measured, predicted_iteration_s=metrics.iteration_time_s,
-            error=(metrics.iteration_time_s - measured) / measured,
-            measured_peak_bytes=mem, predicted_peak_bytes=metrics.peak_memory_bytes,
-            memory_error=(metrics.peak_memory_bytes - mem) / mem if mem else math.nan,
-            all_actions_done=result.all_actions_done,
-            losses_finite=bool(result.losses) and all(math.isfinite(x) for x in result.losses),
-            measured_iterations_s=" ".join(f"{t:.4f}" for t in result.iteration_times_s),
-            notes="; ".join(result.notes),
-        ))
+        rows.append(
+            dict(
+                model=point.model,
+                schedule=point.schedule,
+                runtime=backend,
+                stages=point.stages,
+                microbatch_size=point.microbatch_size,
+                microbatches=point.microbatches,
+                memory_policy=point.memory_policy,
+                device=spec.device,
+                device_name=result.device_name,
+                measured_iteration_s=measured,
+                predicted_iteration_s=metrics.iteration_time_s,
+                error=(metrics.iteration_time_s - measured) / measured,
+                measured_peak_bytes=mem,
+                predicted_peak_bytes=metrics.peak_memory_bytes,
+                memory_error=(metrics.peak_memory_bytes - mem) / mem if mem else math.nan,
+                all_actions_done=result.all_actions_done,
+                losses_finite=bool(result.losses) and all(math.isfinite(x) for x in result.losses),
+                measured_iterations_s=" ".join(f"{t:.4f}" for t in result.iteration_times_s),
+                notes="; ".join(result.notes),
+            )
+        )
     return rows
 
 
-def run_validation(path: Path, spec: ValidationSpec, out: Path | None,
-                   on_row=None) -> tuple[pd.DataFrame, Path]:
+def run_validation(
+    path: Path, spec: ValidationSpec, out: Path | None, on_row=None
+) -> tuple[pd.DataFrame, Path]:
     """Validate every variant of the configuration in ``path``; write ``validation.csv``.
 
     Returns:
@@ -231,6 +269,6 @@ def remove_stale_stages(folder: Path) -> None:
     if not folder.is_dir():
         return
     for p in folder.glob(f"{STAGE_PREFIX}*"):
-        pid = p.name[len(STAGE_PREFIX):]
+        pid = p.name[len(STAGE_PREFIX) :]
         if p.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)

@@ -10,8 +10,13 @@ from sim.schedules.registry import get_schedule
 GiB = 2.0**30
 
 
-def chain_topology(n: int, bandwidth_Bps: float = 10e9, latency_s: float = 0.0,
-                   memory_bytes: float = 16 * GiB, shared: bool = False) -> Topology:
+def chain_topology(
+    n: int,
+    bandwidth_Bps: float = 10e9,
+    latency_s: float = 0.0,
+    memory_bytes: float = 16 * GiB,
+    shared: bool = False,
+) -> Topology:
     """``n`` GPUs; each pair joined directly (or, with ``shared``, all through one switch)."""
     gpus = tuple(GPU(f"gpu{i}", "test", memory_bytes, 100e12, 1e12, "cpu0") for i in range(n))
     links = []
@@ -26,25 +31,43 @@ def chain_topology(n: int, bandwidth_Bps: float = 10e9, latency_s: float = 0.0,
         for i in range(n):
             for j in range(n):
                 if i != j:
-                    links.append(Link(f"gpu{i}->gpu{j}", f"gpu{i}", f"gpu{j}",
-                                      bandwidth_Bps, latency_s))
+                    links.append(
+                        Link(f"gpu{i}->gpu{j}", f"gpu{i}", f"gpu{j}", bandwidth_Bps, latency_s)
+                    )
             links.append(Link(f"gpu{i}->cpu0", f"gpu{i}", "cpu0", bandwidth_Bps, latency_s))
             links.append(Link(f"cpu0->gpu{i}", "cpu0", f"gpu{i}", bandwidth_Bps, latency_s))
         switches = ()
     return Topology("test", gpus, (Host("cpu0", 512 * GiB),), tuple(links), switches)
 
 
-def uniform_input(schedule: str, p: int, m: int, *, fwd_s: float = 1.0, bwd_s: float = 2.0,
-                  out_bytes: float = 0.0, act_bytes: float = 0.0, weight_bytes: float = 0.0,
-                  w: int = 1, iterations: int = 1, optimizer_s: float = 0.0,
-                  topology: Topology | None = None, plan: StagePlan | None = None) -> SimInput:
+def uniform_input(
+    schedule: str,
+    p: int,
+    m: int,
+    *,
+    fwd_s: float = 1.0,
+    bwd_s: float = 2.0,
+    out_bytes: float = 0.0,
+    act_bytes: float = 0.0,
+    weight_bytes: float = 0.0,
+    w: int = 1,
+    iterations: int = 1,
+    optimizer_s: float = 0.0,
+    topology: Topology | None = None,
+    plan: StagePlan | None = None,
+) -> SimInput:
     """A p-stage pipeline of identical stages (w replicas), free communication by default."""
     sched = get_schedule(schedule)(p, m)
     topo = topology or chain_topology(p * w)
-    costs = tuple(StageCost(fwd_s, bwd_s, out_bytes, 0.0 if s == 0 else out_bytes)
-                  for s in range(p))
-    plan = plan or StagePlan(act_bytes=act_bytes, resident_act_bytes=act_bytes,
-                             weight_bytes=weight_bytes * 1, optimizer_s=optimizer_s)
+    costs = tuple(
+        StageCost(fwd_s, bwd_s, out_bytes, 0.0 if s == 0 else out_bytes) for s in range(p)
+    )
+    plan = plan or StagePlan(
+        act_bytes=act_bytes,
+        resident_act_bytes=act_bytes,
+        weight_bytes=weight_bytes * 1,
+        optimizer_s=optimizer_s,
+    )
     plans = tuple(tuple(plan for _ in range(p)) for _ in range(w))
     placement = tuple(tuple(r * p + s for s in range(p)) for r in range(w))
     return SimInput(topo, costs, sched.program(iterations), m, placement, plans)

@@ -205,8 +205,13 @@ def test_memory_policies_change_the_activation_peak() -> None:
     """2 stages of [embedding, block0] | [block1, head]: what each policy string replays, with
     per-stage specs (``a|b``) so that one replay checks two stages."""
     runs = {}
-    for policy in ("none", "recompute|cpu_swap", "cpu_swap|recompute",
-                   "recompute:full:1|cpu_swap:0.5", "recompute:selective|recompute:full:1"):
+    for policy in (
+        "none",
+        "recompute|cpu_swap",
+        "cpu_swap|recompute",
+        "recompute:full:1|cpu_swap:0.5",
+        "recompute:selective|recompute:full:1",
+    ):
         runs[policy] = replay(_job(schedule="gpipe", memory_policy=policy))
     act = {p: [m["act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
     host = {p: [m["host_act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
@@ -333,8 +338,9 @@ def test_expected_actions_are_every_microbatch_once_and_the_steps(schedule: str)
 
     from backends.torch.runtime import expected_actions, rank_program
 
-    job = _job(schedule=schedule, stages=3, nproc=3, microbatches=3, iterations=2,
-               warmup_iterations=1)
+    job = _job(
+        schedule=schedule, stages=3, nproc=3, microbatches=3, iterations=2, warmup_iterations=1
+    )
     steps = 9 if schedule == "pipedream" else 3  # PipeDream steps after every micro-batch
     for rank in range(3):
         want = expected_actions(job, rank)
@@ -353,8 +359,9 @@ def test_a_missing_repeated_or_foreign_action_fails_all_actions_done() -> None:
 
     def done(executed: list[str]) -> bool:
         counts, expected = action_tally(Counter(executed), due)
-        return ReplayResult(1.0, [1.0], [0.0], [{}], [counts], [expected], [], [], {}
-                            ).all_actions_done
+        return ReplayResult(
+            1.0, [1.0], [0.0], [{}], [counts], [expected], [], [], {}
+        ).all_actions_done
 
     assert done(["0F0", "0F1", "0B0", "0B1", "0STEP0"])
     assert not done(["0F0", "0F1", "0B0", "0STEP0"])  # 0B1 never ran

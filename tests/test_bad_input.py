@@ -33,8 +33,10 @@ def _exp(**changes) -> str:
 
 
 def _with_trace(csv: str | bytes = TINY, side: str | bytes = TINY_SIDE) -> dict:
-    exp = _exp(models=[{"name": "t", "trace": "t.csv", "global_batch": 8}],
-               sweep={"schedule": "1f1b", "stages": 2})
+    exp = _exp(
+        models=[{"name": "t", "trace": "t.csv", "global_batch": 8}],
+        sweep={"schedule": "1f1b", "stages": 2},
+    )
     return {"exp.yaml": exp, "t.csv": csv, "t.yaml": side}
 
 
@@ -68,144 +70,354 @@ RUN = ["run", "{d}/exp.yaml", "--out", "{d}/out", "--jobs", "1", "--no-plots"]
 
 CASES = [
     # --- undecodable files ---------------------------------------------------------------
-    Case("experiment-not-utf8", {"exp.yaml": "name: caf\xe9\n".encode("latin-1")}, RUN,
-         ["exp.yaml", "not UTF-8", "line 1"]),
-    Case("experiment-binary", {"exp.yaml": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"}, RUN,
-         ["exp.yaml", "binary"]),
+    Case(
+        "experiment-not-utf8",
+        {"exp.yaml": "name: caf\xe9\n".encode("latin-1")},
+        RUN,
+        ["exp.yaml", "not UTF-8", "line 1"],
+    ),
+    Case(
+        "experiment-binary",
+        {"exp.yaml": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"},
+        RUN,
+        ["exp.yaml", "binary"],
+    ),
     Case("experiment-nested", {"exp.yaml": NESTED}, RUN, ["exp.yaml", "nested"]),
-    Case("experiment-alias-bomb", {"exp.yaml": "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-        for p, c in zip("abcdefgh", "bcdefghi", strict=True))}, RUN, ["exp.yaml", "values"]),
+    Case(
+        "experiment-alias-bomb",
+        {
+            "exp.yaml": "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+            )
+        },
+        RUN,
+        ["exp.yaml", "values"],
+    ),
     Case("experiment-is-directory", {"exp.yaml/x": "x"}, RUN, ["exp.yaml", "directory"]),
-    Case("hardware-not-utf8", {"exp.yaml": _exp(hardware="hw.yaml"),
-                               "hw.yaml": HW.encode() + "# \xff\n".encode("latin-1")}, RUN,
-         ["hw.yaml", "not UTF-8"]),
-    Case("hardware-binary", {"exp.yaml": _exp(hardware="hw.yaml"), "hw.yaml": b"\x00" * 64},
-         RUN, ["hw.yaml", "binary"]),
-    Case("hardware-nested", {"exp.yaml": _exp(hardware="hw.yaml"), "hw.yaml": NESTED}, RUN,
-         ["hw.yaml", "nested"]),
-    Case("trace-csv-binary", _with_trace(csv=b"\x1f\x8b\x08\x00" + b"\x00" * 100), RUN,
-         ["t.csv", "binary"]),
-    Case("trace-csv-not-utf8", _with_trace(csv=TINY.encode() + b"caf\xe9,1,1,1,1,1\n"), RUN,
-         ["t.csv", "not UTF-8"]),
-    Case("trace-sidecar-not-utf8", _with_trace(side=TINY_SIDE.encode() + b"# \xe9\n"), RUN,
-         ["t.yaml", "not UTF-8"]),
+    Case(
+        "hardware-not-utf8",
+        {
+            "exp.yaml": _exp(hardware="hw.yaml"),
+            "hw.yaml": HW.encode() + "# \xff\n".encode("latin-1"),
+        },
+        RUN,
+        ["hw.yaml", "not UTF-8"],
+    ),
+    Case(
+        "hardware-binary",
+        {"exp.yaml": _exp(hardware="hw.yaml"), "hw.yaml": b"\x00" * 64},
+        RUN,
+        ["hw.yaml", "binary"],
+    ),
+    Case(
+        "hardware-nested",
+        {"exp.yaml": _exp(hardware="hw.yaml"), "hw.yaml": NESTED},
+        RUN,
+        ["hw.yaml", "nested"],
+    ),
+    Case(
+        "trace-csv-binary",
+        _with_trace(csv=b"\x1f\x8b\x08\x00" + b"\x00" * 100),
+        RUN,
+        ["t.csv", "binary"],
+    ),
+    Case(
+        "trace-csv-not-utf8",
+        _with_trace(csv=TINY.encode() + b"caf\xe9,1,1,1,1,1\n"),
+        RUN,
+        ["t.csv", "not UTF-8"],
+    ),
+    Case(
+        "trace-sidecar-not-utf8",
+        _with_trace(side=TINY_SIDE.encode() + b"# \xe9\n"),
+        RUN,
+        ["t.yaml", "not UTF-8"],
+    ),
     Case("trace-sidecar-binary", _with_trace(side=b"\x00\x01\x02"), RUN, ["t.yaml", "binary"]),
     Case("trace-sidecar-nested", _with_trace(side=NESTED), RUN, ["t.yaml", "nested"]),
-    Case("winner-not-utf8", {"winner.yaml": _exp().encode() + b"# \xe9\n"},
-         ["run", "{d}/winner.yaml", "--out", "{d}/out"], ["winner.yaml", "not UTF-8"]),
-    Case("validate-winner-binary", {"winner.yaml": b"\x00\xff" * 10},
-         ["validate", "{d}/winner.yaml", "--out", "{d}/out"], ["winner.yaml", "binary"]),
+    Case(
+        "winner-not-utf8",
+        {"winner.yaml": _exp().encode() + b"# \xe9\n"},
+        ["run", "{d}/winner.yaml", "--out", "{d}/out"],
+        ["winner.yaml", "not UTF-8"],
+    ),
+    Case(
+        "validate-winner-binary",
+        {"winner.yaml": b"\x00\xff" * 10},
+        ["validate", "{d}/winner.yaml", "--out", "{d}/out"],
+        ["winner.yaml", "binary"],
+    ),
     # --- absurd sizes ------------------------------------------------------------------
-    Case("global-batch-1e7",
-         {"exp.yaml": _exp(models=[{"name": "b", "trace": "bert-large",
-                                    "global_batch": 10_000_000}],
-                           sweep={"schedule": "1f1b", "stages": 2})}, RUN,
-         ["exp.yaml", "sweep", "10000000 micro-batches"]),
-    Case("num-gpus-100000", {"exp.yaml": _exp(hardware={"base": "dgx1-v100-16gb",
-                                                        "num_gpus": 100_000})}, RUN,
-         ["exp.yaml", "hardware.num_gpus", "100000"]),
-    Case("iterations-huge", {"exp.yaml": _exp(training={"iterations": 10**9})}, RUN,
-         ["exp.yaml", "training.iterations"]),
-    Case("grid-1e12-combinations", {"exp.yaml": _exp(sweep={
-        "schedule": "1f1b", "stages": list(range(1, 1001)), "dp_width": list(range(1, 1001)),
-        "microbatch_size": list(range(1, 1001))})}, RUN, ["exp.yaml", "sweep", "combinations"]),
-    Case("trace-show-binary", {"t.csv": b"\x00\x01", "t.yaml": TINY_SIDE},
-         ["trace", "show", "{d}/t.csv"], ["t.csv", "binary"]),
-    Case("hardware-show-not-utf8", {"hw.yaml": b"name: \xff\n"},
-         ["hardware", "show", "{d}/hw.yaml"], ["hw.yaml", "not UTF-8"]),
-    Case("partition-hardware-nested", {"hw.yaml": NESTED},
-         ["partition", "gnmt16", "-p", "2", "--hardware", "{d}/hw.yaml"], ["hw.yaml", "nested"]),
-    Case("schedule-show-m-1e7", {}, ["schedule", "show", "1f1b", "-p", "4", "-m", "10000000"],
-         ["--microbatches"]),
-    Case("schedule-show-iterations-huge", {},
-         ["schedule", "show", "1f1b", "-p", "4", "-m", "8", "--iterations", "100000000"],
-         ["--iterations"]),
-    Case("trace-all-zero-times", _with_trace(csv=_csv_times("0")), RUN,
-         ["t.csv", "fwd_s", "zero"]),
-    Case("trace-1e300-times", _with_trace(csv=_csv_times("1e300")), RUN,
-         ["t.csv", "fwd_s", "row 1"]),
+    Case(
+        "global-batch-1e7",
+        {
+            "exp.yaml": _exp(
+                models=[{"name": "b", "trace": "bert-large", "global_batch": 10_000_000}],
+                sweep={"schedule": "1f1b", "stages": 2},
+            )
+        },
+        RUN,
+        ["exp.yaml", "sweep", "10000000 micro-batches"],
+    ),
+    Case(
+        "num-gpus-100000",
+        {"exp.yaml": _exp(hardware={"base": "dgx1-v100-16gb", "num_gpus": 100_000})},
+        RUN,
+        ["exp.yaml", "hardware.num_gpus", "100000"],
+    ),
+    Case(
+        "iterations-huge",
+        {"exp.yaml": _exp(training={"iterations": 10**9})},
+        RUN,
+        ["exp.yaml", "training.iterations"],
+    ),
+    Case(
+        "grid-1e12-combinations",
+        {
+            "exp.yaml": _exp(
+                sweep={
+                    "schedule": "1f1b",
+                    "stages": list(range(1, 1001)),
+                    "dp_width": list(range(1, 1001)),
+                    "microbatch_size": list(range(1, 1001)),
+                }
+            )
+        },
+        RUN,
+        ["exp.yaml", "sweep", "combinations"],
+    ),
+    Case(
+        "trace-show-binary",
+        {"t.csv": b"\x00\x01", "t.yaml": TINY_SIDE},
+        ["trace", "show", "{d}/t.csv"],
+        ["t.csv", "binary"],
+    ),
+    Case(
+        "hardware-show-not-utf8",
+        {"hw.yaml": b"name: \xff\n"},
+        ["hardware", "show", "{d}/hw.yaml"],
+        ["hw.yaml", "not UTF-8"],
+    ),
+    Case(
+        "partition-hardware-nested",
+        {"hw.yaml": NESTED},
+        ["partition", "gnmt16", "-p", "2", "--hardware", "{d}/hw.yaml"],
+        ["hw.yaml", "nested"],
+    ),
+    Case(
+        "schedule-show-m-1e7",
+        {},
+        ["schedule", "show", "1f1b", "-p", "4", "-m", "10000000"],
+        ["--microbatches"],
+    ),
+    Case(
+        "schedule-show-iterations-huge",
+        {},
+        ["schedule", "show", "1f1b", "-p", "4", "-m", "8", "--iterations", "100000000"],
+        ["--iterations"],
+    ),
+    Case("trace-all-zero-times", _with_trace(csv=_csv_times("0")), RUN, ["t.csv", "fwd_s", "zero"]),
+    Case(
+        "trace-1e300-times", _with_trace(csv=_csv_times("1e300")), RUN, ["t.csv", "fwd_s", "row 1"]
+    ),
     # --- names -------------------------------------------------------------------------
-    Case("duplicate-model-name", {"exp.yaml": _exp(models=[
-        {"name": "m", "trace": "bert-large", "global_batch": 8},
-        {"name": "m", "trace": "gnmt16", "global_batch": 8}])}, RUN,
-         ["exp.yaml", "models.1.name", "'m'"]),
-    Case("experiment-name-path", {"exp.yaml": _exp(name="../../escaped")},
-         ["run", "{d}/exp.yaml", "--jobs", "1"], ["exp.yaml", "field 'name'", "../../escaped"]),
-    Case("model-name-path", {"exp.yaml": _exp(models=[
-        {"name": "../x", "trace": "bert-large", "global_batch": 8}])}, RUN,
-         ["exp.yaml", "models.0.name"]),
-    Case("model-named-like-an-output", {"exp.yaml": _exp(models=[
-        {"name": "results.csv", "trace": "bert-large", "global_batch": 8},
-        {"name": "b", "trace": "bert-large", "global_batch": 8}])}, RUN,
-         ["exp.yaml", "models.0.name", "output file"]),
+    Case(
+        "duplicate-model-name",
+        {
+            "exp.yaml": _exp(
+                models=[
+                    {"name": "m", "trace": "bert-large", "global_batch": 8},
+                    {"name": "m", "trace": "gnmt16", "global_batch": 8},
+                ]
+            )
+        },
+        RUN,
+        ["exp.yaml", "models.1.name", "'m'"],
+    ),
+    Case(
+        "experiment-name-path",
+        {"exp.yaml": _exp(name="../../escaped")},
+        ["run", "{d}/exp.yaml", "--jobs", "1"],
+        ["exp.yaml", "field 'name'", "../../escaped"],
+    ),
+    Case(
+        "model-name-path",
+        {"exp.yaml": _exp(models=[{"name": "../x", "trace": "bert-large", "global_batch": 8}])},
+        RUN,
+        ["exp.yaml", "models.0.name"],
+    ),
+    Case(
+        "model-named-like-an-output",
+        {
+            "exp.yaml": _exp(
+                models=[
+                    {"name": "results.csv", "trace": "bert-large", "global_batch": 8},
+                    {"name": "b", "trace": "bert-large", "global_batch": 8},
+                ]
+            )
+        },
+        RUN,
+        ["exp.yaml", "models.0.name", "output file"],
+    ),
     # --- options checked before the sweep ------------------------------------------------
-    Case("boundaries-out-of-range", {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2},
-                                                      options={"boundaries": [0, 500]})}, RUN,
-         ["exp.yaml", "options.boundaries.1", "500"]),
-    Case("boundaries-decreasing", {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 3},
-                                                    options={"boundaries": [0, 9, 4]})}, RUN,
-         ["exp.yaml", "options.boundaries.2"]),
-    Case("boundaries-not-from-0", {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2},
-                                                    options={"boundaries": [3, 9]})}, RUN,
-         ["exp.yaml", "options.boundaries.0"]),
-    Case("placement-no-such-gpu", {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2},
-                                                    options={"placement": [[0, 8]]})}, RUN,
-         ["exp.yaml", "options.placement.0.1", "GPU 8"]),
-    Case("placement-gpu-twice", {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2},
-                                                  options={"placement": [[3, 3]]})}, RUN,
-         ["exp.yaml", "options.placement.0.1"]),
+    Case(
+        "boundaries-out-of-range",
+        {
+            "exp.yaml": _exp(
+                sweep={"schedule": "1f1b", "stages": 2}, options={"boundaries": [0, 500]}
+            )
+        },
+        RUN,
+        ["exp.yaml", "options.boundaries.1", "500"],
+    ),
+    Case(
+        "boundaries-decreasing",
+        {
+            "exp.yaml": _exp(
+                sweep={"schedule": "1f1b", "stages": 3}, options={"boundaries": [0, 9, 4]}
+            )
+        },
+        RUN,
+        ["exp.yaml", "options.boundaries.2"],
+    ),
+    Case(
+        "boundaries-not-from-0",
+        {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2}, options={"boundaries": [3, 9]})},
+        RUN,
+        ["exp.yaml", "options.boundaries.0"],
+    ),
+    Case(
+        "placement-no-such-gpu",
+        {
+            "exp.yaml": _exp(
+                sweep={"schedule": "1f1b", "stages": 2}, options={"placement": [[0, 8]]}
+            )
+        },
+        RUN,
+        ["exp.yaml", "options.placement.0.1", "GPU 8"],
+    ),
+    Case(
+        "placement-gpu-twice",
+        {
+            "exp.yaml": _exp(
+                sweep={"schedule": "1f1b", "stages": 2}, options={"placement": [[3, 3]]}
+            )
+        },
+        RUN,
+        ["exp.yaml", "options.placement.0.1"],
+    ),
     # --- --out ---------------------------------------------------------------------------
     Case("out-is-a-file", {"exp.yaml": _exp(), "out": "not a directory"}, RUN, ["--out", "out"]),
-    Case("out-under-a-file", {"exp.yaml": _exp(), "f": "x"},
-         ["run", "{d}/exp.yaml", "--out", "{d}/f/out", "--jobs", "1"], ["--out", "f/out"]),
-    Case("out-not-ours", {"exp.yaml": _exp(), "out/notes.txt": "mine"}, RUN,
-         ["--out", "not written by `sim run`"]),
-    Case("out-is-working-dir", {"exp.yaml": _exp()},
-         ["run", "{d}/exp.yaml", "--out", ".", "--jobs", "1"], ["--out", "working directory"]),
+    Case(
+        "out-under-a-file",
+        {"exp.yaml": _exp(), "f": "x"},
+        ["run", "{d}/exp.yaml", "--out", "{d}/f/out", "--jobs", "1"],
+        ["--out", "f/out"],
+    ),
+    Case(
+        "out-not-ours",
+        {"exp.yaml": _exp(), "out/notes.txt": "mine"},
+        RUN,
+        ["--out", "not written by `sim run`"],
+    ),
+    Case(
+        "out-is-working-dir",
+        {"exp.yaml": _exp()},
+        ["run", "{d}/exp.yaml", "--out", ".", "--jobs", "1"],
+        ["--out", "working directory"],
+    ),
     Case("jobs-negative", {"exp.yaml": _exp()}, RUN[:-3] + ["--jobs", "-3"], ["--jobs"]),
     # --- options of the other commands ---------------------------------------------------
     Case("profile-dtype", {}, ["profile", "--out", "{d}/p", "--dtype", "fp8"], ["--dtype"]),
     Case("profile-device", {}, ["profile", "--out", "{d}/p", "--device", "tpu"], ["--device"]),
     Case("profile-threads", {}, ["profile", "--out", "{d}/p", "--threads", "0"], ["--threads"]),
-    Case("profile-microbatch", {}, ["profile", "--out", "{d}/p", "-b", "0"],
-         ["--microbatch-size"]),
+    Case("profile-microbatch", {}, ["profile", "--out", "{d}/p", "-b", "0"], ["--microbatch-size"]),
     Case("profile-reps", {}, ["profile", "--out", "{d}/p", "--reps", "0"], ["--reps"]),
-    Case("profile-concurrent", {}, ["profile", "--out", "{d}/p", "--concurrent", "0"],
-         ["--concurrent"]),
-    Case("profile-heads", {}, ["profile", "--out", "{d}/p", "--hidden", "100", "--heads", "3"],
-         ["--heads"]),
+    Case(
+        "profile-concurrent",
+        {},
+        ["profile", "--out", "{d}/p", "--concurrent", "0"],
+        ["--concurrent"],
+    ),
+    Case(
+        "profile-heads",
+        {},
+        ["profile", "--out", "{d}/p", "--hidden", "100", "--heads", "3"],
+        ["--heads"],
+    ),
     Case("profile-out-is-dir", {"p.csv/x": "x"}, ["profile", "--out", "{d}/p"], ["--out"]),
     Case("profile-out-under-file", {"f": "x"}, ["profile", "--out", "{d}/f/p"], ["--out"]),
-    Case("calibrate-nproc", {}, ["calibrate", "--out", "{d}/hw.yaml", "--nproc", "1"],
-         ["--nproc"]),
-    Case("calibrate-device", {}, ["calibrate", "--out", "{d}/hw.yaml", "--device", "gpu"],
-         ["--device"]),
-    Case("calibrate-out-under-file", {"f": "x"}, ["calibrate", "--out", "{d}/f/hw.yaml"],
-         ["--out"]),
-    Case("validate-iterations", {"w.yaml": _exp()},
-         ["validate", "{d}/w.yaml", "--iterations", "0"], ["--iterations"]),
-    Case("validate-warmup", {"w.yaml": _exp()}, ["validate", "{d}/w.yaml", "--warmup", "-1"],
-         ["--warmup"]),
-    Case("validate-nproc", {"w.yaml": _exp()}, ["validate", "{d}/w.yaml", "--nproc", "0"],
-         ["--nproc"]),
-    Case("validate-microbatches", {"w.yaml": _exp()}, ["validate", "{d}/w.yaml", "-m", "0"],
-         ["--microbatches"]),
-    Case("validate-device", {"w.yaml": _exp()}, ["validate", "{d}/w.yaml", "--device", "mps"],
-         ["--device"]),
-    Case("validate-schedule", {"w.yaml": _exp()}, ["validate", "{d}/w.yaml", "-s", "zigzag"],
-         ["--schedule", "zigzag"]),
-    Case("validate-out-is-file", {"w.yaml": _exp(), "o": "x"},
-         ["validate", "{d}/w.yaml", "--out", "{d}/o"], ["--out"]),
+    Case("calibrate-nproc", {}, ["calibrate", "--out", "{d}/hw.yaml", "--nproc", "1"], ["--nproc"]),
+    Case(
+        "calibrate-device",
+        {},
+        ["calibrate", "--out", "{d}/hw.yaml", "--device", "gpu"],
+        ["--device"],
+    ),
+    Case(
+        "calibrate-out-under-file", {"f": "x"}, ["calibrate", "--out", "{d}/f/hw.yaml"], ["--out"]
+    ),
+    Case(
+        "validate-iterations",
+        {"w.yaml": _exp()},
+        ["validate", "{d}/w.yaml", "--iterations", "0"],
+        ["--iterations"],
+    ),
+    Case(
+        "validate-warmup",
+        {"w.yaml": _exp()},
+        ["validate", "{d}/w.yaml", "--warmup", "-1"],
+        ["--warmup"],
+    ),
+    Case(
+        "validate-nproc",
+        {"w.yaml": _exp()},
+        ["validate", "{d}/w.yaml", "--nproc", "0"],
+        ["--nproc"],
+    ),
+    Case(
+        "validate-microbatches",
+        {"w.yaml": _exp()},
+        ["validate", "{d}/w.yaml", "-m", "0"],
+        ["--microbatches"],
+    ),
+    Case(
+        "validate-device",
+        {"w.yaml": _exp()},
+        ["validate", "{d}/w.yaml", "--device", "mps"],
+        ["--device"],
+    ),
+    Case(
+        "validate-schedule",
+        {"w.yaml": _exp()},
+        ["validate", "{d}/w.yaml", "-s", "zigzag"],
+        ["--schedule", "zigzag"],
+    ),
+    Case(
+        "validate-out-is-file",
+        {"w.yaml": _exp(), "o": "x"},
+        ["validate", "{d}/w.yaml", "--out", "{d}/o"],
+        ["--out"],
+    ),
     Case("partition-stages", {}, ["partition", "gnmt16", "--stages", "0"], ["--stages"]),
-    Case("partition-stages-too-many", {}, ["partition", "gnmt16", "--stages", "100000"],
-         ["--stages"]),
-    Case("partition-microbatch", {}, ["partition", "gnmt16", "-p", "2", "-b", "0"],
-         ["--microbatch-size"]),
-    Case("schedule-stages", {}, ["schedule", "show", "1f1b", "-p", "0", "-m", "4"],
-         ["--stages"]),
-    Case("schedule-csv-under-file", {"f": "x"},
-         ["schedule", "show", "1f1b", "-p", "2", "-m", "4", "--csv", "{d}/f/s.csv"], ["--csv"]),
+    Case(
+        "partition-stages-too-many", {}, ["partition", "gnmt16", "--stages", "100000"], ["--stages"]
+    ),
+    Case(
+        "partition-microbatch",
+        {},
+        ["partition", "gnmt16", "-p", "2", "-b", "0"],
+        ["--microbatch-size"],
+    ),
+    Case("schedule-stages", {}, ["schedule", "show", "1f1b", "-p", "0", "-m", "4"], ["--stages"]),
+    Case(
+        "schedule-csv-under-file",
+        {"f": "x"},
+        ["schedule", "show", "1f1b", "-p", "2", "-m", "4", "--csv", "{d}/f/s.csv"],
+        ["--csv"],
+    ),
 ]
 
 
@@ -234,8 +446,9 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch) -> None:
     out = res.output
     assert res.exit_code == 2, f"exit {res.exit_code}: {out}\n{res.exception!r}"
     assert "Traceback" not in out
-    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), \
-        repr(res.exception)
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), repr(
+        res.exception
+    )
     flat = " ".join(out.replace("│", " ").split())
     for text in case.mentions:
         assert text in flat, f"{text!r} not in {flat!r}"
@@ -246,9 +459,14 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch) -> None:
 def test_names_never_escape_results(tmp_path, monkeypatch):
     """A model name that is a path is refused before anything is written anywhere."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "exp.yaml").write_text(_exp(models=[
-        {"name": "..", "trace": "bert-large", "global_batch": 8},
-        {"name": "b", "trace": "bert-large", "global_batch": 8}]))
+    (tmp_path / "exp.yaml").write_text(
+        _exp(
+            models=[
+                {"name": "..", "trace": "bert-large", "global_batch": 8},
+                {"name": "b", "trace": "bert-large", "global_batch": 8},
+            ]
+        )
+    )
     res = runner.invoke(app, ["run", "exp.yaml", "--jobs", "1"])
     assert res.exit_code == 2 and "models.0.name" in res.output
     assert not (tmp_path / "results").exists()

@@ -59,8 +59,13 @@ def test_unknown_nested_key(tmp_path):
 
 
 def test_unknown_schedule(tmp_path):
-    _bad(tmp_path, {**SMALL, "sweep": {**SMALL["sweep"], "schedule": ["gpipe", "zigzag"]}},
-         "sweep.schedule.1", "zigzag", "1f1b")
+    _bad(
+        tmp_path,
+        {**SMALL, "sweep": {**SMALL["sweep"], "schedule": ["gpipe", "zigzag"]}},
+        "sweep.schedule.1",
+        "zigzag",
+        "1f1b",
+    )
 
 
 def test_unknown_preset(tmp_path):
@@ -68,8 +73,12 @@ def test_unknown_preset(tmp_path):
 
 
 def test_unknown_trace(tmp_path):
-    _bad(tmp_path, {**SMALL, "models": [{"name": "x", "trace": "no-such-trace"}]},
-         "models.0.trace", "no-such-trace")
+    _bad(
+        tmp_path,
+        {**SMALL, "models": [{"name": "x", "trace": "no-such-trace"}]},
+        "models.0.trace",
+        "no-such-trace",
+    )
 
 
 def _bad_trace(tmp_path, mutate):
@@ -89,12 +98,16 @@ def test_trace_with_negative_time(tmp_path):
 def test_trace_with_missing_time(tmp_path):
     def drop(df):
         df.loc[2, "bwd_s"] = None
+
     _bad(tmp_path, _bad_trace(tmp_path, drop), "t.csv", "bwd_s", "row")
 
 
 def test_m_less_than_p_for_single_point(tmp_path):
-    data = {**SMALL, "models": [{"name": "bert", "trace": "bert-large", "global_batch": 2}],
-            "sweep": {"schedule": "1f1b", "stages": 4, "microbatch_size": 1}}
+    data = {
+        **SMALL,
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 2}],
+        "sweep": {"schedule": "1f1b", "stages": 4, "microbatch_size": 1},
+    }
     _bad(tmp_path, data, "exp.yaml", "microbatches >= stages", "2 < 4")
 
 
@@ -112,13 +125,30 @@ def test_run_writes_everything_and_winner_reruns(tmp_path):
     out = tmp_path / "out"
     res = _run("run", path, "--out", out, "--jobs", 1)
     assert res.exit_code == 0, res.output
-    for name in ("results.csv", "winner.yaml", "config.resolved.yaml", "throughput.png",
-                 "memory_per_gpu.png", "memory_timeline.png", "timeline.png", "timeline.json"):
+    for name in (
+        "results.csv",
+        "winner.yaml",
+        "config.resolved.yaml",
+        "throughput.png",
+        "memory_per_gpu.png",
+        "memory_timeline.png",
+        "timeline.png",
+        "timeline.json",
+    ):
         assert (out / name).is_file(), name
     df = pd.read_csv(out / "results.csv")
-    for col in ("schedule", "stages", "dp_width", "microbatch_size", "microbatches",
-                "iteration_time_s", "throughput_samples_per_s", "bubble_fraction",
-                "peak_memory_bytes", "fits"):
+    for col in (
+        "schedule",
+        "stages",
+        "dp_width",
+        "microbatch_size",
+        "microbatches",
+        "iteration_time_s",
+        "throughput_samples_per_s",
+        "bubble_fraction",
+        "peak_memory_bytes",
+        "fits",
+    ):
         assert col in df.columns
     assert len(df) == 4
     winner = yaml.safe_load((out / "winner.yaml").read_text())
@@ -134,9 +164,13 @@ def test_run_writes_everything_and_winner_reruns(tmp_path):
 
 def test_not_fitting_names_device_peak_and_capacity(tmp_path):
     """GPipe keeps all m stashes: BERT-Large at b=16 on 2 x 16 GB does not fit."""
-    data = {**SMALL, "models": [{"name": "bert", "trace": "bert-large", "global_batch": 256,
-                                 "microbatch_size": 16}],
-            "sweep": {"schedule": "gpipe", "stages": 2}}
+    data = {
+        **SMALL,
+        "models": [
+            {"name": "bert", "trace": "bert-large", "global_batch": 256, "microbatch_size": 16}
+        ],
+        "sweep": {"schedule": "gpipe", "stages": 2},
+    }
     out = tmp_path / "out"
     res = _run("run", _write(tmp_path, data), "--out", out, "--jobs", 1, "--no-plots")
     assert res.exit_code == 1 and "no configuration fits" in res.output, res.output
@@ -157,8 +191,7 @@ def test_second_run_reuses_cache(tmp_path):
     assert [p.stat().st_mtime_ns for p in cached] == stamp
 
 
-@pytest.mark.parametrize("exp", sorted((ROOT / "experiments").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("exp", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_experiment_runs(exp, tmp_path):
     res = _run("run", exp, "--out", tmp_path / "out", "--jobs", 2, "--no-plots")
     assert res.exit_code == 0, res.output
@@ -166,8 +199,9 @@ def test_every_shipped_experiment_runs(exp, tmp_path):
 
 
 def test_schedule_show_and_csv(tmp_path):
-    res = _run("schedule", "show", "1f1b", "--stages", 4, "--microbatches", 8,
-               "--csv", tmp_path / "s.csv")
+    res = _run(
+        "schedule", "show", "1f1b", "--stages", 4, "--microbatches", 8, "--csv", tmp_path / "s.csv"
+    )
     assert res.exit_code == 0, res.output
     assert "Step 00:" in res.output and "3B0" in res.output
     rows = (tmp_path / "s.csv").read_text().splitlines()
@@ -183,6 +217,7 @@ def test_partition_json():
     res = _run("partition", "gnmt16", "--stages", 4, "--hardware", "dgx1-v100-16gb", "--json")
     assert res.exit_code == 0, res.output
     import json
+
     data = json.loads(res.output)
     assert len(data["stages"]) == 4 and data["boundaries"][0] == 0
     assert data["bottleneck_s"] == pytest.approx(max(s["time_s"] for s in data["stages"]))
@@ -194,15 +229,25 @@ def test_hardware_show():
     assert _run("hardware", "show", "nope").exit_code == 2
 
 
-@pytest.mark.parametrize("cmd,shown", [
-    (["run"], ["results/<experiment name>/", "[default: 0]"]),
-    (["profile"], ["[default: (fp32; bf16 with --for-gpu)]", "[default: cpu]", "[default: (4;",
-                   "cores / 2"]),
-    (["calibrate"], ["[default: 2]"]),
-    (["validate"], ["[default: 3]", "beside CONFIG"]),
-    (["schedule", "show"], ["[default: 1]"]),
-    (["partition"], ["the trace's own"]),
-])
+@pytest.mark.parametrize(
+    "cmd,shown",
+    [
+        (["run"], ["results/<experiment name>/", "[default: 0]"]),
+        (
+            ["profile"],
+            [
+                "[default: (fp32; bf16 with --for-gpu)]",
+                "[default: cpu]",
+                "[default: (4;",
+                "cores / 2",
+            ],
+        ),
+        (["calibrate"], ["[default: 2]"]),
+        (["validate"], ["[default: 3]", "beside CONFIG"]),
+        (["schedule", "show"], ["[default: 1]"]),
+        (["partition"], ["the trace's own"]),
+    ],
+)
 def test_help_shows_defaults(cmd, shown):
     res = runner.invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0

@@ -36,13 +36,17 @@ def total_s(t: Trace) -> float:
 
 # ---------------------------------------------------------------- presets carry sourced numbers
 
-@pytest.mark.parametrize("preset,peak,fp32,hbm,sms,eff", [
-    ("dgx1-v100-16gb", 125e12, 15.7e12, 900e9, 80, 0.8),
-    ("dgx-a100-40gb", 312e12, 19.5e12, 1555e9, 108, 0.859),  # MAMF 267.9 / 312
-    ("dgx-a100-80gb", 312e12, 19.5e12, 2039e9, 108, 0.859),
-    ("dgx-h100", 989.4e12, 67e12, 3.35e12, 132, 0.801),  # MAMF 792.1 / 989
-    ("dgx-h200", 989.4e12, 67e12, 4.8e12, 132, 0.801),
-])
+
+@pytest.mark.parametrize(
+    "preset,peak,fp32,hbm,sms,eff",
+    [
+        ("dgx1-v100-16gb", 125e12, 15.7e12, 900e9, 80, 0.8),
+        ("dgx-a100-40gb", 312e12, 19.5e12, 1555e9, 108, 0.859),  # MAMF 267.9 / 312
+        ("dgx-a100-80gb", 312e12, 19.5e12, 2039e9, 108, 0.859),
+        ("dgx-h100", 989.4e12, 67e12, 3.35e12, 132, 0.801),  # MAMF 792.1 / 989
+        ("dgx-h200", 989.4e12, 67e12, 4.8e12, 132, 0.801),
+    ],
+)
 def test_presets_carry_datasheet_peaks(preset, peak, fp32, hbm, sms, eff):
     s = gpu(preset)
     assert (s.matmul_flops, s.fp32_flops, s.hbm_bandwidth_Bps, s.sm_count) == (peak, fp32, hbm, sms)
@@ -59,6 +63,7 @@ def test_presets_have_no_placeholder_adam_rate():
 
 
 # ---------------------------------------------------------------- kernels
+
 
 def test_wave_factor_closed_forms():
     assert wave_factor(128, 128, 1, 108) == pytest.approx(1 / 108)
@@ -89,8 +94,9 @@ def test_gemm_efficiency_falls_for_small_gemms():
 
 def test_fp32_uses_the_fp32_peak():
     big = gemm("g", 8192, 8192, 8192, 4)
-    assert gemm_time_s(big, A100, "fp32") > 10 * gemm_time_s(gemm("g", 8192, 8192, 8192, 2),
-                                                             A100, "bf16")
+    assert gemm_time_s(big, A100, "fp32") > 10 * gemm_time_s(
+        gemm("g", 8192, 8192, 8192, 2), A100, "bf16"
+    )
 
 
 def test_flash_attention_by_hand_and_faster_than_math_at_long_sequences():
@@ -99,14 +105,17 @@ def test_flash_attention_by_hand_and_faster_than_math_at_long_sequences():
     assert k.flops == 4 * b * s * s * h / 2 and k.bytes == 4 * b * s * h * 2 + 4 * b * a * s
     t_flash = kernel_time_s(k, A100, "bf16")
     assert t_flash == pytest.approx(5e-6 + k.flops / (312e12 * 0.6))
-    t_math = sum(kernel_time_s(x, A100, "bf16")
-                 for x in attention_fwd("math", b, s, h, a, 2, causal=True, dropout=True))
+    t_math = sum(
+        kernel_time_s(x, A100, "bf16")
+        for x in attention_fwd("math", b, s, h, a, 2, causal=True, dropout=True)
+    )
     assert t_math > t_flash
     with pytest.raises(ValueError, match="attention"):
         BlockShape(64, 4, 16, 256, attention="sdpa")
 
 
 # ---------------------------------------------------------------- micro-batch size
+
 
 def test_small_microbatches_are_penalised_per_sample():
     per_sample = [block_times(LLAMA2_7B, b, A100, "bf16").total_s / b for b in (1, 2, 4, 8)]
@@ -123,28 +132,49 @@ def test_async_schedule_no_longer_ties_across_microbatch_sizes():
 
     topo = load_hardware("dgx1-v100-32gb")
     base = preset_trace("gpt2-1.5b")
-    exp = parse_experiment({"name": "t", "hardware": "x",
-                            "models": [{"name": base.name, "trace": "x"}],
-                            "training": {"global_batch": 32},
-                            "options": {"partition": "uniform"}})  # same stages for every b
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "hardware": "x",
+            "models": [{"name": base.name, "trace": "x"}],
+            "training": {"global_batch": 32},
+            "options": {"partition": "uniform"},
+        }
+    )  # same stages for every b
     thr = {}
     for b in (1, 2, 4):
-        point = PointConfig(model=base.name, schedule="pipedream_2bw", stages=4, dp_width=1,
-                            microbatch_size=b, microbatches=8, memory_policy="none",
-                            global_batch=8 * b)
+        point = PointConfig(
+            model=base.name,
+            schedule="pipedream_2bw",
+            stages=4,
+            dp_width=1,
+            microbatch_size=b,
+            microbatches=8,
+            memory_policy="none",
+            global_batch=8 * b,
+        )
         res = resolve(exp, point, topo, base)
         thr[b] = evaluate(res)[0].throughput_samples_per_s
     assert thr[1] < thr[2] < thr[4] and thr[4] > 1.05 * thr[1]
 
 
 def _toy(b: int, fwd: float, names=("a", "b")) -> tuple[LayerProfile, ...]:
-    return tuple(LayerProfile(n, fwd * (i + 1), 2 * fwd * (i + 1), 10.0, 100.0 * b, 8.0 * b)
-                 for i, n in enumerate(names))
+    return tuple(
+        LayerProfile(n, fwd * (i + 1), 2 * fwd * (i + 1), 10.0, 100.0 * b, 8.0 * b)
+        for i, n in enumerate(names)
+    )
 
 
 def measured_toy(**prov) -> Trace:
-    return Trace("toy", _toy(1, 1.0), 1, "bf16", "A100-SXM4-80GB",
-                 {"source": "test", **prov}, profiles={4: _toy(4, 3.0)})
+    return Trace(
+        "toy",
+        _toy(1, 1.0),
+        1,
+        "bf16",
+        "A100-SXM4-80GB",
+        {"source": "test", **prov},
+        profiles={4: _toy(4, 3.0)},
+    )
 
 
 def test_interpolation_between_measured_sizes_by_hand():
@@ -161,8 +191,14 @@ def test_interpolation_between_measured_sizes_by_hand():
 
 
 def test_extrapolation_is_anchored_to_the_nearest_measurement_and_noted():
-    shape = {"kind": "gpt", "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 50257,
-             "attention": "flash"}
+    shape = {
+        "kind": "gpt",
+        "hidden": 1024,
+        "heads": 16,
+        "seq_len": 1024,
+        "vocab": 50257,
+        "attention": "flash",
+    }
     t = measured_toy(model_shape=shape)
     out, notes = adapt_trace(t, 8, A100)
     blk = BlockShape(1024, 16, 1024, 4096, causal=True, attention="flash")
@@ -186,6 +222,7 @@ def test_profiles_round_trip_and_bad_sidecar(tmp_path):
 
 
 # ---------------------------------------------------------------- device rescaling
+
 
 def test_rescale_time_by_hand():
     v100, h100 = gpu("dgx1-v100-16gb"), gpu("dgx-h100")
@@ -234,8 +271,9 @@ def test_generated_trace_regenerates_on_the_target_gpu():
 
 
 def test_generator_flash_drops_the_s2_stash():
-    kw = dict(name="t", layers=1, hidden=64, heads=4, seq_len=128, vocab=100, microbatch_size=2,
-              gpu=A100)
+    kw = dict(
+        name="t", layers=1, hidden=64, heads=4, seq_len=128, vocab=100, microbatch_size=2, gpu=A100
+    )
     m, f = transformer_trace("gpt", **kw), transformer_trace("gpt", attention="flash", **kw)
     b, s, a = 2, 128, 4
     assert m.layers[1].act_bytes - f.layers[1].act_bytes == 5 * a * s * s * b - 4 * b * a * s
@@ -243,6 +281,7 @@ def test_generator_flash_drops_the_s2_stash():
 
 
 # ---------------------------------------------------------------- Galvatron shape (bench_accuracy)
+
 
 def test_llama_layer_shape_within_10_points_of_galvatron():
     """Per-sample time relative to b=12 on the A100-80GB preset, each b within 10 percentage
@@ -258,6 +297,7 @@ def test_llama_layer_shape_within_10_points_of_galvatron():
 
 
 # ---------------------------------------------------------------- torch backend (CPU path)
+
 
 def test_cpu_measurements_of_calibrate():
     pytest.importorskip("torch")
@@ -296,14 +336,20 @@ def test_sim_run_prints_and_records_the_rescaling(tmp_path):
 
     from sim.cli import app
 
-    exp = {"name": "x", "hardware": "dgx-a100-80gb",
-           "models": [{"name": "gnmt", "trace": "gnmt16", "global_batch": 128},
-                      {"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 8}],
-           "sweep": {"schedule": ["1f1b"], "stages": [4], "microbatch_size": [1, 32]}}
+    exp = {
+        "name": "x",
+        "hardware": "dgx-a100-80gb",
+        "models": [
+            {"name": "gnmt", "trace": "gnmt16", "global_batch": 128},
+            {"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 8},
+        ],
+        "sweep": {"schedule": ["1f1b"], "stages": [4], "microbatch_size": [1, 32]},
+    }
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(exp))
-    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out"),
-                                   "--jobs", "1", "--no-plots"])
+    res = CliRunner().invoke(
+        app, ["run", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--no-plots"]
+    )
     assert res.exit_code == 0, res.output
     assert "rescaled to A100-SXM4-80GB" in res.output and "regenerated" in res.output
     resolved = yaml.safe_load((tmp_path / "out" / "config.resolved.yaml").read_text())
@@ -318,10 +364,32 @@ def test_sim_profile_repeated_b_writes_one_trace_with_profiles(tmp_path):
 
     from sim.cli import app
 
-    res = CliRunner().invoke(app, ["profile", "--out", str(tmp_path / "p"), "--layers", "1",
-                                   "--hidden", "32", "--heads", "2", "--seq-len", "16",
-                                   "--vocab", "64", "--reps", "1", "--threads", "1",
-                                   "-b", "2", "-b", "1"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "--out",
+            str(tmp_path / "p"),
+            "--layers",
+            "1",
+            "--hidden",
+            "32",
+            "--heads",
+            "2",
+            "--seq-len",
+            "16",
+            "--vocab",
+            "64",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+            "-b",
+            "2",
+            "-b",
+            "1",
+        ],
+    )
     assert res.exit_code == 0, res.output
     t = read_trace(tmp_path / "p.yaml")
     assert t.measured_sizes == [1, 2] and (tmp_path / "p.b2.csv").exists()

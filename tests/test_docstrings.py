@@ -47,8 +47,14 @@ def test_backend_docstring_examples(name: str) -> None:
 
 def test_examples_exist_where_promised() -> None:
     """The public classes below carry a runnable example (a regression guard, not a count)."""
-    for name in ("sim.partition", "sim.memory.spec", "sim.memory.registry",
-                 "sim.schedules.analysis", "sim.schedules.action", "sim.schedules.base"):
+    for name in (
+        "sim.partition",
+        "sim.memory.spec",
+        "sim.memory.registry",
+        "sim.schedules.analysis",
+        "sim.schedules.action",
+        "sim.schedules.base",
+    ):
         module = importlib.import_module(name)
         examples = sum(len(t.examples) for t in doctest.DocTestFinder().find(module, name))
         assert examples > 0, name

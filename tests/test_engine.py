@@ -31,8 +31,9 @@ def test_bubble_closed_form_uniform_free_comm(p, m, sched):
 
 
 @pytest.mark.parametrize("sched", ["gpipe", "1f1b"])
-@pytest.mark.parametrize("p,m,expected", [(4, 8, 33.0), (4, 16, 57.0), (8, 16, 69.0),
-                                          (8, 32, 117.0)])
+@pytest.mark.parametrize(
+    "p,m,expected", [(4, 8, 33.0), (4, 16, 57.0), (8, 16, 69.0), (8, 32, 117.0)]
+)
 def test_golden_unit_time_makespans(sched, p, m, expected):
     """schedules.md §3: t_F = 1, t_B = 2, zero communication."""
     makespan, _ = _makespan(sched, p, m)
@@ -43,6 +44,7 @@ def test_golden_unit_time_makespans(sched, p, m, expected):
 def test_async_schedules_have_no_steady_state_bubble(sched):
     p, m = 4, 8
     from sim.metrics import iterations_needed
+
     it = iterations_needed(p, m, synchronous=False)
     log = simulate(uniform_input(sched, p, m, iterations=it))
     met = compute_metrics(log, stages=p, microbatches=m, synchronous=False, samples_per_step=m)
@@ -50,9 +52,14 @@ def test_async_schedules_have_no_steady_state_bubble(sched):
     assert met.bubble_fraction == pytest.approx(0.0, abs=1e-9)
 
 
-@pytest.mark.parametrize("sched,in_flight", [("1f1b", lambda p, m, s: p - s),
-                                             ("gpipe", lambda p, m, s: m),
-                                             ("pipedream", lambda p, m, s: p - s)])
+@pytest.mark.parametrize(
+    "sched,in_flight",
+    [
+        ("1f1b", lambda p, m, s: p - s),
+        ("gpipe", lambda p, m, s: m),
+        ("pipedream", lambda p, m, s: p - s),
+    ],
+)
 def test_memory_ledger_peak_matches_formula(sched, in_flight):
     p, m, A, W = 4, 8, 1000.0, 50.0
     log = simulate(uniform_input(sched, p, m, act_bytes=A, weight_bytes=W, iterations=1))
@@ -87,12 +94,13 @@ def test_transfer_time_is_latency_plus_bytes_over_bandwidth():
 
 def test_shared_link_serialises_two_transfers():
     """Two swaps through one switch uplink take twice as long as one."""
+
     def run(n_gpus):
         topo = chain_topology(n_gpus, bandwidth_Bps=1e9, shared=True)
-        plan = StagePlan(act_bytes=1e9, resident_act_bytes=0.0, swap_bytes=1e9,
-                         swap_target="cpu0")
-        log = simulate(uniform_input("gpipe", 1, 1, w=n_gpus, topology=topo, plan=plan,
-                                     fwd_s=0.1, bwd_s=0.1))
+        plan = StagePlan(act_bytes=1e9, resident_act_bytes=0.0, swap_bytes=1e9, swap_target="cpu0")
+        log = simulate(
+            uniform_input("gpipe", 1, 1, w=n_gpus, topology=topo, plan=plan, fwd_s=0.1, bwd_s=0.1)
+        )
         return max(e.end_s for e in log.events if e.kind == "swap_out")
 
     assert run(1) == pytest.approx(0.1 + 1.0)
@@ -103,8 +111,7 @@ def test_late_swap_in_stalls_backward_by_its_lateness():
     """One stage, F then B; swap-out 1 s + swap-in 1 s finish 2 s after F: B waits exactly."""
     topo = chain_topology(1, bandwidth_Bps=1e9)
     plan = StagePlan(act_bytes=1e9, resident_act_bytes=0.0, swap_bytes=1e9, swap_target="cpu0")
-    log = simulate(uniform_input("gpipe", 1, 1, topology=topo, plan=plan, fwd_s=0.5,
-                                 bwd_s=0.5))
+    log = simulate(uniform_input("gpipe", 1, 1, topology=topo, plan=plan, fwd_s=0.5, bwd_s=0.5))
     stall = [e for e in log.events if e.kind == "stall"]
     assert len(stall) == 1 and stall[0].duration_s == pytest.approx(2.0)
     b = next(e for e in log.events if e.name == "0B0")
@@ -122,8 +129,9 @@ def test_allreduce_ring_time():
     w, grad = 4, 4e9
     topo = chain_topology(w, bandwidth_Bps=1e9)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=grad)
-    inp = replace(uniform_input("gpipe", 1, 1, w=w, topology=topo, plan=plan),
-                  dp_bucket_bytes=0.0)  # all at the step, no overlap
+    inp = replace(
+        uniform_input("gpipe", 1, 1, w=w, topology=topo, plan=plan), dp_bucket_bytes=0.0
+    )  # all at the step, no overlap
     log = simulate(inp)
     ar = [e for e in log.events if e.kind == "allreduce"]
     assert len(ar) == w
@@ -131,6 +139,7 @@ def test_allreduce_ring_time():
 
 
 # ------------------------------------------------- communication as NCCL does it (issue 12.3)
+
 
 def _gpus_on(link_names) -> set[str]:
     return {n for name in link_names for n in name.split("->") if n.startswith("gpu")}
@@ -157,8 +166,14 @@ def test_engine_traffic_stays_inside_its_communicators_on_dgx1():
     from sim.hardware.loader import load_hardware
 
     placement = ((0, 5), (1, 4), (2, 7), (3, 6))
-    base = uniform_input("1f1b", 2, 2, out_bytes=1e8, w=4,
-                         plan=StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=1e9))
+    base = uniform_input(
+        "1f1b",
+        2,
+        2,
+        out_bytes=1e8,
+        w=4,
+        plan=StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=1e9),
+    )
     log = simulate(replace(base, topology=load_hardware("dgx1-v100-16gb"), placement=placement))
     sends = [e for e in log.events if e.kind == "transfer"]
     rings = [e for e in log.events if e.kind == "allreduce"]
@@ -173,13 +188,16 @@ def test_engine_traffic_stays_inside_its_communicators_on_dgx1():
     assert first.links == ("gpu0->sw0", "sw0->cpu0", "cpu0->cpu1", "cpu1->sw2", "sw2->gpu5")
 
 
-@pytest.mark.parametrize("pair,seconds", [
-    # NV2 pair (48 GB/s, 10 us): 2 steps of 10e-6 + (1e9 / 2) / 48e9
-    ((0, 4), 2 * (10e-6 + 0.5e9 / 48e9)),
-    # no NVLink, across the sockets: gpu0->sw0 (13 GB/s, 5 us), sw0->cpu0 (12.5, 5), QPI
-    # (19.2, 1), cpu1->sw2 (12.5, 5), sw2->gpu5 (13, 5): 21 us, bottleneck 12.5 GB/s
-    ((0, 5), 2 * (21e-6 + 0.5e9 / 12.5e9)),
-])
+@pytest.mark.parametrize(
+    "pair,seconds",
+    [
+        # NV2 pair (48 GB/s, 10 us): 2 steps of 10e-6 + (1e9 / 2) / 48e9
+        ((0, 4), 2 * (10e-6 + 0.5e9 / 48e9)),
+        # no NVLink, across the sockets: gpu0->sw0 (13 GB/s, 5 us), sw0->cpu0 (12.5, 5), QPI
+        # (19.2, 1), cpu1->sw2 (12.5, 5), sw2->gpu5 (13, 5): 21 us, bottleneck 12.5 GB/s
+        ((0, 5), 2 * (21e-6 + 0.5e9 / 12.5e9)),
+    ],
+)
 def test_dgx1_pair_allreduce_is_the_hand_computed_ring_time(pair, seconds):
     """dgx1-v100-16gb preset numbers (hardware.md §3.1); 1e9 B of gradients, reduced at the
     step (no buckets): ring of 2 = 2 steps of latency + (B/2) / bottleneck."""
@@ -187,14 +205,21 @@ def test_dgx1_pair_allreduce_is_the_hand_computed_ring_time(pair, seconds):
 
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=1e9)
     base = uniform_input("gpipe", 1, 1, w=2, plan=plan)
-    log = simulate(replace(base, topology=load_hardware("dgx1-v100-16gb"),
-                           placement=((pair[0],), (pair[1],)), dp_bucket_bytes=0.0))
+    log = simulate(
+        replace(
+            base,
+            topology=load_hardware("dgx1-v100-16gb"),
+            placement=((pair[0],), (pair[1],)),
+            dp_bucket_bytes=0.0,
+        )
+    )
     ar = [e for e in log.events if e.kind == "allreduce"]
     assert len(ar) == 2
     assert all(e.duration_s == pytest.approx(seconds, rel=1e-12) for e in ar)
 
 
 # --------------------------------------- bus bandwidth as nccl-tests defines it (issue 12.3)
+
 
 def test_bus_bandwidth_formulas_are_nccl_tests():
     """nccl-tests doc/PERFORMANCE.md: algbw = S/t; busbw = algbw * 2(n-1)/n (all-reduce),
@@ -232,25 +257,43 @@ def _accuracy_rows():
 
 
 _ACC = _accuracy_rows()
-_A100_GAP = ("dgx-a100-40gb's 265 GB/s NVSwitch links (raw-copy effective rate) over-predict "
-             "Galvatron's nccl-tests busbw (154-164 GB/s); see benchmarks/accuracy_comm.py")
+_A100_GAP = (
+    "dgx-a100-40gb's 265 GB/s NVSwitch links (raw-copy effective rate) over-predict "
+    "Galvatron's nccl-tests busbw (154-164 GB/s); see benchmarks/accuracy_comm.py"
+)
 
 
-@pytest.mark.parametrize("quantity,key,ranks,measured", [
-    pytest.param(*m, marks=pytest.mark.xfail(strict=True, reason=_A100_GAP))
-    for m in _ACC._measurements()])
+@pytest.mark.parametrize(
+    "quantity,key,ranks,measured",
+    [
+        pytest.param(*m, marks=pytest.mark.xfail(strict=True, reason=_A100_GAP))
+        for m in _ACC._measurements()
+    ],
+)
 def test_comm_prediction_within_15_percent_on_the_stated_a100(quantity, key, ranks, measured):
     predicted = _ACC._predict(_ACC.STATED_PRESET, quantity, ranks)
     assert abs(predicted / measured - 1.0) <= _ACC.BOUND
 
 
-@pytest.mark.parametrize("quantity,key,ranks,measured", [
-    pytest.param(*m, marks=[pytest.mark.xfail(
-        strict=True, reason="8 concurrent sendrecv pairs measure 110 GB/s vs 164 for one; no "
-                            "link is shared in the model")] if m[1] == "pp_size_8" else [])
-    for m in _ACC._measurements()])
-def test_comm_prediction_within_15_percent_on_the_closest_preset(quantity, key, ranks,
-                                                                   measured):
+@pytest.mark.parametrize(
+    "quantity,key,ranks,measured",
+    [
+        pytest.param(
+            *m,
+            marks=[
+                pytest.mark.xfail(
+                    strict=True,
+                    reason="8 concurrent sendrecv pairs measure 110 GB/s vs 164 for one; no "
+                    "link is shared in the model",
+                )
+            ]
+            if m[1] == "pp_size_8"
+            else [],
+        )
+        for m in _ACC._measurements()
+    ],
+)
+def test_comm_prediction_within_15_percent_on_the_closest_preset(quantity, key, ranks, measured):
     assert _ACC.closest_preset() == "dgx2-v100"
     predicted = _ACC._predict("dgx2-v100", quantity, ranks)
     assert abs(predicted / measured - 1.0) <= _ACC.BOUND

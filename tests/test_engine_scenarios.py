@@ -37,18 +37,20 @@ def test_gpipe_free_communication():
     # gpu0: B0 waits for the gradient of mb 0 (sent at 5): [5,7]; B1 for mb 1 (at 7): [7,9];
     # step [9,9]. Makespan (m + p - 1)(t_F + t_B) = 3 * 3 = 9.
     log = simulate(uniform_input("gpipe", 2, 2))
-    assert spans(log) == sorted([
-        ("compute", "gpu0", "0F0", 0.0, 1.0),
-        ("compute", "gpu0", "0F1", 1.0, 2.0),
-        ("compute", "gpu1", "1F0", 1.0, 2.0),
-        ("compute", "gpu1", "1F1", 2.0, 3.0),
-        ("compute", "gpu1", "1B0", 3.0, 5.0),
-        ("compute", "gpu1", "1B1", 5.0, 7.0),
-        ("optimizer", "gpu1", "1STEP0", 7.0, 7.0),
-        ("compute", "gpu0", "0B0", 5.0, 7.0),
-        ("compute", "gpu0", "0B1", 7.0, 9.0),
-        ("optimizer", "gpu0", "0STEP0", 9.0, 9.0),
-    ])
+    assert spans(log) == sorted(
+        [
+            ("compute", "gpu0", "0F0", 0.0, 1.0),
+            ("compute", "gpu0", "0F1", 1.0, 2.0),
+            ("compute", "gpu1", "1F0", 1.0, 2.0),
+            ("compute", "gpu1", "1F1", 2.0, 3.0),
+            ("compute", "gpu1", "1B0", 3.0, 5.0),
+            ("compute", "gpu1", "1B1", 5.0, 7.0),
+            ("optimizer", "gpu1", "1STEP0", 7.0, 7.0),
+            ("compute", "gpu0", "0B0", 5.0, 7.0),
+            ("compute", "gpu0", "0B1", 7.0, 9.0),
+            ("optimizer", "gpu0", "0STEP0", 9.0, 9.0),
+        ]
+    )
     assert log.iteration_ends_s == [9.0]
 
 
@@ -61,22 +63,24 @@ def test_1f1b_with_one_second_transfers():
     # gpu0: B0 when grad 0 arrives [6,8]; B1 when grad 1 arrives [9,11]; step [11,11].
     topo = chain_topology(2, bandwidth_Bps=1 * GB, latency_s=0.0)
     log = simulate(uniform_input("1f1b", 2, 2, out_bytes=1 * GB, topology=topo))
-    assert spans(log) == sorted([
-        ("compute", "gpu0", "0F0", 0.0, 1.0),
-        ("compute", "gpu0", "0F1", 1.0, 2.0),
-        ("transfer", "gpu0", "0F0 gpu0->gpu1", 1.0, 2.0),
-        ("transfer", "gpu0", "0F1 gpu0->gpu1", 2.0, 3.0),
-        ("compute", "gpu1", "1F0", 2.0, 3.0),
-        ("compute", "gpu1", "1B0", 3.0, 5.0),
-        ("transfer", "gpu1", "1B0 gpu1->gpu0", 5.0, 6.0),
-        ("compute", "gpu1", "1F1", 5.0, 6.0),
-        ("compute", "gpu1", "1B1", 6.0, 8.0),
-        ("optimizer", "gpu1", "1STEP0", 8.0, 8.0),
-        ("transfer", "gpu1", "1B1 gpu1->gpu0", 8.0, 9.0),
-        ("compute", "gpu0", "0B0", 6.0, 8.0),
-        ("compute", "gpu0", "0B1", 9.0, 11.0),
-        ("optimizer", "gpu0", "0STEP0", 11.0, 11.0),
-    ])
+    assert spans(log) == sorted(
+        [
+            ("compute", "gpu0", "0F0", 0.0, 1.0),
+            ("compute", "gpu0", "0F1", 1.0, 2.0),
+            ("transfer", "gpu0", "0F0 gpu0->gpu1", 1.0, 2.0),
+            ("transfer", "gpu0", "0F1 gpu0->gpu1", 2.0, 3.0),
+            ("compute", "gpu1", "1F0", 2.0, 3.0),
+            ("compute", "gpu1", "1B0", 3.0, 5.0),
+            ("transfer", "gpu1", "1B0 gpu1->gpu0", 5.0, 6.0),
+            ("compute", "gpu1", "1F1", 5.0, 6.0),
+            ("compute", "gpu1", "1B1", 6.0, 8.0),
+            ("optimizer", "gpu1", "1STEP0", 8.0, 8.0),
+            ("transfer", "gpu1", "1B1 gpu1->gpu0", 8.0, 9.0),
+            ("compute", "gpu0", "0B0", 6.0, 8.0),
+            ("compute", "gpu0", "0B1", 9.0, 11.0),
+            ("optimizer", "gpu0", "0STEP0", 11.0, 11.0),
+        ]
+    )
     sends = [e for e in log.events if e.kind == "transfer"]
     assert {e.links for e in sends} == {("gpu0->gpu1",), ("gpu1->gpu0",)}
     assert log.iteration_ends_s == [11.0]
@@ -92,18 +96,25 @@ def test_dp2_allreduce_is_the_ring_formula():
     # Stage 0 at 9: all-reduce [9, 11.5] (other links: no contention), step [11.5, 11.5].
     topo = chain_topology(4, bandwidth_Bps=1 * GB, latency_s=0.25)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=2 * GB)
-    log = simulate(replace(uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan),
-                           dp_bucket_bytes=0.0))
+    log = simulate(
+        replace(uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan), dp_bucket_bytes=0.0)
+    )
     expected = []
     for g0, g1 in ((0, 1), (2, 3)):
         a, b = f"gpu{g0}", f"gpu{g1}"
         expected += [
-            ("compute", a, "0F0", 0.0, 1.0), ("compute", a, "0F1", 1.0, 2.0),
-            ("compute", b, "1F0", 1.0, 2.0), ("compute", b, "1F1", 2.0, 3.0),
-            ("compute", b, "1B0", 3.0, 5.0), ("compute", b, "1B1", 5.0, 7.0),
-            ("allreduce", b, "allreduce s1", 7.0, 9.5), ("optimizer", b, "1STEP0", 9.5, 9.5),
-            ("compute", a, "0B0", 5.0, 7.0), ("compute", a, "0B1", 7.0, 9.0),
-            ("allreduce", a, "allreduce s0", 9.0, 11.5), ("optimizer", a, "0STEP0", 11.5, 11.5),
+            ("compute", a, "0F0", 0.0, 1.0),
+            ("compute", a, "0F1", 1.0, 2.0),
+            ("compute", b, "1F0", 1.0, 2.0),
+            ("compute", b, "1F1", 2.0, 3.0),
+            ("compute", b, "1B0", 3.0, 5.0),
+            ("compute", b, "1B1", 5.0, 7.0),
+            ("allreduce", b, "allreduce s1", 7.0, 9.5),
+            ("optimizer", b, "1STEP0", 9.5, 9.5),
+            ("compute", a, "0B0", 5.0, 7.0),
+            ("compute", a, "0B1", 7.0, 9.0),
+            ("allreduce", a, "allreduce s0", 9.0, 11.5),
+            ("optimizer", a, "0STEP0", 11.5, 11.5),
         ]
     assert spans(log) == sorted(expected)
     ring = [e for e in log.events if e.kind == "allreduce"]
@@ -126,34 +137,46 @@ def test_cpu_swap_with_a_late_swap_in():
     topo = chain_topology(2, bandwidth_Bps=1 * GB, latency_s=0.0)
     plan = StagePlan(act_bytes=A, resident_act_bytes=0.0, swap_bytes=A, swap_target="cpu0")
     log = simulate(uniform_input("gpipe", 2, 2, topology=topo, plan=plan))
-    assert spans(log) == sorted([
-        ("compute", "gpu0", "0F0", 0.0, 1.0),
-        ("compute", "gpu0", "0F1", 1.0, 2.0),
-        ("swap_out", "gpu0", "swap-out 0/0", 1.0, 3.0),
-        ("swap_out", "gpu0", "swap-out 0/1", 3.0, 5.0),
-        ("swap_in", "cpu0", "swap-in 0/0", 3.0, 5.0),
-        ("swap_in", "cpu0", "swap-in 0/1", 5.0, 7.0),
-        ("compute", "gpu0", "0B0", 8.0, 10.0),
-        ("compute", "gpu0", "0B1", 10.0, 12.0),
-        ("optimizer", "gpu0", "0STEP0", 12.0, 12.0),
-        ("compute", "gpu1", "1F0", 1.0, 2.0),
-        ("compute", "gpu1", "1F1", 2.0, 3.0),
-        ("swap_out", "gpu1", "swap-out 1/0", 2.0, 4.0),
-        ("swap_out", "gpu1", "swap-out 1/1", 4.0, 6.0),
-        ("swap_in", "cpu0", "swap-in 1/0", 4.0, 6.0),
-        ("swap_in", "cpu0", "swap-in 1/1", 6.0, 8.0),
-        ("stall", "gpu1", "wait swap-in 1B0", 3.0, 6.0),
-        ("compute", "gpu1", "1B0", 6.0, 8.0),
-        ("compute", "gpu1", "1B1", 8.0, 10.0),
-        ("optimizer", "gpu1", "1STEP0", 10.0, 10.0),
-    ])
+    assert spans(log) == sorted(
+        [
+            ("compute", "gpu0", "0F0", 0.0, 1.0),
+            ("compute", "gpu0", "0F1", 1.0, 2.0),
+            ("swap_out", "gpu0", "swap-out 0/0", 1.0, 3.0),
+            ("swap_out", "gpu0", "swap-out 0/1", 3.0, 5.0),
+            ("swap_in", "cpu0", "swap-in 0/0", 3.0, 5.0),
+            ("swap_in", "cpu0", "swap-in 0/1", 5.0, 7.0),
+            ("compute", "gpu0", "0B0", 8.0, 10.0),
+            ("compute", "gpu0", "0B1", 10.0, 12.0),
+            ("optimizer", "gpu0", "0STEP0", 12.0, 12.0),
+            ("compute", "gpu1", "1F0", 1.0, 2.0),
+            ("compute", "gpu1", "1F1", 2.0, 3.0),
+            ("swap_out", "gpu1", "swap-out 1/0", 2.0, 4.0),
+            ("swap_out", "gpu1", "swap-out 1/1", 4.0, 6.0),
+            ("swap_in", "cpu0", "swap-in 1/0", 4.0, 6.0),
+            ("swap_in", "cpu0", "swap-in 1/1", 6.0, 8.0),
+            ("stall", "gpu1", "wait swap-in 1B0", 3.0, 6.0),
+            ("compute", "gpu1", "1B0", 6.0, 8.0),
+            ("compute", "gpu1", "1B1", 8.0, 10.0),
+            ("optimizer", "gpu1", "1STEP0", 10.0, 10.0),
+        ]
+    )
     # gpu1's activations: a stash per forward; freed as its swap-out ends, re-allocated as its
     # swap-in starts; freed after the backward. Peak 2A (both stashes, t = 2..4).
-    act = [(m.time_s, m.delta_bytes, m.label) for m in log.memory
-           if m.device == "gpu1" and m.category == "activations"]
-    assert act == [(1.0, A, "stash 1F0"), (2.0, A, "stash 1F1"), (4.0, -A, "swapped 1/0"),
-                   (4.0, A, "swap-in 1/0"), (6.0, -A, "swapped 1/1"), (6.0, A, "swap-in 1/1"),
-                   (8.0, -A, "free 1B0"), (10.0, -A, "free 1B1")]
+    act = [
+        (m.time_s, m.delta_bytes, m.label)
+        for m in log.memory
+        if m.device == "gpu1" and m.category == "activations"
+    ]
+    assert act == [
+        (1.0, A, "stash 1F0"),
+        (2.0, A, "stash 1F1"),
+        (4.0, -A, "swapped 1/0"),
+        (4.0, A, "swap-in 1/0"),
+        (6.0, -A, "swapped 1/1"),
+        (6.0, A, "swap-in 1/1"),
+        (8.0, -A, "free 1B0"),
+        (10.0, -A, "free 1B1"),
+    ]
     assert log.meta["peak_bytes"]["gpu1"] == 2 * A
     assert log.iteration_ends_s == [12.0]
 
@@ -163,8 +186,9 @@ def _bucketed(bandwidth_Bps: float):
     gradients per stage in 4 buckets of 1e9 B, links of ``bandwidth_Bps``, latency 0."""
     topo = chain_topology(4, bandwidth_Bps=bandwidth_Bps, latency_s=0.0)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=4 * GB)
-    inp = replace(uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan),
-                  dp_bucket_bytes=1 * GB)
+    inp = replace(
+        uniform_input("gpipe", 2, 2, w=2, topology=topo, plan=plan), dp_bucket_bytes=1 * GB
+    )
     return simulate(inp)
 
 
@@ -181,10 +205,14 @@ def test_bucketed_allreduce_exposes_only_the_last_bucket():
     expected = []
     for a, b in (("gpu0", "gpu1"), ("gpu2", "gpu3")):
         expected += [
-            ("compute", a, "0F0", 0.0, 1.0), ("compute", a, "0F1", 1.0, 2.0),
-            ("compute", b, "1F0", 1.0, 2.0), ("compute", b, "1F1", 2.0, 3.0),
-            ("compute", b, "1B0", 3.0, 5.0), ("compute", b, "1B1", 5.0, 7.0),
-            ("compute", a, "0B0", 5.0, 7.0), ("compute", a, "0B1", 7.0, 9.0),
+            ("compute", a, "0F0", 0.0, 1.0),
+            ("compute", a, "0F1", 1.0, 2.0),
+            ("compute", b, "1F0", 1.0, 2.0),
+            ("compute", b, "1F1", 2.0, 3.0),
+            ("compute", b, "1B0", 3.0, 5.0),
+            ("compute", b, "1B1", 5.0, 7.0),
+            ("compute", a, "0B0", 5.0, 7.0),
+            ("compute", a, "0B1", 7.0, 9.0),
             ("allreduce", b, "allreduce s1 b0", 5.5, 6.0),
             ("allreduce", b, "allreduce s1 b1", 6.0, 6.5),
             ("allreduce", b, "allreduce s1 b2", 6.5, 7.0),
@@ -206,16 +234,25 @@ def test_bucketed_allreduce_slower_than_the_backward_queues():
     # Stage 1: B1 [5,7]; buckets [5.5,7.5] [7.5,9.5] [9.5,11.5] [11.5,13.5]; step at 13.5.
     # Stage 0: B1 [7,9]; buckets [7.5,9.5] [9.5,11.5] [11.5,13.5] [13.5,15.5]; step at 15.5.
     log = _bucketed(0.5 * GB)
-    comm = sorted((e.device, e.name, e.start_s, e.end_s) for e in log.events
-                  if e.kind in ("allreduce", "optimizer") and e.replica == 0)
-    assert comm == sorted([
-        ("gpu1", "allreduce s1 b0", 5.5, 7.5), ("gpu1", "allreduce s1 b1", 7.5, 9.5),
-        ("gpu1", "allreduce s1 b2", 9.5, 11.5), ("gpu1", "allreduce s1 b3", 11.5, 13.5),
-        ("gpu1", "1STEP0", 13.5, 13.5),
-        ("gpu0", "allreduce s0 b0", 7.5, 9.5), ("gpu0", "allreduce s0 b1", 9.5, 11.5),
-        ("gpu0", "allreduce s0 b2", 11.5, 13.5), ("gpu0", "allreduce s0 b3", 13.5, 15.5),
-        ("gpu0", "0STEP0", 15.5, 15.5),
-    ])
+    comm = sorted(
+        (e.device, e.name, e.start_s, e.end_s)
+        for e in log.events
+        if e.kind in ("allreduce", "optimizer") and e.replica == 0
+    )
+    assert comm == sorted(
+        [
+            ("gpu1", "allreduce s1 b0", 5.5, 7.5),
+            ("gpu1", "allreduce s1 b1", 7.5, 9.5),
+            ("gpu1", "allreduce s1 b2", 9.5, 11.5),
+            ("gpu1", "allreduce s1 b3", 11.5, 13.5),
+            ("gpu1", "1STEP0", 13.5, 13.5),
+            ("gpu0", "allreduce s0 b0", 7.5, 9.5),
+            ("gpu0", "allreduce s0 b1", 9.5, 11.5),
+            ("gpu0", "allreduce s0 b2", 11.5, 13.5),
+            ("gpu0", "allreduce s0 b3", 13.5, 15.5),
+            ("gpu0", "0STEP0", 15.5, 15.5),
+        ]
+    )
     assert log.iteration_ends_s == [15.5]
 
 
@@ -237,12 +274,19 @@ def test_many_buckets_still_expose_only_the_last_one():
     # its own: [41, 41.5]; the step at 41.5.
     topo = chain_topology(2, bandwidth_Bps=2 * GB, latency_s=0.0)
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=40 * GB)
-    inp = replace(uniform_input("gpipe", 1, 1, w=2, topology=topo, plan=plan, bwd_s=40.0),
-                  dp_bucket_bytes=1 * GB)
+    inp = replace(
+        uniform_input("gpipe", 1, 1, w=2, topology=topo, plan=plan, bwd_s=40.0),
+        dp_bucket_bytes=1 * GB,
+    )
     log = simulate(inp)
-    ar = sorted((e.name, e.start_s, e.end_s) for e in log.events
-                if e.kind == "allreduce" and e.replica == 0)
-    assert ar == [("allreduce s0 b0-12", 2.0, 14.5), ("allreduce s0 b13-25", 15.0, 27.5),
-                  ("allreduce s0 b26-38", 28.0, 40.5), ("allreduce s0 b39", 41.0, 41.5)]
+    ar = sorted(
+        (e.name, e.start_s, e.end_s) for e in log.events if e.kind == "allreduce" and e.replica == 0
+    )
+    assert ar == [
+        ("allreduce s0 b0-12", 2.0, 14.5),
+        ("allreduce s0 b13-25", 15.0, 27.5),
+        ("allreduce s0 b26-38", 28.0, 40.5),
+        ("allreduce s0 b39", 41.0, 41.5),
+    ]
     assert ("allreduce s0 b39", 41.0, 41.5) in ar
     assert log.iteration_ends_s == [41.5]

@@ -119,8 +119,13 @@ def test_dgx1_pair_without_nvlink_goes_through_host_memory():
     through PCIe, both sockets and QPI; relaying over NVLink needs a GPU of the communicator."""
     topo = load_hardware("dgx1-v100-16gb")
     route = topo.route("gpu0", "gpu5")
-    assert [lk.name for lk in route] == ["gpu0->sw0", "sw0->cpu0", "cpu0->cpu1", "cpu1->sw2",
-                                         "sw2->gpu5"]
+    assert [lk.name for lk in route] == [
+        "gpu0->sw0",
+        "sw0->cpu0",
+        "cpu0->cpu1",
+        "cpu1->sw2",
+        "sw2->gpu5",
+    ]
     assert topo.route_bandwidth_Bps("gpu0", "gpu5") == 12.5 * GB  # the shared switch uplink
     relayed = topo.route("gpu0", "gpu5", within=frozenset({"gpu0", "gpu1", "gpu5"}))
     assert [lk.name for lk in relayed] == ["gpu0->gpu1", "gpu1->gpu5"]
@@ -131,8 +136,10 @@ def test_dgx1_route_prefers_direct_nvlink():
     assert [lk.name for lk in topo.route("gpu0", "gpu1")] == ["gpu0->gpu1"]
     everyone = frozenset(g.name for g in topo.gpus)
     assert (
-        max(len(topo.route(f"gpu{a}", f"gpu{b}", within=everyone))
-            for a, b in itertools.permutations(range(8), 2))
+        max(
+            len(topo.route(f"gpu{a}", f"gpu{b}", within=everyone))
+            for a, b in itertools.permutations(range(8), 2)
+        )
         <= 2
     )
 

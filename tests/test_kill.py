@@ -17,13 +17,23 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
-SLOW = {"name": "slow", "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "g", "trace": "gpt2-1.5b", "global_batch": 1024}],
-        "sweep": {"schedule": ["gpipe", "1f1b", "pipedream_2bw"], "stages": [2, 4, 8],
-                  "dp_width": [1, 2], "microbatch_size": [1, 2]}}
-QUICK = {"name": "quick", "hardware": "dgx1-v100-16gb",
-         "models": [{"name": "b", "trace": "bert-large", "global_batch": 8}],
-         "sweep": {"schedule": "1f1b", "stages": 2}}
+SLOW = {
+    "name": "slow",
+    "hardware": "dgx1-v100-16gb",
+    "models": [{"name": "g", "trace": "gpt2-1.5b", "global_batch": 1024}],
+    "sweep": {
+        "schedule": ["gpipe", "1f1b", "pipedream_2bw"],
+        "stages": [2, 4, 8],
+        "dp_width": [1, 2],
+        "microbatch_size": [1, 2],
+    },
+}
+QUICK = {
+    "name": "quick",
+    "hardware": "dgx1-v100-16gb",
+    "models": [{"name": "b", "trace": "bert-large", "global_batch": 8}],
+    "sweep": {"schedule": "1f1b", "stages": 2},
+}
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -32,7 +42,7 @@ def _stat(pid: int) -> tuple[str, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return fields[0], int(fields[1])
 
 
@@ -70,14 +80,22 @@ def _wait_for(cond, timeout_s: float) -> bool:
 
 
 def _sim(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sim.cli", *args], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "sim.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return [str(p) for p in folder.rglob("*") if p.name.endswith(".tmp") or ".new-" in p.name
-            or ".old-" in p.name]
+    return [
+        str(p)
+        for p in folder.rglob("*")
+        if p.name.endswith(".tmp") or ".new-" in p.name or ".old-" in p.name
+    ]
 
 
 @pytest.mark.timeout(180)
@@ -93,8 +111,9 @@ def test_kill_9_of_sim_run_leaves_no_process_and_no_temp_files(tmp_path):
         assert proc.poll() is None, proc.stderr.read().decode()
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        assert _wait_for(lambda: not any(alive(p) for p in workers), 15), \
+        assert _wait_for(lambda: not any(alive(p) for p in workers), 15), (
             f"workers left running: {[p for p in workers if alive(p)]}"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -106,9 +125,25 @@ def test_kill_9_of_sim_run_leaves_no_process_and_no_temp_files(tmp_path):
     (out / ".cache" / f".abc.json.{dead.pid}.x1y2.tmp").write_text("{half")
     quick = tmp_path / "quick.yaml"
     quick.write_text(yaml.safe_dump(QUICK))
-    res = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(quick), "--out", str(out),
-                          "-j", "1", "--no-plots"], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim.cli",
+            "run",
+            str(quick),
+            "--out",
+            str(out),
+            "-j",
+            "1",
+            "--no-plots",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert _leftovers(tmp_path) == []
     assert (out / "results.csv").is_file()
@@ -126,17 +161,20 @@ def test_kill_9_of_sim_validate_kills_the_ranks(tmp_path):
     exp["sweep"]["schedule"] = "1f1b"
     winner = tmp_path / "w.yaml"
     winner.write_text(yaml.safe_dump(exp))
-    proc = _sim("validate", str(winner), "--nproc", "2", "--iterations", "100", "--out",
-                str(tmp_path / "v"))
+    proc = _sim(
+        "validate", str(winner), "--nproc", "2", "--iterations", "100", "--out", str(tmp_path / "v")
+    )
     try:
-        assert _wait_for(lambda: len(descendants(proc.pid)) >= 2, 120), \
+        assert _wait_for(lambda: len(descendants(proc.pid)) >= 2, 120), (
             proc.stderr.read().decode() if proc.poll() is not None else "no ranks started"
+        )
         time.sleep(1.0)
         ranks = descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        assert _wait_for(lambda: not any(alive(p) for p in ranks), 20), \
+        assert _wait_for(lambda: not any(alive(p) for p in ranks), 20), (
             f"ranks left running: {[p for p in ranks if alive(p)]}"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()

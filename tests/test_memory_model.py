@@ -22,16 +22,28 @@ GiB = 2.0**30
 
 
 def _exp(trace: Trace, m: int = 1, **sweep):
-    return parse_experiment({"name": "t", "hardware": "x",
-                             "models": [{"name": trace.name, "trace": "x"}],
-                             "training": {"global_batch": m * trace.microbatch_size},
-                             "sweep": sweep})
+    return parse_experiment(
+        {
+            "name": "t",
+            "hardware": "x",
+            "models": [{"name": trace.name, "trace": "x"}],
+            "training": {"global_batch": m * trace.microbatch_size},
+            "sweep": sweep,
+        }
+    )
 
 
 def _point(trace: Trace, schedule: str = "gpipe", p: int = 1, m: int = 1) -> PointConfig:
-    return PointConfig(model=trace.name, schedule=schedule, stages=p, dp_width=1,
-                       microbatch_size=trace.microbatch_size, microbatches=m,
-                       memory_policy="none", global_batch=m * trace.microbatch_size)
+    return PointConfig(
+        model=trace.name,
+        schedule=schedule,
+        stages=p,
+        dp_width=1,
+        microbatch_size=trace.microbatch_size,
+        microbatches=m,
+        memory_policy="none",
+        global_batch=m * trace.microbatch_size,
+    )
 
 
 def two_layers() -> Trace:
@@ -48,6 +60,7 @@ def _run_one_gpu(trace: Trace, capacity_bytes: float, reserve: RuntimeReserve):
 
 
 # ------------------------------------------------------------------ capacity and reserve
+
 
 def test_presets_use_the_capacity_cuda_reports():
     """V100-SXM2-16GB: 16,160 MiB (issue 12), not 16 GiB; A100-40GB: 40,339 MiB (deviceQuery)."""
@@ -69,8 +82,9 @@ def test_a_configuration_over_capacity_with_its_reserve_does_not_fit():
     """Tensors: 2 x 50 Mi params x 16 B (fp16 Adam) = 1600 MiB + one micro-batch's stash
     100 MiB = 1700 MiB. Reserve: 300 MiB context + 8 MiB cuBLAS (no NCCL peers) + the largest
     layer's backward working memory 50 MiB = 358 MiB. Peak 2058 MiB."""
-    reserve = RuntimeReserve(cuda_context_bytes=300 * MIB, cublas_workspace_bytes=8 * MIB,
-                             allocator_margin=0.0)
+    reserve = RuntimeReserve(
+        cuda_context_bytes=300 * MIB, cublas_workspace_bytes=8 * MIB, allocator_margin=0.0
+    )
     met, log = _run_one_gpu(two_layers(), 2050 * MIB, reserve)
     assert met.peak_memory_bytes == pytest.approx(2058 * MIB)
     assert not met.fits
@@ -89,15 +103,26 @@ def test_a_configuration_over_capacity_with_its_reserve_does_not_fit():
 
 def test_allocator_margin_is_a_share_of_the_activations():
     """Megatron's x1.05 on activations (memory.md §2): 5 % of the 100 MiB stash."""
-    reserve = RuntimeReserve(cuda_context_bytes=0, cublas_workspace_bytes=0,
-                             allocator_margin=0.05, working=False)
+    reserve = RuntimeReserve(
+        cuda_context_bytes=0, cublas_workspace_bytes=0, allocator_margin=0.05, working=False
+    )
     met, _ = _run_one_gpu(two_layers(), 2000 * MIB, reserve)
     assert met.peak_memory_bytes == pytest.approx((1700 + 5) * MIB)
 
 
 def test_breakdown_sums_to_the_peak():
-    trace = transformer_trace("gpt", name="g", layers=4, hidden=64, heads=4, seq_len=64,
-                              vocab=100, microbatch_size=2, gpu_model="x", peak_flops=1e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=4,
+        hidden=64,
+        heads=4,
+        seq_len=64,
+        vocab=100,
+        microbatch_size=2,
+        gpu_model="x",
+        peak_flops=1e12,
+    )
     topo = load_hardware("dgx1-v100-16gb")
     res = resolve(_exp(trace, m=4), _point(trace, "1f1b", p=2, m=4), topo, trace)
     met, log = evaluate(res)
@@ -109,10 +134,14 @@ def test_breakdown_sums_to_the_peak():
 
 # ------------------------------------------------------------------ bytes per parameter
 
-@pytest.mark.parametrize("schedule, per_param", [
-    ("1f1b", 16),            # ZeRO accounting, memory.md §1
-    ("pipedream_2bw", 20),   # + a second fp32 master copy, schedules.md §2.4
-])
+
+@pytest.mark.parametrize(
+    "schedule, per_param",
+    [
+        ("1f1b", 16),  # ZeRO accounting, memory.md §1
+        ("pipedream_2bw", 20),  # + a second fp32 master copy, schedules.md §2.4
+    ],
+)
 def test_model_state_bytes_per_parameter_per_schedule(schedule, per_param):
     trace = two_layers()
     topo = chain_topology(2, memory_bytes=64 * GiB)
@@ -124,8 +153,13 @@ def test_model_state_bytes_per_parameter_per_schedule(schedule, per_param):
 
 def test_pipedream_stashes_p_minus_s_weight_versions():
     """PipeDream: stage s of p holds p - s copies of its 16-bit weights (schedules.md §2.2)."""
-    trace = Trace("four", tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 100 * MIB, MIB, MIB)
-                                for i in range(4)), 1, "fp16", "test")
+    trace = Trace(
+        "four",
+        tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 100 * MIB, MIB, MIB) for i in range(4)),
+        1,
+        "fp16",
+        "test",
+    )
     topo = chain_topology(4, memory_bytes=64 * GiB)
     res = resolve(_exp(trace, m=4), _point(trace, "pipedream", p=4, m=4), topo, trace)
     for s, plan in enumerate(res.sim_input.plans[0]):
@@ -134,11 +168,22 @@ def test_pipedream_stashes_p_minus_s_weight_versions():
 
 # ------------------------------------------------------------------ attention
 
+
 def test_flash_attention_is_assumed_when_the_trace_does_not_say():
     """Korthikanti: 34sbh + 5as^2b per block (math); flash keeps 34sbh."""
     b, s, h, a = 2, 128, 64, 4
-    trace = transformer_trace("gpt", name="g", layers=2, hidden=h, heads=a, seq_len=s,
-                              vocab=100, microbatch_size=b, gpu_model="x", peak_flops=1e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=2,
+        hidden=h,
+        heads=a,
+        seq_len=s,
+        vocab=100,
+        microbatch_size=b,
+        gpu_model="x",
+        peak_flops=1e12,
+    )
     # the generator declares its attention; a trace from elsewhere may not
     inputs = {k: v for k, v in trace.provenance["inputs"].items() if k != "attention"}
     trace = replace(trace, provenance={**trace.provenance, "inputs": inputs})
@@ -152,14 +197,19 @@ def test_flash_attention_is_assumed_when_the_trace_does_not_say():
 
 # ------------------------------------------------------------------ staleness
 
+
 def _prepared(trace: Trace, **sweep) -> Prepared:
     exp = _exp(trace, m=4, **sweep)
     return Prepared(exp, "x.yaml", chain_topology(2, memory_bytes=64 * GiB), {trace.name: trace})
 
 
 def test_synchronous_only_keeps_flushed_schedules():
-    prep = _prepared(two_layers(), schedule=["gpipe", "1f1b", "pipedream_2bw", "pipedream"],
-                     stages=2, synchronous_only=True)
+    prep = _prepared(
+        two_layers(),
+        schedule=["gpipe", "1f1b", "pipedream_2bw", "pipedream"],
+        stages=2,
+        synchronous_only=True,
+    )
     points, skipped = expand(prep)
     assert sorted(p.schedule for p in points) == ["1f1b", "gpipe"]
     assert len(skipped) == 2 and all("synchronous_only" in why for _, why in skipped)
@@ -174,6 +224,7 @@ def test_results_show_staleness_in_optimizer_steps(schedule, stale):
 
 
 # ------------------------------------------------------------------ Galvatron profiles
+
 
 def test_galvatron_profiles_within_ten_percent_where_modelled():
     """benchmarks/accuracy_memory.py: model states, stash and (pp = 1) activation peak of
@@ -194,8 +245,18 @@ def test_one_peak_for_the_engine_the_rows_and_the_reports():
     run with host swaps (memory moves between GPU and host)."""
     from sim.report.memory import peak_by_device
 
-    trace = transformer_trace("gpt", name="g", layers=4, hidden=64, heads=4, seq_len=64,
-                              vocab=100, microbatch_size=2, gpu_model="x", peak_flops=1e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=4,
+        hidden=64,
+        heads=4,
+        seq_len=64,
+        vocab=100,
+        microbatch_size=2,
+        gpu_model="x",
+        peak_flops=1e12,
+    )
     topo = load_hardware("dgx1-v100-16gb")
     exp = _exp(trace, m=4)
     point = _point(trace, "1f1b", p=2, m=4).model_copy(update={"memory_policy": "cpu_swap"})

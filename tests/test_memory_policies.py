@@ -27,26 +27,69 @@ from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology, uniform_input
 
 GiB = 2.0**30
-POLICIES = ["none", "recompute", "recompute:selective", "recompute:full:2", "cpu_swap",
-            "d2d_swap", "zero_offload", "chunked", "auto"]
+POLICIES = [
+    "none",
+    "recompute",
+    "recompute:selective",
+    "recompute:full:2",
+    "cpu_swap",
+    "d2d_swap",
+    "zero_offload",
+    "chunked",
+    "auto",
+]
 
 
 def tiny_gpt(layers: int = 4, b: int = 2, h: int = 64, a: int = 4, s: int = 128) -> Trace:
-    return transformer_trace("gpt", name="tiny", layers=layers, hidden=h, heads=a, seq_len=s,
-                             vocab=100, microbatch_size=b, gpu_model="x", peak_flops=1e12)
+    return transformer_trace(
+        "gpt",
+        name="tiny",
+        layers=layers,
+        hidden=h,
+        heads=a,
+        seq_len=s,
+        vocab=100,
+        microbatch_size=b,
+        gpu_model="x",
+        peak_flops=1e12,
+    )
 
 
-def run(trace: Trace, topo: Topology, policy: str, *, schedule: str = "1f1b", p: int = 2,
-        w: int = 1, m: int = 4, optimizer_step: bool = True, **options):
+def run(
+    trace: Trace,
+    topo: Topology,
+    policy: str,
+    *,
+    schedule: str = "1f1b",
+    p: int = 2,
+    w: int = 1,
+    m: int = 4,
+    optimizer_step: bool = True,
+    **options,
+):
     """Resolve and simulate one point; returns (resolved, metrics, log)."""
-    exp = parse_experiment({"name": "t", "hardware": "x",
-                            "models": [{"name": trace.name, "trace": "x"}],
-                            "training": {"global_batch": m * w * trace.microbatch_size,
-                                         "optimizer_step": optimizer_step},
-                            "options": options})
-    point = PointConfig(model=trace.name, schedule=schedule, stages=p, dp_width=w,
-                        microbatch_size=trace.microbatch_size, microbatches=m,
-                        memory_policy=policy, global_batch=m * w * trace.microbatch_size)
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "hardware": "x",
+            "models": [{"name": trace.name, "trace": "x"}],
+            "training": {
+                "global_batch": m * w * trace.microbatch_size,
+                "optimizer_step": optimizer_step,
+            },
+            "options": options,
+        }
+    )
+    point = PointConfig(
+        model=trace.name,
+        schedule=schedule,
+        stages=p,
+        dp_width=w,
+        microbatch_size=trace.microbatch_size,
+        microbatches=m,
+        memory_policy=policy,
+        global_batch=m * w * trace.microbatch_size,
+    )
     res = resolve(exp, point, topo, trace)
     met, log = evaluate(res)
     return res, met, log
@@ -65,12 +108,17 @@ def dgx1(capacity_gib: float = 32.0) -> Topology:
     """DGX-1 with GPUs of ``capacity_gib`` that count tensors only (no runtime reserve: these
     tests are about the policies; tests/test_memory_model.py covers the reserve)."""
     topo = load_hardware("dgx1-v100-32gb")
-    return replace(topo, gpus=tuple(replace(g, memory_bytes=capacity_gib * GiB,
-                                            reserve=NO_RESERVE)
-                                    for g in topo.gpus), _route_cache={})
+    return replace(
+        topo,
+        gpus=tuple(
+            replace(g, memory_bytes=capacity_gib * GiB, reserve=NO_RESERVE) for g in topo.gpus
+        ),
+        _route_cache={},
+    )
 
 
 # ------------------------------------------------------------------ formulas (memory.md §1, §2)
+
 
 def test_activation_memory_follows_korthikanti_per_policy():
     """1F1B, p=2, m=4: stage s holds p - s stashes; per block 34sbh + 5as^2b (none),
@@ -85,8 +133,7 @@ def test_activation_memory_follows_korthikanti_per_policy():
     emb, head = trace.layers[0].act_bytes, trace.layers[-1].act_bytes
     expect = {
         "none": (2 * (emb + 2 * block), 1 * (2 * block + head)),
-        "recompute:selective": (2 * (emb + 2 * 34 * sbh) + core,
-                                2 * 34 * sbh + head + core),
+        "recompute:selective": (2 * (emb + 2 * 34 * sbh) + core, 2 * 34 * sbh + head + core),
     }
     for policy, (s0, s1) in expect.items():
         _, _, log = run(trace, topo, policy, **bounds)
@@ -98,7 +145,8 @@ def test_activation_memory_follows_korthikanti_per_policy():
     assert plan0.resident_act_bytes == pytest.approx(2 * 2 * sbh)
     assert plan0.rebuild_bytes == pytest.approx(block - 2 * sbh)
     assert category_peak(log, "gpu0", "activations") == pytest.approx(
-        2 * 2 * 2 * sbh + block - 2 * sbh)
+        2 * 2 * 2 * sbh + block - 2 * sbh
+    )
     full = res.sim_input.plans[0][1]
     assert full.recompute_s == pytest.approx(sum(x.fwd_s for x in trace.layers[3:]))
 
@@ -108,10 +156,11 @@ def test_selective_recompute_time_is_the_attention_core_share():
     res, _, _ = run(trace, chain_topology(2, memory_bytes=64 * GiB), "recompute:selective")
     b, s, h = 2, 128, 64
     share = 4 * b * s * s * h / (24 * b * s * h * h + 4 * b * s * s * h)
-    layers = trace.layers[res.boundaries[0]:res.boundaries[1]]
+    layers = trace.layers[res.boundaries[0] : res.boundaries[1]]
     blocks = [x for x in layers if x.name.startswith("block")]
     assert res.sim_input.plans[0][0].recompute_s == pytest.approx(
-        sum(x.fwd_s for x in blocks) * share)
+        sum(x.fwd_s for x in blocks) * share
+    )
 
 
 def test_selective_without_attention_fields_does_nothing_and_says_so():
@@ -131,8 +180,15 @@ def test_model_state_bytes_per_policy():
     topo = chain_topology(2, memory_bytes=64 * GiB)
     res, _, log = run(trace, topo, "zero_offload")
     for s, plan in enumerate(res.sim_input.plans[0]):
-        psi = sum(x.param_bytes for x in trace.layers[res.boundaries[s]:][
-            :len(trace.layers) if s else res.boundaries[1]]) / 2
+        psi = (
+            sum(
+                x.param_bytes
+                for x in trace.layers[res.boundaries[s] :][
+                    : len(trace.layers) if s else res.boundaries[1]
+                ]
+            )
+            / 2
+        )
         assert plan.weight_bytes + plan.grad_bytes == pytest.approx(4 * psi)
         assert plan.optimizer_bytes == 0 and plan.host_bytes == pytest.approx(14 * psi)
         moved = sum(t.nbytes for t in plan.step_transfers_before + plan.step_transfers_after)
@@ -148,9 +204,12 @@ def test_model_state_bytes_per_policy():
 
 # ------------------------------------------------------------------ swaps on real links
 
+
 def _two_layers(f1_b1_s: float) -> Trace:
-    layers = (LayerProfile("l0", 0.25, 0.5, 0.0, 1e9, 0.0),
-              LayerProfile("l1", f1_b1_s / 2, f1_b1_s / 2, 0.0, 1e6, 0.0))
+    layers = (
+        LayerProfile("l0", 0.25, 0.5, 0.0, 1e9, 0.0),
+        LayerProfile("l1", f1_b1_s / 2, f1_b1_s / 2, 0.0, 1e6, 0.0),
+    )
     return Trace("two", layers, 1, "fp16", "x", {"source": "test"})
 
 
@@ -159,15 +218,24 @@ def test_late_swap_stalls_backward_by_exactly_its_lateness(rest_s, stall_s):
     """Stage 0 swaps its 1 GB stash to the host at 1 GB/s after F (1 s) and back (1 s); its B
     could start when stage 1 is done, ``rest_s`` after F. It stalls ``2 - rest_s`` if late."""
     topo = chain_topology(2, bandwidth_Bps=1e9, memory_bytes=64 * GiB)
-    _, met, log = run(_two_layers(rest_s), topo, "cpu_swap|none", schedule="gpipe", m=1,
-                      optimizer_step=False, boundaries=[0, 1])
-    stalls = [e for e in log.events if e.kind == "stall" and e.device == "gpu0"
-              and e.iteration == 0]
+    _, met, log = run(
+        _two_layers(rest_s),
+        topo,
+        "cpu_swap|none",
+        schedule="gpipe",
+        m=1,
+        optimizer_step=False,
+        boundaries=[0, 1],
+    )
+    stalls = [
+        e for e in log.events if e.kind == "stall" and e.device == "gpu0" and e.iteration == 0
+    ]
     assert sum(e.duration_s for e in stalls) == pytest.approx(stall_s)
     b0 = next(e for e in log.events if e.name == "0B0")
     assert b0.start_s == pytest.approx(0.25 + max(rest_s, 2.0))
-    swaps = sorted((e.start_s, e.end_s) for e in log.events
-                   if e.kind.startswith("swap") and e.iteration == 0)
+    swaps = sorted(
+        (e.start_s, e.end_s) for e in log.events if e.kind.startswith("swap") and e.iteration == 0
+    )
     assert swaps == [pytest.approx((0.25, 1.25)), pytest.approx((1.25, 2.25))]
 
 
@@ -177,8 +245,17 @@ def test_two_gpus_sharing_a_pcie_uplink_swap_slower_than_one():
     trace = Trace("one", layers, 1, "fp16", "x", {"source": "test"})
 
     def swap_end(placement):
-        _, met, log = run(trace, dgx1(), "cpu_swap", schedule="gpipe", p=1, w=2, m=2,
-                          optimizer_step=False, placement=placement)
+        _, met, log = run(
+            trace,
+            dgx1(),
+            "cpu_swap",
+            schedule="gpipe",
+            p=1,
+            w=2,
+            m=2,
+            optimizer_step=False,
+            placement=placement,
+        )
         ends = [e.end_s for e in log.events if e.kind == "swap_out" and e.iteration == 0]
         return max(ends) - 0.01, met.iteration_time_s  # swaps start after the first F
 
@@ -189,8 +266,9 @@ def test_two_gpus_sharing_a_pcie_uplink_swap_slower_than_one():
 
 def test_striped_swap_runs_parts_in_parallel_and_parks_bytes_on_each_peer():
     topo = chain_topology(3, bandwidth_Bps=1e9, memory_bytes=64 * GiB)
-    plan = StagePlan(act_bytes=3e9, resident_act_bytes=0.0,
-                     swap_targets=(("gpu1", 1e9), ("gpu2", 2e9)))
+    plan = StagePlan(
+        act_bytes=3e9, resident_act_bytes=0.0, swap_targets=(("gpu1", 1e9), ("gpu2", 2e9))
+    )
     assert plan.swap_bytes == 3e9
     log = simulate(uniform_input("gpipe", 1, 1, topology=topo, plan=plan, fwd_s=1.0, bwd_s=1.0))
     outs = sorted(e.duration_s for e in log.events if e.kind == "swap_out")
@@ -203,14 +281,29 @@ def test_striped_swap_runs_parts_in_parallel_and_parks_bytes_on_each_peer():
 
 # ------------------------------------------------------------------ MPress d2d swap
 
+
 def d2d_trace(b: int) -> Trace:
-    return transformer_trace("gpt", name="g", layers=16, hidden=1536, heads=16, seq_len=1024,
-                             vocab=50257, microbatch_size=b, gpu_model="x", peak_flops=62.5e12)
+    return transformer_trace(
+        "gpt",
+        name="g",
+        layers=16,
+        hidden=1536,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=b,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(b=st.integers(1, 4), sched=st.sampled_from(["1f1b", "gpipe", "pipedream"]),
-       layout=st.sampled_from([(4, 1), (8, 1), (4, 2)]), where=st.floats(0.05, 0.95))
+@given(
+    b=st.integers(1, 4),
+    sched=st.sampled_from(["1f1b", "gpipe", "pipedream"]),
+    layout=st.sampled_from([(4, 1), (8, 1), (4, 2)]),
+    where=st.floats(0.05, 0.95),
+)
 def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
     """Every sample asserts: the capacity is drawn between the lightest and the heaviest GPU's
     peak without a policy, so some GPUs overflow (d2d has a reason to move bytes) and some fit.
@@ -229,8 +322,9 @@ def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
     _, _, log = run(trace, dgx1(cap_bytes / GiB), "d2d_swap", **kw)
     room = {gpu for gpu, peak in peaks.items() if gpu.startswith("gpu") and peak <= cap_bytes}
     assert room, "the drawn capacity leaves at least the lightest GPU room"
-    receivers = {ev.device for ev in log.memory if ev.category == "swap"
-                 and ev.device.startswith("gpu")}
+    receivers = {
+        ev.device for ev in log.memory if ev.category == "swap" and ev.device.startswith("gpu")
+    }
     event(f"peers received bytes: {bool(receivers)}")
     assert receivers <= room
     for gpu in room:
@@ -238,8 +332,18 @@ def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
 
 
 def test_d2d_uses_light_peers_over_nvlink_and_reports_them():
-    trace = transformer_trace("gpt", name="g", layers=16, hidden=1536, heads=16, seq_len=1024,
-                              vocab=50257, microbatch_size=4, gpu_model="x", peak_flops=62.5e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=16,
+        hidden=1536,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=4,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
     kw = dict(schedule="1f1b", p=8, m=16, partition="uniform")  # stage 0 heaviest
     res, met, log = run(trace, dgx1(8.0), "d2d_swap", **kw)
     notes = log.meta["policy_notes"]["s0"]
@@ -254,6 +358,7 @@ def test_d2d_uses_light_peers_over_nvlink_and_reports_them():
 
 
 # ------------------------------------------------------------------ chunks (PatrickStar)
+
 
 def test_belady_evicts_the_chunk_used_farthest_in_the_future():
     seq = [0, 1, 2, 0, 3, 0, 1, 2]
@@ -292,8 +397,18 @@ def test_forward_backward_chunk_order_and_steady_misses():
 
 
 def test_chunked_streams_chunks_when_the_gpu_is_short_and_still_fits():
-    trace = transformer_trace("gpt", name="g", layers=8, hidden=2048, heads=16, seq_len=512,
-                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=8,
+        hidden=2048,
+        heads=16,
+        seq_len=512,
+        vocab=50257,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
     topo = chain_topology(2, bandwidth_Bps=12e9, memory_bytes=1.25 * GiB)
     res, met, log = run(trace, topo, "chunked:8", schedule="1f1b", p=2, m=4)
     plan = res.sim_input.plans[0][0]
@@ -316,23 +431,36 @@ def test_sharded_data_parallel_reduce_scatters_and_all_gathers():
 
 # ------------------------------------------------------------------ auto
 
+
 def _fitting(trace, topo, policy, **kw):
     _, met, log = run(trace, topo, policy, **kw)
     return met, log
 
 
-@pytest.mark.parametrize("cap,sched,p", [(5.0, "1f1b", 8), (16.0, "gpipe", 4),
-                                         (8.0, "pipedream", 4), (6.0, "1f1b", 4)])
+@pytest.mark.parametrize(
+    "cap,sched,p", [(5.0, "1f1b", 8), (16.0, "gpipe", 4), (8.0, "pipedream", 4), (6.0, "1f1b", 4)]
+)
 def test_auto_fits_when_a_single_policy_fits_and_is_about_as_fast(cap, sched, p):
     """Each case is one where keeping everything (``none``) does not fit and some single policy
     does (asserted, so every case exercises auto's choice): auto must fit, say so in its notes,
     and be within 5% of the fastest single policy that fits."""
-    trace = transformer_trace("gpt", name="g", layers=24, hidden=2048, heads=16, seq_len=1024,
-                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=24,
+        hidden=2048,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
     topo = dgx1(cap)
     auto, log = _fitting(trace, topo, "auto", schedule=sched, p=p, m=16)
-    others = {pol: _fitting(trace, topo, pol, schedule=sched, p=p, m=16)[0]
-              for pol in POLICIES[:-1]}
+    others = {
+        pol: _fitting(trace, topo, pol, schedule=sched, p=p, m=16)[0] for pol in POLICIES[:-1]
+    }
     assert not others["none"].fits, "case must need a policy"
     fitting = [o.throughput_samples_per_s for o in others.values() if o.fits]
     assert fitting, "case must have a single policy that fits"
@@ -346,8 +474,18 @@ def test_auto_picks_the_strictly_best_policy():
     one NVLink hop away. Parking stashes there (MPress) costs nothing; every other policy is
     strictly slower (selective recompute a little, full recompute, swaps over the shared PCIe
     uplinks and host optimizers much more): auto must pick d2d for the heavy stages."""
-    trace = transformer_trace("gpt", name="g", layers=16, hidden=1536, heads=16, seq_len=1024,
-                              vocab=50257, microbatch_size=4, gpu_model="x", peak_flops=62.5e12)
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=16,
+        hidden=1536,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=4,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
     kw = dict(schedule="1f1b", p=8, m=16, partition="uniform")
     results = {pol: _fitting(trace, dgx1(8.0), pol, **kw) for pol in POLICIES}
     fit = {pol: met.throughput_samples_per_s for pol, (met, _) in results.items() if met.fits}
@@ -370,18 +508,35 @@ def _stage_gpus(key: str, placement) -> set[str]:
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("cap,sched,p,w", [(20.0, "gpipe", 4, 2), (6.0, "1f1b", 8, 1),
-                                           (8.0, "pipedream", 4, 1),
-                                           (9.0, "pipedream_2bw", 4, 2)])
+@pytest.mark.parametrize(
+    "cap,sched,p,w",
+    [
+        (20.0, "gpipe", 4, 2),
+        (6.0, "1f1b", 8, 1),
+        (8.0, "pipedream", 4, 1),
+        (9.0, "pipedream_2bw", 4, 2),
+    ],
+)
 def test_a_stage_whose_notes_say_it_fits_does_fit(policy, cap, sched, p, w):
     """The planning estimate (GPU peak, peers' reservations, host DRAM) is never optimistic:
     every stage whose notes say ``fits`` runs on GPUs the engine's ledger keeps within capacity.
     Each case overflows without a policy yet leaves some stage fitting under every policy
     (asserted), so every sample checks at least one stage."""
-    trace = transformer_trace("gpt", name="g", layers=24, hidden=2048, heads=16, seq_len=1024,
-                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
-    res, met, log = run(trace, dgx1(cap), policy, schedule=sched, p=p, w=w, m=16,
-                        partition="uniform")
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=24,
+        hidden=2048,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
+    res, met, log = run(
+        trace, dgx1(cap), policy, schedule=sched, p=p, w=w, m=16, partition="uniform"
+    )
     over = {device for device, *_ in log.meta.get("over_capacity", [])}
     said_fits = [k for k, v in log.meta["policy_notes"].items() if k != "policy" and v["fits"]]
     assert said_fits, "case must leave some stage fitting"
@@ -392,23 +547,44 @@ def test_a_stage_whose_notes_say_it_fits_does_fit(policy, cap, sched, p, w):
 
 
 def test_the_notes_cases_overflow_without_a_policy():
-    trace = transformer_trace("gpt", name="g", layers=24, hidden=2048, heads=16, seq_len=1024,
-                              vocab=50257, microbatch_size=1, gpu_model="x", peak_flops=62.5e12)
-    for cap, sched, p, w in [(20.0, "gpipe", 4, 2), (6.0, "1f1b", 8, 1), (8.0, "pipedream", 4, 1),
-                             (9.0, "pipedream_2bw", 4, 2)]:
-        met, _ = _fitting(trace, dgx1(cap), "none", schedule=sched, p=p, w=w, m=16,
-                          partition="uniform")
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=24,
+        hidden=2048,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
+    for cap, sched, p, w in [
+        (20.0, "gpipe", 4, 2),
+        (6.0, "1f1b", 8, 1),
+        (8.0, "pipedream", 4, 1),
+        (9.0, "pipedream_2bw", 4, 2),
+    ]:
+        met, _ = _fitting(
+            trace, dgx1(cap), "none", schedule=sched, p=p, w=w, m=16, partition="uniform"
+        )
         assert not met.fits, (cap, sched)
 
 
 # ------------------------------------------------------------------ grammar, config, results
 
-@pytest.mark.parametrize("spec,cls", [("recompute:full:4", "RecomputePolicy"),
-                                      ("recompute:selective", "RecomputePolicy"),
-                                      ("cpu_swap:0.5", "CpuSwapPolicy"),
-                                      ("d2d_swap:weights", "D2DSwapPolicy"),
-                                      ("chunked:32", "ChunkedPolicy"),
-                                      ("none|auto", "PerStagePolicy")])
+
+@pytest.mark.parametrize(
+    "spec,cls",
+    [
+        ("recompute:full:4", "RecomputePolicy"),
+        ("recompute:selective", "RecomputePolicy"),
+        ("cpu_swap:0.5", "CpuSwapPolicy"),
+        ("d2d_swap:weights", "D2DSwapPolicy"),
+        ("chunked:32", "ChunkedPolicy"),
+        ("none|auto", "PerStagePolicy"),
+    ],
+)
 def test_policy_specs(spec, cls):
     pol = get_policy(spec)
     assert type(pol).__name__ == cls and pol.spec == spec
@@ -418,14 +594,17 @@ def test_policy_specs(spec, cls):
 def test_parse_policy_gives_the_typed_fields_the_string_says():
     assert parse_policy("recompute") == PolicySpec("recompute", "recompute", mode="full")
     full = parse_policy("recompute:full:4")
-    assert (full.kind, full.mode, full.layers, full.args) == ("recompute", "full", 4,
-                                                              ("full", "4"))
+    assert (full.kind, full.mode, full.layers, full.args) == ("recompute", "full", 4, ("full", "4"))
     assert parse_policy("recompute:selective").mode == "selective"
     assert parse_policy("cpu_swap").fraction == 1.0 and parse_policy("cpu_swap:0.5").fraction == 0.5
     per = parse_policy("none|recompute:full:2|cpu_swap:0.25|none")
     assert per.kind == "per_stage" and per.kinds() == {"none", "recompute", "cpu_swap"}
-    assert [per.for_stage(s, 4).text for s in range(4)] == ["none", "recompute:full:2",
-                                                            "cpu_swap:0.25", "none"]
+    assert [per.for_stage(s, 4).text for s in range(4)] == [
+        "none",
+        "recompute:full:2",
+        "cpu_swap:0.25",
+        "none",
+    ]
     assert per.for_stage(2, 4).fraction == 0.25
     with pytest.raises(ValueError, match="names 4 stages, not 2"):
         per.for_stage(0, 2)
@@ -435,26 +614,38 @@ def test_parse_policy_gives_the_typed_fields_the_string_says():
         parse_policy("cpu_swap:2")
 
 
-@pytest.mark.parametrize("bad", ["recompute:half", "recompute:full:0", "cpu_swap:2",
-                                 "chunked:big", "none:1", "swap", "auto:x"])
+@pytest.mark.parametrize(
+    "bad",
+    ["recompute:half", "recompute:full:0", "cpu_swap:2", "chunked:big", "none:1", "swap", "auto:x"],
+)
 def test_bad_policy_is_an_input_error_naming_the_field(bad):
-    exp = parse_experiment({"name": "t", "hardware": "dgx1-v100-32gb",
-                            "models": [{"name": "g", "trace": "gpt2-1b"}],
-                            "sweep": {"memory_policy": ["none", bad]}})
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "hardware": "dgx1-v100-32gb",
+            "models": [{"name": "g", "trace": "gpt2-1b"}],
+            "sweep": {"memory_policy": ["none", bad]},
+        }
+    )
     with pytest.raises(InputError) as e:
         expand(prepare(exp, "experiments/t.yaml"))
     assert e.value.field == "sweep.memory_policy.1"
 
 
 def test_stage_policies_option():
-    data = {"name": "t", "hardware": "dgx1-v100-32gb", "models": [{"name": "g", "trace": "gpt2-1b"}],
-            "training": {"global_batch": 8},
-            "sweep": {"stages": [2, 4]},
-            "options": {"stage_policies": ["recompute:full:2", "cpu_swap", "none", "none"]}}
+    data = {
+        "name": "t",
+        "hardware": "dgx1-v100-32gb",
+        "models": [{"name": "g", "trace": "gpt2-1b"}],
+        "training": {"global_batch": 8},
+        "sweep": {"stages": [2, 4]},
+        "options": {"stage_policies": ["recompute:full:2", "cpu_swap", "none", "none"]},
+    }
     prep = prepare(parse_experiment(data), "experiments/t.yaml")
     points, skipped = expand(prep)
     assert [(pt.stages, pt.memory_policy) for pt in points] == [
-        (4, "recompute:full:2|cpu_swap|none|none")]
+        (4, "recompute:full:2|cpu_swap|none|none")
+    ]
     assert "names 4 stages" in skipped[0][1]
     row = evaluate_row(prep, points[0])
     notes = json.loads(row["policy_notes"])
@@ -469,10 +660,15 @@ def test_stage_policies_option():
 
 
 def test_results_row_has_policy_columns():
-    exp = parse_experiment({"name": "t", "hardware": "dgx1-v100-32gb",
-                            "models": [{"name": "g", "trace": "gpt2-1b"}],
-                            "training": {"global_batch": 8},
-                            "sweep": {"stages": 4, "memory_policy": "cpu_swap"}})
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "hardware": "dgx1-v100-32gb",
+            "models": [{"name": "g", "trace": "gpt2-1b"}],
+            "training": {"global_batch": 8},
+            "sweep": {"stages": 4, "memory_policy": "cpu_swap"},
+        }
+    )
     prep = prepare(exp, "experiments/t.yaml")
     row = evaluate_row(prep, expand(prep)[0][0])
     h, layers, vocab, seq = 2048, 20, 50257, 1024  # traces/gpt2-1b.yaml
@@ -491,8 +687,15 @@ def test_memory_summary_table_and_plots(tmp_path):
     for model, params in (("small", 1e9), ("big", 2e10)):
         for pol, tput in (("none", 10.0), ("auto", 9.0)):
             fits = not (model == "big" and pol == "none")
-            rows.append(dict(model=model, parameters=params, memory_policy=pol, fits=fits,
-                             throughput_samples_per_s=tput / (1 + (model == "big"))))
+            rows.append(
+                dict(
+                    model=model,
+                    parameters=params,
+                    memory_policy=pol,
+                    fits=fits,
+                    throughput_samples_per_s=tput / (1 + (model == "big")),
+                )
+            )
     df = pd.DataFrame(rows)
     table = memory_summary(df)
     assert list(table.index) == ["small", "big", LARGEST]

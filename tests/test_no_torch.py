@@ -5,14 +5,25 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ["sim", "sim.cli", "sim.run", "sim.sweep", "sim.validate", "sim.engine",
-           "sim.memory.registry", "sim.report.plots", "sim.schedules.registry", "backends.torch"]
+MODULES = [
+    "sim",
+    "sim.cli",
+    "sim.run",
+    "sim.sweep",
+    "sim.validate",
+    "sim.engine",
+    "sim.memory.registry",
+    "sim.report.plots",
+    "sim.schedules.registry",
+    "backends.torch",
+]
 
 
 def test_sim_modules_do_not_import_torch():
-    code = ("import importlib, sys\n"
-            f"for m in {MODULES!r}: importlib.import_module(m)\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import importlib, sys\n"
+        f"for m in {MODULES!r}: importlib.import_module(m)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

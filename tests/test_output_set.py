@@ -21,14 +21,19 @@ from sim.outputs import MANIFEST, recover_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-FITS = {"name": "fits", "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1}}
+FITS = {
+    "name": "fits",
+    "hardware": "dgx1-v100-16gb",
+    "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+    "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+}
 # GPipe keeps all m stashes: BERT-Large at b=16 on 2 x 16 GB does not fit (test_cli.py)
-NOTHING_FITS = {"name": "nofit", "hardware": "dgx1-v100-16gb",
-                "models": [{"name": "bert", "trace": "bert-large", "global_batch": 256,
-                            "microbatch_size": 16}],
-                "sweep": {"schedule": "gpipe", "stages": 2}}
+NOTHING_FITS = {
+    "name": "nofit",
+    "hardware": "dgx1-v100-16gb",
+    "models": [{"name": "bert", "trace": "bert-large", "global_batch": 256, "microbatch_size": 16}],
+    "sweep": {"schedule": "gpipe", "stages": 2},
+}
 
 
 def _exp(tmp_path: Path, data: dict, name: str = "exp.yaml") -> Path:
@@ -52,8 +57,9 @@ def test_rerun_where_nothing_fits_leaves_no_old_winner(tmp_path):
     for name in ("winner.yaml", "timeline.png", "timeline.json", "memory_per_gpu.png"):
         assert (out / name).is_file()
     (out / "validation.csv").write_text("mine\n")  # e.g. written by `sim validate`
-    res = runner.invoke(app, ["run", str(_exp(tmp_path, NOTHING_FITS, "b.yaml")), "--out",
-                              str(out), "-j", "1"])
+    res = runner.invoke(
+        app, ["run", str(_exp(tmp_path, NOTHING_FITS, "b.yaml")), "--out", str(out), "-j", "1"]
+    )
     assert res.exit_code == 1, res.output
     left = {p.name for p in out.iterdir()}
     assert "winner.yaml" not in left and "timeline.png" not in left
@@ -62,7 +68,8 @@ def test_rerun_where_nothing_fits_leaves_no_old_winner(tmp_path):
     assert (out / "validation.csv").read_text() == "mine\n"  # not ours: kept
     assert (out / ".cache").is_dir()
     assert json.loads((out / MANIFEST).read_text())["entries"] == sorted(
-        ["config.resolved.yaml", "results.csv", "throughput.png"])
+        ["config.resolved.yaml", "results.csv", "throughput.png"]
+    )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 
 
@@ -71,8 +78,9 @@ def test_results_are_readable_by_others(tmp_path):
     out = tmp_path / "out"
     old = os.umask(0o022)
     try:
-        res = runner.invoke(app, ["run", str(_exp(tmp_path, FITS)), "--out", str(out), "-j",
-                                  "1", "--no-plots"])
+        res = runner.invoke(
+            app, ["run", str(_exp(tmp_path, FITS)), "--out", str(out), "-j", "1", "--no-plots"]
+        )
     finally:
         os.umask(old)
     assert res.exit_code == 0, res.output
@@ -103,8 +111,9 @@ def test_corrupt_and_forged_cache_entries_are_recomputed(tmp_path):
     assert res.exit_code == 0, res.output
     warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 4, res.output
-    for p, why in zip(entries, ("unreadable", "damaged", "inconsistent (throughput",
-                                "not an entry"), strict=True):
+    for p, why in zip(
+        entries, ("unreadable", "damaged", "inconsistent (throughput", "not an entry"), strict=True
+    ):
         assert any(str(p) in w and why in w for w in warnings), (p, why, warnings)
     again = pd.read_csv(out / "results.csv")
     pd.testing.assert_frame_equal(again, truth)
@@ -146,9 +155,24 @@ def test_recover_an_unfinished_staging_keeps_the_old_set(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_progress_lines_without_a_terminal(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(_exp(tmp_path, FITS)),
-                          "--out", str(tmp_path / "out"), "-j", "1", "--no-plots"],
-                         capture_output=True, text=True, timeout=110, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim.cli",
+            "run",
+            str(_exp(tmp_path, FITS)),
+            "--out",
+            str(tmp_path / "out"),
+            "-j",
+            "1",
+            "--no-plots",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 0, res.stderr
     assert "simulating: 4/4 configurations (100%)" in res.stderr

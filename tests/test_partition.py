@@ -132,8 +132,13 @@ def test_dp_matches_brute_force(problem):
 @given(problems(), st.data())
 def test_evaluate_costs_any_split_as_by_hand(problem, data):
     layers, stages, bw, cap, mem = problem
-    cuts = data.draw(st.lists(st.integers(1, len(layers) - 1), min_size=stages - 1,
-                              max_size=stages - 1, unique=True) if stages > 1 else st.just([]))
+    cuts = data.draw(
+        st.lists(
+            st.integers(1, len(layers) - 1), min_size=stages - 1, max_size=stages - 1, unique=True
+        )
+        if stages > 1
+        else st.just([])
+    )
     boundaries = (0, *sorted(cuts))
     kw = {"bandwidth_Bps": bw, "memory_capacity_bytes": cap, "stage_memory_bytes": mem}
     part = evaluate(layers, boundaries, **kw)

@@ -9,8 +9,11 @@ from sim.placement import place
 
 
 def _pipeline_bandwidths(topo, rows):
-    return [topo.route_bandwidth_Bps(f"gpu{r[i]}", f"gpu{r[i + 1]}")
-            for r in rows for i in range(len(r) - 1)]
+    return [
+        topo.route_bandwidth_Bps(f"gpu{r[i]}", f"gpu{r[i + 1]}")
+        for r in rows
+        for i in range(len(r) - 1)
+    ]
 
 
 def test_dgx1_eight_stages_ride_double_nvlinks():

@@ -14,13 +14,28 @@ from sim.rows import ResultRow, pick_winner, rank_key
 
 
 def row(**kw) -> ResultRow:
-    base = dict(model="m", schedule="1f1b", stages=2, dp_width=1, microbatch_size=1,
-                microbatches=8, memory_policy="none", global_batch=8, parameters=10,
-                iteration_time_s=1.0, throughput_samples_per_s=8.0, bubble_fraction=0.1,
-                peak_memory_bytes=1.0, fits=True)
+    base = dict(
+        model="m",
+        schedule="1f1b",
+        stages=2,
+        dp_width=1,
+        microbatch_size=1,
+        microbatches=8,
+        memory_policy="none",
+        global_batch=8,
+        parameters=10,
+        iteration_time_s=1.0,
+        throughput_samples_per_s=8.0,
+        bubble_fraction=0.1,
+        peak_memory_bytes=1.0,
+        fits=True,
+    )
     base.update(kw)
-    if "iteration_time_s" not in kw and "throughput_samples_per_s" in kw and kw[
-            "throughput_samples_per_s"]:
+    if (
+        "iteration_time_s" not in kw
+        and "throughput_samples_per_s" in kw
+        and kw["throughput_samples_per_s"]
+    ):
         base["iteration_time_s"] = base["global_batch"] / kw["throughput_samples_per_s"]
     return ResultRow(**base)
 
@@ -28,9 +43,18 @@ def row(**kw) -> ResultRow:
 def test_fitting_beats_faster_non_fitting_and_errors_come_last():
     fast_oom = row(throughput_samples_per_s=100.0, fits=False, oom_device="gpu0")
     slow_fit = row(throughput_samples_per_s=2.0)
-    broken = ResultRow(model="m", schedule="gpipe", stages=2, dp_width=1, microbatch_size=1,
-                       microbatches=8, memory_policy="none", global_batch=8, parameters=10,
-                       error="bad")
+    broken = ResultRow(
+        model="m",
+        schedule="gpipe",
+        stages=2,
+        dp_width=1,
+        microbatch_size=1,
+        microbatches=8,
+        memory_policy="none",
+        global_batch=8,
+        parameters=10,
+        error="bad",
+    )
     assert pick_winner([fast_oom, broken, slow_fit]) == slow_fit
     assert sorted([broken, slow_fit, fast_oom], key=rank_key) == [slow_fit, fast_oom, broken]
     assert pick_winner([fast_oom, broken]) is None
@@ -48,10 +72,17 @@ def test_ties_go_to_fewer_gpus_then_names_whatever_the_order():
 
 
 def test_table_ranking_is_the_same_ranking():
-    rows = [row(schedule=s, stages=p, throughput_samples_per_s=t, fits=f,
-                oom_device="" if f else "gpu1")
-            for s, p, t, f in [("gpipe", 2, 5.0, True), ("1f1b", 4, 5.0, True),
-                               ("1f1b", 2, 9.0, False), ("gpipe", 4, 7.0, True)]]
+    rows = [
+        row(
+            schedule=s, stages=p, throughput_samples_per_s=t, fits=f, oom_device="" if f else "gpu1"
+        )
+        for s, p, t, f in [
+            ("gpipe", 2, 5.0, True),
+            ("1f1b", 4, 5.0, True),
+            ("1f1b", 2, 9.0, False),
+            ("gpipe", 4, 7.0, True),
+        ]
+    ]
     df = pd.DataFrame([r.model_dump() for r in rows])
     ranked = rank_results(df.sample(frac=1.0, random_state=1))
     assert list(ranked["throughput_samples_per_s"]) == [7.0, 5.0, 5.0, 9.0]
@@ -68,7 +99,9 @@ def test_result_row_rejects_impossible_values_and_flags_inconsistent_ones():
     with pytest.raises(ValidationError):
         row(iteration_time_s=math.inf)
     assert row().problems() == []
-    assert "throughput_samples_per_s" in row(throughput_samples_per_s=9.0,
-                                             iteration_time_s=1.0).problems()[0]
+    assert (
+        "throughput_samples_per_s"
+        in row(throughput_samples_per_s=9.0, iteration_time_s=1.0).problems()[0]
+    )
     assert "oom_device" in row(oom_device="gpu0").problems()[0]
     assert row()["schedule"] == "1f1b"

@@ -386,8 +386,9 @@ def _imports(path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sim.schedules."):
             out.add(node.module.rsplit(".", 1)[1])
         elif isinstance(node, ast.Import):
-            out |= {a.name.rsplit(".", 1)[1] for a in node.names
-                    if a.name.startswith("sim.schedules.")}
+            out |= {
+                a.name.rsplit(".", 1)[1] for a in node.names if a.name.startswith("sim.schedules.")
+            }
     return out
 
 

@@ -401,8 +401,14 @@ def test_load_trace_unknown_lists_available():
 
 
 # GPT shipped traces: (name, blocks L, hidden h), vocab 50257, seq 1024, ffn 4h (traces/*.yaml).
-GPT_SHIPPED = [("gpt2-1.5b", 48, 1600), ("gpt-5b", 44, 3072), ("gpt2-1b", 20, 2048),
-               ("gpt3-10b", 50, 4096), ("gpt-ds-20b", 25, 8192), ("gpt-ds-40b", 50, 8192)]
+GPT_SHIPPED = [
+    ("gpt2-1.5b", 48, 1600),
+    ("gpt-5b", 44, 3072),
+    ("gpt2-1b", 20, 2048),
+    ("gpt3-10b", 50, 4096),
+    ("gpt-ds-20b", 25, 8192),
+    ("gpt-ds-40b", 50, 8192),
+]
 
 
 def _gpt_parameters(L: int, h: int, V: int = 50257, s: int = 1024) -> int:
@@ -432,16 +438,18 @@ def test_shipped_bert_large_has_the_published_size():
     _shipped_ok(t)
 
 
-@pytest.mark.parametrize("name,graph,params", [("gnmt16", "gnmt_large", None),
-                                               ("vgg16", "vgg16", 138_357_544)])
+@pytest.mark.parametrize(
+    "name,graph,params", [("gnmt16", "gnmt_large", None), ("vgg16", "vgg16", 138_357_544)]
+)
 def test_shipped_pipedream_traces_sum_their_profiles(name, graph, params):
     """PipeDream's parameter_size is fp32 bytes: the count is their sum / 4; VGG-16's is the
     published 138,357,544 (torchvision vgg16). One layer per node with time or parameters."""
     t = load_trace(name)
     nodes = _file_nodes(PD / graph / "graph.txt")
     assert t.parameters == sum(n[4] for n in nodes) / 4 == (params or t.parameters)
-    assert len(t) == sum(1 for n in nodes if (n[2] or n[3] or n[4]) and not n[1].startswith(
-        "Input"))
+    assert len(t) == sum(
+        1 for n in nodes if (n[2] or n[3] or n[4]) and not n[1].startswith("Input")
+    )
     _shipped_ok(t)
 
 
@@ -458,8 +466,18 @@ def test_attention_core_fields_for_selective_recompute(tmp_path):
     """Blocks carry the 5as^2b stash and 4bs^2h FLOPs of the attention core; other layers and
     traces without the columns read back as None."""
     b, s, h, a = 2, 128, 64, 4
-    t = transformer_trace("gpt", name="t", layers=1, hidden=h, heads=a, seq_len=s, vocab=100,
-                          microbatch_size=b, gpu_model="x", peak_flops=1e12)
+    t = transformer_trace(
+        "gpt",
+        name="t",
+        layers=1,
+        hidden=h,
+        heads=a,
+        seq_len=s,
+        vocab=100,
+        microbatch_size=b,
+        gpu_model="x",
+        peak_flops=1e12,
+    )
     block = t.layers[1]
     assert block.attn_core_act_bytes == 5 * a * s * s * b
     assert block.attn_core_flops == 4 * b * s * s * h
@@ -468,8 +486,9 @@ def test_attention_core_fields_for_selective_recompute(tmp_path):
     write_trace(t, tmp_path / "t")
     assert "attn_core_act_bytes" in (tmp_path / "t.csv").read_text().splitlines()[0]
     assert read_trace(tmp_path / "t.csv") == t
-    plain = Trace("u", (LayerProfile("l0", 1.0, 2.0, 3.0, 4.0, 5.0),), 1, "fp16", "x",
-                  {"source": "test"})
+    plain = Trace(
+        "u", (LayerProfile("l0", 1.0, 2.0, 3.0, 4.0, 5.0),), 1, "fp16", "x", {"source": "test"}
+    )
     write_trace(plain, tmp_path / "u")
     assert "attn_core" not in (tmp_path / "u.csv").read_text()
     assert read_trace(tmp_path / "u.csv").layers[0].attn_core_flops is None

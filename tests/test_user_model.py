@@ -43,6 +43,7 @@ def _cli(*args: object) -> tuple[int, str]:
 
 # --- loading and bad input ----------------------------------------------------------------
 
+
 def test_load_callable_by_file_and_by_module(tmp_path: Path, monkeypatch) -> None:
     assert load_callable(f"{CNN}:build", option="--model").__name__ == "build"
     assert load_callable("examples.cnn:loss", option="--model").__name__ == "loss"
@@ -52,12 +53,15 @@ def test_load_callable_by_file_and_by_module(tmp_path: Path, monkeypatch) -> Non
     assert load_callable("mypkg.net:build", option="--model")() == 1
 
 
-@pytest.mark.parametrize("ref, words", [
-    ("nofile.py:build", ["nofile.py", "file not found", "--model"]),
-    (f"{CNN}:nothing", ["has no function 'nothing'", "build", "loss"]),
-    ("no_such_pkg.mod:f", ["no_such_pkg.mod", "cannot be imported"]),
-    (CNN, ["FILE.py:FUNC"]),
-])
+@pytest.mark.parametrize(
+    "ref, words",
+    [
+        ("nofile.py:build", ["nofile.py", "file not found", "--model"]),
+        (f"{CNN}:nothing", ["has no function 'nothing'", "build", "loss"]),
+        ("no_such_pkg.mod:f", ["no_such_pkg.mod", "cannot be imported"]),
+        (CNN, ["FILE.py:FUNC"]),
+    ],
+)
 def test_bad_model_reference_exits_2_naming_it(tmp_path: Path, ref: str, words: list) -> None:
     code, out = _cli("profile", "--model", ref, "--out", tmp_path / "t")
     assert code == 2, out
@@ -71,8 +75,10 @@ BAD_FUNCS = {
     "only_model": ("return SmallCNN()", "returned a SmallCNN"),
     "not_module": ("return 3, torch.randn(2, 3, 8, 8)", "returned a int as the model"),
     "bad_sample": ("return SmallCNN(), 'x'", "not a tensor or a tuple of tensors"),
-    "wrong_shape": ("return SmallCNN(), torch.randn(2, 1, 8, 8)",
-                    "layer 0 ('stem') failed on the sample of shape [2, 1, 8, 8]"),
+    "wrong_shape": (
+        "return SmallCNN(), torch.randn(2, 1, 8, 8)",
+        "layer 0 ('stem') failed on the sample of shape [2, 1, 8, 8]",
+    ),
     "raises": ("raise ValueError('boom')", "raised ValueError: boom"),
 }
 
@@ -90,21 +96,47 @@ def test_bad_function_result_exits_2_naming_it(tmp_path: Path, func: str) -> Non
 
 
 def test_unknown_layer_and_bad_loss_exit_2(tmp_path: Path) -> None:
-    code, out = _cli("profile", "--model", f"{LLAMA}:build", "--layers", "embed,blocks.9,norm",
-                     "--out", tmp_path / "t")
+    code, out = _cli(
+        "profile",
+        "--model",
+        f"{LLAMA}:build",
+        "--layers",
+        "embed,blocks.9,norm",
+        "--out",
+        tmp_path / "t",
+    )
     flat = " ".join(out.split())
     assert code == 2 and "'blocks.9' is not a module of TinyLlama" in flat, out
     assert "did you mean" in flat and "--layers" in flat
     code, out = _cli("profile", "--model", f"{LLAMA}:build", "--out", tmp_path / "t")
     assert code == 2 and "--layers 'embed,blocks.*,norm,lm_head'" in " ".join(out.split()), out
-    code, out = _cli("profile", "--model", f"{CNN}:build", "--loss", f"{CNN}:conv_block",
-                     "--out", tmp_path / "t")
+    code, out = _cli(
+        "profile", "--model", f"{CNN}:build", "--loss", f"{CNN}:conv_block", "--out", tmp_path / "t"
+    )
     assert code == 2 and "--loss" in out, out
-    code, out = _cli("profile", "--model", f"{CNN}:build", "-b", "3", "--for-gpu", "Z9000",
-                     "--out", tmp_path / "t")
+    code, out = _cli(
+        "profile",
+        "--model",
+        f"{CNN}:build",
+        "-b",
+        "3",
+        "--for-gpu",
+        "Z9000",
+        "--out",
+        tmp_path / "t",
+    )
     assert code == 2 and "matches no preset" in " ".join(out.split()), out
-    code, out = _cli("profile", "--model", f"{CNN}:build", "--for-gpu", "H100", "--dtype",
-                     "fp32", "--out", tmp_path / "t")
+    code, out = _cli(
+        "profile",
+        "--model",
+        f"{CNN}:build",
+        "--for-gpu",
+        "H100",
+        "--dtype",
+        "fp32",
+        "--out",
+        tmp_path / "t",
+    )
     assert code == 2 and "--dtype" in out, out
     code, out = _cli("profile", "--layers", "embed,head", "--out", tmp_path / "t")
     assert code == 2 and "need --model" in " ".join(out.split()), out  # GPT/BERT: a number
@@ -145,14 +177,20 @@ def test_replay_problem_for_a_fixed_sample() -> None:
 
 def test_validate_rejects_another_microbatch_size(tmp_path: Path) -> None:
     src = tmp_path / "fixed.py"
-    src.write_text("import torch\n\ndef build():\n    m = torch.nn.Sequential(torch.nn.Linear("
-                   "4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))\n"
-                   "    return m, torch.randn(4, 4)\n")
+    src.write_text(
+        "import torch\n\ndef build():\n    m = torch.nn.Sequential(torch.nn.Linear("
+        "4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))\n"
+        "    return m, torch.randn(4, 4)\n"
+    )
     code, out = _cli("profile", "--model", f"{src}:build", "--reps", 1, "--out", tmp_path / "f")
     assert code == 0, out
-    exp = {"name": "f", "hardware": str(ROOT / "experiments/hardware/cpu-2rank.yaml"),
-           "models": [{"name": "f", "trace": "f.csv", "global_batch": 8, "microbatch_size": 2}],
-           "training": {"optimizer": "sgd"}, "sweep": {"schedule": "gpipe", "stages": 2}}
+    exp = {
+        "name": "f",
+        "hardware": str(ROOT / "experiments/hardware/cpu-2rank.yaml"),
+        "models": [{"name": "f", "trace": "f.csv", "global_batch": 8, "microbatch_size": 2}],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": "gpipe", "stages": 2},
+    }
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
     code, out = _cli("validate", tmp_path / "exp.yaml", "--nproc", 2)
     flat = " ".join(out.split())
@@ -162,10 +200,22 @@ def test_validate_rejects_another_microbatch_size(tmp_path: Path) -> None:
 
 # --- profiling: closed forms and two mechanisms ---------------------------------------------
 
+
 def test_cnn_profile_bytes_and_flops_are_the_closed_forms(tmp_path: Path) -> None:
     b = 2
-    code, out = _cli("profile", "--model", f"{CNN}:build", "--loss", f"{CNN}:loss", "-b", b,
-                     "--reps", 1, "--out", tmp_path / "cnn")
+    code, out = _cli(
+        "profile",
+        "--model",
+        f"{CNN}:build",
+        "--loss",
+        f"{CNN}:loss",
+        "-b",
+        b,
+        "--reps",
+        1,
+        "--out",
+        tmp_path / "cnn",
+    )
     assert code == 0, out
     df = pd.read_csv(tmp_path / "cnn.csv").set_index("name")
     assert list(df.index) == ["stem", "block1", "block2", "block3", "head"]
@@ -189,8 +239,12 @@ def test_fake_analysis_matches_real_saved_bytes_and_counts_attention() -> None:
     assert fake.device == "H100-SXM5-80GB" and "roofline" in fake.provenance["compute_model"]
     b, s, dim = 2, 64, 128
     for r, f in zip(real.layers, fake.layers, strict=True):
-        assert (r.name, r.act_bytes, r.out_bytes, r.param_bytes) == \
-            (f.name, f.act_bytes, f.out_bytes, f.param_bytes)
+        assert (r.name, r.act_bytes, r.out_bytes, r.param_bytes) == (
+            f.name,
+            f.act_bytes,
+            f.out_bytes,
+            f.param_bytes,
+        )
     block = fake.layers[1]
     hidden = int(8 * dim / 3)
     linear = 2 * b * s * (4 * dim * dim + 3 * dim * hidden)
@@ -200,10 +254,12 @@ def test_fake_analysis_matches_real_saved_bytes_and_counts_attention() -> None:
 
 def test_single_gemm_roofline(tmp_path: Path) -> None:
     src = tmp_path / "gemm.py"
-    src.write_text("import torch\n\ndef build(microbatch_size=4096):\n"
-                   "    m = torch.nn.Sequential(torch.nn.Linear(8192, 8192, bias=False),\n"
-                   "                            torch.nn.Identity())  # the loss goes here\n"
-                   "    return m, torch.randn(microbatch_size, 8192)\n")
+    src.write_text(
+        "import torch\n\ndef build(microbatch_size=4096):\n"
+        "    m = torch.nn.Sequential(torch.nn.Linear(8192, 8192, bias=False),\n"
+        "                            torch.nn.Identity())  # the loss goes here\n"
+        "    return m, torch.randn(microbatch_size, 8192)\n"
+    )
     t = fake_profile_user_model(f"{src}:build", gpu_name="dgx-h100", dtype="bf16")
     flops = 2 * 4096 * 8192 * 8192
     assert t.layers[0].flops == flops
@@ -215,9 +271,18 @@ def test_single_gemm_roofline(tmp_path: Path) -> None:
 
 # --- Kineto ----------------------------------------------------------------------------------
 
+
 def _ev(name: str, cat: str, ts: float, dur: float, tid: int = 1, **args: object) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
-            "args": args}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
 def test_kineto_cpu_hand_written_log(tmp_path: Path) -> None:
@@ -230,8 +295,13 @@ def test_kineto_cpu_hand_written_log(tmp_path: Path) -> None:
             _ev("aten::mm", "cpu_op", t0 + 20, 50, **{"Sequence number": seq}),
             _ev("b", "user_annotation", t0 + 120, 40),
             _ev("aten::relu", "cpu_op", t0 + 125, 10, **{"Sequence number": seq + 1}),
-            _ev(bw + "ReluBackward0", "cpu_op", t0 + 300, 30 + step * 10,
-                **{"Sequence number": seq + 1}),
+            _ev(
+                bw + "ReluBackward0",
+                "cpu_op",
+                t0 + 300,
+                30 + step * 10,
+                **{"Sequence number": seq + 1},
+            ),
             _ev(bw + "MmBackward0", "cpu_op", t0 + 340, 80, **{"Sequence number": seq}),
         ]
     path = tmp_path / "k.json"
@@ -259,8 +329,9 @@ def test_kineto_gpu_counts_kernels_by_correlation(tmp_path: Path) -> None:
         _ev("gemm_dw", "kernel", 530, 35, tid=7, correlation=9),
     ]
     path = tmp_path / "k.json"
-    path.write_text(json.dumps({"traceEvents": events,
-                                "deviceProperties": [{"name": "NVIDIA H100 80GB HBM3"}]}))
+    path.write_text(
+        json.dumps({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100 80GB HBM3"}]})
+    )
     t = read_kineto(path, microbatch_size=1)
     assert t.layers[0].fwd_s == pytest.approx(30e-6) and t.layers[0].bwd_s == pytest.approx(60e-6)
     assert t.device == "NVIDIA H100 80GB HBM3"
@@ -280,11 +351,29 @@ def test_kineto_real_profiler_trace(tmp_path: Path) -> None:
                     h = layer(h)
             loss(h, y).backward()
     prof.export_chrome_trace(str(tmp_path / "k.json"))
-    code, out = _cli("profile", "--model", f"{CNN}:build", "-b", 2, "--for-gpu", "H100",
-                     "--out", tmp_path / "bytes")
+    code, out = _cli(
+        "profile",
+        "--model",
+        f"{CNN}:build",
+        "-b",
+        2,
+        "--for-gpu",
+        "H100",
+        "--out",
+        tmp_path / "bytes",
+    )
     assert code == 0, out
-    code, out = _cli("trace", "import-kineto", tmp_path / "k.json", "-b", 2, "--out",
-                     tmp_path / "imp", "--bytes-from", tmp_path / "bytes.csv")
+    code, out = _cli(
+        "trace",
+        "import-kineto",
+        tmp_path / "k.json",
+        "-b",
+        2,
+        "--out",
+        tmp_path / "imp",
+        "--bytes-from",
+        tmp_path / "bytes.csv",
+    )
     assert code == 0, out
     df = pd.read_csv(tmp_path / "imp.csv")
     assert list(df.name) == ["stem", "block1", "block2", "block3", "head"]
@@ -292,6 +381,7 @@ def test_kineto_real_profiler_trace(tmp_path: Path) -> None:
 
 
 # --- Hugging Face ---------------------------------------------------------------------------
+
 
 def test_hf_chain_equals_the_hf_model(tmp_path: Path) -> None:
     pytest.importorskip("transformers")  # the optional extra: pip install -e '.[hf]'
@@ -307,8 +397,19 @@ def test_hf_chain_equals_the_hf_model(tmp_path: Path) -> None:
         ref = model(ids).logits
         chain = HFChain(model)(ids)
     torch.testing.assert_close(chain, ref)
-    code, out = _cli("profile", "--model", cfg, "--seq-len", 16, "-b", 2, "--for-gpu", "H100",
-                     "--out", tmp_path / "hf")
+    code, out = _cli(
+        "profile",
+        "--model",
+        cfg,
+        "--seq-len",
+        16,
+        "-b",
+        2,
+        "--for-gpu",
+        "H100",
+        "--out",
+        tmp_path / "hf",
+    )
     assert code == 0, out
     df = pd.read_csv(tmp_path / "hf.csv")
     assert list(df.name) == ["embed", "layer0", "layer1", "layer2", "layer3", "norm", "lm_head"]
@@ -319,8 +420,19 @@ def test_hf_chain_equals_the_hf_model(tmp_path: Path) -> None:
 def test_llama2_7b_for_h100_without_a_gpu(tmp_path: Path) -> None:
     """6.7 B parameters under fake tensors: no memory for weights, closed-form counts."""
     pytest.importorskip("transformers")
-    code, out = _cli("profile", "--model", ROOT / "examples/hf/llama2-7b-config.json",
-                     "--seq-len", 4096, "-b", 1, "--for-gpu", "H100", "--out", tmp_path / "l7")
+    code, out = _cli(
+        "profile",
+        "--model",
+        ROOT / "examples/hf/llama2-7b-config.json",
+        "--seq-len",
+        4096,
+        "-b",
+        1,
+        "--for-gpu",
+        "H100",
+        "--out",
+        tmp_path / "l7",
+    )
     assert code == 0, out
     df = pd.read_csv(tmp_path / "l7.csv")
     h, f, v, n, s = 4096, 11008, 32000, 32, 4096
@@ -332,21 +444,37 @@ def test_llama2_7b_for_h100_without_a_gpu(tmp_path: Path) -> None:
 
 # --- profile -> simulate -> replay on 2 CPU ranks -------------------------------------------
 
+
 def _profile_run_validate(tmp_path: Path, model: str, extra: list, b: int) -> pd.DataFrame:
-    code, out = _cli("profile", "--model", model, *extra, "-b", b, "--reps", 3, "--out",
-                     tmp_path / "m")
+    code, out = _cli(
+        "profile", "--model", model, *extra, "-b", b, "--reps", 3, "--out", tmp_path / "m"
+    )
     assert code == 0, out
-    exp = {"name": "mine", "hardware": str(ROOT / "experiments/hardware/cpu-2rank.yaml"),
-           "models": [{"name": "mine", "trace": "m.csv", "global_batch": 4 * b,
-                       "microbatch_size": b}],
-           "training": {"optimizer": "sgd"},
-           "sweep": {"schedule": ["gpipe", "1f1b"], "stages": 2}}
+    exp = {
+        "name": "mine",
+        "hardware": str(ROOT / "experiments/hardware/cpu-2rank.yaml"),
+        "models": [{"name": "mine", "trace": "m.csv", "global_batch": 4 * b, "microbatch_size": b}],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": 2},
+    }
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
-    code, out = _cli("run", tmp_path / "exp.yaml", "--out", tmp_path / "out", "--jobs", 1,
-                     "--no-plots")
+    code, out = _cli(
+        "run", tmp_path / "exp.yaml", "--out", tmp_path / "out", "--jobs", 1, "--no-plots"
+    )
     assert code == 0, out
-    code, out = _cli("validate", tmp_path / "out" / "winner.yaml", "--nproc", 2, "-s", "gpipe",
-                     "-s", "1f1b", "--iterations", 2, "--torch-builtin")
+    code, out = _cli(
+        "validate",
+        tmp_path / "out" / "winner.yaml",
+        "--nproc",
+        2,
+        "-s",
+        "gpipe",
+        "-s",
+        "1f1b",
+        "--iterations",
+        2,
+        "--torch-builtin",
+    )
     assert code == 0, out
     return pd.read_csv(tmp_path / "out" / "validation.csv")
 
@@ -354,8 +482,9 @@ def _profile_run_validate(tmp_path: Path, model: str, extra: list, b: int) -> pd
 def _first_loss(ref: str, loss_ref: str, b: int, layers: tuple | None) -> float:
     from backends.torch.user_profile import prepare
 
-    spec, um, chain, outs = prepare(ref, layers=layers, loss=loss_ref, microbatch_size=b,
-                                    dtype="fp32")
+    spec, um, chain, outs = prepare(
+        ref, layers=layers, loss=loss_ref, microbatch_size=b, dtype="fp32"
+    )
     from backends.torch.user_model import load_loss
 
     return float(load_loss(spec)(outs[-1], um.target))
@@ -384,9 +513,19 @@ def test_profile_simulate_replay_user_model(tmp_path: Path, which: str) -> None:
     trace_model = yaml.safe_load((tmp_path / "m.yaml").read_text())["provenance"]["model"]
     expected = _first_loss(model, loss_ref, b, layers)
     for backend in ("ours", "torch"):
-        res = replay(ReplayJob(model=trace_model, stages=2, microbatches=2, microbatch_size=b,
-                               iterations=1, warmup_iterations=0, backend=backend,
-                               timeout_s=120, pg_timeout_s=60))
+        res = replay(
+            ReplayJob(
+                model=trace_model,
+                stages=2,
+                microbatches=2,
+                microbatch_size=b,
+                iterations=1,
+                warmup_iterations=0,
+                backend=backend,
+                timeout_s=120,
+                pg_timeout_s=60,
+            )
+        )
         assert res.losses[0] == pytest.approx(expected, rel=1e-5)
 
 
@@ -398,13 +537,23 @@ def test_user_model_replays_memory_policies(tmp_path: Path) -> None:
     from backends.torch.user_profile import prepare
 
     spec, *_ = prepare(
-        f"{LLAMA}:build", layers=LLAMA_LAYERS, loss=f"{LLAMA}:loss", microbatch_size=2,
-        dtype="fp32")
+        f"{LLAMA}:build", layers=LLAMA_LAYERS, loss=f"{LLAMA}:loss", microbatch_size=2, dtype="fp32"
+    )
     peaks, losses = {}, {}
     for policy in ("none", "recompute", "cpu_swap"):
-        res = replay(ReplayJob(model=spec.to_dict(), stages=2, microbatches=2,
-                               microbatch_size=2, iterations=1, warmup_iterations=0,
-                               memory_policy=policy, timeout_s=120, pg_timeout_s=60))
+        res = replay(
+            ReplayJob(
+                model=spec.to_dict(),
+                stages=2,
+                microbatches=2,
+                microbatch_size=2,
+                iterations=1,
+                warmup_iterations=0,
+                memory_policy=policy,
+                timeout_s=120,
+                pg_timeout_s=60,
+            )
+        )
         assert res.all_actions_done
         peaks[policy] = [m["act_peak_bytes"] for m in res.memory]
         losses[policy] = res.losses
@@ -416,13 +565,26 @@ def test_user_model_replays_memory_policies(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_concurrent_profile_of_a_user_model(tmp_path: Path) -> None:
-    code, out = _cli("profile", "--model", f"{CNN}:nothing", "--concurrent", 2, "--out",
-                     tmp_path / "t")
+    code, out = _cli(
+        "profile", "--model", f"{CNN}:nothing", "--concurrent", 2, "--out", tmp_path / "t"
+    )
     assert code == 2 and "nothing" in out, out  # checked before any process starts
-    code, out = _cli("profile", "--model", f"{CNN}:build", "--loss", f"{CNN}:loss", "-b", 2,
-                     "--reps", 1, "--concurrent", 2, "--out", tmp_path / "c")
+    code, out = _cli(
+        "profile",
+        "--model",
+        f"{CNN}:build",
+        "--loss",
+        f"{CNN}:loss",
+        "-b",
+        2,
+        "--reps",
+        1,
+        "--concurrent",
+        2,
+        "--out",
+        tmp_path / "c",
+    )
     assert code == 0, out
     meta = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert meta["provenance"]["concurrent_copies"] == 2
-    assert meta["provenance"]["model"]["layers"] == ["stem", "block1", "block2", "block3",
-                                                     "head"]
+    assert meta["provenance"]["model"]["layers"] == ["stem", "block1", "block2", "block3", "head"]

@@ -27,11 +27,29 @@ def _ok(*args):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_profile_simulate_replay_compare(tmp_path):
-    _ok("profile", "--out", tmp_path / "tiny", "--layers", 2, "--hidden", 64, "--heads", 2,
-        "--seq-len", 32, "--vocab", 128, "-b", 2, "--reps", 3)
+    _ok(
+        "profile",
+        "--out",
+        tmp_path / "tiny",
+        "--layers",
+        2,
+        "--hidden",
+        64,
+        "--heads",
+        2,
+        "--seq-len",
+        32,
+        "--vocab",
+        128,
+        "-b",
+        2,
+        "--reps",
+        3,
+    )
     _ok("calibrate", "--out", tmp_path / "hw.yaml", "--nproc", 2)
     exp = {
-        "name": "tiny", "hardware": "hw.yaml",
+        "name": "tiny",
+        "hardware": "hw.yaml",
         "models": [{"name": "tiny", "trace": "tiny.csv", "global_batch": 8}],
         "training": {"optimizer": "sgd"},
         "sweep": {"schedule": ["gpipe", "1f1b"], "stages": 2, "microbatch_size": 2},
@@ -39,20 +57,43 @@ def test_profile_simulate_replay_compare(tmp_path):
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
     _ok("run", tmp_path / "exp.yaml", "--out", tmp_path / "out", "--jobs", 1, "--no-plots")
     winner = tmp_path / "out" / "winner.yaml"
-    out = _ok("validate", winner, "--nproc", 2, "--device", "cpu", "-s", "gpipe", "-s", "1f1b",
-              "-s", "pipedream_2bw", "--iterations", 2, "--torch-builtin")
+    out = _ok(
+        "validate",
+        winner,
+        "--nproc",
+        2,
+        "--device",
+        "cpu",
+        "-s",
+        "gpipe",
+        "-s",
+        "1f1b",
+        "-s",
+        "pipedream_2bw",
+        "--iterations",
+        2,
+        "--torch-builtin",
+    )
     assert "mean absolute percentage error" in out
     df = pd.read_csv(tmp_path / "out" / "validation.csv")
-    for col in ("schedule", "microbatches", "measured_iteration_s", "predicted_iteration_s",
-                "error", "measured_peak_bytes", "predicted_peak_bytes"):
+    for col in (
+        "schedule",
+        "microbatches",
+        "measured_iteration_s",
+        "predicted_iteration_s",
+        "error",
+        "measured_peak_bytes",
+        "predicted_peak_bytes",
+    ):
         assert col in df.columns
     assert sorted(df.schedule.unique()) == ["1f1b", "gpipe", "pipedream_2bw"]
     assert set(df.runtime) == {"ours", "torch"}
     assert df.all_actions_done.all() and df.losses_finite.all()
     assert (df.measured_iteration_s > 0).all() and (df.predicted_iteration_s > 0).all()
     row = df.iloc[0]
-    assert row.error == pytest.approx((row.predicted_iteration_s - row.measured_iteration_s)
-                                      / row.measured_iteration_s)
+    assert row.error == pytest.approx(
+        (row.predicted_iteration_s - row.measured_iteration_s) / row.measured_iteration_s
+    )
     assert all(math.isfinite(x) for x in df.error)
     _assert_errors_bounded(df)
     measured = json.loads((tmp_path / "out" / "measured-1f1b-m4.json").read_text())
@@ -84,8 +125,10 @@ ACTION_RATIO = (1 / 3, 5.0)
 
 def _assert_errors_bounded(df: pd.DataFrame) -> None:
     for r in df.itertuples():
-        where = f"{r.schedule}/{r.runtime}: measured {r.measured_iteration_s:.4f} s, " \
-                f"predicted {r.predicted_iteration_s:.4f} s"
+        where = (
+            f"{r.schedule}/{r.runtime}: measured {r.measured_iteration_s:.4f} s, "
+            f"predicted {r.predicted_iteration_s:.4f} s"
+        )
         assert MIN_ERROR <= r.error <= MAX_OVER_PREDICTION, where
         assert abs(r.memory_error) <= MAX_MEMORY_ERROR, (r.schedule, r.runtime, r.memory_error)
 
@@ -94,19 +137,26 @@ def _assert_actions_near_profile(timeline: dict, profile: pd.DataFrame, boundari
     ends = [*boundaries[1:], len(profile)]
     for rank, (a, e) in enumerate(zip(boundaries, ends, strict=True)):
         for op, column in (("F", "fwd_s"), ("B", "bwd_s")):
-            spans = [ev["dur"] * 1e-6 for ev in timeline["traceEvents"]
-                     if ev.get("ph") == "X" and ev.get("pid") == rank
-                     and ev.get("cat") == "compute" and ev.get("name", "")[1:2] == op]
+            spans = [
+                ev["dur"] * 1e-6
+                for ev in timeline["traceEvents"]
+                if ev.get("ph") == "X"
+                and ev.get("pid") == rank
+                and ev.get("cat") == "compute"
+                and ev.get("name", "")[1:2] == op
+            ]
             assert spans, (rank, op)
             ratio = min(spans) / profile[column].iloc[a:e].sum()
             assert ACTION_RATIO[0] <= ratio <= ACTION_RATIO[1], (rank, op, ratio)
 
 
 def test_validate_rejects_trace_without_model(tmp_path):
-    exp = {"name": "x", "hardware": "dgx1-v100-16gb",
-           "models": [{"name": "g", "trace": "gnmt16", "global_batch": 128,
-                       "microbatch_size": 64}],
-           "sweep": {"schedule": "gpipe", "stages": 2}}
+    exp = {
+        "name": "x",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "g", "trace": "gnmt16", "global_batch": 128, "microbatch_size": 64}],
+        "sweep": {"schedule": "gpipe", "stages": 2},
+    }
     (tmp_path / "x.yaml").write_text(yaml.safe_dump(exp))
     res = runner.invoke(app, ["validate", str(tmp_path / "x.yaml")])
     assert res.exit_code == 2 and "sim profile" in res.output, res.output
@@ -117,16 +167,27 @@ def test_validate_rejects_a_grid(tmp_path):
     assert res.exit_code == 2 and "validate takes one" in res.output, res.output
 
 
-@pytest.mark.parametrize("policy,named", [("d2d_swap", "d2d_swap"), ("none|chunked", "chunked"),
-                                          ("zero_offload", "zero_offload")])
+@pytest.mark.parametrize(
+    "policy,named",
+    [("d2d_swap", "d2d_swap"), ("none|chunked", "chunked"), ("zero_offload", "zero_offload")],
+)
 def test_validate_refuses_a_policy_the_replay_cannot_run(tmp_path, policy, named):
     """Exit 2 naming the option, before any rank starts (no validation.csv written)."""
     root = Path(__file__).resolve().parents[1]
-    exp = {"name": "x", "hardware": str(root / "experiments" / "hardware" / "cpu-2rank.yaml"),
-           "models": [{"name": "g", "trace": str(root / "traces" / "gpt-tiny-cpu.csv"),
-                       "global_batch": 8, "microbatch_size": 2}],
-           "training": {"optimizer": "adam"},  # chunked with sgd crashes the simulator (reported)
-           "sweep": {"schedule": "gpipe", "stages": 2, "memory_policy": policy}}
+    exp = {
+        "name": "x",
+        "hardware": str(root / "experiments" / "hardware" / "cpu-2rank.yaml"),
+        "models": [
+            {
+                "name": "g",
+                "trace": str(root / "traces" / "gpt-tiny-cpu.csv"),
+                "global_batch": 8,
+                "microbatch_size": 2,
+            }
+        ],
+        "training": {"optimizer": "adam"},  # chunked with sgd crashes the simulator (reported)
+        "sweep": {"schedule": "gpipe", "stages": 2, "memory_policy": policy},
+    }
     (tmp_path / "x.yaml").write_text(yaml.safe_dump(exp))
     res = runner.invoke(app, ["validate", str(tmp_path / "x.yaml"), "--nproc", "2"])
     assert res.exit_code == 2, res.output

@@ -47,9 +47,18 @@ from backends.torch.launch import run_ranks
 from backends.torch.profile import cpu_model_name, device_model_name, time_call
 from backends.torch.worker import RankContext
 
-GEMM_SHAPES = ((256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-               (8192, 8192, 8192), (2048, 4096, 4096), (2048, 11008, 4096), (2048, 4096, 11008),
-               (512, 4096, 4096), (128, 4096, 4096))
+GEMM_SHAPES = (
+    (256, 256, 256),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (2048, 4096, 4096),
+    (2048, 11008, 4096),
+    (2048, 4096, 11008),
+    (512, 4096, 4096),
+    (128, 4096, 4096),
+)
 """``(m, n, k)`` of the GEMM-by-shape table: square sizes and Llama-2-7B projections at
 2048 / 512 / 128 tokens."""
 
@@ -126,8 +135,9 @@ def _host_copies(dev: torch.device, sizes: list[int], reps: int) -> dict[str, li
     return res
 
 
-def gemm_by_shape(dev: torch.device, dtype: torch.dtype, shapes, reps: int = 5
-                  ) -> list[dict[str, float]]:
+def gemm_by_shape(
+    dev: torch.device, dtype: torch.dtype, shapes, reps: int = 5
+) -> list[dict[str, float]]:
     """Achieved FLOP/s of ``[m, k] @ [k, n]`` for each ``(m, n, k)`` in ``shapes``.
 
     Returns:
@@ -153,8 +163,7 @@ def kernel_overhead_s(dev: torch.device, launches: int = 200) -> float:
     return time_call(loop, dev, reps=5) / launches
 
 
-def cpu_adam_rate(params: int = 2**24, reps: int = 5, threads: int | None = None
-                  ) -> dict[str, Any]:
+def cpu_adam_rate(params: int = 2**24, reps: int = 5, threads: int | None = None) -> dict[str, Any]:
     """Parameters per second of one CPU ``torch.optim.Adam`` step over ``params`` fp32 values.
 
     Uses ``fused=True`` when this torch supports fused Adam on CPU, else ``foreach=True``.
@@ -176,8 +185,13 @@ def cpu_adam_rate(params: int = 2**24, reps: int = 5, threads: int | None = None
             opt = torch.optim.Adam([p], lr=1e-3, foreach=True)
             impl = "foreach"
         t = time_call(opt.step, torch.device("cpu"), reps=reps)
-        return {"params_per_s": params / t, "params": params, "seconds": t,
-                "implementation": impl, "threads": torch.get_num_threads()}
+        return {
+            "params_per_s": params / t,
+            "params": params,
+            "seconds": t,
+            "implementation": impl,
+            "threads": torch.get_num_threads(),
+        }
     finally:
         torch.set_num_threads(old)
 
@@ -290,12 +304,14 @@ def _links(ranks: list[dict[str, Any]], device: str, host_sizes: list[int]) -> l
 
 
 def _gemm_summary(rank: dict[str, Any]) -> str:
-    return ", ".join(f"{g['m']}x{g['n']}x{g['k']}: {g['flops_per_s'] / 1e12:.3g}"
-                     for g in rank["gemm_by_shape"])
+    return ", ".join(
+        f"{g['m']}x{g['n']}x{g['k']}: {g['flops_per_s'] / 1e12:.3g}" for g in rank["gemm_by_shape"]
+    )
 
 
-def _compute_fields(ranks: list[dict[str, Any]], kind: str, threads: int,
-                    flops: float) -> dict[str, Any]:
+def _compute_fields(
+    ranks: list[dict[str, Any]], kind: str, threads: int, flops: float
+) -> dict[str, Any]:
     """The compute-model keys of the ``gpu`` mapping (module doc); effective numbers, so the
     efficiencies are 1."""
     out: dict[str, Any] = {
@@ -354,8 +370,12 @@ def calibrate(
         "host_sizes": host_sizes,
         "matmul_n": matmul_n or (8192 if kind == "cuda" else 1024),
         "copy_bytes": 2**30 if kind == "cuda" else 2**26,
-        "gemm_shapes": [list(x) for x in (GEMM_SHAPES if kind == "cuda" else
-                                          [(64, 64, 64), (256, 256, 256), (512, 512, 512)])],
+        "gemm_shapes": [
+            list(x)
+            for x in (
+                GEMM_SHAPES if kind == "cuda" else [(64, 64, 64), (256, 256, 256), (512, 512, 512)]
+            )
+        ],
     }
     ranks = run_ranks(
         "backends.torch.calibrate:run_rank",
@@ -394,8 +414,13 @@ def calibrate(
             **_compute_fields(ranks, kind, rank_threads, flops),
         },
         "num_gpus": nproc,
-        "hosts": [{"name": "cpu0", "dram": f"{_host_ram_bytes() / 2**30:.3f} GiB",
-                   "adam_params_per_s": float(f"{adam['params_per_s']:.4g}")}],
+        "hosts": [
+            {
+                "name": "cpu0",
+                "dram": f"{_host_ram_bytes() / 2**30:.3f} GiB",
+                "adam_params_per_s": float(f"{adam['params_per_s']:.4g}"),
+            }
+        ],
         "gpu_hosts": ["cpu0"] * nproc,
         "links": _links(ranks, kind, host_sizes),
     }

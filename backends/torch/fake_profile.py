@@ -42,10 +42,12 @@ from backends.torch.user_spec import UserModelSpec
 from sim.errors import InputError
 from sim.trace.schema import LayerProfile, Trace
 
-ROOFLINE_NOTE = ("times: roofline per aten operator, max(flops / peak_flops, bytes / "
-                 "hbm_bandwidth), at the preset's dense fp16/bf16 peak and HBM bandwidth "
-                 "(hardware.md §1); an upper bound on speed (real GEMMs reach ~60-75 % of peak, "
-                 "launch overheads ignored); sim.compute (the compute model) will replace it")
+ROOFLINE_NOTE = (
+    "times: roofline per aten operator, max(flops / peak_flops, bytes / "
+    "hbm_bandwidth), at the preset's dense fp16/bf16 peak and HBM bandwidth "
+    "(hardware.md §1); an upper bound on speed (real GEMMs reach ~60-75 % of peak, "
+    "launch overheads ignored); sim.compute (the compute model) will replace it"
+)
 
 
 def op_time_s(flops: float, nbytes: float, peak_flops: float, hbm_bandwidth_Bps: float) -> float:
@@ -73,8 +75,9 @@ def _cpu_flash_flops(packet: Any, args: tuple) -> float | None:
     if packet is aten._scaled_dot_product_flash_attention_for_cpu:
         return float(sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape))
     if packet is aten._scaled_dot_product_flash_attention_for_cpu_backward:
-        return float(sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape,
-                                              args[3].shape))
+        return float(
+            sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape, args[3].shape)
+        )
     return None
 
 
@@ -105,8 +108,11 @@ class OpCounter(TorchDispatchMode):
         packet = func._overloadpacket
         flops = _cpu_flash_flops(packet, args)
         if flops is None:
-            flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) \
-                if packet in flop_registry else 0.0
+            flops = (
+                float(flop_registry[packet](*args, **kwargs, out_val=out))
+                if packet in flop_registry
+                else 0.0
+            )
         nbytes = 0.0
         if func.namespace == "aten" and not _is_view(func):
             name = packet.__name__
@@ -165,12 +171,16 @@ def resolve_gpu(name: str) -> tuple[str, Any]:
         return next(iter(hits.values()))
     models = sorted({load_hardware(p).gpu(0).model for p in list_presets()})
     what = f"matches several GPUs ({', '.join(sorted(hits))})" if hits else "matches no preset"
-    raise InputError(f"{name!r} {what}; name a preset ({', '.join(list_presets())}) or one of "
-                     f"{', '.join(models)}", field="--for-gpu")
+    raise InputError(
+        f"{name!r} {what}; name a preset ({', '.join(list_presets())}) or one of "
+        f"{', '.join(models)}",
+        field="--for-gpu",
+    )
 
 
-def _fake_layer(name: str, fn: Any, params: list, x: torch.Tensor, last: bool,
-                peak: float, bw: float) -> LayerProfile:
+def _fake_layer(
+    name: str, fn: Any, params: list, x: torch.Tensor, last: bool, peak: float, bw: float
+) -> LayerProfile:
     x = x.detach().requires_grad_(x.is_floating_point())
     saved = FakeSavedBytes(params)
     fwd = OpCounter(peak, bw)
@@ -180,16 +190,30 @@ def _fake_layer(name: str, fn: Any, params: list, x: torch.Tensor, last: bool,
     if y.requires_grad:
         with bwd:
             torch.autograd.backward(y, None if y.dim() == 0 else torch.ones_like(y))
-    return LayerProfile(name=name, fwd_s=fwd.time_s, bwd_s=bwd.time_s,
-                        param_bytes=float(tensor_bytes(params)), act_bytes=float(saved.nbytes),
-                        out_bytes=0.0 if last else float(tensor_bytes([y])),
-                        flops=fwd.flops)
+    return LayerProfile(
+        name=name,
+        fwd_s=fwd.time_s,
+        bwd_s=bwd.time_s,
+        param_bytes=float(tensor_bytes(params)),
+        act_bytes=float(saved.nbytes),
+        out_bytes=0.0 if last else float(tensor_bytes([y])),
+        flops=fwd.flops,
+    )
 
 
-def fake_profile_user_model(source: str, *, gpu_name: str, layers: tuple[str, ...] | None = None,
-                            loss: str | None = None, microbatch_size: int | None = None,
-                            dtype: str = "bf16", seed: int = 0, name: str = "model",
-                            kwargs: dict[str, Any] | None = None, path: Any = None) -> Trace:
+def fake_profile_user_model(
+    source: str,
+    *,
+    gpu_name: str,
+    layers: tuple[str, ...] | None = None,
+    loss: str | None = None,
+    microbatch_size: int | None = None,
+    dtype: str = "bf16",
+    seed: int = 0,
+    name: str = "model",
+    kwargs: dict[str, Any] | None = None,
+    path: Any = None,
+) -> Trace:
     """A trace of a user's model for the GPU ``gpu_name``, computed under fake tensors.
 
     Args:
@@ -210,36 +234,64 @@ def fake_profile_user_model(source: str, *, gpu_name: str, layers: tuple[str, ..
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     if dtype not in ("bf16", "fp16"):
-        raise InputError(f"--for-gpu models the fp16/bf16 tensor peak of the presets; {dtype} "
-                         "has no peak there yet: use --dtype bf16 or fp16", field="--dtype")
+        raise InputError(
+            f"--for-gpu models the fp16/bf16 tensor peak of the presets; {dtype} "
+            "has no peak there yet: use --dtype bf16 or fp16",
+            field="--dtype",
+        )
     preset, gpu = resolve_gpu(gpu_name)
-    spec = UserModelSpec(source=source, loss=loss, seed=seed, kwargs=dict(kwargs or {}),
-                         name=name, resolved=_abs(source), loss_resolved=_abs(loss))
+    spec = UserModelSpec(
+        source=source,
+        loss=loss,
+        seed=seed,
+        kwargs=dict(kwargs or {}),
+        name=name,
+        resolved=_abs(source),
+        loss_resolved=_abs(loss),
+    )
     with FakeTensorMode(allow_non_fake_inputs=True):
         um = build_user_model(spec, microbatch_size=microbatch_size, dtype=dtype)
         chain = chain_layers(um.model, layers)
         out = _fake_chain(spec, um, chain, gpu.peak_flops, gpu.hbm_bandwidth_Bps)
-    spec = UserModelSpec(**{**spec.__dict__, "layers": tuple(n for n, _ in chain),
-                            "takes_microbatch_size": um.takes_microbatch_size,
-                            "microbatch_size": um.microbatch_size})
+    spec = UserModelSpec(
+        **{
+            **spec.__dict__,
+            "layers": tuple(n for n, _ in chain),
+            "takes_microbatch_size": um.takes_microbatch_size,
+            "microbatch_size": um.microbatch_size,
+        }
+    )
     prov = {
         "source": "backends.torch.fake_profile.fake_profile_user_model",
         "command": " ".join(sys.argv),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "torch": str(torch.__version__), "method": "FakeTensorMode analysis, no device run",
-        "gpu": {"model": gpu.model, "preset": preset, "peak_flops": gpu.peak_flops,
-                "hbm_bandwidth_Bps": gpu.hbm_bandwidth_Bps},
+        "torch": str(torch.__version__),
+        "method": "FakeTensorMode analysis, no device run",
+        "gpu": {
+            "model": gpu.model,
+            "preset": preset,
+            "peak_flops": gpu.peak_flops,
+            "hbm_bandwidth_Bps": gpu.hbm_bandwidth_Bps,
+        },
         "compute_model": "roofline (backends.torch.fake_profile.op_time_s); sim.compute not "
-                         "used yet",
-        "microbatch_size": um.microbatch_size, "dtype": dtype, "model": spec.to_dict(),
+        "used yet",
+        "microbatch_size": um.microbatch_size,
+        "dtype": dtype,
+        "model": spec.to_dict(),
         "seed": seed,
         "notes": ROOFLINE_NOTE + "; flops: FlopCounterMode's formulas (forward); act_bytes: "
-                 "saved_tensors_hooks under fake tensors (per storage, parameters excluded); "
-                 "the last layer includes the loss"
-                 + ("" if loss else " (stand-in loss mean(output^2), an assumption)"),
+        "saved_tensors_hooks under fake tensors (per storage, parameters excluded); "
+        "the last layer includes the loss"
+        + ("" if loss else " (stand-in loss mean(output^2), an assumption)"),
     }
-    trace = Trace(name=name, layers=tuple(out), microbatch_size=um.microbatch_size, dtype=dtype,
-                  device=gpu.model, provenance=prov)
+    trace = Trace(
+        name=name,
+        layers=tuple(out),
+        microbatch_size=um.microbatch_size,
+        dtype=dtype,
+        device=gpu.model,
+        provenance=prov,
+    )
     if path is not None:
         from sim.trace.native import write_trace
 
@@ -255,8 +307,9 @@ def _fake_chain(spec: UserModelSpec, um: Any, chain: list, peak: float, bw: floa
     out = []
     for i, (name, layer) in enumerate(chain):
         last = i == len(chain) - 1
-        run_layer(i, name, layer, (x, *rest) if i == 0 else (x,),
-                  "--model" if i == 0 else "--layers")  # a clear error before the analysis
+        run_layer(
+            i, name, layer, (x, *rest) if i == 0 else (x,), "--model" if i == 0 else "--layers"
+        )  # a clear error before the analysis
 
         def fn(h: torch.Tensor, layer=layer, i=i, last=last) -> torch.Tensor:
             y = layer(h, *rest) if i == 0 else layer(h)
@@ -267,8 +320,11 @@ def _fake_chain(spec: UserModelSpec, um: Any, chain: list, peak: float, bw: floa
         except InputError:
             raise
         except Exception as exc:
-            raise InputError(f"layer {i} ({name!r}) cannot be analysed under fake tensors: "
-                             f"{type(exc).__name__}: {exc}", field="--for-gpu") from None
+            raise InputError(
+                f"layer {i} ({name!r}) cannot be analysed under fake tensors: "
+                f"{type(exc).__name__}: {exc}",
+                field="--for-gpu",
+            ) from None
         with torch.no_grad():
             x = layer(x, *rest) if i == 0 else layer(x)
     return out

@@ -46,8 +46,9 @@ class _Decoder(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
-        out = self.layer(h, attention_mask=None, position_ids=pos,
-                         position_embeddings=self.rotary(h, pos))
+        out = self.layer(
+            h, attention_mask=None, position_ids=pos, position_embeddings=self.rotary(h, pos)
+        )
         return out[0] if isinstance(out, tuple) else out
 
 
@@ -80,22 +81,24 @@ def load_config(path: str | Path) -> Any:
     try:
         import transformers
     except ImportError:
-        raise InputError("Hugging Face models need transformers: pip install -e '.[hf]'",
-                         field="--model") from None
+        raise InputError(
+            "Hugging Face models need transformers: pip install -e '.[hf]'", field="--model"
+        ) from None
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable config.json: {exc}", file=str(path),
-                         field="--model") from None
+        raise InputError(
+            f"not a readable config.json: {exc}", file=str(path), field="--model"
+        ) from None
     kind = data.pop("model_type", None) if isinstance(data, dict) else None
     if not isinstance(kind, str):
-        raise InputError("missing (e.g. \"model_type\": \"llama\")", file=str(path),
-                         field="model_type")
+        raise InputError('missing (e.g. "model_type": "llama")', file=str(path), field="model_type")
     try:
         return transformers.AutoConfig.for_model(kind, **data)
     except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"model_type {kind!r}: {exc}", file=str(path),
-                         field="model_type") from None
+        raise InputError(
+            f"model_type {kind!r}: {exc}", file=str(path), field="model_type"
+        ) from None
 
 
 def build(config: str, seq_len: int = 128, microbatch_size: int = 1):
@@ -111,13 +114,17 @@ def build(config: str, seq_len: int = 128, microbatch_size: int = 1):
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     except (ValueError, KeyError) as exc:
-        raise InputError(f"no causal-LM model for this config: {exc}", file=config,
-                         field="model_type") from None
+        raise InputError(
+            f"no causal-LM model for this config: {exc}", file=config, field="model_type"
+        ) from None
     missing = [p for p in LAYOUT if _get(model, p) is None]
     if missing:
-        raise InputError(f"{type(model).__name__} is not laid out like Llama (missing "
-                         f"{missing}); supported: decoders with {', '.join(LAYOUT)}",
-                         file=config, field="model_type")
+        raise InputError(
+            f"{type(model).__name__} is not laid out like Llama (missing "
+            f"{missing}); supported: decoders with {', '.join(LAYOUT)}",
+            file=config,
+            field="model_type",
+        )
     ids = torch.randint(0, cfg.vocab_size, (microbatch_size, seq_len + 1))
     return HFChain(model), ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 

@@ -32,8 +32,10 @@ def policy_problems(text: str, stages: int) -> list[str]:
         return [f"memory_policy: {exc.args[0]}"]
     other = sorted(spec.kinds() - set(POLICIES))
     if other:
-        return [f"memory_policy: {text!r} uses {', '.join(other)}; the torch replay runs only "
-                f"{', '.join(POLICIES)} (one per stage joined by '|')"]
+        return [
+            f"memory_policy: {text!r} uses {', '.join(other)}; the torch replay runs only "
+            f"{', '.join(POLICIES)} (one per stage joined by '|')"
+        ]
     return []
 
 
@@ -261,6 +263,11 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
         job=job.to_dict(),
         device_name=ranks[0].get("device_name", ""),
         wall_s=max(r["end"] for r in ranks) - min(r["start"] for r in ranks),
-        action_spans=[[(a, t0 - starts[0], tr - starts[0], t1 - starts[0])
-                       for a, t0, tr, t1 in r.get("spans", [])] for r in ranks],
+        action_spans=[
+            [
+                (a, t0 - starts[0], tr - starts[0], t1 - starts[0])
+                for a, t0, tr, t1 in r.get("spans", [])
+            ]
+            for r in ranks
+        ],
     )

@@ -175,7 +175,7 @@ def remove_stale_workdirs(root: str | os.PathLike[str] | None = None) -> list[Pa
     removed = []
     base = Path(root) if root is not None else Path(tempfile.gettempdir())
     for p in base.glob(f"{WORKDIR_PREFIX}*"):
-        pid = p.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        pid = p.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
         if p.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)

@@ -31,8 +31,9 @@ def parse_fqns(text: str | None) -> tuple[str, ...] | None:
     return names or None
 
 
-def chain_layers(model: nn.Module, fqns: Sequence[str] | None = None, *,
-                 field: str = "--layers") -> list[tuple[str, nn.Module]]:
+def chain_layers(
+    model: nn.Module, fqns: Sequence[str] | None = None, *, field: str = "--layers"
+) -> list[tuple[str, nn.Module]]:
     """The chain as ``(fqn, module)`` pairs, input side first.
 
     Args:
@@ -48,14 +49,20 @@ def chain_layers(model: nn.Module, fqns: Sequence[str] | None = None, *,
     if not fqns:
         chain = list(model.named_children())
         if not chain:
-            raise InputError(f"{type(model).__name__} has no child modules to use as layers; "
-                             "name the layers with --layers fqn1,fqn2,...", field=field)
+            raise InputError(
+                f"{type(model).__name__} has no child modules to use as layers; "
+                "name the layers with --layers fqn1,fqn2,...",
+                field=field,
+            )
         lists = [n for n, m in chain if isinstance(m, (nn.ModuleList, nn.ModuleDict))]
         if lists:
             names = ",".join(f"{n}.*" if n in lists else n for n, _ in chain)
-            raise InputError(f"top-level {', '.join(repr(n) for n in lists)} of "
-                             f"{type(model).__name__} is a container, not a layer; name the "
-                             f"chain, e.g. --layers '{names}'", field=field)
+            raise InputError(
+                f"top-level {', '.join(repr(n) for n in lists)} of "
+                f"{type(model).__name__} is a container, not a layer; name the "
+                f"chain, e.g. --layers '{names}'",
+                field=field,
+            )
         return chain
     known = [n for n, _ in model.named_modules() if n]
     out = []
@@ -66,8 +73,11 @@ def chain_layers(model: nn.Module, fqns: Sequence[str] | None = None, *,
             close = difflib.get_close_matches(fqn, known, n=4)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             top = ", ".join(n for n, _ in model.named_children())
-            raise InputError(f"layer {fqn!r} is not a module of {type(model).__name__}{hint} "
-                             f"(its top-level modules: {top})", field=field) from None
+            raise InputError(
+                f"layer {fqn!r} is not a module of {type(model).__name__}{hint} "
+                f"(its top-level modules: {top})",
+                field=field,
+            ) from None
     _check_disjoint([n for n, _ in out], field)
     return out
 
@@ -89,20 +99,23 @@ def expand_stars(model: nn.Module, fqns: Sequence[str], field: str = "--layers")
         except AttributeError:
             children = []
         if not children:
-            raise InputError(f"{fqn!r}: {parent!r} is not a module with children in "
-                             f"{type(model).__name__}", field=field)
+            raise InputError(
+                f"{fqn!r}: {parent!r} is not a module with children in {type(model).__name__}",
+                field=field,
+            )
         out += children
     return out
 
 
 def _check_disjoint(names: list[str], field: str) -> None:
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             if a == b:
                 raise InputError(f"layer {a!r} is named twice", field=field)
             if b.startswith(a + ".") or a.startswith(b + "."):
-                raise InputError(f"layers {a!r} and {b!r} overlap (one contains the other)",
-                                 field=field)
+                raise InputError(
+                    f"layers {a!r} and {b!r} overlap (one contains the other)", field=field
+                )
 
 
 def uncovered_parameters(model: nn.Module, chain: Sequence[tuple[str, nn.Module]]) -> list[str]:
@@ -111,8 +124,9 @@ def uncovered_parameters(model: nn.Module, chain: Sequence[tuple[str, nn.Module]
     return [n for n, p in model.named_parameters() if id(p) not in held]
 
 
-def run_layer(index: int, name: str, layer: nn.Module, inputs: tuple[torch.Tensor, ...],
-              option: str) -> torch.Tensor:
+def run_layer(
+    index: int, name: str, layer: nn.Module, inputs: tuple[torch.Tensor, ...], option: str
+) -> torch.Tensor:
     """``layer(*inputs)``, checked to return one tensor.
 
     Raises:
@@ -124,18 +138,27 @@ def run_layer(index: int, name: str, layer: nn.Module, inputs: tuple[torch.Tenso
     try:
         out = layer(*inputs)
     except Exception as exc:
-        raise InputError(f"layer {index} ({name!r}) failed on {what} of shape "
-                         f"{shapes[0] if len(shapes) == 1 else shapes}: {type(exc).__name__}: "
-                         f"{exc}", field=option) from None
+        raise InputError(
+            f"layer {index} ({name!r}) failed on {what} of shape "
+            f"{shapes[0] if len(shapes) == 1 else shapes}: {type(exc).__name__}: "
+            f"{exc}",
+            field=option,
+        ) from None
     if not isinstance(out, torch.Tensor):
-        raise InputError(f"layer {index} ({name!r}) returned a {type(out).__name__}; every layer "
-                         "of the chain must return one tensor (wrap it, or choose other "
-                         "--layers)", field="--layers")
+        raise InputError(
+            f"layer {index} ({name!r}) returned a {type(out).__name__}; every layer "
+            "of the chain must return one tensor (wrap it, or choose other "
+            "--layers)",
+            field="--layers",
+        )
     return out
 
 
-def run_chain(chain: Sequence[tuple[str, nn.Module]], sample: tuple[torch.Tensor, ...],
-              option: str = "--model") -> list[torch.Tensor]:
+def run_chain(
+    chain: Sequence[tuple[str, nn.Module]],
+    sample: tuple[torch.Tensor, ...],
+    option: str = "--model",
+) -> list[torch.Tensor]:
     """Every layer's output for ``sample`` (no autograd), checked as in :func:`run_layer`."""
     outs: list[torch.Tensor] = []
     x: tuple[torch.Tensor, ...] = sample
@@ -147,8 +170,9 @@ def run_chain(chain: Sequence[tuple[str, nn.Module]], sample: tuple[torch.Tensor
     return outs
 
 
-def forward_note(model: nn.Module, chain: Sequence[tuple[str, nn.Module]],
-                 sample: tuple[torch.Tensor, ...]) -> str | None:
+def forward_note(
+    model: nn.Module, chain: Sequence[tuple[str, nn.Module]], sample: tuple[torch.Tensor, ...]
+) -> str | None:
     """A note when ``model(*sample)`` differs from the chain's output (``None`` when equal).
 
     Both run in ``eval()`` mode (dropout off, batch norm on running statistics) and without
@@ -163,17 +187,23 @@ def forward_note(model: nn.Module, chain: Sequence[tuple[str, nn.Module]],
             with torch.no_grad():
                 ref = model(*sample)
         except Exception as exc:  # the model's own forward is optional
-            return (f"model(*sample) raised {type(exc).__name__}: {exc}; the chain of layers "
-                    "was profiled")
+            return (
+                f"model(*sample) raised {type(exc).__name__}: {exc}; the chain of layers "
+                "was profiled"
+            )
     finally:
         model.train(training)
     if not isinstance(ref, torch.Tensor):
         return None
     if ref.shape != out.shape:
-        return (f"model(*sample) has shape {list(ref.shape)} but the chain of layers gives "
-                f"{list(out.shape)}: the model's forward does more than chain its layers")
+        return (
+            f"model(*sample) has shape {list(ref.shape)} but the chain of layers gives "
+            f"{list(out.shape)}: the model's forward does more than chain its layers"
+        )
     if not torch.allclose(ref.float(), out.float(), rtol=1e-3, atol=1e-4):
         diff = (ref.float() - out.float()).abs().max().item()
-        return (f"model(*sample) differs from the chain of layers (max abs diff {diff:.3g}): "
-                "the model's forward does more than chain its layers")
+        return (
+            f"model(*sample) differs from the chain of layers (max abs diff {diff:.3g}): "
+            "the model's forward does more than chain its layers"
+        )
     return None

@@ -167,21 +167,35 @@ def replay_policy(text: str, stage: int, stages: int, is_block: Sequence[bool]) 
     if spec.kind == "none":
         return ReplayPolicy()
     if spec.kind == "recompute" and spec.mode == "selective":
-        return ReplayPolicy(notes=(f"{where} not replayed: the stage keeps every activation, as "
-                                   "'none' (the simulator drops and re-runs the attention core)",))
+        return ReplayPolicy(
+            notes=(
+                f"{where} not replayed: the stage keeps every activation, as "
+                "'none' (the simulator drops and re-runs the attention core)",
+            )
+        )
     if spec.kind == "recompute":
         first = n if spec.layers is None else min(spec.layers, n)
         others = [i for i in range(first) if i not in blocks]
-        notes = () if not others or spec.layers is None else (
-            f"{where}: checkpoints the blocks among the first {first} layers; the simulator also "
-            f"re-runs the non-block layers at positions {others}",)
+        notes = (
+            ()
+            if not others or spec.layers is None
+            else (
+                f"{where}: checkpoints the blocks among the first {first} layers; the simulator also "
+                f"re-runs the non-block layers at positions {others}",
+            )
+        )
         return ReplayPolicy(checkpoint=frozenset(i for i in blocks if i < first), notes=notes)
     if spec.kind == "cpu_swap":
         fraction = 1.0 if spec.fraction is None else spec.fraction
         k = round(fraction * n)
-        notes = () if k == n else (
-            f"{where}: saved tensors of the first {k} of {n} layers go to host (the simulator "
-            f"swaps {fraction:g} of the stash bytes)",)
+        notes = (
+            ()
+            if k == n
+            else (
+                f"{where}: saved tensors of the first {k} of {n} layers go to host (the simulator "
+                f"swaps {fraction:g} of the stash bytes)",
+            )
+        )
         return ReplayPolicy(swap=frozenset(range(k)), swap_loss=k == n, notes=notes)
     raise ValueError(f"{where}: the torch replay runs only none, recompute and cpu_swap")
 

@@ -63,12 +63,18 @@ def check_device(device: str, *, nproc: int = 1, option: str = "--device") -> No
     if kind == "cpu":
         return
     if torch.version.cuda is None:
-        raise InputError(f"this torch {torch.__version__} was built without CUDA; use --device "
-                         "cpu or install a CUDA build of torch", field=option)
+        raise InputError(
+            f"this torch {torch.__version__} was built without CUDA; use --device "
+            "cpu or install a CUDA build of torch",
+            field=option,
+        )
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        raise InputError("torch has CUDA but sees no GPU (check CUDA_VISIBLE_DEVICES and the "
-                         "driver); use --device cpu", field=option)
+        raise InputError(
+            "torch has CUDA but sees no GPU (check CUDA_VISIBLE_DEVICES and the "
+            "driver); use --device cpu",
+            field=option,
+        )
     if index and int(index) >= count:
         raise InputError(f"GPU {index} does not exist: {count} visible", field=option)
     if nproc > count:
@@ -291,9 +297,16 @@ def _provenance(
         "reps": reps,
         "threads": threads or torch.get_num_threads(),
         "model": spec.to_dict(),
-        "model_shape": {"kind": spec.kind, "hidden": spec.hidden, "heads": spec.heads,
-                        "seq_len": spec.seq_len, "vocab": spec.vocab, "ffn_mult": spec.ffn_mult,
-                        "attention": "flash", "dropout": False},
+        "model_shape": {
+            "kind": spec.kind,
+            "hidden": spec.hidden,
+            "heads": spec.heads,
+            "seq_len": spec.seq_len,
+            "vocab": spec.vocab,
+            "ffn_mult": spec.ffn_mult,
+            "attention": "flash",
+            "dropout": False,
+        },
         "seed": seed,
         "notes": "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
         "parameters excluded); head includes the cross-entropy loss",
@@ -321,5 +334,6 @@ def merge_sizes(traces: list[Trace]) -> Trace:
     first = traces[0]
     prov = dict(first.provenance, microbatch_sizes=sizes)
     prov.pop("microbatch_size", None)
-    return replace(first, provenance=prov, profiles={t.microbatch_size: t.layers
-                                                     for t in traces[1:]})
+    return replace(
+        first, provenance=prov, profiles={t.microbatch_size: t.layers for t in traces[1:]}
+    )

@@ -20,8 +20,7 @@ from typing import Any
 from sim.trace.schema import Trace
 
 
-def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict,
-           parent_pid: int) -> None:
+def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict, parent_pid: int) -> None:
     from sim.procs import die_with_parent
 
     die_with_parent(parent_pid)
@@ -34,9 +33,15 @@ def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict,
         queue.put((index, None, f"{type(exc).__name__}: {exc}"))
 
 
-def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None,
-                       timeout_s: float = 900.0, microbatch_sizes: list[int] | None = None,
-                       **kwargs: Any) -> Trace:
+def profile_concurrent(
+    spec: Any,
+    *,
+    copies: int,
+    path: str | Path | None = None,
+    timeout_s: float = 900.0,
+    microbatch_sizes: list[int] | None = None,
+    **kwargs: Any,
+) -> Trace:
     """Like :func:`backends.torch.profile.profile_model`, in ``copies`` simultaneous processes.
 
     Args:
@@ -63,9 +68,14 @@ def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None
         from backends.torch.profile import merge_sizes
 
         kwargs.pop("microbatch_size", None)
-        trace = merge_sizes([profile_concurrent(spec, copies=copies, timeout_s=timeout_s,
-                                                microbatch_size=b, **kwargs)
-                             for b in sorted(set(microbatch_sizes))])
+        trace = merge_sizes(
+            [
+                profile_concurrent(
+                    spec, copies=copies, timeout_s=timeout_s, microbatch_size=b, **kwargs
+                )
+                for b in sorted(set(microbatch_sizes))
+            ]
+        )
         if path is not None:
             from sim.trace.native import write_trace
 
@@ -76,9 +86,10 @@ def profile_concurrent(spec: Any, *, copies: int, path: str | Path | None = None
         return profile_model(spec, path=path, **kwargs)
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(copies), ctx.Queue()
-    procs = [ctx.Process(target=_child,
-                         args=(barrier, queue, i, spec.to_dict(), kwargs, os.getpid()))
-             for i in range(copies)]
+    procs = [
+        ctx.Process(target=_child, args=(barrier, queue, i, spec.to_dict(), kwargs, os.getpid()))
+        for i in range(copies)
+    ]
     for p in procs:
         p.start()
     try:
@@ -108,15 +119,19 @@ def _median(values: list[float | None]) -> float | None:
 def _combine(traces: list[Trace]) -> Trace:
     layers = []
     for parts in zip(*(t.layers for t in traces), strict=True):
-        layers.append(replace(
-            parts[0],
-            fwd_s=statistics.median(p.fwd_s for p in parts),
-            bwd_s=statistics.median(p.bwd_s for p in parts),
-            bwd_input_s=_median([p.bwd_input_s for p in parts]),
-            bwd_weight_s=_median([p.bwd_weight_s for p in parts]),
-        ))
+        layers.append(
+            replace(
+                parts[0],
+                fwd_s=statistics.median(p.fwd_s for p in parts),
+                bwd_s=statistics.median(p.bwd_s for p in parts),
+                bwd_input_s=_median([p.bwd_input_s for p in parts]),
+                bwd_weight_s=_median([p.bwd_weight_s for p in parts]),
+            )
+        )
     prov = dict(traces[0].provenance)
     prov["concurrent_copies"] = len(traces)
-    prov["notes"] = (prov.get("notes", "") + f"; profiled by {len(traces)} simultaneous "
-                     "processes (the replay's layout), per-layer median over the copies")
+    prov["notes"] = (
+        prov.get("notes", "") + f"; profiled by {len(traces)} simultaneous "
+        "processes (the replay's layout), per-layer median over the copies"
+    )
     return replace(traces[0], layers=tuple(layers), provenance=prov)

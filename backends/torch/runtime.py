@@ -53,9 +53,15 @@ def user_stage(job: ReplayJob, rank: int) -> Any:
     """This rank's stage of a user's model (:mod:`backends.torch.user_stage`)."""
     from backends.torch.user_stage import build_user_stage
 
-    return build_user_stage(job.model, job.boundaries, rank, job.stages,
-                            microbatch_size=job.microbatch_size, dtype=job.dtype,
-                            recompute=job.memory_policy == "recompute")
+    return build_user_stage(
+        job.model,
+        job.boundaries,
+        rank,
+        job.stages,
+        microbatch_size=job.microbatch_size,
+        dtype=job.dtype,
+        recompute=job.memory_policy == "recompute",
+    )
 
 
 def rank_program(job: ReplayJob, rank: int) -> list[Action]:
@@ -134,9 +140,7 @@ class StageRunner:
             module = self.user.module
         module = module.to(self.dev)
         self.tracker = SavedBytes(module.parameters()) if self.dev.type == "cpu" else None
-        self.policy = apply_policy(
-            module, job.memory_policy, self.rank, job.stages, self.tracker
-        )
+        self.policy = apply_policy(module, job.memory_policy, self.rank, job.stages, self.tracker)
         self.versions = make_versions(
             get_schedule(job.schedule).name,
             module,
@@ -145,8 +149,11 @@ class StageRunner:
             on_new=lambda m: self.tracker.exclude(m.parameters()) if self.tracker else None,
         )
         self.param_bytes = tensor_bytes(module.parameters())
-        self.act_shape = (job.microbatch_size, self.spec.seq_len, self.spec.hidden) \
-            if self.user is None else self.user.recv_shape
+        self.act_shape = (
+            (job.microbatch_size, self.spec.seq_len, self.spec.hidden)
+            if self.user is None
+            else self.user.recv_shape
+        )
         self.act_dtype = DTYPES[job.dtype] if self.user is None else self.user.recv_dtype
         self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []

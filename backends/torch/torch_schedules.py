@@ -134,8 +134,10 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     module = _WithPolicy(inner, tracker)
     notes = list(policy.notes)
     if policy.swap_loss and last:
-        notes.append("cpu_swap: torch's schedule computes the loss outside the stage module, so "
-                     "the loss's saved tensors stay on the device")
+        notes.append(
+            "cpu_swap: torch's schedule computes the loss outside the stage module, so "
+            "the loss's saved tensors stay on the device"
+        )
     stage = PipelineStage(module, rank, job.stages, dev)
     action_counts = _count_actions(stage)
     schedule = _schedule(job, stage, csv, lm_loss if user is None else user_loss(user))
@@ -150,8 +152,9 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         if user is None:
             batches = [microbatch(spec, b, job.seed, k * m + i) for i in range(m)]
         else:  # the user's sample for every micro-batch (and its target, or the sample)
-            batches = [(user.sample, user.target if user.target is not None
-                        else user.sample[0])] * m
+            batches = [
+                (user.sample, user.target if user.target is not None else user.sample[0])
+            ] * m
         kwargs: dict[str, Any] = {}
         if last:
             kwargs = {"target": torch.cat([t for _, t in batches]).to(dev), "losses": []}
@@ -201,6 +204,9 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         "peak_memory_bytes": float(peak),
         "device_name": device_model_name(dev),
         "notes": notes
-        + ([f"torch.distributed.pipelining {'CSV runtime' if csv else job.schedule}"]
-           if rank == 0 else []),
+        + (
+            [f"torch.distributed.pipelining {'CSV runtime' if csv else job.schedule}"]
+            if rank == 0
+            else []
+        ),
     }

@@ -27,31 +27,59 @@ def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any], str | N
         path = Path(model)
         if not path.is_file():
             raise InputError("Hugging Face config not found", file=model, field="--model")
-        return ("backends.torch.hf:build", {"config": str(path.resolve()), "seq_len": seq_len},
-                "backends.torch.hf:loss")
+        return (
+            "backends.torch.hf:build",
+            {"config": str(path.resolve()), "seq_len": seq_len},
+            "backends.torch.hf:loss",
+        )
     return model, {}, None
 
 
-def profile_user(*, out_path: Path, model: str, layers: str | None, loss: str | None,
-                 for_gpu: str | None, name: str | None, microbatch_size: int | None,
-                 device: str, dtype: str | None, threads: int | None, reps: int,
-                 split_backward: bool, seq_len: int, concurrent: int = 1) -> Trace:
+def profile_user(
+    *,
+    out_path: Path,
+    model: str,
+    layers: str | None,
+    loss: str | None,
+    for_gpu: str | None,
+    name: str | None,
+    microbatch_size: int | None,
+    device: str,
+    dtype: str | None,
+    threads: int | None,
+    reps: int,
+    split_backward: bool,
+    seq_len: int,
+    concurrent: int = 1,
+) -> Trace:
     """Profile (or, with ``for_gpu``, analyse) a user's model and write the trace.
 
     Raises:
         InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used).
     """
     source, kwargs, default_loss = model_source(model, seq_len)
-    common: dict[str, Any] = dict(layers=parse_fqns(layers), loss=loss or default_loss, microbatch_size=microbatch_size,
-                  name=name or out_path.name, kwargs=kwargs, path=out_path)
+    common: dict[str, Any] = dict(
+        layers=parse_fqns(layers),
+        loss=loss or default_loss,
+        microbatch_size=microbatch_size,
+        name=name or out_path.name,
+        kwargs=kwargs,
+        path=out_path,
+    )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if for_gpu:
         from backends.torch.fake_profile import fake_profile_user_model
 
-        return fake_profile_user_model(source, gpu_name=for_gpu, dtype=dtype or "bf16",
-                                       **common)
+        return fake_profile_user_model(source, gpu_name=for_gpu, dtype=dtype or "bf16", **common)
     from backends.torch.user_concurrent import profile_user_concurrent
 
-    return profile_user_concurrent(copies=concurrent, source=source, device=device,
-                                   dtype=dtype or "fp32", reps=reps,
-                                   split_backward=split_backward, threads=threads, **common)
+    return profile_user_concurrent(
+        copies=concurrent,
+        source=source,
+        device=device,
+        dtype=dtype or "fp32",
+        reps=reps,
+        split_backward=split_backward,
+        threads=threads,
+        **common,
+    )

@@ -26,8 +26,9 @@ def _child(barrier: Any, queue: Any, index: int, kwargs: dict) -> None:
         queue.put((index, None, f"{type(exc).__name__}: {exc}"))
 
 
-def profile_user_concurrent(*, copies: int, path: str | Path | None = None,
-                            timeout_s: float = 900.0, **kwargs: Any) -> Trace:
+def profile_user_concurrent(
+    *, copies: int, path: str | Path | None = None, timeout_s: float = 900.0, **kwargs: Any
+) -> Trace:
     """:func:`~backends.torch.user_profile.profile_user_model` in ``copies`` processes at once.
 
     The model is checked in this process first, so bad input fails with its clear message.
@@ -45,9 +46,14 @@ def profile_user_concurrent(*, copies: int, path: str | Path | None = None,
 
     if copies <= 1:
         return profile_user_model(path=path, **kwargs)
-    prepare(kwargs["source"], layers=kwargs.get("layers"), loss=kwargs.get("loss"),
-            microbatch_size=kwargs.get("microbatch_size"), dtype=kwargs.get("dtype", "fp32"),
-            kwargs=kwargs.get("kwargs"))
+    prepare(
+        kwargs["source"],
+        layers=kwargs.get("layers"),
+        loss=kwargs.get("loss"),
+        microbatch_size=kwargs.get("microbatch_size"),
+        dtype=kwargs.get("dtype", "fp32"),
+        kwargs=kwargs.get("kwargs"),
+    )
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(copies), ctx.Queue()
     procs = [ctx.Process(target=_child, args=(barrier, queue, i, kwargs)) for i in range(copies)]

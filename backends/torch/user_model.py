@@ -55,8 +55,9 @@ def _import_file(path: Path, option: str) -> Any:
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise InputError(f"importing it failed: {type(exc).__name__}: {exc}", file=str(path),
-                         field=option) from None
+        raise InputError(
+            f"importing it failed: {type(exc).__name__}: {exc}", file=str(path), field=option
+        ) from None
     finally:
         sys.path.remove(str(path.parent))
     return module
@@ -71,8 +72,9 @@ def _import_module(name: str, option: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise InputError(f"module {name!r} cannot be imported (from {cwd}): {exc}",
-                         field=option) from None
+        raise InputError(
+            f"module {name!r} cannot be imported (from {cwd}): {exc}", field=option
+        ) from None
     finally:
         if added:
             sys.path.remove(cwd)
@@ -115,13 +117,18 @@ def load_callable(ref: str, *, option: str, resolved: str | None = None) -> Call
         module = _import_module(head, option)
     fn = getattr(module, func, None)
     if fn is None:
-        defined = sorted(n for n, v in vars(module).items()
-                         if inspect.isfunction(v) and not n.startswith("_"))
-        raise InputError(f"has no function {func!r}; functions defined there: "
-                         f"{', '.join(defined) or 'none'}", file=where, field=option)
+        defined = sorted(
+            n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
+        )
+        raise InputError(
+            f"has no function {func!r}; functions defined there: {', '.join(defined) or 'none'}",
+            file=where,
+            field=option,
+        )
     if not callable(fn):
-        raise InputError(f"{func!r} is a {type(fn).__name__}, not a function", file=where,
-                         field=option)
+        raise InputError(
+            f"{func!r} is a {type(fn).__name__}, not a function", file=where, field=option
+        )
     return fn
 
 
@@ -157,33 +164,55 @@ def _check_return(out: Any, ref: str, option: str) -> tuple[nn.Module, tuple, An
     where = file_of(ref) or ref
     shape = "(model: nn.Module, sample: Tensor | tuple[Tensor, ...][, target])"
     if not isinstance(out, (tuple, list)) or len(out) not in (2, 3):
-        got = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list))
-                                            else "")
-        raise InputError(f"{ref} returned {got}; it must return {shape}", file=where,
-                         field=option)
+        got = f"a {type(out).__name__}" + (
+            f" of {len(out)}" if isinstance(out, (tuple, list)) else ""
+        )
+        raise InputError(f"{ref} returned {got}; it must return {shape}", file=where, field=option)
     model, sample = out[0], out[1]
     target = out[2] if len(out) == 3 else None
     if not isinstance(model, nn.Module):
-        raise InputError(f"{ref} returned a {type(model).__name__} as the model; it must be a "
-                         f"torch.nn.Module ({shape})", file=where, field=option)
+        raise InputError(
+            f"{ref} returned a {type(model).__name__} as the model; it must be a "
+            f"torch.nn.Module ({shape})",
+            file=where,
+            field=option,
+        )
     sample = (sample,) if isinstance(sample, torch.Tensor) else sample
-    if (not isinstance(sample, (tuple, list)) or not sample
-            or not all(isinstance(t, torch.Tensor) for t in sample)):
-        raise InputError(f"{ref} returned a sample that is not a tensor or a tuple of tensors "
-                         f"({type(out[1]).__name__}); {shape}", file=where, field=option)
+    if (
+        not isinstance(sample, (tuple, list))
+        or not sample
+        or not all(isinstance(t, torch.Tensor) for t in sample)
+    ):
+        raise InputError(
+            f"{ref} returned a sample that is not a tensor or a tuple of tensors "
+            f"({type(out[1]).__name__}); {shape}",
+            file=where,
+            field=option,
+        )
     if target is not None and not isinstance(target, torch.Tensor):
-        raise InputError(f"{ref} returned a target of type {type(target).__name__}; it must be "
-                         "a tensor", file=where, field=option)
+        raise InputError(
+            f"{ref} returned a target of type {type(target).__name__}; it must be a tensor",
+            file=where,
+            field=option,
+        )
     batches = {t.shape[0] if t.dim() else None for t in sample}
     if None in batches or len(batches) != 1:
-        raise InputError(f"{ref} returned a sample whose tensors do not share a batch "
-                         f"dimension (dim 0): shapes {[list(t.shape) for t in sample]}",
-                         file=where, field=option)
+        raise InputError(
+            f"{ref} returned a sample whose tensors do not share a batch "
+            f"dimension (dim 0): shapes {[list(t.shape) for t in sample]}",
+            file=where,
+            field=option,
+        )
     return model, tuple(sample), target
 
 
-def build_user_model(spec: UserModelSpec, *, microbatch_size: int | None = None,
-                     dtype: str = "fp32", option: str = "--model") -> UserModel:
+def build_user_model(
+    spec: UserModelSpec,
+    *,
+    microbatch_size: int | None = None,
+    dtype: str = "fp32",
+    option: str = "--model",
+) -> UserModel:
     """Call the spec's function under its seed and check what it returns.
 
     Args:
@@ -209,16 +238,25 @@ def build_user_model(spec: UserModelSpec, *, microbatch_size: int | None = None,
         except InputError:
             raise
         except Exception as exc:
-            raise InputError(f"{spec.source} raised {type(exc).__name__}: {exc}",
-                             file=file_of(spec.source), field=option) from None
+            raise InputError(
+                f"{spec.source} raised {type(exc).__name__}: {exc}",
+                file=file_of(spec.source),
+                field=option,
+            ) from None
     model, sample, target = _check_return(out, spec.source, option)
     b = int(sample[0].shape[0])
     if microbatch_size is not None and b != microbatch_size:
-        fix = ("it was asked for microbatch_size=" f"{microbatch_size}" if takes_b else
-               f"it takes no microbatch_size parameter: pass -b {b} or add one")
-        raise InputError(f"{spec.source} returned a sample of {b} samples (dim 0) but "
-                         f"{microbatch_size} are needed; {fix}", file=file_of(spec.source),
-                         field=option)
+        fix = (
+            f"it was asked for microbatch_size={microbatch_size}"
+            if takes_b
+            else f"it takes no microbatch_size parameter: pass -b {b} or add one"
+        )
+        raise InputError(
+            f"{spec.source} returned a sample of {b} samples (dim 0) but "
+            f"{microbatch_size} are needed; {fix}",
+            file=file_of(spec.source),
+            field=option,
+        )
     dt = DTYPES[dtype]
     model = cast_module(model, dt).train()
     sample = tuple(t.to(dt) if t.is_floating_point() else t for t in sample)
@@ -259,8 +297,9 @@ def load_loss(spec: UserModelSpec, option: str = "--loss") -> Callable[..., torc
     return load_callable(spec.loss, option=option, resolved=spec.loss_resolved)
 
 
-def compute_loss(loss_fn: Callable[..., Any], output: torch.Tensor,
-                 target: torch.Tensor | None, ref: str | None) -> torch.Tensor:
+def compute_loss(
+    loss_fn: Callable[..., Any], output: torch.Tensor, target: torch.Tensor | None, ref: str | None
+) -> torch.Tensor:
     """``loss_fn(output[, target])``, checked to be a scalar tensor.
 
     Raises:
@@ -269,11 +308,17 @@ def compute_loss(loss_fn: Callable[..., Any], output: torch.Tensor,
     try:
         loss = loss_fn(output) if target is None else loss_fn(output, target)
     except Exception as exc:
-        raise InputError(f"{ref or 'the loss'} raised {type(exc).__name__}: {exc} (output "
-                         f"shape {list(output.shape)})", file=file_of(ref) if ref else None,
-                         field="--loss") from None
+        raise InputError(
+            f"{ref or 'the loss'} raised {type(exc).__name__}: {exc} (output "
+            f"shape {list(output.shape)})",
+            file=file_of(ref) if ref else None,
+            field="--loss",
+        ) from None
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         got = list(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise InputError(f"{ref or 'the loss'} must return a scalar tensor, got {got}",
-                         file=file_of(ref) if ref else None, field="--loss")
+        raise InputError(
+            f"{ref or 'the loss'} must return a scalar tensor, got {got}",
+            file=file_of(ref) if ref else None,
+            field="--loss",
+        )
     return loss

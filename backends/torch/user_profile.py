@@ -34,9 +34,17 @@ from backends.torch.user_spec import UserModelSpec, file_of
 from sim.trace.schema import Trace
 
 
-def prepare(source: str, *, layers: tuple[str, ...] | None, loss: str | None,
-            microbatch_size: int | None, dtype: str, seed: int = 0, name: str = "model",
-            kwargs: dict[str, Any] | None = None) -> tuple[UserModelSpec, UserModel, list, list]:
+def prepare(
+    source: str,
+    *,
+    layers: tuple[str, ...] | None,
+    loss: str | None,
+    microbatch_size: int | None,
+    dtype: str,
+    seed: int = 0,
+    name: str = "model",
+    kwargs: dict[str, Any] | None = None,
+) -> tuple[UserModelSpec, UserModel, list, list]:
     """Load and check a user's model: spec, the built model, its chain and the chain outputs.
 
     The loss is called once on the last output, so a broken loss fails here, before timing.
@@ -45,16 +53,28 @@ def prepare(source: str, *, layers: tuple[str, ...] | None, loss: str | None,
         InputError: anything :func:`~backends.torch.user_model.build_user_model`,
             :func:`~backends.torch.layer_chain.chain_layers` or ``run_chain`` reject.
     """
-    draft = UserModelSpec(source=source, loss=loss, seed=seed, kwargs=dict(kwargs or {}),
-                          name=name, resolved=_abs(source), loss_resolved=_abs(loss))
+    draft = UserModelSpec(
+        source=source,
+        loss=loss,
+        seed=seed,
+        kwargs=dict(kwargs or {}),
+        name=name,
+        resolved=_abs(source),
+        loss_resolved=_abs(loss),
+    )
     um = build_user_model(draft, microbatch_size=microbatch_size, dtype=dtype)
     chain = chain_layers(um.model, layers)
     outs = run_chain(chain, um.sample)
     with torch.no_grad():
         compute_loss(load_loss(draft), outs[-1], um.target, loss)
-    spec = UserModelSpec(**{**draft.__dict__, "layers": tuple(n for n, _ in chain),
-                            "takes_microbatch_size": um.takes_microbatch_size,
-                            "microbatch_size": um.microbatch_size})
+    spec = UserModelSpec(
+        **{
+            **draft.__dict__,
+            "layers": tuple(n for n, _ in chain),
+            "takes_microbatch_size": um.takes_microbatch_size,
+            "microbatch_size": um.microbatch_size,
+        }
+    )
     return spec, um, chain, outs
 
 
@@ -63,12 +83,23 @@ def _abs(ref: str | None) -> str | None:
     return str(Path(head).resolve()) if head else None
 
 
-def profile_user_model(source: str, *, layers: tuple[str, ...] | None = None,
-                       loss: str | None = None, microbatch_size: int | None = None,
-                       device: str = "cpu", dtype: str = "fp32", warmup: int = 2, reps: int = 5,
-                       split_backward: bool = False, threads: int | None = None, seed: int = 0,
-                       name: str = "model", kwargs: dict[str, Any] | None = None,
-                       path: str | Path | None = None) -> Trace:
+def profile_user_model(
+    source: str,
+    *,
+    layers: tuple[str, ...] | None = None,
+    loss: str | None = None,
+    microbatch_size: int | None = None,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    warmup: int = 2,
+    reps: int = 5,
+    split_backward: bool = False,
+    threads: int | None = None,
+    seed: int = 0,
+    name: str = "model",
+    kwargs: dict[str, Any] | None = None,
+    path: str | Path | None = None,
+) -> Trace:
     """Profile every layer of a user's model for one micro-batch; optionally write the trace.
 
     Args:
@@ -89,8 +120,16 @@ def profile_user_model(source: str, *, layers: tuple[str, ...] | None = None,
     Raises:
         InputError: a bad function, return value, layer name, sample or loss.
     """
-    spec, um, chain, _ = prepare(source, layers=layers, loss=loss, dtype=dtype, seed=seed,
-                                 microbatch_size=microbatch_size, name=name, kwargs=kwargs)
+    spec, um, chain, _ = prepare(
+        source,
+        layers=layers,
+        loss=loss,
+        dtype=dtype,
+        seed=seed,
+        microbatch_size=microbatch_size,
+        name=name,
+        kwargs=kwargs,
+    )
     note = forward_note(um.model, chain, um.sample)
     uncovered = uncovered_parameters(um.model, chain)
     dev = torch.device(device)
@@ -101,28 +140,44 @@ def profile_user_model(source: str, *, layers: tuple[str, ...] | None = None,
         out = _profile_chain(spec, um, chain, dev, split_backward, warmup, reps)
     finally:
         torch.set_num_threads(old_threads)
-    notes = ["per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
-             "parameters excluded); the last layer includes the loss"
-             + ("" if loss else " (stand-in loss mean(output^2), an assumption)")]
+    notes = [
+        "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
+        "parameters excluded); the last layer includes the loss"
+        + ("" if loss else " (stand-in loss mean(output^2), an assumption)")
+    ]
     warnings = [note] if note else []
     if uncovered:
-        warnings.append(f"parameters outside the layer chain (not profiled, not replayed): "
-                        f"{uncovered[:8]}")
+        warnings.append(
+            f"parameters outside the layer chain (not profiled, not replayed): {uncovered[:8]}"
+        )
     prov = {
         "source": "backends.torch.user_profile.profile_user_model",
         "command": " ".join(sys.argv),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "torch": str(torch.__version__),
-        "device_detail": torch.cuda.get_device_name(dev) if dev.type == "cuda"
+        "device_detail": torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
         else cpu_model_name(),
-        "host": platform.node(), "microbatch_size": um.microbatch_size, "dtype": dtype,
-        "warmup": warmup, "reps": reps, "threads": threads or torch.get_num_threads(),
-        "model": spec.to_dict(), "seed": seed, "notes": "; ".join(notes + warnings),
+        "host": platform.node(),
+        "microbatch_size": um.microbatch_size,
+        "dtype": dtype,
+        "warmup": warmup,
+        "reps": reps,
+        "threads": threads or torch.get_num_threads(),
+        "model": spec.to_dict(),
+        "seed": seed,
+        "notes": "; ".join(notes + warnings),
     }
     if warnings:
         prov["warnings"] = warnings
-    trace = Trace(name=name, layers=tuple(out), microbatch_size=um.microbatch_size, dtype=dtype,
-                  device=device_model_name(dev), provenance=prov)
+    trace = Trace(
+        name=name,
+        layers=tuple(out),
+        microbatch_size=um.microbatch_size,
+        dtype=dtype,
+        device=device_model_name(dev),
+        provenance=prov,
+    )
     if path is not None:
         from sim.trace.native import write_trace
 
@@ -130,8 +185,15 @@ def profile_user_model(source: str, *, layers: tuple[str, ...] | None = None,
     return trace
 
 
-def _profile_chain(spec: UserModelSpec, um: UserModel, chain: list, dev: torch.device,
-                   split_backward: bool, warmup: int, reps: int) -> list:
+def _profile_chain(
+    spec: UserModelSpec,
+    um: UserModel,
+    chain: list,
+    dev: torch.device,
+    split_backward: bool,
+    warmup: int,
+    reps: int,
+) -> list:
     loss_fn = load_loss(spec)
     target = None if um.target is None else um.target.to(dev)
     sample = tuple(t.to(dev) for t in um.sample)

@@ -79,10 +79,12 @@ class UserModelSpec:
         """Why this model cannot be replayed at ``microbatch_size`` samples, or ``None``."""
         if self.takes_microbatch_size or microbatch_size == self.microbatch_size:
             return None
-        return (f"{self.source} takes no microbatch_size argument and its sample has "
-                f"{self.microbatch_size} samples, but the configuration uses micro-batches of "
-                f"{microbatch_size}; set microbatch_size: {self.microbatch_size} or give the "
-                "function a microbatch_size parameter")
+        return (
+            f"{self.source} takes no microbatch_size argument and its sample has "
+            f"{self.microbatch_size} samples, but the configuration uses micro-batches of "
+            f"{microbatch_size}; set microbatch_size: {self.microbatch_size} or give the "
+            "function a microbatch_size parameter"
+        )
 
 
 def is_user_model(model: Any) -> bool:

@@ -36,13 +36,15 @@ class UserStageModule(nn.Module):
             or only the layers at these positions (set by :func:`backends.torch.memory.apply_policy`).
     """
 
-    def __init__(self, layers: Sequence[nn.Module], first: int = 0,
-                 recompute: bool | Collection[int] = False):
+    def __init__(
+        self, layers: Sequence[nn.Module], first: int = 0, recompute: bool | Collection[int] = False
+    ):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.first = first
-        self.recompute = (frozenset(range(len(layers))) if recompute is True
-                          else frozenset(recompute or ()))
+        self.recompute = (
+            frozenset(range(len(layers))) if recompute is True else frozenset(recompute or ())
+        )
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
@@ -55,8 +57,11 @@ class UserStageModule(nn.Module):
 
     def global_named_parameters(self) -> dict[str, torch.Tensor]:
         """Parameters named ``"<chain index>.<name>"``."""
-        return {f"{self.first + i}.{n}": p for i, layer in enumerate(self.layers)
-                for n, p in layer.named_parameters()}
+        return {
+            f"{self.first + i}.{n}": p
+            for i, layer in enumerate(self.layers)
+            for n, p in layer.named_parameters()
+        }
 
 
 @dataclass
@@ -110,9 +115,16 @@ def _prefix_output(layers: Sequence[nn.Module], sample: tuple[torch.Tensor, ...]
         return xs[0]
 
 
-def build_user_stage(model: dict[str, Any], boundaries: Sequence[int] | None, stage: int,
-                     stages: int, *, microbatch_size: int, dtype: str = "fp32",
-                     recompute: bool = False) -> UserStage:
+def build_user_stage(
+    model: dict[str, Any],
+    boundaries: Sequence[int] | None,
+    stage: int,
+    stages: int,
+    *,
+    microbatch_size: int,
+    dtype: str = "fp32",
+    recompute: bool = False,
+) -> UserStage:
     """Stage ``stage`` of the user model described by ``model`` (a ``UserModelSpec`` dict).
 
     Raises:
@@ -126,10 +138,13 @@ def build_user_stage(model: dict[str, Any], boundaries: Sequence[int] | None, st
     recv = _prefix_output(chain[: rng.start], um.sample) if rng.start else None
     out = _prefix_output(chain[: rng.stop], um.sample) if rng.stop < len(chain) else None
     return UserStage(
-        module=UserStageModule(chain[rng.start: rng.stop], rng.start, recompute),
-        sample=um.sample, target=um.target,
+        module=UserStageModule(chain[rng.start : rng.stop], rng.start, recompute),
+        sample=um.sample,
+        target=um.target,
         recv_shape=None if recv is None else tuple(recv.shape),
         recv_dtype=None if recv is None else recv.dtype,
         out_shape=None if out is None else tuple(out.shape),
         out_dtype=None if out is None else out.dtype,
-        loss_fn=load_loss(spec), loss_ref=spec.loss)
+        loss_fn=load_loss(spec),
+        loss_ref=spec.loss,
+    )

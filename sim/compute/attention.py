@@ -30,8 +30,9 @@ def _check(impl: str) -> None:
         raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {impl!r}")
 
 
-def attention_fwd(impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool,
-                  dropout: bool) -> list[Kernel]:
+def attention_fwd(
+    impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool, dropout: bool
+) -> list[Kernel]:
     """Forward kernels of the attention core (module doc).
 
     Raises:
@@ -50,8 +51,9 @@ def attention_fwd(impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: 
     return out
 
 
-def attention_bwd(impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool,
-                  dropout: bool) -> list[Kernel]:
+def attention_bwd(
+    impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool, dropout: bool
+) -> list[Kernel]:
     """Backward kernels of the attention core (all input-gradient; module doc).
 
     Raises:
@@ -66,6 +68,9 @@ def attention_bwd(impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: 
     out = [gemm("d_v", s, hd, s, d, batch=b * a), gemm("d_probs", s, s, hd, d, batch=b * a)]
     if dropout:
         out.append(mem("attn_dropout_bwd", (2 * d + 1) * scores))
-    out += [mem("softmax_bwd", 3 * scores * d), gemm("d_q", s, hd, s, d, batch=b * a),
-            gemm("d_k", s, hd, s, d, batch=b * a)]
+    out += [
+        mem("softmax_bwd", 3 * scores * d),
+        gemm("d_q", s, hd, s, d, batch=b * a),
+        gemm("d_k", s, hd, s, d, batch=b * a),
+    ]
     return out

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 SOURCES = {
     "matmul_efficiency": "Maximum Achievable Matmul FLOPS (MAMF), stas00/ml-engineering "
-                         "compute/accelerator/README.md: A100 SXM 267.9/312 = 0.859, H100 SXM "
-                         "792.1/989 = 0.801 (bf16, CUDA 12.1); other GPUs: see preset description",
+    "compute/accelerator/README.md: A100 SXM 267.9/312 = 0.859, H100 SXM "
+    "792.1/989 = 0.801 (bf16, CUDA 12.1); other GPUs: see preset description",
     "wave_quantization": "NVIDIA Matrix Multiplication Background User's Guide (tile and wave "
-                         "quantization)",
+    "quantization)",
     "hbm_efficiency": "assumption 0.85: STREAM-like copy kernels reach 80-92 % of HBM peak "
-                      "(unverified); measure with `sim calibrate --device cuda`",
+    "(unverified); measure with `sim calibrate --device cuda`",
     "kernel_overhead_s": "assumption 5 us per kernel (CUDA launch + PyTorch eager dispatch, "
-                         "unverified); measure with `sim calibrate --device cuda`",
+    "unverified); measure with `sim calibrate --device cuda`",
 }
 
 DEFAULT_HBM_EFFICIENCY = 0.85

@@ -87,8 +87,7 @@ def gemm_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
 
 
-def gemm_efficiency(m: int, n: int, k: int, spec: ComputeSpec, dtype: str,
-                    batch: int = 1) -> float:
+def gemm_efficiency(m: int, n: int, k: int, spec: ComputeSpec, dtype: str, batch: int = 1) -> float:
     """Achieved fraction of ``spec.peak_flops(dtype)`` of a GEMM of this shape, in (0, 1).
 
     Falls for small GEMMs (memory-bound, partly filled waves, fixed overhead) and tends to
@@ -145,5 +144,6 @@ def phase_time(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> PhaseTim
             memory += t
         else:
             matmul += t
-    return PhaseTime(matmul + memory, matmul, memory, len(kernels) * spec.kernel_overhead_s,
-                     len(kernels))
+    return PhaseTime(
+        matmul + memory, matmul, memory, len(kernels) * spec.kernel_overhead_s, len(kernels)
+    )

@@ -20,20 +20,28 @@ from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
 from sim.compute.transformer import BlockTimes
 
 
-def embedding_kernels(kind: str, b: int, s: int, h: int, vocab: int,
-                      d: int) -> tuple[list[Kernel], list[Kernel]]:
+def embedding_kernels(
+    kind: str, b: int, s: int, h: int, vocab: int, d: int
+) -> tuple[list[Kernel], list[Kernel]]:
     """``(forward, backward)`` kernels of the embedding layer (module doc)."""
     fwd = 8 * b * s + (2 * b + 1) * s * h * d + (2 * b * s * h * d if kind == "bert" else 0)
     return [mem("embedding", fwd)], [mem("embedding_bwd", b * s * h * d + (vocab + s) * h * d)]
 
 
-def head_kernels(kind: str, b: int, s: int, h: int, vocab: int,
-                 d: int) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
+def head_kernels(
+    kind: str, b: int, s: int, h: int, vocab: int, d: int
+) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
     """``(forward, backward input, backward weight)`` kernels of the head (module doc)."""
     t = b * s
-    fwd = [mem("final_norm", 2 * t * h * d)] if kind == "gpt" else [
-        gemm("mlm_dense", t, h, h, d), mem("mlm_gelu", 2 * t * h * d),
-        mem("mlm_norm", 2 * t * h * d)]
+    fwd = (
+        [mem("final_norm", 2 * t * h * d)]
+        if kind == "gpt"
+        else [
+            gemm("mlm_dense", t, h, h, d),
+            mem("mlm_gelu", 2 * t * h * d),
+            mem("mlm_norm", 2 * t * h * d),
+        ]
+    )
     fwd += [gemm("logits", t, vocab, h, d), mem("cross_entropy", t * vocab * (d + 4))]
     bwd_in = [mem("cross_entropy_bwd", t * vocab * (4 + d)), gemm("d_logits_in", t, h, vocab, d)]
     bwd_w = [gemm("d_logits_w", h, vocab, t, d)]
@@ -41,28 +49,38 @@ def head_kernels(kind: str, b: int, s: int, h: int, vocab: int,
         bwd_in.append(mem("final_norm_bwd", 3 * t * h * d))
     else:
         fwd += [gemm("pooler", b, h, h, d), gemm("nsp", b, 2, h, d)]
-        bwd_in += [mem("mlm_norm_bwd", 3 * t * h * d), mem("mlm_gelu_bwd", 3 * t * h * d),
-                   gemm("d_mlm_dense_in", t, h, h, d), gemm("d_pooler_in", b, h, h, d)]
+        bwd_in += [
+            mem("mlm_norm_bwd", 3 * t * h * d),
+            mem("mlm_gelu_bwd", 3 * t * h * d),
+            gemm("d_mlm_dense_in", t, h, h, d),
+            gemm("d_pooler_in", b, h, h, d),
+        ]
         bwd_w += [gemm("d_mlm_dense_w", h, h, t, d), gemm("d_pooler_w", h, h, b, d)]
     return fwd, bwd_in, bwd_w
 
 
-def _times(fwd: list[Kernel], bwd_in: list[Kernel], bwd_w: list[Kernel], spec: ComputeSpec,
-           dtype: str) -> BlockTimes:
-    return BlockTimes(phase_time(fwd, spec, dtype), phase_time(bwd_in, spec, dtype),
-                      phase_time(bwd_w, spec, dtype))
+def _times(
+    fwd: list[Kernel], bwd_in: list[Kernel], bwd_w: list[Kernel], spec: ComputeSpec, dtype: str
+) -> BlockTimes:
+    return BlockTimes(
+        phase_time(fwd, spec, dtype),
+        phase_time(bwd_in, spec, dtype),
+        phase_time(bwd_w, spec, dtype),
+    )
 
 
-def embedding_times(kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec,
-                    dtype: str) -> BlockTimes:
+def embedding_times(
+    kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec, dtype: str
+) -> BlockTimes:
     """Seconds of the embedding layer; its whole backward is weight-gradient."""
     d = 4 if dtype in ("fp32", "float32") else 2
     fwd, bwd = embedding_kernels(kind, b, s, h, vocab, d)
     return _times(fwd, [], bwd, spec, dtype)
 
 
-def head_times(kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec,
-               dtype: str) -> BlockTimes:
+def head_times(
+    kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec, dtype: str
+) -> BlockTimes:
     """Seconds of the head layer (module doc)."""
     d = 4 if dtype in ("fp32", "float32") else 2
     return _times(*head_kernels(kind, b, s, h, vocab, d), spec, dtype)

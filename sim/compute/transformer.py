@@ -64,13 +64,23 @@ class BlockShape:
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.attention not in IMPLEMENTATIONS:
-            raise ValueError(f"attention must be one of {', '.join(IMPLEMENTATIONS)}, "
-                             f"got {self.attention!r}")
+            raise ValueError(
+                f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {self.attention!r}"
+            )
 
 
-LLAMA2_7B = BlockShape(hidden=4096, heads=32, seq_len=2048, ffn_hidden=11008, gated=True,
-                       fused_qkv=False, rotary=True, dropout=False, causal=True,
-                       attention="flash")
+LLAMA2_7B = BlockShape(
+    hidden=4096,
+    heads=32,
+    seq_len=2048,
+    ffn_hidden=11008,
+    gated=True,
+    fused_qkv=False,
+    rotary=True,
+    dropout=False,
+    causal=True,
+    attention="flash",
+)
 """A Llama-2-7B decoder layer (Touvron et al. 2023, Table 1 / HF config: hidden 4096, 32 heads,
 intermediate 11008, SwiGLU, RMSNorm, RoPE, no dropout) at sequence 2048, with torch SDPA."""
 
@@ -92,8 +102,7 @@ def block_fwd(shape: BlockShape, b: int, d: int) -> list[Kernel]:
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
     if shape.rotary:
         out += [mem("rotary_q", 2 * t * h * d), mem("rotary_k", 2 * t * h * d)]
-    out += attention_fwd(shape.attention, b, s, h, a, d, causal=shape.causal,
-                         dropout=shape.dropout)
+    out += attention_fwd(shape.attention, b, s, h, a, d, causal=shape.causal, dropout=shape.dropout)
     out.append(gemms["proj"])
     out += _dropout_residual("attn", t, h, d, shape.dropout)
     out.append(mem("norm2", 2 * t * h * d))
@@ -125,8 +134,7 @@ def block_bwd(shape: BlockShape, b: int, d: int) -> tuple[list[Kernel], list[Ker
     out += [dx[n] for n in ("gate", "up") if n in dx]
     out += [mem("norm2_bwd", 3 * t * h * d), mem("residual_grad_add", 3 * t * h * d)]
     out += drop + [dx["proj"]]
-    out += attention_bwd(shape.attention, b, s, h, a, d, causal=shape.causal,
-                         dropout=shape.dropout)
+    out += attention_bwd(shape.attention, b, s, h, a, d, causal=shape.causal, dropout=shape.dropout)
     if shape.rotary:
         out += [mem("rotary_q_bwd", 2 * t * h * d), mem("rotary_k_bwd", 2 * t * h * d)]
     out += [dx[n] for n in ("qkv", "q", "k", "v") if n in dx]
@@ -164,5 +172,8 @@ def block_times(shape: BlockShape, b: int, spec: ComputeSpec, dtype: str) -> Blo
         raise ValueError(f"micro-batch size must be >= 1, got {b}")
     d = 4 if dtype in ("fp32", "float32") else 2
     bwd_in, bwd_w = block_bwd(shape, b, d)
-    return BlockTimes(phase_time(block_fwd(shape, b, d), spec, dtype),
-                      phase_time(bwd_in, spec, dtype), phase_time(bwd_w, spec, dtype))
+    return BlockTimes(
+        phase_time(block_fwd(shape, b, d), spec, dtype),
+        phase_time(bwd_in, spec, dtype),
+        phase_time(bwd_w, spec, dtype),
+    )

@@ -56,8 +56,9 @@ def ring_time_s(routes: list[tuple[Link, ...]], nbytes: float, kind: str) -> flo
     if w < 2:
         return 0.0
     bws = ring_hop_bandwidths(routes)
-    step_s = max(transfer_time_s(route, nbytes / w, bw)
-                 for route, bw in zip(routes, bws, strict=True))
+    step_s = max(
+        transfer_time_s(route, nbytes / w, bw) for route, bw in zip(routes, bws, strict=True)
+    )
     return RING_STEPS[kind] * (w - 1) * step_s
 
 
@@ -125,11 +126,16 @@ class Collectives:
 
     def overlaps(self, rep: StageReplica) -> bool:
         """Whether ``rep``'s gradient all-reduce runs in buckets during its last backward."""
-        return (self.inp.dp_width > 1 and self.inp.dp_bucket_bytes > 0
-                and not rep.plan.dp_sharded and self.nbytes(rep) > 0)
+        return (
+            self.inp.dp_width > 1
+            and self.inp.dp_bucket_bytes > 0
+            and not rep.plan.dp_sharded
+            and self.nbytes(rep) > 0
+        )
 
-    def start_overlapped(self, rep: StageReplica, step_no: int, duration_s: float,
-                         tags: dict) -> None:
+    def start_overlapped(
+        self, rep: StageReplica, step_no: int, duration_s: float, tags: dict
+    ) -> None:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
@@ -140,8 +146,11 @@ class Collectives:
         group[1] += 1
         group[2].append((rep, tags))
         if group[1] == self.inp.dp_width:
-            self.env.process(self._buckets(rep.stage, self.nbytes(rep), self.env.now,
-                                           duration_s, group[2], group[0]))
+            self.env.process(
+                self._buckets(
+                    rep.stage, self.nbytes(rep), self.env.now, duration_s, group[2], group[0]
+                )
+            )
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
@@ -149,8 +158,15 @@ class Collectives:
         group = self._overlapped.get((rep.stage, step_no))
         return None if group is None else group[0]
 
-    def _buckets(self, s: int, nbytes: float, start_s: float, duration_s: float,
-                 members: list, done: simpy.Event):
+    def _buckets(
+        self,
+        s: int,
+        nbytes: float,
+        start_s: float,
+        duration_s: float,
+        members: list,
+        done: simpy.Event,
+    ):
         """Process: reduce the buckets in order, each once it is ready and the previous one is
         done; consecutive buckets share one hold of the ring's links when there are more than
         :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail)."""
@@ -176,11 +192,21 @@ class Collectives:
             yield self.env.timeout(end - begin)
             self.links.release(reqs)
             label = f"b{first}" if first == last else f"b{first}-{last}"
-            size = sum(sizes[first:last + 1])
+            size = sum(sizes[first : last + 1])
             for rep, tags in members:
-                self.links.events.append(Event(
-                    EventKind.ALLREDUCE, rep.gpu, Stream.COMM, f"allreduce s{s} {label}", begin,
-                    self.env.now, nbytes=size, links=names, **tags))
+                self.links.events.append(
+                    Event(
+                        EventKind.ALLREDUCE,
+                        rep.gpu,
+                        Stream.COMM,
+                        f"allreduce s{s} {label}",
+                        begin,
+                        self.env.now,
+                        nbytes=size,
+                        links=names,
+                        **tags,
+                    )
+                )
         done.succeed()
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
@@ -195,9 +221,19 @@ class Collectives:
             self.env.process(self._ring(rep.stage, size, kind, group[0]))
         start = self.env.now
         yield group[0]
-        self.links.events.append(Event(kind, rep.gpu, Stream.COMM, f"{kind} s{rep.stage}", start,
-                                       self.env.now, nbytes=size, links=self.ring(rep.stage)[1],
-                                       **tags))
+        self.links.events.append(
+            Event(
+                kind,
+                rep.gpu,
+                Stream.COMM,
+                f"{kind} s{rep.stage}",
+                start,
+                self.env.now,
+                nbytes=size,
+                links=self.ring(rep.stage)[1],
+                **tags,
+            )
+        )
 
     def ring(self, s: int) -> tuple[list[tuple[Link, ...]], tuple[str, ...]]:
         """Stage ``s``'s ring: its hops' routes (through the communicator only) and the names
@@ -208,14 +244,17 @@ class Collectives:
             gpus = tuple(f"gpu{self.inp.placement[r][s]}" for r in range(w))
             comm = frozenset(gpus)
             order = topo.ring(gpus)
-            routes = [topo.route(a, b, within=comm)
-                      for a, b in zip(order, order[1:] + order[:1], strict=True)]
+            routes = [
+                topo.route(a, b, within=comm)
+                for a, b in zip(order, order[1:] + order[:1], strict=True)
+            ]
             names = tuple(sorted({lk.name for route in routes for lk in route}))
             cached = self._rings[s] = (routes, names)
         return cached
 
     def _ring(self, s: int, nbytes: float, kind: str, done: simpy.Event):
         routes, _ = self.ring(s)
-        yield from self.links.hold([lk for route in routes for lk in route],
-                                   ring_time_s(routes, nbytes, kind))
+        yield from self.links.hold(
+            [lk for route in routes for lk in route], ring_time_s(routes, nbytes, kind)
+        )
         done.succeed()

@@ -39,8 +39,12 @@ class StageCost:
     @classmethod
     def from_layers(cls, layers: tuple[LayerProfile, ...], in_bytes: float) -> StageCost:
         """Sum of the layers' forward and backward seconds; the last layer's output bytes."""
-        return cls(sum(x.fwd_s for x in layers), sum(x.bwd_s for x in layers),
-                   layers[-1].out_bytes, in_bytes)
+        return cls(
+            sum(x.fwd_s for x in layers),
+            sum(x.bwd_s for x in layers),
+            layers[-1].out_bytes,
+            in_bytes,
+        )
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,9 @@ class SimInput:
 
     def replicas(self) -> list[StageReplica]:
         """Every (replica, stage), replica-major."""
-        return [StageReplica.of(self, r, s) for r in range(self.dp_width)
-                for s in range(self.stages)]
+        return [
+            StageReplica.of(self, r, s) for r in range(self.dp_width) for s in range(self.stages)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +115,20 @@ class StageReplica:
     @classmethod
     def of(cls, inp: SimInput, r: int, s: int) -> StageReplica:
         g = inp.placement[r][s]
-        return cls(r, s, f"gpu{g}", inp.topology.gpu(g).host, inp.plans[r][s], inp.costs[s],
-                   tuple(inp.program[s]), s == 0, s == inp.stages - 1)
+        return cls(
+            r,
+            s,
+            f"gpu{g}",
+            inp.topology.gpu(g).host,
+            inp.plans[r][s],
+            inp.costs[s],
+            tuple(inp.program[s]),
+            s == 0,
+            s == inp.stages - 1,
+        )
 
     def tags(self, microbatch: int | None, iteration: int | None) -> dict:
         """The keyword fields every :class:`~sim.events.Event` of this replica carries."""
-        return dict(stage=self.stage, microbatch=microbatch, iteration=iteration,
-                    replica=self.replica)
+        return dict(
+            stage=self.stage, microbatch=microbatch, iteration=iteration, replica=self.replica
+        )

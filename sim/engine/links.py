@@ -84,12 +84,12 @@ class Links:
         if path is None:
             route = self.topology.route(src, dst)
             names = tuple(lk.name for lk in route)
-            path = self._paths[key] = (route, names,
-                                       [self.resource(n) for n in sorted(set(names))])
+            path = self._paths[key] = (route, names, [self.resource(n) for n in sorted(set(names))])
         return path
 
-    def transfer(self, src: str, dst: str, nbytes: float, kind: str, name: str, stream: str,
-                 **tags):
+    def transfer(
+        self, src: str, dst: str, nbytes: float, kind: str, name: str, stream: str, **tags
+    ):
         """Process: move ``nbytes`` from node ``src`` to ``dst`` and log it as ``kind`` on
         ``stream`` of ``src``; returns its start time (now, and nothing logged, when
         ``src == dst`` or ``nbytes <= 0``)."""
@@ -114,6 +114,7 @@ class Links:
             yield self.env.timeout(dur)
             for res, req in reqs:
                 res.release(req)
-        self.events.append(Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes,
-                                 links=names, **tags))
+        self.events.append(
+            Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes, links=names, **tags)
+        )
         return start

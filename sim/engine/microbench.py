@@ -28,8 +28,9 @@ def sendrecv_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) ->
     for i, src in enumerate(gpus):
         dst = gpus[(i + 1) % n]
         if dst != src:
-            env.process(links.transfer(src, dst, nbytes, EventKind.TRANSFER, f"{src}->{dst}",
-                                       Stream.SEND))
+            env.process(
+                links.transfer(src, dst, nbytes, EventKind.TRANSFER, f"{src}->{dst}", Stream.SEND)
+            )
     env.run()
     return env.now
 
@@ -39,18 +40,21 @@ def allreduce_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -
     routes through the communicator only)."""
     comm = frozenset(gpus)
     order = topology.ring(gpus)
-    routes = [topology.route(a, b, within=comm)
-              for a, b in zip(order, order[1:] + order[:1], strict=True)]
+    routes = [
+        topology.route(a, b, within=comm) for a, b in zip(order, order[1:] + order[:1], strict=True)
+    ]
     return ring_time_s(routes, nbytes, EventKind.ALLREDUCE)
 
 
 def sendrecv_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
     """Predicted ``sendrecv_perf`` bus bandwidth (= algorithm bandwidth), bytes/s."""
-    return bus_bandwidth_Bps(EventKind.TRANSFER, len(gpus), nbytes,
-                             sendrecv_time_s(topology, gpus, nbytes))
+    return bus_bandwidth_Bps(
+        EventKind.TRANSFER, len(gpus), nbytes, sendrecv_time_s(topology, gpus, nbytes)
+    )
 
 
 def allreduce_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
     """Predicted ``all_reduce_perf`` bus bandwidth, bytes/s."""
-    return bus_bandwidth_Bps(EventKind.ALLREDUCE, len(gpus), nbytes,
-                             allreduce_time_s(topology, gpus, nbytes))
+    return bus_bandwidth_Bps(
+        EventKind.ALLREDUCE, len(gpus), nbytes, allreduce_time_s(topology, gpus, nbytes)
+    )

@@ -42,8 +42,7 @@ class Engine:
         self.log = EventLog(capacity_bytes=caps)
         self.links = Links(env, topo, self.log.events)
         self.compute = ComputeStream(env, self.log.events)
-        self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute,
-                                     inp.microbatches)
+        self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute, inp.microbatches)
         self.collectives = Collectives(env, inp, self.links)
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int], int] = {}
@@ -61,15 +60,16 @@ class Engine:
         for rep in self.inp.replicas():
             s, plan, gpu = rep.stage, rep.plan, rep.gpu
             self.ledger.change(0.0, gpu, plan.weight_bytes, MemCategory.WEIGHTS, f"s{s} weights")
-            self.ledger.change(0.0, gpu, plan.grad_bytes, MemCategory.GRADIENTS,
-                               f"s{s} gradients")
-            self.ledger.change(0.0, gpu, plan.optimizer_bytes, MemCategory.OPTIMIZER,
-                               f"s{s} optimizer")
+            self.ledger.change(0.0, gpu, plan.grad_bytes, MemCategory.GRADIENTS, f"s{s} gradients")
+            self.ledger.change(
+                0.0, gpu, plan.optimizer_bytes, MemCategory.OPTIMIZER, f"s{s} optimizer"
+            )
             for category, nbytes in plan.overhead_charges():  # runtime reserve (memory)
                 self.ledger.change(0.0, gpu, nbytes, MemCategory(category), f"s{s} {category}")
             if plan.host_bytes:
-                self.ledger.change(0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD,
-                                   f"s{s} states")
+                self.ledger.change(
+                    0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD, f"s{s} states"
+                )
             self.env.process(self.rank(rep))
         paused = gc.isenabled()
         gc.disable()
@@ -105,8 +105,7 @@ class Engine:
                 yield from self.backward(rep, a, tags, step_no)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
-        yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}",
-                                     **tags)
+        yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
     def forward(self, rep: StageReplica, a: Action, tags: dict):
         """Process: wait for the input activation (and chunks), stash, compute, send."""
@@ -115,8 +114,9 @@ class Engine:
             yield self._arrival(("act", rep.replica, s, mb))
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
-        self.ledger.change(self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS,
-                           f"stash {a}")
+        self.ledger.change(
+            self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
+        )
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
         now = self.env.now
         if plan.fetch_bytes > 0:
@@ -139,15 +139,16 @@ class Engine:
         if uses_grad and not rep.last:
             yield self._arrival(("grad", rep.replica, s, mb))
         if uses_grad and plan.swap_bytes > 0:
-            yield from self.compute.wait(self.traffic.swap_in(rep, mb), gpu,
-                                         f"wait swap-in {a}", **tags)
+            yield from self.compute.wait(
+                self.traffic.swap_in(rep, mb), gpu, f"wait swap-in {a}", **tags
+            )
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
-            self.ledger.change(self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS,
-                               f"recompute {a}")
-            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s,
-                                        **tags)
+            self.ledger.change(
+                self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
+            )
+            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
         dur = rep.cost.bwd_s if a.op == "B" else rep.cost.bwd_s / 2
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
@@ -156,16 +157,16 @@ class Engine:
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
         if a.op in ("B", "W"):
-            self.ledger.change(now, gpu, -plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS,
-                               f"free {a}")
+            self.ledger.change(
+                now, gpu, -plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"free {a}"
+            )
             key = (rep.replica, s)
             self._bwd_done[key] = self._bwd_done.get(key, 0) + 1
             if plan.writeback_bytes > 0:
                 self.traffic.writeback(rep, a, tags)
         if uses_grad:
             if not rep.last:
-                self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS,
-                                   f"grad {a}")
+                self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS, f"grad {a}")
             if not rep.first:
                 self.env.process(self.send(rep, s - 1, mb, rep.cost.in_bytes, "grad"))
 
@@ -175,11 +176,18 @@ class Engine:
         r, s = rep.replica, rep.stage
         src, dst = rep.gpu, f"gpu{self.inp.placement[r][dst_stage]}"
         op = "F" if kind == "act" else "B"
-        yield from self.links.transfer(src, dst, nbytes, EventKind.TRANSFER,
-                                       f"{s}{op}{mb} {src}->{dst}", Stream.SEND,
-                                       **rep.tags(mb, mb // self.inp.microbatches))
-        self.ledger.change(self.env.now, dst, nbytes, MemCategory.BUFFERS,
-                           f"recv {kind} {dst_stage}/{mb}")
+        yield from self.links.transfer(
+            src,
+            dst,
+            nbytes,
+            EventKind.TRANSFER,
+            f"{s}{op}{mb} {src}->{dst}",
+            Stream.SEND,
+            **rep.tags(mb, mb // self.inp.microbatches),
+        )
+        self.ledger.change(
+            self.env.now, dst, nbytes, MemCategory.BUFFERS, f"recv {kind} {dst_stage}/{mb}"
+        )
         self._arrival((kind, r, dst_stage, mb)).succeed()
 
     def step(self, rep: StageReplica, a: Action, tags: dict):
@@ -199,14 +207,16 @@ class Engine:
             yield from self.traffic.host_step(rep, tags)
         for t in plan.step_transfers_after:
             yield from self.traffic.copy(t, tags)
-        yield from self.compute.run(rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}",
-                                    plan.optimizer_s, **tags)
+        yield from self.compute.run(
+            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
+        )
         if dp and plan.dp_sharded:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
         done = self._bwd_done.get((rep.replica, rep.stage), 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(rep.replica, rep.stage, done // self.inp.microbatches - 1)] = (
-                self.env.now)
+                self.env.now
+            )
 
 
 def simulate(inp: SimInput) -> EventLog:

@@ -32,5 +32,6 @@ class ComputeStream:
         if not ev.triggered:
             yield ev
         if self.env.now > start:
-            self.events.append(Event(EventKind.STALL, gpu, Stream.COMPUTE, name, start,
-                                     self.env.now, **tags))
+            self.events.append(
+                Event(EventKind.STALL, gpu, Stream.COMPUTE, name, start, self.env.now, **tags)
+            )

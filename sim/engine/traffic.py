@@ -47,8 +47,14 @@ class MemoryTraffic:
         microbatches: micro-batches per iteration (for the iteration tag of swap-ins).
     """
 
-    def __init__(self, env: simpy.Environment, links: Links, ledger: Ledger,
-                 compute: ComputeStream, microbatches: int):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        links: Links,
+        ledger: Ledger,
+        compute: ComputeStream,
+        microbatches: int,
+    ):
         self.env = env
         self.links = links
         self.ledger = ledger
@@ -88,19 +94,32 @@ class MemoryTraffic:
 
     def _fetch(self, rep: StageReplica, a: Action):
         plan = rep.plan
-        self.ledger.change(self.env.now, rep.gpu, plan.fetch_live, MemCategory.CHUNKS,
-                           f"fetch {a}")
-        yield from self.links.transfer(plan.fetch_source, rep.gpu, plan.fetch_bytes,
-                                       EventKind.CHUNK_MOVE, f"fetch {a}", Stream.H2D,
-                                       stage=rep.stage, replica=rep.replica)
+        self.ledger.change(self.env.now, rep.gpu, plan.fetch_live, MemCategory.CHUNKS, f"fetch {a}")
+        yield from self.links.transfer(
+            plan.fetch_source,
+            rep.gpu,
+            plan.fetch_bytes,
+            EventKind.CHUNK_MOVE,
+            f"fetch {a}",
+            Stream.H2D,
+            stage=rep.stage,
+            replica=rep.replica,
+        )
 
     # -- write-backs ------------------------------------------------------------------
     def writeback(self, rep: StageReplica, a: Action, tags: dict) -> None:
         """Start the copy of a backward's gradients to ``fetch_source``; the step waits."""
+
         def run():
-            yield from self.links.transfer(rep.gpu, rep.plan.fetch_source,
-                                           rep.plan.writeback_bytes, EventKind.CHUNK_MOVE,
-                                           f"write-back {a}", Stream.D2H, **tags)
+            yield from self.links.transfer(
+                rep.gpu,
+                rep.plan.fetch_source,
+                rep.plan.writeback_bytes,
+                EventKind.CHUNK_MOVE,
+                f"write-back {a}",
+                Stream.D2H,
+                **tags,
+            )
 
         key = (rep.replica, rep.stage)
         self._writebacks.setdefault(key, []).append(self.env.process(run()))
@@ -109,8 +128,9 @@ class MemoryTraffic:
         """Process: wait for every write-back started since the last call (a stall if late)."""
         pending = self._writebacks.pop((rep.replica, rep.stage), [])
         if pending:
-            yield from self.compute.wait(self.env.all_of(pending), rep.gpu,
-                                         f"wait write-back s{rep.stage}", **tags)
+            yield from self.compute.wait(
+                self.env.all_of(pending), rep.gpu, f"wait write-back s{rep.stage}", **tags
+            )
 
     # -- swaps ------------------------------------------------------------------------
     def swap_out(self, rep: StageReplica, mb: int, tags: dict) -> None:
@@ -123,19 +143,30 @@ class MemoryTraffic:
         if len(parts) == 1:
             yield from self._part_out(rep, parts[0], mb, "", tags)
         else:
-            yield self.env.all_of([self.env.process(
-                self._part_out(rep, part, mb, f" ->{part[0]}", tags)) for part in parts])
+            yield self.env.all_of(
+                [
+                    self.env.process(self._part_out(rep, part, mb, f" ->{part[0]}", tags))
+                    for part in parts
+                ]
+            )
         self._swap_done(rep, mb).succeed()
 
-    def _part_out(self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str,
-                  tags: dict):
+    def _part_out(
+        self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str, tags: dict
+    ):
         node, nbytes = part
         s, gpu = rep.stage, rep.gpu
-        yield from self.links.transfer(gpu, node, nbytes, EventKind.SWAP_OUT,
-                                       f"swap-out {s}/{mb}{suffix}", _stream(node, True), **tags)
+        yield from self.links.transfer(
+            gpu,
+            node,
+            nbytes,
+            EventKind.SWAP_OUT,
+            f"swap-out {s}/{mb}{suffix}",
+            _stream(node, True),
+            **tags,
+        )
         now = self.env.now
-        self.ledger.change(now, gpu, -nbytes, MemCategory.ACTIVATIONS,
-                           f"swapped {s}/{mb}{suffix}")
+        self.ledger.change(now, gpu, -nbytes, MemCategory.ACTIVATIONS, f"swapped {s}/{mb}{suffix}")
         self.ledger.change(now, node, nbytes, MemCategory.SWAP, f"from {gpu} {s}/{mb}")
 
     def swap_in(self, rep: StageReplica, mb: int) -> simpy.Process:
@@ -144,33 +175,56 @@ class MemoryTraffic:
 
     def _swap_in(self, rep: StageReplica, mb: int):
         yield self._swap_done(rep, mb)
-        self.ledger.change(self.env.now, rep.gpu, rep.plan.swap_bytes, MemCategory.ACTIVATIONS,
-                           f"swap-in {rep.stage}/{mb}")
+        self.ledger.change(
+            self.env.now,
+            rep.gpu,
+            rep.plan.swap_bytes,
+            MemCategory.ACTIVATIONS,
+            f"swap-in {rep.stage}/{mb}",
+        )
         tags = rep.tags(mb, mb // self.microbatches)
         parts = rep.plan.swap_parts
         if len(parts) == 1:
             yield from self._part_in(rep, parts[0], mb, "", tags)
         else:
-            yield self.env.all_of([self.env.process(
-                self._part_in(rep, part, mb, f" <-{part[0]}", tags)) for part in parts])
+            yield self.env.all_of(
+                [
+                    self.env.process(self._part_in(rep, part, mb, f" <-{part[0]}", tags))
+                    for part in parts
+                ]
+            )
 
-    def _part_in(self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str,
-                 tags: dict):
+    def _part_in(
+        self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str, tags: dict
+    ):
         node, nbytes = part
         s = rep.stage
-        yield from self.links.transfer(node, rep.gpu, nbytes, EventKind.SWAP_IN,
-                                       f"swap-in {s}/{mb}{suffix}", _stream(node, False), **tags)
-        self.ledger.change(self.env.now, node, -nbytes, MemCategory.SWAP,
-                           f"back to {rep.gpu} {s}/{mb}")
+        yield from self.links.transfer(
+            node,
+            rep.gpu,
+            nbytes,
+            EventKind.SWAP_IN,
+            f"swap-in {s}/{mb}{suffix}",
+            _stream(node, False),
+            **tags,
+        )
+        self.ledger.change(
+            self.env.now, node, -nbytes, MemCategory.SWAP, f"back to {rep.gpu} {s}/{mb}"
+        )
 
     # -- the optimizer step -----------------------------------------------------------
     def copy(self, t: Transfer, tags: dict):
         """Process: a step copy (``d2h`` when it goes to a host)."""
         out = t.dst.startswith("cpu")
-        yield from self.links.transfer(t.src, t.dst, t.nbytes,
-                                       EventKind.SWAP_OUT if out else EventKind.SWAP_IN,
-                                       t.label or f"{t.src}->{t.dst}",
-                                       Stream.D2H if out else Stream.H2D, **tags)
+        yield from self.links.transfer(
+            t.src,
+            t.dst,
+            t.nbytes,
+            EventKind.SWAP_OUT if out else EventKind.SWAP_IN,
+            t.label or f"{t.src}->{t.dst}",
+            Stream.D2H if out else Stream.H2D,
+            **tags,
+        )
 
     def host_step(self, rep: StageReplica, tags: dict):
         """Process: the optimizer step on the host CPU; one socket runs one step at a time
@@ -182,5 +236,14 @@ class MemoryTraffic:
         yield self.env.timeout(rep.plan.host_optimizer_s)
         cpu.release(req)
         s, r = rep.stage, rep.replica
-        self.links.events.append(Event(EventKind.HOST_OPTIMIZER, rep.host, f"adam-s{s}r{r}",
-                                       f"host step s{s}", start, self.env.now, **tags))
+        self.links.events.append(
+            Event(
+                EventKind.HOST_OPTIMIZER,
+                rep.host,
+                f"adam-s{s}r{r}",
+                f"host step s{s}",
+                start,
+                self.env.now,
+                **tags,
+            )
+        )

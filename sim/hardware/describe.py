@@ -134,9 +134,14 @@ def reserve_fields(gpu) -> dict:
     """The memory fields of a hardware description's ``gpu`` mapping for ``gpu``
     (:class:`~sim.hardware.topology.GPU`): CUDA-reported capacity and runtime reserve."""
     rv = gpu.reserve
-    return {"cuda_memory": gpu.memory_bytes, "cuda_context": rv.cuda_context_bytes,
-            "cublas_workspace": rv.cublas_workspace_bytes, "nccl_buffer": rv.nccl_buffer_bytes,
-            "nccl_channels": rv.nccl_channels, "allocator_margin": rv.allocator_margin}
+    return {
+        "cuda_memory": gpu.memory_bytes,
+        "cuda_context": rv.cuda_context_bytes,
+        "cublas_workspace": rv.cublas_workspace_bytes,
+        "nccl_buffer": rv.nccl_buffer_bytes,
+        "nccl_channels": rv.nccl_channels,
+        "allocator_margin": rv.allocator_margin,
+    }
 
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:
@@ -189,7 +194,11 @@ def _compute_fields(spec: Any) -> dict[str, Any]:
     """The compute-model keys of a ``gpu`` mapping (sim.compute.device), empty without one."""
     if spec is None:
         return {}
-    return {"fp32_flops": spec.fp32_flops, "sm_count": spec.sm_count,
-            "matmul_efficiency": spec.matmul_efficiency,
-            "attention_efficiency": spec.attention_efficiency,
-            "hbm_efficiency": spec.hbm_efficiency, "kernel_overhead": spec.kernel_overhead_s}
+    return {
+        "fp32_flops": spec.fp32_flops,
+        "sm_count": spec.sm_count,
+        "matmul_efficiency": spec.matmul_efficiency,
+        "attention_efficiency": spec.attention_efficiency,
+        "hbm_efficiency": spec.hbm_efficiency,
+        "kernel_overhead": spec.kernel_overhead_s,
+    }

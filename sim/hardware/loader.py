@@ -191,12 +191,19 @@ def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> Non
     if isinstance(n, str) and n.strip().isdigit():
         n = int(n)
     if isinstance(n, int) and not isinstance(n, bool) and n > MAX_GPUS:
-        raise InputError(f"{n} GPUs is more than the {MAX_GPUS} pipesim simulates (describe one "
-                         "server or a few nodes)", file=file, field=_join(field, "num_gpus"))
+        raise InputError(
+            f"{n} GPUs is more than the {MAX_GPUS} pipesim simulates (describe one "
+            "server or a few nodes)",
+            file=file,
+            field=_join(field, "num_gpus"),
+        )
     links = raw.get("links")
     if isinstance(links, list) and len(links) > MAX_LINKS:
-        raise InputError(f"{len(links)} links is more than the {MAX_LINKS} accepted", file=file,
-                         field=_join(field, "links"))
+        raise InputError(
+            f"{len(links)} links is more than the {MAX_LINKS} accepted",
+            file=file,
+            field=_join(field, "links"),
+        )
 
 
 def load_hardware_spec(

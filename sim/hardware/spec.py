@@ -78,32 +78,41 @@ class GPUSpec(BaseModel):
         gt=0, description="HBM bandwidth, e.g. '900 GB/s' (bytes/s if a number)."
     )
     fp32_flops: Flops | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="fp32 (non-tensor) peak, e.g. '15.7 TFLOPS'; default: peak_flops / 8 "
         "(the V100 ratio, an assumption). Used for fp32 traces.",
     )
     sm_count: int = Field(
-        default=108, ge=1,
+        default=108,
+        ge=1,
         description="Streaming multiprocessors (wave quantization of GEMMs); default 108 "
         "(A100, an assumption for other GPUs).",
     )
     matmul_efficiency: float = Field(
-        default=0.8, gt=0, le=1,
+        default=0.8,
+        gt=0,
+        le=1,
         description="Achievable fraction of peak for large GEMMs (measured MAMF where known; "
         "the default 0.8 is an assumption). See sim.compute.device.",
     )
     attention_efficiency: float = Field(
-        default=0.5, gt=0, le=1,
+        default=0.5,
+        gt=0,
+        le=1,
         description="Achievable fraction of the tensor peak for fused (flash) attention, "
         "forward + backward; the default 0.5 is an assumption.",
     )
     hbm_efficiency: float = Field(
-        default=DEFAULT_HBM_EFFICIENCY, gt=0, le=1,
+        default=DEFAULT_HBM_EFFICIENCY,
+        gt=0,
+        le=1,
         description="Achievable fraction of HBM peak for memory-bound kernels (default: an "
         "assumption, sim.compute.device).",
     )
     kernel_overhead: Seconds = Field(
-        default=DEFAULT_KERNEL_OVERHEAD_S, ge=0,
+        default=DEFAULT_KERNEL_OVERHEAD_S,
+        ge=0,
         description="Fixed cost per kernel (launch + dispatch), e.g. '5 us' (default: an "
         "assumption, sim.compute.device).",
     )
@@ -111,15 +120,21 @@ class GPUSpec(BaseModel):
     def compute_spec(self) -> ComputeSpec:
         """The :class:`~sim.compute.device.ComputeSpec` of this GPU."""
         return ComputeSpec(
-            model=self.model, matmul_flops=self.peak_flops,
+            model=self.model,
+            matmul_flops=self.peak_flops,
             fp32_flops=self.fp32_flops or self.peak_flops / 8,
-            hbm_bandwidth_Bps=self.hbm_bandwidth, sm_count=self.sm_count,
+            hbm_bandwidth_Bps=self.hbm_bandwidth,
+            sm_count=self.sm_count,
             matmul_efficiency=self.matmul_efficiency,
             attention_efficiency=self.attention_efficiency,
-            hbm_efficiency=self.hbm_efficiency, kernel_overhead_s=self.kernel_overhead)
+            hbm_efficiency=self.hbm_efficiency,
+            kernel_overhead_s=self.kernel_overhead,
+        )
+
     # memory as a PyTorch process sees it (sim.memory.capacity); defaults are sourced there
     cuda_memory: Bytes | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Total memory as CUDA reports it (e.g. '16160 MiB' on a V100-SXM2-16GB); "
         "default: the sourced value for `model` in sim.memory.capacity.CUDA_TOTAL_MIB, else "
         "`memory`.",
@@ -128,7 +143,8 @@ class GPUSpec(BaseModel):
         default=None, ge=0, description="CUDA context per process (default 400 MiB, memory.md §1)."
     )
     cublas_workspace: Bytes | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="cuBLAS workspace per GEMM stream (default 8.125 MiB; 32 MiB on Hopper).",
     )
     nccl_buffer: Bytes | None = Field(
@@ -138,7 +154,9 @@ class GPUSpec(BaseModel):
         default=None, ge=1, description="NCCL channels per communicator (default 4, assumed)."
     )
     allocator_margin: float | None = Field(
-        default=None, ge=0, lt=1,
+        default=None,
+        ge=0,
+        lt=1,
         description="Share of the usable capacity lost to the caching allocator (default 0.05).",
     )
 
@@ -224,9 +242,13 @@ def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
     else:
         usable = cuda_total if g.memory >= 0.9 * cuda_total else g.memory
     base = default_reserve(g.model)
-    given: dict[str, Any] = {"cuda_context_bytes": g.cuda_context, "cublas_workspace_bytes": g.cublas_workspace,
-             "nccl_buffer_bytes": g.nccl_buffer, "nccl_channels": g.nccl_channels,
-             "allocator_margin": g.allocator_margin}
+    given: dict[str, Any] = {
+        "cuda_context_bytes": g.cuda_context,
+        "cublas_workspace_bytes": g.cublas_workspace,
+        "nccl_buffer_bytes": g.nccl_buffer,
+        "nccl_channels": g.nccl_channels,
+        "allocator_margin": g.allocator_margin,
+    }
     return usable, replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
@@ -318,8 +340,7 @@ def topology_from_spec(
     g = spec.gpu
     usable, reserve = gpu_memory(g)
     gpus = tuple(
-        GPU(name, g.model, usable, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec(),
-            reserve)
+        GPU(name, g.model, usable, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec(), reserve)
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
     links: list[Link] = []

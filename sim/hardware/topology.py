@@ -29,8 +29,9 @@ from sim.compute.device import ComputeSpec
 from sim.memory.capacity import NO_RESERVE, RuntimeReserve
 
 
-def transfer_time_s(route: tuple[Link, ...], nbytes: float,
-                    bandwidth_Bps: float | None = None) -> float:
+def transfer_time_s(
+    route: tuple[Link, ...], nbytes: float, bandwidth_Bps: float | None = None
+) -> float:
     """Seconds to move ``nbytes`` over ``route``: the sum of its link latencies plus ``nbytes``
     over its bottleneck bandwidth (cut-through: every link streams at once, the slowest sets
     the rate; hardware.md §6). The one transfer-time formula: the engine's sends, swaps and
@@ -63,9 +64,10 @@ def ring_hop_bandwidths(routes: list[tuple[Link, ...]]) -> list[float]:
     for route in routes:
         for lk in route:
             uses[lk.name] = uses.get(lk.name, 0) + 1
-    return [min(lk.bandwidth_Bps / uses[lk.name] for lk in route) if route else float("inf")
-            for route in routes]
-
+    return [
+        min(lk.bandwidth_Bps / uses[lk.name] for lk in route) if route else float("inf")
+        for route in routes
+    ]
 
 
 @dataclass(frozen=True)
@@ -211,8 +213,7 @@ class Topology:
         """Total host DRAM over all sockets, in bytes."""
         return sum(h.dram_bytes for h in self.hosts)
 
-    def route(self, src: str, dst: str,
-              within: frozenset[str] | None = None) -> tuple[Link, ...]:
+    def route(self, src: str, dst: str, within: frozenset[str] | None = None) -> tuple[Link, ...]:
         """Directed links from node ``src`` to node ``dst`` (empty when ``src == dst``).
 
         Fewest hops, then widest, then lexicographic by node names (see module doc).
@@ -236,12 +237,17 @@ class Topology:
             path = ()
         else:
             gpus = self._gpu_names
-            relay = frozenset() if within is None or src not in gpus or dst not in gpus else (
-                (gpus & within) - {src, dst})
+            relay = (
+                frozenset()
+                if within is None or src not in gpus or dst not in gpus
+                else ((gpus & within) - {src, dst})
+            )
             prev = self._tree(src, relay)
             if dst not in prev:
-                raise ValueError(f"no route from {src} to {dst} in topology {self.name}"
-                                 + ("" if not relay else f" relaying only through {sorted(relay)}"))
+                raise ValueError(
+                    f"no route from {src} to {dst} in topology {self.name}"
+                    + ("" if not relay else f" relaying only through {sorted(relay)}")
+                )
             hops = []
             node = dst
             while node != src:
@@ -272,8 +278,10 @@ class Topology:
         if 2 < len(gpus) <= 8:
             for rest in permutations(gpus[1:]):
                 cand = (gpus[0], *rest)
-                routes = [self.route(a, b, within=comm)
-                          for a, b in zip(cand, cand[1:] + cand[:1], strict=True)]
+                routes = [
+                    self.route(a, b, within=comm)
+                    for a, b in zip(cand, cand[1:] + cand[:1], strict=True)
+                ]
                 bws = ring_hop_bandwidths(routes)
                 score = (min(bws), -sum(len(r) for r in routes), sum(bws))
                 if best is None or score > best:

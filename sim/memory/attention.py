@@ -42,10 +42,19 @@ def with_attention(trace: Trace) -> tuple[Trace, str]:
     if not any(layer.attn_core_act_bytes for layer in trace.layers):
         return trace, ASSUMED
     layers = tuple(
-        replace(layer, act_bytes=max(0.0, layer.act_bytes - layer.attn_core_act_bytes),
-                attn_core_act_bytes=0.0) if layer.attn_core_act_bytes else layer
-        for layer in trace.layers)
-    prov = {**trace.provenance, "attention": ASSUMED,
-            "attention_note": "attn_core_act_bytes (5as^2b) removed from act_bytes: flash "
-                              "attention saves no s^2 scores (sim.memory.attention)"}
+        replace(
+            layer,
+            act_bytes=max(0.0, layer.act_bytes - layer.attn_core_act_bytes),
+            attn_core_act_bytes=0.0,
+        )
+        if layer.attn_core_act_bytes
+        else layer
+        for layer in trace.layers
+    )
+    prov = {
+        **trace.provenance,
+        "attention": ASSUMED,
+        "attention_note": "attn_core_act_bytes (5as^2b) removed from act_bytes: flash "
+        "attention saves no s^2 scores (sim.memory.attention)",
+    }
     return replace(trace, layers=layers, provenance=prov), ASSUMED

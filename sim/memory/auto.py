@@ -54,8 +54,9 @@ class AutoPolicy(MemoryPolicy):
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
 
-    def plan_all(self, contexts: list[StageContext],
-                 fixed: Sequence[tuple[StageContext, StagePlan]] = ()) -> list[StagePlan]:
+    def plan_all(
+        self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()
+    ) -> list[StagePlan]:
         per_host: dict[str, int] = {}
         for c in contexts:
             per_host[c.host] = per_host.get(c.host, 0) + 1
@@ -63,8 +64,10 @@ class AutoPolicy(MemoryPolicy):
         chosen = [opts[0] for opts in options]
         self.d2d_pass(contexts, chosen, fixed)
         self.host_pass(contexts, chosen, options)
-        plans = [self.describe(c, ch, opts)
-                 for c, ch, opts in zip(contexts, chosen, options, strict=True)]
+        plans = [
+            self.describe(c, ch, opts)
+            for c, ch, opts in zip(contexts, chosen, options, strict=True)
+        ]
         return note_reservations(contexts, plans, fixed)
 
     def options(self, ctx: StageContext, on_host: int) -> list[Option]:
@@ -76,15 +79,33 @@ class AutoPolicy(MemoryPolicy):
         for tag, base, extra in (("gpu", resident, 0.0), ("zero_offload", offload, off_s)):
             for st in stash_choices(ctx):
                 o = option(ctx, st, base, extra_s=extra)
-                out.append(Option(o.plan, f"{tag} states, {o.label}", o.added_s, o.peak_bytes,
-                                  o.fits, tag, extra))
+                out.append(
+                    Option(
+                        o.plan,
+                        f"{tag} states, {o.label}",
+                        o.added_s,
+                        o.peak_bytes,
+                        o.fits,
+                        tag,
+                        extra,
+                    )
+                )
         for st in (stash(ctx), stash(ctx, selective=True), stash(ctx, full=range(len(ctx.layers)))):
             act = activation_plan(ctx, st)
             plan, added, _ = chunk_states(ctx, act, CHUNK_ELEMS)
             added += ctx.microbatches * st.recompute_s + (on_host - 1) * plan.host_optimizer_s
             peak = planned_peak_bytes(plan, ctx)
-            out.append(Option(plan, f"chunked states, {st.label}", added, peak,
-                              peak <= budget_bytes(ctx), "chunked", added))
+            out.append(
+                Option(
+                    plan,
+                    f"chunked states, {st.label}",
+                    added,
+                    peak,
+                    peak <= budget_bytes(ctx),
+                    "chunked",
+                    added,
+                )
+            )
         return sorted(out, key=lambda o: o.key)
 
     def d2d_pass(self, contexts, chosen: list[Option], fixed) -> None:
@@ -96,22 +117,26 @@ class AutoPolicy(MemoryPolicy):
             base = ctx.resident_plan()
             if cur.state == "zero_offload":
                 base = offload_states(ctx, base)[0]
-            pairs = list(fixed) + [(c, o.plan) for j, (c, o)
-                                   in enumerate(zip(contexts, chosen, strict=True)) if j != i]
+            pairs = list(fixed) + [
+                (c, o.plan) for j, (c, o) in enumerate(zip(contexts, chosen, strict=True)) if j != i
+            ]
             reserved = incoming_bytes(pairs).get(ctx.gpu, 0.0)
-            need = (planned_peak_bytes(activation_plan(ctx, stash(ctx), (), base), ctx)
-                    + reserved - budget_bytes(ctx))
+            need = (
+                planned_peak_bytes(activation_plan(ctx, stash(ctx), (), base), ctx)
+                + reserved
+                - budget_bytes(ctx)
+            )
             n = ctx.in_flight
             room = {g: max(0.0, s) / n for g, s in spare_bytes(pairs).items()}
-            parts = stripe(min(ctx.act_bytes, need / (n - SWAP_LIVE)), nvlink_peers(ctx, job),
-                           room)
+            parts = stripe(min(ctx.act_bytes, need / (n - SWAP_LIVE)), nvlink_peers(ctx, job), room)
             if not parts:
                 continue
             o = best_option(ctx, base, parts, extra_s=cur.state_s, reserved=reserved)
             if o.fits and o.added_s < cur.added_s - 1e-9:
                 label = f"{cur.state} states, d2d + {o.label}"
-                chosen[i] = Option(o.plan, label, o.added_s, o.peak_bytes, True, cur.state,
-                                   cur.state_s)
+                chosen[i] = Option(
+                    o.plan, label, o.added_s, o.peak_bytes, True, cur.state, cur.state_s
+                )
 
     def host_pass(self, contexts, chosen: list[Option], options: list[list[Option]]) -> None:
         """Switch stages until every socket's DRAM holds its plans (or no switch helps: then
@@ -139,7 +164,13 @@ class AutoPolicy(MemoryPolicy):
     def describe(self, ctx: StageContext, ch: Option, opts: list[Option]) -> StagePlan:
         fitting = [o for o in opts if o.fits and o.label != ch.label]
         runner = fitting[0] if fitting else None
-        return describe(ctx, ch.plan, ch.label, ch.added_s, options=len(opts),
-                        fitting_options=sum(o.fits for o in opts),
-                        runner_up=runner.label if runner else None,
-                        runner_up_added_ms=ms(runner.added_s) if runner else None)
+        return describe(
+            ctx,
+            ch.plan,
+            ch.label,
+            ch.added_s,
+            options=len(opts),
+            fitting_options=sum(o.fits for o in opts),
+            runner_up=runner.label if runner else None,
+            runner_up_added_ms=ms(runner.added_s) if runner else None,
+        )

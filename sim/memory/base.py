@@ -109,8 +109,8 @@ class StageContext:
         base = dict(
             act_bytes=self.act_bytes,
             resident_act_bytes=self.act_bytes,
-            weight_bytes=p * weight_bytes_per_param(self.state, self.weight_versions,
-                                                    self.version_bytes),
+            weight_bytes=p
+            * weight_bytes_per_param(self.state, self.weight_versions, self.version_bytes),
             grad_bytes=p * self.state.grad,
             optimizer_bytes=p * self.state.optimizer,
             optimizer_s=optimizer_step_s(p, gpu.hbm_bandwidth_Bps, self.state),
@@ -143,8 +143,9 @@ class MemoryPolicy(ABC):
             raise ValueError(f"policy {cls.name!r} takes no parameters, got {':'.join(args)!r}")
         return cls()
 
-    def plan_all(self, contexts: list[StageContext],
-                 fixed: Sequence[tuple[StageContext, StagePlan]] = ()) -> list[StagePlan]:
+    def plan_all(
+        self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()
+    ) -> list[StagePlan]:
         """Plans for every stage replica, in the order of ``contexts``.
 
         Args:

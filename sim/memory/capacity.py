@@ -22,23 +22,41 @@ from dataclasses import dataclass
 MIB = 2**20
 
 CUDA_TOTAL_MIB: dict[str, tuple[float, str]] = {
-    "V100-SXM2-16GB": (16160, "torch.cuda.get_device_properties: total_memory=16160MB on a "
-                              "Tesla V100-SXM2-16GB (torch 1.8.1+cu101, YOLOv5 profile output "
-                              "quoted publicly); issue 12 quotes the same 16,160 MiB"),
-    "V100-SXM2-32GB": (32480, "nvidia-smi 32480MiB on Tesla V100-SXM2 32 GB, driver 418.116 "
-                              "(godweiyang/GrabGPU#5); CUDA total assumed equal (unverified)"),
+    "V100-SXM2-16GB": (
+        16160,
+        "torch.cuda.get_device_properties: total_memory=16160MB on a "
+        "Tesla V100-SXM2-16GB (torch 1.8.1+cu101, YOLOv5 profile output "
+        "quoted publicly); issue 12 quotes the same 16,160 MiB",
+    ),
+    "V100-SXM2-32GB": (
+        32480,
+        "nvidia-smi 32480MiB on Tesla V100-SXM2 32 GB, driver 418.116 "
+        "(godweiyang/GrabGPU#5); CUDA total assumed equal (unverified)",
+    ),
     "V100-SXM3-32GB": (32480, "assumed equal to V100-SXM2-32GB (unverified)"),
-    "A100-SXM4-40GB": (40339, "deviceQuery: 'Total amount of global memory: 40339 MBytes "
-                              "(42298834944 bytes)', CUDA 12.2 driver "
-                              "(bottlerocket-os/bottlerocket#3873); nvidia-smi shows 40960MiB "
-                              "(modal-labs/modal-client#2797)"),
-    "A100-SXM4-80GB": (81050, "torch OOM messages '79.15 GiB total capacity' on A100 80GB "
-                              "(widely quoted; nvidia-smi 81920MiB, modal-labs/modal-client#2797)"),
-    "H100-SXM5-80GB": (81559, "nvidia-smi 81559MiB (NVIDIA/nccl#1264, wilicc/gpu-burn#114); "
-                              "CUDA's total is somewhat lower (unverified): calibrate measures it"),
-    "H200-SXM-141GB": (143155, "torch OOM messages 'GPU 0 has a total capacity of 139.80 GiB' on "
-                               "8xH200 runs (public logs; unverified); nvidia-smi 143771MiB "
-                               "(issue 12, unverified)"),
+    "A100-SXM4-40GB": (
+        40339,
+        "deviceQuery: 'Total amount of global memory: 40339 MBytes "
+        "(42298834944 bytes)', CUDA 12.2 driver "
+        "(bottlerocket-os/bottlerocket#3873); nvidia-smi shows 40960MiB "
+        "(modal-labs/modal-client#2797)",
+    ),
+    "A100-SXM4-80GB": (
+        81050,
+        "torch OOM messages '79.15 GiB total capacity' on A100 80GB "
+        "(widely quoted; nvidia-smi 81920MiB, modal-labs/modal-client#2797)",
+    ),
+    "H100-SXM5-80GB": (
+        81559,
+        "nvidia-smi 81559MiB (NVIDIA/nccl#1264, wilicc/gpu-burn#114); "
+        "CUDA's total is somewhat lower (unverified): calibrate measures it",
+    ),
+    "H200-SXM-141GB": (
+        143155,
+        "torch OOM messages 'GPU 0 has a total capacity of 139.80 GiB' on "
+        "8xH200 runs (public logs; unverified); nvidia-smi 143771MiB "
+        "(issue 12, unverified)",
+    ),
     "RTX-4090-24GB": (24217, "torch '23.65 GiB total capacity' on RTX 4090 (unverified)"),
 }
 """CUDA-visible total memory in MiB per GPU model, with its source."""
@@ -61,8 +79,7 @@ CUDA_CONTEXT_BYTES = 400 * MIB
 """CUDA context of one process on one GPU: ~300-500 MB on V100/A100 with CUDA 11/12
 (memory.md §1, an unverified estimate); 400 MiB is its middle."""
 
-CUBLAS_WORKSPACE_BYTES = {"pre-hopper": 4096 * 1024 * 2 + 16 * 1024 * 8,
-                          "hopper": 32 * MIB}
+CUBLAS_WORKSPACE_BYTES = {"pre-hopper": 4096 * 1024 * 2 + 16 * 1024 * 8, "hopper": 32 * MIB}
 """cuBLAS workspace per stream that runs GEMMs. PyTorch's default ``CUBLAS_WORKSPACE_CONFIG``
 is ``:4096:2:16:8`` (2 x 4 MiB + 8 x 16 KiB = 8.125 MiB; torch docs, "Reproducibility" /
 ``torch.use_deterministic_algorithms``), 32 MiB on Hopper, as cuBLAS recommends for sm90
@@ -124,16 +141,24 @@ class RuntimeReserve:
 
     def runtime_bytes(self, peers: int, gemm_streams: int = 1) -> float:
         """Context + cuBLAS workspaces + NCCL buffers, in bytes."""
-        return (self.cuda_context_bytes + self.cublas_workspace_bytes * gemm_streams
-                + self.nccl_bytes(peers))
+        return (
+            self.cuda_context_bytes
+            + self.cublas_workspace_bytes * gemm_streams
+            + self.nccl_bytes(peers)
+        )
 
     def allocator_bytes(self, activation_bytes: float) -> float:
         """Bytes the allocator loses on top of ``activation_bytes`` of activation memory."""
         return self.allocator_margin * activation_bytes
 
 
-NO_RESERVE = RuntimeReserve(cuda_context_bytes=0.0, cublas_workspace_bytes=0.0,
-                            nccl_buffer_bytes=0.0, allocator_margin=0.0, working=False)
+NO_RESERVE = RuntimeReserve(
+    cuda_context_bytes=0.0,
+    cublas_workspace_bytes=0.0,
+    nccl_buffer_bytes=0.0,
+    allocator_margin=0.0,
+    working=False,
+)
 """Tensors only: no runtime reserve, no allocator margin, no working memory."""
 
 

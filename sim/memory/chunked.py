@@ -82,8 +82,9 @@ def chunk_layout(ctx: StageContext, act: StagePlan, chunk_elems: int) -> ChunkLa
     return ChunkLayout(n, elems, slot, resident, misses, free)
 
 
-def chunk_states(ctx: StageContext, act: StagePlan,
-                 chunk_elems: int) -> tuple[StagePlan, float, dict]:
+def chunk_states(
+    ctx: StageContext, act: StagePlan, chunk_elems: int
+) -> tuple[StagePlan, float, dict]:
     """``act`` with its model states in chunks; the estimated seconds added per iteration; notes."""
     lay = chunk_layout(ctx, act, chunk_elems)
     m, d, g, o = ctx.microbatches, ctx.state.weight, ctx.state.grad, ctx.state.optimizer
@@ -97,24 +98,43 @@ def chunk_states(ctx: StageContext, act: StagePlan,
     hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
     versions = (ctx.weight_versions - 1) * ctx.params * d
     plan = replace(
-        act, weight_bytes=lay.resident * lay.slot_bytes + versions, grad_bytes=0.0,
-        optimizer_bytes=os_gpu * o, optimizer_s=optimizer_step_s(os_gpu, hbm, ctx.state),
-        host_bytes=os_host * o + stream * e * (d + g), host_optimizer_s=os_host / adam_rate(ctx),
+        act,
+        weight_bytes=lay.resident * lay.slot_bytes + versions,
+        grad_bytes=0.0,
+        optimizer_bytes=os_gpu * o,
+        optimizer_s=optimizer_step_s(os_gpu, hbm, ctx.state),
+        host_bytes=os_host * o + stream * e * (d + g),
+        host_optimizer_s=os_host / adam_rate(ctx),
         step_transfers_before=_copy(ctx.gpu, ctx.host, back * g, "grads"),
         step_transfers_after=_copy(ctx.host, ctx.gpu, back * d, "weights"),
-        fetch_bytes=fetch, fetch_source=ctx.host if fetch else None,
-        fetch_live_bytes=STAGING * e * d if stream else None, writeback_bytes=stream * e * g,
-        dp_sharded=ctx.dp_width > 1, dp_grad_bytes=ctx.params * g)
-    added = (2 * m * max(0.0, copy_s(ctx, ctx.host, ctx.gpu, fetch, ctx.host_sharers)
-                         - min(ctx.fwd_s, ctx.bwd_s))
-             + plan.host_optimizer_s + copy_s(ctx, ctx.gpu, ctx.host, back * g)
-             + copy_s(ctx, ctx.host, ctx.gpu, back * d)
-             + plan.optimizer_s - ctx.resident_plan().optimizer_s)
-    notes = dict(chunks=lay.chunks, chunk_mib=round(lay.slot_bytes / MIB, 1),
-                 resident_chunks=lay.resident, streamed_chunks=stream,
-                 misses_per_iteration=sum(lay.misses),
-                 optimizer_on_gpu_share=round(os_gpu / own, 3) if own else 1.0,
-                 host_state_gib=gib(plan.host_bytes))
+        fetch_bytes=fetch,
+        fetch_source=ctx.host if fetch else None,
+        fetch_live_bytes=STAGING * e * d if stream else None,
+        writeback_bytes=stream * e * g,
+        dp_sharded=ctx.dp_width > 1,
+        dp_grad_bytes=ctx.params * g,
+    )
+    added = (
+        2
+        * m
+        * max(
+            0.0, copy_s(ctx, ctx.host, ctx.gpu, fetch, ctx.host_sharers) - min(ctx.fwd_s, ctx.bwd_s)
+        )
+        + plan.host_optimizer_s
+        + copy_s(ctx, ctx.gpu, ctx.host, back * g)
+        + copy_s(ctx, ctx.host, ctx.gpu, back * d)
+        + plan.optimizer_s
+        - ctx.resident_plan().optimizer_s
+    )
+    notes = dict(
+        chunks=lay.chunks,
+        chunk_mib=round(lay.slot_bytes / MIB, 1),
+        resident_chunks=lay.resident,
+        streamed_chunks=stream,
+        misses_per_iteration=sum(lay.misses),
+        optimizer_on_gpu_share=round(os_gpu / own, 3) if own else 1.0,
+        host_state_gib=gib(plan.host_bytes),
+    )
     return plan, added, notes
 
 
@@ -140,8 +160,9 @@ class ChunkedPolicy(MemoryPolicy):
         if not args:
             return cls()
         if len(args) > 1 or not args[0].isdigit() or int(args[0]) < 1:
-            raise ValueError(f"use chunked:N with N the chunk size in M elements, got "
-                             f"{':'.join(args)!r}")
+            raise ValueError(
+                f"use chunked:N with N the chunk size in M elements, got {':'.join(args)!r}"
+            )
         return cls(int(args[0]))
 
     def plan(self, ctx: StageContext) -> StagePlan:

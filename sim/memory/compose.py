@@ -11,8 +11,9 @@ from sim.memory.stash import Stash
 GiB = 2.0**30
 
 
-def activation_plan(ctx: StageContext, st: Stash, parts: SwapParts = (),
-                    base: StagePlan | None = None) -> StagePlan:
+def activation_plan(
+    ctx: StageContext, st: Stash, parts: SwapParts = (), base: StagePlan | None = None
+) -> StagePlan:
     """``base`` (default: everything resident) with the stash ``st`` and ``parts`` of its kept
     bytes swapped out per micro-batch.
 
@@ -26,10 +27,15 @@ def activation_plan(ctx: StageContext, st: Stash, parts: SwapParts = (),
         raise ValueError(f"swapping {swap} bytes of a {st.kept_bytes}-byte stash")
     single = len(parts) == 1
     return replace(
-        base, act_bytes=st.act_bytes, resident_act_bytes=max(0.0, st.kept_bytes - swap),
-        swap_bytes=swap, swap_target=parts[0][0] if single else None,
-        swap_targets=() if single else parts, recompute_s=st.recompute_s,
-        transient_bytes=st.transient_bytes if st.dropped_bytes > 0 else None)
+        base,
+        act_bytes=st.act_bytes,
+        resident_act_bytes=max(0.0, st.kept_bytes - swap),
+        swap_bytes=swap,
+        swap_target=parts[0][0] if single else None,
+        swap_targets=() if single else parts,
+        recompute_s=st.recompute_s,
+        transient_bytes=st.transient_bytes if st.dropped_bytes > 0 else None,
+    )
 
 
 def gib(nbytes: float) -> float:
@@ -42,21 +48,27 @@ def ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
 
-def describe(ctx: StageContext, plan: StagePlan, choice: str, added_s: float,
-             **extra) -> StagePlan:
+def describe(ctx: StageContext, plan: StagePlan, choice: str, added_s: float, **extra) -> StagePlan:
     """``plan`` with notes: the choice, GiB saved on the planned peak (vs. everything
     resident), seconds added per iteration (estimate), planned peak and whether it fits."""
     from sim.memory.estimate import budget_bytes, planned_peak_bytes
 
     peak = planned_peak_bytes(plan, ctx)
     saved = planned_peak_bytes(ctx.resident_plan(), ctx) - peak
-    notes = {"choice": choice, "saved_gib": gib(saved), "added_ms": ms(added_s),
-             "peak_gib": gib(peak), "fits": bool(peak <= budget_bytes(ctx)), **extra}
+    notes = {
+        "choice": choice,
+        "saved_gib": gib(saved),
+        "added_ms": ms(added_s),
+        "peak_gib": gib(peak),
+        "fits": bool(peak <= budget_bytes(ctx)),
+        **extra,
+    }
     return replace(plan, notes=notes)
 
 
-def note_reservations(contexts: list[StageContext], plans: list[StagePlan],
-                      fixed=()) -> list[StagePlan]:
+def note_reservations(
+    contexts: list[StageContext], plans: list[StagePlan], fixed=()
+) -> list[StagePlan]:
     """``plans`` whose GPUs hold peers' swapped bytes, with ``reserved_for_peers_gib`` in their
     notes and ``fits`` re-checked with those bytes."""
     from sim.memory.estimate import budget_bytes, incoming_bytes, planned_peak_bytes
@@ -67,8 +79,14 @@ def note_reservations(contexts: list[StageContext], plans: list[StagePlan],
         got = inc.get(ctx.gpu, 0.0)
         if got > 0:
             fits = planned_peak_bytes(plan, ctx) + got <= budget_bytes(ctx) * (1 + 1e-9)
-            plan = replace(plan, notes={**plan.notes, "reserved_for_peers_gib": gib(got),
-                                        "fits": bool(fits and plan.notes.get("fits", True))})
+            plan = replace(
+                plan,
+                notes={
+                    **plan.notes,
+                    "reserved_for_peers_gib": gib(got),
+                    "fits": bool(fits and plan.notes.get("fits", True)),
+                },
+            )
         out.append(plan)
     return out
 
@@ -85,9 +103,16 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
     for ctx, plan in zip(contexts, plans, strict=True):
         cap = ctx.topology.host(ctx.host).dram_bytes
         if plan.notes and used[ctx.host] > cap * (1 - HEADROOM):
-            plan = replace(plan, notes={**plan.notes, "fits": False, "host_gib": gib(
-                used[ctx.host]), "warning": f"{ctx.host} DRAM ({gib(cap)} GiB) cannot hold what "
-                "its stages offload and swap"})
+            plan = replace(
+                plan,
+                notes={
+                    **plan.notes,
+                    "fits": False,
+                    "host_gib": gib(used[ctx.host]),
+                    "warning": f"{ctx.host} DRAM ({gib(cap)} GiB) cannot hold what "
+                    "its stages offload and swap",
+                },
+            )
         out.append(plan)
     return out
 
@@ -101,5 +126,7 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
 
     out = []
     for ctx, plan in zip(contexts, plans, strict=True):
-        out.append(replace(plan, **overhead(ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes)))
+        out.append(
+            replace(plan, **overhead(ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes))
+        )
     return note_host_capacity(contexts, out)

@@ -55,7 +55,13 @@ class CpuSwapPolicy(MemoryPolicy):
         parts = ((ctx.host, st.kept_bytes * self.fraction),)
         exposed = swap_exposed_s(ctx, parts)
         plan = activation_plan(ctx, st, parts)
-        return describe(ctx, plan, f"cpu_swap {self.fraction:g}", ctx.microbatches * exposed,
-                        target=ctx.host, uplink_sharers=ctx.host_sharers,
-                        exposed_ms_per_microbatch=ms(exposed),
-                        swapped_live_microbatches=round(swap_live(ctx, parts), 2))
+        return describe(
+            ctx,
+            plan,
+            f"cpu_swap {self.fraction:g}",
+            ctx.microbatches * exposed,
+            target=ctx.host,
+            uplink_sharers=ctx.host_sharers,
+            exposed_ms_per_microbatch=ms(exposed),
+            swapped_live_microbatches=round(swap_live(ctx, parts), 2),
+        )

@@ -66,22 +66,32 @@ class D2DSwapPolicy(MemoryPolicy):
         extra = (ctx.weight_versions - 1) * one / max(ctx.in_flight, 1)
         return replace(plan, weight_bytes=one), extra
 
-    def plan_all(self, contexts: list[StageContext],
-                 fixed: Sequence[tuple[StageContext, StagePlan]] = ()) -> list[StagePlan]:
+    def plan_all(
+        self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()
+    ) -> list[StagePlan]:
         bases = [self.base(ctx) for ctx in contexts]
         pairs = list(fixed) + [(c, b) for c, (b, _) in zip(contexts, bases, strict=True)]
         spare = spare_bytes(pairs)
         job = {c.gpu for c, _ in pairs}
-        need = [planned_peak_bytes(b, c) - budget_bytes(c) + c.in_flight * w
-                for c, (b, w) in zip(contexts, bases, strict=True)]
+        need = [
+            planned_peak_bytes(b, c) - budget_bytes(c) + c.in_flight * w
+            for c, (b, w) in zip(contexts, bases, strict=True)
+        ]
         plans: list[StagePlan | None] = [None] * len(contexts)
         for i in sorted(range(len(contexts)), key=lambda i: -need[i]):
             ctx, (base, extra) = contexts[i], bases[i]
             plans[i] = self.place(ctx, base, extra, need[i], spare, job)
         return note_reservations(contexts, plans, fixed)  # type: ignore[arg-type]
 
-    def place(self, ctx: StageContext, base: StagePlan, extra: float, need: float,
-              spare: dict[str, float], job: set[str]) -> StagePlan:
+    def place(
+        self,
+        ctx: StageContext,
+        base: StagePlan,
+        extra: float,
+        need: float,
+        spare: dict[str, float],
+        job: set[str],
+    ) -> StagePlan:
         n = ctx.in_flight
         parts: tuple = ()
         if need > 0 and n > SWAP_LIVE:
@@ -96,8 +106,14 @@ class D2DSwapPolicy(MemoryPolicy):
         on_peers = [(g, b) for g, b in used if g.startswith("gpu")]
         host = sum(b for g, b in used if not g.startswith("gpu"))
         choice = ("d2d + " + opt.label) if on_peers else opt.label
-        return describe(ctx, opt.plan, choice, opt.added_s,
-                        peers_gib_per_microbatch={g: gib(b) for g, b in on_peers},
-                        reserved_on_peers_gib=gib(n * sum(b for _, b in on_peers)),
-                        host_swap_gib_per_microbatch=gib(host), weights_moved=bool(extra),
-                        added_ms_per_microbatch=ms(opt.added_s / max(ctx.microbatches, 1)))
+        return describe(
+            ctx,
+            opt.plan,
+            choice,
+            opt.added_s,
+            peers_gib_per_microbatch={g: gib(b) for g, b in on_peers},
+            reserved_on_peers_gib=gib(n * sum(b for _, b in on_peers)),
+            host_swap_gib_per_microbatch=gib(host),
+            weights_moved=bool(extra),
+            added_ms_per_microbatch=ms(opt.added_s / max(ctx.microbatches, 1)),
+        )

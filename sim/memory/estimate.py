@@ -52,8 +52,9 @@ def budget_bytes(ctx: StageContext) -> float:
 def swap_out_s(ctx: StageContext, parts) -> float:
     """Seconds to copy one micro-batch's swapped ``parts`` out (parallel parts; host routes
     split ``ctx.host_sharers`` ways)."""
-    return max((copy_s(ctx, ctx.gpu, node, b, _sharers(ctx, node)) for node, b in parts),
-               default=0.0)
+    return max(
+        (copy_s(ctx, ctx.gpu, node, b, _sharers(ctx, node)) for node, b in parts), default=0.0
+    )
 
 
 def swap_live(ctx: StageContext, parts) -> float:
@@ -70,10 +71,13 @@ def swap_live(ctx: StageContext, parts) -> float:
 
 def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
     """The non-static part of :func:`planned_peak_bytes` (activations, copies, buffers)."""
-    return (ctx.in_flight * plan.resident_act_bytes
-            + swap_live(ctx, plan.swap_parts) * plan.swap_bytes + plan.rebuild_bytes
-            + 2 * plan.fetch_live
-            + 2 * (ctx.input_bytes + ctx.out_bytes))
+    return (
+        ctx.in_flight * plan.resident_act_bytes
+        + swap_live(ctx, plan.swap_parts) * plan.swap_bytes
+        + plan.rebuild_bytes
+        + 2 * plan.fetch_live
+        + 2 * (ctx.input_bytes + ctx.out_bytes)
+    )
 
 
 def planned_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:

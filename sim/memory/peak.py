@@ -45,8 +45,9 @@ class DevicePeak:
         return None if self.capacity_bytes is None else self.capacity_bytes - self.peak_bytes
 
 
-def device_peaks(events: Iterable[MemoryEvent],
-                 capacity_bytes: dict[str, float] | None = None) -> dict[str, DevicePeak]:
+def device_peaks(
+    events: Iterable[MemoryEvent], capacity_bytes: dict[str, float] | None = None
+) -> dict[str, DevicePeak]:
     """The peak of every device that has events or a capacity (0 bytes when no events)."""
     caps = capacity_bytes or {}
     grouped: dict[str, list[MemoryEvent]] = defaultdict(list)
@@ -88,8 +89,7 @@ def row_breakdown(peaks: dict[str, DevicePeak]) -> dict:
     with the least headroom (empty values when there is no GPU)."""
     tight = tightest_gpu(peaks)
     if tight is None:
-        return {"headroom_bytes": None, "tightest_gpu": "",
-                **{col: None for col in ROW_CATEGORIES}}
+        return {"headroom_bytes": None, "tightest_gpu": "", **{col: None for col in ROW_CATEGORIES}}
     row = {"headroom_bytes": tight.headroom_bytes, "tightest_gpu": tight.device}
     for col, cats in ROW_CATEGORIES.items():
         row[col] = sum(tight.by_category.get(c, 0.0) for c in cats)

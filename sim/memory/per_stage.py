@@ -32,10 +32,11 @@ class PerStagePolicy(MemoryPolicy):
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
 
-    def plan_all(self, contexts: list[StageContext],
-                 fixed: Sequence[tuple[StageContext, StagePlan]] = ()) -> list[StagePlan]:
+    def plan_all(
+        self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()
+    ) -> list[StagePlan]:
         """Raises:
-            ValueError: the number of policies differs from the number of stages.
+        ValueError: the number of policies differs from the number of stages.
         """
         stages = {c.stages for c in contexts}
         if stages != {len(self.policies)}:
@@ -45,7 +46,8 @@ class PerStagePolicy(MemoryPolicy):
         for k in order:
             idx = [i for i, c in enumerate(contexts) if c.stage == k]
             done = list(fixed) + [(contexts[i], plans[i]) for i in plans]
-            for i, plan in zip(idx, self.policies[k].plan_all([contexts[i] for i in idx], done),
-                               strict=True):
+            for i, plan in zip(
+                idx, self.policies[k].plan_all([contexts[i] for i in idx], done), strict=True
+            ):
                 plans[i] = plan
         return [plans[i] for i in range(len(contexts))]

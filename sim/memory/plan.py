@@ -142,5 +142,8 @@ class StagePlan:
 
     def overhead_charges(self) -> tuple[tuple[str, float], ...]:
         """``(ledger category, bytes)`` the engine charges at t = 0 besides model states."""
-        return (("reserve", self.reserve_bytes), ("allocator", self.allocator_bytes),
-                ("working", self.working_bytes))
+        return (
+            ("reserve", self.reserve_bytes),
+            ("allocator", self.allocator_bytes),
+            ("working", self.working_bytes),
+        )

@@ -53,8 +53,13 @@ class RecomputePolicy(MemoryPolicy):
         m = ctx.microbatches
         if self.mode == "selective":
             st = stash(ctx, selective=True)
-            extra = {} if has_attn_core(ctx) else {
-                "warning": "trace has no attn_core_act_bytes: selective recompute does nothing"}
+            extra = (
+                {}
+                if has_attn_core(ctx)
+                else {
+                    "warning": "trace has no attn_core_act_bytes: selective recompute does nothing"
+                }
+            )
             return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s, **extra)
         n = len(ctx.layers) if self.layers is None else min(self.layers, len(ctx.layers))
         st = stash(ctx, full=range(n))

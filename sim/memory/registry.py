@@ -21,8 +21,16 @@ from sim.memory.spec import PolicySpec
 from sim.memory.zero_offload import ZeroOffloadPolicy
 
 POLICIES: dict[str, type[MemoryPolicy]] = {
-    cls.name: cls for cls in (NoPolicy, RecomputePolicy, CpuSwapPolicy, D2DSwapPolicy,
-                              ChunkedPolicy, ZeroOffloadPolicy, AutoPolicy)
+    cls.name: cls
+    for cls in (
+        NoPolicy,
+        RecomputePolicy,
+        CpuSwapPolicy,
+        D2DSwapPolicy,
+        ChunkedPolicy,
+        ZeroOffloadPolicy,
+        AutoPolicy,
+    )
 }
 
 
@@ -32,8 +40,10 @@ class PolicyParameterError(ValueError):
 
 def _instance(name: str, args: list[str], text: str) -> MemoryPolicy:
     if name not in POLICIES:
-        raise KeyError(f"unknown memory policy {name!r}; known: {', '.join(sorted(POLICIES))}"
-                       " (parameters after ':', one policy per stage joined by '|')")
+        raise KeyError(
+            f"unknown memory policy {name!r}; known: {', '.join(sorted(POLICIES))}"
+            " (parameters after ':', one policy per stage joined by '|')"
+        )
     try:
         return POLICIES[name].from_args(args)
     except ValueError as exc:
@@ -57,9 +67,14 @@ def parse_policy(text: str) -> PolicySpec:
         return PolicySpec(text=text, kind=PerStagePolicy.name, stages=stages)
     name, *args = text.strip().split(":")
     policy = _instance(name, args, text)
-    return PolicySpec(text=text, kind=name, args=tuple(args), mode=getattr(policy, "mode", None),
-                      layers=getattr(policy, "layers", None),
-                      fraction=getattr(policy, "fraction", None))
+    return PolicySpec(
+        text=text,
+        kind=name,
+        args=tuple(args),
+        mode=getattr(policy, "mode", None),
+        layers=getattr(policy, "layers", None),
+        fraction=getattr(policy, "fraction", None),
+    )
 
 
 def get_policy(spec: str | PolicySpec) -> MemoryPolicy:

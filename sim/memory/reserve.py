@@ -58,12 +58,16 @@ def ddp_bucket_bytes(ctx: StageContext, gpu_grad_bytes: float) -> float:
 
 def working_bytes(ctx: StageContext, gpu_grad_bytes: float) -> float:
     """Backward working memory + pipeline output cache + DDP buckets, in bytes."""
-    return (backward_working_bytes(ctx) + output_cache_bytes(ctx)
-            + ddp_bucket_bytes(ctx, gpu_grad_bytes))
+    return (
+        backward_working_bytes(ctx)
+        + output_cache_bytes(ctx)
+        + ddp_bucket_bytes(ctx, gpu_grad_bytes)
+    )
 
 
-def overhead(ctx: StageContext, activation_bytes: float | None = None,
-             gpu_grad_bytes: float | None = None) -> dict[str, float]:
+def overhead(
+    ctx: StageContext, activation_bytes: float | None = None, gpu_grad_bytes: float | None = None
+) -> dict[str, float]:
     """``{"reserve_bytes", "allocator_bytes", "working_bytes"}`` of ``ctx``'s stage on its
     GPU (module doc), for a plan whose activation memory (stash, buffers, transients) peaks at
     ``activation_bytes`` and which keeps ``gpu_grad_bytes`` of gradients on the GPU (defaults:

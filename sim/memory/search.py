@@ -72,15 +72,21 @@ def _scaled(parts: SwapParts, limit: float) -> SwapParts:
     return tuple((n, b * limit / total) for n, b in parts)
 
 
-def option(ctx: StageContext, st: Stash, base: StagePlan, parts: SwapParts = (),
-           host_swap: bool = True, extra_s: float = 0.0, extra_kept: float = 0.0,
-           reserved: float = 0.0) -> Option:
+def option(
+    ctx: StageContext,
+    st: Stash,
+    base: StagePlan,
+    parts: SwapParts = (),
+    host_swap: bool = True,
+    extra_s: float = 0.0,
+    extra_kept: float = 0.0,
+    reserved: float = 0.0,
+) -> Option:
     """The plan for stash ``st`` (plus ``extra_kept`` bytes, e.g. stashed weight versions) with
     peer ``parts`` and, if allowed, the host swap needed; ``reserved`` bytes of the GPU are
     promised to other GPUs' swaps."""
     if extra_kept:
-        st = replace(st, act_bytes=st.act_bytes + extra_kept,
-                     kept_bytes=st.kept_bytes + extra_kept)
+        st = replace(st, act_bytes=st.act_bytes + extra_kept, kept_bytes=st.kept_bytes + extra_kept)
     parts = _scaled(parts, st.kept_bytes)
     plan = activation_plan(ctx, st, parts, base)
     peak, budget, n = planned_peak_bytes(plan, ctx), budget_bytes(ctx) - reserved, ctx.in_flight
@@ -97,8 +103,15 @@ def option(ctx: StageContext, st: Stash, base: StagePlan, parts: SwapParts = (),
     return Option(plan, label, added, peak, peak <= budget * (1 + 1e-9))
 
 
-def host_swap_bytes(ctx: StageContext, st: Stash, base: StagePlan, parts: SwapParts,
-                    room: float, excess: float, budget: float) -> float:
+def host_swap_bytes(
+    ctx: StageContext,
+    st: Stash,
+    base: StagePlan,
+    parts: SwapParts,
+    room: float,
+    excess: float,
+    budget: float,
+) -> float:
     """Bytes per micro-batch to swap to the host so the peak drops ``excess`` bytes: ``excess /
     (n - 3)`` if copies keep up, more if they do not (:func:`~sim.memory.estimate.swap_live`);
     ``room`` if nothing smaller fits."""
@@ -111,11 +124,20 @@ def host_swap_bytes(ctx: StageContext, st: Stash, base: StagePlan, parts: SwapPa
     return room
 
 
-def best_option(ctx: StageContext, base: StagePlan | None = None, parts: SwapParts = (),
-                host_swap: bool = True, recompute: bool = True, extra_s: float = 0.0,
-                extra_kept: float = 0.0, reserved: float = 0.0) -> Option:
+def best_option(
+    ctx: StageContext,
+    base: StagePlan | None = None,
+    parts: SwapParts = (),
+    host_swap: bool = True,
+    recompute: bool = True,
+    extra_s: float = 0.0,
+    extra_kept: float = 0.0,
+    reserved: float = 0.0,
+) -> Option:
     """The cheapest fitting option, or the one with the smallest peak if none fits."""
     base = base or ctx.resident_plan()
-    opts = [option(ctx, st, base, parts, host_swap, extra_s, extra_kept, reserved)
-            for st in stash_choices(ctx, recompute)]
+    opts = [
+        option(ctx, st, base, parts, host_swap, extra_s, extra_kept, reserved)
+        for st in stash_choices(ctx, recompute)
+    ]
     return min(opts, key=lambda o: o.key)

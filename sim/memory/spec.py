@@ -51,8 +51,9 @@ class PolicySpec:
         if self.kind != "per_stage":
             return self
         if len(self.stages) != stages:
-            raise ValueError(f"memory policy {self.text!r} names {len(self.stages)} stages, "
-                             f"not {stages}")
+            raise ValueError(
+                f"memory policy {self.text!r} names {len(self.stages)} stages, not {stages}"
+            )
         return self.stages[stage]
 
     def kinds(self) -> set[str]:

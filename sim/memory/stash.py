@@ -80,8 +80,7 @@ def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) 
         label = f"full:{len(full_set)}" + ("+selective" if sel else "")
     elif selective:
         label = "selective"
-    return Stash(ctx.act_bytes, kept, transient, rec_s, tuple(sorted(full_set)), tuple(sel),
-                 label)
+    return Stash(ctx.act_bytes, kept, transient, rec_s, tuple(sorted(full_set)), tuple(sel), label)
 
 
 def full_order(ctx: StageContext) -> list[int]:

@@ -61,9 +61,11 @@ def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) ->
     return params * (sb.grad + 2 * sb.optimizer + sb.weight) / hbm_bandwidth_Bps
 
 
-MASTER_VERSION_SCHEDULES = {"pipedream_2bw": "2BW keeps two fp32 master copies, "
-                            "fp32_from_fp16_groups and its _copy (msr-fiddle/pipedream@d6e2538 "
-                            "megatron/megatron/optimizer/optimizer.py; schedules.md §2.4)"}
+MASTER_VERSION_SCHEDULES = {
+    "pipedream_2bw": "2BW keeps two fp32 master copies, "
+    "fp32_from_fp16_groups and its _copy (msr-fiddle/pipedream@d6e2538 "
+    "megatron/megatron/optimizer/optimizer.py; schedules.md §2.4)"
+}
 """Schedules whose extra weight versions are fp32 master copies, with the source."""
 
 
@@ -76,8 +78,9 @@ def version_bytes_per_param(schedule: str, sb: StateBytes) -> float:
     return 4.0 if schedule in MASTER_VERSION_SCHEDULES else float(sb.weight)
 
 
-def weight_bytes_per_param(sb: StateBytes, versions: int,
-                           version_bytes: float | None = None) -> float:
+def weight_bytes_per_param(
+    sb: StateBytes, versions: int, version_bytes: float | None = None
+) -> float:
     """Bytes per parameter of all weight versions: ``weight + (versions - 1) * version_bytes``
     (``version_bytes`` defaults to ``sb.weight``).
 
@@ -89,8 +92,9 @@ def weight_bytes_per_param(sb: StateBytes, versions: int,
     return sb.weight + (versions - 1) * extra
 
 
-def stage_state_bytes_per_param(sb: StateBytes, versions: int,
-                                version_bytes: float | None = None) -> float:
+def stage_state_bytes_per_param(
+    sb: StateBytes, versions: int, version_bytes: float | None = None
+) -> float:
     """Model-state bytes per parameter of a stage: weights (all versions) + gradient +
     optimizer state."""
     return weight_bytes_per_param(sb, versions, version_bytes) + sb.grad + sb.optimizer

@@ -34,15 +34,24 @@ def offload_states(ctx: StageContext, base: StagePlan) -> tuple[StagePlan, float
     own = ctx.params / ctx.dp_width
     grads = own * ctx.state.grad
     plan = replace(
-        base, optimizer_bytes=0.0, optimizer_s=0.0,
+        base,
+        optimizer_bytes=0.0,
+        optimizer_s=0.0,
         host_bytes=own * (ctx.state.optimizer + HOST_GRAD_BYTES),
         host_optimizer_s=own / adam_rate(ctx),
         step_transfers_before=(Transfer(ctx.gpu, ctx.host, grads, f"grads s{ctx.stage}"),),
-        step_transfers_after=(Transfer(ctx.host, ctx.gpu, own * ctx.state.weight,
-                                       f"weights s{ctx.stage}"),),
-        dp_sharded=ctx.dp_width > 1, dp_grad_bytes=ctx.params * ctx.state.grad)
-    added = (copy_s(ctx, ctx.gpu, ctx.host, grads) + plan.host_optimizer_s
-             + copy_s(ctx, ctx.host, ctx.gpu, own * ctx.state.weight) - base.optimizer_s)
+        step_transfers_after=(
+            Transfer(ctx.host, ctx.gpu, own * ctx.state.weight, f"weights s{ctx.stage}"),
+        ),
+        dp_sharded=ctx.dp_width > 1,
+        dp_grad_bytes=ctx.params * ctx.state.grad,
+    )
+    added = (
+        copy_s(ctx, ctx.gpu, ctx.host, grads)
+        + plan.host_optimizer_s
+        + copy_s(ctx, ctx.host, ctx.gpu, own * ctx.state.weight)
+        - base.optimizer_s
+    )
     return plan, added
 
 
@@ -54,5 +63,6 @@ class ZeroOffloadPolicy(MemoryPolicy):
 
     def plan(self, ctx: StageContext) -> StagePlan:
         plan, added = offload_states(ctx, ctx.resident_plan())
-        return describe(ctx, plan, "optimizer on host", added,
-                        host_state_gib=round(plan.host_bytes / 2**30, 3))
+        return describe(
+            ctx, plan, "optimizer on host", added, host_state_gib=round(plan.host_bytes / 2**30, 3)
+        )

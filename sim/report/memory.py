@@ -58,8 +58,7 @@ def peak_by_device(log: EventLog) -> dict[str, float]:
         ``{device: peak_bytes}`` in display order.
     """
     peaks = device_peaks(log.memory, log.capacity_bytes)
-    return {dev: peaks[dev].peak_bytes if dev in peaks else 0.0
-            for dev in memory_timeline(log)}
+    return {dev: peaks[dev].peak_bytes if dev in peaks else 0.0 for dev in memory_timeline(log)}
 
 
 def peak_by_category(log: EventLog, device: str) -> dict[str, float]:

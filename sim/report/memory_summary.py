@@ -62,14 +62,19 @@ def memory_summary(results_df: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame({"parameters": sizes.astype("int64")}, index=sizes.index)
     top = wide.max(axis=1)
     table["fastest policy"] = [
-        ", ".join(p for p in policies if wide.at[m, p] >= top[m] * (1 - TIE)) if top[m] == top[m]
-        else "none fits" for m in sizes.index]
+        ", ".join(p for p in policies if wide.at[m, p] >= top[m] * (1 - TIE))
+        if top[m] == top[m]
+        else "none fits"
+        for m in sizes.index
+    ]
     table["samples/s"] = top
     table = pd.concat([table, wide], axis=1)
-    last = {p: (wide[p].dropna().index[-1] if wide[p].notna().any() else "none fits")
-            for p in policies}
-    largest = pd.DataFrame([{"parameters": "", "fastest policy": "", "samples/s": "",
-                             **last}], index=[LARGEST])
+    last = {
+        p: (wide[p].dropna().index[-1] if wide[p].notna().any() else "none fits") for p in policies
+    }
+    largest = pd.DataFrame(
+        [{"parameters": "", "fastest policy": "", "samples/s": "", **last}], index=[LARGEST]
+    )
     out = pd.concat([table.astype(object), largest.astype(object)])
     out.index.name = "model"
     return out
@@ -93,8 +98,7 @@ def plot_max_model_per_policy(results_df: pd.DataFrame, path: str | os.PathLike)
     try:
         ax.barh(largest.index, largest.values / 1e9, color="#1f77b4")
         for y, v in enumerate(largest.values):
-            ax.text(v / 1e9, y, f" {v / 1e9:.1f} B" if v else " none fits", va="center",
-                    fontsize=8)
+            ax.text(v / 1e9, y, f" {v / 1e9:.1f} B" if v else " none fits", va="center", fontsize=8)
         ax.set_xlabel("largest model that fits (billions of parameters)")
         ax.set_title("Largest trainable model per memory policy")
         ax.grid(axis="x", alpha=0.3)
@@ -116,8 +120,7 @@ def plot_throughput_vs_size(results_df: pd.DataFrame, path: str | os.PathLike) -
     try:
         for policy, rows in best.groupby("memory_policy", sort=True):
             rows = rows.sort_values("parameters")
-            ax.plot(rows["parameters"] / 1e9, rows["throughput_samples_per_s"], "o-",
-                    label=policy)
+            ax.plot(rows["parameters"] / 1e9, rows["throughput_samples_per_s"], "o-", label=policy)
         ax.set_xscale("log")
         ax.set_yscale("log")
         sizes = sorted(best["parameters"].unique() / 1e9)
@@ -134,8 +137,9 @@ def plot_throughput_vs_size(results_df: pd.DataFrame, path: str | os.PathLike) -
         plt.close(fig)
 
 
-def write_memory_summary(results_df: pd.DataFrame, out: Path,
-                         plots: bool = True) -> tuple[pd.DataFrame, list[Path]]:
+def write_memory_summary(
+    results_df: pd.DataFrame, out: Path, plots: bool = True
+) -> tuple[pd.DataFrame, list[Path]]:
     """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``."""
     table = memory_summary(results_df)
     written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]

@@ -56,7 +56,7 @@ SOURCES = {
     "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
     "block_act_bytes": "Korthikanti et al. arXiv:2205.05198 Table 2 (memory.md §2): sbh(34 + 5as/h)",
     "attn_core": "selective recompute: attention core stashes 5as^2b bytes, costs 4bs^2h FLOPs "
-                 "(Korthikanti et al. arXiv:2205.05198)",
+    "(Korthikanti et al. arXiv:2205.05198)",
     "block_params": "12h^2 + 13h: QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, 2 LayerNorm 4h",
     "bwd": "backward = 2 x forward FLOPs; W = GEMM FLOPs, I = rest (Qi et al. arXiv:2401.10241)",
     "embedding": "time = bytes moved / HBM bandwidth; act 8sb + sbh (Megatron theoretical_memory_usage.py)",
@@ -89,18 +89,20 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
         "seq_len": 1024,
         "vocab": 50257,
     },
-    **{name: {"kind": "gpt", "hidden": h, "seq_len": s, "layers": L, "heads": a, "vocab": 50257}
-       for name, (h, s, L, a) in {
-           # PatrickStar's GPT configs (Tencent/PatrickStar@2384535 examples/model_builder.py,
-           # hidden/seq/layers/heads; memory.md §5.4), GPT-2 vocabulary.
-           "gpt2-1b": (2048, 1024, 20, 16),
-           "gpt2-4b": (2304, 1024, 64, 16),
-           "gpt3-8b": (3072, 1024, 72, 16),
-           "gpt3-10b": (4096, 1024, 50, 16),
-           "gpt3-18b": (4096, 1024, 90, 16),
-           "gpt-ds-20b": (8192, 1024, 25, 16),
-           "gpt-ds-40b": (8192, 1024, 50, 16),
-       }.items()},
+    **{
+        name: {"kind": "gpt", "hidden": h, "seq_len": s, "layers": L, "heads": a, "vocab": 50257}
+        for name, (h, s, L, a) in {
+            # PatrickStar's GPT configs (Tencent/PatrickStar@2384535 examples/model_builder.py,
+            # hidden/seq/layers/heads; memory.md §5.4), GPT-2 vocabulary.
+            "gpt2-1b": (2048, 1024, 20, 16),
+            "gpt2-4b": (2304, 1024, 64, 16),
+            "gpt3-8b": (3072, 1024, 72, 16),
+            "gpt3-10b": (4096, 1024, 50, 16),
+            "gpt3-18b": (4096, 1024, 90, 16),
+            "gpt-ds-20b": (8192, 1024, 25, 16),
+            "gpt-ds-40b": (8192, 1024, 50, 16),
+        }.items()
+    },
 }
 
 V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps": 900e9}
@@ -151,8 +153,9 @@ def _check(kind: str, **ints: int) -> None:
         raise ValueError(f"hidden {ints['hidden']} is not divisible by heads {ints['heads']}")
 
 
-def _embedding(kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float,
-               t: BlockTimes | None) -> LayerProfile:
+def _embedding(
+    kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float, t: BlockTimes | None
+) -> LayerProfile:
     params = (V + s) * h + ((2 * h + 2 * h) if kind == "bert" else 0)
     fwd_bytes = 8 * b * s + (2 * b + 1) * s * h * d + (2 * b * s * h * d if kind == "bert" else 0)
     fwd_s = t.fwd.total_s if t else fwd_bytes / hbm
@@ -170,8 +173,9 @@ def _embedding(kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float,
     )
 
 
-def _head(kind: str, b: int, s: int, h: int, V: int, d: int, rate: float,
-          t: BlockTimes | None) -> LayerProfile:
+def _head(
+    kind: str, b: int, s: int, h: int, V: int, d: int, rate: float, t: BlockTimes | None
+) -> LayerProfile:
     if kind == "gpt":
         params = 2 * h + V * h
         flops = 2.0 * b * s * h * V
@@ -194,8 +198,18 @@ def _head(kind: str, b: int, s: int, h: int, V: int, d: int, rate: float,
     )
 
 
-def _block(i: int, b: int, s: int, h: int, a: int, f: int, d: int, rate: float,
-           t: BlockTimes | None, flash: bool) -> LayerProfile:
+def _block(
+    i: int,
+    b: int,
+    s: int,
+    h: int,
+    a: int,
+    f: int,
+    d: int,
+    rate: float,
+    t: BlockTimes | None,
+    flash: bool,
+) -> LayerProfile:
     flops = block_fwd_flops(b, s, h, f)
     gemm = float((8 + 4 * f) * b * s * h * h)
     core = attn_core_act_bytes(b, s, a, d)
@@ -265,8 +279,16 @@ def transformer_trace(
             ``hidden % heads != 0``, efficiency outside (0, 1], no GPU or peak given,
             non-positive peak or bandwidth.
     """
-    _check(kind, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab,
-           microbatch_size=microbatch_size, ffn_mult=ffn_mult)
+    _check(
+        kind,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        seq_len=seq_len,
+        vocab=vocab,
+        microbatch_size=microbatch_size,
+        ffn_mult=ffn_mult,
+    )
     if efficiency is not None and not 0 < efficiency <= 1:
         raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
     if gpu is None:
@@ -278,8 +300,9 @@ def transformer_trace(
         # only the peaks matter to the constant-efficiency model
         gpu = ComputeSpec(gpu_model, peak_flops, peak_flops, hbm_bandwidth_Bps, 1, 1.0, 1.0)
     gpu_model = gpu_model or gpu.model
-    shape = BlockShape(hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt",
-                       attention=attention)
+    shape = BlockShape(
+        hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt", attention=attention
+    )
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
     modelled = efficiency is None
     rate = gpu.peak_flops(dtype) * (efficiency or 1.0)
@@ -291,17 +314,28 @@ def transformer_trace(
     chain = [_embedding(kind, b, s, h, vocab, d, hbm, emb_t)]
     chain += [_block(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)]
     chain.append(_head(kind, b, s, h, vocab, d, rate, head_t))
-    inputs = {"kind": kind, "layers": layers, "hidden": hidden, "heads": heads,
-              "seq_len": seq_len, "vocab": vocab, "microbatch_size": microbatch_size,
-              "dtype": dtype, "gpu_model": gpu_model, "ffn_mult": ffn_mult,
-              "attention": attention}
+    inputs = {
+        "kind": kind,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "seq_len": seq_len,
+        "vocab": vocab,
+        "microbatch_size": microbatch_size,
+        "dtype": dtype,
+        "gpu_model": gpu_model,
+        "ffn_mult": ffn_mult,
+        "attention": attention,
+    }
     if modelled:
         inputs["gpu"] = asdict(gpu)
-        how = (f"kernel model (sim.compute) on {gpu.model}: matmul {gpu.matmul_efficiency:g} x "
-               f"{gpu.peak_flops(dtype) / 1e12:g} TFLOP/s with wave quantization on "
-               f"{gpu.sm_count} SMs, HBM {gpu.hbm_efficiency:g} x "
-               f"{gpu.hbm_bandwidth_Bps / 1e9:g} GB/s, {attention} attention, "
-               f"{gpu.kernel_overhead_s * 1e6:g} us per kernel")
+        how = (
+            f"kernel model (sim.compute) on {gpu.model}: matmul {gpu.matmul_efficiency:g} x "
+            f"{gpu.peak_flops(dtype) / 1e12:g} TFLOP/s with wave quantization on "
+            f"{gpu.sm_count} SMs, HBM {gpu.hbm_efficiency:g} x "
+            f"{gpu.hbm_bandwidth_Bps / 1e9:g} GB/s, {attention} attention, "
+            f"{gpu.kernel_overhead_s * 1e6:g} us per kernel"
+        )
     else:
         eff = float(efficiency or 1.0)
         inputs.update(peak_flops=float(rate / eff), efficiency=eff, hbm_bandwidth_Bps=float(hbm))
@@ -316,8 +350,14 @@ def transformer_trace(
             f"second copy of the word embedding in the head ({vocab}x{hidden})."
         ),
     }
-    return Trace(name=name, layers=tuple(chain), microbatch_size=microbatch_size, dtype=dtype,
-                 device=gpu_model, provenance=prov)
+    return Trace(
+        name=name,
+        layers=tuple(chain),
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        device=gpu_model,
+        provenance=prov,
+    )
 
 
 def unique_parameters(

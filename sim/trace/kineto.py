@@ -70,11 +70,17 @@ def load_events(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
         raise InputError(f"not a readable JSON trace: {exc}", file=str(p)) from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
-        raise InputError("no 'traceEvents' list (export with prof.export_chrome_trace)",
-                         file=str(p), field="traceEvents")
+        raise InputError(
+            "no 'traceEvents' list (export with prof.export_chrome_trace)",
+            file=str(p),
+            field="traceEvents",
+        )
     props = data.get("deviceProperties") if isinstance(data, dict) else None
-    gpu = props[0].get("name") if isinstance(props, list) and props and \
-        isinstance(props[0], dict) else None
+    gpu = (
+        props[0].get("name")
+        if isinstance(props, list) and props and isinstance(props[0], dict)
+        else None
+    )
     return [e for e in events if isinstance(e, dict) and e.get("ph") == "X"], gpu
 
 
@@ -84,19 +90,25 @@ def _span(e: dict[str, Any]) -> _Span:
 
 
 def _inside(inner: _Span, outer: _Span) -> bool:
-    return (inner.tid == outer.tid and outer.start_us <= inner.start_us
-            and inner.end_us <= outer.end_us)
+    return (
+        inner.tid == outer.tid and outer.start_us <= inner.start_us and inner.end_us <= outer.end_us
+    )
 
 
-def layer_spans(events: list[dict[str, Any]], layers: list[str] | None,
-                file: str) -> dict[str, list[_Span]]:
+def layer_spans(
+    events: list[dict[str, Any]], layers: list[str] | None, file: str
+) -> dict[str, list[_Span]]:
     """Occurrences of each layer annotation, keyed by name in order of first appearance.
 
     Raises:
         InputError: no annotations, or a named layer is not annotated in the trace.
     """
-    notes = [_span(e) for e in events if e.get("cat") == "user_annotation"
-             and not str(e.get("name", "")).startswith("ProfilerStep")]
+    notes = [
+        _span(e)
+        for e in events
+        if e.get("cat") == "user_annotation"
+        and not str(e.get("name", "")).startswith("ProfilerStep")
+    ]
     notes.sort(key=lambda s: s.start_us)
     if layers is None:
         notes = [s for s in notes if not any(o is not s and _inside(s, o) for o in notes)]
@@ -108,13 +120,19 @@ def layer_spans(events: list[dict[str, Any]], layers: list[str] | None,
         missing = [n for n in layers if n not in out]
         if missing:
             found = sorted({s.name for s in notes})
-            raise InputError(f"layers {missing} are not record_function annotations in the "
-                             f"trace; annotations found: {found[:20]}", file=file,
-                             field="--layers")
+            raise InputError(
+                f"layers {missing} are not record_function annotations in the "
+                f"trace; annotations found: {found[:20]}",
+                file=file,
+                field="--layers",
+            )
         return {n: out[n] for n in layers}
     if not out:
-        raise InputError("no record_function (user_annotation) events: wrap each layer's "
-                         "forward in torch.profiler.record_function(name)", file=file)
+        raise InputError(
+            "no record_function (user_annotation) events: wrap each layer's "
+            "forward in torch.profiler.record_function(name)",
+            file=file,
+        )
     return dict(out)
 
 
@@ -142,15 +160,21 @@ class _Index:
         self.gpu = bool(self.kernel_us)
 
     def seqs_in(self, span: _Span) -> set[int]:
-        return {int(a["Sequence number"]) for s, a in self.ops.get(span.tid, [])
-                if "Sequence number" in a and _inside(s, span)}
+        return {
+            int(a["Sequence number"])
+            for s, a in self.ops.get(span.tid, [])
+            if "Sequence number" in a and _inside(s, span)
+        }
 
     def busy_us(self, span: _Span) -> float:
         """CPU: the span's duration; GPU: its launched kernels' summed duration."""
         if not self.gpu:
             return span.end_us - span.start_us
-        return sum(self.kernel_us.get(c, 0.0) for t, c in self.launches.get(span.tid, [])
-                   if span.start_us <= t <= span.end_us)
+        return sum(
+            self.kernel_us.get(c, 0.0)
+            for t, c in self.launches.get(span.tid, [])
+            if span.start_us <= t <= span.end_us
+        )
 
 
 def _bytes_for(name: str, index: int, ref: Trace | None, n_layers: int) -> dict[str, Any]:
@@ -161,16 +185,29 @@ def _bytes_for(name: str, index: int, ref: Trace | None, n_layers: int) -> dict[
     if layer is None and len(ref.layers) == n_layers:
         layer = ref.layers[index]
     if layer is None:
-        raise InputError(f"layer {name!r} is not in the --bytes-from trace {ref.name!r} "
-                         f"(layers: {[x.name for x in ref.layers][:12]}) and the layer counts "
-                         "differ", field="--bytes-from")
-    return dict(param_bytes=layer.param_bytes, act_bytes=layer.act_bytes,
-                out_bytes=layer.out_bytes, flops=layer.flops)
+        raise InputError(
+            f"layer {name!r} is not in the --bytes-from trace {ref.name!r} "
+            f"(layers: {[x.name for x in ref.layers][:12]}) and the layer counts "
+            "differ",
+            field="--bytes-from",
+        )
+    return dict(
+        param_bytes=layer.param_bytes,
+        act_bytes=layer.act_bytes,
+        out_bytes=layer.out_bytes,
+        flops=layer.flops,
+    )
 
 
-def read_kineto(path: str | Path, *, microbatch_size: int, dtype: str = "fp32",
-                name: str | None = None, layers: list[str] | None = None,
-                bytes_from: Trace | None = None) -> Trace:
+def read_kineto(
+    path: str | Path,
+    *,
+    microbatch_size: int,
+    dtype: str = "fp32",
+    name: str | None = None,
+    layers: list[str] | None = None,
+    bytes_from: Trace | None = None,
+) -> Trace:
     """A :class:`Trace` from a torch.profiler Chrome trace (method in the module docstring).
 
     Args:
@@ -199,13 +236,21 @@ def read_kineto(path: str | Path, *, microbatch_size: int, dtype: str = "fp32",
             seqs = index.seqs_in(span)
             bwd.append(sum(index.busy_us(b) for q in seqs for b in index.backward.get(q, [])))
         if not any(bwd):
-            raise InputError(f"layer {layer!r}: no backward events (autograd::engine::"
-                             "evaluate_function with the forward's sequence numbers); profile "
-                             "the backward too, with record_shapes or default settings",
-                             file=file, field="--layers")
-        out.append(LayerProfile(name=layer, fwd_s=statistics.median(fwd) * 1e-6,
-                                bwd_s=statistics.median(bwd) * 1e-6,
-                                **_bytes_for(layer, i, ref, len(spans))))
+            raise InputError(
+                f"layer {layer!r}: no backward events (autograd::engine::"
+                "evaluate_function with the forward's sequence numbers); profile "
+                "the backward too, with record_shapes or default settings",
+                file=file,
+                field="--layers",
+            )
+        out.append(
+            LayerProfile(
+                name=layer,
+                fwd_s=statistics.median(fwd) * 1e-6,
+                bwd_s=statistics.median(bwd) * 1e-6,
+                **_bytes_for(layer, i, ref, len(spans)),
+            )
+        )
     steps = max(len(v) for v in spans.values())
     prov = {
         "source": "sim.trace.kineto.read_kineto",
@@ -213,10 +258,18 @@ def read_kineto(path: str | Path, *, microbatch_size: int, dtype: str = "fp32",
         "timing": "GPU kernel time per layer" if index.gpu else "CPU wall time per layer",
         "occurrences_per_layer": steps,
         "notes": "forward: record_function spans; backward: autograd evaluate_function events "
-                 "matched by sequence number; median over occurrences; "
-                 + (f"bytes and flops from trace {bytes_from.name!r}" if bytes_from else
-                    "param/act/out bytes are 0: not in a Kineto trace (give --bytes-from)"),
+        "matched by sequence number; median over occurrences; "
+        + (
+            f"bytes and flops from trace {bytes_from.name!r}"
+            if bytes_from
+            else "param/act/out bytes are 0: not in a Kineto trace (give --bytes-from)"
+        ),
     }
-    return Trace(name=name or Path(file).name.split(".")[0], layers=tuple(out),
-                 microbatch_size=microbatch_size, dtype=dtype,
-                 device=(gpu_name or "cuda") if index.gpu else "cpu", provenance=prov)
+    return Trace(
+        name=name or Path(file).name.split(".")[0],
+        layers=tuple(out),
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        device=(gpu_name or "cuda") if index.gpu else "cpu",
+        provenance=prov,
+    )

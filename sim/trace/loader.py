@@ -48,14 +48,23 @@ def check_scale(trace: Trace, *, file: str) -> None:
     """
     for i, layer in enumerate(trace.layers, start=1):
         for col, limit, unit in [(c, MAX_LAYER_S, "s") for c in _TIMES] + [
-                (c, MAX_LAYER_BYTES, "B") for c in _BYTES]:
+            (c, MAX_LAYER_BYTES, "B") for c in _BYTES
+        ]:
             v = getattr(layer, col)
             if v is not None and v > limit:
-                raise InputError(f"row {i} (layer {layer.name!r}): {col}: {v:g} is more than "
-                                 f"the {limit:g} {unit} a layer may take", file=file, field=col)
+                raise InputError(
+                    f"row {i} (layer {layer.name!r}): {col}: {v:g} is more than "
+                    f"the {limit:g} {unit} a layer may take",
+                    file=file,
+                    field=col,
+                )
     if not sum(layer.fwd_s + layer.bwd_s for layer in trace.layers) > 0:
-        raise InputError("every layer has zero forward and backward time; there is nothing to "
-                         "simulate (check the units: seconds)", file=file, field="fwd_s")
+        raise InputError(
+            "every layer has zero forward and backward time; there is nothing to "
+            "simulate (check the units: seconds)",
+            file=file,
+            field="fwd_s",
+        )
 
 
 def traces_dir() -> Path:

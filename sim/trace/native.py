@@ -135,8 +135,11 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
 def _csv_text(chain: tuple[LayerProfile, ...]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    cols = [c for c in COLUMNS if c not in EXTRA
-            or any(getattr(layer, c) is not None for layer in chain)]
+    cols = [
+        c
+        for c in COLUMNS
+        if c not in EXTRA or any(getattr(layer, c) is not None for layer in chain)
+    ]
     w.writerow(cols)
     for layer in chain:
         w.writerow([layer.name] + [_fmt(getattr(layer, c)) for c in cols[1:]])
@@ -165,8 +168,11 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         p = csv_path.with_name(f"{_stem(csv_path).name}.b{b}.csv")
         profiles[b] = _read_layers(p)
         if [x.name for x in profiles[b]] != [x.name for x in layers]:
-            raise InputError(f"layer names differ from {csv_path.name}'s; profile the same model "
-                             "at every size", file=str(p), field="name")
+            raise InputError(
+                f"layer names differ from {csv_path.name}'s; profile the same model at every size",
+                file=str(p),
+                field="name",
+            )
     return Trace(
         name=meta["name"],
         layers=layers,
@@ -187,14 +193,28 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
         raise InputError("expected a mapping with keys " + ", ".join(SIDECAR_KEYS), file=f)
     unknown = sorted(set(meta) - set(SIDECAR_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
-        raise InputError(f"unknown key(s) {unknown}; allowed: "
-                         f"{list(SIDECAR_KEYS + OPTIONAL_KEYS)}", file=f, field=unknown[0])
+        raise InputError(
+            f"unknown key(s) {unknown}; allowed: {list(SIDECAR_KEYS + OPTIONAL_KEYS)}",
+            file=f,
+            field=unknown[0],
+        )
     extra = meta.get("profiles")
-    if extra is not None and (not isinstance(extra, list) or any(
-            isinstance(b, bool) or not isinstance(b, int) or b < 1
-            or b == meta.get("microbatch_size") for b in extra)):
-        raise InputError(f"must be a list of further micro-batch sizes (positive integers other "
-                         f"than microbatch_size), got {extra!r}", file=f, field="profiles")
+    if extra is not None and (
+        not isinstance(extra, list)
+        or any(
+            isinstance(b, bool)
+            or not isinstance(b, int)
+            or b < 1
+            or b == meta.get("microbatch_size")
+            for b in extra
+        )
+    ):
+        raise InputError(
+            f"must be a list of further micro-batch sizes (positive integers other "
+            f"than microbatch_size), got {extra!r}",
+            file=f,
+            field="profiles",
+        )
     for key in SIDECAR_KEYS:
         if meta.get(key) is None:
             raise InputError("missing", file=f, field=key)
@@ -217,8 +237,7 @@ def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
     f = str(path)
     text = read_text(path, what="trace file")
     try:
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
-                         skipinitialspace=True)
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as e:
         raise InputError(f"not a readable CSV: {' '.join(str(e).split())}", file=f) from None
     cols = [c.strip() for c in df.columns]

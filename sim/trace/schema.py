@@ -23,8 +23,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-OPTIONAL_FIELDS = ("bwd_input_s", "bwd_weight_s", "flops", "attn_core_act_bytes",
-                   "attn_core_flops")
+OPTIONAL_FIELDS = ("bwd_input_s", "bwd_weight_s", "flops", "attn_core_act_bytes", "attn_core_flops")
 """Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
 
 
@@ -161,8 +160,9 @@ class Trace:
             lo = max(x for x in sizes if x < b)
             hi = min(x for x in sizes if x > b)
             w = (b - lo) / (hi - lo)
-            layers = tuple(_lerp(x, y, w) for x, y in
-                           zip(self.layers_at(lo), self.layers_at(hi), strict=True))
+            layers = tuple(
+                _lerp(x, y, w) for x, y in zip(self.layers_at(lo), self.layers_at(hi), strict=True)
+            )
         else:
             return None
         if b == self.microbatch_size and not self.profiles:
@@ -204,15 +204,25 @@ class Trace:
 
         def convert(chain: tuple[LayerProfile, ...]) -> tuple[LayerProfile, ...]:
             return tuple(
-                replace(layer, param_bytes=layer.param_bytes * k, act_bytes=layer.act_bytes * k,
-                        out_bytes=layer.out_bytes * k,
-                        attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k))
-                for layer in chain)
+                replace(
+                    layer,
+                    param_bytes=layer.param_bytes * k,
+                    act_bytes=layer.act_bytes * k,
+                    out_bytes=layer.out_bytes * k,
+                    attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k),
+                )
+                for layer in chain
+            )
 
         prov = dict(self.provenance)
         prov["converted_dtype"] = f"{self.dtype} -> {dtype}: bytes x {k:g}, times unchanged"
-        return replace(self, layers=convert(self.layers), dtype=dtype, provenance=prov,
-                       profiles={b: convert(c) for b, c in self.profiles.items()})
+        return replace(
+            self,
+            layers=convert(self.layers),
+            dtype=dtype,
+            provenance=prov,
+            profiles={b: convert(c) for b, c in self.profiles.items()},
+        )
 
     def scaled_to_device(self, from_peak_flops: float, to_peak_flops: float, device: str) -> Trace:
         """Times scaled by ``from_peak_flops / to_peak_flops`` (peak dense FLOP/s ratio)."""
@@ -234,6 +244,7 @@ class Trace:
 
 def _lerp(x: LayerProfile, y: LayerProfile, w: float) -> LayerProfile:
     """``(1 - w) * x + w * y`` field by field (``param_bytes`` and the name from ``x``)."""
+
     def mix(a: float | None, c: float | None) -> float | None:
         return None if a is None or c is None else (1 - w) * a + w * c
 

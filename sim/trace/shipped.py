@@ -30,8 +30,15 @@ from sim.trace.schema import Trace
 COMMAND = "python traces/make_traces.py"
 PIPEDREAM_SHIPPED = {"gnmt16": "gnmt_large", "vgg16": "vgg16"}
 GENERATED_SHIPPED = ("gpt2-1.5b", "bert-large", "gpt-5b")
-PATRICKSTAR_SHIPPED = ("gpt2-1b", "gpt2-4b", "gpt3-8b", "gpt3-10b", "gpt3-18b", "gpt-ds-20b",
-                       "gpt-ds-40b")
+PATRICKSTAR_SHIPPED = (
+    "gpt2-1b",
+    "gpt2-4b",
+    "gpt3-8b",
+    "gpt3-10b",
+    "gpt3-18b",
+    "gpt-ds-20b",
+    "gpt-ds-40b",
+)
 """GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
 
 
@@ -48,10 +55,14 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
     out = []
     for name, model in PIPEDREAM_SHIPPED.items():
         t = read_pipedream(base / model / "graph.txt", name=name)
-        prov = dict(t.provenance, file=f"traces/pipedream/{model}/graph.txt", device="V100",
-                    device_evidence="the PipeDream paper profiled on V100 GPUs; the file does "
-                    "not record the GPU, so pipesim treats the times as V100 times and rescales "
-                    "them (with a note) on other GPUs")
+        prov = dict(
+            t.provenance,
+            file=f"traces/pipedream/{model}/graph.txt",
+            device="V100",
+            device_evidence="the PipeDream paper profiled on V100 GPUs; the file does "
+            "not record the GPU, so pipesim treats the times as V100 times and rescales "
+            "them (with a note) on other GPUs",
+        )
         out.append(replace(t, provenance=prov))
     for name in GENERATED_SHIPPED + PATRICKSTAR_SHIPPED:
         t = preset_trace(name, microbatch_size=1, dtype="fp16", gpu=preset_gpu("dgx1-v100-16gb"))
@@ -62,8 +73,10 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
             "the trace with the same model."
         )
         if name in PATRICKSTAR_SHIPPED:
-            prov["shape_source"] = ("Tencent/PatrickStar@2384535 examples/model_builder.py "
-                                    "(hidden/seq/layers/heads; memory.md §5.4)")
+            prov["shape_source"] = (
+                "Tencent/PatrickStar@2384535 examples/model_builder.py "
+                "(hidden/seq/layers/heads; memory.md §5.4)"
+            )
         out.append(replace(t, provenance=prov))
     return out
 

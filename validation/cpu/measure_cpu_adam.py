@@ -23,8 +23,9 @@ from backends.torch.profile import cpu_model_name  # noqa: E402
 
 
 def main() -> None:
-    runs = [cpu_adam_rate(params=n, reps=7, threads=os.cpu_count() or 1)
-            for n in (2**20, 2**22, 2**24)]
+    runs = [
+        cpu_adam_rate(params=n, reps=7, threads=os.cpu_count() or 1) for n in (2**20, 2**22, 2**24)
+    ]
     out = {
         "what": "CPU Adam step rate (parameters per second) of torch.optim.Adam on this host",
         "cpu_model": cpu_model_name(),
@@ -34,10 +35,12 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python validation/cpu/measure_cpu_adam.py",
         "notes": "median of 7 steps after 2 warm-up steps, fp32 params/grads/moments; the "
-                 "machine's 2 cores were shared with other jobs, so the rate is noisy (a lower "
-                 "bound of the idle rate).",
-        "runs": [{k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in r.items()}
-                 for r in runs],
+        "machine's 2 cores were shared with other jobs, so the rate is noisy (a lower "
+        "bound of the idle rate).",
+        "runs": [
+            {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in r.items()}
+            for r in runs
+        ],
     }
     path = Path(__file__).resolve().parent / "cpu_adam.yaml"
     path.write_text(yaml.safe_dump(out, sort_keys=False))
