@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (torch 2.13.0 CPU build first, so nothing resolves a newer torch),
-# install pipesim with its test extras, lint, and run the test suite (all of it, the slow
-# multi-process tests included; `bash scripts/test.sh -m "not slow"` runs the fast tier).
+# install pipesim with its test extras, lint (ruff check, ruff format --check), type-check (mypy,
+# zero errors), and run the test suite (all of it, the slow multi-process tests included;
+# `bash scripts/test.sh -m "not slow"` runs the fast tier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -10,4 +11,6 @@ python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[torch,test]'
 ruff check .
+ruff format --check .
+mypy sim backends
 python -m pytest "$@"

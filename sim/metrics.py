@@ -101,7 +101,11 @@ def compute_metrics(
     t0, t1, steps = steady_window(log.iteration_ends_s, stages, microbatches, synchronous)
     span = max(t1 - t0, 1e-30)
     gpus = sorted({e.device for e in log.events if e.stream == Stream.COMPUTE})
-    busy = {EventKind.COMPUTE: 0.0, EventKind.RECOMPUTE: 0.0, EventKind.STALL: 0.0}
+    busy: dict[str, float] = {
+        EventKind.COMPUTE: 0.0,
+        EventKind.RECOMPUTE: 0.0,
+        EventKind.STALL: 0.0,
+    }
     moved = {"swap": 0.0, "comm": 0.0}
     for e in log.events:
         lo, hi = max(e.start_s, t0), min(e.end_s, t1)

@@ -243,6 +243,7 @@ def partition(
         trace_or_layers, stages, bandwidth_Bps, memory_capacity_bytes, stage_memory_bytes
     )
     boundaries = costs.solve(use_memory=costs.cap is not None) or costs.solve(use_memory=False)
+    assert boundaries is not None  # without the memory bound a split always exists
     return costs.build(boundaries)
 
 

@@ -18,6 +18,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -136,7 +137,7 @@ def measured_log(spans: list[list[tuple[str, float, float, float]]]) -> EventLog
     for rank, rank_spans in enumerate(spans):
         for name, start, ready, end in rank_spans:
             action = Action.from_str(name)
-            meta = dict(
+            meta: dict[str, Any] = dict(
                 stage=action.stage, microbatch=None if action.op == STEP else action.microbatch
             )
             if ready > start:

@@ -36,7 +36,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,7 @@ DEFAULT_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22, 2**24)
 """Message sizes in bytes for the ping-pong fit (1 KiB .. 16 MiB)."""
 
 
-def fit_latency_bandwidth(sizes: list[float], times_s: list[float]) -> tuple[float, float]:
+def fit_latency_bandwidth(sizes: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:
     """Least-squares fit of ``t = latency + size / bandwidth``.
 
     Returns:
@@ -126,12 +128,8 @@ def _host_copies(dev: torch.device, sizes: list[int], reps: int) -> dict[str, li
     for size in sizes:
         host = torch.empty(size // 4, dtype=torch.float32).pin_memory()
         gpu = torch.empty(size // 4, dtype=torch.float32, device=dev)
-        res["h2d"].append(
-            time_call(lambda g=gpu, h=host: g.copy_(h, non_blocking=True), dev, reps=reps)
-        )
-        res["d2h"].append(
-            time_call(lambda g=gpu, h=host: h.copy_(g, non_blocking=True), dev, reps=reps)
-        )
+        res["h2d"].append(time_call(partial(gpu.copy_, host, non_blocking=True), dev, reps=reps))
+        res["d2h"].append(time_call(partial(host.copy_, gpu, non_blocking=True), dev, reps=reps))
     return res
 
 
@@ -147,7 +145,7 @@ def gemm_by_shape(
     for m, n, k in shapes:
         a = torch.randn(m, k, dtype=dtype, device=dev)
         b = torch.randn(k, n, dtype=dtype, device=dev)
-        t = time_call(lambda a=a, b=b: a @ b, dev, reps=reps)
+        t = time_call(partial(torch.matmul, a, b), dev, reps=reps)
         out.append({"m": m, "n": n, "k": k, "seconds": t, "flops_per_s": 2.0 * m * n * k / t})
     return out
 
@@ -261,7 +259,7 @@ def _host_ram_bytes() -> float:
 
 
 def _links(ranks: list[dict[str, Any]], device: str, host_sizes: list[int]) -> list[dict[str, Any]]:
-    links = []
+    links: list[dict[str, Any]] = []
     kind_p2p = "loopback" if device == "cpu" else "link"
     for r in ranks:
         for p in r["pairs"]:

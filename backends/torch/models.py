@@ -263,7 +263,7 @@ class StageModule(nn.Module):
 
     def global_named_parameters(self) -> dict[str, torch.Tensor]:
         """Parameters named ``"<chain index>.<name>"``, as in ``nn.Sequential(*build_layers())``."""
-        out = {}
+        out: dict[str, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
             for name, p in layer.named_parameters():
                 out[f"{self.first + i}.{name}"] = p

@@ -251,7 +251,7 @@ def profile_model(
         for i, (name, layer) in enumerate(zip(layer_names(spec), layers, strict=True)):
             is_head = i == len(layers) - 1
             fn = (lambda h, layer=layer: lm_loss(layer(h), targets)) if is_head else layer
-            params = list(layer.parameters())
+            params: list[torch.Tensor] = list(layer.parameters())
             out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
             with torch.no_grad():
                 x = layer(x)

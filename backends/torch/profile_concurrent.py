@@ -113,7 +113,8 @@ def profile_concurrent(
 
 
 def _median(values: list[float | None]) -> float | None:
-    return None if values[0] is None else statistics.median(values)
+    present = [v for v in values if v is not None]
+    return None if values[0] is None else statistics.median(present)
 
 
 def _combine(traces: list[Trace]) -> Trace:

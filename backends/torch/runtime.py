@@ -53,6 +53,7 @@ def user_stage(job: ReplayJob, rank: int) -> Any:
     """This rank's stage of a user's model (:mod:`backends.torch.user_stage`)."""
     from backends.torch.user_stage import build_user_stage
 
+    assert isinstance(job.model, dict), "a user model's job carries its spec as a dict"
     return build_user_stage(
         job.model,
         job.boundaries,
@@ -155,7 +156,7 @@ class StageRunner:
             else self.user.recv_shape
         )
         self.act_dtype = DTYPES[job.dtype] if self.user is None else self.user.recv_dtype
-        self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.stash: dict[int, tuple[Any, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []
         self.losses: list[torch.Tensor] = []
         self.executed: Counter[str] = Counter()
@@ -191,6 +192,7 @@ class StageRunner:
     def forward(self, mb: int) -> None:
         """Forward of micro-batch ``mb`` (see module docstring)."""
         module = self.versions.forward_module(mb)
+        x: Any
         if self.user is not None and self.rank == 0:
             x = tuple(t.to(self.dev) for t in self.user.sample)
         elif self.rank == 0:
@@ -230,7 +232,8 @@ class StageRunner:
         """Optimizer step number ``index``; records the time it finished."""
         self._wait_sends()
         if self.job.dump_dir:
-            names = list(self.versions.newest().global_named_parameters())
+            newest: Any = self.versions.newest()
+            names = list(newest.global_named_parameters())
             grads = self.versions.gradients()
             self.dumped_grads.append(
                 {
@@ -271,10 +274,8 @@ class StageRunner:
         return self._stats(start, end)
 
     def _dump(self) -> None:
-        params = {
-            n: p.detach().cpu().clone()
-            for n, p in self.versions.newest().global_named_parameters().items()
-        }
+        newest: Any = self.versions.newest()
+        params = {n: p.detach().cpu().clone() for n, p in newest.global_named_parameters().items()}
         path = Path(str(self.job.dump_dir)) / f"rank{self.rank}.pt"
         torch.save({"grads": self.dumped_grads, "params": params}, path)
 

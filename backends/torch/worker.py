@@ -75,7 +75,7 @@ def main(workdir: str, rank: int) -> int:
             rank=rank,
             world_size=spec["world_size"],
             timeout=datetime.timedelta(seconds=spec["pg_timeout_s"]),
-            **({"device_id": device} if device.type == "cuda" else {}),
+            **({"device_id": device} if device.type == "cuda" else {}),  # type: ignore[arg-type]
         )
         module, name = spec["target"].split(":")
         fn = getattr(importlib.import_module(module), name)

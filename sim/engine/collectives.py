@@ -34,7 +34,11 @@ from sim.engine.links import Links
 from sim.events import Event, EventKind, Stream
 from sim.hardware.topology import Link, ring_hop_bandwidths, transfer_time_s
 
-RING_STEPS = {EventKind.ALLREDUCE: 2, EventKind.REDUCE_SCATTER: 1, EventKind.ALL_GATHER: 1}
+RING_STEPS: dict[str, int] = {
+    EventKind.ALLREDUCE: 2,
+    EventKind.REDUCE_SCATTER: 1,
+    EventKind.ALL_GATHER: 1,
+}
 """Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
 
 

@@ -95,6 +95,7 @@ class MemoryTraffic:
     def _fetch(self, rep: StageReplica, a: Action):
         plan = rep.plan
         self.ledger.change(self.env.now, rep.gpu, plan.fetch_live, MemCategory.CHUNKS, f"fetch {a}")
+        assert plan.fetch_source is not None, "a fetch plan names its source"
         yield from self.links.transfer(
             plan.fetch_source,
             rep.gpu,

@@ -141,7 +141,9 @@ class AutoPolicy(MemoryPolicy):
     def host_pass(self, contexts, chosen: list[Option], options: list[list[Option]]) -> None:
         """Switch stages until every socket's DRAM holds its plans (or no switch helps: then
         :func:`~sim.memory.compose.note_host_capacity` marks them)."""
-        topo = contexts[0].topology if contexts else None
+        if not contexts:
+            return
+        topo = contexts[0].topology
         for host in sorted({c.host for c in contexts}):
             cap = topo.host(host).dram_bytes * (1 - HEADROOM)
             idx = [i for i, c in enumerate(contexts) if c.host == host]

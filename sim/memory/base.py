@@ -117,7 +117,7 @@ class StageContext:
             **overhead(self),
         )
         base.update(changes)
-        return StagePlan(**base)
+        return StagePlan(**base)  # type: ignore[arg-type]
 
 
 class MemoryPolicy(ABC):

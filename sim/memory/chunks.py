@@ -81,7 +81,8 @@ def chunk_count(params: float, chunk_elems: int) -> int:
 def access_sequence(order: Sequence[str], chunks: int) -> tuple[list[int], list[str]]:
     """Chunk accesses of a stage's ops: F ascending, B/I descending (W touches no weights
     again in this model). Returns the chunk ids and, per access, the op letter."""
-    seq, ops = [], []
+    seq: list[int] = []
+    ops: list[str] = []
     for op in order:
         if op == "F":
             ids = range(chunks)

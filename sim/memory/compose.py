@@ -127,6 +127,6 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
     out = []
     for ctx, plan in zip(contexts, plans, strict=True):
         out.append(
-            replace(plan, **overhead(ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes))
+            replace(plan, **overhead(ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes))  # type: ignore[arg-type]
         )
     return note_host_capacity(contexts, out)

@@ -112,7 +112,7 @@ def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
     for row in sorted(set(rows), key=row_key):
         tids[row] = sum(1 for r in tids if r[0] == row[0]) + 1
 
-    spans = sorted(
+    spans: list[dict[str, Any]] = sorted(
         (
             {
                 "ph": "X",

@@ -13,6 +13,7 @@ import os
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -170,7 +171,7 @@ def plot_gantt(
         ax.set_xlim(lo_ms, hi_ms)
         ax.set_xlabel("time (ms)")
         ax.set_ylabel("device, stream")
-        handles = [
+        handles: list[Any] = [
             Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
             for cls, (c, h, lab) in STYLES.items()
             if cls in bars

@@ -85,7 +85,7 @@ def plot_memory_per_gpu(log: EventLog, path: str | os.PathLike) -> Path:
             )
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         top = max(bottom, default=0.0)
-        cap_label = "capacity"
+        cap_label: str | None = "capacity"
         any_over = False
         for x, dev in enumerate(devices):
             cap = log.capacity_bytes.get(dev)
@@ -103,7 +103,12 @@ def plot_memory_per_gpu(log: EventLog, path: str | os.PathLike) -> Path:
             )
             if cap is not None:
                 ax.hlines(
-                    cap / GIB, x - 0.45, x + 0.45, colors="k", linestyles="--", label=cap_label
+                    cap / GIB,
+                    x - 0.45,
+                    x + 0.45,
+                    colors="k",
+                    linestyles="--",
+                    label=cap_label or "_nolegend_",
                 )
                 cap_label = None
                 top = max(top, cap / GIB)

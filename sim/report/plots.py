@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -37,7 +38,7 @@ _OTHER_KNOBS = {
 }
 
 
-def _throughput_facet(ax, df: pd.DataFrame, colors: dict[str, str]) -> None:
+def _throughput_facet(ax, df: pd.DataFrame, colors: dict[str, Any]) -> None:
     """Draw one model's lines (best fitting config) and hollow markers (best non-fitting)."""
     for schedule, rows in df.groupby("schedule", sort=True):
         color = colors[schedule]

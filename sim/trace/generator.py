@@ -45,6 +45,7 @@ cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from sim.compute.device import ComputeSpec
 from sim.compute.layers import embedding_times, head_times
@@ -397,7 +398,7 @@ def preset_trace(
         )
     if gpu is None and peak_flops is None:
         gpu = preset_gpu()
-    shape = dict(MODEL_PRESETS[name])
+    shape: dict[str, Any] = dict(MODEL_PRESETS[name])
     kind = str(shape.pop("kind"))
     return transformer_trace(
         kind,

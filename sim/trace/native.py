@@ -270,7 +270,7 @@ def _row_to_layer(i: int, row: dict[str, str], f: str) -> LayerProfile:
             values[col] = float(cell)
         except ValueError:
             raise InputError(f"{where}: {col}: not a number: {cell!r}", file=f, field=col) from None
-    layer = LayerProfile(name=name, **values)
+    layer = LayerProfile(name=name, **values)  # type: ignore[arg-type]
     problems = layer.problems()
     if problems:
         col = problems[0].split(":", 1)[0]
