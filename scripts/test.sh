@@ -9,7 +9,7 @@ python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[torch,test]'
+python -m pip install -q -e '.[torch,test,hf]' -c scripts/constraints.txt
 ruff check .
 ruff format --check .
 mypy sim backends
