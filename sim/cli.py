@@ -329,7 +329,8 @@ def partition_cmd(
             )
         row = place(topo, stages, 1)[0]
         bw = [
-            topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}") for j in range(stages - 1)
+            topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
+            for j in range(stages - 1)
         ] or None
         caps = [topo.gpu(g).memory_bytes for g in row]
     part = partition(trace, stages, bandwidth_Bps=bw, memory_capacity_bytes=caps)

@@ -147,7 +147,10 @@ def choose_boundaries(
         return param_bytes * per_byte * per_param + act_bytes * in_flight[j]
 
     row = placement[0]
-    bw = [topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}") for j in range(p - 1)]
+    bw = [
+        topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
+        for j in range(p - 1)
+    ]
     caps = [tensor_capacity_bytes(topo.gpu(g)) for g in row]
     return partition(
         trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need

@@ -6,7 +6,9 @@ ring (:meth:`~sim.hardware.topology.Topology.ring`, each hop routed through the 
 GPUs, switches and hosts only); an all-reduce of ``B`` bytes is ``2(w-1)`` steps, a
 reduce-scatter or an all-gather ``w-1`` steps, and in every step each GPU sends ``B/w`` bytes to
 the next one, all hops at once. A step therefore takes the slowest hop's
-:func:`~sim.hardware.topology.transfer_time_s` for ``B/w`` bytes, and the bus bandwidth NCCL
+:func:`~sim.hardware.topology.transfer_time_s` for ``B/w`` bytes at NCCL's rate of its links
+(:func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per NVLink, NCCL
+``src/graph/topo.h``; raw copies get more), and the bus bandwidth NCCL
 reports (nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
 all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the slowest hop's
 bandwidth for large ``B``. The collective holds every link of the ring for its whole duration,

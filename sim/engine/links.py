@@ -6,16 +6,24 @@ transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers cr
 take longer than one. Links are acquired in name order, so two multi-link transfers never
 deadlock. A single-link route (the common NVLink case) skips the sorting.
 
+Two rates per link: NCCL traffic (:data:`NCCL_KINDS`: the pipeline's p2p sends and the
+collectives) moves at NCCL's achieved rate (:meth:`~sim.hardware.topology.Link.rate_Bps`; ~20 of
+25 GB/s per NVLink, NCCL ``src/graph/topo.h``: NCCL's SM copies move 128-byte payloads, copy
+engines 256, NVIDIA/nccl-tests#149); raw copies (swaps, chunk fetches, write-backs, step copies:
+``cudaMemcpy`` on copy engines) keep the link's raw ``bandwidth_Bps``.
+
 FIFO, not shared bandwidth (issue 12: "choose by what measurements show"): the measurements at
 hand do not separate the two. Links are per direction, and NVLink's bidirectional rate is
 twice the unidirectional one (H100: 740-773 vs 371-377 GB/s, NVIDIA/nccl#1264, hardware.md §4),
 which both models give; in every configuration of Galvatron's nccl-tests files each link
-direction carries at most one flow of the model. Both disciplines are work conserving, so a set
-of transfers crossing one link ends at the same time either way (two equal copies: 2T); they
-differ only in which copy finishes first (FIFO: T and 2T; shared: 2T and 2T). FIFO is what one
-CUDA stream or one NCCL communicator does with its own operations, so it is kept. Not modelled:
-the duplex interference of PCIe (H2D measured while D2H runs drops to 11-16 of 24-26 GB/s on
-RTX 4090 boxes, NVIDIA/nvbandwidth#15).
+direction carries at most one flow of the model, so the files cannot tell the disciplines apart
+(their p2p decline with more concurrent pairs, 164 -> 139 -> 109 GB/s, is not link sharing:
+no link is shared by two pairs there; see ``benchmarks/accuracy_comm.py``). Both disciplines are
+work conserving, so a set of transfers crossing one link ends at the same time either way (two
+equal copies: 2T); they differ only in which copy finishes first (FIFO: T and 2T; shared: 2T and
+2T). FIFO is what one CUDA stream or one NCCL communicator does with its own operations, so it is
+kept. Not modelled: the duplex interference of PCIe (H2D measured while D2H runs drops to 11-16
+of 24-26 GB/s on RTX 4090 boxes, NVIDIA/nvbandwidth#15).
 """
 
 from __future__ import annotations
@@ -24,8 +32,12 @@ from collections.abc import Iterable
 
 import simpy
 
-from sim.events import Event
+from sim.events import COLLECTIVE_KINDS, Event, EventKind
 from sim.hardware.topology import Link, Topology, transfer_time_s
+
+NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
+"""Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
+they move at NCCL's rate of each link; every other transfer is a raw copy."""
 
 
 class Links:
@@ -92,11 +104,12 @@ class Links:
     ):
         """Process: move ``nbytes`` from node ``src`` to ``dst`` and log it as ``kind`` on
         ``stream`` of ``src``; returns its start time (now, and nothing logged, when
-        ``src == dst`` or ``nbytes <= 0``)."""
+        ``src == dst`` or ``nbytes <= 0``). A kind of :data:`NCCL_KINDS` moves at NCCL's rate
+        of the route's links, any other (a swap, a fetch) at their raw rate."""
         route, names, resources = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
-        dur = transfer_time_s(route, nbytes)
+        dur = transfer_time_s(route, nbytes, nccl=kind in NCCL_KINDS)
         if len(resources) == 1:  # fast path: one link
             res = resources[0]
             req = res.request()

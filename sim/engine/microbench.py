@@ -5,8 +5,13 @@
 to the next rank and receives from the previous one, all at once; ``busbw = algbw = B / t``.
 ``all_reduce_perf``: one ring all-reduce of ``B`` bytes; ``busbw = B / t * 2(n-1)/n``
 (nccl-tests ``doc/PERFORMANCE.md``). Both run on the engine's own :class:`~sim.engine.links.
-Links` and ring (:mod:`sim.engine.collectives`), so they contend and route as a training run
-does.
+Links` and ring (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
+of each link (:data:`~sim.engine.links.NCCL_KINDS`) as a training run does.
+
+Not modelled: latency beyond the links' own (NCCL's protocol and launch costs), NCCL's choice of
+algorithm (tree, NVLS) and protocol by size, and the number of channels NCCL gives each p2p peer
+(``src/enqueue.cc`` halves it as the communicator grows; its effect on bandwidth depends on a
+per-channel rate no public source gives).
 """
 
 from __future__ import annotations

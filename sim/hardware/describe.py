@@ -27,12 +27,17 @@ def _pairs(topo: Topology) -> list[tuple[Link, Link | None]]:
     while i < len(links):
         lk = links[i]
         rev = links[i + 1] if i + 1 < len(links) else None
-        if rev is not None and (rev.src, rev.dst, rev.bandwidth_Bps, rev.latency_s, rev.kind) == (
-            lk.dst,
-            lk.src,
-            lk.bandwidth_Bps,
-            lk.latency_s,
-            lk.kind,
+        fields = (lk.bandwidth_Bps, lk.latency_s, lk.kind, lk.nccl_bandwidth_Bps)
+        if (
+            rev is not None
+            and (rev.src, rev.dst) == (lk.dst, lk.src)
+            and (
+                rev.bandwidth_Bps,
+                rev.latency_s,
+                rev.kind,
+                rev.nccl_bandwidth_Bps,
+            )
+            == fields
         ):
             out.append((lk, rev))
             i += 2
@@ -165,6 +170,8 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
     for lk, rev in _pairs(topo):
         entry: dict[str, Any] = {"a": lk.src, "b": lk.dst, "bandwidth": lk.bandwidth_Bps}
         entry.update(latency=lk.latency_s, kind=lk.kind)
+        if lk.nccl_bandwidth_Bps is not None:
+            entry["nccl_bandwidth"] = lk.nccl_bandwidth_Bps
         if rev is None:
             entry["directed"] = True
         links.append(entry)

@@ -17,7 +17,9 @@ GPU nodes are named ``gpu0`` ... ``gpu<num_gpus-1>``. Quantities accept unit str
 (``25 GB/s``, ``16 GiB``, ``10 us``, ``125 TFLOPS``; see :mod:`sim.units`) or bare numbers in
 base units (bytes, bytes/s, seconds, FLOP/s). A link's ``bandwidth`` is the per-direction
 bandwidth of the whole connection, i.e. of all ``count`` bundled links together (an NV2 pair on
-DGX-1 says ``bandwidth: 48 GB/s, count: 2``); ``count`` is descriptive. An undirected link
+DGX-1 says ``bandwidth: 48 GB/s, count: 2``): the rate of raw copies. NCCL's p2p and collectives
+get less of an NVLink (SM copies of 128-byte payloads; NVIDIA/nccl-tests#149): ``count`` NVLinks
+at ``gpu.nccl_nvlink_bandwidth`` each (:func:`nccl_bandwidth_Bps`). An undirected link
 (the default) becomes two directed :class:`Link` s, ``a->b`` then ``b->a``.
 
 ``base: PRESET`` (resolved by :func:`sim.hardware.loader.load_hardware_spec`, before
@@ -116,6 +118,15 @@ class GPUSpec(BaseModel):
         description="Fixed cost per kernel (launch + dispatch), e.g. '5 us' (default: an "
         "assumption, sim.compute.device).",
     )
+    nccl_nvlink_bandwidth: Bandwidth | None = Field(
+        default=None,
+        gt=0,
+        description="Per-direction bandwidth NCCL's kernels achieve over one NVLink of this GPU "
+        "(NCCL src/graph/topo.h ncclTopoNVLinkBw: 20 GB/s on sm_70/sm_80, 20.6 on sm_90, of a "
+        "25 GB/s line rate). An 'nvlink'/'nvswitch' link of `count` NVLinks then carries NCCL "
+        "p2p and collectives at count x this, unless it gives `nccl_bandwidth`; raw copies keep "
+        "the link's `bandwidth`. Default: none (NCCL at `bandwidth`).",
+    )
 
     def compute_spec(self) -> ComputeSpec:
         """The :class:`~sim.compute.device.ComputeSpec` of this GPU."""
@@ -198,10 +209,20 @@ class LinkSpec(BaseModel):
     )
     kind: LinkKind = Field(default="link", description="Technology, e.g. 'nvlink' or 'pcie'.")
     count: int = Field(
-        default=1, ge=1, description="Number of bundled physical links (NV2 = 2); descriptive."
+        default=1,
+        ge=1,
+        description="Number of bundled physical links (NV2 = 2); sets NCCL's rate over NVLink "
+        "(count x gpu.nccl_nvlink_bandwidth).",
     )
     directed: bool = Field(
         default=False, description="Only the direction a -> b (default: both directions)."
+    )
+    nccl_bandwidth: Bandwidth | None = Field(
+        default=None,
+        gt=0,
+        description="Per-direction bandwidth NCCL's p2p and collectives achieve over this "
+        "connection; default: `count` x gpu.nccl_nvlink_bandwidth for NVLink/NVSwitch links when "
+        "that is given, else `bandwidth`.",
     )
 
 
@@ -250,6 +271,17 @@ def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
         "allocator_margin": g.allocator_margin,
     }
     return usable, replace(base, **{k: v for k, v in given.items() if v is not None})
+
+
+def nccl_bandwidth_Bps(link: LinkSpec, gpu: GPUSpec) -> float | None:
+    """Bytes/s NCCL achieves over ``link``: its ``nccl_bandwidth``, else ``count`` NVLinks at
+    ``gpu.nccl_nvlink_bandwidth`` for an ``nvlink``/``nvswitch`` link (NCCL's own model of an
+    NVLink path, ``src/graph/topo.h``), else None (NCCL at the raw ``bandwidth``)."""
+    if link.nccl_bandwidth is not None:
+        return link.nccl_bandwidth
+    if link.kind in ("nvlink", "nvswitch") and gpu.nccl_nvlink_bandwidth is not None:
+        return link.count * gpu.nccl_nvlink_bandwidth
+    return None
 
 
 def gpu_names(spec: HardwareSpec) -> list[str]:
@@ -346,8 +378,9 @@ def topology_from_spec(
     links: list[Link] = []
     for lk in spec.links:
         ends = [(lk.a, lk.b)] if lk.directed else [(lk.a, lk.b), (lk.b, lk.a)]
+        nccl = nccl_bandwidth_Bps(lk, g)
         for src, dst in ends:
-            links.append(Link(f"{src}->{dst}", src, dst, lk.bandwidth, lk.latency, lk.kind))
+            links.append(Link(f"{src}->{dst}", src, dst, lk.bandwidth, lk.latency, lk.kind, nccl))
     topo = Topology(spec.name, gpus, hosts, tuple(links), tuple(spec.switches), spec.description)
     _check_reachable(topo, file, where("links"))
     return topo

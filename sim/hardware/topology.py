@@ -30,7 +30,11 @@ from sim.memory.capacity import NO_RESERVE, RuntimeReserve
 
 
 def transfer_time_s(
-    route: tuple[Link, ...], nbytes: float, bandwidth_Bps: float | None = None
+    route: tuple[Link, ...],
+    nbytes: float,
+    bandwidth_Bps: float | None = None,
+    *,
+    nccl: bool = False,
 ) -> float:
     """Seconds to move ``nbytes`` over ``route``: the sum of its link latencies plus ``nbytes``
     over its bottleneck bandwidth (cut-through: every link streams at once, the slowest sets
@@ -42,6 +46,9 @@ def transfer_time_s(
         nbytes: bytes moved.
         bandwidth_Bps: the rate when it is not the route's own bottleneck (a ring hop whose
             bottleneck link is shared with other hops, :func:`ring_hop_bandwidths`).
+        nccl: the transfer is NCCL's (a p2p send/receive or a collective step): each link
+            carries it at :meth:`Link.rate_Bps` ``(nccl=True)``, NCCL's achieved rate, not the
+            raw copy rate.
 
     Raises:
         ValueError: ``route`` is empty.
@@ -49,23 +56,24 @@ def transfer_time_s(
     if not route:
         raise ValueError("a transfer needs a route of at least one link")
     if bandwidth_Bps is None:
-        bandwidth_Bps = min(lk.bandwidth_Bps for lk in route)
+        bandwidth_Bps = min(lk.rate_Bps(nccl) for lk in route)
     return sum(lk.latency_s for lk in route) + nbytes / bandwidth_Bps
 
 
 def ring_hop_bandwidths(routes: list[tuple[Link, ...]]) -> list[float]:
     """Bandwidth of each hop of a ring whose hops all send at once, in bytes/s.
 
-    A hop gets its bottleneck link's bandwidth divided by the number of the ring's hops that
-    cross that link (a link relaying two hops' traffic is shared; links are per direction, so
-    the two directions of a pair do not share).
+    A ring is an NCCL collective, so a link carries it at NCCL's rate (:meth:`Link.rate_Bps`
+    with ``nccl=True``). A hop gets its bottleneck link's rate divided by the number of the
+    ring's hops that cross that link (a link relaying two hops' traffic is shared; links are
+    per direction, so the two directions of a pair do not share).
     """
     uses: dict[str, int] = {}
     for route in routes:
         for lk in route:
             uses[lk.name] = uses.get(lk.name, 0) + 1
     return [
-        min(lk.bandwidth_Bps / uses[lk.name] for lk in route) if route else float("inf")
+        min(lk.rate_Bps(True) / uses[lk.name] for lk in route) if route else float("inf")
         for route in routes
     ]
 
@@ -123,9 +131,15 @@ class Link:
         src: source node name.
         dst: destination node name.
         bandwidth_Bps: bytes per second in this direction (effective, not peak, unless the
-            preset says otherwise).
+            preset says otherwise): the rate of raw copies (``cudaMemcpy``, copy engines:
+            swaps, chunk moves, host offload).
         latency_s: fixed cost per transfer in seconds.
         kind: ``nvlink``, ``nvswitch``, ``pcie``, ``qpi``, ``loopback`` ...
+        nccl_bandwidth_Bps: bytes per second NCCL's kernels achieve over this link (p2p
+            send/receive and collectives), or None for ``bandwidth_Bps``. NCCL moves data with
+            SM copies of 128-byte payloads, copy engines with 256-byte ones, so NCCL gets less
+            of an NVLink than a raw copy (~20 of 25 GB/s per NVLink; NCCL ``src/graph/topo.h``,
+            NVIDIA/nccl-tests#149): see :mod:`sim.hardware.spec`.
     """
 
     name: str
@@ -134,6 +148,14 @@ class Link:
     bandwidth_Bps: float
     latency_s: float
     kind: str = "link"
+    nccl_bandwidth_Bps: float | None = None
+
+    def rate_Bps(self, nccl: bool = False) -> float:
+        """Bytes/s this link carries a transfer at: NCCL's rate (``nccl_bandwidth_Bps`` when
+        known) for NCCL traffic, ``bandwidth_Bps`` for raw copies and where NCCL's is unknown."""
+        if nccl and self.nccl_bandwidth_Bps is not None:
+            return self.nccl_bandwidth_Bps
+        return self.bandwidth_Bps
 
 
 @dataclass(frozen=True)
@@ -329,21 +351,24 @@ class Topology:
         self._route_cache[key] = prev
         return prev
 
-    def route_bandwidth_Bps(self, src: str, dst: str) -> float:
-        """Bottleneck bandwidth of :meth:`route` in bytes/s (``inf`` when ``src == dst``)."""
+    def route_bandwidth_Bps(self, src: str, dst: str, *, nccl: bool = False) -> float:
+        """Bottleneck bandwidth of :meth:`route` in bytes/s (``inf`` when ``src == dst``); of
+        NCCL's rates (:meth:`Link.rate_Bps`) when ``nccl`` (a pipeline send), else of raw
+        copies."""
         path = self.route(src, dst)
-        return min((lk.bandwidth_Bps for lk in path), default=float("inf"))
+        return min((lk.rate_Bps(nccl) for lk in path), default=float("inf"))
 
     def route_latency_s(self, src: str, dst: str) -> float:
         """Sum of link latencies along :meth:`route`, in seconds."""
         return sum(lk.latency_s for lk in self.route(src, dst))
 
-    def transfer_time_s(self, src: str, dst: str, nbytes: float) -> float:
+    def transfer_time_s(self, src: str, dst: str, nbytes: float, *, nccl: bool = False) -> float:
         """Uncontended seconds to move ``nbytes`` from ``src`` to ``dst``: the
-        :func:`transfer_time_s` of :meth:`route` (0 when ``src == dst`` or nothing moves)."""
+        :func:`transfer_time_s` of :meth:`route` (0 when ``src == dst`` or nothing moves); at
+        NCCL's rates when ``nccl``."""
         if src == dst or nbytes <= 0:
             return 0.0
-        return transfer_time_s(self.route(src, dst), nbytes)
+        return transfer_time_s(self.route(src, dst), nbytes, nccl=nccl)
 
     def direct_link(self, src: str, dst: str) -> Link | None:
         """The single link from ``src`` to ``dst`` if one exists."""
