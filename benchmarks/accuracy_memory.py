@@ -23,11 +23,24 @@ Predicted with pipesim's formulas, nothing fitted to these files:
   :mod:`sim.memory.attention`); embedding ``8sb + sbh`` (generator); output layer: the logits in
   the training dtype ``d*s*b*V`` plus the final norm's input and output ``4sbh``; a non-last
   stage also keeps its output per micro-batch (:func:`sim.memory.reserve.output_cache_bytes`);
-* activation peak: the stash plus the output layer's backward working memory, the fp32 gradient
-  of the logits ``4*s*b*V`` (the loss and softmax gradient in fp32).
+* activation peak: ``_act_peak`` subtracts the allocation after the backward, which holds every
+  gradient, while a peak early in the backward precedes most of them (``zero_grad`` sets them to
+  None, torch's default since 2.0; ``train_dist.py`` profiles "After Backward" before the
+  optimizer step). So the prediction is ``live - gradients not yet allocated``, the largest over
+  the rank's backwards (:func:`peak_candidates`), with the terms of
+  :mod:`sim.memory.transients`: at the loss backward the whole stash, the head's gathered bf16
+  weights (ZeRO-3) and the fp32 logits gradient ``4*s*b*V``; at a layer's backward the stash
+  left, the layer's gathered weights and unsharded gradient (FSDP), the MLP's activation
+  gradients ``(2f + h)*s*b*2`` and, with checkpointing, the recomputed layer's full stash.
 
-Modelled: tensor-parallel size 1 (``1_1_8``, ``1_1_8_c``, ``2_1_4``, ``4_1_2``). Not modelled:
-tensor and vocabulary parallelism (``tp > 1``, ``vtp``): pipesim has no tensor parallelism.
+Micro-batches: a rank runs one micro-batch of its ``8 / dp`` samples (assumed: the launcher in
+``core/profiler/model_profiler.py`` passes no ``chunks``; unverified, but the last stages'
+measured peaks grow by one ``4sV`` logits gradient per sample, as one micro-batch gives).
+
+Modelled: tensor-parallel size 1 (``1_1_8``, ``1_1_8_c``, ``2_1_4``, ``4_1_2``) at s = 4096, and
+the ``act`` rows of the ``seqlen2048`` file. Not modelled: tensor and vocabulary parallelism
+(``tp > 1``, ``vtp``): pipesim has no tensor parallelism; the ``seqlen2048`` file's ``ms`` and
+``act_peak`` (:data:`SEQ2048_WHY`, measured gaps -23 % and -48 %).
 
 Run alone: ``python benchmarks/accuracy_memory.py`` prints one row per compared number.
 """
