@@ -26,6 +26,7 @@ from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory, Stream
 from sim.ledger import Ledger
+from sim.memory.transients import input_grad_send_bytes
 from sim.schedules.action import STEP, Action
 
 
@@ -167,8 +168,10 @@ class Engine:
         if uses_grad:
             if not rep.last:
                 self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS, f"grad {a}")
-            if not rep.first:
-                self.env.process(self.send(rep, s - 1, mb, rep.cost.in_bytes, "grad"))
+            if not rep.first:  # the input gradient lives until its send completes
+                held = input_grad_send_bytes(rep.cost.in_bytes)
+                self.ledger.change(now, gpu, held, MemCategory.BUFFERS, f"send grad {a}")
+                self.env.process(self.send(rep, s - 1, mb, held, "grad"))
 
     def send(self, rep: StageReplica, dst_stage: int, mb: int, nbytes: float, kind: str):
         """Process: send micro-batch ``mb``'s activation (``kind="act"``) or gradient
@@ -188,6 +191,8 @@ class Engine:
         self.ledger.change(
             self.env.now, dst, nbytes, MemCategory.BUFFERS, f"recv {kind} {dst_stage}/{mb}"
         )
+        if kind == "grad":  # the sender's input gradient is freed (sim.memory.transients)
+            self.ledger.change(self.env.now, src, -nbytes, MemCategory.BUFFERS, f"sent {op}{mb}")
         self._arrival((kind, r, dst_stage, mb)).succeed()
 
     def step(self, rep: StageReplica, a: Action, tags: dict):

@@ -35,7 +35,9 @@ def backward_working_bytes(ctx: StageContext) -> float:
     saved tensors are at most as large as the tensors themselves, and they are freed before the
     next layer's backward. For the output layer this is the gradient of the logits and the loss
     (the head's stash is the fp32 logits and cross-entropy, memory.md §2). An upper bound
-    (assumption), not a measurement.
+    (assumption), not a measurement: a trace's layers do not carry the widths that
+    :func:`sim.memory.transients.mlp_backward_working_bytes` needs, and for the head it equals
+    :func:`~sim.memory.transients.logits_grad_bytes` plus the final norm's ``4sbh``.
     """
     return max((layer.act_bytes for layer in ctx.layers), default=0.0)
 
