@@ -7,6 +7,7 @@ and option settings, the pipesim version). A second ``sim run`` reuses the rows 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import multiprocessing as mp
@@ -14,6 +15,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -47,10 +49,22 @@ __all__ = [
 ]
 
 ROW_FORMAT = 4
+"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 MAX_GRID = 100_000
 """Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
 shipped dgx1.yaml has 810."""
-"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
+
+
+@cache
+def model_code_hash() -> str:
+    """Hash of the simulator's own source (every ``sim/**/*.py``), part of every cache key: a
+    row cached by another version of the model (engine, memory, compute) is never reused."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @dataclass
@@ -295,6 +309,7 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     return config_hash(
         {
             "version": sim.__version__,
+            "model_code": model_code_hash(),
             "row_format": ROW_FORMAT,
             "point": point.model_dump(),
             "trace": [asdict(layer) for layer in trace.layers],

@@ -191,6 +191,20 @@ def test_second_run_reuses_cache(tmp_path):
     assert [p.stat().st_mtime_ns for p in cached] == stamp
 
 
+def test_cache_is_not_reused_by_another_model_code(tmp_path, monkeypatch):
+    """A row cached by another version of the simulator's source is recomputed, not reused."""
+    import sim.sweep
+
+    path = _write(tmp_path, SMALL)
+    out = tmp_path / "out"
+    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    before = {p.name for p in (out / ".cache").glob("*.json")}
+    monkeypatch.setattr(sim.sweep, "model_code_hash", lambda: "another-engine")
+    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    after = {p.name for p in (out / ".cache").glob("*.json")}
+    assert len(before) == 4 and before.isdisjoint(after - before) and len(after - before) == 4
+
+
 @pytest.mark.parametrize("exp", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_experiment_runs(exp, tmp_path):
     res = _run("run", exp, "--out", tmp_path / "out", "--jobs", 2, "--no-plots")
