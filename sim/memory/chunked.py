@@ -45,6 +45,7 @@ from sim.memory.chunks import chunk_count, steady_misses
 from sim.memory.compose import describe, gib
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s
 from sim.memory.plan import StagePlan, Transfer
+from sim.memory.reserve import overhead
 from sim.memory.states import optimizer_step_s
 from sim.memory.zero_offload import (
     RECOMPUTE,
@@ -52,6 +53,7 @@ from sim.memory.zero_offload import (
     base_plan,
     parse_options,
     socket_sharers,
+    with_overhead,
 )
 
 MIB = 2**20
@@ -105,7 +107,9 @@ def chunk_layout(ctx: StageContext, act: StagePlan, chunk_elems: int) -> ChunkLa
     slot = elems * (d + (ctx.state.grad if m > 1 else 0))
     versions = (ctx.weight_versions - 1) * ctx.params / ctx.dp_width * d
     gathered = 2 * gathered_live_bytes(ctx, elems)
-    free = budget_bytes(ctx) - activation_peak_bytes(act, ctx) - versions - gathered
+    peak = activation_peak_bytes(act, ctx)
+    runtime = sum(overhead(ctx, peak, 0.0).values())  # reserve, allocator, working memory
+    free = budget_bytes(ctx) - peak - runtime - versions - gathered
     if free >= n * slot:
         return ChunkLayout(n, elems, slot, n, (0, 0), free)
     staging = 2 * STAGING * elems * d  # this action's staging area and the next one's
@@ -147,6 +151,7 @@ def chunk_states(
         gather_bytes=ctx.params * d if w > 1 else 0.0,
         gather_live_bytes=gathered_live_bytes(ctx, e),
         scatter_bytes=ctx.params * g if w > 1 else 0.0,
+        grad_bucket_bytes=0.0,  # gradients reduce-scatter from the chunks they overwrite
         dp_sharded=w > 1,
         dp_grad_bytes=ctx.params * g,
     )
@@ -210,7 +215,7 @@ class ChunkedPolicy(MemoryPolicy):
             label = f"chunks of {self.chunk_elems // MIB}M"
             if self.recompute:
                 label += ", full recompute"
-            out.append(describe(ctx, plan, label, added, **notes))
+            out.append(describe(ctx, with_overhead(ctx, plan), label, added, **notes))
         return out
 
     def plan(self, ctx: StageContext) -> StagePlan:

@@ -43,6 +43,7 @@ from sim.memory.zero_offload import (
     base_plan,
     parse_options,
     socket_sharers,
+    with_overhead,
 )
 
 OFFLOAD = "offload"
@@ -127,7 +128,7 @@ class Zero3Policy(MemoryPolicy):
             out.append(
                 describe(
                     ctx,
-                    plan,
+                    with_overhead(ctx, plan),
                     choice + (", full recompute" if self.recompute else ""),
                     added,
                     state_gib_per_rank=round((plan.static_gpu_bytes + plan.host_bytes) / 2**30, 3),

@@ -77,6 +77,15 @@ def parse_options(name: str, args: list[str], words: tuple[str, ...]) -> tuple[i
     return size, seen
 
 
+def with_overhead(ctx: StageContext, plan: StagePlan) -> StagePlan:
+    """``plan`` with its runtime reserve, allocator margin and working memory for what it keeps
+    (as :func:`sim.memory.compose.finalize_plans` will charge them), so that its notes' peak
+    and ``fits`` are the engine's."""
+    from sim.memory.compose import finalize_plans
+
+    return finalize_plans([ctx], [plan])[0]
+
+
 def base_plan(ctx: StageContext, recompute: bool) -> StagePlan:
     """Everything resident, or with every layer fully checkpointed."""
     if not recompute:
@@ -145,7 +154,7 @@ class ZeroOffloadPolicy(MemoryPolicy):
             out.append(
                 describe(
                     ctx,
-                    plan,
+                    with_overhead(ctx, plan),
                     "optimizer on host" + (", full recompute" if self.recompute else ""),
                     added,
                     host_state_gib=round(plan.host_bytes / 2**30, 3),
