@@ -218,10 +218,16 @@ class Collectives:
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
         """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
         :meth:`nbytes`); returns when every replica has joined and the ring has finished."""
-        key = (rep.stage, step_no, kind)
+        yield from self.join_keyed(rep, step_no, self.nbytes(rep), kind, tags)
+
+    def join_keyed(self, rep: StageReplica, key: object, size: float, kind: str, tags: dict):
+        """Process: join the ``kind`` collective of ``size`` bytes that ``rep``'s stage runs
+        under ``key`` (a step number, or an action such as ``"0F3"`` for the per-action
+        all-gathers and reduce-scatters of partitioned parameters, ZeRO-3 / PatrickStar);
+        returns when every replica has joined and the ring has finished."""
+        key = (rep.stage, key, kind)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        size = self.nbytes(rep)
         if group[1] == self.inp.dp_width:
             del self._groups[key]
             self.env.process(self._ring(rep.stage, size, kind, group[0]))

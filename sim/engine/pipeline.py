@@ -29,6 +29,9 @@ from sim.ledger import Ledger
 from sim.memory.transients import input_grad_send_bytes
 from sim.schedules.action import STEP, Action
 
+HOST_POOL = "host"
+"""Ledger name of the server's host DRAM: one pool shared by every socket's ranks."""
+
 
 class Engine:
     """One run: the composed parts and the stage-replica processes."""
@@ -39,7 +42,7 @@ class Engine:
         topo = inp.topology
         caps = {g.name: g.memory_bytes for g in topo.gpus}
         caps.update({h.name: h.dram_bytes for h in topo.hosts})
-        self.ledger = Ledger(caps)
+        self.ledger = Ledger(caps, pools={HOST_POOL: tuple(h.name for h in topo.hosts)})
         self.log = EventLog(capacity_bytes=caps)
         self.links = Links(env, topo, self.log.events)
         self.compute = ComputeStream(env, self.log.events)
@@ -48,6 +51,7 @@ class Engine:
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int], int] = {}
         self._step_end: dict[tuple[int, int, int], float] = {}
+        self._gathers: dict[tuple, simpy.Process] = {}
 
     def _arrival(self, key: tuple) -> simpy.Event:
         ev = self._arrived.get(key)
@@ -94,6 +98,8 @@ class Engine:
         for i, a in enumerate(order):
             if i + 1 < len(order):
                 self.traffic.prefetch(rep, order[i + 1])
+                if self._gathers_params(rep) and order[i + 1].op in ("F", "B", "I"):
+                    self._gather(rep, order[i + 1])
             if a.op == STEP:
                 yield from self.step(rep, a, rep.tags(None, a.microbatch))
                 continue
@@ -108,6 +114,54 @@ class Engine:
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
+    # -- partitioned parameters (ZeRO-3, PatrickStar chunk groups) ----------------------
+    def _gathers_params(self, rep: StageReplica) -> bool:
+        return rep.plan.gather_bytes > 0 and self.inp.dp_width > 1
+
+    def _gather(self, rep: StageReplica, a: Action) -> simpy.Process:
+        """The (one) all-gather of ``rep``'s partitioned parameters for action ``a``, started
+        if not yet (one action ahead, as ZeRO-3's prefetcher and the chunk fetch do)."""
+        key = (rep.replica, rep.stage, str(a))
+        proc = self._gathers.get(key)
+        if proc is None:
+            proc = self._gathers[key] = self.env.process(self._run_gather(rep, a))
+        return proc
+
+    def _run_gather(self, rep: StageReplica, a: Action):
+        plan = rep.plan
+        self.ledger.change(
+            self.env.now, rep.gpu, plan.gather_live, MemCategory.CHUNKS, f"gather {a}"
+        )
+        if plan.fetch_bytes > 0:  # an owned chunk on the host comes up before the gather
+            yield self.traffic.fetch(rep, a)
+        tags = rep.tags(a.microbatch, a.microbatch // self.inp.microbatches)
+        yield from self.collectives.join_keyed(
+            rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags
+        )
+
+    def _wait_gather(self, rep: StageReplica, a: Action, tags: dict):
+        if self._gathers_params(rep):
+            yield from self.compute.wait(self._gather(rep, a), rep.gpu, f"wait gather {a}", **tags)
+
+    def _release_gather(self, rep: StageReplica, a: Action) -> None:
+        if self._gathers_params(rep):
+            self.ledger.change(
+                self.env.now, rep.gpu, -rep.plan.gather_live, MemCategory.CHUNKS, f"free {a}"
+            )
+
+    def _after_backward(self, rep: StageReplica, a: Action, tags: dict) -> None:
+        """Reduce-scatter a backward's gradients over the replicas (``scatter_bytes``), then
+        write them back to the host (``writeback_bytes``); the step waits for both."""
+        plan, rs = rep.plan, None
+        if plan.scatter_bytes > 0 and self.inp.dp_width > 1:
+            rs = self.env.process(
+                self.collectives.join_keyed(
+                    rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags
+                )
+            )
+        if rs is not None or plan.writeback_bytes > 0:
+            self.traffic.writeback(rep, a, tags, after=rs)
+
     def forward(self, rep: StageReplica, a: Action, tags: dict):
         """Process: wait for the input activation (and chunks), stash, compute, send."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
@@ -115,11 +169,13 @@ class Engine:
             yield self._arrival(("act", rep.replica, s, mb))
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
+        yield from self._wait_gather(rep, a, tags)
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
         now = self.env.now
+        self._release_gather(rep, a)
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
         if not rep.first:
@@ -145,6 +201,8 @@ class Engine:
             )
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
+        if uses_grad:
+            yield from self._wait_gather(rep, a, tags)
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
@@ -157,14 +215,15 @@ class Engine:
         now = self.env.now
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
+        if uses_grad:
+            self._release_gather(rep, a)
         if a.op in ("B", "W"):
             self.ledger.change(
                 now, gpu, -plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"free {a}"
             )
             key = (rep.replica, s)
             self._bwd_done[key] = self._bwd_done.get(key, 0) + 1
-            if plan.writeback_bytes > 0:
-                self.traffic.writeback(rep, a, tags)
+            self._after_backward(rep, a, tags)
         if uses_grad:
             if not rep.last:
                 self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS, f"grad {a}")
@@ -203,7 +262,7 @@ class Engine:
         overlapped = self.collectives.finish_overlapped(rep, a.microbatch)
         if overlapped is not None:
             yield overlapped
-        elif dp:
+        elif dp and plan.scatter_bytes <= 0:
             kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
             yield from self.collectives.join(rep, a.microbatch, tags, kind)
         for t in plan.step_transfers_before:
@@ -215,7 +274,7 @@ class Engine:
         yield from self.compute.run(
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
         )
-        if dp and plan.dp_sharded:
+        if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
         done = self._bwd_done.get((rep.replica, rep.stage), 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last

@@ -108,10 +108,17 @@ class MemoryTraffic:
         )
 
     # -- write-backs ------------------------------------------------------------------
-    def writeback(self, rep: StageReplica, a: Action, tags: dict) -> None:
-        """Start the copy of a backward's gradients to ``fetch_source``; the step waits."""
+    def writeback(
+        self, rep: StageReplica, a: Action, tags: dict, after: simpy.Process | None = None
+    ) -> None:
+        """Start the copy of a backward's gradients to ``fetch_source`` (once ``after``, e.g.
+        their reduce-scatter, is done); the step waits for it."""
 
         def run():
+            if after is not None:
+                yield after
+            if rep.plan.writeback_bytes <= 0:
+                return
             yield from self.links.transfer(
                 rep.gpu,
                 rep.plan.fetch_source,
