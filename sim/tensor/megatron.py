@@ -125,3 +125,13 @@ def korthikanti_act_bytes(b: int, s: int, h: int, a: int, t: int, sp: bool) -> f
     if sp:
         return sbh / t * (34 + 5 * a * s / h)
     return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def aggregate(ops: list[CommOp] | tuple[CommOp, ...]) -> tuple[tuple[str, float, int], ...]:
+    """``(kind, bytes each, count)`` of ``ops``, kinds in order of first appearance and equal
+    ``(kind, bytes)`` counted once (the engine times each group as ``count`` collectives)."""
+    counts: dict[tuple[str, float], int] = {}
+    for op in ops:
+        counts[(op.kind, op.nbytes)] = counts.get((op.kind, op.nbytes), 0) + 1
+    kinds = list(dict.fromkeys(kind for kind, _ in counts))
+    return tuple((k, nb, c) for kind in kinds for (k, nb), c in counts.items() if k == kind)
