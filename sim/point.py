@@ -219,8 +219,15 @@ def resolve(
         c
         for k in range(t)
         for row in stage_contexts(
-            topo, trace, boundaries, _rank(placement, groups, k), schedule, in_flight, exp,
-            program, job,
+            topo,
+            trace,
+            boundaries,
+            _rank(placement, groups, k),
+            schedule,
+            in_flight,
+            exp,
+            program,
+            job,
         )
         for c in row
     ]

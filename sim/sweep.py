@@ -278,8 +278,9 @@ def _tensor_axes(prep: Prepared) -> tuple[list[int], list[bool]]:
                 f"tensor_parallel {t} must divide the GPUs of each server of {topo.name} "
                 f"({'/'.join(map(str, sizes))}): a tensor-parallel group stays in one server",
                 file=file,
-                field=f"sweep.tensor_parallel.{i}" if isinstance(sw.tensor_parallel, list) else
-                "sweep.tensor_parallel",
+                field=f"sweep.tensor_parallel.{i}"
+                if isinstance(sw.tensor_parallel, list)
+                else "sweep.tensor_parallel",
             )
     if max(tps) > 1:
         for i, model in enumerate(prep.exp.models):

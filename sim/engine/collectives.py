@@ -58,6 +58,7 @@ __all__ = [
     "ring_time_s",
 ]
 
+
 def bus_bandwidth_Bps(kind: str, members: int, nbytes: float, time_s: float) -> float:
     """NCCL's bus bandwidth of a collective that moved ``nbytes`` in ``time_s``.
 
@@ -143,9 +144,7 @@ class Collectives:
         group[2].append((rep, tags))
         if group[1] == self.inp.dp_width:
             self.env.process(
-                self._buckets(
-                    rep, self.nbytes(rep), self.env.now, duration_s, group[2], group[0]
-                )
+                self._buckets(rep, self.nbytes(rep), self.env.now, duration_s, group[2], group[0])
             )
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:

@@ -36,6 +36,4 @@ def tensor_groups(
             f"{stages} stages x {dp_width} replicas need {stages * dp_width} groups of {t} GPUs "
             f"inside one server; {topology.name} has {len(blocks)}"
         )
-    return tuple(
-        tuple(blocks[r + dp_width * s] for s in range(stages)) for r in range(dp_width)
-    )
+    return tuple(tuple(blocks[r + dp_width * s] for s in range(stages)) for r in range(dp_width))
