@@ -27,7 +27,11 @@ from dataclasses import dataclass
 from sim.events import EventKind
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
 
-RING_STEPS = {EventKind.ALLREDUCE: 2, EventKind.REDUCE_SCATTER: 1, EventKind.ALL_GATHER: 1}
+RING_STEPS: dict[str, int] = {
+    EventKind.ALLREDUCE: 2,
+    EventKind.REDUCE_SCATTER: 1,
+    EventKind.ALL_GATHER: 1,
+}
 """Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
 
 Routes = list[tuple[Link, ...]]

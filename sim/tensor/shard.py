@@ -155,6 +155,8 @@ def _shard_layer(
 ) -> LayerProfile:
     kf, ki, kw, kb = ratios
     s, h = int(shape["seq_len"]), int(shape["hidden"])
+    bi: float | None = None
+    bw: float | None = None
     if layer.bwd_input_s is not None and layer.bwd_weight_s is not None:
         bi, bw = layer.bwd_input_s * ki, layer.bwd_weight_s * kw
         bwd = bi + bw
