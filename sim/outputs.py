@@ -72,10 +72,14 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
         "microbatch_size": int(row.microbatch_size),
         "memory_policy": row.memory_policy,
     }
+    if row.tensor_parallel > 1:
+        data["sweep"]["tensor_parallel"] = int(row.tensor_parallel)
+        data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),
-        "placement": json.loads(row.placement),
+        # tensor-parallel groups are placed automatically (sim.tensor.groups): not fixed here
+        "placement": json.loads(row.placement) if row.tensor_parallel == 1 else None,
     }
     data["prediction"] = {
         k: getattr(row, k)

@@ -119,7 +119,12 @@ def _write_all(
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
             f"p={winner.stages} w={winner.dp_width} "
-            f"b={winner.microbatch_size} m={winner.microbatches} "
+            + (
+                f"t={winner.tensor_parallel}{'+sp' if winner.sequence_parallel else ''} "
+                if winner.tensor_parallel > 1
+                else ""
+            )
+            + f"b={winner.microbatch_size} m={winner.microbatches} "
             f"policy={winner.memory_policy}: "
             f"{winner.throughput_samples_per_s:.2f} samples/s, "
             f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
@@ -209,6 +214,7 @@ def _write_winner(
         _, log = evaluate(res)
         title = (
             f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
+            f"t={point.tensor_parallel} "
             f"b={point.microbatch_size} m={point.microbatches}"
         )
         for d in dirs:

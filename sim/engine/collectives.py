@@ -15,6 +15,17 @@ bandwidth for large ``B``. The collective holds every link of the ring for its w
 so it contends with sends and swaps on those links (links are FIFO: see
 :mod:`sim.engine.links`).
 
+Across servers the data-parallel collectives are hierarchical (:mod:`sim.engine.hierarchical`);
+with tensor parallelism every tensor rank ``k`` of a stage has its own data-parallel
+communicator (rank ``k`` of every replica).
+
+Tensor-parallel collectives (:class:`TensorCollectives`): after the compute of a forward, and of
+a backward (B or I), the ``t`` ranks of a stage replica run that stage's Megatron collectives
+(:mod:`sim.tensor.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
+over the ring of their group; the ranks wait for them before they send or go on, as Megatron's
+blocking all-reduces make them (no overlap with compute). A micro-batch's collectives of one
+kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
+
 Overlap (PyTorch DDP, ``bucket_cap_mb=25``): the all-reduce of a backward that ends an
 optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backward computes.
 Gradients are assumed to become ready at a uniform rate over the backward (an assumption: the
@@ -31,41 +42,23 @@ import math
 
 import simpy
 
+from sim.engine.hierarchical import (
+    RING_STEPS,
+    CollectivePlan,
+    collective_plan,
+    ring_time_s,
+)
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.events import Event, EventKind, Stream
-from sim.hardware.topology import Link, ring_hop_bandwidths, transfer_time_s
 
-RING_STEPS: dict[str, int] = {
-    EventKind.ALLREDUCE: 2,
-    EventKind.REDUCE_SCATTER: 1,
-    EventKind.ALL_GATHER: 1,
-}
-"""Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
-
-
-def ring_time_s(routes: list[tuple[Link, ...]], nbytes: float, kind: str) -> float:
-    """Uncontended seconds of a ring collective of ``nbytes`` over ``len(routes)`` members.
-
-    Args:
-        routes: the ring's hops, ``routes[i]`` from member ``i`` to member ``i + 1 (mod w)``.
-        nbytes: bytes of the buffer every member holds (the gradients), ``B``.
-        kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
-            (``w-1`` steps).
-
-    Returns:
-        ``steps * max_i transfer_time_s(routes[i], B / w, bandwidth_i)``, ``bandwidth_i`` from
-        :func:`~sim.hardware.topology.ring_hop_bandwidths` (hop ``i``'s bottleneck, shared
-        with the other hops that cross it); 0 for one member.
-    """
-    w = len(routes)
-    if w < 2:
-        return 0.0
-    bws = ring_hop_bandwidths(routes)
-    step_s = max(
-        transfer_time_s(route, nbytes / w, bw) for route, bw in zip(routes, bws, strict=True)
-    )
-    return RING_STEPS[kind] * (w - 1) * step_s
+__all__ = [
+    "RING_STEPS",
+    "Collectives",
+    "TensorCollectives",
+    "bus_bandwidth_Bps",
+    "ring_time_s",
+]
 
 
 def bus_bandwidth_Bps(kind: str, members: int, nbytes: float, time_s: float) -> float:
@@ -121,8 +114,8 @@ class Collectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._overlapped: dict[tuple[int, int], list] = {}
-        self._rings: dict[int, tuple[list[tuple[Link, ...]], tuple[str, ...]]] = {}
+        self._overlapped: dict[tuple[int, int, int], list] = {}
+        self._rings: dict[tuple[int, int], CollectivePlan] = {}
 
     @staticmethod
     def nbytes(rep: StageReplica) -> float:
@@ -145,7 +138,7 @@ class Collectives:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
-        key = (rep.stage, step_no)
+        key = (rep.stage, rep.tp_rank, step_no)
         group = self._overlapped.get(key)
         if group is None:
             group = self._overlapped[key] = [self.env.event(), 0, []]
@@ -153,20 +146,18 @@ class Collectives:
         group[2].append((rep, tags))
         if group[1] == self.inp.dp_width:
             self.env.process(
-                self._buckets(
-                    rep.stage, self.nbytes(rep), self.env.now, duration_s, group[2], group[0]
-                )
+                self._buckets(rep, self.nbytes(rep), self.env.now, duration_s, group[2], group[0])
             )
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
         was started (:meth:`start_overlapped`)."""
-        group = self._overlapped.get((rep.stage, step_no))
+        group = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
         return None if group is None else group[0]
 
     def _buckets(
         self,
-        s: int,
+        rep: StageReplica,
         nbytes: float,
         start_s: float,
         duration_s: float,
@@ -176,12 +167,13 @@ class Collectives:
         """Process: reduce the buckets in order, each once it is ready and the previous one is
         done; consecutive buckets share one hold of the ring's links when there are more than
         :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail)."""
-        routes, names = self.ring(s)
-        links = [lk for route in routes for lk in route]
+        s = rep.stage
+        plan = self.ring(s, rep.tp_rank)
+        links, names = plan.links, plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
-        full_s = ring_time_s(routes, sizes[0], EventKind.ALLREDUCE)
-        last_s = ring_time_s(routes, sizes[-1], EventKind.ALLREDUCE)
+        full_s = plan.time_s(sizes[0], EventKind.ALLREDUCE)
+        last_s = plan.time_s(sizes[-1], EventKind.ALLREDUCE)
 
         def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
             return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
@@ -225,12 +217,12 @@ class Collectives:
         under ``key`` (a step number, or an action such as ``"0F3"`` for the per-action
         all-gathers and reduce-scatters of partitioned parameters, ZeRO-3 / PatrickStar);
         returns when every replica has joined and the ring has finished."""
-        key = (rep.stage, key, kind)
+        key = (rep.stage, rep.tp_rank, key, kind)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
         if group[1] == self.inp.dp_width:
             del self._groups[key]
-            self.env.process(self._ring(rep.stage, size, kind, group[0]))
+            self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
         start = self.env.now
         yield group[0]
         self.links.events.append(
@@ -242,31 +234,90 @@ class Collectives:
                 start,
                 self.env.now,
                 nbytes=size,
-                links=self.ring(rep.stage)[1],
+                links=self.ring(rep.stage, rep.tp_rank).names,
                 **tags,
             )
         )
 
-    def ring(self, s: int) -> tuple[list[tuple[Link, ...]], tuple[str, ...]]:
-        """Stage ``s``'s ring: its hops' routes (through the communicator only) and the names
-        of the links they hold, in name order."""
-        cached = self._rings.get(s)
+    def ring(self, s: int, k: int = 0) -> CollectivePlan:
+        """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
+        every replica): its rings (:func:`~sim.engine.hierarchical.collective_plan`) and the
+        links they hold."""
+        cached = self._rings.get((s, k))
         if cached is None:
-            topo, w = self.inp.topology, self.inp.dp_width
-            gpus = tuple(f"gpu{self.inp.placement[r][s]}" for r in range(w))
-            comm = frozenset(gpus)
-            order = topo.ring(gpus)
-            routes = [
-                topo.route(a, b, within=comm)
-                for a, b in zip(order, order[1:] + order[:1], strict=True)
-            ]
-            names = tuple(sorted({lk.name for route in routes for lk in route}))
-            cached = self._rings[s] = (routes, names)
+            gpus = tuple(f"gpu{self.inp.gpu_index(r, s, k)}" for r in range(self.inp.dp_width))
+            cached = self._rings[(s, k)] = collective_plan(self.inp.topology, gpus)
         return cached
 
-    def _ring(self, s: int, nbytes: float, kind: str, done: simpy.Event):
-        routes, _ = self.ring(s)
-        yield from self.links.hold(
-            [lk for route in routes for lk in route], ring_time_s(routes, nbytes, kind)
-        )
+    def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
+        plan = self.ring(s, k)
+        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
         done.succeed()
+
+
+class TensorCollectives:
+    """The tensor-parallel collectives of one run (module doc): the ``t`` ranks of a stage
+    replica join, the last one to join runs them.
+
+    Args:
+        env: the simulation environment.
+        inp: the configuration (its ``tensor_groups``).
+        links: the link resources the group's ring holds.
+    """
+
+    def __init__(self, env: simpy.Environment, inp: SimInput, links: Links):
+        self.env = env
+        self.inp = inp
+        self.links = links
+        self._groups: dict[tuple, list] = {}
+        self._rings: dict[tuple[int, int], CollectivePlan] = {}
+
+    def ring(self, r: int, s: int) -> CollectivePlan:
+        """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
+        cached = self._rings.get((r, s))
+        if cached is None:
+            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[r][s])
+            cached = self._rings[(r, s)] = collective_plan(self.inp.topology, gpus)
+        return cached
+
+    def join(
+        self, rep: StageReplica, label: str, ops: tuple[tuple[str, float, int], ...], tags: dict
+    ):
+        """Process: join the collectives ``ops`` (``(kind, bytes each, count)``) of action
+        ``label`` of ``rep``'s group; returns when all ``t`` ranks have joined and the
+        collectives have run. Logs one event per kind on ``rep``'s GPU (the first from the
+        moment ``rep`` joined: waiting for the group is part of it)."""
+        key = (rep.replica, rep.stage, label)
+        group = self._groups.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        if group[1] == self.inp.tensor_parallel:
+            del self._groups[key]
+            self.env.process(self._run(rep, ops, group[0]))
+        start = self.env.now
+        spans = yield group[0]
+        names = self.ring(rep.replica, rep.stage).names
+        for i, (kind, begin, end, nbytes) in enumerate(spans):
+            self.links.events.append(
+                Event(
+                    kind,
+                    rep.gpu,
+                    Stream.TP,
+                    f"tp {kind} {label}",
+                    start if i == 0 else begin,
+                    end,
+                    nbytes=nbytes,
+                    links=names,
+                    **tags,
+                )
+            )
+
+    def _run(self, rep: StageReplica, ops: tuple[tuple[str, float, int], ...], done: simpy.Event):
+        plan = self.ring(rep.replica, rep.stage)
+        spans = []
+        for kind in dict.fromkeys(k for k, _, _ in ops):
+            mine = [(nb, c) for k, nb, c in ops if k == kind]
+            begin = yield from self.links.hold(
+                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
+            )
+            spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
+        done.succeed(spans)
