@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from enum import StrEnum
 from functools import wraps
 from pathlib import Path
 
@@ -56,6 +57,13 @@ def friendly(fn):
     return wrapper
 
 
+class RunExecutor(StrEnum):
+    """``sim run --executor`` choices (:mod:`sim.executors`)."""
+
+    local = "local"
+    ray = "ray"
+
+
 @app.command()
 @friendly
 def run(
@@ -84,6 +92,18 @@ def run(
         "--plots/--no-plots",
         help="Write PNG plots and the Chrome-trace timeline of the winner.",
     ),
+    executor: RunExecutor = typer.Option(
+        "local",
+        "--executor",
+        help="Where points are simulated: local (worker processes, --jobs) or ray (Ray "
+        "tasks on RAY_ADDRESS, else a local Ray; pip install 'pipesim[ray]').",
+    ),
+    exhaustive: bool = typer.Option(
+        False,
+        "--exhaustive",
+        help="Simulate every configuration: no pruning by the memory and throughput bounds "
+        "(as sweep.prune: false; the winner is the same).",
+    ),
 ) -> None:
     """Simulate every configuration of an experiment's grid and report the fastest that fits.
 
@@ -100,6 +120,8 @@ def run(
         use_cache=not no_cache,
         plots=plots,
         console=out,
+        executor=executor.value,
+        exhaustive=exhaustive,
     )
     raise typer.Exit(code)
 

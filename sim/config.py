@@ -127,6 +127,13 @@ class SweepConfig(_Strict):
         "d2d_swap (d2d_swap:weights), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.",
     )
+    prune: bool = Field(
+        True,
+        description="Skip, without simulating, points whose memory lower bound exceeds the GPU "
+        "capacity and points whose throughput upper bound is below the best found so far "
+        "(sim.planner; the winner is unchanged). false: simulate every point (sim run "
+        "--exhaustive does the same).",
+    )
     synchronous_only: bool = Field(
         False,
         description="Keep only schedules that update with fresh weights (staleness 0: "

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.config import load_experiment
+from sim.executors import open_executor
 from sim.hardware.describe import topology_to_dict
 from sim.outputs import (
     check_model_names,
@@ -25,18 +26,33 @@ from sim.outputs import (
     write_winner_artifacts,
     write_yaml,
 )
+from sim.planner import PlanStats, plan_points
 from sim.point import evaluate, resolve
 from sim.rows import ResultRow, pick_winner
-from sim.sweep import expand, prepare, run_points
+from sim.sweep import expand, prepare
 
 
 def run_experiment(
-    path: Path, *, out_dir: Path | None, jobs: int, use_cache: bool, plots: bool, console: Console
+    path: Path,
+    *,
+    out_dir: Path | None,
+    jobs: int,
+    use_cache: bool,
+    plots: bool,
+    console: Console,
+    executor: str = "local",
+    exhaustive: bool = False,
 ) -> int:
     """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
 
+    Args:
+        executor: ``local`` or ``ray`` (:mod:`sim.executors`).
+        exhaustive: simulate every point (no pruning: :mod:`sim.planner`), as
+            ``sweep.prune: false`` does.
+
     Raises:
-        InputError: bad experiment, hardware, trace or grid (nothing is written then).
+        InputError: bad experiment, hardware, trace or grid, or ``--executor ray`` without
+            ray installed (nothing is written then).
     """
     t0 = time.perf_counter()
     exp = load_experiment(path)
@@ -54,20 +70,24 @@ def run_experiment(
     notes = _compute_notes(prep, points)
     for line in (n for model_notes in notes.values() for n in model_notes):
         console.print(f"[yellow]note[/] {line}", highlight=False)
-    with _progress(console, len(points)) as on_done:
-        rows = run_points(
+    jobs = min(jobs, len(points))
+    with open_executor(executor, prep, jobs) as pool, _progress(console, len(points)) as on_done:
+        rows, stats = plan_points(
             prep,
             points,
             cache_dir=out / ".cache" if use_cache else None,
-            jobs=min(jobs, len(points)),
+            executor=pool,
+            prune=exp.sweep.prune and not exhaustive,
+            jobs=jobs,
             on_done=on_done,
             on_warning=lambda msg: console.print(
                 f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True
             ),
         )
+    console.print(stats.summary(), highlight=False)
     with staged_output(out) as stage:
         code, written = _write_all(
-            exp, prep, points, skipped, rows, path, stage, plots, console, notes
+            exp, prep, points, skipped, rows, path, stage, plots, console, notes, stats
         )
         commit_output(stage, out)
     _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
@@ -85,11 +105,12 @@ def _write_all(
     plots: bool,
     console: Console,
     notes: dict[str, list[str]],
+    stats: PlanStats | None = None,
 ) -> tuple[int, list[Path]]:
     """Write the whole output set into ``out`` (the staging folder); returns the exit code
     (0, or 1 when a model has no fitting configuration) and the files written."""
     df = write_results_csv(rows, out / "results.csv")
-    _write_resolved(out, exp, prep, points, skipped, notes)
+    _write_resolved(out, exp, prep, points, skipped, notes, stats)
     written = [out / "results.csv", out / "config.resolved.yaml"]
     if plots and "throughput_samples_per_s" in df:
         from sim.report.plots import plot_throughput
@@ -233,7 +254,7 @@ def _compute_notes(prep, points) -> dict[str, list[str]]:
     }
 
 
-def _write_resolved(out: Path, exp, prep, points, skipped, notes) -> None:
+def _write_resolved(out: Path, exp, prep, points, skipped, notes, stats=None) -> None:
     data = {
         "experiment": exp.model_dump(mode="json"),
         "hardware": topology_to_dict(prep.topology),
@@ -252,6 +273,8 @@ def _write_resolved(out: Path, exp, prep, points, skipped, notes) -> None:
         "points": len(points),
         "skipped": [{"config": d, "reason": r} for d, r in skipped],
     }
+    if stats is not None:
+        data["planner"] = stats.as_dict()
     write_yaml(out / "config.resolved.yaml", data)
 
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import multiprocessing as mp
-import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -31,7 +29,6 @@ from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, placement_json, resolve
-from sim.procs import die_with_parent
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
 from sim.tensor.shard import model_shape, shape_problem
@@ -54,6 +51,12 @@ ROW_FORMAT = 5
 MAX_GRID = 100_000
 """Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
 shipped dgx1.yaml has 810."""
+
+
+class Executor(Protocol):
+    """Runs points somewhere (:mod:`sim.executors`): ``on_row(i, row)`` for each, in order."""
+
+    def map(self, points: list[PointConfig], on_row: Callable[[int, ResultRow], None]) -> None: ...
 
 
 @cache
@@ -385,14 +388,6 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     )
 
 
-_WORKER: dict = {}
-
-
-def _init_worker(prep: Prepared, parent_pid: int) -> None:
-    die_with_parent(parent_pid)
-    _WORKER["prep"] = prep
-
-
 def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
     """The result row of one point (never raises for a point that cannot run: see ``error``)."""
     trace = prep.traces[point.model]
@@ -425,10 +420,6 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )
-
-
-def _worker_row(point: PointConfig) -> ResultRow:
-    return evaluate_row(_WORKER["prep"], point)
 
 
 def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
@@ -468,6 +459,7 @@ def run_points(
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[ResultRow]:
     """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
 
@@ -475,10 +467,12 @@ def run_points(
         prep: the loaded experiment.
         points: grid points.
         cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
-        jobs: worker processes (1: in this process).
+        jobs: worker processes (1: in this process) when ``executor`` is None.
         on_done: called with the number of rows finished so far (for a progress bar).
         on_warning: called with a message for each cache entry that is corrupt or forged
             (it is recomputed and overwritten).
+        executor: where the rows are computed (:mod:`sim.executors`; its ``map``); None:
+            a :class:`~sim.executors.LocalExecutor` of ``jobs`` processes for this call.
     """
     rows: list[ResultRow | None] = [None] * len(points)
     keys = [point_cache_key(prep, p) for p in points]
@@ -516,22 +510,11 @@ def run_points(
         if on_done:
             on_done(done)
 
-    if jobs <= 1 or len(todo) <= 1:
-        for i in todo:
-            store(i, evaluate_row(prep, points[i]))
+    if executor is not None:
+        executor.map([points[i] for i in todo], lambda k, row: store(todo[k], row))
     else:
-        ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
-        with ProcessPoolExecutor(
-            max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(prep, os.getpid())
-        ) as pool:
-            for i, row in zip(
-                todo,
-                pool.map(
-                    _worker_row,
-                    [points[i] for i in todo],
-                    chunksize=max(1, len(todo) // (jobs * 8)),
-                ),
-                strict=True,
-            ):
-                store(i, row)
+        from sim.executors import LocalExecutor
+
+        with LocalExecutor(prep, jobs) as local:
+            local.map([points[i] for i in todo], lambda k, row: store(todo[k], row))
     return rows  # type: ignore[return-value]

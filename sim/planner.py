@@ -1,0 +1,208 @@
+"""The planner: which grid points to simulate, pruned by bounds (branch and bound).
+
+Before simulating, every point gets the bounds of :mod:`sim.bounds`:
+
+1. **memory**: a point whose memory lower bound exceeds the largest GPU's capacity cannot fit;
+   it is not simulated, and its row says ``fits = False`` with the error
+   ``pruned: memory lower bound X GiB > capacity Y GiB``;
+2. **throughput**: the others are simulated in descending order of their throughput upper
+   bound, a batch at a time, so that the fastest configurations come first. Once a
+   configuration of a model fits, a point of that model whose upper bound is below the best
+   throughput found is not simulated: it cannot win (its row says
+   ``pruned: throughput upper bound X samples/s < best Y samples/s``).
+
+Pruned rows carry no measurements, like the rows of points that could not be simulated, so
+plots and summaries leave them out; the winner is the one an exhaustive sweep finds (ties
+included: a point is pruned only when its bound is strictly below the best). ``sweep.prune:
+false`` or ``sim run --exhaustive`` simulates every point.
+
+Example::
+
+    rows, stats = plan_points(prep, points, cache_dir=None, executor=LocalExecutor(prep, 2))
+    print(stats.summary())
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.bounds import BoundModel, PointBounds
+from sim.config import PointConfig
+from sim.rows import ResultRow
+from sim.sweep import Executor, Prepared, run_points
+
+PRUNED = "pruned: "
+"""Prefix of the ``error`` of a row the planner did not simulate."""
+
+BATCH_PER_JOB = 2
+"""Points simulated per worker between two updates of the best throughput: more keeps the
+workers busy, fewer prunes more."""
+
+BOUND_SLACK = 1e-9
+"""Relative slack on the throughput bound before it prunes: the simulator's float sums may round
+a throughput equal to the bound a few ulps above it."""
+
+GIB = 2**30
+
+
+@dataclass
+class PlanStats:
+    """What the planner did with a grid (counts of points).
+
+    Attributes:
+        expanded: points of the grid (valid combinations).
+        pruned_memory: not simulated: their memory lower bound exceeds the capacity.
+        pruned_bound: not simulated: their throughput upper bound is below the best found.
+        simulated: simulated (or read from the cache).
+        prune: whether pruning was on.
+    """
+
+    expanded: int = 0
+    pruned_memory: int = 0
+    pruned_bound: int = 0
+    simulated: int = 0
+    prune: bool = True
+
+    def summary(self) -> str:
+        """One line for the console."""
+        if not self.prune:
+            return f"planner: exhaustive, {self.simulated} of {self.expanded} simulated"
+        return (
+            f"planner: {self.expanded} configurations, {self.pruned_memory} pruned by the "
+            f"memory lower bound, {self.pruned_bound} by the throughput bound, "
+            f"{self.simulated} simulated"
+        )
+
+    def as_dict(self) -> dict:
+        """For ``config.resolved.yaml``."""
+        return dict(self.__dict__)
+
+
+def pruned_row(prep: Prepared, point: PointConfig, reason: str) -> ResultRow:
+    """The row of a point the planner did not simulate: no measurements, ``fits = False``,
+    ``error = "pruned: " + reason``."""
+    trace = prep.traces[point.model]
+    return ResultRow(
+        **point.model_dump(), parameters=trace.parameters, fits=False, error=PRUNED + reason
+    )
+
+
+def point_bounds(model: BoundModel, point: PointConfig) -> PointBounds | None:
+    """The bounds of ``point``, or None when they cannot be computed (the point is then always
+    simulated, and the simulator reports what is wrong with it)."""
+    try:
+        return model.bounds(point)
+    except (ValueError, KeyError):
+        return None
+
+
+def plan_points(
+    prep: Prepared,
+    points: list[PointConfig],
+    *,
+    cache_dir: Path | None,
+    executor: Executor,
+    prune: bool = True,
+    jobs: int = 1,
+    on_done: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> tuple[list[ResultRow], PlanStats]:
+    """A row per point, in the order of ``points``, simulating only what can win.
+
+    Args:
+        prep: the loaded experiment.
+        points: grid points (:func:`sim.sweep.expand`).
+        cache_dir: row cache (:func:`sim.sweep.run_points`); pruned rows are not cached.
+        executor: where points are simulated (:mod:`sim.executors`).
+        prune: False: simulate every point (``--exhaustive``).
+        jobs: workers of ``executor`` (sets the batch size).
+        on_done: called with the number of rows finished so far.
+        on_warning: called with each cache warning.
+
+    Returns:
+        The rows and :class:`PlanStats`.
+    """
+    stats = PlanStats(expanded=len(points), prune=prune)
+    if not prune:
+        rows = run_points(
+            prep,
+            points,
+            cache_dir=cache_dir,
+            executor=executor,
+            on_done=on_done,
+            on_warning=on_warning,
+        )
+        stats.simulated = len(points)
+        return rows, stats
+    model = BoundModel(prep)
+    bounds = [point_bounds(model, p) for p in points]
+    out: list[ResultRow | None] = [None] * len(points)
+    done = 0
+
+    def finished(i: int, row: ResultRow) -> None:
+        nonlocal done
+        out[i] = row
+        done += 1
+        if on_done:
+            on_done(done)
+
+    cap = model.capacity_bytes
+    todo = []
+    for i, (p, b) in enumerate(zip(points, bounds, strict=True)):
+        if b is not None and b.memory_bytes > cap:
+            reason = (
+                f"memory lower bound {b.memory_bytes / GIB:.2f} GiB > capacity {cap / GIB:.2f} GiB"
+            )
+            finished(i, pruned_row(prep, p, reason))
+            stats.pruned_memory += 1
+        else:
+            todo.append(i)
+    todo.sort(key=lambda i: (-_upper(bounds[i]), i))
+    best: dict[str, float] = {}
+    size = max(1, jobs * BATCH_PER_JOB)
+    queue = deque(todo)
+    while queue:
+        batch: list[int] = []
+        while queue and len(batch) < size:
+            i = queue.popleft()
+            p, ub = points[i], _upper(bounds[i])
+            if ub * (1 + BOUND_SLACK) < best.get(p.model, -1.0):
+                reason = (
+                    f"throughput upper bound {ub:.4g} samples/s < best "
+                    f"{best[p.model]:.4g} samples/s"
+                )
+                finished(i, pruned_row(prep, p, reason))
+                stats.pruned_bound += 1
+            else:
+                batch.append(i)
+        if not batch:
+            continue
+        rows = run_points(
+            prep,
+            [points[i] for i in batch],
+            cache_dir=cache_dir,
+            executor=executor,
+            on_done=_offset(on_done, done),
+            on_warning=on_warning,
+        )
+        for i, row in zip(batch, rows, strict=True):
+            out[i] = row
+            if row.ok and row.throughput_samples_per_s is not None:
+                best[row.model] = max(best.get(row.model, -1.0), row.throughput_samples_per_s)
+        done += len(batch)
+        stats.simulated += len(batch)
+    return out, stats  # type: ignore[return-value]
+
+
+def _offset(on_done: Callable[[int], None] | None, base: int) -> Callable[[int], None] | None:
+    """``on_done`` counting from ``base``: rows finished before this batch."""
+    if on_done is None:
+        return None
+    return lambda n: on_done(base + n)
+
+
+def _upper(b: PointBounds | None) -> float:
+    return float("inf") if b is None else b.throughput_samples_per_s
