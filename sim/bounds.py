@@ -22,9 +22,18 @@ whatever the boundaries, so some GPU peaks at least at
 
 ``(P x bytes_per_param + min_s(n_s) x A) / p + reserve``
 
+**Memory, once resolved.** A point that passes is resolved (partition, placement, plans) before
+it is simulated; then each stage replica's bound is exact in its parts:
+:func:`resolved_memory_excess` adds the bytes the engine charges at t = 0
+(``static_gpu_bytes + overhead_bytes``) and the kept stash of the stage's ``n_s`` in-flight
+micro-batches (``resident_act_bytes`` stays from a forward to its backward; a swap only moves
+the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
+
 **Throughput.** Each rank's compute stream runs its stage's forwards and backwards one at a
-time: ``m x (F_s + B_s)`` seconds per optimizer step (recompute, stalls, collectives and the
-step only add to it). The busiest of ``p`` stages has at least the mean of the tensor-rank
+time, each followed by its tensor-parallel collectives, which the rank waits for:
+``m x (F_s + B_s + C_s)`` seconds per optimizer step, ``C_s`` the collectives' uncontended
+time (:meth:`BoundModel.comm_s`); full or selective recompute adds its forward seconds before
+each backward; stalls, pipeline transfers and the step only add to it. The busiest of ``p`` stages has at least the mean of the tensor-rank
 trace's ``T = sum(fwd_s + bwd_s)``, and at least the largest layer (layers are not split), so
 an iteration takes at least ``m x max(T / p, max layer)`` and the throughput is at most
 ``m x b x w`` samples over that. Flushed schedules (GPipe, 1F1B) have a tighter bound,
@@ -40,9 +49,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from sim.compute.adapt import adapt_trace
 from sim.config import PointConfig
+from sim.engine.hierarchical import collective_plan
 from sim.memory.registry import parse_policy
 from sim.memory.reserve import nccl_peers
 from sim.memory.spec import PolicySpec
@@ -55,6 +66,8 @@ from sim.memory.states import (
 from sim.metrics import iterations_needed
 from sim.schedules.analysis import peak_in_flight
 from sim.schedules.registry import get_schedule
+from sim.tensor.groups import tensor_groups
+from sim.tensor.megatron import aggregate
 from sim.tensor.shard import shard_trace
 from sim.trace.schema import Trace, dtype_bytes
 
@@ -78,6 +91,15 @@ class RankTotals:
         max_layer_s: the largest layer's forward + backward seconds.
         layers: the number of layers.
         state: model-state bytes per parameter.
+        groups: ``((params, act_bytes, count), ...)``: the layers grouped by their parameters
+            and stash (a GPT trace has a few kinds: embedding, block, head).
+        recompute_s: forward seconds recomputed per micro-batch by ``recompute:full`` (every
+            layer's forward, :func:`sim.memory.stash.stash`) and ``recompute:selective`` (the
+            attention cores' share), summed over the layers.
+        max_layer_recompute_s: the largest layer's ``fwd + bwd + recompute`` seconds, per mode.
+        layer_seconds: per layer, ``fwd_s + bwd_s``.
+        layer_comm: per layer, its tensor-parallel collectives ``((kind, bytes, count), ...)``
+            of the forward and the backward (:func:`sim.tensor.megatron.aggregate`).
     """
 
     params: float
@@ -86,6 +108,11 @@ class RankTotals:
     max_layer_s: float
     layers: int
     state: StateBytes
+    groups: tuple[tuple[float, float, int], ...] = ()
+    recompute_s: tuple[tuple[str, float], ...] = ()
+    max_layer_recompute_s: tuple[tuple[str, float], ...] = ()
+    layer_seconds: tuple[float, ...] = ()
+    layer_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +149,40 @@ def min_state_bytes_per_param(
     return 0.0
 
 
+def resolved_memory_excess(res) -> tuple[str, float, float] | None:
+    """``(gpu, lower bound, capacity)`` (bytes) of the first stage replica of a resolved point
+    (:class:`sim.point.Resolved`) that cannot fit on its GPU (module doc), or None."""
+    inp = res.sim_input
+    in_flight = peak_in_flight(inp.program)
+    for rep in inp.replicas():
+        plan = rep.plan
+        need = plan.static_gpu_bytes + plan.overhead_bytes
+        need += in_flight[rep.stage] * plan.resident_act_bytes
+        cap = inp.topology.gpu(int(rep.gpu[3:])).memory_bytes
+        if need > cap:
+            return rep.gpu, need, cap
+    return None
+
+
+def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]) -> float:
+    """A lower bound of ``max_s (per_param x P_s + n_s x A_s)`` over every split of the layers
+    into stages, for stages that keep ``n_s`` stashes (policy ``none``), in bytes.
+
+    For any weights ``lambda_s >= 0`` summing to 1 the largest stage is at least the weighted
+    mean, and a layer placed on stage ``s`` adds ``lambda_s x (per_param x P_l + n_s x A_l)``
+    to it, at least its minimum over ``s``: ``sum over layers of min_s``, whatever the split.
+    The weights ``lambda_s ~ 1 / (per_param x P + n_s x A)`` equalise the stages of a uniform
+    model (1F1B keeps ``p - s`` stashes on stage ``s``).
+    """
+    inv = [1.0 / max(per_param * tot.params + n * tot.act_bytes, 1e-30) for n in in_flight]
+    lam = [x / sum(inv) for x in inv]
+    return sum(
+        count
+        * min(ls * (per_param * params + n * act) for ls, n in zip(lam, in_flight, strict=True))
+        for params, act, count in tot.groups
+    )
+
+
 class BoundModel:
     """Bounds of the points of one prepared experiment, with the per-(model, b, t, sp) trace
     totals and per-(schedule, p, m) in-flight counts cached (each is shared by many points).
@@ -133,7 +194,9 @@ class BoundModel:
     def __init__(self, prep) -> None:
         self.prep = prep
         self._totals: dict[tuple, RankTotals] = {}
-        self._flight: dict[tuple, tuple[int, int]] = {}
+        self._flight: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        self._comm: dict[tuple, tuple[float, float]] = {}
+        self._plans: dict[tuple[str, ...], Any] = {}
 
     @cached_property
     def capacity_bytes(self) -> float:
@@ -156,26 +219,94 @@ class BoundModel:
         gpu = self.prep.topology.gpus[0].compute
         trace: Trace = self.prep.traces[point.model]
         trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
-        trace = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu).trace
+        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu)
+        trace = sharded.trace
         layers = trace.layers
+        per_elem = dtype_bytes(trace.dtype)
+        groups: dict[tuple[float, float], int] = {}
+        for x in layers:
+            key = (x.param_bytes / per_elem, x.act_bytes)
+            groups[key] = groups.get(key, 0) + 1
+        rec = {
+            "full": [x.fwd_s for x in layers],
+            "selective": [
+                x.fwd_s * x.attn_core_flops / x.flops
+                if x.attn_core_act_bytes and x.attn_core_flops and x.flops
+                else 0.0
+                for x in layers
+            ],
+        }
         return RankTotals(
-            params=sum(x.param_bytes for x in layers) / dtype_bytes(trace.dtype),
+            params=sum(x.param_bytes for x in layers) / per_elem,
             act_bytes=sum(x.act_bytes for x in layers),
             compute_s=sum(x.fwd_s + x.bwd_s for x in layers),
             max_layer_s=max(x.fwd_s + x.bwd_s for x in layers),
             layers=len(layers),
             state=state_bytes(trace.dtype, self.prep.exp.training.optimizer),
+            groups=tuple((pp, a, n) for (pp, a), n in groups.items()),
+            recompute_s=tuple((k, sum(v)) for k, v in rec.items()),
+            max_layer_recompute_s=tuple(
+                (k, max(x.fwd_s + x.bwd_s + r for x, r in zip(layers, v, strict=True)))
+                for k, v in rec.items()
+            ),
+            layer_seconds=tuple(x.fwd_s + x.bwd_s for x in layers),
+            layer_comm=tuple(aggregate(c.fwd + c.bwd) for c in sharded.comm),
         )
 
-    def flight(self, point: PointConfig) -> tuple[int, int]:
-        """``(fewest in-flight micro-batches, fewest weight versions)`` over the stages."""
+    def comm_s(self, point: PointConfig) -> tuple[float, float]:
+        """``(total, largest layer's fwd + bwd + collectives)`` seconds per micro-batch of the
+        tensor-parallel collectives of one rank's layers: each is timed as the engine times it
+        (:meth:`~sim.engine.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
+        the point's tensor-parallel groups, and the rank waits for it before its next action
+        (:class:`~sim.engine.collectives.TensorCollectives`). ``(0, largest fwd + bwd)`` for
+        ``t = 1``."""
+        tot = self.totals(point)
+        if point.tensor_parallel == 1:
+            return 0.0, tot.max_layer_s
+        key = (
+            point.model,
+            point.microbatch_size,
+            point.tensor_parallel,
+            point.sequence_parallel,
+            point.stages,
+            point.dp_width,
+        )
+        if key not in self._comm:
+            plans = self.tp_plans(point.stages, point.dp_width, point.tensor_parallel)
+            per_layer = [
+                sum(c * min(pl.time_s(nb, kind) for pl in plans) for kind, nb, c in ops)
+                for ops in tot.layer_comm
+            ]
+            largest = max(x + c for x, c in zip(tot.layer_seconds, per_layer, strict=True))
+            self._comm[key] = (sum(per_layer), largest)
+        return self._comm[key]
+
+    def tp_plans(self, p: int, w: int, t: int) -> list:
+        """The collective plans of the distinct tensor-parallel groups of ``(p, w, t)``
+        (:func:`sim.tensor.groups.tensor_groups`; cached per GPU set).
+
+        Raises:
+            ValueError: the groups do not fit in the servers.
+        """
+        topo = self.prep.topology
+        out = []
+        for row in tensor_groups(topo, p, w, t):
+            for group in row:
+                gpus = tuple(f"gpu{g}" for g in group)
+                if gpus not in self._plans:
+                    self._plans[gpus] = collective_plan(topo, gpus)
+                out.append(self._plans[gpus])
+        return out
+
+    def flight(self, point: PointConfig) -> tuple[tuple[int, ...], int]:
+        """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
         key = (point.schedule, point.stages, point.microbatches)
         if key not in self._flight:
             sched = get_schedule(point.schedule)(point.stages, point.microbatches)
             its = self.prep.exp.training.iterations or iterations_needed(
                 point.stages, point.microbatches, sched.synchronous
             )
-            n = min(peak_in_flight(sched.program(its)))
+            n = tuple(peak_in_flight(sched.program(its)))
             v = min(sched.weight_versions(s) for s in range(point.stages))
             self._flight[key] = (n, v)
         return self._flight[key]
@@ -192,17 +323,25 @@ class BoundModel:
         gpus = self.prep.topology.gpus
         if all_none and w > 1 and all(g.reserve.working for g in gpus):
             per_param += tot.state.grad  # DDP buckets (module doc)
-        stash = n * tot.act_bytes if all_none else 0.0
         reserve = min(g.reserve.runtime_bytes(nccl_peers(p - 1, p, w)) for g in gpus)
-        return (tot.params * per_param + stash) / p + reserve
+        uniform = (tot.params * per_param + (min(n) * tot.act_bytes if all_none else 0.0)) / p
+        if not all_none or len(set(n)) == 1:
+            return uniform + reserve
+        return max(uniform, weighted_bound(tot, per_param, n)) + reserve
 
     def iteration_s(self, point: PointConfig) -> float:
         """A lower bound of the simulated iteration time of ``point``, in seconds."""
         tot = self.totals(point)
         m, p = point.microbatches, point.stages
-        bottleneck = max(tot.compute_s / p, tot.max_layer_s)
+        spec = parse_policy(point.memory_policy)
+        mode = spec.mode if spec.kind == "recompute" and spec.layers is None else None
+        comm, largest = self.comm_s(point)
+        extra = dict(tot.recompute_s).get(mode or "", 0.0) + comm
+        if mode:  # the largest layer with its recompute (collectives left out: a bound)
+            largest = max(largest, dict(tot.max_layer_recompute_s)[mode])
+        bottleneck = max((tot.compute_s + extra) / p, largest)
         if FLUSH_BOUND and get_schedule(point.schedule).synchronous:
-            return (m - 1) * bottleneck + tot.compute_s
+            return (m - 1) * bottleneck + tot.compute_s + extra
         return m * bottleneck
 
     def bounds(self, point: PointConfig) -> PointBounds:
@@ -215,4 +354,11 @@ class BoundModel:
         return PointBounds(self.memory_bytes(point), samples / self.iteration_s(point))
 
 
-__all__ = ["BoundModel", "PointBounds", "RankTotals", "min_state_bytes_per_param"]
+__all__ = [
+    "BoundModel",
+    "PointBounds",
+    "RankTotals",
+    "min_state_bytes_per_param",
+    "resolved_memory_excess",
+    "weighted_bound",
+]

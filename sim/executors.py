@@ -45,16 +45,16 @@ def _init_worker(prep, parent_pid: int) -> None:
     _WORKER["prep"] = prep
 
 
-def _worker_row(point: PointConfig) -> ResultRow:
+def _worker_row(job: tuple[PointConfig, bool]) -> ResultRow:
     from sim.sweep import evaluate_row
 
-    return evaluate_row(_WORKER["prep"], point)
+    return evaluate_row(_WORKER["prep"], *job)
 
 
-def _rows(prep, points: list[PointConfig]) -> list[ResultRow]:
+def _rows(prep, points: list[PointConfig], screen: bool = False) -> list[ResultRow]:
     from sim.sweep import evaluate_row
 
-    return [evaluate_row(prep, p) for p in points]
+    return [evaluate_row(prep, p, screen) for p in points]
 
 
 class LocalExecutor:
@@ -84,11 +84,17 @@ class LocalExecutor:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
-    def map(self, points: list[PointConfig], on_row: Callable[[int, ResultRow], None]) -> None:
-        """Simulate ``points``; ``on_row(i, row)`` for each as it is done, in order."""
+    def map(
+        self,
+        points: list[PointConfig],
+        on_row: Callable[[int, ResultRow], None],
+        screen: bool = False,
+    ) -> None:
+        """Simulate ``points``; ``on_row(i, row)`` for each as it is done, in order
+        (``screen``: see :func:`sim.sweep.evaluate_row`)."""
         if self.jobs <= 1 or len(points) <= 1:
             for i, p in enumerate(points):
-                on_row(i, _rows(self.prep, [p])[0])
+                on_row(i, _rows(self.prep, [p], screen)[0])
             return
         if self._pool is None:
             ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
@@ -99,7 +105,8 @@ class LocalExecutor:
                 initargs=(self.prep, os.getpid()),
             )
         chunk = max(1, len(points) // (self.jobs * 8))
-        for i, row in enumerate(self._pool.map(_worker_row, points, chunksize=chunk)):
+        jobs = [(p, screen) for p in points]
+        for i, row in enumerate(self._pool.map(_worker_row, jobs, chunksize=chunk)):
             on_row(i, row)
 
 
@@ -149,13 +156,18 @@ class RayExecutor:
             self._ray.shutdown()
         self._owner = False
 
-    def map(self, points: list[PointConfig], on_row: Callable[[int, ResultRow], None]) -> None:
+    def map(
+        self,
+        points: list[PointConfig],
+        on_row: Callable[[int, ResultRow], None],
+        screen: bool = False,
+    ) -> None:
         """Simulate ``points`` as Ray tasks; ``on_row(i, row)`` for each, in order."""
         if not points:
             return
         size = max(1, -(-len(points) // (self._cpus * TASKS_PER_WORKER)))
         slices = [points[i : i + size] for i in range(0, len(points), size)]
-        refs = [self._task.remote(self._prep_ref, s) for s in slices]
+        refs = [self._task.remote(self._prep_ref, s, screen) for s in slices]
         i = 0
         for ref in refs:
             for row in self._ray.get(ref):

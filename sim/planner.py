@@ -31,11 +31,9 @@ from pathlib import Path
 
 from sim.bounds import BoundModel, PointBounds
 from sim.config import PointConfig
+from sim.rowcache import PRUNED, Executor, run_points
 from sim.rows import ResultRow
-from sim.sweep import Executor, Prepared, run_points
-
-PRUNED = "pruned: "
-"""Prefix of the ``error`` of a row the planner did not simulate."""
+from sim.sweep import Prepared
 
 BATCH_PER_JOB = 2
 """Points simulated per worker between two updates of the best throughput: more keeps the
@@ -54,7 +52,9 @@ class PlanStats:
 
     Attributes:
         expanded: points of the grid (valid combinations).
-        pruned_memory: not simulated: their memory lower bound exceeds the capacity.
+        pruned_memory: not simulated: their memory lower bound exceeds the capacity (before
+            or after resolving them).
+        pruned_resolved: of those, how many were pruned once resolved (partitioned).
         pruned_bound: not simulated: their throughput upper bound is below the best found.
         simulated: simulated (or read from the cache).
         prune: whether pruning was on.
@@ -62,6 +62,7 @@ class PlanStats:
 
     expanded: int = 0
     pruned_memory: int = 0
+    pruned_resolved: int = 0
     pruned_bound: int = 0
     simulated: int = 0
     prune: bool = True
@@ -72,7 +73,7 @@ class PlanStats:
             return f"planner: exhaustive, {self.simulated} of {self.expanded} simulated"
         return (
             f"planner: {self.expanded} configurations, {self.pruned_memory} pruned by the "
-            f"memory lower bound, {self.pruned_bound} by the throughput bound, "
+            f"memory lower bound ({self.pruned_resolved} once partitioned), {self.pruned_bound} by the throughput bound, "
             f"{self.simulated} simulated"
         )
 
@@ -187,13 +188,17 @@ def plan_points(
             executor=executor,
             on_done=_offset(on_done, done),
             on_warning=on_warning,
+            screen=True,
         )
         for i, row in zip(batch, rows, strict=True):
             out[i] = row
             if row.ok and row.throughput_samples_per_s is not None:
                 best[row.model] = max(best.get(row.model, -1.0), row.throughput_samples_per_s)
         done += len(batch)
-        stats.simulated += len(batch)
+        screened = sum(r.error.startswith(PRUNED) for r in rows)
+        stats.pruned_memory += screened
+        stats.pruned_resolved += screened
+        stats.simulated += len(batch) - screened
     return out, stats  # type: ignore[return-value]
 
 

@@ -10,16 +10,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
-from typing import Protocol
-
-from pydantic import ValidationError
 
 import sim
-from sim.atomic import atomic_write_text
+from sim.bounds import resolved_memory_excess
 from sim.config import MAX_MICROBATCHES, ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
@@ -29,10 +25,10 @@ from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
 from sim.point import evaluate, make_schedule, placement_json, resolve
+from sim.rowcache import PRUNED, ROW_FORMAT, run_points
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
 from sim.tensor.shard import model_shape, shape_problem
-from sim.textio import decode_text
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
@@ -46,17 +42,9 @@ __all__ = [
     "run_points",
 ]
 
-ROW_FORMAT = 5
-"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 MAX_GRID = 100_000
 """Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
 shipped dgx1.yaml has 810."""
-
-
-class Executor(Protocol):
-    """Runs points somewhere (:mod:`sim.executors`): ``on_row(i, row)`` for each, in order."""
-
-    def map(self, points: list[PointConfig], on_row: Callable[[int, ResultRow], None]) -> None: ...
 
 
 @cache
@@ -388,12 +376,25 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     )
 
 
-def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
-    """The result row of one point (never raises for a point that cannot run: see ``error``)."""
+def evaluate_row(prep: Prepared, point: PointConfig, screen: bool = False) -> ResultRow:
+    """The result row of one point (never raises for a point that cannot run: see ``error``).
+
+    With ``screen``, a point whose resolved memory lower bound exceeds a GPU's capacity
+    (:func:`sim.bounds.resolved_memory_excess`) is not simulated: its row has the error
+    ``pruned: memory lower bound ...`` (the planner's, :mod:`sim.planner`)."""
     trace = prep.traces[point.model]
     base = dict(point.model_dump(), parameters=trace.parameters)
     try:
         res = resolve(prep.exp, point, prep.topology, trace, file=prep.file)
+        excess = resolved_memory_excess(res) if screen else None
+        if excess is not None:
+            gpu, need, cap = excess
+            return ResultRow(
+                **base,
+                fits=False,
+                error=f"{PRUNED}memory lower bound {need / 2**30:.2f} GiB > capacity "
+                f"{cap / 2**30:.2f} GiB ({gpu}, as partitioned)",
+            )
         met, log = evaluate(res)
     except (InputError, ValueError) as exc:
         return ResultRow(**base, fits=False, error=str(exc))
@@ -420,101 +421,3 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )
-
-
-def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
-    """The row cached in ``path``, or why it cannot be used: unreadable, of another format or
-    key, a checksum that does not match (damaged), filed under another point, invalid values
-    (:class:`ResultRow`) or inconsistent ones (:meth:`ResultRow.problems`: a hand-edited row).
-    The checksum is not a signature: it catches damage, the consistency checks catch edits."""
-    try:
-        data = json.loads(decode_text(path.read_bytes(), label=str(path)))
-    except (OSError, ValueError, InputError) as exc:
-        return f"unreadable ({' '.join(str(exc).split())[:120]})"
-    if not isinstance(data, dict) or data.get("format") != ROW_FORMAT or data.get("key") != key:
-        return "not an entry of this version for this configuration"
-    try:
-        row = ResultRow.model_validate(data.get("row"))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        return f"invalid row: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
-    if data.get("sha256") != _row_digest(key, data["row"]):
-        return "damaged (its checksum does not match its content)"
-    if row.point() != point:
-        return "its configuration differs from the one it is filed under"
-    if row.problems():
-        return f"inconsistent ({row.problems()[0]})"
-    return row
-
-
-def _row_digest(key: str, row: dict) -> str:
-    return config_hash({"key": key, "row": row})
-
-
-def run_points(
-    prep: Prepared,
-    points: list[PointConfig],
-    *,
-    cache_dir: Path | None,
-    jobs: int = 1,
-    on_done: Callable[[int], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    executor: Executor | None = None,
-) -> list[ResultRow]:
-    """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
-
-    Args:
-        prep: the loaded experiment.
-        points: grid points.
-        cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
-        jobs: worker processes (1: in this process) when ``executor`` is None.
-        on_done: called with the number of rows finished so far (for a progress bar).
-        on_warning: called with a message for each cache entry that is corrupt or forged
-            (it is recomputed and overwritten).
-        executor: where the rows are computed (:mod:`sim.executors`; its ``map``); None:
-            a :class:`~sim.executors.LocalExecutor` of ``jobs`` processes for this call.
-    """
-    rows: list[ResultRow | None] = [None] * len(points)
-    keys = [point_cache_key(prep, p) for p in points]
-    todo = []
-    for i, key in enumerate(keys):
-        cached = cache_dir / f"{key}.json" if cache_dir else None
-        got = read_cached(cached, key, points[i]) if cached and cached.is_file() else None
-        if isinstance(got, ResultRow):
-            rows[i] = got
-            continue
-        if got is not None and on_warning:
-            on_warning(f"cache entry {cached} is {got}; recomputing it")
-        todo.append(i)
-    done = len(points) - len(todo)
-    if on_done:
-        on_done(done)
-
-    def store(i: int, row: ResultRow) -> None:
-        nonlocal done
-        rows[i] = row
-        if cache_dir:
-            data = row.model_dump()
-            atomic_write_text(
-                cache_dir / f"{keys[i]}.json",
-                json.dumps(
-                    {
-                        "format": ROW_FORMAT,
-                        "key": keys[i],
-                        "row": data,
-                        "sha256": _row_digest(keys[i], data),
-                    }
-                ),
-            )
-        done += 1
-        if on_done:
-            on_done(done)
-
-    if executor is not None:
-        executor.map([points[i] for i in todo], lambda k, row: store(todo[k], row))
-    else:
-        from sim.executors import LocalExecutor
-
-        with LocalExecutor(prep, jobs) as local:
-            local.map([points[i] for i in todo], lambda k, row: store(todo[k], row))
-    return rows  # type: ignore[return-value]

@@ -1,0 +1,145 @@
+"""The row cache of a sweep and the loop that fills it: :func:`run_points`.
+
+Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.sweep.point_cache_key`)
+with a checksum; :func:`read_cached` says why an entry cannot be reused (damaged, edited, of
+another version). Rows the planner did not simulate (error ``pruned: ...``) are never cached:
+they depend on the rest of the grid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import ValidationError
+
+from sim.atomic import atomic_write_text
+from sim.config import PointConfig, config_hash
+from sim.errors import InputError
+from sim.rows import ResultRow
+from sim.textio import decode_text
+
+if TYPE_CHECKING:
+    from sim.sweep import Prepared
+
+ROW_FORMAT = 5
+"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
+PRUNED = "pruned: "
+"""Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.planner`); such
+rows depend on the rest of the grid and are never cached."""
+
+
+class Executor(Protocol):
+    """Runs points somewhere (:mod:`sim.executors`): ``on_row(i, row)`` for each, in order."""
+
+    def map(
+        self,
+        points: list[PointConfig],
+        on_row: Callable[[int, ResultRow], None],
+        screen: bool = False,
+    ) -> None: ...
+
+
+def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
+    """The row cached in ``path``, or why it cannot be used: unreadable, of another format or
+    key, a checksum that does not match (damaged), filed under another point, invalid values
+    (:class:`ResultRow`) or inconsistent ones (:meth:`ResultRow.problems`: a hand-edited row).
+    The checksum is not a signature: it catches damage, the consistency checks catch edits."""
+    try:
+        data = json.loads(decode_text(path.read_bytes(), label=str(path)))
+    except (OSError, ValueError, InputError) as exc:
+        return f"unreadable ({' '.join(str(exc).split())[:120]})"
+    if not isinstance(data, dict) or data.get("format") != ROW_FORMAT or data.get("key") != key:
+        return "not an entry of this version for this configuration"
+    try:
+        row = ResultRow.model_validate(data.get("row"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return f"invalid row: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    if data.get("sha256") != _row_digest(key, data["row"]):
+        return "damaged (its checksum does not match its content)"
+    if row.point() != point:
+        return "its configuration differs from the one it is filed under"
+    if row.problems():
+        return f"inconsistent ({row.problems()[0]})"
+    return row
+
+
+def _row_digest(key: str, row: dict) -> str:
+    return config_hash({"key": key, "row": row})
+
+
+def run_points(
+    prep: Prepared,
+    points: list[PointConfig],
+    *,
+    cache_dir: Path | None,
+    jobs: int = 1,
+    on_done: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    executor: Executor | None = None,
+    screen: bool = False,
+) -> list[ResultRow]:
+    """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
+
+    Args:
+        prep: the loaded experiment.
+        points: grid points.
+        cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
+        jobs: worker processes (1: in this process) when ``executor`` is None.
+        on_done: called with the number of rows finished so far (for a progress bar).
+        on_warning: called with a message for each cache entry that is corrupt or forged
+            (it is recomputed and overwritten).
+        executor: where the rows are computed (:mod:`sim.executors`; its ``map``); None:
+            a :class:`~sim.executors.LocalExecutor` of ``jobs`` processes for this call.
+        screen: skip simulating points that cannot fit once resolved (:func:`evaluate_row`);
+            their rows are not cached.
+    """
+    rows: list[ResultRow | None] = [None] * len(points)
+    from sim.sweep import point_cache_key  # the sweep owns the key (and its code hash)
+
+    keys = [point_cache_key(prep, p) for p in points]
+    todo = []
+    for i, key in enumerate(keys):
+        cached = cache_dir / f"{key}.json" if cache_dir else None
+        got = read_cached(cached, key, points[i]) if cached and cached.is_file() else None
+        if isinstance(got, ResultRow):
+            rows[i] = got
+            continue
+        if got is not None and on_warning:
+            on_warning(f"cache entry {cached} is {got}; recomputing it")
+        todo.append(i)
+    done = len(points) - len(todo)
+    if on_done:
+        on_done(done)
+
+    def store(i: int, row: ResultRow) -> None:
+        nonlocal done
+        rows[i] = row
+        if cache_dir and not row.error.startswith(PRUNED):
+            data = row.model_dump()
+            atomic_write_text(
+                cache_dir / f"{keys[i]}.json",
+                json.dumps(
+                    {
+                        "format": ROW_FORMAT,
+                        "key": keys[i],
+                        "row": data,
+                        "sha256": _row_digest(keys[i], data),
+                    }
+                ),
+            )
+        done += 1
+        if on_done:
+            on_done(done)
+
+    if executor is not None:
+        executor.map([points[i] for i in todo], lambda k, row: store(todo[k], row), screen)
+    else:
+        from sim.executors import LocalExecutor
+
+        with LocalExecutor(prep, jobs) as local:
+            local.map([points[i] for i in todo], lambda k, row: store(todo[k], row), screen)
+    return rows  # type: ignore[return-value]
