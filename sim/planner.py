@@ -13,7 +13,9 @@ Before simulating, every point gets the bounds of :mod:`sim.bounds`:
 
 Pruned rows carry no measurements, like the rows of points that could not be simulated, so
 plots and summaries leave them out; the winner is the one an exhaustive sweep finds (ties
-included: a point is pruned only when its bound is strictly below the best). ``sweep.prune:
+included: a point is pruned only when its bound is strictly below the best). When no point of
+a model fits, its memory-pruned points are simulated after all, so that ``results.csv`` shows
+their peaks and the GPU that overflows, as without pruning. ``sweep.prune:
 false`` or ``sim run --exhaustive`` simulates every point.
 
 Example::
@@ -199,7 +201,34 @@ def plan_points(
         stats.pruned_memory += screened
         stats.pruned_resolved += screened
         stats.simulated += len(batch) - screened
+    _diagnose(prep, points, out, stats, cache_dir, executor, on_warning)
     return out, stats  # type: ignore[return-value]
+
+
+def _diagnose(prep, points, out, stats, cache_dir, executor, on_warning) -> None:
+    """Simulate the memory-pruned points of every model none of whose points fits, so that
+    ``results.csv`` shows each one's peak memory and the GPU that overflows (what a user needs
+    to change the grid), as an exhaustive sweep would."""
+    fitting = {r.model for r in out if r is not None and r.ok}
+    redo = [
+        i
+        for i, r in enumerate(out)
+        if r is not None and r.model not in fitting and r.error.startswith(PRUNED)
+    ]
+    if not redo:
+        return
+    rows = run_points(
+        prep,
+        [points[i] for i in redo],
+        cache_dir=cache_dir,
+        executor=executor,
+        on_warning=on_warning,
+    )
+    stats.pruned_resolved -= sum("as partitioned" in out[i].error for i in redo)
+    for i, row in zip(redo, rows, strict=True):
+        out[i] = row
+    stats.pruned_memory -= len(redo)
+    stats.simulated += len(redo)
 
 
 def _offset(on_done: Callable[[int], None] | None, base: int) -> Callable[[int], None] | None:

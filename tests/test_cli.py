@@ -183,11 +183,12 @@ def test_not_fitting_names_device_peak_and_capacity(tmp_path):
 def test_second_run_reuses_cache(tmp_path):
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
-    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    args = ("--jobs", 1, "--no-plots", "--exhaustive")  # every point simulated and cached
+    assert _run("run", path, "--out", out, *args).exit_code == 0
     cached = sorted((out / ".cache").glob("*.json"))
     assert len(cached) == 4
     stamp = [p.stat().st_mtime_ns for p in cached]
-    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    assert _run("run", path, "--out", out, *args).exit_code == 0
     assert [p.stat().st_mtime_ns for p in cached] == stamp
 
 
@@ -197,10 +198,11 @@ def test_cache_is_not_reused_by_another_model_code(tmp_path, monkeypatch):
 
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
-    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    args = ("--jobs", 1, "--no-plots", "--exhaustive")  # every point simulated and cached
+    assert _run("run", path, "--out", out, *args).exit_code == 0
     before = {p.name for p in (out / ".cache").glob("*.json")}
     monkeypatch.setattr(sim.sweep, "model_code_hash", lambda: "another-engine")
-    assert _run("run", path, "--out", out, "--jobs", 1, "--no-plots").exit_code == 0
+    assert _run("run", path, "--out", out, *args).exit_code == 0
     after = {p.name for p in (out / ".cache").glob("*.json")}
     assert len(before) == 4 and before.isdisjoint(after - before) and len(after - before) == 4
 

@@ -93,6 +93,7 @@ def test_results_are_readable_by_others(tmp_path):
 def test_corrupt_and_forged_cache_entries_are_recomputed(tmp_path):
     out = tmp_path / "out"
     args = ["run", str(_exp(tmp_path, FITS)), "--out", str(out), "-j", "1", "--no-plots"]
+    args.append("--exhaustive")  # every point simulated, so every point has a cache entry
     assert runner.invoke(app, args).exit_code == 0
     truth = pd.read_csv(out / "results.csv")
     entries = sorted((out / ".cache").glob("*.json"))
