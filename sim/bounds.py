@@ -29,20 +29,27 @@ it is simulated; then each stage replica's bound is exact in its parts:
 micro-batches (``resident_act_bytes`` stays from a forward to its backward; a swap only moves
 the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
 
-**Throughput.** Each rank's compute stream runs its stage's forwards and backwards one at a
-time, each followed by its tensor-parallel collectives, which the rank waits for:
-``m x (F_s + B_s + C_s)`` seconds per optimizer step, ``C_s`` the collectives' uncontended
-time (:meth:`BoundModel.comm_s`); full or selective recompute adds its forward seconds before
-each backward; stalls, pipeline transfers and the step only add to it. The busiest of ``p`` stages has at least the mean of the tensor-rank
-trace's ``T = sum(fwd_s + bwd_s)``, and at least the largest layer (layers are not split), so
-an iteration takes at least ``m x max(T / p, max layer)`` and the throughput is at most
-``m x b x w`` samples over that. Flushed schedules (GPipe, 1F1B) have a tighter bound,
-``(m - 1) x max(T / p, max layer) + T`` (one micro-batch crosses every stage's F and B in
-order, the bottleneck runs the other ``m - 1``); the engine measures a flushed schedule between
-the step ends of its last two iterations, and each rank starts an iteration when its own step
-ends, so that bound holds when the rank stepping last is not one that starts the next
-iteration earlier: :data:`FLUSH_BOUND` switches it on (the property tests compare both bounds
-with full simulation).
+**Throughput.** Each rank runs its stage's actions one at a time: a forward or backward on the
+compute stream, then its tensor-parallel collectives, which the rank waits for
+(:class:`~sim.engine.collectives.TensorCollectives`); full or selective recompute runs its
+forward seconds before each backward. So a rank is busy at least ``m x (F_s + B_s + R_s +
+C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time,
+:meth:`BoundModel.comm_s`; stalls, pipeline transfers, data-parallel reductions and the step
+only add to it). The busiest of ``p`` stages has at least the mean of the tensor-rank trace's
+totals, and at least the largest layer (layers are not split), so the iteration takes at least
+``m x max((T + R + C) / p, largest layer)`` and the throughput is at most ``m x b x w`` samples
+over that (the "no bubble" bound).
+
+What it assumes: the engine measures an iteration between optimizer-step ends
+(:func:`sim.metrics.steady_window`) and each rank starts the next iteration when its own step
+ends, so the bound needs the busiest rank's work of one iteration inside that window. For a
+flushed schedule every backward of an iteration needs the forward of the rank that stepped
+last, so all backwards (with their recompute and collectives) provably fall inside: the window
+is at least ``m x max_s (B_s + R_s + C_s)``; the forwards fall inside unless a rank downstream
+of the busiest one finishes its step more than the busiest rank's forwards later than it.
+The property tests (``tests/test_planner.py``) hold the bound to full simulation over every
+schedule and memory policy; the tighter flushed-pipeline bound ``(m - 1) x bottleneck + T``
+is not used, because it needs that assumption for the whole fill and drain.
 """
 
 from __future__ import annotations
@@ -70,11 +77,6 @@ from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.shard import shard_trace
 from sim.trace.schema import Trace, dtype_bytes
-
-FLUSH_BOUND = False
-"""Use the flushed-pipeline bound ``(m - 1) x bottleneck + T`` for synchronous schedules
-(module doc). Off: every schedule gets the no-bubble bound ``m x bottleneck``, which holds
-without any assumption on the order in which ranks finish their optimizer steps."""
 
 RESIDENT_KINDS = ("none", "recompute", "cpu_swap")
 """Policies that keep every model state (all weight versions) on the GPU."""
@@ -339,10 +341,7 @@ class BoundModel:
         extra = dict(tot.recompute_s).get(mode or "", 0.0) + comm
         if mode:  # the largest layer with its recompute (collectives left out: a bound)
             largest = max(largest, dict(tot.max_layer_recompute_s)[mode])
-        bottleneck = max((tot.compute_s + extra) / p, largest)
-        if FLUSH_BOUND and get_schedule(point.schedule).synchronous:
-            return (m - 1) * bottleneck + tot.compute_s + extra
-        return m * bottleneck
+        return m * max((tot.compute_s + extra) / p, largest)
 
     def bounds(self, point: PointConfig) -> PointBounds:
         """Both bounds of ``point``.

@@ -259,3 +259,25 @@ def test_ray_executor_gives_identical_results(tmp_path):
         if ray.is_initialized():
             ray.shutdown()
     assert outs["local"] == outs["ray"]
+
+
+def test_weighted_bound_is_the_harmonic_split_of_a_uniform_model():
+    """Uniform layers, 1F1B's stashes 4, 3, 2, 1: the bound is ``1 / sum(1 / (alpha P + n_s
+    A))``, what the best fractional split (stage ``s`` holding a share ``~ 1 / (alpha P + n_s
+    A)``) reaches, and above the plain mean ``(alpha P + min(n) A) / p``."""
+    from sim.bounds import RankTotals, weighted_bound
+    from sim.memory.states import state_bytes
+
+    tot = RankTotals(
+        params=40.0,
+        act_bytes=20.0,
+        compute_s=1.0,
+        max_layer_s=0.25,
+        layers=4,
+        state=state_bytes("fp16", "adam"),
+        groups=((10.0, 5.0, 4),),
+    )
+    n = (4, 3, 2, 1)
+    got = weighted_bound(tot, 2.0, n)
+    assert got == pytest.approx(1 / sum(1 / (80 + 20 * k) for k in n))
+    assert got > (80 + 20) / 4
