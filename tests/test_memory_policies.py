@@ -151,6 +151,27 @@ def test_activation_memory_follows_korthikanti_per_policy():
     assert full.recompute_s == pytest.approx(sum(x.fwd_s for x in trace.layers[3:]))
 
 
+def test_pipemare_memory_is_one_weight_copy_and_2_p_minus_s_plus_2_stashes():
+    """PipeMare (schedules.md §2.5): one weight copy (no stashed versions) and 2(p-s)+2 stashes
+    in flight on stage s (sim/schedules/pipemare.py), by hand for p=2, m=8 (8 micro-batches per
+    iteration, several iterations): stage 0 holds 6, stage 1 holds 4. PipeDream, for contrast,
+    holds p-s weight versions and p-s stashes."""
+    trace = tiny_gpt()
+    topo = chain_topology(2, memory_bytes=64 * GiB)
+    bounds = {"boundaries": [0, 3]}
+    res, _, log = run(trace, topo, "none", schedule="pipemare", m=8, **bounds)
+    edges = [0, 3, len(trace.layers)]
+    for s, stashes in enumerate((6, 4)):
+        layers = trace.layers[edges[s] : edges[s + 1]]
+        act = sum(x.act_bytes for x in layers)
+        weights = sum(x.param_bytes for x in layers)
+        assert category_peak(log, f"gpu{s}", "activations") == pytest.approx(stashes * act)
+        assert res.sim_input.plans[0][s].weight_bytes == pytest.approx(weights)
+    res, _, _ = run(trace, topo, "none", schedule="pipedream", m=8, **bounds)
+    stage0 = sum(x.param_bytes for x in trace.layers[:3])
+    assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(2 * stage0)
+
+
 def test_selective_recompute_time_is_the_attention_core_share():
     trace = tiny_gpt()
     res, _, _ = run(trace, chain_topology(2, memory_bytes=64 * GiB), "recompute:selective")
