@@ -20,7 +20,9 @@ from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.memory.plan import StagePlan
 from sim.memory.registry import get_policy, parse_policy
 from sim.memory.spec import PolicySpec
-from sim.point import evaluate, resolve
+from sim.memory.estimate import budget_bytes, incoming_bytes, planned_peak_bytes
+from sim.point import evaluate, resolve, stage_contexts
+from sim.schedules.analysis import peak_in_flight
 from sim.sweep import evaluate_row, expand, prepare
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
@@ -318,18 +320,50 @@ def d2d_trace(b: int) -> Trace:
     )
 
 
+def planned(res, policy: str, trace: Trace, **options):
+    """``(contexts, plans)`` of ``policy`` for resolved point ``res`` (what the planner decided,
+    before the engine ran), flat over replicas and stages."""
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "hardware": "x",
+            "models": [{"name": trace.name, "trace": "x"}],
+            "training": {"global_batch": res.point.global_batch},
+            "options": options,
+        }
+    )
+    program = res.sim_input.program
+    rows = stage_contexts(
+        res.sim_input.topology,
+        res.trace,
+        res.boundaries,
+        res.placement,
+        res.schedule,
+        peak_in_flight(program),
+        exp,
+        program,
+    )
+    flat = [c for row in rows for c in row]
+    return flat, get_policy(policy).plan_all(flat)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     b=st.integers(1, 4),
-    sched=st.sampled_from(["1f1b", "gpipe", "pipedream"]),
+    sched=st.sampled_from(["1f1b", "gpipe", "pipedream", "pipemare"]),
     layout=st.sampled_from([(4, 1), (8, 1), (4, 2)]),
     where=st.floats(0.05, 0.95),
+    policy=st.sampled_from(["d2d_swap", "d2d_swap+recompute", "d2d_swap:weights"]),
 )
-def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
-    """Every sample asserts: the capacity is drawn between the lightest and the heaviest GPU's
-    peak without a policy, so some GPUs overflow (d2d has a reason to move bytes) and some fit.
-    Every GPU that fits on its own still fits after d2d placed peers' bytes, and only such
-    GPUs receive bytes."""
+def test_d2d_never_places_on_a_peer_more_than_its_capacity_minus_its_peak(
+    b, sched, layout, where, policy
+):
+    """Every sample asserts, for every GPU: the bytes MPress's planner parks on it for its peers
+    (``parked_microbatches * part`` per borrower) fit in its budget minus its own planned peak,
+    and only GPUs whose own plan fits receive any (sim/memory/mpress.py). The engine agrees:
+    every GPU whose plan says it fits, receivers included, stays within capacity. The capacity
+    is drawn between the lightest and the heaviest GPU's peak without a policy, so some GPUs
+    overflow (d2d has a reason to move bytes) and some fit."""
     p, w = layout
     trace = d2d_trace(b)
     placement = [[r * p + s for s in range(p)] for r in range(w)]  # the same in both runs
@@ -340,15 +374,21 @@ def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
     low, high = min(used), max(used)
     assume(high > low * 1.01)
     cap_bytes = low + where * (high - low)
-    _, _, log = run(trace, dgx1(cap_bytes / GiB), "d2d_swap", **kw)
-    room = {gpu for gpu, peak in peaks.items() if gpu.startswith("gpu") and peak <= cap_bytes}
-    assert room, "the drawn capacity leaves at least the lightest GPU room"
-    receivers = {
-        ev.device for ev in log.memory if ev.category == "swap" and ev.device.startswith("gpu")
-    }
-    event(f"peers received bytes: {bool(receivers)}")
-    assert receivers <= room
-    for gpu in room:
+    res, met, log = run(trace, dgx1(cap_bytes / GiB), policy, **kw)
+    ctxs, plans = planned(res, policy, trace, partition="uniform", placement=placement)
+    parked = incoming_bytes(list(zip(ctxs, plans, strict=True)))
+    parked = {g: v for g, v in parked.items() if g.startswith("gpu")}  # not host swaps
+    own = {c.gpu: (planned_peak_bytes(pl, c), budget_bytes(c)) for c, pl in zip(ctxs, plans)}
+    assert set(parked) <= set(own), "peers are GPUs of the job"
+    for gpu, (peak, budget) in own.items():
+        got = parked.get(gpu, 0.0)
+        assert got <= max(0.0, budget - peak) * (1 + 1e-9) + 1e-6, (gpu, got, budget - peak)
+    event(f"peers received bytes: {bool(parked)}")
+    over = {device for device, *_ in log.meta.get("over_capacity", [])}
+    for key, notes in log.meta["policy_notes"].items():
+        if key != "policy" and notes["fits"]:
+            assert not _stage_gpus(key, res.sim_input.placement) & over, (key, met.oom)
+    for gpu in parked:
         assert log.meta["peak_bytes"][gpu] <= cap_bytes * (1 + 1e-9), gpu
 
 

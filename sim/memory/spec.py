@@ -17,7 +17,7 @@ class PolicySpec:
 
     Attributes:
         text: the spec as written (``"cpu_swap:0.5"``).
-        kind: the policy name (``none``, ``recompute``, ``cpu_swap``, ``d2d_swap``,
+        kind: the policy name (``none``, ``recompute``, ``cpu_swap``, ``d2d_swap``, ``d2d_swap+recompute``,
             ``zero_offload``, ``chunked``, ``auto``), or ``per_stage`` for ``a|b|...``.
         args: the ``:``-separated parameters as written (``("full", "4")``).
         mode: ``recompute``: ``full`` or ``selective``; None otherwise.
