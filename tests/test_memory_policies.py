@@ -20,7 +20,7 @@ from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.memory.plan import StagePlan
 from sim.memory.registry import get_policy, parse_policy
 from sim.memory.spec import PolicySpec
-from sim.memory.estimate import budget_bytes, incoming_bytes, planned_peak_bytes
+from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
 from sim.point import evaluate, resolve, stage_contexts
 from sim.schedules.analysis import peak_in_flight
 from sim.sweep import evaluate_row, expand, prepare
@@ -390,6 +390,81 @@ def test_d2d_never_places_on_a_peer_more_than_its_capacity_minus_its_peak(
             assert not _stage_gpus(key, res.sim_input.placement) & over, (key, met.oom)
     for gpu in parked:
         assert log.meta["peak_bytes"][gpu] <= cap_bytes * (1 + 1e-9), gpu
+
+
+def _fit_cases():
+    return dict(
+        b=st.integers(1, 4),
+        sched=st.sampled_from(["1f1b", "gpipe", "pipedream", "pipedream_2bw", "pipemare"]),
+        layout=st.sampled_from([(4, 1), (8, 1), (4, 2)]),
+        margin=st.floats(0.0, 0.3),
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_fit_cases())
+def test_d2d_fits_every_model_recompute_fits(b, sched, layout, margin):
+    """Every sample asserts: on GPUs just large enough for ``recompute`` (its own peak plus a
+    drawn margin, so it fits by construction), ``d2d_swap+recompute`` and ``d2d_swap`` fit too:
+    MPress's planner keeps "full recompute, nothing swapped" among its candidates and takes the
+    fitting ones first (sim/memory/mpress.py)."""
+    p, w = layout
+    kw = dict(schedule=sched, p=p, w=w, m=16, partition="uniform")
+    trace = d2d_trace(b)
+    _, base, log = run(trace, dgx1(80.0), "recompute", **kw)
+    cap = max(v for g, v in log.meta["peak_bytes"].items() if g.startswith("gpu"))
+    cap = cap / (1 - HEADROOM) * (1 + margin)
+    _, rec, _ = run(trace, dgx1(cap / GiB), "recompute", **kw)
+    assert rec.fits
+    for policy in ("d2d_swap+recompute", "d2d_swap"):
+        _, met, _ = run(trace, dgx1(cap / GiB), policy, **kw)
+        assert met.fits, (policy, met.oom)
+
+
+def act_heavy_trace() -> Trace:
+    """16 equal layers whose stash (1 GiB) and output (256 MiB) dwarf their weights (64 MiB):
+    under 1F1B with full recompute, stage s keeps ``p - s`` micro-batches of its layers' inputs,
+    so early GPUs overflow while late ones have room."""
+    mib = 2.0**20
+    layers = tuple(
+        LayerProfile(f"l{i}", 1e-3, 2e-3, 64 * mib, 1024 * mib, 256 * mib) for i in range(16)
+    )
+    return Trace("act-heavy", layers, 1, "fp16", "x", {"source": "test"})
+
+
+def test_d2d_recompute_fits_a_model_recompute_alone_cannot():
+    """Hand-built: 1F1B, p=8, m=16, on GPUs whose capacity lies 20% of the way down from the
+    heaviest GPU's recompute peak to the lightest's. Recompute alone overflows the heavy early
+    stages; MPress parks their checkpoints on NVLink peers with room, so both d2d forms fit."""
+    trace, kw = act_heavy_trace(), dict(schedule="1f1b", p=8, m=16, partition="uniform")
+    _, _, log = run(trace, dgx1(80.0), "recompute", **kw)
+    peaks = [v for g, v in log.meta["peak_bytes"].items() if g.startswith("gpu")]
+    cap = max(peaks) - 0.2 * (max(peaks) - min(peaks))
+    _, rec, _ = run(trace, dgx1(cap / GiB), "recompute", **kw)
+    assert not rec.fits
+    for policy in ("d2d_swap+recompute", "d2d_swap"):
+        _, met, log = run(trace, dgx1(cap / GiB), policy, **kw)
+        assert met.fits, (policy, met.oom)
+        notes = log.meta["policy_notes"]
+        assert any(v.get("peers_gib_per_microbatch") for k, v in notes.items() if k != "policy")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_fit_cases())
+def test_d2d_weights_fits_whenever_none_fits(b, sched, layout, margin):
+    """Every sample asserts: on GPUs just large enough for ``none``, ``d2d_swap:weights`` fits.
+    It used to fit less: it moved weight versions into the stash unconditionally and counted
+    lenders' spare memory without them, over-reserving peers (sim/memory/mpress.py)."""
+    p, w = layout
+    kw = dict(schedule=sched, p=p, w=w, m=16, partition="uniform")
+    trace = d2d_trace(b)
+    _, _, log = run(trace, dgx1(80.0), "none", **kw)
+    cap = max(v for g, v in log.meta["peak_bytes"].items() if g.startswith("gpu"))
+    cap = cap * (1 + margin)
+    _, plain, _ = run(trace, dgx1(cap / GiB), "none", **kw)
+    assert plain.fits
+    _, met, _ = run(trace, dgx1(cap / GiB), "d2d_swap:weights", **kw)
+    assert met.fits, met.oom
 
 
 def test_d2d_uses_light_peers_over_nvlink_and_reports_them():
