@@ -126,6 +126,8 @@ OUTPUT_NAMES = {
     "memory_summary.csv",
     "max_model_per_policy.png",
     "throughput_vs_model_size.png",
+    "throughput_per_gpu.csv",
+    "tflops_per_gpu_vs_model_size.png",
 }
 """Files a run writes at the top of its folder (and what runs before the manifest existed
 wrote; their folders count as ours too). A model may not be named like one of them."""

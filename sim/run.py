@@ -99,7 +99,7 @@ def _write_all(
 
     ok = df[df["error"].fillna("") == ""]
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
-        written += _memory_summary(ok, out, plots, console)
+        written += _memory_summary(ok, out, plots, console, prep)
     code = 0
     for i, model in enumerate(exp.models):
         console.print(summary_table(ok[ok["model"] == model.name], top=5))
@@ -166,11 +166,17 @@ def _progress(console: Console, total: int):
     yield line
 
 
-def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
-    """Largest model per policy and fastest policy per model: table, CSV and two plots."""
-    from sim.report.memory_summary import write_memory_summary
+def _memory_summary(df, out: Path, plots: bool, console: Console, prep=None) -> list[Path]:
+    """Largest model per policy and fastest policy per model: table, CSV and two plots; with
+    FLOPs in the traces, TFLOP/s per GPU too."""
+    from sim.report.memory_summary import model_flops_per_sample, write_memory_summary
 
-    table, written = write_memory_summary(df, out, plots)
+    flops = {}
+    for name, trace in (prep.traces if prep is not None else {}).items():
+        f = model_flops_per_sample(trace)
+        if f:
+            flops[name] = f
+    table, written = write_memory_summary(df, out, plots, flops)
     console.print(
         "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
         "last row: the largest model that fits per policy"

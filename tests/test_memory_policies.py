@@ -17,10 +17,10 @@ from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
 from sim.memory.capacity import NO_RESERVE
 from sim.memory.chunks import access_sequence, belady, steady_misses
+from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
 from sim.memory.plan import StagePlan
 from sim.memory.registry import get_policy, parse_policy
 from sim.memory.spec import PolicySpec
-from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
 from sim.point import evaluate, resolve, stage_contexts
 from sim.schedules.analysis import peak_in_flight
 from sim.sweep import evaluate_row, expand, prepare
@@ -378,7 +378,10 @@ def test_d2d_never_places_on_a_peer_more_than_its_capacity_minus_its_peak(
     ctxs, plans = planned(res, policy, trace, partition="uniform", placement=placement)
     parked = incoming_bytes(list(zip(ctxs, plans, strict=True)))
     parked = {g: v for g, v in parked.items() if g.startswith("gpu")}  # not host swaps
-    own = {c.gpu: (planned_peak_bytes(pl, c), budget_bytes(c)) for c, pl in zip(ctxs, plans)}
+    own = {
+        c.gpu: (planned_peak_bytes(pl, c), budget_bytes(c))
+        for c, pl in zip(ctxs, plans, strict=True)
+    }
     assert set(parked) <= set(own), "peers are GPUs of the job"
     for gpu, (peak, budget) in own.items():
         got = parked.get(gpu, 0.0)

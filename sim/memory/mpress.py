@@ -106,7 +106,8 @@ def candidate(
     excess = alone.peak_bytes - budget
     if excess <= 0:  # fits without swapping; peers can only replace a slower host swap
         return local
-    y, parts = min(kept, excess / (n - SWAP_LIVE)), ()
+    y = min(kept, excess / (n - SWAP_LIVE))
+    parts: SwapParts = ()
     while True:
         parts = stripe(y, peers, room)
         o = option(ctx, st, base.plan, parts, False, 0.0, base.extra_bytes, reserved)

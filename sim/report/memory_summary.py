@@ -13,6 +13,12 @@ For a sweep over several memory policies and models (e.g. ``experiments/dgx1-mem
   policy.
 
 "Best" is over every other swept knob (schedule, stages, DP width, micro-batch size).
+
+With model FLOPs per sample (:func:`model_flops_per_sample`), :func:`write_memory_summary` also
+writes ``throughput_per_gpu.csv`` and ``tflops_per_gpu_vs_model_size.png``: the best fitting
+TFLOP/s per GPU (:func:`tflops_per_gpu`) per model and policy, as MPress reports throughput
+(Zhou et al. HPCA'23; the FLOP count of Narayanan et al. SC'21 arXiv:2104.04473 eq. 3 without
+its recompute pass: model FLOPs, so recompute is not credited as work).
 """
 
 from __future__ import annotations
@@ -137,13 +143,80 @@ def plot_throughput_vs_size(results_df: pd.DataFrame, path: str | os.PathLike) -
         plt.close(fig)
 
 
+def model_flops_per_sample(trace) -> float | None:
+    """Model FLOPs of one sample's forward and backward: ``3 * sum(layer.flops) / b``, None if
+    a layer lacks ``flops``. For the analytic transformer traces that is Narayanan et al. eq. 3
+    per layer (``24bsh^2 + 4bs^2h`` forward, ``2bshV`` for the logits) times 3 (F + B = 3 F)."""
+    if any(layer.flops is None for layer in trace.layers):
+        return None
+    return 3.0 * sum(layer.flops for layer in trace.layers) / trace.microbatch_size
+
+
+def tflops_per_gpu(results_df: pd.DataFrame, flops_per_sample: dict[str, float]) -> pd.DataFrame:
+    """Best fitting model TFLOP/s per GPU, ``samples/s * FLOPs per sample / GPUs / 1e12``, per
+    model (rows, ascending size) and policy (columns); NaN where nothing fits.
+
+    Raises:
+        ValueError: a needed column is missing.
+    """
+    need = [*_NEEDED, "stages", "dp_width"]
+    missing = [c for c in need if c not in results_df.columns]
+    if missing:
+        raise ValueError(f"results table lacks column(s) {missing} needed by tflops_per_gpu")
+    ok = results_df[results_df["fits"].fillna(False).astype(bool)].copy()
+    ok = ok[ok["model"].isin(list(flops_per_sample))].dropna(subset=["throughput_samples_per_s"])
+    gpus = ok["stages"] * ok["dp_width"]
+    ok["tflops"] = ok["throughput_samples_per_s"] * ok["model"].map(flops_per_sample) / gpus / 1e12
+    best = ok.groupby(["model", "memory_policy"])["tflops"].max().unstack("memory_policy")
+    sizes = results_df.groupby("model")["parameters"].max().sort_values()
+    sizes = sizes[sizes.index.isin(list(flops_per_sample))]
+    policies = sorted(results_df["memory_policy"].astype(str).unique())
+    table = best.reindex(index=sizes.index, columns=policies)
+    table.insert(0, "parameters", sizes.astype("int64"))
+    table.index.name = "model"
+    return table
+
+
+def plot_tflops_vs_size(table: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Lines: best fitting TFLOP/s per GPU against model size, one per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+    try:
+        for policy in [c for c in table.columns if c != "parameters"]:
+            rows = table[["parameters", policy]].dropna()
+            ax.plot(rows["parameters"] / 1e9, rows[policy], "o-", label=policy)
+        ax.set_xlabel("model size (billions of parameters)")
+        ax.set_ylabel("model TFLOP/s per GPU (best that fits)")
+        ax.set_title("Throughput per GPU vs model size per memory policy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def write_memory_summary(
-    results_df: pd.DataFrame, out: Path, plots: bool = True
+    results_df: pd.DataFrame,
+    out: Path,
+    plots: bool = True,
+    flops_per_sample: dict[str, float] | None = None,
 ) -> tuple[pd.DataFrame, list[Path]]:
-    """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``."""
+    """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``; with
+    ``flops_per_sample`` (model name -> FLOPs) also ``throughput_per_gpu.csv`` and its plot."""
     table = memory_summary(results_df)
     written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]
     if plots:
         written.append(plot_max_model_per_policy(results_df, out / "max_model_per_policy.png"))
         written.append(plot_throughput_vs_size(results_df, out / "throughput_vs_model_size.png"))
+    if flops_per_sample:
+        per_gpu = tflops_per_gpu(results_df, flops_per_sample)
+        written.append(
+            atomic_write_bytes(out / "throughput_per_gpu.csv", per_gpu.to_csv().encode())
+        )
+        if plots and len(per_gpu):
+            written.append(plot_tflops_vs_size(per_gpu, out / "tflops_per_gpu_vs_model_size.png"))
     return table, written
