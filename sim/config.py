@@ -124,7 +124,7 @@ class SweepConfig(_Strict):
         "none",
         description="Memory-saving policy spec(s): none, recompute (recompute:full, "
         "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
-        "d2d_swap (d2d_swap:weights), chunked (chunked:M elements per chunk, in millions), "
+        "d2d_swap (d2d_swap:weights, d2d_swap+recompute), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.",
     )
     synchronous_only: bool = Field(

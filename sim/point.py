@@ -21,7 +21,7 @@ from sim.memory.estimate import host_link_sharers
 from sim.memory.registry import get_policy
 from sim.memory.reserve import tensor_capacity_bytes
 from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
-from sim.metrics import Metrics, compute_metrics, iterations_needed
+from sim.metrics import Metrics, compute_metrics
 from sim.partition import partition, uniform_partition
 from sim.placement import place
 from sim.schedules.action import STEP, Program
@@ -201,9 +201,7 @@ def resolve(
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     sharded = _shard(trace, point, topo, file)
     trace = sharded.trace
-    iterations = exp.training.iterations or iterations_needed(
-        point.stages, point.microbatches, schedule.synchronous
-    )
+    iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
     in_flight = peak_in_flight(program)
     groups = _tensor_groups(topo, point, file) if t > 1 else ()
@@ -339,6 +337,7 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
         stages=p.stages,
         microbatches=p.microbatches,
         synchronous=res.schedule.synchronous,
+        fill_microbatches=res.schedule.fill_microbatches(),
         samples_per_step=p.microbatches * p.microbatch_size * p.dp_width,
         tensor_parallel=p.tensor_parallel,
     )

@@ -76,7 +76,14 @@ class Schedule(ABC):
         rule sets how many iterations the engine simulates
         (:func:`sim.metrics.iterations_needed`).
         """
-        return iterations_needed(self.stages, self.microbatches, self.synchronous)
+        return iterations_needed(
+            self.stages, self.microbatches, self.synchronous, self.fill_microbatches()
+        )
+
+    def fill_microbatches(self) -> int:
+        """Forwards stage 0 runs before its first backward in steady state, at most: ``p`` for
+        the 1F1B-shaped orders (PipeMare overrides it); sets how long the pipeline fills."""
+        return self.stages
 
     def delay_steps(self, stage: int) -> int:
         """Optimizer steps between a micro-batch's F and B at ``stage`` (staleness), at most.
