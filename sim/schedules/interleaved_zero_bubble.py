@@ -25,7 +25,7 @@ class InterleavedZeroBubble(MultiStageSchedule):
 
     Example:
         >>> [str(a) for a in InterleavedZeroBubble(2, 2).rank_order(1)]
-        ['1F0', '1F1', '3F0', '3I0', '3F1', '3W0', '3I1', '3W1', '1I0', '1W0', '1I1', '1W1']
+        ['1F0', '1F1', '3F0', '3I0', '3F1', '3I1', '3W0', '1I0', '3W1', '1I1', '1W0', '1W1']
     """
 
     name: ClassVar[str] = "interleaved_zero_bubble"
