@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from sim.schedules.action import STEP, Action, Program
+from sim.schedules.action import STEP, Action, Program, flatten
 from sim.schedules.errors import ScheduleError
 
 _DONE_OPS = ("B", "W")
@@ -35,7 +35,7 @@ def peak_in_flight(program: Program) -> list[int]:
     peaks = []
     for actions in program:
         live = peak = 0
-        for action in actions:
+        for action in flatten(actions):
             live += (action.op == "F") - (action.op in _DONE_OPS)
             peak = max(peak, live)
         peaks.append(peak)
@@ -54,7 +54,7 @@ def peak_in_flight_per_stage(program: Program) -> dict[int, int]:
     peaks: dict[int, int] = {}
     for actions in program:
         live: dict[int, int] = {}
-        for a in actions:
+        for a in flatten(actions):
             if a.op == STEP:
                 continue
             live[a.stage] = live.get(a.stage, 0) + (a.op == "F") - (a.op in _DONE_OPS)
@@ -64,8 +64,8 @@ def peak_in_flight_per_stage(program: Program) -> dict[int, int]:
 
 def _rank_of(program: Program, stage: int) -> list[Action]:
     for actions in program:
-        if any(a.stage == stage and a.op != STEP for a in actions):
-            return actions
+        if any(a.stage == stage and a.op != STEP for a in flatten(actions)):
+            return list(flatten(actions))
     raise ScheduleError(f"no rank runs stage {stage}")
 
 
@@ -103,8 +103,8 @@ def _check_rank(
 ) -> None:
     ops: Counter[tuple[int, str, int]] = Counter()
     step_count = dict.fromkeys(local, 0)
-    for pos, a in enumerate(actions):
-        where = f"rank {rank}, position {pos}: {a}"
+    for pos, a in enumerate(flatten(actions)):
+        where = f"rank {rank}, action {pos}: {a}"
         if a.stage not in step_count:
             raise ScheduleError(f"{where} belongs to stage {a.stage}, not to rank {rank}")
         if a.op == STEP:
@@ -164,7 +164,9 @@ def validate_program(
 
 
 def _ready(action: Action, done: set[Action], last_stage: int) -> bool:
-    s, op, mb = action
+    if action.sub_actions is not None:  # torch receives both inputs before the pair
+        return all(_ready(a, done, last_stage) for a in action.sub_actions)
+    s, op, mb = action.stage, action.op, action.microbatch
     if op == "F":
         return s == 0 or Action(s - 1, "F", mb) in done
     if op == "W":
@@ -179,13 +181,14 @@ def check_deadlock_free(program: Program) -> None:
     """Run every rank's list in order under the dependencies of schedules.md §4.1.
 
     F(s, mb) needs F(s-1, mb); B or I(s, mb) needs F(s, mb) and the backward (B or I) of
-    (s+1, mb); W needs I. STEP waits for nothing. Any rank may advance whenever its next action's
+    (s+1, mb); W needs I. STEP waits for nothing. An ``OVERLAP_F_B`` pair waits for the
+    dependencies of both its actions, as torch's runtime does. Any rank may advance whenever its next action's
     dependencies are done.
 
     Raises:
         ScheduleError: when all unfinished ranks wait, naming each rank's blocked action.
     """
-    last_stage = max((a.stage for actions in program for a in actions), default=0)
+    last_stage = max((a.stage for actions in program for a in flatten(actions)), default=0)
     done: set[Action] = set()
     pos = [0] * len(program)
     progress = True
@@ -193,7 +196,7 @@ def check_deadlock_free(program: Program) -> None:
         progress = False
         for rank, actions in enumerate(program):
             while pos[rank] < len(actions) and _ready(actions[pos[rank]], done, last_stage):
-                done.add(actions[pos[rank]])
+                done.update(flatten([actions[pos[rank]]]))
                 pos[rank] += 1
                 progress = True
     blocked = [

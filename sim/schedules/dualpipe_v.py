@@ -8,10 +8,10 @@ per rank in a V (rank ``r``: stages ``r`` and ``2p-1-r``), ``m >= 2p``. Eight st
 [B c1, B c0], switching to I from the middle on; (7) ``p-r-1`` [pending W, B or I c0];
 (8) ``r+1`` pending W. A pending W is the oldest I without its W (a FIFO).
 
-torch's ``OVERLAP_F_B`` pairs are written as their two sub-actions, F first
-(:mod:`sim.schedules.multi_stage`): its runtime runs them in that order. The gain DualPipe was
-designed for (overlapping a forward's MoE all-to-all with a backward's compute) is therefore not
-modelled; measured peak ``2p+1`` chunk-micro-batches per rank (schedules.md §3).
+torch's ``OVERLAP_F_B`` pairs are kept (:meth:`~sim.schedules.action.Action.pair`); like
+torch's runtime, the engine waits for both inputs, runs F then B serially and sends both
+outputs after (:mod:`sim.schedules.multi_stage`). The gain DualPipe was designed for
+(overlapping a forward's MoE all-to-all with a backward's compute) is therefore not modelled; measured peak ``2p+1`` chunk-micro-batches per rank (schedules.md §3).
 """
 
 from __future__ import annotations
@@ -32,12 +32,19 @@ class _Emitter:
         self.pending: list[tuple[int, int]] = []
 
     def add(self, stage: int, op: str) -> None:
+        self.out.append(self._next(stage, op))
+
+    def overlap(self, forward_stage: int, backward_stage: int) -> None:
+        """torch's ``add_overlap_f_b``: (F, B) as one OVERLAP_F_B action."""
+        self.out.append(Action.pair(self._next(forward_stage, "F"), self._next(backward_stage, "B")))
+
+    def _next(self, stage: int, op: str) -> Action:
         key = (stage, "I" if op == "B" else op)
         mb = self.count.get(key, 0)
-        self.out.append(Action(stage, op, mb))
         self.count[key] = mb + 1
         if op == "I":
             self.pending.append((stage, mb))
+        return Action(stage, op, mb)
 
     def weight(self) -> None:
         if self.pending:
@@ -50,7 +57,7 @@ class DualPipeV(MultiStageSchedule):
 
     Example:
         >>> [str(a) for a in DualPipeV(1, 2).rank_order(0)]
-        ['0F0', '1F0', '0F1', '1B0', '1F1', '0B0', '1B1', '0I1', '0W1']
+        ['0F0', '1F0', '0F1', '1B0', '(1F1;0B0)OVERLAP_F_B', '1B1', '0I1', '0W1']
     """
 
     name: ClassVar[str] = "dualpipe_v"
@@ -84,15 +91,16 @@ class DualPipeV(MultiStageSchedule):
             e.add(c1, "I")
             e.weight()
             e.add(c1, "F")
-        for _ in range(m - 2 * p + rank + 1):
-            e.add(c0, "F")  # (F c0; B c1), or not overlapped on the last rank's first pair
-            e.add(c1, "B")
-            e.add(c1, "F")  # (F c1; B c0)
-            e.add(c0, "B")
+        for i in range(m - 2 * p + rank + 1):
+            if i == 0 and rank == p - 1:  # torch: not overlapped, to shrink the bubble
+                e.add(c0, "F")
+                e.add(c1, "B")
+            else:
+                e.overlap(c0, c1)
+            e.overlap(c1, c0)
         for _ in range(p - rank - 1):
             e.add(c1, "B")
-            e.add(c1, "F")
-            e.add(c0, "B")
+            e.overlap(c1, c0)
         zb = False
         half = (rank + 1) // 2
         for i in range(rank + 1):

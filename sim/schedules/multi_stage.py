@@ -10,10 +10,10 @@ this base repeats it per iteration (the pipeline flushes) and appends one ``STEP
 stage after each iteration (torch inserts ``REDUCE_GRAD`` per stage in the same place,
 ``_add_reduce_grad``).
 
-torch's ``OVERLAP_F_B`` pair (DualPipeV) is written here as its two sub-actions, forward first:
-``_PipelineScheduleRuntime`` runs the sub-actions one after the other (``for sub_a in
-action.sub_actions: _perform_action(sub_a)``), and schedules.md §3 costs a pair as the serial
-sum of its two actions.
+torch's ``OVERLAP_F_B`` pair (DualPipeV) is kept as a pair (:meth:`Action.pair`):
+``_PipelineScheduleRuntime`` receives the inputs of both sub-actions before it, runs them one
+after the other (``for sub_a in action.sub_actions: _perform_action(sub_a)``) and sends both
+outputs after; schedules.md §3 costs a pair as the serial sum of its two actions.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sim.schedules.base import Schedule
 
 def shift(order: list[Action], first: int) -> list[Action]:
     """``order`` with every micro-batch index moved up by ``first`` (iteration ``k``: ``k*m``)."""
-    return [Action(a.stage, a.op, a.microbatch + first) for a in order]
+    return [a.shifted(first) for a in order]
 
 
 class MultiStageSchedule(Schedule):
