@@ -72,6 +72,8 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
         "microbatch_size": int(row.microbatch_size),
         "memory_policy": row.memory_policy,
     }
+    if row.virtual_stages > 1:
+        data["sweep"]["virtual_stages"] = int(row.virtual_stages)
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),

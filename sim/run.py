@@ -118,7 +118,7 @@ def _write_all(
         written += _write_winner(exp, prep, points, winner, path, dirs, plots)
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
-            f"p={winner.stages} w={winner.dp_width} "
+            f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
             f"b={winner.microbatch_size} m={winner.microbatches} "
             f"policy={winner.memory_policy}: "
             f"{winner.throughput_samples_per_s:.2f} samples/s, "
@@ -195,8 +195,8 @@ def _write_winner(
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         _, log = evaluate(res)
         title = (
-            f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
-            f"b={point.microbatch_size} m={point.microbatches}"
+            f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
+            f"w={point.dp_width} b={point.microbatch_size} m={point.microbatches}"
         )
         for d in dirs:
             written += write_winner_artifacts(d, log, title)
@@ -242,3 +242,8 @@ def _print_paths(console: Console, paths, t0: float) -> None:
     )
     for p in paths:
         console.print(f"  {p}")
+
+
+def _v(virtual_stages: int) -> str:
+    """`` v=2`` for a point with stage chunks per rank; nothing for one stage per rank."""
+    return f" v={virtual_stages}" if virtual_stages > 1 else ""

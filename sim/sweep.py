@@ -28,9 +28,10 @@ from sim.memory.attention import with_attention
 from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
-from sim.point import evaluate, make_schedule, resolve
+from sim.point import check_schedule_name, evaluate, resolve
 from sim.procs import die_with_parent
 from sim.rows import ResultRow, pick_winner
+from sim.schedules.errors import ScheduleError
 from sim.schedules.registry import get_schedule
 from sim.textio import decode_text
 from sim.trace.loader import load_trace
@@ -46,7 +47,7 @@ __all__ = [
     "run_points",
 ]
 
-ROW_FORMAT = 4
+ROW_FORMAT = 5
 MAX_GRID = 100_000
 """Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
 shipped dgx1.yaml has 810."""
@@ -92,10 +93,11 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     sw = exp.sweep
     check_options(prep)
     for i, name in enumerate(as_list(sw.schedule)):
-        make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
+        check_schedule_name(name, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
     size = sum(
         len(as_list(sw.schedule))
+        * len(as_list(sw.virtual_stages))
         * len(as_list(sw.stages))
         * len(as_list(sw.dp_width))
         * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
@@ -116,13 +118,16 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
         )
         axes = itertools.product(
-            as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width), mbs, policies
+            _schedule_axis(sw), as_list(sw.stages), as_list(sw.dp_width), mbs, policies
         )
-        for sched, p, w, b, policy in axes:
-            desc = f"{model.name} {sched} p={p} w={w} b={b} {policy}"
+        for (sched, v), p, w, b, policy in axes:
+            vs = f" v={v}" if v > 1 else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w} b={b} {policy}"
             reason = (
                 _invalid(prep, model.name, sched, p, w, b, gb)
-                or _stage_count(policy, p)
+                or _boundaries(prep, p * v)
+                or _virtual(prep, model.name, sched, p, v, gb // (w * b))
+                or _stage_count(policy, p * v)
                 or _asynchronous(sw, sched)
             )
             if reason:
@@ -138,6 +143,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                     microbatches=gb // (w * b),
                     memory_policy=policy,
                     global_batch=gb,
+                    virtual_stages=v,
                 )
             )
     if not points:
@@ -150,6 +156,35 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             field="sweep",
         )
     return points, skipped
+
+
+def _schedule_axis(sw) -> list[tuple[str, int]]:
+    """``(schedule, virtual_stages)`` pairs: the product of the two lists, or, where
+    ``sweep.virtual_stages`` is unset, each schedule with its smallest ``v`` (1 or 2)."""
+    names = as_list(sw.schedule)
+    if "virtual_stages" not in sw.model_fields_set:
+        return [(n, get_schedule(n).min_virtual_stages) for n in names]
+    return [(n, v) for n in names for v in as_list(sw.virtual_stages)]
+
+
+def _boundaries(prep: Prepared, stages: int) -> str:
+    b = prep.exp.options.boundaries
+    if b is not None and len(b) != stages:
+        return f"options.boundaries has {len(b)} stages, not {stages}"
+    return ""
+
+
+def _virtual(prep: Prepared, model: str, sched: str, p: int, v: int, m: int) -> str:
+    """Why ``v`` stage chunks per rank do not work here, or ``""``: the schedule's range of
+    ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`), more stages than layers."""
+    try:
+        get_schedule(sched)(p, max(m, 1), v)
+    except ScheduleError as exc:
+        return str(exc)
+    layers = len(prep.traces[model].layers)
+    if p * v > layers:
+        return f"{p} stages x {v} virtual stages = {p * v} stages but {model} has {layers} layers"
+    return ""
 
 
 def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
@@ -270,8 +305,6 @@ def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb:
             "microbatch_size or lower global_batch)"
         )
     opts = prep.exp.options
-    if opts.boundaries is not None and len(opts.boundaries) != p:
-        return f"options.boundaries has {len(opts.boundaries)} stages, not {p}"
     if opts.placement is not None and (len(opts.placement), len(opts.placement[0])) != (w, p):
         return (
             f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
@@ -344,7 +377,7 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
         placement=json.dumps([list(r) for r in res.placement]),
         error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
-        staleness_steps=max(res.schedule.delay_steps(s) for s in range(point.stages)),
+        staleness_steps=max(res.schedule.delay_steps(s) for s in range(res.schedule.num_stages)),
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )

@@ -264,7 +264,9 @@ def test_registry():
 
 # --- CSV ---------------------------------------------------------------------------------------
 
-actions = st.builds(Action, st.integers(0, 20), st.sampled_from("FBIW"), st.integers(0, 200))
+actions = st.builds(
+    Action, st.integers(0, 20), st.sampled_from("FBIW"), st.integers(0, 200), st.none()
+)
 
 
 @settings(max_examples=100, deadline=None)
