@@ -68,8 +68,7 @@ def uniform_input(
     v = sched.virtual_stages
     topo = topology or chain_topology(p * w)
     costs = tuple(
-        StageCost(fwd_s / v, bwd_s / v, out_bytes, 0.0 if s == 0 else out_bytes)
-        for s in range(n)
+        StageCost(fwd_s / v, bwd_s / v, out_bytes, 0.0 if s == 0 else out_bytes) for s in range(n)
     )
     plan = plan or StagePlan(
         act_bytes=act_bytes,

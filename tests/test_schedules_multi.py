@@ -175,7 +175,9 @@ def test_overlap_pair_csv_round_trip_and_torch_parses_it():
     assert from_csv(io.StringIO(text)) == program
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     parsed = [[schedules._Action.from_str(c) for c in row.split(",")] for row in text.splitlines()]
-    assert [[str(a) for a in row] for row in parsed] == [row.split(",") for row in text.splitlines()]
+    assert [[str(a) for a in row] for row in parsed] == [
+        row.split(",") for row in text.splitlines()
+    ]
 
 
 @pytest.mark.parametrize("name", ["interleaved_1f1b", "interleaved_zero_bubble", "zbv_zero_bubble"])
@@ -183,7 +185,9 @@ def test_torch_validates_our_csv(name):
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     sched = get_schedule(name)(4, 8)
     rows = to_csv_string(sched.one_iteration()).splitlines()
-    actions = {r: [schedules._Action.from_str(c) for c in row.split(",")] for r, row in enumerate(rows)}
+    actions = {
+        r: [schedules._Action.from_str(c) for c in row.split(",")] for r, row in enumerate(rows)
+    }
     schedules._validate_schedule(actions, 4, sched.num_stages, 8)
 
 

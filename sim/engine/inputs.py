@@ -124,7 +124,9 @@ class SimInput:
         for rank, actions in enumerate(self.program):
             for a in flatten(actions):
                 if owner.setdefault(a.stage, rank) != rank:
-                    raise ValueError(f"stage {a.stage} appears on ranks {owner[a.stage]} and {rank}")
+                    raise ValueError(
+                        f"stage {a.stage} appears on ranks {owner[a.stage]} and {rank}"
+                    )
         missing = [s for s in range(self.stages) if s not in owner]
         if missing:
             raise ValueError(f"stages {missing} appear on no rank of the program")

@@ -18,16 +18,15 @@ from sim.schedules.base import Schedule, ScheduleError, with_steps_every
 from sim.schedules.csv_io import from_csv, to_csv, to_csv_string
 from sim.schedules.dualpipe_v import DualPipeV
 from sim.schedules.gpipe import GPipe
+from sim.schedules.grid import format_grid, grid_table
 from sim.schedules.interleaved_1f1b import Interleaved1F1B
 from sim.schedules.interleaved_zero_bubble import InterleavedZeroBubble
 from sim.schedules.looped_bfs import LoopedBFS
 from sim.schedules.multi_stage import MultiStageSchedule
-from sim.schedules.grid import format_grid, grid_table
 from sim.schedules.one_f_one_b import OneFOneB, one_f_one_b_order, unrolled_program
 from sim.schedules.pipedream import PipeDream
 from sim.schedules.pipedream_2bw import PipeDream2BW
 from sim.schedules.pipemare import PipeMare
-from sim.schedules.zbv_zero_bubble import ZBVZeroBubble
 from sim.schedules.registry import (
     ALIASES,
     SCHEDULES,
@@ -35,6 +34,7 @@ from sim.schedules.registry import (
     get_schedule,
     schedule_names,
 )
+from sim.schedules.zbv_zero_bubble import ZBVZeroBubble
 
 __all__ = [
     "ALIASES",

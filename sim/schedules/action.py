@@ -21,9 +21,8 @@ iteration (``0 .. m-1``).
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
-
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 COMPUTE_OPS = ("F", "B", "I", "W")
 STEP = "STEP"

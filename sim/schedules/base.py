@@ -69,8 +69,14 @@ class Schedule(ABC):
         v = self.min_virtual_stages if virtual_stages is None else virtual_stages
         hi = self.max_virtual_stages
         if v < self.min_virtual_stages or (hi is not None and v > hi):
-            want = f"exactly {hi}" if hi == self.min_virtual_stages else (
-                f">= {self.min_virtual_stages}" if hi is None else f"{self.min_virtual_stages}..{hi}"
+            want = (
+                f"exactly {hi}"
+                if hi == self.min_virtual_stages
+                else (
+                    f">= {self.min_virtual_stages}"
+                    if hi is None
+                    else f"{self.min_virtual_stages}..{hi}"
+                )
             )
             raise ScheduleError(
                 f"{self.name} needs virtual_stages (stage chunks per rank) {want}, got {v}"
@@ -86,6 +92,7 @@ class Schedule(ABC):
         Raises:
             ScheduleError: the combination is not accepted.
         """
+        return None
 
     @property
     def num_stages(self) -> int:

@@ -36,7 +36,9 @@ class _Emitter:
 
     def overlap(self, forward_stage: int, backward_stage: int) -> None:
         """torch's ``add_overlap_f_b``: (F, B) as one OVERLAP_F_B action."""
-        self.out.append(Action.pair(self._next(forward_stage, "F"), self._next(backward_stage, "B")))
+        self.out.append(
+            Action.pair(self._next(forward_stage, "F"), self._next(backward_stage, "B"))
+        )
 
     def _next(self, stage: int, op: str) -> Action:
         key = (stage, "I" if op == "B" else op)
