@@ -31,8 +31,8 @@ from sim.memory.registry import get_policy
 from sim.point import check_schedule_name, evaluate, resolve
 from sim.procs import die_with_parent
 from sim.rows import ResultRow, pick_winner
-from sim.schedules.errors import ScheduleError
 from sim.schedules.registry import get_schedule
+from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
 from sim.textio import decode_text
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
@@ -118,15 +118,15 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
         )
         axes = itertools.product(
-            _schedule_axis(sw), as_list(sw.stages), as_list(sw.dp_width), mbs, policies
+            schedule_axis(sw), as_list(sw.stages), as_list(sw.dp_width), mbs, policies
         )
         for (sched, v), p, w, b, policy in axes:
             vs = f" v={v}" if v > 1 else ""
             desc = f"{model.name} {sched} p={p}{vs} w={w} b={b} {policy}"
             reason = (
                 _invalid(prep, model.name, sched, p, w, b, gb)
-                or _boundaries(prep, p * v)
-                or _virtual(prep, model.name, sched, p, v, gb // (w * b))
+                or boundaries_reason(prep, p * v)
+                or virtual_reason(prep, model.name, sched, p, v, gb // (w * b))
                 or _stage_count(policy, p * v)
                 or _asynchronous(sw, sched)
             )
@@ -156,35 +156,6 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             field="sweep",
         )
     return points, skipped
-
-
-def _schedule_axis(sw) -> list[tuple[str, int]]:
-    """``(schedule, virtual_stages)`` pairs: the product of the two lists, or, where
-    ``sweep.virtual_stages`` is unset, each schedule with its smallest ``v`` (1 or 2)."""
-    names = as_list(sw.schedule)
-    if "virtual_stages" not in sw.model_fields_set:
-        return [(n, get_schedule(n).min_virtual_stages) for n in names]
-    return [(n, v) for n in names for v in as_list(sw.virtual_stages)]
-
-
-def _boundaries(prep: Prepared, stages: int) -> str:
-    b = prep.exp.options.boundaries
-    if b is not None and len(b) != stages:
-        return f"options.boundaries has {len(b)} stages, not {stages}"
-    return ""
-
-
-def _virtual(prep: Prepared, model: str, sched: str, p: int, v: int, m: int) -> str:
-    """Why ``v`` stage chunks per rank do not work here, or ``""``: the schedule's range of
-    ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`), more stages than layers."""
-    try:
-        get_schedule(sched)(p, max(m, 1), v)
-    except ScheduleError as exc:
-        return str(exc)
-    layers = len(prep.traces[model].layers)
-    if p * v > layers:
-        return f"{p} stages x {v} virtual stages = {p * v} stages but {model} has {layers} layers"
-    return ""
 
 
 def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
