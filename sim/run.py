@@ -206,12 +206,25 @@ def _write_winner(
 def _compute_notes(prep, points) -> dict[str, list[str]]:
     """Per model, how its trace is brought to each micro-batch size and to this GPU."""
     from sim.compute.adapt import grid_notes
+    from sim.point import split_note
+    from sim.schedules.registry import get_schedule
 
     gpu = prep.topology.gpus[0].compute
-    return {
+    out = {
         name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
         for name, t in prep.traces.items()
     }
+    for name, t in prep.traces.items():  # the I/W split assumption (sim.engine.inputs)
+        if any(x.bwd_input_s is None or x.bwd_weight_s is None for x in t.layers):
+            split = sorted(
+                {
+                    p.schedule
+                    for p in points
+                    if p.model == name and get_schedule(p.schedule).splits_backward
+                }
+            )
+            out[name] += [f"{name}: {split_note(s)}" for s in split]
+    return out
 
 
 def _write_resolved(out: Path, exp, prep, points, skipped, notes) -> None:
