@@ -155,11 +155,22 @@ def schedule_show(
         help="Micro-batches per iteration m.",
     ),
     iterations: int = typer.Option(1, min=1, max=MAX_ITERATIONS, help="Optimizer steps to unroll."),
+    virtual_stages: int = typer.Option(
+        None,
+        "--virtual-stages",
+        "-v",
+        min=1,
+        max=64,
+        help="Stage chunks per rank v (default: the schedule's smallest, 1 or 2).",
+    ),
     csv: Path = typer.Option(
         None, "--csv", help="Write one iteration in torch's compute-only CSV format to this file."
     ),
 ) -> None:
-    """Print a schedule as a step x rank grid of actions like '2F0' (stage 2, forward, mb 0)."""
+    """Print a schedule as a step x rank grid of actions like '2F0' (stage 2, forward, mb 0).
+
+    With v stage chunks per rank, stages run 0 .. p*v-1 and each column is a rank; torch's
+    OVERLAP_F_B pairs show as '(7F4;0B0)OVERLAP_F_B'."""
     from sim.atomic import check_writable
     from sim.point import make_schedule
     from sim.schedules.csv_io import to_csv
@@ -167,10 +178,20 @@ def schedule_show(
 
     if csv:
         check_writable(csv, option="--csv")
-    sched = make_schedule(name, stages, microbatches, file="command line", field="--stages")
+    sched = make_schedule(
+        name,
+        stages,
+        microbatches,
+        file="command line",
+        field="--stages",
+        virtual_stages=virtual_stages,
+    )
     print(format_grid(sched.program(iterations)))
-    versions = [sched.weight_versions(s) for s in range(stages)]
+    versions = [sched.weight_versions(s) for s in range(sched.num_stages)]
     out.print(f"weight versions per stage: {versions}; synchronous: {sched.synchronous}")
+    if sched.virtual_stages > 1:
+        ranks = [sched.rank_stages(r) for r in range(stages)]
+        out.print(f"virtual stages: {sched.virtual_stages}; stages per rank: {ranks}")
     if csv:
         to_csv(sched.one_iteration(), csv)
         out.print(f"wrote {csv}")
@@ -631,11 +652,11 @@ def validate(
     to validation.csv.
     """
     from sim.atomic import check_writable
-    from sim.point import make_schedule
+    from sim.point import check_schedule_name
 
     _check_device_name(device)
     for i, name in enumerate(schedule or ()):
-        make_schedule(name, 1, 1, file="command line", field=f"--schedule ({i + 1}.)")
+        check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
     if out_dir:
         check_writable(out_dir, option="--out", directory=True)
     _need_torch()

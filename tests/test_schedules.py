@@ -265,7 +265,14 @@ def test_deadlock_detected():
 
 
 def test_registry():
-    assert schedule_names() == ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"]
+    assert schedule_names()[:5] == ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"]
+    assert schedule_names()[5:] == [
+        "interleaved_1f1b",
+        "looped_bfs",
+        "interleaved_zero_bubble",
+        "zbv_zero_bubble",
+        "dualpipe_v",
+    ]
     assert get_schedule("pipedream_flush") is OneFOneB
     assert get_schedule("PipeDream-Flush") is OneFOneB
     assert get_schedule("2bw") is PipeDream2BW
@@ -279,7 +286,9 @@ def test_registry():
 
 # --- CSV ---------------------------------------------------------------------------------------
 
-actions = st.builds(Action, st.integers(0, 20), st.sampled_from("FBIW"), st.integers(0, 200))
+actions = st.builds(
+    Action, st.integers(0, 20), st.sampled_from("FBIW"), st.integers(0, 200), st.none()
+)
 
 
 @settings(max_examples=100, deadline=None)

@@ -13,6 +13,14 @@ from typing import Any
 from sim.schedules.registry import get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
+SCHEDULES_TORCH_CSV = (
+    "interleaved_1f1b",
+    "looped_bfs",
+    "interleaved_zero_bubble",
+    "zbv_zero_bubble",
+    "dualpipe_v",
+)
+"""Multi-stage schedules replayed only through ``_PipelineScheduleRuntime`` from our CSV."""
 """Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
 POLICIES = ("none", "recompute", "cpu_swap")
 """Memory policies the replay runs (``backends.torch.memory.replay_policy``), per stage."""
@@ -50,7 +58,7 @@ class ReplayJob:
             ``None`` splits the ``layers + 2`` chain evenly.
         schedule: ``gpipe``, ``1f1b``, ``pipedream_2bw``, ``pipedream`` or ``pipemare`` (any
             name ``sim.schedules.registry.get_schedule`` accepts).
-        stages: pipeline depth ``p`` (one stage per rank).
+        stages: pipeline depth ``p`` (ranks; one stage per rank unless ``virtual_stages``).
         microbatches: micro-batches per iteration ``m``.
         microbatch_size: samples per micro-batch ``b``.
         iterations: measured iterations (optimizer steps; ``m`` micro-batches each).
@@ -63,7 +71,10 @@ class ReplayJob:
         backend: ``ours`` (:mod:`backends.torch.runtime`, every schedule) or ``torch``
             (torch's ``ScheduleGPipe`` / ``Schedule1F1B``).
         torch_csv: with ``backend="torch"``, run ``_PipelineScheduleRuntime`` loading our
-            compute-only CSV (``sim.schedules.csv_io``) instead of torch's own schedule class.
+            compute-only CSV (``sim.schedules.csv_io``) instead of torch's own schedule class;
+            the only way to replay the multi-stage schedules (``SCHEDULES_TORCH_CSV``).
+        virtual_stages: stage chunks per rank ``v`` (None: the schedule's smallest, 1 or 2);
+            ``boundaries`` then has ``p * v`` entries.
         seed: model and data seed.
         lr: SGD learning rate (no momentum, no weight decay).
         dtype: ``fp32``, ``fp16`` or ``bf16`` parameters and activations.
@@ -96,6 +107,7 @@ class ReplayJob:
     pg_timeout_s: float = 60.0
     dump_dir: str | None = None
     fail_on: str | None = None
+    virtual_stages: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (dict, str)):
@@ -118,9 +130,19 @@ class ReplayJob:
         """Every invalid field as ``'field: reason'``."""
         out = []
         try:
-            get_schedule(self.schedule)(self.stages, self.microbatches)
+            sched = get_schedule(self.schedule)(self.stages, self.microbatches, self.virtual_stages)
         except (KeyError, ValueError) as exc:
             out.append(f"schedule: {exc}")
+            sched = None
+        multi = sched is not None and sched.virtual_stages > 1
+        if multi and not (self.backend == "torch" and self.torch_csv):
+            out.append(
+                f"schedule: {self.schedule} (stage chunks per rank) replays only with "
+                "backend 'torch' and torch_csv (torch's _PipelineScheduleRuntime)"
+            )
+        if multi and self.memory_policy != "none":
+            out.append("memory_policy: only 'none' with stage chunks per rank")
+        n_stages = sched.num_stages if sched is not None else self.stages
         for name in ("stages", "microbatches", "microbatch_size", "iterations"):
             if getattr(self, name) < 1:
                 out.append(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -131,18 +153,20 @@ class ReplayJob:
         out += policy_problems(self.memory_policy, self.stages)
         if self.backend not in ("ours", "torch"):
             out.append(f"backend: {self.backend!r} must be 'ours' or 'torch'")
-        if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH:
+        if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH + (
+            SCHEDULES_TORCH_CSV if self.torch_csv else ()
+        ):
             out.append(
                 f"schedule: backend 'torch' runs only {SCHEDULES_TORCH}, not {self.schedule!r}"
             )
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             out.append(f"device: {self.device!r} must be 'cpu' or 'cuda'")
         if self.boundaries is not None and len(self.boundaries) not in (
-            self.stages,
-            self.stages + 1,
+            n_stages,
+            n_stages + 1,
         ):
             out.append(
-                f"boundaries: need one start layer per stage ({self.stages}), got {self.boundaries}"
+                f"boundaries: need one start layer per stage ({n_stages}), got {self.boundaries}"
             )
         for name in ("timeout_s", "pg_timeout_s"):
             if not getattr(self, name) > 0:
@@ -258,7 +282,7 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
         memory=[r["memory"] for r in ranks],
         action_counts=[r["counts"] for r in ranks],
         expected_action_counts=[r["expected"] for r in ranks],
-        losses=ranks[-1]["losses"],
+        losses=next((r["losses"] for r in reversed(ranks) if r["losses"]), []),  # the loss rank
         notes=notes,
         job=job.to_dict(),
         device_name=ranks[0].get("device_name", ""),

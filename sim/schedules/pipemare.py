@@ -85,8 +85,15 @@ class PipeMare(Schedule):
         "PipeMare: async, no stashing, 2(p-s)+2 in flight, step every m backwards"
     )
 
-    def __init__(self, stages: int, microbatches: int, *, discrepancy_correction: bool = False):
-        super().__init__(stages, microbatches)
+    def __init__(
+        self,
+        stages: int,
+        microbatches: int,
+        virtual_stages: int | None = None,
+        *,
+        discrepancy_correction: bool = False,
+    ):
+        super().__init__(stages, microbatches, virtual_stages)
         self.discrepancy_correction = discrepancy_correction
 
     def program(self, iterations: int = 1) -> Program:
