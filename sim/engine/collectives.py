@@ -1,19 +1,27 @@
 """Data-parallel collectives over the ``w`` replicas of a stage: all-reduce, reduce-scatter,
 all-gather, as NCCL runs them within one server.
 
-Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring): the ``w`` GPUs of the communicator form a
-ring (:meth:`~sim.hardware.topology.Topology.ring`, each hop routed through the communicator's
-GPUs, switches and hosts only); an all-reduce of ``B`` bytes is ``2(w-1)`` steps, a
-reduce-scatter or an all-gather ``w-1`` steps, and in every step each GPU sends ``B/w`` bytes to
-the next one, all hops at once. A step therefore takes the slowest hop's
-:func:`~sim.hardware.topology.transfer_time_s` for ``B/w`` bytes at NCCL's rate of its links
-(:func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per NVLink, NCCL
-``src/graph/topo.h``; raw copies get more), and the bus bandwidth NCCL
-reports (nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
-all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the slowest hop's
-bandwidth for large ``B``. The collective holds every link of the ring for its whole duration,
-so it contends with sends and swaps on those links (links are FIFO: see
-:mod:`sim.engine.links`).
+Rings (NCCL's channels, :func:`~sim.hardware.rings.ring_set`): the ``w`` GPUs of the
+communicator get a set of rings over their NVLinks, each with the bandwidth it reserved on its
+links (NCCL ``src/graph/search.cc``), or, where they have no NVLink ring, one ring whose hops are
+routed through the communicator's GPUs, switches and hosts only (:meth:`~sim.hardware.topology.
+Topology.ring`). The collective's ``B`` bytes are split over the rings in proportion to their
+bandwidth, and all rings run at once (NVIDIA/nccl#299).
+
+Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring), on each ring: an all-reduce of its ``b``
+bytes is ``2(w-1)`` steps, a reduce-scatter or an all-gather ``w-1`` steps, and in every step
+each GPU sends ``b/w`` bytes to the next one, all hops at once. A step therefore takes the
+slowest hop's :func:`~sim.hardware.topology.transfer_time_s` for ``b/w`` bytes at the hop's rate
+(the ring's reserved bandwidth; for the single routed ring, NCCL's rate of its links shared by
+the hops that cross them, :func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per
+NVLink, NCCL ``src/graph/topo.h``; raw copies get more), and the collective ends with its
+slowest ring (:func:`ring_time_s`). The bus bandwidth NCCL reports (nccl-tests
+``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for all-reduce,
+``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the rings' summed bandwidth for
+large ``B``: 120 GB/s over the 8 GPUs of a DGX-1 (two rings of 40 and two of 20 GB/s), against
+~130 GB/s measured (NVIDIA/nccl#258). The collective holds every link of its rings for its whole
+duration, one hold for all rings (a link two rings share is not held twice), so it contends
+with sends and swaps on those links (links are FIFO: see :mod:`sim.engine.links`).
 
 Overlap (PyTorch DDP, ``bucket_cap_mb=25``): the all-reduce of a backward that ends an
 optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backward computes.
@@ -34,7 +42,8 @@ import simpy
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.events import Event, EventKind, Stream
-from sim.hardware.topology import Link, ring_hop_bandwidths, transfer_time_s
+from sim.hardware.rings import Ring, ring_set
+from sim.hardware.topology import Link, transfer_time_s
 
 RING_STEPS: dict[str, int] = {
     EventKind.ALLREDUCE: 2,
@@ -44,26 +53,32 @@ RING_STEPS: dict[str, int] = {
 """Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
 
 
-def ring_time_s(routes: list[tuple[Link, ...]], nbytes: float, kind: str) -> float:
-    """Uncontended seconds of a ring collective of ``nbytes`` over ``len(routes)`` members.
+def ring_time_s(rings: tuple[Ring, ...], nbytes: float, kind: str) -> float:
+    """Uncontended seconds of a ring collective of ``nbytes`` over ``rings`` run at once.
 
     Args:
-        routes: the ring's hops, ``routes[i]`` from member ``i`` to member ``i + 1 (mod w)``.
+        rings: the rings (:func:`~sim.hardware.rings.ring_set`), all over the same ``w``
+            members; ring ``r`` carries ``nbytes * bw_r / sum(bw)`` (its bandwidth's share;
+            all of it when there is one ring).
         nbytes: bytes of the buffer every member holds (the gradients), ``B``.
         kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
             (``w-1`` steps).
 
     Returns:
-        ``steps * max_i transfer_time_s(routes[i], B / w, bandwidth_i)``, ``bandwidth_i`` from
-        :func:`~sim.hardware.topology.ring_hop_bandwidths` (hop ``i``'s bottleneck, shared
-        with the other hops that cross it); 0 for one member.
+        ``steps * max_r max_i transfer_time_s(route_ri, b_r / w, bw_ri)``: the slowest ring's
+        time, each of its steps its slowest hop's (latencies plus its chunk at the hop's
+        rate); 0 for one member.
     """
-    w = len(routes)
+    w = len(rings[0].order)
     if w < 2:
         return 0.0
-    bws = ring_hop_bandwidths(routes)
+    total_Bps = sum(r.bandwidth_Bps for r in rings)
     step_s = max(
-        transfer_time_s(route, nbytes / w, bw) for route, bw in zip(routes, bws, strict=True)
+        transfer_time_s(
+            route, (nbytes if len(rings) == 1 else nbytes * r.bandwidth_Bps / total_Bps) / w, bw
+        )
+        for r in rings
+        for route, bw in zip(r.routes, r.hop_bandwidths_Bps, strict=True)
     )
     return RING_STEPS[kind] * (w - 1) * step_s
 
@@ -122,7 +137,7 @@ class Collectives:
         self.links = links
         self._groups: dict[tuple, list] = {}
         self._overlapped: dict[tuple[int, int], list] = {}
-        self._rings: dict[int, tuple[list[tuple[Link, ...]], tuple[str, ...]]] = {}
+        self._rings: dict[int, tuple[tuple[Ring, ...], list[Link], tuple[str, ...]]] = {}
 
     @staticmethod
     def nbytes(rep: StageReplica) -> float:
@@ -176,12 +191,11 @@ class Collectives:
         """Process: reduce the buckets in order, each once it is ready and the previous one is
         done; consecutive buckets share one hold of the ring's links when there are more than
         :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail)."""
-        routes, names = self.ring(s)
-        links = [lk for route in routes for lk in route]
+        rings, links, names = self.rings(s)
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
-        full_s = ring_time_s(routes, sizes[0], EventKind.ALLREDUCE)
-        last_s = ring_time_s(routes, sizes[-1], EventKind.ALLREDUCE)
+        full_s = ring_time_s(rings, sizes[0], EventKind.ALLREDUCE)
+        last_s = ring_time_s(rings, sizes[-1], EventKind.ALLREDUCE)
 
         def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
             return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
@@ -236,31 +250,25 @@ class Collectives:
                 start,
                 self.env.now,
                 nbytes=size,
-                links=self.ring(rep.stage)[1],
+                links=self.rings(rep.stage)[2],
                 **tags,
             )
         )
 
-    def ring(self, s: int) -> tuple[list[tuple[Link, ...]], tuple[str, ...]]:
-        """Stage ``s``'s ring: its hops' routes (through the communicator only) and the names
-        of the links they hold, in name order."""
+    def rings(self, s: int) -> tuple[tuple[Ring, ...], list[Link], tuple[str, ...]]:
+        """Stage ``s``'s rings (:func:`~sim.hardware.rings.ring_set` over its replicas' GPUs,
+        through the communicator only), the links they cross (each once, in name order) and
+        those links' names."""
         cached = self._rings.get(s)
         if cached is None:
-            topo, w = self.inp.topology, self.inp.dp_width
-            gpus = tuple(f"gpu{self.inp.placement[r][s]}" for r in range(w))
-            comm = frozenset(gpus)
-            order = topo.ring(gpus)
-            routes = [
-                topo.route(a, b, within=comm)
-                for a, b in zip(order, order[1:] + order[:1], strict=True)
-            ]
-            names = tuple(sorted({lk.name for route in routes for lk in route}))
-            cached = self._rings[s] = (routes, names)
+            gpus = tuple(f"gpu{self.inp.placement[r][s]}" for r in range(self.inp.dp_width))
+            rings = ring_set(self.inp.topology, gpus)
+            by_name = {lk.name: lk for ring in rings for route in ring.routes for lk in route}
+            names = tuple(sorted(by_name))
+            cached = self._rings[s] = (rings, [by_name[n] for n in names], names)
         return cached
 
     def _ring(self, s: int, nbytes: float, kind: str, done: simpy.Event):
-        routes, _ = self.ring(s)
-        yield from self.links.hold(
-            [lk for route in routes for lk in route], ring_time_s(routes, nbytes, kind)
-        )
+        rings, links, _ = self.rings(s)
+        yield from self.links.hold(links, ring_time_s(rings, nbytes, kind))
         done.succeed()

@@ -3,9 +3,10 @@
 
 ``sendrecv_perf`` on ``n`` GPUs (nccl-tests ``src/sendrecv.cu``): every rank sends ``B`` bytes
 to the next rank and receives from the previous one, all at once; ``busbw = algbw = B / t``.
-``all_reduce_perf``: one ring all-reduce of ``B`` bytes; ``busbw = B / t * 2(n-1)/n``
+``all_reduce_perf``: one ring all-reduce of ``B`` bytes, split over the communicator's rings
+(NCCL's channels, :func:`~sim.hardware.rings.ring_set`); ``busbw = B / t * 2(n-1)/n``
 (nccl-tests ``doc/PERFORMANCE.md``). Both run on the engine's own :class:`~sim.engine.links.
-Links` and ring (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
+Links` and rings (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
 of each link (:data:`~sim.engine.links.NCCL_KINDS`) as a training run does.
 
 Not modelled: latency beyond the links' own (NCCL's protocol and launch costs), NCCL's choice of
@@ -21,6 +22,7 @@ import simpy
 from sim.engine.collectives import bus_bandwidth_Bps, ring_time_s
 from sim.engine.links import Links
 from sim.events import EventKind, Stream
+from sim.hardware.rings import ring_set
 from sim.hardware.topology import Topology
 
 
@@ -41,14 +43,10 @@ def sendrecv_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) ->
 
 
 def allreduce_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
-    """Seconds of one ring all-reduce of ``nbytes`` over ``gpus`` (NCCL-like ring order,
-    routes through the communicator only)."""
-    comm = frozenset(gpus)
-    order = topology.ring(gpus)
-    routes = [
-        topology.route(a, b, within=comm) for a, b in zip(order, order[1:] + order[:1], strict=True)
-    ]
-    return ring_time_s(routes, nbytes, EventKind.ALLREDUCE)
+    """Seconds of one all-reduce of ``nbytes`` over ``gpus``: split over their rings
+    (:func:`~sim.hardware.rings.ring_set`: NVLink rings with reserved bandwidth, else one ring
+    routed through the communicator only), the slowest ring's time."""
+    return ring_time_s(ring_set(topology, gpus), nbytes, EventKind.ALLREDUCE)
 
 
 def sendrecv_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
