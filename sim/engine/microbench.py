@@ -3,7 +3,7 @@
 
 ``sendrecv_perf`` on ``n`` GPUs (nccl-tests ``src/sendrecv.cu``): every rank sends ``B`` bytes
 to the next rank and receives from the previous one, all at once; ``busbw = algbw = B / t``.
-``all_reduce_perf``: one ring all-reduce of ``B`` bytes, split over the communicator's rings
+``all_reduce_perf``: one all-reduce of ``B`` bytes, split over the communicator's rings
 (NCCL's channels, :func:`~sim.hardware.rings.ring_set`); ``busbw = B / t * 2(n-1)/n``
 (nccl-tests ``doc/PERFORMANCE.md``). Both run on the engine's own :class:`~sim.engine.links.
 Links` and rings (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
