@@ -5,7 +5,8 @@ Profiles a small GPT (4 blocks, hidden 256) with ``sim profile --concurrent 2``'
 ranks, then for GPipe, 1F1B and PipeDream-2BW at several micro-batch counts replays the
 configuration with our runtime (and torch's ScheduleGPipe / Schedule1F1B) and simulates it on
 the calibrated hardware. Prints the iteration-time error per configuration and the mean
-absolute percentage error (MAPE), and the peak-memory error.
+absolute percentage error (MAPE), the peak-memory error, and per rank where the iteration time
+goes (F, B, STEP, idle; measured beside predicted, ``validation_breakdown.csv``).
 
 Run: ``python benchmarks/bench_validation.py [--microbatches 4 8 16] [--iterations 5]``.
 Prints figures; asserts nothing. Target (issue 4): MAPE under 10 % on CPU.
@@ -89,6 +90,18 @@ def main() -> None:
             f"{torch_rows.error.abs().mean():.1%} ({len(torch_rows)} configurations)"
         )
     print(f"MAPE peak memory (our runtime): {ours.memory_error.abs().mean():.1%}")
+    parts_csv = dest.parent / "validation_breakdown.csv"
+    if parts_csv.exists():
+        import pandas as pd
+
+        parts = pd.read_csv(parts_csv)
+        print("per-rank breakdown, ms per iteration (measured / predicted / difference):")
+        for (sched, m, rank), g in parts.groupby(["schedule", "microbatches", "rank"], sort=False):
+            cells = "  ".join(
+                f"{r.part} {r.measured_s * 1e3:.0f}/{r.predicted_s * 1e3:.0f}/{r.diff_s * 1e3:+.0f}"
+                for r in g.itertuples()
+            )
+            print(f"  {sched:14s} m={m:3d} {rank}: {cells}")
     print(
         f"all actions done: {bool(df.all_actions_done.all())}; "
         f"losses finite: {bool(df.losses_finite.all())}; table: {dest}"

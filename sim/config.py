@@ -108,6 +108,17 @@ class SweepConfig(_Strict):
     )
     stages: IntList = Field(2, description="Pipeline depth(s) p (stages, one GPU each).")
     dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    tensor_parallel: IntList = Field(
+        1,
+        description="Megatron tensor-parallel size(s) t: each stage replica runs on t GPUs of "
+        "one server (sim.tensor); t must divide each server's GPUs and the model's heads, and "
+        "the trace must record its model shape. A point uses stages x dp_width x t GPUs.",
+    )
+    sequence_parallel: bool | list[bool] = Field(
+        False,
+        description="Megatron sequence parallelism with tensor parallelism (reduce-scatter / "
+        "all-gather instead of all-reduce; activations split t ways: Korthikanti et al. 2022).",
+    )
     microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
     memory_policy: StrList = Field(
         "none",
@@ -122,7 +133,7 @@ class SweepConfig(_Strict):
         "gpipe, 1f1b); skip pipedream, pipedream_2bw and pipemare.",
     )
 
-    @field_validator("stages", "dp_width", "microbatch_size")
+    @field_validator("stages", "dp_width", "microbatch_size", "tensor_parallel")
     @classmethod
     def _positive(cls, v: IntList) -> IntList:
         for x in as_list(v):
@@ -199,6 +210,8 @@ class PointConfig(BaseModel):
     stages: int
     dp_width: int
     microbatch_size: int
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
     microbatches: int
     memory_policy: str
     global_batch: int

@@ -47,6 +47,7 @@ class Stream(StrEnum):
     H2D = "h2d"
     P2P = "p2p"
     COMM = "comm"
+    TP = "tp"  # tensor-parallel collectives (sim.engine.collectives.TensorCollectives)
 
 
 class MemCategory(StrEnum):

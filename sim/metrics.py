@@ -70,7 +70,9 @@ class Metrics:
         swap_bytes: bytes moved by swaps and chunk moves per optimizer step.
         recompute_s: recompute seconds per optimizer step, summed over GPUs.
         stall_s: seconds compute waited on late swaps or fetches per step, summed over GPUs.
-        comm_bytes: bytes of stage-boundary and all-reduce traffic per step.
+        comm_bytes: bytes of stage-boundary and collective traffic per step (a collective's
+            buffer counted once per communicator: data-parallel collectives on replica 0,
+            tensor-parallel ones once per group).
     """
 
     iteration_time_s: float
@@ -87,7 +89,13 @@ class Metrics:
 
 
 def compute_metrics(
-    log: EventLog, *, stages: int, microbatches: int, synchronous: bool, samples_per_step: int
+    log: EventLog,
+    *,
+    stages: int,
+    microbatches: int,
+    synchronous: bool,
+    samples_per_step: int,
+    tensor_parallel: int = 1,
 ) -> Metrics:
     """Metrics of ``log`` (see :class:`Metrics`).
 
@@ -97,6 +105,7 @@ def compute_metrics(
         microbatches: micro-batches per step m.
         synchronous: whether the schedule flushes each step.
         samples_per_step: global batch (m * b * w).
+        tensor_parallel: ``t``: each tensor-parallel collective is logged on its ``t`` GPUs.
     """
     t0, t1, steps = steady_window(log.iteration_ends_s, stages, microbatches, synchronous)
     span = max(t1 - t0, 1e-30)
@@ -119,7 +128,7 @@ def compute_metrics(
         elif e.kind == EventKind.TRANSFER:
             moved["comm"] += e.nbytes * frac
         elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
-            moved["comm"] += e.nbytes * frac
+            moved["comm"] += e.nbytes * frac / (tensor_parallel if e.stream == Stream.TP else 1)
     n = max(len(gpus), 1)
     bubble = 1.0 - (busy[EventKind.COMPUTE] + busy[EventKind.RECOMPUTE]) / (n * span)
     peaks = dict(log.meta.get("peak_bytes", {}))

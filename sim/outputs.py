@@ -72,10 +72,14 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
         "microbatch_size": int(row.microbatch_size),
         "memory_policy": row.memory_policy,
     }
+    if row.tensor_parallel > 1:
+        data["sweep"]["tensor_parallel"] = int(row.tensor_parallel)
+        data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),
-        "placement": json.loads(row.placement),
+        # tensor-parallel groups are placed automatically (sim.tensor.groups): not fixed here
+        "placement": json.loads(row.placement) if row.tensor_parallel == 1 else None,
     }
     data["prediction"] = {
         k: getattr(row, k)
@@ -126,6 +130,8 @@ OUTPUT_NAMES = {
     "memory_summary.csv",
     "max_model_per_policy.png",
     "throughput_vs_model_size.png",
+    "tflops_per_gpu.csv",
+    "tflops_vs_model_size.png",
 }
 """Files a run writes at the top of its folder (and what runs before the manifest existed
 wrote; their folders count as ours too). A model may not be named like one of them."""

@@ -28,6 +28,9 @@ from sim.schedules.action import STEP, Program
 from sim.schedules.analysis import peak_in_flight
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
+from sim.tensor.groups import tensor_groups
+from sim.tensor.megatron import aggregate
+from sim.tensor.shard import ShardedTrace, shard_trace
 from sim.trace.schema import Trace, dtype_bytes
 
 
@@ -73,12 +76,15 @@ def stage_contexts(
     in_flight: list[int],
     exp: ExperimentConfig,
     program: Program | None = None,
+    job_gpus: list[int] | None = None,
 ) -> list[list[StageContext]]:
-    """One :class:`StageContext` per ``[replica][stage]``."""
+    """One :class:`StageContext` per ``[replica][stage]`` (``job_gpus``: every GPU of the job
+    when ``placement`` is only part of it, e.g. one tensor rank of each stage)."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
-    sharers = host_link_sharers(topo, [f"gpu{g}" for row in placement for g in row])
+    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
+    sharers = host_link_sharers(topo, [f"gpu{g}" for g in gpus])
     out = []
     for r, row in enumerate(placement):
         ctxs = []
@@ -172,9 +178,11 @@ def resolve(
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
     schedule = make_schedule(point.schedule, point.stages, point.microbatches, file=file)
-    if point.stages * point.dp_width > topo.num_gpus:
+    t = point.tensor_parallel
+    if point.stages * point.dp_width * t > topo.num_gpus:
+        what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
         raise InputError(
-            f"stages x dp_width = {point.stages * point.dp_width} GPUs, but "
+            f"{what} = {point.stages * point.dp_width * t} GPUs, but "
             f"{topo.name} has {topo.num_gpus}",
             file=file,
             field="sweep.stages",
@@ -191,40 +199,119 @@ def resolve(
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
+    sharded = _shard(trace, point, topo, file)
+    trace = sharded.trace
     iterations = exp.training.iterations or iterations_needed(
         point.stages, point.microbatches, schedule.synchronous
     )
     program = schedule.program(iterations)
     in_flight = peak_in_flight(program)
-    placement = _placement(exp, topo, point, file)
+    groups = _tensor_groups(topo, point, file) if t > 1 else ()
+    placement = (
+        tuple(tuple(g[0] for g in row) for row in groups)
+        if groups
+        else _placement(exp, topo, point, file)
+    )
     try:
         boundaries = choose_boundaries(topo, trace, schedule, in_flight, placement, exp)
     except InputError as exc:
         exc.file = exc.file or file
         raise
-    contexts = stage_contexts(topo, trace, boundaries, placement, schedule, in_flight, exp, program)
-    flat_ctx = [c for row in contexts for c in row]
+    job = [g for row in groups for grp in row for g in grp] if groups else None
+    flat_ctx = [
+        c
+        for k in range(t)
+        for row in stage_contexts(
+            topo,
+            trace,
+            boundaries,
+            _rank(placement, groups, k),
+            schedule,
+            in_flight,
+            exp,
+            program,
+            job,
+        )
+        for c in row
+    ]
     try:
         flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    plans = tuple(
-        tuple(flat[r * point.stages : (r + 1) * point.stages]) for r in range(len(contexts))
-    )
     if not exp.training.optimizer_step:
-        plans = tuple(tuple(replace(p, optimizer_s=0.0) for p in row) for row in plans)
-    edges = list(boundaries) + [len(trace.layers)]
-    costs = tuple(
-        StageCost.from_layers(
-            trace.layers[edges[s] : edges[s + 1]],
-            trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+        flat = [replace(p, optimizer_s=0.0) for p in flat]
+    p, w = point.stages, point.dp_width
+    per_rank = [flat[k * p * w : (k + 1) * p * w] for k in range(t)]
+    plans = tuple(tuple(per_rank[0][r * p : (r + 1) * p]) for r in range(w))
+    tensor_plans = (
+        tuple(
+            tuple(tuple(per_rank[k][r * p + s] for k in range(t)) for s in range(p))
+            for r in range(w)
         )
-        for s in range(point.stages)
+        if groups
+        else ()
     )
-    sim_input = SimInput(topo, costs, program, point.microbatches, placement, plans)
+    costs = _stage_costs(sharded, boundaries)
+    sim_input = SimInput(
+        topo,
+        costs,
+        program,
+        point.microbatches,
+        placement,
+        plans,
+        tensor_groups=groups,
+        tensor_plans=tensor_plans,
+    )
     return Resolved(
         point, schedule, trace, tuple(boundaries), placement, sim_input, iterations, tuple(notes)
     )
+
+
+def _shard(trace: Trace, point: PointConfig, topo: Topology, file: str) -> ShardedTrace:
+    """The trace on one tensor rank (:func:`~sim.tensor.shard.shard_trace`).
+
+    Raises:
+        InputError: the trace cannot be split ``tensor_parallel`` ways (no model shape, heads).
+    """
+    try:
+        return shard_trace(
+            trace, point.tensor_parallel, point.sequence_parallel, topo.gpus[0].compute
+        )
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _tensor_groups(topo: Topology, point: PointConfig, file: str):
+    try:
+        return tensor_groups(topo, point.stages, point.dp_width, point.tensor_parallel)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _rank(placement, groups, k: int):
+    """GPU per ``[replica][stage]`` of tensor rank ``k`` (``placement`` without groups)."""
+    if not groups:
+        return placement
+    return tuple(tuple(g[k] for g in row) for row in groups)
+
+
+def _stage_costs(sharded: ShardedTrace, boundaries) -> tuple[StageCost, ...]:
+    """Each stage's compute, boundary bytes and tensor-parallel collectives."""
+    layers = sharded.trace.layers
+    edges = list(boundaries) + [len(layers)]
+    out = []
+    for s in range(len(boundaries)):
+        lo, hi = edges[s], edges[s + 1]
+        cost = StageCost.from_layers(layers[lo:hi], layers[lo - 1].out_bytes if s > 0 else 0.0)
+        if sharded.tensor_parallel > 1:
+            comm = sharded.comm[lo:hi]
+            cost = replace(
+                cost,
+                tp_fwd=aggregate([op for c in comm for op in c.fwd]),
+                tp_bwd=aggregate([op for c in comm for op in c.bwd]),
+            )
+        out.append(cost)
+    return tuple(out)
 
 
 def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
@@ -253,16 +340,26 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
         microbatches=p.microbatches,
         synchronous=res.schedule.synchronous,
         samples_per_step=p.microbatches * p.microbatch_size * p.dp_width,
+        tensor_parallel=p.tensor_parallel,
     )
     log.meta.update(
         boundaries=list(res.boundaries),
-        placement=[list(r) for r in res.placement],
+        placement=placement_json(res),
         schedule=p.schedule,
         microbatches=p.microbatches,
         policy_notes=policy_notes(res),
         compute_notes=list(res.compute_notes),
     )
     return metrics, log
+
+
+def placement_json(res: Resolved) -> list:
+    """GPU per ``[replica][stage]``, or per ``[replica][stage][tensor rank]`` with tensor
+    parallelism."""
+    groups = res.sim_input.tensor_groups
+    if groups:
+        return [[list(g) for g in row] for row in groups]
+    return [list(r) for r in res.placement]
 
 
 def policy_notes(res: Resolved) -> dict:

@@ -5,8 +5,9 @@ summary table, the memory-policy summary) orders rows with :func:`rank_key`, so 
 
 1. rows that fit in memory (and simulated without error) first;
 2. then higher throughput (samples/s) first; rows without a throughput last;
-3. ties: fewer GPUs (``stages x dp_width``), then fewer micro-batches per iteration, then
-   schedule, stages, dp_width, microbatch_size, memory_policy and model by name/value, so the
+3. ties: fewer GPUs (``stages x dp_width x tensor_parallel``), then fewer micro-batches per
+   iteration, then schedule, stages, dp_width, tensor_parallel, sequence_parallel,
+   microbatch_size, memory_policy and model by name/value, so the
    order never depends on the grid's order or on which worker finished first.
 """
 
@@ -37,6 +38,8 @@ class ResultRow(BaseModel):
     schedule: str
     stages: int = Field(ge=1)
     dp_width: int = Field(ge=1)
+    tensor_parallel: int = Field(1, ge=1)
+    sequence_parallel: bool = False
     microbatch_size: int = Field(ge=1)
     microbatches: int = Field(ge=1)
     memory_policy: str
@@ -121,14 +124,17 @@ def rank_key(row: ResultRow | Mapping[str, Any]) -> tuple:
     ok = bool(_get(row, "fits", False)) and not _get(row, "error", "")
     tput = float(_get(row, "throughput_samples_per_s", -math.inf))
     stages, width = int(_get(row, "stages", 0)), int(_get(row, "dp_width", 0))
+    tp = int(_get(row, "tensor_parallel", 1))
     return (
         not ok,
         -tput,
-        stages * width,
+        stages * width * tp,
         int(_get(row, "microbatches", 0)),
         str(_get(row, "schedule", "")),
         stages,
         width,
+        tp,
+        bool(_get(row, "sequence_parallel", False)),
         int(_get(row, "microbatch_size", 0)),
         str(_get(row, "memory_policy", "")),
         str(_get(row, "model", "")),

@@ -99,7 +99,7 @@ def _write_all(
 
     ok = df[df["error"].fillna("") == ""]
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
-        written += _memory_summary(ok, out, plots, console)
+        written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
     for i, model in enumerate(exp.models):
         console.print(summary_table(ok[ok["model"] == model.name], top=5))
@@ -119,7 +119,12 @@ def _write_all(
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
             f"p={winner.stages} w={winner.dp_width} "
-            f"b={winner.microbatch_size} m={winner.microbatches} "
+            + (
+                f"t={winner.tensor_parallel}{'+sp' if winner.sequence_parallel else ''} "
+                if winner.tensor_parallel > 1
+                else ""
+            )
+            + f"b={winner.microbatch_size} m={winner.microbatches} "
             f"policy={winner.memory_policy}: "
             f"{winner.throughput_samples_per_s:.2f} samples/s, "
             f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
@@ -166,11 +171,24 @@ def _progress(console: Console, total: int):
     yield line
 
 
-def _memory_summary(df, out: Path, plots: bool, console: Console) -> list[Path]:
-    """Largest model per policy and fastest policy per model: table, CSV and two plots."""
+def _gpt_shapes(prep) -> dict[str, dict]:
+    """Per model, the GPT shape its trace was generated from (provenance ``inputs``), for
+    Narayanan et al.'s FLOP formula; models of other traces are left out."""
+    keys = ("layers", "hidden", "seq_len", "vocab")
+    out = {}
+    for name, t in prep.traces.items():
+        inputs = (t.provenance or {}).get("inputs") or {}
+        if inputs.get("kind") == "gpt" and all(k in inputs for k in keys):
+            out[name] = {k: inputs[k] for k in keys}
+    return out
+
+
+def _memory_summary(df, out: Path, plots: bool, console: Console, shapes=None) -> list[Path]:
+    """Largest model per policy and fastest policy per model: table, CSV and two plots (and
+    TFLOPS per GPU for GPT models)."""
     from sim.report.memory_summary import write_memory_summary
 
-    table, written = write_memory_summary(df, out, plots)
+    table, written = write_memory_summary(df, out, plots, shapes)
     console.print(
         "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
         "last row: the largest model that fits per policy"
@@ -196,6 +214,7 @@ def _write_winner(
         _, log = evaluate(res)
         title = (
             f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
+            f"t={point.tensor_parallel} "
             f"b={point.microbatch_size} m={point.microbatches}"
         )
         for d in dirs:

@@ -30,10 +30,11 @@ from sim.memory.attention import with_attention
 from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
-from sim.point import evaluate, make_schedule, resolve
+from sim.point import evaluate, make_schedule, placement_json, resolve
 from sim.procs import die_with_parent
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
+from sim.tensor.shard import model_shape, shape_problem
 from sim.textio import decode_text
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
@@ -48,7 +49,7 @@ __all__ = [
     "run_points",
 ]
 
-ROW_FORMAT = 4
+ROW_FORMAT = 5
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 MAX_GRID = 100_000
 """Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
@@ -108,10 +109,13 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     for i, name in enumerate(as_list(sw.schedule)):
         make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
+    tps, sps = _tensor_axes(prep)
     size = sum(
         len(as_list(sw.schedule))
         * len(as_list(sw.stages))
         * len(as_list(sw.dp_width))
+        * len(tps)
+        * len(sps)
         * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
         * len(policies)
         for m in exp.models
@@ -130,12 +134,14 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
         )
         axes = itertools.product(
-            as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width), mbs, policies
+            as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width), tps, sps, mbs, policies
         )
-        for sched, p, w, b, policy in axes:
-            desc = f"{model.name} {sched} p={p} w={w} b={b} {policy}"
+        for sched, p, w, t, sp, b, policy in axes:
+            tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
+            desc = f"{model.name} {sched} p={p} w={w}{tp_desc} b={b} {policy}"
             reason = (
-                _invalid(prep, model.name, sched, p, w, b, gb)
+                _invalid(prep, model.name, sched, p, w * t, b, gb, w)
+                or _tensor_invalid(prep, _mi, t, sp)
                 or _stage_count(policy, p)
                 or _asynchronous(sw, sched)
             )
@@ -148,6 +154,8 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                     schedule=sched,
                     stages=p,
                     dp_width=w,
+                    tensor_parallel=t,
+                    sequence_parallel=sp,
                     microbatch_size=b,
                     microbatches=gb // (w * b),
                     memory_policy=policy,
@@ -267,10 +275,64 @@ def _stage_count(policy: str, p: int) -> str:
     return ""
 
 
-def _invalid(prep: Prepared, model: str, sched: str, p: int, w: int, b: int, gb: int) -> str:
+def _tensor_axes(prep: Prepared) -> tuple[list[int], list[bool]]:
+    """The ``tensor_parallel`` and ``sequence_parallel`` axes, checked against the hardware.
+
+    Raises:
+        InputError: a tensor-parallel size that does not divide the GPUs of every server (a
+            group never spans servers), or a model whose trace has no model shape while some
+            size is above 1 (naming ``models.<i>.trace``).
+    """
+    sw, file, topo = prep.exp.sweep, prep.file, prep.topology
+    tps = as_list(sw.tensor_parallel)
+    for i, t in enumerate(tps):
+        sizes = sorted({len(server) for server in topo.servers})
+        if any(n % t for n in sizes):
+            raise InputError(
+                f"tensor_parallel {t} must divide the GPUs of each server of {topo.name} "
+                f"({'/'.join(map(str, sizes))}): a tensor-parallel group stays in one server",
+                file=file,
+                field=f"sweep.tensor_parallel.{i}"
+                if isinstance(sw.tensor_parallel, list)
+                else "sweep.tensor_parallel",
+            )
+    if max(tps) > 1:
+        for i, model in enumerate(prep.exp.models):
+            if model_shape(prep.traces[model.name]) is None:
+                raise InputError(
+                    shape_problem(prep.traces[model.name], max(tps), False),
+                    file=file,
+                    field=f"models.{i}.trace",
+                )
+    return tps, as_list(sw.sequence_parallel)
+
+
+def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
+    if sp and t == 1:
+        return "sequence parallelism needs tensor_parallel > 1"
+    if t > 1 and prep.exp.options.placement is not None:
+        return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
+        "placement is automatic (sim.tensor.groups)"
+    return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
+
+
+def _invalid(
+    prep: Prepared,
+    model: str,
+    sched: str,
+    p: int,
+    gpus_per_stage: int,
+    b: int,
+    gb: int,
+    w: int | None = None,
+) -> str:
+    """Why a combination cannot run, or ``""``; ``gpus_per_stage`` is ``w * t`` (data-parallel
+    width times tensor-parallel size), ``w`` the data-parallel width (default: the same)."""
     n = prep.topology.num_gpus
-    if p * w > n:
-        return f"stages x dp_width = {p * w} exceeds the {n} GPUs of {prep.topology.name}"
+    w = gpus_per_stage if w is None else w
+    if p * gpus_per_stage > n:
+        what = "stages x dp_width" + (" x tensor_parallel" if gpus_per_stage != w else "")
+        return f"{what} = {p * gpus_per_stage} exceeds the {n} GPUs of {prep.topology.name}"
     if gb % (w * b):
         return (
             f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
@@ -356,7 +418,7 @@ def evaluate_row(prep: Prepared, point: PointConfig) -> ResultRow:
         stall_s=met.stall_s,
         comm_bytes=met.comm_bytes,
         boundaries=json.dumps(list(res.boundaries)),
-        placement=json.dumps([list(r) for r in res.placement]),
+        placement=json.dumps(placement_json(res)),
         error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
         staleness_steps=max(res.schedule.delay_steps(s) for s in range(point.stages)),

@@ -26,6 +26,7 @@ from sim.atomic import atomic_write_text, check_writable, pid_alive
 from sim.config import PointConfig, load_experiment
 from sim.errors import InputError
 from sim.events import Event, EventLog
+from sim.metrics import steady_window
 from sim.point import evaluate, resolve
 from sim.schedules.action import STEP, Action
 from sim.sweep import Prepared, expand, prepare
@@ -163,9 +164,15 @@ def _write_timelines(dest: Path, point: PointConfig, backend: str, result, sim_l
 
 
 def validate_point(
-    prep: Prepared, point: PointConfig, spec: ValidationSpec, timelines: Path | None = None
+    prep: Prepared,
+    point: PointConfig,
+    spec: ValidationSpec,
+    timelines: Path | None = None,
+    breakdown: list[dict] | None = None,
 ) -> list[dict]:
-    """Rows (ours, and torch's built-in schedule if asked) for one configuration.
+    """Rows (ours, and torch's built-in schedule if asked) for one configuration; our
+    runtime's per-action breakdown (:func:`sim.validate_breakdown.action_breakdown`) is
+    appended to ``breakdown`` when given.
 
     Raises:
         InputError: the configuration cannot be replayed (data parallelism, ranks != stages,
@@ -195,6 +202,8 @@ def validate_point(
         if timelines is not None and backend == "ours":
             _write_timelines(timelines, point, backend, result, sim_log)
         measured = result.iteration_time_s
+        if breakdown is not None and backend == "ours" and result.action_spans:
+            breakdown += _breakdown_rows(point, res, spec, result, sim_log, metrics)
         mem = max(result.peak_memory_bytes)
         rows.append(
             dict(
@@ -222,6 +231,28 @@ def validate_point(
     return rows
 
 
+def _breakdown_rows(point: PointConfig, res, spec: ValidationSpec, result, sim_log, metrics):
+    from sim.validate_breakdown import action_breakdown
+
+    ends = sim_log.iteration_ends_s
+    start_s, _, steps = steady_window(
+        ends, point.stages, point.microbatches, res.schedule.synchronous
+    )
+    first = ends.index(start_s) + 1 if start_s in ends else 0
+    rows = action_breakdown(
+        measured_log(result.action_spans),
+        result.iteration_time_s,
+        sim_log,
+        metrics.iteration_time_s,
+        microbatches=point.microbatches,
+        warmup_iterations=spec.warmup_iterations,
+        measured_iterations=spec.iterations,
+        predicted_window=(first, steps),
+    )
+    head = dict(schedule=point.schedule, runtime="ours", microbatches=point.microbatches)
+    return [{**head, **r} for r in rows]
+
+
 def run_validation(
     path: Path, spec: ValidationSpec, out: Path | None, on_row=None
 ) -> tuple[pd.DataFrame, Path]:
@@ -244,14 +275,19 @@ def run_validation(
     stage = dest_dir / f"{STAGE_PREFIX}{os.getpid()}"
     stage.mkdir(parents=True, exist_ok=True)
     try:
-        rows = []
+        rows: list[dict] = []
+        breakdown: list[dict] = []
         for p in points:
-            new = validate_point(prep, p, spec, timelines=stage)
+            new = validate_point(prep, p, spec, timelines=stage, breakdown=breakdown)
             rows += new
             if on_row:
                 for row in new:
                     on_row(row)
         df = pd.DataFrame(rows)
+        if breakdown:
+            atomic_write_text(
+                stage / "validation_breakdown.csv", pd.DataFrame(breakdown).to_csv(index=False)
+            )
         atomic_write_text(stage / "validation.csv", df.to_csv(index=False))
         for f in sorted(stage.iterdir(), key=lambda f: f.name == "validation.csv"):
             os.replace(f, dest_dir / f.name)  # validation.csv last: it marks a complete set

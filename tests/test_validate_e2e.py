@@ -96,6 +96,16 @@ def test_profile_simulate_replay_compare(tmp_path):
     )
     assert all(math.isfinite(x) for x in df.error)
     _assert_errors_bounded(df)
+    parts = pd.read_csv(tmp_path / "out" / "validation_breakdown.csv")
+    ours = df[df.runtime == "ours"].set_index("schedule")
+    for (schedule, rank), g in parts.groupby(["schedule", "rank"]):
+        assert list(g.part) == ["F", "B", "STEP", "idle"], (schedule, rank)
+        # per rank, the parts' differences add up to measured - predicted iteration time
+        want = (
+            ours.loc[schedule, "measured_iteration_s"] - ours.loc[schedule, "predicted_iteration_s"]
+        )
+        assert g.diff_s.sum() == pytest.approx(want, rel=1e-6, abs=1e-9), (schedule, rank)
+        assert (g[g.part != "idle"].measured_s > 0).all(), (schedule, rank)
     measured = json.loads((tmp_path / "out" / "measured-1f1b-m4.json").read_text())
     names = {e.get("name") for e in measured["traceEvents"]}
     assert {"0F0", "1B3", "0B3"} <= names  # both ranks' real actions are in the timeline

@@ -85,33 +85,65 @@ LLAMA2_7B = BlockShape(
 intermediate 11008, SwiGLU, RMSNorm, RoPE, no dropout) at sequence 2048, with torch SDPA."""
 
 
-def _linears(shape: BlockShape) -> list[tuple[str, int, int]]:
-    """``(name, in, out)`` of every weight GEMM of the block, in forward order."""
+ROW_PARALLEL = ("proj", "down")
+"""GEMMs split along their input under tensor parallelism (Megatron's RowParallelLinear); the
+others (QKV, gate, up) are split along their output (ColumnParallelLinear): Shoeybi et al.,
+arXiv:1909.08053, §3."""
+
+
+def _linears(shape: BlockShape, tp: int = 1) -> list[tuple[str, int, int]]:
+    """``(name, in, out)`` of every weight GEMM of the block, in forward order, as one of
+    ``tp`` tensor-parallel ranks holds it (column-parallel: ``out / tp``, row-parallel
+    :data:`ROW_PARALLEL`: ``in / tp``)."""
     h, f = shape.hidden, shape.ffn_hidden
     qkv = [("qkv", h, 3 * h)] if shape.fused_qkv else [("q", h, h), ("k", h, h), ("v", h, h)]
     mlp = [("gate", h, f), ("up", h, f)] if shape.gated else [("up", h, f)]
-    return qkv + [("proj", h, h)] + mlp + [("down", f, h)]
+    full = qkv + [("proj", h, h)] + mlp + [("down", f, h)]
+    if tp == 1:
+        return full
+    return [(n, i // tp, o) if n in ROW_PARALLEL else (n, i, o // tp) for n, i, o in full]
 
 
-def block_fwd(shape: BlockShape, b: int, d: int) -> list[Kernel]:
-    """Forward kernels of one block for a micro-batch of ``b`` (module doc)."""
+def _check_tp(shape: BlockShape, tp: int, sp: bool) -> None:
+    if tp < 1 or shape.heads % tp or shape.ffn_hidden % tp:
+        raise ValueError(
+            f"tensor parallel size {tp} must divide heads {shape.heads} and FFN width "
+            f"{shape.ffn_hidden}"
+        )
+    if sp and shape.seq_len % tp:
+        raise ValueError(f"sequence parallelism needs seq_len {shape.seq_len} divisible by {tp}")
+
+
+def block_fwd(shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False) -> list[Kernel]:
+    """Forward kernels of one block for a micro-batch of ``b`` (module doc), on one of ``tp``
+    tensor-parallel ranks: GEMMs at their split sizes, the attention core over ``a / tp`` heads;
+    norms, dropout and residuals over all ``b*s`` tokens, or ``b*s / tp`` with sequence
+    parallelism ``sp`` (Korthikanti et al., arXiv:2205.05198, §4.2.2).
+
+    Raises:
+        ValueError: ``tp`` does not divide the heads or FFN width (or ``s`` with ``sp``).
+    """
+    _check_tp(shape, tp, sp)
     s, h, a, f = shape.seq_len, shape.hidden, shape.heads, shape.ffn_hidden
     t = b * s
-    gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape)}
-    out = [mem("norm1", 2 * t * h * d)]
+    r = t // tp if sp else t  # tokens of the replicated (or sequence-split) element-wise ops
+    gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
+    out = [mem("norm1", 2 * r * h * d)]
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
     if shape.rotary:
-        out += [mem("rotary_q", 2 * t * h * d), mem("rotary_k", 2 * t * h * d)]
-    out += attention_fwd(shape.attention, b, s, h, a, d, causal=shape.causal, dropout=shape.dropout)
+        out += [mem("rotary_q", 2 * t * h // tp * d), mem("rotary_k", 2 * t * h // tp * d)]
+    out += attention_fwd(
+        shape.attention, b, s, h // tp, a // tp, d, causal=shape.causal, dropout=shape.dropout
+    )
     out.append(gemms["proj"])
-    out += _dropout_residual("attn", t, h, d, shape.dropout)
-    out.append(mem("norm2", 2 * t * h * d))
+    out += _dropout_residual("attn", r, h, d, shape.dropout)
+    out.append(mem("norm2", 2 * r * h * d))
     out += [gemms[n] for n in ("gate", "up") if n in gemms]
-    out.append(mem("act", 2 * t * f * d))
+    out.append(mem("act", 2 * t * f // tp * d))
     if shape.gated:
-        out.append(mem("gate_mul", 3 * t * f * d))
+        out.append(mem("gate_mul", 3 * t * f // tp * d))
     out.append(gemms["down"])
-    out += _dropout_residual("mlp", t, h, d, shape.dropout)
+    out += _dropout_residual("mlp", r, h, d, shape.dropout)
     return out
 
 
@@ -120,25 +152,36 @@ def _dropout_residual(tag: str, t: int, h: int, d: int, dropout: bool) -> list[K
     return drop + [mem(f"{tag}_residual", 3 * t * h * d)]
 
 
-def block_bwd(shape: BlockShape, b: int, d: int) -> tuple[list[Kernel], list[Kernel]]:
-    """Backward kernels of one block: ``(input_gradient, weight_gradient)`` (module doc)."""
+def block_bwd(
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False
+) -> tuple[list[Kernel], list[Kernel]]:
+    """Backward kernels of one block: ``(input_gradient, weight_gradient)`` (module doc), on
+    one of ``tp`` tensor-parallel ranks (as :func:`block_fwd`).
+
+    Raises:
+        ValueError: as :func:`block_fwd`.
+    """
+    _check_tp(shape, tp, sp)
     s, h, a, f = shape.seq_len, shape.hidden, shape.heads, shape.ffn_hidden
     t = b * s
-    dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in _linears(shape)}
-    dw = [gemm(f"d_{name}_w", k, n, t, d) for name, k, n in _linears(shape)]
-    drop = [mem("dropout_bwd", (2 * d + 1) * t * h)] if shape.dropout else []
+    r = t // tp if sp else t
+    dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in _linears(shape, tp)}
+    dw = [gemm(f"d_{name}_w", k, n, t, d) for name, k, n in _linears(shape, tp)]
+    drop = [mem("dropout_bwd", (2 * d + 1) * r * h)] if shape.dropout else []
     out = drop + [dx["down"]]
     if shape.gated:
-        out.append(mem("gate_mul_bwd", 5 * t * f * d))
-    out.append(mem("act_bwd", 3 * t * f * d))
+        out.append(mem("gate_mul_bwd", 5 * t * f // tp * d))
+    out.append(mem("act_bwd", 3 * t * f // tp * d))
     out += [dx[n] for n in ("gate", "up") if n in dx]
-    out += [mem("norm2_bwd", 3 * t * h * d), mem("residual_grad_add", 3 * t * h * d)]
+    out += [mem("norm2_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
     out += drop + [dx["proj"]]
-    out += attention_bwd(shape.attention, b, s, h, a, d, causal=shape.causal, dropout=shape.dropout)
+    out += attention_bwd(
+        shape.attention, b, s, h // tp, a // tp, d, causal=shape.causal, dropout=shape.dropout
+    )
     if shape.rotary:
-        out += [mem("rotary_q_bwd", 2 * t * h * d), mem("rotary_k_bwd", 2 * t * h * d)]
+        out += [mem("rotary_q_bwd", 2 * t * h // tp * d), mem("rotary_k_bwd", 2 * t * h // tp * d)]
     out += [dx[n] for n in ("qkv", "q", "k", "v") if n in dx]
-    out += [mem("norm1_bwd", 3 * t * h * d), mem("residual_grad_add", 3 * t * h * d)]
+    out += [mem("norm1_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
     return out, dw
 
 
@@ -162,18 +205,21 @@ class BlockTimes:
         return self.fwd.total_s + self.bwd_input.total_s + self.bwd_weight.total_s
 
 
-def block_times(shape: BlockShape, b: int, spec: ComputeSpec, dtype: str) -> BlockTimes:
-    """Forward and backward seconds of one block at micro-batch ``b`` on ``spec``.
+def block_times(
+    shape: BlockShape, b: int, spec: ComputeSpec, dtype: str, tp: int = 1, sp: bool = False
+) -> BlockTimes:
+    """Forward and backward seconds of one block at micro-batch ``b`` on ``spec``, on one of
+    ``tp`` tensor-parallel ranks (``sp``: sequence parallelism); communication excluded.
 
     Raises:
-        ValueError: ``b < 1`` or unknown dtype.
+        ValueError: ``b < 1``, unknown dtype, or ``tp`` as :func:`block_fwd`.
     """
     if b < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {b}")
     d = 4 if dtype in ("fp32", "float32") else 2
-    bwd_in, bwd_w = block_bwd(shape, b, d)
+    bwd_in, bwd_w = block_bwd(shape, b, d, tp, sp)
     return BlockTimes(
-        phase_time(block_fwd(shape, b, d), spec, dtype),
+        phase_time(block_fwd(shape, b, d, tp, sp), spec, dtype),
         phase_time(bwd_in, spec, dtype),
         phase_time(bwd_w, spec, dtype),
     )

@@ -15,13 +15,25 @@ slowest hop's :func:`~sim.hardware.topology.transfer_time_s` for ``b/w`` bytes a
 (the ring's reserved bandwidth; for the single routed ring, NCCL's rate of its links shared by
 the hops that cross them, :func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per
 NVLink, NCCL ``src/graph/topo.h``; raw copies get more), and the collective ends with its
-slowest ring (:func:`ring_time_s`). The bus bandwidth NCCL reports (nccl-tests
-``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for all-reduce,
-``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the rings' summed bandwidth for
-large ``B``: 120 GB/s over the 8 GPUs of a DGX-1 (two rings of 40 and two of 20 GB/s), against
-~130 GB/s measured (NVIDIA/nccl#258). The collective holds every link of its rings for its whole
-duration, one hold for all rings (a link two rings share is not held twice), so it contends
-with sends and swaps on those links (links are FIFO: see :mod:`sim.engine.links`).
+slowest ring (:func:`~sim.engine.hierarchical.ring_set_time_s`). The bus bandwidth NCCL reports
+(nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
+all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the rings' summed
+bandwidth for large ``B``: 120 GB/s over the 8 GPUs of a DGX-1 (two rings of 40 and two of 20
+GB/s), against ~130 GB/s measured (NVIDIA/nccl#258). The collective holds every link of its
+rings for its whole duration, one hold for all rings (a link two rings share is not held twice),
+so it contends with sends and swaps on those links (links are FIFO: see
+:mod:`sim.engine.links`).
+
+Across servers the data-parallel collectives are hierarchical (:mod:`sim.engine.hierarchical`);
+with tensor parallelism every tensor rank ``k`` of a stage has its own data-parallel
+communicator (rank ``k`` of every replica).
+
+Tensor-parallel collectives (:class:`TensorCollectives`): after the compute of a forward, and of
+a backward (B or I), the ``t`` ranks of a stage replica run that stage's Megatron collectives
+(:mod:`sim.tensor.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
+over the rings of their group; the ranks wait for them before they send or go on, as Megatron's
+blocking all-reduces make them (no overlap with compute). A micro-batch's collectives of one
+kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
 
 Overlap (PyTorch DDP, ``bucket_cap_mb=25``): the all-reduce of a backward that ends an
 optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backward computes.
@@ -39,48 +51,23 @@ import math
 
 import simpy
 
+from sim.engine.hierarchical import (
+    RING_STEPS,
+    CollectivePlan,
+    collective_plan,
+    ring_time_s,
+)
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.events import Event, EventKind, Stream
-from sim.hardware.rings import Ring, ring_set
-from sim.hardware.topology import Link, transfer_time_s
 
-RING_STEPS: dict[str, int] = {
-    EventKind.ALLREDUCE: 2,
-    EventKind.REDUCE_SCATTER: 1,
-    EventKind.ALL_GATHER: 1,
-}
-"""Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
-
-
-def ring_time_s(rings: tuple[Ring, ...], nbytes: float, kind: str) -> float:
-    """Uncontended seconds of a ring collective of ``nbytes`` over ``rings`` run at once.
-
-    Args:
-        rings: the rings (:func:`~sim.hardware.rings.ring_set`), all over the same ``w``
-            members; ring ``r`` carries ``nbytes * bw_r / sum(bw)`` (its bandwidth's share;
-            all of it when there is one ring).
-        nbytes: bytes of the buffer every member holds (the gradients), ``B``.
-        kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
-            (``w-1`` steps).
-
-    Returns:
-        ``steps * max_r max_i transfer_time_s(route_ri, b_r / w, bw_ri)``: the slowest ring's
-        time, each of its steps its slowest hop's (latencies plus its chunk at the hop's
-        rate); 0 for one member.
-    """
-    w = len(rings[0].order)
-    if w < 2:
-        return 0.0
-    total_Bps = sum(r.bandwidth_Bps for r in rings)
-    step_s = max(
-        transfer_time_s(
-            route, (nbytes if len(rings) == 1 else nbytes * r.bandwidth_Bps / total_Bps) / w, bw
-        )
-        for r in rings
-        for route, bw in zip(r.routes, r.hop_bandwidths_Bps, strict=True)
-    )
-    return RING_STEPS[kind] * (w - 1) * step_s
+__all__ = [
+    "RING_STEPS",
+    "Collectives",
+    "TensorCollectives",
+    "bus_bandwidth_Bps",
+    "ring_time_s",
+]
 
 
 def bus_bandwidth_Bps(kind: str, members: int, nbytes: float, time_s: float) -> float:
@@ -136,8 +123,8 @@ class Collectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._overlapped: dict[tuple[int, int], list] = {}
-        self._rings: dict[int, tuple[tuple[Ring, ...], list[Link], tuple[str, ...]]] = {}
+        self._overlapped: dict[tuple[int, int, int], list] = {}
+        self._rings: dict[tuple[int, int], CollectivePlan] = {}
 
     @staticmethod
     def nbytes(rep: StageReplica) -> float:
@@ -160,7 +147,7 @@ class Collectives:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
-        key = (rep.stage, step_no)
+        key = (rep.stage, rep.tp_rank, step_no)
         group = self._overlapped.get(key)
         if group is None:
             group = self._overlapped[key] = [self.env.event(), 0, []]
@@ -168,20 +155,18 @@ class Collectives:
         group[2].append((rep, tags))
         if group[1] == self.inp.dp_width:
             self.env.process(
-                self._buckets(
-                    rep.stage, self.nbytes(rep), self.env.now, duration_s, group[2], group[0]
-                )
+                self._buckets(rep, self.nbytes(rep), self.env.now, duration_s, group[2], group[0])
             )
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
         was started (:meth:`start_overlapped`)."""
-        group = self._overlapped.get((rep.stage, step_no))
+        group = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
         return None if group is None else group[0]
 
     def _buckets(
         self,
-        s: int,
+        rep: StageReplica,
         nbytes: float,
         start_s: float,
         duration_s: float,
@@ -191,11 +176,13 @@ class Collectives:
         """Process: reduce the buckets in order, each once it is ready and the previous one is
         done; consecutive buckets share one hold of the ring's links when there are more than
         :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail)."""
-        rings, links, names = self.rings(s)
+        s = rep.stage
+        plan = self.ring(s, rep.tp_rank)
+        links, names = plan.links, plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
-        full_s = ring_time_s(rings, sizes[0], EventKind.ALLREDUCE)
-        last_s = ring_time_s(rings, sizes[-1], EventKind.ALLREDUCE)
+        full_s = plan.time_s(sizes[0], EventKind.ALLREDUCE)
+        last_s = plan.time_s(sizes[-1], EventKind.ALLREDUCE)
 
         def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
             return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
@@ -232,13 +219,19 @@ class Collectives:
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
         """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
         :meth:`nbytes`); returns when every replica has joined and the ring has finished."""
-        key = (rep.stage, step_no, kind)
+        yield from self.join_keyed(rep, step_no, self.nbytes(rep), kind, tags)
+
+    def join_keyed(self, rep: StageReplica, key: object, size: float, kind: str, tags: dict):
+        """Process: join the ``kind`` collective of ``size`` bytes that ``rep``'s stage runs
+        under ``key`` (a step number, or an action such as ``"0F3"`` for the per-action
+        all-gathers and reduce-scatters of partitioned parameters, ZeRO-3 / PatrickStar);
+        returns when every replica has joined and the ring has finished."""
+        key = (rep.stage, rep.tp_rank, key, kind)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        size = self.nbytes(rep)
         if group[1] == self.inp.dp_width:
             del self._groups[key]
-            self.env.process(self._ring(rep.stage, size, kind, group[0]))
+            self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
         start = self.env.now
         yield group[0]
         self.links.events.append(
@@ -250,25 +243,90 @@ class Collectives:
                 start,
                 self.env.now,
                 nbytes=size,
-                links=self.rings(rep.stage)[2],
+                links=self.ring(rep.stage, rep.tp_rank).names,
                 **tags,
             )
         )
 
-    def rings(self, s: int) -> tuple[tuple[Ring, ...], list[Link], tuple[str, ...]]:
-        """Stage ``s``'s rings (:func:`~sim.hardware.rings.ring_set` over its replicas' GPUs,
-        through the communicator only), the links they cross (each once, in name order) and
-        those links' names."""
-        cached = self._rings.get(s)
+    def ring(self, s: int, k: int = 0) -> CollectivePlan:
+        """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
+        every replica): its rings (:func:`~sim.engine.hierarchical.collective_plan`) and the
+        links they hold."""
+        cached = self._rings.get((s, k))
         if cached is None:
-            gpus = tuple(f"gpu{self.inp.placement[r][s]}" for r in range(self.inp.dp_width))
-            rings = ring_set(self.inp.topology, gpus)
-            by_name = {lk.name: lk for ring in rings for route in ring.routes for lk in route}
-            names = tuple(sorted(by_name))
-            cached = self._rings[s] = (rings, [by_name[n] for n in names], names)
+            gpus = tuple(f"gpu{self.inp.gpu_index(r, s, k)}" for r in range(self.inp.dp_width))
+            cached = self._rings[(s, k)] = collective_plan(self.inp.topology, gpus)
         return cached
 
-    def _ring(self, s: int, nbytes: float, kind: str, done: simpy.Event):
-        rings, links, _ = self.rings(s)
-        yield from self.links.hold(links, ring_time_s(rings, nbytes, kind))
+    def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
+        plan = self.ring(s, k)
+        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
         done.succeed()
+
+
+class TensorCollectives:
+    """The tensor-parallel collectives of one run (module doc): the ``t`` ranks of a stage
+    replica join, the last one to join runs them.
+
+    Args:
+        env: the simulation environment.
+        inp: the configuration (its ``tensor_groups``).
+        links: the link resources the group's ring holds.
+    """
+
+    def __init__(self, env: simpy.Environment, inp: SimInput, links: Links):
+        self.env = env
+        self.inp = inp
+        self.links = links
+        self._groups: dict[tuple, list] = {}
+        self._rings: dict[tuple[int, int], CollectivePlan] = {}
+
+    def ring(self, r: int, s: int) -> CollectivePlan:
+        """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
+        cached = self._rings.get((r, s))
+        if cached is None:
+            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[r][s])
+            cached = self._rings[(r, s)] = collective_plan(self.inp.topology, gpus)
+        return cached
+
+    def join(
+        self, rep: StageReplica, label: str, ops: tuple[tuple[str, float, int], ...], tags: dict
+    ):
+        """Process: join the collectives ``ops`` (``(kind, bytes each, count)``) of action
+        ``label`` of ``rep``'s group; returns when all ``t`` ranks have joined and the
+        collectives have run. Logs one event per kind on ``rep``'s GPU (the first from the
+        moment ``rep`` joined: waiting for the group is part of it)."""
+        key = (rep.replica, rep.stage, label)
+        group = self._groups.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        if group[1] == self.inp.tensor_parallel:
+            del self._groups[key]
+            self.env.process(self._run(rep, ops, group[0]))
+        start = self.env.now
+        spans = yield group[0]
+        names = self.ring(rep.replica, rep.stage).names
+        for i, (kind, begin, end, nbytes) in enumerate(spans):
+            self.links.events.append(
+                Event(
+                    kind,
+                    rep.gpu,
+                    Stream.TP,
+                    f"tp {kind} {label}",
+                    start if i == 0 else begin,
+                    end,
+                    nbytes=nbytes,
+                    links=names,
+                    **tags,
+                )
+            )
+
+    def _run(self, rep: StageReplica, ops: tuple[tuple[str, float, int], ...], done: simpy.Event):
+        plan = self.ring(rep.replica, rep.stage)
+        spans = []
+        for kind in dict.fromkeys(k for k, _, _ in ops):
+            mine = [(nb, c) for k, nb, c in ops if k == kind]
+            begin = yield from self.links.hold(
+                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
+            )
+            spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
+        done.succeed(spans)

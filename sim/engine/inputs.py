@@ -29,12 +29,17 @@ class StageCost:
         bwd_s: backward seconds (B, or I + W).
         out_bytes: bytes of the activation this stage sends to the next one.
         in_bytes: bytes of the activation it receives (the gradient it sends back).
+        tp_fwd: tensor-parallel collectives of a forward, ``(kind, bytes each, count)``
+            (:func:`sim.tensor.megatron.aggregate`); empty without tensor parallelism.
+        tp_bwd: the same for a backward (B, or I).
     """
 
     fwd_s: float
     bwd_s: float
     out_bytes: float
     in_bytes: float
+    tp_fwd: tuple[tuple[str, float, int], ...] = ()
+    tp_bwd: tuple[tuple[str, float, int], ...] = ()
 
     @classmethod
     def from_layers(cls, layers: tuple[LayerProfile, ...], in_bytes: float) -> StageCost:
@@ -61,6 +66,10 @@ class SimInput:
         dp_bucket_bytes: size of the gradient buckets whose all-reduce overlaps the backward
             that ends an optimizer step (PyTorch DDP's ``bucket_cap_mb=25`` default: 25 MiB);
             0 reduces all gradients at the step, after the backward.
+        tensor_groups: GPU index per ``[replica][stage][tensor rank]`` with tensor
+            parallelism (rank 0's is ``placement``); empty without.
+        tensor_plans: memory plan per ``[replica][stage][tensor rank]`` (rank 0's is
+            ``plans``); empty without tensor parallelism.
     """
 
     topology: Topology
@@ -70,6 +79,8 @@ class SimInput:
     placement: tuple[tuple[int, ...], ...]
     plans: tuple[tuple[StagePlan, ...], ...]
     dp_bucket_bytes: float = DDP_BUCKET_BYTES
+    tensor_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
 
     @cached_property
     def stages(self) -> int:
@@ -79,10 +90,22 @@ class SimInput:
     def dp_width(self) -> int:
         return len(self.placement)
 
+    @cached_property
+    def tensor_parallel(self) -> int:
+        """Tensor-parallel size ``t`` (1 without ``tensor_groups``)."""
+        return len(self.tensor_groups[0][0]) if self.tensor_groups else 1
+
+    def gpu_index(self, r: int, s: int, k: int = 0) -> int:
+        """GPU of tensor rank ``k`` of stage ``s`` of replica ``r``."""
+        return self.tensor_groups[r][s][k] if self.tensor_groups else self.placement[r][s]
+
     def replicas(self) -> list[StageReplica]:
-        """Every (replica, stage), replica-major."""
+        """Every (replica, stage, tensor rank), replica-major, then stage."""
         return [
-            StageReplica.of(self, r, s) for r in range(self.dp_width) for s in range(self.stages)
+            StageReplica.of(self, r, s, k)
+            for r in range(self.dp_width)
+            for s in range(self.stages)
+            for k in range(self.tensor_parallel)
         ]
 
 
@@ -100,6 +123,7 @@ class StageReplica:
         order: its action list (STEP included).
         first: whether it is stage 0 (receives no activation).
         last: whether it is the last stage (receives no gradient).
+        tp_rank: its rank in the stage replica's tensor-parallel group (0 without).
     """
 
     replica: int
@@ -111,21 +135,28 @@ class StageReplica:
     order: tuple[Action, ...]
     first: bool
     last: bool
+    tp_rank: int = 0
 
     @classmethod
-    def of(cls, inp: SimInput, r: int, s: int) -> StageReplica:
-        g = inp.placement[r][s]
+    def of(cls, inp: SimInput, r: int, s: int, k: int = 0) -> StageReplica:
+        g = inp.gpu_index(r, s, k)
         return cls(
             r,
             s,
             f"gpu{g}",
             inp.topology.gpu(g).host,
-            inp.plans[r][s],
+            inp.tensor_plans[r][s][k] if inp.tensor_plans else inp.plans[r][s],
             inp.costs[s],
             tuple(inp.program[s]),
             s == 0,
             s == inp.stages - 1,
+            k,
         )
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """``(replica, stage, tp_rank)``: what identifies it among the run's processes."""
+        return (self.replica, self.stage, self.tp_rank)
 
     def tags(self, microbatch: int | None, iteration: int | None) -> dict:
         """The keyword fields every :class:`~sim.events.Event` of this replica carries."""

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine.collectives import bus_bandwidth_Bps, ring_time_s
+from sim.engine.collectives import bus_bandwidth_Bps
+from sim.engine.hierarchical import collective_plan
 from sim.engine.links import Links
 from sim.events import EventKind, Stream
-from sim.hardware.rings import ring_set
 from sim.hardware.topology import Topology
 
 
@@ -43,10 +43,12 @@ def sendrecv_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) ->
 
 
 def allreduce_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
-    """Seconds of one all-reduce of ``nbytes`` over ``gpus``: split over their rings
+    """Seconds of one all-reduce of ``nbytes`` over ``gpus`` as the engine times it
+    (:func:`~sim.engine.hierarchical.collective_plan`): split over their rings
     (:func:`~sim.hardware.rings.ring_set`: NVLink rings with reserved bandwidth, else one ring
-    routed through the communicator only), the slowest ring's time."""
-    return ring_time_s(ring_set(topology, gpus), nbytes, EventKind.ALLREDUCE)
+    routed through the communicator only), the slowest ring's time; hierarchical across
+    servers."""
+    return collective_plan(topology, gpus).time_s(nbytes, EventKind.ALLREDUCE)
 
 
 def sendrecv_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:

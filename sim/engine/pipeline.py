@@ -1,7 +1,9 @@
 """The SimPy model of one training configuration: the pipeline's stage replicas.
 
-Scenario: ``w`` replicas of a ``p``-stage pipeline run on ``p*w`` GPUs. Each stage replica is a
-SimPy process that executes its schedule's action list in order on its GPU's compute stream: a
+Scenario: ``w`` replicas of a ``p``-stage pipeline run on ``p*w`` GPUs (``p*w*t`` with tensor
+parallelism: every stage replica is then ``t`` processes, one per tensor rank, each sending to
+its own rank of the next stage and joining its group's collectives after every F and B). Each
+stage replica is a SimPy process that executes its schedule's action list in order on its GPU's compute stream: a
 forward waits for its input activation, a backward for its output gradient. Sends of
 activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
@@ -19,7 +21,7 @@ import gc
 
 import simpy
 
-from sim.engine.collectives import Collectives
+from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.streams import ComputeStream
@@ -28,6 +30,9 @@ from sim.events import EventKind, EventLog, MemCategory, Stream
 from sim.ledger import Ledger
 from sim.memory.transients import input_grad_send_bytes
 from sim.schedules.action import STEP, Action
+
+HOST_POOL = "host"
+"""Ledger name of the server's host DRAM: one pool shared by every socket's ranks."""
 
 
 class Engine:
@@ -39,15 +44,17 @@ class Engine:
         topo = inp.topology
         caps = {g.name: g.memory_bytes for g in topo.gpus}
         caps.update({h.name: h.dram_bytes for h in topo.hosts})
-        self.ledger = Ledger(caps)
+        self.ledger = Ledger(caps, pools={HOST_POOL: tuple(h.name for h in topo.hosts)})
         self.log = EventLog(capacity_bytes=caps)
         self.links = Links(env, topo, self.log.events)
         self.compute = ComputeStream(env, self.log.events)
         self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute, inp.microbatches)
         self.collectives = Collectives(env, inp, self.links)
+        self.tensor = TensorCollectives(env, inp, self.links)
         self._arrived: dict[tuple, simpy.Event] = {}
-        self._bwd_done: dict[tuple[int, int], int] = {}
-        self._step_end: dict[tuple[int, int, int], float] = {}
+        self._bwd_done: dict[tuple[int, int, int], int] = {}
+        self._step_end: dict[tuple[int, int, int, int], float] = {}
+        self._gathers: dict[tuple, simpy.Process] = {}
 
     def _arrival(self, key: tuple) -> simpy.Event:
         ev = self._arrived.get(key)
@@ -80,7 +87,7 @@ class Engine:
             if paused:
                 gc.enable()
         ends: dict[int, float] = {}
-        for (_, _, k), t in self._step_end.items():
+        for (_, _, _, k), t in self._step_end.items():
             ends[k] = max(ends.get(k, t), t)
         self.log.iteration_ends_s = [ends[k] for k in sorted(ends)]
         self.log.memory = self.ledger.events
@@ -94,6 +101,8 @@ class Engine:
         for i, a in enumerate(order):
             if i + 1 < len(order):
                 self.traffic.prefetch(rep, order[i + 1])
+                if self._gathers_params(rep) and order[i + 1].op in ("F", "B", "I"):
+                    self._gather(rep, order[i + 1])
             if a.op == STEP:
                 yield from self.step(rep, a, rep.tags(None, a.microbatch))
                 continue
@@ -108,18 +117,70 @@ class Engine:
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
+    # -- partitioned parameters (ZeRO-3, PatrickStar chunk groups) ----------------------
+    def _gathers_params(self, rep: StageReplica) -> bool:
+        return rep.plan.gather_bytes > 0 and self.inp.dp_width > 1
+
+    def _gather(self, rep: StageReplica, a: Action) -> simpy.Process:
+        """The (one) all-gather of ``rep``'s partitioned parameters for action ``a``, started
+        if not yet (one action ahead, as ZeRO-3's prefetcher and the chunk fetch do)."""
+        key = (*rep.key, str(a))
+        proc = self._gathers.get(key)
+        if proc is None:
+            proc = self._gathers[key] = self.env.process(self._run_gather(rep, a))
+        return proc
+
+    def _run_gather(self, rep: StageReplica, a: Action):
+        plan = rep.plan
+        self.ledger.change(
+            self.env.now, rep.gpu, plan.gather_live, MemCategory.CHUNKS, f"gather {a}"
+        )
+        if plan.fetch_bytes > 0:  # an owned chunk on the host comes up before the gather
+            yield self.traffic.fetch(rep, a)
+        tags = rep.tags(a.microbatch, a.microbatch // self.inp.microbatches)
+        yield from self.collectives.join_keyed(
+            rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags
+        )
+
+    def _wait_gather(self, rep: StageReplica, a: Action, tags: dict):
+        if self._gathers_params(rep):
+            yield from self.compute.wait(self._gather(rep, a), rep.gpu, f"wait gather {a}", **tags)
+
+    def _release_gather(self, rep: StageReplica, a: Action) -> None:
+        if self._gathers_params(rep):
+            self.ledger.change(
+                self.env.now, rep.gpu, -rep.plan.gather_live, MemCategory.CHUNKS, f"free {a}"
+            )
+
+    def _after_backward(self, rep: StageReplica, a: Action, tags: dict) -> None:
+        """Reduce-scatter a backward's gradients over the replicas (``scatter_bytes``), then
+        write them back to the host (``writeback_bytes``); the step waits for both."""
+        plan, rs = rep.plan, None
+        if plan.scatter_bytes > 0 and self.inp.dp_width > 1:
+            rs = self.env.process(
+                self.collectives.join_keyed(
+                    rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags
+                )
+            )
+        if rs is not None or plan.writeback_bytes > 0:
+            self.traffic.writeback(rep, a, tags, after=rs)
+
     def forward(self, rep: StageReplica, a: Action, tags: dict):
         """Process: wait for the input activation (and chunks), stash, compute, send."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
-            yield self._arrival(("act", rep.replica, s, mb))
+            yield self._arrival(("act", rep.replica, s, mb, rep.tp_rank))
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
+        yield from self._wait_gather(rep, a, tags)
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+        if rep.cost.tp_fwd:
+            yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         now = self.env.now
+        self._release_gather(rep, a)
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
         if not rep.first:
@@ -138,13 +199,15 @@ class Engine:
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
-            yield self._arrival(("grad", rep.replica, s, mb))
+            yield self._arrival(("grad", rep.replica, s, mb, rep.tp_rank))
         if uses_grad and plan.swap_bytes > 0:
             yield from self.compute.wait(
                 self.traffic.swap_in(rep, mb), gpu, f"wait swap-in {a}", **tags
             )
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
+        if uses_grad:
+            yield from self._wait_gather(rep, a, tags)
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
@@ -154,17 +217,20 @@ class Engine:
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+        if uses_grad and rep.cost.tp_bwd:
+            yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
         now = self.env.now
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
+        if uses_grad:
+            self._release_gather(rep, a)
         if a.op in ("B", "W"):
             self.ledger.change(
                 now, gpu, -plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"free {a}"
             )
-            key = (rep.replica, s)
+            key = rep.key
             self._bwd_done[key] = self._bwd_done.get(key, 0) + 1
-            if plan.writeback_bytes > 0:
-                self.traffic.writeback(rep, a, tags)
+            self._after_backward(rep, a, tags)
         if uses_grad:
             if not rep.last:
                 self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS, f"grad {a}")
@@ -177,7 +243,7 @@ class Engine:
         """Process: send micro-batch ``mb``'s activation (``kind="act"``) or gradient
         (``"grad"``) to stage ``dst_stage`` of the same replica; it arrives when it ends."""
         r, s = rep.replica, rep.stage
-        src, dst = rep.gpu, f"gpu{self.inp.placement[r][dst_stage]}"
+        src, dst = rep.gpu, f"gpu{self.inp.gpu_index(r, dst_stage, rep.tp_rank)}"
         op = "F" if kind == "act" else "B"
         yield from self.links.transfer(
             src,
@@ -193,7 +259,7 @@ class Engine:
         )
         if kind == "grad":  # the sender's input gradient is freed (sim.memory.transients)
             self.ledger.change(self.env.now, src, -nbytes, MemCategory.BUFFERS, f"sent {op}{mb}")
-        self._arrival((kind, r, dst_stage, mb)).succeed()
+        self._arrival((kind, r, dst_stage, mb, rep.tp_rank)).succeed()
 
     def step(self, rep: StageReplica, a: Action, tags: dict):
         """Process: the optimizer step (write-backs, collectives, step copies, host step)."""
@@ -203,7 +269,7 @@ class Engine:
         overlapped = self.collectives.finish_overlapped(rep, a.microbatch)
         if overlapped is not None:
             yield overlapped
-        elif dp:
+        elif dp and plan.scatter_bytes <= 0:
             kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
             yield from self.collectives.join(rep, a.microbatch, tags, kind)
         for t in plan.step_transfers_before:
@@ -215,13 +281,11 @@ class Engine:
         yield from self.compute.run(
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
         )
-        if dp and plan.dp_sharded:
+        if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
-        done = self._bwd_done.get((rep.replica, rep.stage), 0)
+        done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
-            self._step_end[(rep.replica, rep.stage, done // self.inp.microbatches - 1)] = (
-                self.env.now
-            )
+            self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
 
 
 def simulate(inp: SimInput) -> EventLog:
@@ -232,6 +296,7 @@ def simulate(inp: SimInput) -> EventLog:
     """
     log = Engine(inp).run()
     expected = sum(1 for rank in inp.program for a in rank if a.op == STEP) * inp.dp_width
+    expected *= inp.tensor_parallel
     done = sum(1 for e in log.events if e.kind == EventKind.OPTIMIZER)
     if done < expected:
         raise ValueError(f"the schedule deadlocked: {done} of {expected} optimizer steps ran")

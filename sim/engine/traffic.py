@@ -62,7 +62,7 @@ class MemoryTraffic:
         self.microbatches = microbatches
         self._started: dict[tuple, simpy.Process] = {}
         self._swapped_out: dict[tuple, simpy.Event] = {}
-        self._writebacks: dict[tuple[int, int], list[simpy.Process]] = {}
+        self._writebacks: dict[tuple[int, int, int], list[simpy.Process]] = {}
 
     def _start_once(self, key: tuple, gen) -> simpy.Process:
         proc = self._started.get(key)
@@ -73,7 +73,7 @@ class MemoryTraffic:
         return proc
 
     def _swap_done(self, rep: StageReplica, mb: int) -> simpy.Event:
-        key = (rep.replica, rep.stage, mb)
+        key = (*rep.key, mb)
         ev = self._swapped_out.get(key)
         if ev is None:
             ev = self._swapped_out[key] = self.env.event()
@@ -90,7 +90,7 @@ class MemoryTraffic:
 
     def fetch(self, rep: StageReplica, a: Action) -> simpy.Process:
         """The (one) fetch of ``rep``'s chunks for action ``a``, started if not yet."""
-        return self._start_once(("fetch", rep.replica, rep.stage, str(a)), self._fetch(rep, a))
+        return self._start_once(("fetch", *rep.key, str(a)), self._fetch(rep, a))
 
     def _fetch(self, rep: StageReplica, a: Action):
         plan = rep.plan
@@ -108,10 +108,17 @@ class MemoryTraffic:
         )
 
     # -- write-backs ------------------------------------------------------------------
-    def writeback(self, rep: StageReplica, a: Action, tags: dict) -> None:
-        """Start the copy of a backward's gradients to ``fetch_source``; the step waits."""
+    def writeback(
+        self, rep: StageReplica, a: Action, tags: dict, after: simpy.Process | None = None
+    ) -> None:
+        """Start the copy of a backward's gradients to ``fetch_source`` (once ``after``, e.g.
+        their reduce-scatter, is done); the step waits for it."""
 
         def run():
+            if after is not None:
+                yield after
+            if rep.plan.writeback_bytes <= 0:
+                return
             yield from self.links.transfer(
                 rep.gpu,
                 rep.plan.fetch_source,
@@ -122,12 +129,11 @@ class MemoryTraffic:
                 **tags,
             )
 
-        key = (rep.replica, rep.stage)
-        self._writebacks.setdefault(key, []).append(self.env.process(run()))
+        self._writebacks.setdefault(rep.key, []).append(self.env.process(run()))
 
     def wait_writebacks(self, rep: StageReplica, tags: dict):
         """Process: wait for every write-back started since the last call (a stall if late)."""
-        pending = self._writebacks.pop((rep.replica, rep.stage), [])
+        pending = self._writebacks.pop(rep.key, [])
         if pending:
             yield from self.compute.wait(
                 self.env.all_of(pending), rep.gpu, f"wait write-back s{rep.stage}", **tags
@@ -172,7 +178,7 @@ class MemoryTraffic:
 
     def swap_in(self, rep: StageReplica, mb: int) -> simpy.Process:
         """The (one) swap-in of micro-batch ``mb``'s stash, started if not yet."""
-        return self._start_once(("swapin", rep.replica, rep.stage, mb), self._swap_in(rep, mb))
+        return self._start_once(("swapin", *rep.key, mb), self._swap_in(rep, mb))
 
     def _swap_in(self, rep: StageReplica, mb: int):
         yield self._swap_done(rep, mb)
@@ -241,7 +247,7 @@ class MemoryTraffic:
             Event(
                 EventKind.HOST_OPTIMIZER,
                 rep.host,
-                f"adam-s{s}r{r}",
+                f"adam-s{s}r{r}" + (f"t{rep.tp_rank}" if rep.tp_rank else ""),
                 f"host step s{s}",
                 start,
                 self.env.now,

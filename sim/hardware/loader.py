@@ -9,6 +9,7 @@ is raised as :class:`sim.errors.InputError` naming the file and the dotted field
 from __future__ import annotations
 
 import difflib
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -39,6 +40,23 @@ def list_presets() -> list[str]:
     )
 
 
+MULTI_SERVER = re.compile(r"^([1-9][0-9]*)x-(.+)$")
+"""Preset names ``Nx-PRESET``: ``N`` servers of ``PRESET`` (``2x-dgx-h100``)."""
+
+
+def multi_server(name: str) -> tuple[int, str] | None:
+    """``(N, preset)`` for a name ``Nx-PRESET`` whose ``PRESET`` is bundled, else None."""
+    m = MULTI_SERVER.match(name) if isinstance(name, str) else None
+    if m is None or m.group(2) not in list_presets():
+        return None
+    return int(m.group(1)), m.group(2)
+
+
+def is_preset(name: str) -> bool:
+    """Whether ``name`` is a bundled preset or ``Nx-PRESET`` of one."""
+    return isinstance(name, str) and (name in list_presets() or multi_server(name) is not None)
+
+
 def read_yaml(text: str, *, file: str | None = None) -> Any:
     """Parse YAML text safely (:func:`sim.textio.load_yaml`: no duplicate keys, bounded depth).
 
@@ -52,11 +70,18 @@ def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputE
     known = list_presets()
     close = [k for k in known if k.startswith(name)] or difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-    msg = f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)}"
+    msg = (
+        f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)} "
+        "(and 'Nx-PRESET' for N servers of a preset with a network, e.g. '2x-dgx-h100')"
+    )
     return InputError(msg, file=file, field=field)
 
 
 def _preset_raw(name: str, *, file: str | None, field: str | None) -> dict[str, Any]:
+    several = multi_server(name)
+    if several is not None:
+        n, base = several
+        return {"base": base, "name": name, "servers": n}
     if not isinstance(name, str) or name not in list_presets():
         raise _unknown_preset(str(name), file=file, field=field)
     path = f"presets/{name}.yaml"
@@ -153,7 +178,7 @@ def _load(
         raw, err_file, err_field = source, file, field
     elif isinstance(source, (str, Path)):
         text = str(source)
-        if isinstance(source, str) and text in list_presets():
+        if isinstance(source, str) and is_preset(text):
             err_file, err_field = f"presets/{text}.yaml", None
             raw = _preset_raw(text, file=file, field=field)
         elif isinstance(source, Path) or text.endswith((".yaml", ".yml")) or "/" in text:
@@ -190,6 +215,9 @@ def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> Non
     n = raw.get("num_gpus")
     if isinstance(n, str) and n.strip().isdigit():
         n = int(n)
+    servers = raw.get("servers", 1)
+    if isinstance(n, int) and isinstance(servers, int) and not isinstance(servers, bool):
+        n *= max(servers, 1)
     if isinstance(n, int) and not isinstance(n, bool) and n > MAX_GPUS:
         raise InputError(
             f"{n} GPUs is more than the {MAX_GPUS} pipesim simulates (describe one "

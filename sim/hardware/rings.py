@@ -148,8 +148,8 @@ def _peer_routes(topology: Topology, gpus: tuple[str, ...]) -> dict[str, list[tu
 def _greedy_rings(topology: Topology, gpus: tuple[str, ...]) -> tuple[Ring, ...]:
     """Rings found one at a time, each the widest with the bandwidth the others left."""
     peers = _peer_routes(topology, gpus)
-    if any(not peers[g] for g in gpus):
-        return ()
+    if not _strongly_connected(gpus, peers):
+        return ()  # no ring can visit every member (e.g. GPUs of two servers)
     left: dict[str, float] = {}
     for hops in peers.values():
         for _, route in hops:
@@ -166,6 +166,24 @@ def _greedy_rings(topology: Topology, gpus: tuple[str, ...]) -> tuple[Ring, ...]
                 left[lk.name] -= bw
         rings.append(Ring(order, routes, (bw,) * len(routes)))
     return tuple(rings)
+
+
+def _strongly_connected(gpus: tuple[str, ...], peers: dict[str, list[tuple]]) -> bool:
+    """Whether every member reaches every other over peer routes (a ring needs it)."""
+    back: dict[str, list[str]] = {g: [] for g in gpus}
+    for a, hops in peers.items():
+        for b, _ in hops:
+            back[b].append(a)
+    for edges in ({a: [b for b, _ in hops] for a, hops in peers.items()}, back):
+        seen, todo = {gpus[0]}, [gpus[0]]
+        while todo:
+            for nxt in edges[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        if len(seen) < len(gpus):
+            return False
+    return True
 
 
 def _widest_ring(

@@ -226,6 +226,25 @@ class LinkSpec(BaseModel):
     )
 
 
+class NetworkSpec(BaseModel):
+    """The network between the servers of a multi-server description: one NIC per GPU, GPU
+    ``i`` of every server on rail ``i`` (:mod:`sim.hardware.cluster`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nic_bandwidth: Bandwidth = Field(
+        gt=0,
+        description="Per-direction bandwidth of each GPU's NIC, e.g. '50 GB/s' (400 Gb/s NDR) "
+        "or '25 GB/s' (200 Gb/s HDR).",
+    )
+    latency: Seconds = Field(
+        default=5e-6,
+        ge=0,
+        description="Fixed cost per network link crossed, e.g. '5 us' (an assumption: switch "
+        "and NIC latencies are about 1 us each on InfiniBand, unverified; NCCL adds its own).",
+    )
+
+
 class HardwareSpec(BaseModel):
     """A server: the YAML form of a :class:`~sim.hardware.topology.Topology`."""
 
@@ -249,6 +268,16 @@ class HardwareSpec(BaseModel):
         default_factory=list, description="Switch node names (PCIe switches, 'nvswitch')."
     )
     links: list[LinkSpec] = Field(default_factory=list, description="Physical connections.")
+    servers: int = Field(
+        default=1,
+        ge=1,
+        description="Identical servers of this description joined by `network` (GPU i of "
+        "server n is gpu<n*num_gpus + i>; sim.hardware.cluster). The preset name 'Nx-PRESET' "
+        "(e.g. '2x-dgx-h100') sets it.",
+    )
+    network: NetworkSpec | None = Field(
+        default=None, description="The network between servers (needed when servers > 1)."
+    )
 
 
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
@@ -363,6 +392,16 @@ def topology_from_spec(
     def where(name: str) -> str:
         return f"{field}.{name}" if field else name
 
+    if spec.servers > 1:
+        if spec.network is None:
+            raise InputError(
+                f"{spec.servers} servers need a 'network' section (the NIC bandwidth per GPU)",
+                file=file,
+                field=where("servers"),
+            )
+        from sim.hardware.cluster import expand_servers
+
+        spec = expand_servers(spec)
     problems = reference_problems(spec)
     if problems:
         name, message = problems[0]

@@ -314,6 +314,31 @@ class Topology:
         return order
 
     @cached_property
+    def servers(self) -> tuple[tuple[int, ...], ...]:
+        """GPU indices of each server: the GPUs connected without ``network`` links (through
+        NVLink, NVSwitch, PCIe, hosts), in order of their first GPU. One server unless the
+        description has several (:mod:`sim.hardware.cluster`)."""
+        parent = {n: n for n in self.nodes}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for link in self.links:
+            if link.kind != "network":
+                parent[find(link.src)] = find(link.dst)
+        groups: dict[str, list[int]] = {}
+        for i, gpu in enumerate(self.gpus):
+            groups.setdefault(find(gpu.name), []).append(i)
+        return tuple(sorted(tuple(g) for g in groups.values()))
+
+    def server_of(self, gpu: int) -> int:
+        """Index into :attr:`servers` of the server holding GPU ``gpu``."""
+        return next(k for k, members in enumerate(self.servers) if gpu in members)
+
+    @cached_property
     def _gpu_names(self) -> frozenset[str]:
         return frozenset(g.name for g in self.gpus)
 

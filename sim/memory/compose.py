@@ -92,25 +92,27 @@ def note_reservations(
 
 
 def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
-    """``plans`` whose host socket cannot hold what they offload and swap there, marked
-    ``fits: False`` with a warning (the ledger will show the socket over capacity)."""
+    """``plans`` whose server's host DRAM cannot hold what all its ranks offload and swap,
+    marked ``fits: False`` with a warning (the ledger will show the pool ``host`` over capacity).
+
+    Host DRAM is one pool per server, shared by the ranks of every socket (the engine's ledger
+    pools the sockets, :class:`sim.ledger.Ledger`): two replicas whose host state each fits
+    alone may not fit together."""
     from sim.memory.estimate import HEADROOM, host_bytes
 
-    used: dict[str, float] = {}
-    for ctx, plan in zip(contexts, plans, strict=True):
-        used[ctx.host] = used.get(ctx.host, 0.0) + host_bytes(ctx, plan)
+    used = sum(host_bytes(c, p) for c, p in zip(contexts, plans, strict=True))
     out = []
     for ctx, plan in zip(contexts, plans, strict=True):
-        cap = ctx.topology.host(ctx.host).dram_bytes
-        if plan.notes and used[ctx.host] > cap * (1 - HEADROOM):
+        cap = ctx.topology.host_dram_bytes
+        if plan.notes and host_bytes(ctx, plan) > 0 and used > cap * (1 - HEADROOM):
             plan = replace(
                 plan,
                 notes={
                     **plan.notes,
                     "fits": False,
-                    "host_gib": gib(used[ctx.host]),
-                    "warning": f"{ctx.host} DRAM ({gib(cap)} GiB) cannot hold what "
-                    "its stages offload and swap",
+                    "host_gib": gib(used),
+                    "warning": f"the server's host DRAM ({gib(cap)} GiB) cannot hold what "
+                    "its ranks offload and swap",
                 },
             )
         out.append(plan)
@@ -120,13 +122,18 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
 def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
     """The plans the engine runs: each plan's allocator margin and DDP buckets recomputed for
     what the policy chose (its activation memory, its GPU-resident gradients; planning used the
-    everything-resident values), then :func:`note_host_capacity`."""
+    everything-resident values; a plan with ``grad_bucket_bytes`` (ZeRO) counts that bucket
+    instead of DDP's copy of the gradients), then :func:`note_host_capacity`."""
     from sim.memory.estimate import activation_peak_bytes
     from sim.memory.reserve import overhead
 
     out = []
     for ctx, plan in zip(contexts, plans, strict=True):
-        out.append(
-            replace(plan, **overhead(ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes))  # type: ignore[arg-type]
+        bucket = plan.grad_bucket_bytes
+        over = overhead(
+            ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes if bucket is None else 0.0
         )
+        if bucket is not None and over["working_bytes"] > 0:
+            over["working_bytes"] += bucket  # ZeRO's reduce bucket instead of DDP's copy
+        out.append(replace(plan, **over))  # type: ignore[arg-type]
     return note_host_capacity(contexts, out)

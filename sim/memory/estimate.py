@@ -17,8 +17,8 @@ runs. The estimate, per stage replica with ``n`` micro-batches in flight (``ctx.
   back-to-back forwards leave a backlog (:func:`swap_live`). Swapping ``y`` bytes per
   micro-batch lowers the peak by ``(n - L) * y``: it helps only stages with ``n > 3``;
 * ``rebuild``: the dropped bytes live during a forward or a recompute;
-* chunk staging (the next action's is prefetched during this one) and receive buffers, twice
-  for overlap.
+* chunk staging and gathered partitioned parameters (the next action's are prefetched during
+  this one) and receive buffers, twice for overlap.
 
 Host copies assume the GPUs behind one uplink all swap (``ctx.host_sharers``). The engine's
 ledger verifies every plan; the tests hold the estimate to it. Policies aim at ``budget_bytes`` = capacity minus a
@@ -76,6 +76,7 @@ def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
         + swap_live(ctx, plan.swap_parts) * plan.swap_bytes
         + plan.rebuild_bytes
         + 2 * plan.fetch_live
+        + (2 * plan.gather_live if ctx.dp_width > 1 else 0.0)
         + 2 * (ctx.input_bytes + ctx.out_bytes)
     )
 

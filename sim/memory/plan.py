@@ -59,6 +59,18 @@ class StagePlan:
             step and the updated parameters all-gathered after it (ZeRO-style sharding of
             optimizer state), instead of one all-reduce before it.
         dp_grad_bytes: bytes of the data-parallel gradient reduction (default ``grad_bytes``).
+        gather_bytes: 16-bit parameter bytes all-gathered over the data-parallel group before
+            each F and each B/I (parameters partitioned over the replicas: ZeRO-3, PatrickStar's
+            chunk groups); each replica holds ``1/w`` of them. 0: parameters are replicated.
+        gather_live_bytes: GPU bytes of gathered parameters live at once during an action
+            (they are gathered layer by layer or chunk group by chunk group and freed after
+            use); None means all of ``gather_bytes``.
+        scatter_bytes: gradient bytes reduce-scattered over the data-parallel group after each
+            B (or W) (ZeRO-2/3, PatrickStar); the step then runs no gradient collective and,
+            with ``gather_bytes``, no parameter all-gather either.
+        grad_bucket_bytes: bytes of the gradient reduction buffer besides ``grad_bytes``
+            (ZeRO's reduce bucket); None: DDP's copy of the GPU gradients
+            (:func:`sim.memory.reserve.ddp_bucket_bytes`).
         reserve_bytes: the process's runtime reserve on the GPU (CUDA context, cuBLAS
             workspace, NCCL buffers; :mod:`sim.memory.reserve`).
         allocator_bytes: the share of the GPU lost to the caching allocator.
@@ -87,6 +99,10 @@ class StagePlan:
     writeback_bytes: float = 0.0
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
+    gather_bytes: float = 0.0
+    gather_live_bytes: float | None = None
+    scatter_bytes: float = 0.0
+    grad_bucket_bytes: float | None = None
     reserve_bytes: float = 0.0
     allocator_bytes: float = 0.0
     working_bytes: float = 0.0
@@ -124,6 +140,11 @@ class StagePlan:
     def fetch_live(self) -> float:
         """Bytes of fetched chunks on the GPU during an action."""
         return self.fetch_bytes if self.fetch_live_bytes is None else self.fetch_live_bytes
+
+    @property
+    def gather_live(self) -> float:
+        """Bytes of gathered parameters on the GPU during an action."""
+        return self.gather_bytes if self.gather_live_bytes is None else self.gather_live_bytes
 
     @property
     def fwd_alloc_bytes(self) -> float:

@@ -1,7 +1,8 @@
 """Registry of memory policies, and the ``memory_policy`` grammar.
 
 ``name`` or ``name:param[:param]`` (``recompute:full:4``, ``cpu_swap:0.5``, ``chunked:32``,
-``d2d_swap:weights``), or one such spec per stage joined by ``|``
+``d2d_swap:weights``, ``chunked:64:recompute``, ``zero_offload:recompute``,
+``zero3:offload:recompute``), or one such spec per stage joined by ``|``
 (``none|recompute:selective|cpu_swap|none``), which ``options.stage_policies`` builds.
 :func:`parse_policy` reads a string into a :class:`~sim.memory.spec.PolicySpec` (each policy's
 ``from_args`` checks its parameters); :func:`get_policy` builds the simulator's policy from it.
@@ -18,6 +19,7 @@ from sim.memory.none import NoPolicy
 from sim.memory.per_stage import SEPARATOR, PerStagePolicy
 from sim.memory.recompute import RecomputePolicy
 from sim.memory.spec import PolicySpec
+from sim.memory.zero3 import Zero3Policy
 from sim.memory.zero_offload import ZeroOffloadPolicy
 
 POLICIES: dict[str, type[MemoryPolicy]] = {
@@ -29,6 +31,7 @@ POLICIES: dict[str, type[MemoryPolicy]] = {
         D2DSwapPolicy,
         ChunkedPolicy,
         ZeroOffloadPolicy,
+        Zero3Policy,
         AutoPolicy,
     )
 }

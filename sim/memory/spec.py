@@ -18,9 +18,10 @@ class PolicySpec:
     Attributes:
         text: the spec as written (``"cpu_swap:0.5"``).
         kind: the policy name (``none``, ``recompute``, ``cpu_swap``, ``d2d_swap``,
-            ``zero_offload``, ``chunked``, ``auto``), or ``per_stage`` for ``a|b|...``.
+            ``zero_offload``, ``chunked``, ``zero3``, ``auto``), or ``per_stage`` for ``a|b|...``.
         args: the ``:``-separated parameters as written (``("full", "4")``).
-        mode: ``recompute``: ``full`` or ``selective``; None otherwise.
+        mode: ``recompute``: ``full`` or ``selective``; ``full`` for ``chunked``,
+            ``zero_offload`` and ``zero3`` with ``:recompute``; None otherwise.
         layers: ``recompute:full:N``: checkpoint the first ``N`` layers of each stage; None
             means all (or not a recompute).
         fraction: ``cpu_swap``: the share of each micro-batch's stash swapped, in (0, 1];

@@ -1,13 +1,27 @@
-"""Policy ``zero_offload`` (ZeRO-Offload, Ren et al. 2021; memory.md §5.2): optimizer on the host.
+"""Policy ``zero_offload`` (ZeRO-Offload, Ren et al. ATC'21 §4; memory.md §5.2): optimizer on
+the host, gradients streamed there in buckets during the backward.
 
-The GPU keeps the 16-bit weights (every version the schedule stashes) and the 16-bit gradient
-buffer; the host keeps the fp32 master weights and Adam moments (12 B/param) plus a gradient
-copy (2 B/param). At the optimizer step the gradients go to the host over PCIe, the host runs
-CPU Adam (``Host.adam_params_per_s``; one socket runs one stage's step at a time), and the
-updated 16-bit weights come back: ``4 * params`` bytes over PCIe per step, the paper's minimum.
-With data parallelism the optimizer state is sharded (ZeRO-2): gradients are reduce-scattered,
-each replica moves and updates ``1/w`` of them, and the weights are all-gathered.
-Delayed parameter update (DPU) is not modelled: the host step is on the critical path.
+``zero_offload[:N][:recompute]``: ``N`` the reduce bucket in millions (2**20) of elements
+(default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
+``ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT = 500000000`` in
+``deepspeed/runtime/zero/constants.py``); ``recompute``: full activation checkpointing of every
+layer too (ZeRO-Offload's evaluation ran with it, paper §6).
+
+Per stage replica with ``P`` parameters and ``w`` replicas:
+
+* **GPU**: the 16-bit weights (every version the schedule stashes) and one bucket of 16-bit
+  gradients, ``min(P, bucket) * 2`` bytes: the backward fills the bucket and it drains to the
+  host while the next one fills (§4.1: "gradients are offloaded to CPU memory ... as they are
+  produced"), so no full gradient buffer stays on the GPU.
+* **Host**: fp32 master weights and Adam moments (12 B/param) plus the 16-bit gradient copy
+  (2 B/param) of the replica's ``P / w`` partition; CPU Adam runs there
+  (``Host.adam_params_per_s``; replicas on one socket run theirs one after another, as the
+  engine's ``adam@cpu<i>`` resource does).
+* **Traffic**: after each B the stage's gradients are reduce-scattered over the ``w`` replicas
+  (ZeRO-2, DeepSpeed reduces every micro-step) and the replica's ``2P / w`` bytes go to the
+  host; after the host step the updated ``2P / w`` bytes of weights come back and are
+  all-gathered: ``4P / w`` bytes over PCIe per step with one micro-batch, the paper's minimum.
+  Delayed parameter update (DPU) is not modelled: the host step is on the critical path.
 """
 
 from __future__ import annotations
@@ -15,12 +29,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.memory.base import MemoryPolicy, StageContext
-from sim.memory.compose import describe
+from sim.memory.compose import activation_plan, describe
 from sim.memory.estimate import copy_s
 from sim.memory.plan import StagePlan, Transfer
+from sim.memory.stash import stash
 
 HOST_GRAD_BYTES = 2
 """Bytes per parameter of the gradient copy on the host (16-bit, memory.md §5.2)."""
+
+REDUCE_BUCKET_ELEMS = 500_000_000
+"""DeepSpeed's default ``reduce_bucket_size`` (elements)."""
+
+MELEMS = 2**20
+RECOMPUTE = "recompute"
 
 
 def adam_rate(ctx: StageContext) -> float:
@@ -28,41 +49,119 @@ def adam_rate(ctx: StageContext) -> float:
     return ctx.topology.host(ctx.host).adam_params_per_s
 
 
-def offload_states(ctx: StageContext, base: StagePlan) -> tuple[StagePlan, float]:
-    """``base`` with the optimizer state and step moved to the host, and the estimated seconds
-    the step adds per iteration (copies + CPU Adam - the GPU step it replaces)."""
+def socket_sharers(contexts: list[StageContext], ctx: StageContext) -> int:
+    """Stage replicas of ``contexts`` whose host socket is ``ctx``'s: their host Adam steps
+    run one after another on it."""
+    return sum(1 for c in contexts if c.host == ctx.host)
+
+
+def parse_options(name: str, args: list[str], words: tuple[str, ...]) -> tuple[int | None, set]:
+    """``(size in M elements or None, words given)`` of ``name:[N][:word]...``.
+
+    Raises:
+        ValueError: an argument that is neither a positive integer nor one of ``words``, or
+            one given twice.
+    """
+    size, seen = None, set()
+    for arg in args:
+        if arg.isdigit() and int(arg) > 0 and size is None:
+            size = int(arg)
+        elif arg in words and arg not in seen:
+            seen.add(arg)
+        else:
+            allowed = " and/or ".join(f"':{w}'" for w in words)
+            raise ValueError(
+                f"use {name}[:N][{']['.join(':' + w for w in words)}] (N a size in M elements, "
+                f"then {allowed}), got {':'.join(args)!r}"
+            )
+    return size, seen
+
+
+def with_overhead(ctx: StageContext, plan: StagePlan) -> StagePlan:
+    """``plan`` with its runtime reserve, allocator margin and working memory for what it keeps
+    (as :func:`sim.memory.compose.finalize_plans` will charge them), so that its notes' peak
+    and ``fits`` are the engine's."""
+    from sim.memory.compose import finalize_plans
+
+    return finalize_plans([ctx], [plan])[0]
+
+
+def base_plan(ctx: StageContext, recompute: bool) -> StagePlan:
+    """Everything resident, or with every layer fully checkpointed."""
+    if not recompute:
+        return ctx.resident_plan()
+    return activation_plan(ctx, stash(ctx, full=range(len(ctx.layers))))
+
+
+def offload_states(
+    ctx: StageContext, base: StagePlan, bucket_elems: float = REDUCE_BUCKET_ELEMS
+) -> tuple[StagePlan, float]:
+    """``base`` with the optimizer state and step on the host and the gradients streamed there
+    in buckets (module doc), and the estimated seconds the step adds per iteration (copies and
+    CPU Adam, minus the GPU step it replaces; the per-B gradient copies overlap the next
+    actions and are not counted)."""
     own = ctx.params / ctx.dp_width
-    grads = own * ctx.state.grad
+    g, d = ctx.state.grad, ctx.state.weight
+    dp = ctx.dp_width > 1
     plan = replace(
         base,
+        grad_bytes=min(ctx.params, bucket_elems) * g,
+        grad_bucket_bytes=0.0,
         optimizer_bytes=0.0,
         optimizer_s=0.0,
         host_bytes=own * (ctx.state.optimizer + HOST_GRAD_BYTES),
         host_optimizer_s=own / adam_rate(ctx),
-        step_transfers_before=(Transfer(ctx.gpu, ctx.host, grads, f"grads s{ctx.stage}"),),
-        step_transfers_after=(
-            Transfer(ctx.host, ctx.gpu, own * ctx.state.weight, f"weights s{ctx.stage}"),
-        ),
-        dp_sharded=ctx.dp_width > 1,
-        dp_grad_bytes=ctx.params * ctx.state.grad,
+        fetch_source=ctx.host,
+        writeback_bytes=own * g,
+        scatter_bytes=ctx.params * g if dp else 0.0,
+        step_transfers_after=(Transfer(ctx.host, ctx.gpu, own * d, f"weights s{ctx.stage}"),),
+        dp_sharded=dp,
+        dp_grad_bytes=ctx.params * g,
     )
-    added = (
-        copy_s(ctx, ctx.gpu, ctx.host, grads)
-        + plan.host_optimizer_s
-        + copy_s(ctx, ctx.host, ctx.gpu, own * ctx.state.weight)
-        - base.optimizer_s
-    )
+    added = plan.host_optimizer_s + copy_s(ctx, ctx.host, ctx.gpu, own * d) - base.optimizer_s
     return plan, added
 
 
 class ZeroOffloadPolicy(MemoryPolicy):
-    """ZeRO-Offload: optimizer state and step on the host; activations stay resident."""
+    """ZeRO-Offload: optimizer state and step on the host, gradients streamed in buckets.
+
+    Args:
+        bucket_melems: the reduce bucket in millions (2**20) of elements (None: DeepSpeed's
+            5e8 elements).
+        recompute: checkpoint every layer's activations too.
+    """
 
     name = "zero_offload"
-    description = "optimizer state and Adam step on the host CPU (ZeRO-Offload)"
+    description = "optimizer state and Adam step on the host CPU, gradients streamed in buckets"
+
+    def __init__(self, bucket_melems: int | None = None, recompute: bool = False):
+        self.bucket_elems = REDUCE_BUCKET_ELEMS if bucket_melems is None else bucket_melems * MELEMS
+        self.recompute = recompute
+        self.mode = "full" if recompute else None
+
+    @classmethod
+    def from_args(cls, args: list[str]) -> ZeroOffloadPolicy:
+        size, words = parse_options(cls.name, args, (RECOMPUTE,))
+        return cls(size, RECOMPUTE in words)
+
+    def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
+        out = []
+        for ctx in contexts:
+            base = base_plan(ctx, self.recompute)
+            plan, added = offload_states(ctx, base, self.bucket_elems)
+            added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
+            added += ctx.microbatches * plan.recompute_s
+            out.append(
+                describe(
+                    ctx,
+                    with_overhead(ctx, plan),
+                    "optimizer on host" + (", full recompute" if self.recompute else ""),
+                    added,
+                    host_state_gib=round(plan.host_bytes / 2**30, 3),
+                    gpu_grad_bucket_gib=round(plan.grad_bytes / 2**30, 3),
+                )
+            )
+        return out
 
     def plan(self, ctx: StageContext) -> StagePlan:
-        plan, added = offload_states(ctx, ctx.resident_plan())
-        return describe(
-            ctx, plan, "optimizer on host", added, host_state_gib=round(plan.host_bytes / 2**30, 3)
-        )
+        return self.plan_all([ctx])[0]

@@ -137,13 +137,74 @@ def plot_throughput_vs_size(results_df: pd.DataFrame, path: str | os.PathLike) -
         plt.close(fig)
 
 
+def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """FLOPs of one iteration of a GPT with full activation recomputation, Narayanan et al.
+    SC'21 (arXiv 2104.04473) eq. (3): ``96 B s l h^2 (1 + s / 6h + V / 16 l h)``."""
+    b, s, n, h, v = batch, seq, layers, hidden, vocab
+    return 96.0 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
+
+
+def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.DataFrame:
+    """Best fitting TFLOPS per GPU per ``(model, memory_policy)``: :func:`narayanan_flops` of
+    the row's global batch over its iteration time and ``stages * dp_width`` GPUs. ``shapes``:
+    per model ``{layers, hidden, seq_len, vocab}`` (a trace's generator inputs); models without
+    a shape are left out. Columns: ``model, parameters, memory_policy, tflops_per_gpu``."""
+    ok = results_df[results_df["fits"].fillna(False).astype(bool)]
+    ok = ok.dropna(subset=["iteration_time_s"])
+    ok = ok[ok["model"].isin(list(shapes))]
+    if ok.empty:
+        return pd.DataFrame(columns=["model", "parameters", "memory_policy", "tflops_per_gpu"])
+    flops = [
+        narayanan_flops(
+            r.global_batch,
+            *(int(shapes[r.model][k]) for k in ("seq_len", "layers", "hidden", "vocab")),
+        )
+        / (r.iteration_time_s * r.stages * r.dp_width)
+        / 1e12
+        for r in ok.itertuples()
+    ]
+    ok = ok.assign(tflops_per_gpu=flops)
+    keys = ["model", "parameters", "memory_policy"]
+    best = ok.sort_values("tflops_per_gpu", ascending=False).drop_duplicates(keys)
+    return best[keys + ["tflops_per_gpu"]].sort_values(["parameters", "memory_policy"])
+
+
+def plot_tflops_vs_size(table: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Lines: best fitting TFLOPS per GPU (Narayanan et al.'s formula) against model size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+    try:
+        for policy, rows in table.groupby("memory_policy", sort=True):
+            ax.plot(rows["parameters"] / 1e9, rows["tflops_per_gpu"], "o-", label=policy)
+        ax.set_xlabel("model size (billions of parameters)")
+        ax.set_ylabel("TFLOPS per GPU (96Bslh^2(1+s/6h+V/16lh) / time / GPUs)")
+        ax.set_title("Throughput per GPU vs model size per memory policy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def write_memory_summary(
-    results_df: pd.DataFrame, out: Path, plots: bool = True
+    results_df: pd.DataFrame, out: Path, plots: bool = True, shapes: dict | None = None
 ) -> tuple[pd.DataFrame, list[Path]]:
-    """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``."""
+    """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``; with
+    ``shapes`` (model -> GPT shape) also ``tflops_per_gpu.csv`` and its plot."""
     table = memory_summary(results_df)
     written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]
     if plots:
         written.append(plot_max_model_per_policy(results_df, out / "max_model_per_policy.png"))
         written.append(plot_throughput_vs_size(results_df, out / "throughput_vs_model_size.png"))
+    if shapes:
+        tf = tflops_per_gpu(results_df, shapes)
+        if not tf.empty:
+            csv = tf.to_csv(index=False, float_format="%.2f").encode()
+            written.append(atomic_write_bytes(out / "tflops_per_gpu.csv", csv))
+            if plots:
+                written.append(plot_tflops_vs_size(tf, out / "tflops_vs_model_size.png"))
     return table, written

@@ -20,6 +20,7 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("schedule", "schedule", str, False),
     ("stages", "p stages", lambda v: f"{int(v)}", True),
     ("dp_width", "w DP", lambda v: f"{int(v)}", True),
+    ("tensor_parallel", "t TP", lambda v: f"{int(v)}", True),
     ("microbatch_size", "b samples", lambda v: f"{int(v)}", True),
     ("microbatches", "m", lambda v: f"{int(v)}", True),
     ("memory_policy", "memory policy", str, False),

@@ -1,0 +1,176 @@
+"""How a collective runs over a communicator: one ring, or hierarchically across servers.
+
+Within one server, NCCL runs its rings (channels) over the communicator's GPUs
+(:func:`~sim.hardware.rings.ring_set`: several rings over NVLink, each with the bandwidth it
+reserved, the bytes split by bandwidth; else one ring routed through the communicator;
+:func:`ring_set_time_s`). Across servers it is hierarchical (NCCL's
+tree and ring algorithms both reduce inside a node over NVLink and cross nodes over the NICs:
+NCCL user guide, "Environment Variables", ``NCCL_ALGO``; the NCCL 2.4 tree blog post; and the
+rail-optimised DGX SuperPOD topology, where GPU ``i`` of every server talks over rail ``i``).
+A communicator of ``N`` servers with ``L >= 2`` members each, ``B`` bytes:
+
+* all-reduce: reduce-scatter inside each server (ring of ``L``, ``L-1`` steps of ``B/L``), then
+  ``L`` all-reduces of ``B/L`` bytes across servers at once, member ``j`` of every server
+  together (ring of ``N`` over rail ``j``: ``2(N-1)`` steps of ``B/(L N)``), then an all-gather
+  inside each server (``L-1`` steps of ``B/L``);
+* reduce-scatter: the first two phases (the second a reduce-scatter); all-gather: the last two
+  in reverse (the first an all-gather).
+
+So ``t = RS_local(B) + AR_rails(B/L) + AG_local(B)``, each phase the slowest of its concurrent
+ring sets (servers, rails). With one member per server it is the ring over the servers; within
+one server, or with unequal members per server, one ring set (the flat algorithm). The collective holds
+every link of every phase for its whole duration, as a ring does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.events import EventKind
+from sim.hardware.rings import Ring, ring_set
+from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
+
+RING_STEPS: dict[str, int] = {
+    EventKind.ALLREDUCE: 2,
+    EventKind.REDUCE_SCATTER: 1,
+    EventKind.ALL_GATHER: 1,
+}
+"""Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
+
+Routes = list[tuple[Link, ...]]
+Rings = tuple[Ring, ...]
+
+
+def ring_time_s(routes: Routes, nbytes: float, kind: str) -> float:
+    """Uncontended seconds of a ring collective of ``nbytes`` over ``len(routes)`` members.
+
+    Args:
+        routes: the ring's hops, ``routes[i]`` from member ``i`` to member ``i + 1 (mod w)``.
+        nbytes: bytes of the buffer every member holds (the gradients), ``B``.
+        kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
+            (``w-1`` steps).
+
+    Returns:
+        ``steps * max_i transfer_time_s(routes[i], B / w, bandwidth_i)``, ``bandwidth_i`` from
+        :func:`~sim.hardware.topology.ring_hop_bandwidths` (hop ``i``'s bottleneck, shared
+        with the other hops that cross it); 0 for one member.
+    """
+    w = len(routes)
+    if w < 2:
+        return 0.0
+    bws = ring_hop_bandwidths(routes)
+    step_s = max(
+        transfer_time_s(route, nbytes / w, bw) for route, bw in zip(routes, bws, strict=True)
+    )
+    return RING_STEPS[kind] * (w - 1) * step_s
+
+
+def ring_set_time_s(rings: Rings, nbytes: float, kind: str) -> float:
+    """Uncontended seconds of a ring collective of ``nbytes`` over ``rings`` run at once.
+
+    Args:
+        rings: the rings (:func:`~sim.hardware.rings.ring_set`), all over the same ``w``
+            members; ring ``r`` carries ``nbytes * bw_r / sum(bw)`` (its bandwidth's share;
+            all of it when there is one ring).
+        nbytes: bytes of the buffer every member holds (the gradients), ``B``.
+        kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
+            (``w-1`` steps).
+
+    Returns:
+        ``steps * max_r max_i transfer_time_s(route_ri, b_r / w, bw_ri)``: the slowest ring's
+        time, each of its steps its slowest hop's (latencies plus its chunk at the hop's rate,
+        :attr:`~sim.hardware.rings.Ring.hop_bandwidths_Bps`); 0 for one member. One ring is
+        :func:`ring_time_s`.
+    """
+    w = len(rings[0].order)
+    if w < 2:
+        return 0.0
+    total_Bps = sum(r.bandwidth_Bps for r in rings)
+    step_s = max(
+        transfer_time_s(
+            route, (nbytes if len(rings) == 1 else nbytes * r.bandwidth_Bps / total_Bps) / w, bw
+        )
+        for r in rings
+        for route, bw in zip(r.routes, r.hop_bandwidths_Bps, strict=True)
+    )
+    return RING_STEPS[kind] * (w - 1) * step_s
+
+
+def ring_routes(topology: Topology, gpus: tuple[str, ...]) -> Routes:
+    """The hops of the ring NCCL would use over ``gpus`` (:meth:`Topology.ring`), each routed
+    through the communicator only."""
+    comm = frozenset(gpus)
+    order = topology.ring(gpus)
+    return [
+        topology.route(a, b, within=comm) for a, b in zip(order, order[1:] + order[:1], strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    """The rings a collective over one communicator runs.
+
+    Attributes:
+        flat: the ring set over all members (:func:`~sim.hardware.rings.ring_set`; empty when
+            hierarchical).
+        local: one ring set per server (hierarchical only).
+        rails: one ring set per member index across the servers (hierarchical only).
+        links: every link held, in name order of first use.
+        names: the held links' names, sorted.
+    """
+
+    flat: Rings
+    local: tuple[Rings, ...] = ()
+    rails: tuple[Rings, ...] = ()
+    links: tuple[Link, ...] = ()
+    names: tuple[str, ...] = ()
+
+    @property
+    def hierarchical(self) -> bool:
+        return bool(self.rails)
+
+    def time_s(self, nbytes: float, kind: str) -> float:
+        """Uncontended seconds of a ``kind`` collective of ``nbytes`` (module doc)."""
+        if not self.hierarchical:
+            return ring_set_time_s(self.flat, nbytes, kind)
+        per = nbytes / len(self.local[0][0].order)
+
+        def local(k: str) -> float:
+            return max(ring_set_time_s(r, nbytes, k) for r in self.local)
+
+        def rails(k: str) -> float:
+            return max(ring_set_time_s(r, per, k) for r in self.rails)
+
+        if kind == EventKind.ALLREDUCE:
+            return local(EventKind.REDUCE_SCATTER) + rails(kind) + local(EventKind.ALL_GATHER)
+        if kind == EventKind.REDUCE_SCATTER:
+            return local(kind) + rails(kind)
+        return rails(kind) + local(kind)
+
+
+def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan:
+    """The plan of a collective over ``gpus`` (module doc: hierarchical when they span several
+    servers with the same number ``L >= 2`` on each, else one ring)."""
+    by_server: dict[int, list[str]] = {}
+    for g in gpus:
+        by_server.setdefault(topology.server_of(int(g[3:])), []).append(g)
+    sizes = {len(v) for v in by_server.values()}
+    if len(by_server) < 2 or len(sizes) != 1 or sizes == {1}:
+        flat = ring_set(topology, gpus)
+        every = [route for ring in flat for route in ring.routes]
+        return CollectivePlan(flat, links=_links(every), names=_names(every))
+    members = [tuple(by_server[k]) for k in sorted(by_server)]
+    local = tuple(ring_set(topology, m) for m in members)
+    rails = tuple(ring_set(topology, tuple(m[j] for m in members)) for j in range(len(members[0])))
+    every = [route for rings in local + rails for ring in rings for route in ring.routes]
+    return CollectivePlan((), local, rails, _links(every), _names(every))
+
+
+def _links(routes: Routes) -> tuple[Link, ...]:
+    """Each link of ``routes`` once (one hold per link, however many rings cross it), in
+    order of first use."""
+    return tuple({lk.name: lk for route in routes for lk in route}.values())
+
+
+def _names(routes: Routes) -> tuple[str, ...]:
+    return tuple(sorted({lk.name for route in routes for lk in route}))

@@ -1,0 +1,137 @@
+"""Megatron-LM tensor parallelism: what one of ``t`` ranks communicates and stashes per layer.
+
+Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden, ``a`` heads, ``d`` bytes per
+element, ``t`` tensor-parallel size, ``sp`` sequence parallelism.
+
+**Communication** (Shoeybi et al., arXiv:1909.08053, §3, Fig. 3 and 4; Korthikanti et al.,
+arXiv:2205.05198, §4.2.2, Fig. 5). A transformer block splits its attention and MLP into a
+column-parallel GEMM followed by a row-parallel one, so each of the two needs one all-reduce
+of the ``b*s*h*d``-byte hidden state in the forward (operator ``g``) and one in the backward
+(operator ``f``): 2 + 2 all-reduces per block. With sequence parallelism each all-reduce
+becomes a reduce-scatter and each identity an all-gather, so the forward runs 2 all-gathers and
+2 reduce-scatters of the same ``b*s*h*d`` buffer (the same bytes on the wire: a ring all-reduce
+is a reduce-scatter followed by an all-gather), and the backward as many. The vocabulary-split
+embedding all-reduces (sp: reduce-scatters) its output in the forward; the vocabulary-split
+output layer's input is all-reduced in the backward (sp: all-gathered in the forward and
+reduce-scattered in the backward), and the vocabulary-parallel cross-entropy all-reduces three
+``b*s`` fp32 vectors (max logit, target logit, sum of exponentials; Megatron-LM
+``tensor_parallel/cross_entropy.py``).
+
+**Activations** (Korthikanti et al., Table 2; memory.md §2): a block stashes
+``sbh(10 + 24/t + 5as/(ht))`` bytes at 16 bit without sequence parallelism and
+``sbh/t (34 + 5as/h)`` with it. The ``10 sbh`` replicated part is the inputs of the two norms
+(``4 sbh``), of the QKV and first MLP GEMMs (``2 sbh`` each) and the two dropout masks
+(``sbh`` each); in general ``(4d + 2) sbh``. The rest is split over the ``t`` ranks.
+
+**Parameters**, gradients and optimizer states: divided by ``t`` (the norms' and biases'
+replicated vectors are left out, as in the paper's count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.events import EventKind
+
+AR, AG, RS = EventKind.ALLREDUCE.value, EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value
+
+SOURCES = {
+    "block_comm": "Shoeybi et al. arXiv:1909.08053 §3 (f and g operators: 2 all-reduces forward, "
+    "2 backward per block); Korthikanti et al. arXiv:2205.05198 §4.2.2 (sequence parallel: "
+    "all-gather + reduce-scatter)",
+    "block_act": "Korthikanti et al. arXiv:2205.05198 Table 2: sbh(10 + 24/t + 5as/(ht)); "
+    "sp: sbh/t (34 + 5as/h)",
+    "cross_entropy": "Megatron-LM tensor_parallel/cross_entropy.py: 3 all-reduces of b*s fp32",
+}
+
+
+@dataclass(frozen=True)
+class CommOp:
+    """One collective over the tensor-parallel group.
+
+    Attributes:
+        kind: ``allreduce``, ``all_gather`` or ``reduce_scatter``.
+        nbytes: bytes of the full buffer ``B`` (an all-gather's output, a reduce-scatter's
+            input), as nccl-tests counts them.
+    """
+
+    kind: str
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """The tensor-parallel collectives of one layer for one micro-batch, in order.
+
+    Attributes:
+        fwd: during the forward.
+        bwd: during the input-gradient backward (B or I).
+    """
+
+    fwd: tuple[CommOp, ...] = ()
+    bwd: tuple[CommOp, ...] = ()
+
+
+NO_COMM = LayerComm()
+
+
+def block_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+    """Collectives of a transformer block (module doc): forward and backward each 2
+    all-reduces of ``b*s*h*d`` bytes, or with ``sp`` 2 all-gathers and 2 reduce-scatters."""
+    if t == 1:
+        return NO_COMM
+    x = float(b * s * h * d)
+    ops = (CommOp(AG, x), CommOp(RS, x)) * 2 if sp else (CommOp(AR, x),) * 2
+    return LayerComm(ops, ops)
+
+
+def embedding_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+    """Vocabulary-parallel embedding: its output is all-reduced (``sp``: reduce-scattered)."""
+    if t == 1:
+        return NO_COMM
+    return LayerComm((CommOp(RS if sp else AR, float(b * s * h * d)),))
+
+
+def head_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+    """Vocabulary-parallel output layer and cross-entropy (module doc)."""
+    if t == 1:
+        return NO_COMM
+    x, ce = float(b * s * h * d), (CommOp(AR, 4.0 * b * s),) * 3
+    if sp:
+        return LayerComm((CommOp(AG, x),) + ce, (CommOp(RS, x),))
+    return LayerComm(ce, (CommOp(AR, x),))
+
+
+def replicated_act_bytes(b: int, s: int, h: int, d: int) -> float:
+    """Bytes of a block's stash every rank keeps whole without sequence parallelism:
+    ``(4d + 2) sbh`` (``10 sbh`` at 16 bit; module doc)."""
+    return float((4 * d + 2) * s * b * h)
+
+
+def block_act_bytes_tp(act_bytes: float, b: int, s: int, h: int, d: int, t: int, sp: bool) -> float:
+    """A block's stash on one of ``t`` ranks, from its unsplit stash ``act_bytes``:
+    ``(act - rep)/t + rep`` with ``rep`` = :func:`replicated_act_bytes`, or ``act/t`` with
+    ``sp`` (Korthikanti et al., Table 2)."""
+    if sp:
+        return act_bytes / t
+    rep = min(replicated_act_bytes(b, s, h, d), act_bytes)
+    return (act_bytes - rep) / t + rep
+
+
+def korthikanti_act_bytes(b: int, s: int, h: int, a: int, t: int, sp: bool) -> float:
+    """Korthikanti et al.'s Table 2 per-layer bytes at 16 bit: ``sbh(10 + 24/t + 5as/(ht))``,
+    or ``sbh/t (34 + 5as/h)`` with sequence parallelism."""
+    sbh = s * b * h
+    if sp:
+        return sbh / t * (34 + 5 * a * s / h)
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def aggregate(ops: list[CommOp] | tuple[CommOp, ...]) -> tuple[tuple[str, float, int], ...]:
+    """``(kind, bytes each, count)`` of ``ops``, kinds in order of first appearance and equal
+    ``(kind, bytes)`` counted once (the engine times each group as ``count`` collectives)."""
+    counts: dict[tuple[str, float], int] = {}
+    for op in ops:
+        counts[(op.kind, op.nbytes)] = counts.get((op.kind, op.nbytes), 0) + 1
+    kinds = list(dict.fromkeys(kind for kind, _ in counts))
+    return tuple((k, nb, c) for kind in kinds for (k, nb), c in counts.items() if k == kind)

@@ -1,0 +1,230 @@
+"""A trace as one of ``t`` Megatron tensor-parallel ranks runs it, and its collectives.
+
+:func:`shard_trace` turns every layer of a transformer trace into its per-rank version:
+
+* **time**: each phase (forward, input gradient, weight gradient) is scaled by the compute
+  model's ratio ``model(t) / model(1)`` on the target GPU (:mod:`sim.compute`: GEMMs by shape at
+  the split sizes ``h x 3h/t``, ``h/t x h``, ``h x f/t``, ``f/t x h``; attention over ``a/t``
+  heads; norms and dropouts whole, or over ``s/t`` tokens with sequence parallelism; the
+  vocabulary-split embedding gradient and output layer over ``V/t`` rows). A generated trace's
+  times are the model's, so they become ``model(t)`` exactly; a measured trace keeps its
+  measured-to-modelled ratio. Communication is not in these times: it is the engine's
+  (:mod:`sim.engine.collectives`);
+* **memory**: parameters (hence gradients and optimizer states) ``/ t``; a block's stash per
+  Korthikanti et al. (:func:`~sim.tensor.megatron.block_act_bytes_tp`); the embedding's and
+  head's stash ``/ t`` (their large parts, the vocabulary-sized logits, are split);
+  ``out_bytes / t``: each rank sends its ``1/t`` of the boundary activation to its peer in the
+  next stage (Megatron's scatter/gather optimisation, Narayanan et al., arXiv:2104.04473, §4.1;
+  with sequence parallelism the activation is already split); the all-gather that rebuilds it
+  over NVLink is not modelled;
+* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer.
+
+The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
+``provenance.model_shape`` of a profiled one): :func:`model_shape`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sim.compute.device import ComputeSpec
+from sim.compute.kernels import phase_time
+from sim.compute.layers import embedding_kernels, head_kernels
+from sim.compute.transformer import BlockShape, BlockTimes, block_times
+from sim.tensor.megatron import (
+    LayerComm,
+    block_act_bytes_tp,
+    block_comm,
+    embedding_comm,
+    head_comm,
+)
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+
+SHAPE_KEYS = ("kind", "hidden", "heads", "seq_len", "vocab")
+"""Fields of a model shape tensor parallelism needs."""
+
+
+@dataclass(frozen=True)
+class ShardedTrace:
+    """A trace on one tensor-parallel rank.
+
+    Attributes:
+        trace: the per-rank layers (times, bytes as the module doc says).
+        comm: the collectives of each layer, aligned with ``trace.layers``.
+        tensor_parallel: ``t``.
+        sequence_parallel: whether sequence parallelism is on.
+    """
+
+    trace: Trace
+    comm: tuple[LayerComm, ...]
+    tensor_parallel: int
+    sequence_parallel: bool
+
+
+def model_shape(trace: Trace) -> dict[str, Any] | None:
+    """The model shape a trace records: ``provenance.model_shape`` (profiled traces) or
+    ``provenance.inputs`` (generated ones), with ``kind, hidden, heads, seq_len, vocab`` and
+    optionally ``ffn_mult, attention, dropout``; None when neither has the fields."""
+    prov = trace.provenance or {}
+    for key in ("model_shape", "inputs"):
+        shape = prov.get(key)
+        if isinstance(shape, dict) and all(k in shape for k in SHAPE_KEYS):
+            return shape
+    return None
+
+
+def shape_problem(trace: Trace, t: int, sp: bool) -> str:
+    """Why ``trace`` cannot run with tensor parallelism ``t`` (``sp``), or ``""``."""
+    if t == 1:
+        return ""
+    shape = model_shape(trace)
+    if shape is None:
+        return (
+            f"tensor_parallel {t} needs the model shape of trace {trace.name} "
+            f"(provenance.model_shape: {', '.join(SHAPE_KEYS)}), which it does not record"
+        )
+    if shape["kind"] not in ("gpt", "bert"):
+        return f"tensor parallelism models GPT and BERT stacks, not {shape['kind']!r}"
+    a, f = int(shape["heads"]), int(shape.get("ffn_mult", 4)) * int(shape["hidden"])
+    if a % t or f % t:
+        return f"tensor_parallel {t} does not divide {trace.name}'s {a} heads (and FFN {f})"
+    if sp and int(shape["seq_len"]) % t:
+        return f"sequence parallelism needs seq_len {shape['seq_len']} divisible by {t}"
+    return ""
+
+
+def _block_shape(shape: dict[str, Any]) -> BlockShape:
+    h = int(shape["hidden"])
+    return BlockShape(
+        h,
+        int(shape["heads"]),
+        int(shape["seq_len"]),
+        int(shape.get("ffn_mult", 4)) * h,
+        causal=shape["kind"] == "gpt",
+        attention=str(shape.get("attention", "math")),
+        dropout=bool(shape.get("dropout", True)),
+    )
+
+
+def _phases(times: BlockTimes) -> tuple[float, float, float]:
+    return times.fwd.total_s, times.bwd_input.total_s, times.bwd_weight.total_s
+
+
+def _layer_times(
+    kind: str, shape: dict[str, Any], b: int, t: int, sp: bool, spec: ComputeSpec, dtype: str
+) -> tuple[float, float, float]:
+    """Modelled ``(fwd, bwd_input, bwd_weight)`` seconds of a layer kind on one of ``t`` ranks."""
+    s, h, v = int(shape["seq_len"]), int(shape["hidden"]), int(shape["vocab"])
+    d, vt = dtype_bytes(dtype), math.ceil(v / t)
+
+    def run(kernels: list) -> float:
+        return phase_time(kernels, spec, dtype).total_s if kernels else 0.0
+
+    if kind == "embedding":
+        fwd, bwd = embedding_kernels(shape["kind"], b, s, h, vt, d)
+        return run(fwd), 0.0, run(bwd)
+    if kind == "head":
+        fwd, bwd_in, bwd_w = head_kernels(shape["kind"], b, s, h, vt, d)
+        return run(fwd), run(bwd_in), run(bwd_w)
+    return _phases(block_times(_block_shape(shape), b, spec, dtype, t, sp))
+
+
+def layer_kind(name: str) -> str:
+    """``embedding``, ``head`` or ``block`` from a layer's name (the generator's names)."""
+    for kind in ("embedding", "head"):
+        if name.startswith(kind):
+            return kind
+    return "block"
+
+
+def _ratio(new: float, old: float) -> float:
+    return new / old if old > 0 else 1.0
+
+
+def _shard_layer(
+    layer: LayerProfile,
+    kind: str,
+    ratios: tuple[float, float, float, float],
+    shape: dict[str, Any],
+    b: int,
+    d: int,
+    t: int,
+    sp: bool,
+) -> LayerProfile:
+    kf, ki, kw, kb = ratios
+    s, h = int(shape["seq_len"]), int(shape["hidden"])
+    bi: float | None = None
+    bw: float | None = None
+    if layer.bwd_input_s is not None and layer.bwd_weight_s is not None:
+        bi, bw = layer.bwd_input_s * ki, layer.bwd_weight_s * kw
+        bwd = bi + bw
+    else:
+        bi, bw, bwd = layer.bwd_input_s, layer.bwd_weight_s, layer.bwd_s * kb
+    if kind == "block":
+        act = block_act_bytes_tp(layer.act_bytes, b, s, h, d, t, sp)
+    else:
+        act = layer.act_bytes / t
+
+    def div(v: float | None) -> float | None:
+        return None if v is None else v / t
+
+    return replace(
+        layer,
+        fwd_s=layer.fwd_s * kf,
+        bwd_s=bwd,
+        bwd_input_s=bi,
+        bwd_weight_s=bw,
+        param_bytes=layer.param_bytes / t,
+        act_bytes=act,
+        out_bytes=layer.out_bytes / t,
+        flops=div(layer.flops),
+        attn_core_act_bytes=div(layer.attn_core_act_bytes),
+        attn_core_flops=div(layer.attn_core_flops),
+    )
+
+
+def _comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+    fn = {"embedding": embedding_comm, "head": head_comm}.get(kind, block_comm)
+    return fn(b, s, h, d, t, sp)
+
+
+def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> ShardedTrace:
+    """``trace`` (at its micro-batch size, on the target GPU) as one of ``t`` ranks runs it.
+
+    Args:
+        trace: a GPT or BERT trace with a model shape (:func:`model_shape`).
+        t: tensor-parallel size (1: the trace unchanged, no collectives).
+        sp: sequence parallelism.
+        spec: the GPU whose compute model gives the time ratios; None: every phase ``/ t``.
+
+    Raises:
+        ValueError: :func:`shape_problem` says why the trace cannot be split ``t`` ways.
+    """
+    if t == 1:
+        return ShardedTrace(trace, tuple(LayerComm() for _ in trace.layers), 1, sp)
+    problem = shape_problem(trace, t, sp)
+    if problem:
+        raise ValueError(problem)
+    shape = model_shape(trace)
+    assert shape is not None
+    b, d = trace.microbatch_size, dtype_bytes(trace.dtype)
+    s, h = int(shape["seq_len"]), int(shape["hidden"])
+    ratios: dict[str, tuple[float, float, float, float]] = {}
+    for kind in ("embedding", "block", "head"):
+        if spec is None:
+            ratios[kind] = (1 / t,) * 4
+            continue
+        f1, i1, w1 = _layer_times(kind, shape, b, 1, False, spec, trace.dtype)
+        ft, it, wt = _layer_times(kind, shape, b, t, sp, spec, trace.dtype)
+        ratios[kind] = (_ratio(ft, f1), _ratio(it, i1), _ratio(wt, w1), _ratio(it + wt, i1 + w1))
+    layers, comm = [], []
+    for layer in trace.layers:
+        kind = layer_kind(layer.name)
+        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp))
+        comm.append(_comm(kind, b, s, h, d, t, sp))
+    how = f"t={t}{' with sequence parallelism' if sp else ''}"
+    prov = {**trace.provenance, "tensor_parallel": how}
+    out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
+    return ShardedTrace(out, tuple(comm), t, sp)

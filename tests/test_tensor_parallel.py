@@ -1,0 +1,275 @@
+"""Megatron tensor parallelism: communication volume, activation memory, speed, placement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.config import PointConfig, parse_experiment
+from sim.errors import InputError
+from sim.events import EventKind, Stream
+from sim.hardware.loader import load_hardware
+from sim.point import evaluate, resolve
+from sim.sweep import expand, prepare
+from sim.tensor.groups import tensor_groups
+from sim.tensor.megatron import AG, AR, RS, korthikanti_act_bytes
+from sim.tensor.shard import shard_trace
+from sim.trace.generator import transformer_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = load_hardware("dgx-h100").gpus[0].compute
+BUS = {AR: 2.0, AG: 1.0, RS: 1.0}
+"""Ring steps per (t - 1) of each collective: bytes on the wire per rank = BUS * (t-1)/t * B."""
+
+
+def gpt(b=1, s=1024, h=4096, a=32, layers=4, attention="math", vocab=50304):
+    return transformer_trace(
+        "gpt",
+        name="gpt",
+        layers=layers,
+        hidden=h,
+        heads=a,
+        seq_len=s,
+        vocab=vocab,
+        microbatch_size=b,
+        gpu=H100,
+        attention=attention,
+    )
+
+
+def two_gpus() -> dict:
+    """Two H100s on one NVSwitch (375 GB/s per direction, 5 us per link), one host."""
+    return {
+        "name": "2xh100",
+        "gpu": {
+            "model": "H100-SXM5-80GB",
+            "memory": "80 GiB",
+            "peak_flops": "989.4 TFLOPS",
+            "hbm_bandwidth": "3.35 TB/s",
+            "sm_count": 132,
+            "matmul_efficiency": 0.801,
+            "attention_efficiency": 0.35,
+        },
+        "num_gpus": 2,
+        "hosts": [{"name": "cpu0", "dram": "1 TB"}],
+        "switches": ["nvswitch", "sw0"],
+        "links": [
+            {"a": "gpu0", "b": "nvswitch", "bandwidth": "375 GB/s", "latency": "5 us"},
+            {"a": "gpu1", "b": "nvswitch", "bandwidth": "375 GB/s", "latency": "5 us"},
+            {"a": "gpu0", "b": "sw0", "bandwidth": "36 GB/s", "latency": "5 us"},
+            {"a": "gpu1", "b": "sw0", "bandwidth": "36 GB/s", "latency": "5 us"},
+            {"a": "sw0", "b": "cpu0", "bandwidth": "36 GB/s", "latency": "5 us"},
+        ],
+    }
+
+
+def experiment(hardware, trace="gpt-ds-40b", **sweep):
+    return parse_experiment(
+        {
+            "name": "tp",
+            "hardware": hardware,
+            "models": [{"name": "m", "trace": trace, "global_batch": 8}],
+            "training": {"iterations": 2},
+            "sweep": sweep,
+        }
+    )
+
+
+def point(t, sp=False, p=1, w=1, b=1, m=8, schedule="1f1b"):
+    return PointConfig(
+        model="m",
+        schedule=schedule,
+        stages=p,
+        dp_width=w,
+        tensor_parallel=t,
+        sequence_parallel=sp,
+        microbatch_size=b,
+        microbatches=m,
+        memory_policy="none",
+        global_batch=m * b * w,
+    )
+
+
+# -- communication volume -------------------------------------------------------------------
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_block_comm_is_megatrons_two_allreduces_each_way(t):
+    b, s, h, d = 2, 1024, 4096, 2
+    sharded = shard_trace(gpt(b=b), t, False, H100)
+    for comm in sharded.comm[1:-1]:  # the blocks
+        assert [(op.kind, op.nbytes) for op in comm.fwd] == [(AR, b * s * h * d)] * 2
+        assert [(op.kind, op.nbytes) for op in comm.bwd] == [(AR, b * s * h * d)] * 2
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_sequence_parallel_moves_the_same_bytes_as_allreduce(t):
+    b, s, h, d = 1, 2048, 4096, 2
+    plain = shard_trace(gpt(b=b, s=s), t, False, H100).comm[1]
+    seq = shard_trace(gpt(b=b, s=s), t, True, H100).comm[1]
+    assert sorted(op.kind for op in seq.fwd) == [AG, AG, RS, RS]
+    assert sorted(op.kind for op in seq.bwd) == [AG, AG, RS, RS]
+    assert all(op.nbytes == b * s * h * d for op in seq.fwd + seq.bwd)
+
+    def wire(ops):
+        return sum(BUS[op.kind] * (t - 1) / t * op.nbytes for op in ops)
+
+    assert wire(seq.fwd) == pytest.approx(wire(plain.fwd)) == 2 * 2 * (t - 1) / t * b * s * h * d
+    assert wire(seq.bwd) == pytest.approx(wire(plain.bwd))
+
+
+def test_engine_logs_the_megatron_volume_per_microbatch():
+    """One stage holding every layer: a forward's all-reduces are 2 per block, 1 for the
+    embedding, 3 small ones of the cross-entropy; a backward's 2 per block and 1 of the head."""
+    L, b, s, h, d = 4, 1, 1024, 4096, 2
+    exp = experiment(two_gpus())
+    topo = load_hardware(two_gpus())
+    res = resolve(exp, point(2, b=b), topo, gpt(layers=L, b=b))
+    _, log = evaluate(res)
+    x = b * s * h * d
+    for gpu in ("gpu0", "gpu1"):
+        tp = [e for e in log.events if e.stream == Stream.TP and e.device == gpu]
+        f0 = [e for e in tp if e.name.endswith(" 0F0")]
+        b0 = [e for e in tp if e.name.endswith(" 0B0")]
+        assert [e.kind for e in f0] == [EventKind.ALLREDUCE]
+        assert f0[0].nbytes == (2 * L + 1) * x + 3 * 4 * b * s
+        assert b0[0].nbytes == (2 * L + 1) * x
+
+
+# -- memory ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("t", "sp"), [(2, False), (4, False), (8, False), (2, True), (8, True)])
+def test_block_activations_follow_korthikanti(t, sp):
+    b, s, h, a = 2, 2048, 4096, 32
+    sharded = shard_trace(gpt(b=b, s=s, h=h, a=a), t, sp, H100)
+    block = sharded.trace.layers[1]
+    # by hand: sbh(10 + 24/t + 5as/(ht)), or sbh/t (34 + 5as/h) with sequence parallelism
+    sbh = s * b * h
+    hand = sbh / t * (34 + 5 * a * s / h) if sp else sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    assert block.act_bytes == pytest.approx(hand)
+    assert korthikanti_act_bytes(b, s, h, a, t, sp) == pytest.approx(hand)
+
+
+def test_parameters_gradients_optimizer_divided_by_t():
+    base = gpt()
+    for t in (2, 4):
+        sharded = shard_trace(base, t, False, H100).trace
+        assert sharded.param_bytes == pytest.approx(base.param_bytes / t)
+    exp = experiment(two_gpus())
+    topo = load_hardware(two_gpus())
+    plans = [resolve(exp, point(t), topo, gpt()).sim_input.plans[0][0] for t in (1, 2)]
+    for name in ("weight_bytes", "grad_bytes", "optimizer_bytes"):
+        assert getattr(plans[1], name) == pytest.approx(getattr(plans[0], name) / 2)
+
+
+# -- speed ----------------------------------------------------------------------------------
+def _iteration_s(trace, t):
+    exp = experiment(two_gpus())
+    res = resolve(exp, point(t), load_hardware(two_gpus()), trace)
+    return evaluate(res)[0].iteration_time_s
+
+
+def test_tp2_speeds_up_a_large_gemm_layer():
+    big = gpt(b=4, s=2048, h=8192, a=64, layers=1)
+    assert _iteration_s(big, 2) < 0.7 * _iteration_s(big, 1)
+
+
+def test_tp2_slows_down_a_tiny_layer():
+    tiny = gpt(b=1, s=16, h=64, a=2, layers=1, vocab=128)
+    assert _iteration_s(tiny, 2) > _iteration_s(tiny, 1)
+
+
+# -- placement ------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset", ["2x-dgx-h100", "4x-dgx-a100-80gb"])
+def test_tensor_groups_never_span_servers(preset):
+    topo = load_hardware(preset)
+    server = {g: k for k, members in enumerate(topo.servers) for g in members}
+    for t in (2, 4, 8):
+        for p in (1, 2, 4, 8):
+            for w in (1, 2):
+                if p * w * t > topo.num_gpus:
+                    continue
+                groups = tensor_groups(topo, p, w, t)
+                used = [g for row in groups for grp in row for g in grp]
+                assert len(set(used)) == len(used) == p * w * t
+                for row in groups:
+                    for grp in row:
+                        assert len({server[g] for g in grp}) == 1
+
+
+def test_pipeline_crosses_servers_tensor_stays_inside():
+    topo = load_hardware("2x-dgx-h100")
+    groups = tensor_groups(topo, 2, 1, 8)
+    assert groups == ((tuple(range(8)), tuple(range(8, 16))),)
+
+
+def test_tensor_parallel_must_divide_server_gpus():
+    prep = prepare(experiment("2x-dgx-h100", tensor_parallel=[1, 3]), "exp.yaml")
+    with pytest.raises(InputError) as err:
+        expand(prep)
+    assert err.value.field == "sweep.tensor_parallel.1"
+
+
+def test_trace_without_model_shape_is_a_clear_error():
+    prep = prepare(experiment("dgx-h100", trace="gnmt16", tensor_parallel=[1, 2]), "exp.yaml")
+    with pytest.raises(InputError) as err:
+        expand(prep)
+    assert err.value.field == "models.0.trace"
+    assert "model_shape" in str(err.value)
+
+
+def test_heads_not_divisible_is_skipped_with_reason():
+    prep = prepare(experiment("dgx-h100", trace="gpt2-1.5b", tensor_parallel=[1, 2]), "exp.yaml")
+    points, skipped = expand(prep)
+    assert {p.tensor_parallel for p in points} == {1}
+    assert any("25 heads" in reason for _, reason in skipped)
+
+
+def test_tensor_parallel_one_adds_no_collective():
+    exp = experiment(two_gpus())
+    res = resolve(exp, point(1), load_hardware(two_gpus()), gpt())
+    assert res.sim_input.tensor_groups == ()
+    assert all(not c.tp_fwd and not c.tp_bwd for c in res.sim_input.costs)
+    _, log = evaluate(res)
+    assert not [e for e in log.events if e.stream == Stream.TP]
+
+
+# -- the two-server experiment ----------------------------------------------------------------
+def test_2x_dgx_h100_needs_tensor_times_pipeline():
+    """A few points of experiments/2x-dgx-h100.yaml: the model fits only split over both
+    servers, and a TP x PP point that fits runs."""
+    from sim.config import load_experiment
+
+    path = ROOT / "experiments" / "2x-dgx-h100.yaml"
+    prep = prepare(load_experiment(path), str(path))
+    trace = prep.traces["gpt-ds-40b"]
+    fits = {}
+    for p, t in ((8, 1), (2, 8)):
+        res = resolve(prep.exp, point(t, p=p, m=64), prep.topology, trace, file=str(path))
+        met, log = evaluate(res)
+        fits[(p, t)] = met.fits
+        if t > 1:
+            tp = [e for e in log.events if e.stream == Stream.TP]
+            assert {e.device for e in tp} == {f"gpu{i}" for i in range(16)}
+    assert fits == {(8, 1): False, (2, 8): True}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_2x_dgx_h100_experiment_runs_end_to_end(tmp_path):
+    import csv
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "sim.cli", "run", "experiments/2x-dgx-h100.yaml"]
+    proc = subprocess.run(
+        cmd + ["--no-plots", "--out", str(out), "-j", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert "tensor_parallel" in rows[0]
+    winner = (out / "winner.yaml").read_text()
+    assert "tensor_parallel" in winner
