@@ -622,12 +622,26 @@ def validate(
         help="Folder for validation.csv and the timelines.",
         show_default="beside CONFIG",
     ),
+    single_rank: int = typer.Option(
+        None,
+        "--single-rank",
+        help="Run only this pipeline rank's actions, alone in one process on one device "
+        "(sends and receives become local buffers); compare with that GPU's predicted busy "
+        "time and peak memory.",
+    ),
+    stages: int = typer.Option(
+        None,
+        "--stages",
+        help="With --single-rank: the pipeline depth P the rank belongs to (uniform "
+        "partition; the layers must split evenly).",
+        show_default="CONFIG's",
+    ),
 ) -> None:
     """Replay a configuration on real devices with torch and compare with the prediction.
 
     Prints measured and predicted iteration time (seconds) and peak memory (bytes) per
     configuration with the relative error (predicted - measured) / measured, and writes them
-    to validation.csv.
+    to validation.csv. With --single-rank R, one rank runs alone (see sim/validate_single.py).
     """
     from sim.atomic import check_writable
     from sim.point import make_schedule
@@ -637,6 +651,13 @@ def validate(
         make_schedule(name, 1, 1, file="command line", field=f"--schedule ({i + 1}.)")
     if out_dir:
         check_writable(out_dir, option="--out", directory=True)
+    if single_rank is not None or stages is not None:
+        from sim.validate_cli import validate_single_rank
+
+        return validate_single_rank(
+            config, single_rank, stages, nproc, device, schedule, microbatches, iterations,
+            warmup, torch_builtin, out_dir,
+        )  # fmt: skip
     _need_torch()
     from rich.table import Table
 
