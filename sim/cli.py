@@ -439,6 +439,12 @@ def profile(
         "processes (the replay's ranks on a CPU share cores and "
         "memory bandwidth); per-layer median over them.",
     ),
+    attention: str = typer.Option(
+        None,
+        help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
+        "in the trace, and a replay of it runs the same kernel.",
+        show_default="torch's choice",
+    ),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     from sim.atomic import check_writable
@@ -447,6 +453,10 @@ def profile(
     _check_choice(kind, ("gpt", "bert"), "--kind")
     if dtype is not None:
         _check_choice(dtype, DTYPES, "--dtype")
+    if attention is not None:
+        _check_choice(attention, ("flash", "math"), "--attention")
+        if model or for_gpu:
+            raise InputError("applies to the GPT/BERT models, not --model", field="--attention")
     _check_device_name(device)
     if hidden % heads:
         raise InputError(f"hidden size {hidden} is not divisible by {heads} heads", field="--heads")
@@ -535,6 +545,7 @@ def profile(
             reps=reps,
             split_backward=split_backward,
             threads=threads or max(1, (os.cpu_count() or 2) // 2),
+            attention=attention,
             path=out_path,
         )
     except ValueError as exc:
