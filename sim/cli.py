@@ -565,7 +565,12 @@ def calibrate(
     out_path: Path = typer.Option(
         ..., "--out", "-o", help="Hardware YAML to write; load it like a preset (hardware: PATH)."
     ),
-    nproc: int = typer.Option(2, min=2, max=MAX_GPUS, help="Ranks, as the replay will use."),
+    nproc: int = typer.Option(
+        2,
+        min=1,
+        max=MAX_GPUS,
+        help="Ranks, as the replay will use (1: one GPU, no rank-to-rank link measured).",
+    ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
 ) -> None:
     """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and

@@ -250,11 +250,12 @@ def run_single_rank_validation(
     check_writable(dest, option="--out", directory=True)
     rows = []
     for p, res, job in planned:
-        row = single_rank_row(p, spec.rank, spec.device, replay(job), predict_single_rank(res, spec.rank))
+        row = single_rank_row(
+            p, spec.rank, spec.device, replay(job), predict_single_rank(res, spec.rank)
+        )
         rows.append(row)
         if on_row:
             on_row(row)
     df = pd.DataFrame(rows)
     atomic_write_text(dest / "validation.csv", df.to_csv(index=False))
     return df, dest / "validation.csv"
-
