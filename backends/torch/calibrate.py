@@ -436,7 +436,7 @@ def calibrate(
     memory = ranks[0].get("memory_bytes", _host_ram_bytes() / nproc)
     detail = ranks[0]["device_name"] if kind == "cuda" else cpu_model_name()
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    hardware = {
+    hardware: dict[str, Any] = {
         "name": name or f"calibrated-{platform.node()}-{kind}",
         "description": (
             f"Measured by backends.torch.calibrate on {date}: {nproc} ranks on {detail}, "

@@ -40,11 +40,13 @@ from typing import Any
 
 import torch
 
-GRID_MODEL = dict(name="gt-gpt-h1024", kind="gpt", layers=22, hidden=1024, heads=8,
+GRID_MODEL: dict[str, Any] = dict(name="gt-gpt-h1024", kind="gpt", layers=22, hidden=1024, heads=8,
                   seq_len=1024, vocab=8192)  # fmt: skip
 """The single-rank grid's model: 24 layers in the chain, so p = 2, 4, 8 split it evenly."""
-TINY_MODEL = dict(name="gt-tiny", kind="gpt", layers=6, hidden=32, heads=2, seq_len=16, vocab=64)
-GRID = dict(
+TINY_MODEL: dict[str, Any] = dict(
+    name="gt-tiny", kind="gpt", layers=6, hidden=32, heads=2, seq_len=16, vocab=64
+)
+GRID: dict[str, Any] = dict(
     schedules=["gpipe", "1f1b", "pipedream_2bw", "pipedream"],
     stages=[2, 4, 8],
     policies=["none", "recompute", "cpu_swap"],
@@ -54,9 +56,9 @@ GRID = dict(
     warmup_iterations=1,
 )
 """The grid: m = 2p micro-batches per iteration; the rank's chain is cut uniformly."""
-PROFILE = dict(hidden=[1024, 2048, 4096], seq_len=[1024, 2048], attention=["flash", "math"],
+PROFILE: dict[str, Any] = dict(hidden=[1024, 2048, 4096], seq_len=[1024, 2048], attention=["flash", "math"],
                microbatch_sizes=[1, 2, 4, 8, 16], head_dim=128, vocab=8192)  # fmt: skip
-TINY_PROFILE = dict(hidden=[32, 64], seq_len=[16], attention=["flash", "math"],
+TINY_PROFILE: dict[str, Any] = dict(hidden=[32, 64], seq_len=[16], attention=["flash", "math"],
                     microbatch_sizes=[1, 2], head_dim=16, vocab=64)  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+
 import torch
 
 from backends.torch.job import ReplayJob, ReplayResult, collect_result
