@@ -80,6 +80,7 @@ class Rows:
         self.path, self.fields = path, None  # type: ignore[var-annotated]
         self._file = path.open("w", newline="")
         self._writer: Any = None
+        self.count = 0
 
     def add(self, row: dict[str, Any]) -> None:
         """Append ``row`` (the first row fixes the columns; later keys must be among them)."""
@@ -88,6 +89,7 @@ class Rows:
             self._writer.writeheader()
         self._writer.writerow(row)
         self._file.flush()
+        self.count += 1
 
 
 def step_calibrate(dest: Path, device: str, tiny: bool) -> None:
@@ -179,7 +181,7 @@ def step_grid(dest: Path, device: str, tiny: bool, budget_s: float) -> None:
         for policy in GRID["policies"]:
             for b in GRID["microbatch_sizes"]:
                 for schedule in GRID["schedules"]:
-                    if time.monotonic() > end:
+                    if time.monotonic() > end and rows.count:  # at least one row, always
                         print(f"grid: budget of {budget_s:g} s spent; stopping", flush=True)
                         return
                     job = ReplayJob(model=model, schedule=schedule, stages=p, microbatches=2 * p,
