@@ -21,10 +21,12 @@ set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! $PY -c "import pydantic, yaml" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+if ! $PY -c "import pydantic, simpy, yaml" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
+$PY -c "import pydantic, simpy, yaml, pandas" || {
+  echo "missing packages: carry pydantic (and its needs) as wheels in .whl; see README" >&2; exit 1; }
 DEVICE=${DEVICE:-cuda}
 EXTRA=${EXTRA:-}                       # e.g. EXTRA=--tiny DEVICE=cpu for a dry run on a CPU
 SLUG=$($PY -m backends.torch.ground_truth dest --device "$DEVICE") || exit 1
