@@ -461,6 +461,12 @@ def profile(
         "processes (the replay's ranks on a CPU share cores and "
         "memory bandwidth); per-layer median over them.",
     ),
+    attention: str = typer.Option(
+        None,
+        help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
+        "in the trace, and a replay of it runs the same kernel.",
+        show_default="torch's choice",
+    ),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     from sim.atomic import check_writable
@@ -469,6 +475,10 @@ def profile(
     _check_choice(kind, ("gpt", "bert"), "--kind")
     if dtype is not None:
         _check_choice(dtype, DTYPES, "--dtype")
+    if attention is not None:
+        _check_choice(attention, ("flash", "math"), "--attention")
+        if model or for_gpu:
+            raise InputError("applies to the GPT/BERT models, not --model", field="--attention")
     _check_device_name(device)
     if hidden % heads:
         raise InputError(f"hidden size {hidden} is not divisible by {heads} heads", field="--heads")
@@ -557,6 +567,7 @@ def profile(
             reps=reps,
             split_backward=split_backward,
             threads=threads or max(1, (os.cpu_count() or 2) // 2),
+            attention=attention,
             path=out_path,
         )
     except ValueError as exc:
@@ -576,7 +587,12 @@ def calibrate(
     out_path: Path = typer.Option(
         ..., "--out", "-o", help="Hardware YAML to write; load it like a preset (hardware: PATH)."
     ),
-    nproc: int = typer.Option(2, min=2, max=MAX_GPUS, help="Ranks, as the replay will use."),
+    nproc: int = typer.Option(
+        2,
+        min=1,
+        max=MAX_GPUS,
+        help="Ranks, as the replay will use (1: one GPU, no rank-to-rank link measured).",
+    ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
 ) -> None:
     """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and
@@ -644,12 +660,26 @@ def validate(
         help="Folder for validation.csv and the timelines.",
         show_default="beside CONFIG",
     ),
+    single_rank: int = typer.Option(
+        None,
+        "--single-rank",
+        help="Run only this pipeline rank's actions, alone in one process on one device "
+        "(sends and receives become local buffers); compare with that GPU's predicted busy "
+        "time and peak memory.",
+    ),
+    stages: int = typer.Option(
+        None,
+        "--stages",
+        help="With --single-rank: the pipeline depth P the rank belongs to (uniform "
+        "partition; the layers must split evenly).",
+        show_default="CONFIG's",
+    ),
 ) -> None:
     """Replay a configuration on real devices with torch and compare with the prediction.
 
     Prints measured and predicted iteration time (seconds) and peak memory (bytes) per
     configuration with the relative error (predicted - measured) / measured, and writes them
-    to validation.csv.
+    to validation.csv. With --single-rank R, one rank runs alone (see sim/validate_single.py).
     """
     from sim.atomic import check_writable
     from sim.point import check_schedule_name
@@ -659,6 +689,13 @@ def validate(
         check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
     if out_dir:
         check_writable(out_dir, option="--out", directory=True)
+    if single_rank is not None or stages is not None:
+        from sim.validate_cli import validate_single_rank
+
+        return validate_single_rank(
+            config, single_rank, stages, nproc, device, schedule, microbatches, iterations,
+            warmup, torch_builtin, out_dir,
+        )  # fmt: skip
     _need_torch()
     from rich.table import Table
 

@@ -207,6 +207,7 @@ def validate_point(
         mem = max(result.peak_memory_bytes)
         rows.append(
             dict(
+                mode="pipeline",
                 model=point.model,
                 schedule=point.schedule,
                 runtime=backend,

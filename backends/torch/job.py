@@ -84,6 +84,11 @@ class ReplayJob:
         dump_dir: if set, every rank saves its gradients at each step and its final weights to
             ``dump_dir/rank<r>.pt`` (tests compare them with a single-process run).
         fail_on: testing aid: the rank executing this action (e.g. ``"1F0"``) raises.
+        single_rank: run only stage ``single_rank`` (``0 .. stages-1``) of the ``stages``-stage
+            pipeline, in one process on one device (:mod:`backends.torch.single_rank`): sends
+            and receives become local buffers of the right shape and dtype. ``nproc`` is 1.
+        attention: force torch's scaled-dot-product attention kernel, ``flash`` or ``math``
+            (:mod:`backends.torch.attention`); ``None`` lets torch choose.
     """
 
     model: dict[str, Any] | str = field(default_factory=dict)
@@ -108,6 +113,8 @@ class ReplayJob:
     dump_dir: str | None = None
     fail_on: str | None = None
     virtual_stages: int | None = None
+    single_rank: int | None = None
+    attention: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (dict, str)):
@@ -115,7 +122,7 @@ class ReplayJob:
                 self.model.to_dict() if hasattr(self.model, "to_dict") else asdict(self.model)
             )
         if self.nproc is None:
-            self.nproc = self.stages
+            self.nproc = 1 if self.single_rank is not None else self.stages
         if self.dump_dir is not None:
             self.dump_dir = str(Path(self.dump_dir).resolve())
         try:
@@ -148,8 +155,17 @@ class ReplayJob:
                 out.append(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.warmup_iterations < 0:
             out.append(f"warmup_iterations: must be >= 0, got {self.warmup_iterations}")
-        if self.nproc != self.stages:
+        if self.single_rank is not None:
+            if not 0 <= self.single_rank < self.stages:
+                out.append(f"single_rank: must be in 0..{self.stages - 1}, got {self.single_rank}")
+            if self.nproc != 1:
+                out.append(f"nproc: a single-rank run is one process, got {self.nproc}")
+            if self.backend != "ours":
+                out.append("backend: a single-rank run needs our runtime ('ours')")
+        elif self.nproc != self.stages:
             out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
+        if self.attention not in (None, "flash", "math"):
+            out.append(f"attention: {self.attention!r} must be 'flash', 'math' or None")
         out += policy_problems(self.memory_policy, self.stages)
         if self.backend not in ("ours", "torch"):
             out.append(f"backend: {self.backend!r} must be 'ours' or 'torch'")
@@ -267,6 +283,11 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
     mid = len(ordered) // 2
     median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     notes = [n for r in ranks for n in r.get("notes", [])]
+    if job.single_rank is not None:
+        notes.append(
+            f"single rank: stage {job.single_rank} of {job.stages} alone; receives are local "
+            "buffers of fixed values, sends are held until the optimizer step"
+        )
     if job.schedule == "pipedream":
         notes.append("pipedream steps after every micro-batch; an iteration is m micro-batches")
     if job.device.startswith("cpu"):
