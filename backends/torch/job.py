@@ -39,6 +39,22 @@ def policy_problems(text: str, stages: int) -> list[str]:
     return []
 
 
+def tp_problems(job: ReplayJob) -> list[str]:
+    """Why the tensor-parallel replay cannot run ``job`` (``job.tensor_parallel > 1``)."""
+    t, out = job.tensor_parallel, []
+    if job.stages != 1:
+        out.append(f"stages: the tensor-parallel replay runs one stage, not {job.stages}")
+    if job.nproc != job.stages * t:
+        out.append(f"nproc: must be stages x tensor_parallel = {job.stages * t}")
+    if job.backend != "ours" or job.schedule not in SCHEDULES_TORCH:
+        out.append(f"schedule: the tensor-parallel replay runs {SCHEDULES_TORCH} (backend ours)")
+    if job.memory_policy != "none":
+        out.append("memory_policy: the tensor-parallel replay runs 'none'")
+    if isinstance(job.model, dict) and job.model.get("kind", "gpt") != "gpt":
+        out.append(f"model: the tensor-parallel replay runs GPT models, not {job.model['kind']!r}")
+    return out
+
+
 @dataclass
 class ReplayJob:
     """One configuration to run on real devices (keyword-only; every field has a default).
@@ -73,6 +89,10 @@ class ReplayJob:
         dump_dir: if set, every rank saves its gradients at each step and its final weights to
             ``dump_dir/rank<r>.pt`` (tests compare them with a single-process run).
         fail_on: testing aid: the rank executing this action (e.g. ``"1F0"``) raises.
+        tensor_parallel: ranks per stage ``t``; ``t > 1`` runs
+            :mod:`backends.torch.tp_runtime` (one stage, ``nproc = t``, GPT, ``gpipe`` or
+            ``1f1b``, memory policy ``none``).
+        sequence_parallel: with ``t > 1``, Megatron's sequence parallelism.
     """
 
     model: dict[str, Any] | str = field(default_factory=dict)
@@ -96,6 +116,8 @@ class ReplayJob:
     pg_timeout_s: float = 60.0
     dump_dir: str | None = None
     fail_on: str | None = None
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (dict, str)):
@@ -103,7 +125,7 @@ class ReplayJob:
                 self.model.to_dict() if hasattr(self.model, "to_dict") else asdict(self.model)
             )
         if self.nproc is None:
-            self.nproc = self.stages
+            self.nproc = self.stages * self.tensor_parallel
         if self.dump_dir is not None:
             self.dump_dir = str(Path(self.dump_dir).resolve())
         try:
@@ -126,7 +148,11 @@ class ReplayJob:
                 out.append(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.warmup_iterations < 0:
             out.append(f"warmup_iterations: must be >= 0, got {self.warmup_iterations}")
-        if self.nproc != self.stages:
+        if self.tensor_parallel < 1:
+            out.append(f"tensor_parallel: must be >= 1, got {self.tensor_parallel}")
+        if self.tensor_parallel > 1:
+            out += tp_problems(self)
+        elif self.nproc != self.stages:
             out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
         out += policy_problems(self.memory_policy, self.stages)
         if self.backend not in ("ours", "torch"):
