@@ -5,14 +5,14 @@
 ``DeviceMesh`` of ``t`` ranks with ``torch.distributed.tensor.parallel``:
 
 * **block** (:class:`TPBlock`, the weights of a :class:`~backends.torch.models.Block`):
-  ``nn.TransformerEncoderLayer`` packs q, k and v into one ``in_proj_weight [3h, h]``, which
-  ``ColwiseParallel`` cannot split per head, so the block is rebuilt with separate ``q``, ``k``,
-  ``v`` linears (``ColwiseParallel``: each rank holds ``a/t`` heads), ``out`` (``RowwiseParallel``,
-  all-reduce), ``fc1`` (``ColwiseParallel``) and ``fc2`` (``RowwiseParallel``, all-reduce): 2
-  all-reduces forward and 2 backward (Shoeybi et al., arXiv:1909.08053, §3). The attention
-  reshapes its local ``[b, s, h/t]`` projections into ``h/t / head_dim`` local heads (the heads
-  follow from the local width, as in torch's TP tutorial), then
-  ``F.scaled_dot_product_attention(is_causal=True)``.
+  ``nn.TransformerEncoderLayer`` packs q, k and v as ``in_proj_weight [3h, h] = [q; k; v]``,
+  which ``ColwiseParallel``'s contiguous split would cut across q and k, so the block is rebuilt
+  with the rows grouped by rank (``qkv``, ``ColwiseParallel``: each rank holds ``a/t`` heads of
+  q, k and v), ``out`` (``RowwiseParallel``, all-reduce), ``fc1`` (``ColwiseParallel``) and
+  ``fc2`` (``RowwiseParallel``, all-reduce): 2 all-reduces forward and 2 backward (Shoeybi et
+  al., arXiv:1909.08053, §3). The attention reshapes its local ``[b, s, 3h/t]`` projection into
+  ``h/t / head_dim`` local heads (the heads follow from the local width, as in torch's TP
+  tutorial), then ``F.scaled_dot_product_attention(is_causal=True)``.
 * **embedding**: the token table split by vocabulary rows (``RowwiseParallel`` on
   ``nn.Embedding``: each rank looks up its rows, the output is all-reduced); the position table
   is replicated.
@@ -59,40 +59,41 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
 
 
 class TPBlock(nn.Module):
-    """A pre-norm GPT block with separate q/k/v projections, from a :class:`Block`'s weights.
+    """A pre-norm GPT block with a rank-grouped q/k/v projection, from a :class:`Block`'s weights.
 
     Computes what ``nn.TransformerEncoderLayer(norm_first=True)`` with a causal mask computes:
     ``x + out(attn(norm1(x)))``, then ``x + fc2(gelu(fc1(norm2(x))))``. Input and output
     ``[b, s, h]`` (``[b, s/t, h]`` local with sequence parallelism).
 
+    ``qkv`` is one ``[3h, h]`` linear whose rows are grouped by tensor rank (rank ``r``'s
+    ``q, k, v`` heads ``r*a/t .. (r+1)*a/t - 1``, then rank ``r+1``'s), so that
+    ``ColwiseParallel``'s contiguous row split gives each rank whole heads of all three and one
+    input (all-gathered once with sequence parallelism), as Megatron's fused QKV does.
+
     Args:
         block: a GPT block (``spec.kind == "gpt"``).
         head_dim: ``h / a``.
+        t: tensor-parallel size the rows are grouped for (1: plain ``[q; k; v]``).
     """
 
-    def __init__(self, block: Block, head_dim: int):
+    def __init__(self, block: Block, head_dim: int, t: int = 1):
         super().__init__()
         layer: Any = block.layer
         attn = layer.self_attn
         h = attn.embed_dim
         w, b = attn.in_proj_weight.detach(), attn.in_proj_bias.detach()
+        order = torch.arange(3 * h).view(3, t, h // t).transpose(0, 1).reshape(-1)
         self.head_dim = head_dim
         self.norm1, self.norm2 = layer.norm1, layer.norm2
-        self.q = _linear(w[:h], b[:h])
-        self.k = _linear(w[h : 2 * h], b[h : 2 * h])
-        self.v = _linear(w[2 * h :], b[2 * h :])
+        self.qkv = _linear(w[order], b[order])
         self.out = _linear(attn.out_proj.weight.detach(), attn.out_proj.bias.detach())
         self.fc1, self.fc2 = layer.linear1, layer.linear2
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape  # local width h/t: the local heads follow from it
-        return x.view(b, s, -1, self.head_dim).transpose(1, 2)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm1(x)
-        q, k, v = self._heads(self.q(y)), self._heads(self.k(y)), self._heads(self.v(y))
+        qkv = self.qkv(self.norm1(x))  # [b, s, 3h/t]: this rank's q, k, v
+        b, s, _ = qkv.shape  # the local heads follow from the local width
+        q, k, v = qkv.view(b, s, 3, -1, self.head_dim).permute(2, 0, 3, 1, 4)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        b, _, s, _ = o.shape
         x = x + self.out(o.transpose(1, 2).reshape(b, s, -1))
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
@@ -119,7 +120,7 @@ class TPEmbedding(nn.Module):
 def _block_plan(sp: bool) -> dict[str, Any]:
     seq = Shard(1) if sp else Replicate()
     plan: dict[str, Any] = {
-        name: ColwiseParallel(input_layouts=seq) for name in ("q", "k", "v", "fc1")
+        name: ColwiseParallel(input_layouts=seq) for name in ("qkv", "fc1")
     }
     plan.update(out=RowwiseParallel(output_layouts=seq), fc2=RowwiseParallel(output_layouts=seq))
     if sp:
@@ -179,7 +180,7 @@ def tp_chain(
     emb, head = layers[0], layers[-1]
     assert isinstance(emb, Embedding) and isinstance(head, Head)
     sp = sequence_parallel and mesh is not None
-    blocks = [TPBlock(b, spec.hidden // spec.heads) for b in layers[1:-1]]  # type: ignore[arg-type]
+    blocks = [TPBlock(b, spec.hidden // spec.heads, t) for b in layers[1:-1]]  # type: ignore[arg-type]
     chain = nn.Sequential(TPEmbedding(emb, mesh, sp), *blocks, head).to(device)
     if mesh is None:
         return chain
@@ -206,7 +207,7 @@ def local_numel(module: nn.Module) -> int:
 def tp_param_count(spec: ModelSpec | Mapping[str, Any], t: int) -> int:
     """Closed form of one rank's parameters in :func:`tp_chain` split ``t`` ways.
 
-    Split by ``t``: q, k, v, fc1 (weights and biases), out and fc2 weights, the token table
+    Split by ``t``: qkv, fc1 (weights and biases), out and fc2 weights, the token table
     and the LM head (``4h^2 + 2fh + 3h + f`` per block, ``2Vh`` in all). Whole on every rank:
     out and fc2 biases, two LayerNorms per block (``6h``), the position table ``sh`` and the
     final LayerNorm ``2h``. With ``t = 1`` this is :mod:`backends.torch.models`' count.

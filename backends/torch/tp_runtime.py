@@ -180,3 +180,29 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     """Rank function for :func:`backends.torch.launch.run_ranks` (``tensor_parallel > 1``)."""
     job = ReplayJob.from_dict(payload)
     return TPRunner(job, ctx).run(rank_program(job, 0))
+
+
+def shard_report(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
+    """Rank function: this rank's parameter shapes under :func:`tp_chain` (tests, debugging).
+
+    Args:
+        payload: ``model`` (spec dict), ``sequence_parallel``, ``seed``.
+
+    Returns:
+        ``shapes`` (name -> local shape), ``numel`` (local parameters), ``global`` (name ->
+        whole shape).
+    """
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,), mesh_dim_names=("tp",))
+    chain = tp_chain(
+        payload["model"],
+        mesh,
+        sequence_parallel=payload.get("sequence_parallel", False),
+        seed=payload.get("seed", 0),
+        device=ctx.device,
+    )
+    named = dict(chain.named_parameters())
+    return {
+        "shapes": {n: list(local(p).shape) for n, p in named.items()},
+        "global": {n: list(p.shape) for n, p in named.items()},
+        "numel": sum(local(p).numel() for p in named.values()),
+    }
