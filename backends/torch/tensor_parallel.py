@@ -119,9 +119,7 @@ class TPEmbedding(nn.Module):
 
 def _block_plan(sp: bool) -> dict[str, Any]:
     seq = Shard(1) if sp else Replicate()
-    plan: dict[str, Any] = {
-        name: ColwiseParallel(input_layouts=seq) for name in ("qkv", "fc1")
-    }
+    plan: dict[str, Any] = {name: ColwiseParallel(input_layouts=seq) for name in ("qkv", "fc1")}
     plan.update(out=RowwiseParallel(output_layouts=seq), fc2=RowwiseParallel(output_layouts=seq))
     if sp:
         plan.update(norm1=SequenceParallel(), norm2=SequenceParallel())
@@ -195,13 +193,6 @@ def tp_chain(
         head_plan["transform"] = SequenceParallel()
     parallelize_module(head, mesh, head_plan)
     return chain
-
-
-def local_numel(module: nn.Module) -> int:
-    """Parameters this rank holds (a DTensor counts its local shard)."""
-    return sum(
-        (p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters()
-    )
 
 
 def tp_param_count(spec: ModelSpec | Mapping[str, Any], t: int) -> int:

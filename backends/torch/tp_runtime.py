@@ -141,6 +141,13 @@ class TPRunner:
         end = time.perf_counter()
         return self._stats(start, end)
 
+    def _note(self) -> str:
+        sp = " with sequence parallelism" if self.job.sequence_parallel else ""
+        return (
+            f"tensor_parallel {self.job.tensor_parallel}{sp} by torch.distributed.tensor.parallel"
+            "; a rank's action spans include its collectives"
+        )
+
     def _stats(self, start: float, end: float) -> dict[str, Any]:
         memory: dict[str, float] = {
             "param_bytes": float(self.param_bytes),
@@ -167,12 +174,7 @@ class TPRunner:
             "memory": memory,
             "peak_memory_bytes": float(peak),
             "device_name": device_model_name(self.dev),
-            "notes": [] if self.ctx.rank else [
-                f"tensor_parallel {self.job.tensor_parallel}"
-                + (" with sequence parallelism" if self.job.sequence_parallel else "")
-                + " by torch.distributed.tensor.parallel; a rank's action spans include its "
-                "collectives"
-            ],
+            "notes": [] if self.ctx.rank else [self._note()],
         }
 
 
