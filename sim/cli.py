@@ -625,8 +625,8 @@ def validate(
         None,
         min=1,
         max=MAX_GPUS,
-        help="Ranks; must equal the pipeline depth.",
-        show_default="the pipeline depth",
+        help="Ranks; must equal the pipeline depth x tensor_parallel.",
+        show_default="the pipeline depth x tensor_parallel",
     ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
     schedule: list[str] = typer.Option(

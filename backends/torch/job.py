@@ -47,6 +47,22 @@ def policy_problems(text: str, stages: int) -> list[str]:
     return []
 
 
+def tp_problems(job: ReplayJob) -> list[str]:
+    """Why the tensor-parallel replay cannot run ``job`` (``job.tensor_parallel > 1``)."""
+    t, out = job.tensor_parallel, []
+    if job.stages != 1:
+        out.append(f"stages: the tensor-parallel replay runs one stage, not {job.stages}")
+    if job.nproc != job.stages * t:
+        out.append(f"nproc: must be stages x tensor_parallel = {job.stages * t}")
+    if job.backend != "ours" or job.schedule not in SCHEDULES_TORCH:
+        out.append(f"schedule: the tensor-parallel replay runs {SCHEDULES_TORCH} (backend ours)")
+    if job.memory_policy != "none":
+        out.append("memory_policy: the tensor-parallel replay runs 'none'")
+    if isinstance(job.model, dict) and job.model.get("kind", "gpt") != "gpt":
+        out.append(f"model: the tensor-parallel replay runs GPT models, not {job.model['kind']!r}")
+    return out
+
+
 @dataclass
 class ReplayJob:
     """One configuration to run on real devices (keyword-only; every field has a default).
@@ -89,6 +105,10 @@ class ReplayJob:
             and receives become local buffers of the right shape and dtype. ``nproc`` is 1.
         attention: force torch's scaled-dot-product attention kernel, ``flash`` or ``math``
             (:mod:`backends.torch.attention`); ``None`` lets torch choose.
+        tensor_parallel: ranks per stage ``t``; ``t > 1`` runs
+            :mod:`backends.torch.tp_runtime` (one stage, ``nproc = t``, GPT, ``gpipe`` or
+            ``1f1b``, memory policy ``none``).
+        sequence_parallel: with ``t > 1``, Megatron's sequence parallelism.
     """
 
     model: dict[str, Any] | str = field(default_factory=dict)
@@ -115,6 +135,8 @@ class ReplayJob:
     virtual_stages: int | None = None
     single_rank: int | None = None
     attention: str | None = None
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (dict, str)):
@@ -122,7 +144,7 @@ class ReplayJob:
                 self.model.to_dict() if hasattr(self.model, "to_dict") else asdict(self.model)
             )
         if self.nproc is None:
-            self.nproc = 1 if self.single_rank is not None else self.stages
+            self.nproc = 1 if self.single_rank is not None else self.stages * self.tensor_parallel
         if self.dump_dir is not None:
             self.dump_dir = str(Path(self.dump_dir).resolve())
         try:
@@ -162,6 +184,10 @@ class ReplayJob:
                 out.append(f"nproc: a single-rank run is one process, got {self.nproc}")
             if self.backend != "ours":
                 out.append("backend: a single-rank run needs our runtime ('ours')")
+        if self.tensor_parallel < 1:
+            out.append(f"tensor_parallel: must be >= 1, got {self.tensor_parallel}")
+        if self.tensor_parallel > 1:
+            out += tp_problems(self)
         elif self.nproc != self.stages:
             out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
         if self.attention not in (None, "flash", "math"):

@@ -219,7 +219,8 @@ def replay(job: ReplayJob) -> ReplayResult:
     ``backend="ours"`` runs :mod:`backends.torch.runtime` (every schedule, exact action lists);
     ``backend="torch"`` runs torch's ``ScheduleGPipe`` / ``Schedule1F1B``
     (:mod:`backends.torch.torch_schedules`). A job with ``single_rank`` runs that stage alone
-    in one process without a process group (:mod:`backends.torch.single_rank`).
+    in one process without a process group (:mod:`backends.torch.single_rank`);
+    ``tensor_parallel > 1`` runs :mod:`backends.torch.tp_runtime`.
 
     Raises:
         ReplayError: a rank failed or the run exceeded ``job.timeout_s``.
@@ -228,6 +229,8 @@ def replay(job: ReplayJob) -> ReplayResult:
         "ours": "backends.torch.runtime:run_rank",
         "torch": "backends.torch.torch_schedules:run_rank",
     }[job.backend]
+    if job.tensor_parallel > 1:
+        target = "backends.torch.tp_runtime:run_rank"
     ranks = run_ranks(
         target,
         job.to_dict(),
