@@ -188,7 +188,7 @@ class ReplayJob:
             out.append(f"tensor_parallel: must be >= 1, got {self.tensor_parallel}")
         if self.tensor_parallel > 1:
             out += tp_problems(self)
-        elif self.nproc != self.stages:
+        elif self.single_rank is None and self.nproc != self.stages:
             out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
         if self.attention not in (None, "flash", "math"):
             out.append(f"attention: {self.attention!r} must be 'flash', 'math' or None")
