@@ -38,9 +38,13 @@ bandwidth a channel carries is not published, so that mechanism is not modelled;
 pp_size_8 would be fitting to the data under test.
 
 Reference points (:data:`REFERENCES`): the same NCCL rate checked on other hardware against
-published 8-/16-GPU all-reduce busbw at large sizes (1-8 GiB).
+published 8-/16-GPU all-reduce busbw at large sizes (1-8 GiB). On NVSwitch presets the
+communicator has one ring at its port's rate; on the DGX-1 cube mesh it has NCCL's several rings
+over all 6 NVLinks of each GPU (:func:`sim.hardware.rings.ring_set`: 40 + 40 + 20 + 20 = 120
+GB/s, -8 % against 130 GB/s; one ring gave 40 GB/s, -69 %).
 
-Run: ``python benchmarks/accuracy_comm.py``. ``rows()`` returns the Galvatron table as dicts,
+Run: ``PYTHONPATH=$PWD python benchmarks/accuracy_comm.py`` from a checkout (the venv's
+installed ``sim`` may be another checkout's). ``rows()`` returns the Galvatron table as dicts,
 ``reference_rows()`` the reference points.
 """
 

@@ -70,7 +70,6 @@ from sim.memory.states import (
     state_bytes,
     version_bytes_per_param,
 )
-from sim.metrics import iterations_needed
 from sim.schedules.analysis import peak_in_flight
 from sim.schedules.registry import get_schedule
 from sim.tensor.groups import tensor_groups
@@ -154,6 +153,8 @@ def min_state_bytes_per_param(
 def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     """``(gpu, lower bound, capacity)`` (bytes) of the first stage replica of a resolved point
     (:class:`sim.point.Resolved`) that cannot fit on its GPU (module doc), or None."""
+    if res.schedule.virtual_stages > 1:
+        return None  # a rank runs several stages: left to the simulator
     inp = res.sim_input
     in_flight = peak_in_flight(inp.program)
     for rep in inp.replicas():
@@ -304,12 +305,12 @@ class BoundModel:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
         key = (point.schedule, point.stages, point.microbatches)
         if key not in self._flight:
-            sched = get_schedule(point.schedule)(point.stages, point.microbatches)
-            its = self.prep.exp.training.iterations or iterations_needed(
-                point.stages, point.microbatches, sched.synchronous
+            sched = get_schedule(point.schedule)(
+                point.stages, point.microbatches, point.virtual_stages
             )
+            its = self.prep.exp.training.iterations or sched.steady_state_iterations()
             n = tuple(peak_in_flight(sched.program(its)))
-            v = min(sched.weight_versions(s) for s in range(point.stages))
+            v = min(sched.weight_versions(s) for s in range(sched.num_stages))
             self._flight[key] = (n, v)
         return self._flight[key]
 
@@ -322,6 +323,7 @@ class BoundModel:
         vb = version_bytes_per_param(point.schedule, tot.state)
         per_param = min_state_bytes_per_param(spec, tot.state, w, versions, vb)
         all_none = all(s.kind == "none" for s in (spec.stages or (spec,)))
+        all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
         if all_none and w > 1 and all(g.reserve.working for g in gpus):
             per_param += tot.state.grad  # DDP buckets (module doc)

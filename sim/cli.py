@@ -177,11 +177,22 @@ def schedule_show(
         help="Micro-batches per iteration m.",
     ),
     iterations: int = typer.Option(1, min=1, max=MAX_ITERATIONS, help="Optimizer steps to unroll."),
+    virtual_stages: int = typer.Option(
+        None,
+        "--virtual-stages",
+        "-v",
+        min=1,
+        max=64,
+        help="Stage chunks per rank v (default: the schedule's smallest, 1 or 2).",
+    ),
     csv: Path = typer.Option(
         None, "--csv", help="Write one iteration in torch's compute-only CSV format to this file."
     ),
 ) -> None:
-    """Print a schedule as a step x rank grid of actions like '2F0' (stage 2, forward, mb 0)."""
+    """Print a schedule as a step x rank grid of actions like '2F0' (stage 2, forward, mb 0).
+
+    With v stage chunks per rank, stages run 0 .. p*v-1 and each column is a rank; torch's
+    OVERLAP_F_B pairs show as '(7F4;0B0)OVERLAP_F_B'."""
     from sim.atomic import check_writable
     from sim.point import make_schedule
     from sim.schedules.csv_io import to_csv
@@ -189,10 +200,20 @@ def schedule_show(
 
     if csv:
         check_writable(csv, option="--csv")
-    sched = make_schedule(name, stages, microbatches, file="command line", field="--stages")
+    sched = make_schedule(
+        name,
+        stages,
+        microbatches,
+        file="command line",
+        field="--stages",
+        virtual_stages=virtual_stages,
+    )
     print(format_grid(sched.program(iterations)))
-    versions = [sched.weight_versions(s) for s in range(stages)]
+    versions = [sched.weight_versions(s) for s in range(sched.num_stages)]
     out.print(f"weight versions per stage: {versions}; synchronous: {sched.synchronous}")
+    if sched.virtual_stages > 1:
+        ranks = [sched.rank_stages(r) for r in range(stages)]
+        out.print(f"virtual stages: {sched.virtual_stages}; stages per rank: {ranks}")
     if csv:
         to_csv(sched.one_iteration(), csv)
         out.print(f"wrote {csv}")
@@ -462,6 +483,12 @@ def profile(
         "processes (the replay's ranks on a CPU share cores and "
         "memory bandwidth); per-layer median over them.",
     ),
+    attention: str = typer.Option(
+        None,
+        help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
+        "in the trace, and a replay of it runs the same kernel.",
+        show_default="torch's choice",
+    ),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     from sim.atomic import check_writable
@@ -470,6 +497,10 @@ def profile(
     _check_choice(kind, ("gpt", "bert"), "--kind")
     if dtype is not None:
         _check_choice(dtype, DTYPES, "--dtype")
+    if attention is not None:
+        _check_choice(attention, ("flash", "math"), "--attention")
+        if model or for_gpu:
+            raise InputError("applies to the GPT/BERT models, not --model", field="--attention")
     _check_device_name(device)
     if hidden % heads:
         raise InputError(f"hidden size {hidden} is not divisible by {heads} heads", field="--heads")
@@ -558,6 +589,7 @@ def profile(
             reps=reps,
             split_backward=split_backward,
             threads=threads or max(1, (os.cpu_count() or 2) // 2),
+            attention=attention,
             path=out_path,
         )
     except ValueError as exc:
@@ -577,7 +609,12 @@ def calibrate(
     out_path: Path = typer.Option(
         ..., "--out", "-o", help="Hardware YAML to write; load it like a preset (hardware: PATH)."
     ),
-    nproc: int = typer.Option(2, min=2, max=MAX_GPUS, help="Ranks, as the replay will use."),
+    nproc: int = typer.Option(
+        2,
+        min=1,
+        max=MAX_GPUS,
+        help="Ranks, as the replay will use (1: one GPU, no rank-to-rank link measured).",
+    ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
 ) -> None:
     """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and
@@ -610,8 +647,8 @@ def validate(
         None,
         min=1,
         max=MAX_GPUS,
-        help="Ranks; must equal the pipeline depth.",
-        show_default="the pipeline depth",
+        help="Ranks; must equal the pipeline depth x tensor_parallel.",
+        show_default="the pipeline depth x tensor_parallel",
     ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
     schedule: list[str] = typer.Option(
@@ -645,21 +682,42 @@ def validate(
         help="Folder for validation.csv and the timelines.",
         show_default="beside CONFIG",
     ),
+    single_rank: int = typer.Option(
+        None,
+        "--single-rank",
+        help="Run only this pipeline rank's actions, alone in one process on one device "
+        "(sends and receives become local buffers); compare with that GPU's predicted busy "
+        "time and peak memory.",
+    ),
+    stages: int = typer.Option(
+        None,
+        "--stages",
+        help="With --single-rank: the pipeline depth P the rank belongs to (uniform "
+        "partition; the layers must split evenly).",
+        show_default="CONFIG's",
+    ),
 ) -> None:
     """Replay a configuration on real devices with torch and compare with the prediction.
 
     Prints measured and predicted iteration time (seconds) and peak memory (bytes) per
     configuration with the relative error (predicted - measured) / measured, and writes them
-    to validation.csv.
+    to validation.csv. With --single-rank R, one rank runs alone (see sim/validate_single.py).
     """
     from sim.atomic import check_writable
-    from sim.point import make_schedule
+    from sim.point import check_schedule_name
 
     _check_device_name(device)
     for i, name in enumerate(schedule or ()):
-        make_schedule(name, 1, 1, file="command line", field=f"--schedule ({i + 1}.)")
+        check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
     if out_dir:
         check_writable(out_dir, option="--out", directory=True)
+    if single_rank is not None or stages is not None:
+        from sim.validate_cli import validate_single_rank
+
+        return validate_single_rank(
+            config, single_rank, stages, nproc, device, schedule, microbatches, iterations,
+            warmup, torch_builtin, out_dir,
+        )  # fmt: skip
     _need_torch()
     from rich.table import Table
 

@@ -104,9 +104,19 @@ class SweepConfig(_Strict):
     """The grid: every combination of the listed values is one configuration."""
 
     schedule: StrList = Field(
-        "1f1b", description="Schedule name(s): gpipe, 1f1b, pipedream_2bw, pipedream, pipemare."
+        "1f1b",
+        description="Schedule name(s): gpipe, 1f1b, pipedream_2bw, pipedream, pipemare, "
+        "interleaved_1f1b, looped_bfs, interleaved_zero_bubble, zbv_zero_bubble, dualpipe_v.",
     )
-    stages: IntList = Field(2, description="Pipeline depth(s) p (stages, one GPU each).")
+    stages: IntList = Field(2, description="Pipeline depth(s) p (ranks, one GPU each).")
+    virtual_stages: IntList = Field(
+        1,
+        description="Stage chunks per rank v (virtual stages): p*v stages, stage s on rank "
+        "s mod p (V shape for zbv_zero_bubble and dualpipe_v). 1 for the one-stage-per-rank "
+        "schedules; >= 2 for interleaved_1f1b, looped_bfs and interleaved_zero_bubble; exactly 2 "
+        "for zbv_zero_bubble and dualpipe_v. Left unset, each schedule takes its smallest v "
+        "(1 or 2); when set, combinations a schedule rejects are skipped with the reason.",
+    )
     dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
     tensor_parallel: IntList = Field(
         1,
@@ -124,7 +134,7 @@ class SweepConfig(_Strict):
         "none",
         description="Memory-saving policy spec(s): none, recompute (recompute:full, "
         "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
-        "d2d_swap (d2d_swap:weights), chunked (chunked:M elements per chunk, in millions), "
+        "d2d_swap (d2d_swap:weights, d2d_swap+recompute), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.",
     )
     prune: bool = Field(
@@ -140,7 +150,7 @@ class SweepConfig(_Strict):
         "gpipe, 1f1b); skip pipedream, pipedream_2bw and pipemare.",
     )
 
-    @field_validator("stages", "dp_width", "microbatch_size", "tensor_parallel")
+    @field_validator("stages", "virtual_stages", "dp_width", "microbatch_size", "tensor_parallel")
     @classmethod
     def _positive(cls, v: IntList) -> IntList:
         for x in as_list(v):
@@ -222,6 +232,7 @@ class PointConfig(BaseModel):
     microbatches: int
     memory_policy: str
     global_batch: int
+    virtual_stages: int = 1
 
     def key(self) -> str:
         """A stable short hash of the point."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from sim.events import COLLECTIVE_KINDS, MEMORY_MOVE_KINDS, EventKind, EventLog, Stream
 
 
-def iterations_needed(stages: int, microbatches: int, synchronous: bool) -> int:
+def iterations_needed(
+    stages: int, microbatches: int, synchronous: bool, fill_microbatches: int | None = None
+) -> int:
     """Iterations to simulate (or unroll) so that every steady-state pattern occurs on every
     stage: the one rule behind the engine's measuring window (:func:`steady_window`) and
     :meth:`sim.schedules.base.Schedule.steady_state_iterations` (staleness from a program).
@@ -21,7 +23,9 @@ def iterations_needed(stages: int, microbatches: int, synchronous: bool) -> int:
     A flushed schedule repeats identically after one iteration, so 2 suffice (the second is
     measured). An asynchronous one fills for ``ceil(p/m)`` iterations (the first micro-batch's
     backward reaches stage 0 only after ``p`` forwards) and drains as long, around a 2-iteration
-    window: ``2 ceil(p/m) + 2``.
+    window: ``2 ceil(p/m) + 2``. A schedule whose stage 0 runs more warm-up forwards than ``p``
+    (PipeMare: ``2p + 2``) passes them as ``fill_microbatches``
+    (:meth:`sim.schedules.base.Schedule.fill_microbatches`).
 
     Raises:
         ValueError: ``stages`` or ``microbatches`` below 1.
@@ -30,14 +34,19 @@ def iterations_needed(stages: int, microbatches: int, synchronous: bool) -> int:
         raise ValueError(f"stages and microbatches must be >= 1, got {stages}, {microbatches}")
     if synchronous:
         return 2
-    fill = math.ceil(stages / microbatches)
+    fill = math.ceil((fill_microbatches or stages) / microbatches)
     return 2 * fill + 2
 
 
 def steady_window(
-    ends_s: list[float], stages: int, microbatches: int, synchronous: bool
+    ends_s: list[float],
+    stages: int,
+    microbatches: int,
+    synchronous: bool,
+    fill_microbatches: int | None = None,
 ) -> tuple[float, float, int]:
-    """``(start_s, end_s, steps)``: the measured span and how many optimizer steps it holds.
+    """``(start_s, end_s, steps)``: the measured span and how many optimizer steps it holds
+    (``fill_microbatches`` as in :func:`iterations_needed`).
 
     Raises:
         ValueError: no optimizer step ended.
@@ -48,7 +57,7 @@ def steady_window(
         if len(ends_s) == 1:
             return 0.0, ends_s[0], 1
         return ends_s[-2], ends_s[-1], 1
-    fill = math.ceil(stages / microbatches)
+    fill = math.ceil((fill_microbatches or stages) / microbatches)
     a, b = fill - 1, len(ends_s) - 1 - fill
     if b <= a:
         a, b = 0, len(ends_s) - 1
@@ -96,6 +105,7 @@ def compute_metrics(
     synchronous: bool,
     samples_per_step: int,
     tensor_parallel: int = 1,
+    fill_microbatches: int | None = None,
 ) -> Metrics:
     """Metrics of ``log`` (see :class:`Metrics`).
 
@@ -106,8 +116,12 @@ def compute_metrics(
         synchronous: whether the schedule flushes each step.
         samples_per_step: global batch (m * b * w).
         tensor_parallel: ``t``: each tensor-parallel collective is logged on its ``t`` GPUs.
+        fill_microbatches: stage 0's warm-up forwards when more than ``stages``
+            (:func:`iterations_needed`).
     """
-    t0, t1, steps = steady_window(log.iteration_ends_s, stages, microbatches, synchronous)
+    t0, t1, steps = steady_window(
+        log.iteration_ends_s, stages, microbatches, synchronous, fill_microbatches
+    )
     span = max(t1 - t0, 1e-30)
     gpus = sorted({e.device for e in log.events if e.stream == Stream.COMPUTE})
     busy: dict[str, float] = {

@@ -75,6 +75,8 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
     if row.tensor_parallel > 1:
         data["sweep"]["tensor_parallel"] = int(row.tensor_parallel)
         data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
+    if row.virtual_stages > 1:
+        data["sweep"]["virtual_stages"] = int(row.virtual_stages)
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from sim.bounds import BoundModel, PointBounds
 from sim.config import PointConfig
+from sim.errors import InputError
 from sim.rowcache import PRUNED, Executor, run_points
 from sim.rows import ResultRow
 from sim.sweep import Prepared
@@ -98,7 +99,7 @@ def point_bounds(model: BoundModel, point: PointConfig) -> PointBounds | None:
     simulated, and the simulator reports what is wrong with it)."""
     try:
         return model.bounds(point)
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, InputError):
         return None
 
 

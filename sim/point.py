@@ -7,6 +7,7 @@ computes the metrics. Inputs that cannot be resolved raise :class:`~sim.errors.I
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from sim.compute.adapt import adapt_trace
@@ -21,11 +22,11 @@ from sim.memory.estimate import host_link_sharers
 from sim.memory.registry import get_policy
 from sim.memory.reserve import tensor_capacity_bytes
 from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
-from sim.metrics import Metrics, compute_metrics, iterations_needed
+from sim.metrics import Metrics, compute_metrics
 from sim.partition import partition, uniform_partition
 from sim.placement import place
-from sim.schedules.action import STEP, Program
-from sim.schedules.analysis import peak_in_flight
+from sim.schedules.action import STEP, Program, flatten
+from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
 from sim.tensor.groups import tensor_groups
@@ -36,7 +37,10 @@ from sim.trace.schema import Trace, dtype_bytes
 
 @dataclass
 class Resolved:
-    """A point with everything the engine needs, plus what the user may want to see."""
+    """A point with everything the engine needs, plus what the user may want to see.
+
+    ``placement`` is the GPU of each ``[replica][rank]``; ``sim_input.placement`` that of each
+    ``[replica][stage]`` (the same when ``v = 1``)."""
 
     point: PointConfig
     schedule: Schedule
@@ -55,16 +59,28 @@ def make_schedule(
     *,
     file: str = "<experiment>",
     field: str = "sweep.schedule",
+    virtual_stages: int | None = None,
 ) -> Schedule:
     """Instantiate a schedule, turning its errors into :class:`InputError`."""
+    cls = check_schedule_name(name, file=file, field=field)
     try:
-        cls = get_schedule(name)
-    except KeyError as exc:
-        raise InputError(str(exc.args[0]), file=file, field=field) from None
-    try:
-        return cls(stages, microbatches)
+        return cls(stages, microbatches, virtual_stages)
     except ScheduleError as exc:
         raise InputError(str(exc), file=file, field="sweep.stages") from None
+
+
+def check_schedule_name(
+    name: str, *, file: str = "<experiment>", field: str = "sweep.schedule"
+) -> type[Schedule]:
+    """The schedule class of ``name``.
+
+    Raises:
+        InputError: an unknown name, listing the valid ones.
+    """
+    try:
+        return get_schedule(name)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), file=file, field=field) from None
 
 
 def stage_contexts(
@@ -78,13 +94,14 @@ def stage_contexts(
     program: Program | None = None,
     job_gpus: list[int] | None = None,
 ) -> list[list[StageContext]]:
-    """One :class:`StageContext` per ``[replica][stage]`` (``job_gpus``: every GPU of the job
-    when ``placement`` is only part of it, e.g. one tensor rank of each stage)."""
+    """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
+    stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
+    ``placement`` is only part of it, e.g. one tensor rank of each stage)."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
     gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
-    sharers = host_link_sharers(topo, [f"gpu{g}" for g in gpus])
+    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
     out = []
     for r, row in enumerate(placement):
         ctxs = []
@@ -117,11 +134,14 @@ def stage_contexts(
 
 
 def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
-    """Each rank's ops over one steady iteration (the middle one of the program)."""
-    its = max((a.microbatch // m for rank in program for a in rank if a.op != STEP), default=0)
+    """Each stage's ops over one steady iteration (the middle one of the program)."""
+    flat = [[a for a in flatten(rank) if a.op != STEP] for rank in program]
+    its = max((a.microbatch // m for rank in flat for a in rank), default=0)
     it = (its + 1) // 2
+    stages = sorted({a.stage for rank in flat for a in rank})
     return [
-        tuple(a.op for a in rank if a.op != STEP and a.microbatch // m == it) for rank in program
+        tuple(a.op for rank in flat for a in rank if a.stage == s and a.microbatch // m == it)
+        for s in stages
     ]
 
 
@@ -133,8 +153,14 @@ def choose_boundaries(
     placement,
     exp: ExperimentConfig,
 ) -> tuple[int, ...]:
-    """Stage boundaries: fixed, uniform, or the memory-aware optimal partition."""
-    p = schedule.stages
+    """Stage boundaries: fixed, uniform, or the memory-aware optimal partition.
+
+    With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
+    bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
+    shares), and a boundary between two chunks on the same GPU costs no communication.
+    ``placement`` is per ``[replica][stage]``."""
+    p = schedule.num_stages
+    v = schedule.virtual_stages
     if exp.options.boundaries is not None:
         if len(exp.options.boundaries) != p:
             raise InputError(
@@ -154,10 +180,12 @@ def choose_boundaries(
 
     row = placement[0]
     bw = [
-        topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
+        math.inf
+        if row[j] == row[j + 1]
+        else topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
         for j in range(p - 1)
     ]
-    caps = [tensor_capacity_bytes(topo.gpu(g)) for g in row]
+    caps = [tensor_capacity_bytes(topo.gpu(g)) / v for g in row]
     return partition(
         trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need
     ).boundaries
@@ -177,8 +205,14 @@ def resolve(
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
-    schedule = make_schedule(point.schedule, point.stages, point.microbatches, file=file)
-    t = point.tensor_parallel
+    schedule = make_schedule(
+        point.schedule,
+        point.stages,
+        point.microbatches,
+        file=file,
+        virtual_stages=point.virtual_stages,
+    )
+    n, t = schedule.num_stages, point.tensor_parallel
     if point.stages * point.dp_width * t > topo.num_gpus:
         what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
         raise InputError(
@@ -187,10 +221,10 @@ def resolve(
             file=file,
             field="sweep.stages",
         )
-    if point.stages > len(base_trace.layers):
+    if n > len(base_trace.layers):
         raise InputError(
-            f"{point.stages} stages but trace {base_trace.name} has "
-            f"{len(base_trace.layers)} layers",
+            f"{n} stages ({point.stages} ranks x {point.virtual_stages} virtual stages) but "
+            f"trace {base_trace.name} has {len(base_trace.layers)} layers",
             file=file,
             field="sweep.stages",
         )
@@ -201,19 +235,21 @@ def resolve(
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     sharded = _shard(trace, point, topo, file)
     trace = sharded.trace
-    iterations = exp.training.iterations or iterations_needed(
-        point.stages, point.microbatches, schedule.synchronous
-    )
+    iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
-    in_flight = peak_in_flight(program)
-    groups = _tensor_groups(topo, point, file) if t > 1 else ()
+    peaks = peak_in_flight_per_stage(program)
+    in_flight = [peaks[s] for s in range(n)]
+    groups = _tensor_groups(topo, point, file) if t > 1 else ()  # [replica][rank][tensor rank]
     placement = (
         tuple(tuple(g[0] for g in row) for row in groups)
         if groups
         else _placement(exp, topo, point, file)
     )
+    ranks = [schedule.stage_rank(s) for s in range(n)]
+    per_stage = tuple(tuple(row[ranks[s]] for s in range(n)) for row in placement)
+    stage_groups = tuple(tuple(row[ranks[s]] for s in range(n)) for row in groups)
     try:
-        boundaries = choose_boundaries(topo, trace, schedule, in_flight, placement, exp)
+        boundaries = choose_boundaries(topo, trace, schedule, in_flight, per_stage, exp)
     except InputError as exc:
         exc.file = exc.file or file
         raise
@@ -225,7 +261,7 @@ def resolve(
             topo,
             trace,
             boundaries,
-            _rank(placement, groups, k),
+            _rank(per_stage, stage_groups, k),
             schedule,
             in_flight,
             exp,
@@ -240,26 +276,34 @@ def resolve(
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
-    p, w = point.stages, point.dp_width
-    per_rank = [flat[k * p * w : (k + 1) * p * w] for k in range(t)]
-    plans = tuple(tuple(per_rank[0][r * p : (r + 1) * p]) for r in range(w))
+    w = point.dp_width
+    per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
+    plans = tuple(
+        tuple(_once_per_gpu(schedule, s, per_rank[0][r * n + s]) for s in range(n))
+        for r in range(w)
+    )
     tensor_plans = (
         tuple(
-            tuple(tuple(per_rank[k][r * p + s] for k in range(t)) for s in range(p))
+            tuple(
+                tuple(_once_per_gpu(schedule, s, per_rank[k][r * n + s]) for k in range(t))
+                for s in range(n)
+            )
             for r in range(w)
         )
         if groups
         else ()
     )
     costs = _stage_costs(sharded, boundaries)
+    if schedule.splits_backward and not all(c.has_split for c in costs):
+        notes = [*notes, split_note(schedule.name)]
     sim_input = SimInput(
         topo,
         costs,
         program,
         point.microbatches,
-        placement,
+        per_stage,
         plans,
-        tensor_groups=groups,
+        tensor_groups=stage_groups,
         tensor_plans=tensor_plans,
     )
     return Resolved(
@@ -314,6 +358,26 @@ def _stage_costs(sharded: ShardedTrace, boundaries) -> tuple[StageCost, ...]:
     return tuple(out)
 
 
+def split_note(schedule: str) -> str:
+    """The note a result carries when a split-backward schedule runs on a trace without
+    ``bwd_input_s`` / ``bwd_weight_s``."""
+    from sim.engine.inputs import DEFAULT_INPUT_SHARE
+
+    return (
+        f"assumption: {schedule} splits the backward into I and W but the trace has no "
+        f"bwd_input_s/bwd_weight_s; I = {DEFAULT_INPUT_SHARE:g} x bwd_s, W = the rest"
+    )
+
+
+def _once_per_gpu(schedule: Schedule, stage: int, plan):
+    """A stage chunk's plan, without the per-process charges (runtime reserve, allocator
+    margin, working memory) unless it is its rank's first chunk: one process per GPU pays
+    them once (an assumption for ``v > 1``; ``v = 1`` is unchanged)."""
+    if schedule.virtual_stages == 1 or schedule.rank_stages(schedule.stage_rank(stage))[0] == stage:
+        return plan
+    return replace(plan, reserve_bytes=0.0, allocator_bytes=0.0, working_bytes=0.0)
+
+
 def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
     fixed = exp.options.placement
     if fixed is None:
@@ -339,6 +403,7 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
         stages=p.stages,
         microbatches=p.microbatches,
         synchronous=res.schedule.synchronous,
+        fill_microbatches=res.schedule.fill_microbatches(),
         samples_per_step=p.microbatches * p.microbatch_size * p.dp_width,
         tensor_parallel=p.tensor_parallel,
     )

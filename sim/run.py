@@ -139,7 +139,7 @@ def _write_all(
         written += _write_winner(exp, prep, points, winner, path, dirs, plots)
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
-            f"p={winner.stages} w={winner.dp_width} "
+            f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
             + (
                 f"t={winner.tensor_parallel}{'+sp' if winner.sequence_parallel else ''} "
                 if winner.tensor_parallel > 1
@@ -234,8 +234,8 @@ def _write_winner(
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         _, log = evaluate(res)
         title = (
-            f"{point.model} {point.schedule} p={point.stages} w={point.dp_width} "
-            f"t={point.tensor_parallel} "
+            f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
+            f"w={point.dp_width} t={point.tensor_parallel} "
             f"b={point.microbatch_size} m={point.microbatches}"
         )
         for d in dirs:
@@ -246,12 +246,25 @@ def _write_winner(
 def _compute_notes(prep, points) -> dict[str, list[str]]:
     """Per model, how its trace is brought to each micro-batch size and to this GPU."""
     from sim.compute.adapt import grid_notes
+    from sim.point import split_note
+    from sim.schedules.registry import get_schedule
 
     gpu = prep.topology.gpus[0].compute
-    return {
+    out = {
         name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
         for name, t in prep.traces.items()
     }
+    for name, t in prep.traces.items():  # the I/W split assumption (sim.engine.inputs)
+        if any(x.bwd_input_s is None or x.bwd_weight_s is None for x in t.layers):
+            split = sorted(
+                {
+                    p.schedule
+                    for p in points
+                    if p.model == name and get_schedule(p.schedule).splits_backward
+                }
+            )
+            out[name] += [f"{name}: {split_note(s)}" for s in split]
+    return out
 
 
 def _write_resolved(out: Path, exp, prep, points, skipped, notes, stats=None) -> None:
@@ -284,3 +297,8 @@ def _print_paths(console: Console, paths, t0: float) -> None:
     )
     for p in paths:
         console.print(f"  {p}")
+
+
+def _v(virtual_stages: int) -> str:
+    """`` v=2`` for a point with stage chunks per rank; nothing for one stage per rank."""
+    return f" v={virtual_stages}" if virtual_stages > 1 else ""

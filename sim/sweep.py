@@ -24,10 +24,11 @@ from sim.memory.attention import with_attention
 from sim.memory.peak import device_peaks, row_breakdown
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import get_policy
-from sim.point import evaluate, make_schedule, placement_json, resolve
+from sim.point import check_schedule_name, evaluate, placement_json, resolve
 from sim.rowcache import PRUNED, ROW_FORMAT, run_points
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
+from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
 from sim.tensor.shard import model_shape, shape_problem
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
@@ -98,11 +99,12 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     sw = exp.sweep
     check_options(prep)
     for i, name in enumerate(as_list(sw.schedule)):
-        make_schedule(name, 1, 1, file=file, field=f"sweep.schedule.{i}")
+        check_schedule_name(name, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
     tps, sps = _tensor_axes(prep)
     size = sum(
         len(as_list(sw.schedule))
+        * len(as_list(sw.virtual_stages))
         * len(as_list(sw.stages))
         * len(as_list(sw.dp_width))
         * len(tps)
@@ -125,15 +127,18 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
         )
         axes = itertools.product(
-            as_list(sw.schedule), as_list(sw.stages), as_list(sw.dp_width), tps, sps, mbs, policies
+            schedule_axis(sw), as_list(sw.stages), as_list(sw.dp_width), tps, sps, mbs, policies
         )
-        for sched, p, w, t, sp, b, policy in axes:
+        for (sched, v), p, w, t, sp, b, policy in axes:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
-            desc = f"{model.name} {sched} p={p} w={w}{tp_desc} b={b} {policy}"
+            vs = f" v={v}" if v > 1 else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc} b={b} {policy}"
             reason = (
                 _invalid(prep, model.name, sched, p, w * t, b, gb, w)
                 or _tensor_invalid(prep, _mi, t, sp)
-                or _stage_count(policy, p)
+                or boundaries_reason(prep, p * v)
+                or virtual_reason(prep, model.name, sched, p, v, gb // (w * b))
+                or _stage_count(policy, p * v)
                 or _asynchronous(sw, sched)
             )
             if reason:
@@ -151,6 +156,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                     microbatches=gb // (w * b),
                     memory_policy=policy,
                     global_batch=gb,
+                    virtual_stages=v,
                 )
             )
     if not points:
@@ -337,8 +343,6 @@ def _invalid(
             "microbatch_size or lower global_batch)"
         )
     opts = prep.exp.options
-    if opts.boundaries is not None and len(opts.boundaries) != p:
-        return f"options.boundaries has {len(opts.boundaries)} stages, not {p}"
     if opts.placement is not None and (len(opts.placement), len(opts.placement[0])) != (w, p):
         return (
             f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
@@ -417,7 +421,7 @@ def evaluate_row(prep: Prepared, point: PointConfig, screen: bool = False) -> Re
         placement=json.dumps(placement_json(res)),
         error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
-        staleness_steps=max(res.schedule.delay_steps(s) for s in range(point.stages)),
+        staleness_steps=max(res.schedule.delay_steps(s) for s in range(res.schedule.num_stages)),
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )

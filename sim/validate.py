@@ -110,6 +110,8 @@ def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend:
         raise InputError(
             f"cannot be replayed: {problems[0]}", file=prep.file, field="sweep.memory_policy"
         )
+    if point.tensor_parallel > 1:
+        _check_tp(prep, point)
     return ReplayJob(
         model=_model_spec(prep, point),
         boundaries=list(res.boundaries),
@@ -123,9 +125,35 @@ def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend:
         device=spec.device,
         backend=backend,
         dtype=prep.traces[point.model].dtype,
-        threads=max(1, (os.cpu_count() or 1) // point.stages),
+        threads=max(1, (os.cpu_count() or 1) // (point.stages * point.tensor_parallel)),
         timeout_s=spec.timeout_s,
+        tensor_parallel=point.tensor_parallel,
+        sequence_parallel=point.sequence_parallel,
     )
+
+
+def _check_tp(prep: Prepared, point: PointConfig) -> None:
+    """The tensor-parallel replay's limits (:func:`backends.torch.job.tp_problems`)."""
+    from backends.torch.job import SCHEDULES_TORCH
+
+    model = prep.traces[point.model].provenance.get("model") or {}
+    for ok, field, why in (
+        (point.stages == 1, "sweep.stages", "runs one pipeline stage (stages 1)"),
+        (point.schedule in SCHEDULES_TORCH, "sweep.schedule", f"runs {SCHEDULES_TORCH}"),
+        (point.memory_policy == "none", "sweep.memory_policy", "runs memory_policy none"),
+        (model.get("kind") == "gpt", "models.0.trace", "runs GPT models"),
+        (
+            int(model.get("vocab", 0)) % point.tensor_parallel == 0,
+            "models.0.trace",
+            "splits the vocabulary, so tensor_parallel must divide it",
+        ),
+    ):
+        if not ok:
+            raise InputError(
+                f"tensor_parallel {point.tensor_parallel}: the tensor-parallel replay {why}",
+                file=prep.file,
+                field=field,
+            )
 
 
 def measured_log(spans: list[list[tuple[str, float, float, float]]]) -> EventLog:
@@ -183,10 +211,15 @@ def validate_point(
         raise InputError(
             "replays run one pipeline (dp_width 1)", file=prep.file, field="sweep.dp_width"
         )
-    if spec.nproc is not None and spec.nproc != point.stages:
+    ranks = point.stages * point.tensor_parallel
+    if spec.nproc is not None and spec.nproc != ranks:
         raise InputError(
             f"--nproc {spec.nproc} but the configuration has {point.stages} "
-            "stages; the replay runs one stage per rank",
+            + (
+                f"stage(s) x tensor_parallel {point.tensor_parallel} = {ranks} ranks"
+                if point.tensor_parallel > 1
+                else "stages; the replay runs one stage per rank"
+            ),
             field="--nproc",
         )
     res = resolve(prep.exp, point, prep.topology, prep.traces[point.model], file=prep.file)
@@ -207,10 +240,13 @@ def validate_point(
         mem = max(result.peak_memory_bytes)
         rows.append(
             dict(
+                mode="pipeline",
                 model=point.model,
                 schedule=point.schedule,
                 runtime=backend,
                 stages=point.stages,
+                tensor_parallel=point.tensor_parallel,
+                sequence_parallel=point.sequence_parallel,
                 microbatch_size=point.microbatch_size,
                 microbatches=point.microbatches,
                 memory_policy=point.memory_policy,
@@ -269,6 +305,8 @@ def run_validation(
     for p in points:  # validate every variant before the (slow) replays start
         resolve(prep.exp, p, prep.topology, prep.traces[p.model], file=prep.file)
         _model_spec(prep, p)
+        if p.tensor_parallel > 1:
+            _check_tp(prep, p)
     dest_dir = Path(out) if out else Path(path).parent
     check_writable(dest_dir, option="--out", directory=True)
     remove_stale_stages(dest_dir)

@@ -55,12 +55,20 @@ def uniform_input(
     optimizer_s: float = 0.0,
     topology: Topology | None = None,
     plan: StagePlan | None = None,
+    virtual_stages: int | None = None,
 ) -> SimInput:
-    """A p-stage pipeline of identical stages (w replicas), free communication by default."""
-    sched = get_schedule(schedule)(p, m)
+    """A p-rank pipeline of identical stages (w replicas), free communication by default.
+
+    With ``v`` stage chunks per rank (``virtual_stages``; the schedule's minimum by default)
+    there are ``p * v`` chunks, each with ``fwd_s / v`` and ``bwd_s / v`` (split evenly into
+    I and W), as schedules.md §3 costs them; ``act_bytes`` and ``weight_bytes`` are per chunk.
+    """
+    sched = get_schedule(schedule)(p, m, virtual_stages)
+    n = sched.num_stages
+    v = sched.virtual_stages
     topo = topology or chain_topology(p * w)
     costs = tuple(
-        StageCost(fwd_s, bwd_s, out_bytes, 0.0 if s == 0 else out_bytes) for s in range(p)
+        StageCost(fwd_s / v, bwd_s / v, out_bytes, 0.0 if s == 0 else out_bytes) for s in range(n)
     )
     plan = plan or StagePlan(
         act_bytes=act_bytes,
@@ -68,6 +76,6 @@ def uniform_input(
         weight_bytes=weight_bytes * 1,
         optimizer_s=optimizer_s,
     )
-    plans = tuple(tuple(plan for _ in range(p)) for _ in range(w))
-    placement = tuple(tuple(r * p + s for s in range(p)) for r in range(w))
+    plans = tuple(tuple(plan for _ in range(n)) for _ in range(w))
+    placement = tuple(tuple(r * p + sched.stage_rank(s) for s in range(n)) for r in range(w))
     return SimInput(topo, costs, sched.program(iterations), m, placement, plans)

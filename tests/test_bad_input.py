@@ -349,7 +349,7 @@ CASES = [
     ),
     Case("profile-out-is-dir", {"p.csv/x": "x"}, ["profile", "--out", "{d}/p"], ["--out"]),
     Case("profile-out-under-file", {"f": "x"}, ["profile", "--out", "{d}/f/p"], ["--out"]),
-    Case("calibrate-nproc", {}, ["calibrate", "--out", "{d}/hw.yaml", "--nproc", "1"], ["--nproc"]),
+    Case("calibrate-nproc", {}, ["calibrate", "--out", "{d}/hw.yaml", "--nproc", "0"], ["--nproc"]),
     Case(
         "calibrate-device",
         {},

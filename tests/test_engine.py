@@ -43,11 +43,19 @@ def test_golden_unit_time_makespans(sched, p, m, expected):
 @pytest.mark.parametrize("sched", ["pipedream_2bw", "pipedream", "pipemare"])
 def test_async_schedules_have_no_steady_state_bubble(sched):
     p, m = 4, 8
-    from sim.metrics import iterations_needed
+    from sim.schedules.registry import get_schedule
 
-    it = iterations_needed(p, m, synchronous=False)
+    schedule = get_schedule(sched)(p, m)
+    it = schedule.steady_state_iterations()
     log = simulate(uniform_input(sched, p, m, iterations=it))
-    met = compute_metrics(log, stages=p, microbatches=m, synchronous=False, samples_per_step=m)
+    met = compute_metrics(
+        log,
+        stages=p,
+        microbatches=m,
+        synchronous=False,
+        samples_per_step=m,
+        fill_microbatches=schedule.fill_microbatches(),
+    )
     assert met.iteration_time_s == pytest.approx(m * 3.0)
     assert met.bubble_fraction == pytest.approx(0.0, abs=1e-9)
 

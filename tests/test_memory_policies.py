@@ -17,10 +17,12 @@ from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
 from sim.memory.capacity import NO_RESERVE
 from sim.memory.chunks import access_sequence, belady, steady_misses
+from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
 from sim.memory.plan import StagePlan
 from sim.memory.registry import get_policy, parse_policy
 from sim.memory.spec import PolicySpec
-from sim.point import evaluate, resolve
+from sim.point import evaluate, resolve, stage_contexts
+from sim.schedules.analysis import peak_in_flight
 from sim.sweep import evaluate_row, expand, prepare
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
@@ -149,6 +151,27 @@ def test_activation_memory_follows_korthikanti_per_policy():
     )
     full = res.sim_input.plans[0][1]
     assert full.recompute_s == pytest.approx(sum(x.fwd_s for x in trace.layers[3:]))
+
+
+def test_pipemare_memory_is_one_weight_copy_and_2_p_minus_s_plus_2_stashes():
+    """PipeMare (schedules.md §2.5): one weight copy (no stashed versions) and 2(p-s)+2 stashes
+    in flight on stage s (sim/schedules/pipemare.py), by hand for p=2, m=8 (8 micro-batches per
+    iteration, several iterations): stage 0 holds 6, stage 1 holds 4. PipeDream, for contrast,
+    holds p-s weight versions and p-s stashes."""
+    trace = tiny_gpt()
+    topo = chain_topology(2, memory_bytes=64 * GiB)
+    bounds = {"boundaries": [0, 3]}
+    res, _, log = run(trace, topo, "none", schedule="pipemare", m=8, **bounds)
+    edges = [0, 3, len(trace.layers)]
+    for s, stashes in enumerate((6, 4)):
+        layers = trace.layers[edges[s] : edges[s + 1]]
+        act = sum(x.act_bytes for x in layers)
+        weights = sum(x.param_bytes for x in layers)
+        assert category_peak(log, f"gpu{s}", "activations") == pytest.approx(stashes * act)
+        assert res.sim_input.plans[0][s].weight_bytes == pytest.approx(weights)
+    res, _, _ = run(trace, topo, "none", schedule="pipedream", m=8, **bounds)
+    stage0 = sum(x.param_bytes for x in trace.layers[:3])
+    assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(2 * stage0)
 
 
 def test_selective_recompute_time_is_the_attention_core_share():
@@ -298,18 +321,50 @@ def d2d_trace(b: int) -> Trace:
     )
 
 
+def planned(res, policy: str, trace: Trace, **options):
+    """``(contexts, plans)`` of ``policy`` for resolved point ``res`` (what the planner decided,
+    before the engine ran), flat over replicas and stages."""
+    exp = parse_experiment(
+        {
+            "name": "t",
+            "hardware": "x",
+            "models": [{"name": trace.name, "trace": "x"}],
+            "training": {"global_batch": res.point.global_batch},
+            "options": options,
+        }
+    )
+    program = res.sim_input.program
+    rows = stage_contexts(
+        res.sim_input.topology,
+        res.trace,
+        res.boundaries,
+        res.placement,
+        res.schedule,
+        peak_in_flight(program),
+        exp,
+        program,
+    )
+    flat = [c for row in rows for c in row]
+    return flat, get_policy(policy).plan_all(flat)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     b=st.integers(1, 4),
-    sched=st.sampled_from(["1f1b", "gpipe", "pipedream"]),
+    sched=st.sampled_from(["1f1b", "gpipe", "pipedream", "pipemare"]),
     layout=st.sampled_from([(4, 1), (8, 1), (4, 2)]),
     where=st.floats(0.05, 0.95),
+    policy=st.sampled_from(["d2d_swap", "d2d_swap+recompute", "d2d_swap:weights"]),
 )
-def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
-    """Every sample asserts: the capacity is drawn between the lightest and the heaviest GPU's
-    peak without a policy, so some GPUs overflow (d2d has a reason to move bytes) and some fit.
-    Every GPU that fits on its own still fits after d2d placed peers' bytes, and only such
-    GPUs receive bytes."""
+def test_d2d_never_places_on_a_peer_more_than_its_capacity_minus_its_peak(
+    b, sched, layout, where, policy
+):
+    """Every sample asserts, for every GPU: the bytes MPress's planner parks on it for its peers
+    (``parked_microbatches * part`` per borrower) fit in its budget minus its own planned peak,
+    and only GPUs whose own plan fits receive any (sim/memory/mpress.py). The engine agrees:
+    every GPU whose plan says it fits, receivers included, stays within capacity. The capacity
+    is drawn between the lightest and the heaviest GPU's peak without a policy, so some GPUs
+    overflow (d2d has a reason to move bytes) and some fit."""
     p, w = layout
     trace = d2d_trace(b)
     placement = [[r * p + s for s in range(p)] for r in range(w)]  # the same in both runs
@@ -320,16 +375,100 @@ def test_d2d_never_pushes_a_gpu_past_its_capacity(b, sched, layout, where):
     low, high = min(used), max(used)
     assume(high > low * 1.01)
     cap_bytes = low + where * (high - low)
-    _, _, log = run(trace, dgx1(cap_bytes / GiB), "d2d_swap", **kw)
-    room = {gpu for gpu, peak in peaks.items() if gpu.startswith("gpu") and peak <= cap_bytes}
-    assert room, "the drawn capacity leaves at least the lightest GPU room"
-    receivers = {
-        ev.device for ev in log.memory if ev.category == "swap" and ev.device.startswith("gpu")
+    res, met, log = run(trace, dgx1(cap_bytes / GiB), policy, **kw)
+    ctxs, plans = planned(res, policy, trace, partition="uniform", placement=placement)
+    parked = incoming_bytes(list(zip(ctxs, plans, strict=True)))
+    parked = {g: v for g, v in parked.items() if g.startswith("gpu")}  # not host swaps
+    own = {
+        c.gpu: (planned_peak_bytes(pl, c), budget_bytes(c))
+        for c, pl in zip(ctxs, plans, strict=True)
     }
-    event(f"peers received bytes: {bool(receivers)}")
-    assert receivers <= room
-    for gpu in room:
+    assert set(parked) <= set(own), "peers are GPUs of the job"
+    for gpu, (peak, budget) in own.items():
+        got = parked.get(gpu, 0.0)
+        assert got <= max(0.0, budget - peak) * (1 + 1e-9) + 1e-6, (gpu, got, budget - peak)
+    event(f"peers received bytes: {bool(parked)}")
+    over = {device for device, *_ in log.meta.get("over_capacity", [])}
+    for key, notes in log.meta["policy_notes"].items():
+        if key != "policy" and notes["fits"]:
+            assert not _stage_gpus(key, res.sim_input.placement) & over, (key, met.oom)
+    for gpu in parked:
         assert log.meta["peak_bytes"][gpu] <= cap_bytes * (1 + 1e-9), gpu
+
+
+def _fit_cases():
+    return dict(
+        b=st.integers(1, 4),
+        sched=st.sampled_from(["1f1b", "gpipe", "pipedream", "pipedream_2bw", "pipemare"]),
+        layout=st.sampled_from([(4, 1), (8, 1), (4, 2)]),
+        margin=st.floats(0.0, 0.3),
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_fit_cases())
+def test_d2d_fits_every_model_recompute_fits(b, sched, layout, margin):
+    """Every sample asserts: on GPUs just large enough for ``recompute`` (its own peak plus a
+    drawn margin, so it fits by construction), ``d2d_swap+recompute`` and ``d2d_swap`` fit too:
+    MPress's planner keeps "full recompute, nothing swapped" among its candidates and takes the
+    fitting ones first (sim/memory/mpress.py)."""
+    p, w = layout
+    kw = dict(schedule=sched, p=p, w=w, m=16, partition="uniform")
+    trace = d2d_trace(b)
+    _, base, log = run(trace, dgx1(80.0), "recompute", **kw)
+    cap = max(v for g, v in log.meta["peak_bytes"].items() if g.startswith("gpu"))
+    cap = cap / (1 - HEADROOM) * (1 + margin)
+    _, rec, _ = run(trace, dgx1(cap / GiB), "recompute", **kw)
+    assert rec.fits
+    for policy in ("d2d_swap+recompute", "d2d_swap"):
+        _, met, _ = run(trace, dgx1(cap / GiB), policy, **kw)
+        assert met.fits, (policy, met.oom)
+
+
+def act_heavy_trace() -> Trace:
+    """16 equal layers whose stash (1 GiB) and output (256 MiB) dwarf their weights (64 MiB):
+    under 1F1B with full recompute, stage s keeps ``p - s`` micro-batches of its layers' inputs,
+    so early GPUs overflow while late ones have room."""
+    mib = 2.0**20
+    layers = tuple(
+        LayerProfile(f"l{i}", 1e-3, 2e-3, 64 * mib, 1024 * mib, 256 * mib) for i in range(16)
+    )
+    return Trace("act-heavy", layers, 1, "fp16", "x", {"source": "test"})
+
+
+def test_d2d_recompute_fits_a_model_recompute_alone_cannot():
+    """Hand-built: 1F1B, p=8, m=16, on GPUs whose capacity lies 20% of the way down from the
+    heaviest GPU's recompute peak to the lightest's. Recompute alone overflows the heavy early
+    stages; MPress parks their checkpoints on NVLink peers with room, so both d2d forms fit."""
+    trace, kw = act_heavy_trace(), dict(schedule="1f1b", p=8, m=16, partition="uniform")
+    _, _, log = run(trace, dgx1(80.0), "recompute", **kw)
+    peaks = [v for g, v in log.meta["peak_bytes"].items() if g.startswith("gpu")]
+    cap = max(peaks) - 0.2 * (max(peaks) - min(peaks))
+    _, rec, _ = run(trace, dgx1(cap / GiB), "recompute", **kw)
+    assert not rec.fits
+    for policy in ("d2d_swap+recompute", "d2d_swap"):
+        _, met, log = run(trace, dgx1(cap / GiB), policy, **kw)
+        assert met.fits, (policy, met.oom)
+        notes = log.meta["policy_notes"]
+        assert any(v.get("peers_gib_per_microbatch") for k, v in notes.items() if k != "policy")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_fit_cases())
+def test_d2d_weights_fits_whenever_none_fits(b, sched, layout, margin):
+    """Every sample asserts: on GPUs just large enough for ``none``, ``d2d_swap:weights`` fits.
+    It used to fit less: it moved weight versions into the stash unconditionally and counted
+    lenders' spare memory without them, over-reserving peers (sim/memory/mpress.py)."""
+    p, w = layout
+    kw = dict(schedule=sched, p=p, w=w, m=16, partition="uniform")
+    trace = d2d_trace(b)
+    _, _, log = run(trace, dgx1(80.0), "none", **kw)
+    cap = max(v for g, v in log.meta["peak_bytes"].items() if g.startswith("gpu"))
+    cap = cap * (1 + margin)
+    _, plain, _ = run(trace, dgx1(cap / GiB), "none", **kw)
+    assert plain.fits
+    _, met, _ = run(trace, dgx1(cap / GiB), "d2d_swap:weights", **kw)
+    assert met.fits, met.oom
 
 
 def test_d2d_uses_light_peers_over_nvlink_and_reports_them():

@@ -55,6 +55,27 @@ TWO_SERVERS = {
 """A two-server grid with tensor parallelism and every kind of memory policy."""
 
 
+VIRTUAL = {
+    "name": "planner-virtual",
+    "hardware": "dgx1-v100-32gb",
+    "models": [{"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 32}],
+    "sweep": {
+        "schedule": [
+            "interleaved_1f1b",
+            "looped_bfs",
+            "interleaved_zero_bubble",
+            "zbv_zero_bubble",
+            "dualpipe_v",
+        ],
+        "stages": [2, 4],
+        "dp_width": [1, 2],
+        "microbatch_size": [1, 2],
+        "memory_policy": ["none", "recompute:full", "cpu_swap"],
+    },
+}
+"""Schedules with several stages per rank (virtual stages) and split backwards (I, W)."""
+
+
 def _prep(data: dict):
     exp = parse_experiment(data, file="<test>")
     return prepare(exp, "<test>")
@@ -62,11 +83,12 @@ def _prep(data: dict):
 
 DGX1 = prepare(load_experiment(ROOT / "experiments" / "dgx1.yaml"), "experiments/dgx1.yaml")
 H100 = _prep(TWO_SERVERS)
-GRIDS = {"dgx1": (DGX1, expand(DGX1)[0]), "h100": (H100, expand(H100)[0])}
+VIRT = _prep(VIRTUAL)
+GRIDS = {g: (p, expand(p)[0]) for g, p in (("dgx1", DGX1), ("h100", H100), ("virtual", VIRT))}
 
 
 @settings(
-    max_examples=24,
+    max_examples=36,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],

@@ -118,8 +118,11 @@ def test_async_orders_do_not_flush():
     assert [str(a) for a in PipeDream(2, 1).program(2)[0]] == [
         "0F0", "0F1", "0B0", "0STEP0", "0B1", "0STEP1",
     ]  # fmt: skip
-    # PipeMare runs 2BW's order (no stashing changes memory, not order).
-    assert PipeMare(3, 3).program(2) == PipeDream2BW(3, 3).program(2)
+    # PipeMare, p=2, m=2: stage 1 runs 2(p-s)+2 = 4 warm-up forwards, then 1B1F, no flush.
+    assert [str(a) for a in PipeMare(2, 2).program(3)[1]] == [
+        "1F0", "1F1", "1F2", "1F3", "1B0", "1F4", "1B1", "1STEP0", "1F5", "1B2", "1B3", "1STEP1",
+        "1B4", "1B5", "1STEP2",
+    ]  # fmt: skip
 
 
 # --- closed forms (schedules.md §1) ----------------------------------------------------------
@@ -127,8 +130,10 @@ def test_async_orders_do_not_flush():
 
 def test_peak_in_flight_p4_m8():
     assert peak_in_flight(GPipe(4, 8).program(2)) == [8, 8, 8, 8]
-    for cls in (OneFOneB, PipeDream2BW, PipeDream, PipeMare):
+    for cls in (OneFOneB, PipeDream2BW, PipeDream):
         assert peak_in_flight(cls(4, 8).program(3)) == [4, 3, 2, 1], cls.name
+    # PipeMare: 2(p-s)+2 in flight (one more than the reference's ~2(p-s)+1, pipemare.py).
+    assert peak_in_flight(PipeMare(4, 8).program(3)) == [10, 8, 6, 4]
 
 
 def test_weight_versions_p4():
@@ -156,9 +161,11 @@ def test_valid_and_peak_formulas(case, iterations):
     program = sched.program(iterations)
     validate_program(program, p, m, iterations, steps=sched.optimizer_steps(iterations))
     n = iterations * m
-    want = {GPipe: [m] * p}.get(cls, [min(p - s, n) for s in range(p)])
+    want = {GPipe: [m] * p, PipeMare: [min(2 * (p - s) + 2, n) for s in range(p)]}.get(
+        cls, [min(p - s, n) for s in range(p)]
+    )
     assert peak_in_flight(program) == want
-    assert max(peak_in_flight(program)) <= (m if cls is GPipe else p)
+    assert max(peak_in_flight(program)) <= {GPipe: m, PipeMare: 2 * p + 2}.get(cls, p)
 
 
 @settings(max_examples=100, deadline=None)
@@ -174,10 +181,9 @@ def test_delay_steps_formulas(case):
     elif cls is PipeDream2BW:
         assert max(delays) <= 1
         assert delays == [int(p - s - 1 > 0) for s in range(p)]
-    else:  # PipeMare: ceil((p-s-1)/m) measured, below the paper's ceil((2(p-s)+1)/m)
-        assert delays == [math.ceil((p - s - 1) / m) for s in range(p)]
-        assert all(d <= sched.paper_delay_steps(s) for s, d in enumerate(delays))
-        assert delays[-1] == 0 < sched.paper_delay_steps(p - 1)
+    else:  # PipeMare: the paper's ceil((2(p-s)+1)/m), measured from the program
+        assert delays == [math.ceil((2 * (p - s) + 1) / m) for s in range(p)]
+        assert delays == [sched.paper_delay_steps(s) for s in range(p)]
 
 
 def test_pipedream_delay_on_short_program():
@@ -186,9 +192,25 @@ def test_pipedream_delay_on_short_program():
     assert delay_steps(PipeDream(4, 8).program(1), 0) == 3
 
 
-def test_pipemare_paper_delay():
-    assert [PipeMare(4, 2).paper_delay_steps(s) for s in range(4)] == [5, 4, 3, 2]
-    assert [PipeMare(4, 2).delay_steps(s) for s in range(4)] == [2, 1, 1, 0]
+@pytest.mark.parametrize(
+    "p,m,expected",
+    [
+        # ceil((2(p-s)+1)/m) by hand, s = 0 .. p-1:
+        (4, 2, [5, 4, 3, 2]),  # 9/2, 7/2, 5/2, 3/2
+        (4, 1, [9, 7, 5, 3]),
+        (4, 8, [2, 1, 1, 1]),  # 9/8, 7/8, 5/8, 3/8
+        (2, 3, [2, 1]),  # 5/3, 3/3
+        (3, 4, [2, 2, 1]),  # 7/4, 5/4, 3/4
+        (8, 16, [2, 1, 1, 1, 1, 1, 1, 1]),  # 17/16, 15/16, ...
+        (1, 1, [3]),
+    ],
+)
+def test_pipemare_delay_is_the_papers(p, m, expected):
+    """Staleness measured from the program equals PipeMare's tau_s (schedules.md §2.5); before
+    this schedule kept 2(p-s)+2 in flight it was ceil((p-s-1)/m), e.g. [2, 1, 1, 0] at p=4, m=2."""
+    sched = PipeMare(p, m)
+    assert [sched.delay_steps(s) for s in range(p)] == expected
+    assert [sched.paper_delay_steps(s) for s in range(p)] == expected
 
 
 @pytest.mark.parametrize("cls", [OneFOneB, PipeDream2BW])
@@ -243,7 +265,14 @@ def test_deadlock_detected():
 
 
 def test_registry():
-    assert schedule_names() == ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"]
+    assert schedule_names()[:5] == ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"]
+    assert schedule_names()[5:] == [
+        "interleaved_1f1b",
+        "looped_bfs",
+        "interleaved_zero_bubble",
+        "zbv_zero_bubble",
+        "dualpipe_v",
+    ]
     assert get_schedule("pipedream_flush") is OneFOneB
     assert get_schedule("PipeDream-Flush") is OneFOneB
     assert get_schedule("2bw") is PipeDream2BW
@@ -257,7 +286,9 @@ def test_registry():
 
 # --- CSV ---------------------------------------------------------------------------------------
 
-actions = st.builds(Action, st.integers(0, 20), st.sampled_from("FBIW"), st.integers(0, 200))
+actions = st.builds(
+    Action, st.integers(0, 20), st.sampled_from("FBIW"), st.integers(0, 200), st.none()
+)
 
 
 @settings(max_examples=100, deadline=None)

@@ -11,12 +11,16 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
   half the round trip, and a least-squares fit ``t = latency + bytes / bandwidth`` gives the
   link's ``latency`` and ``bandwidth`` (neighbouring ranks by default, or every pair).
 * host <-> device (GPUs only): pinned host buffers copied with ``non_blocking`` copies, fitted
-  the same way, written as two directed ``pcie`` links ``cpu0 -> gpuK`` and ``gpuK -> cpu0``.
+  the same way, written as two directed ``pcie`` links ``cpu0 -> gpuK`` and ``gpuK -> cpu0``;
+  also both directions at once (two streams), in the description and ``ranks``.
+* runtime memory (:mod:`backends.torch.runtime_memory`, a fresh process): the CUDA context and
+  cuBLAS workspace (written as ``cuda_context`` / ``cublas_workspace`` on GPUs) and the caching
+  allocator's overhead on a fixed pattern; on CPU the process's resident memory.
 
 * GEMM efficiency by shape: achieved FLOP/s of the GEMMs in :data:`GEMM_SHAPES` (the
   transformer shapes the compute model times, :mod:`sim.compute.kernels`); the best is written
   as ``peak_flops`` with ``matmul_efficiency: 1`` (an effective peak), the table goes into
-  ``Calibration.ranks`` and the description. GPUs also get ``fp32_flops`` (fp32 matmul, TF32
+  ``Calibration.ranks`` and the description (GPUs: bf16, and fp16 in ``ranks``). GPUs also get ``fp32_flops`` (fp32 matmul, TF32
   off), ``sm_count`` (``multi_processor_count``), ``hbm_efficiency: 1`` (the copy bandwidth is
   already effective) and ``kernel_overhead`` (median time per launch of a 1-element add in a
   loop of back-to-back launches).
@@ -124,12 +128,27 @@ def _copy_time(nbytes: int, dev: torch.device, reps: int) -> float:
 
 
 def _host_copies(dev: torch.device, sizes: list[int], reps: int) -> dict[str, list[float]]:
-    res: dict[str, list[float]] = {"h2d": [], "d2h": []}
+    """Seconds per pinned copy of each size: ``h2d``, ``d2h``, and ``both`` (one of each at
+    once on two streams: the time until both are done)."""
+    res: dict[str, list[float]] = {"h2d": [], "d2h": [], "both": []}
+    streams = (torch.cuda.Stream(dev), torch.cuda.Stream(dev))
     for size in sizes:
         host = torch.empty(size // 4, dtype=torch.float32).pin_memory()
+        host_out = torch.empty_like(host).pin_memory()
         gpu = torch.empty(size // 4, dtype=torch.float32, device=dev)
+        gpu_out = torch.empty_like(gpu)
         res["h2d"].append(time_call(partial(gpu.copy_, host, non_blocking=True), dev, reps=reps))
         res["d2h"].append(time_call(partial(host.copy_, gpu, non_blocking=True), dev, reps=reps))
+
+        def both(host=host, host_out=host_out, gpu=gpu, gpu_out=gpu_out) -> None:
+            main = torch.cuda.current_stream(dev)
+            for s, (dst, src) in zip(streams, ((gpu, host), (host_out, gpu_out)), strict=True):
+                s.wait_stream(main)
+                with torch.cuda.stream(s):
+                    dst.copy_(src, non_blocking=True)
+                main.wait_stream(s)
+
+        res["both"].append(time_call(both, dev, reps=reps))
     return res
 
 
@@ -224,6 +243,8 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         stats["memory_bytes"] = props.total_memory
         stats["sm_count"] = props.multi_processor_count
         stats["host_copies"] = _host_copies(dev, payload["host_sizes"], payload["reps"])
+        shapes = payload["gemm_shapes"]
+        stats["gemm_by_shape_fp16"] = gemm_by_shape(dev, torch.float16, shapes, payload["reps"])
         torch.backends.cuda.matmul.allow_tf32 = False
         fp32 = gemm_by_shape(dev, torch.float32, [(n, n, n)], payload["reps"])
         stats["fp32_flops"] = fp32[0]["flops_per_s"]
@@ -238,7 +259,9 @@ class Calibration:
         hardware: the hardware YAML as a dict (``sim.hardware.spec.HardwareSpec`` fields).
         ranks: raw per-rank measurements (FLOP/s, GEMM by shape, copy bandwidth, ping-pong
             times, kernel overhead).
-        host: host measurements (``cpu_adam``: :func:`cpu_adam_rate`'s result).
+        host: host measurements (``cpu_adam``: :func:`cpu_adam_rate`'s result;
+            ``runtime_memory``: :func:`backends.torch.runtime_memory.measure` in a fresh
+            process).
     """
 
     hardware: dict[str, Any]
@@ -323,6 +346,27 @@ def _compute_fields(
     return out
 
 
+def _runtime_memory(kind: str, hardware: dict[str, Any]) -> dict[str, Any]:
+    """Measure the runtime reserve in a fresh process (:mod:`backends.torch.runtime_memory`);
+    on CUDA write ``cuda_context`` and ``cublas_workspace`` into ``hardware['gpu']``."""
+    from backends.torch.runtime_memory import measure_fresh
+
+    try:
+        runtime = measure_fresh(kind)
+    except RuntimeError as exc:  # a reserve we could not measure keeps the sourced default
+        return {"error": str(exc)}
+    alloc = runtime["allocator"]
+    hardware["description"] += (
+        f" Runtime memory (fresh process): context {runtime['context_bytes'] / 2**20:.1f} MiB, "
+        f"cuBLAS {runtime['cublas_workspace_bytes'] / 2**20:.1f} MiB, allocator "
+        f"rounding x{alloc['rounding_ratio']:.4f}, reserved/allocated x{alloc['reserved_ratio']:.3f}."
+    )
+    if kind == "cuda":
+        hardware["gpu"]["cuda_context"] = f"{runtime['context_bytes'] / 2**20:.1f} MiB"
+        hardware["gpu"]["cublas_workspace"] = f"{runtime['cublas_workspace_bytes'] / 2**20:.2f} MiB"
+    return runtime
+
+
 def calibrate(
     *,
     nproc: int = 2,
@@ -339,7 +383,8 @@ def calibrate(
     """Measure ``nproc`` ranks on ``device`` and build a hardware description.
 
     Args:
-        nproc: ranks (= pipeline stages of the replays this describes), >= 2.
+        nproc: ranks (= pipeline stages of the replays this describes), >= 1; with 1 there
+            is no rank-to-rank link to measure (a single-GPU machine: single-rank replays).
         device: ``cpu`` (gloo) or ``cuda`` (NCCL; needs ``nproc`` GPUs).
         sizes: ping-pong message sizes in bytes.
         reps: repetitions per measurement (median kept).
@@ -356,8 +401,8 @@ def calibrate(
     Raises:
         backends.torch.launch.ReplayError: a rank failed or the run timed out.
     """
-    if nproc < 2:
-        raise ValueError("calibration needs nproc >= 2 (point-to-point pairs)")
+    if nproc < 1:
+        raise ValueError(f"calibration needs nproc >= 1, got {nproc}")
     kind = device.split(":")[0]
     pairs = [[a, b] for a in range(nproc) for b in range(a + 1, nproc) if all_pairs or b == a + 1]
     host_sizes = [2**12, 2**20, 2**24, 2**26]
@@ -391,7 +436,7 @@ def calibrate(
     memory = ranks[0].get("memory_bytes", _host_ram_bytes() / nproc)
     detail = ranks[0]["device_name"] if kind == "cuda" else cpu_model_name()
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    hardware = {
+    hardware: dict[str, Any] = {
         "name": name or f"calibrated-{platform.node()}-{kind}",
         "description": (
             f"Measured by backends.torch.calibrate on {date}: {nproc} ranks on {detail}, "
@@ -422,7 +467,20 @@ def calibrate(
         "gpu_hosts": ["cpu0"] * nproc,
         "links": _links(ranks, kind, host_sizes),
     }
-    result = Calibration(hardware, ranks, {"cpu_adam": adam})
+    if kind == "cuda":
+        copies, big = ranks[0]["host_copies"], host_sizes[-1]
+        hardware["description"] += (
+            f" Pinned copies of {big / 2**20:.0f} MiB (rank 0): H2D {big / copies['h2d'][-1] / 1e9:.2f}, "
+            f"D2H {big / copies['d2h'][-1] / 1e9:.2f}, both at once "
+            f"{big / copies['both'][-1] / 1e9:.2f} GB/s each way. GEMM fp16 by shape: "
+            + ", ".join(
+                f"{g['m']}x{g['n']}x{g['k']}: {g['flops_per_s'] / 1e12:.3g}"
+                for g in ranks[0]["gemm_by_shape_fp16"]
+            )
+            + " TFLOP/s."
+        )
+    runtime = _runtime_memory(kind, hardware)
+    result = Calibration(hardware, ranks, {"cpu_adam": adam, "runtime_memory": runtime})
     if path is not None:
         result.write_yaml(path)
     return result

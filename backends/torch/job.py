@@ -13,6 +13,14 @@ from typing import Any
 from sim.schedules.registry import get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
+SCHEDULES_TORCH_CSV = (
+    "interleaved_1f1b",
+    "looped_bfs",
+    "interleaved_zero_bubble",
+    "zbv_zero_bubble",
+    "dualpipe_v",
+)
+"""Multi-stage schedules replayed only through ``_PipelineScheduleRuntime`` from our CSV."""
 """Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
 POLICIES = ("none", "recompute", "cpu_swap")
 """Memory policies the replay runs (``backends.torch.memory.replay_policy``), per stage."""
@@ -39,6 +47,22 @@ def policy_problems(text: str, stages: int) -> list[str]:
     return []
 
 
+def tp_problems(job: ReplayJob) -> list[str]:
+    """Why the tensor-parallel replay cannot run ``job`` (``job.tensor_parallel > 1``)."""
+    t, out = job.tensor_parallel, []
+    if job.stages != 1:
+        out.append(f"stages: the tensor-parallel replay runs one stage, not {job.stages}")
+    if job.nproc != job.stages * t:
+        out.append(f"nproc: must be stages x tensor_parallel = {job.stages * t}")
+    if job.backend != "ours" or job.schedule not in SCHEDULES_TORCH:
+        out.append(f"schedule: the tensor-parallel replay runs {SCHEDULES_TORCH} (backend ours)")
+    if job.memory_policy != "none":
+        out.append("memory_policy: the tensor-parallel replay runs 'none'")
+    if isinstance(job.model, dict) and job.model.get("kind", "gpt") != "gpt":
+        out.append(f"model: the tensor-parallel replay runs GPT models, not {job.model['kind']!r}")
+    return out
+
+
 @dataclass
 class ReplayJob:
     """One configuration to run on real devices (keyword-only; every field has a default).
@@ -50,7 +74,7 @@ class ReplayJob:
             ``None`` splits the ``layers + 2`` chain evenly.
         schedule: ``gpipe``, ``1f1b``, ``pipedream_2bw``, ``pipedream`` or ``pipemare`` (any
             name ``sim.schedules.registry.get_schedule`` accepts).
-        stages: pipeline depth ``p`` (one stage per rank).
+        stages: pipeline depth ``p`` (ranks; one stage per rank unless ``virtual_stages``).
         microbatches: micro-batches per iteration ``m``.
         microbatch_size: samples per micro-batch ``b``.
         iterations: measured iterations (optimizer steps; ``m`` micro-batches each).
@@ -63,7 +87,10 @@ class ReplayJob:
         backend: ``ours`` (:mod:`backends.torch.runtime`, every schedule) or ``torch``
             (torch's ``ScheduleGPipe`` / ``Schedule1F1B``).
         torch_csv: with ``backend="torch"``, run ``_PipelineScheduleRuntime`` loading our
-            compute-only CSV (``sim.schedules.csv_io``) instead of torch's own schedule class.
+            compute-only CSV (``sim.schedules.csv_io``) instead of torch's own schedule class;
+            the only way to replay the multi-stage schedules (``SCHEDULES_TORCH_CSV``).
+        virtual_stages: stage chunks per rank ``v`` (None: the schedule's smallest, 1 or 2);
+            ``boundaries`` then has ``p * v`` entries.
         seed: model and data seed.
         lr: SGD learning rate (no momentum, no weight decay).
         dtype: ``fp32``, ``fp16`` or ``bf16`` parameters and activations.
@@ -73,6 +100,15 @@ class ReplayJob:
         dump_dir: if set, every rank saves its gradients at each step and its final weights to
             ``dump_dir/rank<r>.pt`` (tests compare them with a single-process run).
         fail_on: testing aid: the rank executing this action (e.g. ``"1F0"``) raises.
+        single_rank: run only stage ``single_rank`` (``0 .. stages-1``) of the ``stages``-stage
+            pipeline, in one process on one device (:mod:`backends.torch.single_rank`): sends
+            and receives become local buffers of the right shape and dtype. ``nproc`` is 1.
+        attention: force torch's scaled-dot-product attention kernel, ``flash`` or ``math``
+            (:mod:`backends.torch.attention`); ``None`` lets torch choose.
+        tensor_parallel: ranks per stage ``t``; ``t > 1`` runs
+            :mod:`backends.torch.tp_runtime` (one stage, ``nproc = t``, GPT, ``gpipe`` or
+            ``1f1b``, memory policy ``none``).
+        sequence_parallel: with ``t > 1``, Megatron's sequence parallelism.
     """
 
     model: dict[str, Any] | str = field(default_factory=dict)
@@ -96,6 +132,11 @@ class ReplayJob:
     pg_timeout_s: float = 60.0
     dump_dir: str | None = None
     fail_on: str | None = None
+    virtual_stages: int | None = None
+    single_rank: int | None = None
+    attention: str | None = None
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (dict, str)):
@@ -103,7 +144,7 @@ class ReplayJob:
                 self.model.to_dict() if hasattr(self.model, "to_dict") else asdict(self.model)
             )
         if self.nproc is None:
-            self.nproc = self.stages
+            self.nproc = 1 if self.single_rank is not None else self.stages * self.tensor_parallel
         if self.dump_dir is not None:
             self.dump_dir = str(Path(self.dump_dir).resolve())
         try:
@@ -118,31 +159,56 @@ class ReplayJob:
         """Every invalid field as ``'field: reason'``."""
         out = []
         try:
-            get_schedule(self.schedule)(self.stages, self.microbatches)
+            sched = get_schedule(self.schedule)(self.stages, self.microbatches, self.virtual_stages)
         except (KeyError, ValueError) as exc:
             out.append(f"schedule: {exc}")
+            sched = None
+        multi = sched is not None and sched.virtual_stages > 1
+        if multi and not (self.backend == "torch" and self.torch_csv):
+            out.append(
+                f"schedule: {self.schedule} (stage chunks per rank) replays only with "
+                "backend 'torch' and torch_csv (torch's _PipelineScheduleRuntime)"
+            )
+        if multi and self.memory_policy != "none":
+            out.append("memory_policy: only 'none' with stage chunks per rank")
+        n_stages = sched.num_stages if sched is not None else self.stages
         for name in ("stages", "microbatches", "microbatch_size", "iterations"):
             if getattr(self, name) < 1:
                 out.append(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.warmup_iterations < 0:
             out.append(f"warmup_iterations: must be >= 0, got {self.warmup_iterations}")
-        if self.nproc != self.stages:
+        if self.single_rank is not None:
+            if not 0 <= self.single_rank < self.stages:
+                out.append(f"single_rank: must be in 0..{self.stages - 1}, got {self.single_rank}")
+            if self.nproc != 1:
+                out.append(f"nproc: a single-rank run is one process, got {self.nproc}")
+            if self.backend != "ours":
+                out.append("backend: a single-rank run needs our runtime ('ours')")
+        if self.tensor_parallel < 1:
+            out.append(f"tensor_parallel: must be >= 1, got {self.tensor_parallel}")
+        if self.tensor_parallel > 1:
+            out += tp_problems(self)
+        elif self.single_rank is None and self.nproc != self.stages:
             out.append(f"nproc: one stage per rank, so nproc must equal stages ({self.stages})")
+        if self.attention not in (None, "flash", "math"):
+            out.append(f"attention: {self.attention!r} must be 'flash', 'math' or None")
         out += policy_problems(self.memory_policy, self.stages)
         if self.backend not in ("ours", "torch"):
             out.append(f"backend: {self.backend!r} must be 'ours' or 'torch'")
-        if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH:
+        if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH + (
+            SCHEDULES_TORCH_CSV if self.torch_csv else ()
+        ):
             out.append(
                 f"schedule: backend 'torch' runs only {SCHEDULES_TORCH}, not {self.schedule!r}"
             )
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             out.append(f"device: {self.device!r} must be 'cpu' or 'cuda'")
         if self.boundaries is not None and len(self.boundaries) not in (
-            self.stages,
-            self.stages + 1,
+            n_stages,
+            n_stages + 1,
         ):
             out.append(
-                f"boundaries: need one start layer per stage ({self.stages}), got {self.boundaries}"
+                f"boundaries: need one start layer per stage ({n_stages}), got {self.boundaries}"
             )
         for name in ("timeout_s", "pg_timeout_s"):
             if not getattr(self, name) > 0:
@@ -243,6 +309,11 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
     mid = len(ordered) // 2
     median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     notes = [n for r in ranks for n in r.get("notes", [])]
+    if job.single_rank is not None:
+        notes.append(
+            f"single rank: stage {job.single_rank} of {job.stages} alone; receives are local "
+            "buffers of fixed values, sends are held until the optimizer step"
+        )
     if job.schedule == "pipedream":
         notes.append("pipedream steps after every micro-batch; an iteration is m micro-batches")
     if job.device.startswith("cpu"):
@@ -258,7 +329,7 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
         memory=[r["memory"] for r in ranks],
         action_counts=[r["counts"] for r in ranks],
         expected_action_counts=[r["expected"] for r in ranks],
-        losses=ranks[-1]["losses"],
+        losses=next((r["losses"] for r in reversed(ranks) if r["losses"]), []),  # the loss rank
         notes=notes,
         job=job.to_dict(),
         device_name=ranks[0].get("device_name", ""),

@@ -113,6 +113,7 @@ def run_ranks(
     timeout_s: float = 300.0,
     pg_timeout_s: float = 60.0,
     threads: int | None = None,
+    process_group: bool = True,
 ) -> list[Any]:
     """Run ``target(payload, ctx)`` on ``nproc`` ranks and return every rank's result.
 
@@ -125,6 +126,8 @@ def run_ranks(
         timeout_s: hard limit on the whole run, seconds.
         pg_timeout_s: ``init_process_group`` timeout, seconds.
         threads: CPU threads per rank (default :func:`default_threads`).
+        process_group: join a process group (``False`` only with ``nproc == 1``: the rank
+            runs alone, e.g. a single-rank replay, and no NCCL communicator takes GPU memory).
 
     Returns:
         The per-rank return values, gathered by rank 0, in rank order.
@@ -132,6 +135,8 @@ def run_ranks(
     Raises:
         ReplayError: a rank failed or the run timed out (every rank is killed first).
     """
+    if not process_group and nproc != 1:
+        raise ValueError("process_group=False runs one process (nproc 1)")
     threads = threads or default_threads(nproc)
     remove_stale_workdirs()
     work = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
@@ -143,6 +148,7 @@ def run_ranks(
             "device": device,
             "pg_timeout_s": pg_timeout_s,
             "threads": threads,
+            "process_group": process_group,
         }
         (work / "spec.json").write_text(json.dumps(spec))
         procs: list[subprocess.Popen[bytes]] = []
@@ -212,7 +218,9 @@ def replay(job: ReplayJob) -> ReplayResult:
 
     ``backend="ours"`` runs :mod:`backends.torch.runtime` (every schedule, exact action lists);
     ``backend="torch"`` runs torch's ``ScheduleGPipe`` / ``Schedule1F1B``
-    (:mod:`backends.torch.torch_schedules`).
+    (:mod:`backends.torch.torch_schedules`). A job with ``single_rank`` runs that stage alone
+    in one process without a process group (:mod:`backends.torch.single_rank`);
+    ``tensor_parallel > 1`` runs :mod:`backends.torch.tp_runtime`.
 
     Raises:
         ReplayError: a rank failed or the run exceeded ``job.timeout_s``.
@@ -221,13 +229,16 @@ def replay(job: ReplayJob) -> ReplayResult:
         "ours": "backends.torch.runtime:run_rank",
         "torch": "backends.torch.torch_schedules:run_rank",
     }[job.backend]
+    if job.tensor_parallel > 1:
+        target = "backends.torch.tp_runtime:run_rank"
     ranks = run_ranks(
         target,
         job.to_dict(),
-        nproc=job.nproc or job.stages,
+        nproc=job.nproc or (1 if job.single_rank is not None else job.stages),
         device=job.device,
         timeout_s=job.timeout_s,
         pg_timeout_s=job.pg_timeout_s,
         threads=job.threads,
+        process_group=job.single_rank is None,
     )
     return collect_result(job, ranks)

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from backends.torch.attention import attention_kernel
 from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
 from sim.trace.schema import LayerProfile, Trace
@@ -205,6 +206,31 @@ def _profile_layer(
     )
 
 
+def _profile_layers(
+    spec: ModelSpec,
+    b: int,
+    dev: torch.device,
+    dtype: str,
+    seed: int,
+    split_backward: bool,
+    warmup: int,
+    reps: int,
+) -> list[LayerProfile]:
+    """Every layer of the chain, each on the previous layer's output (see profile_model)."""
+    layers = [layer.to(dev) for layer in build_layers(spec, seed, dtype=dtype)]
+    ids, targets = (t.to(dev) for t in make_batch(spec, b, seed))
+    x: torch.Tensor = ids
+    out = []
+    for i, (name, layer) in enumerate(zip(layer_names(spec), layers, strict=True)):
+        is_head = i == len(layers) - 1
+        fn = (lambda h, layer=layer: lm_loss(layer(h), targets)) if is_head else layer
+        params: list[torch.Tensor] = list(layer.parameters())
+        out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
+        with torch.no_grad():
+            x = layer(x)
+    return out
+
+
 def profile_model(
     spec: ModelSpec | Mapping[str, Any],
     *,
@@ -217,6 +243,7 @@ def profile_model(
     threads: int | None = None,
     seed: int = 0,
     path: str | Path | None = None,
+    attention: str | None = None,
 ) -> Trace:
     """Profile every layer of ``spec`` for one micro-batch; optionally write the trace.
 
@@ -233,6 +260,10 @@ def profile_model(
         seed: model and batch seed.
         path: if given, write the trace there with ``sim.trace.native.write_trace``
             (``x`` -> ``x.csv`` + ``x.yaml``).
+        attention: force the blocks' attention kernel, ``flash`` or ``math``
+            (:func:`backends.torch.attention.attention_kernel`); ``None`` lets torch choose.
+            Recorded as ``provenance.attention_kernel`` (and ``model_shape.attention``), so a
+            replay of the trace runs the same kernel.
 
     Returns:
         The trace (``device`` from :func:`device_model_name`; provenance: source, command,
@@ -244,17 +275,10 @@ def profile_model(
     if threads:
         torch.set_num_threads(threads)
     try:
-        layers = [layer.to(dev) for layer in build_layers(spec, seed, dtype=dtype)]
-        ids, targets = (t.to(dev) for t in make_batch(spec, microbatch_size, seed))
-        x: torch.Tensor = ids
-        out = []
-        for i, (name, layer) in enumerate(zip(layer_names(spec), layers, strict=True)):
-            is_head = i == len(layers) - 1
-            fn = (lambda h, layer=layer: lm_loss(layer(h), targets)) if is_head else layer
-            params: list[torch.Tensor] = list(layer.parameters())
-            out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
-            with torch.no_grad():
-                x = layer(x)
+        with attention_kernel(attention):
+            out = _profile_layers(
+                spec, microbatch_size, dev, dtype, seed, split_backward, warmup, reps
+            )
     finally:
         torch.set_num_threads(old_threads)
     trace = Trace(
@@ -265,6 +289,12 @@ def profile_model(
         device=device_model_name(dev),
         provenance=_provenance(spec, dev, microbatch_size, dtype, warmup, reps, threads, seed),
     )
+    if attention is not None:
+        shape = dict(trace.provenance["model_shape"], attention=attention)
+        trace = replace(
+            trace,
+            provenance={**trace.provenance, "model_shape": shape, "attention_kernel": attention},
+        )
     if path is not None:
         from sim.trace.native import write_trace
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from backends.torch.attention import attention_kernel
 from backends.torch.job import ReplayJob
 from backends.torch.memory import (
     SavedBytes,
@@ -130,9 +131,11 @@ class StageRunner:
 
     def __init__(self, job: ReplayJob, ctx: RankContext):
         self.job, self.ctx = job, ctx
-        self.rank, self.last = ctx.rank, ctx.rank == job.stages - 1
+        # the pipeline stage; the process rank is ctx.rank (0 in a single-rank run)
+        self.rank = ctx.rank if job.single_rank is None else job.single_rank
+        self.last = self.rank == job.stages - 1
         self.dev = ctx.device
-        self.user = user_stage(job, ctx.rank) if is_user_model(job.model) else None
+        self.user = user_stage(job, self.rank) if is_user_model(job.model) else None
         if self.user is None:
             self.spec = as_spec(job.model)
             boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
@@ -187,6 +190,9 @@ class StageRunner:
         for work, _ in self.pending:
             work.wait()
         self.pending.clear()
+
+    def _barrier(self) -> None:
+        dist.barrier()
 
     # --- actions -------------------------------------------------------------------------
     def forward(self, mb: int) -> None:
@@ -250,11 +256,21 @@ class StageRunner:
     def run(self, program: list[Action]) -> dict[str, Any]:
         """Execute ``program`` and return this rank's measurements (JSON-able)."""
         self.scale = 1.0 / _backwards_per_step(program)
-        ops = {"F": self.forward, "B": self.backward, STEP: self.step}
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
-        dist.barrier()
+        self._barrier()
         start = time.perf_counter()
+        with attention_kernel(self.job.attention):
+            self._execute(program)
+        self._wait_sends()
+        self._barrier()
+        end = time.perf_counter()
+        if self.job.dump_dir:
+            self._dump()
+        return self._stats(start, end)
+
+    def _execute(self, program: list[Action]) -> None:
+        ops = {"F": self.forward, "B": self.backward, STEP: self.step}
         for action in program:
             if self.job.fail_on is not None and str(action) == self.job.fail_on:
                 raise RuntimeError(f"injected failure at action {action} (ReplayJob.fail_on)")
@@ -266,12 +282,6 @@ class StageRunner:
             ops[action.op](action.microbatch)
             self.spans.append((str(action), t0, self.ready, time.perf_counter()))
             self.executed[str(action)] += 1
-        self._wait_sends()
-        dist.barrier()
-        end = time.perf_counter()
-        if self.job.dump_dir:
-            self._dump()
-        return self._stats(start, end)
 
     def _dump(self) -> None:
         newest: Any = self.versions.newest()
@@ -293,6 +303,7 @@ class StageRunner:
         else:
             peak = torch.cuda.max_memory_allocated(self.dev)
             memory["cuda_max_allocated"] = float(peak)
+            memory["cuda_max_reserved"] = float(torch.cuda.max_memory_reserved(self.dev))
         counts, expected = action_tally(self.executed, expected_actions(self.job, self.rank))
         return {
             "rank": self.rank,
@@ -313,5 +324,10 @@ class StageRunner:
 def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     """Rank function for :func:`backends.torch.launch.run_ranks` (``backend="ours"``)."""
     job = ReplayJob.from_dict(payload)
-    runner = StageRunner(job, ctx)
-    return runner.run(rank_program(job, ctx.rank))
+    if job.single_rank is not None:
+        from backends.torch.single_rank import SingleRankRunner
+
+        runner: StageRunner = SingleRankRunner(job, ctx)
+    else:
+        runner = StageRunner(job, ctx)
+    return runner.run(rank_program(job, runner.rank))

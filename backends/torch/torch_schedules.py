@@ -74,22 +74,30 @@ def _count_actions(stage: Any) -> Counter[str]:
     return counts
 
 
-def _schedule(job: ReplayJob, stage: Any, csv: bool, loss_fn: Any = lm_loss) -> Any:
+def _schedule(job: ReplayJob, stages: list[Any], csv: bool, loss_fn: Any = lm_loss) -> Any:
+    """torch's schedule over this rank's ``stages`` (one, or ``v`` stage chunks); with ``csv``
+    ``_PipelineScheduleRuntime`` loads our compute-only CSV and infers the stage -> rank map
+    from it (``_validate_and_set_stage_mapping``, schedules.md §4.2)."""
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     if not csv:
         cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.schedule]
-        return cls(stage, job.microbatches, loss_fn=loss_fn)
+        return cls(stages[0], job.microbatches, loss_fn=loss_fn)
     from sim.schedules.csv_io import to_csv
-    from sim.schedules.registry import get_schedule
 
-    program = get_schedule(job.schedule)(job.stages, job.microbatches).one_iteration()
-    schedule = _PipelineScheduleRuntime([stage], job.microbatches, loss_fn=loss_fn)
+    program = _sim_schedule(job).one_iteration()
+    schedule = _PipelineScheduleRuntime(stages, job.microbatches, loss_fn=loss_fn)
     with tempfile.TemporaryDirectory() as tmp:
         to_csv(program, Path(tmp) / "schedule.csv")
         schedule._load_csv(str(Path(tmp) / "schedule.csv"), format="compute_only")
     return schedule
+
+
+def _sim_schedule(job: ReplayJob) -> Any:
+    from sim.schedules.registry import get_schedule
+
+    return get_schedule(job.schedule)(job.stages, job.microbatches, job.virtual_stages)
 
 
 def _cat_inputs(inputs: list[Any], dev: torch.device) -> tuple[torch.Tensor, ...]:
@@ -121,6 +129,11 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
             "2.8): torch.distributed.pipelining can hang on gloo; use backend='ours'"
         )
     dev, rank = ctx.device, ctx.rank
+    sched = _sim_schedule(job)
+    if sched.virtual_stages > 1:
+        from backends.torch.torch_multi_stage import run_rank_multi
+
+        return run_rank_multi(job, ctx, sched)
     last = rank == job.stages - 1
     user = user_stage(job, rank) if is_user_model(job.model) else None
     if user is None:
@@ -140,7 +153,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         )
     stage = PipelineStage(module, rank, job.stages, dev)
     action_counts = _count_actions(stage)
-    schedule = _schedule(job, stage, csv, lm_loss if user is None else user_loss(user))
+    schedule = _schedule(job, [stage], csv, lm_loss if user is None else user_loss(user))
     total = job.warmup_iterations + job.iterations
     m, b = job.microbatches, job.microbatch_size
     step_times, losses, grads_log = [], [], []

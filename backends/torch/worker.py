@@ -2,7 +2,8 @@
 
 Started by :func:`backends.torch.launch.run_ranks`. Reads ``WORKDIR/spec.json``
 (``target`` = ``"module:function"``, ``payload``, ``world_size``, ``device``,
-``pg_timeout_s``, ``threads``), joins the process group (gloo on CPU, NCCL on CUDA) through a
+``pg_timeout_s``, ``threads``, optional ``process_group``: false for one process that needs
+none), joins the process group (gloo on CPU, NCCL on CUDA) through a
 file store in ``WORKDIR`` with a hard timeout, calls ``function(payload, ctx)`` and gathers
 every rank's JSON-able return value to rank 0, which writes ``WORKDIR/result.json``.
 
@@ -69,6 +70,8 @@ def main(workdir: str, rank: int) -> int:
         if spec.get("threads"):
             torch.set_num_threads(int(spec["threads"]))
         device = _device(spec["device"], rank)
+        if not spec.get("process_group", True):  # one process on its own (a single-rank run)
+            return _run_alone(spec, work, device)
         dist.init_process_group(
             "nccl" if device.type == "cuda" else "gloo",
             init_method=f"file://{work / 'store'}",
@@ -99,6 +102,17 @@ def main(workdir: str, rank: int) -> int:
         (work / f"rank{rank}.error.json").write_text(json.dumps(error))
         print(error["traceback"], file=sys.stderr, flush=True)
         return 1
+
+
+def _run_alone(spec: dict, work: Path, device: torch.device) -> int:
+    """Rank 0 of 1 without a process group: call the target and write ``result.json``."""
+    module, name = spec["target"].split(":")
+    fn = getattr(importlib.import_module(module), name)
+    stats = fn(spec["payload"], RankContext(0, 1, device, work))
+    tmp = work / "result.json.tmp"
+    tmp.write_text(json.dumps({"ranks": [stats]}))
+    os.replace(tmp, work / "result.json")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,17 +1,26 @@
 """Data-parallel collectives over the ``w`` replicas of a stage: all-reduce, reduce-scatter,
 all-gather, as NCCL runs them within one server.
 
-Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring): the ``w`` GPUs of the communicator form a
-ring (:meth:`~sim.hardware.topology.Topology.ring`, each hop routed through the communicator's
-GPUs, switches and hosts only); an all-reduce of ``B`` bytes is ``2(w-1)`` steps, a
-reduce-scatter or an all-gather ``w-1`` steps, and in every step each GPU sends ``B/w`` bytes to
-the next one, all hops at once. A step therefore takes the slowest hop's
-:func:`~sim.hardware.topology.transfer_time_s` for ``B/w`` bytes at NCCL's rate of its links
-(:func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per NVLink, NCCL
-``src/graph/topo.h``; raw copies get more), and the bus bandwidth NCCL
-reports (nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
-all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the slowest hop's
-bandwidth for large ``B``. The collective holds every link of the ring for its whole duration,
+Rings (NCCL's channels, :func:`~sim.hardware.rings.ring_set`): the ``w`` GPUs of the
+communicator get a set of rings over their NVLinks, each with the bandwidth it reserved on its
+links (NCCL ``src/graph/search.cc``), or, where they have no NVLink ring, one ring whose hops are
+routed through the communicator's GPUs, switches and hosts only (:meth:`~sim.hardware.topology.
+Topology.ring`). The collective's ``B`` bytes are split over the rings in proportion to their
+bandwidth, and all rings run at once (NVIDIA/nccl#299).
+
+Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring), on each ring: an all-reduce of its ``b``
+bytes is ``2(w-1)`` steps, a reduce-scatter or an all-gather ``w-1`` steps, and in every step
+each GPU sends ``b/w`` bytes to the next one, all hops at once. A step therefore takes the
+slowest hop's :func:`~sim.hardware.topology.transfer_time_s` for ``b/w`` bytes at the hop's rate
+(the ring's reserved bandwidth; for the single routed ring, NCCL's rate of its links shared by
+the hops that cross them, :func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per
+NVLink, NCCL ``src/graph/topo.h``; raw copies get more), and the collective ends with its
+slowest ring (:func:`~sim.engine.hierarchical.ring_set_time_s`). The bus bandwidth NCCL reports
+(nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
+all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the rings' summed
+bandwidth for large ``B``: 120 GB/s over the 8 GPUs of a DGX-1 (two rings of 40 and two of 20
+GB/s), against ~130 GB/s measured (NVIDIA/nccl#258). The collective holds every link of its
+rings for its whole duration, one hold for all rings (a link two rings share is not held twice),
 so it contends with sends and swaps on those links (links are FIFO: see
 :mod:`sim.engine.links`).
 
@@ -22,7 +31,7 @@ communicator (rank ``k`` of every replica).
 Tensor-parallel collectives (:class:`TensorCollectives`): after the compute of a forward, and of
 a backward (B or I), the ``t`` ranks of a stage replica run that stage's Megatron collectives
 (:mod:`sim.tensor.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
-over the ring of their group; the ranks wait for them before they send or go on, as Megatron's
+over the rings of their group; the ranks wait for them before they send or go on, as Megatron's
 blocking all-reduces make them (no overlap with compute). A micro-batch's collectives of one
 kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
 

@@ -1,7 +1,9 @@
 """How a collective runs over a communicator: one ring, or hierarchically across servers.
 
-Within one server, NCCL runs a ring over the communicator's GPUs
-(:func:`~sim.engine.collectives.ring_time_s`). Across servers it is hierarchical (NCCL's
+Within one server, NCCL runs its rings (channels) over the communicator's GPUs
+(:func:`~sim.hardware.rings.ring_set`: several rings over NVLink, each with the bandwidth it
+reserved, the bytes split by bandwidth; else one ring routed through the communicator;
+:func:`ring_set_time_s`). Across servers it is hierarchical (NCCL's
 tree and ring algorithms both reduce inside a node over NVLink and cross nodes over the NICs:
 NCCL user guide, "Environment Variables", ``NCCL_ALGO``; the NCCL 2.4 tree blog post; and the
 rail-optimised DGX SuperPOD topology, where GPU ``i`` of every server talks over rail ``i``).
@@ -15,8 +17,8 @@ A communicator of ``N`` servers with ``L >= 2`` members each, ``B`` bytes:
   in reverse (the first an all-gather).
 
 So ``t = RS_local(B) + AR_rails(B/L) + AG_local(B)``, each phase the slowest of its concurrent
-rings (servers, rails). With one member per server it is the ring over the servers; within one
-server, or with unequal members per server, one ring (the flat algorithm). The collective holds
+ring sets (servers, rails). With one member per server it is the ring over the servers; within
+one server, or with unequal members per server, one ring set (the flat algorithm). The collective holds
 every link of every phase for its whole duration, as a ring does.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.events import EventKind
+from sim.hardware.rings import Ring, ring_set
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
 
 RING_STEPS: dict[str, int] = {
@@ -35,6 +38,7 @@ RING_STEPS: dict[str, int] = {
 """Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
 
 Routes = list[tuple[Link, ...]]
+Rings = tuple[Ring, ...]
 
 
 def ring_time_s(routes: Routes, nbytes: float, kind: str) -> float:
@@ -61,6 +65,37 @@ def ring_time_s(routes: Routes, nbytes: float, kind: str) -> float:
     return RING_STEPS[kind] * (w - 1) * step_s
 
 
+def ring_set_time_s(rings: Rings, nbytes: float, kind: str) -> float:
+    """Uncontended seconds of a ring collective of ``nbytes`` over ``rings`` run at once.
+
+    Args:
+        rings: the rings (:func:`~sim.hardware.rings.ring_set`), all over the same ``w``
+            members; ring ``r`` carries ``nbytes * bw_r / sum(bw)`` (its bandwidth's share;
+            all of it when there is one ring).
+        nbytes: bytes of the buffer every member holds (the gradients), ``B``.
+        kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
+            (``w-1`` steps).
+
+    Returns:
+        ``steps * max_r max_i transfer_time_s(route_ri, b_r / w, bw_ri)``: the slowest ring's
+        time, each of its steps its slowest hop's (latencies plus its chunk at the hop's rate,
+        :attr:`~sim.hardware.rings.Ring.hop_bandwidths_Bps`); 0 for one member. One ring is
+        :func:`ring_time_s`.
+    """
+    w = len(rings[0].order)
+    if w < 2:
+        return 0.0
+    total_Bps = sum(r.bandwidth_Bps for r in rings)
+    step_s = max(
+        transfer_time_s(
+            route, (nbytes if len(rings) == 1 else nbytes * r.bandwidth_Bps / total_Bps) / w, bw
+        )
+        for r in rings
+        for route, bw in zip(r.routes, r.hop_bandwidths_Bps, strict=True)
+    )
+    return RING_STEPS[kind] * (w - 1) * step_s
+
+
 def ring_routes(topology: Topology, gpus: tuple[str, ...]) -> Routes:
     """The hops of the ring NCCL would use over ``gpus`` (:meth:`Topology.ring`), each routed
     through the communicator only."""
@@ -76,16 +111,17 @@ class CollectivePlan:
     """The rings a collective over one communicator runs.
 
     Attributes:
-        flat: the single ring (empty when hierarchical).
-        local: one ring per server (hierarchical only).
-        rails: one ring per member index across the servers (hierarchical only).
+        flat: the ring set over all members (:func:`~sim.hardware.rings.ring_set`; empty when
+            hierarchical).
+        local: one ring set per server (hierarchical only).
+        rails: one ring set per member index across the servers (hierarchical only).
         links: every link held, in name order of first use.
         names: the held links' names, sorted.
     """
 
-    flat: Routes
-    local: tuple[Routes, ...] = ()
-    rails: tuple[Routes, ...] = ()
+    flat: Rings
+    local: tuple[Rings, ...] = ()
+    rails: tuple[Rings, ...] = ()
     links: tuple[Link, ...] = ()
     names: tuple[str, ...] = ()
 
@@ -96,14 +132,14 @@ class CollectivePlan:
     def time_s(self, nbytes: float, kind: str) -> float:
         """Uncontended seconds of a ``kind`` collective of ``nbytes`` (module doc)."""
         if not self.hierarchical:
-            return ring_time_s(self.flat, nbytes, kind)
-        per = nbytes / len(self.local[0])
+            return ring_set_time_s(self.flat, nbytes, kind)
+        per = nbytes / len(self.local[0][0].order)
 
         def local(k: str) -> float:
-            return max(ring_time_s(r, nbytes, k) for r in self.local)
+            return max(ring_set_time_s(r, nbytes, k) for r in self.local)
 
         def rails(k: str) -> float:
-            return max(ring_time_s(r, per, k) for r in self.rails)
+            return max(ring_set_time_s(r, per, k) for r in self.rails)
 
         if kind == EventKind.ALLREDUCE:
             return local(EventKind.REDUCE_SCATTER) + rails(kind) + local(EventKind.ALL_GATHER)
@@ -120,19 +156,20 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
         by_server.setdefault(topology.server_of(int(g[3:])), []).append(g)
     sizes = {len(v) for v in by_server.values()}
     if len(by_server) < 2 or len(sizes) != 1 or sizes == {1}:
-        flat = ring_routes(topology, gpus)
-        return CollectivePlan(flat, links=_links(flat), names=_names(flat))
+        flat = ring_set(topology, gpus)
+        every = [route for ring in flat for route in ring.routes]
+        return CollectivePlan(flat, links=_links(every), names=_names(every))
     members = [tuple(by_server[k]) for k in sorted(by_server)]
-    local = tuple(ring_routes(topology, m) for m in members)
-    rails = tuple(
-        ring_routes(topology, tuple(m[j] for m in members)) for j in range(len(members[0]))
-    )
-    every = [route for ring in local + rails for route in ring]
-    return CollectivePlan([], local, rails, _links(every), _names(every))
+    local = tuple(ring_set(topology, m) for m in members)
+    rails = tuple(ring_set(topology, tuple(m[j] for m in members)) for j in range(len(members[0])))
+    every = [route for rings in local + rails for ring in rings for route in ring.routes]
+    return CollectivePlan((), local, rails, _links(every), _names(every))
 
 
 def _links(routes: Routes) -> tuple[Link, ...]:
-    return tuple(lk for route in routes for lk in route)
+    """Each link of ``routes`` once (one hold per link, however many rings cross it), in
+    order of first use."""
+    return tuple({lk.name: lk for route in routes for lk in route}.values())
 
 
 def _names(routes: Routes) -> tuple[str, ...]:

@@ -12,12 +12,19 @@ from functools import cached_property
 
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
-from sim.schedules.action import Action, Program
+from sim.schedules.action import Action, Program, flatten
 from sim.trace.schema import LayerProfile
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default gradient bucket, ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.
 DistributedDataParallel docs)."""
+
+
+DEFAULT_INPUT_SHARE = 0.5
+"""Share of a backward that is its input gradient (I) when a trace lacks ``bwd_input_s`` /
+``bwd_weight_s``: an assumption. A transformer layer's input-gradient and weight-gradient GEMMs
+have the same FLOPs (each equals the forward's), and Zero Bubble's schedules are designed for
+``T_I = T_W`` (Qi et al. ICLR'24 §2; schedules.md §2.7)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,9 @@ class StageCost:
         tp_fwd: tensor-parallel collectives of a forward, ``(kind, bytes each, count)``
             (:func:`sim.tensor.megatron.aggregate`); empty without tensor parallelism.
         tp_bwd: the same for a backward (B, or I).
+        bwd_input_s: seconds of the input-gradient part I of a split backward; None when the
+            trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
+        bwd_weight_s: seconds of the weight-gradient part W; None likewise.
     """
 
     fwd_s: float
@@ -40,15 +50,39 @@ class StageCost:
     in_bytes: float
     tp_fwd: tuple[tuple[str, float, int], ...] = ()
     tp_bwd: tuple[tuple[str, float, int], ...] = ()
+    bwd_input_s: float | None = None
+    bwd_weight_s: float | None = None
+
+    @property
+    def input_s(self) -> float:
+        """Seconds of an I action: ``bwd_input_s``, or the assumption ``bwd_s / 2``
+        (:data:`DEFAULT_INPUT_SHARE`) when the trace lacks the split."""
+        return self.bwd_s * DEFAULT_INPUT_SHARE if self.bwd_input_s is None else self.bwd_input_s
+
+    @property
+    def weight_s(self) -> float:
+        """Seconds of a W action: ``bwd_weight_s``, or ``bwd_s - input_s``."""
+        return self.bwd_s - self.input_s if self.bwd_weight_s is None else self.bwd_weight_s
+
+    @property
+    def has_split(self) -> bool:
+        """Whether I and W times come from the trace (not the default assumption)."""
+        return self.bwd_input_s is not None and self.bwd_weight_s is not None
 
     @classmethod
     def from_layers(cls, layers: tuple[LayerProfile, ...], in_bytes: float) -> StageCost:
-        """Sum of the layers' forward and backward seconds; the last layer's output bytes."""
+        """Sum of the layers' forward and backward seconds; the last layer's output bytes.
+
+        The I/W split is summed when every layer has both ``bwd_input_s`` and
+        ``bwd_weight_s``; otherwise it is left None (the default assumption applies)."""
+        split = all(x.bwd_input_s is not None and x.bwd_weight_s is not None for x in layers)
         return cls(
             sum(x.fwd_s for x in layers),
             sum(x.bwd_s for x in layers),
             layers[-1].out_bytes,
             in_bytes,
+            bwd_input_s=sum(x.bwd_input_s or 0.0 for x in layers) if split else None,
+            bwd_weight_s=sum(x.bwd_weight_s or 0.0 for x in layers) if split else None,
         )
 
 
@@ -58,10 +92,10 @@ class SimInput:
 
     Attributes:
         topology: the server.
-        costs: per stage.
-        program: per-rank action lists (rank = stage), STEP included.
+        costs: per stage (``p * v`` stages with ``v`` stage chunks per rank).
+        program: per-rank action lists, STEP included (rank = stage when ``v = 1``).
         microbatches: micro-batches per iteration (m).
-        placement: GPU index per ``[replica][stage]``.
+        placement: GPU index per ``[replica][stage]``; the stages of one rank share a GPU.
         plans: memory plan per ``[replica][stage]``.
         dp_bucket_bytes: size of the gradient buckets whose all-reduce overlaps the backward
             that ends an optimizer step (PyTorch DDP's ``bucket_cap_mb=25`` default: 25 MiB);
@@ -99,6 +133,25 @@ class SimInput:
         """GPU of tensor rank ``k`` of stage ``s`` of replica ``r``."""
         return self.tensor_groups[r][s][k] if self.tensor_groups else self.placement[r][s]
 
+    @cached_property
+    def stage_ranks(self) -> tuple[int, ...]:
+        """The rank (index into :attr:`program`) that runs each stage.
+
+        Raises:
+            ValueError: a stage appears on no rank or on two.
+        """
+        owner: dict[int, int] = {}
+        for rank, actions in enumerate(self.program):
+            for a in flatten(actions):
+                if owner.setdefault(a.stage, rank) != rank:
+                    raise ValueError(
+                        f"stage {a.stage} appears on ranks {owner[a.stage]} and {rank}"
+                    )
+        missing = [s for s in range(self.stages) if s not in owner]
+        if missing:
+            raise ValueError(f"stages {missing} appear on no rank of the program")
+        return tuple(owner[s] for s in range(self.stages))
+
     def replicas(self) -> list[StageReplica]:
         """Every (replica, stage, tensor rank), replica-major, then stage."""
         return [
@@ -120,7 +173,8 @@ class StageReplica:
         host: node name of that GPU's host socket (``cpu0``).
         plan: its memory plan.
         cost: its per-micro-batch compute and boundary sizes.
-        order: its action list (STEP included).
+        order: its rank's action list (STEP included; other stages' actions too when the
+            rank holds several).
         first: whether it is stage 0 (receives no activation).
         last: whether it is the last stage (receives no gradient).
         tp_rank: its rank in the stage replica's tensor-parallel group (0 without).
@@ -147,7 +201,7 @@ class StageReplica:
             inp.topology.gpu(g).host,
             inp.tensor_plans[r][s][k] if inp.tensor_plans else inp.plans[r][s],
             inp.costs[s],
-            tuple(inp.program[s]),
+            tuple(inp.program[inp.stage_ranks[s]]),
             s == 0,
             s == inp.stages - 1,
             k,

@@ -3,9 +3,10 @@
 
 ``sendrecv_perf`` on ``n`` GPUs (nccl-tests ``src/sendrecv.cu``): every rank sends ``B`` bytes
 to the next rank and receives from the previous one, all at once; ``busbw = algbw = B / t``.
-``all_reduce_perf``: one ring all-reduce of ``B`` bytes; ``busbw = B / t * 2(n-1)/n``
+``all_reduce_perf``: one all-reduce of ``B`` bytes, split over the communicator's rings
+(NCCL's channels, :func:`~sim.hardware.rings.ring_set`); ``busbw = B / t * 2(n-1)/n``
 (nccl-tests ``doc/PERFORMANCE.md``). Both run on the engine's own :class:`~sim.engine.links.
-Links` and ring (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
+Links` and rings (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
 of each link (:data:`~sim.engine.links.NCCL_KINDS`) as a training run does.
 
 Not modelled: latency beyond the links' own (NCCL's protocol and launch costs), NCCL's choice of
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine.collectives import bus_bandwidth_Bps, ring_time_s
+from sim.engine.collectives import bus_bandwidth_Bps
+from sim.engine.hierarchical import collective_plan
 from sim.engine.links import Links
 from sim.events import EventKind, Stream
 from sim.hardware.topology import Topology
@@ -41,14 +43,12 @@ def sendrecv_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) ->
 
 
 def allreduce_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
-    """Seconds of one ring all-reduce of ``nbytes`` over ``gpus`` (NCCL-like ring order,
-    routes through the communicator only)."""
-    comm = frozenset(gpus)
-    order = topology.ring(gpus)
-    routes = [
-        topology.route(a, b, within=comm) for a, b in zip(order, order[1:] + order[:1], strict=True)
-    ]
-    return ring_time_s(routes, nbytes, EventKind.ALLREDUCE)
+    """Seconds of one all-reduce of ``nbytes`` over ``gpus`` as the engine times it
+    (:func:`~sim.engine.hierarchical.collective_plan`): split over their rings
+    (:func:`~sim.hardware.rings.ring_set`: NVLink rings with reserved bandwidth, else one ring
+    routed through the communicator only), the slowest ring's time; hierarchical across
+    servers."""
+    return collective_plan(topology, gpus).time_s(nbytes, EventKind.ALLREDUCE)
 
 
 def sendrecv_busbw_Bps(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:

@@ -1,10 +1,13 @@
 """The SimPy model of one training configuration: the pipeline's stage replicas.
 
-Scenario: ``w`` replicas of a ``p``-stage pipeline run on ``p*w`` GPUs (``p*w*t`` with tensor
-parallelism: every stage replica is then ``t`` processes, one per tensor rank, each sending to
-its own rank of the next stage and joining its group's collectives after every F and B). Each
-stage replica is a SimPy process that executes its schedule's action list in order on its GPU's compute stream: a
-forward waits for its input activation, a backward for its output gradient. Sends of
+Scenario: ``w`` replicas of a ``p``-rank pipeline run on ``p*w`` GPUs (``p*w*t`` with tensor
+parallelism: every rank is then ``t`` processes, one per tensor rank, each sending to its own
+rank of the next stage and joining its group's collectives after every F and B). Each rank of
+each replica is a SimPy process that executes its schedule's action list in order on its GPU's
+compute stream; a rank holding ``v`` stage chunks (virtual stages) runs each action with the
+costs, memory plan and neighbours of the action's stage. A forward waits for its input
+activation, a backward (B or I) for its output gradient; a W only for its I (earlier in the
+same list). Sends of
 activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
 links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
@@ -29,7 +32,7 @@ from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory, Stream
 from sim.ledger import Ledger
 from sim.memory.transients import input_grad_send_bytes
-from sim.schedules.action import STEP, Action
+from sim.schedules.action import STEP, Action, flatten
 
 HOST_POOL = "host"
 """Ledger name of the server's host DRAM: one pool shared by every socket's ranks."""
@@ -55,6 +58,7 @@ class Engine:
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
         self._gathers: dict[tuple, simpy.Process] = {}
+        self._reps: dict[tuple[int, int, int], StageReplica] = {}
 
     def _arrival(self, key: tuple) -> simpy.Event:
         ev = self._arrived.get(key)
@@ -64,8 +68,13 @@ class Engine:
 
     # -- the run ----------------------------------------------------------------------
     def run(self) -> EventLog:
-        """Allocate model state, start every stage replica, run to the end; the log."""
-        for rep in self.inp.replicas():
+        """Allocate model state, start every rank of every replica (and tensor rank), run to
+        the end; the log."""
+        reps = self.inp.replicas()
+        self._reps = {rep.key: rep for rep in reps}
+        ranks = self.inp.stage_ranks
+        first_stage = {rank: ranks.index(rank) for rank in set(ranks)}
+        for rep in reps:
             s, plan, gpu = rep.stage, rep.plan, rep.gpu
             self.ledger.change(0.0, gpu, plan.weight_bytes, MemCategory.WEIGHTS, f"s{s} weights")
             self.ledger.change(0.0, gpu, plan.grad_bytes, MemCategory.GRADIENTS, f"s{s} gradients")
@@ -78,7 +87,8 @@ class Engine:
                 self.ledger.change(
                     0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD, f"s{s} states"
                 )
-            self.env.process(self.rank(rep))
+            if first_stage[ranks[rep.stage]] == rep.stage:
+                self.env.process(self.rank(rep))
         paused = gc.isenabled()
         gc.disable()
         try:
@@ -95,24 +105,59 @@ class Engine:
         self.log.meta["over_capacity"] = self.ledger.over_capacity()
         return self.log
 
-    def rank(self, rep: StageReplica):
-        """Process: run ``rep``'s action list in order."""
-        order, m = rep.order, self.inp.microbatches
+    def _rep(self, first: StageReplica, a: Action) -> StageReplica:
+        """The stage replica (of ``first``'s replica and tensor rank) that runs ``a``."""
+        return self._reps[(first.replica, _stage_of(a), first.tp_rank)]
+
+    def rank(self, first: StageReplica):
+        """Process: run the action list of ``first``'s rank in order, each action as its
+        stage's replica."""
+        order, m = first.order, self.inp.microbatches
+        ends = _step_ends(order)
         for i, a in enumerate(order):
+            rep = self._rep(first, a)
             if i + 1 < len(order):
-                self.traffic.prefetch(rep, order[i + 1])
-                if self._gathers_params(rep) and order[i + 1].op in ("F", "B", "I"):
-                    self._gather(rep, order[i + 1])
+                nxt, nrep = order[i + 1], self._rep(first, order[i + 1])
+                self.traffic.prefetch(nrep, nxt)
+                if self._gathers_params(nrep) and nxt.op in ("F", "B", "I"):
+                    self._gather(nrep, nxt)
             if a.op == STEP:
                 yield from self.step(rep, a, rep.tags(None, a.microbatch))
-                continue
+            elif a.sub_actions is not None:
+                yield from self.overlap_pair(first, a.sub_actions, ends)
+            elif a.op == "F":
+                yield from self.forward(rep, a, rep.tags(a.microbatch, a.microbatch // m))
+            elif a.op in ("B", "I", "W"):
+                tags = rep.tags(a.microbatch, a.microbatch // m)
+                yield from self.backward(rep, a, tags, ends.get(a))
+
+    def overlap_pair(self, first: StageReplica, pair: tuple[Action, ...], ends: dict):
+        """Process: torch's ``OVERLAP_F_B``: wait for both inputs, run the forward then the
+        backward, then send both outputs (``_add_send_recv`` and ``_PipelineScheduleRuntime``,
+        torch 2.13 ``schedules.py``)."""
+        m, r, k = self.inp.microbatches, first.replica, first.tp_rank
+        for a in pair:
+            rep = self._rep(first, a)
+            if a.op == "F" and not rep.first:
+                yield self._arrival(("act", r, a.stage, a.microbatch, k))
+            elif a.op in ("B", "I") and not rep.last:
+                yield self._arrival(("grad", r, a.stage, a.microbatch, k))
+        sends: list = []
+        for a in pair:
+            rep = self._rep(first, a)
             tags = rep.tags(a.microbatch, a.microbatch // m)
             if a.op == "F":
-                yield from self.forward(rep, a, tags)
-            elif a.op in ("B", "I", "W"):
-                nxt = order[i + 1] if i + 1 < len(order) else None
-                step_no = nxt.microbatch if nxt is not None and nxt.op == STEP else None
-                yield from self.backward(rep, a, tags, step_no)
+                yield from self.forward(rep, a, tags, sends)
+            else:
+                yield from self.backward(rep, a, tags, ends.get(a), sends)
+        for send in sends:
+            self.env.process(self.send(*send))
+
+    def _send_or_defer(self, args: tuple, sends: list | None) -> None:
+        if sends is None:
+            self.env.process(self.send(*args))
+        else:
+            sends.append(args)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
@@ -165,8 +210,9 @@ class Engine:
         if rs is not None or plan.writeback_bytes > 0:
             self.traffic.writeback(rep, a, tags, after=rs)
 
-    def forward(self, rep: StageReplica, a: Action, tags: dict):
-        """Process: wait for the input activation (and chunks), stash, compute, send."""
+    def forward(self, rep: StageReplica, a: Action, tags: dict, sends: list | None = None):
+        """Process: wait for the input activation (and chunks), stash, compute, send (or,
+        with ``sends``, add the send's arguments to it for the caller to start)."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield self._arrival(("act", rep.replica, s, mb, rep.tp_rank))
@@ -189,9 +235,16 @@ class Engine:
         if plan.swap_bytes > 0:
             self.traffic.swap_out(rep, mb, tags)
         if not rep.last:
-            self.env.process(self.send(rep, s + 1, mb, rep.cost.out_bytes, "act"))
+            self._send_or_defer((rep, s + 1, mb, rep.cost.out_bytes, "act"), sends)
 
-    def backward(self, rep: StageReplica, a: Action, tags: dict, step_no: int | None = None):
+    def backward(
+        self,
+        rep: StageReplica,
+        a: Action,
+        tags: dict,
+        step_no: int | None = None,
+        sends: list | None = None,
+    ):
         """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back.
 
         A B or W that ends optimizer step ``step_no`` reduces its gradients over the replicas
@@ -213,7 +266,7 @@ class Engine:
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
             yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
-        dur = rep.cost.bwd_s if a.op == "B" else rep.cost.bwd_s / 2
+        dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
@@ -237,7 +290,7 @@ class Engine:
             if not rep.first:  # the input gradient lives until its send completes
                 held = input_grad_send_bytes(rep.cost.in_bytes)
                 self.ledger.change(now, gpu, held, MemCategory.BUFFERS, f"send grad {a}")
-                self.env.process(self.send(rep, s - 1, mb, held, "grad"))
+                self._send_or_defer((rep, s - 1, mb, held, "grad"), sends)
 
     def send(self, rep: StageReplica, dst_stage: int, mb: int, nbytes: float, kind: str):
         """Process: send micro-batch ``mb``'s activation (``kind="act"``) or gradient
@@ -286,6 +339,25 @@ class Engine:
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+
+def _stage_of(a: Action) -> int:
+    """The stage of ``a``; of its forward for an ``OVERLAP_F_B`` pair."""
+    return a.stage if a.sub_actions is None else a.sub_actions[0].stage
+
+
+def _step_ends(order: tuple[Action, ...]) -> dict[Action, int]:
+    """``{backward: step number}`` for each backward (B or W) that is the last of its stage
+    before that stage's STEP: the gradients of that stage are complete when it ends. With one
+    stage per rank that is the backward right before the STEP."""
+    out: dict[Action, int] = {}
+    last: dict[int, Action] = {}
+    for a in flatten(order):
+        if a.op in ("B", "W"):
+            last[a.stage] = a
+        elif a.op == STEP and a.stage in last:
+            out[last.pop(a.stage)] = a.microbatch
+    return out
 
 
 def simulate(inp: SimInput) -> EventLog:

@@ -82,6 +82,8 @@ class MemoryTraffic:
     # -- prefetching ------------------------------------------------------------------
     def prefetch(self, rep: StageReplica, nxt: Action) -> None:
         """Start the copies the next action needs while the current one runs."""
+        if nxt.sub_actions is not None:  # an OVERLAP_F_B pair starts with its forward
+            nxt = nxt.sub_actions[0]
         plan = rep.plan
         if plan.swap_bytes > 0 and nxt.op in ("B", "I"):
             self.swap_in(rep, nxt.microbatch)

@@ -281,7 +281,9 @@ class Topology:
         return path
 
     def ring(self, gpus: tuple[str, ...]) -> tuple[str, ...]:
-        """The order in which a ring collective over ``gpus`` visits them, NCCL-like.
+        """The order in which a single ring over ``gpus`` visits them, NCCL-like: the ring a
+        collective runs on where the communicator has no NVLink rings
+        (:func:`sim.hardware.rings.ring_set` builds NCCL's several rings where it has).
 
         NCCL searches its rings over the communicator's GPUs for the fastest one (NCCL's
         topology search, ``graph/search.cc``). Here: of the rings starting at ``gpus[0]`` (each

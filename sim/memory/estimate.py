@@ -25,8 +25,8 @@ ledger verifies every plan; the tests hold the estimate to it. Policies aim at `
 :data:`HEADROOM` share for what the estimate does not see.
 
 Peer reservations (MPress): a stage that parks ``x`` bytes per micro-batch on a peer holds at
-most ``n * x`` there at once (a micro-batch's part leaves the peer before its backward, and the
-next forward's part arrives after it), so a peer's ``spare`` must cover ``n * x``.
+most ``(n - 1) * x`` there at once (:func:`parked_microbatches`), so a peer's ``spare`` must
+cover that, and no more.
 """
 
 from __future__ import annotations
@@ -86,12 +86,27 @@ def planned_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
     return plan.static_gpu_bytes + plan.overhead_bytes + activation_peak_bytes(plan, ctx)
 
 
+def parked_microbatches(ctx: StageContext) -> int:
+    """Micro-batches of ``ctx``'s stage whose swapped parts sit on their target at once:
+    ``max(1, n - 1)``.
+
+    The engine records a part on the target from the end of its swap-out to the end of its
+    swap-in (:mod:`sim.engine.traffic`). The swap-in of the oldest micro-batch starts with the
+    forward that brings the stage to ``n`` in flight (one action ahead of its backward, and its
+    copy is no slower than that forward plus the new micro-batch's swap-out), and that forward's
+    part is still on the GPU: so ``n - 1`` parts at most, ``1`` when ``n = 1``. Reserving ``n``
+    (as before) over-reserved one micro-batch's part on every peer.
+    """
+    return max(1, ctx.in_flight - 1)
+
+
 def incoming_bytes(plans: Iterable[tuple[StageContext, StagePlan]]) -> dict[str, float]:
-    """Bytes each node holds at most for other GPUs' swaps: ``sum(n * part)`` per target."""
+    """Bytes each node holds at most for other GPUs' swaps: ``sum(parked * part)`` per target
+    (:func:`parked_microbatches`)."""
     out: dict[str, float] = {}
     for ctx, plan in plans:
         for node, nbytes in plan.swap_parts:
-            out[node] = out.get(node, 0.0) + ctx.in_flight * nbytes
+            out[node] = out.get(node, 0.0) + parked_microbatches(ctx) * nbytes
     return out
 
 

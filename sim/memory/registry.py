@@ -1,8 +1,8 @@
 """Registry of memory policies, and the ``memory_policy`` grammar.
 
 ``name`` or ``name:param[:param]`` (``recompute:full:4``, ``cpu_swap:0.5``, ``chunked:32``,
-``d2d_swap:weights``, ``chunked:64:recompute``, ``zero_offload:recompute``,
-``zero3:offload:recompute``), or one such spec per stage joined by ``|``
+``d2d_swap:weights``, ``d2d_swap+recompute``, ``chunked:64:recompute``,
+``zero_offload:recompute``, ``zero3:offload:recompute``), or one such spec per stage joined by ``|``
 (``none|recompute:selective|cpu_swap|none``), which ``options.stage_policies`` builds.
 :func:`parse_policy` reads a string into a :class:`~sim.memory.spec.PolicySpec` (each policy's
 ``from_args`` checks its parameters); :func:`get_policy` builds the simulator's policy from it.
@@ -14,6 +14,7 @@ from sim.memory.auto import AutoPolicy
 from sim.memory.base import MemoryPolicy
 from sim.memory.chunked import ChunkedPolicy
 from sim.memory.cpu_swap import CpuSwapPolicy
+from sim.memory.d2d_recompute import D2DRecomputePolicy
 from sim.memory.d2d_swap import D2DSwapPolicy
 from sim.memory.none import NoPolicy
 from sim.memory.per_stage import SEPARATOR, PerStagePolicy
@@ -29,6 +30,7 @@ POLICIES: dict[str, type[MemoryPolicy]] = {
         RecomputePolicy,
         CpuSwapPolicy,
         D2DSwapPolicy,
+        D2DRecomputePolicy,
         ChunkedPolicy,
         ZeroOffloadPolicy,
         Zero3Policy,

@@ -18,7 +18,8 @@ class PolicySpec:
     Attributes:
         text: the spec as written (``"cpu_swap:0.5"``).
         kind: the policy name (``none``, ``recompute``, ``cpu_swap``, ``d2d_swap``,
-            ``zero_offload``, ``chunked``, ``zero3``, ``auto``), or ``per_stage`` for ``a|b|...``.
+            ``d2d_swap+recompute``, ``zero_offload``, ``chunked``, ``zero3``, ``auto``), or
+            ``per_stage`` for ``a|b|...``.
         args: the ``:``-separated parameters as written (``("full", "4")``).
         mode: ``recompute``: ``full`` or ``selective``; ``full`` for ``chunked``,
             ``zero_offload`` and ``zero3`` with ``:recompute``; None otherwise.

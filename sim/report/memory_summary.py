@@ -13,6 +13,12 @@ For a sweep over several memory policies and models (e.g. ``experiments/dgx1-mem
   policy.
 
 "Best" is over every other swept knob (schedule, stages, DP width, micro-batch size).
+
+For GPT models generated from a shape (trace provenance ``inputs``), :func:`write_memory_summary`
+also writes ``tflops_per_gpu.csv`` and ``tflops_vs_model_size.png``: the best fitting TFLOPS per
+GPU (:func:`tflops_per_gpu`) per model and policy with the FLOP count the papers use (Narayanan
+et al. SC'21, arXiv:2104.04473, eq. 3, which counts the recompute pass), over every GPU the
+configuration uses (pipeline x data x tensor parallel).
 """
 
 from __future__ import annotations
@@ -146,7 +152,8 @@ def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) 
 
 def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.DataFrame:
     """Best fitting TFLOPS per GPU per ``(model, memory_policy)``: :func:`narayanan_flops` of
-    the row's global batch over its iteration time and ``stages * dp_width`` GPUs. ``shapes``:
+    the row's global batch over its iteration time and ``stages * dp_width * tensor_parallel``
+    GPUs. ``shapes``:
     per model ``{layers, hidden, seq_len, vocab}`` (a trace's generator inputs); models without
     a shape are left out. Columns: ``model, parameters, memory_policy, tflops_per_gpu``."""
     ok = results_df[results_df["fits"].fillna(False).astype(bool)]
@@ -159,7 +166,7 @@ def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.Data
             r.global_batch,
             *(int(shapes[r.model][k]) for k in ("seq_len", "layers", "hidden", "vocab")),
         )
-        / (r.iteration_time_s * r.stages * r.dp_width)
+        / (r.iteration_time_s * r.stages * r.dp_width * getattr(r, "tensor_parallel", 1))
         / 1e12
         for r in ok.itertuples()
     ]

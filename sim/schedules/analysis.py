@@ -7,8 +7,9 @@ memory and staleness claims of schedules.md §1 are about; time comes from the e
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
-from sim.schedules.action import STEP, Action, Program
+from sim.schedules.action import STEP, Action, Program, flatten
 from sim.schedules.errors import ScheduleError
 
 _DONE_OPS = ("B", "W")
@@ -34,17 +35,37 @@ def peak_in_flight(program: Program) -> list[int]:
     peaks = []
     for actions in program:
         live = peak = 0
-        for action in actions:
+        for action in flatten(actions):
             live += (action.op == "F") - (action.op in _DONE_OPS)
             peak = max(peak, live)
         peaks.append(peak)
     return peaks
 
 
+def peak_in_flight_per_stage(program: Program) -> dict[int, int]:
+    """Peak micro-batches in flight per stage (chunk): ``{stage: peak}``, as
+    :func:`peak_in_flight` counts them but for each stage of a multi-stage rank separately.
+
+    Example:
+        >>> from sim.schedules.registry import get_schedule
+        >>> peak_in_flight_per_stage(get_schedule("interleaved_1f1b")(2, 2).program(1))
+        {0: 2, 2: 2, 1: 2, 3: 1}
+    """
+    peaks: dict[int, int] = {}
+    for actions in program:
+        live: dict[int, int] = {}
+        for a in flatten(actions):
+            if a.op == STEP:
+                continue
+            live[a.stage] = live.get(a.stage, 0) + (a.op == "F") - (a.op in _DONE_OPS)
+            peaks[a.stage] = max(peaks.get(a.stage, 0), live[a.stage])
+    return peaks
+
+
 def _rank_of(program: Program, stage: int) -> list[Action]:
     for actions in program:
-        if any(a.stage == stage and a.op != STEP for a in actions):
-            return actions
+        if any(a.stage == stage and a.op != STEP for a in flatten(actions)):
+            return list(flatten(actions))
     raise ScheduleError(f"no rank runs stage {stage}")
 
 
@@ -66,10 +87,10 @@ def delay_steps(program: Program, stage: int) -> int:
     started: dict[int, int] = {}
     worst = 0
     for action in _rank_of(program, stage):
+        if action.stage != stage:
+            continue
         if action.op == STEP:
             steps += 1
-        elif action.stage != stage:
-            continue
         elif action.op == "F":
             started[action.microbatch] = steps
         elif action.op in ("B", "I") and action.microbatch in started:
@@ -77,30 +98,35 @@ def delay_steps(program: Program, stage: int) -> int:
     return worst
 
 
-def _check_rank(actions: list[Action], rank: int, expected_mbs: set[int], steps: int) -> None:
-    ops: Counter[tuple[str, int]] = Counter()
-    step_count = 0
-    for pos, a in enumerate(actions):
-        where = f"rank {rank}, position {pos}: {a}"
-        if a.stage != rank:
-            raise ScheduleError(f"{where} belongs to stage {a.stage}, not {rank}")
+def _check_rank(
+    actions: list[Action], rank: int, local: list[int], expected_mbs: set[int], steps: int
+) -> None:
+    ops: Counter[tuple[int, str, int]] = Counter()
+    step_count = dict.fromkeys(local, 0)
+    for pos, a in enumerate(flatten(actions)):
+        where = f"rank {rank}, action {pos}: {a}"
+        if a.stage not in step_count:
+            raise ScheduleError(f"{where} belongs to stage {a.stage}, not to rank {rank}")
         if a.op == STEP:
-            if a.microbatch != step_count:
-                raise ScheduleError(f"{where}: want step number {step_count}")
-            step_count += 1
+            if a.microbatch != step_count[a.stage]:
+                raise ScheduleError(f"{where}: want step number {step_count[a.stage]}")
+            step_count[a.stage] += 1
             continue
         if a.microbatch not in expected_mbs:
             raise ScheduleError(f"{where}: no such micro-batch")
         needs = {"B": "F", "I": "F", "W": "I"}.get(a.op)
-        if needs and not ops[(needs, a.microbatch)]:
+        if needs and not ops[(a.stage, needs, a.microbatch)]:
             raise ScheduleError(f"{where} runs before {needs}")
-        ops[(a.op, a.microbatch)] += 1
-    for mb in sorted(expected_mbs):
-        n = {op: ops[(op, mb)] for op in "FBIW"}
-        if n["F"] != 1 or n["B"] + n["I"] != 1 or n["W"] != n["I"]:
-            raise ScheduleError(f"rank {rank}: micro-batch {mb} has {n}; want one F, one B")
-    if step_count != steps:
-        raise ScheduleError(f"rank {rank}: {step_count} STEP actions, want {steps}")
+        ops[(a.stage, a.op, a.microbatch)] += 1
+    for s in local:
+        for mb in sorted(expected_mbs):
+            n = {op: ops[(s, op, mb)] for op in "FBIW"}
+            if n["F"] != 1 or n["B"] + n["I"] != 1 or n["W"] != n["I"]:
+                raise ScheduleError(
+                    f"rank {rank}: stage {s} micro-batch {mb} has {n}; want one F, one B"
+                )
+        if step_count[s] != steps:
+            raise ScheduleError(f"rank {rank}: stage {s} has {step_count[s]} STEPs, want {steps}")
 
 
 def validate_program(
@@ -110,28 +136,37 @@ def validate_program(
     iterations: int,
     *,
     steps: int | None = None,
+    stage_ranks: Sequence[int] | None = None,
 ) -> None:
-    """Check a one-stage-per-rank program; raise on the first problem.
+    """Check a program; raise on the first problem.
 
-    Every rank ``s`` runs only stage ``s``; every micro-batch ``0 .. iterations*microbatches-1``
+    Every rank runs only its stages (``stage_ranks[s]`` is the rank of stage ``s``; default:
+    rank ``s`` runs stage ``s``); on every stage, every micro-batch ``0 .. iterations*microbatches-1``
     gets one F and one backward (B, or I then W) after it; STEPs are numbered 0, 1, ... and
     there are ``steps`` of them (default ``iterations``; PipeDream has ``iterations *
     microbatches``); and the ranks can run their lists to the end without deadlock under the
     dependencies of schedules.md §4.1 (:func:`check_deadlock_free`).
 
+    Args:
+        stages: pipeline depth ``p`` (ranks).
+
     Raises:
         ScheduleError: naming the rank, list position and action at fault.
     """
     if len(program) != stages:
-        raise ScheduleError(f"program has {len(program)} ranks, want {stages} stages")
+        raise ScheduleError(f"program has {len(program)} ranks, want {stages}")
+    owner = list(range(stages)) if stage_ranks is None else list(stage_ranks)
     expected = set(range(iterations * microbatches))
     for rank, actions in enumerate(program):
-        _check_rank(actions, rank, expected, iterations if steps is None else steps)
+        local = [s for s, r in enumerate(owner) if r == rank]
+        _check_rank(actions, rank, local, expected, iterations if steps is None else steps)
     check_deadlock_free(program)
 
 
 def _ready(action: Action, done: set[Action], last_stage: int) -> bool:
-    s, op, mb = action
+    if action.sub_actions is not None:  # torch receives both inputs before the pair
+        return all(_ready(a, done, last_stage) for a in action.sub_actions)
+    s, op, mb = action.stage, action.op, action.microbatch
     if op == "F":
         return s == 0 or Action(s - 1, "F", mb) in done
     if op == "W":
@@ -146,13 +181,14 @@ def check_deadlock_free(program: Program) -> None:
     """Run every rank's list in order under the dependencies of schedules.md §4.1.
 
     F(s, mb) needs F(s-1, mb); B or I(s, mb) needs F(s, mb) and the backward (B or I) of
-    (s+1, mb); W needs I. STEP waits for nothing. Any rank may advance whenever its next action's
+    (s+1, mb); W needs I. STEP waits for nothing. An ``OVERLAP_F_B`` pair waits for the
+    dependencies of both its actions, as torch's runtime does. Any rank may advance whenever its next action's
     dependencies are done.
 
     Raises:
         ScheduleError: when all unfinished ranks wait, naming each rank's blocked action.
     """
-    last_stage = max((a.stage for actions in program for a in actions), default=0)
+    last_stage = max((a.stage for actions in program for a in flatten(actions)), default=0)
     done: set[Action] = set()
     pos = [0] * len(program)
     progress = True
@@ -160,7 +196,7 @@ def check_deadlock_free(program: Program) -> None:
         progress = False
         for rank, actions in enumerate(program):
             while pos[rank] < len(actions) and _ready(actions[pos[rank]], done, last_stage):
-                done.add(actions[pos[rank]])
+                done.update(flatten([actions[pos[rank]]]))
                 pos[rank] += 1
                 progress = True
     blocked = [

@@ -1,8 +1,11 @@
 """The :class:`Schedule` interface: a schedule is data, a per-rank list of actions.
 
 Each concrete schedule lives in its own module and registers itself in
-:mod:`sim.schedules.registry`. One pipeline rank runs one stage (rank ``s`` runs stage ``s``);
-data-parallel replicas of a pipeline run the same program.
+:mod:`sim.schedules.registry`. A pipeline of depth ``p`` has ``p`` ranks; each rank holds
+``v`` stage chunks (virtual stages, ``v = 1`` for GPipe, 1F1B and the asynchronous schedules:
+rank ``s`` runs stage ``s``), so there are ``p * v`` stages, numbered in model order and mapped
+onto ranks by :meth:`Schedule.stage_rank` (torch ``generate_stage_to_rank_mapping``: "loop" or
+"v" style). Data-parallel replicas of a pipeline run the same program.
 """
 
 from __future__ import annotations
@@ -21,23 +24,39 @@ __all__ = ["Schedule", "ScheduleError", "with_steps_every"]
 class Schedule(ABC):
     """A pipeline schedule for ``stages`` stages and ``microbatches`` micro-batches per iteration.
 
+    Args:
+        stages: pipeline depth ``p`` (ranks).
+        microbatches: micro-batches per iteration ``m``.
+        virtual_stages: stage chunks per rank ``v``; None takes the class's
+            ``min_virtual_stages``.
+
     Class attributes:
-        name: registry name (``gpipe``, ``1f1b``, ``pipedream_2bw``, ``pipedream``, ``pipemare``).
+        name: registry name (``gpipe``, ``1f1b``, ``interleaved_1f1b``, ...).
         synchronous: True when the pipeline flushes at every optimizer step (the update equals
             minibatch SGD over ``microbatches`` micro-batches).
         needs_m_ge_p: True when the schedule requires ``microbatches >= stages``.
+        min_virtual_stages, max_virtual_stages: the range of ``v`` it accepts (None: no upper
+            bound).
+        stage_style: ``"loop"`` (stage ``s`` on rank ``s mod p``) or ``"v"`` (rank ``r`` holds
+            stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
+        splits_backward: True when its programs use I and W (backward split).
 
     Raises:
-        ScheduleError: ``stages < 1``, ``microbatches < 1``, or ``microbatches < stages`` where
-            the schedule needs ``m >= p``.
+        ScheduleError: ``stages < 1``, ``microbatches < 1``, ``microbatches < stages`` where
+            the schedule needs ``m >= p``, ``virtual_stages`` outside the class's range, or an
+            ``m`` the schedule's torch constructor rejects (:meth:`check`).
     """
 
     name: ClassVar[str]
     synchronous: ClassVar[bool] = True
     needs_m_ge_p: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    min_virtual_stages: ClassVar[int] = 1
+    max_virtual_stages: ClassVar[int | None] = 1
+    stage_style: ClassVar[str] = "loop"
+    splits_backward: ClassVar[bool] = False
 
-    def __init__(self, stages: int, microbatches: int):
+    def __init__(self, stages: int, microbatches: int, virtual_stages: int | None = None):
         if stages < 1:
             raise ScheduleError(f"stages must be >= 1, got {stages}")
         if microbatches < 1:
@@ -47,18 +66,70 @@ class Schedule(ABC):
                 f"{self.name} needs microbatches >= stages, got m={microbatches} < p={stages}; "
                 f"raise the number of micro-batches or use fewer stages"
             )
+        v = self.min_virtual_stages if virtual_stages is None else virtual_stages
+        hi = self.max_virtual_stages
+        if v < self.min_virtual_stages or (hi is not None and v > hi):
+            want = (
+                f"exactly {hi}"
+                if hi == self.min_virtual_stages
+                else (
+                    f">= {self.min_virtual_stages}"
+                    if hi is None
+                    else f"{self.min_virtual_stages}..{hi}"
+                )
+            )
+            raise ScheduleError(
+                f"{self.name} needs virtual_stages (stage chunks per rank) {want}, got {v}"
+            )
         self.stages = stages
         self.microbatches = microbatches
+        self.virtual_stages = v
+        self.check()
+
+    def check(self) -> None:
+        """Further constraints on ``(p, v, m)`` (torch's constructor checks); none by default.
+
+        Raises:
+            ScheduleError: the combination is not accepted.
+        """
+        return None
+
+    @property
+    def num_stages(self) -> int:
+        """Stages (model chunks) in the pipeline: ``p * v``."""
+        return self.stages * self.virtual_stages
+
+    def stage_rank(self, stage: int) -> int:
+        """The rank that runs ``stage`` (torch ``generate_stage_to_rank_mapping``).
+
+        "loop": ``stage mod p``; "v": the V shape, ``stage`` for the first ``p`` stages, then
+        back down (stage ``2p-1-r`` on rank ``r``), and so on for more chunks.
+
+        Example:
+            >>> from sim.schedules.registry import get_schedule
+            >>> [get_schedule("zbv_zero_bubble")(4, 8).stage_rank(s) for s in range(8)]
+            [0, 1, 2, 3, 3, 2, 1, 0]
+        """
+        p = self.stages
+        chunk, pos = divmod(stage, p)
+        if self.stage_style == "v" and chunk % 2 == 1:
+            return p - 1 - pos
+        return pos
+
+    def rank_stages(self, rank: int) -> list[int]:
+        """The stages ``rank`` runs, in increasing order (``[rank]`` when ``v = 1``)."""
+        return [s for s in range(self.num_stages) if self.stage_rank(s) == rank]
 
     @abstractmethod
     def program(self, iterations: int = 1) -> Program:
         """Per-rank action lists for ``iterations`` optimizer steps, ``STEP`` actions included.
 
         Returns:
-            ``program[s]`` is the ordered list of :class:`Action` run by stage ``s``; every
-            stage runs F and B for micro-batches ``0 .. iterations*microbatches-1`` and
-            ``optimizer_steps(iterations)`` STEP actions (``iterations`` unless a schedule
-            steps more often, as PipeDream does).
+            ``program[r]`` is the ordered list of :class:`Action` run by rank ``r`` (stage
+            ``r`` when ``v = 1``); every stage runs F and a backward (B, or I then W) for
+            micro-batches ``0 .. iterations*microbatches-1`` and
+            ``optimizer_steps(iterations)`` STEP actions of its own (``iterations`` unless a
+            schedule steps more often, as PipeDream does).
         """
 
     @abstractmethod
@@ -76,7 +147,14 @@ class Schedule(ABC):
         rule sets how many iterations the engine simulates
         (:func:`sim.metrics.iterations_needed`).
         """
-        return iterations_needed(self.stages, self.microbatches, self.synchronous)
+        return iterations_needed(
+            self.stages, self.microbatches, self.synchronous, self.fill_microbatches()
+        )
+
+    def fill_microbatches(self) -> int:
+        """Forwards stage 0 runs before its first backward in steady state, at most: ``p`` for
+        the 1F1B-shaped orders (PipeMare overrides it); sets how long the pipeline fills."""
+        return self.stages
 
     def delay_steps(self, stage: int) -> int:
         """Optimizer steps between a micro-batch's F and B at ``stage`` (staleness), at most.
@@ -91,7 +169,10 @@ class Schedule(ABC):
         return [[a for a in rank if a.op != STEP] for rank in self.program(1)]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(stages={self.stages}, microbatches={self.microbatches})"
+        extra = f", virtual_stages={self.virtual_stages}" if self.virtual_stages > 1 else ""
+        return (
+            f"{type(self).__name__}(stages={self.stages}, microbatches={self.microbatches}{extra})"
+        )
 
 
 def with_steps_every(order: list[Action], every: int) -> list[Action]:

@@ -16,7 +16,7 @@ from typing import IO
 
 from sim.atomic import atomic_write_text
 from sim.errors import InputError
-from sim.schedules.action import COMPUTE_OPS, STEP, Action, Program
+from sim.schedules.action import COMPUTE_OPS, OVERLAP, STEP, Action, Program
 
 
 def _rows(program: Program) -> list[list[str]]:
@@ -50,10 +50,10 @@ def _parse_cell(cell: str, file: str, row: int, col: int) -> Action:
         action = Action.from_str(cell)
     except ValueError:
         action = None
-    if action is None or action.op not in COMPUTE_OPS:
+    if action is None or action.op not in (*COMPUTE_OPS, OVERLAP):
         raise InputError(
             f"{cell.strip()!r} is not a compute action like '2F0' (compute_only format: "
-            f"F, B, I, W only)",
+            f"F, B, I, W and (F;B)OVERLAP_F_B only)",
             file=file,
             field=f"row {row + 1}, column {col + 1}",
         )

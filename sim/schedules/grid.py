@@ -9,7 +9,7 @@ from __future__ import annotations
 from itertools import zip_longest
 from typing import TYPE_CHECKING
 
-from sim.schedules.action import STEP, Program
+from sim.schedules.action import OVERLAP, STEP, Program
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -70,7 +70,7 @@ def grid_table(program: Program, *, include_steps: bool = True, title: str | Non
     """
     from rich.table import Table
 
-    styles = {"F": "green", "B": "blue", "I": "blue", "W": "cyan", STEP: "dim"}
+    styles = {"F": "green", "B": "blue", "I": "blue", "W": "cyan", STEP: "dim", OVERLAP: "magenta"}
     table = Table(title=title)
     table.add_column("Step", justify="right", style="bold")
     for rank in range(len(program)):

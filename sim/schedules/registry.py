@@ -8,13 +8,29 @@ cover the other names the literature and torch use. Look-ups ignore case and tre
 from __future__ import annotations
 
 from sim.schedules.base import Schedule
+from sim.schedules.dualpipe_v import DualPipeV
 from sim.schedules.gpipe import GPipe
+from sim.schedules.interleaved_1f1b import Interleaved1F1B
+from sim.schedules.interleaved_zero_bubble import InterleavedZeroBubble
+from sim.schedules.looped_bfs import LoopedBFS
 from sim.schedules.one_f_one_b import OneFOneB
 from sim.schedules.pipedream import PipeDream
 from sim.schedules.pipedream_2bw import PipeDream2BW
 from sim.schedules.pipemare import PipeMare
+from sim.schedules.zbv_zero_bubble import ZBVZeroBubble
 
-_CANONICAL: tuple[type[Schedule], ...] = (GPipe, OneFOneB, PipeDream2BW, PipeDream, PipeMare)
+_CANONICAL: tuple[type[Schedule], ...] = (
+    GPipe,
+    OneFOneB,
+    PipeDream2BW,
+    PipeDream,
+    PipeMare,
+    Interleaved1F1B,
+    LoopedBFS,
+    InterleavedZeroBubble,
+    ZBVZeroBubble,
+    DualPipeV,
+)
 
 ALIASES: dict[str, str] = {
     "pipedream_flush": "1f1b",
@@ -22,8 +38,17 @@ ALIASES: dict[str, str] = {
     "dapple": "1f1b",
     "2bw": "pipedream_2bw",
     "pipedream2bw": "pipedream_2bw",
+    "interleaved1f1b": "interleaved_1f1b",
+    "loopedbfs": "looped_bfs",
+    "interleavedzerobubble": "interleaved_zero_bubble",
+    "interleaved_zb": "interleaved_zero_bubble",
+    "zbvzerobubble": "zbv_zero_bubble",
+    "zbv": "zbv_zero_bubble",
+    "zb_v": "zbv_zero_bubble",
+    "dualpipev": "dualpipe_v",
 }
-"""Alternative name -> canonical name (DAPPLE has 1F1B's op order, schedules.md §2.3)."""
+"""Alternative name -> canonical name (DAPPLE has 1F1B's op order, schedules.md §2.3; torch's
+``get_schedule_class`` names such as ``Interleaved1F1B`` or ``ZBVZeroBubble`` resolve too)."""
 
 SCHEDULES: dict[str, type[Schedule]] = {cls.name: cls for cls in _CANONICAL} | {
     alias: next(c for c in _CANONICAL if c.name == target) for alias, target in ALIASES.items()
