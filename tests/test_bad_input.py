@@ -23,7 +23,15 @@ EXP = {
     "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
 }
 TINY = (ROOT / "traces" / "gpt-tiny-cpu.csv").read_text()
-TINY_SIDE = (ROOT / "traces" / "gpt-tiny-cpu.yaml").read_text()
+# the sidecar without its further micro-batch sizes, so the copy is one self-contained file pair
+TINY_SIDE = yaml.safe_dump(
+    {
+        k: v
+        for k, v in yaml.safe_load((ROOT / "traces" / "gpt-tiny-cpu.yaml").read_text()).items()
+        if k != "profiles"
+    },
+    sort_keys=False,
+)
 HW = (ROOT / "experiments" / "hardware" / "cpu-2rank.yaml").read_text()
 
 

@@ -147,8 +147,8 @@ def test_validate_tp_winner_on_cpu(tmp_path):
         "hardware": str(REPO / "experiments" / "hardware" / "cpu-2rank.yaml"),
         "models": [
             {
-                "name": "gpt-tiny-cpu-tp",
-                "trace": str(REPO / "traces" / "gpt-tiny-cpu-tp.csv"),
+                "name": "gpt-tiny-cpu",
+                "trace": str(REPO / "traces" / "gpt-tiny-cpu.csv"),
                 "global_batch": 8,
                 "microbatch_size": 4,
             }
