@@ -103,7 +103,7 @@ def _model_spec(prep: Prepared, point: PointConfig) -> dict:
 
 
 def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend: str):
-    from backends.torch.job import ReplayJob, policy_problems
+    from backends.torch.job import SCHEDULES_TORCH_CSV, ReplayJob, policy_problems
 
     problems = policy_problems(point.memory_policy, point.stages)  # the same parser as the sim
     if problems:
@@ -129,6 +129,8 @@ def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend:
         timeout_s=spec.timeout_s,
         tensor_parallel=point.tensor_parallel,
         sequence_parallel=point.sequence_parallel,
+        virtual_stages=point.virtual_stages,
+        torch_csv=point.schedule in SCHEDULES_TORCH_CSV,
     )
 
 
@@ -224,9 +226,14 @@ def validate_point(
         )
     res = resolve(prep.exp, point, prep.topology, prep.traces[point.model], file=prep.file)
     metrics, sim_log = evaluate(res)
-    backends = ["ours"] + (
-        ["torch"] if spec.torch_builtin and point.schedule in ("gpipe", "1f1b") else []
-    )
+    from backends.torch.job import SCHEDULES_TORCH_CSV
+
+    if point.schedule in SCHEDULES_TORCH_CSV:  # stage chunks per rank: torch's runtime only
+        backends = ["torch"]
+    else:
+        backends = ["ours"] + (
+            ["torch"] if spec.torch_builtin and point.schedule in ("gpipe", "1f1b") else []
+        )
     from backends.torch.launch import replay
 
     rows = []

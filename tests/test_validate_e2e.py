@@ -204,3 +204,45 @@ def test_validate_refuses_a_policy_the_replay_cannot_run(tmp_path, policy, named
     assert "sweep.memory_policy" in res.output and named in res.output
     assert "only none, recompute, cpu_swap" in res.output
     assert not (tmp_path / "validation.csv").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_validate_replays_the_multi_stage_schedules(tmp_path):
+    """Interleaved1F1B and ZBV (2 stage chunks per rank) replay through torch's
+    _PipelineScheduleRuntime from the simulator's CSV and are compared with the prediction."""
+    root = Path(__file__).resolve().parents[1]
+    exp = {
+        "name": "vs",
+        "hardware": str(root / "experiments" / "hardware" / "cpu-2rank.yaml"),
+        "models": [
+            {
+                "name": "g",
+                "trace": str(root / "traces" / "gpt-tiny-cpu.csv"),
+                "global_batch": 8,
+                "microbatch_size": 2,
+            }
+        ],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": "interleaved_1f1b", "stages": 2, "virtual_stages": 2},
+    }
+    (tmp_path / "vs.yaml").write_text(yaml.safe_dump(exp))
+    _ok("run", tmp_path / "vs.yaml", "--out", tmp_path / "out", "--no-plots", "--jobs", 1)
+    winner = tmp_path / "out" / "winner.yaml"
+    _ok(
+        "validate",
+        winner,
+        "--nproc",
+        2,
+        "-s",
+        "interleaved_1f1b",
+        "-s",
+        "zbv_zero_bubble",
+        "--iterations",
+        2,
+    )
+    df = pd.read_csv(tmp_path / "out" / "validation.csv")
+    assert sorted(df.schedule) == ["interleaved_1f1b", "zbv_zero_bubble"]
+    assert set(df.runtime) == {"torch"} and df.all_actions_done.all() and df.losses_finite.all()
+    for r in df.itertuples():  # the bounds stated above for the pipeline replay
+        assert MIN_ERROR <= r.error <= MAX_OVER_PREDICTION, (r.schedule, r.error)

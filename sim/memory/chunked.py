@@ -129,7 +129,8 @@ def chunk_states(
     fetch = sum(lay.misses) / (2 * m) * e * d
     used = lay.resident * lay.slot_bytes + (2 * STAGING * e * d if stream else 0.0)
     own = ctx.params / w
-    os_gpu = min(own, max(0.0, lay.free_bytes - used) // (e * o) * e, lay.resident * e)
+    room = max(0.0, lay.free_bytes - used) // (e * o) * e if o > 0 else own  # sgd: no state
+    os_gpu = min(own, room, lay.resident * e)
     os_host = own - os_gpu
     back = os_host * lay.resident / lay.chunks  # host-updated, 16-bit copy on the GPU
     hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
