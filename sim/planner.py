@@ -7,9 +7,11 @@ Before simulating, every point gets the bounds of :mod:`sim.bounds`:
    ``pruned: memory lower bound X GiB > capacity Y GiB``;
 2. **throughput**: the others are simulated in descending order of their throughput upper
    bound, a batch at a time, so that the fastest configurations come first. Once a
-   configuration of a model fits, a point of that model whose upper bound is below the best
-   throughput found is not simulated: it cannot win (its row says
-   ``pruned: throughput upper bound X samples/s < best Y samples/s``).
+   configuration of a model and memory policy fits, a point of that model and policy whose
+   upper bound is below the best throughput found is not simulated: it cannot win (its row
+   says ``pruned: throughput upper bound X samples/s < best Y samples/s``). The best is kept
+   per policy, not per model, so the memory summary's "fastest per policy" and "largest model
+   per policy" are those of an exhaustive sweep too.
 
 Pruned rows carry no measurements, like the rows of points that could not be simulated, so
 plots and summaries leave them out; the winner is the one an exhaustive sweep finds (ties
@@ -165,7 +167,7 @@ def plan_points(
         else:
             todo.append(i)
     todo.sort(key=lambda i: (-_upper(bounds[i]), i))
-    best: dict[str, float] = {}
+    best: dict[tuple[str, str], float] = {}  # per (model, memory policy)
     size = max(1, jobs * BATCH_PER_JOB)
     queue = deque(todo)
     while queue:
@@ -173,10 +175,11 @@ def plan_points(
         while queue and len(batch) < size:
             i = queue.popleft()
             p, ub = points[i], _upper(bounds[i])
-            if ub * (1 + BOUND_SLACK) < best.get(p.model, -1.0):
+            key = (p.model, p.memory_policy)
+            if ub * (1 + BOUND_SLACK) < best.get(key, -1.0):
                 reason = (
                     f"throughput upper bound {ub:.4g} samples/s < best "
-                    f"{best[p.model]:.4g} samples/s"
+                    f"{best[key]:.4g} samples/s of {p.memory_policy}"
                 )
                 finished(i, pruned_row(prep, p, reason))
                 stats.pruned_bound += 1
@@ -196,7 +199,8 @@ def plan_points(
         for i, row in zip(batch, rows, strict=True):
             out[i] = row
             if row.ok and row.throughput_samples_per_s is not None:
-                best[row.model] = max(best.get(row.model, -1.0), row.throughput_samples_per_s)
+                key = (row.model, row.memory_policy)
+                best[key] = max(best.get(key, -1.0), row.throughput_samples_per_s)
         done += len(batch)
         screened = sum(r.error.startswith(PRUNED) for r in rows)
         stats.pruned_memory += screened

@@ -408,6 +408,9 @@ GPT_SHIPPED = [
     ("gpt3-10b", 50, 4096),
     ("gpt-ds-20b", 25, 8192),
     ("gpt-ds-40b", 50, 8192),
+    ("gpt-ds-50b", 62, 8192),
+    ("gpt-ds-60b", 75, 8192),
+    ("gpt-ds-68b", 66, 9216),
 ]
 
 
@@ -459,7 +462,7 @@ def test_shipped_files_match_regeneration(tmp_path):
         fresh, shipped = read_trace(csv), load_trace(csv.stem)
         prov = dict(shipped.provenance, date="1970-01-01")
         assert fresh == replace(shipped, provenance=prov), csv.stem
-    assert len(list(tmp_path.glob("*.yaml"))) == 12
+    assert len(list(tmp_path.glob("*.yaml"))) == 15
 
 
 def test_attention_core_fields_for_selective_recompute(tmp_path):

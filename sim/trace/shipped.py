@@ -38,6 +38,9 @@ PATRICKSTAR_SHIPPED = (
     "gpt3-18b",
     "gpt-ds-20b",
     "gpt-ds-40b",
+    "gpt-ds-50b",
+    "gpt-ds-60b",
+    "gpt-ds-68b",
 )
 """GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
 
