@@ -49,7 +49,8 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
     """
     from torch.distributed.pipelining import PipelineStage
 
-    from backends.torch.torch_schedules import _cat_inputs, _schedule
+    from backends.torch.memory import SavedBytes
+    from backends.torch.torch_schedules import _cat_inputs, _schedule, _WithPolicy
 
     dev, rank, n = ctx.device, ctx.rank, sched.num_stages
     spec = as_spec(job.model)
@@ -58,10 +59,12 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
     modules = {
         s: build_stage(spec, boundaries, s, job.seed, dtype=job.dtype).to(dev) for s in local
     }
+    weights = [w for mod in modules.values() for w in mod.parameters()]
+    tracker = SavedBytes(weights) if dev.type == "cpu" else None  # saved bytes on CPU ranks
     counts: Counter[str] = Counter()
     stages = []
     for s in local:
-        stage = PipelineStage(modules[s], s, n, dev)
+        stage = PipelineStage(_WithPolicy(modules[s], tracker), s, n, dev)
         _count(stage, counts)
         stages.append(stage)
     schedule = _schedule(job, stages, True, lm_loss)
@@ -70,6 +73,8 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
     step_times: list[float] = []
     losses: list[float] = []
     grads_log: list[dict[str, torch.Tensor]] = []
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
     dist.barrier()
     start = time.perf_counter()
     for k in range(total):
@@ -101,6 +106,13 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
         torch.save({"grads": grads_log, "params": params}, Path(job.dump_dir) / f"rank{rank}.pt")
     param_bytes = float(sum(tensor_bytes(mod.parameters()) for mod in modules.values()))
     v = len(local)
+    memory = {"param_bytes": param_bytes, "versions": 1.0, "grad_bytes": param_bytes}
+    if tracker is not None:  # weights + gradients + the peak of saved activations
+        memory["act_peak_bytes"] = float(tracker.peak_bytes)
+        peak = 2 * param_bytes + tracker.peak_bytes
+    else:
+        peak = float(torch.cuda.max_memory_allocated(dev))
+        memory["cuda_max_allocated"] = peak
     return {
         "rank": rank,
         "counts": {**counts, "STEP": total},
@@ -109,8 +121,8 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
         "end": end,
         "step_times": step_times,
         "losses": losses,
-        "memory": {"param_bytes": param_bytes, "versions": 1.0, "grad_bytes": param_bytes},
-        "peak_memory_bytes": 2 * param_bytes,
+        "memory": memory,
+        "peak_memory_bytes": float(peak),
         "device_name": device_model_name(dev),
         "notes": [f"torch _PipelineScheduleRuntime, CSV of {job.schedule}, stages {local}"],
     }
