@@ -123,7 +123,7 @@ def _write_all(
         written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
     for i, model in enumerate(exp.models):
-        console.print(summary_table(ok[ok["model"] == model.name], top=5))
+        console.print(summary_table(df[df["model"] == model.name], top=5))
         winner = pick_winner([r for r in rows if r.model == model.name])
         if winner is None:
             console.print(

@@ -79,12 +79,20 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
         ValueError: the table lacks ``throughput_samples_per_s`` or ``fits``.
     """
     ranked = rank_results(results_df)
+    if "error" in ranked:  # rows the planner did not simulate are counted, not listed
+        ranked = ranked[~ranked["error"].fillna("").astype(str).str.startswith("pruned: ")]
     shown = ranked.head(top) if top > 0 else ranked
     n_fit = int(results_df["fits"].astype(bool).sum())
-    table = Table(
-        title="Best configurations (fitting ones first, by throughput)",
-        caption=f"showing {len(shown)} of {len(results_df)} configurations; {n_fit} fit in memory",
-    )
+    errors = results_df["error"].fillna("").astype(str) if "error" in results_df else None
+    n_slower = 0 if errors is None else int(errors.str.startswith("pruned: throughput").sum())
+    n_over = 0 if errors is None else int(errors.str.startswith("pruned: memory").sum())
+    caption = f"showing {len(shown)} of {len(results_df)} configurations; {n_fit} fit in memory"
+    if n_slower or n_over:
+        caption += (
+            f"; not simulated: {n_over} over capacity by the memory lower bound, {n_slower} "
+            "slower than the best by the throughput bound (--exhaustive simulates them)"
+        )
+    table = Table(title="Best configurations (fitting ones first, by throughput)", caption=caption)
     columns = [c for c in _COLUMNS if c[0] in ranked.columns]
     table.add_column("#", justify="right")
     for _, header, _, right in columns:
