@@ -27,18 +27,6 @@ from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
 
 
-def _count(stage: Any, counts: Counter[str]) -> None:
-    """Count F (``forward_one_chunk``) and backwards (``backward_one_chunk``: B or I)."""
-    for op, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
-        original = getattr(stage, name)
-
-        def counted(*args: Any, _op: str = op, _orig: Any = original, **kwargs: Any) -> Any:
-            counts[_op] += 1
-            return _orig(*args, **kwargs)
-
-        setattr(stage, name, counted)
-
-
 def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, Any]:
     """Rank function for a multi-stage schedule; returns the statistics of ``run_rank``.
 
@@ -50,7 +38,12 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
     from torch.distributed.pipelining import PipelineStage
 
     from backends.torch.memory import SavedBytes
-    from backends.torch.torch_schedules import _cat_inputs, _schedule, _WithPolicy
+    from backends.torch.torch_schedules import (
+        _cat_inputs,
+        _count_actions,
+        _schedule,
+        _WithPolicy,
+    )
 
     dev, rank, n = ctx.device, ctx.rank, sched.num_stages
     spec = as_spec(job.model)
@@ -61,11 +54,10 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
     }
     weights = [w for mod in modules.values() for w in mod.parameters()]
     tracker = SavedBytes(weights) if dev.type == "cpu" else None  # saved bytes on CPU ranks
-    counts: Counter[str] = Counter()
-    stages = []
+    stages, tallies = [], []  # torch's F and B calls, per stage chunk
     for s in local:
         stage = PipelineStage(_WithPolicy(modules[s], tracker), s, n, dev)
-        _count(stage, counts)
+        tallies.append(_count_actions(stage))
         stages.append(stage)
     schedule = _schedule(job, stages, True, lm_loss)
     first, last = 0 in local, (n - 1) in local
@@ -115,7 +107,7 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
         memory["cuda_max_allocated"] = peak
     return {
         "rank": rank,
-        "counts": {**counts, "STEP": total},
+        "counts": {**sum(tallies, Counter()), "STEP": total},
         "expected": {"F": total * m * v, "B": total * m * v, "STEP": total},
         "start": start,
         "end": end,
