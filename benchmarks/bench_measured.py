@@ -1,0 +1,237 @@
+"""Whole iterations measured by others, predicted by pipesim: error and planning quality.
+
+Data: ``validation/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
+one 8 x A100 node, vTrain's published ground truth; provenance in its README). Each row becomes
+the configuration it measured, through the README's no-GPU path: an analytic GPT trace timed by
+the kernel model on the ``dgx-a100-40gb`` preset, Megatron's uniform split, tensor parallelism
+``t``, pipeline depth ``p``, data-parallel width ``w``, micro-batch ``b``, ``m = B / (b w)``
+micro-batches, 1F1B, recompute of every block (``recompute:full``).
+
+Prints:
+
+* MAPE and signed mean error overall and by TP, PP, DP and micro-batch size;
+* planning quality over the questions "one model, one global batch, one GPU count" with the
+  measured configurations as candidates: top-1 (pipesim's fastest is the measured fastest),
+  mean and max regret (how much slower the measured time of pipesim's pick is than the best
+  measured), mean Kendall tau between predicted and measured order;
+
+and writes ``predictions.csv`` and ``scatter.png`` (predicted vs measured) to ``--out``.
+Nothing here is fitted: the rows are what the model predicts.
+
+Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from itertools import combinations
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim.config import PointConfig, parse_experiment  # noqa: E402
+from sim.hardware.loader import load_hardware  # noqa: E402
+from sim.sweep import Prepared, evaluate_row  # noqa: E402
+from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
+
+VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
+VOCAB = 50257
+"""Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
+QUESTION = ["layers", "global_batch", "gpus"]
+KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
+
+
+def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
+    """The measured rows, with ``microbatches`` added (``B / (b w)``)."""
+    df = pd.read_csv(path)
+    df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
+    return df
+
+
+def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
+    """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row)."""
+    topo = load_hardware(hardware)
+    gpu = preset_gpu(hardware)
+    traces = {}
+    out = []
+    for rec in df.itertuples(index=False):
+        name = f"gpt-h{rec.hidden}-a{rec.heads}-L{rec.layers}-s{rec.seq_len}"
+        if name not in traces:
+            traces[name] = transformer_trace(
+                "gpt",
+                name=name,
+                layers=int(rec.layers),
+                hidden=int(rec.hidden),
+                heads=int(rec.heads),
+                seq_len=int(rec.seq_len),
+                vocab=VOCAB,
+                microbatch_size=1,
+                dtype="fp16",
+                gpu=gpu,
+            )
+        exp = parse_experiment(
+            {
+                "name": "measured",
+                "hardware": hardware,
+                "models": [{"name": name, "trace": name}],
+                "training": {"global_batch": int(rec.global_batch), "dtype": "fp16"},
+                "options": {"partition": "uniform"},
+            }
+        )
+        point = PointConfig(
+            model=name,
+            schedule="1f1b",
+            stages=int(rec.pipeline_parallel),
+            dp_width=int(rec.data_parallel),
+            microbatch_size=int(rec.microbatch_size),
+            tensor_parallel=int(rec.tensor_parallel),
+            microbatches=int(rec.microbatches),
+            memory_policy="recompute:full",
+            global_batch=int(rec.global_batch),
+        )
+        row = evaluate_row(Prepared(exp, "<measured>", topo, {name: traces[name]}), point)
+        t = row.iteration_time_s
+        out.append(
+            {
+                "predicted_ms": t * 1e3 if t is not None and row.fits else math.nan,
+                "fits": row.fits,
+                "error_text": row.error,
+            }
+        )
+    res = pd.concat([df.reset_index(drop=True), pd.DataFrame(out)], axis=1)
+    res["error"] = res.predicted_ms / res.iteration_time_ms - 1
+    return res
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-a of two equally long sequences (nan for fewer than 2 items)."""
+    pairs = list(combinations(range(len(a)), 2))
+    if not pairs:
+        return math.nan
+    s = sum(
+        (1 if (a[i] - a[j]) * (b[i] - b[j]) > 0 else -1 if (a[i] - a[j]) * (b[i] - b[j]) < 0 else 0)
+        for i, j in pairs
+    )
+    return s / len(pairs)
+
+
+def planning(res: pd.DataFrame) -> pd.DataFrame:
+    """One row per question with at least two candidates: pick, top-1, regret, tau."""
+    rows = []
+    for key, grp in res.groupby(QUESTION):
+        if len(grp) < 2:
+            continue
+        best = grp.iteration_time_ms.min()
+        ok = grp.dropna(subset=["predicted_ms"])
+        if ok.empty:
+            rows.append(
+                dict(
+                    zip(QUESTION, key, strict=True),
+                    candidates=len(grp),
+                    top1=False,
+                    regret=math.nan,
+                )
+            )
+            continue
+        pick = ok.loc[ok.predicted_ms.idxmin()]
+        rows.append(
+            dict(
+                zip(QUESTION, key, strict=True),
+                candidates=len(grp),
+                predicted=len(ok),
+                top1=bool(pick.iteration_time_ms <= best),
+                regret=pick.iteration_time_ms / best - 1,
+                tau=kendall_tau(list(ok.predicted_ms), list(ok.iteration_time_ms)),
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+def summary(res: pd.DataFrame) -> pd.DataFrame:
+    """MAPE, signed mean error and count overall and per value of each knob."""
+    ok = res.dropna(subset=["predicted_ms"])
+    rows = [
+        dict(group="all", value="", n=len(ok), mape=ok.error.abs().mean(), signed=ok.error.mean())
+    ]
+    for knob in KNOBS:
+        for val, grp in ok.groupby(knob):
+            rows.append(
+                dict(
+                    group=knob,
+                    value=int(val),
+                    n=len(grp),
+                    mape=grp.error.abs().mean(),
+                    signed=grp.error.mean(),
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def scatter(res: pd.DataFrame, path: Path) -> None:
+    """Predicted vs measured iteration time, coloured by TP degree, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = res.dropna(subset=["predicted_ms"])
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for t, grp in ok.groupby("tensor_parallel"):
+        ax.scatter(grp.iteration_time_ms, grp.predicted_ms, s=8, label=f"t = {t}")
+    lo, hi = (
+        ok[["iteration_time_ms", "predicted_ms"]].min().min(),
+        ok[["iteration_time_ms", "predicted_ms"]].max().max(),
+    )
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.plot([lo, hi], [lo * 1.1, hi * 1.1], "k:", lw=0.6)
+    ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured iteration time (ms), vTrain / Megatron-DeepSpeed, 8 x A100")
+    ax.set_ylabel("pipesim predicted iteration time (ms)")
+    ax.set_title(f"{len(ok)} measured iterations; dotted: +-10 %")
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--hardware", default="dgx-a100-40gb", help="server preset (default: %(default)s)"
+    )
+    ap.add_argument("--out", default="results/bench_measured", help="folder for the CSV and PNG")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    res = predict(load_vtrain(), args.hardware)
+    wall = time.perf_counter() - t0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    res.to_csv(out / "predictions.csv", index=False)
+    scatter(res, out / "scatter.png")
+    pd.set_option("display.width", 200)
+    missing = res.predicted_ms.isna().sum()
+    print(f"{len(res)} measured iterations, {missing} not predicted, {wall:.1f} s wall")
+    if missing:
+        print(res[res.predicted_ms.isna()].error_text.str[:100].value_counts().to_string())
+    print(summary(res).to_string(index=False, float_format=lambda x: f"{x:+.3f}"))
+    plan = planning(res)
+    print(
+        f"planning: {len(plan)} questions, top-1 {plan.top1.mean():.1%}, "
+        f"mean regret {plan.regret.mean():.1%}, max regret {plan.regret.max():.1%}, "
+        f"mean Kendall tau {plan.tau.mean():.2f}"
+    )
+    print(f"wrote {out / 'predictions.csv'} and {out / 'scatter.png'}")
+
+
+if __name__ == "__main__":
+    main()
