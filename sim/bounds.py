@@ -10,12 +10,14 @@ stages, which do not depend on the partition, and the averaging argument (the la
 version, gradients, optimizer state) and its runtime reserve (CUDA context, cuBLAS workspace,
 NCCL buffers of each peer) at t = 0 and keeps them (:meth:`sim.engine.pipeline.Pipeline.run`),
 so a GPU's peak is at least its stage's static bytes plus that reserve. Per parameter, a policy
-keeps at least :func:`min_state_bytes_per_param` on the GPU (``none``, ``recompute``,
-``cpu_swap``: every state; ``d2d_swap``: one weight version and the rest; ``zero_offload``: the
-16-bit weights; ``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto`` and
-anything else: 0). Under ``none`` every stash stays on the GPU too, so when a stage has its
-``n_s`` in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
-it holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
+keeps at least its :meth:`~sim.memory.base.MemoryPolicy.min_state_bytes_per_param` on the GPU
+(each class says: ``none``, ``recompute``, ``cpu_swap``: every state; ``d2d_swap`` and
+``d2d_swap+recompute``: one weight version and the rest; ``zero_offload``: the 16-bit weights;
+``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto``: 0; one policy per
+stage: the least of its stages'). Where every stash stays on the GPU
+(:meth:`~sim.memory.base.MemoryPolicy.keeps_every_stash`: ``none``), a stage with its ``n_s``
+in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
+holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
 gradients (:func:`sim.memory.reserve.ddp_bucket_bytes`). Summed over the ``p`` stages of a
 replica, the parameters and stashes add up to the (tensor-rank) trace's totals ``P`` and ``A``,
 whatever the boundaries, so some GPU peaks at least at
@@ -32,7 +34,8 @@ the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
 **Throughput.** Each rank runs its stage's actions one at a time: a forward or backward on the
 compute stream, then its tensor-parallel collectives, which the rank waits for
 (:class:`~sim.engine.collectives.TensorCollectives`); full or selective recompute runs its
-forward seconds before each backward. So a rank is busy at least ``m x (F_s + B_s + R_s +
+forward seconds before each backward (the policy's
+:meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`). So a rank is busy at least ``m x (F_s + B_s + R_s +
 C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time,
 :meth:`BoundModel.comm_s`; stalls, pipeline transfers, data-parallel reductions and the step
 only add to it). The busiest of ``p`` stages has at least the mean of the tensor-rank trace's
@@ -59,26 +62,15 @@ from functools import cached_property
 from typing import Any
 
 from sim.compute.adapt import adapt_trace
-from sim.config import PointConfig
 from sim.engine.hierarchical import collective_plan
-from sim.memory.registry import parse_policy
 from sim.memory.reserve import nccl_peers
-from sim.memory.spec import PolicySpec
-from sim.memory.states import (
-    StateBytes,
-    stage_state_bytes_per_param,
-    state_bytes,
-    version_bytes_per_param,
-)
+from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
+from sim.point_config import PointConfig
 from sim.schedules.analysis import peak_in_flight
-from sim.schedules.registry import get_schedule
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.shard import shard_trace
 from sim.trace.schema import Trace, dtype_bytes
-
-RESIDENT_KINDS = ("none", "recompute", "cpu_swap")
-"""Policies that keep every model state (all weight versions) on the GPU."""
 
 
 @dataclass(frozen=True)
@@ -125,31 +117,6 @@ class PointBounds:
     throughput_samples_per_s: float
 
 
-def min_state_bytes_per_param(
-    spec: PolicySpec, sb: StateBytes, w: int, versions: int, vb: float
-) -> float:
-    """Model-state bytes per parameter a policy keeps on the GPU at least (module doc).
-
-    Args:
-        spec: the parsed ``memory_policy``.
-        sb: bytes per parameter of each state class.
-        w: data-parallel width (``zero3`` shards over it).
-        versions: the fewest weight versions any stage keeps.
-        vb: bytes per parameter of each extra version.
-    """
-    if spec.stages:
-        return min(min_state_bytes_per_param(s, sb, w, versions, vb) for s in spec.stages)
-    if spec.kind in RESIDENT_KINDS:
-        return stage_state_bytes_per_param(sb, versions, vb)
-    if spec.kind == "d2d_swap":
-        return float(sb.total)
-    if spec.kind == "zero_offload":
-        return float(sb.weight)
-    if spec.kind == "zero3" and "offload" not in spec.args:
-        return sb.total / w
-    return 0.0
-
-
 def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     """``(gpu, lower bound, capacity)`` (bytes) of the first stage replica of a resolved point
     (:class:`sim.point.Resolved`) that cannot fit on its GPU (module doc), or None."""
@@ -191,7 +158,7 @@ class BoundModel:
     totals and per-(schedule, p, m) in-flight counts cached (each is shared by many points).
 
     Args:
-        prep: the loaded experiment (:class:`sim.sweep.Prepared`).
+        prep: the loaded experiment (:class:`sim.experiment.Prepared`).
     """
 
     def __init__(self, prep) -> None:
@@ -305,9 +272,7 @@ class BoundModel:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
         key = (point.schedule, point.stages, point.microbatches)
         if key not in self._flight:
-            sched = get_schedule(point.schedule)(
-                point.stages, point.microbatches, point.virtual_stages
-            )
+            sched = point.schedule_class(point.stages, point.microbatches, point.virtual_stages)
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
             n = tuple(peak_in_flight(sched.program(its)))
             v = min(sched.weight_versions(s) for s in range(sched.num_stages))
@@ -318,11 +283,11 @@ class BoundModel:
         """A lower bound of the largest GPU peak of ``point``, in bytes (module doc)."""
         tot = self.totals(point)
         n, versions = self.flight(point)
-        spec = parse_policy(point.memory_policy)
+        policy = point.policy
         p, w = point.stages, point.dp_width
-        vb = version_bytes_per_param(point.schedule, tot.state)
-        per_param = min_state_bytes_per_param(spec, tot.state, w, versions, vb)
-        all_none = all(s.kind == "none" for s in (spec.stages or (spec,)))
+        vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
+        per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
+        all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
         if all_none and w > 1 and all(g.reserve.working for g in gpus):
@@ -337,8 +302,7 @@ class BoundModel:
         """A lower bound of the simulated iteration time of ``point``, in seconds."""
         tot = self.totals(point)
         m, p = point.microbatches, point.stages
-        spec = parse_policy(point.memory_policy)
-        mode = spec.mode if spec.kind == "recompute" and spec.layers is None else None
+        mode = point.policy.bound_recompute_mode()
         comm, largest = self.comm_s(point)
         extra = dict(tot.recompute_s).get(mode or "", 0.0) + comm
         if mode:  # the largest layer with its recompute (collectives left out: a bound)
@@ -359,7 +323,6 @@ __all__ = [
     "BoundModel",
     "PointBounds",
     "RankTotals",
-    "min_state_bytes_per_param",
     "resolved_memory_excess",
     "weighted_bound",
 ]

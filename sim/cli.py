@@ -194,7 +194,7 @@ def schedule_show(
     With v stage chunks per rank, stages run 0 .. p*v-1 and each column is a rank; torch's
     OVERLAP_F_B pairs show as '(7F4;0B0)OVERLAP_F_B'."""
     from sim.atomic import check_writable
-    from sim.point import make_schedule
+    from sim.point_stages import make_schedule
     from sim.schedules.csv_io import to_csv
     from sim.schedules.grid import format_grid
 
@@ -704,7 +704,7 @@ def validate(
     to validation.csv. With --single-rank R, one rank runs alone (see sim/validate_single.py).
     """
     from sim.atomic import check_writable
-    from sim.point import check_schedule_name
+    from sim.point_stages import check_schedule_name
 
     _check_device_name(device)
     for i, name in enumerate(schedule or ()):

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from sim.errors import InputError
+from sim.textio import read_yaml_file
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
 """Experiment and model names become folder names under results/: letters, digits and
@@ -39,6 +40,9 @@ MAX_GPUS = 256
 """Most GPUs a hardware description may have, hence most pipeline stages. An assumption that
 bounds the route computation (about 8 s for 256 GPUs on a shared 2-core machine, growing as
 the cube of the count)."""
+MAX_GRID = 100_000
+"""Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
+shipped dgx1.yaml has 810."""
 MAX_ITERATIONS = 100
 """Most optimizer steps simulated or unrolled (the steady state is reached within a few)."""
 
@@ -217,28 +221,6 @@ class ExperimentConfig(_Strict):
         return models
 
 
-class PointConfig(BaseModel):
-    """One fully specified configuration (a point of the grid)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str
-    schedule: str
-    stages: int
-    dp_width: int
-    microbatch_size: int
-    tensor_parallel: int = 1
-    sequence_parallel: bool = False
-    microbatches: int
-    memory_policy: str
-    global_batch: int
-    virtual_stages: int = 1
-
-    def key(self) -> str:
-        """A stable short hash of the point."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
-
-
 def _field_path(loc: tuple) -> str:
     return ".".join(str(p) for p in loc)
 
@@ -278,8 +260,6 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     Raises:
         InputError: the file is missing, is not valid YAML, or fails validation.
     """
-    from sim.textio import read_yaml_file
-
     data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))
 

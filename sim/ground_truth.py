@@ -26,8 +26,9 @@ import pandas as pd
 import yaml
 
 from sim.config import parse_experiment
+from sim.experiment import prepare
 from sim.point import resolve
-from sim.sweep import expand, prepare
+from sim.sweep import expand
 
 ASSUMED_GPU_LINK = {"bandwidth": "450 GB/s", "latency": "5 us", "kind": "nvlink"}
 """GPU-to-GPU links of the expanded hardware (not measured: one GPU was lent)."""

@@ -21,10 +21,19 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sim.atomic import atomic_write_text, check_writable, pid_alive, remove_stale_temps
+from sim.atomic import (
+    atomic_write_bytes,
+    atomic_write_text,
+    check_writable,
+    pid_alive,
+    remove_stale_temps,
+)
 from sim.config import ExperimentConfig
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.report.chrome_trace import write_chrome_trace
+from sim.report.gantt import plot_gantt
+from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 from sim.rows import ResultRow
 from sim.trace.loader import traces_dir
 
@@ -35,6 +44,12 @@ def write_results_csv(rows: list[ResultRow], path: Path) -> pd.DataFrame:
     df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields))
     atomic_write_text(path, df.to_csv(index=False))
     return df
+
+
+def copy_files(files: list[Path], dest: Path) -> list[Path]:
+    """Copy ``files`` into the folder ``dest`` (each written atomically, same name); returns
+    the copies."""
+    return [atomic_write_bytes(dest / f.name, f.read_bytes()) for f in files]
 
 
 def _portable_trace_ref(ref: str, exp_file: str) -> str:
@@ -102,10 +117,6 @@ def write_yaml(path: Path, data: dict) -> Path:
 
 def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
     """Plots and the Chrome trace of the winner's simulation."""
-    from sim.report.chrome_trace import write_chrome_trace
-    from sim.report.gantt import plot_gantt
-    from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
-
     n = len(log.iteration_ends_s)
     it = (n // 2 if n >= 3 else n - 1) if n >= 1 else None  # a steady-state iteration
     return [

@@ -23,13 +23,15 @@ from typing import Any
 import pandas as pd
 
 from sim.atomic import atomic_write_text, check_writable, pid_alive
-from sim.config import PointConfig, load_experiment
+from sim.config import load_experiment
 from sim.errors import InputError
 from sim.events import Event, EventLog
+from sim.experiment import Prepared, prepare
 from sim.metrics import steady_window
 from sim.point import evaluate, resolve
+from sim.point_config import PointConfig
 from sim.schedules.action import STEP, Action
-from sim.sweep import Prepared, expand, prepare
+from sim.sweep import expand
 
 
 @dataclass(frozen=True)

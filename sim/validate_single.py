@@ -33,13 +33,15 @@ from typing import Any
 import pandas as pd
 
 from sim.atomic import atomic_write_text, check_writable
-from sim.config import PointConfig, load_experiment
+from sim.config import load_experiment
 from sim.errors import InputError
 from sim.events import EventKind, EventLog, MemCategory, Stream
+from sim.experiment import Prepared, prepare
 from sim.memory.peak import device_peaks
 from sim.metrics import steady_window
 from sim.point import Resolved, evaluate, resolve
-from sim.sweep import Prepared, expand, prepare
+from sim.point_config import PointConfig
+from sim.sweep import expand
 
 BUSY_KINDS = (EventKind.COMPUTE, EventKind.RECOMPUTE, EventKind.OPTIMIZER, EventKind.STALL)
 """Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps)."""

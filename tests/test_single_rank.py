@@ -73,8 +73,8 @@ def test_predicted_busy_time_is_the_stage_compute(tmp_path, schedule, rank):
     the trace's b (uniform partition of 6 layers: 0-2 and 3-5), plus a small optimizer step
     (SGD: under 5 %)."""
     from sim.config import load_experiment
+    from sim.experiment import prepare
     from sim.point import resolve
-    from sim.sweep import prepare
     from sim.validate_single import SingleRankSpec, predict_single_rank, variants
 
     path = _config(tmp_path, schedule=schedule)

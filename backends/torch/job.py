@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sim.memory.registry import replay_problems
 from sim.schedules.registry import get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
@@ -22,29 +23,15 @@ SCHEDULES_TORCH_CSV = (
 )
 """Multi-stage schedules replayed only through ``_PipelineScheduleRuntime`` from our CSV."""
 """Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
-POLICIES = ("none", "recompute", "cpu_swap")
-"""Memory policies the replay runs (``backends.torch.memory.replay_policy``), per stage."""
 
 
 def policy_problems(text: str, stages: int) -> list[str]:
     """Why the replay cannot run memory policy ``text`` on ``stages`` stages (empty if it can).
 
-    The string is read by the simulator's own parser (``sim.memory.registry.parse_policy``).
+    The string is read by the simulator's own parser, and each policy's class says whether the
+    replay runs it (``sim.memory.registry.replay_problems``).
     """
-    from sim.memory.registry import parse_policy
-
-    try:
-        spec = parse_policy(text)
-        spec.for_stage(0, stages)
-    except (KeyError, ValueError) as exc:
-        return [f"memory_policy: {exc.args[0]}"]
-    other = sorted(spec.kinds() - set(POLICIES))
-    if other:
-        return [
-            f"memory_policy: {text!r} uses {', '.join(other)}; the torch replay runs only "
-            f"{', '.join(POLICIES)} (one per stage joined by '|')"
-        ]
-    return []
+    return replay_problems(text, stages)
 
 
 def tp_problems(job: ReplayJob) -> list[str]:

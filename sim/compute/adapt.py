@@ -28,6 +28,8 @@ from functools import lru_cache
 from sim.compute.device import ComputeSpec, same_device
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.transformer import BlockShape, block_times
+from sim.hardware.loader import list_presets, load_hardware
+from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 
 
@@ -79,8 +81,6 @@ def device_spec(name: str) -> ComputeSpec | None:
     and turning spaces into ``-`` (``torch.cuda.get_device_name`` style), then by the first
     word (``"H100"``). None when nothing matches (e.g. ``"cpu"``).
     """
-    from sim.hardware.loader import list_presets, load_hardware
-
     key = name.upper().removeprefix("NVIDIA").strip().replace(" ", "-")
     found = [load_hardware(p).gpus[0].compute for p in list_presets()]
     specs = [s for s in found if s is not None]
@@ -92,8 +92,6 @@ def device_spec(name: str) -> ComputeSpec | None:
 
 
 def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, list[str]]:
-    from sim.trace.generator import transformer_trace
-
     inputs = dict(trace.provenance["inputs"])
     source = ComputeSpec(**inputs.pop("gpu"))
     target = gpu or source

@@ -40,9 +40,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.chunks import chunk_count, steady_misses
-from sim.memory.compose import describe, gib
+from sim.memory.compose import describe, gib, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.reserve import overhead
@@ -166,7 +167,7 @@ def chunk_states(
         + copy_s(ctx, ctx.gpu, ctx.host, back * g)
         + copy_s(ctx, ctx.host, ctx.gpu, back * d)
         + plan.optimizer_s
-        - ctx.resident_plan().optimizer_s
+        - resident_plan(ctx).optimizer_s
     )
     notes = dict(
         chunks=lay.chunks,

@@ -40,6 +40,9 @@ class Schedule(ABC):
         stage_style: ``"loop"`` (stage ``s`` on rank ``s mod p``) or ``"v"`` (rank ``r`` holds
             stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
         splits_backward: True when its programs use I and W (backward split).
+        master_copy_versions: True when its extra weight versions are fp32 master copies (4
+            bytes per parameter), not copies of the training-dtype weights
+            (:func:`sim.memory.states.version_bytes_per_param`).
 
     Raises:
         ScheduleError: ``stages < 1``, ``microbatches < 1``, ``microbatches < stages`` where
@@ -55,6 +58,7 @@ class Schedule(ABC):
     max_virtual_stages: ClassVar[int | None] = 1
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
+    master_copy_versions: ClassVar[bool] = False
 
     def __init__(self, stages: int, microbatches: int, virtual_stages: int | None = None):
         if stages < 1:

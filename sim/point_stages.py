@@ -1,0 +1,164 @@
+"""The stages of a point: its schedule, stage boundaries and each stage replica's memory
+context.
+
+:func:`make_schedule` instantiates the point's schedule class; :func:`choose_boundaries` splits
+the trace's layers into stages (fixed, uniform or the memory-aware optimum of
+:mod:`sim.partition`); :func:`stage_contexts` builds the :class:`~sim.memory.context.StageContext`
+every memory policy plans from. Used by :func:`sim.point.resolve`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.config import ExperimentConfig
+from sim.errors import InputError
+from sim.hardware.topology import Topology
+from sim.memory.context import StageContext
+from sim.memory.estimate import host_link_sharers
+from sim.memory.reserve import tensor_capacity_bytes
+from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
+from sim.partition import partition, uniform_partition
+from sim.schedules.action import STEP, Program, flatten
+from sim.schedules.base import Schedule, ScheduleError
+from sim.schedules.registry import get_schedule
+from sim.trace.schema import Trace, dtype_bytes
+
+
+def make_schedule(
+    name: str,
+    stages: int,
+    microbatches: int,
+    *,
+    file: str = "<experiment>",
+    field: str = "sweep.schedule",
+    virtual_stages: int | None = None,
+) -> Schedule:
+    """Instantiate a schedule, turning its errors into :class:`InputError`."""
+    cls = check_schedule_name(name, file=file, field=field)
+    try:
+        return cls(stages, microbatches, virtual_stages)
+    except ScheduleError as exc:
+        raise InputError(str(exc), file=file, field="sweep.stages") from None
+
+
+def check_schedule_name(
+    name: str, *, file: str = "<experiment>", field: str = "sweep.schedule"
+) -> type[Schedule]:
+    """The schedule class of ``name``.
+
+    Raises:
+        InputError: an unknown name, listing the valid ones.
+    """
+    try:
+        return get_schedule(name)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), file=file, field=field) from None
+
+
+def stage_contexts(
+    topo: Topology,
+    trace: Trace,
+    boundaries,
+    placement,
+    schedule: Schedule,
+    in_flight: list[int],
+    exp: ExperimentConfig,
+    program: Program | None = None,
+    job_gpus: list[int] | None = None,
+) -> list[list[StageContext]]:
+    """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
+    stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
+    ``placement`` is only part of it, e.g. one tensor rank of each stage)."""
+    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    edges = list(boundaries) + [len(trace.layers)]
+    orders = _stage_orders(program, schedule.microbatches) if program else None
+    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
+    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    out = []
+    for r, row in enumerate(placement):
+        ctxs = []
+        for s, g in enumerate(row):
+            gpu = topo.gpu(g)
+            ctxs.append(
+                StageContext(
+                    stage=s,
+                    stages=len(row),
+                    replica=r,
+                    dp_width=len(placement),
+                    gpu=gpu.name,
+                    host=gpu.host,
+                    layers=trace.layers[edges[s] : edges[s + 1]],
+                    in_flight=in_flight[s],
+                    weight_versions=schedule.weight_versions(s),
+                    state=sb,
+                    dtype_bytes=dtype_bytes(trace.dtype),
+                    capacity_bytes=gpu.memory_bytes,
+                    topology=topo,
+                    input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+                    microbatches=schedule.microbatches,
+                    order=orders[s] if orders else (),
+                    host_sharers=sharers.get(gpu.name, 1),
+                    version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
+                )
+            )
+        out.append(ctxs)
+    return out
+
+
+def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
+    """Each stage's ops over one steady iteration (the middle one of the program)."""
+    flat = [[a for a in flatten(rank) if a.op != STEP] for rank in program]
+    its = max((a.microbatch // m for rank in flat for a in rank), default=0)
+    it = (its + 1) // 2
+    stages = sorted({a.stage for rank in flat for a in rank})
+    return [
+        tuple(a.op for rank in flat for a in rank if a.stage == s and a.microbatch // m == it)
+        for s in stages
+    ]
+
+
+def choose_boundaries(
+    topo: Topology,
+    trace: Trace,
+    schedule: Schedule,
+    in_flight: list[int],
+    placement,
+    exp: ExperimentConfig,
+) -> tuple[int, ...]:
+    """Stage boundaries: fixed, uniform, or the memory-aware optimal partition.
+
+    With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
+    bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
+    shares), and a boundary between two chunks on the same GPU costs no communication.
+    ``placement`` is per ``[replica][stage]``."""
+    p = schedule.num_stages
+    v = schedule.virtual_stages
+    if exp.options.boundaries is not None:
+        if len(exp.options.boundaries) != p:
+            raise InputError(
+                f"has {len(exp.options.boundaries)} entries but stages is {p}",
+                field="options.boundaries",
+            )
+        return tuple(exp.options.boundaries)
+    if exp.options.partition == "uniform":
+        return tuple(uniform_partition(len(trace.layers), p))
+    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    per_byte = 1.0 / dtype_bytes(trace.dtype)
+    vb = version_bytes_per_param(schedule.master_copy_versions, sb)
+
+    def need(j: int, param_bytes: float, act_bytes: float) -> float:
+        per_param = stage_state_bytes_per_param(sb, schedule.weight_versions(j), vb)
+        return param_bytes * per_byte * per_param + act_bytes * in_flight[j]
+
+    row = placement[0]
+    bw = [
+        math.inf
+        if row[j] == row[j + 1]
+        else topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
+        for j in range(p - 1)
+    ]
+    caps = [tensor_capacity_bytes(topo.gpu(g)) / v for g in row]
+    return partition(
+        trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need
+    ).boundaries
