@@ -37,11 +37,15 @@ compute stream, then its tensor-parallel collectives, which the rank waits for
 forward seconds before each backward (the policy's
 :meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`). So a rank is busy at least ``m x (F_s + B_s + R_s +
 C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time,
-:meth:`BoundModel.comm_s`; stalls, pipeline transfers, data-parallel reductions and the step
-only add to it). The busiest of ``p`` stages has at least the mean of the tensor-rank trace's
-totals, and at least the largest layer (layers are not split), so the iteration takes at least
-``m x max((T + R + C) / p, largest layer)`` and the throughput is at most ``m x b x w`` samples
-over that (the "no bubble" bound).
+:meth:`BoundModel.layer_comm_s`; stalls, pipeline transfers, data-parallel reductions and the
+step only add to it). Each term is a sum over the stage's layers, so with ``w_l`` the work of
+layer ``l`` (its ``fwd + bwd``, recompute and collectives, :meth:`BoundModel.layer_work_s`) a
+stage is busy ``m x sum of its w_l``. A stage is a contiguous run of layers, so whatever the
+partition, the busiest stage has at least the smallest largest part of any split of the layers
+into ``p`` contiguous parts (:func:`min_bottleneck_s`; at least the mean ``(T + R + C) / p``
+and the largest layer). With ``v > 1`` chunks per rank a rank's chunks are not contiguous: it
+has at least the mean and the largest layer. So the iteration takes at least ``m x`` that, and
+the throughput is at most ``m x b x w`` samples over it (the "no bubble" bound).
 
 What it assumes: the engine measures an iteration between optimizer-step ends
 (:func:`sim.metrics.steady_window`) and each rank starts the next iteration when its own step
@@ -57,6 +61,8 @@ is not used, because it needs that assumption for the whole fill and drain.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -86,10 +92,9 @@ class RankTotals:
         state: model-state bytes per parameter.
         groups: ``((params, act_bytes, count), ...)``: the layers grouped by their parameters
             and stash (a GPT trace has a few kinds: embedding, block, head).
-        recompute_s: forward seconds recomputed per micro-batch by ``recompute:full`` (every
-            layer's forward, :func:`sim.memory.stash.stash`) and ``recompute:selective`` (the
-            attention cores' share), summed over the layers.
-        max_layer_recompute_s: the largest layer's ``fwd + bwd + recompute`` seconds, per mode.
+        layer_recompute_s: per mode, each layer's forward seconds recomputed per micro-batch by
+            ``recompute:full`` (every layer's forward, :func:`sim.memory.stash.stash`) and
+            ``recompute:selective`` (the attention core's share).
         layer_seconds: per layer, ``fwd_s + bwd_s``.
         layer_comm: per layer, its tensor-parallel collectives ``((kind, bytes, count), ...)``
             of the forward and the backward (:func:`sim.tensor.megatron.aggregate`).
@@ -102,8 +107,7 @@ class RankTotals:
     layers: int
     state: StateBytes
     groups: tuple[tuple[float, float, int], ...] = ()
-    recompute_s: tuple[tuple[str, float], ...] = ()
-    max_layer_recompute_s: tuple[tuple[str, float], ...] = ()
+    layer_recompute_s: tuple[tuple[str, tuple[float, ...]], ...] = ()
     layer_seconds: tuple[float, ...] = ()
     layer_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
 
@@ -153,6 +157,47 @@ def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]
     )
 
 
+def min_bottleneck_s(work: Sequence[float], parts: int, *, steps: int = 40) -> float:
+    """A lower bound of the smallest largest part of any split of ``work`` (non-negative) into
+    ``parts`` contiguous parts (a part's value: the sum of its items), within
+    ``total / 2**steps`` of it: the mean and the largest item if greedy packing fits ``parts``
+    parts under that, else a bisection between a cap it does not fit under (returned) and one
+    it fits under. The largest item when ``parts >= len(work)``.
+
+    Example:
+        >>> round(min_bottleneck_s([1.0, 1.0, 1.0, 1.0, 1.0], 2), 9)  # 3 + 2 layers
+        3.0
+        >>> min_bottleneck_s([4.0, 1.0, 1.0, 1.0, 1.0], 2)  # 4 | 1 + 1 + 1 + 1
+        4.0
+    """
+    n = len(work)
+    lo = max(max(work), sum(work) / parts)
+    if parts >= n:
+        return max(work)
+    prefix = [0.0]
+    for x in work:
+        prefix.append(prefix[-1] + x)
+
+    def fits(cap: float) -> bool:
+        start = 0
+        for _ in range(parts):
+            start = bisect_right(prefix, prefix[start] + cap, lo=start) - 1
+            if start >= n:
+                return True
+        return False
+
+    if fits(lo):
+        return lo
+    hi = prefix[-1]
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 class BoundModel:
     """Bounds of the points of one prepared experiment, with the per-(model, b, t, sp) trace
     totals and per-(schedule, p, m) in-flight counts cached (each is shared by many points).
@@ -165,7 +210,8 @@ class BoundModel:
         self.prep = prep
         self._totals: dict[tuple, RankTotals] = {}
         self._flight: dict[tuple, tuple[tuple[int, ...], int]] = {}
-        self._comm: dict[tuple, tuple[float, float]] = {}
+        self._comm: dict[tuple, tuple[float, ...]] = {}
+        self._busiest: dict[tuple, float] = {}
         self._plans: dict[tuple[str, ...], Any] = {}
 
     @cached_property
@@ -214,25 +260,20 @@ class BoundModel:
             layers=len(layers),
             state=state_bytes(trace.dtype, self.prep.exp.training.optimizer),
             groups=tuple((pp, a, n) for (pp, a), n in groups.items()),
-            recompute_s=tuple((k, sum(v)) for k, v in rec.items()),
-            max_layer_recompute_s=tuple(
-                (k, max(x.fwd_s + x.bwd_s + r for x, r in zip(layers, v, strict=True)))
-                for k, v in rec.items()
-            ),
+            layer_recompute_s=tuple((k, tuple(v)) for k, v in rec.items()),
             layer_seconds=tuple(x.fwd_s + x.bwd_s for x in layers),
             layer_comm=tuple(aggregate(c.fwd + c.bwd) for c in sharded.comm),
         )
 
-    def comm_s(self, point: PointConfig) -> tuple[float, float]:
-        """``(total, largest layer's fwd + bwd + collectives)`` seconds per micro-batch of the
-        tensor-parallel collectives of one rank's layers: each is timed as the engine times it
+    def layer_comm_s(self, point: PointConfig) -> tuple[float, ...]:
+        """Per layer of one rank, the seconds per micro-batch of its tensor-parallel
+        collectives: each is timed as the engine times it
         (:meth:`~sim.engine.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
         the point's tensor-parallel groups, and the rank waits for it before its next action
-        (:class:`~sim.engine.collectives.TensorCollectives`). ``(0, largest fwd + bwd)`` for
-        ``t = 1``."""
+        (:class:`~sim.engine.collectives.TensorCollectives`). Zeros for ``t = 1``."""
         tot = self.totals(point)
         if point.tensor_parallel == 1:
-            return 0.0, tot.max_layer_s
+            return (0.0,) * tot.layers
         key = (
             point.model,
             point.microbatch_size,
@@ -243,13 +284,21 @@ class BoundModel:
         )
         if key not in self._comm:
             plans = self.tp_plans(point.stages, point.dp_width, point.tensor_parallel)
-            per_layer = [
+            self._comm[key] = tuple(
                 sum(c * min(pl.time_s(nb, kind) for pl in plans) for kind, nb, c in ops)
                 for ops in tot.layer_comm
-            ]
-            largest = max(x + c for x, c in zip(tot.layer_seconds, per_layer, strict=True))
-            self._comm[key] = (sum(per_layer), largest)
+            )
         return self._comm[key]
+
+    def layer_work_s(self, point: PointConfig) -> tuple[float, ...]:
+        """Per layer of one rank, the seconds per micro-batch its stage is busy with it
+        (module doc): ``fwd + bwd``, the recompute every layer surely runs
+        (:meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`) and its collectives."""
+        tot = self.totals(point)
+        mode = point.policy.bound_recompute_mode()
+        rec = dict(tot.layer_recompute_s).get(mode or "", (0.0,) * tot.layers)
+        comm = self.layer_comm_s(point)
+        return tuple(x + r + c for x, r, c in zip(tot.layer_seconds, rec, comm, strict=True))
 
     def tp_plans(self, p: int, w: int, t: int) -> list:
         """The collective plans of the distinct tensor-parallel groups of ``(p, w, t)``
@@ -270,7 +319,7 @@ class BoundModel:
 
     def flight(self, point: PointConfig) -> tuple[tuple[int, ...], int]:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
-        key = (point.schedule, point.stages, point.microbatches)
+        key = (point.schedule, point.stages, point.microbatches, point.virtual_stages)
         if key not in self._flight:
             sched = point.schedule_class(point.stages, point.microbatches, point.virtual_stages)
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
@@ -299,15 +348,26 @@ class BoundModel:
         return max(uniform, weighted_bound(tot, per_param, n)) + reserve
 
     def iteration_s(self, point: PointConfig) -> float:
-        """A lower bound of the simulated iteration time of ``point``, in seconds."""
-        tot = self.totals(point)
-        m, p = point.microbatches, point.stages
-        mode = point.policy.bound_recompute_mode()
-        comm, largest = self.comm_s(point)
-        extra = dict(tot.recompute_s).get(mode or "", 0.0) + comm
-        if mode:  # the largest layer with its recompute (collectives left out: a bound)
-            largest = max(largest, dict(tot.max_layer_recompute_s)[mode])
-        return m * max((tot.compute_s + extra) / p, largest)
+        """A lower bound of the simulated iteration time of ``point``, in seconds: ``m`` times
+        the least work the busiest rank can have (module doc)."""
+        p = point.stages
+        key = (
+            point.model,
+            point.microbatch_size,
+            point.tensor_parallel,
+            point.sequence_parallel,
+            p,
+            point.dp_width,
+            point.policy.bound_recompute_mode(),
+            point.virtual_stages == 1,
+        )
+        if key not in self._busiest:
+            work = self.layer_work_s(point)
+            if point.virtual_stages == 1:
+                self._busiest[key] = min_bottleneck_s(work, p)
+            else:
+                self._busiest[key] = max(sum(work) / p, max(work))
+        return point.microbatches * self._busiest[key]
 
     def bounds(self, point: PointConfig) -> PointBounds:
         """Both bounds of ``point``.
@@ -323,6 +383,7 @@ __all__ = [
     "BoundModel",
     "PointBounds",
     "RankTotals",
+    "min_bottleneck_s",
     "resolved_memory_excess",
     "weighted_bound",
 ]

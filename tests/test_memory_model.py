@@ -9,9 +9,9 @@ import pytest
 
 from sim.config import parse_experiment
 from sim.experiment import Prepared
+from sim.hardware.capacity import MIB, NO_RESERVE, RuntimeReserve
 from sim.hardware.loader import load_hardware
 from sim.memory.attention import ASSUMED, with_attention
-from sim.memory.capacity import MIB, NO_RESERVE, RuntimeReserve
 from sim.memory.peak import ROW_CATEGORIES, device_peaks, row_breakdown
 from sim.point import evaluate, resolve
 from sim.point_config import PointConfig

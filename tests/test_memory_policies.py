@@ -14,9 +14,9 @@ from sim.config import parse_experiment
 from sim.engine import simulate
 from sim.errors import InputError
 from sim.experiment import prepare
+from sim.hardware.capacity import NO_RESERVE
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
-from sim.memory.capacity import NO_RESERVE
 from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
 from sim.memory.per_stage import PerStagePolicy

@@ -11,18 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from sim.memory.registry import replay_problems
-from sim.schedules.registry import get_schedule
+from sim.schedules.registry import REGISTRY, get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
-SCHEDULES_TORCH_CSV = (
-    "interleaved_1f1b",
-    "looped_bfs",
-    "interleaved_zero_bubble",
-    "zbv_zero_bubble",
-    "dualpipe_v",
-)
-"""Multi-stage schedules replayed only through ``_PipelineScheduleRuntime`` from our CSV."""
 """Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
+SCHEDULES_TORCH_CSV = tuple(c.name for c in REGISTRY.classes() if c.min_virtual_stages > 1)
+"""Multi-stage schedules (several stage chunks per rank, as each class says) replayed only
+through ``_PipelineScheduleRuntime`` from our CSV."""
 
 
 def policy_problems(text: str, stages: int) -> list[str]:

@@ -9,16 +9,16 @@ from dataclasses import replace
 from typing import Any
 
 from sim.errors import InputError
+from sim.hardware.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.hardware.cluster import expand_servers
 from sim.hardware.spec import GPUSpec, HardwareSpec, LinkSpec
 from sim.hardware.topology import GPU, Host, Link, Topology
-from sim.memory.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 
 
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
     """``(usable_bytes, reserve)`` of a GPU type: the CUDA-reported total and the runtime
     reserve, from the spec's fields where given, else the sourced defaults of
-    :mod:`sim.memory.capacity`: the CUDA total of ``model``, unless ``memory`` is below 90 % of
+    :mod:`sim.hardware.capacity`: the CUDA total of ``model``, unless ``memory`` is below 90 % of
     it (a datasheet figure is within 10 % of the CUDA total: 16 GiB vs 16,160 MiB, 141 GB vs
     139.8 GiB; a smaller ``memory`` is a deliberate override and is kept)."""
     cuda_total = cuda_total_bytes(g.model, g.memory)[0]

@@ -139,12 +139,12 @@ class GPUSpec(BaseModel):
             kernel_overhead_s=self.kernel_overhead,
         )
 
-    # memory as a PyTorch process sees it (sim.memory.capacity); defaults are sourced there
+    # memory as a PyTorch process sees it (sim.hardware.capacity); defaults are sourced there
     cuda_memory: Bytes | None = Field(
         default=None,
         gt=0,
         description="Total memory as CUDA reports it (e.g. '16160 MiB' on a V100-SXM2-16GB); "
-        "default: the sourced value for `model` in sim.memory.capacity.CUDA_TOTAL_MIB, else "
+        "default: the sourced value for `model` in sim.hardware.capacity.CUDA_TOTAL_MIB, else "
         "`memory`.",
     )
     cuda_context: Bytes | None = Field(
