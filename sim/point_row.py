@@ -25,6 +25,8 @@ from sim.memory.peak import device_peaks, row_breakdown
 from sim.point import evaluate, placement_json, resolve
 from sim.point_config import PointConfig
 from sim.rows import PRUNED, ROW_FORMAT, ResultRow
+from sim.schedules.analysis import delay_steps
+from sim.schedules.base import Schedule
 
 
 @cache
@@ -59,6 +61,22 @@ def point_cache_key(prep: Prepared, point: PointConfig) -> str:
             "options": exp.options.model_dump(),
         }
     )
+
+
+def staleness_steps(schedule: Schedule) -> int:
+    """The most optimizer steps between a micro-batch's F and B on any stage (0 for a flushed
+    schedule; :func:`sim.schedules.analysis.delay_steps` over the steady-state program),
+    computed once per schedule class, ``p``, ``m`` and ``v``."""
+    return _staleness(
+        type(schedule), schedule.stages, schedule.microbatches, schedule.virtual_stages
+    )
+
+
+@cache
+def _staleness(cls: type[Schedule], stages: int, microbatches: int, virtual_stages: int) -> int:
+    schedule = cls(stages, microbatches, virtual_stages)
+    program = schedule.program(schedule.steady_state_iterations())
+    return max(delay_steps(program, s) for s in range(schedule.num_stages))
 
 
 def pruned_row(prep: Prepared, point: PointConfig, reason: str) -> ResultRow:
@@ -113,7 +131,7 @@ def point_row(
         placement=json.dumps(placement_json(res)),
         error="",
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
-        staleness_steps=max(res.schedule.delay_steps(s) for s in range(res.schedule.num_stages)),
+        staleness_steps=staleness_steps(res.schedule),
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
     )

@@ -85,7 +85,7 @@ def run_points(
             (:meth:`BestRows.offer`), which the executor sends for the rows that may win.
     """
     rows: list[ResultRow | None] = [None] * len(points)
-    keys = [point_cache_key(prep, p) for p in points]
+    keys = [point_cache_key(prep, p) for p in points] if cache_dir else [""] * len(points)
     todo = []
     for i, key in enumerate(keys):
         cached = cache_dir / f"{key}.json" if cache_dir else None

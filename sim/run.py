@@ -7,6 +7,8 @@ import math
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -19,15 +21,17 @@ from sim.executors import open_executor
 from sim.experiment import Prepared, prepare
 from sim.hardware.describe import topology_to_dict
 from sim.outputs import (
+    Drawing,
     check_model_names,
     check_out_dir,
     commit_output,
     copy_files,
+    draw,
     recover_out_dir,
     staged_output,
+    winner_artifacts,
     winner_config,
     write_results_csv,
-    write_winner_artifacts,
     write_yaml,
 )
 from sim.planner import PlanStats, plan_points
@@ -97,7 +101,7 @@ def run_experiment(
     console.print(stats.summary(), highlight=False)
     with staged_output(out) as stage:
         code, written = _write_all(
-            exp, prep, points, skipped, rows, path, stage, plots, console, notes, stats, best
+            exp, prep, points, skipped, rows, path, stage, plots, console, notes, stats, best, jobs
         )
         commit_output(stage, out)
     _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
@@ -117,17 +121,22 @@ def _write_all(
     notes: dict[str, list[str]],
     stats: PlanStats | None = None,
     best: BestRows | None = None,
+    jobs: int = 1,
 ) -> tuple[int, list[Path]]:
     """Write the whole output set into ``out`` (the staging folder); returns the exit code
     (0, or 1 when a model has no fitting configuration) and the files written. ``best`` holds
     the winners' event logs from the sweep (a winner without one, read from the cache, is
-    simulated here)."""
+    simulated here); the plots are drawn on ``jobs`` processes (:func:`sim.outputs.draw`)."""
     df = write_results_csv(rows, out / "results.csv")
     _write_resolved(out, exp, prep, points, skipped, notes, stats)
     written = [out / "results.csv", out / "config.resolved.yaml"]
-    if plots and "throughput_samples_per_s" in df:
-        written.append(plot_throughput(df[df["error"].fillna("") == ""], out / "throughput.png"))
+    pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
+    if plots and "throughput_samples_per_s" in df:
+        pending.drawings.append(
+            (out / "throughput.png", partial(plot_throughput, ok, out / "throughput.png"))
+        )
+        written.append(out / "throughput.png")
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
         written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
@@ -146,7 +155,7 @@ def _write_all(
         if len(exp.models) > 1:
             dirs.append(out / model.name)
         log = best.log_of(winner) if best is not None else None
-        written += _write_winner(exp, prep, winner, log, path, dirs, plots)
+        written += _write_winner(exp, prep, winner, log, path, dirs, plots, pending)
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
             f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
@@ -162,7 +171,22 @@ def _write_all(
             f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
             highlight=False,
         )
+    pending.finish(jobs)
     return code, written
+
+
+@dataclass
+class _Pending:
+    """Files to draw (on several processes, :func:`sim.outputs.draw`) and, once drawn, to copy
+    into other folders."""
+
+    drawings: list[Drawing] = field(default_factory=list)
+    copies: list[tuple[list[Path], Path]] = field(default_factory=list)
+
+    def finish(self, jobs: int) -> None:
+        draw(self.drawings, jobs)
+        for files, dest in self.copies:
+            copy_files(files, dest)
 
 
 PROGRESS_EVERY_S = 5.0
@@ -238,10 +262,12 @@ def _write_winner(
     path: Path,
     dirs: list[Path],
     plots: bool,
+    pending: _Pending,
 ) -> list[Path]:
-    """winner.yaml and, with ``plots``, the winner's memory plots and timelines in each of
-    ``dirs``: drawn once, into the last, and copied into the others. ``log`` is the winner's
-    event log from the sweep; without one (a cached row) the winner is simulated here."""
+    """winner.yaml in each of ``dirs`` and, with ``plots``, the winner's memory plots and
+    timelines: drawn once (into the last folder, added to ``pending``) and copied into the
+    others. ``log`` is the winner's event log from the sweep; without one (a cached row) the
+    winner is simulated here. Returns the files, those still pending included."""
     data = winner_config(exp, str(path), winner)
     written = [write_yaml(d / "winner.yaml", data) for d in dirs]
     if not plots:
@@ -255,9 +281,12 @@ def _write_winner(
         f"w={point.dp_width} t={point.tensor_parallel} "
         f"b={point.microbatch_size} m={point.microbatches}"
     )
-    drawn = write_winner_artifacts(dirs[-1], log, title)
+    drawings = winner_artifacts(dirs[-1], log, title)
+    pending.drawings += drawings
+    drawn = [f for f, _ in drawings]
     for d in dirs[:-1]:
-        written += copy_files(drawn, d)
+        pending.copies.append((drawn, d))
+        written += [d / f.name for f in drawn]
     return written + drawn
 
 

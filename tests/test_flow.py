@@ -152,16 +152,16 @@ def test_each_winner_is_simulated_and_drawn_once(tmp_path, monkeypatch):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(TWO_MODELS))
     drawn: list[Path] = []
-    draw = sim.run.write_winner_artifacts
+    artifacts = sim.run.winner_artifacts
 
-    def counting(out: Path, log, title: str) -> list[Path]:
+    def counting(out: Path, log, title: str):
         drawn.append(out)
-        return draw(out, log, title)
+        return artifacts(out, log, title)
 
     def no_second_simulation(*args, **kwargs):
         raise AssertionError("a winner was simulated again")
 
-    monkeypatch.setattr(sim.run, "write_winner_artifacts", counting)
+    monkeypatch.setattr(sim.run, "winner_artifacts", counting)
     monkeypatch.setattr(sim.run, "evaluate", no_second_simulation)
     out = tmp_path / "out"
     for jobs in (1, 2):

@@ -26,6 +26,7 @@ def resident_plan(ctx: StageContext) -> StagePlan:
     optimizer state and stash, plus the stage's overhead (:func:`sim.memory.reserve.overhead`)."""
     p = ctx.params
     gpu = ctx.topology.gpu(ctx.gpu_index)
+    over = overhead(ctx)
     return StagePlan(
         act_bytes=ctx.act_bytes,
         resident_act_bytes=ctx.act_bytes,
@@ -33,7 +34,9 @@ def resident_plan(ctx: StageContext) -> StagePlan:
         grad_bytes=p * ctx.state.grad,
         optimizer_bytes=p * ctx.state.optimizer,
         optimizer_s=optimizer_step_s(p, gpu.hbm_bandwidth_Bps, ctx.state),
-        **overhead(ctx),
+        reserve_bytes=over["reserve_bytes"],
+        allocator_bytes=over["allocator_bytes"],
+        working_bytes=over["working_bytes"],
     )
 
 
