@@ -75,7 +75,7 @@ def load(experiment: Experiment) -> Prepared:
         return prepare(experiment, "<experiment>")
     if isinstance(experiment, Mapping):
         return prepare(parse_experiment(dict(experiment)), "<experiment>")
-    return prepare(load_experiment(experiment), str(experiment))
+    return prepare(load_experiment(Path(experiment)), str(experiment))
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,9 @@ class Plan:
 
     def table(self) -> pd.DataFrame:
         """The rows as ``results.csv`` has them."""
-        return pd.DataFrame([r.model_dump() for r in self.rows], columns=list(ResultRow.model_fields))
+        return pd.DataFrame(
+            [r.model_dump() for r in self.rows], columns=list(ResultRow.model_fields)
+        )
 
 
 def plan(
@@ -372,12 +374,16 @@ def partition(
     if topo is None:
         return PartitionPlan(trace, split_layers(trace, stages), tuple(notes))
     if stages > topo.num_gpus:
-        raise InputError(f"{stages} stages but {topo.name} has {topo.num_gpus} GPUs", field="--stages")
+        raise InputError(
+            f"{stages} stages but {topo.name} has {topo.num_gpus} GPUs", field="--stages"
+        )
     row = place(topo, stages, 1)[0]
     bandwidth = [
         topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
         for j in range(stages - 1)
     ]
     capacity = [topo.gpu(g).memory_bytes for g in row]
-    part = split_layers(trace, stages, bandwidth_Bps=bandwidth or None, memory_capacity_bytes=capacity)
+    part = split_layers(
+        trace, stages, bandwidth_Bps=bandwidth or None, memory_capacity_bytes=capacity
+    )
     return PartitionPlan(trace, part, tuple(notes))

@@ -10,6 +10,7 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sim.memory.registry import parse_policy
 from sim.schedules.registry import get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
@@ -31,7 +32,6 @@ def policy_problems(text: str, stages: int) -> list[str]:
 
     The string is read by the simulator's own parser (``sim.memory.registry.parse_policy``).
     """
-    from sim.memory.registry import parse_policy
 
     try:
         spec = parse_policy(text)

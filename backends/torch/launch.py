@@ -231,6 +231,8 @@ def replay(job: ReplayJob) -> ReplayResult:
         "ours": "backends.torch.runtime:run_rank",
         "torch": "backends.torch.torch_schedules:run_rank",
     }[job.backend]
+    if job.single_rank is not None:
+        target = "backends.torch.single_rank:run_rank"
     if job.tensor_parallel > 1:
         target = "backends.torch.tp_runtime:run_rank"
     ranks = run_ranks(

@@ -45,6 +45,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from backends.torch.attention import attention_kernel
 from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
+from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 
 
@@ -262,8 +263,6 @@ def profile_model(
             provenance={**trace.provenance, "model_shape": shape, "attention_kernel": attention},
         )
     if path is not None:
-        from sim.trace.native import write_trace
-
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_trace(trace, path)
     return trace

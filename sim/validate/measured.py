@@ -67,5 +67,7 @@ def write_timelines(
                 title=f"measured {tag} ({runtime} runtime)",
             )
         )
-    written.append(write_chrome_trace(predicted, dest / f"predicted-{tag}.json", title=f"predicted {tag}"))
+    written.append(
+        write_chrome_trace(predicted, dest / f"predicted-{tag}.json", title=f"predicted {tag}")
+    )
     return written

@@ -24,7 +24,7 @@ from sim.atomic import atomic_write_text, check_writable
 from sim.config import PointConfig, load_experiment
 from sim.errors import InputError
 from sim.point import Resolved, resolve
-from sim.replay import ReplayRequest, Replayer
+from sim.replay import Replayer, ReplayRequest
 from sim.sweep import Prepared, prepare
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines
@@ -217,7 +217,9 @@ def _replay(item: Planned, spec: ValidationSpec, replayer: Replayer, stage: Path
     pred = predict(item.resolved, spec.rank)
     for req in item.requests:
         result = replayer.replay(req)
-        row = validation_row(item.mode, item.point, req.runtime, spec.device, result, pred, spec.rank)
+        row = validation_row(
+            item.mode, item.point, req.runtime, spec.device, result, pred, spec.rank
+        )
         parts: list[dict[str, Any]] = []
         if req.runtime == "ours" and item.mode != Mode.SINGLE_RANK:
             write_timelines(stage, item.point, req.runtime, result.action_spans, pred.log)

@@ -66,7 +66,9 @@ def busy_per_iteration_s(log: EventLog, gpu: str, stages: int, m: int, synchrono
     return busy / steps
 
 
-def single_rank_numbers(res: Resolved, rank: int, metrics: Metrics, log: EventLog) -> dict[str, Any]:
+def single_rank_numbers(
+    res: Resolved, rank: int, metrics: Metrics, log: EventLog
+) -> dict[str, Any]:
     """Stage ``rank``'s numbers from ``res``'s simulation (module docstring).
 
     Returns:

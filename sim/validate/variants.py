@@ -35,7 +35,9 @@ def single_point(prep: Prepared) -> PointConfig:
     return points[0]
 
 
-def with_depth(prep: Prepared, base: PointConfig, stages: int | None) -> tuple[Prepared, PointConfig]:
+def with_depth(
+    prep: Prepared, base: PointConfig, stages: int | None
+) -> tuple[Prepared, PointConfig]:
     """``base`` at depth ``stages`` (uniform partition when it changes the file's depth).
 
     Raises:
