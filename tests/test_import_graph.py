@@ -22,48 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cycles(graph) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(root: str) -> None:  # iterative, so deep graphs do not hit the recursion limit
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    m = stack.pop()
-                    on_stack.discard(m)
-                    component.append(m)
-                    if m == node:
-                        break
-                if len(component) > 1:
-                    out.append(sorted(component))
-
-    for module in sorted(graph.modules):
-        if module not in index:
-            visit(module)
-    return sorted(out)
+    """Every group of more than one module that import each other (directly or through others):
+    a module's group is what it imports, transitively, that also imports it."""
+    out: set[tuple[str, ...]] = set()
+    for m in graph.modules:
+        group = graph.find_upstream_modules(m) & graph.find_downstream_modules(m)
+        if group:
+            out.add(tuple(sorted(group | {m})))
+    return [list(g) for g in sorted(out)]
 
 
 def describe(graph, component: list[str]) -> str:
