@@ -160,11 +160,13 @@ def plan(prep: Prepared, point: PointConfig, spec: ValidationSpec, replayer: Rep
         for r in replayer.runtimes(base, builtin=spec.torch_builtin)
     )
     for req in requests:
-        for problem in replayer.problems(req)[:1]:
-            field = FIELDS.get(problem.field, problem.field)
-            if problem.field == "model":
+        problems = replayer.problems(req)
+        if problems:
+            first = problems[0]
+            field = FIELDS.get(first.field, first.field)
+            if first.field == "model":
                 field = f"models.{_model_index(prep, point)}.trace"
-            raise InputError(f"cannot be replayed: {problem.reason}", file=prep.file, field=field)
+            raise InputError(f"cannot be replayed: {first.reason}", file=prep.file, field=field)
     return Planned(point, mode, res, requests)
 
 
