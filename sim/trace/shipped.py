@@ -35,12 +35,16 @@ PATRICKSTAR_SHIPPED = (
     "gpt2-4b",
     "gpt3-8b",
     "gpt3-10b",
+    "gpt3-13b",
+    "gpt3-15b",
     "gpt3-18b",
     "gpt-ds-20b",
     "gpt-ds-40b",
     "gpt-ds-50b",
     "gpt-ds-60b",
     "gpt-ds-68b",
+    "gpt-ds-70b",
+    "gpt-nv-76b",
 )
 """GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
 
