@@ -544,13 +544,13 @@ def test_chunked_streams_chunks_when_the_gpu_is_short_and_still_fits():
         hidden=2048,
         heads=16,
         seq_len=512,
-        vocab=50257,
+        vocab=1024,  # the largest parameter group is then fc1, 4h^2 + 4h < 17 * 2**20
         microbatch_size=1,
         gpu_model="x",
         peak_flops=62.5e12,
     )
     topo = chain_topology(2, bandwidth_Bps=12e9, memory_bytes=1.25 * GiB)
-    res, met, log = run(trace, topo, "chunked:8", schedule="1f1b", p=2, m=4)
+    res, met, log = run(trace, topo, "chunked:17", schedule="1f1b", p=2, m=4)
     plan = res.sim_input.plans[0][0]
     assert plan.fetch_bytes > 0 and plan.host_bytes > 0
     assert any(e.kind == "chunk_move" for e in log.events)

@@ -113,6 +113,35 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
             "gpt-nv-76b": (10240, 1024, 60, 16),
         }.items()
     },
+    **{
+        f"ps-{name}": {
+            "kind": "bert",
+            "hidden": h,
+            "seq_len": s,
+            "layers": L,
+            "heads": a,
+            "vocab": 30522,
+        }
+        for name, (h, s, L, a) in {
+            # The same configs as PatrickStar's benchmark builds them: BERT
+            # (transformers.BertForSequenceClassification over BertConfig(hidden_size,
+            # num_hidden_layers, num_attention_heads, max_position_embeddings=seq), BERT's
+            # vocabulary of 30522; Tencent/PatrickStar@04af7c9 examples/model_builder.py
+            # build_transformer_model). The generator's BERT head (MLM + NSP) stands in for
+            # the sequence classifier: it counts a V*h copy and 4sbV of logits that the
+            # classifier does not have.
+            "gpt2-1b": (2048, 1024, 20, 16),
+            "gpt3-10b": (4096, 1024, 50, 16),
+            "gpt3-18b": (4096, 1024, 90, 16),
+            "gpt-ds-20b": (8192, 1024, 25, 16),
+            "gpt-ds-40b": (8192, 1024, 50, 16),
+            "gpt-ds-50b": (8192, 1024, 62, 16),
+            "gpt-ds-60b": (8192, 1024, 75, 16),
+            "gpt-ds-68b": (9216, 1024, 66, 16),
+            "gpt-ds-70b": (9216, 1024, 69, 16),
+            "gpt-nv-76b": (10240, 1024, 60, 16),
+        }.items()
+    },
 }
 
 V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps": 900e9}
