@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from sim.memory.base import MemoryPolicy, StageContext
 from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib
-from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s
+from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s, planned_peak_bytes
 from sim.memory.host import pinned_block_bytes
 from sim.memory.memtracer import (
     PINNED_ROUNDING,
@@ -301,7 +301,7 @@ class ChunkedPolicy(MemoryPolicy):
         groups = stage_groups(ctx.layers, ctx.dtype_bytes)
         sizes = [self.chunk_elems] if self.chunk_elems else chunk_candidates(groups)
         tries = [self._try(ctx, contexts, act, c) for c in sizes]
-        return min(tries, key=lambda p: (not p.notes["fits"], p.notes["added_ms"]))
+        return min(tries, key=lambda p: (short_bytes(ctx, p, len(contexts)), p.notes["added_ms"]))
 
     def _try(self, ctx: StageContext, contexts, act: StagePlan, chunk: int) -> StagePlan:
         """The plan with chunks of ``chunk`` elements (refused if a group does not fit)."""
@@ -322,6 +322,14 @@ class ChunkedPolicy(MemoryPolicy):
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
+
+
+def short_bytes(ctx: StageContext, plan: StagePlan, ranks: int) -> float:
+    """Bytes ``plan`` lacks: its estimated GPU peak over the GPU's capacity plus its host chunks
+    over PatrickStar's host share (0: it runs)."""
+    gpu = max(0.0, planned_peak_bytes(plan, ctx) - ctx.capacity_bytes)
+    cap = host_chunk_cap_bytes(ctx.topology.host_dram_bytes, ranks)
+    return gpu + max(0.0, plan.host_bytes - cap)
 
 
 def refused(ctx: StageContext, act: StagePlan, label: str, why: str) -> StagePlan:
