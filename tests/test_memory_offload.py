@@ -179,8 +179,9 @@ def _fits(path: str, model: str, policy: str) -> bool:
     exp = load_experiment(path)
     prep = prepare(exp, path)
     points, _ = expand(prep)
-    (pt,) = [p for p in points if p.model == model and p.memory_policy == policy]
-    return bool(evaluate_row(prep, pt)["fits"])
+    chosen = [p for p in points if p.model == model and p.memory_policy == policy]
+    assert chosen, (path, model, policy)
+    return any(bool(evaluate_row(prep, pt)["fits"]) for pt in chosen)
 
 
 PAPER_LIMITS = [

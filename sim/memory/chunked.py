@@ -1,38 +1,40 @@
 """Policy ``chunked`` (PatrickStar, Fang et al. TPDS 2022 / arXiv 2108.05818; memory.md §5.4):
-model states in chunks on GPU or host, partitioned over the data-parallel replicas.
+model states in chunks on GPU or host, partitioned over the data-parallel replicas, with the
+bytes PatrickStar's code allocates.
 
-``chunked[:N][:recompute]``: chunks of ``N`` M (2**20) elements (default 64, PatrickStar's
-usual size); ``recompute``: full activation checkpointing of every layer, as PatrickStar always
-ran (paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes
-``--use_ckp``). Per stage replica, with ``P`` parameters, ``w`` replicas, chunks of ``C``:
+``chunked[:N][:recompute]``: chunks of ``N`` M (2**20) elements (default: per stage, the size of
+PatrickStar's chunk-size search that fits and runs fastest, :mod:`sim.memory.memtracer`);
+``recompute``: full activation checkpointing of every layer, as PatrickStar always ran
+(paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes ``--use_ckp``).
+Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
 
-* **Chunk groups and owners** (paper §5 "distributed"; ``patrickstar/core/chunk_list.py``
-  ``new_chunk`` returns ``(comm_group_idx, comm_group_offset)``): the ``n = ceil(P / C)`` 16-bit
-  chunks form groups of ``w`` (padded with dummy chunks, ``client.py``
-  ``append_dummy_chunk``); replica ``r`` owns chunk ``r`` of every group, ``P / w`` parameters.
-* **All-gather before use** (``client.py`` ``access_dist``: the owned chunk is brought to the
-  GPU, then ``_fetch_remote_chunks`` all-gathers the group): before each F and each B the
-  stage's chunk groups are all-gathered (``2P`` bytes); the remote chunks are freed after use,
-  so one group's ``(w - 1)`` remote chunks are live, two with the next one prefetched
-  (PatrickStar's chunkable-memory margin ``2 * chunk_size * world_size``,
-  ``core/memtracer/memtracer.py``; ``client.py`` ``param_fp16_chunks_max_mem_usage``:
-  own chunks + ``(world_size - 1)`` chunks).
-* **Reduce-scatter after the backward** (``client.py`` ``release_dist``: the group's gradient
-  chunks are reduce-scattered to their owners when the backward releases them): ``2P`` bytes
-  per B.
-* **Owned 16-bit chunks** (2 B/param; plus a 2 B/param gradient chunk when gradients accumulate
-  over ``m > 1`` micro-batches, else the gradient reuses the parameter chunk, PatrickStar's
-  14 B/param) take the GPU memory left after the activations and the gathered groups. If they
-  do not all fit, the GPU keeps ``r`` of them plus a 2-chunk staging area through which each F
-  and B streams the others in from the host (Belady eviction, :mod:`sim.memory.chunks`,
+* **Packing** (:func:`~sim.memory.chunks.pack`): each module's parameters are appended to the
+  last chunk or open a new one (``client.append_tensor``), so chunks have empty tails (their
+  utilization) and a module larger than a chunk is refused; a chunk costs its whole capacity.
+* **Chunk groups and owners** (paper §5 "distributed"; ``chunk_list.new_chunk`` returns
+  ``(comm_group_idx, comm_group_offset)``): the 16-bit chunks form groups of ``w`` (padded
+  with dummy chunks, ``client.append_dummy_chunk``); replica ``r`` owns chunk ``r`` of every
+  group; only real chunks have optimizer chunks (``append_tensor_as_ref``).
+* **All-gather before use** (``client.access_dist``, ``_fetch_remote_chunks``): before each F
+  and each B the stage's chunk groups are all-gathered, whole chunks (``w * 2C`` bytes per
+  group); a group's ``(w - 1)`` remote chunks are live, two with the next one prefetched.
+* **Reduce-scatter after the backward** (``client.release_dist``).
+* **Owned 16-bit chunks** (2 bytes per element; plus a gradient chunk when gradients
+  accumulate over ``m > 1`` micro-batches, else the gradient reuses the parameter chunk) take
+  the GPU memory PatrickStar's memory tracer leaves them: ``0.8 T`` less the other tensors and
+  one group kept free (:func:`~sim.memory.memtracer.chunkable_gpu_bytes`). If they do not all
+  fit, the GPU keeps ``r`` of them plus a 2-chunk staging area through which each F and B
+  streams the others in from the host (Belady eviction, :mod:`sim.memory.chunks`,
   ``core/eviction_policy.py``), and every B writes the gradients of streamed chunks back.
-* **Optimizer chunks** (fp32 weight, m, v: 12 B/param) exist for owned chunks only: ``12P / w``;
-  they fill what is left on the GPU (GPU Adam, PatrickStar's hybrid Adam margin,
-  ``memtracer.update_margin_mem``); the rest live in host DRAM (one pool per server, shared by
-  all ranks) and CPU Adam updates them (replicas on one socket one after another), with their
-  gradients copied down before and their weights up after the host step.
-
-Per replica and ``m = 1``: ``14P / w`` bytes of model state over GPU and host.
+* **Optimizer chunks** (fp32 weight, momentum, variance: 12 bytes per element) of the real
+  owned chunks: hybrid Adam keeps its margin's worth on the GPU
+  (:func:`~sim.memory.memtracer.gpu_adam_chunks`), the rest live in host DRAM as pinned CPU
+  chunks (``Chunk.allocate_payload``), within ``0.8 * MemTotal / ranks`` per rank, and CPU
+  Adam updates them (replicas on one socket one after another), with their gradients copied
+  down before and their weights up after the host step.
+* The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
+  framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
+  where PatrickStar would not place its chunks.
 """
 
 from __future__ import annotations
