@@ -248,7 +248,7 @@ def chunk_states(
         - ctx.resident_plan().optimizer_s
     )
     cap = host_chunk_cap_bytes(mem_total, ranks)
-    notes = dict(
+    notes: dict[str, object] = dict(
         chunks=n,
         chunk_mib=round(lay.slot_bytes / MIB, 1),
         chunk_utilization=round(lay.utilization, 3),
