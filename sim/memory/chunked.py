@@ -46,7 +46,7 @@ from sim.memory.base import MemoryPolicy, StageContext
 from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s, planned_peak_bytes
-from sim.memory.host import pinned_block_bytes
+from sim.memory.host import cached_pinned_bytes
 from sim.memory.memtracer import (
     PINNED_ROUNDING,
     chunk_candidates,
@@ -180,17 +180,18 @@ def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout) -> int:
 def host_chunk_bytes(ctx: StageContext, lay: ChunkLayout, os_gpu_chunks: int) -> float:
     """Host bytes of the replica's chunks: the optimizer chunks not on the GPU (three fp32
     chunks each) and the streamed 16-bit chunks (with a gradient chunk when ``m > 1``), each a
-    pinned allocation (``Chunk.allocate_payload``: ``pin_memory=True`` on the CPU;
-    :func:`~sim.memory.host.pinned_block_bytes` under PatrickStar's torch,
+    pinned allocation (``Chunk.allocate_payload``: ``pin_memory=True`` on the CPU). Streamed
+    chunks come and go; torch's host allocator keeps each size class's peak
+    (:func:`~sim.memory.host.cached_pinned_bytes`, under PatrickStar's torch,
     :data:`~sim.memory.memtracer.PINNED_ROUNDING`)."""
     e, d, g = lay.elems, ctx.state.weight, ctx.state.grad
-    r = PINNED_ROUNDING
-    fp32 = pinned_block_bytes(e * 4, r) if ctx.state.optimizer > 0 else 0.0
-    per_os = ctx.state.optimizer / 4 * fp32
-    per_16 = pinned_block_bytes(e * d, r) + (
-        pinned_block_bytes(e * g, r) if ctx.microbatches > 1 else 0
-    )
-    return (lay.real - os_gpu_chunks) * per_os + lay.streamed * per_16
+    peaks: dict[float, int] = {}
+    if ctx.state.optimizer > 0:
+        peaks[e * 4] = round(ctx.state.optimizer / 4) * (lay.real - os_gpu_chunks)
+    peaks[e * d] = peaks.get(e * d, 0) + lay.streamed
+    if ctx.microbatches > 1:
+        peaks[e * g] = peaks.get(e * g, 0) + lay.streamed
+    return cached_pinned_bytes(peaks, PINNED_ROUNDING)
 
 
 def chunk_states(
