@@ -241,7 +241,9 @@ def _latency_us(comm: Communicator, kind: str, algo: str, proto: str, nbytes: fl
     if algo == TREE:
         return base + 2 * ((n // servers - 1) * intra + int(math.log2(servers)) * inter)
     nsteps = steps(kind, n)
-    inter_steps = 0 if servers == 1 else (2 * servers if kind == EventKind.ALLREDUCE else servers - 1)
+    inter_steps = (
+        0 if servers == 1 else (2 * servers if kind == EventKind.ALLREDUCE else servers - 1)
+    )
     if servers > 1:
         intra = max(intra, NET_OVERHEAD_US * (3 if proto == SIMPLE else 1))
     lat = base + (nsteps - inter_steps) * intra + inter_steps * inter
