@@ -67,6 +67,15 @@ Seconds = Annotated[float, _quantity(parse_seconds, "10 us")]
 Flops = Annotated[float, _quantity(parse_flops, "125 TFLOPS")]
 
 
+class TPOverheadSpec(BaseModel):
+    """Seconds one tensor-parallel module adds beyond its compute and collectives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    forward: Seconds = Field(default=0.0, ge=0, description="Per module, in a forward.")
+    backward: Seconds = Field(default=0.0, ge=0, description="Per module, in a backward.")
+
+
 class GPUSpec(BaseModel):
     """The GPU type of every GPU of the server (hardware.md §1)."""
 
@@ -132,6 +141,14 @@ class GPUSpec(BaseModel):
         description="NVLink SHARP (NVSwitch gen3 multicast) is available to NCCL, which then "
         "may run all-reduces as NVLS (sm90 and newer; one server).",
     )
+    tp_module_overhead: TPOverheadSpec = Field(
+        default_factory=TPOverheadSpec,
+        description="Host seconds one tensor-parallel module (a column- or row-parallel linear, "
+        "a sequence-parallel norm) adds per forward and backward beyond its compute and "
+        "collectives: torch DTensor's dispatch, measured by `sim calibrate` "
+        "(backends.torch.calibrate_comm). Default 0: Megatron's tensor parallelism runs plain "
+        "tensors.",
+    )
     nccl_nvlink_bandwidth: Bandwidth | None = Field(
         default=None,
         gt=0,
@@ -154,6 +171,8 @@ class GPUSpec(BaseModel):
             attention_efficiency=self.attention_efficiency,
             hbm_efficiency=self.hbm_efficiency,
             kernel_overhead_s=self.kernel_overhead,
+            tp_forward_overhead_s=self.tp_module_overhead.forward,
+            tp_backward_overhead_s=self.tp_module_overhead.backward,
         )
 
     # memory as a PyTorch process sees it (sim.memory.capacity); defaults are sourced there

@@ -17,7 +17,12 @@
   next stage (Megatron's scatter/gather optimisation, Narayanan et al., arXiv:2104.04473, §4.1;
   with sequence parallelism the activation is already split); the all-gather that rebuilds it
   over NVLink is not modelled;
-* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer.
+* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer;
+* **per-module overhead**: each tensor-parallel module of the layer
+  (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured
+  ``tp_forward_overhead_s`` to the forward and ``tp_backward_overhead_s`` to the input-gradient
+  backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
+  ``sim calibrate`` measured it: Megatron's tensor parallelism has none).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
 ``provenance.model_shape`` of a profiled one): :func:`model_shape`.
@@ -39,6 +44,7 @@ from sim.tensor.megatron import (
     block_comm,
     embedding_comm,
     head_comm,
+    parallel_modules,
 )
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -152,16 +158,19 @@ def _shard_layer(
     d: int,
     t: int,
     sp: bool,
+    overhead: tuple[float, float] = (0.0, 0.0),
 ) -> LayerProfile:
     kf, ki, kw, kb = ratios
+    mods = parallel_modules(kind, sp)
+    extra_f, extra_b = mods * overhead[0], mods * overhead[1]
     s, h = int(shape["seq_len"]), int(shape["hidden"])
     bi: float | None = None
     bw: float | None = None
     if layer.bwd_input_s is not None and layer.bwd_weight_s is not None:
-        bi, bw = layer.bwd_input_s * ki, layer.bwd_weight_s * kw
+        bi, bw = layer.bwd_input_s * ki + extra_b, layer.bwd_weight_s * kw
         bwd = bi + bw
     else:
-        bi, bw, bwd = layer.bwd_input_s, layer.bwd_weight_s, layer.bwd_s * kb
+        bi, bw, bwd = layer.bwd_input_s, layer.bwd_weight_s, layer.bwd_s * kb + extra_b
     if kind == "block":
         act = block_act_bytes_tp(layer.act_bytes, b, s, h, d, t, sp)
     else:
@@ -172,7 +181,7 @@ def _shard_layer(
 
     return replace(
         layer,
-        fwd_s=layer.fwd_s * kf,
+        fwd_s=layer.fwd_s * kf + extra_f,
         bwd_s=bwd,
         bwd_input_s=bi,
         bwd_weight_s=bw,
@@ -220,9 +229,12 @@ def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> Sha
         ft, it, wt = _layer_times(kind, shape, b, t, sp, spec, trace.dtype)
         ratios[kind] = (_ratio(ft, f1), _ratio(it, i1), _ratio(wt, w1), _ratio(it + wt, i1 + w1))
     layers, comm = [], []
+    overhead = (
+        (0.0, 0.0) if spec is None else (spec.tp_forward_overhead_s, spec.tp_backward_overhead_s)
+    )
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp))
+        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp, overhead))
         comm.append(_comm(kind, b, s, h, d, t, sp))
     how = f"t={t}{' with sequence parallelism' if sp else ''}"
     prov = {**trace.provenance, "tensor_parallel": how}
