@@ -212,7 +212,7 @@ def test_cpu_ranks_keep_the_links_model():
     """No compute capability (a calibrated CPU rank): the ring with the links' latencies."""
     topo = load_hardware({"base": "dgx-a100-40gb", "gpu": {"model": "cpu-rank"}})
     plan = collective_plan(topo, ("gpu0", "gpu1"))
-    assert plan.nccl is None
+    assert plan.nccl_info is None
     assert plan.time_s(1e6, AR) == plan.ring_time_s(1e6, AR)
 
 

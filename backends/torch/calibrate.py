@@ -525,7 +525,7 @@ def calibrate(
             + " TFLOP/s."
         )
     if ranks[0].get("collectives"):
-        _comm_fields(hardware, ranks, payload["collective_sizes"], date, kind)
+        _comm_fields(hardware, ranks, list(DEFAULT_COLLECTIVE_SIZES), date, kind)
     runtime = _runtime_memory(kind, hardware)
     result = Calibration(hardware, ranks, {"cpu_adam": adam, "runtime_memory": runtime})
     if path is not None:

@@ -63,6 +63,7 @@ def _median_s(fn: Callable[[], Any], dev: torch.device, reps: int, warmup: int =
 def _collective(kind: str, nbytes: int, world: int, dev: torch.device) -> Callable[[], Any]:
     """A call running one ``kind`` collective of ``nbytes`` (nccl-tests' ``B``) over the world."""
     group = dist.group.WORLD
+    assert group is not None  # the ranks joined a process group
     n = max(world, nbytes // 4 // world * world)  # fp32 elements, divisible by the world
     if kind == "allreduce":
         buf = torch.ones(n, device=dev)

@@ -20,6 +20,14 @@ So ``t = RS_local(B) + AR_rails(B/L) + AG_local(B)``, each phase the slowest of 
 ring sets (servers, rails). With one member per server it is the ring over the servers; within
 one server, or with unequal members per server, one ring set (the flat algorithm). The collective holds
 every link of every phase for its whole duration, as a ring does.
+
+That is the rings' time with the links' latency per step (:meth:`CollectivePlan.ring_time_s`).
+What a collective takes (:meth:`CollectivePlan.time_s`) is, in order: the hardware's measured
+table for a communicator of this size (:mod:`sim.hardware.comm_tables`, ``sim calibrate``);
+else, when every member is a GPU that runs NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`:
+its latency and bandwidth per algorithm and protocol, the least-time choice), fed with the
+rings' bus bandwidth (the bandwidth term above as nccl-tests' busbw), the servers spanned and
+the intra-server path (NVLink or PCI); else the rings' time.
 """
 
 from __future__ import annotations
@@ -131,7 +139,7 @@ class CollectivePlan:
         names: the held links' names, sorted.
         ranks: members of the communicator.
         servers: servers they span.
-        nccl: what NCCL's tuning sees besides the bandwidth (``(compute capability, intra,
+        nccl_info: what NCCL's tuning sees besides the bandwidth (``(compute capability, intra,
             nvls)``), or None when the members do not run NCCL (:meth:`time_s`).
         tables: measured collective times of this communicator's size
             (:mod:`sim.hardware.comm_tables`).
@@ -144,7 +152,7 @@ class CollectivePlan:
     names: tuple[str, ...] = ()
     ranks: int = 1
     servers: int = 1
-    nccl: tuple[float, str, bool] | None = None
+    nccl_info: tuple[float, str, bool] | None = None
     tables: tuple[CollectiveTable, ...] = ()
 
     @property
@@ -173,13 +181,13 @@ class CollectivePlan:
     def communicator(self, kind: str) -> nccl.Communicator | None:
         """NCCL's view of this communicator for ``kind`` (its ring bus bandwidth: the rings'
         bandwidth term as nccl-tests' busbw), or None when it does not run NCCL."""
-        if self.nccl is None or self.ranks < 2:
+        if self.nccl_info is None or self.ranks < 2:
             return None
         probe = 1e9
         bus = probe * RING_STEPS[kind] * (self.ranks - 1) / self.ranks
         bus /= self.ring_time_s(probe, kind, latency=False)
         widest = max((r.bandwidth_Bps for r in self.flat), default=None)
-        cc, intra, nvls = self.nccl
+        cc, intra, nvls = self.nccl_info
         return nccl.Communicator(self.ranks, self.servers, bus, intra, cc, nvls, widest)
 
     def choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
@@ -234,7 +242,7 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
         view = nccl_view(topology, gpus, local_routes)
         return CollectivePlan(
             flat, links=_links(every), names=_names(every), ranks=n, servers=servers,
-            nccl=view, tables=tables,
+            nccl_info=view, tables=tables,
         )  # fmt: skip
     members = [tuple(by_server[k]) for k in sorted(by_server)]
     local = tuple(ring_set(topology, m) for m in members)
