@@ -185,6 +185,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             "hbm_bandwidth": g0.hbm_bandwidth_Bps,
             **_compute_fields(g0.compute),
             **reserve_fields(g0),
+            **_nccl_fields(g0),
         },
         "num_gpus": topo.num_gpus,
         "hosts": [
@@ -194,7 +195,27 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         "gpu_hosts": [g.host for g in topo.gpus],
         "switches": list(topo.switches),
         "links": links,
+        "collectives": [
+            {
+                "kind": t.kind,
+                "ranks": t.ranks,
+                "sizes": list(t.sizes_bytes),
+                "times": list(t.times_s),
+                "source": t.source,
+            }
+            for t in topo.collectives
+        ],
     }
+
+
+def _nccl_fields(gpu: Any) -> dict[str, Any]:
+    """``compute_capability`` and ``nvls`` of a ``gpu`` mapping (those the GPU has)."""
+    out: dict[str, Any] = {}
+    if gpu.compute_capability is not None:
+        out["compute_capability"] = gpu.compute_capability
+    if gpu.nvls:
+        out["nvls"] = True
+    return out
 
 
 def _compute_fields(spec: Any) -> dict[str, Any]:
@@ -208,4 +229,8 @@ def _compute_fields(spec: Any) -> dict[str, Any]:
         "attention_efficiency": spec.attention_efficiency,
         "hbm_efficiency": spec.hbm_efficiency,
         "kernel_overhead": spec.kernel_overhead_s,
+        "tp_module_overhead": {
+            "forward": spec.tp_forward_overhead_s,
+            "backward": spec.tp_backward_overhead_s,
+        },
     }
