@@ -280,11 +280,8 @@ def test_each_tensor_parallel_module_adds_its_measured_overhead(sp, per_block):
     """A measured per-module overhead (torch DTensor's dispatch, `sim calibrate`) adds to a
     block's forward per_block x forward and to its input gradient per_block x backward: 2
     column- and 2 row-parallel linears, and 2 sequence-parallel norms with sp."""
-    from dataclasses import replace
-
-    slow = replace(H100, tp_forward_overhead_s=1e-3, tp_backward_overhead_s=3e-3)
     base = shard_trace(gpt(b=1, s=1024), 2, sp, H100).trace.layers
-    over = shard_trace(gpt(b=1, s=1024), 2, sp, slow).trace.layers
+    over = shard_trace(gpt(b=1, s=1024), 2, sp, H100, (1e-3, 3e-3)).trace.layers
     block = 1  # layers: embedding, blocks..., head
     assert over[block].fwd_s - base[block].fwd_s == pytest.approx(per_block * 1e-3)
     assert over[block].bwd_s - base[block].bwd_s == pytest.approx(per_block * 3e-3)

@@ -57,10 +57,6 @@ class ComputeSpec:
             kernel (forward + backward), in (0, 1].
         hbm_efficiency: achievable fraction of HBM peak, in (0, 1].
         kernel_overhead_s: fixed seconds per kernel.
-        tp_forward_overhead_s: seconds one tensor-parallel module adds to a forward beyond its
-            compute and collectives (torch DTensor's dispatch; measured by ``sim calibrate``,
-            :mod:`backends.torch.calibrate_comm`; 0 for Megatron's plain-tensor parallelism).
-        tp_backward_overhead_s: the same for its backward.
     """
 
     model: str
@@ -72,8 +68,6 @@ class ComputeSpec:
     attention_efficiency: float
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
-    tp_forward_overhead_s: float = 0.0
-    tp_backward_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("matmul_flops", "fp32_flops", "hbm_bandwidth_Bps", "sm_count"):

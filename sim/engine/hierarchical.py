@@ -32,7 +32,7 @@ the intra-server path (NVLink or PCI); else the rings' time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sim.engine import nccl
 from sim.events import EventKind
@@ -154,6 +154,7 @@ class CollectivePlan:
     servers: int = 1
     nccl_info: tuple[float, str, bool] | None = None
     tables: tuple[CollectiveTable, ...] = ()
+    _times: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
     def hierarchical(self) -> bool:
@@ -203,6 +204,13 @@ class CollectivePlan:
         this size when the hardware has one; else NCCL's model (:mod:`sim.engine.nccl`) when
         the members run NCCL, with the rings' bus bandwidth; else the ring algorithm with the
         links' latencies (:meth:`ring_time_s`). 0 for one member."""
+        key = (nbytes, kind)
+        cached = self._times.get(key)
+        if cached is None:
+            cached = self._times[key] = self._time_s(nbytes, kind)
+        return cached
+
+    def _time_s(self, nbytes: float, kind: str) -> float:
         if self.ranks < 2:
             return 0.0
         table = find_table(self.tables, kind, self.ranks)

@@ -209,8 +209,9 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
 
 
 def _nccl_fields(gpu: Any) -> dict[str, Any]:
-    """``compute_capability`` and ``nvls`` of a ``gpu`` mapping (those the GPU has)."""
-    out: dict[str, Any] = {}
+    """``compute_capability``, ``nvls`` and ``tp_module_overhead`` of a ``gpu`` mapping."""
+    fwd, bwd = gpu.tp_module_overhead_s
+    out: dict[str, Any] = {"tp_module_overhead": {"forward": fwd, "backward": bwd}}
     if gpu.compute_capability is not None:
         out["compute_capability"] = gpu.compute_capability
     if gpu.nvls:
@@ -229,8 +230,4 @@ def _compute_fields(spec: Any) -> dict[str, Any]:
         "attention_efficiency": spec.attention_efficiency,
         "hbm_efficiency": spec.hbm_efficiency,
         "kernel_overhead": spec.kernel_overhead_s,
-        "tp_module_overhead": {
-            "forward": spec.tp_forward_overhead_s,
-            "backward": spec.tp_backward_overhead_s,
-        },
     }

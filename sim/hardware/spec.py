@@ -171,8 +171,6 @@ class GPUSpec(BaseModel):
             attention_efficiency=self.attention_efficiency,
             hbm_efficiency=self.hbm_efficiency,
             kernel_overhead_s=self.kernel_overhead,
-            tp_forward_overhead_s=self.tp_module_overhead.forward,
-            tp_backward_overhead_s=self.tp_module_overhead.backward,
         )
 
     # memory as a PyTorch process sees it (sim.memory.capacity); defaults are sourced there
@@ -505,6 +503,7 @@ def topology_from_spec(
             reserve,
             compute_capability=cc,
             nvls=g.nvls,
+            tp_module_overhead_s=(g.tp_module_overhead.forward, g.tp_module_overhead.backward),
         )
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )

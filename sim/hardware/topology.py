@@ -100,6 +100,9 @@ class GPU:
             (:mod:`sim.engine.nccl`); None (CPU ranks, GPUs built in code): the links' latency
             and rate alone.
         nvls: NVLink SHARP (NVSwitch multicast) is available to NCCL on this GPU's server.
+        tp_module_overhead_s: ``(forward, backward)`` seconds one tensor-parallel module adds
+            beyond its compute and collectives (torch DTensor's dispatch, measured by ``sim
+            calibrate``; 0 for Megatron's plain-tensor parallelism; :mod:`sim.tensor.shard`).
     """
 
     name: str
@@ -112,6 +115,7 @@ class GPU:
     reserve: RuntimeReserve = NO_RESERVE
     compute_capability: float | None = None
     nvls: bool = False
+    tp_module_overhead_s: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)

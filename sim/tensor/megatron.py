@@ -104,7 +104,7 @@ def head_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
 
 def parallel_modules(kind: str, sp: bool) -> int:
     """Tensor-parallel modules of a layer, each of which costs the per-module overhead
-    (:attr:`~sim.compute.device.ComputeSpec.tp_forward_overhead_s`): a block's 2 column- and 2
+    (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`): a block's 2 column- and 2
     row-parallel linears (Shoeybi et al. §3) and, with sequence parallelism, its 2 norms; the
     vocabulary-parallel embedding; the output layer (and its norm with ``sp``). As the replay
     parallelizes them (backends/torch/tensor_parallel.py); the loss's vocabulary-parallel ops

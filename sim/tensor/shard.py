@@ -19,9 +19,8 @@
   over NVLink is not modelled;
 * **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer;
 * **per-module overhead**: each tensor-parallel module of the layer
-  (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured
-  ``tp_forward_overhead_s`` to the forward and ``tp_backward_overhead_s`` to the input-gradient
-  backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
+  (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured forward overhead to
+  the forward and its backward overhead to the input-gradient backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
   ``sim calibrate`` measured it: Megatron's tensor parallelism has none).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
@@ -199,7 +198,13 @@ def _comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerC
     return fn(b, s, h, d, t, sp)
 
 
-def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> ShardedTrace:
+def shard_trace(
+    trace: Trace,
+    t: int,
+    sp: bool,
+    spec: ComputeSpec | None,
+    overhead: tuple[float, float] = (0.0, 0.0),
+) -> ShardedTrace:
     """``trace`` (at its micro-batch size, on the target GPU) as one of ``t`` ranks runs it.
 
     Args:
@@ -207,6 +212,8 @@ def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> Sha
         t: tensor-parallel size (1: the trace unchanged, no collectives).
         sp: sequence parallelism.
         spec: the GPU whose compute model gives the time ratios; None: every phase ``/ t``.
+        overhead: ``(forward, backward)`` seconds per tensor-parallel module
+            (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`; module doc).
 
     Raises:
         ValueError: :func:`shape_problem` says why the trace cannot be split ``t`` ways.
@@ -229,9 +236,6 @@ def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> Sha
         ft, it, wt = _layer_times(kind, shape, b, t, sp, spec, trace.dtype)
         ratios[kind] = (_ratio(ft, f1), _ratio(it, i1), _ratio(wt, w1), _ratio(it + wt, i1 + w1))
     layers, comm = [], []
-    overhead = (
-        (0.0, 0.0) if spec is None else (spec.tp_forward_overhead_s, spec.tp_backward_overhead_s)
-    )
     for layer in trace.layers:
         kind = layer_kind(layer.name)
         layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp, overhead))
