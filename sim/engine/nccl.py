@@ -37,7 +37,8 @@ it feeds rarely bind inside a server (they do on rings of PCIe or on one slow NV
 
 Not modelled (NCCL's model omits them too): how many channels NCCL launches for a small
 message (``src/enqueue.cc`` lowers it below ``nc * nThreads * threadThreshold`` bytes), the
-host's launch of the kernel (the :mod:`host <sim.engine>` side), and CollNet. Everything above
+host's enqueue and launch of the kernel (a host cost, not the device time modelled here), and
+CollNet. Everything above
 is NCCL's own number; nothing is fitted.
 """
 
@@ -127,6 +128,8 @@ MAX_CHANNELS = 16
 NET_OVERHEAD_US = 1.0
 """``getNetOverhead``: 1 us per network step on Intel CPUs (2 on AMD; Intel assumed), x3 for
 Simple."""
+P2P_LL_THRESHOLD = 16384
+"""``NCCL_P2P_LL_THRESHOLD`` default in bytes (src/enqueue.cc ``NCCL_PARAM(P2pLLThreshold)``)."""
 
 
 @dataclass(frozen=True)
@@ -314,7 +317,3 @@ def p2p_time_s(intra: str, bandwidth_Bps: float, nbytes: float) -> float:
     lat_us = BASE_LAT_US[(RING, proto)] + HW_LAT_US[intra][(RING, proto)]
     rate = bandwidth_Bps / 3 if proto == LL else bandwidth_Bps
     return lat_us * 1e-6 + nbytes / rate
-
-
-P2P_LL_THRESHOLD = 16384
-"""``NCCL_P2P_LL_THRESHOLD`` default in bytes (src/enqueue.cc ``NCCL_PARAM(P2pLLThreshold)``)."""
