@@ -222,7 +222,8 @@ class BoundModel:
         gpu = self.prep.topology.gpus[0].compute
         trace: Trace = self.prep.traces[point.model]
         trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
-        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu)
+        overhead = self.prep.topology.gpus[0].tp_module_overhead_s
+        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu, overhead)
         trace = sharded.trace
         layers = trace.layers
         per_elem = dtype_bytes(trace.dtype)

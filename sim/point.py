@@ -318,8 +318,13 @@ def _shard(trace: Trace, point: PointConfig, topo: Topology, file: str) -> Shard
         InputError: the trace cannot be split ``tensor_parallel`` ways (no model shape, heads).
     """
     try:
+        gpu = topo.gpus[0]
         return shard_trace(
-            trace, point.tensor_parallel, point.sequence_parallel, topo.gpus[0].compute
+            trace,
+            point.tensor_parallel,
+            point.sequence_parallel,
+            gpu.compute,
+            gpu.tp_module_overhead_s,
         )
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None

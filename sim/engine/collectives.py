@@ -24,6 +24,12 @@ rings for its whole duration, one hold for all rings (a link two rings share is 
 so it contends with sends and swaps on those links (links are FIFO: see
 :mod:`sim.engine.links`).
 
+What a collective takes is its plan's :meth:`~sim.engine.hierarchical.CollectivePlan.time_s`:
+on GPUs that run NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`) with the rings' bus
+bandwidth; with a measured table of the communicator's size (``sim calibrate``: gloo on CPU),
+the table; else the rings with the links' latencies, as above. The same plan times the
+tensor-parallel, data-parallel and ZeRO collectives.
+
 Across servers the data-parallel collectives are hierarchical (:mod:`sim.engine.hierarchical`);
 with tensor parallelism every tensor rank ``k`` of a stage has its own data-parallel
 communicator (rank ``k`` of every replica).
