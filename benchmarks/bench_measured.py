@@ -43,6 +43,10 @@ from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
+FRAMEWORK = "megatron-deepspeed"
+"""vTrain's data/README.md: every point collected with Megatron-DeepSpeed; its configs say
+``use_gradient_bucket: false`` (all-reduce after the backward), ``use_checkpoint: true``,
+``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
 QUESTION = ["layers", "global_batch", "gpus"]
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
@@ -54,8 +58,9 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     return df
 
 
-def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
-    """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row)."""
+def predict(df: pd.DataFrame, hardware: str, framework: str = FRAMEWORK) -> pd.DataFrame:
+    """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row),
+    each row run as ``framework`` runs it (:mod:`sim.framework`)."""
     topo = load_hardware(hardware)
     gpu = preset_gpu(hardware)
     traces = {}
@@ -82,6 +87,7 @@ def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
                 "models": [{"name": name, "trace": name}],
                 "training": {"global_batch": int(rec.global_batch), "dtype": "fp16"},
                 "options": {"partition": "uniform"},
+                "framework": framework,
             }
         )
         point = PointConfig(
@@ -94,6 +100,7 @@ def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
             microbatches=int(rec.microbatches),
             memory_policy="recompute:full",
             global_batch=int(rec.global_batch),
+            framework=framework,
         )
         row = evaluate_row(Prepared(exp, "<measured>", topo, {name: traces[name]}), point)
         t = row.iteration_time_s
@@ -210,9 +217,15 @@ def main() -> None:
         "--hardware", default="dgx-a100-40gb", help="server preset (default: %(default)s)"
     )
     ap.add_argument("--out", default="results/bench_measured", help="folder for the CSV and PNG")
+    ap.add_argument(
+        "--framework",
+        default=FRAMEWORK,
+        help="framework profile the rows run as (default: %(default)s, as vTrain measured; "
+        "pipesim: the runtime sim validate replays)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    res = predict(load_vtrain(), args.hardware)
+    res = predict(load_vtrain(), args.hardware, args.framework)
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,7 @@ from typing import Any
 from sim.compute.adapt import adapt_trace
 from sim.config import PointConfig
 from sim.engine.hierarchical import collective_plan
+from sim.framework.registry import get_framework
 from sim.memory.registry import parse_policy
 from sim.memory.reserve import nccl_peers
 from sim.memory.spec import PolicySpec
@@ -303,10 +304,10 @@ class BoundModel:
 
     def flight(self, point: PointConfig) -> tuple[tuple[int, ...], int]:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
-        key = (point.schedule, point.stages, point.microbatches)
+        key = (point.schedule, point.stages, point.microbatches, point.framework)
         if key not in self._flight:
-            sched = get_schedule(point.schedule)(
-                point.stages, point.microbatches, point.virtual_stages
+            sched = get_framework(point.framework).make_schedule(
+                get_schedule(point.schedule), point.stages, point.microbatches, point.virtual_stages
             )
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
             n = tuple(peak_in_flight(sched.program(its)))

@@ -125,6 +125,7 @@ class Collectives:
         self._groups: dict[tuple, list] = {}
         self._overlapped: dict[tuple[int, int, int], list] = {}
         self._rings: dict[tuple[int, int], CollectivePlan] = {}
+        self._tied: dict[tuple[str, ...], CollectivePlan] = {}
 
     @staticmethod
     def nbytes(rep: StageReplica) -> float:
@@ -248,6 +249,51 @@ class Collectives:
             )
         )
 
+    def join_tied(self, rep: StageReplica, step_no: int, tags: dict):
+        """Process: the all-reduce of the gradients tied between the first and the last stage
+        (``runtime.tied_grad_bytes``: Megatron's word embedding, kept on both ends) that
+        ``rep``'s replica and tensor rank run at step ``step_no``; nothing for other stages,
+        without such bytes, or when both ends share a GPU."""
+        size, n = self.inp.runtime.tied_grad_bytes, self.inp.stages
+        if size <= 0 or rep.stage not in (0, n - 1):
+            return
+        r, k = rep.replica, rep.tp_rank
+        gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in (0, n - 1)))
+        if len(gpus) < 2:
+            return
+        key = ("tied", r, k, step_no)
+        group = self._groups.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        plan = self._plan_of(gpus)
+        if group[1] == len(gpus):
+            del self._groups[key]
+            self.env.process(self._hold(plan, size, EventKind.ALLREDUCE, group[0]))
+        start = self.env.now
+        yield group[0]
+        self.links.events.append(
+            Event(
+                EventKind.ALLREDUCE,
+                rep.gpu,
+                Stream.COMM,
+                f"tied allreduce s{rep.stage}",
+                start,
+                self.env.now,
+                nbytes=size,
+                links=plan.names,
+                **tags,
+            )
+        )
+
+    def _plan_of(self, gpus: tuple[str, ...]) -> CollectivePlan:
+        cached = self._tied.get(gpus)
+        if cached is None:
+            cached = self._tied[gpus] = collective_plan(self.inp.topology, gpus)
+        return cached
+
+    def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
+        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
+        done.succeed()
+
     def ring(self, s: int, k: int = 0) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
         every replica): its rings (:func:`~sim.engine.hierarchical.collective_plan`) and the
@@ -259,9 +305,7 @@ class Collectives:
         return cached
 
     def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
-        plan = self.ring(s, k)
-        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
-        done.succeed()
+        yield from self._hold(self.ring(s, k), nbytes, kind, done)
 
 
 class TensorCollectives:
