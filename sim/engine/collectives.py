@@ -43,6 +43,13 @@ engine has per-stage, not per-layer, times), so bucket ``k`` of ``n`` is ready a
 the optimizer step waits for the last one: only the tail is exposed. Within a hold of several
 buckets (more than :data:`MAX_HOLDS` buckets), the buckets still run back to back as each
 becomes ready; only contention with other traffic is resolved per hold instead of per bucket.
+With sharded optimizer state the buckets are reduce-scattered instead (FSDP2's per-block
+reduce-scatter). ``dp_bucket_bytes = 0`` reduces everything at the step, after the backward:
+exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engine).
+
+Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
+last stage has its gradient all-reduced between those two GPUs at every step
+(``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction.
 """
 
 from __future__ import annotations
@@ -134,11 +141,14 @@ class Collectives:
         return plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
 
     def overlaps(self, rep: StageReplica) -> bool:
-        """Whether ``rep``'s gradient all-reduce runs in buckets during its last backward."""
+        """Whether ``rep``'s gradient reduction runs in buckets during its last backward: an
+        all-reduce, or a reduce-scatter when its optimizer state is sharded
+        (:attr:`StagePlan.dp_sharded`) but its backwards do not reduce-scatter themselves
+        (``scatter_bytes``: ZeRO-2/3, PatrickStar)."""
         return (
             self.inp.dp_width > 1
             and self.inp.dp_bucket_bytes > 0
-            and not rep.plan.dp_sharded
+            and rep.plan.scatter_bytes <= 0
             and self.nbytes(rep) > 0
         )
 
@@ -178,12 +188,13 @@ class Collectives:
         done; consecutive buckets share one hold of the ring's links when there are more than
         :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail)."""
         s = rep.stage
+        kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(s, rep.tp_rank)
         links, names = plan.links, plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
-        full_s = plan.time_s(sizes[0], EventKind.ALLREDUCE)
-        last_s = plan.time_s(sizes[-1], EventKind.ALLREDUCE)
+        full_s = plan.time_s(sizes[0], kind)
+        last_s = plan.time_s(sizes[-1], kind)
 
         def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
             return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
@@ -204,10 +215,10 @@ class Collectives:
             for rep, tags in members:
                 self.links.events.append(
                     Event(
-                        EventKind.ALLREDUCE,
+                        kind,
                         rep.gpu,
                         Stream.COMM,
-                        f"allreduce s{s} {label}",
+                        f"{kind} s{s} {label}",
                         begin,
                         self.env.now,
                         nbytes=size,
