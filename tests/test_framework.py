@@ -277,6 +277,15 @@ def test_framework_config_errors(tmp_path, monkeypatch, changes, mentions):
     assert not (tmp_path / "results").exists()
 
 
+def test_validate_replays_only_the_default_runtime(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, framework="megatron-lm")
+    res = runner.invoke(app, ["validate", "exp.yaml"])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert "framework" in flat and "set framework: pipesim" in flat
+
+
 def test_framework_recorded_in_results_and_winner(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, framework="megatron-deepspeed")  # m = 2 < p = 4: DeepSpeed runs it
