@@ -265,7 +265,7 @@ def resolve(
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     sharded = _shard(trace, point, topo, file)
-    trace = sharded.trace
+    trace = framework.tie(sharded.trace, schedule, t)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
     peaks = peak_in_flight_per_stage(program)
@@ -305,7 +305,7 @@ def resolve(
         flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, point.dp_width)
+    flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
     w = point.dp_width
@@ -338,7 +338,7 @@ def resolve(
         tensor_groups=stage_groups,
         tensor_plans=tensor_plans,
         dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=framework.runtime(topo, trace),
+        runtime=framework.runtime(topo, trace, t),
     )
     return Resolved(
         point, schedule, trace, tuple(boundaries), placement, sim_input, iterations, tuple(notes)

@@ -37,14 +37,14 @@ def _trace(names: list[str], param_bytes: list[float], fwd_s: float = 1.0) -> Tr
     return Trace("t", layers, 1, "fp16", "test")
 
 
-def _run(trace: Trace, framework: str, *, p: int, w: int, m: int, topo) -> tuple:
-    """One point of ``trace`` as ``framework`` runs it (no optimizer time, free sends)."""
+def _run(trace: Trace, framework: str, *, p: int, w: int, m: int, topo, step=False) -> tuple:
+    """One point of ``trace`` as ``framework`` runs it (no optimizer time unless ``step``)."""
     exp = parse_experiment(
         {
             "name": "x",
             "hardware": "dgx1-v100-16gb",
             "models": [{"name": "t", "trace": "t"}],
-            "training": {"global_batch": m * w, "optimizer_step": False},
+            "training": {"global_batch": m * w, "optimizer_step": step},
             "options": {"partition": "uniform"},
             "framework": framework,
         }
@@ -101,6 +101,13 @@ def test_tied_embedding_grads_allreduced_between_first_and_last_stage():
     assert met.iteration_time_s == pytest.approx(13.0)
     _, met, log = _run(trace, "torchtitan", p=2, w=1, m=2, topo=topo)  # untied embeddings
     assert not [e for e in log.events if e.name.startswith("tied")]
+    # one stage holds both ends: the head uses the embedding's weight, stored once (weights
+    # 0.5e9 + 2 B: the head's 1e9 B copy is gone), and nothing is all-reduced
+    res, _, log = _run(trace, "megatron-deepspeed", p=1, w=1, m=1, topo=topo)
+    assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(0.5 * GB + 2.0)
+    assert not [e for e in log.events if e.name.startswith("tied")]
+    res, _, _ = _run(trace, "pipesim", p=1, w=1, m=1, topo=topo)
+    assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(1.5 * GB + 2.0)
 
 
 def megatron_1f1b(p: int, m: int, rank: int) -> list[str]:
@@ -238,6 +245,30 @@ def test_distributed_optimizer_shards_state_and_reduce_scatters_overlapped():
     kinds = {e.kind for e in log.events if e.stream == "comm"}
     assert kinds == {"reduce_scatter", "all_gather"}
     assert "reduce_scatter" not in {e.kind for e in ref.events}
+
+
+@pytest.mark.parametrize(
+    "framework, w, extra",
+    [
+        ("megatron-deepspeed", 1, 42 + 8),
+        ("megatron-deepspeed", 2, 42 + 8 + 4),
+        ("megatron-lm", 1, 24),
+        ("megatron-lm", 2, 24 + 4),
+    ],
+)
+def test_mixed_precision_step_moves_the_framework_passes(framework, w, extra):
+    # fp16 Adam: the fused step moves grad 2 + 2 x (master 4 + m 4 + v 4) + weight 2 = 28 B per
+    # parameter; DeepSpeed's FP16_Optimizer.step 42 B more, its gradient reduction 8 B
+    # (flatten, copy back) and 4 B (average) with w > 1; Megatron's Float16Optimizer 24 B and
+    # its in-place scaling of the contiguous gradient buffer 4 B with w > 1.
+    topo = chain_topology(w)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    kw = dict(p=1, w=w, m=1, topo=topo, step=True)
+    ref = _run(trace, "pipesim", **kw)[0].sim_input.plans[0][0]
+    res = _run(trace, framework, **kw)[0]
+    assert res.sim_input.plans[0][0].optimizer_s == pytest.approx(
+        ref.optimizer_s * (28 + extra) / 28
+    )
 
 
 def _write(tmp_path: Path, **changes) -> None:

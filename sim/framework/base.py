@@ -28,9 +28,10 @@ from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
 from sim.framework.placement import PLACEMENTS
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
+from sim.memory.states import StateBytes
 from sim.schedules.base import Schedule
-from sim.tensor.shard import layer_kind
-from sim.trace.schema import Trace
+from sim.tensor.shard import layer_kind, model_shape
+from sim.trace.schema import Trace, dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,14 @@ class Framework:
         step_barrier: where the stages wait for each other at the optimizer step.
         distributed_optimizer: optimizer state sharded over the data-parallel replicas
             (gradients reduce-scattered, parameters all-gathered after the step).
+        step_extra_bytes: HBM bytes per parameter its mixed-precision optimizer step moves
+            besides the optimizer kernel's own (overflow check, fp32 gradient copies, norm,
+            unscale, copy back to the 16-bit weights); 0: a fused step only
+            (:func:`sim.memory.states.optimizer_step_s`).
+        reduce_extra_bytes: ``(always, more with w > 1)``: HBM bytes per parameter its
+            gradient reduction moves on the GPU around the collective (flattening into a
+            buffer, averaging, copying back), at any data-parallel width and on top with
+            ``w > 1``; sequential with the exposed reduction, so charged at the step.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
     """
 
@@ -85,6 +94,8 @@ class Framework:
     sync_before_forward: ClassVar[Setting] = Setting(False, PIPESIM)
     step_barrier: ClassVar[Setting] = Setting("none", PIPESIM)
     distributed_optimizer: ClassVar[Setting] = Setting(False, PIPESIM)
+    step_extra_bytes: ClassVar[Setting] = Setting(0.0, PIPESIM)
+    reduce_extra_bytes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -98,6 +109,8 @@ class Framework:
         "sync_before_forward",
         "step_barrier",
         "distributed_optimizer",
+        "step_extra_bytes",
+        "reduce_extra_bytes",
     )
 
     def settings(self) -> dict[str, Setting]:
@@ -140,11 +153,24 @@ class Framework:
         :attr:`dp_bucket_bytes`, or a size that depends on the model where a profile says so."""
         return float(self.dp_bucket_bytes.value)
 
-    def runtime(self, topo: Topology, trace: Trace) -> PipelineRuntime:
+    def tie(self, trace: Trace, schedule: Schedule, tensor_parallel: int = 1) -> Trace:
+        """``trace`` (as one tensor rank runs it) with the word embedding stored once where
+        both its ends sit on one rank (``p = 1``, or a V-shaped schedule): the head's output
+        projection then uses the embedding's own weight (Megatron-LM
+        ``LanguageModule.shared_embedding_or_output_weight``; DeepSpeed builds a
+        ``TiedLayerSpec`` once per stage), so the head's copy (:func:`tied_embedding_bytes`)
+        is not in its parameters. Unchanged without a tied embedding."""
+        last = schedule.num_stages - 1
+        if not self.tied_embedding.value or schedule.stage_rank(0) != schedule.stage_rank(last):
+            return trace
+        return share_head_weight(trace, tensor_parallel)
+
+    def runtime(self, topo: Topology, trace: Trace, tensor_parallel: int = 1) -> PipelineRuntime:
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
 
-        ``trace`` is the trace as one tensor rank runs it (its ``head`` layers give the tied
-        embedding's gradient bytes); ``sync_resume_s`` is one kernel's launch and dispatch,
+        ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
+        gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`);
+        ``sync_resume_s`` is one kernel's launch and dispatch,
         :attr:`~sim.compute.device.ComputeSpec.kernel_overhead_s` (an assumption the host
         model refines)."""
         tied = self.tied_embedding.value
@@ -153,18 +179,23 @@ class Framework:
             sync_after_p2p=self.sync_after_p2p.value,
             sync_before_forward=self.sync_before_forward.value,
             sync_resume_s=_launch_s(topo),
-            tied_grad_bytes=tied_embedding_bytes(trace) if tied else 0.0,
+            tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
             tied_after_dp=self.tied_after_dp.value,
             step_barrier=self.step_barrier.value,
         )
 
-    def plans(self, plans: list[StagePlan], dp_width: int) -> list[StagePlan]:
-        """The memory plans with the distributed optimizer applied (when it shards and the
-        plan does not already): optimizer state and step ``1/w`` per replica, gradients
-        reduce-scattered and parameters all-gathered (:attr:`StagePlan.dp_sharded`)."""
+    def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:
+        """The memory plans as the framework runs the step: its distributed optimizer (when
+        it shards and a plan does not already: optimizer state and step ``1/w``, gradients
+        reduce-scattered, parameters all-gathered, :attr:`StagePlan.dp_sharded`), and, for
+        16-bit weights (``state``: bytes per parameter), its step's and its gradient
+        reduction's extra memory passes on the GPU (:func:`step_time_s`)."""
+        always, with_dp = self.reduce_extra_bytes.value
+        extra = self.step_extra_bytes.value + always + (with_dp if dp_width > 1 else 0.0)
+        out = [step_time_s(p, state, extra) for p in plans]
         if not self.distributed_optimizer.value or dp_width < 2:
-            return plans
-        return [p if _sharded(p) else shard_optimizer(p, dp_width) for p in plans]
+            return out
+        return [p if _sharded(p) else shard_optimizer(p, dp_width) for p in out]
 
 
 def _launch_s(topo: Topology) -> float:
@@ -172,6 +203,18 @@ def _launch_s(topo: Topology) -> float:
     model)."""
     spec = topo.gpus[0].compute
     return spec.kernel_overhead_s if spec is not None else 0.0
+
+
+def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> StagePlan:
+    """``plan`` with its GPU optimizer step scaled from the fused kernel's traffic
+    (``grad + 2 x optimizer + weight`` bytes per parameter,
+    :func:`sim.memory.states.optimizer_step_s`) to that
+    plus ``extra_bytes``, for 16-bit weights (mixed precision) only; a step on the host or a
+    sharded one (its own path) is unchanged."""
+    if extra_bytes <= 0 or state.weight >= 4 or plan.optimizer_s <= 0 or _sharded(plan):
+        return plan
+    fused = state.grad + 2 * state.optimizer + state.weight
+    return replace(plan, optimizer_s=plan.optimizer_s * (fused + extra_bytes) / fused)
 
 
 def _sharded(plan: StagePlan) -> bool:
@@ -190,11 +233,29 @@ def shard_optimizer(plan: StagePlan, dp_width: int) -> StagePlan:
     )
 
 
-def tied_embedding_bytes(trace: Trace) -> float:
-    """Gradient bytes of the word embedding's copy on the last stage: the ``head`` layers'
-    parameters (the analytic GPT trace keeps Megatron's separate ``V x h`` copy there;
-    gradients have the parameters' dtype)."""
-    return sum(x.param_bytes for x in trace.layers if layer_kind(x.name) == "head")
+def tied_embedding_bytes(trace: Trace, tensor_parallel: int = 1) -> float:
+    """Bytes of the word embedding one tensor rank keeps on the last stage for the output
+    projection, hence of its gradient: ``V/t x h`` elements in the trace's dtype (Megatron's
+    ``VocabParallelEmbedding``; the vocabulary padding to a multiple of ``128 t`` is not
+    modelled), from the trace's model shape; without one, the ``head`` layers' parameters."""
+    shape = model_shape(trace)
+    if shape is None:
+        return sum(x.param_bytes for x in trace.layers if layer_kind(x.name) == "head")
+    v, h = int(shape["vocab"]), int(shape["hidden"])
+    return v * h * dtype_bytes(trace.dtype) / tensor_parallel
+
+
+def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:
+    """``trace`` with the word-embedding copy (:func:`tied_embedding_bytes`) taken out of its
+    ``head`` layers' parameters: the output projection uses the embedding's weight."""
+    copy = tied_embedding_bytes(trace, tensor_parallel)
+    layers = tuple(
+        replace(x, param_bytes=max(0.0, x.param_bytes - copy))
+        if layer_kind(x.name) == "head"
+        else x
+        for x in trace.layers
+    )
+    return replace(trace, layers=layers)
 
 
 def describe(framework: Framework) -> list[tuple[str, str, str]]:
@@ -213,5 +274,6 @@ __all__ = [
     "Setting",
     "describe",
     "shard_optimizer",
+    "share_head_weight",
     "tied_embedding_bytes",
 ]

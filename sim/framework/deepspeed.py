@@ -48,6 +48,22 @@ STEP_BARRIER = Setting(
     f"{PIPE}/engine.py::train_batch -> _aggregate_total_loss: dist.broadcast of the loss from "
     "the last stage over the pipe-parallel group after the schedule's OptimizerStep",
 )
+STEP_EXTRA_BYTES = Setting(
+    42.0,
+    "deepspeed/runtime/fp16/fused_optimizer.py::FP16_Optimizer.step, per parameter: "
+    "has_overflow (runtime/utils.py::CheckOverflow._has_inf_or_nan, x.float().sum(): 2+4+4 B), "
+    "fp32 gradients (p.grad.to(fp32), _flatten_dense_tensors: 2+4+4+4 B), get_grad_norm (4 B), "
+    "unscale_and_clip_grads mul_ (4+4 B), FusedAdam reading 4-byte gradients (+2 B), "
+    "p.data.copy_ of the fp32 master to fp16 (4+2 B, 2 already in the fused step): "
+    "10 + 14 + 4 + 8 + 2 + 4 = 42 B",
+)
+REDUCE_EXTRA_BYTES = Setting(
+    (8.0, 4.0),
+    "deepspeed/runtime/engine.py::allreduce_bucket / allreduce_and_copy (from "
+    f"{PIPE}/engine.py::_exec_reduce_grads at every width), per 2-byte gradient: "
+    "self.flatten(bucket) (2+2 B) and buf.copy_(synced) back (2+2 B) always; "
+    "tensor.mul_(1 / dp_world_size) after the all-reduce (2+2 B) when w > 1",
+)
 NO_ZERO = Setting(
     False,
     "deepspeed/runtime/zero/config.py: zero_optimization.stage defaults to 0 (set stage 1 in "
@@ -80,3 +96,5 @@ class DeepSpeed(Framework):
     sync_before_forward = SYNC_BEFORE_FORWARD
     step_barrier = STEP_BARRIER
     distributed_optimizer = NO_ZERO
+    step_extra_bytes = STEP_EXTRA_BYTES
+    reduce_extra_bytes = REDUCE_EXTRA_BYTES

@@ -23,7 +23,9 @@ from sim.framework.deepspeed import (
     FEWER_MICROBATCHES,
     NO_ZERO,
     PIPE,
+    REDUCE_EXTRA_BYTES,
     STEP_BARRIER,
+    STEP_EXTRA_BYTES,
     SYNC_BEFORE_FORWARD,
 )
 
@@ -62,3 +64,5 @@ class MegatronDeepSpeed(Framework):
     sync_before_forward = SYNC_BEFORE_FORWARD
     step_barrier = STEP_BARRIER
     distributed_optimizer = NO_ZERO
+    step_extra_bytes = STEP_EXTRA_BYTES
+    reduce_extra_bytes = REDUCE_EXTRA_BYTES

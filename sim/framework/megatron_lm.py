@@ -72,3 +72,18 @@ class MegatronLM(Framework):
     distributed_optimizer = Setting(
         False, "megatron/training/arguments.py: --use-distributed-optimizer is off by default"
     )
+    step_extra_bytes = Setting(
+        24.0,
+        f"{CORE}/optimizer/optimizer.py::Float16OptimizerWithFloat16Params, per parameter: "
+        "_copy_model_grads_to_main_grads (main_grad.float(): 2+4 B), "
+        "_unscale_main_grads_and_check_for_nan (_amp_foreach_non_finite_check_and_unscale_: "
+        "4+4 B), optimizer/clip_grads.py::get_grad_norm_fp32 (multi_tensor_l2norm: 4 B), "
+        "FusedAdam reading 4-byte gradients (+2 B), _copy_main_params_to_model_params "
+        "(4+2 B, 2 already in the fused step): 6 + 8 + 4 + 2 + 4 = 24 B",
+    )
+    reduce_extra_bytes = Setting(
+        (0.0, 4.0),
+        f"{CORE}/distributed/param_and_grad_buffer.py::start_grad_sync: gradients already in "
+        "one contiguous buffer (no flatten, no copy back); bucket.grad_data *= "
+        "gradient_scaling_factor (1/w, 2+2 B) when w > 1",
+    )
