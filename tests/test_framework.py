@@ -271,6 +271,22 @@ def test_mixed_precision_step_moves_the_framework_passes(framework, w, extra):
     )
 
 
+@pytest.mark.parametrize(
+    "framework, per_grad_byte", [("megatron-deepspeed", 4), ("megatron-lm", 2)]
+)
+def test_mixed_precision_step_holds_fp32_gradient_copies(framework, per_grad_byte):
+    # 2e9 B of fp16 gradients, no activations: the GPU peak is at the step, where DeepSpeed
+    # holds per-parameter fp32 copies and the flat fp32 buffer (4 B + 4 B per 2-byte
+    # gradient: 8e9 B) and Megatron the fp32 main gradients (4e9 B) above pipesim's peak.
+    topo = chain_topology(1)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    peaks = {
+        fw: max(_run(trace, fw, p=1, w=1, m=1, topo=topo, step=True)[2].meta["peak_bytes"].values())
+        for fw in ("pipesim", framework)
+    }
+    assert peaks[framework] - peaks["pipesim"] == pytest.approx(per_grad_byte * 2 * GB)
+
+
 def _write(tmp_path: Path, **changes) -> None:
     exp = {
         "name": "fw",

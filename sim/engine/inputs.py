@@ -115,6 +115,8 @@ class PipelineRuntime:
         step_barrier: ``"before_update"``: every stage replica of a pipeline replica waits for
             all of them before its optimizer update (a global norm or overflow all-reduce);
             ``"after_update"``: after it (a loss broadcast over the pipeline); ``"none"``.
+        step_transient: GPU bytes the optimizer step allocates per gradient byte while it
+            runs (fp32 gradient copies of a mixed-precision optimizer), freed after it.
     """
 
     blocking_p2p: bool = False
@@ -124,14 +126,15 @@ class PipelineRuntime:
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
     step_barrier: str = "none"
+    step_transient: float = 0.0
 
     def __post_init__(self) -> None:
         if self.step_barrier not in STEP_BARRIERS:
             raise ValueError(
                 f"step_barrier must be one of {STEP_BARRIERS}, not {self.step_barrier!r}"
             )
-        if self.sync_resume_s < 0 or self.tied_grad_bytes < 0:
-            raise ValueError("sync_resume_s and tied_grad_bytes must be >= 0")
+        if min(self.sync_resume_s, self.tied_grad_bytes, self.step_transient) < 0:
+            raise ValueError("sync_resume_s, tied_grad_bytes and step_transient must be >= 0")
 
     @property
     def syncs(self) -> bool:

@@ -352,9 +352,12 @@ class Engine:
             yield from self.traffic.host_step(rep, tags)
         for t in plan.step_transfers_after:
             yield from self.traffic.copy(t, tags)
+        held = rt.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
+        self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
         yield from self.compute.run(
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
         )
+        self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
         if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
         yield from self.exchanges.barrier(rep, k, "after_update", tags)

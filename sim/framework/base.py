@@ -78,6 +78,8 @@ class Framework:
             gradient reduction moves on the GPU around the collective (flattening into a
             buffer, averaging, copying back), at any data-parallel width and on top with
             ``w > 1``; sequential with the exposed reduction, so charged at the step.
+        step_transient: GPU bytes its mixed-precision step allocates per gradient byte
+            while it runs (fp32 gradient copies), for 16-bit weights.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
     """
 
@@ -96,6 +98,7 @@ class Framework:
     distributed_optimizer: ClassVar[Setting] = Setting(False, PIPESIM)
     step_extra_bytes: ClassVar[Setting] = Setting(0.0, PIPESIM)
     reduce_extra_bytes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
+    step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -111,6 +114,7 @@ class Framework:
         "distributed_optimizer",
         "step_extra_bytes",
         "reduce_extra_bytes",
+        "step_transient",
     )
 
     def settings(self) -> dict[str, Setting]:
@@ -182,6 +186,7 @@ class Framework:
             tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
             tied_after_dp=self.tied_after_dp.value,
             step_barrier=self.step_barrier.value,
+            step_transient=self.step_transient.value if dtype_bytes(trace.dtype) < 4 else 0.0,
         )
 
     def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:

@@ -64,6 +64,13 @@ REDUCE_EXTRA_BYTES = Setting(
     "self.flatten(bucket) (2+2 B) and buf.copy_(synced) back (2+2 B) always; "
     "tensor.mul_(1 / dp_world_size) after the all-reduce (2+2 B) when w > 1",
 )
+STEP_TRANSIENT = Setting(
+    4.0,
+    "deepspeed/runtime/fp16/fused_optimizer.py::FP16_Optimizer.step: "
+    "_flatten_dense_tensors([p.grad.to(fp32) ...]) holds the per-parameter fp32 copies and "
+    "the flat fp32 buffer at once (4 + 4 B per 2-byte gradient); the flat one lives until "
+    "after optimizer.step()",
+)
 NO_ZERO = Setting(
     False,
     "deepspeed/runtime/zero/config.py: zero_optimization.stage defaults to 0 (set stage 1 in "
@@ -98,3 +105,4 @@ class DeepSpeed(Framework):
     distributed_optimizer = NO_ZERO
     step_extra_bytes = STEP_EXTRA_BYTES
     reduce_extra_bytes = REDUCE_EXTRA_BYTES
+    step_transient = STEP_TRANSIENT

@@ -26,6 +26,7 @@ from sim.framework.deepspeed import (
     REDUCE_EXTRA_BYTES,
     STEP_BARRIER,
     STEP_EXTRA_BYTES,
+    STEP_TRANSIENT,
     SYNC_BEFORE_FORWARD,
 )
 
@@ -66,3 +67,4 @@ class MegatronDeepSpeed(Framework):
     distributed_optimizer = NO_ZERO
     step_extra_bytes = STEP_EXTRA_BYTES
     reduce_extra_bytes = REDUCE_EXTRA_BYTES
+    step_transient = STEP_TRANSIENT

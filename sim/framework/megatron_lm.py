@@ -87,3 +87,9 @@ class MegatronLM(Framework):
         "one contiguous buffer (no flatten, no copy back); bucket.grad_data *= "
         "gradient_scaling_factor (1/w, 2+2 B) when w > 1",
     )
+    step_transient = Setting(
+        2.0,
+        f"{CORE}/optimizer/optimizer.py::Float16OptimizerWithFloat16Params."
+        "_copy_model_grads_to_main_grads (main_param.grad = main_grad.float(): 4 B per 2-byte "
+        "gradient, freed by zero_grad(set_to_none) at the next train_step)",
+    )
