@@ -3,9 +3,22 @@
 Data: ``validation/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
 one 8 x A100 node, vTrain's published ground truth; provenance in its README). Each row becomes
 the configuration it measured, through the README's no-GPU path: an analytic GPT trace timed by
-the kernel model on the ``dgx-a100-40gb`` preset, Megatron's uniform split, tensor parallelism
-``t``, pipeline depth ``p``, data-parallel width ``w``, micro-batch ``b``, ``m = B / (b w)``
-micro-batches, 1F1B, recompute of every block (``recompute:full``).
+the kernel model on the ``dgx-a100-40gb`` preset, tensor parallelism ``t``, pipeline depth
+``p``, data-parallel width ``w``, micro-batch ``b``, ``m = B / (b w)`` micro-batches, run as
+``framework: megatron-deepspeed`` (:mod:`sim.framework`), which is what vTrain's settings mean in
+pipesim's terms:
+
+* Megatron-DeepSpeed (vTrain ``data/README.md``) -> ``framework: megatron-deepspeed``: DeepSpeed's
+  pipeline engine, Megatron's placement (``partition: uniform`` gives every stage ``L/p``
+  blocks, the embedding to the first, the head to the last), the tied embedding all-reduced
+  between them, 1F1B also with ``m < p``;
+* ``use_gradient_bucket: false`` -> data-parallel gradients all-reduced after the backward,
+  exposed (the profile's ``dp_bucket_bytes = 0``);
+* ``use_checkpoint: true`` -> ``memory_policy: recompute:full`` (every transformer layer);
+* ``pipeline_scheduling: 1f1b`` -> ``schedule: 1f1b``.
+
+``--framework pipesim`` runs the rows as the runtime ``sim validate`` replays (torch's 1F1B
+refuses the 48 rows with ``m < p``).
 
 Prints:
 
