@@ -199,6 +199,19 @@ def test_host_sync_points_on_a_hand_computed_timeline(runtime, expected):
     assert plain.iteration_ends_s == [pytest.approx(9.5)]  # asynchronous sends, no sync
 
 
+@pytest.mark.parametrize(
+    "schedule, p, m, makespan",
+    [("1f1b", 4, 8, 33.0), ("1f1b", 8, 16, 69.0), ("interleaved_1f1b", 4, 8, 28.5)],
+)
+def test_blocking_exchanges_keep_the_golden_makespans_when_sends_are_free(schedule, p, m, makespan):
+    # schedules.md §3 (F = 1, B = 2, free sends): blocking exchanges (with the interleaved
+    # schedule's receives posted for the next F and B, Megatron's
+    # send_forward_backward_recv_forward_backward) neither deadlock nor add a wait.
+    rt = PipelineRuntime(blocking_p2p=True, sync_after_p2p=True)
+    log = simulate(replace(uniform_input(schedule, p, m), runtime=rt))
+    assert log.iteration_ends_s == [pytest.approx(makespan)]
+
+
 def test_step_barrier_waits_for_every_stage():
     # GPipe p = 2, m = 2, F = 1, B = 2, free sends, optimizer 1 s: s1's backwards end at 7,
     # s0's at 9. Without a barrier s1 steps [7, 8]; "before_update" (Megatron's found-inf and

@@ -14,7 +14,10 @@ compute stream waits on, in :class:`TrainSchedule`'s order (``SendActivation`` t
 ``RecvGrad``; ``RecvActivation`` then ``SendGrad``). An NCCL send completes only once the
 receiver has posted the matching receive. So here a send starts when its sender has ended the
 action and its receiver has reached the action that consumes it (:meth:`Exchanges.post`), and
-the sender's next action waits until the send is complete (:meth:`Exchanges.boundary`).
+the sender's next action waits until the send is complete (:meth:`Exchanges.boundary`). On a
+rank that holds several stages (interleaved 1F1B), each exchange also posts the receives of the
+rank's next forward and next backward, as Megatron's
+``send_forward_backward_recv_forward_backward`` does (:meth:`Exchanges.post_ahead`).
 
 Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
 is idle, then issues the next kernel; the device idles ``sync_resume_s`` in between (logged as
@@ -31,7 +34,7 @@ import simpy
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import EventKind
-from sim.schedules.action import Action
+from sim.schedules.action import STEP, Action, flatten
 
 
 class Exchanges:
@@ -51,6 +54,7 @@ class Exchanges:
         self._posted: dict[tuple, simpy.Event] = {}
         self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
         self._barriers: dict[tuple, list] = {}
+        self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
 
     @property
     def active(self) -> bool:
@@ -76,6 +80,35 @@ class Exchanges:
             ev = self.posted(key)
             if not ev.triggered:
                 ev.succeed()
+
+    def post_ahead(self, first: StageReplica, i: int) -> None:
+        """At position ``i`` of ``first``'s rank order, on a rank holding several stages:
+        post the receives of its next forward and its next backward (module doc)."""
+        if not self.blocking:
+            return
+        owner = self._owner(first)
+        ahead = self._ahead.get(owner)
+        if ahead is None:
+            ahead = self._ahead[owner] = self._receives_ahead(first)
+        for key in ahead[i] if ahead else ():
+            self.post(key)
+
+    def _receives_ahead(self, first: StageReplica) -> list[tuple[tuple, ...]]:
+        """Per position of the rank's order, the receive keys of the next F and the next
+        B/I at or after it; empty for a rank with one stage."""
+        order = [a for a in flatten(first.order) if a.op != STEP]
+        if len({a.stage for a in order}) < 2:
+            return []
+        n, r, k = self.inp.stages, first.replica, first.tp_rank
+        out: list[tuple[tuple, ...]] = []
+        nxt: dict[str, tuple | None] = {"act": None, "grad": None}
+        for a in reversed(first.order):
+            if a.op == "F" and a.stage > 0:
+                nxt["act"] = ("act", r, a.stage, a.microbatch, k)
+            elif a.op in ("B", "I") and a.stage < n - 1:
+                nxt["grad"] = ("grad", r, a.stage, a.microbatch, k)
+            out.append(tuple(key for key in nxt.values() if key is not None))
+        return out[::-1]
 
     def _owner(self, rep: StageReplica) -> tuple[int, int, int]:
         """``(replica, rank, tensor rank)``: the process that runs ``rep``'s actions."""

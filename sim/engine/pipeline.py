@@ -118,6 +118,7 @@ class Engine:
         ends = _step_ends(order)
         for i, a in enumerate(order):
             rep = self._rep(first, a)
+            self.exchanges.post_ahead(first, i)
             if i + 1 < len(order):
                 nxt, nrep = order[i + 1], self._rep(first, order[i + 1])
                 self.traffic.prefetch(nrep, nxt)
