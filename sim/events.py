@@ -31,6 +31,7 @@ class EventKind(StrEnum):
     CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
     STALL = "stall"  # compute waiting for data that is late
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
+    HOST_SYNC = "host_sync"  # the device idle after a host sync point (sim.engine.exchanges)
 
 
 COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)
