@@ -45,6 +45,7 @@ class ResultRow(BaseModel):
     memory_policy: str
     global_batch: int = Field(ge=1)
     virtual_stages: int = Field(1, ge=1)
+    framework: str = "pipesim"
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
     throughput_samples_per_s: float | None = _NonNeg

@@ -91,9 +91,9 @@ class FakeReplayer:
         return out
 
 
-def config(tmp_path: Path, **sweep: object) -> Path:
+def config(tmp_path: Path, framework: str | None = None, **sweep: object) -> Path:
     """One configuration of the shipped CPU trace (6 layers, a real model) on 2 CPU ranks."""
-    exp = {
+    exp: dict = {
         "name": "one",
         "hardware": str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml"),
         "models": [
@@ -108,6 +108,8 @@ def config(tmp_path: Path, **sweep: object) -> Path:
         "options": {"partition": "uniform"},
         "sweep": {"schedule": "gpipe", "stages": 2, "memory_policy": "none", **sweep},
     }
+    if framework:
+        exp["framework"] = framework
     path = tmp_path / "one.yaml"
     path.write_text(yaml.safe_dump(exp))
     return path
@@ -157,6 +159,15 @@ def test_every_check_precedes_the_first_replay(tmp_path):
         api.validate(config(tmp_path), replayer=fake, schedules=("gpipe", "1f1b"))
     assert err.value.field == "sweep.memory_policy" and "cannot be replayed" in str(err.value)
     assert fake.replayed == [] and sorted(p.name for p in tmp_path.iterdir()) == ["one.yaml"]
+
+
+@pytest.mark.parametrize("options", [{}, {"rank": 0}])
+def test_the_prediction_must_be_of_the_runtime_replayed(tmp_path, options):
+    """The replay runs pipesim's runtime: a prediction for another framework is refused."""
+    fake = FakeReplayer()
+    with pytest.raises(InputError) as err:
+        api.validate(config(tmp_path, framework="megatron-lm"), replayer=fake, **options)
+    assert err.value.field == "framework" and fake.replayed == []
 
 
 def test_nproc_must_match_the_configuration(tmp_path):

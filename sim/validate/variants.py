@@ -14,6 +14,7 @@ import dataclasses
 
 from sim.config import PointConfig
 from sim.errors import InputError
+from sim.framework.registry import DEFAULT_FRAMEWORK
 from sim.sweep import Prepared, expand
 from sim.validate.spec import ValidationSpec
 
@@ -22,8 +23,17 @@ def single_point(prep: Prepared) -> PointConfig:
     """The file's only configuration.
 
     Raises:
-        InputError: the file describes several (field ``sweep``).
+        InputError: the file describes several (field ``sweep``), or names a framework
+            profile other than the runtime the replay runs (``pipesim``; field ``framework``).
     """
+    if prep.exp.framework != DEFAULT_FRAMEWORK:
+        raise InputError(
+            f"validate replays pipesim's own torch runtime, not {prep.exp.framework}; its "
+            f"prediction must be of the same runtime: set framework: {DEFAULT_FRAMEWORK} "
+            "(or remove the key)",
+            file=prep.file,
+            field="framework",
+        )
     points, _ = expand(prep)
     if len(points) != 1:
         raise InputError(
