@@ -69,6 +69,7 @@ from typing import Any
 
 from sim.compute.adapt import adapt_trace
 from sim.engine.hierarchical import collective_plan
+from sim.framework.base import share_head_weight
 from sim.memory.reserve import nccl_peers
 from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
 from sim.point_config import PointConfig
@@ -226,7 +227,13 @@ class BoundModel:
             ValueError: the trace cannot be brought to the point's micro-batch size or split
                 ``tensor_parallel`` ways (the point is then left to the simulator to report).
         """
-        key = (point.model, point.microbatch_size, point.tensor_parallel, point.sequence_parallel)
+        key = (
+            point.model,
+            point.microbatch_size,
+            point.tensor_parallel,
+            point.sequence_parallel,
+            point.framework,
+        )
         if key not in self._totals:
             self._totals[key] = self._rank_totals(point)
         return self._totals[key]
@@ -235,8 +242,13 @@ class BoundModel:
         gpu = self.prep.topology.gpus[0].compute
         trace: Trace = self.prep.traces[point.model]
         trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
-        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu)
+        overhead = self.prep.topology.gpus[0].tp_module_overhead_s
+        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu, overhead)
         trace = sharded.trace
+        if point.framework_profile.tied_embedding.value:
+            # stored once where both ends share a rank (Framework.tie): left out at every
+            # depth, which keeps these totals a lower bound
+            trace = share_head_weight(trace, point.tensor_parallel)
         layers = trace.layers
         per_elem = dtype_bytes(trace.dtype)
         groups: dict[tuple[float, float], int] = {}
@@ -319,9 +331,17 @@ class BoundModel:
 
     def flight(self, point: PointConfig) -> tuple[tuple[int, ...], int]:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
-        key = (point.schedule, point.stages, point.microbatches, point.virtual_stages)
+        key = (
+            point.schedule,
+            point.stages,
+            point.microbatches,
+            point.virtual_stages,
+            point.framework,
+        )
         if key not in self._flight:
-            sched = point.schedule_class(point.stages, point.microbatches, point.virtual_stages)
+            sched = point.framework_profile.make_schedule(
+                point.schedule_class, point.stages, point.microbatches, point.virtual_stages
+            )
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
             n = tuple(peak_in_flight(sched.program(its)))
             v = min(sched.weight_versions(s) for s in range(sched.num_stages))

@@ -31,6 +31,7 @@ class EventKind(StrEnum):
     CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
     STALL = "stall"  # compute waiting for data that is late
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
+    HOST_SYNC = "host_sync"  # the device idle after a host sync point (sim.engine.exchanges)
 
 
 COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)
@@ -64,6 +65,7 @@ class MemCategory(StrEnum):
     RESERVE = "reserve"  # CUDA context, cuBLAS workspace, NCCL buffers (sim.hardware.capacity)
     ALLOCATOR = "allocator"  # caching-allocator margin
     WORKING = "working"  # transient working memory of the peak (sim.hardware.capacity)
+    FRAMEWORK = "framework"  # a framework's buffers, or memory it keeps out of its reach
 
 
 class Event(NamedTuple):

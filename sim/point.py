@@ -17,10 +17,12 @@ from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.framework.base import Framework
 from sim.hardware.topology import Topology
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
 from sim.memory.plan import StagePlan
+from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
 from sim.placement import place
 from sim.point_config import PointConfig
@@ -80,30 +82,45 @@ def resolve(
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
+    framework = point_framework(point, file)
     schedule = make_schedule(
         point.schedule,
         point.stages,
         point.microbatches,
         file=file,
         virtual_stages=point.virtual_stages,
+        framework=framework,
     )
     _check_size(point, schedule, topo, base_trace, file)
     policy = _policy(point, file)
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     sharded = _shard(trace, point, topo, file)
-    trace = sharded.trace
+    trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
     layout = _layout(exp, topo, point, schedule, file)
     try:
-        boundaries = choose_boundaries(topo, trace, schedule, in_flight, layout.per_stage, exp)
+        boundaries = choose_boundaries(
+            topo, trace, schedule, in_flight, layout.per_stage, exp, framework
+        )
     except InputError as exc:
         exc.file = exc.file or file
         raise
     plans, tensor_plans = _plans(
-        exp, point, policy, topo, trace, schedule, program, in_flight, boundaries, layout, file
+        exp,
+        point,
+        policy,
+        framework,
+        topo,
+        trace,
+        schedule,
+        program,
+        in_flight,
+        boundaries,
+        layout,
+        file,
     )
     costs = _stage_costs(sharded, boundaries)
     if schedule.splits_backward and not all(c.has_split for c in costs):
@@ -117,6 +134,8 @@ def resolve(
         plans,
         tensor_groups=layout.stage_groups,
         tensor_plans=tensor_plans,
+        dp_bucket_bytes=framework.bucket_bytes(trace),
+        runtime=framework.runtime(topo, trace, point.tensor_parallel),
     )
     return Resolved(
         point,
@@ -152,6 +171,18 @@ def _check_size(
             file=file,
             field="sweep.stages",
         )
+
+
+def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework:
+    """The framework profile of ``point``.
+
+    Raises:
+        InputError: an unknown name (field ``framework``), listing the valid ones.
+    """
+    try:
+        return point.framework_profile
+    except KeyError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
 
 
 def _policy(point: PointConfig, file: str) -> MemoryPolicy:
@@ -193,6 +224,7 @@ def _plans(
     exp: ExperimentConfig,
     point: PointConfig,
     policy: MemoryPolicy,
+    framework: Framework,
     topo: Topology,
     trace: Trace,
     schedule: Schedule,
@@ -203,7 +235,8 @@ def _plans(
     file: str,
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
-    ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``).
+    ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
+    what the framework adds (:meth:`~sim.framework.base.Framework.plans`).
 
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
@@ -229,6 +262,7 @@ def _plans(
         flat = finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
+    flat = framework.plans(flat, w, state_bytes(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
@@ -255,8 +289,13 @@ def _shard(trace: Trace, point: PointConfig, topo: Topology, file: str) -> Shard
         InputError: the trace cannot be split ``tensor_parallel`` ways (no model shape, heads).
     """
     try:
+        gpu = topo.gpus[0]
         return shard_trace(
-            trace, point.tensor_parallel, point.sequence_parallel, topo.gpus[0].compute
+            trace,
+            point.tensor_parallel,
+            point.sequence_parallel,
+            gpu.compute,
+            gpu.tp_module_overhead_s,
         )
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None

@@ -1,9 +1,10 @@
 """One point of the grid (:class:`PointConfig`): what ``results.csv``, the row cache and
 ``winner.yaml`` store of a configuration, and the typed schedule and memory policy it names.
 
-The strings ``schedule`` and ``memory_policy`` are the data (as written, so the files round-trip);
-:attr:`PointConfig.schedule_class` and :attr:`PointConfig.policy` are the classes and objects the
-simulator, the planner's bounds and the replay ask. The policy string is parsed once per process
+The strings ``schedule``, ``memory_policy`` and ``framework`` are the data (as written, so the
+files round-trip); :attr:`PointConfig.schedule_class`, :attr:`PointConfig.policy` and
+:attr:`PointConfig.framework_profile` are the classes and objects the simulator, the planner's
+bounds and the replay ask. The policy string is parsed once per process
 (:func:`sim.memory.registry.parse_policy` shares one object per string), so no code below reads
 the strings again.
 """
@@ -14,6 +15,8 @@ import hashlib
 
 from pydantic import BaseModel, ConfigDict
 
+from sim.framework.base import Framework
+from sim.framework.registry import get_framework
 from sim.memory.base import MemoryPolicy
 from sim.memory.registry import parse_policy
 from sim.schedules.base import Schedule
@@ -32,6 +35,7 @@ class PointConfig(BaseModel):
         microbatch_size, microbatches, global_batch: ``b``, ``m`` and samples per step.
         memory_policy: the memory policy spec as written (``"recompute:full:4"``).
         virtual_stages: stage chunks per rank ``v``.
+        framework: the framework profile's name (the experiment's ``framework:``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -47,6 +51,7 @@ class PointConfig(BaseModel):
     memory_policy: str
     global_batch: int
     virtual_stages: int = 1
+    framework: str = "pipesim"
 
     def key(self) -> str:
         """A stable short hash of the point."""
@@ -69,3 +74,12 @@ class PointConfig(BaseModel):
             KeyError: an unknown policy name; ValueError: bad parameters.
         """
         return parse_policy(self.memory_policy)
+
+    @property
+    def framework_profile(self) -> Framework:
+        """The framework profile ``framework`` names (one shared object per name).
+
+        Raises:
+            KeyError: an unknown name (the message lists the valid ones).
+        """
+        return get_framework(self.framework)

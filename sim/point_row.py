@@ -67,16 +67,14 @@ def staleness_steps(schedule: Schedule) -> int:
     """The most optimizer steps between a micro-batch's F and B on any stage (0 for a flushed
     schedule; :func:`sim.schedules.analysis.delay_steps` over the steady-state program),
     computed once per schedule class, ``p``, ``m`` and ``v``."""
-    return _staleness(
-        type(schedule), schedule.stages, schedule.microbatches, schedule.virtual_stages
-    )
+    key = (type(schedule), schedule.stages, schedule.microbatches, schedule.virtual_stages)
+    if key not in _STALENESS:
+        program = schedule.program(schedule.steady_state_iterations())
+        _STALENESS[key] = max(delay_steps(program, s) for s in range(schedule.num_stages))
+    return _STALENESS[key]
 
 
-@cache
-def _staleness(cls: type[Schedule], stages: int, microbatches: int, virtual_stages: int) -> int:
-    schedule = cls(stages, microbatches, virtual_stages)
-    program = schedule.program(schedule.steady_state_iterations())
-    return max(delay_steps(program, s) for s in range(schedule.num_stages))
+_STALENESS: dict[tuple, int] = {}
 
 
 def pruned_row(prep: Prepared, point: PointConfig, reason: str) -> ResultRow:

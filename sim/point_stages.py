@@ -13,6 +13,8 @@ import math
 
 from sim.config import ExperimentConfig
 from sim.errors import InputError
+from sim.framework.base import Framework
+from sim.framework.registry import DEFAULT_FRAMEWORK, get_framework
 from sim.hardware.topology import Topology
 from sim.memory.context import StageContext
 from sim.memory.estimate import host_link_sharers
@@ -33,11 +35,22 @@ def make_schedule(
     file: str = "<experiment>",
     field: str = "sweep.schedule",
     virtual_stages: int | None = None,
+    framework: Framework | None = None,
 ) -> Schedule:
-    """Instantiate a schedule, turning its errors into :class:`InputError`."""
+    """Instantiate a schedule as ``framework`` runs it (default: pipesim's torch rules),
+    turning its errors into :class:`InputError`.
+
+    Raises:
+        InputError: an unknown name, a schedule the framework does not run, or a
+            combination the schedule refuses.
+    """
     cls = check_schedule_name(name, file=file, field=field)
+    fw = framework or get_framework(DEFAULT_FRAMEWORK)
+    why = fw.schedule_reason(cls)
+    if why:
+        raise InputError(why, file=file, field=field)
     try:
-        return cls(stages, microbatches, virtual_stages)
+        return fw.make_schedule(cls, stages, microbatches, virtual_stages)
     except ScheduleError as exc:
         raise InputError(str(exc), file=file, field="sweep.stages") from None
 
@@ -125,8 +138,10 @@ def choose_boundaries(
     in_flight: list[int],
     placement,
     exp: ExperimentConfig,
+    framework: Framework | None = None,
 ) -> tuple[int, ...]:
-    """Stage boundaries: fixed, uniform, or the memory-aware optimal partition.
+    """Stage boundaries: fixed, uniform (as ``framework`` places embedding and head:
+    :meth:`~sim.framework.base.Framework.boundaries`), or the memory-aware optimal partition.
 
     With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
     bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
@@ -142,7 +157,9 @@ def choose_boundaries(
             )
         return tuple(exp.options.boundaries)
     if exp.options.partition == "uniform":
-        return tuple(uniform_partition(len(trace.layers), p))
+        if framework is None:
+            return tuple(uniform_partition(len(trace.layers), p))
+        return framework.boundaries(trace, p)
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     per_byte = 1.0 / dtype_bytes(trace.dtype)
     vb = version_bytes_per_param(schedule.master_copy_versions, sb)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sim.events import EventLog
 from sim.point_config import PointConfig
 
-ROW_FORMAT = 6
+ROW_FORMAT = 7
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.planner`); such
@@ -52,6 +52,7 @@ class ResultRow(BaseModel):
     memory_policy: str
     global_batch: int = Field(ge=1)
     virtual_stages: int = Field(1, ge=1)
+    framework: str = "pipesim"
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
     throughput_samples_per_s: float | None = _NonNeg

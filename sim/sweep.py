@@ -14,6 +14,8 @@ import itertools
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
 from sim.experiment import Prepared
+from sim.framework.base import Framework
+from sim.framework.registry import get_framework
 from sim.memory.base import MemoryPolicy
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import parse_policy
@@ -37,6 +39,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     exp, file = prep.exp, prep.file
     sw = exp.sweep
     check_options(prep)
+    framework = check_framework(exp.framework, file)
     schedules = schedule_axis(sw, file)
     policies = _policy_axis(exp, file)
     tps, sps = _tensor_axes(prep)
@@ -44,7 +47,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
     for mi in range(len(exp.models)):
-        _model_points(prep, mi, schedules, tps, sps, policies, points, skipped)
+        _model_points(prep, mi, framework, schedules, tps, sps, policies, points, skipped)
     if not points:
         if len(skipped) == 1:
             raise InputError(skipped[0][1], file=file, field="sweep")
@@ -83,6 +86,7 @@ def _check_size(exp: ExperimentConfig, per_model: int, file: str) -> None:
 def _model_points(
     prep: Prepared,
     mi: int,
+    framework: Framework,
     schedules: list[tuple[type[Schedule], str, int]],
     tps: list[int],
     sps: list[bool],
@@ -102,10 +106,10 @@ def _model_points(
     )
     for (cls, sched, v), p, w, t, sp, b, (text, policy) in axes:
         reason = (
-            _invalid(prep, model.name, cls, p, w * t, b, gb, w)
+            _invalid(prep, model.name, cls, p, w * t, b, gb, w, framework)
             or _tensor_invalid(prep, mi, t, sp)
             or boundaries_reason(prep, p * v)
-            or virtual_reason(prep, model.name, cls, p, v, gb // (w * b))
+            or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), framework)
             or _stage_count(text, policy, p * v)
             or _asynchronous(sw, cls)
         )
@@ -127,6 +131,7 @@ def _model_points(
                 memory_policy=text,
                 global_batch=gb,
                 virtual_stages=v,
+                framework=framework.name,
             )
         )
 
@@ -162,6 +167,18 @@ def _policy_axis(exp: ExperimentConfig, file: str) -> list[Policy]:
             raise InputError(str(exc.args[0]), file=file, field=f"{field}.{i}") from None
     texts = [SEPARATOR.join(specs)] if per_stage is not None else specs
     return [(text, parse_policy(text)) for text in texts]
+
+
+def check_framework(name: str, file: str = "<experiment>") -> Framework:
+    """The framework profile named by the experiment's ``framework:``.
+
+    Raises:
+        InputError: an unknown name, listing the valid ones (field ``framework``).
+    """
+    try:
+        return get_framework(name)
+    except KeyError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
 
 
 def _asynchronous(sw: SweepConfig, cls: type[Schedule]) -> str:
@@ -283,9 +300,11 @@ def _invalid(
     b: int,
     gb: int,
     w: int | None = None,
+    framework: Framework | None = None,
 ) -> str:
     """Why a combination cannot run, or ``""``; ``gpus_per_stage`` is ``w * t`` (data-parallel
-    width times tensor-parallel size), ``w`` the data-parallel width (default: the same)."""
+    width times tensor-parallel size), ``w`` the data-parallel width (default: the same);
+    ``framework`` says which schedules run and with ``m < p`` (default: the experiment's)."""
     n = prep.topology.num_gpus
     w = gpus_per_stage if w is None else w
     if p * gpus_per_stage > n:
@@ -309,7 +328,11 @@ def _invalid(
             f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
             f"(replicas x stages), not {w} x {p}"
         )
-    if cls.needs_m_ge_p and m < p:
+    framework = framework or check_framework(prep.exp.framework, prep.file)
+    why = framework.schedule_reason(cls)
+    if why:
+        return why
+    if m < p and not framework.runs_fewer_microbatches(cls):
         return (
             f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
             f"(dp_width {w} x microbatch_size {b}) = {m} < {p} stages"

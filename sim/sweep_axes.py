@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sim.config import SweepConfig, as_list
 from sim.experiment import Prepared
+from sim.framework.base import Framework
 from sim.point_stages import check_schedule_name
 from sim.schedules.base import Schedule
 from sim.schedules.errors import ScheduleError
@@ -40,11 +41,20 @@ def boundaries_reason(prep: Prepared, stages: int) -> str:
     return ""
 
 
-def virtual_reason(prep: Prepared, model: str, cls: type[Schedule], p: int, v: int, m: int) -> str:
+def virtual_reason(
+    prep: Prepared,
+    model: str,
+    cls: type[Schedule],
+    p: int,
+    v: int,
+    m: int,
+    framework: Framework,
+) -> str:
     """Why ``v`` stage chunks per rank do not work here, or ``""``: the schedule's range of
-    ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`), more stages than layers."""
+    ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`; ``m < p`` where ``framework``
+    runs it), more stages than layers."""
     try:
-        cls(p, max(m, 1), v)
+        framework.make_schedule(cls, p, max(m, 1), v)
     except ScheduleError as exc:
         return str(exc)
     layers = len(prep.traces[model].layers)

@@ -11,8 +11,9 @@ from typing import Any
 from sim.errors import InputError
 from sim.hardware.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.hardware.cluster import expand_servers
-from sim.hardware.spec import GPUSpec, HardwareSpec, LinkSpec
+from sim.hardware.spec import GPUSpec, HardwareSpec, LinkSpec, compute_capability
 from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.memory.host import os_usable_bytes
 
 
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
@@ -139,12 +140,32 @@ def topology_from_spec(
     if problems:
         name, message = problems[0]
         raise InputError(message, file=file, field=where(name))
-    hosts = tuple(Host(h.name, h.dram, h.adam_params_per_s) for h in spec.hosts)
+    hosts = tuple(
+        Host(
+            h.name,
+            os_usable_bytes(h.dram) if h.usable_dram is None else h.usable_dram,
+            h.adam_params_per_s,
+        )
+        for h in spec.hosts
+    )
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
     usable, reserve = gpu_memory(g)
+    cc = compute_capability(g)
     gpus = tuple(
-        GPU(name, g.model, usable, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec(), reserve)
+        GPU(
+            name,
+            g.model,
+            usable,
+            g.peak_flops,
+            g.hbm_bandwidth,
+            host,
+            g.compute_spec(),
+            reserve,
+            compute_capability=cc,
+            nvls=g.nvls,
+            tp_module_overhead_s=(g.tp_module_overhead.forward, g.tp_module_overhead.backward),
+        )
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
     links: list[Link] = []
@@ -153,7 +174,21 @@ def topology_from_spec(
         nccl = nccl_bandwidth_Bps(lk, g)
         for src, dst in ends:
             links.append(Link(f"{src}->{dst}", src, dst, lk.bandwidth, lk.latency, lk.kind, nccl))
-    topo = Topology(spec.name, gpus, hosts, tuple(links), tuple(spec.switches), spec.description)
+    tables = []
+    for i, t in enumerate(spec.collectives):
+        try:
+            tables.append(t.table())
+        except ValueError as exc:
+            raise InputError(str(exc), file=file, field=where(f"collectives.{i}")) from None
+    topo = Topology(
+        spec.name,
+        gpus,
+        hosts,
+        tuple(links),
+        tuple(spec.switches),
+        spec.description,
+        tuple(tables),
+    )
     _check_reachable(topo, file, where("links"))
     return topo
 
