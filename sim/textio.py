@@ -154,6 +154,10 @@ def load_yaml(text: str, *, file: str | None = None) -> Any:
             f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=file
         ) from None
     except yaml.YAMLError as exc:
+        if "nesting depth" in str(getattr(exc, "problem", "")):  # libyaml's own depth limit
+            raise InputError(
+                f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=file
+            ) from None
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
