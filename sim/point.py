@@ -24,19 +24,21 @@ from sim.memory.compose import finalize_plans
 from sim.memory.plan import StagePlan
 from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
-from sim.placement import place
 from sim.point_config import PointConfig
-from sim.point_stages import choose_boundaries, make_schedule, stage_contexts
+from sim.point_stages import (
+    Grid,
+    Layout,
+    choose_boundaries,
+    make_schedule,
+    stage_contexts,
+    stage_layout,
+)
 from sim.schedules.action import Program
 from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule
-from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.shard import ShardedTrace, shard_trace
 from sim.trace.schema import Trace
-
-Grid = tuple[tuple[int, ...], ...]
-"""GPU indices per ``[replica][stage]`` (or ``[replica][rank]``)."""
 
 
 @dataclass
@@ -54,18 +56,6 @@ class Resolved:
     sim_input: SimInput
     iterations: int
     compute_notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where a point's stages run: GPU per ``[replica][rank]`` (``placement``) and per
-    ``[replica][stage]`` (``per_stage``), the tensor-parallel group of each ``[replica][stage]``
-    (empty without tensor parallelism) and every GPU of the job (None: ``per_stage``'s)."""
-
-    placement: Grid
-    per_stage: Grid
-    stage_groups: tuple[tuple[tuple[int, ...], ...], ...]
-    job_gpus: list[int] | None
 
 
 def resolve(
@@ -100,7 +90,7 @@ def resolve(
     program = schedule.program(iterations)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
-    layout = _layout(exp, topo, point, schedule, file)
+    layout = stage_layout(exp, topo, point, schedule, file)
     try:
         boundaries = choose_boundaries(
             topo, trace, schedule, in_flight, layout.per_stage, exp, framework
@@ -197,29 +187,6 @@ def _policy(point: PointConfig, file: str) -> MemoryPolicy:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
 
 
-def _layout(
-    exp: ExperimentConfig, topo: Topology, point: PointConfig, schedule: Schedule, file: str
-) -> _Layout:
-    """The GPUs of the point's ranks, stages and tensor-parallel groups (:class:`_Layout`).
-
-    Raises:
-        InputError: tensor-parallel groups that do not fit the servers, a bad fixed placement.
-    """
-    groups = _tensor_groups(topo, point, file) if point.tensor_parallel > 1 else ()
-    placement = (
-        tuple(tuple(g[0] for g in row) for row in groups)
-        if groups
-        else _placement(exp, topo, point, file)
-    )
-    ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
-    return _Layout(
-        placement=placement,
-        per_stage=tuple(tuple(row[r] for r in ranks) for row in placement),
-        stage_groups=tuple(tuple(row[r] for r in ranks) for row in groups),
-        job_gpus=[g for row in groups for grp in row for g in grp] if groups else None,
-    )
-
-
 def _plans(
     exp: ExperimentConfig,
     point: PointConfig,
@@ -231,7 +198,7 @@ def _plans(
     program: Program,
     in_flight: list[int],
     boundaries,
-    layout: _Layout,
+    layout: Layout,
     file: str,
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
@@ -301,13 +268,6 @@ def _shard(trace: Trace, point: PointConfig, topo: Topology, file: str) -> Shard
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 
 
-def _tensor_groups(topo: Topology, point: PointConfig, file: str):
-    try:
-        return tensor_groups(topo, point.stages, point.dp_width, point.tensor_parallel)
-    except ValueError as exc:
-        raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
-
-
 def _rank(placement, groups, k: int):
     """GPU per ``[replica][stage]`` of tensor rank ``k`` (``placement`` without groups)."""
     if not groups:
@@ -350,22 +310,6 @@ def _once_per_gpu(schedule: Schedule, stage: int, plan):
     if schedule.virtual_stages == 1 or schedule.rank_stages(schedule.stage_rank(stage))[0] == stage:
         return plan
     return replace(plan, reserve_bytes=0.0, allocator_bytes=0.0, working_bytes=0.0)
-
-
-def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
-    fixed = exp.options.placement
-    if fixed is None:
-        return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
-    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
-    flat = [g for r in fixed for g in r]
-    if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
-        raise InputError(
-            f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
-            f"in 0..{topo.num_gpus - 1}",
-            file=file,
-            field="options.placement",
-        )
-    return tuple(tuple(r) for r in fixed)
 
 
 def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:

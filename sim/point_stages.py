@@ -4,12 +4,14 @@ context.
 :func:`make_schedule` instantiates the point's schedule class; :func:`choose_boundaries` splits
 the trace's layers into stages (fixed, uniform or the memory-aware optimum of
 :mod:`sim.partition`); :func:`stage_contexts` builds the :class:`~sim.memory.context.StageContext`
-every memory policy plans from. Used by :func:`sim.point.resolve`.
+every memory policy plans from; :func:`stage_layout` places ranks, stages and tensor-parallel
+groups on GPUs. Used by :func:`sim.point.resolve`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from sim.config import ExperimentConfig
 from sim.errors import InputError
@@ -21,9 +23,12 @@ from sim.memory.estimate import host_link_sharers
 from sim.memory.reserve import tensor_capacity_bytes
 from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
 from sim.partition import partition, uniform_partition
+from sim.placement import place
+from sim.point_config import PointConfig
 from sim.schedules.action import STEP, Program, flatten
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
+from sim.tensor.groups import tensor_groups
 from sim.trace.schema import Trace, dtype_bytes
 
 
@@ -179,3 +184,65 @@ def choose_boundaries(
     return partition(
         trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need
     ).boundaries
+
+
+Grid = tuple[tuple[int, ...], ...]
+"""GPU indices per ``[replica][stage]`` (or ``[replica][rank]``)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a point's stages run: GPU per ``[replica][rank]`` (``placement``) and per
+    ``[replica][stage]`` (``per_stage``), the tensor-parallel group of each ``[replica][stage]``
+    (empty without tensor parallelism) and every GPU of the job (None: ``per_stage``'s)."""
+
+    placement: Grid
+    per_stage: Grid
+    stage_groups: tuple[tuple[tuple[int, ...], ...], ...]
+    job_gpus: list[int] | None
+
+
+def stage_layout(
+    exp: ExperimentConfig, topo: Topology, point: PointConfig, schedule: Schedule, file: str
+) -> Layout:
+    """The GPUs of the point's ranks, stages and tensor-parallel groups (:class:`Layout`).
+
+    Raises:
+        InputError: tensor-parallel groups that do not fit the servers, a bad fixed placement.
+    """
+    groups = _tensor_groups(topo, point, file) if point.tensor_parallel > 1 else ()
+    placement = (
+        tuple(tuple(g[0] for g in row) for row in groups)
+        if groups
+        else _placement(exp, topo, point, file)
+    )
+    ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
+    return Layout(
+        placement=placement,
+        per_stage=tuple(tuple(row[r] for r in ranks) for row in placement),
+        stage_groups=tuple(tuple(row[r] for r in ranks) for row in groups),
+        job_gpus=[g for row in groups for grp in row for g in grp] if groups else None,
+    )
+
+
+def _tensor_groups(topo: Topology, point: PointConfig, file: str):
+    try:
+        return tensor_groups(topo, point.stages, point.dp_width, point.tensor_parallel)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
+    fixed = exp.options.placement
+    if fixed is None:
+        return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
+    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
+    flat = [g for r in fixed for g in r]
+    if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
+        raise InputError(
+            f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
+            f"in 0..{topo.num_gpus - 1}",
+            file=file,
+            field="options.placement",
+        )
+    return tuple(tuple(r) for r in fixed)
