@@ -225,7 +225,7 @@ def simulate(experiment: Experiment, **choose: Any) -> Simulation:
 
     Args:
         experiment: see :data:`Experiment`.
-        **choose: :class:`sim.config.PointConfig` fields picking one configuration of the
+        **choose: :class:`sim.point_config.PointConfig` fields picking one configuration of the
             grid (``schedule="1f1b", stages=4``); none needed when the grid has one.
 
     Raises:
