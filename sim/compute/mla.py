@@ -162,7 +162,7 @@ def mla_half_bwd(
     out = [dx["proj"]]
     out += attention_bwd(attention, b, s // cp, h_eff, at, d, causal=True, dropout=False, kv=s)
     out.append(mem("rotary_bwd", 2 * 2 * t * (at + 1) * m.d_rope * d))
-    out += [dx[n] for n in ("q_up", "q", "kv_up")]
+    out += [dx[n] for n in ("q_up", "q", "kv_up") if n in dx]
     out.append(mem("latent_norms_bwd", 1.5 * _latent_norm_bytes(m, t, d)))
     out += [dx[n] for n in ("q_down", "kv_down") if n in dx]
     out += [mem("norm1_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]

@@ -25,6 +25,7 @@ import gc
 import simpy
 
 from sim.engine.collectives import Collectives, TensorCollectives
+from sim.engine.groups import GroupCollectives
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.streams import ComputeStream
@@ -54,6 +55,7 @@ class Engine:
         self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute, inp.microbatches)
         self.collectives = Collectives(env, inp, self.links)
         self.tensor = TensorCollectives(env, inp, self.links)
+        self.groups = GroupCollectives(env, inp, self.links)
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -225,6 +227,8 @@ class Engine:
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
+        if rep.cost.group_fwd:
+            yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
         now = self.env.now
         self._release_gather(rep, a)
         if plan.fetch_bytes > 0:
@@ -272,6 +276,8 @@ class Engine:
         yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
+        if uses_grad and rep.cost.group_bwd:
+            yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
         now = self.env.now
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
@@ -325,6 +331,8 @@ class Engine:
         elif dp and plan.scatter_bytes <= 0:
             kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
             yield from self.collectives.join(rep, a.microbatch, tags, kind)
+            if self.collectives.expert_nbytes(rep) > 0:
+                yield from self.collectives.join_expert(rep, a.microbatch, tags)
         for t in plan.step_transfers_before:
             yield from self.traffic.copy(t, tags)
         if plan.host_optimizer_s > 0:
