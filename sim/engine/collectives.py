@@ -123,8 +123,8 @@ class Collectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._overlapped: dict[tuple[int, int, int], list] = {}
-        self._rings: dict[tuple[int, int], CollectivePlan] = {}
+        self._overlapped: dict[tuple, list] = {}
+        self._rings: dict[tuple, CollectivePlan] = {}
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -166,7 +166,9 @@ class Collectives:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
-        parts = [((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)]
+        parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
+            ((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)
+        ]
         if self.expert_nbytes(rep) > 0:
             members = self.expert_members(rep)
             key = ("expert", rep.stage, rep.tp_rank, step_no, members[0])
@@ -344,7 +346,7 @@ class TensorCollectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._rings: dict[tuple[int, int], CollectivePlan] = {}
+        self._rings: dict[tuple, CollectivePlan] = {}
 
     def ring(self, r: int, s: int) -> CollectivePlan:
         """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
