@@ -170,9 +170,9 @@ class Collectives:
             ((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)
         ]
         if self.expert_nbytes(rep) > 0:
-            members = self.expert_members(rep)
-            key = ("expert", rep.stage, rep.tp_rank, step_no, members[0])
-            parts.append((key, len(members), self.expert_nbytes(rep), members))
+            group_of = self.expert_members(rep)
+            key = ("expert", rep.stage, rep.tp_rank, step_no, group_of[0])
+            parts.append((key, len(group_of), self.expert_nbytes(rep), group_of))
         for key, size, nbytes, members in parts:
             group = self._overlapped.get(key)
             if group is None:
