@@ -103,8 +103,14 @@ def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
         return trace, []
     kind = inputs.pop("kind")
     inputs.pop("gpu_model", None)
-    inputs.update(microbatch_size=b, gpu=target, dtype=trace.dtype)
-    out = transformer_trace(kind, name=trace.name, **inputs)
+    if kind == "decoder":  # sim.trace.decoder: the shape is the rest of the inputs
+        from sim.trace.decoder import decoder_trace
+
+        shape = {k: v for k, v in inputs.items() if k not in ("microbatch_size", "dtype")}
+        out = decoder_trace(shape, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype)
+    else:
+        inputs.update(microbatch_size=b, gpu=target, dtype=trace.dtype)
+        out = transformer_trace(kind, name=trace.name, **inputs)
     out = replace(
         out, provenance={**trace.provenance, **out.provenance, "inputs": out.provenance["inputs"]}
     )

@@ -102,7 +102,7 @@ def decoder_trace(
     dense = sum(layer_params(k, m)[0] for _, k in layer_names(m))
     expert = sum(layer_params(k, m)[1] for _, k in layer_names(m))
     shape_dict = m.to_dict()
-    inputs = {**shape_dict, "microbatch_size": microbatch_size, "dtype": dtype, "gpu": asdict(gpu)}
+    inputs = {**m.to_dict(), "microbatch_size": microbatch_size, "dtype": dtype, "gpu": asdict(gpu)}
     moe = m.moe
     routed = (
         f"{moe.experts} experts top-{moe.top_k}, balanced, "

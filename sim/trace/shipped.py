@@ -9,7 +9,11 @@ writes, in pipesim's native format with provenance sidecars:
   the ``dgx1-v100-16gb`` preset, timed by the kernel model of :mod:`sim.compute` (math
   attention, as in Megatron-LM);
 * ``gpt2-1b`` ... ``gpt-ds-40b``: the same, with the GPT shapes of PatrickStar's benchmarks
-  (:data:`PATRICKSTAR_SHIPPED`).
+  (:data:`PATRICKSTAR_SHIPPED`);
+* ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3``, ``llama3-8b-128k``: decoder models
+  (:mod:`sim.trace.decoder`) from the Hugging Face ``config.json`` files in ``examples/hf/``
+  (:data:`DECODER_SHIPPED`), micro-batch 1, bf16, flash attention, on the H100 of the
+  ``dgx-h100`` preset.
 
 The PipeDream sources are read from ``<traces>/pipedream/<model>/graph.txt`` (copies of
 msr-fiddle/pipedream@7db6a1c, MIT).
@@ -22,7 +26,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from sim.trace.decoder import decoder_trace
 from sim.trace.generator import preset_gpu, preset_trace
+from sim.trace.hf_config import read_config
 from sim.trace.native import write_trace
 from sim.trace.pipedream import read_pipedream
 from sim.trace.schema import Trace
@@ -43,6 +49,14 @@ PATRICKSTAR_SHIPPED = (
     "gpt-ds-68b",
 )
 """GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
+DECODER_SHIPPED = {
+    "mixtral-8x7b": ("mixtral-8x7b-config.json", 4096),
+    "qwen1.5-moe-a2.7b": ("qwen1.5-moe-a2.7b-config.json", 4096),
+    "deepseek-v3": ("deepseek-v3-config.json", 4096),
+    "llama3-8b-128k": ("llama3-8b-config.json", 131072),
+}
+"""Decoder traces: ``name: (examples/hf/ config file, training sequence length)``."""
+HF_DIR = Path(__file__).resolve().parents[2] / "examples" / "hf"
 
 
 def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
@@ -80,6 +94,12 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
                 "Tencent/PatrickStar@2384535 examples/model_builder.py "
                 "(hidden/seq/layers/heads; memory.md §5.4)"
             )
+        out.append(replace(t, provenance=prov))
+    gpu = preset_gpu("dgx-h100")
+    for name, (config, seq_len) in DECODER_SHIPPED.items():
+        shape = read_config(HF_DIR / config, seq_len)
+        t = decoder_trace(shape, name=name, microbatch_size=1, gpu=gpu, dtype="bf16")
+        prov = dict(t.provenance, config=f"examples/hf/{config}", seq_len=seq_len)
         out.append(replace(t, provenance=prov))
     return out
 
