@@ -29,7 +29,9 @@ from sim.rowcache import PRUNED, ROW_FORMAT, run_points
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
 from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
+from sim.tensor.decoder_shard import Parallel, decoder_problem
 from sim.tensor.shard import model_shape, shape_problem
+from sim.trace.decoder import decoder_shape, is_decoder
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
@@ -102,6 +104,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         check_schedule_name(name, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
     tps, sps = _tensor_axes(prep)
+    par_axes = parallel_axes(prep)
     size = sum(
         len(as_list(sw.schedule))
         * len(as_list(sw.virtual_stages))
@@ -109,6 +112,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         * len(as_list(sw.dp_width))
         * len(tps)
         * len(sps)
+        * len(par_axes)
         * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
         * len(policies)
         for m in exp.models
@@ -127,14 +131,25 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
         )
         axes = itertools.product(
-            schedule_axis(sw), as_list(sw.stages), as_list(sw.dp_width), tps, sps, mbs, policies
+            schedule_axis(sw),
+            as_list(sw.stages),
+            as_list(sw.dp_width),
+            tps,
+            sps,
+            par_axes,
+            mbs,
+            policies,
         )
-        for (sched, v), p, w, t, sp, b, policy in axes:
+        for (sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, policy in axes:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
             vs = f" v={v}" if v > 1 else ""
-            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc} b={b} {policy}"
+            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
+            par += " overlap" if ov else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {policy}"
             reason = (
-                _invalid(prep, model.name, sched, p, w * t, b, gb, w)
+                _invalid(prep, model.name, sched, p, w * t * cp, b, gb, w)
+                or _parallel_invalid(prep, _mi, Parallel(t, sp, cp, ep, cpc), w, policy)
+                or _overlap_invalid(sched, ov, ep, cp)
                 or _tensor_invalid(prep, _mi, t, sp)
                 or boundaries_reason(prep, p * v)
                 or virtual_reason(prep, model.name, sched, p, v, gb // (w * b))
@@ -157,6 +172,11 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                     memory_policy=policy,
                     global_batch=gb,
                     virtual_stages=v,
+                    expert_parallel=ep,
+                    context_parallel=cp,
+                    context_parallel_comm=cpc,
+                    routing=model.routing,
+                    ep_overlap=ov,
                 )
             )
     if not points:
@@ -304,12 +324,84 @@ def _tensor_axes(prep: Prepared) -> tuple[list[int], list[bool]]:
     return tps, as_list(sw.sequence_parallel)
 
 
+def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
+    """``(expert_parallel, context_parallel, context_parallel_comm, ep_overlap)`` combinations
+    of the sweep (the comm kind only varies where ``cp > 1``), and every model's routing
+    checked.
+
+    Raises:
+        InputError: an unknown context-parallel comm kind or routing spec (naming the field).
+    """
+    from sim.compute.routing import parse_routing
+    from sim.tensor.context import COMM_TYPES
+
+    sw, file = prep.exp.sweep, prep.file
+    kinds = as_list(sw.context_parallel_comm)
+    for i, kind in enumerate(kinds):
+        if kind not in COMM_TYPES:
+            field = "sweep.context_parallel_comm" + (f".{i}" if len(kinds) > 1 else "")
+            raise InputError(
+                f"{kind!r} is not one of {', '.join(COMM_TYPES)}", file=file, field=field
+            )
+    for i, model in enumerate(prep.exp.models):
+        try:
+            parse_routing(model.routing)
+        except ValueError as exc:
+            raise InputError(str(exc), file=file, field=f"models.{i}.routing") from None
+    out = []
+    for ep in as_list(sw.expert_parallel):
+        for cp in as_list(sw.context_parallel):
+            for ov in as_list(sw.ep_overlap):
+                out += [(ep, cp, k, ov) for k in (kinds if cp > 1 else kinds[:1])]
+    return out
+
+
+def _overlap_invalid(sched: str, overlap: bool, ep: int, cp: int) -> str:
+    """Why ``ep_overlap`` cannot apply, or ``""``."""
+    if not overlap:
+        return ""
+    if not get_schedule(sched).overlaps_pairs:
+        return f"ep_overlap needs a schedule with OVERLAP_F_B pairs (dualpipe_v), not {sched}"
+    if ep == 1 and cp == 1:
+        return "ep_overlap has no exchange to overlap without expert or context parallelism"
+    return ""
+
+
+def _decoder(prep: Prepared, mi: int) -> bool:
+    return is_decoder(prep.traces[prep.exp.models[mi].name])
+
+
+SHARDED_POLICIES = ("zero3", "chunked", "zero_offload")
+"""Policies that partition model states over the data-parallel replicas: not combined with
+expert parallelism (the routed experts' states would partition over the expert-data-parallel
+group, which they do not model)."""
+
+
+def _parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: str) -> str:
+    """Why expert/context parallelism ``par`` cannot run for model ``mi`` here, or ``""``."""
+    trace = prep.traces[prep.exp.models[mi].name]
+    if not is_decoder(trace):
+        if par.ep > 1 or par.cp > 1:
+            return (
+                "expert and context parallelism model decoder traces (sim.trace.decoder); "
+                f"{trace.name} is not one"
+            )
+        return ""
+    if (w * par.cp) % par.ep:
+        return f"expert_parallel {par.ep} must divide dp_width x context_parallel = {w * par.cp}"
+    if par.ep > 1 and any(policy.startswith(k) for k in SHARDED_POLICIES):
+        return f"memory policy {policy} partitions states over replicas; not with expert_parallel"
+    return decoder_problem(decoder_shape(trace), par)
+
+
 def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
     if sp and t == 1:
         return "sequence parallelism needs tensor_parallel > 1"
     if t > 1 and prep.exp.options.placement is not None:
         return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
         "placement is automatic (sim.tensor.groups)"
+    if _decoder(prep, mi):  # checked by _parallel_invalid
+        return ""
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
 
 

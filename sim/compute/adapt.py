@@ -107,7 +107,9 @@ def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
         from sim.trace.decoder import decoder_trace
 
         shape = {k: v for k, v in inputs.items() if k not in ("microbatch_size", "dtype")}
-        out = decoder_trace(shape, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype)
+        out = decoder_trace(
+            shape, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype
+        )
     else:
         inputs.update(microbatch_size=b, gpu=target, dtype=trace.dtype)
         out = transformer_trace(kind, name=trace.name, **inputs)

@@ -137,3 +137,27 @@ def expert_rows(
     if pad:
         return (float(sources * cap),) * experts
     return tuple(sources * min(a, cap) for a in assigned)
+
+
+def parse_routing(spec: str) -> Routing:
+    """A :class:`Routing` from its text form: ``balanced``, ``imbalance:A`` or
+    ``histogram:N0,N1,...``.
+
+    Example:
+        >>> parse_routing("imbalance:1.5").loads(3)
+        (0.5, 0.25, 0.25)
+
+    Raises:
+        ValueError: an unknown form or a bad number.
+    """
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "balanced" and not arg:
+            return Routing()
+        if kind == "imbalance":
+            return Routing("imbalance", imbalance=float(arg))
+        if kind == "histogram":
+            return Routing("histogram", histogram=tuple(float(x) for x in arg.split(",")))
+    except ValueError as exc:
+        raise ValueError(f"routing {spec!r}: {exc}") from None
+    raise ValueError(f"routing {spec!r}: use 'balanced', 'imbalance:A' or 'histogram:N0,N1,...'")

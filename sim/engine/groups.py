@@ -106,6 +106,12 @@ class GroupCollectives:
         members = group_members(rep.replica, self.size(group))
         return tuple(f"gpu{self.inp.gpu_index(r, rep.stage, rep.tp_rank)}" for r in members)
 
+    def op_seconds(self, rep: StageReplica, op: GroupOp) -> float:
+        """Uncontended seconds ``rep`` waits for ``op`` on its group (all repetitions)."""
+        if self.size(op.group) < 2:
+            return 0.0
+        return op.count * self._cost(self.gpus(rep, op.group), op)[2]
+
     def join(self, rep: StageReplica, label: str, ops: tuple[GroupOp, ...], tags: dict):
         """Process: run ``ops`` (context-parallel first, then expert-parallel) with the other
         members of ``rep``'s groups; returns when all have joined and the exchanges ran."""

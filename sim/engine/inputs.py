@@ -117,6 +117,9 @@ class SimInput:
             ranks, context rank innermost (:mod:`sim.engine.groups`).
         expert_parallel: ``ep``: consecutive replicas forming an expert-parallel group
             (divides the replicas).
+        overlap_pairs: run an ``OVERLAP_F_B`` pair's two actions as interleaved chains, one's
+            exchanges under the other's compute (DualPipe, :mod:`sim.engine.overlap`); False:
+            one after the other, as torch's runtime does by default.
     """
 
     topology: Topology
@@ -130,6 +133,7 @@ class SimInput:
     tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
     context_parallel: int = 1
     expert_parallel: int = 1
+    overlap_pairs: bool = False
 
     def __post_init__(self) -> None:
         w = len(self.placement)

@@ -28,6 +28,7 @@ from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.groups import GroupCollectives
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory, Stream
@@ -145,13 +146,27 @@ class Engine:
             elif a.op in ("B", "I") and not rep.last:
                 yield self._arrival(("grad", r, a.stage, a.microbatch, k))
         sends: list = []
-        for a in pair:
-            rep = self._rep(first, a)
-            tags = rep.tags(a.microbatch, a.microbatch // m)
-            if a.op == "F":
-                yield from self.forward(rep, a, tags, sends)
-            else:
-                yield from self.backward(rep, a, tags, ends.get(a), sends)
+        reps = [self._rep(first, a) for a in pair]
+        if self.inp.overlap_pairs and any(r.cost.group_fwd or r.cost.group_bwd for r in reps):
+            gpu = self.inp.topology.gpu(int(first.gpu[3:])).compute
+            sms = gpu.sm_count if gpu is not None else None
+            ov = PairOverlap(self.env, self.compute, self.groups, slowdown(sms))
+            procs = []
+            for a, rep in zip(pair, reps, strict=True):
+                tags = rep.tags(a.microbatch, a.microbatch // m)
+                if a.op == "F":
+                    procs.append(self.env.process(self.forward(rep, a, tags, sends, ov.body)))
+                else:
+                    proc = self.backward(rep, a, tags, ends.get(a), sends, ov.body)
+                    procs.append(self.env.process(proc))
+            yield self.env.all_of(procs)
+        else:
+            for a, rep in zip(pair, reps, strict=True):
+                tags = rep.tags(a.microbatch, a.microbatch // m)
+                if a.op == "F":
+                    yield from self.forward(rep, a, tags, sends)
+                else:
+                    yield from self.backward(rep, a, tags, ends.get(a), sends)
         for send in sends:
             self.env.process(self.send(*send))
 
@@ -212,9 +227,13 @@ class Engine:
         if rs is not None or plan.writeback_bytes > 0:
             self.traffic.writeback(rep, a, tags, after=rs)
 
-    def forward(self, rep: StageReplica, a: Action, tags: dict, sends: list | None = None):
+    def forward(
+        self, rep: StageReplica, a: Action, tags: dict, sends: list | None = None, body=None
+    ):
         """Process: wait for the input activation (and chunks), stash, compute, send (or,
-        with ``sends``, add the send's arguments to it for the caller to start)."""
+        with ``sends``, add the send's arguments to it for the caller to start). ``body``
+        (:meth:`~sim.engine.overlap.PairOverlap.body`) runs the compute and the group
+        exchanges instead of running them one after the other."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield self._arrival(("act", rep.replica, s, mb, rep.tp_rank))
@@ -224,10 +243,13 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+        if body is not None:
+            yield from body(rep, a, rep.cost.fwd_s, rep.cost.group_fwd, tags)
+        else:
+            yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
-        if rep.cost.group_fwd:
+        if rep.cost.group_fwd and body is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
         now = self.env.now
         self._release_gather(rep, a)
@@ -248,6 +270,7 @@ class Engine:
         tags: dict,
         step_no: int | None = None,
         sends: list | None = None,
+        body=None,
     ):
         """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back.
 
@@ -273,10 +296,13 @@ class Engine:
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+        if body is not None and uses_grad:
+            yield from body(rep, a, dur, rep.cost.group_bwd, tags)
+        else:
+            yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
-        if uses_grad and rep.cost.group_bwd:
+        if uses_grad and rep.cost.group_bwd and body is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
         now = self.env.now
         if plan.fetch_bytes > 0:

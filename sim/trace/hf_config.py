@@ -43,7 +43,9 @@ SUPPORTED = LLAMA_LIKE + MOE_TYPES
 def _moe(cfg: dict[str, Any], kind: str, h: int) -> tuple[MoEShape, int, int]:
     """``(moe, dense_layers, moe_every)`` of a MoE config."""
     if kind == "mixtral":
-        moe = MoEShape(h, cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["intermediate_size"])
+        moe = MoEShape(
+            h, cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["intermediate_size"]
+        )
         return moe, 0, 1
     if kind == "qwen2_moe":
         if cfg.get("mlp_only_layers"):
