@@ -17,8 +17,9 @@ for its duration:
 * ``ring`` (ring attention): every member sends to the next at once; a step takes the slowest
   hop's :func:`~sim.hardware.topology.transfer_time_s` at the ring's shared hop rate
   (:func:`~sim.hardware.topology.ring_hop_bandwidths`). The steps ran alongside the attention
-  core already counted in the compute, so a rank waits only ``count * max(0, step -
-  hidden_s)``; the links stay held for all the steps (as a background transfer);
+  core already counted in the compute, so a rank waits, and the links are held, only for
+  ``count * max(0, step - hidden_s)``; the event is drawn from where the hidden part began
+  (inside the compute). Not modelled: the hidden part's contention with other traffic;
 * ``all_gather`` / ``reduce_scatter``: the group's rings (:mod:`sim.engine.hierarchical`).
 
 Waiting for the others is part of a rank's first exchange event (as tensor-parallel ones). The
@@ -147,8 +148,8 @@ class GroupCollectives:
 
     def run_ops(self, rep: StageReplica, group: str, ops: tuple, done: simpy.Event):
         """Process: run ``ops`` one after another on ``rep``'s ``group``; ``done`` succeeds
-        with ``[(op, begin, end)]`` once the members may go on (a ring's background steps may
-        hold their links longer)."""
+        with ``[(op, begin, end)]`` once the members may go on (a ring's hidden part begins
+        before it was joined)."""
         gpus = self.gpus(rep, group)
         spans = []
         for op in ops:
@@ -157,8 +158,7 @@ class GroupCollectives:
                 begin = yield from self.links.hold(links, op.count * dur)
                 spans.append((op, begin, self.env.now))
                 continue
-            begin = self.env.now
-            self.env.process(self.links.hold(links, op.count * dur))
-            yield self.env.timeout(op.count * exposed)
-            spans.append((op, begin, begin + op.count * dur))
+            hidden = op.count * (dur - exposed)  # ran under the attention, before now
+            begin = yield from self.links.hold(links, op.count * exposed)
+            spans.append((op, begin - hidden, self.env.now))
         done.succeed(spans)
