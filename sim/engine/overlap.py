@@ -77,11 +77,19 @@ class PairOverlap:
         factor: float = 1.0,
     ):
         self.env = env
-        self.compute = compute
+        self.compute_stream = compute
         self.groups = groups
         self.factor = factor
         self.stream = simpy.Resource(env, capacity=1)
         self.busy_until = 0.0
+
+    def compute(self, gpu: str, kind: str, name: str, duration_s: float, **tags):
+        """Process: ``duration_s`` of other compute of the pair (a recompute) on the shared
+        stream, slowed while an exchange runs, as a chain's segments."""
+        with self.stream.request() as req:
+            yield req
+            dur = self.stretched(duration_s, self.busy_until - self.env.now)
+            yield from self.compute_stream.run(gpu, kind, name, dur, **tags)
 
     def body(self, rep: StageReplica, a: Action, duration_s: float, ops: tuple[GroupOp, ...], tags):
         """Process: the chain of action ``a``: ``duration_s`` of compute split around the
@@ -93,7 +101,7 @@ class PairOverlap:
                 yield req
                 name = f"{a}" if not seq else f"{a}.{i}"
                 dur = self.stretched(seg, self.busy_until - self.env.now)
-                yield from self.compute.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
+                yield from self.compute_stream.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
             if op is not None:
                 end = self.env.now + self.groups.op_seconds(rep, op)
                 self.busy_until = max(self.busy_until, end)

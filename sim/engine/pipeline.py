@@ -155,9 +155,9 @@ class Engine:
             for a, rep in zip(pair, reps, strict=True):
                 tags = rep.tags(a.microbatch, a.microbatch // m)
                 if a.op == "F":
-                    procs.append(self.env.process(self.forward(rep, a, tags, sends, ov.body)))
+                    procs.append(self.env.process(self.forward(rep, a, tags, sends, ov)))
                 else:
-                    proc = self.backward(rep, a, tags, ends.get(a), sends, ov.body)
+                    proc = self.backward(rep, a, tags, ends.get(a), sends, ov)
                     procs.append(self.env.process(proc))
             yield self.env.all_of(procs)
         else:
@@ -228,12 +228,17 @@ class Engine:
             self.traffic.writeback(rep, a, tags, after=rs)
 
     def forward(
-        self, rep: StageReplica, a: Action, tags: dict, sends: list | None = None, body=None
+        self,
+        rep: StageReplica,
+        a: Action,
+        tags: dict,
+        sends: list | None = None,
+        overlap: PairOverlap | None = None,
     ):
         """Process: wait for the input activation (and chunks), stash, compute, send (or,
-        with ``sends``, add the send's arguments to it for the caller to start). ``body``
-        (:meth:`~sim.engine.overlap.PairOverlap.body`) runs the compute and the group
-        exchanges instead of running them one after the other."""
+        with ``sends``, add the send's arguments to it for the caller to start). With
+        ``overlap`` (:class:`~sim.engine.overlap.PairOverlap`) the compute and the group
+        exchanges run as its chain instead of one after the other."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield self._arrival(("act", rep.replica, s, mb, rep.tp_rank))
@@ -243,13 +248,13 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
-        if body is not None:
-            yield from body(rep, a, rep.cost.fwd_s, rep.cost.group_fwd, tags)
+        if overlap is not None:
+            yield from overlap.body(rep, a, rep.cost.fwd_s, rep.cost.group_fwd, tags)
         else:
             yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
-        if rep.cost.group_fwd and body is None:
+        if rep.cost.group_fwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
         now = self.env.now
         self._release_gather(rep, a)
@@ -270,7 +275,7 @@ class Engine:
         tags: dict,
         step_no: int | None = None,
         sends: list | None = None,
-        body=None,
+        overlap: PairOverlap | None = None,
     ):
         """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back.
 
@@ -292,17 +297,18 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+            run = overlap.compute if overlap is not None else self.compute.run
+            yield from run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        if body is not None and uses_grad:
-            yield from body(rep, a, dur, rep.cost.group_bwd, tags)
+        if overlap is not None and uses_grad:
+            yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags)
         else:
             yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
-        if uses_grad and rep.cost.group_bwd and body is None:
+        if uses_grad and rep.cost.group_bwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
         now = self.env.now
         if plan.fetch_bytes > 0:

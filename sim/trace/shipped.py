@@ -10,7 +10,8 @@ writes, in pipesim's native format with provenance sidecars:
   attention, as in Megatron-LM);
 * ``gpt2-1b`` ... ``gpt-ds-40b``: the same, with the GPT shapes of PatrickStar's benchmarks
   (:data:`PATRICKSTAR_SHIPPED`);
-* ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3``, ``llama3-8b-128k``: decoder models
+* ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3`` (and ``deepseek-v3-l16``, trimmed to
+  16 layers), ``llama3-8b-128k``: decoder models
   (:mod:`sim.trace.decoder`) from the Hugging Face ``config.json`` files in ``examples/hf/``
   (:data:`DECODER_SHIPPED`), micro-batch 1, bf16, flash attention, on the H100 of the
   ``dgx-h100`` preset.
@@ -49,13 +50,16 @@ PATRICKSTAR_SHIPPED = (
     "gpt-ds-68b",
 )
 """GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
-DECODER_SHIPPED = {
-    "mixtral-8x7b": ("mixtral-8x7b-config.json", 4096),
-    "qwen1.5-moe-a2.7b": ("qwen1.5-moe-a2.7b-config.json", 4096),
-    "deepseek-v3": ("deepseek-v3-config.json", 4096),
-    "llama3-8b-128k": ("llama3-8b-config.json", 131072),
+DECODER_SHIPPED: dict[str, tuple[str, int, int | None]] = {
+    "mixtral-8x7b": ("mixtral-8x7b-config.json", 4096, None),
+    "qwen1.5-moe-a2.7b": ("qwen1.5-moe-a2.7b-config.json", 4096, None),
+    "deepseek-v3": ("deepseek-v3-config.json", 4096, None),
+    "deepseek-v3-l16": ("deepseek-v3-config.json", 4096, 16),
+    "llama3-8b-128k": ("llama3-8b-config.json", 131072, None),
 }
-"""Decoder traces: ``name: (examples/hf/ config file, training sequence length)``."""
+"""Decoder traces: ``name: (examples/hf/ config file, training sequence length, layers or None
+for the config's)``; ``deepseek-v3-l16`` is DeepSeek-V3 trimmed to 16 layers (3 dense, 13
+MoE), as benchmarks trim it (SimuMax, Megatron-LM) to fit a few servers."""
 HF_DIR = Path(__file__).resolve().parents[2] / "examples" / "hf"
 
 
@@ -96,8 +100,8 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
             )
         out.append(replace(t, provenance=prov))
     gpu = preset_gpu("dgx-h100")
-    for name, (config, seq_len) in DECODER_SHIPPED.items():
-        shape = read_config(HF_DIR / config, seq_len)
+    for name, (config, seq_len, layers) in DECODER_SHIPPED.items():
+        shape = read_config(HF_DIR / config, seq_len, layers=layers)
         t = decoder_trace(shape, name=name, microbatch_size=1, gpu=gpu, dtype="bf16")
         prov = dict(t.provenance, config=f"examples/hf/{config}", seq_len=seq_len)
         out.append(replace(t, provenance=prov))
