@@ -20,7 +20,10 @@
   context-parallel ones as :class:`~sim.tensor.ops.GroupOp` (two all-to-alls per MoE block and
   direction; the attention's exchanges, ring steps hiding under ``1/cp`` of the attention core).
 
-Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`).
+Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
+kind is its name's (``embedding``, ``block.i``, ``moe_block.i``, ``head``), or
+``provenance.layer_kinds`` for a profiled Hugging Face chain (``sim profile --model
+config.json``: ``embed``, ``layer<i>``, ``norm``, ``lm_head``).
 """
 
 from __future__ import annotations
@@ -185,8 +188,8 @@ def shard_decoder(trace: Trace, par: Parallel, spec: ComputeSpec) -> DecoderShar
     rows = plan.rows[plan.busiest] if plan is not None else ()
     cache: dict[str, tuple] = {}
     layers, comm, group, expert = [], [], [], []
-    for layer in trace.layers:
-        kind = _kind(layer.name)
+    kinds = trace.provenance.get("layer_kinds") or [_kind(x.name) for x in trace.layers]
+    for layer, kind in zip(trace.layers, kinds, strict=True):
         if kind not in cache:
             cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
         ratios, act, share, tpc, ops = cache[kind]
