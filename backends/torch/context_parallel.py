@@ -86,7 +86,7 @@ def set_positions(chain: torch.nn.Module, pos: torch.Tensor | None) -> None:
     """Give every decoder layer of ``chain`` the rank's token positions (None: 0..t-1)."""
     for module in chain.modules():
         if hasattr(module, "positions") and hasattr(module, "rotary"):
-            module.positions = pos
+            setattr(module, "positions", pos)  # noqa: B010 (hf._Decoder's plain attribute)
 
 
 __all__ = ["NAME", "attention", "dist", "install", "positions", "set_positions", "set_rank"]

@@ -54,7 +54,7 @@ def _sgd(params: list[torch.nn.Parameter], lr: float) -> None:
     with torch.no_grad():
         for p in params:
             if p.grad is not None:
-                p -= lr * p.grad
+                p.sub_(lr * p.grad)
                 p.grad = None
 
 

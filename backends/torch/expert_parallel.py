@@ -42,14 +42,16 @@ class EPExperts(nn.Module):
 
     def __init__(self, experts: nn.Module, rank: int, ep: int, group=None):
         super().__init__()
-        n = experts.num_experts
+        gate_up: torch.Tensor = getattr(experts, "gate_up_proj")  # noqa: B009 (typed access)
+        down: torch.Tensor = getattr(experts, "down_proj")  # noqa: B009
+        n = int(gate_up.shape[0])
         if n % ep:
             raise ValueError(f"expert parallel size {ep} must divide the {n} experts")
         self.n_local, self.rank, self.ep, self.group = n // ep, rank, ep, group
         lo, hi = rank * self.n_local, (rank + 1) * self.n_local
-        self.gate_up_proj = nn.Parameter(experts.gate_up_proj.detach()[lo:hi].clone())
-        self.down_proj = nn.Parameter(experts.down_proj.detach()[lo:hi].clone())
-        self.act_fn = experts.act_fn
+        self.gate_up_proj = nn.Parameter(gate_up.detach()[lo:hi].clone())
+        self.down_proj = nn.Parameter(down.detach()[lo:hi].clone())
+        self.act_fn: nn.Module = getattr(experts, "act_fn")  # noqa: B009
 
     def _exchange_counts(self, send: torch.Tensor) -> torch.Tensor:
         recv = torch.empty_like(send)
