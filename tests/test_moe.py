@@ -154,3 +154,43 @@ def test_gqa_shrinks_the_qkv_projection():
     assert math.isclose(
         layer_params("block", m)[0], 4096 * 6144 + 4096**2 + 3 * 4096 * 14336 + 2 * 4096
     )
+
+
+def test_hf_configs_read_as_the_published_shapes(tmp_path):
+    from pathlib import Path
+
+    from sim.errors import InputError
+    from sim.trace.hf_config import read_config
+
+    hf = Path(__file__).resolve().parents[1] / "examples" / "hf"
+    assert read_config(hf / "mixtral-8x7b-config.json", 4096) == MIXTRAL
+    assert read_config(hf / "deepseek-v3-config.json", 4096) == DSV3
+    qwen = read_config(hf / "qwen1.5-moe-a2.7b-config.json", 4096)
+    assert qwen.moe == MoEShape(2048, 60, 4, 1408, shared_ffn=5632)
+    bad = tmp_path / "c.json"
+    bad.write_text('{"model_type": "gpt_neox", "hidden_size": 8}')
+    with pytest.raises(InputError) as exc:
+        read_config(bad, 128)
+    assert exc.value.field == "model_type" and "gpt_neox" in str(exc.value)
+    bad.write_text('{"model_type": "mixtral", "hidden_size": 8}')
+    with pytest.raises(InputError, match="missing field"):
+        read_config(bad, 128)
+
+
+def test_profile_for_gpu_of_a_moe_config_is_the_analytic_trace(tmp_path):
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+    from sim.trace.loader import load_trace
+
+    cfg = Path(__file__).resolve().parents[1] / "examples/hf/tiny-mixtral-config.json"
+    out = tmp_path / "tm"
+    args = ["profile", "--model", str(cfg), "--seq-len", "32", "-b", "2", "--for-gpu", "H100"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    trace = load_trace(str(out) + ".csv")
+    assert trace.provenance["source"].startswith("analytic: sim.trace.decoder")
+    assert [x.name for x in trace.layers] == ["embedding", "moe_block.0", "moe_block.1", "head"]
