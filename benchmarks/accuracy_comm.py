@@ -43,6 +43,14 @@ communicator has one ring at its port's rate; on the DGX-1 cube mesh it has NCCL
 over all 6 NVLinks of each GPU (:func:`sim.hardware.rings.ring_set`: 40 + 40 + 20 + 20 = 120
 GB/s, -8 % against 130 GB/s; one ring gave 40 GB/s, -69 %).
 
+nccl-tests sweeps (:func:`sweep_rows`, ``validation/nccl-tests/``): all-reduce times over 8
+GPUs from 8 B to 8 GiB published for 8x A100 (NVSwitch) and a DGX-1-class V100 server, against
+NCCL's own cost model (:mod:`sim.engine.nccl`: the algorithm and protocol it chooses, their
+latency and bandwidth) and against the previous model (the ring with the links' latencies per
+step, :meth:`~sim.engine.hierarchical.CollectivePlan.ring_time_s`). Most sweeps ran with
+``-g 8`` (one thread launches on 8 GPUs), whose small-size floor holds 8 launches: compare the
+small sizes with that in mind (validation/nccl-tests/README.md).
+
 Run: ``PYTHONPATH=$PWD python benchmarks/accuracy_comm.py`` from a checkout (the venv's
 installed ``sim`` may be another checkout's). ``rows()`` returns the Galvatron table as dicts,
 ``reference_rows()`` the reference points.
@@ -50,15 +58,22 @@ installed ``sim`` may be another checkout's). ``rows()`` returns the Galvatron t
 
 from __future__ import annotations
 
+import csv
 import json
 from functools import cache
 from pathlib import Path
 
+from sim.engine.hierarchical import collective_plan
 from sim.engine.microbench import allreduce_busbw_Bps, sendrecv_busbw_Bps
+from sim.events import EventKind
 from sim.hardware.loader import list_presets, load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "validation" / "galvatron"
+SWEEPS = ROOT / "validation" / "nccl-tests" / "allreduce_8gpu.csv"
+BANDS = (("small <= 64 KiB", 0, 2**16), ("mid 128 KiB-128 MiB", 2**17, 2**27))
+BANDS += (("large >= 256 MiB", 2**28, 2**40),)
+"""Size bands of the sweep summary (the model's regimes: latency, both, bandwidth)."""
 MiB = 2**20
 GiB = 2**30
 SIZES = (64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB)
@@ -80,10 +95,17 @@ REFERENCES = (
         "NVIDIA/nccl-tests#149 (sjeaugey, NVIDIA): 8x A100 all-reduce 'should reach 230 GB/s'",
     ),
     (
-        "dgx-h100",
+        "dgx-h100-nvls-off",
         8,
         370.0,
         "NVIDIA/nccl#2140: 8x H100 all-reduce busbw 370 GB/s with NVLS off (user report)",
+    ),
+    (
+        "dgx-h100",
+        8,
+        480.0,
+        "NVIDIA/nccl-tests#212 (sjeaugey, NVIDIA): 8x H100 all-reduce with NVLink SHARP 'should "
+        "reach a peak busBw of ~480GB/s (algbw ~275GB/s)'",
     ),
     (
         "dgx2-v100",
@@ -119,8 +141,14 @@ def _measurements() -> list[tuple[str, str, tuple[int, ...], float]]:
     return out
 
 
+NVLS_OFF = "-nvls-off"
+"""A preset name with this suffix is the preset with NVLink SHARP disabled (NCCL_NVLS_ENABLE=0)."""
+
+
 @cache
 def _topology(preset: str):
+    if preset.endswith(NVLS_OFF):
+        return load_hardware({"base": preset[: -len(NVLS_OFF)], "gpu": {"nvls": False}})
     return load_hardware(preset)
 
 
@@ -200,6 +228,68 @@ def reference_rows() -> list[dict]:
     return out
 
 
+def _sweeps() -> list[dict]:
+    with SWEEPS.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def sweep_rows() -> list[dict]:
+    """One row per measured size of ``validation/nccl-tests/allreduce_8gpu.csv``: ``source``,
+    ``preset``, ``launch``, ``bytes``, ``measured_us``, ``nccl_us`` (NCCL's model: its chosen
+    ``algorithm``/``protocol``), ``nccl_error`` (predicted / measured - 1), ``links_us`` and
+    ``links_error`` (the ring with the links' latencies, the previous model)."""
+    out = []
+    for rec in _sweeps():
+        topo = _topology(rec["preset"])
+        plan = collective_plan(topo, tuple(f"gpu{i}" for i in range(int(rec["gpus"]))))
+        nbytes, measured = float(rec["bytes"]), float(rec["time_us"])
+        choice = plan.choice(nbytes, EventKind.ALLREDUCE)
+        assert choice is not None
+        links = plan.ring_time_s(nbytes, EventKind.ALLREDUCE) * 1e6
+        out.append(
+            {
+                "source": rec["source"],
+                "preset": rec["preset"],
+                "launch": rec["launch"],
+                "bytes": int(nbytes),
+                "measured_us": measured,
+                "nccl_us": choice.time_s * 1e6,
+                "algorithm": f"{choice.algorithm}/{choice.protocol}",
+                "nccl_error": choice.time_s * 1e6 / measured - 1.0,
+                "links_us": links,
+                "links_error": links / measured - 1.0,
+            }
+        )
+    return out
+
+
+def sweep_summary(rows: list[dict] | None = None) -> list[dict]:
+    """Mean signed and absolute error of both models per source and size band (:data:`BANDS`)."""
+    rows = sweep_rows() if rows is None else rows
+    out = []
+    for source in dict.fromkeys(r["source"] for r in rows):
+        for band, lo, hi in BANDS:
+            sel = [r for r in rows if r["source"] == source and lo <= r["bytes"] <= hi]
+            if not sel:
+                continue
+            rec: dict = {"source": source, "band": band, "n": len(sel)}
+            for model in ("nccl", "links"):
+                errs = [r[f"{model}_error"] for r in sel]
+                rec[f"{model}_signed"] = sum(errs) / len(errs)
+                rec[f"{model}_mape"] = sum(abs(e) for e in errs) / len(errs)
+            out.append(rec)
+    return out
+
+
+def more_tables() -> list[tuple[str, list[dict]]]:
+    """Further tables for ``benchmarks/bench_accuracy.py``: the nccl-tests sweeps by size band
+    and the large-size reference points."""
+    return [
+        ("comm: nccl-tests all-reduce sweeps, error by size band", sweep_summary()),
+        ("comm: all-reduce busbw at 1-8 GiB, published NCCL numbers", reference_rows()),
+    ]
+
+
 def main() -> None:
     table = rows()
     print(
@@ -229,6 +319,23 @@ def main() -> None:
             f"{r['predicted_GBps']:7.1f} {r['error']:+7.1%}"
             + ("" if r["within_bound"] else "  > 15 %")
             + f"  {r['source']}"
+        )
+    print("\nnccl-tests all_reduce_perf sweeps (8 GPUs) against NCCL's model and the links' ring:")
+    print(
+        f"{'source':15s} {'bytes':>11s} {'measured':>9s} {'NCCL':>9s} {'algo':>12s} "
+        f"{'error':>7s} {'links':>9s} {'error':>7s}"
+    )
+    sweeps = sweep_rows()
+    for r in sweeps:
+        print(
+            f"{r['source']:15s} {r['bytes']:11d} {r['measured_us']:9.1f} {r['nccl_us']:9.1f} "
+            f"{r['algorithm']:>12s} {r['nccl_error']:+7.1%} {r['links_us']:9.1f} "
+            f"{r['links_error']:+7.1%}"
+        )
+    for r in sweep_summary(sweeps):
+        print(
+            f"{r['source']:15s} {r['band']:20s} n={r['n']:2d}  NCCL {r['nccl_signed']:+6.1%} "
+            f"(|{r['nccl_mape']:.1%}|)  links {r['links_signed']:+6.1%} (|{r['links_mape']:.1%}|)"
         )
 
 

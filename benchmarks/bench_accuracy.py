@@ -1,7 +1,7 @@
 """Accuracy of pipesim's models against measurements by others: one table per section.
 
 Each section is a module ``benchmarks/accuracy_<name>.py`` exposing ``rows() -> list[dict]``
-(and optionally ``TITLE``): ``accuracy_compute`` (per-layer time vs micro-batch size),
+(and optionally ``TITLE``, and ``more_tables() -> [(title, rows)]``): ``accuracy_compute`` (per-layer time vs micro-batch size),
 ``accuracy_memory`` and ``accuracy_comm`` when present. Prints the tables; asserts nothing
 (the bounds are held by tests, e.g. tests/test_compute.py).
 
@@ -56,6 +56,8 @@ def main() -> None:
             console.print(f"[dim]section {name}: benchmarks/accuracy_{name}.py not present[/]")
             continue
         console.print(table(getattr(mod, "TITLE", name), mod.rows()))
+        for title, rows in getattr(mod, "more_tables", list)():
+            console.print(table(title, rows))
 
 
 if __name__ == "__main__":

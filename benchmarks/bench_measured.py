@@ -3,9 +3,22 @@
 Data: ``validation/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
 one 8 x A100 node, vTrain's published ground truth; provenance in its README). Each row becomes
 the configuration it measured, through the README's no-GPU path: an analytic GPT trace timed by
-the kernel model on the ``dgx-a100-40gb`` preset, Megatron's uniform split, tensor parallelism
-``t``, pipeline depth ``p``, data-parallel width ``w``, micro-batch ``b``, ``m = B / (b w)``
-micro-batches, 1F1B, recompute of every block (``recompute:full``).
+the kernel model on the ``dgx-a100-40gb`` preset, tensor parallelism ``t``, pipeline depth
+``p``, data-parallel width ``w``, micro-batch ``b``, ``m = B / (b w)`` micro-batches, run as
+``framework: megatron-deepspeed`` (:mod:`sim.framework`), which is what vTrain's settings mean in
+pipesim's terms:
+
+* Megatron-DeepSpeed (vTrain ``data/README.md``) -> ``framework: megatron-deepspeed``: DeepSpeed's
+  pipeline engine, Megatron's placement (``partition: uniform`` gives every stage ``L/p``
+  blocks, the embedding to the first, the head to the last), the tied embedding all-reduced
+  between them, 1F1B also with ``m < p``;
+* ``use_gradient_bucket: false`` -> data-parallel gradients all-reduced after the backward,
+  exposed (the profile's ``dp_bucket_bytes = 0``);
+* ``use_checkpoint: true`` -> ``memory_policy: recompute:full`` (every transformer layer);
+* ``pipeline_scheduling: 1f1b`` -> ``schedule: 1f1b``.
+
+``--framework pipesim`` runs the rows as the runtime ``sim validate`` replays (torch's 1F1B
+refuses the 48 rows with ``m < p``).
 
 Prints:
 
@@ -43,6 +56,10 @@ from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
+FRAMEWORK = "megatron-deepspeed"
+"""vTrain's data/README.md: every point collected with Megatron-DeepSpeed; its configs say
+``use_gradient_bucket: false`` (all-reduce after the backward), ``use_checkpoint: true``,
+``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
 QUESTION = ["layers", "global_batch", "gpus"]
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
@@ -54,8 +71,9 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     return df
 
 
-def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
-    """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row)."""
+def predict(df: pd.DataFrame, hardware: str, framework: str = FRAMEWORK) -> pd.DataFrame:
+    """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row),
+    each row run as ``framework`` runs it (:mod:`sim.framework`)."""
     topo = load_hardware(hardware)
     gpu = preset_gpu(hardware)
     traces = {}
@@ -82,6 +100,7 @@ def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
                 "models": [{"name": name, "trace": name}],
                 "training": {"global_batch": int(rec.global_batch), "dtype": "fp16"},
                 "options": {"partition": "uniform"},
+                "framework": framework,
             }
         )
         point = PointConfig(
@@ -94,6 +113,7 @@ def predict(df: pd.DataFrame, hardware: str) -> pd.DataFrame:
             microbatches=int(rec.microbatches),
             memory_policy="recompute:full",
             global_batch=int(rec.global_batch),
+            framework=framework,
         )
         row = evaluate_row(Prepared(exp, "<measured>", topo, {name: traces[name]}), point)
         t = row.iteration_time_s
@@ -210,9 +230,15 @@ def main() -> None:
         "--hardware", default="dgx-a100-40gb", help="server preset (default: %(default)s)"
     )
     ap.add_argument("--out", default="results/bench_measured", help="folder for the CSV and PNG")
+    ap.add_argument(
+        "--framework",
+        default=FRAMEWORK,
+        help="framework profile the rows run as (default: %(default)s, as vTrain measured; "
+        "pipesim: the runtime sim validate replays)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    res = predict(load_vtrain(), args.hardware)
+    res = predict(load_vtrain(), args.hardware, args.framework)
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,8 @@ from typing import Any
 from sim.compute.adapt import adapt_trace
 from sim.config import PointConfig
 from sim.engine.hierarchical import collective_plan
+from sim.framework.base import share_head_weight
+from sim.framework.registry import get_framework
 from sim.memory.registry import parse_policy
 from sim.memory.reserve import nccl_peers
 from sim.memory.spec import PolicySpec
@@ -224,6 +226,7 @@ class BoundModel:
             point.context_parallel,
             point.context_parallel_comm,
             point.routing,
+            point.framework,
         )
         if key not in self._totals:
             self._totals[key] = self._rank_totals(point)
@@ -233,8 +236,13 @@ class BoundModel:
         gpu = self.prep.topology.gpus[0].compute
         trace: Trace = self.prep.traces[point.model]
         trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
-        sharded = rank_trace(trace, point, gpu)
+        overhead = self.prep.topology.gpus[0].tp_module_overhead_s
+        sharded = rank_trace(trace, point, gpu, overhead)
         trace = sharded.trace
+        if get_framework(point.framework).tied_embedding.value:
+            # stored once where both ends share a rank (Framework.tie): left out at every
+            # depth, which keeps these totals a lower bound
+            trace = share_head_weight(trace, point.tensor_parallel)
         layers = trace.layers
         per_elem = dtype_bytes(trace.dtype)
         groups: dict[tuple[float, float], int] = {}
@@ -315,10 +323,10 @@ class BoundModel:
 
     def flight(self, point: PointConfig) -> tuple[tuple[int, ...], int]:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
-        key = (point.schedule, point.stages, point.microbatches)
+        key = (point.schedule, point.stages, point.microbatches, point.framework)
         if key not in self._flight:
-            sched = get_schedule(point.schedule)(
-                point.stages, point.microbatches, point.virtual_stages
+            sched = get_framework(point.framework).make_schedule(
+                get_schedule(point.schedule), point.stages, point.microbatches, point.virtual_stages
             )
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
             n = tuple(peak_in_flight(sched.program(its)))

@@ -232,6 +232,14 @@ class ExperimentConfig(_Strict):
         description="Hardware preset name (see `sim hardware list`) or an inline description."
     )
     models: list[ModelConfig] = Field(min_length=1, description="Models to sweep.")
+    framework: str = Field(
+        "pipesim",
+        description="Training framework profile: what it does around the model (gradient "
+        "bucketing and overlap, distributed optimizer, embedding and head placement, pipeline "
+        "engine exchanges and sync points, schedules it runs): pipesim (default, what `sim "
+        "validate` replays), megatron-deepspeed, megatron-lm, deepspeed, torchtitan, "
+        "pytorch-ddp (sim.framework: each setting with its source).",
+    )
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     options: OptionsConfig = Field(default_factory=OptionsConfig)
@@ -276,6 +284,7 @@ class PointConfig(BaseModel):
     context_parallel_comm: str = "p2p"
     routing: str = "balanced"
     ep_overlap: bool = False
+    framework: str = "pipesim"
 
     def key(self) -> str:
         """A stable short hash of the point."""

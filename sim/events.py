@@ -33,6 +33,7 @@ class EventKind(StrEnum):
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
     ALLTOALL = "alltoall"  # expert-parallel dispatch/combine, Ulysses context parallelism
     RING_EXCHANGE = "ring_exchange"  # ring attention's KV steps (context parallelism)
+    HOST_SYNC = "host_sync"  # the device idle after a host sync point (sim.engine.exchanges)
 
 
 COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)
@@ -70,6 +71,7 @@ class MemCategory(StrEnum):
     RESERVE = "reserve"  # CUDA context, cuBLAS workspace, NCCL buffers (sim.memory.capacity)
     ALLOCATOR = "allocator"  # caching-allocator margin
     WORKING = "working"  # transient working memory of the peak (sim.memory.capacity)
+    FRAMEWORK = "framework"  # a framework's buffers, or memory it keeps out of its reach
 
 
 class Event(NamedTuple):

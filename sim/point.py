@@ -15,6 +15,8 @@ from sim.config import ExperimentConfig, PointConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.framework.base import Framework
+from sim.framework.registry import get_framework
 from sim.hardware.topology import Topology
 from sim.memory.base import StageContext
 from sim.memory.compose import finalize_plans
@@ -63,13 +65,36 @@ def make_schedule(
     file: str = "<experiment>",
     field: str = "sweep.schedule",
     virtual_stages: int | None = None,
+    framework: Framework | None = None,
 ) -> Schedule:
-    """Instantiate a schedule, turning its errors into :class:`InputError`."""
+    """Instantiate a schedule as ``framework`` runs it (default: pipesim's torch rules),
+    turning its errors into :class:`InputError`.
+
+    Raises:
+        InputError: an unknown name, a schedule the framework does not run, or a
+            combination the schedule refuses.
+    """
     cls = check_schedule_name(name, file=file, field=field)
+    fw = framework or get_framework("pipesim")
+    why = fw.schedule_reason(cls)
+    if why:
+        raise InputError(why, file=file, field=field)
     try:
-        return cls(stages, microbatches, virtual_stages)
+        return fw.make_schedule(cls, stages, microbatches, virtual_stages)
     except ScheduleError as exc:
         raise InputError(str(exc), file=file, field="sweep.stages") from None
+
+
+def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework:
+    """The framework profile of ``point``.
+
+    Raises:
+        InputError: an unknown name (field ``framework``), listing the valid ones.
+    """
+    try:
+        return get_framework(point.framework)
+    except KeyError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
 
 
 def check_schedule_name(
@@ -163,8 +188,10 @@ def choose_boundaries(
     in_flight: list[int],
     placement,
     exp: ExperimentConfig,
+    framework: Framework | None = None,
 ) -> tuple[int, ...]:
-    """Stage boundaries: fixed, uniform, or the memory-aware optimal partition.
+    """Stage boundaries: fixed, uniform (as ``framework`` places embedding and head:
+    :meth:`~sim.framework.base.Framework.boundaries`), or the memory-aware optimal partition.
 
     With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
     bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
@@ -180,7 +207,9 @@ def choose_boundaries(
             )
         return tuple(exp.options.boundaries)
     if exp.options.partition == "uniform":
-        return tuple(uniform_partition(len(trace.layers), p))
+        if framework is None:
+            return tuple(uniform_partition(len(trace.layers), p))
+        return framework.boundaries(trace, p)
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     per_byte = 1.0 / dtype_bytes(trace.dtype)
     vb = version_bytes_per_param(schedule.name, sb)
@@ -216,12 +245,14 @@ def resolve(
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
+    framework = point_framework(point, file)
     schedule = make_schedule(
         point.schedule,
         point.stages,
         point.microbatches,
         file=file,
         virtual_stages=point.virtual_stages,
+        framework=framework,
     )
     n, t, cp = schedule.num_stages, point.tensor_parallel, point.context_parallel
     if point.stages * point.dp_width * t * cp > topo.num_gpus:
@@ -246,7 +277,7 @@ def resolve(
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
     trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
     sharded = _shard(trace, point, topo, file)
-    trace = sharded.trace
+    trace = framework.tie(sharded.trace, schedule, t)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
     peaks = peak_in_flight_per_stage(program)
@@ -262,7 +293,7 @@ def resolve(
     per_stage = tuple(tuple(row[ranks[s]] for s in range(n)) for row in placement)
     stage_groups = tuple(tuple(row[ranks[s]] for s in range(n)) for row in groups)
     try:
-        boundaries = choose_boundaries(topo, trace, schedule, in_flight, per_stage, exp)
+        boundaries = choose_boundaries(topo, trace, schedule, in_flight, per_stage, exp, framework)
     except InputError as exc:
         exc.file = exc.file or file
         raise
@@ -289,6 +320,7 @@ def resolve(
         flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
+    flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
     w = point.dp_width * cp  # the engine's replicas: data x context-parallel ranks
@@ -323,6 +355,8 @@ def resolve(
         context_parallel=cp,
         expert_parallel=point.expert_parallel,
         overlap_pairs=point.ep_overlap,
+        dp_bucket_bytes=framework.bucket_bytes(trace),
+        runtime=framework.runtime(topo, trace, t),
     )
     return Resolved(
         point, schedule, trace, tuple(boundaries), placement, sim_input, iterations, tuple(notes)
@@ -339,7 +373,8 @@ def _shard(
         InputError: the trace cannot be split as the point says (no model shape, heads ...).
     """
     try:
-        return rank_trace(trace, point, topo.gpus[0].compute)
+        gpu = topo.gpus[0]
+        return rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 

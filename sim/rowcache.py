@@ -24,7 +24,7 @@ from sim.textio import decode_text
 if TYPE_CHECKING:
     from sim.sweep import Prepared
 
-ROW_FORMAT = 6
+ROW_FORMAT = 7
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.planner`); such

@@ -50,6 +50,7 @@ class ResultRow(BaseModel):
     context_parallel_comm: str = "p2p"
     routing: str = "balanced"
     ep_overlap: bool = False
+    framework: str = "pipesim"
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
     throughput_samples_per_s: float | None = _NonNeg

@@ -18,6 +18,8 @@ import sim
 from sim.bounds import resolved_memory_excess
 from sim.config import MAX_MICROBATCHES, ExperimentConfig, PointConfig, as_list, config_hash
 from sim.errors import InputError
+from sim.framework.base import Framework
+from sim.framework.registry import get_framework
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
 from sim.memory.attention import with_attention
@@ -100,6 +102,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     exp, file = prep.exp, prep.file
     sw = exp.sweep
     check_options(prep)
+    framework = check_framework(exp.framework, file)
     for i, name in enumerate(as_list(sw.schedule)):
         check_schedule_name(name, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
@@ -147,12 +150,12 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             par += " overlap" if ov else ""
             desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {policy}"
             reason = (
-                _invalid(prep, model.name, sched, p, w * t * cp, b, gb, w)
+                _invalid(prep, model.name, sched, p, w * t * cp, b, gb, w, framework)
                 or _parallel_invalid(prep, _mi, Parallel(t, sp, cp, ep, cpc), w, policy)
                 or _overlap_invalid(sched, ov, ep, cp)
                 or _tensor_invalid(prep, _mi, t, sp)
                 or boundaries_reason(prep, p * v)
-                or virtual_reason(prep, model.name, sched, p, v, gb // (w * b))
+                or virtual_reason(prep, model.name, sched, p, v, gb // (w * b), framework)
                 or _stage_count(policy, p * v)
                 or _asynchronous(sw, sched)
             )
@@ -177,6 +180,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                     context_parallel_comm=cpc,
                     routing=model.routing,
                     ep_overlap=ov,
+                    framework=framework.name,
                 )
             )
     if not points:
@@ -221,6 +225,18 @@ def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
         except (KeyError, ValueError) as exc:
             raise InputError(str(exc.args[0]), file=file, field=f"{field}.{i}") from None
     return [SEPARATOR.join(specs)] if per_stage is not None else specs
+
+
+def check_framework(name: str, file: str = "<experiment>") -> Framework:
+    """The framework profile named by the experiment's ``framework:``.
+
+    Raises:
+        InputError: an unknown name, listing the valid ones (field ``framework``).
+    """
+    try:
+        return get_framework(name)
+    except KeyError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
 
 
 def _asynchronous(sw, sched: str) -> str:
@@ -414,9 +430,11 @@ def _invalid(
     b: int,
     gb: int,
     w: int | None = None,
+    framework: Framework | None = None,
 ) -> str:
     """Why a combination cannot run, or ``""``; ``gpus_per_stage`` is ``w * t`` (data-parallel
-    width times tensor-parallel size), ``w`` the data-parallel width (default: the same)."""
+    width times tensor-parallel size), ``w`` the data-parallel width (default: the same);
+    ``framework`` says which schedules run and with ``m < p`` (default: the experiment's)."""
     n = prep.topology.num_gpus
     w = gpus_per_stage if w is None else w
     if p * gpus_per_stage > n:
@@ -441,7 +459,11 @@ def _invalid(
             f"(replicas x stages), not {w} x {p}"
         )
     cls = get_schedule(sched)  # the name was checked by expand()
-    if cls.needs_m_ge_p and m < p:
+    framework = framework or check_framework(prep.exp.framework, prep.file)
+    why = framework.schedule_reason(cls)
+    if why:
+        return why
+    if m < p and not framework.runs_fewer_microbatches(cls):
         return (
             f"{cls.name} needs microbatches >= stages, but global batch {gb} / "
             f"(dp_width {w} x microbatch_size {b}) = {m} < {p} stages"

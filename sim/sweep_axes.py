@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sim.config import as_list
+from sim.framework.base import Framework
 from sim.schedules.errors import ScheduleError
 from sim.schedules.registry import get_schedule
 
@@ -34,11 +35,20 @@ def boundaries_reason(prep: Prepared, stages: int) -> str:
     return ""
 
 
-def virtual_reason(prep: Prepared, model: str, sched: str, p: int, v: int, m: int) -> str:
+def virtual_reason(
+    prep: Prepared,
+    model: str,
+    sched: str,
+    p: int,
+    v: int,
+    m: int,
+    framework: Framework,
+) -> str:
     """Why ``v`` stage chunks per rank do not work here, or ``""``: the schedule's range of
-    ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`), more stages than layers."""
+    ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`; ``m < p`` where ``framework``
+    runs it), more stages than layers."""
     try:
-        get_schedule(sched)(p, max(m, 1), v)
+        framework.make_schedule(get_schedule(sched), p, max(m, 1), v)
     except ScheduleError as exc:
         return str(exc)
     layers = len(prep.traces[model].layers)

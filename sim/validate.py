@@ -26,6 +26,7 @@ from sim.atomic import atomic_write_text, check_writable, pid_alive
 from sim.config import PointConfig, load_experiment
 from sim.errors import InputError
 from sim.events import Event, EventLog
+from sim.framework.registry import DEFAULT_FRAMEWORK
 from sim.metrics import steady_window
 from sim.point import evaluate, resolve
 from sim.schedules.action import STEP, Action
@@ -62,8 +63,17 @@ def variants(prep: Prepared, spec: ValidationSpec) -> list[PointConfig]:
     """The configurations to replay: the file's single point, varied as ``spec`` asks.
 
     Raises:
-        InputError: the file is not a single configuration, or the variation is invalid.
+        InputError: the file is not a single configuration, names a framework profile other
+            than the runtime the replay runs (``pipesim``), or the variation is invalid.
     """
+    if prep.exp.framework != DEFAULT_FRAMEWORK:
+        raise InputError(
+            f"validate replays pipesim's own torch runtime, not {prep.exp.framework}; its "
+            f"prediction must be of the same runtime: set framework: {DEFAULT_FRAMEWORK} "
+            "(or remove the key)",
+            file=prep.file,
+            field="framework",
+        )
     points, _ = expand(prep)
     if len(points) != 1:
         raise InputError(

@@ -43,8 +43,9 @@ from sim.sweep import Prepared, expand, prepare
 
 BUSY_KINDS = (EventKind.COMPUTE, EventKind.RECOMPUTE, EventKind.OPTIMIZER, EventKind.STALL)
 """Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps)."""
-NOT_TENSORS = (MemCategory.RESERVE, MemCategory.ALLOCATOR)
-"""Peak categories that ``torch.cuda.max_memory_allocated`` does not see."""
+NOT_TENSORS = (MemCategory.RESERVE, MemCategory.ALLOCATOR, MemCategory.FRAMEWORK)
+"""Peak categories that ``torch.cuda.max_memory_allocated`` does not see (a framework's share
+is memory it keeps out of its own reach, :mod:`sim.memory.memtracer`)."""
 
 
 @dataclass(frozen=True)

@@ -329,6 +329,12 @@ def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
     assert [g.name for g in topo.gpus] == ["gpu0", "gpu1"] and topo.gpus[0].model == "cpu-rank"
     assert topo.gpus[0].peak_flops > 0 and topo.direct_link("gpu0", "gpu1").bandwidth_Bps > 0
     assert cal.ranks[0]["pairs"][0]["sizes"] == [2**10, 2**16, 2**20]
+    # gloo's collectives measured between the 2 ranks, used by a 2-rank communicator
+    assert sorted(t.kind for t in topo.collectives) == ["all_gather", "allreduce", "reduce_scatter"]
+    assert all(
+        t.ranks == 2 and len(t.sizes_bytes) == 8 and min(t.times_s) > 0 for t in topo.collectives
+    )
+    assert min(topo.gpus[0].tp_module_overhead_s) >= 0
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"])

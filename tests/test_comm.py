@@ -45,8 +45,9 @@ def test_nccl_rate_is_count_times_nccls_per_nvlink_rate_and_copies_keep_the_raw_
 
 def test_a_swap_is_not_slowed_by_nccl_but_a_pipeline_send_is():
     """dgx-a100-40gb, p=2 on gpu0, gpu1; 1e9 B activations sent and 1e9 B stash swapped to
-    gpu2 (a d2d swap: cudaMemcpy on copy engines). Route gpu -> nvswitch -> gpu, 2 x 5 us:
-    send (NCCL) 10e-6 + 1e9 / 240e9; swap (raw) 10e-6 + 1e9 / 265e9."""
+    gpu2 (a d2d swap: cudaMemcpy on copy engines). Route gpu -> nvswitch -> gpu, 2 x 5 us.
+    The send is NCCL's (Simple above 16 KiB: baseLat 8.4 + NVLink hwLat 3.4 us, NCCL
+    tuning.cc) at 240 GB/s; the swap is a raw copy: 10e-6 + 1e9 / 265e9."""
     plan = StagePlan(act_bytes=1e9, resident_act_bytes=1e9, swap_bytes=1e9, swap_target="gpu2")
     base = uniform_input("gpipe", 2, 1, out_bytes=1e9, plan=plan)
     log = simulate(replace(base, topology=load_hardware("dgx-a100-40gb"), placement=((0, 1),)))
@@ -54,7 +55,7 @@ def test_a_swap_is_not_slowed_by_nccl_but_a_pipeline_send_is():
     swaps = [e for e in log.events if e.kind in ("swap_out", "swap_in")]
     assert sends and swaps
     for e in sends:
-        assert e.duration_s == pytest.approx(10e-6 + 1e9 / 240e9, rel=1e-12)
+        assert e.duration_s == pytest.approx(11.8e-6 + 1e9 / 240e9, rel=1e-12)
     for e in swaps:
         assert e.duration_s == pytest.approx(10e-6 + 1e9 / 265e9, rel=1e-12)
 
@@ -64,13 +65,13 @@ def test_a_swap_is_not_slowed_by_nccl_but_a_pipeline_send_is():
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_ring_allreduce_busbw_on_the_a800_node_is_hand_computed(n):
-    """hgx-a800-80gb: every ring hop is gpu -> nvswitch -> gpu (2 x 5 us) at NCCL's
-    8 x 20 = 160 GB/s. A ring all-reduce of B is 2(n-1) steps of 10e-6 + (B/n) / 160e9
-    (Patarasuk & Yuan); nccl-tests: algbw = B / t, busbw = algbw * 2(n-1)/n."""
+    """hgx-a800-80gb: the ring's bus bandwidth is NCCL's 8 x 20 = 160 GB/s. At 256 MiB NCCL
+    runs ring Simple (tuning.cc): latency baseLat 8.4 + 2(n-1) x NVLink hwLat 3.4 us, algorithm
+    bandwidth 160e9 * n / (2(n-1)); nccl-tests: algbw = B / t, busbw = algbw * 2(n-1)/n."""
     topo = load_hardware(ACC.INFERRED_PRESET)
     gpus = tuple(f"gpu{i}" for i in range(n))
     nbytes = 2**28
-    t = 2 * (n - 1) * (10e-6 + nbytes / n / 160e9)
+    t = (8.4 + 2 * (n - 1) * 3.4) * 1e-6 + nbytes * 2 * (n - 1) / n / 160e9
     assert allreduce_time_s(topo, gpus, nbytes) == pytest.approx(t, rel=1e-12)
     busbw = nbytes / t * 2 * (n - 1) / n
     assert allreduce_busbw_Bps(topo, gpus, nbytes) == pytest.approx(busbw, rel=1e-12)
@@ -78,11 +79,11 @@ def test_ring_allreduce_busbw_on_the_a800_node_is_hand_computed(n):
 
 def test_sendrecv_busbw_on_the_a800_node_is_hand_computed():
     """sendrecv_perf on 2 ranks: each sends B to the other at once, one hop each way (links
-    are per direction): t = 10e-6 + B / 160e9, busbw = algbw = B / t."""
+    are per direction), NCCL Simple: t = (8.4 + 3.4) us + B / 160e9, busbw = algbw = B / t."""
     topo = load_hardware(ACC.INFERRED_PRESET)
     nbytes = 2**28
     got = sendrecv_busbw_Bps(topo, ("gpu0", "gpu4"), nbytes)
-    assert got == pytest.approx(nbytes / (10e-6 + nbytes / 160e9), rel=1e-12)
+    assert got == pytest.approx(nbytes / (11.8e-6 + nbytes / 160e9), rel=1e-12)
 
 
 # ------------------------------------------------ Galvatron's nccl-tests files (8 GPUs, 1 node)

@@ -199,18 +199,19 @@ def test_engine_traffic_stays_inside_its_communicators_on_dgx1():
 @pytest.mark.parametrize(
     "pair,seconds",
     [
-        # NV2 pair (10 us): NCCL moves 2 NVLinks x 20 GB/s = 40 GB/s (NCCL topo.h
-        # SM70_NVLINK_BW; the raw copy rate 48 GB/s is not NCCL's): 2 steps of
-        # 10e-6 + (1e9 / 2) / 40e9
-        ((0, 4), 2 * (10e-6 + 0.5e9 / 40e9)),
-        # no NVLink, across the sockets: gpu0->sw0 (13 GB/s, 5 us), sw0->cpu0 (12.5, 5), QPI
-        # (19.2, 1), cpu1->sw2 (12.5, 5), sw2->gpu5 (13, 5): 21 us, bottleneck 12.5 GB/s
-        ((0, 5), 2 * (21e-6 + 0.5e9 / 12.5e9)),
+        # NV2 pair: NCCL moves 2 NVLinks x 20 GB/s = 40 GB/s (NCCL topo.h SM70_NVLINK_BW;
+        # the raw copy rate 48 GB/s is not NCCL's); ring Simple (tuning.cc): baseLat 8.4 +
+        # 2 steps x NVLink hwLat 3.4 us, then 2 steps of (1e9 / 2) / 40e9
+        ((0, 4), (8.4 + 2 * 3.4) * 1e-6 + 2 * 0.5e9 / 40e9),
+        # no NVLink, across the sockets: gpu0->sw0 (13 GB/s), sw0->cpu0 (12.5), QPI (19.2),
+        # cpu1->sw2 (12.5), sw2->gpu5 (13): bottleneck 12.5 GB/s; PCI hwLat 5.7 us per step
+        ((0, 5), (8.4 + 2 * 5.7) * 1e-6 + 2 * 0.5e9 / 12.5e9),
     ],
 )
 def test_dgx1_pair_allreduce_is_the_hand_computed_ring_time(pair, seconds):
     """dgx1-v100-16gb preset numbers (hardware.md §3.1); 1e9 B of gradients, reduced at the
-    step (no buckets): ring of 2 = 2 steps of latency + (B/2) / bottleneck at NCCL's rate (the
+    step (no buckets): ring of 2 = NCCL's ring Simple latency + 2 steps of (B/2) / bottleneck at
+    NCCL's rate (the
     host path has no NCCL rate of its own: its raw rate)."""
     from sim.hardware.loader import load_hardware
 

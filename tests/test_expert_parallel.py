@@ -9,7 +9,8 @@ import pytest
 from sim.compute.decoder import DecoderShape
 from sim.compute.moe import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing
-from sim.engine.alltoall import alltoall_time_s, even_pairs, link_loads
+from sim.engine import nccl
+from sim.engine.alltoall import alltoall_time_s, even_pairs, link_load_time_s, link_loads
 from sim.engine.groups import group_members, op_cost
 from sim.hardware.loader import load_hardware
 from sim.tensor.context import AttentionDims, context_comm
@@ -49,10 +50,25 @@ def test_balanced_alltoall_time_on_one_nvswitch():
     # uplink carries 7/8 B at NCCL's rate, plus the route's latency (GPU -> NVSwitch -> GPU)
     gpus = tuple(f"gpu{i}" for i in range(8))
     nbytes = 64e6
-    t = alltoall_time_s(H100, gpus, even_pairs(8, nbytes * 7 / 8))
+    t = alltoall_time_s(H100, gpus, even_pairs(8, nbytes * 7 / 8), link_load_time_s)
     assert t == pytest.approx(nbytes * 7 / 8 / NVS_NCCL + 10e-6)
     # nccl-tests' busbw = algbw * (n-1)/n equals the per-GPU rate
     assert nbytes / (t - 10e-6) * 7 / 8 == pytest.approx(NVS_NCCL)
+
+
+def test_alltoall_as_nccl_sends_takes_nccls_protocol_latency_and_ll_rate():
+    # H100s run NCCL: each pair is a send, Simple above 16 KiB (latency: one ring step of
+    # Simple on NVLink, NCCL tuning.cc), LL at or below it (a third of the rate)
+    gpus = tuple(f"gpu{i}" for i in range(8))
+    simple = (
+        nccl.BASE_LAT_US[(nccl.RING, nccl.SIMPLE)]
+        + nccl.HW_LAT_US[nccl.NVLINK][(nccl.RING, nccl.SIMPLE)]
+    )
+    ll = nccl.BASE_LAT_US[(nccl.RING, nccl.LL)] + nccl.HW_LAT_US[nccl.NVLINK][(nccl.RING, nccl.LL)]
+    big = alltoall_time_s(H100, gpus, even_pairs(8, 7 * 1e6))  # 1 MB per pair
+    assert big == pytest.approx(7e6 / NVS_NCCL + simple * 1e-6)
+    small = alltoall_time_s(H100, gpus, even_pairs(8, 7 * 8192))  # 8 KiB per pair: LL
+    assert small == pytest.approx(3 * 7 * 8192 / NVS_NCCL + ll * 1e-6)
 
 
 def test_alltoall_counts_every_link_not_an_average():
@@ -63,10 +79,10 @@ def test_alltoall_counts_every_link_not_an_average():
     loads = link_loads(H100, gpus, pairs)
     assert loads["nvswitch->gpu0"] == 7 * 8e6
     assert loads["gpu3->nvswitch"] == 8e6
-    t = alltoall_time_s(H100, gpus, pairs)
+    t = alltoall_time_s(H100, gpus, pairs, link_load_time_s)
     assert t == pytest.approx(7 * 8e6 / NVS_NCCL + 10e-6)
     # the same bytes spread evenly take 1/7 of the drain time
-    even = alltoall_time_s(H100, gpus, even_pairs(8, 8e6))
+    even = alltoall_time_s(H100, gpus, even_pairs(8, 8e6), link_load_time_s)
     assert even < t / 5
 
 

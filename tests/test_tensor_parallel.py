@@ -273,3 +273,19 @@ def test_2x_dgx_h100_experiment_runs_end_to_end(tmp_path):
     assert "tensor_parallel" in rows[0]
     winner = (out / "winner.yaml").read_text()
     assert "tensor_parallel" in winner
+
+
+@pytest.mark.parametrize("sp,per_block", [(False, 4), (True, 6)])
+def test_each_tensor_parallel_module_adds_its_measured_overhead(sp, per_block):
+    """A measured per-module overhead (torch DTensor's dispatch, `sim calibrate`) adds to a
+    block's forward per_block x forward and to its input gradient per_block x backward: 2
+    column- and 2 row-parallel linears, and 2 sequence-parallel norms with sp."""
+    base = shard_trace(gpt(b=1, s=1024), 2, sp, H100).trace.layers
+    over = shard_trace(gpt(b=1, s=1024), 2, sp, H100, (1e-3, 3e-3)).trace.layers
+    block = 1  # layers: embedding, blocks..., head
+    assert over[block].fwd_s - base[block].fwd_s == pytest.approx(per_block * 1e-3)
+    assert over[block].bwd_s - base[block].bwd_s == pytest.approx(per_block * 3e-3)
+    if over[block].bwd_input_s is not None:
+        assert over[block].bwd_input_s - base[block].bwd_input_s == pytest.approx(per_block * 3e-3)
+        assert over[block].bwd_weight_s == base[block].bwd_weight_s
+    assert over[0].fwd_s - base[0].fwd_s == pytest.approx(1e-3)  # the vocabulary-split embedding

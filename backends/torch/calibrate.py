@@ -27,6 +27,12 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
 * CPU Adam (:func:`cpu_adam_rate`): parameters per second of one ``torch.optim.Adam`` step on
   the host (``fused=True`` where torch supports it on CPU, else ``foreach``), written as the
   host's ``adam_params_per_s``.
+* collectives (``nproc >= 2``; :mod:`backends.torch.calibrate_comm`): all-reduce, all-gather
+  and reduce-scatter over all ranks from 1 KiB to 16 MiB through torch's functional collectives
+  (gloo on CPU, NCCL on GPUs), written as the hardware's ``collectives:`` tables, which a
+  communicator of ``nproc`` ranks then uses; and the tensor-parallel dispatch overhead per
+  module (a tiny Colwise/Rowwise-parallel linear against a plain one), written as
+  ``gpu.tp_module_overhead``.
 
 On CPU each rank is a "device" named like a GPU (``gpu0`` ...) of model ``cpu-rank`` with a
 ``1/nproc`` share of host RAM; the host link of a CPU rank is its memory copy bandwidth
@@ -49,6 +55,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from backends.torch.calibrate_comm import (
+    DEFAULT_COLLECTIVE_SIZES,
+    collective_sweep,
+    dtensor_overhead,
+    tables,
+)
 from backends.torch.launch import run_ranks
 from backends.torch.profile import cpu_model_name, device_model_name, time_call
 from backends.torch.worker import RankContext
@@ -236,6 +248,10 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         "pairs": pairs,
         "device_name": device_model_name(dev),
     }
+    if ctx.world_size >= 2 and payload.get("collective_sizes"):
+        sizes, reps = payload["collective_sizes"], payload["reps"]
+        stats["collectives"] = collective_sweep(ctx.world_size, dev, sizes, max(10, 2 * reps))
+        stats["dtensor"] = dtensor_overhead(ctx.world_size, dev, max(20, 8 * reps))
     stats["gemm_by_shape"] = gemm_by_shape(dev, dtype, payload["gemm_shapes"], payload["reps"])
     stats["kernel_overhead_s"] = kernel_overhead_s(dev)
     if dev.type == "cuda":
@@ -367,6 +383,31 @@ def _runtime_memory(kind: str, hardware: dict[str, Any]) -> dict[str, Any]:
     return runtime
 
 
+def _comm_fields(
+    hardware: dict[str, Any], ranks: list[dict[str, Any]], sizes: list[int], date: str, kind: str
+) -> None:
+    """Write the measured collective tables and the tensor-parallel module overhead (the
+    slowest rank's) into ``hardware`` (:mod:`backends.torch.calibrate_comm`)."""
+    lib = "NCCL" if kind == "cuda" else "gloo"
+    source = (
+        f"backends.torch.calibrate_comm.collective_sweep on {date}: {len(ranks)} ranks, {lib} "
+        f"through torch functional collectives, torch {torch.__version__}; slowest rank's median"
+    )
+    hardware["collectives"] = tables(ranks, sizes, source)
+    fwd = max(r["dtensor"]["forward_s"] for r in ranks)
+    bwd = max(r["dtensor"]["backward_s"] for r in ranks)
+    hardware["gpu"]["tp_module_overhead"] = {
+        "forward": f"{fwd * 1e6:.2f} us",
+        "backward": f"{bwd * 1e6:.2f} us",
+    }
+    hardware["description"] += (
+        f" Collectives ({lib}, {len(ranks)} ranks, 1 KiB - 16 MiB) measured into 'collectives'; "
+        f"tensor-parallel module overhead (DTensor dispatch of a tiny Colwise/Rowwise linear "
+        f"beyond its plain compute and its all-reduce): forward {fwd * 1e6:.1f} us, backward "
+        f"{bwd * 1e6:.1f} us."
+    )
+
+
 def calibrate(
     *,
     nproc: int = 2,
@@ -379,6 +420,7 @@ def calibrate(
     path: str | Path | None = None,
     timeout_s: float = 300.0,
     threads: int | None = None,
+    collectives: bool = True,
 ) -> Calibration:
     """Measure ``nproc`` ranks on ``device`` and build a hardware description.
 
@@ -394,6 +436,8 @@ def calibrate(
         path: write the YAML there.
         timeout_s: hard limit on the run.
         threads: CPU threads per rank (default cores // nproc).
+        collectives: with ``nproc >= 2``, also measure the collectives and the
+            tensor-parallel dispatch (module doc).
 
     Returns:
         The :class:`Calibration`; ``hardware`` loads with ``sim.hardware.spec.HardwareSpec``.
@@ -413,6 +457,7 @@ def calibrate(
         "host_sizes": host_sizes,
         "matmul_n": matmul_n or (8192 if kind == "cuda" else 1024),
         "copy_bytes": 2**30 if kind == "cuda" else 2**26,
+        "collective_sizes": list(DEFAULT_COLLECTIVE_SIZES) if collectives else [],
         "gemm_shapes": [
             list(x)
             for x in (
@@ -479,6 +524,8 @@ def calibrate(
             )
             + " TFLOP/s."
         )
+    if ranks[0].get("collectives"):
+        _comm_fields(hardware, ranks, list(DEFAULT_COLLECTIVE_SIZES), date, kind)
     runtime = _runtime_memory(kind, hardware)
     result = Calibration(hardware, ranks, {"cpu_adam": adam, "runtime_memory": runtime})
     if path is not None:

@@ -24,6 +24,12 @@ rings for its whole duration, one hold for all rings (a link two rings share is 
 so it contends with sends and swaps on those links (links are FIFO: see
 :mod:`sim.engine.links`).
 
+What a collective takes is its plan's :meth:`~sim.engine.hierarchical.CollectivePlan.time_s`:
+on GPUs that run NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`) with the rings' bus
+bandwidth; with a measured table of the communicator's size (``sim calibrate``: gloo on CPU),
+the table; else the rings with the links' latencies, as above. The same plan times the
+tensor-parallel, data-parallel and ZeRO collectives.
+
 Across servers the data-parallel collectives are hierarchical (:mod:`sim.engine.hierarchical`);
 with tensor parallelism every tensor rank ``k`` of a stage has its own data-parallel
 communicator (rank ``k`` of every replica).
@@ -43,6 +49,13 @@ engine has per-stage, not per-layer, times), so bucket ``k`` of ``n`` is ready a
 the optimizer step waits for the last one: only the tail is exposed. Within a hold of several
 buckets (more than :data:`MAX_HOLDS` buckets), the buckets still run back to back as each
 becomes ready; only contention with other traffic is resolved per hold instead of per bucket.
+With sharded optimizer state the buckets are reduce-scattered instead (FSDP2's per-block
+reduce-scatter). ``dp_bucket_bytes = 0`` reduces everything at the step, after the backward:
+exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engine).
+
+Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
+last stage has its gradient all-reduced between those two GPUs at every step
+(``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction.
 """
 
 from __future__ import annotations
@@ -125,6 +138,7 @@ class Collectives:
         self._groups: dict[tuple, list] = {}
         self._overlapped: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
+        self._tied: dict[tuple[str, ...], CollectivePlan] = {}
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -152,11 +166,14 @@ class Collectives:
         return tuple(range(rep.replica % ep, self.inp.dp_width, ep))
 
     def overlaps(self, rep: StageReplica) -> bool:
-        """Whether ``rep``'s gradient all-reduce runs in buckets during its last backward."""
+        """Whether ``rep``'s gradient reduction runs in buckets during its last backward: an
+        all-reduce, or a reduce-scatter when its optimizer state is sharded
+        (:attr:`StagePlan.dp_sharded`) but its backwards do not reduce-scatter themselves
+        (``scatter_bytes``: ZeRO-2/3, PatrickStar)."""
         return (
             self.inp.dp_width > 1
             and self.inp.dp_bucket_bytes > 0
-            and not rep.plan.dp_sharded
+            and rep.plan.scatter_bytes <= 0
             and self.nbytes(rep) > 0
         )
 
@@ -211,12 +228,13 @@ class Collectives:
         :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail).
         ``replicas``: the communicator's replicas (None: all; else an expert group)."""
         s = rep.stage
+        kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(s, rep.tp_rank, replicas)
         links, names = plan.links, plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
-        full_s = plan.time_s(sizes[0], EventKind.ALLREDUCE)
-        last_s = plan.time_s(sizes[-1], EventKind.ALLREDUCE)
+        full_s = plan.time_s(sizes[0], kind)
+        last_s = plan.time_s(sizes[-1], kind)
 
         def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
             return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
@@ -237,10 +255,10 @@ class Collectives:
             for rep, tags in members:
                 self.links.events.append(
                     Event(
-                        EventKind.ALLREDUCE,
+                        kind,
                         rep.gpu,
                         Stream.COMM,
-                        f"allreduce s{s} {label}",
+                        f"{kind} s{s} {label}",
                         begin,
                         self.env.now,
                         nbytes=size,
@@ -282,6 +300,51 @@ class Collectives:
             )
         )
 
+    def join_tied(self, rep: StageReplica, step_no: int, tags: dict):
+        """Process: the all-reduce of the gradients tied between the first and the last stage
+        (``runtime.tied_grad_bytes``: Megatron's word embedding, kept on both ends) that
+        ``rep``'s replica and tensor rank run at step ``step_no``; nothing for other stages,
+        without such bytes, or when both ends share a GPU."""
+        size, n = self.inp.runtime.tied_grad_bytes, self.inp.stages
+        if size <= 0 or rep.stage not in (0, n - 1):
+            return
+        r, k = rep.replica, rep.tp_rank
+        gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in (0, n - 1)))
+        if len(gpus) < 2:
+            return
+        key = ("tied", r, k, step_no)
+        group = self._groups.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        plan = self._plan_of(gpus)
+        if group[1] == len(gpus):
+            del self._groups[key]
+            self.env.process(self._hold(plan, size, EventKind.ALLREDUCE, group[0]))
+        start = self.env.now
+        yield group[0]
+        self.links.events.append(
+            Event(
+                EventKind.ALLREDUCE,
+                rep.gpu,
+                Stream.COMM,
+                f"tied allreduce s{rep.stage}",
+                start,
+                self.env.now,
+                nbytes=size,
+                links=plan.names,
+                **tags,
+            )
+        )
+
+    def _plan_of(self, gpus: tuple[str, ...]) -> CollectivePlan:
+        cached = self._tied.get(gpus)
+        if cached is None:
+            cached = self._tied[gpus] = collective_plan(self.inp.topology, gpus)
+        return cached
+
+    def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
+        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
+        done.succeed()
+
     def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
         every replica, or of ``replicas``): its rings
@@ -293,26 +356,26 @@ class Collectives:
             cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
         return cached
 
-    def join_expert(self, rep: StageReplica, step_no: int, tags: dict):
-        """Process: all-reduce ``rep``'s routed-expert gradients over its expert-data-parallel
-        group at step ``step_no`` (when they did not overlap the backward)."""
+    def join_expert(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
+        """Process: the ``kind`` collective of ``rep``'s routed-expert gradients (or, after a
+        sharded step, parameters) over its expert-data-parallel group at step ``step_no``."""
         members = self.expert_members(rep)
-        key = ("expert", rep.stage, rep.tp_rank, step_no, members[0])
+        key = ("expert", kind, rep.stage, rep.tp_rank, step_no, members[0])
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
         size = self.expert_nbytes(rep)
         plan = self.ring(rep.stage, rep.tp_rank, members)
         if group[1] == len(members):
             del self._groups[key]
-            self.env.process(self._hold(plan, plan.time_s(size, EventKind.ALLREDUCE), group[0]))
+            self.env.process(self._hold(plan, size, kind, group[0]))
         start = self.env.now
         yield group[0]
         self.links.events.append(
             Event(
-                EventKind.ALLREDUCE,
+                kind,
                 rep.gpu,
                 Stream.COMM,
-                f"allreduce experts s{rep.stage}",
+                f"{kind} experts s{rep.stage}",
                 start,
                 self.env.now,
                 nbytes=size,
@@ -321,14 +384,8 @@ class Collectives:
             )
         )
 
-    def _hold(self, plan: CollectivePlan, seconds: float, done: simpy.Event):
-        yield from self.links.hold(plan.links, seconds)
-        done.succeed()
-
     def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
-        plan = self.ring(s, k)
-        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
-        done.succeed()
+        yield from self._hold(self.ring(s, k), nbytes, kind, done)
 
 
 class TensorCollectives:

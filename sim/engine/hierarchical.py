@@ -20,14 +20,24 @@ So ``t = RS_local(B) + AR_rails(B/L) + AG_local(B)``, each phase the slowest of 
 ring sets (servers, rails). With one member per server it is the ring over the servers; within
 one server, or with unequal members per server, one ring set (the flat algorithm). The collective holds
 every link of every phase for its whole duration, as a ring does.
+
+That is the rings' time with the links' latency per step (:meth:`CollectivePlan.ring_time_s`).
+What a collective takes (:meth:`CollectivePlan.time_s`) is, in order: the hardware's measured
+table for a communicator of this size (:mod:`sim.hardware.comm_tables`, ``sim calibrate``);
+else, when every member is a GPU that runs NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`:
+its latency and bandwidth per algorithm and protocol, the least-time choice), fed with the
+rings' bus bandwidth (the bandwidth term above as nccl-tests' busbw), the servers spanned and
+the intra-server path (NVLink or PCI); else the rings' time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sim.engine import nccl
 from sim.events import EventKind
-from sim.hardware.rings import Ring, ring_set
+from sim.hardware.comm_tables import CollectiveTable, find_table
+from sim.hardware.rings import PEER_KINDS, Ring, ring_set
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
 
 RING_STEPS: dict[str, int] = {
@@ -65,7 +75,7 @@ def ring_time_s(routes: Routes, nbytes: float, kind: str) -> float:
     return RING_STEPS[kind] * (w - 1) * step_s
 
 
-def ring_set_time_s(rings: Rings, nbytes: float, kind: str) -> float:
+def ring_set_time_s(rings: Rings, nbytes: float, kind: str, *, latency: bool = True) -> float:
     """Uncontended seconds of a ring collective of ``nbytes`` over ``rings`` run at once.
 
     Args:
@@ -75,6 +85,7 @@ def ring_set_time_s(rings: Rings, nbytes: float, kind: str) -> float:
         nbytes: bytes of the buffer every member holds (the gradients), ``B``.
         kind: ``allreduce`` (``2(w-1)`` steps), ``reduce_scatter`` or ``all_gather``
             (``w-1`` steps).
+        latency: add the links' latencies to every step (False: the bandwidth term alone).
 
     Returns:
         ``steps * max_r max_i transfer_time_s(route_ri, b_r / w, bw_ri)``: the slowest ring's
@@ -87,13 +98,22 @@ def ring_set_time_s(rings: Rings, nbytes: float, kind: str) -> float:
         return 0.0
     total_Bps = sum(r.bandwidth_Bps for r in rings)
     step_s = max(
-        transfer_time_s(
-            route, (nbytes if len(rings) == 1 else nbytes * r.bandwidth_Bps / total_Bps) / w, bw
+        _step_s(
+            route,
+            (nbytes if len(rings) == 1 else nbytes * r.bandwidth_Bps / total_Bps) / w,
+            bw,
+            latency,
         )
         for r in rings
         for route, bw in zip(r.routes, r.hop_bandwidths_Bps, strict=True)
     )
     return RING_STEPS[kind] * (w - 1) * step_s
+
+
+def _step_s(route: tuple[Link, ...], nbytes: float, bandwidth_Bps: float, latency: bool) -> float:
+    if latency:
+        return transfer_time_s(route, nbytes, bandwidth_Bps)
+    return nbytes / bandwidth_Bps
 
 
 def ring_routes(topology: Topology, gpus: tuple[str, ...]) -> Routes:
@@ -108,7 +128,7 @@ def ring_routes(topology: Topology, gpus: tuple[str, ...]) -> Routes:
 
 @dataclass(frozen=True)
 class CollectivePlan:
-    """The rings a collective over one communicator runs.
+    """The rings a collective over one communicator runs, and how its time is predicted.
 
     Attributes:
         flat: the ring set over all members (:func:`~sim.hardware.rings.ring_set`; empty when
@@ -117,6 +137,12 @@ class CollectivePlan:
         rails: one ring set per member index across the servers (hierarchical only).
         links: every link held, in name order of first use.
         names: the held links' names, sorted.
+        ranks: members of the communicator.
+        servers: servers they span.
+        nccl_info: what NCCL's tuning sees besides the bandwidth (``(compute capability, intra,
+            nvls)``), or None when the members do not run NCCL (:meth:`time_s`).
+        tables: measured collective times of this communicator's size
+            (:mod:`sim.hardware.comm_tables`).
     """
 
     flat: Rings
@@ -124,28 +150,88 @@ class CollectivePlan:
     rails: tuple[Rings, ...] = ()
     links: tuple[Link, ...] = ()
     names: tuple[str, ...] = ()
+    ranks: int = 1
+    servers: int = 1
+    nccl_info: tuple[float, str, bool] | None = None
+    tables: tuple[CollectiveTable, ...] = ()
+    _times: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
     def hierarchical(self) -> bool:
         return bool(self.rails)
 
-    def time_s(self, nbytes: float, kind: str) -> float:
-        """Uncontended seconds of a ``kind`` collective of ``nbytes`` (module doc)."""
+    def ring_time_s(self, nbytes: float, kind: str, *, latency: bool = True) -> float:
+        """Seconds of the ring algorithm over the plan's rings (module doc), with the links'
+        latencies per step or (``latency=False``) the bandwidth term alone."""
         if not self.hierarchical:
-            return ring_set_time_s(self.flat, nbytes, kind)
+            return ring_set_time_s(self.flat, nbytes, kind, latency=latency)
         per = nbytes / len(self.local[0][0].order)
 
         def local(k: str) -> float:
-            return max(ring_set_time_s(r, nbytes, k) for r in self.local)
+            return max(ring_set_time_s(r, nbytes, k, latency=latency) for r in self.local)
 
         def rails(k: str) -> float:
-            return max(ring_set_time_s(r, per, k) for r in self.rails)
+            return max(ring_set_time_s(r, per, k, latency=latency) for r in self.rails)
 
         if kind == EventKind.ALLREDUCE:
             return local(EventKind.REDUCE_SCATTER) + rails(kind) + local(EventKind.ALL_GATHER)
         if kind == EventKind.REDUCE_SCATTER:
             return local(kind) + rails(kind)
         return rails(kind) + local(kind)
+
+    def communicator(self, kind: str) -> nccl.Communicator | None:
+        """NCCL's view of this communicator for ``kind`` (its ring bus bandwidth: the rings'
+        bandwidth term as nccl-tests' busbw), or None when it does not run NCCL."""
+        if self.nccl_info is None or self.ranks < 2:
+            return None
+        probe = 1e9
+        bus = probe * RING_STEPS[kind] * (self.ranks - 1) / self.ranks
+        bus /= self.ring_time_s(probe, kind, latency=False)
+        widest = max((r.bandwidth_Bps for r in self.flat), default=None)
+        cc, intra, nvls = self.nccl_info
+        return nccl.Communicator(self.ranks, self.servers, bus, intra, cc, nvls, widest)
+
+    def choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
+        """The algorithm and protocol NCCL runs for ``nbytes`` (:func:`sim.engine.nccl.choose`),
+        or None without NCCL or with a measured table."""
+        comm = self.communicator(kind)
+        if comm is None or find_table(self.tables, kind, self.ranks) is not None:
+            return None
+        return nccl.choose(comm, kind, nbytes)
+
+    def time_s(self, nbytes: float, kind: str) -> float:
+        """Uncontended seconds of a ``kind`` collective of ``nbytes``: the measured table of
+        this size when the hardware has one; else NCCL's model (:mod:`sim.engine.nccl`) when
+        the members run NCCL, with the rings' bus bandwidth; else the ring algorithm with the
+        links' latencies (:meth:`ring_time_s`). 0 for one member."""
+        key = (nbytes, kind)
+        cached = self._times.get(key)
+        if cached is None:
+            cached = self._times[key] = self._time_s(nbytes, kind)
+        return cached
+
+    def _time_s(self, nbytes: float, kind: str) -> float:
+        if self.ranks < 2:
+            return 0.0
+        table = find_table(self.tables, kind, self.ranks)
+        if table is not None:
+            return table.time_s(nbytes)
+        choice = self.choice(nbytes, kind)
+        return self.ring_time_s(nbytes, kind) if choice is None else choice.time_s
+
+
+def nccl_view(topology: Topology, gpus: tuple[str, ...], routes: Routes) -> tuple | None:
+    """``(compute capability, intra path, nvls)`` of a communicator for NCCL's model, or None
+    when one of ``gpus`` does not run NCCL: the least compute capability (NCCL's
+    ``minCompCap``), ``nvlink`` when every link of the server-local ``routes`` is NVLink or
+    NVSwitch (else ``pci``), NVLS when every GPU has it."""
+    devices = [topology.gpu(int(g[3:])) for g in gpus]
+    ccs = [d.compute_capability for d in devices]
+    if any(cc is None for cc in ccs):
+        return None
+    kinds = {lk.kind for route in routes for lk in route}
+    intra = nccl.NVLINK if kinds <= PEER_KINDS else nccl.PCI
+    return (min(cc for cc in ccs if cc is not None), intra, all(d.nvls for d in devices))
 
 
 def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan:
@@ -155,15 +241,23 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
     for g in gpus:
         by_server.setdefault(topology.server_of(int(g[3:])), []).append(g)
     sizes = {len(v) for v in by_server.values()}
-    if len(by_server) < 2 or len(sizes) != 1 or sizes == {1}:
+    tables = tuple(t for t in topology.collectives if t.ranks == len(gpus))
+    n, servers = len(gpus), len(by_server)
+    if servers < 2 or len(sizes) != 1 or sizes == {1}:
         flat = ring_set(topology, gpus)
         every = [route for ring in flat for route in ring.routes]
-        return CollectivePlan(flat, links=_links(every), names=_names(every))
+        local_routes = every if servers == 1 else []
+        view = nccl_view(topology, gpus, local_routes)
+        return CollectivePlan(
+            flat, links=_links(every), names=_names(every), ranks=n, servers=servers,
+            nccl_info=view, tables=tables,
+        )  # fmt: skip
     members = [tuple(by_server[k]) for k in sorted(by_server)]
     local = tuple(ring_set(topology, m) for m in members)
     rails = tuple(ring_set(topology, tuple(m[j] for m in members)) for j in range(len(members[0])))
     every = [route for rings in local + rails for ring in rings for route in ring.routes]
-    return CollectivePlan((), local, rails, _links(every), _names(every))
+    view = nccl_view(topology, gpus, [rt for rings in local for r in rings for rt in r.routes])
+    return CollectivePlan((), local, rails, _links(every), _names(every), n, servers, view, tables)
 
 
 def _links(routes: Routes) -> tuple[Link, ...]:

@@ -95,6 +95,62 @@ class StageCost:
         )
 
 
+STEP_BARRIERS = ("none", "before_update", "after_update")
+"""Where the stage replicas of one pipeline replica wait for each other at the optimizer step
+(:attr:`PipelineRuntime.step_barrier`)."""
+
+
+@dataclass(frozen=True)
+class PipelineRuntime:
+    """What the training framework's pipeline engine does around the actions (engine-level:
+    :mod:`sim.framework` sets it; the default is torch pipelining as ``sim validate`` replays).
+
+    Attributes:
+        blocking_p2p: stage-boundary sends are exchanged at action boundaries, as NCCL
+            ``send``/``recv`` that the rank waits on: a send starts only once the receiving
+            rank has reached the action that consumes it (posted its receive), and the sending
+            rank's next action waits until the send is complete. False: a send starts when its
+            action ends and nothing waits for it (torch pipelining's ``isend``).
+        sync_after_p2p: the host synchronizes with the device after every exchange of sends and
+            receives (a host/device sync point before the next action).
+        sync_before_forward: the host synchronizes with the device before every forward.
+        sync_resume_s: seconds the device idles after a host sync point until the host has
+            issued the next kernel (a placeholder for the host model, which refines it).
+        tied_grad_bytes: gradient bytes all-reduced between the first and the last stage of a
+            replica (per tensor rank) at each optimizer step (a word embedding kept on both
+            ends); 0: none.
+        tied_after_dp: the tied all-reduce runs after the data-parallel gradient reduction
+            (else before it).
+        step_barrier: ``"before_update"``: every stage replica of a pipeline replica waits for
+            all of them before its optimizer update (a global norm or overflow all-reduce);
+            ``"after_update"``: after it (a loss broadcast over the pipeline); ``"none"``.
+        step_transient: GPU bytes the optimizer step allocates per gradient byte while it
+            runs (fp32 gradient copies of a mixed-precision optimizer), freed after it.
+    """
+
+    blocking_p2p: bool = False
+    sync_after_p2p: bool = False
+    sync_before_forward: bool = False
+    sync_resume_s: float = 0.0
+    tied_grad_bytes: float = 0.0
+    tied_after_dp: bool = False
+    step_barrier: str = "none"
+    step_transient: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.step_barrier not in STEP_BARRIERS:
+            raise ValueError(
+                f"step_barrier must be one of {STEP_BARRIERS}, not {self.step_barrier!r}"
+            )
+        if min(self.sync_resume_s, self.tied_grad_bytes, self.step_transient) < 0:
+            raise ValueError("sync_resume_s, tied_grad_bytes and step_transient must be >= 0")
+
+    @property
+    def syncs(self) -> bool:
+        """Whether the host synchronizes with the device anywhere in the pipeline."""
+        return self.sync_after_p2p or self.sync_before_forward
+
+
 @dataclass(frozen=True)
 class SimInput:
     """One configuration, fully resolved.
@@ -120,6 +176,8 @@ class SimInput:
         overlap_pairs: run an ``OVERLAP_F_B`` pair's two actions as interleaved chains, one's
             exchanges under the other's compute (DualPipe, :mod:`sim.engine.overlap`); False:
             one after the other, as torch's runtime does by default.
+        runtime: what the framework's pipeline engine does around the actions
+            (:class:`PipelineRuntime`).
     """
 
     topology: Topology
@@ -134,6 +192,7 @@ class SimInput:
     context_parallel: int = 1
     expert_parallel: int = 1
     overlap_pairs: bool = False
+    runtime: PipelineRuntime = PipelineRuntime()
 
     def __post_init__(self) -> None:
         w = len(self.placement)

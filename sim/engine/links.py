@@ -6,6 +6,10 @@ transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers cr
 take longer than one. Links are acquired in name order, so two multi-link transfers never
 deadlock. A single-link route (the common NVLink case) skips the sorting.
 
+NCCL's sends between GPUs that run NCCL (a compute capability in the hardware description)
+take NCCL's own time (:meth:`Links.duration_s`, :func:`sim.engine.nccl.p2p_time_s`): its
+protocol's latency instead of the links' latencies.
+
 Two rates per link: NCCL traffic (:data:`NCCL_KINDS`: the pipeline's p2p sends and the
 collectives) moves at NCCL's achieved rate (:meth:`~sim.hardware.topology.Link.rate_Bps`; ~20 of
 25 GB/s per NVLink, NCCL ``src/graph/topo.h``: NCCL's SM copies move 128-byte payloads, copy
@@ -32,7 +36,9 @@ from collections.abc import Iterable
 
 import simpy
 
+from sim.engine.nccl import NET, NVLINK, PCI, p2p_time_s
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
+from sim.hardware.rings import PEER_KINDS
 from sim.hardware.topology import Link, Topology, transfer_time_s
 
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
@@ -99,6 +105,19 @@ class Links:
             path = self._paths[key] = (route, names, [self.resource(n) for n in sorted(set(names))])
         return path
 
+    def duration_s(
+        self, src: str, dst: str, route: tuple[Link, ...], nbytes: float, nccl: bool
+    ) -> float:
+        """Uncontended seconds of moving ``nbytes`` over ``route`` from ``src`` to ``dst``: an
+        NCCL send between two GPUs that run NCCL by NCCL's model (:func:`sim.engine.nccl.
+        p2p_time_s`: its protocol's latency, the path's NCCL rate); any other transfer by
+        :func:`~sim.hardware.topology.transfer_time_s` (the links' latencies and rate)."""
+        if nccl and _runs_nccl(self.topology, src) and _runs_nccl(self.topology, dst):
+            kinds = {lk.kind for lk in route}
+            hw = NET if "network" in kinds else NVLINK if kinds <= PEER_KINDS else PCI
+            return p2p_time_s(hw, min(lk.rate_Bps(True) for lk in route), nbytes)
+        return transfer_time_s(route, nbytes, nccl=nccl)
+
     def transfer(
         self, src: str, dst: str, nbytes: float, kind: str, name: str, stream: str, **tags
     ):
@@ -109,7 +128,7 @@ class Links:
         route, names, resources = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
-        dur = transfer_time_s(route, nbytes, nccl=kind in NCCL_KINDS)
+        dur = self.duration_s(src, dst, route, nbytes, kind in NCCL_KINDS)
         if len(resources) == 1:  # fast path: one link
             res = resources[0]
             req = res.request()
@@ -131,3 +150,10 @@ class Links:
             Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes, links=names, **tags)
         )
         return start
+
+
+def _runs_nccl(topology: Topology, node: str) -> bool:
+    """Whether ``node`` is a GPU with a compute capability (it runs NCCL)."""
+    if not node.startswith("gpu") or not node[3:].isdigit():
+        return False
+    return topology.gpu(int(node[3:])).compute_capability is not None

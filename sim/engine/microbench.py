@@ -9,10 +9,12 @@ to the next rank and receives from the previous one, all at once; ``busbw = algb
 Links` and rings (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
 of each link (:data:`~sim.engine.links.NCCL_KINDS`) as a training run does.
 
-Not modelled: latency beyond the links' own (NCCL's protocol and launch costs), NCCL's choice of
-algorithm (tree, NVLS) and protocol by size, and the number of channels NCCL gives each p2p peer
-(``src/enqueue.cc`` halves it as the communicator grows; its effect on bandwidth depends on a
-per-channel rate no public source gives).
+On GPUs that run NCCL (a compute capability in the hardware description) both are NCCL's own
+cost model (:mod:`sim.engine.nccl`: the algorithm and protocol it chooses by size, their
+latency and bandwidth; the rings' bus bandwidth). Not modelled: the host's launch of each
+kernel (with ``-g 8`` one thread launches 8), and the number of channels NCCL gives each p2p
+peer (``src/enqueue.cc`` halves it as the communicator grows; its effect on bandwidth depends
+on a per-channel rate no public source gives).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import gc
 import simpy
 
 from sim.engine.collectives import Collectives, TensorCollectives
+from sim.engine.exchanges import Exchanges
 from sim.engine.groups import GroupCollectives
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
@@ -57,6 +58,7 @@ class Engine:
         self.collectives = Collectives(env, inp, self.links)
         self.tensor = TensorCollectives(env, inp, self.links)
         self.groups = GroupCollectives(env, inp, self.links)
+        self.exchanges = Exchanges(env, inp, self.compute)
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -90,6 +92,10 @@ class Engine:
                 self.ledger.change(
                     0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD, f"s{s} states"
                 )
+            if plan.host_framework_bytes:
+                self.ledger.change(
+                    0.0, rep.host, plan.host_framework_bytes, MemCategory.FRAMEWORK, f"s{s} host"
+                )
             if first_stage[ranks[rep.stage]] == rep.stage:
                 self.env.process(self.rank(rep))
         paused = gc.isenabled()
@@ -119,6 +125,7 @@ class Engine:
         ends = _step_ends(order)
         for i, a in enumerate(order):
             rep = self._rep(first, a)
+            self.exchanges.post_ahead(first, i)
             if i + 1 < len(order):
                 nxt, nrep = order[i + 1], self._rep(first, order[i + 1])
                 self.traffic.prefetch(nrep, nxt)
@@ -142,9 +149,9 @@ class Engine:
         for a in pair:
             rep = self._rep(first, a)
             if a.op == "F" and not rep.first:
-                yield self._arrival(("act", r, a.stage, a.microbatch, k))
+                yield from self._receive(("act", r, a.stage, a.microbatch, k))
             elif a.op in ("B", "I") and not rep.last:
-                yield self._arrival(("grad", r, a.stage, a.microbatch, k))
+                yield from self._receive(("grad", r, a.stage, a.microbatch, k))
         sends: list = []
         reps = [self._rep(first, a) for a in pair]
         if self.inp.overlap_pairs and any(r.cost.group_fwd or r.cost.group_bwd for r in reps):
@@ -168,13 +175,18 @@ class Engine:
                 else:
                     yield from self.backward(rep, a, tags, ends.get(a), sends)
         for send in sends:
-            self.env.process(self.send(*send))
+            self.exchanges.track(send[0], self.env.process(self.send(*send)))
 
     def _send_or_defer(self, args: tuple, sends: list | None) -> None:
         if sends is None:
-            self.env.process(self.send(*args))
+            self.exchanges.track(args[0], self.env.process(self.send(*args)))
         else:
             sends.append(args)
+
+    def _receive(self, key: tuple):
+        """Process: post the receive of ``key`` (blocking exchanges) and wait for its data."""
+        self.exchanges.post(key)
+        yield self._arrival(key)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
@@ -241,7 +253,9 @@ class Engine:
         exchanges run as its chain instead of one after the other."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
-            yield self._arrival(("act", rep.replica, s, mb, rep.tp_rank))
+            yield from self._receive(("act", rep.replica, s, mb, rep.tp_rank))
+        if self.exchanges.active:
+            yield from self.exchanges.boundary(rep, a, tags, not rep.first)
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
         yield from self._wait_gather(rep, a, tags)
@@ -284,7 +298,9 @@ class Engine:
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
-            yield self._arrival(("grad", rep.replica, s, mb, rep.tp_rank))
+            yield from self._receive(("grad", rep.replica, s, mb, rep.tp_rank))
+        if self.exchanges.active:
+            yield from self.exchanges.boundary(rep, a, tags, uses_grad and not rep.last)
         if uses_grad and plan.swap_bytes > 0:
             yield from self.compute.wait(
                 self.traffic.swap_in(rep, mb), gpu, f"wait swap-in {a}", **tags
@@ -336,6 +352,8 @@ class Engine:
         r, s = rep.replica, rep.stage
         src, dst = rep.gpu, f"gpu{self.inp.gpu_index(r, dst_stage, rep.tp_rank)}"
         op = "F" if kind == "act" else "B"
+        if self.exchanges.blocking:  # a rendezvous: the receiver has posted its receive
+            yield self.exchanges.posted((kind, r, dst_stage, mb, rep.tp_rank))
         yield from self.links.transfer(
             src,
             dst,
@@ -353,29 +371,43 @@ class Engine:
         self._arrival((kind, r, dst_stage, mb, rep.tp_rank)).succeed()
 
     def step(self, rep: StageReplica, a: Action, tags: dict):
-        """Process: the optimizer step (write-backs, collectives, step copies, host step)."""
-        plan = rep.plan
+        """Process: the optimizer step (the rank's last sends, write-backs, the tied and the
+        data-parallel gradient collectives, the step barrier, step copies, host step)."""
+        plan, rt, k = rep.plan, self.inp.runtime, a.microbatch
+        if self.exchanges.active:
+            yield from self.exchanges.drain(rep, f"{rep.stage}STEP{k}", tags)
         yield from self.traffic.wait_writebacks(rep, tags)
         dp = self.inp.dp_width > 1
-        overlapped = self.collectives.finish_overlapped(rep, a.microbatch)
+        if not rt.tied_after_dp:
+            yield from self.collectives.join_tied(rep, k, tags)
+        overlapped = self.collectives.finish_overlapped(rep, k)
         if overlapped is not None:
             yield overlapped
         elif dp and plan.scatter_bytes <= 0:
             kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
-            yield from self.collectives.join(rep, a.microbatch, tags, kind)
+            yield from self.collectives.join(rep, k, tags, kind)
             if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, a.microbatch, tags)
+                yield from self.collectives.join_expert(rep, k, tags, kind)
+        if rt.tied_after_dp:
+            yield from self.collectives.join_tied(rep, k, tags)
+        yield from self.exchanges.barrier(rep, k, "before_update", tags)
         for t in plan.step_transfers_before:
             yield from self.traffic.copy(t, tags)
         if plan.host_optimizer_s > 0:
             yield from self.traffic.host_step(rep, tags)
         for t in plan.step_transfers_after:
             yield from self.traffic.copy(t, tags)
+        held = rt.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
+        self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
         yield from self.compute.run(
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
         )
+        self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
         if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
+            if self.collectives.expert_nbytes(rep) > 0:
+                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
+        yield from self.exchanges.barrier(rep, k, "after_update", tags)
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now

@@ -75,8 +75,8 @@ def gpu_table(topo: Topology) -> Table:
 
 
 def host_table(topo: Topology) -> Table:
-    """One row per CPU socket: DRAM (GB and GiB), CPU Adam parameters/s."""
-    table = Table(title=f"{topo.name}: hosts (total DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
+    """One row per CPU socket: usable DRAM (MemTotal, GB and GiB), CPU Adam parameters/s."""
+    table = Table(title=f"{topo.name}: hosts (usable DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
     table.add_column("host")
     for col in ("DRAM GB", "DRAM GiB", "Adam params/s"):
         table.add_column(col, justify="right")
@@ -185,16 +185,43 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             "hbm_bandwidth": g0.hbm_bandwidth_Bps,
             **_compute_fields(g0.compute),
             **reserve_fields(g0),
+            **_nccl_fields(g0),
         },
         "num_gpus": topo.num_gpus,
         "hosts": [
-            {"name": h.name, "dram": h.dram_bytes, "adam_params_per_s": h.adam_params_per_s}
+            {
+                "name": h.name,
+                "dram": h.dram_bytes,
+                "usable_dram": h.dram_bytes,
+                "adam_params_per_s": h.adam_params_per_s,
+            }
             for h in topo.hosts
         ],
         "gpu_hosts": [g.host for g in topo.gpus],
         "switches": list(topo.switches),
         "links": links,
+        "collectives": [
+            {
+                "kind": t.kind,
+                "ranks": t.ranks,
+                "sizes": list(t.sizes_bytes),
+                "times": list(t.times_s),
+                "source": t.source,
+            }
+            for t in topo.collectives
+        ],
     }
+
+
+def _nccl_fields(gpu: Any) -> dict[str, Any]:
+    """``compute_capability``, ``nvls`` and ``tp_module_overhead`` of a ``gpu`` mapping."""
+    fwd, bwd = gpu.tp_module_overhead_s
+    out: dict[str, Any] = {"tp_module_overhead": {"forward": fwd, "backward": bwd}}
+    if gpu.compute_capability is not None:
+        out["compute_capability"] = gpu.compute_capability
+    if gpu.nvls:
+        out["nvls"] = True
+    return out
 
 
 def _compute_fields(spec: Any) -> dict[str, Any]:

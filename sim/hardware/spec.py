@@ -38,8 +38,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sim.compute.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
 from sim.errors import InputError
+from sim.hardware.comm_tables import CollectiveTable
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.memory.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
+from sim.memory.host import os_usable_bytes
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -64,6 +66,15 @@ Bytes = Annotated[float, _quantity(parse_bytes, "16 GiB")]
 Bandwidth = Annotated[float, _quantity(parse_bandwidth, "25 GB/s")]
 Seconds = Annotated[float, _quantity(parse_seconds, "10 us")]
 Flops = Annotated[float, _quantity(parse_flops, "125 TFLOPS")]
+
+
+class TPOverheadSpec(BaseModel):
+    """Seconds one tensor-parallel module adds beyond its compute and collectives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    forward: Seconds = Field(default=0.0, ge=0, description="Per module, in a forward.")
+    backward: Seconds = Field(default=0.0, ge=0, description="Per module, in a backward.")
 
 
 class GPUSpec(BaseModel):
@@ -117,6 +128,27 @@ class GPUSpec(BaseModel):
         ge=0,
         description="Fixed cost per kernel (launch + dispatch), e.g. '5 us' (default: an "
         "assumption, sim.compute.device).",
+    )
+    compute_capability: float | None = Field(
+        default=None,
+        gt=0,
+        description="CUDA compute capability (7.0 V100, 8.0 A100/A800, 9.0 H100/H200): the GPUs "
+        "run NCCL, whose collectives and sends are timed by NCCL's own tuning model "
+        "(sim.engine.nccl). Default: from `model` (COMPUTE_CAPABILITY; NVIDIA's CUDA GPU list), "
+        "none for other models (then the links' latency and rate time them).",
+    )
+    nvls: bool = Field(
+        default=False,
+        description="NVLink SHARP (NVSwitch gen3 multicast) is available to NCCL, which then "
+        "may run all-reduces as NVLS (sm90 and newer; one server).",
+    )
+    tp_module_overhead: TPOverheadSpec = Field(
+        default_factory=TPOverheadSpec,
+        description="Host seconds one tensor-parallel module (a column- or row-parallel linear, "
+        "a sequence-parallel norm) adds per forward and backward beyond its compute and "
+        "collectives: torch DTensor's dispatch, measured by `sim calibrate` "
+        "(backends.torch.calibrate_comm). Default 0: Megatron's tensor parallelism runs plain "
+        "tensors.",
     )
     nccl_nvlink_bandwidth: Bandwidth | None = Field(
         default=None,
@@ -172,13 +204,63 @@ class GPUSpec(BaseModel):
     )
 
 
+COMPUTE_CAPABILITY = {"V100": 7.0, "A100": 8.0, "A800": 8.0, "H100": 9.0, "H800": 9.0}
+COMPUTE_CAPABILITY |= {"H200": 9.0, "RTX-3090": 8.6, "RTX-4090": 8.9}
+"""Compute capability by model-name prefix (NVIDIA, "CUDA GPUs - Compute Capability",
+developer.nvidia.com/cuda-gpus): V100 7.0, A100 8.0, H100 9.0, RTX 3090 8.6, RTX 4090 8.9; the
+A800, H800 and H200 are the A100's and H100's dies."""
+
+
+def compute_capability(g: GPUSpec) -> float | None:
+    """``g.compute_capability``, else the :data:`COMPUTE_CAPABILITY` of its model's prefix."""
+    if g.compute_capability is not None:
+        return g.compute_capability
+    return next((cc for p, cc in COMPUTE_CAPABILITY.items() if g.model.startswith(p)), None)
+
+
+class CollectiveTableSpec(BaseModel):
+    """Measured times of one collective over ``ranks`` members (sim.hardware.comm_tables)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["allreduce", "all_gather", "reduce_scatter"] = Field(
+        description="The collective."
+    )
+    ranks: int = Field(ge=2, description="Communicator size it was measured with.")
+    sizes: list[Bytes] = Field(
+        min_length=1,
+        description="Increasing message sizes, nccl-tests' B (all-reduce buffer, all-gather "
+        "output, reduce-scatter input), e.g. '1 MiB'.",
+    )
+    times: list[Seconds] = Field(
+        min_length=1, description="Median time at each size, e.g. '120 us'."
+    )
+    source: str = Field(default="", description="Where and how it was measured.")
+
+    def table(self) -> CollectiveTable:
+        """The :class:`~sim.hardware.comm_tables.CollectiveTable`.
+
+        Raises:
+            ValueError: sizes not increasing or lengths differ.
+        """
+        return CollectiveTable(
+            self.kind, self.ranks, tuple(self.sizes), tuple(self.times), self.source
+        )
+
+
 class HostSpec(BaseModel):
     """One CPU socket (NUMA node) and the DRAM attached to it."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NODE_NAME, description="Node name, e.g. 'cpu0'.")
-    dram: Bytes = Field(ge=0, description="DRAM on this socket, e.g. '256 GiB'.")
+    dram: Bytes = Field(ge=0, description="DRAM installed on this socket, e.g. '256 GiB'.")
+    usable_dram: Bytes | None = Field(
+        default=None,
+        ge=0,
+        description="DRAM the OS gives processes (MemTotal); default: `dram` less the kernel's "
+        "page map, 1/64 of it (sim.memory.host.os_usable_bytes).",
+    )
     adam_params_per_s: float = Field(
         default=1.95e9,
         gt=0,
@@ -277,6 +359,11 @@ class HardwareSpec(BaseModel):
     )
     network: NetworkSpec | None = Field(
         default=None, description="The network between servers (needed when servers > 1)."
+    )
+    collectives: list[CollectiveTableSpec] = Field(
+        default_factory=list,
+        description="Measured collective times of this machine's library by size (written by "
+        "`sim calibrate`); a communicator of the measured size uses them instead of a model.",
     )
 
 
@@ -406,12 +493,32 @@ def topology_from_spec(
     if problems:
         name, message = problems[0]
         raise InputError(message, file=file, field=where(name))
-    hosts = tuple(Host(h.name, h.dram, h.adam_params_per_s) for h in spec.hosts)
+    hosts = tuple(
+        Host(
+            h.name,
+            os_usable_bytes(h.dram) if h.usable_dram is None else h.usable_dram,
+            h.adam_params_per_s,
+        )
+        for h in spec.hosts
+    )
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
     usable, reserve = gpu_memory(g)
+    cc = compute_capability(g)
     gpus = tuple(
-        GPU(name, g.model, usable, g.peak_flops, g.hbm_bandwidth, host, g.compute_spec(), reserve)
+        GPU(
+            name,
+            g.model,
+            usable,
+            g.peak_flops,
+            g.hbm_bandwidth,
+            host,
+            g.compute_spec(),
+            reserve,
+            compute_capability=cc,
+            nvls=g.nvls,
+            tp_module_overhead_s=(g.tp_module_overhead.forward, g.tp_module_overhead.backward),
+        )
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
     links: list[Link] = []
@@ -420,7 +527,21 @@ def topology_from_spec(
         nccl = nccl_bandwidth_Bps(lk, g)
         for src, dst in ends:
             links.append(Link(f"{src}->{dst}", src, dst, lk.bandwidth, lk.latency, lk.kind, nccl))
-    topo = Topology(spec.name, gpus, hosts, tuple(links), tuple(spec.switches), spec.description)
+    tables = []
+    for i, t in enumerate(spec.collectives):
+        try:
+            tables.append(t.table())
+        except ValueError as exc:
+            raise InputError(str(exc), file=file, field=where(f"collectives.{i}")) from None
+    topo = Topology(
+        spec.name,
+        gpus,
+        hosts,
+        tuple(links),
+        tuple(spec.switches),
+        spec.description,
+        tuple(tables),
+    )
     _check_reachable(topo, file, where("links"))
     return topo
 

@@ -26,6 +26,7 @@ from functools import cached_property
 from itertools import permutations
 
 from sim.compute.device import ComputeSpec
+from sim.hardware.comm_tables import CollectiveTable
 from sim.memory.capacity import NO_RESERVE, RuntimeReserve
 
 
@@ -94,6 +95,14 @@ class GPU:
         reserve: what a training process holds besides tensors (context, cuBLAS, NCCL,
             allocator margin, working memory; :mod:`sim.memory.capacity`). Hardware files get
             the sourced defaults; a GPU built in code counts tensors only unless given one.
+        compute_capability: CUDA compute capability (7.0, 8.0, 9.0 ...): the GPU runs NCCL,
+            whose collectives and sends are timed by NCCL's own model
+            (:mod:`sim.engine.nccl`); None (CPU ranks, GPUs built in code): the links' latency
+            and rate alone.
+        nvls: NVLink SHARP (NVSwitch multicast) is available to NCCL on this GPU's server.
+        tp_module_overhead_s: ``(forward, backward)`` seconds one tensor-parallel module adds
+            beyond its compute and collectives (torch DTensor's dispatch, measured by ``sim
+            calibrate``; 0 for Megatron's plain-tensor parallelism; :mod:`sim.tensor.shard`).
     """
 
     name: str
@@ -104,6 +113,9 @@ class GPU:
     host: str
     compute: ComputeSpec | None = None
     reserve: RuntimeReserve = NO_RESERVE
+    compute_capability: float | None = None
+    nvls: bool = False
+    tp_module_overhead_s: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,8 @@ class Host:
 
     Attributes:
         name: node name, ``cpu<i>``.
-        dram_bytes: DRAM attached to this socket, in bytes.
+        dram_bytes: DRAM of this socket that processes can use (``MemTotal``'s share), in
+            bytes (:func:`sim.memory.host.os_usable_bytes` of the installed DRAM).
         adam_params_per_s: CPU Adam throughput in parameters per second (for offloaded
             optimizer steps).
     """
@@ -169,6 +182,9 @@ class Topology:
         links: directed links (each physical connection appears once per direction).
         switches: names of switch nodes (PCIe switches, NVSwitch).
         description: free text, including sources.
+        collectives: measured collective times of this machine's library
+            (:mod:`sim.hardware.comm_tables`; ``sim calibrate``), used instead of a model by
+            communicators of the measured size.
 
     Raises:
         ValueError: a link names an unknown node, or two links share a name.
@@ -180,6 +196,7 @@ class Topology:
     links: tuple[Link, ...]
     switches: tuple[str, ...] = ()
     description: str = ""
+    collectives: tuple[CollectiveTable, ...] = ()
     _route_cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:

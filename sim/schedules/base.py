@@ -29,12 +29,18 @@ class Schedule(ABC):
         microbatches: micro-batches per iteration ``m``.
         virtual_stages: stage chunks per rank ``v``; None takes the class's
             ``min_virtual_stages``.
+        fewer_microbatches: accept ``m < p`` where the class's order is defined for it
+            (``defined_for_fewer_microbatches``), as Megatron and DeepSpeed run 1F1B; torch's
+            rule (refuse) otherwise.
 
     Class attributes:
         name: registry name (``gpipe``, ``1f1b``, ``interleaved_1f1b``, ...).
         synchronous: True when the pipeline flushes at every optimizer step (the update equals
             minibatch SGD over ``microbatches`` micro-batches).
         needs_m_ge_p: True when the schedule requires ``microbatches >= stages``.
+        defined_for_fewer_microbatches: True when its order is defined for ``m < p`` although
+            torch's constructor refuses it (1F1B: Megatron's warm-up ``min(p - s - 1, m)``);
+            a framework that runs it so passes ``fewer_microbatches=True``.
         min_virtual_stages, max_virtual_stages: the range of ``v`` it accepts (None: no upper
             bound).
         stage_style: ``"loop"`` (stage ``s`` on rank ``s mod p``) or ``"v"`` (rank ``r`` holds
@@ -50,6 +56,7 @@ class Schedule(ABC):
     name: ClassVar[str]
     synchronous: ClassVar[bool] = True
     needs_m_ge_p: ClassVar[bool] = False
+    defined_for_fewer_microbatches: ClassVar[bool] = False
     description: ClassVar[str] = ""
     min_virtual_stages: ClassVar[int] = 1
     max_virtual_stages: ClassVar[int | None] = 1
@@ -59,12 +66,19 @@ class Schedule(ABC):
     """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
     the runtime may overlap: DualPipeV)."""
 
-    def __init__(self, stages: int, microbatches: int, virtual_stages: int | None = None):
+    def __init__(
+        self,
+        stages: int,
+        microbatches: int,
+        virtual_stages: int | None = None,
+        *,
+        fewer_microbatches: bool = False,
+    ):
         if stages < 1:
             raise ScheduleError(f"stages must be >= 1, got {stages}")
         if microbatches < 1:
             raise ScheduleError(f"microbatches must be >= 1, got {microbatches}")
-        if self.needs_m_ge_p and microbatches < stages:
+        if microbatches < stages and not self.accepts_fewer_microbatches(fewer_microbatches):
             raise ScheduleError(
                 f"{self.name} needs microbatches >= stages, got m={microbatches} < p={stages}; "
                 f"raise the number of micro-batches or use fewer stages"
@@ -88,6 +102,12 @@ class Schedule(ABC):
         self.microbatches = microbatches
         self.virtual_stages = v
         self.check()
+
+    @classmethod
+    def accepts_fewer_microbatches(cls, fewer_microbatches: bool) -> bool:
+        """Whether ``m < p`` is accepted: always unless ``needs_m_ge_p``; then only with
+        ``fewer_microbatches`` where the order is defined for it."""
+        return not cls.needs_m_ge_p or (fewer_microbatches and cls.defined_for_fewer_microbatches)
 
     def check(self) -> None:
         """Further constraints on ``(p, v, m)`` (torch's constructor checks); none by default.

@@ -62,8 +62,12 @@ def unrolled_program(stages: int, total: int, every: int) -> Program:
 class OneFOneB(Schedule):
     """1F1B with a flush per iteration (PipeDream-Flush), torch ``Schedule1F1B``'s runtime order.
 
-    One weight version; peak ``p - s`` micro-batches in flight on stage ``s``; needs ``m >= p``
-    like torch's constructor (schedules.md §2.3, §5).
+    One weight version; peak ``min(m, p - s)`` micro-batches in flight on stage ``s``; needs
+    ``m >= p`` like torch's constructor (schedules.md §2.3, §5) unless built with
+    ``fewer_microbatches=True``: Megatron (``forward_backward_pipelining_without_interleaving``,
+    ``num_warmup_microbatches = min(p - rank - 1, m)``) and DeepSpeed (``TrainSchedule``, which
+    skips invalid micro-batch ids) run ``m < p``, and :func:`one_f_one_b_order` is already their
+    order then: every forward, then every backward, on the stages with ``p - s > m``.
 
     Example:
         >>> [str(a) for a in OneFOneB(2, 2).program(1)[0]]
@@ -73,6 +77,7 @@ class OneFOneB(Schedule):
     name: ClassVar[str] = "1f1b"
     synchronous: ClassVar[bool] = True
     needs_m_ge_p: ClassVar[bool] = True
+    defined_for_fewer_microbatches: ClassVar[bool] = True
     description: ClassVar[str] = "1F1B / PipeDream-Flush (torch Schedule1F1B), flush per iteration"
 
     def program(self, iterations: int = 1) -> Program:

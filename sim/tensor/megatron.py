@@ -102,6 +102,20 @@ def head_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
     return LayerComm(ce, (CommOp(AR, x),))
 
 
+def parallel_modules(kind: str, sp: bool) -> int:
+    """Tensor-parallel modules of a layer, each of which costs the per-module overhead
+    (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`): a block's 2 column- and 2
+    row-parallel linears (Shoeybi et al. §3) and, with sequence parallelism, its 2 norms; the
+    vocabulary-parallel embedding; the output layer (and its norm with ``sp``). As the replay
+    parallelizes them (backends/torch/tensor_parallel.py); the loss's vocabulary-parallel ops
+    are not counted."""
+    if kind == "block":
+        return 6 if sp else 4
+    if kind == "head":
+        return 2 if sp else 1
+    return 1
+
+
 def replicated_act_bytes(b: int, s: int, h: int, d: int) -> float:
     """Bytes of a block's stash every rank keeps whole without sequence parallelism:
     ``(4d + 2) sbh`` (``10 sbh`` at 16 bit; module doc)."""

@@ -42,9 +42,14 @@ def needs_decoder(point: PointConfig) -> str:
 
 
 def rank_trace(
-    trace: Trace, point: PointConfig, spec: ComputeSpec | None
+    trace: Trace,
+    point: PointConfig,
+    spec: ComputeSpec | None,
+    overhead_s: tuple[float, float] = (0.0, 0.0),
 ) -> ShardedTrace | DecoderShard:
-    """``trace`` (at the point's micro-batch size, on the target GPU ``spec``) on one rank.
+    """``trace`` (at the point's micro-batch size, on the target GPU ``spec``) on one rank;
+    ``overhead_s``: the GPU's tensor-parallel module overhead (:func:`~sim.tensor.shard.
+    shard_trace`; not applied to decoder traces, whose replays do not use DTensor modules).
 
     Raises:
         ValueError: the trace cannot be split as the point says (why in the message).
@@ -59,4 +64,4 @@ def rank_trace(
             f"{what} needs a decoder trace (sim.trace.decoder, e.g. traces/mixtral-8x7b); "
             f"{trace.name} is not one"
         )
-    return shard_trace(trace, point.tensor_parallel, point.sequence_parallel, spec)
+    return shard_trace(trace, point.tensor_parallel, point.sequence_parallel, spec, overhead_s)

@@ -17,7 +17,11 @@
   next stage (Megatron's scatter/gather optimisation, Narayanan et al., arXiv:2104.04473, §4.1;
   with sequence parallelism the activation is already split); the all-gather that rebuilds it
   over NVLink is not modelled;
-* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer.
+* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer;
+* **per-module overhead**: each tensor-parallel module of the layer
+  (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured forward overhead to
+  the forward and its backward overhead to the input-gradient backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
+  ``sim calibrate`` measured it: Megatron's tensor parallelism has none).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
 ``provenance.model_shape`` of a profiled one): :func:`model_shape`.
@@ -39,6 +43,7 @@ from sim.tensor.megatron import (
     block_comm,
     embedding_comm,
     head_comm,
+    parallel_modules,
 )
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -152,16 +157,19 @@ def _shard_layer(
     d: int,
     t: int,
     sp: bool,
+    overhead: tuple[float, float] = (0.0, 0.0),
 ) -> LayerProfile:
     kf, ki, kw, kb = ratios
+    mods = parallel_modules(kind, sp)
+    extra_f, extra_b = mods * overhead[0], mods * overhead[1]
     s, h = int(shape["seq_len"]), int(shape["hidden"])
     bi: float | None = None
     bw: float | None = None
     if layer.bwd_input_s is not None and layer.bwd_weight_s is not None:
-        bi, bw = layer.bwd_input_s * ki, layer.bwd_weight_s * kw
+        bi, bw = layer.bwd_input_s * ki + extra_b, layer.bwd_weight_s * kw
         bwd = bi + bw
     else:
-        bi, bw, bwd = layer.bwd_input_s, layer.bwd_weight_s, layer.bwd_s * kb
+        bi, bw, bwd = layer.bwd_input_s, layer.bwd_weight_s, layer.bwd_s * kb + extra_b
     if kind == "block":
         act = block_act_bytes_tp(layer.act_bytes, b, s, h, d, t, sp)
     else:
@@ -172,7 +180,7 @@ def _shard_layer(
 
     return replace(
         layer,
-        fwd_s=layer.fwd_s * kf,
+        fwd_s=layer.fwd_s * kf + extra_f,
         bwd_s=bwd,
         bwd_input_s=bi,
         bwd_weight_s=bw,
@@ -190,7 +198,13 @@ def _comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerC
     return fn(b, s, h, d, t, sp)
 
 
-def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> ShardedTrace:
+def shard_trace(
+    trace: Trace,
+    t: int,
+    sp: bool,
+    spec: ComputeSpec | None,
+    overhead: tuple[float, float] = (0.0, 0.0),
+) -> ShardedTrace:
     """``trace`` (at its micro-batch size, on the target GPU) as one of ``t`` ranks runs it.
 
     Args:
@@ -198,6 +212,8 @@ def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> Sha
         t: tensor-parallel size (1: the trace unchanged, no collectives).
         sp: sequence parallelism.
         spec: the GPU whose compute model gives the time ratios; None: every phase ``/ t``.
+        overhead: ``(forward, backward)`` seconds per tensor-parallel module
+            (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`; module doc).
 
     Raises:
         ValueError: :func:`shape_problem` says why the trace cannot be split ``t`` ways.
@@ -222,7 +238,7 @@ def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> Sha
     layers, comm = [], []
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp))
+        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp, overhead))
         comm.append(_comm(kind, b, s, h, d, t, sp))
     how = f"t={t}{' with sequence parallelism' if sp else ''}"
     prov = {**trace.provenance, "tensor_parallel": how}

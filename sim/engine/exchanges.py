@@ -1,0 +1,167 @@
+"""Stage-boundary exchanges, host sync points and step barriers as a framework's pipeline engine
+runs them (:class:`~sim.engine.inputs.PipelineRuntime`).
+
+By default nothing here applies: torch pipelining (what ``sim validate`` replays) sends with
+``isend`` as soon as an action ends, nobody waits for a send, and a receiver waits only for the
+data it needs.
+
+Blocking exchanges (``blocking_p2p``). Megatron-LM's ``p2p_communication._communicate`` posts,
+at each boundary between two actions of a rank, the sends of the action that ended and the
+receive of the next one in one ``batch_isend_irecv`` and waits for all of them
+(``send_forward_recv_backward``, ``send_backward_recv_forward``); DeepSpeed's pipeline engine
+issues the same pairs as NCCL ``send``/``recv`` (``deepspeed/runtime/pipe/p2p.py``) that the
+compute stream waits on, in :class:`TrainSchedule`'s order (``SendActivation`` then
+``RecvGrad``; ``RecvActivation`` then ``SendGrad``). An NCCL send completes only once the
+receiver has posted the matching receive. So here a send starts when its sender has ended the
+action and its receiver has reached the action that consumes it (:meth:`Exchanges.post`), and
+the sender's next action waits until the send is complete (:meth:`Exchanges.boundary`). On a
+rank that holds several stages (interleaved 1F1B), each exchange also posts the receives of the
+rank's next forward and next backward, as Megatron's
+``send_forward_backward_recv_forward_backward`` does (:meth:`Exchanges.post_ahead`).
+
+Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
+is idle, then issues the next kernel; the device idles ``sync_resume_s`` in between (logged as
+``host_sync``). That delay is the engine-level notion of a sync; the host model refines it.
+
+Step barriers (``step_barrier``): every stage replica of a pipeline replica (all stages, all
+tensor ranks) waits for the others at its optimizer step, before or after its update.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.streams import ComputeStream
+from sim.events import EventKind
+from sim.schedules.action import STEP, Action, flatten
+
+
+class Exchanges:
+    """The blocking sends, sync points and step barriers of one run.
+
+    Args:
+        env: the simulation environment.
+        inp: the configuration (its :attr:`~sim.engine.inputs.SimInput.runtime`).
+        compute: the compute streams (waits and sync delays are logged on them).
+    """
+
+    def __init__(self, env: simpy.Environment, inp: SimInput, compute: ComputeStream):
+        self.env = env
+        self.inp = inp
+        self.runtime = inp.runtime
+        self.compute = compute
+        self._posted: dict[tuple, simpy.Event] = {}
+        self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
+        self._barriers: dict[tuple, list] = {}
+        self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether anything here applies (blocking sends or host sync points)."""
+        return self.runtime.blocking_p2p or self.runtime.syncs
+
+    @property
+    def blocking(self) -> bool:
+        """Whether sends are exchanged at action boundaries (module doc)."""
+        return self.runtime.blocking_p2p
+
+    def posted(self, key: tuple) -> simpy.Event:
+        """The event of the receiver of ``key`` (``(kind, replica, stage, mb, tp_rank)``, the
+        engine's arrival key) having posted its receive."""
+        ev = self._posted.get(key)
+        if ev is None:
+            ev = self._posted[key] = self.env.event()
+        return ev
+
+    def post(self, key: tuple) -> None:
+        """The receiver of ``key`` has reached the action that consumes it (blocking only)."""
+        if self.blocking:
+            ev = self.posted(key)
+            if not ev.triggered:
+                ev.succeed()
+
+    def post_ahead(self, first: StageReplica, i: int) -> None:
+        """At position ``i`` of ``first``'s rank order, on a rank holding several stages:
+        post the receives of its next forward and its next backward (module doc)."""
+        if not self.blocking:
+            return
+        owner = self._owner(first)
+        ahead = self._ahead.get(owner)
+        if ahead is None:
+            ahead = self._ahead[owner] = self._receives_ahead(first)
+        for key in ahead[i] if ahead else ():
+            self.post(key)
+
+    def _receives_ahead(self, first: StageReplica) -> list[tuple[tuple, ...]]:
+        """Per position of the rank's order, the receive keys of the next F and the next
+        B/I at or after it; empty for a rank with one stage."""
+        order = [a for a in flatten(first.order) if a.op != STEP]
+        if len({a.stage for a in order}) < 2:
+            return []
+        n, r, k = self.inp.stages, first.replica, first.tp_rank
+        out: list[tuple[tuple, ...]] = []
+        nxt: dict[str, tuple | None] = {"act": None, "grad": None}
+        for a in reversed(first.order):
+            if a.op == "F" and a.stage > 0:
+                nxt["act"] = ("act", r, a.stage, a.microbatch, k)
+            elif a.op in ("B", "I") and a.stage < n - 1:
+                nxt["grad"] = ("grad", r, a.stage, a.microbatch, k)
+            out.append(tuple(key for key in nxt.values() if key is not None))
+        return out[::-1]
+
+    def _owner(self, rep: StageReplica) -> tuple[int, int, int]:
+        """``(replica, rank, tensor rank)``: the process that runs ``rep``'s actions."""
+        return (rep.replica, self.inp.stage_ranks[rep.stage], rep.tp_rank)
+
+    def track(self, rep: StageReplica, send: simpy.Process) -> None:
+        """Remember ``send`` (of an action of ``rep``) for its rank's next boundary."""
+        if self.blocking:
+            self._pending.setdefault(self._owner(rep), []).append(send)
+
+    def boundary(self, rep: StageReplica, a: Action, tags: dict, received: bool):
+        """Process: what the rank of ``rep`` does before running ``a`` (once ``a``'s input has
+        arrived; ``received``: ``a`` received one): wait for the sends of its previous action,
+        then the host sync point, if any."""
+        sent = yield from self._wait_sends(rep, str(a), tags)
+        rt = self.runtime
+        sync = (rt.sync_after_p2p and (sent or received)) or (
+            rt.sync_before_forward and a.op == "F"
+        )
+        if sync:
+            yield from self._sync(rep, str(a), tags)
+
+    def drain(self, rep: StageReplica, label: str, tags: dict):
+        """Process: before the optimizer step of ``rep``: wait for its rank's sends (and sync
+        after them where the framework does)."""
+        sent = yield from self._wait_sends(rep, label, tags)
+        if sent and self.runtime.sync_after_p2p:
+            yield from self._sync(rep, label, tags)
+
+    def _wait_sends(self, rep: StageReplica, label: str, tags: dict):
+        sends = self._pending.pop(self._owner(rep), [])
+        late = [s for s in sends if not s.triggered]
+        if late:
+            yield from self.compute.wait(
+                self.env.all_of(late), rep.gpu, f"wait send {label}", **tags
+            )
+        return bool(sends)
+
+    def _sync(self, rep: StageReplica, label: str, tags: dict):
+        yield from self.compute.run(
+            rep.gpu, EventKind.HOST_SYNC, f"sync {label}", self.runtime.sync_resume_s, **tags
+        )
+
+    def barrier(self, rep: StageReplica, step_no: int, when: str, tags: dict):
+        """Process: at optimizer step ``step_no``, ``when`` the runtime's ``step_barrier`` says
+        (``"before_update"`` or ``"after_update"``), wait until every stage replica of
+        ``rep``'s pipeline replica has arrived."""
+        if self.runtime.step_barrier != when:
+            return
+        key = (rep.replica, step_no)
+        group = self._barriers.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        if group[1] == self.inp.stages * self.inp.tensor_parallel:
+            del self._barriers[key]
+            group[0].succeed()
+        yield from self.compute.wait(group[0], rep.gpu, f"barrier step {step_no}", **tags)

@@ -1,0 +1,284 @@
+"""The :class:`Framework` interface: what a training framework does around the model.
+
+A framework profile is one class per framework (``sim/framework/<name>.py``) registered in
+:mod:`sim.framework.registry`; the experiment names one with ``framework:``. Each setting is a
+:class:`Setting`: its value and the SOURCE that says so (file and function in the framework's
+repository). The core asks the profile, never its name:
+
+* :meth:`Framework.schedule_reason`: which pipeline schedules it runs, and with ``m < p``;
+* :meth:`Framework.boundaries`: how ``options.partition: uniform`` places layers (embedding and
+  head placement, :mod:`sim.framework.placement`);
+* :meth:`Framework.runtime`: its pipeline engine around the actions
+  (:class:`~sim.engine.inputs.PipelineRuntime`: blocking exchanges, host sync points, the tied
+  embedding all-reduce, the step barrier) and :attr:`Framework.dp_bucket_bytes` (gradient
+  bucketing and overlap);
+* :meth:`Framework.plans`: the distributed optimizer (sharded optimizer state,
+  reduce-scatter / all-gather instead of an all-reduce).
+
+The default profile, ``pipesim``, is what ``sim validate`` replays (torch pipelining, DDP-style
+25 MiB buckets overlapped with the backward), so results without ``framework:`` do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
+from sim.framework.placement import PLACEMENTS
+from sim.hardware.topology import Topology
+from sim.memory.plan import StagePlan
+from sim.memory.states import StateBytes
+from sim.schedules.base import Schedule
+from sim.tensor.shard import layer_kind, model_shape
+from sim.trace.schema import Trace, dtype_bytes
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One thing a framework does around the model.
+
+    Attributes:
+        value: the setting (bytes, a flag, a mode).
+        source: where the framework's code says so (repository, file, function), or
+            ``"assumption: ..."``.
+    """
+
+    value: Any
+    source: str
+
+
+PIPESIM = "pipesim's torch runtime (backends/torch, torch.distributed.pipelining), as sim validate replays it"
+
+
+class Framework:
+    """A training framework's behaviour around the model (module doc).
+
+    Class attributes (each a :class:`Setting`):
+        dp_bucket_bytes: data-parallel gradient buckets reduced while the last backward runs
+            (bytes); 0: all gradients reduced after the backward, exposed.
+        tied_embedding: the word embedding is kept on the first and the last stage and its
+            gradient all-reduced between those two stages at every step.
+        tied_after_dp: that all-reduce runs after the data-parallel reduction (else before).
+        placement: how ``partition: uniform`` places layers on stages
+            (:data:`sim.framework.placement.PLACEMENTS`: ``layers``, ``megatron``,
+            ``parameters``): embedding and head placement.
+        fewer_microbatches: 1F1B runs with fewer micro-batches than stages.
+        blocking_p2p: stage-boundary sends are exchanged at action boundaries and waited on.
+        sync_after_p2p: a host/device sync after every exchange.
+        sync_before_forward: a host/device sync before every forward.
+        step_barrier: where the stages wait for each other at the optimizer step.
+        distributed_optimizer: optimizer state sharded over the data-parallel replicas
+            (gradients reduce-scattered, parameters all-gathered after the step).
+        step_extra_bytes: HBM bytes per parameter its mixed-precision optimizer step moves
+            besides the optimizer kernel's own (overflow check, fp32 gradient copies, norm,
+            unscale, copy back to the 16-bit weights); 0: a fused step only
+            (:func:`sim.memory.states.optimizer_step_s`).
+        reduce_extra_bytes: ``(always, more with w > 1)``: HBM bytes per parameter its
+            gradient reduction moves on the GPU around the collective (flattening into a
+            buffer, averaging, copying back), at any data-parallel width and on top with
+            ``w > 1``; sequential with the exposed reduction, so charged at the step.
+        step_transient: GPU bytes its mixed-precision step allocates per gradient byte
+            while it runs (fp32 gradient copies), for 16-bit weights.
+        schedules: the pipeline schedules it runs (None: every one pipesim has).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    schedules: ClassVar[Setting] = Setting(None, PIPESIM)
+    dp_bucket_bytes: ClassVar[Setting] = Setting(DDP_BUCKET_BYTES, PIPESIM)
+    tied_embedding: ClassVar[Setting] = Setting(False, PIPESIM)
+    tied_after_dp: ClassVar[Setting] = Setting(False, PIPESIM)
+    placement: ClassVar[Setting] = Setting("layers", PIPESIM)
+    fewer_microbatches: ClassVar[Setting] = Setting(False, PIPESIM)
+    blocking_p2p: ClassVar[Setting] = Setting(False, PIPESIM)
+    sync_after_p2p: ClassVar[Setting] = Setting(False, PIPESIM)
+    sync_before_forward: ClassVar[Setting] = Setting(False, PIPESIM)
+    step_barrier: ClassVar[Setting] = Setting("none", PIPESIM)
+    distributed_optimizer: ClassVar[Setting] = Setting(False, PIPESIM)
+    step_extra_bytes: ClassVar[Setting] = Setting(0.0, PIPESIM)
+    reduce_extra_bytes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
+    step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
+
+    SETTINGS: ClassVar[tuple[str, ...]] = (
+        "schedules",
+        "dp_bucket_bytes",
+        "tied_embedding",
+        "tied_after_dp",
+        "placement",
+        "fewer_microbatches",
+        "blocking_p2p",
+        "sync_after_p2p",
+        "sync_before_forward",
+        "step_barrier",
+        "distributed_optimizer",
+        "step_extra_bytes",
+        "reduce_extra_bytes",
+        "step_transient",
+    )
+
+    def settings(self) -> dict[str, Setting]:
+        """Every setting by name, in :data:`SETTINGS` order."""
+        return {k: getattr(self, k) for k in self.SETTINGS}
+
+    def schedule_reason(self, cls: type[Schedule]) -> str:
+        """Why this framework does not run schedule ``cls``, or ``""``."""
+        allowed = self.schedules.value
+        if allowed is not None and cls.name not in allowed:
+            return f"framework {self.name} runs only {', '.join(sorted(allowed))}, not {cls.name}"
+        return ""
+
+    def runs_fewer_microbatches(self, cls: type[Schedule]) -> bool:
+        """Whether it runs ``cls`` with fewer micro-batches than stages (``m < p``)."""
+        return cls.accepts_fewer_microbatches(self.fewer_microbatches.value)
+
+    def make_schedule(
+        self, cls: type[Schedule], stages: int, microbatches: int, v: int | None = None
+    ) -> Schedule:
+        """``cls(stages, microbatches, v)`` as this framework runs it (``m < p`` where it does).
+
+        Raises:
+            ScheduleError: the combination is not accepted.
+        """
+        if microbatches < stages and self.runs_fewer_microbatches(cls) and cls.needs_m_ge_p:
+            return cls(stages, microbatches, v, fewer_microbatches=True)
+        return cls(stages, microbatches, v)
+
+    def boundaries(self, trace: Trace, stages: int) -> tuple[int, ...]:
+        """Stage start-layer indices of ``partition: uniform`` over ``stages`` stages.
+
+        Raises:
+            InputError: more stages than layers (than transformer blocks for ``megatron``).
+        """
+        return PLACEMENTS[self.placement.value](trace, stages)
+
+    def bucket_bytes(self, trace: Trace) -> float:
+        """Data-parallel gradient bucket bytes for ``trace`` (as one tensor rank runs it):
+        :attr:`dp_bucket_bytes`, or a size that depends on the model where a profile says so."""
+        return float(self.dp_bucket_bytes.value)
+
+    def tie(self, trace: Trace, schedule: Schedule, tensor_parallel: int = 1) -> Trace:
+        """``trace`` (as one tensor rank runs it) with the word embedding stored once where
+        both its ends sit on one rank (``p = 1``, or a V-shaped schedule): the head's output
+        projection then uses the embedding's own weight (Megatron-LM
+        ``LanguageModule.shared_embedding_or_output_weight``; DeepSpeed builds a
+        ``TiedLayerSpec`` once per stage), so the head's copy (:func:`tied_embedding_bytes`)
+        is not in its parameters. Unchanged without a tied embedding."""
+        last = schedule.num_stages - 1
+        if not self.tied_embedding.value or schedule.stage_rank(0) != schedule.stage_rank(last):
+            return trace
+        return share_head_weight(trace, tensor_parallel)
+
+    def runtime(self, topo: Topology, trace: Trace, tensor_parallel: int = 1) -> PipelineRuntime:
+        """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
+
+        ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
+        gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`);
+        ``sync_resume_s`` is one kernel's launch and dispatch,
+        :attr:`~sim.compute.device.ComputeSpec.kernel_overhead_s` (an assumption the host
+        model refines)."""
+        tied = self.tied_embedding.value
+        return PipelineRuntime(
+            blocking_p2p=self.blocking_p2p.value,
+            sync_after_p2p=self.sync_after_p2p.value,
+            sync_before_forward=self.sync_before_forward.value,
+            sync_resume_s=_launch_s(topo),
+            tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
+            tied_after_dp=self.tied_after_dp.value,
+            step_barrier=self.step_barrier.value,
+            step_transient=self.step_transient.value if dtype_bytes(trace.dtype) < 4 else 0.0,
+        )
+
+    def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:
+        """The memory plans as the framework runs the step: its distributed optimizer (when
+        it shards and a plan does not already: optimizer state and step ``1/w``, gradients
+        reduce-scattered, parameters all-gathered, :attr:`StagePlan.dp_sharded`), and, for
+        16-bit weights (``state``: bytes per parameter), its step's and its gradient
+        reduction's extra memory passes on the GPU (:func:`step_time_s`)."""
+        always, with_dp = self.reduce_extra_bytes.value
+        extra = self.step_extra_bytes.value + always + (with_dp if dp_width > 1 else 0.0)
+        out = [step_time_s(p, state, extra) for p in plans]
+        if not self.distributed_optimizer.value or dp_width < 2:
+            return out
+        return [p if _sharded(p) else shard_optimizer(p, dp_width) for p in out]
+
+
+def _launch_s(topo: Topology) -> float:
+    """One kernel's launch and dispatch on the topology's first GPU (0 without a compute
+    model)."""
+    spec = topo.gpus[0].compute
+    return spec.kernel_overhead_s if spec is not None else 0.0
+
+
+def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> StagePlan:
+    """``plan`` with its GPU optimizer step scaled from the fused kernel's traffic
+    (``grad + 2 x optimizer + weight`` bytes per parameter,
+    :func:`sim.memory.states.optimizer_step_s`) to that
+    plus ``extra_bytes``, for 16-bit weights (mixed precision) only; a step on the host or a
+    sharded one (its own path) is unchanged."""
+    if extra_bytes <= 0 or state.weight >= 4 or plan.optimizer_s <= 0 or _sharded(plan):
+        return plan
+    fused = state.grad + 2 * state.optimizer + state.weight
+    return replace(plan, optimizer_s=plan.optimizer_s * (fused + extra_bytes) / fused)
+
+
+def _sharded(plan: StagePlan) -> bool:
+    return plan.dp_sharded or plan.scatter_bytes > 0 or plan.gather_bytes > 0
+
+
+def shard_optimizer(plan: StagePlan, dp_width: int) -> StagePlan:
+    """``plan`` with its optimizer state and update split ``dp_width`` ways (ZeRO stage 1:
+    Rajbhandari et al. SC'20 §5.1, P_os; Megatron-LM ``DistributedOptimizer``)."""
+    return replace(
+        plan,
+        optimizer_bytes=plan.optimizer_bytes / dp_width,
+        optimizer_s=plan.optimizer_s / dp_width,
+        dp_sharded=True,
+        notes={**plan.notes, "distributed_optimizer": f"state and step 1/{dp_width}"},
+    )
+
+
+def tied_embedding_bytes(trace: Trace, tensor_parallel: int = 1) -> float:
+    """Bytes of the word embedding one tensor rank keeps on the last stage for the output
+    projection, hence of its gradient: ``V/t x h`` elements in the trace's dtype (Megatron's
+    ``VocabParallelEmbedding``; the vocabulary padding to a multiple of ``128 t`` is not
+    modelled), from the trace's model shape; without one, the ``head`` layers' parameters."""
+    shape = model_shape(trace)
+    if shape is None:
+        return sum(x.param_bytes for x in trace.layers if layer_kind(x.name) == "head")
+    v, h = int(shape["vocab"]), int(shape["hidden"])
+    return v * h * dtype_bytes(trace.dtype) / tensor_parallel
+
+
+def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:
+    """``trace`` with the word-embedding copy (:func:`tied_embedding_bytes`) taken out of its
+    ``head`` layers' parameters: the output projection uses the embedding's weight."""
+    copy = tied_embedding_bytes(trace, tensor_parallel)
+    layers = tuple(
+        replace(x, param_bytes=max(0.0, x.param_bytes - copy))
+        if layer_kind(x.name) == "head"
+        else x
+        for x in trace.layers
+    )
+    return replace(trace, layers=layers)
+
+
+def describe(framework: Framework) -> list[tuple[str, str, str]]:
+    """``(setting, value, source)`` rows for display."""
+    out = []
+    for name, s in framework.settings().items():
+        value = s.value
+        if isinstance(value, frozenset):
+            value = ", ".join(sorted(value))
+        out.append((name, "all" if value is None else str(value), s.source))
+    return out
+
+
+__all__ = [
+    "Framework",
+    "Setting",
+    "describe",
+    "shard_optimizer",
+    "share_head_weight",
+    "tied_embedding_bytes",
+]

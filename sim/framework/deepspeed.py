@@ -1,0 +1,108 @@
+"""DeepSpeed's pipeline engine (microsoft/DeepSpeed ``deepspeed/runtime/pipe/``).
+
+``PipelineEngine.train_batch`` runs :class:`TrainSchedule` (1F1B, any number of micro-batches):
+blocking NCCL sends and receives paired in the schedule's order, a device synchronize before
+every forward (the throughput timer), the data-parallel all-reduce after the last backward
+(``ReduceGrads``), the optimizer step, then a loss broadcast over the pipeline. A
+``PipelineModule`` is split by parameter counts unless told otherwise, and ties only the layers
+declared as ``TiedLayerSpec``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sim.framework.base import Framework, Setting
+
+PIPE = "deepspeed/runtime/pipe"
+SCHEDULES = Setting(
+    frozenset({"1f1b"}),
+    f"{PIPE}/engine.py::train_batch runs schedule.TrainSchedule (1F1B) only",
+)
+DP_AFTER_BACKWARD = Setting(
+    0.0,
+    f"{PIPE}/schedule.py::TrainSchedule.steps (ReduceGrads at the last step) and "
+    f"{PIPE}/engine.py::_exec_reduce_grads -> runtime/engine.py::allreduce_gradients"
+    "(bucket_size=MEMORY_OPT_ALLREDUCE_SIZE, 5e8 elements: one buffer here), after the "
+    "backward; PipelineEngine.__init__ sets enable_backward_allreduce = False",
+)
+FEWER_MICROBATCHES = Setting(
+    True,
+    f"{PIPE}/schedule.py::TrainSchedule.steps: 2(m + p - 1) steps, ids outside 0..m-1 skipped "
+    "(_valid_micro_batch), so any m runs",
+)
+BLOCKING_P2P = Setting(
+    True,
+    f"{PIPE}/p2p.py::send/recv (dist.send/dist.recv, 'blocking and must be paired': "
+    f"{PIPE}/schedule.py SendActivation/RecvGrad docstrings), issued at each step in "
+    "TrainSchedule's order",
+)
+SYNC_BEFORE_FORWARD = Setting(
+    True,
+    f"{PIPE}/engine.py::_exec_forward_pass calls self.tput_timer.start() -> "
+    "deepspeed/utils/timer.py::ThroughputTimer.start: torch.cuda.synchronize() "
+    "(get_accelerator().synchronize() when synchronized, the default) after start_step = 2",
+)
+STEP_BARRIER = Setting(
+    "after_update",
+    f"{PIPE}/engine.py::train_batch -> _aggregate_total_loss: dist.broadcast of the loss from "
+    "the last stage over the pipe-parallel group after the schedule's OptimizerStep",
+)
+STEP_EXTRA_BYTES = Setting(
+    42.0,
+    "deepspeed/runtime/fp16/fused_optimizer.py::FP16_Optimizer.step, per parameter: "
+    "has_overflow (runtime/utils.py::CheckOverflow._has_inf_or_nan, x.float().sum(): 2+4+4 B), "
+    "fp32 gradients (p.grad.to(fp32), _flatten_dense_tensors: 2+4+4+4 B), get_grad_norm (4 B), "
+    "unscale_and_clip_grads mul_ (4+4 B), FusedAdam reading 4-byte gradients (+2 B), "
+    "p.data.copy_ of the fp32 master to fp16 (4+2 B, 2 already in the fused step): "
+    "10 + 14 + 4 + 8 + 2 + 4 = 42 B",
+)
+REDUCE_EXTRA_BYTES = Setting(
+    (8.0, 4.0),
+    "deepspeed/runtime/engine.py::allreduce_bucket / allreduce_and_copy (from "
+    f"{PIPE}/engine.py::_exec_reduce_grads at every width), per 2-byte gradient: "
+    "self.flatten(bucket) (2+2 B) and buf.copy_(synced) back (2+2 B) always; "
+    "tensor.mul_(1 / dp_world_size) after the all-reduce (2+2 B) when w > 1",
+)
+STEP_TRANSIENT = Setting(
+    4.0,
+    "deepspeed/runtime/fp16/fused_optimizer.py::FP16_Optimizer.step: "
+    "_flatten_dense_tensors([p.grad.to(fp32) ...]) holds the per-parameter fp32 copies and "
+    "the flat fp32 buffer at once (4 + 4 B per 2-byte gradient); the flat one lives until "
+    "after optimizer.step()",
+)
+NO_ZERO = Setting(
+    False,
+    "deepspeed/runtime/zero/config.py: zero_optimization.stage defaults to 0 (set stage 1 in "
+    "ds_config to shard optimizer state)",
+)
+
+
+class DeepSpeed(Framework):
+    """DeepSpeed ``PipelineEngine`` around a generic ``PipelineModule`` (module doc)."""
+
+    name: ClassVar[str] = "deepspeed"
+    description: ClassVar[str] = (
+        "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, sync before each forward, "
+        "DP all-reduce after the backward, layers split by parameter count"
+    )
+    schedules = SCHEDULES
+    dp_bucket_bytes = DP_AFTER_BACKWARD
+    tied_embedding = Setting(
+        False,
+        f"{PIPE}/module.py::PipelineModule: only TiedLayerSpec layers are tied "
+        "(_exec_reduce_tied_grads all-reduces them); a module of LayerSpecs ties none",
+    )
+    placement = Setting(
+        "parameters",
+        f"{PIPE}/module.py::PipelineModule(partition_method='parameters') default -> "
+        "_partition_layers -> runtime/utils.py::partition_balanced over parameter counts",
+    )
+    fewer_microbatches = FEWER_MICROBATCHES
+    blocking_p2p = BLOCKING_P2P
+    sync_before_forward = SYNC_BEFORE_FORWARD
+    step_barrier = STEP_BARRIER
+    distributed_optimizer = NO_ZERO
+    step_extra_bytes = STEP_EXTRA_BYTES
+    reduce_extra_bytes = REDUCE_EXTRA_BYTES
+    step_transient = STEP_TRANSIENT

@@ -1,0 +1,70 @@
+"""Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): Megatron's GPT on DeepSpeed's pipeline engine.
+
+With pipeline parallelism on (the default: ``--no-pipeline-parallel`` unset),
+``megatron/training.py::train_step`` hands the step to DeepSpeed's ``PipelineEngine``
+(:mod:`sim.framework.deepspeed`: TrainSchedule 1F1B for any ``m``, blocking paired sends, a
+device synchronize before every forward, the data-parallel all-reduce after the backward, a
+loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
+(``type:transformer``), keeps the word embedding on the first and the last stage
+(``TiedLayerSpec('embed')``), and all-reduces its gradient between the two before the
+data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
+
+vTrain's measured iterations (``validation/vtrain/``) were all collected this way.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sim.framework.base import Framework, Setting
+from sim.framework.deepspeed import (
+    BLOCKING_P2P,
+    DP_AFTER_BACKWARD,
+    FEWER_MICROBATCHES,
+    NO_ZERO,
+    PIPE,
+    REDUCE_EXTRA_BYTES,
+    STEP_BARRIER,
+    STEP_EXTRA_BYTES,
+    STEP_TRANSIENT,
+    SYNC_BEFORE_FORWARD,
+)
+
+GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
+
+
+class MegatronDeepSpeed(Framework):
+    """Megatron-DeepSpeed's GPT on DeepSpeed's pipeline engine (module doc)."""
+
+    name: ClassVar[str] = "megatron-deepspeed"
+    description: ClassVar[str] = (
+        "Megatron-DeepSpeed: GPTModelPipe on DeepSpeed's PipelineEngine (1F1B any m, blocking "
+        "p2p, sync before each forward, tied embedding all-reduce, DP all-reduce after backward)"
+    )
+    schedules = Setting(
+        frozenset({"1f1b"}),
+        "Megatron-DeepSpeed megatron/training.py::train_step (args.deepspeed and "
+        f"ds_pipeline_enabled -> model[0].train_batch) -> {PIPE}/engine.py TrainSchedule",
+    )
+    dp_bucket_bytes = DP_AFTER_BACKWARD
+    tied_embedding = Setting(
+        True,
+        f"{GPT_PIPE} (TiedLayerSpec('embed', EmbeddingPipe, tied_weight_attr="
+        f"'word_embeddings_weight') first and last) -> {PIPE}/engine.py::_exec_reduce_tied_grads",
+    )
+    tied_after_dp = Setting(
+        False, f"{PIPE}/schedule.py::TrainSchedule.steps: ReduceTiedGrads before ReduceGrads"
+    )
+    placement = Setting(
+        "megatron",
+        f"{GPT_PIPE} (partition_method='type:transformer' unless --pp-partition-method) -> "
+        f"{PIPE}/module.py::_partition_layers",
+    )
+    fewer_microbatches = FEWER_MICROBATCHES
+    blocking_p2p = BLOCKING_P2P
+    sync_before_forward = SYNC_BEFORE_FORWARD
+    step_barrier = STEP_BARRIER
+    distributed_optimizer = NO_ZERO
+    step_extra_bytes = STEP_EXTRA_BYTES
+    reduce_extra_bytes = REDUCE_EXTRA_BYTES
+    step_transient = STEP_TRANSIENT

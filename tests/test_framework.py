@@ -1,0 +1,393 @@
+"""Framework profiles (issue 16): one test per mechanism, each a closed form or a hand-computed
+small timeline, plus the experiment's ``framework:`` field and what it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import chain_topology, uniform_input
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.config import PointConfig, parse_experiment
+from sim.engine import simulate
+from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
+from sim.framework import framework_names, get_framework
+from sim.framework.placement import megatron_boundaries, parameter_boundaries
+from sim.point import evaluate, resolve
+from sim.schedules.action import STEP
+from sim.schedules.errors import ScheduleError
+from sim.schedules.one_f_one_b import OneFOneB
+from sim.sweep import Prepared, expand
+from sim.trace.schema import LayerProfile, Trace
+
+runner = CliRunner()
+GB = 1e9
+
+
+def _trace(names: list[str], param_bytes: list[float], fwd_s: float = 1.0) -> Trace:
+    layers = tuple(
+        LayerProfile(n, fwd_s, 2 * fwd_s, pb, 0.0, 0.0)
+        for n, pb in zip(names, param_bytes, strict=True)
+    )
+    return Trace("t", layers, 1, "fp16", "test")
+
+
+def _run(trace: Trace, framework: str, *, p: int, w: int, m: int, topo, step=False) -> tuple:
+    """One point of ``trace`` as ``framework`` runs it (no optimizer time unless ``step``)."""
+    exp = parse_experiment(
+        {
+            "name": "x",
+            "hardware": "dgx1-v100-16gb",
+            "models": [{"name": "t", "trace": "t"}],
+            "training": {"global_batch": m * w, "optimizer_step": step},
+            "options": {"partition": "uniform"},
+            "framework": framework,
+        }
+    )
+    point = PointConfig(
+        model="t",
+        schedule="1f1b",
+        stages=p,
+        dp_width=w,
+        microbatch_size=1,
+        microbatches=m,
+        memory_policy="none",
+        global_batch=m * w,
+        framework=framework,
+    )
+    res = resolve(exp, point, topo, trace)
+    met, log = evaluate(res)
+    return res, met, log
+
+
+def test_unbucketed_allreduce_is_exposed_after_the_backward():
+    # One stage (two layers, F = 1 s, B = 2 s each), w = 2 replicas on a 1 GB/s link, m = 2,
+    # B = 2e9 bytes of gradients. Megatron-DeepSpeed all-reduces after the last backward
+    # (ReduceGrads): ring of 2: 2(w-1)/w * B / bw = 2 s, exposed: 2 x (2 + 4) + 2 = 14 s.
+    # pipesim's 25 MiB buckets overlap the last backward (4 s > 2 s of all-reduce): only the
+    # last bucket (0.4 MB of the 2e9 B = 79 x 25 MiB + rest) shows, < 0.03 s.
+    topo = chain_topology(2, bandwidth_Bps=1 * GB)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    res, met, log = _run(trace, "megatron-deepspeed", p=1, w=2, m=2, topo=topo)
+    assert res.sim_input.dp_bucket_bytes == 0.0
+    assert met.iteration_time_s == pytest.approx(2 * (2 + 4) + 2 * (2 - 1) / 2 * 2e9 / 1e9)
+    ar = [e for e in log.events if e.kind == "allreduce" and e.iteration == 1]
+    assert [e.end_s - e.start_s for e in ar] == pytest.approx([2.0, 2.0])
+    res, met, _ = _run(trace, "pipesim", p=1, w=2, m=2, topo=topo)
+    assert res.sim_input.dp_bucket_bytes == DDP_BUCKET_BYTES
+    assert 12.0 < met.iteration_time_s < 12.03
+
+
+def test_tied_embedding_grads_allreduced_between_first_and_last_stage():
+    # GPT-like trace: embedding, 2 blocks, head (1e9 B, Megatron's copy of the word
+    # embedding); every layer F = 1 s, B = 2 s. Megatron's placement: [embedding, block.0 |
+    # block.1, head]; p = 2, m = 1 (m < p: Megatron runs it). Free sends:
+    # s0 F [0, 2], s1 F [2, 4], s1 B [4, 8], s0 B [8, 12]; the head's gradient is
+    # all-reduced between gpu0 and gpu1 (ring of 2: B / bw = 1 s on a 1 GB/s link):
+    # [12, 13] on both (s1 joined at 8), then the steps; iteration 13 s.
+    topo = chain_topology(2, bandwidth_Bps=1 * GB)
+    trace = _trace(["embedding", "block.0", "block.1", "head"], [0.5 * GB, 1.0, 1.0, 1 * GB])
+    res, met, log = _run(trace, "megatron-deepspeed", p=2, w=1, m=1, topo=topo)
+    assert res.boundaries == (0, 2)
+    assert res.sim_input.runtime.tied_grad_bytes == 1 * GB
+    tied = [(e.device, e.start_s, e.end_s) for e in log.events if e.name.startswith("tied")]
+    assert tied[:2] == [("gpu1", 8.0, 13.0), ("gpu0", 12.0, 13.0)]
+    assert all(e.nbytes == 1 * GB for e in log.events if e.name.startswith("tied"))
+    assert met.iteration_time_s == pytest.approx(13.0)
+    _, met, log = _run(trace, "torchtitan", p=2, w=1, m=2, topo=topo)  # untied embeddings
+    assert not [e for e in log.events if e.name.startswith("tied")]
+    # one stage holds both ends: the head uses the embedding's weight, stored once (weights
+    # 0.5e9 + 2 B: the head's 1e9 B copy is gone), and nothing is all-reduced
+    res, _, log = _run(trace, "megatron-deepspeed", p=1, w=1, m=1, topo=topo)
+    assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(0.5 * GB + 2.0)
+    assert not [e for e in log.events if e.name.startswith("tied")]
+    res, _, _ = _run(trace, "pipesim", p=1, w=1, m=1, topo=topo)
+    assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(1.5 * GB + 2.0)
+
+
+def megatron_1f1b(p: int, m: int, rank: int) -> list[str]:
+    """Megatron-LM ``forward_backward_pipelining_without_interleaving``'s order on ``rank``:
+    ``min(p - rank - 1, m)`` warm-up forwards, ``m - warmup`` (F, B) pairs, the rest B."""
+    warmup = min(p - rank - 1, m)
+    remaining = m - warmup
+    order = [f"{rank}F{i}" for i in range(warmup)]
+    for i in range(remaining):
+        order += [f"{rank}F{warmup + i}", f"{rank}B{i}"]
+    return order + [f"{rank}B{i}" for i in range(remaining, m)]
+
+
+@pytest.mark.parametrize("p, m", [(4, 1), (4, 2), (4, 3), (8, 5), (3, 3), (4, 6)])
+def test_1f1b_with_fewer_microbatches_than_stages_as_megatron_runs_it(p, m):
+    sched = OneFOneB(p, m, fewer_microbatches=True)
+    got = [[str(a) for a in rank if a.op != STEP] for rank in sched.program(1)]
+    assert got == [megatron_1f1b(p, m, r) for r in range(p)]
+    # unit times, free sends: F = 1, B = 2; the makespan is (m + p - 1)(t_F + t_B) for any m
+    log = simulate(uniform_input("1f1b", p, max(m, p), fwd_s=1.0, bwd_s=2.0))
+    assert log.iteration_ends_s == [pytest.approx((max(m, p) + p - 1) * 3.0)]
+    inp = replace(uniform_input("1f1b", p, max(m, p)), program=sched.program(1), microbatches=m)
+    assert simulate(inp).iteration_ends_s == [pytest.approx((m + p - 1) * 3.0)]
+    if m < p:  # torch's rule where the replay follows torch's Schedule1F1B
+        with pytest.raises(ScheduleError, match="needs microbatches >= stages"):
+            OneFOneB(p, m)
+        assert not get_framework("pipesim").runs_fewer_microbatches(OneFOneB)
+        assert get_framework("megatron-deepspeed").runs_fewer_microbatches(OneFOneB)
+
+
+# p = 2, m = 2, 1F1B (s0: F0 F1 B0 B1, s1: F0 B0 F1 B1), F = 1 s, B = 2 s, every send 0.25 s
+# (0.25 GB at 1 GB/s), a host sync point costs 0.5 s of device idle. Blocking exchanges: a
+# send starts once its receiver has reached the consuming action and its sender waits for it.
+MEGATRON = [  # a sync after every exchange (p2p_communication._communicate)
+    ("compute", "gpu0", "0F0", 0.0, 1.0),  # act0 [1, 1.25]
+    ("host_sync", "gpu0", "sync 0F1", 1.25, 1.75),  # after send act0
+    ("compute", "gpu0", "0F1", 1.75, 2.75),  # act1 waits for s1 to reach F1 (4.75)
+    ("host_sync", "gpu1", "sync 1F0", 1.25, 1.75),  # after recv act0
+    ("compute", "gpu1", "1F0", 1.75, 2.75),
+    ("compute", "gpu1", "1B0", 2.75, 4.75),  # grad0 [4.75, 5]; act1 [4.75, 5]
+    ("host_sync", "gpu0", "sync 0B0", 5.0, 5.5),
+    ("compute", "gpu0", "0B0", 5.5, 7.5),
+    ("host_sync", "gpu1", "sync 1F1", 5.0, 5.5),
+    ("compute", "gpu1", "1F1", 5.5, 6.5),
+    ("compute", "gpu1", "1B1", 6.5, 8.5),  # grad1 waits for s0 to reach B1 (7.5): [8.5, 8.75]
+    ("host_sync", "gpu0", "sync 0B1", 8.75, 9.25),
+    ("compute", "gpu0", "0B1", 9.25, 11.25),
+    ("host_sync", "gpu1", "sync 1STEP0", 8.75, 9.25),  # after send grad1
+]
+DEEPSPEED = [  # a sync before every forward (ThroughputTimer.start)
+    ("host_sync", "gpu0", "sync 0F0", 0.0, 0.5),
+    ("compute", "gpu0", "0F0", 0.5, 1.5),  # act0 [1.5, 1.75]
+    ("host_sync", "gpu0", "sync 0F1", 1.75, 2.25),
+    ("compute", "gpu0", "0F1", 2.25, 3.25),
+    ("host_sync", "gpu1", "sync 1F0", 1.75, 2.25),
+    ("compute", "gpu1", "1F0", 2.25, 3.25),
+    ("compute", "gpu1", "1B0", 3.25, 5.25),  # grad0 and act1 [5.25, 5.5]
+    ("compute", "gpu0", "0B0", 5.5, 7.5),
+    ("host_sync", "gpu1", "sync 1F1", 5.5, 6.0),
+    ("compute", "gpu1", "1F1", 6.0, 7.0),
+    ("compute", "gpu1", "1B1", 7.0, 9.0),  # grad1 [9, 9.25]
+    ("compute", "gpu0", "0B1", 9.25, 11.25),
+]
+
+
+@pytest.mark.parametrize(
+    "runtime, expected",
+    [
+        (PipelineRuntime(blocking_p2p=True, sync_after_p2p=True, sync_resume_s=0.5), MEGATRON),
+        (
+            PipelineRuntime(blocking_p2p=True, sync_before_forward=True, sync_resume_s=0.5),
+            DEEPSPEED,
+        ),
+    ],
+    ids=["sync-per-p2p", "sync-before-forward"],
+)
+def test_host_sync_points_on_a_hand_computed_timeline(runtime, expected):
+    topo = chain_topology(2, bandwidth_Bps=1 * GB)
+    inp = replace(uniform_input("1f1b", 2, 2, out_bytes=0.25 * GB, topology=topo), runtime=runtime)
+    log = simulate(inp)
+    spans = sorted(
+        (e.kind, e.device, e.name, round(e.start_s, 9), round(e.end_s, 9))
+        for e in log.events
+        if e.kind in ("compute", "host_sync")
+    )
+    assert spans == sorted(expected)
+    assert log.iteration_ends_s == [pytest.approx(11.25)]
+    plain = simulate(uniform_input("1f1b", 2, 2, out_bytes=0.25 * GB, topology=topo))
+    assert plain.iteration_ends_s == [pytest.approx(9.5)]  # asynchronous sends, no sync
+
+
+@pytest.mark.parametrize(
+    "schedule, p, m, makespan",
+    [("1f1b", 4, 8, 33.0), ("1f1b", 8, 16, 69.0), ("interleaved_1f1b", 4, 8, 28.5)],
+)
+def test_blocking_exchanges_keep_the_golden_makespans_when_sends_are_free(schedule, p, m, makespan):
+    # schedules.md §3 (F = 1, B = 2, free sends): blocking exchanges (with the interleaved
+    # schedule's receives posted for the next F and B, Megatron's
+    # send_forward_backward_recv_forward_backward) neither deadlock nor add a wait.
+    rt = PipelineRuntime(blocking_p2p=True, sync_after_p2p=True)
+    log = simulate(replace(uniform_input(schedule, p, m), runtime=rt))
+    assert log.iteration_ends_s == [pytest.approx(makespan)]
+
+
+def test_step_barrier_waits_for_every_stage():
+    # GPipe p = 2, m = 2, F = 1, B = 2, free sends, optimizer 1 s: s1's backwards end at 7,
+    # s0's at 9. Without a barrier s1 steps [7, 8]; "before_update" (Megatron's found-inf and
+    # grad-norm all-reduces) holds it until s0 arrives: both step [9, 10].
+    base = uniform_input("gpipe", 2, 2, optimizer_s=1.0)
+    steps = {
+        b: sorted(
+            (e.device, e.start_s, e.end_s)
+            for e in simulate(replace(base, runtime=PipelineRuntime(step_barrier=b))).events
+            if e.kind == "optimizer"
+        )
+        for b in ("none", "before_update", "after_update")
+    }
+    assert steps["none"] == [("gpu0", 9.0, 10.0), ("gpu1", 7.0, 8.0)]
+    assert steps["before_update"] == [("gpu0", 9.0, 10.0), ("gpu1", 9.0, 10.0)]
+    assert steps["after_update"] == steps["none"]
+
+
+def test_embedding_and_head_placement():
+    # 24 blocks on 4 stages: Megatron puts 6 on each, the embedding first, the head last;
+    # pipesim's layer count split (torchtitan's too) counts embedding and head as layers.
+    names = ["embedding"] + [f"block.{i}" for i in range(24)] + ["head"]
+    gpt = _trace(names, [10.0] + [1.0] * 24 + [10.0])
+    assert megatron_boundaries(gpt, 4) == (0, 7, 13, 19)
+    assert get_framework("megatron-lm").boundaries(gpt, 4) == (0, 7, 13, 19)
+    assert get_framework("torchtitan").boundaries(gpt, 4) == (0, 7, 14, 20)
+    # DeepSpeed's default balances parameters: 44 on 4 stages, smallest bottleneck 11, filled
+    # first stage first: [embedding + block.0 | 11 blocks | 11 blocks | block.23 + head]
+    assert parameter_boundaries(gpt, 4) == (0, 2, 13, 24)
+    assert megatron_boundaries(_trace(["a", "b", "c"], [1, 1, 1]), 2) == (0, 2)
+
+
+def test_distributed_optimizer_shards_state_and_reduce_scatters_overlapped():
+    # torchtitan (FSDP2): optimizer state 1/w, gradients reduce-scattered per block while the
+    # last backward runs, parameters all-gathered after the step; no all-reduce.
+    topo = chain_topology(2, bandwidth_Bps=1 * GB)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    res, _, log = _run(trace, "torchtitan", p=1, w=2, m=2, topo=topo)
+    _, _, plain = _run(trace, "pipesim", p=1, w=2, m=2, topo=topo)
+    plan, ref = res.sim_input.plans[0][0], plain
+    assert plan.dp_sharded and res.sim_input.dp_bucket_bytes == 1 * GB
+    full = _run(trace, "pytorch-ddp", p=1, w=2, m=2, topo=topo)[0].sim_input.plans[0][0]
+    assert plan.optimizer_bytes == pytest.approx(full.optimizer_bytes / 2)
+    kinds = {e.kind for e in log.events if e.stream == "comm"}
+    assert kinds == {"reduce_scatter", "all_gather"}
+    assert "reduce_scatter" not in {e.kind for e in ref.events}
+
+
+@pytest.mark.parametrize(
+    "framework, w, extra",
+    [
+        ("megatron-deepspeed", 1, 42 + 8),
+        ("megatron-deepspeed", 2, 42 + 8 + 4),
+        ("megatron-lm", 1, 24),
+        ("megatron-lm", 2, 24 + 4),
+    ],
+)
+def test_mixed_precision_step_moves_the_framework_passes(framework, w, extra):
+    # fp16 Adam: the fused step moves grad 2 + 2 x (master 4 + m 4 + v 4) + weight 2 = 28 B per
+    # parameter; DeepSpeed's FP16_Optimizer.step 42 B more, its gradient reduction 8 B
+    # (flatten, copy back) and 4 B (average) with w > 1; Megatron's Float16Optimizer 24 B and
+    # its in-place scaling of the contiguous gradient buffer 4 B with w > 1.
+    topo = chain_topology(w)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    kw = dict(p=1, w=w, m=1, topo=topo, step=True)
+    ref = _run(trace, "pipesim", **kw)[0].sim_input.plans[0][0]
+    res = _run(trace, framework, **kw)[0]
+    assert res.sim_input.plans[0][0].optimizer_s == pytest.approx(
+        ref.optimizer_s * (28 + extra) / 28
+    )
+
+
+@pytest.mark.parametrize(
+    "framework, per_grad_byte", [("megatron-deepspeed", 4), ("megatron-lm", 2)]
+)
+def test_mixed_precision_step_holds_fp32_gradient_copies(framework, per_grad_byte):
+    # 2e9 B of fp16 gradients, no activations: the GPU peak is at the step, where DeepSpeed
+    # holds per-parameter fp32 copies and the flat fp32 buffer (4 B + 4 B per 2-byte
+    # gradient: 8e9 B) and Megatron the fp32 main gradients (4e9 B) above pipesim's peak.
+    topo = chain_topology(1)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    peaks = {
+        fw: max(_run(trace, fw, p=1, w=1, m=1, topo=topo, step=True)[2].meta["peak_bytes"].values())
+        for fw in ("pipesim", framework)
+    }
+    assert peaks[framework] - peaks["pipesim"] == pytest.approx(per_grad_byte * 2 * GB)
+
+
+def _write(tmp_path: Path, **changes) -> None:
+    exp = {
+        "name": "fw",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 2}],
+        "sweep": {"schedule": "1f1b", "stages": 4, "microbatch_size": 1},
+        "options": {"partition": "uniform"},
+        **changes,
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+
+
+@pytest.mark.parametrize(
+    "changes, mentions",
+    [
+        ({"framework": "megatron"}, ["exp.yaml", "framework", "megatron-deepspeed", "pytorch-ddp"]),
+        ({"framework": ["megatron-lm"]}, ["exp.yaml", "framework"]),
+        ({}, ["1f1b needs microbatches >= stages", "2 < 4"]),  # pipesim keeps torch's rule
+        (
+            {"framework": "megatron-deepspeed", "sweep": {"schedule": "gpipe", "stages": 2}},
+            ["framework megatron-deepspeed runs only 1f1b, not gpipe"],
+        ),
+    ],
+    ids=["unknown", "not-a-string", "m-lt-p-under-torch", "schedule-not-run"],
+)
+def test_framework_config_errors(tmp_path, monkeypatch, changes, mentions):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, **changes)
+    res = runner.invoke(app, ["run", "exp.yaml", "--jobs", "1"])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert "Traceback" not in flat
+    for text in mentions:
+        assert text in flat, (text, flat)
+    assert not (tmp_path / "results").exists()
+
+
+def test_validate_replays_only_the_default_runtime(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, framework="megatron-lm")
+    res = runner.invoke(app, ["validate", "exp.yaml"])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert "framework" in flat and "set framework: pipesim" in flat
+
+
+def test_framework_recorded_in_results_and_winner(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, framework="megatron-deepspeed")  # m = 2 < p = 4: DeepSpeed runs it
+    res = runner.invoke(app, ["run", "exp.yaml", "--jobs", "1", "--out", "out"])
+    assert res.exit_code == 0, res.output
+    rows = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert list(rows.framework) == ["megatron-deepspeed"]
+    assert yaml.safe_load((tmp_path / "out" / "winner.yaml").read_text())["framework"] == (
+        "megatron-deepspeed"
+    )
+
+
+def test_every_profile_cites_every_setting():
+    assert framework_names()[0] == "pipesim"
+    for name in framework_names():
+        for setting, s in get_framework(name).settings().items():
+            assert len(s.source) > 20, (name, setting)
+    # the default is what `sim validate` replays: the engine's own defaults
+    default = get_framework("pipesim")
+    assert default.runtime(chain_topology(2), _trace(["head"], [1.0])) == replace(
+        PipelineRuntime(), tied_grad_bytes=0.0
+    )
+    assert default.bucket_bytes(_trace(["a"], [1.0])) == DDP_BUCKET_BYTES
+
+
+def test_expand_records_the_framework_on_every_point():
+    exp = parse_experiment(
+        {
+            "name": "x",
+            "hardware": "dgx1-v100-16gb",
+            "models": [{"name": "t", "trace": "t"}],
+            "training": {"global_batch": 2},
+            "sweep": {"schedule": ["1f1b", "gpipe"], "stages": [2, 4]},
+            "framework": "megatron-lm",
+        }
+    )
+    trace = _trace([f"block.{i}" for i in range(4)], [1.0] * 4)
+    points, skipped = expand(Prepared(exp, "x.yaml", chain_topology(4), {"t": trace}))
+    assert {(p.schedule, p.stages, p.framework) for p in points} == {
+        ("1f1b", 2, "megatron-lm"),
+        ("1f1b", 4, "megatron-lm"),
+    }
+    assert {r for _, r in skipped} == {
+        "framework megatron-lm runs only 1f1b, interleaved_1f1b, not gpipe"
+    }
