@@ -11,7 +11,8 @@ the error is reported against the published measurement.
   iteration time (steady iterations 2-3), ``real alloc GiB`` the largest
   ``torch.cuda.max_memory_allocated`` over ranks. Settings common to the rows: bf16, seq 4096
   (CP rows: 32K / 128K), micro-batch 1, global batch = ``mbc x dp``, distributed optimizer,
-  flash attention, no recompute, 1F1B; DeepSeek-V2/V3 trimmed to 4 layers, the first dense
+  flash attention, no recompute, 1F1B, no overlap of gradient reduction or p2p (simulated as
+  ``framework: megatron-lm``, whose defaults these are); DeepSeek-V2/V3 trimmed to 4 layers, the first dense
   (``moe_layer_freq ([0]*1+[1]*3)``), ``alltoall`` dispatcher, ``--moe-expert-capacity-factor
   1 --moe-pad-expert-input-to-capacity`` (every expert computes its capacity); Llama3-70B
   trimmed to 12 layers; CP rows with ``--cp-comm-type a2a``.
@@ -22,7 +23,10 @@ the error is reported against the published measurement.
   (``megatron/training/training.py`` ``num_floating_point_operations``, the v0.9 form:
   ``12 B s L h^2 (1 + f/h k 3/2 + g/a + s/h + V/(2Lh))``). The two statements may describe
   different runs (the README does not say the 468 TFLOPS used that mapping): read the error as
-  indicative.
+  indicative. Simulated with ``framework: pipesim`` (DDP-style gradient buckets overlapping the
+  last backward, as the README's ``--overlap-grad-reduce``); ``megatron-lm`` (overlap off)
+  deadlocks on interleaved 1F1B with data parallelism in main's engine (the tied-embedding
+  all-reduce against the step barrier), with or without expert parallelism.
 
 Run: ``python benchmarks/bench_accuracy.py --sections moe`` (about a minute).
 """
@@ -96,10 +100,11 @@ def _trace_file(tmp: Path, config: str, layers: int, seq: int, hardware: str, mo
     return str(csv)
 
 
-def _row(tmp: Path, hardware: str, trace: str, sweep: dict, gb: int):
+def _row(tmp: Path, hardware: str, trace: str, sweep: dict, gb: int, framework: str):
     data = {
         "name": "published",
         "hardware": hardware,
+        "framework": framework,
         "models": [{"name": "m", "trace": trace, "global_batch": gb}],
         "training": {"optimizer": "adam", "dtype": "bf16"},
         "sweep": {"microbatch_size": 1, "memory_policy": "dist_opt", **sweep},
@@ -134,7 +139,7 @@ def simumax_rows(tmp: Path) -> list[dict]:
             "context_parallel": cp,
             "context_parallel_comm": "a2a",
         }
-        row = _row(tmp, "dgx-b200", trace, sweep, mbc * dp)
+        row = _row(tmp, "dgx-b200", trace, sweep, mbc * dp, "megatron-lm")
         pred = row.iteration_time_s * 1e3 if row.iteration_time_s else float("nan")
         out.append(
             {
@@ -160,7 +165,7 @@ def mixtral_row(tmp: Path) -> dict:
         "dp_width": 16,
         "expert_parallel": 8,
     }
-    row = _row(tmp, "8x-dgx-h100", trace, sweep, 256)
+    row = _row(tmp, "8x-dgx-h100", trace, sweep, 256, "pipesim")
     shape = read_config(HF / "mixtral-8x7b-config.json", 4096)
     measured = megatron_flops(shape, 256) / (MIXTRAL_TFLOPS * 1e12 * 64) * 1e3
     pred = row.iteration_time_s * 1e3 if row.iteration_time_s else float("nan")
