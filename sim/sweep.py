@@ -31,9 +31,9 @@ from sim.rowcache import PRUNED, ROW_FORMAT, run_points
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
 from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
-from sim.tensor.decoder_shard import Parallel, decoder_problem
+from sim.sweep_parallel import is_decoder_model, overlap_invalid, parallel_axes, parallel_invalid
+from sim.tensor.decoder_shard import Parallel
 from sim.tensor.shard import model_shape, shape_problem
-from sim.trace.decoder import decoder_shape, is_decoder
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
@@ -151,8 +151,8 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {policy}"
             reason = (
                 _invalid(prep, model.name, sched, p, w * t * cp, b, gb, w, framework)
-                or _parallel_invalid(prep, _mi, Parallel(t, sp, cp, ep, cpc), w, policy)
-                or _overlap_invalid(sched, ov, ep, cp)
+                or parallel_invalid(prep, _mi, Parallel(t, sp, cp, ep, cpc), w, policy)
+                or overlap_invalid(sched, ov, ep, cp)
                 or _tensor_invalid(prep, _mi, t, sp)
                 or boundaries_reason(prep, p * v)
                 or virtual_reason(prep, model.name, sched, p, v, gb // (w * b), framework)
@@ -340,83 +340,13 @@ def _tensor_axes(prep: Prepared) -> tuple[list[int], list[bool]]:
     return tps, as_list(sw.sequence_parallel)
 
 
-def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
-    """``(expert_parallel, context_parallel, context_parallel_comm, ep_overlap)`` combinations
-    of the sweep (the comm kind only varies where ``cp > 1``), and every model's routing
-    checked.
-
-    Raises:
-        InputError: an unknown context-parallel comm kind or routing spec (naming the field).
-    """
-    from sim.compute.routing import parse_routing
-    from sim.tensor.context import COMM_TYPES
-
-    sw, file = prep.exp.sweep, prep.file
-    kinds = as_list(sw.context_parallel_comm)
-    for i, kind in enumerate(kinds):
-        if kind not in COMM_TYPES:
-            field = "sweep.context_parallel_comm" + (f".{i}" if len(kinds) > 1 else "")
-            raise InputError(
-                f"{kind!r} is not one of {', '.join(COMM_TYPES)}", file=file, field=field
-            )
-    for i, model in enumerate(prep.exp.models):
-        try:
-            parse_routing(model.routing)
-        except ValueError as exc:
-            raise InputError(str(exc), file=file, field=f"models.{i}.routing") from None
-    out = []
-    for ep in as_list(sw.expert_parallel):
-        for cp in as_list(sw.context_parallel):
-            for ov in as_list(sw.ep_overlap):
-                out += [(ep, cp, k, ov) for k in (kinds if cp > 1 else kinds[:1])]
-    return out
-
-
-def _overlap_invalid(sched: str, overlap: bool, ep: int, cp: int) -> str:
-    """Why ``ep_overlap`` cannot apply, or ``""``."""
-    if not overlap:
-        return ""
-    if not get_schedule(sched).overlaps_pairs:
-        return f"ep_overlap needs a schedule with OVERLAP_F_B pairs (dualpipe_v), not {sched}"
-    if ep == 1 and cp == 1:
-        return "ep_overlap has no exchange to overlap without expert or context parallelism"
-    return ""
-
-
-def _decoder(prep: Prepared, mi: int) -> bool:
-    return is_decoder(prep.traces[prep.exp.models[mi].name])
-
-
-SHARDED_POLICIES = ("zero3", "chunked", "zero_offload")
-"""Policies that partition model states over the data-parallel replicas: not combined with
-expert parallelism (the routed experts' states would partition over the expert-data-parallel
-group, which they do not model)."""
-
-
-def _parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: str) -> str:
-    """Why expert/context parallelism ``par`` cannot run for model ``mi`` here, or ``""``."""
-    trace = prep.traces[prep.exp.models[mi].name]
-    if not is_decoder(trace):
-        if par.ep > 1 or par.cp > 1:
-            return (
-                "expert and context parallelism model decoder traces (sim.trace.decoder); "
-                f"{trace.name} is not one"
-            )
-        return ""
-    if (w * par.cp) % par.ep:
-        return f"expert_parallel {par.ep} must divide dp_width x context_parallel = {w * par.cp}"
-    if par.ep > 1 and any(policy.startswith(k) for k in SHARDED_POLICIES):
-        return f"memory policy {policy} partitions states over replicas; not with expert_parallel"
-    return decoder_problem(decoder_shape(trace), par)
-
-
 def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
     if sp and t == 1:
         return "sequence parallelism needs tensor_parallel > 1"
     if t > 1 and prep.exp.options.placement is not None:
         return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
         "placement is automatic (sim.tensor.groups)"
-    if _decoder(prep, mi):  # checked by _parallel_invalid
+    if is_decoder_model(prep, mi):  # checked by parallel_invalid
         return ""
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
 

@@ -143,8 +143,9 @@ class Engine:
 
     def overlap_pair(self, first: StageReplica, pair: tuple[Action, ...], ends: dict):
         """Process: torch's ``OVERLAP_F_B``: wait for both inputs, run the forward then the
-        backward, then send both outputs (``_add_send_recv`` and ``_PipelineScheduleRuntime``,
-        torch 2.13 ``schedules.py``)."""
+        backward (or, with ``overlap_pairs``, the two as DualPipe's chains), then send both
+        outputs (``_add_send_recv`` and ``_PipelineScheduleRuntime``, torch 2.13
+        ``schedules.py``)."""
         m, r, k = self.inp.microbatches, first.replica, first.tp_rank
         for a in pair:
             rep = self._rep(first, a)
@@ -153,29 +154,35 @@ class Engine:
             elif a.op in ("B", "I") and not rep.last:
                 yield from self._receive(("grad", r, a.stage, a.microbatch, k))
         sends: list = []
-        reps = [self._rep(first, a) for a in pair]
-        if self.inp.overlap_pairs and any(r.cost.group_fwd or r.cost.group_bwd for r in reps):
-            gpu = self.inp.topology.gpu(int(first.gpu[3:])).compute
-            sms = gpu.sm_count if gpu is not None else None
-            ov = PairOverlap(self.env, self.compute, self.groups, slowdown(sms))
-            procs = []
-            for a, rep in zip(pair, reps, strict=True):
-                tags = rep.tags(a.microbatch, a.microbatch // m)
-                if a.op == "F":
-                    procs.append(self.env.process(self.forward(rep, a, tags, sends, ov)))
-                else:
-                    proc = self.backward(rep, a, tags, ends.get(a), sends, ov)
-                    procs.append(self.env.process(proc))
+        ov = self._pair_overlap(first, pair)
+        procs = []
+        for a in pair:
+            rep = self._rep(first, a)
+            tags = rep.tags(a.microbatch, a.microbatch // m)
+            if a.op == "F":
+                proc = self.forward(rep, a, tags, sends, ov)
+            else:
+                proc = self.backward(rep, a, tags, ends.get(a), sends, ov)
+            if ov is None:
+                yield from proc
+            else:
+                procs.append(self.env.process(proc))
+        if procs:
             yield self.env.all_of(procs)
-        else:
-            for a, rep in zip(pair, reps, strict=True):
-                tags = rep.tags(a.microbatch, a.microbatch // m)
-                if a.op == "F":
-                    yield from self.forward(rep, a, tags, sends)
-                else:
-                    yield from self.backward(rep, a, tags, ends.get(a), sends)
         for send in sends:
             self.exchanges.track(send[0], self.env.process(self.send(*send)))
+
+    def _pair_overlap(self, first: StageReplica, pair: tuple[Action, ...]) -> PairOverlap | None:
+        """DualPipe's two chains for ``pair`` (:mod:`sim.engine.overlap`) when
+        ``overlap_pairs`` is on and the pair has group exchanges; None: run it serially."""
+        reps = [self._rep(first, a) for a in pair]
+        if not self.inp.overlap_pairs or not any(
+            r.cost.group_fwd or r.cost.group_bwd for r in reps
+        ):
+            return None
+        gpu = self.inp.topology.gpu(int(first.gpu[3:])).compute
+        sms = gpu.sm_count if gpu is not None else None
+        return PairOverlap(self.env, self.compute, self.groups, slowdown(sms))
 
     def _send_or_defer(self, args: tuple, sends: list | None) -> None:
         if sends is None:
