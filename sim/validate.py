@@ -122,6 +122,15 @@ def _job(prep: Prepared, point: PointConfig, res, spec: ValidationSpec, backend:
         )
     if point.tensor_parallel > 1:
         _check_tp(prep, point)
+    for size, field in ((point.expert_parallel, "expert"), (point.context_parallel, "context")):
+        if size > 1:
+            raise InputError(
+                f"{field} parallelism is not replayed by sim validate yet; its CPU replay and "
+                "comparison are benchmarks/bench_moe_replay.py (backends/torch/ep_replay.py, "
+                "cp_replay.py)",
+                file=prep.file,
+                field=f"sweep.{field}_parallel",
+            )
     return ReplayJob(
         model=_model_spec(prep, point),
         boundaries=list(res.boundaries),
