@@ -9,18 +9,25 @@ forward and a backward: :mod:`sim.tensor.decoder_shard`, :mod:`sim.engine.overla
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sim.compute.routing import parse_routing
-from sim.config import as_list
+from sim.config import ExperimentConfig, as_list
 from sim.errors import InputError
 from sim.schedules.registry import get_schedule
 from sim.tensor.context import COMM_TYPES
 from sim.tensor.decoder_shard import Parallel, decoder_problem
 from sim.trace.decoder import decoder_shape, is_decoder
+from sim.trace.schema import Trace
 
-if TYPE_CHECKING:
-    from sim.sweep import Prepared
+
+class Prepared(Protocol):
+    """What these checks read of :class:`sim.sweep.Prepared` (no import of sim.sweep: it
+    imports this module)."""
+
+    exp: ExperimentConfig
+    file: str
+    traces: dict[str, Trace]
 
 
 def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
