@@ -76,7 +76,7 @@ from sim.point_config import PointConfig
 from sim.schedules.analysis import peak_in_flight
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
-from sim.tensor.shard import shard_trace
+from sim.tensor.rank import rank_trace
 from sim.trace.schema import Trace, dtype_bytes
 
 
@@ -158,6 +158,21 @@ def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]
     )
 
 
+def _trace_key(point: PointConfig) -> tuple:
+    """What a point's rank trace depends on (:meth:`BoundModel.totals` caches per key)."""
+    return (
+        point.model,
+        point.microbatch_size,
+        point.tensor_parallel,
+        point.sequence_parallel,
+        point.expert_parallel,
+        point.context_parallel,
+        point.context_parallel_comm,
+        point.routing,
+        point.framework,
+    )
+
+
 def min_bottleneck_s(work: Sequence[float], parts: int, *, steps: int = 40) -> float:
     """A lower bound of the smallest largest part of any split of ``work`` (non-negative) into
     ``parts`` contiguous parts (a part's value: the sum of its items), within
@@ -227,13 +242,7 @@ class BoundModel:
             ValueError: the trace cannot be brought to the point's micro-batch size or split
                 ``tensor_parallel`` ways (the point is then left to the simulator to report).
         """
-        key = (
-            point.model,
-            point.microbatch_size,
-            point.tensor_parallel,
-            point.sequence_parallel,
-            point.framework,
-        )
+        key = _trace_key(point)
         if key not in self._totals:
             self._totals[key] = self._rank_totals(point)
         return self._totals[key]
@@ -243,7 +252,7 @@ class BoundModel:
         trace: Trace = self.prep.traces[point.model]
         trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
         overhead = self.prep.topology.gpus[0].tp_module_overhead_s
-        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu, overhead)
+        sharded = rank_trace(trace, point, gpu, overhead)
         trace = sharded.trace
         if point.framework_profile.tied_embedding.value:
             # stored once where both ends share a rank (Framework.tie): left out at every
@@ -286,16 +295,10 @@ class BoundModel:
         tot = self.totals(point)
         if point.tensor_parallel == 1:
             return (0.0,) * tot.layers
-        key = (
-            point.model,
-            point.microbatch_size,
-            point.tensor_parallel,
-            point.sequence_parallel,
-            point.stages,
-            point.dp_width,
-        )
+        key = (*_trace_key(point), point.stages, point.dp_width)
         if key not in self._comm:
-            plans = self.tp_plans(point.stages, point.dp_width, point.tensor_parallel)
+            replicas = point.dp_width * point.context_parallel
+            plans = self.tp_plans(point.stages, replicas, point.tensor_parallel)
             self._comm[key] = tuple(
                 sum(c * min(pl.time_s(nb, kind) for pl in plans) for kind, nb, c in ops)
                 for ops in tot.layer_comm
@@ -353,7 +356,7 @@ class BoundModel:
         tot = self.totals(point)
         n, versions = self.flight(point)
         policy = point.policy
-        p, w = point.stages, point.dp_width
+        p, w = point.stages, point.dp_width * point.context_parallel  # replicas (engine's)
         vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
         per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
         all_none = policy.keeps_every_stash()
@@ -372,10 +375,7 @@ class BoundModel:
         the least work the busiest rank can have (module doc)."""
         p = point.stages
         key = (
-            point.model,
-            point.microbatch_size,
-            point.tensor_parallel,
-            point.sequence_parallel,
+            *_trace_key(point),
             p,
             point.dp_width,
             point.policy.bound_recompute_mode(),

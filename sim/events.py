@@ -31,10 +31,14 @@ class EventKind(StrEnum):
     CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
     STALL = "stall"  # compute waiting for data that is late
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
+    ALLTOALL = "alltoall"  # expert-parallel dispatch/combine, Ulysses context parallelism
+    RING_EXCHANGE = "ring_exchange"  # ring attention's KV steps (context parallelism)
     HOST_SYNC = "host_sync"  # the device idle after a host sync point (sim.engine.exchanges)
 
 
 COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)
+GROUP_KINDS = (EventKind.ALLTOALL, EventKind.RING_EXCHANGE)
+"""Exchanges within an expert- or context-parallel group (:mod:`sim.engine.groups`)."""
 MEMORY_MOVE_KINDS = (EventKind.SWAP_OUT, EventKind.SWAP_IN, EventKind.CHUNK_MOVE)
 
 
@@ -49,6 +53,8 @@ class Stream(StrEnum):
     P2P = "p2p"
     COMM = "comm"
     TP = "tp"  # tensor-parallel collectives (sim.engine.collectives.TensorCollectives)
+    EP = "ep"  # expert-parallel all-to-alls (sim.engine.groups)
+    CP = "cp"  # context-parallel exchanges (sim.engine.groups)
 
 
 class MemCategory(StrEnum):

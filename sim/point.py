@@ -36,8 +36,11 @@ from sim.point_stages import (
 from sim.schedules.action import Program
 from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule
+from sim.tensor.decoder_shard import DecoderShard
 from sim.tensor.megatron import aggregate
-from sim.tensor.shard import ShardedTrace, shard_trace
+from sim.tensor.ops import aggregate as aggregate_groups
+from sim.tensor.rank import rank_trace
+from sim.tensor.shard import ShardedTrace
 from sim.trace.schema import Trace
 
 
@@ -110,6 +113,7 @@ def resolve(
         in_flight,
         boundaries,
         layout,
+        sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
         file,
     )
     costs = _stage_costs(sharded, boundaries)
@@ -122,8 +126,11 @@ def resolve(
         point.microbatches,
         layout.per_stage,
         plans,
-        tensor_groups=layout.stage_groups,
-        tensor_plans=tensor_plans,
+        tensor_groups=layout.stage_groups if point.tensor_parallel > 1 else (),
+        tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
+        context_parallel=point.context_parallel,
+        expert_parallel=point.expert_parallel,
+        overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
         runtime=framework.runtime(topo, trace, point.tensor_parallel),
     )
@@ -145,11 +152,12 @@ def _check_size(
     """Raises:
     InputError: more GPUs than the hardware has, or more stages than the trace has layers.
     """
-    n, t = schedule.num_stages, point.tensor_parallel
-    if point.stages * point.dp_width * t > topo.num_gpus:
+    n, t, cp = schedule.num_stages, point.tensor_parallel, point.context_parallel
+    if point.stages * point.dp_width * t * cp > topo.num_gpus:
         what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
+        what += " x context_parallel" if cp > 1 else ""
         raise InputError(
-            f"{what} = {point.stages * point.dp_width * t} GPUs, but "
+            f"{what} = {point.stages * point.dp_width * t * cp} GPUs, but "
             f"{topo.name} has {topo.num_gpus}",
             file=file,
             field="sweep.stages",
@@ -199,6 +207,7 @@ def _plans(
     in_flight: list[int],
     boundaries,
     layout: Layout,
+    expert_bytes: tuple[float, ...],
     file: str,
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
@@ -208,7 +217,8 @@ def _plans(
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
     """
-    t, n, w = point.tensor_parallel, schedule.num_stages, point.dp_width
+    t, n = point.tensor_parallel, schedule.num_stages
+    w = point.dp_width * point.context_parallel  # the engine's replicas: data x context ranks
     contexts = [
         c
         for k in range(t)
@@ -222,6 +232,8 @@ def _plans(
             exp,
             program,
             layout.job_gpus,
+            expert_bytes,
+            point.expert_parallel,
         )
         for c in row
     ]
@@ -229,7 +241,7 @@ def _plans(
         flat = finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, w, state_bytes(trace.dtype, exp.training.optimizer))
+    flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
@@ -249,21 +261,18 @@ def _plans(
     return plans, tensor_plans
 
 
-def _shard(trace: Trace, point: PointConfig, topo: Topology, file: str) -> ShardedTrace:
-    """The trace on one tensor rank (:func:`~sim.tensor.shard.shard_trace`).
+def _shard(
+    trace: Trace, point: PointConfig, topo: Topology, file: str
+) -> ShardedTrace | DecoderShard:
+    """The trace on one rank (:func:`~sim.tensor.rank.rank_trace`: tensor, sequence, expert
+    and context parallelism).
 
     Raises:
-        InputError: the trace cannot be split ``tensor_parallel`` ways (no model shape, heads).
+        InputError: the trace cannot be split as the point says (no model shape, heads ...).
     """
     try:
         gpu = topo.gpus[0]
-        return shard_trace(
-            trace,
-            point.tensor_parallel,
-            point.sequence_parallel,
-            gpu.compute,
-            gpu.tp_module_overhead_s,
-        )
+        return rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 
@@ -275,20 +284,29 @@ def _rank(placement, groups, k: int):
     return tuple(tuple(g[k] for g in row) for row in groups)
 
 
-def _stage_costs(sharded: ShardedTrace, boundaries) -> tuple[StageCost, ...]:
-    """Each stage's compute, boundary bytes and tensor-parallel collectives."""
+def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[StageCost, ...]:
+    """Each stage's compute, boundary bytes, tensor-parallel collectives and (decoder traces)
+    expert- and context-parallel exchanges and expert share of its gradients."""
     layers = sharded.trace.layers
     edges = list(boundaries) + [len(layers)]
     out = []
     for s in range(len(boundaries)):
         lo, hi = edges[s], edges[s + 1]
         cost = StageCost.from_layers(layers[lo:hi], layers[lo - 1].out_bytes if s > 0 else 0.0)
-        if sharded.tensor_parallel > 1:
-            comm = sharded.comm[lo:hi]
+        comm = sharded.comm[lo:hi]
+        cost = replace(
+            cost,
+            tp_fwd=aggregate([op for c in comm for op in c.fwd]),
+            tp_bwd=aggregate([op for c in comm for op in c.bwd]),
+        )
+        if isinstance(sharded, DecoderShard):
+            ops = sharded.group[lo:hi]
+            params = sum(x.param_bytes for x in layers[lo:hi])
             cost = replace(
                 cost,
-                tp_fwd=aggregate([op for c in comm for op in c.fwd]),
-                tp_bwd=aggregate([op for c in comm for op in c.bwd]),
+                group_fwd=aggregate_groups(op for f, _ in ops for op in f),
+                group_bwd=aggregate_groups(op for _, b in ops for op in b),
+                expert_grad_share=sum(sharded.expert_bytes[lo:hi]) / params if params else 0.0,
             )
         out.append(cost)
     return tuple(out)

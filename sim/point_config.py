@@ -35,6 +35,10 @@ class PointConfig(BaseModel):
         microbatch_size, microbatches, global_batch: ``b``, ``m`` and samples per step.
         memory_policy: the memory policy spec as written (``"recompute:full:4"``).
         virtual_stages: stage chunks per rank ``v``.
+        expert_parallel, context_parallel: expert- and context-parallel sizes ``ep``, ``cp``.
+        context_parallel_comm: how context parallelism exchanges keys and values (``p2p``...).
+        routing: how tokens are routed to experts (``balanced``...).
+        ep_overlap: expert-parallel all-to-alls overlapped with compute.
         framework: the framework profile's name (the experiment's ``framework:``).
     """
 
@@ -51,6 +55,11 @@ class PointConfig(BaseModel):
     memory_policy: str
     global_batch: int
     virtual_stages: int = 1
+    expert_parallel: int = 1
+    context_parallel: int = 1
+    context_parallel_comm: str = "p2p"
+    routing: str = "balanced"
+    ep_overlap: bool = False
     framework: str = "pipesim"
 
     def key(self) -> str:

@@ -84,10 +84,13 @@ def stage_contexts(
     exp: ExperimentConfig,
     program: Program | None = None,
     job_gpus: list[int] | None = None,
+    expert_bytes: tuple[float, ...] = (),
+    expert_parallel: int = 1,
 ) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
-    ``placement`` is only part of it, e.g. one tensor rank of each stage)."""
+    ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
+    routed-expert parameter bytes per layer, :class:`~sim.tensor.decoder_shard.DecoderShard`)."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
@@ -98,6 +101,9 @@ def stage_contexts(
         ctxs = []
         for s, g in enumerate(row):
             gpu = topo.gpu(g)
+            layers = trace.layers[edges[s] : edges[s + 1]]
+            params = sum(x.param_bytes for x in layers)
+            expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
             ctxs.append(
                 StageContext(
                     stage=s,
@@ -106,7 +112,7 @@ def stage_contexts(
                     dp_width=len(placement),
                     gpu=gpu.name,
                     host=gpu.host,
-                    layers=trace.layers[edges[s] : edges[s + 1]],
+                    layers=layers,
                     in_flight=in_flight[s],
                     weight_versions=schedule.weight_versions(s),
                     state=sb,
@@ -118,6 +124,8 @@ def stage_contexts(
                     order=orders[s] if orders else (),
                     host_sharers=sharers.get(gpu.name, 1),
                     version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
+                    expert_share=expert / params if params else 0.0,
+                    expert_parallel=expert_parallel,
                 )
             )
         out.append(ctxs)
@@ -210,7 +218,8 @@ def stage_layout(
     Raises:
         InputError: tensor-parallel groups that do not fit the servers, a bad fixed placement.
     """
-    groups = _tensor_groups(topo, point, file) if point.tensor_parallel > 1 else ()
+    grouped = point.tensor_parallel > 1 or point.context_parallel > 1 or point.expert_parallel > 1
+    groups = _tensor_groups(topo, point, file) if grouped else ()
     placement = (
         tuple(tuple(g[0] for g in row) for row in groups)
         if groups
@@ -226,8 +235,11 @@ def stage_layout(
 
 
 def _tensor_groups(topo: Topology, point: PointConfig, file: str):
+    """GPU per ``[replica][rank][tensor rank]``, the replicas being the ``dp * cp`` data- and
+    context-parallel ranks (context rank innermost: :mod:`sim.engine.groups`)."""
+    w = point.dp_width * point.context_parallel
     try:
-        return tensor_groups(topo, point.stages, point.dp_width, point.tensor_parallel)
+        return tensor_groups(topo, point.stages, w, point.tensor_parallel)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 

@@ -10,6 +10,7 @@ them to simulate.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
@@ -22,6 +23,8 @@ from sim.memory.registry import parse_policy
 from sim.point_config import PointConfig
 from sim.schedules.base import Schedule
 from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
+from sim.sweep_parallel import is_decoder_model, overlap_invalid, parallel_axes, parallel_invalid
+from sim.tensor.decoder_shard import Parallel
 from sim.tensor.shard import model_shape, shape_problem
 
 Policy = tuple[str, MemoryPolicy]
@@ -43,11 +46,13 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     schedules = schedule_axis(sw, file)
     policies = _policy_axis(exp, file)
     tps, sps = _tensor_axes(prep)
-    _check_size(exp, len(tps) * len(sps) * len(policies), file)
+    par_axes = parallel_axes(prep)
+    _check_size(exp, len(tps) * len(sps) * len(par_axes) * len(policies), file)
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
+    axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
     for mi in range(len(exp.models)):
-        _model_points(prep, mi, framework, schedules, tps, sps, policies, points, skipped)
+        _model_points(prep, mi, axes, points, skipped)
     if not points:
         if len(skipped) == 1:
             raise InputError(skipped[0][1], file=file, field="sweep")
@@ -83,14 +88,24 @@ def _check_size(exp: ExperimentConfig, per_model: int, file: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Axes:
+    """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
+    name as written, virtual stages)``, tensor and sequence parallelism, ``(expert parallel,
+    context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
+
+    framework: Framework
+    schedules: list[tuple[type[Schedule], str, int]]
+    tps: list[int]
+    sps: list[bool]
+    parallel: list[tuple[int, int, str, bool]]
+    policies: list[Policy]
+
+
 def _model_points(
     prep: Prepared,
     mi: int,
-    framework: Framework,
-    schedules: list[tuple[type[Schedule], str, int]],
-    tps: list[int],
-    sps: list[bool],
-    policies: list[Policy],
+    axes: _Axes,
     points: list[PointConfig],
     skipped: list[tuple[str, str]],
 ) -> None:
@@ -101,22 +116,34 @@ def _model_points(
     mbs = as_list(
         model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
     )
-    axes = itertools.product(
-        schedules, as_list(sw.stages), as_list(sw.dp_width), tps, sps, mbs, policies
+    grid = itertools.product(
+        axes.schedules,
+        as_list(sw.stages),
+        as_list(sw.dp_width),
+        axes.tps,
+        axes.sps,
+        axes.parallel,
+        mbs,
+        axes.policies,
     )
-    for (cls, sched, v), p, w, t, sp, b, (text, policy) in axes:
+    for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
         reason = (
-            _invalid(prep, model.name, cls, p, w * t, b, gb, w, framework)
+            _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
+            or parallel_invalid(prep, mi, Parallel(t, sp, cp, ep, cpc), w, policy)
+            or overlap_invalid(cls, ov, ep, cp)
             or _tensor_invalid(prep, mi, t, sp)
             or boundaries_reason(prep, p * v)
-            or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), framework)
+            or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), axes.framework)
             or _stage_count(text, policy, p * v)
             or _asynchronous(sw, cls)
         )
         if reason:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
             vs = f" v={v}" if v > 1 else ""
-            skipped.append((f"{model.name} {sched} p={p}{vs} w={w}{tp_desc} b={b} {text}", reason))
+            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
+            par += " overlap" if ov else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {text}"
+            skipped.append((desc, reason))
             continue
         points.append(
             PointConfig(
@@ -131,7 +158,12 @@ def _model_points(
                 memory_policy=text,
                 global_batch=gb,
                 virtual_stages=v,
-                framework=framework.name,
+                expert_parallel=ep,
+                context_parallel=cp,
+                context_parallel_comm=cpc,
+                routing=model.routing,
+                ep_overlap=ov,
+                framework=axes.framework.name,
             )
         )
 
@@ -288,6 +320,8 @@ def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
     if t > 1 and prep.exp.options.placement is not None:
         return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
         "placement is automatic (sim.tensor.groups)"
+    if is_decoder_model(prep, mi):  # checked by parallel_invalid
+        return ""
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
 
 

@@ -13,6 +13,7 @@ from functools import cached_property
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.schedules.action import Action, Program, flatten
+from sim.tensor.ops import GroupOp
 from sim.trace.schema import LayerProfile
 
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -42,6 +43,11 @@ class StageCost:
         bwd_input_s: seconds of the input-gradient part I of a split backward; None when the
             trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
         bwd_weight_s: seconds of the weight-gradient part W; None likewise.
+        group_fwd: expert- and context-parallel exchanges of a forward
+            (:class:`~sim.tensor.ops.GroupOp`, :mod:`sim.engine.groups`); empty without.
+        group_bwd: the same for a backward (B, or I).
+        expert_grad_share: fraction of the stage's gradients that belong to routed experts:
+            reduced over the expert-data-parallel group only (:mod:`sim.tensor.expert`).
     """
 
     fwd_s: float
@@ -52,6 +58,9 @@ class StageCost:
     tp_bwd: tuple[tuple[str, float, int], ...] = ()
     bwd_input_s: float | None = None
     bwd_weight_s: float | None = None
+    group_fwd: tuple[GroupOp, ...] = ()
+    group_bwd: tuple[GroupOp, ...] = ()
+    expert_grad_share: float = 0.0
 
     @property
     def input_s(self) -> float:
@@ -160,6 +169,13 @@ class SimInput:
             parallelism (rank 0's is ``placement``); empty without.
         tensor_plans: memory plan per ``[replica][stage][tensor rank]`` (rank 0's is
             ``plans``); empty without tensor parallelism.
+        context_parallel: ``cp``: the replicas are ``dp * cp`` data- and context-parallel
+            ranks, context rank innermost (:mod:`sim.engine.groups`).
+        expert_parallel: ``ep``: consecutive replicas forming an expert-parallel group
+            (divides the replicas).
+        overlap_pairs: run an ``OVERLAP_F_B`` pair's two actions as interleaved chains, one's
+            exchanges under the other's compute (DualPipe, :mod:`sim.engine.overlap`); False:
+            one after the other, as torch's runtime does by default.
         runtime: what the framework's pipeline engine does around the actions
             (:class:`PipelineRuntime`).
     """
@@ -173,7 +189,17 @@ class SimInput:
     dp_bucket_bytes: float = DDP_BUCKET_BYTES
     tensor_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
     tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
+    context_parallel: int = 1
+    expert_parallel: int = 1
+    overlap_pairs: bool = False
     runtime: PipelineRuntime = PipelineRuntime()
+
+    def __post_init__(self) -> None:
+        w = len(self.placement)
+        for name in ("context_parallel", "expert_parallel"):
+            n = getattr(self, name)
+            if n < 1 or w % n:
+                raise ValueError(f"{name} {n} must divide the {w} replicas")
 
     @cached_property
     def stages(self) -> int:

@@ -43,6 +43,11 @@ class MemoryPolicy(ABC):
     """True when a stage's plan depends on the other stages' (peers' spare memory)."""
     replayable: ClassVar[bool] = False
     """True when :meth:`replay` runs the policy on the torch replay."""
+    shards_states: ClassVar[bool] = False
+    """True when the policy partitions model states over the data-parallel replicas (ZeRO-3,
+    ZeRO-Offload, PatrickStar's chunks): not combined with expert parallelism, whose routed
+    experts' states would partition over the expert-data-parallel group instead
+    (:mod:`sim.sweep_parallel`)."""
 
     text: str = ""
     """The ``memory_policy`` string this instance was built from (set by the registry)."""

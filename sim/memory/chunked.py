@@ -285,6 +285,7 @@ class ChunkedPolicy(MemoryPolicy):
     """
 
     name = "chunked"
+    shards_states = True
     description = "model states in chunks owned across replicas, on GPU or host; ':recompute'"
 
     def __init__(self, chunk_melems: int | None = None, recompute: bool = False):

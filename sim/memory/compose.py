@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from sim.memory.context import StageContext
 from sim.memory.estimate import (
@@ -21,13 +22,14 @@ from sim.memory.states import optimizer_step_s, weight_bytes_per_param
 GiB = 2.0**30
 
 
-def resident_plan(ctx: StageContext) -> StagePlan:
+def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
     """The plan with everything on the GPU (policy ``none``): every weight version, gradient,
-    optimizer state and stash, plus the stage's overhead (:func:`sim.memory.reserve.overhead`)."""
+    optimizer state and stash, plus the stage's overhead (:func:`sim.memory.reserve.overhead`);
+    ``changes`` replace fields of it."""
     p = ctx.params
     gpu = ctx.topology.gpu(ctx.gpu_index)
     over = overhead(ctx)
-    return StagePlan(
+    plan = StagePlan(
         act_bytes=ctx.act_bytes,
         resident_act_bytes=ctx.act_bytes,
         weight_bytes=p * weight_bytes_per_param(ctx.state, ctx.weight_versions, ctx.version_bytes),
@@ -38,6 +40,7 @@ def resident_plan(ctx: StageContext) -> StagePlan:
         allocator_bytes=over["allocator_bytes"],
         working_bytes=over["working_bytes"],
     )
+    return replace(plan, **changes) if changes else plan
 
 
 def activation_plan(

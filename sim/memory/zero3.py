@@ -111,6 +111,7 @@ class Zero3Policy(MemoryPolicy):
     """
 
     name = "zero3"
+    shards_states = True
     description = "ZeRO-3: parameters, gradients, optimizer state partitioned (':offload': host)"
 
     def __init__(self, offload: bool = False, recompute: bool = False):

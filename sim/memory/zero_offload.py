@@ -144,6 +144,7 @@ class ZeroOffloadPolicy(MemoryPolicy):
     """
 
     name = "zero_offload"
+    shards_states = True
     description = "optimizer state and Adam step on the host CPU, gradients streamed in buckets"
 
     def __init__(

@@ -66,6 +66,9 @@ class Schedule(ABC):
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
     master_copy_versions: ClassVar[bool] = False
+    overlaps_pairs: ClassVar[bool] = False
+    """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
+    the runtime may overlap: DualPipeV)."""
 
     def __init__(
         self,
