@@ -10,7 +10,9 @@ activation, a backward (B or I) for its output gradient; a W only for its I (ear
 same list). Sends of
 activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
-links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
+links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
+F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
+has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
@@ -25,6 +27,7 @@ import gc
 import simpy
 
 from sim.engine.collectives import Collectives, TensorCollectives
+from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.streams import ComputeStream
@@ -59,6 +62,7 @@ class Engine:
         self._step_end: dict[tuple[int, int, int, int], float] = {}
         self._gathers: dict[tuple, simpy.Process] = {}
         self._reps: dict[tuple[int, int, int], StageReplica] = {}
+        self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
 
     def _arrival(self, key: tuple) -> simpy.Event:
         ev = self._arrived.get(key)
@@ -159,6 +163,23 @@ class Engine:
         else:
             sends.append(args)
 
+    def _issue(
+        self,
+        rep: StageReplica,
+        kind: str,
+        name: str,
+        op: str,
+        device_s: float,
+        ops: float,
+        tags: dict,
+        regions: int = 0,
+    ):
+        """Process: run an action's ops as ``rep``'s host thread issues them."""
+        work = self.hosts.work(rep.gpu, op, device_s, ops, regions)
+        yield from self.compute.run_issued(
+            rep.gpu, kind, name, work, self.hosts.clock(rep.gpu), **tags
+        )
+
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
@@ -216,13 +237,15 @@ class Engine:
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield self._arrival(("act", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
         yield from self._wait_gather(rep, a, tags)
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+        cost = rep.cost
+        yield from self._issue(rep, EventKind.COMPUTE, str(a), "F", cost.fwd_s, cost.fwd_ops, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         now = self.env.now
@@ -253,6 +276,7 @@ class Engine:
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
             yield self._arrival(("grad", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if uses_grad and plan.swap_bytes > 0:
             yield from self.compute.wait(
                 self.traffic.swap_in(rep, mb), gpu, f"wait swap-in {a}", **tags
@@ -265,11 +289,21 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+            yield from self._issue(
+                rep,
+                EventKind.RECOMPUTE,
+                f"R{a}",
+                "R",
+                plan.recompute_s,
+                plan.recompute_ops,
+                tags,
+                plan.recompute_regions,
+            )
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+        ops = rep.cost.backward_ops(a.op)
+        yield from self._issue(rep, EventKind.COMPUTE, str(a), a.op, dur, ops, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
         now = self.env.now
@@ -336,6 +370,7 @@ class Engine:
         )
         if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
+        self.hosts.sync(rep.gpu, "step")
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
