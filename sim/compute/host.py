@@ -101,6 +101,9 @@ class HostOverhead:
             with ops counted as the trace counts them (``fwd_ops``: the ATen ops a
             ``TorchDispatchMode`` sees, :mod:`sim.trace.schema`).
         backward_op_s: per op the autograd engine dispatches in a backward (``bwd_ops``).
+        nograd_op_s: per op of a forward run without autograd recording: the first forward
+            of a checkpointed region (Megatron's ``CheckpointFunction`` and torch's reentrant
+            ``checkpoint`` run it under ``torch.no_grad()``); None: ``op_s``.
         checkpoint_s: per checkpointed region and micro-batch: the activation-checkpoint
             wrapper's own work (saving and restoring RNG states, detaching inputs, re-entering
             autograd), besides the ops it re-runs.
@@ -120,13 +123,16 @@ class HostOverhead:
     op_s: float = 0.0
     backward_op_s: float = 0.0
     checkpoint_s: float = 0.0
+    nograd_op_s: float | None = None
     mode: str = "eager"
     cpu: str = ""
     source: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("op_s", "backward_op_s", "checkpoint_s"):
+        for name in ("op_s", "backward_op_s", "checkpoint_s", "nograd_op_s"):
             v = getattr(self, name)
+            if v is None and name == "nograd_op_s":
+                continue
             if not v >= 0 or v == float("inf"):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.mode not in MODES:
@@ -145,9 +151,14 @@ class HostOverhead:
         """
         return replace(self, mode=mode)
 
-    def forward_s(self, ops: float) -> float:
-        """Host seconds of a forward that issues ``ops`` ops."""
-        return ops * self.op_s if self.eager else 0.0
+    def forward_s(self, ops: float, nograd_ops: float = 0.0) -> float:
+        """Host seconds of a forward that issues ``ops`` ops, ``nograd_ops`` of them without
+        autograd recording (checkpointed layers)."""
+        if not self.eager:
+            return 0.0
+        nograd = self.op_s if self.nograd_op_s is None else self.nograd_op_s
+        plain = min(nograd_ops, ops)
+        return (ops - plain) * self.op_s + plain * nograd
 
     def backward_s(self, ops: float) -> float:
         """Host seconds of a backward that dispatches ``ops`` ops."""

@@ -60,6 +60,7 @@ def action_work(
     device_s: float,
     ops: float,
     regions: int = 0,
+    nograd_ops: float = 0.0,
 ) -> HostWork:
     """The :class:`HostWork` of one action.
 
@@ -70,9 +71,11 @@ def action_work(
         device_s: the action's device seconds.
         ops: the ops it issues (forward ops for ``F``/``R``, backward ops otherwise).
         regions: checkpointed regions (``R`` only).
+        nograd_ops: of a forward's ops, those of checkpointed layers, which run without
+            autograd recording (``F`` only).
     """
     if op == "F":
-        h = host.forward_s(ops)
+        h = host.forward_s(ops, nograd_ops)
     elif op == "R":
         h = host.recompute_s(ops, regions)
     else:
@@ -113,6 +116,14 @@ class HostThreads:
         if point in self.syncs:
             self.clock(gpu).sync(self.env.now)
 
-    def work(self, gpu: str, op: str, device_s: float, ops: float, regions: int = 0) -> HostWork:
+    def work(
+        self,
+        gpu: str,
+        op: str,
+        device_s: float,
+        ops: float,
+        regions: int = 0,
+        nograd_ops: float = 0.0,
+    ) -> HostWork:
         """:func:`action_work` with ``gpu``'s host overhead."""
-        return action_work(self.overhead_of(gpu), op, device_s, ops, regions)
+        return action_work(self.overhead_of(gpu), op, device_s, ops, regions, nograd_ops)

@@ -173,9 +173,10 @@ class Engine:
         ops: float,
         tags: dict,
         regions: int = 0,
+        nograd_ops: float = 0.0,
     ):
         """Process: run an action's ops as ``rep``'s host thread issues them."""
-        work = self.hosts.work(rep.gpu, op, device_s, ops, regions)
+        work = self.hosts.work(rep.gpu, op, device_s, ops, regions, nograd_ops)
         yield from self.compute.run_issued(
             rep.gpu, kind, name, work, self.hosts.clock(rep.gpu), **tags
         )
@@ -245,7 +246,16 @@ class Engine:
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
         cost = rep.cost
-        yield from self._issue(rep, EventKind.COMPUTE, str(a), "F", cost.fwd_s, cost.fwd_ops, tags)
+        yield from self._issue(
+            rep,
+            EventKind.COMPUTE,
+            str(a),
+            "F",
+            cost.fwd_s,
+            cost.fwd_ops,
+            tags,
+            nograd_ops=plan.recompute_ops,
+        )
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         now = self.env.now

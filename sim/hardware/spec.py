@@ -242,6 +242,12 @@ class HostOverheadSpec(BaseModel):
     backward_op: Seconds = Field(
         ge=0, description="Host time per op the autograd engine dispatches in a backward."
     )
+    nograd_op: Seconds | None = Field(
+        default=None,
+        ge=0,
+        description="Host time per op of a forward without autograd recording (the first "
+        "forward of a checkpointed layer); default: `op`.",
+    )
     checkpoint: Seconds = Field(
         default=0.0,
         ge=0,
@@ -259,7 +265,13 @@ class HostOverheadSpec(BaseModel):
     def overhead(self) -> HostOverhead:
         """The :class:`~sim.compute.host.HostOverhead` this describes."""
         return HostOverhead(
-            self.op, self.backward_op, self.checkpoint, self.mode, self.cpu, self.source
+            self.op,
+            self.backward_op,
+            self.checkpoint,
+            self.nograd_op,
+            self.mode,
+            self.cpu,
+            self.source,
         )
 
 

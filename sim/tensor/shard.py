@@ -17,7 +17,10 @@
   next stage (Megatron's scatter/gather optimisation, Narayanan et al., arXiv:2104.04473, §4.1;
   with sequence parallelism the activation is already split); the all-gather that rebuilds it
   over NVLink is not modelled;
-* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer.
+* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer;
+* **host ops**: each collective is one more op the host issues (``fwd_ops``/``bwd_ops``, when
+  the trace has them): the ``all_reduce`` (or all-gather, reduce-scatter) call of Megatron's
+  ``mappings.py`` functions, which at ``t = 1`` return their input (already counted).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
 ``provenance.model_shape`` of a profiled one): :func:`model_shape`.
@@ -185,6 +188,13 @@ def _shard_layer(
     )
 
 
+def _with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
+    """``layer`` with one host op more per collective (module doc)."""
+    fwd = None if layer.fwd_ops is None else layer.fwd_ops + len(comm.fwd)
+    bwd = None if layer.bwd_ops is None else layer.bwd_ops + len(comm.bwd)
+    return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
+
+
 def _comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
     fn = {"embedding": embedding_comm, "head": head_comm}.get(kind, block_comm)
     return fn(b, s, h, d, t, sp)
@@ -222,8 +232,10 @@ def shard_trace(trace: Trace, t: int, sp: bool, spec: ComputeSpec | None) -> Sha
     layers, comm = [], []
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp))
         comm.append(_comm(kind, b, s, h, d, t, sp))
+        layers.append(
+            _with_comm_ops(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp), comm[-1])
+        )
     how = f"t={t}{' with sequence parallelism' if sp else ''}"
     prov = {**trace.provenance, "tensor_parallel": how}
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
