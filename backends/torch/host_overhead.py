@@ -11,10 +11,11 @@ It counts the block's ops as traces count them (:mod:`backends.torch.op_count`) 
   layer);
 * ``backward_op_s``: seconds per op of ``torch.autograd.backward`` (the autograd engine's
   per-node work and the ops its formulas dispatch), on a fresh forward;
-* ``checkpoint_s``: ``torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)`` forward
-  and backward (Megatron's ``CheckpointFunction`` works the same way) minus a no-grad forward
-  and a recorded forward with its backward, timed back to back in each repetition (the median
-  of the differences): the wrapper's own work per region.
+* ``checkpoint_s``: ``torch.utils.checkpoint.checkpoint(f, x, use_reentrant=True)`` forward
+  and backward of a one-op function ``f`` (Megatron's ``CheckpointFunction`` works the same
+  way: save the RNG states, run ``f`` without autograd, and in the backward restore them, run
+  ``f`` again with autograd and a nested backward) minus ``f`` run without and with autograd
+  and its backward: the wrapper's own work per region.
 
 It also times one primitive op (``x * y`` on one-element tensors) with and without autograd,
 for comparison with published figures (``primitive``).
@@ -110,14 +111,18 @@ def measure_host_overhead(dev: torch.device, *, reps: int = 5, inner: int = 20) 
     def backward() -> None:
         state["y"].backward(torch.ones_like(state["y"]))
 
+    def one_op(h: torch.Tensor) -> torch.Tensor:
+        return h * 2.0
+
     def checkpointed() -> None:
-        y = checkpoint(block, xg, use_reentrant=True)
+        y = checkpoint(one_op, xg, use_reentrant=True)
         y.backward(torch.ones_like(y))
 
     def plain() -> None:
-        nograd()
-        forward()
-        backward()
+        with torch.no_grad():
+            one_op(xg)
+        y = one_op(xg)
+        y.backward(torch.ones_like(y))
 
     kw = {"inner": inner, "reps": reps}
     fwd_s = _host_seconds(forward, dev, **kw)
@@ -158,8 +163,8 @@ def host_overhead_yaml(measured: dict[str, Any], cpu: str, date: str) -> dict[st
             f"{torch.__version__}: host time of a tiny GPT block (hidden {TINY.hidden}, "
             f"{TINY.heads} heads, {TINY.seq_len} tokens) per op: forward "
             f"{measured['fwd_ops']} ops, no-grad forward {measured['nograd_ops']}, backward "
-            f"{measured['bwd_ops']}; checkpoint = reentrant torch.utils.checkpoint forward + "
-            f"backward minus the three. One x*y op: {prim['grad_s'] * 1e6:.2f} us with "
+            f"{measured['bwd_ops']}; checkpoint = reentrant torch.utils.checkpoint of one op, "
+            f"forward and backward, minus the op's. One x*y op: {prim['grad_s'] * 1e6:.2f} us with "
             f"autograd, {prim['nograd_s'] * 1e6:.2f} us without."
         ),
     }
