@@ -133,3 +133,55 @@ def test_split_backward_ops_follow_the_seconds():
         30.0,
         10.0,
     )
+
+
+def test_host_overhead_in_a_hardware_description():
+    from sim.errors import InputError
+    from sim.hardware.describe import topology_to_dict
+    from sim.hardware.loader import load_hardware
+
+    # a preset's host_overhead merges key by key with an override; units parse
+    topo = load_hardware(
+        {"base": "dgx-a100-40gb", "host_overhead": {"op": "20 us", "mode": "cuda_graphs"}}
+    )
+    over = topo.hosts[0].overhead
+    assert (over.op_s, over.backward_op_s, over.checkpoint_s) == pytest.approx(
+        (20e-6, 13.9e-6, 100e-6)
+    )
+    assert over.mode == "cuda_graphs" and all(h.overhead == over for h in topo.hosts)
+    assert load_hardware(topology_to_dict(topo)) == topo
+    with pytest.raises(InputError) as err:
+        load_hardware({"base": "dgx-a100-40gb", "host_overhead": {"op": "-1 us"}})
+    assert err.value.field == "hardware.host_overhead.op"
+
+
+def test_kineto_import_counts_leaf_ops_per_layer(tmp_path):
+    # Forward span "a": aten::linear (composite) holding aten::t and aten::addmm, then
+    # aten::relu: 3 leaf ops. Its backward: AddmmBackward0's node holding aten::mm twice and
+    # aten::sum (3 leaves), ReluBackward0's holding aten::threshold_backward (1): 4.
+    import json
+
+    from sim.trace.kineto import read_kineto
+
+    def ev(name, cat, ts, dur, **args):
+        return dict(ph="X", cat=cat, name=name, pid=1, tid=1, ts=ts, dur=dur, args=args)
+
+    node = "autograd::engine::evaluate_function: "
+    events = [
+        ev("a", "user_annotation", 0, 100),
+        ev("aten::linear", "cpu_op", 5, 40, **{"Sequence number": 1}),
+        ev("aten::t", "cpu_op", 6, 5),
+        ev("aten::addmm", "cpu_op", 12, 30),
+        ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
+        ev(node + "ReluBackward0", "cpu_op", 200, 20, **{"Sequence number": 2}),
+        ev("aten::threshold_backward", "cpu_op", 205, 10),
+        ev(node + "AddmmBackward0", "cpu_op", 230, 60, **{"Sequence number": 1}),
+        ev("AddmmBackward0", "cpu_op", 232, 55),
+        ev("aten::mm", "cpu_op", 235, 15),
+        ev("aten::mm", "cpu_op", 252, 15),
+        ev("aten::sum", "cpu_op", 270, 10),
+    ]
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    layer = read_kineto(path, microbatch_size=1).layers[0]
+    assert (layer.fwd_ops, layer.bwd_ops) == (3.0, 4.0)
