@@ -124,11 +124,12 @@ def measure_host_overhead(dev: torch.device, *, reps: int = 5, inner: int = 20) 
         y = one_op(xg)
         y.backward(torch.ones_like(y))
 
-    kw = {"inner": inner, "reps": reps}
-    fwd_s = _host_seconds(forward, dev, **kw)
-    nograd_s = _host_seconds(nograd, dev, **kw)
-    bwd_s = _host_seconds(backward, dev, setup=forward, **kw)
-    extra = _host_seconds(checkpointed, dev, **kw) - _host_seconds(plain, dev, **kw)
+    def host_s(run: Callable[[], object], setup: Callable[[], object] | None = None) -> float:
+        return _host_seconds(run, dev, setup=setup, inner=inner, reps=reps)
+
+    fwd_s, nograd_s = host_s(forward), host_s(nograd)
+    bwd_s = host_s(backward, setup=forward)
+    extra = host_s(checkpointed) - host_s(plain)
     return {
         "op_s": fwd_s / fwd_ops,
         "nograd_op_s": nograd_s / nograd_ops,
