@@ -30,6 +30,7 @@ class EventKind(StrEnum):
     SWAP_IN = "swap_in"  # a copy back to the GPU
     CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
     STALL = "stall"  # compute waiting for data that is late
+    HOST_WAIT = "host_wait"  # compute waiting for its host to issue the next op (sim.engine.host)
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
 
 

@@ -37,7 +37,7 @@ def test_alike_ops_closed_form(n, host_s, device_s, host_free, device_free):
     assert work.finish(host_free, device_free) == pytest.approx(exact, rel=1e-9, abs=1e-9)
 
 
-def _spans(log, kinds=("compute", "stall", "optimizer")):
+def _spans(log, kinds=("compute", "host_wait", "optimizer")):
     return sorted(
         (e.kind, e.device, e.name, e.start_s, e.end_s) for e in log.events if e.kind in kinds
     )
@@ -52,7 +52,7 @@ def _one_stage(host: HostOverhead, **kw):
 
 def test_host_bound_then_device_bound_and_run_ahead():
     # Forward: 8 ops x 0.25 s host (H = 2), 1 s device: K = max(2 + 1/8, 1 + 2/8) = 2.125.
-    # F0: device end max(0 + 1, 0 + 2.125) = 2.125, host 2: the GPU idles 1.125 s (stall).
+    # F0: device end max(0 + 1, 0 + 2.125) = 2.125, host 2: the GPU idles 1.125 s (host_wait).
     # F1: max(2.125 + 1, 2 + 2.125) = 4.125, host 4: host-bound again.
     # Backward: 8 ops x 0.0625 s (H = 0.5), 2 s device: K = max(0.5 + 0.25, 2 + 0.0625).
     # B0: max(4.125 + 2, 4 + 2.0625) = 6.125 (device-bound), host 4.5.
@@ -60,9 +60,9 @@ def test_host_bound_then_device_bound_and_run_ahead():
     log = simulate(_one_stage(HostOverhead(op_s=0.25, backward_op_s=0.0625)))
     assert _spans(log) == sorted(
         [
-            ("stall", "gpu0", "host 0F0", 0.0, 1.125),
+            ("host_wait", "gpu0", "host 0F0", 0.0, 1.125),
             ("compute", "gpu0", "0F0", 1.125, 2.125),
-            ("stall", "gpu0", "host 0F1", 2.125, 3.125),
+            ("host_wait", "gpu0", "host 0F1", 2.125, 3.125),
             ("compute", "gpu0", "0F1", 3.125, 4.125),
             ("compute", "gpu0", "0B0", 4.125, 6.125),
             ("compute", "gpu0", "0B1", 6.125, 8.125),
@@ -77,7 +77,7 @@ def test_cuda_graphs_remove_the_floor():
     host = HostOverhead(op_s=0.25, backward_op_s=0.0625).under("cuda_graphs")
     log = simulate(_one_stage(host))
     assert log.iteration_ends_s == [6.0]
-    assert not [e for e in log.events if e.kind == "stall"]
+    assert not [e for e in log.events if e.kind == "host_wait"]
 
 
 def _two_stages(syncs: frozenset[str]):
@@ -90,7 +90,7 @@ def _two_stages(syncs: frozenset[str]):
 
 def test_recv_sync_point_blocks_the_host_until_the_input_is_there():
     # F: K = max(0.5 + 0.125, 1 + 0.0625) = 1.0625; B: K = max(0.5 + 0.25, 2 + 0.0625) = 2.0625.
-    # gpu0 F0: max(1, 1.0625) = 1.0625 (stall 0.0625), host 0.5; the activation is there.
+    # gpu0 F0: max(1, 1.0625) = 1.0625 (host_wait 0.0625), host 0.5; the activation is there.
     # No sync: gpu1's host issued F0 at once (host 0 -> 0.5), so F0 ends at
     #   max(1.0625 + 1, 0 + 1.0625) = 2.0625; B0 max(2.0625 + 2, 0.5 + 2.0625) = 4.0625;
     #   gpu0's B0: max(4.0625 + 2, 0.5 + 2.0625) = 6.0625.
@@ -101,14 +101,14 @@ def test_recv_sync_point_blocks_the_host_until_the_input_is_there():
     synced = simulate(_two_stages(frozenset({"recv"})))
     assert free.iteration_ends_s == [6.0625]
     assert synced.iteration_ends_s == [6.1875]
-    assert ("stall", "gpu1", "host 1F0", 1.0625, 1.125) in _spans(synced)
-    assert ("stall", "gpu0", "host 0B0", 4.125, 4.1875) in _spans(synced)
+    assert ("host_wait", "gpu1", "host 1F0", 1.0625, 1.125) in _spans(synced)
+    assert ("host_wait", "gpu0", "host 0B0", 4.125, 4.1875) in _spans(synced)
 
 
 def test_step_sync_keeps_the_host_within_an_iteration():
     # Two iterations of the one-stage case with a device-bound forward (host 8 x 0.0625 =
     # 0.5 s, K = max(0.5 + 0.125, 1 + 0.0625) = 1.0625) and a free backward:
-    # it 0: F0 [0.0625, 1.0625] (stall 0.0625), F1 max(2.0625, 1 + ...) = 2.0625, B0, B1 ->
+    # it 0: F0 [0.0625, 1.0625] (host_wait 0.0625), F1 max(2.0625, 1 + ...) = 2.0625, B0, B1 ->
     #   6.0625; the step syncs the host to 6.0625.
     # it 1: F2 max(6.0625 + 1, 6.0625 + 1.0625) = 7.125 (the first op waits for the host
     #   again); without the sync the host (at 1.0) would be far ahead: F2 ends at 7.0625.

@@ -36,7 +36,7 @@ class ComputeStream:
         """Process: run ``work`` issued by ``host``: the device ends at
         ``max(now + work.device_s, host.t + work.span_s)`` (:mod:`sim.compute.host`) and the
         host moves on to ``host.t + work.host_s``. When the host is the later one, the
-        device's idle time before the span is logged as a stall ``host <name>`` and the
+        device's idle time before the span is logged as ``host_wait`` (``host <name>``) and the
         span as ``kind`` (its last ``device_s`` seconds); otherwise as :meth:`run`."""
         now = self.env.now
         end, host.t = work.finish(host.t, now)
@@ -45,7 +45,7 @@ class ComputeStream:
             return
         start = end - work.device_s
         self.events.append(
-            Event(EventKind.STALL, gpu, Stream.COMPUTE, f"host {name}", now, start, **tags)
+            Event(EventKind.HOST_WAIT, gpu, Stream.COMPUTE, f"host {name}", now, start, **tags)
         )
         yield self.env.timeout(end - now)
         self.events.append(Event(kind, gpu, Stream.COMPUTE, name, start, self.env.now, **tags))
