@@ -26,6 +26,7 @@ import gc
 
 import simpy
 
+from sim.compute.host import HostWork
 from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
@@ -163,23 +164,10 @@ class Engine:
         else:
             sends.append(args)
 
-    def _issue(
-        self,
-        rep: StageReplica,
-        kind: str,
-        name: str,
-        op: str,
-        device_s: float,
-        ops: float,
-        tags: dict,
-        regions: int = 0,
-        nograd_ops: float = 0.0,
-    ):
+    def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
         """Process: run an action's ops as ``rep``'s host thread issues them."""
-        work = self.hosts.work(rep.gpu, op, device_s, ops, regions, nograd_ops)
-        yield from self.compute.run_issued(
-            rep.gpu, kind, name, work, self.hosts.clock(rep.gpu), **tags
-        )
+        clock = self.hosts.clock(rep.gpu)
+        yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
@@ -246,16 +234,8 @@ class Engine:
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
         cost = rep.cost
-        yield from self._issue(
-            rep,
-            EventKind.COMPUTE,
-            str(a),
-            "F",
-            cost.fwd_s,
-            cost.fwd_ops,
-            tags,
-            nograd_ops=plan.recompute_ops,
-        )
+        work = self.hosts.work(gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops)
+        yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         now = self.env.now
@@ -299,21 +279,14 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            yield from self._issue(
-                rep,
-                EventKind.RECOMPUTE,
-                f"R{a}",
-                "R",
-                plan.recompute_s,
-                plan.recompute_ops,
-                tags,
-                plan.recompute_regions,
-            )
+            rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+            work = self.hosts.work(gpu, "R", *rec)
+            yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        ops = rep.cost.backward_ops(a.op)
-        yield from self._issue(rep, EventKind.COMPUTE, str(a), a.op, dur, ops, tags)
+        work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+        yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
         now = self.env.now
