@@ -65,6 +65,7 @@ class MemCategory(StrEnum):
     RESERVE = "reserve"  # CUDA context, cuBLAS workspace, NCCL buffers (sim.memory.capacity)
     ALLOCATOR = "allocator"  # caching-allocator margin
     WORKING = "working"  # transient working memory of the peak (sim.memory.capacity)
+    FRAMEWORK = "framework"  # a framework's buffers, or memory it keeps out of its reach
 
 
 class Event(NamedTuple):

@@ -50,8 +50,9 @@ BUSY_KINDS = (
 )
 """Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps;
 ``host_wait``: on its own host issuing ops)."""
-NOT_TENSORS = (MemCategory.RESERVE, MemCategory.ALLOCATOR)
-"""Peak categories that ``torch.cuda.max_memory_allocated`` does not see."""
+NOT_TENSORS = (MemCategory.RESERVE, MemCategory.ALLOCATOR, MemCategory.FRAMEWORK)
+"""Peak categories that ``torch.cuda.max_memory_allocated`` does not see (a framework's share
+is memory it keeps out of its own reach, :mod:`sim.memory.memtracer`)."""
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ MIB = 2.0**20
 EXPECTED = {
     "dgx1-v100-16gb": (8, 16160 * MIB, 512 * GIB),
     "dgx1-v100-32gb": (8, 32480 * MIB, 512 * GIB),
-    "dgx2-v100": (16, 32480 * MIB, 1.5e12),
-    "dgx-a100-40gb": (8, 40339 * MIB, 1e12),
+    "dgx2-v100": (16, 32480 * MIB, 1536 * GIB),
+    "dgx-a100-40gb": (8, 40339 * MIB, 1024 * GIB),
     "dgx-a100-80gb": (8, 81050 * MIB, 2e12),
     "dgx-h100": (8, 81559 * MIB, 2e12),
     "dgx-h200": (8, 143155 * MIB, 2e12),
@@ -78,7 +78,7 @@ def test_every_preset_loads_with_reference_sizes(preset):
     gpus, memory, dram = EXPECTED[preset]
     assert topo.name == preset and topo.num_gpus == gpus
     assert all(g.memory_bytes == memory for g in topo.gpus)
-    assert topo.host_dram_bytes == pytest.approx(dram)
+    assert topo.host_dram_bytes == pytest.approx(dram * 63 / 64)  # MemTotal: less the page map
     assert "§" in topo.description and "unverified" in topo.description
     for a, b in itertools.permutations(topo.gpus, 2):
         assert topo.route_bandwidth_Bps(a.name, b.name) > 0
@@ -249,7 +249,7 @@ def test_units_are_parsed_to_base_units():
     topo = load_hardware(minimal())
     g = topo.gpu(0)
     assert (g.memory_bytes, g.peak_flops, g.hbm_bandwidth_Bps) == (16 * GIB, 125e12, 900e9)
-    assert topo.host("cpu0").dram_bytes == 64e9 and g.host == "cpu0"
+    assert topo.host("cpu0").dram_bytes == 64e9 * 63 / 64 and g.host == "cpu0"
     assert topo.direct_link("gpu1", "gpu0").bandwidth_Bps == 48e9
     assert topo.direct_link("gpu0", "gpu1").latency_s == pytest.approx(10e-6)
     assert topo.direct_link("sw0", "gpu1").bandwidth_Bps == 12.5 * GIB
@@ -361,7 +361,7 @@ def test_base_preset_with_overrides():
             "hosts": [{"name": "cpu0", "dram": "192 GiB"}, {"name": "cpu1", "dram": "192 GiB"}],
         }
     )
-    assert topo.name == "mine" and topo.host_dram_bytes == 384 * GIB
+    assert topo.name == "mine" and topo.host_dram_bytes == 384 * GIB * 63 / 64
     assert (
         topo.gpu(0).memory_bytes == 16160 * MIB
         and topo.direct_link("gpu0", "gpu3").bandwidth_Bps == 48e9

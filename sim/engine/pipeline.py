@@ -92,6 +92,10 @@ class Engine:
                 self.ledger.change(
                     0.0, rep.host, plan.host_bytes, MemCategory.OFFLOAD, f"s{s} states"
                 )
+            if plan.host_framework_bytes:
+                self.ledger.change(
+                    0.0, rep.host, plan.host_framework_bytes, MemCategory.FRAMEWORK, f"s{s} host"
+                )
             if first_stage[ranks[rep.stage]] == rep.stage:
                 self.env.process(self.rank(rep))
         paused = gc.isenabled()

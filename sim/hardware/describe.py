@@ -76,9 +76,10 @@ def gpu_table(topo: Topology) -> Table:
 
 
 def host_table(topo: Topology) -> Table:
-    """One row per CPU socket: DRAM (GB and GiB), CPU Adam parameters/s, and the host time per
-    op of eager PyTorch (forward / backward op, checkpoint region, us; sim.compute.host)."""
-    table = Table(title=f"{topo.name}: hosts (total DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
+    """One row per CPU socket: usable DRAM (MemTotal, GB and GiB), CPU Adam parameters/s, and
+    the host time per op of eager PyTorch (forward / backward op, checkpoint region, us;
+    sim.compute.host)."""
+    table = Table(title=f"{topo.name}: hosts (usable DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
     table.add_column("host")
     for col in ("DRAM GB", "DRAM GiB", "Adam params/s", "op / bwd op / ckpt us"):
         table.add_column(col, justify="right")
@@ -198,7 +199,12 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         },
         "num_gpus": topo.num_gpus,
         "hosts": [
-            {"name": h.name, "dram": h.dram_bytes, "adam_params_per_s": h.adam_params_per_s}
+            {
+                "name": h.name,
+                "dram": h.dram_bytes,
+                "usable_dram": h.dram_bytes,
+                "adam_params_per_s": h.adam_params_per_s,
+            }
             for h in topo.hosts
         ],
         "gpu_hosts": [g.host for g in topo.gpus],

@@ -41,6 +41,7 @@ from sim.compute.host import NO_HOST, HostOverhead
 from sim.errors import InputError
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.memory.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
+from sim.memory.host import os_usable_bytes
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -179,7 +180,13 @@ class HostSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NODE_NAME, description="Node name, e.g. 'cpu0'.")
-    dram: Bytes = Field(ge=0, description="DRAM on this socket, e.g. '256 GiB'.")
+    dram: Bytes = Field(ge=0, description="DRAM installed on this socket, e.g. '256 GiB'.")
+    usable_dram: Bytes | None = Field(
+        default=None,
+        ge=0,
+        description="DRAM the OS gives processes (MemTotal); default: `dram` less the kernel's "
+        "page map, 1/64 of it (sim.memory.host.os_usable_bytes).",
+    )
     adam_params_per_s: float = Field(
         default=1.95e9,
         gt=0,
@@ -461,7 +468,15 @@ def topology_from_spec(
         name, message = problems[0]
         raise InputError(message, file=file, field=where(name))
     over = spec.host_overhead.overhead() if spec.host_overhead else NO_HOST
-    hosts = tuple(Host(h.name, h.dram, h.adam_params_per_s, over) for h in spec.hosts)
+    hosts = tuple(
+        Host(
+            h.name,
+            os_usable_bytes(h.dram) if h.usable_dram is None else h.usable_dram,
+            h.adam_params_per_s,
+            overhead=over,
+        )
+        for h in spec.hosts
+    )
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
     usable, reserve = gpu_memory(g)

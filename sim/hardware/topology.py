@@ -113,7 +113,8 @@ class Host:
 
     Attributes:
         name: node name, ``cpu<i>``.
-        dram_bytes: DRAM attached to this socket, in bytes.
+        dram_bytes: DRAM of this socket that processes can use (``MemTotal``'s share), in
+            bytes (:func:`sim.memory.host.os_usable_bytes` of the installed DRAM).
         adam_params_per_s: CPU Adam throughput in parameters per second (for offloaded
             optimizer steps).
         overhead: what issuing an op costs a training process on this socket

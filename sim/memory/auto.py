@@ -35,13 +35,13 @@ from sim.memory.estimate import (
     planned_peak_bytes,
     spare_bytes,
 )
+from sim.memory.memtracer import best_utilization
 from sim.memory.peers import nvlink_peers, stripe
 from sim.memory.plan import StagePlan
 from sim.memory.search import Option, best_option, option, stash_choices
 from sim.memory.stash import stash
+from sim.memory.tensors import stage_groups
 from sim.memory.zero_offload import offload_states
-
-CHUNK_ELEMS = 64 * 2**20
 
 
 class AutoPolicy(MemoryPolicy):
@@ -60,7 +60,7 @@ class AutoPolicy(MemoryPolicy):
         per_host: dict[str, int] = {}
         for c in contexts:
             per_host[c.host] = per_host.get(c.host, 0) + 1
-        options = [self.options(c, per_host[c.host]) for c in contexts]
+        options = [self.options(c, per_host[c.host], len(contexts)) for c in contexts]
         chosen = [opts[0] for opts in options]
         self.d2d_pass(contexts, chosen, fixed)
         self.host_pass(contexts, chosen, options)
@@ -70,8 +70,9 @@ class AutoPolicy(MemoryPolicy):
         ]
         return note_reservations(contexts, plans, fixed)
 
-    def options(self, ctx: StageContext, on_host: int) -> list[Option]:
-        """Every local option of a stage, best first."""
+    def options(self, ctx: StageContext, on_host: int, ranks: int = 1) -> list[Option]:
+        """Every local option of a stage, best first (``on_host``: stages on its socket;
+        ``ranks``: stages on the server)."""
         out = []
         offload, off_s = offload_states(ctx, ctx.resident_plan())
         off_s += (on_host - 1) * offload.host_optimizer_s
@@ -90,9 +91,10 @@ class AutoPolicy(MemoryPolicy):
                         extra,
                     )
                 )
+        chunk = best_utilization(stage_groups(ctx.layers, ctx.dtype_bytes))
         for st in (stash(ctx), stash(ctx, selective=True), stash(ctx, full=range(len(ctx.layers)))):
             act = activation_plan(ctx, st)
-            plan, added, _ = chunk_states(ctx, act, CHUNK_ELEMS)
+            plan, added, _ = chunk_states(ctx, act, chunk, ranks)
             added += ctx.microbatches * st.recompute_s + (on_host - 1) * plan.host_optimizer_s
             peak = planned_peak_bytes(plan, ctx)
             out.append(

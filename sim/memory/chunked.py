@@ -1,38 +1,40 @@
 """Policy ``chunked`` (PatrickStar, Fang et al. TPDS 2022 / arXiv 2108.05818; memory.md §5.4):
-model states in chunks on GPU or host, partitioned over the data-parallel replicas.
+model states in chunks on GPU or host, partitioned over the data-parallel replicas, with the
+bytes PatrickStar's code allocates.
 
-``chunked[:N][:recompute]``: chunks of ``N`` M (2**20) elements (default 64, PatrickStar's
-usual size); ``recompute``: full activation checkpointing of every layer, as PatrickStar always
-ran (paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes
-``--use_ckp``). Per stage replica, with ``P`` parameters, ``w`` replicas, chunks of ``C``:
+``chunked[:N][:recompute]``: chunks of ``N`` M (2**20) elements (default: per stage, the size of
+PatrickStar's chunk-size search that fits and runs fastest, :mod:`sim.memory.memtracer`);
+``recompute``: full activation checkpointing of every layer, as PatrickStar always ran
+(paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes ``--use_ckp``).
+Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
 
-* **Chunk groups and owners** (paper §5 "distributed"; ``patrickstar/core/chunk_list.py``
-  ``new_chunk`` returns ``(comm_group_idx, comm_group_offset)``): the ``n = ceil(P / C)`` 16-bit
-  chunks form groups of ``w`` (padded with dummy chunks, ``client.py``
-  ``append_dummy_chunk``); replica ``r`` owns chunk ``r`` of every group, ``P / w`` parameters.
-* **All-gather before use** (``client.py`` ``access_dist``: the owned chunk is brought to the
-  GPU, then ``_fetch_remote_chunks`` all-gathers the group): before each F and each B the
-  stage's chunk groups are all-gathered (``2P`` bytes); the remote chunks are freed after use,
-  so one group's ``(w - 1)`` remote chunks are live, two with the next one prefetched
-  (PatrickStar's chunkable-memory margin ``2 * chunk_size * world_size``,
-  ``core/memtracer/memtracer.py``; ``client.py`` ``param_fp16_chunks_max_mem_usage``:
-  own chunks + ``(world_size - 1)`` chunks).
-* **Reduce-scatter after the backward** (``client.py`` ``release_dist``: the group's gradient
-  chunks are reduce-scattered to their owners when the backward releases them): ``2P`` bytes
-  per B.
-* **Owned 16-bit chunks** (2 B/param; plus a 2 B/param gradient chunk when gradients accumulate
-  over ``m > 1`` micro-batches, else the gradient reuses the parameter chunk, PatrickStar's
-  14 B/param) take the GPU memory left after the activations and the gathered groups. If they
-  do not all fit, the GPU keeps ``r`` of them plus a 2-chunk staging area through which each F
-  and B streams the others in from the host (Belady eviction, :mod:`sim.memory.chunks`,
+* **Packing** (:func:`~sim.memory.chunks.pack`): each module's parameters are appended to the
+  last chunk or open a new one (``client.append_tensor``), so chunks have empty tails (their
+  utilization) and a module larger than a chunk is refused; a chunk costs its whole capacity.
+* **Chunk groups and owners** (paper §5 "distributed"; ``chunk_list.new_chunk`` returns
+  ``(comm_group_idx, comm_group_offset)``): the 16-bit chunks form groups of ``w`` (padded
+  with dummy chunks, ``client.append_dummy_chunk``); replica ``r`` owns chunk ``r`` of every
+  group; only real chunks have optimizer chunks (``append_tensor_as_ref``).
+* **All-gather before use** (``client.access_dist``, ``_fetch_remote_chunks``): before each F
+  and each B the stage's chunk groups are all-gathered, whole chunks (``w * 2C`` bytes per
+  group); a group's ``(w - 1)`` remote chunks are live, two with the next one prefetched.
+* **Reduce-scatter after the backward** (``client.release_dist``).
+* **Owned 16-bit chunks** (2 bytes per element; plus a gradient chunk when gradients
+  accumulate over ``m > 1`` micro-batches, else the gradient reuses the parameter chunk) take
+  the GPU memory PatrickStar's memory tracer leaves them: ``0.8 T`` less the other tensors and
+  one group kept free (:func:`~sim.memory.memtracer.chunkable_gpu_bytes`). If they do not all
+  fit, the GPU keeps ``r`` of them plus a 2-chunk staging area through which each F and B
+  streams the others in from the host (Belady eviction, :mod:`sim.memory.chunks`,
   ``core/eviction_policy.py``), and every B writes the gradients of streamed chunks back.
-* **Optimizer chunks** (fp32 weight, m, v: 12 B/param) exist for owned chunks only: ``12P / w``;
-  they fill what is left on the GPU (GPU Adam, PatrickStar's hybrid Adam margin,
-  ``memtracer.update_margin_mem``); the rest live in host DRAM (one pool per server, shared by
-  all ranks) and CPU Adam updates them (replicas on one socket one after another), with their
-  gradients copied down before and their weights up after the host step.
-
-Per replica and ``m = 1``: ``14P / w`` bytes of model state over GPU and host.
+* **Optimizer chunks** (fp32 weight, momentum, variance: 12 bytes per element) of the real
+  owned chunks: hybrid Adam keeps its margin's worth on the GPU
+  (:func:`~sim.memory.memtracer.gpu_adam_chunks`), the rest live in host DRAM as pinned CPU
+  chunks (``Chunk.allocate_payload``), within ``0.8 * MemTotal / ranks`` per rank, and CPU
+  Adam updates them (replicas on one socket one after another), with their gradients copied
+  down before and their weights up after the host step.
+* The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
+  framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
+  where PatrickStar would not place its chunks.
 """
 
 from __future__ import annotations
@@ -41,12 +43,23 @@ import math
 from dataclasses import dataclass, replace
 
 from sim.memory.base import MemoryPolicy, StageContext
-from sim.memory.chunks import chunk_count, steady_misses
+from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib
-from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s
+from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s, planned_peak_bytes
+from sim.memory.host import cached_pinned_bytes
+from sim.memory.memtracer import (
+    PINNED_ROUNDING,
+    chunk_candidates,
+    chunkable_gpu_bytes,
+    gpu_adam_chunks,
+    gpu_framework_bytes,
+    host_chunk_cap_bytes,
+    host_framework_bytes,
+)
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.reserve import overhead
 from sim.memory.states import optimizer_step_s
+from sim.memory.tensors import stage_groups
 from sim.memory.zero_offload import (
     RECOMPUTE,
     adam_rate,
@@ -63,35 +76,50 @@ STAGING = 2
 
 @dataclass(frozen=True)
 class ChunkLayout:
-    """Where a stage's chunks live.
+    """Where a stage replica's chunks live.
 
     Attributes:
-        chunks: 16-bit chunks of the stage (``n``).
-        elems: parameters per chunk.
+        chunks: 16-bit chunks the replica owns (``n``; dummy chunks included).
+        real: of those, chunks holding parameters: only they have optimizer chunks.
+        elems: capacity of a chunk in elements (``C``): a chunk's bytes, however full it is.
         slot_bytes: GPU bytes of one 16-bit chunk (with its gradient when ``m > 1``).
         resident: chunks that stay on the GPU.
         misses: ``(in forwards, in backwards)`` per iteration, by Belady over the op order.
-        free_bytes: GPU budget left for model states after activations and weight versions.
+        free_bytes: GPU bytes left for chunks after activations, weight versions and
+            PatrickStar's limits (:mod:`sim.memory.memtracer`).
+        sys_bytes: the replica's other tensors at their peak (PatrickStar's ``sys`` memory).
+        utilization: share of the chunks' capacity its parameters fill (:func:`pack`).
     """
 
     chunks: int
+    real: int
     elems: float
     slot_bytes: float
     resident: int
     misses: tuple[int, int]
     free_bytes: float
+    sys_bytes: float = 0.0
+    utilization: float = 1.0
 
     @property
     def streamed(self) -> int:
         return self.chunks - self.resident
 
 
-def owned_chunks(params: float, chunk_elems: int, dp_width: int) -> tuple[int, float]:
-    """``(chunks a replica owns, parameters per chunk)``: ``ceil(n / w)`` groups of ``w``
-    chunks, one owned per group, the ``params / w`` owned parameters spread evenly over them
-    (the dummy chunks that pad the last group hold none)."""
-    groups = math.ceil(chunk_count(params, chunk_elems) / dp_width)
-    return groups, params / dp_width / groups
+def owned_chunks(ctx: StageContext, chunk_elems: int) -> tuple[int, int, float]:
+    """``(16-bit chunks the replica owns, real ones among them, utilization)``: the stage's
+    parameter groups packed as PatrickStar packs them (:func:`~sim.memory.chunks.pack`),
+    padded with dummy chunks to whole groups of ``w`` (``client.append_dummy_chunk``; a dummy
+    is all-gathered, so its owner allocates it, but it has no optimizer chunks: those are
+    built per parameter, ``append_tensor_as_ref``); replica ``r`` owns chunk ``r`` of each.
+
+    Raises:
+        ValueError: a parameter group larger than a chunk.
+    """
+    used = pack(stage_groups(ctx.layers, ctx.dtype_bytes), chunk_elems)
+    w, r = ctx.dp_width, ctx.replica % ctx.dp_width
+    real = max(0, math.ceil((len(used) - r) / w))
+    return math.ceil(len(used) / w), real, utilization(used, chunk_elems)
 
 
 def gathered_live_bytes(ctx: StageContext, elems: float) -> float:
@@ -100,58 +128,110 @@ def gathered_live_bytes(ctx: StageContext, elems: float) -> float:
     return (ctx.dp_width - 1) * elems * ctx.state.weight
 
 
+def sys_bytes(ctx: StageContext, act: StagePlan) -> float:
+    """The replica's tensors other than chunks at their peak: activations, receive buffers and
+    working memory (``torch.cuda.memory_allocated`` sees them; the CUDA context and the
+    allocator's slack it does not)."""
+    peak = activation_peak_bytes(act, ctx)
+    return peak + overhead(ctx, peak, 0.0)["working_bytes"]
+
+
 def chunk_layout(ctx: StageContext, act: StagePlan, chunk_elems: int) -> ChunkLayout:
-    """Pack the replica's owned parameters and decide which 16-bit chunks stay (module doc)."""
-    m, d = ctx.microbatches, ctx.state.weight
-    n, elems = owned_chunks(ctx.params, chunk_elems, ctx.dp_width)
-    slot = elems * (d + (ctx.state.grad if m > 1 else 0))
-    versions = (ctx.weight_versions - 1) * ctx.params / ctx.dp_width * d
-    gathered = 2 * gathered_live_bytes(ctx, elems)
+    """Pack the replica's owned parameters and decide which 16-bit chunks stay (module doc).
+
+    Raises:
+        ValueError: a parameter group larger than a chunk.
+    """
+    m, d, w = ctx.microbatches, ctx.state.weight, ctx.dp_width
+    n, real, util = owned_chunks(ctx, chunk_elems)
+    e = float(chunk_elems)
+    slot = e * (d + (ctx.state.grad if m > 1 else 0))
+    versions = (ctx.weight_versions - 1) * n * e * d
+    gathered = 2 * gathered_live_bytes(ctx, e)
     peak = activation_peak_bytes(act, ctx)
     runtime = sum(overhead(ctx, peak, 0.0).values())  # reserve, allocator, working memory
-    free = budget_bytes(ctx) - peak - runtime - versions - gathered
+    sys = sys_bytes(ctx, act)
+    own_budget = budget_bytes(ctx) - peak - runtime - versions - gathered
+    tracer = chunkable_gpu_bytes(ctx.capacity_bytes, sys, w, chunk_elems, d)
+    free = min(own_budget, tracer - gathered_live_bytes(ctx, e) - versions)
     if free >= n * slot:
-        return ChunkLayout(n, elems, slot, n, (0, 0), free)
-    staging = 2 * STAGING * elems * d  # this action's staging area and the next one's
+        return ChunkLayout(n, real, e, slot, n, (0, 0), free, sys, util)
+    staging = 2 * STAGING * e * d  # this action's staging area and the next one's
     resident = min(n - 1, max(0, math.floor((free - staging) / slot)))
     cache = max(1, min(resident + STAGING, n - 1))  # fewer slots than chunks: it streams
     misses = steady_misses(ctx.order or ("F", "B") * m, n, cache)
-    return ChunkLayout(n, elems, slot, resident, misses, free)
+    return ChunkLayout(n, real, e, slot, resident, misses, free, sys, util)
+
+
+def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout) -> int:
+    """Optimizer chunk groups (fp32 weight, momentum, variance) kept and updated on the GPU:
+    hybrid Adam's margin (:func:`~sim.memory.memtracer.gpu_adam_chunks`), within what the
+    chunks may use during a forward or backward next to the resident 16-bit chunks (otherwise
+    PatrickStar evicts them to the host), and only for resident chunks."""
+    if ctx.state.optimizer <= 0:
+        return lay.real  # sgd: no optimizer state
+    d, e = ctx.state.weight, int(lay.elems)
+    margin = gpu_adam_chunks(ctx.capacity_bytes, lay.sys_bytes, lay.chunks, ctx.dp_width, e, d)
+    staging = 2 * STAGING * e * d if lay.streamed else 0.0
+    room = (lay.free_bytes - lay.resident * lay.slot_bytes - staging) / (e * ctx.state.optimizer)
+    return max(0, min(lay.real, lay.resident, math.floor(margin), math.floor(room)))
+
+
+def host_chunk_bytes(ctx: StageContext, lay: ChunkLayout, os_gpu_chunks: int) -> float:
+    """Host bytes of the replica's chunks: the optimizer chunks not on the GPU (three fp32
+    chunks each) and the streamed 16-bit chunks (with a gradient chunk when ``m > 1``), each a
+    pinned allocation (``Chunk.allocate_payload``: ``pin_memory=True`` on the CPU). Streamed
+    chunks come and go; torch's host allocator keeps each size class's peak
+    (:func:`~sim.memory.host.cached_pinned_bytes`, under PatrickStar's torch,
+    :data:`~sim.memory.memtracer.PINNED_ROUNDING`)."""
+    e, d, g = lay.elems, ctx.state.weight, ctx.state.grad
+    peaks: dict[float, int] = {}
+    if ctx.state.optimizer > 0:
+        peaks[e * 4] = round(ctx.state.optimizer / 4) * (lay.real - os_gpu_chunks)
+    peaks[e * d] = peaks.get(e * d, 0) + lay.streamed
+    if ctx.microbatches > 1:
+        peaks[e * g] = peaks.get(e * g, 0) + lay.streamed
+    return cached_pinned_bytes(peaks, PINNED_ROUNDING)
 
 
 def chunk_states(
-    ctx: StageContext, act: StagePlan, chunk_elems: int
+    ctx: StageContext, act: StagePlan, chunk_elems: int, ranks: int = 1
 ) -> tuple[StagePlan, float, dict]:
-    """``act`` with its model states in chunks; the estimated seconds added per iteration; notes."""
+    """``act`` with its model states in chunks; the estimated seconds added per iteration; notes.
+
+    ``ranks``: processes sharing the server's host DRAM (PatrickStar divides it among them).
+
+    Raises:
+        ValueError: a parameter group larger than a chunk.
+    """
     lay = chunk_layout(ctx, act, chunk_elems)
     m, d, g, o = ctx.microbatches, ctx.state.weight, ctx.state.grad, ctx.state.optimizer
-    e, stream, w = lay.elems, lay.streamed, ctx.dp_width
+    e, stream, w, n = lay.elems, lay.streamed, ctx.dp_width, lay.chunks
     fetch = sum(lay.misses) / (2 * m) * e * d
-    used = lay.resident * lay.slot_bytes + (2 * STAGING * e * d if stream else 0.0)
-    own = ctx.params / w
-    room = max(0.0, lay.free_bytes - used) // (e * o) * e if o > 0 else own  # sgd: no state
-    os_gpu = min(own, room, lay.resident * e)
-    os_host = own - os_gpu
-    back = os_host * lay.resident / lay.chunks  # host-updated, 16-bit copy on the GPU
+    k = gpu_optimizer_chunks(ctx, lay)
+    os_gpu, os_host = k * e, (lay.real - k) * e  # optimizer state elements on GPU / host
+    back = os_host * lay.resident / n  # host-updated, 16-bit copy on the GPU
     hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
-    versions = (ctx.weight_versions - 1) * own * d
+    versions = (ctx.weight_versions - 1) * n * e * d
+    mem_total = ctx.topology.host_dram_bytes
     plan = replace(
         act,
         weight_bytes=lay.resident * lay.slot_bytes + versions,
         grad_bytes=0.0,
         optimizer_bytes=os_gpu * o,
-        optimizer_s=optimizer_step_s(os_gpu, hbm, ctx.state),
-        host_bytes=os_host * o + stream * e * (d + g),
-        host_optimizer_s=os_host / adam_rate(ctx),
+        optimizer_s=optimizer_step_s(os_gpu * lay.utilization, hbm, ctx.state),
+        host_bytes=host_chunk_bytes(ctx, lay, k),
+        host_framework_bytes=host_framework_bytes(mem_total, ranks),
+        host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
         step_transfers_before=_copy(ctx.gpu, ctx.host, back * g, "grads"),
         step_transfers_after=_copy(ctx.host, ctx.gpu, back * d, "weights"),
         fetch_bytes=fetch,
-        fetch_source=ctx.host if fetch else None,
+        fetch_source=ctx.host if fetch or stream else None,
         fetch_live_bytes=STAGING * e * d if stream else None,
         writeback_bytes=stream * e * g,
-        gather_bytes=ctx.params * d if w > 1 else 0.0,
+        gather_bytes=n * w * e * d if w > 1 else 0.0,
         gather_live_bytes=gathered_live_bytes(ctx, e),
-        scatter_bytes=ctx.params * g if w > 1 else 0.0,
+        scatter_bytes=n * w * e * g if w > 1 else 0.0,
         grad_bucket_bytes=0.0,  # gradients reduce-scatter from the chunks they overwrite
         dp_sharded=w > 1,
         dp_grad_bytes=ctx.params * g,
@@ -168,16 +248,24 @@ def chunk_states(
         + plan.optimizer_s
         - ctx.resident_plan().optimizer_s
     )
-    notes = dict(
-        chunks=lay.chunks,
+    cap = host_chunk_cap_bytes(mem_total, ranks)
+    notes: dict[str, object] = dict(
+        chunks=n,
         chunk_mib=round(lay.slot_bytes / MIB, 1),
+        chunk_utilization=round(lay.utilization, 3),
         resident_chunks=lay.resident,
         streamed_chunks=stream,
-        owned_chunks=lay.chunks,
+        owned_chunks=n,
         misses_per_iteration=sum(lay.misses),
-        optimizer_on_gpu_share=round(os_gpu / own, 3) if own else 1.0,
+        optimizer_on_gpu_share=round(k / lay.real, 3) if lay.real else 1.0,
         host_state_gib=gib(plan.host_bytes),
+        host_chunk_cap_gib=gib(cap),
     )
+    if plan.host_bytes > cap:
+        notes["warning"] = (
+            f"the rank's host chunks ({gib(plan.host_bytes)} GiB) exceed PatrickStar's "
+            f"overall_cpu_mem_ratio share of the host ({gib(cap)} GiB)"
+        )
     return plan, added, notes
 
 
@@ -189,35 +277,66 @@ class ChunkedPolicy(MemoryPolicy):
     """PatrickStar-style chunked model states (module doc).
 
     Args:
-        chunk_melems: chunk size in millions (2**20) of elements.
+        chunk_melems: chunk size in millions (2**20) of elements; None: per stage, the size of
+            PatrickStar's search (:func:`~sim.memory.memtracer.chunk_candidates`) that fits
+            and runs fastest.
         recompute: checkpoint every layer's activations too (PatrickStar's setting).
     """
 
     name = "chunked"
     description = "model states in chunks owned across replicas, on GPU or host; ':recompute'"
 
-    def __init__(self, chunk_melems: int = 64, recompute: bool = False):
-        self.chunk_elems = chunk_melems * MIB
+    def __init__(self, chunk_melems: int | None = None, recompute: bool = False):
+        self.chunk_elems = None if chunk_melems is None else chunk_melems * MIB
         self.recompute = recompute
         self.mode = "full" if recompute else None
 
     @classmethod
     def from_args(cls, args: list[str]) -> ChunkedPolicy:
         size, words = parse_options(cls.name, args, (RECOMPUTE,))
-        return cls(64 if size is None else size, RECOMPUTE in words)
+        return cls(size, RECOMPUTE in words)
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
-        out = []
-        for ctx in contexts:
-            act = base_plan(ctx, self.recompute)
-            plan, added, notes = chunk_states(ctx, act, self.chunk_elems)
-            added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
-            added += ctx.microbatches * plan.recompute_s
-            label = f"chunks of {self.chunk_elems // MIB}M"
-            if self.recompute:
-                label += ", full recompute"
-            out.append(describe(ctx, with_overhead(ctx, plan), label, added, **notes))
-        return out
+        return [self._plan(ctx, contexts) for ctx in contexts]
+
+    def _plan(self, ctx: StageContext, contexts) -> StagePlan:
+        act = base_plan(ctx, self.recompute)
+        groups = stage_groups(ctx.layers, ctx.dtype_bytes)
+        sizes = [self.chunk_elems] if self.chunk_elems else chunk_candidates(groups)
+        tries = [self._try(ctx, contexts, act, c) for c in sizes]
+        return min(tries, key=lambda p: (short_bytes(ctx, p, len(contexts)), p.notes["added_ms"]))
+
+    def _try(self, ctx: StageContext, contexts, act: StagePlan, chunk: int) -> StagePlan:
+        """The plan with chunks of ``chunk`` elements (refused if a group does not fit)."""
+        label = f"chunks of {chunk // MIB}M" + (", full recompute" if self.recompute else "")
+        try:
+            plan, added, notes = chunk_states(ctx, act, chunk, len(contexts))
+        except ValueError as exc:  # PatrickStar refuses the model at this chunk size
+            return refused(ctx, act, label, str(exc))
+        added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
+        added += ctx.microbatches * plan.recompute_s
+        plan = with_overhead(ctx, plan)
+        runtime = plan.reserve_bytes + plan.allocator_bytes
+        plan = replace(plan, framework_bytes=gpu_framework_bytes(ctx.capacity_bytes, runtime))
+        plan = describe(ctx, with_overhead(ctx, plan), label, added, **notes)
+        if "warning" in notes:  # over PatrickStar's host share: it would not place the chunks
+            plan = replace(plan, notes={**plan.notes, "fits": False})
+        return plan
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
+
+
+def short_bytes(ctx: StageContext, plan: StagePlan, ranks: int) -> float:
+    """Bytes ``plan`` lacks: its estimated GPU peak over the GPU's capacity plus its host chunks
+    over PatrickStar's host share (0: it runs)."""
+    gpu = max(0.0, planned_peak_bytes(plan, ctx) - ctx.capacity_bytes)
+    cap = host_chunk_cap_bytes(ctx.topology.host_dram_bytes, ranks)
+    return gpu + max(0.0, plan.host_bytes - cap)
+
+
+def refused(ctx: StageContext, act: StagePlan, label: str, why: str) -> StagePlan:
+    """A plan that cannot run: PatrickStar raises while building its chunks. The whole GPU is
+    charged to the framework, so the engine's verdict is "does not fit", and the notes say why."""
+    plan = with_overhead(ctx, replace(act, framework_bytes=ctx.capacity_bytes))
+    return describe(ctx, plan, label, 0.0, warning=f"PatrickStar refuses it: {why}")

@@ -74,8 +74,39 @@ def belady(accesses: Sequence[int], capacity: int) -> BeladyResult:
 
 
 def chunk_count(params: float, chunk_elems: int) -> int:
-    """Chunks needed for ``params`` parameters packed in order (at least 1)."""
+    """Chunks needed for ``params`` parameters packed in order with no gaps (at least 1)."""
     return max(1, math.ceil(params / chunk_elems))
+
+
+def pack(groups: Sequence[float], chunk_elems: int) -> list[float]:
+    """Elements used in each chunk when parameter ``groups`` (elements, in registration order)
+    are packed as PatrickStar packs them: a group goes into the last chunk if it fits in what
+    is left there, else into a new chunk (``client.append_tensor``: ``try_insert_tensor_list``
+    on ``last_chunk_id``, then ``new_chunk``; ``Chunk.can_fit``); earlier chunks are never
+    revisited, so a chunk's tail stays empty when the next group does not fit in it.
+
+    Raises:
+        ValueError: a group larger than a chunk (PatrickStar raises "Overall size of param
+            list is larger than the default chunk size").
+    """
+    used: list[float] = []
+    for g in groups:
+        if g > chunk_elems:
+            raise ValueError(
+                f"a parameter group of {g:.0f} elements does not fit in a chunk of "
+                f"{chunk_elems} elements"
+            )
+        if used and used[-1] + g <= chunk_elems:
+            used[-1] += g
+        else:
+            used.append(g)
+    return used or [0.0]
+
+
+def utilization(used: Sequence[float], chunk_elems: int) -> float:
+    """Share of the chunks' capacity that parameters fill (PatrickStar's chunk-size search
+    reports it, ``client.get_overall_chunk_size``; ``examples/eval_chunk_size.py``)."""
+    return sum(used) / (len(used) * chunk_elems)
 
 
 def access_sequence(order: Sequence[str], chunks: int) -> tuple[list[int], list[str]]:

@@ -111,9 +111,10 @@ def incoming_bytes(plans: Iterable[tuple[StageContext, StagePlan]]) -> dict[str,
 
 
 def host_bytes(ctx: StageContext, plan: StagePlan) -> float:
-    """Host DRAM a stage's plan holds at most: offloaded state plus swapped stashes."""
+    """Host DRAM a stage's plan holds at most: offloaded state, the framework's host buffers
+    and swapped stashes."""
     swapped = sum(b for n, b in plan.swap_parts if n == ctx.host)
-    return plan.host_bytes + ctx.in_flight * swapped
+    return plan.host_total_bytes + ctx.in_flight * swapped
 
 
 def spare_bytes(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]:

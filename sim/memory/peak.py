@@ -79,7 +79,7 @@ ROW_CATEGORIES: dict[str, tuple[str, ...]] = {
     "peak_activations_bytes": ("activations", "chunks"),
     "peak_buffers_bytes": ("buffers",),
     "peak_working_bytes": ("working",),
-    "peak_reserve_bytes": ("reserve", "allocator"),
+    "peak_reserve_bytes": ("reserve", "allocator", "framework"),
 }
 """Result-row column -> ledger categories summed into it (at the tightest GPU's peak)."""
 

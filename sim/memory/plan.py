@@ -79,6 +79,11 @@ class StagePlan:
             workspace, NCCL buffers; :mod:`sim.memory.reserve`).
         allocator_bytes: the share of the GPU lost to the caching allocator.
         working_bytes: backward working memory, pipeline output cache and DDP buckets.
+        framework_bytes: GPU bytes the training framework keeps out of its own tensors'
+            reach (PatrickStar's ``1 - overall_gpu_mem_ratio``, :mod:`sim.memory.memtracer`).
+        host_framework_bytes: host bytes the framework allocates besides the model states
+            (pinned staging buffers: DeepSpeed's, :mod:`sim.memory.deepspeed`) or keeps out
+            of its own reach (PatrickStar's ``1 - overall_cpu_mem_ratio``).
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -112,6 +117,8 @@ class StagePlan:
     reserve_bytes: float = 0.0
     allocator_bytes: float = 0.0
     working_bytes: float = 0.0
+    framework_bytes: float = 0.0
+    host_framework_bytes: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -164,8 +171,13 @@ class StagePlan:
 
     @property
     def overhead_bytes(self) -> float:
-        """Runtime reserve + allocator margin + working memory."""
-        return self.reserve_bytes + self.allocator_bytes + self.working_bytes
+        """Runtime reserve + allocator margin + working memory + the framework's share."""
+        return self.reserve_bytes + self.allocator_bytes + self.working_bytes + self.framework_bytes
+
+    @property
+    def host_total_bytes(self) -> float:
+        """Host bytes held for the whole run: model states and the framework's buffers."""
+        return self.host_bytes + self.host_framework_bytes
 
     def overhead_charges(self) -> tuple[tuple[str, float], ...]:
         """``(ledger category, bytes)`` the engine charges at t = 0 besides model states."""
@@ -173,4 +185,5 @@ class StagePlan:
             ("reserve", self.reserve_bytes),
             ("allocator", self.allocator_bytes),
             ("working", self.working_bytes),
+            ("framework", self.framework_bytes),
         )

@@ -17,8 +17,9 @@ data-parallel group.
   Per iteration with one micro-batch a replica moves ``3 * 2P`` bytes through its collectives,
   1.5x the ``2 * 2P`` of DP's all-reduce (ZeRO §7.2.2: "3Ψ ... 1.5x").
 * **offload** (ZeRO-Infinity's CPU form, ``offload_optimizer`` and ``offload_param`` to
-  ``cpu``): the partition's optimizer state, gradients and 16-bit parameters live in host DRAM
-  (``16P / w`` bytes); the partition is copied up before each gather, the gradient partition
+  ``cpu``): the partition's optimizer state, fp32 gradients and 16-bit parameters live in host
+  DRAM (``18P / w`` bytes with mixed-precision Adam, :func:`sim.memory.deepspeed.zero3_offload_host`);
+  the partition is copied up before each gather, the gradient partition
   goes down after each reduce-scatter, and CPU Adam updates it in place (replicas on one socket
   one after another). Nothing of the model state stays on the GPU.
 * **recompute**: full activation checkpointing of every layer as well.
@@ -34,6 +35,7 @@ from typing import Any
 
 from sim.memory.base import MemoryPolicy, StageContext
 from sim.memory.compose import describe
+from sim.memory.deepspeed import zero3_offload_host
 from sim.memory.estimate import copy_s
 from sim.memory.plan import StagePlan
 from sim.memory.states import optimizer_step_s
@@ -65,7 +67,7 @@ def partition_states(ctx: StageContext, base: StagePlan, offload: bool) -> tuple
     if offload:
         gpu = dict(weight_bytes=versions, grad_bytes=0.0, optimizer_bytes=0.0, optimizer_s=0.0)
         host = dict(
-            host_bytes=own * (d + g + o),
+            host_bytes=zero3_offload_host(own) if o >= 12 else own * (d + g + o),
             host_optimizer_s=own / adam_rate(ctx),
             fetch_bytes=own * d,
             fetch_source=ctx.host,

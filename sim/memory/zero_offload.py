@@ -1,22 +1,25 @@
 """Policy ``zero_offload`` (ZeRO-Offload, Ren et al. ATC'21 §4; memory.md §5.2): optimizer on
 the host, gradients streamed there in buckets during the backward.
 
-``zero_offload[:N][:recompute]``: ``N`` the reduce bucket in millions (2**20) of elements
-(default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
+``zero_offload[:N][:recompute][:overlap]``: ``N`` the reduce bucket in millions (2**20) of
+elements (default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
 ``ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT = 500000000`` in
 ``deepspeed/runtime/zero/constants.py``); ``recompute``: full activation checkpointing of every
-layer too (ZeRO-Offload's evaluation ran with it, paper §6).
+layer too (ZeRO-Offload's evaluation ran with it, paper §6); ``overlap``: DeepSpeed's
+``overlap_comm`` (two gradient buffers).
 
-Per stage replica with ``P`` parameters and ``w`` replicas:
+Per stage replica with ``P`` parameters and ``w`` replicas (bytes as DeepSpeed allocates them,
+:mod:`sim.memory.deepspeed`):
 
-* **GPU**: the 16-bit weights (every version the schedule stashes) and one bucket of 16-bit
-  gradients, ``min(P, bucket) * 2`` bytes: the backward fills the bucket and it drains to the
-  host while the next one fills (§4.1: "gradients are offloaded to CPU memory ... as they are
-  produced"), so no full gradient buffer stays on the GPU.
-* **Host**: fp32 master weights and Adam moments (12 B/param) plus the 16-bit gradient copy
-  (2 B/param) of the replica's ``P / w`` partition; CPU Adam runs there
-  (``Host.adam_params_per_s``; replicas on one socket run theirs one after another, as the
-  engine's ``adam@cpu<i>`` resource does).
+* **GPU**: the 16-bit weights (every version the schedule stashes) and the contiguous gradient
+  buffer(s) of ``min(P, bucket)`` 16-bit elements: the backward fills a bucket and it drains to
+  the host while the next one fills (§4.1: "gradients are offloaded to CPU memory ... as they
+  are produced"), so no full gradient buffer stays on the GPU.
+* **Host**: of the replica's ``P / w`` partition, the fp32 master (pinned), a 16-bit staging
+  copy, fp32 gradients and Adam's moments, 18 bytes per parameter, the pinned ones rounded by
+  torch's host allocator; and CPU Adam's 1 GiB of pinned tiles per process. CPU Adam runs
+  there (``Host.adam_params_per_s``; replicas on one socket run theirs one after another, as
+  the engine's ``adam@cpu<i>`` resource does).
 * **Traffic**: after each B the stage's gradients are reduce-scattered over the ``w`` replicas
   (ZeRO-2, DeepSpeed reduces every micro-step) and the replica's ``2P / w`` bytes go to the
   host; after the host step the updated ``2P / w`` bytes of weights come back and are
@@ -30,18 +33,21 @@ from dataclasses import replace
 
 from sim.memory.base import MemoryPolicy, StageContext
 from sim.memory.compose import activation_plan, describe
+from sim.memory.deepspeed import CPU_ADAM_STAGING_BYTES, ipg_buffer_bytes, zero_offload_host
 from sim.memory.estimate import copy_s
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.stash import stash
 
-HOST_GRAD_BYTES = 2
-"""Bytes per parameter of the gradient copy on the host (16-bit, memory.md §5.2)."""
+HOST_BYTES = 4 + 4
+"""Host bytes per parameter without Adam (fp32 master and fp32 gradient, sim.memory.deepspeed);
+with mixed-precision Adam: :func:`sim.memory.deepspeed.zero_offload_host`."""
 
 REDUCE_BUCKET_ELEMS = 500_000_000
 """DeepSpeed's default ``reduce_bucket_size`` (elements)."""
 
 MELEMS = 2**20
 RECOMPUTE = "recompute"
+OVERLAP = "overlap"
 
 
 def adam_rate(ctx: StageContext) -> float:
@@ -94,7 +100,10 @@ def base_plan(ctx: StageContext, recompute: bool) -> StagePlan:
 
 
 def offload_states(
-    ctx: StageContext, base: StagePlan, bucket_elems: float = REDUCE_BUCKET_ELEMS
+    ctx: StageContext,
+    base: StagePlan,
+    bucket_elems: float = REDUCE_BUCKET_ELEMS,
+    overlap: bool = False,
 ) -> tuple[StagePlan, float]:
     """``base`` with the optimizer state and step on the host and the gradients streamed there
     in buckets (module doc), and the estimated seconds the step adds per iteration (copies and
@@ -105,11 +114,12 @@ def offload_states(
     dp = ctx.dp_width > 1
     plan = replace(
         base,
-        grad_bytes=min(ctx.params, bucket_elems) * g,
+        grad_bytes=ipg_buffer_bytes(bucket_elems, ctx.params, overlap, g),
         grad_bucket_bytes=0.0,
         optimizer_bytes=0.0,
         optimizer_s=0.0,
-        host_bytes=own * (ctx.state.optimizer + HOST_GRAD_BYTES),
+        host_bytes=zero_offload_host(own) if ctx.state.optimizer >= 12 else own * HOST_BYTES,
+        host_framework_bytes=CPU_ADAM_STAGING_BYTES,
         host_optimizer_s=own / adam_rate(ctx),
         fetch_source=ctx.host,
         writeback_bytes=own * g,
@@ -129,26 +139,30 @@ class ZeroOffloadPolicy(MemoryPolicy):
         bucket_melems: the reduce bucket in millions (2**20) of elements (None: DeepSpeed's
             5e8 elements).
         recompute: checkpoint every layer's activations too.
+        overlap: DeepSpeed's ``overlap_comm`` (default false in DeepSpeed; the ZeRO-Offload
+            tutorial sets it): two gradient buffers instead of one.
     """
 
     name = "zero_offload"
     description = "optimizer state and Adam step on the host CPU, gradients streamed in buckets"
 
-    def __init__(self, bucket_melems: int | None = None, recompute: bool = False):
+    def __init__(
+        self, bucket_melems: int | None = None, recompute: bool = False, overlap: bool = False
+    ):
         self.bucket_elems = REDUCE_BUCKET_ELEMS if bucket_melems is None else bucket_melems * MELEMS
-        self.recompute = recompute
+        self.recompute, self.overlap = recompute, overlap
         self.mode = "full" if recompute else None
 
     @classmethod
     def from_args(cls, args: list[str]) -> ZeroOffloadPolicy:
-        size, words = parse_options(cls.name, args, (RECOMPUTE,))
-        return cls(size, RECOMPUTE in words)
+        size, words = parse_options(cls.name, args, (RECOMPUTE, OVERLAP))
+        return cls(size, RECOMPUTE in words, OVERLAP in words)
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
         out = []
         for ctx in contexts:
             base = base_plan(ctx, self.recompute)
-            plan, added = offload_states(ctx, base, self.bucket_elems)
+            plan, added = offload_states(ctx, base, self.bucket_elems, self.overlap)
             added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
             added += ctx.microbatches * plan.recompute_s
             out.append(

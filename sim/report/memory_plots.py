@@ -31,6 +31,7 @@ CATEGORY_COLORS = {
     "reserve": "#525252",
     "allocator": "#969696",
     "working": "#e377c2",
+    "framework": "#d9d9d9",
 }
 """Fill colour of each memory category (the runtime reserve and allocator margin in dark and
 light grey, working memory in pink); other categories are light grey."""

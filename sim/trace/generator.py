@@ -104,12 +104,47 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
             "gpt2-4b": (2304, 1024, 64, 16),
             "gpt3-8b": (3072, 1024, 72, 16),
             "gpt3-10b": (4096, 1024, 50, 16),
+            "gpt3-13b": (4096, 1024, 65, 16),
+            "gpt3-15b": (4096, 1024, 78, 16),
             "gpt3-18b": (4096, 1024, 90, 16),
             "gpt-ds-20b": (8192, 1024, 25, 16),
             "gpt-ds-40b": (8192, 1024, 50, 16),
             "gpt-ds-50b": (8192, 1024, 62, 16),
             "gpt-ds-60b": (8192, 1024, 75, 16),
             "gpt-ds-68b": (9216, 1024, 66, 16),
+            # later additions to the same file (Tencent/PatrickStar@04af7c9):
+            # GPT_DS_70B and GPT_NV_76B (Narayanan et al.'s 76B shape)
+            "gpt-ds-70b": (9216, 1024, 69, 16),
+            "gpt-nv-76b": (10240, 1024, 60, 16),
+        }.items()
+    },
+    **{
+        f"ps-{name}": {
+            "kind": "bert",
+            "hidden": h,
+            "seq_len": s,
+            "layers": L,
+            "heads": a,
+            "vocab": 30522,
+        }
+        for name, (h, s, L, a) in {
+            # The same configs as PatrickStar's benchmark builds them: BERT
+            # (transformers.BertForSequenceClassification over BertConfig(hidden_size,
+            # num_hidden_layers, num_attention_heads, max_position_embeddings=seq), BERT's
+            # vocabulary of 30522; Tencent/PatrickStar@04af7c9 examples/model_builder.py
+            # build_transformer_model). The generator's BERT head (MLM + NSP) stands in for
+            # the sequence classifier: it counts a V*h copy and 4sbV of logits that the
+            # classifier does not have.
+            "gpt2-1b": (2048, 1024, 20, 16),
+            "gpt3-10b": (4096, 1024, 50, 16),
+            "gpt3-18b": (4096, 1024, 90, 16),
+            "gpt-ds-20b": (8192, 1024, 25, 16),
+            "gpt-ds-40b": (8192, 1024, 50, 16),
+            "gpt-ds-50b": (8192, 1024, 62, 16),
+            "gpt-ds-60b": (8192, 1024, 75, 16),
+            "gpt-ds-68b": (9216, 1024, 66, 16),
+            "gpt-ds-70b": (9216, 1024, 69, 16),
+            "gpt-nv-76b": (10240, 1024, 60, 16),
         }.items()
     },
 }

@@ -35,14 +35,35 @@ PATRICKSTAR_SHIPPED = (
     "gpt2-4b",
     "gpt3-8b",
     "gpt3-10b",
+    "gpt3-13b",
+    "gpt3-15b",
     "gpt3-18b",
     "gpt-ds-20b",
     "gpt-ds-40b",
     "gpt-ds-50b",
     "gpt-ds-60b",
     "gpt-ds-68b",
+    "gpt-ds-70b",
+    "gpt-nv-76b",
 )
 """GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
+PATRICKSTAR_BERT_SHIPPED = tuple(
+    f"ps-{n}"
+    for n in (
+        "gpt2-1b",
+        "gpt3-10b",
+        "gpt3-18b",
+        "gpt-ds-20b",
+        "gpt-ds-40b",
+        "gpt-ds-50b",
+        "gpt-ds-60b",
+        "gpt-ds-68b",
+        "gpt-ds-70b",
+        "gpt-nv-76b",
+    )
+)
+"""The same shapes as PatrickStar's benchmark builds them (BERT, vocabulary 30522), for
+experiments/patrickstar-a100.yaml."""
 
 
 def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
@@ -67,7 +88,7 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
             "them (with a note) on other GPUs",
         )
         out.append(replace(t, provenance=prov))
-    for name in GENERATED_SHIPPED + PATRICKSTAR_SHIPPED:
+    for name in GENERATED_SHIPPED + PATRICKSTAR_SHIPPED + PATRICKSTAR_BERT_SHIPPED:
         t = preset_trace(name, microbatch_size=1, dtype="fp16", gpu=preset_gpu("dgx1-v100-16gb"))
         prov = dict(t.provenance)
         prov["notes"] += (
@@ -75,7 +96,12 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
             "number); at other micro-batch sizes and on other GPUs `sim run` regenerates "
             "the trace with the same model."
         )
-        if name in PATRICKSTAR_SHIPPED:
+        if name in PATRICKSTAR_BERT_SHIPPED:
+            prov["shape_source"] = (
+                "Tencent/PatrickStar@04af7c9 examples/model_builder.py (hidden/seq/layers/heads; "
+                "BertForSequenceClassification, vocabulary 30522)"
+            )
+        elif name in PATRICKSTAR_SHIPPED:
             prov["shape_source"] = (
                 "Tencent/PatrickStar@2384535 examples/model_builder.py "
                 "(hidden/seq/layers/heads; memory.md §5.4)"

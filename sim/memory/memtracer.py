@@ -1,0 +1,120 @@
+"""PatrickStar's memory tracer: how much of the GPU and the host its chunks may use.
+
+Source: Tencent/PatrickStar ``patrickstar/core/memtracer/memtracer.py`` (``RuntimeMemTracer``,
+commit 122e55e) and ``patrickstar/core/client.py`` (``param_fp16_chunks_max_mem_usage``).
+``C`` is the chunk size in elements, ``w`` the data-parallel world size, ``T`` the GPU's total
+memory as CUDA reports it (``torch.cuda.get_device_properties(rank).total_memory``).
+
+* **GPU** (``__init__``): ``overall_gpu_mem = T * overall_gpu_mem_ratio`` (default 0.8): chunks
+  and every other tensor (``sys`` = ``torch.cuda.memory_allocated()`` minus the chunks,
+  ``utils/memory_monitor.py``) share it; the CUDA context and NCCL's buffers are outside.
+  After the warm-up, chunks may use at moment ``t`` of a forward or backward
+  (``available_chunk_mem``) ``overall_gpu_mem - max(sys[t], sys[t+1]) - w * 2 * C`` bytes
+  (one chunk group of 16-bit chunks kept free for the next all-gather).
+* **Hybrid Adam** (``update_margin_mem``, after the warm-up backward): ``margin = overall_gpu_mem
+  - max(sys) - param_fp16_chunks_max_mem_usage`` with the latter ``n * 2C + (w - 1) * 2C``
+  (``n`` chunks owned, plus one group's remote chunks); ``margin / (12 C) * margin_use_ratio``
+  (default 0.8) chunks of fp32 parameter, momentum and variance are updated on the GPU
+  ("12 = 4 + 4 + 4 fp32 + m + v"); the rest go through CPU Adam.
+* **Host** (``__init__``): ``overall_cpu_mem = psutil total * overall_cpu_mem_ratio (0.8) /
+  world_size``: chunks a rank may keep in host DRAM. ``psutil``'s total is ``MemTotal``
+  (:func:`sim.memory.host.os_usable_bytes`). On one server ``world_size`` is its ranks.
+
+The two ratios leave ``(1 - 0.8)`` of the GPU and of the host out of the chunks' reach; the
+plan charges that share (less the CUDA runtime, which lies outside ``overall_gpu_mem`` anyway)
+as the framework's, so the ledger overflows exactly when PatrickStar would not place its chunks.
+
+**Chunk size** (:func:`chunk_candidates`): PatrickStar's benchmark searches chunk sizes from
+312M down to 64M elements in steps of 32M (``examples/run_transformers.sh``, ``CS_SEARCH``,
+``for((i=312;i>=64;i-=32))``) and reports each one's utilization (``eval_chunk_size.py``); a
+size is only possible when the largest parameter group fits in a chunk. Where no size up to
+312M holds it, the candidates here continue upwards in the same 32M steps up to twice the
+largest group (an assumption: PatrickStar's script stops at 312M and its A100 benchmark sets
+256M or 384M by hand, ``examples/benchmark/run_a100_benchmark_large_model.sh``). The policy
+runs the candidate a user would keep: the one that fits, fastest (``sim.memory.chunked``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sim.memory.chunks import pack, utilization
+from sim.memory.host import EXACT
+
+MIB = 2**20
+OVERALL_GPU_MEM_RATIO = 0.8
+"""``overall_gpu_mem_ratio`` default (``RuntimeMemTracer.__init__``)."""
+OVERALL_CPU_MEM_RATIO = 0.8
+"""``overall_cpu_mem_ratio`` default."""
+MARGIN_USE_RATIO = 0.8
+"""``margin_use_ratio`` default: share of the post-warm-up margin given to GPU Adam chunks."""
+OS_BYTES = 12
+"""fp32 parameter + momentum + variance bytes per element ("12 = 4 + 4 + 4")."""
+SEARCH_MELEMS = tuple(range(312, 63, -32))
+"""Chunk sizes (M elements) PatrickStar's ``CS_SEARCH`` tries."""
+SEARCH_STEP_MELEMS = 32
+PINNED_ROUNDING = EXACT
+"""How torch sizes PatrickStar's pinned CPU chunks: exactly. PatrickStar runs on torch 1.x (its
+README tests the ``nvcr.io/nvidia/pytorch:21.06-py3`` image, torch 1.9), whose caching host
+allocator allocates the requested size (:mod:`sim.memory.host`); under torch 2.x every chunk
+would take the next power of two."""
+
+
+def overall_gpu_bytes(cuda_total_bytes: float) -> float:
+    """GPU bytes chunks and other tensors may use together: ``0.8 T``."""
+    return OVERALL_GPU_MEM_RATIO * cuda_total_bytes
+
+
+def chunkable_gpu_bytes(
+    cuda_total_bytes: float, sys_bytes: float, dp_width: int, chunk_elems: int, d: int
+) -> float:
+    """Chunk bytes allowed on the GPU during a forward or backward whose other tensors peak at
+    ``sys_bytes``: ``0.8 T - sys - w * C * d`` (``d`` bytes per 16-bit element)."""
+    return overall_gpu_bytes(cuda_total_bytes) - sys_bytes - dp_width * chunk_elems * d
+
+
+def gpu_adam_chunks(
+    cuda_total_bytes: float, sys_bytes: float, owned: int, dp_width: int, chunk_elems: int, d: int
+) -> float:
+    """Optimizer chunk groups hybrid Adam updates on the GPU (``update_margin_mem``), >= 0."""
+    fp16 = owned * chunk_elems * d + (dp_width - 1) * chunk_elems * d
+    margin = overall_gpu_bytes(cuda_total_bytes) - sys_bytes - fp16
+    return max(0.0, margin / (chunk_elems * OS_BYTES) * MARGIN_USE_RATIO)
+
+
+def host_chunk_cap_bytes(mem_total_bytes: float, ranks: int) -> float:
+    """Host bytes one rank's chunks may take: ``0.8 * MemTotal / ranks``."""
+    return OVERALL_CPU_MEM_RATIO * mem_total_bytes / max(1, ranks)
+
+
+def gpu_framework_bytes(cuda_total_bytes: float, runtime_bytes: float) -> float:
+    """GPU bytes out of the chunks' and tensors' reach that the runtime reserve (context,
+    cuBLAS, NCCL, allocator margin: ``runtime_bytes``) does not already cover."""
+    return max(0.0, (1 - OVERALL_GPU_MEM_RATIO) * cuda_total_bytes - runtime_bytes)
+
+
+def host_framework_bytes(mem_total_bytes: float, ranks: int) -> float:
+    """Host bytes per rank out of the chunks' reach: ``0.2 * MemTotal / ranks``."""
+    return (1 - OVERALL_CPU_MEM_RATIO) * mem_total_bytes / max(1, ranks)
+
+
+def chunk_candidates(groups: Sequence[float]) -> list[int]:
+    """Chunk sizes (elements) to try for parameter ``groups``: PatrickStar's search sizes that
+    hold the largest group; if none does, the 32M steps above 312M from the first that holds
+    it up to twice it (module doc)."""
+    largest = max(groups, default=0.0)
+    melems = [m for m in SEARCH_MELEMS if m * MIB >= largest]
+    if not melems:
+        m = SEARCH_MELEMS[0] + SEARCH_STEP_MELEMS
+        while m * MIB < largest:
+            m += SEARCH_STEP_MELEMS
+        melems.append(m)
+        while (m := m + SEARCH_STEP_MELEMS) * MIB <= 2 * largest:
+            melems.append(m)
+    return sorted(m * MIB for m in melems)
+
+
+def best_utilization(groups: Sequence[float]) -> int:
+    """The candidate chunk size (:func:`chunk_candidates`) whose chunks the parameters fill
+    best, as PatrickStar's search reports it; ties go to the smaller size."""
+    return max(chunk_candidates(groups), key=lambda c: utilization(pack(groups, c), c))
