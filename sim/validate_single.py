@@ -41,8 +41,15 @@ from sim.metrics import steady_window
 from sim.point import Resolved, evaluate, resolve
 from sim.sweep import Prepared, expand, prepare
 
-BUSY_KINDS = (EventKind.COMPUTE, EventKind.RECOMPUTE, EventKind.OPTIMIZER, EventKind.STALL)
-"""Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps)."""
+BUSY_KINDS = (
+    EventKind.COMPUTE,
+    EventKind.RECOMPUTE,
+    EventKind.OPTIMIZER,
+    EventKind.STALL,
+    EventKind.HOST_WAIT,
+)
+"""Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps;
+``host_wait``: on its own host issuing ops)."""
 NOT_TENSORS = (MemCategory.RESERVE, MemCategory.ALLOCATOR, MemCategory.FRAMEWORK)
 """Peak categories that ``torch.cuda.max_memory_allocated`` does not see (a framework's share
 is memory it keeps out of its own reach, :mod:`sim.memory.memtracer`)."""

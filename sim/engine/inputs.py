@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from sim.compute.host import HostOverhead
+from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.schedules.action import Action, Program, flatten
@@ -42,6 +44,9 @@ class StageCost:
         bwd_input_s: seconds of the input-gradient part I of a split backward; None when the
             trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
         bwd_weight_s: seconds of the weight-gradient part W; None likewise.
+        fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
+        bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
+            W get shares of them in proportion to their seconds (an assumption).
     """
 
     fwd_s: float
@@ -52,6 +57,16 @@ class StageCost:
     tp_bwd: tuple[tuple[str, float, int], ...] = ()
     bwd_input_s: float | None = None
     bwd_weight_s: float | None = None
+    fwd_ops: float = 0.0
+    bwd_ops: float = 0.0
+
+    def backward_ops(self, op: str) -> float:
+        """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in
+        proportion to their seconds)."""
+        if op == "B" or self.bwd_s <= 0:
+            return self.bwd_ops if op == "B" else self.bwd_ops / 2
+        share = self.input_s if op == "I" else self.weight_s
+        return self.bwd_ops * share / self.bwd_s
 
     @property
     def input_s(self) -> float:
@@ -83,6 +98,8 @@ class StageCost:
             in_bytes,
             bwd_input_s=sum(x.bwd_input_s or 0.0 for x in layers) if split else None,
             bwd_weight_s=sum(x.bwd_weight_s or 0.0 for x in layers) if split else None,
+            fwd_ops=sum(x.fwd_ops or 0.0 for x in layers),
+            bwd_ops=sum(x.bwd_ops or 0.0 for x in layers),
         )
 
 
@@ -103,10 +120,9 @@ class PipelineRuntime:
             rank's next action waits until the send is complete. False: a send starts when its
             action ends and nothing waits for it (torch pipelining's ``isend``).
         sync_after_p2p: the host synchronizes with the device after every exchange of sends and
-            receives (a host/device sync point before the next action).
+            receives (its clock waits for the device before it issues the next action's ops:
+            :meth:`sim.engine.host.HostThreads.wait`).
         sync_before_forward: the host synchronizes with the device before every forward.
-        sync_resume_s: seconds the device idles after a host sync point until the host has
-            issued the next kernel (a placeholder for the host model, which refines it).
         tied_grad_bytes: gradient bytes all-reduced between the first and the last stage of a
             replica (per tensor rank) at each optimizer step (a word embedding kept on both
             ends); 0: none.
@@ -122,7 +138,6 @@ class PipelineRuntime:
     blocking_p2p: bool = False
     sync_after_p2p: bool = False
     sync_before_forward: bool = False
-    sync_resume_s: float = 0.0
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
     step_barrier: str = "none"
@@ -133,8 +148,8 @@ class PipelineRuntime:
             raise ValueError(
                 f"step_barrier must be one of {STEP_BARRIERS}, not {self.step_barrier!r}"
             )
-        if min(self.sync_resume_s, self.tied_grad_bytes, self.step_transient) < 0:
-            raise ValueError("sync_resume_s, tied_grad_bytes and step_transient must be >= 0")
+        if min(self.tied_grad_bytes, self.step_transient) < 0:
+            raise ValueError("tied_grad_bytes and step_transient must be >= 0")
 
     @property
     def syncs(self) -> bool:
@@ -162,6 +177,11 @@ class SimInput:
             ``plans``); empty without tensor parallelism.
         runtime: what the framework's pipeline engine does around the actions
             (:class:`PipelineRuntime`).
+        host: what issuing an op costs every rank's host thread (:mod:`sim.compute.host`),
+            overriding the topology's hosts (e.g. a framework that runs under CUDA graphs);
+            None: each GPU's host socket's ``overhead``.
+        host_syncs: where the host blocks until the device is done
+            (:data:`sim.engine.host.SYNC_POINTS`).
     """
 
     topology: Topology
@@ -174,6 +194,20 @@ class SimInput:
     tensor_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
     tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
     runtime: PipelineRuntime = PipelineRuntime()
+    host: HostOverhead | None = None
+    host_syncs: frozenset[str] = DEFAULT_SYNCS
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.host_syncs) - set(SYNC_POINTS))
+        if unknown:
+            raise ValueError(f"unknown host sync points {unknown}; use {sorted(SYNC_POINTS)}")
+
+    def host_overhead(self, gpu: str) -> HostOverhead:
+        """The host overhead of the process driving ``gpu`` (node name): :attr:`host`, else
+        its host socket's."""
+        if self.host is not None:
+            return self.host
+        return self.topology.host(self.topology.gpu(int(gpu.removeprefix("gpu"))).host).overhead
 
     @cached_property
     def stages(self) -> int:

@@ -10,7 +10,9 @@ activation, a backward (B or I) for its output gradient; a W only for its I (ear
 same list). Sends of
 activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
-links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
+links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
+F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
+has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
@@ -24,8 +26,10 @@ import gc
 
 import simpy
 
+from sim.compute.host import HostWork
 from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.streams import ComputeStream
@@ -55,7 +59,8 @@ class Engine:
         self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute, inp.microbatches)
         self.collectives = Collectives(env, inp, self.links)
         self.tensor = TensorCollectives(env, inp, self.links)
-        self.exchanges = Exchanges(env, inp, self.compute)
+        self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
+        self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -171,6 +176,11 @@ class Engine:
         self.exchanges.post(key)
         yield self._arrival(key)
 
+    def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
+        """Process: run an action's ops as ``rep``'s host thread issues them."""
+        clock = self.hosts.clock(rep.gpu)
+        yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
+
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
@@ -228,6 +238,7 @@ class Engine:
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield from self._receive(("act", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, not rep.first)
         if plan.fetch_bytes > 0:
@@ -236,7 +247,9 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+        cost = rep.cost
+        work = self.hosts.work(gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops)
+        yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         now = self.env.now
@@ -267,6 +280,7 @@ class Engine:
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
             yield from self._receive(("grad", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, uses_grad and not rep.last)
         if uses_grad and plan.swap_bytes > 0:
@@ -281,11 +295,14 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+            rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+            work = self.hosts.work(gpu, "R", *rec)
+            yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+        work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+        yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
         now = self.env.now
@@ -366,6 +383,7 @@ class Engine:
         if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
         yield from self.exchanges.barrier(rep, k, "after_update", tags)
+        self.hosts.sync(rep.gpu, "step")
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now

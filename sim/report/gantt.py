@@ -43,6 +43,7 @@ STYLES: dict[str, tuple[str, str, str]] = {
     "swap_in": ("#c49c94", "", "swap in"),
     "chunk_move": ("#bcbd22", "", "chunk move"),
     "stall": ("#7f7f7f", "xx", "stall (waiting for data)"),
+    "host_wait": ("#bdbdbd", "..", "waiting for the host to issue"),
     "other": ("#c7c7c7", "", "other"),
 }
 """Colour, hatch and legend label of each bar class."""

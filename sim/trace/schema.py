@@ -23,7 +23,15 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-OPTIONAL_FIELDS = ("bwd_input_s", "bwd_weight_s", "flops", "attn_core_act_bytes", "attn_core_flops")
+OPTIONAL_FIELDS = (
+    "bwd_input_s",
+    "bwd_weight_s",
+    "flops",
+    "attn_core_act_bytes",
+    "attn_core_flops",
+    "fwd_ops",
+    "bwd_ops",
+)
 """Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
 
 
@@ -51,6 +59,12 @@ class LayerProfile:
             Korthikanti et al.), which selective recompute drops (memory.md §2, §5.1).
         attn_core_flops: optional forward FLOPs of the attention core (``4*b*s^2*h``: scores
             and attention over V), the part selective recompute repeats.
+        fwd_ops: optional number of ops the host issues for the layer's forward: PyTorch
+            operator calls (ATen ops, views included) as a ``TorchDispatchMode`` counts them,
+            with autograd recording on; what the host model charges ``op_s`` each
+            (:mod:`sim.compute.host`). The same at every micro-batch size.
+        bwd_ops: optional number of ops the autograd engine dispatches for the layer's
+            backward (charged ``backward_op_s`` each).
     """
 
     name: str
@@ -64,6 +78,8 @@ class LayerProfile:
     flops: float | None = None
     attn_core_act_bytes: float | None = None
     attn_core_flops: float | None = None
+    fwd_ops: float | None = None
+    bwd_ops: float | None = None
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``; empty when the layer is valid."""
