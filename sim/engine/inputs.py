@@ -41,6 +41,9 @@ class StageCost:
         tp_fwd: tensor-parallel collectives of a forward, ``(kind, bytes each, count)``
             (:func:`sim.tensor.megatron.aggregate`); empty without tensor parallelism.
         tp_bwd: the same for a backward (B, or I).
+        tp_recompute: the same for the recompute before a backward: the collectives of the
+            fully checkpointed layers' forwards (Megatron's ``CheckpointFunction.backward``
+            re-runs the forward, its ``all_reduce``s included); set from the memory plan.
         bwd_input_s: seconds of the input-gradient part I of a split backward; None when the
             trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
         bwd_weight_s: seconds of the weight-gradient part W; None likewise.
@@ -55,6 +58,7 @@ class StageCost:
     in_bytes: float
     tp_fwd: tuple[tuple[str, float, int], ...] = ()
     tp_bwd: tuple[tuple[str, float, int], ...] = ()
+    tp_recompute: tuple[tuple[str, float, int], ...] = ()
     bwd_input_s: float | None = None
     bwd_weight_s: float | None = None
     fwd_ops: float = 0.0

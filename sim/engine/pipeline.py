@@ -298,6 +298,8 @@ class Engine:
             rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
             work = self.hosts.work(gpu, "R", *rec)
             yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
+            if rep.cost.tp_recompute:
+                yield from self.tensor.join(rep, f"R{a}", rep.cost.tp_recompute, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)

@@ -36,6 +36,7 @@ def activation_plan(
         recompute_s=st.recompute_s,
         recompute_ops=st.recompute_ops,
         recompute_regions=len(st.full_layers) + len(st.selective_layers),
+        recompute_layers=st.full_layers,
         transient_bytes=st.transient_bytes if st.dropped_bytes > 0 else None,
     )
 

@@ -41,6 +41,8 @@ class StagePlan:
             layers' ``fwd_ops``; :mod:`sim.compute.host`).
         recompute_regions: checkpointed regions re-entered per micro-batch (one per
             checkpointed layer).
+        recompute_layers: indices (within the stage) of the fully checkpointed layers, whose
+            whole forward, tensor-parallel collectives included, runs again.
         weight_bytes: GPU bytes of weights (all versions).
         grad_bytes: GPU bytes of gradient buffers.
         optimizer_bytes: GPU bytes of optimizer state.
@@ -94,6 +96,7 @@ class StagePlan:
     recompute_s: float = 0.0
     recompute_ops: float = 0.0
     recompute_regions: int = 0
+    recompute_layers: tuple[int, ...] = ()
     weight_bytes: float = 0.0
     grad_bytes: float = 0.0
     optimizer_bytes: float = 0.0

@@ -48,7 +48,7 @@ from sim.tensor.megatron import (
     head_comm,
     parallel_modules,
 )
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 SHAPE_KEYS = ("kind", "hidden", "heads", "seq_len", "vocab")
 """Fields of a model shape tensor parallelism needs."""
@@ -137,14 +137,6 @@ def _layer_times(
         fwd, bwd_in, bwd_w = head_kernels(shape["kind"], b, s, h, vt, d)
         return run(fwd), run(bwd_in), run(bwd_w)
     return _phases(block_times(_block_shape(shape), b, spec, dtype, t, sp))
-
-
-def layer_kind(name: str) -> str:
-    """``embedding``, ``head`` or ``block`` from a layer's name (the generator's names)."""
-    for kind in ("embedding", "head"):
-        if name.startswith(kind):
-            return kind
-    return "block"
 
 
 def _ratio(new: float, old: float) -> float:

@@ -269,6 +269,15 @@ def _lerp(x: LayerProfile, y: LayerProfile, w: float) -> LayerProfile:
     return replace(x, **values)  # type: ignore[arg-type]
 
 
+def layer_kind(name: str) -> str:
+    """``embedding``, ``head`` or ``block`` from a layer's name (the generator's names, which
+    ``sim profile`` and the torch backend's GPT also use); any other name is a block."""
+    for kind in ("embedding", "head"):
+        if name.startswith(kind):
+            return kind
+    return "block"
+
+
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
 
 
