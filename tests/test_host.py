@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from sim.compute.host import HostOverhead, HostWork, issue_exactly
 from sim.engine import StageCost, simulate
+from sim.engine.host import action_work, layered_work
 from tests.helpers import uniform_input
 
 times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
@@ -185,3 +186,19 @@ def test_kineto_import_counts_leaf_ops_per_layer(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     layer = read_kineto(path, microbatch_size=1).layers[0]
     assert (layer.fwd_ops, layer.bwd_ops) == (3.0, 4.0)
+
+
+def test_an_action_is_issued_layer_by_layer():
+    # Layer A: 4 ops of 0.25 s host, 0.0625 s device each (host-bound); layer B: 1 op of
+    # 0.25 s host, 1 s device (device-bound). One by one: A's ops are issued at 0.25 ... 1.0
+    # and end at 1.0625; B is issued at 1.25 and ends at 2.25. Summarised as one action of 5
+    # alike ops the device would end at 1.5 (B's device time hidden in A's host slack).
+    host = HostOverhead(op_s=0.25)
+    parts = ((0.25, 4.0, 0.0), (1.0, 1.0, 0.0))
+    exact = issue_exactly([0.25] * 5, [0.0625] * 4 + [1.0], 0.0, 0.0)
+    assert layered_work(host, "F", parts).finish(0.0, 0.0) == pytest.approx(exact)
+    assert exact == pytest.approx((2.25, 1.25))
+    assert action_work(host, "F", 1.25, 5.0).finish(0.0, 0.0)[0] == pytest.approx(1.5)
+    # each recomputed layer is one checkpointed region: its wrapper cost comes with it
+    wrapped = HostOverhead(op_s=0.25, checkpoint_s=0.5)
+    assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.25 + 2 * 0.5)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import simpy
 
@@ -86,6 +87,24 @@ def action_work(
     return HostWork.of_ops(ops, h, device_s)
 
 
+@lru_cache(maxsize=8192)
+def layered_work(
+    host: HostOverhead, op: str, parts: tuple[tuple[float, float, float], ...]
+) -> HostWork:
+    """The :class:`HostWork` of an action issued layer by layer: each part
+    ``(device_s, ops, nograd_ops)`` summarised by :func:`action_work` (a recomputed layer
+    ``R`` is one checkpointed region) and composed in order with :meth:`HostWork.then`.
+
+    Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
+    no longer hide each other's slack, as they would in one summary of the whole action
+    (whose ops :func:`action_work` takes as alike); within a layer the ops are still alike."""
+    out = HostWork.device_only(0.0)
+    for device_s, ops, nograd in parts:
+        regions = 1 if op == "R" else 0
+        out = out.then(action_work(host, op, device_s, ops, regions, nograd))
+    return out
+
+
 class HostThreads:
     """The host thread of every rank's process, one per GPU.
 
@@ -122,6 +141,10 @@ class HostThreads:
         (``torch.cuda.synchronize()``): a framework's own sync points
         (:class:`~sim.engine.inputs.PipelineRuntime`, :mod:`sim.engine.exchanges`)."""
         self.clock(gpu).sync(self.env.now)
+
+    def layered(self, gpu: str, op: str, parts: tuple[tuple[float, float, float], ...]) -> HostWork:
+        """:func:`layered_work` with ``gpu``'s host overhead."""
+        return layered_work(self.overhead_of(gpu), op, parts)
 
     def work(
         self,

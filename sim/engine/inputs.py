@@ -22,6 +22,10 @@ DDP_BUCKET_BYTES = 25 * 2**20
 DistributedDataParallel docs)."""
 
 
+Part = tuple[float, float, float]
+"""``(device seconds, ops, ops issued without autograd recording)`` of one layer in an action
+(:mod:`sim.engine.host`)."""
+
 DEFAULT_INPUT_SHARE = 0.5
 """Share of a backward that is its input gradient (I) when a trace lacks ``bwd_input_s`` /
 ``bwd_weight_s``: an assumption. A transformer layer's input-gradient and weight-gradient GEMMs
@@ -50,6 +54,10 @@ class StageCost:
         fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
         bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
             W get shares of them in proportion to their seconds (an assumption).
+        fwd_layers: ``(seconds, ops)`` of each layer's forward, in order, so that the host
+            model summarises a forward layer by layer (:meth:`forward_parts`); empty: one
+            summary of the whole stage.
+        bwd_layers: the same for each layer's backward, in forward order.
     """
 
     fwd_s: float
@@ -63,6 +71,26 @@ class StageCost:
     bwd_weight_s: float | None = None
     fwd_ops: float = 0.0
     bwd_ops: float = 0.0
+    fwd_layers: tuple[tuple[float, float], ...] = ()
+    bwd_layers: tuple[tuple[float, float], ...] = ()
+
+    def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
+        """``(seconds, ops, ops without autograd)`` of each layer's forward, in issue order;
+        the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
+        full = set(checkpointed)
+        return tuple(
+            (sec, ops, ops if i in full else 0.0) for i, (sec, ops) in enumerate(self.fwd_layers)
+        )
+
+    def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
+        """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
+        order (Megatron recomputes each layer when the backward reaches it; their issue order
+        does not change the max-plus summary's host and device sums, only its span)."""
+        return tuple((*self.fwd_layers[i], 0.0) for i in sorted(checkpointed))
+
+    def backward_parts(self) -> tuple[Part, ...]:
+        """Each layer's backward, in the order autograd runs them (last layer first)."""
+        return tuple((sec, ops, 0.0) for sec, ops in reversed(self.bwd_layers))
 
     def backward_ops(self, op: str) -> float:
         """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in
@@ -104,6 +132,8 @@ class StageCost:
             bwd_weight_s=sum(x.bwd_weight_s or 0.0 for x in layers) if split else None,
             fwd_ops=sum(x.fwd_ops or 0.0 for x in layers),
             bwd_ops=sum(x.bwd_ops or 0.0 for x in layers),
+            fwd_layers=tuple((x.fwd_s, x.fwd_ops or 0.0) for x in layers),
+            bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0) for x in layers),
         )
 
 

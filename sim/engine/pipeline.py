@@ -248,7 +248,12 @@ class Engine:
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
         cost = rep.cost
-        work = self.hosts.work(gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops)
+        if cost.fwd_layers and _full_only(plan):
+            work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
+        else:
+            work = self.hosts.work(
+                gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
+            )
         yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
@@ -295,15 +300,21 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
-            work = self.hosts.work(gpu, "R", *rec)
+            if rep.cost.fwd_layers and _full_only(plan):
+                work = self.hosts.layered(gpu, "R", rep.cost.recompute_parts(plan.recompute_layers))
+            else:
+                rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+                work = self.hosts.work(gpu, "R", *rec)
             yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
             if rep.cost.tp_recompute:
                 yield from self.tensor.join(rep, f"R{a}", rep.cost.tp_recompute, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+        if a.op == "B" and rep.cost.bwd_layers:
+            work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
+        else:
+            work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
         yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
@@ -389,6 +400,12 @@ class Engine:
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+
+def _full_only(plan) -> bool:
+    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
+    so that a forward and its recompute can be issued layer by layer."""
+    return plan.recompute_regions == len(plan.recompute_layers)
 
 
 def _stage_of(a: Action) -> int:
