@@ -393,3 +393,12 @@ def test_expand_records_the_framework_on_every_point():
     assert {r for _, r in skipped} == {
         "framework megatron-lm runs only 1f1b, interleaved_1f1b, not gpipe"
     }
+
+
+def test_megatron_lm_with_torch_ddp_differs_only_in_the_gradient_reduction():
+    # SC'21's run_table_1.sh: --DDP-impl torch (25 MiB buckets overlapped with the backward)
+    torch_ddp, lm = get_framework("megatron-lm-torch-ddp"), get_framework("megatron-lm")
+    assert torch_ddp.dp_bucket_bytes.value == DDP_BUCKET_BYTES and lm.dp_bucket_bytes.value == 0
+    assert torch_ddp.reduce_extra_bytes.value == (0.0, 0.0)
+    same = set(lm.SETTINGS) - {"dp_bucket_bytes", "reduce_extra_bytes"}
+    assert all(getattr(torch_ddp, k).value == getattr(lm, k).value for k in same)
