@@ -50,14 +50,14 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
-
+from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import PointConfig, parse_experiment  # noqa: E402
 from sim.hardware.loader import load_hardware  # noqa: E402
 from sim.sweep import Prepared, evaluate_row  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
+VTRAIN_LUT = ROOT / "validation" / "vtrain" / "allreduce_lut.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
 FRAMEWORK = "megatron-deepspeed"
@@ -77,13 +77,40 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     return df
 
 
+def vtrain_hardware(preset: str, path: Path = VTRAIN_LUT) -> dict:
+    """``preset`` with the all-reduce times vTrain measured on its A100 node over 2, 4 and 8
+    GPUs (``validation/vtrain/allreduce_lut.csv``) as the hardware's ``collectives:`` tables,
+    so that the engine takes its all-reduces of those sizes from them
+    (:mod:`sim.hardware.comm_tables`). Assumption: the tables were measured on the node of the
+    ground-truth runs (vTrain ships them as its A100 lookup table)."""
+    lut = pd.read_csv(path)
+    tables = [
+        {
+            "kind": "allreduce",
+            "ranks": int(n),
+            "sizes": [float(b) for b in grp.bytes],
+            "times": [f"{t} us" for t in grp.time_us],
+            "source": f"vTrain trace/a100/AR_GPU{n}_1M_1024M_LUT (out-of-place, nccl-tests)",
+        }
+        for n, grp in lut.groupby("gpus")
+    ]
+    return {"base": preset, "name": f"{preset}+vtrain-allreduce", "collectives": tables}
+
+
 def predict(
-    df: pd.DataFrame, hardware: str, framework: str = FRAMEWORK, policy: str = POLICY
+    df: pd.DataFrame,
+    hardware: str,
+    framework: str = FRAMEWORK,
+    policy: str = POLICY,
+    collectives: str = "vtrain",
 ) -> pd.DataFrame:
     """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row),
-    each row run as ``framework`` runs it (:mod:`sim.framework`)."""
-    topo = load_hardware(hardware)
+    each row run as ``framework`` runs it (:mod:`sim.framework`); ``collectives="vtrain"``
+    takes the all-reduces from vTrain's measured table (:func:`vtrain_hardware`), ``"model"``
+    from NCCL's cost model."""
     gpu = preset_gpu(hardware)
+    hw: str | dict = vtrain_hardware(hardware) if collectives == "vtrain" else hardware
+    topo = load_hardware(hw)
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
@@ -104,7 +131,7 @@ def predict(
         exp = parse_experiment(
             {
                 "name": "measured",
-                "hardware": hardware,
+                "hardware": hw,
                 "models": [{"name": name, "trace": name}],
                 "training": {"global_batch": int(rec.global_batch), "dtype": "fp16"},
                 "options": {"partition": "uniform"},
@@ -249,9 +276,17 @@ def main() -> None:
         default=POLICY,
         help="memory policy the rows run with (default: %(default)s, vTrain's use_checkpoint)",
     )
+    ap.add_argument(
+        "--collectives",
+        choices=("vtrain", "model"),
+        default="vtrain",
+        help="all-reduce times: vTrain's measured table for 2/4/8 GPUs (default) or NCCL's model",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    res = predict(load_vtrain(), args.hardware, args.framework, args.memory_policy)
+    res = predict(
+        load_vtrain(), args.hardware, args.framework, args.memory_policy, args.collectives
+    )
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

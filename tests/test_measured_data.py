@@ -1,11 +1,15 @@
-"""Megatron-LM's SC'21 Table 1 as the benchmark reads it (benchmarks/measured_sc21.py)."""
+"""The measured datasets as benchmarks/bench_measured.py reads them: Megatron-LM's SC'21 Table 1
+(benchmarks/measured_sc21.py) and vTrain's all-reduce table."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
+from benchmarks.bench_measured import vtrain_hardware
 from benchmarks.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
+from sim.engine.hierarchical import collective_plan
+from sim.hardware.loader import load_hardware
 
 
 def test_eq3_by_hand():
@@ -27,3 +31,14 @@ def test_table1_is_self_consistent():
     assert ((df.tflops_per_gpu / 312 * 100 - df.pct_peak).abs() <= 0.5).all()
     assert (df.data_parallel * df.tensor_parallel * df.pipeline_parallel == df.gpus).all()
     assert (df.microbatches * df.microbatch_size * df.data_parallel == df.global_batch).all()
+
+
+def test_vtrain_all_reduce_table_drives_the_engine():
+    # vTrain's measured A100 all-reduce (trace/a100/AR_GPU2_1M_1024M_LUT): 4 MiB over 2 GPUs
+    # in 61.18 us, 8 MiB in 86.9 us; between them linear in bytes (sim.hardware.comm_tables)
+    topo = load_hardware(vtrain_hardware("dgx-a100-40gb"))
+    plan = collective_plan(topo, ("gpu0", "gpu1"))
+    assert plan.time_s(4 * 2**20, "allreduce") == pytest.approx(61.18e-6)
+    assert plan.time_s(6 * 2**20, "allreduce") == pytest.approx(72.72e-6)
+    assert plan.time_s(7 * 2**20, "allreduce") == pytest.approx((72.72e-6 + 86.9e-6) / 2)
+    assert {t.ranks for t in topo.collectives} == {2, 4, 8}
