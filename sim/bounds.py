@@ -77,7 +77,7 @@ from sim.schedules.analysis import peak_in_flight
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.rank import rank_trace
-from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class RankTotals:
         groups: ``((params, act_bytes, count), ...)``: the layers grouped by their parameters
             and stash (a GPT trace has a few kinds: embedding, block, head).
         layer_recompute_s: per mode, each layer's forward seconds recomputed per micro-batch by
-            ``recompute:full`` (every layer's forward, :func:`sim.memory.stash.stash`) and
+            ``recompute:full`` (every block's forward, :mod:`sim.memory.recompute`) and
             ``recompute:selective`` (the attention core's share).
         layer_seconds: per layer, ``fwd_s + bwd_s``.
         layer_comm: per layer, its tensor-parallel collectives ``((kind, bytes, count), ...)``
@@ -265,7 +265,7 @@ class BoundModel:
             key = (x.param_bytes / per_elem, x.act_bytes)
             groups[key] = groups.get(key, 0) + 1
         rec = {
-            "full": [x.fwd_s for x in layers],
+            "full": [x.fwd_s if layer_kind(x.name) == "block" else 0.0 for x in layers],
             "selective": [
                 x.fwd_s * x.attn_core_flops / x.flops
                 if x.attn_core_act_bytes and x.attn_core_flops and x.flops

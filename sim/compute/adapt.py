@@ -32,6 +32,7 @@ from sim.compute.layers import embedding_times, head_times
 from sim.compute.routing import expert_rows
 from sim.compute.transformer import BlockShape, block_times
 from sim.hardware.loader import list_presets, load_hardware
+from sim.trace.decoder import decoder_trace
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 
@@ -105,8 +106,6 @@ def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
     kind = inputs.pop("kind")
     inputs.pop("gpu_model", None)
     if kind == "decoder":  # sim.trace.decoder: the shape is the rest of the inputs
-        from sim.trace.decoder import decoder_trace
-
         shape = {k: v for k, v in inputs.items() if k not in ("microbatch_size", "dtype")}
         out = decoder_trace(
             shape, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype

@@ -10,7 +10,9 @@ activation, a backward (B or I) for its output gradient; a W only for its I (ear
 same list). Sends of
 activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
-links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
+links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
+F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
+has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
@@ -24,9 +26,11 @@ import gc
 
 import simpy
 
+from sim.compute.host import HostWork
 from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.groups import GroupCollectives
+from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
@@ -58,7 +62,8 @@ class Engine:
         self.collectives = Collectives(env, inp, self.links)
         self.tensor = TensorCollectives(env, inp, self.links)
         self.groups = GroupCollectives(env, inp, self.links)
-        self.exchanges = Exchanges(env, inp, self.compute)
+        self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
+        self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -195,6 +200,11 @@ class Engine:
         self.exchanges.post(key)
         yield self._arrival(key)
 
+    def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
+        """Process: run an action's ops as ``rep``'s host thread issues them."""
+        clock = self.hosts.clock(rep.gpu)
+        yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
+
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
@@ -261,6 +271,7 @@ class Engine:
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield from self._receive(("act", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, not rep.first)
         if plan.fetch_bytes > 0:
@@ -269,10 +280,17 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
+        cost = rep.cost
         if overlap is not None:
-            yield from overlap.body(rep, a, rep.cost.fwd_s, rep.cost.group_fwd, tags)
+            yield from overlap.body(rep, a, cost.fwd_s, cost.group_fwd, tags)
         else:
-            yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+            if cost.fwd_layers and _full_only(plan):
+                work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
+            else:
+                work = self.hosts.work(
+                    gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
+                )
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         if rep.cost.group_fwd and overlap is None:
@@ -306,6 +324,7 @@ class Engine:
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
             yield from self._receive(("grad", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, uses_grad and not rep.last)
         if uses_grad and plan.swap_bytes > 0:
@@ -320,15 +339,31 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            run = overlap.compute if overlap is not None else self.compute.run
-            yield from run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+            if overlap is not None:
+                yield from overlap.compute(
+                    gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags
+                )
+            else:
+                if rep.cost.fwd_layers and _full_only(plan):
+                    parts = rep.cost.recompute_parts(plan.recompute_layers)
+                    work = self.hosts.layered(gpu, "R", parts)
+                else:
+                    rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+                    work = self.hosts.work(gpu, "R", *rec)
+                yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
+            if rep.cost.tp_recompute:
+                yield from self.tensor.join(rep, f"R{a}", rep.cost.tp_recompute, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
         if overlap is not None and uses_grad:
             yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags)
         else:
-            yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+            if a.op == "B" and rep.cost.bwd_layers:
+                work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
+            else:
+                work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
         if uses_grad and rep.cost.group_bwd and overlap is None:
@@ -415,9 +450,16 @@ class Engine:
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
         yield from self.exchanges.barrier(rep, k, "after_update", tags)
+        self.hosts.sync(rep.gpu, "step")
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+
+def _full_only(plan) -> bool:
+    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
+    so that a forward and its recompute can be issued layer by layer."""
+    return plan.recompute_regions == len(plan.recompute_layers)
 
 
 def _stage_of(a: Action) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from sim.compute.host import NO_HOST
 from sim.errors import InputError
 from sim.hardware.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.hardware.cluster import expand_servers
@@ -140,11 +141,13 @@ def topology_from_spec(
     if problems:
         name, message = problems[0]
         raise InputError(message, file=file, field=where(name))
+    over = spec.host_overhead.overhead() if spec.host_overhead else NO_HOST
     hosts = tuple(
         Host(
             h.name,
             os_usable_bytes(h.dram) if h.usable_dram is None else h.usable_dram,
             h.adam_params_per_s,
+            overhead=over,
         )
         for h in spec.hosts
     )
