@@ -11,20 +11,25 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
 from sim.engine import simulate
 from sim.errors import InputError
+from sim.experiment import prepare
+from sim.hardware.capacity import NO_RESERVE
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
-from sim.memory.capacity import NO_RESERVE
 from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
+from sim.memory.per_stage import PerStagePolicy
 from sim.memory.plan import StagePlan
-from sim.memory.registry import get_policy, parse_policy
-from sim.memory.spec import PolicySpec
-from sim.point import evaluate, resolve, stage_contexts
+from sim.memory.recompute import RecomputePolicy
+from sim.memory.registry import parse_policy
+from sim.point import evaluate, resolve
+from sim.point_config import PointConfig
+from sim.point_row import point_row
+from sim.point_stages import stage_contexts
 from sim.schedules.analysis import peak_in_flight
-from sim.sweep import evaluate_row, expand, prepare
+from sim.sweep import expand
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology, uniform_input
@@ -352,7 +357,7 @@ def planned(res, policy: str, trace: Trace, **options):
         program,
     )
     flat = [c for row in rows for c in row]
-    return flat, get_policy(policy).plan_all(flat)
+    return flat, parse_policy(policy).plan_all(flat)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -733,19 +738,30 @@ def test_the_notes_cases_overflow_without_a_policy():
     ],
 )
 def test_policy_specs(spec, cls):
-    pol = get_policy(spec)
-    assert type(pol).__name__ == cls and pol.spec == spec
-    assert type(get_policy(parse_policy(spec))).__name__ == cls
+    pol = parse_policy(spec)
+    assert type(pol).__name__ == cls and pol.text == spec
+    assert parse_policy(spec) is pol  # parsed once: every point with the string shares it
 
 
 def test_parse_policy_gives_the_typed_fields_the_string_says():
-    assert parse_policy("recompute") == PolicySpec("recompute", "recompute", mode="full")
+    plain = parse_policy("recompute")
+    assert isinstance(plain, RecomputePolicy) and (plain.text, plain.mode, plain.layers) == (
+        "recompute",
+        "full",
+        None,
+    )
     full = parse_policy("recompute:full:4")
-    assert (full.kind, full.mode, full.layers, full.args) == ("recompute", "full", 4, ("full", "4"))
+    assert (full.name, full.mode, full.layers, full.text) == (
+        "recompute",
+        "full",
+        4,
+        "recompute:full:4",
+    )
     assert parse_policy("recompute:selective").mode == "selective"
     assert parse_policy("cpu_swap").fraction == 1.0 and parse_policy("cpu_swap:0.5").fraction == 0.5
     per = parse_policy("none|recompute:full:2|cpu_swap:0.25|none")
-    assert per.kind == "per_stage" and per.kinds() == {"none", "recompute", "cpu_swap"}
+    assert isinstance(per, PerStagePolicy)
+    assert {p.name for p in per.parts()} == {"none", "recompute", "cpu_swap"}
     assert [per.for_stage(s, 4).text for s in range(4)] == [
         "none",
         "recompute:full:2",
@@ -794,7 +810,7 @@ def test_stage_policies_option():
         (4, "recompute:full:2|cpu_swap|none|none")
     ]
     assert "names 4 stages" in skipped[0][1]
-    row = evaluate_row(prep, points[0])
+    row = point_row(prep, points[0])[0]
     notes = json.loads(row["policy_notes"])
     # stage 0's first two layers are the embedding and one block: only the block is
     # checkpointed (sim.memory.recompute)
@@ -819,7 +835,7 @@ def test_results_row_has_policy_columns():
         }
     )
     prep = prepare(exp, "experiments/t.yaml")
-    row = evaluate_row(prep, expand(prep)[0][0])
+    row = point_row(prep, expand(prep)[0][0])[0]
     h, layers, vocab, seq = 2048, 20, 50257, 1024  # traces/gpt2-1b.yaml
     # blocks 12h^2 + 13h (Narayanan et al. SC'21), token + position embeddings, final
     # LayerNorm (2h) and an untied LM head (Vh)

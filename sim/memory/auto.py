@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.chunked import chunk_states
-from sim.memory.compose import activation_plan, describe, ms, note_reservations
+from sim.memory.compose import activation_plan, describe, ms, note_reservations, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.estimate import (
     HEADROOM,
     SWAP_LIVE,
@@ -74,9 +75,9 @@ class AutoPolicy(MemoryPolicy):
         """Every local option of a stage, best first (``on_host``: stages on its socket;
         ``ranks``: stages on the server)."""
         out = []
-        offload, off_s = offload_states(ctx, ctx.resident_plan())
+        offload, off_s = offload_states(ctx, resident_plan(ctx))
         off_s += (on_host - 1) * offload.host_optimizer_s
-        resident = ctx.resident_plan()
+        resident = resident_plan(ctx)
         for tag, base, extra in (("gpu", resident, 0.0), ("zero_offload", offload, off_s)):
             for st in stash_choices(ctx):
                 o = option(ctx, st, base, extra_s=extra)
@@ -116,7 +117,7 @@ class AutoPolicy(MemoryPolicy):
             ctx, cur = contexts[i], chosen[i]
             if cur.added_s <= 0 or cur.state == "chunked" or ctx.in_flight <= SWAP_LIVE:
                 continue
-            base = ctx.resident_plan()
+            base = resident_plan(ctx)
             if cur.state == "zero_offload":
                 base = offload_states(ctx, base)[0]
             pairs = list(fixed) + [

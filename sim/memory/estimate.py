@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sim.hardware.topology import Topology
-from sim.memory.base import StageContext
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
 
 HEADROOM = 0.03
