@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from sim.config import PointConfig, parse_experiment
@@ -361,6 +361,9 @@ def planned(res, policy: str, trace: Trace, **options):
     where=st.floats(0.05, 0.95),
     policy=st.sampled_from(["d2d_swap", "d2d_swap+recompute", "d2d_swap:weights"]),
 )
+# A draw that failed: swap-outs a few percent slower than a forward queue up over the warm-up,
+# and the planner counted 3 stashes on the GPU where the engine holds 4 (estimate.swap_live).
+@example(b=1, sched="pipedream", layout=(8, 1), where=0.5, policy="d2d_swap:weights")
 def test_d2d_never_places_on_a_peer_more_than_its_capacity_minus_its_peak(
     b, sched, layout, where, policy
 ):
@@ -412,6 +415,8 @@ def _fit_cases():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_fit_cases())
+# A draw that failed: d2d_swap parked stashes whose swap-outs queued (estimate.swap_live).
+@example(b=2, sched="pipedream", layout=(8, 1), margin=0.234375)
 def test_d2d_fits_every_model_recompute_fits(b, sched, layout, margin):
     """Every sample asserts: on GPUs just large enough for ``recompute`` (its own peak plus a
     drawn margin, so it fits by construction), ``d2d_swap+recompute`` and ``d2d_swap`` fit too:

@@ -31,6 +31,7 @@ cover that, and no more.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from sim.hardware.topology import Topology
@@ -58,15 +59,32 @@ def swap_out_s(ctx: StageContext, parts) -> float:
 
 
 def swap_live(ctx: StageContext, parts) -> float:
-    """Micro-batches whose swapped bytes can be on the GPU at once: :data:`SWAP_LIVE`, or more
-    when a swap-out takes longer than a forward, so that the ``n`` forwards of the warm-up
-    leave a backlog of ``n * (1 - fwd_s / t_out)`` stashes waiting to leave (at most ``n + 1``:
-    then swapping saves nothing)."""
+    """Micro-batches whose swapped bytes can be on the GPU at once: :data:`SWAP_LIVE` while a
+    swap-out (``t_out``, :func:`swap_out_s`) keeps up with a forward (``f = fwd_s``), more when
+    it does not (at most ``n + 1``: then swapping saves nothing).
+
+    The peak is at the start of the warm-up's ``n``-th forward, which allocates its whole stash
+    and starts the swap-in of the oldest micro-batch (one action ahead of its backward). The
+    ``n - 1`` forwards before it ran back to back (the cadence is ``f`` or slower), and a
+    stash's part leaves the GPU's ledger only when its copy *ends* (:mod:`sim.engine.traffic`).
+    With ``t_out > f`` the copies queue on their links: copy ``j`` (0-based) ends at
+    ``f + (j + 1) * t_out``, so at ``(n - 1) * f`` the ``n - ceil((n - 2) * f / t_out)`` newest
+    stashes are still (wholly) on the GPU; with ``t_out <= f`` only the previous forward's.
+    Total: those, plus the running forward's and the swap-in's,
+    ``2 + max(1, n - ceil((n - 2) * f / t_out))``; ``3`` when copies keep up.
+
+    (A continuous backlog ``n * (1 - f / t_out) + 2`` used here before undercounts: it drains
+    copies gradually, but a part is freed all at once at its copy's end. With ``t_out`` a few
+    percent above ``f`` it gave 3 where the engine holds 4, and MPress's planner, which grows
+    peer bytes until the estimate just fits, picked plans 0.1-0.6 GiB over capacity.)
+    """
     if not parts:
         return 0.0
     n, t_out = ctx.in_flight, swap_out_s(ctx, parts)
-    backlog = n * (1 - ctx.fwd_s / t_out) if t_out > ctx.fwd_s else 0.0
-    return min(n + 1.0, max(float(SWAP_LIVE), backlog + 2))
+    if t_out <= ctx.fwd_s or n <= 2:
+        return min(n + 1.0, float(SWAP_LIVE))
+    queued = n - math.ceil((n - 2) * ctx.fwd_s / t_out - 1e-9)
+    return min(n + 1.0, 2.0 + max(1, queued))
 
 
 def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
