@@ -16,12 +16,23 @@ from sim.engine import simulate
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
+from sim.memory.base import StageContext
 from sim.memory.capacity import NO_RESERVE
 from sim.memory.chunks import access_sequence, belady, steady_misses
-from sim.memory.estimate import HEADROOM, budget_bytes, incoming_bytes, planned_peak_bytes
+from sim.memory.estimate import (
+    HEADROOM,
+    activation_peak_bytes,
+    budget_bytes,
+    incoming_bytes,
+    planned_peak_bytes,
+    swap_in_s,
+    swap_live,
+    swap_out_s,
+)
 from sim.memory.plan import StagePlan
 from sim.memory.registry import get_policy, parse_policy
 from sim.memory.spec import PolicySpec
+from sim.memory.states import StateBytes
 from sim.point import evaluate, resolve, stage_contexts
 from sim.schedules.analysis import peak_in_flight
 from sim.sweep import evaluate_row, expand, prepare
@@ -306,6 +317,45 @@ def test_striped_swap_runs_parts_in_parallel_and_parks_bytes_on_each_peer():
     assert log.meta["peak_bytes"]["gpu2"] == pytest.approx(2e9)
     b = next(e for e in log.events if e.name == "0B0")
     assert b.start_s == pytest.approx(1.0 + 2.0 + 2.0)  # both parts out, then both back in
+
+
+def _one_layer_ctx(topo: Topology, n: int, fwd_s: float, act_bytes: float) -> StageContext:
+    """A one-layer stage on gpu0 with ``n`` micro-batches in flight and no model states."""
+    layer = LayerProfile("l0", fwd_s, 2 * fwd_s, 0.0, act_bytes, 0.0)
+    return StageContext(
+        0, 1, 0, 1, "gpu0", "cpu0", (layer,), n, 1, StateBytes(2, 2, 12), 2, 64 * GiB, topo
+    )
+
+
+def test_swap_outs_slower_than_a_forward_queue_and_the_estimate_counts_them():
+    """GPipe, one stage, m = n = 7, F 1 s, its whole 1.05 GB stash swapped to gpu1 at 1 GB/s
+    (1.05 s). Copy j ends at 1 + 1.05 (j + 1) s, so at the start of F6 (6 s) those of F4 and F5
+    are still running: with F6's stash and the swap-in of F0 (started one action ahead of B0),
+    4 stashes are on the GPU, ``2 + (n - ceil((n - 2) f / t))``; the estimate counts 4 too (it
+    used to drain the queue continuously, ``n (1 - f / t) + 2`` = 2.33, and count 3)."""
+    topo, a = chain_topology(2, bandwidth_Bps=1e9, memory_bytes=64 * GiB), 1.05e9
+    plan = StagePlan(act_bytes=a, resident_act_bytes=0.0, swap_bytes=a, swap_target="gpu1")
+    log = simulate(uniform_input("gpipe", 1, 7, topology=topo, plan=plan, fwd_s=1.0, bwd_s=2.0))
+    assert log.meta["peak_bytes"]["gpu0"] == pytest.approx(4 * a)
+    ctx = _one_layer_ctx(topo, 7, 1.0, a)
+    assert swap_live(ctx, plan.swap_parts) == 4
+    assert activation_peak_bytes(plan, ctx) == pytest.approx(4 * a)
+
+
+@pytest.mark.parametrize("shared,out_s", [(False, 2.0), (True, 3.0)])
+def test_striped_parts_sharing_a_link_queue_and_the_estimate_sums_them(shared, out_s):
+    """A 1 GB and a 2 GB part at 1 GB/s: over their own links (DGX-1's NVLinks) they end after
+    2 s; through one switch (NVSwitch) both cross the GPU's uplink, which is FIFO, so the last
+    ends after 1 + 2 = 3 s, and the estimate says so (it used to take the slowest part, 2 s)."""
+    topo = chain_topology(3, bandwidth_Bps=1e9, memory_bytes=64 * GiB, shared=shared)
+    parts = (("gpu1", 1e9), ("gpu2", 2e9))
+    plan = StagePlan(act_bytes=3e9, resident_act_bytes=0.0, swap_targets=parts)
+    log = simulate(uniform_input("gpipe", 1, 1, topology=topo, plan=plan, fwd_s=1.0, bwd_s=1.0))
+    ends = [e.end_s for e in log.events if e.kind == "swap_out"]
+    assert max(ends) - 1.0 == pytest.approx(out_s)
+    ctx = _one_layer_ctx(topo, 1, 1.0, 3e9)
+    assert swap_out_s(ctx, parts) == pytest.approx(out_s)
+    assert swap_in_s(ctx, parts) == pytest.approx(out_s)
 
 
 # ------------------------------------------------------------------ MPress d2d swap
