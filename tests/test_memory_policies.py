@@ -329,10 +329,10 @@ def _one_layer_ctx(topo: Topology, n: int, fwd_s: float, act_bytes: float) -> St
 
 def test_swap_outs_slower_than_a_forward_queue_and_the_estimate_counts_them():
     """GPipe, one stage, m = n = 7, F 1 s, its whole 1.05 GB stash swapped to gpu1 at 1 GB/s
-    (1.05 s). Copy j ends at 1 + 1.05 (j + 1) s, so at the start of F6 (6 s) those of F4 and F5
-    are still running: with F6's stash and the swap-in of F0 (started one action ahead of B0),
-    4 stashes are on the GPU, ``2 + (n - ceil((n - 2) f / t))``; the estimate counts 4 too (it
-    used to drain the queue continuously, ``n (1 - f / t) + 2`` = 2.33, and count 3)."""
+    (1.05 s). Copy j ends at 1 + 1.05 (j + 1) s, so when F6 ends (7 s) those of F5 and F6 have
+    not: with the swap-ins of F0 (for B0) and F1 (prefetched for B1 as B0 is issued), 4 stashes
+    are on the GPU, ``2 + n - floor((n - 1) f / t)``; the estimate counts 4 too (it used to
+    drain the queue continuously, ``n (1 - f / t) + 2`` = 2.33, and count 3)."""
     topo, a = chain_topology(2, bandwidth_Bps=1e9, memory_bytes=64 * GiB), 1.05e9
     plan = StagePlan(act_bytes=a, resident_act_bytes=0.0, swap_bytes=a, swap_target="gpu1")
     log = simulate(uniform_input("gpipe", 1, 7, topology=topo, plan=plan, fwd_s=1.0, bwd_s=2.0))

@@ -82,33 +82,65 @@ def parts_copy_s(ctx: StageContext, copies) -> float:
     return max(busy.values(), default=0.0)
 
 
+def forward_gap_s(ctx: StageContext) -> float:
+    """A lower bound on the seconds between the ends of two consecutive forwards of ``ctx``'s
+    stage: its own forward (``fwd_s``), or the receive of its input (``input_bytes``) if longer.
+
+    Forwards run one after another on the compute stream, and each waits for its input, whose
+    sends hold the route from the previous stage's GPU one after another (links are FIFO,
+    :mod:`sim.engine.links`); in such a line of FIFO servers started empty, ``k`` departures
+    take at least ``k`` times the slowest service. The receive is timed at the fastest NCCL
+    rate of a route from another GPU (the previous stage runs on another GPU; which one is not
+    known here, and NCCL adds a latency, :func:`sim.engine.nccl.p2p_time_s`). Upstream
+    stages' forwards are not known here either: a lower bound.
+    """
+    if ctx.input_bytes <= 0:
+        return ctx.fwd_s
+    topo = ctx.topology
+    rate = max(
+        (
+            topo.route_bandwidth_Bps(g.name, ctx.gpu, nccl=True)
+            for g in topo.gpus
+            if g.name != ctx.gpu
+        ),
+        default=float("inf"),
+    )
+    return max(ctx.fwd_s, ctx.input_bytes / rate)
+
+
 def swap_live(ctx: StageContext, parts) -> float:
     """Micro-batches whose swapped bytes can be on the GPU at once: :data:`SWAP_LIVE` while a
-    swap-out (``t_out``, :func:`swap_out_s`) keeps up with a forward (``f = fwd_s``), more when
-    it does not (at most ``n + 1``: then swapping saves nothing).
+    swap-out (``t_out``, :func:`swap_out_s`) keeps up with the forwards (one every ``f`` at
+    least, :func:`forward_gap_s`), more when it does not (at most ``n + 1``: then swapping
+    saves nothing).
 
-    The peak is at the start of the warm-up's ``n``-th forward, which allocates its whole stash
-    and starts the swap-in of the oldest micro-batch (one action ahead of its backward). The
-    ``n - 1`` forwards before it ran back to back (the cadence is ``f`` or slower), and a
-    stash's part leaves the GPU's ledger only when its copy *ends* (:mod:`sim.engine.traffic`).
-    With ``t_out > f`` the copies queue on their links: copy ``j`` (0-based) ends at
-    ``f + (j + 1) * t_out``, so at ``(n - 1) * f`` the ``n - ceil((n - 2) * f / t_out)`` newest
-    stashes are still (wholly) on the GPU; with ``t_out <= f`` only the previous forward's.
-    Total: those, plus the running forward's and the swap-in's,
-    ``2 + max(1, n - ceil((n - 2) * f / t_out))``; ``3`` when copies keep up.
+    A stash's part leaves the GPU's ledger only when its copy *ends*, and a swap-in allocates
+    the whole stash when it starts, one action ahead of its backward (:mod:`sim.engine.traffic`).
+    With ``t_out > f`` the copies of the warm-up's ``n`` forwards queue on their links: copy
+    ``j`` (0-based) ends by ``f + (j + 1) * t_out`` after the first forward starts, so when the
+    ``n``-th forward ends (``n * f`` or later) the copies of at most
+    ``queued = n - floor((n - 1) * f / t_out)`` stashes have not ended; with ``t_out <= f``
+    only that forward's (1). The peak is then, or at the start of that forward (its stash and
+    the oldest micro-batch's swap-in, ``queued`` or one less before it): two swap-ins (the
+    first backward's and, when a backward follows it as in GPipe, the next one's, prefetched
+    while the first waits) plus the queue, ``2 + queued``; ``3`` when copies keep up.
 
-    (A continuous backlog ``n * (1 - f / t_out) + 2`` used here before undercounts: it drains
-    copies gradually, but a part is freed all at once at its copy's end. With ``t_out`` a few
-    percent above ``f`` it gave 3 where the engine holds 4, and MPress's planner, which grows
-    peer bytes until the estimate just fits, picked plans 0.1-0.6 GiB over capacity.)
+    (A continuous backlog ``n * (1 - fwd_s / t_out) + 2`` used here before undercounts: it
+    drains copies gradually, but a part is freed all at once when its copy ends. With ``t_out``
+    a few percent above ``fwd_s`` it gave 3 where the engine holds 4, and MPress's planner,
+    which grows peer bytes until the estimate just fits, picked plans 0.1-0.6 GiB over
+    capacity.)
     """
     if not parts:
         return 0.0
     n, t_out = ctx.in_flight, swap_out_s(ctx, parts)
     if t_out <= ctx.fwd_s or n <= 2:
         return min(n + 1.0, float(SWAP_LIVE))
-    queued = n - math.ceil((n - 2) * ctx.fwd_s / t_out - 1e-9)
-    return min(n + 1.0, 2.0 + max(1, queued))
+    f = forward_gap_s(ctx)
+    if t_out <= f:
+        return float(SWAP_LIVE)
+    queued = n - math.floor((n - 1) * f / t_out - 1e-9)
+    return min(n + 1.0, 2.0 + queued)
 
 
 def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
