@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from sim.validate import ValidationSpec, run_validation
+from backends.torch.replayer import TorchReplayer
+from sim import api
 
 
 def main() -> None:
@@ -61,12 +62,6 @@ def main() -> None:
     }
     (tmp / "exp.yaml").write_text(yaml.safe_dump(exp))
     print(f"profiled and calibrated in {time.perf_counter() - t0:.1f} s ({tmp})")
-    vspec = ValidationSpec(
-        schedules=("gpipe", "1f1b", "pipedream_2bw"),
-        microbatches=tuple(args.microbatches),
-        iterations=args.iterations,
-        torch_builtin=True,
-    )
 
     def show(r: dict) -> None:
         print(
@@ -77,7 +72,17 @@ def main() -> None:
             flush=True,
         )
 
-    df, dest = run_validation(tmp / "exp.yaml", vspec, tmp, on_row=show)
+    result = api.validate(
+        tmp / "exp.yaml",
+        replayer=TorchReplayer(),
+        out=tmp,
+        schedules=("gpipe", "1f1b", "pipedream_2bw"),
+        microbatches=tuple(args.microbatches),
+        iterations=args.iterations,
+        torch_builtin=True,
+        on_row=show,
+    )
+    df, dest, parts = result.table, result.path, result.breakdown
     ours = df[df.runtime == "ours"]
     torch_rows = df[df.runtime == "torch"]
     print(
@@ -90,11 +95,7 @@ def main() -> None:
             f"{torch_rows.error.abs().mean():.1%} ({len(torch_rows)} configurations)"
         )
     print(f"MAPE peak memory (our runtime): {ours.memory_error.abs().mean():.1%}")
-    parts_csv = dest.parent / "validation_breakdown.csv"
-    if parts_csv.exists():
-        import pandas as pd
-
-        parts = pd.read_csv(parts_csv)
+    if len(parts):
         print("per-rank breakdown, ms per iteration (measured / predicted / difference):")
         for (sched, m, rank), g in parts.groupby(["schedule", "microbatches", "rank"], sort=False):
             cells = "  ".join(

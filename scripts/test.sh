@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (torch 2.13.0 CPU build first, so nothing resolves a newer torch),
 # install pipesim with its test extras, lint (ruff check, ruff format --check), type-check (mypy,
-# zero errors), and run the test suite (all of it, the slow multi-process tests included;
+# zero errors), check the import layers (lint-imports: the contracts in pyproject.toml), and run
+# the test suite (all of it, the slow multi-process tests included;
 # `bash scripts/test.sh -m "not slow"` runs the fast tier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,5 @@ python -m pip install -q -e '.[torch,test,hf]' -c scripts/constraints.txt
 ruff check .
 ruff format --check .
 mypy sim backends
+lint-imports
 python -m pytest "$@"

@@ -19,7 +19,13 @@ def _modules(package) -> list[str]:
 
 
 SIM_MODULES = _modules(sim)
-TORCH_MODULES = ["backends.torch.memory", "backends.torch.runtime"]
+TORCH_MODULES = [
+    "backends.torch.memory",
+    "backends.torch.runtime",
+    "backends.torch.replayer",
+    "backends.torch.devices",
+    "backends.torch.user_cli",
+]
 
 
 def _run(name: str) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.ground_truth import find_ground_truth, layer_comparison, single_rank_comparison
+from sim.validate.ground_truth import find_ground_truth, layer_comparison, single_rank_comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = find_ground_truth(ROOT / "validation")

@@ -183,7 +183,7 @@ def test_kill_9_of_sim_validate_kills_the_ranks(tmp_path):
     assert mine, "the replay's scratch folder should be named by the launcher's pid"
     remove_stale_workdirs()
     assert not any(p.exists() for p in mine)
-    from sim.validate import remove_stale_stages
+    from sim.validate.staging import remove_stale_stages
 
     stages = list((tmp_path / "v").glob(".validation.new-*"))
     assert [p.name for p in stages] == [f".validation.new-{proc.pid}"]

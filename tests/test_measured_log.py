@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.validate import measured_log
+from sim.validate.measured import measured_log
 
 
 def test_waits_become_stalls_and_steps_optimizer_events():

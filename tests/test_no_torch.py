@@ -8,6 +8,7 @@ import sys
 MODULES = [
     "sim",
     "sim.cli",
+    "sim.api",
     "sim.run",
     "sim.sweep",
     "sim.validate",
@@ -16,6 +17,8 @@ MODULES = [
     "sim.report.plots",
     "sim.schedules.registry",
     "backends.torch",
+    "backends.torch.replayer",  # sim.cli imports it; torch starts in the replay's ranks
+    "backends.torch.devices",
 ]
 
 

@@ -17,6 +17,12 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.config import load_experiment
+from sim.point import resolve
+from sim.sweep import prepare
+from sim.validate import ValidationSpec
+from sim.validate.predict import predict_single_rank
+from sim.validate.variants import variants
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 16, "vocab": 64}
@@ -72,13 +78,8 @@ def test_predicted_busy_time_is_the_stage_compute(tmp_path, schedule, rank):
     """Rank ``r``'s predicted time per iteration is its own m x (fwd + bwd) of its layers at
     the trace's b (uniform partition of 6 layers: 0-2 and 3-5), plus a small optimizer step
     (SGD: under 5 %)."""
-    from sim.config import load_experiment
-    from sim.point import resolve
-    from sim.sweep import prepare
-    from sim.validate_single import SingleRankSpec, predict_single_rank, variants
-
     path = _config(tmp_path, schedule=schedule)
-    prep, (point,) = variants(prepare(load_experiment(path), str(path)), SingleRankSpec(rank))
+    prep, (point,) = variants(prepare(load_experiment(path), str(path)), ValidationSpec(rank=rank))
     res = resolve(prep.exp, point, prep.topology, prep.traces[point.model])
     pred = predict_single_rank(res, rank)
     trace = pd.read_csv(ROOT / "traces" / "gpt-tiny-cpu.b4.csv")  # the profile measured at b=4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sim.events import Event, EventLog
-from sim.validate_breakdown import action_breakdown, work_per_iteration
+from sim.validate.breakdown import action_breakdown, work_per_iteration
 
 
 def _log(rank_actions: dict[str, list[tuple[str, float, float]]], kind_of=None) -> EventLog:

@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import yaml
 
 from backends.torch.calibrate_comm import (
     DEFAULT_COLLECTIVE_SIZES,
@@ -63,7 +64,9 @@ from backends.torch.calibrate_comm import (
 )
 from backends.torch.launch import run_ranks
 from backends.torch.profile import cpu_model_name, device_model_name, time_call
+from backends.torch.runtime_memory import measure_fresh
 from backends.torch.worker import RankContext
+from sim.atomic import atomic_write_text
 
 GEMM_SHAPES = (
     (256, 256, 256),
@@ -286,9 +289,6 @@ class Calibration:
 
     def write_yaml(self, path: str | Path) -> Path:
         """Write :attr:`hardware` as YAML to ``path`` atomically (parent folders created)."""
-        import yaml
-
-        from sim.atomic import atomic_write_text
 
         return atomic_write_text(path, yaml.safe_dump(self.hardware, sort_keys=False))
 
@@ -365,7 +365,6 @@ def _compute_fields(
 def _runtime_memory(kind: str, hardware: dict[str, Any]) -> dict[str, Any]:
     """Measure the runtime reserve in a fresh process (:mod:`backends.torch.runtime_memory`);
     on CUDA write ``cuda_context`` and ``cublas_workspace`` into ``hardware['gpu']``."""
-    from backends.torch.runtime_memory import measure_fresh
 
     try:
         runtime = measure_fresh(kind)

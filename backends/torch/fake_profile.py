@@ -34,12 +34,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from backends.torch.layer_chain import chain_layers
+from backends.torch.layer_chain import chain_layers, run_layer
 from backends.torch.memory import tensor_bytes
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs
 from backends.torch.user_spec import UserModelSpec
 from sim.errors import InputError
+from sim.hardware.loader import list_presets, load_hardware
+from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 
 ROOFLINE_NOTE = (
@@ -158,7 +160,6 @@ def resolve_gpu(name: str) -> tuple[str, Any]:
     Raises:
         InputError: no preset matches, or several GPU models do.
     """
-    from sim.hardware.loader import list_presets, load_hardware
 
     if name in list_presets() or name.endswith((".yaml", ".yml")):
         return name, load_hardware(name, field="--for-gpu").gpu(0)
@@ -293,15 +294,11 @@ def fake_profile_user_model(
         provenance=prov,
     )
     if path is not None:
-        from sim.trace.native import write_trace
-
         write_trace(trace, path)
     return trace
 
 
 def _fake_chain(spec: UserModelSpec, um: Any, chain: list, peak: float, bw: float) -> list:
-    from backends.torch.layer_chain import run_layer
-
     loss_fn = load_loss(spec)
     x, rest = um.sample[0], um.sample[1:]
     out = []

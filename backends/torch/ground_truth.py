@@ -40,6 +40,12 @@ from typing import Any
 
 import torch
 
+from backends.torch.calibrate import calibrate
+from backends.torch.job import ReplayJob
+from backends.torch.profile import profile_model
+from backends.torch.profile_concurrent import profile_concurrent
+from backends.torch.single_rank import run_single_rank
+
 GRID_MODEL: dict[str, Any] = dict(name="gt-gpt-h1024", kind="gpt", layers=22, hidden=1024, heads=8,
                   seq_len=1024, vocab=8192)  # fmt: skip
 """The single-rank grid's model: 24 layers in the chain, so p = 2, 4, 8 split it evenly."""
@@ -94,7 +100,6 @@ class Rows:
 
 def step_calibrate(dest: Path, device: str, tiny: bool) -> None:
     """``hardware.yaml`` and ``calibration.csv`` (module docstring)."""
-    from backends.torch.calibrate import calibrate
 
     cal = calibrate(nproc=1, device=device, path=dest / "hardware.yaml", reps=3 if tiny else 5)
     rows = Rows(dest / "calibration.csv")
@@ -127,7 +132,6 @@ def _deadline(budget_s: float) -> float:
 
 def step_profile(dest: Path, device: str, tiny: bool, budget_s: float) -> None:
     """``layers.csv``: one GPT block (and its embedding and head) per shape (module doc)."""
-    from backends.torch.profile import profile_model
 
     grid, end = (TINY_PROFILE if tiny else PROFILE), _deadline(budget_s)
     dtype = "fp32" if device == "cpu" else "bf16"
@@ -167,9 +171,6 @@ def _free(device: str) -> None:
 
 def step_grid(dest: Path, device: str, tiny: bool, budget_s: float) -> None:
     """``grid-trace.csv/.yaml`` and ``single_rank.csv`` (module docstring)."""
-    from backends.torch.job import ReplayJob
-    from backends.torch.profile_concurrent import profile_concurrent
-    from backends.torch.single_rank import run_single_rank
 
     end = _deadline(budget_s)
     model, dtype = (TINY_MODEL if tiny else GRID_MODEL), ("fp32" if device == "cpu" else "bf16")

@@ -6,10 +6,11 @@ Pure data: no torch import, so the CLI can build and validate a job without star
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sim.memory.registry import parse_policy
 from sim.schedules.registry import get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
@@ -31,7 +32,6 @@ def policy_problems(text: str, stages: int) -> list[str]:
 
     The string is read by the simulator's own parser (``sim.memory.registry.parse_policy``).
     """
-    from sim.memory.registry import parse_policy
 
     try:
         spec = parse_policy(text)
@@ -60,6 +60,11 @@ def tp_problems(job: ReplayJob) -> list[str]:
         out.append("memory_policy: the tensor-parallel replay runs 'none'")
     if isinstance(job.model, dict) and job.model.get("kind", "gpt") != "gpt":
         out.append(f"model: the tensor-parallel replay runs GPT models, not {job.model['kind']!r}")
+    elif isinstance(job.model, dict) and int(job.model.get("vocab", 0)) % t:
+        out.append(
+            f"model: the tensor-parallel replay splits the vocabulary "
+            f"({job.model['vocab']}), so tensor_parallel must divide it"
+        )
     return out
 
 
@@ -109,6 +114,8 @@ class ReplayJob:
             :mod:`backends.torch.tp_runtime` (one stage, ``nproc = t``, GPT, ``gpipe`` or
             ``1f1b``, memory policy ``none``).
         sequence_parallel: with ``t > 1``, Megatron's sequence parallelism.
+        check: raise ``ValueError`` listing :meth:`problems` (``False``: build the job anyway,
+            to ask it what is wrong; not a field, not in :meth:`to_dict`).
     """
 
     model: dict[str, Any] | str = field(default_factory=dict)
@@ -137,8 +144,9 @@ class ReplayJob:
     attention: str | None = None
     tensor_parallel: int = 1
     sequence_parallel: bool = False
+    check: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check: bool) -> None:
         if not isinstance(self.model, (dict, str)):
             self.model = (
                 self.model.to_dict() if hasattr(self.model, "to_dict") else asdict(self.model)
@@ -151,7 +159,7 @@ class ReplayJob:
             self.schedule = get_schedule(self.schedule).name
         except KeyError:
             pass  # reported by problems()
-        problems = self.problems()
+        problems = self.problems() if check else []
         if problems:
             raise ValueError("invalid replay job: " + "; ".join(problems))
 

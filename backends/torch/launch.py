@@ -27,6 +27,7 @@ from typing import Any
 
 from backends.torch.job import ReplayJob, ReplayResult, collect_result
 from sim.atomic import pid_alive
+from sim.replay import ReplayFailed
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKDIR_PREFIX = "pipesim-run-"
@@ -36,8 +37,9 @@ PARENT_ENV = "PIPESIM_PARENT_PID"
 __all__ = ["ReplayError", "ReplayJob", "ReplayResult", "replay", "run_ranks"]
 
 
-class ReplayError(RuntimeError):
-    """A multi-process run failed: a rank raised or crashed, or the run timed out."""
+class ReplayError(ReplayFailed):
+    """A multi-process run failed: a rank raised or crashed, or the run timed out
+    (:class:`sim.replay.ReplayFailed`, which ``sim validate`` reports)."""
 
 
 def default_threads(nproc: int) -> int:
@@ -229,6 +231,8 @@ def replay(job: ReplayJob) -> ReplayResult:
         "ours": "backends.torch.runtime:run_rank",
         "torch": "backends.torch.torch_schedules:run_rank",
     }[job.backend]
+    if job.single_rank is not None:
+        target = "backends.torch.single_rank:run_rank"
     if job.tensor_parallel > 1:
         target = "backends.torch.tp_runtime:run_rank"
     ranks = run_ranks(

@@ -23,14 +23,6 @@ from torch import nn
 from sim.errors import InputError
 
 
-def parse_fqns(text: str | None) -> tuple[str, ...] | None:
-    """``"a, b.0 ,c"`` -> ``("a", "b.0", "c")``; ``None`` or empty -> ``None``."""
-    if not text:
-        return None
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    return names or None
-
-
 def chain_layers(
     model: nn.Module, fqns: Sequence[str] | None = None, *, field: str = "--layers"
 ) -> list[tuple[str, nn.Module]]:

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from sim.trace.generator import MODEL_PRESETS
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -88,8 +90,6 @@ def as_spec(model: ModelSpec | Mapping[str, Any] | str | Any) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
     if isinstance(model, str):
-        from sim.trace.generator import MODEL_PRESETS
-
         if model not in MODEL_PRESETS:
             raise ValueError(f"unknown model preset {model!r}; known: {sorted(MODEL_PRESETS)}")
         return ModelSpec(name=model, **MODEL_PRESETS[model])  # type: ignore[arg-type]

@@ -45,41 +45,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from backends.torch.attention import attention_kernel
 from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
+from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
-
-
-def check_device(device: str, *, nproc: int = 1, option: str = "--device") -> None:
-    """Check, before any measurement, that this torch can use ``device`` for ``nproc`` ranks.
-
-    Raises:
-        sim.errors.InputError: naming ``option``: not ``cpu``/``cuda``/``cuda:N``; ``cuda`` on
-            a torch built without CUDA or with no GPU visible; fewer GPUs than ``nproc``
-            (named ``--nproc``) or than the index ``N``.
-    """
-    from sim.errors import InputError
-
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
-        raise InputError(f"{device!r} is not a device: use cpu, cuda or cuda:N", field=option)
-    if kind == "cpu":
-        return
-    if torch.version.cuda is None:
-        raise InputError(
-            f"this torch {torch.__version__} was built without CUDA; use --device "
-            "cpu or install a CUDA build of torch",
-            field=option,
-        )
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count == 0:
-        raise InputError(
-            "torch has CUDA but sees no GPU (check CUDA_VISIBLE_DEVICES and the "
-            "driver); use --device cpu",
-            field=option,
-        )
-    if index and int(index) >= count:
-        raise InputError(f"GPU {index} does not exist: {count} visible", field=option)
-    if nproc > count:
-        raise InputError(f"{nproc} ranks need {nproc} GPUs, {count} visible", field="--nproc")
 
 
 def device_model_name(device: str | torch.device) -> str:
@@ -296,8 +263,6 @@ def profile_model(
             provenance={**trace.provenance, "model_shape": shape, "attention_kernel": attention},
         )
     if path is not None:
-        from sim.trace.native import write_trace
-
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_trace(trace, path)
     return trace

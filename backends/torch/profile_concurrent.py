@@ -17,12 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sim.procs import die_with_parent
+from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
 def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict, parent_pid: int) -> None:
-    from sim.procs import die_with_parent
-
     die_with_parent(parent_pid)
     from backends.torch.profile import profile_model
 
@@ -77,8 +77,6 @@ def profile_concurrent(
             ]
         )
         if path is not None:
-            from sim.trace.native import write_trace
-
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             write_trace(trace, path)
         return trace
@@ -105,8 +103,6 @@ def profile_concurrent(
     traces = [t for _, t, _ in sorted(results, key=lambda r: r[0])]
     trace = _combine(traces)
     if path is not None:
-        from sim.trace.native import write_trace
-
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_trace(trace, path)
     return trace

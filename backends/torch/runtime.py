@@ -43,6 +43,7 @@ from backends.torch.memory import (
 from backends.torch.models import DTYPES, as_spec, build_stage, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.user_spec import is_user_model
+from backends.torch.user_stage import build_user_stage
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
@@ -52,7 +53,6 @@ from sim.schedules.registry import get_schedule
 
 def user_stage(job: ReplayJob, rank: int) -> Any:
     """This rank's stage of a user's model (:mod:`backends.torch.user_stage`)."""
-    from backends.torch.user_stage import build_user_stage
 
     assert isinstance(job.model, dict), "a user model's job carries its spec as a dict"
     return build_user_stage(
@@ -322,12 +322,8 @@ class StageRunner:
 
 
 def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
-    """Rank function for :func:`backends.torch.launch.run_ranks` (``backend="ours"``)."""
+    """Rank function for :func:`backends.torch.launch.run_ranks` (``backend="ours"``, every
+    rank; one rank alone: :func:`backends.torch.single_rank.run_rank`)."""
     job = ReplayJob.from_dict(payload)
-    if job.single_rank is not None:
-        from backends.torch.single_rank import SingleRankRunner
-
-        runner: StageRunner = SingleRankRunner(job, ctx)
-    else:
-        runner = StageRunner(job, ctx)
+    runner = StageRunner(job, ctx)
     return runner.run(rank_program(job, runner.rank))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,3 +108,11 @@ def run_single_rank(job: ReplayJob) -> ReplayResult:
         runner = SingleRankRunner(job, RankContext(0, 1, dev, Path(work)))
         stats = runner.run(rank_program(job, runner.rank))
     return collect_result(job, [stats])
+
+
+def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
+    """Rank function for :func:`backends.torch.launch.run_ranks` of a job with
+    ``single_rank`` (one process, no process group)."""
+    job = ReplayJob.from_dict(payload)
+    runner = SingleRankRunner(job, ctx)
+    return runner.run(rank_program(job, runner.rank))

@@ -18,10 +18,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
 
 from backends.torch.job import ReplayJob
-from backends.torch.memory import tensor_bytes
+from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import as_spec, build_stage, lm_loss, microbatch
+from backends.torch.pipelining import WithPolicy, cat_inputs, count_actions, torch_schedule
 from backends.torch.profile import device_model_name
 from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
@@ -35,16 +37,6 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
         ctx: this rank's device and rank.
         sched: the :class:`sim.schedules.base.Schedule` (``v >= 2``).
     """
-    from torch.distributed.pipelining import PipelineStage
-
-    from backends.torch.memory import SavedBytes
-    from backends.torch.torch_schedules import (
-        _cat_inputs,
-        _count_actions,
-        _schedule,
-        _WithPolicy,
-    )
-
     dev, rank, n = ctx.device, ctx.rank, sched.num_stages
     spec = as_spec(job.model)
     boundaries = job.boundaries or list(uniform_partition(spec.n_layers, n))
@@ -56,10 +48,10 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
     tracker = SavedBytes(weights) if dev.type == "cpu" else None  # saved bytes on CPU ranks
     stages, tallies = [], []  # torch's F and B calls, per stage chunk
     for s in local:
-        stage = PipelineStage(_WithPolicy(modules[s], tracker), s, n, dev)
-        tallies.append(_count_actions(stage))
+        stage = PipelineStage(WithPolicy(modules[s], tracker), s, n, dev)
+        tallies.append(count_actions(stage))
         stages.append(stage)
-    schedule = _schedule(job, stages, True, lm_loss)
+    schedule = torch_schedule(job, stages, True, lm_loss)
     first, last = 0 in local, (n - 1) in local
     total, m, b = job.warmup_iterations + job.iterations, job.microbatches, job.microbatch_size
     step_times: list[float] = []
@@ -74,7 +66,7 @@ def run_rank_multi(job: ReplayJob, ctx: RankContext, sched: Any) -> dict[str, An
         kwargs: dict[str, Any] = {}
         if last:
             kwargs = {"target": torch.cat([t for _, t in batches]).to(dev), "losses": []}
-        args = _cat_inputs([x for x, _ in batches], dev) if first else ()
+        args = cat_inputs([x for x, _ in batches], dev) if first else ()
         schedule.step(*args, **kwargs)
         if last:
             losses += [float(v) for v in kwargs["losses"]]

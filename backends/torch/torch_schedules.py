@@ -9,102 +9,38 @@ rank 0 passes the concatenation of the iteration's ``m`` micro-batches, which to
 along dim 0. Iteration times and memory are measured exactly as in our runtime, so the two
 results are comparable.
 
-gloo: torch < 2.8 could hang in ``_batch_p2p`` (pytorch#132644, fixed by PR #152938, which
-added ``_wait_batch_p2p``); :func:`has_gloo_p2p_fix` checks the installed torch
-(schedules.md §4.5).
+The multi-stage schedules (``v`` stage chunks per rank) go to :mod:`.torch_multi_stage`; what
+both share is in :mod:`.pipelining` (gloo needs torch's ``_wait_batch_p2p`` fix:
+:func:`backends.torch.pipelining.has_gloo_p2p_fix`).
 """
 
 from __future__ import annotations
 
-import inspect
-import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch.distributed.pipelining import PipelineStage
 
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, apply_policy, saved_context, tensor_bytes
+from backends.torch.memory import SavedBytes, apply_policy, tensor_bytes
 from backends.torch.models import as_spec, build_stage, lm_loss, microbatch
+from backends.torch.pipelining import (
+    WithPolicy,
+    cat_inputs,
+    count_actions,
+    has_gloo_p2p_fix,
+    sim_schedule,
+    torch_schedule,
+)
 from backends.torch.profile import device_model_name
 from backends.torch.runtime import user_stage
+from backends.torch.torch_multi_stage import run_rank_multi
 from backends.torch.user_spec import is_user_model
 from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
-
-
-def has_gloo_p2p_fix() -> bool:
-    """True when torch's pipelining waits on every gloo p2p work (``_wait_batch_p2p``)."""
-    from torch.distributed.pipelining import schedules
-
-    return "_wait_batch_p2p" in inspect.getsource(schedules)
-
-
-class _WithPolicy(nn.Module):
-    """Runs the stage's forward under the saved-bytes counter (the policy is set up on
-    ``inner`` by :func:`backends.torch.memory.apply_policy`)."""
-
-    def __init__(self, inner: nn.Module, tracker: SavedBytes | None):
-        super().__init__()
-        self.inner, self.tracker = inner, tracker
-
-    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        with saved_context(self.tracker):
-            return self.inner(*xs)
-
-
-def _count_actions(stage: Any) -> Counter[str]:
-    """Count torch's F and B actions: calls of ``forward_one_chunk`` / ``backward_one_chunk``.
-
-    (Calls of the module itself would also count the first step's shape-inference forward.)
-    """
-    counts: Counter[str] = Counter()
-    for op, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
-        original = getattr(stage, name)
-
-        def counted(*args: Any, _op: str = op, _orig: Any = original, **kwargs: Any) -> Any:
-            counts[_op] += 1
-            return _orig(*args, **kwargs)
-
-        setattr(stage, name, counted)
-    return counts
-
-
-def _schedule(job: ReplayJob, stages: list[Any], csv: bool, loss_fn: Any = lm_loss) -> Any:
-    """torch's schedule over this rank's ``stages`` (one, or ``v`` stage chunks); with ``csv``
-    ``_PipelineScheduleRuntime`` loads our compute-only CSV and infers the stage -> rank map
-    from it (``_validate_and_set_stage_mapping``, schedules.md §4.2)."""
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
-    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
-
-    if not csv:
-        cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.schedule]
-        return cls(stages[0], job.microbatches, loss_fn=loss_fn)
-    from sim.schedules.csv_io import to_csv
-
-    program = _sim_schedule(job).one_iteration()
-    schedule = _PipelineScheduleRuntime(stages, job.microbatches, loss_fn=loss_fn)
-    with tempfile.TemporaryDirectory() as tmp:
-        to_csv(program, Path(tmp) / "schedule.csv")
-        schedule._load_csv(str(Path(tmp) / "schedule.csv"), format="compute_only")
-    return schedule
-
-
-def _sim_schedule(job: ReplayJob) -> Any:
-    from sim.schedules.registry import get_schedule
-
-    return get_schedule(job.schedule)(job.stages, job.microbatches, job.virtual_stages)
-
-
-def _cat_inputs(inputs: list[Any], dev: torch.device) -> tuple[torch.Tensor, ...]:
-    """The iteration's micro-batches concatenated along dim 0 (torch splits them back)."""
-    if isinstance(inputs[0], torch.Tensor):
-        return (torch.cat(inputs).to(dev),)
-    return tuple(torch.cat(parts).to(dev) for parts in zip(*inputs, strict=True))
 
 
 def user_loss(user: Any) -> Any:
@@ -119,8 +55,6 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     ``payload`` is a :class:`ReplayJob` dict; ``torch_csv`` selects ``_PipelineScheduleRuntime``
     loading our compute-only CSV instead of torch's schedule class.
     """
-    from torch.distributed.pipelining import PipelineStage
-
     job = ReplayJob.from_dict(payload)
     csv = job.torch_csv
     if ctx.device.type == "cpu" and not has_gloo_p2p_fix():
@@ -129,10 +63,8 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
             "2.8): torch.distributed.pipelining can hang on gloo; use backend='ours'"
         )
     dev, rank = ctx.device, ctx.rank
-    sched = _sim_schedule(job)
+    sched = sim_schedule(job)
     if sched.virtual_stages > 1:
-        from backends.torch.torch_multi_stage import run_rank_multi
-
         return run_rank_multi(job, ctx, sched)
     last = rank == job.stages - 1
     user = user_stage(job, rank) if is_user_model(job.model) else None
@@ -144,7 +76,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         inner = user.module.to(dev)
     tracker = SavedBytes(inner.parameters()) if dev.type == "cpu" else None
     policy = apply_policy(inner, job.memory_policy, rank, job.stages, tracker)
-    module = _WithPolicy(inner, tracker)
+    module = WithPolicy(inner, tracker)
     notes = list(policy.notes)
     if policy.swap_loss and last:
         notes.append(
@@ -152,8 +84,8 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
             "the loss's saved tensors stay on the device"
         )
     stage = PipelineStage(module, rank, job.stages, dev)
-    action_counts = _count_actions(stage)
-    schedule = _schedule(job, [stage], csv, lm_loss if user is None else user_loss(user))
+    action_counts = count_actions(stage)
+    schedule = torch_schedule(job, [stage], csv, lm_loss if user is None else user_loss(user))
     total = job.warmup_iterations + job.iterations
     m, b = job.microbatches, job.microbatch_size
     step_times, losses, grads_log = [], [], []
@@ -171,7 +103,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
         if last:
             kwargs = {"target": torch.cat([t for _, t in batches]).to(dev), "losses": []}
-        args = _cat_inputs([x for x, _ in batches], dev) if rank == 0 else ()
+        args = cat_inputs([x for x, _ in batches], dev) if rank == 0 else ()
         schedule.step(*args, **kwargs)
         if last:
             losses += [float(v) for v in kwargs["losses"]]

@@ -10,9 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from backends.torch.layer_chain import parse_fqns
 from sim.errors import InputError
 from sim.trace.schema import Trace
+
+
+def parse_fqns(text: str | None) -> tuple[str, ...] | None:
+    """``--layers``: ``"a, b.0 ,c"`` -> ``("a", "b.0", "c")``; ``None`` or empty -> ``None``.
+
+    Example:
+        >>> parse_fqns("a, b.0 ,c")
+        ('a', 'b.0', 'c')
+    """
+    if not text:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    return names or None
 
 
 def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any], str | None]:

@@ -13,6 +13,8 @@ import multiprocessing as mp
 from pathlib import Path
 from typing import Any
 
+from backends.torch.profile_concurrent import _combine
+from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
@@ -41,7 +43,6 @@ def profile_user_concurrent(
         sim.errors.InputError: bad model, layers, loss or sample.
         RuntimeError: a copy failed or the copies did not finish within ``timeout_s``.
     """
-    from backends.torch.profile_concurrent import _combine
     from backends.torch.user_profile import prepare, profile_user_model
 
     if copies <= 1:
@@ -71,7 +72,5 @@ def profile_user_concurrent(
         raise RuntimeError("concurrent profiling failed: " + "; ".join(failed))
     trace = _combine([t for _, t, _ in sorted(results, key=lambda r: r[0])])
     if path is not None:
-        from sim.trace.native import write_trace
-
         write_trace(trace, path)
     return trace

@@ -31,6 +31,7 @@ from backends.torch.layer_chain import (
 from backends.torch.profile import _profile_layer, cpu_model_name, device_model_name
 from backends.torch.user_model import UserModel, build_user_model, compute_loss, load_loss
 from backends.torch.user_spec import UserModelSpec, file_of
+from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
@@ -179,8 +180,6 @@ def profile_user_model(
         provenance=prov,
     )
     if path is not None:
-        from sim.trace.native import write_trace
-
         write_trace(trace, path)
     return trace
 

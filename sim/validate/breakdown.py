@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from sim.events import EventKind, EventLog
+from sim.metrics import steady_window
+from sim.point import Resolved
 from sim.schedules.action import STEP, Action
+from sim.validate.measured import measured_log
 
 PARTS = ("F", "B", STEP, "idle")
 """The parts of one rank's iteration, in the order the table lists them."""
@@ -78,7 +81,7 @@ def action_breakdown(
 ) -> list[dict]:
     """Rows ``rank, part, measured_s, predicted_s, diff_s, actions`` (seconds per iteration).
 
-    ``measured`` is :func:`sim.validate.measured_log` of the replay (its first
+    ``measured`` is :func:`sim.validate.measured.measured_log` of the replay (its first
     ``warmup_iterations`` iterations are left out; ``measured_iterations`` follow);
     ``predicted`` is the engine's log, of which iterations ``predicted_window = (first,
     count)`` are used (the steady window of :func:`sim.metrics.steady_window`). ``idle`` is the iteration time less the rank's own work. Per rank the parts'
@@ -120,3 +123,36 @@ def action_breakdown(
                 )
             )
     return rows
+
+
+def breakdown_rows(
+    res: Resolved,
+    spans: list[list[tuple[str, float, float, float]]],
+    measured_iteration_s: float,
+    predicted: EventLog,
+    predicted_iteration_s: float,
+    *,
+    warmup_iterations: int,
+    measured_iterations: int,
+) -> list[dict]:
+    """:func:`action_breakdown` of one replay of ``res`` by our runtime, each row headed by
+    ``schedule, runtime, microbatches``; the predicted window is the steady one
+    (:func:`sim.metrics.steady_window`) of ``predicted``."""
+    point = res.point
+    ends = predicted.iteration_ends_s
+    start_s, _, steps = steady_window(
+        ends, point.stages, point.microbatches, res.schedule.synchronous
+    )
+    first = ends.index(start_s) + 1 if start_s in ends else 0
+    rows = action_breakdown(
+        measured_log(spans),
+        measured_iteration_s,
+        predicted,
+        predicted_iteration_s,
+        microbatches=point.microbatches,
+        warmup_iterations=warmup_iterations,
+        measured_iterations=measured_iterations,
+        predicted_window=(first, steps),
+    )
+    head = dict(schedule=point.schedule, runtime="ours", microbatches=point.microbatches)
+    return [{**head, **r} for r in rows]

@@ -9,7 +9,7 @@ and ``single_rank.csv`` (single-rank replays). Two comparisons:
   analytic generator's kernel model (``sim.trace.generator.transformer_trace``) on the
   calibrated GPU, same shape, dtype and attention.
 * :func:`single_rank_comparison`: each replayed rank's iteration time and peak memory against
-  :func:`sim.validate_single.predict_single_rank` of the same configuration (the grid trace, the
+  :func:`sim.validate.predict.predict_single_rank` of the same configuration (the grid trace, the
   calibrated GPU repeated to ``p`` GPUs: only the rank's own work is predicted, so the assumed
   GPU-to-GPU links do not enter).
 """
@@ -26,8 +26,11 @@ import pandas as pd
 import yaml
 
 from sim.config import parse_experiment
+from sim.hardware.loader import load_hardware
 from sim.point import resolve
 from sim.sweep import expand, prepare
+from sim.trace.generator import transformer_trace
+from sim.validate.predict import predict_single_rank
 
 ASSUMED_GPU_LINK = {"bandwidth": "450 GB/s", "latency": "5 us", "kind": "nvlink"}
 """GPU-to-GPU links of the expanded hardware (not measured: one GPU was lent)."""
@@ -52,9 +55,6 @@ def layer_comparison(folder: Path) -> pd.DataFrame:
         One row per block: shape, ``measured_fwd_s``, ``predicted_fwd_s``, ``measured_bwd_s``,
         ``predicted_bwd_s``, ``fwd_ratio`` and ``bwd_ratio`` (predicted / measured).
     """
-    from sim.hardware.loader import load_hardware
-    from sim.trace.generator import transformer_trace
-
     gpu = load_hardware(str(folder / "hardware.yaml")).gpus[0].compute
     df = pd.read_csv(folder / "layers.csv")
     rows = []
@@ -94,8 +94,6 @@ def single_rank_comparison(folder: Path) -> pd.DataFrame:
         ``predicted_device_peak_bytes``, ``time_ratio`` (predicted / measured) and
         ``memory_error`` ((predicted - measured) / measured) added; rows not ``ok`` are dropped.
     """
-    from sim.validate_single import predict_single_rank
-
     df = pd.read_csv(folder / "single_rank.csv")
     df = df[df.status == "ok"].reset_index(drop=True)
     out = []

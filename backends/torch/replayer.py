@@ -1,0 +1,97 @@
+"""The torch implementation of the simulator's replay interface (:class:`sim.replay.Replayer`).
+
+``sim validate`` describes each run as a :class:`sim.replay.ReplayRequest`; this module turns
+it into a :class:`backends.torch.job.ReplayJob` and runs it with :func:`backends.torch.launch.replay`
+(our runtime or torch's schedules on ``stages x tensor_parallel`` ranks, or one rank alone).
+What the replay can run is said by the job itself (:meth:`ReplayJob.problems`: schedules,
+memory policies, tensor-parallel limits) and, for a user's model, by its spec
+(:meth:`backends.torch.user_spec.UserModelSpec.replay_problem`).
+
+Importing this module does not import torch; a replay starts it in its rank processes.
+"""
+
+from __future__ import annotations
+
+from backends.torch.devices import check_device
+from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
+from backends.torch.launch import replay
+from backends.torch.user_spec import UserModelSpec, is_user_model
+from sim.replay import ReplayProblem, ReplayRequest
+
+
+def replay_job(request: ReplayRequest, *, check: bool = True) -> ReplayJob:
+    """The job that runs ``request``; ``torch_csv`` for the multi-stage schedules.
+
+    Raises:
+        ValueError: with ``check``, the job's :meth:`ReplayJob.problems`.
+    """
+    return ReplayJob(
+        model=dict(request.model),
+        boundaries=list(request.boundaries),
+        schedule=request.schedule,
+        stages=request.stages,
+        microbatches=request.microbatches,
+        microbatch_size=request.microbatch_size,
+        iterations=request.iterations,
+        warmup_iterations=request.warmup_iterations,
+        memory_policy=request.memory_policy,
+        device=request.device,
+        nproc=1 if request.single_rank is not None else None,
+        backend=request.runtime,
+        torch_csv=request.schedule in SCHEDULES_TORCH_CSV,
+        dtype=request.dtype,
+        threads=request.threads,
+        timeout_s=request.timeout_s,
+        virtual_stages=request.virtual_stages,
+        single_rank=request.single_rank,
+        attention=request.attention,
+        tensor_parallel=request.tensor_parallel,
+        sequence_parallel=request.sequence_parallel,
+        check=check,
+    )
+
+
+class TorchReplayer:
+    """Replays with torch (gloo on CPU, NCCL on GPUs): :class:`sim.replay.Replayer`.
+
+    Example (no process is started by ``problems``):
+        >>> r = ReplayRequest({"layers": 2, "hidden": 32, "heads": 2, "seq_len": 8,
+        ...     "vocab": 64}, (0, 2), "gpipe", 2, 4, 1, memory_policy="d2d_swap")
+        >>> [p.field for p in TorchReplayer().problems(r)]
+        ['memory_policy']
+        >>> TorchReplayer().runtimes(r, builtin=True)
+        ('ours', 'torch')
+    """
+
+    def check_device(self, device: str, nproc: int) -> None:
+        """:func:`backends.torch.devices.check_device` (raises ``InputError``)."""
+        check_device(device, nproc=nproc)
+
+    def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
+        """Multi-stage schedules: torch's CSV runtime only; else ours, and torch's own
+        ``ScheduleGPipe`` / ``Schedule1F1B`` with ``builtin``."""
+        if request.schedule in SCHEDULES_TORCH_CSV:
+            return ("torch",)
+        if builtin and request.schedule in SCHEDULES_TORCH and request.single_rank is None:
+            return ("ours", "torch")
+        return ("ours",)
+
+    def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
+        """The user model's limits first, then every field the job refuses."""
+        out = []
+        if is_user_model(request.model):
+            why = UserModelSpec.from_dict(request.model).replay_problem(request.microbatch_size)
+            if why:
+                out.append(ReplayProblem("microbatch_size", why))
+        for text in replay_job(request, check=False).problems():
+            field, _, reason = text.partition(": ")
+            out.append(ReplayProblem(field, reason))
+        return out
+
+    def replay(self, request: ReplayRequest) -> ReplayResult:
+        """Run ``request`` (:func:`backends.torch.launch.replay`).
+
+        Raises:
+            backends.torch.launch.ReplayError: a rank failed or the run timed out.
+        """
+        return replay(replay_job(request))

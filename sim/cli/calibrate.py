@@ -1,0 +1,39 @@
+"""``sim calibrate --out HW.yaml``: the typer adapter over
+:func:`backends.torch.devices.calibrate_devices`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from backends.torch.devices import calibrate_devices, check_device, check_device_name
+from sim.atomic import check_writable
+from sim.cli.console import friendly, need_torch, out
+from sim.config import MAX_GPUS
+
+
+@friendly
+def calibrate(
+    out_path: Path = typer.Option(
+        ..., "--out", "-o", help="Hardware YAML to write; load it like a preset (hardware: PATH)."
+    ),
+    nproc: int = typer.Option(
+        2,
+        min=1,
+        max=MAX_GPUS,
+        help="Ranks, as the replay will use (1: one GPU, no rank-to-rank link measured).",
+    ),
+    device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
+) -> None:
+    """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and
+    bandwidth; host<->device on GPUs) and write a hardware description."""
+    check_device_name(device)
+    check_writable(out_path, option="--out")  # fail now, not after the measurement
+    need_torch()
+    check_device(device, nproc=nproc)
+    hardware = calibrate_devices(nproc=nproc, device=device, path=out_path)
+    gpu = hardware.get("gpu", {})
+    out.print(f"wrote {out_path}: {nproc} x {gpu.get('model', device)}")
+    for link in hardware.get("links", [])[:4]:
+        out.print(f"  {link}")

@@ -1,0 +1,34 @@
+"""``sim hardware list|show``: the hardware presets (:mod:`sim.hardware`)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from sim.cli.console import friendly, out
+from sim.hardware.describe import describe_topology, topology_to_dict
+from sim.hardware.loader import list_presets, load_hardware
+
+app = typer.Typer(no_args_is_help=True, help="Hardware presets (GPUs, links, hosts).")
+
+
+@app.command("list")
+def hardware_list() -> None:
+    """List hardware presets."""
+    for name in list_presets():
+        out.print(name)
+
+
+@app.command("show")
+@friendly
+def hardware_show(
+    name: str = typer.Argument(..., help="Preset name or hardware YAML path."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (bytes, bytes/s, seconds)."),
+) -> None:
+    """Print a hardware description: GPUs (GiB, TFLOPS), links (GB/s, us) and routes."""
+    topo = load_hardware(name, field="hardware")
+    if as_json:
+        print(json.dumps(topology_to_dict(topo), indent=2))
+    else:
+        out.print(describe_topology(topo))

@@ -1,0 +1,221 @@
+"""``sim profile --out PATH``: the typer adapter over the torch backend's profilers.
+
+The GPT/BERT models go to :func:`backends.torch.profile_concurrent.profile_concurrent`, a
+user's model (``--model``) to :func:`backends.torch.user_cli.profile_user`. Every option is
+checked here, before torch starts; a bad one exits 2 naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import typer
+
+from backends.torch.devices import check_device, check_device_name
+from backends.torch.profile_concurrent import profile_concurrent
+from backends.torch.user_cli import profile_user
+from sim.atomic import check_writable
+from sim.cli.console import check_choice, err, friendly, need_torch, out
+from sim.config import NAME_PATTERN
+from sim.errors import InputError
+from sim.trace.schema import Trace
+
+DTYPES = ("fp32", "fp16", "bf16")
+
+
+def check_options(
+    out_path: Path,
+    *,
+    kind: str,
+    name: str | None,
+    dtype: str | None,
+    device: str,
+    hidden: int,
+    heads: int,
+    attention: str | None,
+    user_model: bool,
+) -> None:
+    """The options every profile shares (none needs torch).
+
+    Raises:
+        InputError: naming the option: an unknown kind, dtype, attention kernel or device;
+            ``--attention`` with ``--model``; heads not dividing hidden; a bad trace name; an
+            output that cannot be written.
+    """
+    check_choice(kind, ("gpt", "bert"), "--kind")
+    if dtype is not None:
+        check_choice(dtype, DTYPES, "--dtype")
+    if attention is not None:
+        check_choice(attention, ("flash", "math"), "--attention")
+        if user_model:
+            raise InputError("applies to the GPT/BERT models, not --model", field="--attention")
+    check_device_name(device)
+    if hidden % heads:
+        raise InputError(f"hidden size {hidden} is not divisible by {heads} heads", field="--heads")
+    if not re.match(NAME_PATTERN, name or out_path.name):
+        raise InputError(
+            f"{name or out_path.name!r} is not a valid trace name: use letters, "
+            "digits and . _ + - only",
+            field="--name" if name else "--out",
+        )
+    for suffix in (".csv", ".yaml"):  # fail now, not after the measurement
+        check_writable(out_path.with_name(out_path.name + suffix), option="--out")
+
+
+def check_user_options(
+    model: str | None, for_gpu: str | None, concurrent: int, microbatch_size: list[int] | None
+) -> None:
+    """The options of ``--model`` / ``--for-gpu``.
+
+    Raises:
+        InputError: ``--for-gpu`` without ``--model``, with ``--concurrent``, or several ``-b``.
+    """
+    if not model:
+        raise InputError("--for-gpu needs --model", field="--for-gpu")
+    if concurrent > 1 and for_gpu:
+        raise InputError(
+            "--concurrent measures CPU contention; --for-gpu runs nothing", field="--concurrent"
+        )
+    if microbatch_size and len(microbatch_size) > 1:
+        raise InputError(
+            "give one -b with --model (several sizes are for GPT/BERT)", field="--microbatch-size"
+        )
+
+
+def model_layers(layers: str | None) -> int:
+    """The GPT/BERT model's blocks from ``--layers`` (default 4).
+
+    Raises:
+        InputError: not a number of blocks in 1..1024.
+    """
+    if layers is not None and not (layers.isdigit() and 1 <= int(layers) <= 1024):
+        raise InputError(
+            f"--layers {layers!r}: the GPT/BERT model takes a number of blocks "
+            "(1..1024); module names need --model",
+            field="--layers",
+        )
+    return int(layers or 4)
+
+
+def _summary(trace: Trace, out_path: Path, digits: int) -> str:
+    total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
+    return (
+        f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
+        f"params, fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of "
+        f"{trace.microbatch_size} on {trace.device}"
+    )
+
+
+@friendly
+def profile(
+    out_path: Path = typer.Option(
+        ...,
+        "--out",
+        "-o",
+        help="Trace to write: PATH.csv + PATH.yaml (native format, with provenance).",
+    ),
+    kind: str = typer.Option("gpt", help="gpt (decoder) or bert (encoder)."),
+    layers: str = typer.Option(
+        None,
+        help="GPT/BERT: transformer blocks L (1..1024). With "
+        "--model: the layer chain as module names fqn1,fqn2,... (name.* "
+        "= its children).",
+        show_default="4; with --model: the model's top-level children",
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="Your model: FILE.py:FUNC or "
+        "package.module:FUNC returning (model, sample[, target]), or a "
+        "Hugging Face config.json (random weights).",
+    ),
+    loss: str = typer.Option(
+        None,
+        "--loss",
+        help="With --model: FILE.py:FUNC computing the "
+        "loss from the last layer's output [and the target].",
+    ),
+    for_gpu: str = typer.Option(
+        None,
+        "--for-gpu",
+        help="With --model: analyse under fake "
+        "tensors for this GPU (preset or GPU name, e.g. H100) instead "
+        "of running it.",
+    ),
+    hidden: int = typer.Option(256, min=1, help="Hidden size h (divisible by --heads)."),
+    heads: int = typer.Option(4, min=1, help="Attention heads."),
+    seq_len: int = typer.Option(128, min=1, help="Tokens per sample s."),
+    vocab: int = typer.Option(2048, min=2, help="Vocabulary size V."),
+    name: str = typer.Option(None, help="Model name.", show_default="the file name"),
+    microbatch_size: list[int] = typer.Option(
+        None,
+        "--microbatch-size",
+        "-b",
+        min=1,
+        help="Samples per micro-batch; repeat (-b 1 -b 2 "
+        "-b 4) to profile several sizes into one trace "
+        "(GPT/BERT).",
+        show_default="4; with --model: the sample's",
+    ),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+    dtype: str = typer.Option(
+        None, help="fp32, fp16 or bf16.", show_default="fp32; bf16 with --for-gpu"
+    ),
+    threads: int = typer.Option(
+        None,
+        min=1,
+        help="CPU threads while profiling; use cores / ranks of the replay.",
+        show_default="cores / 2",
+    ),
+    reps: int = typer.Option(7, min=1, help="Measured repetitions per layer (median kept)."),
+    split_backward: bool = typer.Option(
+        False, help="Also measure the backward's input/weight split (bwd_input_s, bwd_weight_s)."
+    ),
+    concurrent: int = typer.Option(
+        1,
+        min=1,
+        max=64,
+        help="Profile in this many simultaneous "
+        "processes (the replay's ranks on a CPU share cores and "
+        "memory bandwidth); per-layer median over them.",
+    ),
+    attention: str = typer.Option(
+        None,
+        help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
+        "in the trace, and a replay of it runs the same kernel.",
+        show_default="torch's choice",
+    ),
+) -> None:
+    """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
+    user = bool(model or for_gpu)
+    check_options(out_path, kind=kind, name=name, dtype=dtype, device=device, hidden=hidden,
+                  heads=heads, attention=attention, user_model=user)  # fmt: skip
+    need_torch()
+    if not for_gpu:
+        check_device(device)
+    if user:
+        check_user_options(model, for_gpu, concurrent, microbatch_size)
+        trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
+                             for_gpu=for_gpu, name=name,
+                             microbatch_size=microbatch_size[0] if microbatch_size else None,
+                             device=device, dtype=dtype, threads=threads, reps=reps,
+                             split_backward=split_backward, seq_len=seq_len,
+                             concurrent=concurrent)  # fmt: skip
+        for warning in trace.provenance.get("warnings", []):
+            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        out.print(_summary(trace, out_path, 3))
+        return
+    spec = dict(name=name or out_path.name, kind=kind, layers=model_layers(layers),
+                hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)  # fmt: skip
+    try:
+        trace = profile_concurrent(spec, copies=concurrent, microbatch_sizes=microbatch_size or [4],
+                                   device=device, dtype=dtype or "fp32", reps=reps,
+                                   split_backward=split_backward,
+                                   threads=threads or max(1, (os.cpu_count() or 2) // 2),
+                                   attention=attention, path=out_path)  # fmt: skip
+    except ValueError as exc:
+        raise InputError(str(exc), field="model options") from None
+    measured = f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""
+    out.print(_summary(trace, out_path, 2) + measured)

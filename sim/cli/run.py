@@ -1,0 +1,78 @@
+"""``sim run EXPERIMENT``: the typer adapter over :func:`sim.api.run`."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from sim import api
+from sim.cli.console import friendly, out
+
+
+class RunExecutor(StrEnum):
+    """``sim run --executor`` choices (:mod:`sim.executors`)."""
+
+    local = "local"
+    ray = "ray"
+
+
+@friendly
+def run(
+    experiment: Path = typer.Argument(
+        ...,
+        help="Experiment YAML (e.g. experiments/dgx1.yaml) "
+        "or a winner.yaml written by an earlier run.",
+    ),
+    out_dir: Path = typer.Option(
+        None,
+        "--out",
+        help="Output directory: new, empty, or written "
+        "by an earlier `sim run` (its files are replaced as a whole).",
+        show_default="results/<experiment name>/",
+    ),
+    jobs: int = typer.Option(
+        0, "--jobs", "-j", min=0, help="Worker processes; 0: one per CPU core."
+    ),
+    no_cache: bool = typer.Option(
+        False,
+        "--no-cache",
+        help="Recompute every configuration instead of reusing cached rows (OUT/.cache).",
+    ),
+    plots: bool = typer.Option(
+        True,
+        "--plots/--no-plots",
+        help="Write PNG plots and the Chrome-trace timeline of the winner.",
+    ),
+    executor: RunExecutor = typer.Option(
+        "local",
+        "--executor",
+        help="Where points are simulated: local (worker processes, --jobs) or ray (Ray "
+        "tasks on RAY_ADDRESS, else a local Ray; pip install 'pipesim[ray]').",
+    ),
+    exhaustive: bool = typer.Option(
+        False,
+        "--exhaustive",
+        help="Simulate every configuration: no pruning by the memory and throughput bounds "
+        "(as sweep.prune: false; the winner is the same).",
+    ),
+) -> None:
+    """Simulate every configuration of an experiment's grid and report the fastest that fits.
+
+    Writes results.csv (one row per configuration; times in seconds, memory in bytes),
+    winner.yaml (re-runnable with `sim run`, accepted by `sim validate`), config.resolved.yaml,
+    plots (PNG) and timeline.json (Chrome trace: open in https://ui.perfetto.dev).
+    """
+    outcome = api.run(
+        experiment,
+        out=out_dir,
+        jobs=jobs or (os.cpu_count() or 1),
+        cache=not no_cache,
+        plots=plots,
+        console=out,
+        executor=executor.value,
+        exhaustive=exhaustive,
+    )
+    raise typer.Exit(outcome.code)

@@ -1,0 +1,103 @@
+"""``sim trace list|show|import-kineto``: per-layer traces (:mod:`sim.trace`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sim.cli.console import err, friendly, out
+from sim.trace.kineto import read_kineto
+from sim.trace.loader import available_traces, load_trace
+from sim.trace.native import write_trace
+from sim.trace.schema import Trace
+from sim.units import fmt_bytes
+
+app = typer.Typer(no_args_is_help=True, help="Per-layer traces (profiles) of models.")
+
+
+@app.command("list")
+def trace_list() -> None:
+    """List the traces shipped in traces/."""
+    for name in available_traces():
+        out.print(name)
+
+
+def layer_table(trace: Trace) -> Table:
+    """A trace's layers: times in ms, sizes in KiB/MiB/GiB."""
+    table = Table(
+        title=f"{trace.name}: {len(trace.layers)} layers, {trace.parameters:,} params, "
+        f"micro-batch {trace.microbatch_size}, {trace.dtype}, {trace.device}"
+    )
+    for col in ("#", "layer", "fwd ms", "bwd ms", "params", "act", "out"):
+        table.add_column(col, justify="right" if col != "layer" else "left")
+    for i, layer in enumerate(trace.layers):
+        table.add_row(
+            str(i),
+            layer.name[:40],
+            f"{layer.fwd_s * 1e3:.3f}",
+            f"{layer.bwd_s * 1e3:.3f}",
+            fmt_bytes(layer.param_bytes),
+            fmt_bytes(layer.act_bytes),
+            fmt_bytes(layer.out_bytes),
+        )
+    return table
+
+
+@app.command("show")
+@friendly
+def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> None:
+    """Print a trace's layers (ms, MiB) and provenance."""
+    trace = load_trace(ref, file="command line", field="TRACE")
+    out.print(layer_table(trace))
+    out.print(trace.provenance)
+
+
+@app.command("import-kineto")
+@friendly
+def trace_import_kineto(
+    source: Path = typer.Argument(
+        ...,
+        help="torch.profiler Chrome trace (.json or .json.gz) "
+        "whose layers are record_function annotations.",
+    ),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + PATH.yaml."),
+    microbatch_size: int = typer.Option(
+        ..., "--microbatch-size", "-b", help="Samples per micro-batch in the profiled steps."
+    ),
+    dtype: str = typer.Option("fp32", help="Training dtype of the profiled model."),
+    name: str = typer.Option(None, help="Model name [default: the file name]."),
+    layers: str = typer.Option(
+        None,
+        help="Annotation names forming the chain, a,b,c [default: every top-level annotation].",
+    ),
+    bytes_from: str = typer.Option(
+        None,
+        "--bytes-from",
+        help="A trace of the same layers "
+        "(e.g. from `sim profile --model ... --for-gpu`) giving "
+        "parameter, activation and output bytes.",
+    ),
+) -> None:
+    """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
+    --bytes-from)."""
+    ref = load_trace(bytes_from, file="command line", field="--bytes-from") if bytes_from else None
+    names = [n.strip() for n in layers.split(",") if n.strip()] if layers else None
+    trace = read_kineto(
+        source,
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        name=name or out_path.name,
+        layers=names,
+        bytes_from=ref,
+    )
+    write_trace(trace, out_path)
+    out.print(
+        f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers ({trace.provenance['timing']})"
+    )
+    if ref is None:
+        err.print(
+            "[yellow]warning:[/] parameter, activation and output bytes are 0 (a Kineto "
+            "trace has none); give --bytes-from to fill them"
+        )

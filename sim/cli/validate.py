@@ -1,0 +1,188 @@
+"""``sim validate CONFIG``: the typer adapter over :func:`sim.api.validate`.
+
+It hands the torch backend (:class:`backends.torch.replayer.TorchReplayer`) to the validation
+pipeline and prints its rows as they are measured: a table of every rank's replays, or one line
+per replay of a rank alone (``--single-rank``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import typer
+from rich.table import Table
+
+from backends.torch.devices import check_device_name
+from backends.torch.replayer import TorchReplayer
+from sim import api
+from sim.atomic import check_writable
+from sim.cli.console import err, friendly, need_torch, out
+from sim.config import MAX_GPUS, MAX_ITERATIONS, MAX_MICROBATCHES
+from sim.replay import ReplayFailed
+from sim.validate import ValidationSpec
+
+COLUMNS = (
+    "schedule",
+    "runtime",
+    "m",
+    "measured ms",
+    "predicted ms",
+    "error",
+    "peak MiB (meas/pred)",
+    "actions ok",
+)
+
+
+def _ok(r: dict[str, Any]) -> bool:
+    return bool(r["all_actions_done"] and r["losses_finite"])
+
+
+def print_single_rank(r: dict[str, Any]) -> None:
+    """One line per replay of a rank alone."""
+    out.print(
+        f"  {r['schedule']} rank {r['rank']}/{r['stages']} m={r['microbatches']} "
+        f"{r['memory_policy']}: measured {r['measured_iteration_s'] * 1e3:.1f} ms, "
+        f"predicted {r['predicted_iteration_s'] * 1e3:.1f} ms ({r['error']:+.1%}); peak "
+        f"{r['measured_peak_bytes'] / 2**20:.2f} / {r['predicted_peak_bytes'] / 2**20:.2f} "
+        f"MiB ({r['memory_error']:+.1%}); actions {'ok' if _ok(r) else 'WRONG'}",
+        highlight=False,
+    )
+
+
+def table_printer(table: Table):
+    """A row callback: one line now, and the row added to ``table`` for the end."""
+
+    def row(r: dict[str, Any]) -> None:
+        if r["mode"] == "single_rank":
+            print_single_rank(r)
+            return
+        out.print(
+            f"  {r['schedule']} ({r['runtime']}) m={r['microbatches']}: measured "
+            f"{r['measured_iteration_s'] * 1e3:.1f} ms, predicted "
+            f"{r['predicted_iteration_s'] * 1e3:.1f} ms ({r['error']:+.1%})",
+            highlight=False,
+        )
+        table.add_row(
+            r["schedule"],
+            r["runtime"],
+            str(r["microbatches"]),
+            f"{r['measured_iteration_s'] * 1e3:.1f}",
+            f"{r['predicted_iteration_s'] * 1e3:.1f}",
+            f"{r['error']:+.1%}",
+            f"{r['measured_peak_bytes'] / 2**20:.1f} / {r['predicted_peak_bytes'] / 2**20:.1f}",
+            "yes" if _ok(r) else "NO",
+        )
+
+    return row
+
+
+def print_summary(df: pd.DataFrame, dest: Path, table: Table, single_rank: bool) -> None:
+    """The table (every rank) or the mean errors (one rank), and where the file went."""
+    if single_rank:
+        out.print(
+            f"mean absolute error: time {df['error'].abs().mean():.1%}, memory "
+            f"{df['memory_error'].abs().mean():.1%}  -> {dest}",
+            highlight=False,
+        )
+        return
+    out.print(table)
+    mape = (df["error"].abs().mean()) * 100
+    out.print(f"mean absolute percentage error: {mape:.1f}%  -> {dest}")
+
+
+@friendly
+def validate(
+    config: Path = typer.Argument(
+        ...,
+        help="A winner.yaml (or any single-configuration "
+        "experiment) whose trace was made by `sim profile`.",
+    ),
+    nproc: int = typer.Option(
+        None,
+        min=1,
+        max=MAX_GPUS,
+        help="Ranks; must equal the pipeline depth x tensor_parallel.",
+        show_default="the pipeline depth x tensor_parallel",
+    ),
+    device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
+    schedule: list[str] = typer.Option(
+        None,
+        "--schedule",
+        "-s",
+        help="Replay these schedules instead (repeatable).",
+        show_default="CONFIG's",
+    ),
+    microbatches: list[int] = typer.Option(
+        None,
+        "--microbatches",
+        "-m",
+        min=1,
+        max=MAX_MICROBATCHES,
+        help="Replay these micro-batch counts instead (repeatable).",
+        show_default="CONFIG's",
+    ),
+    iterations: int = typer.Option(
+        3, min=1, max=MAX_ITERATIONS, help="Measured iterations (optimizer steps)."
+    ),
+    warmup: int = typer.Option(1, min=0, max=MAX_ITERATIONS, help="Warm-up iterations."),
+    torch_builtin: bool = typer.Option(
+        False,
+        "--torch-builtin",
+        help="Also run torch's ScheduleGPipe / Schedule1F1B on the same model.",
+    ),
+    out_dir: Path = typer.Option(
+        None,
+        "--out",
+        help="Folder for validation.csv and the timelines.",
+        show_default="beside CONFIG",
+    ),
+    single_rank: int = typer.Option(
+        None,
+        "--single-rank",
+        help="Run only this pipeline rank's actions, alone in one process on one device "
+        "(sends and receives become local buffers); compare with that GPU's predicted busy "
+        "time and peak memory.",
+    ),
+    stages: int = typer.Option(
+        None,
+        "--stages",
+        help="With --single-rank: the pipeline depth P the rank belongs to (uniform "
+        "partition; the layers must split evenly).",
+        show_default="CONFIG's",
+    ),
+) -> None:
+    """Replay a configuration on real devices with torch and compare with the prediction.
+
+    Prints measured and predicted iteration time (seconds) and peak memory (bytes) per
+    configuration with the relative error (predicted - measured) / measured, and writes them
+    to validation.csv. With --single-rank R, one rank runs alone (see sim/validate/predict.py).
+    """
+    check_device_name(device)
+    spec = ValidationSpec(schedules=tuple(schedule or ()), microbatches=tuple(microbatches or ()),
+                          device=device, nproc=nproc, iterations=iterations,
+                          warmup_iterations=warmup, torch_builtin=torch_builtin,
+                          rank=single_rank, stages=stages)  # fmt: skip
+    spec.check()
+    if out_dir:
+        check_writable(out_dir, option="--out", directory=True)
+    need_torch()
+    table = Table(title="measured vs predicted")
+    for col in COLUMNS:
+        table.add_column(col, justify="right")
+    try:
+        result = api.validate(config, replayer=TorchReplayer(), out=out_dir,
+                              schedules=spec.schedules, microbatches=spec.microbatches,
+                              device=device, nproc=nproc, iterations=iterations, warmup=warmup,
+                              torch_builtin=torch_builtin, rank=single_rank, stages=stages,
+                              on_row=table_printer(table))  # fmt: skip
+    except ReplayFailed as exc:
+        err.print(f"[bold red]replay failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    print_summary(result.table, result.path, table, single_rank is not None)
+    df = result.table
+    if not (df["all_actions_done"].all() and df["losses_finite"].all()):
+        who = "the rank" if single_rank is not None else "a rank"
+        err.print(f"[bold red]{who} did not run all its actions or a loss was not finite[/]")
+        raise typer.Exit(1)

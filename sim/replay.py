@@ -1,0 +1,148 @@
+"""What ``sim validate`` asks of a hardware replay, as an interface the simulator owns.
+
+The simulator never imports a backend: :mod:`sim.validate` describes each run as a
+:class:`ReplayRequest`, asks a :class:`Replayer` whether it can run it (:meth:`Replayer.problems`,
+before any process starts) and then to run it (:meth:`Replayer.replay`), and reads the answer
+through :class:`Measurement`. ``backends.torch.replayer.TorchReplayer`` implements it with torch
+(gloo on CPU, NCCL on GPUs); the command line (:mod:`sim.cli`, the only part of ``sim`` that
+imports ``backends``) hands it in, as does a notebook::
+
+    from backends.torch.replayer import TorchReplayer
+    sim.api.validate("results/x/winner.yaml", replayer=TorchReplayer())
+
+Units: seconds and bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class ReplayFailed(RuntimeError):
+    """A replay started and failed: a rank raised or crashed, or the run timed out."""
+
+
+@dataclass(frozen=True)
+class ReplayProblem:
+    """Why a replayer cannot run a request.
+
+    Attributes:
+        field: the :class:`ReplayRequest` field at fault (``memory_policy``, ``schedule``,
+            ``stages``, ``model``, ``microbatch_size``, ``tensor_parallel`` ...).
+        reason: one sentence, e.g. ``"memory_policy: 'd2d_swap' uses d2d_swap; the torch
+            replay runs only none, recompute, cpu_swap"``.
+    """
+
+    field: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """One configuration to run on real devices, as the simulator resolved it.
+
+    Attributes:
+        model: what to build: the trace's ``provenance.model`` (a GPT/BERT shape, or a
+            user's model spec with ``kind: user``), written by ``sim profile``.
+        boundaries: start layer of each stage (``sim.partition.Partition.boundaries``).
+        schedule: schedule name (``sim.schedules.registry``).
+        stages: pipeline depth ``p``.
+        microbatches: micro-batches per iteration ``m``.
+        microbatch_size: samples per micro-batch ``b``.
+        memory_policy: the experiment's ``memory_policy`` string.
+        dtype: ``fp32``, ``fp16`` or ``bf16``.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        iterations: measured iterations (optimizer steps).
+        warmup_iterations: iterations run before measuring.
+        runtime: ``ours`` (the simulator's action lists, exactly) or ``torch``
+            (torch.distributed.pipelining's own schedules).
+        tensor_parallel: ranks per stage ``t``.
+        sequence_parallel: Megatron's sequence parallelism with ``t > 1``.
+        virtual_stages: stage chunks per rank ``v``.
+        single_rank: run only this stage, alone in one process (``None``: every rank).
+        attention: force the attention kernel (``flash`` or ``math``; ``None``: the backend's
+            choice).
+        threads: CPU threads per rank (``None``: the backend's default).
+        timeout_s: hard limit on the run, seconds.
+    """
+
+    model: dict[str, Any]
+    boundaries: tuple[int, ...]
+    schedule: str
+    stages: int
+    microbatches: int
+    microbatch_size: int
+    memory_policy: str = "none"
+    dtype: str = "fp32"
+    device: str = "cpu"
+    iterations: int = 3
+    warmup_iterations: int = 1
+    runtime: str = "ours"
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    virtual_stages: int = 1
+    single_rank: int | None = None
+    attention: str | None = None
+    threads: int | None = None
+    timeout_s: float = 600.0
+
+    @property
+    def ranks(self) -> int:
+        """Processes the run takes: 1 for a single rank, else ``stages x tensor_parallel``.
+
+        Example:
+            >>> ReplayRequest({}, (0, 2), "1f1b", 2, 4, 1, tensor_parallel=2).ranks
+            4
+        """
+        return 1 if self.single_rank is not None else self.stages * self.tensor_parallel
+
+
+class Measurement(Protocol):
+    """What a replay measured (seconds, bytes); one entry per rank in the lists."""
+
+    iteration_time_s: float
+    """Median seconds per measured iteration (``m`` micro-batches)."""
+    iteration_times_s: list[float]
+    peak_memory_bytes: list[float]
+    memory: list[dict[str, float]]
+    """Per rank, the parts of its memory (``cuda_max_reserved`` on GPUs ...)."""
+    losses: list[float]
+    notes: list[str]
+    device_name: str
+    action_spans: list[list[tuple[str, float, float, float]]]
+    """Per rank, ``(action, start_s, ready_s, end_s)`` of every action (may be empty)."""
+
+    @property
+    def all_actions_done(self) -> bool:
+        """Every rank ran exactly the actions of its program."""
+        ...
+
+
+class Replayer(Protocol):
+    """A backend that runs :class:`ReplayRequest` on real devices."""
+
+    def check_device(self, device: str, nproc: int) -> None:
+        """Check that ``device`` can run ``nproc`` ranks here.
+
+        Raises:
+            sim.errors.InputError: naming ``--device`` (or ``--nproc``).
+        """
+        ...
+
+    def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
+        """The runtimes that replay ``request``'s schedule, ours first; with ``builtin`` also
+        the framework's own schedule where it has one."""
+        ...
+
+    def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
+        """Why ``request`` cannot be replayed (empty when it can). Starts nothing."""
+        ...
+
+    def replay(self, request: ReplayRequest) -> Measurement:
+        """Run ``request`` and measure it.
+
+        Raises:
+            ReplayFailed: a rank failed or the run timed out (no process is left).
+        """
+        ...

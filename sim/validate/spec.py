@@ -1,0 +1,113 @@
+"""What ``sim validate`` is asked to do (:class:`ValidationSpec`) and the mode a point runs in.
+
+Four modes, one pipeline (:mod:`sim.validate.pipeline`):
+
+* ``pipeline``: every rank of a one-stage-per-rank pipeline (our runtime; torch's own
+  ``ScheduleGPipe`` / ``Schedule1F1B`` beside it with ``torch_builtin``);
+* ``tensor_parallel``: ``stages x tensor_parallel`` ranks, Megatron-style layers;
+* ``multi_stage``: ``v`` stage chunks per rank (``interleaved_1f1b``, ``zbv_zero_bubble``, ...),
+  replayed by torch's ``_PipelineScheduleRuntime`` from the simulator's CSV;
+* ``single_rank``: one stage alone in one process, sends and receives replaced by local
+  buffers (``rank`` set), compared with that GPU's predicted busy time and peak memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sim.config import PointConfig
+from sim.errors import InputError
+from sim.point import check_schedule_name
+
+
+class Mode(StrEnum):
+    """How a configuration is replayed (the ``mode`` column of ``validation.csv``)."""
+
+    PIPELINE = "pipeline"
+    TENSOR_PARALLEL = "tensor_parallel"
+    MULTI_STAGE = "multi_stage"
+    SINGLE_RANK = "single_rank"
+
+
+@dataclass(frozen=True)
+class ValidationSpec:
+    """What to replay and how (every field has the command line's default).
+
+    Attributes:
+        schedules: schedules to replay (default: the file's).
+        microbatches: micro-batch counts to replay (default: the file's); the global batch
+            follows as ``m * b * w``.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        nproc: ranks; must equal ``stages x tensor_parallel`` (``None``: that product).
+        iterations: measured iterations (optimizer steps).
+        warmup_iterations: iterations run before measuring.
+        torch_builtin: also run torch's own ScheduleGPipe / Schedule1F1B where they apply.
+        timeout_s: hard limit per replay, seconds.
+        rank: run only this pipeline stage, alone (``single_rank`` mode; ``None``: all ranks).
+        stages: with ``rank``, the pipeline depth ``P`` it belongs to (``None``: the file's;
+            another depth cuts the layers by the uniform partition).
+    """
+
+    schedules: tuple[str, ...] = ()
+    microbatches: tuple[int, ...] = ()
+    device: str = "cpu"
+    nproc: int | None = None
+    iterations: int = 3
+    warmup_iterations: int = 1
+    torch_builtin: bool = False
+    timeout_s: float = 600.0
+    rank: int | None = None
+    stages: int | None = None
+
+    def check(self) -> None:
+        """Check the options alone, before any file is read (messages name the options).
+
+        Raises:
+            InputError: an unknown schedule (``--schedule``); ``--stages`` without
+                ``--single-rank``; a negative rank or depth; with ``--single-rank``,
+                ``--nproc`` other than 1 or ``--torch-builtin``.
+
+        Example:
+            >>> ValidationSpec(rank=1, stages=2).check()
+            >>> ValidationSpec(stages=2).check()
+            Traceback (most recent call last):
+            ...
+            sim.errors.InputError: option '--stages': --stages sets the depth of a --single-rank run; add --single-rank R
+        """
+        for i, name in enumerate(self.schedules):
+            check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
+        if self.rank is None:
+            if self.stages is not None:
+                raise InputError("--stages sets the depth of a --single-rank run; add "
+                                 "--single-rank R", field="--stages")  # fmt: skip
+            return
+        if self.rank < 0:
+            raise InputError(f"rank {self.rank} must be >= 0", field="--single-rank")
+        if self.stages is not None and self.stages < 1:
+            raise InputError(f"{self.stages} stages: must be >= 1", field="--stages")
+        if self.nproc not in (None, 1):
+            raise InputError(f"a single-rank run is one process, not {self.nproc}", field="--nproc")
+        if self.torch_builtin:
+            raise InputError("torch's schedules run whole pipelines only", field="--torch-builtin")
+
+
+def mode_of(point: PointConfig, spec: ValidationSpec, virtual_stages: int) -> Mode:
+    """The mode ``point`` replays in (module docstring); ``virtual_stages`` is its resolved
+    schedule's stage chunks per rank (``Schedule.virtual_stages``).
+
+    Example:
+        >>> p = PointConfig(model="g", schedule="1f1b", stages=2, dp_width=1,
+        ...     microbatch_size=1, microbatches=4, global_batch=4, memory_policy="none")
+        >>> mode_of(p, ValidationSpec(), 1), mode_of(p, ValidationSpec(rank=0), 1)
+        (<Mode.PIPELINE: 'pipeline'>, <Mode.SINGLE_RANK: 'single_rank'>)
+        >>> mode_of(p, ValidationSpec(), 2)
+        <Mode.MULTI_STAGE: 'multi_stage'>
+    """
+    if spec.rank is not None:
+        return Mode.SINGLE_RANK
+    if point.tensor_parallel > 1:
+        return Mode.TENSOR_PARALLEL
+    if virtual_stages > 1:
+        return Mode.MULTI_STAGE
+    return Mode.PIPELINE

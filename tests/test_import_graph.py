@@ -1,0 +1,78 @@
+"""The import graph of ``sim`` and ``backends``: the layer contracts hold and no module imports
+itself through others.
+
+The graph is grimp's (the library under import-linter): it reads every import statement,
+those inside functions included, so a cycle hidden by a function-local import is found. The
+layer and boundary contracts are in ``pyproject.toml`` (``[tool.importlinter]``) and also run
+on their own in ``scripts/test.sh`` (``lint-imports``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+grimp = pytest.importorskip("grimp")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cycles(graph) -> list[list[str]]:
+    """Every group of more than one module that import each other (directly or through others):
+    a module's group is what it imports, transitively, that also imports it."""
+    out: set[tuple[str, ...]] = set()
+    for m in graph.modules:
+        group = graph.find_upstream_modules(m) & graph.find_downstream_modules(m)
+        if group:
+            out.add(tuple(sorted(group | {m})))
+    return [list(g) for g in sorted(out)]
+
+
+def describe(graph, component: list[str]) -> str:
+    """The imports that tie ``component`` together, with file lines."""
+    lines = []
+    members = set(component)
+    for a in component:
+        for b in sorted(graph.find_modules_directly_imported_by(a) & members):
+            where = ", ".join(
+                f"l.{d['line_number']}" for d in graph.get_import_details(importer=a, imported=b)
+            )
+            lines.append(f"  {a} -> {b} ({where})")
+    return "\n".join(lines)
+
+
+def test_a_cycle_hidden_inside_a_function_is_found(tmp_path, monkeypatch):
+    """The checker itself: ``a`` imports ``b`` at the top, ``b`` imports ``a`` in a function."""
+    pkg = tmp_path / "hidden"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from hidden import b\n")
+    (pkg / "b.py").write_text("def f():\n    from hidden import a\n    return a\n")
+    (pkg / "c.py").write_text("from hidden import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = grimp.build_graph("hidden", cache_dir=None)
+    assert cycles(graph) == [["hidden.a", "hidden.b"]]
+
+
+def test_no_module_imports_itself_through_others():
+    graph = grimp.build_graph("sim", "backends", cache_dir=None)
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(describe(graph, c) for c in found)
+
+
+@pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")
+def test_layer_contracts_hold():
+    res = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
+        if Path(sys.executable).with_name("lint-imports").exists()
+        else ["lint-imports", "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
