@@ -13,9 +13,10 @@ runs. The estimate, per stage replica with ``n`` micro-batches in flight (``ctx.
 * ``L * swap``: while a forward runs with its whole stash, the previous forward's swap-out may
   still be copying and the next backward's stash is already coming back (the swap-in starts one
   action ahead), so ``L = 3`` micro-batches' swapped bytes can be on the GPU at once
-  (:data:`SWAP_LIVE`); more when a copy is slower than a forward and the warm-up's
-  back-to-back forwards leave a backlog (:func:`swap_live`). Swapping ``y`` bytes per
-  micro-batch lowers the peak by ``(n - L) * y``: it helps only stages with ``n > 3``;
+  (:data:`SWAP_LIVE`); more when a copy is slower than the forwards come and the warm-up's
+  forwards leave a queue of copies (:func:`swap_live`; the parts of one stash queue where they
+  share a link, :func:`parts_copy_s`). Swapping ``y`` bytes per micro-batch lowers the peak
+  by ``(n - L) * y``: it helps only stages with ``n > 3``;
 * ``rebuild``: the dropped bytes live during a forward or a recompute;
 * chunk staging and gathered partitioned parameters (the next action's are prefetched during
   this one) and receive buffers, twice for overlap.
@@ -70,8 +71,8 @@ def parts_copy_s(ctx: StageContext, copies) -> float:
     part). Behind an NVSwitch (or one PCIe switch) every part crosses the GPU's single uplink:
     taking the slowest part there undercounted a stripe over ``k`` peers ``k`` times, and the
     planner parked stashes whose swap-outs queued far past a forward (DGX-H100 engine peaks up
-    to 0.78 of capacity above the estimate). Exact when the shared links form a star (those cases); a lower bound
-    when routes overlap in chains.
+    to 0.78 of capacity above the estimate). Exact when the shared links form a star (those
+    cases) and nothing else crosses them; a lower bound otherwise.
     """
     busy: dict[str, float] = {}
     for src, dst, nbytes in copies:
@@ -139,7 +140,7 @@ def swap_live(ctx: StageContext, parts) -> float:
     f = forward_gap_s(ctx)
     if t_out <= f:
         return float(SWAP_LIVE)
-    queued = n - math.floor((n - 1) * f / t_out - 1e-9)
+    queued = n - math.floor((n - 1) * f / t_out - 1e-9)  # a copy ending at the peak counts
     return min(n + 1.0, 2.0 + queued)
 
 
@@ -217,12 +218,12 @@ def swap_exposed_s(ctx: StageContext, parts) -> float:
     """Estimated stall per micro-batch of swapping ``parts`` (``((node, bytes), ...)``), with
     host copies sharing their uplink ``ctx.host_sharers`` ways.
 
-    Parts move in parallel except where they share a link (:func:`parts_copy_s`), which sets
-    the copy time ``t`` each way. The swap-in starts one
-    action (about a forward) before the backward, so ``t_in - fwd_s`` is exposed; the link must
-    also carry a swap-out per forward-plus-backward, so ``t_out - (fwd_s + bwd_s)`` is exposed
-    when it cannot keep up. With one micro-batch in flight the backward follows its forward at
-    once, and both copies are exposed.
+    Parts move in parallel except where they share a link (:func:`parts_copy_s`); that sets the
+    copy time ``t`` each way. The swap-in starts one action (about a forward) before the
+    backward, so ``t_in - fwd_s`` is exposed; the link must also carry a swap-out per
+    forward-plus-backward, so ``t_out - (fwd_s + bwd_s)`` is exposed when it cannot keep up.
+    With one micro-batch in flight the backward follows its forward at once, and both copies
+    are exposed.
     """
     if not parts:
         return 0.0
