@@ -411,9 +411,11 @@ def planned(res, policy: str, trace: Trace, **options):
     where=st.floats(0.05, 0.95),
     policy=st.sampled_from(["d2d_swap", "d2d_swap+recompute", "d2d_swap:weights"]),
 )
-# A draw that failed: swap-outs a few percent slower than a forward queue up over the warm-up,
-# and the planner counted 3 stashes on the GPU where the engine holds 4 (estimate.swap_live).
+# Draws that failed: swap-outs slower than the forwards queue up over the warm-up, and the
+# planner counted fewer stashes on the GPU than the engine holds (estimate.swap_live).
 @example(b=1, sched="pipedream", layout=(8, 1), where=0.5, policy="d2d_swap:weights")
+@example(b=1, sched="pipedream", layout=(4, 1), where=0.8, policy="d2d_swap:weights")
+@example(b=3, sched="1f1b", layout=(8, 1), where=0.425, policy="d2d_swap")
 def test_d2d_never_places_on_a_peer_more_than_its_capacity_minus_its_peak(
     b, sched, layout, where, policy
 ):
@@ -465,8 +467,10 @@ def _fit_cases():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_fit_cases())
-# A draw that failed: d2d_swap parked stashes whose swap-outs queued (estimate.swap_live).
+# Draws that failed: d2d_swap parked stashes whose swap-outs queued (estimate.swap_live).
 @example(b=2, sched="pipedream", layout=(8, 1), margin=0.234375)
+@example(b=1, sched="1f1b", layout=(8, 1), margin=0.25)
+@example(b=1, sched="pipedream_2bw", layout=(8, 1), margin=0.15)
 def test_d2d_fits_every_model_recompute_fits(b, sched, layout, margin):
     """Every sample asserts: on GPUs just large enough for ``recompute`` (its own peak plus a
     drawn margin, so it fits by construction), ``d2d_swap+recompute`` and ``d2d_swap`` fit too:
