@@ -62,6 +62,9 @@ class Schedule(ABC):
     max_virtual_stages: ClassVar[int | None] = 1
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
+    overlaps_pairs: ClassVar[bool] = False
+    """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
+    the runtime may overlap: DualPipeV)."""
 
     def __init__(
         self,
