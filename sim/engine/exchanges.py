@@ -23,8 +23,9 @@ Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits u
 is idle, then issues the next kernel; the device idles ``sync_resume_s`` in between (logged as
 ``host_sync``). That delay is the engine-level notion of a sync; the host model refines it.
 
-Step barriers (``step_barrier``): every stage replica of a pipeline replica (all stages, all
-tensor ranks) waits for the others at its optimizer step, before or after its update.
+Step barriers (``step_barrier``): every rank of a pipeline replica (all ranks, all tensor
+ranks; a rank holding several stage chunks arrives once) waits for the others at its optimizer
+step, before or after its update.
 """
 
 from __future__ import annotations
@@ -154,14 +155,16 @@ class Exchanges:
 
     def barrier(self, rep: StageReplica, step_no: int, when: str, tags: dict):
         """Process: at optimizer step ``step_no``, ``when`` the runtime's ``step_barrier`` says
-        (``"before_update"`` or ``"after_update"``), wait until every stage replica of
-        ``rep``'s pipeline replica has arrived."""
+        (``"before_update"`` or ``"after_update"``), wait until every rank of ``rep``'s
+        pipeline replica (each of its tensor ranks) has arrived; a rank arrives once, whatever
+        the stage chunks it holds (its step runs them all, :meth:`Engine.step
+        <sim.engine.pipeline.Engine.step>`)."""
         if self.runtime.step_barrier != when:
             return
         key = (rep.replica, step_no)
         group = self._barriers.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.stages * self.inp.tensor_parallel:
+        if group[1] == len(self.inp.program) * self.inp.tensor_parallel:
             del self._barriers[key]
             group[0].succeed()
         yield from self.compute.wait(group[0], rep.gpu, f"barrier step {step_no}", **tags)

@@ -132,7 +132,8 @@ class Engine:
                 if self._gathers_params(nrep) and nxt.op in ("F", "B", "I"):
                     self._gather(nrep, nxt)
             if a.op == STEP:
-                yield from self.step(rep, a, rep.tags(None, a.microbatch))
+                if not _steps_before(order, i):  # the step's first STEP runs all of them
+                    yield from self.step(first, _step_group(order, i))
             elif a.sub_actions is not None:
                 yield from self.overlap_pair(first, a.sub_actions, ends)
             elif a.op == "F":
@@ -377,47 +378,94 @@ class Engine:
             self.ledger.change(self.env.now, src, -nbytes, MemCategory.BUFFERS, f"sent {op}{mb}")
         self._arrival((kind, r, dst_stage, mb, rep.tp_rank)).succeed()
 
-    def step(self, rep: StageReplica, a: Action, tags: dict):
-        """Process: the optimizer step (the rank's last sends, write-backs, the tied and the
-        data-parallel gradient collectives, the step barrier, step copies, host step)."""
-        plan, rt, k = rep.plan, self.inp.runtime, a.microbatch
+    def step(self, first: StageReplica, steps: tuple[Action, ...]):
+        """Process: one optimizer step of ``first``'s rank over the stage chunks it holds
+        (``steps``: its consecutive STEP actions of that step, one per chunk, in program
+        order), as Megatron-LM runs it: the rank's last sends and write-backs; the
+        data-parallel reduction of every chunk and the tied all-reduce (before or after them,
+        ``tied_after_dp``); the step barrier, once for the rank; every chunk's update; the
+        barrier after the update. Megatron-LM ``megatron/core/distributed/
+        finalize_model_grads.py::finalize_model_grads`` (``finish_grad_sync`` of each model
+        chunk, then ``_allreduce_embedding_grads`` on the ranks of the first and the last
+        chunk), called once per rank at the end of ``pipeline_parallel/schedules.py::
+        forward_backward_pipelining_with_interleaving``, then one ``optimizer.step()`` over
+        all chunks (``megatron/training/training.py::train_step``); torch pipelining's
+        ``schedule.step()`` then ``optimizer.step()`` likewise. With one chunk per rank that is
+        the chunk's STEP."""
+        reps = [self._rep(first, a) for a in steps]
+        k, rt = steps[0].microbatch, self.inp.runtime
+        tags = [rep.tags(None, k) for rep in reps]
         if self.exchanges.active:
-            yield from self.exchanges.drain(rep, f"{rep.stage}STEP{k}", tags)
-        yield from self.traffic.wait_writebacks(rep, tags)
-        dp = self.inp.dp_width > 1
+            yield from self.exchanges.drain(reps[0], f"{reps[0].stage}STEP{k}", tags[0])
+        for rep, t in zip(reps, tags, strict=True):
+            yield from self.traffic.wait_writebacks(rep, t)
         if not rt.tied_after_dp:
-            yield from self.collectives.join_tied(rep, k, tags)
+            for rep, t in zip(reps, tags, strict=True):
+                yield from self.collectives.join_tied(rep, k, t)
+        for rep, t in zip(reps, tags, strict=True):
+            yield from self._reduce(rep, k, t)
+        if rt.tied_after_dp:
+            for rep, t in zip(reps, tags, strict=True):
+                yield from self.collectives.join_tied(rep, k, t)
+        yield from self.exchanges.barrier(reps[0], k, "before_update", tags[0])
+        for rep, t in zip(reps, tags, strict=True):
+            yield from self._update(rep, k, t)
+        yield from self.exchanges.barrier(reps[0], k, "after_update", tags[0])
+        for rep in reps:
+            done = self._bwd_done.get(rep.key, 0)
+            if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since
+                self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+    def _reduce(self, rep: StageReplica, k: int, tags: dict):
+        """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``: the
+        end of its bucketed all-reduce, or its all-reduce (reduce-scatter when sharded) and
+        its routed experts' over their group."""
         overlapped = self.collectives.finish_overlapped(rep, k)
         if overlapped is not None:
             yield overlapped
-        elif dp and plan.scatter_bytes <= 0:
-            kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
+        elif self.inp.dp_width > 1 and rep.plan.scatter_bytes <= 0:
+            kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
             yield from self.collectives.join(rep, k, tags, kind)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, kind)
-        if rt.tied_after_dp:
-            yield from self.collectives.join_tied(rep, k, tags)
-        yield from self.exchanges.barrier(rep, k, "before_update", tags)
+
+    def _update(self, rep: StageReplica, k: int, tags: dict):
+        """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step, the
+        optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
+        all-gather of its parameters when its optimizer state is sharded."""
+        plan = rep.plan
         for t in plan.step_transfers_before:
             yield from self.traffic.copy(t, tags)
         if plan.host_optimizer_s > 0:
             yield from self.traffic.host_step(rep, tags)
         for t in plan.step_transfers_after:
             yield from self.traffic.copy(t, tags)
-        held = rt.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
+        held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
         self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
         yield from self.compute.run(
-            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
+            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if dp and plan.dp_sharded and plan.gather_bytes <= 0:
-            yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
+        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
+            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
-        yield from self.exchanges.barrier(rep, k, "after_update", tags)
-        done = self._bwd_done.get(rep.key, 0)
-        if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
-            self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+
+def _steps_before(order: tuple[Action, ...], i: int) -> bool:
+    """Whether the STEP at ``i`` follows a STEP of the same optimizer step (another chunk's)."""
+    prev = order[i - 1] if i else None
+    return prev is not None and prev.op == STEP and prev.microbatch == order[i].microbatch
+
+
+def _step_group(order: tuple[Action, ...], i: int) -> tuple[Action, ...]:
+    """The consecutive STEP actions of the optimizer step that starts at ``i``: one per stage
+    chunk of the rank (every schedule with several chunks per rank puts them together at the
+    end of its iteration)."""
+    j = i
+    while j < len(order) and order[j].op == STEP and order[j].microbatch == order[i].microbatch:
+        j += 1
+    return order[i:j]
 
 
 def _stage_of(a: Action) -> int:
