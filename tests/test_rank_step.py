@@ -18,7 +18,7 @@ from sim.framework import framework_names, get_framework
 from sim.hardware.loader import load_hardware
 from sim.memory.plan import StagePlan
 from sim.point import evaluate, resolve
-from sim.schedules.action import STEP
+from sim.schedules.action import STEP, Action
 from sim.schedules.base import ScheduleError
 from sim.schedules.registry import get_schedule, schedule_names
 from sim.trace.generator import preset_gpu, transformer_trace
@@ -94,10 +94,21 @@ def test_after_update_barrier_once_per_rank():
     # both chunks, all-reduces the embedding (gpu0 and gpu1 meet once gpu0 has reduced, at
     # 13.5 + 2 x 0.5 = 14.5: [14.5, 15.5]), updates both chunks [15.5, 17.5], then waits for
     # the others once (both ranks are there at 17.5).
-    log = simulate(replace(_megatron_input(1 * GB), runtime=PipelineRuntime(
-        tied_grad_bytes=1 * GB, tied_after_dp=True, step_barrier="after_update"
-    )))  # fmt: skip
+    rt = PipelineRuntime(tied_grad_bytes=1 * GB, tied_after_dp=True, step_barrier="after_update")
+    log = simulate(replace(_megatron_input(1 * GB), runtime=rt))
     assert log.iteration_ends_s == [pytest.approx(17.5)]
+
+
+def test_a_deadlock_names_the_gpus_that_did_not_finish():
+    # rank 0 runs 0B0 before 0F1, rank 1 needs 1F1's input before its 1B0: neither step runs
+    acts = [Action(0, "F", 0), Action(0, "B", 0), Action(0, "F", 1), Action(0, "B", 1)]
+    program = (
+        (*acts, Action(0, STEP, 0)),
+        tuple(Action(1, op, mb) for op, mb in (("F", 0), ("F", 1), ("B", 0), ("B", 1), (STEP, 0))),
+    )
+    inp = replace(uniform_input("1f1b", 2, 2), program=program)
+    with pytest.raises(ValueError, match=r"0 of 2 optimizer steps ran \(unfinished: gpu0, gpu1\)"):
+        simulate(inp)
 
 
 # -- the sweep: nothing deadlocks ----------------------------------------------------------

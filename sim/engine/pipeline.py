@@ -5,10 +5,11 @@ parallelism: every rank is then ``t`` processes, one per tensor rank, each sendi
 rank of the next stage and joining its group's collectives after every F and B). Each rank of
 each replica is a SimPy process that executes its schedule's action list in order on its GPU's
 compute stream; a rank holding ``v`` stage chunks (virtual stages) runs each action with the
-costs, memory plan and neighbours of the action's stage. A forward waits for its input
-activation, a backward (B or I) for its output gradient; a W only for its I (earlier in the
-same list). Sends of
-activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
+costs, memory plan and neighbours of the action's stage, and runs one optimizer step over
+all of them (:meth:`Engine.step`: every chunk's reduction, then the barrier, then every
+chunk's update). A forward waits for its input activation, a backward (B or I) for its
+output gradient; a W only for its I (earlier in the same list). Sends of activations and
+gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
 links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
@@ -491,12 +492,24 @@ def simulate(inp: SimInput) -> EventLog:
     """Run one configuration to completion and return its event log.
 
     Raises:
-        ValueError: the program deadlocks (an action waits for data nobody sends).
+        ValueError: the program deadlocks (an action waits for data nobody sends, or for a
+            collective or barrier that some rank never reaches); the message names the GPUs
+            whose optimizer steps did not all run.
     """
     log = Engine(inp).run()
-    expected = sum(1 for rank in inp.program for a in rank if a.op == STEP) * inp.dp_width
-    expected *= inp.tensor_parallel
-    done = sum(1 for e in log.events if e.kind == EventKind.OPTIMIZER)
-    if done < expected:
-        raise ValueError(f"the schedule deadlocked: {done} of {expected} optimizer steps ran")
+    want: dict[str, int] = {}
+    for rep in inp.replicas():
+        steps = sum(a.op == STEP and a.stage == rep.stage for a in rep.order)
+        want[rep.gpu] = want.get(rep.gpu, 0) + steps
+    ran: dict[str, int] = {}
+    for e in log.events:
+        if e.kind == EventKind.OPTIMIZER:
+            ran[e.device] = ran.get(e.device, 0) + 1
+    stuck = [g for g, n in want.items() if ran.get(g, 0) < n]
+    if stuck:
+        more = ", ..." if len(stuck) > 8 else ""
+        raise ValueError(
+            f"the schedule deadlocked: {sum(ran.values())} of {sum(want.values())} optimizer "
+            f"steps ran (unfinished: {', '.join(stuck[:8])}{more})"
+        )
     return log
