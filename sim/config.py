@@ -237,8 +237,8 @@ class ExperimentConfig(_Strict):
         description="Training framework profile: what it does around the model (gradient "
         "bucketing and overlap, distributed optimizer, embedding and head placement, pipeline "
         "engine exchanges and sync points, schedules it runs): pipesim (default, what `sim "
-        "validate` replays), megatron-deepspeed, megatron-lm, deepspeed, torchtitan, "
-        "pytorch-ddp (sim.framework: each setting with its source).",
+        "validate` replays), megatron-deepspeed, megatron-lm, megatron-lm-torch-ddp, deepspeed, "
+        "torchtitan, pytorch-ddp (sim.framework: each setting with its source).",
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)

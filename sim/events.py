@@ -30,10 +30,10 @@ class EventKind(StrEnum):
     SWAP_IN = "swap_in"  # a copy back to the GPU
     CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
     STALL = "stall"  # compute waiting for data that is late
+    HOST_WAIT = "host_wait"  # compute waiting for its host to issue the next op (sim.engine.host)
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
     ALLTOALL = "alltoall"  # expert-parallel dispatch/combine, Ulysses context parallelism
     RING_EXCHANGE = "ring_exchange"  # ring attention's KV steps (context parallelism)
-    HOST_SYNC = "host_sync"  # the device idle after a host sync point (sim.engine.exchanges)
 
 
 COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)

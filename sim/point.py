@@ -340,7 +340,7 @@ def resolve(
         if groups
         else ()
     )
-    costs = _stage_costs(sharded, boundaries)
+    costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     if schedule.splits_backward and not all(c.has_split for c in costs):
         notes = [*notes, split_note(schedule.name)]
     sim_input = SimInput(
@@ -421,6 +421,21 @@ def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stag
                 expert_grad_share=sum(sharded.expert_bytes[lo:hi]) / params if params else 0.0,
             )
         out.append(cost)
+    return tuple(out)
+
+
+def _with_recompute_comm(
+    costs: tuple[StageCost, ...], sharded: ShardedTrace | DecoderShard, boundaries, plans
+) -> tuple[StageCost, ...]:
+    """Each stage's cost with the tensor-parallel collectives its recompute re-runs: those of
+    the layers its memory plan (replica 0's) checkpoints fully (:attr:`StageCost.tp_recompute`)."""
+    if sharded.tensor_parallel < 2:
+        return costs
+    out = []
+    for s, cost in enumerate(costs):
+        lo = boundaries[s]
+        ops = [op for i in plans[0][s].recompute_layers for op in sharded.comm[lo + i].fwd]
+        out.append(replace(cost, tp_recompute=aggregate(ops)) if ops else cost)
     return tuple(out)
 
 

@@ -6,12 +6,14 @@ rank of the next stage and joining its group's collectives after every F and B).
 each replica is a SimPy process that executes its schedule's action list in order on its GPU's
 compute stream; a rank holding ``v`` stage chunks (virtual stages) runs each action with the
 costs, memory plan and neighbours of the action's stage, and runs one optimizer step over
-all of them (:meth:`Engine.step`: every chunk's reduction, then the barrier, then every
+all of them (:mod:`sim.engine.step`: every chunk's reduction, then the barrier, then every
 chunk's update). A forward waits for its input activation, a backward (B or I) for its
 output gradient; a W only for its I (earlier in the same list). Sends of activations and
 gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
-links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
+links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
+F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
+has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
@@ -25,12 +27,15 @@ import gc
 
 import simpy
 
+from sim.compute.host import HostWork
 from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.groups import GroupCollectives
+from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
+from sim.engine.step import RankStep, step_group
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory, Stream
@@ -59,7 +64,10 @@ class Engine:
         self.collectives = Collectives(env, inp, self.links)
         self.tensor = TensorCollectives(env, inp, self.links)
         self.groups = GroupCollectives(env, inp, self.links)
-        self.exchanges = Exchanges(env, inp, self.compute)
+        self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
+        self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
+        parts = (self.exchanges, self.traffic, self.collectives, self.compute, self.ledger)
+        self.stepper = RankStep(env, inp, (*parts, self.hosts))
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -133,8 +141,9 @@ class Engine:
                 if self._gathers_params(nrep) and nxt.op in ("F", "B", "I"):
                     self._gather(nrep, nxt)
             if a.op == STEP:
-                if not _steps_before(order, i):  # the step's first STEP runs all of them
-                    yield from self.step(first, _step_group(order, i))
+                steps = step_group(order, i)  # empty: an earlier STEP ran this one
+                if steps:
+                    yield from self.step(first, steps)
             elif a.sub_actions is not None:
                 yield from self.overlap_pair(first, a.sub_actions, ends)
             elif a.op == "F":
@@ -196,6 +205,11 @@ class Engine:
         """Process: post the receive of ``key`` (blocking exchanges) and wait for its data."""
         self.exchanges.post(key)
         yield self._arrival(key)
+
+    def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
+        """Process: run an action's ops as ``rep``'s host thread issues them."""
+        clock = self.hosts.clock(rep.gpu)
+        yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
@@ -263,6 +277,7 @@ class Engine:
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield from self._receive(("act", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, not rep.first)
         if plan.fetch_bytes > 0:
@@ -271,10 +286,17 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
+        cost = rep.cost
         if overlap is not None:
-            yield from overlap.body(rep, a, rep.cost.fwd_s, rep.cost.group_fwd, tags)
+            yield from overlap.body(rep, a, cost.fwd_s, cost.group_fwd, tags)
         else:
-            yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+            if cost.fwd_layers and _full_only(plan):
+                work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
+            else:
+                work = self.hosts.work(
+                    gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
+                )
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
         if rep.cost.group_fwd and overlap is None:
@@ -308,6 +330,7 @@ class Engine:
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
             yield from self._receive(("grad", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, uses_grad and not rep.last)
         if uses_grad and plan.swap_bytes > 0:
@@ -322,15 +345,31 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            run = overlap.compute if overlap is not None else self.compute.run
-            yield from run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+            if overlap is not None:
+                yield from overlap.compute(
+                    gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags
+                )
+            else:
+                if rep.cost.fwd_layers and _full_only(plan):
+                    parts = rep.cost.recompute_parts(plan.recompute_layers)
+                    work = self.hosts.layered(gpu, "R", parts)
+                else:
+                    rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+                    work = self.hosts.work(gpu, "R", *rec)
+                yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
+            if rep.cost.tp_recompute:
+                yield from self.tensor.join(rep, f"R{a}", rep.cost.tp_recompute, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
         if overlap is not None and uses_grad:
             yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags)
         else:
-            yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+            if a.op == "B" and rep.cost.bwd_layers:
+                work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
+            else:
+                work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
         if uses_grad and rep.cost.group_bwd and overlap is None:
@@ -380,93 +419,21 @@ class Engine:
         self._arrival((kind, r, dst_stage, mb, rep.tp_rank)).succeed()
 
     def step(self, first: StageReplica, steps: tuple[Action, ...]):
-        """Process: one optimizer step of ``first``'s rank over the stage chunks it holds
-        (``steps``: its consecutive STEP actions of that step, one per chunk, in program
-        order), as Megatron-LM runs it: the rank's last sends and write-backs; the
-        data-parallel reduction of every chunk and the tied all-reduce (before or after them,
-        ``tied_after_dp``); the step barrier, once for the rank; every chunk's update; the
-        barrier after the update. Megatron-LM ``megatron/core/distributed/
-        finalize_model_grads.py::finalize_model_grads`` (``finish_grad_sync`` of each model
-        chunk, then ``_allreduce_embedding_grads`` on the ranks of the first and the last
-        chunk), called once per rank at the end of ``pipeline_parallel/schedules.py::
-        forward_backward_pipelining_with_interleaving``, then one ``optimizer.step()`` over
-        all chunks (``megatron/training/training.py::train_step``); torch pipelining's
-        ``schedule.step()`` then ``optimizer.step()`` likewise. With one chunk per rank that is
-        the chunk's STEP."""
+        """Process: the optimizer step of ``first``'s rank over its stage chunks (``steps``:
+        their STEP actions, :func:`~sim.engine.step.step_group`; :mod:`sim.engine.step`),
+        then the iteration's end for each chunk whose m-th backward it follows."""
         reps = [self._rep(first, a) for a in steps]
-        k, rt = steps[0].microbatch, self.inp.runtime
-        tags = [rep.tags(None, k) for rep in reps]
-        if self.exchanges.active:
-            yield from self.exchanges.drain(reps[0], f"{reps[0].stage}STEP{k}", tags[0])
-        for rep, t in zip(reps, tags, strict=True):
-            yield from self.traffic.wait_writebacks(rep, t)
-        if not rt.tied_after_dp:
-            for rep, t in zip(reps, tags, strict=True):
-                yield from self.collectives.join_tied(rep, k, t)
-        for rep, t in zip(reps, tags, strict=True):
-            yield from self._reduce(rep, k, t)
-        if rt.tied_after_dp:
-            for rep, t in zip(reps, tags, strict=True):
-                yield from self.collectives.join_tied(rep, k, t)
-        yield from self.exchanges.barrier(reps[0], k, "before_update", tags[0])
-        for rep, t in zip(reps, tags, strict=True):
-            yield from self._update(rep, k, t)
-        yield from self.exchanges.barrier(reps[0], k, "after_update", tags[0])
+        yield from self.stepper.run(reps, steps[0].microbatch)
         for rep in reps:
             done = self._bwd_done.get(rep.key, 0)
             if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since
                 self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
 
-    def _reduce(self, rep: StageReplica, k: int, tags: dict):
-        """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``: the
-        end of its bucketed all-reduce, or its all-reduce (reduce-scatter when sharded) and
-        its routed experts' over their group."""
-        overlapped = self.collectives.finish_overlapped(rep, k)
-        if overlapped is not None:
-            yield overlapped
-        elif self.inp.dp_width > 1 and rep.plan.scatter_bytes <= 0:
-            kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
-            yield from self.collectives.join(rep, k, tags, kind)
-            if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, kind)
 
-    def _update(self, rep: StageReplica, k: int, tags: dict):
-        """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step, the
-        optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
-        all-gather of its parameters when its optimizer state is sharded."""
-        plan = rep.plan
-        for t in plan.step_transfers_before:
-            yield from self.traffic.copy(t, tags)
-        if plan.host_optimizer_s > 0:
-            yield from self.traffic.host_step(rep, tags)
-        for t in plan.step_transfers_after:
-            yield from self.traffic.copy(t, tags)
-        held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
-        self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
-        yield from self.compute.run(
-            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
-        )
-        self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
-            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
-            if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
-
-
-def _steps_before(order: tuple[Action, ...], i: int) -> bool:
-    """Whether the STEP at ``i`` follows a STEP of the same optimizer step (another chunk's)."""
-    prev = order[i - 1] if i else None
-    return prev is not None and prev.op == STEP and prev.microbatch == order[i].microbatch
-
-
-def _step_group(order: tuple[Action, ...], i: int) -> tuple[Action, ...]:
-    """The consecutive STEP actions of the optimizer step that starts at ``i``: one per stage
-    chunk of the rank (every schedule with several chunks per rank puts them together at the
-    end of its iteration)."""
-    j = i
-    while j < len(order) and order[j].op == STEP and order[j].microbatch == order[i].microbatch:
-        j += 1
-    return order[i:j]
+def _full_only(plan) -> bool:
+    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
+    so that a forward and its recompute can be issued layer by layer."""
+    return plan.recompute_regions == len(plan.recompute_layers)
 
 
 def _stage_of(a: Action) -> int:

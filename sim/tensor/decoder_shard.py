@@ -86,6 +86,11 @@ class DecoderShard:
     expert_bytes: tuple[float, ...]
     par: Parallel
 
+    @property
+    def tensor_parallel(self) -> int:
+        """``t``, the tensor-parallel size (as :attr:`ShardedTrace.tensor_parallel`)."""
+        return self.par.tp
+
 
 def decoder_problem(m: DecoderShape, par: Parallel) -> str:
     """Why ``m`` cannot run split as ``par`` says, or ``""``."""
