@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from helpers import chain_topology, uniform_input
 
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
 from sim.engine import simulate
 from sim.engine.inputs import PipelineRuntime
 from sim.framework import framework_names, get_framework
@@ -20,6 +20,7 @@ from sim.memory.auto import dp_layout
 from sim.memory.plan import StagePlan
 from sim.memory.registry import POLICIES
 from sim.point import evaluate, resolve
+from sim.point_config import PointConfig
 from sim.schedules.action import STEP, Action
 from sim.schedules.base import ScheduleError
 from sim.schedules.registry import get_schedule, schedule_names
@@ -196,7 +197,7 @@ def test_every_framework_schedule_and_width_finishes(framework, schedule, v, w, 
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved_1f1b"])
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", POLICIES.names())
 def test_every_memory_policy_finishes_with_data_parallelism(policy, schedule):
     # w = 2: the replicas of a stage meet in the same gradient collectives. auto once chose
     # per replica (replica 0 kept its states on the GPU, all-reduced at the step; replica 1
