@@ -1,5 +1,5 @@
 """Context parallelism for Hugging Face decoders: each of ``cp`` ranks holds part of every
-sequence, attention all-gathers the keys and values.
+sequence; attention all-gathers the keys and values, or passes them around a ring.
 
 Megatron-LM / TransformerEngine split a sequence of ``s`` tokens into ``2cp`` chunks and give
 rank ``i`` chunks ``i`` and ``2cp-1-i`` (the causal mask then gives every rank the same work:
@@ -12,9 +12,13 @@ reduce-scatters their gradients), and its queries attend to the keys at global p
 after their own (the causal mask by position). torch's own context-parallel API
 (``torch.distributed.tensor.experimental.context_parallel``) dispatches the CUDA SDPA kernels
 (flash, efficient, cuDNN) only, so it does not run on CPU; this module is the CPU replay's.
+The ``p2p`` variant (ring attention, TransformerEngine's default) is
+:mod:`backends.torch.ring_attention`: key/value blocks sent around the ring with ``isend`` /
+``irecv`` while each block's attention runs, merged by the online softmax.
 
-Registered as the ``transformers`` attention implementation ``"cp_all_gather"``
-(:func:`install`); the rank's group and positions are module state set by :func:`set_rank`.
+Registered as the ``transformers`` attention implementations ``"cp_all_gather"`` and
+``"cp_p2p"`` (:func:`install`, :data:`NAMES`); the rank's group and positions are module state
+set by :func:`set_rank`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,11 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 import torch.nn.functional as F
 
+from backends.torch.ring_attention import ring_attention
+
 NAME = "cp_all_gather"
+NAMES = {"all_gather": NAME, "p2p": "cp_p2p"}
+"""``transformers`` attention implementation of each ``context_parallel_comm``."""
 _STATE: dict[str, Any] = {}
 
 
@@ -51,8 +59,9 @@ def set_rank(seq_len: int, cp: int, rank: int, group=None) -> torch.Tensor:
         rank=rank,
         group=group,
         q=positions(seq_len, cp, rank),
-        k=torch.cat([positions(seq_len, cp, r) for r in range(cp)]),
+        blocks=torch.stack([positions(seq_len, cp, r) for r in range(cp)]),
     )
+    _STATE["k"] = _STATE["blocks"].flatten()
     return _STATE["q"]
 
 
@@ -70,16 +79,33 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     return out.transpose(1, 2).contiguous(), None
 
 
-def install(chain: torch.nn.Module) -> None:
-    """Register :func:`attention` with ``transformers`` and switch ``chain``'s decoder layers
-    to it."""
+def ring(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """``p2p``: ``query [b, a, t, d]``, ``key``/``value [b, g, t, d]`` -> ``[b, t, a, d]`` by
+    :func:`backends.torch.ring_attention.ring_attention` over the rank's CP group."""
+    group = _STATE["group"]
+    out = ring_attention(
+        query, key, value, _STATE["q"], _STATE["blocks"], scaling, group, _STATE["rank"]
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def install(chain: torch.nn.Module, comm: str = "all_gather") -> None:
+    """Register the attention of ``comm`` (``all_gather``: :func:`attention`; ``p2p``:
+    :func:`ring`) with ``transformers`` and switch ``chain``'s decoder layers to it.
+
+    Raises:
+        ValueError: another ``comm``.
+    """
     from transformers import AttentionInterface
 
-    AttentionInterface.register(NAME, attention)
+    impls = {"all_gather": attention, "p2p": ring}
+    if comm not in impls:
+        raise ValueError(f"context-parallel comm {comm!r}: the replay runs {sorted(impls)}")
+    AttentionInterface.register(NAMES[comm], impls[comm])
     for module in chain.modules():
         config = getattr(module, "config", None)
         if config is not None and hasattr(config, "_attn_implementation"):
-            config._attn_implementation = NAME
+            config._attn_implementation = NAMES[comm]
 
 
 def set_positions(chain: torch.nn.Module, pos: torch.Tensor | None) -> None:
@@ -89,4 +115,14 @@ def set_positions(chain: torch.nn.Module, pos: torch.Tensor | None) -> None:
             setattr(module, "positions", pos)  # noqa: B010 (hf._Decoder's plain attribute)
 
 
-__all__ = ["NAME", "attention", "dist", "install", "positions", "set_positions", "set_rank"]
+__all__ = [
+    "NAME",
+    "NAMES",
+    "attention",
+    "dist",
+    "install",
+    "positions",
+    "ring",
+    "set_positions",
+    "set_rank",
+]
