@@ -80,4 +80,10 @@ def serial_run(payload: dict[str, Any]) -> dict[str, Any]:
     return {"losses": losses, "grads": grads}
 
 
-__all__ = ["run_rank", "serial_run", "torch"]
+def serial_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
+    """:func:`serial_run` as a launched rank (``payload["world"]``: the parallel run's ranks),
+    so the caller need not import torch; its losses only."""
+    return {"losses": serial_run(payload)["losses"]}
+
+
+__all__ = ["run_rank", "serial_rank", "serial_run", "torch"]
