@@ -11,7 +11,8 @@ the first step's backward:
 * CP 2 (backends/torch/context_parallel.py): each rank holds half of every sequence
   (load-balanced chunks), attention all-gathers keys and values, or (``p2p``,
   backends/torch/ring_attention.py) passes them around the ring with online-softmax
-  accumulation; gradients averaged. CP 4 ring: every rank's blocks travel three hops.
+  accumulation, or (``a2a``, Ulysses) exchanges heads for tokens by all-to-all; gradients
+  averaged. CP 4 ring: every rank's blocks travel three hops.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def test_expert_parallel_replay_equals_one_process():
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize(("comm", "cp"), [("all_gather", 2), ("p2p", 2), ("p2p", 4)])
+@pytest.mark.parametrize(("comm", "cp"), [("all_gather", 2), ("p2p", 2), ("p2p", 4), ("a2a", 2)])
 def test_context_parallel_replay_equals_one_process(comm, cp):
     payload = {**PAYLOAD, "comm": comm}
     ranks = run_ranks("backends.torch.cp_replay:run_rank", payload, nproc=cp, timeout_s=360)

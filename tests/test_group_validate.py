@@ -38,7 +38,7 @@ def test_group_replay_refuses_what_it_does_not_run():
     assert _fields(context_parallel=2, context_parallel_comm="p2p") == []
     assert _fields(dp_width=4, expert_parallel=2) == ["dp_width"]
     assert _fields(stages=2, context_parallel=2, tensor_parallel=2) == ["stages", "tensor_parallel"]
-    assert _fields(context_parallel=2, context_parallel_comm="a2a") == ["context_parallel_comm"]
+    assert _fields(context_parallel=2, context_parallel_comm="ring") == ["context_parallel_comm"]
     assert _fields(context_parallel=3) == ["model"]  # 32 tokens do not split in 2 x 3 chunks
     gpt = {"layers": 2, "hidden": 32, "heads": 2, "seq_len": 8, "vocab": 64}
     assert _fields(model=gpt, dp_width=2, expert_parallel=2) == ["model"]

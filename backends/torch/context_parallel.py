@@ -14,10 +14,14 @@ after their own (the causal mask by position). torch's own context-parallel API
 (flash, efficient, cuDNN) only, so it does not run on CPU; this module is the CPU replay's.
 The ``p2p`` variant (ring attention, TransformerEngine's default) is
 :mod:`backends.torch.ring_attention`: key/value blocks sent around the ring with ``isend`` /
-``irecv`` while each block's attention runs, merged by the online softmax.
+``irecv`` while each block's attention runs, merged by the online softmax. The ``a2a`` variant
+(DeepSpeed-Ulysses, Jacobs et al. arXiv:2309.14509 §3.1; TE's ``--cp-comm-type a2a``) is
+:func:`ulysses`: an all-to-all turns the rank's ``s/cp`` tokens of all heads into all ``s``
+tokens of ``a/cp`` heads for Q, K and V, attention runs on whole sequences, and a second
+all-to-all turns the output back (autograd: the backward runs the transposed exchanges).
 
-Registered as the ``transformers`` attention implementations ``"cp_all_gather"`` and
-``"cp_p2p"`` (:func:`install`, :data:`NAMES`); the rank's group and positions are module state
+Registered as the ``transformers`` attention implementations ``"cp_all_gather"``,
+``"cp_p2p"`` and ``"cp_a2a"`` (:func:`install`, :data:`NAMES`); the rank's group and positions are module state
 set by :func:`set_rank`.
 """
 
@@ -33,7 +37,7 @@ import torch.nn.functional as F
 from backends.torch.ring_attention import ring_attention
 
 NAME = "cp_all_gather"
-NAMES = {"all_gather": NAME, "p2p": "cp_p2p"}
+NAMES = {"all_gather": NAME, "p2p": "cp_p2p", "a2a": "cp_a2a"}
 """``transformers`` attention implementation of each ``context_parallel_comm``."""
 _STATE: dict[str, Any] = {}
 
@@ -89,16 +93,51 @@ def ring(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *
     return out.transpose(1, 2).contiguous(), None
 
 
+def _heads_to_tokens(x: torch.Tensor, cp: int, group) -> torch.Tensor:
+    """``[b, H, t, d]`` (the rank's tokens, every head) -> ``[b, H/cp, cp*t, d]`` (every rank's
+    tokens in rank order, the rank's ``H/cp`` heads)."""
+    b, h, t, d = x.shape
+    send = x.transpose(0, 1).contiguous()  # head group j goes to rank j
+    recv = dist_nn.all_to_all_single(torch.empty_like(send), send, group=group)
+    return recv.view(cp, h // cp, b, t, d).permute(2, 1, 0, 3, 4).reshape(b, h // cp, cp * t, d)
+
+
+def _tokens_to_heads(y: torch.Tensor, cp: int, group) -> torch.Tensor:
+    """The inverse of :func:`_heads_to_tokens`: ``[b, H/cp, cp*t, d]`` -> ``[b, H, t, d]``."""
+    b, hc, st, d = y.shape
+    send = y.view(b, hc, cp, st // cp, d).permute(2, 1, 0, 3, 4).contiguous()
+    recv = dist_nn.all_to_all_single(torch.empty_like(send), send, group=group)
+    return recv.reshape(cp * hc, b, st // cp, d).transpose(0, 1)
+
+
+def ulysses(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """``a2a``: ``query [b, a, t, d]``, ``key``/``value [b, g, t, d]`` -> ``[b, t, a, d]``
+    (module doc). Key heads that do not split over ``cp`` are repeated to ``a`` first; query
+    head group ``i`` then meets key head group ``i`` (``g/cp`` heads serve ``a/cp``)."""
+    cp, group = _STATE["cp"], _STATE["group"]
+    if key.shape[1] % cp:
+        rep = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+    q, k, v = (_heads_to_tokens(x, cp, group) for x in (query, key, value))
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    pos = _STATE["k"]  # every rank's positions, rank by rank: the order of the tokens now
+    mask = pos[:, None] >= pos[None, :]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+    return _tokens_to_heads(out, cp, group).transpose(1, 2).contiguous(), None
+
+
 def install(chain: torch.nn.Module, comm: str = "all_gather") -> None:
     """Register the attention of ``comm`` (``all_gather``: :func:`attention`; ``p2p``:
-    :func:`ring`) with ``transformers`` and switch ``chain``'s decoder layers to it.
+    :func:`ring`; ``a2a``: :func:`ulysses`) with ``transformers`` and switch ``chain``'s decoder
+    layers to it.
 
     Raises:
         ValueError: another ``comm``.
     """
     from transformers import AttentionInterface
 
-    impls = {"all_gather": attention, "p2p": ring}
+    impls = {"all_gather": attention, "p2p": ring, "a2a": ulysses}
     if comm not in impls:
         raise ValueError(f"context-parallel comm {comm!r}: the replay runs {sorted(impls)}")
     AttentionInterface.register(NAMES[comm], impls[comm])
@@ -125,4 +164,5 @@ __all__ = [
     "ring",
     "set_positions",
     "set_rank",
+    "ulysses",
 ]

@@ -1,5 +1,5 @@
 """Context-parallel replay of a Hugging Face decoder on ``cp`` ranks (all-gather or ring
-attention: ``payload["comm"]``, ``all_gather`` by default, or ``p2p``).
+attention, or Ulysses: ``payload["comm"]``, ``all_gather`` by default, ``p2p`` or ``a2a``).
 
 :func:`run_rank` is started on every rank by :func:`backends.torch.launch.run_ranks`: each rank
 builds the same model (same seed), switches its attention to

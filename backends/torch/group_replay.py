@@ -4,7 +4,7 @@ A :class:`sim.replay.ReplayRequest` with ``expert_parallel > 1`` runs
 :mod:`backends.torch.ep_replay` on ``ep`` gloo ranks (each a data-parallel replica holding
 ``E/ep`` experts, ``dp_width = ep``); one with ``context_parallel > 1`` runs
 :mod:`backends.torch.cp_replay` on ``cp`` ranks with the request's ``context_parallel_comm``
-(``all_gather``, or ``p2p``: :mod:`backends.torch.ring_attention`). Then one process runs the
+(``all_gather``; ``p2p``: :mod:`backends.torch.ring_attention`; ``a2a``: Ulysses). Then one process runs the
 same model on the same data (the modules' ``serial_run``), so the result carries both the
 replay's losses and the reference's (``sim validate``'s ``losses_match``).
 
@@ -35,8 +35,8 @@ TARGETS = {
     "context": ("backends.torch.cp_replay:run_rank", "backends.torch.cp_replay:serial_rank"),
 }
 """Per kind: the rank's function and the single-process reference's."""
-COMMS = ("all_gather", "p2p")
-"""``context_parallel_comm`` values the CP replay runs (``a2a``, Ulysses, is not replayed)."""
+COMMS = ("all_gather", "p2p", "a2a")
+"""``context_parallel_comm`` values the CP replay runs (:mod:`backends.torch.context_parallel`)."""
 HF_BUILD = "backends.torch.hf:build"
 LR = 0.01
 """SGD learning rate of the replay and its reference (any value: the check is equality)."""
