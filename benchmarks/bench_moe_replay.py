@@ -13,7 +13,8 @@ and the largest relative difference of the losses from one process's.
 
 * EP: 1 stage, 2 data-parallel replicas, expert_parallel 2 (each rank 2 of 4 experts);
   one stage runs each micro-batch's forward then its backward (1F1B with p = 1, as the replay);
-* CP: 1 stage, 1 replica, context_parallel 2, ``all_gather`` and ``p2p`` (ring attention).
+* CP: 1 stage, 1 replica, context_parallel 2: ``all_gather``, ``p2p`` (ring attention) and
+  ``a2a`` (Ulysses).
 
 CPU times depend on the load: profile, calibrate and replay on the same idle machine (the
 shared development VM is not; re-measure there before reading the errors as the model's).
@@ -119,6 +120,7 @@ def main() -> None:
             ("ep2", {"dp_width": 2, "expert_parallel": 2}, 2),
             ("cp2-all_gather", {"context_parallel": 2, "context_parallel_comm": "all_gather"}, 1),
             ("cp2-p2p", {"context_parallel": 2, "context_parallel_comm": "p2p"}, 1),
+            ("cp2-a2a", {"context_parallel": 2, "context_parallel_comm": "a2a"}, 1),
         ]
         print(
             f"{'case':15} {'measured ms':>12} {'predicted ms':>12} {'error':>7} "
