@@ -218,6 +218,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
                 "sizes": list(t.sizes_bytes),
                 "times": list(t.times_s),
                 "source": t.source,
+                "servers": t.servers,
             }
             for t in topo.collectives
         ],

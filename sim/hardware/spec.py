@@ -237,6 +237,12 @@ class CollectiveTableSpec(BaseModel):
         min_length=1, description="Median time at each size, e.g. '120 us'."
     )
     source: str = Field(default="", description="Where and how it was measured.")
+    servers: int = Field(
+        default=1,
+        ge=1,
+        description="Servers the measured communicator spanned (1: inside one server); the "
+        "table holds only for communicators of `ranks` over that many servers.",
+    )
 
     def table(self) -> CollectiveTable:
         """The :class:`~sim.hardware.comm_tables.CollectiveTable`.
@@ -245,7 +251,7 @@ class CollectiveTableSpec(BaseModel):
             ValueError: sizes not increasing or lengths differ.
         """
         return CollectiveTable(
-            self.kind, self.ranks, tuple(self.sizes), tuple(self.times), self.source
+            self.kind, self.ranks, tuple(self.sizes), tuple(self.times), self.source, self.servers
         )
 
 
