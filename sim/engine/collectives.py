@@ -55,7 +55,8 @@ exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engin
 
 Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
 last stage has its gradient all-reduced between those two GPUs at every step
-(``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction.
+(``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
+rank's stage chunks (:mod:`sim.engine.step`).
 """
 
 from __future__ import annotations

@@ -46,6 +46,9 @@ class Schedule(ABC):
         stage_style: ``"loop"`` (stage ``s`` on rank ``s mod p``) or ``"v"`` (rank ``r`` holds
             stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
         splits_backward: True when its programs use I and W (backward split).
+        master_copy_versions: True when its extra weight versions are fp32 master copies (4
+            bytes per parameter), not copies of the training-dtype weights
+            (:func:`sim.memory.states.version_bytes_per_param`).
 
     Raises:
         ScheduleError: ``stages < 1``, ``microbatches < 1``, ``microbatches < stages`` where
@@ -62,6 +65,7 @@ class Schedule(ABC):
     max_virtual_stages: ClassVar[int | None] = 1
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
+    master_copy_versions: ClassVar[bool] = False
     overlaps_pairs: ClassVar[bool] = False
     """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
     the runtime may overlap: DualPipeV)."""

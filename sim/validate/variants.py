@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim.config import PointConfig
 from sim.errors import InputError
+from sim.experiment import Prepared
 from sim.framework.registry import DEFAULT_FRAMEWORK
-from sim.sweep import Prepared, expand
+from sim.point_config import PointConfig
+from sim.sweep import expand
 from sim.validate.spec import ValidationSpec
 
 
