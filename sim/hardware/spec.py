@@ -338,6 +338,12 @@ class HostOverheadSpec(BaseModel):
         description="Host time of the activation-checkpoint wrapper per checkpointed region "
         "and micro-batch, besides the ops it re-runs.",
     )
+    read: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time of a blocking read of a device scalar (.item()) besides its "
+        "op: the device-to-host copy of a few bytes and the wait for it, e.g. '10 us'.",
+    )
     mode: Literal["eager", "cuda_graphs"] = Field(
         default="eager",
         description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
@@ -356,6 +362,7 @@ class HostOverheadSpec(BaseModel):
             self.mode,
             self.cpu,
             self.source,
+            self.read,
         )
 
 
