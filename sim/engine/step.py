@@ -109,7 +109,7 @@ class RankStep:
             yield from self.traffic.copy(t, tags)
         held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
         self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
-        if plan.optimizer_s > 0:
+        if plan.optimizer_s > 0 and plan.host_optimizer_s <= 0 and not plan.dp_sharded:
             yield from self._overflow_check(rep, k, tags)
         yield from self.compute.run(
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
@@ -126,7 +126,9 @@ class RankStep:
         read per parameter tensor of ``rep``'s chunk): the host first waits for everything
         issued, then the device idles while the host walks the tensors
         (:meth:`~sim.compute.host.HostOverhead.serial_reads_s`; the check's memory traffic is
-        in the optimizer kernel's time). Logged as ``host_wait``; the host is synced after."""
+        in the optimizer kernel's time). Logged as ``host_wait``; the host is synced after.
+        DeepSpeed runs it in ``FP16_Optimizer`` only: not with ZeRO (sharded or offloaded
+        steps, whose optimizers check one flat partition)."""
         ops = self.inp.runtime.overflow_check_ops
         vectors, matrices = rep.cost.param_tensors
         if ops <= 0 or vectors + matrices <= 0:
