@@ -120,7 +120,6 @@ class RankStep:
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
 
-
     def _overflow_check(self, rep: StageReplica, k: int, tags: dict):
         """Process: a serial overflow check (``runtime.overflow_check_ops`` ops and a blocking
         read per parameter tensor of ``rep``'s chunk): the host first waits for everything
