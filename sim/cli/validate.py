@@ -103,8 +103,9 @@ def validate(
         None,
         min=1,
         max=MAX_GPUS,
-        help="Ranks; must equal the pipeline depth x tensor_parallel.",
-        show_default="the pipeline depth x tensor_parallel",
+        help="Ranks; must equal the pipeline depth x tensor_parallel x context_parallel "
+        "(x dp_width with expert parallelism).",
+        show_default="that product",
     ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
     schedule: list[str] = typer.Option(
