@@ -35,6 +35,7 @@ from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.shard import ShardedTrace, shard_trace
 from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.shared import place_shared
 
 
 @dataclass
@@ -284,6 +285,7 @@ def resolve(
     except InputError as exc:
         exc.file = exc.file or file
         raise
+    trace, tied = place_shared(trace, boundaries, ranks)
     job = [g for row in groups for grp in row for g in grp] if groups else None
     flat_ctx = [
         c
@@ -338,7 +340,7 @@ def resolve(
         tensor_groups=stage_groups,
         tensor_plans=tensor_plans,
         dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=framework.runtime(topo, trace, t),
+        runtime=replace(framework.runtime(topo, trace, t), tied_groups=tied),
     )
     return Resolved(
         point, schedule, trace, tuple(boundaries), placement, sim_input, iterations, tuple(notes)

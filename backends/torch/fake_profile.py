@@ -35,6 +35,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from backends.torch.layer_chain import chain_layers, run_layer
+from backends.torch.shared_params import counted_once
 from backends.torch.memory import tensor_bytes
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs
@@ -285,9 +286,11 @@ def fake_profile_user_model(
         "the last layer includes the loss"
         + ("" if loss else " (stand-in loss mean(output^2), an assumption)"),
     }
+    layers_once, shared = counted_once(out, [m for _, m in chain])
     trace = Trace(
         name=name,
-        layers=tuple(out),
+        layers=layers_once,
+        shared=shared,
         microbatch_size=um.microbatch_size,
         dtype=dtype,
         device=gpu.model,

@@ -29,6 +29,7 @@ from backends.torch.layer_chain import (
     uncovered_parameters,
 )
 from backends.torch.profile import _profile_layer, cpu_model_name, device_model_name
+from backends.torch.shared_params import counted_once
 from backends.torch.user_model import UserModel, build_user_model, compute_loss, load_loss
 from backends.torch.user_spec import UserModelSpec, file_of
 from sim.trace.native import write_trace
@@ -141,11 +142,17 @@ def profile_user_model(
         out = _profile_chain(spec, um, chain, dev, split_backward, warmup, reps)
     finally:
         torch.set_num_threads(old_threads)
+    layers_once, shared = counted_once(out, [m for _, m in chain])
     notes = [
         "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
         "parameters excluded); the last layer includes the loss"
         + ("" if loss else " (stand-in loss mean(output^2), an assumption)")
     ]
+    if shared:
+        notes.append(
+            f"{len(shared)} group(s) of parameters shared by several layers, counted once "
+            "(trace.shared); kept tied across stages by an all-reduce"
+        )
     warnings = [note] if note else []
     if uncovered:
         warnings.append(
@@ -173,7 +180,8 @@ def profile_user_model(
         prov["warnings"] = warnings
     trace = Trace(
         name=name,
-        layers=tuple(out),
+        layers=layers_once,
+        shared=shared,
         microbatch_size=um.microbatch_size,
         dtype=dtype,
         device=device_model_name(dev),
