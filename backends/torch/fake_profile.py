@@ -35,8 +35,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from backends.torch.layer_chain import chain_layers, run_layer
-from backends.torch.shared_params import counted_once
 from backends.torch.memory import tensor_bytes
+from backends.torch.shared_params import counted_once
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs
 from backends.torch.user_spec import UserModelSpec

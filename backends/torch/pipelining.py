@@ -1,5 +1,5 @@
-"""What both replays with torch.distributed.pipelining share (:mod:`.torch_schedules`, one
-stage per rank; :mod:`.torch_multi_stage`, ``v`` stage chunks per rank): the stage wrapper that
+"""What the replays with torch.distributed.pipelining (:mod:`.torch_schedules`: one stage per
+rank, or ``v`` stage chunks per rank) need around torch: the stage wrapper that
 counts saved bytes, torch's F/B call counter, the schedule object (torch's class or
 ``_PipelineScheduleRuntime`` loading our compute-only CSV, schedules.md §4.2) and the inputs.
 

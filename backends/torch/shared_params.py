@@ -43,7 +43,11 @@ class SharedGroup:
 
     def to_dict(self) -> dict[str, object]:
         """The trace sidecar's ``shared`` entry (``sim.trace.schema.SharedParams``)."""
-        return {"layers": list(self.layers), "names": list(self.names), "param_bytes": self.param_bytes}
+        return {
+            "layers": list(self.layers),
+            "names": list(self.names),
+            "param_bytes": self.param_bytes,
+        }
 
 
 def _nbytes(p: torch.Tensor) -> int:
