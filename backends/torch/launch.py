@@ -14,6 +14,7 @@ If the launcher itself is killed (``kill -9``), each rank dies with it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +177,17 @@ def run_ranks(
             _kill(procs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def scratch_dir(what: str) -> Iterator[Path]:
+    """A scratch folder ``<tmp>/pipesim-run-<pid>-<what>-*`` removed on exit (and by
+    :func:`remove_stale_workdirs` after a ``kill -9``)."""
+    path = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{what}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_stale_workdirs(root: str | os.PathLike[str] | None = None) -> list[Path]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from backends.torch.devices import check_device
 from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
-from backends.torch.launch import replay
+from backends.torch.launch import replay, run_ranks, scratch_dir
 from backends.torch.user_spec import UserModelSpec, is_user_model
 from sim.replay import ReplayProblem, ReplayRequest
 
@@ -89,9 +89,26 @@ class TorchReplayer:
         return out
 
     def replay(self, request: ReplayRequest) -> ReplayResult:
-        """Run ``request`` (:func:`backends.torch.launch.replay`).
+        """Run ``request`` (:func:`backends.torch.launch.replay`); with ``request.numerics``
+        the ranks dump their gradients and losses and the one-process reference checks them
+        (:func:`backends.torch.reference.check`).
 
         Raises:
             backends.torch.launch.ReplayError: a rank failed or the run timed out.
         """
-        return replay(replay_job(request))
+        job = replay_job(request)
+        if not request.numerics:
+            return replay(job)
+        with scratch_dir("numerics") as dump:
+            job.dump_dir = str(dump)
+            result = replay(job)
+            result.numerics = run_ranks(
+                "backends.torch.reference:check",
+                {"job": job.to_dict()},
+                nproc=1,
+                device=job.device,
+                timeout_s=job.timeout_s,
+                threads=job.threads,
+                process_group=False,
+            )[0]
+        return result

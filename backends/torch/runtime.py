@@ -243,10 +243,15 @@ class StageRunner:
 
     def step(self, index: int) -> None:
         """Optimizer step number ``index``: the tied all-reduce, then the update; records the
-        time it finished."""
-        self._wait_sends()
+        time it finished.
+
+        The all-reduce runs before this rank waits for its own sends: a send completes only
+        when its receiver takes it, and the receiver may be another holder of the tied
+        parameter, already waiting in the same all-reduce (PipeDream-2BW's stage 0 sends the
+        next iteration's first activation before its step)."""
         grads = self.versions.gradients()
         self.ties.reduce(self.names, grads)
+        self._wait_sends()
         if self.job.dump_dir:
             save_step(self.job.dump_dir, self.ctx.rank, index, self.names, grads)
         self.versions.step(grads)

@@ -124,7 +124,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         schedule.step(*(cat_inputs(inputs, dev) if first else ()), **kwargs)
         if last:
             losses += [(k * m + i, float(v)) for i, v in enumerate(kwargs["losses"])]
-        grads = [p.grad for p in params]
+        grads = [None if p.grad is None else p.grad.div_(m) for p in params]  # mean over m
         ties.reduce(names, grads)
         if job.dump_dir:
             save_step(job.dump_dir, rank, k, names, grads)

@@ -46,6 +46,12 @@ class Schedule(ABC):
         stage_style: ``"loop"`` (stage ``s`` on rank ``s mod p``) or ``"v"`` (rank ``r`` holds
             stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
         splits_backward: True when its programs use I and W (backward split).
+        weight_rule: which weights a micro-batch's backward uses on a stage (the replay's
+            numerics reference, ``backends.torch.reference``): ``"forward"``, the version its
+            forward used (with a flush there is only one; PipeDream stashes it);
+            ``"latest"``, the newest at the backward's time (PipeMare, no stash);
+            ``"previous_iteration"``, ``W(k-1)`` for every micro-batch of iteration ``k``, in
+            the forward and the backward (PipeDream-2BW).
 
     Raises:
         ScheduleError: ``stages < 1``, ``microbatches < 1``, ``microbatches < stages`` where
@@ -62,6 +68,7 @@ class Schedule(ABC):
     max_virtual_stages: ClassVar[int | None] = 1
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
+    weight_rule: ClassVar[str] = "forward"
 
     def __init__(
         self,
