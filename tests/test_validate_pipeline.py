@@ -40,12 +40,13 @@ class Measured:
     device_name: str
     action_spans: list[list[tuple[str, float, float, float]]]
     all_actions_done: bool = True
+    numerics: dict = dataclasses.field(default_factory=dict)
 
 
 class FakeReplayer:
     """Records what it is asked; ``problem`` refuses every request; ``fail`` fails the run."""
 
-    def __init__(self, problem: ReplayProblem | None = None, fail: bool = False, spans=False):
+    def __init__(self, problem: ReplayProblem | None = None, fail: str = "", spans=False):
         self.problem, self.fail, self.with_spans = problem, fail, spans
         self.checked: list[tuple[str, int]] = []
         self.replayed: list[ReplayRequest] = []
@@ -54,15 +55,17 @@ class FakeReplayer:
         self.checked.append((device, nproc))
 
     def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
-        return ("torch",) if request.virtual_stages > 1 else ("ours",)
+        if request.virtual_stages > 1:
+            return ("torch",)
+        return ("ours", "torch") if builtin and request.schedule in ("gpipe", "1f1b") else ("ours",)
 
     def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
         return [self.problem] if self.problem else []
 
     def replay(self, request: ReplayRequest) -> Measured:
         self.replayed.append(request)
-        if self.fail:
-            raise ReplayFailed("rank 1 failed: injected")
+        if self.fail == request.runtime:
+            raise ReplayFailed("rank 1 failed: injected\ntraceback line")
         ranks = request.ranks
         return Measured(
             iteration_time_s=0.5,
@@ -175,13 +178,21 @@ def test_nproc_must_match_the_configuration(tmp_path):
         api.validate(config(tmp_path), replayer=FakeReplayer(), nproc=4)
 
 
-def test_a_failed_replay_keeps_the_previous_set(tmp_path):
+def test_a_failed_replay_is_a_row_and_keeps_the_other_runtimes_rows(tmp_path):
     path = config(tmp_path)
-    api.validate(path, replayer=FakeReplayer())
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(ReplayFailed):
-        api.validate(path, replayer=FakeReplayer(fail=True), microbatches=(8,))
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    fake = FakeReplayer(fail="ours")
+    v = api.validate(path, replayer=fake, schedules=("gpipe", "pipedream_2bw"), torch_builtin=True)
+    rows = v.table[["schedule", "runtime", "status", "reason"]].values.tolist()
+    assert rows == [
+        ["gpipe", "ours", "failed", "rank 1 failed: injected"],
+        ["gpipe", "torch", "ok", ""],
+        ["pipedream_2bw", "ours", "failed", "rank 1 failed: injected"],
+        ["pipedream_2bw", "torch", "not_run", rows[3][3]],
+    ]
+    assert "no pipedream_2bw schedule" in rows[3][3]
+    assert [r.runtime for r in fake.replayed] == ["ours", "torch", "ours"]
+    on_disk = pd.read_csv(tmp_path / "validation.csv", keep_default_na=False)
+    assert on_disk["status"].tolist() == ["failed", "ok", "failed", "not_run"]
 
 
 def test_a_new_set_replaces_the_previous_one(tmp_path):

@@ -12,6 +12,9 @@ Importing this module does not import torch; a replay starts it in its rank proc
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from backends.torch.devices import check_device
 from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
 from backends.torch.launch import replay, run_ranks, scratch_dir
@@ -89,26 +92,37 @@ class TorchReplayer:
         return out
 
     def replay(self, request: ReplayRequest) -> ReplayResult:
-        """Run ``request`` (:func:`backends.torch.launch.replay`); with ``request.numerics``
-        the ranks dump their gradients and losses and the one-process reference checks them
-        (:func:`backends.torch.reference.check`).
+        """Run ``request`` (:func:`backends.torch.launch.replay`) and measure it; with
+        ``request.numerics``, run the same job again with every rank dumping its gradients and
+        losses, and check them against the one-process reference
+        (:func:`backends.torch.reference.check`). The measured run writes nothing, so the
+        dumps cost it no time and no memory.
 
         Raises:
             backends.torch.launch.ReplayError: a rank failed or the run timed out.
         """
         job = replay_job(request)
-        if not request.numerics:
-            return replay(job)
-        with scratch_dir("numerics") as dump:
-            job.dump_dir = str(dump)
-            result = replay(job)
-            result.numerics = run_ranks(
-                "backends.torch.reference:check",
-                {"job": job.to_dict()},
-                nproc=1,
-                device=job.device,
-                timeout_s=job.timeout_s,
-                threads=job.threads,
-                process_group=False,
-            )[0]
+        result = replay(job)
+        if request.numerics:
+            result.numerics = check_numerics(job)
         return result
+
+
+def check_numerics(job: ReplayJob) -> dict[str, Any]:
+    """Replay ``job`` with gradient dumps and compare them with the one-process reference in
+    another process (:func:`backends.torch.reference.check`'s summary).
+
+    Raises:
+        backends.torch.launch.ReplayError: the replay or the reference failed.
+    """
+    with scratch_dir("numerics") as dump:
+        replay(dataclasses.replace(job, dump_dir=str(dump)))
+        return run_ranks(
+            "backends.torch.reference:check",
+            {"job": dataclasses.replace(job, dump_dir=str(dump)).to_dict()},
+            nproc=1,
+            device=job.device,
+            timeout_s=job.timeout_s,
+            threads=job.threads,
+            process_group=False,
+        )[0]
