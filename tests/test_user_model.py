@@ -169,13 +169,21 @@ def test_forward_note_flags_a_forward_that_is_not_the_chain() -> None:
     assert forward_note(seq, chain_layers(seq), (x,)) is None
 
 
-def test_replay_problem_for_a_fixed_sample() -> None:
+def test_a_fixed_sample_is_repeated_and_cut_to_another_microbatch_size() -> None:
+    from backends.torch.user_model import resize_batch
+
+    x, y = torch.arange(6.0).reshape(3, 2), torch.tensor([0, 1, 2])
+    (x5,), y5 = resize_batch((x,), y, 5)
+    assert x5.tolist() == [[0, 1], [2, 3], [4, 5], [0, 1], [2, 3]] and y5.tolist() == [0, 1, 2, 0, 1]
+    (x2,), y2 = resize_batch((x,), y, 2)
+    assert x2.tolist() == [[0, 1], [2, 3]] and y2.tolist() == [0, 1]
     spec = UserModelSpec("m.py:f", microbatch_size=4, takes_microbatch_size=False)
-    assert spec.replay_problem(4) is None and "microbatch_size: 4" in spec.replay_problem(2)
     assert UserModelSpec.from_dict(spec.to_dict()) == spec
 
 
-def test_validate_rejects_another_microbatch_size(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_validate_replays_a_fixed_sample_at_another_microbatch_size(tmp_path: Path) -> None:
     src = tmp_path / "fixed.py"
     src.write_text(
         "import torch\n\ndef build():\n    m = torch.nn.Sequential(torch.nn.Linear("
@@ -192,10 +200,10 @@ def test_validate_rejects_another_microbatch_size(tmp_path: Path) -> None:
         "sweep": {"schedule": "gpipe", "stages": 2},
     }
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
-    code, out = _cli("validate", tmp_path / "exp.yaml", "--nproc", 2)
-    flat = " ".join(out.split())
-    assert code == 2 and "takes no microbatch_size argument" in flat, out
-    assert "microbatch_size: 4" in flat
+    code, out = _cli("validate", tmp_path / "exp.yaml", "--nproc", 2, "--iterations", 1)
+    assert code == 0, out
+    row = pd.read_csv(tmp_path / "validation.csv").iloc[0]
+    assert row.microbatch_size == 2 and row.numerics == "ok", row
 
 
 # --- profiling: closed forms and two mechanisms ---------------------------------------------

@@ -4,8 +4,7 @@
 it into a :class:`backends.torch.job.ReplayJob` and runs it with :func:`backends.torch.launch.replay`
 (our runtime or torch's schedules on ``stages x tensor_parallel`` ranks, or one rank alone).
 What the replay can run is said by the job itself (:meth:`ReplayJob.problems`: schedules,
-memory policies, tensor-parallel limits) and, for a user's model, by its spec
-(:meth:`backends.torch.user_spec.UserModelSpec.replay_problem`).
+memory policies, tensor-parallel limits).
 
 Importing this module does not import torch; a replay starts it in its rank processes.
 """
@@ -18,7 +17,6 @@ from typing import Any
 from backends.torch.devices import check_device
 from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
 from backends.torch.launch import replay, run_ranks, scratch_dir
-from backends.torch.user_spec import UserModelSpec, is_user_model
 from sim.replay import ReplayProblem, ReplayRequest
 
 
@@ -80,12 +78,8 @@ class TorchReplayer:
         return ("ours",)
 
     def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
-        """The user model's limits first, then every field the job refuses."""
+        """Every field the job refuses."""
         out = []
-        if is_user_model(request.model):
-            why = UserModelSpec.from_dict(request.model).replay_problem(request.microbatch_size)
-            if why:
-                out.append(ReplayProblem("microbatch_size", why))
         for text in replay_job(request, check=False).problems():
             field, _, reason = text.partition(": ")
             out.append(ReplayProblem(field, reason))

@@ -7,10 +7,12 @@ under fake tensors for that GPU (:mod:`.fake_profile`) instead of run on ``--dev
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
+from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
@@ -55,7 +57,7 @@ def profile_user(
     loss: str | None,
     for_gpu: str | None,
     name: str | None,
-    microbatch_size: int | None,
+    microbatch_size: list[int] | None,
     device: str,
     dtype: str | None,
     threads: int | None,
@@ -64,7 +66,8 @@ def profile_user(
     seq_len: int,
     concurrent: int = 1,
 ) -> Trace:
-    """Profile (or, with ``for_gpu``, analyse) a user's model and write the trace.
+    """Profile (or, with ``for_gpu``, analyse) a user's model at each micro-batch size and
+    write one trace (the first size's layers, the others as its ``profiles``).
 
     Raises:
         InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used).
@@ -73,18 +76,42 @@ def profile_user(
     common: dict[str, Any] = dict(
         layers=parse_fqns(layers),
         loss=loss or default_loss,
-        microbatch_size=microbatch_size,
         name=name or out_path.name,
         kwargs=kwargs,
-        path=out_path,
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    if for_gpu:
-        from backends.torch.fake_profile import fake_profile_user_model
+    sizes: list[int | None] = list(dict.fromkeys(microbatch_size or [None]))
+    traces = [
+        _one_size(common, source, b, for_gpu, device, dtype, threads, reps, split_backward,
+                  concurrent)  # fmt: skip
+        for b in sizes
+    ]
+    trace = replace(traces[0], profiles={t.microbatch_size: t.layers for t in traces[1:]})
+    write_trace(trace, out_path)
+    return trace
 
-        return fake_profile_user_model(source, gpu_name=for_gpu, dtype=dtype or "bf16", **common)
+
+def _one_size(
+    common: dict[str, Any],
+    source: str,
+    b: int | None,
+    for_gpu: str | None,
+    device: str,
+    dtype: str | None,
+    threads: int | None,
+    reps: int,
+    split_backward: bool,
+    concurrent: int,
+) -> Trace:
+    """The trace of one micro-batch size (``None``: the sample's); torch is imported here,
+    not when the command line starts."""
+    from backends.torch.fake_profile import fake_profile_user_model
     from backends.torch.user_concurrent import profile_user_concurrent
 
+    if for_gpu:
+        return fake_profile_user_model(
+            source, gpu_name=for_gpu, dtype=dtype or "bf16", microbatch_size=b, **common
+        )
     return profile_user_concurrent(
         copies=concurrent,
         source=source,
@@ -93,5 +120,6 @@ def profile_user(
         reps=reps,
         split_backward=split_backward,
         threads=threads,
+        microbatch_size=b,
         **common,
     )

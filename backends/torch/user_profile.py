@@ -23,15 +23,19 @@ from typing import Any
 import torch
 
 from backends.torch.layer_chain import (
+    call_order,
     chain_layers,
     forward_note,
+    never_called,
     run_chain,
+    traced_layers,
     uncovered_parameters,
 )
 from backends.torch.profile import _profile_layer, cpu_model_name, device_model_name
 from backends.torch.shared_params import counted_once
 from backends.torch.user_model import UserModel, build_user_model, compute_loss, load_loss
 from backends.torch.user_spec import UserModelSpec, file_of
+from sim.errors import InputError
 from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
@@ -65,7 +69,16 @@ def prepare(
         loss_resolved=_abs(loss),
     )
     um = build_user_model(draft, microbatch_size=microbatch_size, dtype=dtype)
-    chain = chain_layers(um.model, layers)
+    order = call_order(um.model, um.sample)
+    traced = traced_layers(um.model, order) if order else None
+    chain = chain_layers(um.model, layers, traced=traced)
+    idle = never_called(chain, order)
+    if idle:
+        raise InputError(
+            f"the model's forward never calls {', '.join(idle[:4])}; the layers it runs, in "
+            f"order: --layers '{','.join(traced or [])}'",
+            field="--layers",
+        )
     outs = run_chain(chain, um.sample)
     with torch.no_grad():
         compute_loss(load_loss(draft), outs[-1], um.target, loss)

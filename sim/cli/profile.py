@@ -64,23 +64,17 @@ def check_options(
         check_writable(out_path.with_name(out_path.name + suffix), option="--out")
 
 
-def check_user_options(
-    model: str | None, for_gpu: str | None, concurrent: int, microbatch_size: list[int] | None
-) -> None:
+def check_user_options(model: str | None, for_gpu: str | None, concurrent: int) -> None:
     """The options of ``--model`` / ``--for-gpu``.
 
     Raises:
-        InputError: ``--for-gpu`` without ``--model``, with ``--concurrent``, or several ``-b``.
+        InputError: ``--for-gpu`` without ``--model``, or with ``--concurrent``.
     """
     if not model:
         raise InputError("--for-gpu needs --model", field="--for-gpu")
     if concurrent > 1 and for_gpu:
         raise InputError(
             "--concurrent measures CPU contention; --for-gpu runs nothing", field="--concurrent"
-        )
-    if microbatch_size and len(microbatch_size) > 1:
-        raise InputError(
-            "give one -b with --model (several sizes are for GPT/BERT)", field="--microbatch-size"
         )
 
 
@@ -154,9 +148,9 @@ def profile(
         "--microbatch-size",
         "-b",
         min=1,
-        help="Samples per micro-batch; repeat (-b 1 -b 2 "
-        "-b 4) to profile several sizes into one trace "
-        "(GPT/BERT).",
+        help="Samples per micro-batch; repeat (-b 1 -b 2 -b 4) to profile several sizes "
+        "into one trace. With --model: passed as microbatch_size= to a function that takes "
+        "it, else the function's sample is repeated and cut to the size.",
         show_default="4; with --model: the sample's",
     ),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
@@ -196,10 +190,9 @@ def profile(
     if not for_gpu:
         check_device(device)
     if user:
-        check_user_options(model, for_gpu, concurrent, microbatch_size)
+        check_user_options(model, for_gpu, concurrent)
         trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
-                             for_gpu=for_gpu, name=name,
-                             microbatch_size=microbatch_size[0] if microbatch_size else None,
+                             for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
                              device=device, dtype=dtype, threads=threads, reps=reps,
                              split_backward=split_backward, seq_len=seq_len,
                              concurrent=concurrent)  # fmt: skip
