@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from backends.torch.devices import check_device, check_device_name
 from backends.torch.profile_concurrent import profile_concurrent
@@ -94,11 +95,21 @@ def model_layers(layers: str | None) -> int:
 
 
 def _summary(trace: Trace, out_path: Path, digits: int) -> str:
+    """One line on what was written; an analysed (``--for-gpu``) trace says its times are an
+    estimate, and how it was made."""
     total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
+    method = trace.provenance.get("method")
+    timing = (
+        f"ESTIMATED fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of "
+        f"{trace.microbatch_size} on {trace.device} ({method}; a roofline, an upper bound "
+        "on speed: not measured)"
+        if method
+        else f"fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of {trace.microbatch_size} "
+        f"on {trace.device}"
+    )
     return (
         f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
-        f"params, fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of "
-        f"{trace.microbatch_size} on {trace.device}"
+        f"params, {timing}"
     )
 
 
@@ -197,8 +208,8 @@ def profile(
                              split_backward=split_backward, seq_len=seq_len,
                              concurrent=concurrent)  # fmt: skip
         for warning in trace.provenance.get("warnings", []):
-            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        out.print(_summary(trace, out_path, 3))
+            err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+        out.print(escape(_summary(trace, out_path, 3)), highlight=False)
         return
     spec = dict(name=name or out_path.name, kind=kind, layers=model_layers(layers),
                 hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)  # fmt: skip
@@ -211,4 +222,4 @@ def profile(
     except ValueError as exc:
         raise InputError(str(exc), field="model options") from None
     measured = f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""
-    out.print(_summary(trace, out_path, 2) + measured)
+    out.print(escape(_summary(trace, out_path, 2) + measured), highlight=False)

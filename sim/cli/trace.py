@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from sim.cli.console import err, friendly, out
@@ -27,15 +28,17 @@ def trace_list() -> None:
 def layer_table(trace: Trace) -> Table:
     """A trace's layers: times in ms, sizes in KiB/MiB/GiB."""
     table = Table(
-        title=f"{trace.name}: {len(trace.layers)} layers, {trace.parameters:,} params, "
-        f"micro-batch {trace.microbatch_size}, {trace.dtype}, {trace.device}"
+        title=escape(
+            f"{trace.name}: {len(trace.layers)} layers, {trace.parameters:,} params, "
+            f"micro-batch {trace.microbatch_size}, {trace.dtype}, {trace.device}"
+        )
     )
     for col in ("#", "layer", "fwd ms", "bwd ms", "params", "act", "out"):
         table.add_column(col, justify="right" if col != "layer" else "left")
     for i, layer in enumerate(trace.layers):
         table.add_row(
             str(i),
-            layer.name[:40],
+            escape(layer.name[:40]),
             f"{layer.fwd_s * 1e3:.3f}",
             f"{layer.bwd_s * 1e3:.3f}",
             fmt_bytes(layer.param_bytes),
@@ -51,6 +54,8 @@ def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> No
     """Print a trace's layers (ms, MiB) and provenance."""
     trace = load_trace(ref, file="command line", field="TRACE")
     out.print(layer_table(trace))
+    if trace.provenance.get("method"):
+        out.print(escape(f"ESTIMATE, not measured: {trace.provenance['method']}"), highlight=False)
     out.print(trace.provenance)
 
 
@@ -94,7 +99,10 @@ def trace_import_kineto(
     )
     write_trace(trace, out_path)
     out.print(
-        f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers ({trace.provenance['timing']})"
+        escape(
+            f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers ({trace.provenance['timing']})"
+        ),
+        highlight=False,
     )
     if ref is None:
         err.print(
