@@ -9,7 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("readme_keys", ROOT / "scripts" / "readme_keys.py")
+    spec = importlib.util.spec_from_file_location(
+        "readme_keys", ROOT / "scripts" / "readme_keys.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -174,7 +174,13 @@ def test_a_fixed_sample_is_repeated_and_cut_to_another_microbatch_size() -> None
 
     x, y = torch.arange(6.0).reshape(3, 2), torch.tensor([0, 1, 2])
     (x5,), y5 = resize_batch((x,), y, 5)
-    assert x5.tolist() == [[0, 1], [2, 3], [4, 5], [0, 1], [2, 3]] and y5.tolist() == [0, 1, 2, 0, 1]
+    assert x5.tolist() == [[0, 1], [2, 3], [4, 5], [0, 1], [2, 3]] and y5.tolist() == [
+        0,
+        1,
+        2,
+        0,
+        1,
+    ]
     (x2,), y2 = resize_batch((x,), y, 2)
     assert x2.tolist() == [[0, 1], [2, 3]] and y2.tolist() == [0, 1]
     spec = UserModelSpec("m.py:f", microbatch_size=4, takes_microbatch_size=False)

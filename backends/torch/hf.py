@@ -71,12 +71,121 @@ class HFChain(nn.Module):
         return x
 
 
+SIZES = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "max_position_embeddings",
+)
+"""Sizes a Llama-like config must give as positive integers (``num_key_value_heads`` may be
+absent: then it equals the heads)."""
+MAX_PARAMETERS = 10**13
+"""Largest model accepted (an assumption, 10x beyond the largest published dense models): a
+config beyond it is a typo, not a model."""
+
+
+def parameter_count(cfg: dict[str, Any]) -> int:
+    """Parameters of a Llama-like decoder from its ``config.json`` sizes (embedding; per layer
+    the q/k/v/o projections with grouped KV heads, the gated MLP's three matrices and two
+    norms; the final norm; an untied LM head).
+
+    Example (Llama-2-7B: 6.74 B):
+        >>> parameter_count(dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        ...     num_attention_heads=32, vocab_size=32000))
+        6738415616
+    """
+    h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    v = cfg["vocab_size"]
+    layer = 2 * h * h + 2 * h * (h // heads) * kv + 3 * h * i + 2 * h
+    head = 0 if cfg.get("tie_word_embeddings") else v * h
+    return v * h + n * layer + h + head
+
+
+def check_config(data: dict[str, Any], file: str) -> None:
+    """The sizes of a Llama-like config, before ``transformers`` builds anything.
+
+    Raises:
+        InputError: naming the field: a size that is not a positive integer, heads not
+            dividing the hidden size, KV heads not dividing the heads, or a model beyond
+            :data:`MAX_PARAMETERS`.
+    """
+    for key in SIZES:
+        v = data.get(key)
+        if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"must be a positive integer, got {v!r}", file=file, field=key)
+    h, heads = data["hidden_size"], data["num_attention_heads"]
+    kv = data.get("num_key_value_heads") or heads
+    if h % heads:
+        raise InputError(
+            f"hidden_size {h} is not a multiple of num_attention_heads {heads}",
+            file=file,
+            field="num_attention_heads",
+        )
+    if heads % kv:
+        raise InputError(
+            f"num_key_value_heads {kv} must divide num_attention_heads {heads} (each KV head "
+            "serves a group of query heads)",
+            file=file,
+            field="num_key_value_heads",
+        )
+    n = parameter_count(data)
+    if n > MAX_PARAMETERS:
+        largest = max((k for k in SIZES if isinstance(data.get(k), int)), key=lambda k: data[k])
+        raise InputError(
+            f"describes {n:.3g} parameters, more than the {MAX_PARAMETERS:.0e} accepted; check "
+            f"its sizes ({largest} = {data[largest]:,})",
+            file=file,
+            field=largest,
+        )
+
+
+def _available_bytes() -> float:
+    """Memory the OS can give now (``MemAvailable``, proc(5)); infinite where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+def check_fits(cfg: Any, file: str) -> None:
+    """A model built for real (not under fake tensors) must fit in this machine's memory.
+
+    Raises:
+        InputError: its fp32 weights (``from_config`` initialises in fp32) need more than the
+            memory available; ``--for-gpu`` analyses it without memory.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(torch.empty(0), FakeTensor):
+        return
+    need = 4.0 * parameter_count(cfg.to_dict())
+    have = _available_bytes()
+    if need > have:
+        raise InputError(
+            f"{need / 2**30:.1f} GiB of fp32 weights to build with random weights, but "
+            f"{have / 2**30:.1f} GiB are available here; analyse it with --for-gpu (fake "
+            "tensors, no memory)",
+            file=file,
+            field="--model",
+        )
+
+
 def load_config(path: str | Path) -> Any:
     """A ``transformers`` config from a local ``config.json`` (no download).
 
     Raises:
-        InputError: transformers is absent, the file is not JSON, or has no known
-            ``model_type``.
+        InputError: transformers is absent, the file is not JSON, has no known
+            ``model_type``, or bad sizes (:func:`check_config`).
     """
     try:
         import transformers
@@ -93,6 +202,7 @@ def load_config(path: str | Path) -> Any:
     kind = data.pop("model_type", None) if isinstance(data, dict) else None
     if not isinstance(kind, str):
         raise InputError('missing (e.g. "model_type": "llama")', file=str(path), field="model_type")
+    check_config(data, str(path))
     try:
         return transformers.AutoConfig.for_model(kind, **data)
     except (ValueError, KeyError, TypeError) as exc:
@@ -110,6 +220,13 @@ def build(config: str, seq_len: int = 128, microbatch_size: int = 1):
     from transformers import AutoModelForCausalLM
 
     cfg = load_config(config)
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit is not None and seq_len > limit:
+        raise InputError(
+            f"{seq_len} tokens, but the model's max_position_embeddings is {limit}",
+            field="--seq-len",
+        )
+    check_fits(cfg, config)
     cfg._attn_implementation = "sdpa"
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")

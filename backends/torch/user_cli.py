@@ -7,6 +7,9 @@ under fake tensors for that GPU (:mod:`.fake_profile`) instead of run on ``--dev
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,32 @@ def parse_fqns(text: str | None) -> tuple[str, ...] | None:
         return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     return names or None
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Bound the user's code run in this process: after ``seconds`` an ``InputError`` naming
+    ``--timeout`` is raised wherever it is (``SIGALRM``; Python code, sleeps and blocking
+    reads are interrupted, a C call when it returns). The copies of ``--concurrent`` have
+    their own limit."""
+
+    def expired(signum: int, frame: Any) -> None:
+        raise InputError(
+            f"the model's code did not finish within {seconds:g} s (a function that never "
+            "returns?); raise --timeout for a model that needs longer",
+            field="--timeout",
+        )
+
+    if not hasattr(signal, "setitimer"):  # not POSIX: unbounded
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any], str | None]:
@@ -65,6 +94,7 @@ def profile_user(
     split_backward: bool,
     seq_len: int,
     concurrent: int = 1,
+    timeout_s: float = 600.0,
 ) -> Trace:
     """Profile (or, with ``for_gpu``, analyse) a user's model at each micro-batch size and
     write one trace (the first size's layers, the others as its ``profiles``).
@@ -81,11 +111,23 @@ def profile_user(
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     sizes: list[int | None] = list(dict.fromkeys(microbatch_size or [None]))
-    traces = [
-        _one_size(common, source, b, for_gpu, device, dtype, threads, reps, split_backward,
-                  concurrent)  # fmt: skip
-        for b in sizes
-    ]
+    with time_limit(timeout_s):
+        traces = [
+            _one_size(
+                common,
+                source,
+                b,
+                for_gpu,
+                device,
+                dtype,
+                threads,
+                reps,
+                split_backward,
+                concurrent,
+                timeout_s,
+            )  # fmt: skip
+            for b in sizes
+        ]
     trace = replace(traces[0], profiles={t.microbatch_size: t.layers for t in traces[1:]})
     write_trace(trace, out_path)
     return trace
@@ -102,6 +144,7 @@ def _one_size(
     reps: int,
     split_backward: bool,
     concurrent: int,
+    timeout_s: float,
 ) -> Trace:
     """The trace of one micro-batch size (``None``: the sample's); torch is imported here,
     not when the command line starts."""
@@ -121,5 +164,6 @@ def _one_size(
         split_backward=split_backward,
         threads=threads,
         microbatch_size=b,
+        timeout_s=timeout_s,
         **common,
     )

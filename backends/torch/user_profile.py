@@ -222,13 +222,23 @@ def _profile_chain(
     out = []
     for i, (name, layer) in enumerate(chain):
         layer = layer.to(dev)
+        shapes: set[tuple[int, ...]] = set()
 
-        def fn(h: torch.Tensor, layer=layer, i=i) -> torch.Tensor:
+        def fn(h: torch.Tensor, layer=layer, i=i, shapes=shapes) -> torch.Tensor:
             y = layer(h, *rest) if i == 0 else layer(h)
+            shapes.add(tuple(y.shape))
             return compute_loss(loss_fn, y, target, spec.loss) if i == len(chain) - 1 else y
 
         params = list(layer.parameters())
         out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
         with torch.no_grad():
             x = layer(x, *rest) if i == 0 else layer(x)
+        shapes.add(tuple(x.shape))
+        if len(shapes) > 1:
+            raise InputError(
+                f"layer {i} ({name!r}) returned outputs of different shapes on the same input "
+                f"({', '.join(str(list(s)) for s in sorted(shapes))}); a pipeline stage sends "
+                "the same shape for every micro-batch",
+                field="--layers" if i else "--model",
+            )
     return out

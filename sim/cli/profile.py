@@ -65,6 +65,29 @@ def check_options(
         check_writable(out_path.with_name(out_path.name + suffix), option="--out")
 
 
+MAX_SEQ_LEN = 2**20
+"""Longest sample profiled (tokens): an assumption far above today's context lengths, so a typo
+(``--seq-len 100000000``) is refused before a model of that length is built."""
+
+
+def check_model_choice(
+    model: str | None, for_gpu: str | None, loss: str | None, seq_len: int
+) -> None:
+    """Options that only a user's model takes, and the sample's length.
+
+    Raises:
+        InputError: ``--loss`` without ``--model``; ``--seq-len`` above :data:`MAX_SEQ_LEN`.
+    """
+    if loss and not model:
+        raise InputError(
+            "the loss of your own model: give --model too (the GPT/BERT models use their "
+            "token cross-entropy)",
+            field="--loss",
+        )
+    if seq_len > MAX_SEQ_LEN:
+        raise InputError(f"{seq_len} tokens: at most {MAX_SEQ_LEN:,}", field="--seq-len")
+
+
 def check_user_options(model: str | None, for_gpu: str | None, concurrent: int) -> None:
     """The options of ``--model`` / ``--for-gpu``.
 
@@ -186,6 +209,13 @@ def profile(
         "processes (the replay's ranks on a CPU share cores and "
         "memory bandwidth); per-layer median over them.",
     ),
+    timeout: float = typer.Option(
+        600.0,
+        "--timeout",
+        min=1.0,
+        help="With --model: seconds your code (building, running and profiling the model) may "
+        "take before it is stopped and reported.",
+    ),
     attention: str = typer.Option(
         None,
         help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
@@ -195,6 +225,7 @@ def profile(
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     user = bool(model or for_gpu)
+    check_model_choice(model, for_gpu, loss, seq_len)
     check_options(out_path, kind=kind, name=name, dtype=dtype, device=device, hidden=hidden,
                   heads=heads, attention=attention, user_model=user)  # fmt: skip
     need_torch()
@@ -206,7 +237,7 @@ def profile(
                              for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
                              device=device, dtype=dtype, threads=threads, reps=reps,
                              split_backward=split_backward, seq_len=seq_len,
-                             concurrent=concurrent)  # fmt: skip
+                             concurrent=concurrent, timeout_s=timeout)  # fmt: skip
         for warning in trace.provenance.get("warnings", []):
             err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
         out.print(escape(_summary(trace, out_path, 3)), highlight=False)

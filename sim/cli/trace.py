@@ -8,7 +8,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cli.console import err, friendly, out
+from sim.atomic import check_writable
+from sim.cli.console import check_choice, err, friendly, out
+from sim.errors import InputError
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
 from sim.trace.native import write_trace
@@ -87,6 +89,10 @@ def trace_import_kineto(
 ) -> None:
     """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
     --bytes-from)."""
+    if microbatch_size < 1:
+        raise InputError(f"{microbatch_size}: must be >= 1", field="--microbatch-size")
+    check_choice(dtype, ("fp32", "fp16", "bf16"), "--dtype")
+    check_writable(out_path.with_name(out_path.name + ".csv"), option="--out")
     ref = load_trace(bytes_from, file="command line", field="--bytes-from") if bytes_from else None
     names = [n.strip() for n in layers.split(",") if n.strip()] if layers else None
     trace = read_kineto(
