@@ -89,7 +89,7 @@ def test_profile_simulate_replay_compare(tmp_path):
     assert sorted(df.schedule.unique()) == ["1f1b", "gpipe", "pipedream_2bw"]
     assert set(df.runtime) == {"ours", "torch"}
     not_run = df[df.status == "not_run"]
-    assert list(zip(not_run.schedule, not_run.runtime)) == [("pipedream_2bw", "torch")]
+    assert list(zip(not_run.schedule, not_run.runtime, strict=True)) == [("pipedream_2bw", "torch")]
     df = df[df.status == "ok"]
     assert df.all_actions_done.all() and df.losses_finite.all()
     assert (df.numerics == "ok").all(), df[["schedule", "runtime", "grad_max_error"]]
