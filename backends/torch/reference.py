@@ -32,6 +32,7 @@ errors orders of magnitude above these bounds (``tests/test_numerics.py``).
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -50,10 +51,12 @@ from sim.schedules.action import STEP
 from sim.schedules.registry import get_schedule
 
 TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 1e-2}
-"""Largest relative error accepted per dtype: about ``1000 u`` (``u``: unit roundoff, module
-docstring) for fp32 and ``12 u`` / ``20 u`` for bf16 / fp16, whose few mantissa bits leave less
-room between rounding and a real discrepancy; measured errors of correct replays of the
-examples are 10-100x below (README, "Numerics")."""
+"""Largest relative error accepted per dtype: about ``1700 u`` (``u``: unit roundoff, module
+docstring) for fp32, ``13 u`` / ``20 u`` for bf16 / fp16, whose few mantissa bits leave less room
+between rounding and a real discrepancy. Correct CPU replays of the examples show 1e-7 to 1e-6
+in fp32 (100x below); a wrong weight version at the numerics run's learning rate shows 3e-3 or
+more, a missing tied all-reduce above 0.1 (``tests/test_numerics.py``). The 16-bit bounds are
+assumptions not yet measured (CPU runs here are fp32)."""
 TINY = 1e-30
 
 
@@ -127,6 +130,8 @@ class Reference:
             for p in layer.parameters()
         }
         self.grads: dict[tuple[int, str], torch.Tensor] = {}
+        self.parts: dict[tuple[int, int, str], torch.Tensor] = {}
+        """Per ``(step, stage, name)``: one holder's share of a gradient (``grads`` sums them)."""
         self.losses: dict[int, float] = {}
         self.pending: Counter[tuple[int, str]] = Counter()
         held = {s: self._stage_names(s) for s in set(self.stage_of)}
@@ -180,7 +185,7 @@ class Reference:
                 values[local] = leaves[key]
             xs = (functional_call(layer, values, xs),)
         loss = self.model.loss(xs[0], target)
-        self.losses[mb] = float(loss)
+        self.losses[mb] = float(loss.detach())
         for (s, name), leaf in leaves.items():  # PipeMare's backward sees newer weights
             if self.v_b[(s, mb)] != self.v_f[(s, mb)]:
                 leaf.data.copy_(self.value(name, self.v_b[(s, mb)]))
@@ -189,8 +194,14 @@ class Reference:
             key = (self.into[(s, mb)], name)
             self.pending[key] -= 1
             if leaf.grad is not None:
-                prev = self.grads.get(key)
-                self.grads[key] = leaf.grad if prev is None else prev + leaf.grad
+                for store, k in ((self.grads, key), (self.parts, (key[0], s, name))):
+                    prev = store.get(k)
+                    store[k] = leaf.grad if prev is None else prev + leaf.grad
+
+
+def _finite(err: float) -> float:
+    """``err``, or infinity when it is not a number (a NaN loss or gradient fails)."""
+    return err if math.isfinite(err) else math.inf
 
 
 def compare(dumps: Dumps, ref: Reference, tol: float) -> dict[str, Any]:
@@ -206,7 +217,7 @@ def compare(dumps: Dumps, ref: Reference, tol: float) -> dict[str, Any]:
     by_iter: dict[int, float] = defaultdict(float)
     for mb, loss in dumps.losses.items():
         r = ref.losses[mb]
-        by_iter[mb // m] = max(by_iter[mb // m], abs(loss - r) / max(abs(r), TINY))
+        by_iter[mb // m] = max(by_iter[mb // m], _finite(abs(loss - r) / max(abs(r), TINY)))
     worst, where, checked, missing = 0.0, "", 0, []
     for (j, name), r in sorted(ref.grads.items()):
         got = dumps.grads.get(j, {}).get(name)
@@ -217,7 +228,7 @@ def compare(dumps: Dumps, ref: Reference, tol: float) -> dict[str, Any]:
         scale = max(float(r.abs().max()), TINY)
         for g in got:
             checked += 1
-            err = float((g.float() - r.float()).abs().max()) / scale
+            err = _finite(float((g.float() - r.float()).abs().max()) / scale)
             if err > worst or not where:
                 worst, where = err, f"step {j} {name}"
     loss_err = max(by_iter.values(), default=0.0)

@@ -102,18 +102,28 @@ class TorchReplayer:
         return result
 
 
+NUMERICS_LR = 1e-2
+"""SGD learning rate of the numerics run (the measured run's, ``ReplayJob.lr``, is 1e-3; a
+learning rate changes no time and no memory). A step of staleness moves a gradient by about
+``lr`` times the loss's curvature, so at 1e-2 a wrong weight version shows as a relative error
+of 3e-3 or more in the shipped tests' models (``tests/test_numerics.py``), 30x the fp32
+tolerance, while rounding stays near 1e-6."""
+
+
 def check_numerics(job: ReplayJob) -> dict[str, Any]:
-    """Replay ``job`` with gradient dumps and compare them with the one-process reference in
-    another process (:func:`backends.torch.reference.check`'s summary).
+    """Replay ``job`` again at :data:`NUMERICS_LR` with gradient dumps and compare them with
+    the one-process reference in another process (:func:`backends.torch.reference.check`'s
+    summary).
 
     Raises:
         backends.torch.launch.ReplayError: the replay or the reference failed.
     """
     with scratch_dir("numerics") as dump:
-        replay(dataclasses.replace(job, dump_dir=str(dump)))
+        dumped = dataclasses.replace(job, dump_dir=str(dump), lr=NUMERICS_LR)
+        replay(dumped)
         return run_ranks(
             "backends.torch.reference:check",
-            {"job": dataclasses.replace(job, dump_dir=str(dump)).to_dict()},
+            {"job": dumped.to_dict()},
             nproc=1,
             device=job.device,
             timeout_s=job.timeout_s,
