@@ -111,8 +111,8 @@ def test_the_shared_weight_model_replays_every_schedule_family_with_equal_numeri
         "sweep": {"schedule": "gpipe", "stages": 2, "microbatch_size": 2},
         "options": {"boundaries": [0, 4]},  # embed..block 2 | blocks 3-5, head: both ties cut
     }
-    (tmp_path / "vit.yaml").write_text(yaml.safe_dump(exp))
-    res = runner.invoke(app, ["validate", str(tmp_path / "vit.yaml"), "--iterations", "2",
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    res = runner.invoke(app, ["validate", str(tmp_path / "exp.yaml"), "--iterations", "2",
                               "-s", "gpipe", "-s", "pipedream_2bw", "-s", "pipedream",
                               "-s", "pipemare", "-s", "zbv_zero_bubble",
                               "--torch-builtin"])  # fmt: skip
@@ -122,3 +122,34 @@ def test_the_shared_weight_model_replays_every_schedule_family_with_equal_numeri
     assert len(ran) == 6 and (ran.numerics == "ok").all(), ran[["schedule", "grad_max_error"]]
     assert set(df[df.status == "not_run"].schedule) == {"pipedream_2bw", "pipedream", "pipemare"}
     assert (ran.grad_max_error <= ran.numerics_tolerance).all()
+
+
+STRIDED = """
+import torch
+
+class Swap(torch.nn.Module):
+    def forward(self, x):
+        return x.transpose(1, 2)  # a strided view crosses the stage boundary
+
+def build(microbatch_size: int = 2):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 4), Swap(), torch.nn.Linear(3, 5))
+    return m, torch.randn(microbatch_size, 3, 6)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_torchs_runtime_replays_a_stage_that_ends_in_a_strided_view(tmp_path):
+    from backends.torch.replayer import TorchReplayer
+    from backends.torch.user_profile import prepare
+    from sim.replay import ReplayRequest
+
+    (tmp_path / "strided.py").write_text(STRIDED)
+    spec, *_ = prepare(f"{tmp_path}/strided.py:build", layers=None, loss=None,
+                       microbatch_size=2, dtype="fp32")  # fmt: skip
+    for runtime in ("ours", "torch"):
+        request = ReplayRequest(spec.to_dict(), (0, 2), "1f1b", 2, 2, 2, runtime=runtime,
+                                iterations=1, numerics=True, timeout_s=300)  # fmt: skip
+        result = TorchReplayer().replay(request)
+        assert result.all_actions_done and result.numerics["numerics"] == "ok", result.numerics

@@ -40,7 +40,7 @@ CPU_ATTENTION = {
 
 def cpu_attention_flops(packet: Any, args: tuple) -> float | None:
     """FLOPs of a CPU attention kernel call (:data:`CPU_ATTENTION`), ``None`` for other ops."""
-    formula = CPU_ATTENTION.get(packet)
+    formula: Any = CPU_ATTENTION.get(packet)
     if formula is None:
         return None
     return float(formula(*(getattr(a, "shape", a) for a in args)))

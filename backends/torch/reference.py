@@ -193,10 +193,13 @@ class Reference:
         for (s, name), leaf in leaves.items():
             key = (self.into[(s, mb)], name)
             self.pending[key] -= 1
-            if leaf.grad is not None:
-                for store, k in ((self.grads, key), (self.parts, (key[0], s, name))):
-                    prev = store.get(k)
-                    store[k] = leaf.grad if prev is None else prev + leaf.grad
+            g = leaf.grad
+            if g is not None:
+                prev = self.grads.get(key)
+                self.grads[key] = g if prev is None else prev + g
+                part = (key[0], s, name)
+                prev = self.parts.get(part)
+                self.parts[part] = g if prev is None else prev + g
 
 
 def _finite(err: float) -> float:
@@ -216,9 +219,10 @@ def compare(dumps: Dumps, ref: Reference, tol: float) -> dict[str, Any]:
     m = ref.job.microbatches
     by_iter: dict[int, float] = defaultdict(float)
     for mb, loss in dumps.losses.items():
-        r = ref.losses[mb]
-        by_iter[mb // m] = max(by_iter[mb // m], _finite(abs(loss - r) / max(abs(r), TINY)))
+        rl = ref.losses[mb]
+        by_iter[mb // m] = max(by_iter[mb // m], _finite(abs(loss - rl) / max(abs(rl), TINY)))
     worst, where, checked, missing = 0.0, "", 0, []
+    r: torch.Tensor
     for (j, name), r in sorted(ref.grads.items()):
         got = dumps.grads.get(j, {}).get(name)
         if not got:

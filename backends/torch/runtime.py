@@ -165,13 +165,15 @@ class StageRunner:
             job.microbatches,
             on_new=lambda m: self.tracker.exclude(m.parameters()) if self.tracker else None,
         )
-        first = self.rank == 0
-        self.act_shape, self.act_dtype = (
-            (None, None) if first else self.model.recv(boundaries, self.rank)
-        )
-        self.out_shape, self.out_dtype = (
-            (None, None) if self.last else self.model.send(boundaries, self.rank)
-        )
+        # stage 0 receives no activation, the last stage no gradient
+        self.act_shape: Any = None
+        self.act_dtype: Any = None
+        self.out_shape: Any = None
+        self.out_dtype: Any = None
+        if self.rank > 0:
+            self.act_shape, self.act_dtype = self.model.recv(boundaries, self.rank)
+        if not self.last:
+            self.out_shape, self.out_dtype = self.model.send(boundaries, self.rank)
         self.stash: dict[int, tuple[Any, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []
         self.losses: list[tuple[int, torch.Tensor]] = []

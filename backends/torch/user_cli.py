@@ -110,7 +110,7 @@ def profile_user(
         kwargs=kwargs,
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    sizes: list[int | None] = list(dict.fromkeys(microbatch_size or [None]))
+    sizes: list[int | None] = list(dict.fromkeys(microbatch_size or []).keys()) or [None]
     with time_limit(timeout_s):
         traces = [
             _one_size(
