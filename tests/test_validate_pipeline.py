@@ -226,3 +226,49 @@ def test_breakdown_of_measured_spans_by_hand(tmp_path):
         assert measured[(gpu, "B")] == pytest.approx((4 * ACTION_S, 4))
         assert measured[(gpu, "STEP")] == pytest.approx((ACTION_S, 1))
         assert measured[(gpu, "idle")][0] == pytest.approx(0.5 - 9 * ACTION_S)
+
+
+def test_a_multi_stage_schedule_on_a_one_stage_per_rank_winner(tmp_path):
+    """``-s interleaved_1f1b`` on a GPipe file with fixed boundaries: the variant runs at the
+    schedule's smallest v (2), partitioned afresh into p x v = 4 stages; ``--virtual-stages``
+    sets v and is refused (naming the option) where the schedule does not take it."""
+    path = config(tmp_path)
+    text = path.read_text().replace(
+        "partition: uniform", "partition: uniform\n  boundaries: [0, 3]"
+    )
+    path.write_text(text)
+    fake = FakeReplayer()
+    v = api.validate(path, replayer=fake, schedules=("gpipe", "interleaved_1f1b"))
+    assert [(r.schedule, r.virtual_stages, len(r.boundaries)) for r in fake.replayed] == [
+        ("gpipe", 1, 2),
+        ("interleaved_1f1b", 2, 4),
+    ]
+    assert list(v.table["mode"]) == ["pipeline", "multi_stage"]
+    fake = FakeReplayer()
+    api.validate(path, replayer=fake, schedules=("looped_bfs",), virtual_stages=3)
+    assert [(r.virtual_stages, len(r.boundaries)) for r in fake.replayed] == [(3, 6)]
+    with pytest.raises(InputError, match="--virtual-stages"):
+        api.validate(
+            path, replayer=FakeReplayer(), schedules=("zbv_zero_bubble",), virtual_stages=3
+        )
+
+
+def test_numerics_are_asked_for_every_pipeline_replay_and_reported(tmp_path):
+    path = config(tmp_path)
+
+    class Checked(FakeReplayer):
+        def replay(self, request):
+            out = super().replay(request)
+            out.numerics = {"numerics": "ok", "loss_max_error": 0.0, "grad_max_error": 2e-7,
+                            "grad_worst": "step 1 0.tok.weight", "tolerance": 1e-4}  # fmt: skip
+            return out
+
+    fake = Checked()
+    (row,) = api.validate(path, replayer=fake).table.to_dict("records")
+    assert fake.replayed[0].numerics
+    assert (row["numerics"], row["grad_max_error"], row["numerics_tolerance"]) == ("ok", 2e-7, 1e-4)
+    fake = Checked()
+    (row,) = api.validate(path, replayer=fake, numerics=False).table.to_dict("records")
+    assert not fake.replayed[0].numerics and row["numerics"] == "skipped"
+    (row,) = api.validate(path, replayer=Checked(), rank=0).table.to_dict("records")
+    assert row["numerics"] == "skipped" and "single_rank" in row["numerics_reason"]
