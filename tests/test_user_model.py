@@ -602,3 +602,16 @@ def test_concurrent_profile_of_a_user_model(tmp_path: Path) -> None:
     meta = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert meta["provenance"]["concurrent_copies"] == 2
     assert meta["provenance"]["model"]["layers"] == ["stem", "block1", "block2", "block3", "head"]
+
+
+def test_cpu_and_fake_profiles_count_the_same_flops() -> None:
+    """A CPU profile counts the attention its blocks run (the CPU kernel FlopCounterMode
+    lacks), as the --for-gpu analysis does: the same FLOPs per layer either way."""
+    vit = str(ROOT / "examples" / "vit_shared.py")
+    common = dict(layers=("embed", "blocks.*", "head"), loss=f"{vit}:loss", microbatch_size=2)
+    cpu = profile_user_model(f"{vit}:build", warmup=0, reps=1, **common)
+    fake = fake_profile_user_model(f"{vit}:build", gpu_name="H100", **common)
+    assert [x.flops for x in cpu.layers] == [x.flops for x in fake.layers]
+    # a block: 4 projections of 2 x 64 tokens x 64^2 + FFN 2 x 4 x 64^2 (x 2 FLOPs per MAC)
+    # + attention 4 b s^2 d (scores and values) = 2*2*64*(4*64*64 + 8*64*64) + 4*2*64*64*64
+    assert cpu.layers[1].flops == 2 * 2 * 64 * 12 * 64 * 64 + 4 * 2 * 64 * 64 * 64
