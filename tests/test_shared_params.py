@@ -24,7 +24,7 @@ def _trace(shared: tuple[SharedParams, ...]) -> Trace:
     return Trace("t", layers, 1, "fp32", "test", {"source": "test"}, shared=shared)
 
 
-def _point(trace: Trace, p: int):
+def _point(trace: Trace, p: int, schedule: str = "gpipe", v: int = 1, m: int = 1):
     exp = parse_experiment(
         {
             "name": "x",
@@ -35,8 +35,8 @@ def _point(trace: Trace, p: int):
         }
     )
     point = PointConfig(
-        model="t", schedule="gpipe", stages=p, dp_width=1, microbatch_size=1, microbatches=1,
-        memory_policy="none", global_batch=1,
+        model="t", schedule=schedule, stages=p, dp_width=1, microbatch_size=1, microbatches=m,
+        memory_policy="none", global_batch=m, virtual_stages=v,
     )  # fmt: skip
     res = resolve(exp, point, chain_topology(3, bandwidth_Bps=1 * GB), trace)
     return res, *evaluate(res)
@@ -67,6 +67,23 @@ def test_a_group_on_one_rank_is_stored_once_and_not_reduced():
     assert res.sim_input.plans[0][0].weight_bytes == pytest.approx(GB + 1)
 
 
+def test_groups_crossing_stage_chunks_all_reduce_once_per_rank_without_deadlock():
+    # 4 layers on 4 stage chunks of 2 ranks (interleaved: stages 0, 2 on rank 0; 1, 3 on rank
+    # 1); group A = layers 0 and 3 (ranks 0, 1), group B = layers 0 and 1 (ranks 0, 1). One
+    # all-reduce per stage chunk would deadlock (rank 0 waits at stage 0 for A, rank 1 at
+    # stage 1 for B); each rank joins both at its last chunk, A then B.
+    layers = tuple(LayerProfile(f"l{i}", 1.0, 2.0, 8.0, 0.0, 0.0) for i in range(4))
+    shared = (SharedParams((0, 3), 4.0), SharedParams((0, 1), 2.0))
+    trace = Trace("t", layers, 1, "fp32", "test", {"source": "test"}, shared=shared)
+    res, met, log = _point(trace, 2, "interleaved_1f1b", 2, m=2)
+    assert res.sim_input.runtime.tied_groups == (((2, 3), 4.0), ((2, 3), 2.0))
+    tied = [e for e in log.events if e.name.startswith("tied") and e.iteration == 0]
+    assert sorted((e.device, e.nbytes) for e in tied) == [
+        ("gpu0", 2.0), ("gpu0", 4.0), ("gpu1", 2.0), ("gpu1", 4.0)
+    ]  # fmt: skip
+    assert met.iteration_time_s > 0
+
+
 def test_place_shared_counts_one_copy_per_further_rank():
     trace = Trace(
         "t",
@@ -79,8 +96,8 @@ def test_place_shared_counts_one_copy_per_further_rank():
     placed, groups = place_shared(trace, [0, 2, 4], [0, 1, 2])  # stages 0|1|2 -> layers 0-1|2-3|4-5
     assert [x.param_bytes for x in placed.layers] == [10, 10, 14, 10, 10, 14]
     assert groups == (((0, 1, 2), 4.0),)
-    _, v_groups = place_shared(trace, [0, 2, 4], [0, 1, 0])  # V: stages 0 and 2 on rank 0
-    assert v_groups == (((0, 1), 4.0),)
+    _, v_groups = place_shared(trace, [0, 2, 4], [0, 1, 0])  # stages 0 and 2 on rank 0
+    assert v_groups == (((1, 2), 4.0),)  # rank 0 all-reduces at its last chunk, stage 2
 
 
 def test_shared_groups_round_trip_and_bad_ones_name_the_field(tmp_path):

@@ -8,7 +8,12 @@ rank's layer) and, at every optimizer step, the copies' gradients are all-reduce
 ranks that hold them before the update, as Megatron-LM does for the word embedding it keeps on
 the first and the last stage (``megatron/core/distributed/finalize_model_grads.py``,
 ``_allreduce_word_embedding_grads``; ``sim.engine.collectives.Collectives.join_tied`` times it).
-Holders on one rank (two stage chunks of one GPU) share one copy and need no all-reduce.
+Holders on one rank (two stage chunks of one GPU) share one copy and need no all-reduce. A rank
+all-reduces once per step, at the step of its last stage chunk, every group it holds in the
+groups' order, as the replay does after its optimizer step's backward work
+(``backends/torch/ties.py``): the same order on every rank, so the all-reduces cannot wait on
+each other in a cycle (with one all-reduce per stage chunk, rank 0 could wait at stage 0 for
+rank 1's stage 3 while rank 1 waits at stage 1 for rank 0's stage 0).
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ def place_shared(
 
     Returns:
         ``(trace, groups)``: the copies' bytes added to the first holding layer on each
-        further rank; per group spanning ranks, ``(stages, grad_bytes)`` with one stage per
-        holding rank (the all-reduce's members, ``PipelineRuntime.tied_groups``).
+        further rank; per group spanning ranks, ``(stages, grad_bytes)`` with, per holding
+        rank, its last stage chunk (where it all-reduces: module docstring), ascending
+        (``PipelineRuntime.tied_groups``).
 
     Example (a head tied to the embedding, 4 layers on 2 stages):
         >>> from sim.trace.schema import LayerProfile, SharedParams
@@ -65,7 +71,8 @@ def place_shared(
             continue
         for layer in list(first_on.values())[1:]:
             extra[layer] += g.param_bytes
-        groups.append((tuple(stage[x] for x in first_on.values()), float(g.param_bytes)))
+        last = {r: max(s for s, r2 in enumerate(stage_rank) if r2 == r) for r in first_on}
+        groups.append((tuple(sorted(last.values())), float(g.param_bytes)))
     if not groups:
         return trace, ()
     layers = tuple(

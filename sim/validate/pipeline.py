@@ -28,7 +28,7 @@ from sim.replay import Replayer, ReplayFailed, ReplayRequest
 from sim.sweep import Prepared, prepare
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines
-from sim.validate.predict import predict
+from sim.validate.predict import Prediction, predict
 from sim.validate.spec import Mode, ValidationSpec, mode_of
 from sim.validate.staging import commit_validation, staged_validation
 from sim.validate.table import failed_row, not_run_row, validation_row
@@ -60,6 +60,8 @@ class Planned:
     missing: tuple[tuple[str, str], ...] = ()
     """Runtimes asked for but not available: ``(runtime, why)``."""
     numerics_skipped: str | None = None
+    prediction: Prediction | None = None
+    """The simulator's numbers, computed while planning (before the first replay)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def request_for(prep: Prepared, res: Resolved, spec: ValidationSpec) -> ReplayRe
 
 
 def plan(prep: Prepared, point: PointConfig, spec: ValidationSpec, replayer: Replayer) -> Planned:
-    """Resolve ``point`` and check every replay of it.
+    """Resolve ``point``, check every replay of it and simulate it.
 
     Raises:
         InputError: the point does not resolve, has no real model, has the wrong number of
@@ -199,7 +201,8 @@ def plan(prep: Prepared, point: PointConfig, spec: ValidationSpec, replayer: Rep
             if first.field == "model":
                 field = f"models.{_model_index(prep, point)}.trace"
             raise InputError(f"cannot be replayed: {first.reason}", file=prep.file, field=field)
-    return Planned(point, mode, res, requests, missing, skip)
+    prediction = predict(res, spec.rank)
+    return Planned(point, mode, res, requests, missing, skip, prediction)
 
 
 def run_validation(
@@ -251,7 +254,7 @@ def _replay(item: Planned, spec: ValidationSpec, replayer: Replayer, stage: Path
     """Yield ``(row, breakdown rows)`` per runtime of ``item`` (a failed replay: its row, and
     the next runtime still runs); our runtime's replay of every rank also writes its timelines
     into ``stage``."""
-    pred = predict(item.resolved, spec.rank)
+    pred = item.prediction or predict(item.resolved, spec.rank)
     for req in item.requests:
         try:
             result = replayer.replay(req)
