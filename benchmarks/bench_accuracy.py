@@ -21,7 +21,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SECTIONS = ("compute", "memory", "comm")
+SECTIONS = ("compute", "memory", "comm", "moe")
 
 
 def load_section(name: str):

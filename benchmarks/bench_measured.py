@@ -28,7 +28,9 @@ Prints:
   mean and max regret (how much slower the measured time of pipesim's pick is than the best
   measured), mean Kendall tau between predicted and measured order;
 
-and writes ``predictions.csv`` and ``scatter.png`` (predicted vs measured) to ``--out``.
+and writes ``predictions.csv`` and ``scatter.png`` (predicted vs measured) to ``--out``; then
+the same for Megatron-LM's SC'21 weak-scaling runs (:mod:`measured_sc21`): predicted against
+measured TFLOP/s per GPU, written to ``megatron_sc21.csv``.
 Nothing here is fitted: the rows are what the model predicts.
 
 Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR]``.
@@ -48,18 +50,22 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import PointConfig, parse_experiment  # noqa: E402
 from sim.hardware.loader import load_hardware  # noqa: E402
 from sim.sweep import Prepared, evaluate_row  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
+VTRAIN_LUT = ROOT / "validation" / "vtrain" / "allreduce_lut.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
 FRAMEWORK = "megatron-deepspeed"
 """vTrain's data/README.md: every point collected with Megatron-DeepSpeed; its configs say
 ``use_gradient_bucket: false`` (all-reduce after the backward), ``use_checkpoint: true``,
 ``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
+POLICY = "recompute:full"
+"""vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
 QUESTION = ["layers", "global_batch", "gpus"]
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
@@ -71,11 +77,40 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     return df
 
 
-def predict(df: pd.DataFrame, hardware: str, framework: str = FRAMEWORK) -> pd.DataFrame:
+def vtrain_hardware(preset: str, path: Path = VTRAIN_LUT) -> dict:
+    """``preset`` with the all-reduce times vTrain measured on its A100 node over 2, 4 and 8
+    GPUs (``validation/vtrain/allreduce_lut.csv``) as the hardware's ``collectives:`` tables,
+    so that the engine takes its all-reduces of those sizes from them
+    (:mod:`sim.hardware.comm_tables`). Assumption: the tables were measured on the node of the
+    ground-truth runs (vTrain ships them as its A100 lookup table)."""
+    lut = pd.read_csv(path)
+    tables = [
+        {
+            "kind": "allreduce",
+            "ranks": int(n),
+            "sizes": [float(b) for b in grp.bytes],
+            "times": [f"{t} us" for t in grp.time_us],
+            "source": f"vTrain trace/a100/AR_GPU{n}_1M_1024M_LUT (out-of-place, nccl-tests)",
+        }
+        for n, grp in lut.groupby("gpus")
+    ]
+    return {"base": preset, "name": f"{preset}+vtrain-allreduce", "collectives": tables}
+
+
+def predict(
+    df: pd.DataFrame,
+    hardware: str,
+    framework: str = FRAMEWORK,
+    policy: str = POLICY,
+    collectives: str = "vtrain",
+) -> pd.DataFrame:
     """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row),
-    each row run as ``framework`` runs it (:mod:`sim.framework`)."""
-    topo = load_hardware(hardware)
+    each row run as ``framework`` runs it (:mod:`sim.framework`); ``collectives="vtrain"``
+    takes the all-reduces from vTrain's measured table (:func:`vtrain_hardware`), ``"model"``
+    from NCCL's cost model."""
     gpu = preset_gpu(hardware)
+    hw: str | dict = vtrain_hardware(hardware) if collectives == "vtrain" else hardware
+    topo = load_hardware(hw)
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
@@ -96,7 +131,7 @@ def predict(df: pd.DataFrame, hardware: str, framework: str = FRAMEWORK) -> pd.D
         exp = parse_experiment(
             {
                 "name": "measured",
-                "hardware": hardware,
+                "hardware": hw,
                 "models": [{"name": name, "trace": name}],
                 "training": {"global_batch": int(rec.global_batch), "dtype": "fp16"},
                 "options": {"partition": "uniform"},
@@ -111,7 +146,7 @@ def predict(df: pd.DataFrame, hardware: str, framework: str = FRAMEWORK) -> pd.D
             microbatch_size=int(rec.microbatch_size),
             tensor_parallel=int(rec.tensor_parallel),
             microbatches=int(rec.microbatches),
-            memory_policy="recompute:full",
+            memory_policy=policy,
             global_batch=int(rec.global_batch),
             framework=framework,
         )
@@ -236,9 +271,22 @@ def main() -> None:
         help="framework profile the rows run as (default: %(default)s, as vTrain measured; "
         "pipesim: the runtime sim validate replays)",
     )
+    ap.add_argument(
+        "--memory-policy",
+        default=POLICY,
+        help="memory policy the rows run with (default: %(default)s, vTrain's use_checkpoint)",
+    )
+    ap.add_argument(
+        "--collectives",
+        choices=("vtrain", "model"),
+        default="vtrain",
+        help="all-reduce times: vTrain's measured table for 2/4/8 GPUs (default) or NCCL's model",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
-    res = predict(load_vtrain(), args.hardware, args.framework)
+    res = predict(
+        load_vtrain(), args.hardware, args.framework, args.memory_policy, args.collectives
+    )
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -256,7 +304,11 @@ def main() -> None:
         f"mean regret {plan.regret.mean():.1%}, max regret {plan.regret.max():.1%}, "
         f"mean Kendall tau {plan.tau.mean():.2f}"
     )
-    print(f"wrote {out / 'predictions.csv'} and {out / 'scatter.png'}")
+    sc21 = predict_sc21(load_sc21())
+    sc21.to_csv(out / "megatron_sc21.csv", index=False)
+    print("Megatron-LM SC'21 Table 1 (weak scaling), TFLOP/s per GPU with the paper's eq. 3:")
+    print(sc21_table(sc21))
+    print(f"wrote {out / 'predictions.csv'}, {out / 'megatron_sc21.csv'} and {out / 'scatter.png'}")
 
 
 if __name__ == "__main__":

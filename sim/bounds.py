@@ -76,7 +76,7 @@ from sim.schedules.analysis import peak_in_flight
 from sim.schedules.registry import get_schedule
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
-from sim.tensor.shard import shard_trace
+from sim.tensor.rank import rank_trace
 from sim.trace.schema import Trace, dtype_bytes
 
 RESIDENT_KINDS = ("none", "recompute", "cpu_swap")
@@ -149,6 +149,8 @@ def min_state_bytes_per_param(
         return float(sb.weight)
     if spec.kind == "zero3" and "offload" not in spec.args:
         return sb.total / w
+    if spec.kind == "dist_opt":  # experts shard over fewer replicas: /w is a lower bound
+        return stage_state_bytes_per_param(sb, versions, vb) - sb.optimizer + sb.optimizer / w
     return 0.0
 
 
@@ -220,6 +222,10 @@ class BoundModel:
             point.microbatch_size,
             point.tensor_parallel,
             point.sequence_parallel,
+            point.expert_parallel,
+            point.context_parallel,
+            point.context_parallel_comm,
+            point.routing,
             point.framework,
         )
         if key not in self._totals:
@@ -231,7 +237,7 @@ class BoundModel:
         trace: Trace = self.prep.traces[point.model]
         trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
         overhead = self.prep.topology.gpus[0].tp_module_overhead_s
-        sharded = shard_trace(trace, point.tensor_parallel, point.sequence_parallel, gpu, overhead)
+        sharded = rank_trace(trace, point, gpu, overhead)
         trace = sharded.trace
         if get_framework(point.framework).tied_embedding.value:
             # stored once where both ends share a rank (Framework.tie): left out at every
@@ -288,7 +294,8 @@ class BoundModel:
             point.dp_width,
         )
         if key not in self._comm:
-            plans = self.tp_plans(point.stages, point.dp_width, point.tensor_parallel)
+            replicas = point.dp_width * point.context_parallel
+            plans = self.tp_plans(point.stages, replicas, point.tensor_parallel)
             per_layer = [
                 sum(c * min(pl.time_s(nb, kind) for pl in plans) for kind, nb, c in ops)
                 for ops in tot.layer_comm
@@ -332,7 +339,7 @@ class BoundModel:
         tot = self.totals(point)
         n, versions = self.flight(point)
         spec = parse_policy(point.memory_policy)
-        p, w = point.stages, point.dp_width
+        p, w = point.stages, point.dp_width * point.context_parallel  # replicas (engine's)
         vb = version_bytes_per_param(point.schedule, tot.state)
         per_param = min_state_bytes_per_param(spec, tot.state, w, versions, vb)
         all_none = all(s.kind == "none" for s in (spec.stages or (spec,)))

@@ -75,6 +75,12 @@ class ModelConfig(_Strict):
     microbatch_size: IntList | None = Field(
         None, description="Samples per micro-batch for this model (overrides sweep)."
     )
+    routing: str = Field(
+        "balanced",
+        description="How a MoE model's router spreads tokens over experts "
+        "(sim.compute.routing): 'balanced', 'imbalance:A' (the busiest expert gets A times "
+        "its share) or 'histogram:N0,N1,...' (tokens per expert, e.g. measured).",
+    )
 
 
 class TrainingConfig(_Strict):
@@ -132,6 +138,30 @@ class SweepConfig(_Strict):
         description="Megatron sequence parallelism with tensor parallelism (reduce-scatter / "
         "all-gather instead of all-reduce; activations split t ways: Korthikanti et al. 2022).",
     )
+    expert_parallel: IntList = Field(
+        1,
+        description="Expert-parallel size(s) ep of a MoE model (sim.tensor.expert): ep "
+        "consecutive data x context-parallel ranks split the experts (Megatron's tp-cp-ep-dp-pp "
+        "order) and exchange routed tokens by all-to-all; ep divides dp_width x "
+        "context_parallel and the experts.",
+    )
+    context_parallel: IntList = Field(
+        1,
+        description="Context-parallel size(s) cp (sim.tensor.context): each of cp ranks holds "
+        "seq_len/cp tokens; a point uses stages x dp_width x tensor_parallel x "
+        "context_parallel GPUs. Decoder traces (sim.trace.decoder) only.",
+    )
+    context_parallel_comm: StrList = Field(
+        "p2p",
+        description="How context-parallel attention gets the other ranks' keys and values: "
+        "p2p (ring attention), all_gather, a2a (Ulysses).",
+    )
+    ep_overlap: bool | list[bool] = Field(
+        False,
+        description="Run the OVERLAP_F_B pairs of dualpipe_v as DualPipe does, one chunk's "
+        "expert/context-parallel exchanges under the other's compute (sim.engine.overlap); "
+        "false: the two one after the other (torch's default runtime).",
+    )
     microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
     memory_policy: StrList = Field(
         "none",
@@ -153,7 +183,15 @@ class SweepConfig(_Strict):
         "gpipe, 1f1b); skip pipedream, pipedream_2bw and pipemare.",
     )
 
-    @field_validator("stages", "virtual_stages", "dp_width", "microbatch_size", "tensor_parallel")
+    @field_validator(
+        "stages",
+        "virtual_stages",
+        "dp_width",
+        "microbatch_size",
+        "tensor_parallel",
+        "expert_parallel",
+        "context_parallel",
+    )
     @classmethod
     def _positive(cls, v: IntList) -> IntList:
         for x in as_list(v):
@@ -202,8 +240,8 @@ class ExperimentConfig(_Strict):
         description="Training framework profile: what it does around the model (gradient "
         "bucketing and overlap, distributed optimizer, embedding and head placement, pipeline "
         "engine exchanges and sync points, schedules it runs): pipesim (default, what `sim "
-        "validate` replays), megatron-deepspeed, megatron-lm, deepspeed, torchtitan, "
-        "pytorch-ddp (sim.framework: each setting with its source).",
+        "validate` replays), megatron-deepspeed, megatron-lm, megatron-lm-torch-ddp, deepspeed, "
+        "torchtitan, pytorch-ddp (sim.framework: each setting with its source).",
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
@@ -244,6 +282,11 @@ class PointConfig(BaseModel):
     memory_policy: str
     global_batch: int
     virtual_stages: int = 1
+    expert_parallel: int = 1
+    context_parallel: int = 1
+    context_parallel_comm: str = "p2p"
+    routing: str = "balanced"
+    ep_overlap: bool = False
     framework: str = "pipesim"
 
     def key(self) -> str:

@@ -30,11 +30,15 @@ class EventKind(StrEnum):
     SWAP_IN = "swap_in"  # a copy back to the GPU
     CHUNK_MOVE = "chunk_move"  # a chunk fetch or gradient write-back
     STALL = "stall"  # compute waiting for data that is late
+    HOST_WAIT = "host_wait"  # compute waiting for its host to issue the next op (sim.engine.host)
     HOST_OPTIMIZER = "host_optimizer"  # an optimizer step on the host CPU
-    HOST_SYNC = "host_sync"  # the device idle after a host sync point (sim.engine.exchanges)
+    ALLTOALL = "alltoall"  # expert-parallel dispatch/combine, Ulysses context parallelism
+    RING_EXCHANGE = "ring_exchange"  # ring attention's KV steps (context parallelism)
 
 
 COLLECTIVE_KINDS = (EventKind.ALLREDUCE, EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER)
+GROUP_KINDS = (EventKind.ALLTOALL, EventKind.RING_EXCHANGE)
+"""Exchanges within an expert- or context-parallel group (:mod:`sim.engine.groups`)."""
 MEMORY_MOVE_KINDS = (EventKind.SWAP_OUT, EventKind.SWAP_IN, EventKind.CHUNK_MOVE)
 
 
@@ -49,6 +53,8 @@ class Stream(StrEnum):
     P2P = "p2p"
     COMM = "comm"
     TP = "tp"  # tensor-parallel collectives (sim.engine.collectives.TensorCollectives)
+    EP = "ep"  # expert-parallel all-to-alls (sim.engine.groups)
+    CP = "cp"  # context-parallel exchanges (sim.engine.groups)
 
 
 class MemCategory(StrEnum):

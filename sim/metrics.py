@@ -10,7 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.events import COLLECTIVE_KINDS, MEMORY_MOVE_KINDS, EventKind, EventLog, Stream
+from sim.events import (
+    COLLECTIVE_KINDS,
+    GROUP_KINDS,
+    MEMORY_MOVE_KINDS,
+    EventKind,
+    EventLog,
+    Stream,
+)
 
 
 def iterations_needed(
@@ -143,6 +150,8 @@ def compute_metrics(
             moved["comm"] += e.nbytes * frac
         elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
             moved["comm"] += e.nbytes * frac / (tensor_parallel if e.stream == Stream.TP else 1)
+        elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0 sends (its own bytes)
+            moved["comm"] += e.nbytes * frac
     n = max(len(gpus), 1)
     bubble = 1.0 - (busy[EventKind.COMPUTE] + busy[EventKind.RECOMPUTE]) / (n * span)
     peaks = dict(log.meta.get("peak_bytes", {}))

@@ -63,6 +63,7 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
             "trace": _portable_trace_ref(model.trace, exp_file),
             "global_batch": int(row.global_batch),
             "microbatch_size": int(row.microbatch_size),
+            **({"routing": row.routing} if row.routing != "balanced" else {}),
         }
     ]
     data["sweep"] = {
@@ -77,11 +78,19 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
         data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
     if row.virtual_stages > 1:
         data["sweep"]["virtual_stages"] = int(row.virtual_stages)
+    if row.expert_parallel > 1:
+        data["sweep"]["expert_parallel"] = int(row.expert_parallel)
+    if row.ep_overlap:
+        data["sweep"]["ep_overlap"] = True
+    if row.context_parallel > 1:
+        data["sweep"]["context_parallel"] = int(row.context_parallel)
+        data["sweep"]["context_parallel_comm"] = row.context_parallel_comm
+    grouped = row.tensor_parallel > 1 or row.expert_parallel > 1 or row.context_parallel > 1
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),
-        # tensor-parallel groups are placed automatically (sim.tensor.groups): not fixed here
-        "placement": json.loads(row.placement) if row.tensor_parallel == 1 else None,
+        # tensor/expert/context groups are placed automatically (sim.tensor.groups)
+        "placement": None if grouped else json.loads(row.placement),
     }
     data["prediction"] = {
         k: getattr(row, k)

@@ -31,9 +31,12 @@ from sim.schedules.action import STEP, Program, flatten
 from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
+from sim.tensor.decoder_shard import DecoderShard
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
-from sim.tensor.shard import ShardedTrace, shard_trace
+from sim.tensor.ops import aggregate as aggregate_groups
+from sim.tensor.rank import rank_trace
+from sim.tensor.shard import ShardedTrace
 from sim.trace.schema import Trace, dtype_bytes
 from sim.trace.shared import place_shared
 
@@ -119,10 +122,13 @@ def stage_contexts(
     exp: ExperimentConfig,
     program: Program | None = None,
     job_gpus: list[int] | None = None,
+    expert_bytes: tuple[float, ...] = (),
+    expert_parallel: int = 1,
 ) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
-    ``placement`` is only part of it, e.g. one tensor rank of each stage)."""
+    ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
+    routed-expert parameter bytes per layer, :class:`~sim.tensor.decoder_shard.DecoderShard`)."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
@@ -133,6 +139,9 @@ def stage_contexts(
         ctxs = []
         for s, g in enumerate(row):
             gpu = topo.gpu(g)
+            layers = trace.layers[edges[s] : edges[s + 1]]
+            params = sum(x.param_bytes for x in layers)
+            expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
             ctxs.append(
                 StageContext(
                     stage=s,
@@ -153,6 +162,8 @@ def stage_contexts(
                     order=orders[s] if orders else (),
                     host_sharers=sharers.get(gpu.name, 1),
                     version_bytes=version_bytes_per_param(schedule.name, sb),
+                    expert_share=expert / params if params else 0.0,
+                    expert_parallel=expert_parallel,
                 )
             )
         out.append(ctxs)
@@ -244,11 +255,12 @@ def resolve(
         virtual_stages=point.virtual_stages,
         framework=framework,
     )
-    n, t = schedule.num_stages, point.tensor_parallel
-    if point.stages * point.dp_width * t > topo.num_gpus:
+    n, t, cp = schedule.num_stages, point.tensor_parallel, point.context_parallel
+    if point.stages * point.dp_width * t * cp > topo.num_gpus:
         what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
+        what += " x context_parallel" if cp > 1 else ""
         raise InputError(
-            f"{what} = {point.stages * point.dp_width * t} GPUs, but "
+            f"{what} = {point.stages * point.dp_width * t * cp} GPUs, but "
             f"{topo.name} has {topo.num_gpus}",
             file=file,
             field="sweep.stages",
@@ -271,7 +283,8 @@ def resolve(
     program = schedule.program(iterations)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(n)]
-    groups = _tensor_groups(topo, point, file) if t > 1 else ()  # [replica][rank][tensor rank]
+    grouped = t > 1 or cp > 1 or point.expert_parallel > 1
+    groups = _tensor_groups(topo, point, file) if grouped else ()  # [replica][rank][tensor rank]
     placement = (
         tuple(tuple(g[0] for g in row) for row in groups)
         if groups
@@ -300,6 +313,8 @@ def resolve(
             exp,
             program,
             job,
+            sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
+            point.expert_parallel,
         )
         for c in row
     ]
@@ -310,7 +325,7 @@ def resolve(
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
-    w = point.dp_width
+    w = point.dp_width * cp  # the engine's replicas: data x context-parallel ranks
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
     plans = tuple(
         tuple(_once_per_gpu(schedule, s, per_rank[0][r * n + s]) for s in range(n))
@@ -327,7 +342,7 @@ def resolve(
         if groups
         else ()
     )
-    costs = _stage_costs(sharded, boundaries)
+    costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     if schedule.splits_backward and not all(c.has_split for c in costs):
         notes = [*notes, split_note(schedule.name)]
     sim_input = SimInput(
@@ -337,8 +352,11 @@ def resolve(
         point.microbatches,
         per_stage,
         plans,
-        tensor_groups=stage_groups,
-        tensor_plans=tensor_plans,
+        tensor_groups=stage_groups if t > 1 else (),
+        tensor_plans=tensor_plans if t > 1 else (),
+        context_parallel=cp,
+        expert_parallel=point.expert_parallel,
+        overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
         runtime=replace(framework.runtime(topo, trace, t), tied_groups=tied),
     )
@@ -347,28 +365,28 @@ def resolve(
     )
 
 
-def _shard(trace: Trace, point: PointConfig, topo: Topology, file: str) -> ShardedTrace:
-    """The trace on one tensor rank (:func:`~sim.tensor.shard.shard_trace`).
+def _shard(
+    trace: Trace, point: PointConfig, topo: Topology, file: str
+) -> ShardedTrace | DecoderShard:
+    """The trace on one rank (:func:`~sim.tensor.rank.rank_trace`: tensor, sequence, expert
+    and context parallelism).
 
     Raises:
-        InputError: the trace cannot be split ``tensor_parallel`` ways (no model shape, heads).
+        InputError: the trace cannot be split as the point says (no model shape, heads ...).
     """
     try:
         gpu = topo.gpus[0]
-        return shard_trace(
-            trace,
-            point.tensor_parallel,
-            point.sequence_parallel,
-            gpu.compute,
-            gpu.tp_module_overhead_s,
-        )
+        return rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 
 
 def _tensor_groups(topo: Topology, point: PointConfig, file: str):
+    """GPU per ``[replica][rank][tensor rank]``, the replicas being the ``dp * cp`` data- and
+    context-parallel ranks (context rank innermost: :mod:`sim.engine.groups`)."""
+    w = point.dp_width * point.context_parallel
     try:
-        return tensor_groups(topo, point.stages, point.dp_width, point.tensor_parallel)
+        return tensor_groups(topo, point.stages, w, point.tensor_parallel)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 
@@ -380,22 +398,46 @@ def _rank(placement, groups, k: int):
     return tuple(tuple(g[k] for g in row) for row in groups)
 
 
-def _stage_costs(sharded: ShardedTrace, boundaries) -> tuple[StageCost, ...]:
-    """Each stage's compute, boundary bytes and tensor-parallel collectives."""
+def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[StageCost, ...]:
+    """Each stage's compute, boundary bytes, tensor-parallel collectives and (decoder traces)
+    expert- and context-parallel exchanges and expert share of its gradients."""
     layers = sharded.trace.layers
     edges = list(boundaries) + [len(layers)]
     out = []
     for s in range(len(boundaries)):
         lo, hi = edges[s], edges[s + 1]
         cost = StageCost.from_layers(layers[lo:hi], layers[lo - 1].out_bytes if s > 0 else 0.0)
-        if sharded.tensor_parallel > 1:
-            comm = sharded.comm[lo:hi]
+        comm = sharded.comm[lo:hi]
+        cost = replace(
+            cost,
+            tp_fwd=aggregate([op for c in comm for op in c.fwd]),
+            tp_bwd=aggregate([op for c in comm for op in c.bwd]),
+        )
+        if isinstance(sharded, DecoderShard):
+            ops = sharded.group[lo:hi]
+            params = sum(x.param_bytes for x in layers[lo:hi])
             cost = replace(
                 cost,
-                tp_fwd=aggregate([op for c in comm for op in c.fwd]),
-                tp_bwd=aggregate([op for c in comm for op in c.bwd]),
+                group_fwd=aggregate_groups(op for f, _ in ops for op in f),
+                group_bwd=aggregate_groups(op for _, b in ops for op in b),
+                expert_grad_share=sum(sharded.expert_bytes[lo:hi]) / params if params else 0.0,
             )
         out.append(cost)
+    return tuple(out)
+
+
+def _with_recompute_comm(
+    costs: tuple[StageCost, ...], sharded: ShardedTrace | DecoderShard, boundaries, plans
+) -> tuple[StageCost, ...]:
+    """Each stage's cost with the tensor-parallel collectives its recompute re-runs: those of
+    the layers its memory plan (replica 0's) checkpoints fully (:attr:`StageCost.tp_recompute`)."""
+    if sharded.tensor_parallel < 2:
+        return costs
+    out = []
+    for s, cost in enumerate(costs):
+        lo = boundaries[s]
+        ops = [op for i in plans[0][s].recompute_layers for op in sharded.comm[lo + i].fwd]
+        out.append(replace(cost, tp_recompute=aggregate(ops)) if ops else cost)
     return tuple(out)
 
 

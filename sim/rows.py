@@ -5,7 +5,7 @@ summary table, the memory-policy summary) orders rows with :func:`rank_key`, so 
 
 1. rows that fit in memory (and simulated without error) first;
 2. then higher throughput (samples/s) first; rows without a throughput last;
-3. ties: fewer GPUs (``stages x dp_width x tensor_parallel``), then fewer micro-batches per
+3. ties: fewer GPUs (``stages x dp_width x tensor_parallel x context_parallel``), then fewer micro-batches per
    iteration, then schedule, stages, dp_width, tensor_parallel, sequence_parallel,
    microbatch_size, memory_policy and model by name/value, so the
    order never depends on the grid's order or on which worker finished first.
@@ -45,6 +45,11 @@ class ResultRow(BaseModel):
     memory_policy: str
     global_batch: int = Field(ge=1)
     virtual_stages: int = Field(1, ge=1)
+    expert_parallel: int = Field(1, ge=1)
+    context_parallel: int = Field(1, ge=1)
+    context_parallel_comm: str = "p2p"
+    routing: str = "balanced"
+    ep_overlap: bool = False
     framework: str = "pipesim"
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
@@ -127,10 +132,11 @@ def rank_key(row: ResultRow | Mapping[str, Any]) -> tuple:
     tput = float(_get(row, "throughput_samples_per_s", -math.inf))
     stages, width = int(_get(row, "stages", 0)), int(_get(row, "dp_width", 0))
     tp = int(_get(row, "tensor_parallel", 1))
+    cp = int(_get(row, "context_parallel", 1))
     return (
         not ok,
         -tput,
-        stages * width * tp,
+        stages * width * tp * cp,
         int(_get(row, "microbatches", 0)),
         str(_get(row, "schedule", "")),
         stages,

@@ -31,6 +31,8 @@ from sim.rowcache import PRUNED, ROW_FORMAT, run_points
 from sim.rows import ResultRow, pick_winner
 from sim.schedules.registry import get_schedule
 from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
+from sim.sweep_parallel import is_decoder_model, overlap_invalid, parallel_axes, parallel_invalid
+from sim.tensor.decoder_shard import Parallel
 from sim.tensor.shard import model_shape, shape_problem
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
@@ -105,6 +107,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         check_schedule_name(name, file=file, field=f"sweep.schedule.{i}")
     policies = _policy_axis(exp, file)
     tps, sps = _tensor_axes(prep)
+    par_axes = parallel_axes(prep)
     size = sum(
         len(as_list(sw.schedule))
         * len(as_list(sw.virtual_stages))
@@ -112,6 +115,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         * len(as_list(sw.dp_width))
         * len(tps)
         * len(sps)
+        * len(par_axes)
         * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
         * len(policies)
         for m in exp.models
@@ -130,14 +134,25 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
             model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
         )
         axes = itertools.product(
-            schedule_axis(sw), as_list(sw.stages), as_list(sw.dp_width), tps, sps, mbs, policies
+            schedule_axis(sw),
+            as_list(sw.stages),
+            as_list(sw.dp_width),
+            tps,
+            sps,
+            par_axes,
+            mbs,
+            policies,
         )
-        for (sched, v), p, w, t, sp, b, policy in axes:
+        for (sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, policy in axes:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
             vs = f" v={v}" if v > 1 else ""
-            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc} b={b} {policy}"
+            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
+            par += " overlap" if ov else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {policy}"
             reason = (
-                _invalid(prep, model.name, sched, p, w * t, b, gb, w, framework)
+                _invalid(prep, model.name, sched, p, w * t * cp, b, gb, w, framework)
+                or parallel_invalid(prep, _mi, Parallel(t, sp, cp, ep, cpc), w, policy)
+                or overlap_invalid(sched, ov, ep, cp)
                 or _tensor_invalid(prep, _mi, t, sp)
                 or boundaries_reason(prep, p * v)
                 or virtual_reason(prep, model.name, sched, p, v, gb // (w * b), framework)
@@ -160,6 +175,11 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
                     memory_policy=policy,
                     global_batch=gb,
                     virtual_stages=v,
+                    expert_parallel=ep,
+                    context_parallel=cp,
+                    context_parallel_comm=cpc,
+                    routing=model.routing,
+                    ep_overlap=ov,
                     framework=framework.name,
                 )
             )
@@ -326,6 +346,8 @@ def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
     if t > 1 and prep.exp.options.placement is not None:
         return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
         "placement is automatic (sim.tensor.groups)"
+    if is_decoder_model(prep, mi):  # checked by parallel_invalid
+        return ""
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
 
 

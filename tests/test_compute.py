@@ -12,6 +12,7 @@ from sim.compute.adapt import adapt_trace, device_spec, rescale_time
 from sim.compute.attention import attention_fwd
 from sim.compute.device import ComputeSpec
 from sim.compute.kernels import gemm, gemm_efficiency, gemm_time_s, kernel_time_s, mem, wave_factor
+from sim.compute.layers import cross_entropy_kernels
 from sim.compute.transformer import LLAMA2_7B, BlockShape, block_times
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
@@ -394,3 +395,16 @@ def test_sim_profile_repeated_b_writes_one_trace_with_profiles(tmp_path):
     t = read_trace(tmp_path / "p.yaml")
     assert t.measured_sizes == [1, 2] and (tmp_path / "p.b2.csv").exists()
     assert "also measured b=[2]" in res.output
+
+
+def test_megatron_cross_entropy_moves_38n_forward_and_14n_backward_bytes():
+    """Megatron's fp32 cross-entropy over N = T x V 16-bit logits (sim.compute.layers): to fp32
+    (2N + 4N), max (4N), subtract (8N), exp (8N), sum (4N), div_ (8N) = 38N; backward mul_
+    (8N) and back to 16 bits (4N + 2N) = 14N. fp32 logits skip both conversions."""
+    t, v = 1024, 50304
+    n = t * v
+    fwd, bwd = cross_entropy_kernels(t, v, 2)
+    assert (sum(k.bytes for k in fwd), sum(k.bytes for k in bwd)) == (38 * n, 14 * n)
+    fwd, bwd = cross_entropy_kernels(t, v, 4)
+    assert (sum(k.bytes for k in fwd), sum(k.bytes for k in bwd)) == (32 * n, 8 * n)
+    assert all(k.kind == "mem" for k in fwd + bwd)

@@ -13,6 +13,7 @@ from helpers import chain_topology, uniform_input
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.compute.host import HostOverhead
 from sim.config import PointConfig, parse_experiment
 from sim.engine import simulate
 from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
@@ -139,34 +140,37 @@ def test_1f1b_with_fewer_microbatches_than_stages_as_megatron_runs_it(p, m):
 
 
 # p = 2, m = 2, 1F1B (s0: F0 F1 B0 B1, s1: F0 B0 F1 B1), F = 1 s, B = 2 s, every send 0.25 s
-# (0.25 GB at 1 GB/s), a host sync point costs 0.5 s of device idle. Blocking exchanges: a
-# send starts once its receiver has reached the consuming action and its sender waits for it.
+# (0.25 GB at 1 GB/s); every action is one op that costs its host 0.5 s (sim.compute.host:
+# the device ends at max(device free + d, host + 0.5 + d), the host moves on by 0.5). Blocking
+# exchanges: a send starts once its receiver has reached the consuming action and its sender
+# waits for it. At a sync point the host clock waits for the device (HostThreads.wait), so the
+# next action's op is issued only then (host_wait 0.5); elsewhere the host runs ahead.
 MEGATRON = [  # a sync after every exchange (p2p_communication._communicate)
-    ("compute", "gpu0", "0F0", 0.0, 1.0),  # act0 [1, 1.25]
-    ("host_sync", "gpu0", "sync 0F1", 1.25, 1.75),  # after send act0
-    ("compute", "gpu0", "0F1", 1.75, 2.75),  # act1 waits for s1 to reach F1 (4.75)
-    ("host_sync", "gpu1", "sync 1F0", 1.25, 1.75),  # after recv act0
-    ("compute", "gpu1", "1F0", 1.75, 2.75),
-    ("compute", "gpu1", "1B0", 2.75, 4.75),  # grad0 [4.75, 5]; act1 [4.75, 5]
-    ("host_sync", "gpu0", "sync 0B0", 5.0, 5.5),
-    ("compute", "gpu0", "0B0", 5.5, 7.5),
-    ("host_sync", "gpu1", "sync 1F1", 5.0, 5.5),
-    ("compute", "gpu1", "1F1", 5.5, 6.5),
-    ("compute", "gpu1", "1B1", 6.5, 8.5),  # grad1 waits for s0 to reach B1 (7.5): [8.5, 8.75]
-    ("host_sync", "gpu0", "sync 0B1", 8.75, 9.25),
-    ("compute", "gpu0", "0B1", 9.25, 11.25),
-    ("host_sync", "gpu1", "sync 1STEP0", 8.75, 9.25),  # after send grad1
+    ("host_wait", "gpu0", "host 0F0", 0.0, 0.5),  # the host's first issue
+    ("compute", "gpu0", "0F0", 0.5, 1.5),  # act0 [1.5, 1.75]
+    ("host_wait", "gpu0", "host 0F1", 1.75, 2.25),  # sync after send act0
+    ("compute", "gpu0", "0F1", 2.25, 3.25),  # act1 waits for s1 to reach F1 (5.25)
+    ("host_wait", "gpu1", "host 1F0", 1.75, 2.25),  # sync after recv act0
+    ("compute", "gpu1", "1F0", 2.25, 3.25),
+    ("compute", "gpu1", "1B0", 3.25, 5.25),  # no exchange: issued ahead; grad0, act1 [5.25, 5.5]
+    ("host_wait", "gpu0", "host 0B0", 5.5, 6.0),
+    ("compute", "gpu0", "0B0", 6.0, 8.0),
+    ("host_wait", "gpu1", "host 1F1", 5.5, 6.0),
+    ("compute", "gpu1", "1F1", 6.0, 7.0),
+    ("compute", "gpu1", "1B1", 7.0, 9.0),  # grad1 waits for s0 to reach B1 (8): [9, 9.25]
+    ("host_wait", "gpu0", "host 0B1", 9.25, 9.75),
+    ("compute", "gpu0", "0B1", 9.75, 11.75),
 ]
 DEEPSPEED = [  # a sync before every forward (ThroughputTimer.start)
-    ("host_sync", "gpu0", "sync 0F0", 0.0, 0.5),
+    ("host_wait", "gpu0", "host 0F0", 0.0, 0.5),
     ("compute", "gpu0", "0F0", 0.5, 1.5),  # act0 [1.5, 1.75]
-    ("host_sync", "gpu0", "sync 0F1", 1.75, 2.25),
+    ("host_wait", "gpu0", "host 0F1", 1.75, 2.25),
     ("compute", "gpu0", "0F1", 2.25, 3.25),
-    ("host_sync", "gpu1", "sync 1F0", 1.75, 2.25),
+    ("host_wait", "gpu1", "host 1F0", 1.75, 2.25),
     ("compute", "gpu1", "1F0", 2.25, 3.25),
     ("compute", "gpu1", "1B0", 3.25, 5.25),  # grad0 and act1 [5.25, 5.5]
-    ("compute", "gpu0", "0B0", 5.5, 7.5),
-    ("host_sync", "gpu1", "sync 1F1", 5.5, 6.0),
+    ("compute", "gpu0", "0B0", 5.5, 7.5),  # no sync before a backward: its op was issued ahead
+    ("host_wait", "gpu1", "host 1F1", 5.5, 6.0),
     ("compute", "gpu1", "1F1", 6.0, 7.0),
     ("compute", "gpu1", "1B1", 7.0, 9.0),  # grad1 [9, 9.25]
     ("compute", "gpu0", "0B1", 9.25, 11.25),
@@ -174,29 +178,27 @@ DEEPSPEED = [  # a sync before every forward (ThroughputTimer.start)
 
 
 @pytest.mark.parametrize(
-    "runtime, expected",
+    "runtime, expected, makespan",
     [
-        (PipelineRuntime(blocking_p2p=True, sync_after_p2p=True, sync_resume_s=0.5), MEGATRON),
-        (
-            PipelineRuntime(blocking_p2p=True, sync_before_forward=True, sync_resume_s=0.5),
-            DEEPSPEED,
-        ),
+        (PipelineRuntime(blocking_p2p=True, sync_after_p2p=True), MEGATRON, 11.75),
+        (PipelineRuntime(blocking_p2p=True, sync_before_forward=True), DEEPSPEED, 11.25),
     ],
     ids=["sync-per-p2p", "sync-before-forward"],
 )
-def test_host_sync_points_on_a_hand_computed_timeline(runtime, expected):
+def test_host_sync_points_on_a_hand_computed_timeline(runtime, expected, makespan):
     topo = chain_topology(2, bandwidth_Bps=1 * GB)
-    inp = replace(uniform_input("1f1b", 2, 2, out_bytes=0.25 * GB, topology=topo), runtime=runtime)
-    log = simulate(inp)
+    plain = uniform_input("1f1b", 2, 2, out_bytes=0.25 * GB, topology=topo)
+    costs = tuple(replace(c, fwd_ops=1.0, bwd_ops=1.0) for c in plain.costs)
+    host = HostOverhead(op_s=0.5, backward_op_s=0.5)
+    log = simulate(replace(plain, costs=costs, host=host, runtime=runtime))
     spans = sorted(
         (e.kind, e.device, e.name, round(e.start_s, 9), round(e.end_s, 9))
         for e in log.events
-        if e.kind in ("compute", "host_sync")
+        if e.kind in ("compute", "host_wait")
     )
     assert spans == sorted(expected)
-    assert log.iteration_ends_s == [pytest.approx(11.25)]
-    plain = simulate(uniform_input("1f1b", 2, 2, out_bytes=0.25 * GB, topology=topo))
-    assert plain.iteration_ends_s == [pytest.approx(9.5)]  # asynchronous sends, no sync
+    assert log.iteration_ends_s == [pytest.approx(makespan)]
+    assert simulate(plain).iteration_ends_s == [pytest.approx(9.5)]  # async sends, no host
 
 
 @pytest.mark.parametrize(
@@ -391,3 +393,12 @@ def test_expand_records_the_framework_on_every_point():
     assert {r for _, r in skipped} == {
         "framework megatron-lm runs only 1f1b, interleaved_1f1b, not gpipe"
     }
+
+
+def test_megatron_lm_with_torch_ddp_differs_only_in_the_gradient_reduction():
+    # SC'21's run_table_1.sh: --DDP-impl torch (25 MiB buckets overlapped with the backward)
+    torch_ddp, lm = get_framework("megatron-lm-torch-ddp"), get_framework("megatron-lm")
+    assert torch_ddp.dp_bucket_bytes.value == DDP_BUCKET_BYTES and lm.dp_bucket_bytes.value == 0
+    assert torch_ddp.reduce_extra_bytes.value == (0.0, 0.0)
+    same = set(lm.SETTINGS) - {"dp_bucket_bytes", "reduce_extra_bytes"}
+    assert all(getattr(torch_ddp, k).value == getattr(lm, k).value for k in same)

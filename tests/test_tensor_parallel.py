@@ -135,6 +135,22 @@ def test_engine_logs_the_megatron_volume_per_microbatch():
         assert b0[0].nbytes == (2 * L + 1) * x
 
 
+def test_full_recompute_reruns_the_blocks_allreduces():
+    """Megatron's CheckpointFunction.backward re-runs each checkpointed block's forward, its
+    two all-reduces included: before each backward, 2 per block (not the embedding's or the
+    cross-entropy's: only blocks are checkpointed, sim.memory.recompute)."""
+    L, b, s, h, d = 4, 1, 1024, 4096, 2
+    topo = load_hardware(two_gpus())
+    pt = point(2, b=b).model_copy(update={"memory_policy": "recompute:full"})
+    res = resolve(experiment(two_gpus()), pt, topo, gpt(layers=L, b=b))
+    _, log = evaluate(res)
+    tp = [e for e in log.events if e.stream == Stream.TP and e.device == "gpu0"]
+    r0 = [e for e in tp if e.name.endswith(" R0B0")]
+    assert [e.kind for e in r0] == [EventKind.ALLREDUCE]
+    assert r0[0].nbytes == 2 * L * b * s * h * d
+    assert res.sim_input.plans[0][0].recompute_layers == tuple(range(1, L + 1))
+
+
 # -- memory ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(("t", "sp"), [(2, False), (4, False), (8, False), (2, True), (8, True)])
 def test_block_activations_follow_korthikanti(t, sp):

@@ -259,6 +259,11 @@ def test_fake_analysis_matches_real_saved_bytes_and_counts_attention() -> None:
             f.out_bytes,
             f.param_bytes,
         )
+    # both count the ops the host issues the same way (backends.torch.op_count)
+    assert [(r.fwd_ops, r.bwd_ops) for r in real.layers] == [
+        (f.fwd_ops, f.bwd_ops) for f in fake.layers
+    ]
+    assert all(r.fwd_ops and r.bwd_ops for r in real.layers)
     block = fake.layers[1]
     hidden = int(8 * dim / 3)
     linear = 2 * b * s * (4 * dim * dim + 3 * dim * hidden)

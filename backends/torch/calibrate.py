@@ -33,6 +33,12 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
   communicator of ``nproc`` ranks then uses; and the tensor-parallel dispatch overhead per
   module (a tiny Colwise/Rowwise-parallel linear against a plain one), written as
   ``gpu.tp_module_overhead``.
+* host time per op (:mod:`backends.torch.host_overhead`, in this process, one thread): a tiny
+  transformer block's forward with and without autograd, its backward, and the checkpoint
+  wrapper, per op as traces count ops. On GPUs it is written as ``host_overhead`` (the host
+  issues, the device runs: :mod:`sim.compute.host`); on CPU it goes into the description and
+  ``Calibration.host`` only, since a CPU rank's profiled times already contain its ops' host
+  time (host and device are one thread).
 
 On CPU each rank is a "device" named like a GPU (``gpu0`` ...) of model ``cpu-rank`` with a
 ``1/nproc`` share of host RAM; the host link of a CPU rank is its memory copy bandwidth
@@ -62,6 +68,7 @@ from backends.torch.calibrate_comm import (
     dtensor_overhead,
     tables,
 )
+from backends.torch.host_overhead import describe_host_overhead
 from backends.torch.launch import run_ranks
 from backends.torch.profile import cpu_model_name, device_model_name, time_call
 from backends.torch.runtime_memory import measure_fresh
@@ -525,8 +532,11 @@ def calibrate(
         )
     if ranks[0].get("collectives"):
         _comm_fields(hardware, ranks, list(DEFAULT_COLLECTIVE_SIZES), date, kind)
+    host = describe_host_overhead(kind, hardware, date)
     runtime = _runtime_memory(kind, hardware)
-    result = Calibration(hardware, ranks, {"cpu_adam": adam, "runtime_memory": runtime})
+    result = Calibration(
+        hardware, ranks, {"cpu_adam": adam, "runtime_memory": runtime, "host_overhead": host}
+    )
     if path is not None:
         result.write_yaml(path)
     return result

@@ -14,7 +14,10 @@ no memory, no compute, any model size) and, for every layer of the chain (:mod:`
 * ``act_bytes``: bytes saved for backward (``torch.autograd.graph.saved_tensors_hooks``, once per
   storage, parameters excluded), as the real profiler counts them;
 * ``param_bytes`` and ``out_bytes`` from the shapes (0 for the last layer, which includes the
-  loss).
+  loss);
+* ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward and the backward,
+  counted by :func:`backends.torch.op_count.layer_ops` under fake tensors, exactly as the real
+  profiler counts them (:mod:`sim.compute.host`).
 
 :func:`op_time_s` is a roofline at the preset's peak (``gpu.peak_flops``: dense fp16/bf16 tensor
 peak; ``gpu.hbm_bandwidth``; hardware.md §1). It is the one place where the compute model
@@ -37,6 +40,7 @@ from torch.utils.flop_counter import flop_registry
 from backends.torch.flops import cpu_attention_flops
 from backends.torch.layer_chain import chain_layers, run_layer
 from backends.torch.memory import tensor_bytes
+from backends.torch.op_count import layer_ops
 from backends.torch.shared_params import counted_once
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs
@@ -178,8 +182,10 @@ def _fake_layer(
         y = fn(x)
     bwd = OpCounter(peak, bw)
     if y.requires_grad:
+        grad = None if y.dim() == 0 else torch.ones_like(y)
         with bwd:
-            torch.autograd.backward(y, None if y.dim() == 0 else torch.ones_like(y))
+            torch.autograd.backward(y, grad)
+    fwd_ops, bwd_ops = layer_ops(fn, x)  # as the real profiler counts, gradients now held
     return LayerProfile(
         name=name,
         fwd_s=fwd.time_s,
@@ -188,6 +194,8 @@ def _fake_layer(
         act_bytes=float(saved.nbytes),
         out_bytes=0.0 if last else float(tensor_bytes([y])),
         flops=fwd.flops,
+        fwd_ops=float(fwd_ops),
+        bwd_ops=float(bwd_ops),
     )
 
 

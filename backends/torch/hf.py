@@ -43,9 +43,13 @@ class _Decoder(nn.Module):
         super().__init__()
         self.layer = layer
         self.rotary = rotary  # shared by every layer; buffers only (inv_freq), no parameters
+        self.positions: torch.Tensor | None = None  # a context-parallel rank's token positions
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+        if self.positions is not None:
+            pos = self.positions.to(h.device).unsqueeze(0)
+        else:
+            pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
         out = self.layer(
             h, attention_mask=None, position_ids=pos, position_embeddings=self.rotary(h, pos)
         )

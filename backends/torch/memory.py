@@ -180,8 +180,8 @@ def replay_policy(text: str, stage: int, stages: int, is_block: Sequence[bool]) 
             ()
             if not others or spec.layers is None
             else (
-                f"{where}: checkpoints the blocks among the first {first} layers; the simulator also "
-                f"re-runs the non-block layers at positions {others}",
+                f"{where}: checkpoints the blocks among the first {first} layers; the "
+                f"non-block layers at positions {others} keep their activations (as simulated)",
             )
         )
         return ReplayPolicy(checkpoint=frozenset(i for i in blocks if i < first), notes=notes)

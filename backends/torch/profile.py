@@ -14,7 +14,11 @@ layers' output for one micro-batch):
   ``saved_tensors_hooks``, parameters excluded (:class:`backends.torch.memory.SavedBytes`).
   The layer's input counts (it is what the layer stashes); its output does not unless saved.
 * ``out_bytes``: bytes of the output, 0 for the head (nothing leaves the last layer, as in
-  ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` with CPU attention (:mod:`backends.torch.flops`).
+  ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` with CPU attention
+  (:mod:`backends.torch.flops`).
+* ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward (autograd recording on)
+  and the backward, counted by a ``TorchDispatchMode`` in an untimed run
+  (:mod:`backends.torch.op_count`): what the host model charges per op (:mod:`sim.compute.host`).
 
 Several micro-batch sizes (``sim profile -b 1 -b 2 -b 4``): :func:`merge_sizes` combines one
 trace per size into one trace whose ``profiles`` hold the other sizes; the engine interpolates
@@ -45,6 +49,7 @@ from backends.torch.attention import attention_kernel
 from backends.torch.flops import flop_counter
 from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
+from backends.torch.op_count import layer_ops
 from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 
@@ -160,6 +165,7 @@ def _profile_layer(
     act_bytes = tracker.live_bytes
     with flop_counter() as counter:
         fn(x)
+    fwd_ops, bwd_ops = layer_ops(fn, x)
     return LayerProfile(
         name=name,
         fwd_s=fwd_s,
@@ -170,6 +176,8 @@ def _profile_layer(
         bwd_input_s=bwd_input_s,
         bwd_weight_s=bwd_weight_s,
         flops=float(counter.get_total_flops()),
+        fwd_ops=float(fwd_ops),
+        bwd_ops=float(bwd_ops),
     )
 
 

@@ -97,10 +97,12 @@ def profile_user(
     timeout_s: float = 600.0,
 ) -> Trace:
     """Profile (or, with ``for_gpu``, analyse) a user's model at each micro-batch size and
-    write one trace (the first size's layers, the others as its ``profiles``).
+    write one trace (the first size's layers, the others as its ``profiles``), within
+    ``timeout_s`` (:func:`time_limit`).
 
     Raises:
-        InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used).
+        InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used); the
+            model's code outlived ``timeout_s``.
     """
     source, kwargs, default_loss = model_source(model, seq_len)
     common: dict[str, Any] = dict(
@@ -111,6 +113,9 @@ def profile_user(
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     sizes: list[int | None] = list(dict.fromkeys(microbatch_size or []).keys()) or [None]
+    shape = decoder_config(model, seq_len)
+    if for_gpu and shape is not None and shape.moe is not None:
+        return analytic_moe(shape, model, for_gpu, out_path, name, sizes[0], dtype)
     with time_limit(timeout_s):
         traces = [
             _one_size(
@@ -130,7 +135,7 @@ def profile_user(
         ]
     trace = replace(traces[0], profiles={t.microbatch_size: t.layers for t in traces[1:]})
     write_trace(trace, out_path)
-    return trace
+    return with_shape(trace, shape, out_path)
 
 
 def _one_size(
@@ -167,3 +172,61 @@ def _one_size(
         timeout_s=timeout_s,
         **common,
     )
+
+
+def decoder_config(model: str, seq_len: int):
+    """The :class:`~sim.compute.decoder.DecoderShape` of a Hugging Face config ``model`` that
+    :mod:`sim.trace.hf_config` reads (Llama-like, Mixtral, Qwen2-MoE, DeepSeek-V2/V3), else
+    None (a function reference, or another architecture)."""
+    from sim.trace.hf_config import is_supported, read_config
+
+    if not model.endswith(".json") or not is_supported(model):
+        return None
+    return read_config(model, seq_len)
+
+
+def with_shape(trace: Trace, shape, out_path: Path) -> Trace:
+    """``trace`` with ``provenance.model_shape`` = the decoder shape and ``layer_kinds`` (so
+    tensor, expert and context parallelism can split it, :mod:`sim.tensor.decoder_shard`),
+    rewritten; unchanged without a shape or when the chain is not the Hugging Face one
+    (``embed``, ``layer<i>``, ``norm``, ``lm_head``: :mod:`.hf`)."""
+    from dataclasses import replace
+
+    from sim.compute.decoder import layer_names
+    from sim.trace.native import write_trace
+
+    if shape is None:
+        return trace
+    blocks = [k for _, k in layer_names(shape)][1:-1]
+    want = ["embed", *(f"layer{i}" for i in range(len(blocks))), "norm", "lm_head"]
+    if [x.name for x in trace.layers] != want:
+        return trace  # a chain cut differently (--layers): left unsplittable
+    kinds = ["embedding", *blocks, "head", "head"]
+    prov = {**trace.provenance, "model_shape": shape.to_dict(), "layer_kinds": kinds}
+    out = replace(trace, provenance=prov)
+    write_trace(out, out_path)
+    return out
+
+
+def analytic_moe(shape, model: str, for_gpu: str, out_path: Path, name, b, dtype) -> Trace:
+    """A MoE ``config.json`` with ``--for-gpu``: the analytic decoder trace
+    (:mod:`sim.trace.decoder`: grouped expert GEMMs at their balanced rows, the kernel model of
+    the GPU) instead of fake tensors, whose token counts per expert are data-dependent."""
+    from backends.torch.fake_profile import resolve_gpu
+    from sim.trace.decoder import decoder_trace
+    from sim.trace.native import write_trace
+
+    preset, gpu = resolve_gpu(for_gpu)
+    if gpu.compute is None:
+        raise InputError(f"{for_gpu} has no compute model", field="--for-gpu")
+    trace = decoder_trace(
+        shape,
+        name=name or out_path.name,
+        microbatch_size=b or 1,
+        gpu=gpu.compute,
+        dtype=dtype or "bf16",
+    )
+    prov = {**trace.provenance, "config": model, "preset": preset}
+    trace = Trace(trace.name, trace.layers, trace.microbatch_size, trace.dtype, trace.device, prov)
+    write_trace(trace, out_path)
+    return trace

@@ -25,8 +25,11 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from sim.compute.decoder import DecoderShape, layer_kernels
 from sim.compute.device import ComputeSpec, same_device
+from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_times, head_times
+from sim.compute.routing import expert_rows
 from sim.compute.transformer import BlockShape, block_times
 from sim.trace.schema import LayerProfile, Trace
 
@@ -103,8 +106,16 @@ def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
         return trace, []
     kind = inputs.pop("kind")
     inputs.pop("gpu_model", None)
-    inputs.update(microbatch_size=b, gpu=target, dtype=trace.dtype)
-    out = transformer_trace(kind, name=trace.name, **inputs)
+    if kind == "decoder":  # sim.trace.decoder: the shape is the rest of the inputs
+        from sim.trace.decoder import decoder_trace
+
+        shape = {k: v for k, v in inputs.items() if k not in ("microbatch_size", "dtype")}
+        out = decoder_trace(
+            shape, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype
+        )
+    else:
+        inputs.update(microbatch_size=b, gpu=target, dtype=trace.dtype)
+        out = transformer_trace(kind, name=trace.name, **inputs)
     out = replace(
         out, provenance={**trace.provenance, **out.provenance, "inputs": out.provenance["inputs"]}
     )
@@ -119,6 +130,8 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
     shape = trace.provenance.get("model_shape")
     if not shape:
         return None
+    if shape.get("kind") == "decoder":
+        return _decoder_times(shape, b, spec, trace.dtype)
     kind, h, s, v = shape["kind"], shape["hidden"], shape["seq_len"], shape["vocab"]
     blk = BlockShape(
         h,
@@ -134,6 +147,24 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
         "embedding": embedding_times(kind, b, s, h, v, spec, trace.dtype).total_s,
         "head": head_times(kind, b, s, h, v, spec, trace.dtype).total_s,
     }
+
+
+def _decoder_times(shape: dict, b: int, spec: ComputeSpec, dtype: str) -> dict[str, float]:
+    """Modelled forward+backward seconds per layer kind of a decoder model
+    (:mod:`sim.compute.decoder`; balanced routing on one GPU)."""
+    m = DecoderShape.from_dict(dict(shape))
+    d = 4 if dtype in ("fp32", "float32") else 2
+    rows: tuple[float, ...] = ()
+    if m.moe is not None:
+        e = m.moe.experts
+        rows = expert_rows(b * m.seq_len, 1, e, m.moe.top_k, (1 / e,) * e)
+    out = {}
+    for kind in ("embedding", "block", "moe_block", "head"):
+        if kind == "moe_block" and m.moe is None:
+            continue
+        kernels = layer_kernels(kind, m, b, d, rows=rows if kind == "moe_block" else ())
+        out[kind] = sum(phase_time(k, spec, dtype).total_s for k in kernels if k)
+    return out
 
 
 def _measured(sizes: list[int]) -> str:
@@ -155,11 +186,16 @@ def _extrapolate(trace: Trace, b: int, spec: ComputeSpec | None, notes: list[str
         )
         return base.scaled_to_microbatch(b)
 
-    def ratio(name: str) -> float:
-        key = next((k for k in ("embedding", "head") if name.startswith(k)), "block")
-        return at_b[key] / at_b0[key]
+    kinds = trace.provenance.get("layer_kinds")
 
-    layers = tuple(_time_scaled(layer, ratio(layer.name), lin) for layer in base.layers)
+    def ratio(name: str, i: int = 0) -> float:
+        key = next((k for k in ("embedding", "head", "moe_block") if name.startswith(k)), "block")
+        key = kinds[i] if kinds else key
+        return at_b[key] / at_b0[key] if key in at_b else at_b["block"] / at_b0["block"]
+
+    layers = tuple(
+        _time_scaled(layer, ratio(layer.name, i), lin) for i, layer in enumerate(base.layers)
+    )
     notes.append(
         f"{trace.name}: b={b} is outside the measured {_measured(sizes)}; "
         f"compute model ({spec.model if spec else '?'}) anchored to measured b={b0} "

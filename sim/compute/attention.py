@@ -31,46 +31,69 @@ def _check(impl: str) -> None:
 
 
 def attention_fwd(
-    impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool, dropout: bool
+    impl: str,
+    b: int,
+    s: int,
+    h: int,
+    a: int,
+    d: int,
+    *,
+    causal: bool,
+    dropout: bool,
+    kv: int | None = None,
 ) -> list[Kernel]:
-    """Forward kernels of the attention core (module doc).
+    """Forward kernels of the attention core (module doc) for ``s`` queries against ``kv``
+    keys (default ``s``). A context-parallel rank (:mod:`sim.tensor.context`) has ``s/cp``
+    queries and attends, over its ring steps, to all ``kv = s`` keys; with the load-balanced
+    causal split (Megatron-LM/TransformerEngine: each rank holds chunks ``i`` and ``2cp-1-i``)
+    half of those scores are masked, so its share of the causal work is ``1/cp``.
 
     Raises:
         ValueError: unknown ``impl``.
     """
     _check(impl)
-    hd = h // a
+    hd, kv = h // a, s if kv is None else kv
     if impl == "flash":
-        flops = 4.0 * b * s * s * h * (0.5 if causal else 1.0)
+        flops = 4.0 * b * s * kv * h * (0.5 if causal else 1.0)
         return [Kernel("flash_attn_fwd", "attn", flops, 4.0 * b * s * h * d + 4.0 * b * a * s)]
-    scores = float(b * a * s * s)
-    out = [gemm("scores", s, s, hd, d, batch=b * a), mem("softmax", 2 * scores * d)]
+    scores = float(b * a * s * kv)
+    out = [gemm("scores", s, kv, hd, d, batch=b * a), mem("softmax", 2 * scores * d)]
     if dropout:
         out.append(mem("attn_dropout", (2 * d + 1) * scores))
-    out.append(gemm("attn_v", s, hd, s, d, batch=b * a))
+    out.append(gemm("attn_v", s, hd, kv, d, batch=b * a))
     return out
 
 
 def attention_bwd(
-    impl: str, b: int, s: int, h: int, a: int, d: int, *, causal: bool, dropout: bool
+    impl: str,
+    b: int,
+    s: int,
+    h: int,
+    a: int,
+    d: int,
+    *,
+    causal: bool,
+    dropout: bool,
+    kv: int | None = None,
 ) -> list[Kernel]:
-    """Backward kernels of the attention core (all input-gradient; module doc).
+    """Backward kernels of the attention core (all input-gradient; module doc), ``s`` queries
+    against ``kv`` keys as :func:`attention_fwd`.
 
     Raises:
         ValueError: unknown ``impl``.
     """
     _check(impl)
-    hd = h // a
+    hd, kv = h // a, s if kv is None else kv
     if impl == "flash":
-        flops = 2.5 * 4.0 * b * s * s * h * (0.5 if causal else 1.0)
+        flops = 2.5 * 4.0 * b * s * kv * h * (0.5 if causal else 1.0)
         return [Kernel("flash_attn_bwd", "attn", flops, 8.0 * b * s * h * d + 4.0 * b * a * s)]
-    scores = float(b * a * s * s)
-    out = [gemm("d_v", s, hd, s, d, batch=b * a), gemm("d_probs", s, s, hd, d, batch=b * a)]
+    scores = float(b * a * s * kv)
+    out = [gemm("d_v", kv, hd, s, d, batch=b * a), gemm("d_probs", s, kv, hd, d, batch=b * a)]
     if dropout:
         out.append(mem("attn_dropout_bwd", (2 * d + 1) * scores))
     out += [
         mem("softmax_bwd", 3 * scores * d),
-        gemm("d_q", s, hd, s, d, batch=b * a),
-        gemm("d_k", s, hd, s, d, batch=b * a),
+        gemm("d_q", s, hd, kv, d, batch=b * a),
+        gemm("d_k", kv, hd, s, d, batch=b * a),
     ]
     return out

@@ -17,7 +17,8 @@ The model (see :mod:`sim.compute.kernels`) uses:
   docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication, §"Wave
   quantization");
 * ``attention_efficiency``: fraction of ``matmul_flops`` the fused attention kernel reaches;
-* ``kernel_overhead_s``: fixed cost per kernel (launch and framework dispatch).
+* ``kernel_overhead_s``: fixed cost per kernel on the device (the host's dispatch and launch
+  are modelled apart, :mod:`sim.compute.host`; see :data:`SOURCES`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ SOURCES = {
     "hbm_efficiency": "assumption 0.85: STREAM-like copy kernels reach 80-92 % of HBM peak "
     "(unverified); measure with `sim calibrate --device cuda`",
     "kernel_overhead_s": "assumption 5 us per kernel (CUDA launch + PyTorch eager dispatch, "
-    "unverified); measure with `sim calibrate --device cuda`",
+    "unverified); measure with `sim calibrate --device cuda`. The host's side of a launch "
+    "(Python, dispatcher, cudaLaunchKernel) is now modelled apart by the hardware's "
+    "host_overhead (sim.compute.host), so while the device is the bottleneck this figure "
+    "double-counts up to its launch share: to be re-sourced as the device-side gap alone",
 }
 
 DEFAULT_HBM_EFFICIENCY = 0.85

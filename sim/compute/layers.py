@@ -6,9 +6,9 @@ With ``T = b*s`` tokens, ``h`` hidden, ``V`` vocabulary, ``d`` bytes per element
   rows, the sum; plus ``2bsh*d`` for BERT's LayerNorm); backward reads the output gradient and
   writes a dense gradient of both tables, ``b*s*h*d + (V + s)*h*d`` (PyTorch's default dense
   embedding gradient), all weight-gradient (as :mod:`sim.trace.generator` documents);
-* GPT head: final norm (``2*T*h*d``), logits GEMM ``[T, h] @ [h, V]``, and the fp32
-  cross-entropy (reads the logits, writes fp32 probabilities: ``T*V*(d + 4)``); backward: the
-  loss gradient (``T*V*(4 + d)``), ``dX = dY W^T`` and ``dW = X^T dY``, the norm backward;
+* GPT head: final norm (``2*T*h*d``), logits GEMM ``[T, h] @ [h, V]``, and Megatron's fp32
+  vocabulary-parallel cross-entropy (:func:`cross_entropy_kernels`); backward: the loss
+  gradient, ``dX = dY W^T`` and ``dW = X^T dY``, the norm backward;
 * BERT head: the MLM transform (GEMM ``[h, h]``, GELU, LayerNorm), the decoder GEMM and loss as
   above, the pooler ``[b, h] @ [h, h]`` and the NSP classifier ``[b, h] @ [h, 2]``.
 """
@@ -28,6 +28,34 @@ def embedding_kernels(
     return [mem("embedding", fwd)], [mem("embedding_bwd", b * s * h * d + (vocab + s) * h * d)]
 
 
+def cross_entropy_kernels(t: int, vocab: int, d: int) -> tuple[list[Kernel], list[Kernel]]:
+    """``(forward, backward)`` memory-bound kernels of Megatron's fp32 cross-entropy over
+    ``t`` tokens and ``vocab`` logits (the vocabulary shard of one tensor rank), ``N = t*vocab``.
+
+    Counted from the code, each pass reading and writing the whole logits: the 16-bit logits
+    made fp32 (``float16_to_fp32`` of Megatron-DeepSpeed's ``GPTModelPipe``,
+    ``output.float()`` of Megatron-LM's ``post_language_model_processing``; ``N*(d + 4)``,
+    nothing for fp32), then ``_VocabParallelCrossEntropy.forward``
+    (``megatron/core/tensor_parallel/cross_entropy.py``): ``max`` over the vocabulary (reads
+    ``4N``), the max subtracted (``8N``), ``exp`` (``8N``), ``sum`` (``4N``), ``div_`` by the sum
+    (``8N``, the softmax saved for backward). Backward: ``grad_input.mul_(grad_output)``
+    (``8N``) and the fp32 gradient back to 16 bits (``N*(4 + d)``). The target gathers, the
+    loss and the three all-reduces of ``t`` floats are small."""
+    n = float(t * vocab)
+    half = d < 4
+    fwd = [mem("logits_to_fp32", n * (d + 4))] if half else []
+    fwd += [
+        mem("ce_max", 4 * n),
+        mem("ce_sub_max", 8 * n),
+        mem("ce_exp", 8 * n),
+        mem("ce_sum", 4 * n),
+        mem("ce_div", 8 * n),
+    ]
+    bwd = [mem("ce_grad_mul", 8 * n)]
+    bwd += [mem("logits_grad_to_16bit", n * (4 + d))] if half else []
+    return fwd, bwd
+
+
 def head_kernels(
     kind: str, b: int, s: int, h: int, vocab: int, d: int
 ) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
@@ -42,8 +70,9 @@ def head_kernels(
             mem("mlm_norm", 2 * t * h * d),
         ]
     )
-    fwd += [gemm("logits", t, vocab, h, d), mem("cross_entropy", t * vocab * (d + 4))]
-    bwd_in = [mem("cross_entropy_bwd", t * vocab * (4 + d)), gemm("d_logits_in", t, h, vocab, d)]
+    ce_fwd, ce_bwd = cross_entropy_kernels(t, vocab, d)
+    fwd += [gemm("logits", t, vocab, h, d), *ce_fwd]
+    bwd_in = [*ce_bwd, gemm("d_logits_in", t, h, vocab, d)]
     bwd_w = [gemm("d_logits_w", h, vocab, t, d)]
     if kind == "gpt":
         bwd_in.append(mem("final_norm_bwd", 3 * t * h * d))

@@ -43,6 +43,8 @@ class BlockShape:
         dropout: dropout after attention probabilities, projection and MLP.
         causal: causal mask (flash attention skips the masked half).
         attention: ``"flash"`` or ``"math"``.
+        kv_heads: key/value heads (grouped-query attention, Ainslie et al. arXiv:2305.13245:
+            the K and V projections are ``h x kv_heads*h/a``); None: ``heads``.
     """
 
     hidden: int
@@ -55,6 +57,7 @@ class BlockShape:
     dropout: bool = True
     causal: bool = True
     attention: str = "math"
+    kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("hidden", "heads", "seq_len", "ffn_hidden"):
@@ -63,6 +66,9 @@ class BlockShape:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        kv = self.kv_heads
+        if kv is not None and (isinstance(kv, bool) or kv < 1 or self.heads % kv):
+            raise ValueError(f"kv_heads {kv!r} must be a positive divisor of heads {self.heads}")
         if self.attention not in IMPLEMENTATIONS:
             raise ValueError(
                 f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {self.attention!r}"
@@ -96,7 +102,8 @@ def _linears(shape: BlockShape, tp: int = 1) -> list[tuple[str, int, int]]:
     ``tp`` tensor-parallel ranks holds it (column-parallel: ``out / tp``, row-parallel
     :data:`ROW_PARALLEL`: ``in / tp``)."""
     h, f = shape.hidden, shape.ffn_hidden
-    qkv = [("qkv", h, 3 * h)] if shape.fused_qkv else [("q", h, h), ("k", h, h), ("v", h, h)]
+    kv = h // shape.heads * (shape.heads if shape.kv_heads is None else shape.kv_heads)
+    qkv = [("qkv", h, h + 2 * kv)] if shape.fused_qkv else [("q", h, h), ("k", h, kv), ("v", h, kv)]
     mlp = [("gate", h, f), ("up", h, f)] if shape.gated else [("up", h, f)]
     full = qkv + [("proj", h, h)] + mlp + [("down", f, h)]
     if tp == 1:
@@ -114,37 +121,73 @@ def _check_tp(shape: BlockShape, tp: int, sp: bool) -> None:
         raise ValueError(f"sequence parallelism needs seq_len {shape.seq_len} divisible by {tp}")
 
 
-def block_fwd(shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False) -> list[Kernel]:
+def block_fwd(
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> list[Kernel]:
     """Forward kernels of one block for a micro-batch of ``b`` (module doc), on one of ``tp``
     tensor-parallel ranks: GEMMs at their split sizes, the attention core over ``a / tp`` heads;
     norms, dropout and residuals over all ``b*s`` tokens, or ``b*s / tp`` with sequence
-    parallelism ``sp`` (Korthikanti et al., arXiv:2205.05198, §4.2.2).
+    parallelism ``sp`` (Korthikanti et al., arXiv:2205.05198, §4.2.2); on one of ``cp``
+    context-parallel ranks every kernel sees ``s / cp`` tokens and the attention core ``1/cp``
+    of the scores (:func:`~sim.compute.attention.attention_fwd`).
 
     Raises:
-        ValueError: ``tp`` does not divide the heads or FFN width (or ``s`` with ``sp``).
+        ValueError: ``tp`` does not divide the heads or FFN width (or ``s`` with ``sp``), or
+            ``cp`` does not divide ``s``.
     """
+    return attention_half_fwd(shape, b, d, tp, sp, cp) + mlp_half_fwd(shape, b, d, tp, sp, cp)
+
+
+def _tokens(shape: BlockShape, b: int, tp: int, sp: bool, cp: int) -> tuple[int, int]:
+    """``(t, r)``: tokens of a rank's GEMMs, and of its replicated or sequence-split
+    element-wise kernels."""
     _check_tp(shape, tp, sp)
-    s, h, a, f = shape.seq_len, shape.hidden, shape.heads, shape.ffn_hidden
-    t = b * s
-    r = t // tp if sp else t  # tokens of the replicated (or sequence-split) element-wise ops
+    if cp < 1 or shape.seq_len % cp or (sp and (shape.seq_len // cp) % tp):
+        raise ValueError(f"context parallel size {cp} must divide seq_len {shape.seq_len}")
+    t = b * shape.seq_len // cp
+    return t, t // tp if sp else t
+
+
+def attention_half_fwd(
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> list[Kernel]:
+    """The first half of :func:`block_fwd`: norm, QKV, attention core, projection, residual."""
+    s, h, a = shape.seq_len, shape.hidden, shape.heads
+    t, r = _tokens(shape, b, tp, sp, cp)
     gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
     out = [mem("norm1", 2 * r * h * d)]
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
     if shape.rotary:
         out += [mem("rotary_q", 2 * t * h // tp * d), mem("rotary_k", 2 * t * h // tp * d)]
     out += attention_fwd(
-        shape.attention, b, s, h // tp, a // tp, d, causal=shape.causal, dropout=shape.dropout
+        shape.attention,
+        b,
+        s // cp,
+        h // tp,
+        a // tp,
+        d,
+        causal=shape.causal,
+        dropout=shape.dropout,
+        kv=s,
     )
     out.append(gemms["proj"])
-    out += _dropout_residual("attn", r, h, d, shape.dropout)
-    out.append(mem("norm2", 2 * r * h * d))
+    return out + _dropout_residual("attn", r, h, d, shape.dropout)
+
+
+def mlp_half_fwd(
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> list[Kernel]:
+    """The second half of :func:`block_fwd`: norm, MLP, dropout, residual."""
+    h, f = shape.hidden, shape.ffn_hidden
+    t, r = _tokens(shape, b, tp, sp, cp)
+    gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
+    out = [mem("norm2", 2 * r * h * d)]
     out += [gemms[n] for n in ("gate", "up") if n in gemms]
     out.append(mem("act", 2 * t * f // tp * d))
     if shape.gated:
         out.append(mem("gate_mul", 3 * t * f // tp * d))
     out.append(gemms["down"])
-    out += _dropout_residual("mlp", r, h, d, shape.dropout)
-    return out
+    return out + _dropout_residual("mlp", r, h, d, shape.dropout)
 
 
 def _dropout_residual(tag: str, t: int, h: int, d: int, dropout: bool) -> list[Kernel]:
@@ -153,20 +196,28 @@ def _dropout_residual(tag: str, t: int, h: int, d: int, dropout: bool) -> list[K
 
 
 def block_bwd(
-    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
 ) -> tuple[list[Kernel], list[Kernel]]:
     """Backward kernels of one block: ``(input_gradient, weight_gradient)`` (module doc), on
-    one of ``tp`` tensor-parallel ranks (as :func:`block_fwd`).
+    one of ``tp`` tensor-parallel and ``cp`` context-parallel ranks (as :func:`block_fwd`).
 
     Raises:
         ValueError: as :func:`block_fwd`.
     """
-    _check_tp(shape, tp, sp)
-    s, h, a, f = shape.seq_len, shape.hidden, shape.heads, shape.ffn_hidden
-    t = b * s
-    r = t // tp if sp else t
-    dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in _linears(shape, tp)}
-    dw = [gemm(f"d_{name}_w", k, n, t, d) for name, k, n in _linears(shape, tp)]
+    mlp_in, mlp_w = mlp_half_bwd(shape, b, d, tp, sp, cp)
+    attn_in, attn_w = attention_half_bwd(shape, b, d, tp, sp, cp)
+    return mlp_in + attn_in, attn_w + mlp_w
+
+
+def mlp_half_bwd(
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> tuple[list[Kernel], list[Kernel]]:
+    """The MLP half of :func:`block_bwd`: ``(input_gradient, weight_gradient)``."""
+    h, f = shape.hidden, shape.ffn_hidden
+    t, r = _tokens(shape, b, tp, sp, cp)
+    lin = [x for x in _linears(shape, tp) if x[0] in ("gate", "up", "down")]
+    dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in lin}
+    dw = [gemm(f"d_{name}_w", k, n, t, d) for name, k, n in lin]
     drop = [mem("dropout_bwd", (2 * d + 1) * r * h)] if shape.dropout else []
     out = drop + [dx["down"]]
     if shape.gated:
@@ -174,9 +225,30 @@ def block_bwd(
     out.append(mem("act_bwd", 3 * t * f // tp * d))
     out += [dx[n] for n in ("gate", "up") if n in dx]
     out += [mem("norm2_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
-    out += drop + [dx["proj"]]
+    return out, dw
+
+
+def attention_half_bwd(
+    shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> tuple[list[Kernel], list[Kernel]]:
+    """The attention half of :func:`block_bwd`: ``(input_gradient, weight_gradient)``."""
+    s, h, a = shape.seq_len, shape.hidden, shape.heads
+    t, r = _tokens(shape, b, tp, sp, cp)
+    lin = [x for x in _linears(shape, tp) if x[0] not in ("gate", "up", "down")]
+    dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in lin}
+    dw = [gemm(f"d_{name}_w", k, n, t, d) for name, k, n in lin]
+    out = [mem("dropout_bwd", (2 * d + 1) * r * h)] if shape.dropout else []
+    out.append(dx["proj"])
     out += attention_bwd(
-        shape.attention, b, s, h // tp, a // tp, d, causal=shape.causal, dropout=shape.dropout
+        shape.attention,
+        b,
+        s // cp,
+        h // tp,
+        a // tp,
+        d,
+        causal=shape.causal,
+        dropout=shape.dropout,
+        kv=s,
     )
     if shape.rotary:
         out += [mem("rotary_q_bwd", 2 * t * h // tp * d), mem("rotary_k_bwd", 2 * t * h // tp * d)]
@@ -206,20 +278,27 @@ class BlockTimes:
 
 
 def block_times(
-    shape: BlockShape, b: int, spec: ComputeSpec, dtype: str, tp: int = 1, sp: bool = False
+    shape: BlockShape,
+    b: int,
+    spec: ComputeSpec,
+    dtype: str,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
 ) -> BlockTimes:
     """Forward and backward seconds of one block at micro-batch ``b`` on ``spec``, on one of
-    ``tp`` tensor-parallel ranks (``sp``: sequence parallelism); communication excluded.
+    ``tp`` tensor-parallel ranks (``sp``: sequence parallelism) and ``cp`` context-parallel
+    ranks; communication excluded.
 
     Raises:
-        ValueError: ``b < 1``, unknown dtype, or ``tp`` as :func:`block_fwd`.
+        ValueError: ``b < 1``, unknown dtype, or ``tp``/``cp`` as :func:`block_fwd`.
     """
     if b < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {b}")
     d = 4 if dtype in ("fp32", "float32") else 2
-    bwd_in, bwd_w = block_bwd(shape, b, d, tp, sp)
+    bwd_in, bwd_w = block_bwd(shape, b, d, tp, sp, cp)
     return BlockTimes(
-        phase_time(block_fwd(shape, b, d, tp, sp), spec, dtype),
+        phase_time(block_fwd(shape, b, d, tp, sp, cp), spec, dtype),
         phase_time(bwd_in, spec, dtype),
         phase_time(bwd_w, spec, dtype),
     )

@@ -137,15 +137,34 @@ class Collectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._overlapped: dict[tuple[int, int, int], list] = {}
-        self._rings: dict[tuple[int, int], CollectivePlan] = {}
+        self._overlapped: dict[tuple, list] = {}
+        self._rings: dict[tuple, CollectivePlan] = {}
         self._tied: dict[tuple[str, ...], CollectivePlan] = {}
 
-    @staticmethod
-    def nbytes(rep: StageReplica) -> float:
-        """Bytes reduced per replica: ``dp_grad_bytes``, else ``grad_bytes``."""
+    def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
         return plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
+
+    def _expert_share(self, rep: StageReplica) -> float:
+        return rep.cost.expert_grad_share if self.inp.expert_parallel > 1 else 0.0
+
+    def nbytes(self, rep: StageReplica) -> float:
+        """Bytes reduced over all replicas: ``dp_grad_bytes``, else ``grad_bytes``, less the
+        routed experts' share with expert parallelism (:meth:`expert_nbytes`)."""
+        return self._all_bytes(rep) * (1.0 - self._expert_share(rep))
+
+    def expert_nbytes(self, rep: StageReplica) -> float:
+        """Bytes of routed-expert gradients, reduced over the expert-data-parallel group only
+        (the replicas ``r`` with the same ``r mod ep``; :mod:`sim.tensor.expert`): 0 without
+        expert parallelism or when that group is one replica."""
+        if self.inp.dp_width // self.inp.expert_parallel < 2:
+            return 0.0
+        return self._all_bytes(rep) * self._expert_share(rep)
+
+    def expert_members(self, rep: StageReplica) -> tuple[int, ...]:
+        """The replicas of ``rep``'s expert-data-parallel group."""
+        ep = self.inp.expert_parallel
+        return tuple(range(rep.replica % ep, self.inp.dp_width, ep))
 
     def overlaps(self, rep: StageReplica) -> bool:
         """Whether ``rep``'s gradient reduction runs in buckets during its last backward: an
@@ -165,22 +184,35 @@ class Collectives:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
-        key = (rep.stage, rep.tp_rank, step_no)
-        group = self._overlapped.get(key)
-        if group is None:
-            group = self._overlapped[key] = [self.env.event(), 0, []]
-        group[1] += 1
-        group[2].append((rep, tags))
-        if group[1] == self.inp.dp_width:
-            self.env.process(
-                self._buckets(rep, self.nbytes(rep), self.env.now, duration_s, group[2], group[0])
-            )
+        parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
+            ((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)
+        ]
+        if self.expert_nbytes(rep) > 0:
+            group_of = self.expert_members(rep)
+            key = ("expert", rep.stage, rep.tp_rank, step_no, group_of[0])
+            parts.append((key, len(group_of), self.expert_nbytes(rep), group_of))
+        for key, size, nbytes, members in parts:
+            group = self._overlapped.get(key)
+            if group is None:
+                group = self._overlapped[key] = [self.env.event(), 0, []]
+            group[1] += 1
+            group[2].append((rep, tags))
+            if group[1] == size:
+                self.env.process(
+                    self._buckets(
+                        rep, nbytes, self.env.now, duration_s, group[2], group[0], members
+                    )
+                )
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
-        was started (:meth:`start_overlapped`)."""
+        was started (:meth:`start_overlapped`), and of its expert part if any."""
         group = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
-        return None if group is None else group[0]
+        if group is None:
+            return None
+        members = self.expert_members(rep)
+        expert = self._overlapped.get(("expert", rep.stage, rep.tp_rank, step_no, members[0]))
+        return group[0] if expert is None else self.env.all_of([group[0], expert[0]])
 
     def _buckets(
         self,
@@ -190,13 +222,15 @@ class Collectives:
         duration_s: float,
         members: list,
         done: simpy.Event,
+        replicas: tuple[int, ...] | None = None,
     ):
         """Process: reduce the buckets in order, each once it is ready and the previous one is
         done; consecutive buckets share one hold of the ring's links when there are more than
-        :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail)."""
+        :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail).
+        ``replicas``: the communicator's replicas (None: all; else an expert group)."""
         s = rep.stage
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
-        plan = self.ring(s, rep.tp_rank)
+        plan = self.ring(s, rep.tp_rank, replicas)
         links, names = plan.links, plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
@@ -315,15 +349,44 @@ class Collectives:
         yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
         done.succeed()
 
-    def ring(self, s: int, k: int = 0) -> CollectivePlan:
+    def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
-        every replica): its rings (:func:`~sim.engine.hierarchical.collective_plan`) and the
-        links they hold."""
-        cached = self._rings.get((s, k))
+        every replica, or of ``replicas``): its rings
+        (:func:`~sim.engine.hierarchical.collective_plan`) and the links they hold."""
+        members = tuple(range(self.inp.dp_width)) if replicas is None else replicas
+        cached = self._rings.get((s, k, members))
         if cached is None:
-            gpus = tuple(f"gpu{self.inp.gpu_index(r, s, k)}" for r in range(self.inp.dp_width))
-            cached = self._rings[(s, k)] = collective_plan(self.inp.topology, gpus)
+            gpus = tuple(f"gpu{self.inp.gpu_index(r, s, k)}" for r in members)
+            cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
         return cached
+
+    def join_expert(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
+        """Process: the ``kind`` collective of ``rep``'s routed-expert gradients (or, after a
+        sharded step, parameters) over its expert-data-parallel group at step ``step_no``."""
+        members = self.expert_members(rep)
+        key = ("expert", kind, rep.stage, rep.tp_rank, step_no, members[0])
+        group = self._groups.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        size = self.expert_nbytes(rep)
+        plan = self.ring(rep.stage, rep.tp_rank, members)
+        if group[1] == len(members):
+            del self._groups[key]
+            self.env.process(self._hold(plan, size, kind, group[0]))
+        start = self.env.now
+        yield group[0]
+        self.links.events.append(
+            Event(
+                kind,
+                rep.gpu,
+                Stream.COMM,
+                f"{kind} experts s{rep.stage}",
+                start,
+                self.env.now,
+                nbytes=size,
+                links=plan.names,
+                **tags,
+            )
+        )
 
     def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
         yield from self._hold(self.ring(s, k), nbytes, kind, done)
@@ -344,7 +407,7 @@ class TensorCollectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._rings: dict[tuple[int, int], CollectivePlan] = {}
+        self._rings: dict[tuple, CollectivePlan] = {}
 
     def ring(self, r: int, s: int) -> CollectivePlan:
         """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""

@@ -20,8 +20,10 @@ rank's next forward and next backward, as Megatron's
 ``send_forward_backward_recv_forward_backward`` does (:meth:`Exchanges.post_ahead`).
 
 Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
-is idle, then issues the next kernel; the device idles ``sync_resume_s`` in between (logged as
-``host_sync``). That delay is the engine-level notion of a sync; the host model refines it.
+is idle (``torch.cuda.synchronize()``; :meth:`sim.engine.host.HostThreads.wait`), then issues the
+next action's ops, so the device idles while the host issues them (the host model's
+``host_wait``, :meth:`sim.engine.streams.ComputeStream.run_issued`) instead of the host running
+ahead of it.
 
 Step barriers (``step_barrier``): every stage replica of a pipeline replica (all stages, all
 tensor ranks) waits for the others at its optimizer step, before or after its update.
@@ -31,9 +33,9 @@ from __future__ import annotations
 
 import simpy
 
+from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.streams import ComputeStream
-from sim.events import EventKind
 from sim.schedules.action import STEP, Action, flatten
 
 
@@ -43,14 +45,18 @@ class Exchanges:
     Args:
         env: the simulation environment.
         inp: the configuration (its :attr:`~sim.engine.inputs.SimInput.runtime`).
-        compute: the compute streams (waits and sync delays are logged on them).
+        compute: the compute streams (waits are logged on them).
+        hosts: every rank's host thread (sync points move its clock).
     """
 
-    def __init__(self, env: simpy.Environment, inp: SimInput, compute: ComputeStream):
+    def __init__(
+        self, env: simpy.Environment, inp: SimInput, compute: ComputeStream, hosts: HostThreads
+    ):
         self.env = env
         self.inp = inp
         self.runtime = inp.runtime
         self.compute = compute
+        self.hosts = hosts
         self._posted: dict[tuple, simpy.Event] = {}
         self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
         self._barriers: dict[tuple, list] = {}
@@ -129,14 +135,14 @@ class Exchanges:
             rt.sync_before_forward and a.op == "F"
         )
         if sync:
-            yield from self._sync(rep, str(a), tags)
+            self.hosts.wait(rep.gpu)
 
     def drain(self, rep: StageReplica, label: str, tags: dict):
         """Process: before the optimizer step of ``rep``: wait for its rank's sends (and sync
         after them where the framework does)."""
         sent = yield from self._wait_sends(rep, label, tags)
         if sent and self.runtime.sync_after_p2p:
-            yield from self._sync(rep, label, tags)
+            self.hosts.wait(rep.gpu)
 
     def _wait_sends(self, rep: StageReplica, label: str, tags: dict):
         sends = self._pending.pop(self._owner(rep), [])
@@ -146,11 +152,6 @@ class Exchanges:
                 self.env.all_of(late), rep.gpu, f"wait send {label}", **tags
             )
         return bool(sends)
-
-    def _sync(self, rep: StageReplica, label: str, tags: dict):
-        yield from self.compute.run(
-            rep.gpu, EventKind.HOST_SYNC, f"sync {label}", self.runtime.sync_resume_s, **tags
-        )
 
     def barrier(self, rep: StageReplica, step_no: int, when: str, tags: dict):
         """Process: at optimizer step ``step_no``, ``when`` the runtime's ``step_barrier`` says

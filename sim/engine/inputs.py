@@ -10,15 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from sim.compute.host import HostOverhead
+from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.schedules.action import Action, Program, flatten
+from sim.tensor.ops import GroupOp
 from sim.trace.schema import LayerProfile
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default gradient bucket, ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.
 DistributedDataParallel docs)."""
 
+
+Part = tuple[float, float, float]
+"""``(device seconds, ops, ops issued without autograd recording)`` of one layer in an action
+(:mod:`sim.engine.host`)."""
 
 DEFAULT_INPUT_SHARE = 0.5
 """Share of a backward that is its input gradient (I) when a trace lacks ``bwd_input_s`` /
@@ -39,9 +46,24 @@ class StageCost:
         tp_fwd: tensor-parallel collectives of a forward, ``(kind, bytes each, count)``
             (:func:`sim.tensor.megatron.aggregate`); empty without tensor parallelism.
         tp_bwd: the same for a backward (B, or I).
+        tp_recompute: the same for the recompute before a backward: the collectives of the
+            fully checkpointed layers' forwards (Megatron's ``CheckpointFunction.backward``
+            re-runs the forward, its ``all_reduce``s included); set from the memory plan.
         bwd_input_s: seconds of the input-gradient part I of a split backward; None when the
             trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
         bwd_weight_s: seconds of the weight-gradient part W; None likewise.
+        group_fwd: expert- and context-parallel exchanges of a forward
+            (:class:`~sim.tensor.ops.GroupOp`, :mod:`sim.engine.groups`); empty without.
+        group_bwd: the same for a backward (B, or I).
+        expert_grad_share: fraction of the stage's gradients that belong to routed experts:
+            reduced over the expert-data-parallel group only (:mod:`sim.tensor.expert`).
+        fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
+        bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
+            W get shares of them in proportion to their seconds (an assumption).
+        fwd_layers: ``(seconds, ops)`` of each layer's forward, in order, so that the host
+            model summarises a forward layer by layer (:meth:`forward_parts`); empty: one
+            summary of the whole stage.
+        bwd_layers: the same for each layer's backward, in forward order.
     """
 
     fwd_s: float
@@ -50,8 +72,42 @@ class StageCost:
     in_bytes: float
     tp_fwd: tuple[tuple[str, float, int], ...] = ()
     tp_bwd: tuple[tuple[str, float, int], ...] = ()
+    tp_recompute: tuple[tuple[str, float, int], ...] = ()
     bwd_input_s: float | None = None
     bwd_weight_s: float | None = None
+    group_fwd: tuple[GroupOp, ...] = ()
+    group_bwd: tuple[GroupOp, ...] = ()
+    expert_grad_share: float = 0.0
+    fwd_ops: float = 0.0
+    bwd_ops: float = 0.0
+    fwd_layers: tuple[tuple[float, float], ...] = ()
+    bwd_layers: tuple[tuple[float, float], ...] = ()
+
+    def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
+        """``(seconds, ops, ops without autograd)`` of each layer's forward, in issue order;
+        the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
+        full = set(checkpointed)
+        return tuple(
+            (sec, ops, ops if i in full else 0.0) for i, (sec, ops) in enumerate(self.fwd_layers)
+        )
+
+    def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
+        """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
+        order (Megatron recomputes each layer when the backward reaches it; their issue order
+        does not change the max-plus summary's host and device sums, only its span)."""
+        return tuple((*self.fwd_layers[i], 0.0) for i in sorted(checkpointed))
+
+    def backward_parts(self) -> tuple[Part, ...]:
+        """Each layer's backward, in the order autograd runs them (last layer first)."""
+        return tuple((sec, ops, 0.0) for sec, ops in reversed(self.bwd_layers))
+
+    def backward_ops(self, op: str) -> float:
+        """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in
+        proportion to their seconds)."""
+        if op == "B" or self.bwd_s <= 0:
+            return self.bwd_ops if op == "B" else self.bwd_ops / 2
+        share = self.input_s if op == "I" else self.weight_s
+        return self.bwd_ops * share / self.bwd_s
 
     @property
     def input_s(self) -> float:
@@ -83,6 +139,10 @@ class StageCost:
             in_bytes,
             bwd_input_s=sum(x.bwd_input_s or 0.0 for x in layers) if split else None,
             bwd_weight_s=sum(x.bwd_weight_s or 0.0 for x in layers) if split else None,
+            fwd_ops=sum(x.fwd_ops or 0.0 for x in layers),
+            bwd_ops=sum(x.bwd_ops or 0.0 for x in layers),
+            fwd_layers=tuple((x.fwd_s, x.fwd_ops or 0.0) for x in layers),
+            bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0) for x in layers),
         )
 
 
@@ -103,10 +163,9 @@ class PipelineRuntime:
             rank's next action waits until the send is complete. False: a send starts when its
             action ends and nothing waits for it (torch pipelining's ``isend``).
         sync_after_p2p: the host synchronizes with the device after every exchange of sends and
-            receives (a host/device sync point before the next action).
+            receives (its clock waits for the device before it issues the next action's ops:
+            :meth:`sim.engine.host.HostThreads.wait`).
         sync_before_forward: the host synchronizes with the device before every forward.
-        sync_resume_s: seconds the device idles after a host sync point until the host has
-            issued the next kernel (a placeholder for the host model, which refines it).
         tied_grad_bytes: gradient bytes all-reduced between the first and the last stage of a
             replica (per tensor rank) at each optimizer step (a word embedding kept on both
             ends); 0: none.
@@ -126,7 +185,6 @@ class PipelineRuntime:
     blocking_p2p: bool = False
     sync_after_p2p: bool = False
     sync_before_forward: bool = False
-    sync_resume_s: float = 0.0
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
     tied_groups: tuple[tuple[tuple[int, ...], float], ...] = ()
@@ -138,8 +196,8 @@ class PipelineRuntime:
             raise ValueError(
                 f"step_barrier must be one of {STEP_BARRIERS}, not {self.step_barrier!r}"
             )
-        if min(self.sync_resume_s, self.tied_grad_bytes, self.step_transient) < 0:
-            raise ValueError("sync_resume_s, tied_grad_bytes and step_transient must be >= 0")
+        if min(self.tied_grad_bytes, self.step_transient) < 0:
+            raise ValueError("tied_grad_bytes and step_transient must be >= 0")
         if any(len(set(st)) < 2 or size < 0 for st, size in self.tied_groups):
             raise ValueError("tied_groups: each needs two stages or more and bytes >= 0")
 
@@ -178,8 +236,20 @@ class SimInput:
             parallelism (rank 0's is ``placement``); empty without.
         tensor_plans: memory plan per ``[replica][stage][tensor rank]`` (rank 0's is
             ``plans``); empty without tensor parallelism.
+        context_parallel: ``cp``: the replicas are ``dp * cp`` data- and context-parallel
+            ranks, context rank innermost (:mod:`sim.engine.groups`).
+        expert_parallel: ``ep``: consecutive replicas forming an expert-parallel group
+            (divides the replicas).
+        overlap_pairs: run an ``OVERLAP_F_B`` pair's two actions as interleaved chains, one's
+            exchanges under the other's compute (DualPipe, :mod:`sim.engine.overlap`); False:
+            one after the other, as torch's runtime does by default.
         runtime: what the framework's pipeline engine does around the actions
             (:class:`PipelineRuntime`).
+        host: what issuing an op costs every rank's host thread (:mod:`sim.compute.host`),
+            overriding the topology's hosts (e.g. a framework that runs under CUDA graphs);
+            None: each GPU's host socket's ``overhead``.
+        host_syncs: where the host blocks until the device is done
+            (:data:`sim.engine.host.SYNC_POINTS`).
     """
 
     topology: Topology
@@ -191,7 +261,29 @@ class SimInput:
     dp_bucket_bytes: float = DDP_BUCKET_BYTES
     tensor_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
     tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
+    context_parallel: int = 1
+    expert_parallel: int = 1
+    overlap_pairs: bool = False
     runtime: PipelineRuntime = PipelineRuntime()
+    host: HostOverhead | None = None
+    host_syncs: frozenset[str] = DEFAULT_SYNCS
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.host_syncs) - set(SYNC_POINTS))
+        if unknown:
+            raise ValueError(f"unknown host sync points {unknown}; use {sorted(SYNC_POINTS)}")
+        w = len(self.placement)
+        for name in ("context_parallel", "expert_parallel"):
+            n = getattr(self, name)
+            if n < 1 or w % n:
+                raise ValueError(f"{name} {n} must divide the {w} replicas")
+
+    def host_overhead(self, gpu: str) -> HostOverhead:
+        """The host overhead of the process driving ``gpu`` (node name): :attr:`host`, else
+        its host socket's."""
+        if self.host is not None:
+            return self.host
+        return self.topology.host(self.topology.gpu(int(gpu.removeprefix("gpu"))).host).overhead
 
     @cached_property
     def stages(self) -> int:

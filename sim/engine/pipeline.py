@@ -10,7 +10,9 @@ activation, a backward (B or I) for its output gradient; a W only for its I (ear
 same list). Sends of
 activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
-links of their routes (:mod:`sim.engine.links`). Memory is recorded in a
+links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
+F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
+has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
@@ -24,10 +26,14 @@ import gc
 
 import simpy
 
+from sim.compute.host import HostWork
 from sim.engine.collectives import Collectives, TensorCollectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.groups import GroupCollectives
+from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory, Stream
@@ -55,7 +61,9 @@ class Engine:
         self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute, inp.microbatches)
         self.collectives = Collectives(env, inp, self.links)
         self.tensor = TensorCollectives(env, inp, self.links)
-        self.exchanges = Exchanges(env, inp, self.compute)
+        self.groups = GroupCollectives(env, inp, self.links)
+        self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
+        self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -140,8 +148,9 @@ class Engine:
 
     def overlap_pair(self, first: StageReplica, pair: tuple[Action, ...], ends: dict):
         """Process: torch's ``OVERLAP_F_B``: wait for both inputs, run the forward then the
-        backward, then send both outputs (``_add_send_recv`` and ``_PipelineScheduleRuntime``,
-        torch 2.13 ``schedules.py``)."""
+        backward (or, with ``overlap_pairs``, the two as DualPipe's chains), then send both
+        outputs (``_add_send_recv`` and ``_PipelineScheduleRuntime``, torch 2.13
+        ``schedules.py``)."""
         m, r, k = self.inp.microbatches, first.replica, first.tp_rank
         for a in pair:
             rep = self._rep(first, a)
@@ -150,15 +159,35 @@ class Engine:
             elif a.op in ("B", "I") and not rep.last:
                 yield from self._receive(("grad", r, a.stage, a.microbatch, k))
         sends: list = []
+        ov = self._pair_overlap(first, pair)
+        procs = []
         for a in pair:
             rep = self._rep(first, a)
             tags = rep.tags(a.microbatch, a.microbatch // m)
             if a.op == "F":
-                yield from self.forward(rep, a, tags, sends)
+                proc = self.forward(rep, a, tags, sends, ov)
             else:
-                yield from self.backward(rep, a, tags, ends.get(a), sends)
+                proc = self.backward(rep, a, tags, ends.get(a), sends, ov)
+            if ov is None:
+                yield from proc
+            else:
+                procs.append(self.env.process(proc))
+        if procs:
+            yield self.env.all_of(procs)
         for send in sends:
             self.exchanges.track(send[0], self.env.process(self.send(*send)))
+
+    def _pair_overlap(self, first: StageReplica, pair: tuple[Action, ...]) -> PairOverlap | None:
+        """DualPipe's two chains for ``pair`` (:mod:`sim.engine.overlap`) when
+        ``overlap_pairs`` is on and the pair has group exchanges; None: run it serially."""
+        reps = [self._rep(first, a) for a in pair]
+        if not self.inp.overlap_pairs or not any(
+            r.cost.group_fwd or r.cost.group_bwd for r in reps
+        ):
+            return None
+        gpu = self.inp.topology.gpu(int(first.gpu[3:])).compute
+        sms = gpu.sm_count if gpu is not None else None
+        return PairOverlap(self.env, self.compute, self.groups, slowdown(sms))
 
     def _send_or_defer(self, args: tuple, sends: list | None) -> None:
         if sends is None:
@@ -170,6 +199,11 @@ class Engine:
         """Process: post the receive of ``key`` (blocking exchanges) and wait for its data."""
         self.exchanges.post(key)
         yield self._arrival(key)
+
+    def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
+        """Process: run an action's ops as ``rep``'s host thread issues them."""
+        clock = self.hosts.clock(rep.gpu)
+        yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
@@ -222,12 +256,22 @@ class Engine:
         if rs is not None or plan.writeback_bytes > 0:
             self.traffic.writeback(rep, a, tags, after=rs)
 
-    def forward(self, rep: StageReplica, a: Action, tags: dict, sends: list | None = None):
+    def forward(
+        self,
+        rep: StageReplica,
+        a: Action,
+        tags: dict,
+        sends: list | None = None,
+        overlap: PairOverlap | None = None,
+    ):
         """Process: wait for the input activation (and chunks), stash, compute, send (or,
-        with ``sends``, add the send's arguments to it for the caller to start)."""
+        with ``sends``, add the send's arguments to it for the caller to start). With
+        ``overlap`` (:class:`~sim.engine.overlap.PairOverlap`) the compute and the group
+        exchanges run as its chain instead of one after the other."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
             yield from self._receive(("act", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, not rep.first)
         if plan.fetch_bytes > 0:
@@ -236,9 +280,21 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), rep.cost.fwd_s, **tags)
+        cost = rep.cost
+        if overlap is not None:
+            yield from overlap.body(rep, a, cost.fwd_s, cost.group_fwd, tags)
+        else:
+            if cost.fwd_layers and _full_only(plan):
+                work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
+            else:
+                work = self.hosts.work(
+                    gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
+                )
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
+        if rep.cost.group_fwd and overlap is None:
+            yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
         now = self.env.now
         self._release_gather(rep, a)
         if plan.fetch_bytes > 0:
@@ -258,6 +314,7 @@ class Engine:
         tags: dict,
         step_no: int | None = None,
         sends: list | None = None,
+        overlap: PairOverlap | None = None,
     ):
         """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back.
 
@@ -267,6 +324,7 @@ class Engine:
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
             yield from self._receive(("grad", rep.replica, s, mb, rep.tp_rank))
+            self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, uses_grad and not rep.last)
         if uses_grad and plan.swap_bytes > 0:
@@ -281,13 +339,35 @@ class Engine:
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
             )
-            yield from self.compute.run(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+            if overlap is not None:
+                yield from overlap.compute(
+                    gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags
+                )
+            else:
+                if rep.cost.fwd_layers and _full_only(plan):
+                    parts = rep.cost.recompute_parts(plan.recompute_layers)
+                    work = self.hosts.layered(gpu, "R", parts)
+                else:
+                    rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+                    work = self.hosts.work(gpu, "R", *rec)
+                yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
+            if rep.cost.tp_recompute:
+                yield from self.tensor.join(rep, f"R{a}", rep.cost.tp_recompute, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
-        yield from self.compute.run(gpu, EventKind.COMPUTE, str(a), dur, **tags)
+        if overlap is not None and uses_grad:
+            yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags)
+        else:
+            if a.op == "B" and rep.cost.bwd_layers:
+                work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
+            else:
+                work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
+        if uses_grad and rep.cost.group_bwd and overlap is None:
+            yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
         now = self.env.now
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
@@ -348,6 +428,8 @@ class Engine:
         elif dp and plan.scatter_bytes <= 0:
             kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
             yield from self.collectives.join(rep, k, tags, kind)
+            if self.collectives.expert_nbytes(rep) > 0:
+                yield from self.collectives.join_expert(rep, k, tags, kind)
         if rt.tied_after_dp:
             yield from self.collectives.join_tied(rep, k, tags)
         yield from self.exchanges.barrier(rep, k, "before_update", tags)
@@ -365,10 +447,19 @@ class Engine:
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
         if dp and plan.dp_sharded and plan.gather_bytes <= 0:
             yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
+            if self.collectives.expert_nbytes(rep) > 0:
+                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
         yield from self.exchanges.barrier(rep, k, "after_update", tags)
+        self.hosts.sync(rep.gpu, "step")
         done = self._bwd_done.get(rep.key, 0)
         if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
             self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+
+def _full_only(plan) -> bool:
+    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
+    so that a forward and its recompute can be issued layer by layer."""
+    return plan.recompute_regions == len(plan.recompute_layers)
 
 
 def _stage_of(a: Action) -> int:

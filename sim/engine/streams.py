@@ -1,9 +1,15 @@
-"""A GPU's compute stream: kernels run one after another, and waits for late data are stalls."""
+"""A GPU's compute stream: kernels run one after another, and waits for late data are stalls.
+
+With a host model (:mod:`sim.engine.host`), an action's kernels also wait for the host to issue
+them: :meth:`ComputeStream.run_issued`.
+"""
 
 from __future__ import annotations
 
 import simpy
 
+from sim.compute.host import HostWork
+from sim.engine.host import HostClock
 from sim.events import Event, EventKind, Stream
 
 
@@ -24,6 +30,24 @@ class ComputeStream:
         start = self.env.now
         if duration_s > 0:
             yield self.env.timeout(duration_s)
+        self.events.append(Event(kind, gpu, Stream.COMPUTE, name, start, self.env.now, **tags))
+
+    def run_issued(self, gpu: str, kind: str, name: str, work: HostWork, host: HostClock, **tags):
+        """Process: run ``work`` issued by ``host``: the device ends at
+        ``max(now + work.device_s, host.t + work.span_s)`` (:mod:`sim.compute.host`) and the
+        host moves on to ``host.t + work.host_s``. When the host is the later one, the
+        device's idle time before the span is logged as ``host_wait`` (``host <name>``) and the
+        span as ``kind`` (its last ``device_s`` seconds); otherwise as :meth:`run`."""
+        now = self.env.now
+        end, host.t = work.finish(host.t, now)
+        if end <= now + work.device_s:
+            yield from self.run(gpu, kind, name, work.device_s, **tags)
+            return
+        start = end - work.device_s
+        self.events.append(
+            Event(EventKind.HOST_WAIT, gpu, Stream.COMPUTE, f"host {name}", now, start, **tags)
+        )
+        yield self.env.timeout(end - now)
         self.events.append(Event(kind, gpu, Stream.COMPUTE, name, start, self.env.now, **tags))
 
     def wait(self, ev: simpy.Event, gpu: str, name: str, **tags):

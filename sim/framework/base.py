@@ -173,16 +173,13 @@ class Framework:
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
 
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
-        gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`);
-        ``sync_resume_s`` is one kernel's launch and dispatch,
-        :attr:`~sim.compute.device.ComputeSpec.kernel_overhead_s` (an assumption the host
-        model refines)."""
+        gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
+        is the server it runs on."""
         tied = self.tied_embedding.value
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
             sync_before_forward=self.sync_before_forward.value,
-            sync_resume_s=_launch_s(topo),
             tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
             tied_after_dp=self.tied_after_dp.value,
             step_barrier=self.step_barrier.value,
@@ -201,13 +198,6 @@ class Framework:
         if not self.distributed_optimizer.value or dp_width < 2:
             return out
         return [p if _sharded(p) else shard_optimizer(p, dp_width) for p in out]
-
-
-def _launch_s(topo: Topology) -> float:
-    """One kernel's launch and dispatch on the topology's first GPU (0 without a compute
-    model)."""
-    spec = topo.gpus[0].compute
-    return spec.kernel_overhead_s if spec is not None else 0.0
 
 
 def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> StagePlan:

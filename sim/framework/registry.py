@@ -6,6 +6,7 @@ from sim.framework.base import Framework
 from sim.framework.deepspeed import DeepSpeed
 from sim.framework.megatron_deepspeed import MegatronDeepSpeed
 from sim.framework.megatron_lm import MegatronLM
+from sim.framework.megatron_lm_torch_ddp import MegatronLMTorchDDP
 from sim.framework.pipesim import Pipesim
 from sim.framework.pytorch_ddp import PytorchDDP
 from sim.framework.torchtitan import Torchtitan
@@ -15,7 +16,15 @@ DEFAULT_FRAMEWORK = Pipesim.name
 
 FRAMEWORKS: dict[str, Framework] = {
     cls.name: cls()
-    for cls in (Pipesim, MegatronDeepSpeed, MegatronLM, DeepSpeed, Torchtitan, PytorchDDP)
+    for cls in (
+        Pipesim,
+        MegatronDeepSpeed,
+        MegatronLM,
+        MegatronLMTorchDDP,
+        DeepSpeed,
+        Torchtitan,
+        PytorchDDP,
+    )
 }
 """Every profile by name, the default first."""
 

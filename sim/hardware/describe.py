@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from sim.compute.host import NO_HOST
 from sim.hardware.topology import Link, Topology
 
 _GB = 1e9
@@ -75,17 +76,27 @@ def gpu_table(topo: Topology) -> Table:
 
 
 def host_table(topo: Topology) -> Table:
-    """One row per CPU socket: usable DRAM (MemTotal, GB and GiB), CPU Adam parameters/s."""
+    """One row per CPU socket: usable DRAM (MemTotal, GB and GiB), CPU Adam parameters/s, and
+    the host time per op of eager PyTorch (forward / backward op, checkpoint region, us;
+    sim.compute.host)."""
     table = Table(title=f"{topo.name}: hosts (usable DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
     table.add_column("host")
-    for col in ("DRAM GB", "DRAM GiB", "Adam params/s"):
+    for col in ("DRAM GB", "DRAM GiB", "Adam params/s", "op / bwd op / ckpt us"):
         table.add_column(col, justify="right")
     for h in topo.hosts:
+        o = h.overhead
+        per_op = (
+            "-"
+            if o == NO_HOST
+            else f"{o.op_s * 1e6:.3g} / {o.backward_op_s * 1e6:.3g} / {o.checkpoint_s * 1e6:.3g}"
+            + ("" if o.eager else f" ({o.mode}: 0)")
+        )
         table.add_row(
             h.name,
             f"{h.dram_bytes / _GB:.0f}",
             f"{h.dram_bytes / _GIB:.0f}",
             f"{h.adam_params_per_s:.3g}",
+            per_op,
         )
     return table
 
@@ -210,6 +221,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             }
             for t in topo.collectives
         ],
+        **_host_overhead_fields(topo),
     }
 
 
@@ -222,6 +234,23 @@ def _nccl_fields(gpu: Any) -> dict[str, Any]:
     if gpu.nvls:
         out["nvls"] = True
     return out
+
+
+def _host_overhead_fields(topo: Topology) -> dict[str, Any]:
+    """``{"host_overhead": ...}`` when the hosts model it (all alike), else empty.
+
+    Raises:
+        ValueError: the hosts differ (a description has one ``host_overhead``).
+    """
+    over = topo.hosts[0].overhead
+    if any(h.overhead != over for h in topo.hosts):
+        raise ValueError(f"topology {topo.name}: hosts differ in overhead; a description has one")
+    if over == NO_HOST:
+        return {}
+    fields = {"op": over.op_s, "backward_op": over.backward_op_s, "checkpoint": over.checkpoint_s}
+    if over.nograd_op_s is not None:
+        fields["nograd_op"] = over.nograd_op_s
+    return {"host_overhead": {**fields, "mode": over.mode, "cpu": over.cpu, "source": over.source}}
 
 
 def _compute_fields(spec: Any) -> dict[str, Any]:

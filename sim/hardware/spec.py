@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from sim.compute.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
+from sim.compute.host import NO_HOST, HostOverhead
 from sim.errors import InputError
 from sim.hardware.comm_tables import CollectiveTable
 from sim.hardware.topology import GPU, Host, Link, Topology
@@ -308,6 +309,54 @@ class LinkSpec(BaseModel):
     )
 
 
+class HostOverheadSpec(BaseModel):
+    """What issuing one op costs a training process's CPU thread (:mod:`sim.compute.host`):
+    the host side of eager PyTorch. Every GPU's process pays it; the device runs an op only
+    once it has been issued."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Seconds = Field(
+        ge=0,
+        description="Host time per op of a forward (Python, dispatcher, autograd recording, "
+        "kernel launch), per op as traces count them (fwd_ops), e.g. '10 us'.",
+    )
+    backward_op: Seconds = Field(
+        ge=0, description="Host time per op the autograd engine dispatches in a backward."
+    )
+    nograd_op: Seconds | None = Field(
+        default=None,
+        ge=0,
+        description="Host time per op of a forward without autograd recording (the first "
+        "forward of a checkpointed layer); default: `op`.",
+    )
+    checkpoint: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time of the activation-checkpoint wrapper per checkpointed region "
+        "and micro-batch, besides the ops it re-runs.",
+    )
+    mode: Literal["eager", "cuda_graphs"] = Field(
+        default="eager",
+        description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
+        "replayed by one launch: per-op host cost 0).",
+    )
+    cpu: str = Field(default="", description="The host CPU these numbers belong to.")
+    source: str = Field(default="", description="Measurement or citation, with assumptions.")
+
+    def overhead(self) -> HostOverhead:
+        """The :class:`~sim.compute.host.HostOverhead` this describes."""
+        return HostOverhead(
+            self.op,
+            self.backward_op,
+            self.checkpoint,
+            self.nograd_op,
+            self.mode,
+            self.cpu,
+            self.source,
+        )
+
+
 class NetworkSpec(BaseModel):
     """The network between the servers of a multi-server description: one NIC per GPU, GPU
     ``i`` of every server on rail ``i`` (:mod:`sim.hardware.cluster`)."""
@@ -364,6 +413,11 @@ class HardwareSpec(BaseModel):
         default_factory=list,
         description="Measured collective times of this machine's library by size (written by "
         "`sim calibrate`); a communicator of the measured size uses them instead of a model.",
+    )
+    host_overhead: HostOverheadSpec | None = Field(
+        default=None,
+        description="Host time per op of eager PyTorch on this server's CPU (every socket "
+        "alike); default: the host is not modelled (ops are issued in no time).",
     )
 
 
@@ -493,11 +547,13 @@ def topology_from_spec(
     if problems:
         name, message = problems[0]
         raise InputError(message, file=file, field=where(name))
+    over = spec.host_overhead.overhead() if spec.host_overhead else NO_HOST
     hosts = tuple(
         Host(
             h.name,
             os_usable_bytes(h.dram) if h.usable_dram is None else h.usable_dram,
             h.adam_params_per_s,
+            overhead=over,
         )
         for h in spec.hosts
     )

@@ -26,6 +26,7 @@ from functools import cached_property
 from itertools import permutations
 
 from sim.compute.device import ComputeSpec
+from sim.compute.host import NO_HOST, HostOverhead
 from sim.hardware.comm_tables import CollectiveTable
 from sim.memory.capacity import NO_RESERVE, RuntimeReserve
 
@@ -128,11 +129,14 @@ class Host:
             bytes (:func:`sim.memory.host.os_usable_bytes` of the installed DRAM).
         adam_params_per_s: CPU Adam throughput in parameters per second (for offloaded
             optimizer steps).
+        overhead: what issuing an op costs a training process on this socket
+            (:mod:`sim.compute.host`); :data:`~sim.compute.host.NO_HOST` when not modelled.
     """
 
     name: str
     dram_bytes: float
     adam_params_per_s: float = 1.95e9
+    overhead: HostOverhead = NO_HOST
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ class StageContext:
             run stages); planning assumes their host copies split it.
         version_bytes: bytes per parameter of each weight version beyond the first
             (:func:`sim.memory.states.version_bytes_per_param`); None: ``state.weight``.
+        expert_share: fraction of the stage's parameters that are routed experts
+            (:mod:`sim.tensor.expert`): their replicas are ``dp_width / expert_parallel``.
+        expert_parallel: expert-parallel size ``ep``.
     """
 
     stage: int
@@ -69,6 +72,8 @@ class StageContext:
     order: tuple[str, ...] = ()
     host_sharers: int = 1
     version_bytes: float | None = None
+    expert_share: float = 0.0
+    expert_parallel: int = 1
 
     @property
     def params(self) -> float:

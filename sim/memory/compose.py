@@ -34,6 +34,9 @@ def activation_plan(
         swap_target=parts[0][0] if single else None,
         swap_targets=() if single else parts,
         recompute_s=st.recompute_s,
+        recompute_ops=st.recompute_ops,
+        recompute_regions=len(st.full_layers) + len(st.selective_layers),
+        recompute_layers=st.full_layers,
         transient_bytes=st.transient_bytes if st.dropped_bytes > 0 else None,
     )
 

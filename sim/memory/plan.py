@@ -37,6 +37,12 @@ class StagePlan:
             micro-batch split over several nodes (peer GPUs, a host), each part copied in
             parallel on its own route. Overrides ``swap_target``; ``swap_bytes`` is their sum.
         recompute_s: seconds of recompute placed on the compute stream before each B.
+        recompute_ops: forward ops the host re-issues for that recompute (the recomputed
+            layers' ``fwd_ops``; :mod:`sim.compute.host`).
+        recompute_regions: checkpointed regions re-entered per micro-batch (one per
+            checkpointed layer).
+        recompute_layers: indices (within the stage) of the fully checkpointed layers, whose
+            whole forward, tensor-parallel collectives included, runs again.
         weight_bytes: GPU bytes of weights (all versions).
         grad_bytes: GPU bytes of gradient buffers.
         optimizer_bytes: GPU bytes of optimizer state.
@@ -88,6 +94,9 @@ class StagePlan:
     swap_bytes: float = 0.0
     swap_target: str | None = None
     recompute_s: float = 0.0
+    recompute_ops: float = 0.0
+    recompute_regions: int = 0
+    recompute_layers: tuple[int, ...] = ()
     weight_bytes: float = 0.0
     grad_bytes: float = 0.0
     optimizer_bytes: float = 0.0

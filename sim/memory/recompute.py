@@ -1,9 +1,15 @@
 """Policy ``recompute``: activation checkpointing, full or selective (memory.md §5.1).
 
-``recompute`` / ``recompute:full``: every layer keeps only its input and runs its forward again
-before its backward (Megatron ``full``, ``uniform`` with one layer per chunk).
-``recompute:full:N``: only the first ``N`` layers of each stage (Megatron's ``block`` method: a
-knob for using exactly the memory each stage has). ``recompute:selective``: drop only the
+``recompute`` / ``recompute:full``: every transformer block keeps only its input and runs its
+forward again before its backward (Megatron ``full``, ``uniform`` with one layer per chunk).
+Only blocks are checkpointed (:func:`~sim.trace.schema.layer_kind`), never the embedding or the
+head: Megatron-LM checkpoints the layers of its ``TransformerBlock``
+(``megatron/core/transformer/transformer_block.py::_checkpointed_forward``), DeepSpeed's
+pipeline only ``ParallelTransformerLayerPipe`` layers of a ``GPTModelPipe``
+(``deepspeed/runtime/pipe/module.py::PipelineModule._is_checkpointable``), and the torch replay
+wraps each ``Block`` (:mod:`backends.torch.memory`).
+``recompute:full:N``: only the blocks among the first ``N`` layers of each stage (Megatron's
+``block`` method: a knob for using exactly the memory each stage has). ``recompute:selective``: drop only the
 attention core of every layer (Korthikanti et al.; Megatron's default ``core_attn``); on a trace
 without ``attn_core_act_bytes`` it does nothing, and its notes say so.
 
@@ -17,6 +23,7 @@ from sim.memory.base import MemoryPolicy, StageContext
 from sim.memory.compose import activation_plan, describe
 from sim.memory.plan import StagePlan
 from sim.memory.stash import has_attn_core, stash
+from sim.trace.schema import layer_kind
 
 
 class RecomputePolicy(MemoryPolicy):
@@ -62,5 +69,6 @@ class RecomputePolicy(MemoryPolicy):
             )
             return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s, **extra)
         n = len(ctx.layers) if self.layers is None else min(self.layers, len(ctx.layers))
-        st = stash(ctx, full=range(n))
+        blocks = [i for i in range(n) if layer_kind(ctx.layers[i].name) == "block"]
+        st = stash(ctx, full=blocks)
         return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s)

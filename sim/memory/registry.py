@@ -16,6 +16,7 @@ from sim.memory.chunked import ChunkedPolicy
 from sim.memory.cpu_swap import CpuSwapPolicy
 from sim.memory.d2d_recompute import D2DRecomputePolicy
 from sim.memory.d2d_swap import D2DSwapPolicy
+from sim.memory.dist_opt import DistOptPolicy
 from sim.memory.none import NoPolicy
 from sim.memory.per_stage import SEPARATOR, PerStagePolicy
 from sim.memory.recompute import RecomputePolicy
@@ -34,6 +35,7 @@ POLICIES: dict[str, type[MemoryPolicy]] = {
         ChunkedPolicy,
         ZeroOffloadPolicy,
         Zero3Policy,
+        DistOptPolicy,
         AutoPolicy,
     )
 }

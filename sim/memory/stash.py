@@ -11,6 +11,10 @@ Per layer ``i`` of a stage, with ``act_i`` its stash and ``in_i`` its input:
   are dropped and recomputed, costing the attention core's share of the forward,
   ``fwd_s * attn_core_flops / flops`` (``4bs^2h`` of ``24bsh^2 + 4bs^2h``). Layers without these
   trace fields keep everything.
+
+The host re-issues the recomputed ops (:mod:`sim.compute.host`): a full layer's ``fwd_ops``; for
+selective recompute the attention core's share of them, taken as its share of the forward's
+seconds (an assumption: a trace does not say which ops are the core's).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class Stash:
         kept_bytes: bytes that stay after the forward (before any swap).
         transient_bytes: largest dropped bytes of one layer (live during F and recompute).
         recompute_s: forward seconds repeated before the backward.
+        recompute_ops: forward ops the host issues again for it (module doc).
         full_layers: indices (within the stage) of fully checkpointed layers.
         selective_layers: layers whose attention core is dropped.
         label: ``keep``, ``selective``, ``full:K`` or ``full:K+selective``.
@@ -42,6 +47,7 @@ class Stash:
     full_layers: tuple[int, ...] = ()
     selective_layers: tuple[int, ...] = ()
     label: str = "keep"
+    recompute_ops: float = 0.0
 
     @property
     def dropped_bytes(self) -> float:
@@ -60,7 +66,7 @@ def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) 
     """The stash when layers ``full`` are checkpointed and, with ``selective``, the others'
     attention cores are dropped."""
     full_set = set(full)
-    kept = transient = rec_s = 0.0
+    kept = transient = rec_s = rec_ops = 0.0
     sel = []
     for i, (layer, inp) in enumerate(zip(ctx.layers, ctx.layer_inputs, strict=True)):
         if i in full_set:
@@ -68,10 +74,12 @@ def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) 
             kept += k
             transient = max(transient, layer.act_bytes - k)
             rec_s += layer.fwd_s
+            rec_ops += layer.fwd_ops or 0.0
             continue
         drop, secs = _attn_core(layer) if selective else (0.0, 0.0)
         if drop > 0:
             sel.append(i)
+            rec_ops += (layer.fwd_ops or 0.0) * secs / layer.fwd_s if layer.fwd_s > 0 else 0.0
         kept += layer.act_bytes - drop
         transient = max(transient, drop)
         rec_s += secs
@@ -80,7 +88,8 @@ def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) 
         label = f"full:{len(full_set)}" + ("+selective" if sel else "")
     elif selective:
         label = "selective"
-    return Stash(ctx.act_bytes, kept, transient, rec_s, tuple(sorted(full_set)), tuple(sel), label)
+    full_layers = tuple(sorted(full_set))
+    return Stash(ctx.act_bytes, kept, transient, rec_s, full_layers, tuple(sel), label, rec_ops)
 
 
 def full_order(ctx: StageContext) -> list[int]:

@@ -42,7 +42,10 @@ STYLES: dict[str, tuple[str, str, str]] = {
     "swap_out": ("#8c564b", "", "swap out"),
     "swap_in": ("#c49c94", "", "swap in"),
     "chunk_move": ("#bcbd22", "", "chunk move"),
+    "alltoall": ("#393b79", "", "all-to-all (expert / context parallel)"),
+    "ring_exchange": ("#6b6ecf", "..", "ring attention KV (context parallel)"),
     "stall": ("#7f7f7f", "xx", "stall (waiting for data)"),
+    "host_wait": ("#bdbdbd", "..", "waiting for the host to issue"),
     "other": ("#c7c7c7", "", "other"),
 }
 """Colour, hatch and legend label of each bar class."""

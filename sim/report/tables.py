@@ -22,6 +22,8 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("stages", "p stages", lambda v: f"{int(v)}", True),
     ("dp_width", "w DP", lambda v: f"{int(v)}", True),
     ("tensor_parallel", "t TP", lambda v: f"{int(v)}", True),
+    ("expert_parallel", "ep EP", lambda v: f"{int(v)}", True),
+    ("context_parallel", "cp CP", lambda v: f"{int(v)}", True),
     ("microbatch_size", "b samples", lambda v: f"{int(v)}", True),
     ("microbatches", "m", lambda v: f"{int(v)}", True),
     ("memory_policy", "memory policy", str, False),
@@ -61,11 +63,19 @@ def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
     return results_df.iloc[order]
 
 
+OPTIONAL = ("expert_parallel", "context_parallel")
+"""Columns shown only when some row is above 1."""
+
+
+def _shown(df: pd.DataFrame, column: str) -> bool:
+    return column not in OPTIONAL or bool((df[column].fillna(1) > 1).any())
+
+
 def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
     """The ``top`` best configurations as a rich table with units in the headers.
 
     Columns (those present in ``results_df``): rank, model, schedule, stages ``p``, DP width
-    ``w``, micro-batch size ``b`` (samples), micro-batches per iteration ``m``, memory policy,
+    ``w``, TP ``t`` (EP and CP where some row uses them), micro-batch size ``b`` (samples), micro-batches per iteration ``m``, memory policy,
     iteration time (ms), throughput (samples/s), bubble (% of the iteration), peak memory (GiB),
     fits (✓/✗). The caption says how many configurations there were and how many fit.
 
@@ -94,7 +104,7 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
             "slower than the best by the throughput bound (--exhaustive simulates them)"
         )
     table = Table(title="Best configurations (fitting ones first, by throughput)", caption=caption)
-    columns = [c for c in _COLUMNS if c[0] in ranked.columns]
+    columns = [c for c in _COLUMNS if c[0] in ranked.columns and _shown(ranked, c[0])]
     table.add_column("#", justify="right")
     for _, header, _, right in columns:
         table.add_column(header, justify="right" if right else "left")

@@ -69,6 +69,9 @@ class Schedule(ABC):
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
     weight_rule: ClassVar[str] = "forward"
+    overlaps_pairs: ClassVar[bool] = False
+    """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
+    the runtime may overlap: DualPipeV)."""
 
     def __init__(
         self,

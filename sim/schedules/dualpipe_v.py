@@ -10,8 +10,10 @@ per rank in a V (rank ``r``: stages ``r`` and ``2p-1-r``), ``m >= 2p``. Eight st
 
 torch's ``OVERLAP_F_B`` pairs are kept (:meth:`~sim.schedules.action.Action.pair`); like
 torch's runtime, the engine waits for both inputs, runs F then B serially and sends both
-outputs after (:mod:`sim.schedules.multi_stage`). The gain DualPipe was designed for
-(overlapping a forward's MoE all-to-all with a backward's compute) is therefore not modelled; measured peak ``2p+1`` chunk-micro-batches per rank (schedules.md §3).
+outputs after (:mod:`sim.schedules.multi_stage`), unless ``sweep.ep_overlap`` asks for the
+gain DualPipe was designed for: a forward's expert-parallel all-to-alls under a backward's
+compute and vice versa (:mod:`sim.engine.overlap`). Measured peak ``2p+1``
+chunk-micro-batches per rank (schedules.md §3).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class DualPipeV(MultiStageSchedule):
     stage_style: ClassVar[str] = "v"
     splits_backward: ClassVar[bool] = True
     description: ClassVar[str] = "DualPipeV (torch ScheduleDualPipeV): V, F/B pairs, m >= 2p"
+    overlaps_pairs: ClassVar[bool] = True
 
     def check(self) -> None:
         """torch's constructor check: at least as many micro-batches as stages (``2p``).

@@ -22,6 +22,9 @@
   (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured forward overhead to
   the forward and its backward overhead to the input-gradient backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
   ``sim calibrate`` measured it: Megatron's tensor parallelism has none).
+* **host ops**: each collective is one more op the host issues (``fwd_ops``/``bwd_ops``, when
+  the trace has them): the ``all_reduce`` (or all-gather, reduce-scatter) call of Megatron's
+  ``mappings.py`` functions, which at ``t = 1`` return their input (already counted).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
 ``provenance.model_shape`` of a profiled one): :func:`model_shape`.
@@ -45,7 +48,7 @@ from sim.tensor.megatron import (
     head_comm,
     parallel_modules,
 )
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 SHAPE_KEYS = ("kind", "hidden", "heads", "seq_len", "vocab")
 """Fields of a model shape tensor parallelism needs."""
@@ -136,14 +139,6 @@ def _layer_times(
     return _phases(block_times(_block_shape(shape), b, spec, dtype, t, sp))
 
 
-def layer_kind(name: str) -> str:
-    """``embedding``, ``head`` or ``block`` from a layer's name (the generator's names)."""
-    for kind in ("embedding", "head"):
-        if name.startswith(kind):
-            return kind
-    return "block"
-
-
 def _ratio(new: float, old: float) -> float:
     return new / old if old > 0 else 1.0
 
@@ -193,6 +188,13 @@ def _shard_layer(
     )
 
 
+def _with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
+    """``layer`` with one host op more per collective (module doc)."""
+    fwd = None if layer.fwd_ops is None else layer.fwd_ops + len(comm.fwd)
+    bwd = None if layer.bwd_ops is None else layer.bwd_ops + len(comm.bwd)
+    return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
+
+
 def _comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
     fn = {"embedding": embedding_comm, "head": head_comm}.get(kind, block_comm)
     return fn(b, s, h, d, t, sp)
@@ -238,8 +240,12 @@ def shard_trace(
     layers, comm = [], []
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        layers.append(_shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp, overhead))
         comm.append(_comm(kind, b, s, h, d, t, sp))
+        layers.append(
+            _with_comm_ops(
+                _shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp, overhead), comm[-1]
+            )
+        )
     how = f"t={t}{' with sequence parallelism' if sp else ''}"
     prov = {**trace.provenance, "tensor_parallel": how}
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})

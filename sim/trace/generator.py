@@ -40,6 +40,9 @@ counted here too: :attr:`Trace.param_bytes` therefore exceeds the unique paramet
 ``V*h*d``. Forward FLOPs ``2bshV`` (+ ``2bsh^2 + 2bh^2 + 4bh`` for BERT's transform, pooler and
 NSP). Activation bytes ``4sbh + 4sbV`` (Megatron's estimate for the output layer and fp32
 cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer.
+
+Ops the host issues per layer (``fwd_ops``, ``bwd_ops``): those of Megatron's layers, counted
+from its code (:mod:`sim.compute.megatron_ops`); the same at every micro-batch size.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from typing import Any
 
 from sim.compute.device import ComputeSpec
 from sim.compute.layers import embedding_times, head_times
+from sim.compute.megatron_ops import block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
@@ -62,6 +66,7 @@ SOURCES = {
     "bwd": "backward = 2 x forward FLOPs; W = GEMM FLOPs, I = rest (Qi et al. arXiv:2401.10241)",
     "embedding": "time = bytes moved / HBM bandwidth; act 8sb + sbh (Megatron theoretical_memory_usage.py)",
     "head": "separate V*h copy of the word embedding on the last stage (Megatron); act 4sbh + 4sbV",
+    "ops": "host ops per layer counted from Megatron-DeepSpeed's code (sim.compute.megatron_ops)",
 }
 
 #: Published model shapes. ``gpt-5b`` is the 44-layer, h=3072 GPT of ~5B parameters.
@@ -209,6 +214,8 @@ def _embedding(
         bwd_input_s=0.0,
         bwd_weight_s=bwd_s,
         flops=0.0,
+        fwd_ops=float(embedding_ops(kind)[0]),
+        bwd_ops=float(embedding_ops(kind)[1]),
     )
 
 
@@ -234,6 +241,8 @@ def _head(
         bwd_input_s=bwd_in,
         bwd_weight_s=bwd_w,
         flops=flops,
+        fwd_ops=float(head_ops(kind)[0]),
+        bwd_ops=float(head_ops(kind)[1]),
     )
 
 
@@ -267,6 +276,8 @@ def _block(
         flops=flops,
         attn_core_act_bytes=core,
         attn_core_flops=0.0 if flash else float(4 * b * s * s * h),
+        fwd_ops=float(block_ops()[0]),
+        bwd_ops=float(block_ops()[1]),
     )
 
 

@@ -19,6 +19,11 @@ per-layer trace:
   autograd engine records ``autograd::engine::evaluate_function: XBackward0`` with the same
   number. A layer's backward is the summed duration of the evaluate_function events whose
   numbers belong to the operators of its forward (their kernels, on GPU).
+* **Ops** (``fwd_ops``, ``bwd_ops``: what the host issues, :mod:`sim.compute.host`): the
+  operator events (``cpu_op``) inside the layer's forward span, and inside its backward's
+  evaluate_function spans, that contain no other operator event (the calls that reach a
+  kernel or a view: a composite such as ``aten::linear`` counts through its children, as a
+  ``TorchDispatchMode`` counts); median over occurrences.
 * **Bytes** (``param_bytes``, ``act_bytes``, ``out_bytes``, ``flops``) are not in a Kineto
   trace: ``bytes_from`` (a native trace of the same model, e.g. from ``sim profile --model ...
   --for-gpu``) supplies them by layer name, scaled to the micro-batch size; without it they are
@@ -29,6 +34,7 @@ Pure JSON parsing: no torch import.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import statistics
@@ -179,6 +185,14 @@ class _Index:
             elif cat in GPU_CATS and "correlation" in args:
                 self.kernel_us[int(args["correlation"])] += float(e.get("dur", 0.0))
         self.gpu = bool(self.kernel_us)
+        self.leaves = {tid: _leaf_starts(ops) for tid, ops in self.ops.items()}
+
+    def ops_in(self, span: _Span) -> int:
+        """Leaf operator events inside ``span`` on its thread (module doc)."""
+        leaves = self.leaves.get(span.tid, ([], []))
+        lo = bisect.bisect_left(leaves[0], span.start_us)
+        hi = bisect.bisect_right(leaves[0], span.end_us)
+        return sum(1 for end in leaves[1][lo:hi] if end <= span.end_us)
 
     def seqs_in(self, span: _Span) -> set[int]:
         return {
@@ -196,6 +210,15 @@ class _Index:
             for t, c in self.launches.get(span.tid, [])
             if span.start_us <= t <= span.end_us
         )
+
+
+def _leaf_starts(ops: list[tuple[_Span, dict]]) -> tuple[list[float], list[float]]:
+    """``(starts, ends)`` of the operator spans that contain no other one, by start time."""
+    spans = sorted((s for s, _ in ops), key=lambda s: (s.start_us, -s.end_us))
+    leaves = [
+        s for i, s in enumerate(spans) if i + 1 == len(spans) or spans[i + 1].start_us >= s.end_us
+    ]
+    return [s.start_us for s in leaves], [s.end_us for s in leaves]
 
 
 def _bytes_for(name: str, index: int, ref: Trace | None, n_layers: int) -> dict[str, Any]:
@@ -251,11 +274,13 @@ def read_kineto(
     ref = bytes_from.scaled_to_microbatch(microbatch_size) if bytes_from else None
     out = []
     for i, (layer, occurrences) in enumerate(spans.items()):
-        fwd, bwd = [], []
+        fwd, bwd, fwd_ops, bwd_ops = [], [], [], []
         for span in occurrences:
             fwd.append(index.busy_us(span))
-            seqs = index.seqs_in(span)
-            bwd.append(sum(index.busy_us(b) for q in seqs for b in index.backward.get(q, [])))
+            fwd_ops.append(index.ops_in(span))
+            nodes = [b for q in index.seqs_in(span) for b in index.backward.get(q, [])]
+            bwd.append(sum(index.busy_us(b) for b in nodes))
+            bwd_ops.append(sum(index.ops_in(b) for b in nodes))
         if not any(bwd):
             raise InputError(
                 f"layer {layer!r}: no backward events (autograd::engine::"
@@ -269,6 +294,8 @@ def read_kineto(
                 name=layer,
                 fwd_s=statistics.median(fwd) * 1e-6,
                 bwd_s=statistics.median(bwd) * 1e-6,
+                fwd_ops=float(statistics.median(fwd_ops)),
+                bwd_ops=float(statistics.median(bwd_ops)),
                 **_bytes_for(layer, i, ref, len(spans)),
             )
         )

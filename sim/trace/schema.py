@@ -23,7 +23,15 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-OPTIONAL_FIELDS = ("bwd_input_s", "bwd_weight_s", "flops", "attn_core_act_bytes", "attn_core_flops")
+OPTIONAL_FIELDS = (
+    "bwd_input_s",
+    "bwd_weight_s",
+    "flops",
+    "attn_core_act_bytes",
+    "attn_core_flops",
+    "fwd_ops",
+    "bwd_ops",
+)
 """Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
 
 
@@ -51,6 +59,12 @@ class LayerProfile:
             Korthikanti et al.), which selective recompute drops (memory.md §2, §5.1).
         attn_core_flops: optional forward FLOPs of the attention core (``4*b*s^2*h``: scores
             and attention over V), the part selective recompute repeats.
+        fwd_ops: optional number of ops the host issues for the layer's forward: PyTorch
+            operator calls (ATen ops, views included) as a ``TorchDispatchMode`` counts them,
+            with autograd recording on; what the host model charges ``op_s`` each
+            (:mod:`sim.compute.host`). The same at every micro-batch size.
+        bwd_ops: optional number of ops the autograd engine dispatches for the layer's
+            backward (charged ``backward_op_s`` each).
     """
 
     name: str
@@ -64,6 +78,8 @@ class LayerProfile:
     flops: float | None = None
     attn_core_act_bytes: float | None = None
     attn_core_flops: float | None = None
+    fwd_ops: float | None = None
+    bwd_ops: float | None = None
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``; empty when the layer is valid."""
@@ -297,6 +313,15 @@ def _lerp(x: LayerProfile, y: LayerProfile, w: float) -> LayerProfile:
     fields = ("fwd_s", "bwd_s", "act_bytes", "out_bytes") + OPTIONAL_FIELDS
     values = {f: mix(getattr(x, f), getattr(y, f)) for f in fields}
     return replace(x, **values)  # type: ignore[arg-type]
+
+
+def layer_kind(name: str) -> str:
+    """``embedding``, ``head`` or ``block`` from a layer's name (the generator's names, which
+    ``sim profile`` and the torch backend's GPT also use); any other name is a block."""
+    for kind in ("embedding", "head"):
+        if name.startswith(kind):
+            return kind
+    return "block"
 
 
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}

@@ -9,7 +9,12 @@ writes, in pipesim's native format with provenance sidecars:
   the ``dgx1-v100-16gb`` preset, timed by the kernel model of :mod:`sim.compute` (math
   attention, as in Megatron-LM);
 * ``gpt2-1b`` ... ``gpt-ds-40b``: the same, with the GPT shapes of PatrickStar's benchmarks
-  (:data:`PATRICKSTAR_SHIPPED`).
+  (:data:`PATRICKSTAR_SHIPPED`);
+* ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3`` (and ``deepseek-v3-l16``, trimmed to
+  16 layers), ``llama3-8b-128k``: decoder models
+  (:mod:`sim.trace.decoder`) from the Hugging Face ``config.json`` files in ``examples/hf/``
+  (:data:`DECODER_SHIPPED`), micro-batch 1, bf16, flash attention, on the H100 of the
+  ``dgx-h100`` preset.
 
 The PipeDream sources are read from ``<traces>/pipedream/<model>/graph.txt`` (copies of
 msr-fiddle/pipedream@7db6a1c, MIT).
@@ -22,7 +27,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from sim.trace.decoder import decoder_trace
 from sim.trace.generator import preset_gpu, preset_trace
+from sim.trace.hf_config import read_config
 from sim.trace.native import write_trace
 from sim.trace.pipedream import read_pipedream
 from sim.trace.schema import Trace
@@ -64,6 +71,17 @@ PATRICKSTAR_BERT_SHIPPED = tuple(
 )
 """The same shapes as PatrickStar's benchmark builds them (BERT, vocabulary 30522), for
 experiments/patrickstar-a100.yaml."""
+DECODER_SHIPPED: dict[str, tuple[str, int, int | None]] = {
+    "mixtral-8x7b": ("mixtral-8x7b-config.json", 4096, None),
+    "qwen1.5-moe-a2.7b": ("qwen1.5-moe-a2.7b-config.json", 4096, None),
+    "deepseek-v3": ("deepseek-v3-config.json", 4096, None),
+    "deepseek-v3-l16": ("deepseek-v3-config.json", 4096, 16),
+    "llama3-8b-128k": ("llama3-8b-config.json", 131072, None),
+}
+"""Decoder traces: ``name: (examples/hf/ config file, training sequence length, layers or None
+for the config's)``; ``deepseek-v3-l16`` is DeepSeek-V3 trimmed to 16 layers (3 dense, 13
+MoE), as benchmarks trim it (SimuMax, Megatron-LM) to fit a few servers."""
+HF_DIR = Path(__file__).resolve().parents[2] / "examples" / "hf"
 
 
 def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
@@ -106,6 +124,12 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
                 "Tencent/PatrickStar@2384535 examples/model_builder.py "
                 "(hidden/seq/layers/heads; memory.md §5.4)"
             )
+        out.append(replace(t, provenance=prov))
+    gpu = preset_gpu("dgx-h100")
+    for name, (config, seq_len, layers) in DECODER_SHIPPED.items():
+        shape = read_config(HF_DIR / config, seq_len, layers=layers)
+        t = decoder_trace(shape, name=name, microbatch_size=1, gpu=gpu, dtype="bf16")
+        prov = dict(t.provenance, config=f"examples/hf/{config}", seq_len=seq_len)
         out.append(replace(t, provenance=prov))
     return out
 

@@ -109,6 +109,14 @@ def _check_ranks(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> No
         raise InputError(
             "replays run one pipeline (dp_width 1)", file=prep.file, field="sweep.dp_width"
         )
+    for size, name in ((point.expert_parallel, "expert"), (point.context_parallel, "context")):
+        if size > 1:
+            raise InputError(
+                f"{name} parallelism is not replayed by sim validate yet; its CPU replay and "
+                "comparison are benchmarks/bench_moe_replay.py",
+                file=prep.file,
+                field=f"sweep.{name}_parallel",
+            )
     ranks = point.stages * point.tensor_parallel
     if spec.nproc is not None and spec.nproc != ranks:
         raise InputError(

@@ -27,8 +27,15 @@ from sim.memory.peak import device_peaks
 from sim.metrics import Metrics, steady_window
 from sim.point import Resolved, evaluate
 
-BUSY_KINDS = (EventKind.COMPUTE, EventKind.RECOMPUTE, EventKind.OPTIMIZER, EventKind.STALL)
-"""Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps)."""
+BUSY_KINDS = (
+    EventKind.COMPUTE,
+    EventKind.RECOMPUTE,
+    EventKind.OPTIMIZER,
+    EventKind.STALL,
+    EventKind.HOST_WAIT,
+)
+"""Compute-stream spans that are a GPU's own work (``stall``: waiting on its own swaps;
+``host_wait``: on its own host issuing ops)."""
 NOT_TENSORS = (MemCategory.RESERVE, MemCategory.ALLOCATOR, MemCategory.FRAMEWORK)
 """Peak categories that ``torch.cuda.max_memory_allocated`` does not see (a framework's share
 is memory it keeps out of its own reach, :mod:`sim.memory.memtracer`)."""

@@ -1,0 +1,173 @@
+"""The host as a second queue: what issuing ops costs the CPU, and when the device can run them.
+
+An eager PyTorch process issues every op from one CPU thread (Python, the dispatcher, autograd
+recording, the CUDA launch) and the GPU runs the ops in issue order, each once it has been
+issued and its predecessor is done; the host does not wait for the device unless something
+synchronises it (a blocking wait). A stream therefore advances at the slower of the two, and the
+host may run ahead of the device (Paszke et al., "PyTorch: An Imperative Style, High-Performance
+Deep Learning Library", NeurIPS 2019, §5.3 "asynchronous execution"; the PyTorch CUDA graphs
+blog, pytorch.org/blog/accelerating-pytorch-with-cuda-graphs, 2021: "at small batch sizes CPU
+overhead can become larger than GPU run time ... GPUs go idle between kernel calls").
+
+For a sequence of ``n`` ops with host costs ``h_i`` and device costs ``d_i``, issued by a host
+that is free at ``H0`` to a device that is free at ``D0``, op ``i`` is issued at
+``H0 + h_1 + ... + h_i`` and starts at the later of that and the end of op ``i - 1``, so the
+last op ends at (max-plus algebra, proved by induction on ``n``)::
+
+    device_end = max(D0 + sum(d), H0 + K),  K = max_i (h_1 + ... + h_i + d_i + ... + d_n)
+    host_end   = H0 + sum(h)
+
+:class:`HostWork` is that summary ``(sum h, sum d, K)`` of a sequence; two sequences issued one
+after the other compose as ``K = max(K_a + d_b, h_a + K_b)`` (:meth:`HostWork.then`), so a
+stage's action is summarised once and the engine keeps one host clock per rank
+(:mod:`sim.engine.host`). Within a layer the ops are taken as alike (each ``H/n`` on the host
+and ``D/n`` on the device, an assumption: a trace records a layer's totals, not each op), which
+gives ``K = max(H + D/n, D + H/n)``.
+
+:class:`HostOverhead` is the per-op host cost of a server's CPU running eager PyTorch, from the
+hardware description (measured by ``sim calibrate``, or the sourced defaults of the presets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+MODES = ("eager", "cuda_graphs")
+"""``eager``: every op costs the host ``op_s`` (``backward_op_s`` in a backward).
+``cuda_graphs``: the captured region is replayed by one ``cudaGraphLaunch``, which "skips all
+layers of argument setup and kernel dispatch, including Python, C++, and CUDA driver
+overheads" (PyTorch CUDA graphs blog, 2021): per-op host cost 0."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostWork:
+    """The max-plus summary of a sequence of ops (module doc).
+
+    Attributes:
+        host_s: seconds the host spends issuing them (``sum h``).
+        device_s: seconds the device spends running them (``sum d``).
+        span_s: ``K``: the device finishes no earlier than ``H0 + K`` (``K >= device_s``).
+    """
+
+    host_s: float
+    device_s: float
+    span_s: float
+
+    @classmethod
+    def device_only(cls, device_s: float) -> HostWork:
+        """Ops that cost the host nothing: ``(0, d, d)``."""
+        return cls(0.0, device_s, device_s)
+
+    @classmethod
+    def of_ops(cls, ops: float, host_s: float, device_s: float) -> HostWork:
+        """``ops`` alike ops totalling ``host_s`` and ``device_s`` (module doc):
+        ``K = max(H + D/n, D + H/n)``; fewer than one op counts as one."""
+        n = max(1.0, ops)
+        return cls(host_s, device_s, max(host_s + device_s / n, device_s + host_s / n))
+
+    def then(self, other: HostWork) -> HostWork:
+        """This sequence, then ``other`` issued right after it (associative)."""
+        return HostWork(
+            self.host_s + other.host_s,
+            self.device_s + other.device_s,
+            max(self.span_s + other.device_s, self.host_s + other.span_s),
+        )
+
+    def finish(self, host_free_s: float, device_free_s: float) -> tuple[float, float]:
+        """``(device_end_s, host_end_s)`` when the host is free at ``host_free_s`` and the
+        device at ``device_free_s`` (module doc)."""
+        end = max(device_free_s + self.device_s, host_free_s + self.span_s)
+        return end, host_free_s + self.host_s
+
+
+def issue_exactly(
+    host_s: list[float], device_s: list[float], host_free_s: float, device_free_s: float
+) -> tuple[float, float]:
+    """``(device_end_s, host_end_s)`` of ops issued one by one: the reference the closed form
+    of :class:`HostWork` is tested against."""
+    host, device = host_free_s, device_free_s
+    for h, d in zip(host_s, device_s, strict=True):
+        host += h
+        device = max(device, host) + d
+    return device, host
+
+
+@dataclass(frozen=True)
+class HostOverhead:
+    """Host seconds per op of eager PyTorch on one server's CPU.
+
+    Attributes:
+        op_s: per op of a forward (Python, dispatcher, autograd recording, the kernel launch),
+            with ops counted as the trace counts them (``fwd_ops``: the ATen ops a
+            ``TorchDispatchMode`` sees, :mod:`sim.trace.schema`).
+        backward_op_s: per op the autograd engine dispatches in a backward (``bwd_ops``).
+        nograd_op_s: per op of a forward run without autograd recording: the first forward
+            of a checkpointed region (Megatron's ``CheckpointFunction`` and torch's reentrant
+            ``checkpoint`` run it under ``torch.no_grad()``); None: ``op_s``.
+        checkpoint_s: per checkpointed region and micro-batch: the activation-checkpoint
+            wrapper's own work (saving and restoring RNG states, detaching inputs, re-entering
+            autograd), besides the ops it re-runs.
+        mode: one of :data:`MODES`.
+        cpu: the host CPU these numbers belong to (e.g. ``AMD EPYC 7742``).
+        source: where the numbers come from (measurement or citation, with assumptions).
+
+    Raises:
+        ValueError: a negative cost or an unknown mode.
+
+    Example:
+        >>> h = HostOverhead(op_s=10e-6, backward_op_s=5e-6)
+        >>> round(h.forward_s(60) * 1e6), round(h.under("cuda_graphs").forward_s(60) * 1e6)
+        (600, 0)
+    """
+
+    op_s: float = 0.0
+    backward_op_s: float = 0.0
+    checkpoint_s: float = 0.0
+    nograd_op_s: float | None = None
+    mode: str = "eager"
+    cpu: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("op_s", "backward_op_s", "checkpoint_s", "nograd_op_s"):
+            v = getattr(self, name)
+            if v is None and name == "nograd_op_s":
+                continue
+            if not v >= 0 or v == float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    @property
+    def eager(self) -> bool:
+        """Whether ops cost the host anything (``mode == "eager"``)."""
+        return self.mode == "eager"
+
+    def under(self, mode: str) -> HostOverhead:
+        """The same server run in another mode (e.g. ``"cuda_graphs"``).
+
+        Raises:
+            ValueError: unknown mode.
+        """
+        return replace(self, mode=mode)
+
+    def forward_s(self, ops: float, nograd_ops: float = 0.0) -> float:
+        """Host seconds of a forward that issues ``ops`` ops, ``nograd_ops`` of them without
+        autograd recording (checkpointed layers)."""
+        if not self.eager:
+            return 0.0
+        nograd = self.op_s if self.nograd_op_s is None else self.nograd_op_s
+        plain = min(nograd_ops, ops)
+        return (ops - plain) * self.op_s + plain * nograd
+
+    def backward_s(self, ops: float) -> float:
+        """Host seconds of a backward that dispatches ``ops`` ops."""
+        return ops * self.backward_op_s if self.eager else 0.0
+
+    def recompute_s(self, ops: float, regions: int) -> float:
+        """Host seconds of re-running ``ops`` forward ops in ``regions`` checkpointed regions."""
+        return self.forward_s(ops) + (regions * self.checkpoint_s if self.eager else 0.0)
+
+
+NO_HOST = HostOverhead(source="not modelled: the host issues ops in no time")
+"""The host model switched off: devices run as if every op were issued in advance."""

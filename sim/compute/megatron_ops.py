@@ -1,0 +1,97 @@
+"""The ops the host issues for the layers of a Megatron GPT (or BERT), counted from its code.
+
+An op is one call into PyTorch's operator dispatcher as a ``TorchDispatchMode`` sees it (ATen
+ops below autograd, views included), the unit ``fwd_ops``/``bwd_ops`` of a trace count
+(:mod:`sim.trace.schema`) and that the host model charges per op (:mod:`sim.compute.host`).
+Counted by reading Megatron-DeepSpeed (github.com/microsoft/Megatron-DeepSpeed, the ``mpu``
+generation that vTrain's and many published runs used): ``megatron/model/transformer.py``
+(``ParallelTransformerLayer``, ``ParallelAttention``, ``ParallelMLP``,
+``bias_dropout_add_fused_train``), ``megatron/mpu/layers.py`` (``ColumnParallelLinear`` and
+``RowParallelLinear`` call ``F.linear``), ``megatron/mpu/mappings.py`` (the
+``copy_to``/``reduce_from_tensor_model_parallel_region`` autograd functions),
+``megatron/mpu/random.py`` (the CUDA RNG tracker's ``fork``) and
+``megatron/model/fused_layer_norm.py``/``fused_softmax.py`` (apex's fused layer norm, the
+upper-triangular masked softmax kernel), with fused bias-GeLU and bias-dropout-add on.
+
+Rules used (PyTorch 1.x-2.x ATen): ``F.linear`` on a 3-D input is ``t, view, addmm, view`` with
+a bias and ``t, view, mm, _unsafe_view`` without; ``.contiguous()`` of a permuted tensor is a
+``clone``; an autograd ``Function`` that returns its input yields one alias view; a fused CUDA
+extension allocates its outputs with ``empty`` (one op each); a TorchScript function dispatches
+each op it runs (the legacy fuser's fusion group counts as one). Backward: each differentiable
+forward op becomes a node whose formula dispatches its ops (``addmm``: two ``mm``, a ``t``, a
+``sum`` for the bias; a view: one ``view``/``reshape``), plus one accumulation (``add_``) per
+parameter tensor. The counts are approximate to a few ops; they are what the code issues, not
+fitted to any timing.
+"""
+
+from __future__ import annotations
+
+BLOCK_FWD = (
+    ("input_layernorm: fused_layer_norm_cuda.forward_affine (output, mean, invvar)", 3),
+    ("query_key_value: copy_to_tensor_model_parallel_region + F.linear with bias", 5),
+    ("view to [sq, b, np, 3hn], split_tensor_along_last_dim", 2),
+    ("query/key views, torch.empty for the scores, three transposes", 6),
+    ("baddbmm, view to [b, np, sq, sk]", 2),
+    ("FusedScaleMaskSoftmax: view, the kernel's output, view back", 3),
+    ("CUDA RNG tracker fork: get_rng_state twice", 2),
+    ("attention dropout (native_dropout)", 1),
+    ("value/probs views, transpose, bmm, view, permute, contiguous (clone), view", 8),
+    ("dense: F.linear without bias + reduce_from_tensor_model_parallel_region", 5),
+    ("bias_dropout_add_fused_train: expand_as, add, dropout, add", 4),
+    ("post_attention_layernorm", 3),
+    ("torch.tensor(0.0) for moe_loss and mlp_bias on the GPU (two ops each)", 4),
+    ("dense_h_to_4h: copy_to + F.linear without bias", 5),
+    ("bias_gelu_impl (scripted, one fusion group)", 1),
+    ("dense_4h_to_h: F.linear without bias + reduce_from", 5),
+    ("bias_dropout_add_fused_train", 4),
+)
+"""Forward ops of one ``ParallelTransformerLayer`` (GPT, training), by what issues them."""
+
+BLOCK_BWD = (
+    ("two fused layer-norm backwards (grad input, gamma, beta each)", 6),
+    ("query_key_value: addmm (2 mm, t, sum), t, two views, copy_to", 8),
+    ("view, split (cat), query/key views, three transposes", 7),
+    ("baddbmm (bmm and scale for each input, two transposes), view", 7),
+    ("fused softmax backward: view, kernel output, view", 3),
+    ("dropout backward, value/probs views", 3),
+    ("bmm (2 bmm, 2 transposes), transpose, view, permute, view", 8),
+    ("dense: mm (2 mm, 2 t), t, two views, reduce_from", 8),
+    ("two bias-dropout-adds (scripted backward, expand's sum)", 8),
+    ("dense_h_to_4h and dense_4h_to_h: mm backward, views, mappings", 16),
+    ("bias-GeLU backward (fusion group) and the bias gradient's sum", 2),
+    ("gradient accumulation into 12 parameter tensors (add_)", 12),
+)
+"""Backward ops of one ``ParallelTransformerLayer``."""
+
+EMBEDDING_OPS = {"gpt": (12, 8), "bert": (18, 12)}
+"""``(forward, backward)`` ops of Megatron's ``Embedding``: the vocabulary-parallel lookup's
+range mask (``<``, ``>=``, ``|``, clone, ``-=``, masked fill), ``F.embedding``, the position
+lookup, the sum, the embedding dropout inside an RNG fork, the ``[b, s] -> [s, b]`` transpose and
+``contiguous``; BERT adds the token-type lookup and a layer norm. Backward: two dense
+embedding backwards, the sum's and dropout's backwards, the mask's ``masked_fill``, the
+accumulations."""
+
+HEAD_OPS = {"gpt": (34, 20), "bert": (52, 34)}
+"""``(forward, backward)`` ops of the head: GPT's final layer norm, ``parallel_lm_logits``
+(``copy_to`` + ``F.linear``), the transposes back to ``[b, s]``, and
+``vocab_parallel_cross_entropy`` (an autograd ``Function`` of about 25 ops: max, all-reduce of
+the max, subtract, the target range mask, gather of the predicted logits, exp, sum, all-reduces,
+log, the loss) and the loss mask's mean; BERT adds the LM-head transform (dense, GeLU, layer
+norm), the pooler and the binary head."""
+
+
+def block_ops() -> tuple[int, int]:
+    """``(forward, backward)`` ops of one transformer block on one tensor rank, before the
+    tensor-parallel collectives (:func:`sim.tensor.shard.shard_trace` adds one op per
+    collective)."""
+    return sum(n for _, n in BLOCK_FWD), sum(n for _, n in BLOCK_BWD)
+
+
+def embedding_ops(kind: str) -> tuple[int, int]:
+    """``(forward, backward)`` ops of the embedding layer of a ``gpt`` or ``bert`` stack."""
+    return EMBEDDING_OPS[kind]
+
+
+def head_ops(kind: str) -> tuple[int, int]:
+    """``(forward, backward)`` ops of the head layer of a ``gpt`` or ``bert`` stack."""
+    return HEAD_OPS[kind]

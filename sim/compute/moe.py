@@ -1,0 +1,232 @@
+"""The mixture-of-experts MLP of a decoder block as kernels on one rank, and its memory.
+
+A MoE block replaces the dense MLP by a router and ``E`` expert MLPs of width ``f_e`` (SwiGLU
+in Mixtral, Qwen-MoE, DeepSeek-V3), each token going to ``k`` of them, plus optional shared
+experts every token goes through (DeepSeek-MoE, Qwen2-MoE; total width ``f_s``). The forward,
+as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
+(``megatron/core/transformer/moe/moe_layer.py``, ``token_dispatcher.py``, ``experts.py``):
+
+1. pre-MLP norm over the rank's ``r`` tokens (``r = T/t`` with sequence parallelism);
+2. router: GEMM ``[r, h] @ [h, E]`` (weights replicated over tensor ranks), softmax and top-k
+   (reads the ``r*E`` logits, writes fp32 probabilities, ``r*k`` probabilities and int64
+   indices);
+3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
+   ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
+   their experts (timed by the engine, :mod:`sim.tensor.expert`);
+4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: one launch for all
+   local experts): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
+   fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's
+   default ``--expert-tensor-parallel-size`` = tensor-parallel size); the activation
+   (``2*n*f_e/t*d`` bytes) and, gated, the product (``3*n*f_e/t*d``). Equal row counts are one
+   kernel with ``batch`` = experts (wave quantization over the whole group);
+5. combine all-to-all back, unpermute: weight each copy by its probability and sum the ``k``
+   copies (reads ``r*k*h*d``, writes ``r*h*d``);
+6. shared experts: a dense (gated) MLP of width ``f_s`` over the rank's tokens, split over
+   tensor ranks like the dense part (``shared_experts.py``); residual add.
+
+Backward: every GEMM ``Y = XW`` gives ``dX = dY W^T`` (input gradient) and ``dW = X^T dY``
+(weight gradient), as :mod:`sim.compute.transformer`; the memory-bound kernels move 1.5x their
+forward bytes; the router's backward is its GEMM's two gradients and the softmax backward.
+
+**Activations** the layer keeps for its backward (per micro-batch, ``d`` bytes per element;
+rows = tokens the rank's experts receive): the norm input and router input ``2*r*h*d``; the
+fp32 router probabilities ``4*r*E`` and the top-k probabilities and indices ``12*r*k``; the
+experts' inputs ``rows*h*d``, the first GEMM's output ``rows*2f_e/t*d`` (gated; ``f_e/t``
+otherwise) and the activation output ``rows*f_e/t*d``; the expert outputs before weighting
+``r*k*h*d`` (needed for the probabilities' gradient); the shared experts as a dense MLP. No
+dropout (these models train without it). Sources: the tensors ``experts.py`` and
+``moe_utils.py`` (``permute``, ``unpermute``) save for backward; Megatron-LM's
+``theoretical_memory_usage.py`` counts the MoE layer the same way up to the router.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.compute.kernels import Kernel, gemm, mem
+
+INDEX_BYTES = 8
+"""int64 routing indices (``torch.topk``)."""
+PROB_BYTES = 4
+"""fp32 routing probabilities (Megatron-LM casts the router's softmax to fp32)."""
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """Shape of a MoE MLP.
+
+    Attributes:
+        hidden: ``h``.
+        experts: routed experts ``E``.
+        top_k: experts per token ``k``.
+        expert_ffn: width ``f_e`` of one routed expert.
+        shared_ffn: total width ``f_s`` of the shared experts (0: none).
+        gated: SwiGLU experts (gate and up projections).
+        capacity_factor: tokens each expert keeps per rank, over the balanced share
+            (:func:`sim.compute.routing.capacity`); None: dropless.
+        pad_to_capacity: every expert computes exactly its capacity (padding).
+    """
+
+    hidden: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int = 0
+    gated: bool = True
+    capacity_factor: float | None = None
+    pad_to_capacity: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "experts", "top_k", "expert_ffn"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k {self.top_k} exceeds the {self.experts} experts")
+        if self.shared_ffn < 0:
+            raise ValueError(f"shared_ffn must be >= 0, got {self.shared_ffn}")
+        if self.capacity_factor is not None and not self.capacity_factor > 0:
+            raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
+
+    @property
+    def up_width(self) -> int:
+        """Width of an expert's first GEMM: ``2 f_e`` gated, else ``f_e``."""
+        return self.expert_ffn * (2 if self.gated else 1)
+
+    def expert_params(self) -> int:
+        """Parameters of one routed expert: ``(2 or 3) * h * f_e`` (no biases)."""
+        return (self.up_width + self.expert_ffn) * self.hidden
+
+    def shared_params(self) -> int:
+        """Parameters of the shared experts: ``(2 or 3) * h * f_s``."""
+        return self.shared_ffn * (3 if self.gated else 2) * self.hidden
+
+    def router_params(self) -> int:
+        """Router weights ``h * E``."""
+        return self.hidden * self.experts
+
+    def fwd_flops(self, tokens: int) -> float:
+        """Forward FLOPs of the whole layer for ``tokens`` tokens, balanced and dropless:
+        router ``2Th E``, routed experts ``2Tk h (up + f_e)``, shared ``2Th f_s (2 or 3)``."""
+        t, h = tokens, self.hidden
+        routed = 2.0 * t * self.top_k * h * (self.up_width + self.expert_ffn)
+        return 2.0 * t * h * self.experts + routed + 2.0 * t * self.shared_params()
+
+
+def _groups(rows: tuple[float, ...]) -> dict[int, int]:
+    """``{rows: experts}`` of the local experts, row counts rounded up, empty experts left out."""
+    out: dict[int, int] = {}
+    for n in rows:
+        k = math.ceil(n - 1e-9)
+        if k > 0:
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
+    e, k, h = shape.experts, shape.top_k, shape.hidden
+    return [
+        gemm("router", r, e, h, d),
+        mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES)),
+        mem("permute", r * h * d + r * k * h * d),
+    ]
+
+
+def _shared_fwd(shape: MoEShape, t: int, d: int, tp: int) -> list[Kernel]:
+    if not shape.shared_ffn:
+        return []
+    fs, h = shape.shared_ffn // tp, shape.hidden
+    up = gemm("shared_up", t, fs * (2 if shape.gated else 1), h, d)
+    act = [mem("shared_act", 2 * t * fs * d)]
+    if shape.gated:
+        act.append(mem("shared_gate_mul", 3 * t * fs * d))
+    return [up, *act, gemm("shared_down", t, h, fs, d)]
+
+
+def moe_fwd(
+    shape: MoEShape, r: int, t: int, rows: tuple[float, ...], d: int, tp: int = 1
+) -> list[Kernel]:
+    """Forward kernels of the MoE MLP on one rank (module doc).
+
+    Args:
+        shape: the layer.
+        r: tokens the rank routes (``T/t`` with sequence parallelism, else ``T``).
+        t: tokens of its shared experts (``T``: gathered over tensor ranks).
+        rows: rows each of its local experts computes (:func:`sim.compute.routing.expert_rows`).
+        d: bytes per element.
+        tp: expert tensor-parallel size (divides ``f_e`` and ``f_s``).
+
+    Raises:
+        ValueError: ``tp`` does not divide the expert or shared widths.
+    """
+    _check_tp(shape, tp)
+    h, fe, k = shape.hidden, shape.expert_ffn // tp, shape.top_k
+    out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
+    for n, count in sorted(_groups(rows).items()):
+        out.append(gemm(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), h, d, batch=count))
+        out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * count))
+        if shape.gated:
+            out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * count))
+        out.append(gemm(f"expert_down[{n}]", n, h, fe, d, batch=count))
+    out.append(mem("unpermute", r * k * h * d + r * k * PROB_BYTES + r * h * d))
+    return out + _shared_fwd(shape, t, d, tp) + [mem("mlp_residual", 3 * r * h * d)]
+
+
+def moe_bwd(
+    shape: MoEShape, r: int, t: int, rows: tuple[float, ...], d: int, tp: int = 1
+) -> tuple[list[Kernel], list[Kernel]]:
+    """Backward kernels ``(input_gradient, weight_gradient)`` of :func:`moe_fwd`.
+
+    Raises:
+        ValueError: as :func:`moe_fwd`.
+    """
+    _check_tp(shape, tp)
+    h, e, fe, k = shape.hidden, shape.experts, shape.expert_ffn // tp, shape.top_k
+    up = fe * (2 if shape.gated else 1)
+    dx = [mem("unpermute_bwd", 1.5 * (r * k * h * d + r * h * d))]
+    dw = []
+    for n, c in sorted(_groups(rows).items()):
+        dx.append(gemm(f"d_expert_down_in[{n}]", n, fe, h, d, batch=c))
+        if shape.gated:
+            dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))
+        dx.append(mem(f"expert_act_bwd[{n}]", 3 * n * fe * d * c))
+        dx.append(gemm(f"d_expert_up_in[{n}]", n, h, up, d, batch=c))
+        dw += [gemm(f"d_expert_up_w[{n}]", h, up, n, d, batch=c)]
+        dw += [gemm(f"d_expert_down_w[{n}]", fe, h, n, d, batch=c)]
+    dx.append(mem("permute_bwd", 1.5 * (r * h * d + r * k * h * d)))
+    dx += [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES)), gemm("d_router_in", r, h, e, d)]
+    dw.append(gemm("d_router_w", h, e, r, d))
+    if shape.shared_ffn:
+        fs = shape.shared_ffn // tp
+        sup = fs * (2 if shape.gated else 1)
+        dx.append(gemm("d_shared_down_in", t, fs, h, d))
+        if shape.gated:
+            dx.append(mem("shared_gate_mul_bwd", 5 * t * fs * d))
+        dx += [mem("shared_act_bwd", 3 * t * fs * d), gemm("d_shared_up_in", t, h, sup, d)]
+        dw += [gemm("d_shared_up_w", h, sup, t, d), gemm("d_shared_down_w", fs, h, t, d)]
+    dx += [mem("norm2_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
+    return dx, dw
+
+
+def moe_act_bytes(
+    shape: MoEShape, r: int, t: int, rows: tuple[float, ...], d: int, tp: int = 1
+) -> float:
+    """Bytes the MoE MLP keeps for its backward on one rank, one micro-batch (module doc)."""
+    h, e, k, fe = shape.hidden, shape.experts, shape.top_k, shape.expert_ffn / tp
+    n = float(sum(rows))
+    router = 2 * r * h * d + PROB_BYTES * r * e + (PROB_BYTES + INDEX_BYTES) * r * k
+    experts = n * d * (h + (2 if shape.gated else 1) * fe + fe) + r * k * h * d
+    shared = 0.0
+    if shape.shared_ffn:
+        fs = shape.shared_ffn / tp
+        shared = t * d * ((2 if shape.gated else 1) * fs + fs)
+    return router + experts + shared
+
+
+def _check_tp(shape: MoEShape, tp: int) -> None:
+    if tp < 1 or shape.expert_ffn % tp or shape.shared_ffn % tp:
+        raise ValueError(
+            f"expert tensor-parallel size {tp} must divide the expert width {shape.expert_ffn}"
+            f" and the shared width {shape.shared_ffn}"
+        )

@@ -1,0 +1,164 @@
+"""Exchanges within expert-parallel and context-parallel groups, on the group's links.
+
+The engine's replicas of a stage are the ``dp * cp`` data- and context-parallel ranks, in
+Megatron-LM's order (``tp-cp-ep-dp-pp``, ``parallel_state.py``): replica ``r`` is context rank
+``r mod cp``; the context-parallel group of ``r`` is the ``cp`` consecutive replicas
+``cp*floor(r/cp) ...``, its expert-parallel group the ``ep`` consecutive replicas
+``ep*floor(r/ep) ...`` (the EP group is carved out of the data x context ranks). Each tensor rank
+``k`` has its own groups (rank ``k`` of every member).
+
+After the compute of a forward or a backward, every rank joins its stage's group exchanges
+(:class:`~sim.tensor.ops.GroupOp`: the context-parallel ones, then the expert-parallel ones);
+when the last member has joined, they run one after another, each holding the links it crosses
+for its duration:
+
+* ``alltoall``: :func:`~sim.engine.alltoall.alltoall_time_s` (every pair on its route, the most
+  loaded link sets the time);
+* ``ring`` (ring attention): every member sends to the next at once; a step takes the slowest
+  hop's :func:`~sim.hardware.topology.transfer_time_s` at the ring's shared hop rate
+  (:func:`~sim.hardware.topology.ring_hop_bandwidths`). The steps ran alongside the attention
+  core already counted in the compute, so a rank waits, and the links are held, only for
+  ``count * max(0, step - hidden_s)``; the event is drawn from where the hidden part began
+  (inside the compute). Not modelled: the hidden part's contention with other traffic;
+* ``all_gather`` / ``reduce_scatter``: the group's rings (:mod:`sim.engine.hierarchical`).
+
+Waiting for the others is part of a rank's first exchange event (as tensor-parallel ones). The
+exchanges block the rank's compute stream (Megatron's dispatcher waits for its all-to-all);
+overlapping them with another micro-batch's compute is :meth:`GroupCollectives.run_ops`' use
+by the DualPipe overlap (:mod:`sim.engine.overlap`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import simpy
+
+from sim.engine.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
+from sim.engine.hierarchical import collective_plan
+from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.links import Links
+from sim.events import Event, EventKind, Stream
+from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
+from sim.tensor.ops import GroupOp
+
+EVENT_KIND = {
+    "alltoall": EventKind.ALLTOALL,
+    "ring": EventKind.RING_EXCHANGE,
+    "all_gather": EventKind.ALL_GATHER,
+    "reduce_scatter": EventKind.REDUCE_SCATTER,
+}
+STREAM = {"ep": Stream.EP, "cp": Stream.CP}
+
+
+def group_members(replica: int, size: int) -> tuple[int, ...]:
+    """The replicas of ``replica``'s group of ``size`` consecutive replicas (module doc)."""
+    g = replica // size
+    return tuple(range(g * size, (g + 1) * size))
+
+
+def op_cost(topo: Topology, gpus: tuple[str, ...], op: GroupOp, cost=None) -> tuple:
+    """``(links, seconds per repetition, exposed seconds per repetition)`` of ``op`` among
+    ``gpus`` (module doc)."""
+    n = len(gpus)
+    if n < 2:
+        return (), 0.0, 0.0
+    if op.kind == "alltoall":
+        pairs = op.pairs if op.pairs is not None else even_pairs(n, op.nbytes)
+        dur = alltoall_time_s(topo, gpus, pairs, cost)
+        return links_used(topo, gpus, pairs), dur, dur
+    if op.kind == "ring":
+        routes = [topo.route(gpus[i], gpus[(i + 1) % n]) for i in range(n)]
+        bws = ring_hop_bandwidths(routes)
+        step = max(transfer_time_s(r, op.nbytes, bw) for r, bw in zip(routes, bws, strict=True))
+        links: tuple[Link, ...] = tuple({lk.name: lk for r in routes for lk in r}.values())
+        return links, step, max(0.0, step - op.hidden_s)
+    plan = collective_plan(topo, gpus)
+    dur = plan.time_s(op.nbytes, EVENT_KIND[op.kind])
+    return tuple(plan.links), dur, dur
+
+
+class GroupCollectives:
+    """The expert- and context-parallel exchanges of one run (module doc).
+
+    Args:
+        env: the simulation environment.
+        inp: the configuration (its ``context_parallel``, ``expert_parallel``).
+        links: the link resources the exchanges hold.
+        cost: the all-to-all cost (:data:`~sim.engine.alltoall.AllToAllCost`); None: the
+            per-link load model.
+    """
+
+    def __init__(
+        self, env: simpy.Environment, inp: SimInput, links: Links, cost: AllToAllCost | None = None
+    ):
+        self.env = env
+        self.inp = inp
+        self.links = links
+        self._groups: dict[tuple, list] = {}
+        self._cost = lru_cache(maxsize=None)(lambda gpus, op: op_cost(inp.topology, gpus, op, cost))
+
+    def size(self, group: str) -> int:
+        """Members of a ``group`` (``ep`` or ``cp``)."""
+        return self.inp.context_parallel if group == "cp" else self.inp.expert_parallel
+
+    def gpus(self, rep: StageReplica, group: str) -> tuple[str, ...]:
+        """The GPUs of ``rep``'s ``group``, in group-rank order."""
+        members = group_members(rep.replica, self.size(group))
+        return tuple(f"gpu{self.inp.gpu_index(r, rep.stage, rep.tp_rank)}" for r in members)
+
+    def op_seconds(self, rep: StageReplica, op: GroupOp) -> float:
+        """Uncontended seconds ``rep`` waits for ``op`` on its group (all repetitions)."""
+        if self.size(op.group) < 2:
+            return 0.0
+        return op.count * self._cost(self.gpus(rep, op.group), op)[2]
+
+    def join(self, rep: StageReplica, label: str, ops: tuple[GroupOp, ...], tags: dict):
+        """Process: run ``ops`` (context-parallel first, then expert-parallel) with the other
+        members of ``rep``'s groups; returns when all have joined and the exchanges ran."""
+        for group in ("cp", "ep"):
+            mine = tuple(op for op in ops if op.group == group)
+            if mine and self.size(group) > 1:
+                yield from self._join(rep, group, label, mine, tags)
+
+    def _join(self, rep: StageReplica, group: str, label: str, ops: tuple, tags: dict):
+        members = group_members(rep.replica, self.size(group))
+        key = (group, members[0], rep.stage, rep.tp_rank, label)
+        entry = self._groups.setdefault(key, [self.env.event(), 0])
+        entry[1] += 1
+        if entry[1] == len(members):
+            del self._groups[key]
+            self.env.process(self.run_ops(rep, group, ops, entry[0]))
+        start = self.env.now
+        spans = yield entry[0]
+        rank = members.index(rep.replica)
+        for i, (op, begin, end) in enumerate(spans):
+            self.links.events.append(
+                Event(
+                    EVENT_KIND[op.kind],
+                    rep.gpu,
+                    STREAM[group],
+                    f"{group} {op.kind} {label}",
+                    start if i == 0 else begin,
+                    end,
+                    nbytes=op.total_bytes(rank),
+                    **tags,
+                )
+            )
+
+    def run_ops(self, rep: StageReplica, group: str, ops: tuple, done: simpy.Event):
+        """Process: run ``ops`` one after another on ``rep``'s ``group``; ``done`` succeeds
+        with ``[(op, begin, end)]`` once the members may go on (a ring's hidden part begins
+        before it was joined)."""
+        gpus = self.gpus(rep, group)
+        spans = []
+        for op in ops:
+            links, dur, exposed = self._cost(gpus, op)
+            if exposed >= dur:
+                begin = yield from self.links.hold(links, op.count * dur)
+                spans.append((op, begin, self.env.now))
+                continue
+            hidden = op.count * (dur - exposed)  # ran under the attention, before now
+            begin = yield from self.links.hold(links, op.count * exposed)
+            spans.append((op, begin - hidden, self.env.now))
+        done.succeed(spans)

@@ -1,0 +1,159 @@
+"""Each rank's host thread in the engine: its clock, what each action costs it, its sync points.
+
+A rank's process (:mod:`sim.engine.pipeline`) models its GPU's compute stream: ``env.now`` is
+when the device is free for the next action. Beside it, :class:`HostClock` is the time the
+rank's CPU thread has issued everything up to. An action's ops are summarised as a
+:class:`~sim.compute.host.HostWork` (:func:`action_work`); the device ends the action at
+``max(now + device_s, host + K)`` and the host moves on by ``host_s``
+(:meth:`sim.engine.streams.ComputeStream.run_issued`). The host therefore runs ahead of the
+device across actions while the device is the bottleneck, and the device idles between kernels
+while the host is.
+
+A **host sync point** is where the framework blocks the host until the device (or a transfer)
+is done: ``torch.cuda.synchronize()``, ``.item()``, a blocking receive. There the host clock
+jumps to that time (:meth:`HostClock.sync`). The engine calls it at the points named in
+:data:`SYNC_POINTS` that :attr:`sim.engine.inputs.SimInput.host_syncs` lists; a framework
+profile adds its own (Megatron's ``torch.cuda.synchronize()`` after each p2p
+``batch_isend_irecv``, DeepSpeed's before each forward: :mod:`sim.engine.exchanges`, which calls
+:meth:`HostThreads.wait`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import simpy
+
+from sim.compute.host import HostOverhead, HostWork
+
+SYNC_POINTS = {
+    "recv": "after an action's input (activation or gradient) has arrived, before its ops "
+    "are issued: a blocking receive, or torch.cuda.synchronize() after the p2p exchange",
+    "step": "after the optimizer step: .item() on the gradient norm or the loss scaler's "
+    "found-inf flag, or the end-of-iteration synchronize of a timed loop",
+}
+"""The engine's host sync points, by name."""
+
+DEFAULT_SYNCS = frozenset({"step"})
+"""Where the host waits by default: at the end of each optimizer step (assumption: the
+training loop reads a scalar per iteration, as every timed loop and fp16 loss scaling do)."""
+
+
+@dataclass
+class HostClock:
+    """One rank's CPU thread.
+
+    Attributes:
+        t: seconds at which it has issued everything so far.
+    """
+
+    t: float = 0.0
+
+    def sync(self, until_s: float) -> None:
+        """A blocking wait: the host is busy until at least ``until_s``."""
+        self.t = max(self.t, until_s)
+
+
+def action_work(
+    host: HostOverhead,
+    op: str,
+    device_s: float,
+    ops: float,
+    regions: int = 0,
+    nograd_ops: float = 0.0,
+) -> HostWork:
+    """The :class:`HostWork` of one action.
+
+    Args:
+        host: the rank's host overhead.
+        op: ``F`` (forward), ``B``/``I``/``W`` (backward parts), ``R`` (recompute before a
+            backward).
+        device_s: the action's device seconds.
+        ops: the ops it issues (forward ops for ``F``/``R``, backward ops otherwise).
+        regions: checkpointed regions (``R`` only).
+        nograd_ops: of a forward's ops, those of checkpointed layers, which run without
+            autograd recording (``F`` only).
+    """
+    if op == "F":
+        h = host.forward_s(ops, nograd_ops)
+    elif op == "R":
+        h = host.recompute_s(ops, regions)
+    else:
+        h = host.backward_s(ops)
+    if h <= 0:
+        return HostWork.device_only(device_s)
+    return HostWork.of_ops(ops, h, device_s)
+
+
+@lru_cache(maxsize=8192)
+def layered_work(
+    host: HostOverhead, op: str, parts: tuple[tuple[float, float, float], ...]
+) -> HostWork:
+    """The :class:`HostWork` of an action issued layer by layer: each part
+    ``(device_s, ops, nograd_ops)`` summarised by :func:`action_work` (a recomputed layer
+    ``R`` is one checkpointed region) and composed in order with :meth:`HostWork.then`.
+
+    Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
+    no longer hide each other's slack, as they would in one summary of the whole action
+    (whose ops :func:`action_work` takes as alike); within a layer the ops are still alike."""
+    out = HostWork.device_only(0.0)
+    for device_s, ops, nograd in parts:
+        regions = 1 if op == "R" else 0
+        out = out.then(action_work(host, op, device_s, ops, regions, nograd))
+    return out
+
+
+class HostThreads:
+    """The host thread of every rank's process, one per GPU.
+
+    Args:
+        env: the simulation environment (its ``now`` is the calling rank's device time).
+        overhead_of: the host overhead of the process driving a GPU (node name).
+        syncs: the sync points in force (:data:`SYNC_POINTS`).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        overhead_of: Callable[[str], HostOverhead],
+        syncs: frozenset[str],
+    ):
+        self.env, self.overhead_of, self.syncs = env, overhead_of, syncs
+        self._clocks: dict[str, HostClock] = {}
+
+    def clock(self, gpu: str) -> HostClock:
+        """The host thread driving ``gpu``."""
+        clock = self._clocks.get(gpu)
+        if clock is None:
+            clock = self._clocks[gpu] = HostClock()
+        return clock
+
+    def sync(self, gpu: str, point: str) -> None:
+        """Host sync point ``point``: when it is in force, ``gpu``'s host waits until now (its
+        device is done with everything before it)."""
+        if point in self.syncs:
+            self.wait(gpu)
+
+    def wait(self, gpu: str) -> None:
+        """``gpu``'s host blocks until now, when its device is done with everything issued
+        (``torch.cuda.synchronize()``): a framework's own sync points
+        (:class:`~sim.engine.inputs.PipelineRuntime`, :mod:`sim.engine.exchanges`)."""
+        self.clock(gpu).sync(self.env.now)
+
+    def layered(self, gpu: str, op: str, parts: tuple[tuple[float, float, float], ...]) -> HostWork:
+        """:func:`layered_work` with ``gpu``'s host overhead."""
+        return layered_work(self.overhead_of(gpu), op, parts)
+
+    def work(
+        self,
+        gpu: str,
+        op: str,
+        device_s: float,
+        ops: float,
+        regions: int = 0,
+        nograd_ops: float = 0.0,
+    ) -> HostWork:
+        """:func:`action_work` with ``gpu``'s host overhead."""
+        return action_work(self.overhead_of(gpu), op, device_s, ops, regions, nograd_ops)

@@ -1,0 +1,116 @@
+"""DualPipe's overlap: a forward chunk and a backward chunk interleaved so that one's
+all-to-alls run under the other's compute.
+
+DeepSeek-V3 (arXiv:2412.19437, §3.2.1, Fig. 4) pairs a forward and a backward chunk on a rank
+and rearranges their components (attention, dispatch, MLP, combine) so that the
+communication of one hides under the computation of the other; torch 2.13 emits such pairs as
+``OVERLAP_F_B`` actions (``ScheduleDualPipeV``) and leaves their execution to a custom function
+(``_PipelineScheduleRuntime.register_custom_function``; its default runs the two serially, and
+no 1F1B-with-overlap schedule ships in 2.13). With overlap on (``sweep.ep_overlap``), the
+engine runs such a pair as two chains on the rank:
+
+* each chain is its action's compute split evenly around its exchanges (an assumption: the
+  engine has per-stage, not per-layer, times): for ``n`` exchanges (the expert- and
+  context-parallel :class:`~sim.tensor.ops.GroupOp` s of the action, taken in per-layer order:
+  round-robin over the aggregated ops) the compute is ``n + 1`` equal segments, each followed
+  by one exchange;
+* the two chains share the rank's compute stream (one segment at a time, first come first
+  served) and run their exchanges, which block only their own chain, meanwhile; every member
+  of the group runs the same pair, so the group's exchanges still meet;
+* while exchanges and compute run at once, compute runs on the SMs the communication leaves:
+  DeepSeek-V3 reserves 20 of the H800's 132 SMs for it (§3.2.2), so compute progresses at
+  ``(sm - 20) / sm`` of its speed while an exchange of the pair runs (its uncontended time,
+  :data:`COMM_SMS`; the compute model's GPU SM count) and at full speed otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import simpy
+
+from sim.engine.groups import GroupCollectives
+from sim.engine.inputs import StageReplica
+from sim.engine.streams import ComputeStream
+from sim.events import EventKind
+from sim.schedules.action import Action
+from sim.tensor.ops import GroupOp
+
+COMM_SMS = 20
+"""SMs DeepSeek-V3's communication kernels take while they overlap compute (arXiv:2412.19437
+§3.2.2: "only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink")."""
+
+
+def exchange_order(ops: tuple[GroupOp, ...]) -> Iterator[GroupOp]:
+    """Each repetition of ``ops`` as a single exchange, in per-layer order (round-robin over
+    the aggregated ops: dispatch, combine, dispatch, combine ...)."""
+    most = max((op.count for op in ops), default=0)
+    for i in range(most):
+        for op in ops:
+            if i < op.count:
+                yield GroupOp(op.group, op.kind, op.nbytes, 1, op.pairs, op.hidden_s)
+
+
+def slowdown(sm_count: int | None) -> float:
+    """Compute time factor while communication holds :data:`COMM_SMS` of ``sm_count`` SMs
+    (1 when the SM count is unknown)."""
+    if not sm_count or sm_count <= COMM_SMS:
+        return 1.0
+    return sm_count / (sm_count - COMM_SMS)
+
+
+class PairOverlap:
+    """The two chains of one ``OVERLAP_F_B`` pair on one rank (module doc).
+
+    Args:
+        env: the simulation environment.
+        compute: the compute streams (logs the segments).
+        groups: the group exchanges.
+        factor: compute time factor of overlapped segments (:func:`slowdown`).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        compute: ComputeStream,
+        groups: GroupCollectives,
+        factor: float = 1.0,
+    ):
+        self.env = env
+        self.compute_stream = compute
+        self.groups = groups
+        self.factor = factor
+        self.stream = simpy.Resource(env, capacity=1)
+        self.busy_until = 0.0
+
+    def compute(self, gpu: str, kind: str, name: str, duration_s: float, **tags):
+        """Process: ``duration_s`` of other compute of the pair (a recompute) on the shared
+        stream, slowed while an exchange runs, as a chain's segments."""
+        with self.stream.request() as req:
+            yield req
+            dur = self.stretched(duration_s, self.busy_until - self.env.now)
+            yield from self.compute_stream.run(gpu, kind, name, dur, **tags)
+
+    def body(self, rep: StageReplica, a: Action, duration_s: float, ops: tuple[GroupOp, ...], tags):
+        """Process: the chain of action ``a``: ``duration_s`` of compute split around the
+        exchanges ``ops`` (module doc)."""
+        seq = list(exchange_order(ops))
+        seg = duration_s / (len(seq) + 1)
+        for i, op in enumerate([*seq, None]):
+            with self.stream.request() as req:
+                yield req
+                name = f"{a}" if not seq else f"{a}.{i}"
+                dur = self.stretched(seg, self.busy_until - self.env.now)
+                yield from self.compute_stream.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
+            if op is not None:
+                end = self.env.now + self.groups.op_seconds(rep, op)
+                self.busy_until = max(self.busy_until, end)
+                yield from self.groups.join(rep, f"{a}#{i}", (op,), tags)
+
+    def stretched(self, work_s: float, comm_left_s: float) -> float:
+        """Seconds of ``work_s`` of compute that starts while an exchange has ``comm_left_s``
+        to run: at ``1/factor`` of full speed while it runs, full speed after."""
+        slow = max(0.0, comm_left_s) / self.factor  # work done while the exchange runs
+        if work_s <= slow:
+            return work_s * self.factor
+        return max(0.0, comm_left_s) + (work_s - slow)

@@ -1,0 +1,43 @@
+"""Megatron-LM run with ``--DDP-impl torch``, as the SC'21 paper's scripts ran its smaller models.
+
+Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", SC'21 (arXiv:2104.04473): ``examples/sc21/run_table_1.sh`` of NVIDIA/Megatron-LM
+sets ``DDP=torch`` for the 1.7B to 18B models of Table 1 (``local`` from 39B on), so
+``megatron/training.py::get_model`` wraps each model chunk in
+``torch.nn.parallel.DistributedDataParallel`` over the data-parallel group: gradients reduced in
+25 MiB buckets as the backward produces them, overlapped with it. Everything else is Megatron-LM
+(:mod:`sim.framework.megatron_lm`): 1F1B, batched p2p with ``torch.cuda.synchronize()``, the
+tied embedding all-reduce, the found-inf and grad-norm reductions before the update, its fp16
+optimizer's passes over the gradients.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sim.engine.inputs import DDP_BUCKET_BYTES
+from sim.framework.base import Setting
+from sim.framework.megatron_lm import MegatronLM
+
+SC21 = "NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (DDP=torch for 1.7B-18B)"
+
+
+class MegatronLMTorchDDP(MegatronLM):
+    """Megatron-LM with torch DDP (module doc)."""
+
+    name: ClassVar[str] = "megatron-lm-torch-ddp"
+    description: ClassVar[str] = (
+        "Megatron-LM with --DDP-impl torch (SC'21 Table 1 up to 18B): DP gradients in 25 MiB "
+        "buckets overlapped with the backward; otherwise megatron-lm"
+    )
+    dp_bucket_bytes = Setting(
+        DDP_BUCKET_BYTES,
+        f"{SC21} -> megatron/training.py::get_model (torchDDP(model_module, device_ids=[i], "
+        "process_group=mpu.get_data_parallel_group())); torch DistributedDataParallel's "
+        "bucket_cap_mb=25 default",
+    )
+    reduce_extra_bytes = Setting(
+        (0.0, 0.0),
+        "assumption: torch DDP copies gradients into its buckets and divides them inside the "
+        "overlapped reduction (torch/csrc/distributed/c10d/reducer.cpp), not after it",
+    )

@@ -1,0 +1,73 @@
+"""Policy ``dist_opt``: Megatron-LM's distributed optimizer (ZeRO stage 1), optionally with
+full activation recompute.
+
+``--use-distributed-optimizer`` (Megatron-LM ``megatron/core/distributed/`` and
+``megatron/core/optimizer/distrib_optimizer.py``; ZeRO's ``P_os``, Rajbhandari et al.
+arXiv:1910.02054 §5.1): every replica keeps the 16-bit weights and gradients of its stage whole,
+but only ``1/w`` of the fp32 master weights and Adam moments, ``w`` being the replicas that hold
+the same weights: the ``dp * cp`` data- and context-parallel ranks for the dense weights, the
+``dp * cp / ep`` expert-data-parallel ranks for the routed experts' (:mod:`sim.tensor.expert`).
+At the step the gradients are reduce-scattered (each replica updates its shard) and the updated
+weights all-gathered: the same bytes as an all-reduce, split around the optimizer step (the
+engine's ``dp_sharded`` path; the experts' part is reduced over its own group). The optimizer
+step runs on the shard only.
+
+``dist_opt:recompute``: with full activation recompute of every layer of a stage
+(:mod:`sim.memory.recompute`), as ``--recompute-granularity full``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.compose import activation_plan, describe
+from sim.memory.plan import StagePlan
+from sim.memory.stash import stash
+from sim.memory.states import optimizer_step_s
+
+RECOMPUTE = "recompute"
+
+
+class DistOptPolicy(MemoryPolicy):
+    """Optimizer state sharded over the replicas (module doc).
+
+    Args:
+        recompute: full activation recompute as well.
+    """
+
+    name = "dist_opt"
+    description = "Megatron's distributed optimizer (ZeRO-1): optimizer state sharded"
+
+    def __init__(self, recompute: bool = False):
+        self.recompute = recompute
+
+    @classmethod
+    def from_args(cls, args: list[str]) -> DistOptPolicy:
+        if args not in ([], [RECOMPUTE]):
+            raise ValueError(f"use dist_opt or dist_opt:recompute, got {':'.join(args)!r}")
+        return cls(bool(args))
+
+    def plan(self, ctx: StageContext) -> StagePlan:
+        w = ctx.dp_width
+        f = ctx.expert_share
+        we = max(1, w // ctx.expert_parallel)
+        owned = ctx.params * ((1.0 - f) / w + f / we)
+        hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
+        base = ctx.resident_plan(
+            optimizer_bytes=owned * ctx.state.optimizer,
+            optimizer_s=optimizer_step_s(owned, hbm, ctx.state),
+            dp_sharded=w > 1,
+        )
+        choice = f"optimizer state sharded over {w} replicas"
+        if f and we != w:
+            choice += f" (routed experts over {we})"
+        added = base.optimizer_s - ctx.resident_plan().optimizer_s
+        if not self.recompute:
+            return describe(ctx, base, choice, added)
+        st = stash(ctx, full=range(len(ctx.layers)))
+        plan = activation_plan(ctx, st, base=base)
+        plan = replace(plan, dp_sharded=w > 1)
+        return describe(
+            ctx, plan, f"{choice}; {st.label}", added + ctx.microbatches * st.recompute_s
+        )

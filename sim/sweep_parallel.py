@@ -1,0 +1,98 @@
+"""The sweep's expert- and context-parallel axes and their validity checks.
+
+``sweep.expert_parallel``, ``context_parallel``, ``context_parallel_comm`` and ``ep_overlap``
+(and each model's ``routing``) expand into ``(ep, cp, comm, overlap)`` combinations; a
+combination a model or schedule cannot run is skipped with its reason (decoder traces only,
+``ep`` dividing the data x context ranks and the experts, overlap only where a schedule pairs a
+forward and a backward: :mod:`sim.tensor.decoder_shard`, :mod:`sim.engine.overlap`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sim.compute.routing import parse_routing
+from sim.config import ExperimentConfig, as_list
+from sim.errors import InputError
+from sim.schedules.registry import get_schedule
+from sim.tensor.context import COMM_TYPES
+from sim.tensor.decoder_shard import Parallel, decoder_problem
+from sim.trace.decoder import decoder_shape, is_decoder
+from sim.trace.schema import Trace
+
+
+class Prepared(Protocol):
+    """What these checks read of :class:`sim.sweep.Prepared` (no import of sim.sweep: it
+    imports this module)."""
+
+    exp: ExperimentConfig
+    file: str
+    traces: dict[str, Trace]
+
+
+def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
+    """``(expert_parallel, context_parallel, context_parallel_comm, ep_overlap)`` combinations
+    of the sweep (the comm kind only varies where ``cp > 1``), and every model's routing
+    checked.
+
+    Raises:
+        InputError: an unknown context-parallel comm kind or routing spec (naming the field).
+    """
+    sw, file = prep.exp.sweep, prep.file
+    kinds = as_list(sw.context_parallel_comm)
+    for i, kind in enumerate(kinds):
+        if kind not in COMM_TYPES:
+            field = "sweep.context_parallel_comm" + (f".{i}" if len(kinds) > 1 else "")
+            raise InputError(
+                f"{kind!r} is not one of {', '.join(COMM_TYPES)}", file=file, field=field
+            )
+    for i, model in enumerate(prep.exp.models):
+        try:
+            parse_routing(model.routing)
+        except ValueError as exc:
+            raise InputError(str(exc), file=file, field=f"models.{i}.routing") from None
+    out = []
+    for ep in as_list(sw.expert_parallel):
+        for cp in as_list(sw.context_parallel):
+            for ov in as_list(sw.ep_overlap):
+                out += [(ep, cp, k, ov) for k in (kinds if cp > 1 else kinds[:1])]
+    return out
+
+
+def overlap_invalid(sched: str, overlap: bool, ep: int, cp: int) -> str:
+    """Why ``ep_overlap`` cannot apply, or ``""``."""
+    if not overlap:
+        return ""
+    if not get_schedule(sched).overlaps_pairs:
+        return f"ep_overlap needs a schedule with OVERLAP_F_B pairs (dualpipe_v), not {sched}"
+    if ep == 1 and cp == 1:
+        return "ep_overlap has no exchange to overlap without expert or context parallelism"
+    return ""
+
+
+def is_decoder_model(prep: Prepared, mi: int) -> bool:
+    """Whether model ``mi``'s trace is a decoder trace."""
+    return is_decoder(prep.traces[prep.exp.models[mi].name])
+
+
+SHARDED_POLICIES = ("zero3", "chunked", "zero_offload")
+"""Policies that partition model states over the data-parallel replicas: not combined with
+expert parallelism (the routed experts' states would partition over the expert-data-parallel
+group, which they do not model)."""
+
+
+def parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: str) -> str:
+    """Why expert/context parallelism ``par`` cannot run for model ``mi`` here, or ``""``."""
+    trace = prep.traces[prep.exp.models[mi].name]
+    if not is_decoder(trace):
+        if par.ep > 1 or par.cp > 1:
+            return (
+                "expert and context parallelism model decoder traces (sim.trace.decoder); "
+                f"{trace.name} is not one"
+            )
+        return ""
+    if (w * par.cp) % par.ep:
+        return f"expert_parallel {par.ep} must divide dp_width x context_parallel = {w * par.cp}"
+    if par.ep > 1 and any(policy.startswith(k) for k in SHARDED_POLICIES):
+        return f"memory policy {policy} partitions states over replicas; not with expert_parallel"
+    return decoder_problem(decoder_shape(trace), par)

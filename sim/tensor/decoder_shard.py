@@ -1,0 +1,260 @@
+"""A decoder trace as one rank runs it under tensor, expert and context parallelism.
+
+:func:`shard_decoder` is :func:`sim.tensor.shard.shard_trace` for the decoder models of
+:mod:`sim.trace.decoder` (``model_shape.kind == "decoder"``), with two more dimensions:
+
+* **time**: each phase (forward, input gradient, weight gradient) of each layer is scaled by
+  the compute model's ratio ``model(rank) / model(one GPU)`` (:mod:`sim.compute.decoder`):
+  GEMMs at their tensor-split sizes over ``b*s/cp`` tokens, the attention core's ``1/cp``
+  share of the scores, and in a MoE block the rows the **busiest** expert-parallel rank's
+  experts compute (:mod:`sim.tensor.expert`; it sets the layer's pace, the others wait for it
+  in the combine all-to-all). A generated trace's times become ``model(rank)`` exactly;
+* **memory**: dense parameters ``/ t``, routed-expert parameters ``/ (ep*t)``; activations as
+  the model counts them on the rank (:func:`~sim.compute.decoder.layer_act_bytes`, the busiest
+  EP rank's rows), in the ratio to the one-GPU count for a measured trace; ``out_bytes /
+  (t*cp)`` (each tensor rank sends its share, as :mod:`sim.tensor.shard`);
+* **collectives**: the tensor-parallel ones as Megatron runs them with sequence parallelism
+  (an all-gather and a reduce-scatter of ``b*s/cp*h*d`` around the attention and around each
+  MLP: dense, shared experts; and of the routed rows around the experts, expert tensor
+  parallelism), as :class:`~sim.tensor.megatron.LayerComm`; the expert- and
+  context-parallel ones as :class:`~sim.tensor.ops.GroupOp` (two all-to-alls per MoE block and
+  direction; the attention's exchanges, ring steps hiding under ``1/cp`` of the attention core).
+
+Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
+kind is its name's (``embedding``, ``block.i``, ``moe_block.i``, ``head``), or
+``provenance.layer_kinds`` for a profiled Hugging Face chain (``sim profile --model
+config.json``: ``embed``, ``layer<i>``, ``norm``, ``lm_head``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
+from sim.compute.device import ComputeSpec
+from sim.compute.kernels import Kernel, phase_time
+from sim.compute.routing import Routing
+from sim.events import EventKind
+from sim.tensor.context import AttentionDims, check_cp, context_comm
+from sim.tensor.expert import check_ep, expert_plan
+from sim.tensor.megatron import CommOp, LayerComm, embedding_comm, head_comm
+from sim.tensor.ops import GroupOp
+from sim.trace.decoder import decoder_shape, single_gpu_rows
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+
+AG, RS, AR = EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value, EventKind.ALLREDUCE.value
+CORE = ("flash_attn_fwd", "flash_attn_bwd", "scores", "softmax", "attn_dropout", "attn_v")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A rank's share of a layer.
+
+    Attributes:
+        tp: tensor-parallel size (expert tensor parallelism the same).
+        sp: sequence parallelism (required with ``tp > 1`` for a MoE model, as Megatron-LM).
+        cp: context-parallel size.
+        ep: expert-parallel size.
+        cp_comm: ``p2p``, ``all_gather`` or ``a2a`` (:mod:`sim.tensor.context`).
+        routing: shares of routed tokens per expert.
+    """
+
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    ep: int = 1
+    cp_comm: str = "p2p"
+    routing: Routing = Routing()
+
+
+@dataclass(frozen=True)
+class DecoderShard:
+    """A decoder trace on one rank.
+
+    Attributes:
+        trace: the per-rank layers.
+        comm: tensor-parallel collectives per layer.
+        group: expert- and context-parallel exchanges per layer, ``(forward, backward)``.
+        expert_bytes: routed-expert parameter bytes per layer on the rank (their gradients are
+            reduced over the expert-data-parallel group only).
+        par: the parallel configuration.
+    """
+
+    trace: Trace
+    comm: tuple[LayerComm, ...]
+    group: tuple[tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]], ...]
+    expert_bytes: tuple[float, ...]
+    par: Parallel
+
+    @property
+    def tensor_parallel(self) -> int:
+        """``t``, the tensor-parallel size (as :attr:`ShardedTrace.tensor_parallel`)."""
+        return self.par.tp
+
+
+def decoder_problem(m: DecoderShape, par: Parallel) -> str:
+    """Why ``m`` cannot run split as ``par`` says, or ``""``."""
+    t = par.tp
+    if m.heads % t or m.ffn_hidden % t or ((m.kv_heads or m.heads) % t and t % (m.kv_heads or 1)):
+        return f"tensor_parallel {t} does not divide the heads {m.heads} and FFN {m.ffn_hidden}"
+    if m.moe is not None:
+        if t > 1 and not par.sp:
+            return "a MoE model with tensor_parallel > 1 needs sequence_parallel (Megatron-LM)"
+        if m.moe.expert_ffn % t or m.moe.shared_ffn % t:
+            return f"tensor_parallel {t} does not divide the expert width {m.moe.expert_ffn}"
+        why = check_ep(m.moe, par.ep)
+        if why:
+            return why
+    elif par.ep > 1:
+        return f"expert_parallel {par.ep} needs a MoE model"
+    if par.sp and (m.seq_len // par.cp) % t:
+        return f"sequence parallelism needs seq_len/cp divisible by {t}"
+    return check_cp(par.cp, m.seq_len, m.heads, t, par.cp_comm)
+
+
+def attention_dims(m: DecoderShape, tp: int) -> AttentionDims:
+    """Per-token widths of a rank's Q, K, V and output (:class:`AttentionDims`)."""
+    at = m.heads // tp
+    if m.mla is not None:
+        q = at * m.mla.d_qk
+        return AttentionDims(q, q, at * m.mla.d_v, at * m.mla.d_v, at)
+    hd = m.hidden // m.heads
+    kv = max(1, (m.kv_heads or m.heads) // tp) * hd
+    return AttentionDims(at * hd, kv, kv, at * hd, at)
+
+
+def _times(kernels: tuple[list[Kernel], ...], spec: ComputeSpec, dtype: str) -> list[float]:
+    return [phase_time(k, spec, dtype).total_s if k else 0.0 for k in kernels]
+
+
+def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
+    core = [k for k in kernels if k.name in CORE or k.name.startswith("d_") and k.kind == "attn"]
+    return phase_time(core, spec, dtype).total_s if core else 0.0
+
+
+def _tp_comm(kind: str, m: DecoderShape, b: int, d: int, par: Parallel, rows: float) -> LayerComm:
+    t, s, h = par.tp, m.seq_len // par.cp, m.hidden
+    if t == 1:
+        return LayerComm()
+    if kind == "embedding":
+        return embedding_comm(b, s, h, d, t, par.sp)
+    if kind == "head":
+        return head_comm(b, s, h, d, t, par.sp)
+    x = float(b * s * h * d)
+    if not par.sp:
+        return LayerComm((CommOp(AR, x),) * 2, (CommOp(AR, x),) * 2)
+    pairs = [x]  # attention
+    if kind == "block" or (m.moe is not None and m.moe.shared_ffn):
+        pairs.append(x)
+    if kind == "moe_block":
+        pairs.append(rows * h * d)
+    ops = tuple(op for nb in pairs for op in (CommOp(AG, nb), CommOp(RS, nb)))
+    return LayerComm(ops, ops)
+
+
+def _group_ops(
+    kind: str, m: DecoderShape, b: int, d: int, par: Parallel, core: tuple[float, float], plan
+) -> tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]]:
+    if kind not in ("block", "moe_block"):
+        return (), ()
+    fwd: list[GroupOp] = []
+    bwd: list[GroupOp] = []
+    if par.cp > 1:
+        t, _ = tokens(m, b, par.tp, par.sp, par.cp)
+        cc = context_comm(attention_dims(m, par.tp), t, par.cp, d, par.cp_comm)
+        for out, ops, hide in ((fwd, cc.fwd, core[0]), (bwd, cc.bwd, core[1])):
+            for coll, nb, n in ops:
+                hidden = hide / par.cp if coll == "ring" else 0.0
+                out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
+    if plan is not None and par.ep > 1:
+        a2a = (
+            GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch),
+            GroupOp("ep", "alltoall", 0.0, pairs=plan.combine),
+        )
+        fwd += a2a
+        bwd += a2a[::-1]
+    return tuple(fwd), tuple(bwd)
+
+
+def shard_decoder(trace: Trace, par: Parallel, spec: ComputeSpec) -> DecoderShard:
+    """``trace`` (a decoder trace at its micro-batch size, on ``spec``) on one rank of
+    ``par`` (module doc).
+
+    Raises:
+        ValueError: the trace records no decoder shape, or :func:`decoder_problem`.
+    """
+    m = decoder_shape(trace)
+    why = decoder_problem(m, par)
+    if why:
+        raise ValueError(why)
+    b, d, dt = trace.microbatch_size, dtype_bytes(trace.dtype), trace.dtype
+    t, r = tokens(m, b, par.tp, par.sp, par.cp)
+    plan = expert_plan(m.moe, par.routing, r, par.ep, par.tp, d) if m.moe is not None else None
+    rows = plan.rows[plan.busiest] if plan is not None else ()
+    cache: dict[str, tuple] = {}
+    layers, comm, group, expert = [], [], [], []
+    kinds = trace.provenance.get("layer_kinds") or [_kind(x.name) for x in trace.layers]
+    for layer, kind in zip(trace.layers, kinds, strict=True):
+        if kind not in cache:
+            cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
+        ratios, act, share, tpc, ops = cache[kind]
+        layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
+        comm.append(tpc)
+        group.append(ops)
+        expert.append(layer.param_bytes * share[1])
+    prov = {**trace.provenance, "parallel": _describe(par)}
+    out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
+    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par)
+
+
+def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
+    one_rows = single_gpu_rows(m, b) if kind == "moe_block" else ()
+    mine = rows if kind == "moe_block" else ()
+    full = layer_kernels(kind, m, b, d, rows=one_rows)
+    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine)
+    f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
+    fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
+    ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
+    ratios += (flr / fl1 if fl1 > 0 else 1.0,)
+    act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
+    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine) / act1 if act1 else 1.0
+    dense, expert = layer_params(kind, m)
+    total = float(dense + expert) or 1.0
+    share = (dense / par.tp / total, expert / (par.ep * par.tp) / total)
+    core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
+    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
+    ops = _group_ops(kind, m, b, d, par, core, plan if kind == "moe_block" else None)
+    return ratios, act, share, tpc, ops
+
+
+def _apply(layer: LayerProfile, ratios, act: float, share: float, par: Parallel) -> LayerProfile:
+    """``layer`` scaled: times by ``ratios`` (forward, input and weight gradient; FLOPs last),
+    activations by ``act``, parameters by ``share`` (module doc)."""
+    kf, ki, kw, kflops = ratios
+    bi = None if layer.bwd_input_s is None else layer.bwd_input_s * ki
+    bw = None if layer.bwd_weight_s is None else layer.bwd_weight_s * kw
+    bwd = bi + bw if bi is not None and bw is not None else layer.bwd_s * (ki + kw) / 2
+    return replace(
+        layer,
+        fwd_s=layer.fwd_s * kf,
+        bwd_s=bwd,
+        bwd_input_s=bi,
+        bwd_weight_s=bw,
+        param_bytes=layer.param_bytes * share,
+        act_bytes=layer.act_bytes * act,
+        out_bytes=layer.out_bytes / (par.tp * par.cp),
+        flops=None if layer.flops is None else layer.flops * kflops,
+    )
+
+
+def _kind(name: str) -> str:
+    for kind in ("embedding", "head", "moe_block"):
+        if name.startswith(kind):
+            return kind
+    return "block"
+
+
+def _describe(par: Parallel) -> str:
+    parts = [f"t={par.tp}{'+sp' if par.sp else ''}", f"cp={par.cp} ({par.cp_comm})"]
+    parts.append(f"ep={par.ep} ({par.routing.label()})")
+    return ", ".join(parts)

@@ -1,0 +1,67 @@
+"""A point's trace as one of its ranks runs it, whatever splits it: :func:`rank_trace`.
+
+Decoder traces (:mod:`sim.trace.decoder`) go through :func:`~sim.tensor.decoder_shard.
+shard_decoder` (tensor, sequence, expert and context parallelism); every other transformer
+trace through :func:`~sim.tensor.shard.shard_trace` (tensor and sequence parallelism only).
+"""
+
+from __future__ import annotations
+
+from sim.compute.device import ComputeSpec
+from sim.compute.routing import parse_routing
+from sim.config import PointConfig
+from sim.tensor.decoder_shard import DecoderShard, Parallel, shard_decoder
+from sim.tensor.shard import ShardedTrace, shard_trace
+from sim.trace.decoder import is_decoder
+from sim.trace.schema import Trace
+
+
+def parallel_of(point: PointConfig) -> Parallel:
+    """The :class:`Parallel` of ``point``.
+
+    Raises:
+        ValueError: a bad ``routing`` spec.
+    """
+    return Parallel(
+        point.tensor_parallel,
+        point.sequence_parallel,
+        point.context_parallel,
+        point.expert_parallel,
+        point.context_parallel_comm,
+        parse_routing(point.routing),
+    )
+
+
+def needs_decoder(point: PointConfig) -> str:
+    """What of ``point`` only decoder traces support (``""`` when nothing)."""
+    if point.expert_parallel > 1:
+        return "expert_parallel > 1"
+    if point.context_parallel > 1:
+        return "context_parallel > 1"
+    return ""
+
+
+def rank_trace(
+    trace: Trace,
+    point: PointConfig,
+    spec: ComputeSpec | None,
+    overhead_s: tuple[float, float] = (0.0, 0.0),
+) -> ShardedTrace | DecoderShard:
+    """``trace`` (at the point's micro-batch size, on the target GPU ``spec``) on one rank;
+    ``overhead_s``: the GPU's tensor-parallel module overhead (:func:`~sim.tensor.shard.
+    shard_trace`; not applied to decoder traces, whose replays do not use DTensor modules).
+
+    Raises:
+        ValueError: the trace cannot be split as the point says (why in the message).
+    """
+    if is_decoder(trace):
+        if spec is None:
+            raise ValueError(f"trace {trace.name} is a decoder trace: it needs a GPU model")
+        return shard_decoder(trace, parallel_of(point), spec)
+    what = needs_decoder(point)
+    if what:
+        raise ValueError(
+            f"{what} needs a decoder trace (sim.trace.decoder, e.g. traces/mixtral-8x7b); "
+            f"{trace.name} is not one"
+        )
+    return shard_trace(trace, point.tensor_parallel, point.sequence_parallel, spec, overhead_s)

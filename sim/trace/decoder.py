@@ -1,0 +1,140 @@
+"""Analytic traces of decoder LMs: Llama-like, mixture-of-experts (Mixtral, Qwen2-MoE,
+DeepSeek-V3) and MLA models, one GPU, no parallelism.
+
+Nothing here is measured: every layer's times are the kernel model's
+(:mod:`sim.compute.decoder`) on a :class:`~sim.compute.device.ComputeSpec`, its bytes counted
+from tensor sizes. On one GPU every expert is local and the router is assumed balanced and
+dropless (each of the ``E`` experts computes ``T*k/E`` rows, or its capacity with padding);
+the per-rank view under expert, tensor and context parallelism is
+:mod:`sim.tensor.decoder_shard`'s. The shape is recorded in ``provenance.inputs`` and
+``provenance.model_shape`` (``kind: decoder``), so a trace is regenerated at any micro-batch
+size and on any GPU, and split over ranks.
+
+Layers: ``embedding`` (``V*h`` parameters; no position table: rotary), ``block.i`` (dense
+MLP) or ``moe_block.i``, ``head`` (final RMSNorm and an untied ``V*h`` output layer, fp32
+cross-entropy). ``out_bytes`` is the hidden state ``b*s*h*d``. ``flops`` is the sum of the
+forward kernels' FLOPs (attention core included, halved for the causal mask).
+
+Presets (:data:`DECODER_PRESETS`) carry their Hugging Face ``config.json`` values; the files
+are in ``examples/hf/`` and :mod:`sim.trace.hf_config` reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from sim.compute.decoder import (
+    DecoderShape,
+    layer_act_bytes,
+    layer_kernels,
+    layer_names,
+    layer_params,
+)
+from sim.compute.device import ComputeSpec
+from sim.compute.kernels import phase_time
+from sim.compute.routing import expert_rows
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+
+
+def single_gpu_rows(m: DecoderShape, b: int) -> tuple[float, ...]:
+    """Rows of every expert on one GPU: balanced, with the model's capacity settings."""
+    if m.moe is None:
+        return ()
+    e = m.moe.experts
+    return expert_rows(
+        b * m.seq_len,
+        1,
+        e,
+        m.moe.top_k,
+        (1.0 / e,) * e,
+        m.moe.capacity_factor,
+        m.moe.pad_to_capacity,
+    )
+
+
+def decoder_layer(
+    name: str, kind: str, m: DecoderShape, b: int, gpu: ComputeSpec, dtype: str
+) -> LayerProfile:
+    """One layer of the unsharded model on ``gpu`` at micro-batch ``b`` (module doc)."""
+    d = dtype_bytes(dtype)
+    rows = single_gpu_rows(m, b) if kind == "moe_block" else ()
+    fwd, bwd_in, bwd_w = layer_kernels(kind, m, b, d, rows=rows)
+    f, i, w = (phase_time(k, gpu, dtype).total_s if k else 0.0 for k in (fwd, bwd_in, bwd_w))
+    dense, expert = layer_params(kind, m)
+    return LayerProfile(
+        name=name,
+        fwd_s=f,
+        bwd_s=i + w,
+        param_bytes=float((dense + expert) * d),
+        act_bytes=layer_act_bytes(kind, m, b, d, rows=rows),
+        out_bytes=0.0 if kind == "head" else float(b * m.seq_len * m.hidden * d),
+        bwd_input_s=i,
+        bwd_weight_s=w,
+        flops=float(sum(k.flops for k in fwd)),
+    )
+
+
+def decoder_trace(
+    shape: DecoderShape | dict[str, Any],
+    *,
+    name: str,
+    microbatch_size: int,
+    gpu: ComputeSpec,
+    dtype: str = "bf16",
+) -> Trace:
+    """An analytic trace of a decoder LM (module doc).
+
+    Args:
+        shape: the model, or its :meth:`DecoderShape.to_dict` form.
+        name: trace name.
+        microbatch_size: ``b``.
+        gpu: the GPU whose kernel model times the layers.
+        dtype: ``bf16``, ``fp16`` or ``fp32``.
+
+    Raises:
+        ValueError: an invalid shape or ``microbatch_size < 1``.
+    """
+    m = shape if isinstance(shape, DecoderShape) else DecoderShape.from_dict(dict(shape))
+    if microbatch_size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {microbatch_size}")
+    layers = tuple(decoder_layer(n, k, m, microbatch_size, gpu, dtype) for n, k in layer_names(m))
+    dense = sum(layer_params(k, m)[0] for _, k in layer_names(m))
+    expert = sum(layer_params(k, m)[1] for _, k in layer_names(m))
+    shape_dict = m.to_dict()
+    inputs = {**m.to_dict(), "microbatch_size": microbatch_size, "dtype": dtype, "gpu": asdict(gpu)}
+    moe = m.moe
+    routed = (
+        f"{moe.experts} experts top-{moe.top_k}, balanced, "
+        + ("dropless" if moe.capacity_factor is None else f"capacity {moe.capacity_factor:g}")
+        if moe
+        else "dense"
+    )
+    prov = {
+        "source": "analytic: sim.trace.decoder.decoder_trace",
+        "inputs": inputs,
+        "model_shape": shape_dict,
+        "parameters": {"dense": dense, "expert": expert, "total": dense + expert},
+        "notes": (
+            f"Generated, not measured: kernel model (sim.compute) on {gpu.model}, {m.attention} "
+            f"attention, {routed}; one GPU, every expert local."
+        ),
+    }
+    return Trace(name, layers, microbatch_size, dtype, gpu.model, provenance=prov)
+
+
+def is_decoder(trace: Trace) -> bool:
+    """Whether ``trace`` records a decoder shape (``model_shape.kind == "decoder"``)."""
+    shape = trace.provenance.get("model_shape")
+    return isinstance(shape, dict) and shape.get("kind") == "decoder"
+
+
+def decoder_shape(trace: Trace) -> DecoderShape:
+    """The :class:`DecoderShape` a decoder trace records.
+
+    Raises:
+        ValueError: the trace records no decoder shape.
+    """
+    if not is_decoder(trace):
+        raise ValueError(f"trace {trace.name} records no decoder model shape")
+    return DecoderShape.from_dict(dict(trace.provenance["model_shape"]))

@@ -1,0 +1,204 @@
+"""The host as a second queue (sim.compute.host, sim.engine.host): closed forms against an
+op-by-op issue, and exact timelines of tiny pipelines worked out by hand.
+
+Scenario numbers are dyadic (powers of two) so that every sum is exact in floating point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import reduce
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.compute.host import HostOverhead, HostWork, issue_exactly
+from sim.engine import StageCost, simulate
+from sim.engine.host import action_work, layered_work
+from tests.helpers import uniform_input
+
+times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+
+
+@given(st.lists(st.tuples(times, times), min_size=1, max_size=30), times, times)
+def test_max_plus_summary_is_the_op_by_op_issue(ops, host_free, device_free):
+    # Each op alone is (h, d, K = h + d); folding `then` over them must give the same device
+    # end and host end as issuing the ops one at a time.
+    work = reduce(HostWork.then, [HostWork(h, d, h + d) for h, d in ops])
+    exact = issue_exactly([h for h, _ in ops], [d for _, d in ops], host_free, device_free)
+    assert work.finish(host_free, device_free) == pytest.approx(exact, rel=1e-9, abs=1e-9)
+
+
+@given(st.integers(1, 200), times, times, times, times)
+def test_alike_ops_closed_form(n, host_s, device_s, host_free, device_free):
+    # K = max(H + D/n, D + H/n) for n ops of H/n host and D/n device seconds each.
+    work = HostWork.of_ops(n, host_s, device_s)
+    exact = issue_exactly([host_s / n] * n, [device_s / n] * n, host_free, device_free)
+    assert work.finish(host_free, device_free) == pytest.approx(exact, rel=1e-9, abs=1e-9)
+
+
+def _spans(log, kinds=("compute", "host_wait", "optimizer")):
+    return sorted(
+        (e.kind, e.device, e.name, e.start_s, e.end_s) for e in log.events if e.kind in kinds
+    )
+
+
+def _one_stage(host: HostOverhead, **kw):
+    # p = 1, m = 2, GPipe: F0 F1 B0 B1 STEP; t_F = 1, t_B = 2; 8 ops forward and backward.
+    inp = uniform_input("gpipe", 1, 2, **kw)
+    cost = replace(inp.costs[0], fwd_ops=8.0, bwd_ops=8.0)
+    return replace(inp, costs=(cost,), host=host)
+
+
+def test_host_bound_then_device_bound_and_run_ahead():
+    # Forward: 8 ops x 0.25 s host (H = 2), 1 s device: K = max(2 + 1/8, 1 + 2/8) = 2.125.
+    # F0: device end max(0 + 1, 0 + 2.125) = 2.125, host 2: the GPU idles 1.125 s (host_wait).
+    # F1: max(2.125 + 1, 2 + 2.125) = 4.125, host 4: host-bound again.
+    # Backward: 8 ops x 0.0625 s (H = 0.5), 2 s device: K = max(0.5 + 0.25, 2 + 0.0625).
+    # B0: max(4.125 + 2, 4 + 2.0625) = 6.125 (device-bound), host 4.5.
+    # B1: the host is 1.625 s ahead: max(6.125 + 2, 4.5 + 2.0625) = 8.125, host 5.
+    log = simulate(_one_stage(HostOverhead(op_s=0.25, backward_op_s=0.0625)))
+    assert _spans(log) == sorted(
+        [
+            ("host_wait", "gpu0", "host 0F0", 0.0, 1.125),
+            ("compute", "gpu0", "0F0", 1.125, 2.125),
+            ("host_wait", "gpu0", "host 0F1", 2.125, 3.125),
+            ("compute", "gpu0", "0F1", 3.125, 4.125),
+            ("compute", "gpu0", "0B0", 4.125, 6.125),
+            ("compute", "gpu0", "0B1", 6.125, 8.125),
+            ("optimizer", "gpu0", "0STEP0", 8.125, 8.125),
+        ]
+    )
+    assert log.iteration_ends_s == [8.125]
+
+
+def test_cuda_graphs_remove_the_floor():
+    # Under CUDA graphs the ops cost the host nothing: 1 + 1 + 2 + 2 = 6 s of device time.
+    host = HostOverhead(op_s=0.25, backward_op_s=0.0625).under("cuda_graphs")
+    log = simulate(_one_stage(host))
+    assert log.iteration_ends_s == [6.0]
+    assert not [e for e in log.events if e.kind == "host_wait"]
+
+
+def _two_stages(syncs: frozenset[str]):
+    # p = 2, m = 1, GPipe; 8 ops per F and B at 0.0625 s: H = 0.5 each.
+    inp = uniform_input("gpipe", 2, 1)
+    costs = tuple(replace(c, fwd_ops=8.0, bwd_ops=8.0) for c in inp.costs)
+    host = HostOverhead(op_s=0.0625, backward_op_s=0.0625)
+    return replace(inp, costs=costs, host=host, host_syncs=syncs)
+
+
+def test_recv_sync_point_blocks_the_host_until_the_input_is_there():
+    # F: K = max(0.5 + 0.125, 1 + 0.0625) = 1.0625; B: K = max(0.5 + 0.25, 2 + 0.0625) = 2.0625.
+    # gpu0 F0: max(1, 1.0625) = 1.0625 (host_wait 0.0625), host 0.5; the activation is there.
+    # No sync: gpu1's host issued F0 at once (host 0 -> 0.5), so F0 ends at
+    #   max(1.0625 + 1, 0 + 1.0625) = 2.0625; B0 max(2.0625 + 2, 0.5 + 2.0625) = 4.0625;
+    #   gpu0's B0: max(4.0625 + 2, 0.5 + 2.0625) = 6.0625.
+    # "recv": gpu1's host waits for the activation (1.0625): F0 max(2.0625, 1.0625 + 1.0625) =
+    #   2.125, host 1.5625; B0 max(4.125, 1.5625 + 2.0625) = 4.125; gpu0's host waits for the
+    #   gradient (4.125): B0 max(6.125, 4.125 + 2.0625) = 6.1875.
+    free = simulate(_two_stages(frozenset()))
+    synced = simulate(_two_stages(frozenset({"recv"})))
+    assert free.iteration_ends_s == [6.0625]
+    assert synced.iteration_ends_s == [6.1875]
+    assert ("host_wait", "gpu1", "host 1F0", 1.0625, 1.125) in _spans(synced)
+    assert ("host_wait", "gpu0", "host 0B0", 4.125, 4.1875) in _spans(synced)
+
+
+def test_step_sync_keeps_the_host_within_an_iteration():
+    # Two iterations of the one-stage case with a device-bound forward (host 8 x 0.0625 =
+    # 0.5 s, K = max(0.5 + 0.125, 1 + 0.0625) = 1.0625) and a free backward:
+    # it 0: F0 [0.0625, 1.0625] (host_wait 0.0625), F1 max(2.0625, 1 + ...) = 2.0625, B0, B1 ->
+    #   6.0625; the step syncs the host to 6.0625.
+    # it 1: F2 max(6.0625 + 1, 6.0625 + 1.0625) = 7.125 (the first op waits for the host
+    #   again); without the sync the host (at 1.0) would be far ahead: F2 ends at 7.0625.
+    host = HostOverhead(op_s=0.0625, backward_op_s=0.0)
+    inp = uniform_input("gpipe", 1, 2, iterations=2)
+    base = replace(inp, costs=(replace(inp.costs[0], fwd_ops=8.0, bwd_ops=8.0),), host=host)
+    synced = simulate(base)
+    free = simulate(replace(base, host_syncs=frozenset()))
+    assert synced.iteration_ends_s == [6.0625, 12.125]
+    assert free.iteration_ends_s == [6.0625, 12.0625]
+
+
+def test_unknown_sync_point_is_refused():
+    with pytest.raises(ValueError, match="host sync points"):
+        replace(uniform_input("gpipe", 1, 1), host_syncs=frozenset({"never"}))
+
+
+def test_split_backward_ops_follow_the_seconds():
+    cost = StageCost(1.0, 4.0, 0.0, 0.0, bwd_input_s=3.0, bwd_weight_s=1.0, bwd_ops=40.0)
+    assert (cost.backward_ops("B"), cost.backward_ops("I"), cost.backward_ops("W")) == (
+        40.0,
+        30.0,
+        10.0,
+    )
+
+
+def test_host_overhead_in_a_hardware_description():
+    from sim.errors import InputError
+    from sim.hardware.describe import topology_to_dict
+    from sim.hardware.loader import load_hardware
+
+    # a preset's host_overhead merges key by key with an override; units parse
+    topo = load_hardware(
+        {"base": "dgx-a100-40gb", "host_overhead": {"op": "20 us", "mode": "cuda_graphs"}}
+    )
+    over = topo.hosts[0].overhead
+    assert (over.op_s, over.backward_op_s, over.checkpoint_s) == pytest.approx(
+        (20e-6, 13.9e-6, 100e-6)
+    )
+    assert over.mode == "cuda_graphs" and all(h.overhead == over for h in topo.hosts)
+    assert load_hardware(topology_to_dict(topo)) == topo
+    with pytest.raises(InputError) as err:
+        load_hardware({"base": "dgx-a100-40gb", "host_overhead": {"op": "-1 us"}})
+    assert err.value.field == "hardware.host_overhead.op"
+
+
+def test_kineto_import_counts_leaf_ops_per_layer(tmp_path):
+    # Forward span "a": aten::linear (composite) holding aten::t and aten::addmm, then
+    # aten::relu: 3 leaf ops. Its backward: AddmmBackward0's node holding aten::mm twice and
+    # aten::sum (3 leaves), ReluBackward0's holding aten::threshold_backward (1): 4.
+    import json
+
+    from sim.trace.kineto import read_kineto
+
+    def ev(name, cat, ts, dur, **args):
+        return dict(ph="X", cat=cat, name=name, pid=1, tid=1, ts=ts, dur=dur, args=args)
+
+    node = "autograd::engine::evaluate_function: "
+    events = [
+        ev("a", "user_annotation", 0, 100),
+        ev("aten::linear", "cpu_op", 5, 40, **{"Sequence number": 1}),
+        ev("aten::t", "cpu_op", 6, 5),
+        ev("aten::addmm", "cpu_op", 12, 30),
+        ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
+        ev(node + "ReluBackward0", "cpu_op", 200, 20, **{"Sequence number": 2}),
+        ev("aten::threshold_backward", "cpu_op", 205, 10),
+        ev(node + "AddmmBackward0", "cpu_op", 230, 60, **{"Sequence number": 1}),
+        ev("AddmmBackward0", "cpu_op", 232, 55),
+        ev("aten::mm", "cpu_op", 235, 15),
+        ev("aten::mm", "cpu_op", 252, 15),
+        ev("aten::sum", "cpu_op", 270, 10),
+    ]
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    layer = read_kineto(path, microbatch_size=1).layers[0]
+    assert (layer.fwd_ops, layer.bwd_ops) == (3.0, 4.0)
+
+
+def test_an_action_is_issued_layer_by_layer():
+    # Layer A: 4 ops of 0.25 s host, 0.0625 s device each (host-bound); layer B: 1 op of
+    # 0.25 s host, 1 s device (device-bound). One by one: A's ops are issued at 0.25 ... 1.0
+    # and end at 1.0625; B is issued at 1.25 and ends at 2.25. Summarised as one action of 5
+    # alike ops the device would end at 1.5 (B's device time hidden in A's host slack).
+    host = HostOverhead(op_s=0.25)
+    parts = ((0.25, 4.0, 0.0), (1.0, 1.0, 0.0))
+    exact = issue_exactly([0.25] * 5, [0.0625] * 4 + [1.0], 0.0, 0.0)
+    assert layered_work(host, "F", parts).finish(0.0, 0.0) == pytest.approx(exact)
+    assert exact == pytest.approx((2.25, 1.25))
+    assert action_work(host, "F", 1.25, 5.0).finish(0.0, 0.0)[0] == pytest.approx(1.5)
+    # each recomputed layer is one checkpointed region: its wrapper cost comes with it
+    wrapped = HostOverhead(op_s=0.25, checkpoint_s=0.5)
+    assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.25 + 2 * 0.5)
