@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from sim.errors import InputError
+from sim.trace.hf_config import check_sizes, parameter_count
 
 LAYOUT = ("model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb", "lm_head")
 
@@ -75,81 +76,6 @@ class HFChain(nn.Module):
         return x
 
 
-SIZES = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "vocab_size",
-    "max_position_embeddings",
-)
-"""Sizes a Llama-like config must give as positive integers (``num_key_value_heads`` may be
-absent: then it equals the heads)."""
-MAX_PARAMETERS = 10**13
-"""Largest model accepted (an assumption, 10x beyond the largest published dense models): a
-config beyond it is a typo, not a model."""
-
-
-def parameter_count(cfg: dict[str, Any]) -> int:
-    """Parameters of a Llama-like decoder from its ``config.json`` sizes (embedding; per layer
-    the q/k/v/o projections with grouped KV heads, the gated MLP's three matrices and two
-    norms; the final norm; an untied LM head).
-
-    Example (Llama-2-7B: 6.74 B):
-        >>> parameter_count(dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-        ...     num_attention_heads=32, vocab_size=32000))
-        6738415616
-    """
-    h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads") or heads
-    v = cfg["vocab_size"]
-    layer = 2 * h * h + 2 * h * (h // heads) * kv + 3 * h * i + 2 * h
-    head = 0 if cfg.get("tie_word_embeddings") else v * h
-    return v * h + n * layer + h + head
-
-
-def check_config(data: dict[str, Any], file: str) -> None:
-    """The sizes of a Llama-like config, before ``transformers`` builds anything.
-
-    Raises:
-        InputError: naming the field: a size that is not a positive integer, heads not
-            dividing the hidden size, KV heads not dividing the heads, or a model beyond
-            :data:`MAX_PARAMETERS`.
-    """
-    for key in SIZES:
-        v = data.get(key)
-        if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"must be a positive integer, got {v!r}", file=file, field=key)
-    h, heads = data["hidden_size"], data["num_attention_heads"]
-    kv = data.get("num_key_value_heads") or heads
-    if h % heads:
-        raise InputError(
-            f"hidden_size {h} is not a multiple of num_attention_heads {heads}",
-            file=file,
-            field="num_attention_heads",
-        )
-    if heads % kv:
-        raise InputError(
-            f"num_key_value_heads {kv} must divide num_attention_heads {heads} (each KV head "
-            "serves a group of query heads)",
-            file=file,
-            field="num_key_value_heads",
-        )
-    n = parameter_count(data)
-    if n > MAX_PARAMETERS:
-        largest = max((k for k in SIZES if isinstance(data.get(k), int)), key=lambda k: data[k])
-        raise InputError(
-            f"describes {n:.3g} parameters, more than the {MAX_PARAMETERS:.0e} accepted; check "
-            f"its sizes ({largest} = {data[largest]:,})",
-            file=file,
-            field=largest,
-        )
-
-
 def _available_bytes() -> float:
     """Memory the OS can give now (``MemAvailable``, proc(5)); infinite where unknown."""
     try:
@@ -189,7 +115,7 @@ def load_config(path: str | Path) -> Any:
 
     Raises:
         InputError: transformers is absent, the file is not JSON, has no known
-            ``model_type``, or bad sizes (:func:`check_config`).
+            ``model_type``, or bad sizes (``sim.trace.hf_config.check_sizes``).
     """
     try:
         import transformers
@@ -206,7 +132,7 @@ def load_config(path: str | Path) -> Any:
     kind = data.pop("model_type", None) if isinstance(data, dict) else None
     if not isinstance(kind, str):
         raise InputError('missing (e.g. "model_type": "llama")', file=str(path), field="model_type")
-    check_config(data, str(path))
+    check_sizes({"model_type": kind, **data}, str(path))
     try:
         return transformers.AutoConfig.for_model(kind, **data)
     except (ValueError, KeyError, TypeError) as exc:
