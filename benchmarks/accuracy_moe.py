@@ -37,8 +37,10 @@ import tempfile
 from pathlib import Path
 
 from sim.config import parse_experiment
+from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
-from sim.sweep import evaluate_row, expand, prepare
+from sim.point_row import point_row
+from sim.sweep import expand
 from sim.trace.decoder import decoder_trace
 from sim.trace.hf_config import read_config
 from sim.trace.native import write_trace
@@ -114,7 +116,7 @@ def _row(tmp: Path, hardware: str, trace: str, sweep: dict, gb: int, framework: 
     exp = parse_experiment(data, file=file)
     prep = prepare(exp, file)
     points, _ = expand(prep)
-    return evaluate_row(prep, points[0])
+    return point_row(prep, points[0])[0]
 
 
 def tensor_peak_gib(row) -> float:

@@ -18,10 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.config import PointConfig, load_experiment
+from sim.config import load_experiment
+from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
 from sim.point import evaluate, resolve
-from sim.sweep import expand, prepare, run_points
+from sim.point_config import PointConfig
+from sim.rowcache import run_points
+from sim.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 

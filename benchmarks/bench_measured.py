@@ -51,9 +51,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
-from sim.config import PointConfig, parse_experiment  # noqa: E402
+from sim.config import parse_experiment  # noqa: E402
+from sim.experiment import Prepared  # noqa: E402
 from sim.hardware.loader import load_hardware  # noqa: E402
-from sim.sweep import Prepared, evaluate_row  # noqa: E402
+from sim.point_config import PointConfig  # noqa: E402
+from sim.point_row import point_row  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
@@ -150,7 +152,7 @@ def predict(
             global_batch=int(rec.global_batch),
             framework=framework,
         )
-        row = evaluate_row(Prepared(exp, "<measured>", topo, {name: traces[name]}), point)
+        row = point_row(Prepared(exp, "<measured>", topo, {name: traces[name]}), point)[0]
         t = row.iteration_time_s
         out.append(
             {

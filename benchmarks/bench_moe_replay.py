@@ -35,7 +35,9 @@ sys.path.insert(0, str(REPO))
 
 from backends.torch.launch import run_ranks  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
-from sim.sweep import evaluate_row, expand, prepare  # noqa: E402
+from sim.experiment import prepare  # noqa: E402
+from sim.point_row import point_row  # noqa: E402
+from sim.sweep import expand  # noqa: E402
 
 CONFIG = {
     "model_type": "mixtral",
@@ -102,7 +104,7 @@ def predict(tmp: Path, trace: str, sweep: dict, m: int, dp: int):
     file = str(tmp / "e.yaml")
     prep = prepare(parse_experiment(data, file=file), file)
     (point,), _ = expand(prep)
-    return evaluate_row(prep, point)
+    return point_row(prep, point)[0]
 
 
 def measure(target: str, m: int, threads: int, config: str) -> dict:

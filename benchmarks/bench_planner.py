@@ -21,9 +21,10 @@ import time
 
 from sim.config import parse_experiment
 from sim.executors import open_executor
+from sim.experiment import prepare
 from sim.planner import plan_points
 from sim.rows import pick_winner
-from sim.sweep import expand, prepare
+from sim.sweep import expand
 
 GRID = {
     "name": "bench-planner-2x-dgx-h100",

@@ -8,11 +8,19 @@ Run: ``python benchmarks/golden_engine_logs.py dump ROOT OUT.pkl`` (``ROOT``: th
 ``sim`` to import) and ``python benchmarks/golden_engine_logs.py compare A.pkl B.pkl``.
 Configurations: dgx1-v100-16gb (experiments/dgx1.yaml), GPT-2 1.5B and GNMT-16, all five
 schedules, p = 4 with dp_width 1 and 2 under every memory policy, plus p = 8 and p = 2 cases.
+
+The shipped experiments (issue 17): ``dump-runs ROOT RESULTS OUT.json`` simulates again every
+configuration that ``sim run experiments/NAME.yaml --no-cache --out RESULTS/NAME`` simulated
+(the rows of ``results.csv`` the planner did not prune) with the ``sim`` of ``ROOT`` and keeps
+the SHA-256 of each event log's records (events, memory, iteration ends, metrics, meta);
+``compare-runs A.json B.json`` lists the configurations whose logs are not byte-identical.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import pickle
 import sys
@@ -57,9 +65,15 @@ def _record(e) -> tuple:
 
 def dump(root: Path, out: Path) -> None:
     sys.path.insert(0, str(root))
-    from sim.config import PointConfig, load_experiment
+    from sim.config import load_experiment
     from sim.point import evaluate, resolve
-    from sim.sweep import prepare
+
+    try:
+        from sim.experiment import prepare
+        from sim.point_config import PointConfig
+    except ImportError:  # before issue 17
+        from sim.config import PointConfig  # type: ignore[attr-defined,no-redef]
+        from sim.sweep import prepare  # type: ignore[attr-defined,no-redef]
 
     exp_file = root / "experiments" / "dgx1.yaml"
     prep = prepare(load_experiment(exp_file), str(exp_file))
@@ -91,6 +105,65 @@ def dump(root: Path, out: Path) -> None:
         )
     out.write_bytes(pickle.dumps(res))
     print(f"{len(res)} configurations dumped to {out}")
+
+
+def _digest(log, met) -> str:
+    """SHA-256 of a log's records, exact (no round-off allowed)."""
+    data = (
+        [_record(e) for e in log.events],
+        [_record(e) for e in log.memory],
+        list(log.iteration_ends_s),
+        dataclasses.asdict(met),
+        sorted((k, repr(v)) for k, v in log.meta.items()),
+    )
+    return hashlib.sha256(pickle.dumps(data, protocol=4)).hexdigest()
+
+
+def dump_runs(root: Path, results: Path, out: Path) -> None:
+    sys.path.insert(0, str(root))
+    import csv
+
+    from sim.config import load_experiment
+    from sim.point import evaluate, resolve
+    from sim.rows import ResultRow
+
+    try:
+        from sim.experiment import prepare
+    except ImportError:  # before issue 17
+        from sim.sweep import prepare
+
+    res: dict[str, str] = {}
+    for exp_file in sorted((root / "experiments").glob("*.yaml")):
+        exp = load_experiment(exp_file)
+        table = results / exp.name / "results.csv"
+        if not table.is_file():
+            continue
+        prep = prepare(exp, str(exp_file))
+        for rec in csv.DictReader(table.open()):
+            if rec["error"].startswith("pruned"):
+                continue
+            fields = {k: v for k, v in rec.items() if k in ResultRow.model_fields and v != ""}
+            point = ResultRow.model_validate(fields).point()
+            key = f"{exp.name} {point.model_dump_json()}"
+            try:
+                r = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(exp_file))
+                met, log = evaluate(r)
+            except Exception as exc:  # an invalid point is part of the output too
+                res[key] = f"error {type(exc).__name__}: {exc}"
+                continue
+            res[key] = _digest(log, met)
+    out.write_text(json.dumps(res, indent=0, sort_keys=True))
+    print(f"{len(res)} configurations of the shipped experiments dumped to {out}")
+
+
+def compare_runs(a: Path, b: Path) -> int:
+    old, new = json.loads(a.read_text()), json.loads(b.read_text())
+    missing = sorted(set(old) ^ set(new))
+    bad = sorted(k for k in set(old) & set(new) if old[k] != new[k])
+    for k in (missing + bad)[:5]:
+        print("DIFF", k[:300])
+    print(f"{len(old)} configurations, {len(bad)} event logs differ, {len(missing)} not in both")
+    return 1 if bad or missing else 0
 
 
 def _close(x, y, path: str) -> int:
@@ -131,5 +204,9 @@ def compare(a: Path, b: Path) -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "dump":
         dump(Path(sys.argv[2]).resolve(), Path(sys.argv[3]))
+    elif sys.argv[1] == "dump-runs":
+        dump_runs(Path(sys.argv[2]).resolve(), Path(sys.argv[3]), Path(sys.argv[4]))
+    elif sys.argv[1] == "compare-runs":
+        sys.exit(compare_runs(Path(sys.argv[2]), Path(sys.argv[3])))
     else:
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
+from sim.experiment import Prepared
 from sim.hardware.loader import load_hardware
-from sim.sweep import Prepared, evaluate_row
+from sim.point_config import PointConfig
+from sim.point_row import point_row
 from sim.trace.generator import preset_gpu, transformer_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +124,7 @@ def _predict_one(row, servers: int) -> dict:
         framework=framework,
     )
     prep = Prepared(exp, "<sc21>", load_hardware(hardware), {name: trace})
-    r = evaluate_row(prep, point)
+    r = point_row(prep, point)[0]
     ok = r.iteration_time_s is not None and r.fits
     return {
         "predicted_s": r.iteration_time_s if ok else math.nan,

@@ -32,7 +32,12 @@ def _models(annotation: object) -> list[tuple[type[BaseModel], bool]]:
 
 def _type(annotation: object) -> str:
     text = str(annotation).replace("typing.", "").replace("sim.config.", "")
-    return text.replace("<class '", "").replace("'>", "").replace("NoneType", "None").replace("|", "or")
+    return (
+        text.replace("<class '", "")
+        .replace("'>", "")
+        .replace("NoneType", "None")
+        .replace("|", "or")
+    )
 
 
 def _default(field: typing.Any) -> str:

@@ -40,10 +40,11 @@ import pandas as pd
 from rich.console import Console
 
 from sim.compute.adapt import adapt_trace
-from sim.config import ExperimentConfig, PointConfig, load_experiment, parse_experiment
+from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.executors import open_executor
+from sim.experiment import Prepared, prepare
 from sim.hardware.loader import load_hardware
 from sim.metrics import Metrics
 from sim.partition import Partition
@@ -51,10 +52,11 @@ from sim.partition import partition as split_layers
 from sim.placement import place
 from sim.planner import PlanStats, plan_points
 from sim.point import Resolved, evaluate, resolve
+from sim.point_config import PointConfig
 from sim.replay import Replayer
 from sim.rows import ResultRow, pick_winner
 from sim.run import run_experiment
-from sim.sweep import Prepared, expand, prepare
+from sim.sweep import expand
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
@@ -223,7 +225,7 @@ def simulate(experiment: Experiment, **choose: Any) -> Simulation:
 
     Args:
         experiment: see :data:`Experiment`.
-        **choose: :class:`sim.config.PointConfig` fields picking one configuration of the
+        **choose: :class:`sim.point_config.PointConfig` fields picking one configuration of the
             grid (``schedule="1f1b", stages=4``); none needed when the grid has one.
 
     Raises:

@@ -10,12 +10,14 @@ stages, which do not depend on the partition, and the averaging argument (the la
 version, gradients, optimizer state) and its runtime reserve (CUDA context, cuBLAS workspace,
 NCCL buffers of each peer) at t = 0 and keeps them (:meth:`sim.engine.pipeline.Pipeline.run`),
 so a GPU's peak is at least its stage's static bytes plus that reserve. Per parameter, a policy
-keeps at least :func:`min_state_bytes_per_param` on the GPU (``none``, ``recompute``,
-``cpu_swap``: every state; ``d2d_swap``: one weight version and the rest; ``zero_offload``: the
-16-bit weights; ``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto`` and
-anything else: 0). Under ``none`` every stash stays on the GPU too, so when a stage has its
-``n_s`` in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
-it holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
+keeps at least its :meth:`~sim.memory.base.MemoryPolicy.min_state_bytes_per_param` on the GPU
+(each class says: ``none``, ``recompute``, ``cpu_swap``: every state; ``d2d_swap`` and
+``d2d_swap+recompute``: one weight version and the rest; ``zero_offload``: the 16-bit weights;
+``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto``: 0; one policy per
+stage: the least of its stages'). Where every stash stays on the GPU
+(:meth:`~sim.memory.base.MemoryPolicy.keeps_every_stash`: ``none``), a stage with its ``n_s``
+in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
+holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
 gradients (:func:`sim.memory.reserve.ddp_bucket_bytes`). Summed over the ``p`` stages of a
 replica, the parameters and stashes add up to the (tensor-rank) trace's totals ``P`` and ``A``,
 whatever the boundaries, so some GPU peaks at least at
@@ -32,13 +34,18 @@ the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
 **Throughput.** Each rank runs its stage's actions one at a time: a forward or backward on the
 compute stream, then its tensor-parallel collectives, which the rank waits for
 (:class:`~sim.engine.collectives.TensorCollectives`); full or selective recompute runs its
-forward seconds before each backward. So a rank is busy at least ``m x (F_s + B_s + R_s +
+forward seconds before each backward (the policy's
+:meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`). So a rank is busy at least ``m x (F_s + B_s + R_s +
 C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time,
-:meth:`BoundModel.comm_s`; stalls, pipeline transfers, data-parallel reductions and the step
-only add to it). The busiest of ``p`` stages has at least the mean of the tensor-rank trace's
-totals, and at least the largest layer (layers are not split), so the iteration takes at least
-``m x max((T + R + C) / p, largest layer)`` and the throughput is at most ``m x b x w`` samples
-over that (the "no bubble" bound).
+:meth:`BoundModel.layer_comm_s`; stalls, pipeline transfers, data-parallel reductions and the
+step only add to it). Each term is a sum over the stage's layers, so with ``w_l`` the work of
+layer ``l`` (its ``fwd + bwd``, recompute and collectives, :meth:`BoundModel.layer_work_s`) a
+stage is busy ``m x sum of its w_l``. A stage is a contiguous run of layers, so whatever the
+partition, the busiest stage has at least the smallest largest part of any split of the layers
+into ``p`` contiguous parts (:func:`min_bottleneck_s`; at least the mean ``(T + R + C) / p``
+and the largest layer). With ``v > 1`` chunks per rank a rank's chunks are not contiguous: it
+has at least the mean and the largest layer. So the iteration takes at least ``m x`` that, and
+the throughput is at most ``m x b x w`` samples over it (the "no bubble" bound).
 
 What it assumes: the engine measures an iteration between optimizer-step ends
 (:func:`sim.metrics.steady_window`) and each rank starts the next iteration when its own step
@@ -54,33 +61,23 @@ is not used, because it needs that assumption for the whole fill and drain.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from sim.compute.adapt import adapt_trace
-from sim.config import PointConfig
 from sim.engine.hierarchical import collective_plan
 from sim.framework.base import share_head_weight
-from sim.framework.registry import get_framework
-from sim.memory.registry import parse_policy
 from sim.memory.reserve import nccl_peers
-from sim.memory.spec import PolicySpec
-from sim.memory.states import (
-    StateBytes,
-    stage_state_bytes_per_param,
-    state_bytes,
-    version_bytes_per_param,
-)
+from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
+from sim.point_config import PointConfig
 from sim.schedules.analysis import peak_in_flight
-from sim.schedules.registry import get_schedule
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.rank import rank_trace
-from sim.trace.schema import Trace, dtype_bytes
-
-RESIDENT_KINDS = ("none", "recompute", "cpu_swap")
-"""Policies that keep every model state (all weight versions) on the GPU."""
+from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
 
 @dataclass(frozen=True)
@@ -96,10 +93,9 @@ class RankTotals:
         state: model-state bytes per parameter.
         groups: ``((params, act_bytes, count), ...)``: the layers grouped by their parameters
             and stash (a GPT trace has a few kinds: embedding, block, head).
-        recompute_s: forward seconds recomputed per micro-batch by ``recompute:full`` (every
-            layer's forward, :func:`sim.memory.stash.stash`) and ``recompute:selective`` (the
-            attention cores' share), summed over the layers.
-        max_layer_recompute_s: the largest layer's ``fwd + bwd + recompute`` seconds, per mode.
+        layer_recompute_s: per mode, each layer's forward seconds recomputed per micro-batch by
+            ``recompute:full`` (every block's forward, :mod:`sim.memory.recompute`) and
+            ``recompute:selective`` (the attention core's share).
         layer_seconds: per layer, ``fwd_s + bwd_s``.
         layer_comm: per layer, its tensor-parallel collectives ``((kind, bytes, count), ...)``
             of the forward and the backward (:func:`sim.tensor.megatron.aggregate`).
@@ -112,8 +108,7 @@ class RankTotals:
     layers: int
     state: StateBytes
     groups: tuple[tuple[float, float, int], ...] = ()
-    recompute_s: tuple[tuple[str, float], ...] = ()
-    max_layer_recompute_s: tuple[tuple[str, float], ...] = ()
+    layer_recompute_s: tuple[tuple[str, tuple[float, ...]], ...] = ()
     layer_seconds: tuple[float, ...] = ()
     layer_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
 
@@ -125,33 +120,6 @@ class PointBounds:
 
     memory_bytes: float
     throughput_samples_per_s: float
-
-
-def min_state_bytes_per_param(
-    spec: PolicySpec, sb: StateBytes, w: int, versions: int, vb: float
-) -> float:
-    """Model-state bytes per parameter a policy keeps on the GPU at least (module doc).
-
-    Args:
-        spec: the parsed ``memory_policy``.
-        sb: bytes per parameter of each state class.
-        w: data-parallel width (``zero3`` shards over it).
-        versions: the fewest weight versions any stage keeps.
-        vb: bytes per parameter of each extra version.
-    """
-    if spec.stages:
-        return min(min_state_bytes_per_param(s, sb, w, versions, vb) for s in spec.stages)
-    if spec.kind in RESIDENT_KINDS:
-        return stage_state_bytes_per_param(sb, versions, vb)
-    if spec.kind == "d2d_swap":
-        return float(sb.total)
-    if spec.kind == "zero_offload":
-        return float(sb.weight)
-    if spec.kind == "zero3" and "offload" not in spec.args:
-        return sb.total / w
-    if spec.kind == "dist_opt":  # experts shard over fewer replicas: /w is a lower bound
-        return stage_state_bytes_per_param(sb, versions, vb) - sb.optimizer + sb.optimizer / w
-    return 0.0
 
 
 def resolved_memory_excess(res) -> tuple[str, float, float] | None:
@@ -190,19 +158,76 @@ def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]
     )
 
 
+def _trace_key(point: PointConfig) -> tuple:
+    """What a point's rank trace depends on (:meth:`BoundModel.totals` caches per key)."""
+    return (
+        point.model,
+        point.microbatch_size,
+        point.tensor_parallel,
+        point.sequence_parallel,
+        point.expert_parallel,
+        point.context_parallel,
+        point.context_parallel_comm,
+        point.routing,
+        point.framework,
+    )
+
+
+def min_bottleneck_s(work: Sequence[float], parts: int, *, steps: int = 40) -> float:
+    """A lower bound of the smallest largest part of any split of ``work`` (non-negative) into
+    ``parts`` contiguous parts (a part's value: the sum of its items), within
+    ``total / 2**steps`` of it: the mean and the largest item if greedy packing fits ``parts``
+    parts under that, else a bisection between a cap it does not fit under (returned) and one
+    it fits under. The largest item when ``parts >= len(work)``.
+
+    Example:
+        >>> round(min_bottleneck_s([1.0, 1.0, 1.0, 1.0, 1.0], 2), 9)  # 3 + 2 layers
+        3.0
+        >>> min_bottleneck_s([4.0, 1.0, 1.0, 1.0, 1.0], 2)  # 4 | 1 + 1 + 1 + 1
+        4.0
+    """
+    n = len(work)
+    lo = max(max(work), sum(work) / parts)
+    if parts >= n:
+        return max(work)
+    prefix = [0.0]
+    for x in work:
+        prefix.append(prefix[-1] + x)
+
+    def fits(cap: float) -> bool:
+        start = 0
+        for _ in range(parts):
+            start = bisect_right(prefix, prefix[start] + cap, lo=start) - 1
+            if start >= n:
+                return True
+        return False
+
+    if fits(lo):
+        return lo
+    hi = prefix[-1]
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 class BoundModel:
     """Bounds of the points of one prepared experiment, with the per-(model, b, t, sp) trace
     totals and per-(schedule, p, m) in-flight counts cached (each is shared by many points).
 
     Args:
-        prep: the loaded experiment (:class:`sim.sweep.Prepared`).
+        prep: the loaded experiment (:class:`sim.experiment.Prepared`).
     """
 
     def __init__(self, prep) -> None:
         self.prep = prep
         self._totals: dict[tuple, RankTotals] = {}
         self._flight: dict[tuple, tuple[tuple[int, ...], int]] = {}
-        self._comm: dict[tuple, tuple[float, float]] = {}
+        self._comm: dict[tuple, tuple[float, ...]] = {}
+        self._busiest: dict[tuple, float] = {}
         self._plans: dict[tuple[str, ...], Any] = {}
 
     @cached_property
@@ -217,17 +242,7 @@ class BoundModel:
             ValueError: the trace cannot be brought to the point's micro-batch size or split
                 ``tensor_parallel`` ways (the point is then left to the simulator to report).
         """
-        key = (
-            point.model,
-            point.microbatch_size,
-            point.tensor_parallel,
-            point.sequence_parallel,
-            point.expert_parallel,
-            point.context_parallel,
-            point.context_parallel_comm,
-            point.routing,
-            point.framework,
-        )
+        key = _trace_key(point)
         if key not in self._totals:
             self._totals[key] = self._rank_totals(point)
         return self._totals[key]
@@ -239,7 +254,7 @@ class BoundModel:
         overhead = self.prep.topology.gpus[0].tp_module_overhead_s
         sharded = rank_trace(trace, point, gpu, overhead)
         trace = sharded.trace
-        if get_framework(point.framework).tied_embedding.value:
+        if point.framework_profile.tied_embedding.value:
             # stored once where both ends share a rank (Framework.tie): left out at every
             # depth, which keeps these totals a lower bound
             trace = share_head_weight(trace, point.tensor_parallel)
@@ -250,7 +265,7 @@ class BoundModel:
             key = (x.param_bytes / per_elem, x.act_bytes)
             groups[key] = groups.get(key, 0) + 1
         rec = {
-            "full": [x.fwd_s for x in layers],
+            "full": [x.fwd_s if layer_kind(x.name) == "block" else 0.0 for x in layers],
             "selective": [
                 x.fwd_s * x.attn_core_flops / x.flops
                 if x.attn_core_act_bytes and x.attn_core_flops and x.flops
@@ -266,43 +281,39 @@ class BoundModel:
             layers=len(layers),
             state=state_bytes(trace.dtype, self.prep.exp.training.optimizer),
             groups=tuple((pp, a, n) for (pp, a), n in groups.items()),
-            recompute_s=tuple((k, sum(v)) for k, v in rec.items()),
-            max_layer_recompute_s=tuple(
-                (k, max(x.fwd_s + x.bwd_s + r for x, r in zip(layers, v, strict=True)))
-                for k, v in rec.items()
-            ),
+            layer_recompute_s=tuple((k, tuple(v)) for k, v in rec.items()),
             layer_seconds=tuple(x.fwd_s + x.bwd_s for x in layers),
             layer_comm=tuple(aggregate(c.fwd + c.bwd) for c in sharded.comm),
         )
 
-    def comm_s(self, point: PointConfig) -> tuple[float, float]:
-        """``(total, largest layer's fwd + bwd + collectives)`` seconds per micro-batch of the
-        tensor-parallel collectives of one rank's layers: each is timed as the engine times it
+    def layer_comm_s(self, point: PointConfig) -> tuple[float, ...]:
+        """Per layer of one rank, the seconds per micro-batch of its tensor-parallel
+        collectives: each is timed as the engine times it
         (:meth:`~sim.engine.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
         the point's tensor-parallel groups, and the rank waits for it before its next action
-        (:class:`~sim.engine.collectives.TensorCollectives`). ``(0, largest fwd + bwd)`` for
-        ``t = 1``."""
+        (:class:`~sim.engine.collectives.TensorCollectives`). Zeros for ``t = 1``."""
         tot = self.totals(point)
         if point.tensor_parallel == 1:
-            return 0.0, tot.max_layer_s
-        key = (
-            point.model,
-            point.microbatch_size,
-            point.tensor_parallel,
-            point.sequence_parallel,
-            point.stages,
-            point.dp_width,
-        )
+            return (0.0,) * tot.layers
+        key = (*_trace_key(point), point.stages, point.dp_width)
         if key not in self._comm:
             replicas = point.dp_width * point.context_parallel
             plans = self.tp_plans(point.stages, replicas, point.tensor_parallel)
-            per_layer = [
+            self._comm[key] = tuple(
                 sum(c * min(pl.time_s(nb, kind) for pl in plans) for kind, nb, c in ops)
                 for ops in tot.layer_comm
-            ]
-            largest = max(x + c for x, c in zip(tot.layer_seconds, per_layer, strict=True))
-            self._comm[key] = (sum(per_layer), largest)
+            )
         return self._comm[key]
+
+    def layer_work_s(self, point: PointConfig) -> tuple[float, ...]:
+        """Per layer of one rank, the seconds per micro-batch its stage is busy with it
+        (module doc): ``fwd + bwd``, the recompute every layer surely runs
+        (:meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`) and its collectives."""
+        tot = self.totals(point)
+        mode = point.policy.bound_recompute_mode()
+        rec = dict(tot.layer_recompute_s).get(mode or "", (0.0,) * tot.layers)
+        comm = self.layer_comm_s(point)
+        return tuple(x + r + c for x, r, c in zip(tot.layer_seconds, rec, comm, strict=True))
 
     def tp_plans(self, p: int, w: int, t: int) -> list:
         """The collective plans of the distinct tensor-parallel groups of ``(p, w, t)``
@@ -323,10 +334,16 @@ class BoundModel:
 
     def flight(self, point: PointConfig) -> tuple[tuple[int, ...], int]:
         """``(in-flight micro-batches per stage, fewest weight versions)`` (cached)."""
-        key = (point.schedule, point.stages, point.microbatches, point.framework)
+        key = (
+            point.schedule,
+            point.stages,
+            point.microbatches,
+            point.virtual_stages,
+            point.framework,
+        )
         if key not in self._flight:
-            sched = get_framework(point.framework).make_schedule(
-                get_schedule(point.schedule), point.stages, point.microbatches, point.virtual_stages
+            sched = point.framework_profile.make_schedule(
+                point.schedule_class, point.stages, point.microbatches, point.virtual_stages
             )
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
             n = tuple(peak_in_flight(sched.program(its)))
@@ -338,11 +355,11 @@ class BoundModel:
         """A lower bound of the largest GPU peak of ``point``, in bytes (module doc)."""
         tot = self.totals(point)
         n, versions = self.flight(point)
-        spec = parse_policy(point.memory_policy)
+        policy = point.policy
         p, w = point.stages, point.dp_width * point.context_parallel  # replicas (engine's)
-        vb = version_bytes_per_param(point.schedule, tot.state)
-        per_param = min_state_bytes_per_param(spec, tot.state, w, versions, vb)
-        all_none = all(s.kind == "none" for s in (spec.stages or (spec,)))
+        vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
+        per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
+        all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
         if all_none and w > 1 and all(g.reserve.working for g in gpus):
@@ -354,16 +371,23 @@ class BoundModel:
         return max(uniform, weighted_bound(tot, per_param, n)) + reserve
 
     def iteration_s(self, point: PointConfig) -> float:
-        """A lower bound of the simulated iteration time of ``point``, in seconds."""
-        tot = self.totals(point)
-        m, p = point.microbatches, point.stages
-        spec = parse_policy(point.memory_policy)
-        mode = spec.mode if spec.kind == "recompute" and spec.layers is None else None
-        comm, largest = self.comm_s(point)
-        extra = dict(tot.recompute_s).get(mode or "", 0.0) + comm
-        if mode:  # the largest layer with its recompute (collectives left out: a bound)
-            largest = max(largest, dict(tot.max_layer_recompute_s)[mode])
-        return m * max((tot.compute_s + extra) / p, largest)
+        """A lower bound of the simulated iteration time of ``point``, in seconds: ``m`` times
+        the least work the busiest rank can have (module doc)."""
+        p = point.stages
+        key = (
+            *_trace_key(point),
+            p,
+            point.dp_width,
+            point.policy.bound_recompute_mode(),
+            point.virtual_stages == 1,
+        )
+        if key not in self._busiest:
+            work = self.layer_work_s(point)
+            if point.virtual_stages == 1:
+                self._busiest[key] = min_bottleneck_s(work, p)
+            else:
+                self._busiest[key] = max(sum(work) / p, max(work))
+        return point.microbatches * self._busiest[key]
 
     def bounds(self, point: PointConfig) -> PointBounds:
         """Both bounds of ``point``.
@@ -379,7 +403,7 @@ __all__ = [
     "BoundModel",
     "PointBounds",
     "RankTotals",
-    "min_state_bytes_per_param",
+    "min_bottleneck_s",
     "resolved_memory_excess",
     "weighted_bound",
 ]

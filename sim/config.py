@@ -26,21 +26,39 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from sim.errors import InputError
+from sim.textio import read_yaml_file
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
 """Experiment and model names become folder names under results/: letters, digits and
 ``. _ + -``, not starting with a dot (so never ``..`` or a path)."""
 _NAME_HELP = " Letters, digits and . _ + - only (it names a folder), not starting with a dot."
 
+# Limits on what one run asks for. Each bounds a cost the code pays, as measured on the shared
+# 2-core development machine (figures vary with its load; they set orders of magnitude).
+
 MAX_MICROBATCHES = 4096
-"""Most micro-batches per iteration simulated. An assumption bounding one point's run time
-(p = 8, m = 1024 takes about 2 s on a shared 2-core machine, linear in m)."""
+"""Most micro-batches per iteration simulated. An assumption bounding one point's run time: the
+schedule's program and the engine's events grow linearly in ``m`` (GNMT-16 under 1F1B, p = 8,
+on DGX-1: 15,000 events at m = 256 simulated in about 2 s, 61,000 at m = 1024), so a point at
+this limit takes about a minute."""
 MAX_GPUS = 256
-"""Most GPUs a hardware description may have, hence most pipeline stages. An assumption that
-bounds the route computation (about 8 s for 256 GPUs on a shared 2-core machine, growing as
-the cube of the count)."""
+"""Most GPUs a hardware description may have (``servers x num_gpus``), hence most pipeline
+stages. An assumption bounding the time to build the topology: every GPU pair and every GPU and
+its host are routed once to check that they connect (:meth:`Topology.route
+<sim.hardware.topology.Topology.route>`, a breadth-first search per source, cached), about
+1.5 s for 256 GPUs (32 DGX H100, ``servers: 32``), growing about as the square of the count;
+every point then simulates each of its GPUs' streams."""
+MAX_GRID = 100_000
+"""Most grid combinations (all models, before invalid ones are skipped) expanded. An assumption
+bounding a sweep's set-up: expanding and bounding cost tens of microseconds per combination
+(``benchmarks/bench_planner.py`` expands 11,520 in 0.15 s), and each valid point may be
+simulated; the shipped experiments have 2 to 1,134 (``dgx1.yaml``: 270)."""
 MAX_ITERATIONS = 100
-"""Most optimizer steps simulated or unrolled (the steady state is reached within a few)."""
+"""Most optimizer steps a user may ask for (``training.iterations``; ``sim schedule`` and
+``sim validate``'s iterations and warm-up). Left at 0, the engine simulates what its steady
+state needs (:func:`sim.metrics.iterations_needed`: 2 for a flushed schedule, ``2 ceil(f/m) + 2``
+for an asynchronous one, ``f`` the forwards before stage 0's first backward), which this limit
+does not cap."""
 
 IntList = int | list[int]
 StrList = str | list[str]
@@ -266,34 +284,6 @@ class ExperimentConfig(_Strict):
         return models
 
 
-class PointConfig(BaseModel):
-    """One fully specified configuration (a point of the grid)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str
-    schedule: str
-    stages: int
-    dp_width: int
-    microbatch_size: int
-    tensor_parallel: int = 1
-    sequence_parallel: bool = False
-    microbatches: int
-    memory_policy: str
-    global_batch: int
-    virtual_stages: int = 1
-    expert_parallel: int = 1
-    context_parallel: int = 1
-    context_parallel_comm: str = "p2p"
-    routing: str = "balanced"
-    ep_overlap: bool = False
-    framework: str = "pipesim"
-
-    def key(self) -> str:
-        """A stable short hash of the point."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
-
-
 _UNION_TAGS = {
     "int",
     "str",
@@ -352,8 +342,6 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     Raises:
         InputError: the file is missing, is not valid YAML, or fails validation.
     """
-    from sim.textio import read_yaml_file
-
     data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))
 

@@ -68,9 +68,9 @@ class MemCategory(StrEnum):
     SWAP = "swap"  # bytes parked on this device by another
     CHUNKS = "chunks"  # fetched chunks and gradients on their way out
     OFFLOAD = "offload"  # model state in host DRAM
-    RESERVE = "reserve"  # CUDA context, cuBLAS workspace, NCCL buffers (sim.memory.capacity)
+    RESERVE = "reserve"  # CUDA context, cuBLAS workspace, NCCL buffers (sim.hardware.capacity)
     ALLOCATOR = "allocator"  # caching-allocator margin
-    WORKING = "working"  # transient working memory of the peak (sim.memory.capacity)
+    WORKING = "working"  # transient working memory of the peak (sim.hardware.capacity)
     FRAMEWORK = "framework"  # a framework's buffers, or memory it keeps out of its reach
 
 

@@ -1,8 +1,11 @@
 """Where the grid points are simulated: this process, a local process pool, or a Ray cluster.
 
-Every point is a pure function of the prepared experiment (:func:`sim.sweep.evaluate_row`), so
+Every point is a pure function of the prepared experiment (:func:`sim.point_row.point_row`), so
 an executor only decides where that function runs; rows come back in the order of the points,
-and the results do not depend on the executor.
+and the results do not depend on the executor. Asked to (``best``), an executor also sends back
+the event log of each row that may be its model's winner (:class:`sim.rows.BestRows`: at least
+as good as the best known when the batch started and as any row before it in the same worker),
+so the winner's timeline and plots need no second simulation.
 
 * ``local`` (:class:`LocalExecutor`): ``jobs`` forked worker processes that die with
   ``sim run`` (:mod:`sim.procs`), or this process when ``jobs`` is 1;
@@ -18,15 +21,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from sim.config import PointConfig
 from sim.errors import InputError
+from sim.events import EventLog
+from sim.experiment import Prepared
+from sim.point_config import PointConfig
+from sim.point_row import point_row
 from sim.procs import die_with_parent
-from sim.rows import ResultRow
+from sim.rows import BestRows, ResultRow
 
 EXECUTORS = ("local", "ray")
 """Names accepted by ``sim run --executor``."""
@@ -37,24 +43,54 @@ RAY_INSTALL = "pip install 'pipesim[ray]'  (or: pip install 'ray>=2.40')"
 TASKS_PER_WORKER = 4
 """Slices per worker and batch: enough for load balance, few enough that scheduling is cheap."""
 
+OnRow = Callable[[int, ResultRow, EventLog | None], None]
+"""``on_row(i, row, log)``: the row of the ``i``-th point and its event log (or None)."""
+BestKeys = Mapping[str, tuple] | None
+"""The best :func:`~sim.rows.rank_key` per model known before a batch (None: send no logs)."""
+
+
+class Executor(Protocol):
+    """Runs points somewhere: ``on_row(i, row, log)`` for each, in order."""
+
+    def map(
+        self,
+        points: list[PointConfig],
+        on_row: OnRow,
+        screen: bool = False,
+        best: BestKeys = None,
+    ) -> None: ...
+
+
+def _rows(
+    prep: Prepared, points: list[PointConfig], screen: bool = False, best: BestKeys = None
+) -> list[tuple[ResultRow, EventLog | None]]:
+    """Each point's row, and its log where it may be the winner (``best`` given)."""
+    seen = BestRows(best) if best is not None else None
+    out = []
+    for p in points:
+        row, log = point_row(prep, p, screen=screen)
+        out.append((row, log if seen is not None and seen.improves(row) else None))
+    return out
+
+
 _WORKER: dict = {}
 
 
-def _init_worker(prep, parent_pid: int) -> None:
+def _init_worker(prep: Prepared, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     _WORKER["prep"] = prep
+    _WORKER["best"] = BestRows()
 
 
-def _worker_row(job: tuple[PointConfig, bool]) -> ResultRow:
-    from sim.sweep import evaluate_row
-
-    return evaluate_row(_WORKER["prep"], *job)
-
-
-def _rows(prep, points: list[PointConfig], screen: bool = False) -> list[ResultRow]:
-    from sim.sweep import evaluate_row
-
-    return [evaluate_row(prep, p, screen) for p in points]
+def _worker_row(job: tuple[PointConfig, bool, BestKeys]) -> tuple[ResultRow, EventLog | None]:
+    """One point in a pool worker, which remembers the best rows it computed across batches."""
+    point, screen, best = job
+    row, log = point_row(_WORKER["prep"], point, screen=screen)
+    if best is None:
+        return row, None
+    seen: BestRows = _WORKER["best"]
+    seen.merge(best)  # the parent's best, as of this batch
+    return row, log if seen.improves(row) else None
 
 
 class LocalExecutor:
@@ -62,13 +98,13 @@ class LocalExecutor:
     processes, started at the first batch of more than one point and kept for later ones.
 
     Args:
-        prep: the loaded experiment (:class:`sim.sweep.Prepared`).
+        prep: the loaded experiment (:class:`sim.experiment.Prepared`).
         jobs: worker processes.
     """
 
     name = "local"
 
-    def __init__(self, prep, jobs: int = 1) -> None:
+    def __init__(self, prep: Prepared, jobs: int = 1) -> None:
         self.prep, self.jobs = prep, jobs
         self._pool: ProcessPoolExecutor | None = None
 
@@ -87,14 +123,17 @@ class LocalExecutor:
     def map(
         self,
         points: list[PointConfig],
-        on_row: Callable[[int, ResultRow], None],
+        on_row: OnRow,
         screen: bool = False,
+        best: BestKeys = None,
     ) -> None:
-        """Simulate ``points``; ``on_row(i, row)`` for each as it is done, in order
-        (``screen``: see :func:`sim.sweep.evaluate_row`)."""
+        """Simulate ``points``; ``on_row(i, row, log)`` for each as it is done, in order
+        (``screen``: see :func:`sim.point_row.point_row`; ``best``: see the module doc)."""
         if self.jobs <= 1 or len(points) <= 1:
+            seen = BestRows(best) if best is not None else None
             for i, p in enumerate(points):
-                on_row(i, _rows(self.prep, [p], screen)[0])
+                row, log = point_row(self.prep, p, screen=screen)
+                on_row(i, row, log if seen is not None and seen.improves(row) else None)
             return
         if self._pool is None:
             ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
@@ -105,9 +144,9 @@ class LocalExecutor:
                 initargs=(self.prep, os.getpid()),
             )
         chunk = max(1, len(points) // (self.jobs * 8))
-        jobs = [(p, screen) for p in points]
-        for i, row in enumerate(self._pool.map(_worker_row, jobs, chunksize=chunk)):
-            on_row(i, row)
+        jobs = [(p, screen, best) for p in points]
+        for i, (row, log) in enumerate(self._pool.map(_worker_row, jobs, chunksize=chunk)):
+            on_row(i, row, log)
 
 
 class RayExecutor:
@@ -124,7 +163,7 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, prep, jobs: int = 0) -> None:
+    def __init__(self, prep: Prepared, jobs: int = 0) -> None:
         ray = import_ray()
         self._ray = ray
         self._owner = not ray.is_initialized()
@@ -159,19 +198,21 @@ class RayExecutor:
     def map(
         self,
         points: list[PointConfig],
-        on_row: Callable[[int, ResultRow], None],
+        on_row: OnRow,
         screen: bool = False,
+        best: BestKeys = None,
     ) -> None:
-        """Simulate ``points`` as Ray tasks; ``on_row(i, row)`` for each, in order."""
+        """Simulate ``points`` as Ray tasks; ``on_row(i, row, log)`` for each, in order."""
         if not points:
             return
         size = max(1, -(-len(points) // (self._cpus * TASKS_PER_WORKER)))
         slices = [points[i : i + size] for i in range(0, len(points), size)]
-        refs = [self._task.remote(self._prep_ref, s, screen) for s in slices]
+        keys = dict(best) if best is not None else None
+        refs = [self._task.remote(self._prep_ref, s, screen, keys) for s in slices]
         i = 0
         for ref in refs:
-            for row in self._ray.get(ref):
-                on_row(i, row)
+            for row, log in self._ray.get(ref):
+                on_row(i, row, log)
                 i += 1
 
 
@@ -192,7 +233,7 @@ def import_ray() -> Any:
     return ray
 
 
-def open_executor(name: str, prep, jobs: int) -> LocalExecutor | RayExecutor:
+def open_executor(name: str, prep: Prepared, jobs: int) -> LocalExecutor | RayExecutor:
     """The executor called ``name`` (:data:`EXECUTORS`).
 
     Raises:

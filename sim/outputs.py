@@ -12,19 +12,32 @@ removes the leftovers: :func:`recover_out_dir`).
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import re
 import shutil
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from sim.atomic import atomic_write_text, check_writable, pid_alive, remove_stale_temps
+from sim.atomic import (
+    atomic_write_bytes,
+    atomic_write_text,
+    check_writable,
+    pid_alive,
+    remove_stale_temps,
+)
 from sim.config import ExperimentConfig
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.procs import die_with_parent
+from sim.report.chrome_trace import write_chrome_trace
+from sim.report.gantt import plot_gantt
+from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 from sim.rows import ResultRow
 from sim.trace.loader import traces_dir
 
@@ -35,6 +48,12 @@ def write_results_csv(rows: list[ResultRow], path: Path) -> pd.DataFrame:
     df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields))
     atomic_write_text(path, df.to_csv(index=False))
     return df
+
+
+def copy_files(files: list[Path], dest: Path) -> list[Path]:
+    """Copy ``files`` into the folder ``dest`` (each written atomically, same name); returns
+    the copies."""
+    return [atomic_write_bytes(dest / f.name, f.read_bytes()) for f in files]
 
 
 def _portable_trace_ref(ref: str, exp_file: str) -> str:
@@ -109,20 +128,63 @@ def write_yaml(path: Path, data: dict) -> Path:
     return atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
-def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
-    """Plots and the Chrome trace of the winner's simulation."""
-    from sim.report.chrome_trace import write_chrome_trace
-    from sim.report.gantt import plot_gantt
-    from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
+Drawing = tuple[Path, Callable[[], object]]
+"""A file of the output set and the call that writes it."""
 
+
+def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
+    """The winner's memory plots, Gantt timeline and Chrome trace in ``out``: each file with
+    the call that draws it (:func:`draw`)."""
     n = len(log.iteration_ends_s)
     it = (n // 2 if n >= 3 else n - 1) if n >= 1 else None  # a steady-state iteration
     return [
-        plot_memory_per_gpu(log, out / "memory_per_gpu.png"),
-        plot_memory_timeline(log, out / "memory_timeline.png"),
-        plot_gantt(log, out / "timeline.png", iteration=it),
-        write_chrome_trace(log, out / "timeline.json", title=title),
+        (out / "memory_per_gpu.png", partial(plot_memory_per_gpu, log, out / "memory_per_gpu.png")),
+        (
+            out / "memory_timeline.png",
+            partial(plot_memory_timeline, log, out / "memory_timeline.png"),
+        ),
+        (out / "timeline.png", partial(plot_gantt, log, out / "timeline.png", iteration=it)),
+        (
+            out / "timeline.json",
+            partial(write_chrome_trace, log, out / "timeline.json", title=title),
+        ),
     ]
+
+
+def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
+    """Plots and the Chrome trace of the winner's simulation, drawn here."""
+    return draw(winner_artifacts(out, log, title), jobs=1)
+
+
+def draw(drawings: Sequence[Drawing], jobs: int) -> list[Path]:
+    """Write ``drawings`` (independent files) on up to ``jobs`` processes: this one and
+    ``jobs - 1`` forked children that die with it (:mod:`sim.procs`), which inherit what the
+    calls read (nothing is pickled); every ``jobs``-th drawing goes to the same process.
+    One process where ``fork`` is unavailable. Returns the files, in order.
+
+    Raises:
+        RuntimeError: a child failed (its traceback is on its standard error).
+    """
+    jobs = min(jobs, len(drawings)) if hasattr(os, "fork") else 1
+    children = []
+    for k in range(1, jobs):
+        share = [call for _, call in drawings[k::jobs]]
+        proc = mp.get_context("fork").Process(target=_draw_share, args=(share, os.getpid()))
+        proc.start()
+        children.append(proc)
+    for _, call in drawings[::jobs] if jobs > 1 else drawings:
+        call()
+    for proc in children:
+        proc.join()
+        if proc.exitcode != 0:
+            raise RuntimeError(f"a drawing process failed (exit code {proc.exitcode})")
+    return [path for path, _ in drawings]
+
+
+def _draw_share(calls: list[Callable[[], object]], parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    for call in calls:
+        call()
 
 
 # --- the output set: written whole into a staging folder, then swapped in ------------------

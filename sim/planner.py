@@ -34,11 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.bounds import BoundModel, PointBounds
-from sim.config import PointConfig
 from sim.errors import InputError
-from sim.rowcache import PRUNED, Executor, run_points
-from sim.rows import ResultRow
-from sim.sweep import Prepared
+from sim.executors import Executor
+from sim.experiment import Prepared
+from sim.point_config import PointConfig
+from sim.point_row import pruned_row
+from sim.rowcache import run_points
+from sim.rows import PRUNED, BestRows, ResultRow
 
 BATCH_PER_JOB = 2
 """Points simulated per worker between two updates of the best throughput: more keeps the
@@ -87,15 +89,6 @@ class PlanStats:
         return dict(self.__dict__)
 
 
-def pruned_row(prep: Prepared, point: PointConfig, reason: str) -> ResultRow:
-    """The row of a point the planner did not simulate: no measurements, ``fits = False``,
-    ``error = "pruned: " + reason``."""
-    trace = prep.traces[point.model]
-    return ResultRow(
-        **point.model_dump(), parameters=trace.parameters, fits=False, error=PRUNED + reason
-    )
-
-
 def point_bounds(model: BoundModel, point: PointConfig) -> PointBounds | None:
     """The bounds of ``point``, or None when they cannot be computed (the point is then always
     simulated, and the simulator reports what is wrong with it)."""
@@ -115,18 +108,21 @@ def plan_points(
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    winners: BestRows | None = None,
 ) -> tuple[list[ResultRow], PlanStats]:
     """A row per point, in the order of ``points``, simulating only what can win.
 
     Args:
         prep: the loaded experiment.
         points: grid points (:func:`sim.sweep.expand`).
-        cache_dir: row cache (:func:`sim.sweep.run_points`); pruned rows are not cached.
+        cache_dir: row cache (:func:`sim.rowcache.run_points`); pruned rows are not cached.
         executor: where points are simulated (:mod:`sim.executors`).
         prune: False: simulate every point (``--exhaustive``).
         jobs: workers of ``executor`` (sets the batch size).
         on_done: called with the number of rows finished so far.
         on_warning: called with each cache warning.
+        winners: filled with each model's best row and, where it was simulated here, its event
+            log (:class:`~sim.rows.BestRows`), so the winner is not simulated again.
 
     Returns:
         The rows and :class:`PlanStats`.
@@ -140,6 +136,7 @@ def plan_points(
             executor=executor,
             on_done=on_done,
             on_warning=on_warning,
+            best=winners,
         )
         stats.simulated = len(points)
         return rows, stats
@@ -195,6 +192,7 @@ def plan_points(
             on_done=_offset(on_done, done),
             on_warning=on_warning,
             screen=True,
+            best=winners,
         )
         for i, row in zip(batch, rows, strict=True):
             out[i] = row

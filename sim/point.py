@@ -1,43 +1,47 @@
-"""Evaluate one grid point: from (experiment, point) to a result row.
+"""Resolve and simulate one grid point: from (experiment, point) to an event log and metrics.
 
-This is the pure function the sweep maps over: it resolves the point (trace at the
-micro-batch size, partition, placement, schedule program, memory plans), runs the engine and
-computes the metrics. Inputs that cannot be resolved raise :class:`~sim.errors.InputError`.
+:func:`resolve` brings the trace to the point's micro-batch size and tensor-parallel shard,
+partitions it into stages, places the stages on GPUs, builds the schedule's program and the
+memory policy's plans (:mod:`sim.point_stages`); :func:`evaluate` runs the engine and computes
+the metrics. Its result row and cache key are :mod:`sim.point_row`'s. Inputs that cannot be
+resolved raise :class:`~sim.errors.InputError`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from sim.compute.adapt import adapt_trace
-from sim.config import ExperimentConfig, PointConfig
+from sim.config import ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
+from sim.engine.inputs import DEFAULT_INPUT_SHARE
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.framework.base import Framework
-from sim.framework.registry import get_framework
 from sim.hardware.topology import Topology
-from sim.memory.base import StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
-from sim.memory.estimate import host_link_sharers
-from sim.memory.registry import get_policy
-from sim.memory.reserve import tensor_capacity_bytes
-from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
+from sim.memory.plan import StagePlan
+from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
-from sim.partition import partition, uniform_partition
-from sim.placement import place
-from sim.schedules.action import STEP, Program, flatten
+from sim.point_config import PointConfig
+from sim.point_stages import (
+    Grid,
+    Layout,
+    choose_boundaries,
+    make_schedule,
+    stage_contexts,
+    stage_layout,
+)
+from sim.schedules.action import Program
 from sim.schedules.analysis import peak_in_flight_per_stage
-from sim.schedules.base import Schedule, ScheduleError
-from sim.schedules.registry import get_schedule
+from sim.schedules.base import Schedule
 from sim.tensor.decoder_shard import DecoderShard
-from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import aggregate
 from sim.tensor.ops import aggregate as aggregate_groups
 from sim.tensor.rank import rank_trace
 from sim.tensor.shard import ShardedTrace
-from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.schema import Trace
 from sim.trace.shared import place_shared
 
 
@@ -52,184 +56,10 @@ class Resolved:
     schedule: Schedule
     trace: Trace
     boundaries: tuple[int, ...]
-    placement: tuple[tuple[int, ...], ...]
+    placement: Grid
     sim_input: SimInput
     iterations: int
     compute_notes: tuple[str, ...] = ()
-
-
-def make_schedule(
-    name: str,
-    stages: int,
-    microbatches: int,
-    *,
-    file: str = "<experiment>",
-    field: str = "sweep.schedule",
-    virtual_stages: int | None = None,
-    framework: Framework | None = None,
-) -> Schedule:
-    """Instantiate a schedule as ``framework`` runs it (default: pipesim's torch rules),
-    turning its errors into :class:`InputError`.
-
-    Raises:
-        InputError: an unknown name, a schedule the framework does not run, or a
-            combination the schedule refuses.
-    """
-    cls = check_schedule_name(name, file=file, field=field)
-    fw = framework or get_framework("pipesim")
-    why = fw.schedule_reason(cls)
-    if why:
-        raise InputError(why, file=file, field=field)
-    try:
-        return fw.make_schedule(cls, stages, microbatches, virtual_stages)
-    except ScheduleError as exc:
-        raise InputError(str(exc), file=file, field="sweep.stages") from None
-
-
-def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework:
-    """The framework profile of ``point``.
-
-    Raises:
-        InputError: an unknown name (field ``framework``), listing the valid ones.
-    """
-    try:
-        return get_framework(point.framework)
-    except KeyError as exc:
-        raise InputError(str(exc), file=file, field="framework") from None
-
-
-def check_schedule_name(
-    name: str, *, file: str = "<experiment>", field: str = "sweep.schedule"
-) -> type[Schedule]:
-    """The schedule class of ``name``.
-
-    Raises:
-        InputError: an unknown name, listing the valid ones.
-    """
-    try:
-        return get_schedule(name)
-    except KeyError as exc:
-        raise InputError(str(exc.args[0]), file=file, field=field) from None
-
-
-def stage_contexts(
-    topo: Topology,
-    trace: Trace,
-    boundaries,
-    placement,
-    schedule: Schedule,
-    in_flight: list[int],
-    exp: ExperimentConfig,
-    program: Program | None = None,
-    job_gpus: list[int] | None = None,
-    expert_bytes: tuple[float, ...] = (),
-    expert_parallel: int = 1,
-) -> list[list[StageContext]]:
-    """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
-    stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
-    ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
-    routed-expert parameter bytes per layer, :class:`~sim.tensor.decoder_shard.DecoderShard`)."""
-    sb = state_bytes(trace.dtype, exp.training.optimizer)
-    edges = list(boundaries) + [len(trace.layers)]
-    orders = _stage_orders(program, schedule.microbatches) if program else None
-    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
-    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
-    out = []
-    for r, row in enumerate(placement):
-        ctxs = []
-        for s, g in enumerate(row):
-            gpu = topo.gpu(g)
-            layers = trace.layers[edges[s] : edges[s + 1]]
-            params = sum(x.param_bytes for x in layers)
-            expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
-            ctxs.append(
-                StageContext(
-                    stage=s,
-                    stages=len(row),
-                    replica=r,
-                    dp_width=len(placement),
-                    gpu=gpu.name,
-                    host=gpu.host,
-                    layers=trace.layers[edges[s] : edges[s + 1]],
-                    in_flight=in_flight[s],
-                    weight_versions=schedule.weight_versions(s),
-                    state=sb,
-                    dtype_bytes=dtype_bytes(trace.dtype),
-                    capacity_bytes=gpu.memory_bytes,
-                    topology=topo,
-                    input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
-                    microbatches=schedule.microbatches,
-                    order=orders[s] if orders else (),
-                    host_sharers=sharers.get(gpu.name, 1),
-                    version_bytes=version_bytes_per_param(schedule.name, sb),
-                    expert_share=expert / params if params else 0.0,
-                    expert_parallel=expert_parallel,
-                )
-            )
-        out.append(ctxs)
-    return out
-
-
-def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
-    """Each stage's ops over one steady iteration (the middle one of the program)."""
-    flat = [[a for a in flatten(rank) if a.op != STEP] for rank in program]
-    its = max((a.microbatch // m for rank in flat for a in rank), default=0)
-    it = (its + 1) // 2
-    stages = sorted({a.stage for rank in flat for a in rank})
-    return [
-        tuple(a.op for rank in flat for a in rank if a.stage == s and a.microbatch // m == it)
-        for s in stages
-    ]
-
-
-def choose_boundaries(
-    topo: Topology,
-    trace: Trace,
-    schedule: Schedule,
-    in_flight: list[int],
-    placement,
-    exp: ExperimentConfig,
-    framework: Framework | None = None,
-) -> tuple[int, ...]:
-    """Stage boundaries: fixed, uniform (as ``framework`` places embedding and head:
-    :meth:`~sim.framework.base.Framework.boundaries`), or the memory-aware optimal partition.
-
-    With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
-    bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
-    shares), and a boundary between two chunks on the same GPU costs no communication.
-    ``placement`` is per ``[replica][stage]``."""
-    p = schedule.num_stages
-    v = schedule.virtual_stages
-    if exp.options.boundaries is not None:
-        if len(exp.options.boundaries) != p:
-            raise InputError(
-                f"has {len(exp.options.boundaries)} entries but stages is {p}",
-                field="options.boundaries",
-            )
-        return tuple(exp.options.boundaries)
-    if exp.options.partition == "uniform":
-        if framework is None:
-            return tuple(uniform_partition(len(trace.layers), p))
-        return framework.boundaries(trace, p)
-    sb = state_bytes(trace.dtype, exp.training.optimizer)
-    per_byte = 1.0 / dtype_bytes(trace.dtype)
-    vb = version_bytes_per_param(schedule.name, sb)
-
-    def need(j: int, param_bytes: float, act_bytes: float) -> float:
-        per_param = stage_state_bytes_per_param(sb, schedule.weight_versions(j), vb)
-        return param_bytes * per_byte * per_param + act_bytes * in_flight[j]
-
-    row = placement[0]
-    bw = [
-        math.inf
-        if row[j] == row[j + 1]
-        else topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
-        for j in range(p - 1)
-    ]
-    caps = [tensor_capacity_bytes(topo.gpu(g)) / v for g in row]
-    return partition(
-        trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need
-    ).boundaries
 
 
 def resolve(
@@ -255,6 +85,76 @@ def resolve(
         virtual_stages=point.virtual_stages,
         framework=framework,
     )
+    _check_size(point, schedule, topo, base_trace, file)
+    policy = _policy(point, file)
+    trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
+    sharded = _shard(trace, point, topo, file)
+    trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
+    iterations = exp.training.iterations or schedule.steady_state_iterations()
+    program = schedule.program(iterations)
+    peaks = peak_in_flight_per_stage(program)
+    in_flight = [peaks[s] for s in range(schedule.num_stages)]
+    layout = stage_layout(exp, topo, point, schedule, file)
+    try:
+        boundaries = choose_boundaries(
+            topo, trace, schedule, in_flight, layout.per_stage, exp, framework
+        )
+    except InputError as exc:
+        exc.file = exc.file or file
+        raise
+    ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
+    trace, tied = place_shared(trace, boundaries, ranks)
+    plans, tensor_plans = _plans(
+        exp,
+        point,
+        policy,
+        framework,
+        topo,
+        trace,
+        schedule,
+        program,
+        in_flight,
+        boundaries,
+        layout,
+        sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
+        file,
+    )
+    costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
+    if schedule.splits_backward and not all(c.has_split for c in costs):
+        notes = [*notes, split_note(schedule.name)]
+    sim_input = SimInput(
+        topo,
+        costs,
+        program,
+        point.microbatches,
+        layout.per_stage,
+        plans,
+        tensor_groups=layout.stage_groups if point.tensor_parallel > 1 else (),
+        tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
+        context_parallel=point.context_parallel,
+        expert_parallel=point.expert_parallel,
+        overlap_pairs=point.ep_overlap,
+        dp_bucket_bytes=framework.bucket_bytes(trace),
+        runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
+    )
+    return Resolved(
+        point,
+        schedule,
+        trace,
+        tuple(boundaries),
+        layout.placement,
+        sim_input,
+        iterations,
+        tuple(notes),
+    )
+
+
+def _check_size(
+    point: PointConfig, schedule: Schedule, topo: Topology, trace: Trace, file: str
+) -> None:
+    """Raises:
+    InputError: more GPUs than the hardware has, or more stages than the trace has layers.
+    """
     n, t, cp = schedule.num_stages, point.tensor_parallel, point.context_parallel
     if point.stages * point.dp_width * t * cp > topo.num_gpus:
         what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
@@ -265,104 +165,103 @@ def resolve(
             file=file,
             field="sweep.stages",
         )
-    if n > len(base_trace.layers):
+    if n > len(trace.layers):
         raise InputError(
             f"{n} stages ({point.stages} ranks x {point.virtual_stages} virtual stages) but "
-            f"trace {base_trace.name} has {len(base_trace.layers)} layers",
+            f"trace {trace.name} has {len(trace.layers)} layers",
             file=file,
             field="sweep.stages",
         )
+
+
+def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework:
+    """The framework profile of ``point``.
+
+    Raises:
+        InputError: an unknown name (field ``framework``), listing the valid ones.
+    """
     try:
-        policy = get_policy(point.memory_policy)
+        return point.framework_profile
+    except KeyError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
+
+
+def _policy(point: PointConfig, file: str) -> MemoryPolicy:
+    """The point's memory policy.
+
+    Raises:
+        InputError: an unknown policy or bad parameters (field ``sweep.memory_policy``).
+    """
+    try:
+        return point.policy
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
-    trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
-    sharded = _shard(trace, point, topo, file)
-    trace = framework.tie(sharded.trace, schedule, t)
-    iterations = exp.training.iterations or schedule.steady_state_iterations()
-    program = schedule.program(iterations)
-    peaks = peak_in_flight_per_stage(program)
-    in_flight = [peaks[s] for s in range(n)]
-    grouped = t > 1 or cp > 1 or point.expert_parallel > 1
-    groups = _tensor_groups(topo, point, file) if grouped else ()  # [replica][rank][tensor rank]
-    placement = (
-        tuple(tuple(g[0] for g in row) for row in groups)
-        if groups
-        else _placement(exp, topo, point, file)
-    )
-    ranks = [schedule.stage_rank(s) for s in range(n)]
-    per_stage = tuple(tuple(row[ranks[s]] for s in range(n)) for row in placement)
-    stage_groups = tuple(tuple(row[ranks[s]] for s in range(n)) for row in groups)
-    try:
-        boundaries = choose_boundaries(topo, trace, schedule, in_flight, per_stage, exp, framework)
-    except InputError as exc:
-        exc.file = exc.file or file
-        raise
-    trace, tied = place_shared(trace, boundaries, ranks)
-    job = [g for row in groups for grp in row for g in grp] if groups else None
-    flat_ctx = [
+
+
+def _plans(
+    exp: ExperimentConfig,
+    point: PointConfig,
+    policy: MemoryPolicy,
+    framework: Framework,
+    topo: Topology,
+    trace: Trace,
+    schedule: Schedule,
+    program: Program,
+    in_flight: list[int],
+    boundaries,
+    layout: Layout,
+    expert_bytes: tuple[float, ...],
+    file: str,
+) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
+    """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
+    ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
+    what the framework adds (:meth:`~sim.framework.base.Framework.plans`).
+
+    Raises:
+        InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
+    """
+    t, n = point.tensor_parallel, schedule.num_stages
+    w = point.dp_width * point.context_parallel  # the engine's replicas: data x context ranks
+    contexts = [
         c
         for k in range(t)
         for row in stage_contexts(
             topo,
             trace,
             boundaries,
-            _rank(per_stage, stage_groups, k),
+            _rank(layout.per_stage, layout.stage_groups, k),
             schedule,
             in_flight,
             exp,
             program,
-            job,
-            sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
+            layout.job_gpus,
+            expert_bytes,
             point.expert_parallel,
         )
         for c in row
     ]
     try:
-        flat = finalize_plans(flat_ctx, policy.plan_all(flat_ctx))
+        flat = finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
-    w = point.dp_width * cp  # the engine's replicas: data x context-parallel ranks
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
     plans = tuple(
         tuple(_once_per_gpu(schedule, s, per_rank[0][r * n + s]) for s in range(n))
         for r in range(w)
     )
-    tensor_plans = (
+    if not layout.stage_groups:
+        return plans, ()
+    tensor_plans = tuple(
         tuple(
-            tuple(
-                tuple(_once_per_gpu(schedule, s, per_rank[k][r * n + s]) for k in range(t))
-                for s in range(n)
-            )
-            for r in range(w)
+            tuple(_once_per_gpu(schedule, s, per_rank[k][r * n + s]) for k in range(t))
+            for s in range(n)
         )
-        if groups
-        else ()
+        for r in range(w)
     )
-    costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
-    if schedule.splits_backward and not all(c.has_split for c in costs):
-        notes = [*notes, split_note(schedule.name)]
-    sim_input = SimInput(
-        topo,
-        costs,
-        program,
-        point.microbatches,
-        per_stage,
-        plans,
-        tensor_groups=stage_groups if t > 1 else (),
-        tensor_plans=tensor_plans if t > 1 else (),
-        context_parallel=cp,
-        expert_parallel=point.expert_parallel,
-        overlap_pairs=point.ep_overlap,
-        dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=replace(framework.runtime(topo, trace, t), tied_groups=tied),
-    )
-    return Resolved(
-        point, schedule, trace, tuple(boundaries), placement, sim_input, iterations, tuple(notes)
-    )
+    return plans, tensor_plans
 
 
 def _shard(
@@ -377,16 +276,6 @@ def _shard(
     try:
         gpu = topo.gpus[0]
         return rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
-    except ValueError as exc:
-        raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
-
-
-def _tensor_groups(topo: Topology, point: PointConfig, file: str):
-    """GPU per ``[replica][rank][tensor rank]``, the replicas being the ``dp * cp`` data- and
-    context-parallel ranks (context rank innermost: :mod:`sim.engine.groups`)."""
-    w = point.dp_width * point.context_parallel
-    try:
-        return tensor_groups(topo, point.stages, w, point.tensor_parallel)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 
@@ -444,8 +333,6 @@ def _with_recompute_comm(
 def split_note(schedule: str) -> str:
     """The note a result carries when a split-backward schedule runs on a trace without
     ``bwd_input_s`` / ``bwd_weight_s``."""
-    from sim.engine.inputs import DEFAULT_INPUT_SHARE
-
     return (
         f"assumption: {schedule} splits the backward into I and W but the trace has no "
         f"bwd_input_s/bwd_weight_s; I = {DEFAULT_INPUT_SHARE:g} x bwd_s, W = the rest"
@@ -459,22 +346,6 @@ def _once_per_gpu(schedule: Schedule, stage: int, plan):
     if schedule.virtual_stages == 1 or schedule.rank_stages(schedule.stage_rank(stage))[0] == stage:
         return plan
     return replace(plan, reserve_bytes=0.0, allocator_bytes=0.0, working_bytes=0.0)
-
-
-def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
-    fixed = exp.options.placement
-    if fixed is None:
-        return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
-    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
-    flat = [g for r in fixed for g in r]
-    if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
-        raise InputError(
-            f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
-            f"in 0..{topo.num_gpus - 1}",
-            file=file,
-            field="options.placement",
-        )
-    return tuple(tuple(r) for r in fixed)
 
 
 def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:

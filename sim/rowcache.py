@@ -1,6 +1,6 @@
 """The row cache of a sweep and the loop that fills it: :func:`run_points`.
 
-Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.sweep.point_cache_key`)
+Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.point_row.point_cache_key`)
 with a checksum; :func:`read_cached` says why an entry cannot be reused (damaged, edited, of
 another version). Rows the planner did not simulate (error ``pruned: ...``) are never cached:
 they depend on the rest of the grid.
@@ -11,35 +11,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
 from pydantic import ValidationError
 
 from sim.atomic import atomic_write_text
-from sim.config import PointConfig, config_hash
+from sim.config import config_hash
 from sim.errors import InputError
-from sim.rows import ResultRow
+from sim.events import EventLog
+from sim.executors import Executor, LocalExecutor
+from sim.experiment import Prepared
+from sim.point_config import PointConfig
+from sim.point_row import point_cache_key
+from sim.rows import PRUNED, ROW_FORMAT, BestRows, ResultRow
 from sim.textio import decode_text
-
-if TYPE_CHECKING:
-    from sim.sweep import Prepared
-
-ROW_FORMAT = 7
-"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
-PRUNED = "pruned: "
-"""Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.planner`); such
-rows depend on the rest of the grid and are never cached."""
-
-
-class Executor(Protocol):
-    """Runs points somewhere (:mod:`sim.executors`): ``on_row(i, row)`` for each, in order."""
-
-    def map(
-        self,
-        points: list[PointConfig],
-        on_row: Callable[[int, ResultRow], None],
-        screen: bool = False,
-    ) -> None: ...
 
 
 def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
@@ -81,6 +65,7 @@ def run_points(
     on_warning: Callable[[str], None] | None = None,
     executor: Executor | None = None,
     screen: bool = False,
+    best: BestRows | None = None,
 ) -> list[ResultRow]:
     """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
 
@@ -94,19 +79,21 @@ def run_points(
             (it is recomputed and overwritten).
         executor: where the rows are computed (:mod:`sim.executors`; its ``map``); None:
             a :class:`~sim.executors.LocalExecutor` of ``jobs`` processes for this call.
-        screen: skip simulating points that cannot fit once resolved (:func:`evaluate_row`);
-            their rows are not cached.
+        screen: skip simulating points that cannot fit once resolved
+            (:func:`sim.point_row.point_row`); their rows are not cached.
+        best: the best row per model so far; every row is offered to it with its event log
+            (:meth:`BestRows.offer`), which the executor sends for the rows that may win.
     """
     rows: list[ResultRow | None] = [None] * len(points)
-    from sim.sweep import point_cache_key  # the sweep owns the key (and its code hash)
-
-    keys = [point_cache_key(prep, p) for p in points]
+    keys = [point_cache_key(prep, p) for p in points] if cache_dir else [""] * len(points)
     todo = []
     for i, key in enumerate(keys):
         cached = cache_dir / f"{key}.json" if cache_dir else None
         got = read_cached(cached, key, points[i]) if cached and cached.is_file() else None
         if isinstance(got, ResultRow):
             rows[i] = got
+            if best is not None:
+                best.offer(got, None)
             continue
         if got is not None and on_warning:
             on_warning(f"cache entry {cached} is {got}; recomputing it")
@@ -115,9 +102,11 @@ def run_points(
     if on_done:
         on_done(done)
 
-    def store(i: int, row: ResultRow) -> None:
+    def store(i: int, row: ResultRow, log: EventLog | None) -> None:
         nonlocal done
         rows[i] = row
+        if best is not None:
+            best.offer(row, log)
         if cache_dir and not row.error.startswith(PRUNED):
             data = row.model_dump()
             atomic_write_text(
@@ -135,11 +124,11 @@ def run_points(
         if on_done:
             on_done(done)
 
+    keys_now = best.keys() if best is not None else None
+    batch = [points[i] for i in todo]
     if executor is not None:
-        executor.map([points[i] for i in todo], lambda k, row: store(todo[k], row), screen)
+        executor.map(batch, lambda k, row, log: store(todo[k], row, log), screen, keys_now)
     else:
-        from sim.executors import LocalExecutor
-
         with LocalExecutor(prep, jobs) as local:
-            local.map([points[i] for i in todo], lambda k, row: store(todo[k], row), screen)
+            local.map(batch, lambda k, row, log: store(todo[k], row, log), screen, keys_now)
     return rows  # type: ignore[return-value]

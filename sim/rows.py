@@ -19,7 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.config import PointConfig
+from sim.events import EventLog
+from sim.point_config import PointConfig
+
+ROW_FORMAT = 7
+"""Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
+PRUNED = "pruned: "
+"""Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.planner`); such
+rows depend on the rest of the grid and are never cached."""
 
 _NonNeg = Field(None, ge=0, allow_inf_nan=False)
 
@@ -153,3 +160,54 @@ def pick_winner(rows: Iterable[ResultRow]) -> ResultRow | None:
     """The best row that fits (by :func:`rank_key`), or None when none fits."""
     ok = [r for r in rows if r.ok]
     return min(ok, key=rank_key) if ok else None
+
+
+class BestRows:
+    """The best fitting row seen so far per model (by :func:`rank_key`), so that the event log
+    of the one that ends as the winner is kept from the sweep instead of simulated again
+    (:mod:`sim.executors` send a log back only for a row that :meth:`improves`).
+
+    Args:
+        keys: a known best :func:`rank_key` per model (another process's :meth:`keys`).
+    """
+
+    def __init__(self, keys: Mapping[str, tuple] | None = None) -> None:
+        self._keys: dict[str, tuple] = dict(keys or {})
+        self._logs: dict[str, tuple[ResultRow, EventLog]] = {}
+
+    def keys(self) -> dict[str, tuple]:
+        """The best rank key per model (to seed another process's :class:`BestRows`)."""
+        return dict(self._keys)
+
+    def improves(self, row: ResultRow) -> bool:
+        """True (and ``row`` is recorded) when it fits and ranks at least as well as the best
+        row of its model so far (ties too: the winner's log is never lost to a tie)."""
+        if not row.ok:
+            return False
+        key = rank_key(row)
+        best = self._keys.get(row.model)
+        if best is not None and key > best:
+            return False
+        self._keys[row.model] = key
+        return True
+
+    def merge(self, keys: Mapping[str, tuple]) -> None:
+        """Take each model's key in ``keys`` (another :meth:`keys`) where it is better."""
+        for model, key in keys.items():
+            if model not in self._keys or key < self._keys[model]:
+                self._keys[model] = key
+
+    def offer(self, row: ResultRow, log: EventLog | None) -> None:
+        """Keep ``log`` as its model's when ``row`` :meth:`improves` on the best so far (a
+        better row without a log, read from the cache, drops the kept one)."""
+        if not self.improves(row):
+            return
+        if log is None:
+            self._logs.pop(row.model, None)
+        else:
+            self._logs[row.model] = (row, log)
+
+    def log_of(self, row: ResultRow) -> EventLog | None:
+        """The event log kept for ``row`` (:meth:`offer`), or None."""
+        kept = self._logs.get(row.model)
+        return kept[1] if kept is not None and kept[0] == row else None

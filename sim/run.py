@@ -7,30 +7,42 @@ import math
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.config import load_experiment
+from sim.compute.adapt import grid_notes
+from sim.config import ExperimentConfig, load_experiment
+from sim.events import EventLog
 from sim.executors import open_executor
+from sim.experiment import Prepared, prepare
 from sim.hardware.describe import topology_to_dict
 from sim.outputs import (
+    Drawing,
     check_model_names,
     check_out_dir,
     commit_output,
+    copy_files,
+    draw,
     recover_out_dir,
     staged_output,
+    winner_artifacts,
     winner_config,
     write_results_csv,
-    write_winner_artifacts,
     write_yaml,
 )
 from sim.planner import PlanStats, plan_points
-from sim.point import evaluate, resolve
-from sim.rows import ResultRow, pick_winner
-from sim.sweep import expand, prepare
+from sim.point import evaluate, resolve, split_note
+from sim.point_config import PointConfig
+from sim.report.memory_summary import write_memory_summary
+from sim.report.plots import plot_throughput
+from sim.report.tables import summary_table
+from sim.rows import BestRows, ResultRow, pick_winner
+from sim.sweep import expand
 
 
 def run_experiment(
@@ -72,6 +84,7 @@ def run_experiment(
     for line in (n for model_notes in notes.values() for n in model_notes):
         console.print(f"[yellow]note[/] {escape(line)}", highlight=False)
     jobs = min(jobs, len(points))
+    best = BestRows()  # each model's best row, with its event log for the winner's plots
     with open_executor(executor, prep, jobs) as pool, _progress(console, len(points)) as on_done:
         rows, stats = plan_points(
             prep,
@@ -84,11 +97,12 @@ def run_experiment(
             on_warning=lambda msg: console.print(
                 f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True
             ),
+            winners=best if plots else None,
         )
     console.print(stats.summary(), highlight=False)
     with staged_output(out) as stage:
         code, written = _write_all(
-            exp, prep, points, skipped, rows, path, stage, plots, console, notes, stats
+            exp, prep, points, skipped, rows, path, stage, plots, console, notes, stats, best, jobs
         )
         commit_output(stage, out)
     _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
@@ -96,30 +110,34 @@ def run_experiment(
 
 
 def _write_all(
-    exp,
-    prep,
-    points,
-    skipped,
-    rows,
+    exp: ExperimentConfig,
+    prep: Prepared,
+    points: list[PointConfig],
+    skipped: list[tuple[str, str]],
+    rows: list[ResultRow],
     path: Path,
     out: Path,
     plots: bool,
     console: Console,
     notes: dict[str, list[str]],
     stats: PlanStats | None = None,
+    best: BestRows | None = None,
+    jobs: int = 1,
 ) -> tuple[int, list[Path]]:
     """Write the whole output set into ``out`` (the staging folder); returns the exit code
-    (0, or 1 when a model has no fitting configuration) and the files written."""
+    (0, or 1 when a model has no fitting configuration) and the files written. ``best`` holds
+    the winners' event logs from the sweep (a winner without one, read from the cache, is
+    simulated here); the plots are drawn on ``jobs`` processes (:func:`sim.outputs.draw`)."""
     df = write_results_csv(rows, out / "results.csv")
     _write_resolved(out, exp, prep, points, skipped, notes, stats)
     written = [out / "results.csv", out / "config.resolved.yaml"]
-    if plots and "throughput_samples_per_s" in df:
-        from sim.report.plots import plot_throughput
-
-        written.append(plot_throughput(df[df["error"].fillna("") == ""], out / "throughput.png"))
-    from sim.report.tables import summary_table
-
+    pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
+    if plots and "throughput_samples_per_s" in df:
+        pending.drawings.append(
+            (out / "throughput.png", partial(plot_throughput, ok, out / "throughput.png"))
+        )
+        written.append(out / "throughput.png")
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
         written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
@@ -137,7 +155,8 @@ def _write_all(
         dirs = [out] if i == 0 else []
         if len(exp.models) > 1:
             dirs.append(out / model.name)
-        written += _write_winner(exp, prep, points, winner, path, dirs, plots)
+        log = best.log_of(winner) if best is not None else None
+        written += _write_winner(exp, prep, winner, log, path, dirs, plots, pending)
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
             f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
@@ -153,7 +172,22 @@ def _write_all(
             f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
             highlight=False,
         )
+    pending.finish(jobs)
     return code, written
+
+
+@dataclass
+class _Pending:
+    """Files to draw (on several processes, :func:`sim.outputs.draw`) and, once drawn, to copy
+    into other folders."""
+
+    drawings: list[Drawing] = field(default_factory=list)
+    copies: list[tuple[list[Path], Path]] = field(default_factory=list)
+
+    def finish(self, jobs: int) -> None:
+        draw(self.drawings, jobs)
+        for files, dest in self.copies:
+            copy_files(files, dest)
 
 
 PROGRESS_EVERY_S = 5.0
@@ -208,8 +242,6 @@ def _gpt_shapes(prep) -> dict[str, dict]:
 def _memory_summary(df, out: Path, plots: bool, console: Console, shapes=None) -> list[Path]:
     """Largest model per policy and fastest policy per model: table, CSV and two plots (and
     TFLOPS per GPU for GPT models)."""
-    from sim.report.memory_summary import write_memory_summary
-
     table, written = write_memory_summary(df, out, plots, shapes)
     console.print(
         "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
@@ -224,32 +256,43 @@ def _memory_summary(df, out: Path, plots: bool, console: Console, shapes=None) -
 
 
 def _write_winner(
-    exp, prep, points, winner: ResultRow, path: Path, dirs: list[Path], plots: bool
+    exp: ExperimentConfig,
+    prep: Prepared,
+    winner: ResultRow,
+    log: EventLog | None,
+    path: Path,
+    dirs: list[Path],
+    plots: bool,
+    pending: _Pending,
 ) -> list[Path]:
-    """winner.yaml and, with ``plots``, the winner's memory plots and timelines in each of
-    ``dirs`` (the winner is simulated once)."""
+    """winner.yaml in each of ``dirs`` and, with ``plots``, the winner's memory plots and
+    timelines: drawn once (into the last folder, added to ``pending``) and copied into the
+    others. ``log`` is the winner's event log from the sweep; without one (a cached row) the
+    winner is simulated here. Returns the files, those still pending included."""
     data = winner_config(exp, str(path), winner)
     written = [write_yaml(d / "winner.yaml", data) for d in dirs]
-    if plots:
-        point = winner.point()
+    if not plots:
+        return written
+    point = winner.point()
+    if log is None:
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
-        _, log = evaluate(res)
-        title = (
-            f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
-            f"w={point.dp_width} t={point.tensor_parallel} "
-            f"b={point.microbatch_size} m={point.microbatches}"
-        )
-        for d in dirs:
-            written += write_winner_artifacts(d, log, title)
-    return written
+        log = evaluate(res)[1]
+    title = (
+        f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
+        f"w={point.dp_width} t={point.tensor_parallel} "
+        f"b={point.microbatch_size} m={point.microbatches}"
+    )
+    drawings = winner_artifacts(dirs[-1], log, title)
+    pending.drawings += drawings
+    drawn = [f for f, _ in drawings]
+    for d in dirs[:-1]:
+        pending.copies.append((drawn, d))
+        written += [d / f.name for f in drawn]
+    return written + drawn
 
 
-def _compute_notes(prep, points) -> dict[str, list[str]]:
+def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:
     """Per model, how its trace is brought to each micro-batch size and to this GPU."""
-    from sim.compute.adapt import grid_notes
-    from sim.point import split_note
-    from sim.schedules.registry import get_schedule
-
     gpu = prep.topology.gpus[0].compute
     out = {
         name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
@@ -258,11 +301,7 @@ def _compute_notes(prep, points) -> dict[str, list[str]]:
     for name, t in prep.traces.items():  # the I/W split assumption (sim.engine.inputs)
         if any(x.bwd_input_s is None or x.bwd_weight_s is None for x in t.layers):
             split = sorted(
-                {
-                    p.schedule
-                    for p in points
-                    if p.model == name and get_schedule(p.schedule).splits_backward
-                }
+                {p.schedule for p in points if p.model == name and p.schedule_class.splits_backward}
             )
             out[name] += [f"{name}: {split_note(s)}" for s in split]
     return out

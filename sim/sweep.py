@@ -1,94 +1,34 @@
-"""Grid expansion, cached parallel evaluation and winner selection.
+"""Grid expansion: every valid combination of an experiment's sweep axes, as grid points.
 
-Every grid point is a pure function of its configuration, so its result row is cached under a
-hash of everything it depends on (the point, the trace's content, the hardware, the training
-and option settings, the pipesim version). A second ``sim run`` reuses the rows it can.
+:func:`expand` takes the product of the axes (schedule x virtual stages, stages, data-parallel
+width, tensor parallelism, micro-batch size, memory policy) per model, checks each combination
+against the hardware, the trace and the schedule's rules (:mod:`sim.sweep_axes`) and returns the
+valid points and why the others were skipped. The planner (:mod:`sim.planner`) decides which of
+them to simulate.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-from dataclasses import asdict, dataclass
-from functools import cache
-from pathlib import Path
+from dataclasses import dataclass
 
-import sim
-from sim.bounds import resolved_memory_excess
-from sim.config import MAX_MICROBATCHES, ExperimentConfig, PointConfig, as_list, config_hash
+from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
+from sim.experiment import Prepared
 from sim.framework.base import Framework
 from sim.framework.registry import get_framework
-from sim.hardware.loader import load_hardware
-from sim.hardware.topology import Topology
-from sim.memory.attention import with_attention
-from sim.memory.peak import device_peaks, row_breakdown
+from sim.memory.base import MemoryPolicy
 from sim.memory.per_stage import SEPARATOR
-from sim.memory.registry import get_policy
-from sim.point import check_schedule_name, evaluate, placement_json, resolve
-from sim.rowcache import PRUNED, ROW_FORMAT, run_points
-from sim.rows import ResultRow, pick_winner
-from sim.schedules.registry import get_schedule
+from sim.memory.registry import parse_policy
+from sim.point_config import PointConfig
+from sim.schedules.base import Schedule
 from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
 from sim.sweep_parallel import is_decoder_model, overlap_invalid, parallel_axes, parallel_invalid
 from sim.tensor.decoder_shard import Parallel
 from sim.tensor.shard import model_shape, shape_problem
-from sim.trace.loader import load_trace
-from sim.trace.schema import Trace
 
-__all__ = [
-    "Prepared",
-    "ResultRow",
-    "evaluate_row",
-    "expand",
-    "pick_winner",
-    "prepare",
-    "run_points",
-]
-
-MAX_GRID = 100_000
-"""Most grid combinations (all models) expanded. An assumption bounding a sweep's time: the
-shipped dgx1.yaml has 810."""
-
-
-@cache
-def model_code_hash() -> str:
-    """Hash of the simulator's own source (every ``sim/**/*.py``), part of every cache key: a
-    row cached by another version of the model (engine, memory, compute) is never reused."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        h.update(f.relative_to(root).as_posix().encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-@dataclass
-class Prepared:
-    """An experiment with its hardware and traces loaded."""
-
-    exp: ExperimentConfig
-    file: str
-    topology: Topology
-    traces: dict[str, Trace]
-
-
-def prepare(exp: ExperimentConfig, file: str) -> Prepared:
-    """Load the hardware and every model's trace.
-
-    Raises:
-        InputError: unknown preset, unreadable trace (naming the file and field).
-    """
-    topo = load_hardware(exp.hardware, file=file, field="hardware")
-    base = Path(file).parent if file else None
-    traces = {}
-    for i, model in enumerate(exp.models):
-        trace = load_trace(model.trace, base_dir=base, file=file, field=f"models.{i}.trace")
-        if exp.training.dtype:
-            trace = trace.with_dtype(exp.training.dtype)
-        traces[model.name] = with_attention(trace)[0]
-    return Prepared(exp, file, topo, traces)
+Policy = tuple[str, MemoryPolicy]
+"""A memory-policy axis value: the spec as written (what the point stores) and its policy."""
 
 
 def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
@@ -103,86 +43,16 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     sw = exp.sweep
     check_options(prep)
     framework = check_framework(exp.framework, file)
-    for i, name in enumerate(as_list(sw.schedule)):
-        check_schedule_name(name, file=file, field=f"sweep.schedule.{i}")
+    schedules = schedule_axis(sw, file)
     policies = _policy_axis(exp, file)
     tps, sps = _tensor_axes(prep)
     par_axes = parallel_axes(prep)
-    size = sum(
-        len(as_list(sw.schedule))
-        * len(as_list(sw.virtual_stages))
-        * len(as_list(sw.stages))
-        * len(as_list(sw.dp_width))
-        * len(tps)
-        * len(sps)
-        * len(par_axes)
-        * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
-        * len(policies)
-        for m in exp.models
-    )
-    if size > MAX_GRID:
-        raise InputError(
-            f"the grid has {size:,} combinations, more than the {MAX_GRID:,} "
-            "simulated; shorten its lists",
-            file=file,
-            field="sweep",
-        )
-    points, skipped = [], []
-    for _mi, model in enumerate(exp.models):
-        gb = model.global_batch or exp.training.global_batch
-        mbs = as_list(
-            model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
-        )
-        axes = itertools.product(
-            schedule_axis(sw),
-            as_list(sw.stages),
-            as_list(sw.dp_width),
-            tps,
-            sps,
-            par_axes,
-            mbs,
-            policies,
-        )
-        for (sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, policy in axes:
-            tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
-            vs = f" v={v}" if v > 1 else ""
-            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
-            par += " overlap" if ov else ""
-            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {policy}"
-            reason = (
-                _invalid(prep, model.name, sched, p, w * t * cp, b, gb, w, framework)
-                or parallel_invalid(prep, _mi, Parallel(t, sp, cp, ep, cpc), w, policy)
-                or overlap_invalid(sched, ov, ep, cp)
-                or _tensor_invalid(prep, _mi, t, sp)
-                or boundaries_reason(prep, p * v)
-                or virtual_reason(prep, model.name, sched, p, v, gb // (w * b), framework)
-                or _stage_count(policy, p * v)
-                or _asynchronous(sw, sched)
-            )
-            if reason:
-                skipped.append((desc, reason))
-                continue
-            points.append(
-                PointConfig(
-                    model=model.name,
-                    schedule=sched,
-                    stages=p,
-                    dp_width=w,
-                    tensor_parallel=t,
-                    sequence_parallel=sp,
-                    microbatch_size=b,
-                    microbatches=gb // (w * b),
-                    memory_policy=policy,
-                    global_batch=gb,
-                    virtual_stages=v,
-                    expert_parallel=ep,
-                    context_parallel=cp,
-                    context_parallel_comm=cpc,
-                    routing=model.routing,
-                    ep_overlap=ov,
-                    framework=framework.name,
-                )
-            )
+    _check_size(exp, len(tps) * len(sps) * len(par_axes) * len(policies), file)
+    points: list[PointConfig] = []
+    skipped: list[tuple[str, str]] = []
+    axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
+    for mi in range(len(exp.models)):
+        _model_points(prep, mi, axes, points, skipped)
     if not points:
         if len(skipped) == 1:
             raise InputError(skipped[0][1], file=file, field="sweep")
@@ -195,8 +65,111 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     return points, skipped
 
 
-def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
-    """The memory-policy specs of the grid, validated (``options.stage_policies`` makes one
+def _check_size(exp: ExperimentConfig, per_model: int, file: str) -> None:
+    """Raises:
+    InputError: the grid has more than :data:`~sim.config.MAX_GRID` combinations.
+    """
+    sw = exp.sweep
+    size = sum(
+        len(as_list(sw.schedule))
+        * len(as_list(sw.virtual_stages))
+        * len(as_list(sw.stages))
+        * len(as_list(sw.dp_width))
+        * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
+        * per_model
+        for m in exp.models
+    )
+    if size > MAX_GRID:
+        raise InputError(
+            f"the grid has {size:,} combinations, more than the {MAX_GRID:,} "
+            "simulated; shorten its lists",
+            file=file,
+            field="sweep",
+        )
+
+
+@dataclass(frozen=True)
+class _Axes:
+    """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
+    name as written, virtual stages)``, tensor and sequence parallelism, ``(expert parallel,
+    context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
+
+    framework: Framework
+    schedules: list[tuple[type[Schedule], str, int]]
+    tps: list[int]
+    sps: list[bool]
+    parallel: list[tuple[int, int, str, bool]]
+    policies: list[Policy]
+
+
+def _model_points(
+    prep: Prepared,
+    mi: int,
+    axes: _Axes,
+    points: list[PointConfig],
+    skipped: list[tuple[str, str]],
+) -> None:
+    """Append model ``mi``'s valid points to ``points`` and ``(point, reason)`` of the others
+    to ``skipped``, in the order of the axes."""
+    exp, sw, model = prep.exp, prep.exp.sweep, prep.exp.models[mi]
+    gb = model.global_batch or exp.training.global_batch
+    mbs = as_list(
+        model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
+    )
+    grid = itertools.product(
+        axes.schedules,
+        as_list(sw.stages),
+        as_list(sw.dp_width),
+        axes.tps,
+        axes.sps,
+        axes.parallel,
+        mbs,
+        axes.policies,
+    )
+    for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
+        reason = (
+            _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
+            or parallel_invalid(prep, mi, Parallel(t, sp, cp, ep, cpc), w, policy)
+            or overlap_invalid(cls, ov, ep, cp)
+            or _tensor_invalid(prep, mi, t, sp)
+            or boundaries_reason(prep, p * v)
+            or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), axes.framework)
+            or _stage_count(text, policy, p * v)
+            or _asynchronous(sw, cls)
+        )
+        if reason:
+            tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
+            vs = f" v={v}" if v > 1 else ""
+            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
+            par += " overlap" if ov else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {text}"
+            skipped.append((desc, reason))
+            continue
+        points.append(
+            PointConfig(
+                model=model.name,
+                schedule=sched,
+                stages=p,
+                dp_width=w,
+                tensor_parallel=t,
+                sequence_parallel=sp,
+                microbatch_size=b,
+                microbatches=gb // (w * b),
+                memory_policy=text,
+                global_batch=gb,
+                virtual_stages=v,
+                expert_parallel=ep,
+                context_parallel=cp,
+                context_parallel_comm=cpc,
+                routing=model.routing,
+                ep_overlap=ov,
+                framework=axes.framework.name,
+            )
+        )
+
+
+def _policy_axis(exp: ExperimentConfig, file: str) -> list[Policy]:
+    """The memory policies of the grid, each parsed once (``options.stage_policies`` makes one
     per-stage spec).
 
     Raises:
@@ -221,10 +194,11 @@ def _policy_axis(exp: ExperimentConfig, file: str) -> list[str]:
                 field=f"{field}.{i}",
             )
         try:
-            get_policy(spec)
+            parse_policy(spec)
         except (KeyError, ValueError) as exc:
             raise InputError(str(exc.args[0]), file=file, field=f"{field}.{i}") from None
-    return [SEPARATOR.join(specs)] if per_stage is not None else specs
+    texts = [SEPARATOR.join(specs)] if per_stage is not None else specs
+    return [(text, parse_policy(text)) for text in texts]
 
 
 def check_framework(name: str, file: str = "<experiment>") -> Framework:
@@ -239,9 +213,9 @@ def check_framework(name: str, file: str = "<experiment>") -> Framework:
         raise InputError(str(exc), file=file, field="framework") from None
 
 
-def _asynchronous(sw, sched: str) -> str:
-    if getattr(sw, "synchronous_only", False) and not get_schedule(sched).synchronous:
-        return f"{sched} updates with stale weights and sweep.synchronous_only is set"
+def _asynchronous(sw: SweepConfig, cls: type[Schedule]) -> str:
+    if sw.synchronous_only and not cls.synchronous:
+        return f"{cls.name} updates with stale weights and sweep.synchronous_only is set"
     return ""
 
 
@@ -301,10 +275,10 @@ def check_options(prep: Prepared) -> None:
                 seen[g] = where
 
 
-def _stage_count(policy: str, p: int) -> str:
-    n = policy.count(SEPARATOR) + 1
+def _stage_count(text: str, policy: MemoryPolicy, p: int) -> str:
+    n = len(policy.parts())
     if n > 1 and n != p:
-        return f"memory policy {policy!r} names {n} stages but this point has {p}"
+        return f"memory policy {text!r} names {n} stages but this point has {p}"
     return ""
 
 
@@ -354,7 +328,7 @@ def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
 def _invalid(
     prep: Prepared,
     model: str,
-    sched: str,
+    cls: type[Schedule],
     p: int,
     gpus_per_stage: int,
     b: int,
@@ -388,7 +362,6 @@ def _invalid(
             f"options.placement is {len(opts.placement)} x {len(opts.placement[0])} "
             f"(replicas x stages), not {w} x {p}"
         )
-    cls = get_schedule(sched)  # the name was checked by expand()
     framework = framework or check_framework(prep.exp.framework, prep.file)
     why = framework.schedule_reason(cls)
     if why:
@@ -401,71 +374,3 @@ def _invalid(
     if p > len(prep.traces[model].layers):
         return f"{p} stages but {model} has only {len(prep.traces[model].layers)} layers"
     return ""
-
-
-def point_cache_key(prep: Prepared, point: PointConfig) -> str:
-    """Hash of everything the row depends on."""
-    trace = prep.traces[point.model]
-    exp = prep.exp
-    return config_hash(
-        {
-            "version": sim.__version__,
-            "model_code": model_code_hash(),
-            "row_format": ROW_FORMAT,
-            "point": point.model_dump(),
-            "trace": [asdict(layer) for layer in trace.layers],
-            "mb": trace.microbatch_size,
-            "hardware": repr(prep.topology.gpus)
-            + repr(prep.topology.links)
-            + repr(prep.topology.hosts),
-            "training": exp.training.model_dump(),
-            "options": exp.options.model_dump(),
-        }
-    )
-
-
-def evaluate_row(prep: Prepared, point: PointConfig, screen: bool = False) -> ResultRow:
-    """The result row of one point (never raises for a point that cannot run: see ``error``).
-
-    With ``screen``, a point whose resolved memory lower bound exceeds a GPU's capacity
-    (:func:`sim.bounds.resolved_memory_excess`) is not simulated: its row has the error
-    ``pruned: memory lower bound ...`` (the planner's, :mod:`sim.planner`)."""
-    trace = prep.traces[point.model]
-    base = dict(point.model_dump(), parameters=trace.parameters)
-    try:
-        res = resolve(prep.exp, point, prep.topology, trace, file=prep.file)
-        excess = resolved_memory_excess(res) if screen else None
-        if excess is not None:
-            gpu, need, cap = excess
-            return ResultRow(
-                **base,
-                fits=False,
-                error=f"{PRUNED}memory lower bound {need / 2**30:.2f} GiB > capacity "
-                f"{cap / 2**30:.2f} GiB ({gpu}, as partitioned)",
-            )
-        met, log = evaluate(res)
-    except (InputError, ValueError) as exc:
-        return ResultRow(**base, fits=False, error=str(exc))
-    oom = met.oom[0] if met.oom else None
-    return ResultRow(
-        **base,
-        iteration_time_s=met.iteration_time_s,
-        throughput_samples_per_s=met.throughput_samples_per_s,
-        bubble_fraction=met.bubble_fraction,
-        peak_memory_bytes=met.peak_memory_bytes,
-        fits=met.fits,
-        oom_device=oom[0] if oom else "",
-        oom_peak_bytes=oom[1] if oom else None,
-        oom_capacity_bytes=oom[2] if oom else None,
-        swap_bytes=met.swap_bytes,
-        recompute_s=met.recompute_s,
-        stall_s=met.stall_s,
-        comm_bytes=met.comm_bytes,
-        boundaries=json.dumps(list(res.boundaries)),
-        placement=json.dumps(placement_json(res)),
-        error="",
-        policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
-        staleness_steps=max(res.schedule.delay_steps(s) for s in range(res.schedule.num_stages)),
-        attention=trace.provenance.get("attention", ""),
-        **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
-    )

@@ -7,24 +7,30 @@ rules (:class:`sim.schedules.base.Schedule`), applied here before anything is si
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from sim.config import as_list
+from sim.config import SweepConfig, as_list
+from sim.experiment import Prepared
 from sim.framework.base import Framework
+from sim.point_stages import check_schedule_name
+from sim.schedules.base import Schedule
 from sim.schedules.errors import ScheduleError
-from sim.schedules.registry import get_schedule
-
-if TYPE_CHECKING:
-    from sim.sweep import Prepared
 
 
-def schedule_axis(sw) -> list[tuple[str, int]]:
-    """``(schedule, virtual_stages)`` pairs: the product of the two lists, or, where
-    ``sweep.virtual_stages`` is unset, each schedule with its smallest ``v`` (1 or 2)."""
+def schedule_axis(sw: SweepConfig, file: str) -> list[tuple[type[Schedule], str, int]]:
+    """``(schedule class, name as written, virtual_stages)``: each ``sweep.schedule`` name
+    looked up once, in the product with ``sweep.virtual_stages``, or, where that is unset, with
+    the schedule's smallest ``v`` (1 or 2).
+
+    Raises:
+        InputError: an unknown schedule name (naming ``sweep.schedule.<i>``).
+    """
     names = as_list(sw.schedule)
+    classes = [
+        check_schedule_name(n, file=file, field=f"sweep.schedule.{i}") for i, n in enumerate(names)
+    ]
     if "virtual_stages" not in sw.model_fields_set:
-        return [(n, get_schedule(n).min_virtual_stages) for n in names]
-    return [(n, v) for n in names for v in as_list(sw.virtual_stages)]
+        return [(c, n, c.min_virtual_stages) for c, n in zip(classes, names, strict=True)]
+    vs = as_list(sw.virtual_stages)
+    return [(c, n, v) for c, n in zip(classes, names, strict=True) for v in vs]
 
 
 def boundaries_reason(prep: Prepared, stages: int) -> str:
@@ -38,7 +44,7 @@ def boundaries_reason(prep: Prepared, stages: int) -> str:
 def virtual_reason(
     prep: Prepared,
     model: str,
-    sched: str,
+    cls: type[Schedule],
     p: int,
     v: int,
     m: int,
@@ -48,7 +54,7 @@ def virtual_reason(
     ``v`` and torch's checks on ``m`` (:meth:`Schedule.check`; ``m < p`` where ``framework``
     runs it), more stages than layers."""
     try:
-        framework.make_schedule(get_schedule(sched), p, max(m, 1), v)
+        framework.make_schedule(cls, p, max(m, 1), v)
     except ScheduleError as exc:
         return str(exc)
     layers = len(prep.traces[model].layers)

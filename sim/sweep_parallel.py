@@ -9,25 +9,15 @@ forward and a backward: :mod:`sim.tensor.decoder_shard`, :mod:`sim.engine.overla
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from sim.compute.routing import parse_routing
-from sim.config import ExperimentConfig, as_list
+from sim.config import as_list
 from sim.errors import InputError
-from sim.schedules.registry import get_schedule
+from sim.experiment import Prepared
+from sim.memory.base import MemoryPolicy
+from sim.schedules.base import Schedule
 from sim.tensor.context import COMM_TYPES
 from sim.tensor.decoder_shard import Parallel, decoder_problem
 from sim.trace.decoder import decoder_shape, is_decoder
-from sim.trace.schema import Trace
-
-
-class Prepared(Protocol):
-    """What these checks read of :class:`sim.sweep.Prepared` (no import of sim.sweep: it
-    imports this module)."""
-
-    exp: ExperimentConfig
-    file: str
-    traces: dict[str, Trace]
 
 
 def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
@@ -59,12 +49,12 @@ def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
     return out
 
 
-def overlap_invalid(sched: str, overlap: bool, ep: int, cp: int) -> str:
-    """Why ``ep_overlap`` cannot apply, or ``""``."""
+def overlap_invalid(cls: type[Schedule], overlap: bool, ep: int, cp: int) -> str:
+    """Why ``ep_overlap`` cannot apply to schedule ``cls``, or ``""``."""
     if not overlap:
         return ""
-    if not get_schedule(sched).overlaps_pairs:
-        return f"ep_overlap needs a schedule with OVERLAP_F_B pairs (dualpipe_v), not {sched}"
+    if not cls.overlaps_pairs:
+        return f"ep_overlap needs a schedule with OVERLAP_F_B pairs (dualpipe_v), not {cls.name}"
     if ep == 1 and cp == 1:
         return "ep_overlap has no exchange to overlap without expert or context parallelism"
     return ""
@@ -75,13 +65,7 @@ def is_decoder_model(prep: Prepared, mi: int) -> bool:
     return is_decoder(prep.traces[prep.exp.models[mi].name])
 
 
-SHARDED_POLICIES = ("zero3", "chunked", "zero_offload")
-"""Policies that partition model states over the data-parallel replicas: not combined with
-expert parallelism (the routed experts' states would partition over the expert-data-parallel
-group, which they do not model)."""
-
-
-def parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: str) -> str:
+def parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: MemoryPolicy) -> str:
     """Why expert/context parallelism ``par`` cannot run for model ``mi`` here, or ``""``."""
     trace = prep.traces[prep.exp.models[mi].name]
     if not is_decoder(trace):
@@ -93,6 +77,10 @@ def parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: str
         return ""
     if (w * par.cp) % par.ep:
         return f"expert_parallel {par.ep} must divide dp_width x context_parallel = {w * par.cp}"
-    if par.ep > 1 and any(policy.startswith(k) for k in SHARDED_POLICIES):
-        return f"memory policy {policy} partitions states over replicas; not with expert_parallel"
+    if par.ep > 1 and any(part.shards_states for part in policy.parts()):
+        # the routed experts' states would partition over the expert-data-parallel group,
+        # which these policies do not model
+        return (
+            f"memory policy {policy.text} partitions states over replicas; not with expert_parallel"
+        )
     return decoder_problem(decoder_shape(trace), par)

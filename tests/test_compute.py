@@ -128,8 +128,9 @@ def test_small_microbatches_are_penalised_per_sample():
 
 def test_async_schedule_no_longer_ties_across_microbatch_sizes():
     """Issue 12: with linear compute, PipeDream-2BW had the same throughput at every b."""
-    from sim.config import PointConfig, parse_experiment
+    from sim.config import parse_experiment
     from sim.point import evaluate, resolve
+    from sim.point_config import PointConfig
 
     topo = load_hardware("dgx1-v100-32gb")
     base = preset_trace("gpt2-1.5b")

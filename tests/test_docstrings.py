@@ -55,7 +55,8 @@ def test_examples_exist_where_promised() -> None:
     """The public classes below carry a runnable example (a regression guard, not a count)."""
     for name in (
         "sim.partition",
-        "sim.memory.spec",
+        "sim.memory.replay",
+        "sim.plugins",
         "sim.memory.registry",
         "sim.schedules.analysis",
         "sim.schedules.action",

@@ -14,16 +14,18 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.compute.host import HostOverhead
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
 from sim.engine import simulate
 from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
+from sim.experiment import Prepared
 from sim.framework import framework_names, get_framework
 from sim.framework.placement import megatron_boundaries, parameter_boundaries
 from sim.point import evaluate, resolve
+from sim.point_config import PointConfig
 from sim.schedules.action import STEP
 from sim.schedules.errors import ScheduleError
 from sim.schedules.one_f_one_b import OneFOneB
-from sim.sweep import Prepared, expand
+from sim.sweep import expand
 from sim.trace.schema import LayerProfile, Trace
 
 runner = CliRunner()

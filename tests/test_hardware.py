@@ -43,7 +43,7 @@ DGX1 = ["dgx1-v100-16gb", "dgx1-v100-32gb"]
 
 MIB = 2.0**20
 # (GPUs, GPU memory bytes as CUDA reports them, total host DRAM bytes): hardware.md §3, §5;
-# the CUDA-reported totals and their sources are in sim.memory.capacity.CUDA_TOTAL_MIB.
+# the CUDA-reported totals and their sources are in sim.hardware.capacity.CUDA_TOTAL_MIB.
 EXPECTED = {
     "dgx1-v100-16gb": (8, 16160 * MIB, 512 * GIB),
     "dgx1-v100-32gb": (8, 32480 * MIB, 512 * GIB),

@@ -7,13 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
+from sim.experiment import Prepared
+from sim.hardware.capacity import MIB, NO_RESERVE, RuntimeReserve
 from sim.hardware.loader import load_hardware
 from sim.memory.attention import ASSUMED, with_attention
-from sim.memory.capacity import MIB, NO_RESERVE, RuntimeReserve
 from sim.memory.peak import ROW_CATEGORIES, device_peaks, row_breakdown
 from sim.point import evaluate, resolve
-from sim.sweep import Prepared, evaluate_row, expand
+from sim.point_config import PointConfig
+from sim.point_row import point_row
+from sim.sweep import expand
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology
@@ -219,7 +222,7 @@ def test_synchronous_only_keeps_flushed_schedules():
 def test_results_show_staleness_in_optimizer_steps(schedule, stale):
     """2BW: W(t+1) = W(t) - lr * grad(W(t-1)), one step stale (schedules.md §2.4)."""
     prep = _prepared(two_layers(), schedule=schedule, stages=2)
-    row = evaluate_row(prep, _point(two_layers(), schedule, p=2, m=4))
+    row = point_row(prep, _point(two_layers(), schedule, p=2, m=4))[0]
     assert row["staleness_steps"] == stale
 
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from sim.config import parse_experiment
+from sim.experiment import prepare
 from sim.hardware.topology import Host
 from sim.memory.chunks import pack, utilization
 from sim.memory.deepspeed import (
@@ -33,7 +34,8 @@ from sim.memory.memtracer import (
     host_framework_bytes,
 )
 from sim.memory.tensors import block_hidden, param_groups, stage_groups
-from sim.sweep import evaluate_row, expand, prepare
+from sim.point_row import point_row
+from sim.sweep import expand
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile
 from tests.helpers import chain_topology
@@ -194,7 +196,7 @@ def _fits(path: str, model: str, policy: str) -> bool:
     points, _ = expand(prep)
     chosen = [p for p in points if p.model == model and p.memory_policy == policy]
     assert chosen, (path, model, policy)
-    return any(bool(evaluate_row(prep, pt)["fits"]) for pt in chosen)
+    return any(bool(point_row(prep, pt)[0]["fits"]) for pt in chosen)
 
 
 PAPER_LIMITS = [

@@ -9,7 +9,7 @@ import pytest
 
 from sim.engine.collectives import RING_STEPS
 from sim.hardware.topology import Host, Link, Topology
-from sim.memory.registry import get_policy, parse_policy
+from sim.memory.registry import parse_policy
 from sim.trace.generator import transformer_trace
 from tests.helpers import chain_topology
 from tests.test_memory_policies import category_peak, run, tiny_gpt
@@ -128,9 +128,9 @@ def test_zero_offload_keeps_one_gradient_bucket_on_the_gpu():
 
 def test_recompute_forms_parse_and_drop_activations():
     for text in ("chunked:recompute", "chunked:32:recompute", "zero_offload:recompute"):
-        spec = parse_policy(text)
-        assert spec.mode == "full" and get_policy(text).recompute
-    assert get_policy("zero3:offload:recompute").offload
+        policy = parse_policy(text)
+        assert policy.mode == "full" and policy.recompute
+    assert parse_policy("zero3:offload:recompute").offload
     for bad in ("chunked:recompute:recompute", "zero3:8", "zero_offload:x"):
         with pytest.raises(ValueError):
             parse_policy(bad)

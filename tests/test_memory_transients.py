@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from sim.memory.capacity import MIB, NO_RESERVE
+from sim.hardware.capacity import MIB, NO_RESERVE
 from sim.memory.transients import (
     grads_not_allocated_bytes,
     input_grad_send_bytes,

@@ -14,9 +14,10 @@ from sim.config import load_experiment
 from sim.engine import simulate
 from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.streams import ComputeStream
+from sim.experiment import prepare
 from sim.memory.plan import StagePlan
 from sim.point import evaluate, resolve
-from sim.sweep import expand, prepare
+from sim.sweep import expand
 from sim.tensor.ops import GroupOp
 from tests.helpers import chain_topology, uniform_input
 

@@ -9,8 +9,10 @@ import yaml
 
 from sim.config import parse_experiment
 from sim.errors import InputError
+from sim.experiment import prepare
 from sim.outputs import winner_config
-from sim.sweep import evaluate_row, expand, prepare
+from sim.point_row import point_row
+from sim.sweep import expand
 
 BASE = {
     "name": "t",
@@ -72,7 +74,7 @@ def test_context_parallel_uses_its_gpus_and_keeps_samples(tmp_path):
     # stages 1 x dp 2 x cp 4 = 8 GPUs; the step still trains global_batch samples
     prep = prep_of(tmp_path, {"stages": 1, "dp_width": 2, "context_parallel": 4})
     (point,), _ = expand(prep)
-    row = evaluate_row(prep, point)
+    row = point_row(prep, point)[0]
     assert row.microbatches == 8 and not row.error
     assert row.throughput_samples_per_s == pytest.approx(16 / row.iteration_time_s)
     placement = yaml.safe_load(row.placement)  # [replica][stage]: the dp x cp = 8 replicas
@@ -111,7 +113,7 @@ def test_winner_yaml_keeps_the_parallel_sizes(tmp_path):
         },
     )
     (point,), _ = expand(prep)
-    row = evaluate_row(prep, point)
+    row = point_row(prep, point)[0]
     data = winner_config(prep.exp, str(tmp_path / "e.yaml"), row)
     again = prep_of(tmp_path, {k: v for k, v in data["sweep"].items() if k != "microbatch_size"})
     (same,), _ = expand(again)

@@ -19,10 +19,12 @@ from sim.cli import app
 from sim.config import load_experiment, parse_experiment
 from sim.errors import InputError
 from sim.executors import LocalExecutor, open_executor
+from sim.experiment import prepare
 from sim.planner import plan_points
 from sim.point import evaluate, resolve
+from sim.point_row import point_row
 from sim.rows import pick_winner
-from sim.sweep import evaluate_row, expand, prepare
+from sim.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -122,10 +124,10 @@ def test_resolved_bound_only_prunes_what_does_not_fit():
     prep, points = GRIDS["h100"]
     seen = 0
     for point in points[::40]:
-        row = evaluate_row(prep, point, screen=True)
+        row = point_row(prep, point, screen=True)[0]
         if row.error.startswith("pruned: "):
             seen += 1
-            assert not evaluate_row(prep, point).fits, point
+            assert not point_row(prep, point)[0].fits, point
     assert seen, "the sample should contain a point pruned once resolved"
 
 

@@ -219,7 +219,9 @@ def _experiment(tmp_path, sweep: str) -> str:
 
 def test_sweep_virtual_stages_axis(tmp_path):
     from sim.config import load_experiment
-    from sim.sweep import evaluate_row, expand, prepare
+    from sim.experiment import prepare
+    from sim.point_row import point_row
+    from sim.sweep import expand
 
     file = _experiment(
         tmp_path,
@@ -233,14 +235,15 @@ def test_sweep_virtual_stages_axis(tmp_path):
         ("interleaved_1f1b", 2),
     ]
     assert any("exactly 1" in why for _, why in skipped)
-    row = evaluate_row(prep, next(p for p in points if p.schedule == "dualpipe_v"))
+    row = point_row(prep, next(p for p in points if p.schedule == "dualpipe_v"))[0]
     assert not row.error and row.virtual_stages == 2 and len(eval(row.boundaries)) == 8
     assert eval(row.placement) == [[0, 1, 2, 3]] or len(eval(row.placement)[0]) == 4
 
 
 def test_sweep_default_virtual_stages_and_errors(tmp_path):
     from sim.config import load_experiment
-    from sim.sweep import expand, prepare
+    from sim.experiment import prepare
+    from sim.sweep import expand
 
     file = _experiment(tmp_path, "{schedule: [zbv, 1f1b], stages: 2}")
     points, _ = expand(prepare(load_experiment(file), file))

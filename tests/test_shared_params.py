@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import chain_topology
 
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
 from sim.point import evaluate, resolve
+from sim.point_config import PointConfig
 from sim.trace.native import read_trace, write_trace
 from sim.trace.schema import LayerProfile, SharedParams, Trace
 from sim.trace.shared import place_shared

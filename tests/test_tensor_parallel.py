@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import PointConfig, parse_experiment
+from sim.config import parse_experiment
 from sim.errors import InputError
 from sim.events import EventKind, Stream
+from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
 from sim.point import evaluate, resolve
-from sim.sweep import expand, prepare
+from sim.point_config import PointConfig
+from sim.sweep import expand
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import AG, AR, RS, korthikanti_act_bytes
 from sim.tensor.shard import shard_trace

@@ -10,41 +10,23 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from sim.memory.registry import parse_policy
-from sim.schedules.registry import get_schedule
+from sim.memory.registry import replay_problems
+from sim.schedules.registry import REGISTRY, get_schedule
 
 SCHEDULES_TORCH = ("gpipe", "1f1b")
-SCHEDULES_TORCH_CSV = (
-    "interleaved_1f1b",
-    "looped_bfs",
-    "interleaved_zero_bubble",
-    "zbv_zero_bubble",
-    "dualpipe_v",
-)
-"""Multi-stage schedules replayed only through ``_PipelineScheduleRuntime`` from our CSV."""
 """Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
-POLICIES = ("none", "recompute", "cpu_swap")
-"""Memory policies the replay runs (``backends.torch.memory.replay_policy``), per stage."""
+SCHEDULES_TORCH_CSV = tuple(c.name for c in REGISTRY.classes() if c.min_virtual_stages > 1)
+"""Multi-stage schedules (several stage chunks per rank, as each class says) replayed only
+through ``_PipelineScheduleRuntime`` from our CSV."""
 
 
 def policy_problems(text: str, stages: int) -> list[str]:
     """Why the replay cannot run memory policy ``text`` on ``stages`` stages (empty if it can).
 
-    The string is read by the simulator's own parser (``sim.memory.registry.parse_policy``).
+    The string is read by the simulator's own parser, and each policy's class says whether the
+    replay runs it (``sim.memory.registry.replay_problems``).
     """
-
-    try:
-        spec = parse_policy(text)
-        spec.for_stage(0, stages)
-    except (KeyError, ValueError) as exc:
-        return [f"memory_policy: {exc.args[0]}"]
-    other = sorted(spec.kinds() - set(POLICIES))
-    if other:
-        return [
-            f"memory_policy: {text!r} uses {', '.join(other)}; the torch replay runs only "
-            f"{', '.join(POLICIES)} (one per stage joined by '|')"
-        ]
-    return []
+    return replay_problems(text, stages)
 
 
 def tp_problems(job: ReplayJob) -> list[str]:

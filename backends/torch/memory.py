@@ -8,7 +8,7 @@ autograd frees the saved tensor (after the backward, or when the graph is droppe
 and device-agnostic (the CUDA caching allocator rounds; this does not).
 
 Policies (memory.md §7, "Replaying policies"), read from the simulator's own
-``sim.memory.spec.PolicySpec`` for the rank's stage (:func:`replay_policy`):
+policy class for the rank's stage (:func:`replay_policy`, ``MemoryPolicy.replay``):
 
 * ``none``: keep every saved tensor on the device.
 * ``recompute`` / ``recompute:full``: ``torch.utils.checkpoint`` around each block (done by
@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from backends.torch.models import Block, StageModule
-from sim.memory.registry import parse_policy
+from sim.memory.registry import replay_plan
+from sim.memory.replay import ReplayPlan
 
 if TYPE_CHECKING:
     from backends.torch.user_stage import UserStageModule
@@ -127,25 +127,14 @@ class SavedBytes:
             self._add(-entry[1], host)
 
 
-@dataclass(frozen=True)
-class ReplayPolicy:
-    """What one rank does about memory: the replay of its stage's policy spec.
-
-    Attributes:
-        checkpoint: positions (in the stage) of the blocks run under activation checkpointing.
-        swap: positions of the layers whose saved tensors go to host memory.
-        swap_loss: the loss's saved tensors go too (the last stage's whole stash is swapped).
-        notes: where the replay differs from what the simulator models, in words.
-    """
-
-    checkpoint: frozenset[int] = frozenset()
-    swap: frozenset[int] = frozenset()
-    swap_loss: bool = False
-    notes: tuple[str, ...] = field(default=())
+ReplayPolicy = ReplayPlan
+"""What one rank does about memory: the replay of its stage's policy
+(:class:`sim.memory.replay.ReplayPlan`, which the policy's class builds)."""
 
 
 def replay_policy(text: str, stage: int, stages: int, is_block: Sequence[bool]) -> ReplayPolicy:
-    """The :class:`ReplayPolicy` of ``stage`` for the ``memory_policy`` string ``text``.
+    """The :class:`ReplayPolicy` of ``stage`` for the ``memory_policy`` string ``text``: what
+    the stage's policy class says (:func:`sim.memory.registry.replay_plan`).
 
     Args:
         text: the simulator's ``memory_policy`` (per-stage specs joined by ``|`` allowed).
@@ -153,51 +142,14 @@ def replay_policy(text: str, stage: int, stages: int, is_block: Sequence[bool]) 
         is_block: for each layer of the stage, whether it is a transformer block.
 
     Raises:
-        ValueError: a policy the replay cannot run (only ``none``, ``recompute`` and
-            ``cpu_swap`` are replayed), or a per-stage spec for another number of stages.
+        ValueError: a policy the replay cannot run (only replayable classes: ``none``,
+            ``recompute`` and ``cpu_swap``), or a per-stage spec for another number of stages.
 
     Example:
         >>> replay_policy("none|cpu_swap:0.5", 1, 2, [True] * 4).swap
         frozenset({0, 1})
     """
-    spec = parse_policy(text).for_stage(stage, stages)
-    n = len(is_block)
-    blocks = frozenset(i for i, b in enumerate(is_block) if b)
-    where = f"stage {stage}: {spec.text!r}"
-    if spec.kind == "none":
-        return ReplayPolicy()
-    if spec.kind == "recompute" and spec.mode == "selective":
-        return ReplayPolicy(
-            notes=(
-                f"{where} not replayed: the stage keeps every activation, as "
-                "'none' (the simulator drops and re-runs the attention core)",
-            )
-        )
-    if spec.kind == "recompute":
-        first = n if spec.layers is None else min(spec.layers, n)
-        others = [i for i in range(first) if i not in blocks]
-        notes = (
-            ()
-            if not others or spec.layers is None
-            else (
-                f"{where}: checkpoints the blocks among the first {first} layers; the "
-                f"non-block layers at positions {others} keep their activations (as simulated)",
-            )
-        )
-        return ReplayPolicy(checkpoint=frozenset(i for i in blocks if i < first), notes=notes)
-    if spec.kind == "cpu_swap":
-        fraction = 1.0 if spec.fraction is None else spec.fraction
-        k = round(fraction * n)
-        notes = (
-            ()
-            if k == n
-            else (
-                f"{where}: saved tensors of the first {k} of {n} layers go to host (the simulator "
-                f"swaps {fraction:g} of the stash bytes)",
-            )
-        )
-        return ReplayPolicy(swap=frozenset(range(k)), swap_loss=k == n, notes=notes)
-    raise ValueError(f"{where}: the torch replay runs only none, recompute and cpu_swap")
+    return replay_plan(text, stage, stages, is_block)
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 ``python -m backends.torch.runtime_memory DEVICE`` prints :func:`measure`'s JSON; it runs in a
 fresh process (:func:`measure_fresh`) so that "before any tensor" means it.
 
-On CUDA (the numbers ``sim.memory.capacity.RuntimeReserve`` assumes, memory.md §1):
+On CUDA (the numbers ``sim.hardware.capacity.RuntimeReserve`` assumes, memory.md §1):
 
 * ``context_bytes``: device memory in use once the CUDA context exists and before any tensor
   (``total - free`` of ``torch.cuda.mem_get_info``, which creates the context). It includes

@@ -31,6 +31,9 @@ from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.routing import expert_rows
 from sim.compute.transformer import BlockShape, block_times
+from sim.hardware.loader import list_presets, load_hardware
+from sim.trace.decoder import decoder_trace
+from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 
 
@@ -82,8 +85,6 @@ def device_spec(name: str) -> ComputeSpec | None:
     and turning spaces into ``-`` (``torch.cuda.get_device_name`` style), then by the first
     word (``"H100"``). None when nothing matches (e.g. ``"cpu"``).
     """
-    from sim.hardware.loader import list_presets, load_hardware
-
     key = name.upper().removeprefix("NVIDIA").strip().replace(" ", "-")
     found = [load_hardware(p).gpus[0].compute for p in list_presets()]
     specs = [s for s in found if s is not None]
@@ -95,8 +96,6 @@ def device_spec(name: str) -> ComputeSpec | None:
 
 
 def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, list[str]]:
-    from sim.trace.generator import transformer_trace
-
     inputs = dict(trace.provenance["inputs"])
     source = ComputeSpec(**inputs.pop("gpu"))
     target = gpu or source
@@ -107,8 +106,6 @@ def _regenerate(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
     kind = inputs.pop("kind")
     inputs.pop("gpu_model", None)
     if kind == "decoder":  # sim.trace.decoder: the shape is the rest of the inputs
-        from sim.trace.decoder import decoder_trace
-
         shape = {k: v for k, v in inputs.items() if k not in ("microbatch_size", "dtype")}
         out = decoder_trace(
             shape, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype

@@ -55,8 +55,9 @@ exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engin
 
 Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
 last stage has its gradient all-reduced between those two GPUs at every step
-(``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction; so do the
-parameters a model shares between layers on several ranks (``PipelineRuntime.tied_groups``).
+(``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
+rank's stage chunks (:mod:`sim.engine.step`); so do the parameters a model shares between layers
+on several ranks (``PipelineRuntime.tied_groups``).
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ next action's ops, so the device idles while the host issues them (the host mode
 ``host_wait``, :meth:`sim.engine.streams.ComputeStream.run_issued`) instead of the host running
 ahead of it.
 
-Step barriers (``step_barrier``): every stage replica of a pipeline replica (all stages, all
-tensor ranks) waits for the others at its optimizer step, before or after its update.
+Step barriers (``step_barrier``): every rank of a pipeline replica (all ranks, all tensor
+ranks; a rank holding several stage chunks arrives once) waits for the others at its optimizer
+step, before or after its update.
 """
 
 from __future__ import annotations
@@ -155,14 +156,15 @@ class Exchanges:
 
     def barrier(self, rep: StageReplica, step_no: int, when: str, tags: dict):
         """Process: at optimizer step ``step_no``, ``when`` the runtime's ``step_barrier`` says
-        (``"before_update"`` or ``"after_update"``), wait until every stage replica of
-        ``rep``'s pipeline replica has arrived."""
+        (``"before_update"`` or ``"after_update"``), wait until every rank of ``rep``'s
+        pipeline replica (each of its tensor ranks) has arrived; a rank arrives once, whatever
+        the stage chunks it holds (its step runs them all, :mod:`sim.engine.step`)."""
         if self.runtime.step_barrier != when:
             return
         key = (rep.replica, step_no)
         group = self._barriers.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.stages * self.inp.tensor_parallel:
+        if group[1] == len(self.inp.program) * self.inp.tensor_parallel:
             del self._barriers[key]
             group[0].succeed()
         yield from self.compute.wait(group[0], rep.gpu, f"barrier step {step_no}", **tags)

@@ -5,10 +5,11 @@ parallelism: every rank is then ``t`` processes, one per tensor rank, each sendi
 rank of the next stage and joining its group's collectives after every F and B). Each rank of
 each replica is a SimPy process that executes its schedule's action list in order on its GPU's
 compute stream; a rank holding ``v`` stage chunks (virtual stages) runs each action with the
-costs, memory plan and neighbours of the action's stage. A forward waits for its input
-activation, a backward (B or I) for its output gradient; a W only for its I (earlier in the
-same list). Sends of
-activations and gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
+costs, memory plan and neighbours of the action's stage, and runs one optimizer step over
+all of them (:mod:`sim.engine.step`: every chunk's reduction, then the barrier, then every
+chunk's update). A forward waits for its input activation, a backward (B or I) for its
+output gradient; a W only for its I (earlier in the same list). Sends of activations and
+gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
 data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
 links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
 F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
@@ -34,6 +35,7 @@ from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
+from sim.engine.step import RankStep, step_group
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory, Stream
@@ -64,6 +66,8 @@ class Engine:
         self.groups = GroupCollectives(env, inp, self.links)
         self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
         self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
+        parts = (self.exchanges, self.traffic, self.collectives, self.compute, self.ledger)
+        self.stepper = RankStep(env, inp, (*parts, self.hosts))
         self._arrived: dict[tuple, simpy.Event] = {}
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
@@ -137,7 +141,9 @@ class Engine:
                 if self._gathers_params(nrep) and nxt.op in ("F", "B", "I"):
                     self._gather(nrep, nxt)
             if a.op == STEP:
-                yield from self.step(rep, a, rep.tags(None, a.microbatch))
+                steps = step_group(order, i)  # empty: an earlier STEP ran this one
+                if steps:
+                    yield from self.step(first, steps)
             elif a.sub_actions is not None:
                 yield from self.overlap_pair(first, a.sub_actions, ends)
             elif a.op == "F":
@@ -412,48 +418,16 @@ class Engine:
             self.ledger.change(self.env.now, src, -nbytes, MemCategory.BUFFERS, f"sent {op}{mb}")
         self._arrival((kind, r, dst_stage, mb, rep.tp_rank)).succeed()
 
-    def step(self, rep: StageReplica, a: Action, tags: dict):
-        """Process: the optimizer step (the rank's last sends, write-backs, the tied and the
-        data-parallel gradient collectives, the step barrier, step copies, host step)."""
-        plan, rt, k = rep.plan, self.inp.runtime, a.microbatch
-        if self.exchanges.active:
-            yield from self.exchanges.drain(rep, f"{rep.stage}STEP{k}", tags)
-        yield from self.traffic.wait_writebacks(rep, tags)
-        dp = self.inp.dp_width > 1
-        if not rt.tied_after_dp:
-            yield from self.collectives.join_tied(rep, k, tags)
-        overlapped = self.collectives.finish_overlapped(rep, k)
-        if overlapped is not None:
-            yield overlapped
-        elif dp and plan.scatter_bytes <= 0:
-            kind = EventKind.REDUCE_SCATTER if plan.dp_sharded else EventKind.ALLREDUCE
-            yield from self.collectives.join(rep, k, tags, kind)
-            if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, kind)
-        if rt.tied_after_dp:
-            yield from self.collectives.join_tied(rep, k, tags)
-        yield from self.exchanges.barrier(rep, k, "before_update", tags)
-        for t in plan.step_transfers_before:
-            yield from self.traffic.copy(t, tags)
-        if plan.host_optimizer_s > 0:
-            yield from self.traffic.host_step(rep, tags)
-        for t in plan.step_transfers_after:
-            yield from self.traffic.copy(t, tags)
-        held = rt.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
-        self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
-        yield from self.compute.run(
-            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{a.microbatch}", plan.optimizer_s, **tags
-        )
-        self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if dp and plan.dp_sharded and plan.gather_bytes <= 0:
-            yield from self.collectives.join(rep, a.microbatch, tags, EventKind.ALL_GATHER)
-            if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
-        yield from self.exchanges.barrier(rep, k, "after_update", tags)
-        self.hosts.sync(rep.gpu, "step")
-        done = self._bwd_done.get(rep.key, 0)
-        if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since the last
-            self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+    def step(self, first: StageReplica, steps: tuple[Action, ...]):
+        """Process: the optimizer step of ``first``'s rank over its stage chunks (``steps``:
+        their STEP actions, :func:`~sim.engine.step.step_group`; :mod:`sim.engine.step`),
+        then the iteration's end for each chunk whose m-th backward it follows."""
+        reps = [self._rep(first, a) for a in steps]
+        yield from self.stepper.run(reps, steps[0].microbatch)
+        for rep in reps:
+            done = self._bwd_done.get(rep.key, 0)
+            if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since
+                self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
 
 
 def _full_only(plan) -> bool:
@@ -485,12 +459,24 @@ def simulate(inp: SimInput) -> EventLog:
     """Run one configuration to completion and return its event log.
 
     Raises:
-        ValueError: the program deadlocks (an action waits for data nobody sends).
+        ValueError: the program deadlocks (an action waits for data nobody sends, or for a
+            collective or barrier that some rank never reaches); the message names the GPUs
+            whose optimizer steps did not all run.
     """
     log = Engine(inp).run()
-    expected = sum(1 for rank in inp.program for a in rank if a.op == STEP) * inp.dp_width
-    expected *= inp.tensor_parallel
-    done = sum(1 for e in log.events if e.kind == EventKind.OPTIMIZER)
-    if done < expected:
-        raise ValueError(f"the schedule deadlocked: {done} of {expected} optimizer steps ran")
+    want: dict[str, int] = {}
+    for rep in inp.replicas():
+        steps = sum(a.op == STEP and a.stage == rep.stage for a in rep.order)
+        want[rep.gpu] = want.get(rep.gpu, 0) + steps
+    ran: dict[str, int] = {}
+    for e in log.events:
+        if e.kind == EventKind.OPTIMIZER:
+            ran[e.device] = ran.get(e.device, 0) + 1
+    stuck = [g for g, n in want.items() if ran.get(g, 0) < n]
+    if stuck:
+        more = ", ..." if len(stuck) > 8 else ""
+        raise ValueError(
+            f"the schedule deadlocked: {sum(ran.values())} of {sum(want.values())} optimizer "
+            f"steps ran (unfinished: {', '.join(stuck[:8])}{more})"
+        )
     return log

@@ -5,9 +5,10 @@ list the presets with :func:`list_presets`, show one with :func:`describe_topolo
 the resolved one with :func:`topology_to_dict`.
 """
 
+from sim.hardware.build import topology_from_spec
 from sim.hardware.describe import describe_topology, topology_to_dict
 from sim.hardware.loader import list_presets, load_hardware, load_hardware_spec
-from sim.hardware.spec import HardwareSpec, topology_from_spec
+from sim.hardware.spec import HardwareSpec
 from sim.hardware.topology import GPU, Host, Link, Topology
 
 __all__ = [

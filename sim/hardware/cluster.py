@@ -2,7 +2,7 @@
 
 A hardware description with ``servers: N > 1`` and a ``network`` section describes ``N`` copies
 of its server. :func:`expand_servers` turns it into one flat description that
-:func:`~sim.hardware.spec.topology_from_spec` builds like any other:
+:func:`~sim.hardware.build.topology_from_spec` builds like any other:
 
 * GPU ``i`` of server ``n`` is ``gpu<n*G + i>`` (``G`` GPUs per server); the hosts of server
   ``n`` are ``cpu<n*H + j>`` (``H`` sockets per server); its switches are ``n<n>.<name>``

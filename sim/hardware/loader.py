@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from sim.config import MAX_GPUS
 from sim.errors import InputError
-from sim.hardware.spec import HardwareSpec, topology_from_spec
+from sim.hardware.build import topology_from_spec
+from sim.hardware.spec import HardwareSpec
 from sim.hardware.topology import Topology
 from sim.textio import load_yaml, read_text
 

@@ -27,8 +27,8 @@ from itertools import permutations
 
 from sim.compute.device import ComputeSpec
 from sim.compute.host import NO_HOST, HostOverhead
+from sim.hardware.capacity import NO_RESERVE, RuntimeReserve
 from sim.hardware.comm_tables import CollectiveTable
-from sim.memory.capacity import NO_RESERVE, RuntimeReserve
 
 
 def transfer_time_s(
@@ -88,13 +88,13 @@ class GPU:
         name: node name, ``gpu<i>``.
         model: product name, e.g. ``V100-SXM2-16GB``.
         memory_bytes: usable capacity in bytes: the total CUDA reports (below the datasheet
-            figure; :mod:`sim.memory.capacity`).
+            figure; :mod:`sim.hardware.capacity`).
         peak_flops: dense fp16/bf16 tensor peak in FLOP/s (hardware.md §1).
         hbm_bandwidth_Bps: HBM bandwidth in bytes/s.
         host: name of the CPU socket whose DRAM is this GPU's host memory.
         compute: the compute model's view of the GPU (:mod:`sim.compute.device`), or None.
         reserve: what a training process holds besides tensors (context, cuBLAS, NCCL,
-            allocator margin, working memory; :mod:`sim.memory.capacity`). Hardware files get
+            allocator margin, working memory; :mod:`sim.hardware.capacity`). Hardware files get
             the sourced defaults; a GPU built in code counts tensors only unless given one.
         compute_capability: CUDA compute capability (7.0, 8.0, 9.0 ...): the GPU runs NCCL,
             whose collectives and sends are timed by NCCL's own model

@@ -14,6 +14,10 @@ MPress's holistic choice and vPipe's per-layer swap/recompute plan, with the est
    stash on NVLink peers' spare memory instead; taken when cheaper.
 4. **Host DRAM**: while a socket's planned bytes (offloaded states and swapped stashes) exceed
    its DRAM, the stage on it with the cheapest alternative that uses less host memory switches.
+5. **Replicas agree**: the data-parallel replicas of a stage reduce their gradients the same
+   way (all-reduce, reduce-scatter, or chunks gathered and scattered around every action:
+   :func:`dp_layout`), as one process group does; where their choices differ, all take the
+   layout whose slowest replica adds least.
 
 Notes per stage: the choice, GiB saved, ms added per iteration, the runner-up and how many
 options were considered.
@@ -23,9 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.chunked import chunk_states
-from sim.memory.compose import activation_plan, describe, ms, note_reservations
+from sim.memory.compose import activation_plan, describe, ms, note_reservations, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.estimate import (
     HEADROOM,
     SWAP_LIVE,
@@ -64,6 +69,7 @@ class AutoPolicy(MemoryPolicy):
         chosen = [opts[0] for opts in options]
         self.d2d_pass(contexts, chosen, fixed)
         self.host_pass(contexts, chosen, options)
+        self.replica_pass(contexts, chosen, options)
         plans = [
             self.describe(c, ch, opts)
             for c, ch, opts in zip(contexts, chosen, options, strict=True)
@@ -74,9 +80,9 @@ class AutoPolicy(MemoryPolicy):
         """Every local option of a stage, best first (``on_host``: stages on its socket;
         ``ranks``: stages on the server)."""
         out = []
-        offload, off_s = offload_states(ctx, ctx.resident_plan())
+        offload, off_s = offload_states(ctx, resident_plan(ctx))
         off_s += (on_host - 1) * offload.host_optimizer_s
-        resident = ctx.resident_plan()
+        resident = resident_plan(ctx)
         for tag, base, extra in (("gpu", resident, 0.0), ("zero_offload", offload, off_s)):
             for st in stash_choices(ctx):
                 o = option(ctx, st, base, extra_s=extra)
@@ -116,7 +122,7 @@ class AutoPolicy(MemoryPolicy):
             ctx, cur = contexts[i], chosen[i]
             if cur.added_s <= 0 or cur.state == "chunked" or ctx.in_flight <= SWAP_LIVE:
                 continue
-            base = ctx.resident_plan()
+            base = resident_plan(ctx)
             if cur.state == "zero_offload":
                 base = offload_states(ctx, base)[0]
             pairs = list(fixed) + [
@@ -165,6 +171,31 @@ class AutoPolicy(MemoryPolicy):
                     break
                 chosen[best[1]] = best[2]
 
+    def replica_pass(
+        self, contexts: list[StageContext], chosen: list[Option], options: list[list[Option]]
+    ) -> None:
+        """Give the data-parallel replicas of each stage one gradient layout
+        (:func:`dp_layout`): they must meet in the same collectives (an all-reduce at the
+        step; a reduce-scatter there; or chunks gathered and reduce-scattered around every
+        action), else none of them finishes. Where the replicas' choices differ, each takes
+        its best option of the layout whose slowest replica adds least (fitting first)."""
+        stages: dict[int, list[int]] = {}
+        for i, c in enumerate(contexts):
+            stages.setdefault(c.stage, []).append(i)
+        for idx in stages.values():
+            layouts = sorted({dp_layout(chosen[i].plan) for i in idx})
+            best: tuple | None = None
+            for layout in layouts if len(layouts) > 1 else ():
+                found = [_best_of(layout, chosen[i], options[i]) for i in idx]
+                picks = [o for o in found if o is not None]
+                if len(picks) < len(idx):
+                    continue
+                score = (any(not o.fits for o in picks), max(o.added_s for o in picks))
+                if best is None or score < best[0]:
+                    best = (score, picks)
+            for i, o in zip(idx, best[1] if best else (), strict=False):
+                chosen[i] = o
+
     def describe(self, ctx: StageContext, ch: Option, opts: list[Option]) -> StagePlan:
         fitting = [o for o in opts if o.fits and o.label != ch.label]
         runner = fitting[0] if fitting else None
@@ -178,3 +209,18 @@ class AutoPolicy(MemoryPolicy):
             runner_up=runner.label if runner else None,
             runner_up_added_ms=ms(runner.added_s) if runner else None,
         )
+
+
+def dp_layout(plan: StagePlan) -> tuple[bool, bool, bool]:
+    """How ``plan``'s stage replica meets the other replicas: ``(parameters gathered around
+    every action, gradients reduce-scattered after every backward, gradients reduce-scattered
+    at the step)`` (:class:`~sim.memory.plan.StagePlan`'s ``gather_bytes``, ``scatter_bytes``,
+    ``dp_sharded``; all False: all-reduced at the step)."""
+    return (plan.gather_bytes > 0, plan.scatter_bytes > 0, plan.dp_sharded)
+
+
+def _best_of(layout: tuple, cur: Option, opts: list[Option]) -> Option | None:
+    """``cur`` if it has ``layout``, else the best of ``opts`` that has it (None: none)."""
+    if dp_layout(cur.plan) == layout:
+        return cur
+    return min((o for o in opts if dp_layout(o.plan) == layout), key=lambda o: o.key, default=None)

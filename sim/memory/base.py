@@ -1,139 +1,55 @@
-"""The memory-policy interface: from what a stage holds to a :class:`StagePlan`.
+"""The memory-policy interface: one class per policy, which the simulator, the planner's bounds
+and the hardware replay all ask (never the policy's name).
 
-A policy sees every stage at once (:meth:`MemoryPolicy.plan_all`), because some decisions are
-cross-stage (MPress places one GPU's activations in another GPU's spare memory). Most policies
-only override :meth:`MemoryPolicy.plan` for one stage. Cross-stage policies also receive the
-plans other policies already made for the remaining stages (``fixed``, when policies are chosen
-per stage), so they know what those GPUs hold.
+A policy
+
+* parses its own parameters (:meth:`MemoryPolicy.from_args`, ``recompute:full:4`` ->
+  ``["full", "4"]``); :mod:`sim.memory.registry` maps names to classes;
+* plans every stage (:meth:`MemoryPolicy.plan_all`): some decisions are cross-stage (MPress
+  places one GPU's activations in another GPU's spare memory). Most policies only override
+  :meth:`MemoryPolicy.plan` for one stage. Cross-stage policies also receive the plans other
+  policies already made for the remaining stages (``fixed``, when policies are chosen per
+  stage), so they know what those GPUs hold;
+* gives the planner its share of the memory lower bound (:meth:`~MemoryPolicy.min_state_bytes_per_param`,
+  :meth:`~MemoryPolicy.keeps_every_stash`) and of the throughput bound
+  (:meth:`~MemoryPolicy.bound_recompute_mode`), used by :mod:`sim.bounds`;
+* says how the torch replay runs it on a stage (:meth:`MemoryPolicy.replay`, a
+  :class:`~sim.memory.replay.ReplayPlan`) or that it cannot (:class:`~sim.memory.replay.NotReplayable`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
-from sim.hardware.topology import Topology
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
-from sim.memory.reserve import overhead
-from sim.memory.states import StateBytes, optimizer_step_s, weight_bytes_per_param
-from sim.trace.schema import LayerProfile
+from sim.memory.replay import NotReplayable, ReplayPlan
+from sim.memory.states import StateBytes
 
-
-@dataclass(frozen=True)
-class StageContext:
-    """Everything a policy may look at for one stage replica.
-
-    Attributes:
-        stage: stage index (0 = first).
-        stages: pipeline depth p.
-        replica: data-parallel replica index.
-        dp_width: data-parallel width w.
-        gpu: node name of the GPU running it.
-        host: node name of that GPU's host socket.
-        layers: the stage's layers, scaled to the micro-batch size.
-        in_flight: peak micro-batches whose stash is live at once on this stage (from the
-            schedule's program).
-        weight_versions: weight versions the schedule keeps on this stage.
-        state: model-state bytes per parameter.
-        dtype_bytes: bytes per element of the training dtype.
-        capacity_bytes: the GPU's memory capacity.
-        topology: the server.
-        input_bytes: bytes of the activation the stage receives per micro-batch (0 on stage 0).
-        microbatches: micro-batches per iteration (m).
-        order: the stage's ops (``"F"``, ``"B"``, ``"I"``, ``"W"``) in program order over one
-            iteration, for policies that plan by access order (chunks).
-        host_sharers: GPUs of the configuration whose route to their host crosses the same
-            bottleneck link as this GPU's (2 on DGX-1 when both GPUs behind one PCIe switch
-            run stages); planning assumes their host copies split it.
-        version_bytes: bytes per parameter of each weight version beyond the first
-            (:func:`sim.memory.states.version_bytes_per_param`); None: ``state.weight``.
-        expert_share: fraction of the stage's parameters that are routed experts
-            (:mod:`sim.tensor.expert`): their replicas are ``dp_width / expert_parallel``.
-        expert_parallel: expert-parallel size ``ep``.
-    """
-
-    stage: int
-    stages: int
-    replica: int
-    dp_width: int
-    gpu: str
-    host: str
-    layers: tuple[LayerProfile, ...]
-    in_flight: int
-    weight_versions: int
-    state: StateBytes
-    dtype_bytes: int
-    capacity_bytes: float
-    topology: Topology
-    input_bytes: float = 0.0
-    microbatches: int = 1
-    order: tuple[str, ...] = ()
-    host_sharers: int = 1
-    version_bytes: float | None = None
-    expert_share: float = 0.0
-    expert_parallel: int = 1
-
-    @property
-    def params(self) -> float:
-        """Parameter count of the stage."""
-        return sum(layer.param_bytes for layer in self.layers) / self.dtype_bytes
-
-    @property
-    def act_bytes(self) -> float:
-        """Activation bytes one micro-batch stashes on this stage."""
-        return sum(layer.act_bytes for layer in self.layers)
-
-    @property
-    def fwd_s(self) -> float:
-        return sum(layer.fwd_s for layer in self.layers)
-
-    @property
-    def bwd_s(self) -> float:
-        return sum(layer.bwd_s for layer in self.layers)
-
-    @property
-    def out_bytes(self) -> float:
-        """Bytes sent to the next stage per micro-batch (0 on the last stage)."""
-        return self.layers[-1].out_bytes if self.stage < self.stages - 1 else 0.0
-
-    @property
-    def layer_inputs(self) -> tuple[float, ...]:
-        """Bytes of each layer's input: the stage input, then each layer's predecessor's output."""
-        return (self.input_bytes,) + tuple(x.out_bytes for x in self.layers[:-1])
-
-    @property
-    def gpu_index(self) -> int:
-        return int(self.gpu[3:])
-
-    def resident_plan(self, **changes) -> StagePlan:
-        """The plan with everything on the GPU (policy ``none``), with ``changes`` applied."""
-        p = self.params
-        gpu = self.topology.gpu(self.gpu_index)
-        base = dict(
-            act_bytes=self.act_bytes,
-            resident_act_bytes=self.act_bytes,
-            weight_bytes=p
-            * weight_bytes_per_param(self.state, self.weight_versions, self.version_bytes),
-            grad_bytes=p * self.state.grad,
-            optimizer_bytes=p * self.state.optimizer,
-            optimizer_s=optimizer_step_s(p, gpu.hbm_bandwidth_Bps, self.state),
-            **overhead(self),
-        )
-        base.update(changes)
-        return StagePlan(**base)  # type: ignore[arg-type]
+__all__ = ["MemoryPolicy", "NotReplayable", "ReplayPlan", "StageContext"]
 
 
 class MemoryPolicy(ABC):
-    """A memory-saving policy. Subclasses live one per file and register by ``name``."""
+    """A memory-saving policy. Subclasses live one per file and register by ``name``.
+
+    Instances are immutable once built (the registry shares one per ``memory_policy`` string).
+    """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     cross_stage: ClassVar[bool] = False
     """True when a stage's plan depends on the other stages' (peers' spare memory)."""
+    replayable: ClassVar[bool] = False
+    """True when :meth:`replay` runs the policy on the torch replay."""
+    shards_states: ClassVar[bool] = False
+    """True when the policy partitions model states over the data-parallel replicas (ZeRO-3,
+    ZeRO-Offload, PatrickStar's chunks): not combined with expert parallelism, whose routed
+    experts' states would partition over the expert-data-parallel group instead
+    (:mod:`sim.sweep_parallel`)."""
 
-    spec: str = ""
+    text: str = ""
     """The ``memory_policy`` string this instance was built from (set by the registry)."""
 
     @classmethod
@@ -162,3 +78,62 @@ class MemoryPolicy(ABC):
     @abstractmethod
     def plan(self, ctx: StageContext) -> StagePlan:
         """The plan for one stage replica."""
+
+    # --- one policy per stage ----------------------------------------------------------------
+
+    def parts(self) -> tuple[MemoryPolicy, ...]:
+        """The policies this one runs: itself, or each stage's (``a|b|...``)."""
+        return (self,)
+
+    def for_stage(self, stage: int, stages: int) -> MemoryPolicy:
+        """The policy stage ``stage`` of ``stages`` runs: this one (a per-stage policy: its
+        entry for the stage).
+
+        Raises:
+            ValueError: a per-stage policy that names a different number of stages.
+        """
+        return self
+
+    # --- the planner's bounds (sim.bounds) ---------------------------------------------------
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """Model-state bytes per parameter the policy keeps on the GPU at least, whatever it
+        plans (:mod:`sim.bounds`). Default 0: nothing is guaranteed to stay.
+
+        Args:
+            states: bytes per parameter of each state class.
+            dp_width: data-parallel width (sharding policies divide by it).
+            versions: the fewest weight versions any stage keeps.
+            version_bytes: bytes per parameter of each extra version.
+        """
+        return 0.0
+
+    def keeps_every_stash(self) -> bool:
+        """True when every stash stays on the GPU from its forward to its backward (nothing
+        dropped or moved), so the bound may count ``in_flight x act_bytes``."""
+        return False
+
+    def bound_recompute_mode(self) -> str | None:
+        """The recompute every layer of every stage surely runs before its backward
+        (``"full"`` or ``"selective"``), counted by the throughput bound; None: none counted."""
+        return None
+
+    # --- the hardware replay ------------------------------------------------------------------
+
+    def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
+        """How the torch replay runs this policy on one stage.
+
+        Args:
+            is_block: for each layer of the stage, whether it is a transformer block.
+            where: names the stage and policy in notes and errors (``"stage 1: 'cpu_swap'"``).
+
+        Raises:
+            NotReplayable: the replay cannot run it (the default).
+        """
+        raise NotReplayable(f"{where}: the torch replay cannot run {self.name}")
+
+    def unreplayable(self) -> list[str]:
+        """Names of the policies among :meth:`parts` that the replay cannot run."""
+        return sorted({p.name for p in self.parts() if not p.replayable})

@@ -42,9 +42,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.chunks import pack, steady_misses, utilization
-from sim.memory.compose import describe, gib
+from sim.memory.compose import describe, gib, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s, planned_peak_bytes
 from sim.memory.host import cached_pinned_bytes
 from sim.memory.memtracer import (
@@ -246,7 +247,7 @@ def chunk_states(
         + copy_s(ctx, ctx.gpu, ctx.host, back * g)
         + copy_s(ctx, ctx.host, ctx.gpu, back * d)
         + plan.optimizer_s
-        - ctx.resident_plan().optimizer_s
+        - resident_plan(ctx).optimizer_s
     )
     cap = host_chunk_cap_bytes(mem_total, ranks)
     notes: dict[str, object] = dict(
@@ -284,6 +285,7 @@ class ChunkedPolicy(MemoryPolicy):
     """
 
     name = "chunked"
+    shards_states = True
     description = "model states in chunks owned across replicas, on GPU or host; ':recompute'"
 
     def __init__(self, chunk_melems: int | None = None, recompute: bool = False):

@@ -3,12 +3,44 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from sim.memory.base import StageContext
+from sim.memory.context import StageContext
+from sim.memory.estimate import (
+    HEADROOM,
+    activation_peak_bytes,
+    budget_bytes,
+    host_bytes,
+    incoming_bytes,
+    planned_peak_bytes,
+)
 from sim.memory.plan import StagePlan, SwapParts
+from sim.memory.reserve import overhead
 from sim.memory.stash import Stash
+from sim.memory.states import optimizer_step_s, weight_bytes_per_param
 
 GiB = 2.0**30
+
+
+def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
+    """The plan with everything on the GPU (policy ``none``): every weight version, gradient,
+    optimizer state and stash, plus the stage's overhead (:func:`sim.memory.reserve.overhead`);
+    ``changes`` replace fields of it."""
+    p = ctx.params
+    gpu = ctx.topology.gpu(ctx.gpu_index)
+    over = overhead(ctx)
+    plan = StagePlan(
+        act_bytes=ctx.act_bytes,
+        resident_act_bytes=ctx.act_bytes,
+        weight_bytes=p * weight_bytes_per_param(ctx.state, ctx.weight_versions, ctx.version_bytes),
+        grad_bytes=p * ctx.state.grad,
+        optimizer_bytes=p * ctx.state.optimizer,
+        optimizer_s=optimizer_step_s(p, gpu.hbm_bandwidth_Bps, ctx.state),
+        reserve_bytes=over["reserve_bytes"],
+        allocator_bytes=over["allocator_bytes"],
+        working_bytes=over["working_bytes"],
+    )
+    return replace(plan, **changes) if changes else plan
 
 
 def activation_plan(
@@ -20,7 +52,7 @@ def activation_plan(
     Raises:
         ValueError: the parts swap more than the kept bytes.
     """
-    base = base or ctx.resident_plan()
+    base = base or resident_plan(ctx)
     parts = tuple((n, b) for n, b in parts if b > 0)
     swap = sum(b for _, b in parts)
     if swap > st.kept_bytes * (1 + 1e-9):
@@ -54,10 +86,9 @@ def ms(seconds: float) -> float:
 def describe(ctx: StageContext, plan: StagePlan, choice: str, added_s: float, **extra) -> StagePlan:
     """``plan`` with notes: the choice, GiB saved on the planned peak (vs. everything
     resident), seconds added per iteration (estimate), planned peak and whether it fits."""
-    from sim.memory.estimate import budget_bytes, planned_peak_bytes
 
     peak = planned_peak_bytes(plan, ctx)
-    saved = planned_peak_bytes(ctx.resident_plan(), ctx) - peak
+    saved = planned_peak_bytes(resident_plan(ctx), ctx) - peak
     notes = {
         "choice": choice,
         "saved_gib": gib(saved),
@@ -74,7 +105,6 @@ def note_reservations(
 ) -> list[StagePlan]:
     """``plans`` whose GPUs hold peers' swapped bytes, with ``reserved_for_peers_gib`` in their
     notes and ``fits`` re-checked with those bytes."""
-    from sim.memory.estimate import budget_bytes, incoming_bytes, planned_peak_bytes
 
     inc = incoming_bytes(list(fixed) + list(zip(contexts, plans, strict=True)))
     out = []
@@ -101,7 +131,6 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
     Host DRAM is one pool per server, shared by the ranks of every socket (the engine's ledger
     pools the sockets, :class:`sim.ledger.Ledger`): two replicas whose host state each fits
     alone may not fit together."""
-    from sim.memory.estimate import HEADROOM, host_bytes
 
     used = sum(host_bytes(c, p) for c, p in zip(contexts, plans, strict=True))
     out = []
@@ -127,9 +156,6 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
     what the policy chose (its activation memory, its GPU-resident gradients; planning used the
     everything-resident values; a plan with ``grad_bucket_bytes`` (ZeRO) counts that bucket
     instead of DDP's copy of the gradients), then :func:`note_host_capacity`."""
-    from sim.memory.estimate import activation_peak_bytes
-    from sim.memory.reserve import overhead
-
     out = []
     for ctx, plan in zip(contexts, plans, strict=True):
         bucket = plan.grad_bucket_bytes

@@ -9,11 +9,15 @@ behind one PCIe switch uplink (DGX-1) share it, and the host's DRAM holds the sw
 
 from __future__ import annotations
 
-from sim.memory.base import MemoryPolicy, StageContext
+from collections.abc import Sequence
+
+from sim.memory.base import MemoryPolicy, ReplayPlan
 from sim.memory.compose import activation_plan, describe, ms
+from sim.memory.context import StageContext
 from sim.memory.estimate import swap_exposed_s, swap_live
 from sim.memory.plan import StagePlan
 from sim.memory.stash import stash
+from sim.memory.states import StateBytes, stage_state_bytes_per_param
 
 
 def parse_fraction(text: str, what: str) -> float:
@@ -40,6 +44,7 @@ class CpuSwapPolicy(MemoryPolicy):
 
     name = "cpu_swap"
     description = "stash to pinned host DRAM over PCIe after F, prefetched back before B"
+    replayable = True
 
     def __init__(self, fraction: float = 1.0):
         self.fraction = fraction
@@ -65,3 +70,24 @@ class CpuSwapPolicy(MemoryPolicy):
             exposed_ms_per_microbatch=ms(exposed),
             swapped_live_microbatches=round(swap_live(ctx, parts), 2),
         )
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """Every model state stays on the GPU (only stashes move)."""
+        return stage_state_bytes_per_param(states, versions, version_bytes)
+
+    def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
+        """The saved tensors of the stage's first ``round(fraction x L)`` of ``L`` layers go to
+        host memory (a note gives the count when ``fraction < 1``)."""
+        n = len(is_block)
+        k = round(self.fraction * n)
+        notes = (
+            ()
+            if k == n
+            else (
+                f"{where}: saved tensors of the first {k} of {n} layers go to host (the "
+                f"simulator swaps {self.fraction:g} of the stash bytes)",
+            )
+        )
+        return ReplayPlan(swap=frozenset(range(k)), swap_loss=k == n, notes=notes)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.compose import describe, gib, ms, note_reservations
+from sim.memory.context import StageContext
 from sim.memory.estimate import parked_microbatches
 from sim.memory.mpress import Base, peer_parts, plan_stages
 from sim.memory.plan import StagePlan
 from sim.memory.search import Option
+from sim.memory.states import StateBytes
 
 
 class D2DSwapPolicy(MemoryPolicy):
@@ -36,8 +38,8 @@ class D2DSwapPolicy(MemoryPolicy):
         weights: also try moving stashed weight versions with the stash.
 
     Example:
-        >>> from sim.memory.registry import get_policy
-        >>> get_policy("d2d_swap:weights").weights, get_policy("d2d_swap").recompute
+        >>> from sim.memory.registry import parse_policy
+        >>> parse_policy("d2d_swap:weights").weights, parse_policy("d2d_swap").recompute
         (True, 'any')
     """
 
@@ -58,6 +60,13 @@ class D2DSwapPolicy(MemoryPolicy):
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """One weight version, its gradient and optimizer state stay on the GPU (only stashes
+        and, with ``:weights``, the extra weight versions move)."""
+        return float(states.total)
 
     def plan_all(
         self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()

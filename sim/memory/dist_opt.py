@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.memory.base import MemoryPolicy, StageContext
-from sim.memory.compose import activation_plan, describe
+from sim.memory.base import MemoryPolicy
+from sim.memory.compose import activation_plan, describe, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
 from sim.memory.stash import stash
-from sim.memory.states import optimizer_step_s
+from sim.memory.states import StateBytes, optimizer_step_s, stage_state_bytes_per_param
 
 RECOMPUTE = "recompute"
 
@@ -48,13 +49,22 @@ class DistOptPolicy(MemoryPolicy):
             raise ValueError(f"use dist_opt or dist_opt:recompute, got {':'.join(args)!r}")
         return cls(bool(args))
 
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """Every state but the optimizer's whole; that a ``1/w`` shard (the routed experts
+        shard over fewer replicas, so ``1/w`` is a lower bound)."""
+        whole = stage_state_bytes_per_param(states, versions, version_bytes)
+        return whole - states.optimizer + states.optimizer / dp_width
+
     def plan(self, ctx: StageContext) -> StagePlan:
         w = ctx.dp_width
         f = ctx.expert_share
         we = max(1, w // ctx.expert_parallel)
         owned = ctx.params * ((1.0 - f) / w + f / we)
         hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
-        base = ctx.resident_plan(
+        base = resident_plan(
+            ctx,
             optimizer_bytes=owned * ctx.state.optimizer,
             optimizer_s=optimizer_step_s(owned, hbm, ctx.state),
             dp_sharded=w > 1,
@@ -62,7 +72,7 @@ class DistOptPolicy(MemoryPolicy):
         choice = f"optimizer state sharded over {w} replicas"
         if f and we != w:
             choice += f" (routed experts over {we})"
-        added = base.optimizer_s - ctx.resident_plan().optimizer_s
+        added = base.optimizer_s - resident_plan(ctx).optimizer_s
         if not self.recompute:
             return describe(ctx, base, choice, added)
         st = stash(ctx, full=range(len(ctx.layers)))

@@ -13,9 +13,10 @@ runs. The estimate, per stage replica with ``n`` micro-batches in flight (``ctx.
 * ``L * swap``: while a forward runs with its whole stash, the previous forward's swap-out may
   still be copying and the next backward's stash is already coming back (the swap-in starts one
   action ahead), so ``L = 3`` micro-batches' swapped bytes can be on the GPU at once
-  (:data:`SWAP_LIVE`); more when a copy is slower than a forward and the warm-up's
-  back-to-back forwards leave a backlog (:func:`swap_live`). Swapping ``y`` bytes per
-  micro-batch lowers the peak by ``(n - L) * y``: it helps only stages with ``n > 3``;
+  (:data:`SWAP_LIVE`); more when a copy is slower than the forwards come and the warm-up's
+  forwards leave a queue of copies (:func:`swap_live`; the parts of one stash queue where they
+  share a link, :func:`parts_copy_s`). Swapping ``y`` bytes per micro-batch lowers the peak
+  by ``(n - L) * y``: it helps only stages with ``n > 3``;
 * ``rebuild``: the dropped bytes live during a forward or a recompute;
 * chunk staging and gathered partitioned parameters (the next action's are prefetched during
   this one) and receive buffers, twice for overlap.
@@ -31,10 +32,11 @@ cover that, and no more.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from sim.hardware.topology import Topology
-from sim.memory.base import StageContext
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
 
 HEADROOM = 0.03
@@ -50,23 +52,96 @@ def budget_bytes(ctx: StageContext) -> float:
 
 
 def swap_out_s(ctx: StageContext, parts) -> float:
-    """Seconds to copy one micro-batch's swapped ``parts`` out (parallel parts; host routes
-    split ``ctx.host_sharers`` ways)."""
-    return max(
-        (copy_s(ctx, ctx.gpu, node, b, _sharers(ctx, node)) for node, b in parts), default=0.0
+    """Seconds to copy one micro-batch's swapped ``parts`` out (:func:`parts_copy_s`)."""
+    return parts_copy_s(ctx, [(ctx.gpu, node, b) for node, b in parts])
+
+
+def swap_in_s(ctx: StageContext, parts) -> float:
+    """Seconds to copy one micro-batch's swapped ``parts`` back in (:func:`parts_copy_s`)."""
+    return parts_copy_s(ctx, [(node, ctx.gpu, b) for node, b in parts])
+
+
+def parts_copy_s(ctx: StageContext, copies) -> float:
+    """Seconds until the last of ``copies`` (``[(src, dst, bytes), ...]``, started together)
+    ends. Each link is FIFO and a copy holds every link of its route (:mod:`sim.engine.links`),
+    so copies sharing a link queue on it: the busiest link's summed copy times set the end.
+    Host routes split ``ctx.host_sharers`` ways (:func:`copy_s`).
+
+    On DGX-1 every peer has its own NVLink, so a stripe's parts run in parallel (the slowest
+    part). Behind an NVSwitch (or one PCIe switch) every part crosses the GPU's single uplink:
+    taking the slowest part there undercounted a stripe over ``k`` peers ``k`` times, and the
+    planner parked stashes whose swap-outs queued far past a forward (DGX-H100 engine peaks up
+    to 0.78 of capacity above the estimate). Exact when the shared links form a star (those
+    cases) and nothing else crosses them; a lower bound otherwise.
+    """
+    busy: dict[str, float] = {}
+    for src, dst, nbytes in copies:
+        node = dst if src == ctx.gpu else src
+        t = copy_s(ctx, src, dst, nbytes, _sharers(ctx, node))
+        for lk in ctx.topology.route(src, dst):
+            busy[lk.name] = busy.get(lk.name, 0.0) + t
+    return max(busy.values(), default=0.0)
+
+
+def forward_gap_s(ctx: StageContext) -> float:
+    """A lower bound on the seconds between the ends of two consecutive forwards of ``ctx``'s
+    stage: its own forward (``fwd_s``), or the receive of its input (``input_bytes``) if longer.
+
+    Forwards run one after another on the compute stream, and each waits for its input, whose
+    sends hold the route from the previous stage's GPU one after another (links are FIFO,
+    :mod:`sim.engine.links`); in such a line of FIFO servers started empty, ``k`` departures
+    take at least ``k`` times the slowest service. The receive is timed at the fastest NCCL
+    rate of a route from another GPU (the previous stage runs on another GPU; which one is not
+    known here, and NCCL adds a latency, :func:`sim.engine.nccl.p2p_time_s`). Upstream
+    stages' forwards are not known here either: a lower bound.
+    """
+    if ctx.input_bytes <= 0:
+        return ctx.fwd_s
+    topo = ctx.topology
+    rate = max(
+        (
+            topo.route_bandwidth_Bps(g.name, ctx.gpu, nccl=True)
+            for g in topo.gpus
+            if g.name != ctx.gpu
+        ),
+        default=float("inf"),
     )
+    return max(ctx.fwd_s, ctx.input_bytes / rate)
 
 
 def swap_live(ctx: StageContext, parts) -> float:
-    """Micro-batches whose swapped bytes can be on the GPU at once: :data:`SWAP_LIVE`, or more
-    when a swap-out takes longer than a forward, so that the ``n`` forwards of the warm-up
-    leave a backlog of ``n * (1 - fwd_s / t_out)`` stashes waiting to leave (at most ``n + 1``:
-    then swapping saves nothing)."""
+    """Micro-batches whose swapped bytes can be on the GPU at once: :data:`SWAP_LIVE` while a
+    swap-out (``t_out``, :func:`swap_out_s`) keeps up with the forwards (one every ``f`` at
+    least, :func:`forward_gap_s`), more when it does not (at most ``n + 1``: then swapping
+    saves nothing).
+
+    A stash's part leaves the GPU's ledger only when its copy *ends*, and a swap-in allocates
+    the whole stash when it starts, one action ahead of its backward (:mod:`sim.engine.traffic`).
+    With ``t_out > f`` the copies of the warm-up's ``n`` forwards queue on their links: copy
+    ``j`` (0-based) ends by ``f + (j + 1) * t_out`` after the first forward starts, so when the
+    ``n``-th forward ends (``n * f`` or later) the copies of at most
+    ``queued = n - floor((n - 1) * f / t_out)`` stashes have not ended; with ``t_out <= f``
+    only that forward's (1). The peak is then, or at the start of that forward (its stash and
+    the oldest micro-batch's swap-in, ``queued`` or one less before it): two swap-ins (the
+    first backward's and, when a backward follows it as in GPipe, the next one's, prefetched
+    while the first waits) plus the queue, ``2 + queued``; ``3`` when copies keep up.
+
+    (A continuous backlog ``n * (1 - fwd_s / t_out) + 2`` used here before undercounts: it
+    drains copies gradually, but a part is freed all at once when its copy ends. With ``t_out``
+    a few percent above ``fwd_s`` it gave 3 where the engine holds 4, and MPress's planner,
+    which grows peer bytes until the estimate just fits, picked plans 0.1-0.6 GiB over
+    capacity.)
+    """
     if not parts:
         return 0.0
     n, t_out = ctx.in_flight, swap_out_s(ctx, parts)
-    backlog = n * (1 - ctx.fwd_s / t_out) if t_out > ctx.fwd_s else 0.0
-    return min(n + 1.0, max(float(SWAP_LIVE), backlog + 2))
+    if t_out <= ctx.fwd_s or n <= 2:
+        return min(n + 1.0, float(SWAP_LIVE))
+    f = forward_gap_s(ctx)
+    if t_out <= f:
+        return float(SWAP_LIVE)
+    queued = n - math.floor((n - 1) * f / t_out - 1e-9)  # a copy ending at the peak counts
+    return min(n + 1.0, 2.0 + queued)
 
 
 def activation_peak_bytes(plan: StagePlan, ctx: StageContext) -> float:
@@ -143,16 +218,17 @@ def swap_exposed_s(ctx: StageContext, parts) -> float:
     """Estimated stall per micro-batch of swapping ``parts`` (``((node, bytes), ...)``), with
     host copies sharing their uplink ``ctx.host_sharers`` ways.
 
-    Parts move in parallel; the slowest sets the copy time ``t`` each way. The swap-in starts one
-    action (about a forward) before the backward, so ``t_in - fwd_s`` is exposed; the link must
-    also carry a swap-out per forward-plus-backward, so ``t_out - (fwd_s + bwd_s)`` is exposed
-    when it cannot keep up. With one micro-batch in flight the backward follows its forward at
-    once, and both copies are exposed.
+    Parts move in parallel except where they share a link (:func:`parts_copy_s`); that sets the
+    copy time ``t`` each way. The swap-in starts one action (about a forward) before the
+    backward, so ``t_in - fwd_s`` is exposed; the link must also carry a swap-out per
+    forward-plus-backward, so ``t_out - (fwd_s + bwd_s)`` is exposed when it cannot keep up.
+    With one micro-batch in flight the backward follows its forward at once, and both copies
+    are exposed.
     """
     if not parts:
         return 0.0
     t_out = swap_out_s(ctx, parts)
-    t_in = max(copy_s(ctx, node, ctx.gpu, b, _sharers(ctx, node)) for node, b in parts)
+    t_in = swap_in_s(ctx, parts)
     if ctx.in_flight <= 1:
         return t_out + t_in
     return max(0.0, t_in - ctx.fwd_s, t_out - (ctx.fwd_s + ctx.bwd_s))

@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sim.memory.base import StageContext
+from sim.memory.compose import resident_plan
+from sim.memory.context import StageContext
 from sim.memory.estimate import (
     SWAP_LIVE,
     budget_bytes,
@@ -62,7 +63,7 @@ class Base:
 def bases(ctx: StageContext, weights: bool) -> list[Base]:
     """Every version resident; with ``weights`` and ``v > 1`` versions also one resident and the
     others in the stash (``(v - 1) * version_bytes * params / n`` per micro-batch)."""
-    plan = ctx.resident_plan()
+    plan = resident_plan(ctx)
     out = [Base(plan)]
     if weights and ctx.weight_versions > 1:
         one = ctx.params * ctx.state.weight

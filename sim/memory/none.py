@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from sim.memory.base import MemoryPolicy, StageContext
-from sim.memory.compose import describe
+from collections.abc import Sequence
+
+from sim.memory.base import MemoryPolicy, ReplayPlan
+from sim.memory.compose import describe, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
+from sim.memory.states import StateBytes, stage_state_bytes_per_param
 
 
 class NoPolicy(MemoryPolicy):
@@ -12,6 +16,20 @@ class NoPolicy(MemoryPolicy):
 
     name = "none"
     description = "everything resident on the GPU"
+    replayable = True
 
     def plan(self, ctx: StageContext) -> StagePlan:
-        return describe(ctx, ctx.resident_plan(), "everything resident", 0.0)
+        return describe(ctx, resident_plan(ctx), "everything resident", 0.0)
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """Every state of every weight version stays on the GPU."""
+        return stage_state_bytes_per_param(states, versions, version_bytes)
+
+    def keeps_every_stash(self) -> bool:
+        return True
+
+    def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
+        """Every saved tensor stays on the device."""
+        return ReplayPlan()

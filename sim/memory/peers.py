@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sim.memory.base import StageContext
+from sim.memory.context import StageContext
 from sim.memory.plan import SwapParts
 
 NVLINK_KINDS = ("nvlink", "nvswitch")

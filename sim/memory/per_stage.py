@@ -2,15 +2,18 @@
 
 Stage ``s`` is planned by the ``s``-th policy. Policies that plan one stage at a time go first;
 cross-stage ones (``d2d_swap``, ``auto``) then plan their stages knowing what the others hold
-(their ``fixed`` argument), in list order.
+(their ``fixed`` argument), in list order. The planner's bounds take the weakest of the stages'
+(their minimum); the replay runs each stage's own policy (:meth:`PerStagePolicy.for_stage`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
+from sim.memory.states import StateBytes
 
 SEPARATOR = "|"
 
@@ -31,6 +34,33 @@ class PerStagePolicy(MemoryPolicy):
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
+
+    def parts(self) -> tuple[MemoryPolicy, ...]:
+        return tuple(self.policies)
+
+    def for_stage(self, stage: int, stages: int) -> MemoryPolicy:
+        """Stage ``stage``'s own policy.
+
+        Raises:
+            ValueError: the spec names another number of stages than ``stages``.
+        """
+        if len(self.policies) != stages:
+            raise ValueError(
+                f"memory policy {self.text!r} names {len(self.policies)} stages, not {stages}"
+            )
+        return self.policies[stage]
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """The least any stage's policy keeps (module doc)."""
+        return min(
+            p.min_state_bytes_per_param(states, dp_width, versions, version_bytes)
+            for p in self.policies
+        )
+
+    def keeps_every_stash(self) -> bool:
+        return all(p.keeps_every_stash() for p in self.policies)
 
     def plan_all(
         self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()

@@ -19,10 +19,14 @@ The recompute runs on the compute stream before each backward; the stash follows
 
 from __future__ import annotations
 
-from sim.memory.base import MemoryPolicy, StageContext
+from collections.abc import Sequence
+
+from sim.memory.base import MemoryPolicy, ReplayPlan
 from sim.memory.compose import activation_plan, describe
+from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
 from sim.memory.stash import has_attn_core, stash
+from sim.memory.states import StateBytes, stage_state_bytes_per_param
 from sim.trace.schema import layer_kind
 
 
@@ -37,6 +41,7 @@ class RecomputePolicy(MemoryPolicy):
 
     name = "recompute"
     description = "activation checkpointing: full[:layers per stage] or selective"
+    replayable = True
 
     def __init__(self, mode: str = "full", layers: int | None = None):
         self.mode, self.layers = mode, layers
@@ -72,3 +77,38 @@ class RecomputePolicy(MemoryPolicy):
         blocks = [i for i in range(n) if layer_kind(ctx.layers[i].name) == "block"]
         st = stash(ctx, full=blocks)
         return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s)
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """Every model state stays on the GPU (only activations are dropped)."""
+        return stage_state_bytes_per_param(states, versions, version_bytes)
+
+    def bound_recompute_mode(self) -> str | None:
+        """``full`` or ``selective`` when every layer recomputes (not ``recompute:full:N``)."""
+        return self.mode if self.layers is None else None
+
+    def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
+        """``torch.utils.checkpoint`` around the stage's blocks (among its first ``layers``
+        layers); selective recompute is not replayed: the stage keeps every activation and a
+        note says so."""
+        if self.mode == "selective":
+            return ReplayPlan(
+                notes=(
+                    f"{where} not replayed: the stage keeps every activation, as "
+                    "'none' (the simulator drops and re-runs the attention core)",
+                )
+            )
+        n = len(is_block)
+        blocks = frozenset(i for i, b in enumerate(is_block) if b)
+        first = n if self.layers is None else min(self.layers, n)
+        others = [i for i in range(first) if i not in blocks]
+        notes = (
+            ()
+            if not others or self.layers is None
+            else (
+                f"{where}: checkpoints the blocks among the first {first} layers; the "
+                f"non-block layers at positions {others} keep their activations (as simulated)",
+            )
+        )
+        return ReplayPlan(checkpoint=frozenset(i for i in blocks if i < first), notes=notes)

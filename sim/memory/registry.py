@@ -4,11 +4,15 @@
 ``d2d_swap:weights``, ``d2d_swap+recompute``, ``chunked:64:recompute``,
 ``zero_offload:recompute``, ``zero3:offload:recompute``), or one such spec per stage joined by ``|``
 (``none|recompute:selective|cpu_swap|none``), which ``options.stage_policies`` builds.
-:func:`parse_policy` reads a string into a :class:`~sim.memory.spec.PolicySpec` (each policy's
-``from_args`` checks its parameters); :func:`get_policy` builds the simulator's policy from it.
+:func:`parse_policy` reads a string once into its policy (each class's ``from_args`` checks its
+parameters); everything downstream asks that object. Adding a policy: one module with its class
+(:class:`~sim.memory.base.MemoryPolicy`) and one line in :data:`POLICIES`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
 
 from sim.memory.auto import AutoPolicy
 from sim.memory.base import MemoryPolicy
@@ -20,13 +24,14 @@ from sim.memory.dist_opt import DistOptPolicy
 from sim.memory.none import NoPolicy
 from sim.memory.per_stage import SEPARATOR, PerStagePolicy
 from sim.memory.recompute import RecomputePolicy
-from sim.memory.spec import PolicySpec
+from sim.memory.replay import NotReplayable, ReplayPlan
 from sim.memory.zero3 import Zero3Policy
 from sim.memory.zero_offload import ZeroOffloadPolicy
+from sim.plugins import Registry
 
-POLICIES: dict[str, type[MemoryPolicy]] = {
-    cls.name: cls
-    for cls in (
+POLICIES: Registry[MemoryPolicy] = Registry(
+    "memory policy",
+    [
         NoPolicy,
         RecomputePolicy,
         CpuSwapPolicy,
@@ -37,64 +42,87 @@ POLICIES: dict[str, type[MemoryPolicy]] = {
         Zero3Policy,
         DistOptPolicy,
         AutoPolicy,
-    )
-}
+    ],
+    known=lambda names, _: (
+        f"known: {', '.join(sorted(names))} (parameters after ':', one "
+        "policy per stage joined by '|')"
+    ),
+)
+"""Every memory policy class, by name."""
 
 
 class PolicyParameterError(ValueError):
     """A known policy with parameters it does not accept."""
 
 
-def _instance(name: str, args: list[str], text: str) -> MemoryPolicy:
-    if name not in POLICIES:
-        raise KeyError(
-            f"unknown memory policy {name!r}; known: {', '.join(sorted(POLICIES))}"
-            " (parameters after ':', one policy per stage joined by '|')"
-        )
+def _instance(text: str) -> MemoryPolicy:
+    name, *args = text.strip().split(":")
+    cls = POLICIES.get(name)
     try:
-        return POLICIES[name].from_args(args)
+        return cls.from_args(args)
     except ValueError as exc:
         raise PolicyParameterError(f"memory policy {text!r}: {exc}") from None
 
 
-def parse_policy(text: str) -> PolicySpec:
-    """The :class:`PolicySpec` of a ``memory_policy`` string (module doc).
+@cache
+def parse_policy(text: str) -> MemoryPolicy:
+    """The policy a ``memory_policy`` string names (module doc), parsed once per string:
+    policies are immutable, so every point with this string shares the object.
 
     Raises:
-        KeyError: unknown name (the message lists the known ones).
+        UnknownName: unknown name (a :class:`KeyError`; the message lists the known ones).
         PolicyParameterError: bad parameters (the message says what is expected).
 
     Example:
-        >>> spec = parse_policy("recompute:full:4")
-        >>> spec.kind, spec.mode, spec.layers, spec.fraction
-        ('recompute', 'full', 4, None)
+        >>> policy = parse_policy("recompute:full:4")
+        >>> policy.name, policy.mode, policy.layers
+        ('recompute', 'full', 4)
     """
     if SEPARATOR in text:
-        stages = tuple(parse_policy(part.strip()) for part in text.split(SEPARATOR))
-        return PolicySpec(text=text, kind=PerStagePolicy.name, stages=stages)
-    name, *args = text.strip().split(":")
-    policy = _instance(name, args, text)
-    return PolicySpec(
-        text=text,
-        kind=name,
-        args=tuple(args),
-        mode=getattr(policy, "mode", None),
-        layers=getattr(policy, "layers", None),
-        fraction=getattr(policy, "fraction", None),
-    )
+        policy: MemoryPolicy = PerStagePolicy(
+            [parse_policy(part.strip()) for part in text.split(SEPARATOR)]
+        )
+    else:
+        policy = _instance(text)
+    policy.text = text
+    return policy
 
 
-def get_policy(spec: str | PolicySpec) -> MemoryPolicy:
-    """The simulator's policy for ``spec`` (a string is read with :func:`parse_policy`).
+def replayable_policies() -> list[str]:
+    """Names of the policies the torch replay runs (their class's ``replayable``)."""
+    return [cls.name for cls in POLICIES.classes() if cls.replayable]
+
+
+def replay_problems(text: str, stages: int) -> list[str]:
+    """Why the torch replay cannot run memory policy ``text`` on ``stages`` stages (empty if it
+    can): an unknown or malformed spec, a per-stage spec for another depth, or a policy whose
+    class cannot be replayed."""
+    try:
+        policy = parse_policy(text)
+        policy.for_stage(0, stages)
+    except (KeyError, ValueError) as exc:
+        return [f"memory_policy: {exc.args[0]}"]
+    other = policy.unreplayable()
+    if other:
+        return [
+            f"memory_policy: {text!r} uses {', '.join(other)}; the torch replay runs only "
+            f"{', '.join(replayable_policies())} (one per stage joined by '|')"
+        ]
+    return []
+
+
+def replay_plan(text: str, stage: int, stages: int, is_block: Sequence[bool]) -> ReplayPlan:
+    """How the torch replay runs memory policy ``text`` on stage ``stage`` of ``stages``
+    (:meth:`~sim.memory.base.MemoryPolicy.replay` of the stage's policy).
 
     Raises:
-        KeyError: unknown name (the message lists the known ones).
-        PolicyParameterError: bad parameters (the message says what is expected).
+        NotReplayable: a policy the replay cannot run (a :class:`ValueError`).
+        ValueError: a per-stage spec for another number of stages.
     """
-    parsed = parse_policy(spec) if isinstance(spec, str) else spec
-    if parsed.stages:
-        policy: MemoryPolicy = PerStagePolicy([get_policy(s) for s in parsed.stages])
-    else:
-        policy = _instance(parsed.kind, list(parsed.args), parsed.text)
-    policy.spec = parsed.text
-    return policy
+    policy = parse_policy(text).for_stage(stage, stages)
+    try:
+        return policy.replay(is_block, f"stage {stage}: {policy.text!r}")
+    except NotReplayable as exc:
+        names = replayable_policies()
+        only = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+        raise NotReplayable(f"{exc}; it runs only {only}") from None

@@ -15,10 +15,7 @@ memory, includes them) and counted by the planning estimate (:mod:`sim.memory.es
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sim.memory.base import StageContext
+from sim.memory.context import StageContext
 
 
 def nccl_peers(stage: int, stages: int, dp_width: int) -> int:

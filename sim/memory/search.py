@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.memory.base import StageContext
-from sim.memory.compose import activation_plan
+from sim.memory.compose import activation_plan, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.estimate import SWAP_LIVE, budget_bytes, planned_peak_bytes, swap_exposed_s
 from sim.memory.plan import StagePlan, SwapParts
 from sim.memory.stash import Stash, full_order, has_attn_core, stash
@@ -135,7 +135,7 @@ def best_option(
     reserved: float = 0.0,
 ) -> Option:
     """The cheapest fitting option, or the one with the smallest peak if none fits."""
-    base = base or ctx.resident_plan()
+    base = base or resident_plan(ctx)
     opts = [
         option(ctx, st, base, parts, host_swap, extra_s, extra_kept, reserved)
         for st in stash_choices(ctx, recompute)

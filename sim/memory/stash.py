@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sim.memory.base import StageContext
+from sim.memory.context import StageContext
 
 
 @dataclass(frozen=True)

@@ -61,21 +61,13 @@ def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) ->
     return params * (sb.grad + 2 * sb.optimizer + sb.weight) / hbm_bandwidth_Bps
 
 
-MASTER_VERSION_SCHEDULES = {
-    "pipedream_2bw": "2BW keeps two fp32 master copies, "
-    "fp32_from_fp16_groups and its _copy (msr-fiddle/pipedream@d6e2538 "
-    "megatron/megatron/optimizer/optimizer.py; schedules.md §2.4)"
-}
-"""Schedules whose extra weight versions are fp32 master copies, with the source."""
-
-
-def version_bytes_per_param(schedule: str, sb: StateBytes) -> float:
+def version_bytes_per_param(master_copies: bool, sb: StateBytes) -> float:
     """Bytes per parameter of each weight version beyond the first, as the reference
-    implementation holds it: an fp32 master copy (4 bytes) for PipeDream-2BW, a copy of the
-    training-dtype weights for PipeDream's weight stashing (a deque of ``state_dict`` s of the
-    model, msr-fiddle/pipedream ``runtime/optimizer.py``; schedules.md §2.2) and every other
-    schedule."""
-    return 4.0 if schedule in MASTER_VERSION_SCHEDULES else float(sb.weight)
+    implementation holds it: an fp32 master copy (4 bytes) where the schedule keeps master
+    copies (``Schedule.master_copy_versions``: PipeDream-2BW, schedules.md §2.4), else a copy of
+    the training-dtype weights (PipeDream's weight stashing keeps a deque of ``state_dict`` s of
+    the model, msr-fiddle/pipedream ``runtime/optimizer.py``; schedules.md §2.2)."""
+    return 4.0 if master_copies else float(sb.weight)
 
 
 def weight_bytes_per_param(

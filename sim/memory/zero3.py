@@ -33,12 +33,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sim.memory.base import MemoryPolicy, StageContext
+from sim.memory.base import MemoryPolicy
 from sim.memory.compose import describe
+from sim.memory.context import StageContext
 from sim.memory.deepspeed import zero3_offload_host
 from sim.memory.estimate import copy_s
 from sim.memory.plan import StagePlan
-from sim.memory.states import optimizer_step_s
+from sim.memory.states import StateBytes, optimizer_step_s
 from sim.memory.zero_offload import (
     RECOMPUTE,
     REDUCE_BUCKET_ELEMS,
@@ -110,6 +111,7 @@ class Zero3Policy(MemoryPolicy):
     """
 
     name = "zero3"
+    shards_states = True
     description = "ZeRO-3: parameters, gradients, optimizer state partitioned (':offload': host)"
 
     def __init__(self, offload: bool = False, recompute: bool = False):
@@ -141,6 +143,12 @@ class Zero3Policy(MemoryPolicy):
                 )
             )
         return out
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """A ``1/w`` shard of every state on the GPU; nothing with ``:offload``."""
+        return 0.0 if self.offload else states.total / dp_width
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.memory.base import MemoryPolicy, StageContext
-from sim.memory.compose import activation_plan, describe
+from sim.memory.base import MemoryPolicy
+from sim.memory.compose import activation_plan, describe, finalize_plans, resident_plan
+from sim.memory.context import StageContext
 from sim.memory.deepspeed import CPU_ADAM_STAGING_BYTES, ipg_buffer_bytes, zero_offload_host
 from sim.memory.estimate import copy_s
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.stash import stash
+from sim.memory.states import StateBytes
 
 HOST_BYTES = 4 + 4
 """Host bytes per parameter without Adam (fp32 master and fp32 gradient, sim.memory.deepspeed);
@@ -87,15 +89,13 @@ def with_overhead(ctx: StageContext, plan: StagePlan) -> StagePlan:
     """``plan`` with its runtime reserve, allocator margin and working memory for what it keeps
     (as :func:`sim.memory.compose.finalize_plans` will charge them), so that its notes' peak
     and ``fits`` are the engine's."""
-    from sim.memory.compose import finalize_plans
-
     return finalize_plans([ctx], [plan])[0]
 
 
 def base_plan(ctx: StageContext, recompute: bool) -> StagePlan:
     """Everything resident, or with every layer fully checkpointed."""
     if not recompute:
-        return ctx.resident_plan()
+        return resident_plan(ctx)
     return activation_plan(ctx, stash(ctx, full=range(len(ctx.layers))))
 
 
@@ -144,6 +144,7 @@ class ZeroOffloadPolicy(MemoryPolicy):
     """
 
     name = "zero_offload"
+    shards_states = True
     description = "optimizer state and Adam step on the host CPU, gradients streamed in buckets"
 
     def __init__(
@@ -176,6 +177,12 @@ class ZeroOffloadPolicy(MemoryPolicy):
                 )
             )
         return out
+
+    def min_state_bytes_per_param(
+        self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
+    ) -> float:
+        """The 16-bit weights stay on the GPU; gradients and optimizer state go to the host."""
+        return float(states.weight)
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]

@@ -96,12 +96,35 @@ def row_label(stream: str, lane: int) -> str:
     return stream if lane == 0 else f"{stream} ({lane + 1})"
 
 
+PAD_INCHES = 0.1
+"""Margin around everything drawn, in inches (matplotlib's ``savefig.pad_inches`` default)."""
+PNG_COMPRESS_LEVEL = 1
+"""zlib level of the PNGs (Pillow's default is 6): level 1 writes a plot about a quarter
+faster for files about a quarter larger."""
+
+
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:
-    """Render a matplotlib figure to PNG and write it to ``path`` atomically.
+    """Render a matplotlib figure to PNG and write it to ``path`` atomically, cropped to what
+    is drawn (legends outside the axes included) plus :data:`PAD_INCHES`.
+
+    Without a layout engine the crop box is measured from the artists' extents (no
+    rendering), so the figure is drawn once; ``bbox_inches="tight"`` draws it twice, which a
+    figure with a layout engine (``layout="constrained"``) needs anyway to place its axes.
 
     Returns:
         The path written.
     """
+    box: Any = "tight"
+    if fig.get_layout_engine() is None:
+        fig.set_dpi(dpi)
+        box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(PAD_INCHES)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(
+        buf,
+        format="png",
+        dpi=dpi,
+        bbox_inches=box,
+        pad_inches=PAD_INCHES,
+        pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL},
+    )
     return atomic_write_bytes(path, buf.getvalue())

@@ -11,6 +11,7 @@ events. The output depends only on the log, so the same log always gives the sam
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -90,6 +91,20 @@ def _memory_counters(log: EventLog, pids: dict[str, int]) -> list[dict]:
     return out
 
 
+def _in_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``spans`` by start, process, thread and longest first; spans equal in all four by their
+    JSON text (sorted keys), so the order never depends on the log's order. The JSON text is
+    made only for such ties."""
+    spans = sorted(spans, key=lambda d: (d["ts"], d["pid"], d["tid"], -d["dur"]))
+    out: list[dict[str, Any]] = []
+    for _, group in itertools.groupby(spans, key=lambda d: (d["ts"], d["pid"], d["tid"], d["dur"])):
+        tied = list(group)
+        if len(tied) > 1:
+            tied.sort(key=lambda d: json.dumps(d, sort_keys=True))
+        out += tied
+    return out
+
+
 def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
     """Build a Chrome trace event document from an event log.
 
@@ -112,8 +127,8 @@ def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
     for row in sorted(set(rows), key=row_key):
         tids[row] = sum(1 for r in tids if r[0] == row[0]) + 1
 
-    spans: list[dict[str, Any]] = sorted(
-        (
+    spans = _in_order(
+        [
             {
                 "ph": "X",
                 "name": ev.name,
@@ -125,8 +140,7 @@ def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
                 "args": _span_args(ev),
             }
             for ev, row in zip(log.events, rows, strict=True)
-        ),
-        key=lambda d: (d["ts"], d["pid"], d["tid"], -d["dur"], json.dumps(d, sort_keys=True)),
+        ]
     )
     trace: list[dict] = _metadata(pids, tids, log)
     trace.extend(spans)

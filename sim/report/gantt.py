@@ -184,7 +184,6 @@ def plot_gantt(
         span = "whole run" if iteration is None else f"iteration {iteration}"
         head = f"{title}: " if title else ""
         ax.set_title(f"{head}pipeline timeline, {span} (time in ms; numbers are micro-batches)")
-        fig.tight_layout()
         _label_bars(ax, shown, lo_ms, hi_ms)
         return save_figure(fig, path)
     finally:

@@ -30,6 +30,7 @@ import pandas as pd
 
 from sim.atomic import atomic_write_bytes
 from sim.report._common import save_figure
+from sim.report.tables import rank_results
 
 LARGEST = "largest model that fits"
 TIE = 1e-3
@@ -47,8 +48,6 @@ def best_fitting(results_df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in _NEEDED if c not in results_df.columns]
     if missing:
         raise ValueError(f"results table lacks column(s) {missing} needed by memory_summary")
-    from sim.report.tables import rank_results
-
     ok = results_df[results_df["fits"].fillna(False).astype(bool)]
     ok = ok.dropna(subset=["throughput_samples_per_s"])
     keys = ["model", "parameters", "memory_policy"]

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.report._common import GIB
+from sim.rows import rank_key
 
 # (column in the results table, header with unit, formatter, right-justify)
 _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
@@ -53,8 +54,6 @@ def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
     Raises:
         ValueError: the table lacks ``throughput_samples_per_s`` or ``fits``.
     """
-    from sim.rows import rank_key
-
     missing = [c for c in ("throughput_samples_per_s", "fits") if c not in results_df.columns]
     if missing:
         raise ValueError(f"results table lacks column(s) {missing} needed to rank configurations")

@@ -52,6 +52,9 @@ class Schedule(ABC):
             ``"latest"``, the newest at the backward's time (PipeMare, no stash);
             ``"previous_iteration"``, ``W(k-1)`` for every micro-batch of iteration ``k``, in
             the forward and the backward (PipeDream-2BW).
+        master_copy_versions: True when its extra weight versions are fp32 master copies (4
+            bytes per parameter), not copies of the training-dtype weights
+            (:func:`sim.memory.states.version_bytes_per_param`).
 
     Raises:
         ScheduleError: ``stages < 1``, ``microbatches < 1``, ``microbatches < stages`` where
@@ -69,6 +72,7 @@ class Schedule(ABC):
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
     weight_rule: ClassVar[str] = "forward"
+    master_copy_versions: ClassVar[bool] = False
     overlaps_pairs: ClassVar[bool] = False
     """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
     the runtime may overlap: DualPipeV)."""

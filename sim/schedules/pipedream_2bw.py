@@ -35,6 +35,10 @@ class PipeDream2BW(Schedule):
     weight_rule: ClassVar[str] = "previous_iteration"
     needs_m_ge_p: ClassVar[bool] = True
     description: ClassVar[str] = "PipeDream-2BW: 1F1B without flush, step every m backwards"
+    master_copy_versions: ClassVar[bool] = True
+    """2BW keeps two fp32 master copies, ``fp32_from_fp16_groups`` and its ``_copy``
+    (msr-fiddle/pipedream@d6e2538 ``megatron/megatron/optimizer/optimizer.py``;
+    schedules.md §2.4)."""
 
     def program(self, iterations: int = 1) -> Program:
         m = self.microbatches

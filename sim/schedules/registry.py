@@ -7,6 +7,7 @@ cover the other names the literature and torch use. Look-ups ignore case and tre
 
 from __future__ import annotations
 
+from sim.plugins import Registry, UnknownName
 from sim.schedules.base import Schedule
 from sim.schedules.dualpipe_v import DualPipeV
 from sim.schedules.gpipe import GPipe
@@ -50,22 +51,26 @@ ALIASES: dict[str, str] = {
 """Alternative name -> canonical name (DAPPLE has 1F1B's op order, schedules.md §2.3; torch's
 ``get_schedule_class`` names such as ``Interleaved1F1B`` or ``ZBVZeroBubble`` resolve too)."""
 
-SCHEDULES: dict[str, type[Schedule]] = {cls.name: cls for cls in _CANONICAL} | {
-    alias: next(c for c in _CANONICAL if c.name == target) for alias, target in ALIASES.items()
-}
+REGISTRY: Registry[Schedule] = Registry(
+    "schedule",
+    _CANONICAL,
+    aliases=ALIASES,
+    known=lambda names, aliases: f"valid names: {', '.join(names)} (aliases: {', '.join(aliases)})",
+)
+"""Every schedule class by name (:class:`sim.plugins.Registry`). Adding a schedule: one module
+with its :class:`~sim.schedules.base.Schedule` subclass and one line in ``_CANONICAL``."""
+
+SCHEDULES: dict[str, type[Schedule]] = {n: REGISTRY.get(n) for n in REGISTRY.names(aliases=True)}
 """Every accepted name (canonical and alias) -> schedule class."""
 
-
-class UnknownScheduleError(KeyError):
-    """An unknown schedule name; ``str()`` is the plain message listing valid names."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+UnknownScheduleError = UnknownName
+"""An unknown schedule name (a :class:`KeyError`); ``str()`` is the plain message listing the
+valid names."""
 
 
 def schedule_names(*, aliases: bool = False) -> list[str]:
     """Canonical schedule names in registry order; with ``aliases=True`` every accepted name."""
-    return list(SCHEDULES) if aliases else [cls.name for cls in _CANONICAL]
+    return REGISTRY.names(aliases=aliases)
 
 
 def get_schedule(name: str) -> type[Schedule]:
@@ -78,12 +83,4 @@ def get_schedule(name: str) -> type[Schedule]:
         >>> get_schedule("PipeDream-Flush").name
         '1f1b'
     """
-    key = name.strip().lower().replace("-", "_")
-    try:
-        return SCHEDULES[key]
-    except KeyError:
-        valid = ", ".join(schedule_names())
-        extra = ", ".join(ALIASES)
-        raise UnknownScheduleError(
-            f"unknown schedule {name!r}; valid names: {valid} (aliases: {extra})"
-        ) from None
+    return REGISTRY.get(name)

@@ -7,13 +7,32 @@ trace through :func:`~sim.tensor.shard.shard_trace` (tensor and sequence paralle
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sim.compute.device import ComputeSpec
 from sim.compute.routing import parse_routing
-from sim.config import PointConfig
 from sim.tensor.decoder_shard import DecoderShard, Parallel, shard_decoder
 from sim.tensor.shard import ShardedTrace, shard_trace
 from sim.trace.decoder import is_decoder
 from sim.trace.schema import Trace
+
+
+class PointConfig(Protocol):
+    """What these functions read of a grid point (:class:`sim.point_config.PointConfig`, which
+    sits above this module)."""
+
+    @property
+    def tensor_parallel(self) -> int: ...
+    @property
+    def sequence_parallel(self) -> bool: ...
+    @property
+    def context_parallel(self) -> int: ...
+    @property
+    def expert_parallel(self) -> int: ...
+    @property
+    def context_parallel_comm(self) -> str: ...
+    @property
+    def routing(self) -> str: ...
 
 
 def parallel_of(point: PointConfig) -> Parallel:

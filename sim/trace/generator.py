@@ -55,6 +55,7 @@ from sim.compute.layers import embedding_times, head_times
 from sim.compute.megatron_ops import block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
+from sim.hardware.loader import load_hardware
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 SOURCES = {
@@ -155,8 +156,6 @@ V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps"
 
 def preset_gpu(preset: str = "dgx1-v100-16gb") -> ComputeSpec:
     """The :class:`ComputeSpec` of a hardware preset's GPU (default: DGX-1's V100-SXM2)."""
-    from sim.hardware.loader import load_hardware
-
     spec = load_hardware(preset).gpus[0].compute
     assert spec is not None
     return spec

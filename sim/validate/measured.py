@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim.config import PointConfig
 from sim.events import Event, EventLog
+from sim.point_config import PointConfig
 from sim.report.chrome_trace import write_chrome_trace
 from sim.schedules.action import STEP, Action
 

@@ -21,11 +21,12 @@ from typing import Any
 import pandas as pd
 
 from sim.atomic import atomic_write_text, check_writable
-from sim.config import PointConfig, load_experiment
+from sim.config import load_experiment
 from sim.errors import InputError
+from sim.experiment import Prepared, prepare
 from sim.point import Resolved, resolve
+from sim.point_config import PointConfig
 from sim.replay import Replayer, ReplayFailed, ReplayRequest
-from sim.sweep import Prepared, prepare
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines
 from sim.validate.predict import Prediction, predict

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sim.config import PointConfig
 from sim.errors import InputError
-from sim.point import check_schedule_name
+from sim.point_config import PointConfig
+from sim.point_stages import check_schedule_name
 
 
 class Mode(StrEnum):

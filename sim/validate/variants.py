@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim.config import PointConfig
 from sim.errors import InputError
+from sim.experiment import Prepared
 from sim.framework.registry import DEFAULT_FRAMEWORK
+from sim.point_config import PointConfig
 from sim.schedules.registry import get_schedule
-from sim.sweep import Prepared, expand
+from sim.sweep import expand
 from sim.validate.spec import ValidationSpec
 
 

@@ -1,0 +1,140 @@
+"""The optimizer step of one rank, over every stage chunk it holds.
+
+A rank's program has one STEP action per stage chunk it holds (``v`` of them with interleaved
+or V-shaped schedules, together at the end of the iteration: :func:`step_group`). The rank
+runs them as one step, in the order the frameworks do:
+
+1. its last sends (blocking exchanges) and the memory policy's write-backs;
+2. the data-parallel gradient reduction of each chunk, in program order (the end of its
+   bucketed all-reduce, or its all-reduce or reduce-scatter, and its routed experts' over
+   their group), and the tied all-reduce (``PipelineRuntime.tied_grad_bytes``) on the ranks
+   of the first and the last chunk, before or after them (``tied_after_dp``);
+3. the step barrier ``before_update``, once for the rank;
+4. the update of each chunk (step copies, host step, optimizer kernel, the all-gather of
+   sharded parameters);
+5. the barrier ``after_update``, once; the host's step sync.
+
+Sources: Megatron-LM ``megatron/core/distributed/finalize_model_grads.py::
+finalize_model_grads`` (``finish_grad_sync`` of every model chunk, then
+``_allreduce_embedding_grads`` over the embedding group, the first and the last pipeline rank
+with ``ignore_virtual=True``), called once per rank with the list of its chunks at the end of
+``megatron/core/pipeline_parallel/schedules.py::forward_backward_pipelining_with_interleaving``;
+then one ``optimizer.step()`` over all chunks (``megatron/training/training.py::train_step``:
+the found-inf and grad-norm all-reduces over the model-parallel group, then the update). torch
+pipelining likewise: ``schedule.step()`` runs every chunk's backward, then one
+``optimizer.step()``. A barrier that every chunk joined on its own would wait on the rank's own
+next chunk, which runs only after it: a deadlock.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.collectives import Collectives
+from sim.engine.exchanges import Exchanges
+from sim.engine.host import HostThreads
+from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.streams import ComputeStream
+from sim.engine.traffic import MemoryTraffic
+from sim.events import EventKind, MemCategory
+from sim.ledger import Ledger
+from sim.schedules.action import STEP, Action
+
+
+class RankStep:
+    """The optimizer steps of one run (module doc).
+
+    Args:
+        env: the simulation environment.
+        inp: the configuration (width, runtime).
+        parts: the engine's ``(exchanges, traffic, collectives, compute, ledger, hosts)``.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        inp: SimInput,
+        parts: tuple[Exchanges, MemoryTraffic, Collectives, ComputeStream, Ledger, HostThreads],
+    ):
+        self.env = env
+        self.inp = inp
+        self.exchanges, self.traffic, self.collectives, self.compute, self.ledger, self.hosts = (
+            parts
+        )
+
+    def run(self, reps: list[StageReplica], k: int):
+        """Process: step ``k`` of the rank whose chunks are ``reps`` (its stage replicas, in
+        the order of their STEP actions), steps 1 to 5 of the module doc."""
+        rt, head = self.inp.runtime, reps[0]
+        tags = [rep.tags(None, k) for rep in reps]
+        if self.exchanges.active:
+            yield from self.exchanges.drain(head, f"{head.stage}STEP{k}", tags[0])
+        for rep, t in zip(reps, tags, strict=True):
+            yield from self.traffic.wait_writebacks(rep, t)
+        if not rt.tied_after_dp:
+            for rep, t in zip(reps, tags, strict=True):
+                yield from self.collectives.join_tied(rep, k, t)
+        for rep, t in zip(reps, tags, strict=True):
+            yield from self._reduce(rep, k, t)
+        if rt.tied_after_dp:
+            for rep, t in zip(reps, tags, strict=True):
+                yield from self.collectives.join_tied(rep, k, t)
+        yield from self.exchanges.barrier(head, k, "before_update", tags[0])
+        for rep, t in zip(reps, tags, strict=True):
+            yield from self._update(rep, k, t)
+        yield from self.exchanges.barrier(head, k, "after_update", tags[0])
+        self.hosts.sync(head.gpu, "step")
+
+    def _reduce(self, rep: StageReplica, k: int, tags: dict):
+        """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``."""
+        overlapped = self.collectives.finish_overlapped(rep, k)
+        if overlapped is not None:
+            yield overlapped
+        elif self.inp.dp_width > 1 and rep.plan.scatter_bytes <= 0:
+            kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
+            yield from self.collectives.join(rep, k, tags, kind)
+            if self.collectives.expert_nbytes(rep) > 0:
+                yield from self.collectives.join_expert(rep, k, tags, kind)
+
+    def _update(self, rep: StageReplica, k: int, tags: dict):
+        """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step, the
+        optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
+        all-gather of its parameters when its optimizer state is sharded."""
+        plan = rep.plan
+        for t in plan.step_transfers_before:
+            yield from self.traffic.copy(t, tags)
+        if plan.host_optimizer_s > 0:
+            yield from self.traffic.host_step(rep, tags)
+        for t in plan.step_transfers_after:
+            yield from self.traffic.copy(t, tags)
+        held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
+        self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
+        yield from self.compute.run(
+            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
+        )
+        self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
+        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
+            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
+            if self.collectives.expert_nbytes(rep) > 0:
+                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
+
+
+def step_group(order: tuple[Action, ...], i: int) -> tuple[Action, ...]:
+    """The STEP actions of the rank step at position ``i`` of a rank's ``order``: the run of
+    consecutive STEPs with ``order[i]``'s step number, one per stage chunk, when ``i`` starts
+    it; empty when ``i`` continues one (an earlier position ran it).
+
+    Example:
+        >>> from sim.schedules.action import Action
+        >>> order = tuple(map(Action.from_str, ["0B3", "0STEP0", "2STEP0", "0F4"]))
+        >>> [str(a) for a in step_group(order, 1)], step_group(order, 2)
+        (['0STEP0', '2STEP0'], ())
+    """
+    k = order[i].microbatch
+    prev = order[i - 1] if i else None
+    if prev is not None and prev.op == STEP and prev.microbatch == k:
+        return ()
+    j = i
+    while j < len(order) and order[j].op == STEP and order[j].microbatch == k:
+        j += 1
+    return order[i:j]

@@ -1,0 +1,260 @@
+"""The stages of a point: its schedule, stage boundaries and each stage replica's memory
+context.
+
+:func:`make_schedule` instantiates the point's schedule class; :func:`choose_boundaries` splits
+the trace's layers into stages (fixed, uniform or the memory-aware optimum of
+:mod:`sim.partition`); :func:`stage_contexts` builds the :class:`~sim.memory.context.StageContext`
+every memory policy plans from; :func:`stage_layout` places ranks, stages and tensor-parallel
+groups on GPUs. Used by :func:`sim.point.resolve`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.config import ExperimentConfig
+from sim.errors import InputError
+from sim.framework.base import Framework
+from sim.framework.registry import DEFAULT_FRAMEWORK, get_framework
+from sim.hardware.topology import Topology
+from sim.memory.context import StageContext
+from sim.memory.estimate import host_link_sharers
+from sim.memory.reserve import tensor_capacity_bytes
+from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
+from sim.partition import partition, uniform_partition
+from sim.placement import place
+from sim.point_config import PointConfig
+from sim.schedules.action import STEP, Program, flatten
+from sim.schedules.base import Schedule, ScheduleError
+from sim.schedules.registry import get_schedule
+from sim.tensor.groups import tensor_groups
+from sim.trace.schema import Trace, dtype_bytes
+
+
+def make_schedule(
+    name: str,
+    stages: int,
+    microbatches: int,
+    *,
+    file: str = "<experiment>",
+    field: str = "sweep.schedule",
+    virtual_stages: int | None = None,
+    framework: Framework | None = None,
+) -> Schedule:
+    """Instantiate a schedule as ``framework`` runs it (default: pipesim's torch rules),
+    turning its errors into :class:`InputError`.
+
+    Raises:
+        InputError: an unknown name, a schedule the framework does not run, or a
+            combination the schedule refuses.
+    """
+    cls = check_schedule_name(name, file=file, field=field)
+    fw = framework or get_framework(DEFAULT_FRAMEWORK)
+    why = fw.schedule_reason(cls)
+    if why:
+        raise InputError(why, file=file, field=field)
+    try:
+        return fw.make_schedule(cls, stages, microbatches, virtual_stages)
+    except ScheduleError as exc:
+        raise InputError(str(exc), file=file, field="sweep.stages") from None
+
+
+def check_schedule_name(
+    name: str, *, file: str = "<experiment>", field: str = "sweep.schedule"
+) -> type[Schedule]:
+    """The schedule class of ``name``.
+
+    Raises:
+        InputError: an unknown name, listing the valid ones.
+    """
+    try:
+        return get_schedule(name)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), file=file, field=field) from None
+
+
+def stage_contexts(
+    topo: Topology,
+    trace: Trace,
+    boundaries,
+    placement,
+    schedule: Schedule,
+    in_flight: list[int],
+    exp: ExperimentConfig,
+    program: Program | None = None,
+    job_gpus: list[int] | None = None,
+    expert_bytes: tuple[float, ...] = (),
+    expert_parallel: int = 1,
+) -> list[list[StageContext]]:
+    """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
+    stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
+    ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
+    routed-expert parameter bytes per layer, :class:`~sim.tensor.decoder_shard.DecoderShard`)."""
+    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    edges = list(boundaries) + [len(trace.layers)]
+    orders = _stage_orders(program, schedule.microbatches) if program else None
+    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
+    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    out = []
+    for r, row in enumerate(placement):
+        ctxs = []
+        for s, g in enumerate(row):
+            gpu = topo.gpu(g)
+            layers = trace.layers[edges[s] : edges[s + 1]]
+            params = sum(x.param_bytes for x in layers)
+            expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
+            ctxs.append(
+                StageContext(
+                    stage=s,
+                    stages=len(row),
+                    replica=r,
+                    dp_width=len(placement),
+                    gpu=gpu.name,
+                    host=gpu.host,
+                    layers=layers,
+                    in_flight=in_flight[s],
+                    weight_versions=schedule.weight_versions(s),
+                    state=sb,
+                    dtype_bytes=dtype_bytes(trace.dtype),
+                    capacity_bytes=gpu.memory_bytes,
+                    topology=topo,
+                    input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+                    microbatches=schedule.microbatches,
+                    order=orders[s] if orders else (),
+                    host_sharers=sharers.get(gpu.name, 1),
+                    version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
+                    expert_share=expert / params if params else 0.0,
+                    expert_parallel=expert_parallel,
+                )
+            )
+        out.append(ctxs)
+    return out
+
+
+def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
+    """Each stage's ops over one steady iteration (the middle one of the program)."""
+    flat = [[a for a in flatten(rank) if a.op != STEP] for rank in program]
+    its = max((a.microbatch // m for rank in flat for a in rank), default=0)
+    it = (its + 1) // 2
+    stages = sorted({a.stage for rank in flat for a in rank})
+    return [
+        tuple(a.op for rank in flat for a in rank if a.stage == s and a.microbatch // m == it)
+        for s in stages
+    ]
+
+
+def choose_boundaries(
+    topo: Topology,
+    trace: Trace,
+    schedule: Schedule,
+    in_flight: list[int],
+    placement,
+    exp: ExperimentConfig,
+    framework: Framework | None = None,
+) -> tuple[int, ...]:
+    """Stage boundaries: fixed, uniform (as ``framework`` places embedding and head:
+    :meth:`~sim.framework.base.Framework.boundaries`), or the memory-aware optimal partition.
+
+    With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
+    bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
+    shares), and a boundary between two chunks on the same GPU costs no communication.
+    ``placement`` is per ``[replica][stage]``."""
+    p = schedule.num_stages
+    v = schedule.virtual_stages
+    if exp.options.boundaries is not None:
+        if len(exp.options.boundaries) != p:
+            raise InputError(
+                f"has {len(exp.options.boundaries)} entries but stages is {p}",
+                field="options.boundaries",
+            )
+        return tuple(exp.options.boundaries)
+    if exp.options.partition == "uniform":
+        if framework is None:
+            return tuple(uniform_partition(len(trace.layers), p))
+        return framework.boundaries(trace, p)
+    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    per_byte = 1.0 / dtype_bytes(trace.dtype)
+    vb = version_bytes_per_param(schedule.master_copy_versions, sb)
+
+    def need(j: int, param_bytes: float, act_bytes: float) -> float:
+        per_param = stage_state_bytes_per_param(sb, schedule.weight_versions(j), vb)
+        return param_bytes * per_byte * per_param + act_bytes * in_flight[j]
+
+    row = placement[0]
+    bw = [
+        math.inf
+        if row[j] == row[j + 1]
+        else topo.route_bandwidth_Bps(f"gpu{row[j]}", f"gpu{row[j + 1]}", nccl=True)
+        for j in range(p - 1)
+    ]
+    caps = [tensor_capacity_bytes(topo.gpu(g)) / v for g in row]
+    return partition(
+        trace, p, bandwidth_Bps=bw or None, memory_capacity_bytes=caps, stage_memory_bytes=need
+    ).boundaries
+
+
+Grid = tuple[tuple[int, ...], ...]
+"""GPU indices per ``[replica][stage]`` (or ``[replica][rank]``)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a point's stages run: GPU per ``[replica][rank]`` (``placement``) and per
+    ``[replica][stage]`` (``per_stage``), the tensor-parallel group of each ``[replica][stage]``
+    (empty without tensor parallelism) and every GPU of the job (None: ``per_stage``'s)."""
+
+    placement: Grid
+    per_stage: Grid
+    stage_groups: tuple[tuple[tuple[int, ...], ...], ...]
+    job_gpus: list[int] | None
+
+
+def stage_layout(
+    exp: ExperimentConfig, topo: Topology, point: PointConfig, schedule: Schedule, file: str
+) -> Layout:
+    """The GPUs of the point's ranks, stages and tensor-parallel groups (:class:`Layout`).
+
+    Raises:
+        InputError: tensor-parallel groups that do not fit the servers, a bad fixed placement.
+    """
+    grouped = point.tensor_parallel > 1 or point.context_parallel > 1 or point.expert_parallel > 1
+    groups = _tensor_groups(topo, point, file) if grouped else ()
+    placement = (
+        tuple(tuple(g[0] for g in row) for row in groups)
+        if groups
+        else _placement(exp, topo, point, file)
+    )
+    ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
+    return Layout(
+        placement=placement,
+        per_stage=tuple(tuple(row[r] for r in ranks) for row in placement),
+        stage_groups=tuple(tuple(row[r] for r in ranks) for row in groups),
+        job_gpus=[g for row in groups for grp in row for g in grp] if groups else None,
+    )
+
+
+def _tensor_groups(topo: Topology, point: PointConfig, file: str):
+    """GPU per ``[replica][rank][tensor rank]``, the replicas being the ``dp * cp`` data- and
+    context-parallel ranks (context rank innermost: :mod:`sim.engine.groups`)."""
+    w = point.dp_width * point.context_parallel
+    try:
+        return tensor_groups(topo, point.stages, w, point.tensor_parallel)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
+    fixed = exp.options.placement
+    if fixed is None:
+        return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
+    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
+    flat = [g for r in fixed for g in r]
+    if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
+        raise InputError(
+            f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
+            f"in 0..{topo.num_gpus - 1}",
+            file=file,
+            field="options.placement",
+        )
+    return tuple(tuple(r) for r in fixed)
