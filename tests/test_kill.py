@@ -149,11 +149,8 @@ def test_kill_9_of_sim_run_leaves_no_process_and_no_temp_files(tmp_path):
     assert (out / "results.csv").is_file()
 
 
-@pytest.mark.timeout(300)
-def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_folder(tmp_path):
-    pytest.importorskip("torch")
-    from backends.torch.launch import WORKDIR_PREFIX
-
+def _tiny_winner(tmp_path: Path) -> Path:
+    """A 2-rank 1F1B configuration of the tiny GPT profiled on this CPU."""
     exp = yaml.safe_load((ROOT / "experiments" / "cpu-gpt-tiny.yaml").read_text())
     exp["hardware"] = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
     exp["models"][0]["trace"] = str(ROOT / "traces" / "gpt-tiny-cpu.csv")
@@ -161,6 +158,51 @@ def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_fol
     exp["sweep"]["schedule"] = "1f1b"
     winner = tmp_path / "w.yaml"
     winner.write_text(yaml.safe_dump(exp))
+    return winner
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains ``text``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if d.name.isdigit() and text in cmd and alive(int(d.name)):
+            out.append(int(d.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_replay_past_its_timeout_is_a_failed_row_and_leaves_no_process(tmp_path):
+    # 1 s is less than a rank takes to import torch: both ranks are still running at the limit
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    from backends.torch.launch import WORKDIR_PREFIX
+
+    proc = _sim("validate", str(_tiny_winner(tmp_path)), "--nproc", "2", "--iterations", "1",
+                "--no-numerics", "--timeout", "1", "--out", str(tmp_path / "v"))  # fmt: skip
+    _, stderr = proc.communicate(timeout=240)
+    text = " ".join(stderr.decode().split())
+    assert proc.returncode == 1, text
+    assert "replay failed" in text and "timed out after 1 s" in text, text
+    row = pd.read_csv(tmp_path / "v" / "validation.csv").iloc[0]
+    assert row.status == "failed" and "timed out after 1 s" in row.reason
+    assert _wait_for(lambda: not _processes_naming(f"{WORKDIR_PREFIX}{proc.pid}-"), 20), (
+        f"ranks left running: {_processes_naming(f'{WORKDIR_PREFIX}{proc.pid}-')}"
+    )
+    assert not list(Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}{proc.pid}-*"))
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_folder(tmp_path):
+    pytest.importorskip("torch")
+    from backends.torch.launch import WORKDIR_PREFIX
+
+    winner = _tiny_winner(tmp_path)
     proc = _sim(
         "validate", str(winner), "--nproc", "2", "--iterations", "100", "-s", "interleaved_1f1b",
         "--out", str(tmp_path / "v"),
@@ -190,6 +232,7 @@ def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_fol
     assert not stages[0].exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kill_9_of_a_concurrent_user_model_profile_leaves_no_process(tmp_path):
     pytest.importorskip("torch")

@@ -153,3 +153,69 @@ def test_torchs_runtime_replays_a_stage_that_ends_in_a_strided_view(tmp_path):
                                 iterations=1, numerics=True, timeout_s=300)  # fmt: skip
         result = TorchReplayer().replay(request)
         assert result.all_actions_done and result.numerics["numerics"] == "ok", result.numerics
+
+
+TIED = """
+import torch
+{fault}
+
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 16, bias=False)
+
+    def forward(self, x):
+        return self.proj(x)
+
+class Head(torch.nn.Module):
+    def __init__(self, embed):
+        super().__init__()
+        self.weight = embed.proj.weight  # tied to the embedding, (16, 8)
+
+    def forward(self, h):
+        return h @ self.weight
+
+def build(microbatch_size: int = 2):
+    torch.manual_seed(0)
+    embed = Embed()
+    model = torch.nn.Sequential(embed, torch.nn.Linear(16, 16), torch.nn.Tanh(), Head(embed))
+    return model, torch.randn(microbatch_size, 8)
+"""
+BROKEN_SYNC = (
+    "from backends.torch.ties import Ties\n"
+    "Ties.reduce = lambda self, names, grads: None  # the tied gradients are never all-reduced"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("fault", "expected"), [("", "ok"), (BROKEN_SYNC, "FAILED")])
+def test_a_replay_whose_tied_gradient_sync_is_broken_fails_the_numerics_check(
+    tmp_path, fault, expected
+):
+    # the model's file is imported by every rank, so the fault reaches the replay's processes;
+    # the first stage holds the embedding, the second the head tied to it
+    (tmp_path / "tied.py").write_text(TIED.format(fault=fault))
+    runner = CliRunner()
+    res = runner.invoke(app, ["profile", "--model", f"{tmp_path}/tied.py:build", "-b", "2",
+                              "--reps", "1", "--threads", "1", "--out", str(tmp_path / "t")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    exp = {
+        "name": "tied",
+        "hardware": str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml"),
+        "models": [{"name": "tied", "trace": str(tmp_path / "t.csv"), "global_batch": 4}],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 2},
+        "options": {"boundaries": [0, 2]},
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    res = runner.invoke(app, ["validate", str(tmp_path / "exp.yaml"), "--iterations", "2",
+                              "--warmup", "0", "--timeout", "300"])  # fmt: skip
+    row = pd.read_csv(tmp_path / "validation.csv").iloc[0]
+    assert row.status == "ok" and row.numerics == expected, row
+    if expected == "ok":
+        assert res.exit_code == 0, res.output
+        return
+    assert res.exit_code == 1 and "differ from the one-process reference" in res.output
+    assert row.grad_worst.endswith("proj.weight"), row.grad_worst
+    assert row.grad_max_error > 100 * row.numerics_tolerance

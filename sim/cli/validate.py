@@ -213,6 +213,14 @@ def validate(
         "another stage count than CONFIG is partitioned afresh.",
         show_default="CONFIG's, else the schedule's smallest",
     ),
+    timeout: float = typer.Option(
+        600.0,
+        "--timeout",
+        min=1.0,
+        max=7 * 24 * 3600.0,
+        help="Seconds each replay (and its numerics run) may take before its processes are "
+        "stopped and it is reported as a failed row.",
+    ),
     numerics: bool = typer.Option(
         True,
         help="Check each replay's losses and gradients against the same model, seed and data "
@@ -232,7 +240,7 @@ def validate(
                           device=device, nproc=nproc, iterations=iterations,
                           warmup_iterations=warmup, torch_builtin=torch_builtin,
                           rank=single_rank, stages=stages, virtual_stages=virtual_stages,
-                          numerics=numerics)  # fmt: skip
+                          numerics=numerics, timeout_s=timeout)  # fmt: skip
     spec.check()
     if out_dir:
         check_writable(out_dir, option="--out", directory=True)
@@ -245,7 +253,7 @@ def validate(
                           device=device, nproc=nproc, iterations=iterations, warmup=warmup,
                           torch_builtin=torch_builtin, rank=single_rank, stages=stages,
                           virtual_stages=virtual_stages, numerics=numerics,
-                          on_row=table_printer(table))  # fmt: skip
+                          timeout_s=timeout, on_row=table_printer(table))  # fmt: skip
     print_summary(result.table, result.path, table, single_rank is not None)
     why = verdict(result.table, single_rank is not None)
     if why:
