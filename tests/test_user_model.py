@@ -620,3 +620,21 @@ def test_cpu_and_fake_profiles_count_the_same_flops() -> None:
     # a block: 4 projections of 2 x 64 tokens x 64^2 + FFN 2 x 4 x 64^2 (x 2 FLOPs per MAC)
     # + attention 4 b s^2 d (scores and values) = 2*2*64*(4*64*64 + 8*64*64) + 4*2*64*64*64
     assert cpu.layers[1].flops == 2 * 2 * 64 * 12 * 64 * 64 + 4 * 2 * 64 * 64 * 64
+
+
+def test_an_analysed_trace_says_it_is_an_estimate_and_from_what(tmp_path: Path) -> None:
+    from backends.torch.fake_profile import resolve_gpu
+
+    _, gpu = resolve_gpu("H100")
+    peak = f"{gpu.peak_flops / 1e12:.0f} TFLOP/s"
+    code, out = _cli("profile", "--model", f"{CNN}:build", "-b", 2, "--for-gpu", "H100",
+                     "--out", tmp_path / "h")  # fmt: skip
+    flat = " ".join(out.split())
+    assert code == 0 and "ESTIMATE, not measured: FakeTensorMode" in flat, out
+    assert peak in flat and gpu.model in flat, out
+    code, out = _cli("trace", "show", tmp_path / "h.csv")
+    flat = " ".join(out.split())
+    assert code == 0 and "ESTIMATE, not measured" in flat and peak in flat, out
+    code, out = _cli("profile", "--model", f"{CNN}:build", "-b", 2, "--reps", 1,
+                     "--out", tmp_path / "c")  # fmt: skip
+    assert code == 0 and "ESTIMATE" not in out, out

@@ -19,6 +19,7 @@ from backends.torch.profile_concurrent import profile_concurrent
 from backends.torch.user_cli import profile_user
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, need_torch, out
+from sim.cli.trace import estimate_text
 from sim.config import NAME_PATTERN
 from sim.errors import InputError
 from sim.trace.schema import Trace
@@ -119,20 +120,16 @@ def model_layers(layers: str | None) -> int:
 
 def _summary(trace: Trace, out_path: Path, digits: int) -> str:
     """One line on what was written; an analysed (``--for-gpu``) trace says its times are an
-    estimate, and how it was made."""
+    estimate, and from what (:func:`sim.cli.trace.estimate_text`)."""
     total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
-    method = trace.provenance.get("method")
-    timing = (
-        f"ESTIMATED fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of "
-        f"{trace.microbatch_size} on {trace.device} ({method}; a roofline, an upper bound "
-        "on speed: not measured)"
-        if method
-        else f"fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of {trace.microbatch_size} "
-        f"on {trace.device}"
-    )
+    estimate = estimate_text(trace)
+    timing = f"fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of {trace.microbatch_size} "
+    timing += f"on {trace.device}"
+    if estimate:
+        timing = f"{estimate}: {timing}"
     return (
         f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
-        f"params, {timing}"
+        f"params; {timing}"
     )
 
 

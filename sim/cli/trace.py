@@ -50,14 +50,52 @@ def layer_table(trace: Trace) -> Table:
     return table
 
 
+def estimate_text(trace: Trace) -> str | None:
+    """What an analysed (not measured) trace's times are, from what: ``None`` for a measured
+    trace. A ``--for-gpu`` profile (``provenance.method``) is a roofline of each operator's
+    counted FLOPs and bytes at a GPU preset's peak and HBM bandwidth (its ``provenance.gpu``,
+    from the preset's datasheet figures); an analytic decoder trace (``provenance.source``
+    ``analytic: ...``) is the kernel model of ``sim.compute`` on the preset's GPU.
+
+    Example:
+        >>> t = Trace("t", (), 1, "bf16", "H100", {"method": "FakeTensorMode analysis",
+        ...     "gpu": {"model": "H100", "preset": "dgx-h100", "peak_flops": 989e12,
+        ...     "hbm_bandwidth_Bps": 3.35e12}})
+        >>> print(estimate_text(t))  # doctest: +NORMALIZE_WHITESPACE
+        ESTIMATE, not measured: FakeTensorMode analysis; each operator's time is
+        max(FLOPs / 989 TFLOP/s, bytes / 3.35 TB/s), the peak and HBM bandwidth of H100 in
+        preset dgx-h100 (an upper bound on speed)
+    """
+    prov = trace.provenance
+    source = str(prov.get("source", ""))
+    if prov.get("method"):
+        gpu = prov.get("gpu") or {}
+        if not {"model", "peak_flops", "hbm_bandwidth_Bps"} <= set(gpu):
+            return f"ESTIMATE, not measured: {prov['method']}"
+        return (
+            f"ESTIMATE, not measured: {prov['method']}; each operator's time is max(FLOPs / "
+            f"{gpu['peak_flops'] / 1e12:.0f} TFLOP/s, bytes / "
+            f"{gpu['hbm_bandwidth_Bps'] / 1e12:.2f} TB/s), the peak and HBM bandwidth of "
+            f"{gpu['model']} in preset {gpu.get('preset', '?')} (an upper bound on speed)"
+        )
+    if source.startswith("analytic"):
+        where = f" in preset {prov['preset']}" if prov.get("preset") else ""
+        return (
+            f"ESTIMATE, not measured: the kernel model of sim.compute on {trace.device}{where}, "
+            f"from the model's shapes ({source.removeprefix('analytic: ')})"
+        )
+    return None
+
+
 @app.command("show")
 @friendly
 def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> None:
     """Print a trace's layers (ms, MiB) and provenance."""
     trace = load_trace(ref, file="command line", field="TRACE")
     out.print(layer_table(trace))
-    if trace.provenance.get("method"):
-        out.print(escape(f"ESTIMATE, not measured: {trace.provenance['method']}"), highlight=False)
+    estimate = estimate_text(trace)
+    if estimate:
+        out.print(escape(estimate), highlight=False)
     out.print(trace.provenance)
 
 
