@@ -124,6 +124,39 @@ def test_the_shared_weight_model_replays_every_schedule_family_with_equal_numeri
     assert (ran.grad_max_error <= ran.numerics_tolerance).all()
 
 
+QWEN2 = str(ROOT / "examples" / "hf" / "tiny-qwen2-tied-config.json")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_tied_hf_config_replays_the_other_schedules_with_equal_numerics(tmp_path):
+    # with the test above, every schedule: the loop-placed multi-stage ones put the embedding
+    # and the tied head on two ranks (an all-reduce), the V-placed one on the same rank (one
+    # copy)
+    pytest.importorskip("transformers")
+    runner = CliRunner()
+    res = runner.invoke(app, ["profile", "--model", QWEN2, "--seq-len", "16", "-b", "2",
+                              "--reps", "1", "--threads", "1", "--out", str(tmp_path / "q")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    exp = {
+        "name": "qwen2",
+        "hardware": str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml"),
+        "models": [{"name": "qwen2", "trace": str(tmp_path / "q.csv"), "global_batch": 8}],
+        "training": {"optimizer": "sgd"},
+        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 2},
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    schedules = ["1f1b", "interleaved_1f1b", "looped_bfs", "interleaved_zero_bubble", "dualpipe_v"]
+    res = runner.invoke(app, ["validate", str(tmp_path / "exp.yaml"), "--iterations", "2",
+                              "--warmup", "0", *[a for s in schedules for a in ("-s", s)]])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "validation.csv")
+    ran = df[df.status == "ok"]
+    assert set(ran.schedule) == set(schedules), df[["schedule", "runtime", "status", "reason"]]
+    assert (ran.numerics == "ok").all(), ran[["schedule", "grad_max_error", "grad_worst"]]
+    assert (ran.grad_max_error <= ran.numerics_tolerance).all()
+
+
 STRIDED = """
 import torch
 
