@@ -152,7 +152,7 @@ def check_sizes(data: dict[str, Any], file: str) -> None:
     """The sizes of a Llama-like config, before ``transformers`` builds anything.
 
     Raises:
-        InputError: naming the field: a size that is not a positive integer, heads not
+        InputError: naming the field: a size missing or not a positive integer, heads not
             dividing the hidden size, KV heads not dividing the heads, or a model beyond
             :data:`MAX_PARAMETERS`.
     """
@@ -160,6 +160,8 @@ def check_sizes(data: dict[str, Any], file: str) -> None:
         v = data.get(key)
         if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
             continue
+        if key not in data:
+            raise InputError(f"missing field {key!r} (a positive integer)", file=file, field=key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"must be a positive integer, got {v!r}", file=file, field=key)
     h, heads = data["hidden_size"], data["num_attention_heads"]
@@ -205,6 +207,13 @@ def read_config(path: str | Path, seq_len: int, **kw: Any) -> DecoderShape:
         raise InputError(f"not a readable config.json: {exc}", file=str(path)) from None
     if not isinstance(cfg, dict):
         raise InputError("a config.json must be a JSON object", file=str(path))
+    if cfg.get("model_type") not in SUPPORTED:
+        raise InputError(
+            f"model_type {cfg.get('model_type')!r} is not supported; use one of "
+            f"{', '.join(SUPPORTED)}",
+            file=str(path),
+            field="model_type",
+        )
     check_sizes(cfg, str(path))
     try:
         return shape_from_config(cfg, seq_len, **kw)
