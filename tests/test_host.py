@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sim.compute.host import HostOverhead, HostWork, issue_exactly
 from sim.engine import StageCost, simulate
 from sim.engine.host import action_work, layered_work
+from sim.engine.inputs import MicrobatchLoad
 from tests.helpers import uniform_input
 
 times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
@@ -120,6 +121,54 @@ def test_step_sync_keeps_the_host_within_an_iteration():
     free = simulate(replace(base, host_syncs=frozenset()))
     assert synced.iteration_ends_s == [6.0625, 12.125]
     assert free.iteration_ends_s == [6.0625, 12.0625]
+
+
+def test_serial_overflow_check_blocks_the_host_tensor_after_tensor():
+    # DeepSpeed's FP16_Optimizer.step: float(g.float().sum()) per gradient, one by one.
+    # The one-stage case above ends its backward at 8.125 (host at 5); the step's optimizer
+    # kernel takes 0.5 s. Two ops per tensor, h = 0.125 s without autograd, read 0.0625 s:
+    # a vector costs (2 + 1) x 0.125 + 0.0625 = 0.4375, a matrix (its device time hides the
+    # issue of the second op) 0.125 + 0.0625 = 0.1875. Two vectors and one matrix: 1.0625 s
+    # after the host has waited for the backward: [8.125, 9.1875], then the kernel to 9.6875.
+    host = HostOverhead(op_s=0.25, backward_op_s=0.0625, nograd_op_s=0.125, read_s=0.0625)
+    inp = _one_stage(host, optimizer_s=0.5)
+    inp = replace(
+        inp,
+        costs=(replace(inp.costs[0], param_tensors=(2, 1)),),
+        runtime=replace(inp.runtime, overflow_check_ops=2),
+    )
+    log = simulate(inp)
+    assert ("host_wait", "gpu0", "host overflow check 0STEP0", 8.125, 9.1875) in _spans(log)
+    assert ("optimizer", "gpu0", "0STEP0", 9.1875, 9.6875) in _spans(log)
+    assert log.iteration_ends_s == [9.6875]
+    assert simulate(replace(inp, runtime=replace(inp.runtime, overflow_check_ops=0))) \
+        .iteration_ends_s == [8.625]  # fmt: skip
+
+
+def test_microbatch_load_blocks_the_host_before_each_forward_of_a_loading_stage():
+    # Megatron-DeepSpeed's LoadMicroBatch (get_batch_pipe): before each forward on the first
+    # and the last stage the host waits for the device, then issues ops without autograd and
+    # blocking copies while the device idles. p = 1 (first and last: loads once): 2 + 1 + 1
+    # ops x 0.125 s and 1 copy x 0.0625 s = 0.5625 s. Forward: 8 ops x 0.0625 s (H = 0.5),
+    # 1 s device: K = max(0.5 + 0.125, 1 + 0.0625) = 1.0625; backward free on the host.
+    # F0: host 0.5625 after the load; ends max(0 + 1, 0.5625 + 1.0625) = 1.625, host 1.0625.
+    # F1: the load waits for the device (1.625) -> host 2.1875; ends max(2.625, 3.25) = 3.25.
+    # B0 [3.25, 5.25], B1 [5.25, 7.25]. Without the load: F0 1.0625, F1 2.0625, end 6.0625.
+    host = HostOverhead(op_s=0.0625, backward_op_s=0.0, nograd_op_s=0.125, read_s=0.0625)
+    inp = _one_stage(host)
+    load = MicrobatchLoad(ops=2, first_ops=1, last_ops=1, copies=1)
+    log = simulate(replace(inp, runtime=replace(inp.runtime, microbatch_load=load)))
+    assert ("host_wait", "gpu0", "host 0F0", 0.0, 0.625) in _spans(log)
+    assert ("host_wait", "gpu0", "host 0F1", 1.625, 2.25) in _spans(log)
+    assert ("compute", "gpu0", "0F1", 2.25, 3.25) in _spans(log)
+    assert log.iteration_ends_s == [7.25]
+    assert simulate(inp).iteration_ends_s == [6.0625]
+    # a middle stage loads nothing; the first and the last their own part
+    assert (load.ops_on(False, False), load.ops_on(True, False), load.ops_on(False, True)) == (
+        0,
+        3,
+        3,
+    )
 
 
 def test_unknown_sync_point_is_refused():

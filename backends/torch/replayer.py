@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from backends.torch.devices import check_device
+from backends.torch.group_replay import group_problems, is_group_request, replay_group
 from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
 from backends.torch.launch import replay, run_ranks, scratch_dir
 from sim.replay import ReplayProblem, ReplayRequest
@@ -71,6 +72,8 @@ class TorchReplayer:
     def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
         """Multi-stage schedules: torch's CSV runtime only; else ours, and torch's own
         ``ScheduleGPipe`` / ``Schedule1F1B`` with ``builtin``."""
+        if is_group_request(request):
+            return ("ours",)
         if request.schedule in SCHEDULES_TORCH_CSV:
             return ("torch",)
         if builtin and request.schedule in SCHEDULES_TORCH and request.single_rank is None:
@@ -78,7 +81,10 @@ class TorchReplayer:
         return ("ours",)
 
     def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
-        """Every field the job refuses."""
+        """Every field the job refuses; expert- and context-parallel requests:
+        :func:`backends.torch.group_replay.group_problems`."""
+        if is_group_request(request):
+            return group_problems(request)
         out = []
         for text in replay_job(request, check=False).problems():
             field, _, reason = text.partition(": ")
@@ -86,7 +92,8 @@ class TorchReplayer:
         return out
 
     def replay(self, request: ReplayRequest) -> ReplayResult:
-        """Run ``request`` (:func:`backends.torch.launch.replay`) and measure it; with
+        """Run ``request`` (:func:`backends.torch.launch.replay`; expert- and
+        context-parallel: :func:`backends.torch.group_replay.replay_group`) and measure it; with
         ``request.numerics``, run the same job again with every rank dumping its gradients and
         losses, and check them against the one-process reference
         (:func:`backends.torch.reference.check`). The measured run writes nothing, so the
@@ -95,6 +102,8 @@ class TorchReplayer:
         Raises:
             backends.torch.launch.ReplayError: a rank failed or the run timed out.
         """
+        if is_group_request(request):
+            return replay_group(request)
         job = replay_job(request)
         result = replay(job)
         if request.numerics:

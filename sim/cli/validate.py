@@ -37,7 +37,7 @@ COLUMNS = (
 
 
 def _ok(r: dict[str, Any]) -> bool:
-    return bool(r["all_actions_done"] and r["losses_finite"])
+    return bool(r["all_actions_done"] and r["losses_finite"] and r.get("losses_match", True))
 
 
 def numerics_text(r: dict[str, Any]) -> str:
@@ -139,6 +139,8 @@ def verdict(df: pd.DataFrame, single_rank: bool) -> str | None:
     if not (ran["all_actions_done"].all() and ran["losses_finite"].all()):
         who = "the rank" if single_rank else "a rank"
         return f"{who} did not run all its actions or a loss was not finite"
+    if "losses_match" in ran and not ran["losses_match"].fillna(True).astype(bool).all():
+        return "the parallel replay's losses differ from one process's"
     if (ran["numerics"] == "FAILED").any():
         return "a replay's losses or gradients differ from the one-process reference"
     return None
@@ -155,8 +157,9 @@ def validate(
         None,
         min=1,
         max=MAX_GPUS,
-        help="Ranks; must equal the pipeline depth x tensor_parallel.",
-        show_default="the pipeline depth x tensor_parallel",
+        help="Ranks; must equal the pipeline depth x tensor_parallel x context_parallel "
+        "(x dp_width with expert parallelism).",
+        show_default="that product",
     ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
     schedule: list[str] = typer.Option(
