@@ -73,6 +73,7 @@ from sim.engine.hierarchical import (
 )
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.symmetry import held_links
 from sim.events import Event, EventKind, Stream
 
 __all__ = [
@@ -185,7 +186,7 @@ class Collectives:
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
         parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
-            ((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)
+            ((rep.stage, rep.tp_rank, step_no), self.inp.simulated_replicas, self.nbytes(rep), None)
         ]
         if self.expert_nbytes(rep) > 0:
             group_of = self.expert_members(rep)
@@ -231,7 +232,7 @@ class Collectives:
         s = rep.stage
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(s, rep.tp_rank, replicas)
-        links, names = plan.links, plan.names
+        links, names = held_links(self.inp, plan), plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
         full_s = plan.time_s(sizes[0], kind)
@@ -282,7 +283,7 @@ class Collectives:
         key = (rep.stage, rep.tp_rank, key, kind)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.dp_width:
+        if group[1] == self.inp.simulated_replicas:
             del self._groups[key]
             self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
         start = self.env.now
@@ -343,7 +344,7 @@ class Collectives:
         return cached
 
     def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
+        yield from self.links.hold(held_links(self.inp, plan), plan.time_s(nbytes, kind))
         done.succeed()
 
     def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
@@ -424,7 +425,7 @@ class TensorCollectives:
         key = (rep.replica, rep.stage, label)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.tensor_parallel:
+        if group[1] == self.inp.simulated_tensor_ranks:
             del self._groups[key]
             self.env.process(self._run(rep, ops, group[0]))
         start = self.env.now
@@ -451,7 +452,7 @@ class TensorCollectives:
         for kind in dict.fromkeys(k for k, _, _ in ops):
             mine = [(nb, c) for k, nb, c in ops if k == kind]
             begin = yield from self.links.hold(
-                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
+                held_links(self.inp, plan), sum(c * plan.time_s(nb, kind) for nb, c in mine)
             )
             spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
         done.succeed(spans)

@@ -197,6 +197,19 @@ def topology_from_spec(
 
 
 def _check_reachable(topo: Topology, file: str | None, field: str) -> None:
+    """Raise unless every GPU reaches every other GPU and its host, and its host reaches it.
+
+    A route relays through hosts and switches, never through a third GPU
+    (:meth:`Topology.route`). When the hosts and switches form one strongly connected graph
+    and every GPU has a link to and from one of them, every such route exists: that is
+    checked in ``O(links)`` (two searches), so a cluster of thousands of GPUs loads in
+    seconds. Otherwise every pair is routed (``O(GPUs x links)``) to name one that fails.
+
+    Raises:
+        InputError: some GPU cannot reach another GPU or its host (field ``links``).
+    """
+    if _hub_connected(topo):
+        return
     ends = [(a.name, b.name) for a in topo.gpus for b in topo.gpus if a is not b]
     ends += [(gpu.name, gpu.host) for gpu in topo.gpus] + [
         (gpu.host, gpu.name) for gpu in topo.gpus
@@ -208,3 +221,38 @@ def _check_reachable(topo: Topology, file: str | None, field: str) -> None:
             raise InputError(
                 f"no path of links from {src} to {dst}", file=file, field=field
             ) from None
+
+
+def _hub_connected(topo: Topology) -> bool:
+    """Whether the non-GPU nodes are strongly connected among themselves and every GPU has a
+    link to one and a link from one (the sufficient condition of :func:`_check_reachable`)."""
+    gpus = {g.name for g in topo.gpus}
+    hubs = topo.nodes - gpus
+    if not hubs:
+        return False
+    out_hub, in_hub = set(), set()
+    fwd: dict[str, list[str]] = {h: [] for h in hubs}
+    back: dict[str, list[str]] = {h: [] for h in hubs}
+    for lk in topo.links:
+        if lk.src in gpus and lk.dst in hubs:
+            out_hub.add(lk.src)
+        elif lk.dst in gpus and lk.src in hubs:
+            in_hub.add(lk.dst)
+        elif lk.src in hubs and lk.dst in hubs:
+            fwd[lk.src].append(lk.dst)
+            back[lk.dst].append(lk.src)
+    if len(out_hub) < len(gpus) or len(in_hub) < len(gpus):
+        return False
+    start = min(hubs)
+    return all(_reached(start, adj) == len(hubs) for adj in (fwd, back))
+
+
+def _reached(start: str, adj: dict[str, list[str]]) -> int:
+    """How many nodes a search from ``start`` over ``adj`` reaches (``start`` included)."""
+    seen, stack = {start}, [start]
+    while stack:
+        for nxt in adj[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return len(seen)
