@@ -321,6 +321,7 @@ class Topology:
         comm = frozenset(gpus)
         best, order = None, tuple(gpus)
         if 2 < len(gpus) <= 8:
+            bound = self._ring_bound(gpus, comm)
             for rest in permutations(gpus[1:]):
                 cand = (gpus[0], *rest)
                 routes = [
@@ -331,8 +332,22 @@ class Topology:
                 score = (min(bws), -sum(len(r) for r in routes), sum(bws))
                 if best is None or score > best:
                     best, order = score, cand
+                if best == bound:  # no ring scores more; later equal ones would not win
+                    break
         self._route_cache[key] = order
         return order
+
+    def _ring_bound(self, gpus: tuple[str, ...], comm: frozenset[str]) -> tuple:
+        """An upper bound of :meth:`ring`'s score over every ring of ``gpus``: each member's
+        hop is at most as wide and at least as short as its widest and shortest route to
+        another member. A ring that reaches it is the best (an NVSwitch server: the first
+        one), so the search stops there instead of trying all ``(n-1)!`` rings."""
+        widest, shortest = [], []
+        for a in gpus:
+            routes = [self.route(a, b, within=comm) for b in gpus if b != a]
+            widest.append(max(min(lk.rate_Bps(True) for lk in r) for r in routes))
+            shortest.append(min(len(r) for r in routes))
+        return (min(widest), -sum(shortest), sum(widest))
 
     @cached_property
     def servers(self) -> tuple[tuple[int, ...], ...]:
