@@ -73,7 +73,7 @@ from sim.engine.hierarchical import (
 )
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
-from sim.engine.symmetry import held_links
+from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 
 __all__ = [
@@ -141,6 +141,7 @@ class Collectives:
         self._overlapped: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
         self._tied: dict[tuple[str, ...], CollectivePlan] = {}
+        self.held = HeldLinks(inp)
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -232,7 +233,7 @@ class Collectives:
         s = rep.stage
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(s, rep.tp_rank, replicas)
-        links, names = held_links(self.inp, plan), plan.names
+        links, names = self.held(plan), plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
         full_s = plan.time_s(sizes[0], kind)
@@ -344,7 +345,7 @@ class Collectives:
         return cached
 
     def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(held_links(self.inp, plan), plan.time_s(nbytes, kind))
+        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
         done.succeed()
 
     def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
@@ -406,6 +407,7 @@ class TensorCollectives:
         self.links = links
         self._groups: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
+        self.held = HeldLinks(inp)
 
     def ring(self, r: int, s: int) -> CollectivePlan:
         """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
@@ -452,7 +454,7 @@ class TensorCollectives:
         for kind in dict.fromkeys(k for k, _, _ in ops):
             mine = [(nb, c) for k, nb, c in ops if k == kind]
             begin = yield from self.links.hold(
-                held_links(self.inp, plan), sum(c * plan.time_s(nb, kind) for nb, c in mine)
+                self.held(plan), sum(c * plan.time_s(nb, kind) for nb, c in mine)
             )
             spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
         done.succeed(spans)

@@ -73,9 +73,9 @@ def mirrored(inp: SimInput) -> tuple[SimInput, str | None]:
     return replace(inp, mirrored=True), None
 
 
-def held_links(inp: SimInput, plan: CollectivePlan) -> tuple[Link, ...]:
-    """The links a collective of ``plan`` holds in ``inp``'s run: all of them, or, mirrored,
-    those that touch a simulated GPU or no GPU at all (switch to switch).
+class HeldLinks:
+    """The links a collective holds in one run: all of its plan's, or, mirrored, those that
+    touch a simulated GPU or no GPU at all (switch to switch); memoised per plan.
 
     A link that touches another replica's (tensor rank's) GPU carries, at every moment, what
     the matching link of the simulated GPU carries (the same program runs there), so waiting
@@ -83,15 +83,28 @@ def held_links(inp: SimInput, plan: CollectivePlan) -> tuple[Link, ...]:
     replica's own sends and collectives, which are not simulated, and let the collective pass
     ahead of them. Links between switches carry only collectives (:func:`asymmetry` refuses
     sends across them) and are held as they are.
+
+    Args:
+        inp: the run's configuration.
     """
-    if not inp.mirrored:
-        return plan.links
-    mine = inp.simulated_gpus
-    return tuple(
-        lk
-        for lk in plan.links
-        if lk.src in mine or lk.dst in mine or not (_is_gpu(lk.src) or _is_gpu(lk.dst))
-    )
+
+    def __init__(self, inp: SimInput):
+        self.inp = inp
+        self._memo: dict[tuple[str, ...], tuple[Link, ...]] = {}
+
+    def __call__(self, plan: CollectivePlan) -> tuple[Link, ...]:
+        """The links of ``plan`` to hold."""
+        if not self.inp.mirrored:
+            return plan.links
+        held = self._memo.get(plan.names)
+        if held is None:
+            mine = self.inp.simulated_gpus
+            held = self._memo[plan.names] = tuple(
+                lk
+                for lk in plan.links
+                if lk.src in mine or lk.dst in mine or not (_is_gpu(lk.src) or _is_gpu(lk.dst))
+            )
+        return held
 
 
 def _is_gpu(node: str) -> bool:
