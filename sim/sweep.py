@@ -234,7 +234,8 @@ def check_options(prep: Prepared) -> None:
 
     Raises:
         InputError: a boundary out of range, not starting at 0 or not increasing; a placement
-            that is not rectangular, names a GPU the hardware lacks, or uses one twice.
+            that is not rectangular, names a GPU the hardware lacks, or uses one twice;
+            ``sweep.gpus`` and ``sweep.dp_width`` both set.
     """
     opts, file = prep.exp.options, prep.file
     if prep.exp.sweep.gpus is not None and "dp_width" in prep.exp.sweep.model_fields_set:

@@ -53,6 +53,11 @@ With sharded optimizer state the buckets are reduce-scattered instead (FSDP2's p
 reduce-scatter). ``dp_bucket_bytes = 0`` reduces everything at the step, after the backward:
 exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engine).
 
+Mirrored runs (:mod:`sim.engine.symmetry`): only replica 0's tensor rank 0 joins; a
+collective starts when the simulated members have joined, runs its plan over every member
+(the time of the whole communicator) and holds the links :class:`~sim.engine.symmetry.HeldLinks`
+says (those of the simulated GPUs and between switches).
+
 Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
 last stage has its gradient all-reduced between those two GPUs at every step
 (``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
