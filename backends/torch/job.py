@@ -242,6 +242,8 @@ class ReplayResult:
         job: the job, as a dict.
         device_name: what ran it (``cpu-rank`` or the GPU's name).
         wall_s: seconds from the first barrier to the last, measured on rank 0.
+        reference_losses: the same losses from one process on the same data, where the replay
+            runs one (:mod:`backends.torch.group_replay`); empty otherwise.
         action_spans: per rank, ``(action, start_s, ready_s, end_s)`` of every executed action
             (our runtime), seconds from the common start barrier: ``ready_s`` is when its
             input (received activation or gradient) had arrived, so ``end_s - ready_s`` is the
@@ -260,6 +262,7 @@ class ReplayResult:
     device_name: str = ""
     wall_s: float = math.nan
     action_spans: list[list[tuple[str, float, float, float]]] = field(default_factory=list)
+    reference_losses: list[float] = field(default_factory=list)
 
     @property
     def throughput_samples_per_s(self) -> float:

@@ -13,6 +13,7 @@ Importing this module does not import torch; a replay starts it in its rank proc
 from __future__ import annotations
 
 from backends.torch.devices import check_device
+from backends.torch.group_replay import group_problems, is_group_request, replay_group
 from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
 from backends.torch.launch import replay
 from backends.torch.user_spec import UserModelSpec, is_user_model
@@ -70,6 +71,8 @@ class TorchReplayer:
     def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
         """Multi-stage schedules: torch's CSV runtime only; else ours, and torch's own
         ``ScheduleGPipe`` / ``Schedule1F1B`` with ``builtin``."""
+        if is_group_request(request):
+            return ("ours",)
         if request.schedule in SCHEDULES_TORCH_CSV:
             return ("torch",)
         if builtin and request.schedule in SCHEDULES_TORCH and request.single_rank is None:
@@ -77,7 +80,10 @@ class TorchReplayer:
         return ("ours",)
 
     def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
-        """The user model's limits first, then every field the job refuses."""
+        """The user model's limits first, then every field the job refuses; expert- and
+        context-parallel requests: :func:`backends.torch.group_replay.group_problems`."""
+        if is_group_request(request):
+            return group_problems(request)
         out = []
         if is_user_model(request.model):
             why = UserModelSpec.from_dict(request.model).replay_problem(request.microbatch_size)
@@ -89,9 +95,12 @@ class TorchReplayer:
         return out
 
     def replay(self, request: ReplayRequest) -> ReplayResult:
-        """Run ``request`` (:func:`backends.torch.launch.replay`).
+        """Run ``request`` (:func:`backends.torch.launch.replay`; expert- and
+        context-parallel: :func:`backends.torch.group_replay.replay_group`).
 
         Raises:
             backends.torch.launch.ReplayError: a rank failed or the run timed out.
         """
+        if is_group_request(request):
+            return replay_group(request)
         return replay(replay_job(request))

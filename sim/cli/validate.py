@@ -36,7 +36,7 @@ COLUMNS = (
 
 
 def _ok(r: dict[str, Any]) -> bool:
-    return bool(r["all_actions_done"] and r["losses_finite"])
+    return bool(r["all_actions_done"] and r["losses_finite"] and r.get("losses_match", True))
 
 
 def print_single_rank(r: dict[str, Any]) -> None:
@@ -103,8 +103,9 @@ def validate(
         None,
         min=1,
         max=MAX_GPUS,
-        help="Ranks; must equal the pipeline depth x tensor_parallel.",
-        show_default="the pipeline depth x tensor_parallel",
+        help="Ranks; must equal the pipeline depth x tensor_parallel x context_parallel "
+        "(x dp_width with expert parallelism).",
+        show_default="that product",
     ),
     device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
     schedule: list[str] = typer.Option(
@@ -185,4 +186,7 @@ def validate(
     if not (df["all_actions_done"].all() and df["losses_finite"].all()):
         who = "the rank" if single_rank is not None else "a rank"
         err.print(f"[bold red]{who} did not run all its actions or a loss was not finite[/]")
+        raise typer.Exit(1)
+    if "losses_match" in df and not df["losses_match"].fillna(True).astype(bool).all():
+        err.print("[bold red]the parallel replay's losses differ from one process's[/]")
         raise typer.Exit(1)

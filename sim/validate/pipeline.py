@@ -42,8 +42,13 @@ FIELDS = {
     "virtual_stages": "sweep.virtual_stages",
     "tensor_parallel": "sweep.tensor_parallel",
     "sequence_parallel": "sweep.sequence_parallel",
+    "dp_width": "sweep.dp_width",
+    "expert_parallel": "sweep.expert_parallel",
+    "context_parallel": "sweep.context_parallel",
+    "context_parallel_comm": "sweep.context_parallel_comm",
     "microbatch_size": "sweep.microbatch_size",
     "nproc": "--nproc",
+    "single_rank": "--single-rank",
     "device": "--device",
 }
 """The experiment field (or option) named for a :class:`sim.replay.ReplayProblem`'s field;
@@ -100,30 +105,32 @@ def _model_index(prep: Prepared, point: PointConfig) -> int:
 
 
 def _check_ranks(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> None:
-    """A run of every rank replays one pipeline on ``stages x tensor_parallel`` ranks."""
-    if point.dp_width != 1:
+    """A run of every rank replays one pipeline on ``stages x tensor_parallel x
+    context_parallel`` ranks, times ``dp_width`` with expert parallelism (its ranks are the
+    replicas; the replayer says which widths it runs)."""
+    if point.dp_width != 1 and point.expert_parallel == 1:
         raise InputError(
-            "replays run one pipeline (dp_width 1)", file=prep.file, field="sweep.dp_width"
+            "replays run one pipeline (dp_width 1) unless expert parallelism makes the "
+            "replicas its ranks",
+            file=prep.file,
+            field="sweep.dp_width",
         )
-    for size, name in ((point.expert_parallel, "expert"), (point.context_parallel, "context")):
-        if size > 1:
-            raise InputError(
-                f"{name} parallelism is not replayed by sim validate yet; its CPU replay and "
-                "comparison are benchmarks/bench_moe_replay.py",
-                file=prep.file,
-                field=f"sweep.{name}_parallel",
-            )
-    ranks = point.stages * point.tensor_parallel
+    ranks = _ranks(point)
     if spec.nproc is not None and spec.nproc != ranks:
         raise InputError(
             f"--nproc {spec.nproc} but the configuration has {point.stages} "
             + (
-                f"stage(s) x tensor_parallel {point.tensor_parallel} = {ranks} ranks"
-                if point.tensor_parallel > 1
+                f"stage(s) x tensor_parallel {point.tensor_parallel} x context_parallel "
+                f"{point.context_parallel} x dp_width {point.dp_width} = {ranks} ranks"
+                if ranks != point.stages
                 else "stages; the replay runs one stage per rank"
             ),
             field="--nproc",
         )
+
+
+def _ranks(point: PointConfig) -> int:
+    return point.stages * point.tensor_parallel * point.context_parallel * point.dp_width
 
 
 def request_for(prep: Prepared, res: Resolved, spec: ValidationSpec) -> ReplayRequest:
@@ -144,10 +151,14 @@ def request_for(prep: Prepared, res: Resolved, spec: ValidationSpec) -> ReplayRe
         warmup_iterations=spec.warmup_iterations,
         tensor_parallel=point.tensor_parallel,
         sequence_parallel=point.sequence_parallel,
+        dp_width=point.dp_width,
+        expert_parallel=point.expert_parallel,
+        context_parallel=point.context_parallel,
+        context_parallel_comm=point.context_parallel_comm,
         virtual_stages=point.virtual_stages,
         single_rank=spec.rank,
         attention=trace.provenance.get("attention_kernel") if spec.rank is not None else None,
-        threads=max(1, (os.cpu_count() or 1) // (point.stages * point.tensor_parallel)),
+        threads=max(1, (os.cpu_count() or 1) // _ranks(point)),
         timeout_s=spec.timeout_s,
     )
 
@@ -173,7 +184,7 @@ def plan(prep: Prepared, point: PointConfig, spec: ValidationSpec, replayer: Rep
         if problems:
             first = problems[0]
             field = FIELDS.get(first.field, first.field)
-            if first.field == "model":
+            if first.field in ("model", "dtype"):
                 field = f"models.{_model_index(prep, point)}.trace"
             raise InputError(f"cannot be replayed: {first.reason}", file=prep.file, field=field)
     return Planned(point, mode, res, requests)

@@ -6,8 +6,11 @@ sequence_parallel, microbatch_size, microbatches, memory_policy``), ``device, de
 ``measured_iteration_s, predicted_iteration_s, error`` with ``error = (predicted - measured) /
 measured``, ``measured_peak_bytes, predicted_peak_bytes, memory_error`` (same sign), the mode's
 own columns (single rank: ``gpu, measured_reserved_bytes, predicted_device_peak_bytes,
-pipeline_iteration_s``), then ``all_actions_done, losses_finite, measured_iterations_s,
-notes``.
+pipeline_iteration_s``; expert and context parallel: ``dp_width, expert_parallel,
+context_parallel, context_parallel_comm, loss_max_rel_diff, losses_match``, the largest
+relative difference between the replay's losses and one process's on the same data, and
+whether it is within :data:`LOSS_RTOL`), then ``all_actions_done, losses_finite,
+measured_iterations_s, notes``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,38 @@ from sim.point_config import PointConfig
 from sim.replay import Measurement
 from sim.validate.predict import Prediction
 from sim.validate.spec import Mode
+
+LOSS_RTOL = 1e-4
+"""Relative tolerance of a parallel replay's losses against one process's (an assumption:
+fp32 sums in another order; the tolerance of torch's own ``assert_close`` for fp32 is 1.3e-6,
+looser here because the losses go through several SGD steps, as tests/test_ep_cp_replay.py)."""
+
+
+def loss_max_rel_diff(losses: list[float], reference: list[float]) -> float:
+    """Largest ``|loss - reference| / |reference|`` over the micro-batches; NaN without a
+    reference or when the counts differ (``inf``).
+
+    Example:
+        >>> loss_max_rel_diff([2.0, 3.03], [2.0, 3.0])
+        0.009999999999999934
+    """
+    if not reference:
+        return math.nan
+    if len(losses) != len(reference):
+        return math.inf
+    return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference, strict=True))
+
+
+def _group_columns(point: PointConfig, result: Measurement) -> dict[str, Any]:
+    diff = loss_max_rel_diff(result.losses, result.reference_losses)
+    return dict(
+        dp_width=point.dp_width,
+        expert_parallel=point.expert_parallel,
+        context_parallel=point.context_parallel,
+        context_parallel_comm=point.context_parallel_comm,
+        loss_max_rel_diff=diff,
+        losses_match=bool(diff <= LOSS_RTOL),
+    )
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -56,6 +91,8 @@ def validation_row(
             predicted_device_peak_bytes=pred.columns["predicted_device_peak_bytes"],
             pipeline_iteration_s=pred.columns["pipeline_iteration_s"],
         )
+    elif mode in (Mode.EXPERT_PARALLEL, Mode.CONTEXT_PARALLEL):
+        extra = _group_columns(point, result)
     return dict(
         **head,
         model=point.model,
