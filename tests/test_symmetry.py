@@ -35,23 +35,30 @@ def _exp(trace: str, servers: int, t: int, p: int, w: int, mode: str, **more) ->
             "dp_width": w,
             "tensor_parallel": t,
             "microbatch_size": 1,
-            "memory_policy": more.pop("policy", "recompute"),
+            "memory_policy": more.pop("policy", None) or "recompute",
         },
     }
 
 
 @pytest.mark.parametrize(
-    ("servers", "t", "p", "w", "framework"),
+    ("servers", "t", "p", "w", "framework", "more"),
     [
-        (2, 1, 2, 8, "pipesim"),  # data parallel only, buckets overlapping the backward
-        (2, 8, 2, 1, "pipesim"),  # tensor parallel only
-        (2, 2, 2, 4, "megatron-lm"),  # both, 16 GPUs
-        (8, 2, 4, 8, "megatron-lm"),  # both, 64 GPUs over 8 servers
+        (2, 1, 2, 8, "pipesim", {}),  # data parallel only, buckets overlapping the backward
+        (2, 8, 2, 1, "pipesim", {}),  # tensor parallel only
+        (2, 2, 2, 4, "megatron-lm", {}),  # both, 16 GPUs
+        (2, 2, 2, 4, "megatron-lm", {"schedule": "interleaved_1f1b"}),  # v = 2
+        (2, 2, 2, 4, "megatron-lm", {"policy": "zero3"}),  # per-action gathers and scatters
+        (2, 1, 4, 4, "deepspeed", {}),  # blocking sends, step barrier
+        (8, 2, 4, 8, "megatron-lm", {}),  # both, 64 GPUs over 8 servers
     ],
 )
-def test_symmetric_equals_full(gpt, servers, t, p, w, framework):
-    full = api.simulate(_exp(gpt, servers, t, p, w, "full", framework=framework))
-    sym = api.simulate(_exp(gpt, servers, t, p, w, "symmetric", framework=framework))
+def test_symmetric_equals_full(gpt, servers, t, p, w, framework, more):
+    runs = {}
+    for mode in ("full", "symmetric"):
+        exp = _exp(gpt, servers, t, p, w, mode, framework=framework, policy=more.get("policy"))
+        exp["sweep"]["schedule"] = more.get("schedule", "1f1b")
+        runs[mode] = api.simulate(exp)
+    full, sym = runs["full"], runs["symmetric"]
     assert sym.resolved.sim_input.mirrored and not full.resolved.sim_input.mirrored
     assert sym.metrics.iteration_time_s == full.metrics.iteration_time_s
     assert sym.metrics.peak_memory_bytes == full.metrics.peak_memory_bytes
