@@ -21,6 +21,7 @@ from sim.errors import InputError
 from sim.events import EventLog
 from sim.framework.base import Framework
 from sim.hardware.topology import Topology
+from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
 from sim.memory.plan import StagePlan
@@ -158,11 +159,18 @@ def _simulated(
     """``inp`` mirrored (:mod:`sim.engine.symmetry`) when ``options.simulation`` asks for it
     (``symmetric``, or ``auto`` above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs) and the
     configuration is symmetric; else ``inp``, with the reason it could not be when asked."""
-    mode = exp.options.simulation
-    gpus = point.stages * point.dp_width * point.tensor_parallel * point.context_parallel
-    if mode == "full" or (mode == "auto" and gpus <= MIRROR_ABOVE_GPUS):
+    if not _mirror_intended(exp, point):
         return inp, None
     return mirrored(inp)
+
+
+def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
+    """Whether ``options.simulation`` asks to mirror ``point`` (``symmetric``, or ``auto``
+    above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs): its stage replicas are then planned once
+    per kind (:func:`~sim.memory.alike.plan_alike`) and simulated once if symmetric."""
+    mode = exp.options.simulation
+    gpus = point.stages * point.dp_width * point.tensor_parallel * point.context_parallel
+    return mode == "symmetric" or (mode == "auto" and gpus > MIRROR_ABOVE_GPUS)
 
 
 def _check_size(
@@ -257,7 +265,8 @@ def _plans(
         for c in row
     ]
     try:
-        flat = finalize_plans(contexts, policy.plan_all(contexts))
+        alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
+        flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))

@@ -133,28 +133,13 @@ def _plan(inp: SimInput, r: int, s: int, k: int) -> StagePlan:
 def _plan_asymmetry(inp: SimInput) -> str | None:
     for s in range(inp.stages):
         ref = _plan(inp, 0, s, 0)
-        if _moves_off_gpu(ref):
+        if ref.off_gpu:
             return f"stage {s}'s memory plan moves data off its GPU (host or peer copies)"
         for r in range(inp.dp_width):
             for k in range(inp.tensor_parallel):
                 if _plan(inp, r, s, k) != ref:
                     return f"stage {s} has another memory plan on replica {r} tensor rank {k}"
     return None
-
-
-def _moves_off_gpu(plan: StagePlan) -> bool:
-    """Whether ``plan`` copies anything between its GPU and a host or another GPU, or keeps
-    bytes in host DRAM."""
-    return bool(
-        plan.swap_bytes > 0
-        or plan.fetch_bytes > 0
-        or plan.writeback_bytes > 0
-        or plan.host_bytes > 0
-        or plan.host_framework_bytes > 0
-        or plan.host_optimizer_s > 0
-        or plan.step_transfers_before
-        or plan.step_transfers_after
-    )
 
 
 def _gpu_asymmetry(inp: SimInput) -> str | None:

@@ -260,7 +260,7 @@ class Topology:
     def _hosts(self) -> dict[str, Host]:
         return {h.name: h for h in self.hosts}
 
-    @property
+    @cached_property
     def host_dram_bytes(self) -> float:
         """Total host DRAM over all sockets, in bytes."""
         return sum(h.dram_bytes for h in self.hosts)
