@@ -138,9 +138,9 @@ def resolve(
         runtime=framework.runtime(topo, trace, point.tensor_parallel),
         stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
-    sim_input, why = _simulated(exp, point, sim_input)
-    if why is not None:
-        notes = [*notes, f"full simulation: {why}"]
+    sim_input, note = _simulated(exp, point, sim_input)
+    if note is not None:
+        notes = [*notes, note]
     return Resolved(
         point,
         schedule,
@@ -158,7 +158,8 @@ def _simulated(
 ) -> tuple[SimInput, str | None]:
     """``inp`` mirrored (:mod:`sim.engine.symmetry`) when ``options.simulation`` asks for it
     (``symmetric``, or ``auto`` above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs) and the
-    configuration is symmetric; else ``inp``, with the reason it could not be when asked."""
+    configuration is symmetric (with :func:`~sim.engine.symmetry.fabric_note`'s note, if any);
+    else ``inp``, with the reason it could not be when asked."""
     if not _mirror_intended(exp, point):
         return inp, None
     return mirrored(inp)

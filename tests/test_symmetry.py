@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 
 from sim import api
-from sim.engine.symmetry import asymmetry
+from sim.engine.symmetry import asymmetry, mirrored
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
-from tests.helpers import small_gpt_csv
+from sim.hardware.topology import GPU, Host, Link, Topology
+from tests.helpers import small_gpt_csv, uniform_input
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +136,22 @@ def test_too_many_gpus_lists_what_exists():
     msg = str(err.value)
     assert "24,000 GPUs is more than the 16,384" in msg and "dgx-a100-80gb" in msg
     assert "presets/" not in msg and err.value.field == "hardware.servers"
+
+
+def _two_leaves() -> Topology:
+    """GPUs 0, 1 under leaf ``la``, GPUs 2, 3 under ``lb``, the leaves and the host joined by a
+    spine."""
+    gpus = tuple(GPU(f"gpu{i}", "test", 16 * 2**30, 100e12, 1e12, "cpu0") for i in range(4))
+    ends = [(f"gpu{i}", "la" if i < 2 else "lb") for i in range(4)]
+    ends += [("la", "spine"), ("lb", "spine"), ("spine", "cpu0")]
+    links = tuple(Link(f"{a}->{b}", a, b, 10e9, 1e-6) for x, y in ends for a, b in ((x, y), (y, x)))
+    return Topology("leaves", gpus, (Host("cpu0", 2**40),), links, ("la", "lb", "spine"))
+
+
+def test_send_across_a_fabric_is_mirrored_with_a_note():
+    inp = replace(
+        uniform_input("1f1b", 2, 4, w=2, topology=_two_leaves()), placement=((0, 2), (1, 3))
+    )
+    out, note = mirrored(inp)
+    assert out.mirrored
+    assert note is not None and "gpu0->gpu2 crosses la->spine" in note

@@ -27,9 +27,12 @@ full one. The checks, each cheap enough for 16,384 GPUs (linear in GPUs and link
 * a GPU (model, memory, speeds, host socket's overhead) or the links touching it (each
   direction's bandwidth, NCCL rate, latency, kind) unlike its counterpart in replica 0 / tensor
   rank 0: a degraded or missing link, a different GPU;
-* a stage-boundary send of the simulated ranks that crosses a link touching neither of its two
-  GPUs (e.g. through a host socket, or between switches): another replica's sends could share
-  it, and the mirror would miss that load.
+* a stage-boundary send of the simulated ranks that goes through a host (PCIe switch to socket,
+  QPI): another replica's sends and copies could share it, and the mirror would miss that load.
+  A send that crosses a link between two switches (a leaf's uplink in a fat tree) is mirrored,
+  with a note (:func:`fabric_note`): the other replicas' sends over that link at the same
+  moment are not counted there (an assumption; the data-parallel collectives, the bulk of
+  the traffic between servers, hold every member's links).
 
 Not checked (an assumption): servers wired differently whose GPUs still have identical links,
 and contention between the data-parallel collectives of different tensor ranks (each tensor
@@ -71,12 +74,28 @@ def asymmetry(inp: SimInput) -> str | None:
 
 
 def mirrored(inp: SimInput) -> tuple[SimInput, str | None]:
-    """``(inp mirrored, None)`` when :func:`asymmetry` finds nothing, else ``(inp, reason)``.
+    """``(inp mirrored, note)`` when :func:`asymmetry` finds nothing (``note``: what the mirror
+    leaves out, :func:`fabric_note`, or None), else ``(inp, "full simulation: <reason>")``.
     With one replica and one tensor rank ``inp`` is returned as it is."""
     why = asymmetry(inp)
-    if why is not None or (inp.dp_width == 1 and inp.tensor_parallel == 1):
-        return inp, why
-    return replace(inp, mirrored=True), None
+    if why is not None:
+        return inp, f"full simulation: {why}"
+    if inp.dp_width == 1 and inp.tensor_parallel == 1:
+        return inp, None
+    return replace(inp, mirrored=True), fabric_note(inp)
+
+
+def fabric_note(inp: SimInput) -> str | None:
+    """The assumption a mirrored run makes when a stage-boundary send of the simulated ranks
+    crosses a link between two switches (a leaf's uplink to a spine): the other replicas'
+    sends at the same moment may cross it too, and their load is not counted there (the
+    data-parallel collectives, which hold every member's links, are). None when no send does."""
+    for src, dst, lk in _foreign_hops(inp):
+        return (
+            f"mirrored: the send {src}->{dst} crosses {lk.name} between switches; other "
+            "replicas' sends over it are not counted (an assumption)"
+        )
+    return None
 
 
 class HeldLinks:
@@ -87,8 +106,8 @@ class HeldLinks:
     the matching link of the simulated GPU carries (the same program runs there), so waiting
     for the simulated one is waiting for it; holding it as well would leave it free of that
     replica's own sends and collectives, which are not simulated, and let the collective pass
-    ahead of them. Links between switches carry only collectives (:func:`asymmetry` refuses
-    sends across them) and are held as they are.
+    ahead of them. Links between switches (a fabric's) are held as they are: every
+    communicator's collective over them runs in the simulation (sends over them: :func:`fabric_note`).
 
     Args:
         inp: the run's configuration.
@@ -181,6 +200,18 @@ def _incident_links(topo: Topology) -> dict[str, tuple]:
 
 
 def _send_asymmetry(inp: SimInput) -> str | None:
+    """A send of the simulated ranks through a host (PCIe switch to socket, QPI): the path
+    other replicas' sends and copies share inside a server."""
+    hosts = {h.name for h in inp.topology.hosts}
+    for src, dst, lk in _foreign_hops(inp):
+        if lk.src in hosts or lk.dst in hosts:
+            return f"the send {src}->{dst} crosses {lk.name}, which other replicas share"
+    return None
+
+
+def _foreign_hops(inp: SimInput):
+    """``(src, dst, link)`` for each link of a stage-boundary send of the simulated ranks
+    that touches neither of its two GPUs."""
     topo = inp.topology
     for s in range(inp.stages - 1):
         a, b = f"gpu{inp.gpu_index(0, s, 0)}", f"gpu{inp.gpu_index(0, s + 1, 0)}"
@@ -189,5 +220,4 @@ def _send_asymmetry(inp: SimInput) -> str | None:
         for src, dst in ((a, b), (b, a)):
             for lk in topo.route(src, dst):
                 if lk.src not in (a, b) and lk.dst not in (a, b):
-                    return f"the send {src}->{dst} crosses {lk.name}, which other replicas share"
-    return None
+                    yield src, dst, lk
