@@ -33,8 +33,9 @@ def _host_name(name: str, n: int, h: int, index: int) -> str:
     return f"n{n}.{name}"
 
 
-def _renamer(server: Topology, n: int):
-    """Node name in server ``n`` of each node name of ``server``."""
+def server_renamer(server: Topology, n: int):
+    """The function giving the node name in server ``n`` of a cluster of ``server`` s of each
+    node name of ``server`` (module doc)."""
     g, h = server.num_gpus, len(server.hosts)
     hosts = {x.name: _host_name(x.name, n, h, j) for j, x in enumerate(server.hosts)}
 
@@ -71,18 +72,27 @@ def build_cluster(server: Topology, fabric: RailFatTree, name: str) -> Topology:
         )
     gpus, hosts, switches, links = [], [], [], []
     for n in range(fabric.servers):
-        rename = _renamer(server, n)
+        rename = server_renamer(server, n)
         gpus += [replace(x, name=rename(x.name), host=rename(x.host)) for x in server.gpus]
         hosts += [replace(x, name=rename(x.name)) for x in server.hosts]
         switches += [rename(s) for s in server.switches]
         for lk in server.links:
             a, b = rename(lk.src), rename(lk.dst)
             links.append(
-                Link(f"{a}->{b}", a, b, lk.bandwidth_Bps, lk.latency_s, lk.kind, lk.nccl_bandwidth_Bps)
+                Link(
+                    f"{a}->{b}",
+                    a,
+                    b,
+                    lk.bandwidth_Bps,
+                    lk.latency_s,
+                    lk.kind,
+                    lk.nccl_bandwidth_Bps,
+                )
             )
     switches += fabric.switches()
+    nccl = fabric.nccl_nic_Bps
     links += [
-        Link(f"{a}->{b}", a, b, fabric.nic_Bps, fabric.latency_s, NETWORK)
+        Link(f"{a}->{b}", a, b, fabric.nic_Bps, fabric.latency_s, NETWORK, nccl)
         for a, b in fabric.link_ends()
     ]
     return Topology(

@@ -202,6 +202,8 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             "oversubscription": f.oversubscription,
             "technology": f.technology,
         }
+        if f.nccl_nic_Bps is not None:
+            network["nccl_nic_bandwidth"] = f.nccl_nic_Bps
         one = topology_to_dict(topo.server)
         return {**one, "name": topo.name, "servers": f.servers, "network": network}
     g0 = topo.gpus[0]

@@ -52,6 +52,9 @@ class RailFatTree:
         oversubscription: a leaf's downlink bandwidth over its uplink bandwidth (1: full
             fat tree).
         technology: what the links are (e.g. ``"InfiniBand NDR 400 Gb/s"``), for people.
+        nccl_nic_Bps: the rate NCCL's graph search gives a GPU's path to its NIC (the NIC's
+            speed or the GPU's PCIe link if slower, :func:`sim.engine.nccl.inter_graph`), the
+            NIC links' NCCL rate; None: ``nic_Bps``.
 
     Raises:
         ValueError: a count below 1, a bandwidth or oversubscription not positive.
@@ -71,6 +74,7 @@ class RailFatTree:
     servers_per_leaf: int = 32
     oversubscription: float = 1.0
     technology: str = ""
+    nccl_nic_Bps: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.servers, self.gpus_per_server, self.servers_per_leaf) < 1:

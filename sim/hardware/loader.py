@@ -96,9 +96,11 @@ def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputE
     )
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     nvl = [k for k in known if re.search(r"-nvl\d+$", k)]
-    forms = "'Nx-PRESET' for N servers of a preset with a network (" + ", ".join(
-        cluster_presets()
-    ) + "), e.g. '384x-dgx-a100-80gb'"
+    forms = (
+        "'Nx-PRESET' for N servers of a preset with a network ("
+        + ", ".join(cluster_presets())
+        + "), e.g. '384x-dgx-a100-80gb'"
+    )
     if nvl:
         forms += "; 'nvlDxN-GPU' for N NVLink domains, e.g. 'nvl72x4-gb200'"
     msg = f"unknown hardware preset '{name}'{hint}; presets: {', '.join(known)}; {forms}"

@@ -387,6 +387,14 @@ class NetworkSpec(BaseModel):
     technology: str = Field(
         default="", description="What the network is, e.g. 'InfiniBand NDR 400 Gb/s'."
     )
+    nccl_nic_bandwidth: Bandwidth | None = Field(
+        default=None,
+        gt=0,
+        description="The rate NCCL's graph search gives a GPU's path to its NIC: the NIC's "
+        "speed, or the GPU's PCIe link when slower as NCCL reads it (gen4 x16 24 GB/s, gen5 "
+        "x16 48 GB/s: NCCL src/graph/xml.h kvDictPciGen, width x speed / 80); default: "
+        "nic_bandwidth. NCCL's sends and collectives cross the NIC at this rate.",
+    )
 
     def fabric(self, servers: int, gpus_per_server: int) -> RailFatTree:
         """The :class:`~sim.hardware.fabric.RailFatTree` this describes for ``servers``."""
@@ -398,6 +406,7 @@ class NetworkSpec(BaseModel):
             self.servers_per_leaf,
             self.oversubscription,
             self.technology,
+            self.nccl_nic_bandwidth,
         )
 
 
