@@ -286,18 +286,21 @@ def _tensor_axes(prep: Prepared) -> tuple[list[int], list[bool]]:
     """The ``tensor_parallel`` and ``sequence_parallel`` axes, checked against the hardware.
 
     Raises:
-        InputError: a tensor-parallel size that does not divide the GPUs of every server (a
-            group never spans servers), or a model whose trace has no model shape while some
+        InputError: a tensor-parallel size that neither divides the GPUs of every server nor
+            is a multiple of them on a cluster of identical servers (a group spans whole
+            servers: :mod:`sim.tensor.groups`), or a model whose trace has no model shape while some
             size is above 1 (naming ``models.<i>.trace``).
     """
     sw, file, topo = prep.exp.sweep, prep.file, prep.topology
     tps = as_list(sw.tensor_parallel)
     for i, t in enumerate(tps):
         sizes = sorted({len(server) for server in topo.servers})
-        if any(n % t for n in sizes):
+        spans = len(sizes) == 1 and t % sizes[0] == 0 and t <= topo.num_gpus
+        if any(n % t for n in sizes) and not spans:
             raise InputError(
                 f"tensor_parallel {t} must divide the GPUs of each server of {topo.name} "
-                f"({'/'.join(map(str, sizes))}): a tensor-parallel group stays in one server",
+                f"({'/'.join(map(str, sizes))}) or be a multiple of them: a tensor-parallel "
+                "group stays in one server or takes whole servers",
                 file=file,
                 field=f"sweep.tensor_parallel.{i}"
                 if isinstance(sw.tensor_parallel, list)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sim.config import parse_experiment
+from sim.engine.hierarchical import collective_plan
 from sim.errors import InputError
 from sim.events import EventKind, Stream
 from sim.experiment import prepare
@@ -217,6 +218,16 @@ def test_pipeline_crosses_servers_tensor_stays_inside():
     topo = load_hardware("2x-dgx-h100")
     groups = tensor_groups(topo, 2, 1, 8)
     assert groups == ((tuple(range(8)), tuple(range(8, 16))),)
+
+
+def test_tensor_parallel_of_16_takes_two_servers():
+    """Megatron's t = 16 on 8-GPU servers (SC'21 Figure 13): each group is two whole servers,
+    replicas next, the pipeline last; its all-reduce crosses the network (hierarchical)."""
+    topo = load_hardware("4x-dgx-a100-80gb")
+    groups = tensor_groups(topo, 2, 1, 16)
+    assert groups == ((tuple(range(16)), tuple(range(16, 32))),)
+    plan = collective_plan(topo, tuple(f"gpu{g}" for g in groups[0][0]))
+    assert plan.hierarchical and plan.servers == 2
 
 
 def test_tensor_parallel_must_divide_server_gpus():
