@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.compute.adapt import adapt_trace
-from sim.config import ExperimentConfig
+from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
+from sim.engine.symmetry import mirrored
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.framework.base import Framework
@@ -133,7 +134,11 @@ def resolve(
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
         runtime=framework.runtime(topo, trace, point.tensor_parallel),
+        stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
+    sim_input, why = _simulated(exp, point, sim_input)
+    if why is not None:
+        notes = [*notes, f"full simulation: {why}"]
     return Resolved(
         point,
         schedule,
@@ -144,6 +149,19 @@ def resolve(
         iterations,
         tuple(notes),
     )
+
+
+def _simulated(
+    exp: ExperimentConfig, point: PointConfig, inp: SimInput
+) -> tuple[SimInput, str | None]:
+    """``inp`` mirrored (:mod:`sim.engine.symmetry`) when ``options.simulation`` asks for it
+    (``symmetric``, or ``auto`` above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs) and the
+    configuration is symmetric; else ``inp``, with the reason it could not be when asked."""
+    mode = exp.options.simulation
+    gpus = point.stages * point.dp_width * point.tensor_parallel * point.context_parallel
+    if mode == "full" or (mode == "auto" and gpus <= MIRROR_ABOVE_GPUS):
+        return inp, None
+    return mirrored(inp)
 
 
 def _check_size(

@@ -73,6 +73,7 @@ from sim.engine.hierarchical import (
 )
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 
 __all__ = [
@@ -140,6 +141,7 @@ class Collectives:
         self._overlapped: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
         self._tied: dict[tuple[str, ...], CollectivePlan] = {}
+        self.held = HeldLinks(inp)
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -185,7 +187,7 @@ class Collectives:
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
         parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
-            ((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)
+            ((rep.stage, rep.tp_rank, step_no), self.inp.simulated_replicas, self.nbytes(rep), None)
         ]
         if self.expert_nbytes(rep) > 0:
             group_of = self.expert_members(rep)
@@ -231,7 +233,7 @@ class Collectives:
         s = rep.stage
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(s, rep.tp_rank, replicas)
-        links, names = plan.links, plan.names
+        links, names = self.held(plan), plan.names
         sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
         n = len(sizes)
         full_s = plan.time_s(sizes[0], kind)
@@ -282,7 +284,7 @@ class Collectives:
         key = (rep.stage, rep.tp_rank, key, kind)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.dp_width:
+        if group[1] == self.inp.simulated_replicas:
             del self._groups[key]
             self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
         start = self.env.now
@@ -343,7 +345,7 @@ class Collectives:
         return cached
 
     def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
+        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
         done.succeed()
 
     def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
@@ -405,6 +407,7 @@ class TensorCollectives:
         self.links = links
         self._groups: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
+        self.held = HeldLinks(inp)
 
     def ring(self, r: int, s: int) -> CollectivePlan:
         """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
@@ -424,7 +427,7 @@ class TensorCollectives:
         key = (rep.replica, rep.stage, label)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.tensor_parallel:
+        if group[1] == self.inp.simulated_tensor_ranks:
             del self._groups[key]
             self.env.process(self._run(rep, ops, group[0]))
         start = self.env.now
@@ -451,7 +454,7 @@ class TensorCollectives:
         for kind in dict.fromkeys(k for k, _, _ in ops):
             mine = [(nb, c) for k, nb, c in ops if k == kind]
             begin = yield from self.links.hold(
-                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
+                self.held(plan), sum(c * plan.time_s(nb, kind) for nb, c in mine)
             )
             spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
         done.succeed(spans)

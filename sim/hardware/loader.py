@@ -208,7 +208,10 @@ def _load(
         raw, err_file, err_field = source, file, field
     elif isinstance(source, (str, Path)):
         text = str(source)
-        if isinstance(source, str) and is_preset(text):
+        if isinstance(source, str) and multi_server(text) is not None:
+            err_file, err_field = file, field  # no file of its own: the name is the field
+            raw = _preset_raw(text, file=file, field=field)
+        elif isinstance(source, str) and is_preset(text):
             err_file, err_field = f"presets/{text}.yaml", None
             raw = _preset_raw(text, file=file, field=field)
         elif isinstance(source, Path) or text.endswith((".yaml", ".yml")) or "/" in text:
@@ -249,11 +252,13 @@ def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> Non
     if isinstance(n, int) and isinstance(servers, int) and not isinstance(servers, bool):
         n *= max(servers, 1)
     if isinstance(n, int) and not isinstance(n, bool) and n > MAX_GPUS:
+        where = "servers" if isinstance(servers, int) and servers > 1 else "num_gpus"
         raise InputError(
-            f"{n} GPUs is more than the {MAX_GPUS} pipesim simulates (describe one "
-            "server or a few nodes)",
+            f"{n:,} GPUs is more than the {MAX_GPUS:,} pipesim simulates; bundled presets: "
+            f"{', '.join(list_presets())}, and 'Nx-PRESET' for N servers of one "
+            f"(N x its GPUs up to {MAX_GPUS:,}, e.g. '{MAX_GPUS // 8}x-dgx-h100')",
             file=file,
-            field=_join(field, "num_gpus"),
+            field=_join(field, where),
         )
     links = raw.get("links")
     if isinstance(links, list) and len(links) > MAX_LINKS:

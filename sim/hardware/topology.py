@@ -176,6 +176,13 @@ class Link:
         return self.bandwidth_Bps
 
 
+BOUNDED_ABOVE_NODES = 512
+"""Topologies with this many nodes (GPUs, hosts, switches) or more route each pair with a
+search that stops at its destination's level (:meth:`Topology._tree`); smaller ones keep one
+whole search per source. Both give the same routes; the bound only trades memory and time
+(a DGX-1 has 14 nodes, 8 DGX H100 servers about 130)."""
+
+
 @dataclass(frozen=True)
 class Topology:
     """A server: GPUs, hosts, switches and directed links.
@@ -265,10 +272,11 @@ class Topology:
         Raises:
             KeyError: unknown host.
         """
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
+        return self._hosts[name]
+
+    @cached_property
+    def _hosts(self) -> dict[str, Host]:
+        return {h.name: h for h in self.hosts}
 
     @property
     def host_dram_bytes(self) -> float:
@@ -324,7 +332,7 @@ class Topology:
             if within is None or src not in gpus or dst not in gpus
             else ((gpus & within) - {src, dst})
         )
-        prev = self._tree(src, relay)
+        prev = self._tree(src, relay, dst)
         if dst not in prev:
             raise ValueError(
                 f"no route from {src} to {dst} in topology {self.name}"
@@ -358,6 +366,7 @@ class Topology:
         comm = frozenset(gpus)
         best, order = None, tuple(gpus)
         if 2 < len(gpus) <= 8:
+            bound = self._ring_bound(gpus, comm)
             for rest in permutations(gpus[1:]):
                 cand = (gpus[0], *rest)
                 routes = [
@@ -368,8 +377,22 @@ class Topology:
                 score = (min(bws), -sum(len(r) for r in routes), sum(bws))
                 if best is None or score > best:
                     best, order = score, cand
+                if best == bound:  # no ring scores more; later equal ones would not win
+                    break
         self._route_cache[key] = order
         return order
+
+    def _ring_bound(self, gpus: tuple[str, ...], comm: frozenset[str]) -> tuple:
+        """An upper bound of :meth:`ring`'s score over every ring of ``gpus``: each member's
+        hop is at most as wide and at least as short as its widest and shortest route to
+        another member. A ring that reaches it is the best (an NVSwitch server: the first
+        one), so the search stops there instead of trying all ``(n-1)!`` rings."""
+        widest, shortest = [], []
+        for a in gpus:
+            routes = [self.route(a, b, within=comm) for b in gpus if b != a]
+            widest.append(max(min(lk.rate_Bps(True) for lk in r) for r in routes))
+            shortest.append(min(len(r) for r in routes))
+        return (min(widest), -sum(shortest), sum(widest))
 
     @cached_property
     def servers(self) -> tuple[tuple[int, ...], ...]:
@@ -409,24 +432,34 @@ class Topology:
     def _gpu_names(self) -> frozenset[str]:
         return frozenset(g.name for g in self.gpus)
 
-    def _tree(self, src: str, relay: frozenset[str]) -> dict[str, Link]:
+    def _tree(self, src: str, relay: frozenset[str], dst: str | None = None) -> dict[str, Link]:
         """One search from ``src``: the last link of the route to every reachable node.
 
         Level by level (fewest hops); within a level the widest bottleneck wins, ties go to
         the smaller predecessor name. Only GPUs in ``relay`` forward traffic (NCCL forwards
         through a GPU; host copies do not), so the result serves every destination of one
-        kind at once: O(links) per source instead of per pair.
+        kind at once: O(links) per source instead of per pair. On a cluster
+        (:data:`BOUNDED_ABOVE_NODES` nodes or more) a search for ``dst`` stops once the level
+        that reaches it is complete (the levels before it, hence its route, are the same as
+        the whole search's), and is not kept: a search of the whole cluster per source would
+        cost ``O(GPUs x links)`` over a run.
         """
         key = (src, relay)
         cached = self._route_cache.get(key)
         if cached is not None:
             return cached
+        bounded = dst is not None and len(self.nodes) >= BOUNDED_ABOVE_NODES
         gpus = self._gpu_names
         fabric = self.fabric is not None
         width: dict[str, float] = {src: float("inf")}
         prev: dict[str, Link] = {}
         frontier = [src]
         while frontier:
+            if bounded:
+                last = self._last_hop(frontier, dst, src, relay, width)
+                if last is not None:
+                    prev[str(dst)] = last
+                    return prev
             best: dict[str, tuple[float, str, Link]] = {}
             for node in frontier:
                 if node != src and node in gpus and node not in relay:
@@ -443,8 +476,33 @@ class Topology:
                 width[node] = w
                 prev[node] = link
             frontier = sorted(best)
-        self._route_cache[key] = prev
+        if not bounded:
+            self._route_cache[key] = prev
         return prev
+
+    def _last_hop(
+        self, frontier: list[str], dst: str | None, src: str, relay: frozenset[str], width: dict
+    ) -> Link | None:
+        """The link by which :meth:`_tree`'s next level would reach ``dst`` from ``frontier``
+        (widest bottleneck, then the smaller predecessor name), or None when it would not:
+        the search's own choice, without expanding the rest of the level."""
+        gpus, here = self._gpu_names, set(frontier)
+        best: tuple[float, str, Link] | None = None
+        for link in self._in.get(str(dst), ()):
+            node = link.src
+            if node not in here or (node != src and node in gpus and node not in relay):
+                continue
+            w = min(width[node], link.bandwidth_Bps)
+            if best is None or w > best[0] or (w == best[0] and node < best[1]):
+                best = (w, node, link)
+        return None if best is None else best[2]
+
+    @cached_property
+    def _in(self) -> dict[str, list[Link]]:
+        out: dict[str, list[Link]] = {}
+        for link in self.links:
+            out.setdefault(link.dst, []).append(link)
+        return out
 
     def route_bandwidth_Bps(self, src: str, dst: str, *, nccl: bool = False) -> float:
         """Bottleneck bandwidth of :meth:`route` in bytes/s (``inf`` when ``src == dst``); of

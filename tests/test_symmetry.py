@@ -1,0 +1,138 @@
+"""Simulate what differs, once (sim.engine.symmetry): the mirrored run of one replica's tensor
+rank 0 gives the full simulation's iteration time and peak memory where both run (16 and 64
+GPUs), and every asymmetric case falls back to the full simulation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sim import api
+from sim.engine.symmetry import asymmetry
+from sim.errors import InputError
+from sim.hardware.loader import load_hardware
+from sim.trace.generator import preset_gpu, transformer_trace
+from sim.trace.native import write_trace
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory) -> str:
+    """A 16-layer GPT (h = 2048, s = 1024) traced for the A100's kernel model."""
+    path = tmp_path_factory.mktemp("trace") / "gpt-small.csv"
+    trace = transformer_trace(
+        "gpt", name="gpt-small", layers=16, hidden=2048, heads=16, seq_len=1024, vocab=51200,
+        microbatch_size=1, gpu=preset_gpu("dgx-a100-80gb"),
+    )  # fmt: skip
+    write_trace(trace, path)
+    return str(path)
+
+
+def _exp(trace: str, servers: int, t: int, p: int, w: int, mode: str, **more) -> dict:
+    options = {"simulation": mode, **more.pop("options", {})}
+    return {
+        "name": "sym",
+        "hardware": f"{servers}x-dgx-a100-80gb",
+        "framework": more.pop("framework", "pipesim"),
+        "models": [{"name": "g", "trace": trace, "global_batch": 8 * w}],
+        "training": {"optimizer": "adam", "dtype": "fp16"},
+        "options": options,
+        "sweep": {
+            "schedule": "1f1b",
+            "stages": p,
+            "dp_width": w,
+            "tensor_parallel": t,
+            "microbatch_size": 1,
+            "memory_policy": more.pop("policy", "recompute"),
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("servers", "t", "p", "w", "framework"),
+    [
+        (2, 1, 2, 8, "pipesim"),  # data parallel only, buckets overlapping the backward
+        (2, 8, 2, 1, "pipesim"),  # tensor parallel only
+        (2, 2, 2, 4, "megatron-lm"),  # both, 16 GPUs
+        (8, 2, 4, 8, "megatron-lm"),  # both, 64 GPUs over 8 servers
+    ],
+)
+def test_symmetric_equals_full(gpt, servers, t, p, w, framework):
+    full = api.simulate(_exp(gpt, servers, t, p, w, "full", framework=framework))
+    sym = api.simulate(_exp(gpt, servers, t, p, w, "symmetric", framework=framework))
+    assert sym.resolved.sim_input.mirrored and not full.resolved.sim_input.mirrored
+    assert sym.metrics.iteration_time_s == full.metrics.iteration_time_s
+    assert sym.metrics.peak_memory_bytes == full.metrics.peak_memory_bytes
+    assert sym.metrics.comm_bytes == pytest.approx(full.metrics.comm_bytes, rel=1e-12)
+    assert sym.metrics.bubble_fraction == pytest.approx(full.metrics.bubble_fraction, rel=1e-9)
+    ran = {e.device for e in sym.log.events}
+    assert len(ran) == p  # one GPU per stage: replica 0, tensor rank 0
+    assert len(sym.log.events) * w * t == len(full.log.events)
+
+
+def test_auto_mirrors_above_64_gpus_only(gpt):
+    small = api.simulate(_exp(gpt, 2, 1, 2, 8, "auto"))
+    big = api.simulate(_exp(gpt, 16, 1, 2, 64, "auto"))
+    assert not small.resolved.sim_input.mirrored and big.resolved.sim_input.mirrored
+
+
+def _fallback(gpt, **more) -> api.Simulation:
+    sim = api.simulate(_exp(gpt, 2, 1, 2, 8, "symmetric", **more))
+    assert not sim.resolved.sim_input.mirrored
+    return sim
+
+
+def test_straggler_falls_back_and_slows_the_step(gpt):
+    plain = api.simulate(_exp(gpt, 2, 1, 2, 8, "full"))
+    slow = _fallback(gpt, options={"stragglers": {3: 1.5}})
+    assert any("straggler GPU (gpu3 x1.5)" in n for n in slow.resolved.compute_notes)
+    assert slow.metrics.iteration_time_s > plain.metrics.iteration_time_s
+
+
+def test_host_offload_falls_back(gpt):
+    sim = _fallback(gpt, policy="cpu_swap")
+    assert any("off its GPU" in n for n in sim.resolved.compute_notes)
+
+
+def test_degraded_link_is_asymmetric(gpt):
+    sim = api.simulate(_exp(gpt, 2, 1, 2, 8, "full"))
+    inp = sim.resolved.sim_input
+    assert asymmetry(inp) is None
+    topo = inp.topology
+    links = tuple(
+        replace(lk, bandwidth_Bps=lk.bandwidth_Bps / 4) if lk.name == "gpu5->leaf0.5" else lk
+        for lk in topo.links
+    )
+    why = asymmetry(replace(inp, topology=replace(topo, links=links, _route_cache={})))
+    assert why is not None and "gpu5" in why
+
+
+def test_non_uniform_stage_across_replicas_is_asymmetric(gpt):
+    inp = api.simulate(_exp(gpt, 2, 1, 2, 8, "full")).resolved.sim_input
+    plans = list(inp.plans)
+    plans[3] = (replace(plans[3][0], recompute_s=plans[3][0].recompute_s * 2), *plans[3][1:])
+    why = asymmetry(replace(inp, plans=tuple(plans)))
+    assert why == "stage 0 has another memory plan on replica 3 tensor rank 0"
+
+
+def test_send_through_a_shared_link_is_asymmetric():
+    """DGX-1: GPUs 0 and 5 have no NVLink; their sends cross PCIe switches and QPI."""
+    sim = api.simulate(
+        {
+            "name": "d",
+            "hardware": "dgx1-v100-16gb",
+            "models": [{"name": "b", "trace": "bert-large", "global_batch": 8}],
+            "options": {"simulation": "symmetric", "placement": [[0, 5], [1, 6]]},
+            "sweep": {"schedule": "1f1b", "stages": 2, "dp_width": 2, "microbatch_size": 2},
+        }
+    )
+    assert not sim.resolved.sim_input.mirrored
+    assert any("which other replicas share" in n for n in sim.resolved.compute_notes)
+
+
+def test_too_many_gpus_lists_what_exists():
+    with pytest.raises(InputError) as err:
+        load_hardware("3000x-dgx-h100", file="e.yaml", field="hardware")
+    msg = str(err.value)
+    assert "24,000 GPUs is more than the 16,384" in msg and "dgx-a100-80gb" in msg
+    assert "presets/" not in msg and err.value.field == "hardware.servers"
