@@ -157,7 +157,9 @@ def compute_metrics(
         elif e.kind == EventKind.TRANSFER:
             moved["comm"] += e.nbytes * frac * copies
         elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
-            moved["comm"] += e.nbytes * frac * (1 / tp_logged if e.stream == Stream.TP else dp_copies)
+            moved["comm"] += (
+                e.nbytes * frac * (1 / tp_logged if e.stream == Stream.TP else dp_copies)
+            )
         elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0 sends (its own bytes)
             moved["comm"] += e.nbytes * frac
     n = max(len(gpus), 1)

@@ -423,4 +423,6 @@ def _slowed(cost: StageCost, factor: float) -> StageCost:
 
 def _slowed_plan(plan: StagePlan, factor: float) -> StagePlan:
     """``plan`` on a GPU ``factor`` times slower: its recompute and optimizer step scaled."""
-    return replace(plan, recompute_s=plan.recompute_s * factor, optimizer_s=plan.optimizer_s * factor)
+    return replace(
+        plan, recompute_s=plan.recompute_s * factor, optimizer_s=plan.optimizer_s * factor
+    )

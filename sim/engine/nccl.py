@@ -128,10 +128,10 @@ TREE_CORRECTION = {
 SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
 SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0)
 """``speedArrayIntra`` / ``sm90SpeedArrayIntra`` (GB/s per channel), src/graph/search.cc."""
-SPEEDS_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0)
-SPEEDS_INTER += (3.0, 2.4, 1.2, 0.24, 0.12)
-SPEEDS_INTER_SM90 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0)
-SPEEDS_INTER_SM90 += (3.0, 2.4, 1.2, 0.24, 0.12)
+SPEEDS_INTER: tuple[float, ...] = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0)
+SPEEDS_INTER += (9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+SPEEDS_INTER_SM90: tuple[float, ...] = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5)
+SPEEDS_INTER_SM90 += (15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
 """``speedArrayInter`` / ``sm90SpeedArrayInter`` (GB/s per channel), src/graph/search.cc: the
 speeds a graph with network nodes may take."""
 MAX_CHANNELS = 16
