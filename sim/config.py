@@ -158,6 +158,14 @@ class SweepConfig(_Strict):
         "(1 or 2); when set, combinations a schedule rejects are skipped with the reason.",
     )
     dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    gpus: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_GPUS,
+        description="Plan for exactly this many GPUs (a cluster): each combination of stages, "
+        "tensor_parallel and context_parallel gets dp_width = gpus / (stages x t x cp), and "
+        "combinations that do not divide it are skipped; dp_width must then be left unset.",
+    )
     tensor_parallel: IntList = Field(
         1,
         description="Megatron tensor-parallel size(s) t: each stage replica runs on t GPUs of "

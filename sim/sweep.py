@@ -74,7 +74,7 @@ def _check_size(exp: ExperimentConfig, per_model: int, file: str) -> None:
         len(as_list(sw.schedule))
         * len(as_list(sw.virtual_stages))
         * len(as_list(sw.stages))
-        * len(as_list(sw.dp_width))
+        * (1 if sw.gpus else len(as_list(sw.dp_width)))
         * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
         * per_model
         for m in exp.models
@@ -119,7 +119,7 @@ def _model_points(
     grid = itertools.product(
         axes.schedules,
         as_list(sw.stages),
-        as_list(sw.dp_width),
+        [0] if sw.gpus else as_list(sw.dp_width),
         axes.tps,
         axes.sps,
         axes.parallel,
@@ -127,8 +127,10 @@ def _model_points(
         axes.policies,
     )
     for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
+        w = w or (sw.gpus or 0) // (p * t * cp)  # sweep.gpus: the width that fills them
         reason = (
-            _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
+            _gpus_reason(sw.gpus, p, t, cp)
+            or _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
             or parallel_invalid(prep, mi, Parallel(t, sp, cp, ep, cpc), w, policy)
             or overlap_invalid(cls, ov, ep, cp)
             or _tensor_invalid(prep, mi, t, sp)
@@ -166,6 +168,13 @@ def _model_points(
                 framework=axes.framework.name,
             )
         )
+
+
+def _gpus_reason(gpus: int | None, p: int, t: int, cp: int) -> str:
+    """Why ``p`` stages of ``t x cp`` GPUs cannot fill ``sweep.gpus`` exactly, or ``""``."""
+    if gpus is None or gpus % (p * t * cp) == 0:
+        return ""
+    return f"sweep.gpus {gpus} is not a multiple of stages x t x cp = {p * t * cp}"
 
 
 def _policy_axis(exp: ExperimentConfig, file: str) -> list[Policy]:
@@ -228,6 +237,12 @@ def check_options(prep: Prepared) -> None:
             that is not rectangular, names a GPU the hardware lacks, or uses one twice.
     """
     opts, file = prep.exp.options, prep.file
+    if prep.exp.sweep.gpus is not None and "dp_width" in prep.exp.sweep.model_fields_set:
+        raise InputError(
+            "set either sweep.gpus (dp_width follows from it) or sweep.dp_width, not both",
+            file=file,
+            field="sweep.dp_width",
+        )
     if opts.boundaries is not None:
         b = opts.boundaries
         layers = min((len(t.layers), name) for name, t in prep.traces.items())

@@ -12,20 +12,12 @@ from sim import api
 from sim.engine.symmetry import asymmetry
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
-from sim.trace.generator import preset_gpu, transformer_trace
-from sim.trace.native import write_trace
+from tests.helpers import small_gpt_csv
 
 
 @pytest.fixture(scope="module")
 def gpt(tmp_path_factory) -> str:
-    """A 16-layer GPT (h = 2048, s = 1024) traced for the A100's kernel model."""
-    path = tmp_path_factory.mktemp("trace") / "gpt-small.csv"
-    trace = transformer_trace(
-        "gpt", name="gpt-small", layers=16, hidden=2048, heads=16, seq_len=1024, vocab=51200,
-        microbatch_size=1, gpu=preset_gpu("dgx-a100-80gb"),
-    )  # fmt: skip
-    write_trace(trace, path)
-    return str(path)
+    return small_gpt_csv(tmp_path_factory.mktemp("trace"))
 
 
 def _exp(trace: str, servers: int, t: int, p: int, w: int, mode: str, **more) -> dict:

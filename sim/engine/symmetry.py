@@ -44,7 +44,7 @@ from dataclasses import replace
 
 from sim.engine.hierarchical import CollectivePlan
 from sim.engine.inputs import SimInput
-from sim.hardware.topology import GPU, Link
+from sim.hardware.topology import GPU, Link, Topology
 from sim.memory.plan import StagePlan
 
 
