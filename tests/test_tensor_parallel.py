@@ -237,6 +237,27 @@ def test_tensor_parallel_must_divide_server_gpus():
     assert err.value.field == "sweep.tensor_parallel.1"
 
 
+def test_a_model_pins_its_own_stages_width_and_tensor_size():
+    """models.<i>.stages/dp_width/tensor_parallel replace the sweep's lists for that model only
+    (one published configuration per model); a bad size names the model's field."""
+    models = [
+        {"name": "pinned", "trace": "gpt-ds-40b", "stages": 2, "dp_width": 1, "tensor_parallel": 8},
+        {"name": "swept", "trace": "gpt-ds-40b"},
+    ]
+    data = {"name": "pin", "hardware": "2x-dgx-h100", "models": models}
+    data["training"] = {"global_batch": 8}
+    data["sweep"] = {"stages": [1, 2], "dp_width": [1, 2], "tensor_parallel": [1, 2]}
+    points, _ = expand(prepare(parse_experiment(data), "exp.yaml"))
+    pinned = {(p.stages, p.dp_width, p.tensor_parallel) for p in points if p.model == "pinned"}
+    swept = {(p.stages, p.dp_width, p.tensor_parallel) for p in points if p.model == "swept"}
+    assert pinned == {(2, 1, 8)}
+    assert swept == {(p, w, t) for p in (1, 2) for w in (1, 2) for t in (1, 2)}
+    models[0]["tensor_parallel"] = [8, 3]
+    with pytest.raises(InputError) as err:
+        expand(prepare(parse_experiment(data), "exp.yaml"))
+    assert err.value.field == "models.0.tensor_parallel.1"
+
+
 def test_trace_without_model_shape_is_a_clear_error():
     prep = prepare(experiment("dgx-h100", trace="gnmt16", tensor_parallel=[1, 2]), "exp.yaml")
     with pytest.raises(InputError) as err:
