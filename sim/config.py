@@ -111,6 +111,28 @@ class ModelConfig(_Strict):
     microbatch_size: IntList | None = Field(
         None, description="Samples per micro-batch for this model (overrides sweep)."
     )
+    stages: IntList | None = Field(
+        None, description="Pipeline depth(s) p for this model (overrides sweep.stages)."
+    )
+    tensor_parallel: IntList | None = Field(
+        None,
+        description="Tensor-parallel size(s) t for this model (overrides sweep.tensor_parallel).",
+    )
+    dp_width: IntList | None = Field(
+        None,
+        description="Data-parallel width(s) w for this model (overrides sweep.dp_width and "
+        "sweep.gpus): with stages and tensor_parallel it pins the GPU count a model runs on, "
+        "e.g. one published configuration per model (experiments/megatron-scaling.yaml).",
+    )
+
+    @field_validator("microbatch_size", "stages", "tensor_parallel", "dp_width")
+    @classmethod
+    def _positive(cls, v: IntList | None) -> IntList | None:
+        for x in as_list(v) if v is not None else []:
+            if x < 1:
+                raise ValueError(f"must be >= 1, got {x}")
+        return v
+
     routing: str = Field(
         "balanced",
         description="How a MoE model's router spreads tokens over experts "
