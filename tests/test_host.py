@@ -243,7 +243,7 @@ def test_an_action_is_issued_layer_by_layer():
     # and end at 1.0625; B is issued at 1.25 and ends at 2.25. Summarised as one action of 5
     # alike ops the device would end at 1.5 (B's device time hidden in A's host slack).
     host = HostOverhead(op_s=0.25)
-    parts = ((0.25, 4.0, 0.0), (1.0, 1.0, 0.0))
+    parts = ((0.25, 4.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0))
     exact = issue_exactly([0.25] * 5, [0.0625] * 4 + [1.0], 0.0, 0.0)
     assert layered_work(host, "F", parts).finish(0.0, 0.0) == pytest.approx(exact)
     assert exact == pytest.approx((2.25, 1.25))

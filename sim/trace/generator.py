@@ -52,7 +52,7 @@ from typing import Any
 
 from sim.compute.device import ComputeSpec
 from sim.compute.layers import embedding_times, head_times
-from sim.compute.megatron_ops import block_ops, embedding_ops, head_ops
+from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
@@ -277,6 +277,8 @@ def _block(
         attn_core_flops=0.0 if flash else float(4 * b * s * s * h),
         fwd_ops=float(block_ops()[0]),
         bwd_ops=float(block_ops()[1]),
+        fwd_modules=float(block_calls()[0]),
+        fwd_functions=float(block_calls()[1]),
     )
 
 

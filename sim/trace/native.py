@@ -55,6 +55,8 @@ COLUMNS = (
     "attn_core_flops",
     "fwd_ops",
     "bwd_ops",
+    "fwd_modules",
+    "fwd_functions",
 )
 REQUIRED = COLUMNS[:6]
 EXTRA = COLUMNS[9:]
