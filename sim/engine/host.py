@@ -97,9 +97,7 @@ def action_work(
 
 
 @lru_cache(maxsize=8192)
-def layered_work(
-    host: HostOverhead, op: str, parts: tuple[Part, ...]
-) -> HostWork:
+def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWork:
     """The :class:`HostWork` of an action issued layer by layer: each part
     ``(device_s, ops, nograd_ops, modules, functions)`` (:data:`sim.engine.inputs.Part`)
     summarised by :func:`action_work` (a recomputed layer ``R`` is one checkpointed region)
