@@ -25,7 +25,12 @@ and ``D/n`` on the device, an assumption: a trace records a layer's totals, not 
 gives ``K = max(H + D/n, D + H/n)``.
 
 :class:`HostOverhead` is the per-op host cost of a server's CPU running eager PyTorch, from the
-hardware description (measured by ``sim calibrate``, or the sourced defaults of the presets).
+hardware description (measured by ``sim calibrate``, or the sourced defaults of the presets),
+and the per-call cost of the Python around the ops: ``nn.Module`` calls, ``autograd.Function``
+applies and their Python backward nodes (:meth:`HostOverhead.calls_s`), which a layer's trace
+counts (``fwd_modules``, ``fwd_functions``). Every framework pipesim models runs its layers as
+eager modules; torchtitan's ``torch.compile`` (off by default, ``--compile.enable``) would trace
+them away, which is not modelled.
 """
 
 from __future__ import annotations

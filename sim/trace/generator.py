@@ -42,7 +42,10 @@ NSP). Activation bytes ``4sbh + 4sbV`` (Megatron's estimate for the output layer
 cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer.
 
 Ops the host issues per layer (``fwd_ops``, ``bwd_ops``): those of Megatron's layers, counted
-from its code (:mod:`sim.compute.megatron_ops`); the same at every micro-batch size.
+from its code (:mod:`sim.compute.megatron_ops`); the same at every micro-batch size. A block
+also records its ``nn.Module`` calls and ``autograd.Function`` applies (``fwd_modules``,
+``fwd_functions``: :data:`sim.compute.megatron_ops.BLOCK_CALLS`); the embedding and the head do
+not (a few calls each, left out).
 """
 
 from __future__ import annotations
