@@ -73,6 +73,8 @@ class ReplayRequest:
             choice).
         threads: CPU threads per rank (``None``: the backend's default).
         timeout_s: hard limit on the run, seconds.
+        numerics: also check the replay's losses and gradients against the same model run in
+            one process (:attr:`Measurement.numerics`).
     """
 
     model: dict[str, Any]
@@ -98,6 +100,7 @@ class ReplayRequest:
     attention: str | None = None
     threads: int | None = None
     timeout_s: float = 600.0
+    numerics: bool = False
 
     @property
     def ranks(self) -> int:
@@ -133,6 +136,10 @@ class Measurement(Protocol):
     device_name: str
     action_spans: list[list[tuple[str, float, float, float]]]
     """Per rank, ``(action, start_s, ready_s, end_s)`` of every action (may be empty)."""
+    numerics: dict[str, Any]
+    """The numerics check: ``numerics`` (``ok``, ``FAILED`` or ``skipped`` with a
+    ``reason``), ``loss_max_error``, ``grad_max_error`` (relative, worst over iterations and
+    parameters), ``grad_worst``, ``tolerance``, ``checked_gradients`` (empty: not asked)."""
 
     @property
     def all_actions_done(self) -> bool:

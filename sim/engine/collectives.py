@@ -39,7 +39,8 @@ buckets) is :mod:`sim.engine.buckets`; the tensor-parallel collectives are
 Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
 last stage has its gradient all-reduced between those two GPUs at every step
 (``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
-rank's stage chunks (:mod:`sim.engine.step`).
+rank's stage chunks (:mod:`sim.engine.step`); so do the parameters a model shares between layers
+on several ranks (``PipelineRuntime.tied_groups``).
 """
 
 from __future__ import annotations
@@ -216,18 +217,21 @@ class Collectives:
         )
 
     def join_tied(self, rep: StageReplica, step_no: int, tags: dict):
-        """Process: the all-reduce of the gradients tied between the first and the last stage
-        (``runtime.tied_grad_bytes``: Megatron's word embedding, kept on both ends) that
-        ``rep``'s replica and tensor rank run at step ``step_no``; nothing for other stages,
-        without such bytes, or when both ends share a GPU."""
-        size, n = self.inp.runtime.tied_grad_bytes, self.inp.stages
-        if size <= 0 or rep.stage not in (0, n - 1):
-            return
+        """Process: the all-reduces of the gradients tied between stages
+        (:meth:`PipelineRuntime.all_tied`: Megatron's word embedding between the first and the
+        last stage; parameters a model shares across stages) that ``rep``'s replica and tensor
+        rank run at step ``step_no``, one after another; nothing for a stage holding none, or
+        when every holder sits on one GPU."""
+        for index, (stages, size) in enumerate(self.inp.runtime.all_tied(self.inp.stages)):
+            if size > 0 and rep.stage in stages:
+                yield from self._join_tied_group(rep, step_no, tags, index, stages, size)
+
+    def _join_tied_group(self, rep, step_no: int, tags: dict, index: int, stages, size: float):
         r, k = rep.replica, rep.tp_rank
-        gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in (0, n - 1)))
+        gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in stages))
         if len(gpus) < 2:
             return
-        key = ("tied", r, k, step_no)
+        key = ("tied", index, r, k, step_no)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
         plan = self._plan_of(gpus)

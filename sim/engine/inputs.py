@@ -218,6 +218,10 @@ class PipelineRuntime:
             ends); 0: none.
         tied_after_dp: the tied all-reduce runs after the data-parallel gradient reduction
             (else before it).
+        tied_groups: further gradients kept equal across stages, ``((stages, bytes), ...)``:
+            parameters several layers of the model share whose holders sit on several ranks
+            (``sim.trace.shared.place_shared``), all-reduced between those stages' GPUs at each
+            optimizer step like ``tied_grad_bytes``.
         step_barrier: ``"before_update"``: every stage replica of a pipeline replica waits for
             all of them before its optimizer update (a global norm or overflow all-reduce);
             ``"after_update"``: after it (a loss broadcast over the pipeline); ``"none"``.
@@ -236,6 +240,7 @@ class PipelineRuntime:
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
+    tied_groups: tuple[tuple[tuple[int, ...], float], ...] = ()
     step_barrier: str = "none"
     step_transient: float = 0.0
     overflow_check_ops: int = 0
@@ -248,6 +253,19 @@ class PipelineRuntime:
             )
         if min(self.tied_grad_bytes, self.step_transient, self.overflow_check_ops) < 0:
             raise ValueError("tied_grad_bytes, step_transient and overflow_check_ops must be >= 0")
+        if any(len(set(st)) < 2 or size < 0 for st, size in self.tied_groups):
+            raise ValueError("tied_groups: each needs two stages or more and bytes >= 0")
+
+    def all_tied(self, stages: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+        """Every tied all-reduce as ``(stages, bytes)``: the word embedding between the first
+        and the last stage (``tied_grad_bytes``), then :attr:`tied_groups`.
+
+        Example:
+            >>> PipelineRuntime(tied_grad_bytes=8.0, tied_groups=(((1, 2), 4.0),)).all_tied(4)
+            (((0, 3), 8.0), ((1, 2), 4.0))
+        """
+        word = (((0, stages - 1), self.tied_grad_bytes),) if self.tied_grad_bytes > 0 else ()
+        return word + self.tied_groups
 
     @property
     def syncs(self) -> bool:

@@ -54,6 +54,10 @@ class ValidationSpec:
         rank: run only this pipeline stage, alone (``single_rank`` mode; ``None``: all ranks).
         stages: with ``rank``, the pipeline depth ``P`` it belongs to (``None``: the file's;
             another depth cuts the layers by the uniform partition).
+        virtual_stages: stage chunks per rank ``v`` for every replayed schedule (``None``: the
+            file's where the schedule takes it, else the schedule's smallest).
+        numerics: check every replay's losses and gradients against the same model run in one
+            process (:attr:`sim.replay.Measurement.numerics`).
     """
 
     schedules: tuple[str, ...] = ()
@@ -66,6 +70,8 @@ class ValidationSpec:
     timeout_s: float = 600.0
     rank: int | None = None
     stages: int | None = None
+    virtual_stages: int | None = None
+    numerics: bool = True
 
     def check(self) -> None:
         """Check the options alone, before any file is read (messages name the options).
@@ -84,6 +90,8 @@ class ValidationSpec:
         """
         for i, name in enumerate(self.schedules):
             check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
+        if self.virtual_stages is not None and self.virtual_stages < 1:
+            raise InputError(f"{self.virtual_stages}: must be >= 1", field="--virtual-stages")
         if self.rank is None:
             if self.stages is not None:
                 raise InputError("--stages sets the depth of a --single-rank run; add "
