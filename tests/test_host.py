@@ -243,7 +243,7 @@ def test_an_action_is_issued_layer_by_layer():
     # and end at 1.0625; B is issued at 1.25 and ends at 2.25. Summarised as one action of 5
     # alike ops the device would end at 1.5 (B's device time hidden in A's host slack).
     host = HostOverhead(op_s=0.25)
-    parts = ((0.25, 4.0, 0.0), (1.0, 1.0, 0.0))
+    parts = ((0.25, 4.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0))
     exact = issue_exactly([0.25] * 5, [0.0625] * 4 + [1.0], 0.0, 0.0)
     assert layered_work(host, "F", parts).finish(0.0, 0.0) == pytest.approx(exact)
     assert exact == pytest.approx((2.25, 1.25))
@@ -251,3 +251,38 @@ def test_an_action_is_issued_layer_by_layer():
     # each recomputed layer is one checkpointed region: its wrapper cost comes with it
     wrapped = HostOverhead(op_s=0.25, checkpoint_s=0.5)
     assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.25 + 2 * 0.5)
+
+
+def test_python_module_and_function_calls_cost_the_host_per_layer():
+    # One layer of 8 ops, 2 nn.Module calls and 1 autograd.Function (and so 1 Python backward
+    # node), issued layer by layer; p = 1, m = 2, GPipe, t_F = 1, t_B = 2.
+    # Forward host: 8 x 0.0625 + 2 x 0.25 + 1 x 0.5 = 1.5 s: K = max(1.5 + 1/8, 1 + 1.5/8) =
+    # 1.625. F0 ends 1.625 (host 1.5); F1 max(1.625 + 1, 1.5 + 1.625) = 3.125 (host 3).
+    # Backward host: 8 x 0.0625 + 1 x 1.0 = 1.5 s: K = max(1.5 + 2/8, 2 + 1.5/8) = 2.1875.
+    # B0 max(3.125 + 2, 3 + 2.1875) = 5.1875 (host 4.5); B1 max(7.1875, 6.6875) = 7.1875.
+    host = HostOverhead(
+        op_s=0.0625, backward_op_s=0.0625, module_s=0.25, function_s=0.5, function_backward_s=1.0
+    )
+    inp = _one_stage(host)
+    cost = replace(inp.costs[0], fwd_layers=((1.0, 8.0, 2.0, 1.0),), bwd_layers=((2.0, 8.0, 1.0),))
+    log = simulate(replace(inp, costs=(cost,)))
+    assert _spans(log) == sorted(
+        [
+            ("host_wait", "gpu0", "host 0F0", 0.0, 0.625),
+            ("compute", "gpu0", "0F0", 0.625, 1.625),
+            ("host_wait", "gpu0", "host 0F1", 1.625, 2.125),
+            ("compute", "gpu0", "0F1", 2.125, 3.125),
+            ("host_wait", "gpu0", "host 0B0", 3.125, 3.1875),
+            ("compute", "gpu0", "0B0", 3.1875, 5.1875),
+            ("compute", "gpu0", "0B1", 5.1875, 7.1875),
+            ("optimizer", "gpu0", "0STEP0", 7.1875, 7.1875),
+        ]
+    )
+    # without the Python calls (a trace that lacks them) the same layer ends at 6.0625
+    bare = replace(cost, fwd_layers=((1.0, 8.0, 0.0, 0.0),), bwd_layers=((2.0, 8.0, 0.0),))
+    assert simulate(replace(inp, costs=(bare,))).iteration_ends_s == [6.0625]
+    # a recomputed layer re-runs its calls with its ops, besides the checkpoint wrapper
+    parts = ((1.0, 8.0, 0.0, 2.0, 1.0),)
+    wrapped = replace(host, checkpoint_s=0.125)
+    assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.5 + 0.125)
+    assert layered_work(host.under("cuda_graphs"), "F", parts).host_s == 0.0

@@ -70,3 +70,7 @@ def test_calibrate_host_measurement_shape():
     assert host.op_s == pytest.approx(m["op_s"], rel=1e-3)
     assert host.backward_op_s == pytest.approx(m["backward_op_s"], rel=1e-3)
     assert host.cpu == "test cpu" and "tiny GPT block" in host.source
+    # Python's per-call costs are measured and written beside the per-op ones
+    assert m["modules"] > 0 and 0 < m["python"]["module_s"] < 1e-3
+    assert host.function_s == pytest.approx(m["python"]["function_s"], rel=1e-3)
+    assert host.function_backward_s == pytest.approx(m["python"]["function_backward_s"], rel=1e-3)

@@ -17,6 +17,11 @@ It counts the block's ops as traces count them (:mod:`backends.torch.op_count`) 
   ``f`` again with autograd and a nested backward) minus ``f`` run without and with autograd
   and its backward: the wrapper's own work per region.
 
+Per op, the probe's ``nn.Module`` calls are taken out (their count times ``module_s``, measured
+by :mod:`backends.torch.python_overhead` with the Function figures), since the host model
+charges module calls and ``autograd.Function`` applies separately (``module_s``,
+``function_s``, ``function_backward_s``: :meth:`sim.compute.host.HostOverhead.calls_s`).
+
 It also times one primitive op (``x * y`` on one-element tensors) with and without autograd,
 for comparison with published figures (``primitive``).
 
@@ -38,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 from backends.torch.models import Block, ModelSpec
 from backends.torch.op_count import count_ops, layer_ops
 from backends.torch.profile import cpu_model_name
+from backends.torch.python_overhead import count_module_calls, measure_python_overhead
 
 TINY = ModelSpec(name="host-probe", kind="gpt", layers=1, hidden=64, heads=4, seq_len=8)
 """The probe block's size: small enough that its kernels take about a microsecond."""
@@ -90,7 +96,9 @@ def measure_host_overhead(dev: torch.device, *, reps: int = 5, inner: int = 20) 
     Returns:
         ``op_s``, ``nograd_op_s``, ``backward_op_s``, ``checkpoint_s`` (seconds), the op
         counts they were divided by (``fwd_ops``, ``nograd_ops``, ``bwd_ops``), the probe's
-        shape and ``primitive`` (``{"grad_s", "nograd_s"}``).
+        ``modules`` (calls per forward, taken out of the forward figures), ``python``
+        (:func:`~backends.torch.python_overhead.measure_python_overhead`), the probe's shape
+        and ``primitive`` (``{"grad_s", "nograd_s"}``).
     """
     torch.manual_seed(0)
     block = Block(TINY).to(dev)
@@ -130,14 +138,19 @@ def measure_host_overhead(dev: torch.device, *, reps: int = 5, inner: int = 20) 
     fwd_s, nograd_s = host_s(forward), host_s(nograd)
     bwd_s = host_s(backward, setup=forward)
     extra = host_s(checkpointed) - host_s(plain)
+    python = measure_python_overhead()
+    modules = count_module_calls(nograd)
+    calls_s = modules * python["module_s"]
     return {
-        "op_s": fwd_s / fwd_ops,
-        "nograd_op_s": nograd_s / nograd_ops,
+        "op_s": max(0.0, fwd_s - calls_s) / fwd_ops,
+        "nograd_op_s": max(0.0, nograd_s - calls_s) / nograd_ops,
         "backward_op_s": bwd_s / bwd_ops,
         "checkpoint_s": max(0.0, extra),
         "fwd_ops": fwd_ops,
         "nograd_ops": nograd_ops,
         "bwd_ops": bwd_ops,
+        "modules": modules,
+        "python": python,
         "probe": TINY.to_dict(),
         "primitive": {
             "grad_s": primitive_op_s(dev, grad=True, reps=reps),
@@ -152,19 +165,26 @@ def host_overhead_yaml(measured: dict[str, Any], cpu: str, date: str) -> dict[st
     def us(key: str) -> str:
         return f"{measured[key] * 1e6:.3f} us"
 
-    prim = measured["primitive"]
+    prim, py = measured["primitive"], measured["python"]
     return {
         "op": us("op_s"),
         "nograd_op": us("nograd_op_s"),
         "backward_op": us("backward_op_s"),
         "checkpoint": us("checkpoint_s"),
+        "module": f"{py['module_s'] * 1e6:.3f} us",
+        "function": f"{py['function_s'] * 1e6:.3f} us",
+        "function_backward": f"{py['function_backward_s'] * 1e6:.3f} us",
         "cpu": cpu,
         "source": (
             f"Measured by sim calibrate (backends.torch.host_overhead) on {date}, torch "
             f"{torch.__version__}: host time of a tiny GPT block (hidden {TINY.hidden}, "
             f"{TINY.heads} heads, {TINY.seq_len} tokens) per op: forward "
             f"{measured['fwd_ops']} ops, no-grad forward {measured['nograd_ops']}, backward "
-            f"{measured['bwd_ops']}; checkpoint = reentrant torch.utils.checkpoint of one op, "
+            f"{measured['bwd_ops']} (the forward figures less {measured['modules']} module "
+            f"calls at the module figure); module, function, function_backward: "
+            f"backends.torch.python_overhead (empty nn.Module call; identity "
+            f"autograd.Function apply less a view_as, and its backward node; medians); "
+            f"checkpoint = reentrant torch.utils.checkpoint of one op, "
             f"forward and backward, minus the op's. One x*y op: {prim['grad_s'] * 1e6:.2f} us with "
             f"autograd, {prim['nograd_s'] * 1e6:.2f} us without."
         ),
@@ -192,6 +212,8 @@ def describe_host_overhead(kind: str, hardware: dict[str, Any], date: str) -> di
         hardware["description"] += (
             f" Host time per op (not written as host_overhead: a CPU rank's profiled times "
             f"contain it): forward {entry['op']}, no-grad {entry['nograd_op']}, backward "
-            f"{entry['backward_op']}, checkpoint wrapper {entry['checkpoint']} per region."
+            f"{entry['backward_op']}, checkpoint wrapper {entry['checkpoint']} per region; "
+            f"nn.Module call {entry['module']}, autograd.Function apply {entry['function']}, "
+            f"its backward node {entry['function_backward']}."
         )
     return measured

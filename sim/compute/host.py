@@ -25,7 +25,12 @@ and ``D/n`` on the device, an assumption: a trace records a layer's totals, not 
 gives ``K = max(H + D/n, D + H/n)``.
 
 :class:`HostOverhead` is the per-op host cost of a server's CPU running eager PyTorch, from the
-hardware description (measured by ``sim calibrate``, or the sourced defaults of the presets).
+hardware description (measured by ``sim calibrate``, or the sourced defaults of the presets),
+and the per-call cost of the Python around the ops: ``nn.Module`` calls, ``autograd.Function``
+applies and their Python backward nodes (:meth:`HostOverhead.calls_s`), which a layer's trace
+counts (``fwd_modules``, ``fwd_functions``). Every framework pipesim models runs its layers as
+eager modules; torchtitan's ``torch.compile`` (off by default, ``--compile.enable``) would trace
+them away, which is not modelled.
 """
 
 from __future__ import annotations
@@ -110,6 +115,12 @@ class HostOverhead:
         read_s: per blocking read of a device scalar (``float(t)``, ``.item()``) besides its
             op: the device-to-host copy of a few bytes and the wait for it, after the device
             has finished what was issued before (:meth:`serial_reads_s`).
+        module_s: per ``nn.Module`` call (``_call_impl`` and the Python ``forward`` call),
+            besides the ops it issues (:meth:`calls_s`).
+        function_s: per custom ``torch.autograd.Function.apply`` (building its graph node, the
+            Python ``forward``), besides the ops it issues.
+        function_backward_s: per Python backward node the autograd engine calls (one per
+            ``Function`` applied with autograd recording), besides the ops it issues.
         mode: one of :data:`MODES`.
         cpu: the host CPU these numbers belong to (e.g. ``AMD EPYC 7742``).
         source: where the numbers come from (measurement or citation, with assumptions).
@@ -131,9 +142,21 @@ class HostOverhead:
     cpu: str = ""
     source: str = ""
     read_s: float = 0.0
+    module_s: float = 0.0
+    function_s: float = 0.0
+    function_backward_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("op_s", "backward_op_s", "checkpoint_s", "nograd_op_s", "read_s"):
+        for name in (
+            "op_s",
+            "backward_op_s",
+            "checkpoint_s",
+            "nograd_op_s",
+            "read_s",
+            "module_s",
+            "function_s",
+            "function_backward_s",
+        ):
             v = getattr(self, name)
             if v is None and name == "nograd_op_s":
                 continue
@@ -206,6 +229,25 @@ class HostOverhead:
             return 0.0
         h = self.op_s if self.nograd_op_s is None else self.nograd_op_s
         return ops * h + copies * self.read_s
+
+    def calls_s(self, modules: float, functions: float, backward: bool = False) -> float:
+        """Host seconds of the Python around the ops (:data:`sim.compute.megatron_ops.BLOCK_CALLS`):
+        a forward's ``modules`` module calls and ``functions`` Function applies (the same with
+        or without autograd recording: a Function's Python ``forward`` runs either way, an
+        assumption for the node it skips), or, ``backward``, the ``functions`` Python backward
+        nodes. Zero when the host is not modelled (every registered framework runs its layers
+        as eager ``nn.Module`` calls; a ``cuda_graphs`` mode replays them without Python).
+
+        Example:
+            >>> h = HostOverhead(module_s=2e-6, function_s=8e-6, function_backward_s=6e-6)
+            >>> round(h.calls_s(11, 8) * 1e6), round(h.calls_s(11, 8, backward=True) * 1e6)
+            (86, 48)
+        """
+        if not self.eager:
+            return 0.0
+        if backward:
+            return functions * self.function_backward_s
+        return modules * self.module_s + functions * self.function_s
 
     def recompute_s(self, ops: float, regions: int) -> float:
         """Host seconds of re-running ``ops`` forward ops in ``regions`` checkpointed regions."""

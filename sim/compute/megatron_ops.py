@@ -63,6 +63,47 @@ BLOCK_BWD = (
 )
 """Backward ops of one ``ParallelTransformerLayer``."""
 
+BLOCK_CALLS = (
+    (
+        "ParallelTransformerLayerPipe (the layer), input_layernorm and post_attention_layernorm "
+        "(MixedFusedLayerNorm), attention (ParallelAttention), its query_key_value "
+        "(ColumnParallelLinear), scale_mask_softmax (FusedScaleMaskSoftmax), attention_dropout "
+        "(torch.nn.Dropout) and dense (RowParallelLinear), mlp (ParallelMLP), its dense_h_to_4h "
+        "(ColumnParallelLinear) and dense_4h_to_h (RowParallelLinear)",
+        11,
+        0,
+    ),
+    (
+        "two FusedLayerNormAffineFunction.apply (megatron/model/fused_layer_norm.py)",
+        0,
+        2,
+    ),
+    (
+        "two copy_to_tensor_model_parallel_region (_CopyToModelParallelRegion.apply) in the "
+        "ColumnParallelLinears, two reduce_from_tensor_model_parallel_region "
+        "(_ReduceFromModelParallelRegion.apply) in the RowParallelLinears "
+        "(megatron/mpu/layers.py, megatron/mpu/mappings.py; applied at t = 1 too: the "
+        "Function returns its input)",
+        0,
+        4,
+    ),
+    (
+        "ScaledUpperTriangMaskedSoftmax.apply (megatron/model/fused_softmax.py, causal mask)",
+        0,
+        1,
+    ),
+    ("bias_gelu_impl = GeLUFunction.apply (megatron/model/fused_bias_gelu.py)", 0, 1),
+)
+"""``(what, module calls, autograd.Function applies)`` of one ``ParallelTransformerLayer``'s
+forward (GPT, training, the fusions on), counted from Megatron-DeepSpeed's
+``megatron/model/transformer.py`` (``ParallelTransformerLayer.forward``,
+``ParallelAttention.forward``, ``ParallelMLP.forward``) and the files named; ``F.linear``, the
+RNG tracker's ``fork`` (a context manager) and the scripted ``bias_dropout_add_fused_train``
+are neither. Each Function applied with autograd recording leaves one Python backward node
+that the engine calls in the backward. The checkpoint wrapper's own ``CheckpointFunction`` is
+charged per region (``checkpoint_s``), not here. What the host pays for them:
+:meth:`sim.compute.host.HostOverhead.calls_s`."""
+
 EMBEDDING_OPS = {"gpt": (12, 8), "bert": (18, 12)}
 """``(forward, backward)`` ops of Megatron's ``Embedding``: the vocabulary-parallel lookup's
 range mask (``<``, ``>=``, ``|``, clone, ``-=``, masked fill), ``F.embedding``, the position
@@ -122,6 +163,17 @@ def block_ops() -> tuple[int, int]:
     tensor-parallel collectives (:func:`sim.tensor.shard.shard_trace` adds one op per
     collective)."""
     return sum(n for _, n in BLOCK_FWD), sum(n for _, n in BLOCK_BWD)
+
+
+def block_calls() -> tuple[int, int]:
+    """``(module calls, Function applies)`` of one transformer block's forward
+    (:data:`BLOCK_CALLS`); its backward calls one Python node per Function.
+
+    Example:
+        >>> block_calls()
+        (11, 8)
+    """
+    return sum(m for _, m, _ in BLOCK_CALLS), sum(f for _, _, f in BLOCK_CALLS)
 
 
 def embedding_ops(kind: str) -> tuple[int, int]:

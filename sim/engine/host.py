@@ -28,6 +28,11 @@ import simpy
 
 from sim.compute.host import HostOverhead, HostWork
 
+Part = tuple[float, float, float, float, float]
+"""``(device seconds, ops, ops issued without autograd recording, module calls, Function
+applies)`` of one layer in an action; in a backward the last is the Python backward nodes
+(:func:`layered_work`)."""
+
 SYNC_POINTS = {
     "recv": "after an action's input (activation or gradient) has arrived, before its ops "
     "are issued: a blocking receive, or torch.cuda.synchronize() after the p2p exchange",
@@ -63,6 +68,7 @@ def action_work(
     ops: float,
     regions: int = 0,
     nograd_ops: float = 0.0,
+    calls: tuple[float, float] = (0.0, 0.0),
 ) -> HostWork:
     """The :class:`HostWork` of one action.
 
@@ -75,6 +81,8 @@ def action_work(
         regions: checkpointed regions (``R`` only).
         nograd_ops: of a forward's ops, those of checkpointed layers, which run without
             autograd recording (``F`` only).
+        calls: ``(module calls, Function applies)`` of a forward or recompute; ``(0, Python
+            backward nodes)`` of a backward (:meth:`~sim.compute.host.HostOverhead.calls_s`).
     """
     if op == "F":
         h = host.forward_s(ops, nograd_ops)
@@ -82,26 +90,26 @@ def action_work(
         h = host.recompute_s(ops, regions)
     else:
         h = host.backward_s(ops)
+    h += host.calls_s(*calls, backward=op not in ("F", "R"))
     if h <= 0:
         return HostWork.device_only(device_s)
     return HostWork.of_ops(ops, h, device_s)
 
 
 @lru_cache(maxsize=8192)
-def layered_work(
-    host: HostOverhead, op: str, parts: tuple[tuple[float, float, float], ...]
-) -> HostWork:
+def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWork:
     """The :class:`HostWork` of an action issued layer by layer: each part
-    ``(device_s, ops, nograd_ops)`` summarised by :func:`action_work` (a recomputed layer
-    ``R`` is one checkpointed region) and composed in order with :meth:`HostWork.then`.
+    ``(device_s, ops, nograd_ops, modules, functions)`` (:data:`sim.engine.inputs.Part`)
+    summarised by :func:`action_work` (a recomputed layer ``R`` is one checkpointed region)
+    and composed in order with :meth:`HostWork.then`.
 
     Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
     no longer hide each other's slack, as they would in one summary of the whole action
     (whose ops :func:`action_work` takes as alike); within a layer the ops are still alike."""
     out = HostWork.device_only(0.0)
-    for device_s, ops, nograd in parts:
+    for device_s, ops, nograd, modules, functions in parts:
         regions = 1 if op == "R" else 0
-        out = out.then(action_work(host, op, device_s, ops, regions, nograd))
+        out = out.then(action_work(host, op, device_s, ops, regions, nograd, (modules, functions)))
     return out
 
 
@@ -142,7 +150,7 @@ class HostThreads:
         (:class:`~sim.engine.inputs.PipelineRuntime`, :mod:`sim.engine.exchanges`)."""
         self.clock(gpu).sync(self.env.now)
 
-    def layered(self, gpu: str, op: str, parts: tuple[tuple[float, float, float], ...]) -> HostWork:
+    def layered(self, gpu: str, op: str, parts: tuple[Part, ...]) -> HostWork:
         """:func:`layered_work` with ``gpu``'s host overhead."""
         return layered_work(self.overhead_of(gpu), op, parts)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim.compute.host import HostOverhead
-from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS
+from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS, Part
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.schedules.action import Action, Program, flatten
@@ -22,10 +22,6 @@ DDP_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default gradient bucket, ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.
 DistributedDataParallel docs)."""
 
-
-Part = tuple[float, float, float]
-"""``(device seconds, ops, ops issued without autograd recording)`` of one layer in an action
-(:mod:`sim.engine.host`)."""
 
 DEFAULT_INPUT_SHARE = 0.5
 """Share of a backward that is its input gradient (I) when a trace lacks ``bwd_input_s`` /
@@ -60,10 +56,11 @@ class StageCost:
         fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
         bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
             W get shares of them in proportion to their seconds (an assumption).
-        fwd_layers: ``(seconds, ops)`` of each layer's forward, in order, so that the host
-            model summarises a forward layer by layer (:meth:`forward_parts`); empty: one
-            summary of the whole stage.
-        bwd_layers: the same for each layer's backward, in forward order.
+        fwd_layers: ``(seconds, ops, module calls, Function applies)`` of each layer's
+            forward, in order, so that the host model summarises a forward layer by layer
+            (:meth:`forward_parts`); empty: one summary of the whole stage.
+        bwd_layers: ``(seconds, ops, Python backward nodes)`` of each layer's backward, in
+            forward order.
         param_tensors: ``(vectors, matrices)``: parameter tensors of the stage as one tensor
             rank holds them (biases and norm weights; weight matrices and embeddings), for a
             step that checks them one by one (:attr:`PipelineRuntime.overflow_check_ops`).
@@ -83,8 +80,8 @@ class StageCost:
     expert_grad_share: float = 0.0
     fwd_ops: float = 0.0
     bwd_ops: float = 0.0
-    fwd_layers: tuple[tuple[float, float], ...] = ()
-    bwd_layers: tuple[tuple[float, float], ...] = ()
+    fwd_layers: tuple[tuple[float, float, float, float], ...] = ()
+    bwd_layers: tuple[tuple[float, float, float], ...] = ()
     param_tensors: tuple[int, int] = (0, 0)
 
     def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
@@ -92,18 +89,22 @@ class StageCost:
         the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
         full = set(checkpointed)
         return tuple(
-            (sec, ops, ops if i in full else 0.0) for i, (sec, ops) in enumerate(self.fwd_layers)
+            (sec, ops, ops if i in full else 0.0, mods, fns)
+            for i, (sec, ops, mods, fns) in enumerate(self.fwd_layers)
         )
 
     def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
         order (Megatron recomputes each layer when the backward reaches it; their issue order
         does not change the max-plus summary's host and device sums, only its span)."""
-        return tuple((*self.fwd_layers[i], 0.0) for i in sorted(checkpointed))
+        return tuple(
+            (sec, ops, 0.0, mods, fns)
+            for sec, ops, mods, fns in (self.fwd_layers[i] for i in sorted(checkpointed))
+        )
 
     def backward_parts(self) -> tuple[Part, ...]:
         """Each layer's backward, in the order autograd runs them (last layer first)."""
-        return tuple((sec, ops, 0.0) for sec, ops in reversed(self.bwd_layers))
+        return tuple((sec, ops, 0.0, 0.0, nodes) for sec, ops, nodes in reversed(self.bwd_layers))
 
     def backward_ops(self, op: str) -> float:
         """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in
@@ -145,8 +146,11 @@ class StageCost:
             bwd_weight_s=sum(x.bwd_weight_s or 0.0 for x in layers) if split else None,
             fwd_ops=sum(x.fwd_ops or 0.0 for x in layers),
             bwd_ops=sum(x.bwd_ops or 0.0 for x in layers),
-            fwd_layers=tuple((x.fwd_s, x.fwd_ops or 0.0) for x in layers),
-            bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0) for x in layers),
+            fwd_layers=tuple(
+                (x.fwd_s, x.fwd_ops or 0.0, x.fwd_modules or 0.0, x.fwd_functions or 0.0)
+                for x in layers
+            ),
+            bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0, x.fwd_functions or 0.0) for x in layers),
         )
 
 
@@ -490,8 +494,8 @@ def _slowed(cost: StageCost, factor: float) -> StageCost:
         bwd_s=cost.bwd_s * factor,
         bwd_input_s=scale(cost.bwd_input_s),
         bwd_weight_s=scale(cost.bwd_weight_s),
-        fwd_layers=tuple((sec * factor, ops) for sec, ops in cost.fwd_layers),
-        bwd_layers=tuple((sec * factor, ops) for sec, ops in cost.bwd_layers),
+        fwd_layers=tuple((s * factor, o, m, f) for s, o, m, f in cost.fwd_layers),
+        bwd_layers=tuple((s * factor, o, n) for s, o, n in cost.bwd_layers),
     )
 
 

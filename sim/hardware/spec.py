@@ -345,6 +345,23 @@ class HostOverheadSpec(BaseModel):
         description="Host time of a blocking read of a device scalar (.item()) besides its "
         "op: the device-to-host copy of a few bytes and the wait for it, e.g. '10 us'.",
     )
+    module: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time per nn.Module call besides its ops (e.g. '2 us'); sim calibrate "
+        "measures it.",
+    )
+    function: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time per torch.autograd.Function apply besides its ops.",
+    )
+    function_backward: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time per Python backward node (a Function's backward) the autograd "
+        "engine calls, besides its ops.",
+    )
     mode: Literal["eager", "cuda_graphs"] = Field(
         default="eager",
         description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
@@ -364,6 +381,9 @@ class HostOverheadSpec(BaseModel):
             self.cpu,
             self.source,
             self.read,
+            module_s=self.module,
+            function_s=self.function,
+            function_backward_s=self.function_backward,
         )
 
 

@@ -42,7 +42,10 @@ NSP). Activation bytes ``4sbh + 4sbV`` (Megatron's estimate for the output layer
 cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer.
 
 Ops the host issues per layer (``fwd_ops``, ``bwd_ops``): those of Megatron's layers, counted
-from its code (:mod:`sim.compute.megatron_ops`); the same at every micro-batch size.
+from its code (:mod:`sim.compute.megatron_ops`); the same at every micro-batch size. A block
+also records its ``nn.Module`` calls and ``autograd.Function`` applies (``fwd_modules``,
+``fwd_functions``: :data:`sim.compute.megatron_ops.BLOCK_CALLS`); the embedding and the head do
+not (a few calls each, left out).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Any
 
 from sim.compute.device import ComputeSpec
 from sim.compute.layers import embedding_times, head_times
-from sim.compute.megatron_ops import block_ops, embedding_ops, head_ops
+from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
@@ -277,6 +280,8 @@ def _block(
         attn_core_flops=0.0 if flash else float(4 * b * s * s * h),
         fwd_ops=float(block_ops()[0]),
         bwd_ops=float(block_ops()[1]),
+        fwd_modules=float(block_calls()[0]),
+        fwd_functions=float(block_calls()[1]),
     )
 
 

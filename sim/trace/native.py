@@ -6,11 +6,12 @@ A trace named ``gnmt16`` is two files side by side:
     One row per layer, input side first, with the header
     ``name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes,bwd_input_s,bwd_weight_s,flops``, and
     optionally ``attn_core_act_bytes,attn_core_flops`` (the attention core's stash and forward
-    FLOPs, for selective recompute) and ``fwd_ops,bwd_ops`` (the ops the host issues for the
-    forward and the backward, :mod:`sim.compute.host`). Units are in the column names: seconds
+    FLOPs, for selective recompute), ``fwd_ops,bwd_ops`` (the ops the host issues for the
+    forward and the backward, :mod:`sim.compute.host`) and ``fwd_modules,fwd_functions``
+    (its forward's ``nn.Module`` calls and ``autograd.Function`` applies). Units are in the column names: seconds
     and bytes for one micro-batch; ``flops`` is forward FLOPs per micro-batch; ops are counts
     per micro-batch. Every column after ``out_bytes`` is optional: leave the cell empty (or,
-    for the last four, omit the column).
+    for the last six, omit the column).
 ``gnmt16.yaml``
     ``name``, ``microbatch_size``, ``dtype``, ``device`` and ``provenance`` (a mapping with at
     least ``source``; by convention also ``command``, ``date`` and ``notes``), and optionally
@@ -57,6 +58,8 @@ COLUMNS = (
     "attn_core_flops",
     "fwd_ops",
     "bwd_ops",
+    "fwd_modules",
+    "fwd_functions",
 )
 REQUIRED = COLUMNS[:6]
 EXTRA = COLUMNS[9:]

@@ -31,6 +31,8 @@ OPTIONAL_FIELDS = (
     "attn_core_flops",
     "fwd_ops",
     "bwd_ops",
+    "fwd_modules",
+    "fwd_functions",
 )
 """Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
 
@@ -65,6 +67,11 @@ class LayerProfile:
             (:mod:`sim.compute.host`). The same at every micro-batch size.
         bwd_ops: optional number of ops the autograd engine dispatches for the layer's
             backward (charged ``backward_op_s`` each).
+        fwd_modules: optional number of ``nn.Module`` calls of the layer's forward (charged
+            ``module_s`` each, :meth:`sim.compute.host.HostOverhead.calls_s`).
+        fwd_functions: optional number of custom ``autograd.Function`` applies of its forward
+            (``function_s`` each); its backward calls as many Python nodes
+            (``function_backward_s`` each).
     """
 
     name: str
@@ -80,6 +87,8 @@ class LayerProfile:
     attn_core_flops: float | None = None
     fwd_ops: float | None = None
     bwd_ops: float | None = None
+    fwd_modules: float | None = None
+    fwd_functions: float | None = None
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``; empty when the layer is valid."""
