@@ -50,6 +50,7 @@ from sim.metrics import Metrics
 from sim.partition import Partition
 from sim.partition import partition as split_layers
 from sim.placement import place
+from sim.outputs import results_frame
 from sim.planner import PlanStats, plan_points
 from sim.point import Resolved, evaluate, resolve
 from sim.point_config import PointConfig
@@ -159,10 +160,8 @@ class Plan:
     stats: PlanStats
 
     def table(self) -> pd.DataFrame:
-        """The rows as ``results.csv`` has them."""
-        return pd.DataFrame(
-            [r.model_dump() for r in self.rows], columns=list(ResultRow.model_fields)
-        )
+        """The rows as ``results.csv`` has them (prediction bands included)."""
+        return results_frame(self.rows)
 
 
 def plan(
