@@ -47,7 +47,7 @@ from sim.bands import (  # noqa: E402
     format_bands,
     parse_bands,
 )
-from sim.row_bands import band_of, with_bands, within_band  # noqa: E402
+from sim.row_bands import band_of, winner_bands, with_bands  # noqa: E402
 from sim.rows import ResultRow  # noqa: E402
 
 BANDS = ROOT / "sim" / "data" / "bands.csv"
@@ -133,13 +133,13 @@ def dgx1_answer(bands: Bands) -> str:
             lines.append(f"- {model}: no configuration fits")
             continue
         band = band_of(bands, w)
-        near = within_band(table[table.model == model])
+        near = winner_bands(table)[model]["within_band"]
         lo, hi = band.throughput(w.throughput_samples_per_s) if band else (math.nan, math.nan)
         lines.append(
             f"- **{model}**: {w.schedule} p={w.stages} w={w.dp_width} b={w.microbatch_size} "
             f"m={w.microbatches}, {w.throughput_samples_per_s:.1f} samples/s predicted, band "
             f"{lo:.1f}–{hi:.1f} samples/s ({band.label() if band else 'none'}); "
-            f"{len(near)} other configurations within each other's band"
+            f"{near['count']} other configurations within each other's band"
         )
     return "\n".join(lines)
 

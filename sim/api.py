@@ -47,10 +47,10 @@ from sim.executors import open_executor
 from sim.experiment import Prepared, prepare
 from sim.hardware.loader import load_hardware
 from sim.metrics import Metrics
+from sim.outputs import results_frame
 from sim.partition import Partition
 from sim.partition import partition as split_layers
 from sim.placement import place
-from sim.outputs import results_frame
 from sim.planner import PlanStats, plan_points
 from sim.point import Resolved, evaluate, resolve
 from sim.point_config import PointConfig

@@ -76,7 +76,7 @@ def winner_config(
     exp: ExperimentConfig, exp_file: str, row: ResultRow, band: dict | None = None
 ) -> dict:
     """An experiment that simulates just the winner, with the prediction attached (and its
-    ``band``: :func:`sim.row_bands.winner_band`)."""
+    ``band``: :func:`sim.row_bands.winner_bands`)."""
     model = next(m for m in exp.models if m.name == row.model)
     data = exp.model_dump(mode="json", exclude_none=True)
     hw = exp.hardware

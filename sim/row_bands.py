@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -41,8 +41,10 @@ NEAR_SHOWN = 3
 
 def band_of(bands: Bands, row: ResultRow | Mapping[str, Any]) -> Band | None:
     """The band of a row's regime (None without bands)."""
-    get = row.get if isinstance(row, Mapping) else row.__getitem__
-    return bands.lookup(str(get("framework")), int(get("tensor_parallel")), int(get("microbatch_size")))
+    rec: Mapping[str, Any] = row if isinstance(row, Mapping) else row.model_dump()
+    return bands.lookup(
+        str(rec["framework"]), int(rec["tensor_parallel"]), int(rec["microbatch_size"])
+    )
 
 
 def _fields(bands: Bands, rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,7 +63,8 @@ def _fields(bands: Bands, rec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _num(v: Any) -> bool:
+def _num(v: Any) -> TypeGuard[float]:
+    """A finite number (not None, not NaN)."""
     return v is not None and isinstance(v, int | float) and math.isfinite(v)
 
 
@@ -70,49 +73,84 @@ def with_bands(df: pd.DataFrame, bands: Bands | None = None) -> pd.DataFrame:
 
     Args:
         df: one row per configuration, with ``model``, ``framework``, ``tensor_parallel``,
-            ``microbatch_size``, ``iteration_time_s``, ``throughput_samples_per_s``, ``fits``.
+            ``microbatch_size``, ``iteration_time_s``, ``throughput_samples_per_s``, ``fits``
+            and the columns :func:`sim.rows.rank_key` reads.
         bands: default: the shipped bands (:func:`sim.bands.shipped_bands`).
     """
     bands = shipped_bands() if bands is None else bands
-    records = df.to_dict("records")
-    added = pd.DataFrame([_fields(bands, r) for r in records], index=df.index)
-    out = pd.concat([df, added.reindex(columns=list(BAND_COLUMNS[:5]))], axis=1)
-    out["within_winner_band"] = False
-    for _, idx in out.groupby("model").groups.items():
-        near = _near_winner(out.loc[idx])
-        out.loc[near, "within_winner_band"] = True
-    return out
+    recs = _records(df)
+    fields = [_fields(bands, r) for r in recs]
+    for rec, f in zip(recs, fields, strict=True):
+        rec.update(f)
+    cols = {k: [f[k] for f in fields] for k in BAND_COLUMNS[:5]}
+    cols["within_winner_band"] = _near_flags(recs)
+    return pd.concat([df, pd.DataFrame(cols, index=df.index)], axis=1)
 
 
-def _winner(df: pd.DataFrame) -> Any:
-    """Index label of the winner of one model's rows (the best that fits by
-    :func:`sim.rows.rank_key`, as :func:`sim.rows.pick_winner` picks), or None."""
-    recs = df.to_dict("records")
-    ok = [i for i, r in enumerate(recs) if bool(r.get("fits")) and not (r.get("error") or "")]
-    return df.index[min(ok, key=lambda i: rank_key(recs[i]))] if ok else None
+_READ = (
+    "model",
+    "fits",
+    "error",
+    "iteration_time_s",
+    "throughput_samples_per_s",
+    "framework",
+    "schedule",
+    "stages",
+    "dp_width",
+    "tensor_parallel",
+    "context_parallel",
+    "sequence_parallel",
+    "microbatch_size",
+    "microbatches",
+    "memory_policy",
+    *BAND_COLUMNS,
+)
+"""Columns read here: :func:`_fields`, :func:`sim.rows.rank_key`, :func:`describe`."""
 
 
-def _near_winner(df: pd.DataFrame) -> list:
-    """Index labels of the fitting rows (winner left out) whose throughput band overlaps the
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as dicts of the columns of :data:`_READ` (column by column: ``to_dict`` costs
+    ten times more)."""
+    names = [c for c in _READ if c in df.columns]
+    columns = [df[c].tolist() for c in names]
+    return [dict(zip(names, vals, strict=True)) for vals in zip(*columns, strict=True)]
+
+
+def _ok(rec: Mapping[str, Any]) -> bool:
+    """Fits and simulated without error (an empty error reads back from a CSV as NaN)."""
+    err = rec.get("error")
+    return bool(rec.get("fits")) and not (isinstance(err, str) and err)
+
+
+def _winners(recs: list[dict[str, Any]]) -> dict[str, int]:
+    """Per model, the position of its winner (the best that fits by :func:`sim.rows.rank_key`,
+    as :func:`sim.rows.pick_winner` picks)."""
+    best: dict[str, int] = {}
+    for i, rec in enumerate(recs):
+        j = best.get(rec["model"])
+        if _ok(rec) and (j is None or rank_key(rec) < rank_key(recs[j])):
+            best[rec["model"]] = i
+    return best
+
+
+def _near_flags(recs: list[dict[str, Any]]) -> list[bool]:
+    """Per row: it fits, is not its model's winner and its throughput band overlaps the
     winner's."""
-    win = _winner(df)
-    if win is None or not _num(df.loc[win, "throughput_low_samples_per_s"]):
-        return []
-    lo, hi = (df.loc[win, f"throughput_{k}_samples_per_s"] for k in ("low", "high"))
-    fit = df["fits"].astype(bool) & (df["error"].fillna("") == "")
-    near = fit & (df["throughput_high_samples_per_s"] >= lo)
-    near &= df["throughput_low_samples_per_s"] <= hi
-    return [i for i in df.index[near] if i != win]
-
-
-def within_band(df: pd.DataFrame, bands: Bands | None = None) -> pd.DataFrame:
-    """The rows of one model's table within the winner's band, best first (:func:`with_bands`
-    is applied first when ``df`` lacks its columns)."""
-    if "within_winner_band" not in df:
-        df = with_bands(df, bands)
-    near = df[df["within_winner_band"].astype(bool)]
-    order = sorted(range(len(near)), key=lambda i: rank_key(near.iloc[i].to_dict()))
-    return near.iloc[order]
+    win = _winners(recs)
+    out = []
+    for i, rec in enumerate(recs):
+        w = recs[win[rec["model"]]] if rec["model"] in win else None
+        lo, hi = rec["throughput_low_samples_per_s"], rec["throughput_high_samples_per_s"]
+        out.append(
+            w is not None
+            and i != win[rec["model"]]
+            and _ok(rec)
+            and _num(lo)
+            and _num(w["throughput_low_samples_per_s"])
+            and hi >= w["throughput_low_samples_per_s"]
+            and lo <= w["throughput_high_samples_per_s"]
+        )
+    return out
 
 
 def describe(rec: Mapping[str, Any]) -> str:
@@ -124,18 +162,27 @@ def describe(rec: Mapping[str, Any]) -> str:
     )
 
 
-def winner_band(df: pd.DataFrame) -> dict[str, Any]:
-    """For ``winner.yaml``'s ``prediction``: the winner's band and the configurations within
-    it (``df``: one model's rows with :data:`BAND_COLUMNS`; empty without a band)."""
-    win = _winner(df)
-    if win is None or not df.loc[win, "band_source"]:
-        return {}
-    rec = df.loc[win].to_dict()
-    near = within_band(df)
-    out: dict[str, Any] = {k: float(rec[k]) for k in BAND_COLUMNS[:4]}
-    out["band_source"] = str(rec["band_source"])
-    out["within_band"] = {
-        "count": len(near),
-        "best": [describe(r) for r in near.head(NEAR_SHOWN).to_dict("records")],
-    }
+def winner_bands(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per model with a winner that has a band, for ``winner.yaml``'s ``prediction``: the
+    winner's band (:data:`BAND_COLUMNS`) and the configurations within it, best first
+    (``within_band``: their count and the first :data:`NEAR_SHOWN`).
+
+    Args:
+        df: the rows, :func:`with_bands` applied.
+    """
+    recs = _records(df)
+    out: dict[str, dict[str, Any]] = {}
+    for model, i in _winners(recs).items():
+        win = recs[i]
+        if not win["band_source"]:
+            continue
+        near = sorted(
+            (r for r in recs if r["model"] == model and r["within_winner_band"]), key=rank_key
+        )
+        out[model] = {k: float(win[k]) for k in BAND_COLUMNS[:4]}
+        out[model]["band_source"] = str(win["band_source"])
+        out[model]["within_band"] = {
+            "count": len(near),
+            "best": [describe(r) for r in near[:NEAR_SHOWN]],
+        }
     return out

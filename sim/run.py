@@ -40,7 +40,7 @@ from sim.point_config import PointConfig
 from sim.report.memory_summary import write_memory_summary
 from sim.report.plots import plot_throughput
 from sim.report.tables import summary_table
-from sim.row_bands import winner_band
+from sim.row_bands import winner_bands
 from sim.rows import BestRows, ResultRow, pick_winner
 from sim.sweep import expand
 
@@ -141,6 +141,7 @@ def _write_all(
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
         written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
+    bands = winner_bands(df)
     for i, model in enumerate(exp.models):
         console.print(summary_table(df[df["model"] == model.name], top=5))
         winner = pick_winner([r for r in rows if r.model == model.name])
@@ -156,7 +157,7 @@ def _write_all(
         if len(exp.models) > 1:
             dirs.append(out / model.name)
         log = best.log_of(winner) if best is not None else None
-        band = winner_band(df[df["model"] == model.name])
+        band = bands.get(model.name, {})
         written += _write_winner(exp, prep, winner, band, log, path, dirs, plots, pending)
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
@@ -271,7 +272,7 @@ def _write_winner(
     """winner.yaml in each of ``dirs`` and, with ``plots``, the winner's memory plots and
     timelines: drawn once (into the last folder, added to ``pending``) and copied into the
     others. ``log`` is the winner's event log from the sweep; without one (a cached row) the
-    winner is simulated here; ``band`` (:func:`sim.row_bands.winner_band`) goes into its
+    winner is simulated here; ``band`` (:func:`sim.row_bands.winner_bands`) goes into its
     ``prediction``. Returns the files, those still pending included."""
     data = winner_config(exp, str(path), winner, band)
     written = [write_yaml(d / "winner.yaml", data) for d in dirs]
