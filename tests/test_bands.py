@@ -120,3 +120,31 @@ def test_shipped_bands_are_the_validation_residuals():
 
     problems = stale(*regenerate())
     assert not problems, "; ".join(problems) + f": regenerate with `{REGENERATE}`"
+
+
+def test_run_writes_the_band_with_each_prediction(tmp_path):
+    import yaml
+
+    import sim.api
+    from sim.bands import shipped_bands
+
+    exp = {
+        "name": "b",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 32}],
+        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": 4, "microbatch_size": 4},
+    }
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(exp))
+    sim.api.run(tmp_path / "b.yaml", out=tmp_path / "out", plots=False)
+    df = pd.read_csv(tmp_path / "out" / "results.csv")
+    band = shipped_bands().lookup("pipesim", 1, 4)
+    assert list(df.band_source) == [band.label()] * 2
+    lo, hi = band.time_s(1.0)
+    assert df.iteration_time_low_s.tolist() == pytest.approx((df.iteration_time_s * lo).tolist())
+    assert df.iteration_time_high_s.tolist() == pytest.approx((df.iteration_time_s * hi).tolist())
+    pred = yaml.safe_load((tmp_path / "out" / "winner.yaml").read_text())["prediction"]
+    assert pred["band_source"] == band.label()
+    assert pred["throughput_low_samples_per_s"] == pytest.approx(
+        pred["throughput_samples_per_s"] / band.ratio_high
+    )
+    assert pred["within_band"]["count"] == int(df.within_winner_band.sum())

@@ -63,15 +63,21 @@ def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _with_band_cell(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with ``throughput_band``, ``low–high`` samples/s (:mod:`sim.row_bands`), where it
-    has the band columns."""
+    """``df`` with ``throughput_band``, ``low – high`` samples/s (:mod:`sim.row_bands`; spaced,
+    so that a narrow terminal wraps it instead of cutting it), where it has the band columns."""
     if "throughput_low_samples_per_s" not in df:
         return df
     lo, hi = df["throughput_low_samples_per_s"], df["throughput_high_samples_per_s"]
     cells = [
-        f"{a:,.1f}–{b:,.1f}" if a == a and b == b else None for a, b in zip(lo, hi, strict=True)
+        f"{_short(a)} – {_short(b)}" if a == a and b == b else None
+        for a, b in zip(lo, hi, strict=True)
     ]
     return df.assign(throughput_band=cells)
+
+
+def _short(samples_per_s: float) -> str:
+    """Three or four digits: ``1,083``, ``843``, ``40.4``."""
+    return f"{samples_per_s:,.0f}" if samples_per_s >= 100 else f"{samples_per_s:.3g}"
 
 
 OPTIONAL = ("expert_parallel", "context_parallel")
