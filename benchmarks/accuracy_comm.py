@@ -146,10 +146,13 @@ NVLS_OFF = "-nvls-off"
 
 
 @cache
-def _topology(preset: str):
+def _topology(preset: str, tables: bool = False):
+    """``preset`` as the models see it: without its measured ``collectives:`` tables (what
+    this benchmark tests is NCCL's model and the links), or with them (``tables=True``)."""
+    drop: dict = {} if tables else {"collectives": []}
     if preset.endswith(NVLS_OFF):
-        return load_hardware({"base": preset[: -len(NVLS_OFF)], "gpu": {"nvls": False}})
-    return load_hardware(preset)
+        return load_hardware({"base": preset[: -len(NVLS_OFF)], "gpu": {"nvls": False}, **drop})
+    return load_hardware({"base": preset, **drop})
 
 
 def _predict(
@@ -237,15 +240,19 @@ def sweep_rows() -> list[dict]:
     """One row per measured size of ``validation/nccl-tests/allreduce_8gpu.csv``: ``source``,
     ``preset``, ``launch``, ``bytes``, ``measured_us``, ``nccl_us`` (NCCL's model: its chosen
     ``algorithm``/``protocol``), ``nccl_error`` (predicted / measured - 1), ``links_us`` and
-    ``links_error`` (the ring with the links' latencies, the previous model)."""
+    ``links_error`` (the ring with the links' latencies, the previous model), ``preset_us``
+    and ``preset_error`` (the preset as shipped: its measured tables where it has them)."""
     out = []
     for rec in _sweeps():
         topo = _topology(rec["preset"])
-        plan = collective_plan(topo, tuple(f"gpu{i}" for i in range(int(rec["gpus"]))))
+        gpus = tuple(f"gpu{i}" for i in range(int(rec["gpus"])))
+        plan = collective_plan(topo, gpus)
+        shipped = collective_plan(_topology(rec["preset"], tables=True), gpus)
         nbytes, measured = float(rec["bytes"]), float(rec["time_us"])
         choice = plan.choice(nbytes, EventKind.ALLREDUCE)
         assert choice is not None
         links = plan.ring_time_s(nbytes, EventKind.ALLREDUCE) * 1e6
+        preset = shipped.time_s(nbytes, EventKind.ALLREDUCE) * 1e6
         out.append(
             {
                 "source": rec["source"],
@@ -258,6 +265,8 @@ def sweep_rows() -> list[dict]:
                 "nccl_error": choice.time_s * 1e6 / measured - 1.0,
                 "links_us": links,
                 "links_error": links / measured - 1.0,
+                "preset_us": preset,
+                "preset_error": preset / measured - 1.0,
             }
         )
     return out
@@ -273,7 +282,7 @@ def sweep_summary(rows: list[dict] | None = None) -> list[dict]:
             if not sel:
                 continue
             rec: dict = {"source": source, "band": band, "n": len(sel)}
-            for model in ("nccl", "links"):
+            for model in ("nccl", "links", "preset"):
                 errs = [r[f"{model}_error"] for r in sel]
                 rec[f"{model}_signed"] = sum(errs) / len(errs)
                 rec[f"{model}_mape"] = sum(abs(e) for e in errs) / len(errs)
@@ -336,6 +345,7 @@ def main() -> None:
         print(
             f"{r['source']:15s} {r['band']:20s} n={r['n']:2d}  NCCL {r['nccl_signed']:+6.1%} "
             f"(|{r['nccl_mape']:.1%}|)  links {r['links_signed']:+6.1%} (|{r['links_mape']:.1%}|)"
+            f"  preset as shipped {r['preset_signed']:+6.1%} (|{r['preset_mape']:.1%}|)"
         )
 
 

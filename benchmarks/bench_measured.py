@@ -17,6 +17,11 @@ pipesim's terms:
 * ``use_checkpoint: true`` -> ``memory_policy: recompute:full`` (every transformer layer);
 * ``pipeline_scheduling: 1f1b`` -> ``schedule: 1f1b``.
 
+Collectives are timed as the preset times them: the DGX A100 presets carry vTrain's measured
+all-reduce tables for 2-8 GPUs of one server (``validation/vtrain/allreduce_lut.csv``,
+:mod:`sim.hardware.comm_tables`), NCCL's model times the rest; ``--collectives model`` drops the
+tables.
+
 ``--framework pipesim`` runs the rows as the runtime ``sim validate`` replays (torch's 1F1B
 refuses the 48 rows with ``m < p``).
 
@@ -59,7 +64,6 @@ from sim.point_row import point_row  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
-VTRAIN_LUT = ROOT / "validation" / "vtrain" / "allreduce_lut.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
 FRAMEWORK = "megatron-deepspeed"
@@ -79,24 +83,10 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     return df
 
 
-def vtrain_hardware(preset: str, path: Path = VTRAIN_LUT) -> dict:
-    """``preset`` with the all-reduce times vTrain measured on its A100 node over 2, 4 and 8
-    GPUs (``validation/vtrain/allreduce_lut.csv``) as the hardware's ``collectives:`` tables,
-    so that the engine takes its all-reduces of those sizes from them
-    (:mod:`sim.hardware.comm_tables`). Assumption: the tables were measured on the node of the
-    ground-truth runs (vTrain ships them as its A100 lookup table)."""
-    lut = pd.read_csv(path)
-    tables = [
-        {
-            "kind": "allreduce",
-            "ranks": int(n),
-            "sizes": [float(b) for b in grp.bytes],
-            "times": [f"{t} us" for t in grp.time_us],
-            "source": f"vTrain trace/a100/AR_GPU{n}_1M_1024M_LUT (out-of-place, nccl-tests)",
-        }
-        for n, grp in lut.groupby("gpus")
-    ]
-    return {"base": preset, "name": f"{preset}+vtrain-allreduce", "collectives": tables}
+def model_hardware(preset: str) -> dict:
+    """``preset`` without its measured ``collectives:`` tables, so that NCCL's cost model times
+    every collective (``--collectives model``)."""
+    return {"base": preset, "name": f"{preset}-nccl-model", "collectives": []}
 
 
 def predict(
@@ -104,14 +94,15 @@ def predict(
     hardware: str,
     framework: str = FRAMEWORK,
     policy: str = POLICY,
-    collectives: str = "vtrain",
+    collectives: str = "preset",
 ) -> pd.DataFrame:
     """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row),
-    each row run as ``framework`` runs it (:mod:`sim.framework`); ``collectives="vtrain"``
-    takes the all-reduces from vTrain's measured table (:func:`vtrain_hardware`), ``"model"``
-    from NCCL's cost model."""
+    each row run as ``framework`` runs it (:mod:`sim.framework`); ``collectives="preset"``
+    times collectives as the preset does (the DGX A100 presets carry vTrain's measured
+    all-reduce tables for 2-8 GPUs of one server), ``"model"`` by NCCL's cost model alone
+    (:func:`model_hardware`)."""
     gpu = preset_gpu(hardware)
-    hw: str | dict = vtrain_hardware(hardware) if collectives == "vtrain" else hardware
+    hw: str | dict = model_hardware(hardware) if collectives == "model" else hardware
     topo = load_hardware(hw)
     traces = {}
     out = []
@@ -280,9 +271,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--collectives",
-        choices=("vtrain", "model"),
-        default="vtrain",
-        help="all-reduce times: vTrain's measured table for 2/4/8 GPUs (default) or NCCL's model",
+        choices=("preset", "model"),
+        default="preset",
+        help="collective times: the preset's (measured all-reduce tables where it has them, "
+        "NCCL's model elsewhere; default) or NCCL's model alone",
     )
     args = ap.parse_args()
     t0 = time.perf_counter()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.compute.adapt import adapt_trace
+from sim.compute.megatron_ops import stage_tensors
 from sim.config import ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
@@ -40,8 +41,8 @@ from sim.tensor.decoder_shard import DecoderShard
 from sim.tensor.megatron import aggregate
 from sim.tensor.ops import aggregate as aggregate_groups
 from sim.tensor.rank import rank_trace
-from sim.tensor.shard import ShardedTrace
-from sim.trace.schema import Trace
+from sim.tensor.shard import ShardedTrace, model_shape
+from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
 
 @dataclass
@@ -289,13 +290,18 @@ def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stag
     expert- and context-parallel exchanges and expert share of its gradients."""
     layers = sharded.trace.layers
     edges = list(boundaries) + [len(layers)]
+    shape = model_shape(sharded.trace)
+    d = dtype_bytes(sharded.trace.dtype)
+    norm_bytes = 2 * int(shape["hidden"]) * d if shape else float("inf")
     out = []
     for s in range(len(boundaries)):
         lo, hi = edges[s], edges[s + 1]
         cost = StageCost.from_layers(layers[lo:hi], layers[lo - 1].out_bytes if s > 0 else 0.0)
         comm = sharded.comm[lo:hi]
+        kinds = [(layer_kind(x.name), x.param_bytes) for x in layers[lo:hi]]
         cost = replace(
             cost,
+            param_tensors=stage_tensors(kinds, norm_bytes),
             tp_fwd=aggregate([op for c in comm for op in c.fwd]),
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
         )

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from sim.compute.adapt import adapt_trace, device_spec, rescale_time
-from sim.compute.attention import attention_fwd
+from sim.compute.attention import attention_bwd, attention_fwd
 from sim.compute.device import ComputeSpec
 from sim.compute.kernels import gemm, gemm_efficiency, gemm_time_s, kernel_time_s, mem, wave_factor
 from sim.compute.layers import cross_entropy_kernels
@@ -409,3 +409,20 @@ def test_megatron_cross_entropy_moves_38n_forward_and_14n_backward_bytes():
     fwd, bwd = cross_entropy_kernels(t, v, 4)
     assert (sum(k.bytes for k in fwd), sum(k.bytes for k in bwd)) == (32 * n, 8 * n)
     assert all(k.kind == "mem" for k in fwd + bwd)
+
+
+def test_megatron_causal_softmax_reads_the_lower_triangle_only():
+    """Megatron's scaled_upper_triang_masked_softmax: forward reads half the N = b a s^2 scores
+    and writes all (1.5 N d bytes), backward reads gradient and output of the triangle and
+    writes all (2 N d); without the causal mask, or with fewer queries than keys, 2 N d and
+    3 N d (sim.compute.attention)."""
+    b, s, h, a, d = 2, 64, 128, 4, 2
+    n = b * a * s * s
+    fwd = {k.name: k.bytes for k in attention_fwd("math", b, s, h, a, d, causal=True, dropout=True)}
+    bwd = {k.name: k.bytes for k in attention_bwd("math", b, s, h, a, d, causal=True, dropout=True)}
+    assert (fwd["softmax"], bwd["softmax_bwd"]) == (1.5 * n * d, 2 * n * d)
+    assert fwd["attn_dropout"] == bwd["attn_dropout_bwd"] == (2 * d + 1) * n
+    full = attention_fwd("math", b, s, h, a, d, causal=False, dropout=False)
+    assert {k.name: k.bytes for k in full}["softmax"] == 2 * n * d
+    ring = attention_bwd("math", b, s // 2, h, a, d, causal=True, dropout=False, kv=s)
+    assert {k.name: k.bytes for k in ring}["softmax_bwd"] == 3 * (n / 2) * d

@@ -122,6 +122,28 @@ def test_step_sync_keeps_the_host_within_an_iteration():
     assert free.iteration_ends_s == [6.0625, 12.0625]
 
 
+def test_serial_overflow_check_blocks_the_host_tensor_after_tensor():
+    # DeepSpeed's FP16_Optimizer.step: float(g.float().sum()) per gradient, one by one.
+    # The one-stage case above ends its backward at 8.125 (host at 5); the step's optimizer
+    # kernel takes 0.5 s. Two ops per tensor, h = 0.125 s without autograd, read 0.0625 s:
+    # a vector costs (2 + 1) x 0.125 + 0.0625 = 0.4375, a matrix (its device time hides the
+    # issue of the second op) 0.125 + 0.0625 = 0.1875. Two vectors and one matrix: 1.0625 s
+    # after the host has waited for the backward: [8.125, 9.1875], then the kernel to 9.6875.
+    host = HostOverhead(op_s=0.25, backward_op_s=0.0625, nograd_op_s=0.125, read_s=0.0625)
+    inp = _one_stage(host, optimizer_s=0.5)
+    inp = replace(
+        inp,
+        costs=(replace(inp.costs[0], param_tensors=(2, 1)),),
+        runtime=replace(inp.runtime, overflow_check_ops=2),
+    )
+    log = simulate(inp)
+    assert ("host_wait", "gpu0", "host overflow check 0STEP0", 8.125, 9.1875) in _spans(log)
+    assert ("optimizer", "gpu0", "0STEP0", 9.1875, 9.6875) in _spans(log)
+    assert log.iteration_ends_s == [9.6875]
+    assert simulate(replace(inp, runtime=replace(inp.runtime, overflow_check_ops=0))) \
+        .iteration_ends_s == [8.625]  # fmt: skip
+
+
 def test_unknown_sync_point_is_refused():
     with pytest.raises(ValueError, match="host sync points"):
         replace(uniform_input("gpipe", 1, 1), host_syncs=frozenset({"never"}))

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from benchmarks.bench_measured import vtrain_hardware
+from benchmarks.bench_measured import model_hardware
 from benchmarks.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
 from sim.engine.hierarchical import collective_plan
 from sim.hardware.loader import load_hardware
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_eq3_by_hand():
@@ -34,11 +38,23 @@ def test_table1_is_self_consistent():
 
 
 def test_vtrain_all_reduce_table_drives_the_engine():
-    # vTrain's measured A100 all-reduce (trace/a100/AR_GPU2_1M_1024M_LUT): 4 MiB over 2 GPUs
-    # in 61.18 us, 8 MiB in 86.9 us; between them linear in bytes (sim.hardware.comm_tables)
-    topo = load_hardware(vtrain_hardware("dgx-a100-40gb"))
+    # vTrain's measured A100 all-reduce (trace/a100/AR_GPU2_1M_1024M_LUT), shipped in the DGX
+    # A100 presets: 4 MiB over 2 GPUs in 61.18 us, 8 MiB in 86.9 us; between them linear in
+    # bytes (sim.hardware.comm_tables); --collectives model drops the tables
+    topo = load_hardware("dgx-a100-40gb")
     plan = collective_plan(topo, ("gpu0", "gpu1"))
     assert plan.time_s(4 * 2**20, "allreduce") == pytest.approx(61.18e-6)
     assert plan.time_s(6 * 2**20, "allreduce") == pytest.approx(72.72e-6)
     assert plan.time_s(7 * 2**20, "allreduce") == pytest.approx((72.72e-6 + 86.9e-6) / 2)
-    assert {t.ranks for t in topo.collectives} == {2, 4, 8}
+    assert {t.ranks for t in topo.collectives} == set(range(2, 9))
+    assert load_hardware(model_hardware("dgx-a100-40gb")).collectives == ()
+
+
+def test_preset_tables_are_the_published_lut():
+    # the preset's tables hold exactly validation/vtrain/allreduce_lut.csv (provenance)
+    lut = pd.read_csv(ROOT / "validation" / "vtrain" / "allreduce_lut.csv")
+    topo = load_hardware("dgx-a100-80gb")
+    for n, grp in lut.groupby("gpus"):
+        (table,) = [t for t in topo.collectives if t.ranks == n]
+        assert table.sizes_bytes == tuple(float(b) for b in grp.bytes)
+        assert table.times_s == pytest.approx(tuple(grp.time_us * 1e-6))

@@ -14,7 +14,7 @@ from sim.engine.hierarchical import collective_plan
 from sim.engine.microbench import allreduce_time_s, sendrecv_time_s
 from sim.errors import InputError
 from sim.events import EventKind
-from sim.hardware.comm_tables import CollectiveTable
+from sim.hardware.comm_tables import CollectiveTable, find_table
 from sim.hardware.loader import load_hardware
 
 AR, AG = EventKind.ALLREDUCE, EventKind.ALL_GATHER
@@ -154,8 +154,9 @@ def test_choice_by_size_on_8_a100():
 
 def test_the_engine_times_a_preset_collective_by_nccls_choice():
     """dgx-a100-40gb, 8 GPUs: the plan's bus bandwidth is the ring's 240 GB/s, and the
-    collective's time is NCCL's choice (ring LL128 at 4 MiB: 40.6 us + 4 MiB / 126.2 GB/s)."""
-    topo = load_hardware("dgx-a100-40gb")
+    collective's time is NCCL's choice (ring LL128 at 4 MiB: 40.6 us + 4 MiB / 126.2 GB/s);
+    the preset's measured tables dropped (they take precedence)."""
+    topo = load_hardware({"base": "dgx-a100-40gb", "collectives": []})
     gpus = tuple(f"gpu{i}" for i in range(8))
     comm = collective_plan(topo, gpus).communicator(AR)
     assert comm is not None and comm.bus_Bps == pytest.approx(240 * GB)
@@ -196,6 +197,39 @@ def test_measured_table_interpolates_and_takes_precedence():
     assert allreduce_time_s(topo, ("gpu0", "gpu1", "gpu2"), 0.5e6) != pytest.approx(
         table.time_s(0.5e6)
     )
+
+
+def test_a_table_holds_inside_one_server_only():
+    """The DGX A100 tables (measured inside one server) time an 8-GPU communicator of one
+    server of a cluster, never a 2-GPU one across two servers (NCCL's model does)."""
+    topo = load_hardware("2x-dgx-a100-80gb")
+    inside = collective_plan(topo, tuple(f"gpu{i}" for i in range(8)))
+    assert inside.time_s(4 * 2**20, AR) == pytest.approx(95.8e-6)  # AR_GPU8 at 4 MiB
+    across = collective_plan(topo, ("gpu0", "gpu8"))
+    assert across.servers == 2 and across.choice(4 * 2**20, AR) is not None
+    assert across.time_s(4 * 2**20, AR) == pytest.approx(across.choice(4 * 2**20, AR).time_s)
+
+
+def test_reduce_scatter_and_all_gather_are_half_the_measured_all_reduce():
+    """Ring all-reduce = reduce-scatter + all-gather of the same buffer: without their own
+    tables they take half the measured all-reduce (sim.hardware.comm_tables)."""
+    ar = CollectiveTable(AR, 4, (1e6, 2e6), (100e-6, 160e-6), "m")
+    own = CollectiveTable("all_gather", 4, (1e6,), (70e-6,))
+    rs = find_table((ar,), "reduce_scatter", 4)
+    assert rs is not None and rs.time_s(1.5e6) == pytest.approx(65e-6)
+    assert find_table((ar, own), "all_gather", 4) is own
+    assert find_table((ar,), "all_gather", 4, servers=2) is None
+
+
+def test_below_a_table_the_model_capped_by_its_first_point():
+    """No measurement below a table's smallest size: NCCL's model there, never more than the
+    smallest measured time (dgx-a100-40gb, 8 GPUs, AR_GPU8 from 1 MiB: 92.79 us)."""
+    topo = load_hardware("dgx-a100-40gb")
+    bare = load_hardware({"base": "dgx-a100-40gb", "collectives": []})
+    gpus = tuple(f"gpu{i}" for i in range(8))
+    for nbytes in (4096, 256 * 1024):
+        model = collective_plan(bare, gpus).time_s(nbytes, AR)
+        assert collective_plan(topo, gpus).time_s(nbytes, AR) == pytest.approx(min(model, 92.79e-6))
 
 
 def test_a_bad_table_is_one_clear_error():

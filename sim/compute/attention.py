@@ -16,6 +16,15 @@ Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden, ``a`` heads, `
   a dropout kernel (read, write and a 1-byte mask: ``(2d + 1)*b*a*s^2``). Backward: four
   batched GEMMs (dV, dP, dQ, dK), softmax backward (reads P and dP, writes dS:
   ``3*b*a*s^2*d``) and dropout backward (``(2d + 1)*b*a*s^2``).
+
+  Causal (``s`` queries against as many keys): Megatron's fused kernel for the causal mask,
+  ``scaled_upper_triang_masked_softmax`` (Megatron-LM and Megatron-DeepSpeed
+  ``megatron/fused_kernels/scaled_upper_triang_masked_softmax.h``), reads only the unmasked
+  lower triangle and writes every element: row ``i`` loads ``i + 1`` scores
+  (``element_index < local_seq``) and stores its values and zeros for the rest
+  (``copy_zero_vector``), so the forward moves ``(1/2 + 1)*b*a*s^2*d``; its backward loads the
+  gradient and the output of the triangle only and writes the whole row: ``(1 + 1)*b*a*s^2*d``.
+  The dropout kernels still cover every element.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ from __future__ import annotations
 from sim.compute.kernels import Kernel, gemm, mem
 
 IMPLEMENTATIONS = ("flash", "math")
+TRIANGLE = 0.5
+"""Fraction of an ``s x s`` causal score matrix that Megatron's fused causal softmax reads
+(its lower triangle, ``s(s+1)/2`` of ``s^2`` elements, taken as one half; module doc)."""
 
 
 def _check(impl: str) -> None:
@@ -57,7 +69,8 @@ def attention_fwd(
         flops = 4.0 * b * s * kv * h * (0.5 if causal else 1.0)
         return [Kernel("flash_attn_fwd", "attn", flops, 4.0 * b * s * h * d + 4.0 * b * a * s)]
     scores = float(b * a * s * kv)
-    out = [gemm("scores", s, kv, hd, d, batch=b * a), mem("softmax", 2 * scores * d)]
+    read = TRIANGLE if causal and kv == s else 1.0
+    out = [gemm("scores", s, kv, hd, d, batch=b * a), mem("softmax", (read + 1) * scores * d)]
     if dropout:
         out.append(mem("attn_dropout", (2 * d + 1) * scores))
     out.append(gemm("attn_v", s, hd, kv, d, batch=b * a))
@@ -91,8 +104,9 @@ def attention_bwd(
     out = [gemm("d_v", kv, hd, s, d, batch=b * a), gemm("d_probs", s, kv, hd, d, batch=b * a)]
     if dropout:
         out.append(mem("attn_dropout_bwd", (2 * d + 1) * scores))
+    read = TRIANGLE if causal and kv == s else 1.0
     out += [
-        mem("softmax_bwd", 3 * scores * d),
+        mem("softmax_bwd", (2 * read + 1) * scores * d),
         gemm("d_q", s, hd, kv, d, batch=b * a),
         gemm("d_k", kv, hd, s, d, batch=b * a),
     ]

@@ -107,6 +107,9 @@ class HostOverhead:
         checkpoint_s: per checkpointed region and micro-batch: the activation-checkpoint
             wrapper's own work (saving and restoring RNG states, detaching inputs, re-entering
             autograd), besides the ops it re-runs.
+        read_s: per blocking read of a device scalar (``float(t)``, ``.item()``) besides its
+            op: the device-to-host copy of a few bytes and the wait for it, after the device
+            has finished what was issued before (:meth:`serial_reads_s`).
         mode: one of :data:`MODES`.
         cpu: the host CPU these numbers belong to (e.g. ``AMD EPYC 7742``).
         source: where the numbers come from (measurement or citation, with assumptions).
@@ -127,9 +130,10 @@ class HostOverhead:
     mode: str = "eager"
     cpu: str = ""
     source: str = ""
+    read_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("op_s", "backward_op_s", "checkpoint_s", "nograd_op_s"):
+        for name in ("op_s", "backward_op_s", "checkpoint_s", "nograd_op_s", "read_s"):
             v = getattr(self, name)
             if v is None and name == "nograd_op_s":
                 continue
@@ -163,6 +167,28 @@ class HostOverhead:
     def backward_s(self, ops: float) -> float:
         """Host seconds of a backward that dispatches ``ops`` ops."""
         return ops * self.backward_op_s if self.eager else 0.0
+
+    def serial_reads_s(self, small: int, large: int, ops: int) -> float:
+        """Host-bound seconds of a loop that, tensor after tensor, issues ``ops`` ops without
+        autograd recording and then reads one value back (``float(x.float().sum())``:
+        DeepSpeed's serial overflow check), beyond the device time of those ops.
+
+        Per tensor the host issues the ops (``ops * h``, ``h = nograd_op_s``), then the read
+        (its op ``h`` and ``read_s``), which waits for the device to finish them: for a small
+        tensor the device is done before the host is, ``(ops + 1) * h + read_s``; for a large
+        one (``large``: a weight matrix) the device's time hides the issue of all but the
+        first op, ``h + read_s`` beyond it (``max(ops * h, d) >= d`` taken as ``d``).
+        Zero when the host is not modelled (``mode`` other than eager).
+
+        Example:
+            >>> h = HostOverhead(op_s=9.8e-6, nograd_op_s=8e-6, read_s=10e-6)
+            >>> round(h.serial_reads_s(small=8, large=4, ops=2) * 1e6)  # 8*34 + 4*18
+            344
+        """
+        if not self.eager:
+            return 0.0
+        h = self.op_s if self.nograd_op_s is None else self.nograd_op_s
+        return small * ((ops + 1) * h + self.read_s) + large * (h + self.read_s)
 
     def recompute_s(self, ops: float, regions: int) -> float:
         """Host seconds of re-running ``ops`` forward ops in ``regions`` checkpointed regions."""

@@ -80,6 +80,43 @@ log, the loss) and the loss mask's mean; BERT adds the LM-head transform (dense,
 norm), the pooler and the binary head."""
 
 
+PARAM_TENSORS = {"block": (8, 4), "embedding": (0, 2), "head": (2, 0)}
+"""``(vectors, matrices)``: parameter tensors per layer of Megatron's GPT, each a separate
+``p.grad`` to an optimizer that walks them one by one. A ``ParallelTransformerLayer`` holds the
+weight and bias of ``input_layernorm``, ``query_key_value``, ``dense``,
+``post_attention_layernorm``, ``dense_h_to_4h`` and ``dense_4h_to_h``: four weight matrices and
+eight vectors (megatron/model/transformer.py); the ``Embedding`` the word and position
+embeddings (megatron/model/language_model.py); the head ``final_layernorm``'s weight and bias,
+plus the word embedding's copy where a last stage holds one (:func:`param_tensors`). Other
+models are counted as GPT (an assumption)."""
+
+
+def param_tensors(kind: str, holds_output_weight: bool = False) -> tuple[int, int]:
+    """``(vectors, matrices)`` of a ``block``, ``embedding`` or ``head`` layer
+    (:data:`PARAM_TENSORS`); a head that ``holds_output_weight`` (the tied word embedding's
+    copy on a last stage) has one more matrix.
+
+    Example:
+        >>> param_tensors("block"), param_tensors("head", holds_output_weight=True)
+        ((8, 4), (2, 1))
+    """
+    vectors, matrices = PARAM_TENSORS.get(kind, PARAM_TENSORS["block"])
+    return vectors, matrices + (1 if kind == "head" and holds_output_weight else 0)
+
+
+def stage_tensors(layers: list[tuple[str, float]], norm_bytes: float) -> tuple[int, int]:
+    """``(vectors, matrices)`` of a stage whose layers are ``(kind, param_bytes)``
+    (:func:`param_tensors`); a head holds the output weight when its parameters exceed
+    ``norm_bytes`` (the final norm's weight and bias, ``2 h`` elements).
+
+    Example:
+        >>> stage_tensors([("block", 1e6), ("block", 1e6), ("head", 4e6)], norm_bytes=8192)
+        (18, 9)
+    """
+    out = [param_tensors(kind, kind == "head" and nbytes > norm_bytes) for kind, nbytes in layers]
+    return sum(v for v, _ in out), sum(m for _, m in out)
+
+
 def block_ops() -> tuple[int, int]:
     """``(forward, backward)`` ops of one transformer block on one tensor rank, before the
     tensor-parallel collectives (:func:`sim.tensor.shard.shard_trace` adds one op per

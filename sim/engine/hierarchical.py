@@ -23,8 +23,8 @@ every link of every phase for its whole duration, as a ring does.
 
 That is the rings' time with the links' latency per step (:meth:`CollectivePlan.ring_time_s`).
 What a collective takes (:meth:`CollectivePlan.time_s`) is, in order: the hardware's measured
-table for a communicator of this size (:mod:`sim.hardware.comm_tables`, ``sim calibrate``);
-else, when every member is a GPU that runs NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`:
+table for a communicator of this size and server span (:mod:`sim.hardware.comm_tables`,
+``sim calibrate``, the DGX A100 presets), within its measured sizes; else, when every member is a GPU that runs NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`:
 its latency and bandwidth per algorithm and protocol, the least-time choice), fed with the
 rings' bus bandwidth (the bandwidth term above as nccl-tests' busbw), the servers spanned and
 the intra-server path (NVLink or PCI); else the rings' time.
@@ -141,7 +141,7 @@ class CollectivePlan:
         servers: servers they span.
         nccl_info: what NCCL's tuning sees besides the bandwidth (``(compute capability, intra,
             nvls)``), or None when the members do not run NCCL (:meth:`time_s`).
-        tables: measured collective times of this communicator's size
+        tables: measured collective times of this communicator's size and server span
             (:mod:`sim.hardware.comm_tables`).
     """
 
@@ -194,16 +194,22 @@ class CollectivePlan:
     def choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
         """The algorithm and protocol NCCL runs for ``nbytes`` (:func:`sim.engine.nccl.choose`),
         or None without NCCL or with a measured table."""
-        comm = self.communicator(kind)
-        if comm is None or find_table(self.tables, kind, self.ranks) is not None:
+        if find_table(self.tables, kind, self.ranks, self.servers) is not None:
             return None
-        return nccl.choose(comm, kind, nbytes)
+        return self._model_choice(nbytes, kind)
+
+    def _model_choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
+        comm = self.communicator(kind)
+        return None if comm is None else nccl.choose(comm, kind, nbytes)
 
     def time_s(self, nbytes: float, kind: str) -> float:
         """Uncontended seconds of a ``kind`` collective of ``nbytes``: the measured table of
-        this size when the hardware has one; else NCCL's model (:mod:`sim.engine.nccl`) when
-        the members run NCCL, with the rings' bus bandwidth; else the ring algorithm with the
-        links' latencies (:meth:`ring_time_s`). 0 for one member."""
+        this size and server span when the hardware has one and ``nbytes`` is within its
+        range; else NCCL's model (:mod:`sim.engine.nccl`) when the members run NCCL, with the
+        rings' bus bandwidth; else the ring algorithm with the links' latencies
+        (:meth:`ring_time_s`); below a table's smallest size the model, never above the
+        table's smallest time (no measurement there; the table's floor is an upper bound).
+        0 for one member."""
         key = (nbytes, kind)
         cached = self._times.get(key)
         if cached is None:
@@ -213,11 +219,12 @@ class CollectivePlan:
     def _time_s(self, nbytes: float, kind: str) -> float:
         if self.ranks < 2:
             return 0.0
-        table = find_table(self.tables, kind, self.ranks)
-        if table is not None:
+        table = find_table(self.tables, kind, self.ranks, self.servers)
+        if table is not None and nbytes >= table.sizes_bytes[0]:
             return table.time_s(nbytes)
-        choice = self.choice(nbytes, kind)
-        return self.ring_time_s(nbytes, kind) if choice is None else choice.time_s
+        choice = self._model_choice(nbytes, kind)
+        model = self.ring_time_s(nbytes, kind) if choice is None else choice.time_s
+        return model if table is None else min(model, table.time_s(nbytes))
 
 
 def nccl_view(topology: Topology, gpus: tuple[str, ...], routes: Routes) -> tuple | None:
@@ -241,8 +248,8 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
     for g in gpus:
         by_server.setdefault(topology.server_of(int(g[3:])), []).append(g)
     sizes = {len(v) for v in by_server.values()}
-    tables = tuple(t for t in topology.collectives if t.ranks == len(gpus))
     n, servers = len(gpus), len(by_server)
+    tables = tuple(t for t in topology.collectives if (t.ranks, t.servers) == (n, servers))
     if servers < 2 or len(sizes) != 1 or sizes == {1}:
         flat = ring_set(topology, gpus)
         every = [route for ring in flat for route in ring.routes]

@@ -64,6 +64,9 @@ class StageCost:
             model summarises a forward layer by layer (:meth:`forward_parts`); empty: one
             summary of the whole stage.
         bwd_layers: the same for each layer's backward, in forward order.
+        param_tensors: ``(vectors, matrices)``: parameter tensors of the stage as one tensor
+            rank holds them (biases and norm weights; weight matrices and embeddings), for a
+            step that checks them one by one (:attr:`PipelineRuntime.overflow_check_ops`).
     """
 
     fwd_s: float
@@ -82,6 +85,7 @@ class StageCost:
     bwd_ops: float = 0.0
     fwd_layers: tuple[tuple[float, float], ...] = ()
     bwd_layers: tuple[tuple[float, float], ...] = ()
+    param_tensors: tuple[int, int] = (0, 0)
 
     def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
         """``(seconds, ops, ops without autograd)`` of each layer's forward, in issue order;
@@ -176,6 +180,10 @@ class PipelineRuntime:
             ``"after_update"``: after it (a loss broadcast over the pipeline); ``"none"``.
         step_transient: GPU bytes the optimizer step allocates per gradient byte while it
             runs (fp32 gradient copies of a mixed-precision optimizer), freed after it.
+        overflow_check_ops: host ops the step issues per parameter tensor before reading one
+            value of it back to the host (a blocking device-to-host copy), tensor after tensor
+            (DeepSpeed's serial overflow check,
+            :meth:`sim.compute.host.HostOverhead.serial_reads_s`); 0: no such reads.
     """
 
     blocking_p2p: bool = False
@@ -185,14 +193,15 @@ class PipelineRuntime:
     tied_after_dp: bool = False
     step_barrier: str = "none"
     step_transient: float = 0.0
+    overflow_check_ops: int = 0
 
     def __post_init__(self) -> None:
         if self.step_barrier not in STEP_BARRIERS:
             raise ValueError(
                 f"step_barrier must be one of {STEP_BARRIERS}, not {self.step_barrier!r}"
             )
-        if min(self.tied_grad_bytes, self.step_transient) < 0:
-            raise ValueError("tied_grad_bytes and step_transient must be >= 0")
+        if min(self.tied_grad_bytes, self.step_transient, self.overflow_check_ops) < 0:
+            raise ValueError("tied_grad_bytes, step_transient and overflow_check_ops must be >= 0")
 
     @property
     def syncs(self) -> bool:

@@ -36,7 +36,7 @@ from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
-from sim.events import EventKind, MemCategory
+from sim.events import Event, EventKind, MemCategory, Stream
 from sim.ledger import Ledger
 from sim.schedules.action import STEP, Action
 
@@ -109,6 +109,8 @@ class RankStep:
             yield from self.traffic.copy(t, tags)
         held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
         self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
+        if plan.optimizer_s > 0 and plan.host_optimizer_s <= 0 and not plan.dp_sharded:
+            yield from self._overflow_check(rep, k, tags)
         yield from self.compute.run(
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
         )
@@ -117,6 +119,37 @@ class RankStep:
             yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
+
+    def _overflow_check(self, rep: StageReplica, k: int, tags: dict):
+        """Process: a serial overflow check (``runtime.overflow_check_ops`` ops and a blocking
+        read per parameter tensor of ``rep``'s chunk): the host first waits for everything
+        issued, then the device idles while the host walks the tensors
+        (:meth:`~sim.compute.host.HostOverhead.serial_reads_s`; the check's memory traffic is
+        in the optimizer kernel's time). Logged as ``host_wait``; the host is synced after.
+        DeepSpeed runs it in ``FP16_Optimizer`` only: not with ZeRO (sharded or offloaded
+        steps, whose optimizers check one flat partition)."""
+        ops = self.inp.runtime.overflow_check_ops
+        vectors, matrices = rep.cost.param_tensors
+        if ops <= 0 or vectors + matrices <= 0:
+            return
+        check_s = self.hosts.overhead_of(rep.gpu).serial_reads_s(vectors, matrices, ops)
+        if check_s <= 0:
+            return
+        self.hosts.wait(rep.gpu)
+        start = self.env.now
+        yield self.env.timeout(max(0.0, self.hosts.clock(rep.gpu).t - start) + check_s)
+        self.compute.events.append(
+            Event(
+                EventKind.HOST_WAIT,
+                rep.gpu,
+                Stream.COMPUTE,
+                f"host overflow check {rep.stage}STEP{k}",
+                start,
+                self.env.now,
+                **tags,
+            )
+        )
+        self.hosts.wait(rep.gpu)
 
 
 def step_group(order: tuple[Action, ...], i: int) -> tuple[Action, ...]:

@@ -80,6 +80,8 @@ class Framework:
             ``w > 1``; sequential with the exposed reduction, so charged at the step.
         step_transient: GPU bytes its mixed-precision step allocates per gradient byte
             while it runs (fp32 gradient copies), for 16-bit weights.
+        overflow_check_ops: ops its 16-bit step issues per parameter tensor before reading
+            one value of it back, tensor after tensor (a serial overflow check); 0: none.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
     """
 
@@ -99,6 +101,7 @@ class Framework:
     step_extra_bytes: ClassVar[Setting] = Setting(0.0, PIPESIM)
     reduce_extra_bytes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
+    overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -115,6 +118,7 @@ class Framework:
         "step_extra_bytes",
         "reduce_extra_bytes",
         "step_transient",
+        "overflow_check_ops",
     )
 
     def settings(self) -> dict[str, Setting]:
@@ -175,7 +179,7 @@ class Framework:
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
         is the server it runs on."""
-        tied = self.tied_embedding.value
+        tied, sixteen = self.tied_embedding.value, dtype_bytes(trace.dtype) < 4
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
@@ -183,7 +187,8 @@ class Framework:
             tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
             tied_after_dp=self.tied_after_dp.value,
             step_barrier=self.step_barrier.value,
-            step_transient=self.step_transient.value if dtype_bytes(trace.dtype) < 4 else 0.0,
+            step_transient=self.step_transient.value if sixteen else 0.0,
+            overflow_check_ops=self.overflow_check_ops.value if sixteen else 0,
         )
 
     def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:

@@ -71,6 +71,13 @@ STEP_TRANSIENT = Setting(
     "the flat fp32 buffer at once (4 + 4 B per 2-byte gradient); the flat one lives until "
     "after optimizer.step()",
 )
+OVERFLOW_CHECK_OPS = Setting(
+    2,
+    "deepspeed/runtime/fp16/fused_optimizer.py::FP16_Optimizer.step -> overflow_checker."
+    "has_overflow(fp16_params) -> runtime/utils.py::CheckOverflow.has_overflow_serial: for each "
+    "parameter's gradient, _has_inf_or_nan: cpu_sum = float(x.float().sum()), two ops and a "
+    "blocking read per tensor, tensor after tensor",
+)
 NO_ZERO = Setting(
     False,
     "deepspeed/runtime/zero/config.py: zero_optimization.stage defaults to 0 (set stage 1 in "
@@ -106,3 +113,4 @@ class DeepSpeed(Framework):
     step_extra_bytes = STEP_EXTRA_BYTES
     reduce_extra_bytes = REDUCE_EXTRA_BYTES
     step_transient = STEP_TRANSIENT
+    overflow_check_ops = OVERFLOW_CHECK_OPS

@@ -22,6 +22,7 @@ from sim.framework.deepspeed import (
     DP_AFTER_BACKWARD,
     FEWER_MICROBATCHES,
     NO_ZERO,
+    OVERFLOW_CHECK_OPS,
     PIPE,
     REDUCE_EXTRA_BYTES,
     STEP_BARRIER,
@@ -68,3 +69,4 @@ class MegatronDeepSpeed(Framework):
     step_extra_bytes = STEP_EXTRA_BYTES
     reduce_extra_bytes = REDUCE_EXTRA_BYTES
     step_transient = STEP_TRANSIENT
+    overflow_check_ops = OVERFLOW_CHECK_OPS

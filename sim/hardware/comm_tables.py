@@ -11,6 +11,18 @@ Between two measured sizes the time is linear in bytes (each segment is its own 
 bytes over bandwidth); below the smallest size it is the smallest size's time (a latency
 floor); above the largest, the last segment's slope continues. Sizes follow nccl-tests' ``B``:
 the all-reduce buffer, the all-gather output, the reduce-scatter input.
+
+A table holds for communicators of its ``ranks`` spread over its ``servers`` (1: inside one
+server, which is what ``sim calibrate`` and the presets' tables measured), never for the same
+number of ranks across servers, whose collectives cross the network.
+
+Where only the all-reduce was measured, a reduce-scatter or all-gather of the same ``B`` takes
+half the all-reduce's time (:func:`find_table`): NCCL's ring all-reduce *is* a reduce-scatter
+followed by an all-gather of the same buffer (NCCL ``src/device/all_reduce.h``, ``runRing``:
+a send, ``n-2`` reduce-and-copy steps and a reduce, then ``n-2`` copy steps), and nccl-tests' ``doc/PERFORMANCE.md`` gives
+them the same bus bandwidth at factors ``2(n-1)/n`` against ``(n-1)/n`` of the algorithm
+bandwidth. Korthikanti et al. (arXiv:2205.05198, §6.2) measured a reduce-scatter plus an
+all-gather as slightly slower than one all-reduce, so the halves are a lower bound.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ class CollectiveTable:
         sizes_bytes: increasing message sizes (nccl-tests' ``B``), at least one.
         times_s: the median seconds measured at each size.
         source: where and how it was measured.
+        servers: servers the measured communicator spanned (1: one server).
 
     Raises:
         ValueError: sizes not increasing, lengths differ, or a negative time.
@@ -38,6 +51,7 @@ class CollectiveTable:
     sizes_bytes: tuple[float, ...]
     times_s: tuple[float, ...]
     source: str = ""
+    servers: int = 1
 
     def __post_init__(self) -> None:
         if not self.sizes_bytes or len(self.sizes_bytes) != len(self.times_s):
@@ -58,8 +72,30 @@ class CollectiveTable:
         return max(0.0, ys[k - 1] + slope * (nbytes - xs[k - 1]))
 
 
+HALF_OF_ALLREDUCE = ("reduce_scatter", "all_gather")
+"""Kinds derived from a measured all-reduce where not measured themselves (module doc)."""
+
+
 def find_table(
-    tables: tuple[CollectiveTable, ...], kind: str, ranks: int
+    tables: tuple[CollectiveTable, ...], kind: str, ranks: int, servers: int = 1
 ) -> CollectiveTable | None:
-    """The table of ``kind`` measured with ``ranks`` members, or None."""
-    return next((t for t in tables if t.kind == kind and t.ranks == ranks), None)
+    """The table of ``kind`` measured with ``ranks`` members over ``servers`` servers; for a
+    reduce-scatter or all-gather without its own, the all-reduce's at half the time (module
+    doc); else None."""
+    found = next(
+        (t for t in tables if (t.kind, t.ranks, t.servers) == (kind, ranks, servers)), None
+    )
+    if found is not None or kind not in HALF_OF_ALLREDUCE:
+        return found
+    ar = find_table(tables, "allreduce", ranks, servers)
+    if ar is None:
+        return None
+    return CollectiveTable(
+        kind,
+        ranks,
+        ar.sizes_bytes,
+        tuple(t / 2 for t in ar.times_s),
+        f"half of the measured all-reduce ({ar.source}): ring all-reduce = reduce-scatter + "
+        "all-gather (sim.hardware.comm_tables)",
+        servers,
+    )

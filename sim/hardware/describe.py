@@ -218,6 +218,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
                 "sizes": list(t.sizes_bytes),
                 "times": list(t.times_s),
                 "source": t.source,
+                "servers": t.servers,
             }
             for t in topo.collectives
         ],
@@ -250,6 +251,8 @@ def _host_overhead_fields(topo: Topology) -> dict[str, Any]:
     fields = {"op": over.op_s, "backward_op": over.backward_op_s, "checkpoint": over.checkpoint_s}
     if over.nograd_op_s is not None:
         fields["nograd_op"] = over.nograd_op_s
+    if over.read_s > 0:
+        fields["read"] = over.read_s
     return {"host_overhead": {**fields, "mode": over.mode, "cpu": over.cpu, "source": over.source}}
 
 

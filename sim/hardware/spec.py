@@ -233,6 +233,12 @@ class CollectiveTableSpec(BaseModel):
         min_length=1, description="Median time at each size, e.g. '120 us'."
     )
     source: str = Field(default="", description="Where and how it was measured.")
+    servers: int = Field(
+        default=1,
+        ge=1,
+        description="Servers the measured communicator spanned (1: inside one server); the "
+        "table holds only for communicators of `ranks` over that many servers.",
+    )
 
     def table(self) -> CollectiveTable:
         """The :class:`~sim.hardware.comm_tables.CollectiveTable`.
@@ -241,7 +247,7 @@ class CollectiveTableSpec(BaseModel):
             ValueError: sizes not increasing or lengths differ.
         """
         return CollectiveTable(
-            self.kind, self.ranks, tuple(self.sizes), tuple(self.times), self.source
+            self.kind, self.ranks, tuple(self.sizes), tuple(self.times), self.source, self.servers
         )
 
 
@@ -332,6 +338,12 @@ class HostOverheadSpec(BaseModel):
         description="Host time of the activation-checkpoint wrapper per checkpointed region "
         "and micro-batch, besides the ops it re-runs.",
     )
+    read: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time of a blocking read of a device scalar (.item()) besides its "
+        "op: the device-to-host copy of a few bytes and the wait for it, e.g. '10 us'.",
+    )
     mode: Literal["eager", "cuda_graphs"] = Field(
         default="eager",
         description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
@@ -350,6 +362,7 @@ class HostOverheadSpec(BaseModel):
             self.mode,
             self.cpu,
             self.source,
+            self.read,
         )
 
 
