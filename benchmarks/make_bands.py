@@ -6,7 +6,7 @@ residual (measured / predicted iteration time, :class:`sim.bands.Residual`):
 * ``validation/vtrain/ground_truth_single_h2048.csv``: 720 Megatron-DeepSpeed iterations on one
   8 x A100 node, predicted exactly as ``benchmarks/bench_measured.py`` does by default
   (:func:`bench_measured.predict`: ``framework: megatron-deepspeed``, ``recompute:full``, 1F1B,
-  ``dgx-a100-40gb`` with vTrain's measured all-reduce table);
+  ``dgx-a100-40gb``, whose preset carries vTrain's measured all-reduce tables);
 * ``validation/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs of up to 256 GPUs
   (:func:`measured_sc21.predict_sc21`); measured iteration time from the paper's TFLOP/s per GPU
   and its eq. 3, so the ratio is ``predicted TFLOP/s / measured TFLOP/s``.
