@@ -1,18 +1,20 @@
-"""Expert- and context-parallel CPU replays against pipesim's prediction: time and memory.
+"""Expert- and context-parallel CPU replays against pipesim's prediction, through ``sim validate``.
 
 Profiles a small Mixtral-layout model on this machine's CPU (``sim profile --model
 config.json --concurrent 2``: two processes at once, as the replay's two ranks share the
 cores; it records the decoder shape so the trace splits by expert and context
-parallelism), predicts one step of each configuration with the calibrated 2-rank CPU hardware
-(``experiments/hardware/cpu-2rank.yaml``), replays it for real on 2 gloo ranks
-(``backends.torch.ep_replay`` / ``cp_replay``: losses equal to one process, tests/
-test_ep_cp_replay.py) and prints measured and predicted iteration time and peak memory
-(weights + gradients + the peak of tensors saved for backward; the replay counts them with
-saved-tensor hooks, the simulator's ledger holds the same categories), with the errors.
+parallelism), then validates each configuration with the calibrated 2-rank CPU hardware
+(``experiments/hardware/cpu-2rank.yaml``) by :func:`sim.api.validate` with the torch replayer
+(the one validation pipeline, :mod:`sim.validate.pipeline`; the ranks are
+:mod:`backends.torch.group_replay`): 2 gloo ranks, then one process on the same data. It
+prints measured and predicted iteration time and peak memory (the replay counts weights,
+gradients and the peak of tensors saved for backward with saved-tensor hooks), their errors,
+and the largest relative difference of the losses from one process's.
 
 * EP: 1 stage, 2 data-parallel replicas, expert_parallel 2 (each rank 2 of 4 experts);
   one stage runs each micro-batch's forward then its backward (1F1B with p = 1, as the replay);
-* CP: 1 stage, 1 replica, context_parallel 2 (``all_gather``).
+* CP: 1 stage, 1 replica, context_parallel 2: ``all_gather``, ``p2p`` (ring attention) and
+  ``a2a`` (Ulysses).
 
 CPU times depend on the load: profile, calibrate and replay on the same idle machine (the
 shared development VM is not; re-measure there before reading the errors as the model's).
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,11 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from backends.torch.launch import run_ranks  # noqa: E402
-from sim.config import parse_experiment  # noqa: E402
-from sim.experiment import prepare  # noqa: E402
-from sim.point_row import point_row  # noqa: E402
-from sim.sweep import expand  # noqa: E402
+import yaml  # noqa: E402
+
+from backends.torch.replayer import TorchReplayer  # noqa: E402
+from sim import api  # noqa: E402
 
 CONFIG = {
     "model_type": "mixtral",
@@ -87,9 +87,10 @@ def profile(tmp: Path, threads: int) -> str:
     return str(out) + ".csv"
 
 
-def predict(tmp: Path, trace: str, sweep: dict, m: int, dp: int):
+def validate(tmp: Path, trace: str, name: str, sweep: dict, m: int, dp: int) -> dict:
+    """``sim validate`` of one configuration (1F1B, one stage, SGD); its validation.csv row."""
     data = {
-        "name": "replay",
+        "name": name,
         "hardware": HARDWARE,
         "models": [{"name": "moe", "trace": trace, "global_batch": m * B * dp}],
         "training": {"optimizer": "sgd"},
@@ -101,18 +102,10 @@ def predict(tmp: Path, trace: str, sweep: dict, m: int, dp: int):
             **sweep,
         },
     }
-    file = str(tmp / "e.yaml")
-    prep = prepare(parse_experiment(data, file=file), file)
-    (point,), _ = expand(prep)
-    return point_row(prep, point)[0]
-
-
-def measure(target: str, m: int, threads: int, config: str) -> dict:
-    payload = dict(config=config, seq_len=SEQ, seed=0, b=B, m=m, iterations=5, warmup=2, lr=0.01)
-    ranks = run_ranks(target, payload, nproc=2, timeout_s=900, threads=threads)
-    times = [statistics.median(r["iteration_s"]) for r in ranks]
-    peak = max(2 * r["param_bytes"] + r["peak_saved_bytes"] for r in ranks)
-    return {"time_s": max(times), "peak_bytes": peak}
+    file = tmp / f"{name}.yaml"
+    file.write_text(yaml.safe_dump(data))
+    res = api.validate(file, replayer=TorchReplayer(), out=tmp / name, iterations=5, warmup=2)
+    return res.table.iloc[0].to_dict()
 
 
 def main() -> None:
@@ -123,38 +116,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         trace = profile(tmp, args.threads)
-        config = str(tmp / "moe-config.json")
         cases = [
-            (
-                "EP 2 (dp 2)",
-                "backends.torch.ep_replay:run_rank",
-                {"dp_width": 2, "expert_parallel": 2},
-                2,
-            ),
-            (
-                "CP 2 all_gather",
-                "backends.torch.cp_replay:run_rank",
-                {"dp_width": 1, "context_parallel": 2, "context_parallel_comm": "all_gather"},
-                1,
-            ),
+            ("ep2", {"dp_width": 2, "expert_parallel": 2}, 2),
+            ("cp2-all_gather", {"context_parallel": 2, "context_parallel_comm": "all_gather"}, 1),
+            ("cp2-p2p", {"context_parallel": 2, "context_parallel_comm": "p2p"}, 1),
+            ("cp2-a2a", {"context_parallel": 2, "context_parallel_comm": "a2a"}, 1),
         ]
         print(
-            f"{'case':18} {'measured ms':>12} {'predicted ms':>12} {'error':>7} "
-            f"{'measured MiB':>13} {'predicted MiB':>13} {'error':>7}"
+            f"{'case':15} {'measured ms':>12} {'predicted ms':>12} {'error':>7} "
+            f"{'measured MiB':>13} {'predicted MiB':>13} {'error':>7} {'loss rel diff':>13}"
         )
-        for name, target, sweep, dp in cases:
-            row = predict(tmp, trace, sweep, args.m, dp)
-            pred_mem = sum(
-                getattr(row, f"peak_{c}_bytes") or 0.0
-                for c in ("weights", "gradients", "activations", "buffers")
-            )
-            got = measure(target, args.m, args.threads, config)
-            t_err = row.iteration_time_s / got["time_s"] - 1
-            m_err = pred_mem / got["peak_bytes"] - 1
+        for name, sweep, dp in cases:
+            r = validate(tmp, trace, name, {"dp_width": 1, **sweep}, args.m, dp)
             print(
-                f"{name:18} {got['time_s'] * 1e3:12.1f} {row.iteration_time_s * 1e3:12.1f} "
-                f"{t_err:+7.1%} {got['peak_bytes'] / 2**20:13.1f} {pred_mem / 2**20:13.1f} "
-                f"{m_err:+7.1%}"
+                f"{name:15} {r['measured_iteration_s'] * 1e3:12.1f} "
+                f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['error']:+7.1%} "
+                f"{r['measured_peak_bytes'] / 2**20:13.2f} "
+                f"{r['predicted_peak_bytes'] / 2**20:13.2f} {r['memory_error']:+7.1%} "
+                f"{r['loss_max_rel_diff']:13.1e}"
             )
 
 

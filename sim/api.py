@@ -263,6 +263,8 @@ def validate(
     rank: int | None = None,
     stages: int | None = None,
     timeout_s: float = 600.0,
+    virtual_stages: int | None = None,
+    numerics: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> Validation:
     """Replay a configuration on real devices and compare with the prediction: ``sim validate``.
@@ -286,11 +288,16 @@ def validate(
         rank: run only this pipeline stage, alone in one process.
         stages: with ``rank``, the depth of the pipeline it belongs to.
         timeout_s: limit per replay, seconds.
+        virtual_stages: stage chunks per rank for every replayed schedule (default: the
+            file's where the schedule takes it, else the schedule's smallest).
+        numerics: check each replay's losses and gradients against the same model run in one
+            process (``numerics`` columns).
         on_row: called with each row as it is measured.
 
     Raises:
         InputError: bad options, file or configuration (before any replay starts).
-        sim.replay.ReplayFailed: a replay failed (nothing is written).
+
+    A replay that fails is a row with ``status`` ``failed`` (the others still run).
 
     Example (needs torch; a few seconds on a CPU)::
 
@@ -310,6 +317,8 @@ def validate(
         timeout_s=timeout_s,
         rank=rank,
         stages=stages,
+        virtual_stages=virtual_stages,
+        numerics=numerics,
     )
     return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row)
 

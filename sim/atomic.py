@@ -88,11 +88,14 @@ def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
 def check_writable(path: str | os.PathLike, *, option: str, directory: bool = False) -> Path:
     """Check, before any work, that ``path`` can be written (created if absent).
 
-    Nothing is created. ``directory`` says whether ``path`` is a folder to write into or a file.
+    ``directory`` says whether ``path`` is a folder to write into or a file. The nearest
+    existing folder is probed by creating and removing an empty temporary file in it, since
+    permission bits do not tell (root passes ``os.access`` everywhere, yet ``/proc``, ``/sys``
+    and a read-only mount refuse files); nothing else is created.
 
     Raises:
         InputError: naming ``option``: the path is a folder where a file is expected (or the
-            reverse), a parent is a file, or the nearest existing folder is not writable.
+            reverse), a parent is a file, or the nearest existing folder refuses a new file.
     """
     p = Path(path)
     if p.exists():
@@ -107,6 +110,12 @@ def check_writable(path: str | os.PathLike, *, option: str, directory: bool = Fa
         target = target.parent
     if not target.is_dir():
         raise InputError(f"cannot write {p}: {target} is a file, not a directory", field=option)
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {p}: {target} is not writable", field=option)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".pipesim-probe-", dir=target)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {p}: {target} refuses new files ({exc.strerror})", field=option
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
     return p

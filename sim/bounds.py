@@ -33,7 +33,7 @@ the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
 
 **Throughput.** Each rank runs its stage's actions one at a time: a forward or backward on the
 compute stream, then its tensor-parallel collectives, which the rank waits for
-(:class:`~sim.engine.collectives.TensorCollectives`); full or selective recompute runs its
+(:class:`~sim.engine.tensor_collectives.TensorCollectives`); full or selective recompute runs its
 forward seconds before each backward (the policy's
 :meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`). So a rank is busy at least ``m x (F_s + B_s + R_s +
 C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time,
@@ -291,7 +291,7 @@ class BoundModel:
         collectives: each is timed as the engine times it
         (:meth:`~sim.engine.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
         the point's tensor-parallel groups, and the rank waits for it before its next action
-        (:class:`~sim.engine.collectives.TensorCollectives`). Zeros for ``t = 1``."""
+        (:class:`~sim.engine.tensor_collectives.TensorCollectives`). Zeros for ``t = 1``."""
         tot = self.totals(point)
         if point.tensor_parallel == 1:
             return (0.0,) * tot.layers

@@ -70,7 +70,10 @@ def as_list(value: Any) -> list:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """What a user writes: unknown keys are errors, and values are not coerced (``true`` is
+    not the number 1, ``"4"`` not 4, ``2.5`` not 2: pydantic's strict mode)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ModelConfig(_Strict):
@@ -281,8 +284,22 @@ class ExperimentConfig(_Strict):
         return models
 
 
+_UNION_TAGS = {
+    "int",
+    "str",
+    "bool",
+    "float",
+    "list[int]",
+    "list[str]",
+    "list[bool]",
+    "dict[str,any]",
+}
+"""The names pydantic adds to a location for the branch of a union it tried."""
+
+
 def _field_path(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc)
+    """``('sweep', 'stages', 'int')`` -> ``sweep.stages`` (union branch names dropped)."""
+    return ".".join(str(p) for p in loc if str(p).replace(" ", "").lower() not in _UNION_TAGS)
 
 
 def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConfig:
@@ -299,7 +316,12 @@ def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConf
         err = exc.errors()[0]
         msg = err["msg"]
         loc = tuple(err["loc"])
-        if err["type"] == "extra_forbidden":
+        if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "list_type"):
+            want = err["type"].split("_")[0].replace("string", "text").replace("int", "integer")
+            msg = f"{err['input']!r} is not {'an' if want == 'integer' else 'a'} {want}"
+            if len(exc.errors()) > 1 and "list" in str(loc[-1:]) + err["type"]:
+                msg += " or a list of them"
+        elif err["type"] == "extra_forbidden":
             msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
         elif err["type"] == "missing":
             msg = "required field is missing"

@@ -52,7 +52,7 @@ class Stream(StrEnum):
     H2D = "h2d"
     P2P = "p2p"
     COMM = "comm"
-    TP = "tp"  # tensor-parallel collectives (sim.engine.collectives.TensorCollectives)
+    TP = "tp"  # tensor-parallel collectives (sim.engine.tensor_collectives.TensorCollectives)
     EP = "ep"  # expert-parallel all-to-alls (sim.engine.groups)
     CP = "cp"  # context-parallel exchanges (sim.engine.groups)
 

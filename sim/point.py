@@ -43,6 +43,7 @@ from sim.tensor.ops import aggregate as aggregate_groups
 from sim.tensor.rank import rank_trace
 from sim.tensor.shard import ShardedTrace, model_shape
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
+from sim.trace.shared import place_shared
 
 
 @dataclass
@@ -102,6 +103,8 @@ def resolve(
     except InputError as exc:
         exc.file = exc.file or file
         raise
+    ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
+    trace, tied = place_shared(trace, boundaries, ranks)
     plans, tensor_plans = _plans(
         exp,
         point,
@@ -133,7 +136,7 @@ def resolve(
         expert_parallel=point.expert_parallel,
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=framework.runtime(topo, trace, point.tensor_parallel),
+        runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
     )
     return Resolved(
         point,

@@ -59,12 +59,22 @@ class ReplayRequest:
             (torch.distributed.pipelining's own schedules).
         tensor_parallel: ranks per stage ``t``.
         sequence_parallel: Megatron's sequence parallelism with ``t > 1``.
+        dp_width: data-parallel replicas ``w`` (replayed with expert parallelism, whose
+            ranks are also the replicas: ``w = ep``).
+        expert_parallel: expert-parallel group size ``ep`` (routed experts split over it,
+            tokens exchanged by all-to-all).
+        context_parallel: context-parallel group size ``cp`` (each rank ``s/cp`` tokens of
+            every sequence).
+        context_parallel_comm: how attention gets the other ranks' keys and values:
+            ``p2p`` (ring), ``all_gather`` or ``a2a`` (:mod:`sim.tensor.context`).
         virtual_stages: stage chunks per rank ``v``.
         single_rank: run only this stage, alone in one process (``None``: every rank).
         attention: force the attention kernel (``flash`` or ``math``; ``None``: the backend's
             choice).
         threads: CPU threads per rank (``None``: the backend's default).
         timeout_s: hard limit on the run, seconds.
+        numerics: also check the replay's losses and gradients against the same model run in
+            one process (:attr:`Measurement.numerics`).
     """
 
     model: dict[str, Any]
@@ -81,21 +91,31 @@ class ReplayRequest:
     runtime: str = "ours"
     tensor_parallel: int = 1
     sequence_parallel: bool = False
+    dp_width: int = 1
+    expert_parallel: int = 1
+    context_parallel: int = 1
+    context_parallel_comm: str = "p2p"
     virtual_stages: int = 1
     single_rank: int | None = None
     attention: str | None = None
     threads: int | None = None
     timeout_s: float = 600.0
+    numerics: bool = False
 
     @property
     def ranks(self) -> int:
-        """Processes the run takes: 1 for a single rank, else ``stages x tensor_parallel``.
+        """Processes the run takes: 1 for a single rank, else ``stages x tensor_parallel x
+        context_parallel x dp_width``.
 
         Example:
             >>> ReplayRequest({}, (0, 2), "1f1b", 2, 4, 1, tensor_parallel=2).ranks
             4
+            >>> ReplayRequest({}, (0,), "1f1b", 1, 4, 1, dp_width=2, expert_parallel=2).ranks
+            2
         """
-        return 1 if self.single_rank is not None else self.stages * self.tensor_parallel
+        if self.single_rank is not None:
+            return 1
+        return self.stages * self.tensor_parallel * self.context_parallel * self.dp_width
 
 
 class Measurement(Protocol):
@@ -108,10 +128,18 @@ class Measurement(Protocol):
     memory: list[dict[str, float]]
     """Per rank, the parts of its memory (``cuda_max_reserved`` on GPUs ...)."""
     losses: list[float]
+    reference_losses: list[float]
+    """The same losses from one process on the same data, where the replay runs one (expert
+    and context parallelism: the check that the parallel run computes the same model); empty
+    otherwise."""
     notes: list[str]
     device_name: str
     action_spans: list[list[tuple[str, float, float, float]]]
     """Per rank, ``(action, start_s, ready_s, end_s)`` of every action (may be empty)."""
+    numerics: dict[str, Any]
+    """The numerics check: ``numerics`` (``ok``, ``FAILED`` or ``skipped`` with a
+    ``reason``), ``loss_max_error``, ``grad_max_error`` (relative, worst over iterations and
+    parameters), ``grad_worst``, ``tolerance``, ``checked_gradients`` (empty: not asked)."""
 
     @property
     def all_actions_done(self) -> bool:

@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.compute.adapt import grid_notes
@@ -82,7 +83,7 @@ def run_experiment(
     )
     notes = _compute_notes(prep, points)
     for line in (n for model_notes in notes.values() for n in model_notes):
-        console.print(f"[yellow]note[/] {line}", highlight=False)
+        console.print(f"[yellow]note[/] {escape(line)}", highlight=False)
     jobs = min(jobs, len(points))
     best = BestRows()  # each model's best row, with its event log for the winner's plots
     with open_executor(executor, prep, jobs) as pool, _progress(console, len(points)) as on_done:
@@ -95,7 +96,7 @@ def run_experiment(
             jobs=jobs,
             on_done=on_done,
             on_warning=lambda msg: console.print(
-                f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True
+                f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True
             ),
             winners=best if plots else None,
         )
@@ -359,10 +360,10 @@ def _write_resolved(out: Path, exp, prep, points, skipped, notes, stats=None) ->
 
 def _print_paths(console: Console, paths, t0: float) -> None:
     console.print(
-        f"wrote {len(paths)} files in {paths[0].parent} ({time.perf_counter() - t0:.1f} s):"
+        escape(f"wrote {len(paths)} files in {paths[0].parent} ({time.perf_counter() - t0:.1f} s):")
     )
     for p in paths:
-        console.print(f"  {p}")
+        console.print(escape(f"  {p}"), highlight=False)
 
 
 def _v(virtual_stages: int) -> str:

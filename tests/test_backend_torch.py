@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from backends.torch.dumps import load_dumps  # noqa: E402
 from backends.torch.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
 from backends.torch.memory import SavedBytes  # noqa: E402
 from backends.torch.models import (  # noqa: E402
@@ -57,12 +58,10 @@ def _reference_grads(params: dict[str, torch.Tensor] | None, first_mb: int, m: i
     return {n: p.grad for n, p in model.named_parameters()}, losses
 
 
-def _load_dumps(path: Path, nproc: int = 2) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    dumps = [torch.load(path / f"rank{r}.pt") for r in range(nproc)]
-    steps = len(dumps[0]["grads"])
-    grads = [{k: v for d in dumps for k, v in d["grads"][s].items()} for s in range(steps)]
-    params = {k: v for d in dumps for k, v in d["params"].items()}
-    return grads, params
+def _load_dumps(path: Path) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    dumps = load_dumps(path)
+    grads = [{k: v[0] for k, v in dumps.grads[s].items()} for s in sorted(dumps.grads)]
+    return grads, {k: v[0] for k, v in dumps.params.items()}
 
 
 def _worker_children() -> list[int]:

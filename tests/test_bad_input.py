@@ -3,6 +3,8 @@ option) and the field, no traceback, no output written, within a bounded time (i
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -429,6 +431,119 @@ CASES = [
 ]
 
 
+# --- the 22 inputs and faults of issue 19 mishandled before (kill -9: tests/test_kill.py) -----
+USER = (
+    "import sys, time, torch\n"
+    "class Shrinks(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__(); self.lin = torch.nn.Linear(4, 4); self.calls = 0\n"
+    "    def forward(self, x):\n"
+    "        self.calls += 1\n"
+    "        return self.lin(x)[:, : 4 - self.calls % 2]\n"
+    "def exits():\n"
+    "    sys.exit(0)\n"
+    "def shrinks():\n"
+    "    return torch.nn.Sequential(Shrinks(), torch.nn.ReLU()), torch.randn(2, 4)\n"
+    "def hangs():\n"
+    "    while True:\n"
+    "        time.sleep(0.05)\n"
+)
+LLAMA = json.loads((ROOT / "examples" / "hf" / "tiny-llama-config.json").read_text())
+
+
+def _hf(**changes: object) -> str:
+    return json.dumps({**LLAMA, **changes})
+
+
+def _gz_cut() -> bytes:
+    return gzip.compress(b'{"traceEvents": []}' * 50)[:30]
+
+
+PROFILE = ["profile", "--out", "{d}/t", "--reps", "1"]
+KINETO = ["trace", "import-kineto", "{d}/k.json", "--out", "{d}/k"]
+TORCH_CASES = [
+    Case("kineto-b-zero", {"k.json": "{}"}, [*KINETO, "-b", "0"], ["--microbatch-size"]),
+    Case("kineto-b-negative", {"k.json": "{}"}, [*KINETO, "-b", "-8"], ["--microbatch-size"]),
+    Case("kineto-dtype", {"k.json": "{}"}, [*KINETO, "-b", "4", "--dtype", "fp8"], ["--dtype"]),
+    Case(
+        "kineto-corrupt-gz",
+        {"k.json.gz": _gz_cut()},
+        ["trace", "import-kineto", "{d}/k.json.gz", "--out", "{d}/k", "-b", "4"],
+        ["k.json.gz", ".gz"],
+    ),
+    Case(
+        "kineto-nested",
+        {"k.json": "[" * 100_000 + "]" * 100_000},
+        [*KINETO, "-b", "4"],
+        ["k.json", "nested"],
+    ),
+    Case("model-sys-exit", {"m.py": USER}, [*PROFILE, "--model", "{d}/m.py:exits"], ["SystemExit"]),
+    Case(
+        "model-layer-shape-changes",
+        {"m.py": USER},
+        [*PROFILE, "--model", "{d}/m.py:shrinks"],
+        ["--model", "different shapes"],
+    ),
+    Case(
+        "model-never-returns",
+        {"m.py": USER},
+        [*PROFILE, "--model", "{d}/m.py:hangs", "--timeout", "2"],
+        ["--timeout", "did not finish within 2 s"],
+    ),
+    Case("loss-without-model", {}, [*PROFILE, "--loss", "{d}/m.py:f"], ["--loss", "--model"]),
+    Case("seq-len-absurd", {}, [*PROFILE, "--seq-len", "100000000"], ["--seq-len"]),
+    Case("seq-len-not-integer", {}, [*PROFILE, "--seq-len", "1e8"], ["--seq-len"]),
+    Case(
+        "hf-layers-negative",
+        {"c.json": _hf(num_hidden_layers=-3)},
+        [*PROFILE, "--model", "{d}/c.json"],
+        ["c.json", "num_hidden_layers", "positive integer"],
+    ),
+    Case(
+        "hf-hidden-negative",
+        {"c.json": _hf(hidden_size=-128)},
+        [*PROFILE, "--model", "{d}/c.json"],
+        ["c.json", "hidden_size", "-128"],
+    ),
+    Case(
+        "hf-size-absurd",
+        {"c.json": _hf(vocab_size=10**12)},
+        [*PROFILE, "--model", "{d}/c.json"],
+        ["c.json", "vocab_size", "parameters"],
+    ),
+    Case(
+        "hf-kv-heads",
+        {"c.json": _hf(num_key_value_heads=3)},
+        [*PROFILE, "--model", "{d}/c.json"],
+        ["c.json", "num_key_value_heads", "divide"],
+    ),
+    Case(
+        "hf-seq-len-beyond-positions",
+        {"c.json": _hf()},
+        [*PROFILE, "--model", "{d}/c.json", "--seq-len", "100000", "--for-gpu", "H100"],
+        ["--seq-len", "max_position_embeddings"],
+    ),
+    Case(
+        "experiment-bool-for-integer",
+        {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2, "tensor_parallel": True})},
+        RUN,
+        ["exp.yaml", "sweep.tensor_parallel", "True is not an integer"],
+    ),
+    Case(
+        "profile-out-unwritable-system-path",
+        {},
+        ["profile", "--out", "/proc/pipesim-nowhere/t"],
+        ["--out", "/proc"],
+    ),
+    Case(
+        "layers-name-keeps-brackets",
+        {"m.py": USER},
+        [*PROFILE, "--model", "{d}/m.py:shrinks", "--layers", "blocks[0]"],
+        ["--layers", "'blocks[0]'"],
+    ),
+]
+
+
 def _write_files(d: Path, files: dict[str, str | bytes]) -> None:
     for name, content in files.items():
         p = d / name
@@ -446,6 +561,19 @@ def _snapshot(d: Path) -> set[str]:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path, monkeypatch) -> None:
+    _check_case(case, tmp_path, monkeypatch)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[c.id for c in TORCH_CASES])
+def test_bad_input_of_the_torch_backend(case: Case, tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("torch")
+    if "json" in " ".join(case.files) and case.id.startswith("hf"):
+        pytest.importorskip("transformers")
+    _check_case(case, tmp_path, monkeypatch)
+
+
+def _check_case(case: Case, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # a default results/ folder would land here
     _write_files(tmp_path, case.files)
     before = _snapshot(tmp_path)

@@ -270,3 +270,27 @@ def test_help_shows_defaults(cmd, shown):
     flat = " ".join(res.output.replace("│", " ").split())
     for text in shown:
         assert text in flat, (text, flat)
+
+
+def test_console_text_keeps_its_square_brackets(tmp_path: Path, capsys) -> None:
+    # rich reads "[ray]" and "[0]" as markup tags unless escaped: an error's install
+    # instruction and a layer named like an index must print as written
+    import typer
+
+    from sim.cli.console import friendly
+    from sim.errors import InputError
+    from sim.trace.native import write_trace
+    from sim.trace.schema import LayerProfile, Trace
+
+    @friendly
+    def needs_ray() -> None:
+        raise InputError("ray is not installed: pip install 'pipesim[ray]'", field="--executor")
+
+    with pytest.raises(typer.Exit):
+        needs_ray()
+    assert "pip install 'pipesim[ray]'" in capsys.readouterr().err
+    layers = (LayerProfile("blocks[0]", 1e-3, 2e-3, 8.0, 8.0, 8.0),)
+    write_trace(Trace("t[x]", layers, 1, "fp32", "cpu", {"source": "test"}), tmp_path / "t")
+    res = runner.invoke(app, ["trace", "show", str(tmp_path / "t.csv")])
+    assert res.exit_code == 0, res.output
+    assert "blocks[0]" in res.output and "t[x]:" in res.output

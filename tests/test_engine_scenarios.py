@@ -257,7 +257,7 @@ def test_bucketed_allreduce_slower_than_the_backward_queues():
 
 
 def test_hold_groups_keep_the_last_bucket_alone():
-    from sim.engine.collectives import MAX_HOLDS, hold_groups
+    from sim.engine.buckets import MAX_HOLDS, hold_groups
 
     assert MAX_HOLDS == 4
     assert hold_groups(3) == [(0, 0), (1, 1), (2, 2)]

@@ -9,7 +9,10 @@ the first step's backward:
   ``all_to_all_single`` and come back the same way; dense gradients averaged over the ranks,
   expert gradients on their owner divided by 2;
 * CP 2 (backends/torch/context_parallel.py): each rank holds half of every sequence
-  (load-balanced chunks), attention all-gathers keys and values; gradients averaged.
+  (load-balanced chunks), attention all-gathers keys and values, or (``p2p``,
+  backends/torch/ring_attention.py) passes them around the ring with online-softmax
+  accumulation, or (``a2a``, Ulysses) exchanges heads for tokens by all-to-all; gradients
+  averaged. CP 4 ring: every rank's blocks travel three hops.
 """
 
 from __future__ import annotations
@@ -60,15 +63,17 @@ def test_expert_parallel_replay_equals_one_process():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_context_parallel_replay_equals_one_process():
-    ranks = run_ranks("backends.torch.cp_replay:run_rank", PAYLOAD, nproc=2, timeout_s=240)
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(("comm", "cp"), [("all_gather", 2), ("p2p", 2), ("p2p", 4), ("a2a", 2)])
+def test_context_parallel_replay_equals_one_process(comm, cp):
+    payload = {**PAYLOAD, "comm": comm}
+    ranks = run_ranks("backends.torch.cp_replay:run_rank", payload, nproc=cp, timeout_s=360)
     ref = cp_replay.serial_run(PAYLOAD)
-    mean = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"], strict=True)]
+    mean = [sum(xs) / cp for xs in zip(*(r["losses"] for r in ranks), strict=True)]
     close(mean, ref["losses"])
     for name, full in ref["grads"].items():
-        close(ranks[0]["grads"][name], full)
-        close(ranks[1]["grads"][name], full)
+        for r in ranks:
+            close(r["grads"][name], full)
 
 
 def test_context_parallel_chunks_balance_the_causal_mask():

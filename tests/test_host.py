@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sim.compute.host import HostOverhead, HostWork, issue_exactly
 from sim.engine import StageCost, simulate
 from sim.engine.host import action_work, layered_work
+from sim.engine.inputs import MicrobatchLoad
 from tests.helpers import uniform_input
 
 times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
@@ -142,6 +143,32 @@ def test_serial_overflow_check_blocks_the_host_tensor_after_tensor():
     assert log.iteration_ends_s == [9.6875]
     assert simulate(replace(inp, runtime=replace(inp.runtime, overflow_check_ops=0))) \
         .iteration_ends_s == [8.625]  # fmt: skip
+
+
+def test_microbatch_load_blocks_the_host_before_each_forward_of_a_loading_stage():
+    # Megatron-DeepSpeed's LoadMicroBatch (get_batch_pipe): before each forward on the first
+    # and the last stage the host waits for the device, then issues ops without autograd and
+    # blocking copies while the device idles. p = 1 (first and last: loads once): 2 + 1 + 1
+    # ops x 0.125 s and 1 copy x 0.0625 s = 0.5625 s. Forward: 8 ops x 0.0625 s (H = 0.5),
+    # 1 s device: K = max(0.5 + 0.125, 1 + 0.0625) = 1.0625; backward free on the host.
+    # F0: host 0.5625 after the load; ends max(0 + 1, 0.5625 + 1.0625) = 1.625, host 1.0625.
+    # F1: the load waits for the device (1.625) -> host 2.1875; ends max(2.625, 3.25) = 3.25.
+    # B0 [3.25, 5.25], B1 [5.25, 7.25]. Without the load: F0 1.0625, F1 2.0625, end 6.0625.
+    host = HostOverhead(op_s=0.0625, backward_op_s=0.0, nograd_op_s=0.125, read_s=0.0625)
+    inp = _one_stage(host)
+    load = MicrobatchLoad(ops=2, first_ops=1, last_ops=1, copies=1)
+    log = simulate(replace(inp, runtime=replace(inp.runtime, microbatch_load=load)))
+    assert ("host_wait", "gpu0", "host 0F0", 0.0, 0.625) in _spans(log)
+    assert ("host_wait", "gpu0", "host 0F1", 1.625, 2.25) in _spans(log)
+    assert ("compute", "gpu0", "0F1", 2.25, 3.25) in _spans(log)
+    assert log.iteration_ends_s == [7.25]
+    assert simulate(inp).iteration_ends_s == [6.0625]
+    # a middle stage loads nothing; the first and the last their own part
+    assert (load.ops_on(False, False), load.ops_on(True, False), load.ops_on(False, True)) == (
+        0,
+        3,
+        3,
+    )
 
 
 def test_unknown_sync_point_is_refused():

@@ -149,11 +149,8 @@ def test_kill_9_of_sim_run_leaves_no_process_and_no_temp_files(tmp_path):
     assert (out / "results.csv").is_file()
 
 
-@pytest.mark.timeout(300)
-def test_kill_9_of_sim_validate_kills_the_ranks(tmp_path):
-    pytest.importorskip("torch")
-    from backends.torch.launch import WORKDIR_PREFIX, remove_stale_workdirs
-
+def _tiny_winner(tmp_path: Path) -> Path:
+    """A 2-rank 1F1B configuration of the tiny GPT profiled on this CPU."""
     exp = yaml.safe_load((ROOT / "experiments" / "cpu-gpt-tiny.yaml").read_text())
     exp["hardware"] = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
     exp["models"][0]["trace"] = str(ROOT / "traces" / "gpt-tiny-cpu.csv")
@@ -161,31 +158,109 @@ def test_kill_9_of_sim_validate_kills_the_ranks(tmp_path):
     exp["sweep"]["schedule"] = "1f1b"
     winner = tmp_path / "w.yaml"
     winner.write_text(yaml.safe_dump(exp))
-    proc = _sim(
-        "validate", str(winner), "--nproc", "2", "--iterations", "100", "--out", str(tmp_path / "v")
+    return winner
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains ``text``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if d.name.isdigit() and text in cmd and alive(int(d.name)):
+            out.append(int(d.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_replay_past_its_timeout_is_a_failed_row_and_leaves_no_process(tmp_path):
+    # 1 s is less than a rank takes to import torch: both ranks are still running at the limit
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    from backends.torch.launch import WORKDIR_PREFIX
+
+    proc = _sim("validate", str(_tiny_winner(tmp_path)), "--nproc", "2", "--iterations", "1",
+                "--no-numerics", "--timeout", "1", "--out", str(tmp_path / "v"))  # fmt: skip
+    _, stderr = proc.communicate(timeout=240)
+    text = " ".join(stderr.decode().split())
+    assert proc.returncode == 1, text
+    assert "replay failed" in text and "timed out after 1 s" in text, text
+    row = pd.read_csv(tmp_path / "v" / "validation.csv").iloc[0]
+    assert row.status == "failed" and "timed out after 1 s" in row.reason
+    assert _wait_for(lambda: not _processes_naming(f"{WORKDIR_PREFIX}{proc.pid}-"), 20), (
+        f"ranks left running: {_processes_naming(f'{WORKDIR_PREFIX}{proc.pid}-')}"
     )
-    try:
-        assert _wait_for(lambda: len(descendants(proc.pid)) >= 2, 120), (
+    assert not list(Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}{proc.pid}-*"))
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_folder(tmp_path):
+    pytest.importorskip("torch")
+    from backends.torch.launch import WORKDIR_PREFIX
+
+    winner = _tiny_winner(tmp_path)
+    proc = _sim(
+        "validate", str(winner), "--nproc", "2", "--iterations", "100", "-s", "interleaved_1f1b",
+        "--out", str(tmp_path / "v"),
+    )  # fmt: skip
+    tmp = Path(tempfile.gettempdir())
+    try:  # the scratch folder's guard and the two ranks
+        assert _wait_for(lambda: len(descendants(proc.pid)) >= 3, 120), (
             proc.stderr.read().decode() if proc.poll() is not None else "no ranks started"
         )
         time.sleep(1.0)
         ranks = descendants(proc.pid)
+        assert list(tmp.glob(f"{WORKDIR_PREFIX}{proc.pid}-*")), "scratch named by the pid"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert _wait_for(lambda: not any(alive(p) for p in ranks), 20), (
-            f"ranks left running: {[p for p in ranks if alive(p)]}"
+            f"processes left running: {[p for p in ranks if alive(p)]}"
         )
     finally:
         if proc.poll() is None:
             proc.kill()
-    tmp = Path(tempfile.gettempdir())
-    mine = list(tmp.glob(f"{WORKDIR_PREFIX}{proc.pid}-*"))
-    assert mine, "the replay's scratch folder should be named by the launcher's pid"
-    remove_stale_workdirs()
-    assert not any(p.exists() for p in mine)
+    assert _wait_for(lambda: not list(tmp.glob(f"{WORKDIR_PREFIX}{proc.pid}-*")), 10)
     from sim.validate.staging import remove_stale_stages
 
     stages = list((tmp_path / "v").glob(".validation.new-*"))
     assert [p.name for p in stages] == [f".validation.new-{proc.pid}"]
     remove_stale_stages(tmp_path / "v")  # what the next `sim validate` there does first
     assert not stages[0].exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kill_9_of_a_concurrent_user_model_profile_leaves_no_process(tmp_path):
+    pytest.importorskip("torch")
+    src = tmp_path / "slow_model.py"
+    src.write_text(
+        "import time, torch\n"
+        "class Slow(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        time.sleep(0.05)\n"
+        "        return x * 2\n"
+        "def build():\n"
+        "    m = torch.nn.Sequential(torch.nn.Linear(4, 4), Slow(), torch.nn.Linear(4, 4))\n"
+        "    return m, torch.randn(2, 4)\n"
+    )
+    proc = _sim(
+        "profile", "--model", f"{src}:build", "--concurrent", "2", "--reps", "500",
+        "--out", str(tmp_path / "t"),
+    )  # fmt: skip
+    try:
+        assert _wait_for(lambda: len(descendants(proc.pid)) >= 2, 120), "no copies started"
+        time.sleep(3.0)  # the copies are profiling
+        copies = descendants(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert _wait_for(lambda: not any(alive(p) for p in copies), 20), (
+            f"processes left running: {[p for p in copies if alive(p)]}"
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not (tmp_path / "t.csv").exists()

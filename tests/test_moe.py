@@ -191,6 +191,7 @@ def test_profile_for_gpu_of_a_moe_config_is_the_analytic_trace(tmp_path):
     args = ["profile", "--model", str(cfg), "--seq-len", "32", "-b", "2", "--for-gpu", "H100"]
     res = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert "ESTIMATE, not measured: the kernel model of sim.compute" in " ".join(res.output.split())
     trace = load_trace(str(out) + ".csv")
     assert trace.provenance["source"].startswith("analytic: sim.trace.decoder")
     assert [x.name for x in trace.layers] == ["embedding", "moe_block.0", "moe_block.1", "head"]

@@ -240,12 +240,14 @@ def test_the_replay_splits_with_the_simulators_function():
     """One even split: the torch backend has no second one (its default is uniform_partition)."""
     pytest.importorskip("torch")
     import backends.torch.models as models
+    import backends.torch.reference as reference
     import backends.torch.runtime as runtime
     import backends.torch.torch_schedules as torch_schedules
 
     assert not hasattr(models, "even_boundaries")
     assert runtime.uniform_partition is uniform_partition
-    assert torch_schedules.uniform_partition is uniform_partition
+    assert torch_schedules.stage_setup is runtime.stage_setup  # torch's schedules split as ours
+    assert reference.uniform_partition is uniform_partition  # and the numerics reference
 
 
 def test_optimal_never_worse_than_uniform():

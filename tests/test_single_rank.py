@@ -79,7 +79,9 @@ def test_predicted_busy_time_is_the_stage_compute(tmp_path, schedule, rank):
     the trace's b (uniform partition of 6 layers: 0-2 and 3-5), plus a small optimizer step
     (SGD: under 5 %)."""
     path = _config(tmp_path, schedule=schedule)
-    prep, (point,) = variants(prepare(load_experiment(path), str(path)), ValidationSpec(rank=rank))
+    ((prep, point),) = variants(
+        prepare(load_experiment(path), str(path)), ValidationSpec(rank=rank)
+    )
     res = resolve(prep.exp, point, prep.topology, prep.traces[point.model])
     pred = predict_single_rank(res, rank)
     trace = pd.read_csv(ROOT / "traces" / "gpt-tiny-cpu.b4.csv")  # the profile measured at b=4
@@ -139,8 +141,8 @@ def test_single_rank_memory_policies():
 
 # Bounds, stated (as tests/test_validate_e2e.py): on a shared CPU other processes only slow the
 # run down, so the prediction may exceed the measured time by at most 50 %, and the measured time
-# may be up to 10x the prediction (a loaded 2-core CI box). Memory is not timing: the tracked
-# bytes agree within 15 % (seen: < 1 %).
+# may be up to 10x the prediction (a loaded 2-core CI box). Memory is not timing: the counted
+# bytes agree within 15 % (seen: < 1 %); the measured resident peak adds the process's own buffers.
 MAX_OVER_PREDICTION, MIN_ERROR, MAX_MEMORY_ERROR = 0.5, -0.9, 0.15
 
 
@@ -158,5 +160,6 @@ def test_cli_single_rank_measured_vs_predicted(tmp_path, rank):
     assert df.all_actions_done.all() and df.losses_finite.all()
     for r in df.itertuples():
         assert MIN_ERROR <= r.error <= MAX_OVER_PREDICTION, r
-        assert abs(r.memory_error) <= MAX_MEMORY_ERROR, r
+        assert abs(r.counted_memory_error) <= MAX_MEMORY_ERROR, r
+        assert r.measured_peak_bytes >= 0.9 * r.counted_peak_bytes, r
     assert "measured" in res.output and "predicted" in res.output

@@ -88,7 +88,11 @@ def test_profile_simulate_replay_compare(tmp_path):
         assert col in df.columns
     assert sorted(df.schedule.unique()) == ["1f1b", "gpipe", "pipedream_2bw"]
     assert set(df.runtime) == {"ours", "torch"}
+    not_run = df[df.status == "not_run"]
+    assert list(zip(not_run.schedule, not_run.runtime, strict=True)) == [("pipedream_2bw", "torch")]
+    df = df[df.status == "ok"]
     assert df.all_actions_done.all() and df.losses_finite.all()
+    assert (df.numerics == "ok").all(), df[["schedule", "runtime", "grad_max_error"]]
     assert (df.measured_iteration_s > 0).all() and (df.predicted_iteration_s > 0).all()
     row = df.iloc[0]
     assert row.error == pytest.approx(
@@ -140,7 +144,11 @@ def _assert_errors_bounded(df: pd.DataFrame) -> None:
             f"predicted {r.predicted_iteration_s:.4f} s"
         )
         assert MIN_ERROR <= r.error <= MAX_OVER_PREDICTION, where
-        assert abs(r.memory_error) <= MAX_MEMORY_ERROR, (r.schedule, r.runtime, r.memory_error)
+        # the counted peak (tensors) is what the CPU prediction models; the measured resident
+        # peak adds the process's own buffers (backends.torch.cpu_memory), so it is larger
+        err = r.counted_memory_error
+        assert abs(err) <= MAX_MEMORY_ERROR, (r.schedule, r.runtime, err)
+        assert r.measured_peak_bytes >= 0.9 * r.counted_peak_bytes, (r.schedule, r.runtime)
 
 
 def _assert_actions_near_profile(timeline: dict, profile: pd.DataFrame, boundaries) -> None:
@@ -246,6 +254,7 @@ def test_validate_replays_the_multi_stage_schedules(tmp_path):
     assert set(df.runtime) == {"torch"} and df.all_actions_done.all() and df.losses_finite.all()
     for r in df.itertuples():  # the bounds stated above for the pipeline replay
         assert MIN_ERROR <= r.error <= MAX_OVER_PREDICTION, (r.schedule, r.error)
-        # memory: weights + gradients + tracked saved bytes; the simulator frees a chunk's
-        # activations at its W (an over-estimate for split backwards): seen +2 % / +10 %
-        assert 0 <= r.memory_error <= 0.25, (r.schedule, r.memory_error)
+        # memory: weights + gradients + tracked saved bytes (counted); the simulator frees a
+        # chunk's activations at its W (an over-estimate for split backwards): seen +2 % / +10 %
+        assert 0 <= r.counted_memory_error <= 0.25, (r.schedule, r.counted_memory_error)
+        assert r.numerics == "ok", (r.schedule, r.grad_max_error)

@@ -40,12 +40,13 @@ class Measured:
     device_name: str
     action_spans: list[list[tuple[str, float, float, float]]]
     all_actions_done: bool = True
+    numerics: dict = dataclasses.field(default_factory=dict)
 
 
 class FakeReplayer:
     """Records what it is asked; ``problem`` refuses every request; ``fail`` fails the run."""
 
-    def __init__(self, problem: ReplayProblem | None = None, fail: bool = False, spans=False):
+    def __init__(self, problem: ReplayProblem | None = None, fail: str = "", spans=False):
         self.problem, self.fail, self.with_spans = problem, fail, spans
         self.checked: list[tuple[str, int]] = []
         self.replayed: list[ReplayRequest] = []
@@ -54,15 +55,17 @@ class FakeReplayer:
         self.checked.append((device, nproc))
 
     def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
-        return ("torch",) if request.virtual_stages > 1 else ("ours",)
+        if request.virtual_stages > 1:
+            return ("torch",)
+        return ("ours", "torch") if builtin and request.schedule in ("gpipe", "1f1b") else ("ours",)
 
     def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
         return [self.problem] if self.problem else []
 
     def replay(self, request: ReplayRequest) -> Measured:
         self.replayed.append(request)
-        if self.fail:
-            raise ReplayFailed("rank 1 failed: injected")
+        if self.fail == request.runtime:
+            raise ReplayFailed("rank 1 failed: injected\ntraceback line")
         ranks = request.ranks
         return Measured(
             iteration_time_s=0.5,
@@ -175,13 +178,21 @@ def test_nproc_must_match_the_configuration(tmp_path):
         api.validate(config(tmp_path), replayer=FakeReplayer(), nproc=4)
 
 
-def test_a_failed_replay_keeps_the_previous_set(tmp_path):
+def test_a_failed_replay_is_a_row_and_keeps_the_other_runtimes_rows(tmp_path):
     path = config(tmp_path)
-    api.validate(path, replayer=FakeReplayer())
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(ReplayFailed):
-        api.validate(path, replayer=FakeReplayer(fail=True), microbatches=(8,))
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    fake = FakeReplayer(fail="ours")
+    v = api.validate(path, replayer=fake, schedules=("gpipe", "pipedream_2bw"), torch_builtin=True)
+    rows = v.table[["schedule", "runtime", "status", "reason"]].values.tolist()
+    assert rows == [
+        ["gpipe", "ours", "failed", "rank 1 failed: injected"],
+        ["gpipe", "torch", "ok", ""],
+        ["pipedream_2bw", "ours", "failed", "rank 1 failed: injected"],
+        ["pipedream_2bw", "torch", "not_run", rows[3][3]],
+    ]
+    assert "no pipedream_2bw schedule" in rows[3][3]
+    assert [r.runtime for r in fake.replayed] == ["ours", "torch", "ours"]
+    on_disk = pd.read_csv(tmp_path / "validation.csv", keep_default_na=False)
+    assert on_disk["status"].tolist() == ["failed", "ok", "failed", "not_run"]
 
 
 def test_a_new_set_replaces_the_previous_one(tmp_path):
@@ -215,3 +226,49 @@ def test_breakdown_of_measured_spans_by_hand(tmp_path):
         assert measured[(gpu, "B")] == pytest.approx((4 * ACTION_S, 4))
         assert measured[(gpu, "STEP")] == pytest.approx((ACTION_S, 1))
         assert measured[(gpu, "idle")][0] == pytest.approx(0.5 - 9 * ACTION_S)
+
+
+def test_a_multi_stage_schedule_on_a_one_stage_per_rank_winner(tmp_path):
+    """``-s interleaved_1f1b`` on a GPipe file with fixed boundaries: the variant runs at the
+    schedule's smallest v (2), partitioned afresh into p x v = 4 stages; ``--virtual-stages``
+    sets v and is refused (naming the option) where the schedule does not take it."""
+    path = config(tmp_path)
+    text = path.read_text().replace(
+        "partition: uniform", "partition: uniform\n  boundaries: [0, 3]"
+    )
+    path.write_text(text)
+    fake = FakeReplayer()
+    v = api.validate(path, replayer=fake, schedules=("gpipe", "interleaved_1f1b"))
+    assert [(r.schedule, r.virtual_stages, len(r.boundaries)) for r in fake.replayed] == [
+        ("gpipe", 1, 2),
+        ("interleaved_1f1b", 2, 4),
+    ]
+    assert list(v.table["mode"]) == ["pipeline", "multi_stage"]
+    fake = FakeReplayer()
+    api.validate(path, replayer=fake, schedules=("looped_bfs",), virtual_stages=3)
+    assert [(r.virtual_stages, len(r.boundaries)) for r in fake.replayed] == [(3, 6)]
+    with pytest.raises(InputError, match="--virtual-stages"):
+        api.validate(
+            path, replayer=FakeReplayer(), schedules=("zbv_zero_bubble",), virtual_stages=3
+        )
+
+
+def test_numerics_are_asked_for_every_pipeline_replay_and_reported(tmp_path):
+    path = config(tmp_path)
+
+    class Checked(FakeReplayer):
+        def replay(self, request):
+            out = super().replay(request)
+            out.numerics = {"numerics": "ok", "loss_max_error": 0.0, "grad_max_error": 2e-7,
+                            "grad_worst": "step 1 0.tok.weight", "tolerance": 1e-4}  # fmt: skip
+            return out
+
+    fake = Checked()
+    (row,) = api.validate(path, replayer=fake).table.to_dict("records")
+    assert fake.replayed[0].numerics
+    assert (row["numerics"], row["grad_max_error"], row["numerics_tolerance"]) == ("ok", 2e-7, 1e-4)
+    fake = Checked()
+    (row,) = api.validate(path, replayer=fake, numerics=False).table.to_dict("records")
+    assert not fake.replayed[0].numerics and row["numerics"] == "skipped"
+    (row,) = api.validate(path, replayer=Checked(), rank=0).table.to_dict("records")
+    assert row["numerics"] == "skipped" and "single_rank" in row["numerics_reason"]

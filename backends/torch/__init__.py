@@ -24,7 +24,8 @@ matmul_n=None, name=None, path=None, timeout_s=300, threads=None) -> Calibration
     Runs ``job.stages`` ranks (gloo on CPU, NCCL on CUDA) executing the simulator's per-rank
     action lists (``backend="ours"``: gpipe, 1f1b, pipedream_2bw, pipedream, pipemare) or
     torch's ``ScheduleGPipe`` / ``Schedule1F1B`` (``backend="torch"``, optionally
-    ``torch_csv=True`` to load our CSV into ``_PipelineScheduleRuntime``). Returns the median
+    ``torch_csv=True`` to load our CSV into ``_PipelineScheduleRuntime``, which also runs the
+    multi-stage schedules). Returns the median
     iteration time, per-rank peak memory (with a breakdown), executed vs expected action
     counts, losses and notes. Raises ``ReplayError`` naming the failing rank and its error, or
     the hung ranks' stacks after ``job.timeout_s``; no process is left behind. (:mod:`.launch`,
@@ -43,10 +44,16 @@ stage, seed)``, ``make_batch(spec, microbatch_size, seed)``
 Your own model (``sim profile --model FILE.py:FUNC``): :mod:`.user_model` (load and check
 ``FUNC``), :mod:`.layer_chain` (top-level children or ``--layers`` fqns), :mod:`.user_profile`
 (measure), :mod:`.fake_profile` (``--for-gpu``: fake tensors + roofline), :mod:`.hf` (Hugging
-Face ``config.json``), :mod:`.user_stage` (a replay rank's stage; ``ReplayJob.model`` is then a
-:class:`.user_spec.UserModelSpec` dict).
+Face ``config.json``), :mod:`.user_stage` (the model on a replay rank; ``ReplayJob.model`` is
+then a :class:`.user_spec.UserModelSpec` dict), :mod:`.shared_params` (parameters several layers
+hold: found, named once, counted once).
 
-Other modules: :mod:`.memory` (saved-tensor counting, memory policies), :mod:`.versions`
+Every runtime asks the model through :class:`.replay_model.ReplayModel` (GPT/BERT or a user's;
+:func:`.job_model.load_model`); :mod:`.ties` all-reduces shared parameters across ranks;
+:mod:`.dumps` and :mod:`.reference` are the numerics check (the same model in one process).
+
+Other modules: :mod:`.memory` (saved-tensor counting, memory policies), :mod:`.cpu_memory`
+(the resident peak of a CPU rank), :mod:`.flops` (FLOPs with CPU attention), :mod:`.versions`
 (weight versions per schedule), :mod:`.worker` (one rank process).
 """
 

@@ -1,4 +1,5 @@
-"""Context-parallel replay of a Hugging Face decoder on ``cp`` ranks (all-gather attention).
+"""Context-parallel replay of a Hugging Face decoder on ``cp`` ranks (all-gather or ring
+attention, or Ulysses: ``payload["comm"]``, ``all_gather`` by default, ``p2p`` or ``a2a``).
 
 :func:`run_rank` is started on every rank by :func:`backends.torch.launch.run_ranks`: each rank
 builds the same model (same seed), switches its attention to
@@ -26,9 +27,9 @@ from backends.torch.memory import SavedBytes
 
 def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
     """One CP rank (module doc). ``payload``: ``config, seq_len, seed, b, m, iterations,
-    warmup, lr``."""
+    warmup, lr`` and optionally ``comm``."""
     chain, vocab = build(payload)
-    cpa.install(chain)
+    cpa.install(chain, payload.get("comm", "all_gather"))
     pos = cpa.set_rank(payload["seq_len"], ctx.world_size, ctx.rank)
     cpa.set_positions(chain, pos)
     params = list(chain.parameters())
@@ -79,4 +80,10 @@ def serial_run(payload: dict[str, Any]) -> dict[str, Any]:
     return {"losses": losses, "grads": grads}
 
 
-__all__ = ["run_rank", "serial_run", "torch"]
+def serial_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
+    """:func:`serial_run` as a launched rank (``payload["world"]``: the parallel run's ranks),
+    so the caller need not import torch; its losses only."""
+    return {"losses": serial_run(payload)["losses"]}
+
+
+__all__ = ["run_rank", "serial_rank", "serial_run", "torch"]

@@ -110,3 +110,9 @@ def serial_run(payload: dict[str, Any], world: int) -> dict[str, Any]:
             grads = _grads(chain)
         _sgd(params, lr)
     return {"losses": losses, "grads": grads}
+
+
+def serial_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
+    """:func:`serial_run` as a launched rank (``payload["world"]``: the parallel run's ranks),
+    so the caller need not import torch; its losses only."""
+    return {"losses": serial_run(payload, payload["world"])["losses"]}

@@ -35,11 +35,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import flop_registry
 
+from backends.torch.flops import cpu_attention_flops
 from backends.torch.layer_chain import chain_layers, run_layer
 from backends.torch.memory import tensor_bytes
 from backends.torch.op_count import layer_ops
+from backends.torch.shared_params import counted_once
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs
 from backends.torch.user_spec import UserModelSpec
@@ -74,19 +76,6 @@ def op_time_s(flops: float, nbytes: float, peak_flops: float, hbm_bandwidth_Bps:
     return max(flops / peak_flops, nbytes / hbm_bandwidth_Bps)
 
 
-def _cpu_flash_flops(packet: Any, args: tuple) -> float | None:
-    """FLOPs of CPU flash attention, which ``flop_registry`` lacks (same formulas as its CUDA
-    kernels: ``sdpa_flop_count`` / ``sdpa_backward_flop_count``)."""
-    aten = torch.ops.aten
-    if packet is aten._scaled_dot_product_flash_attention_for_cpu:
-        return float(sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape))
-    if packet is aten._scaled_dot_product_flash_attention_for_cpu_backward:
-        return float(
-            sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape, args[3].shape)
-        )
-    return None
-
-
 def _is_view(func: Any) -> bool:
     returns = func._schema.returns
     return bool(returns) and returns[0].alias_info is not None
@@ -112,7 +101,7 @@ class OpCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket
-        flops = _cpu_flash_flops(packet, args)
+        flops = cpu_attention_flops(packet, args)
         if flops is None:
             flops = (
                 float(flop_registry[packet](*args, **kwargs, out_val=out))
@@ -293,9 +282,11 @@ def fake_profile_user_model(
         "the last layer includes the loss"
         + ("" if loss else " (stand-in loss mean(output^2), an assumption)"),
     }
+    layers_once, shared = counted_once(out, [m for _, m in chain])
     trace = Trace(
         name=name,
-        layers=tuple(out),
+        layers=layers_once,
+        shared=shared,
         microbatch_size=um.microbatch_size,
         dtype=dtype,
         device=gpu.model,

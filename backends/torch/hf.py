@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from sim.errors import InputError
+from sim.trace.hf_config import check_sizes, parameter_count
 
 LAYOUT = ("model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb", "lm_head")
 
@@ -75,12 +76,46 @@ class HFChain(nn.Module):
         return x
 
 
+def _available_bytes() -> float:
+    """Memory the OS can give now (``MemAvailable``, proc(5)); infinite where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+def check_fits(cfg: Any, file: str) -> None:
+    """A model built for real (not under fake tensors) must fit in this machine's memory.
+
+    Raises:
+        InputError: its fp32 weights (``from_config`` initialises in fp32) need more than the
+            memory available; ``--for-gpu`` analyses it without memory.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(torch.empty(0), FakeTensor):
+        return
+    need = 4.0 * parameter_count(cfg.to_dict())
+    have = _available_bytes()
+    if need > have:
+        raise InputError(
+            f"{need / 2**30:.1f} GiB of fp32 weights to build with random weights, but "
+            f"{have / 2**30:.1f} GiB are available here; analyse it with --for-gpu (fake "
+            "tensors, no memory)",
+            file=file,
+            field="--model",
+        )
+
+
 def load_config(path: str | Path) -> Any:
     """A ``transformers`` config from a local ``config.json`` (no download).
 
     Raises:
-        InputError: transformers is absent, the file is not JSON, or has no known
-            ``model_type``.
+        InputError: transformers is absent, the file is not JSON, has no known
+            ``model_type``, or bad sizes (``sim.trace.hf_config.check_sizes``).
     """
     try:
         import transformers
@@ -97,6 +132,7 @@ def load_config(path: str | Path) -> Any:
     kind = data.pop("model_type", None) if isinstance(data, dict) else None
     if not isinstance(kind, str):
         raise InputError('missing (e.g. "model_type": "llama")', file=str(path), field="model_type")
+    check_sizes({"model_type": kind, **data}, str(path))
     try:
         return transformers.AutoConfig.for_model(kind, **data)
     except (ValueError, KeyError, TypeError) as exc:
@@ -114,6 +150,13 @@ def build(config: str, seq_len: int = 128, microbatch_size: int = 1):
     from transformers import AutoModelForCausalLM
 
     cfg = load_config(config)
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit is not None and seq_len > limit:
+        raise InputError(
+            f"{seq_len} tokens, but the model's max_position_embeddings is {limit}",
+            field="--seq-len",
+        )
+    check_fits(cfg, config)
     cfg._attn_implementation = "sdpa"
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")

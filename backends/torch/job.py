@@ -242,10 +242,15 @@ class ReplayResult:
         job: the job, as a dict.
         device_name: what ran it (``cpu-rank`` or the GPU's name).
         wall_s: seconds from the first barrier to the last, measured on rank 0.
+        reference_losses: the same losses from one process on the same data, where the replay
+            runs one (:mod:`backends.torch.group_replay`); empty otherwise.
         action_spans: per rank, ``(action, start_s, ready_s, end_s)`` of every executed action
             (our runtime), seconds from the common start barrier: ``ready_s`` is when its
             input (received activation or gradient) had arrived, so ``end_s - ready_s`` is the
             action's own time and ``ready_s - start_s`` its wait.
+        numerics: the numerics check against the one-process reference
+            (:func:`backends.torch.reference.compare`; ``{"numerics": "skipped", "reason":
+            ...}`` when not run).
     """
 
     iteration_time_s: float
@@ -260,6 +265,8 @@ class ReplayResult:
     device_name: str = ""
     wall_s: float = math.nan
     action_spans: list[list[tuple[str, float, float, float]]] = field(default_factory=list)
+    numerics: dict[str, Any] = field(default_factory=dict)
+    reference_losses: list[float] = field(default_factory=list)
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -308,9 +315,9 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
         notes.append("pipedream steps after every micro-batch; an iteration is m micro-batches")
     if job.device.startswith("cpu"):
         notes.append(
-            "CPU memory = parameter bytes x (peak versions + 1 gradient copy) + peak live "
-            "saved-for-backward bytes (saved_tensors_hooks; recompute's backward-time "
-            "re-forward is not counted)"
+            "CPU memory measured: the resident high-water mark over the run's start plus the "
+            "stage's weights (backends.torch.cpu_memory); counted_peak_bytes: parameter bytes "
+            "x (peak versions + 1 gradient copy) + peak live saved-for-backward bytes"
         )
     return ReplayResult(
         iteration_time_s=median,

@@ -14,6 +14,7 @@ If the launcher itself is killed (``kill -9``), each rank dies with it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,40 +143,88 @@ def run_ranks(
         raise ValueError("process_group=False runs one process (nproc 1)")
     threads = threads or default_threads(nproc)
     remove_stale_workdirs()
-    work = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+    with scratch_dir("ranks") as work:
+        return _run_in(work, target, payload, nproc, device, timeout_s, pg_timeout_s, threads,
+                       process_group)  # fmt: skip
+
+
+def _run_in(
+    work: Path,
+    target: str,
+    payload: dict[str, Any],
+    nproc: int,
+    device: str,
+    timeout_s: float,
+    pg_timeout_s: float,
+    threads: int,
+    process_group: bool,
+) -> list[Any]:
+    """:func:`run_ranks` in the scratch folder ``work``."""
+    spec = {
+        "target": target,
+        "payload": payload,
+        "world_size": nproc,
+        "device": device,
+        "pg_timeout_s": pg_timeout_s,
+        "threads": threads,
+        "process_group": process_group,
+    }
+    (work / "spec.json").write_text(json.dumps(spec))
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        spec = {
-            "target": target,
-            "payload": payload,
-            "world_size": nproc,
-            "device": device,
-            "pg_timeout_s": pg_timeout_s,
-            "threads": threads,
-            "process_group": process_group,
-        }
-        (work / "spec.json").write_text(json.dumps(spec))
-        procs: list[subprocess.Popen[bytes]] = []
-        try:
-            for r in range(nproc):
-                with open(work / f"rank{r}.log", "wb") as log:
-                    procs.append(
-                        subprocess.Popen(
-                            [sys.executable, "-m", "backends.torch.worker", str(work), str(r)],
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            env=_env(threads),
-                            start_new_session=True,
-                        )
+        for r in range(nproc):
+            with open(work / f"rank{r}.log", "wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "backends.torch.worker", str(work), str(r)],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=_env(threads),
+                        start_new_session=True,
                     )
-            _wait(procs, work, timeout_s)
-            result = work / "result.json"
-            if not result.exists():
-                raise ReplayError(f"rank 0 wrote no result; log:\n{_tail(work / 'rank0.log')}")
-            return json.loads(result.read_text())["ranks"]
-        finally:
-            _kill(procs)
+                )
+        _wait(procs, work, timeout_s)
+        result = work / "result.json"
+        if not result.exists():
+            raise ReplayError(f"rank 0 wrote no result; log:\n{_tail(work / 'rank0.log')}")
+        return json.loads(result.read_text())["ranks"]
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _kill(procs)
+
+
+GUARD = (
+    "import shutil, sys\n"
+    "sys.stdin.buffer.read()\n"  # returns when the launcher's end of the pipe closes
+    "shutil.rmtree(sys.argv[1], ignore_errors=True)\n"
+)
+"""The guard of a scratch folder (:func:`scratch_dir`), run as ``python -c``."""
+
+
+@contextlib.contextmanager
+def scratch_dir(what: str) -> Iterator[Path]:
+    """A scratch folder ``<tmp>/pipesim-run-<pid>-<what>-*``, removed on exit, and removed even
+    when this process is killed with ``kill -9``: a guard process blocks reading a pipe only
+    this process holds open; the kernel closes it when this process ends, however it ends,
+    and the guard then removes the folder and exits (:func:`remove_stale_workdirs` still
+    sweeps what a killed guard left)."""
+    path = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{what}-"))
+    read_end, write_end = os.pipe()
+    try:
+        guard = subprocess.Popen(
+            [sys.executable, "-c", GUARD, str(path)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C of the launcher does not stop it first
+        )
+    finally:
+        os.close(read_end)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(write_end)
+        guard.wait()
 
 
 def remove_stale_workdirs(root: str | os.PathLike[str] | None = None) -> list[Path]:

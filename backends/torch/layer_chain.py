@@ -7,9 +7,13 @@ pipesim cuts a model into stages between layers, so it needs the model as a chai
 ``nn.Sequential``-like models; ``--layers a,b.0,b.1,head`` names the modules instead (fully
 qualified names, as ``model.get_submodule`` takes them).
 
-The model's own ``forward`` is not used; :func:`forward_note` compares it with the chain so a
-model whose forward does more than chaining its children (a residual around two children, a
-reshape between them) is reported instead of silently mis-profiled.
+The model's own ``forward`` is not used to run the chain; it is run once, with hooks, to learn
+which modules it really calls and in which order (:func:`call_order`), so the ``--layers``
+pipesim suggests (:func:`traced_layers`) lists what runs: a module registered but never called
+(a probe, an unused head) is left out, children of a ``ModuleList`` appear in the order they
+run. :func:`forward_note` compares the forward's output with the chain's, so a model whose
+forward does more than chaining its layers (a residual around two of them, a reshape between
+them) is reported instead of silently mis-profiled.
 """
 
 from __future__ import annotations
@@ -23,8 +27,71 @@ from torch import nn
 from sim.errors import InputError
 
 
+def call_order(model: nn.Module, sample: tuple[torch.Tensor, ...]) -> list[str] | None:
+    """The fqns of the modules ``model(*sample)`` calls, in the order of their first call
+    (forward pre-hooks on every module; ``eval()`` and no autograd, the mode restored), or
+    ``None`` when the forward raises (it is optional: the chain may still be named)."""
+    order: dict[str, None] = {}
+    hooks = [
+        m.register_forward_pre_hook(lambda mod, args, name=name: order.setdefault(name, None))
+        for name, m in model.named_modules()
+        if name
+    ]
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(*sample)
+    except Exception:
+        return None
+    finally:
+        model.train(training)
+        for h in hooks:
+            h.remove()
+    return list(order)
+
+
+def traced_layers(model: nn.Module, order: Sequence[str]) -> list[str]:
+    """The layer chain the forward runs, from :func:`call_order`: every called module none of
+    whose enclosing modules is called (containers such as ``ModuleList`` are never called),
+    in call order; the whole of a container's children, in their order, becomes ``name.*``.
+
+    Example:
+        >>> m = nn.Module(); m.embed = nn.Linear(2, 2); m.unused = nn.Linear(2, 2)
+        >>> m.blocks = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)]); m.head = nn.Linear(2, 2)
+        >>> traced_layers(m, ["embed", "blocks.0", "blocks.1", "head"])
+        ['embed', 'blocks.*', 'head']
+    """
+    called = set(order)
+    layers = [
+        n
+        for n in order
+        if not any(".".join(n.split(".")[:k]) in called for k in range(1, n.count(".") + 1))
+    ]
+    out: list[str] = []
+    i = 0
+    while i < len(layers):
+        parent = layers[i].rpartition(".")[0]
+        kids = (
+            [f"{parent}.{c}" for c, _ in model.get_submodule(parent).named_children()]
+            if parent
+            else []
+        )
+        if kids and layers[i : i + len(kids)] == kids and len(kids) > 1:
+            out.append(f"{parent}.*")
+            i += len(kids)
+        else:
+            out.append(layers[i])
+            i += 1
+    return out
+
+
 def chain_layers(
-    model: nn.Module, fqns: Sequence[str] | None = None, *, field: str = "--layers"
+    model: nn.Module,
+    fqns: Sequence[str] | None = None,
+    *,
+    field: str = "--layers",
+    traced: Sequence[str] | None = None,
 ) -> list[tuple[str, nn.Module]]:
     """The chain as ``(fqn, module)`` pairs, input side first.
 
@@ -33,10 +100,13 @@ def chain_layers(
         fqns: module names; ``None`` takes the top-level children in order; ``name.*``
             stands for the children of ``name`` in order.
         field: the option named in errors.
+        traced: the chain the forward runs (:func:`traced_layers`), suggested when the
+            top-level children are not it.
 
     Raises:
         InputError: a name is not a module of the model (with close matches), a name repeats,
-            one named module contains another, or the model has no children.
+            one named module contains another, the model has no children, or (no ``fqns``)
+            its top-level children are not the layers its forward runs in order.
     """
     if not fqns:
         chain = list(model.named_children())
@@ -47,14 +117,22 @@ def chain_layers(
                 field=field,
             )
         lists = [n for n, m in chain if isinstance(m, (nn.ModuleList, nn.ModuleDict))]
-        if lists:
-            names = ",".join(f"{n}.*" if n in lists else n for n, _ in chain)
-            raise InputError(
-                f"top-level {', '.join(repr(n) for n in lists)} of "
-                f"{type(model).__name__} is a container, not a layer; name the "
-                f"chain, e.g. --layers '{names}'",
-                field=field,
+        names = [n for n, _ in chain]
+        if lists or (traced is not None and list(traced) != names):
+            suggest = (
+                ",".join(traced)
+                if traced
+                else ",".join(f"{n}.*" if n in lists else n for n in names)
             )
+            why = (
+                f"top-level {', '.join(repr(n) for n in lists)} of {type(model).__name__} is a "
+                "container, not a layer"
+                if lists
+                else f"{type(model).__name__}'s forward does not call its top-level modules "
+                f"({', '.join(names)}) once each in that order"
+            )
+            source = "its forward runs" if traced else "e.g."
+            raise InputError(f"{why}; name the chain ({source}): --layers '{suggest}'", field=field)
         return chain
     known = [n for n, _ in model.named_modules() if n]
     out = []
@@ -108,6 +186,14 @@ def _check_disjoint(names: list[str], field: str) -> None:
                 raise InputError(
                     f"layers {a!r} and {b!r} overlap (one contains the other)", field=field
                 )
+
+
+def never_called(chain: Sequence[tuple[str, nn.Module]], order: Sequence[str] | None) -> list[str]:
+    """Layers of ``chain`` the model's forward never calls (empty when unknown)."""
+    if order is None:
+        return []
+    called = set(order)
+    return [n for n, _ in chain if n not in called]
 
 
 def uncovered_parameters(model: nn.Module, chain: Sequence[tuple[str, nn.Module]]) -> list[str]:

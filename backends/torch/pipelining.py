@@ -1,5 +1,5 @@
-"""What both replays with torch.distributed.pipelining share (:mod:`.torch_schedules`, one
-stage per rank; :mod:`.torch_multi_stage`, ``v`` stage chunks per rank): the stage wrapper that
+"""What the replays with torch.distributed.pipelining (:mod:`.torch_schedules`: one stage per
+rank, or ``v`` stage chunks per rank) need around torch: the stage wrapper that
 counts saved bytes, torch's F/B call counter, the schedule object (torch's class or
 ``_PipelineScheduleRuntime`` loading our compute-only CSV, schedules.md §4.2) and the inputs.
 
@@ -35,7 +35,10 @@ def has_gloo_p2p_fix() -> bool:
 
 class WithPolicy(nn.Module):
     """Runs the stage's forward under the saved-bytes counter (the policy is set up on
-    ``inner`` by :func:`backends.torch.memory.apply_policy`)."""
+    ``inner`` by :func:`backends.torch.memory.apply_policy`) and hands torch a contiguous
+    output: ``PipelineStage`` sends the output tensor as it is, and a send of a strided view
+    (a layer ending in ``transpose``) fails in gloo and NCCL (our runtime sends
+    ``.contiguous()`` copies too)."""
 
     def __init__(self, inner: nn.Module, tracker: SavedBytes | None):
         super().__init__()
@@ -43,7 +46,7 @@ class WithPolicy(nn.Module):
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         with saved_context(self.tracker):
-            return self.inner(*xs)
+            return self.inner(*xs).contiguous()
 
 
 def count_actions(stage: Any) -> Counter[str]:
@@ -66,12 +69,19 @@ def count_actions(stage: Any) -> Counter[str]:
 def torch_schedule(job: ReplayJob, stages: list[Any], csv: bool, loss_fn: Any = lm_loss) -> Any:
     """torch's schedule over this rank's ``stages`` (one, or ``v`` stage chunks); with ``csv``
     ``_PipelineScheduleRuntime`` loads our compute-only CSV and infers the stage -> rank map
-    from it (``_validate_and_set_stage_mapping``, schedules.md §4.2)."""
+    from it (``_validate_and_set_stage_mapping``, schedules.md §4.2).
+
+    ``scale_grads=False``: torch would divide each stage's gradients by ``m``
+    (``_PipelineStageBase.scale_grads``), twice for a parameter two stage chunks of the rank
+    share (a tied embedding on the first and the last stage of a V schedule); the caller
+    divides once."""
     if not csv:
         cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.schedule]
-        return cls(stages[0], job.microbatches, loss_fn=loss_fn)
+        return cls(stages[0], job.microbatches, loss_fn=loss_fn, scale_grads=False)
     program = sim_schedule(job).one_iteration()
-    schedule = _PipelineScheduleRuntime(stages, job.microbatches, loss_fn=loss_fn)
+    schedule = _PipelineScheduleRuntime(
+        stages, job.microbatches, loss_fn=loss_fn, scale_grads=False
+    )
     with tempfile.TemporaryDirectory() as tmp:
         to_csv(program, Path(tmp) / "schedule.csv")
         schedule._load_csv(str(Path(tmp) / "schedule.csv"), format="compute_only")

@@ -14,7 +14,8 @@ layers' output for one micro-batch):
   ``saved_tensors_hooks``, parameters excluded (:class:`backends.torch.memory.SavedBytes`).
   The layer's input counts (it is what the layer stashes); its output does not unless saved.
 * ``out_bytes``: bytes of the output, 0 for the head (nothing leaves the last layer, as in
-  ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode``.
+  ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` with CPU attention
+  (:mod:`backends.torch.flops`).
 * ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward (autograd recording on)
   and the backward, counted by a ``TorchDispatchMode`` in an untimed run
   (:mod:`backends.torch.op_count`): what the host model charges per op (:mod:`sim.compute.host`).
@@ -43,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from backends.torch.attention import attention_kernel
+from backends.torch.flops import flop_counter
 from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
 from backends.torch.op_count import layer_ops
@@ -162,7 +163,7 @@ def _profile_layer(
     with tracker.hooks():
         y = fn(x)
     act_bytes = tracker.live_bytes
-    with FlopCounterMode(display=False) as counter:
+    with flop_counter() as counter:
         fn(x)
     fwd_ops, bwd_ops = layer_ops(fn, x)
     return LayerProfile(

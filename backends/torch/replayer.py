@@ -4,18 +4,20 @@
 it into a :class:`backends.torch.job.ReplayJob` and runs it with :func:`backends.torch.launch.replay`
 (our runtime or torch's schedules on ``stages x tensor_parallel`` ranks, or one rank alone).
 What the replay can run is said by the job itself (:meth:`ReplayJob.problems`: schedules,
-memory policies, tensor-parallel limits) and, for a user's model, by its spec
-(:meth:`backends.torch.user_spec.UserModelSpec.replay_problem`).
+memory policies, tensor-parallel limits).
 
 Importing this module does not import torch; a replay starts it in its rank processes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from backends.torch.devices import check_device
+from backends.torch.group_replay import group_problems, is_group_request, replay_group
 from backends.torch.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
-from backends.torch.launch import replay
-from backends.torch.user_spec import UserModelSpec, is_user_model
+from backends.torch.launch import replay, run_ranks, scratch_dir
 from sim.replay import ReplayProblem, ReplayRequest
 
 
@@ -70,6 +72,8 @@ class TorchReplayer:
     def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
         """Multi-stage schedules: torch's CSV runtime only; else ours, and torch's own
         ``ScheduleGPipe`` / ``Schedule1F1B`` with ``builtin``."""
+        if is_group_request(request):
+            return ("ours",)
         if request.schedule in SCHEDULES_TORCH_CSV:
             return ("torch",)
         if builtin and request.schedule in SCHEDULES_TORCH and request.single_rank is None:
@@ -77,21 +81,61 @@ class TorchReplayer:
         return ("ours",)
 
     def problems(self, request: ReplayRequest) -> list[ReplayProblem]:
-        """The user model's limits first, then every field the job refuses."""
+        """Every field the job refuses; expert- and context-parallel requests:
+        :func:`backends.torch.group_replay.group_problems`."""
+        if is_group_request(request):
+            return group_problems(request)
         out = []
-        if is_user_model(request.model):
-            why = UserModelSpec.from_dict(request.model).replay_problem(request.microbatch_size)
-            if why:
-                out.append(ReplayProblem("microbatch_size", why))
         for text in replay_job(request, check=False).problems():
             field, _, reason = text.partition(": ")
             out.append(ReplayProblem(field, reason))
         return out
 
     def replay(self, request: ReplayRequest) -> ReplayResult:
-        """Run ``request`` (:func:`backends.torch.launch.replay`).
+        """Run ``request`` (:func:`backends.torch.launch.replay`; expert- and
+        context-parallel: :func:`backends.torch.group_replay.replay_group`) and measure it; with
+        ``request.numerics``, run the same job again with every rank dumping its gradients and
+        losses, and check them against the one-process reference
+        (:func:`backends.torch.reference.check`). The measured run writes nothing, so the
+        dumps cost it no time and no memory.
 
         Raises:
             backends.torch.launch.ReplayError: a rank failed or the run timed out.
         """
-        return replay(replay_job(request))
+        if is_group_request(request):
+            return replay_group(request)
+        job = replay_job(request)
+        result = replay(job)
+        if request.numerics:
+            result.numerics = check_numerics(job)
+        return result
+
+
+NUMERICS_LR = 1e-2
+"""SGD learning rate of the numerics run (the measured run's, ``ReplayJob.lr``, is 1e-3; a
+learning rate changes no time and no memory). A step of staleness moves a gradient by about
+``lr`` times the loss's curvature, so at 1e-2 a wrong weight version shows as a relative error
+of 3e-3 or more in the shipped tests' models (``tests/test_numerics.py``), 30x the fp32
+tolerance, while rounding stays near 1e-6."""
+
+
+def check_numerics(job: ReplayJob) -> dict[str, Any]:
+    """Replay ``job`` again at :data:`NUMERICS_LR` with gradient dumps and compare them with
+    the one-process reference in another process (:func:`backends.torch.reference.check`'s
+    summary).
+
+    Raises:
+        backends.torch.launch.ReplayError: the replay or the reference failed.
+    """
+    with scratch_dir("numerics") as dump:
+        dumped = dataclasses.replace(job, dump_dir=str(dump), lr=NUMERICS_LR)
+        replay(dumped)
+        return run_ranks(
+            "backends.torch.reference:check",
+            {"job": dumped.to_dict()},
+            nproc=1,
+            device=job.device,
+            timeout_s=job.timeout_s,
+            threads=job.threads,
+            process_group=False,
+        )[0]

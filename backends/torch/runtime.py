@@ -22,17 +22,20 @@ same on both ends for every schedule here). Activations always have shape
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from backends.torch.attention import attention_kernel
+from backends.torch.cpu_memory import ResidentPeak
+from backends.torch.dumps import save_end, save_step
 from backends.torch.job import ReplayJob
+from backends.torch.job_model import load_model
 from backends.torch.memory import (
     SavedBytes,
     apply_policy,
@@ -40,10 +43,10 @@ from backends.torch.memory import (
     saved_context,
     tensor_bytes,
 )
-from backends.torch.models import DTYPES, as_spec, build_stage, lm_loss, microbatch
+from backends.torch.models import stage_ranges
 from backends.torch.profile import device_model_name
-from backends.torch.user_spec import is_user_model
-from backends.torch.user_stage import build_user_stage
+from backends.torch.replay_model import ReplayModel
+from backends.torch.ties import Ties
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext
 from sim.partition import uniform_partition
@@ -51,19 +54,29 @@ from sim.schedules.action import STEP, Action
 from sim.schedules.registry import get_schedule
 
 
-def user_stage(job: ReplayJob, rank: int) -> Any:
-    """This rank's stage of a user's model (:mod:`backends.torch.user_stage`)."""
+def stage_setup(
+    job: ReplayJob, stages: list[int], distributed: bool
+) -> tuple[ReplayModel, list[int], dict[int, Any], Ties]:
+    """The model, the partition, this rank's stage modules (on CPU) and its tied
+    all-reduces: what every runtime builds first.
 
-    assert isinstance(job.model, dict), "a user model's job carries its spec as a dict"
-    return build_user_stage(
-        job.model,
-        job.boundaries,
-        rank,
-        job.stages,
-        microbatch_size=job.microbatch_size,
-        dtype=job.dtype,
-        recompute=job.memory_policy == "recompute",
-    )
+    The model's other layers are dropped (:meth:`ReplayModel.release`); the boundaries are the
+    job's, else the uniform partition of the ``p * v`` stages.
+    """
+    model = load_model(job)
+    sched = get_schedule(job.schedule)(job.stages, job.microbatches, job.virtual_stages)
+    n = sched.num_stages
+    boundaries = list(job.boundaries or uniform_partition(model.n_layers, n))[:n]
+    modules = {s: model.stage(boundaries, s) for s in stages}
+    keep = {i for s in stages for i in stage_ranges(boundaries, model.n_layers)[s]}
+    rank = sched.stage_rank(stages[0])
+    ties = Ties(model.shared, boundaries, model.n_layers,
+                [sched.stage_rank(s) for s in range(n)], rank, distributed)  # fmt: skip
+    for s in range(n):  # the shapes crossing every boundary, while every layer is here
+        if s:
+            model.recv(boundaries, s)
+    model.release(keep)
+    return model, boundaries, modules, ties
 
 
 def rank_program(job: ReplayJob, rank: int) -> list[Action]:
@@ -135,13 +148,13 @@ class StageRunner:
         self.rank = ctx.rank if job.single_rank is None else job.single_rank
         self.last = self.rank == job.stages - 1
         self.dev = ctx.device
-        self.user = user_stage(job, self.rank) if is_user_model(job.model) else None
-        if self.user is None:
-            self.spec = as_spec(job.model)
-            boundaries = job.boundaries or list(uniform_partition(self.spec.n_layers, job.stages))
-            module = build_stage(self.spec, boundaries, self.rank, job.seed, dtype=job.dtype)
-        else:
-            module = self.user.module
+        self.model, boundaries, stages, self.ties = stage_setup(
+            job, [self.rank], job.single_rank is None
+        )
+        module = stages[self.rank]
+        self.names = self.model.names(module)
+        self.param_bytes = tensor_bytes(module.parameters())
+        self.peak = ResidentPeak(self.param_bytes + tensor_bytes(module.buffers()))
         module = module.to(self.dev)
         self.tracker = SavedBytes(module.parameters()) if self.dev.type == "cpu" else None
         self.policy = apply_policy(module, job.memory_policy, self.rank, job.stages, self.tracker)
@@ -152,21 +165,22 @@ class StageRunner:
             job.microbatches,
             on_new=lambda m: self.tracker.exclude(m.parameters()) if self.tracker else None,
         )
-        self.param_bytes = tensor_bytes(module.parameters())
-        self.act_shape = (
-            (job.microbatch_size, self.spec.seq_len, self.spec.hidden)
-            if self.user is None
-            else self.user.recv_shape
-        )
-        self.act_dtype = DTYPES[job.dtype] if self.user is None else self.user.recv_dtype
+        # stage 0 receives no activation, the last stage no gradient
+        self.act_shape: Any = None
+        self.act_dtype: Any = None
+        self.out_shape: Any = None
+        self.out_dtype: Any = None
+        if self.rank > 0:
+            self.act_shape, self.act_dtype = self.model.recv(boundaries, self.rank)
+        if not self.last:
+            self.out_shape, self.out_dtype = self.model.send(boundaries, self.rank)
         self.stash: dict[int, tuple[Any, torch.Tensor]] = {}
         self.pending: list[tuple[Any, torch.Tensor]] = []
-        self.losses: list[torch.Tensor] = []
+        self.losses: list[tuple[int, torch.Tensor]] = []
         self.executed: Counter[str] = Counter()
         self.step_times: list[float] = []
         self.spans: list[tuple[str, float, float, float]] = []
         self.ready = 0.0  # when the running action's input had arrived
-        self.dumped_grads: list[dict[str, torch.Tensor]] = []
         self.scale = 1.0
 
     # --- communication -------------------------------------------------------------------
@@ -178,9 +192,9 @@ class StageRunner:
         self.pending.append((dist.isend(t, dst, tag=tag), t))
 
     def _recv(self, src: int, tag: int, backward: bool = False) -> torch.Tensor:
-        shape, dtype = (self.act_shape, self.act_dtype)
-        if backward and self.user is not None:  # the gradient of this stage's output
-            shape, dtype = self.user.out_shape, self.user.out_dtype
+        shape, dtype = (
+            (self.out_shape, self.out_dtype) if backward else (self.act_shape, self.act_dtype)
+        )
         buf = torch.empty(shape, dtype=dtype, device=self.dev)
         dist.recv(buf, src, tag=tag)
         self.ready = time.perf_counter()
@@ -199,10 +213,8 @@ class StageRunner:
         """Forward of micro-batch ``mb`` (see module docstring)."""
         module = self.versions.forward_module(mb)
         x: Any
-        if self.user is not None and self.rank == 0:
-            x = tuple(t.to(self.dev) for t in self.user.sample)
-        elif self.rank == 0:
-            x = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[0].to(self.dev)
+        if self.rank == 0:
+            x = tuple(t.to(self.dev) for t in self.model.batch(mb)[0])
         else:
             x = self._recv(self.rank - 1, self._tag(mb, False)).requires_grad_()
         with saved_context(self.tracker):
@@ -211,18 +223,15 @@ class StageRunner:
                 with offloading(self.tracker) if self.policy.swap_loss else nullcontext():
                     y = self._loss(y, mb)
         if self.last:
-            self.losses.append(y.detach())
+            self.losses.append((mb, y.detach()))
             y = y * self.scale
         else:
             self._send(y, self.rank + 1, self._tag(mb, False))
         self.stash[mb] = (x, y)
 
     def _loss(self, y: torch.Tensor, mb: int) -> torch.Tensor:
-        """The last stage's loss: the user's, or the LM loss on micro-batch ``mb``'s targets."""
-        if self.user is not None:
-            return self.user.loss(y)
-        targets = microbatch(self.spec, self.job.microbatch_size, self.job.seed, mb)[1]
-        return lm_loss(y, targets.to(self.dev))
+        """The last stage's loss of micro-batch ``mb`` (the model's)."""
+        return self.model.loss(y, self.model.batch(mb)[1])
 
     def backward(self, mb: int) -> None:
         """Backward of micro-batch ``mb`` on the weights its graph holds."""
@@ -235,20 +244,19 @@ class StageRunner:
             self._send(x.grad, self.rank - 1, self._tag(mb, True))
 
     def step(self, index: int) -> None:
-        """Optimizer step number ``index``; records the time it finished."""
+        """Optimizer step number ``index``: the tied all-reduce, then the update; records the
+        time it finished.
+
+        The all-reduce runs before this rank waits for its own sends: a send completes only
+        when its receiver takes it, and the receiver may be another holder of the tied
+        parameter, already waiting in the same all-reduce (PipeDream-2BW's stage 0 sends the
+        next iteration's first activation before its step)."""
+        grads = self.versions.gradients()
+        self.ties.reduce(self.names, grads)
         self._wait_sends()
         if self.job.dump_dir:
-            newest: Any = self.versions.newest()
-            names = list(newest.global_named_parameters())
-            grads = self.versions.gradients()
-            self.dumped_grads.append(
-                {
-                    n: g.detach().cpu().clone()
-                    for n, g in zip(names, grads, strict=True)
-                    if g is not None
-                }
-            )
-        self.versions.step()
+            save_step(self.job.dump_dir, self.ctx.rank, index, self.names, grads)
+        self.versions.step(grads)
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
         self.step_times.append(time.perf_counter())
@@ -258,6 +266,8 @@ class StageRunner:
         self.scale = 1.0 / _backwards_per_step(program)
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
+        else:
+            self.peak.start()
         self._barrier()
         start = time.perf_counter()
         with attention_kernel(self.job.attention):
@@ -265,6 +275,7 @@ class StageRunner:
         self._wait_sends()
         self._barrier()
         end = time.perf_counter()
+        self.resident_peak = self.peak.stop() if self.dev.type == "cpu" else math.nan
         if self.job.dump_dir:
             self._dump()
         return self._stats(start, end)
@@ -284,10 +295,9 @@ class StageRunner:
             self.executed[str(action)] += 1
 
     def _dump(self) -> None:
-        newest: Any = self.versions.newest()
-        params = {n: p.detach().cpu().clone() for n, p in newest.global_named_parameters().items()}
-        path = Path(str(self.job.dump_dir)) / f"rank{self.rank}.pt"
-        torch.save({"grads": self.dumped_grads, "params": params}, path)
+        losses = [(mb, float(v)) for mb, v in self.losses]
+        params = list(self.versions.newest().parameters())
+        save_end(str(self.job.dump_dir), self.ctx.rank, losses, self.names, params)
 
     def _stats(self, start: float, end: float) -> dict[str, Any]:
         versions = self.versions.peak_versions
@@ -299,7 +309,14 @@ class StageRunner:
         if self.tracker is not None:
             memory["act_peak_bytes"] = float(self.tracker.peak_bytes)
             memory["host_act_peak_bytes"] = float(self.tracker.host_peak_bytes)
-            peak = self.param_bytes * (versions + 1) + self.tracker.peak_bytes
+            counted = self.param_bytes * (versions + 1) + self.tracker.peak_bytes
+            memory["counted_peak_bytes"] = float(counted)
+            memory["resident_peak_bytes"] = self.resident_peak
+            peak = (
+                counted
+                if math.isnan(memory["resident_peak_bytes"])
+                else memory["resident_peak_bytes"]
+            )
         else:
             peak = torch.cuda.max_memory_allocated(self.dev)
             memory["cuda_max_allocated"] = float(peak)
@@ -313,7 +330,7 @@ class StageRunner:
             "end": end,
             "step_times": self.step_times,
             "spans": self.spans,
-            "losses": [float(v) for v in self.losses],
+            "losses": [float(v) for _, v in self.losses],
             "memory": memory,
             "peak_memory_bytes": float(peak),
             "device_name": device_model_name(self.dev),

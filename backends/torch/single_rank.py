@@ -60,9 +60,9 @@ class SingleRankRunner(StageRunner):
     def _source(self, backward: bool) -> torch.Tensor:
         """The fixed values every receive of this kind is cloned from (made once)."""
         if backward not in self._sources:
-            shape, dtype = self.act_shape, self.act_dtype
-            if backward and self.user is not None:
-                shape, dtype = self.user.out_shape, self.user.out_dtype
+            shape, dtype = (
+                (self.out_shape, self.out_dtype) if backward else (self.act_shape, self.act_dtype)
+            )
             gen = torch.Generator().manual_seed(self.job.seed * 7919 + int(backward))
             if dtype.is_floating_point:
                 values = torch.randn(shape, generator=gen) * (GRAD_STD if backward else ACT_STD)

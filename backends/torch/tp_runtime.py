@@ -11,12 +11,14 @@ backward runs ``autograd.backward`` of the loss / (micro-batches per step) under
 modules. Each rank reports what :mod:`backends.torch.runtime` reports, so
 :func:`backends.torch.job.collect_result` combines them the same way.
 
-CPU memory: local parameter bytes x 2 (weights + gradients) + peak live saved-for-backward
+CPU memory: measured, the rank's resident peak over its start (:mod:`backends.torch.cpu_memory`);
+counted beside it: local parameter bytes x 2 (weights + gradients) + peak live saved-for-backward
 bytes, a DTensor counted by its local shard (:class:`LocalSavedBytes`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from typing import Any
@@ -27,6 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
+from backends.torch.cpu_memory import ResidentPeak
 from backends.torch.job import ReplayJob
 from backends.torch.memory import SavedBytes, saved_context, tensor_bytes
 from backends.torch.models import as_spec, lm_loss, microbatch
@@ -89,6 +92,7 @@ class TPRunner:
         )
         params = [local(p) for p in self.chain.parameters()]
         self.param_bytes = tensor_bytes(params)
+        self.peak = ResidentPeak(self.param_bytes)
         self.tracker = LocalSavedBytes(params) if self.dev.type == "cpu" else None
         self.versions = SingleVersion(self.chain, job.lr)
         self.stash: dict[int, torch.Tensor] = {}
@@ -126,6 +130,8 @@ class TPRunner:
         ops = {"F": self.forward, "B": self.backward, STEP: self.step}
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
+        else:
+            self.peak.start()
         dist.barrier()
         start = time.perf_counter()
         for action in program:
@@ -139,6 +145,7 @@ class TPRunner:
             self.executed[str(action)] += 1
         dist.barrier()
         end = time.perf_counter()
+        self.resident = self.peak.stop() if self.dev.type == "cpu" else math.nan
         return self._stats(start, end)
 
     def _note(self) -> str:
@@ -157,7 +164,9 @@ class TPRunner:
         if self.tracker is not None:
             memory["act_peak_bytes"] = float(self.tracker.peak_bytes)
             memory["host_act_peak_bytes"] = 0.0
-            peak = 2 * self.param_bytes + self.tracker.peak_bytes
+            memory["counted_peak_bytes"] = float(2 * self.param_bytes + self.tracker.peak_bytes)
+            memory["resident_peak_bytes"] = self.resident
+            peak = memory["counted_peak_bytes"] if math.isnan(self.resident) else self.resident
         else:
             peak = torch.cuda.max_memory_allocated(self.dev)
             memory["cuda_max_allocated"] = float(peak)

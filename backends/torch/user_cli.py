@@ -7,10 +7,15 @@ under fake tensors for that GPU (:mod:`.fake_profile`) instead of run on ``--dev
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
+from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
@@ -25,6 +30,32 @@ def parse_fqns(text: str | None) -> tuple[str, ...] | None:
         return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     return names or None
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Bound the user's code run in this process: after ``seconds`` an ``InputError`` naming
+    ``--timeout`` is raised wherever it is (``SIGALRM``; Python code, sleeps and blocking
+    reads are interrupted, a C call when it returns). The copies of ``--concurrent`` have
+    their own limit."""
+
+    def expired(signum: int, frame: Any) -> None:
+        raise InputError(
+            f"the model's code did not finish within {seconds:g} s (a function that never "
+            "returns?); raise --timeout for a model that needs longer",
+            field="--timeout",
+        )
+
+    if not hasattr(signal, "setitimer"):  # not POSIX: unbounded
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def model_source(model: str, seq_len: int) -> tuple[str, dict[str, Any], str | None]:
@@ -55,7 +86,7 @@ def profile_user(
     loss: str | None,
     for_gpu: str | None,
     name: str | None,
-    microbatch_size: int | None,
+    microbatch_size: list[int] | None,
     device: str,
     dtype: str | None,
     threads: int | None,
@@ -63,33 +94,73 @@ def profile_user(
     split_backward: bool,
     seq_len: int,
     concurrent: int = 1,
+    timeout_s: float = 600.0,
 ) -> Trace:
-    """Profile (or, with ``for_gpu``, analyse) a user's model and write the trace.
+    """Profile (or, with ``for_gpu``, analyse) a user's model at each micro-batch size and
+    write one trace (the first size's layers, the others as its ``profiles``), within
+    ``timeout_s`` (:func:`time_limit`).
 
     Raises:
-        InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used).
+        InputError: bad model, layers, loss, sample, GPU or dtype (see the modules used); the
+            model's code outlived ``timeout_s``.
     """
     source, kwargs, default_loss = model_source(model, seq_len)
     common: dict[str, Any] = dict(
         layers=parse_fqns(layers),
         loss=loss or default_loss,
-        microbatch_size=microbatch_size,
         name=name or out_path.name,
         kwargs=kwargs,
-        path=out_path,
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    sizes: list[int | None] = list(dict.fromkeys(microbatch_size or []).keys()) or [None]
     shape = decoder_config(model, seq_len)
     if for_gpu and shape is not None and shape.moe is not None:
-        return analytic_moe(shape, model, for_gpu, out_path, name, microbatch_size, dtype)
-    if for_gpu:
-        from backends.torch.fake_profile import fake_profile_user_model
+        return analytic_moe(shape, model, for_gpu, out_path, name, sizes[0], dtype)
+    with time_limit(timeout_s):
+        traces = [
+            _one_size(
+                common,
+                source,
+                b,
+                for_gpu,
+                device,
+                dtype,
+                threads,
+                reps,
+                split_backward,
+                concurrent,
+                timeout_s,
+            )  # fmt: skip
+            for b in sizes
+        ]
+    trace = replace(traces[0], profiles={t.microbatch_size: t.layers for t in traces[1:]})
+    write_trace(trace, out_path)
+    return with_shape(trace, shape, out_path)
 
-        trace = fake_profile_user_model(source, gpu_name=for_gpu, dtype=dtype or "bf16", **common)
-        return with_shape(trace, shape, out_path)
+
+def _one_size(
+    common: dict[str, Any],
+    source: str,
+    b: int | None,
+    for_gpu: str | None,
+    device: str,
+    dtype: str | None,
+    threads: int | None,
+    reps: int,
+    split_backward: bool,
+    concurrent: int,
+    timeout_s: float,
+) -> Trace:
+    """The trace of one micro-batch size (``None``: the sample's); torch is imported here,
+    not when the command line starts."""
+    from backends.torch.fake_profile import fake_profile_user_model
     from backends.torch.user_concurrent import profile_user_concurrent
 
-    trace = profile_user_concurrent(
+    if for_gpu:
+        return fake_profile_user_model(
+            source, gpu_name=for_gpu, dtype=dtype or "bf16", microbatch_size=b, **common
+        )
+    return profile_user_concurrent(
         copies=concurrent,
         source=source,
         device=device,
@@ -97,9 +168,10 @@ def profile_user(
         reps=reps,
         split_backward=split_backward,
         threads=threads,
+        microbatch_size=b,
+        timeout_s=timeout_s,
         **common,
     )
-    return with_shape(trace, shape, out_path)
 
 
 def decoder_config(model: str, seq_len: int):

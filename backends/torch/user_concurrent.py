@@ -10,21 +10,27 @@ traces (its ``_combine``). This module starts the copies for
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 from backends.torch.profile_concurrent import _combine
+from sim.errors import InputError
+from sim.procs import die_with_parent
 from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
-def _child(barrier: Any, queue: Any, index: int, kwargs: dict) -> None:
+def _child(barrier: Any, queue: Any, index: int, kwargs: dict, parent: int) -> None:
+    die_with_parent(parent)  # kill -9 of `sim profile` takes the copies with it
     from backends.torch.user_profile import profile_user_model
 
     try:
         barrier.wait(timeout=120)
         queue.put((index, profile_user_model(**kwargs), None))
-    except Exception as exc:  # reported by the parent with the copy's index
+    except (Exception, SystemExit) as exc:  # reported by the parent with the copy's index
         queue.put((index, None, f"{type(exc).__name__}: {exc}"))
 
 
@@ -40,8 +46,8 @@ def profile_user_concurrent(
         records ``concurrent_copies``.
 
     Raises:
-        sim.errors.InputError: bad model, layers, loss or sample.
-        RuntimeError: a copy failed or the copies did not finish within ``timeout_s``.
+        sim.errors.InputError: bad model, layers, loss or sample; a copy failed; the copies
+            did not finish within ``timeout_s`` (``--timeout``; every copy is killed).
     """
     from backends.torch.user_profile import prepare, profile_user_model
 
@@ -57,19 +63,30 @@ def profile_user_concurrent(
     )
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(copies), ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(barrier, queue, i, kwargs)) for i in range(copies)]
+    me = os.getpid()
+    procs = [
+        ctx.Process(target=_child, args=(barrier, queue, i, kwargs, me)) for i in range(copies)
+    ]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + timeout_s
     try:
-        results = [queue.get(timeout=timeout_s) for _ in procs]
+        results = [queue.get(timeout=max(0.0, deadline - time.monotonic())) for _ in procs]
+    except Empty:
+        raise InputError(
+            f"the {copies} copies did not finish within {timeout_s:g} s (user code that never "
+            "returns? every copy was stopped); raise --timeout for a model that needs longer",
+            field="--timeout",
+        ) from None
     finally:
         for p in procs:
-            p.join(timeout=5)
+            p.join(timeout=1)
             if p.is_alive():
                 p.kill()
+                p.join()
     failed = [f"copy {i}: {err}" for i, _, err in results if err]
     if failed:
-        raise RuntimeError("concurrent profiling failed: " + "; ".join(failed))
+        raise InputError("concurrent profiling failed: " + "; ".join(failed), field="--model")
     trace = _combine([t for _, t, _ in sorted(results, key=lambda r: r[0])])
     if path is not None:
         write_trace(trace, path)

@@ -13,8 +13,9 @@
   first layer of the chain is called as ``layer(*sample)``.
 * ``target`` (optional): passed to the loss as ``loss(output, target)``.
 
-If ``FUNC`` accepts ``microbatch_size``, pipesim passes the micro-batch size it needs (so a
-replay may use another micro-batch size than the profile); otherwise the sample fixes it.
+If ``FUNC`` accepts ``microbatch_size``, pipesim passes the micro-batch size it needs;
+otherwise another size is made from the sample itself, its samples repeated in order and cut
+(:func:`resize_batch`), so a profile or a replay may use any micro-batch size either way.
 
 Every problem (no such file / module / function, an import error, a wrong return value) is an
 :class:`sim.errors.InputError` naming the file and the command-line option.
@@ -223,8 +224,9 @@ def build_user_model(
         option: the option named in errors.
 
     Raises:
-        InputError: see :func:`load_callable` and :func:`_check_return`; the function raised;
-            the sample's batch is not ``microbatch_size``.
+        InputError: see :func:`load_callable` and :func:`_check_return`; the function raised
+            (``sys.exit`` included); a function asked for ``microbatch_size`` returned another
+            batch.
     """
     fn = load_callable(spec.source, option=option, resolved=spec.resolved)
     takes_b = takes_microbatch_size(fn)
@@ -237,7 +239,7 @@ def build_user_model(
             out = fn(**kwargs)
         except InputError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in user code is an error too
             raise InputError(
                 f"{spec.source} raised {type(exc).__name__}: {exc}",
                 file=file_of(spec.source),
@@ -246,21 +248,39 @@ def build_user_model(
     model, sample, target = _check_return(out, spec.source, option)
     b = int(sample[0].shape[0])
     if microbatch_size is not None and b != microbatch_size:
-        fix = (
-            f"it was asked for microbatch_size={microbatch_size}"
-            if takes_b
-            else f"it takes no microbatch_size parameter: pass -b {b} or add one"
-        )
-        raise InputError(
-            f"{spec.source} returned a sample of {b} samples (dim 0) but "
-            f"{microbatch_size} are needed; {fix}",
-            file=file_of(spec.source),
-            field=option,
-        )
+        if takes_b:
+            raise InputError(
+                f"{spec.source} returned a sample of {b} samples (dim 0) but was asked for "
+                f"microbatch_size={microbatch_size}",
+                file=file_of(spec.source),
+                field=option,
+            )
+        sample, target = resize_batch(sample, target, microbatch_size)
+        b = microbatch_size
     dt = DTYPES[dtype]
     model = cast_module(model, dt).train()
     sample = tuple(t.to(dt) if t.is_floating_point() else t for t in sample)
     return UserModel(model, sample, target, b, takes_b)
+
+
+def resize_batch(
+    sample: tuple[torch.Tensor, ...], target: torch.Tensor | None, microbatch_size: int
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+    """The sample (and a target with the same dim 0) at ``microbatch_size`` samples, for a
+    function without a ``microbatch_size`` parameter: its samples repeated in order and cut
+    (``index = arange(b) mod b0``), so every size is made of the function's own data.
+
+    Example:
+        >>> x = torch.arange(3).reshape(3, 1)
+        >>> resize_batch((x,), torch.tensor([7, 8, 9]), 5)[1].tolist()
+        [7, 8, 9, 7, 8]
+    """
+    b0 = int(sample[0].shape[0])
+    index = torch.arange(microbatch_size) % b0
+    out = tuple(t[index] for t in sample)
+    if target is not None and target.dim() and target.shape[0] == b0:
+        target = target[index]
+    return out, target
 
 
 def cast_module(model: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -23,14 +23,19 @@ from typing import Any
 import torch
 
 from backends.torch.layer_chain import (
+    call_order,
     chain_layers,
     forward_note,
+    never_called,
     run_chain,
+    traced_layers,
     uncovered_parameters,
 )
 from backends.torch.profile import _profile_layer, cpu_model_name, device_model_name
+from backends.torch.shared_params import counted_once
 from backends.torch.user_model import UserModel, build_user_model, compute_loss, load_loss
 from backends.torch.user_spec import UserModelSpec, file_of
+from sim.errors import InputError
 from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
@@ -64,7 +69,16 @@ def prepare(
         loss_resolved=_abs(loss),
     )
     um = build_user_model(draft, microbatch_size=microbatch_size, dtype=dtype)
-    chain = chain_layers(um.model, layers)
+    order = call_order(um.model, um.sample)
+    traced = traced_layers(um.model, order) if order else None
+    chain = chain_layers(um.model, layers, traced=traced)
+    idle = never_called(chain, order)
+    if idle:
+        raise InputError(
+            f"the model's forward never calls {', '.join(idle[:4])}; the layers it runs, in "
+            f"order: --layers '{','.join(traced or [])}'",
+            field="--layers",
+        )
     outs = run_chain(chain, um.sample)
     with torch.no_grad():
         compute_loss(load_loss(draft), outs[-1], um.target, loss)
@@ -141,11 +155,17 @@ def profile_user_model(
         out = _profile_chain(spec, um, chain, dev, split_backward, warmup, reps)
     finally:
         torch.set_num_threads(old_threads)
+    layers_once, shared = counted_once(out, [m for _, m in chain])
     notes = [
         "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
         "parameters excluded); the last layer includes the loss"
         + ("" if loss else " (stand-in loss mean(output^2), an assumption)")
     ]
+    if shared:
+        notes.append(
+            f"{len(shared)} group(s) of parameters shared by several layers, counted once "
+            "(trace.shared); kept tied across stages by an all-reduce"
+        )
     warnings = [note] if note else []
     if uncovered:
         warnings.append(
@@ -173,7 +193,8 @@ def profile_user_model(
         prov["warnings"] = warnings
     trace = Trace(
         name=name,
-        layers=tuple(out),
+        layers=layers_once,
+        shared=shared,
         microbatch_size=um.microbatch_size,
         dtype=dtype,
         device=device_model_name(dev),
@@ -201,13 +222,23 @@ def _profile_chain(
     out = []
     for i, (name, layer) in enumerate(chain):
         layer = layer.to(dev)
+        shapes: set[tuple[int, ...]] = set()
 
-        def fn(h: torch.Tensor, layer=layer, i=i) -> torch.Tensor:
+        def fn(h: torch.Tensor, layer=layer, i=i, shapes=shapes) -> torch.Tensor:
             y = layer(h, *rest) if i == 0 else layer(h)
+            shapes.add(tuple(y.shape))
             return compute_loss(loss_fn, y, target, spec.loss) if i == len(chain) - 1 else y
 
         params = list(layer.parameters())
         out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
         with torch.no_grad():
             x = layer(x, *rest) if i == 0 else layer(x)
+        shapes.add(tuple(x.shape))
+        if len(shapes) > 1:
+            raise InputError(
+                f"layer {i} ({name!r}) returned outputs of different shapes on the same input "
+                f"({', '.join(str(list(s)) for s in sorted(shapes))}); a pipeline stage sends "
+                "the same shape for every micro-batch",
+                field="--layers" if i else "--model",
+            )
     return out

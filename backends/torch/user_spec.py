@@ -32,8 +32,8 @@ class UserModelSpec:
             gets ``config`` and ``seq_len`` here).
         seed: ``torch.manual_seed`` before ``source`` is called, so every rank builds the same
             weights.
-        takes_microbatch_size: ``source`` accepts ``microbatch_size=`` (then any micro-batch
-            size can be replayed; otherwise only ``microbatch_size``).
+        takes_microbatch_size: ``source`` accepts ``microbatch_size=`` (otherwise another
+            size repeats and cuts its sample: ``backends.torch.user_model.resize_batch``).
         microbatch_size: samples in the micro-batch the trace was profiled with.
         resolved: absolute path of ``FILE.py`` when ``source`` names a file (tried when the
             path as given does not exist from the working directory).
@@ -74,17 +74,6 @@ class UserModelSpec:
         data["layers"] = tuple(data.get("layers") or ())
         data["kwargs"] = dict(data.get("kwargs") or {})
         return cls(**data)
-
-    def replay_problem(self, microbatch_size: int) -> str | None:
-        """Why this model cannot be replayed at ``microbatch_size`` samples, or ``None``."""
-        if self.takes_microbatch_size or microbatch_size == self.microbatch_size:
-            return None
-        return (
-            f"{self.source} takes no microbatch_size argument and its sample has "
-            f"{self.microbatch_size} samples, but the configuration uses micro-batches of "
-            f"{microbatch_size}; set microbatch_size: {self.microbatch_size} or give the "
-            "function a microbatch_size parameter"
-        )
 
 
 def is_user_model(model: Any) -> bool:

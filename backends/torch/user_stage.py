@@ -1,8 +1,8 @@
-"""One pipeline stage of a user's model, rebuilt on a replay rank (``sim validate``).
+"""A user's model rebuilt on a replay rank (``sim validate``): :class:`UserModel`.
 
 Every rank calls the model's function (``FILE.py:FUNC``) under the trace's seed, so all ranks
-hold the same weights, takes the recorded layer chain (fqns) and keeps the layers of its stage
-(``boundaries``: start layer of each stage, as for GPT/BERT). The other layers are dropped. The
+hold the same weights, takes the recorded layer chain (fqns) and runs the layers of its stages
+(:class:`UserStageModule`; several stage chunks of one rank share what the model shares). The
 shape of the activation a stage receives is the previous layer's output for the micro-batch,
 found by running the earlier layers under ``FakeTensorMode`` (no compute, no memory).
 
@@ -12,18 +12,17 @@ the weights change with every step).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from backends.torch.layer_chain import chain_layers
-from backends.torch.models import stage_ranges
+from backends.torch.replay_model import ReplayModel
+from backends.torch.shared_params import canonical_names, names_of, shared_groups
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_spec import UserModelSpec
-from sim.partition import uniform_partition
 
 
 class UserStageModule(nn.Module):
@@ -64,39 +63,6 @@ class UserStageModule(nn.Module):
         }
 
 
-@dataclass
-class UserStage:
-    """What a replay rank needs of a user's model.
-
-    Attributes:
-        module: the stage's layers (on CPU; the runtime moves it).
-        sample: the first stage's input for every micro-batch (on CPU).
-        target: the loss target (or ``None``).
-        recv_shape: shape of the activation this stage receives (``None`` on stage 0).
-        recv_dtype: its dtype.
-        out_shape: shape of this stage's output, i.e. of the gradient it receives (``None``
-            on the last stage).
-        out_dtype: its dtype.
-        loss_fn: the loss, called through :func:`~backends.torch.user_model.compute_loss`.
-        loss_ref: the loss reference (``None``: stand-in loss).
-    """
-
-    module: UserStageModule
-    sample: tuple[torch.Tensor, ...]
-    target: torch.Tensor | None
-    recv_shape: tuple[int, ...] | None
-    recv_dtype: torch.dtype | None
-    out_shape: tuple[int, ...] | None
-    out_dtype: torch.dtype | None
-    loss_fn: Callable[..., torch.Tensor]
-    loss_ref: str | None
-
-    def loss(self, y: torch.Tensor) -> torch.Tensor:
-        """The loss of the last stage's output ``y`` (fp32 scalar)."""
-        target = None if self.target is None else self.target.to(y.device)
-        return compute_loss(self.loss_fn, y, target, self.loss_ref)
-
-
 def _prefix_output(layers: Sequence[nn.Module], sample: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """The output of ``layers`` chained on ``sample``, under fake tensors when possible."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -115,36 +81,80 @@ def _prefix_output(layers: Sequence[nn.Module], sample: tuple[torch.Tensor, ...]
         return xs[0]
 
 
-def build_user_stage(
-    model: dict[str, Any],
-    boundaries: Sequence[int] | None,
-    stage: int,
-    stages: int,
-    *,
-    microbatch_size: int,
-    dtype: str = "fp32",
-    recompute: bool = False,
-) -> UserStage:
-    """Stage ``stage`` of the user model described by ``model`` (a ``UserModelSpec`` dict).
+def random_layers(model: nn.Module) -> list[str]:
+    """Modules of ``model`` whose training forward draws random numbers: dropout with ``p > 0``
+    (``nn.Dropout*``, ``nn.MultiheadAttention(dropout=)``, Hugging Face ``attention_dropout``).
+
+    Example:
+        >>> random_layers(nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1), nn.Dropout(0.0)))
+        ['1']
+    """
+    out = []
+    for name, m in model.named_modules():
+        p = (
+            m.p
+            if isinstance(m, nn.modules.dropout._DropoutNd)
+            else m.dropout
+            if isinstance(m, nn.MultiheadAttention)
+            else getattr(m, "attention_dropout", 0.0)
+        )
+        if isinstance(p, (int, float)) and p > 0:
+            out.append(name)
+    return out
+
+
+class UserModel(ReplayModel):
+    """A user's model (``kind: user``) as the replay runs it (:class:`ReplayModel`).
+
+    The function is called once, under the spec's seed, so every rank (and the reference)
+    holds the same weights; the chain is the recorded layer names (fqns). Every micro-batch is
+    the sample the function returned (the data are the same, the weights change with every
+    step).
+
+    Args:
+        model: the :class:`~backends.torch.user_spec.UserModelSpec` dict.
+        microbatch_size: samples per micro-batch (passed to a function that takes it).
+        dtype: parameter dtype.
 
     Raises:
         sim.errors.InputError: the function or the chain can no longer be built.
-        ValueError: bad boundaries.
     """
-    spec = UserModelSpec.from_dict(model)
-    um = build_user_model(spec, microbatch_size=microbatch_size, dtype=dtype)
-    chain = [m for _, m in chain_layers(um.model, spec.layers)]
-    rng = stage_ranges(boundaries or list(uniform_partition(len(chain), stages)), len(chain))[stage]
-    recv = _prefix_output(chain[: rng.start], um.sample) if rng.start else None
-    out = _prefix_output(chain[: rng.stop], um.sample) if rng.stop < len(chain) else None
-    return UserStage(
-        module=UserStageModule(chain[rng.start : rng.stop], rng.start, recompute),
-        sample=um.sample,
-        target=um.target,
-        recv_shape=None if recv is None else tuple(recv.shape),
-        recv_dtype=None if recv is None else recv.dtype,
-        out_shape=None if out is None else tuple(out.shape),
-        out_dtype=None if out is None else out.dtype,
-        loss_fn=load_loss(spec),
-        loss_ref=spec.loss,
-    )
+
+    def __init__(self, model: dict[str, Any], microbatch_size: int, dtype: str = "fp32"):
+        self.spec = UserModelSpec.from_dict(model)
+        self.um = build_user_model(self.spec, microbatch_size=microbatch_size, dtype=dtype)
+        self.chain = [m for _, m in chain_layers(self.um.model, self.spec.layers)]
+        self.n_layers = len(self.chain)
+        self.shared = shared_groups(self.chain)
+        self.random_layers = random_layers(self.um.model)
+        self._names = canonical_names(self.chain)
+        self._loss_fn = load_loss(self.spec)
+        self._shapes: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}
+
+    def layers(self, indices: Sequence[int]) -> list[nn.Module]:
+        return [self.chain[i] for i in indices]
+
+    def stage_module(self, layers: Sequence[nn.Module], first: int) -> nn.Module:
+        return UserStageModule(layers, first)
+
+    def batch(self, mb: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        return self.um.sample, self.um.target
+
+    def loss(self, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        target = None if target is None else target.to(y.device)
+        return compute_loss(self._loss_fn, y, target, self.spec.loss)
+
+    def boundary(self, index: int) -> tuple[tuple[int, ...], torch.dtype]:
+        if index not in self._shapes:
+            y = _prefix_output(self.chain[: index + 1], self.um.sample)
+            self._shapes[index] = (tuple(y.shape), y.dtype)
+        return self._shapes[index]
+
+    def names(self, module: nn.Module) -> list[str]:
+        return names_of(module, self._names)
+
+    def release(self, keep: Collection[int]) -> None:
+        """Drop every layer but the chain indices ``keep`` (and the model object), so a rank
+        holds only its stages' memory; shapes found so far are kept."""
+        self.chain = [m if i in keep else nn.Identity() for i, m in enumerate(self.chain)]
+        self.um.model = nn.Identity()

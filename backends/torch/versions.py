@@ -57,11 +57,13 @@ class SingleVersion:
         """Accumulated gradient per parameter (``None`` where none yet)."""
         return [p.grad for p in self.module.parameters()]
 
-    def step(self) -> None:
-        """``W <- W - lr * g`` in place (``.data``: pending graphs see the new values)."""
-        for p in self.module.parameters():
-            if p.grad is not None:
-                p.data.add_(p.grad, alpha=-self.lr)
+    def step(self, grads: list[torch.Tensor | None] | None = None) -> None:
+        """``W <- W - lr * g`` in place (``.data``: pending graphs see the new values); ``g``
+        is ``grads`` when given (:meth:`gradients` after a tied all-reduce), else ``p.grad``."""
+        params = list(self.module.parameters())
+        for p, g in zip(params, grads or [p.grad for p in params], strict=True):
+            if g is not None:
+                p.data.add_(g, alpha=-self.lr)
             p.grad = None
 
 
@@ -136,9 +138,10 @@ class Stashed:
             return vid >= new_id - 1
         return vid in self.in_flight.values()
 
-    def step(self) -> None:
-        """Create version ``newest + 1 = newest - lr * g``; drop versions no longer needed."""
-        grads = self.gradients()
+    def step(self, grads: list[torch.Tensor | None] | None = None) -> None:
+        """Create version ``newest + 1 = newest - lr * g``; drop versions no longer needed
+        (``g``: ``grads`` when given, else :meth:`gradients`)."""
+        grads = self.gradients() if grads is None else grads
         new_id = self.newest_id + 1
         newest = self.newest()
         with torch.no_grad():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from backends.torch.devices import calibrate_devices, check_device, check_device_name
 from sim.atomic import check_writable
@@ -34,6 +35,6 @@ def calibrate(
     check_device(device, nproc=nproc)
     hardware = calibrate_devices(nproc=nproc, device=device, path=out_path)
     gpu = hardware.get("gpu", {})
-    out.print(f"wrote {out_path}: {nproc} x {gpu.get('model', device)}")
+    out.print(escape(f"wrote {out_path}: {nproc} x {gpu.get('model', device)}"))
     for link in hardware.get("links", [])[:4]:
-        out.print(f"  {link}")
+        out.print(escape(f"  {link}"))

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sim.errors import InputError
 
@@ -33,12 +34,14 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             err.print(
-                f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True
+                f"[bold red]error:[/] {escape(where + str(exc.strerror or exc))}",
+                highlight=False,
+                soft_wrap=True,
             )
             raise typer.Exit(1) from None
 

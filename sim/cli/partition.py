@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.markup import escape
 
 from sim import api
 from sim.cli.console import err, friendly, out
@@ -44,7 +45,7 @@ def partition(
     """
     plan = api.partition(trace_ref, stages, hardware=hardware, microbatch_size=microbatch_size)
     for note in plan.notes:
-        err.print(f"note: {note}", highlight=False)
+        err.print(f"note: {escape(note)}", highlight=False)
     if as_json:
         print(json.dumps(partition_json(plan.partition, plan.trace), indent=2))
     else:

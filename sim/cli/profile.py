@@ -12,12 +12,14 @@ import re
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from backends.torch.devices import check_device, check_device_name
 from backends.torch.profile_concurrent import profile_concurrent
 from backends.torch.user_cli import profile_user
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, need_torch, out
+from sim.cli.trace import estimate_text
 from sim.config import NAME_PATTERN
 from sim.errors import InputError
 from sim.trace.schema import Trace
@@ -64,23 +66,40 @@ def check_options(
         check_writable(out_path.with_name(out_path.name + suffix), option="--out")
 
 
-def check_user_options(
-    model: str | None, for_gpu: str | None, concurrent: int, microbatch_size: list[int] | None
+MAX_SEQ_LEN = 2**20
+"""Longest sample profiled (tokens): an assumption far above today's context lengths, so a typo
+(``--seq-len 100000000``) is refused before a model of that length is built."""
+
+
+def check_model_choice(
+    model: str | None, for_gpu: str | None, loss: str | None, seq_len: int
 ) -> None:
+    """Options that only a user's model takes, and the sample's length.
+
+    Raises:
+        InputError: ``--loss`` without ``--model``; ``--seq-len`` above :data:`MAX_SEQ_LEN`.
+    """
+    if loss and not model:
+        raise InputError(
+            "the loss of your own model: give --model too (the GPT/BERT models use their "
+            "token cross-entropy)",
+            field="--loss",
+        )
+    if seq_len > MAX_SEQ_LEN:
+        raise InputError(f"{seq_len} tokens: at most {MAX_SEQ_LEN:,}", field="--seq-len")
+
+
+def check_user_options(model: str | None, for_gpu: str | None, concurrent: int) -> None:
     """The options of ``--model`` / ``--for-gpu``.
 
     Raises:
-        InputError: ``--for-gpu`` without ``--model``, with ``--concurrent``, or several ``-b``.
+        InputError: ``--for-gpu`` without ``--model``, or with ``--concurrent``.
     """
     if not model:
         raise InputError("--for-gpu needs --model", field="--for-gpu")
     if concurrent > 1 and for_gpu:
         raise InputError(
             "--concurrent measures CPU contention; --for-gpu runs nothing", field="--concurrent"
-        )
-    if microbatch_size and len(microbatch_size) > 1:
-        raise InputError(
-            "give one -b with --model (several sizes are for GPT/BERT)", field="--microbatch-size"
         )
 
 
@@ -100,11 +119,17 @@ def model_layers(layers: str | None) -> int:
 
 
 def _summary(trace: Trace, out_path: Path, digits: int) -> str:
+    """One line on what was written; an analysed (``--for-gpu``) trace says its times are an
+    estimate, and from what (:func:`sim.cli.trace.estimate_text`)."""
     total = sum(x.fwd_s + x.bwd_s for x in trace.layers)
+    estimate = estimate_text(trace)
+    timing = f"fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of {trace.microbatch_size} "
+    timing += f"on {trace.device}"
+    if estimate:
+        timing = f"{estimate}: {timing}"
     return (
         f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, {trace.parameters:,} "
-        f"params, fwd+bwd {total * 1e3:.{digits}f} ms per micro-batch of "
-        f"{trace.microbatch_size} on {trace.device}"
+        f"params; {timing}"
     )
 
 
@@ -154,9 +179,9 @@ def profile(
         "--microbatch-size",
         "-b",
         min=1,
-        help="Samples per micro-batch; repeat (-b 1 -b 2 "
-        "-b 4) to profile several sizes into one trace "
-        "(GPT/BERT).",
+        help="Samples per micro-batch; repeat (-b 1 -b 2 -b 4) to profile several sizes "
+        "into one trace. With --model: passed as microbatch_size= to a function that takes "
+        "it, else the function's sample is repeated and cut to the size.",
         show_default="4; with --model: the sample's",
     ),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
@@ -181,6 +206,13 @@ def profile(
         "processes (the replay's ranks on a CPU share cores and "
         "memory bandwidth); per-layer median over them.",
     ),
+    timeout: float = typer.Option(
+        600.0,
+        "--timeout",
+        min=1.0,
+        help="With --model: seconds your code (building, running and profiling the model) may "
+        "take before it is stopped and reported.",
+    ),
     attention: str = typer.Option(
         None,
         help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
@@ -190,22 +222,22 @@ def profile(
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     user = bool(model or for_gpu)
+    check_model_choice(model, for_gpu, loss, seq_len)
     check_options(out_path, kind=kind, name=name, dtype=dtype, device=device, hidden=hidden,
                   heads=heads, attention=attention, user_model=user)  # fmt: skip
     need_torch()
     if not for_gpu:
         check_device(device)
     if user:
-        check_user_options(model, for_gpu, concurrent, microbatch_size)
+        check_user_options(model, for_gpu, concurrent)
         trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
-                             for_gpu=for_gpu, name=name,
-                             microbatch_size=microbatch_size[0] if microbatch_size else None,
+                             for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
                              device=device, dtype=dtype, threads=threads, reps=reps,
                              split_backward=split_backward, seq_len=seq_len,
-                             concurrent=concurrent)  # fmt: skip
+                             concurrent=concurrent, timeout_s=timeout)  # fmt: skip
         for warning in trace.provenance.get("warnings", []):
-            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        out.print(_summary(trace, out_path, 3))
+            err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+        out.print(escape(_summary(trace, out_path, 3)), highlight=False)
         return
     spec = dict(name=name or out_path.name, kind=kind, layers=model_layers(layers),
                 hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)  # fmt: skip
@@ -218,4 +250,4 @@ def profile(
     except ValueError as exc:
         raise InputError(str(exc), field="model options") from None
     measured = f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""
-    out.print(_summary(trace, out_path, 2) + measured)
+    out.print(escape(_summary(trace, out_path, 2) + measured), highlight=False)

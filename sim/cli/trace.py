@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from sim.cli.console import err, friendly, out
+from sim.atomic import check_writable
+from sim.cli.console import check_choice, err, friendly, out
+from sim.errors import InputError
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
 from sim.trace.native import write_trace
@@ -27,15 +30,17 @@ def trace_list() -> None:
 def layer_table(trace: Trace) -> Table:
     """A trace's layers: times in ms, sizes in KiB/MiB/GiB."""
     table = Table(
-        title=f"{trace.name}: {len(trace.layers)} layers, {trace.parameters:,} params, "
-        f"micro-batch {trace.microbatch_size}, {trace.dtype}, {trace.device}"
+        title=escape(
+            f"{trace.name}: {len(trace.layers)} layers, {trace.parameters:,} params, "
+            f"micro-batch {trace.microbatch_size}, {trace.dtype}, {trace.device}"
+        )
     )
     for col in ("#", "layer", "fwd ms", "bwd ms", "params", "act", "out"):
         table.add_column(col, justify="right" if col != "layer" else "left")
     for i, layer in enumerate(trace.layers):
         table.add_row(
             str(i),
-            layer.name[:40],
+            escape(layer.name[:40]),
             f"{layer.fwd_s * 1e3:.3f}",
             f"{layer.bwd_s * 1e3:.3f}",
             fmt_bytes(layer.param_bytes),
@@ -45,12 +50,52 @@ def layer_table(trace: Trace) -> Table:
     return table
 
 
+def estimate_text(trace: Trace) -> str | None:
+    """What an analysed (not measured) trace's times are, from what: ``None`` for a measured
+    trace. A ``--for-gpu`` profile (``provenance.method``) is a roofline of each operator's
+    counted FLOPs and bytes at a GPU preset's peak and HBM bandwidth (its ``provenance.gpu``,
+    from the preset's datasheet figures); an analytic decoder trace (``provenance.source``
+    ``analytic: ...``) is the kernel model of ``sim.compute`` on the preset's GPU.
+
+    Example:
+        >>> t = Trace("t", (), 1, "bf16", "H100", {"method": "FakeTensorMode analysis",
+        ...     "gpu": {"model": "H100", "preset": "dgx-h100", "peak_flops": 989e12,
+        ...     "hbm_bandwidth_Bps": 3.35e12}})
+        >>> print(estimate_text(t))  # doctest: +NORMALIZE_WHITESPACE
+        ESTIMATE, not measured: FakeTensorMode analysis; each operator's time is
+        max(FLOPs / 989 TFLOP/s, bytes / 3.35 TB/s), the peak and HBM bandwidth of H100 in
+        preset dgx-h100 (an upper bound on speed)
+    """
+    prov = trace.provenance
+    source = str(prov.get("source", ""))
+    if prov.get("method"):
+        gpu = prov.get("gpu") or {}
+        if not {"model", "peak_flops", "hbm_bandwidth_Bps"} <= set(gpu):
+            return f"ESTIMATE, not measured: {prov['method']}"
+        return (
+            f"ESTIMATE, not measured: {prov['method']}; each operator's time is max(FLOPs / "
+            f"{gpu['peak_flops'] / 1e12:.0f} TFLOP/s, bytes / "
+            f"{gpu['hbm_bandwidth_Bps'] / 1e12:.2f} TB/s), the peak and HBM bandwidth of "
+            f"{gpu['model']} in preset {gpu.get('preset', '?')} (an upper bound on speed)"
+        )
+    if source.startswith("analytic"):
+        where = f" in preset {prov['preset']}" if prov.get("preset") else ""
+        return (
+            f"ESTIMATE, not measured: the kernel model of sim.compute on {trace.device}{where}, "
+            f"from the model's shapes ({source.removeprefix('analytic: ')})"
+        )
+    return None
+
+
 @app.command("show")
 @friendly
 def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> None:
     """Print a trace's layers (ms, MiB) and provenance."""
     trace = load_trace(ref, file="command line", field="TRACE")
     out.print(layer_table(trace))
+    estimate = estimate_text(trace)
+    if estimate:
+        out.print(escape(estimate), highlight=False)
     out.print(trace.provenance)
 
 
@@ -82,6 +127,10 @@ def trace_import_kineto(
 ) -> None:
     """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
     --bytes-from)."""
+    if microbatch_size < 1:
+        raise InputError(f"{microbatch_size}: must be >= 1", field="--microbatch-size")
+    check_choice(dtype, ("fp32", "fp16", "bf16"), "--dtype")
+    check_writable(out_path.with_name(out_path.name + ".csv"), option="--out")
     ref = load_trace(bytes_from, file="command line", field="--bytes-from") if bytes_from else None
     names = [n.strip() for n in layers.split(",") if n.strip()] if layers else None
     trace = read_kineto(
@@ -94,7 +143,10 @@ def trace_import_kineto(
     )
     write_trace(trace, out_path)
     out.print(
-        f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers ({trace.provenance['timing']})"
+        escape(
+            f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers ({trace.provenance['timing']})"
+        ),
+        highlight=False,
     )
     if ref is None:
         err.print(

@@ -190,6 +190,23 @@ class HostOverhead:
         h = self.op_s if self.nograd_op_s is None else self.nograd_op_s
         return small * ((ops + 1) * h + self.read_s) + large * (h + self.read_s)
 
+    def blocking_s(self, ops: int, copies: int) -> float:
+        """Host seconds of ``ops`` ops without autograd recording (``nograd_op_s`` each) and
+        ``copies`` blocking host-device copies of a few bytes (``read_s`` each besides their
+        op, counted in ``ops``) issued by a host that waits for each copy, so the device,
+        idle before the first, stays idle throughout (a micro-batch's load,
+        :class:`sim.engine.inputs.MicrobatchLoad`). Zero when the host is not modelled.
+
+        Example:
+            >>> h = HostOverhead(op_s=9.8e-6, nograd_op_s=8e-6, read_s=10e-6)
+            >>> round(h.blocking_s(ops=40, copies=3) * 1e6)  # 40 * 8 + 3 * 10
+            350
+        """
+        if not self.eager:
+            return 0.0
+        h = self.op_s if self.nograd_op_s is None else self.nograd_op_s
+        return ops * h + copies * self.read_s
+
     def recompute_s(self, ops: float, regions: int) -> float:
         """Host seconds of re-running ``ops`` forward ops in ``regions`` checkpointed regions."""
         return self.forward_s(ops) + (regions * self.checkpoint_s if self.eager else 0.0)

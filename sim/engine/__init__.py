@@ -3,8 +3,11 @@
 Composed of one concept per module: :mod:`~sim.engine.inputs` (what it runs, the
 :class:`StageReplica` record), :mod:`~sim.engine.links` (link resources and transfers, with the
 one transfer-time formula), :mod:`~sim.engine.streams` (compute spans and stalls),
-:mod:`~sim.engine.traffic` (the memory policy's copies), :mod:`~sim.engine.collectives`
-(data-parallel rings) and :mod:`~sim.engine.pipeline` (the stage replicas, :func:`simulate`).
+:mod:`~sim.engine.traffic` (the memory policy's copies), :mod:`~sim.engine.sends` (stage to
+stage sends), :mod:`~sim.engine.collectives` (data-parallel rings), :mod:`~sim.engine.buckets`
+(DDP's overlapped buckets), :mod:`~sim.engine.partitioned` (ZeRO-3 gathers and scatters),
+:mod:`~sim.engine.tensor_collectives` (Megatron's) and :mod:`~sim.engine.pipeline` (the stage
+replicas, :func:`simulate`).
 """
 
 from sim.engine.inputs import DDP_BUCKET_BYTES, SimInput, StageCost, StageReplica

@@ -32,39 +32,22 @@ tensor-parallel, data-parallel and ZeRO collectives.
 
 Across servers the data-parallel collectives are hierarchical (:mod:`sim.engine.hierarchical`);
 with tensor parallelism every tensor rank ``k`` of a stage has its own data-parallel
-communicator (rank ``k`` of every replica).
-
-Tensor-parallel collectives (:class:`TensorCollectives`): after the compute of a forward, and of
-a backward (B or I), the ``t`` ranks of a stage replica run that stage's Megatron collectives
-(:mod:`sim.tensor.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
-over the rings of their group; the ranks wait for them before they send or go on, as Megatron's
-blocking all-reduces make them (no overlap with compute). A micro-batch's collectives of one
-kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
-
-Overlap (PyTorch DDP, ``bucket_cap_mb=25``): the all-reduce of a backward that ends an
-optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backward computes.
-Gradients are assumed to become ready at a uniform rate over the backward (an assumption: the
-engine has per-stage, not per-layer, times), so bucket ``k`` of ``n`` is ready at
-``start + dur * bytes_up_to_k / B``; buckets are reduced one after another (one NCCL stream), and
-the optimizer step waits for the last one: only the tail is exposed. Within a hold of several
-buckets (more than :data:`MAX_HOLDS` buckets), the buckets still run back to back as each
-becomes ready; only contention with other traffic is resolved per hold instead of per bucket.
-With sharded optimizer state the buckets are reduce-scattered instead (FSDP2's per-block
-reduce-scatter). ``dp_bucket_bytes = 0`` reduces everything at the step, after the backward:
-exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engine).
+communicator (rank ``k`` of every replica). The reduction that overlaps the last backward (DDP's
+buckets) is :mod:`sim.engine.buckets`; the tensor-parallel collectives are
+:mod:`sim.engine.tensor_collectives`.
 
 Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
 last stage has its gradient all-reduced between those two GPUs at every step
 (``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
-rank's stage chunks (:mod:`sim.engine.step`).
+rank's stage chunks (:mod:`sim.engine.step`); so do the parameters a model shares between layers
+on several ranks (``PipelineRuntime.tied_groups``).
 """
 
 from __future__ import annotations
 
-import math
-
 import simpy
 
+from sim.engine.buckets import reduce_buckets
 from sim.engine.hierarchical import (
     RING_STEPS,
     CollectivePlan,
@@ -78,7 +61,6 @@ from sim.events import Event, EventKind, Stream
 __all__ = [
     "RING_STEPS",
     "Collectives",
-    "TensorCollectives",
     "bus_bandwidth_Bps",
     "ring_time_s",
 ]
@@ -95,32 +77,6 @@ def bus_bandwidth_Bps(kind: str, members: int, nbytes: float, time_s: float) -> 
     if kind == EventKind.TRANSFER:
         return algbw
     return algbw * RING_STEPS[kind] * (members - 1) / members
-
-
-MAX_HOLDS = 4
-"""Most link holds one bucketed all-reduce is simulated with (a 20 GB stage has 800 buckets of
-25 MiB; simulating each would dominate the run)."""
-
-
-def hold_groups(n: int) -> list[tuple[int, int]]:
-    """``(first, last)`` bucket indices of each link hold: one per bucket up to
-    :data:`MAX_HOLDS`; beyond, the last bucket alone and the others in ``MAX_HOLDS - 1``
-    contiguous groups of nearly equal count."""
-    if n <= MAX_HOLDS:
-        return [(k, k) for k in range(n)]
-    groups, head = [], n - 1
-    for g in range(MAX_HOLDS - 1):
-        lo, hi = head * g // (MAX_HOLDS - 1), head * (g + 1) // (MAX_HOLDS - 1) - 1
-        groups.append((lo, hi))
-    return groups + [(n - 1, n - 1)]
-
-
-def buckets(nbytes: float, bucket_bytes: float) -> list[float]:
-    """Sizes of the DDP buckets of ``nbytes`` of gradients: full buckets, the rest last."""
-    if bucket_bytes <= 0 or nbytes <= bucket_bytes:
-        return [nbytes]
-    n = math.ceil(nbytes / bucket_bytes)
-    return [bucket_bytes] * (n - 1) + [nbytes - bucket_bytes * (n - 1)]
 
 
 class Collectives:
@@ -198,11 +154,7 @@ class Collectives:
             group[1] += 1
             group[2].append((rep, tags))
             if group[1] == size:
-                self.env.process(
-                    self._buckets(
-                        rep, nbytes, self.env.now, duration_s, group[2], group[0], members
-                    )
-                )
+                self.env.process(self._buckets(rep, nbytes, duration_s, group, members))
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
@@ -218,56 +170,19 @@ class Collectives:
         self,
         rep: StageReplica,
         nbytes: float,
-        start_s: float,
         duration_s: float,
-        members: list,
-        done: simpy.Event,
-        replicas: tuple[int, ...] | None = None,
+        group: list,
+        replicas: tuple[int, ...] | None,
     ):
-        """Process: reduce the buckets in order, each once it is ready and the previous one is
-        done; consecutive buckets share one hold of the ring's links when there are more than
-        :data:`MAX_HOLDS` (the last bucket always has its own: it is the exposed tail).
-        ``replicas``: the communicator's replicas (None: all; else an expert group)."""
-        s = rep.stage
+        """The bucketed reduction (:func:`~sim.engine.buckets.reduce_buckets`) of ``nbytes``
+        over ``rep``'s stage from now, over ``duration_s``, for the replicas of ``group``
+        (``[done, joined, members]``); ``replicas``: the communicator's (None: all; else an
+        expert group)."""
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
-        plan = self.ring(s, rep.tp_rank, replicas)
-        links, names = plan.links, plan.names
-        sizes = buckets(nbytes, self.inp.dp_bucket_bytes)
-        n = len(sizes)
-        full_s = plan.time_s(sizes[0], kind)
-        last_s = plan.time_s(sizes[-1], kind)
-
-        def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
-            return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
-
-        for first, last in hold_groups(n):
-            if ready(first) > self.env.now:
-                yield self.env.timeout(ready(first) - self.env.now)
-            reqs = yield from self.links.acquire(links)
-            begin = self.env.now
-            # buckets first..last back to back as each becomes ready (equal sizes but the
-            # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved
-            cost = last_s if last == n - 1 else full_s
-            end = max(begin + (last - first + 1) * cost, ready(last) + cost)
-            yield self.env.timeout(end - begin)
-            self.links.release(reqs)
-            label = f"b{first}" if first == last else f"b{first}-{last}"
-            size = sum(sizes[first : last + 1])
-            for rep, tags in members:
-                self.links.events.append(
-                    Event(
-                        kind,
-                        rep.gpu,
-                        Stream.COMM,
-                        f"{kind} s{s} {label}",
-                        begin,
-                        self.env.now,
-                        nbytes=size,
-                        links=names,
-                        **tags,
-                    )
-                )
-        done.succeed()
+        plan = self.ring(rep.stage, rep.tp_rank, replicas)
+        sizes = (nbytes, self.inp.dp_bucket_bytes)
+        window = (self.env.now, duration_s)
+        return reduce_buckets(self.env, self.links, plan, kind, sizes, window, group[2], group[0])
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
         """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
@@ -302,18 +217,21 @@ class Collectives:
         )
 
     def join_tied(self, rep: StageReplica, step_no: int, tags: dict):
-        """Process: the all-reduce of the gradients tied between the first and the last stage
-        (``runtime.tied_grad_bytes``: Megatron's word embedding, kept on both ends) that
-        ``rep``'s replica and tensor rank run at step ``step_no``; nothing for other stages,
-        without such bytes, or when both ends share a GPU."""
-        size, n = self.inp.runtime.tied_grad_bytes, self.inp.stages
-        if size <= 0 or rep.stage not in (0, n - 1):
-            return
+        """Process: the all-reduces of the gradients tied between stages
+        (:meth:`PipelineRuntime.all_tied`: Megatron's word embedding between the first and the
+        last stage; parameters a model shares across stages) that ``rep``'s replica and tensor
+        rank run at step ``step_no``, one after another; nothing for a stage holding none, or
+        when every holder sits on one GPU."""
+        for index, (stages, size) in enumerate(self.inp.runtime.all_tied(self.inp.stages)):
+            if size > 0 and rep.stage in stages:
+                yield from self._join_tied_group(rep, step_no, tags, index, stages, size)
+
+    def _join_tied_group(self, rep, step_no: int, tags: dict, index: int, stages, size: float):
         r, k = rep.replica, rep.tp_rank
-        gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in (0, n - 1)))
+        gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in stages))
         if len(gpus) < 2:
             return
-        key = ("tied", r, k, step_no)
+        key = ("tied", index, r, k, step_no)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
         plan = self._plan_of(gpus)
@@ -387,71 +305,3 @@ class Collectives:
 
     def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
         yield from self._hold(self.ring(s, k), nbytes, kind, done)
-
-
-class TensorCollectives:
-    """The tensor-parallel collectives of one run (module doc): the ``t`` ranks of a stage
-    replica join, the last one to join runs them.
-
-    Args:
-        env: the simulation environment.
-        inp: the configuration (its ``tensor_groups``).
-        links: the link resources the group's ring holds.
-    """
-
-    def __init__(self, env: simpy.Environment, inp: SimInput, links: Links):
-        self.env = env
-        self.inp = inp
-        self.links = links
-        self._groups: dict[tuple, list] = {}
-        self._rings: dict[tuple, CollectivePlan] = {}
-
-    def ring(self, r: int, s: int) -> CollectivePlan:
-        """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
-        cached = self._rings.get((r, s))
-        if cached is None:
-            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[r][s])
-            cached = self._rings[(r, s)] = collective_plan(self.inp.topology, gpus)
-        return cached
-
-    def join(
-        self, rep: StageReplica, label: str, ops: tuple[tuple[str, float, int], ...], tags: dict
-    ):
-        """Process: join the collectives ``ops`` (``(kind, bytes each, count)``) of action
-        ``label`` of ``rep``'s group; returns when all ``t`` ranks have joined and the
-        collectives have run. Logs one event per kind on ``rep``'s GPU (the first from the
-        moment ``rep`` joined: waiting for the group is part of it)."""
-        key = (rep.replica, rep.stage, label)
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == self.inp.tensor_parallel:
-            del self._groups[key]
-            self.env.process(self._run(rep, ops, group[0]))
-        start = self.env.now
-        spans = yield group[0]
-        names = self.ring(rep.replica, rep.stage).names
-        for i, (kind, begin, end, nbytes) in enumerate(spans):
-            self.links.events.append(
-                Event(
-                    kind,
-                    rep.gpu,
-                    Stream.TP,
-                    f"tp {kind} {label}",
-                    start if i == 0 else begin,
-                    end,
-                    nbytes=nbytes,
-                    links=names,
-                    **tags,
-                )
-            )
-
-    def _run(self, rep: StageReplica, ops: tuple[tuple[str, float, int], ...], done: simpy.Event):
-        plan = self.ring(rep.replica, rep.stage)
-        spans = []
-        for kind in dict.fromkeys(k for k, _, _ in ops):
-            mine = [(nb, c) for k, nb, c in ops if k == kind]
-            begin = yield from self.links.hold(
-                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
-            )
-            spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
-        done.succeed(spans)

@@ -25,6 +25,11 @@ next action's ops, so the device idles while the host issues them (the host mode
 ``host_wait``, :meth:`sim.engine.streams.ComputeStream.run_issued`) instead of the host running
 ahead of it.
 
+Micro-batch loads (``microbatch_load``): before a forward on the first and the last stage the
+host loads the micro-batch with blocking copies (DeepSpeed's ``LoadMicroBatch`` running
+Megatron's ``get_batch_pipe``), so the device idles for the host's ops, copies and the tiny
+tensor-parallel broadcasts it waits for (:meth:`Exchanges.load`).
+
 Step barriers (``step_barrier``): every rank of a pipeline replica (all ranks, all tensor
 ranks; a rank holding several stage chunks arrives once) waits for the others at its optimizer
 step, before or after its update.
@@ -34,9 +39,11 @@ from __future__ import annotations
 
 import simpy
 
+from sim.engine.hierarchical import CollectivePlan, collective_plan
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.streams import ComputeStream
+from sim.events import EventKind
 from sim.schedules.action import STEP, Action, flatten
 
 
@@ -62,6 +69,7 @@ class Exchanges:
         self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
         self._barriers: dict[tuple, list] = {}
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
+        self._plans: dict[tuple[int, int], CollectivePlan] = {}
 
     @property
     def active(self) -> bool:
@@ -137,6 +145,38 @@ class Exchanges:
         )
         if sync:
             self.hosts.wait(rep.gpu)
+        if a.op == "F":
+            self.load(rep)
+
+    def load(self, rep: StageReplica) -> None:
+        """The host's blocking load of a micro-batch before a forward of ``rep``, on the first
+        and the last stage (:class:`~sim.engine.inputs.MicrobatchLoad`): the host waits for the
+        device (the first copy synchronizes the stream), then spends
+        :meth:`~sim.compute.host.HostOverhead.blocking_s` and the broadcasts it waits for,
+        each timed as the stage's tensor-parallel group times a collective of those bytes
+        (an all-gather: NCCL's ring, ``n - 1`` steps; a broadcast's ``n`` is one hop more,
+        under a microsecond on NVLink, not modelled); the device idles meanwhile."""
+        load = self.runtime.microbatch_load
+        ops = load.ops_on(rep.stage == 0, rep.stage == self.inp.stages - 1)
+        if ops <= 0:
+            return
+        self.hosts.wait(rep.gpu)
+        load_s = self.hosts.overhead_of(rep.gpu).blocking_s(ops, load.copies)
+        if load_s <= 0:
+            return
+        if load.broadcasts and self.inp.tensor_parallel > 1:
+            load_s += load.broadcasts * self._tensor_plan(rep).time_s(
+                load.broadcast_bytes, EventKind.ALL_GATHER
+            )
+        self.hosts.clock(rep.gpu).t += load_s
+
+    def _tensor_plan(self, rep: StageReplica) -> CollectivePlan:
+        key = (rep.replica, rep.stage)
+        plan = self._plans.get(key)
+        if plan is None:
+            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[rep.replica][rep.stage])
+            plan = self._plans[key] = collective_plan(self.inp.topology, gpus)
+        return plan
 
     def drain(self, rep: StageReplica, label: str, tags: dict):
         """Process: before the optimizer step of ``rep``: wait for its rank's sends (and sync

@@ -156,6 +156,45 @@ STEP_BARRIERS = ("none", "before_update", "after_update")
 
 
 @dataclass(frozen=True)
+class MicrobatchLoad:
+    """What a framework's host does, blocking, to load each micro-batch on the stages that
+    read data (the first: tokens; the last: labels), right before its forward: ops issued
+    without autograd, host-device copies it waits for, and tiny broadcasts over the stage's
+    tensor-parallel group it waits for (:meth:`Exchanges.load
+    <sim.engine.exchanges.Exchanges.load>`). The first copy synchronizes the stream, so the
+    device is idle for all of it. A rank whose stage is both first and last loads once.
+
+    Attributes:
+        ops: ops on any loading stage (the framework's batch function).
+        first_ops: more ops on the first stage (its inputs).
+        last_ops: more ops on the last stage (its labels).
+        copies: blocking host-device copies of a few bytes (their ops are in ``ops``).
+        broadcasts: broadcasts of ``broadcast_bytes`` over the tensor-parallel group that the
+            host waits for (none with ``t = 1``).
+        broadcast_bytes: bytes of each.
+    """
+
+    ops: int = 0
+    first_ops: int = 0
+    last_ops: int = 0
+    copies: int = 0
+    broadcasts: int = 0
+    broadcast_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.ops, self.first_ops, self.last_ops, self.copies, self.broadcasts) < 0:
+            raise ValueError("a micro-batch load's counts must be >= 0")
+        if self.broadcast_bytes < 0:
+            raise ValueError("broadcast_bytes must be >= 0")
+
+    def ops_on(self, first: bool, last: bool) -> int:
+        """Ops of a stage that is ``first`` and/or ``last``; 0 for a middle stage."""
+        if not (first or last):
+            return 0
+        return self.ops + (self.first_ops if first else 0) + (self.last_ops if last else 0)
+
+
+@dataclass(frozen=True)
 class PipelineRuntime:
     """What the training framework's pipeline engine does around the actions (engine-level:
     :mod:`sim.framework` sets it; the default is torch pipelining as ``sim validate`` replays).
@@ -175,6 +214,10 @@ class PipelineRuntime:
             ends); 0: none.
         tied_after_dp: the tied all-reduce runs after the data-parallel gradient reduction
             (else before it).
+        tied_groups: further gradients kept equal across stages, ``((stages, bytes), ...)``:
+            parameters several layers of the model share whose holders sit on several ranks
+            (``sim.trace.shared.place_shared``), all-reduced between those stages' GPUs at each
+            optimizer step like ``tied_grad_bytes``.
         step_barrier: ``"before_update"``: every stage replica of a pipeline replica waits for
             all of them before its optimizer update (a global norm or overflow all-reduce);
             ``"after_update"``: after it (a loss broadcast over the pipeline); ``"none"``.
@@ -184,6 +227,8 @@ class PipelineRuntime:
             value of it back to the host (a blocking device-to-host copy), tensor after tensor
             (DeepSpeed's serial overflow check,
             :meth:`sim.compute.host.HostOverhead.serial_reads_s`); 0: no such reads.
+        microbatch_load: the host's blocking work loading each micro-batch on the first and
+            the last stage (:class:`MicrobatchLoad`); the default: none.
     """
 
     blocking_p2p: bool = False
@@ -191,9 +236,11 @@ class PipelineRuntime:
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
+    tied_groups: tuple[tuple[tuple[int, ...], float], ...] = ()
     step_barrier: str = "none"
     step_transient: float = 0.0
     overflow_check_ops: int = 0
+    microbatch_load: MicrobatchLoad = MicrobatchLoad()
 
     def __post_init__(self) -> None:
         if self.step_barrier not in STEP_BARRIERS:
@@ -202,11 +249,29 @@ class PipelineRuntime:
             )
         if min(self.tied_grad_bytes, self.step_transient, self.overflow_check_ops) < 0:
             raise ValueError("tied_grad_bytes, step_transient and overflow_check_ops must be >= 0")
+        if any(len(set(st)) < 2 or size < 0 for st, size in self.tied_groups):
+            raise ValueError("tied_groups: each needs two stages or more and bytes >= 0")
+
+    def all_tied(self, stages: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+        """Every tied all-reduce as ``(stages, bytes)``: the word embedding between the first
+        and the last stage (``tied_grad_bytes``), then :attr:`tied_groups`.
+
+        Example:
+            >>> PipelineRuntime(tied_grad_bytes=8.0, tied_groups=(((1, 2), 4.0),)).all_tied(4)
+            (((0, 3), 8.0), ((1, 2), 4.0))
+        """
+        word = (((0, stages - 1), self.tied_grad_bytes),) if self.tied_grad_bytes > 0 else ()
+        return word + self.tied_groups
 
     @property
     def syncs(self) -> bool:
         """Whether the host synchronizes with the device anywhere in the pipeline."""
-        return self.sync_after_p2p or self.sync_before_forward
+        return self.sync_after_p2p or self.sync_before_forward or self.loads
+
+    @property
+    def loads(self) -> bool:
+        """Whether the host does blocking work to load micro-batches."""
+        return self.microbatch_load != MicrobatchLoad()
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ costs, memory plan and neighbours of the action's stage, and runs one optimizer 
 all of them (:mod:`sim.engine.step`: every chunk's reduction, then the barrier, then every
 chunk's update). A forward waits for its input activation, a backward (B or I) for its
 output gradient; a W only for its I (earlier in the same list). Sends of activations and
-gradients, the memory policy's copies (:mod:`sim.engine.traffic`) and the
-data-parallel collectives (:mod:`sim.engine.collectives`) are separate processes that hold the
-links of their routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
+gradients (:mod:`sim.engine.sends`), the memory policy's copies (:mod:`sim.engine.traffic`), the
+data-parallel collectives (:mod:`sim.engine.collectives`, :mod:`sim.engine.buckets`), those of
+partitioned states (:mod:`sim.engine.partitioned`) and the tensor-parallel ones
+(:mod:`sim.engine.tensor_collectives`) are separate processes that hold the links of their
+routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
 F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
 has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
@@ -28,20 +30,23 @@ import gc
 import simpy
 
 from sim.compute.host import HostWork
-from sim.engine.collectives import Collectives, TensorCollectives
+from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.groups import GroupCollectives
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
-from sim.engine.step import RankStep, step_group
+from sim.engine.partitioned import PartitionedStates
+from sim.engine.sends import StageSends
+from sim.engine.step import RankStep, step_ends, step_group
 from sim.engine.streams import ComputeStream
+from sim.engine.tensor_collectives import TensorCollectives
 from sim.engine.traffic import MemoryTraffic
-from sim.events import EventKind, EventLog, MemCategory, Stream
+from sim.events import EventKind, EventLog, MemCategory
 from sim.ledger import Ledger
 from sim.memory.transients import input_grad_send_bytes
-from sim.schedules.action import STEP, Action, flatten
+from sim.schedules.action import STEP, Action
 
 HOST_POOL = "host"
 """Ledger name of the server's host DRAM: one pool shared by every socket's ranks."""
@@ -68,17 +73,13 @@ class Engine:
         self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
         parts = (self.exchanges, self.traffic, self.collectives, self.compute, self.ledger)
         self.stepper = RankStep(env, inp, (*parts, self.hosts))
-        self._arrived: dict[tuple, simpy.Event] = {}
+        self.sends = StageSends(env, inp, self.links, self.ledger, self.exchanges)
+        self.partitioned = PartitionedStates(
+            env, inp, (self.ledger, self.traffic, self.collectives, self.compute)
+        )
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
-        self._gathers: dict[tuple, simpy.Process] = {}
         self._reps: dict[tuple[int, int, int], StageReplica] = {}
-
-    def _arrival(self, key: tuple) -> simpy.Event:
-        ev = self._arrived.get(key)
-        if ev is None:
-            ev = self._arrived[key] = self.env.event()
-        return ev
 
     # -- the run ----------------------------------------------------------------------
     def run(self) -> EventLog:
@@ -131,15 +132,15 @@ class Engine:
         """Process: run the action list of ``first``'s rank in order, each action as its
         stage's replica."""
         order, m = first.order, self.inp.microbatches
-        ends = _step_ends(order)
+        ends = step_ends(order)
         for i, a in enumerate(order):
             rep = self._rep(first, a)
             self.exchanges.post_ahead(first, i)
             if i + 1 < len(order):
                 nxt, nrep = order[i + 1], self._rep(first, order[i + 1])
                 self.traffic.prefetch(nrep, nxt)
-                if self._gathers_params(nrep) and nxt.op in ("F", "B", "I"):
-                    self._gather(nrep, nxt)
+                if self.partitioned.gathers(nrep) and nxt.op in ("F", "B", "I"):
+                    self.partitioned.gather(nrep, nxt)
             if a.op == STEP:
                 steps = step_group(order, i)  # empty: an earlier STEP ran this one
                 if steps:
@@ -161,9 +162,9 @@ class Engine:
         for a in pair:
             rep = self._rep(first, a)
             if a.op == "F" and not rep.first:
-                yield from self._receive(("act", r, a.stage, a.microbatch, k))
+                yield from self.sends.receive(("act", r, a.stage, a.microbatch, k))
             elif a.op in ("B", "I") and not rep.last:
-                yield from self._receive(("grad", r, a.stage, a.microbatch, k))
+                yield from self.sends.receive(("grad", r, a.stage, a.microbatch, k))
         sends: list = []
         ov = self._pair_overlap(first, pair)
         procs = []
@@ -181,7 +182,7 @@ class Engine:
         if procs:
             yield self.env.all_of(procs)
         for send in sends:
-            self.exchanges.track(send[0], self.env.process(self.send(*send)))
+            self.sends.start(send)
 
     def _pair_overlap(self, first: StageReplica, pair: tuple[Action, ...]) -> PairOverlap | None:
         """DualPipe's two chains for ``pair`` (:mod:`sim.engine.overlap`) when
@@ -195,17 +196,6 @@ class Engine:
         sms = gpu.sm_count if gpu is not None else None
         return PairOverlap(self.env, self.compute, self.groups, slowdown(sms))
 
-    def _send_or_defer(self, args: tuple, sends: list | None) -> None:
-        if sends is None:
-            self.exchanges.track(args[0], self.env.process(self.send(*args)))
-        else:
-            sends.append(args)
-
-    def _receive(self, key: tuple):
-        """Process: post the receive of ``key`` (blocking exchanges) and wait for its data."""
-        self.exchanges.post(key)
-        yield self._arrival(key)
-
     def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
         """Process: run an action's ops as ``rep``'s host thread issues them."""
         clock = self.hosts.clock(rep.gpu)
@@ -213,54 +203,6 @@ class Engine:
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
-
-    # -- partitioned parameters (ZeRO-3, PatrickStar chunk groups) ----------------------
-    def _gathers_params(self, rep: StageReplica) -> bool:
-        return rep.plan.gather_bytes > 0 and self.inp.dp_width > 1
-
-    def _gather(self, rep: StageReplica, a: Action) -> simpy.Process:
-        """The (one) all-gather of ``rep``'s partitioned parameters for action ``a``, started
-        if not yet (one action ahead, as ZeRO-3's prefetcher and the chunk fetch do)."""
-        key = (*rep.key, str(a))
-        proc = self._gathers.get(key)
-        if proc is None:
-            proc = self._gathers[key] = self.env.process(self._run_gather(rep, a))
-        return proc
-
-    def _run_gather(self, rep: StageReplica, a: Action):
-        plan = rep.plan
-        self.ledger.change(
-            self.env.now, rep.gpu, plan.gather_live, MemCategory.CHUNKS, f"gather {a}"
-        )
-        if plan.fetch_bytes > 0:  # an owned chunk on the host comes up before the gather
-            yield self.traffic.fetch(rep, a)
-        tags = rep.tags(a.microbatch, a.microbatch // self.inp.microbatches)
-        yield from self.collectives.join_keyed(
-            rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags
-        )
-
-    def _wait_gather(self, rep: StageReplica, a: Action, tags: dict):
-        if self._gathers_params(rep):
-            yield from self.compute.wait(self._gather(rep, a), rep.gpu, f"wait gather {a}", **tags)
-
-    def _release_gather(self, rep: StageReplica, a: Action) -> None:
-        if self._gathers_params(rep):
-            self.ledger.change(
-                self.env.now, rep.gpu, -rep.plan.gather_live, MemCategory.CHUNKS, f"free {a}"
-            )
-
-    def _after_backward(self, rep: StageReplica, a: Action, tags: dict) -> None:
-        """Reduce-scatter a backward's gradients over the replicas (``scatter_bytes``), then
-        write them back to the host (``writeback_bytes``); the step waits for both."""
-        plan, rs = rep.plan, None
-        if plan.scatter_bytes > 0 and self.inp.dp_width > 1:
-            rs = self.env.process(
-                self.collectives.join_keyed(
-                    rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags
-                )
-            )
-        if rs is not None or plan.writeback_bytes > 0:
-            self.traffic.writeback(rep, a, tags, after=rs)
 
     def forward(
         self,
@@ -276,13 +218,13 @@ class Engine:
         exchanges run as its chain instead of one after the other."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         if not rep.first:
-            yield from self._receive(("act", rep.replica, s, mb, rep.tp_rank))
+            yield from self.sends.receive(("act", rep.replica, s, mb, rep.tp_rank))
             self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, not rep.first)
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
-        yield from self._wait_gather(rep, a, tags)
+        yield from self.partitioned.wait(rep, a, tags)
         self.ledger.change(
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
@@ -302,7 +244,7 @@ class Engine:
         if rep.cost.group_fwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
         now = self.env.now
-        self._release_gather(rep, a)
+        self.partitioned.release(rep, a)
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
         if not rep.first:
@@ -311,7 +253,7 @@ class Engine:
         if plan.swap_bytes > 0:
             self.traffic.swap_out(rep, mb, tags)
         if not rep.last:
-            self._send_or_defer((rep, s + 1, mb, rep.cost.out_bytes, "act"), sends)
+            self.sends.start_or_defer((rep, s + 1, mb, rep.cost.out_bytes, "act"), sends)
 
     def backward(
         self,
@@ -325,11 +267,11 @@ class Engine:
         """Process: wait for the gradient (swap-in, chunks), recompute, compute, send back.
 
         A B or W that ends optimizer step ``step_no`` reduces its gradients over the replicas
-        in buckets while it computes (:mod:`sim.engine.collectives`)."""
+        in buckets while it computes (:mod:`sim.engine.buckets`)."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         uses_grad = a.op in ("B", "I")
         if uses_grad and not rep.last:
-            yield from self._receive(("grad", rep.replica, s, mb, rep.tp_rank))
+            yield from self.sends.receive(("grad", rep.replica, s, mb, rep.tp_rank))
             self.hosts.sync(rep.gpu, "recv")
         if self.exchanges.active:
             yield from self.exchanges.boundary(rep, a, tags, uses_grad and not rep.last)
@@ -340,7 +282,7 @@ class Engine:
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
         if uses_grad:
-            yield from self._wait_gather(rep, a, tags)
+            yield from self.partitioned.wait(rep, a, tags)
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
             self.ledger.change(
                 self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
@@ -378,45 +320,21 @@ class Engine:
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
         if uses_grad:
-            self._release_gather(rep, a)
+            self.partitioned.release(rep, a)
         if a.op in ("B", "W"):
             self.ledger.change(
                 now, gpu, -plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"free {a}"
             )
             key = rep.key
             self._bwd_done[key] = self._bwd_done.get(key, 0) + 1
-            self._after_backward(rep, a, tags)
+            self.partitioned.after_backward(rep, a, tags)
         if uses_grad:
             if not rep.last:
                 self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS, f"grad {a}")
             if not rep.first:  # the input gradient lives until its send completes
                 held = input_grad_send_bytes(rep.cost.in_bytes)
                 self.ledger.change(now, gpu, held, MemCategory.BUFFERS, f"send grad {a}")
-                self._send_or_defer((rep, s - 1, mb, held, "grad"), sends)
-
-    def send(self, rep: StageReplica, dst_stage: int, mb: int, nbytes: float, kind: str):
-        """Process: send micro-batch ``mb``'s activation (``kind="act"``) or gradient
-        (``"grad"``) to stage ``dst_stage`` of the same replica; it arrives when it ends."""
-        r, s = rep.replica, rep.stage
-        src, dst = rep.gpu, f"gpu{self.inp.gpu_index(r, dst_stage, rep.tp_rank)}"
-        op = "F" if kind == "act" else "B"
-        if self.exchanges.blocking:  # a rendezvous: the receiver has posted its receive
-            yield self.exchanges.posted((kind, r, dst_stage, mb, rep.tp_rank))
-        yield from self.links.transfer(
-            src,
-            dst,
-            nbytes,
-            EventKind.TRANSFER,
-            f"{s}{op}{mb} {src}->{dst}",
-            Stream.SEND,
-            **rep.tags(mb, mb // self.inp.microbatches),
-        )
-        self.ledger.change(
-            self.env.now, dst, nbytes, MemCategory.BUFFERS, f"recv {kind} {dst_stage}/{mb}"
-        )
-        if kind == "grad":  # the sender's input gradient is freed (sim.memory.transients)
-            self.ledger.change(self.env.now, src, -nbytes, MemCategory.BUFFERS, f"sent {op}{mb}")
-        self._arrival((kind, r, dst_stage, mb, rep.tp_rank)).succeed()
+                self.sends.start_or_defer((rep, s - 1, mb, held, "grad"), sends)
 
     def step(self, first: StageReplica, steps: tuple[Action, ...]):
         """Process: the optimizer step of ``first``'s rank over its stage chunks (``steps``:
@@ -439,20 +357,6 @@ def _full_only(plan) -> bool:
 def _stage_of(a: Action) -> int:
     """The stage of ``a``; of its forward for an ``OVERLAP_F_B`` pair."""
     return a.stage if a.sub_actions is None else a.sub_actions[0].stage
-
-
-def _step_ends(order: tuple[Action, ...]) -> dict[Action, int]:
-    """``{backward: step number}`` for each backward (B or W) that is the last of its stage
-    before that stage's STEP: the gradients of that stage are complete when it ends. With one
-    stage per rank that is the backward right before the STEP."""
-    out: dict[Action, int] = {}
-    last: dict[int, Action] = {}
-    for a in flatten(order):
-        if a.op in ("B", "W"):
-            last[a.stage] = a
-        elif a.op == STEP and a.stage in last:
-            out[last.pop(a.stage)] = a.microbatch
-    return out
 
 
 def simulate(inp: SimInput) -> EventLog:

@@ -38,7 +38,7 @@ from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import Event, EventKind, MemCategory, Stream
 from sim.ledger import Ledger
-from sim.schedules.action import STEP, Action
+from sim.schedules.action import STEP, Action, flatten
 
 
 class RankStep:
@@ -171,3 +171,17 @@ def step_group(order: tuple[Action, ...], i: int) -> tuple[Action, ...]:
     while j < len(order) and order[j].op == STEP and order[j].microbatch == k:
         j += 1
     return order[i:j]
+
+
+def step_ends(order: tuple[Action, ...]) -> dict[Action, int]:
+    """``{backward: step number}`` for each backward (B or W) that is the last of its stage
+    before that stage's STEP: the gradients of that stage are complete when it ends. With one
+    stage per rank that is the backward right before the STEP."""
+    out: dict[Action, int] = {}
+    last: dict[int, Action] = {}
+    for a in flatten(order):
+        if a.op in ("B", "W"):
+            last[a.stage] = a
+        elif a.op == STEP and a.stage in last:
+            out[last.pop(a.stage)] = a.microbatch
+    return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
+from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime
 from sim.framework.placement import PLACEMENTS
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
@@ -82,6 +82,9 @@ class Framework:
             while it runs (fp32 gradient copies), for 16-bit weights.
         overflow_check_ops: ops its 16-bit step issues per parameter tensor before reading
             one value of it back, tensor after tensor (a serial overflow check); 0: none.
+        microbatch_load: ``(ops, first_ops, last_ops, copies, broadcasts, broadcast_bytes)``:
+            the host's blocking work loading each micro-batch on the first and the last stage
+            (:class:`~sim.engine.inputs.MicrobatchLoad`); all 0: none.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
     """
 
@@ -102,6 +105,7 @@ class Framework:
     reduce_extra_bytes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
     overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
+    microbatch_load: ClassVar[Setting] = Setting((0, 0, 0, 0, 0, 0.0), PIPESIM)
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -119,6 +123,7 @@ class Framework:
         "reduce_extra_bytes",
         "step_transient",
         "overflow_check_ops",
+        "microbatch_load",
     )
 
     def settings(self) -> dict[str, Setting]:
@@ -189,6 +194,7 @@ class Framework:
             step_barrier=self.step_barrier.value,
             step_transient=self.step_transient.value if sixteen else 0.0,
             overflow_check_ops=self.overflow_check_ops.value if sixteen else 0,
+            microbatch_load=MicrobatchLoad(*self.microbatch_load.value),
         )
 
     def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:

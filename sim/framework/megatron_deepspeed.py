@@ -32,6 +32,23 @@ from sim.framework.deepspeed import (
 )
 
 GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
+MICROBATCH_LOAD = Setting(
+    (34, 6, 2, 3, 1, 40.0),
+    f"{PIPE}/schedule.py::TrainSchedule.steps (LoadMicroBatch before each ForwardPass on the "
+    f"first and the last stage) -> {PIPE}/engine.py::_exec_load_micro_batch -> _next_batch -> "
+    "batch_fn = Megatron-DeepSpeed pretrain_gpt.py::get_batch_pipe, per micro-batch: "
+    "megatron/core/tensor_parallel/data.py::broadcast_data (megatron/mpu/data.py before 2023): "
+    "torch.cuda.LongTensor(sizes) (a blocking copy), broadcast of the 5 int64 sizes over the "
+    "tensor-parallel group, sizes_cuda.cpu() (a blocking copy that waits for it), 10 CPU tensor "
+    "ops unpacking a 2-D size (while sizes_cpu[offset + i] > 0), contiguous, view, torch.cat, "
+    ".cuda() (a blocking copy from pageable memory: CUDA runtime API docs, 'API "
+    "synchronization behavior'), broadcast of the tokens, narrow, view: 20 ops, 3 copies; "
+    "then .long(), two slices and two .contiguous() (5), megatron/utils.py::"
+    "get_ltor_masks_and_position_ids: ones, tril, view, ones, arange, unsqueeze, expand_as, "
+    "< 0.5 (8), fp32_to_fp16 of the loss mask (1): 34 ops; _exec_load_micro_batch: clone and "
+    "detach of the 3 inputs on the first stage (6), detach of the 2 labels on the last (2). "
+    "Assumption: the DataLoader's next() (worker-prefetched) costs the host nothing",
+)
 
 
 class MegatronDeepSpeed(Framework):
@@ -70,3 +87,4 @@ class MegatronDeepSpeed(Framework):
     reduce_extra_bytes = REDUCE_EXTRA_BYTES
     step_transient = STEP_TRANSIENT
     overflow_check_ops = OVERFLOW_CHECK_OPS
+    microbatch_load = MICROBATCH_LOAD

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import pandas as pd
+from rich.markup import escape
 from rich.table import Table
 
 from sim.report._common import GIB
@@ -135,7 +136,7 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
     table.add_column("fits", justify="center")
     for rank, (_, row) in enumerate(shown.iterrows(), start=1):
         fits = bool(row["fits"])
-        cells = [_cell(row[col], fmt) for col, _, fmt, _ in columns]
+        cells = [escape(_cell(row[col], fmt)) for col, _, fmt, _ in columns]
         table.add_row(
             str(rank), *cells, "[green]✓[/]" if fits else "[red]✗[/]", style=None if fits else "dim"
         )

@@ -46,6 +46,12 @@ class Schedule(ABC):
         stage_style: ``"loop"`` (stage ``s`` on rank ``s mod p``) or ``"v"`` (rank ``r`` holds
             stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
         splits_backward: True when its programs use I and W (backward split).
+        weight_rule: which weights a micro-batch's backward uses on a stage (the replay's
+            numerics reference, ``backends.torch.reference``): ``"forward"``, the version its
+            forward used (with a flush there is only one; PipeDream stashes it);
+            ``"latest"``, the newest at the backward's time (PipeMare, no stash);
+            ``"previous_iteration"``, ``W(k-1)`` for every micro-batch of iteration ``k``, in
+            the forward and the backward (PipeDream-2BW).
         master_copy_versions: True when its extra weight versions are fp32 master copies (4
             bytes per parameter), not copies of the training-dtype weights
             (:func:`sim.memory.states.version_bytes_per_param`).
@@ -65,6 +71,7 @@ class Schedule(ABC):
     max_virtual_stages: ClassVar[int | None] = 1
     stage_style: ClassVar[str] = "loop"
     splits_backward: ClassVar[bool] = False
+    weight_rule: ClassVar[str] = "forward"
     master_copy_versions: ClassVar[bool] = False
     overlaps_pairs: ClassVar[bool] = False
     """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks

@@ -80,6 +80,7 @@ class PipeMare(Schedule):
 
     name: ClassVar[str] = "pipemare"
     synchronous: ClassVar[bool] = False
+    weight_rule: ClassVar[str] = "latest"
     needs_m_ge_p: ClassVar[bool] = False
     description: ClassVar[str] = (
         "PipeMare: async, no stashing, 2(p-s)+2 in flight, step every m backwards"

@@ -113,11 +113,93 @@ def shape_from_config(
         raise ValueError(f"missing field {exc.args[0]!r}") from None
 
 
+SIZES = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "max_position_embeddings",
+)
+"""Sizes a Llama-like config must give as positive integers (``num_key_value_heads`` may be
+absent: then it equals the heads)."""
+MAX_PARAMETERS = 10**13
+"""Largest model accepted (an assumption, 10x beyond the largest published dense models): a
+config beyond it is a typo, not a model."""
+
+
+def parameter_count(cfg: dict[str, Any]) -> int:
+    """Parameters of a Llama-like decoder from its ``config.json`` sizes (embedding; per layer
+    the q/k/v/o projections with grouped KV heads, the gated MLP's three matrices and two
+    norms; the final norm; an untied LM head).
+
+    Example (Llama-2-7B: 6.74 B):
+        >>> parameter_count(dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        ...     num_attention_heads=32, vocab_size=32000))
+        6738415616
+    """
+    h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    v = cfg["vocab_size"]
+    layer = 2 * h * h + 2 * h * (h // heads) * kv + 3 * h * i + 2 * h
+    head = 0 if cfg.get("tie_word_embeddings") else v * h
+    return v * h + n * layer + h + head
+
+
+def check_sizes(data: dict[str, Any], file: str) -> None:
+    """The sizes of a Llama-like config, before ``transformers`` builds anything.
+
+    Raises:
+        InputError: naming the field: a size missing or not a positive integer, heads not
+            dividing the hidden size, KV heads not dividing the heads, or a model beyond
+            :data:`MAX_PARAMETERS`.
+    """
+    for key in SIZES:
+        v = data.get(key)
+        if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
+            continue
+        if key not in data:
+            raise InputError(f"missing field {key!r} (a positive integer)", file=file, field=key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"must be a positive integer, got {v!r}", file=file, field=key)
+    h, heads = data["hidden_size"], data["num_attention_heads"]
+    kv = (
+        heads
+        if str(data.get("model_type", "")).startswith("deepseek")
+        else data.get("num_key_value_heads") or heads
+    )  # DeepSeek's MLA has no KV-head groups
+    if h % heads:
+        raise InputError(
+            f"hidden_size {h} is not a multiple of num_attention_heads {heads}",
+            file=file,
+            field="num_attention_heads",
+        )
+    if heads % kv:
+        raise InputError(
+            f"num_key_value_heads {kv} must divide num_attention_heads {heads} (each KV head "
+            "serves a group of query heads)",
+            file=file,
+            field="num_key_value_heads",
+        )
+    n = parameter_count(data)
+    if n > MAX_PARAMETERS:
+        largest = max((k for k in SIZES if isinstance(data.get(k), int)), key=lambda k: data[k])
+        raise InputError(
+            f"describes {n:.3g} parameters, more than the {MAX_PARAMETERS:.0e} accepted; check "
+            f"its sizes ({largest} = {data[largest]:,})",
+            file=file,
+            field=largest,
+        )
+
+
 def read_config(path: str | Path, seq_len: int, **kw: Any) -> DecoderShape:
     """:func:`shape_from_config` of the ``config.json`` at ``path``.
 
     Raises:
-        InputError: unreadable JSON or an unsupported / incomplete config (naming the file).
+        InputError: unreadable JSON, bad sizes (:func:`check_sizes`, naming the field) or an
+            unsupported / incomplete config (naming the file).
     """
     try:
         cfg = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -125,6 +207,14 @@ def read_config(path: str | Path, seq_len: int, **kw: Any) -> DecoderShape:
         raise InputError(f"not a readable config.json: {exc}", file=str(path)) from None
     if not isinstance(cfg, dict):
         raise InputError("a config.json must be a JSON object", file=str(path))
+    if cfg.get("model_type") not in SUPPORTED:
+        raise InputError(
+            f"model_type {cfg.get('model_type')!r} is not supported; use one of "
+            f"{', '.join(SUPPORTED)}",
+            file=str(path),
+            field="model_type",
+        )
+    check_sizes(cfg, str(path))
     try:
         return shape_from_config(cfg, seq_len, **kw)
     except (ValueError, TypeError) as exc:

@@ -38,12 +38,14 @@ import bisect
 import gzip
 import json
 import statistics
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
+from sim.textio import MAX_TEXT_BYTES, decode_text, read_text
 from sim.trace.schema import LayerProfile, Trace
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
@@ -58,21 +60,40 @@ class _Span:
     end_us: float
 
 
+def _read(p: Path) -> str:
+    """The file's text, gunzipped for ``.gz``, at most ``MAX_TEXT_BYTES`` either way.
+
+    Raises:
+        InputError: unreadable, a corrupt or truncated ``.gz``, too large, or not UTF-8 text.
+    """
+    if p.suffix != ".gz":
+        return read_text(p, what="Kineto trace")
+    try:
+        with gzip.open(p, "rb") as fh:
+            data = fh.read(MAX_TEXT_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"not a readable .gz file: {exc}", file=str(p)) from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise InputError(f"decompresses to more than {MAX_TEXT_BYTES:,} bytes", file=str(p))
+    return decode_text(data, label=str(p), what="Kineto trace")
+
+
 def load_events(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
     """The complete (``ph == "X"``) events of a Chrome trace (``.json`` or ``.json.gz``) and
     the name of its first GPU (``deviceProperties``), if any.
 
     Raises:
-        InputError: missing file, not JSON, or no ``traceEvents`` list.
+        InputError: missing file, a corrupt ``.gz``, not JSON (or nested deeper than the
+            parser's recursion limit), or no ``traceEvents`` list.
     """
     p = Path(path)
     if not p.is_file():
         raise InputError("Kineto trace not found", file=str(p))
     try:
-        opener = gzip.open if p.suffix == ".gz" else open
-        with opener(p, "rt", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
+        data = json.loads(_read(p))
+    except RecursionError:
+        raise InputError("the JSON is nested too deeply to be a trace", file=str(p)) from None
+    except ValueError as exc:
         raise InputError(f"not a readable JSON trace: {exc}", file=str(p)) from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):

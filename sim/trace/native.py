@@ -15,8 +15,10 @@ A trace named ``gnmt16`` is two files side by side:
     ``name``, ``microbatch_size``, ``dtype``, ``device`` and ``provenance`` (a mapping with at
     least ``source``; by convention also ``command``, ``date`` and ``notes``), and optionally
     ``profiles``: further measured micro-batch sizes, each in ``gnmt16.b<size>.csv`` beside it
-    (same columns and layers; :attr:`~sim.trace.schema.Trace.profiles`). Unknown top-level keys
-    are errors.
+    (same columns and layers; :attr:`~sim.trace.schema.Trace.profiles`), and ``shared``: the
+    parameters several layers hold (``[{layers: [0, 7], param_bytes: 12288, names: [...]}]``,
+    :class:`~sim.trace.schema.SharedParams`; their bytes are in the first holder's
+    ``param_bytes`` only). Unknown top-level keys are errors.
 
 Rows are numbered from 1 (the header is not a row), so an error such as
 ``gnmt16.csv: field 'fwd_s': row 3 (layer 'h.2'): fwd_s: must be a finite number >= 0, got -1.0``
@@ -39,7 +41,7 @@ import yaml
 from sim.atomic import atomic_write_text
 from sim.errors import InputError
 from sim.textio import read_text, read_yaml_file
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, SharedParams, Trace, dtype_bytes
 
 COLUMNS = (
     "name",
@@ -61,7 +63,7 @@ EXTRA = COLUMNS[9:]
 """Optional columns written only when some layer has a value (selective-recompute inputs,
 op counts)."""
 SIDECAR_KEYS = ("name", "microbatch_size", "dtype", "device", "provenance")
-OPTIONAL_KEYS = ("profiles",)
+OPTIONAL_KEYS = ("profiles", "shared")
 
 
 def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -127,6 +129,14 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
     }
     if trace.profiles:
         side["profiles"] = sorted(trace.profiles)
+    for g in trace.shared:
+        if g.problems(len(trace.layers)):
+            raise ValueError(f"shared: {'; '.join(g.problems(len(trace.layers)))}")
+    if trace.shared:
+        side["shared"] = [
+            {"layers": list(g.layers), "param_bytes": g.param_bytes, "names": list(g.names)}
+            for g in trace.shared
+        ]
     stem = _stem(Path(path))
     csv_path = stem.with_name(stem.name + ".csv")
     yaml_path = stem.with_name(stem.name + ".yaml")
@@ -186,7 +196,39 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         device=meta["device"],
         provenance=meta["provenance"],
         profiles=profiles,
+        shared=_read_shared(meta.get("shared"), len(layers), str(yaml_path)),
     )
+
+
+def _read_shared(raw: Any, n_layers: int, f: str) -> tuple[SharedParams, ...]:
+    """The sidecar's ``shared`` list (see the module docstring).
+
+    Raises:
+        InputError: not a list of mappings with ``layers``, ``param_bytes`` (and ``names``),
+            or an invalid entry (naming ``shared.<i>.<field>``).
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InputError(f"must be a list, got {type(raw).__name__}", file=f, field="shared")
+    out = []
+    for i, item in enumerate(raw):
+        keys = {"layers", "param_bytes", "names"}
+        if not isinstance(item, dict) or not {"layers", "param_bytes"} <= set(item) <= keys:
+            raise InputError(
+                "must be a mapping with layers, param_bytes and optionally names",
+                file=f,
+                field=f"shared.{i}",
+            )
+        layers, names = item["layers"], item.get("names") or []
+        if not isinstance(layers, list) or not isinstance(names, list):
+            raise InputError("layers and names must be lists", file=f, field=f"shared.{i}")
+        group = SharedParams(tuple(layers), item["param_bytes"], tuple(map(str, names)))
+        problems = group.problems(n_layers)
+        if problems:
+            raise InputError(problems[0], file=f, field=f"shared.{i}.{problems[0].split(':')[0]}")
+        out.append(group)
+    return tuple(out)
 
 
 def _read_sidecar(path: Path) -> dict[str, Any]:

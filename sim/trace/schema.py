@@ -98,6 +98,48 @@ class LayerProfile:
 
 
 @dataclass(frozen=True)
+class SharedParams:
+    """Parameters that several layers of the chain hold: a module used in two blocks, a head
+    tied to an embedding. Their bytes are in the first layer's ``param_bytes`` only (the model
+    has them once); a pipeline that puts the holders on several GPUs keeps a copy on each and
+    all-reduces their gradient between them at every step (``sim.trace.shared``).
+
+    Attributes:
+        layers: chain indices of the holding layers, ascending, at least two.
+        param_bytes: bytes of the shared parameters, once.
+        names: their names (``"<first layer>.<name>"``; informative).
+
+    Example:
+        >>> SharedParams((0, 5), 4096.0).problems(6), SharedParams((0, 9), 1.0).problems(6)
+        ([], ['layers: (0, 9) must be at least two distinct ascending indices in 0..5'])
+    """
+
+    layers: tuple[int, ...]
+    param_bytes: float
+    names: tuple[str, ...] = ()
+
+    def problems(self, n_layers: int) -> list[str]:
+        """Every invalid field as ``'field: reason'`` for a chain of ``n_layers``."""
+        out = []
+        ok = (
+            len(self.layers) >= 2
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in self.layers)
+            and list(self.layers) == sorted(set(self.layers))
+            and 0 <= self.layers[0]
+            and self.layers[-1] < n_layers
+        )
+        if not ok:
+            out.append(
+                f"layers: {self.layers} must be at least two distinct ascending indices in "
+                f"0..{n_layers - 1}"
+            )
+        v = self.param_bytes
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf:
+            out.append(f"param_bytes: must be a finite number >= 0, got {v!r}")
+        return out
+
+
+@dataclass(frozen=True)
 class Trace:
     """An ordered chain of :class:`LayerProfile` measured at ``microbatch_size`` samples.
 
@@ -110,6 +152,8 @@ class Trace:
         provenance: where it came from: source, command, date, notes.
         profiles: the chain measured at other micro-batch sizes, ``{b: layers}`` (same layer
             names in the same order; ``microbatch_size`` itself is not a key).
+        shared: parameters several layers hold (:class:`SharedParams`), counted once in
+            ``layers``.
 
     Example:
         >>> t = Trace("toy", (LayerProfile("l0", 1e-3, 2e-3, 4, 8, 8),), 1, "fp16", "cpu")
@@ -124,6 +168,7 @@ class Trace:
     device: str
     provenance: dict[str, Any] = field(default_factory=dict)
     profiles: dict[int, tuple[LayerProfile, ...]] = field(default_factory=dict)
+    shared: tuple[SharedParams, ...] = ()
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -238,6 +283,7 @@ class Trace:
             dtype=dtype,
             provenance=prov,
             profiles={b: convert(c) for b, c in self.profiles.items()},
+            shared=tuple(replace(g, param_bytes=g.param_bytes * k) for g in self.shared),
         )
 
     def scaled_to_device(self, from_peak_flops: float, to_peak_flops: float, device: str) -> Trace:

@@ -1,7 +1,8 @@
 """``sim validate``: replay a configuration on real devices and compare with the simulator.
 
-One pipeline (:mod:`sim.validate.pipeline`) for four modes (:mod:`sim.validate.spec`): every
-rank of a pipeline, tensor-parallel ranks, stage chunks per rank, or one rank alone. The replay
+One pipeline (:mod:`sim.validate.pipeline`) for six modes (:mod:`sim.validate.spec`): every
+rank of a pipeline, tensor-parallel ranks, stage chunks per rank, one rank alone, expert- or
+context-parallel ranks (with one process's losses on the same data beside theirs). The replay
 itself is a :class:`sim.replay.Replayer` handed in by the caller (the command line hands in
 ``backends.torch.replayer.TorchReplayer``); nothing here imports a backend or torch.
 

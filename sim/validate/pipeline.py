@@ -26,13 +26,13 @@ from sim.errors import InputError
 from sim.experiment import Prepared, prepare
 from sim.point import Resolved, resolve
 from sim.point_config import PointConfig
-from sim.replay import Replayer, ReplayRequest
+from sim.replay import Replayer, ReplayFailed, ReplayRequest
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines
-from sim.validate.predict import predict
+from sim.validate.predict import Prediction, predict
 from sim.validate.spec import Mode, ValidationSpec, mode_of
 from sim.validate.staging import commit_validation, staged_validation
-from sim.validate.table import validation_row
+from sim.validate.table import failed_row, not_run_row, validation_row
 from sim.validate.variants import variants
 
 FIELDS = {
@@ -42,8 +42,13 @@ FIELDS = {
     "virtual_stages": "sweep.virtual_stages",
     "tensor_parallel": "sweep.tensor_parallel",
     "sequence_parallel": "sweep.sequence_parallel",
+    "dp_width": "sweep.dp_width",
+    "expert_parallel": "sweep.expert_parallel",
+    "context_parallel": "sweep.context_parallel",
+    "context_parallel_comm": "sweep.context_parallel_comm",
     "microbatch_size": "sweep.microbatch_size",
     "nproc": "--nproc",
+    "single_rank": "--single-rank",
     "device": "--device",
 }
 """The experiment field (or option) named for a :class:`sim.replay.ReplayProblem`'s field;
@@ -58,6 +63,11 @@ class Planned:
     mode: Mode
     resolved: Resolved
     requests: tuple[ReplayRequest, ...]
+    missing: tuple[tuple[str, str], ...] = ()
+    """Runtimes asked for but not available: ``(runtime, why)``."""
+    numerics_skipped: str | None = None
+    prediction: Prediction | None = None
+    """The simulator's numbers, computed while planning (before the first replay)."""
 
 
 @dataclass(frozen=True)
@@ -100,30 +110,55 @@ def _model_index(prep: Prepared, point: PointConfig) -> int:
 
 
 def _check_ranks(prep: Prepared, point: PointConfig, spec: ValidationSpec) -> None:
-    """A run of every rank replays one pipeline on ``stages x tensor_parallel`` ranks."""
-    if point.dp_width != 1:
+    """A run of every rank replays one pipeline on ``stages x tensor_parallel x
+    context_parallel`` ranks, times ``dp_width`` with expert parallelism (its ranks are the
+    replicas; the replayer says which widths it runs)."""
+    if point.dp_width != 1 and point.expert_parallel == 1:
         raise InputError(
-            "replays run one pipeline (dp_width 1)", file=prep.file, field="sweep.dp_width"
+            "replays run one pipeline (dp_width 1) unless expert parallelism makes the "
+            "replicas its ranks",
+            file=prep.file,
+            field="sweep.dp_width",
         )
-    for size, name in ((point.expert_parallel, "expert"), (point.context_parallel, "context")):
-        if size > 1:
-            raise InputError(
-                f"{name} parallelism is not replayed by sim validate yet; its CPU replay and "
-                "comparison are benchmarks/bench_moe_replay.py",
-                file=prep.file,
-                field=f"sweep.{name}_parallel",
-            )
-    ranks = point.stages * point.tensor_parallel
+    ranks = _ranks(point)
     if spec.nproc is not None and spec.nproc != ranks:
         raise InputError(
             f"--nproc {spec.nproc} but the configuration has {point.stages} "
             + (
-                f"stage(s) x tensor_parallel {point.tensor_parallel} = {ranks} ranks"
-                if point.tensor_parallel > 1
+                f"stage(s) x tensor_parallel {point.tensor_parallel} x context_parallel "
+                f"{point.context_parallel} x dp_width {point.dp_width} = {ranks} ranks"
+                if ranks != point.stages
                 else "stages; the replay runs one stage per rank"
             ),
             field="--nproc",
         )
+
+
+NUMERICS_MAX_PARAM_BYTES = 2 * 2**30
+"""Largest model (parameter bytes) the numerics check runs for: its reference holds the whole
+model, its weight versions and its gradients in one process (an assumption: a few GiB on the
+device the replay uses)."""
+
+
+def numerics_skip(prep: Prepared, res: Resolved, mode: Mode, spec: ValidationSpec) -> str | None:
+    """Why ``res`` gets no numerics check, or ``None`` when it does."""
+    if not spec.numerics:
+        return "not asked (--no-numerics)"
+    if mode in (Mode.EXPERT_PARALLEL, Mode.CONTEXT_PARALLEL):
+        return f"an {mode} replay checks its losses only (losses_match)"
+    if mode in (Mode.SINGLE_RANK, Mode.TENSOR_PARALLEL):
+        return f"a {mode} replay has no one-process reference yet"
+    size = prep.traces[res.point.model].param_bytes
+    if size > NUMERICS_MAX_PARAM_BYTES:
+        return (
+            f"the model's {size / 2**30:.1f} GiB of parameters exceed the one-process "
+            f"reference's {NUMERICS_MAX_PARAM_BYTES / 2**30:.0f} GiB"
+        )
+    return None
+
+
+def _ranks(point: PointConfig) -> int:
+    return point.stages * point.tensor_parallel * point.context_parallel * point.dp_width
 
 
 def request_for(prep: Prepared, res: Resolved, spec: ValidationSpec) -> ReplayRequest:
@@ -144,16 +179,20 @@ def request_for(prep: Prepared, res: Resolved, spec: ValidationSpec) -> ReplayRe
         warmup_iterations=spec.warmup_iterations,
         tensor_parallel=point.tensor_parallel,
         sequence_parallel=point.sequence_parallel,
+        dp_width=point.dp_width,
+        expert_parallel=point.expert_parallel,
+        context_parallel=point.context_parallel,
+        context_parallel_comm=point.context_parallel_comm,
         virtual_stages=point.virtual_stages,
         single_rank=spec.rank,
         attention=trace.provenance.get("attention_kernel") if spec.rank is not None else None,
-        threads=max(1, (os.cpu_count() or 1) // (point.stages * point.tensor_parallel)),
+        threads=max(1, (os.cpu_count() or 1) // _ranks(point)),
         timeout_s=spec.timeout_s,
     )
 
 
 def plan(prep: Prepared, point: PointConfig, spec: ValidationSpec, replayer: Replayer) -> Planned:
-    """Resolve ``point`` and check every replay of it.
+    """Resolve ``point``, check every replay of it and simulate it.
 
     Raises:
         InputError: the point does not resolve, has no real model, has the wrong number of
@@ -163,20 +202,29 @@ def plan(prep: Prepared, point: PointConfig, spec: ValidationSpec, replayer: Rep
     mode = mode_of(point, spec, res.schedule.virtual_stages)
     if mode != Mode.SINGLE_RANK:
         _check_ranks(prep, point, spec)
-    base = request_for(prep, res, spec)
-    requests = tuple(
-        dataclasses.replace(base, runtime=r)
-        for r in replayer.runtimes(base, builtin=spec.torch_builtin)
-    )
+    skip = numerics_skip(prep, res, mode, spec)
+    base = dataclasses.replace(request_for(prep, res, spec), numerics=skip is None)
+    runtimes = replayer.runtimes(base, builtin=spec.torch_builtin)
+    requests = tuple(dataclasses.replace(base, runtime=r) for r in runtimes)
+    missing: tuple[tuple[str, str], ...] = ()
+    if spec.torch_builtin and "torch" not in runtimes and mode != Mode.SINGLE_RANK:
+        missing = (
+            (
+                "torch",
+                f"torch.distributed.pipelining has no {point.schedule} schedule (it runs "
+                "gpipe, 1f1b and, from our CSV, the multi-stage schedules)",
+            ),
+        )
     for req in requests:
         problems = replayer.problems(req)
         if problems:
             first = problems[0]
             field = FIELDS.get(first.field, first.field)
-            if first.field == "model":
+            if first.field in ("model", "dtype"):
                 field = f"models.{_model_index(prep, point)}.trace"
             raise InputError(f"cannot be replayed: {first.reason}", file=prep.file, field=field)
-    return Planned(point, mode, res, requests)
+    prediction = predict(res, spec.rank)
+    return Planned(point, mode, res, requests, missing, skip, prediction)
 
 
 def run_validation(
@@ -197,11 +245,13 @@ def run_validation(
 
     Raises:
         InputError: bad options, file, variant, device or folder (nothing has run then).
-        sim.replay.ReplayFailed: a replay failed (nothing is written).
+
+    A replay that fails (a rank raised or crashed, the run timed out) is a row with ``status``
+    ``failed`` and its reason; the other replays still run and every row is written.
     """
     spec.check()
-    prep, points = variants(prepare(load_experiment(path), str(path)), spec)
-    planned = [plan(prep, p, spec, replayer) for p in points]  # all before the slow replays
+    pairs = variants(prepare(load_experiment(path), str(path)), spec)
+    planned = [plan(prep, p, spec, replayer) for prep, p in pairs]  # all before the replays
     replayer.check_device(spec.device, max(r.ranks for p in planned for r in p.requests))
     dest = Path(out) if out else Path(path).parent
     check_writable(dest, option="--out", directory=True)
@@ -223,14 +273,20 @@ def run_validation(
 
 
 def _replay(item: Planned, spec: ValidationSpec, replayer: Replayer, stage: Path):
-    """Yield ``(row, breakdown rows)`` per runtime of ``item``; our runtime's replay of every
-    rank also writes its timelines into ``stage``."""
-    pred = predict(item.resolved, spec.rank)
+    """Yield ``(row, breakdown rows)`` per runtime of ``item`` (a failed replay: its row, and
+    the next runtime still runs); our runtime's replay of every rank also writes its timelines
+    into ``stage``."""
+    pred = item.prediction or predict(item.resolved, spec.rank)
     for req in item.requests:
-        result = replayer.replay(req)
+        try:
+            result = replayer.replay(req)
+        except ReplayFailed as exc:
+            yield failed_row(item.mode, item.point, req.runtime, spec.device, pred, exc), []
+            continue
         row = validation_row(
-            item.mode, item.point, req.runtime, spec.device, result, pred, spec.rank
-        )
+            item.mode, item.point, req.runtime, spec.device, result, pred, spec.rank,
+            item.numerics_skipped,
+        )  # fmt: skip
         parts: list[dict[str, Any]] = []
         if req.runtime == "ours" and item.mode != Mode.SINGLE_RANK:
             write_timelines(stage, item.point, req.runtime, result.action_spans, pred.log)
@@ -245,3 +301,5 @@ def _replay(item: Planned, spec: ValidationSpec, replayer: Replayer, stage: Path
                     measured_iterations=spec.iterations,
                 )
         yield row, parts
+    for runtime, why in item.missing:
+        yield not_run_row(item.mode, item.point, runtime, spec.device, pred, why), []

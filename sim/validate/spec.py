@@ -1,6 +1,6 @@
 """What ``sim validate`` is asked to do (:class:`ValidationSpec`) and the mode a point runs in.
 
-Four modes, one pipeline (:mod:`sim.validate.pipeline`):
+Six modes, one pipeline (:mod:`sim.validate.pipeline`):
 
 * ``pipeline``: every rank of a one-stage-per-rank pipeline (our runtime; torch's own
   ``ScheduleGPipe`` / ``Schedule1F1B`` beside it with ``torch_builtin``);
@@ -8,7 +8,12 @@ Four modes, one pipeline (:mod:`sim.validate.pipeline`):
 * ``multi_stage``: ``v`` stage chunks per rank (``interleaved_1f1b``, ``zbv_zero_bubble``, ...),
   replayed by torch's ``_PipelineScheduleRuntime`` from the simulator's CSV;
 * ``single_rank``: one stage alone in one process, sends and receives replaced by local
-  buffers (``rank`` set), compared with that GPU's predicted busy time and peak memory.
+  buffers (``rank`` set), compared with that GPU's predicted busy time and peak memory;
+* ``expert_parallel``: ``ep`` ranks, each a data-parallel replica holding ``E/ep`` routed
+  experts, tokens dispatched and combined by all-to-all; the losses are also computed by one
+  process on the same data (``losses_match``);
+* ``context_parallel``: ``cp`` ranks, each ``s/cp`` tokens of every sequence, attention by the
+  configuration's ``context_parallel_comm``; losses checked the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ class Mode(StrEnum):
     TENSOR_PARALLEL = "tensor_parallel"
     MULTI_STAGE = "multi_stage"
     SINGLE_RANK = "single_rank"
+    EXPERT_PARALLEL = "expert_parallel"
+    CONTEXT_PARALLEL = "context_parallel"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,10 @@ class ValidationSpec:
         rank: run only this pipeline stage, alone (``single_rank`` mode; ``None``: all ranks).
         stages: with ``rank``, the pipeline depth ``P`` it belongs to (``None``: the file's;
             another depth cuts the layers by the uniform partition).
+        virtual_stages: stage chunks per rank ``v`` for every replayed schedule (``None``: the
+            file's where the schedule takes it, else the schedule's smallest).
+        numerics: check every replay's losses and gradients against the same model run in one
+            process (:attr:`sim.replay.Measurement.numerics`).
     """
 
     schedules: tuple[str, ...] = ()
@@ -59,6 +70,8 @@ class ValidationSpec:
     timeout_s: float = 600.0
     rank: int | None = None
     stages: int | None = None
+    virtual_stages: int | None = None
+    numerics: bool = True
 
     def check(self) -> None:
         """Check the options alone, before any file is read (messages name the options).
@@ -77,6 +90,8 @@ class ValidationSpec:
         """
         for i, name in enumerate(self.schedules):
             check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
+        if self.virtual_stages is not None and self.virtual_stages < 1:
+            raise InputError(f"{self.virtual_stages}: must be >= 1", field="--virtual-stages")
         if self.rank is None:
             if self.stages is not None:
                 raise InputError("--stages sets the depth of a --single-rank run; add "
@@ -103,9 +118,15 @@ def mode_of(point: PointConfig, spec: ValidationSpec, virtual_stages: int) -> Mo
         (<Mode.PIPELINE: 'pipeline'>, <Mode.SINGLE_RANK: 'single_rank'>)
         >>> mode_of(p, ValidationSpec(), 2)
         <Mode.MULTI_STAGE: 'multi_stage'>
+        >>> mode_of(p.model_copy(update={"context_parallel": 2}), ValidationSpec(), 1)
+        <Mode.CONTEXT_PARALLEL: 'context_parallel'>
     """
     if spec.rank is not None:
         return Mode.SINGLE_RANK
+    if point.expert_parallel > 1:
+        return Mode.EXPERT_PARALLEL
+    if point.context_parallel > 1:
+        return Mode.CONTEXT_PARALLEL
     if point.tensor_parallel > 1:
         return Mode.TENSOR_PARALLEL
     if virtual_stages > 1:

@@ -2,7 +2,11 @@
 
 The file must describe one configuration (a ``winner.yaml`` of ``sim run``). Each schedule of
 ``ValidationSpec.schedules`` is combined with each micro-batch count of
-``ValidationSpec.microbatches`` (the global batch follows as ``m * b * w``). In single-rank
+``ValidationSpec.microbatches`` (the global batch follows as ``m * b * w``), at
+``ValidationSpec.virtual_stages`` stage chunks per rank, or the file's where the schedule takes
+it, else the schedule's smallest (an interleaved schedule tried on a 1F1B winner runs at
+``v = 2``). A variant with another number of stages than the file's (``p * v``) is partitioned
+afresh: the file's ``options.boundaries`` describe its own stages. In single-rank
 mode ``ValidationSpec.stages`` may change the depth ``P``: the stages are then cut by the
 uniform partition (``sim.partition.uniform_partition``), which needs the chain's layers to
 split evenly into ``P``; the file's own depth keeps the file's partition.
@@ -16,6 +20,7 @@ from sim.errors import InputError
 from sim.experiment import Prepared
 from sim.framework.registry import DEFAULT_FRAMEWORK
 from sim.point_config import PointConfig
+from sim.schedules.registry import get_schedule
 from sim.sweep import expand
 from sim.validate.spec import ValidationSpec
 
@@ -75,12 +80,41 @@ def with_depth(
     return dataclasses.replace(prep, exp=exp), base.model_copy(update=dict(stages=stages))
 
 
-def variants(prep: Prepared, spec: ValidationSpec) -> tuple[Prepared, list[PointConfig]]:
-    """The configurations to replay, and the experiment they resolve in.
+def _chunks(schedule: str, base: PointConfig, asked: int | None) -> int:
+    """Stage chunks per rank for ``schedule``: ``asked``, else the file's when the schedule
+    takes it, else the schedule's smallest.
+
+    Raises:
+        InputError: ``asked`` outside the schedule's range (``--virtual-stages``).
+    """
+    cls = get_schedule(schedule)
+    low, high = cls.min_virtual_stages, cls.max_virtual_stages
+    fits = [v for v in (asked, base.virtual_stages) if v is not None]
+    v = fits[0]
+    if low <= v and (high is None or v <= high):
+        return v
+    if asked is not None:
+        span = f"{low}" if high == low else f"{low}..{high if high is not None else ''}"
+        raise InputError(
+            f"{schedule} runs {span} stage chunks per rank, not {asked}", field="--virtual-stages"
+        )
+    return low
+
+
+def _repartitioned(prep: Prepared, point: PointConfig, base: PointConfig) -> Prepared:
+    """``prep`` without fixed boundaries when ``point`` has another stage count than ``base``."""
+    if point.virtual_stages == base.virtual_stages or prep.exp.options.boundaries is None:
+        return prep
+    options = prep.exp.options.model_copy(update=dict(boundaries=None, placement=None))
+    return dataclasses.replace(prep, exp=prep.exp.model_copy(update=dict(options=options)))
+
+
+def variants(prep: Prepared, spec: ValidationSpec) -> list[tuple[Prepared, PointConfig]]:
+    """The configurations to replay, each with the experiment it resolves in.
 
     Raises:
         InputError: as :func:`single_point` and :func:`with_depth`; ``spec.rank`` outside
-            ``0 .. P-1`` (``--single-rank``).
+            ``0 .. P-1`` (``--single-rank``); a stage-chunk count a schedule does not run.
     """
     base = single_point(prep)
     if spec.rank is not None:
@@ -93,9 +127,11 @@ def variants(prep: Prepared, spec: ValidationSpec) -> tuple[Prepared, list[Point
             )
     out = []
     for sched in spec.schedules or (base.schedule,):
+        v = _chunks(sched, base, spec.virtual_stages)
         for m in spec.microbatches or (base.microbatches,):
             gb = m * base.microbatch_size * base.dp_width
-            out.append(
-                base.model_copy(update=dict(schedule=sched, microbatches=m, global_batch=gb))
+            point = base.model_copy(
+                update=dict(schedule=sched, microbatches=m, global_batch=gb, virtual_stages=v)
             )
-    return prep, out
+            out.append((_repartitioned(prep, point, base), point))
+    return out

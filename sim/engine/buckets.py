@@ -1,0 +1,107 @@
+"""The data-parallel gradient reduction that overlaps the backward: DDP's buckets.
+
+Overlap (PyTorch DDP, ``bucket_cap_mb=25``): the all-reduce of a backward that ends an
+optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backward computes.
+Gradients are assumed to become ready at a uniform rate over the backward (an assumption: the
+engine has per-stage, not per-layer, times), so bucket ``k`` of ``n`` is ready at
+``start + dur * bytes_up_to_k / B``; buckets are reduced one after another (one NCCL stream), and
+the optimizer step waits for the last one: only the tail is exposed. Within a hold of several
+buckets (more than :data:`MAX_HOLDS` buckets), the buckets still run back to back as each
+becomes ready; only contention with other traffic is resolved per hold instead of per bucket.
+With sharded optimizer state the buckets are reduce-scattered instead (FSDP2's per-block
+reduce-scatter). ``dp_bucket_bytes = 0`` reduces everything at the step, after the backward:
+exposed (Megatron-LM without ``overlap_grad_reduce``, DeepSpeed's pipeline engine).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import simpy
+
+from sim.engine.hierarchical import CollectivePlan
+from sim.engine.links import Links
+from sim.events import Event, Stream
+
+MAX_HOLDS = 4
+"""Most link holds one bucketed all-reduce is simulated with (a 20 GB stage has 800 buckets of
+25 MiB; simulating each would dominate the run)."""
+
+
+def hold_groups(n: int) -> list[tuple[int, int]]:
+    """``(first, last)`` bucket indices of each link hold: one per bucket up to
+    :data:`MAX_HOLDS`; beyond, the last bucket alone and the others in ``MAX_HOLDS - 1``
+    contiguous groups of nearly equal count."""
+    if n <= MAX_HOLDS:
+        return [(k, k) for k in range(n)]
+    groups, head = [], n - 1
+    for g in range(MAX_HOLDS - 1):
+        lo, hi = head * g // (MAX_HOLDS - 1), head * (g + 1) // (MAX_HOLDS - 1) - 1
+        groups.append((lo, hi))
+    return groups + [(n - 1, n - 1)]
+
+
+def buckets(nbytes: float, bucket_bytes: float) -> list[float]:
+    """Sizes of the DDP buckets of ``nbytes`` of gradients: full buckets, the rest last."""
+    if bucket_bytes <= 0 or nbytes <= bucket_bytes:
+        return [nbytes]
+    n = math.ceil(nbytes / bucket_bytes)
+    return [bucket_bytes] * (n - 1) + [nbytes - bucket_bytes * (n - 1)]
+
+
+def reduce_buckets(
+    env: simpy.Environment,
+    links: Links,
+    plan: CollectivePlan,
+    kind: str,
+    nbytes_bucket: tuple[float, float],
+    window_s: tuple[float, float],
+    members: list,
+    done: simpy.Event,
+) -> Iterator[simpy.Event]:
+    """Process: reduce ``nbytes`` of gradients in buckets of ``bucket_bytes`` (``nbytes_bucket``,
+    :func:`buckets`) with ``kind`` over ``plan``'s rings in order, each once it is ready and the previous one is done; consecutive
+    buckets share one hold of the ring's links when there are more than :data:`MAX_HOLDS` (the
+    last bucket always has its own: it is the exposed tail). ``window_s``: ``(start, duration)``
+    of the backward that computes the gradients (module doc: bucket ``k`` is ready at ``start +
+    duration * bytes_up_to_k / B``); ``members``: ``(stage replica, tags)`` of every replica, each
+    logged an event per hold; ``done`` succeeds after the last bucket."""
+    start_s, duration_s = window_s
+    nbytes, bucket_bytes = nbytes_bucket
+    sizes = buckets(nbytes, bucket_bytes)
+    n = len(sizes)
+    full_s = plan.time_s(sizes[0], kind)
+    last_s = plan.time_s(sizes[-1], kind)
+
+    def ready(k: int) -> float:  # bucket k is computed once its bytes and all before are
+        return start_s + duration_s * (sizes[0] * (k + 1) / nbytes if k < n - 1 else 1.0)
+
+    for first, last in hold_groups(n):
+        if ready(first) > env.now:
+            yield env.timeout(ready(first) - env.now)
+        reqs = yield from links.acquire(plan.links)
+        begin = env.now
+        # buckets first..last back to back as each becomes ready (equal sizes but the
+        # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved
+        cost = last_s if last == n - 1 else full_s
+        end = max(begin + (last - first + 1) * cost, ready(last) + cost)
+        yield env.timeout(end - begin)
+        links.release(reqs)
+        label = f"b{first}" if first == last else f"b{first}-{last}"
+        size = sum(sizes[first : last + 1])
+        for rep, tags in members:
+            links.events.append(
+                Event(
+                    kind,
+                    rep.gpu,
+                    Stream.COMM,
+                    f"{kind} s{rep.stage} {label}",
+                    begin,
+                    env.now,
+                    nbytes=size,
+                    links=plan.names,
+                    **tags,
+                )
+            )
+    done.succeed()

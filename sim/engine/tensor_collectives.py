@@ -1,0 +1,88 @@
+"""Tensor-parallel collectives: the Megatron collectives of a stage replica's ``t`` ranks.
+
+Tensor-parallel collectives (:class:`TensorCollectives`): after the compute of a forward, and of
+a backward (B or I), the ``t`` ranks of a stage replica run that stage's Megatron collectives
+(:mod:`sim.tensor.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
+over the rings of their group; the ranks wait for them before they send or go on, as Megatron's
+blocking all-reduces make them (no overlap with compute). A micro-batch's collectives of one
+kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
+Their rings are the communicator's (:func:`~sim.engine.hierarchical.collective_plan`), timed by
+the same plan as the data-parallel collectives (:mod:`sim.engine.collectives`).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.hierarchical import CollectivePlan, collective_plan
+from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.links import Links
+from sim.events import Event, Stream
+
+
+class TensorCollectives:
+    """The tensor-parallel collectives of one run (module doc): the ``t`` ranks of a stage
+    replica join, the last one to join runs them.
+
+    Args:
+        env: the simulation environment.
+        inp: the configuration (its ``tensor_groups``).
+        links: the link resources the group's ring holds.
+    """
+
+    def __init__(self, env: simpy.Environment, inp: SimInput, links: Links):
+        self.env = env
+        self.inp = inp
+        self.links = links
+        self._groups: dict[tuple, list] = {}
+        self._rings: dict[tuple, CollectivePlan] = {}
+
+    def ring(self, r: int, s: int) -> CollectivePlan:
+        """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
+        cached = self._rings.get((r, s))
+        if cached is None:
+            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[r][s])
+            cached = self._rings[(r, s)] = collective_plan(self.inp.topology, gpus)
+        return cached
+
+    def join(
+        self, rep: StageReplica, label: str, ops: tuple[tuple[str, float, int], ...], tags: dict
+    ):
+        """Process: join the collectives ``ops`` (``(kind, bytes each, count)``) of action
+        ``label`` of ``rep``'s group; returns when all ``t`` ranks have joined and the
+        collectives have run. Logs one event per kind on ``rep``'s GPU (the first from the
+        moment ``rep`` joined: waiting for the group is part of it)."""
+        key = (rep.replica, rep.stage, label)
+        group = self._groups.setdefault(key, [self.env.event(), 0])
+        group[1] += 1
+        if group[1] == self.inp.tensor_parallel:
+            del self._groups[key]
+            self.env.process(self._run(rep, ops, group[0]))
+        start = self.env.now
+        spans = yield group[0]
+        names = self.ring(rep.replica, rep.stage).names
+        for i, (kind, begin, end, nbytes) in enumerate(spans):
+            self.links.events.append(
+                Event(
+                    kind,
+                    rep.gpu,
+                    Stream.TP,
+                    f"tp {kind} {label}",
+                    start if i == 0 else begin,
+                    end,
+                    nbytes=nbytes,
+                    links=names,
+                    **tags,
+                )
+            )
+
+    def _run(self, rep: StageReplica, ops: tuple[tuple[str, float, int], ...], done: simpy.Event):
+        plan = self.ring(rep.replica, rep.stage)
+        spans = []
+        for kind in dict.fromkeys(k for k, _, _ in ops):
+            mine = [(nb, c) for k, nb, c in ops if k == kind]
+            begin = yield from self.links.hold(
+                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
+            )
+            spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
+        done.succeed(spans)
