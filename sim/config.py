@@ -22,7 +22,15 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from sim.errors import InputError
@@ -39,20 +47,30 @@ _NAME_HELP = " Letters, digits and . _ + - only (it names a folder), not startin
 MAX_MICROBATCHES = 4096
 """Most micro-batches per iteration simulated. An assumption bounding one point's run time: the
 schedule's program and the engine's events grow linearly in ``m`` (GNMT-16 under 1F1B, p = 8,
-on DGX-1: 15,000 events at m = 256 simulated in about 2 s, 61,000 at m = 1024), so a point at
-this limit takes about a minute."""
-MAX_GPUS = 256
-"""Most GPUs a hardware description may have (``servers x num_gpus``), hence most pipeline
-stages. An assumption bounding the time to build the topology: every GPU pair and every GPU and
-its host are routed once to check that they connect (:meth:`Topology.route
-<sim.hardware.topology.Topology.route>`, a breadth-first search per source, cached), about
-1.5 s for 256 GPUs (32 DGX H100, ``servers: 32``), growing about as the square of the count;
-every point then simulates each of its GPUs' streams."""
+w = 1, on DGX-1: 15,400 spans and 29,700 memory events at m = 256 simulated in 0.4 CPU
+seconds, 61,500 and 119,000 at m = 1024 in 1.5 s; measured for issue 17), so a point at this
+limit takes about 6 s and a grid of them minutes."""
+MAX_GPUS = 16_384
+"""Most GPUs a hardware description may have (``servers x num_gpus``). It bounds the cost of
+holding the cluster, not of simulating it: a configuration's run grows with ``p x m x v`` once
+its replicas are simulated once (:mod:`sim.engine.symmetry`), but loading builds a Python
+object per GPU, host and link (2,048 DGX H100 servers: about 16k GPUs, 4k sockets, 100k
+directed links) and checks in ``O(links)`` that every GPU reaches every other
+(:func:`sim.hardware.build.topology_from_spec`); ``benchmarks/bench_scale.py`` measures load
+and simulation from 8 to 16,384 GPUs. 16,384 covers the largest published pipeline-parallel
+runs the simulator is compared with (Llama 3 405B on 16,384 H100s, Dubey et al. 2024
+arXiv:2407.21783 §3.3) and peers' scale (SimAI 9,216; Charon over 10,000)."""
+MIRROR_ABOVE_GPUS = 64
+"""Above this many GPUs in a job, ``options.simulation: auto`` simulates one data-parallel
+replica's tensor rank 0 (:mod:`sim.engine.symmetry`); up to it, every GPU (the full
+simulation the shipped experiments, the golden engine logs and the measured validations were
+made with: 64 GPUs is the largest of them, ``8x-dgx-h100``)."""
 MAX_GRID = 100_000
 """Most grid combinations (all models, before invalid ones are skipped) expanded. An assumption
-bounding a sweep's set-up: expanding and bounding cost tens of microseconds per combination
-(``benchmarks/bench_planner.py`` expands 11,520 in 0.15 s), and each valid point may be
-simulated; the shipped experiments have 2 to 1,134 (``dgx1.yaml``: 270)."""
+bounding a sweep's set-up: expanding costs a few microseconds per combination and bounding
+about 0.1 ms per valid point (``benchmarks/bench_planner.py``: 11,520 combinations expanded to
+3,696 points in 0.04 CPU seconds, bounded in 0.3 s; measured for issue 17), and each valid
+point may be simulated; the shipped experiments have 2 to 1,134 (``dgx1.yaml``: 270)."""
 MAX_ITERATIONS = 100
 """Most optimizer steps a user may ask for (``training.iterations``; ``sim schedule`` and
 ``sim validate``'s iterations and warm-up). Left at 0, the engine simulates what its steady
@@ -93,6 +111,28 @@ class ModelConfig(_Strict):
     microbatch_size: IntList | None = Field(
         None, description="Samples per micro-batch for this model (overrides sweep)."
     )
+    stages: IntList | None = Field(
+        None, description="Pipeline depth(s) p for this model (overrides sweep.stages)."
+    )
+    tensor_parallel: IntList | None = Field(
+        None,
+        description="Tensor-parallel size(s) t for this model (overrides sweep.tensor_parallel).",
+    )
+    dp_width: IntList | None = Field(
+        None,
+        description="Data-parallel width(s) w for this model (overrides sweep.dp_width and "
+        "sweep.gpus): with stages and tensor_parallel it pins the GPU count a model runs on, "
+        "e.g. one published configuration per model (experiments/megatron-scaling.yaml).",
+    )
+
+    @field_validator("microbatch_size", "stages", "tensor_parallel", "dp_width")
+    @classmethod
+    def _positive(cls, v: IntList | None) -> IntList | None:
+        for x in as_list(v) if v is not None else []:
+            if x < 1:
+                raise ValueError(f"must be >= 1, got {x}")
+        return v
+
     routing: str = Field(
         "balanced",
         description="How a MoE model's router spreads tokens over experts "
@@ -145,6 +185,14 @@ class SweepConfig(_Strict):
         "(1 or 2); when set, combinations a schedule rejects are skipped with the reason.",
     )
     dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    gpus: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_GPUS,
+        description="Plan for exactly this many GPUs (a cluster): each combination of stages, "
+        "tensor_parallel and context_parallel gets dp_width = gpus / (stages x t x cp), and "
+        "combinations that do not divide it are skipped; dp_width must then be left unset.",
+    )
     tensor_parallel: IntList = Field(
         1,
         description="Megatron tensor-parallel size(s) t: each stage replica runs on t GPUs of "
@@ -231,6 +279,19 @@ class OptionsConfig(_Strict):
     )
     placement: list[list[int]] | None = Field(
         None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
+    )
+    simulation: Literal["auto", "full", "symmetric"] = Field(
+        "auto",
+        description="How many ranks the engine runs (sim.engine.symmetry): 'full' every GPU; "
+        "'symmetric' one data-parallel replica's tensor rank 0 when every replica and tensor "
+        "rank runs the same program on alike GPUs and links (collectives still timed over "
+        "every member), else full; 'auto' symmetric above "
+        f"{MIRROR_ABOVE_GPUS} GPUs, full up to it.",
+    )
+    stragglers: dict[NonNegativeInt, PositiveFloat] = Field(
+        default_factory=dict,
+        description="Slow GPUs: {GPU index: factor}; that GPU's compute takes factor times as "
+        "long (e.g. {5: 1.3}). A straggler in the job makes the simulation full.",
     )
     stage_policies: list[str] | None = Field(
         None,

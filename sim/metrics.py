@@ -89,6 +89,10 @@ class Metrics:
         comm_bytes: bytes of stage-boundary and collective traffic per step (a collective's
             buffer counted once per communicator: data-parallel collectives on replica 0,
             tensor-parallel ones once per group).
+
+    A mirrored log (``meta["mirrored"]``, :mod:`sim.engine.symmetry`) holds one replica's
+    tensor rank 0: the sums over GPUs (transfers, recompute, stalls) count it once per replica
+    and tensor rank it stands for; times, the bubble and peaks are its own.
     """
 
     iteration_time_s: float
@@ -137,6 +141,10 @@ def compute_metrics(
         EventKind.STALL: 0.0,
     }
     moved = {"swap": 0.0, "comm": 0.0}
+    mirror = log.meta.get("mirrored")  # sim.engine.symmetry: one replica, one tensor rank ran
+    copies = mirror["replicas"] * mirror["tensor_ranks"] if mirror else 1
+    tp_logged = 1 if mirror else tensor_parallel
+    dp_copies = mirror["tensor_ranks"] if mirror else 1  # one DP communicator per tensor rank
     for e in log.events:
         lo, hi = max(e.start_s, t0), min(e.end_s, t1)
         if hi <= lo and not (e.start_s == e.end_s and t0 <= e.start_s < t1):
@@ -147,9 +155,11 @@ def compute_metrics(
         elif e.kind in MEMORY_MOVE_KINDS:
             moved["swap"] += e.nbytes * frac
         elif e.kind == EventKind.TRANSFER:
-            moved["comm"] += e.nbytes * frac
+            moved["comm"] += e.nbytes * frac * copies
         elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
-            moved["comm"] += e.nbytes * frac / (tensor_parallel if e.stream == Stream.TP else 1)
+            moved["comm"] += (
+                e.nbytes * frac * (1 / tp_logged if e.stream == Stream.TP else dp_copies)
+            )
         elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0 sends (its own bytes)
             moved["comm"] += e.nbytes * frac
     n = max(len(gpus), 1)
@@ -167,7 +177,7 @@ def compute_metrics(
         fits=not oom,
         oom=oom,
         swap_bytes=moved["swap"] / steps,
-        recompute_s=busy[EventKind.RECOMPUTE] / steps,
-        stall_s=busy[EventKind.STALL] / steps,
+        recompute_s=busy[EventKind.RECOMPUTE] * copies / steps,
+        stall_s=busy[EventKind.STALL] * copies / steps,
         comm_bytes=moved["comm"] / steps,
     )

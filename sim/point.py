@@ -13,13 +13,15 @@ from dataclasses import dataclass, replace
 
 from sim.compute.adapt import adapt_trace
 from sim.compute.megatron_ops import stage_tensors
-from sim.config import ExperimentConfig
+from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
+from sim.engine.symmetry import mirrored
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.framework.base import Framework
 from sim.hardware.topology import Topology
+from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
 from sim.memory.plan import StagePlan
@@ -137,7 +139,11 @@ def resolve(
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
         runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
+        stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
+    sim_input, note = _simulated(exp, point, sim_input)
+    if note is not None:
+        notes = [*notes, note]
     return Resolved(
         point,
         schedule,
@@ -148,6 +154,27 @@ def resolve(
         iterations,
         tuple(notes),
     )
+
+
+def _simulated(
+    exp: ExperimentConfig, point: PointConfig, inp: SimInput
+) -> tuple[SimInput, str | None]:
+    """``inp`` mirrored (:mod:`sim.engine.symmetry`) when ``options.simulation`` asks for it
+    (``symmetric``, or ``auto`` above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs) and the
+    configuration is symmetric (with :func:`~sim.engine.symmetry.fabric_note`'s note, if any);
+    else ``inp``, with the reason it could not be when asked."""
+    if not _mirror_intended(exp, point):
+        return inp, None
+    return mirrored(inp)
+
+
+def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
+    """Whether ``options.simulation`` asks to mirror ``point`` (``symmetric``, or ``auto``
+    above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs): its stage replicas are then planned once
+    per kind (:func:`~sim.memory.alike.plan_alike`) and simulated once if symmetric."""
+    mode = exp.options.simulation
+    gpus = point.stages * point.dp_width * point.tensor_parallel * point.context_parallel
+    return mode == "symmetric" or (mode == "auto" and gpus > MIRROR_ABOVE_GPUS)
 
 
 def _check_size(
@@ -242,7 +269,8 @@ def _plans(
         for c in row
     ]
     try:
-        flat = finalize_plans(contexts, policy.plan_all(contexts))
+        alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
+        flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))

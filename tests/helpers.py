@@ -79,3 +79,18 @@ def uniform_input(
     plans = tuple(tuple(plan for _ in range(n)) for _ in range(w))
     placement = tuple(tuple(r * p + sched.stage_rank(s) for s in range(n)) for r in range(w))
     return SimInput(topo, costs, sched.program(iterations), m, placement, plans)
+
+
+def small_gpt_csv(folder) -> str:
+    """A 16-layer GPT (h = 2048, 16 heads, s = 1024) traced for the A100's kernel model,
+    written under ``folder``; its path."""
+    from sim.trace.generator import preset_gpu, transformer_trace
+    from sim.trace.native import write_trace
+
+    path = folder / "gpt-small.csv"
+    trace = transformer_trace(
+        "gpt", name="gpt-small", layers=16, hidden=2048, heads=16, seq_len=1024, vocab=51200,
+        microbatch_size=1, gpu=preset_gpu("dgx-a100-80gb"),
+    )  # fmt: skip
+    write_trace(trace, path)
+    return str(path)

@@ -23,6 +23,7 @@ import simpy
 from sim.engine.hierarchical import CollectivePlan
 from sim.engine.links import Links
 from sim.events import Event, Stream
+from sim.hardware.topology import Link
 
 MAX_HOLDS = 4
 """Most link holds one bucketed all-reduce is simulated with (a 20 GB stage has 800 buckets of
@@ -59,6 +60,7 @@ def reduce_buckets(
     window_s: tuple[float, float],
     members: list,
     done: simpy.Event,
+    held: tuple[Link, ...] | None = None,
 ) -> Iterator[simpy.Event]:
     """Process: reduce ``nbytes`` of gradients in buckets of ``bucket_bytes`` (``nbytes_bucket``,
     :func:`buckets`) with ``kind`` over ``plan``'s rings in order, each once it is ready and the previous one is done; consecutive
@@ -66,7 +68,8 @@ def reduce_buckets(
     last bucket always has its own: it is the exposed tail). ``window_s``: ``(start, duration)``
     of the backward that computes the gradients (module doc: bucket ``k`` is ready at ``start +
     duration * bytes_up_to_k / B``); ``members``: ``(stage replica, tags)`` of every replica, each
-    logged an event per hold; ``done`` succeeds after the last bucket."""
+    logged an event per hold; ``done`` succeeds after the last bucket; ``held``: the links to
+    hold (default: all of ``plan``'s; :class:`~sim.engine.symmetry.HeldLinks` when mirrored)."""
     start_s, duration_s = window_s
     nbytes, bucket_bytes = nbytes_bucket
     sizes = buckets(nbytes, bucket_bytes)
@@ -80,7 +83,7 @@ def reduce_buckets(
     for first, last in hold_groups(n):
         if ready(first) > env.now:
             yield env.timeout(ready(first) - env.now)
-        reqs = yield from links.acquire(plan.links)
+        reqs = yield from links.acquire(plan.links if held is None else held)
         begin = env.now
         # buckets first..last back to back as each becomes ready (equal sizes but the
         # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved

@@ -36,6 +36,11 @@ communicator (rank ``k`` of every replica). The reduction that overlaps the last
 buckets) is :mod:`sim.engine.buckets`; the tensor-parallel collectives are
 :mod:`sim.engine.tensor_collectives`.
 
+Mirrored runs (:mod:`sim.engine.symmetry`): only replica 0's tensor rank 0 joins; a
+collective starts when the simulated members have joined, runs its plan over every member
+(the time of the whole communicator) and holds the links :class:`~sim.engine.symmetry.HeldLinks`
+says (those of the simulated GPUs and between switches).
+
 Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the first and the
 last stage has its gradient all-reduced between those two GPUs at every step
 (``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
@@ -56,6 +61,7 @@ from sim.engine.hierarchical import (
 )
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 
 __all__ = [
@@ -96,6 +102,7 @@ class Collectives:
         self._overlapped: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
         self._tied: dict[tuple[str, ...], CollectivePlan] = {}
+        self.held = HeldLinks(inp)
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -141,7 +148,7 @@ class Collectives:
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
         parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
-            ((rep.stage, rep.tp_rank, step_no), self.inp.dp_width, self.nbytes(rep), None)
+            ((rep.stage, rep.tp_rank, step_no), self.inp.simulated_replicas, self.nbytes(rep), None)
         ]
         if self.expert_nbytes(rep) > 0:
             group_of = self.expert_members(rep)
@@ -182,7 +189,9 @@ class Collectives:
         plan = self.ring(rep.stage, rep.tp_rank, replicas)
         sizes = (nbytes, self.inp.dp_bucket_bytes)
         window = (self.env.now, duration_s)
-        return reduce_buckets(self.env, self.links, plan, kind, sizes, window, group[2], group[0])
+        return reduce_buckets(
+            self.env, self.links, plan, kind, sizes, window, group[2], group[0], self.held(plan)
+        )
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
         """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
@@ -197,7 +206,7 @@ class Collectives:
         key = (rep.stage, rep.tp_rank, key, kind)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.dp_width:
+        if group[1] == self.inp.simulated_replicas:
             del self._groups[key]
             self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
         start = self.env.now
@@ -261,7 +270,7 @@ class Collectives:
         return cached
 
     def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(plan.links, plan.time_s(nbytes, kind))
+        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
         done.succeed()
 
     def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:

@@ -204,7 +204,7 @@ class Exchanges:
         key = (rep.replica, step_no)
         group = self._barriers.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == len(self.inp.program) * self.inp.tensor_parallel:
+        if group[1] == len(self.inp.program) * self.inp.simulated_tensor_ranks:
             del self._barriers[key]
             group[0].succeed()
         yield from self.compute.wait(group[0], rep.gpu, f"barrier step {step_no}", **tags)

@@ -7,7 +7,7 @@ cost and action list, so that processes pass one record instead of ``(r, s, gpu,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim.compute.host import HostOverhead
@@ -306,6 +306,13 @@ class SimInput:
             None: each GPU's host socket's ``overhead``.
         host_syncs: where the host blocks until the device is done
             (:data:`sim.engine.host.SYNC_POINTS`).
+        mirrored: simulate replica 0 and tensor rank 0 only (:mod:`sim.engine.symmetry`):
+            the other replicas and tensor ranks run the same program on GPUs and links alike,
+            so their events would repeat these; collectives still run on every member's
+            links and wait for the simulated members only. Set it through
+            :func:`~sim.engine.symmetry.mirrored`, which checks that it is valid.
+        stragglers: ``(GPU index, factor)`` pairs: that GPU's forwards, backwards, recomputes
+            and optimizer steps take ``factor`` times as long (a slow or throttled GPU).
     """
 
     topology: Topology
@@ -323,6 +330,8 @@ class SimInput:
     runtime: PipelineRuntime = PipelineRuntime()
     host: HostOverhead | None = None
     host_syncs: frozenset[str] = DEFAULT_SYNCS
+    mirrored: bool = False
+    stragglers: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.host_syncs) - set(SYNC_POINTS))
@@ -333,6 +342,8 @@ class SimInput:
             n = getattr(self, name)
             if n < 1 or w % n:
                 raise ValueError(f"{name} {n} must divide the {w} replicas")
+        if any(f <= 0 for _, f in self.stragglers):
+            raise ValueError(f"straggler factors must be > 0, got {self.stragglers}")
 
     def host_overhead(self, gpu: str) -> HostOverhead:
         """The host overhead of the process driving ``gpu`` (node name): :attr:`host`, else
@@ -377,13 +388,32 @@ class SimInput:
             raise ValueError(f"stages {missing} appear on no rank of the program")
         return tuple(owner[s] for s in range(self.stages))
 
+    @cached_property
+    def simulated_replicas(self) -> int:
+        """Replicas the engine runs: 1 when :attr:`mirrored`, else :attr:`dp_width`."""
+        return 1 if self.mirrored else self.dp_width
+
+    @cached_property
+    def simulated_tensor_ranks(self) -> int:
+        """Tensor ranks of each group the engine runs: 1 when :attr:`mirrored`, else ``t``."""
+        return 1 if self.mirrored else self.tensor_parallel
+
+    @cached_property
+    def simulated_gpus(self) -> frozenset[str]:
+        """Node names of the GPUs the engine runs ranks on."""
+        return frozenset(rep.gpu for rep in self.replicas())
+
+    def slowdown(self, gpu: int) -> float:
+        """The :attr:`stragglers` factor of GPU ``gpu`` (1 for every other GPU)."""
+        return dict(self.stragglers).get(gpu, 1.0)
+
     def replicas(self) -> list[StageReplica]:
-        """Every (replica, stage, tensor rank), replica-major, then stage."""
+        """Every simulated (replica, stage, tensor rank), replica-major, then stage."""
         return [
             StageReplica.of(self, r, s, k)
-            for r in range(self.dp_width)
+            for r in range(self.simulated_replicas)
             for s in range(self.stages)
-            for k in range(self.tensor_parallel)
+            for k in range(self.simulated_tensor_ranks)
         ]
 
 
@@ -419,13 +449,17 @@ class StageReplica:
     @classmethod
     def of(cls, inp: SimInput, r: int, s: int, k: int = 0) -> StageReplica:
         g = inp.gpu_index(r, s, k)
+        plan = inp.tensor_plans[r][s][k] if inp.tensor_plans else inp.plans[r][s]
+        cost, factor = inp.costs[s], inp.slowdown(g)
+        if factor != 1.0:
+            cost, plan = _slowed(cost, factor), _slowed_plan(plan, factor)
         return cls(
             r,
             s,
             f"gpu{g}",
             inp.topology.gpu(g).host,
-            inp.tensor_plans[r][s][k] if inp.tensor_plans else inp.plans[r][s],
-            inp.costs[s],
+            plan,
+            cost,
             tuple(inp.program[inp.stage_ranks[s]]),
             s == 0,
             s == inp.stages - 1,
@@ -442,3 +476,27 @@ class StageReplica:
         return dict(
             stage=self.stage, microbatch=microbatch, iteration=iteration, replica=self.replica
         )
+
+
+def _slowed(cost: StageCost, factor: float) -> StageCost:
+    """``cost`` on a GPU ``factor`` times slower: every compute time scaled."""
+
+    def scale(x: float | None) -> float | None:
+        return None if x is None else x * factor
+
+    return replace(
+        cost,
+        fwd_s=cost.fwd_s * factor,
+        bwd_s=cost.bwd_s * factor,
+        bwd_input_s=scale(cost.bwd_input_s),
+        bwd_weight_s=scale(cost.bwd_weight_s),
+        fwd_layers=tuple((sec * factor, ops) for sec, ops in cost.fwd_layers),
+        bwd_layers=tuple((sec * factor, ops) for sec, ops in cost.bwd_layers),
+    )
+
+
+def _slowed_plan(plan: StagePlan, factor: float) -> StagePlan:
+    """``plan`` on a GPU ``factor`` times slower: its recompute and optimizer step scaled."""
+    return replace(
+        plan, recompute_s=plan.recompute_s * factor, optimizer_s=plan.optimizer_s * factor
+    )

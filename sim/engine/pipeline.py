@@ -122,6 +122,11 @@ class Engine:
         self.log.memory = self.ledger.events
         self.log.meta["peak_bytes"] = dict(self.ledger.peak)
         self.log.meta["over_capacity"] = self.ledger.over_capacity()
+        if self.inp.mirrored:  # sim.engine.symmetry: what the simulated ranks stand for
+            self.log.meta["mirrored"] = {
+                "replicas": self.inp.dp_width,
+                "tensor_ranks": self.inp.tensor_parallel,
+            }
         return self.log
 
     def _rep(self, first: StageReplica, a: Action) -> StageReplica:

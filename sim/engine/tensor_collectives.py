@@ -17,6 +17,7 @@ import simpy
 from sim.engine.hierarchical import CollectivePlan, collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.symmetry import HeldLinks
 from sim.events import Event, Stream
 
 
@@ -36,6 +37,7 @@ class TensorCollectives:
         self.links = links
         self._groups: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
+        self.held = HeldLinks(inp)
 
     def ring(self, r: int, s: int) -> CollectivePlan:
         """The ring over the tensor-parallel group of stage ``s`` of replica ``r``."""
@@ -55,7 +57,7 @@ class TensorCollectives:
         key = (rep.replica, rep.stage, label)
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        if group[1] == self.inp.tensor_parallel:
+        if group[1] == self.inp.simulated_tensor_ranks:
             del self._groups[key]
             self.env.process(self._run(rep, ops, group[0]))
         start = self.env.now
@@ -82,7 +84,7 @@ class TensorCollectives:
         for kind in dict.fromkeys(k for k, _, _ in ops):
             mine = [(nb, c) for k, nb, c in ops if k == kind]
             begin = yield from self.links.hold(
-                plan.links, sum(c * plan.time_s(nb, kind) for nb, c in mine)
+                self.held(plan), sum(c * plan.time_s(nb, kind) for nb, c in mine)
             )
             spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
         done.succeed(spans)

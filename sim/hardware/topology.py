@@ -29,6 +29,7 @@ from sim.compute.device import ComputeSpec
 from sim.compute.host import NO_HOST, HostOverhead
 from sim.hardware.capacity import NO_RESERVE, RuntimeReserve
 from sim.hardware.comm_tables import CollectiveTable
+from sim.hardware.fabric import NETWORK, RailFatTree
 
 
 def transfer_time_s(
@@ -175,6 +176,13 @@ class Link:
         return self.bandwidth_Bps
 
 
+BOUNDED_ABOVE_NODES = 512
+"""Topologies with this many nodes (GPUs, hosts, switches) or more route each pair with a
+search that stops at its destination's level (:meth:`Topology._tree`); smaller ones keep one
+whole search per source. Both give the same routes; the bound only trades memory and time
+(a DGX-1 has 14 nodes, 8 DGX H100 servers about 130)."""
+
+
 @dataclass(frozen=True)
 class Topology:
     """A server: GPUs, hosts, switches and directed links.
@@ -189,6 +197,11 @@ class Topology:
         collectives: measured collective times of this machine's library
             (:mod:`sim.hardware.comm_tables`; ``sim calibrate``), used instead of a model by
             communicators of the measured size.
+        fabric: the network joining identical servers (:mod:`sim.hardware.fabric`), or None
+            for one server or a hand-written description. With a fabric, GPU ``g`` is in
+            server ``g // fabric.gpus_per_server``, traffic between servers follows
+            :meth:`RailFatTree.route_names` and searches inside a server never leave it.
+        server: the one server the cluster is made of (its own topology), with ``fabric``.
 
     Raises:
         ValueError: a link names an unknown node, or two links share a name.
@@ -201,6 +214,8 @@ class Topology:
     switches: tuple[str, ...] = ()
     description: str = ""
     collectives: tuple[CollectiveTable, ...] = ()
+    fabric: RailFatTree | None = None
+    server: Topology | None = None
     _route_cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -212,9 +227,20 @@ class Topology:
             if link.name in seen:
                 raise ValueError(f"two links are named {link.name}")
             seen.add(link.name)
+        hosts = {h.name for h in self.hosts}
         for gpu in self.gpus:
-            if gpu.host not in {h.name for h in self.hosts}:
+            if gpu.host not in hosts:
                 raise ValueError(f"{gpu.name} names unknown host {gpu.host}")
+
+    def __hash__(self) -> int:
+        """A cheap hash consistent with equality (a cluster has ~10^5 links; hashing them all
+        at every cached lookup would dominate)."""
+        return hash((self.name, len(self.gpus), len(self.links), self.links[:16]))
+
+    @cached_property
+    def link_by_name(self) -> dict[str, Link]:
+        """Every link by its name."""
+        return {lk.name: lk for lk in self.links}
 
     @cached_property
     def nodes(self) -> frozenset[str]:
@@ -246,12 +272,13 @@ class Topology:
         Raises:
             KeyError: unknown host.
         """
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
+        return self._hosts[name]
 
-    @property
+    @cached_property
+    def _hosts(self) -> dict[str, Host]:
+        return {h.name: h for h in self.hosts}
+
+    @cached_property
     def host_dram_bytes(self) -> float:
         """Total host DRAM over all sockets, in bytes."""
         return sum(h.dram_bytes for h in self.hosts)
@@ -278,28 +305,46 @@ class Topology:
             return path
         if src == dst:
             path = ()
+        elif self._across(src, dst):
+            assert self.fabric is not None
+            g = self.fabric.gpus_per_server
+            if int(src[3:]) // g == int(dst[3:]) // g:
+                path = self._search(src, dst, within)
+            else:
+                by_name = self.link_by_name
+                names = self.fabric.route_names(int(src[3:]), int(dst[3:]))
+                path = tuple(by_name[n] for n in names)
         else:
-            gpus = self._gpu_names
-            relay = (
-                frozenset()
-                if within is None or src not in gpus or dst not in gpus
-                else ((gpus & within) - {src, dst})
-            )
-            prev = self._tree(src, relay)
-            if dst not in prev:
-                raise ValueError(
-                    f"no route from {src} to {dst} in topology {self.name}"
-                    + ("" if not relay else f" relaying only through {sorted(relay)}")
-                )
-            hops = []
-            node = dst
-            while node != src:
-                link = prev[node]
-                hops.append(link)
-                node = link.src
-            path = tuple(reversed(hops))
+            path = self._search(src, dst, within)
         self._route_cache[key] = path
         return path
+
+    def _across(self, src: str, dst: str) -> bool:
+        """Whether ``src`` and ``dst`` are both GPUs and the topology has a fabric."""
+        gpus = self._gpu_names
+        return self.fabric is not None and src in gpus and dst in gpus
+
+    def _search(self, src: str, dst: str, within: frozenset[str] | None) -> tuple[Link, ...]:
+        """The route by breadth-first search (:meth:`route`'s rules)."""
+        gpus = self._gpu_names
+        relay = (
+            frozenset()
+            if within is None or src not in gpus or dst not in gpus
+            else ((gpus & within) - {src, dst})
+        )
+        prev = self._tree(src, relay, dst)
+        if dst not in prev:
+            raise ValueError(
+                f"no route from {src} to {dst} in topology {self.name}"
+                + ("" if not relay else f" relaying only through {sorted(relay)}")
+            )
+        hops = []
+        node = dst
+        while node != src:
+            link = prev[node]
+            hops.append(link)
+            node = link.src
+        return tuple(reversed(hops))
 
     def ring(self, gpus: tuple[str, ...]) -> tuple[str, ...]:
         """The order in which a single ring over ``gpus`` visits them, NCCL-like: the ring a
@@ -321,6 +366,7 @@ class Topology:
         comm = frozenset(gpus)
         best, order = None, tuple(gpus)
         if 2 < len(gpus) <= 8:
+            bound = self._ring_bound(gpus, comm)
             for rest in permutations(gpus[1:]):
                 cand = (gpus[0], *rest)
                 routes = [
@@ -331,14 +377,31 @@ class Topology:
                 score = (min(bws), -sum(len(r) for r in routes), sum(bws))
                 if best is None or score > best:
                     best, order = score, cand
+                if best == bound:  # no ring scores more; later equal ones would not win
+                    break
         self._route_cache[key] = order
         return order
+
+    def _ring_bound(self, gpus: tuple[str, ...], comm: frozenset[str]) -> tuple:
+        """An upper bound of :meth:`ring`'s score over every ring of ``gpus``: each member's
+        hop is at most as wide and at least as short as its widest and shortest route to
+        another member. A ring that reaches it is the best (an NVSwitch server: the first
+        one), so the search stops there instead of trying all ``(n-1)!`` rings."""
+        widest, shortest = [], []
+        for a in gpus:
+            routes = [self.route(a, b, within=comm) for b in gpus if b != a]
+            widest.append(max(min(lk.rate_Bps(True) for lk in r) for r in routes))
+            shortest.append(min(len(r) for r in routes))
+        return (min(widest), -sum(shortest), sum(widest))
 
     @cached_property
     def servers(self) -> tuple[tuple[int, ...], ...]:
         """GPU indices of each server: the GPUs connected without ``network`` links (through
         NVLink, NVSwitch, PCIe, hosts), in order of their first GPU. One server unless the
         description has several (:mod:`sim.hardware.cluster`)."""
+        if self.fabric is not None:
+            g = self.fabric.gpus_per_server
+            return tuple(tuple(range(n * g, (n + 1) * g)) for n in range(self.fabric.servers))
         parent = {n: n for n in self.nodes}
 
         def find(x: str) -> str:
@@ -357,36 +420,53 @@ class Topology:
 
     def server_of(self, gpu: int) -> int:
         """Index into :attr:`servers` of the server holding GPU ``gpu``."""
-        return next(k for k, members in enumerate(self.servers) if gpu in members)
+        if self.fabric is not None:
+            return gpu // self.fabric.gpus_per_server
+        return self._server_index[gpu]
+
+    @cached_property
+    def _server_index(self) -> dict[int, int]:
+        return {g: k for k, members in enumerate(self.servers) for g in members}
 
     @cached_property
     def _gpu_names(self) -> frozenset[str]:
         return frozenset(g.name for g in self.gpus)
 
-    def _tree(self, src: str, relay: frozenset[str]) -> dict[str, Link]:
+    def _tree(self, src: str, relay: frozenset[str], dst: str | None = None) -> dict[str, Link]:
         """One search from ``src``: the last link of the route to every reachable node.
 
         Level by level (fewest hops); within a level the widest bottleneck wins, ties go to
         the smaller predecessor name. Only GPUs in ``relay`` forward traffic (NCCL forwards
         through a GPU; host copies do not), so the result serves every destination of one
-        kind at once: O(links) per source instead of per pair.
+        kind at once: O(links) per source instead of per pair. On a cluster
+        (:data:`BOUNDED_ABOVE_NODES` nodes or more) a search for ``dst`` stops once the level
+        that reaches it is complete (the levels before it, hence its route, are the same as
+        the whole search's), and is not kept: a search of the whole cluster per source would
+        cost ``O(GPUs x links)`` over a run.
         """
         key = (src, relay)
         cached = self._route_cache.get(key)
         if cached is not None:
             return cached
+        bounded = dst is not None and len(self.nodes) >= BOUNDED_ABOVE_NODES
         gpus = self._gpu_names
+        fabric = self.fabric is not None
         width: dict[str, float] = {src: float("inf")}
         prev: dict[str, Link] = {}
         frontier = [src]
         while frontier:
+            if bounded:
+                last = self._last_hop(frontier, dst, src, relay, width)
+                if last is not None:
+                    prev[str(dst)] = last
+                    return prev
             best: dict[str, tuple[float, str, Link]] = {}
             for node in frontier:
                 if node != src and node in gpus and node not in relay:
                     continue
                 wn = width[node]
                 for link in self._out[node]:
-                    if link.dst in width:
+                    if link.dst in width or (fabric and link.kind == NETWORK):
                         continue
                     w = wn if wn < link.bandwidth_Bps else link.bandwidth_Bps
                     old = best.get(link.dst)
@@ -396,8 +476,33 @@ class Topology:
                 width[node] = w
                 prev[node] = link
             frontier = sorted(best)
-        self._route_cache[key] = prev
+        if not bounded:
+            self._route_cache[key] = prev
         return prev
+
+    def _last_hop(
+        self, frontier: list[str], dst: str | None, src: str, relay: frozenset[str], width: dict
+    ) -> Link | None:
+        """The link by which :meth:`_tree`'s next level would reach ``dst`` from ``frontier``
+        (widest bottleneck, then the smaller predecessor name), or None when it would not:
+        the search's own choice, without expanding the rest of the level."""
+        gpus, here = self._gpu_names, set(frontier)
+        best: tuple[float, str, Link] | None = None
+        for link in self._in.get(str(dst), ()):
+            node = link.src
+            if node not in here or (node != src and node in gpus and node not in relay):
+                continue
+            w = min(width[node], link.bandwidth_Bps)
+            if best is None or w > best[0] or (w == best[0] and node < best[1]):
+                best = (w, node, link)
+        return None if best is None else best[2]
+
+    @cached_property
+    def _in(self) -> dict[str, list[Link]]:
+        out: dict[str, list[Link]] = {}
+        for link in self.links:
+            out.setdefault(link.dst, []).append(link)
+        return out
 
     def route_bandwidth_Bps(self, src: str, dst: str, *, nccl: bool = False) -> float:
         """Bottleneck bandwidth of :meth:`route` in bytes/s (``inf`` when ``src == dst``); of

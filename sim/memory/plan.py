@@ -132,6 +132,21 @@ class StagePlan:
             object.__setattr__(self, "swap_bytes", total)
 
     @property
+    def off_gpu(self) -> bool:
+        """Whether the plan moves or keeps bytes off its GPU (host offload, swaps, chunk
+        fetches, write-backs, step copies, host DRAM): it then names a host or a peer GPU."""
+        return bool(
+            self.swap_bytes > 0
+            or self.fetch_bytes > 0
+            or self.writeback_bytes > 0
+            or self.host_bytes > 0
+            or self.host_framework_bytes > 0
+            or self.host_optimizer_s > 0
+            or self.step_transfers_before
+            or self.step_transfers_after
+        )
+
+    @property
     def swap_parts(self) -> SwapParts:
         """Where one micro-batch's swapped bytes go: ``swap_targets`` or ``swap_target``."""
         if self.swap_targets:

@@ -24,6 +24,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from sim.events import Event, EventLog  # noqa: E402
 from sim.report._common import row_key, row_label, save_figure, stream_lanes  # noqa: E402
+from sim.report.scale import stage_view  # noqa: E402
 
 # (colour, hatch, legend label) per bar class, in legend order.
 STYLES: dict[str, tuple[str, str, str]] = {
@@ -130,6 +131,7 @@ def plot_gantt(
     """
     if not log.events:
         raise ValueError("the event log has no events to draw a timeline of")
+    log, labels = stage_view(log)  # above PER_STAGE_ABOVE_GPUS GPUs: one pipeline
     lo_s, hi_s = _window_s(log, iteration)
     pad_ms = 0.01 * max(hi_s - lo_s, 1e-9) * 1e3  # keep an iteration-end line off the frame
     lo_ms, hi_ms = lo_s * 1e3, hi_s * 1e3 + pad_ms
@@ -169,7 +171,9 @@ def plot_gantt(
         for i in range(1, len(keys)):
             if keys[i][0] != keys[i - 1][0]:
                 ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
-        ax.set_yticks(range(len(keys)), [f"{d} {row_label(s, n)}" for d, s, n in keys])
+        ax.set_yticks(
+            range(len(keys)), [f"{labels.get(d, d)} {row_label(s, n)}" for d, s, n in keys]
+        )
         ax.set_ylim(len(keys) - 0.5, -0.5)
         ax.set_xlim(lo_ms, hi_ms)
         ax.set_xlabel("time (ms)")
@@ -183,7 +187,12 @@ def plot_gantt(
         ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))
         span = "whole run" if iteration is None else f"iteration {iteration}"
         head = f"{title}: " if title else ""
-        ax.set_title(f"{head}pipeline timeline, {span} (time in ms; numbers are micro-batches)")
+        what = (
+            "one pipeline (with its data-parallel collectives) timeline"
+            if labels
+            else ("pipeline timeline")
+        )
+        ax.set_title(f"{head}{what}, {span} (time in ms; numbers are micro-batches)")
         _label_bars(ax, shown, lo_ms, hi_ms)
         return save_figure(fig, path)
     finally:

@@ -17,7 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from sim.events import EventLog  # noqa: E402
 from sim.report._common import GIB, category_key, is_host, save_figure  # noqa: E402
-from sim.report.memory import memory_timeline, peak_by_category  # noqa: E402
+from sim.report.memory import memory_timeline, peaks_by_category  # noqa: E402
+from sim.report.scale import stage_view  # noqa: E402
 
 CATEGORY_COLORS = {
     "weights": "#1f77b4",
@@ -37,9 +38,9 @@ CATEGORY_COLORS = {
 light grey, working memory in pink); other categories are light grey."""
 
 
-def _plotted_devices(log: EventLog) -> list[str]:
-    """Devices with a memory timeline: the GPUs, or every device if there are no GPUs."""
-    devices = list(memory_timeline(log))
+def _plotted_devices(log: EventLog, devices: list[str]) -> list[str]:
+    """Of ``devices`` (those with a memory timeline, in display order), the GPUs, or every
+    device if there are no GPUs."""
     if not log.memory:
         raise ValueError("the event log has no memory events to plot")
     gpus = [d for d in devices if not is_host(d)]
@@ -67,8 +68,10 @@ def plot_memory_per_gpu(log: EventLog, path: str | os.PathLike) -> Path:
     Raises:
         ValueError: the log has no memory events.
     """
-    devices = _plotted_devices(log)
-    parts = {d: peak_by_category(log, d) for d in devices}
+    log, labels = stage_view(log)  # above PER_STAGE_ABOVE_GPUS GPUs: one bar per stage
+    devices = _plotted_devices(log, list(memory_timeline(log)))
+    peaks = peaks_by_category(log)
+    parts = {d: peaks[d] for d in devices}
     categories = sorted({c for p in parts.values() for c in p}, key=category_key)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(devices) + 2.5), 4.5))
     try:
@@ -113,13 +116,14 @@ def plot_memory_per_gpu(log: EventLog, path: str | os.PathLike) -> Path:
                 )
                 cap_label = None
                 top = max(top, cap / GIB)
-        ax.set_xticks(list(xs), devices)
+        ax.set_xticks(list(xs), [labels.get(d, d) for d in devices])
         ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
         ax.set_ylabel("memory at peak (GiB)")
-        ax.set_xlabel("device")
+        ax.set_xlabel("pipeline stage (its GPU with the highest peak)" if labels else "device")
         over_note = "; red numbers exceed capacity" if any_over else ""
+        per = "stage" if labels else "GPU"
         ax.set_title(
-            f"Peak memory per GPU (GiB), stacked by category at each GPU's peak{over_note}"
+            f"Peak memory per {per} (GiB), stacked by category at each GPU's peak{over_note}"
         )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(axis="y", alpha=0.3)
@@ -144,8 +148,9 @@ def plot_memory_timeline(log: EventLog, path: str | os.PathLike) -> Path:
     Raises:
         ValueError: the log has no memory events.
     """
+    log, labels = stage_view(log)  # above PER_STAGE_ABOVE_GPUS GPUs: one line per stage
     timelines = memory_timeline(log)
-    devices = _plotted_devices(log)
+    devices = _plotted_devices(log, list(timelines))
     end_ms = _end_time_s(log) * 1e3
     cmap = plt.get_cmap("tab10" if len(devices) <= 10 else "tab20")
     fig, ax = plt.subplots(figsize=(11.0, 4.8))
@@ -157,7 +162,7 @@ def plot_memory_timeline(log: EventLog, path: str | os.PathLike) -> Path:
             xs = [t * 1e3 for t in times_s] + [max(end_ms, times_s[-1] * 1e3)]
             ys = [b / GIB for b in in_use] + [in_use[-1] / GIB]
             color = cmap(i % cmap.N)
-            ax.step(xs, ys, where="post", color=color, label=dev, linewidth=1.4)
+            ax.step(xs, ys, where="post", color=color, label=labels.get(dev, dev), linewidth=1.4)
             if dev in caps and not shared_cap:
                 ax.axhline(
                     caps[dev], color=color, linestyle="--", linewidth=0.9, label=f"{dev} capacity"
@@ -177,7 +182,7 @@ def plot_memory_timeline(log: EventLog, path: str | os.PathLike) -> Path:
         ax.set_ylim(bottom=0)
         ax.set_xlabel("time (ms)")
         ax.set_ylabel("memory in use (GiB)")
-        ax.set_title("Memory in use per GPU over time (GiB)")
+        ax.set_title(f"Memory in use per {'stage' if labels else 'GPU'} over time (GiB)")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(alpha=0.3)
         return save_figure(fig, path)
