@@ -7,7 +7,7 @@ residual (measured / predicted iteration time, :class:`sim.bands.Residual`):
   8 x A100 node, predicted exactly as ``benchmarks/bench_measured.py`` does by default
   (:func:`bench_measured.predict`: ``framework: megatron-deepspeed``, ``recompute:full``, 1F1B,
   ``dgx-a100-40gb``, whose preset carries vTrain's measured all-reduce tables);
-* ``validation/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs of up to 256 GPUs
+* ``validation/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs pipesim simulates
   (:func:`measured_sc21.predict_sc21`); measured iteration time from the paper's TFLOP/s per GPU
   and its eq. 3, so the ratio is ``predicted TFLOP/s / measured TFLOP/s``.
 
@@ -94,7 +94,7 @@ def header(residuals: list[Residual]) -> list[str]:
         "(sim/bands.py reads this file)",
         f"sources: validation/vtrain/ground_truth_single_h2048.csv ({count['vtrain']} predicted "
         "iterations, as benchmarks/bench_measured.py predicts them); "
-        f"validation/megatron-sc21/table1.csv ({count['megatron-sc21']} runs of <= 256 GPUs); "
+        f"validation/megatron-sc21/table1.csv ({count['megatron-sc21']} runs predicted); "
         "the rest of validation/ holds no whole iterations",
         f"quantiles p{LOW_Q * 100:.0f} / p50 / p{HIGH_Q * 100:.0f} of measured / predicted; "
         f"regimes with >= {MIN_POINTS} residuals; lookup finest first: {levels}",
