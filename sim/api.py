@@ -47,6 +47,7 @@ from sim.executors import open_executor
 from sim.experiment import Prepared, prepare
 from sim.hardware.loader import load_hardware
 from sim.metrics import Metrics
+from sim.outputs import results_frame
 from sim.partition import Partition
 from sim.partition import partition as split_layers
 from sim.placement import place
@@ -159,10 +160,8 @@ class Plan:
     stats: PlanStats
 
     def table(self) -> pd.DataFrame:
-        """The rows as ``results.csv`` has them."""
-        return pd.DataFrame(
-            [r.model_dump() for r in self.rows], columns=list(ResultRow.model_fields)
-        )
+        """The rows as ``results.csv`` has them (prediction bands included)."""
+        return results_frame(self.rows)
 
 
 def plan(

@@ -38,14 +38,22 @@ from sim.procs import die_with_parent
 from sim.report.chrome_trace import write_chrome_trace
 from sim.report.gantt import plot_gantt
 from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
+from sim.row_bands import with_bands
 from sim.rows import ResultRow
 from sim.trace.loader import traces_dir
 
 
+def results_frame(rows: list[ResultRow]) -> pd.DataFrame:
+    """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order, then
+    each prediction's band (:data:`sim.row_bands.BAND_COLUMNS`)."""
+    return with_bands(
+        pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields))
+    )
+
+
 def write_results_csv(rows: list[ResultRow], path: Path) -> pd.DataFrame:
-    """The tidy table, one row per configuration (columns: :class:`ResultRow`'s fields, in
-    order); returns it as a DataFrame."""
-    df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields))
+    """Write :func:`results_frame` to ``path``; returns it."""
+    df = results_frame(rows)
     atomic_write_text(path, df.to_csv(index=False))
     return df
 
@@ -64,8 +72,11 @@ def _portable_trace_ref(ref: str, exp_file: str) -> str:
     return str(p if p.is_absolute() else (Path(exp_file).parent / p).resolve())
 
 
-def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
-    """An experiment that simulates just the winner, with the prediction attached."""
+def winner_config(
+    exp: ExperimentConfig, exp_file: str, row: ResultRow, band: dict | None = None
+) -> dict:
+    """An experiment that simulates just the winner, with the prediction attached (and its
+    ``band``: :func:`sim.row_bands.winner_bands`)."""
     model = next(m for m in exp.models if m.name == row.model)
     data = exp.model_dump(mode="json", exclude_none=True)
     hw = exp.hardware
@@ -121,6 +132,7 @@ def winner_config(exp: ExperimentConfig, exp_file: str, row: ResultRow) -> dict:
             "microbatches",
         )
     }
+    data["prediction"].update(band or {})
     return data
 
 

@@ -41,6 +41,7 @@ from sim.point_config import PointConfig
 from sim.report.memory_summary import write_memory_summary, write_tflops
 from sim.report.plots import plot_throughput
 from sim.report.tables import summary_table
+from sim.row_bands import winner_bands
 from sim.rows import BestRows, ResultRow, pick_winner
 from sim.sweep import expand
 
@@ -143,6 +144,7 @@ def _write_all(
     elif _gpt_shapes(prep):
         written += _tflops(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
+    bands = winner_bands(df)
     for i, model in enumerate(exp.models):
         console.print(summary_table(df[df["model"] == model.name], top=5))
         winner = pick_winner([r for r in rows if r.model == model.name])
@@ -158,7 +160,8 @@ def _write_all(
         if len(exp.models) > 1:
             dirs.append(out / model.name)
         log = best.log_of(winner) if best is not None else None
-        written += _write_winner(exp, prep, winner, log, path, dirs, plots, pending)
+        band = bands.get(model.name, {})
+        written += _write_winner(exp, prep, winner, band, log, path, dirs, plots, pending)
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
             f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
@@ -174,6 +177,7 @@ def _write_all(
             f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
             highlight=False,
         )
+        _print_band(console, model.name, band)
     pending.finish(jobs)
     return code, written
 
@@ -273,6 +277,7 @@ def _write_winner(
     exp: ExperimentConfig,
     prep: Prepared,
     winner: ResultRow,
+    band: dict,
     log: EventLog | None,
     path: Path,
     dirs: list[Path],
@@ -282,8 +287,9 @@ def _write_winner(
     """winner.yaml in each of ``dirs`` and, with ``plots``, the winner's memory plots and
     timelines: drawn once (into the last folder, added to ``pending``) and copied into the
     others. ``log`` is the winner's event log from the sweep; without one (a cached row) the
-    winner is simulated here. Returns the files, those still pending included."""
-    data = winner_config(exp, str(path), winner)
+    winner is simulated here; ``band`` (:func:`sim.row_bands.winner_bands`) goes into its
+    ``prediction``. Returns the files, those still pending included."""
+    data = winner_config(exp, str(path), winner, band)
     written = [write_yaml(d / "winner.yaml", data) for d in dirs]
     if not plots:
         return written
@@ -303,6 +309,27 @@ def _write_winner(
         pending.copies.append((drawn, d))
         written += [d / f.name for f in drawn]
     return written + drawn
+
+
+def _print_band(console: Console, model: str, band: dict) -> None:
+    """The winner's band and the configurations within it (:mod:`sim.row_bands`)."""
+    if not band:
+        return
+    near = band["within_band"]
+    console.print(
+        f"  band: {band['throughput_low_samples_per_s']:.2f}–"
+        f"{band['throughput_high_samples_per_s']:.2f} samples/s, "
+        f"{band['iteration_time_low_s'] * 1e3:.2f}–{band['iteration_time_high_s'] * 1e3:.2f} "
+        f"ms/iteration (p10–p90 of measured/predicted, {band['band_source']}; sim/data/bands.csv)",
+        highlight=False,
+    )
+    if near["count"]:
+        console.print(
+            f"  [yellow]note[/] {model}: {near['count']} other configurations are within "
+            f"each other's band with the winner (results.csv within_winner_band), so the pick "
+            f"is not clearly faster than them; best: {'; '.join(near['best'])}",
+            highlight=False,
+        )
 
 
 def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:

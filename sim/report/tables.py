@@ -30,6 +30,7 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("memory_policy", "memory policy", str, False),
     ("iteration_time_s", "iteration (ms)", lambda v: f"{v * 1e3:,.2f}", True),
     ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
+    ("throughput_band", "band p10–p90 (samples/s)", str, True),
     ("bubble_fraction", "bubble (%)", lambda v: f"{v * 100:.1f}", True),
     ("peak_memory_bytes", "peak (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("headroom_bytes", "headroom (GiB)", lambda v: f"{v / GIB:.2f}", True),
@@ -62,6 +63,24 @@ def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
     return results_df.iloc[order]
 
 
+def _with_band_cell(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``throughput_band``, ``low – high`` samples/s (:mod:`sim.row_bands`; spaced,
+    so that a narrow terminal wraps it instead of cutting it), where it has the band columns."""
+    if "throughput_low_samples_per_s" not in df:
+        return df
+    lo, hi = df["throughput_low_samples_per_s"], df["throughput_high_samples_per_s"]
+    cells = [
+        f"{_short(a)} – {_short(b)}" if a == a and b == b else None
+        for a, b in zip(lo, hi, strict=True)
+    ]
+    return df.assign(throughput_band=cells)
+
+
+def _short(samples_per_s: float) -> str:
+    """Three or four digits: ``1,083``, ``843``, ``40.4``."""
+    return f"{samples_per_s:,.0f}" if samples_per_s >= 100 else f"{samples_per_s:.3g}"
+
+
 OPTIONAL = ("expert_parallel", "context_parallel")
 """Columns shown only when some row is above 1."""
 
@@ -75,7 +94,8 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
 
     Columns (those present in ``results_df``): rank, model, schedule, stages ``p``, DP width
     ``w``, TP ``t`` (EP and CP where some row uses them), micro-batch size ``b`` (samples), micro-batches per iteration ``m``, memory policy,
-    iteration time (ms), throughput (samples/s), bubble (% of the iteration), peak memory (GiB),
+    iteration time (ms), throughput (samples/s) and its band (where the table has
+    :data:`sim.row_bands.BAND_COLUMNS`; the caption names the regimes), bubble (% of the iteration), peak memory (GiB),
     fits (✓/✗). The caption says how many configurations there were and how many fit.
 
     Args:
@@ -88,7 +108,7 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
     Raises:
         ValueError: the table lacks ``throughput_samples_per_s`` or ``fits``.
     """
-    ranked = rank_results(results_df)
+    ranked = _with_band_cell(rank_results(results_df))
     if "error" in ranked:  # rows the planner did not simulate are counted, not listed
         ranked = ranked[~ranked["error"].fillna("").astype(str).str.startswith("pruned: ")]
     shown = ranked.head(top) if top > 0 else ranked
@@ -101,6 +121,12 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
         caption += (
             f"; not simulated: {n_over} over capacity by the memory lower bound, {n_slower} "
             "slower than the best by the throughput bound (--exhaustive simulates them)"
+        )
+    sources = sorted({s for s in shown.get("band_source", pd.Series(dtype=str)).fillna("") if s})
+    if sources:
+        caption += (
+            "; band: where measured runs fell around predictions of their regime "
+            f"(sim/data/bands.csv: {', '.join(sources)})"
         )
     table = Table(title="Best configurations (fitting ones first, by throughput)", caption=caption)
     columns = [c for c in _COLUMNS if c[0] in ranked.columns and _shown(ranked, c[0])]
