@@ -33,8 +33,8 @@ VOCAB = 51200
 """The paper §5.1: "All models use a vocabulary size of 51,200 ... and a sequence length of
 2048"."""
 GPUS_PER_SERVER = 8
-MAX_SERVERS = 32
-"""Largest cluster simulated today (256 GPUs); larger runs wait for the cluster-scale issue."""
+MAX_SERVERS = 384
+"""Largest cluster simulated: 384 DGX A100 (3,072 GPUs, every row of Table 1), on the rail-optimised HDR fat tree of the preset (sim.hardware.fabric)."""
 FRAMEWORKS = {"torch": "megatron-lm-torch-ddp", "local": "megatron-lm"}
 """``--DDP-impl`` of ``run_table_1.sh`` -> pipesim framework profile."""
 

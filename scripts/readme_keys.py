@@ -7,6 +7,7 @@ removed or re-described without regenerating it).
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from pathlib import Path
@@ -32,6 +33,7 @@ def _models(annotation: object) -> list[tuple[type[BaseModel], bool]]:
 
 def _type(annotation: object) -> str:
     text = str(annotation).replace("typing.", "").replace("sim.config.", "")
+    text = re.sub(r"Annotated\[(\w+), [^\]]*\]", r"\1", text)  # constraints: see the text
     return (
         text.replace("<class '", "")
         .replace("'>", "")
@@ -44,7 +46,8 @@ def _default(field: typing.Any) -> str:
     if field.is_required():
         return "required"
     if field.default_factory is not None:
-        return "(section)"
+        value = field.default_factory()
+        return "(section)" if isinstance(value, BaseModel) else f"`{value!r}`"
     return "`" + repr(field.default).replace("|", "or") + "`"
 
 

@@ -47,8 +47,9 @@ _NAME_HELP = " Letters, digits and . _ + - only (it names a folder), not startin
 MAX_MICROBATCHES = 4096
 """Most micro-batches per iteration simulated. An assumption bounding one point's run time: the
 schedule's program and the engine's events grow linearly in ``m`` (GNMT-16 under 1F1B, p = 8,
-on DGX-1: 15,000 events at m = 256 simulated in about 2 s, 61,000 at m = 1024), so a point at
-this limit takes about a minute."""
+w = 1, on DGX-1: 15,400 spans and 29,700 memory events at m = 256 simulated in 0.4 CPU
+seconds, 61,500 and 119,000 at m = 1024 in 1.5 s; measured for issue 17), so a point at this
+limit takes about 6 s and a grid of them minutes."""
 MAX_GPUS = 16_384
 """Most GPUs a hardware description may have (``servers x num_gpus``). It bounds the cost of
 holding the cluster, not of simulating it: a configuration's run grows with ``p x m x v`` once
@@ -66,9 +67,10 @@ simulation the shipped experiments, the golden engine logs and the measured vali
 made with: 64 GPUs is the largest of them, ``8x-dgx-h100``)."""
 MAX_GRID = 100_000
 """Most grid combinations (all models, before invalid ones are skipped) expanded. An assumption
-bounding a sweep's set-up: expanding and bounding cost tens of microseconds per combination
-(``benchmarks/bench_planner.py`` expands 11,520 in 0.15 s), and each valid point may be
-simulated; the shipped experiments have 2 to 1,134 (``dgx1.yaml``: 270)."""
+bounding a sweep's set-up: expanding costs a few microseconds per combination and bounding
+about 0.1 ms per valid point (``benchmarks/bench_planner.py``: 11,520 combinations expanded to
+3,696 points in 0.04 CPU seconds, bounded in 0.3 s; measured for issue 17), and each valid
+point may be simulated; the shipped experiments have 2 to 1,134 (``dgx1.yaml``: 270)."""
 MAX_ITERATIONS = 100
 """Most optimizer steps a user may ask for (``training.iterations``; ``sim schedule`` and
 ``sim validate``'s iterations and warm-up). Left at 0, the engine simulates what its steady
@@ -109,6 +111,28 @@ class ModelConfig(_Strict):
     microbatch_size: IntList | None = Field(
         None, description="Samples per micro-batch for this model (overrides sweep)."
     )
+    stages: IntList | None = Field(
+        None, description="Pipeline depth(s) p for this model (overrides sweep.stages)."
+    )
+    tensor_parallel: IntList | None = Field(
+        None,
+        description="Tensor-parallel size(s) t for this model (overrides sweep.tensor_parallel).",
+    )
+    dp_width: IntList | None = Field(
+        None,
+        description="Data-parallel width(s) w for this model (overrides sweep.dp_width and "
+        "sweep.gpus): with stages and tensor_parallel it pins the GPU count a model runs on, "
+        "e.g. one published configuration per model (experiments/megatron-scaling.yaml).",
+    )
+
+    @field_validator("microbatch_size", "stages", "tensor_parallel", "dp_width")
+    @classmethod
+    def _positive(cls, v: IntList | None) -> IntList | None:
+        for x in as_list(v) if v is not None else []:
+            if x < 1:
+                raise ValueError(f"must be >= 1, got {x}")
+        return v
+
     routing: str = Field(
         "balanced",
         description="How a MoE model's router spreads tokens over experts "

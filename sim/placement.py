@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from itertools import combinations, permutations
+from itertools import combinations
 
 from sim.hardware.topology import Topology
 
@@ -97,30 +97,54 @@ def _best_ring_subset(topology: Topology, k: int) -> tuple[int, ...]:
 
 
 def _exhaustive(topology: Topology, bw, stages: int, dp_width: int) -> tuple[int, ...]:
-    """Every assignment (replica rows in order of their first GPU), the best first found."""
-    n, k = topology.num_gpus, stages * dp_width
-    ring: dict[tuple[int, ...], float] = {}
+    """Every assignment (replica rows in order of their first GPU), the best first found.
 
-    def column(gpus: tuple[int, ...]) -> float:
-        key = tuple(sorted(gpus))
-        got = ring.get(key)
+    The assignments are the ``k``-permutations of the GPUs in :func:`itertools.permutations`'
+    (lexicographic) order, less those whose replica rows are out of order, generated depth
+    first: a row started out of order is skipped whole, and the pipeline term (row by row)
+    and the ring term (column by column, each column's GPUs as a bit mask) are summed once
+    per prefix, in the same order as over whole assignments (so the same floating-point sums).
+    """
+    n, k = topology.num_gpus, stages * dp_width
+    last_row = k - stages
+    ring: dict[int, float] = {}  # GPU bit mask of a stage's replicas -> its ring's score
+
+    def column(mask: int) -> float:
+        got = ring.get(mask)
         if got is None:
-            got = ring[key] = _ring_score(topology, key)
+            gpus = tuple(g for g in range(n) if mask >> g & 1)
+            got = ring[mask] = _ring_score(topology, gpus)
         return got
 
     best, choice = -1.0, tuple(range(k))
-    for perm in permutations(range(n), k):
-        rows = [perm[r * stages : (r + 1) * stages] for r in range(dp_width)]
-        if any(rows[r][0] > rows[r + 1][0] for r in range(dp_width - 1)):
-            continue
-        score = sum(
-            bw[row[s]][row[s + 1]] + bw[row[s + 1]][row[s]]
-            for row in rows
-            for s in range(stages - 1)
-        )
-        score += sum(column(tuple(row[s] for row in rows)) for s in range(stages))
-        if score > best * (1 + 1e-12):
-            best, choice = score, perm
+    perm = [0] * k
+    used = [False] * n
+    masks = [0] * stages  # GPUs of each stage's replicas placed so far
+
+    def extend(i: int, pipe: float, cols: float) -> None:
+        nonlocal best, choice
+        if i == k:
+            score = pipe + cols
+            if score > best * (1 + 1e-12):
+                best, choice = score, tuple(perm)
+            return
+        s = i % stages
+        lowest = perm[i - stages] + 1 if s == 0 and i else 0  # rows in order of first GPU
+        for g in range(lowest, n):
+            if used[g]:
+                continue
+            perm[i], used[g] = g, True
+            masks[s] ^= 1 << g
+            prev = perm[i - 1]
+            extend(
+                i + 1,
+                pipe if s == 0 else pipe + (bw[prev][g] + bw[g][prev]),
+                cols + column(masks[s]) if i >= last_row else cols,
+            )
+            masks[s] ^= 1 << g
+            used[g] = False
+
+    extend(0, 0, 0)
     return choice
 
 

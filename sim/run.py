@@ -38,7 +38,7 @@ from sim.outputs import (
 from sim.planner import PlanStats, plan_points
 from sim.point import evaluate, resolve, split_note
 from sim.point_config import PointConfig
-from sim.report.memory_summary import write_memory_summary
+from sim.report.memory_summary import write_memory_summary, write_tflops
 from sim.report.plots import plot_throughput
 from sim.report.tables import summary_table
 from sim.rows import BestRows, ResultRow, pick_winner
@@ -140,6 +140,8 @@ def _write_all(
         written.append(out / "throughput.png")
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
         written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
+    elif _gpt_shapes(prep):
+        written += _tflops(ok, out, plots, console, _gpt_shapes(prep))
     code = 0
     for i, model in enumerate(exp.models):
         console.print(summary_table(df[df["model"] == model.name], top=5))
@@ -252,6 +254,18 @@ def _memory_summary(df, out: Path, plots: bool, console: Console, shapes=None) -
         highlight=False,
         soft_wrap=True,
     )
+    return written
+
+
+def _tflops(df, out: Path, plots: bool, console: Console, shapes: dict) -> list[Path]:
+    """TFLOP/s per GPU of the GPT models (Narayanan et al. SC'21 eq. 3): printed, CSV, plot."""
+    table, written = write_tflops(df, out, plots, shapes)
+    if not table.empty:
+        console.print(
+            "[bold]TFLOP/s per GPU[/] (best fitting; 96 B s l h^2 (1 + s/6h + V/16lh) / "
+            "(iteration time x GPUs), Narayanan et al. SC'21 eq. 3)"
+        )
+        console.print(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     return written
 
 

@@ -22,10 +22,16 @@ from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import parse_policy
 from sim.point_config import PointConfig
 from sim.schedules.base import Schedule
-from sim.sweep_axes import boundaries_reason, schedule_axis, virtual_reason
+from sim.sweep_axes import (
+    boundaries_reason,
+    model_axes,
+    schedule_axis,
+    tensor_axes,
+    virtual_reason,
+)
 from sim.sweep_parallel import is_decoder_model, overlap_invalid, parallel_axes, parallel_invalid
 from sim.tensor.decoder_shard import Parallel
-from sim.tensor.shard import model_shape, shape_problem
+from sim.tensor.shard import shape_problem
 
 Policy = tuple[str, MemoryPolicy]
 """A memory-policy axis value: the spec as written (what the point stores) and its policy."""
@@ -45,9 +51,9 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     framework = check_framework(exp.framework, file)
     schedules = schedule_axis(sw, file)
     policies = _policy_axis(exp, file)
-    tps, sps = _tensor_axes(prep)
+    tps, sps = tensor_axes(prep)
     par_axes = parallel_axes(prep)
-    _check_size(exp, len(tps) * len(sps) * len(par_axes) * len(policies), file)
+    _check_size(exp, [len(t) * len(sps) * len(par_axes) * len(policies) for t in tps], file)
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
     axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
@@ -65,19 +71,23 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     return points, skipped
 
 
-def _check_size(exp: ExperimentConfig, per_model: int, file: str) -> None:
-    """Raises:
-    InputError: the grid has more than :data:`~sim.config.MAX_GRID` combinations.
+def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:
+    """``per_model``: each model's count over the axes not in :func:`model_axes`.
+
+    Raises:
+        InputError: the grid has more than :data:`~sim.config.MAX_GRID` combinations.
     """
     sw = exp.sweep
     size = sum(
         len(as_list(sw.schedule))
         * len(as_list(sw.virtual_stages))
-        * len(as_list(sw.stages))
-        * (1 if sw.gpus else len(as_list(sw.dp_width)))
-        * len(as_list(m.microbatch_size if m.microbatch_size is not None else sw.microbatch_size))
-        * per_model
-        for m in exp.models
+        * len(stages)
+        * len(widths)
+        * len(mbs)
+        * n
+        for (stages, widths, mbs), n in zip(
+            map(model_axes, exp.models, [sw] * len(exp.models)), per_model, strict=True
+        )
     )
     if size > MAX_GRID:
         raise InputError(
@@ -91,12 +101,12 @@ def _check_size(exp: ExperimentConfig, per_model: int, file: str) -> None:
 @dataclass(frozen=True)
 class _Axes:
     """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
-    name as written, virtual stages)``, tensor and sequence parallelism, ``(expert parallel,
+    name as written, virtual stages)``, tensor (per model) and sequence parallelism, ``(expert parallel,
     context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
 
     framework: Framework
     schedules: list[tuple[type[Schedule], str, int]]
-    tps: list[int]
+    tps: list[list[int]]
     sps: list[bool]
     parallel: list[tuple[int, int, str, bool]]
     policies: list[Policy]
@@ -113,14 +123,12 @@ def _model_points(
     to ``skipped``, in the order of the axes."""
     exp, sw, model = prep.exp, prep.exp.sweep, prep.exp.models[mi]
     gb = model.global_batch or exp.training.global_batch
-    mbs = as_list(
-        model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
-    )
+    stages, widths, mbs = model_axes(model, sw)
     grid = itertools.product(
         axes.schedules,
-        as_list(sw.stages),
-        [0] if sw.gpus else as_list(sw.dp_width),
-        axes.tps,
+        stages,
+        widths,
+        axes.tps[mi],
         axes.sps,
         axes.parallel,
         mbs,
@@ -296,38 +304,6 @@ def _stage_count(text: str, policy: MemoryPolicy, p: int) -> str:
     if n > 1 and n != p:
         return f"memory policy {text!r} names {n} stages but this point has {p}"
     return ""
-
-
-def _tensor_axes(prep: Prepared) -> tuple[list[int], list[bool]]:
-    """The ``tensor_parallel`` and ``sequence_parallel`` axes, checked against the hardware.
-
-    Raises:
-        InputError: a tensor-parallel size that does not divide the GPUs of every server (a
-            group never spans servers), or a model whose trace has no model shape while some
-            size is above 1 (naming ``models.<i>.trace``).
-    """
-    sw, file, topo = prep.exp.sweep, prep.file, prep.topology
-    tps = as_list(sw.tensor_parallel)
-    for i, t in enumerate(tps):
-        sizes = sorted({len(server) for server in topo.servers})
-        if any(n % t for n in sizes):
-            raise InputError(
-                f"tensor_parallel {t} must divide the GPUs of each server of {topo.name} "
-                f"({'/'.join(map(str, sizes))}): a tensor-parallel group stays in one server",
-                file=file,
-                field=f"sweep.tensor_parallel.{i}"
-                if isinstance(sw.tensor_parallel, list)
-                else "sweep.tensor_parallel",
-            )
-    if max(tps) > 1:
-        for i, model in enumerate(prep.exp.models):
-            if model_shape(prep.traces[model.name]) is None:
-                raise InputError(
-                    shape_problem(prep.traces[model.name], max(tps), False),
-                    file=file,
-                    field=f"models.{i}.trace",
-                )
-    return tps, as_list(sw.sequence_parallel)
 
 
 def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:

@@ -1,4 +1,6 @@
-"""The sweep's schedule x virtual-stages axis and its validity checks.
+"""The sweep's axes that need a look-up or a check: schedule x virtual stages, each model's
+stages, widths, micro-batch sizes and tensor-parallel sizes (a model's own list replaces the
+sweep's: ``models.<i>.stages`` etc.), and their validity checks.
 
 A grid point runs ``p`` ranks with ``v`` stage chunks each (``sweep.virtual_stages``); which
 ``v`` a schedule accepts and which ``m`` torch's constructor accepts are the schedule classes'
@@ -7,12 +9,14 @@ rules (:class:`sim.schedules.base.Schedule`), applied here before anything is si
 
 from __future__ import annotations
 
-from sim.config import SweepConfig, as_list
+from sim.config import ModelConfig, SweepConfig, as_list
+from sim.errors import InputError
 from sim.experiment import Prepared
 from sim.framework.base import Framework
 from sim.point_stages import check_schedule_name
 from sim.schedules.base import Schedule
 from sim.schedules.errors import ScheduleError
+from sim.tensor.shard import model_shape, shape_problem
 
 
 def schedule_axis(sw: SweepConfig, file: str) -> list[tuple[type[Schedule], str, int]]:
@@ -61,3 +65,64 @@ def virtual_reason(
     if p * v > layers:
         return f"{p} stages x {v} virtual stages = {p * v} stages but {model} has {layers} layers"
     return ""
+
+
+def model_axes(model: ModelConfig, sw: SweepConfig) -> tuple[list[int], list[int], list[int]]:
+    """Model ``model``'s ``stages``, ``dp_width`` and ``microbatch_size`` axes: its own list
+    where it sets one, else the sweep's. A width of 0 means "the width that fills
+    ``sweep.gpus``" (where the sweep sets it and the model sets no width)."""
+    stages = as_list(model.stages if model.stages is not None else sw.stages)
+    if model.dp_width is not None:
+        widths = as_list(model.dp_width)
+    else:
+        widths = [0] if sw.gpus else as_list(sw.dp_width)
+    mbs = as_list(
+        model.microbatch_size if model.microbatch_size is not None else sw.microbatch_size
+    )
+    return stages, widths, mbs
+
+
+def tensor_axes(prep: Prepared) -> tuple[list[list[int]], list[bool]]:
+    """Each model's ``tensor_parallel`` axis (``models.<i>.tensor_parallel`` or the sweep's)
+    and the ``sequence_parallel`` axis, checked against the hardware.
+
+    Raises:
+        InputError: a tensor-parallel size that neither divides the GPUs of every server nor
+            is a multiple of them on a cluster of identical servers (a group spans whole
+            servers: :mod:`sim.tensor.groups`), or a model whose trace has no model shape while
+            some size is above 1 (naming ``models.<i>.trace``).
+    """
+    sw, file = prep.exp.sweep, prep.file
+    out = []
+    for i, model in enumerate(prep.exp.models):
+        own = model.tensor_parallel is not None
+        tps = as_list(model.tensor_parallel if own else sw.tensor_parallel)
+        field = f"models.{i}.tensor_parallel" if own else "sweep.tensor_parallel"
+        listed = isinstance(model.tensor_parallel if own else sw.tensor_parallel, list)
+        for j, t in enumerate(tps):
+            _check_tensor_size(prep, t, f"{field}.{j}" if listed else field)
+        if max(tps) > 1 and model_shape(prep.traces[model.name]) is None:
+            raise InputError(
+                shape_problem(prep.traces[model.name], max(tps), False),
+                file=file,
+                field=f"models.{i}.trace",
+            )
+        out.append(tps)
+    return out, as_list(sw.sequence_parallel)
+
+
+def _check_tensor_size(prep: Prepared, t: int, field: str) -> None:
+    """Raises:
+    InputError: ``t`` neither divides every server's GPUs nor takes whole servers.
+    """
+    topo = prep.topology
+    sizes = sorted({len(server) for server in topo.servers})
+    spans = len(sizes) == 1 and t % sizes[0] == 0 and t <= topo.num_gpus
+    if any(n % t for n in sizes) and not spans:
+        raise InputError(
+            f"tensor_parallel {t} must divide the GPUs of each server of {topo.name} "
+            f"({'/'.join(map(str, sizes))}) or be a multiple of them: a tensor-parallel "
+            "group stays in one server or takes whole servers",
+            file=prep.file,
+            field=field,
+        )

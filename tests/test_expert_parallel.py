@@ -93,7 +93,7 @@ def test_cross_server_alltoall_funnels_through_the_nics():
     loads = link_loads(topo, gpus, even_pairs(16, nbytes))
     # gpu0's NIC carries its traffic to the 8 GPUs of the other server; its NVSwitch uplink
     # its traffic to the 7 of its own
-    nic = next(k for k in loads if k.startswith("gpu0->rail"))
+    nic = next(k for k in loads if k.startswith("gpu0->leaf"))
     assert loads[nic] == pytest.approx(8 * 10e6)
     assert loads["gpu0->nvswitch"] == pytest.approx(7 * 10e6)
     nic_rate = next(lk for lk in topo.links if lk.name == nic).rate_Bps(True)

@@ -55,6 +55,8 @@ EXPECTED = {
     "dgx-b200": (8, 180e9, 2e12),
     "hgx-a800-80gb": (8, 81050 * MIB, 1e12),
     "pcie-8gpu": (8, 24217 * MIB, 512 * GIB),
+    "gb200-nvl72": (72, 186e9, 36 * 480e9),
+    "grand-teton-h100": (8, 81559 * MIB, 2e12),
 }
 
 

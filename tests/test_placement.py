@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from itertools import permutations
+
 import pytest
 
 from sim.hardware.loader import load_hardware
-from sim.placement import place
+from sim.placement import _exhaustive, _pair_scores, _ring_score, place
 
 
 def _pipeline_bandwidths(topo, rows):
@@ -70,3 +72,23 @@ def test_dgx1_four_replicas_ring_over_nvlink():
         order = topo.ring(gpus)
         for a, b in zip(order, order[1:] + order[:1], strict=True):
             assert topo.direct_link(a, b) is not None
+
+
+@pytest.mark.parametrize("p,w", [(2, 2), (2, 3), (3, 2), (4, 2)])
+def test_exhaustive_search_is_the_first_best_of_every_assignment(p, w):
+    """The depth-first search returns what scoring every permutation in order returns (the
+    definition in sim.placement's docstring), ties broken the same way."""
+    topo = load_hardware("dgx1-v100-16gb")
+    bw = _pair_scores(topo)
+    best, choice = -1.0, None
+    for perm in permutations(range(topo.num_gpus), p * w):
+        rows = [perm[r * p : (r + 1) * p] for r in range(w)]
+        if any(rows[r][0] > rows[r + 1][0] for r in range(w - 1)):
+            continue
+        score = sum(
+            bw[row[s]][row[s + 1]] + bw[row[s + 1]][row[s]] for row in rows for s in range(p - 1)
+        )
+        score += sum(_ring_score(topo, tuple(sorted(row[s] for row in rows))) for s in range(p))
+        if score > best * (1 + 1e-12):
+            best, choice = score, perm
+    assert _exhaustive(topo, bw, p, w) == choice

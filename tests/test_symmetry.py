@@ -100,7 +100,7 @@ def test_degraded_link_is_asymmetric(gpt):
     assert asymmetry(inp) is None
     topo = inp.topology
     links = tuple(
-        replace(lk, bandwidth_Bps=lk.bandwidth_Bps / 4) if lk.name == "gpu5->rail5" else lk
+        replace(lk, bandwidth_Bps=lk.bandwidth_Bps / 4) if lk.name == "gpu5->leaf0.5" else lk
         for lk in topo.links
     )
     why = asymmetry(replace(inp, topology=replace(topo, links=links, _route_cache={})))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sim.config import parse_experiment
+from sim.engine.hierarchical import collective_plan
 from sim.errors import InputError
 from sim.events import EventKind, Stream
 from sim.experiment import prepare
@@ -219,11 +220,42 @@ def test_pipeline_crosses_servers_tensor_stays_inside():
     assert groups == ((tuple(range(8)), tuple(range(8, 16))),)
 
 
+def test_tensor_parallel_of_16_takes_two_servers():
+    """Megatron's t = 16 on 8-GPU servers (SC'21 Figure 13): each group is two whole servers,
+    replicas next, the pipeline last; its all-reduce crosses the network (hierarchical)."""
+    topo = load_hardware("4x-dgx-a100-80gb")
+    groups = tensor_groups(topo, 2, 1, 16)
+    assert groups == ((tuple(range(16)), tuple(range(16, 32))),)
+    plan = collective_plan(topo, tuple(f"gpu{g}" for g in groups[0][0]))
+    assert plan.hierarchical and plan.servers == 2
+
+
 def test_tensor_parallel_must_divide_server_gpus():
     prep = prepare(experiment("2x-dgx-h100", tensor_parallel=[1, 3]), "exp.yaml")
     with pytest.raises(InputError) as err:
         expand(prep)
     assert err.value.field == "sweep.tensor_parallel.1"
+
+
+def test_a_model_pins_its_own_stages_width_and_tensor_size():
+    """models.<i>.stages/dp_width/tensor_parallel replace the sweep's lists for that model only
+    (one published configuration per model); a bad size names the model's field."""
+    models = [
+        {"name": "pinned", "trace": "gpt-ds-40b", "stages": 2, "dp_width": 1, "tensor_parallel": 8},
+        {"name": "swept", "trace": "gpt-ds-40b"},
+    ]
+    data = {"name": "pin", "hardware": "2x-dgx-h100", "models": models}
+    data["training"] = {"global_batch": 8}
+    data["sweep"] = {"stages": [1, 2], "dp_width": [1, 2], "tensor_parallel": [1, 2]}
+    points, _ = expand(prepare(parse_experiment(data), "exp.yaml"))
+    pinned = {(p.stages, p.dp_width, p.tensor_parallel) for p in points if p.model == "pinned"}
+    swept = {(p.stages, p.dp_width, p.tensor_parallel) for p in points if p.model == "swept"}
+    assert pinned == {(2, 1, 8)}
+    assert swept == {(p, w, t) for p in (1, 2) for w in (1, 2) for t in (1, 2)}
+    models[0]["tensor_parallel"] = [8, 3]
+    with pytest.raises(InputError) as err:
+        expand(prepare(parse_experiment(data), "exp.yaml"))
+    assert err.value.field == "models.0.tensor_parallel.1"
 
 
 def test_trace_without_model_shape_is_a_clear_error():

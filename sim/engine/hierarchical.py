@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from sim.engine import nccl
 from sim.events import EventKind
 from sim.hardware.comm_tables import CollectiveTable, find_table
+from sim.hardware.fabric import NETWORK
 from sim.hardware.rings import PEER_KINDS, Ring, ring_set
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
 
@@ -143,6 +144,8 @@ class CollectivePlan:
             nvls)``), or None when the members do not run NCCL (:meth:`time_s`).
         tables: measured collective times of this communicator's size and server span
             (:mod:`sim.hardware.comm_tables`).
+        nic_Bps: across servers, the least NCCL rate of the network links its rings cross
+            (bytes/s; 0 on one server or without network links).
     """
 
     flat: Rings
@@ -154,6 +157,7 @@ class CollectivePlan:
     servers: int = 1
     nccl_info: tuple[float, str, bool] | None = None
     tables: tuple[CollectiveTable, ...] = ()
+    nic_Bps: float = 0.0
     _times: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
@@ -180,16 +184,44 @@ class CollectivePlan:
         return rails(kind) + local(kind)
 
     def communicator(self, kind: str) -> nccl.Communicator | None:
-        """NCCL's view of this communicator for ``kind`` (its ring bus bandwidth: the rings'
-        bandwidth term as nccl-tests' busbw), or None when it does not run NCCL."""
+        """NCCL's view of this communicator for ``kind``, or None when it does not run NCCL.
+
+        On one server its bus bandwidth is the rings' bandwidth term as nccl-tests' busbw.
+        Across servers with ``L`` members on each it is NCCL's graph across servers
+        (:func:`~sim.engine.nccl.inter_graph`: one channel per member's NIC, at the speed of
+        the NIC links' NCCL rate), ``channels x speed``, but at most what the members' NVLink
+        rings carry while every channel crosses each server: ``local x L / (L - 1)`` (a
+        member forwards over NVLink in ``L - 1`` of the ``L`` channels and to its NIC in one;
+        derived).
+        """
         if self.nccl_info is None or self.ranks < 2:
             return None
+        cc, intra, nvls = self.nccl_info
+        widest = max((r.bandwidth_Bps for r in self.flat), default=None)
+        if self.servers > 1 and self.nic_Bps > 0:
+            per = self.ranks // self.servers
+            local = self.local_bus_Bps()
+            nch, speed = nccl.inter_graph(per, self.nic_Bps, cc)
+            bus = nch * speed * 1e9
+            if per > 1 and local is not None:
+                bus = min(bus, local * per / (per - 1))
+            return nccl.Communicator(
+                self.ranks, self.servers, bus, intra, cc, nvls, widest, per, self.nic_Bps, local
+            )
         probe = 1e9
         bus = probe * RING_STEPS[kind] * (self.ranks - 1) / self.ranks
         bus /= self.ring_time_s(probe, kind, latency=False)
-        widest = max((r.bandwidth_Bps for r in self.flat), default=None)
-        cc, intra, nvls = self.nccl_info
         return nccl.Communicator(self.ranks, self.servers, bus, intra, cc, nvls, widest)
+
+    def local_bus_Bps(self) -> float | None:
+        """The all-reduce bus bandwidth of one server's members among themselves (the
+        slowest server's ring set), bytes/s; None with one member per server."""
+        if not self.local or len(self.local[0][0].order) < 2:
+            return None
+        w = len(self.local[0][0].order)
+        probe = 1e9
+        t = max(ring_set_time_s(r, probe, EventKind.ALLREDUCE, latency=False) for r in self.local)
+        return probe * 2 * (w - 1) / w / t
 
     def choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
         """The algorithm and protocol NCCL runs for ``nbytes`` (:func:`sim.engine.nccl.choose`),
@@ -255,16 +287,26 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
         every = [route for ring in flat for route in ring.routes]
         local_routes = every if servers == 1 else []
         view = nccl_view(topology, gpus, local_routes)
+        nic = _nic_Bps(every) if sizes == {1} else 0.0
         return CollectivePlan(
             flat, links=_links(every), names=_names(every), ranks=n, servers=servers,
-            nccl_info=view, tables=tables,
+            nccl_info=view, tables=tables, nic_Bps=nic,
         )  # fmt: skip
     members = [tuple(by_server[k]) for k in sorted(by_server)]
     local = tuple(ring_set(topology, m) for m in members)
     rails = tuple(ring_set(topology, tuple(m[j] for m in members)) for j in range(len(members[0])))
     every = [route for rings in local + rails for ring in rings for route in ring.routes]
     view = nccl_view(topology, gpus, [rt for rings in local for r in rings for rt in r.routes])
-    return CollectivePlan((), local, rails, _links(every), _names(every), n, servers, view, tables)
+    nic = _nic_Bps([rt for rings in rails for r in rings for rt in r.routes])
+    return CollectivePlan(
+        (), local, rails, _links(every), _names(every), n, servers, view, tables, nic
+    )
+
+
+def _nic_Bps(routes: Routes) -> float:
+    """The least NCCL rate of the network links of ``routes`` (0 when they cross none)."""
+    rates = [lk.rate_Bps(True) for route in routes for lk in route if lk.kind == NETWORK]
+    return min(rates, default=0.0)
 
 
 def _links(routes: Routes) -> tuple[Link, ...]:

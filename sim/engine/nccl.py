@@ -54,7 +54,7 @@ NCCL_SOURCE = (
     "ncclTopoTuneModel / ncclTopoGetAlgoTime"
 )
 
-RING, TREE, NVLS = "ring", "tree", "nvls"
+RING, TREE, NVLS, NVLS_TREE = "ring", "tree", "nvls", "nvls_tree"
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
 NVLINK, PCI, NET = "nvlink", "pci", "net"
@@ -67,8 +67,10 @@ BASE_LAT_US: dict[tuple[str, str], float] = {
     (RING, LL128): 14.0,
     (RING, SIMPLE): 8.4,
     (NVLS, SIMPLE): 0.0,
+    (NVLS_TREE, SIMPLE): 0.0,
 }
-"""``baseLat`` (us), tuning.cc: Tree ``{6.8, 14.0, 0}``, Ring ``{6.6, 14.0, 8.4}``, NVLS 0."""
+"""``baseLat`` (us), tuning.cc: Tree ``{6.8, 14.0, 0}``, Ring ``{6.6, 14.0, 8.4}``, NVLS and
+NVLS Tree 0."""
 
 HW_LAT_US: dict[str, dict[tuple[str, str], float]] = {
     NVLINK: {
@@ -79,6 +81,7 @@ HW_LAT_US: dict[str, dict[tuple[str, str], float]] = {
         (RING, LL128): 1.9,
         (RING, SIMPLE): 3.4,
         (NVLS, SIMPLE): 23.0,
+        (NVLS_TREE, SIMPLE): 23.0,
     },
     PCI: {
         (TREE, LL): 1.0,
@@ -88,6 +91,7 @@ HW_LAT_US: dict[str, dict[tuple[str, str], float]] = {
         (RING, LL128): 2.5,
         (RING, SIMPLE): 5.7,
         (NVLS, SIMPLE): 0.0,
+        (NVLS_TREE, SIMPLE): 0.0,
     },
     NET: {
         (TREE, LL): 5.0,
@@ -97,6 +101,7 @@ HW_LAT_US: dict[str, dict[tuple[str, str], float]] = {
         (RING, LL128): 4.0,
         (RING, SIMPLE): 14.0,
         (NVLS, SIMPLE): 18.0,
+        (NVLS_TREE, SIMPLE): 14.0,
     },
 }
 """``hwLat[NVLINK|PCI|NET][algorithm][protocol]`` (us), tuning.cc."""
@@ -123,6 +128,12 @@ TREE_CORRECTION = {
 SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
 SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0)
 """``speedArrayIntra`` / ``sm90SpeedArrayIntra`` (GB/s per channel), src/graph/search.cc."""
+SPEEDS_INTER: tuple[float, ...] = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0)
+SPEEDS_INTER += (9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+SPEEDS_INTER_SM90: tuple[float, ...] = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5)
+SPEEDS_INTER_SM90 += (15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+"""``speedArrayInter`` / ``sm90SpeedArrayInter`` (GB/s per channel), src/graph/search.cc: the
+speeds a graph with network nodes may take."""
 MAX_CHANNELS = 16
 """The ring graph's most channels: ``MAXCHANNELS / 2`` (src/init.cc)."""
 NET_OVERHEAD_US = 1.0
@@ -145,6 +156,12 @@ class Communicator:
         nvls: NVLink SHARP is available (NVSwitch gen3 with multicast; one server only).
         max_ring_Bps: the widest single ring's bandwidth in bytes/s (NCCL's ``maxBw``, which
             bounds a channel's speed); default ``bus_Bps``.
+        nics: NICs per server the communicator's graph uses across servers (one per member
+            GPU on a rail-optimised network; :func:`inter_graph`); 0 on one server.
+        nic_Bps: NCCL's bandwidth of one GPU's path to its NIC in bytes/s (the least of the
+            NIC's speed and the PCIe link NCCL reads: :func:`inter_graph`).
+        local_Bps: the bus bandwidth of the members of one server among themselves (their
+            rings over NVLink), in bytes/s: the intra-node side of NVLS Tree.
     """
 
     ranks: int
@@ -154,6 +171,9 @@ class Communicator:
     compute_capability: float
     nvls: bool = False
     max_ring_Bps: float | None = None
+    nics: int = 0
+    nic_Bps: float = 0.0
+    local_Bps: float | None = None
 
     @property
     def arch(self) -> int:
@@ -186,8 +206,41 @@ class Choice:
     time_s: float
 
 
+def inter_graph(nics: int, nic_Bps: float, compute_capability: float) -> tuple[int, float]:
+    """``(channels, GB/s per channel)`` of NCCL's ring graph across servers.
+
+    NCCL's search (src/graph/search.cc ``ncclTopoCompute``, 2.20.3) starts at the fastest
+    speed of ``speedArrayInter`` (``sm90SpeedArrayInter`` on Hopper and newer) not above
+    ``maxBw``, the best GPU-to-NIC path (the NIC's speed, or the PCIe link when slower: NCCL
+    reads gen4 x16 as 24 GB/s, gen5 x16 as 48), and finds one channel per NIC (each channel
+    enters and leaves a server through one NIC; rail-optimised, GPU ``i``'s NIC), so ``nics``
+    channels at that speed; ``ncclTopoDupChannels`` then doubles the channels at half the
+    speed when the speed is 25 GB/s or more, except on sm90+ below 50 GB/s with more than 4
+    channels (and never beyond 16). The bus bandwidth ``channels x speed`` is what
+    ``ncclTopoTuneModel`` uses across more than 2 servers (``bwInter``; ``bwIntra``, equal for
+    a ring, on 2).
+
+    Raises:
+        ValueError: ``nics`` below 1.
+    """
+    if nics < 1:
+        raise ValueError("a graph across servers needs at least one NIC per server")
+    speeds = SPEEDS_INTER_SM90 if compute_capability >= 9.0 else SPEEDS_INTER
+    speed = next((s for s in speeds if s <= nic_Bps / 1e9), speeds[-1])
+    n = min(nics, MAX_CHANNELS)
+    keeps = compute_capability > 8.0 and speed < 50.0 and n > 4
+    if speed >= 25.0 and not keeps:
+        doubled = min(2 * n, MAX_CHANNELS)
+        speed /= -(-doubled // n)
+        n = doubled
+    return n, speed
+
+
 def channels(comm: Communicator) -> int:
-    """NCCL's ring channel count for ``comm`` (module doc; src/graph/search.cc)."""
+    """NCCL's ring channel count for ``comm`` (module doc; src/graph/search.cc); across
+    servers that of :func:`inter_graph`."""
+    if comm.servers > 1 and comm.nics > 0:
+        return inter_graph(comm.nics, comm.nic_Bps, comm.compute_capability)[0]
     speeds = SPEEDS_INTRA_SM90 if comm.arch == HOPPER else SPEEDS_INTRA
     bus = comm.bus_Bps / 1e9
     widest = (comm.max_ring_Bps or comm.bus_Bps) / 1e9
@@ -229,6 +282,13 @@ def _bus_GBps(comm: Communicator, kind: str, algo: str, proto: str) -> float:
             factor = 7.0 / 9.0 if comm.servers == 1 else 120.0 / 128.0
             return min(tree * factor, nch * PER_CH_MAX_TREE_LL128[a][k])
         return tree
+    if algo == NVLS_TREE:
+        ok = comm.nvls and comm.servers > 1 and kind == EventKind.ALLREDUCE and comm.nics > 0
+        if not ok or proto != SIMPLE or comm.arch != HOPPER:
+            return 0.0
+        nch, speed = inter_graph(comm.nics, comm.nic_Bps, comm.compute_capability)
+        inter = nch * speed / (1 if comm.servers <= 2 else 2)
+        return min((comm.local_Bps or comm.bus_Bps) / 1e9, inter)
     ok = comm.nvls and comm.servers == 1 and proto == SIMPLE and comm.arch == HOPPER
     return bus if ok else 0.0
 
@@ -241,6 +301,8 @@ def _latency_us(comm: Communicator, kind: str, algo: str, proto: str, nbytes: fl
     base = BASE_LAT_US[(algo, proto)]
     if algo == NVLS:
         return intra + (inter if servers > 1 else 0.0)
+    if algo == NVLS_TREE:
+        return base + intra + 2 * int(math.log2(servers)) * inter
     if algo == TREE:
         return base + 2 * ((n // servers - 1) * intra + int(math.log2(servers)) * inter)
     nsteps = steps(kind, n)
@@ -261,7 +323,7 @@ def _algo_GBps(comm: Communicator, kind: str, algo: str, proto: str, nbytes: flo
     bus = _bus_GBps(comm, kind, algo, proto)
     if algo == RING:
         return bus * comm.ranks / steps(kind, comm.ranks)
-    if algo == NVLS:
+    if algo in (NVLS, NVLS_TREE):
         return bus * 5.0 / 6.0
     log_size = max(0, int(nbytes) >> 6).bit_length() - 1 if nbytes >= 64 else 0
     corr = TREE_CORRECTION[proto]
@@ -281,7 +343,7 @@ def candidates(comm: Communicator, kind: str, nbytes: float) -> list[Choice]:
     if comm.ranks < 2:
         raise ValueError("a collective over one rank costs nothing; nothing to tune")
     out = []
-    for algo in (TREE, RING, NVLS):
+    for algo in (TREE, RING, NVLS, NVLS_TREE):
         for proto in PROTOCOLS:
             if (algo, proto) not in BASE_LAT_US:
                 continue

@@ -11,7 +11,7 @@ from typing import Any
 from sim.compute.host import NO_HOST
 from sim.errors import InputError
 from sim.hardware.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
-from sim.hardware.cluster import expand_servers
+from sim.hardware.cluster import build_cluster
 from sim.hardware.spec import GPUSpec, HardwareSpec, LinkSpec, compute_capability
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.memory.host import os_usable_bytes
@@ -137,7 +137,10 @@ def topology_from_spec(
                 file=file,
                 field=where("servers"),
             )
-        spec = expand_servers(spec)
+        one = spec.model_copy(update={"servers": 1})
+        server = topology_from_spec(one, file=file, field=field)
+        fabric = spec.network.fabric(spec.servers, spec.num_gpus)
+        return build_cluster(server, fabric, spec.name)
     problems = reference_problems(spec)
     if problems:
         name, message = problems[0]

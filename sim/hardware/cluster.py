@@ -1,106 +1,108 @@
-"""A few identical servers joined by a rail-optimised InfiniBand network: ``servers: N``.
+"""Identical servers joined by a rail-optimised fat tree: ``servers: N``.
 
 A hardware description with ``servers: N > 1`` and a ``network`` section describes ``N`` copies
-of its server. :func:`expand_servers` turns it into one flat description that
-:func:`~sim.hardware.build.topology_from_spec` builds like any other:
+of its server joined by the network of :mod:`sim.hardware.fabric`. :func:`build_cluster` makes
+the :class:`~sim.hardware.topology.Topology` from the one server's topology (built and checked
+once) by renaming, so it costs ``O(N x links per server)`` and no search:
 
 * GPU ``i`` of server ``n`` is ``gpu<n*G + i>`` (``G`` GPUs per server); the hosts of server
-  ``n`` are ``cpu<n*H + j>`` (``H`` sockets per server); its switches are ``n<n>.<name>``
-  (server 0 keeps the single-server names, so its part of the topology is the preset's own);
-* **rails** (NVIDIA DGX SuperPOD reference architecture: "rail-optimized", the NIC of GPU ``i``
-  of every server goes to leaf switch ``i``): one NIC per GPU, modelled as a link
-  ``gpu<n*G+i> <-> rail<i>`` of ``network.nic_bandwidth`` per direction (kind ``network``);
-  the rail switches join at a ``spine`` switch through links of ``N x nic_bandwidth``
-  (non-blocking), so a GPU reaches a GPU of another rail in 4 hops. Traffic between servers goes
-  GPU -> NIC directly (GPUDirect RDMA); the NIC's PCIe hop is not a separate link.
+  ``n`` are ``cpu<n*H + j>`` (``H`` sockets per server, hosts named ``cpu<j>``; others
+  ``n<n>.<name>``); its switches are ``n<n>.<name>`` (server 0 keeps the single-server names,
+  so its part of the topology is the preset's own);
+* the fabric's NIC, leaf and spine links (kind ``network``), one per GPU and switch port.
 
-Collectives across servers are hierarchical (:mod:`sim.engine.hierarchical`). The servers of a
-topology are recovered by :attr:`~sim.hardware.topology.Topology.servers` (GPUs connected
-without ``network`` links).
+Routes inside a server are the server's own; between servers they follow the fabric
+(:meth:`~sim.hardware.fabric.RailFatTree.route_names`). Collectives across servers are
+NCCL's (:mod:`sim.engine.hierarchical`, :mod:`sim.engine.nccl`).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from sim.hardware.spec import HardwareSpec
-
-RAIL = "rail{}"
-SPINE = "spine"
+from sim.hardware.fabric import NETWORK, RailFatTree
+from sim.hardware.topology import Link, Topology
 
 
-def _server_name(name: str, n: int, hosts: dict[str, str]) -> str:
-    if name.startswith("gpu"):
+def _host_name(name: str, n: int, h: int, index: int) -> str:
+    if n == 0:
         return name
-    if name in hosts:
-        return hosts[name]
-    return name if n == 0 else f"n{n}.{name}"
+    if re.fullmatch(r"cpu\d+", name):
+        return f"cpu{n * h + index}"
+    return f"n{n}.{name}"
 
 
-def _host_map(host_names: list[str], n: int) -> dict[str, str]:
-    """Server ``n``'s host names: ``cpu<n*H + j>`` for hosts named ``cpu<j>``, else
-    ``n<n>.<name>`` (the first server keeps its names)."""
-    h = len(host_names)
-    out = {}
-    for j, name in enumerate(host_names):
-        if n == 0:
-            out[name] = name
-        elif re.fullmatch(r"cpu\d+", name):
-            out[name] = f"cpu{n * h + j}"
-        else:
-            out[name] = f"n{n}.{name}"
-    return out
+def server_renamer(server: Topology, n: int):
+    """The function giving the node name in server ``n`` of a cluster of ``server`` s of each
+    node name of ``server`` (module doc)."""
+    g, h = server.num_gpus, len(server.hosts)
+    hosts = {x.name: _host_name(x.name, n, h, j) for j, x in enumerate(server.hosts)}
+
+    def rename(node: str) -> str:
+        if node in hosts:
+            return hosts[node]
+        m = re.fullmatch(r"gpu(\d+)", node)
+        if m:
+            return f"gpu{n * g + int(m.group(1))}"
+        return node if n == 0 else f"n{n}.{node}"
+
+    return rename
 
 
-def expand_servers(spec: HardwareSpec) -> HardwareSpec:
-    """The flat description of ``spec.servers`` copies of ``spec`` joined by rails.
+def build_cluster(server: Topology, fabric: RailFatTree, name: str) -> Topology:
+    """``fabric.servers`` copies of ``server`` joined by ``fabric`` (module doc).
 
     Args:
-        spec: a validated description with ``servers`` > 1 and ``network``.
+        server: one server, already built and checked (every GPU reaches every GPU and its
+            host).
+        fabric: the network; its ``gpus_per_server`` must be ``server.num_gpus``.
+        name: the cluster's name (e.g. ``"384x-dgx-a100-80gb"``).
 
     Returns:
-        A description with ``num_gpus = N*G``, every host, switch and link of each server
-        renamed (module doc), the rail and spine switches and their links, and ``servers: 1``
-        (the same spec when ``servers`` is 1).
+        The cluster topology, with ``fabric`` and ``server`` set.
+
+    Raises:
+        ValueError: the fabric's GPUs per server differ from the server's.
     """
-    if spec.servers == 1 or spec.network is None:
-        return spec
-    raw = spec.model_dump()
-    n_servers, g = int(raw["servers"]), int(raw["num_gpus"])
-    net = raw["network"]
-    host_names = [h["name"] for h in raw["hosts"]]
-    gpu_hosts = raw.get("gpu_hosts") or [host_names[0]] * g
-    hosts, gpu_host_out, switches, links = [], [], [], []
-    for n in range(n_servers):
-        hmap = _host_map(host_names, n)
-        hosts += [{**h, "name": hmap[h["name"]]} for h in raw["hosts"]]
-        gpu_host_out += [hmap[x] for x in gpu_hosts]
-        switches += [_server_name(s, n, hmap) for s in raw.get("switches", [])]
-        for lk in raw.get("links", []):
-            a, b = (_renumber(_server_name(lk[e], n, hmap), n, g) for e in ("a", "b"))
-            links.append({**lk, "a": a, "b": b})
-    switches += [RAIL.format(i) for i in range(g)] + [SPINE]
-    for i in range(g):
-        for n in range(n_servers):
-            links.append(_net_link(f"gpu{n * g + i}", RAIL.format(i), net["nic_bandwidth"], net))
-        links.append(_net_link(RAIL.format(i), SPINE, net["nic_bandwidth"] * n_servers, net))
-    return HardwareSpec.model_validate(
-        {
-            **raw,
-            "num_gpus": n_servers * g,
-            "hosts": hosts,
-            "gpu_hosts": gpu_host_out,
-            "switches": switches,
-            "links": links,
-            "servers": 1,
-        }
+    if fabric.gpus_per_server != server.num_gpus:
+        raise ValueError(
+            f"the fabric has {fabric.gpus_per_server} GPUs per server, {server.name} has "
+            f"{server.num_gpus}"
+        )
+    gpus, hosts, switches, links = [], [], [], []
+    for n in range(fabric.servers):
+        rename = server_renamer(server, n)
+        gpus += [replace(x, name=rename(x.name), host=rename(x.host)) for x in server.gpus]
+        hosts += [replace(x, name=rename(x.name)) for x in server.hosts]
+        switches += [rename(s) for s in server.switches]
+        for lk in server.links:
+            a, b = rename(lk.src), rename(lk.dst)
+            links.append(
+                Link(
+                    f"{a}->{b}",
+                    a,
+                    b,
+                    lk.bandwidth_Bps,
+                    lk.latency_s,
+                    lk.kind,
+                    lk.nccl_bandwidth_Bps,
+                )
+            )
+    switches += fabric.switches()
+    nccl = fabric.nccl_nic_Bps
+    links += [
+        Link(f"{a}->{b}", a, b, fabric.nic_Bps, fabric.latency_s, NETWORK, nccl)
+        for a, b in fabric.link_ends()
+    ]
+    return Topology(
+        name,
+        tuple(gpus),
+        tuple(hosts),
+        tuple(links),
+        tuple(switches),
+        server.description,
+        server.collectives,
+        fabric=fabric,
+        server=server,
     )
-
-
-def _renumber(node: str, n: int, g: int) -> str:
-    m = re.fullmatch(r"gpu(\d+)", node)
-    return f"gpu{n * g + int(m.group(1))}" if m else node
-
-
-def _net_link(a: str, b: str, bandwidth: float, net: dict) -> dict:
-    return {"a": a, "b": b, "bandwidth": bandwidth, "latency": net["latency"], "kind": "network"}

@@ -143,7 +143,29 @@ def describe_topology(topo: Topology) -> Group:
         A :class:`rich.console.Group` of :func:`gpu_table`, :func:`host_table`,
         :func:`link_table` and :func:`route_table` (``.renderables`` gives the tables).
     """
+    if topo.server is not None and topo.fabric is not None:
+        return Group(*describe_topology(topo.server).renderables, fabric_table(topo))
     return Group(gpu_table(topo), host_table(topo), link_table(topo), route_table(topo))
+
+
+def fabric_table(topo: Topology) -> Table:
+    """The network of a cluster (:mod:`sim.hardware.fabric`): servers, rails, leaves, spines,
+    NIC bandwidth and oversubscription."""
+    f = topo.fabric
+    assert f is not None
+    table = Table(title=f"{topo.name}: network between servers ({f.technology or 'network'})")
+    for col in ("servers", "GPUs", "rails", "leaves", "spines", "NIC GB/s", "oversub."):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(f.servers),
+        str(f.num_gpus),
+        str(f.gpus_per_server),
+        str(f.units * f.gpus_per_server),
+        str(f.uplinks),
+        f"{f.nic_Bps / _GB:.1f}",
+        f"{f.oversubscription:g}",
+    )
+    return table
 
 
 def reserve_fields(gpu) -> dict:
@@ -171,6 +193,19 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         ValueError: the GPUs are not all of one type, or not named ``gpu0 .. gpu<n-1>`` in
             order (a hardware description cannot express that).
     """
+    if topo.server is not None and topo.fabric is not None:
+        f = topo.fabric
+        network = {
+            "nic_bandwidth": f.nic_Bps,
+            "latency": f.latency_s,
+            "servers_per_leaf": f.servers_per_leaf,
+            "oversubscription": f.oversubscription,
+            "technology": f.technology,
+        }
+        if f.nccl_nic_Bps is not None:
+            network["nccl_nic_bandwidth"] = f.nccl_nic_Bps
+        one = topology_to_dict(topo.server)
+        return {**one, "name": topo.name, "servers": f.servers, "network": network}
     g0 = topo.gpus[0]
     kinds = {(g.model, g.memory_bytes, g.peak_flops, g.hbm_bandwidth_Bps) for g in topo.gpus}
     if len(kinds) != 1:

@@ -42,20 +42,40 @@ def list_presets() -> list[str]:
 
 
 MULTI_SERVER = re.compile(r"^([1-9][0-9]*)x-(.+)$")
-"""Preset names ``Nx-PRESET``: ``N`` servers of ``PRESET`` (``2x-dgx-h100``)."""
+"""Preset names ``Nx-PRESET``: ``N`` servers of ``PRESET`` (``384x-dgx-a100-80gb``)."""
+NVL_DOMAINS = re.compile(r"^nvl([1-9][0-9]*)x([1-9][0-9]*)-(.+)$")
+"""Preset names ``nvlDxN-GPU``: ``N`` NVLink domains of ``D`` GPUs, the preset ``GPU-nvlD``
+(``nvl72x4-gb200`` is 4 racks of ``gb200-nvl72``)."""
 
 
 def multi_server(name: str) -> tuple[int, str] | None:
-    """``(N, preset)`` for a name ``Nx-PRESET`` whose ``PRESET`` is bundled, else None."""
-    m = MULTI_SERVER.match(name) if isinstance(name, str) else None
-    if m is None or m.group(2) not in list_presets():
+    """``(N, preset)`` for a name ``Nx-PRESET`` or ``nvlDxN-GPU`` (module constants) whose
+    preset is bundled, else None."""
+    if not isinstance(name, str):
         return None
-    return int(m.group(1)), m.group(2)
+    m = MULTI_SERVER.match(name)
+    if m is not None and m.group(2) in list_presets():
+        return int(m.group(1)), m.group(2)
+    m = NVL_DOMAINS.match(name)
+    base = f"{m.group(3)}-nvl{m.group(1)}" if m else ""
+    if m is not None and base in list_presets():
+        return int(m.group(2)), base
+    return None
 
 
 def is_preset(name: str) -> bool:
     """Whether ``name`` is a bundled preset or ``Nx-PRESET`` of one."""
     return isinstance(name, str) and (name in list_presets() or multi_server(name) is not None)
+
+
+def cluster_presets() -> list[str]:
+    """The bundled presets with a ``network`` (those ``Nx-PRESET`` accepts)."""
+    out = []
+    for name in list_presets():
+        raw = _preset_raw(name, file=None, field=None)
+        if "network" in _resolve_base(raw, None, None):
+            out.append(name)
+    return out
 
 
 def read_yaml(text: str, *, file: str | None = None) -> Any:
@@ -69,12 +89,21 @@ def read_yaml(text: str, *, file: str | None = None) -> Any:
 
 def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
     known = list_presets()
-    close = [k for k in known if k.startswith(name)] or difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-    msg = (
-        f"unknown hardware preset '{name}'{hint}; known presets: {', '.join(known)} "
-        "(and 'Nx-PRESET' for N servers of a preset with a network, e.g. '2x-dgx-h100')"
+    m = MULTI_SERVER.match(name) or NVL_DOMAINS.match(name)
+    server = m.group(m.lastindex or 0) if m else name
+    close = [k for k in known if k.startswith(server)] or difflib.get_close_matches(
+        server, known, n=1
     )
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    nvl = [k for k in known if re.search(r"-nvl\d+$", k)]
+    forms = (
+        "'Nx-PRESET' for N servers of a preset with a network ("
+        + ", ".join(cluster_presets())
+        + "), e.g. '384x-dgx-a100-80gb'"
+    )
+    if nvl:
+        forms += "; 'nvlDxN-GPU' for N NVLink domains, e.g. 'nvl72x4-gb200'"
+    msg = f"unknown hardware preset '{name}'{hint}; presets: {', '.join(known)}; {forms}"
     return InputError(msg, file=file, field=field)
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.hardware.cluster import server_renamer
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths
 
 MAX_RINGS = 16
@@ -100,8 +101,39 @@ def ring_set(topology: Topology, gpus: tuple[str, ...]) -> tuple[Ring, ...]:
     key = ("ring_set", gpus)
     cached = topology._route_cache.get(key)
     if cached is None:
-        cached = topology._route_cache[key] = _compute(topology, tuple(gpus))
+        cached = _in_one_server(topology, gpus)
+        if cached is None:
+            cached = _compute(topology, tuple(gpus))
+        topology._route_cache[key] = cached
     return cached
+
+
+def _in_one_server(topology: Topology, gpus: tuple[str, ...]) -> tuple[Ring, ...] | None:
+    """In a cluster of identical servers (:mod:`sim.hardware.cluster`), the rings of GPUs of
+    one server: those of the same GPUs of the one server's topology, renamed (servers are
+    identical, so is the search); None otherwise."""
+    server, fabric = topology.server, topology.fabric
+    if server is None or fabric is None:
+        return None
+    g = fabric.gpus_per_server
+    which = {int(x[3:]) // g for x in gpus}
+    if len(which) != 1:
+        return None
+    n = which.pop()
+    rings = ring_set(server, tuple(f"gpu{int(x[3:]) - n * g}" for x in gpus))
+    rename = server_renamer(server, n)
+    links = topology.link_by_name
+    return tuple(
+        Ring(
+            tuple(rename(x) for x in r.order),
+            tuple(
+                tuple(links[f"{rename(lk.src)}->{rename(lk.dst)}"] for lk in route)
+                for route in r.routes
+            ),
+            r.hop_bandwidths_Bps,
+        )
+        for r in rings
+    )
 
 
 def reserved_Bps(rings: tuple[Ring, ...]) -> dict[str, float]:
@@ -124,6 +156,8 @@ def _compute(topology: Topology, gpus: tuple[str, ...]) -> tuple[Ring, ...]:
         topology.route(a, b, within=comm) for a, b in zip(order, order[1:] + order[:1], strict=True)
     )
     single = Ring(order, routes, tuple(ring_hop_bandwidths(list(routes))))
+    if topology.fabric is not None:  # across servers of a cluster: no NVLink between them
+        return (single,)
     rings = _greedy_rings(topology, gpus)
     if sum(r.bandwidth_Bps for r in rings) < single.bandwidth_Bps:
         return (single,)

@@ -39,6 +39,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sim.compute.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
 from sim.compute.host import HostOverhead
 from sim.hardware.comm_tables import CollectiveTable
+from sim.hardware.fabric import RailFatTree
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -368,21 +369,58 @@ class HostOverheadSpec(BaseModel):
 
 class NetworkSpec(BaseModel):
     """The network between the servers of a multi-server description: one NIC per GPU, GPU
-    ``i`` of every server on rail ``i`` (:mod:`sim.hardware.cluster`)."""
+    ``i`` of every server on rail ``i``, leaf and spine switches (:mod:`sim.hardware.fabric`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     nic_bandwidth: Bandwidth = Field(
         gt=0,
-        description="Per-direction bandwidth of each GPU's NIC, e.g. '50 GB/s' (400 Gb/s NDR) "
-        "or '25 GB/s' (200 Gb/s HDR).",
+        description="Per-direction bandwidth of each GPU's NIC and of each switch port, e.g. "
+        "'50 GB/s' (400 Gb/s NDR) or '25 GB/s' (200 Gb/s HDR).",
     )
     latency: Seconds = Field(
-        default=5e-6,
+        default=1e-6,
         ge=0,
-        description="Fixed cost per network link crossed, e.g. '5 us' (an assumption: switch "
-        "and NIC latencies are about 1 us each on InfiniBand, unverified; NCCL adds its own).",
+        description="Fixed cost per network link crossed, e.g. '1 us' (NIC and switch port "
+        "latencies are below 1 us on InfiniBand; the preset says its source). NCCL's own "
+        "network latency (sim.engine.nccl) times NCCL's sends and collectives.",
     )
+    servers_per_leaf: int = Field(
+        default=32,
+        ge=1,
+        description="Servers per scalable unit, i.e. per rail leaf switch (DGX SuperPOD: 20 "
+        "DGX A100, 32 DGX H100).",
+    )
+    oversubscription: float = Field(
+        default=1.0,
+        ge=1.0,
+        description="A leaf's downlink bandwidth over its uplink bandwidth (1: a full fat "
+        "tree; 2: half as many uplinks as servers).",
+    )
+    technology: str = Field(
+        default="", description="What the network is, e.g. 'InfiniBand NDR 400 Gb/s'."
+    )
+    nccl_nic_bandwidth: Bandwidth | None = Field(
+        default=None,
+        gt=0,
+        description="The rate NCCL's graph search gives a GPU's path to its NIC: the NIC's "
+        "speed, or the GPU's PCIe link when slower as NCCL reads it (gen4 x16 24 GB/s, gen5 "
+        "x16 48 GB/s: NCCL src/graph/xml.h kvDictPciGen, width x speed / 80); default: "
+        "nic_bandwidth. NCCL's sends and collectives cross the NIC at this rate.",
+    )
+
+    def fabric(self, servers: int, gpus_per_server: int) -> RailFatTree:
+        """The :class:`~sim.hardware.fabric.RailFatTree` this describes for ``servers``."""
+        return RailFatTree(
+            servers,
+            gpus_per_server,
+            self.nic_bandwidth,
+            self.latency,
+            self.servers_per_leaf,
+            self.oversubscription,
+            self.technology,
+            self.nccl_nic_bandwidth,
+        )
 
 
 class HardwareSpec(BaseModel):

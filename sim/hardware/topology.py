@@ -29,6 +29,7 @@ from sim.compute.device import ComputeSpec
 from sim.compute.host import NO_HOST, HostOverhead
 from sim.hardware.capacity import NO_RESERVE, RuntimeReserve
 from sim.hardware.comm_tables import CollectiveTable
+from sim.hardware.fabric import NETWORK, RailFatTree
 
 
 def transfer_time_s(
@@ -196,6 +197,11 @@ class Topology:
         collectives: measured collective times of this machine's library
             (:mod:`sim.hardware.comm_tables`; ``sim calibrate``), used instead of a model by
             communicators of the measured size.
+        fabric: the network joining identical servers (:mod:`sim.hardware.fabric`), or None
+            for one server or a hand-written description. With a fabric, GPU ``g`` is in
+            server ``g // fabric.gpus_per_server``, traffic between servers follows
+            :meth:`RailFatTree.route_names` and searches inside a server never leave it.
+        server: the one server the cluster is made of (its own topology), with ``fabric``.
 
     Raises:
         ValueError: a link names an unknown node, or two links share a name.
@@ -208,6 +214,8 @@ class Topology:
     switches: tuple[str, ...] = ()
     description: str = ""
     collectives: tuple[CollectiveTable, ...] = ()
+    fabric: RailFatTree | None = None
+    server: Topology | None = None
     _route_cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -223,6 +231,16 @@ class Topology:
         for gpu in self.gpus:
             if gpu.host not in hosts:
                 raise ValueError(f"{gpu.name} names unknown host {gpu.host}")
+
+    def __hash__(self) -> int:
+        """A cheap hash consistent with equality (a cluster has ~10^5 links; hashing them all
+        at every cached lookup would dominate)."""
+        return hash((self.name, len(self.gpus), len(self.links), self.links[:16]))
+
+    @cached_property
+    def link_by_name(self) -> dict[str, Link]:
+        """Every link by its name."""
+        return {lk.name: lk for lk in self.links}
 
     @cached_property
     def nodes(self) -> frozenset[str]:
@@ -287,28 +305,46 @@ class Topology:
             return path
         if src == dst:
             path = ()
+        elif self._across(src, dst):
+            assert self.fabric is not None
+            g = self.fabric.gpus_per_server
+            if int(src[3:]) // g == int(dst[3:]) // g:
+                path = self._search(src, dst, within)
+            else:
+                by_name = self.link_by_name
+                names = self.fabric.route_names(int(src[3:]), int(dst[3:]))
+                path = tuple(by_name[n] for n in names)
         else:
-            gpus = self._gpu_names
-            relay = (
-                frozenset()
-                if within is None or src not in gpus or dst not in gpus
-                else ((gpus & within) - {src, dst})
-            )
-            prev = self._tree(src, relay, dst)
-            if dst not in prev:
-                raise ValueError(
-                    f"no route from {src} to {dst} in topology {self.name}"
-                    + ("" if not relay else f" relaying only through {sorted(relay)}")
-                )
-            hops = []
-            node = dst
-            while node != src:
-                link = prev[node]
-                hops.append(link)
-                node = link.src
-            path = tuple(reversed(hops))
+            path = self._search(src, dst, within)
         self._route_cache[key] = path
         return path
+
+    def _across(self, src: str, dst: str) -> bool:
+        """Whether ``src`` and ``dst`` are both GPUs and the topology has a fabric."""
+        gpus = self._gpu_names
+        return self.fabric is not None and src in gpus and dst in gpus
+
+    def _search(self, src: str, dst: str, within: frozenset[str] | None) -> tuple[Link, ...]:
+        """The route by breadth-first search (:meth:`route`'s rules)."""
+        gpus = self._gpu_names
+        relay = (
+            frozenset()
+            if within is None or src not in gpus or dst not in gpus
+            else ((gpus & within) - {src, dst})
+        )
+        prev = self._tree(src, relay, dst)
+        if dst not in prev:
+            raise ValueError(
+                f"no route from {src} to {dst} in topology {self.name}"
+                + ("" if not relay else f" relaying only through {sorted(relay)}")
+            )
+        hops = []
+        node = dst
+        while node != src:
+            link = prev[node]
+            hops.append(link)
+            node = link.src
+        return tuple(reversed(hops))
 
     def ring(self, gpus: tuple[str, ...]) -> tuple[str, ...]:
         """The order in which a single ring over ``gpus`` visits them, NCCL-like: the ring a
@@ -363,6 +399,9 @@ class Topology:
         """GPU indices of each server: the GPUs connected without ``network`` links (through
         NVLink, NVSwitch, PCIe, hosts), in order of their first GPU. One server unless the
         description has several (:mod:`sim.hardware.cluster`)."""
+        if self.fabric is not None:
+            g = self.fabric.gpus_per_server
+            return tuple(tuple(range(n * g, (n + 1) * g)) for n in range(self.fabric.servers))
         parent = {n: n for n in self.nodes}
 
         def find(x: str) -> str:
@@ -381,7 +420,13 @@ class Topology:
 
     def server_of(self, gpu: int) -> int:
         """Index into :attr:`servers` of the server holding GPU ``gpu``."""
-        return next(k for k, members in enumerate(self.servers) if gpu in members)
+        if self.fabric is not None:
+            return gpu // self.fabric.gpus_per_server
+        return self._server_index[gpu]
+
+    @cached_property
+    def _server_index(self) -> dict[int, int]:
+        return {g: k for k, members in enumerate(self.servers) for g in members}
 
     @cached_property
     def _gpu_names(self) -> frozenset[str]:
@@ -405,6 +450,7 @@ class Topology:
             return cached
         bounded = dst is not None and len(self.nodes) >= BOUNDED_ABOVE_NODES
         gpus = self._gpu_names
+        fabric = self.fabric is not None
         width: dict[str, float] = {src: float("inf")}
         prev: dict[str, Link] = {}
         frontier = [src]
@@ -420,7 +466,7 @@ class Topology:
                     continue
                 wn = width[node]
                 for link in self._out[node]:
-                    if link.dst in width:
+                    if link.dst in width or (fabric and link.kind == NETWORK):
                         continue
                     w = wn if wn < link.bandwidth_Bps else link.bandwidth_Bps
                     old = best.get(link.dst)

@@ -73,11 +73,13 @@ def stream_lanes(events: Sequence[Event]) -> list[tuple[str, str, int]]:
     for i in order:
         ev = events[i]
         ends = lane_ends.setdefault((ev.device, ev.stream), [])
-        lane = next((k for k, end in enumerate(ends) if end <= ev.start_s), len(ends))
-        if lane == len(ends):
-            ends.append(ev.end_s)
+        for lane, end in enumerate(ends):  # the lowest lane free at the start
+            if end <= ev.start_s:
+                ends[lane] = ev.end_s
+                break
         else:
-            ends[lane] = ev.end_s
+            lane = len(ends)
+            ends.append(ev.end_s)
         out[i] = (ev.device, ev.stream, lane)
     return out
 

@@ -79,10 +79,23 @@ def peak_by_category(log: EventLog, device: str) -> dict[str, float]:
     Raises:
         KeyError: ``device`` has neither memory events nor a capacity in the log.
     """
-    peaks = device_peaks(log.memory, log.capacity_bytes)
-    if device not in peaks:
+    parts = peaks_by_category(log)
+    if device not in parts:
         raise KeyError(f"device {device!r} does not appear in the event log")
-    if not any(ev.device == device for ev in log.memory):
-        return {}
-    live = peaks[device].by_category
-    return {c: live[c] for c in sorted(live, key=category_key)}
+    return parts[device]
+
+
+def peaks_by_category(log: EventLog) -> dict[str, dict[str, float]]:
+    """:func:`peak_by_category` of every device with memory events or a capacity, from one
+    pass over the ledger (:func:`sim.memory.peak.device_peaks`).
+
+    Returns:
+        ``{device: {category: bytes}}``, devices in :func:`sim.memory.peak.device_peaks`'s
+        order; ``{}`` for a device with a capacity but no memory events.
+    """
+    with_events = {ev.device for ev in log.memory}
+    out: dict[str, dict[str, float]] = {}
+    for device, peak in device_peaks(log.memory, log.capacity_bytes).items():
+        live = peak.by_category if device in with_events else {}
+        out[device] = {c: live[c] for c in sorted(live, key=category_key)}
+    return out

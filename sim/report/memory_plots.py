@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from sim.events import EventLog  # noqa: E402
 from sim.report._common import GIB, category_key, is_host, save_figure  # noqa: E402
-from sim.report.memory import memory_timeline, peak_by_category  # noqa: E402
+from sim.report.memory import memory_timeline, peaks_by_category  # noqa: E402
 from sim.report.scale import stage_view  # noqa: E402
 
 CATEGORY_COLORS = {
@@ -38,9 +38,9 @@ CATEGORY_COLORS = {
 light grey, working memory in pink); other categories are light grey."""
 
 
-def _plotted_devices(log: EventLog) -> list[str]:
-    """Devices with a memory timeline: the GPUs, or every device if there are no GPUs."""
-    devices = list(memory_timeline(log))
+def _plotted_devices(log: EventLog, devices: list[str]) -> list[str]:
+    """Of ``devices`` (those with a memory timeline, in display order), the GPUs, or every
+    device if there are no GPUs."""
     if not log.memory:
         raise ValueError("the event log has no memory events to plot")
     gpus = [d for d in devices if not is_host(d)]
@@ -69,8 +69,9 @@ def plot_memory_per_gpu(log: EventLog, path: str | os.PathLike) -> Path:
         ValueError: the log has no memory events.
     """
     log, labels = stage_view(log)  # above PER_STAGE_ABOVE_GPUS GPUs: one bar per stage
-    devices = _plotted_devices(log)
-    parts = {d: peak_by_category(log, d) for d in devices}
+    devices = _plotted_devices(log, list(memory_timeline(log)))
+    peaks = peaks_by_category(log)
+    parts = {d: peaks[d] for d in devices}
     categories = sorted({c for p in parts.values() for c in p}, key=category_key)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(devices) + 2.5), 4.5))
     try:
@@ -149,7 +150,7 @@ def plot_memory_timeline(log: EventLog, path: str | os.PathLike) -> Path:
     """
     log, labels = stage_view(log)  # above PER_STAGE_ABOVE_GPUS GPUs: one line per stage
     timelines = memory_timeline(log)
-    devices = _plotted_devices(log)
+    devices = _plotted_devices(log, list(timelines))
     end_ms = _end_time_s(log) * 1e3
     cmap = plt.get_cmap("tab10" if len(devices) <= 10 else "tab20")
     fig, ax = plt.subplots(figsize=(11.0, 4.8))

@@ -207,10 +207,21 @@ def write_memory_summary(
         written.append(plot_max_model_per_policy(results_df, out / "max_model_per_policy.png"))
         written.append(plot_throughput_vs_size(results_df, out / "throughput_vs_model_size.png"))
     if shapes:
-        tf = tflops_per_gpu(results_df, shapes)
-        if not tf.empty:
-            csv = tf.to_csv(index=False, float_format="%.2f").encode()
-            written.append(atomic_write_bytes(out / "tflops_per_gpu.csv", csv))
-            if plots:
-                written.append(plot_tflops_vs_size(tf, out / "tflops_vs_model_size.png"))
+        written += write_tflops(results_df, out, plots, shapes)[1]
     return table, written
+
+
+def write_tflops(
+    results_df: pd.DataFrame, out: Path, plots: bool, shapes: dict
+) -> tuple[pd.DataFrame, list[Path]]:
+    """:func:`tflops_per_gpu` of ``results_df``, written to ``tflops_per_gpu.csv`` and, with
+    ``plots``, ``tflops_vs_model_size.png`` in ``out`` (nothing written when no row has a
+    shape). Returns the table and the files written."""
+    tf = tflops_per_gpu(results_df, shapes)
+    if tf.empty:
+        return tf, []
+    csv = tf.to_csv(index=False, float_format="%.2f").encode()
+    written = [atomic_write_bytes(out / "tflops_per_gpu.csv", csv)]
+    if plots:
+        written.append(plot_tflops_vs_size(tf, out / "tflops_vs_model_size.png"))
+    return tf, written

@@ -10,8 +10,12 @@ writes, in pipesim's native format with provenance sidecars:
   attention, as in Megatron-LM);
 * ``gpt2-1b`` ... ``gpt-ds-40b``: the same, with the GPT shapes of PatrickStar's benchmarks
   (:data:`PATRICKSTAR_SHIPPED`);
+* ``gpt-sc21-1.7b`` ... ``gpt-sc21-1t``: the GPT shapes of Megatron-LM's weak-scaling runs
+  (Narayanan et al. SC'21, arXiv:2104.04473, Table 1; :data:`SC21_SHIPPED`), sequence 2048,
+  vocabulary 51,200, micro-batch 1, fp16, math attention, on the A100 of the
+  ``dgx-a100-80gb`` preset (what the runs used), for experiments/megatron-scaling.yaml;
 * ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3`` (and ``deepseek-v3-l16``, trimmed to
-  16 layers), ``llama3-8b-128k``: decoder models
+  16 layers), ``llama3-8b-128k``, ``llama3-405b``: decoder models
   (:mod:`sim.trace.decoder`) from the Hugging Face ``config.json`` files in ``examples/hf/``
   (:data:`DECODER_SHIPPED`), micro-batch 1, bf16, flash attention, on the H100 of the
   ``dgx-h100`` preset.
@@ -28,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sim.trace.decoder import decoder_trace
-from sim.trace.generator import preset_gpu, preset_trace
+from sim.trace.generator import preset_gpu, preset_trace, transformer_trace
 from sim.trace.hf_config import read_config
 from sim.trace.native import write_trace
 from sim.trace.pipedream import read_pipedream
@@ -71,16 +75,39 @@ PATRICKSTAR_BERT_SHIPPED = tuple(
 )
 """The same shapes as PatrickStar's benchmark builds them (BERT, vocabulary 30522), for
 experiments/patrickstar-a100.yaml."""
+SC21_SHIPPED: dict[str, tuple[int, int, int]] = {
+    "gpt-sc21-1.7b": (24, 2304, 24),
+    "gpt-sc21-3.6b": (30, 3072, 32),
+    "gpt-sc21-7.5b": (36, 4096, 32),
+    "gpt-sc21-18b": (40, 6144, 48),
+    "gpt-sc21-39b": (48, 8192, 64),
+    "gpt-sc21-76b": (60, 10240, 80),
+    "gpt-sc21-146b": (80, 12288, 96),
+    "gpt-sc21-310b": (96, 16384, 128),
+    "gpt-sc21-530b": (105, 20480, 128),
+    "gpt-sc21-1t": (128, 25600, 160),
+}
+"""``name: (layers, hidden, heads)`` of Narayanan et al. SC'21 (arXiv:2104.04473) Table 1, the
+same rows as ``validation/megatron-sc21/table1.csv``; every one with sequence :data:`SC21_SEQ`
+and vocabulary :data:`SC21_VOCAB`."""
+SC21_SEQ = 2048
+SC21_VOCAB = 51200
+"""The paper §5.1: "All models use a vocabulary size of 51,200 (multiple of 1024) and a sequence
+length of 2048"."""
 DECODER_SHIPPED: dict[str, tuple[str, int, int | None]] = {
     "mixtral-8x7b": ("mixtral-8x7b-config.json", 4096, None),
     "qwen1.5-moe-a2.7b": ("qwen1.5-moe-a2.7b-config.json", 4096, None),
     "deepseek-v3": ("deepseek-v3-config.json", 4096, None),
     "deepseek-v3-l16": ("deepseek-v3-config.json", 4096, 16),
     "llama3-8b-128k": ("llama3-8b-config.json", 131072, None),
+    "llama3-405b": ("llama3-405b-config.json", 8192, None),
 }
 """Decoder traces: ``name: (examples/hf/ config file, training sequence length, layers or None
 for the config's)``; ``deepseek-v3-l16`` is DeepSeek-V3 trimmed to 16 layers (3 dense, 13
-MoE), as benchmarks trim it (SimuMax, Megatron-LM) to fit a few servers."""
+MoE), as benchmarks trim it (SimuMax, Megatron-LM) to fit a few servers. ``llama3-405b``:
+the shape of Llama Team, "The Llama 3 Herd of Models" (arXiv:2407.21783) Table 3 (126 layers,
+model dimension 16,384, FFN 53,248, 128 heads, 8 key/value heads, vocabulary 128,256) in the
+Llama 3 70B config's format, at the pre-training sequence length 8,192 (§3.4.1)."""
 HF_DIR = Path(__file__).resolve().parents[2] / "examples" / "hf"
 
 
@@ -125,11 +152,42 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
                 "(hidden/seq/layers/heads; memory.md §5.4)"
             )
         out.append(replace(t, provenance=prov))
+    out += _sc21_traces()
     gpu = preset_gpu("dgx-h100")
     for name, (config, seq_len, layers) in DECODER_SHIPPED.items():
         shape = read_config(HF_DIR / config, seq_len, layers=layers)
         t = decoder_trace(shape, name=name, microbatch_size=1, gpu=gpu, dtype="bf16")
         prov = dict(t.provenance, config=f"examples/hf/{config}", seq_len=seq_len)
+        out.append(replace(t, provenance=prov))
+    return out
+
+
+def _sc21_traces() -> list[Trace]:
+    """The :data:`SC21_SHIPPED` traces (analytic GPT, micro-batch 1, fp16, A100-SXM4-80GB)."""
+    gpu = preset_gpu("dgx-a100-80gb")
+    out = []
+    for name, (layers, hidden, heads) in SC21_SHIPPED.items():
+        t = transformer_trace(
+            "gpt",
+            name=name,
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            seq_len=SC21_SEQ,
+            vocab=SC21_VOCAB,
+            microbatch_size=1,
+            dtype="fp16",
+            gpu=gpu,
+        )
+        prov = dict(t.provenance)
+        prov["shape_source"] = (
+            "Narayanan et al. SC'21 (arXiv:2104.04473) Table 1 (layers/hidden/heads) and §5.1 "
+            "(sequence 2048, vocabulary 51,200)"
+        )
+        prov["notes"] += (
+            " Device model: the dgx-a100-80gb preset's GPU; at other micro-batch sizes and on "
+            "other GPUs `sim run` regenerates the trace with the same model."
+        )
         out.append(replace(t, provenance=prov))
     return out
 
