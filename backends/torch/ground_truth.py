@@ -207,7 +207,10 @@ def _grid_row(job: Any, run: Any, device: str) -> dict[str, Any]:
     row |= dict(status="ok" if res.all_actions_done else "wrong actions",
                 measured_iteration_s=res.iteration_time_s,
                 measured_iterations_s=" ".join(f"{t:.6f}" for t in res.iteration_times_s),
-                measured_peak_bytes=res.peak_memory_bytes[0],
+                # CPU: the counted tensor bytes (what predicted_peak_bytes predicts); the
+                # process's resident peak (allocator and library scratch included) beside it
+                measured_peak_bytes=mem.get("counted_peak_bytes", res.peak_memory_bytes[0]),
+                resident_peak_bytes=mem.get("resident_peak_bytes", ""),
                 measured_reserved_bytes=mem.get("cuda_max_reserved", ""),
                 act_peak_bytes=mem.get("act_peak_bytes", ""), versions=mem["versions"],
                 device_name=res.device_name, notes="; ".join(res.notes))  # fmt: skip
