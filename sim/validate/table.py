@@ -128,16 +128,7 @@ def validation_row(
         extra = _group_columns(point, result)
     return dict(
         **head,
-        model=point.model,
-        schedule=point.schedule,
-        runtime=runtime,
-        stages=point.stages,
-        tensor_parallel=point.tensor_parallel,
-        sequence_parallel=point.sequence_parallel,
-        microbatch_size=point.microbatch_size,
-        microbatches=point.microbatches,
-        memory_policy=point.memory_policy,
-        device=device,
+        **_point_columns(point, runtime, device),
         device_name=result.device_name,
         **({"gpu": pred.columns["gpu"]} if alone else {}),
         measured_iteration_s=measured,
@@ -160,11 +151,9 @@ def validation_row(
     )
 
 
-def _unmeasured(
-    mode: Mode, point: PointConfig, runtime: str, device: str, pred: Prediction
-) -> dict[str, Any]:
+def _point_columns(point: PointConfig, runtime: str, device: str) -> dict[str, Any]:
+    """The columns naming what was replayed, in the table's order (module docstring)."""
     return dict(
-        mode=str(mode),
         model=point.model,
         schedule=point.schedule,
         runtime=runtime,
@@ -175,6 +164,15 @@ def _unmeasured(
         microbatches=point.microbatches,
         memory_policy=point.memory_policy,
         device=device,
+    )
+
+
+def _unmeasured(
+    mode: Mode, point: PointConfig, runtime: str, device: str, pred: Prediction
+) -> dict[str, Any]:
+    return dict(
+        mode=str(mode),
+        **_point_columns(point, runtime, device),
         device_name="",
         measured_iteration_s=math.nan,
         predicted_iteration_s=pred.iteration_s,
