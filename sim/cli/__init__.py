@@ -46,11 +46,12 @@ def _settle_heap() -> None:
     models) out of the garbage collector's reach, then turn it back on.
 
     The objects live as long as the process, yet every full collection of the cyclic garbage
-    collector walks them all: with the collector on during the imports and the run, a
-    ``sim run experiments/dgx1.yaml`` spent about a third of its time in it (655
-    collections, two thirds of their time in full ones) and another 0.3 s in the collections
-    of the interpreter's shutdown. Disabling it for the imports and freezing the result
-    (:func:`gc.freeze`) is what the Python documentation advises before ``fork()``
+    collector walks them all: with the collector on during the imports and the run, the main
+    process of ``sim run experiments/dgx1.yaml`` spent 1.5 to 1.8 s in 655 collections (most
+    of it in full ones), and its shutdown 0.6 to 1.5 s more in the final collections (timed
+    with ``gc.callbacks`` on the loaded 2-core machine for issue 17; with this, 0.15 to 0.3 s
+    and 0.03 to 0.1 s: docs/issue17-figures.md). Disabling it for the imports and freezing
+    the result (:func:`gc.freeze`) is what the Python documentation advises before ``fork()``
     (https://docs.python.org/3/library/gc.html#gc.freeze), which ``sim run`` does for its
     workers and drawings (:mod:`sim.executors`, :func:`sim.outputs.draw`): the children
     inherit a frozen heap, and their collections skip it too. Nothing is leaked that would
