@@ -108,6 +108,7 @@ class Links:
         self.events = events
         self._res: dict[str, FifoLink] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
+        self._durations: dict[tuple[str, str, float, bool], float] = {}
 
     def resource(self, name: str) -> FifoLink:
         """The FIFO resource of link (or CPU) ``name``, created on first use."""
@@ -175,7 +176,10 @@ class Links:
         route, names, resources = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
-        dur = self.duration_s(src, dst, route, nbytes, kind in NCCL_KINDS)
+        key = (src, dst, nbytes, kind in NCCL_KINDS)
+        dur = self._durations.get(key)
+        if dur is None:  # the same sends recur every micro-batch: computed once each
+            dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3])
         if len(resources) == 1:  # fast path: one link
             res = resources[0]
             req = res.request()
