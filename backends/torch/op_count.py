@@ -90,7 +90,7 @@ def count_function_nodes(y: torch.Tensor) -> int:
     """Custom ``autograd.Function`` nodes in ``y``'s autograd graph (module doc): a walk from
     ``y.grad_fn`` over ``next_functions``, each node once; 0 when ``y`` has no graph."""
     seen: set[int] = set()
-    stack = [y.grad_fn] if y.grad_fn is not None else []
+    stack = [y.grad_fn]
     functions = 0
     while stack:
         node = stack.pop()
