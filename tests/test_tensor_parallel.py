@@ -339,3 +339,38 @@ def test_each_tensor_parallel_module_adds_its_measured_overhead(sp, per_block):
         assert over[block].bwd_input_s - base[block].bwd_input_s == pytest.approx(per_block * 3e-3)
         assert over[block].bwd_weight_s == base[block].bwd_weight_s
     assert over[0].fwd_s - base[0].fwd_s == pytest.approx(1e-3)  # the vocabulary-split embedding
+
+
+def _with_measured(trace, entries):
+    from dataclasses import replace
+
+    return replace(trace, provenance={**trace.provenance, "tensor_parallel_overhead": entries})
+
+
+def _entry(t=2, sp=False, b=1, fwd=7e-3, bwd=11e-3):
+    return {"tensor_parallel": t, "sequence_parallel": sp, "microbatch_size": b,
+            "block_fwd_s": fwd, "block_bwd_s": bwd}  # fmt: skip
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_a_blocks_measured_overhead_replaces_the_per_module_one(sp):
+    """A trace that records its block's overhead at this t, sp and micro-batch size
+    (`sim profile --tensor-parallel`) is charged it once per block, forward and input-gradient
+    backward, in place of the per-module overhead; the embedding keeps the per-module one."""
+    base = shard_trace(gpt(b=1, s=1024), 2, sp, H100).trace.layers
+    trace = _with_measured(gpt(b=1, s=1024), [_entry(sp=not sp, fwd=1.0), _entry(sp=sp)])
+    over = shard_trace(trace, 2, sp, H100, (1e-3, 3e-3)).trace.layers
+    block = 1
+    assert over[block].fwd_s - base[block].fwd_s == pytest.approx(7e-3)
+    assert over[block].bwd_s - base[block].bwd_s == pytest.approx(11e-3)
+    assert over[0].fwd_s - base[0].fwd_s == pytest.approx(1e-3)
+
+
+def test_a_measured_overhead_at_another_size_or_degree_is_not_used():
+    """Entries for another micro-batch size or tensor-parallel degree leave the per-module
+    overhead in place (4 modules per block without sequence parallelism)."""
+    base = shard_trace(gpt(b=1, s=1024), 2, False, H100).trace.layers
+    trace = _with_measured(gpt(b=1, s=1024), [_entry(b=2), _entry(t=4)])
+    over = shard_trace(trace, 2, False, H100, (1e-3, 3e-3)).trace.layers
+    assert over[1].fwd_s - base[1].fwd_s == pytest.approx(4 * 1e-3)
+    assert over[1].bwd_s - base[1].bwd_s == pytest.approx(4 * 3e-3)
