@@ -57,7 +57,9 @@ from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
 
-def _fwd_bwd_s(block: nn.Module, x: torch.Tensor, reps: int, warmup: int = 3) -> tuple[float, float]:
+def _fwd_bwd_s(
+    block: nn.Module, x: torch.Tensor, reps: int, warmup: int = 3
+) -> tuple[float, float]:
     """Median ``(forward_s, backward_s)`` of ``block`` on ``x``, each iteration after a barrier."""
     fwd, bwd = [], []
     for i in range(warmup + reps):
@@ -168,13 +170,21 @@ def measure(
     spec = as_spec(spec)
     sps = [False, True] if spec.seq_len % t == 0 else [False]
     payload = {
-        "spec": {k: getattr(spec, k) for k in ("name", "kind", "layers", "hidden", "heads", "seq_len", "vocab", "ffn_mult")},
+        "spec": {
+            k: getattr(spec, k)
+            for k in ("name", "kind", "layers", "hidden", "heads", "seq_len", "vocab", "ffn_mult")
+        },
         "microbatch_sizes": list(microbatch_sizes),
         "sequence_parallel": sps,
         "reps": reps,
     }
-    ranks = run_ranks(f"{__name__}:run_rank", payload, nproc=t, threads=threads, timeout_s=timeout_s)
-    return [max(row, key=lambda e: e["sharded_s"][0] + e["sharded_s"][1]) for row in zip(*ranks, strict=True)]
+    ranks = run_ranks(
+        f"{__name__}:run_rank", payload, nproc=t, threads=threads, timeout_s=timeout_s
+    )
+    return [
+        max(row, key=lambda e: e["sharded_s"][0] + e["sharded_s"][1])
+        for row in zip(*ranks, strict=True)
+    ]
 
 
 def with_tp_overhead(trace: Trace, spec: ModelSpec | dict[str, Any], t: int, *, reps: int,
@@ -188,13 +198,22 @@ def with_tp_overhead(trace: Trace, spec: ModelSpec | dict[str, Any], t: int, *, 
         backends.torch.launch.ReplayError: a rank failed or the run timed out.
     """
     threads = default_threads(t)
-    entries = measure(spec, t, trace.measured_sizes, threads=threads, reps=reps, timeout_s=timeout_s)
+    entries = measure(
+        spec, t, trace.measured_sizes, threads=threads, reps=reps, timeout_s=timeout_s
+    )
     source = (
         f"backends.torch.tp_layer_profile.measure on {datetime.now(UTC).isoformat(timespec='seconds')}: "
         f"{t} gloo ranks x {threads} thread(s), torch {torch.__version__}, median of {reps}"
     )
-    old = [e for e in trace.provenance.get("tensor_parallel_overhead", []) if e.get("tensor_parallel") != t]
-    prov = {**trace.provenance, "tensor_parallel_overhead": old + [{**e, "source": source} for e in entries]}
+    old = [
+        e
+        for e in trace.provenance.get("tensor_parallel_overhead", [])
+        if e.get("tensor_parallel") != t
+    ]
+    prov = {
+        **trace.provenance,
+        "tensor_parallel_overhead": old + [{**e, "source": source} for e in entries],
+    }
     out = replace(trace, provenance=prov)
     if path is not None:
         write_trace(out, path)
