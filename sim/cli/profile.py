@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from backends.torch.devices import check_device, check_device_name
+from backends.torch.launch import ReplayError
 from backends.torch.profile_concurrent import profile_concurrent
 from backends.torch.tensor_parallel import tp_problem
 from backends.torch.tp_layer_profile import with_tp_overhead
@@ -281,6 +282,12 @@ def profile(
     except ValueError as exc:
         raise InputError(str(exc), field="model options") from None
     if tensor_parallel:
-        trace = with_tp_overhead(trace, spec, tensor_parallel, reps=reps, path=out_path)
+        try:
+            trace = with_tp_overhead(trace, spec, tensor_parallel, reps=reps, path=out_path)
+        except ReplayError as exc:
+            first = str(exc).splitlines()[0]
+            err.print(f"[bold red]error:[/] --tensor-parallel: {escape(first)} (the trace is "
+                      "written without provenance.tensor_parallel_overhead)", highlight=False)  # fmt: skip
+            raise typer.Exit(1) from None
     measured = f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""
     out.print(escape(_summary(trace, out_path, 2) + measured), highlight=False)
