@@ -347,22 +347,26 @@ def _with_measured(trace, entries):
     return replace(trace, provenance={**trace.provenance, "tensor_parallel_overhead": entries})
 
 
-def _entry(t=2, sp=False, b=1, fwd=7e-3, bwd=11e-3):
+def _entry(t=2, sp=False, b=1, fwd=7e-3, bwd=11e-3, kind="block"):
     return {"tensor_parallel": t, "sequence_parallel": sp, "microbatch_size": b,
-            "block_fwd_s": fwd, "block_bwd_s": bwd}  # fmt: skip
+            f"{kind}_fwd_s": fwd, f"{kind}_bwd_s": bwd}  # fmt: skip
 
 
 @pytest.mark.parametrize("sp", [False, True])
-def test_a_blocks_measured_overhead_replaces_the_per_module_one(sp):
-    """A trace that records its block's overhead at this t, sp and micro-batch size
-    (`sim profile --tensor-parallel`) is charged it once per block, forward and input-gradient
-    backward, in place of the per-module overhead; the embedding keeps the per-module one."""
+def test_a_layers_measured_overhead_replaces_the_per_module_one(sp):
+    """A trace that records a layer kind's overhead at this t, sp and micro-batch size
+    (`sim profile --tensor-parallel`) is charged it once per layer of that kind, forward and
+    backward, in place of the per-module overhead; a kind it does not record (here the
+    embedding) keeps the per-module one."""
     base = shard_trace(gpt(b=1, s=1024), 2, sp, H100).trace.layers
-    trace = _with_measured(gpt(b=1, s=1024), [_entry(sp=not sp, fwd=1.0), _entry(sp=sp)])
+    entry = {**_entry(sp=sp), **_entry(sp=sp, fwd=2e-3, bwd=5e-3, kind="head")}
+    trace = _with_measured(gpt(b=1, s=1024), [_entry(sp=not sp, fwd=1.0), entry])
     over = shard_trace(trace, 2, sp, H100, (1e-3, 3e-3)).trace.layers
-    block = 1
-    assert over[block].fwd_s - base[block].fwd_s == pytest.approx(7e-3)
-    assert over[block].bwd_s - base[block].bwd_s == pytest.approx(11e-3)
+    for i in (1, 2, 3, 4):  # the blocks
+        assert over[i].fwd_s - base[i].fwd_s == pytest.approx(7e-3)
+        assert over[i].bwd_s - base[i].bwd_s == pytest.approx(11e-3)
+    assert over[-1].fwd_s - base[-1].fwd_s == pytest.approx(2e-3)
+    assert over[-1].bwd_s - base[-1].bwd_s == pytest.approx(5e-3)
     assert over[0].fwd_s - base[0].fwd_s == pytest.approx(1e-3)
 
 

@@ -46,12 +46,14 @@ def test_tensor_parallel_refuses_a_split_the_replay_cannot_run(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_measure_two_gloo_ranks_gives_every_size_with_and_without_sp():
+def test_measure_two_gloo_ranks_gives_every_size_and_kind_with_and_without_sp():
     entries = measure(TINY, 2, [1, 2], threads=1, reps=2, timeout_s=240)
     keys = [(e["sequence_parallel"], e["microbatch_size"]) for e in entries]
     assert keys == [(False, 1), (False, 2), (True, 1), (True, 2)]
     for e in entries:
-        (sf, sb), (lf, lb), c = e["sharded_s"], e["local_s"], e["comm_s"]
-        assert min(sf, sb, lf, lb, c) > 0
-        assert e["block_fwd_s"] == overhead(sf, lf, c)
-        assert e["block_bwd_s"] == overhead(sb, lb, c)
+        for kind in ("embedding", "block", "head"):
+            raw = e[f"{kind}_raw_s"]
+            (sf, sb), (lf, lb), (cf, cb) = raw["sharded"], raw["local"], raw["comm"]
+            assert min(sf, sb, lf, lb) > 0
+            assert e[f"{kind}_fwd_s"] == overhead(sf, lf, cf)
+            assert e[f"{kind}_bwd_s"] == overhead(sb, lb, cb)
