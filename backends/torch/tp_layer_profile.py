@@ -165,7 +165,7 @@ def _sharded_chain(spec: ModelSpec, mesh: Any, sp: bool, seed: int) -> dict[str,
     chain = tp_chain(one, mesh, sequence_parallel=sp, seed=seed)
     layers = build_layers(one, seed)
     emb, block, head = layers
-    targets = {}
+    targets: dict[str, torch.Tensor] = {}
 
     def with_loss(x: torch.Tensor) -> torch.Tensor:
         return lm_loss(chain[-1](x), targets["ids"])
