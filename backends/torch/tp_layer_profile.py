@@ -30,7 +30,8 @@ splits them:
 A layer's overhead is ``sharded - local - comm`` per phase (never below 0), each a median of
 ``reps`` forward-backward iterations after a barrier. :func:`measure` returns one entry per
 ``(sequence_parallel, microbatch_size)`` (``<kind>_fwd_s``, ``<kind>_bwd_s`` and the raw
-medians): the trace's ``provenance.tensor_parallel_overhead``, which
+medians), run and recorded as the trace's ``provenance.tensor_parallel_overhead`` by
+:mod:`backends.torch.tp_overhead`, which
 :func:`sim.tensor.shard.shard_trace` charges per layer in place of the per-module overhead.
 """
 
@@ -39,9 +40,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
-from datetime import UTC, datetime
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -51,12 +50,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from backends.torch.calibrate_comm import _collective, _median_s
-from backends.torch.launch import default_threads, run_ranks
 from backends.torch.models import Embedding, Head, ModelSpec, as_spec, build_layers, lm_loss
 from backends.torch.tensor_parallel import TPBlock, _linear, tp_chain
 from backends.torch.tp_runtime import local
-from sim.trace.native import write_trace
-from sim.trace.schema import Trace
 
 
 def _fwd_bwd_s(
@@ -216,85 +212,3 @@ def run_rank(payload: dict[str, Any], ctx: Any) -> list[dict[str, Any]]:
                 entry[f"{kind}_raw_s"] = {"sharded": list(sh), "local": list(lo), "comm": comm}
             entries[(sp, b)] = entry
     return [entries[key] for key in sorted(entries)]
-
-
-def measure(
-    spec: ModelSpec | dict[str, Any],
-    t: int,
-    microbatch_sizes: list[int],
-    *,
-    threads: int,
-    reps: int = 9,
-    timeout_s: float = 600.0,
-) -> list[dict[str, Any]]:
-    """A GPT's tensor-parallel layer overheads on ``t`` gloo ranks of ``threads`` threads.
-
-    Args:
-        spec: the model (a GPT shape; only one block is built).
-        t: tensor-parallel ranks (processes).
-        microbatch_sizes: samples per micro-batch to measure.
-        threads: CPU threads per rank (the replay's: cores / ranks).
-        reps: measured forward-backward iterations (median kept).
-        timeout_s: limit on the whole multi-process run.
-
-    Returns:
-        One entry per ``(sequence_parallel, microbatch_size)`` (sequence parallelism only where
-        ``t`` divides ``seq_len``): ``tensor_parallel``, ``sequence_parallel``,
-        ``microbatch_size`` and, for ``embedding``, ``block`` and ``head``, ``<kind>_fwd_s``,
-        ``<kind>_bwd_s`` (the overheads, module doc) and ``<kind>_raw_s`` (the medians
-        ``sharded``, ``local`` as ``[forward, backward]`` and ``comm`` per phase); the rank
-        whose sharded block was slowest (a collective ends on all ranks together).
-
-    Raises:
-        backends.torch.launch.ReplayError: a rank failed or the run timed out.
-    """
-    spec = as_spec(spec)
-    sps = [False, True] if spec.seq_len % t == 0 else [False]
-    payload = {
-        "spec": {
-            k: getattr(spec, k)
-            for k in ("name", "kind", "layers", "hidden", "heads", "seq_len", "vocab", "ffn_mult")
-        },
-        "microbatch_sizes": list(microbatch_sizes),
-        "sequence_parallel": sps,
-        "reps": reps,
-    }
-    ranks = run_ranks(
-        f"{__name__}:run_rank", payload, nproc=t, threads=threads, timeout_s=timeout_s
-    )
-    return [
-        max(row, key=lambda e: sum(e["block_raw_s"]["sharded"])) for row in zip(*ranks, strict=True)
-    ]
-
-
-def with_tp_overhead(trace: Trace, spec: ModelSpec | dict[str, Any], t: int, *, reps: int,
-                     path: str | Path | None = None, timeout_s: float = 600.0) -> Trace:  # fmt: skip
-    """``trace`` with :func:`measure`'s entries for every micro-batch size it holds as
-    ``provenance.tensor_parallel_overhead`` (replacing earlier entries at ``t``), on ``t`` ranks
-    of :func:`backends.torch.launch.default_threads` threads each (what ``sim validate --nproc t``
-    runs); written to ``path`` (:func:`sim.trace.native.write_trace`) when given.
-
-    Raises:
-        backends.torch.launch.ReplayError: a rank failed or the run timed out.
-    """
-    threads = default_threads(t)
-    entries = measure(
-        spec, t, trace.measured_sizes, threads=threads, reps=reps, timeout_s=timeout_s
-    )
-    source = (
-        f"backends.torch.tp_layer_profile.measure on {datetime.now(UTC).isoformat(timespec='seconds')}: "
-        f"{t} gloo ranks x {threads} thread(s), torch {torch.__version__}, median of {reps}"
-    )
-    old = [
-        e
-        for e in trace.provenance.get("tensor_parallel_overhead", [])
-        if e.get("tensor_parallel") != t
-    ]
-    prov = {
-        **trace.provenance,
-        "tensor_parallel_overhead": old + [{**e, "source": source} for e in entries],
-    }
-    out = replace(trace, provenance=prov)
-    if path is not None:
-        write_trace(out, path)
-    return out
