@@ -17,7 +17,7 @@ from sim.point_config import PointConfig
 from sim.sweep import expand
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import AG, AR, RS, korthikanti_act_bytes
-from sim.tensor.shard import shard_trace
+from sim.tensor.shard import measured_overheads, shard_trace
 from sim.trace.generator import transformer_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -378,3 +378,11 @@ def test_a_measured_overhead_at_another_size_or_degree_is_not_used():
     over = shard_trace(trace, 2, False, H100, (1e-3, 3e-3)).trace.layers
     assert over[1].fwd_s - base[1].fwd_s == pytest.approx(4 * 1e-3)
     assert over[1].bwd_s - base[1].bwd_s == pytest.approx(4 * 3e-3)
+
+
+def test_a_measured_overhead_does_not_follow_a_trace_to_another_device():
+    """The overhead was measured on the profiling machine's ranks: a trace scaled to another
+    device (by peak FLOP/s) drops it, and the per-module overhead applies again."""
+    trace = _with_measured(gpt(b=1, s=1024), [_entry()])
+    assert measured_overheads(trace, 2, False) == {"block": (7e-3, 11e-3)}
+    assert measured_overheads(trace.scaled_to_device(1.0, 2.0, "other"), 2, False) == {}

@@ -281,7 +281,7 @@ def shard_trace(
     if measured:
         how += (
             "; overhead measured per layer ("
-            + ", ".join(f"{k} {f * 1e3:.2f}/{b * 1e3:.2f} ms" for k, (f, b) in measured.items())
+            + ", ".join(f"{k} {fw * 1e3:.2f}/{bw * 1e3:.2f} ms" for k, (fw, bw) in measured.items())
             + ")"
         )
     prov = {**trace.provenance, "tensor_parallel": how}
