@@ -1,0 +1,167 @@
+"""Simulate a long 1F1B pipeline's steady state once per period, not once per micro-batch.
+
+Scenario: a flushed 1F1B pipeline of ``p`` stages with ``m`` micro-batches per iteration costs
+``O(p m)`` actions (the SC'21 1T GPT, p = 64 and m = 512, is 65,536 actions and 650,000 logged
+events over its two iterations). Between the warm-up and the cool-down every stage alternates
+one backward and one forward, and with fixed stage costs, plans and links the pipeline's
+activity repeats with a period: adding a micro-batch adds one period to each iteration and
+changes nothing else. So :func:`simulate_periodic` runs the same configuration with
+``M = p +`` :data:`EXTRA_MICROBATCHES` micro-batches per iteration, finds and verifies the
+steady-state period in each iteration (:func:`~sim.engine.period_check.find_period`: the same
+events and memory changes in consecutive periods), and inserts the ``m - M`` missing periods
+at each iteration's cut: every later event, memory change and iteration end moves by
+``(m - M) delta`` per cut passed. The peaks are the short run's (the inserted periods repeat
+a period it ran). The returned log is the full run's log without the inserted periods (a gap
+at each cut; the micro-batch numbers after a cut are the short run's); :class:`Repeated`
+carries one period's events and how many times they were left out, which
+:func:`sim.metrics.compute_metrics` adds to its sums.
+
+It falls back to the full simulation, saying why (``log.meta["periodic"]``), when:
+
+* the schedule is not 1F1B with one stage per rank (GPipe, interleaved, zero-bubble, the
+  asynchronous schedules are not handled);
+* ``m`` is not larger than ``M`` plus one period (nothing to gain);
+* the configuration is asymmetric (:func:`sim.engine.symmetry.asymmetry`: a straggler, a
+  degraded link, GPUs unlike each other, replicas with other plans, expert or context
+  parallelism);
+* a memory plan moves data off its GPU (swaps, offload, chunk fetches: copies whose state is
+  not a function of the micro-batch alone);
+* no period is found or the windows differ (:mod:`sim.engine.period_check`).
+
+The result equals the full simulation's iteration time and peaks up to float rounding
+(``tests/test_periodic.py``). No I/O, no clock: deterministic like the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+from sim.engine.inputs import SimInput
+from sim.engine.period_check import Period, find_period
+from sim.engine.pipeline import simulate
+from sim.engine.symmetry import asymmetry
+from sim.events import Event, EventLog
+from sim.schedules.base import Schedule
+from sim.schedules.one_f_one_b import OneFOneB
+
+EXTRA_MICROBATCHES = 8
+"""``M - p``: micro-batches beyond the pipeline depth in the short run. 1F1B's steady phase on
+stage 0 (the shortest) lasts about ``M - p`` periods, and :func:`find_period` needs
+:data:`~sim.engine.period_check.WINDOWS` ``+ 1`` of them plus one to place the cut."""
+
+
+class Repeated(NamedTuple):
+    """What a periodic run left out of its log.
+
+    Attributes:
+        events: one steady-state period's events (of the measured iteration).
+        count: how many such periods were left out of each iteration.
+    """
+
+    events: tuple[Event, ...]
+    count: int
+
+
+def simulate_periodic(inp: SimInput, schedule: Schedule) -> tuple[EventLog, Repeated | None]:
+    """Simulate ``inp`` (whose program is ``schedule``'s) with whole steady-state periods
+    inserted analytically when the module doc's conditions hold; else the full simulation.
+
+    Returns:
+        ``(log, repeated)``: ``repeated`` is None after a full simulation; in both cases
+        ``log.meta["periodic"]`` says what was done.
+
+    Raises:
+        ValueError: the program deadlocks (:func:`~sim.engine.pipeline.simulate`).
+    """
+    short = _short_microbatches(inp, schedule)
+    if isinstance(short, str):
+        return _full(inp, short)
+    iterations = _iterations(inp)
+    prog = OneFOneB(schedule.stages, short, fewer_microbatches=True).program(iterations)
+    log = simulate(replace(inp, program=tuple(tuple(r) for r in prog), microbatches=short))
+    periods: list[Period] = []
+    for k in range(iterations):
+        found = find_period(log, k)
+        if isinstance(found, str):
+            return _full(inp, found)
+        periods.append(found)
+    if any(abs(p.delta_s - periods[0].delta_s) > 1e-9 * p.delta_s for p in periods):
+        return _full(inp, "the iterations' periods differ")
+    count = inp.microbatches - short
+    _insert(log, [p.cut_s for p in periods], [p.delta_s * count for p in periods])
+    log.meta["periodic"] = (
+        f"periodic: {short} of {inp.microbatches} micro-batches per iteration simulated; "
+        f"{count} steady-state periods of {periods[0].delta_s:.6g} s inserted per iteration "
+        "(not in the event log)"
+    )
+    return log, Repeated(periods[-1].events, count)
+
+
+def why_not_periodic(inp: SimInput, schedule: Schedule) -> str | None:
+    """Why ``inp`` is simulated in full rather than periodically (module doc), or None when
+    the periodic run is tried (it may still fall back if no period is found)."""
+    short = _short_microbatches(inp, schedule)
+    return short if isinstance(short, str) else None
+
+
+def _short_microbatches(inp: SimInput, schedule: Schedule) -> int | str:
+    """``M`` for the short run, or why there is none."""
+    if type(schedule) is not OneFOneB or schedule.virtual_stages != 1:
+        return f"schedule {schedule.name} is not 1F1B with one stage per rank"
+    short = schedule.stages + EXTRA_MICROBATCHES
+    if inp.microbatches <= short + 1:
+        return f"{inp.microbatches} micro-batches: too few to skip a period (needs > {short + 1})"
+    why = asymmetry(inp)
+    if why is not None:
+        return why
+    plans = [p for row in inp.plans for p in row] + [
+        p for rows in inp.tensor_plans for row in rows for p in row
+    ]
+    if any(p.off_gpu or p.swap_bytes > 0 or p.fetch_bytes > 0 for p in plans):
+        return "a memory plan moves data off its GPU (swaps, offload or chunk fetches)"
+    if _iterations(inp) * inp.microbatches != _backwards_on_rank0(inp):
+        return "the program is not the schedule's (micro-batches differ)"
+    return short
+
+
+def _iterations(inp: SimInput) -> int:
+    """Optimizer steps in ``inp``'s program (STEP actions of rank 0)."""
+    return sum(a.op == "STEP" for a in inp.program[0])
+
+
+def _backwards_on_rank0(inp: SimInput) -> int:
+    return sum(a.op == "B" for a in inp.program[0])
+
+
+def _full(inp: SimInput, why: str) -> tuple[EventLog, None]:
+    log = simulate(inp)
+    log.meta["periodic"] = f"full pipeline simulated: {why}"
+    return log, None
+
+
+def _insert(log: EventLog, cuts: list[float], shifts: list[float]) -> None:
+    """Move everything after each cut by that cut's shift (cumulative): events by their
+    start, memory changes by their time, the iteration ends; in place."""
+
+    def moved(t: float) -> float:
+        out = t
+        for cut, shift in zip(cuts, shifts, strict=True):
+            if t >= cut:
+                out += shift
+        return out
+
+    log.events = [
+        e if e.start_s < cuts[0] else e._replace(start_s=moved(e.start_s), end_s=_end(e, moved))
+        for e in log.events
+    ]
+    log.memory = [
+        m if m.time_s < cuts[0] else m._replace(time_s=moved(m.time_s)) for m in log.memory
+    ]
+    log.iteration_ends_s = [moved(t) for t in log.iteration_ends_s]
+
+
+def _end(e: Event, moved) -> float:
+    """An event's end after the insertion: moved as its start is (an event that spans a cut
+    keeps its length: the inserted periods come after it)."""
+    return e.end_s + (moved(e.start_s) - e.start_s)
