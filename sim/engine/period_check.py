@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.events import Event, EventKind, EventLog, MemoryEvent, Stream
+from sim.events import Event, EventKind, EventLog, MemoryEvent
 
 WINDOWS = 3
 """Consecutive periods that must match (the first against each later one)."""
@@ -34,43 +34,57 @@ class Period:
 
     Attributes:
         cut_s: where whole periods may be inserted (seconds from the start of the run).
-        delta_s: the period in seconds (one micro-batch through every stage).
+        delta_s: the period in seconds.
+        microbatches: micro-batches per period ``q`` (1 when one micro-batch's F and B set
+            the pace; up to ``p`` when a chain of sends does, the pipeline then cycling
+            through ``q`` phases).
         events: the events that start in ``[cut_s + delta_s, cut_s + 2 delta_s)``: one
             period's worth of activity.
     """
 
     cut_s: float
     delta_s: float
+    microbatches: int
     events: tuple[Event, ...]
 
 
-def find_period(log: EventLog, iteration: int) -> Period | str:
-    """The steady-state period of ``iteration`` in ``log`` (module doc), or why none was found.
+def find_period(log: EventLog, iteration: int, max_microbatches: int = 1) -> Period | str:
+    """The steady-state period of ``iteration`` in ``log`` (module doc) of the fewest
+    micro-batches ``q <= max_microbatches``, or why none was found.
 
     The steady range is from the latest first backward to the earliest last forward over the
-    stages (every stage alternating B and F); the period is the spacing of consecutive
-    backwards on stage 0 there; the cut is placed in the widest gap between event starts so
-    that rounding does not move an event across it.
+    stages (every stage alternating B and F); a period of ``q`` micro-batches is the spacing of
+    backwards ``q`` apart on stage 0, constant over the last :data:`WINDOWS` ``+ 1`` periods of
+    the range (the latest, where a transient has had longest to die out); the cut is placed
+    there, in the widest gap between event starts so that rounding does not move an event
+    across it.
     """
     ranges = _steady_ranges(log, iteration)
     if ranges is None:
         return f"iteration {iteration} has a stage without a steady B/F phase"
-    lo, hi, b_starts = ranges
-    steps = [b - a for a, b in zip(b_starts, b_starts[1:], strict=False) if a >= lo and b <= hi]
-    if len(steps) < 2:
-        return f"iteration {iteration}'s steady phase is shorter than two periods"
-    delta = steps[len(steps) // 2]
+    lo, hi, starts = ranges
+    b = [t for t in starts if lo <= t <= hi]
     tol = REL_TOL * max(_last_time(log), 1.0)
-    if delta <= 10 * tol:
-        return f"iteration {iteration}'s period is not positive"
-    if hi - lo < (WINDOWS + 1) * delta:
-        return f"iteration {iteration}'s steady phase holds fewer than {WINDOWS + 1} periods"
-    cut = _quiet_cut(log, lo, delta)
-    why = _compare(log, cut, delta, tol)
-    if why is not None:
-        return f"iteration {iteration}: {why}"
-    events = tuple(e for e in log.events if cut + delta <= e.start_s < cut + 2 * delta)
-    return Period(cut, delta, events)
+    why = f"iteration {iteration}: no steady period of at most {max_microbatches} micro-batches"
+    for q in range(1, max_microbatches + 1):
+        tail = b[-((WINDOWS + 1) * q + 1) :]
+        steps = [y - x for x, y in zip(tail, tail[q:], strict=False)]
+        if len(tail) < (WINDOWS + 1) * q + 1:
+            why = f"iteration {iteration}'s steady phase holds fewer than {WINDOWS + 1} periods"
+            break
+        if max(steps) - min(steps) > 10 * tol or steps[0] <= 10 * tol:
+            continue
+        delta = steps[-1]
+        if hi - lo < (WINDOWS + 1) * delta:
+            why = f"iteration {iteration}'s steady phase holds fewer than {WINDOWS + 1} periods"
+            break
+        cut = _quiet_cut(log, hi - (WINDOWS + 1) * delta, delta)
+        differ = _compare(log, cut, delta, tol)
+        if differ is None:
+            events = tuple(e for e in log.events if cut + delta <= e.start_s < cut + 2 * delta)
+            return Period(cut, delta, q, events)
+        why = f"iteration {iteration}: {differ}"
+    return why
 
 
 def _last_time(log: EventLog) -> float:
@@ -128,7 +142,7 @@ def _compare(log: EventLog, cut: float, delta: float, tol: float) -> str | None:
         why = _same(spans[0], spans[i], tol, "events")
         if why is not None:
             return why
-    mems = [_memory_key(log.memory, cut + i * delta, delta) for i in range(WINDOWS)]
+    mems = [_memory_key(log.memory, cut + i * delta, delta, tol) for i in range(WINDOWS)]
     for i in range(1, WINDOWS):
         why = _same(mems[0], mems[i], tol, "memory changes")
         if why is not None:
@@ -138,7 +152,9 @@ def _compare(log: EventLog, cut: float, delta: float, tol: float) -> str | None:
 
 def _span_key(events: list[Event], start: float, delta: float) -> list[tuple]:
     """The events starting in ``[start, start + delta)``, as comparable tuples: what matters
-    besides their names and micro-batch numbers, start relative to ``start``."""
+    besides their names and micro-batch numbers, start relative to ``start``; per device,
+    stream and kind in the log's order (sorting by the relative start would let rounding
+    swap two events that start together)."""
     out = [
         (
             e.device,
@@ -154,21 +170,34 @@ def _span_key(events: list[Event], start: float, delta: float) -> list[tuple]:
         for e in events
         if start <= e.start_s < start + delta
     ]
-    return sorted(out, key=lambda k: (k[0], k[1], k[2], k[6]))
+    return sorted(out, key=lambda k: (k[0], k[1], k[2]))  # stable: the log's order within
 
 
-def _memory_key(memory: list[MemoryEvent], start: float, delta: float) -> list[tuple]:
-    """Per device, its level at ``start`` and its changes in ``[start, start + delta)``
-    (relative time, bytes, category), in the ledger's order."""
+def _memory_key(memory: list[MemoryEvent], start: float, delta: float, tol: float) -> list[tuple]:
+    """Per device: its level at ``start``, its highest level in ``[start, start + delta)``,
+    and its changes there grouped by instant (changes within ``tol`` of each other: the
+    order of simultaneous changes follows float rounding, so each group is compared as a
+    sorted set, and the highest level catches an order that would change the peak)."""
     level: dict[str, float] = {}
-    changes: list[tuple] = []
+    top: dict[str, float] = {}
+    groups: dict[str, list[list]] = {}
     for m in memory:
         if m.time_s < start:
             level[m.device] = level.get(m.device, 0.0) + m.delta_bytes
         elif m.time_s < start + delta:
-            changes.append((m.device, m.category, m.time_s - start, m.delta_bytes))
-    head = [(d, Stream.COMPUTE, "level", level[d]) for d in sorted(level)]
-    return head + sorted(changes, key=lambda k: (k[0], k[2]))
+            now = level.get(m.device, 0.0) + m.delta_bytes
+            level[m.device] = now
+            top[m.device] = max(top.get(m.device, now), now)
+            rel, dev = m.time_s - start, groups.setdefault(m.device, [])
+            if not dev or rel - dev[-1][0] > tol:
+                dev.append([rel, []])
+            dev[-1][1].append((str(m.category), m.delta_bytes))
+    out: list[tuple] = []
+    for d in sorted(top):
+        out.append((d, "top", top[d]))
+        out.extend((d, "at", rel, tuple(sorted(ch))) for rel, ch in groups[d])
+    out.extend((d, "end", level[d]) for d in sorted(level))
+    return out
 
 
 def _same(a: list[tuple], b: list[tuple], tol: float, what: str) -> str | None:

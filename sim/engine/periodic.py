@@ -6,7 +6,8 @@ events over its two iterations). Between the warm-up and the cool-down every sta
 one backward and one forward, and with fixed stage costs, plans and links the pipeline's
 activity repeats with a period: adding a micro-batch adds one period to each iteration and
 changes nothing else. So :func:`simulate_periodic` runs the same configuration with
-``M = p +`` :data:`EXTRA_MICROBATCHES` micro-batches per iteration, finds and verifies the
+``M`` micro-batches per iteration (:func:`short_microbatches`: ``p + 8`` for a period of one
+micro-batch), finds and verifies the
 steady-state period in each iteration (:func:`~sim.engine.period_check.find_period`: the same
 events and memory changes in consecutive periods), and inserts the ``m - M`` missing periods
 at each iteration's cut: every later event, memory change and iteration end moves by
@@ -38,17 +39,24 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from sim.engine.inputs import SimInput
-from sim.engine.period_check import Period, find_period
+from sim.engine.period_check import REL_TOL, WINDOWS, Period, find_period
 from sim.engine.pipeline import simulate
 from sim.engine.symmetry import asymmetry
 from sim.events import Event, EventLog
 from sim.schedules.base import Schedule
 from sim.schedules.one_f_one_b import OneFOneB
 
-EXTRA_MICROBATCHES = 8
-"""``M - p``: micro-batches beyond the pipeline depth in the short run. 1F1B's steady phase on
-stage 0 (the shortest) lasts about ``M - p`` periods, and :func:`find_period` needs
-:data:`~sim.engine.period_check.WINDOWS` ``+ 1`` of them plus one to place the cut."""
+SLACK_MICROBATCHES = 4
+"""Micro-batches of the short run beyond ``p + (WINDOWS + 1) q``: 1F1B's steady phase on stage
+0 (the shortest) lasts about ``M - p`` micro-batches, and :func:`find_period` needs
+:data:`~sim.engine.period_check.WINDOWS` ``+ 1`` periods of ``q`` of them in it, plus room for
+the cut."""
+
+
+def short_microbatches(stages: int, period: int) -> int:
+    """``M``: micro-batches per iteration of a short run that can show a period of
+    ``period`` micro-batches on a ``stages``-deep pipeline (:data:`SLACK_MICROBATCHES`)."""
+    return stages + (WINDOWS + 1) * period + SLACK_MICROBATCHES
 
 
 class Repeated(NamedTuple):
@@ -67,6 +75,10 @@ def simulate_periodic(inp: SimInput, schedule: Schedule) -> tuple[EventLog, Repe
     """Simulate ``inp`` (whose program is ``schedule``'s) with whole steady-state periods
     inserted analytically when the module doc's conditions hold; else the full simulation.
 
+    A period of one micro-batch is looked for first (a run of ``p + 8``); failing that, one
+    of up to ``p`` (a run of ``5p + 4``) while that is shorter than ``m``; a period of ``q``
+    that does not divide what is left out is run again with the remainder added.
+
     Returns:
         ``(log, repeated)``: ``repeated`` is None after a full simulation; in both cases
         ``log.meta["periodic"]`` says what was done.
@@ -74,42 +86,69 @@ def simulate_periodic(inp: SimInput, schedule: Schedule) -> tuple[EventLog, Repe
     Raises:
         ValueError: the program deadlocks (:func:`~sim.engine.pipeline.simulate`).
     """
-    short = _short_microbatches(inp, schedule)
-    if isinstance(short, str):
-        return _full(inp, short)
+    why = why_not_periodic(inp, schedule)
+    if why is not None:
+        return _full(inp, why)
+    p, m = schedule.stages, inp.microbatches
+    tried: list[str] = []
+    for most in dict.fromkeys((1, p)):
+        short = short_microbatches(p, most)
+        if short + most >= m:
+            tried.append(f"{m} micro-batches: too few for a period of up to {most}")
+            continue
+        found = _short_run(inp, p, short, most)
+        if not isinstance(found, str) and (m - short) % found[1][0].microbatches:
+            short += (m - short) % found[1][0].microbatches
+            found = _short_run(inp, p, short, found[1][0].microbatches)
+        if isinstance(found, str):
+            tried.append(found)
+            continue
+        log, periods = found
+        return log, _splice(log, periods, short, m)
+    return _full(inp, "; ".join(tried))
+
+
+def _short_run(inp: SimInput, p: int, short: int, most: int) -> tuple[EventLog, list[Period]] | str:
+    """``inp`` run with ``short`` micro-batches per iteration and each iteration's period (of
+    at most ``most`` micro-batches; the same in every iteration), or why there is none."""
     iterations = _iterations(inp)
-    prog = OneFOneB(schedule.stages, short, fewer_microbatches=True).program(iterations)
-    log = simulate(replace(inp, program=tuple(tuple(r) for r in prog), microbatches=short))
+    prog = OneFOneB(p, short, fewer_microbatches=True).program(iterations)
+    log = simulate(replace(inp, program=type(inp.program)(prog), microbatches=short))
     periods: list[Period] = []
     for k in range(iterations):
-        found = find_period(log, k)
+        found = find_period(log, k, most)
         if isinstance(found, str):
-            return _full(inp, found)
+            return found
         periods.append(found)
-    if any(abs(p.delta_s - periods[0].delta_s) > 1e-9 * p.delta_s for p in periods):
-        return _full(inp, "the iterations' periods differ")
-    count = inp.microbatches - short
-    _insert(log, [p.cut_s for p in periods], [p.delta_s * count for p in periods])
+    first = periods[0]
+    for per in periods[1:]:
+        if per.microbatches != first.microbatches or abs(per.delta_s - first.delta_s) > (
+            REL_TOL * per.delta_s
+        ):
+            return "the iterations' periods differ"
+    return log, periods
+
+
+def _splice(log: EventLog, periods: list[Period], short: int, m: int) -> Repeated:
+    """Insert the ``m - short`` missing micro-batches' periods at each iteration's cut of
+    ``log`` (in place); what was left out."""
+    q, delta = periods[0].microbatches, periods[0].delta_s
+    count = (m - short) // q
+    _insert(log, [per.cut_s for per in periods], [per.delta_s * count for per in periods])
     log.meta["periodic"] = (
-        f"periodic: {short} of {inp.microbatches} micro-batches per iteration simulated; "
-        f"{count} steady-state periods of {periods[0].delta_s:.6g} s inserted per iteration "
-        "(not in the event log)"
+        f"periodic: {short} of {m} micro-batches per iteration simulated; {count} "
+        f"steady-state periods of {q} micro-batch(es), {delta:.6g} s each, inserted per "
+        "iteration (not in the event log)"
     )
-    return log, Repeated(periods[-1].events, count)
+    return Repeated(periods[-1].events, count)
 
 
 def why_not_periodic(inp: SimInput, schedule: Schedule) -> str | None:
     """Why ``inp`` is simulated in full rather than periodically (module doc), or None when
     the periodic run is tried (it may still fall back if no period is found)."""
-    short = _short_microbatches(inp, schedule)
-    return short if isinstance(short, str) else None
-
-
-def _short_microbatches(inp: SimInput, schedule: Schedule) -> int | str:
-    """``M`` for the short run, or why there is none."""
     if type(schedule) is not OneFOneB or schedule.virtual_stages != 1:
         return f"schedule {schedule.name} is not 1F1B with one stage per rank"
-    short = schedule.stages + EXTRA_MICROBATCHES
+    short = short_microbatches(schedule.stages, 1)
     if inp.microbatches <= short + 1:
         return f"{inp.microbatches} micro-batches: too few to skip a period (needs > {short + 1})"
     why = asymmetry(inp)
@@ -118,11 +157,11 @@ def _short_microbatches(inp: SimInput, schedule: Schedule) -> int | str:
     plans = [p for row in inp.plans for p in row] + [
         p for rows in inp.tensor_plans for row in rows for p in row
     ]
-    if any(p.off_gpu or p.swap_bytes > 0 or p.fetch_bytes > 0 for p in plans):
+    if any(p.off_gpu for p in plans):
         return "a memory plan moves data off its GPU (swaps, offload or chunk fetches)"
     if _iterations(inp) * inp.microbatches != _backwards_on_rank0(inp):
         return "the program is not the schedule's (micro-batches differ)"
-    return short
+    return None
 
 
 def _iterations(inp: SimInput) -> int:
