@@ -54,7 +54,7 @@ def test_periodic_equals_full_uniform(p, m):
         inp, plans=tuple(tuple(replace(pl, optimizer_s=0.5) for pl in r) for r in inp.plans)
     )
     full, per, log, rep = _both(inp, p, m)
-    assert rep is not None and rep.count >= 1, log.meta["periodic"]
+    assert rep is not None and rep.repeats >= 1, log.meta["periodic"]
     assert log.meta["periodic"].startswith("periodic:")
     _assert_equal(full, per)
     # closed form of free-communication 1F1B: (m + p - 1)(f + b) + optimizer step

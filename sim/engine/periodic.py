@@ -64,11 +64,11 @@ class Repeated(NamedTuple):
 
     Attributes:
         events: one steady-state period's events (of the measured iteration).
-        count: how many such periods were left out of each iteration.
+        repeats: how many such periods were left out of each iteration.
     """
 
     events: tuple[Event, ...]
-    count: int
+    repeats: int
 
 
 def simulate_periodic(inp: SimInput, schedule: Schedule) -> tuple[EventLog, Repeated | None]:
