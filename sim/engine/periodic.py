@@ -35,6 +35,7 @@ The result equals the full simulation's iteration time and peaks up to float rou
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -42,7 +43,7 @@ from sim.engine.inputs import SimInput
 from sim.engine.period_check import REL_TOL, WINDOWS, Period, find_period
 from sim.engine.pipeline import simulate
 from sim.engine.symmetry import asymmetry
-from sim.events import Event, EventLog
+from sim.events import Event, EventLog, MemoryEvent
 from sim.schedules.base import Schedule
 from sim.schedules.one_f_one_b import OneFOneB
 
@@ -180,27 +181,21 @@ def _full(inp: SimInput, why: str) -> tuple[EventLog, None]:
 
 
 def _insert(log: EventLog, cuts: list[float], shifts: list[float]) -> None:
-    """Move everything after each cut by that cut's shift (cumulative): events by their
-    start, memory changes by their time, the iteration ends; in place."""
-
-    def moved(t: float) -> float:
-        out = t
-        for cut, shift in zip(cuts, shifts, strict=True):
-            if t >= cut:
-                out += shift
-        return out
-
-    log.events = [
-        e if e.start_s < cuts[0] else e._replace(start_s=moved(e.start_s), end_s=_end(e, moved))
-        for e in log.events
-    ]
-    log.memory = [
-        m if m.time_s < cuts[0] else m._replace(time_s=moved(m.time_s)) for m in log.memory
-    ]
-    log.iteration_ends_s = [moved(t) for t in log.iteration_ends_s]
-
-
-def _end(e: Event, moved) -> float:
-    """An event's end after the insertion: moved as its start is (an event that spans a cut
-    keeps its length: the inserted periods come after it)."""
-    return e.end_s + (moved(e.start_s) - e.start_s)
+    """Move everything after each cut (ascending) by that cut's shift, cumulatively: events
+    by their start (an event that spans a cut keeps its length: the inserted periods come
+    after it), memory changes by their time, the iteration ends; in place."""
+    total = [0.0]
+    for shift in shifts:
+        total.append(total[-1] + shift)
+    make, mem = Event._make, MemoryEvent._make
+    events = []
+    for e in log.events:
+        shift = total[bisect_right(cuts, e.start_s)]
+        events.append(e if not shift else make((*e[:4], e[4] + shift, e[5] + shift, *e[6:])))
+    log.events = events
+    memory = []
+    for m in log.memory:
+        shift = total[bisect_right(cuts, m.time_s)]
+        memory.append(m if not shift else mem((m[0] + shift, *m[1:])))
+    log.memory = memory
+    log.iteration_ends_s = [t + total[bisect_right(cuts, t)] for t in log.iteration_ends_s]
