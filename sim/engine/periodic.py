@@ -152,7 +152,7 @@ def why_not_periodic(inp: SimInput, schedule: Schedule) -> str | None:
     short = short_microbatches(schedule.stages, 1)
     if inp.microbatches <= short + 1:
         return f"{inp.microbatches} micro-batches: too few to skip a period (needs > {short + 1})"
-    why = asymmetry(inp)
+    why = None if inp.mirrored else asymmetry(inp)  # a mirrored input passed it already
     if why is not None:
         return why
     plans = [p for row in inp.plans for p in row] + [
