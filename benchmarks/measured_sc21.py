@@ -6,7 +6,8 @@ Table 1, with the micro-batch sizes and DDP implementation of NVIDIA/Megatron-LM
 :data:`MAX_SERVERS` DGX A100 servers becomes the configuration it measured: an analytic GPT
 trace (sequence 2048, vocabulary 51,200, fp16) timed by the kernel model on
 ``Nx-dgx-a100-80gb``, ``t``, ``p``, ``w = n / (t p)``, micro-batch ``b``, ``m = B / (b w)``,
-``recompute:full``, 1F1B, ``framework: megatron-lm-torch-ddp`` for ``--DDP-impl torch`` runs and
+``recompute:full``, 1F1B (interleaved 1F1B with the script's ``virtual_stages`` chunks per
+rank where ``--num-layers-per-virtual-pipeline-stage`` is set: 76B-530B), ``framework: megatron-lm-torch-ddp`` for ``--DDP-impl torch`` runs and
 ``megatron-lm`` for ``local`` ones. Both the measured and the predicted TFLOP/s per GPU use the
 paper's eq. 3, ``F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs per iteration.
 Nothing here is fitted: the rows are what the model predicts.
@@ -111,9 +112,11 @@ def _predict_one(row, servers: int) -> dict:
             "framework": framework,
         }
     )
+    virtual = int(getattr(row, "virtual_stages", 1))
     point = PointConfig(
         model=name,
-        schedule="1f1b",
+        schedule="interleaved_1f1b" if virtual > 1 else "1f1b",
+        virtual_stages=virtual,
         stages=int(row.pipeline_parallel),
         dp_width=int(row.data_parallel),
         microbatch_size=int(row.microbatch_size),

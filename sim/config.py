@@ -124,8 +124,18 @@ class ModelConfig(_Strict):
         "sweep.gpus): with stages and tensor_parallel it pins the GPU count a model runs on, "
         "e.g. one published configuration per model (experiments/megatron-scaling.yaml).",
     )
+    schedule: StrList | None = Field(
+        None,
+        description="Schedule name(s) for this model (overrides sweep.schedule), e.g. the "
+        "schedule a published run of this model used.",
+    )
+    virtual_stages: IntList | None = Field(
+        None,
+        description="Stage chunks per rank v for this model (overrides sweep.virtual_stages; "
+        "same rules).",
+    )
 
-    @field_validator("microbatch_size", "stages", "tensor_parallel", "dp_width")
+    @field_validator("microbatch_size", "stages", "tensor_parallel", "dp_width", "virtual_stages")
     @classmethod
     def _positive(cls, v: IntList | None) -> IntList | None:
         for x in as_list(v) if v is not None else []:

@@ -49,11 +49,15 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     sw = exp.sweep
     check_options(prep)
     framework = check_framework(exp.framework, file)
-    schedules = schedule_axis(sw, file)
+    schedules = [schedule_axis(sw, file, m, i) for i, m in enumerate(exp.models)]
     policies = _policy_axis(exp, file)
     tps, sps = tensor_axes(prep)
     par_axes = parallel_axes(prep)
-    _check_size(exp, [len(t) * len(sps) * len(par_axes) * len(policies) for t in tps], file)
+    per_model = [
+        len(s) * len(t) * len(sps) * len(par_axes) * len(policies)
+        for s, t in zip(schedules, tps, strict=True)
+    ]
+    _check_size(exp, per_model, file)
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
     axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
@@ -79,12 +83,7 @@ def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:
     """
     sw = exp.sweep
     size = sum(
-        len(as_list(sw.schedule))
-        * len(as_list(sw.virtual_stages))
-        * len(stages)
-        * len(widths)
-        * len(mbs)
-        * n
+        len(stages) * len(widths) * len(mbs) * n
         for (stages, widths, mbs), n in zip(
             map(model_axes, exp.models, [sw] * len(exp.models)), per_model, strict=True
         )
@@ -101,11 +100,11 @@ def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:
 @dataclass(frozen=True)
 class _Axes:
     """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
-    name as written, virtual stages)``, tensor (per model) and sequence parallelism, ``(expert parallel,
+    name as written, virtual stages)`` (per model), tensor (per model) and sequence parallelism, ``(expert parallel,
     context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
 
     framework: Framework
-    schedules: list[tuple[type[Schedule], str, int]]
+    schedules: list[list[tuple[type[Schedule], str, int]]]
     tps: list[list[int]]
     sps: list[bool]
     parallel: list[tuple[int, int, str, bool]]
@@ -125,7 +124,7 @@ def _model_points(
     gb = model.global_batch or exp.training.global_batch
     stages, widths, mbs = model_axes(model, sw)
     grid = itertools.product(
-        axes.schedules,
+        axes.schedules[mi],
         stages,
         widths,
         axes.tps[mi],

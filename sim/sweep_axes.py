@@ -19,21 +19,29 @@ from sim.schedules.errors import ScheduleError
 from sim.tensor.shard import model_shape, shape_problem
 
 
-def schedule_axis(sw: SweepConfig, file: str) -> list[tuple[type[Schedule], str, int]]:
-    """``(schedule class, name as written, virtual_stages)``: each ``sweep.schedule`` name
-    looked up once, in the product with ``sweep.virtual_stages``, or, where that is unset, with
-    the schedule's smallest ``v`` (1 or 2).
+def schedule_axis(
+    sw: SweepConfig, file: str, model: ModelConfig | None = None, index: int = 0
+) -> list[tuple[type[Schedule], str, int]]:
+    """``(schedule class, name as written, virtual_stages)``: each schedule name looked up
+    once, in the product with the virtual stages, or, where those are unset, with the
+    schedule's smallest ``v`` (1 or 2). The names are ``model.schedule`` where the model (at
+    ``models.<index>``) sets them, else ``sweep.schedule``; the virtual stages likewise
+    ``model.virtual_stages``, else ``sweep.virtual_stages``.
 
     Raises:
-        InputError: an unknown schedule name (naming ``sweep.schedule.<i>``).
+        InputError: an unknown schedule name (naming ``models.<index>.schedule.<i>`` or
+            ``sweep.schedule.<i>``).
     """
-    names = as_list(sw.schedule)
-    classes = [
-        check_schedule_name(n, file=file, field=f"sweep.schedule.{i}") for i, n in enumerate(names)
-    ]
-    if "virtual_stages" not in sw.model_fields_set:
+    own = model is not None and model.schedule is not None
+    names = as_list(model.schedule if own and model is not None else sw.schedule)
+    base = f"models.{index}.schedule" if own else "sweep.schedule"
+    classes = [check_schedule_name(n, file=file, field=f"{base}.{i}") for i, n in enumerate(names)]
+    if model is not None and model.virtual_stages is not None:
+        vs = as_list(model.virtual_stages)
+    elif "virtual_stages" in sw.model_fields_set:
+        vs = as_list(sw.virtual_stages)
+    else:
         return [(c, n, c.min_virtual_stages) for c, n in zip(classes, names, strict=True)]
-    vs = as_list(sw.virtual_stages)
     return [(c, n, v) for c, n in zip(classes, names, strict=True) for v in vs]
 
 

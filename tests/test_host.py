@@ -235,6 +235,44 @@ def test_kineto_import_counts_leaf_ops_per_layer(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     layer = read_kineto(path, microbatch_size=1).layers[0]
     assert (layer.fwd_ops, layer.bwd_ops) == (3.0, 4.0)
+    # no python_function events: the Python calls stay unknown (not zero)
+    assert layer.fwd_modules is None and layer.fwd_functions is None
+
+
+def test_kineto_import_counts_module_calls_and_function_applies(tmp_path):
+    # with_stack=True adds python_function events: in span "a" (0..100) the block's own call,
+    # two child modules and one custom Function's apply; a module call at 150 lies outside
+    # it, and the file/line frames are not calls: (3 modules, 1 Function).
+    import json
+
+    from sim.trace.kineto import read_kineto
+
+    def ev(name, cat, ts, dur, **args):
+        return dict(ph="X", cat=cat, name=name, pid=1, tid=1, ts=ts, dur=dur, args=args)
+
+    apply = "<built-in method apply of FunctionMeta object at 0x55aa>"
+    events = [
+        ev("a", "user_annotation", 0, 100),
+        ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
+        ev(
+            "autograd::engine::evaluate_function: ReluBackward0",
+            "cpu_op",
+            200,
+            20,
+            **{"Sequence number": 2},
+        ),
+        ev("aten::threshold_backward", "cpu_op", 205, 10),
+        ev("nn.Module: Block_0", "python_function", 1, 90),
+        ev("torch/nn/modules/module.py(1782): _call_impl", "python_function", 2, 80),
+        ev("nn.Module: Linear_0", "python_function", 10, 20),
+        ev("nn.Module: LayerNorm_0", "python_function", 35, 10),
+        ev(apply, "python_function", 48, 20),
+        ev("nn.Module: Linear_1", "python_function", 150, 20),
+    ]
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    layer = read_kineto(path, microbatch_size=1).layers[0]
+    assert (layer.fwd_modules, layer.fwd_functions) == (3.0, 1.0)
 
 
 def test_an_action_is_issued_layer_by_layer():

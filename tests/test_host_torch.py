@@ -11,7 +11,7 @@ from backends.torch.host_overhead import (  # noqa: E402
     host_overhead_yaml,
     measure_host_overhead,
 )
-from backends.torch.op_count import count_ops, layer_ops  # noqa: E402
+from backends.torch.op_count import count_ops, layer_calls, layer_ops  # noqa: E402
 from sim.hardware.spec import HostOverheadSpec  # noqa: E402
 
 
@@ -43,6 +43,41 @@ def test_op_counts_of_relu_of_a_linear_layer():
     assert count_ops(lambda: y.backward(g)) == 13
 
 
+class _Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # noqa: ANN001, ANN205
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: ANN001, ANN205
+        return g * 2
+
+
+class _Block(torch.nn.Module):
+    """Linear, then LayerNorm, then a custom Function applied twice, then GELU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.norm, self.act = (
+            torch.nn.Linear(4, 4),
+            torch.nn.LayerNorm(4),
+            torch.nn.GELU(),
+        )
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.act(_Double.apply(_Double.apply(self.norm(self.lin(x)))))
+
+
+def test_layer_calls_count_modules_and_function_applies():
+    # The block's own call and its three children: 4 module calls; two applies of _Double:
+    # 2 Function nodes. A lambda around the block counts the same (the hook sees module
+    # calls, not the callable); a bare tensor op makes neither.
+    block, x = _Block(), torch.randn(2, 4)
+    assert layer_calls(block, x) == (4, 2)
+    assert layer_calls(lambda h: block(h) + 1, x) == (4, 2)
+    assert layer_calls(lambda h: h * 3, x) == (0, 0)
+
+
 def test_profile_records_the_ops_of_each_layer():
     from backends.torch.models import as_spec, build_layers
     from backends.torch.profile import profile_model
@@ -56,6 +91,9 @@ def test_profile_records_the_ops_of_each_layer():
         float(n) for n in layer_ops(block, x)
     )
     assert all(layer.fwd_ops and layer.bwd_ops for layer in t.layers[1:])
+    # the block's module calls are recorded (nn.TransformerEncoderLayer and its children)
+    assert t.layers[1].fwd_modules == float(layer_calls(block, x)[0]) > 1
+    assert t.layers[1].fwd_functions == 0.0
 
 
 def test_calibrate_host_measurement_shape():

@@ -251,3 +251,32 @@ def test_sweep_default_virtual_stages_and_errors(tmp_path):
     file = _experiment(tmp_path, "{schedule: dualpipe_v, stages: 8}")  # m = 8 < 2p = 16
     with pytest.raises(InputError, match="2p = 16"):
         expand(prepare(load_experiment(file), file))
+
+
+def test_a_model_pins_its_own_schedule_and_virtual_stages(tmp_path):
+    # Two models under one sweep of 1F1B: "a" keeps the sweep's schedule, "b" pins the
+    # interleaved 1F1B with v = 2 and 3 (as experiments/megatron-scaling.yaml pins the SC'21
+    # runs' schedules); an unknown schedule in a model is reported under its own field.
+    from sim.config import load_experiment
+    from sim.experiment import prepare
+    from sim.sweep import expand
+
+    path = tmp_path / "e.yaml"
+    models = (
+        "models: [{name: a, trace: gnmt16, global_batch: 64, microbatch_size: 8},\n"
+        "  {name: b, trace: gnmt16, global_batch: 64, microbatch_size: 8,"
+        " schedule: interleaved_1f1b, virtual_stages: [2, 3]}]\n"
+    )
+    path.write_text(
+        f"name: e\nhardware: dgx1-v100-16gb\n{models}sweep: {{schedule: 1f1b, stages: 2}}\n"
+    )
+    points, _ = expand(prepare(load_experiment(str(path)), str(path)))
+    assert sorted((p.model, p.schedule, p.virtual_stages) for p in points) == [
+        ("a", "1f1b", 1),
+        ("b", "interleaved_1f1b", 2),
+        ("b", "interleaved_1f1b", 3),
+    ]
+    path.write_text(path.read_text().replace("interleaved_1f1b", "zigzag"))
+    with pytest.raises(InputError) as err:
+        expand(prepare(load_experiment(str(path)), str(path)))
+    assert err.value.field == "models.1.schedule.0"

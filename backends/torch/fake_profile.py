@@ -17,7 +17,9 @@ no memory, no compute, any model size) and, for every layer of the chain (:mod:`
   loss);
 * ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward and the backward,
   counted by :func:`backends.torch.op_count.layer_ops` under fake tensors, exactly as the real
-  profiler counts them (:mod:`sim.compute.host`).
+  profiler counts them (:mod:`sim.compute.host`); ``fwd_modules`` / ``fwd_functions``: the
+  forward's ``nn.Module`` calls and ``autograd.Function`` applies
+  (:func:`backends.torch.op_count.layer_calls`), the Python the host runs around those ops.
 
 :func:`op_time_s` is a roofline at the preset's peak (``gpu.peak_flops``: dense fp16/bf16 tensor
 peak; ``gpu.hbm_bandwidth``; hardware.md §1). It is the one place where the compute model
@@ -40,7 +42,7 @@ from torch.utils.flop_counter import flop_registry
 from backends.torch.flops import cpu_attention_flops
 from backends.torch.layer_chain import chain_layers, run_layer
 from backends.torch.memory import tensor_bytes
-from backends.torch.op_count import layer_ops
+from backends.torch.op_count import layer_calls, layer_ops
 from backends.torch.shared_params import counted_once
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs
@@ -186,6 +188,7 @@ def _fake_layer(
         with bwd:
             torch.autograd.backward(y, grad)
     fwd_ops, bwd_ops = layer_ops(fn, x)  # as the real profiler counts, gradients now held
+    modules, functions = layer_calls(fn, x)
     return LayerProfile(
         name=name,
         fwd_s=fwd.time_s,
@@ -196,6 +199,8 @@ def _fake_layer(
         flops=fwd.flops,
         fwd_ops=float(fwd_ops),
         bwd_ops=float(bwd_ops),
+        fwd_modules=float(modules),
+        fwd_functions=float(functions),
     )
 
 

@@ -41,9 +41,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from backends.torch.models import Block, ModelSpec
-from backends.torch.op_count import count_ops, layer_ops
+from backends.torch.op_count import count_module_calls, count_ops, layer_ops
 from backends.torch.profile import cpu_model_name
-from backends.torch.python_overhead import count_module_calls, measure_python_overhead
+from backends.torch.python_overhead import measure_python_overhead
 
 TINY = ModelSpec(name="host-probe", kind="gpt", layers=1, hidden=64, heads=4, seq_len=8)
 """The probe block's size: small enough that its kernels take about a microsecond."""

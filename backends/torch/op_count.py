@@ -7,6 +7,13 @@ ops (``c10d``, ``_c10d_functional``). The forward is counted with autograd recor
 backward counts what the autograd engine dispatches (the dispatch mode follows the engine's
 threads through PyTorch's thread-local state). This is the unit :mod:`sim.compute.host` charges
 per op and :mod:`sim.compute.megatron_ops` counts by reading code.
+
+The Python around the ops is counted too (``fwd_modules``, ``fwd_functions`` of a trace, charged
+per call by :meth:`sim.compute.host.HostOverhead.calls_s`): ``nn.Module`` calls by a global
+forward pre-hook (``torch.nn.modules.module.register_module_forward_pre_hook``), and custom
+``autograd.Function`` applies by the nodes they leave in the autograd graph (each apply that
+records a graph makes one node of a ``torch.autograd.function.BackwardCFunction`` subclass).
+An apply whose outputs need no gradient leaves no node and is not counted.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
+from torch.autograd.function import BackwardCFunction
 from torch.utils._python_dispatch import TorchDispatchMode
 
 COUNTED = ("aten", "c10d", "_c10d_functional")
@@ -60,3 +69,48 @@ def layer_ops(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tu
     grad = torch.ones_like(y)
     bwd = count_ops(lambda: torch.autograd.backward(y, grad))
     return fwd, bwd
+
+
+def count_module_calls(run: Callable[[], object]) -> int:
+    """``nn.Module`` calls made by ``run()`` (a global forward pre-hook counts them)."""
+    calls = [0]
+
+    def hook(module: nn.Module, args: object) -> None:
+        calls[0] += 1
+
+    handle = nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return calls[0]
+
+
+def count_function_nodes(y: torch.Tensor) -> int:
+    """Custom ``autograd.Function`` nodes in ``y``'s autograd graph (module doc): a walk from
+    ``y.grad_fn`` over ``next_functions``, each node once; 0 when ``y`` has no graph."""
+    seen: set[int] = set()
+    stack = [y.grad_fn]
+    functions = 0
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        functions += isinstance(node, BackwardCFunction)
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return functions
+
+
+def layer_calls(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[int, int]:
+    """``(nn.Module calls, autograd.Function applies)`` of one forward of ``fn`` on ``x`` with
+    autograd recording (module doc); ``x`` is detached, so the walk stops at the layer's input.
+    ``fn`` itself counts as a call when it is a module."""
+    x = x.detach().requires_grad_(x.is_floating_point())
+    out: dict[str, torch.Tensor] = {}
+
+    def forward() -> None:
+        out["y"] = fn(x)
+
+    modules = count_module_calls(forward)
+    return modules, count_function_nodes(out["y"])

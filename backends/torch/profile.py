@@ -19,6 +19,9 @@ layers' output for one micro-batch):
 * ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward (autograd recording on)
   and the backward, counted by a ``TorchDispatchMode`` in an untimed run
   (:mod:`backends.torch.op_count`): what the host model charges per op (:mod:`sim.compute.host`).
+* ``fwd_modules`` / ``fwd_functions``: the forward's ``nn.Module`` calls and custom
+  ``autograd.Function`` applies (:func:`backends.torch.op_count.layer_calls`), which the host
+  model charges per call.
 
 Several micro-batch sizes (``sim profile -b 1 -b 2 -b 4``): :func:`merge_sizes` combines one
 trace per size into one trace whose ``profiles`` hold the other sizes; the engine interpolates
@@ -49,7 +52,7 @@ from backends.torch.attention import attention_kernel
 from backends.torch.flops import flop_counter
 from backends.torch.memory import SavedBytes, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
-from backends.torch.op_count import layer_ops
+from backends.torch.op_count import layer_calls, layer_ops
 from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 
@@ -166,6 +169,7 @@ def _profile_layer(
     with flop_counter() as counter:
         fn(x)
     fwd_ops, bwd_ops = layer_ops(fn, x)
+    modules, functions = layer_calls(fn, x)
     return LayerProfile(
         name=name,
         fwd_s=fwd_s,
@@ -178,6 +182,8 @@ def _profile_layer(
         flops=float(counter.get_total_flops()),
         fwd_ops=float(fwd_ops),
         bwd_ops=float(bwd_ops),
+        fwd_modules=float(modules),
+        fwd_functions=float(functions),
     )
 
 

@@ -118,18 +118,3 @@ def measure_python_overhead(*, inner: int = 200, reps: int = 7) -> dict[str, flo
         "function_s": max(0.0, apply_s - view_s),
         "function_backward_s": max(0.0, (with_chain - root_only) / CHAIN),
     }
-
-
-def count_module_calls(run: Callable[[], object]) -> int:
-    """``nn.Module`` calls made by ``run()`` (a global forward pre-hook counts them)."""
-    calls = [0]
-
-    def hook(module: nn.Module, args: Any) -> None:
-        calls[0] += 1
-
-    handle = nn.modules.module.register_module_forward_pre_hook(hook)
-    try:
-        run()
-    finally:
-        handle.remove()
-    return calls[0]

@@ -24,6 +24,12 @@ per-layer trace:
   evaluate_function spans, that contain no other operator event (the calls that reach a
   kernel or a view: a composite such as ``aten::linear`` counts through its children, as a
   ``TorchDispatchMode`` counts); median over occurrences.
+* **Python calls** (``fwd_modules``, ``fwd_functions``): with ``with_stack=True`` (or
+  ``with_modules``) torch records ``python_function`` events: ``nn.Module: Name_k`` for each
+  module call and ``<built-in method apply of FunctionMeta ...>`` for each custom
+  ``autograd.Function`` apply; those inside the layer's forward span on its thread are counted
+  (median over occurrences). Without ``python_function`` events the counts stay unset and the
+  host model charges no Python for the layer (the provenance says so).
 * **Bytes** (``param_bytes``, ``act_bytes``, ``out_bytes``, ``flops``) are not in a Kineto
   trace: ``bytes_from`` (a native trace of the same model, e.g. from ``sim profile --model ...
   --for-gpu``) supplies them by layer name, scaled to the micro-batch size; without it they are
@@ -49,6 +55,8 @@ from sim.textio import MAX_TEXT_BYTES, decode_text, read_text
 from sim.trace.schema import LayerProfile, Trace
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+MODULE_PREFIX = "nn.Module: "
+FUNCTION_PREFIX = "<built-in method apply of FunctionMeta"
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -171,6 +179,7 @@ class _Index:
         self.backward: dict[int, list[_Span]] = defaultdict(list)
         self.launches: dict[Any, list[tuple[float, int]]] = defaultdict(list)
         self.kernel_us: dict[int, float] = defaultdict(float)
+        self.python: dict[Any, list[tuple[float, str]]] = defaultdict(list)
         for e in events:
             cat, args = e.get("cat"), e.get("args") or {}
             if cat == "cpu_op":
@@ -184,6 +193,11 @@ class _Index:
                 self.launches[e.get("tid")].append((float(e["ts"]), int(args["correlation"])))
             elif cat in GPU_CATS and "correlation" in args:
                 self.kernel_us[int(args["correlation"])] += float(e.get("dur", 0.0))
+            elif cat == "python_function":
+                name = str(e.get("name", ""))
+                if name.startswith((MODULE_PREFIX, FUNCTION_PREFIX)):
+                    self.python[e.get("tid")].append((float(e["ts"]), name))
+        self.has_python = any(e.get("cat") == "python_function" for e in events)
         self.gpu = bool(self.kernel_us)
         self.leaves = {tid: _leaf_starts(ops) for tid, ops in self.ops.items()}
 
@@ -193,6 +207,12 @@ class _Index:
         lo = bisect.bisect_left(leaves[0], span.start_us)
         hi = bisect.bisect_right(leaves[0], span.end_us)
         return sum(1 for end in leaves[1][lo:hi] if end <= span.end_us)
+
+    def calls_in(self, span: _Span) -> tuple[int, int]:
+        """``(module calls, Function applies)`` starting inside ``span`` on its thread."""
+        names = [n for t, n in self.python.get(span.tid, []) if span.start_us <= t <= span.end_us]
+        modules = sum(n.startswith(MODULE_PREFIX) for n in names)
+        return modules, sum(n.startswith(FUNCTION_PREFIX) for n in names)
 
     def seqs_in(self, span: _Span) -> set[int]:
         return {
@@ -274,10 +294,13 @@ def read_kineto(
     ref = bytes_from.scaled_to_microbatch(microbatch_size) if bytes_from else None
     out = []
     for i, (layer, occurrences) in enumerate(spans.items()):
-        fwd, bwd, fwd_ops, bwd_ops = [], [], [], []
+        fwd, bwd, fwd_ops, bwd_ops, modules, functions = [], [], [], [], [], []
         for span in occurrences:
             fwd.append(index.busy_us(span))
             fwd_ops.append(index.ops_in(span))
+            calls = index.calls_in(span)
+            modules.append(calls[0])
+            functions.append(calls[1])
             nodes = [b for q in index.seqs_in(span) for b in index.backward.get(q, [])]
             bwd.append(sum(index.busy_us(b) for b in nodes))
             bwd_ops.append(sum(index.ops_in(b) for b in nodes))
@@ -296,6 +319,8 @@ def read_kineto(
                 bwd_s=statistics.median(bwd) * 1e-6,
                 fwd_ops=float(statistics.median(fwd_ops)),
                 bwd_ops=float(statistics.median(bwd_ops)),
+                fwd_modules=float(statistics.median(modules)) if index.has_python else None,
+                fwd_functions=float(statistics.median(functions)) if index.has_python else None,
                 **_bytes_for(layer, i, ref, len(spans)),
             )
         )
@@ -305,6 +330,9 @@ def read_kineto(
         "file": file,
         "timing": "GPU kernel time per layer" if index.gpu else "CPU wall time per layer",
         "occurrences_per_layer": steps,
+        "python_calls": "fwd_modules/fwd_functions from python_function events"
+        if index.has_python
+        else "no python_function events (profile with_stack=True to count module calls)",
         "notes": "forward: record_function spans; backward: autograd evaluate_function events "
         "matched by sequence number; median over occurrences; "
         + (
