@@ -8,12 +8,14 @@ of the last ones, and every rate is measured over it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.events import (
     COLLECTIVE_KINDS,
     GROUP_KINDS,
     MEMORY_MOVE_KINDS,
+    Event,
     EventKind,
     EventLog,
     Stream,
@@ -117,6 +119,7 @@ def compute_metrics(
     samples_per_step: int,
     tensor_parallel: int = 1,
     fill_microbatches: int | None = None,
+    repeated: tuple[Sequence[Event], int] | None = None,
 ) -> Metrics:
     """Metrics of ``log`` (see :class:`Metrics`).
 
@@ -129,6 +132,9 @@ def compute_metrics(
         tensor_parallel: ``t``: each tensor-parallel collective is logged on its ``t`` GPUs.
         fill_microbatches: stage 0's warm-up forwards when more than ``stages``
             (:func:`iterations_needed`).
+        repeated: ``(events, count)``: the steady-state periods a periodic run left out of
+            ``log`` (:class:`sim.engine.periodic.Repeated`): ``events`` are counted ``count`` times, inside the
+            window (``log``'s iteration ends already include them).
     """
     t0, t1, steps = steady_window(
         log.iteration_ends_s, stages, microbatches, synchronous, fill_microbatches
@@ -145,23 +151,18 @@ def compute_metrics(
     copies = mirror["replicas"] * mirror["tensor_ranks"] if mirror else 1
     tp_logged = 1 if mirror else tensor_parallel
     dp_copies = mirror["tensor_ranks"] if mirror else 1  # one DP communicator per tensor rank
+    weights = (copies, tp_logged, dp_copies)
     for e in log.events:
         lo, hi = max(e.start_s, t0), min(e.end_s, t1)
         if hi <= lo and not (e.start_s == e.end_s and t0 <= e.start_s < t1):
             continue
-        frac = (hi - lo) / e.duration_s if e.duration_s > 0 else 1.0
-        if e.kind in busy:
-            busy[e.kind] += hi - lo
-        elif e.kind in MEMORY_MOVE_KINDS:
-            moved["swap"] += e.nbytes * frac
-        elif e.kind == EventKind.TRANSFER:
-            moved["comm"] += e.nbytes * frac * copies
-        elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
-            moved["comm"] += (
-                e.nbytes * frac * (1 / tp_logged if e.stream == Stream.TP else dp_copies)
-            )
-        elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0 sends (its own bytes)
-            moved["comm"] += e.nbytes * frac
+        _account(
+            e, hi - lo, (hi - lo) / e.duration_s if e.duration_s > 0 else 1.0, busy, moved, weights
+        )
+    if repeated is not None:  # sim.engine.periodic: whole steady-state periods left out of the log
+        events, count = repeated
+        for e in events:
+            _account(e, e.duration_s * count, float(count), busy, moved, weights)
     n = max(len(gpus), 1)
     bubble = 1.0 - (busy[EventKind.COMPUTE] + busy[EventKind.RECOMPUTE]) / (n * span)
     peaks = dict(log.meta.get("peak_bytes", {}))
@@ -181,3 +182,19 @@ def compute_metrics(
         stall_s=busy[EventKind.STALL] * copies / steps,
         comm_bytes=moved["comm"] / steps,
     )
+
+
+def _account(e: Event, busy_s: float, frac: float, busy: dict, moved: dict, weights: tuple) -> None:
+    """Add ``e``'s ``busy_s`` seconds (in the window) and ``frac`` of its bytes to ``busy`` and
+    ``moved`` (:func:`compute_metrics`); ``weights``: ``(copies, tp_logged, dp_copies)``."""
+    copies, tp_logged, dp_copies = weights
+    if e.kind in busy:
+        busy[e.kind] += busy_s
+    elif e.kind in MEMORY_MOVE_KINDS:
+        moved["swap"] += e.nbytes * frac
+    elif e.kind == EventKind.TRANSFER:
+        moved["comm"] += e.nbytes * frac * copies
+    elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
+        moved["comm"] += e.nbytes * frac * (1 / tp_logged if e.stream == Stream.TP else dp_copies)
+    elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0 sends (its own bytes)
+        moved["comm"] += e.nbytes * frac

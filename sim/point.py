@@ -16,6 +16,7 @@ from sim.compute.megatron_ops import stage_tensors
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
+from sim.engine.periodic import Repeated, simulate_periodic
 from sim.engine.symmetry import mirrored
 from sim.errors import InputError
 from sim.events import EventLog
@@ -384,7 +385,7 @@ def _once_per_gpu(schedule: Schedule, stage: int, plan):
 
 def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
     """Simulate a resolved point and compute its metrics."""
-    log = simulate(res.sim_input)
+    log, repeated = _simulate(res)
     p = res.point
     metrics = compute_metrics(
         log,
@@ -394,6 +395,7 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
         fill_microbatches=res.schedule.fill_microbatches(),
         samples_per_step=p.microbatches * p.microbatch_size * p.dp_width,
         tensor_parallel=p.tensor_parallel,
+        repeated=repeated,
     )
     log.meta.update(
         boundaries=list(res.boundaries),
@@ -401,9 +403,20 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
         schedule=p.schedule,
         microbatches=p.microbatches,
         policy_notes=policy_notes(res),
-        compute_notes=list(res.compute_notes),
+        compute_notes=[
+            *res.compute_notes,
+            *([log.meta["periodic"]] if "periodic" in log.meta else []),
+        ],
     )
     return metrics, log
+
+
+def _simulate(res: Resolved) -> tuple[EventLog, Repeated | None]:
+    """The engine's log of ``res``: a mirrored point (:mod:`sim.engine.symmetry`) runs its
+    steady state periodically where it can (:mod:`sim.engine.periodic`), any other in full."""
+    if res.sim_input.mirrored:
+        return simulate_periodic(res.sim_input, res.schedule)
+    return simulate(res.sim_input), None
 
 
 def placement_json(res: Resolved) -> list:

@@ -17,7 +17,7 @@ from sim.point_config import PointConfig
 from sim.sweep import expand
 from sim.tensor.groups import tensor_groups
 from sim.tensor.megatron import AG, AR, RS, korthikanti_act_bytes
-from sim.tensor.shard import shard_trace
+from sim.tensor.shard import measured_overheads, shard_trace
 from sim.trace.generator import transformer_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,3 +339,50 @@ def test_each_tensor_parallel_module_adds_its_measured_overhead(sp, per_block):
         assert over[block].bwd_input_s - base[block].bwd_input_s == pytest.approx(per_block * 3e-3)
         assert over[block].bwd_weight_s == base[block].bwd_weight_s
     assert over[0].fwd_s - base[0].fwd_s == pytest.approx(1e-3)  # the vocabulary-split embedding
+
+
+def _with_measured(trace, entries):
+    from dataclasses import replace
+
+    return replace(trace, provenance={**trace.provenance, "tensor_parallel_overhead": entries})
+
+
+def _entry(t=2, sp=False, b=1, fwd=7e-3, bwd=11e-3, kind="block"):
+    return {"tensor_parallel": t, "sequence_parallel": sp, "microbatch_size": b,
+            f"{kind}_fwd_s": fwd, f"{kind}_bwd_s": bwd}  # fmt: skip
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_a_layers_measured_overhead_replaces_the_per_module_one(sp):
+    """A trace that records a layer kind's overhead at this t, sp and micro-batch size
+    (`sim profile --tensor-parallel`) is charged it once per layer of that kind, forward and
+    backward, in place of the per-module overhead; a kind it does not record (here the
+    embedding) keeps the per-module one."""
+    base = shard_trace(gpt(b=1, s=1024), 2, sp, H100).trace.layers
+    entry = {**_entry(sp=sp), **_entry(sp=sp, fwd=2e-3, bwd=5e-3, kind="head")}
+    trace = _with_measured(gpt(b=1, s=1024), [_entry(sp=not sp, fwd=1.0), entry])
+    over = shard_trace(trace, 2, sp, H100, (1e-3, 3e-3)).trace.layers
+    for i in (1, 2, 3, 4):  # the blocks
+        assert over[i].fwd_s - base[i].fwd_s == pytest.approx(7e-3)
+        assert over[i].bwd_s - base[i].bwd_s == pytest.approx(11e-3)
+    assert over[-1].fwd_s - base[-1].fwd_s == pytest.approx(2e-3)
+    assert over[-1].bwd_s - base[-1].bwd_s == pytest.approx(5e-3)
+    assert over[0].fwd_s - base[0].fwd_s == pytest.approx(1e-3)
+
+
+def test_a_measured_overhead_at_another_size_or_degree_is_not_used():
+    """Entries for another micro-batch size or tensor-parallel degree leave the per-module
+    overhead in place (4 modules per block without sequence parallelism)."""
+    base = shard_trace(gpt(b=1, s=1024), 2, False, H100).trace.layers
+    trace = _with_measured(gpt(b=1, s=1024), [_entry(b=2), _entry(t=4)])
+    over = shard_trace(trace, 2, False, H100, (1e-3, 3e-3)).trace.layers
+    assert over[1].fwd_s - base[1].fwd_s == pytest.approx(4 * 1e-3)
+    assert over[1].bwd_s - base[1].bwd_s == pytest.approx(4 * 3e-3)
+
+
+def test_a_measured_overhead_does_not_follow_a_trace_to_another_device():
+    """The overhead was measured on the profiling machine's ranks: a trace scaled to another
+    device (by peak FLOP/s) drops it, and the per-module overhead applies again."""
+    trace = _with_measured(gpt(b=1, s=1024), [_entry()])
+    assert measured_overheads(trace, 2, False) == {"block": (7e-3, 11e-3)}
+    assert measured_overheads(trace.scaled_to_device(1.0, 2.0, "other"), 2, False) == {}

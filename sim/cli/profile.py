@@ -15,7 +15,9 @@ import typer
 from rich.markup import escape
 
 from backends.torch.devices import check_device, check_device_name
+from backends.torch.launch import ReplayError
 from backends.torch.profile_concurrent import profile_concurrent
+from backends.torch.tp_overhead import with_tp_overhead
 from backends.torch.user_cli import profile_user
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, need_torch, out
@@ -25,6 +27,27 @@ from sim.errors import InputError
 from sim.trace.schema import Trace
 
 DTYPES = ("fp32", "fp16", "bf16")
+
+
+def check_tp_options(spec: dict, t: int, device: str) -> None:
+    """Refuse ``--tensor-parallel t`` where the replay could not split the model.
+
+    Raises:
+        InputError: not a CPU device or a GPT, or ``t`` does not divide the heads, the FFN
+            width or the vocabulary (the checks of
+            :func:`backends.torch.tensor_parallel.tp_problem`, which imports torch).
+    """
+    if device != "cpu":
+        raise InputError(f"--tensor-parallel measures gloo ranks on cpu, not {device}",
+                         field="--tensor-parallel")  # fmt: skip
+    if spec["kind"] != "gpt":
+        raise InputError(f"--tensor-parallel measures GPT models, not {spec['kind']!r}",
+                         field="--tensor-parallel")  # fmt: skip
+    for what, n in (("heads", spec["heads"]), ("FFN width", 4 * spec["hidden"]),
+                    ("vocab", spec["vocab"])):  # fmt: skip
+        if n % t:
+            raise InputError(f"tensor_parallel {t} must divide the model's {what} ({n})",
+                             field="--tensor-parallel")  # fmt: skip
 
 
 def check_options(
@@ -213,6 +236,16 @@ def profile(
         help="With --model: seconds your code (building, running and profiling the model) may "
         "take before it is stopped and reported.",
     ),
+    tensor_parallel: int = typer.Option(
+        None,
+        "--tensor-parallel",
+        min=2,
+        help="GPT on CPU: also measure what a block split over this many gloo ranks costs "
+        "beyond its share of the compute and its collectives, in the replay's layout (ranks x "
+        "cores/ranks threads), at every -b, with and without sequence parallelism; recorded "
+        "as provenance.tensor_parallel_overhead and charged by tensor-parallel simulations.",
+        show_default="not measured",
+    ),
     attention: str = typer.Option(
         None,
         help="GPT/BERT: force the attention kernel, flash or math (torch SDPA); recorded "
@@ -222,6 +255,9 @@ def profile(
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
     user = bool(model or for_gpu)
+    if tensor_parallel and user:
+        raise InputError("--tensor-parallel measures the GPT/BERT models of --layers/--hidden, "
+                         "not --model or --for-gpu", field="--tensor-parallel")  # fmt: skip
     check_model_choice(model, for_gpu, loss, seq_len)
     check_options(out_path, kind=kind, name=name, dtype=dtype, device=device, hidden=hidden,
                   heads=heads, attention=attention, user_model=user)  # fmt: skip
@@ -241,6 +277,8 @@ def profile(
         return
     spec = dict(name=name or out_path.name, kind=kind, layers=model_layers(layers),
                 hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)  # fmt: skip
+    if tensor_parallel:
+        check_tp_options(spec, tensor_parallel, device)
     try:
         trace = profile_concurrent(spec, copies=concurrent, microbatch_sizes=microbatch_size or [4],
                                    device=device, dtype=dtype or "fp32", reps=reps,
@@ -249,5 +287,13 @@ def profile(
                                    attention=attention, path=out_path)  # fmt: skip
     except ValueError as exc:
         raise InputError(str(exc), field="model options") from None
+    if tensor_parallel:
+        try:
+            trace = with_tp_overhead(trace, spec, tensor_parallel, reps=reps, path=out_path)
+        except ReplayError as exc:
+            first = str(exc).splitlines()[0]
+            err.print(f"[bold red]error:[/] --tensor-parallel: {escape(first)} (the trace is "
+                      "written without provenance.tensor_parallel_overhead)", highlight=False)  # fmt: skip
+            raise typer.Exit(1) from None
     measured = f"; also measured b={sorted(trace.profiles)}" if trace.profiles else ""
     out.print(escape(_summary(trace, out_path, 2) + measured), highlight=False)

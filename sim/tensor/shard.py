@@ -21,7 +21,15 @@
 * **per-module overhead**: each tensor-parallel module of the layer
   (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured forward overhead to
   the forward and its backward overhead to the input-gradient backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
-  ``sim calibrate`` measured it: Megatron's tensor parallelism has none).
+  ``sim calibrate`` measured it: Megatron's tensor parallelism has none). A layer whose trace
+  records its own measured overhead at this ``t``, sequence parallelism and micro-batch size
+  (``provenance.tensor_parallel_overhead``, written by ``sim profile --tensor-parallel``:
+  :func:`measured_overheads`) is charged that instead, per layer of each measured kind
+  (embedding, block, head): the sharded layer's forward and backward on ``t`` ranks in the
+  replay's layout minus the rank's share as plain tensors minus its collectives timed alone
+  (:mod:`backends.torch.tp_layer_profile`), which holds what the tiny-linear calibration misses
+  (the dispatch of every DTensor op of a real layer, the unfused bias adds and redistribution
+  copies, collectives waiting for the peer).
 * **host ops**: each collective is one more op the host issues (``fwd_ops``/``bwd_ops``, when
   the trace has them): the ``all_reduce`` (or all-gather, reduce-scatter) call of Megatron's
   ``mappings.py`` functions, which at ``t = 1`` return their input (already counted).
@@ -103,6 +111,25 @@ def shape_problem(trace: Trace, t: int, sp: bool) -> str:
     return ""
 
 
+def measured_overheads(trace: Trace, t: int, sp: bool) -> dict[str, tuple[float, float]]:
+    """``{kind: (forward_s, backward_s)}`` each tensor-parallel layer kind (``embedding``,
+    ``block``, ``head``) adds beyond its share of the compute and its collectives, as measured
+    for this trace at ``t``, ``sp`` and the trace's micro-batch size
+    (``provenance.tensor_parallel_overhead`` entries with ``tensor_parallel``,
+    ``sequence_parallel``, ``microbatch_size`` and ``<kind>_fwd_s``, ``<kind>_bwd_s``); kinds
+    without a measurement are left out (module doc)."""
+    entries = (trace.provenance or {}).get("tensor_parallel_overhead") or []
+    for e in entries if isinstance(entries, list) else []:
+        key = (e.get("tensor_parallel"), bool(e.get("sequence_parallel")), e.get("microbatch_size"))
+        if key == (t, sp, trace.microbatch_size):
+            return {
+                kind: (float(e[f"{kind}_fwd_s"]), float(e[f"{kind}_bwd_s"]))
+                for kind in ("embedding", "block", "head")
+                if f"{kind}_fwd_s" in e and f"{kind}_bwd_s" in e
+            }
+    return {}
+
+
 def _block_shape(shape: dict[str, Any]) -> BlockShape:
     h = int(shape["hidden"])
     return BlockShape(
@@ -153,10 +180,13 @@ def _shard_layer(
     t: int,
     sp: bool,
     overhead: tuple[float, float] = (0.0, 0.0),
+    measured: tuple[float, float] | None = None,
 ) -> LayerProfile:
     kf, ki, kw, kb = ratios
     mods = parallel_modules(kind, sp)
     extra_f, extra_b = mods * overhead[0], mods * overhead[1]
+    if measured is not None:
+        extra_f, extra_b = measured
     s, h = int(shape["seq_len"]), int(shape["hidden"])
     bi: float | None = None
     bw: float | None = None
@@ -215,7 +245,8 @@ def shard_trace(
         sp: sequence parallelism.
         spec: the GPU whose compute model gives the time ratios; None: every phase ``/ t``.
         overhead: ``(forward, backward)`` seconds per tensor-parallel module
-            (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`; module doc).
+            (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`; module doc); a layer
+            kind with a measured overhead (:func:`measured_overheads`) is charged that instead.
 
     Raises:
         ValueError: :func:`shape_problem` says why the trace cannot be split ``t`` ways.
@@ -238,15 +269,21 @@ def shard_trace(
         ft, it, wt = _layer_times(kind, shape, b, t, sp, spec, trace.dtype)
         ratios[kind] = (_ratio(ft, f1), _ratio(it, i1), _ratio(wt, w1), _ratio(it + wt, i1 + w1))
     layers, comm = [], []
+    measured = measured_overheads(trace, t, sp)
     for layer in trace.layers:
         kind = layer_kind(layer.name)
         comm.append(_comm(kind, b, s, h, d, t, sp))
-        layers.append(
-            _with_comm_ops(
-                _shard_layer(layer, kind, ratios[kind], shape, b, d, t, sp, overhead), comm[-1]
-            )
+        sharded = _shard_layer(
+            layer, kind, ratios[kind], shape, b, d, t, sp, overhead, measured.get(kind)
         )
+        layers.append(_with_comm_ops(sharded, comm[-1]))
     how = f"t={t}{' with sequence parallelism' if sp else ''}"
+    if measured:
+        how += (
+            "; overhead measured per layer ("
+            + ", ".join(f"{k} {fw * 1e3:.2f}/{bw * 1e3:.2f} ms" for k, (fw, bw) in measured.items())
+            + ")"
+        )
     prov = {**trace.provenance, "tensor_parallel": how}
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
     return ShardedTrace(out, tuple(comm), t, sp)

@@ -310,6 +310,7 @@ class Trace:
         )
         prov = dict(self.provenance)
         prov["scaled_to_device"] = f"{self.device} -> {device} by peak FLOP/s ratio {k:.4f}"
+        prov.pop("tensor_parallel_overhead", None)  # measured on this device's ranks only
         return replace(self, layers=layers, device=device, provenance=prov, profiles={})
 
 

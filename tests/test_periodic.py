@@ -1,0 +1,178 @@
+"""Periodic steady state (sim.engine.periodic): a long 1F1B pipeline simulated over p + 8
+micro-batches with the missing steady-state periods inserted gives the full simulation's
+iteration time, bubble, sums and peak memory; every case it cannot handle falls back to the
+full simulation and says why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim import api
+from sim.engine import simulate
+from sim.engine.period_check import find_period
+from sim.engine.periodic import short_microbatches, simulate_periodic
+from sim.metrics import compute_metrics
+from sim.schedules.gpipe import GPipe
+from sim.schedules.one_f_one_b import OneFOneB
+from tests.helpers import small_gpt_csv, uniform_input
+
+REL = 1e-11  # float rounding of sums of many durations (sim.engine.period_check.REL_TOL)
+
+
+def _metrics(log, p, m, repeated=None):
+    return compute_metrics(
+        log, stages=p, microbatches=m, synchronous=True, samples_per_step=m, repeated=repeated
+    )
+
+
+def _both(inp, p, m):
+    """(full metrics, periodic metrics, periodic log, repeated) of ``inp``."""
+    full = _metrics(simulate(inp), p, m)
+    log, rep = simulate_periodic(inp, OneFOneB(p, m))
+    return full, _metrics(log, p, m, rep), log, rep
+
+
+def _assert_equal(full, per):
+    assert per.iteration_time_s == pytest.approx(full.iteration_time_s, rel=REL)
+    assert per.peak_memory_bytes == full.peak_memory_bytes
+    assert {d: full.peak_by_device[d] for d in per.peak_by_device} == per.peak_by_device
+    assert per.bubble_fraction == pytest.approx(full.bubble_fraction, rel=1e-9, abs=1e-12)
+    assert per.comm_bytes == pytest.approx(full.comm_bytes, rel=REL)
+    assert per.recompute_s == pytest.approx(full.recompute_s, rel=REL)
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 32), (4, 64), (8, 128), (16, 128)])
+def test_periodic_equals_full_uniform(p, m):
+    inp = uniform_input(
+        "1f1b", p, m, fwd_s=1.0, bwd_s=2.0, out_bytes=3e6, act_bytes=1e6, iterations=2
+    )
+    inp = replace(
+        inp, plans=tuple(tuple(replace(pl, optimizer_s=0.5) for pl in r) for r in inp.plans)
+    )
+    full, per, log, rep = _both(inp, p, m)
+    assert rep is not None and rep.repeats >= 1, log.meta["periodic"]
+    assert log.meta["periodic"].startswith("periodic:")
+    _assert_equal(full, per)
+    # closed form of free-communication 1F1B: (m + p - 1)(f + b) + optimizer step
+    if p == 4 and m == 16:
+        assert full.iteration_time_s == pytest.approx((m + p - 1) * 3.0 + 0.5, rel=1e-12)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    p=st.integers(2, 6),
+    extra=st.integers(2, 30),
+    fwd=st.floats(0.1, 3.0),
+    bwd=st.floats(0.1, 6.0),
+    out_mb=st.sampled_from([0.0, 1.0, 50.0]),
+)
+def test_periodic_equals_full_property(p, extra, fwd, bwd, out_mb):
+    m = short_microbatches(p, 1) + extra
+    inp = uniform_input(
+        "1f1b", p, m, fwd_s=fwd, bwd_s=bwd, out_bytes=out_mb * 1e6, act_bytes=1e6, iterations=2
+    )
+    full, per, log, rep = _both(inp, p, m)
+    if rep is None:  # allowed (it said why), but it must then be the full simulation
+        assert log.meta["periodic"].startswith("full pipeline simulated")
+    _assert_equal(full, per)
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory) -> str:
+    return small_gpt_csv(tmp_path_factory.mktemp("trace"))
+
+
+def _exp(trace, servers, t, p, w, m, mode, framework="megatron-lm", **sweep) -> dict:
+    return {
+        "name": "periodic",
+        "hardware": f"{servers}x-dgx-a100-80gb",
+        "framework": framework,
+        "models": [{"name": "g", "trace": trace, "global_batch": m * w}],
+        "training": {"optimizer": "adam", "dtype": "fp16"},
+        "options": {"simulation": mode},
+        "sweep": {
+            "schedule": "1f1b",
+            "stages": p,
+            "dp_width": w,
+            "tensor_parallel": t,
+            "microbatch_size": 1,
+            "memory_policy": "recompute",
+            **sweep,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("servers", "t", "p", "w", "m", "framework"),
+    [
+        (2, 2, 4, 2, 32, "megatron-lm"),  # TP and DP collectives (local DDP: at the step)
+        (2, 1, 8, 2, 96, "pipesim"),  # DDP buckets overlapping the last backward
+        (2, 1, 4, 4, 24, "deepspeed"),  # blocking sends, step barrier
+        (4, 2, 16, 1, 40, "megatron-lm"),  # p = 16 across 4 servers, TP only
+    ],
+)
+def test_periodic_equals_full_gpt(gpt, servers, t, p, w, m, framework):
+    full = api.simulate(_exp(gpt, servers, t, p, w, m, "full", framework))
+    per = api.simulate(_exp(gpt, servers, t, p, w, m, "symmetric", framework))
+    assert per.resolved.sim_input.mirrored
+    assert per.log.meta["periodic"].startswith("periodic:"), per.log.meta["periodic"]
+    assert any(n.startswith("periodic:") for n in per.log.meta["compute_notes"])
+    assert "periodic" not in full.log.meta  # the full mode's log is the engine's, unchanged
+    _assert_equal(full.metrics, per.metrics)
+
+
+def _fallback(inp, schedule) -> str:
+    log, rep = simulate_periodic(inp, schedule)
+    assert rep is None
+    return log.meta["periodic"]
+
+
+def test_falls_back_for_other_schedules():
+    inp = uniform_input("gpipe", 4, 32, iterations=2)
+    assert "not 1F1B" in _fallback(inp, GPipe(4, 32))
+
+
+def test_falls_back_with_too_few_microbatches():
+    inp = uniform_input("1f1b", 4, 13, iterations=2)
+    assert "too few" in _fallback(inp, OneFOneB(4, 13))
+
+
+def test_falls_back_for_a_straggler():
+    inp = replace(uniform_input("1f1b", 4, 32, iterations=2), stragglers=((2, 1.5),))
+    assert "straggler" in _fallback(inp, OneFOneB(4, 32))
+
+
+def test_falls_back_for_swaps():
+    inp = uniform_input("1f1b", 4, 32, act_bytes=1e6, iterations=2)
+    plans = tuple(tuple(replace(pl, swap_bytes=1e5) for pl in r) for r in inp.plans)
+    assert "off its GPU" in _fallback(replace(inp, plans=plans), OneFOneB(4, 32))
+
+
+def test_falls_back_for_a_degraded_link(gpt):
+    sim = api.simulate(_exp(gpt, 2, 1, 2, 8, 32, "full", "pipesim"))
+    inp, topo = sim.resolved.sim_input, sim.resolved.sim_input.topology
+    links = tuple(
+        replace(lk, bandwidth_Bps=lk.bandwidth_Bps / 4) if lk.name == "gpu5->leaf0.5" else lk
+        for lk in topo.links
+    )
+    inp = replace(inp, topology=replace(topo, links=links, _route_cache={}))
+    assert "gpu5" in _fallback(inp, OneFOneB(2, 32))
+
+
+def test_windows_that_differ_are_no_period():
+    p, m = 4, 32
+    log = simulate(uniform_input("1f1b", p, m + 0, fwd_s=1.0, bwd_s=2.0, iterations=2))
+    found = find_period(log, 1)
+    assert not isinstance(found, str)
+    # stretch one event in the middle of the checked windows: the periods no longer repeat
+    i = next(
+        i
+        for i, e in enumerate(log.events)
+        if found.cut_s + found.delta_s <= e.start_s < found.cut_s + 2 * found.delta_s
+    )
+    log.events[i] = log.events[i]._replace(end_s=log.events[i].end_s + 0.25)
+    assert isinstance(find_period(log, 1), str)
