@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -171,21 +172,28 @@ def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
 def draw(drawings: Sequence[Drawing], jobs: int) -> list[Path]:
     """Write ``drawings`` (independent files) on up to ``jobs`` processes: this one and
     ``jobs - 1`` forked children that die with it (:mod:`sim.procs`), which inherit what the
-    calls read (nothing is pickled); every ``jobs``-th drawing goes to the same process.
-    One process where ``fork`` is unavailable. Returns the files, in order.
+    calls read (nothing is pickled). Each process takes the next drawing not yet taken (a
+    counter in shared memory), so a process that drew cheap files takes more of them and all
+    finish at about the same time (the costs differ by 5x: a timeline of 8,000 spans against a
+    Chrome trace). One process where ``fork`` is unavailable. Returns the files, in order.
 
     Raises:
         RuntimeError: a child failed (its traceback is on its standard error).
     """
     jobs = min(jobs, len(drawings)) if hasattr(os, "fork") else 1
+    if jobs <= 1:
+        for _, call in drawings:
+            call()
+        return [path for path, _ in drawings]
+    ctx = mp.get_context("fork")
+    taken = ctx.Value("i", 0)
+    calls = [call for _, call in drawings]
     children = []
-    for k in range(1, jobs):
-        share = [call for _, call in drawings[k::jobs]]
-        proc = mp.get_context("fork").Process(target=_draw_share, args=(share, os.getpid()))
+    for _ in range(1, jobs):
+        proc = ctx.Process(target=_draw_share, args=(calls, taken, os.getpid()))
         proc.start()
         children.append(proc)
-    for _, call in drawings[::jobs] if jobs > 1 else drawings:
-        call()
+    _draw_next(calls, taken)
     for proc in children:
         proc.join()
         if proc.exitcode != 0:
@@ -193,10 +201,20 @@ def draw(drawings: Sequence[Drawing], jobs: int) -> list[Path]:
     return [path for path, _ in drawings]
 
 
-def _draw_share(calls: list[Callable[[], object]], parent_pid: int) -> None:
+def _draw_next(calls: list[Callable[[], object]], taken: Any) -> None:
+    """Draw ``calls[k]`` for each next ``k`` not yet taken (``taken``: a shared counter)."""
+    while True:
+        with taken.get_lock():
+            k = taken.value
+            taken.value = k + 1
+        if k >= len(calls):
+            return
+        calls[k]()
+
+
+def _draw_share(calls: list[Callable[[], object]], taken: Any, parent_pid: int) -> None:
     die_with_parent(parent_pid)
-    for call in calls:
-        call()
+    _draw_next(calls, taken)
 
 
 # --- the output set: written whole into a staging folder, then swapped in ------------------

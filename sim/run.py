@@ -140,9 +140,9 @@ def _write_all(
         )
         written.append(out / "throughput.png")
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
-        written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep))
+        written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep), pending)
     elif _gpt_shapes(prep):
-        written += _tflops(ok, out, plots, console, _gpt_shapes(prep))
+        written += _tflops(ok, out, plots, console, _gpt_shapes(prep), pending)
     code = 0
     bands = winner_bands(df)
     for i, model in enumerate(exp.models):
@@ -245,10 +245,12 @@ def _gpt_shapes(prep) -> dict[str, dict]:
     return out
 
 
-def _memory_summary(df, out: Path, plots: bool, console: Console, shapes=None) -> list[Path]:
+def _memory_summary(
+    df, out: Path, plots: bool, console: Console, shapes: dict, pending: _Pending
+) -> list[Path]:
     """Largest model per policy and fastest policy per model: table, CSV and two plots (and
-    TFLOPS per GPU for GPT models)."""
-    table, written = write_memory_summary(df, out, plots, shapes)
+    TFLOPS per GPU for GPT models), the plots added to ``pending``."""
+    table, written = write_memory_summary(df, out, plots, shapes, pending.drawings)
     console.print(
         "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
         "last row: the largest model that fits per policy"
@@ -261,9 +263,12 @@ def _memory_summary(df, out: Path, plots: bool, console: Console, shapes=None) -
     return written
 
 
-def _tflops(df, out: Path, plots: bool, console: Console, shapes: dict) -> list[Path]:
-    """TFLOP/s per GPU of the GPT models (Narayanan et al. SC'21 eq. 3): printed, CSV, plot."""
-    table, written = write_tflops(df, out, plots, shapes)
+def _tflops(
+    df, out: Path, plots: bool, console: Console, shapes: dict, pending: _Pending
+) -> list[Path]:
+    """TFLOP/s per GPU of the GPT models (Narayanan et al. SC'21 eq. 3): printed, CSV, plot
+    (added to ``pending``)."""
+    table, written = write_tflops(df, out, plots, shapes, pending.drawings)
     if not table.empty:
         console.print(
             "[bold]TFLOP/s per GPU[/] (best fitting; 96 B s l h^2 (1 + s/6h + V/16lh) / "

@@ -8,6 +8,8 @@ import os
 import stat
 import subprocess
 import sys
+import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +19,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.config import config_hash
-from sim.outputs import MANIFEST, recover_out_dir
+from sim.outputs import MANIFEST, draw, recover_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -177,3 +179,20 @@ def test_progress_lines_without_a_terminal(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert "simulating: 4/4 configurations (100%)" in res.stderr
+
+
+def _slow_file(path: Path, seconds: float) -> None:
+    time.sleep(seconds)
+    path.write_text(str(os.getpid()))
+
+
+def test_drawings_are_shared_as_processes_free_up(tmp_path):
+    # sim.outputs.draw: each drawing is drawn exactly once, by whichever process is free;
+    # one slow drawing first: whichever process takes it, the other draws all the quick ones
+    # meanwhile (a fixed split would have given the slow one's process every other file)
+    files = [tmp_path / f"{k}.txt" for k in range(7)]
+    calls = [partial(_slow_file, f, 1.0 if k == 0 else 0.01) for k, f in enumerate(files)]
+    assert draw(list(zip(files, calls, strict=True)), jobs=2) == files
+    pids = [f.read_text() for f in files]
+    assert len(set(pids)) == 2
+    assert set(pids[1:]) == {pids[1]} != {pids[0]}

@@ -4,6 +4,7 @@ set records what was pruned, and the executors (local, Ray) give identical resul
 from __future__ import annotations
 
 import builtins
+import gc
 import sys
 from pathlib import Path
 
@@ -305,3 +306,26 @@ def test_weighted_bound_is_the_harmonic_split_of_a_uniform_model():
     got = weighted_bound(tot, 2.0, n)
     assert got == pytest.approx(1 / sum(1 / (80 + 20 * k) for k in n))
     assert got > (80 + 20) / 4
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_points_run_with_the_collector_off_and_it_is_restored(enabled):
+    # sim.executors.collector_paused: a point's log is made and dropped with the cyclic
+    # collector off (no collection walks its records), and the collector's state is restored
+    points = GRIDS["dgx1"][1][:3]
+    seen: list[bool] = []
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        LocalExecutor(DGX1, jobs=1).map(points, lambda i, row, log: seen.append(gc.isenabled()))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False] * len(points)
+
+
+def test_the_cli_freezes_what_it_imported():
+    # sim.cli._settle_heap (imported above: app): the imported modules' objects are frozen,
+    # and the collector is on
+    assert gc.get_freeze_count() > 10_000
+    assert gc.isenabled()

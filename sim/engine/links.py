@@ -32,6 +32,7 @@ of 24-26 GB/s on RTX 4090 boxes, NVIDIA/nvbandwidth#15).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 import simpy
@@ -44,6 +45,52 @@ from sim.hardware.topology import Link, Topology, transfer_time_s
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 """Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
 they move at NCCL's rate of each link; every other transfer is a raw copy."""
+
+
+class FifoLink:
+    """A FIFO resource of capacity 1 that schedules exactly what ``simpy.Resource(env, 1)``
+    schedules, with less work per grant (the links are most of a run's resource requests).
+
+    ``simpy.Resource`` (simpy 4.1, ``simpy/resources/base.py`` and ``resource.py``) grants a
+    request when it is made and the resource is free, or else when a release of the user is
+    *processed*, to the oldest waiting request; a release frees the resource at once and is
+    itself an event scheduled now. This class does the same steps in the same order (each
+    grant and each release one :meth:`simpy.Environment.schedule`, so the events' order, and
+    the simulation, are unchanged: ``tests/test_links.py`` runs both side by side), without
+    simpy's put and get queues, bound classes and no-op callbacks.
+
+    Args:
+        env: the simulation environment.
+    """
+
+    __slots__ = ("env", "user", "waiting")
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.user: simpy.Event | None = None
+        self.waiting: deque[simpy.Event] = deque()
+
+    def request(self) -> simpy.Event:
+        """An event that succeeds when the resource is granted (now, if it is free and no
+        request waits)."""
+        req = simpy.Event(self.env)
+        self.waiting.append(req)
+        self._grant()
+        return req
+
+    def release(self, req: simpy.Event) -> simpy.Event:
+        """Give the resource back (``req`` from :meth:`request`, granted); the oldest waiting
+        request gets it when the returned event is processed."""
+        if self.user is req:
+            self.user = None
+        done = simpy.Event(self.env)
+        done.callbacks.append(self._grant)
+        return done.succeed()
+
+    def _grant(self, _: object = None) -> None:
+        if self.user is None and self.waiting:
+            self.user = self.waiting.popleft()
+            self.user.succeed()
 
 
 class Links:
@@ -59,14 +106,15 @@ class Links:
         self.env = env
         self.topology = topology
         self.events = events
-        self._res: dict[str, simpy.Resource] = {}
+        self._res: dict[str, FifoLink] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
+        self._durations: dict[tuple[str, str, float, bool], float] = {}
 
-    def resource(self, name: str) -> simpy.Resource:
+    def resource(self, name: str) -> FifoLink:
         """The FIFO resource of link (or CPU) ``name``, created on first use."""
         res = self._res.get(name)
         if res is None:
-            res = self._res[name] = simpy.Resource(self.env, capacity=1)
+            res = self._res[name] = FifoLink(self.env)
         return res
 
     def acquire(self, links: Iterable[Link]):
@@ -128,7 +176,10 @@ class Links:
         route, names, resources = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
-        dur = self.duration_s(src, dst, route, nbytes, kind in NCCL_KINDS)
+        key = (src, dst, nbytes, kind in NCCL_KINDS)
+        dur = self._durations.get(key)
+        if dur is None:  # the same sends recur every micro-batch: computed once each
+            dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3])
         if len(resources) == 1:  # fast path: one link
             res = resources[0]
             req = res.request()

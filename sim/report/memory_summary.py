@@ -24,6 +24,8 @@ configuration uses (pipeline x data x tensor parallel).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -196,32 +198,58 @@ def plot_tflops_vs_size(table: pd.DataFrame, path: str | os.PathLike) -> Path:
         plt.close(fig)
 
 
+Deferred = list[tuple[Path, Callable[[], object]]]
+"""Plots to draw later: each file with the call that draws it (``sim run`` draws them with the
+winners' on several processes, :func:`sim.outputs.draw`)."""
+
+
+def _plot(later: Deferred | None, path: Path, draw: Callable[..., Path], *args: object) -> Path:
+    """Draw ``draw(*args, path)`` now, or, with ``later``, add it there; returns ``path``."""
+    if later is None:
+        return draw(*args, path)
+    later.append((path, partial(draw, *args, path)))
+    return path
+
+
 def write_memory_summary(
-    results_df: pd.DataFrame, out: Path, plots: bool = True, shapes: dict | None = None
+    results_df: pd.DataFrame,
+    out: Path,
+    plots: bool = True,
+    shapes: dict | None = None,
+    later: Deferred | None = None,
 ) -> tuple[pd.DataFrame, list[Path]]:
     """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``; with
-    ``shapes`` (model -> GPT shape) also ``tflops_per_gpu.csv`` and its plot."""
+    ``shapes`` (model -> GPT shape) also ``tflops_per_gpu.csv`` and its plot. With ``later``
+    the plots are added there to draw instead of drawn (their files are listed either way)."""
     table = memory_summary(results_df)
     written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]
     if plots:
-        written.append(plot_max_model_per_policy(results_df, out / "max_model_per_policy.png"))
-        written.append(plot_throughput_vs_size(results_df, out / "throughput_vs_model_size.png"))
+        for name, draw in (
+            ("max_model_per_policy.png", plot_max_model_per_policy),
+            ("throughput_vs_model_size.png", plot_throughput_vs_size),
+        ):
+            written.append(_plot(later, out / name, draw, results_df))
     if shapes:
-        written += write_tflops(results_df, out, plots, shapes)[1]
+        written += write_tflops(results_df, out, plots, shapes, later)[1]
     return table, written
 
 
 def write_tflops(
-    results_df: pd.DataFrame, out: Path, plots: bool, shapes: dict
+    results_df: pd.DataFrame,
+    out: Path,
+    plots: bool,
+    shapes: dict,
+    later: Deferred | None = None,
 ) -> tuple[pd.DataFrame, list[Path]]:
     """:func:`tflops_per_gpu` of ``results_df``, written to ``tflops_per_gpu.csv`` and, with
     ``plots``, ``tflops_vs_model_size.png`` in ``out`` (nothing written when no row has a
-    shape). Returns the table and the files written."""
+    shape; with ``later`` the plot is added there to draw instead of drawn). Returns the
+    table and the files written."""
     tf = tflops_per_gpu(results_df, shapes)
     if tf.empty:
         return tf, []
     csv = tf.to_csv(index=False, float_format="%.2f").encode()
     written = [atomic_write_bytes(out / "tflops_per_gpu.csv", csv)]
     if plots:
-        written.append(plot_tflops_vs_size(tf, out / "tflops_vs_model_size.png"))
+        written.append(_plot(later, out / "tflops_vs_model_size.png", plot_tflops_vs_size, tf))
     return tf, written
