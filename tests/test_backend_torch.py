@@ -307,6 +307,21 @@ def test_a_hanging_run_times_out_and_leaves_no_process() -> None:
     assert _worker_children() == []
 
 
+def test_ping_pong_latency_is_the_smallest_message():
+    # One-way times 50 us at 0 B, 1 ms at 1 MB, 2 ms at 2 MB: the least-squares slope is
+    # 1950 / 2e12 s/B (bandwidth 1.0256 GB/s), whose intercept would be 41.7 us; the latency
+    # is the smallest message's 50 us (its bytes take no time). With 1 KB as the smallest
+    # message the latency is its time less 1 KB at the fitted bandwidth.
+    from backends.torch.calibrate import fit_latency_bandwidth
+
+    lat, bw = fit_latency_bandwidth([0, 1e6, 2e6], [5e-5, 1e-3, 2e-3])
+    assert (lat, bw) == pytest.approx((5e-5, 2e12 / 1950))
+    lat, bw = fit_latency_bandwidth([1e3, 1e6, 2e6], [6e-5, 1e-3, 2e-3])
+    assert lat == pytest.approx(6e-5 - 1e3 / bw)
+    # a falling time (noise): the largest message gives the bandwidth, the fastest the latency
+    assert fit_latency_bandwidth([1e3, 1e6], [1e-4, 5e-5]) == pytest.approx((5e-5, 2e10))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:

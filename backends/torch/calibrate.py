@@ -8,8 +8,9 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
 * memory bandwidth: a large device-to-device ``copy_``, ``2 * bytes / t`` (read + write);
   written as ``hbm_bandwidth``.
 * point-to-point: ping-pong between two ranks for several message sizes; the one-way time is
-  half the round trip, and a least-squares fit ``t = latency + bytes / bandwidth`` gives the
-  link's ``latency`` and ``bandwidth`` (neighbouring ranks by default, or every pair).
+  half the round trip; ``t = latency + bytes / bandwidth`` gives the link's ``bandwidth`` (the
+  least-squares slope) and ``latency`` (the smallest message, :func:`fit_latency_bandwidth`);
+  neighbouring ranks by default, or every pair.
 * host <-> device (GPUs only): pinned host buffers copied with ``non_blocking`` copies, fitted
   the same way, written as two directed ``pcie`` links ``cpu0 -> gpuK`` and ``gpuK -> cpu0``;
   also both directions at once (two streams), in the description and ``ranks``.
@@ -95,7 +96,11 @@ DEFAULT_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22, 2**24)
 
 
 def fit_latency_bandwidth(sizes: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:
-    """Least-squares fit of ``t = latency + size / bandwidth``.
+    """``t = latency + size / bandwidth`` from one-way times: the bandwidth from the
+    least-squares slope over all sizes, the latency from the smallest message (its time less
+    its bytes at that bandwidth). An unweighted fit's intercept is set by the largest messages,
+    whose times are thousands of latencies long, and can land anywhere below the smallest
+    message's time, zero included; the smallest message measures the latency directly.
 
     Returns:
         ``(latency_s, bandwidth_Bps)``; latency is clamped at 0, and a non-positive slope
@@ -110,7 +115,8 @@ def fit_latency_bandwidth(sizes: Sequence[float], times_s: Sequence[float]) -> t
     if slope <= 0:
         i = max(range(n), key=lambda k: sizes[k])
         return max(0.0, min(times_s)), sizes[i] / times_s[i]
-    return max(0.0, my - slope * mx), 1.0 / slope
+    j = min(range(n), key=lambda k: sizes[k])
+    return max(0.0, times_s[j] - sizes[j] * slope), 1.0 / slope
 
 
 def _sync(dev: torch.device) -> None:
@@ -494,7 +500,8 @@ def calibrate(
             f"{'NCCL' if kind == 'cuda' else 'gloo'}, torch {torch.__version__}. Effective numbers: "
             f"peak_flops = slowest rank's {payload['matmul_n']}^3 "
             f"{'bf16' if kind == 'cuda' else 'fp32'} matmul; hbm_bandwidth = 2*bytes/t of a copy; "
-            "links = least-squares latency + bytes/bandwidth of ping-pong one-way times. "
+            "links = latency + bytes/bandwidth of ping-pong one-way times (bandwidth: "
+            "least-squares slope; latency: the smallest message). "
             f"GEMM by shape (rank 0, m x n x k: TFLOP/s): {_gemm_summary(ranks[0])}. "
             f"CPU Adam: {adam['implementation']} torch.optim.Adam step over "
             f"{adam['params']} fp32 params with {adam['threads']} threads: "
