@@ -47,6 +47,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from backends.torch.models import Block, Embedding, Head, ModelSpec, as_spec, build_layers
+from backends.torch.tp_split import tp_problem
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -126,23 +127,6 @@ def _block_plan(sp: bool) -> dict[str, Any]:
     return plan
 
 
-def tp_problem(spec: ModelSpec | Mapping[str, Any], t: int, sequence_parallel: bool) -> str:
-    """Why the model cannot be split ``t`` ways here, or ``""``."""
-    spec = as_spec(spec)
-    if spec.kind != "gpt":
-        return f"the tensor-parallel replay runs GPT models, not {spec.kind!r}"
-    for name, n in (
-        ("heads", spec.heads),
-        ("FFN width", spec.ffn_mult * spec.hidden),
-        ("vocab", spec.vocab),
-    ):
-        if n % t:
-            return f"tensor_parallel {t} must divide the model's {name} ({n})"
-    if sequence_parallel and spec.seq_len % t:
-        return f"sequence parallelism needs seq_len {spec.seq_len} divisible by {t}"
-    return ""
-
-
 def tp_chain(
     spec: ModelSpec | Mapping[str, Any],
     mesh: DeviceMesh | None,
@@ -167,7 +151,7 @@ def tp_chain(
         ``nn.Sequential(embedding, blocks.., head)``, in training mode.
 
     Raises:
-        ValueError: :func:`tp_problem`.
+        ValueError: :func:`backends.torch.tp_split.tp_problem`.
     """
     spec = as_spec(spec)
     t = 1 if mesh is None else mesh.size()

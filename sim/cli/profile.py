@@ -18,6 +18,7 @@ from backends.torch.devices import check_device, check_device_name
 from backends.torch.launch import ReplayError
 from backends.torch.profile_concurrent import profile_concurrent
 from backends.torch.tp_overhead import with_tp_overhead
+from backends.torch.tp_split import tp_problem
 from backends.torch.user_cli import profile_user
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, need_torch, out
@@ -33,21 +34,15 @@ def check_tp_options(spec: dict, t: int, device: str) -> None:
     """Refuse ``--tensor-parallel t`` where the replay could not split the model.
 
     Raises:
-        InputError: not a CPU device or a GPT, or ``t`` does not divide the heads, the FFN
-            width or the vocabulary (the checks of
-            :func:`backends.torch.tensor_parallel.tp_problem`, which imports torch).
+        InputError: not a CPU device, or :func:`backends.torch.tp_split.tp_problem` (not a
+            GPT, or ``t`` does not divide the heads, the FFN width or the vocabulary).
     """
     if device != "cpu":
         raise InputError(f"--tensor-parallel measures gloo ranks on cpu, not {device}",
                          field="--tensor-parallel")  # fmt: skip
-    if spec["kind"] != "gpt":
-        raise InputError(f"--tensor-parallel measures GPT models, not {spec['kind']!r}",
-                         field="--tensor-parallel")  # fmt: skip
-    for what, n in (("heads", spec["heads"]), ("FFN width", 4 * spec["hidden"]),
-                    ("vocab", spec["vocab"])):  # fmt: skip
-        if n % t:
-            raise InputError(f"tensor_parallel {t} must divide the model's {what} ({n})",
-                             field="--tensor-parallel")  # fmt: skip
+    problem = tp_problem(spec, t, sequence_parallel=False)
+    if problem:
+        raise InputError(problem, field="--tensor-parallel")
 
 
 def check_options(
