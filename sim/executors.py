@@ -68,13 +68,19 @@ def _rows(
 ) -> list[tuple[ResultRow, EventLog | None]]:
     """Each point's row, and its log where it may be the winner (``best`` given)."""
     seen = BestRows(best) if best is not None else None
-    out = []
-    for p in points:
-        with collector_paused():
-            row, log = point_row(prep, p, screen=screen)
-            out.append((row, log if seen is not None and seen.improves(row) else None))
-            del row, log
-    return out
+    return [_row_and_log(prep, p, screen, seen) for p in points]
+
+
+def _row_and_log(
+    prep: Prepared, point: PointConfig, screen: bool, seen: BestRows | None
+) -> tuple[ResultRow, EventLog | None]:
+    """``point``'s row, and its log where it may be the winner (``seen`` given and improved
+    by the row); any other log is dropped with the collector off (:func:`collector_paused`)."""
+    with collector_paused():
+        row, log = point_row(prep, point, screen=screen)
+        if seen is None or not seen.improves(row):
+            log = None  # dropped here, unseen by the collector
+    return row, log
 
 
 @contextmanager
@@ -112,14 +118,10 @@ def _init_worker(prep: Prepared, parent_pid: int) -> None:
 def _worker_row(job: tuple[PointConfig, bool, BestKeys]) -> tuple[ResultRow, EventLog | None]:
     """One point in a pool worker, which remembers the best rows it computed across batches."""
     point, screen, best = job
-    with collector_paused():
-        row, log = point_row(_WORKER["prep"], point, screen=screen)
-        seen: BestRows = _WORKER["best"]
-        if best is not None:
-            seen.merge(best)  # the parent's best, as of this batch
-        if best is None or not seen.improves(row):
-            log = None  # dropped here, unseen by the collector
-    return row, log
+    seen: BestRows = _WORKER["best"]
+    if best is not None:
+        seen.merge(best)  # the parent's best, as of this batch
+    return _row_and_log(_WORKER["prep"], point, screen, seen if best is not None else None)
 
 
 class LocalExecutor:
@@ -161,10 +163,8 @@ class LocalExecutor:
         if self.jobs <= 1 or len(points) <= 1:
             seen = BestRows(best) if best is not None else None
             for i, p in enumerate(points):
-                with collector_paused():  # the log dies unseen by the collector
-                    row, log = point_row(self.prep, p, screen=screen)
-                    on_row(i, row, log if seen is not None and seen.improves(row) else None)
-                    del row, log
+                with collector_paused():  # a log on_row does not keep dies unseen by it
+                    on_row(i, *_row_and_log(self.prep, p, screen, seen))
             return
         if self._pool is None:
             ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
