@@ -141,10 +141,9 @@ def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
     ops: dict[int, list[str]] = {}
     for rank in flat:
         for a in rank:
+            stage_ops = ops.setdefault(a.stage, [])  # every stage, even with none in ``it``
             if a.microbatch // m == it:
-                ops.setdefault(a.stage, []).append(a.op)
-            else:
-                ops.setdefault(a.stage, [])
+                stage_ops.append(a.op)
     return [tuple(ops[s]) for s in sorted(ops)]
 
 

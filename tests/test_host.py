@@ -205,35 +205,42 @@ def test_host_overhead_in_a_hardware_description():
     assert err.value.field == "hardware.host_overhead.op"
 
 
-def test_kineto_import_counts_leaf_ops_per_layer(tmp_path):
-    # Forward span "a": aten::linear (composite) holding aten::t and aten::addmm, then
-    # aten::relu: 3 leaf ops. Its backward: AddmmBackward0's node holding aten::mm twice and
-    # aten::sum (3 leaves), ReluBackward0's holding aten::threshold_backward (1): 4.
+def _ev(name, cat, ts, dur, **args):
+    """One complete Chrome-trace event on thread 1 (times in microseconds)."""
+    return dict(ph="X", cat=cat, name=name, pid=1, tid=1, ts=ts, dur=dur, args=args)
+
+
+def _kineto_layer(tmp_path, events):
+    """The first layer :func:`sim.trace.kineto.read_kineto` reads from ``events``."""
     import json
 
     from sim.trace.kineto import read_kineto
 
-    def ev(name, cat, ts, dur, **args):
-        return dict(ph="X", cat=cat, name=name, pid=1, tid=1, ts=ts, dur=dur, args=args)
-
-    node = "autograd::engine::evaluate_function: "
-    events = [
-        ev("a", "user_annotation", 0, 100),
-        ev("aten::linear", "cpu_op", 5, 40, **{"Sequence number": 1}),
-        ev("aten::t", "cpu_op", 6, 5),
-        ev("aten::addmm", "cpu_op", 12, 30),
-        ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
-        ev(node + "ReluBackward0", "cpu_op", 200, 20, **{"Sequence number": 2}),
-        ev("aten::threshold_backward", "cpu_op", 205, 10),
-        ev(node + "AddmmBackward0", "cpu_op", 230, 60, **{"Sequence number": 1}),
-        ev("AddmmBackward0", "cpu_op", 232, 55),
-        ev("aten::mm", "cpu_op", 235, 15),
-        ev("aten::mm", "cpu_op", 252, 15),
-        ev("aten::sum", "cpu_op", 270, 10),
-    ]
     path = tmp_path / "k.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    layer = read_kineto(path, microbatch_size=1).layers[0]
+    return read_kineto(path, microbatch_size=1).layers[0]
+
+
+def test_kineto_import_counts_leaf_ops_per_layer(tmp_path):
+    # Forward span "a": aten::linear (composite) holding aten::t and aten::addmm, then
+    # aten::relu: 3 leaf ops. Its backward: AddmmBackward0's node holding aten::mm twice and
+    # aten::sum (3 leaves), ReluBackward0's holding aten::threshold_backward (1): 4.
+    node = "autograd::engine::evaluate_function: "
+    events = [
+        _ev("a", "user_annotation", 0, 100),
+        _ev("aten::linear", "cpu_op", 5, 40, **{"Sequence number": 1}),
+        _ev("aten::t", "cpu_op", 6, 5),
+        _ev("aten::addmm", "cpu_op", 12, 30),
+        _ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
+        _ev(node + "ReluBackward0", "cpu_op", 200, 20, **{"Sequence number": 2}),
+        _ev("aten::threshold_backward", "cpu_op", 205, 10),
+        _ev(node + "AddmmBackward0", "cpu_op", 230, 60, **{"Sequence number": 1}),
+        _ev("AddmmBackward0", "cpu_op", 232, 55),
+        _ev("aten::mm", "cpu_op", 235, 15),
+        _ev("aten::mm", "cpu_op", 252, 15),
+        _ev("aten::sum", "cpu_op", 270, 10),
+    ]
+    layer = _kineto_layer(tmp_path, events)
     assert (layer.fwd_ops, layer.bwd_ops) == (3.0, 4.0)
     # no python_function events: the Python calls stay unknown (not zero)
     assert layer.fwd_modules is None and layer.fwd_functions is None
@@ -243,35 +250,26 @@ def test_kineto_import_counts_module_calls_and_function_applies(tmp_path):
     # with_stack=True adds python_function events: in span "a" (0..100) the block's own call,
     # two child modules and one custom Function's apply; a module call at 150 lies outside
     # it, and the file/line frames are not calls: (3 modules, 1 Function).
-    import json
-
-    from sim.trace.kineto import read_kineto
-
-    def ev(name, cat, ts, dur, **args):
-        return dict(ph="X", cat=cat, name=name, pid=1, tid=1, ts=ts, dur=dur, args=args)
-
     apply = "<built-in method apply of FunctionMeta object at 0x55aa>"
     events = [
-        ev("a", "user_annotation", 0, 100),
-        ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
-        ev(
+        _ev("a", "user_annotation", 0, 100),
+        _ev("aten::relu", "cpu_op", 50, 10, **{"Sequence number": 2}),
+        _ev(
             "autograd::engine::evaluate_function: ReluBackward0",
             "cpu_op",
             200,
             20,
             **{"Sequence number": 2},
         ),
-        ev("aten::threshold_backward", "cpu_op", 205, 10),
-        ev("nn.Module: Block_0", "python_function", 1, 90),
-        ev("torch/nn/modules/module.py(1782): _call_impl", "python_function", 2, 80),
-        ev("nn.Module: Linear_0", "python_function", 10, 20),
-        ev("nn.Module: LayerNorm_0", "python_function", 35, 10),
-        ev(apply, "python_function", 48, 20),
-        ev("nn.Module: Linear_1", "python_function", 150, 20),
+        _ev("aten::threshold_backward", "cpu_op", 205, 10),
+        _ev("nn.Module: Block_0", "python_function", 1, 90),
+        _ev("torch/nn/modules/module.py(1782): _call_impl", "python_function", 2, 80),
+        _ev("nn.Module: Linear_0", "python_function", 10, 20),
+        _ev("nn.Module: LayerNorm_0", "python_function", 35, 10),
+        _ev(apply, "python_function", 48, 20),
+        _ev("nn.Module: Linear_1", "python_function", 150, 20),
     ]
-    path = tmp_path / "k.json"
-    path.write_text(json.dumps({"traceEvents": events}))
-    layer = read_kineto(path, microbatch_size=1).layers[0]
+    layer = _kineto_layer(tmp_path, events)
     assert (layer.fwd_modules, layer.fwd_functions) == (3.0, 1.0)
 
 

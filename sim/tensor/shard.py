@@ -184,9 +184,7 @@ def _shard_layer(
 ) -> LayerProfile:
     kf, ki, kw, kb = ratios
     mods = parallel_modules(kind, sp)
-    extra_f, extra_b = mods * overhead[0], mods * overhead[1]
-    if measured is not None:
-        extra_f, extra_b = measured
+    extra_f, extra_b = measured or (mods * overhead[0], mods * overhead[1])
     s, h = int(shape["seq_len"]), int(shape["hidden"])
     bi: float | None = None
     bw: float | None = None
