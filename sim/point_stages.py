@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sim.compute.megatron_ops import param_tensors
 from sim.config import ExperimentConfig
 from sim.errors import InputError
 from sim.framework.base import Framework
@@ -29,7 +30,7 @@ from sim.schedules.action import STEP, Program, flatten
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
 from sim.tensor.groups import tensor_groups
-from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 
 def make_schedule(
@@ -126,9 +127,31 @@ def stage_contexts(
                     version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
                     expert_share=expert / params if params else 0.0,
                     expert_parallel=expert_parallel,
+                    optimizer=exp.training.optimizer,
+                    param_tensors=layers_tensors(layers),
                 )
             )
         out.append(ctxs)
+    return out
+
+
+def layers_tensors(layers: tuple[LayerProfile, ...] | list[LayerProfile]) -> float:
+    """Parameter tensors of ``layers``: each layer's ``param_tensors`` where its trace counts
+    them (``sim profile``), else :data:`PARAM_TENSORS` by its name's kind (a head counted
+    without the output weight: the trace here has no model shape to tell).
+
+    Example:
+        >>> from sim.trace.schema import LayerProfile
+        >>> a = LayerProfile("blocks.0", 1, 1, 8, 0, 0, param_tensors=5.0)
+        >>> layers_tensors([a, LayerProfile("block1", 1, 1, 8, 0, 0)])
+        17.0
+    """
+    out = 0.0
+    for x in layers:
+        if x.param_tensors is not None:
+            out += x.param_tensors
+        else:
+            out += sum(param_tensors(layer_kind(x.name)))
     return out
 
 

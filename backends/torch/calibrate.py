@@ -34,6 +34,9 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
   communicator of ``nproc`` ranks then uses; and the tensor-parallel dispatch overhead per
   module (a tiny Colwise/Rowwise-parallel linear against a plain one), written as
   ``gpu.tp_module_overhead``.
+* our pipeline runtime's per-action overhead and the replay's optimizer step per tensor and
+  per byte (:mod:`backends.torch.calibrate_runtime`), written on CPU ranks as
+  ``gpu.action_overhead`` and ``gpu.optimizer_step``.
 * host time per op (:mod:`backends.torch.host_overhead`, in this process, one thread): a tiny
   transformer block's forward with and without autograd, its backward, and the checkpoint
   wrapper, per op as traces count ops. On GPUs it is written as ``host_overhead`` (the host
@@ -69,6 +72,7 @@ from backends.torch.calibrate_comm import (
     dtensor_overhead,
     tables,
 )
+from backends.torch.calibrate_runtime import measure_rank, runtime_fields
 from backends.torch.host_overhead import describe_host_overhead
 from backends.torch.launch import run_ranks
 from backends.torch.profile import cpu_model_name, device_model_name, time_call
@@ -268,6 +272,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         sizes, reps = payload["collective_sizes"], payload["reps"]
         stats["collectives"] = collective_sweep(ctx.world_size, dev, sizes, max(10, 2 * reps))
         stats["dtensor"] = dtensor_overhead(ctx.world_size, dev, max(20, 8 * reps))
+    stats["runtime"] = measure_rank(ctx)
     stats["gemm_by_shape"] = gemm_by_shape(dev, dtype, payload["gemm_shapes"], payload["reps"])
     stats["kernel_overhead_s"] = kernel_overhead_s(dev)
     if dev.type == "cuda":
@@ -539,6 +544,7 @@ def calibrate(
         )
     if ranks[0].get("collectives"):
         _comm_fields(hardware, ranks, list(DEFAULT_COLLECTIVE_SIZES), date, kind)
+    runtime_fields(hardware, ranks, kind)
     host = describe_host_overhead(kind, hardware, date)
     runtime = _runtime_memory(kind, hardware)
     result = Calibration(

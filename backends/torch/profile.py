@@ -184,6 +184,7 @@ def _profile_layer(
         bwd_ops=float(bwd_ops),
         fwd_modules=float(modules),
         fwd_functions=float(functions),
+        param_tensors=float(len(params)),
     )
 
 

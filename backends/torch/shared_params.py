@@ -126,7 +126,11 @@ def counted_once(
         layers: the chain's modules, same order.
     """
     out = tuple(
-        replace(x, param_bytes=float(sum(_nbytes(p) for p in owned_parameters(layers, i))))
+        replace(
+            x,
+            param_bytes=float(sum(_nbytes(p) for p in owned_parameters(layers, i))),
+            param_tensors=float(len(owned_parameters(layers, i))),
+        )
         for i, x in enumerate(profiles)
     )
     groups = tuple(

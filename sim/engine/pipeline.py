@@ -15,7 +15,10 @@ partitioned states (:mod:`sim.engine.partitioned`) and the tensor-parallel ones
 (:mod:`sim.engine.tensor_collectives`) are separate processes that hold the links of their
 routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
 F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
-has issued them, the host runs ahead of the device until a host sync point. Memory is recorded in a
+has issued them, the host runs ahead of the device until a host sync point. A GPU's
+``action_overhead_s`` (measured on CPU ranks by ``sim calibrate``: the runtime's own receive,
+dispatch, bookkeeping and send of each action, beyond the layers and the link transfers) lengthens
+each F, and each B or I, on its compute stream (:meth:`Engine._with_runtime`). Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
@@ -80,6 +83,7 @@ class Engine:
         self._bwd_done: dict[tuple[int, int, int], int] = {}
         self._step_end: dict[tuple[int, int, int, int], float] = {}
         self._reps: dict[tuple[int, int, int], StageReplica] = {}
+        self._action_s = {g.name: g.action_overhead_s for g in topo.gpus}
 
     # -- the run ----------------------------------------------------------------------
     def run(self) -> EventLog:
@@ -206,6 +210,15 @@ class Engine:
         clock = self.hosts.clock(rep.gpu)
         yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
 
+    def _with_runtime(self, work: HostWork, gpu: str, op: str) -> HostWork:
+        """``work`` followed, on ``gpu``'s compute stream, by the runtime's own seconds for an
+        action ``op`` (``F``: the forward's, ``B``/``I``: the backward's; ``W`` none: it
+        receives and sends nothing): :attr:`~sim.hardware.topology.GPU.action_overhead_s`,
+        device time (on a CPU rank the host thread is the device)."""
+        fwd_s, bwd_s = self._action_s[gpu]
+        extra = fwd_s if op == "F" else bwd_s if op in ("B", "I") else 0.0
+        return work.then(HostWork.device_only(extra)) if extra > 0 else work
+
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
@@ -243,6 +256,7 @@ class Engine:
                 work = self.hosts.work(
                     gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
                 )
+            work = self._with_runtime(work, gpu, "F")
             yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if rep.cost.tp_fwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
@@ -316,6 +330,7 @@ class Engine:
                 work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
             else:
                 work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+            work = self._with_runtime(work, gpu, a.op)
             yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
         if uses_grad and rep.cost.tp_bwd:
             yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)

@@ -172,6 +172,10 @@ def topology_from_spec(
             compute_capability=cc,
             nvls=g.nvls,
             tp_module_overhead_s=(g.tp_module_overhead.forward, g.tp_module_overhead.backward),
+            action_overhead_s=(g.action_overhead.forward, g.action_overhead.backward),
+            step_costs=tuple(
+                (opt, c.per_tensor, c.bandwidth) for opt, c in sorted(g.optimizer_step.items())
+            ),
         )
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )

@@ -262,9 +262,17 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
 
 
 def _nccl_fields(gpu: Any) -> dict[str, Any]:
-    """``compute_capability``, ``nvls`` and ``tp_module_overhead`` of a ``gpu`` mapping."""
+    """``compute_capability``, ``nvls``, ``tp_module_overhead`` and (when measured)
+    ``action_overhead`` and ``optimizer_step`` of a ``gpu`` mapping."""
     fwd, bwd = gpu.tp_module_overhead_s
     out: dict[str, Any] = {"tp_module_overhead": {"forward": fwd, "backward": bwd}}
+    if any(gpu.action_overhead_s):
+        out["action_overhead"] = dict(zip(("forward", "backward"), gpu.action_overhead_s))
+    if gpu.step_costs:
+        out["optimizer_step"] = {
+            opt: {"per_tensor": per_tensor_s, "bandwidth": bw}
+            for opt, per_tensor_s, bw in gpu.step_costs
+        }
     if gpu.compute_capability is not None:
         out["compute_capability"] = gpu.compute_capability
     if gpu.nvls:

@@ -75,6 +75,28 @@ class TPOverheadSpec(BaseModel):
     backward: Seconds = Field(default=0.0, ge=0, description="Per module, in a backward.")
 
 
+class ActionOverheadSpec(BaseModel):
+    """Seconds a pipeline runtime spends per action on a rank beyond the action's layers and
+    its link transfers (``sim calibrate``: backends.torch.calibrate_runtime)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    forward: Seconds = Field(default=0.0, ge=0, description="Per forward action (F).")
+    backward: Seconds = Field(default=0.0, ge=0, description="Per backward action (B or I).")
+
+
+class StepCostSpec(BaseModel):
+    """Measured time of one optimizer's update on a rank: ``tensors * per_tensor +
+    parameter bytes / bandwidth`` (``sim calibrate``: backends.torch.calibrate_runtime)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_tensor: Seconds = Field(ge=0, description="Per parameter tensor, e.g. '6 us'.")
+    bandwidth: Bandwidth = Field(
+        gt=0, description="Parameter bytes updated per second beyond the per-tensor cost."
+    )
+
+
 class GPUSpec(BaseModel):
     """The GPU type of every GPU of the server (hardware.md §1)."""
 
@@ -147,6 +169,21 @@ class GPUSpec(BaseModel):
         "collectives: torch DTensor's dispatch, measured by `sim calibrate` "
         "(backends.torch.calibrate_comm). Default 0: Megatron's tensor parallelism runs plain "
         "tensors.",
+    )
+    action_overhead: ActionOverheadSpec = Field(
+        default_factory=ActionOverheadSpec,
+        description="Seconds the pipeline runtime adds to every forward and backward action on "
+        "the rank's compute stream beyond its layers' profiled time and its link transfers "
+        "(receive, dispatch, bookkeeping and send of our torch runtime), measured by `sim "
+        "calibrate` on CPU ranks, where the host thread is the device. Default 0: on GPUs this "
+        "is host time that runs ahead of the device (no cited value).",
+    )
+    optimizer_step: dict[str, StepCostSpec] = Field(
+        default_factory=dict,
+        description="Measured update time per optimizer ('sgd': the replay's plain SGD, "
+        "'adam': torch.optim.Adam as constructed by default), by `sim calibrate`; it replaces "
+        "the memory-bound estimate (parameters x bytes / hbm_bandwidth, sim.memory.states) "
+        "for that optimizer. Default: none (the estimate).",
     )
     nccl_nvlink_bandwidth: Bandwidth | None = Field(
         default=None,

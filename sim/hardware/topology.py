@@ -105,6 +105,13 @@ class GPU:
         tp_module_overhead_s: ``(forward, backward)`` seconds one tensor-parallel module adds
             beyond its compute and collectives (torch DTensor's dispatch, measured by ``sim
             calibrate``; 0 for Megatron's plain-tensor parallelism; :mod:`sim.tensor.shard`).
+        action_overhead_s: ``(forward, backward)`` seconds the pipeline runtime adds to each
+            F and each B or I on this GPU's compute stream beyond the layers and the link
+            transfers (measured on CPU ranks by ``sim calibrate``; 0 elsewhere;
+            :mod:`sim.engine.pipeline`).
+        step_costs: measured optimizer updates, ``(optimizer, seconds per parameter tensor,
+            parameter bytes per second)`` each (:meth:`step_cost`); empty: the memory-bound
+            estimate of :mod:`sim.memory.states`.
     """
 
     name: str
@@ -118,6 +125,22 @@ class GPU:
     compute_capability: float | None = None
     nvls: bool = False
     tp_module_overhead_s: tuple[float, float] = (0.0, 0.0)
+    action_overhead_s: tuple[float, float] = (0.0, 0.0)
+    step_costs: tuple[tuple[str, float, float], ...] = ()
+
+    def step_cost(self, optimizer: str) -> tuple[float, float] | None:
+        """``(seconds per parameter tensor, parameter bytes per second)`` of ``optimizer``'s
+        measured update on this GPU, or None when it was not measured.
+
+        Example:
+            >>> g = GPU("gpu0", "cpu-rank", 1e9, 1e11, 1e10, "cpu0", step_costs=(("sgd", 5e-6, 4e9),))
+            >>> g.step_cost("sgd"), g.step_cost("adam")
+            ((5e-06, 4000000000.0), None)
+        """
+        for name, per_tensor_s, bandwidth_Bps in self.step_costs:
+            if name == optimizer:
+                return per_tensor_s, bandwidth_Bps
+        return None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from sim.memory.estimate import (
 from sim.memory.plan import StagePlan, SwapParts
 from sim.memory.reserve import overhead
 from sim.memory.stash import Stash
-from sim.memory.states import optimizer_step_s, weight_bytes_per_param
+from sim.memory.states import measured_step_s, optimizer_step_s, weight_bytes_per_param
 
 GiB = 2.0**30
 
@@ -35,12 +35,24 @@ def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
         weight_bytes=p * weight_bytes_per_param(ctx.state, ctx.weight_versions, ctx.version_bytes),
         grad_bytes=p * ctx.state.grad,
         optimizer_bytes=p * ctx.state.optimizer,
-        optimizer_s=optimizer_step_s(p, gpu.hbm_bandwidth_Bps, ctx.state),
+        optimizer_s=stage_step_s(ctx),
         reserve_bytes=over["reserve_bytes"],
         allocator_bytes=over["allocator_bytes"],
         working_bytes=over["working_bytes"],
     )
     return replace(plan, **changes) if changes else plan
+
+
+def stage_step_s(ctx: StageContext) -> float:
+    """Seconds of the stage's optimizer update on its GPU: the measured cost of
+    ``ctx.optimizer`` when the hardware has one (:func:`~sim.memory.states.measured_step_s`
+    over the stage's parameter tensors and bytes), else the memory-bound estimate
+    (:func:`~sim.memory.states.optimizer_step_s`)."""
+    gpu = ctx.topology.gpu(ctx.gpu_index)
+    cost = gpu.step_cost(ctx.optimizer)
+    if cost is None:
+        return optimizer_step_s(ctx.params, gpu.hbm_bandwidth_Bps, ctx.state)
+    return measured_step_s(ctx.param_tensors, ctx.params * ctx.dtype_bytes, *cost)
 
 
 def activation_plan(

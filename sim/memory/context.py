@@ -45,6 +45,10 @@ class StageContext:
         expert_share: fraction of the stage's parameters that are routed experts
             (:mod:`sim.tensor.expert`): their replicas are ``dp_width / expert_parallel``.
         expert_parallel: expert-parallel size ``ep``.
+        optimizer: the training optimizer (``adam``, ``sgd``, ``sgd_momentum``), for a
+            measured step cost (:meth:`sim.hardware.topology.GPU.step_cost`).
+        param_tensors: parameter tensors of the stage (copies of shared ones included), each
+            stepped on its own (:func:`sim.memory.states.measured_step_s`).
     """
 
     stage: int
@@ -67,6 +71,8 @@ class StageContext:
     version_bytes: float | None = None
     expert_share: float = 0.0
     expert_parallel: int = 1
+    optimizer: str = ""
+    param_tensors: float = 0.0
 
     @property
     def params(self) -> float:

@@ -33,6 +33,7 @@ OPTIONAL_FIELDS = (
     "bwd_ops",
     "fwd_modules",
     "fwd_functions",
+    "param_tensors",
 )
 """Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
 
@@ -72,6 +73,10 @@ class LayerProfile:
         fwd_functions: optional number of custom ``autograd.Function`` applies of its forward
             (``function_s`` each); its backward calls as many Python nodes
             (``function_backward_s`` each).
+        param_tensors: optional number of parameter tensors the layer owns (those its
+            ``param_bytes`` counts), each a separate ``p.grad`` to an optimizer that walks them
+            one by one: what a measured per-tensor step cost multiplies
+            (:mod:`sim.memory.states`). The same at every micro-batch size.
     """
 
     name: str
@@ -89,6 +94,7 @@ class LayerProfile:
     bwd_ops: float | None = None
     fwd_modules: float | None = None
     fwd_functions: float | None = None
+    param_tensors: float | None = None
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``; empty when the layer is valid."""

@@ -14,6 +14,12 @@ groups' order, as the replay does after its optimizer step's backward work
 (``backends/torch/ties.py``): the same order on every rank, so the all-reduces cannot wait on
 each other in a cycle (with one all-reduce per stage chunk, rank 0 could wait at stage 0 for
 rank 1's stage 3 while rank 1 waits at stage 1 for rank 0's stage 0).
+
+The replay all-reduces a group tensor by tensor (``Ties.reduce``: one ``dist.all_reduce`` per
+parameter), so a group whose trace names ``n`` tensors is ``n`` all-reduces of an ``n``-th of
+its bytes each (equal sizes: an assumption, as the trace records the group's total only); a
+copy also adds its ``n`` tensors to the holding layer's ``param_tensors`` (the step's
+per-tensor cost).
 """
 
 from __future__ import annotations
@@ -50,7 +56,8 @@ def place_shared(
         ``(trace, groups)``: the copies' bytes added to the first holding layer on each
         further rank; per group spanning ranks, ``(stages, grad_bytes)`` with, per holding
         rank, its last stage chunk (where it all-reduces: module docstring), ascending
-        (``PipelineRuntime.tied_groups``).
+        (``PipelineRuntime.tied_groups``); a group of ``n > 1`` named tensors is ``n``
+        entries of ``grad_bytes / n`` (module docstring).
 
     Example (a head tied to the embedding, 4 layers on 2 stages):
         >>> from sim.trace.schema import LayerProfile, SharedParams
@@ -59,9 +66,13 @@ def place_shared(
         >>> placed, groups = place_shared(t, [0, 2], [0, 1])
         >>> [x.param_bytes for x in placed.layers], groups
         ([100, 100, 100, 160.0], (((0, 1), 60.0),))
+        >>> two = replace(t, shared=(SharedParams((0, 3), 60.0, ("0.w", "0.b")),))
+        >>> place_shared(two, [0, 2], [0, 1])[1]
+        (((0, 1), 30.0), ((0, 1), 30.0))
     """
     stage = stage_of_layers(boundaries, len(trace.layers))
     extra = [0.0] * len(trace.layers)
+    tensors = [0] * len(trace.layers)
     groups = []
     for g in trace.shared:
         first_on: dict[int, int] = {}  # rank -> first holding layer there
@@ -71,12 +82,21 @@ def place_shared(
             continue
         for layer in list(first_on.values())[1:]:
             extra[layer] += g.param_bytes
+            tensors[layer] += len(g.names)
         last = {r: max(s for s, r2 in enumerate(stage_rank) if r2 == r) for r in first_on}
-        groups.append((tuple(sorted(last.values())), float(g.param_bytes)))
+        n = max(1, len(g.names))
+        groups += [(tuple(sorted(last.values())), float(g.param_bytes) / n)] * n
     if not groups:
         return trace, ()
     layers = tuple(
-        replace(x, param_bytes=x.param_bytes + e) if e else x
-        for x, e in zip(trace.layers, extra, strict=True)
+        replace(x, param_bytes=x.param_bytes + e, param_tensors=_plus(x.param_tensors, n))
+        if e
+        else x
+        for x, e, n in zip(trace.layers, extra, tensors, strict=True)
     )
     return replace(trace, layers=layers), tuple(groups)
+
+
+def _plus(count: float | None, more: int) -> float | None:
+    """A layer's ``param_tensors`` with ``more`` copied tensors (unknown stays unknown)."""
+    return None if count is None else count + more
