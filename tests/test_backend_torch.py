@@ -349,6 +349,10 @@ def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
         t.ranks == 2 and len(t.sizes_bytes) == 8 and min(t.times_s) > 0 for t in topo.collectives
     )
     assert min(topo.gpus[0].tp_module_overhead_s) >= 0
+    # our runtime's per-action time and the replay's step cost (backends.torch.calibrate_runtime)
+    assert min(topo.gpus[0].action_overhead_s) >= 0
+    per_tensor_s, bandwidth_Bps = topo.gpus[0].step_cost("sgd")
+    assert per_tensor_s >= 0 and bandwidth_Bps > 0 and topo.gpus[0].step_cost("adam") is not None
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "pipedream_2bw", "pipedream", "pipemare"])

@@ -267,7 +267,8 @@ def _nccl_fields(gpu: Any) -> dict[str, Any]:
     fwd, bwd = gpu.tp_module_overhead_s
     out: dict[str, Any] = {"tp_module_overhead": {"forward": fwd, "backward": bwd}}
     if any(gpu.action_overhead_s):
-        out["action_overhead"] = dict(zip(("forward", "backward"), gpu.action_overhead_s))
+        fwd_s, bwd_s = gpu.action_overhead_s
+        out["action_overhead"] = {"forward": fwd_s, "backward": bwd_s}
     if gpu.step_costs:
         out["optimizer_step"] = {
             opt: {"per_tensor": per_tensor_s, "bandwidth": bw}

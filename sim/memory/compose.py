@@ -27,7 +27,6 @@ def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
     optimizer state and stash, plus the stage's overhead (:func:`sim.memory.reserve.overhead`);
     ``changes`` replace fields of it."""
     p = ctx.params
-    gpu = ctx.topology.gpu(ctx.gpu_index)
     over = overhead(ctx)
     plan = StagePlan(
         act_bytes=ctx.act_bytes,
