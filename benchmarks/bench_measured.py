@@ -38,7 +38,9 @@ the same for Megatron-LM's SC'21 weak-scaling runs (:mod:`measured_sc21`): predi
 measured TFLOP/s per GPU, written to ``megatron_sc21.csv``.
 Nothing here is fitted: the rows are what the model predicts.
 
-Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR]``.
+Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR] [--rows CSV]``
+(``--rows``: other measured iterations in the same column layout, e.g. vTrain's other hidden
+sizes or its multi-node rows).
 """
 
 from __future__ import annotations
@@ -72,15 +74,78 @@ FRAMEWORK = "megatron-deepspeed"
 ``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
 POLICY = "recompute:full"
 """vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
-QUESTION = ["layers", "global_batch", "gpus"]
+QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
+"""A planning question: one model, one global batch, one GPU count."""
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
 
+COLUMNS = [
+    "gpus",
+    "global_batch",
+    "microbatch_size",
+    "hidden",
+    "heads",
+    "layers",
+    "seq_len",
+    "tensor_parallel",
+    "data_parallel",
+    "pipeline_parallel",
+    "iteration_time_ms",
+]
+"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout)."""
+
+
+class RowsError(ValueError):
+    """A measured-rows CSV that cannot be read as vTrain's layout; the message names the file,
+    the column or row and the fix."""
+
+
 def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
-    """The measured rows, with ``microbatches`` added (``B / (b w)``)."""
-    df = pd.read_csv(path)
-    df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
+    """The measured rows of ``path`` (vTrain's column layout, :data:`COLUMNS`), with
+    ``microbatches`` added (``B / (b w)``).
+
+    Raises:
+        RowsError: the file is missing or unreadable, a column is missing, a value is not a
+            positive number, or ``gpus != t p w`` or ``B`` is not a multiple of ``b w``.
+    """
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise RowsError(f"{path}: cannot read it as CSV ({exc})") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise RowsError(
+            f"{path}: missing column(s) {', '.join(missing)}; the file needs {', '.join(COLUMNS)}"
+        )
+    num = df[COLUMNS].apply(pd.to_numeric, errors="coerce")
+    bad = num.isna().any(axis=1) | (num <= 0).any(axis=1)
+    if bad.any():
+        raise RowsError(f"{path}: row {int(bad.idxmax()) + 2}: every column must be positive")
+    df[COLUMNS[:-1]] = num[COLUMNS[:-1]].astype(int)
+    df["iteration_time_ms"] = num.iteration_time_ms
+    width = df.tensor_parallel * df.pipeline_parallel * df.data_parallel
+    step = df.microbatch_size * df.data_parallel
+    wrong = (width != df.gpus) | (df.global_batch % step != 0)
+    if wrong.any():
+        raise RowsError(
+            f"{path}: row {int(wrong.idxmax()) + 2}: gpus must be tensor_parallel x "
+            "pipeline_parallel x data_parallel and global_batch a multiple of "
+            "microbatch_size x data_parallel"
+        )
+    df["microbatches"] = df.global_batch // step
     return df
+
+
+def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict:
+    """The hardware a row of ``gpus`` GPUs runs on: ``hardware`` itself when one server holds
+    them, else ``Nx-<preset>`` with the fewest servers of ``per_server`` GPUs that do (its
+    network from the preset; :mod:`sim.hardware.cluster`)."""
+    if gpus <= per_server:
+        return hardware
+    servers = -(-gpus // per_server)
+    if isinstance(hardware, dict):
+        return {**hardware, "base": f"{servers}x-{hardware['base']}"}
+    return f"{servers}x-{hardware}"
 
 
 def model_hardware(preset: str) -> dict:
@@ -102,11 +167,17 @@ def predict(
     all-reduce tables for 2-8 GPUs of one server), ``"model"`` by NCCL's cost model alone
     (:func:`model_hardware`)."""
     gpu = preset_gpu(hardware)
-    hw: str | dict = model_hardware(hardware) if collectives == "model" else hardware
-    topo = load_hardware(hw)
+    base: str | dict = model_hardware(hardware) if collectives == "model" else hardware
+    per_server = load_hardware(base).num_gpus
+    topos: dict[int, object] = {}
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
+        hw = row_hardware(base, int(rec.gpus), per_server)
+        servers = -(-int(rec.gpus) // per_server)
+        if servers not in topos:
+            topos[servers] = load_hardware(hw)
+        topo = topos[servers]
         name = f"gpt-h{rec.hidden}-a{rec.heads}-L{rec.layers}-s{rec.seq_len}"
         if name not in traces:
             traces[name] = transformer_trace(
@@ -276,11 +347,23 @@ def main() -> None:
         help="collective times: the preset's (measured all-reduce tables where it has them, "
         "NCCL's model elsewhere; default) or NCCL's model alone",
     )
-    args = ap.parse_args()
-    t0 = time.perf_counter()
-    res = predict(
-        load_vtrain(), args.hardware, args.framework, args.memory_policy, args.collectives
+    ap.add_argument(
+        "--rows",
+        type=Path,
+        default=VTRAIN,
+        help="CSV of measured iterations in vTrain's layout (columns: "
+        + ", ".join(COLUMNS)
+        + "; iteration_time_ms in milliseconds); rows over one server run on the fewest "
+        "servers of --hardware that hold them (default: the 720 rows in validation/vtrain/)",
     )
+    args = ap.parse_args()
+    try:
+        rows = load_vtrain(args.rows)
+    except RowsError as exc:
+        print(f"error: --rows {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    t0 = time.perf_counter()
+    res = predict(rows, args.hardware, args.framework, args.memory_policy, args.collectives)
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -293,11 +376,14 @@ def main() -> None:
         print(res[res.predicted_ms.isna()].error_text.str[:100].value_counts().to_string())
     print(summary(res).to_string(index=False, float_format=lambda x: f"{x:+.3f}"))
     plan = planning(res)
-    print(
-        f"planning: {len(plan)} questions, top-1 {plan.top1.mean():.1%}, "
-        f"mean regret {plan.regret.mean():.1%}, max regret {plan.regret.max():.1%}, "
-        f"mean Kendall tau {plan.tau.mean():.2f}"
-    )
+    if plan.empty:
+        print("planning: no question has two measured configurations")
+    else:
+        print(
+            f"planning: {len(plan)} questions, top-1 {plan.top1.mean():.1%}, "
+            f"mean regret {plan.regret.mean():.1%}, max regret {plan.regret.max():.1%}, "
+            f"mean Kendall tau {plan.tau.mean():.2f}"
+        )
     sc21 = predict_sc21(load_sc21())
     sc21.to_csv(out / "megatron_sc21.csv", index=False)
     print("Megatron-LM SC'21 Table 1 (weak scaling), TFLOP/s per GPU with the paper's eq. 3:")
