@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
 from sim.experiment import Prepared  # noqa: E402
-from sim.hardware.loader import load_hardware  # noqa: E402
+from sim.hardware.loader import is_preset, load_hardware  # noqa: E402
 from sim.point_config import PointConfig  # noqa: E402
 from sim.point_row import point_row  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
@@ -136,12 +136,16 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     return df
 
 
-def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict:
+def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict | None:
     """The hardware a row of ``gpus`` GPUs runs on: ``hardware`` itself when one server holds
     them, else ``Nx-<preset>`` with the fewest servers of ``per_server`` GPUs that do (its
-    network from the preset; :mod:`sim.hardware.cluster`)."""
+    network from the preset; :mod:`sim.hardware.cluster`), or ``None`` when ``hardware`` is a
+    description file (``sim calibrate``'s) and not a preset that ``Nx-`` can repeat."""
     if gpus <= per_server:
         return hardware
+    base = hardware["base"] if isinstance(hardware, dict) else hardware
+    if not is_preset(base):
+        return None
     servers = -(-gpus // per_server)
     if isinstance(hardware, dict):
         return {**hardware, "base": f"{servers}x-{hardware['base']}"}
@@ -174,6 +178,10 @@ def predict(
     out = []
     for rec in df.itertuples(index=False):
         hw = row_hardware(base, int(rec.gpus), per_server)
+        if hw is None:
+            why = f"{rec.gpus} GPUs: more than the {per_server} of {hardware} (not a preset)"
+            out.append({"predicted_ms": math.nan, "fits": False, "error_text": why})
+            continue
         servers = -(-int(rec.gpus) // per_server)
         if servers not in topos:
             topos[servers] = load_hardware(hw)
@@ -292,8 +300,11 @@ def summary(res: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def scatter(res: pd.DataFrame, path: Path) -> None:
-    """Predicted vs measured iteration time, coloured by TP degree, log-log."""
+def scatter(res: pd.DataFrame, path: Path) -> bool:
+    """Predicted vs measured iteration time, coloured by TP degree, log-log, drawn to ``path``
+    (atomically); ``False`` and nothing drawn when no row was predicted."""
+    if res.predicted_ms.isna().all():
+        return False
     import matplotlib
 
     matplotlib.use("Agg")
@@ -312,7 +323,7 @@ def scatter(res: pd.DataFrame, path: Path) -> None:
     ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("measured iteration time (ms), vTrain / Megatron-DeepSpeed, 8 x A100")
+    ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("pipesim predicted iteration time (ms)")
     ax.set_title(f"{len(ok)} measured iterations; dotted: +-10 %")
     ax.legend()
@@ -321,12 +332,16 @@ def scatter(res: pd.DataFrame, path: Path) -> None:
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+    return True
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--hardware", default="dgx-a100-40gb", help="server preset (default: %(default)s)"
+        "--hardware",
+        default="dgx-a100-40gb",
+        help="server preset, or a hardware file `sim calibrate --device cuda` wrote on the "
+        "measured kind of server (default: %(default)s)",
     )
     ap.add_argument("--out", default="results/bench_measured", help="folder for the CSV and PNG")
     ap.add_argument(
@@ -368,7 +383,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res.to_csv(out / "predictions.csv", index=False)
-    scatter(res, out / "scatter.png")
+    drawn = scatter(res, out / "scatter.png")
     pd.set_option("display.width", 200)
     missing = res.predicted_ms.isna().sum()
     print(f"{len(res)} measured iterations, {missing} not predicted, {wall:.1f} s wall")
@@ -388,7 +403,8 @@ def main() -> None:
     sc21.to_csv(out / "megatron_sc21.csv", index=False)
     print("Megatron-LM SC'21 Table 1 (weak scaling), TFLOP/s per GPU with the paper's eq. 3:")
     print(sc21_table(sc21))
-    print(f"wrote {out / 'predictions.csv'}, {out / 'megatron_sc21.csv'} and {out / 'scatter.png'}")
+    plot = f" and {out / 'scatter.png'}" if drawn else " (no row predicted: no scatter)"
+    print(f"wrote {out / 'predictions.csv'}, {out / 'megatron_sc21.csv'}{plot}")
 
 
 if __name__ == "__main__":

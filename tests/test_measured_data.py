@@ -101,3 +101,10 @@ def test_rows_over_one_server_run_on_the_fewest_servers():
     spec = row_hardware(model_hardware("dgx-a100-40gb"), 16, 8)
     assert spec["base"] == "2x-dgx-a100-40gb" and spec["collectives"] == []
     assert load_hardware(spec).num_gpus == 16
+
+
+def test_a_calibrated_file_is_not_repeated_into_servers():
+    # `Nx-` repeats presets only: a row larger than a calibrated machine is not predicted
+    calibrated = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
+    assert row_hardware(calibrated, 2, 2) == calibrated
+    assert row_hardware(calibrated, 4, 2) is None
