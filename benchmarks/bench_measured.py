@@ -38,7 +38,9 @@ the same for Megatron-LM's SC'21 weak-scaling runs (:mod:`measured_sc21`): predi
 measured TFLOP/s per GPU, written to ``megatron_sc21.csv``.
 Nothing here is fitted: the rows are what the model predicts.
 
-Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR]``.
+Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR] [--rows CSV]``
+(``--rows``: other measured iterations in the same column layout, e.g. vTrain's other hidden
+sizes or its multi-node rows).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
 from sim.experiment import Prepared  # noqa: E402
-from sim.hardware.loader import load_hardware  # noqa: E402
+from sim.hardware.loader import is_preset, load_hardware  # noqa: E402
 from sim.point_config import PointConfig  # noqa: E402
 from sim.point_row import point_row  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
@@ -72,15 +74,82 @@ FRAMEWORK = "megatron-deepspeed"
 ``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
 POLICY = "recompute:full"
 """vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
-QUESTION = ["layers", "global_batch", "gpus"]
+QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
+"""A planning question: one model, one global batch, one GPU count."""
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
 
+COLUMNS = [
+    "gpus",
+    "global_batch",
+    "microbatch_size",
+    "hidden",
+    "heads",
+    "layers",
+    "seq_len",
+    "tensor_parallel",
+    "data_parallel",
+    "pipeline_parallel",
+    "iteration_time_ms",
+]
+"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout)."""
+
+
+class RowsError(ValueError):
+    """A measured-rows CSV that cannot be read as vTrain's layout; the message names the file,
+    the column or row and the fix."""
+
+
 def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
-    """The measured rows, with ``microbatches`` added (``B / (b w)``)."""
-    df = pd.read_csv(path)
-    df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
+    """The measured rows of ``path`` (vTrain's column layout, :data:`COLUMNS`), with
+    ``microbatches`` added (``B / (b w)``).
+
+    Raises:
+        RowsError: the file is missing or unreadable, a column is missing, a value is not a
+            positive number, or ``gpus != t p w`` or ``B`` is not a multiple of ``b w``.
+    """
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise RowsError(f"{path}: cannot read it as CSV ({exc})") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise RowsError(
+            f"{path}: missing column(s) {', '.join(missing)}; the file needs {', '.join(COLUMNS)}"
+        )
+    num = df[COLUMNS].apply(pd.to_numeric, errors="coerce")
+    bad = num.isna().any(axis=1) | (num <= 0).any(axis=1)
+    if bad.any():
+        raise RowsError(f"{path}: row {int(bad.idxmax()) + 2}: every column must be positive")
+    df[COLUMNS[:-1]] = num[COLUMNS[:-1]].astype(int)
+    df["iteration_time_ms"] = num.iteration_time_ms
+    width = df.tensor_parallel * df.pipeline_parallel * df.data_parallel
+    step = df.microbatch_size * df.data_parallel
+    wrong = (width != df.gpus) | (df.global_batch % step != 0)
+    if wrong.any():
+        raise RowsError(
+            f"{path}: row {int(wrong.idxmax()) + 2}: gpus must be tensor_parallel x "
+            "pipeline_parallel x data_parallel and global_batch a multiple of "
+            "microbatch_size x data_parallel"
+        )
+    df["microbatches"] = df.global_batch // step
     return df
+
+
+def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict | None:
+    """The hardware a row of ``gpus`` GPUs runs on: ``hardware`` itself when one server holds
+    them, else ``Nx-<preset>`` with the fewest servers of ``per_server`` GPUs that do (its
+    network from the preset; :mod:`sim.hardware.cluster`), or ``None`` when ``hardware`` is a
+    description file (``sim calibrate``'s) and not a preset that ``Nx-`` can repeat."""
+    if gpus <= per_server:
+        return hardware
+    base = hardware["base"] if isinstance(hardware, dict) else hardware
+    if not is_preset(base):
+        return None
+    servers = -(-gpus // per_server)
+    if isinstance(hardware, dict):
+        return {**hardware, "base": f"{servers}x-{hardware['base']}"}
+    return f"{servers}x-{hardware}"
 
 
 def model_hardware(preset: str) -> dict:
@@ -102,11 +171,21 @@ def predict(
     all-reduce tables for 2-8 GPUs of one server), ``"model"`` by NCCL's cost model alone
     (:func:`model_hardware`)."""
     gpu = preset_gpu(hardware)
-    hw: str | dict = model_hardware(hardware) if collectives == "model" else hardware
-    topo = load_hardware(hw)
+    base: str | dict = model_hardware(hardware) if collectives == "model" else hardware
+    per_server = load_hardware(base).num_gpus
+    topos: dict[int, object] = {}
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
+        hw = row_hardware(base, int(rec.gpus), per_server)
+        if hw is None:
+            why = f"{rec.gpus} GPUs: more than the {per_server} of {hardware} (not a preset)"
+            out.append({"predicted_ms": math.nan, "fits": False, "error_text": why})
+            continue
+        servers = -(-int(rec.gpus) // per_server)
+        if servers not in topos:
+            topos[servers] = load_hardware(hw)
+        topo = topos[servers]
         name = f"gpt-h{rec.hidden}-a{rec.heads}-L{rec.layers}-s{rec.seq_len}"
         if name not in traces:
             traces[name] = transformer_trace(
@@ -221,8 +300,11 @@ def summary(res: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def scatter(res: pd.DataFrame, path: Path) -> None:
-    """Predicted vs measured iteration time, coloured by TP degree, log-log."""
+def scatter(res: pd.DataFrame, path: Path) -> bool:
+    """Predicted vs measured iteration time, coloured by TP degree, log-log, drawn to ``path``
+    (atomically); ``False`` and nothing drawn when no row was predicted."""
+    if res.predicted_ms.isna().all():
+        return False
     import matplotlib
 
     matplotlib.use("Agg")
@@ -241,7 +323,7 @@ def scatter(res: pd.DataFrame, path: Path) -> None:
     ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("measured iteration time (ms), vTrain / Megatron-DeepSpeed, 8 x A100")
+    ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("pipesim predicted iteration time (ms)")
     ax.set_title(f"{len(ok)} measured iterations; dotted: +-10 %")
     ax.legend()
@@ -250,12 +332,16 @@ def scatter(res: pd.DataFrame, path: Path) -> None:
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+    return True
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--hardware", default="dgx-a100-40gb", help="server preset (default: %(default)s)"
+        "--hardware",
+        default="dgx-a100-40gb",
+        help="server preset, or a hardware file `sim calibrate --device cuda` wrote on the "
+        "measured kind of server (default: %(default)s)",
     )
     ap.add_argument("--out", default="results/bench_measured", help="folder for the CSV and PNG")
     ap.add_argument(
@@ -276,16 +362,28 @@ def main() -> None:
         help="collective times: the preset's (measured all-reduce tables where it has them, "
         "NCCL's model elsewhere; default) or NCCL's model alone",
     )
-    args = ap.parse_args()
-    t0 = time.perf_counter()
-    res = predict(
-        load_vtrain(), args.hardware, args.framework, args.memory_policy, args.collectives
+    ap.add_argument(
+        "--rows",
+        type=Path,
+        default=VTRAIN,
+        help="CSV of measured iterations in vTrain's layout (columns: "
+        + ", ".join(COLUMNS)
+        + "; iteration_time_ms in milliseconds); rows over one server run on the fewest "
+        "servers of --hardware that hold them (default: the 720 rows in validation/vtrain/)",
     )
+    args = ap.parse_args()
+    try:
+        rows = load_vtrain(args.rows)
+    except RowsError as exc:
+        print(f"error: --rows {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    t0 = time.perf_counter()
+    res = predict(rows, args.hardware, args.framework, args.memory_policy, args.collectives)
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res.to_csv(out / "predictions.csv", index=False)
-    scatter(res, out / "scatter.png")
+    drawn = scatter(res, out / "scatter.png")
     pd.set_option("display.width", 200)
     missing = res.predicted_ms.isna().sum()
     print(f"{len(res)} measured iterations, {missing} not predicted, {wall:.1f} s wall")
@@ -293,16 +391,20 @@ def main() -> None:
         print(res[res.predicted_ms.isna()].error_text.str[:100].value_counts().to_string())
     print(summary(res).to_string(index=False, float_format=lambda x: f"{x:+.3f}"))
     plan = planning(res)
-    print(
-        f"planning: {len(plan)} questions, top-1 {plan.top1.mean():.1%}, "
-        f"mean regret {plan.regret.mean():.1%}, max regret {plan.regret.max():.1%}, "
-        f"mean Kendall tau {plan.tau.mean():.2f}"
-    )
+    if plan.empty:
+        print("planning: no question has two measured configurations")
+    else:
+        print(
+            f"planning: {len(plan)} questions, top-1 {plan.top1.mean():.1%}, "
+            f"mean regret {plan.regret.mean():.1%}, max regret {plan.regret.max():.1%}, "
+            f"mean Kendall tau {plan.tau.mean():.2f}"
+        )
     sc21 = predict_sc21(load_sc21())
     sc21.to_csv(out / "megatron_sc21.csv", index=False)
     print("Megatron-LM SC'21 Table 1 (weak scaling), TFLOP/s per GPU with the paper's eq. 3:")
     print(sc21_table(sc21))
-    print(f"wrote {out / 'predictions.csv'}, {out / 'megatron_sc21.csv'} and {out / 'scatter.png'}")
+    plot = f" and {out / 'scatter.png'}" if drawn else " (no row predicted: no scatter)"
+    print(f"wrote {out / 'predictions.csv'}, {out / 'megatron_sc21.csv'}{plot}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.bench_measured import model_hardware
+from benchmarks.bench_measured import COLUMNS, RowsError, load_vtrain, model_hardware, row_hardware
 from benchmarks.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
 from sim.engine.hierarchical import collective_plan
 from sim.hardware.loader import load_hardware
@@ -58,3 +58,53 @@ def test_preset_tables_are_the_published_lut():
         (table,) = [t for t in topo.collectives if t.ranks == n]
         assert table.sizes_bytes == tuple(float(b) for b in grp.bytes)
         assert table.times_s == pytest.approx(tuple(grp.time_us * 1e-6))
+
+
+def _rows(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "rows.csv"
+    path.write_text(",".join(COLUMNS) + "\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def test_rows_of_another_file_get_their_microbatch_count(tmp_path):
+    # m = B / (b w): 64 / (2 x 4) = 8
+    df = load_vtrain(_rows(tmp_path, "16,64,2,1024,16,24,1024,2,4,2,300.5"))
+    assert df.microbatches.tolist() == [8]
+    assert df.iteration_time_ms.tolist() == [300.5]
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("15,64,2,1024,16,24,1024,2,4,2,300", "row 2: gpus must be"),  # 2 x 2 x 4 = 16
+        ("16,60,2,1024,16,24,1024,2,4,2,300", "row 2: gpus must be"),  # 60 % 8 != 0
+        ("16,64,0,1024,16,24,1024,2,4,2,300", "row 2: every column must be positive"),
+        ("16,64,x,1024,16,24,1024,2,4,2,300", "row 2: every column must be positive"),
+    ],
+)
+def test_bad_rows_are_named(tmp_path, line, says):
+    with pytest.raises(RowsError, match=says):
+        load_vtrain(_rows(tmp_path, line))
+
+
+def test_missing_column_is_named(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("gpus,global_batch\n8,8\n")
+    with pytest.raises(RowsError, match="missing column.*microbatch_size"):
+        load_vtrain(path)
+
+
+def test_rows_over_one_server_run_on_the_fewest_servers():
+    assert row_hardware("dgx-a100-40gb", 8, 8) == "dgx-a100-40gb"
+    assert row_hardware("dgx-a100-40gb", 9, 8) == "2x-dgx-a100-40gb"
+    assert row_hardware("dgx-a100-40gb", 64, 8) == "8x-dgx-a100-40gb"
+    spec = row_hardware(model_hardware("dgx-a100-40gb"), 16, 8)
+    assert spec["base"] == "2x-dgx-a100-40gb" and spec["collectives"] == []
+    assert load_hardware(spec).num_gpus == 16
+
+
+def test_a_calibrated_file_is_not_repeated_into_servers():
+    # `Nx-` repeats presets only: a row larger than a calibrated machine is not predicted
+    calibrated = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
+    assert row_hardware(calibrated, 2, 2) == calibrated
+    assert row_hardware(calibrated, 4, 2) is None

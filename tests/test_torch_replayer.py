@@ -26,6 +26,8 @@ def fields(request: ReplayRequest) -> list[str]:
         (dict(memory_policy="d2d_swap"), "memory_policy"),
         (dict(tensor_parallel=2), "stages"),  # the tensor-parallel replay runs one stage
         (dict(tensor_parallel=3, stages=1, boundaries=(0,)), "model"),  # 3 does not divide 64
+        # 4 divides the vocabulary (64) and the hidden size but not the 2 heads
+        (dict(tensor_parallel=4, stages=1, boundaries=(0,)), "model"),
         (
             dict(schedule="interleaved_1f1b", virtual_stages=2, memory_policy="recompute"),
             "memory_policy",

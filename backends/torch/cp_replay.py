@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from backends.torch import context_parallel as cpa
 from backends.torch import hf
-from backends.torch.ep_replay import _grads, _sgd, batch, build
+from backends.torch.ep_replay import _grads, _sgd, batch, build, rank_report
 from backends.torch.memory import SavedBytes
 
 
@@ -53,13 +53,7 @@ def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
         _sgd(params, lr)
         if it >= payload["warmup"]:
             times.append(time.perf_counter() - start)
-    return {
-        "losses": losses,
-        "iteration_s": times,
-        "peak_saved_bytes": tracker.peak_bytes,
-        "param_bytes": sum(p.numel() * p.element_size() for p in params),
-        "grads": grads if payload.get("return_grads") else {},
-    }
+    return rank_report(losses, times, tracker, params, grads, payload)
 
 
 def serial_run(payload: dict[str, Any]) -> dict[str, Any]:

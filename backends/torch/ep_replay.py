@@ -58,6 +58,26 @@ def _sgd(params: list[torch.nn.Parameter], lr: float) -> None:
                 p.grad = None
 
 
+def rank_report(
+    losses: list[float],
+    times: list[float],
+    tracker: SavedBytes,
+    params: list[torch.nn.Parameter],
+    grads: dict[str, list[float]],
+    payload: dict[str, Any],
+) -> dict[str, Any]:
+    """What a CPU replay rank reports (module doc): its losses, per-iteration wall seconds,
+    peak saved bytes, parameter bytes, and the first step's gradients when
+    ``payload["return_grads"]``."""
+    return {
+        "losses": losses,
+        "iteration_s": times,
+        "peak_saved_bytes": tracker.peak_bytes,
+        "param_bytes": sum(p.numel() * p.element_size() for p in params),
+        "grads": grads if payload.get("return_grads") else {},
+    }
+
+
 def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
     """One EP rank (module doc). ``payload``: ``config, seq_len, seed, b, m, iterations,
     warmup, lr``."""
@@ -82,13 +102,7 @@ def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
         _sgd(params, lr)
         if it >= payload["warmup"]:
             times.append(time.perf_counter() - start)
-    return {
-        "losses": losses,
-        "iteration_s": times,
-        "peak_saved_bytes": tracker.peak_bytes,
-        "param_bytes": sum(p.numel() * p.element_size() for p in params),
-        "grads": grads if payload.get("return_grads") else {},
-    }
+    return rank_report(losses, times, tracker, params, grads, payload)
 
 
 def serial_run(payload: dict[str, Any], world: int) -> dict[str, Any]:

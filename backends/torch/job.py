@@ -10,6 +10,7 @@ from dataclasses import InitVar, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from backends.torch.tp_split import tp_problem
 from sim.memory.registry import replay_problems
 from sim.schedules.registry import REGISTRY, get_schedule
 
@@ -40,13 +41,13 @@ def tp_problems(job: ReplayJob) -> list[str]:
         out.append(f"schedule: the tensor-parallel replay runs {SCHEDULES_TORCH} (backend ours)")
     if job.memory_policy != "none":
         out.append("memory_policy: the tensor-parallel replay runs 'none'")
-    if isinstance(job.model, dict) and job.model.get("kind", "gpt") != "gpt":
-        out.append(f"model: the tensor-parallel replay runs GPT models, not {job.model['kind']!r}")
-    elif isinstance(job.model, dict) and int(job.model.get("vocab", 0)) % t:
-        out.append(
-            f"model: the tensor-parallel replay splits the vocabulary "
-            f"({job.model['vocab']}), so tensor_parallel must divide it"
-        )
+    if isinstance(job.model, dict):
+        # sizes the dict leaves out get ``t`` (divisible by ``t``): the spec built from it
+        # is checked again by backends.torch.tensor_parallel with ModelSpec's defaults
+        model = {"kind": "gpt", **dict.fromkeys(("heads", "hidden", "vocab", "seq_len"), t)}
+        model.update(job.model)
+        if problem := tp_problem(model, t, job.sequence_parallel):
+            out.append(f"model: {problem}")
     return out
 
 
