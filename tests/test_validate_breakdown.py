@@ -86,3 +86,19 @@ def test_breakdown_parts_add_up_to_the_iteration_difference():
 def test_bad_window_is_refused():
     with pytest.raises(ValueError, match="must be >= 1"):
         work_per_iteration(MEASURED, microbatches=2, first_iteration=0, iterations=0)
+
+
+def test_predicted_step_includes_the_tied_all_reduces_it_waits_in():
+    # The replay's STEP action runs Ties.reduce (waiting for the other holders) before the
+    # update, so the predicted STEP is the tied all-reduces' spans on the rank plus the update:
+    # iteration 1: 1.5 s (0.5 s of it waiting) + 0.5 s + 0.25 s = 2.25 s; iteration 0's is left
+    # out, and so is an all-reduce that is not a tied one (data parallelism).
+    log = MEASURED.__class__()
+    log.events.extend(MEASURED.events)
+    for it, (start, end) in ((0, (29, 30)), (1, (36.0, 37.5)), (1, (37.5, 38.0))):
+        log.events.append(
+            Event("allreduce", "gpu0", "comm", "tied allreduce s0", start, end, iteration=it)
+        )
+    log.events.append(Event("allreduce", "gpu0", "comm", "allreduce s0", 36, 37, iteration=1))
+    work = work_per_iteration(log, microbatches=2, first_iteration=1, iterations=1)
+    assert work["gpu0"]["STEP"] == (2.25, 1.0)

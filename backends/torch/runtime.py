@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from backends.torch.attention import attention_kernel
-from backends.torch.cpu_memory import ResidentPeak
+from backends.torch.cpu_memory import ResidentPeak, rehearse, stage_input
 from backends.torch.dumps import save_end, save_step
 from backends.torch.job import ReplayJob
 from backends.torch.job_model import load_model
@@ -282,26 +282,14 @@ class StageRunner:
         return self._stats(start, end)
 
     def _rehearse(self) -> None:
-        """One forward and backward of the stage before the resident baseline, so that what a
-        process grows by once, at its first forward and backward (library code paged in,
-        oneDNN's JIT kernels, the allocator's and autograd's thread caches: about 12 MiB on
-        CPU, against a few MiB for a small stage's tensors), is not counted as the run's
-        memory. Outside the measurement: no saved-tensor counting, the RNG state restored,
-        the gradients dropped; the weights are untouched."""
-        module = self.versions.newest()
-        with torch.random.fork_rng():
-            if self.rank == 0:
-                x: Any = tuple(t.to(self.dev) for t in self.model.batch(0)[0])
-            else:
-                t = torch.randn(self.act_shape, device=self.dev).to(self.act_dtype)
-                x = (t.requires_grad_() if t.is_floating_point() else t,)
-            y = module(*x)
-            if self.last:
-                torch.autograd.backward(self._loss(y, 0))
-            else:
-                torch.autograd.backward(y, torch.ones_like(y))
-        for p in module.parameters():
-            p.grad = None
+        """The stage's forward and backward once before the resident baseline
+        (:func:`backends.torch.cpu_memory.rehearse`), outside saved-tensor counting."""
+        if self.rank == 0:
+            x: Any = tuple(t.to(self.dev) for t in self.model.batch(0)[0])
+        else:
+            x = (stage_input(self.act_shape, self.act_dtype, self.dev),)
+        loss = (lambda y: self._loss(y, 0)) if self.last else None
+        rehearse(self.versions.newest(), x, loss)
 
     def _execute(self, program: list[Action]) -> None:
         ops = {"F": self.forward, "B": self.backward, STEP: self.step}

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
-from backends.torch.cpu_memory import ResidentPeak
+from backends.torch.cpu_memory import ResidentPeak, rehearse, stage_input
 from backends.torch.dumps import save_end, save_step
 from backends.torch.job import ReplayJob
 from backends.torch.memory import SavedBytes, apply_policy, tensor_bytes
@@ -86,7 +86,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         )
     dev, rank, sched = ctx.device, ctx.rank, sim_schedule(job)
     local, n = sched.rank_stages(rank), sched.num_stages
-    model, _, built, ties = stage_setup(job, local, True)
+    model, boundaries, built, ties = stage_setup(job, local, True)
     names, params = _unique(model, list(built.values()))
     param_bytes = tensor_bytes(params)
     peak = ResidentPeak(param_bytes + sum(tensor_bytes(m.buffers()) for m in built.values()))
@@ -113,6 +113,11 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     else:
+        target = model.batch(0)[1]
+        for s in local:  # the process's one-time growth before the baseline (cpu_memory)
+            x = (stage_input(*model.recv(boundaries, s), dev),) if s else model.batch(0)[0]
+            loss = (lambda y: model.loss(y, target)) if s == n - 1 else None
+            rehearse(modules[s], tuple(t.to(dev) for t in x), loss)
         peak.start()
     dist.barrier()
     start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Where a replay's iteration time differs from the prediction, action by action.
 
 For each rank, one iteration's time splits into its own work by op (``F``, ``B`` with any
-recompute, the optimizer ``STEP``) and the rest, idle time (waiting for a neighbour, the
+recompute, the optimizer ``STEP`` with the tied all-reduces it waits in) and the rest, idle time (waiting for a neighbour, the
 pipeline bubble, runtime overhead between actions). :func:`action_breakdown` puts the measured
 and the predicted split side by side, so the error of ``sim validate`` reads as "B runs 8 %
 slower than profiled" or "rank 1 waits 40 ms more per iteration" instead of one number.
@@ -33,11 +33,23 @@ def _op_of(name: str) -> str | None:
     return "F" if action.op == "F" else "B"
 
 
+def _tied(e) -> bool:
+    """Whether ``e`` is a predicted tied all-reduce of a step (``Collectives.join_tied``:
+    from the rank's arrival, its wait for the other holders included): part of the STEP, as
+    the replay's STEP action measures its ``Ties.reduce`` (``backends/torch/runtime.py``)."""
+    return (
+        e.kind == EventKind.ALLREDUCE
+        and e.name.startswith("tied allreduce")
+        and e.iteration is not None
+    )
+
+
 def work_per_iteration(
     log: EventLog, *, microbatches: int, first_iteration: int, iterations: int
 ) -> dict[str, dict[str, tuple[float, float]]]:
     """Per device, per op: ``(seconds per iteration, actions per iteration)`` of the compute,
-    recompute and optimizer events of iterations ``first_iteration .. first_iteration +
+    recompute and optimizer events (and, in STEP, the tied all-reduces before the update,
+    :func:`_tied`) of iterations ``first_iteration .. first_iteration +
     iterations - 1`` (micro-batch ``mb`` belongs to iteration ``mb // microbatches``, step
     ``k`` to iteration ``k``, as the schedules number them).
 
@@ -50,6 +62,9 @@ def work_per_iteration(
     seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for e in log.events:
+        if _tied(e) and first_iteration <= e.iteration < first_iteration + iterations:
+            seconds[e.device][STEP] += e.duration_s
+            continue
         if e.kind not in busy:
             continue
         op = _op_of(e.name)
