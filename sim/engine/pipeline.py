@@ -15,10 +15,8 @@ partitioned states (:mod:`sim.engine.partitioned`) and the tensor-parallel ones
 (:mod:`sim.engine.tensor_collectives`) are separate processes that hold the links of their
 routes (:mod:`sim.engine.links`). Each rank's CPU thread issues the ops of its
 F, B, I, W and recompute (:mod:`sim.engine.host`): the device runs them no earlier than the host
-has issued them, the host runs ahead of the device until a host sync point. A GPU's
-``action_overhead_s`` (measured on CPU ranks by ``sim calibrate``: the runtime's own receive,
-dispatch, bookkeeping and send of each action, beyond the layers and the link transfers) lengthens
-each F, and each B or I, on its compute stream (:meth:`Engine._with_runtime`). Memory is recorded in a
+has issued them, the host runs ahead of the device until a host sync point; a GPU's measured
+``action_overhead_s`` lengthens each F, B and I (:meth:`Engine._with_runtime`). Memory is recorded in a
 :class:`~sim.ledger.Ledger`; an over-subscribed device is a verdict, not a crash.
 
 The core does no I/O and reads no clock: the same :class:`SimInput` gives the same event log.
