@@ -62,8 +62,9 @@ def work_per_iteration(
     seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for e in log.events:
-        if _tied(e) and first_iteration <= e.iteration < first_iteration + iterations:
-            seconds[e.device][STEP] += e.duration_s
+        if _tied(e):
+            if first_iteration <= (e.iteration or 0) < first_iteration + iterations:
+                seconds[e.device][STEP] += e.duration_s
             continue
         if e.kind not in busy:
             continue
