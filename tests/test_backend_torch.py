@@ -98,6 +98,20 @@ def test_saved_bytes_counts_once_and_frees() -> None:
     assert counter.live_bytes == 0 and counter.peak_bytes == 4 * 8 * 4 * 3
 
 
+def test_cpu_profile_times_layers_under_the_replays_counting_hooks(monkeypatch) -> None:
+    """Every timed forward, and every forward before a timed backward, packs its saved tensor
+    through SavedBytes as the CPU replay's forward does: (warmup + reps) * 2 packs of the one
+    tensor ``x * x`` saves (it saves x twice, one pack each), plus the act_bytes count."""
+    from backends.torch.profile import _profile_layer
+
+    packs = []
+    original = SavedBytes._pack
+    monkeypatch.setattr(SavedBytes, "_pack", lambda self, t: packs.append(1) or original(self, t))
+    _profile_layer("sq", lambda x: x * x, [], torch.ones(3), torch.device("cpu"),
+                   False, warmup=1, reps=2)  # fmt: skip
+    assert len(packs) == (1 + 2) * 2 * 2 + 2
+
+
 def test_replay_job_rejects_bad_input_and_torch_has_the_gloo_fix() -> None:
     from backends.torch.torch_schedules import has_gloo_p2p_fix
 
