@@ -1,4 +1,5 @@
-"""Why a two-rank CPU replay runs its small layers slower than profiled: the first run after a gap.
+"""Why a two-rank CPU replay ran its small layers slower than profiled: the first run after a
+gap, and the replay's memory-counting hooks.
 
 A replay rank waits in ``dist.recv`` while the other rank computes (milliseconds), then runs
 its action; ``sim profile`` times each layer in back-to-back repetitions. This measures, in
@@ -20,6 +21,11 @@ it. So it is the code side (instruction cache, branch predictors of the ops' cod
 data and not the core's idle state, evicted by whatever else runs meanwhile; it is paid once
 per action (the stage's later layers run warm, warmed by the identical earlier block).
 
+Last, the stage's forward and backward with and without the ``saved_tensors_hooks`` every CPU
+replay runs a forward under (:class:`backends.torch.memory.SavedBytes`): 0.2-0.4 ms more per
+forward and 0.1-0.3 ms per backward with them, which is why ``sim profile`` now times CPU layers
+under them (:mod:`backends.torch.profile`).
+
 Run: ``python benchmarks/cold_start.py``. Prints medians in ms; asserts nothing.
 """
 
@@ -33,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from backends.torch.memory import SavedBytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import vit_shared  # noqa: E402
@@ -94,6 +102,23 @@ def main() -> None:
             times.append(time.perf_counter() - t)
         ms = statistics.median(times) * 1e3
         print(f"backward {gap_s * 1e3:.0f} ms after its forward (sleeping) {ms:.3f} ms", flush=True)
+    hooks = SavedBytes(stage.parameters())
+    for _ in range(3):
+        for label, counting in (("without", False), ("with", True)):
+            fwd, bwd = [], []
+            for _ in range(60):
+                t = time.perf_counter()
+                if counting:
+                    with hooks.hooks():
+                        out = stage(images)
+                else:
+                    out = stage(images)
+                t1 = time.perf_counter()
+                out.backward(grad)
+                fwd.append(t1 - t)
+                bwd.append(time.perf_counter() - t1)
+            ms = [statistics.median(v) * 1e3 for v in (fwd, bwd)]
+            print(f"{label:7s} the replay's hooks: forward {ms[0]:.3f} ms backward {ms[1]:.3f} ms")
 
 
 if __name__ == "__main__":
