@@ -103,9 +103,12 @@ def main() -> None:
                 for r in g.itertuples()
             )
             print(f"  {sched:14s} m={m:3d} {rank}: {cells}")
+    ran = df[df.status == "ok"]
+    rest = ", ".join(f"{n} {k}" for k, n in df[df.status != "ok"].status.value_counts().items())
     print(
-        f"all actions done: {bool(df.all_actions_done.all())}; "
-        f"losses finite: {bool(df.losses_finite.all())}; table: {dest}"
+        f"{len(ran)} of {len(df)} replays ran{f' ({rest})' if rest else ''}; "
+        f"all actions done: {bool(ran.all_actions_done.all())}; "
+        f"losses finite: {bool(ran.losses_finite.all())}; table: {dest}"
     )
 
 
