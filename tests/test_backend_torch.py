@@ -326,7 +326,7 @@ def test_ping_pong_latency_is_the_smallest_message():
     # 1950 / 2e12 s/B (bandwidth 1.0256 GB/s), whose intercept would be 41.7 us; the latency
     # is the smallest message's 50 us (its bytes take no time). With 1 KB as the smallest
     # message the latency is its time less 1 KB at the fitted bandwidth.
-    from backends.torch.calibrate import fit_latency_bandwidth
+    from backends.torch.calibrate_rank import fit_latency_bandwidth
 
     lat, bw = fit_latency_bandwidth([0, 1e6, 2e6], [5e-5, 1e-3, 2e-3])
     assert (lat, bw) == pytest.approx((5e-5, 2e12 / 1950))
@@ -339,7 +339,8 @@ def test_ping_pong_latency_is_the_smallest_message():
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
-    from backends.torch.calibrate import calibrate, fit_latency_bandwidth
+    from backends.torch.calibrate import calibrate
+    from backends.torch.calibrate_rank import fit_latency_bandwidth
     from sim.hardware.loader import load_hardware
 
     assert fit_latency_bandwidth([0, 1e6, 2e6], [1e-5, 1e-5 + 1e-3, 1e-5 + 2e-3]) == pytest.approx(

@@ -305,7 +305,7 @@ def test_cpu_measurements_of_calibrate():
     pytest.importorskip("torch")
     import torch
 
-    from backends.torch.calibrate import cpu_adam_rate, gemm_by_shape, kernel_overhead_s
+    from backends.torch.calibrate_rank import cpu_adam_rate, gemm_by_shape, kernel_overhead_s
 
     adam = cpu_adam_rate(params=2**16, reps=2, threads=1)
     assert adam["implementation"] in ("fused", "foreach") and adam["params_per_s"] > 0
