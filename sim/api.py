@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 
+from sim.bands import Bands
 from sim.compute.adapt import adapt_trace
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError
@@ -55,6 +56,7 @@ from sim.planner import PlanStats, plan_points
 from sim.point import Resolved, evaluate, resolve
 from sim.point_config import PointConfig
 from sim.replay import Replayer
+from sim.row_bands import bands_for
 from sim.rows import ResultRow, pick_winner
 from sim.run import run_experiment
 from sim.sweep import expand
@@ -158,10 +160,12 @@ class Plan:
     winners: dict[str, ResultRow | None]
     skipped: list[tuple[str, str]]
     stats: PlanStats
+    bands: Bands | None = None
 
     def table(self) -> pd.DataFrame:
-        """The rows as ``results.csv`` has them (prediction bands included)."""
-        return results_frame(self.rows)
+        """The rows as ``results.csv`` has them (prediction bands included: ``bands``, the
+        hardware's, :func:`sim.row_bands.bands_for`)."""
+        return results_frame(self.rows, self.bands)
 
 
 def plan(
@@ -198,7 +202,8 @@ def plan(
             jobs=jobs,
         )
     winners = {m.name: pick_winner([r for r in rows if r.model == m.name]) for m in prep.exp.models}
-    return Plan(rows, winners, skipped, stats)
+    bands = bands_for(g.model for g in prep.topology.gpus)
+    return Plan(rows, winners, skipped, stats, bands)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from sim.atomic import (
     pid_alive,
     remove_stale_temps,
 )
+from sim.bands import Bands
 from sim.config import ExperimentConfig
 from sim.errors import InputError
 from sim.events import EventLog
@@ -44,17 +45,20 @@ from sim.rows import ResultRow
 from sim.trace.loader import traces_dir
 
 
-def results_frame(rows: list[ResultRow]) -> pd.DataFrame:
+def results_frame(rows: list[ResultRow], bands: Bands | None = None) -> pd.DataFrame:
     """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order, then
-    each prediction's band (:data:`sim.row_bands.BAND_COLUMNS`)."""
+    each prediction's band (:data:`sim.row_bands.BAND_COLUMNS`) from ``bands`` (default: the
+    shipped ones; :func:`sim.row_bands.bands_for` the hardware's)."""
     return with_bands(
-        pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields))
+        pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields)), bands
     )
 
 
-def write_results_csv(rows: list[ResultRow], path: Path) -> pd.DataFrame:
+def write_results_csv(
+    rows: list[ResultRow], path: Path, bands: Bands | None = None
+) -> pd.DataFrame:
     """Write :func:`results_frame` to ``path``; returns it."""
-    df = results_frame(rows)
+    df = results_frame(rows, bands)
     atomic_write_text(path, df.to_csv(index=False))
     return df
 

@@ -18,7 +18,7 @@ rows are reported, so regenerated bands apply to cached rows too.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
 import pandas as pd
@@ -37,6 +37,20 @@ BAND_COLUMNS = (
 """Columns :func:`with_bands` adds after :class:`~sim.rows.ResultRow`'s."""
 NEAR_SHOWN = 3
 """Configurations within the winner's band named in the console note and ``winner.yaml``."""
+
+
+CPU_RANK_MODEL = "cpu-rank"
+"""The device model ``sim calibrate`` writes for a CPU rank (``backends.torch.profile``)."""
+
+
+def bands_for(gpu_models: Iterable[str]) -> Bands:
+    """The bands that apply on hardware whose devices are ``gpu_models``: the shipped ones
+    (:func:`sim.bands.shipped_bands`), or none where a device is a CPU rank, since every
+    residual behind the shipped bands is a whole iteration on GPU servers (their file's
+    ``sources``) and says nothing of how a CPU replay errs (README, "How close the time is")."""
+    if any(m == CPU_RANK_MODEL for m in gpu_models):
+        return Bands([])
+    return shipped_bands()
 
 
 def band_of(bands: Bands, row: ResultRow | Mapping[str, Any]) -> Band | None:

@@ -41,7 +41,7 @@ from sim.point_config import PointConfig
 from sim.report.memory_summary import write_memory_summary, write_tflops
 from sim.report.plots import plot_throughput
 from sim.report.tables import summary_table
-from sim.row_bands import winner_bands
+from sim.row_bands import bands_for, winner_bands
 from sim.rows import BestRows, ResultRow, pick_winner
 from sim.sweep import expand
 
@@ -129,7 +129,8 @@ def _write_all(
     (0, or 1 when a model has no fitting configuration) and the files written. ``best`` holds
     the winners' event logs from the sweep (a winner without one, read from the cache, is
     simulated here); the plots are drawn on ``jobs`` processes (:func:`sim.outputs.draw`)."""
-    df = write_results_csv(rows, out / "results.csv")
+    bands_here = bands_for(g.model for g in prep.topology.gpus)
+    df = write_results_csv(rows, out / "results.csv", bands_here)
     _write_resolved(out, exp, prep, points, skipped, notes, stats)
     written = [out / "results.csv", out / "config.resolved.yaml"]
     pending = _Pending()

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from sim.bands import Bands, Residual, build_bands, format_bands, parse_bands, quantile
-from sim.row_bands import with_bands
+from sim.row_bands import bands_for, with_bands
 
 REGENERATE = "python benchmarks/make_bands.py"
 
@@ -148,3 +148,9 @@ def test_run_writes_the_band_with_each_prediction(tmp_path):
         pred["throughput_samples_per_s"] / band.ratio_high
     )
     assert pred["within_band"]["count"] == int(df.within_winner_band.sum())
+
+
+def test_cpu_ranks_get_no_band_gpus_the_shipped_ones():
+    # the shipped bands come from whole iterations on GPU servers only
+    assert bands_for(["cpu-rank", "cpu-rank"]).lookup("pipesim", 1, 4) is None
+    assert bands_for(["A100-SXM4-40GB"]).lookup("pipesim", 1, 4) is not None
