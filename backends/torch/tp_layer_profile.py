@@ -53,6 +53,7 @@ from backends.torch.calibrate_comm import _collective, _median_s
 from backends.torch.models import Embedding, Head, ModelSpec, as_spec, build_layers, lm_loss
 from backends.torch.tensor_parallel import TPBlock, _linear, tp_chain
 from backends.torch.tp_runtime import local
+from sim.tensor.megatron import layer_comm
 
 
 def _fwd_bwd_s(
@@ -101,19 +102,13 @@ def _comm_s(kinds: list[tuple[str, int]], t: int, reps: int) -> float:
     return sum(_median_s(call, dev, reps) for call in calls)
 
 
-def _phase_comm(kind: str, b: int, s: int, h: int, sp: bool) -> tuple[list, list]:
-    """``(forward, backward)`` collectives of a layer as ``(kind, bytes)``, the ones the
-    simulator charges (:mod:`sim.tensor.megatron`: ``block_comm``, ``embedding_comm``,
-    ``head_comm``; fp32)."""
-    x, ce = 4 * b * s * h, [("allreduce", 4 * b * s)] * 3
-    if kind == "block":
-        ops = [("all_gather", x), ("reduce_scatter", x)] * 2 if sp else [("allreduce", x)] * 2
-        return ops, ops
-    if kind == "embedding":
-        return [("reduce_scatter" if sp else "allreduce", x)], []
-    if sp:
-        return [("all_gather", x), *ce], [("reduce_scatter", x)]
-    return ce, [("allreduce", x)]
+def _phase_comm(kind: str, b: int, s: int, h: int, t: int, sp: bool) -> tuple[list, list]:
+    """``(forward, backward)`` collectives of a layer as ``(kind, bytes)``: the ones the
+    simulator charges (:func:`sim.tensor.megatron.layer_comm`), in fp32."""
+    comm = layer_comm(kind, b, s, h, 4, t, sp)
+    return [(op.kind, int(op.nbytes)) for op in comm.fwd], [
+        (op.kind, int(op.nbytes)) for op in comm.bwd
+    ]
 
 
 def _plain_head(head: Head, rank: int, t: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -205,7 +200,7 @@ def run_rank(payload: dict[str, Any], ctx: Any) -> list[dict[str, Any]]:
                 if kind not in local_s:
                     local_s[kind] = _fwd_bwd_s(plain, x, reps)
                 sh, lo = _fwd_bwd_s(sharded, xs, reps), local_s[kind]
-                ops = _phase_comm(kind, b, spec.seq_len, spec.hidden, sp)
+                ops = _phase_comm(kind, b, spec.seq_len, spec.hidden, t, sp)
                 comm = [_comm_s(phase, t, reps) for phase in ops]
                 entry[f"{kind}_fwd_s"] = overhead(sh[0], lo[0], comm[0])
                 entry[f"{kind}_bwd_s"] = overhead(sh[1], lo[1], comm[1])

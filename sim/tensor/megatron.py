@@ -102,6 +102,13 @@ def head_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
     return LayerComm(ce, (CommOp(AR, x),))
 
 
+def layer_comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+    """The collectives of a layer of ``kind`` (``embedding``, ``head``; anything else is a
+    block): :func:`embedding_comm`, :func:`head_comm` or :func:`block_comm`."""
+    fn = {"embedding": embedding_comm, "head": head_comm}.get(kind, block_comm)
+    return fn(b, s, h, d, t, sp)
+
+
 def parallel_modules(kind: str, sp: bool) -> int:
     """Tensor-parallel modules of a layer, each of which costs the per-module overhead
     (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`): a block's 2 column- and 2

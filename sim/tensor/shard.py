@@ -51,9 +51,7 @@ from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.tensor.megatron import (
     LayerComm,
     block_act_bytes_tp,
-    block_comm,
-    embedding_comm,
-    head_comm,
+    layer_comm,
     parallel_modules,
 )
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
@@ -223,11 +221,6 @@ def _with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
     return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
 
 
-def _comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
-    fn = {"embedding": embedding_comm, "head": head_comm}.get(kind, block_comm)
-    return fn(b, s, h, d, t, sp)
-
-
 def shard_trace(
     trace: Trace,
     t: int,
@@ -270,7 +263,7 @@ def shard_trace(
     measured = measured_overheads(trace, t, sp)
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        comm.append(_comm(kind, b, s, h, d, t, sp))
+        comm.append(layer_comm(kind, b, s, h, d, t, sp))
         sharded = _shard_layer(
             layer, kind, ratios[kind], shape, b, d, t, sp, overhead, measured.get(kind)
         )
