@@ -77,16 +77,13 @@ def _alone_s(runner: StageRunner) -> tuple[float, float]:
     """``(forward, backward)`` seconds of ``runner``'s stage timed alone (the loss included
     on the last stage), as ``sim profile`` times a layer."""
     module, dev = runner.versions.newest(), runner.dev
-    if runner.rank == 0:
-        x: Any = tuple(t.to(dev) for t in runner.model.batch(0)[0])
-    else:
-        x = (torch.randn(runner.act_shape, dtype=runner.act_dtype, device=dev).requires_grad_(),)
+    x, loss = runner.sample()
     state: dict[str, Any] = {}
 
     def forward() -> None:
         y = module(*x)
-        state["y"] = runner._loss(y, 0) if runner.last else y
-        state["g"] = None if runner.last else torch.ones_like(y)
+        state["y"] = y if loss is None else loss(y)
+        state["g"] = torch.ones_like(y) if loss is None else None
 
     fwd_s = time_call(forward, dev, reps=21)
     bwd_s = time_call(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -281,15 +282,21 @@ class StageRunner:
             self._dump()
         return self._stats(start, end)
 
+    def sample(self) -> tuple[tuple[Any, ...], Callable[[Any], torch.Tensor] | None]:
+        """``(inputs, loss)`` of one stand-alone run of this stage: micro-batch 0's inputs on
+        the first stage, a random received activation elsewhere
+        (:func:`backends.torch.cpu_memory.stage_input`); ``loss`` maps the output to micro-batch
+        0's loss on the last stage, None elsewhere."""
+        if self.rank == 0:
+            x: tuple[Any, ...] = tuple(t.to(self.dev) for t in self.model.batch(0)[0])
+        else:
+            x = (stage_input(self.act_shape, self.act_dtype, self.dev),)
+        return x, (lambda y: self._loss(y, 0)) if self.last else None
+
     def _rehearse(self) -> None:
         """The stage's forward and backward once before the resident baseline
         (:func:`backends.torch.cpu_memory.rehearse`), outside saved-tensor counting."""
-        if self.rank == 0:
-            x: Any = tuple(t.to(self.dev) for t in self.model.batch(0)[0])
-        else:
-            x = (stage_input(self.act_shape, self.act_dtype, self.dev),)
-        loss = (lambda y: self._loss(y, 0)) if self.last else None
-        rehearse(self.versions.newest(), x, loss)
+        rehearse(self.versions.newest(), *self.sample())
 
     def _execute(self, program: list[Action]) -> None:
         ops = {"F": self.forward, "B": self.backward, STEP: self.step}
