@@ -125,13 +125,10 @@ def counted_once(
         profiles: one profile per layer of the chain, ``param_bytes`` of all its parameters.
         layers: the chain's modules, same order.
     """
+    owned = [owned_parameters(layers, i) for i in range(len(profiles))]
     out = tuple(
-        replace(
-            x,
-            param_bytes=float(sum(_nbytes(p) for p in owned_parameters(layers, i))),
-            param_tensors=float(len(owned_parameters(layers, i))),
-        )
-        for i, x in enumerate(profiles)
+        replace(x, param_bytes=float(sum(_nbytes(p) for p in own)), param_tensors=float(len(own)))
+        for x, own in zip(profiles, owned, strict=True)
     )
     groups = tuple(
         SharedParams(g.layers, float(g.param_bytes), g.names) for g in shared_groups(layers)
