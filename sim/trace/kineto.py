@@ -180,6 +180,7 @@ class _Index:
         self.launches: dict[Any, list[tuple[float, int]]] = defaultdict(list)
         self.kernel_us: dict[int, float] = defaultdict(float)
         self.python: dict[Any, list[tuple[float, str]]] = defaultdict(list)
+        self.has_python = False
         for e in events:
             cat, args = e.get("cat"), e.get("args") or {}
             if cat == "cpu_op":
@@ -194,10 +195,10 @@ class _Index:
             elif cat in GPU_CATS and "correlation" in args:
                 self.kernel_us[int(args["correlation"])] += float(e.get("dur", 0.0))
             elif cat == "python_function":
+                self.has_python = True
                 name = str(e.get("name", ""))
                 if name.startswith((MODULE_PREFIX, FUNCTION_PREFIX)):
                     self.python[e.get("tid")].append((float(e["ts"]), name))
-        self.has_python = any(e.get("cat") == "python_function" for e in events)
         self.gpu = bool(self.kernel_us)
         self.leaves = {tid: _leaf_starts(ops) for tid, ops in self.ops.items()}
 
