@@ -64,6 +64,10 @@ from sim.engine.links import Links
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 
+TIED_ALLREDUCE = "tied allreduce"
+"""Name prefix of a shared or tied parameter group's all-reduce event (``tied allreduce s<stage>``),
+logged by :meth:`Collectives.join_tied`."""
+
 __all__ = [
     "RING_STEPS",
     "Collectives",
@@ -254,7 +258,7 @@ class Collectives:
                 EventKind.ALLREDUCE,
                 rep.gpu,
                 Stream.COMM,
-                f"tied allreduce s{rep.stage}",
+                f"{TIED_ALLREDUCE} s{rep.stage}",
                 start,
                 self.env.now,
                 nbytes=size,

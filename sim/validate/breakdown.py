@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from sim.engine.collectives import TIED_ALLREDUCE
 from sim.events import EventKind, EventLog
 from sim.metrics import steady_window
 from sim.point import Resolved
@@ -39,7 +40,7 @@ def _tied(e) -> bool:
     the replay's STEP action measures its ``Ties.reduce`` (``backends/torch/runtime.py``)."""
     return (
         e.kind == EventKind.ALLREDUCE
-        and e.name.startswith("tied allreduce")
+        and e.name.startswith(TIED_ALLREDUCE)
         and e.iteration is not None
     )
 
