@@ -94,3 +94,40 @@ def small_gpt_csv(folder) -> str:
     )  # fmt: skip
     write_trace(trace, path)
     return str(path)
+
+
+def cluster_1f1b(
+    trace: str,
+    servers: int,
+    t: int,
+    p: int,
+    w: int,
+    global_batch: int,
+    simulation: str,
+    *,
+    name: str = "cluster",
+    framework: str = "pipesim",
+    memory_policy: str = "recompute",
+    options: dict | None = None,
+    **sweep,
+) -> dict:
+    """An experiment running ``trace`` as 1F1B on ``servers`` DGX A100 80 GB servers with
+    tensor parallelism ``t``, ``p`` stages, ``w`` replicas and micro-batches of 1 (Adam, fp16),
+    simulated in ``options.simulation`` mode ``simulation``; ``sweep`` adds sweep keys."""
+    return {
+        "name": name,
+        "hardware": f"{servers}x-dgx-a100-80gb",
+        "framework": framework,
+        "models": [{"name": "g", "trace": trace, "global_batch": global_batch}],
+        "training": {"optimizer": "adam", "dtype": "fp16"},
+        "options": {"simulation": simulation, **(options or {})},
+        "sweep": {
+            "schedule": "1f1b",
+            "stages": p,
+            "dp_width": w,
+            "tensor_parallel": t,
+            "microbatch_size": 1,
+            "memory_policy": memory_policy,
+            **sweep,
+        },
+    }

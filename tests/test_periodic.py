@@ -18,7 +18,7 @@ from sim.engine.periodic import short_microbatches, simulate_periodic
 from sim.metrics import compute_metrics
 from sim.schedules.gpipe import GPipe
 from sim.schedules.one_f_one_b import OneFOneB
-from tests.helpers import small_gpt_csv, uniform_input
+from tests.helpers import cluster_1f1b, small_gpt_csv, uniform_input
 
 REL = 1e-11  # float rounding of sums of many durations (sim.engine.period_check.REL_TOL)
 
@@ -87,23 +87,8 @@ def gpt(tmp_path_factory) -> str:
 
 
 def _exp(trace, servers, t, p, w, m, mode, framework="megatron-lm", **sweep) -> dict:
-    return {
-        "name": "periodic",
-        "hardware": f"{servers}x-dgx-a100-80gb",
-        "framework": framework,
-        "models": [{"name": "g", "trace": trace, "global_batch": m * w}],
-        "training": {"optimizer": "adam", "dtype": "fp16"},
-        "options": {"simulation": mode},
-        "sweep": {
-            "schedule": "1f1b",
-            "stages": p,
-            "dp_width": w,
-            "tensor_parallel": t,
-            "microbatch_size": 1,
-            "memory_policy": "recompute",
-            **sweep,
-        },
-    }
+    return cluster_1f1b(trace, servers, t, p, w, m * w, mode, name="periodic", framework=framework,
+                        **sweep)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from sim.engine.symmetry import asymmetry, mirrored
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import GPU, Host, Link, Topology
-from tests.helpers import small_gpt_csv, uniform_input
+from tests.helpers import cluster_1f1b, small_gpt_csv, uniform_input
 
 
 @pytest.fixture(scope="module")
@@ -22,23 +22,12 @@ def gpt(tmp_path_factory) -> str:
 
 
 def _exp(trace: str, servers: int, t: int, p: int, w: int, mode: str, **more) -> dict:
-    options = {"simulation": mode, **more.pop("options", {})}
-    return {
-        "name": "sym",
-        "hardware": f"{servers}x-dgx-a100-80gb",
-        "framework": more.pop("framework", "pipesim"),
-        "models": [{"name": "g", "trace": trace, "global_batch": 8 * w}],
-        "training": {"optimizer": "adam", "dtype": "fp16"},
-        "options": options,
-        "sweep": {
-            "schedule": "1f1b",
-            "stages": p,
-            "dp_width": w,
-            "tensor_parallel": t,
-            "microbatch_size": 1,
-            "memory_policy": more.pop("policy", None) or "recompute",
-        },
-    }
+    return cluster_1f1b(
+        trace, servers, t, p, w, 8 * w, mode, name="sym",
+        framework=more.pop("framework", "pipesim"),
+        memory_policy=more.pop("policy", None) or "recompute",
+        options=more.pop("options", {}),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
