@@ -40,14 +40,14 @@ pp_size_8 would be fitting to the data under test.
 Reference points (:data:`REFERENCES`): the same NCCL rate checked on other hardware against
 published 8-/16-GPU all-reduce busbw at large sizes (1-8 GiB). On NVSwitch presets the
 communicator has one ring at its port's rate; on the DGX-1 cube mesh it has NCCL's several rings
-over all 6 NVLinks of each GPU (:func:`sim.hardware.rings.ring_set`: 40 + 40 + 20 + 20 = 120
+over all 6 NVLinks of each GPU (:func:`sim.comm.rings.ring_set`: 40 + 40 + 20 + 20 = 120
 GB/s, -8 % against 130 GB/s; one ring gave 40 GB/s, -69 %).
 
 nccl-tests sweeps (:func:`sweep_rows`, ``validation/nccl-tests/``): all-reduce times over 8
 GPUs from 8 B to 8 GiB published for 8x A100 (NVSwitch) and a DGX-1-class V100 server, against
-NCCL's own cost model (:mod:`sim.engine.nccl`: the algorithm and protocol it chooses, their
+NCCL's own cost model (:mod:`sim.comm.nccl`: the algorithm and protocol it chooses, their
 latency and bandwidth) and against the previous model (the ring with the links' latencies per
-step, :meth:`~sim.engine.hierarchical.CollectivePlan.ring_time_s`). Most sweeps ran with
+step, :meth:`~sim.comm.hierarchical.CollectivePlan.ring_time_s`). Most sweeps ran with
 ``-g 8`` (one thread launches on 8 GPUs), whose small-size floor holds 8 launches: compare the
 small sizes with that in mind (validation/nccl-tests/README.md).
 
@@ -63,7 +63,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from sim.engine.hierarchical import collective_plan
+from sim.comm.hierarchical import collective_plan
 from sim.engine.microbench import allreduce_busbw_Bps, sendrecv_busbw_Bps
 from sim.events import EventKind
 from sim.hardware.loader import list_presets, load_hardware

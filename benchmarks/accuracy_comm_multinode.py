@@ -8,9 +8,9 @@ every NIC of a server once per step, so the bus bandwidth of a multi-node ring i
 server's NCCL NIC rate; NVIDIA/nccl-tests#119 "24GB/s is the peak performance per 200G NIC",
 #290 "For NDR @ 400Gbps you should see 46-48GB/s per NIC", with ``NCCL_ALGO=RING``).
 
-Predicted: the members' :class:`~sim.engine.hierarchical.CollectivePlan` on the row's preset
+Predicted: the members' :class:`~sim.comm.hierarchical.CollectivePlan` on the row's preset
 (``Nx-PRESET``: the rail-optimised fat tree of :mod:`sim.hardware.fabric`), NCCL's choice of
-algorithm and protocol (:func:`sim.engine.nccl.choose`) or, where the row forced
+algorithm and protocol (:func:`sim.comm.nccl.choose`) or, where the row forced
 ``NCCL_ALGO=RING``, the fastest ring protocol; busbw = ``bytes / time * 2 (n - 1) / n``
 (nccl-tests ``doc/PERFORMANCE.md``). pipesim has one NIC per GPU; a server whose ``G`` GPUs
 share each NIC (``gpus_per_nic``) is modelled with per-GPU NICs of ``1/G`` the preset's rate
@@ -26,8 +26,8 @@ import csv
 from functools import cache
 from pathlib import Path
 
-from sim.engine import nccl
-from sim.engine.hierarchical import collective_plan
+from sim.comm import nccl
+from sim.comm.hierarchical import collective_plan
 from sim.events import EventKind
 from sim.hardware.loader import load_hardware, load_hardware_spec
 from sim.hardware.topology import Topology

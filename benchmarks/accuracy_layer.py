@@ -5,7 +5,7 @@ milliseconds of one transformer layer of the 22B model, h 6144, 64 heads, s 2048
 one DGX A100 node; provenance in its README). Predicted: the kernel model
 (:func:`sim.compute.transformer.block_times`, Megatron's math attention core, causal, with
 dropout) on ``dgx-a100-80gb``'s GPU, plus the layer's tensor-parallel collectives as the preset
-times them (:func:`sim.engine.hierarchical.collective_plan` over the node's 8 GPUs: its
+times them (:func:`sim.comm.hierarchical.collective_plan` over the node's 8 GPUs: its
 measured all-reduce tables): two all-reduces of ``b s h`` 16-bit values per pass, or with
 sequence parallelism two all-gathers and two reduce-scatters; serial with the compute (the
 engine does not overlap a tensor-parallel collective with the kernels of its own layer). Full
@@ -26,10 +26,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sim.comm.hierarchical import collective_plan  # noqa: E402
 from sim.compute.attention import attention_fwd  # noqa: E402
 from sim.compute.kernels import phase_time  # noqa: E402
 from sim.compute.transformer import BlockShape, block_times  # noqa: E402
-from sim.engine.hierarchical import collective_plan  # noqa: E402
 from sim.hardware.loader import load_hardware  # noqa: E402
 
 DATA = ROOT / "validation" / "megatron-layer" / "table4.csv"

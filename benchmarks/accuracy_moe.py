@@ -37,10 +37,10 @@ import tempfile
 from pathlib import Path
 
 from sim.config import parse_experiment
-from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
-from sim.point_row import point_row
-from sim.sweep import expand
+from sim.plan.point_row import point_row
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
 from sim.trace.decoder import decoder_trace
 from sim.trace.hf_config import read_config
 from sim.trace.native import write_trace

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 from sim.config import load_experiment
-from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
-from sim.rowcache import run_points
-from sim.sweep import expand
+from sim.plan.rowcache import run_points
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import prepare
+from sim.point.simulate import evaluate, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,9 +116,9 @@ def hardware_load(nodes: int) -> float:
 
 
 def placement_time(stages: int, dp_width: int, repeats: int = 3) -> float:
-    """Median wall seconds of :func:`sim.placement.place` on a fresh DGX-1 topology, its
+    """Median wall seconds of :func:`sim.parallel.placement.place` on a fresh DGX-1 topology, its
     caches cleared."""
-    from sim import placement
+    from sim.parallel import placement
 
     place = placement.place
     times = []

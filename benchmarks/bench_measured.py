@@ -59,10 +59,10 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
-from sim.experiment import Prepared  # noqa: E402
 from sim.hardware.loader import is_preset, load_hardware  # noqa: E402
-from sim.point_config import PointConfig  # noqa: E402
-from sim.point_row import point_row  # noqa: E402
+from sim.plan.point_row import point_row  # noqa: E402
+from sim.point.config import PointConfig  # noqa: E402
+from sim.point.experiment import Prepared  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"

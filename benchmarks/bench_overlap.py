@@ -27,11 +27,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from sim.config import load_experiment  # noqa: E402
 from sim.events import EventLog  # noqa: E402
-from sim.experiment import prepare  # noqa: E402
-from sim.point import evaluate, resolve  # noqa: E402
+from sim.plan.sweep import expand  # noqa: E402
+from sim.point.experiment import prepare  # noqa: E402
+from sim.point.simulate import evaluate, resolve  # noqa: E402
 from sim.report.chrome_trace import write_chrome_trace  # noqa: E402
 from sim.report.gantt import plot_gantt  # noqa: E402
-from sim.sweep import expand  # noqa: E402
 
 
 def first_gpus(log: EventLog, placement) -> EventLog:

@@ -6,7 +6,7 @@ The grid (issue 11, item 4): GPT "DS-40B" (41.1B parameters, which needs tensor 
 parallelism: 16 bytes per parameter of model state) on two DGX H100 (the ``2x-dgx-h100``
 preset, 16 GPUs), global batch 64, over tensor_parallel x sequence_parallel x stages x dp_width
 x microbatch_size x schedule x memory_policy; the combinations that cannot run (more GPUs than
-16, a batch that does not divide) are skipped by :func:`sim.sweep.expand` and not counted.
+16, a batch that does not divide) are skipped by :func:`sim.plan.sweep.expand` and not counted.
 Prints the configurations expanded, pruned by the memory lower bound, pruned by the throughput
 bound and simulated, the winner, and wall and CPU seconds (this process and its workers: the
 machine is shared, CPU seconds are steadier). Target: at least 2,000 configurations in at most
@@ -20,11 +20,11 @@ import os
 import time
 
 from sim.config import parse_experiment
-from sim.executors import open_executor
-from sim.experiment import prepare
-from sim.planner import plan_points
-from sim.rows import pick_winner
-from sim.sweep import expand
+from sim.plan.executors import open_executor
+from sim.plan.planner import plan_points
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
+from sim.point.rows import pick_winner
 
 GRID = {
     "name": "bench-planner-2x-dgx-h100",

@@ -99,9 +99,9 @@ def plan_experiment(trace: str) -> dict:
 def one(gpus: int, trace: str) -> dict:
     """Load, resolve and simulate the family at ``gpus`` GPUs in this process."""
     from sim.config import parse_experiment
-    from sim.experiment import prepare
-    from sim.point import evaluate, resolve
-    from sim.sweep import expand
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
+    from sim.point.simulate import evaluate, resolve
 
     t0 = time.perf_counter()
     exp = parse_experiment(scale_experiment(gpus, trace))

@@ -66,14 +66,14 @@ def _record(e) -> tuple:
 def dump(root: Path, out: Path) -> None:
     sys.path.insert(0, str(root))
     from sim.config import load_experiment
-    from sim.point import evaluate, resolve
+    from sim.point.simulate import evaluate, resolve
 
     try:
-        from sim.experiment import prepare
-        from sim.point_config import PointConfig
+        from sim.point.config import PointConfig
+        from sim.point.experiment import prepare
     except ImportError:  # before issue 17
         from sim.config import PointConfig  # type: ignore[attr-defined,no-redef]
-        from sim.sweep import prepare  # type: ignore[attr-defined,no-redef]
+        from sim.plan.sweep import prepare  # type: ignore[attr-defined,no-redef]
 
     exp_file = root / "experiments" / "dgx1.yaml"
     prep = prepare(load_experiment(exp_file), str(exp_file))
@@ -124,13 +124,13 @@ def dump_runs(root: Path, results: Path, out: Path) -> None:
     import csv
 
     from sim.config import load_experiment
-    from sim.point import evaluate, resolve
-    from sim.rows import ResultRow
+    from sim.point.rows import ResultRow
+    from sim.point.simulate import evaluate, resolve
 
     try:
-        from sim.experiment import prepare
+        from sim.point.experiment import prepare
     except ImportError:  # before issue 17
-        from sim.sweep import prepare
+        from sim.plan.sweep import prepare
 
     res: dict[str, str] = {}
     for exp_file in sorted((root / "experiments").glob("*.yaml")):

@@ -47,8 +47,8 @@ from sim.bands import (  # noqa: E402
     format_bands,
     parse_bands,
 )
-from sim.row_bands import band_of, winner_bands, with_bands  # noqa: E402
-from sim.rows import ResultRow  # noqa: E402
+from sim.point.rows import ResultRow  # noqa: E402
+from sim.report.row_bands import band_of, winner_bands, with_bands  # noqa: E402
 
 BANDS = ROOT / "sim" / "data" / "bands.csv"
 README = ROOT / "README.md"

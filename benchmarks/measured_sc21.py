@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 from sim.config import parse_experiment
-from sim.experiment import Prepared
 from sim.hardware.loader import load_hardware
-from sim.point_config import PointConfig
-from sim.point_row import point_row
+from sim.plan.point_row import point_row
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
 from sim.trace.generator import preset_gpu, transformer_trace
 
 ROOT = Path(__file__).resolve().parent.parent

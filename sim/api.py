@@ -40,26 +40,26 @@ import pandas as pd
 from rich.console import Console
 
 from sim.bands import Bands
-from sim.compute.adapt import adapt_trace
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.executors import open_executor
-from sim.experiment import Prepared, prepare
 from sim.hardware.loader import load_hardware
 from sim.metrics import Metrics
-from sim.outputs import results_frame
-from sim.partition import Partition
-from sim.partition import partition as split_layers
-from sim.placement import place
-from sim.planner import PlanStats, plan_points
-from sim.point import Resolved, evaluate, resolve
-from sim.point_config import PointConfig
+from sim.parallel.partition import Partition
+from sim.parallel.partition import partition as split_layers
+from sim.parallel.placement import place
+from sim.plan.executors import open_executor
+from sim.plan.planner import PlanStats, plan_points
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared, prepare
+from sim.point.rows import ResultRow, pick_winner
+from sim.point.simulate import Resolved, evaluate, resolve
 from sim.replay import Replayer
-from sim.row_bands import bands_for
-from sim.rows import ResultRow, pick_winner
+from sim.report.outputs import results_frame
+from sim.report.row_bands import bands_for
 from sim.run import run_experiment
-from sim.sweep import expand
+from sim.trace.adapt import adapt_trace
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
@@ -97,7 +97,7 @@ class RunOutcome:
 
     @property
     def results(self) -> pd.DataFrame:
-        """``results.csv``: one row per configuration (:class:`sim.rows.ResultRow`)."""
+        """``results.csv``: one row per configuration (:class:`sim.point.rows.ResultRow`)."""
         return pd.read_csv(self.out_dir / "results.csv")
 
 
@@ -120,8 +120,8 @@ def run(
         jobs: worker processes.
         cache: reuse the rows cached in ``out/.cache``.
         plots: write the PNG plots and the winner's Chrome-trace timeline.
-        executor: ``local`` or ``ray`` (:mod:`sim.executors`).
-        exhaustive: simulate every configuration (no pruning by bounds: :mod:`sim.planner`).
+        executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
+        exhaustive: simulate every configuration (no pruning by bounds: :mod:`sim.plan.planner`).
         console: where the summary and progress go (default: standard output).
 
     Returns:
@@ -164,7 +164,7 @@ class Plan:
 
     def table(self) -> pd.DataFrame:
         """The rows as ``results.csv`` has them (prediction bands included: ``bands``, the
-        hardware's, :func:`sim.row_bands.bands_for`)."""
+        hardware's, :func:`sim.report.row_bands.bands_for`)."""
         return results_frame(self.rows, self.bands)
 
 
@@ -229,7 +229,7 @@ def simulate(experiment: Experiment, **choose: Any) -> Simulation:
 
     Args:
         experiment: see :data:`Experiment`.
-        **choose: :class:`sim.point_config.PointConfig` fields picking one configuration of the
+        **choose: :class:`sim.point.config.PointConfig` fields picking one configuration of the
             grid (``schedule="1f1b", stages=4``); none needed when the grid has one.
 
     Raises:
@@ -334,7 +334,7 @@ class PartitionPlan:
 
     Attributes:
         trace: the trace as partitioned (brought to the micro-batch size and GPU).
-        partition: the stages (:class:`sim.partition.Partition`).
+        partition: the stages (:class:`sim.parallel.partition.Partition`).
         notes: how the trace was brought to that micro-batch size and GPU.
     """
 
@@ -355,7 +355,7 @@ def partition(
     A stage's time is its forward + backward compute plus 2 x boundary bytes / link bandwidth
     (links of ``hardware``'s first pipeline, NCCL bandwidth); its memory is 16 B/param
     (fp16 + Adam) + (P - s) in-flight micro-batches of activations, checked against the GPUs'
-    capacity (:func:`sim.partition.partition`).
+    capacity (:func:`sim.parallel.partition.partition`).
 
     Args:
         trace: a trace name or path, or a loaded trace.

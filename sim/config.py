@@ -209,7 +209,7 @@ class SweepConfig(_Strict):
     tensor_parallel: IntList = Field(
         1,
         description="Megatron tensor-parallel size(s) t: each stage replica runs on t GPUs of "
-        "one server (sim.tensor); t must divide each server's GPUs and the model's heads, and "
+        "one server (sim.parallel); t must divide each server's GPUs and the model's heads, and "
         "the trace must record its model shape. A point uses stages x dp_width x t GPUs.",
     )
     sequence_parallel: bool | list[bool] = Field(
@@ -219,14 +219,14 @@ class SweepConfig(_Strict):
     )
     expert_parallel: IntList = Field(
         1,
-        description="Expert-parallel size(s) ep of a MoE model (sim.tensor.expert): ep "
+        description="Expert-parallel size(s) ep of a MoE model (sim.parallel.expert): ep "
         "consecutive data x context-parallel ranks split the experts (Megatron's tp-cp-ep-dp-pp "
         "order) and exchange routed tokens by all-to-all; ep divides dp_width x "
         "context_parallel and the experts.",
     )
     context_parallel: IntList = Field(
         1,
-        description="Context-parallel size(s) cp (sim.tensor.context): each of cp ranks holds "
+        description="Context-parallel size(s) cp (sim.parallel.context): each of cp ranks holds "
         "seq_len/cp tokens; a point uses stages x dp_width x tensor_parallel x "
         "context_parallel GPUs. Decoder traces (sim.trace.decoder) only.",
     )
@@ -253,7 +253,7 @@ class SweepConfig(_Strict):
         True,
         description="Skip, without simulating, points whose memory lower bound exceeds the GPU "
         "capacity and points whose throughput upper bound is below the best found so far "
-        "(sim.planner; the winner is unchanged). false: simulate every point (sim run "
+        "(sim.plan.planner; the winner is unchanged). false: simulate every point (sim run "
         "--exhaustive does the same).",
     )
     synchronous_only: bool = Field(

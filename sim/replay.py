@@ -45,7 +45,7 @@ class ReplayRequest:
     Attributes:
         model: what to build: the trace's ``provenance.model`` (a GPT/BERT shape, or a
             user's model spec with ``kind: user``), written by ``sim profile``.
-        boundaries: start layer of each stage (``sim.partition.Partition.boundaries``).
+        boundaries: start layer of each stage (``sim.parallel.partition.Partition.boundaries``).
         schedule: schedule name (``sim.schedules.registry``).
         stages: pipeline depth ``p``.
         microbatches: micro-batches per iteration ``m``.
@@ -66,7 +66,7 @@ class ReplayRequest:
         context_parallel: context-parallel group size ``cp`` (each rank ``s/cp`` tokens of
             every sequence).
         context_parallel_comm: how attention gets the other ranks' keys and values:
-            ``p2p`` (ring), ``all_gather`` or ``a2a`` (:mod:`sim.tensor.context`).
+            ``p2p`` (ring), ``all_gather`` or ``a2a`` (:mod:`sim.parallel.context`).
         virtual_stages: stage chunks per rank ``v``.
         single_rank: run only this stage, alone in one process (``None``: every rank).
         attention: force the attention kernel (``flash`` or ``math``; ``None``: the backend's

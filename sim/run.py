@@ -15,13 +15,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.compute.adapt import grid_notes
 from sim.config import ExperimentConfig, load_experiment
 from sim.events import EventLog
-from sim.executors import open_executor
-from sim.experiment import Prepared, prepare
 from sim.hardware.describe import topology_to_dict
-from sim.outputs import (
+from sim.plan.executors import open_executor
+from sim.plan.planner import PlanStats, plan_points
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared, prepare
+from sim.point.rows import BestRows, ResultRow, pick_winner
+from sim.point.simulate import evaluate, resolve, split_note
+from sim.report.memory_summary import write_memory_summary, write_tflops
+from sim.report.outputs import (
     Drawing,
     check_model_names,
     check_out_dir,
@@ -35,15 +40,10 @@ from sim.outputs import (
     write_results_csv,
     write_yaml,
 )
-from sim.planner import PlanStats, plan_points
-from sim.point import evaluate, resolve, split_note
-from sim.point_config import PointConfig
-from sim.report.memory_summary import write_memory_summary, write_tflops
 from sim.report.plots import plot_throughput
+from sim.report.row_bands import bands_for, winner_bands
 from sim.report.tables import summary_table
-from sim.row_bands import bands_for, winner_bands
-from sim.rows import BestRows, ResultRow, pick_winner
-from sim.sweep import expand
+from sim.trace.adapt import grid_notes
 
 
 def run_experiment(
@@ -60,8 +60,8 @@ def run_experiment(
     """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
 
     Args:
-        executor: ``local`` or ``ray`` (:mod:`sim.executors`).
-        exhaustive: simulate every point (no pruning: :mod:`sim.planner`), as
+        executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
+        exhaustive: simulate every point (no pruning: :mod:`sim.plan.planner`), as
             ``sweep.prune: false`` does.
 
     Raises:
@@ -128,7 +128,7 @@ def _write_all(
     """Write the whole output set into ``out`` (the staging folder); returns the exit code
     (0, or 1 when a model has no fitting configuration) and the files written. ``best`` holds
     the winners' event logs from the sweep (a winner without one, read from the cache, is
-    simulated here); the plots are drawn on ``jobs`` processes (:func:`sim.outputs.draw`)."""
+    simulated here); the plots are drawn on ``jobs`` processes (:func:`sim.report.outputs.draw`)."""
     bands_here = bands_for(g.model for g in prep.topology.gpus)
     df = write_results_csv(rows, out / "results.csv", bands_here)
     _write_resolved(out, exp, prep, points, skipped, notes, stats)
@@ -185,7 +185,7 @@ def _write_all(
 
 @dataclass
 class _Pending:
-    """Files to draw (on several processes, :func:`sim.outputs.draw`) and, once drawn, to copy
+    """Files to draw (on several processes, :func:`sim.report.outputs.draw`) and, once drawn, to copy
     into other folders."""
 
     drawings: list[Drawing] = field(default_factory=list)
@@ -293,7 +293,7 @@ def _write_winner(
     """winner.yaml in each of ``dirs`` and, with ``plots``, the winner's memory plots and
     timelines: drawn once (into the last folder, added to ``pending``) and copied into the
     others. ``log`` is the winner's event log from the sweep; without one (a cached row) the
-    winner is simulated here; ``band`` (:func:`sim.row_bands.winner_bands`) goes into its
+    winner is simulated here; ``band`` (:func:`sim.report.row_bands.winner_bands`) goes into its
     ``prediction``. Returns the files, those still pending included."""
     data = winner_config(exp, str(path), winner, band)
     written = [write_yaml(d / "winner.yaml", data) for d in dirs]
@@ -318,7 +318,7 @@ def _write_winner(
 
 
 def _print_band(console: Console, model: str, band: dict) -> None:
-    """The winner's band and the configurations within it (:mod:`sim.row_bands`)."""
+    """The winner's band and the configurations within it (:mod:`sim.report.row_bands`)."""
     if not band:
         return
     near = band["within_band"]

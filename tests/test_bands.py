@@ -1,4 +1,4 @@
-"""Prediction bands (sim/bands.py, sim/row_bands.py) and the shipped bands' freshness."""
+"""Prediction bands (sim/bands.py, sim/report/row_bands.py) and the shipped bands' freshness."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from sim.bands import Bands, Residual, build_bands, format_bands, parse_bands, quantile
-from sim.row_bands import bands_for, with_bands
+from sim.report.row_bands import bands_for, with_bands
 
 REGENERATE = "python benchmarks/make_bands.py"
 

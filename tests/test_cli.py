@@ -194,14 +194,14 @@ def test_second_run_reuses_cache(tmp_path):
 
 def test_cache_is_not_reused_by_another_model_code(tmp_path, monkeypatch):
     """A row cached by another version of the simulator's source is recomputed, not reused."""
-    import sim.point_row
+    import sim.plan.point_row
 
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
     args = ("--jobs", 1, "--no-plots", "--exhaustive")  # every point simulated and cached
     assert _run("run", path, "--out", out, *args).exit_code == 0
     before = {p.name for p in (out / ".cache").glob("*.json")}
-    monkeypatch.setattr(sim.point_row, "model_code_hash", lambda: "another-engine")
+    monkeypatch.setattr(sim.plan.point_row, "model_code_hash", lambda: "another-engine")
     assert _run("run", path, "--out", out, *args).exit_code == 0
     after = {p.name for p in (out / ".cache").glob("*.json")}
     assert len(before) == 4 and before.isdisjoint(after - before) and len(after - before) == 4

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from sim.engine import nccl
-from sim.engine.hierarchical import collective_plan, ring_routes, ring_time_s
+from sim.comm import nccl
+from sim.comm.hierarchical import collective_plan, ring_routes, ring_time_s
 from sim.errors import InputError
 from sim.events import EventKind
 from sim.hardware.build import topology_from_spec

@@ -124,6 +124,6 @@ def test_the_inferred_node_is_the_closest_preset_and_dgx_a100_is_not_the_measure
 @pytest.mark.parametrize("preset,n,measured,source", ACC.REFERENCES)
 def test_allreduce_busbw_within_15_percent_of_published_nccl_numbers(preset, n, measured, source):
     """NVSwitch presets: one ring at the port's NCCL rate; DGX-1: NCCL's rings over the cube
-    mesh (2 x 40 + 2 x 20 = 120 GB/s, sim.hardware.rings) against 130 GB/s (NVIDIA/nccl#258)."""
+    mesh (2 x 40 + 2 x 20 = 120 GB/s, sim.comm.rings) against 130 GB/s (NVIDIA/nccl#258)."""
     predicted = ACC._predict(preset, "allreduce", tuple(range(n)), ACC.LARGE_SIZES)
     assert abs(predicted / measured - 1.0) <= ACC.BOUND, source

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from sim.compute.adapt import adapt_trace, device_spec, rescale_time
 from sim.compute.attention import attention_bwd, attention_fwd
-from sim.compute.device import ComputeSpec
 from sim.compute.kernels import gemm, gemm_efficiency, gemm_time_s, kernel_time_s, mem, wave_factor
 from sim.compute.layers import cross_entropy_kernels
 from sim.compute.transformer import LLAMA2_7B, BlockShape, block_times
 from sim.errors import InputError
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
+from sim.trace.adapt import adapt_trace, device_spec, rescale_time
 from sim.trace.generator import preset_trace, transformer_trace
 from sim.trace.loader import load_trace
 from sim.trace.native import read_trace, write_trace
@@ -129,8 +129,8 @@ def test_small_microbatches_are_penalised_per_sample():
 def test_async_schedule_no_longer_ties_across_microbatch_sizes():
     """Issue 12: with linear compute, PipeDream-2BW had the same throughput at every b."""
     from sim.config import parse_experiment
-    from sim.point import evaluate, resolve
-    from sim.point_config import PointConfig
+    from sim.point.config import PointConfig
+    from sim.point.simulate import evaluate, resolve
 
     topo = load_hardware("dgx1-v100-32gb")
     base = preset_trace("gpt2-1.5b")

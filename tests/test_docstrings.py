@@ -54,7 +54,7 @@ def test_backend_docstring_examples(name: str) -> None:
 def test_examples_exist_where_promised() -> None:
     """The public classes below carry a runnable example (a regression guard, not a count)."""
     for name in (
-        "sim.partition",
+        "sim.parallel.partition",
         "sim.memory.replay",
         "sim.plugins",
         "sim.memory.registry",

@@ -1,22 +1,22 @@
 """Expert and context parallelism: all-to-all bytes per pair and time on the topology, expert
-rows per rank, expert weights' share of memory, ring attention's exchange (sim/tensor/expert.py,
-context.py, decoder_shard.py; sim/engine/alltoall.py, groups.py)."""
+rows per rank, expert weights' share of memory, ring attention's exchange (sim/parallel/expert.py,
+context.py, decoder_shard.py; sim/comm/alltoall.py, groups.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from sim.comm import nccl
+from sim.comm.alltoall import alltoall_time_s, even_pairs, link_load_time_s, link_loads
 from sim.compute.decoder import DecoderShape
 from sim.compute.moe import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing
-from sim.engine import nccl
-from sim.engine.alltoall import alltoall_time_s, even_pairs, link_load_time_s, link_loads
 from sim.engine.groups import group_members, op_cost
 from sim.hardware.loader import load_hardware
-from sim.tensor.context import AttentionDims, context_comm
-from sim.tensor.decoder_shard import Parallel, shard_decoder
-from sim.tensor.expert import expert_plan
-from sim.tensor.ops import GroupOp
+from sim.parallel.context import AttentionDims, context_comm
+from sim.parallel.decoder_shard import Parallel, shard_decoder
+from sim.parallel.expert import expert_plan
+from sim.parallel.ops import GroupOp
 from sim.trace.decoder import decoder_trace
 
 H100 = load_hardware("dgx-h100")

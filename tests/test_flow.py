@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 import sim.run
-from sim.bounds import min_bottleneck_s
 from sim.memory.registry import POLICIES, parse_policy, replay_plan, replay_problems
 from sim.memory.replay import NotReplayable
 from sim.memory.states import state_bytes
+from sim.plan.bounds import min_bottleneck_s
 from sim.plugins import Registry, UnknownName
-from sim.rows import BestRows, ResultRow
+from sim.point.rows import BestRows, ResultRow
 
 TWO_MODELS = {
     "name": "two",

@@ -13,19 +13,19 @@ from helpers import chain_topology, uniform_input
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.compute.host import HostOverhead
 from sim.config import parse_experiment
 from sim.engine import simulate
 from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
-from sim.experiment import Prepared
 from sim.framework import framework_names, get_framework
 from sim.framework.placement import megatron_boundaries, parameter_boundaries
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
+from sim.hardware.host_ops import HostOverhead
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.simulate import evaluate, resolve
 from sim.schedules.action import STEP
 from sim.schedules.errors import ScheduleError
 from sim.schedules.one_f_one_b import OneFOneB
-from sim.sweep import expand
 from sim.trace.schema import LayerProfile, Trace
 
 runner = CliRunner()
@@ -142,7 +142,7 @@ def test_1f1b_with_fewer_microbatches_than_stages_as_megatron_runs_it(p, m):
 
 
 # p = 2, m = 2, 1F1B (s0: F0 F1 B0 B1, s1: F0 B0 F1 B1), F = 1 s, B = 2 s, every send 0.25 s
-# (0.25 GB at 1 GB/s); every action is one op that costs its host 0.5 s (sim.compute.host:
+# (0.25 GB at 1 GB/s); every action is one op that costs its host 0.5 s (sim.hardware.host_ops:
 # the device ends at max(device free + d, host + 0.5 + d), the host moves on by 0.5). Blocking
 # exchanges: a send starts once its receiver has reached the consuming action and its sender
 # waits for it. At a sync point the host clock waits for the device (HostThreads.wait), so the

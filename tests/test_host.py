@@ -1,4 +1,4 @@
-"""The host as a second queue (sim.compute.host, sim.engine.host): closed forms against an
+"""The host as a second queue (sim.hardware.host_ops, sim.engine.host): closed forms against an
 op-by-op issue, and exact timelines of tiny pipelines worked out by hand.
 
 Scenario numbers are dyadic (powers of two) so that every sum is exact in floating point.
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.compute.host import HostOverhead, HostWork, issue_exactly
 from sim.engine import StageCost, simulate
 from sim.engine.host import action_work, layered_work
 from sim.engine.inputs import MicrobatchLoad
+from sim.hardware.host_ops import HostOverhead, HostWork, issue_exactly
 from tests.helpers import uniform_input
 
 times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)

@@ -76,3 +76,73 @@ def test_layer_contracts_hold():
         timeout=120,
     )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+
+
+def package_cycles(graph, root: str) -> list[list[str]]:
+    """Cycles between the packages (and top-level modules) directly under ``root``: module
+    imports collapsed to ``root.<first name>``, then every strongly connected group of more
+    than one (Tarjan's algorithm)."""
+    depth = root.count(".") + 2
+
+    def top(m: str) -> str:
+        return ".".join(m.split(".")[:depth])
+
+    edges: dict[str, set[str]] = {}
+    for m in graph.modules:
+        if not m.startswith(root + "."):
+            continue
+        for i in graph.find_modules_directly_imported_by(m):
+            if i.startswith(root + ".") and top(i) != top(m):
+                edges.setdefault(top(m), set()).add(top(i))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_package_cycle_checker_finds_a_package_level_circle(tmp_path, monkeypatch):
+    """Two packages whose modules import each other's (no module-level cycle) form a circle."""
+    pkg = tmp_path / "floors"
+    for sub in ("", "/low", "/high"):
+        (tmp_path / f"floors{sub}").mkdir()
+        (tmp_path / f"floors{sub}/__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("from floors.high import c\n")
+    (pkg / "high" / "b.py").write_text("from floors.low import d\n")
+    (pkg / "high" / "c.py").write_text("")
+    (pkg / "low" / "d.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = grimp.build_graph("floors", cache_dir=None)
+    assert cycles(graph) == []
+    assert package_cycles(graph, "floors") == [["floors.high", "floors.low"]]
+
+
+@pytest.mark.parametrize("root", ["sim", "backends.torch"])
+def test_no_package_level_circle(root):
+    """No two packages of ``sim`` (or rooms of the torch backend) import each other, even
+    through different modules (issue 25: the model's floors)."""
+    graph = grimp.build_graph("sim", "backends", cache_dir=None)
+    assert package_cycles(graph, root) == []

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.bench_measured import COLUMNS, RowsError, load_vtrain, model_hardware, row_hardware
 from benchmarks.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
-from sim.engine.hierarchical import collective_plan
+from sim.comm.hierarchical import collective_plan
 from sim.hardware.loader import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,15 +8,15 @@ from dataclasses import replace
 import pytest
 
 from sim.config import parse_experiment
-from sim.experiment import Prepared
 from sim.hardware.capacity import MIB, NO_RESERVE, RuntimeReserve
 from sim.hardware.loader import load_hardware
 from sim.memory.attention import ASSUMED, with_attention
 from sim.memory.peak import ROW_CATEGORIES, device_peaks, row_breakdown
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
-from sim.point_row import point_row
-from sim.sweep import expand
+from sim.plan.point_row import point_row
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.simulate import evaluate, resolve
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology

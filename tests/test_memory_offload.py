@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from sim.config import parse_experiment
-from sim.experiment import prepare
+from sim.hardware.host_memory import (
+    EXACT,
+    cached_pinned_bytes,
+    os_usable_bytes,
+    pinned_block_bytes,
+    pinned_bytes,
+)
 from sim.hardware.topology import Host
 from sim.memory.chunks import pack, utilization
 from sim.memory.deepspeed import (
@@ -17,13 +23,6 @@ from sim.memory.deepspeed import (
     ipg_buffer_bytes,
     zero3_offload_host,
     zero_offload_host,
-)
-from sim.memory.host import (
-    EXACT,
-    cached_pinned_bytes,
-    os_usable_bytes,
-    pinned_block_bytes,
-    pinned_bytes,
 )
 from sim.memory.memtracer import (
     chunk_candidates,
@@ -34,8 +33,9 @@ from sim.memory.memtracer import (
     host_framework_bytes,
 )
 from sim.memory.tensors import block_hidden, param_groups, stage_groups
-from sim.point_row import point_row
-from sim.sweep import expand
+from sim.plan.point_row import point_row
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile
 from tests.helpers import chain_topology

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from sim.config import parse_experiment
 from sim.engine import simulate
 from sim.errors import InputError
-from sim.experiment import prepare
 from sim.hardware.capacity import NO_RESERVE
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
@@ -35,12 +34,13 @@ from sim.memory.plan import StagePlan
 from sim.memory.recompute import RecomputePolicy
 from sim.memory.registry import parse_policy
 from sim.memory.states import StateBytes
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
-from sim.point_row import point_row
-from sim.point_stages import stage_contexts
+from sim.plan.point_row import point_row
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import prepare
+from sim.point.simulate import evaluate, resolve
+from sim.point.stages import stage_contexts
 from sim.schedules.analysis import peak_in_flight
-from sim.sweep import expand
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology, uniform_input

@@ -16,7 +16,7 @@ from sim.memory.transients import (
     zero3_backward_bytes,
     zero3_gathered_bytes,
 )
-from sim.point import evaluate, resolve
+from sim.point.simulate import evaluate, resolve
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology
 from tests.test_memory_model import _exp, _point

@@ -14,11 +14,11 @@ from sim.config import load_experiment
 from sim.engine import simulate
 from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.streams import ComputeStream
-from sim.experiment import prepare
 from sim.memory.plan import StagePlan
-from sim.point import evaluate, resolve
-from sim.sweep import expand
-from sim.tensor.ops import GroupOp
+from sim.parallel.ops import GroupOp
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
+from sim.point.simulate import evaluate, resolve
 from tests.helpers import chain_topology, uniform_input
 
 GB = 1e9

@@ -9,10 +9,10 @@ import yaml
 
 from sim.config import parse_experiment
 from sim.errors import InputError
-from sim.experiment import prepare
-from sim.outputs import winner_config
-from sim.point_row import point_row
-from sim.sweep import expand
+from sim.plan.point_row import point_row
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
+from sim.report.outputs import winner_config
 
 BASE = {
     "name": "t",
@@ -86,7 +86,7 @@ def test_context_parallel_uses_its_gpus_and_keeps_samples(tmp_path):
 
 def test_distributed_optimizer_shards_experts_over_their_group(tmp_path):
     # dp 8, ep 4: dense optimizer state / 8, routed experts' / (8/4) = / 2
-    from sim.point import resolve
+    from sim.point.simulate import resolve
 
     prep = prep_of(
         tmp_path, {"stages": 1, "dp_width": 8, "expert_parallel": 4, "memory_policy": "dist_opt"}

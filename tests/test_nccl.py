@@ -1,4 +1,4 @@
-"""NCCL's cost model (sim/engine/nccl.py, NCCL 2.20.3 src/graph/tuning.cc): a hand-computed
+"""NCCL's cost model (sim/comm/nccl.py, NCCL 2.20.3 src/graph/tuning.cc): a hand-computed
 case per algorithm and protocol, NCCL's choice by size, sends, measured tables, and the
 published nccl-tests sweeps (validation/nccl-tests, benchmarks/accuracy_comm.py)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.engine import nccl
-from sim.engine.hierarchical import collective_plan
+from sim.comm import nccl
+from sim.comm.hierarchical import collective_plan
 from sim.engine.microbench import allreduce_time_s, sendrecv_time_s
 from sim.errors import InputError
 from sim.events import EventKind

@@ -10,7 +10,7 @@ MODULES = [
     "sim.cli",
     "sim.api",
     "sim.run",
-    "sim.sweep",
+    "sim.plan.sweep",
     "sim.validate",
     "sim.engine",
     "sim.memory.registry",

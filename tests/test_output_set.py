@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.config import config_hash
-from sim.outputs import MANIFEST, draw, recover_out_dir
+from sim.report.outputs import MANIFEST, draw, recover_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -187,7 +187,7 @@ def _slow_file(path: Path, seconds: float) -> None:
 
 
 def test_drawings_are_shared_as_processes_free_up(tmp_path):
-    # sim.outputs.draw: each drawing is drawn exactly once, by whichever process is free;
+    # sim.report.outputs.draw: each drawing is drawn exactly once, by whichever process is free;
     # one slow drawing first: whichever process takes it, the other draws all the quick ones
     # meanwhile (a fixed split would have given the slow one's process every other file)
     files = [tmp_path / f"{k}.txt" for k in range(7)]

@@ -1,4 +1,4 @@
-"""Tests of :mod:`sim.partition`: DP optimality against brute force, hand cases, errors."""
+"""Tests of :mod:`sim.parallel.partition`: DP optimality against brute force, hand cases, errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from sim.errors import InputError
-from sim.partition import (
+from sim.parallel.partition import (
     Partition,
     default_stage_memory,
     evaluate,
@@ -35,7 +35,7 @@ def fp16_adam_1f1b(stages):
 
 
 def hand_cost(layers, boundaries, bw, cap, mem_fn):
-    """Cost a split straight from the problem statement (module docstring of sim.partition).
+    """Cost a split straight from the problem statement (module docstring of sim.parallel.partition).
 
     Returns (stage times, comm per stage, param bytes, act bytes, memory, fits) as lists.
     """

@@ -7,7 +7,7 @@ from itertools import permutations
 import pytest
 
 from sim.hardware.loader import load_hardware
-from sim.placement import _exhaustive, _pair_scores, _ring_score, place
+from sim.parallel.placement import _exhaustive, _pair_scores, _ring_score, place
 
 
 def _pipeline_bandwidths(topo, rows):
@@ -77,7 +77,7 @@ def test_dgx1_four_replicas_ring_over_nvlink():
 @pytest.mark.parametrize("p,w", [(2, 2), (2, 3), (3, 2), (4, 2)])
 def test_exhaustive_search_is_the_first_best_of_every_assignment(p, w):
     """The depth-first search returns what scoring every permutation in order returns (the
-    definition in sim.placement's docstring), ties broken the same way."""
+    definition in sim.parallel.placement's docstring), ties broken the same way."""
     topo = load_hardware("dgx1-v100-16gb")
     bw = _pair_scores(topo)
     best, choice = -1.0, None

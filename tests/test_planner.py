@@ -15,17 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sim.bounds import BoundModel, resolved_memory_excess
 from sim.cli import app
 from sim.config import load_experiment, parse_experiment
 from sim.errors import InputError
-from sim.executors import LocalExecutor, open_executor
-from sim.experiment import prepare
-from sim.planner import plan_points
-from sim.point import evaluate, resolve
-from sim.point_row import point_row
-from sim.rows import pick_winner
-from sim.sweep import expand
+from sim.plan.bounds import BoundModel, resolved_memory_excess
+from sim.plan.executors import LocalExecutor, open_executor
+from sim.plan.planner import plan_points
+from sim.plan.point_row import point_row
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
+from sim.point.rows import pick_winner
+from sim.point.simulate import evaluate, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -290,8 +290,8 @@ def test_weighted_bound_is_the_harmonic_split_of_a_uniform_model():
     """Uniform layers, 1F1B's stashes 4, 3, 2, 1: the bound is ``1 / sum(1 / (alpha P + n_s
     A))``, what the best fractional split (stage ``s`` holding a share ``~ 1 / (alpha P + n_s
     A)``) reaches, and above the plain mean ``(alpha P + min(n) A) / p``."""
-    from sim.bounds import RankTotals, weighted_bound
     from sim.memory.states import state_bytes
+    from sim.plan.bounds import RankTotals, weighted_bound
 
     tot = RankTotals(
         params=40.0,
@@ -310,7 +310,7 @@ def test_weighted_bound_is_the_harmonic_split_of_a_uniform_model():
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_points_run_with_the_collector_off_and_it_is_restored(enabled):
-    # sim.executors.collector_paused: a point's log is made and dropped with the cyclic
+    # sim.plan.executors.collector_paused: a point's log is made and dropped with the cyclic
     # collector off (no collection walks its records), and the collector's state is restored
     points = GRIDS["dgx1"][1][:3]
     seen: list[bool] = []

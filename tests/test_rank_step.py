@@ -19,8 +19,8 @@ from sim.hardware.loader import load_hardware
 from sim.memory.auto import dp_layout
 from sim.memory.plan import StagePlan
 from sim.memory.registry import POLICIES
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
+from sim.point.config import PointConfig
+from sim.point.simulate import evaluate, resolve
 from sim.schedules.action import STEP, Action
 from sim.schedules.base import ScheduleError
 from sim.schedules.registry import get_schedule, schedule_names

@@ -1,4 +1,4 @@
-"""NCCL's rings (channels) over a communicator's NVLinks (sim.hardware.rings): hand-built cases,
+"""NCCL's rings (channels) over a communicator's NVLinks (sim.comm.rings): hand-built cases,
 the DGX-1 cube mesh, NVSwitch presets, and properties over random small topologies."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.comm.rings import MAX_RINGS, reserved_Bps, ring_set
 from sim.engine import simulate
 from sim.engine.microbench import allreduce_busbw_Bps, allreduce_time_s
 from sim.hardware.loader import load_hardware
-from sim.hardware.rings import MAX_RINGS, reserved_Bps, ring_set
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.memory.plan import StagePlan
 from tests.helpers import uniform_input

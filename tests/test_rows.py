@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
+from sim.point.rows import ResultRow, pick_winner, rank_key
 from sim.report.tables import rank_results
-from sim.rows import ResultRow, pick_winner, rank_key
 
 
 def row(**kw) -> ResultRow:

@@ -219,9 +219,9 @@ def _experiment(tmp_path, sweep: str) -> str:
 
 def test_sweep_virtual_stages_axis(tmp_path):
     from sim.config import load_experiment
-    from sim.experiment import prepare
-    from sim.point_row import point_row
-    from sim.sweep import expand
+    from sim.plan.point_row import point_row
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
 
     file = _experiment(
         tmp_path,
@@ -242,8 +242,8 @@ def test_sweep_virtual_stages_axis(tmp_path):
 
 def test_sweep_default_virtual_stages_and_errors(tmp_path):
     from sim.config import load_experiment
-    from sim.experiment import prepare
-    from sim.sweep import expand
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
 
     file = _experiment(tmp_path, "{schedule: [zbv, 1f1b], stages: 2}")
     points, _ = expand(prepare(load_experiment(file), file))
@@ -258,8 +258,8 @@ def test_a_model_pins_its_own_schedule_and_virtual_stages(tmp_path):
     # interleaved 1F1B with v = 2 and 3 (as experiments/megatron-scaling.yaml pins the SC'21
     # runs' schedules); an unknown schedule in a model is reported under its own field.
     from sim.config import load_experiment
-    from sim.experiment import prepare
-    from sim.sweep import expand
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
 
     path = tmp_path / "e.yaml"
     models = (

@@ -10,8 +10,8 @@ import pytest
 from helpers import chain_topology
 
 from sim.config import parse_experiment
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
+from sim.point.config import PointConfig
+from sim.point.simulate import evaluate, resolve
 from sim.trace.native import read_trace, write_trace
 from sim.trace.schema import LayerProfile, SharedParams, Trace
 from sim.trace.shared import place_shared

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.config import load_experiment
-from sim.experiment import prepare
-from sim.point import resolve
+from sim.point.experiment import prepare
+from sim.point.simulate import resolve
 from sim.validate import ValidationSpec
 from sim.validate.predict import predict_single_rank
 from sim.validate.variants import variants

@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from sim.comm.hierarchical import collective_plan
 from sim.config import parse_experiment
-from sim.engine.hierarchical import collective_plan
 from sim.errors import InputError
 from sim.events import EventKind, Stream
-from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
-from sim.point import evaluate, resolve
-from sim.point_config import PointConfig
-from sim.sweep import expand
-from sim.tensor.groups import tensor_groups
-from sim.tensor.megatron import AG, AR, RS, korthikanti_act_bytes
-from sim.tensor.shard import measured_overheads, shard_trace
+from sim.parallel.groups import tensor_groups
+from sim.parallel.megatron import AG, AR, RS, korthikanti_act_bytes
+from sim.parallel.shard import measured_overheads, shard_trace
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import prepare
+from sim.point.simulate import evaluate, resolve
 from sim.trace.generator import transformer_trace
 
 ROOT = Path(__file__).resolve().parents[1]

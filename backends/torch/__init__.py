@@ -38,8 +38,8 @@ matmul_n=None, name=None, path=None, timeout_s=300, threads=None) -> Calibration
 stage, seed)``, ``make_batch(spec, microbatch_size, seed)``
     The models (:mod:`.models`): GPT/BERT chains of ``layers + 2`` modules with the analytic
     generator's sizes; ``as_spec`` also accepts ``sim.trace.generator.MODEL_PRESETS`` names.
-    ``boundaries`` are start layers per stage, as ``sim.partition.Partition.boundaries``; the
-    default split is ``sim.partition.uniform_partition`` (the simulator's own).
+    ``boundaries`` are start layers per stage, as ``sim.parallel.partition.Partition.boundaries``; the
+    default split is ``sim.parallel.partition.uniform_partition`` (the simulator's own).
 
 Your own model (``sim profile --model FILE.py:FUNC``): :mod:`.user_model` (load and check
 ``FUNC``), :mod:`.layer_chain` (top-level children or ``--layers`` fqns), :mod:`.user_profile`

@@ -40,7 +40,7 @@ one process per rank, gloo on CPU, NCCL on GPUs) and measures on every rank at o
 * host time per op (:mod:`backends.torch.host_overhead`, in this process, one thread): a tiny
   transformer block's forward with and without autograd, its backward, and the checkpoint
   wrapper, per op as traces count ops. On GPUs it is written as ``host_overhead`` (the host
-  issues, the device runs: :mod:`sim.compute.host`); on CPU it goes into the description and
+  issues, the device runs: :mod:`sim.hardware.host_ops`); on CPU it goes into the description and
   ``Calibration.host`` only, since a CPU rank's profiled times already contain its ops' host
   time (host and device are one thread).
 

@@ -17,7 +17,7 @@ once:
   the same plain linear, minus the one tiny all-reduce each carries (Colwise: the input
   gradient's in the backward; Rowwise: the output's in the forward), measured alone. The mean of
   the two styles is the per-module forward and backward overhead the simulator adds per
-  tensor-parallel module (:func:`sim.tensor.megatron.parallel_modules`): DTensor's dispatch
+  tensor-parallel module (:func:`sim.parallel.megatron.parallel_modules`): DTensor's dispatch
   (sharding propagation, ``from_local`` / ``to_local``, redistribution checks), a host cost per
   op. Megatron's own tensor parallelism runs plain tensors and has none of it.
 """

@@ -3,7 +3,7 @@ sequence; attention all-gathers the keys and values, or passes them around a rin
 
 Megatron-LM / TransformerEngine split a sequence of ``s`` tokens into ``2cp`` chunks and give
 rank ``i`` chunks ``i`` and ``2cp-1-i`` (the causal mask then gives every rank the same work:
-:mod:`sim.tensor.context`). Every layer but attention is token-wise, so it runs on the rank's
+:mod:`sim.parallel.context`). Every layer but attention is token-wise, so it runs on the rank's
 ``s/cp`` tokens unchanged (rotary embeddings at the tokens' global positions,
 :attr:`backends.torch.hf._Decoder.positions`). Attention here is the ``all_gather`` variant
 (``--cp-comm-type all_gather``; Llama 3, arXiv:2407.21783 §3.3.2): the rank's keys and values

@@ -17,7 +17,7 @@ no memory, no compute, any model size) and, for every layer of the chain (:mod:`
   loss);
 * ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward and the backward,
   counted by :func:`backends.torch.op_count.layer_ops` under fake tensors, exactly as the real
-  profiler counts them (:mod:`sim.compute.host`); ``fwd_modules`` / ``fwd_functions``: the
+  profiler counts them (:mod:`sim.hardware.host_ops`); ``fwd_modules`` / ``fwd_functions``: the
   forward's ``nn.Module`` calls and ``autograd.Function`` applies
   (:func:`backends.torch.op_count.layer_calls`), the Python the host runs around those ops.
 

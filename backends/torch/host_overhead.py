@@ -20,7 +20,7 @@ It counts the block's ops as traces count them (:mod:`backends.torch.op_count`) 
 Per op, the probe's ``nn.Module`` calls are taken out (their count times ``module_s``, measured
 by :mod:`backends.torch.python_overhead` with the Function figures), since the host model
 charges module calls and ``autograd.Function`` applies separately (``module_s``,
-``function_s``, ``function_backward_s``: :meth:`sim.compute.host.HostOverhead.calls_s`).
+``function_s``, ``function_backward_s``: :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
 
 It also times one primitive op (``x * y`` on one-element tensors) with and without autograd,
 for comparison with published figures (``primitive``).

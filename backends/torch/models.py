@@ -206,7 +206,7 @@ def stage_ranges(boundaries: Sequence[int], n_layers: int) -> list[range]:
     """Layer index ranges of each stage from ``boundaries``.
 
     Args:
-        boundaries: start layer of each stage (``[0, 3, 5]``, as ``sim.partition.Partition``);
+        boundaries: start layer of each stage (``[0, 3, 5]``, as ``sim.parallel.partition.Partition``);
             a trailing ``n_layers`` (``[0, 3, 5, 8]``) is accepted too.
         n_layers: length of the chain.
 

@@ -5,11 +5,11 @@ An op is one operator call that reaches PyTorch's dispatcher below autograd, as 
 after composite ops (``linear``, ``matmul``, ``dropout``) have been decomposed, and collective
 ops (``c10d``, ``_c10d_functional``). The forward is counted with autograd recording on; the
 backward counts what the autograd engine dispatches (the dispatch mode follows the engine's
-threads through PyTorch's thread-local state). This is the unit :mod:`sim.compute.host` charges
+threads through PyTorch's thread-local state). This is the unit :mod:`sim.hardware.host_ops` charges
 per op and :mod:`sim.compute.megatron_ops` counts by reading code.
 
 The Python around the ops is counted too (``fwd_modules``, ``fwd_functions`` of a trace, charged
-per call by :meth:`sim.compute.host.HostOverhead.calls_s`): ``nn.Module`` calls by a global
+per call by :meth:`sim.hardware.host_ops.HostOverhead.calls_s`): ``nn.Module`` calls by a global
 forward pre-hook (``torch.nn.modules.module.register_module_forward_pre_hook``), and custom
 ``autograd.Function`` applies by the nodes they leave in the autograd graph (each apply that
 records a graph makes one node of a ``torch.autograd.function.BackwardCFunction`` subclass).

@@ -18,7 +18,7 @@ layers' output for one micro-batch):
   (:mod:`backends.torch.flops`).
 * ``fwd_ops`` / ``bwd_ops``: the ops the host issues for the forward (autograd recording on)
   and the backward, counted by a ``TorchDispatchMode`` in an untimed run
-  (:mod:`backends.torch.op_count`): what the host model charges per op (:mod:`sim.compute.host`).
+  (:mod:`backends.torch.op_count`): what the host model charges per op (:mod:`sim.hardware.host_ops`).
 * ``fwd_modules`` / ``fwd_functions``: the forward's ``nn.Module`` calls and custom
   ``autograd.Function`` applies (:func:`backends.torch.op_count.layer_calls`), which the host
   model charges per call.
@@ -28,7 +28,7 @@ trace per size into one trace whose ``profiles`` hold the other sizes; the engin
 between them (:meth:`sim.trace.schema.Trace.at_microbatch`). The provenance records
 ``model_shape`` (kind, sizes, ``attention: flash`` since ``nn.TransformerEncoderLayer`` calls
 ``scaled_dot_product_attention``, no dropout), which lets the compute model extrapolate outside
-the measured sizes (:mod:`sim.compute.adapt`).
+the measured sizes (:mod:`sim.trace.adapt`).
 
 Timing is wall clock (``time.perf_counter``) on CPU and CUDA events on GPUs, with
 ``torch.cuda.synchronize`` around every measured call. On CPU the timed forwards (and the

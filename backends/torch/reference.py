@@ -46,7 +46,7 @@ from backends.torch.models import stage_ranges
 from backends.torch.replay_model import ReplayModel
 from backends.torch.shared_params import canonical_names
 from backends.torch.worker import RankContext
-from sim.partition import uniform_partition
+from sim.parallel.partition import uniform_partition
 from sim.schedules.action import STEP
 from sim.schedules.registry import get_schedule
 

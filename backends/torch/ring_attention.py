@@ -15,7 +15,7 @@ so after ``cp`` steps every rank holds the gradient of its own keys and values, 
 locally. This is TransformerEngine's ``AttnFuncWithCPAndKVP2P``
 (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``) without
 its fused kernels: ``cp - 1`` key/value sends forward, ``cp - 1`` key/value and ``cp`` gradient
-sends backward (the simulator counts ``cp - 1`` steps of ``2 x kv`` bytes, :mod:`sim.tensor.
+sends backward (the simulator counts ``cp - 1`` steps of ``2 x kv`` bytes, :mod:`sim.parallel.
 context`). Grouped-query attention: the ``g`` key heads travel, each serves ``a/g`` query
 heads. Math kernels only (CPU): ``softmax(QK^T * scale) V`` per block, fp32 log-sum-exp.
 """

@@ -50,7 +50,7 @@ from backends.torch.replay_model import ReplayModel
 from backends.torch.ties import Ties
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext
-from sim.partition import uniform_partition
+from sim.parallel.partition import uniform_partition
 from sim.schedules.action import STEP, Action
 from sim.schedules.registry import get_schedule
 

@@ -1,7 +1,7 @@
 """Measure what each tensor-parallel layer costs beyond its share of the compute, in the replay's layout.
 
 The simulator times a tensor-parallel layer as its unsplit profile scaled by the compute model
-(:mod:`sim.tensor.shard`: about ``1/t`` of the GEMMs), plus its collectives from the calibrated
+(:mod:`sim.parallel.shard`: about ``1/t`` of the GEMMs), plus its collectives from the calibrated
 tables, plus a per-module overhead. On CPU that leaves out most of what the replay
 (:mod:`backends.torch.tp_runtime`: ``torch.distributed.tensor.parallel`` on gloo) pays: each
 DTensor op's Python dispatch (sharding propagation, ``from_local``/``to_local``), the linears'
@@ -23,7 +23,7 @@ splits them:
 * ``local``: the same rank's share as plain tensors, no collective, no DTensor (a block's
   ``3h/t``, ``h/t``, ``f/t`` slices of its linears; the head's ``V/t`` output rows and a
   cross-entropy over them; the embedding's ``V/t`` rows): what the scaled profile stands for;
-* ``comm``: the collectives the simulator charges for the layer (:mod:`sim.tensor.megatron`:
+* ``comm``: the collectives the simulator charges for the layer (:mod:`sim.parallel.megatron`:
   ``block_comm``, ``embedding_comm``, ``head_comm``) timed alone through torch's functional
   collectives, as ``sim calibrate`` times the tables it charges them from.
 
@@ -32,7 +32,7 @@ A layer's overhead is ``sharded - local - comm`` per phase (never below 0), each
 ``(sequence_parallel, microbatch_size)`` (``<kind>_fwd_s``, ``<kind>_bwd_s`` and the raw
 medians), run and recorded as the trace's ``provenance.tensor_parallel_overhead`` by
 :mod:`backends.torch.tp_overhead`, which
-:func:`sim.tensor.shard.shard_trace` charges per layer in place of the per-module overhead.
+:func:`sim.parallel.shard.shard_trace` charges per layer in place of the per-module overhead.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from backends.torch.calibrate_comm import _collective, _median_s
 from backends.torch.models import Embedding, Head, ModelSpec, as_spec, build_layers, lm_loss
 from backends.torch.tensor_parallel import TPBlock, _linear, tp_chain
 from backends.torch.tp_runtime import local
-from sim.tensor.megatron import layer_comm
+from sim.parallel.megatron import layer_comm
 
 
 def _fwd_bwd_s(
@@ -104,7 +104,7 @@ def _comm_s(kinds: list[tuple[str, int]], t: int, reps: int) -> float:
 
 def _phase_comm(kind: str, b: int, s: int, h: int, t: int, sp: bool) -> tuple[list, list]:
     """``(forward, backward)`` collectives of a layer as ``(kind, bytes)``: the ones the
-    simulator charges (:func:`sim.tensor.megatron.layer_comm`), in fp32."""
+    simulator charges (:func:`sim.parallel.megatron.layer_comm`), in fp32."""
     comm = layer_comm(kind, b, s, h, 4, t, sp)
     return [(op.kind, int(op.nbytes)) for op in comm.fwd], [
         (op.kind, int(op.nbytes)) for op in comm.bwd

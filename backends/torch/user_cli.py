@@ -187,7 +187,7 @@ def decoder_config(model: str, seq_len: int):
 
 def with_shape(trace: Trace, shape, out_path: Path) -> Trace:
     """``trace`` with ``provenance.model_shape`` = the decoder shape and ``layer_kinds`` (so
-    tensor, expert and context parallelism can split it, :mod:`sim.tensor.decoder_shard`),
+    tensor, expert and context parallelism can split it, :mod:`sim.parallel.decoder_shard`),
     rewritten; unchanged without a shape or when the chain is not the Hugging Face one
     (``embed``, ``layer<i>``, ``norm``, ``lm_head``: :mod:`.hf`)."""
     from dataclasses import replace

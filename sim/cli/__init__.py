@@ -53,7 +53,7 @@ def _settle_heap() -> None:
     and 0.03 to 0.1 s: docs/issue17-figures.md). Disabling it for the imports and freezing
     the result (:func:`gc.freeze`) is what the Python documentation advises before ``fork()``
     (https://docs.python.org/3/library/gc.html#gc.freeze), which ``sim run`` does for its
-    workers and drawings (:mod:`sim.executors`, :func:`sim.outputs.draw`): the children
+    workers and drawings (:mod:`sim.plan.executors`, :func:`sim.report.outputs.draw`): the children
     inherit a frozen heap, and their collections skip it too. Nothing is leaked that would
     not live to the end anyway; objects made later are collected as usual."""
     gc.freeze()

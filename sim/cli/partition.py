@@ -10,7 +10,7 @@ from rich.markup import escape
 from sim import api
 from sim.cli.console import err, friendly, out
 from sim.config import MAX_GPUS
-from sim.partition import partition_json, partition_table
+from sim.parallel.partition import partition_json, partition_table
 
 
 @friendly

@@ -13,7 +13,7 @@ from sim.cli.console import friendly, out
 
 
 class RunExecutor(StrEnum):
-    """``sim run --executor`` choices (:mod:`sim.executors`)."""
+    """``sim run --executor`` choices (:mod:`sim.plan.executors`)."""
 
     local = "local"
     ray = "ray"

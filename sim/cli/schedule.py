@@ -9,7 +9,7 @@ import typer
 from sim.atomic import check_writable
 from sim.cli.console import friendly, out
 from sim.config import MAX_GPUS, MAX_ITERATIONS, MAX_MICROBATCHES
-from sim.point_stages import make_schedule
+from sim.point.stages import make_schedule
 from sim.schedules.csv_io import to_csv
 from sim.schedules.grid import format_grid
 from sim.schedules.registry import get_schedule, schedule_names

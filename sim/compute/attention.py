@@ -9,7 +9,7 @@ Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden, ``a`` heads, `
   (five matmuls instead of two: S is recomputed; Dao 2023 §3.1.2 / §3.2). HBM traffic: forward
   reads Q, K, V and writes O (``4*b*s*h*d``) and the log-sum-exp (``4*b*a*s``); backward reads
   Q, K, V, O, dO and writes dQ, dK, dV (``8*b*s*h*d``). Runs at ``attention_efficiency`` of the
-  tensor peak (:mod:`sim.compute.device`). Nothing of size ``s^2`` is stored.
+  tensor peak (:mod:`sim.hardware.gpu_compute`). Nothing of size ``s^2`` is stored.
 * ``math``: the unfused composition (Megatron-LM's and torch's ``math`` backend): two batched
   GEMMs ``[s, hd] @ [hd, s]`` and ``[s, s] @ [s, hd]`` per (sample, head), a fused
   scale-mask-softmax over ``b*a*s^2`` scores (read and write, ``2*b*a*s^2*d``), and with dropout
@@ -55,7 +55,7 @@ def attention_fwd(
     kv: int | None = None,
 ) -> list[Kernel]:
     """Forward kernels of the attention core (module doc) for ``s`` queries against ``kv``
-    keys (default ``s``). A context-parallel rank (:mod:`sim.tensor.context`) has ``s/cp``
+    keys (default ``s``). A context-parallel rank (:mod:`sim.parallel.context`) has ``s/cp``
     queries and attends, over its ring steps, to all ``kv = s`` keys; with the load-balanced
     causal split (Megatron-LM/TransformerEngine: each rank holds chunks ``i`` and ``2cp-1-i``)
     half of those scores are masked, so its share of the causal work is ``1/cp``.

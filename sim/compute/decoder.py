@@ -8,7 +8,7 @@ layer; some or all MLPs replaced by a MoE layer (:mod:`sim.compute.moe`). Its la
 
 :func:`layer_kernels` gives a layer's kernels on one rank of a parallel configuration (tensor
 ``tp`` with sequence parallelism ``sp``, context ``cp``; the rows its local experts compute
-come from the caller, :mod:`sim.tensor.expert`); :func:`layer_act_bytes` what it keeps for the
+come from the caller, :mod:`sim.parallel.expert`); :func:`layer_act_bytes` what it keeps for the
 backward; :func:`layer_params` its dense and expert parameters. The halves are
 :mod:`sim.compute.transformer` (standard attention, dense MLP), :mod:`sim.compute.mla` and
 :mod:`sim.compute.moe`; activation counts in their docstrings (the standard halves:

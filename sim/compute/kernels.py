@@ -1,7 +1,7 @@
 """Kernel times on one GPU: GEMMs by shape, memory-bound kernels by bytes.
 
 A :class:`Kernel` is one launch: a GEMM ``(m, n, k)`` (times ``batch``) or a memory-bound
-kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.compute.device.ComputeSpec`:
+kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.hardware.gpu_compute.ComputeSpec`:
 
 * GEMM: ``overhead + max(flops / (peak * matmul_efficiency * wave(m, n, batch)),
   bytes / hbm_rate)`` with ``flops = 2*m*n*k*batch`` and ``bytes = (m*k + k*n + m*n)*d*batch``
@@ -12,7 +12,7 @@ kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.compute.devi
   tiles) is in the same factor through ``ceil(m / TILE_M) * ceil(n / TILE_N)``.
 * memory-bound: ``overhead + bytes / hbm_rate``.
 
-``overhead`` is ``kernel_overhead_s`` (launch and dispatch, see :mod:`sim.compute.device`).
+``overhead`` is ``kernel_overhead_s`` (launch and dispatch, see :mod:`sim.hardware.gpu_compute`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.compute.device import ComputeSpec
+from sim.hardware.gpu_compute import ComputeSpec
 
 TILE_M = 128
 TILE_N = 128

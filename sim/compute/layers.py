@@ -15,9 +15,9 @@ With ``T = b*s`` tokens, ``h`` hidden, ``V`` vocabulary, ``d`` bytes per element
 
 from __future__ import annotations
 
-from sim.compute.device import ComputeSpec
 from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
 from sim.compute.transformer import BlockTimes
+from sim.hardware.gpu_compute import ComputeSpec
 
 
 def embedding_kernels(

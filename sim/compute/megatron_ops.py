@@ -2,7 +2,7 @@
 
 An op is one call into PyTorch's operator dispatcher as a ``TorchDispatchMode`` sees it (ATen
 ops below autograd, views included), the unit ``fwd_ops``/``bwd_ops`` of a trace count
-(:mod:`sim.trace.schema`) and that the host model charges per op (:mod:`sim.compute.host`).
+(:mod:`sim.trace.schema`) and that the host model charges per op (:mod:`sim.hardware.host_ops`).
 Counted by reading Megatron-DeepSpeed (github.com/microsoft/Megatron-DeepSpeed, the ``mpu``
 generation that vTrain's and many published runs used): ``megatron/model/transformer.py``
 (``ParallelTransformerLayer``, ``ParallelAttention``, ``ParallelMLP``,
@@ -102,7 +102,7 @@ RNG tracker's ``fork`` (a context manager) and the scripted ``bias_dropout_add_f
 are neither. Each Function applied with autograd recording leaves one Python backward node
 that the engine calls in the backward. The checkpoint wrapper's own ``CheckpointFunction`` is
 charged per region (``checkpoint_s``), not here. What the host pays for them:
-:meth:`sim.compute.host.HostOverhead.calls_s`."""
+:meth:`sim.hardware.host_ops.HostOverhead.calls_s`."""
 
 EMBEDDING_OPS = {"gpt": (12, 8), "bert": (18, 12)}
 """``(forward, backward)`` ops of Megatron's ``Embedding``: the vocabulary-parallel lookup's
@@ -160,7 +160,7 @@ def stage_tensors(layers: list[tuple[str, float]], norm_bytes: float) -> tuple[i
 
 def block_ops() -> tuple[int, int]:
     """``(forward, backward)`` ops of one transformer block on one tensor rank, before the
-    tensor-parallel collectives (:func:`sim.tensor.shard.shard_trace` adds one op per
+    tensor-parallel collectives (:func:`sim.parallel.shard.shard_trace` adds one op per
     collective)."""
     return sum(n for _, n in BLOCK_FWD), sum(n for _, n in BLOCK_BWD)
 

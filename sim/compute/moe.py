@@ -12,7 +12,7 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    indices);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
-   their experts (timed by the engine, :mod:`sim.tensor.expert`);
+   their experts (timed by the engine, :mod:`sim.parallel.expert`);
 4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: one launch for all
    local experts): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
    fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.compute.attention import IMPLEMENTATIONS, attention_bwd, attention_fwd
-from sim.compute.device import ComputeSpec
 from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
+from sim.hardware.gpu_compute import ComputeSpec
 
 
 @dataclass(frozen=True)

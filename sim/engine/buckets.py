@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import simpy
 
-from sim.engine.hierarchical import CollectivePlan
+from sim.comm.hierarchical import CollectivePlan
 from sim.engine.links import Links
 from sim.events import Event, Stream
 from sim.hardware.topology import Link

@@ -1,7 +1,7 @@
 """Data-parallel collectives over the ``w`` replicas of a stage: all-reduce, reduce-scatter,
 all-gather, as NCCL runs them within one server.
 
-Rings (NCCL's channels, :func:`~sim.hardware.rings.ring_set`): the ``w`` GPUs of the
+Rings (NCCL's channels, :func:`~sim.comm.rings.ring_set`): the ``w`` GPUs of the
 communicator get a set of rings over their NVLinks, each with the bandwidth it reserved on its
 links (NCCL ``src/graph/search.cc``), or, where they have no NVLink ring, one ring whose hops are
 routed through the communicator's GPUs, switches and hosts only (:meth:`~sim.hardware.topology.
@@ -15,7 +15,7 @@ slowest hop's :func:`~sim.hardware.topology.transfer_time_s` for ``b/w`` bytes a
 (the ring's reserved bandwidth; for the single routed ring, NCCL's rate of its links shared by
 the hops that cross them, :func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per
 NVLink, NCCL ``src/graph/topo.h``; raw copies get more), and the collective ends with its
-slowest ring (:func:`~sim.engine.hierarchical.ring_set_time_s`). The bus bandwidth NCCL reports
+slowest ring (:func:`~sim.comm.hierarchical.ring_set_time_s`). The bus bandwidth NCCL reports
 (nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for
 all-reduce, ``algbw * (n-1)/n`` for reduce-scatter and all-gather) tends to the rings' summed
 bandwidth for large ``B``: 120 GB/s over the 8 GPUs of a DGX-1 (two rings of 40 and two of 20
@@ -24,13 +24,13 @@ rings for its whole duration, one hold for all rings (a link two rings share is 
 so it contends with sends and swaps on those links (links are FIFO: see
 :mod:`sim.engine.links`).
 
-What a collective takes is its plan's :meth:`~sim.engine.hierarchical.CollectivePlan.time_s`:
-on GPUs that run NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`) with the rings' bus
+What a collective takes is its plan's :meth:`~sim.comm.hierarchical.CollectivePlan.time_s`:
+on GPUs that run NCCL, NCCL's own cost model (:mod:`sim.comm.nccl`) with the rings' bus
 bandwidth; with a measured table of the communicator's size (``sim calibrate``: gloo on CPU),
 the table; else the rings with the links' latencies, as above. The same plan times the
 tensor-parallel, data-parallel and ZeRO collectives.
 
-Across servers the data-parallel collectives are hierarchical (:mod:`sim.engine.hierarchical`);
+Across servers the data-parallel collectives are hierarchical (:mod:`sim.comm.hierarchical`);
 with tensor parallelism every tensor rank ``k`` of a stage has its own data-parallel
 communicator (rank ``k`` of every replica). The reduction that overlaps the last backward (DDP's
 buckets) is :mod:`sim.engine.buckets`; the tensor-parallel collectives are
@@ -52,13 +52,13 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine.buckets import reduce_buckets
-from sim.engine.hierarchical import (
+from sim.comm.hierarchical import (
     RING_STEPS,
     CollectivePlan,
     collective_plan,
     ring_time_s,
 )
+from sim.engine.buckets import reduce_buckets
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.symmetry import HeldLinks
@@ -122,7 +122,7 @@ class Collectives:
 
     def expert_nbytes(self, rep: StageReplica) -> float:
         """Bytes of routed-expert gradients, reduced over the expert-data-parallel group only
-        (the replicas ``r`` with the same ``r mod ep``; :mod:`sim.tensor.expert`): 0 without
+        (the replicas ``r`` with the same ``r mod ep``; :mod:`sim.parallel.expert`): 0 without
         expert parallelism or when that group is one replica."""
         if self.inp.dp_width // self.inp.expert_parallel < 2:
             return 0.0
@@ -280,7 +280,7 @@ class Collectives:
     def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
         every replica, or of ``replicas``): its rings
-        (:func:`~sim.engine.hierarchical.collective_plan`) and the links they hold."""
+        (:func:`~sim.comm.hierarchical.collective_plan`) and the links they hold."""
         members = tuple(range(self.inp.dp_width)) if replicas is None else replicas
         cached = self._rings.get((s, k, members))
         if cached is None:

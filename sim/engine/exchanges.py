@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine.hierarchical import CollectivePlan, collective_plan
+from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.streams import ComputeStream
@@ -152,7 +152,7 @@ class Exchanges:
         """The host's blocking load of a micro-batch before a forward of ``rep``, on the first
         and the last stage (:class:`~sim.engine.inputs.MicrobatchLoad`): the host waits for the
         device (the first copy synchronizes the stream), then spends
-        :meth:`~sim.compute.host.HostOverhead.blocking_s` and the broadcasts it waits for,
+        :meth:`~sim.hardware.host_ops.HostOverhead.blocking_s` and the broadcasts it waits for,
         each timed as the stage's tensor-parallel group times a collective of those bytes
         (an all-gather: NCCL's ring, ``n - 1`` steps; a broadcast's ``n`` is one hop more,
         under a microsecond on NVLink, not modelled); the device idles meanwhile."""

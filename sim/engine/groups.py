@@ -8,11 +8,11 @@ Megatron-LM's order (``tp-cp-ep-dp-pp``, ``parallel_state.py``): replica ``r`` i
 ``k`` has its own groups (rank ``k`` of every member).
 
 After the compute of a forward or a backward, every rank joins its stage's group exchanges
-(:class:`~sim.tensor.ops.GroupOp`: the context-parallel ones, then the expert-parallel ones);
+(:class:`~sim.parallel.ops.GroupOp`: the context-parallel ones, then the expert-parallel ones);
 when the last member has joined, they run one after another, each holding the links it crosses
 for its duration:
 
-* ``alltoall``: :func:`~sim.engine.alltoall.alltoall_time_s` (every pair on its route, the most
+* ``alltoall``: :func:`~sim.comm.alltoall.alltoall_time_s` (every pair on its route, the most
   loaded link sets the time);
 * ``ring`` (ring attention): every member sends to the next at once; a step takes the slowest
   hop's :func:`~sim.hardware.topology.transfer_time_s` at the ring's shared hop rate
@@ -20,7 +20,7 @@ for its duration:
   core already counted in the compute, so a rank waits, and the links are held, only for
   ``count * max(0, step - hidden_s)``; the event is drawn from where the hidden part began
   (inside the compute). Not modelled: the hidden part's contention with other traffic;
-* ``all_gather`` / ``reduce_scatter``: the group's rings (:mod:`sim.engine.hierarchical`).
+* ``all_gather`` / ``reduce_scatter``: the group's rings (:mod:`sim.comm.hierarchical`).
 
 Waiting for the others is part of a rank's first exchange event (as tensor-parallel ones). The
 exchanges block the rank's compute stream (Megatron's dispatcher waits for its all-to-all);
@@ -34,13 +34,13 @@ from functools import lru_cache
 
 import simpy
 
-from sim.engine.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
-from sim.engine.hierarchical import collective_plan
+from sim.comm.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
+from sim.comm.hierarchical import collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.events import Event, EventKind, Stream
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
-from sim.tensor.ops import GroupOp
+from sim.parallel.ops import GroupOp
 
 EVENT_KIND = {
     "alltoall": EventKind.ALLTOALL,
@@ -85,7 +85,7 @@ class GroupCollectives:
         env: the simulation environment.
         inp: the configuration (its ``context_parallel``, ``expert_parallel``).
         links: the link resources the exchanges hold.
-        cost: the all-to-all cost (:data:`~sim.engine.alltoall.AllToAllCost`); None: the
+        cost: the all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
             per-link load model.
     """
 

@@ -3,7 +3,7 @@
 A rank's process (:mod:`sim.engine.pipeline`) models its GPU's compute stream: ``env.now`` is
 when the device is free for the next action. Beside it, :class:`HostClock` is the time the
 rank's CPU thread has issued everything up to. An action's ops are summarised as a
-:class:`~sim.compute.host.HostWork` (:func:`action_work`); the device ends the action at
+:class:`~sim.hardware.host_ops.HostWork` (:func:`action_work`); the device ends the action at
 ``max(now + device_s, host + K)`` and the host moves on by ``host_s``
 (:meth:`sim.engine.streams.ComputeStream.run_issued`). The host therefore runs ahead of the
 device across actions while the device is the bottleneck, and the device idles between kernels
@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import simpy
 
-from sim.compute.host import HostOverhead, HostWork
+from sim.hardware.host_ops import HostOverhead, HostWork
 
 Part = tuple[float, float, float, float, float]
 """``(device seconds, ops, ops issued without autograd recording, module calls, Function
@@ -82,7 +82,7 @@ def action_work(
         nograd_ops: of a forward's ops, those of checkpointed layers, which run without
             autograd recording (``F`` only).
         calls: ``(module calls, Function applies)`` of a forward or recompute; ``(0, Python
-            backward nodes)`` of a backward (:meth:`~sim.compute.host.HostOverhead.calls_s`).
+            backward nodes)`` of a backward (:meth:`~sim.hardware.host_ops.HostOverhead.calls_s`).
     """
     if op == "F":
         h = host.forward_s(ops, nograd_ops)

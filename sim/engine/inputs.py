@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from sim.compute.host import HostOverhead
 from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS, Part
+from sim.hardware.host_ops import HostOverhead
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
+from sim.parallel.ops import GroupOp
 from sim.schedules.action import Action, Program, flatten
-from sim.tensor.ops import GroupOp
 from sim.trace.schema import LayerProfile
 
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -40,7 +40,7 @@ class StageCost:
         out_bytes: bytes of the activation this stage sends to the next one.
         in_bytes: bytes of the activation it receives (the gradient it sends back).
         tp_fwd: tensor-parallel collectives of a forward, ``(kind, bytes each, count)``
-            (:func:`sim.tensor.megatron.aggregate`); empty without tensor parallelism.
+            (:func:`sim.parallel.megatron.aggregate`); empty without tensor parallelism.
         tp_bwd: the same for a backward (B, or I).
         tp_recompute: the same for the recompute before a backward: the collectives of the
             fully checkpointed layers' forwards (Megatron's ``CheckpointFunction.backward``
@@ -49,10 +49,10 @@ class StageCost:
             trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
         bwd_weight_s: seconds of the weight-gradient part W; None likewise.
         group_fwd: expert- and context-parallel exchanges of a forward
-            (:class:`~sim.tensor.ops.GroupOp`, :mod:`sim.engine.groups`); empty without.
+            (:class:`~sim.parallel.ops.GroupOp`, :mod:`sim.engine.groups`); empty without.
         group_bwd: the same for a backward (B, or I).
         expert_grad_share: fraction of the stage's gradients that belong to routed experts:
-            reduced over the expert-data-parallel group only (:mod:`sim.tensor.expert`).
+            reduced over the expert-data-parallel group only (:mod:`sim.parallel.expert`).
         fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
         bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
             W get shares of them in proportion to their seconds (an assumption).
@@ -230,7 +230,7 @@ class PipelineRuntime:
         overflow_check_ops: host ops the step issues per parameter tensor before reading one
             value of it back to the host (a blocking device-to-host copy), tensor after tensor
             (DeepSpeed's serial overflow check,
-            :meth:`sim.compute.host.HostOverhead.serial_reads_s`); 0: no such reads.
+            :meth:`sim.hardware.host_ops.HostOverhead.serial_reads_s`); 0: no such reads.
         microbatch_load: the host's blocking work loading each micro-batch on the first and
             the last stage (:class:`MicrobatchLoad`); the default: none.
     """
@@ -305,7 +305,7 @@ class SimInput:
             one after the other, as torch's runtime does by default.
         runtime: what the framework's pipeline engine does around the actions
             (:class:`PipelineRuntime`).
-        host: what issuing an op costs every rank's host thread (:mod:`sim.compute.host`),
+        host: what issuing an op costs every rank's host thread (:mod:`sim.hardware.host_ops`),
             overriding the topology's hosts (e.g. a framework that runs under CUDA graphs);
             None: each GPU's host socket's ``overhead``.
         host_syncs: where the host blocks until the device is done

@@ -7,7 +7,7 @@ take longer than one. Links are acquired in name order, so two multi-link transf
 deadlock. A single-link route (the common NVLink case) skips the sorting.
 
 NCCL's sends between GPUs that run NCCL (a compute capability in the hardware description)
-take NCCL's own time (:meth:`Links.duration_s`, :func:`sim.engine.nccl.p2p_time_s`): its
+take NCCL's own time (:meth:`Links.duration_s`, :func:`sim.comm.nccl.p2p_time_s`): its
 protocol's latency instead of the links' latencies.
 
 Two rates per link: NCCL traffic (:data:`NCCL_KINDS`: the pipeline's p2p sends and the
@@ -37,9 +37,9 @@ from collections.abc import Iterable
 
 import simpy
 
-from sim.engine.nccl import NET, NVLINK, PCI, p2p_time_s
+from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
+from sim.comm.rings import PEER_KINDS
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
-from sim.hardware.rings import PEER_KINDS
 from sim.hardware.topology import Link, Topology, transfer_time_s
 
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
@@ -157,7 +157,7 @@ class Links:
         self, src: str, dst: str, route: tuple[Link, ...], nbytes: float, nccl: bool
     ) -> float:
         """Uncontended seconds of moving ``nbytes`` over ``route`` from ``src`` to ``dst``: an
-        NCCL send between two GPUs that run NCCL by NCCL's model (:func:`sim.engine.nccl.
+        NCCL send between two GPUs that run NCCL by NCCL's model (:func:`sim.comm.nccl.
         p2p_time_s`: its protocol's latency, the path's NCCL rate); any other transfer by
         :func:`~sim.hardware.topology.transfer_time_s` (the links' latencies and rate)."""
         if nccl and _runs_nccl(self.topology, src) and _runs_nccl(self.topology, dst):

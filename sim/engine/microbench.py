@@ -4,13 +4,13 @@
 ``sendrecv_perf`` on ``n`` GPUs (nccl-tests ``src/sendrecv.cu``): every rank sends ``B`` bytes
 to the next rank and receives from the previous one, all at once; ``busbw = algbw = B / t``.
 ``all_reduce_perf``: one all-reduce of ``B`` bytes, split over the communicator's rings
-(NCCL's channels, :func:`~sim.hardware.rings.ring_set`); ``busbw = B / t * 2(n-1)/n``
+(NCCL's channels, :func:`~sim.comm.rings.ring_set`); ``busbw = B / t * 2(n-1)/n``
 (nccl-tests ``doc/PERFORMANCE.md``). Both run on the engine's own :class:`~sim.engine.links.
 Links` and rings (:mod:`sim.engine.collectives`), so they contend, route and move at NCCL's rate
 of each link (:data:`~sim.engine.links.NCCL_KINDS`) as a training run does.
 
 On GPUs that run NCCL (a compute capability in the hardware description) both are NCCL's own
-cost model (:mod:`sim.engine.nccl`: the algorithm and protocol it chooses by size, their
+cost model (:mod:`sim.comm.nccl`: the algorithm and protocol it chooses by size, their
 latency and bandwidth; the rings' bus bandwidth). Not modelled: the host's launch of each
 kernel (with ``-g 8`` one thread launches 8), and the number of channels NCCL gives each p2p
 peer (``src/enqueue.cc`` halves it as the communicator grows; its effect on bandwidth depends
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import simpy
 
+from sim.comm.hierarchical import collective_plan
 from sim.engine.collectives import bus_bandwidth_Bps
-from sim.engine.hierarchical import collective_plan
 from sim.engine.links import Links
 from sim.events import EventKind, Stream
 from sim.hardware.topology import Topology
@@ -46,8 +46,8 @@ def sendrecv_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) ->
 
 def allreduce_time_s(topology: Topology, gpus: tuple[str, ...], nbytes: float) -> float:
     """Seconds of one all-reduce of ``nbytes`` over ``gpus`` as the engine times it
-    (:func:`~sim.engine.hierarchical.collective_plan`): split over their rings
-    (:func:`~sim.hardware.rings.ring_set`: NVLink rings with reserved bandwidth, else one ring
+    (:func:`~sim.comm.hierarchical.collective_plan`): split over their rings
+    (:func:`~sim.comm.rings.ring_set`: NVLink rings with reserved bandwidth, else one ring
     routed through the communicator only), the slowest ring's time; hierarchical across
     servers."""
     return collective_plan(topology, gpus).time_s(nbytes, EventKind.ALLREDUCE)

@@ -11,7 +11,7 @@ engine runs such a pair as two chains on the rank:
 
 * each chain is its action's compute split evenly around its exchanges (an assumption: the
   engine has per-stage, not per-layer, times): for ``n`` exchanges (the expert- and
-  context-parallel :class:`~sim.tensor.ops.GroupOp` s of the action, taken in per-layer order:
+  context-parallel :class:`~sim.parallel.ops.GroupOp` s of the action, taken in per-layer order:
   round-robin over the aggregated ops) the compute is ``n + 1`` equal segments, each followed
   by one exchange;
 * the two chains share the rank's compute stream (one segment at a time, first come first
@@ -33,8 +33,8 @@ from sim.engine.groups import GroupCollectives
 from sim.engine.inputs import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import EventKind
+from sim.parallel.ops import GroupOp
 from sim.schedules.action import Action
-from sim.tensor.ops import GroupOp
 
 COMM_SMS = 20
 """SMs DeepSeek-V3's communication kernels take while they overlap compute (arXiv:2412.19437

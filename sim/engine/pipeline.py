@@ -30,7 +30,6 @@ import gc
 
 import simpy
 
-from sim.compute.host import HostWork
 from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.groups import GroupCollectives
@@ -45,6 +44,7 @@ from sim.engine.streams import ComputeStream
 from sim.engine.tensor_collectives import TensorCollectives
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory
+from sim.hardware.host_ops import HostWork
 from sim.ledger import Ledger
 from sim.memory.transients import input_grad_send_bytes
 from sim.schedules.action import STEP, Action

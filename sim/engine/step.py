@@ -124,7 +124,7 @@ class RankStep:
         """Process: a serial overflow check (``runtime.overflow_check_ops`` ops and a blocking
         read per parameter tensor of ``rep``'s chunk): the host first waits for everything
         issued, then the device idles while the host walks the tensors
-        (:meth:`~sim.compute.host.HostOverhead.serial_reads_s`; the check's memory traffic is
+        (:meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`; the check's memory traffic is
         in the optimizer kernel's time). Logged as ``host_wait``; the host is synced after.
         DeepSpeed runs it in ``FP16_Optimizer`` only: not with ZeRO (sharded or offloaded
         steps, whose optimizers check one flat partition)."""

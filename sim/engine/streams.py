@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import simpy
 
-from sim.compute.host import HostWork
 from sim.engine.host import HostClock
 from sim.events import Event, EventKind, Stream
+from sim.hardware.host_ops import HostWork
 
 
 class ComputeStream:
@@ -34,7 +34,7 @@ class ComputeStream:
 
     def run_issued(self, gpu: str, kind: str, name: str, work: HostWork, host: HostClock, **tags):
         """Process: run ``work`` issued by ``host``: the device ends at
-        ``max(now + work.device_s, host.t + work.span_s)`` (:mod:`sim.compute.host`) and the
+        ``max(now + work.device_s, host.t + work.span_s)`` (:mod:`sim.hardware.host_ops`) and the
         host moves on to ``host.t + work.host_s``. When the host is the later one, the
         device's idle time before the span is logged as ``host_wait`` (``host <name>``) and the
         span as ``kind`` (its last ``device_s`` seconds); otherwise as :meth:`run`."""

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.engine.hierarchical import CollectivePlan
+from sim.comm.hierarchical import CollectivePlan
 from sim.engine.inputs import SimInput
 from sim.hardware.topology import GPU, Link, Topology
 from sim.memory.plan import StagePlan

@@ -2,11 +2,11 @@
 
 Tensor-parallel collectives (:class:`TensorCollectives`): after the compute of a forward, and of
 a backward (B or I), the ``t`` ranks of a stage replica run that stage's Megatron collectives
-(:mod:`sim.tensor.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
+(:mod:`sim.parallel.megatron`; ``count`` collectives of each ``(kind, bytes)``, one after another)
 over the rings of their group; the ranks wait for them before they send or go on, as Megatron's
 blocking all-reduces make them (no overlap with compute). A micro-batch's collectives of one
 kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
-Their rings are the communicator's (:func:`~sim.engine.hierarchical.collective_plan`), timed by
+Their rings are the communicator's (:func:`~sim.comm.hierarchical.collective_plan`), timed by
 the same plan as the data-parallel collectives (:mod:`sim.engine.collectives`).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine.hierarchical import CollectivePlan, collective_plan
+from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.symmetry import HeldLinks

@@ -29,8 +29,8 @@ from sim.framework.placement import PLACEMENTS
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
+from sim.parallel.shard import layer_kind, model_shape
 from sim.schedules.base import Schedule
-from sim.tensor.shard import layer_kind, model_shape
 from sim.trace.schema import Trace, dtype_bytes
 
 

@@ -4,7 +4,7 @@ Three rules (:data:`PLACEMENTS`), each returning stage start-layer indices for `
 uniform``:
 
 * ``layers``: every layer counts once, embedding and head included; the first ``n mod p``
-  stages take one more (:func:`sim.partition.uniform_partition`; torchtitan
+  stages take one more (:func:`sim.parallel.partition.uniform_partition`; torchtitan
   ``torchtitan/distributed/pipeline_parallel.py::generate_llm_fqn_per_model_part`` with
   ``input_weight = output_weight = 1``).
 * ``megatron``: the transformer blocks split evenly, the embedding with the first stage and the
@@ -13,7 +13,7 @@ uniform``:
   ``PipelineModule(partition_method="parameters")``, its default; :func:`parameter_boundaries`).
 
 Layer kinds come from the layer names of the analytic traces (``embedding``, ``block.i``,
-``head``: :func:`sim.tensor.shard.layer_kind`); a trace without those names is all blocks.
+``head``: :func:`sim.parallel.shard.layer_kind`); a trace without those names is all blocks.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.errors import InputError
-from sim.partition import uniform_partition
-from sim.tensor.shard import layer_kind
+from sim.parallel.partition import uniform_partition
+from sim.parallel.shard import layer_kind
 from sim.trace.schema import Trace
 
 

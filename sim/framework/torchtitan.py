@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from sim.framework.base import Framework, Setting
 from sim.framework.pytorch_ddp import TORCH_SCHEDULES
-from sim.tensor.shard import layer_kind
+from sim.parallel.shard import layer_kind
 from sim.trace.schema import Trace
 
 _PP = "torchtitan/distributed/pipeline_parallel.py"

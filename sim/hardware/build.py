@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sim.compute.host import NO_HOST
 from sim.errors import InputError
 from sim.hardware.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.hardware.cluster import build_cluster
+from sim.hardware.host_memory import os_usable_bytes
+from sim.hardware.host_ops import NO_HOST
 from sim.hardware.spec import GPUSpec, HardwareSpec, LinkSpec, compute_capability
 from sim.hardware.topology import GPU, Host, Link, Topology
-from sim.memory.host import os_usable_bytes
 
 
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:

@@ -13,7 +13,7 @@ once) by renaming, so it costs ``O(N x links per server)`` and no search:
 
 Routes inside a server are the server's own; between servers they follow the fabric
 (:meth:`~sim.hardware.fabric.RailFatTree.route_names`). Collectives across servers are
-NCCL's (:mod:`sim.engine.hierarchical`, :mod:`sim.engine.nccl`).
+NCCL's (:mod:`sim.comm.hierarchical`, :mod:`sim.comm.nccl`).
 """
 
 from __future__ import annotations

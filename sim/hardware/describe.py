@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from sim.compute.host import NO_HOST
+from sim.hardware.host_ops import NO_HOST
 from sim.hardware.topology import Link, Topology
 
 _GB = 1e9
@@ -78,7 +78,7 @@ def gpu_table(topo: Topology) -> Table:
 def host_table(topo: Topology) -> Table:
     """One row per CPU socket: usable DRAM (MemTotal, GB and GiB), CPU Adam parameters/s, and
     the host time per op of eager PyTorch (forward / backward op, checkpoint region, us;
-    sim.compute.host)."""
+    sim.hardware.host_ops)."""
     table = Table(title=f"{topo.name}: hosts (usable DRAM {topo.host_dram_bytes / _GB:.0f} GB)")
     table.add_column("host")
     for col in ("DRAM GB", "DRAM GiB", "Adam params/s", "op / bwd op / ckpt us"):
@@ -304,7 +304,7 @@ def _host_overhead_fields(topo: Topology) -> dict[str, Any]:
 
 
 def _compute_fields(spec: Any) -> dict[str, Any]:
-    """The compute-model keys of a ``gpu`` mapping (sim.compute.device), empty without one."""
+    """The compute-model keys of a ``gpu`` mapping (sim.hardware.gpu_compute), empty without one."""
     if spec is None:
         return {}
     return {

@@ -53,7 +53,7 @@ class RailFatTree:
             fat tree).
         technology: what the links are (e.g. ``"InfiniBand NDR 400 Gb/s"``), for people.
         nccl_nic_Bps: the rate NCCL's graph search gives a GPU's path to its NIC (the NIC's
-            speed or the GPU's PCIe link if slower, :func:`sim.engine.nccl.inter_graph`), the
+            speed or the GPU's PCIe link if slower, :func:`sim.comm.nccl.inter_graph`), the
             NIC links' NCCL rate; None: ``nic_Bps``.
 
     Raises:

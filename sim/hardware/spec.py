@@ -36,10 +36,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from sim.compute.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
-from sim.compute.host import HostOverhead
 from sim.hardware.comm_tables import CollectiveTable
 from sim.hardware.fabric import RailFatTree
+from sim.hardware.gpu_compute import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -127,7 +127,7 @@ class GPUSpec(BaseModel):
         gt=0,
         le=1,
         description="Achievable fraction of peak for large GEMMs (measured MAMF where known; "
-        "the default 0.8 is an assumption). See sim.compute.device.",
+        "the default 0.8 is an assumption). See sim.hardware.gpu_compute.",
     )
     attention_efficiency: float = Field(
         default=0.5,
@@ -141,20 +141,20 @@ class GPUSpec(BaseModel):
         gt=0,
         le=1,
         description="Achievable fraction of HBM peak for memory-bound kernels (default: an "
-        "assumption, sim.compute.device).",
+        "assumption, sim.hardware.gpu_compute).",
     )
     kernel_overhead: Seconds = Field(
         default=DEFAULT_KERNEL_OVERHEAD_S,
         ge=0,
         description="Fixed cost per kernel (launch + dispatch), e.g. '5 us' (default: an "
-        "assumption, sim.compute.device).",
+        "assumption, sim.hardware.gpu_compute).",
     )
     compute_capability: float | None = Field(
         default=None,
         gt=0,
         description="CUDA compute capability (7.0 V100, 8.0 A100/A800, 9.0 H100/H200): the GPUs "
         "run NCCL, whose collectives and sends are timed by NCCL's own tuning model "
-        "(sim.engine.nccl). Default: from `model` (COMPUTE_CAPABILITY; NVIDIA's CUDA GPU list), "
+        "(sim.comm.nccl). Default: from `model` (COMPUTE_CAPABILITY; NVIDIA's CUDA GPU list), "
         "none for other models (then the links' latency and rate time them).",
     )
     nvls: bool = Field(
@@ -196,7 +196,7 @@ class GPUSpec(BaseModel):
     )
 
     def compute_spec(self) -> ComputeSpec:
-        """The :class:`~sim.compute.device.ComputeSpec` of this GPU."""
+        """The :class:`~sim.hardware.gpu_compute.ComputeSpec` of this GPU."""
         return ComputeSpec(
             model=self.model,
             matmul_flops=self.peak_flops,
@@ -300,7 +300,7 @@ class HostSpec(BaseModel):
         default=None,
         ge=0,
         description="DRAM the OS gives processes (MemTotal); default: `dram` less the kernel's "
-        "page map, 1/64 of it (sim.memory.host.os_usable_bytes).",
+        "page map, 1/64 of it (sim.hardware.host_memory.os_usable_bytes).",
     )
     adam_params_per_s: float = Field(
         default=1.95e9,
@@ -350,7 +350,7 @@ class LinkSpec(BaseModel):
 
 
 class HostOverheadSpec(BaseModel):
-    """What issuing one op costs a training process's CPU thread (:mod:`sim.compute.host`):
+    """What issuing one op costs a training process's CPU thread (:mod:`sim.hardware.host_ops`):
     the host side of eager PyTorch. Every GPU's process pays it; the device runs an op only
     once it has been issued."""
 
@@ -408,7 +408,7 @@ class HostOverheadSpec(BaseModel):
     source: str = Field(default="", description="Measurement or citation, with assumptions.")
 
     def overhead(self) -> HostOverhead:
-        """The :class:`~sim.compute.host.HostOverhead` this describes."""
+        """The :class:`~sim.hardware.host_ops.HostOverhead` this describes."""
         return HostOverhead(
             self.op,
             self.backward_op,
@@ -440,7 +440,7 @@ class NetworkSpec(BaseModel):
         ge=0,
         description="Fixed cost per network link crossed, e.g. '1 us' (NIC and switch port "
         "latencies are below 1 us on InfiniBand; the preset says its source). NCCL's own "
-        "network latency (sim.engine.nccl) times NCCL's sends and collectives.",
+        "network latency (sim.comm.nccl) times NCCL's sends and collectives.",
     )
     servers_per_leaf: int = Field(
         default=32,

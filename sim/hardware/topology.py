@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import permutations
 
-from sim.compute.device import ComputeSpec
-from sim.compute.host import NO_HOST, HostOverhead
 from sim.hardware.capacity import NO_RESERVE, RuntimeReserve
 from sim.hardware.comm_tables import CollectiveTable
 from sim.hardware.fabric import NETWORK, RailFatTree
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import NO_HOST, HostOverhead
 
 
 def transfer_time_s(
@@ -93,18 +93,18 @@ class GPU:
         peak_flops: dense fp16/bf16 tensor peak in FLOP/s (hardware.md §1).
         hbm_bandwidth_Bps: HBM bandwidth in bytes/s.
         host: name of the CPU socket whose DRAM is this GPU's host memory.
-        compute: the compute model's view of the GPU (:mod:`sim.compute.device`), or None.
+        compute: the compute model's view of the GPU (:mod:`sim.hardware.gpu_compute`), or None.
         reserve: what a training process holds besides tensors (context, cuBLAS, NCCL,
             allocator margin, working memory; :mod:`sim.hardware.capacity`). Hardware files get
             the sourced defaults; a GPU built in code counts tensors only unless given one.
         compute_capability: CUDA compute capability (7.0, 8.0, 9.0 ...): the GPU runs NCCL,
             whose collectives and sends are timed by NCCL's own model
-            (:mod:`sim.engine.nccl`); None (CPU ranks, GPUs built in code): the links' latency
+            (:mod:`sim.comm.nccl`); None (CPU ranks, GPUs built in code): the links' latency
             and rate alone.
         nvls: NVLink SHARP (NVSwitch multicast) is available to NCCL on this GPU's server.
         tp_module_overhead_s: ``(forward, backward)`` seconds one tensor-parallel module adds
             beyond its compute and collectives (torch DTensor's dispatch, measured by ``sim
-            calibrate``; 0 for Megatron's plain-tensor parallelism; :mod:`sim.tensor.shard`).
+            calibrate``; 0 for Megatron's plain-tensor parallelism; :mod:`sim.parallel.shard`).
         action_overhead_s: ``(forward, backward)`` seconds the pipeline runtime adds to each
             F and each B or I on this GPU's compute stream beyond the layers and the link
             transfers (measured on CPU ranks by ``sim calibrate``; 0 elsewhere;
@@ -150,11 +150,11 @@ class Host:
     Attributes:
         name: node name, ``cpu<i>``.
         dram_bytes: DRAM of this socket that processes can use (``MemTotal``'s share), in
-            bytes (:func:`sim.memory.host.os_usable_bytes` of the installed DRAM).
+            bytes (:func:`sim.hardware.host_memory.os_usable_bytes` of the installed DRAM).
         adam_params_per_s: CPU Adam throughput in parameters per second (for offloaded
             optimizer steps).
         overhead: what issuing an op costs a training process on this socket
-            (:mod:`sim.compute.host`); :data:`~sim.compute.host.NO_HOST` when not modelled.
+            (:mod:`sim.hardware.host_ops`); :data:`~sim.hardware.host_ops.NO_HOST` when not modelled.
     """
 
     name: str
@@ -372,7 +372,7 @@ class Topology:
     def ring(self, gpus: tuple[str, ...]) -> tuple[str, ...]:
         """The order in which a single ring over ``gpus`` visits them, NCCL-like: the ring a
         collective runs on where the communicator has no NVLink rings
-        (:func:`sim.hardware.rings.ring_set` builds NCCL's several rings where it has).
+        (:func:`sim.comm.rings.ring_set` builds NCCL's several rings where it has).
 
         NCCL searches its rings over the communicator's GPUs for the fastest one (NCCL's
         topology search, ``graph/search.cc``). Here: of the rings starting at ``gpus[0]`` (each

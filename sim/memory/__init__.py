@@ -13,7 +13,7 @@ t = 0 besides model states: reserve, allocator margin, working memory),
 (flash vs math attention stash) and :mod:`sim.memory.peak` (the one peak computation behind
 ``results.csv`` and the reports).
 
-Offload memory as the implementations allocate it: :mod:`sim.memory.host` (host DRAM as the OS
+Offload memory as the implementations allocate it: :mod:`sim.hardware.host_memory` (host DRAM as the OS
 reports it; torch's pinned-memory blocks), :mod:`sim.memory.memtracer` (PatrickStar's chunk
 budgets and chunk-size search), :mod:`sim.memory.deepspeed` (ZeRO-Offload's and ZeRO-3's
 buffers) and :mod:`sim.memory.tensors` (a layer's parameter tensors, grouped by module).

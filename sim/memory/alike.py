@@ -24,7 +24,7 @@ from sim.memory.plan import StagePlan
 
 _NAMES = frozenset({"replica", "gpu", "host", "layers", "order", "topology"})
 """Context fields left out of its kind: names, and what the stage index already fixes (its
-layers and its ops, :func:`sim.point_stages.stage_contexts`)."""
+layers and its ops, :func:`sim.point.stages.stage_contexts`)."""
 
 
 def plan_alike(policy: MemoryPolicy, contexts: list[StageContext]) -> list[StagePlan] | None:

@@ -12,7 +12,7 @@ A policy
   stage), so they know what those GPUs hold;
 * gives the planner its share of the memory lower bound (:meth:`~MemoryPolicy.min_state_bytes_per_param`,
   :meth:`~MemoryPolicy.keeps_every_stash`) and of the throughput bound
-  (:meth:`~MemoryPolicy.bound_recompute_mode`), used by :mod:`sim.bounds`;
+  (:meth:`~MemoryPolicy.bound_recompute_mode`), used by :mod:`sim.plan.bounds`;
 * says how the torch replay runs it on a stage (:meth:`MemoryPolicy.replay`, a
   :class:`~sim.memory.replay.ReplayPlan`) or that it cannot (:class:`~sim.memory.replay.NotReplayable`).
 """
@@ -47,7 +47,7 @@ class MemoryPolicy(ABC):
     """True when the policy partitions model states over the data-parallel replicas (ZeRO-3,
     ZeRO-Offload, PatrickStar's chunks): not combined with expert parallelism, whose routed
     experts' states would partition over the expert-data-parallel group instead
-    (:mod:`sim.sweep_parallel`)."""
+    (:mod:`sim.plan.parallel_axes`)."""
 
     text: str = ""
     """The ``memory_policy`` string this instance was built from (set by the registry)."""
@@ -94,13 +94,13 @@ class MemoryPolicy(ABC):
         """
         return self
 
-    # --- the planner's bounds (sim.bounds) ---------------------------------------------------
+    # --- the planner's bounds (sim.plan.bounds) ---------------------------------------------------
 
     def min_state_bytes_per_param(
         self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
     ) -> float:
         """Model-state bytes per parameter the policy keeps on the GPU at least, whatever it
-        plans (:mod:`sim.bounds`). Default 0: nothing is guaranteed to stay.
+        plans (:mod:`sim.plan.bounds`). Default 0: nothing is guaranteed to stay.
 
         Args:
             states: bytes per parameter of each state class.

@@ -42,12 +42,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from sim.hardware.host_memory import cached_pinned_bytes
 from sim.memory.base import MemoryPolicy
 from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib, resident_plan
 from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s, planned_peak_bytes
-from sim.memory.host import cached_pinned_bytes
 from sim.memory.memtracer import (
     PINNED_ROUNDING,
     chunk_candidates,
@@ -183,7 +183,7 @@ def host_chunk_bytes(ctx: StageContext, lay: ChunkLayout, os_gpu_chunks: int) ->
     chunks each) and the streamed 16-bit chunks (with a gradient chunk when ``m > 1``), each a
     pinned allocation (``Chunk.allocate_payload``: ``pin_memory=True`` on the CPU). Streamed
     chunks come and go; torch's host allocator keeps each size class's peak
-    (:func:`~sim.memory.host.cached_pinned_bytes`, under PatrickStar's torch,
+    (:func:`~sim.hardware.host_memory.cached_pinned_bytes`, under PatrickStar's torch,
     :data:`~sim.memory.memtracer.PINNED_ROUNDING`)."""
     e, d, g = lay.elems, ctx.state.weight, ctx.state.grad
     peaks: dict[float, int] = {}

@@ -1,6 +1,6 @@
 """What a memory policy sees of one stage replica: :class:`StageContext`.
 
-Built per ``[replica][stage]`` by the point's resolution (:func:`sim.point_stages.stage_contexts`)
+Built per ``[replica][stage]`` by the point's resolution (:func:`sim.point.stages.stage_contexts`)
 and handed to every policy (:mod:`sim.memory.base`); the plan helpers
 (:mod:`sim.memory.compose`, :mod:`sim.memory.reserve`, :mod:`sim.memory.estimate`) read it too.
 """
@@ -43,7 +43,7 @@ class StageContext:
         version_bytes: bytes per parameter of each weight version beyond the first
             (:func:`sim.memory.states.version_bytes_per_param`); None: ``state.weight``.
         expert_share: fraction of the stage's parameters that are routed experts
-            (:mod:`sim.tensor.expert`): their replicas are ``dp_width / expert_parallel``.
+            (:mod:`sim.parallel.expert`): their replicas are ``dp_width / expert_parallel``.
         expert_parallel: expert-parallel size ``ep``.
         optimizer: the training optimizer (``adam``, ``sgd``, ``sgd_momentum``), for a
             measured step cost (:meth:`sim.hardware.topology.GPU.step_cost`).

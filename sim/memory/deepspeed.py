@@ -18,7 +18,7 @@ Per rank with ``n`` parameters in its partition (``P / w``):
   the fp32 gradient partition (``single_partition_of_fp32_groups[i].grad``) and Adam's momentum
   and variance (``DeepSpeedCPUAdam``: ``torch.zeros_like`` of the fp32 partition, pageable):
   4 + 2 + 4 + 8 = 18 bytes per parameter, the pinned ones rounded by torch's host allocator
-  (:func:`sim.memory.host.pinned_block_bytes`), one allocation per parameter group.
+  (:func:`sim.hardware.host_memory.pinned_block_bytes`), one allocation per parameter group.
 * Host, per process: DeepSpeedCPUAdam's two pinned staging tiles, ``cudaMallocHost`` of
   ``TILE * sizeof(float)`` each, ``TILE = 128 * 1024 * 1024`` (``csrc/includes/cpu_adam.h``,
   ``Adam_Optimizer``; ``csrc/includes/simd.h``): 1 GiB, exact (not torch's allocator).
@@ -35,7 +35,7 @@ parameter (:func:`zero3_offload_host`; pipesim counted 16 before, with 16-bit gr
 
 from __future__ import annotations
 
-from sim.memory.host import PINNED_ROUNDING, pinned_block_bytes
+from sim.hardware.host_memory import PINNED_ROUNDING, pinned_block_bytes
 
 CPU_ADAM_TILE_FLOATS = 128 * 1024 * 1024
 """``TILE`` of DeepSpeedCPUAdam (``csrc/includes/simd.h``)."""

@@ -6,7 +6,7 @@ full activation recompute.
 arXiv:1910.02054 §5.1): every replica keeps the 16-bit weights and gradients of its stage whole,
 but only ``1/w`` of the fp32 master weights and Adam moments, ``w`` being the replicas that hold
 the same weights: the ``dp * cp`` data- and context-parallel ranks for the dense weights, the
-``dp * cp / ep`` expert-data-parallel ranks for the routed experts' (:mod:`sim.tensor.expert`).
+``dp * cp / ep`` expert-data-parallel ranks for the routed experts' (:mod:`sim.parallel.expert`).
 At the step the gradients are reduce-scattered (each replica updates its shard) and the updated
 weights all-gathered: the same bytes as an all-reduce, split around the optimizer step (the
 engine's ``dp_sharded`` path; the experts' part is reduced over its own group). The optimizer

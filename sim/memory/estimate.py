@@ -92,7 +92,7 @@ def forward_gap_s(ctx: StageContext) -> float:
     :mod:`sim.engine.links`); in such a line of FIFO servers started empty, ``k`` departures
     take at least ``k`` times the slowest service. The receive is timed at the fastest NCCL
     rate of a route from another GPU (the previous stage runs on another GPU; which one is not
-    known here, and NCCL adds a latency, :func:`sim.engine.nccl.p2p_time_s`). Upstream
+    known here, and NCCL adds a latency, :func:`sim.comm.nccl.p2p_time_s`). Upstream
     stages' forwards are not known here either: a lower bound.
     """
     if ctx.input_bytes <= 0:

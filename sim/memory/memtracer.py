@@ -18,7 +18,7 @@ memory as CUDA reports it (``torch.cuda.get_device_properties(rank).total_memory
   ("12 = 4 + 4 + 4 fp32 + m + v"); the rest go through CPU Adam.
 * **Host** (``__init__``): ``overall_cpu_mem = psutil total * overall_cpu_mem_ratio (0.8) /
   world_size``: chunks a rank may keep in host DRAM. ``psutil``'s total is ``MemTotal``
-  (:func:`sim.memory.host.os_usable_bytes`). On one server ``world_size`` is its ranks.
+  (:func:`sim.hardware.host_memory.os_usable_bytes`). On one server ``world_size`` is its ranks.
 
 The two ratios leave ``(1 - 0.8)`` of the GPU and of the host out of the chunks' reach; the
 plan charges that share (less the CUDA runtime, which lies outside ``overall_gpu_mem`` anyway)
@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sim.hardware.host_memory import EXACT
 from sim.memory.chunks import pack, utilization
-from sim.memory.host import EXACT
 
 MIB = 2**20
 OVERALL_GPU_MEM_RATIO = 0.8
@@ -56,7 +56,7 @@ SEARCH_STEP_MELEMS = 32
 PINNED_ROUNDING = EXACT
 """How torch sizes PatrickStar's pinned CPU chunks: exactly. PatrickStar runs on torch 1.x (its
 README tests the ``nvcr.io/nvidia/pytorch:21.06-py3`` image, torch 1.9), whose caching host
-allocator allocates the requested size (:mod:`sim.memory.host`); under torch 2.x every chunk
+allocator allocates the requested size (:mod:`sim.hardware.host_memory`); under torch 2.x every chunk
 would take the next power of two."""
 
 

@@ -38,7 +38,7 @@ class StagePlan:
             parallel on its own route. Overrides ``swap_target``; ``swap_bytes`` is their sum.
         recompute_s: seconds of recompute placed on the compute stream before each B.
         recompute_ops: forward ops the host re-issues for that recompute (the recomputed
-            layers' ``fwd_ops``; :mod:`sim.compute.host`).
+            layers' ``fwd_ops``; :mod:`sim.hardware.host_ops`).
         recompute_regions: checkpointed regions re-entered per micro-batch (one per
             checkpointed layer).
         recompute_layers: indices (within the stage) of the fully checkpointed layers, whose

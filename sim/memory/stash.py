@@ -12,7 +12,7 @@ Per layer ``i`` of a stage, with ``act_i`` its stash and ``in_i`` its input:
   ``fwd_s * attn_core_flops / flops`` (``4bs^2h`` of ``24bsh^2 + 4bs^2h``). Layers without these
   trace fields keep everything.
 
-The host re-issues the recomputed ops (:mod:`sim.compute.host`): a full layer's ``fwd_ops``; for
+The host re-issues the recomputed ops (:mod:`sim.hardware.host_ops`): a full layer's ``fwd_ops``; for
 selective recompute the attention core's share of them, taken as its share of the forward's
 seconds (an assumption: a trace does not say which ops are the core's).
 """

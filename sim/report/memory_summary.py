@@ -53,7 +53,7 @@ def best_fitting(results_df: pd.DataFrame) -> pd.DataFrame:
     ok = results_df[results_df["fits"].fillna(False).astype(bool)]
     ok = ok.dropna(subset=["throughput_samples_per_s"])
     keys = ["model", "parameters", "memory_policy"]
-    best = rank_results(ok).drop_duplicates(keys)  # the best row of each group (sim.rows)
+    best = rank_results(ok).drop_duplicates(keys)  # the best row of each group (sim.point.rows)
     return best[keys + ["throughput_samples_per_s"]].sort_values(keys).reset_index(drop=True)
 
 
@@ -200,7 +200,7 @@ def plot_tflops_vs_size(table: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 Deferred = list[tuple[Path, Callable[[], object]]]
 """Plots to draw later: each file with the call that draws it (``sim run`` draws them with the
-winners' on several processes, :func:`sim.outputs.draw`)."""
+winners' on several processes, :func:`sim.report.outputs.draw`)."""
 
 
 def _plot(later: Deferred | None, path: Path, draw: Callable[..., Path], *args: object) -> Path:

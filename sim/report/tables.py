@@ -13,8 +13,8 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
+from sim.point.rows import rank_key
 from sim.report._common import GIB
-from sim.rows import rank_key
 
 # (column in the results table, header with unit, formatter, right-justify)
 _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
@@ -48,7 +48,7 @@ def _cell(value: Any, fmt: Any) -> str:
 
 
 def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
-    """The results table reordered best first, by :func:`sim.rows.rank_key` (the one ranking
+    """The results table reordered best first, by :func:`sim.point.rows.rank_key` (the one ranking
     used everywhere): fitting rows by throughput (descending), then the rows that do not fit;
     rows with no throughput (NaN) last within their group; ties broken deterministically.
 
@@ -64,7 +64,7 @@ def rank_results(results_df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _with_band_cell(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with ``throughput_band``, ``low – high`` samples/s (:mod:`sim.row_bands`; spaced,
+    """``df`` with ``throughput_band``, ``low – high`` samples/s (:mod:`sim.report.row_bands`; spaced,
     so that a narrow terminal wraps it instead of cutting it), where it has the band columns."""
     if "throughput_low_samples_per_s" not in df:
         return df
@@ -95,7 +95,7 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
     Columns (those present in ``results_df``): rank, model, schedule, stages ``p``, DP width
     ``w``, TP ``t`` (EP and CP where some row uses them), micro-batch size ``b`` (samples), micro-batches per iteration ``m``, memory policy,
     iteration time (ms), throughput (samples/s) and its band (where the table has
-    :data:`sim.row_bands.BAND_COLUMNS`; the caption names the regimes), bubble (% of the iteration), peak memory (GiB),
+    :data:`sim.report.row_bands.BAND_COLUMNS`; the caption names the regimes), bubble (% of the iteration), peak memory (GiB),
     fits (✓/✗). The caption says how many configurations there were and how many fit.
 
     Args:

@@ -2,11 +2,11 @@
 DeepSeek-V3) and MLA models, one GPU, no parallelism.
 
 Nothing here is measured: every layer's times are the kernel model's
-(:mod:`sim.compute.decoder`) on a :class:`~sim.compute.device.ComputeSpec`, its bytes counted
+(:mod:`sim.compute.decoder`) on a :class:`~sim.hardware.gpu_compute.ComputeSpec`, its bytes counted
 from tensor sizes. On one GPU every expert is local and the router is assumed balanced and
 dropless (each of the ``E`` experts computes ``T*k/E`` rows, or its capacity with padding);
 the per-rank view under expert, tensor and context parallelism is
-:mod:`sim.tensor.decoder_shard`'s. The shape is recorded in ``provenance.inputs`` and
+:mod:`sim.parallel.decoder_shard`'s. The shape is recorded in ``provenance.inputs`` and
 ``provenance.model_shape`` (``kind: decoder``), so a trace is regenerated at any micro-batch
 size and on any GPU, and split over ranks.
 
@@ -31,9 +31,9 @@ from sim.compute.decoder import (
     layer_names,
     layer_params,
 )
-from sim.compute.device import ComputeSpec
 from sim.compute.kernels import phase_time
 from sim.compute.routing import expert_rows
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 

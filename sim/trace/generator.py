@@ -1,7 +1,7 @@
 """Analytic traces of GPT and BERT stacks: embedding, ``L`` transformer blocks, head.
 
 Nothing here is measured. Times come from the kernel model of :mod:`sim.compute` on a
-:class:`~sim.compute.device.ComputeSpec` (GEMMs by shape at the GPU's achievable matmul FLOP/s,
+:class:`~sim.hardware.gpu_compute.ComputeSpec` (GEMMs by shape at the GPU's achievable matmul FLOP/s,
 memory-bound kernels at HBM bandwidth, an explicit attention implementation, a per-kernel
 overhead), or, when a constant ``efficiency`` is given, FLOPs / (peak FLOP/s x efficiency) as
 before; memory is counted from tensor sizes. Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden size, ``a``
@@ -53,11 +53,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from sim.compute.device import ComputeSpec
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 

@@ -19,7 +19,7 @@ per-layer trace:
   autograd engine records ``autograd::engine::evaluate_function: XBackward0`` with the same
   number. A layer's backward is the summed duration of the evaluate_function events whose
   numbers belong to the operators of its forward (their kernels, on GPU).
-* **Ops** (``fwd_ops``, ``bwd_ops``: what the host issues, :mod:`sim.compute.host`): the
+* **Ops** (``fwd_ops``, ``bwd_ops``: what the host issues, :mod:`sim.hardware.host_ops`): the
   operator events (``cpu_op``) inside the layer's forward span, and inside its backward's
   evaluate_function spans, that contain no other operator event (the calls that reach a
   kernel or a view: a composite such as ``aten::linear`` counts through its children, as a

@@ -7,7 +7,7 @@ A trace named ``gnmt16`` is two files side by side:
     ``name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes,bwd_input_s,bwd_weight_s,flops``, and
     optionally ``attn_core_act_bytes,attn_core_flops`` (the attention core's stash and forward
     FLOPs, for selective recompute), ``fwd_ops,bwd_ops`` (the ops the host issues for the
-    forward and the backward, :mod:`sim.compute.host`) and ``fwd_modules,fwd_functions``
+    forward and the backward, :mod:`sim.hardware.host_ops`) and ``fwd_modules,fwd_functions``
     (its forward's ``nn.Module`` calls and ``autograd.Function`` applies) and ``param_tensors``
     (the parameter tensors it owns). Units are in the column names: seconds
     and bytes for one micro-batch; ``flops`` is forward FLOPs per micro-batch; ops are counts

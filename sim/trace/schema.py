@@ -7,7 +7,7 @@ one device; a profiled trace may carry the same chain measured at further micro-
 * :meth:`Trace.at_microbatch` returns a measured size as is and interpolates linearly in ``b``
   between the two nearest measured sizes (times and bytes; both are close to affine in ``b``
   between neighbouring sizes). Outside the measured range it returns None: the caller
-  (:func:`sim.compute.adapt.adapt_trace`) extrapolates with the compute model and says so.
+  (:func:`sim.trace.adapt.adapt_trace`) extrapolates with the compute model and says so.
 
 * :meth:`Trace.scaled_to_microbatch` scales times and activation/output bytes linearly in the
   number of samples (parameter bytes unchanged). This is the usual first-order model
@@ -65,11 +65,11 @@ class LayerProfile:
         fwd_ops: optional number of ops the host issues for the layer's forward: PyTorch
             operator calls (ATen ops, views included) as a ``TorchDispatchMode`` counts them,
             with autograd recording on; what the host model charges ``op_s`` each
-            (:mod:`sim.compute.host`). The same at every micro-batch size.
+            (:mod:`sim.hardware.host_ops`). The same at every micro-batch size.
         bwd_ops: optional number of ops the autograd engine dispatches for the layer's
             backward (charged ``backward_op_s`` each).
         fwd_modules: optional number of ``nn.Module`` calls of the layer's forward (charged
-            ``module_s`` each, :meth:`sim.compute.host.HostOverhead.calls_s`).
+            ``module_s`` each, :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
         fwd_functions: optional number of custom ``autograd.Function`` applies of its forward
             (``function_s`` each); its backward calls as many Python nodes
             (``function_backward_s`` each).

@@ -14,7 +14,7 @@ from collections import defaultdict
 from sim.engine.collectives import TIED_ALLREDUCE
 from sim.events import EventKind, EventLog
 from sim.metrics import steady_window
-from sim.point import Resolved
+from sim.point.simulate import Resolved
 from sim.schedules.action import STEP, Action
 from sim.validate.measured import measured_log
 

@@ -26,10 +26,10 @@ import pandas as pd
 import yaml
 
 from sim.config import parse_experiment
-from sim.experiment import prepare
 from sim.hardware.loader import load_hardware
-from sim.point import resolve
-from sim.sweep import expand
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
+from sim.point.simulate import resolve
 from sim.trace.generator import transformer_trace
 from sim.validate.predict import predict_single_rank
 

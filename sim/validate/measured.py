@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.events import Event, EventLog
-from sim.point_config import PointConfig
+from sim.point.config import PointConfig
 from sim.report.chrome_trace import write_chrome_trace
 from sim.schedules.action import STEP, Action
 

@@ -23,9 +23,9 @@ import pandas as pd
 from sim.atomic import atomic_write_text, check_writable
 from sim.config import load_experiment
 from sim.errors import InputError
-from sim.experiment import Prepared, prepare
-from sim.point import Resolved, resolve
-from sim.point_config import PointConfig
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared, prepare
+from sim.point.simulate import Resolved, resolve
 from sim.replay import Replayer, ReplayFailed, ReplayRequest
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines

@@ -25,7 +25,7 @@ from typing import Any
 from sim.events import EventKind, EventLog, MemCategory, Stream
 from sim.memory.peak import device_peaks
 from sim.metrics import Metrics, steady_window
-from sim.point import Resolved, evaluate
+from sim.point.simulate import Resolved, evaluate
 
 BUSY_KINDS = (
     EventKind.COMPUTE,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sim.errors import InputError
-from sim.point_config import PointConfig
-from sim.point_stages import check_schedule_name
+from sim.point.config import PointConfig
+from sim.point.stages import check_schedule_name
 
 
 class Mode(StrEnum):

@@ -1,4 +1,4 @@
-"""``sim validate`` writes its files as one set, staged like ``sim run``'s (:mod:`sim.outputs`).
+"""``sim validate`` writes its files as one set, staged like ``sim run``'s (:mod:`sim.report.outputs`).
 
 A validation writes into a folder it shares with others (by default the ``sim run`` folder of
 the winner it replays), so it cannot swap the folder itself. Instead its files are written into

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sim.point_config import PointConfig
+from sim.point.config import PointConfig
 from sim.replay import Measurement
 from sim.validate.predict import Prediction
 from sim.validate.spec import Mode

@@ -8,7 +8,7 @@ it, else the schedule's smallest (an interleaved schedule tried on a 1F1B winner
 ``v = 2``). A variant with another number of stages than the file's (``p * v``) is partitioned
 afresh: the file's ``options.boundaries`` describe its own stages. In single-rank
 mode ``ValidationSpec.stages`` may change the depth ``P``: the stages are then cut by the
-uniform partition (``sim.partition.uniform_partition``), which needs the chain's layers to
+uniform partition (``sim.parallel.partition.uniform_partition``), which needs the chain's layers to
 split evenly into ``P``; the file's own depth keeps the file's partition.
 """
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 
 from sim.errors import InputError
-from sim.experiment import Prepared
 from sim.framework.registry import DEFAULT_FRAMEWORK
-from sim.point_config import PointConfig
+from sim.plan.sweep import expand
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
 from sim.schedules.registry import get_schedule
-from sim.sweep import expand
 from sim.validate.spec import ValidationSpec
 
 

@@ -20,12 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.events import EventLog
-from sim.point_config import PointConfig
+from sim.point.config import PointConfig
 
 ROW_FORMAT = 7
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
-"""Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.planner`); such
+"""Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
 rows depend on the rest of the grid and are never cached."""
 
 _NonNeg = Field(None, ge=0, allow_inf_nan=False)
@@ -165,7 +165,7 @@ def pick_winner(rows: Iterable[ResultRow]) -> ResultRow | None:
 class BestRows:
     """The best fitting row seen so far per model (by :func:`rank_key`), so that the event log
     of the one that ends as the winner is kept from the sweep instead of simulated again
-    (:mod:`sim.executors` send a log back only for a row that :meth:`improves`).
+    (:mod:`sim.plan.executors` send a log back only for a row that :meth:`improves`).
 
     Args:
         keys: a known best :func:`rank_key` per model (another process's :meth:`keys`).

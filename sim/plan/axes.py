@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from sim.config import ModelConfig, SweepConfig, as_list
 from sim.errors import InputError
-from sim.experiment import Prepared
 from sim.framework.base import Framework
-from sim.point_stages import check_schedule_name
+from sim.parallel.shard import model_shape, shape_problem
+from sim.point.experiment import Prepared
+from sim.point.stages import check_schedule_name
 from sim.schedules.base import Schedule
 from sim.schedules.errors import ScheduleError
-from sim.tensor.shard import model_shape, shape_problem
 
 
 def schedule_axis(
@@ -97,7 +97,7 @@ def tensor_axes(prep: Prepared) -> tuple[list[list[int]], list[bool]]:
     Raises:
         InputError: a tensor-parallel size that neither divides the GPUs of every server nor
             is a multiple of them on a cluster of identical servers (a group spans whole
-            servers: :mod:`sim.tensor.groups`), or a model whose trace has no model shape while
+            servers: :mod:`sim.parallel.groups`), or a model whose trace has no model shape while
             some size is above 1 (naming ``models.<i>.trace``).
     """
     sw, file = prep.exp.sweep, prep.file

@@ -3,9 +3,9 @@ context.
 
 :func:`make_schedule` instantiates the point's schedule class; :func:`choose_boundaries` splits
 the trace's layers into stages (fixed, uniform or the memory-aware optimum of
-:mod:`sim.partition`); :func:`stage_contexts` builds the :class:`~sim.memory.context.StageContext`
+:mod:`sim.parallel.partition`); :func:`stage_contexts` builds the :class:`~sim.memory.context.StageContext`
 every memory policy plans from; :func:`stage_layout` places ranks, stages and tensor-parallel
-groups on GPUs. Used by :func:`sim.point.resolve`.
+groups on GPUs. Used by :func:`sim.point.simulate.resolve`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from sim.memory.context import StageContext
 from sim.memory.estimate import host_link_sharers
 from sim.memory.reserve import tensor_capacity_bytes
 from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
-from sim.partition import partition, uniform_partition
-from sim.placement import place
-from sim.point_config import PointConfig
+from sim.parallel.groups import tensor_groups
+from sim.parallel.partition import partition, uniform_partition
+from sim.parallel.placement import place
+from sim.point.config import PointConfig
 from sim.schedules.action import STEP, Program, flatten
 from sim.schedules.base import Schedule, ScheduleError
 from sim.schedules.registry import get_schedule
-from sim.tensor.groups import tensor_groups
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 
@@ -91,7 +91,7 @@ def stage_contexts(
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
     ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
-    routed-expert parameter bytes per layer, :class:`~sim.tensor.decoder_shard.DecoderShard`)."""
+    routed-expert parameter bytes per layer, :class:`~sim.parallel.decoder_shard.DecoderShard`)."""
     sb = state_bytes(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None

@@ -1,9 +1,9 @@
 """One point's row of ``results.csv`` and its cache key.
 
-:func:`point_row` is the pure function the executors (:mod:`sim.executors`) map over the grid:
-resolve the point, simulate it, turn the metrics into a :class:`~sim.rows.ResultRow`. It never
+:func:`point_row` is the pure function the executors (:mod:`sim.plan.executors`) map over the grid:
+resolve the point, simulate it, turn the metrics into a :class:`~sim.point.rows.ResultRow`. It never
 raises for a point that cannot run (its row says why). :func:`point_cache_key` hashes everything
-the row depends on, so the row cache (:mod:`sim.rowcache`) reuses a row only when none of it
+the row depends on, so the row cache (:mod:`sim.plan.rowcache`) reuses a row only when none of it
 changed.
 """
 
@@ -16,15 +16,15 @@ from functools import cache
 from pathlib import Path
 
 import sim
-from sim.bounds import resolved_memory_excess
 from sim.config import config_hash
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.experiment import Prepared
 from sim.memory.peak import device_peaks, row_breakdown
-from sim.point import evaluate, placement_json, resolve
-from sim.point_config import PointConfig
-from sim.rows import PRUNED, ROW_FORMAT, ResultRow
+from sim.plan.bounds import resolved_memory_excess
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.rows import PRUNED, ROW_FORMAT, ResultRow
+from sim.point.simulate import evaluate, placement_json, resolve
 from sim.schedules.analysis import delay_steps
 from sim.schedules.base import Schedule
 
@@ -93,8 +93,8 @@ def point_row(
     simulated). Never raises for a point that cannot run: see the row's ``error``.
 
     With ``screen``, a point whose resolved memory lower bound exceeds a GPU's capacity
-    (:func:`sim.bounds.resolved_memory_excess`) is not simulated: its row has the error
-    ``pruned: memory lower bound ...`` (the planner's, :mod:`sim.planner`)."""
+    (:func:`sim.plan.bounds.resolved_memory_excess`) is not simulated: its row has the error
+    ``pruned: memory lower bound ...`` (the planner's, :mod:`sim.plan.planner`)."""
     trace = prep.traces[point.model]
     base = dict(point.model_dump(), parameters=trace.parameters)
     try:

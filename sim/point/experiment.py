@@ -1,8 +1,8 @@
 """An experiment loaded once: the validated configuration with its hardware and traces.
 
 :func:`prepare` reads what every later step shares (the hardware topology, each model's trace
-at the training dtype, attention modelled), so the sweep (:mod:`sim.sweep`), the planner's bounds
-(:mod:`sim.bounds`) and point evaluation (:mod:`sim.point_row`) never load files again.
+at the training dtype, attention modelled), so the sweep (:mod:`sim.plan.sweep`), the planner's bounds
+(:mod:`sim.plan.bounds`) and point evaluation (:mod:`sim.plan.point_row`) never load files again.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Where the grid points are simulated: this process, a local process pool, or a Ray cluster.
 
-Every point is a pure function of the prepared experiment (:func:`sim.point_row.point_row`), so
+Every point is a pure function of the prepared experiment (:func:`sim.plan.point_row.point_row`), so
 an executor only decides where that function runs; rows come back in the order of the points,
 and the results do not depend on the executor. Asked to (``best``), an executor also sends back
-the event log of each row that may be its model's winner (:class:`sim.rows.BestRows`: at least
+the event log of each row that may be its model's winner (:class:`sim.point.rows.BestRows`: at least
 as good as the best known when the batch started and as any row before it in the same worker),
 so the winner's timeline and plots need no second simulation.
 
@@ -30,11 +30,11 @@ from typing import Any, Protocol
 
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.experiment import Prepared
-from sim.point_config import PointConfig
-from sim.point_row import point_row
+from sim.plan.point_row import point_row
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.rows import BestRows, ResultRow
 from sim.procs import die_with_parent
-from sim.rows import BestRows, ResultRow
 
 EXECUTORS = ("local", "ray")
 """Names accepted by ``sim run --executor``."""
@@ -48,7 +48,7 @@ TASKS_PER_WORKER = 4
 OnRow = Callable[[int, ResultRow, EventLog | None], None]
 """``on_row(i, row, log)``: the row of the ``i``-th point and its event log (or None)."""
 BestKeys = Mapping[str, tuple] | None
-"""The best :func:`~sim.rows.rank_key` per model known before a batch (None: send no logs)."""
+"""The best :func:`~sim.point.rows.rank_key` per model known before a batch (None: send no logs)."""
 
 
 class Executor(Protocol):
@@ -129,7 +129,7 @@ class LocalExecutor:
     processes, started at the first batch of more than one point and kept for later ones.
 
     Args:
-        prep: the loaded experiment (:class:`sim.experiment.Prepared`).
+        prep: the loaded experiment (:class:`sim.point.experiment.Prepared`).
         jobs: worker processes.
     """
 
@@ -159,7 +159,7 @@ class LocalExecutor:
         best: BestKeys = None,
     ) -> None:
         """Simulate ``points``; ``on_row(i, row, log)`` for each as it is done, in order
-        (``screen``: see :func:`sim.point_row.point_row`; ``best``: see the module doc)."""
+        (``screen``: see :func:`sim.plan.point_row.point_row`; ``best``: see the module doc)."""
         if self.jobs <= 1 or len(points) <= 1:
             seen = BestRows(best) if best is not None else None
             for i, p in enumerate(points):

@@ -4,7 +4,7 @@
 (and each model's ``routing``) expand into ``(ep, cp, comm, overlap)`` combinations; a
 combination a model or schedule cannot run is skipped with its reason (decoder traces only,
 ``ep`` dividing the data x context ranks and the experts, overlap only where a schedule pairs a
-forward and a backward: :mod:`sim.tensor.decoder_shard`, :mod:`sim.engine.overlap`).
+forward and a backward: :mod:`sim.parallel.decoder_shard`, :mod:`sim.engine.overlap`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from sim.compute.routing import parse_routing
 from sim.config import as_list
 from sim.errors import InputError
-from sim.experiment import Prepared
 from sim.memory.base import MemoryPolicy
+from sim.parallel.context import COMM_TYPES
+from sim.parallel.decoder_shard import Parallel, decoder_problem
+from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
-from sim.tensor.context import COMM_TYPES
-from sim.tensor.decoder_shard import Parallel, decoder_problem
 from sim.trace.decoder import decoder_shape, is_decoder
 
 

@@ -1,23 +1,23 @@
 """A decoder trace as one rank runs it under tensor, expert and context parallelism.
 
-:func:`shard_decoder` is :func:`sim.tensor.shard.shard_trace` for the decoder models of
+:func:`shard_decoder` is :func:`sim.parallel.shard.shard_trace` for the decoder models of
 :mod:`sim.trace.decoder` (``model_shape.kind == "decoder"``), with two more dimensions:
 
 * **time**: each phase (forward, input gradient, weight gradient) of each layer is scaled by
   the compute model's ratio ``model(rank) / model(one GPU)`` (:mod:`sim.compute.decoder`):
   GEMMs at their tensor-split sizes over ``b*s/cp`` tokens, the attention core's ``1/cp``
   share of the scores, and in a MoE block the rows the **busiest** expert-parallel rank's
-  experts compute (:mod:`sim.tensor.expert`; it sets the layer's pace, the others wait for it
+  experts compute (:mod:`sim.parallel.expert`; it sets the layer's pace, the others wait for it
   in the combine all-to-all). A generated trace's times become ``model(rank)`` exactly;
 * **memory**: dense parameters ``/ t``, routed-expert parameters ``/ (ep*t)``; activations as
   the model counts them on the rank (:func:`~sim.compute.decoder.layer_act_bytes`, the busiest
   EP rank's rows), in the ratio to the one-GPU count for a measured trace; ``out_bytes /
-  (t*cp)`` (each tensor rank sends its share, as :mod:`sim.tensor.shard`);
+  (t*cp)`` (each tensor rank sends its share, as :mod:`sim.parallel.shard`);
 * **collectives**: the tensor-parallel ones as Megatron runs them with sequence parallelism
   (an all-gather and a reduce-scatter of ``b*s/cp*h*d`` around the attention and around each
   MLP: dense, shared experts; and of the routed rows around the experts, expert tensor
-  parallelism), as :class:`~sim.tensor.megatron.LayerComm`; the expert- and
-  context-parallel ones as :class:`~sim.tensor.ops.GroupOp` (two all-to-alls per MoE block and
+  parallelism), as :class:`~sim.parallel.megatron.LayerComm`; the expert- and
+  context-parallel ones as :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and
   direction; the attention's exchanges, ring steps hiding under ``1/cp`` of the attention core).
 
 Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
@@ -31,14 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
-from sim.compute.device import ComputeSpec
 from sim.compute.kernels import Kernel, phase_time
 from sim.compute.routing import Routing
 from sim.events import EventKind
-from sim.tensor.context import AttentionDims, check_cp, context_comm
-from sim.tensor.expert import check_ep, expert_plan
-from sim.tensor.megatron import CommOp, LayerComm, embedding_comm, head_comm
-from sim.tensor.ops import GroupOp
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.parallel.context import AttentionDims, check_cp, context_comm
+from sim.parallel.expert import check_ep, expert_plan
+from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
+from sim.parallel.ops import GroupOp
 from sim.trace.decoder import decoder_shape, single_gpu_rows
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -55,7 +55,7 @@ class Parallel:
         sp: sequence parallelism (required with ``tp > 1`` for a MoE model, as Megatron-LM).
         cp: context-parallel size.
         ep: expert-parallel size.
-        cp_comm: ``p2p``, ``all_gather`` or ``a2a`` (:mod:`sim.tensor.context`).
+        cp_comm: ``p2p``, ``all_gather`` or ``a2a`` (:mod:`sim.parallel.context`).
         routing: shares of routed tokens per expert.
     """
 

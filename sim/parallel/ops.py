@@ -2,8 +2,8 @@
 
 A :class:`GroupOp` is one exchange of one action (a forward or a backward of a stage) among the
 ranks of a group: the ``ep`` ranks of an expert-parallel group (all-to-alls of routed tokens,
-:mod:`sim.tensor.expert`) or the ``cp`` ranks of a context-parallel group (ring steps,
-all-gathers, all-to-alls of attention tensors, :mod:`sim.tensor.context`). The engine
+:mod:`sim.parallel.expert`) or the ``cp`` ranks of a context-parallel group (ring steps,
+all-gathers, all-to-alls of attention tensors, :mod:`sim.parallel.context`). The engine
 (:mod:`sim.engine.groups`) times it on the links of the group's GPUs.
 """
 

@@ -18,7 +18,7 @@ reduce-scatter back, the **combine** all-to-all (the transposed traffic, no prob
 unpermute. The backward runs the same collectives with the gradients (the combine's gradient
 goes the dispatch way and vice versa): per MoE layer two all-to-alls forward and two backward.
 
-Per-pair bytes (the engine times every pair on its route, :mod:`sim.engine.alltoall`): with
+Per-pair bytes (the engine times every pair on its route, :mod:`sim.comm.alltoall`): with
 shares ``w_e`` of routed assignments per expert (:mod:`sim.compute.routing`) and ``r`` tokens
 routed per tensor rank, rank ``i`` sends rank ``j`` ``r*k*W_j`` rows, ``W_j`` the summed share of
 ``j``'s experts (capped at each expert's capacity with a capacity factor, padded to it with

@@ -2,8 +2,8 @@
 
 :func:`resolve` brings the trace to the point's micro-batch size and tensor-parallel shard,
 partitions it into stages, places the stages on GPUs, builds the schedule's program and the
-memory policy's plans (:mod:`sim.point_stages`); :func:`evaluate` runs the engine and computes
-the metrics. Its result row and cache key are :mod:`sim.point_row`'s. Inputs that cannot be
+memory policy's plans (:mod:`sim.point.stages`); :func:`evaluate` runs the engine and computes
+the metrics. Its result row and cache key are :mod:`sim.plan.point_row`'s. Inputs that cannot be
 resolved raise :class:`~sim.errors.InputError`.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.compute.adapt import adapt_trace
 from sim.compute.megatron_ops import stage_tensors
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
@@ -28,8 +27,13 @@ from sim.memory.compose import finalize_plans
 from sim.memory.plan import StagePlan
 from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
-from sim.point_config import PointConfig
-from sim.point_stages import (
+from sim.parallel.decoder_shard import DecoderShard
+from sim.parallel.megatron import aggregate
+from sim.parallel.ops import aggregate as aggregate_groups
+from sim.parallel.rank import rank_trace
+from sim.parallel.shard import ShardedTrace, model_shape
+from sim.point.config import PointConfig
+from sim.point.stages import (
     Grid,
     Layout,
     choose_boundaries,
@@ -40,11 +44,7 @@ from sim.point_stages import (
 from sim.schedules.action import Program
 from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule
-from sim.tensor.decoder_shard import DecoderShard
-from sim.tensor.megatron import aggregate
-from sim.tensor.ops import aggregate as aggregate_groups
-from sim.tensor.rank import rank_trace
-from sim.tensor.shard import ShardedTrace, model_shape
+from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 from sim.trace.shared import place_shared
 
@@ -297,7 +297,7 @@ def _plans(
 def _shard(
     trace: Trace, point: PointConfig, topo: Topology, file: str
 ) -> ShardedTrace | DecoderShard:
-    """The trace on one rank (:func:`~sim.tensor.rank.rank_trace`: tensor, sequence, expert
+    """The trace on one rank (:func:`~sim.parallel.rank.rank_trace`: tensor, sequence, expert
     and context parallelism).
 
     Raises:

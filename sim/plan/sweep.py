@@ -2,8 +2,8 @@
 
 :func:`expand` takes the product of the axes (schedule x virtual stages, stages, data-parallel
 width, tensor parallelism, micro-batch size, memory policy) per model, checks each combination
-against the hardware, the trace and the schedule's rules (:mod:`sim.sweep_axes`) and returns the
-valid points and why the others were skipped. The planner (:mod:`sim.planner`) decides which of
+against the hardware, the trace and the schedule's rules (:mod:`sim.plan.axes`) and returns the
+valid points and why the others were skipped. The planner (:mod:`sim.plan.planner`) decides which of
 them to simulate.
 """
 
@@ -14,24 +14,29 @@ from dataclasses import dataclass
 
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
-from sim.experiment import Prepared
 from sim.framework.base import Framework
 from sim.framework.registry import get_framework
 from sim.memory.base import MemoryPolicy
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import parse_policy
-from sim.point_config import PointConfig
-from sim.schedules.base import Schedule
-from sim.sweep_axes import (
+from sim.parallel.decoder_shard import Parallel
+from sim.parallel.shard import shape_problem
+from sim.plan.axes import (
     boundaries_reason,
     model_axes,
     schedule_axis,
     tensor_axes,
     virtual_reason,
 )
-from sim.sweep_parallel import is_decoder_model, overlap_invalid, parallel_axes, parallel_invalid
-from sim.tensor.decoder_shard import Parallel
-from sim.tensor.shard import shape_problem
+from sim.plan.parallel_axes import (
+    is_decoder_model,
+    overlap_invalid,
+    parallel_axes,
+    parallel_invalid,
+)
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.schedules.base import Schedule
 
 Policy = tuple[str, MemoryPolicy]
 """A memory-policy axis value: the spec as written (what the point stores) and its policy."""
@@ -310,7 +315,7 @@ def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
         return "sequence parallelism needs tensor_parallel > 1"
     if t > 1 and prep.exp.options.placement is not None:
         return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
-        "placement is automatic (sim.tensor.groups)"
+        "placement is automatic (sim.parallel.groups)"
     if is_decoder_model(prep, mi):  # checked by parallel_invalid
         return ""
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)

@@ -1,6 +1,6 @@
 """The row cache of a sweep and the loop that fills it: :func:`run_points`.
 
-Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.point_row.point_cache_key`)
+Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.plan.point_row.point_cache_key`)
 with a checksum; :func:`read_cached` says why an entry cannot be reused (damaged, edited, of
 another version). Rows the planner did not simulate (error ``pruned: ...``) are never cached:
 they depend on the rest of the grid.
@@ -18,11 +18,11 @@ from sim.atomic import atomic_write_text
 from sim.config import config_hash
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.executors import Executor, LocalExecutor
-from sim.experiment import Prepared
-from sim.point_config import PointConfig
-from sim.point_row import point_cache_key
-from sim.rows import PRUNED, ROW_FORMAT, BestRows, ResultRow
+from sim.plan.executors import Executor, LocalExecutor
+from sim.plan.point_row import point_cache_key
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.rows import PRUNED, ROW_FORMAT, BestRows, ResultRow
 from sim.textio import decode_text
 
 
@@ -77,10 +77,10 @@ def run_points(
         on_done: called with the number of rows finished so far (for a progress bar).
         on_warning: called with a message for each cache entry that is corrupt or forged
             (it is recomputed and overwritten).
-        executor: where the rows are computed (:mod:`sim.executors`; its ``map``); None:
-            a :class:`~sim.executors.LocalExecutor` of ``jobs`` processes for this call.
+        executor: where the rows are computed (:mod:`sim.plan.executors`; its ``map``); None:
+            a :class:`~sim.plan.executors.LocalExecutor` of ``jobs`` processes for this call.
         screen: skip simulating points that cannot fit once resolved
-            (:func:`sim.point_row.point_row`); their rows are not cached.
+            (:func:`sim.plan.point_row.point_row`); their rows are not cached.
         best: the best row per model so far; every row is offered to it with its event log
             (:meth:`BestRows.offer`), which the executor sends for the rows that may win.
     """

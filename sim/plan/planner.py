@@ -1,6 +1,6 @@
 """The planner: which grid points to simulate, pruned by bounds (branch and bound).
 
-Before simulating, every point gets the bounds of :mod:`sim.bounds`:
+Before simulating, every point gets the bounds of :mod:`sim.plan.bounds`:
 
 1. **memory**: a point whose memory lower bound exceeds the largest GPU's capacity cannot fit;
    it is not simulated, and its row says ``fits = False`` with the error
@@ -33,14 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.bounds import BoundModel, PointBounds
 from sim.errors import InputError
-from sim.executors import Executor
-from sim.experiment import Prepared
-from sim.point_config import PointConfig
-from sim.point_row import pruned_row
-from sim.rowcache import run_points
-from sim.rows import PRUNED, BestRows, ResultRow
+from sim.plan.bounds import BoundModel, PointBounds
+from sim.plan.executors import Executor
+from sim.plan.point_row import pruned_row
+from sim.plan.rowcache import run_points
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.rows import PRUNED, BestRows, ResultRow
 
 BATCH_PER_JOB = 2
 """Points simulated per worker between two updates of the best throughput: more keeps the
@@ -114,15 +114,15 @@ def plan_points(
 
     Args:
         prep: the loaded experiment.
-        points: grid points (:func:`sim.sweep.expand`).
-        cache_dir: row cache (:func:`sim.rowcache.run_points`); pruned rows are not cached.
-        executor: where points are simulated (:mod:`sim.executors`).
+        points: grid points (:func:`sim.plan.sweep.expand`).
+        cache_dir: row cache (:func:`sim.plan.rowcache.run_points`); pruned rows are not cached.
+        executor: where points are simulated (:mod:`sim.plan.executors`).
         prune: False: simulate every point (``--exhaustive``).
         jobs: workers of ``executor`` (sets the batch size).
         on_done: called with the number of rows finished so far.
         on_warning: called with each cache warning.
         winners: filled with each model's best row and, where it was simulated here, its event
-            log (:class:`~sim.rows.BestRows`), so the winner is not simulated again.
+            log (:class:`~sim.point.rows.BestRows`), so the winner is not simulated again.
 
     Returns:
         The rows and :class:`PlanStats`.

@@ -11,15 +11,15 @@
   measured-to-modelled ratio. Communication is not in these times: it is the engine's
   (:mod:`sim.engine.collectives`);
 * **memory**: parameters (hence gradients and optimizer states) ``/ t``; a block's stash per
-  Korthikanti et al. (:func:`~sim.tensor.megatron.block_act_bytes_tp`); the embedding's and
+  Korthikanti et al. (:func:`~sim.parallel.megatron.block_act_bytes_tp`); the embedding's and
   head's stash ``/ t`` (their large parts, the vocabulary-sized logits, are split);
   ``out_bytes / t``: each rank sends its ``1/t`` of the boundary activation to its peer in the
   next stage (Megatron's scatter/gather optimisation, Narayanan et al., arXiv:2104.04473, §4.1;
   with sequence parallelism the activation is already split); the all-gather that rebuilds it
   over NVLink is not modelled;
-* **collectives**: :class:`~sim.tensor.megatron.LayerComm` per layer;
+* **collectives**: :class:`~sim.parallel.megatron.LayerComm` per layer;
 * **per-module overhead**: each tensor-parallel module of the layer
-  (:func:`~sim.tensor.megatron.parallel_modules`) adds the GPU's measured forward overhead to
+  (:func:`~sim.parallel.megatron.parallel_modules`) adds the GPU's measured forward overhead to
   the forward and its backward overhead to the input-gradient backward (torch DTensor's dispatch, which the unsplit trace never paid; 0 unless
   ``sim calibrate`` measured it: Megatron's tensor parallelism has none). A layer whose trace
   records its own measured overhead at this ``t``, sequence parallelism and micro-batch size
@@ -44,11 +44,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.compute.device import ComputeSpec
 from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_kernels, head_kernels
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
-from sim.tensor.megatron import (
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.parallel.megatron import (
     LayerComm,
     block_act_bytes_tp,
     layer_comm,

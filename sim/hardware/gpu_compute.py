@@ -18,7 +18,7 @@ The model (see :mod:`sim.compute.kernels`) uses:
   quantization");
 * ``attention_efficiency``: fraction of ``matmul_flops`` the fused attention kernel reaches;
 * ``kernel_overhead_s``: fixed cost per kernel on the device (the host's dispatch and launch
-  are modelled apart, :mod:`sim.compute.host`; see :data:`SOURCES`).
+  are modelled apart, :mod:`sim.hardware.host_ops`; see :data:`SOURCES`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SOURCES = {
     "kernel_overhead_s": "assumption 5 us per kernel (CUDA launch + PyTorch eager dispatch, "
     "unverified); measure with `sim calibrate --device cuda`. The host's side of a launch "
     "(Python, dispatcher, cudaLaunchKernel) is now modelled apart by the hardware's "
-    "host_overhead (sim.compute.host), so while the device is the bottleneck this figure "
+    "host_overhead (sim.hardware.host_ops), so while the device is the bottleneck this figure "
     "double-counts up to its launch share: to be re-sourced as the device-side gap alone",
 }
 

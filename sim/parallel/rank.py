@@ -1,24 +1,24 @@
 """A point's trace as one of its ranks runs it, whatever splits it: :func:`rank_trace`.
 
-Decoder traces (:mod:`sim.trace.decoder`) go through :func:`~sim.tensor.decoder_shard.
+Decoder traces (:mod:`sim.trace.decoder`) go through :func:`~sim.parallel.decoder_shard.
 shard_decoder` (tensor, sequence, expert and context parallelism); every other transformer
-trace through :func:`~sim.tensor.shard.shard_trace` (tensor and sequence parallelism only).
+trace through :func:`~sim.parallel.shard.shard_trace` (tensor and sequence parallelism only).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from sim.compute.device import ComputeSpec
 from sim.compute.routing import parse_routing
-from sim.tensor.decoder_shard import DecoderShard, Parallel, shard_decoder
-from sim.tensor.shard import ShardedTrace, shard_trace
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.parallel.decoder_shard import DecoderShard, Parallel, shard_decoder
+from sim.parallel.shard import ShardedTrace, shard_trace
 from sim.trace.decoder import is_decoder
 from sim.trace.schema import Trace
 
 
 class PointConfig(Protocol):
-    """What these functions read of a grid point (:class:`sim.point_config.PointConfig`, which
+    """What these functions read of a grid point (:class:`sim.point.config.PointConfig`, which
     sits above this module)."""
 
     @property
@@ -67,7 +67,7 @@ def rank_trace(
     overhead_s: tuple[float, float] = (0.0, 0.0),
 ) -> ShardedTrace | DecoderShard:
     """``trace`` (at the point's micro-batch size, on the target GPU ``spec``) on one rank;
-    ``overhead_s``: the GPU's tensor-parallel module overhead (:func:`~sim.tensor.shard.
+    ``overhead_s``: the GPU's tensor-parallel module overhead (:func:`~sim.parallel.shard.
     shard_trace`; not applied to decoder traces, whose replays do not use DTensor modules).
 
     Raises:

@@ -7,7 +7,7 @@ algorithm ``a`` and protocol ``p``, a latency ``lat[a][p]`` (us) and an algorith
 ``bw[a][p]`` (GB/s); ``ncclTopoGetAlgoTime`` predicts ``time = lat + nBytes / (1000 * bw)`` (us),
 and ``getAlgoInfo`` (``src/enqueue.cc``) runs the algorithm and protocol of least predicted
 time. Here, with ``n`` ranks on ``N`` servers and the ring's bus bandwidth ``B`` (what NCCL
-calls ``nChannels * bwIntra``: :func:`~sim.hardware.rings.ring_set`'s summed NCCL rates, or the
+calls ``nChannels * bwIntra``: :func:`~sim.comm.rings.ring_set`'s summed NCCL rates, or the
 bus bandwidth of the hierarchical plan across servers):
 
 * **bandwidth** (bus, GB/s): ring Simple ``B``; ring LL ``min(llMaxBw, B/4)`` for all-reduce or

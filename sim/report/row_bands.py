@@ -24,7 +24,7 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from sim.bands import Band, Bands, shipped_bands
-from sim.rows import ResultRow, rank_key
+from sim.point.rows import ResultRow, rank_key
 
 BAND_COLUMNS = (
     "iteration_time_low_s",
@@ -34,7 +34,7 @@ BAND_COLUMNS = (
     "band_source",
     "within_winner_band",
 )
-"""Columns :func:`with_bands` adds after :class:`~sim.rows.ResultRow`'s."""
+"""Columns :func:`with_bands` adds after :class:`~sim.point.rows.ResultRow`'s."""
 NEAR_SHOWN = 3
 """Configurations within the winner's band named in the console note and ``winner.yaml``."""
 
@@ -88,7 +88,7 @@ def with_bands(df: pd.DataFrame, bands: Bands | None = None) -> pd.DataFrame:
     Args:
         df: one row per configuration, with ``model``, ``framework``, ``tensor_parallel``,
             ``microbatch_size``, ``iteration_time_s``, ``throughput_samples_per_s``, ``fits``
-            and the columns :func:`sim.rows.rank_key` reads.
+            and the columns :func:`sim.point.rows.rank_key` reads.
         bands: default: the shipped bands (:func:`sim.bands.shipped_bands`).
     """
     bands = shipped_bands() if bands is None else bands
@@ -119,7 +119,7 @@ _READ = (
     "memory_policy",
     *BAND_COLUMNS,
 )
-"""Columns read here: :func:`_fields`, :func:`sim.rows.rank_key`, :func:`describe`."""
+"""Columns read here: :func:`_fields`, :func:`sim.point.rows.rank_key`, :func:`describe`."""
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -137,8 +137,8 @@ def _ok(rec: Mapping[str, Any]) -> bool:
 
 
 def _winners(recs: list[dict[str, Any]]) -> dict[str, int]:
-    """Per model, the position of its winner (the best that fits by :func:`sim.rows.rank_key`,
-    as :func:`sim.rows.pick_winner` picks)."""
+    """Per model, the position of its winner (the best that fits by :func:`sim.point.rows.rank_key`,
+    as :func:`sim.point.rows.pick_winner` picks)."""
     best: dict[str, int] = {}
     for i, rec in enumerate(recs):
         j = best.get(rec["model"])

@@ -36,19 +36,19 @@ from sim.bands import Bands
 from sim.config import ExperimentConfig
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.point.rows import ResultRow
 from sim.procs import die_with_parent
 from sim.report.chrome_trace import write_chrome_trace
 from sim.report.gantt import plot_gantt
 from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
-from sim.row_bands import with_bands
-from sim.rows import ResultRow
+from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
 
 
 def results_frame(rows: list[ResultRow], bands: Bands | None = None) -> pd.DataFrame:
     """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order, then
-    each prediction's band (:data:`sim.row_bands.BAND_COLUMNS`) from ``bands`` (default: the
-    shipped ones; :func:`sim.row_bands.bands_for` the hardware's)."""
+    each prediction's band (:data:`sim.report.row_bands.BAND_COLUMNS`) from ``bands`` (default: the
+    shipped ones; :func:`sim.report.row_bands.bands_for` the hardware's)."""
     return with_bands(
         pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields)), bands
     )
@@ -81,7 +81,7 @@ def winner_config(
     exp: ExperimentConfig, exp_file: str, row: ResultRow, band: dict | None = None
 ) -> dict:
     """An experiment that simulates just the winner, with the prediction attached (and its
-    ``band``: :func:`sim.row_bands.winner_bands`)."""
+    ``band``: :func:`sim.report.row_bands.winner_bands`)."""
     model = next(m for m in exp.models if m.name == row.model)
     data = exp.model_dump(mode="json", exclude_none=True)
     hw = exp.hardware
@@ -124,7 +124,7 @@ def winner_config(
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),
-        # tensor/expert/context groups are placed automatically (sim.tensor.groups)
+        # tensor/expert/context groups are placed automatically (sim.parallel.groups)
         "placement": None if grouped else json.loads(row.placement),
     }
     data["prediction"] = {

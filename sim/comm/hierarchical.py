@@ -1,7 +1,7 @@
 """How a collective runs over a communicator: one ring, or hierarchically across servers.
 
 Within one server, NCCL runs its rings (channels) over the communicator's GPUs
-(:func:`~sim.hardware.rings.ring_set`: several rings over NVLink, each with the bandwidth it
+(:func:`~sim.comm.rings.ring_set`: several rings over NVLink, each with the bandwidth it
 reserved, the bytes split by bandwidth; else one ring routed through the communicator;
 :func:`ring_set_time_s`). Across servers it is hierarchical (NCCL's
 tree and ring algorithms both reduce inside a node over NVLink and cross nodes over the NICs:
@@ -24,7 +24,7 @@ every link of every phase for its whole duration, as a ring does.
 That is the rings' time with the links' latency per step (:meth:`CollectivePlan.ring_time_s`).
 What a collective takes (:meth:`CollectivePlan.time_s`) is, in order: the hardware's measured
 table for a communicator of this size and server span (:mod:`sim.hardware.comm_tables`,
-``sim calibrate``, the DGX A100 presets), within its measured sizes; else, when every member is a GPU that runs NCCL, NCCL's own cost model (:mod:`sim.engine.nccl`:
+``sim calibrate``, the DGX A100 presets), within its measured sizes; else, when every member is a GPU that runs NCCL, NCCL's own cost model (:mod:`sim.comm.nccl`:
 its latency and bandwidth per algorithm and protocol, the least-time choice), fed with the
 rings' bus bandwidth (the bandwidth term above as nccl-tests' busbw), the servers spanned and
 the intra-server path (NVLink or PCI); else the rings' time.
@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.engine import nccl
+from sim.comm import nccl
+from sim.comm.rings import PEER_KINDS, Ring, ring_set
 from sim.events import EventKind
 from sim.hardware.comm_tables import CollectiveTable, find_table
 from sim.hardware.fabric import NETWORK
-from sim.hardware.rings import PEER_KINDS, Ring, ring_set
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
 
 RING_STEPS: dict[str, int] = {
@@ -80,7 +80,7 @@ def ring_set_time_s(rings: Rings, nbytes: float, kind: str, *, latency: bool = T
     """Uncontended seconds of a ring collective of ``nbytes`` over ``rings`` run at once.
 
     Args:
-        rings: the rings (:func:`~sim.hardware.rings.ring_set`), all over the same ``w``
+        rings: the rings (:func:`~sim.comm.rings.ring_set`), all over the same ``w``
             members; ring ``r`` carries ``nbytes * bw_r / sum(bw)`` (its bandwidth's share;
             all of it when there is one ring).
         nbytes: bytes of the buffer every member holds (the gradients), ``B``.
@@ -91,7 +91,7 @@ def ring_set_time_s(rings: Rings, nbytes: float, kind: str, *, latency: bool = T
     Returns:
         ``steps * max_r max_i transfer_time_s(route_ri, b_r / w, bw_ri)``: the slowest ring's
         time, each of its steps its slowest hop's (latencies plus its chunk at the hop's rate,
-        :attr:`~sim.hardware.rings.Ring.hop_bandwidths_Bps`); 0 for one member. One ring is
+        :attr:`~sim.comm.rings.Ring.hop_bandwidths_Bps`); 0 for one member. One ring is
         :func:`ring_time_s`.
     """
     w = len(rings[0].order)
@@ -132,7 +132,7 @@ class CollectivePlan:
     """The rings a collective over one communicator runs, and how its time is predicted.
 
     Attributes:
-        flat: the ring set over all members (:func:`~sim.hardware.rings.ring_set`; empty when
+        flat: the ring set over all members (:func:`~sim.comm.rings.ring_set`; empty when
             hierarchical).
         local: one ring set per server (hierarchical only).
         rails: one ring set per member index across the servers (hierarchical only).
@@ -188,7 +188,7 @@ class CollectivePlan:
 
         On one server its bus bandwidth is the rings' bandwidth term as nccl-tests' busbw.
         Across servers with ``L`` members on each it is NCCL's graph across servers
-        (:func:`~sim.engine.nccl.inter_graph`: one channel per member's NIC, at the speed of
+        (:func:`~sim.comm.nccl.inter_graph`: one channel per member's NIC, at the speed of
         the NIC links' NCCL rate), ``channels x speed``, but at most what the members' NVLink
         rings carry while every channel crosses each server: ``local x L / (L - 1)`` (a
         member forwards over NVLink in ``L - 1`` of the ``L`` channels and to its NIC in one;
@@ -224,7 +224,7 @@ class CollectivePlan:
         return probe * 2 * (w - 1) / w / t
 
     def choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
-        """The algorithm and protocol NCCL runs for ``nbytes`` (:func:`sim.engine.nccl.choose`),
+        """The algorithm and protocol NCCL runs for ``nbytes`` (:func:`sim.comm.nccl.choose`),
         or None without NCCL or with a measured table."""
         if find_table(self.tables, kind, self.ranks, self.servers) is not None:
             return None
@@ -237,7 +237,7 @@ class CollectivePlan:
     def time_s(self, nbytes: float, kind: str) -> float:
         """Uncontended seconds of a ``kind`` collective of ``nbytes``: the measured table of
         this size and server span when the hardware has one and ``nbytes`` is within its
-        range; else NCCL's model (:mod:`sim.engine.nccl`) when the members run NCCL, with the
+        range; else NCCL's model (:mod:`sim.comm.nccl`) when the members run NCCL, with the
         rings' bus bandwidth; else the ring algorithm with the links' latencies
         (:meth:`ring_time_s`); below a table's smallest size the model, never above the
         table's smallest time (no measurement there; the table's floor is an upper bound).

@@ -16,7 +16,7 @@ link split it without loss and that nothing else limits a pair. Where every memb
 (a GPU with a compute capability), each pair is an NCCL send (:func:`nccl_time_s`, the default
 then): its protocol by size (LL up to ``NCCL_P2P_LL_THRESHOLD`` = 16 KiB, moving at a third of
 the rate, Simple above; NCCL ``src/enqueue.cc``) and its latency NCCL's
-(:func:`sim.engine.nccl.p2p_time_s`), in place of the links' latencies. The cost is a plug-in
+(:func:`sim.comm.nccl.p2p_time_s`), in place of the links' latencies. The cost is a plug-in
 (:data:`AllToAllCost`): :func:`alltoall_time_s` takes any function with the same signature.
 
 Bus bandwidth as nccl-tests reports it for a balanced all-to-all of ``B`` bytes per rank
@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from sim.engine import nccl
-from sim.hardware.rings import PEER_KINDS
+from sim.comm import nccl
+from sim.comm.rings import PEER_KINDS
 from sim.hardware.topology import Link, Topology
 
 Matrix = Sequence[Sequence[float]]

@@ -1,7 +1,7 @@
 """Bounds of a grid point computed without simulating it: a memory lower bound, a throughput
 upper bound.
 
-The planner (:mod:`sim.planner`) prunes with them, so they must hold for every point, whatever
+The planner (:mod:`sim.plan.planner`) prunes with them, so they must hold for every point, whatever
 partition the partitioner picks and whatever the engine's queues do. Both use only sums over
 stages, which do not depend on the partition, and the averaging argument (the largest of
 ``p`` numbers is at least their mean).
@@ -67,16 +67,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from sim.compute.adapt import adapt_trace
-from sim.engine.hierarchical import collective_plan
+from sim.comm.hierarchical import collective_plan
 from sim.framework.base import share_head_weight
 from sim.memory.reserve import nccl_peers
 from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
-from sim.point_config import PointConfig
+from sim.parallel.groups import tensor_groups
+from sim.parallel.megatron import aggregate
+from sim.parallel.rank import rank_trace
+from sim.point.config import PointConfig
 from sim.schedules.analysis import peak_in_flight
-from sim.tensor.groups import tensor_groups
-from sim.tensor.megatron import aggregate
-from sim.tensor.rank import rank_trace
+from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
 
@@ -98,7 +98,7 @@ class RankTotals:
             ``recompute:selective`` (the attention core's share).
         layer_seconds: per layer, ``fwd_s + bwd_s``.
         layer_comm: per layer, its tensor-parallel collectives ``((kind, bytes, count), ...)``
-            of the forward and the backward (:func:`sim.tensor.megatron.aggregate`).
+            of the forward and the backward (:func:`sim.parallel.megatron.aggregate`).
     """
 
     params: float
@@ -124,7 +124,7 @@ class PointBounds:
 
 def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     """``(gpu, lower bound, capacity)`` (bytes) of the first stage replica of a resolved point
-    (:class:`sim.point.Resolved`) that cannot fit on its GPU (module doc), or None."""
+    (:class:`sim.point.simulate.Resolved`) that cannot fit on its GPU (module doc), or None."""
     if res.schedule.virtual_stages > 1:
         return None  # a rank runs several stages: left to the simulator
     inp = res.sim_input
@@ -219,7 +219,7 @@ class BoundModel:
     totals and per-(schedule, p, m) in-flight counts cached (each is shared by many points).
 
     Args:
-        prep: the loaded experiment (:class:`sim.experiment.Prepared`).
+        prep: the loaded experiment (:class:`sim.point.experiment.Prepared`).
     """
 
     def __init__(self, prep) -> None:
@@ -289,7 +289,7 @@ class BoundModel:
     def layer_comm_s(self, point: PointConfig) -> tuple[float, ...]:
         """Per layer of one rank, the seconds per micro-batch of its tensor-parallel
         collectives: each is timed as the engine times it
-        (:meth:`~sim.engine.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
+        (:meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
         the point's tensor-parallel groups, and the rank waits for it before its next action
         (:class:`~sim.engine.tensor_collectives.TensorCollectives`). Zeros for ``t = 1``."""
         tot = self.totals(point)
@@ -317,7 +317,7 @@ class BoundModel:
 
     def tp_plans(self, p: int, w: int, t: int) -> list:
         """The collective plans of the distinct tensor-parallel groups of ``(p, w, t)``
-        (:func:`sim.tensor.groups.tensor_groups`; cached per GPU set).
+        (:func:`sim.parallel.groups.tensor_groups`; cached per GPU set).
 
         Raises:
             ValueError: the groups do not fit in the servers.

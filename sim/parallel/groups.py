@@ -10,7 +10,7 @@ GPUs (so a block never spans servers), and block ``r + w*s`` serves replica ``r`
 larger than a server's ``G`` GPUs (a multiple of it) takes ``t / G`` consecutive whole servers,
 as Megatron's rank order does (the measured runs of the Megatron-LM paper's Figure 13 use
 ``t = 16`` on 8-GPU DGX A100 servers; its collectives then cross the network,
-:mod:`sim.engine.hierarchical`). Every framework profile pipesim has orders ranks this way
+:mod:`sim.comm.hierarchical`). Every framework profile pipesim has orders ranks this way
 (Megatron-LM ``tp-cp-ep-dp-pp``; DeepSpeed ``PipeModelDataParallelTopology`` axes
 ``pipe, data, model``, model fastest; torchtitan's device mesh ``pp, dp, cp, tp``, tp
 innermost), so there is one placement.
