@@ -135,8 +135,7 @@ def resolve(
         plans,
         tensor_groups=layout.stage_groups if point.tensor_parallel > 1 else (),
         tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
-        context_parallel=point.context_parallel,
-        expert_parallel=point.expert_parallel,
+        layout=point.layout,
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
         runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
@@ -174,8 +173,7 @@ def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
     above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs): its stage replicas are then planned once
     per kind (:func:`~sim.memory.alike.plan_alike`) and simulated once if symmetric."""
     mode = exp.options.simulation
-    gpus = point.stages * point.dp_width * point.tensor_parallel * point.context_parallel
-    return mode == "symmetric" or (mode == "auto" and gpus > MIRROR_ABOVE_GPUS)
+    return mode == "symmetric" or (mode == "auto" and point.layout.gpus > MIRROR_ABOVE_GPUS)
 
 
 def _check_size(
@@ -184,13 +182,12 @@ def _check_size(
     """Raises:
     InputError: more GPUs than the hardware has, or more stages than the trace has layers.
     """
-    n, t, cp = schedule.num_stages, point.tensor_parallel, point.context_parallel
-    if point.stages * point.dp_width * t * cp > topo.num_gpus:
-        what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
-        what += " x context_parallel" if cp > 1 else ""
+    n, lay = schedule.num_stages, point.layout
+    if lay.gpus > topo.num_gpus:
+        what = "stages x dp_width" + (" x tensor_parallel" if lay.tp > 1 else "")
+        what += " x context_parallel" if lay.cp > 1 else ""
         raise InputError(
-            f"{what} = {point.stages * point.dp_width * t * cp} GPUs, but "
-            f"{topo.name} has {topo.num_gpus}",
+            f"{what} = {lay.gpus} GPUs, but {topo.name} has {topo.num_gpus}",
             file=file,
             field="sweep.stages",
         )
@@ -249,8 +246,8 @@ def _plans(
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
     """
-    t, n = point.tensor_parallel, schedule.num_stages
-    w = point.dp_width * point.context_parallel  # the engine's replicas: data x context ranks
+    t, n = point.layout.tp, schedule.num_stages
+    w = point.layout.replicas  # the engine's replicas: data x context ranks
     contexts = [
         c
         for k in range(t)
