@@ -9,6 +9,7 @@ resolved raise :class:`~sim.errors.InputError`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
@@ -33,6 +34,7 @@ from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.rank import rank_trace
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
 from sim.point.stages import (
     Grid,
     Layout,
@@ -73,8 +75,11 @@ def resolve(
     base_trace: Trace,
     *,
     file: str = "<experiment>",
+    shared: Prepared | None = None,
 ) -> Resolved:
-    """Resolve a point (see module doc).
+    """Resolve a point (see module doc). ``shared``: the prepared experiment ``base_trace``
+    comes from, whose adapted and rank traces are computed once per key and reused
+    (:meth:`~sim.point.experiment.Prepared.rank_trace`); without it they are derived here.
 
     Raises:
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
@@ -91,8 +96,13 @@ def resolve(
     )
     _check_size(point, schedule, topo, base_trace, file)
     policy = _policy(point, file)
-    trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
-    sharded = _shard(trace, point, topo, file)
+    if shared is None:
+        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
+        sharded = _shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
+    else:
+        trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
+        notes = list(shared_notes)
+        sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
@@ -291,18 +301,23 @@ def _plans(
     return plans, tensor_plans
 
 
+def _gpu_model(topo: Topology):
+    """The first GPU's compute model and tensor-parallel module overhead."""
+    gpu = topo.gpus[0]
+    return gpu.compute, gpu.tp_module_overhead_s
+
+
 def _shard(
-    trace: Trace, point: PointConfig, topo: Topology, file: str
+    make: Callable[[], ShardedTrace | DecoderShard], file: str
 ) -> ShardedTrace | DecoderShard:
-    """The trace on one rank (:func:`~sim.parallel.rank.rank_trace`: tensor, sequence, expert
-    and context parallelism).
+    """The trace on one rank, made by ``make`` (:func:`~sim.parallel.rank.rank_trace`:
+    tensor, sequence, expert and context parallelism).
 
     Raises:
         InputError: the trace cannot be split as the point says (no model shape, heads ...).
     """
     try:
-        gpu = topo.gpus[0]
-        return rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
+        return make()
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 
