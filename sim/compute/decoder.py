@@ -190,10 +190,15 @@ def layer_act_bytes(
     sp: bool = False,
     cp: int = 1,
     rows: tuple[float, ...] = (),
+    cp_comm: str = "p2p",
 ) -> float:
     """Bytes a layer keeps for its backward on one rank, one micro-batch (module doc;
     embedding ``8t + t*h*d``-like ids and output, head ``4th + 4tV/tp`` as
-    :mod:`sim.trace.generator`)."""
+    :mod:`sim.trace.generator`). With all-to-all context parallelism (``cp_comm="a2a"``)
+    the attention keeps its output twice: in the head-split layout the all-to-all brings back
+    (``out_part``, saved by TE's ``AttnFuncWithCPAndQKVOA2A.forward``,
+    ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``) and,
+    as the output projection's input, in the sequence-split one: ``t*h/tp*d`` more."""
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if kind == "embedding":
@@ -205,11 +210,25 @@ def layer_act_bytes(
     else:
         kv = h // m.heads * (m.kv_heads or m.heads)
         attn = 2 * r * h * d + t * (2 * h + 2 * kv) // tp * d + 4 * t * m.heads // tp
+    if m.attention == "math":
+        attn += scores_act_bytes(m, b, d, tp, cp)
+    if cp > 1 and cp_comm == "a2a":
+        attn += t * h // tp * d
     if kind == "moe_block":
         assert m.moe is not None
         return float(attn + moe_act_bytes(m.moe, r, t, rows, d, tp))
     f = m.ffn_hidden
     return float(attn + 2 * r * h * d + t * 3 * f // tp * d)
+
+
+def scores_act_bytes(m: DecoderShape, b: int, d: int, tp: int = 1, cp: int = 1) -> float:
+    """Bytes unfused ("math") attention keeps for its backward beyond flash attention's: the
+    softmax probabilities of the rank's ``a/tp`` heads, ``s/cp`` queries over ``s`` keys,
+    ``a/tp*s/cp*s*b*d`` (Megatron-LM ``megatron/core/transformer/dot_product_attention.py``
+    ``DotProductAttention.forward`` keeps ``attention_probs`` for ``torch.bmm`` with V; no
+    dropout mask: decoder models train without attention dropout). The log-sum-exp term of
+    the flash count stays (an overestimate of ``4*t*a/tp`` bytes)."""
+    return float(m.heads // tp * (m.seq_len // cp) * m.seq_len * b * d)
 
 
 def layer_params(kind: str, m: DecoderShape) -> tuple[int, int]:

@@ -15,7 +15,13 @@ from sim.memory.estimate import (
     planned_peak_bytes,
 )
 from sim.memory.plan import StagePlan, SwapParts
-from sim.memory.reserve import overhead
+from sim.memory.rank_memory import (
+    allocator_margin_bytes,
+    framework_buffer_bytes,
+    output_cache,
+    stage_transients,
+)
+from sim.memory.reserve import overhead, runtime_reserve_bytes
 from sim.memory.stash import Stash
 from sim.memory.states import measured_step_s, optimizer_step_s, weight_bytes_per_param
 
@@ -38,6 +44,7 @@ def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
         reserve_bytes=over["reserve_bytes"],
         allocator_bytes=over["allocator_bytes"],
         working_bytes=over["working_bytes"],
+        framework_buffer_bytes=over["framework_buffer_bytes"],
     )
     return replace(plan, **changes) if changes else plan
 
@@ -163,17 +170,61 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
 
 
 def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
-    """The plans the engine runs: each plan's allocator margin and DDP buckets recomputed for
-    what the policy chose (its activation memory, its GPU-resident gradients; planning used the
-    everything-resident values; a plan with ``grad_bucket_bytes`` (ZeRO) counts that bucket
-    instead of DDP's copy of the gradients), then :func:`note_host_capacity`."""
-    out = []
-    for ctx, plan in zip(contexts, plans, strict=True):
-        bucket = plan.grad_bucket_bytes
-        over = overhead(
-            ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes if bucket is None else 0.0
-        )
-        if bucket is not None and over["working_bytes"] > 0:
-            over["working_bytes"] += bucket  # ZeRO's reduce bucket instead of DDP's copy
-        out.append(replace(plan, **over))  # type: ignore[arg-type]
+    """The plans the engine runs, with what each GPU's process holds besides its stashes
+    computed for what the policies chose (planning used the everything-resident values), by
+    the rank model (:mod:`sim.memory.rank_memory`) over the stage chunks each GPU runs: the
+    runtime reserve, the framework's buffers (DDP's copy of the GPU-resident gradients, or a
+    plan's own ``grad_bucket_bytes``: ZeRO's), the working memory of its largest action and
+    the caching allocator's margin (a replay of the rank's tensors). They are charged once per
+    GPU, on its first chunk (the others get 0). Then :func:`note_host_capacity`."""
+    by_gpu: dict[str, list[int]] = {}
+    for i, ctx in enumerate(contexts):
+        by_gpu.setdefault(ctx.gpu, []).append(i)
+    out = list(plans)
+    for idx in by_gpu.values():
+        pairs = [(contexts[i], plans[i]) for i in idx]
+        charges = gpu_charges(pairs)
+        for k, i in enumerate(idx):
+            own = charges if k == 0 else dict.fromkeys(charges, 0.0)
+            out[i] = replace(plans[i], **own)  # type: ignore[arg-type]
     return note_host_capacity(contexts, out)
+
+
+def replayable(plan: StagePlan) -> bool:
+    """Whether the allocator replay's tensor program (:func:`sim.memory.rank_memory.
+    tensor_program`) describes ``plan``'s tensors: everything on its GPU, stashes kept or
+    recomputed. Swaps, chunks, offloaded states and partitioned parameters move tensors the
+    program does not have (their systems manage those buffers themselves: PatrickStar's chunks,
+    ZeRO's gather buffers); their margin stays the planning estimate
+    (:meth:`~sim.hardware.capacity.RuntimeReserve.allocator_bytes`)."""
+    return not plan.off_gpu and plan.gather_bytes == 0 and plan.scatter_bytes == 0
+
+
+def gpu_charges(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]:
+    """``reserve_bytes, working_bytes, framework_buffer_bytes, allocator_bytes`` of the GPU
+    running ``pairs`` (module doc of :mod:`sim.memory.rank_memory`)."""
+    ctx0 = pairs[0][0]
+    rv = ctx0.topology.gpu(ctx0.gpu_index).reserve
+    working = 0.0
+    if rv.working:
+        working = max(max(stage_transients(c, p)) + output_cache(c) for c, p in pairs)
+    charged = [
+        replace(
+            p,
+            reserve_bytes=runtime_reserve_bytes(c) if k == 0 else 0.0,
+            framework_buffer_bytes=framework_buffer_bytes(pairs) if k == 0 else 0.0,
+            working_bytes=0.0,
+            allocator_bytes=0.0,
+        )
+        for k, (c, p) in enumerate(pairs)
+    ]
+    if rv.replays_allocator and all(replayable(p) for _, p in pairs):
+        margin = allocator_margin_bytes(list(zip([c for c, _ in pairs], charged, strict=True)))
+    else:
+        margin = sum(rv.allocator_bytes(activation_peak_bytes(p, c)) for c, p in pairs)
+    return {
+        "reserve_bytes": charged[0].reserve_bytes,
+        "framework_buffer_bytes": charged[0].framework_buffer_bytes,
+        "working_bytes": working,
+        "allocator_bytes": margin,
+    }

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
+from sim.compute.routing import parse_routing
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
@@ -25,8 +26,9 @@ from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
+from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
-from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.megatron import aggregate
@@ -103,7 +105,10 @@ def resolve(
         trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
         notes = list(shared_notes)
         sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
-    trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
+    memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
+    works = _works(sharded, point, memory)
+    trace = with_framework_stash(sharded.trace, works)
+    trace = framework.tie(trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
     peaks = peak_in_flight_per_stage(program)
@@ -132,6 +137,8 @@ def resolve(
         layout,
         sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
         file,
+        memory,
+        works,
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     if schedule.splits_backward and not all(c.has_split for c in costs):
@@ -148,7 +155,9 @@ def resolve(
         layout=point.layout,
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
+        runtime=replace(
+            framework.runtime(topo, trace, point.tensor_parallel, memory), tied_groups=tied
+        ),
         stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
     sim_input, note = _simulated(exp, point, sim_input)
@@ -248,6 +257,8 @@ def _plans(
     layout: Layout,
     expert_bytes: tuple[float, ...],
     file: str,
+    memory: FrameworkMemory = PIPESIM_MEMORY,
+    works: tuple[LayerWork, ...] = (),
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
@@ -273,6 +284,9 @@ def _plans(
             layout.job_gpus,
             expert_bytes,
             point.expert_parallel,
+            memory,
+            works,
+            (point.tensor_parallel, point.context_parallel),
         )
         for c in row
     ]
@@ -281,7 +295,7 @@ def _plans(
         flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
+    flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
@@ -299,6 +313,15 @@ def _plans(
         for r in range(w)
     )
     return plans, tensor_plans
+
+
+def _works(
+    sharded: ShardedTrace | DecoderShard, point: PointConfig, memory: FrameworkMemory
+) -> tuple[LayerWork, ...]:
+    """Each layer's transients and weights on the rank (:func:`~sim.memory.layer_work.
+    trace_work`) as the framework runs them."""
+    routing = sharded.routing if isinstance(sharded, DecoderShard) else parse_routing("balanced")
+    return trace_work(sharded.trace, point.layout, routing, memory.work)
 
 
 def _gpu_model(topo: Topology):

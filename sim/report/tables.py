@@ -32,6 +32,8 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
     ("throughput_band", "band p10–p90 (samples/s)", str, True),
     ("bubble_fraction", "bubble (%)", lambda v: f"{v * 100:.1f}", True),
+    ("peak_allocated_bytes", "allocated (GiB)", lambda v: f"{v / GIB:.2f}", True),
+    ("peak_reserved_bytes", "reserved (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("peak_memory_bytes", "peak (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("headroom_bytes", "headroom (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("staleness_steps", "stale (steps)", lambda v: f"{int(v)}", True),
