@@ -34,7 +34,7 @@ fit verdict compares ``device`` with the GPU's usable capacity.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -76,6 +76,10 @@ class RankMemory:
         by_category: bytes of each of :data:`CATEGORIES` at the peak.
         capacity_bytes: its usable capacity.
         peak_at: the action the peak falls in (``"3B"``: the backward of stage 3).
+        floor_bytes: what the engine's ledger surely reaches on this GPU: its charges at
+            t = 0 (model states, framework buffers, working memory, allocator margin, runtime
+            reserve) and the largest kept stash (:func:`kept_peak`); the planner's memory
+            bound (:mod:`sim.plan.bounds`).
     """
 
     gpu: str
@@ -83,6 +87,7 @@ class RankMemory:
     by_category: dict[str, float] = field(default_factory=dict)
     capacity_bytes: float = 0.0
     peak_at: str = ""
+    floor_bytes: float = 0.0
 
     @property
     def allocated_bytes(self) -> float:
@@ -195,6 +200,36 @@ def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
     return best
 
 
+def kept_peak(ops: Iterable[tuple[int, str]], plans: dict[int, StagePlan]) -> float:
+    """The largest kept stash (plus the running action's rebuilt bytes) a rank holds over
+    ``ops`` (``(stage, op)`` in program order; stages not in ``plans`` are skipped): each
+    forward keeps its stage's ``resident_act_bytes`` until the backward that ends its
+    micro-batch. The engine's ledger holds at least this much besides its charges at t = 0 at
+    those moments (a forward allocates its kept, swapped and rebuilt bytes, a backward its
+    rebuilt ones), so the planner's memory floor counts it (:attr:`RankMemory.floor_bytes`).
+
+    Example:
+        >>> plans = {0: StagePlan(act_bytes=4.0, resident_act_bytes=4.0)}
+        >>> kept_peak([(0, "F"), (0, "F"), (0, "B"), (0, "F"), (0, "B")], plans)
+        8.0
+    """
+    live: dict[int, deque[float]] = {s: deque() for s in plans}
+    total = best = 0.0
+    for stage, op in ops:
+        plan = plans.get(stage)
+        if plan is None:
+            continue
+        if op == "F":
+            total += plan.resident_act_bytes
+            live[stage].append(plan.resident_act_bytes)
+            best = max(best, total + plan.rebuild_bytes)
+        elif op in BACKWARD_OPS:
+            best = max(best, total + plan.rebuild_bytes)
+            if op in DONE_OPS and live[stage]:
+                total -= live[stage].popleft()
+    return best
+
+
 def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     """Bytes of the framework's own persistent buffers on the GPU: Transformer Engine's dummy
     weight gradients (one per weight shape over every chunk, :func:`~sim.memory.
@@ -243,22 +278,25 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
     """
     ops: list[Op] = []
     by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
-    params = {s: _param_tensors(c) for s, (c, _) in by_stage.items()}
+    chunk = {s: k for k, s in enumerate(by_stage)}  # names free of stage numbers: alike ranks
+    params = {s: _param_tensors(c) for s, (c, _) in by_stage.items()}  # replay alike
     for s, (_, plan) in by_stage.items():
-        ops.extend(("alloc", ("p", s, i), plan.weight_bytes * sh) for i, sh in params[s])
+        ops.extend(("alloc", ("p", chunk[s], i), plan.weight_bytes * sh) for i, sh in params[s])
     for s, (ctx, plan) in by_stage.items():
+        k = chunk[s]
         if not ctx.framework.bucket_copy:
-            ops.append(("alloc", ("g", s), plan.grad_bytes))
+            ops.append(("alloc", ("g", k), plan.grad_bytes))
             if plan.dp_sharded:
-                ops.append(("alloc", ("pbuf", s), plan.weight_bytes))
-                ops.extend(("free", ("p", s, i), 0.0) for i, _ in params[s])
-        ops.extend(("alloc", ("m", s, i), plan.optimizer_bytes * sh / 3) for i, sh in params[s])
+                ops.append(("alloc", ("pbuf", k), plan.weight_bytes))
+                ops.extend(("free", ("p", k, i), 0.0) for i, _ in params[s])
+        ops.extend(("alloc", ("m", k, i), plan.optimizer_bytes * sh / 3) for i, sh in params[s])
     ops.append(("alloc", "framework", framework_buffer_bytes(pairs) - _dummy(pairs)))
     layers = {s: _layer_tensors(c, p) for s, (c, p) in by_stage.items()}
     order = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
     m = pairs[0][0].microbatches
     live: dict[int, deque[int]] = {s: deque() for s in by_stage}
     started: set[int] = set()
+    dummies: set[tuple[int, int]] = set()
     steps = 0
     n = 0
     for stage, op, mb in order:
@@ -272,8 +310,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
                 continue
             for s, (_, plan) in by_stage.items():
                 for i, sh in params[s]:
-                    ops.append(("alloc", ("adam", s, i, 0), plan.optimizer_bytes * sh / 3))
-                    ops.append(("alloc", ("adam", s, i, 1), plan.optimizer_bytes * sh / 3))
+                    ops.append(("alloc", ("adam", chunk[s], i, 0), plan.optimizer_bytes * sh / 3))
+                    ops.append(("alloc", ("adam", chunk[s], i, 1), plan.optimizer_bytes * sh / 3))
             continue
         if stage not in by_stage or op not in ("F", *BACKWARD_OPS):
             continue
@@ -290,7 +328,7 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
             continue
         if stage not in started:
             started.add(stage)
-            _first_backward(ops, ctx, plan, params[stage])
+            _first_backward(ops, ctx, plan, params[stage], dummies, chunk[stage])
         done = op in DONE_OPS and bool(live[stage])
         k = live[stage].popleft() if done else None
         ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
@@ -307,9 +345,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
 STEP_OP = "STEP"
 REPLAY_STEPS = 2
 REPLAY_MICROBATCHES = 8
-"""Micro-batches of each iteration the replay runs (the first ones): identical micro-batches
-reuse each other's cached blocks, so the fragmentation a stage reaches with ``k`` stashes in
-flight is taken to grow in proportion beyond them (:func:`allocator_margin_bytes`)."""
+"""Micro-batches of each iteration the replay runs (the first ones; :func:`allocator_margin_bytes`
+says what it assumes of the others)."""
 """Optimizer steps the allocator replay runs through: the first leaves Adam's moments in the
 cache's holes, the second shows the steady fragmentation (later ones repeat it)."""
 
@@ -339,17 +376,25 @@ def _dummy(pairs: Sequence[Pair]) -> float:
     return dummy_wgrad_bytes((w for c, _ in pairs for w in c.layer_work), ctx0.dtype_bytes)
 
 
-def _first_backward(ops: list[Op], ctx: StageContext, plan: StagePlan, params) -> None:
+def _first_backward(
+    ops: list[Op],
+    ctx: StageContext,
+    plan: StagePlan,
+    params: list[tuple[int, float]],
+    dummies: set[tuple[int, int]],
+    chunk: int,
+) -> None:
     """What a stage's first backward allocates for good: TE's dummy weight gradient of each
-    weight shape not allocated yet, and per-tensor gradients without a contiguous buffer."""
+    weight shape not in ``dummies`` yet (added), and per-tensor gradients without a
+    contiguous buffer."""
     if ctx.framework.dummy_wgrads:
         d = ctx.dtype_bytes
-        done = {key for op, key, _ in ops if op == "alloc"}
         for shape in dict.fromkeys(s for w in ctx.layer_work for s in w.weights):
-            if ("dummy", shape) not in done:
+            if shape not in dummies:
+                dummies.add(shape)
                 ops.append(("alloc", ("dummy", shape), shape[0] * shape[1] * d))
     if ctx.framework.bucket_copy:
-        ops.extend(("alloc", ("g", ctx.stage, i), plan.grad_bytes * sh) for i, sh in params)
+        ops.extend(("alloc", ("g", chunk, i), plan.grad_bytes * sh) for i, sh in params)
 
 
 def _layer_tensors(
@@ -368,16 +413,15 @@ def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
     """Bytes PyTorch's caching allocator reserves beyond the allocated peak on this rank:
     ``max_memory_reserved - max_memory_allocated`` of a replay of :func:`tensor_program`
     through :class:`~sim.memory.allocator.CachingAllocator` with the framework's allocator
-    options, scaled by ``in_flight / REPLAY_MICROBATCHES`` where more stashes are in flight
-    than the replay runs (:data:`REPLAY_MICROBATCHES`; an assumption); 0 on a rank that counts
-    tensors only."""
+    options; 0 on a rank that counts tensors only. Where more stashes are in flight than the
+    replay runs (:data:`REPLAY_MICROBATCHES`) the further ones are taken to reuse the blocks of
+    the first (an assumption: identical micro-batches allocate identical tensors, and the best
+    fit hands each the block its twin freed)."""
     ctx0 = pairs[0][0]
     if not ctx0.topology.gpu(ctx0.gpu_index).reserve.replays_allocator:
         return 0.0
     ops = tuple(tensor_program(pairs))
-    margin = _margin(ops, ctx0.framework.allocator)
-    flight = max(c.in_flight for c, _ in pairs)
-    return margin * max(1.0, flight / REPLAY_MICROBATCHES)
+    return _margin(ops, ctx0.framework.allocator)
 
 
 @lru_cache(maxsize=4096)
@@ -402,10 +446,13 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     cats["working"] = act.working
     cats["buffers"] = act.buffers
     ctx0 = pairs[0][0]
+    charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
+    ops = ((s, op) for s, op, _ in ctx0.ops)
     return RankMemory(
         gpu=ctx0.gpu,
         stages=tuple(c.stage for c, _ in pairs),
         by_category=cats,
         capacity_bytes=ctx0.capacity_bytes,
         peak_at=act.at,
+        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}),
     )
