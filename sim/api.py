@@ -40,6 +40,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 
+from sim.atomic import atomic_write_text, check_writable
 from sim.bands import Bands
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError
@@ -49,7 +50,6 @@ from sim.metrics import Metrics
 from sim.parallel.partition import Partition
 from sim.parallel.partition import partition as split_layers
 from sim.parallel.placement import place
-from sim.atomic import atomic_write_text, check_writable
 from sim.plan.executors import open_executor
 from sim.plan.memory_grid import GridMemory, grid_memory
 from sim.plan.planner import PlanStats, plan_points

@@ -330,14 +330,14 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
             started.add(stage)
             _first_backward(ops, ctx, plan, params[stage], dummies, chunk[stage])
         done = op in DONE_OPS and bool(live[stage])
-        k = live[stage].popleft() if done else None
+        oldest = live[stage].popleft() if done else None
         ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
         for j in reversed(range(len(layers[stage]))):
             stash, _, bwd = layers[stage][j]
             ops.append(("alloc", ("work", n, j), bwd))
             ops.append(("free", ("work", n, j), 0.0))
-            if k is not None:
-                ops.extend(("free", (k, j, i), 0.0) for i in reversed(range(len(stash))))
+            if oldest is not None:
+                ops.extend(("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash))))
         ops.append(("free", ("rebuild", n), 0.0))
     return ops
 
