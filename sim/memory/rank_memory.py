@@ -322,8 +322,9 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
             ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
             for j, (stash, fwd, _) in enumerate(layers[stage]):
                 ops.extend(("alloc", (n, j, i), size) for i, size in enumerate(stash))
-                ops.append(("alloc", ("work", n, j), fwd))
-                ops.append(("free", ("work", n, j), 0.0))
+                if fwd > 0:
+                    ops.append(("alloc", ("work", n, j), fwd))
+                    ops.append(("free", ("work", n, j), 0.0))
             ops.append(("free", ("rebuild", n), 0.0))
             continue
         if stage not in started:
@@ -334,8 +335,9 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
         ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
         for j in reversed(range(len(layers[stage]))):
             stash, _, bwd = layers[stage][j]
-            ops.append(("alloc", ("work", n, j), bwd))
-            ops.append(("free", ("work", n, j), 0.0))
+            if bwd > 0:
+                ops.append(("alloc", ("work", n, j), bwd))
+                ops.append(("free", ("work", n, j), 0.0))
             if oldest is not None:
                 ops.extend(("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash))))
         ops.append(("free", ("rebuild", n), 0.0))
@@ -344,6 +346,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
 
 STEP_OP = "STEP"
 REPLAY_STEPS = 2
+TENSORS_PER_LAYER = 4
+"""Stash tensors per layer the replay allocates (:func:`_merged`)."""
 REPLAY_MICROBATCHES = 8
 """Micro-batches of each iteration the replay runs (the first ones; :func:`allocator_margin_bytes`
 says what it assumes of the others)."""
@@ -404,9 +408,25 @@ def _layer_tensors(
     stash_tensors` at what the plan keeps) and its forward and backward transients."""
     kept = plan.resident_act_bytes / plan.act_bytes if plan.act_bytes > 0 else 1.0
     return [
-        (stash_tensors(work, layer.act_bytes * kept), work.fwd_bytes, work.bwd_bytes)
+        (_merged(stash_tensors(work, layer.act_bytes * kept)), work.fwd_bytes, work.bwd_bytes)
         for layer, work in zip(ctx.layers, ctx.layer_work, strict=True)
     ]
+
+
+def _merged(tensors: tuple[float, ...], most: int = TENSORS_PER_LAYER) -> tuple[float, ...]:
+    """``tensors`` with the smallest neighbouring pair merged until at most ``most`` remain
+    (tensors a layer allocates together and frees together; the replay's cost is linear in
+    them, and merging the small ones keeps the large sizes apart).
+
+    Example:
+        >>> _merged((1.0, 2.0, 30.0, 4.0, 50.0), 3)
+        (33.0, 4.0, 50.0)
+    """
+    out = list(tensors)
+    while len(out) > most:
+        i = min(range(len(out) - 1), key=lambda k: out[k] + out[k + 1])
+        out[i : i + 2] = [out[i] + out[i + 1]]
+    return tuple(out)
 
 
 def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:

@@ -23,7 +23,7 @@ throughput is ``sim run``'s to judge).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.errors import InputError
 from sim.memory.rank_memory import CATEGORIES, RankMemory
@@ -138,20 +138,31 @@ CHANGES: tuple[tuple[str, Callable[[PointConfig], PointConfig | None]], ...] = (
 """The single changes :func:`advise` tries, in order (module doc)."""
 
 
-def advise(prep: Prepared, memory: PointMemory) -> Advice:
+Known = dict[PointConfig, "PointMemory | None"]
+"""Points already answered (None: not resolvable), shared by :func:`advise` calls."""
+
+
+def _memory(prep: Prepared, point: PointConfig, known: Known) -> PointMemory | None:
+    if point not in known:
+        try:
+            known[point] = point_memory(prep, point)
+        except InputError:
+            known[point] = None
+    return known[point]
+
+
+def advise(prep: Prepared, memory: PointMemory, known: Known | None = None) -> Advice:
     """What overflows on ``memory``'s tightest GPU and the first change of :data:`CHANGES`
-    that fits (module doc)."""
+    that fits (module doc); ``known``: answers to reuse (and fill)."""
+    known = {} if known is None else known
     tight = memory.tightest
     advice = Advice(overflowing(tight), -tight.headroom_bytes)
     for label, make in CHANGES:
         changed = make(memory.point)
         if changed is None:
             continue
-        try:
-            pm = point_memory(prep, changed)
-        except InputError:
-            continue
-        if pm.fits:
+        pm = _memory(prep, changed, known)
+        if pm is not None and pm.fits:
             dev = pm.tightest.device_bytes
             return Advice(advice.category, advice.over_bytes, label, changed, dev)
     return advice
@@ -162,13 +173,21 @@ def grid_memory(
 ) -> list[GridMemory]:
     """Each point's peaks per pipeline rank (module doc), with :func:`advise` for those that
     do not fit (``advice=False``: none). Points that cannot be resolved carry the reason."""
+    known: Known = {}
     out = []
     for point in points:
         try:
-            pm = point_memory(prep, point)
+            known[point] = point_memory(prep, point)
         except InputError as exc:
+            known[point] = None
             out.append(GridMemory(point, None, str(exc)))
             continue
-        tip = advise(prep, pm) if advice and not pm.fits else None
-        out.append(GridMemory(point, pm, "", tip))
-    return out
+        out.append(GridMemory(point, known[point]))
+    if not advice:
+        return out
+    return [
+        replace(gm, advice=advise(prep, gm.memory, known))
+        if gm.memory is not None and not gm.memory.fits
+        else gm
+        for gm in out
+    ]

@@ -104,8 +104,11 @@ def stage_contexts(
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
     rank_orders = _rank_orders(program, schedule) if program else None
-    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
-    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    own = [g for row in placement for g in row]
+    gpus = job_gpus if job_gpus is not None else own
+    hosts = {topo.gpu(g).host for g in own}  # a host link is shared within its server only
+    near = [g for g in dict.fromkeys(gpus) if topo.gpu(g).host in hosts]
+    sharers = host_link_sharers(topo, [f"gpu{g}" for g in near])
     out = []
     for r, row in enumerate(placement):
         ctxs = []
