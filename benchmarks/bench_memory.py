@@ -27,7 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory_rows import GIB, MemoryCase, golden_cases, simumax_cases  # noqa: E402
+from memory_rows import (  # noqa: E402
+    GIB,
+    MemoryCase,
+    golden_cases,
+    sc21_cases,
+    simumax_cases,
+    vtrain_cases,
+)
 
 from sim.compute.decoder import DecoderShape  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
@@ -38,8 +45,6 @@ from sim.point.experiment import Prepared  # noqa: E402
 from sim.point.memory import point_memory  # noqa: E402
 from sim.trace.decoder import decoder_trace  # noqa: E402
 from sim.trace.generator import transformer_trace  # noqa: E402
-
-FRAMEWORK = "megatron-lm"
 
 
 def case_trace(case: MemoryCase, gpu, dtype: str):
@@ -69,7 +74,8 @@ def predict(case: MemoryCase) -> dict:
     lay = case.layout
     gpus = lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"]
     name, topo = topology(case.preset, gpus)
-    dtype = case.memory.pop("dtype", "bf16") if "dtype" in case.memory else "bf16"
+    memory = dict(case.memory)
+    dtype = memory.pop("dtype", "bf16")
     trace = case_trace(case, topo.gpus[0].compute, dtype)
     exp = parse_experiment(
         {
@@ -78,8 +84,8 @@ def predict(case: MemoryCase) -> dict:
             "models": [{"name": "m", "trace": "m"}],
             "training": {"global_batch": case.gbs, "dtype": dtype},
             "options": {"partition": "uniform"},
-            "framework": FRAMEWORK,
-            "memory": case.memory,
+            "framework": case.framework,
+            "memory": memory,
         }
     )
     point = PointConfig(
@@ -97,7 +103,7 @@ def predict(case: MemoryCase) -> dict:
         microbatches=case.m,
         memory_policy=case.policy,
         global_batch=case.gbs,
-        framework=FRAMEWORK,
+        framework=case.framework,
     )
     pm = point_memory(Prepared(exp, "<measured>", topo, {"m": trace}), point)
     rank = pm.ranks[-1] if case.peak == "last" else max(pm.ranks, key=lambda r: r.allocated_bytes)
@@ -157,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", choices=["simumax", "golden", "all"], default="all")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--show", type=int, default=20, help="print the N worst rows")
+    ap.add_argument(
+        "--no-fits", dest="fits", action="store_false",
+        help="skip the vTrain and SC'21 fit checks (1,450 configurations)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     cases: list[MemoryCase] = []
     if args.source in ("simumax", "all"):
@@ -184,10 +194,29 @@ def main(argv: list[str] | None = None) -> int:
     if len(skipped):
         print(f"\n{len(skipped)} not predicted:")
         print(skipped.skip.value_counts().head(20).to_string())
+    ran = fit_checks() if args.fits else pd.DataFrame()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.out / "memory_predictions.csv", index=False)
+        if len(ran):
+            ran.to_csv(args.out / "measured_configurations_fit.csv", index=False)
     return 0
+
+
+def fit_checks() -> pd.DataFrame:
+    """vTrain's and Megatron-LM SC'21's measured configurations, which all ran: how many
+    pipesim says fit (the false no-fits are the others), printed and returned."""
+    print("\nmeasured configurations that ran (all must fit):")
+    frames = []
+    for name, cases in (("vtrain", vtrain_cases()), ("sc21", sc21_cases())):
+        df = predict_all(cases)
+        fits = df.fits.fillna(False).astype(bool)
+        print(f"  {name}: {int(fits.sum())} of {len(df)} fit; largest device peak "
+              f"{df.device_gib.max():.1f} GiB")  # fmt: skip
+        for rec in df[~fits].itertuples(index=False):
+            print(f"    false no-fit: {rec.case} ({rec.skip or f'{rec.device_gib:.1f} GiB'})")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
 
 
 if __name__ == "__main__":

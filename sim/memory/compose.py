@@ -192,12 +192,19 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
 
 def replayable(plan: StagePlan) -> bool:
     """Whether the allocator replay's tensor program (:func:`sim.memory.rank_memory.
-    tensor_program`) describes ``plan``'s tensors: everything on its GPU, stashes kept or
-    recomputed. Swaps, chunks, offloaded states and partitioned parameters move tensors the
-    program does not have (their systems manage those buffers themselves: PatrickStar's chunks,
-    ZeRO's gather buffers); their margin stays the planning estimate
+    tensor_program`) describes ``plan``'s tensors: model states on its GPU, stashes kept,
+    recomputed or swapped out and back. Chunks, offloaded states and partitioned parameters
+    move tensors the program does not have (their systems manage those buffers themselves:
+    PatrickStar's chunks, ZeRO's gather buffers); their margin stays the planning estimate
     (:meth:`~sim.hardware.capacity.RuntimeReserve.allocator_bytes`)."""
-    return not plan.off_gpu and plan.gather_bytes == 0 and plan.scatter_bytes == 0
+    moves_states = (
+        plan.fetch_bytes > 0
+        or plan.writeback_bytes > 0
+        or plan.host_bytes > 0
+        or plan.host_optimizer_s > 0
+        or bool(plan.step_transfers_before or plan.step_transfers_after)
+    )
+    return not moves_states and plan.gather_bytes == 0 and plan.scatter_bytes == 0
 
 
 def gpu_charges(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]:

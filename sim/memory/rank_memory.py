@@ -267,7 +267,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
       (``clone().float()``), one per parameter (of its shard);
     * its actions in program order (``StageContext.ops``): a forward runs its layers in
       order, each allocating its stash tensors (:func:`~sim.memory.layer_work.stash_tensors`,
-      scaled to what the plan keeps) and then its transient, freed again; a backward runs them
+      scaled to what the plan keeps on the GPU) and then its transient, freed again, and the
+      part it swaps out (freed when copied); a backward brings that part back and runs them
       last first, each allocating its transient and then freeing it and the oldest
       micro-batch's stash of that layer; recomputed bytes live through the action; the first
       backward of a stage allocates TE's dummy weight
@@ -325,6 +326,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
                 if fwd > 0:
                     ops.append(("alloc", ("work", n, j), fwd))
                     ops.append(("free", ("work", n, j), 0.0))
+            ops.append(("alloc", ("swap", n), plan.swap_bytes))  # copied out after the F
+            ops.append(("free", ("swap", n), 0.0))
             ops.append(("free", ("rebuild", n), 0.0))
             continue
         if stage not in started:
@@ -333,6 +336,7 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
         done = op in DONE_OPS and bool(live[stage])
         oldest = live[stage].popleft() if done else None
         ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
+        ops.append(("alloc", ("swap", n), plan.swap_bytes))  # copied back in before the B
         for j in reversed(range(len(layers[stage]))):
             stash, _, bwd = layers[stage][j]
             if bwd > 0:
@@ -340,6 +344,7 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
                 ops.append(("free", ("work", n, j), 0.0))
             if oldest is not None:
                 ops.extend(("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash))))
+        ops.append(("free", ("swap", n), 0.0))
         ops.append(("free", ("rebuild", n), 0.0))
     return ops
 
