@@ -38,7 +38,13 @@ Transformer Engine runs the layers (NVIDIA/Megatron-LM@d98e8a6, NVIDIA/Transform
   them, ``d*t*V_t``; the output layer's backward adds its input gradient ``t*h*d``;
 * **MoE block backward**: ``r*h*d`` plus, per routed row ``n`` on the rank, the permuted
   gradient ``h*d`` and the experts' ``up_e/tp*d`` (as the dense MLP), and the shared
-  experts' ``t*up_s/tp*d``.
+  experts' ``t*up_s/tp*d``; its forward: the ``r*k`` permuted token copies sent and the ``n``
+  received (``megatron/core/transformer/moe/token_dispatcher.py``
+  ``MoEAlltoAllTokenDispatcher``: ``permute`` then ``all_to_all``), ``(r*k + n)*h*d``;
+* **ring context parallelism** (``cp_comm="p2p"``): the attention holds the key/value block it
+  computes with and the one arriving from its neighbour, ``2*t*2kv/tp*d``, and in the
+  backward those and their gradients (``AttnFuncWithCPAndKVP2P``'s ``p2p_comm_buffers``,
+  ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``).
 
 A trace without a model shape (a profiled chain) gets the assumption pipesim made before: its
 backward holds as much again as its stash (``bwd = act_bytes``), its forward nothing more.
@@ -180,10 +186,16 @@ def decoder_block_work(
         attn += 2 * sc
         fwd = sc
         tensors.append(sc)
+    if lay.cp > 1 and lay.cp_comm == "p2p":
+        q = t * a // tp * m.mla.d_qk if m.mla is not None else t * h // tp
+        kv_chunk = (qkv - q) * d  # this rank's keys and values
+        fwd += 2 * kv_chunk  # the KV block in hand and the one arriving
+        attn += 4 * kv_chunk  # the same for K, V and their gradients
     tensors += [r * h * d, r * h * d]
     if kind == "moe_block" and m.moe is not None:
         moe, etp = m.moe, lay.expert_tp
         n = float(sum(rows))
+        fwd = max(fwd, (r * moe.top_k + n) * h * d)  # permuted tokens and those received
         mlp = r * h * d + n * d * (h + moe.up_width / etp)
         weights += ((moe.up_width // etp, h), (h, moe.expert_ffn // etp))
         tensors += [n * h * d, n * moe.up_width / etp * d, n * moe.expert_ffn / etp * d]
