@@ -164,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--show", type=int, default=20, help="print the N worst rows")
     ap.add_argument(
+        "--validation", type=Path, nargs="*", default=[],
+        help="validation.csv files of `sim validate` (CPU replays: bench_validation.py writes "
+        "them): their measured peaks against the prediction",
+    )  # fmt: skip
+    ap.add_argument(
         "--no-fits", dest="fits", action="store_false",
         help="skip the vTrain and SC'21 fit checks (1,450 configurations)",
     )  # fmt: skip
@@ -195,12 +200,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(skipped)} not predicted:")
         print(skipped.skip.value_counts().head(20).to_string())
     ran = fit_checks() if args.fits else pd.DataFrame()
+    if args.validation:
+        replays(args.validation)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.out / "memory_predictions.csv", index=False)
         if len(ran):
             ran.to_csv(args.out / "measured_configurations_fit.csv", index=False)
     return 0
+
+
+def replays(paths: list[Path]) -> pd.DataFrame:
+    """The torch replays' measured peaks (``sim validate``'s ``validation.csv``:
+    ``measured_peak_bytes`` against ``predicted_peak_bytes``, the engine's peak, which is the
+    rank model's), MAPE by schedule; printed and returned."""
+    frames = [pd.read_csv(p) for p in paths]
+    df = pd.concat(frames, ignore_index=True).dropna(subset=["measured_peak_bytes"])
+    df = df[df.measured_peak_bytes > 0]
+    df["error"] = df.predicted_peak_bytes / df.measured_peak_bytes - 1
+    by = "schedule" if "schedule" in df else None
+    print(f"\nreplays: {len(df)} measured peaks, MAPE {df.error.abs().mean():.2%}")
+    if by:
+        print(df.groupby(by).error.agg(["count", lambda e: e.abs().mean(), "mean"]).to_string())
+    return df
 
 
 def fit_checks() -> pd.DataFrame:

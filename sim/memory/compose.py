@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from sim.memory.base import MemoryPolicy
 from sim.memory.context import StageContext
 from sim.memory.estimate import (
     HEADROOM,
@@ -19,6 +20,7 @@ from sim.memory.rank_memory import (
     allocator_margin_bytes,
     framework_buffer_bytes,
     output_cache,
+    rank_memory,
     stage_transients,
 )
 from sim.memory.reserve import overhead, runtime_reserve_bytes
@@ -235,3 +237,48 @@ def gpu_charges(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]
         "working_bytes": working,
         "allocator_bytes": margin,
     }
+
+
+REFIT_ROUNDS = 2
+"""Times :func:`plan_to_fit` plans again with a smaller capacity."""
+
+
+def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[StagePlan]:
+    """The policy's finalized plans, planned again where they overflow a GPU.
+
+    A policy plans against the estimate (:mod:`sim.memory.estimate`, with the allocator's
+    planning margin); the finalized plan's peak (:func:`sim.memory.rank_memory.rank_memory`,
+    the allocator replay's margin, plus what peers park on the GPU) can exceed what it
+    estimated. A policy that sizes its plan to the memory it has (MPress's planner, ``auto``,
+    PatrickStar's tracer, which measure with the real allocator) then plans again as if each
+    GPU had that much less, up to :data:`REFIT_ROUNDS` times; a policy whose plan does not
+    depend on the capacity gives the same plans and is left as it is.
+    """
+    plans = finalize_plans(contexts, policy.plan_all(contexts))
+    for _ in range(REFIT_ROUNDS):
+        over = _overshoot(contexts, plans)
+        if not over:
+            break
+        shrunk = [
+            replace(c, capacity_bytes=c.capacity_bytes - over.get(c.gpu, 0.0)) for c in contexts
+        ]
+        again = finalize_plans(contexts, policy.plan_all(shrunk))
+        if again == plans:
+            break
+        plans = again
+    return plans
+
+
+def _overshoot(contexts: list[StageContext], plans: list[StagePlan]) -> dict[str, float]:
+    """Bytes each GPU's finalized peak (with what peers park on it) exceeds its capacity."""
+    by_gpu: dict[str, list[tuple[StageContext, StagePlan]]] = {}
+    for ctx, plan in zip(contexts, plans, strict=True):
+        by_gpu.setdefault(ctx.gpu, []).append((ctx, plan))
+    parked = incoming_bytes(zip(contexts, plans, strict=True))
+    out = {}
+    for gpu, pairs in by_gpu.items():
+        need = rank_memory(pairs).device_bytes + parked.get(gpu, 0.0)
+        over = need - pairs[0][0].capacity_bytes
+        if over > 0:
+            out[gpu] = over
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.errors import InputError
-from sim.memory.compose import finalize_plans
+from sim.memory.compose import plan_to_fit
 from sim.memory.context import StageContext
 from sim.memory.layer_work import with_framework_stash
 from sim.memory.rank_memory import RankMemory, rank_memory
@@ -114,7 +114,7 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
     )[0]
     contexts = [_with_width(c, point) for c in contexts]
     try:
-        plans = finalize_plans(contexts, policy.plan_all(contexts))
+        plans = plan_to_fit(policy, contexts)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     plans = framework.plans(

@@ -25,7 +25,7 @@ from sim.framework.base import Framework
 from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
-from sim.memory.compose import finalize_plans
+from sim.memory.compose import plan_to_fit
 from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
 from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
@@ -292,7 +292,7 @@ def _plans(
     ]
     try:
         alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
-        flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
+        flat = alike or plan_to_fit(policy, contexts)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
