@@ -69,6 +69,9 @@ class FrameworkMemory:
         workspace_bytes: GEMM workspaces allocated through PyTorch.
         work: how its layers run (:class:`~sim.memory.layer_work.WorkOptions`).
         allocator: the caching allocator's options.
+        weight_copy_bytes: bytes per parameter of further weight copies the framework keeps
+            beside the training-dtype weights (Transformer Engine's FP8 weight cache: the
+            precision profiles set it; 0: none), counted as weights.
     """
 
     main_grads_fp32: bool = False
@@ -78,18 +81,22 @@ class FrameworkMemory:
     workspace_bytes: float = 0.0
     work: WorkOptions = field(default_factory=WorkOptions)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    weight_copy_bytes: int = 0
 
     def state(self, dtype: str, optimizer: str) -> StateBytes:
         """Bytes per parameter of each model-state class: ZeRO's accounting
         (:func:`~sim.memory.states.state_bytes`) with the gradient in fp32 where
-        ``main_grads_fp32`` (Megatron's 2 + 4 + 12 = 18 for bf16 Adam).
+        ``main_grads_fp32`` (Megatron's 2 + 4 + 12 = 18 for bf16 Adam) and the weights'
+        further copies (``weight_copy_bytes``).
 
         Raises:
             ValueError: unknown dtype or optimizer.
         """
         sb = state_bytes(dtype, optimizer)
         if self.main_grads_fp32 and sb.grad < 4:
-            return replace(sb, grad=4)
+            sb = replace(sb, grad=4)
+        if self.weight_copy_bytes:
+            sb = replace(sb, weight=sb.weight + self.weight_copy_bytes)
         return sb
 
 
