@@ -27,14 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory_rows import (  # noqa: E402
-    GIB,
-    MemoryCase,
-    golden_cases,
-    sc21_cases,
-    simumax_cases,
-    vtrain_cases,
-)
+from memory_fit_rows import sc21_cases, vtrain_cases  # noqa: E402
+from memory_rows import GIB, MemoryCase, golden_cases, simumax_cases  # noqa: E402
 
 from sim.compute.decoder import DecoderShape  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402

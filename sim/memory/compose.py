@@ -17,7 +17,6 @@ from sim.memory.estimate import (
 )
 from sim.memory.plan import StagePlan, SwapParts
 from sim.memory.rank_memory import (
-    allocator_margin_bytes,
     framework_buffer_bytes,
     output_cache,
     rank_memory,
@@ -26,6 +25,7 @@ from sim.memory.rank_memory import (
 from sim.memory.reserve import overhead, runtime_reserve_bytes
 from sim.memory.stash import Stash
 from sim.memory.states import measured_step_s, optimizer_step_s, weight_bytes_per_param
+from sim.memory.tensor_program import allocator_margin_bytes
 
 GiB = 2.0**30
 
