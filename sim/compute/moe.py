@@ -66,6 +66,9 @@ class MoEShape:
         capacity_factor: tokens each expert keeps per rank, over the balanced share
             (:func:`sim.compute.routing.capacity`); None: dropless.
         pad_to_capacity: every expert computes exactly its capacity (padding).
+        bias: biased experts and router (GPT-OSS: ``gate_up_proj_bias`` ``[E, 2f_e]``,
+            ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
+            parameters; the adds run in the GEMMs' epilogues (no kernel of their own).
     """
 
     hidden: int
@@ -76,6 +79,7 @@ class MoEShape:
     gated: bool = True
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -95,16 +99,17 @@ class MoEShape:
         return self.expert_ffn * (2 if self.gated else 1)
 
     def expert_params(self) -> int:
-        """Parameters of one routed expert: ``(2 or 3) * h * f_e`` (no biases)."""
-        return (self.up_width + self.expert_ffn) * self.hidden
+        """Parameters of one routed expert: ``(2 or 3) * h * f_e``, plus ``up + h`` biases."""
+        bias = self.up_width + self.hidden if self.bias else 0
+        return (self.up_width + self.expert_ffn) * self.hidden + bias
 
     def shared_params(self) -> int:
         """Parameters of the shared experts: ``(2 or 3) * h * f_s``."""
         return self.shared_ffn * (3 if self.gated else 2) * self.hidden
 
     def router_params(self) -> int:
-        """Router weights ``h * E``."""
-        return self.hidden * self.experts
+        """Router weights ``h * E`` (and ``E`` biases)."""
+        return (self.hidden + (1 if self.bias else 0)) * self.experts
 
     def fwd_flops(self, tokens: int) -> float:
         """Forward FLOPs of the whole layer for ``tokens`` tokens, balanced and dropless:
