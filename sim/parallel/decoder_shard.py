@@ -18,7 +18,9 @@
   MLP: dense, shared experts; and of the routed rows around the experts, expert tensor
   parallelism), as :class:`~sim.parallel.megatron.LayerComm`; the expert- and
   context-parallel ones as :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and
-  direction; the attention's exchanges, ring steps hiding under ``1/cp`` of the attention core).
+  direction, and before the forward's dispatch the all-gather of the token counts of a
+  dropless layer, :data:`COUNT_BYTES`; the attention's exchanges, ring steps hiding under
+  ``1/cp`` of the attention core).
 
 Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
 kind is its name's (:func:`~sim.compute.decoder_shape.kind_of`: ``embedding``, ``block.i``,
@@ -51,6 +53,10 @@ from sim.trace.decoder import MOE_KINDS, decoder_shape, single_gpu_rows
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 AG, RS, AR = EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value, EventKind.ALLREDUCE.value
+COUNT_BYTES = 8
+"""int64 token counts per expert, all-gathered over the EP group before the dispatch of a
+dropless (or unpadded) MoE layer (Megatron ``MoEAlltoAllTokenDispatcher.preprocess``:
+``gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)``)."""
 CORE = ("flash_attn_fwd", "flash_attn_bwd", "scores", "softmax", "attn_dropout", "attn_v")
 
 
@@ -170,10 +176,13 @@ def _group_ops(
                 hidden = hide / par.cp if coll == "ring" else 0.0
                 out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
     if plan is not None and par.ep > 1:
+        assert m.moe is not None
         a2a = (
             GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch),
             GroupOp("ep", "alltoall", 0.0, pairs=plan.combine),
         )
+        if not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
+            fwd.append(GroupOp("ep", "all_gather", float(COUNT_BYTES * m.moe.experts * par.ep)))
         fwd += a2a
         bwd += a2a[::-1]
     return tuple(fwd), tuple(bwd)
@@ -208,7 +217,10 @@ def shard_decoder(
         group.append(ops)
         expert.append(0.0 if m.lora else layer.param_bytes * share[1])
     prov = {**trace.provenance, "parallel": _describe(par, routing)}
-    out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
+    shared = tuple(
+        replace(g, param_bytes=g.param_bytes / par.shards("dense_params")) for g in trace.shared
+    )  # a tied word embedding, split over the vocabulary like its layers
+    out = replace(trace, layers=tuple(layers), provenance=prov, profiles={}, shared=shared)
     return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par, routing)
 
 

@@ -212,9 +212,7 @@ def shape_from_config(
     trimmed = layers or n
     if shape.get("pattern"):
         shape["pattern"] = shape["pattern"][:trimmed]
-    return DecoderShape(
-        layers=trimmed, seq_len=seq_len, attention=attention, lora=lora, **shape
-    )
+    return DecoderShape(layers=trimmed, seq_len=seq_len, attention=attention, lora=lora, **shape)
 
 
 def _load(path: str | Path) -> dict[str, Any]:
