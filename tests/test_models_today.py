@@ -355,3 +355,40 @@ def test_dropless_moe_syncs_token_counts_on_the_host():
     trace = decoder_trace(m, name="m", microbatch_size=1, gpu=_h100())
     fwd, _ = shard_decoder(trace, ParallelLayout(dp_replicate=4, ep=4), _h100()).group[1]
     assert (fwd[0].kind, fwd[0].nbytes) == ("all_gather", 8 * 8 * 4)
+
+
+def _one_point(tmp_path, shape, name: str):
+    """The row of one single-GPU point of ``shape`` (dgx-h100, Adam, bf16, no parallelism)."""
+    from sim.config import parse_experiment
+    from sim.plan.point_row import point_row
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
+    from sim.trace.native import write_trace
+
+    trace = decoder_trace(shape, name=name, microbatch_size=1, gpu=_h100())
+    csv, _ = write_trace(trace, tmp_path / name)
+    data = {
+        "name": name,
+        "hardware": "dgx-h100",
+        "models": [{"name": "m", "trace": str(csv), "global_batch": 1}],
+        "training": {"optimizer": "adam", "dtype": "bf16"},
+        "sweep": {"microbatch_size": 1, "memory_policy": "none", "stages": 1},
+    }
+    file = str(tmp_path / f"{name}.yaml")
+    prep = prepare(parse_experiment(data, file=file), file)
+    points, _ = expand(prep)
+    return point_row(prep, points[0])[0]
+
+
+def test_lora_memory_has_gradients_and_optimizer_state_of_the_adapters_only(tmp_path):
+    """A 2-layer Llama-3-8B with rank-16 adapters on q and v: 2 x 2 x 16 x (4096 + 1024)
+    trainable parameters, 2 bytes of gradient and 12 of Adam state each (fp32 master, m, v);
+    the weights stay whole."""
+    base = read_config(HF / "llama3-8b-config.json", 256, layers=2)
+    lora = read_config(HF / "llama3-8b-config.json", 256, layers=2, lora=LoRAShape(16))
+    full, adapted = _one_point(tmp_path, base, "full"), _one_point(tmp_path, lora, "lora")
+    trainable = 2 * 16 * ((4096 + 4096) + (4096 + 1024))
+    assert adapted.peak_gradients_bytes == pytest.approx(2 * trainable)
+    assert adapted.peak_optimizer_bytes == pytest.approx(12 * trainable)
+    assert adapted.peak_weights_bytes > full.peak_weights_bytes  # base + adapters
+    assert adapted.iteration_time_s < full.iteration_time_s  # no weight-gradient GEMMs

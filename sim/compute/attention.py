@@ -56,7 +56,7 @@ def score_fraction(s: int, kv: int, causal: bool, window: int = 0) -> float:
 
     Example (a 4096-token sequence, window 128):
         >>> score_fraction(4096, 4096, True), score_fraction(4096, 4096, True, 128)
-        (0.5, 0.0302734375)
+        (0.5, 0.03076171875)
     """
     if not causal:
         return 1.0
