@@ -206,9 +206,7 @@ class Framework:
         ``TiedLayerSpec`` once per stage), so the head's copy (:func:`tied_embedding_bytes`)
         is not in its parameters. Unchanged without a tied embedding."""
         last = schedule.num_stages - 1
-        if not self.tied_embedding.value or schedule.stage_rank(0) != schedule.stage_rank(last):
-            return trace
-        if untied(trace):
+        if not self.ties(trace) or schedule.stage_rank(0) != schedule.stage_rank(last):
             return trace
         return share_head_weight(trace, tensor_parallel)
 
@@ -240,6 +238,17 @@ class Framework:
             allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
         )
 
+    def ties(self, trace: Trace) -> bool:
+        """Whether the framework keeps a copy of the word embedding in ``trace``'s head and
+        all-reduces it (:attr:`tied_embedding`). A decoder model (``model_shape.kind ==
+        "decoder"``) says itself whether it ties its embeddings: its trace declares the tie as a
+        shared group (:mod:`sim.trace.shared`, placed and all-reduced like any other), and an
+        untied one (Llama, DeepSeek, Mixtral: Megatron ``--untie-embeddings-and-output-weights``)
+        has no all-reduce and keeps its output layer."""
+        shape = (trace.provenance or {}).get("model_shape")
+        decoder = isinstance(shape, dict) and shape.get("kind") == "decoder"
+        return bool(self.tied_embedding.value) and not decoder
+
     def runtime(
         self,
         topo: Topology,
@@ -253,7 +262,7 @@ class Framework:
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
         is the server it runs on; ``memory`` its memory layout: with fp32 main gradients the
         step's ``.float()`` of a gradient is the gradient itself (no ``step_transient``)."""
-        tied, sixteen = self.tied_embedding.value, dtype_bytes(trace.dtype) < 4
+        tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
         if memory is not None and memory.main_grads_fp32:
             sixteen = False
         return PipelineRuntime(
@@ -320,18 +329,6 @@ def tied_embedding_bytes(trace: Trace, tensor_parallel: int = 1) -> float:
         return sum(x.param_bytes for x in trace.layers if layer_kind(x.name) == "head")
     v, h = int(shape["vocab"]), int(shape["hidden"])
     return v * h * dtype_bytes(trace.dtype) / tensor_parallel
-
-
-def untied(trace: Trace) -> bool:
-    """Whether the model keeps its output layer apart from the word embedding: a decoder
-    model (:mod:`sim.trace.decoder`: Llama, Mixtral, DeepSeek untie them; Megatron's
-    ``--untie-embeddings-and-output-weights``) unless its shape says
-    ``tie_word_embeddings: true`` (the Hugging Face name). Then both the first and the last
-    stage hold their own ``V*h/tp`` matrix, also at ``p = 1``."""
-    shape = model_shape(trace)
-    if shape is None or shape.get("kind") != "decoder":
-        return False
-    return not bool(shape.get("tie_word_embeddings", False))
 
 
 def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:

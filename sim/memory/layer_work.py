@@ -54,7 +54,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.compute.decoder import DecoderShape, tokens
+from sim.compute.decoder import tokens
+from sim.compute.decoder_shape import DecoderShape, base_kind, kind_of
 from sim.compute.routing import Routing
 from sim.parallel.expert import expert_plan
 from sim.parallel.layout import ParallelLayout
@@ -207,9 +208,10 @@ def decoder_block_work(
             tensors += [t * up_s * d, t * fs * d]
         return LayerWork(fwd, max(attn, mlp), None, weights, tuple(float(x) for x in tensors))
     f = m.ffn_hidden // tp
-    weights += ((2 * f, h), (h, f))
-    tensors += [t * 2 * f * d, t * f * d]
-    bwd = max(attn, r * h * d + t * 2 * f * d)
+    up = (2 if m.gated_mlp else 1) * f
+    weights += ((up, h), (h, f))
+    tensors += [t * up * d, t * f * d]
+    bwd = max(attn, r * h * d + t * up * d)
     return LayerWork(fwd, bwd, None, weights, tuple(float(x) for x in tensors))
 
 
@@ -225,27 +227,23 @@ def decoder_work(
         plan = expert_plan(m.moe, routing, r, lay.ep, lay.expert_tp, d)
         rows = plan.rows[plan.busiest]
     vt = -(-m.vocab // lay.tp)
-    kinds = trace.provenance.get("layer_kinds") or [_decoder_kind(x.name) for x in trace.layers]
+    kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     cache: dict[str, LayerWork] = {}
     out = []
     for layer, kind in zip(trace.layers, kinds, strict=True):
-        if kind == "embedding":
+        base = base_kind(kind)
+        if base == "embedding":
             out.append(embedding_work(r, m.hidden, vt, d))
-        elif kind == "head":
+        elif base == "head":
             out.append(loss_work(t, r, m.hidden, vt, d, opts, layer.act_bytes))
-        else:
-            if kind not in cache:
-                w = decoder_block_work(kind, m, b, d, lay, rows)
-                cache[kind] = replace(w, bwd_bytes=w.bwd_bytes + _wgrad(w.weights, d, opts))
-            out.append(cache[kind])
+        elif base in ("block", "moe_block"):
+            if base not in cache:
+                w = decoder_block_work(base, m, b, d, lay, rows)
+                cache[base] = replace(w, bwd_bytes=w.bwd_bytes + _wgrad(w.weights, d, opts))
+            out.append(cache[base])
+        else:  # a hybrid model's mamba, attention, mlp, moe or MTP layer: not itemized
+            out.append(generic_work(layer))
     return tuple(out)
-
-
-def _decoder_kind(name: str) -> str:
-    for kind in ("embedding", "head", "moe_block"):
-        if name.startswith(kind):
-            return kind
-    return "block"
 
 
 def gpt_work(trace: Trace, lay: ParallelLayout, opts: WorkOptions) -> tuple[LayerWork, ...]:

@@ -69,7 +69,7 @@ from typing import Any
 
 from sim.comm.hierarchical import collective_plan
 from sim.compute.routing import Routing
-from sim.framework.base import share_head_weight, untied
+from sim.framework.base import share_head_weight
 from sim.memory.framework_memory import FrameworkMemory
 from sim.memory.layer_work import trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
@@ -264,7 +264,7 @@ class BoundModel:
         routing = sharded.routing if isinstance(sharded, DecoderShard) else Routing()
         works = trace_work(sharded.trace, point.layout, routing, memory.work)
         trace: Trace = with_framework_stash(sharded.trace, works)
-        if point.framework_profile.tied_embedding.value and not untied(trace):
+        if point.framework_profile.ties(trace):
             # stored once where both ends share a rank (Framework.tie): left out at every
             # depth, which keeps these totals a lower bound
             trace = share_head_weight(trace, point.tensor_parallel)
