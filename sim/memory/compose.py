@@ -254,7 +254,8 @@ def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stag
     GPU had that much less, up to :data:`REFIT_ROUNDS` times; a policy whose plan does not
     depend on the capacity gives the same plans and is left as it is.
     """
-    plans = finalize_plans(contexts, policy.plan_all(contexts))
+    raw = policy.plan_all(contexts)
+    plans = finalize_plans(contexts, raw)
     for _ in range(REFIT_ROUNDS):
         over = _overshoot(contexts, plans)
         if not over:
@@ -262,10 +263,10 @@ def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stag
         shrunk = [
             replace(c, capacity_bytes=c.capacity_bytes - over.get(c.gpu, 0.0)) for c in contexts
         ]
-        again = finalize_plans(contexts, policy.plan_all(shrunk))
-        if again == plans:
+        again = policy.plan_all(shrunk)
+        if again == raw:  # the plan does not depend on the capacity
             break
-        plans = again
+        raw, plans = again, finalize_plans(contexts, again)
     return plans
 
 
