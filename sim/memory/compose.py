@@ -251,8 +251,9 @@ def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stag
     the allocator replay's margin, plus what peers park on the GPU) can exceed what it
     estimated. A policy that sizes its plan to the memory it has (MPress's planner, ``auto``,
     PatrickStar's tracer, which measure with the real allocator) then plans again as if each
-    GPU had that much less, up to :data:`REFIT_ROUNDS` times; a policy whose plan does not
-    depend on the capacity gives the same plans and is left as it is.
+    GPU had that much less, up to :data:`REFIT_ROUNDS` times (only where the policy thought its
+    plan fits and the overshoot is an estimate's, :func:`_overshoot`); a policy whose plan does
+    not depend on the capacity gives the same plans and is left as it is.
     """
     raw = policy.plan_all(contexts)
     plans = finalize_plans(contexts, raw)
@@ -270,16 +271,24 @@ def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stag
     return plans
 
 
+REFIT_MAX = 0.1
+"""Largest overshoot (share of the capacity) :func:`plan_to_fit` corrects: the estimate's
+error, not a plan that cannot fit."""
+
+
 def _overshoot(contexts: list[StageContext], plans: list[StagePlan]) -> dict[str, float]:
-    """Bytes each GPU's finalized peak (with what peers park on it) exceeds its capacity."""
+    """Bytes each GPU's finalized peak (with what peers park on it) exceeds its capacity, for
+    the GPUs whose plans all say they fit (their notes) and by at most :data:`REFIT_MAX` of it."""
     by_gpu: dict[str, list[tuple[StageContext, StagePlan]]] = {}
     for ctx, plan in zip(contexts, plans, strict=True):
         by_gpu.setdefault(ctx.gpu, []).append((ctx, plan))
     parked = incoming_bytes(zip(contexts, plans, strict=True))
     out = {}
     for gpu, pairs in by_gpu.items():
-        need = rank_memory(pairs).device_bytes + parked.get(gpu, 0.0)
-        over = need - pairs[0][0].capacity_bytes
-        if over > 0:
+        if not all(p.notes.get("fits", True) for _, p in pairs):
+            continue
+        cap = pairs[0][0].capacity_bytes
+        over = rank_memory(pairs).device_bytes + parked.get(gpu, 0.0) - cap
+        if 0 < over <= REFIT_MAX * cap:
             out[gpu] = over
     return out
