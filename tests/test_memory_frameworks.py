@@ -297,3 +297,11 @@ def test_sim_memory_bad_input_exits_2(tmp_path):
     res = CliRunner().invoke(app, ["memory", str(bad)])
     assert res.exit_code == 2
     assert "hardware" in res.output and "Traceback" not in res.output
+
+
+def test_sim_memory_refuses_an_output_that_is_a_file(tmp_path):
+    out = tmp_path / "taken"
+    out.write_text("x")
+    res = CliRunner().invoke(app, ["memory", str(_experiment(tmp_path)), "--out", str(out)])
+    assert res.exit_code == 2
+    assert "--out" in res.output and "Traceback" not in res.output
