@@ -16,6 +16,7 @@ command                    module                                calls
 ``sim schedule list|show`` :mod:`sim.cli.schedule`               :mod:`sim.schedules`
 ``sim trace list|show|import-kineto``  :mod:`sim.cli.trace`      :mod:`sim.trace`
 ``sim import``             :mod:`sim.cli.import_runs`            :func:`sim.import_runs.import_runs`
+``sim compare``            :mod:`sim.cli.compare`                :func:`sim.compare.compare`
 =========================  ====================================  ================================
 
 Every command turns bad input into one message naming the file and field, exit code 2, and no
@@ -32,6 +33,7 @@ import typer  # noqa: E402
 
 from sim.cli import (  # noqa: E402
     calibrate,
+    compare,
     hardware,
     import_runs,
     partition,
@@ -77,6 +79,7 @@ app.command("profile")(profile.profile)
 app.command("calibrate")(calibrate.calibrate)
 app.command("validate")(validate.validate)
 app.command("import")(import_runs.import_cmd)
+app.command("compare")(compare.compare_cmd)
 _settle_heap()
 
 __all__ = ["app"]

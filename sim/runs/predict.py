@@ -16,11 +16,12 @@ the whole peak (``reserved``-like).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sim.config import parse_experiment
 from sim.errors import InputError
+from sim.events import EventKind, EventLog
 from sim.hardware.loader import load_hardware
 from sim.hardware.overlay import apply_overlay
 from sim.hardware.topology import Topology
@@ -46,6 +47,8 @@ class Prediction:
         fits: the configuration fits the GPUs' memory.
         error: why it did not run or does not fit ("" when it did).
         row: the result row (None when the point could not be built).
+        categories: predicted seconds per category of Megatron-LM's timers
+            (:func:`predicted_categories`).
     """
 
     iteration_time_s: float | None
@@ -54,6 +57,20 @@ class Prediction:
     fits: bool
     error: str
     row: ResultRow | None = None
+    categories: dict[str, float] = field(default_factory=dict)
+
+
+def predicted_categories(log: EventLog | None, iteration_s: float | None) -> dict[str, float]:
+    """The simulator's ``optimizer`` (the longest device's optimizer steps per iteration) and
+    ``forward-backward`` (the rest of the iteration), seconds; {} without a log."""
+    if log is None or not iteration_s or not log.iteration_ends_s:
+        return {}
+    per: dict[str, float] = {}
+    for e in log.events:
+        if e.kind in (EventKind.OPTIMIZER, EventKind.HOST_OPTIMIZER):
+            per[e.device] = per.get(e.device, 0.0) + e.end_s - e.start_s
+    opt = max(per.values(), default=0.0) / len(log.iteration_ends_s)
+    return {"optimizer": opt, "forward-backward": iteration_s - opt}
 
 
 def build_trace(item: Expressed, topo: Topology) -> Trace:
@@ -90,13 +107,14 @@ def point_of(item: Expressed) -> PointConfig:
     return PointConfig(model=item.model, **fields)
 
 
-def _prediction(row: ResultRow) -> Prediction:
+def _prediction(row: ResultRow, log: EventLog | None) -> Prediction:
     ok = row.iteration_time_s is not None and not row.error
     reserve = row.peak_reserve_bytes or 0.0
     alloc = row.peak_memory_bytes - reserve if row.peak_memory_bytes is not None else None
     err = row.error or ("" if row.fits else f"out of memory on {row.oom_device}")
-    return Prediction(row.iteration_time_s if ok else None, alloc, row.peak_memory_bytes,
-                      row.fits, err, row)  # fmt: skip
+    t = row.iteration_time_s if ok else None
+    return Prediction(t, alloc, row.peak_memory_bytes, row.fits, err, row,
+                      predicted_categories(log, t))  # fmt: skip
 
 
 class Predictor:
@@ -133,7 +151,7 @@ class Predictor:
             trace = self._traces[tkey]
             exp = parse_experiment(experiment_of(item, self.hardware(item.hardware), item.model))
             prep = Prepared(exp, "<measured>", topo, {item.model: trace})
-            out = _prediction(point_row(prep, point_of(item))[0])
+            out = _prediction(*point_row(prep, point_of(item)))
         except (InputError, ValueError) as exc:
             out = Prediction(None, None, None, False, str(exc))
         self._done[item.key] = out
