@@ -264,11 +264,6 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
     )  # fmt: skip
 
 
-def _attention(run: MeasuredRun) -> str:
-    note = next((a for a in run.args if a.name == "attention-backend"), None)
-    return "math" if note is not None and "unfused" in note.reason else "flash"
-
-
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
     s = run.shape
     seq = run.seq_len or 0
@@ -295,7 +290,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     if reasons:
         return NotExpressed(run, tuple(dict.fromkeys(reasons)))
     hardware = hardware_for(run.gpu, run.num_gpus or run.layout.gpus)[0] or ""
-    attention = _attention(run)
+    attention = run.attention
     try:
         generator, shape = _generator(run, attention)
     except ValueError as exc:

@@ -152,6 +152,7 @@ def read_megatron(
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
+    attention = _attention(r.flags, framework)
     return MeasuredRun(
         name=name,
         source=source,
@@ -165,11 +166,25 @@ def read_megatron(
         precision=precision,
         recompute=recompute,
         schedule=sched,
+        attention=attention,
         distributed_optimizer=dist,
         shape=shape,
         args=tuple(r.notes),
         notes=tuple(r.assumptions),
     )
+
+
+def _attention(flags: dict[str, Any], framework: str) -> str:
+    """``math`` for Megatron's unfused core attention (``--attention-backend unfused`` or
+    ``local``; ``--transformer-impl local`` or Megatron-DeepSpeed without ``--use-flash-attn``),
+    else ``flash`` (Transformer Engine's fused attention, the default backend ``auto``)."""
+    backend = str(flags.get("attention-backend", ""))
+    if backend in ("unfused", "local"):
+        return "math"
+    if backend in ("flash", "fused"):
+        return "flash"
+    old = flags.get("transformer-impl") == "local" or framework == "megatron-deepspeed"
+    return "math" if old and not flags.get("use-flash-attn") else "flash"
 
 
 def _world(r: Reading) -> int | None:

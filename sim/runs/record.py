@@ -165,6 +165,8 @@ class MeasuredRun:
         recompute: ``none``, ``full`` (every layer), ``full:block:N`` (N layers per stage),
             ``selective`` (attention core) or ``selective:<modules>``.
         schedule: pipeline schedule (``1f1b``, ``interleaved_1f1b``, torchtitan's names).
+        attention: the attention core: ``flash`` (a fused kernel) or ``math`` (unfused: the
+            ``s x s`` scores in memory).
         distributed_optimizer: optimizer state sharded over the data-parallel ranks (ZeRO-1).
         zero_stage: DeepSpeed ZeRO stage (0 none; 3 also shards weights; FSDP2 is 3).
         offload: what ZeRO keeps in host memory (``optimizer``, ``optimizer+param``; "").
@@ -187,6 +189,7 @@ class MeasuredRun:
     precision: str = "bf16"
     recompute: str = "none"
     schedule: str = "1f1b"
+    attention: str = "flash"
     distributed_optimizer: bool = False
     zero_stage: int = 0
     offload: str = ""

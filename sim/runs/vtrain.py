@@ -6,7 +6,8 @@ seq_len, tensor_parallel, data_parallel, pipeline_parallel, iteration_time_ms``.
 share is in vTrain's ``data/README.md`` and configs (``validation/vtrain/README.md``): every
 point collected with Megatron-DeepSpeed on one node of 8 A100s (40 or 80 GB not stated), a
 GPT-style decoder (GeLU MLP of 4h, learned positions, tied embeddings), fp16 mixed precision,
-1F1B (``pipeline_scheduling: 1f1b``), every transformer layer checkpointed
+1F1B (``pipeline_scheduling: 1f1b``), Megatron's unfused attention core (no flash attention in
+the configs), every transformer layer checkpointed
 (``use_checkpoint: true``), data-parallel gradients all-reduced after the backward without
 buckets (``use_gradient_bucket: false``: the ``megatron-deepspeed`` profile). The vocabulary
 is not stated: GPT-2's 50,257 tokens (an assumption, as Megatron's GPT examples use).
@@ -54,20 +55,22 @@ def read_vtrain(path: str | Path) -> list[MeasuredRun]:
     if bad.any().any():
         row = int(bad.any(axis=1).idxmax())
         col = str(bad.loc[row].idxmax())
-        raise InputError(f"row {row + 2}: must be a positive number", file=str(path), field=col)
+        raise InputError(f"row {row + 2}: every column must be positive ({col} is not)",
+                         file=str(path), field=col)  # fmt: skip
     out = []
     for i, r in num.iterrows():
-        out.append(_run(r, f"{path} row {int(str(i)) + 2}", str(path)))
+        out.append(_run(r, int(str(i)) + 2, str(path)))
     return out
 
 
-def _run(r: pd.Series, source: str, file: str) -> MeasuredRun:
+def _run(r: pd.Series, line: int, file: str) -> MeasuredRun:
     t, p, w = int(r.tensor_parallel), int(r.pipeline_parallel), int(r.data_parallel)
     b, g = int(r.microbatch_size), int(r.global_batch)
+    source = f"{file} row {line}"
     if t * p * w != int(r.gpus) or g % (b * w):
         raise InputError(
-            f"{source.rsplit(' ', 2)[-2:]}: gpus must be tensor_parallel x pipeline_parallel x "
-            "data_parallel and global_batch a multiple of microbatch_size x data_parallel",
+            f"row {line}: gpus must be tensor_parallel x pipeline_parallel x data_parallel and "
+            "global_batch a multiple of microbatch_size x data_parallel",
             file=file, field="gpus",
         )  # fmt: skip
     h, a, layers, s = int(r.hidden), int(r.heads), int(r.layers), int(r.seq_len)
@@ -83,7 +86,8 @@ def _run(r: pd.Series, source: str, file: str) -> MeasuredRun:
         name=f"gpt-h{h}-L{layers}-t{t}p{p}w{w}b{b}B{g}", source=source,
         framework="megatron-deepspeed", gpu=GPU, num_gpus=int(r.gpus),
         layout=ParallelLayout(pp=p, dp_replicate=w, tp=t), microbatch_size=b, global_batch=g,
-        seq_len=s, precision="fp16", recompute="full", schedule="1f1b", shape=shape,
+        seq_len=s, precision="fp16", recompute="full", schedule="1f1b", attention="math",
+        shape=shape,
         measured=Measured(iteration_time_s=float(r.iteration_time_ms) / 1e3,
                           time_rule="vTrain's measured iteration_time_ms"),
         args=(note,), notes=(f"vocabulary {VOCAB} assumed (GPT-2 BPE)",),
