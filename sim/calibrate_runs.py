@@ -14,6 +14,9 @@ name                      hardware field                    what it is, bounds
                                                             bandwidth (0.3-1)
 ``kernel_overhead``       ``gpu.kernel_overhead``           host dispatch and launch time per kernel
                                                             (0-100 us)
+``host_op``               ``host_overhead.op`` (and         eager PyTorch's host time per op, as a
+                          ``nograd_op``, ``backward_op``)   factor of the preset's (0.3-5), where
+                                                            the preset models the host
 ``nvlink_busbw``          ``gpu.nccl_nvlink_bandwidth``     NCCL's rate per NVLink, as a factor of
                                                             the preset's (0.3-1.2)
 ``network_busbw``         ``network.nccl_nic_bandwidth``    NCCL's rate to the NIC, as a factor of
@@ -53,7 +56,7 @@ from scipy.optimize import least_squares
 
 from sim.atomic import atomic_write_text, check_writable
 from sim.errors import InputError
-from sim.hardware.loader import load_hardware_spec
+from sim.hardware.loader import load_hardware_spec, multi_server
 from sim.runs.express import Expressed, express
 from sim.runs.predict import Predictor
 from sim.runs.readers import read_runs
@@ -84,6 +87,7 @@ class Parameter:
         floor: the prior's smallest width (for a preset value of 0), in the value's unit.
         multi_server: only meaningful with runs across servers.
         what: what it is.
+        also: further keys of the section scaled by the same factor (relative parameters).
     """
 
     name: str
@@ -95,6 +99,7 @@ class Parameter:
     floor: float = 0.0
     multi_server: bool = False
     what: str = ""
+    also: tuple[str, ...] = ()
 
 
 PARAMETERS: tuple[Parameter, ...] = (
@@ -106,6 +111,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               what="memory-bound kernels' fraction of HBM bandwidth"),
     Parameter("kernel_overhead", "gpu", "kernel_overhead", 0.0, 100e-6, floor=2e-6,
               what="host dispatch and launch time per kernel (s)"),
+    Parameter("host_op", "host_overhead", "op", 0.3, 5.0, relative=True,
+              what="eager PyTorch's host time per op", also=("nograd_op", "backward_op")),
     Parameter("nvlink_busbw", "gpu", "nccl_nvlink_bandwidth", 0.3, 1.2, relative=True,
               what="NCCL's bytes/s per NVLink"),
     Parameter("network_busbw", "network", "nccl_nic_bandwidth", 0.3, 1.0, relative=True,
@@ -147,12 +154,19 @@ class Fit:
     leave_one_out: list[float]
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
+    extra: dict[tuple[str, str], float] = field(default_factory=dict)
+
     def overlay(self) -> dict[str, Any]:
         """The fitted values as a hardware overlay mapping (absolute values)."""
         out: dict[str, Any] = {}
         for p in PARAMETERS:
             if p.name in self.values:
-                out.setdefault(p.section, {})[p.key] = float(self.values[p.name])
+                factor = self.values[p.name] / self.priors[p.name] if self.priors[p.name] else 1
+                out.setdefault(p.section, {}).update(
+                    {p.key: float(self.values[p.name])}
+                    | {k: float(self.extra[(p.section, k)] * factor) for k in p.also
+                       if (p.section, k) in self.extra}
+                )  # fmt: skip
         return out
 
 
@@ -182,7 +196,7 @@ def _usable(runs: Iterable[MeasuredRun]) -> tuple[list[Expressed], list[tuple[st
 
 def _base(items: list[Expressed]) -> str:
     """The one server preset of the runs (``Nx-`` and ``nvlDxN-`` prefixes dropped)."""
-    bases = {load_hardware_spec(i.hardware).base or i.hardware for i in items}
+    bases = {(multi_server(i.hardware) or (1, i.hardware))[1] for i in items}
     if len(bases) != 1:
         raise InputError(
             f"the runs are on {len(bases)} kinds of server ({', '.join(sorted(bases))}): "
@@ -194,8 +208,9 @@ def _base(items: list[Expressed]) -> str:
 class _Model:
     """Predicted times of the runs as a function of the parameters, each point cached."""
 
-    def __init__(self, items: list[Expressed], params: list[Parameter], priors: dict[str, float]):
-        self.items, self.params, self.priors = items, params, priors
+    def __init__(self, items: list[Expressed], params: list[Parameter], priors: dict[str, float],
+                 extra: dict[tuple[str, str], float]):  # fmt: skip
+        self.items, self.params, self.priors, self.extra = items, params, priors, extra
         self.measured = np.array([i.run.measured.iteration_time_s for i in items], dtype=float)
         self._cache: dict[tuple, np.ndarray] = {}
 
@@ -207,7 +222,11 @@ class _Model:
     def overlay(self, u: Sequence[float] | np.ndarray) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for p, x in zip(self.params, u, strict=True):
-            out.setdefault(p.section, {})[p.key] = self.value(p, float(x))
+            sec = out.setdefault(p.section, {})
+            sec[p.key] = self.value(p, float(x))
+            for k in p.also:
+                if (p.section, k) in self.extra:
+                    sec[k] = self.extra[(p.section, k)] * float(x)
         return out
 
     def times(self, u: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -243,13 +262,17 @@ def _sensitive(model: _Model, params: list[Parameter]) -> list[bool]:
     return out
 
 
-def _loo(jac: np.ndarray, res: np.ndarray, n_data: int) -> np.ndarray:
-    """Each run's residual after the Gauss-Newton step that leaves its row out (linearised)."""
+def _loo(jac: np.ndarray, res: np.ndarray, n_data: int, u: np.ndarray,
+         bounds: tuple[list[float], list[float]]) -> np.ndarray:  # fmt: skip
+    """Each run's residual after the Gauss-Newton step that leaves its row out (linearised),
+    the step's parameters kept within their bounds."""
     out = np.empty(n_data)
+    lo, hi = np.asarray(bounds[0]), np.asarray(bounds[1])
     for i in range(n_data):
         keep = np.arange(len(res)) != i
         j, r = jac[keep], res[keep]
         step = -np.linalg.lstsq(j, r, rcond=None)[0]
+        step = np.clip(u + step, lo, hi) - u
         out[i] = res[i] + jac[i] @ step
     return out
 
@@ -286,6 +309,8 @@ def fit(
                          f"{', '.join(p.name for p in PARAMETERS)}", field="--parameters")  # fmt: skip
     multi = any(load_hardware_spec(i.hardware).servers > 1 for i in items)
     priors, not_fitted, params = {}, dict(NOT_MODELLED), []
+    extra = {(p.section, k): v for p in PARAMETERS for k in p.also
+             if (v := _prior(spec, Parameter(p.name, p.section, k, 0, 0))) is not None}  # fmt: skip
     for p in PARAMETERS:
         prior = _prior(spec, p)
         if prior is None:
@@ -297,19 +322,19 @@ def fit(
         else:
             priors[p.name] = prior
             params.append(p)
-    model = _Model(items, params, priors)
+    model = _Model(items, params, priors, extra)
     say(f"{len(items)} runs on {base}; sensitivity of {len(params)} parameters")
     sens = _sensitive(model, params)
     for p, s in zip(list(params), sens, strict=True):
         if not s:
             not_fitted[p.name] = "no run is sensitive to it (kept at the preset's value)"
             params.remove(p)
-    model = _Model(items, params, priors)
+    model = _Model(items, params, priors, extra)
     u0 = np.ones(len(params))
     uncal = list(np.exp(model.residuals(u0)[: len(items)] * NOISE) - 1)
+    lo, hi = _bounds(params, priors)
     if params:
         say(f"fitting {', '.join(p.name for p in params)}")
-        lo, hi = _bounds(params, priors)
         res = least_squares(model.residuals, u0, bounds=(lo, hi), method="trf", diff_step=1e-3,
                             x_scale="jac")  # fmt: skip
         u, jac, r = res.x, res.jac, res.fun
@@ -324,9 +349,9 @@ def fit(
     for j, p in enumerate(params):
         values[p.name] = model.value(p, float(u[j]))
         std[p.name] = abs(model.value(p, 1.0) - model.value(p, 0.0)) * math.sqrt(cov[j, j])
-    loo = list(np.exp(_loo(jac, r, n) * NOISE) - 1) if params and n > 1 else cal
+    loo = list(np.exp(_loo(jac, r, n, u, (lo, hi)) * NOISE) - 1) if params and n > 1 else cal
     return Fit(base, values, priors, std, not_fitted, [i.run for i in items], uncal, cal, loo,
-               skipped)  # fmt: skip
+               skipped, extra)  # fmt: skip
 
 
 def overlay_document(result: Fit, sources: Sequence[str]) -> dict[str, Any]:

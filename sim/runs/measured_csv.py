@@ -229,7 +229,10 @@ def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None
     extra = []
     if gpus is None:
         extra.append("8 GPUs assumed (num_gpus empty)")
-    notes = list(run.args) + (_row_notes(row, recipe is not None) if golden is None else [])
+    name = str(row.get("model", "")).lower()
+    notes = list(run.args) + (_row_notes(row, recipe is not None) if golden is None else [
+        ArgNote("model", name, "unmapped", why) for part, why in NAMED_UNMAPPED if part in name
+    ])  # fmt: skip
     cons = str(row.get("config_consistent", "True"))
     if cons not in ("True", "nan") and not cons.startswith("num_gpus assumed"):
         notes.append(ArgNote("config_consistent", cons, "unmapped", f"inconsistent row: {cons}"))
