@@ -62,6 +62,11 @@ NAMED_UNMAPPED = (
         "alternating sliding-window attention layers, attention sinks and biased "
         "experts (GPT-OSS: NeMo gpt_oss.py GPTOSSConfig; issue 26 item 4, models)",
     ),
+    (
+        "distill",
+        "knowledge distillation: a teacher model runs beside the student (its configuration "
+        "is not in the arguments)",
+    ),
 )
 """Models whose architecture no flag of the table can say, with what they need."""
 PRECISION_FLAGS = (
@@ -222,8 +227,10 @@ def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None
         flags = _run_flags(row) | _recompute_flags(row) | (recipe or {})
         arch = "hybrid" if "hybrid" in str(row.get("family", "")) else "decoder"
     gpus = _int(row.get("num_gpus"))
+    tag = re.search(r"\[[^\]]+\]", str(row.get("table", ""))) if golden is not None else None
     run = read_megatron(
-        flags, name=str(row.get("model")), source=source, strict=True, arch=arch,
+        flags, name=str(row.get("model")) + (tag.group(0) if tag else ""), source=source,
+        strict=True, arch=arch,
         gpu=str(row.get("gpu", "")), num_gpus=gpus or 8, framework=_framework(row),
     )  # fmt: skip
     extra = []
