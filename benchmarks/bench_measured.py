@@ -59,10 +59,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
+from sim.errors import InputError  # noqa: E402
 from sim.hardware.loader import is_preset, load_hardware  # noqa: E402
 from sim.plan.point_row import point_row  # noqa: E402
 from sim.point.config import PointConfig  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
+from sim.runs.vtrain import COLUMNS as VTRAIN_COLUMNS  # noqa: E402
+from sim.runs.vtrain import read_vtrain  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
 VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
@@ -79,20 +82,9 @@ QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
 
-COLUMNS = [
-    "gpus",
-    "global_batch",
-    "microbatch_size",
-    "hidden",
-    "heads",
-    "layers",
-    "seq_len",
-    "tensor_parallel",
-    "data_parallel",
-    "pipeline_parallel",
-    "iteration_time_ms",
-]
-"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout)."""
+COLUMNS = list(VTRAIN_COLUMNS)
+"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout,
+:mod:`sim.runs.vtrain`)."""
 
 
 class RowsError(ValueError):
@@ -102,37 +94,21 @@ class RowsError(ValueError):
 
 def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     """The measured rows of ``path`` (vTrain's column layout, :data:`COLUMNS`), with
-    ``microbatches`` added (``B / (b w)``).
+    ``microbatches`` added (``B / (b w)``); checked by :func:`sim.runs.vtrain.read_vtrain`.
 
     Raises:
         RowsError: the file is missing or unreadable, a column is missing, a value is not a
             positive number, or ``gpus != t p w`` or ``B`` is not a multiple of ``b w``.
     """
     try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise RowsError(f"{path}: cannot read it as CSV ({exc})") from None
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise RowsError(
-            f"{path}: missing column(s) {', '.join(missing)}; the file needs {', '.join(COLUMNS)}"
-        )
-    num = df[COLUMNS].apply(pd.to_numeric, errors="coerce")
-    bad = num.isna().any(axis=1) | (num <= 0).any(axis=1)
-    if bad.any():
-        raise RowsError(f"{path}: row {int(bad.idxmax()) + 2}: every column must be positive")
+        read_vtrain(path)
+    except InputError as exc:
+        raise RowsError(str(exc)) from None
+    df = pd.read_csv(path)
+    num = df[COLUMNS].apply(pd.to_numeric)
     df[COLUMNS[:-1]] = num[COLUMNS[:-1]].astype(int)
     df["iteration_time_ms"] = num.iteration_time_ms
-    width = df.tensor_parallel * df.pipeline_parallel * df.data_parallel
-    step = df.microbatch_size * df.data_parallel
-    wrong = (width != df.gpus) | (df.global_batch % step != 0)
-    if wrong.any():
-        raise RowsError(
-            f"{path}: row {int(wrong.idxmax()) + 2}: gpus must be tensor_parallel x "
-            "pipeline_parallel x data_parallel and global_batch a multiple of "
-            "microbatch_size x data_parallel"
-        )
-    df["microbatches"] = df.global_batch // step
+    df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
     return df
 
 
