@@ -1,6 +1,6 @@
 """Whole iterations measured by others, predicted by pipesim: error and planning quality.
 
-Data: ``validation/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
+Data: ``measurements/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
 one 8 x A100 node, vTrain's published ground truth; provenance in its README). Each row becomes
 the configuration it measured, through the README's no-GPU path: an analytic GPT trace timed by
 the kernel model on the ``dgx-a100-40gb`` preset, tensor parallelism ``t``, pipeline depth
@@ -18,7 +18,7 @@ pipesim's terms:
 * ``pipeline_scheduling: 1f1b`` -> ``schedule: 1f1b``.
 
 Collectives are timed as the preset times them: the DGX A100 presets carry vTrain's measured
-all-reduce tables for 2-8 GPUs of one server (``validation/vtrain/allreduce_lut.csv``,
+all-reduce tables for 2-8 GPUs of one server (``measurements/vtrain/allreduce_lut.csv``,
 :mod:`sim.hardware.comm_tables`), NCCL's model times the rest; ``--collectives model`` drops the
 tables.
 
@@ -68,13 +68,13 @@ from sim.runs.vtrain import COLUMNS as VTRAIN_COLUMNS  # noqa: E402
 from sim.runs.vtrain import read_vtrain  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
-VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
+VTRAIN = ROOT / "measurements" / "vtrain" / "ground_truth_single_h2048.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
 FRAMEWORK = "megatron-deepspeed"
 """vTrain's data/README.md: every point collected with Megatron-DeepSpeed; its configs say
 ``use_gradient_bucket: false`` (all-reduce after the backward), ``use_checkpoint: true``,
-``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
+``pipeline_scheduling: 1f1b`` (measurements/vtrain/README.md)."""
 POLICY = "recompute:full"
 """vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
 QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
@@ -345,7 +345,7 @@ def main() -> None:
         help="CSV of measured iterations in vTrain's layout (columns: "
         + ", ".join(COLUMNS)
         + "; iteration_time_ms in milliseconds); rows over one server run on the fewest "
-        "servers of --hardware that hold them (default: the 720 rows in validation/vtrain/)",
+        "servers of --hardware that hold them (default: the 720 rows in measurements/vtrain/)",
     )
     args = ap.parse_args()
     try:

@@ -7,8 +7,8 @@ Sources (``--data`` folder, default ``../shared/data`` beside the repository, or
 
 * ``measured/simumax_b200.csv`` (43 Megatron-LM runs on 8 x B200, time and memory),
 * ``measured/megatron_bridge_blackwell.csv`` (254 Megatron-Bridge runs on B200/B300/GB200/GB300,
-  time derived from tokens/s), read with the recipe table of the project's research
-  (``--bridge-recipes``, default ``../research/bridge/recipes.csv`` when present: the recompute,
+  time derived from tokens/s), read with the recipe table shipped in
+  ``measurements/megatron-bridge/recipes.csv`` (``--bridge-recipes`` for another: the recompute,
   overlap, CUDA-graph and dispatcher settings the tables omit; :mod:`sim.runs.bridge_recipes`),
 * ``measured/megatron_golden_a100_gb200.csv`` (607 Megatron-LM functional tests on A100/GB200,
   time and memory),
@@ -60,7 +60,7 @@ from sim.runs.record import MeasuredRun  # noqa: E402
 from sim.runs.vtrain import read_vtrain  # noqa: E402
 
 DATA = Path(os.environ.get("PIPESIM_SHARED_DATA", ROOT.parent.parent / "shared" / "data"))
-RECIPES = ROOT.parent.parent / "research" / "bridge" / "recipes.csv"
+RECIPES = ROOT / "measurements" / "megatron-bridge" / "recipes.csv"
 SOURCES = {
     "simumax": "measured/simumax_b200.csv",
     "bridge": "measured/megatron_bridge_blackwell.csv",

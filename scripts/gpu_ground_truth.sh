@@ -12,8 +12,8 @@
 #   provenance (<= 30 s)   GPU, driver, torch, CUDA, date, command
 # Results are measured in $WORK/<gpu> (default /tmp/pipesim-gt) and, after every step, packed into
 # $DEST_DIR/ground_truth-<gpu>.tar.gz with run.log beside it ($DEST_DIR = $OUT if set, else
-# validation/), so a step that times out keeps what was measured before it. Unpack into
-# validation/ and commit: tests/test_gpu_ground_truth.py then checks the simulator against it.
+# measurements/), so a step that times out keeps what was measured before it. Unpack into
+# measurements/ and commit: tests/test_gpu_ground_truth.py then checks the simulator against it.
 #
 # The device image lacks pydantic: carry its wheels in .whl (see README "Ground truth from a
 # GPU"); they are installed into /tmp/site here when present.

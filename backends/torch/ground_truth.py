@@ -251,7 +251,7 @@ def step_provenance(dest: Path, device: str, tiny: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``STEP --dest DIR [--device cuda] [--budget-s S] [--tiny]``; ``dest``
-    prints the default folder (``$OUT/<gpu>`` or ``validation/<gpu>``)."""
+    prints the default folder (``$OUT/<gpu>`` or ``measurements/<gpu>``)."""
     ap = argparse.ArgumentParser(prog="python -m backends.torch.ground_truth")
     ap.add_argument("step", choices=["dest", "calibrate", "profile", "grid", "provenance"])
     ap.add_argument("--dest", type=Path)

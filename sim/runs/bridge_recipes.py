@@ -6,7 +6,8 @@ decide time and memory besides the layout: recompute, communication overlap, CUD
 MoE dispatcher, MTP, the distributed optimizer. They live in the recipes of each release
 (``scripts/performance``, ``src/megatron/bridge/perf_recipes/``); a recipe table (one row per
 distinct configuration, keyed by the 13 columns of :data:`KEY`, with the traced settings and
-the source line of each: the project's research file ``recipes.csv``, not shipped here) gives
+the source line of each: ``measurements/megatron-bridge/recipes.csv``, read from NVIDIA's code at
+each row's release, see its README) gives
 them. This module turns one of its rows into the flags :mod:`sim.runs.megatron_args` maps, so
 each setting is judged by the same table as a launch command's.
 """

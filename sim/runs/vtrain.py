@@ -3,7 +3,7 @@
 
 Columns (:data:`COLUMNS`): ``gpus, global_batch, microbatch_size, hidden, heads, layers,
 seq_len, tensor_parallel, data_parallel, pipeline_parallel, iteration_time_ms``. What the rows
-share is in vTrain's ``data/README.md`` and configs (``validation/vtrain/README.md``): every
+share is in vTrain's ``data/README.md`` and configs (``measurements/vtrain/README.md``): every
 point collected with Megatron-DeepSpeed on one node of 8 A100s (40 or 80 GB not stated), a
 GPT-style decoder (GeLU MLP of 4h, learned positions, tied embeddings), fp16 mixed precision,
 1F1B (``pipeline_scheduling: 1f1b``), Megatron's unfused attention core (no flash attention in

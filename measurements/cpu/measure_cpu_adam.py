@@ -1,6 +1,6 @@
-"""Measure this host's CPU Adam rate and write ``validation/cpu/cpu_adam.yaml`` with provenance.
+"""Measure this host's CPU Adam rate and write ``measurements/cpu/cpu_adam.yaml`` with provenance.
 
-Run from the repository root: ``.venv/bin/python validation/cpu/measure_cpu_adam.py``.
+Run from the repository root: ``.venv/bin/python measurements/cpu/measure_cpu_adam.py``.
 Uses :func:`backends.torch.calibrate_rank.cpu_adam_rate` (``torch.optim.Adam(fused=True)`` on CPU
 where supported, else ``foreach``), for several parameter counts and all host threads.
 """
@@ -33,7 +33,7 @@ def main() -> None:
         "host": platform.node(),
         "torch": str(torch.__version__),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python validation/cpu/measure_cpu_adam.py",
+        "command": "python measurements/cpu/measure_cpu_adam.py",
         "notes": "median of 7 steps after 2 warm-up steps, fp32 params/grads/moments; the "
         "machine's 2 cores were shared with other jobs, so the rate is noisy (a lower "
         "bound of the idle rate).",
