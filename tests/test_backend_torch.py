@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 
 from backends.torch.dumps import load_dumps  # noqa: E402
 from backends.torch.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
-from backends.torch.memory import SavedBytes  # noqa: E402
 from backends.torch.models import (  # noqa: E402
     ModelSpec,
     build_layers,
@@ -24,6 +23,7 @@ from backends.torch.models import (  # noqa: E402
     lm_loss,
     microbatch,
 )
+from backends.torch.saved_bytes import SavedBytes  # noqa: E402
 
 SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
 FAST = {"pg_timeout_s": 30.0, "timeout_s": 90.0}

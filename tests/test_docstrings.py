@@ -21,6 +21,7 @@ def _modules(package) -> list[str]:
 SIM_MODULES = _modules(sim)
 TORCH_MODULES = [
     "backends.torch.memory",
+    "backends.torch.saved_bytes",
     "backends.torch.runtime",
     "backends.torch.replayer",
     "backends.torch.devices",

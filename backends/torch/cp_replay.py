@@ -22,7 +22,7 @@ import torch.distributed as dist
 from backends.torch import context_parallel as cpa
 from backends.torch import hf
 from backends.torch.ep_replay import _grads, _sgd, batch, build, rank_report
-from backends.torch.memory import SavedBytes
+from backends.torch.saved_bytes import SavedBytes
 
 
 def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:

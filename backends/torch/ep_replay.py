@@ -11,7 +11,7 @@ backward, the same gradients (dense ones averaged over the ranks, expert ones on
 owner), which ``tests/test_ep_cp_replay.py`` checks.
 
 Each rank reports its losses, per-iteration wall seconds (after ``warmup`` steps), the peak
-of live saved-for-backward bytes (:class:`~backends.torch.memory.SavedBytes`, parameters
+of live saved-for-backward bytes (:class:`~backends.torch.saved_bytes.SavedBytes`, parameters
 excluded) and its parameter bytes, as the other CPU replays do.
 """
 
@@ -24,7 +24,7 @@ import torch
 
 from backends.torch import hf
 from backends.torch.expert_parallel import expert_parallel, reduce_gradients
-from backends.torch.memory import SavedBytes
+from backends.torch.saved_bytes import SavedBytes
 
 
 def batch(vocab: int, b: int, seq_len: int, seed: int, rank: int, it: int, mb: int):

@@ -41,8 +41,8 @@ from torch.utils.flop_counter import flop_registry
 
 from backends.torch.flops import cpu_attention_flops
 from backends.torch.layer_chain import chain_layers, run_layer
-from backends.torch.memory import tensor_bytes
 from backends.torch.op_count import layer_calls, layer_ops
+from backends.torch.saved_bytes import tensor_bytes
 from backends.torch.shared_params import counted_once
 from backends.torch.user_model import build_user_model, compute_loss, load_loss
 from backends.torch.user_profile import _abs

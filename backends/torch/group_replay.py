@@ -13,7 +13,7 @@ config.json``: ``provenance.model`` names :func:`backends.torch.hf.build` with t
 absolute path and the sequence length), one stage, no tensor parallelism, memory policy
 ``none``, plain SGD, fp32, on CPU. What each rank measures: seconds per step after the warm-up
 steps, its parameter bytes and the peak of its live saved-for-backward tensors
-(:class:`~backends.torch.memory.SavedBytes`); its memory is ``2 x parameters`` (weights and
+(:class:`~backends.torch.saved_bytes.SavedBytes`); its memory is ``2 x parameters`` (weights and
 gradients; SGD keeps no state) ``+`` that peak, as the CPU pipeline replay counts it.
 
 Importing this module does not import torch; the replay starts it in its rank processes.

@@ -22,8 +22,8 @@ from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, schedules
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, saved_context
 from backends.torch.models import lm_loss
+from backends.torch.saved_bytes import SavedBytes, saved_context
 from sim.schedules.csv_io import to_csv
 from sim.schedules.registry import get_schedule
 

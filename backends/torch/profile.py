@@ -11,7 +11,7 @@ layers' output for one micro-batch):
   respect to the input only and to the parameters only, timed separately (memory.md §7). Each
   runs the shared part of the backward, so their sum exceeds ``bwd_s`` somewhat.
 * ``act_bytes``: bytes saved for backward by one forward, counted once per storage with
-  ``saved_tensors_hooks``, parameters excluded (:class:`backends.torch.memory.SavedBytes`).
+  ``saved_tensors_hooks``, parameters excluded (:class:`backends.torch.saved_bytes.SavedBytes`).
   The layer's input counts (it is what the layer stashes); its output does not unless saved.
 * ``out_bytes``: bytes of the output, 0 for the head (nothing leaves the last layer, as in
   ``sim.trace.generator``); ``param_bytes``: bytes of the parameters; ``flops``: forward FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` with CPU attention
@@ -34,7 +34,7 @@ Timing is wall clock (``time.perf_counter``) on CPU and CUDA events on GPUs, wit
 ``torch.cuda.synchronize`` around every measured call. On CPU the timed forwards (and the
 forwards whose backward is timed) run under the counting ``saved_tensors_hooks`` that every CPU
 replay runs a stage's forward under for its memory measurement
-(:func:`backends.torch.memory.saved_context`, :class:`~backends.torch.memory.SavedBytes`): a
+(:func:`backends.torch.saved_bytes.saved_context`, :class:`~backends.torch.saved_bytes.SavedBytes`): a
 Python ``pack`` per saved tensor in the forward, an ``unpack`` per use in the backward. Timed
 without them, the ViT example's stage 0 (97 saved tensors per micro-batch of 4) was profiled
 0.2-0.4 ms per forward and 0.1-0.3 ms per backward faster than it runs in the replay (measured
@@ -57,9 +57,9 @@ import torch
 
 from backends.torch.attention import attention_kernel
 from backends.torch.flops import flop_counter
-from backends.torch.memory import SavedBytes, saved_context, tensor_bytes
 from backends.torch.models import ModelSpec, as_spec, build_layers, layer_names, lm_loss, make_batch
 from backends.torch.op_count import layer_calls, layer_ops
+from backends.torch.saved_bytes import SavedBytes, saved_context, tensor_bytes
 from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 

@@ -37,16 +37,11 @@ from backends.torch.cpu_memory import ResidentPeak, rehearse, stage_input
 from backends.torch.dumps import save_end, save_step
 from backends.torch.job import ReplayJob
 from backends.torch.job_model import load_model
-from backends.torch.memory import (
-    SavedBytes,
-    apply_policy,
-    offloading,
-    saved_context,
-    tensor_bytes,
-)
+from backends.torch.memory import apply_policy, offloading
 from backends.torch.models import stage_ranges
 from backends.torch.profile import device_model_name
 from backends.torch.replay_model import ReplayModel
+from backends.torch.saved_bytes import SavedBytes, saved_context, tensor_bytes
 from backends.torch.ties import Ties
 from backends.torch.versions import make_versions
 from backends.torch.worker import RankContext

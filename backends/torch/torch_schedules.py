@@ -29,7 +29,7 @@ from torch.distributed.pipelining import PipelineStage
 from backends.torch.cpu_memory import ResidentPeak, rehearse, stage_input
 from backends.torch.dumps import save_end, save_step
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, apply_policy, tensor_bytes
+from backends.torch.memory import apply_policy
 from backends.torch.pipelining import (
     WithPolicy,
     cat_inputs,
@@ -41,6 +41,7 @@ from backends.torch.pipelining import (
 from backends.torch.profile import device_model_name
 from backends.torch.replay_model import ReplayModel
 from backends.torch.runtime import stage_setup
+from backends.torch.saved_bytes import SavedBytes, tensor_bytes
 from backends.torch.worker import RankContext
 
 

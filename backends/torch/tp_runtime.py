@@ -31,10 +31,10 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from backends.torch.cpu_memory import ResidentPeak
 from backends.torch.job import ReplayJob
-from backends.torch.memory import SavedBytes, saved_context, tensor_bytes
 from backends.torch.models import as_spec, lm_loss, microbatch
 from backends.torch.profile import device_model_name
 from backends.torch.runtime import action_tally, expected_actions, rank_program
+from backends.torch.saved_bytes import SavedBytes, saved_context, tensor_bytes
 from backends.torch.tensor_parallel import tp_chain
 from backends.torch.versions import SingleVersion
 from backends.torch.worker import RankContext
