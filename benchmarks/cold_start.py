@@ -22,9 +22,9 @@ data and not the core's idle state, evicted by whatever else runs meanwhile; it 
 per action (the stage's later layers run warm, warmed by the identical earlier block).
 
 Last, the stage's forward and backward with and without the ``saved_tensors_hooks`` every CPU
-replay runs a forward under (:class:`backends.torch.saved_bytes.SavedBytes`): 0.2-0.4 ms more per
-forward and 0.1-0.3 ms per backward with them, which is why ``sim profile`` now times CPU layers
-under them (:mod:`backends.torch.profile`).
+replay runs a forward under (:class:`backends.torch.profile.saved_bytes.SavedBytes`): 0.2-0.4 ms
+more per forward and 0.1-0.3 ms per backward with them, which is why ``sim profile`` now times CPU
+layers under them (:mod:`backends.torch.profile.layers`).
 
 Run: ``python benchmarks/cold_start.py``. Prints medians in ms; asserts nothing.
 """
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from backends.torch.saved_bytes import SavedBytes
+from backends.torch.profile.saved_bytes import SavedBytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import vit_shared  # noqa: E402

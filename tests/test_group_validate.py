@@ -16,14 +16,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from backends.torch.group_replay import _losses, group_problems
+from backends.torch.replay.group import _losses, group_problems
 from sim.replay import ReplayRequest
 from sim.validate.table import LOSS_RTOL, loss_max_rel_diff
 
 REPO = Path(__file__).resolve().parents[1]
 HF = {
     "kind": "user",
-    "source": "backends.torch.hf:build",
+    "source": "backends.torch.models.hf:build",
     "kwargs": {"config": "c.json", "seq_len": 32},
 }
 

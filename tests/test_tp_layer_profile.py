@@ -6,10 +6,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from backends.torch.models import build_layers
-from backends.torch.tensor_parallel import TPBlock
-from backends.torch.tp_layer_profile import _rank_share, overhead
-from backends.torch.tp_overhead import measure
+from backends.torch.calibrate.tp_layers import _rank_share, overhead
+from backends.torch.calibrate.tp_overhead import measure
+from backends.torch.models.transformer import build_layers
+from backends.torch.parallel.tensor import TPBlock
 from sim.cli import app
 
 TINY = dict(name="tiny", kind="gpt", layers=2, hidden=32, heads=4, seq_len=16, vocab=64)

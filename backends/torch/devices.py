@@ -3,7 +3,7 @@
 Importing this module does not import torch: :func:`check_device_name` needs none, and
 :func:`check_device` imports it when it is called for a GPU (the command line checks its
 options first, then starts torch). Measuring the devices is
-:func:`backends.torch.calibrate_devices.calibrate_devices`.
+:func:`backends.torch.calibrate.devices.calibrate_devices`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``sim calibrate --out HW.yaml``: the typer adapter over
-:func:`backends.torch.calibrate_devices.calibrate_devices`."""
+:func:`backends.torch.calibrate.devices.calibrate_devices`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from backends.torch.calibrate_devices import calibrate_devices
+from backends.torch.calibrate.devices import calibrate_devices
 from backends.torch.devices import check_device, check_device_name
 from sim.atomic import check_writable
 from sim.cli.console import friendly, need_torch, out

@@ -47,7 +47,7 @@ class Schedule(ABC):
             stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
         splits_backward: True when its programs use I and W (backward split).
         weight_rule: which weights a micro-batch's backward uses on a stage (the replay's
-            numerics reference, ``backends.torch.reference``): ``"forward"``, the version its
+            numerics reference, ``backends.torch.replay.reference``): ``"forward"``, the version its
             forward used (with a flush there is only one; PipeDream stashes it);
             ``"latest"``, the newest at the backward's time (PipeMare, no stash);
             ``"previous_iteration"``, ``W(k-1)`` for every micro-batch of iteration ``k``, in
