@@ -102,12 +102,12 @@ def test_cpu_profile_times_layers_under_the_replays_counting_hooks(monkeypatch) 
     """Every timed forward, and every forward before a timed backward, packs its saved tensor
     through SavedBytes as the CPU replay's forward does: (warmup + reps) * 2 packs of the one
     tensor ``x * x`` saves (it saves x twice, one pack each), plus the act_bytes count."""
-    from backends.torch.profile.layers import _profile_layer
+    from backends.torch.profile.layers import profile_layer
 
     packs = []
-    original = SavedBytes._pack
-    monkeypatch.setattr(SavedBytes, "_pack", lambda self, t: packs.append(1) or original(self, t))
-    _profile_layer("sq", lambda x: x * x, [], torch.ones(3), torch.device("cpu"),
+    original = SavedBytes.pack
+    monkeypatch.setattr(SavedBytes, "pack", lambda self, t: packs.append(1) or original(self, t))
+    profile_layer("sq", lambda x: x * x, [], torch.ones(3), torch.device("cpu"),
                    False, warmup=1, reps=2)  # fmt: skip
     assert len(packs) == (1 + 2) * 2 * 2 + 2
 

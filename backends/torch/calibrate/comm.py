@@ -46,7 +46,7 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _median_s(fn: Callable[[], Any], dev: torch.device, reps: int, warmup: int = 2) -> float:
+def median_s(fn: Callable[[], Any], dev: torch.device, reps: int, warmup: int = 2) -> float:
     """Median seconds of ``fn()`` after ``warmup`` calls, every call started after a barrier."""
     times = []
     for i in range(warmup + reps):
@@ -60,7 +60,7 @@ def _median_s(fn: Callable[[], Any], dev: torch.device, reps: int, warmup: int =
     return statistics.median(times)
 
 
-def _collective(kind: str, nbytes: int, world: int, dev: torch.device) -> Callable[[], Any]:
+def collective_call(kind: str, nbytes: int, world: int, dev: torch.device) -> Callable[[], Any]:
     """A call running one ``kind`` collective of ``nbytes`` (nccl-tests' ``B``) over the world."""
     group = dist.group.WORLD
     assert group is not None  # the ranks joined a process group
@@ -80,7 +80,7 @@ def collective_sweep(
 ) -> dict[str, list[float]]:
     """Median seconds of each collective kind at each size on this rank (module doc)."""
     return {
-        kind: [_median_s(_collective(kind, b, world, dev), dev, reps) for b in sizes]
+        kind: [median_s(collective_call(kind, b, world, dev), dev, reps) for b in sizes]
         for kind in KINDS
     }
 
@@ -91,7 +91,7 @@ def _linear_times(layer: nn.Module, x: torch.Tensor, dev: torch.device, reps: in
     def fwd() -> torch.Tensor:
         return layer(x)
 
-    fwd_s = _median_s(fwd, dev, reps)
+    fwd_s = median_s(fwd, dev, reps)
     bwd = []
     for _ in range(reps + 2):
         out = fwd().sum()
@@ -123,7 +123,7 @@ def dtensor_overhead(world: int, dev: torch.device, reps: int = 20) -> dict[str,
     ):
         layer = parallelize_module(nn.Linear(8 * world, 8 * world).to(dev), mesh, style)
         styles[name] = _linear_times(layer, inp, dev, reps)
-    ar_s = _median_s(_collective("allreduce", 4 * 8 * world * 4, world, dev), dev, reps)
+    ar_s = median_s(collective_call("allreduce", 4 * 8 * world * 4, world, dev), dev, reps)
     col_f, col_b = styles["colwise"]
     row_f, row_b = styles["rowwise"]
     fwd = ((col_f - plain[0]) + (row_f - plain[0] - ar_s)) / 2

@@ -50,7 +50,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
-from backends.torch.calibrate.comm import _collective, _median_s
+from backends.torch.calibrate.comm import collective_call, median_s
 from backends.torch.models.transformer import (
     Embedding,
     Head,
@@ -59,7 +59,7 @@ from backends.torch.models.transformer import (
     build_layers,
     lm_loss,
 )
-from backends.torch.parallel.tensor import TPBlock, _linear, tp_chain
+from backends.torch.parallel.tensor import TPBlock, linear_from, tp_chain
 from backends.torch.replay.tp import local
 from sim.parallel.megatron import layer_comm
 
@@ -86,17 +86,17 @@ def _fwd_bwd_s(
     return statistics.median(fwd), statistics.median(bwd)
 
 
-def _rank_share(block: TPBlock, rank: int, t: int) -> TPBlock:
+def rank_share(block: TPBlock, rank: int, t: int) -> TPBlock:
     """``block`` with its linears cut to rank ``rank``'s slices as plain tensors (module doc)."""
     h3, h, f = block.qkv.weight.shape[0], block.out.weight.shape[0], block.fc1.weight.shape[0]
 
     def rows(lin: nn.Linear, n: int) -> nn.Linear:
         part = slice(rank * n // t, (rank + 1) * n // t)
-        return _linear(lin.weight[part].detach(), lin.bias[part].detach())
+        return linear_from(lin.weight[part].detach(), lin.bias[part].detach())
 
     def cols(lin: nn.Linear, n: int) -> nn.Linear:
         part = slice(rank * n // t, (rank + 1) * n // t)
-        return _linear(lin.weight[:, part].detach(), lin.bias.detach())
+        return linear_from(lin.weight[:, part].detach(), lin.bias.detach())
 
     block.qkv, block.fc1 = rows(block.qkv, h3), rows(block.fc1, f)
     block.out, block.fc2 = cols(block.out, h), cols(block.fc2, f)
@@ -106,8 +106,8 @@ def _rank_share(block: TPBlock, rank: int, t: int) -> TPBlock:
 def _comm_s(kinds: list[tuple[str, int]], t: int, reps: int) -> float:
     """Seconds of ``(kind, bytes)`` collectives (:data:`KINDS` names), each timed alone."""
     dev = torch.device("cpu")
-    calls: list[Callable[[], Any]] = [_collective(k, n, t, dev) for k, n in kinds]
-    return sum(_median_s(call, dev, reps) for call in calls)
+    calls: list[Callable[[], Any]] = [collective_call(k, n, t, dev) for k, n in kinds]
+    return sum(median_s(call, dev, reps) for call in calls)
 
 
 def _phase_comm(kind: str, b: int, s: int, h: int, t: int, sp: bool) -> tuple[list, list]:
@@ -172,7 +172,7 @@ def _sharded_chain(spec: ModelSpec, mesh: Any, sp: bool, seed: int) -> dict[str,
     plain = TPBlock(block, spec.hidden // spec.heads, t)  # type: ignore[arg-type]
     return {
         "embedding": (chain[0], _plain_embedding(emb, rank, t)),  # type: ignore[arg-type]
-        "block": (chain[1], _rank_share(plain, rank, t)),
+        "block": (chain[1], rank_share(plain, rank, t)),
         "head": (with_loss, _plain_head(head, rank, t)),  # type: ignore[arg-type]
         "targets": targets,
     }

@@ -12,6 +12,7 @@ starts.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 KIND = "user"
@@ -107,3 +108,10 @@ def file_of(ref: str) -> str | None:
     """The file part of ``FILE.py:FUNC`` (``None`` for ``package.module:FUNC``)."""
     head = ref.rsplit(":", 1)[0]
     return head if head.endswith(".py") or "/" in head or "\\" in head else None
+
+
+def absolute_file(ref: str | None) -> str | None:
+    """The absolute path of ``FILE.py`` in ``FILE.py:FUNC`` (from the working directory), for
+    :attr:`UserModelSpec.resolved`; ``None`` for ``package.module:FUNC`` or no reference."""
+    head = file_of(ref) if ref else None
+    return str(Path(head).resolve()) if head else None

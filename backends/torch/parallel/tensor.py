@@ -57,7 +57,9 @@ from backends.torch.models.transformer import (
 from backends.torch.parallel.tensor_split import tp_problem
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+def linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    """A new ``nn.Linear`` holding copies of ``weight`` (``[out, in]``) and ``bias``
+    (``[out]``, or None for none)."""
     out = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
     with torch.no_grad():
         out.weight.copy_(weight)
@@ -93,8 +95,8 @@ class TPBlock(nn.Module):
         order = torch.arange(3 * h).view(3, t, h // t).transpose(0, 1).reshape(-1)
         self.head_dim = head_dim
         self.norm1, self.norm2 = layer.norm1, layer.norm2
-        self.qkv = _linear(w[order], b[order])
-        self.out = _linear(attn.out_proj.weight.detach(), attn.out_proj.bias.detach())
+        self.qkv = linear_from(w[order], b[order])
+        self.out = linear_from(attn.out_proj.weight.detach(), attn.out_proj.bias.detach())
         self.fc1, self.fc2 = layer.linear1, layer.linear2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

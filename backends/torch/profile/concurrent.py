@@ -102,7 +102,7 @@ def profile_concurrent(
     if failed:
         raise RuntimeError("concurrent profiling failed: " + "; ".join(failed))
     traces = [t for _, t, _ in sorted(results, key=lambda r: r[0])]
-    trace = _combine(traces)
+    trace = median_over_copies(traces)
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_trace(trace, path)
@@ -114,7 +114,10 @@ def _median(values: list[float | None]) -> float | None:
     return None if values[0] is None else statistics.median(present)
 
 
-def _combine(traces: list[Trace]) -> Trace:
+def median_over_copies(traces: list[Trace]) -> Trace:
+    """One trace from the copies' traces of the same model: copy 0's, with every layer's
+    ``fwd_s``, ``bwd_s`` (and split backward) the median over the copies; the provenance
+    records ``concurrent_copies`` and a note."""
     layers = []
     for parts in zip(*(t.layers for t in traces), strict=True):
         layers.append(

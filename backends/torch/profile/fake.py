@@ -43,11 +43,10 @@ from torch.utils.flop_counter import flop_registry
 from backends.torch.models.layer_chain import chain_layers, run_layer
 from backends.torch.models.shared_params import counted_once
 from backends.torch.models.user import build_user_model, compute_loss, load_loss
-from backends.torch.models.user_spec import UserModelSpec
+from backends.torch.models.user_spec import UserModelSpec, absolute_file
 from backends.torch.profile.flops import cpu_attention_flops
 from backends.torch.profile.op_count import layer_calls, layer_ops
 from backends.torch.profile.saved_bytes import tensor_bytes
-from backends.torch.profile.user import _abs
 from sim.errors import InputError
 from sim.hardware.loader import list_presets, load_hardware
 from sim.trace.native import write_trace
@@ -250,8 +249,8 @@ def fake_profile_user_model(
         seed=seed,
         kwargs=dict(kwargs or {}),
         name=name,
-        resolved=_abs(source),
-        loss_resolved=_abs(loss),
+        resolved=absolute_file(source),
+        loss_resolved=absolute_file(loss),
     )
     with FakeTensorMode(allow_non_fake_inputs=True):
         um = build_user_model(spec, microbatch_size=microbatch_size, dtype=dtype)

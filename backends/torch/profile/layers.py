@@ -135,7 +135,7 @@ def time_call(
     return statistics.median(times)
 
 
-def _profile_layer(
+def profile_layer(
     name: str,
     fn: Callable[[torch.Tensor], torch.Tensor],
     params: list[torch.Tensor],
@@ -145,6 +145,21 @@ def _profile_layer(
     warmup: int,
     reps: int,
 ) -> LayerProfile:
+    """Measure one layer ``fn`` on input ``x``: the profile row of the module docstring.
+
+    Args:
+        name: the layer's name in the trace.
+        fn: the layer's forward, ``[b, ...] -> [b, ...]`` (the last layer may return the loss).
+        params: its parameters (never counted as saved bytes; their bytes are ``param_bytes``).
+        x: its real input (detached here; it needs a gradient when floating point).
+        device: where ``fn`` and ``x`` are; CUDA is timed with events.
+        split_backward: also time the input-gradient and weight-gradient halves
+            (``bwd_input_s``, ``bwd_weight_s``).
+        warmup, reps: untimed and timed calls of each measurement (medians, seconds).
+
+    Returns:
+        The layer's :class:`sim.trace.schema.LayerProfile` (seconds and bytes).
+    """
     needs_input_grad = x.is_floating_point()
     x = x.detach().requires_grad_(needs_input_grad)
     state: dict[str, torch.Tensor] = {}
@@ -227,7 +242,7 @@ def _profile_layers(
         is_head = i == len(layers) - 1
         fn = (lambda h, layer=layer: lm_loss(layer(h), targets)) if is_head else layer
         params: list[torch.Tensor] = list(layer.parameters())
-        out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
+        out.append(profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
         with torch.no_grad():
             x = layer(x)
     return out

@@ -64,9 +64,11 @@ class SavedBytes:
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """The context manager that installs the counting hooks."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
-    def _pack(self, t: torch.Tensor) -> object:
+    def pack(self, t: torch.Tensor) -> object:
+        """The pack hook: count ``t``'s storage once (not a parameter's, nor an empty one) and
+        return a holder that un-counts it when autograd drops it; with ``offload`` a host copy."""
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
         if ptr == 0 or ptr in self._excluded:
@@ -85,7 +87,8 @@ class SavedBytes:
         return _Held(self, ptr, t.detach(), self.offload)
 
     @staticmethod
-    def _unpack(obj: object) -> torch.Tensor:
+    def unpack(obj: object) -> torch.Tensor:
+        """The unpack hook: the tensor :meth:`pack` kept."""
         return obj.tensor if isinstance(obj, _Held) else obj  # type: ignore[return-value]
 
     def _add(self, nbytes: int, host: bool) -> None:

@@ -34,8 +34,8 @@ from backends.torch.models.layer_chain import (
 )
 from backends.torch.models.shared_params import counted_once
 from backends.torch.models.user import UserModel, build_user_model, compute_loss, load_loss
-from backends.torch.models.user_spec import UserModelSpec, file_of
-from backends.torch.profile.layers import _profile_layer, cpu_model_name, device_model_name
+from backends.torch.models.user_spec import UserModelSpec, absolute_file
+from backends.torch.profile.layers import cpu_model_name, device_model_name, profile_layer
 from sim.errors import InputError
 from sim.trace.native import write_trace
 from sim.trace.schema import Trace
@@ -66,8 +66,8 @@ def prepare(
         seed=seed,
         kwargs=dict(kwargs or {}),
         name=name,
-        resolved=_abs(source),
-        loss_resolved=_abs(loss),
+        resolved=absolute_file(source),
+        loss_resolved=absolute_file(loss),
     )
     um = build_user_model(draft, microbatch_size=microbatch_size, dtype=dtype)
     order = call_order(um.model, um.sample)
@@ -92,11 +92,6 @@ def prepare(
         }
     )
     return spec, um, chain, outs
-
-
-def _abs(ref: str | None) -> str | None:
-    head = file_of(ref) if ref else None
-    return str(Path(head).resolve()) if head else None
 
 
 def profile_user_model(
@@ -231,7 +226,7 @@ def _profile_chain(
             return compute_loss(loss_fn, y, target, spec.loss) if i == len(chain) - 1 else y
 
         params = list(layer.parameters())
-        out.append(_profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
+        out.append(profile_layer(name, fn, params, x, dev, split_backward, warmup, reps))
         with torch.no_grad():
             x = layer(x, *rest) if i == 0 else layer(x)
         shapes.add(tuple(x.shape))

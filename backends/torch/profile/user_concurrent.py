@@ -3,7 +3,7 @@
 The replay's CPU ranks share the machine's cores and memory bandwidth, so a layer runs slower
 beside another rank than alone; :mod:`backends.torch.profile.concurrent` explains the method
 (copies start together at a barrier; per-layer median over the copies) and combines the copies'
-traces (its ``_combine``). This module starts the copies for
+traces (its ``median_over_copies``). This module starts the copies for
 :func:`backends.torch.profile.user.profile_user_model`.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from queue import Empty
 from typing import Any
 
-from backends.torch.profile.concurrent import _combine
+from backends.torch.profile.concurrent import median_over_copies
 from sim.errors import InputError
 from sim.procs import die_with_parent
 from sim.trace.native import write_trace
@@ -87,7 +87,7 @@ def profile_user_concurrent(
     failed = [f"copy {i}: {err}" for i, _, err in results if err]
     if failed:
         raise InputError("concurrent profiling failed: " + "; ".join(failed), field="--model")
-    trace = _combine([t for _, t, _ in sorted(results, key=lambda r: r[0])])
+    trace = median_over_copies([t for _, t, _ in sorted(results, key=lambda r: r[0])])
     if path is not None:
         write_trace(trace, path)
     return trace

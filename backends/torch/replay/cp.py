@@ -22,7 +22,7 @@ import torch.distributed as dist
 from backends.torch.models import hf
 from backends.torch.parallel import context as cpa
 from backends.torch.profile.saved_bytes import SavedBytes
-from backends.torch.replay.ep import _grads, _sgd, batch, build, rank_report
+from backends.torch.replay.ep import batch, build, gradient_lists, rank_report, sgd_step
 
 
 def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
@@ -49,8 +49,8 @@ def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
                 dist.all_reduce(p.grad)
                 p.grad /= ctx.world_size
         if it == 0:
-            grads = _grads(chain)
-        _sgd(params, lr)
+            grads = gradient_lists(chain)
+        sgd_step(params, lr)
         if it >= payload["warmup"]:
             times.append(time.perf_counter() - start)
     return rank_report(losses, times, tracker, params, grads, payload)
@@ -69,8 +69,8 @@ def serial_run(payload: dict[str, Any]) -> dict[str, Any]:
             (loss / m).backward()
             losses.append(float(loss.detach()))
         if it == 0:
-            grads = _grads(chain)
-        _sgd(params, lr)
+            grads = gradient_lists(chain)
+        sgd_step(params, lr)
     return {"losses": losses, "grads": grads}
 
 

@@ -42,7 +42,9 @@ def build(payload: dict[str, Any]):
     return chain, vocab
 
 
-def _grads(chain: torch.nn.Module) -> dict[str, list[float]]:
+def gradient_lists(chain: torch.nn.Module) -> dict[str, list[float]]:
+    """Each parameter's gradient, flattened to a JSON list, by name (``None`` gradients left
+    out): what a rank returns for the comparison with the one-process run."""
     return {
         n: p.grad.detach().flatten().tolist()
         for n, p in chain.named_parameters()
@@ -50,7 +52,8 @@ def _grads(chain: torch.nn.Module) -> dict[str, list[float]]:
     }
 
 
-def _sgd(params: list[torch.nn.Parameter], lr: float) -> None:
+def sgd_step(params: list[torch.nn.Parameter], lr: float) -> None:
+    """Plain SGD in place, ``p <- p - lr * grad``, then clear the gradients."""
     with torch.no_grad():
         for p in params:
             if p.grad is not None:
@@ -98,8 +101,8 @@ def run_rank(payload: dict[str, Any], ctx) -> dict[str, Any]:
             losses.append(float(loss.detach()))
         reduce_gradients(params, expert, ctx.world_size)
         if it == 0:
-            grads = _grads(chain)
-        _sgd(params, lr)
+            grads = gradient_lists(chain)
+        sgd_step(params, lr)
         if it >= payload["warmup"]:
             times.append(time.perf_counter() - start)
     return rank_report(losses, times, tracker, params, grads, payload)
@@ -121,8 +124,8 @@ def serial_run(payload: dict[str, Any], world: int) -> dict[str, Any]:
                 (loss / (m * world)).backward()
                 losses[r].append(float(loss.detach()))
         if it == 0:
-            grads = _grads(chain)
-        _sgd(params, lr)
+            grads = gradient_lists(chain)
+        sgd_step(params, lr)
     return {"losses": losses, "grads": grads}
 
 

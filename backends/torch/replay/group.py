@@ -119,7 +119,7 @@ def payload_of(request: ReplayRequest) -> dict[str, Any]:
     )
 
 
-def _losses(kind: str, per_rank: list[list[float]]) -> list[float]:
+def one_process_losses(kind: str, per_rank: list[list[float]]) -> list[float]:
     """The losses one process computes: every EP rank's own micro-batches in rank order; the
     mean of the CP ranks' (equal token counts) per micro-batch."""
     if kind == "expert":
@@ -163,8 +163,10 @@ def replay_group(request: ReplayRequest) -> ReplayResult:
         memory=memory,
         action_counts=ran,
         expected_action_counts=[due] * n,
-        losses=_losses(kind, [r["losses"] for r in ranks]),
-        reference_losses=_losses(kind, ref["losses"]) if kind == "expert" else ref["losses"],
+        losses=one_process_losses(kind, [r["losses"] for r in ranks]),
+        reference_losses=one_process_losses(kind, ref["losses"])
+        if kind == "expert"
+        else ref["losses"],
         notes=[
             f"{kind}-parallel replay on {n} gloo ranks (one stage, plain SGD); an iteration "
             "is the slowest rank's step",

@@ -59,16 +59,16 @@ class _Local:
 class LocalSavedBytes(SavedBytes):
     """:class:`SavedBytes` that counts a saved DTensor by its local shard's storage."""
 
-    def _pack(self, t: torch.Tensor) -> object:
+    def pack(self, t: torch.Tensor) -> object:
         if isinstance(t, DTensor):
-            return _Local(super()._pack(t._local_tensor), t)
-        return super()._pack(t)
+            return _Local(super().pack(t._local_tensor), t)
+        return super().pack(t)
 
     @staticmethod
-    def _unpack(obj: object) -> torch.Tensor:
+    def unpack(obj: object) -> torch.Tensor:
         if isinstance(obj, _Local):
             return obj.tensor
-        return SavedBytes._unpack(obj)
+        return SavedBytes.unpack(obj)
 
 
 class TPRunner:
