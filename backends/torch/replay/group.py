@@ -28,6 +28,7 @@ from typing import Any
 from backends.torch.models.user_spec import current_ref, is_user_model
 from backends.torch.replay.job import ReplayResult
 from backends.torch.replay.launch import run_ranks
+from sim.memory.registry import keeps_everything
 from sim.replay import ReplayProblem, ReplayRequest
 
 TARGETS = {
@@ -68,11 +69,14 @@ def group_problems(request: ReplayRequest) -> list[ReplayProblem]:
         ("stages", request.stages, 1),
         ("tensor_parallel", request.tensor_parallel, 1),
         ("virtual_stages", request.virtual_stages, 1),
-        ("memory_policy", request.memory_policy, "none"),
         ("dtype", request.dtype, "fp32"),
         ("device", request.device.split(":")[0], "cpu"),
     )
     out += [(f, f"{what} runs {f} {want!r}, not {got!r}") for f, got, want in fixed if got != want]
+    if not keeps_everything(request.memory_policy):
+        out.append(
+            ("memory_policy", f"{what} runs memory_policy 'none', not {request.memory_policy!r}")
+        )
     if request.single_rank is not None:
         out.append(("single_rank", f"{what} runs every rank"))
     kwargs = _hf_kwargs(request.model)

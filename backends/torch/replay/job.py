@@ -2,6 +2,12 @@
 (:class:`ReplayResult`).
 
 Pure data: no torch import, so the CLI can build and validate a job without starting torch.
+
+What the replay can run of a schedule is read from its class (``sim.schedules``), never from its
+name: :func:`torch_runs` (torch's own class for it, ``torch_class``), :func:`needs_torch_csv`
+(several stage chunks per rank), :func:`tp_runs`; the weight versions follow its
+``version_rule`` (:mod:`backends.torch.replay.versions`). Likewise a memory policy's class says
+whether it keeps everything (:func:`sim.memory.registry.keeps_everything`).
 """
 
 from __future__ import annotations
@@ -12,14 +18,47 @@ from pathlib import Path
 from typing import Any
 
 from backends.torch.parallel.tensor_split import tp_problem
-from sim.memory.registry import replay_problems
+from sim.memory.registry import keeps_everything, replay_problems
+from sim.schedules.base import VERSION_RULES, Schedule
 from sim.schedules.registry import REGISTRY, get_schedule
 
-SCHEDULES_TORCH = ("gpipe", "1f1b")
-"""Schedules torch.distributed.pipelining can run itself (``backend="torch"``)."""
-SCHEDULES_TORCH_CSV = tuple(c.name for c in REGISTRY.classes() if c.min_virtual_stages > 1)
-"""Multi-stage schedules (several stage chunks per rank, as each class says) replayed only
-through ``_PipelineScheduleRuntime`` from our CSV."""
+
+def schedule_class(name: str) -> type[Schedule] | None:
+    """The schedule class registered as ``name`` (aliases too), or None if there is none
+    (:meth:`ReplayJob.problems` says so)."""
+    try:
+        return get_schedule(name)
+    except KeyError:
+        return None
+
+
+def torch_runs(cls: type[Schedule]) -> bool:
+    """Whether torch.distributed.pipelining runs ``cls`` with its own class (``torch_class``)
+    from one stage per rank: the replay's ``backend="torch"`` without ``torch_csv``."""
+    return cls.torch_class is not None
+
+
+def needs_torch_csv(cls: type[Schedule]) -> bool:
+    """Whether ``cls`` holds several stage chunks per rank (``min_virtual_stages > 1``), which
+    only torch's ``_PipelineScheduleRuntime`` loading our CSV replays (``torch_csv``)."""
+    return cls.min_virtual_stages > 1
+
+
+def tp_runs(cls: type[Schedule]) -> bool:
+    """Whether the tensor-parallel replay (:mod:`backends.torch.replay.tp`: one weight copy, F, B
+    and STEP actions) runs ``cls``: flushed, one stage chunk per rank, backward not split."""
+    return (
+        cls.synchronous
+        and cls.version_rule == "single"
+        and cls.min_virtual_stages == 1
+        and not cls.splits_backward
+        and not cls.overlaps_pairs
+    )
+
+
+def names_where(test: Any) -> tuple[str, ...]:
+    """The registered schedules ``test(cls)`` accepts, for messages."""
+    return tuple(c.name for c in REGISTRY.classes() if test(c))
 
 
 def policy_problems(text: str, stages: int) -> list[str]:
@@ -34,13 +73,16 @@ def policy_problems(text: str, stages: int) -> list[str]:
 def tp_problems(job: ReplayJob) -> list[str]:
     """Why the tensor-parallel replay cannot run ``job`` (``job.tensor_parallel > 1``)."""
     t, out = job.tensor_parallel, []
+    cls = schedule_class(job.schedule)
     if job.stages != 1:
         out.append(f"stages: the tensor-parallel replay runs one stage, not {job.stages}")
     if job.nproc != job.stages * t:
         out.append(f"nproc: must be stages x tensor_parallel = {job.stages * t}")
-    if job.backend != "ours" or job.schedule not in SCHEDULES_TORCH:
-        out.append(f"schedule: the tensor-parallel replay runs {SCHEDULES_TORCH} (backend ours)")
-    if job.memory_policy != "none":
+    if job.backend != "ours" or cls is None or not tp_runs(cls):
+        out.append(
+            f"schedule: the tensor-parallel replay runs {names_where(tp_runs)} (backend ours)"
+        )
+    if not keeps_everything(job.memory_policy):
         out.append("memory_policy: the tensor-parallel replay runs 'none'")
     if isinstance(job.model, dict):
         # sizes the dict leaves out get ``t`` (divisible by ``t``): the spec built from it
@@ -77,7 +119,7 @@ class ReplayJob:
             (torch's ``ScheduleGPipe`` / ``Schedule1F1B``).
         torch_csv: with ``backend="torch"``, run ``_PipelineScheduleRuntime`` loading our
             compute-only CSV (``sim.schedules.csv_io``) instead of torch's own schedule class;
-            the only way to replay the multi-stage schedules (``SCHEDULES_TORCH_CSV``).
+            the only way to replay the multi-stage schedules (:func:`needs_torch_csv`).
         virtual_stages: stage chunks per rank ``v`` (None: the schedule's smallest, 1 or 2);
             ``boundaries`` then has ``p * v`` entries.
         seed: model and data seed.
@@ -155,13 +197,19 @@ class ReplayJob:
         except (KeyError, ValueError) as exc:
             out.append(f"schedule: {exc}")
             sched = None
+        cls = type(sched) if sched is not None else schedule_class(self.schedule)
+        if cls is not None and cls.version_rule not in VERSION_RULES:
+            out.append(
+                f"schedule: {self.schedule} declares version_rule {cls.version_rule!r}; the "
+                f"replay keeps weights by {', '.join(VERSION_RULES)}"
+            )
         multi = sched is not None and sched.virtual_stages > 1
         if multi and not (self.backend == "torch" and self.torch_csv):
             out.append(
                 f"schedule: {self.schedule} (stage chunks per rank) replays only with "
                 "backend 'torch' and torch_csv (torch's _PipelineScheduleRuntime)"
             )
-        if multi and self.memory_policy != "none":
+        if multi and not keeps_everything(self.memory_policy):
             out.append("memory_policy: only 'none' with stage chunks per rank")
         n_stages = sched.num_stages if sched is not None else self.stages
         for name in ("stages", "microbatches", "microbatch_size", "iterations"):
@@ -187,11 +235,12 @@ class ReplayJob:
         out += policy_problems(self.memory_policy, self.stages)
         if self.backend not in ("ours", "torch"):
             out.append(f"backend: {self.backend!r} must be 'ours' or 'torch'")
-        if self.backend == "torch" and self.schedule not in SCHEDULES_TORCH + (
-            SCHEDULES_TORCH_CSV if self.torch_csv else ()
+        if self.backend == "torch" and not (
+            cls is not None and (torch_runs(cls) or (self.torch_csv and needs_torch_csv(cls)))
         ):
             out.append(
-                f"schedule: backend 'torch' runs only {SCHEDULES_TORCH}, not {self.schedule!r}"
+                f"schedule: backend 'torch' runs only {names_where(torch_runs)}, "
+                f"not {self.schedule!r}"
             )
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             out.append(f"device: {self.device!r} must be 'cpu' or 'cuda'")
@@ -313,8 +362,16 @@ def collect_result(job: ReplayJob, ranks: list[dict[str, Any]]) -> ReplayResult:
             f"single rank: stage {job.single_rank} of {job.stages} alone; receives are local "
             "buffers of fixed values, sends are held until the optimizer step"
         )
-    if job.schedule == "pipedream":
-        notes.append("pipedream steps after every micro-batch; an iteration is m micro-batches")
+    cls = schedule_class(job.schedule)
+    steps = cls(job.stages, job.microbatches, job.virtual_stages).optimizer_steps(1) if cls else 1
+    if steps > 1 and steps == job.microbatches:
+        notes.append(
+            f"{job.schedule} steps after every micro-batch; an iteration is m micro-batches"
+        )
+    elif steps > 1:
+        notes.append(
+            f"{job.schedule} takes {steps} optimizer steps per iteration of m micro-batches"
+        )
     if job.device.startswith("cpu"):
         notes.append(
             "CPU memory measured: the resident high-water mark over the run's start plus the "

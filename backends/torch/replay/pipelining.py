@@ -1,6 +1,7 @@
-"""What the replays with torch.distributed.pipelining (:mod:`.torch_schedules`: one stage per
-rank, or ``v`` stage chunks per rank) need around torch: the stage wrapper that
-counts saved bytes, torch's F/B call counter, the schedule object (torch's class or
+"""What the replays with torch.distributed.pipelining
+(:mod:`backends.torch.replay.torch_schedules`: one stage per rank, or ``v`` stage chunks per
+rank) need around torch: the stage wrapper that counts saved bytes, torch's F/B call counter,
+the schedule object (the torch class the schedule's class names, ``torch_class``, or
 ``_PipelineScheduleRuntime`` loading our compute-only CSV, schedules.md §4.2) and the inputs.
 
 gloo: torch < 2.8 could hang in ``_batch_p2p`` (pytorch#132644, fixed by PR #152938, which
@@ -18,12 +19,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, schedules
+from torch.distributed import pipelining
+from torch.distributed.pipelining import schedules
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from backends.torch.models.transformer import lm_loss
 from backends.torch.profile.saved_bytes import SavedBytes, saved_context
 from backends.torch.replay.job import ReplayJob
+from sim.schedules.base import Schedule
 from sim.schedules.csv_io import to_csv
 from sim.schedules.registry import get_schedule
 
@@ -66,6 +69,23 @@ def count_actions(stage: Any) -> Counter[str]:
     return counts
 
 
+def torch_class(schedule: type[Schedule] | Schedule) -> type:
+    """The class of ``torch.distributed.pipelining`` that ``schedule``'s class names
+    (``torch_class``: ``ScheduleGPipe``, ``Schedule1F1B``).
+
+    Raises:
+        ValueError: the schedule names none, or a name this torch does not have.
+    """
+    name = schedule.torch_class
+    cls = getattr(pipelining, name, None) if name else None
+    if not isinstance(cls, type):
+        raise ValueError(
+            f"schedule {schedule.name!r}: torch.distributed.pipelining has no class "
+            f"{name!r} to run it (its torch_class); replay it with backend 'ours'"
+        )
+    return cls
+
+
 def torch_schedule(job: ReplayJob, stages: list[Any], csv: bool, loss_fn: Any = lm_loss) -> Any:
     """torch's schedule over this rank's ``stages`` (one, or ``v`` stage chunks); with ``csv``
     ``_PipelineScheduleRuntime`` loads our compute-only CSV and infers the stage -> rank map
@@ -76,7 +96,7 @@ def torch_schedule(job: ReplayJob, stages: list[Any], csv: bool, loss_fn: Any = 
     share (a tied embedding on the first and the last stage of a V schedule); the caller
     divides once."""
     if not csv:
-        cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[job.schedule]
+        cls = torch_class(sim_schedule(job))
         return cls(stages[0], job.microbatches, loss_fn=loss_fn, scale_grads=False)
     program = sim_schedule(job).one_iteration()
     schedule = _PipelineScheduleRuntime(

@@ -16,17 +16,25 @@ from typing import Any
 
 from backends.torch.devices import check_device
 from backends.torch.replay.group import group_problems, is_group_request, replay_group
-from backends.torch.replay.job import SCHEDULES_TORCH, SCHEDULES_TORCH_CSV, ReplayJob, ReplayResult
+from backends.torch.replay.job import (
+    ReplayJob,
+    ReplayResult,
+    needs_torch_csv,
+    schedule_class,
+    torch_runs,
+)
 from backends.torch.replay.launch import replay, run_ranks, scratch_dir
 from sim.replay import ReplayProblem, ReplayRequest
 
 
 def replay_job(request: ReplayRequest, *, check: bool = True) -> ReplayJob:
-    """The job that runs ``request``; ``torch_csv`` for the multi-stage schedules.
+    """The job that runs ``request``; ``torch_csv`` for the multi-stage schedules
+    (:func:`backends.torch.replay.job.needs_torch_csv`).
 
     Raises:
         ValueError: with ``check``, the job's :meth:`ReplayJob.problems`.
     """
+    cls = schedule_class(request.schedule)
     return ReplayJob(
         model=dict(request.model),
         boundaries=list(request.boundaries),
@@ -40,7 +48,7 @@ def replay_job(request: ReplayRequest, *, check: bool = True) -> ReplayJob:
         device=request.device,
         nproc=1 if request.single_rank is not None else None,
         backend=request.runtime,
-        torch_csv=request.schedule in SCHEDULES_TORCH_CSV,
+        torch_csv=cls is not None and needs_torch_csv(cls),
         dtype=request.dtype,
         threads=request.threads,
         timeout_s=request.timeout_s,
@@ -70,13 +78,15 @@ class TorchReplayer:
         check_device(device, nproc=nproc)
 
     def runtimes(self, request: ReplayRequest, *, builtin: bool) -> tuple[str, ...]:
-        """Multi-stage schedules: torch's CSV runtime only; else ours, and torch's own
-        ``ScheduleGPipe`` / ``Schedule1F1B`` with ``builtin``."""
+        """Multi-stage schedules: torch's CSV runtime only; else ours, and with ``builtin``
+        torch's own class where the schedule's class names one (``torch_class``:
+        ``ScheduleGPipe``, ``Schedule1F1B``)."""
         if is_group_request(request):
             return ("ours",)
-        if request.schedule in SCHEDULES_TORCH_CSV:
+        cls = schedule_class(request.schedule)
+        if cls is not None and needs_torch_csv(cls):
             return ("torch",)
-        if builtin and request.schedule in SCHEDULES_TORCH and request.single_rank is None:
+        if builtin and cls is not None and torch_runs(cls) and request.single_rank is None:
             return ("ours", "torch")
         return ("ours",)
 

@@ -155,7 +155,7 @@ class StageRunner:
         self.tracker = SavedBytes(module.parameters()) if self.dev.type == "cpu" else None
         self.policy = apply_policy(module, job.memory_policy, self.rank, job.stages, self.tracker)
         self.versions = make_versions(
-            get_schedule(job.schedule).name,
+            get_schedule(job.schedule),
             module,
             job.lr,
             job.microbatches,

@@ -1,15 +1,21 @@
-"""Weight versions of one stage during a replay, per schedule (schedules.md §1, §2, §6.2).
+"""Weight versions of one stage during a replay, as the schedule's class says (schedules.md §1,
+§2, §6.2).
 
 Every policy applies plain SGD, ``W <- W - lr * g``, where ``g`` is the gradient accumulated
 since the previous STEP (the loss of each micro-batch is already divided by the micro-batches
 per step, so ``g`` is their mean). They differ in which weights a micro-batch uses:
 
-* :class:`SingleVersion` (``gpipe``, ``1f1b``, ``pipemare``): one copy, updated in place
+Which one a schedule runs is its class's :attr:`~sim.schedules.base.Schedule.version_rule`
+(:func:`make_versions`); the backend never asks a schedule's name.
+
+* :class:`SingleVersion` (rule ``single``: ``gpipe``, ``1f1b``, ``pipemare``, every flushed
+  schedule): one copy, updated in place
   through ``.data``. With a flush (GPipe, 1F1B) no micro-batch is in flight at a STEP, so this
   is minibatch SGD. Without one (PipeMare) the backward of a micro-batch whose forward ran
   before a STEP uses the *updated* weights with the stashed activations: PipeMare's F/B weight
   discrepancy, with no stash and one version.
-* :class:`Stashed` (``pipedream``, ``pipedream_2bw``): a copy of the stage per live version.
+* :class:`Stashed` (rules ``stashed``: ``pipedream``; ``two_versions``: ``pipedream_2bw``): a
+  copy of the stage per live version.
   The backward runs on the version its forward used (autograd keeps that module's weights in
   the graph), so gradients accumulate in that copy. A STEP writes ``newest - lr * g`` into a
   new version, reusing the memory of a version no longer needed.
@@ -27,6 +33,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from sim.schedules.base import VERSION_RULES, Schedule
 
 
 class SingleVersion:
@@ -169,15 +177,31 @@ class Stashed:
 
 
 def make_versions(
-    schedule: str,
+    schedule: type[Schedule] | Schedule,
     module: nn.Module,
     lr: float,
     microbatches: int,
     on_new: Callable[[nn.Module], None] = lambda m: None,
 ) -> SingleVersion | Stashed:
-    """The version policy of ``schedule`` (a canonical registry name)."""
-    if schedule == "pipedream":
-        return Stashed(module, lr, microbatches, two_versions=False, on_new=on_new)
-    if schedule == "pipedream_2bw":
-        return Stashed(module, lr, microbatches, two_versions=True, on_new=on_new)
-    return SingleVersion(module, lr)
+    """The version policy ``schedule``'s class declares (its ``version_rule``, module docstring).
+
+    Args:
+        schedule: the schedule (class or instance).
+        module: the stage, version 0.
+        lr: SGD learning rate.
+        microbatches: micro-batches per iteration ``m``.
+        on_new: called with every newly allocated version (:class:`Stashed`).
+
+    Raises:
+        ValueError: a ``version_rule`` outside :data:`sim.schedules.base.VERSION_RULES`.
+    """
+    rule = schedule.version_rule
+    if rule == "single":
+        return SingleVersion(module, lr)
+    if rule in ("stashed", "two_versions"):
+        two = rule == "two_versions"
+        return Stashed(module, lr, microbatches, two_versions=two, on_new=on_new)
+    raise ValueError(
+        f"schedule {schedule.name!r} declares version_rule {rule!r}; the replay keeps weights "
+        f"by {', '.join(VERSION_RULES)}"
+    )
