@@ -131,9 +131,11 @@ def run(
         InputError: bad experiment, hardware, trace, grid or folder (nothing is written).
     """
     path = Path(experiment)
-    out_dir = Path(out) if out else Path("results") / load_experiment(path).name
+    exp = load_experiment(path)
+    out_dir = Path(out) if out else Path("results") / exp.name
     code = run_experiment(
         path,
+        exp=exp,
         out_dir=out_dir,
         jobs=jobs,
         use_cache=cache,

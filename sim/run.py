@@ -43,7 +43,6 @@ from sim.report.outputs import (
 from sim.report.plots import plot_throughput
 from sim.report.row_bands import bands_for, winner_bands
 from sim.report.tables import summary_table
-from sim.trace.adapt import grid_notes
 
 
 def run_experiment(
@@ -56,10 +55,13 @@ def run_experiment(
     console: Console,
     executor: str = "local",
     exhaustive: bool = False,
+    exp: ExperimentConfig | None = None,
 ) -> int:
     """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
 
     Args:
+        exp: the experiment ``path`` holds, when the caller has parsed it already (it is then
+            not read again).
         executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
         exhaustive: simulate every point (no pruning: :mod:`sim.plan.planner`), as
             ``sweep.prune: false`` does.
@@ -69,7 +71,7 @@ def run_experiment(
             ray installed (nothing is written then).
     """
     t0 = time.perf_counter()
-    exp = load_experiment(path)
+    exp = exp or load_experiment(path)
     prep = prepare(exp, str(path))
     points, skipped = expand(prep)
     out = Path(out_dir) if out_dir else Path("results") / exp.name
@@ -340,11 +342,11 @@ def _print_band(console: Console, model: str, band: dict) -> None:
 
 def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:
     """Per model, how its trace is brought to each micro-batch size and to this GPU."""
-    gpu = prep.topology.gpus[0].compute
-    out = {
-        name: grid_notes(t, [p.microbatch_size for p in points if p.model == name], gpu)
-        for name, t in prep.traces.items()
-    }
+    out: dict[str, list[str]] = {}
+    for name in prep.traces:
+        notes = out.setdefault(name, [])
+        for b in sorted({p.microbatch_size for p in points if p.model == name}):
+            notes += [n for n in prep.adapted(name, b)[1] if n not in notes]
     for name, t in prep.traces.items():  # the I/W split assumption (sim.engine.inputs)
         if any(x.bwd_input_s is None or x.bwd_weight_s is None for x in t.layers):
             split = sorted(

@@ -14,8 +14,9 @@ from sim.compute.routing import Routing
 from sim.engine.groups import group_members, op_cost
 from sim.hardware.loader import load_hardware
 from sim.parallel.context import AttentionDims, context_comm
-from sim.parallel.decoder_shard import Parallel, shard_decoder
+from sim.parallel.decoder_shard import shard_decoder
 from sim.parallel.expert import expert_plan
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.ops import GroupOp
 from sim.trace.decoder import decoder_trace
 
@@ -132,7 +133,7 @@ def test_expert_weights_split_over_ep_and_dense_weights_kept():
     m = DecoderShape(2, 4096, 32, 1024, 32000, 14336, kv_heads=8, moe=MOE)
     gpu = H100.gpus[0].compute
     trace = decoder_trace(m, name="mix2", microbatch_size=1, gpu=gpu)
-    shard = shard_decoder(trace, Parallel(ep=4), gpu)
+    shard = shard_decoder(trace, ParallelLayout(dp_replicate=4, ep=4), gpu)
     blk, blk4 = trace.layers[1], shard.trace.layers[1]
     expert = 8 * 3 * 4096 * 14336 * 2
     assert blk.param_bytes - blk4.param_bytes == pytest.approx(expert * 3 / 4)
@@ -151,6 +152,6 @@ def test_tensor_parallel_moe_needs_sequence_parallelism():
     gpu = H100.gpus[0].compute
     trace = decoder_trace(m, name="mix2", microbatch_size=1, gpu=gpu)
     with pytest.raises(ValueError, match="sequence_parallel"):
-        shard_decoder(trace, Parallel(tp=2), gpu)
+        shard_decoder(trace, ParallelLayout(tp=2), gpu)
     with pytest.raises(ValueError, match="divide the 8 experts"):
-        shard_decoder(trace, Parallel(ep=3), gpu)
+        shard_decoder(trace, ParallelLayout(ep=3), gpu)

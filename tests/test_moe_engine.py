@@ -15,6 +15,7 @@ from sim.engine import simulate
 from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.streams import ComputeStream
 from sim.memory.plan import StagePlan
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.ops import GroupOp
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare
@@ -43,7 +44,7 @@ def test_alltoall_after_each_action_blocks_the_rank():
     # over its own 1 GB/s link: 1 s. GPipe, m = 2, F = 1, B = 2, one all-to-all after each:
     # F0 [0,1] a2a [1,2] F1 [2,3] a2a [3,4] B0 [4,6] a2a [6,7] B1 [7,9] a2a [9,10]
     a2a = GroupOp("ep", "alltoall", 0.0, pairs=((0.0, GB), (GB, 0.0)))
-    inp = replace(ep_input(2, (a2a,), (a2a,)), expert_parallel=2)
+    inp = replace(ep_input(2, (a2a,), (a2a,)), layout=ParallelLayout(dp_replicate=2, ep=2))
     log = simulate(inp)
     want = []
     for g in ("gpu0", "gpu1"):
@@ -69,7 +70,7 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=2 * GB)
     inp = ep_input(4, plan=plan)
     costs = tuple(replace(c, expert_grad_share=0.5) for c in inp.costs)
-    log = simulate(replace(inp, costs=costs, expert_parallel=2))
+    log = simulate(replace(inp, costs=costs, layout=ParallelLayout(dp_replicate=2, ep=2)))
     red = sorted(
         (e.device, e.name, e.start_s, e.end_s, e.nbytes)
         for e in log.events
@@ -87,7 +88,7 @@ def test_ring_attention_exposes_only_the_excess_over_the_attention():
     # exposed after each forward; the backward's step (hidden_s 3) is fully hidden.
     fwd = GroupOp("cp", "ring", 1.5 * GB, 1, hidden_s=1.0)
     bwd = GroupOp("cp", "ring", 1.5 * GB, 1, hidden_s=3.0)
-    log = simulate(replace(ep_input(2, (fwd,), (bwd,)), context_parallel=2))
+    log = simulate(replace(ep_input(2, (fwd,), (bwd,)), layout=ParallelLayout(cp=2)))
     g0 = [
         (e.name, e.start_s, e.end_s)
         for e in log.events

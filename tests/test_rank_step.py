@@ -19,6 +19,7 @@ from sim.hardware.loader import load_hardware
 from sim.memory.auto import dp_layout
 from sim.memory.plan import StagePlan
 from sim.memory.registry import POLICIES
+from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 from sim.point.simulate import evaluate, resolve
 from sim.schedules.action import STEP, Action
@@ -54,7 +55,7 @@ def _megatron_input(tied_bytes: float, expert_share: float = 0.0, **runtime):
     )
     costs = tuple(replace(c, expert_grad_share=expert_share) for c in inp.costs)
     ep = 2 if expert_share else 1
-    return replace(inp, costs=costs, dp_bucket_bytes=0.0, runtime=rt, expert_parallel=ep)
+    return replace(inp, costs=costs, dp_bucket_bytes=0.0, runtime=rt, layout=ParallelLayout(ep=ep))
 
 
 def _span(e) -> tuple:

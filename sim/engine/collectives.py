@@ -113,7 +113,7 @@ class Collectives:
         return plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
 
     def _expert_share(self, rep: StageReplica) -> float:
-        return rep.cost.expert_grad_share if self.inp.expert_parallel > 1 else 0.0
+        return rep.cost.expert_grad_share if self.inp.layout.ep > 1 else 0.0
 
     def nbytes(self, rep: StageReplica) -> float:
         """Bytes reduced over all replicas: ``dp_grad_bytes``, else ``grad_bytes``, less the
@@ -124,13 +124,13 @@ class Collectives:
         """Bytes of routed-expert gradients, reduced over the expert-data-parallel group only
         (the replicas ``r`` with the same ``r mod ep``; :mod:`sim.parallel.expert`): 0 without
         expert parallelism or when that group is one replica."""
-        if self.inp.dp_width // self.inp.expert_parallel < 2:
+        if self.inp.dp_width // self.inp.layout.ep < 2:
             return 0.0
         return self._all_bytes(rep) * self._expert_share(rep)
 
     def expert_members(self, rep: StageReplica) -> tuple[int, ...]:
         """The replicas of ``rep``'s expert-data-parallel group."""
-        ep = self.inp.expert_parallel
+        ep = self.inp.layout.ep
         return tuple(range(rep.replica % ep, self.inp.dp_width, ep))
 
     def overlaps(self, rep: StageReplica) -> bool:

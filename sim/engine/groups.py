@@ -83,7 +83,7 @@ class GroupCollectives:
 
     Args:
         env: the simulation environment.
-        inp: the configuration (its ``context_parallel``, ``expert_parallel``).
+        inp: the configuration (its layout's ``cp`` and ``ep``).
         links: the link resources the exchanges hold.
         cost: the all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
             per-link load model.
@@ -100,7 +100,7 @@ class GroupCollectives:
 
     def size(self, group: str) -> int:
         """Members of a ``group`` (``ep`` or ``cp``)."""
-        return self.inp.context_parallel if group == "cp" else self.inp.expert_parallel
+        return self.inp.layout.cp if group == "cp" else self.inp.layout.ep
 
     def gpus(self, rep: StageReplica, group: str) -> tuple[str, ...]:
         """The GPUs of ``rep``'s ``group``, in group-rank order."""

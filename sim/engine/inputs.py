@@ -14,6 +14,7 @@ from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS, Part
 from sim.hardware.host_ops import HostOverhead
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.ops import GroupOp
 from sim.schedules.action import Action, Program, flatten
 from sim.trace.schema import LayerProfile
@@ -296,10 +297,12 @@ class SimInput:
             parallelism (rank 0's is ``placement``); empty without.
         tensor_plans: memory plan per ``[replica][stage][tensor rank]`` (rank 0's is
             ``plans``); empty without tensor parallelism.
-        context_parallel: ``cp``: the replicas are ``dp * cp`` data- and context-parallel
-            ranks, context rank innermost (:mod:`sim.engine.groups`).
-        expert_parallel: ``ep``: consecutive replicas forming an expert-parallel group
-            (divides the replicas).
+        layout: the parallel layout (:class:`~sim.parallel.layout.ParallelLayout`): its ``cp``
+            (the replicas are ``dp * cp`` data- and context-parallel ranks, context rank
+            innermost, :mod:`sim.engine.groups`) and ``ep`` (consecutive replicas forming an
+            expert-parallel group; divides the replicas) are what the engine asks; the
+            replicas, stages and tensor ranks it runs come from :attr:`placement` and
+            :attr:`tensor_groups`.
         overlap_pairs: run an ``OVERLAP_F_B`` pair's two actions as interleaved chains, one's
             exchanges under the other's compute (DualPipe, :mod:`sim.engine.overlap`); False:
             one after the other, as torch's runtime does by default.
@@ -328,8 +331,7 @@ class SimInput:
     dp_bucket_bytes: float = DDP_BUCKET_BYTES
     tensor_groups: tuple[tuple[tuple[int, ...], ...], ...] = ()
     tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
-    context_parallel: int = 1
-    expert_parallel: int = 1
+    layout: ParallelLayout = ParallelLayout()
     overlap_pairs: bool = False
     runtime: PipelineRuntime = PipelineRuntime()
     host: HostOverhead | None = None
@@ -342,8 +344,7 @@ class SimInput:
         if unknown:
             raise ValueError(f"unknown host sync points {unknown}; use {sorted(SYNC_POINTS)}")
         w = len(self.placement)
-        for name in ("context_parallel", "expert_parallel"):
-            n = getattr(self, name)
+        for name, n in (("context_parallel", self.layout.cp), ("expert_parallel", self.layout.ep)):
             if n < 1 or w % n:
                 raise ValueError(f"{name} {n} must divide the {w} replicas")
         if any(f <= 0 for _, f in self.stragglers):

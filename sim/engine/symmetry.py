@@ -64,7 +64,7 @@ def asymmetry(inp: SimInput) -> str | None:
         A short reason, e.g. ``"a straggler GPU (gpu5 x1.3)"``; None also when there is
         nothing to mirror (one replica and one tensor rank).
     """
-    if inp.context_parallel > 1 or inp.expert_parallel > 1:
+    if inp.layout.cp > 1 or inp.layout.ep > 1:
         return "expert or context parallelism exchanges between replicas"
     job = _job_gpus(inp)
     slow = [(g, f) for g, f in inp.stragglers if g in job and f != 1.0]

@@ -37,6 +37,7 @@ from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context import AttentionDims, check_cp, context_comm
 from sim.parallel.expert import check_ep, expert_plan
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
 from sim.parallel.ops import GroupOp
 from sim.trace.decoder import decoder_shape, single_gpu_rows
@@ -44,27 +45,6 @@ from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 AG, RS, AR = EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value, EventKind.ALLREDUCE.value
 CORE = ("flash_attn_fwd", "flash_attn_bwd", "scores", "softmax", "attn_dropout", "attn_v")
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """A rank's share of a layer.
-
-    Attributes:
-        tp: tensor-parallel size (expert tensor parallelism the same).
-        sp: sequence parallelism (required with ``tp > 1`` for a MoE model, as Megatron-LM).
-        cp: context-parallel size.
-        ep: expert-parallel size.
-        cp_comm: ``p2p``, ``all_gather`` or ``a2a`` (:mod:`sim.parallel.context`).
-        routing: shares of routed tokens per expert.
-    """
-
-    tp: int = 1
-    sp: bool = False
-    cp: int = 1
-    ep: int = 1
-    cp_comm: str = "p2p"
-    routing: Routing = Routing()
 
 
 @dataclass(frozen=True)
@@ -77,22 +57,24 @@ class DecoderShard:
         group: expert- and context-parallel exchanges per layer, ``(forward, backward)``.
         expert_bytes: routed-expert parameter bytes per layer on the rank (their gradients are
             reduced over the expert-data-parallel group only).
-        par: the parallel configuration.
+        layout: the parallel layout (:class:`~sim.parallel.layout.ParallelLayout`).
+        routing: shares of routed tokens per expert.
     """
 
     trace: Trace
     comm: tuple[LayerComm, ...]
     group: tuple[tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]], ...]
     expert_bytes: tuple[float, ...]
-    par: Parallel
+    layout: ParallelLayout
+    routing: Routing = Routing()
 
     @property
     def tensor_parallel(self) -> int:
         """``t``, the tensor-parallel size (as :attr:`ShardedTrace.tensor_parallel`)."""
-        return self.par.tp
+        return self.layout.tp
 
 
-def decoder_problem(m: DecoderShape, par: Parallel) -> str:
+def decoder_problem(m: DecoderShape, par: ParallelLayout) -> str:
     """Why ``m`` cannot run split as ``par`` says, or ``""``."""
     t = par.tp
     if m.heads % t or m.ffn_hidden % t or ((m.kv_heads or m.heads) % t and t % (m.kv_heads or 1)):
@@ -105,6 +87,11 @@ def decoder_problem(m: DecoderShape, par: Parallel) -> str:
         why = check_ep(m.moe, par.ep)
         if why:
             return why
+        if par.expert_tp != t:
+            return (
+                f"expert_tensor_parallel {par.expert_tp} other than tensor_parallel {t} is not "
+                "modelled yet"
+            )
     elif par.ep > 1:
         return f"expert_parallel {par.ep} needs a MoE model"
     if par.sp and (m.seq_len // par.cp) % t:
@@ -132,7 +119,9 @@ def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
     return phase_time(core, spec, dtype).total_s if core else 0.0
 
 
-def _tp_comm(kind: str, m: DecoderShape, b: int, d: int, par: Parallel, rows: float) -> LayerComm:
+def _tp_comm(
+    kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, rows: float
+) -> LayerComm:
     t, s, h = par.tp, m.seq_len // par.cp, m.hidden
     if t == 1:
         return LayerComm()
@@ -153,7 +142,7 @@ def _tp_comm(kind: str, m: DecoderShape, b: int, d: int, par: Parallel, rows: fl
 
 
 def _group_ops(
-    kind: str, m: DecoderShape, b: int, d: int, par: Parallel, core: tuple[float, float], plan
+    kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, core: tuple[float, float], plan
 ) -> tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]]:
     if kind not in ("block", "moe_block"):
         return (), ()
@@ -176,9 +165,11 @@ def _group_ops(
     return tuple(fwd), tuple(bwd)
 
 
-def shard_decoder(trace: Trace, par: Parallel, spec: ComputeSpec) -> DecoderShard:
+def shard_decoder(
+    trace: Trace, par: ParallelLayout, spec: ComputeSpec, routing: Routing = Routing()
+) -> DecoderShard:
     """``trace`` (a decoder trace at its micro-batch size, on ``spec``) on one rank of
-    ``par`` (module doc).
+    layout ``par`` with tokens routed as ``routing`` (module doc).
 
     Raises:
         ValueError: the trace records no decoder shape, or :func:`decoder_problem`.
@@ -189,7 +180,7 @@ def shard_decoder(trace: Trace, par: Parallel, spec: ComputeSpec) -> DecoderShar
         raise ValueError(why)
     b, d, dt = trace.microbatch_size, dtype_bytes(trace.dtype), trace.dtype
     t, r = tokens(m, b, par.tp, par.sp, par.cp)
-    plan = expert_plan(m.moe, par.routing, r, par.ep, par.tp, d) if m.moe is not None else None
+    plan = expert_plan(m.moe, routing, r, par.ep, par.expert_tp, d) if m.moe is not None else None
     rows = plan.rows[plan.busiest] if plan is not None else ()
     cache: dict[str, tuple] = {}
     layers, comm, group, expert = [], [], [], []
@@ -202,9 +193,9 @@ def shard_decoder(trace: Trace, par: Parallel, spec: ComputeSpec) -> DecoderShar
         comm.append(tpc)
         group.append(ops)
         expert.append(layer.param_bytes * share[1])
-    prov = {**trace.provenance, "parallel": _describe(par)}
+    prov = {**trace.provenance, "parallel": _describe(par, routing)}
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
-    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par)
+    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par, routing)
 
 
 def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
@@ -220,14 +211,19 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine) / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
-    share = (dense / par.tp / total, expert / (par.ep * par.tp) / total)
+    share = (
+        dense / par.shards("dense_params") / total,
+        expert / par.shards("expert_params") / total,
+    )
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
     tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
     ops = _group_ops(kind, m, b, d, par, core, plan if kind == "moe_block" else None)
     return ratios, act, share, tpc, ops
 
 
-def _apply(layer: LayerProfile, ratios, act: float, share: float, par: Parallel) -> LayerProfile:
+def _apply(
+    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout
+) -> LayerProfile:
     """``layer`` scaled: times by ``ratios`` (forward, input and weight gradient; FLOPs last),
     activations by ``act``, parameters by ``share`` (module doc)."""
     kf, ki, kw, kflops = ratios
@@ -242,7 +238,7 @@ def _apply(layer: LayerProfile, ratios, act: float, share: float, par: Parallel)
         bwd_weight_s=bw,
         param_bytes=layer.param_bytes * share,
         act_bytes=layer.act_bytes * act,
-        out_bytes=layer.out_bytes / (par.tp * par.cp),
+        out_bytes=layer.out_bytes / par.shards("boundary"),
         flops=None if layer.flops is None else layer.flops * kflops,
     )
 
@@ -254,7 +250,7 @@ def _kind(name: str) -> str:
     return "block"
 
 
-def _describe(par: Parallel) -> str:
+def _describe(par: ParallelLayout, routing: Routing) -> str:
     parts = [f"t={par.tp}{'+sp' if par.sp else ''}", f"cp={par.cp} ({par.cp_comm})"]
-    parts.append(f"ep={par.ep} ({par.routing.label()})")
+    parts.append(f"ep={par.ep} ({routing.label()})")
     return ", ".join(parts)

@@ -11,7 +11,8 @@ from typing import Protocol
 
 from sim.compute.routing import parse_routing
 from sim.hardware.gpu_compute import ComputeSpec
-from sim.parallel.decoder_shard import DecoderShard, Parallel, shard_decoder
+from sim.parallel.decoder_shard import DecoderShard, shard_decoder
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import ShardedTrace, shard_trace
 from sim.trace.decoder import is_decoder
 from sim.trace.schema import Trace
@@ -22,40 +23,16 @@ class PointConfig(Protocol):
     sits above this module)."""
 
     @property
-    def tensor_parallel(self) -> int: ...
-    @property
-    def sequence_parallel(self) -> bool: ...
-    @property
-    def context_parallel(self) -> int: ...
-    @property
-    def expert_parallel(self) -> int: ...
-    @property
-    def context_parallel_comm(self) -> str: ...
+    def layout(self) -> ParallelLayout: ...
     @property
     def routing(self) -> str: ...
 
 
-def parallel_of(point: PointConfig) -> Parallel:
-    """The :class:`Parallel` of ``point``.
-
-    Raises:
-        ValueError: a bad ``routing`` spec.
-    """
-    return Parallel(
-        point.tensor_parallel,
-        point.sequence_parallel,
-        point.context_parallel,
-        point.expert_parallel,
-        point.context_parallel_comm,
-        parse_routing(point.routing),
-    )
-
-
-def needs_decoder(point: PointConfig) -> str:
-    """What of ``point`` only decoder traces support (``""`` when nothing)."""
-    if point.expert_parallel > 1:
+def needs_decoder(layout: ParallelLayout) -> str:
+    """What of ``layout`` only decoder traces support (``""`` when nothing)."""
+    if layout.ep > 1:
         return "expert_parallel > 1"
-    if point.context_parallel > 1:
+    if layout.cp > 1:
         return "context_parallel > 1"
     return ""
 
@@ -71,16 +48,17 @@ def rank_trace(
     shard_trace`; not applied to decoder traces, whose replays do not use DTensor modules).
 
     Raises:
-        ValueError: the trace cannot be split as the point says (why in the message).
+        ValueError: the trace cannot be split as the point says (why in the message), or a
+            bad ``routing`` spec.
     """
     if is_decoder(trace):
         if spec is None:
             raise ValueError(f"trace {trace.name} is a decoder trace: it needs a GPU model")
-        return shard_decoder(trace, parallel_of(point), spec)
-    what = needs_decoder(point)
+        return shard_decoder(trace, point.layout, spec, parse_routing(point.routing))
+    what = needs_decoder(point.layout)
     if what:
         raise ValueError(
             f"{what} needs a decoder trace (sim.trace.decoder, e.g. traces/mixtral-8x7b); "
             f"{trace.name} is not one"
         )
-    return shard_trace(trace, point.tensor_parallel, point.sequence_parallel, spec, overhead_s)
+    return shard_trace(trace, point.layout.tp, point.layout.sp, spec, overhead_s)

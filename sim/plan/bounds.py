@@ -73,10 +73,8 @@ from sim.memory.reserve import nccl_peers
 from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
 from sim.parallel.groups import tensor_groups
 from sim.parallel.megatron import aggregate
-from sim.parallel.rank import rank_trace
 from sim.point.config import PointConfig
 from sim.schedules.analysis import peak_in_flight
-from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
 
@@ -248,12 +246,8 @@ class BoundModel:
         return self._totals[key]
 
     def _rank_totals(self, point: PointConfig) -> RankTotals:
-        gpu = self.prep.topology.gpus[0].compute
-        trace: Trace = self.prep.traces[point.model]
-        trace = adapt_trace(trace, point.microbatch_size, gpu)[0]
-        overhead = self.prep.topology.gpus[0].tp_module_overhead_s
-        sharded = rank_trace(trace, point, gpu, overhead)
-        trace = sharded.trace
+        sharded = self.prep.rank_trace(point, point.microbatch_size)
+        trace: Trace = sharded.trace
         if point.framework_profile.tied_embedding.value:
             # stored once where both ends share a rank (Framework.tie): left out at every
             # depth, which keeps these totals a lower bound

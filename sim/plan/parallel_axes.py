@@ -14,7 +14,8 @@ from sim.config import as_list
 from sim.errors import InputError
 from sim.memory.base import MemoryPolicy
 from sim.parallel.context import COMM_TYPES
-from sim.parallel.decoder_shard import Parallel, decoder_problem
+from sim.parallel.decoder_shard import decoder_problem
+from sim.parallel.layout import ParallelLayout
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
 from sim.trace.decoder import decoder_shape, is_decoder
@@ -65,22 +66,23 @@ def is_decoder_model(prep: Prepared, mi: int) -> bool:
     return is_decoder(prep.traces[prep.exp.models[mi].name])
 
 
-def parallel_invalid(prep: Prepared, mi: int, par: Parallel, w: int, policy: MemoryPolicy) -> str:
-    """Why expert/context parallelism ``par`` cannot run for model ``mi`` here, or ``""``."""
+def parallel_invalid(prep: Prepared, mi: int, lay: ParallelLayout, policy: MemoryPolicy) -> str:
+    """Why expert/context parallelism of ``lay`` cannot run for model ``mi`` here, or ``""``."""
     trace = prep.traces[prep.exp.models[mi].name]
     if not is_decoder(trace):
-        if par.ep > 1 or par.cp > 1:
+        if lay.ep > 1 or lay.cp > 1:
             return (
                 "expert and context parallelism model decoder traces (sim.trace.decoder); "
                 f"{trace.name} is not one"
             )
         return ""
-    if (w * par.cp) % par.ep:
-        return f"expert_parallel {par.ep} must divide dp_width x context_parallel = {w * par.cp}"
-    if par.ep > 1 and any(part.shards_states for part in policy.parts()):
+    problems = lay.problems()
+    if problems:
+        return problems[0]
+    if lay.ep > 1 and any(part.shards_states for part in policy.parts()):
         # the routed experts' states would partition over the expert-data-parallel group,
         # which these policies do not model
         return (
             f"memory policy {policy.text} partitions states over replicas; not with expert_parallel"
         )
-    return decoder_problem(decoder_shape(trace), par)
+    return decoder_problem(decoder_shape(trace), lay)

@@ -98,7 +98,7 @@ def point_row(
     trace = prep.traces[point.model]
     base = dict(point.model_dump(), parameters=trace.parameters)
     try:
-        res = resolve(prep.exp, point, prep.topology, trace, file=prep.file)
+        res = resolve(prep.exp, point, prep.topology, trace, file=prep.file, shared=prep)
         excess = resolved_memory_excess(res) if screen else None
         if excess is not None:
             gpu, need, cap = excess

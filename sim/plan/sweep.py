@@ -19,7 +19,7 @@ from sim.framework.registry import get_framework
 from sim.memory.base import MemoryPolicy
 from sim.memory.per_stage import SEPARATOR
 from sim.memory.registry import parse_policy
-from sim.parallel.decoder_shard import Parallel
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import shape_problem
 from sim.plan.axes import (
     boundaries_reason,
@@ -140,10 +140,11 @@ def _model_points(
     )
     for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
         w = w or (sw.gpus or 0) // (p * t * cp)  # sweep.gpus: the width that fills them
+        lay = ParallelLayout(pp=p, vp=v, dp_replicate=w, cp=cp, tp=t, sp=sp, ep=ep, cp_comm=cpc)
         reason = (
             _gpus_reason(sw.gpus, p, t, cp)
             or _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
-            or parallel_invalid(prep, mi, Parallel(t, sp, cp, ep, cpc), w, policy)
+            or parallel_invalid(prep, mi, lay, policy)
             or overlap_invalid(cls, ov, ep, cp)
             or _tensor_invalid(prep, mi, t, sp)
             or boundaries_reason(prep, p * v)
@@ -163,23 +164,21 @@ def _model_points(
             PointConfig(
                 model=model.name,
                 schedule=sched,
-                stages=p,
-                dp_width=w,
-                tensor_parallel=t,
-                sequence_parallel=sp,
+                **_flat(lay),
                 microbatch_size=b,
                 microbatches=gb // (w * b),
                 memory_policy=text,
                 global_batch=gb,
-                virtual_stages=v,
-                expert_parallel=ep,
-                context_parallel=cp,
-                context_parallel_comm=cpc,
                 routing=model.routing,
                 ep_overlap=ov,
                 framework=axes.framework.name,
             )
         )
+
+
+def _flat(lay: ParallelLayout) -> dict:
+    """``lay``'s flat fields that a :class:`PointConfig` has."""
+    return {k: v for k, v in lay.flat().items() if k in PointConfig.model_fields}
 
 
 def _gpus_reason(gpus: int | None, p: int, t: int, cp: int) -> str:

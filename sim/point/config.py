@@ -19,6 +19,7 @@ from sim.framework.base import Framework
 from sim.framework.registry import get_framework
 from sim.memory.base import MemoryPolicy
 from sim.memory.registry import parse_policy
+from sim.parallel.layout import ParallelLayout
 from sim.schedules.base import Schedule
 from sim.schedules.registry import get_schedule
 
@@ -61,6 +62,12 @@ class PointConfig(BaseModel):
     routing: str = "balanced"
     ep_overlap: bool = False
     framework: str = "pipesim"
+
+    @property
+    def layout(self) -> ParallelLayout:
+        """The point's parallel layout (:class:`~sim.parallel.layout.ParallelLayout`): the one
+        record every layer below asks for ``p, v, w, t, sp, cp, ep``."""
+        return ParallelLayout.from_flat(self)
 
     def key(self) -> str:
         """A stable short hash of the point."""

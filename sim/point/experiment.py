@@ -3,17 +3,25 @@
 :func:`prepare` reads what every later step shares (the hardware topology, each model's trace
 at the training dtype, attention modelled), so the sweep (:mod:`sim.plan.sweep`), the planner's bounds
 (:mod:`sim.plan.bounds`) and point evaluation (:mod:`sim.plan.point_row`) never load files again.
+What is derived from a trace is derived once per key and shared by the run's notes, the
+bounds and every point (:meth:`Prepared.adapted`, :meth:`Prepared.rank_trace`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sim.config import ExperimentConfig
 from sim.hardware.loader import load_hardware
 from sim.hardware.topology import Topology
 from sim.memory.attention import with_attention
+from sim.parallel.decoder_shard import DecoderShard
+from sim.parallel.rank import rank_trace
+from sim.parallel.shard import ShardedTrace
+from sim.point.config import PointConfig
+from sim.trace.adapt import adapt_trace
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 
@@ -34,6 +42,39 @@ class Prepared:
     file: str
     topology: Topology
     traces: dict[str, Trace]
+    _derived: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def adapted(self, model: str, microbatch_size: int) -> tuple[Trace, tuple[str, ...]]:
+        """Model ``model``'s trace at ``microbatch_size`` on this hardware's first GPU, with
+        the notes of how (:func:`~sim.trace.adapt.adapt_trace`), computed once per pair.
+
+        Raises:
+            ValueError: ``microbatch_size < 1``.
+        """
+        key = ("adapted", model, microbatch_size)
+        if key not in self._derived:
+            trace, notes = adapt_trace(
+                self.traces[model], microbatch_size, self.topology.gpus[0].compute
+            )
+            self._derived[key] = (trace, tuple(notes))
+        return self._derived[key]
+
+    def rank_trace(self, point: PointConfig, microbatch_size: int) -> ShardedTrace | DecoderShard:
+        """The adapted trace of ``point`` as one of its ranks runs it
+        (:func:`~sim.parallel.rank.rank_trace`), computed once per model, micro-batch size,
+        layout dimensions that split layers, and routing.
+
+        Raises:
+            ValueError: the trace cannot be split as the point says.
+        """
+        lay = point.layout
+        key: tuple = ("rank", point.model, microbatch_size, lay.tp, lay.sp, lay.cp, lay.ep)
+        key += (lay.etp, lay.cp_comm, point.routing)
+        if key not in self._derived:
+            gpu = self.topology.gpus[0]
+            trace = self.adapted(point.model, microbatch_size)[0]
+            self._derived[key] = rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
+        return self._derived[key]
 
 
 def prepare(exp: ExperimentConfig, file: str) -> Prepared:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.events import EventLog
+from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
 ROW_FORMAT = 7
@@ -98,6 +99,11 @@ class ResultRow(BaseModel):
         """The grid point this row is the result of."""
         return PointConfig(**{k: getattr(self, k) for k in PointConfig.model_fields})
 
+    @property
+    def layout(self) -> ParallelLayout:
+        """The row's parallel layout (:class:`~sim.parallel.layout.ParallelLayout`)."""
+        return ParallelLayout.from_flat(self)
+
     def problems(self) -> list[str]:
         """Inconsistencies no simulation produces (a forged or damaged row): throughput not
         ``microbatches x microbatch_size x dp_width / iteration_time_s`` (metrics.py), a row
@@ -139,11 +145,13 @@ def rank_key(row: ResultRow | Mapping[str, Any]) -> tuple:
     tput = float(_get(row, "throughput_samples_per_s", -math.inf))
     stages, width = int(_get(row, "stages", 0)), int(_get(row, "dp_width", 0))
     tp = int(_get(row, "tensor_parallel", 1))
-    cp = int(_get(row, "context_parallel", 1))
+    gpus = ParallelLayout(
+        pp=stages, dp_replicate=width, tp=tp, cp=int(_get(row, "context_parallel", 1))
+    ).gpus
     return (
         not ok,
         -tput,
-        stages * width * tp * cp,
+        gpus,
         int(_get(row, "microbatches", 0)),
         str(_get(row, "schedule", "")),
         stages,

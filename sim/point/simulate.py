@@ -9,6 +9,7 @@ resolved raise :class:`~sim.errors.InputError`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
@@ -33,6 +34,7 @@ from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.rank import rank_trace
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
 from sim.point.stages import (
     Grid,
     Layout,
@@ -73,8 +75,11 @@ def resolve(
     base_trace: Trace,
     *,
     file: str = "<experiment>",
+    shared: Prepared | None = None,
 ) -> Resolved:
-    """Resolve a point (see module doc).
+    """Resolve a point (see module doc). ``shared``: the prepared experiment ``base_trace``
+    comes from, whose adapted and rank traces are computed once per key and reused
+    (:meth:`~sim.point.experiment.Prepared.rank_trace`); without it they are derived here.
 
     Raises:
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
@@ -91,8 +96,13 @@ def resolve(
     )
     _check_size(point, schedule, topo, base_trace, file)
     policy = _policy(point, file)
-    trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
-    sharded = _shard(trace, point, topo, file)
+    if shared is None:
+        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
+        sharded = _shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
+    else:
+        trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
+        notes = list(shared_notes)
+        sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
@@ -135,8 +145,7 @@ def resolve(
         plans,
         tensor_groups=layout.stage_groups if point.tensor_parallel > 1 else (),
         tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
-        context_parallel=point.context_parallel,
-        expert_parallel=point.expert_parallel,
+        layout=point.layout,
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
         runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
@@ -174,8 +183,7 @@ def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
     above :data:`~sim.config.MIRROR_ABOVE_GPUS` GPUs): its stage replicas are then planned once
     per kind (:func:`~sim.memory.alike.plan_alike`) and simulated once if symmetric."""
     mode = exp.options.simulation
-    gpus = point.stages * point.dp_width * point.tensor_parallel * point.context_parallel
-    return mode == "symmetric" or (mode == "auto" and gpus > MIRROR_ABOVE_GPUS)
+    return mode == "symmetric" or (mode == "auto" and point.layout.gpus > MIRROR_ABOVE_GPUS)
 
 
 def _check_size(
@@ -184,13 +192,12 @@ def _check_size(
     """Raises:
     InputError: more GPUs than the hardware has, or more stages than the trace has layers.
     """
-    n, t, cp = schedule.num_stages, point.tensor_parallel, point.context_parallel
-    if point.stages * point.dp_width * t * cp > topo.num_gpus:
-        what = "stages x dp_width" + (" x tensor_parallel" if t > 1 else "")
-        what += " x context_parallel" if cp > 1 else ""
+    n, lay = schedule.num_stages, point.layout
+    if lay.gpus > topo.num_gpus:
+        what = "stages x dp_width" + (" x tensor_parallel" if lay.tp > 1 else "")
+        what += " x context_parallel" if lay.cp > 1 else ""
         raise InputError(
-            f"{what} = {point.stages * point.dp_width * t * cp} GPUs, but "
-            f"{topo.name} has {topo.num_gpus}",
+            f"{what} = {lay.gpus} GPUs, but {topo.name} has {topo.num_gpus}",
             file=file,
             field="sweep.stages",
         )
@@ -249,8 +256,8 @@ def _plans(
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
     """
-    t, n = point.tensor_parallel, schedule.num_stages
-    w = point.dp_width * point.context_parallel  # the engine's replicas: data x context ranks
+    t, n = point.layout.tp, schedule.num_stages
+    w = point.layout.replicas  # the engine's replicas: data x context ranks
     contexts = [
         c
         for k in range(t)
@@ -294,18 +301,23 @@ def _plans(
     return plans, tensor_plans
 
 
+def _gpu_model(topo: Topology):
+    """The first GPU's compute model and tensor-parallel module overhead."""
+    gpu = topo.gpus[0]
+    return gpu.compute, gpu.tp_module_overhead_s
+
+
 def _shard(
-    trace: Trace, point: PointConfig, topo: Topology, file: str
+    make: Callable[[], ShardedTrace | DecoderShard], file: str
 ) -> ShardedTrace | DecoderShard:
-    """The trace on one rank (:func:`~sim.parallel.rank.rank_trace`: tensor, sequence, expert
-    and context parallelism).
+    """The trace on one rank, made by ``make`` (:func:`~sim.parallel.rank.rank_trace`:
+    tensor, sequence, expert and context parallelism).
 
     Raises:
         InputError: the trace cannot be split as the point says (no model shape, heads ...).
     """
     try:
-        gpu = topo.gpus[0]
-        return rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
+        return make()
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
 

@@ -64,14 +64,6 @@ def adapt_trace(trace: Trace, b: int, gpu: ComputeSpec | None) -> tuple[Trace, l
     return out, notes
 
 
-def grid_notes(trace: Trace, sizes: list[int], gpu: ComputeSpec | None) -> list[str]:
-    """The notes of :func:`adapt_trace` for every micro-batch size in ``sizes``, each once."""
-    out: list[str] = []
-    for b in sorted(set(sizes)):
-        out += [n for n in adapt_trace(trace, b, gpu)[1] if n not in out]
-    return out
-
-
 def source_device(trace: Trace) -> str:
     """The device a trace's times belong to: ``provenance.device`` if set, else ``device``."""
     return str(trace.provenance.get("device") or trace.device)
