@@ -41,8 +41,8 @@ replay runs a stage's forward under for its memory measurement
 :class:`~backends.torch.profile.saved_bytes.SavedBytes`): a Python ``pack`` per saved tensor in the
 forward, an ``unpack`` per use in the backward. Timed without them, the ViT example's stage 0 (97
 saved tensors per micro-batch of 4) was profiled 0.2-0.4 ms per forward and 0.1-0.3 ms per backward
-faster than it runs in the replay (measured with and without the hooks on the 2-core VM:
-``benchmarks/cold_start.py``).
+faster than it runs in the replay (measured with and without the hooks on the 2-core VM by a
+one-off script, since removed; its figures are in the issue notes).
 """
 
 from __future__ import annotations
