@@ -290,7 +290,7 @@ def validate(
     Args:
         config: a single-configuration experiment (a ``winner.yaml`` of ``sim run``) whose
             trace ``sim profile`` made.
-        replayer: the backend, e.g. ``backends.torch.replayer.TorchReplayer()``.
+        replayer: the backend, e.g. ``backends.torch.replay.replayer.TorchReplayer()``.
         out: folder to write into (default: beside ``config``).
         schedules: replay these schedules instead of the file's.
         microbatches: replay these micro-batch counts instead of the file's.
@@ -315,7 +315,7 @@ def validate(
 
     Example (needs torch; a few seconds on a CPU)::
 
-        from backends.torch.replayer import TorchReplayer
+        from backends.torch.replay.replayer import TorchReplayer
         v = sim.api.validate("results/cpu-gpt-tiny/winner.yaml", replayer=TorchReplayer(),
                              nproc=2, schedules=("gpipe", "1f1b"))
         v.table[["schedule", "measured_iteration_s", "predicted_iteration_s", "error"]]

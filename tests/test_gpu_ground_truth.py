@@ -69,7 +69,14 @@ def test_driver_and_checks_on_cpu(tmp_path):
     dest.mkdir()
     shutil.copy(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml", dest / "hardware.yaml")
     for step, budget in (("profile", "5"), ("grid", "30"), ("provenance", "1")):
-        cmd = [sys.executable, "-m", "backends.torch.ground_truth", step, "--dest", str(dest)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "backends.torch.calibrate.ground_truth",
+            step,
+            "--dest",
+            str(dest),
+        ]
         subprocess.run([*cmd, "--device", "cpu", "--tiny", "--budget-s", budget], check=True,
                        cwd=ROOT, timeout=300)  # fmt: skip
     assert find_ground_truth(tmp_path, device="cpu") == [dest]

@@ -1,7 +1,7 @@
 """Measure this host's CPU Adam rate and write ``measurements/cpu/cpu_adam.yaml`` with provenance.
 
 Run from the repository root: ``.venv/bin/python measurements/cpu/measure_cpu_adam.py``.
-Uses :func:`backends.torch.calibrate_rank.cpu_adam_rate` (``torch.optim.Adam(fused=True)`` on CPU
+Uses :func:`backends.torch.calibrate.rank.cpu_adam_rate` (``torch.optim.Adam(fused=True)`` on CPU
 where supported, else ``foreach``), for several parameter counts and all host threads.
 """
 
@@ -18,8 +18,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from backends.torch.calibrate_rank import cpu_adam_rate  # noqa: E402
-from backends.torch.profile import cpu_model_name  # noqa: E402
+from backends.torch.calibrate.rank import cpu_adam_rate  # noqa: E402
+from backends.torch.profile.layers import cpu_model_name  # noqa: E402
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ command                    module                                calls
 ``sim validate``           :mod:`sim.cli.validate`               :func:`sim.api.validate` with
                                                                  the torch replayer
 ``sim partition``          :mod:`sim.cli.partition`              :func:`sim.api.partition`
-``sim profile``            :mod:`sim.cli.profile`                ``backends.torch`` profilers
-``sim calibrate``          :mod:`sim.cli.calibrate`              ``backends.torch.devices``
+``sim profile``            :mod:`sim.cli.profile`                ``backends.torch.profile``
+``sim calibrate``          :mod:`sim.cli.calibrate`              ``backends.torch.calibrate``
 ``sim hardware list|show`` :mod:`sim.cli.hardware`               :mod:`sim.hardware`
 ``sim schedule list|show`` :mod:`sim.cli.schedule`               :mod:`sim.schedules`
 ``sim trace list|show|import-kineto``  :mod:`sim.cli.trace`      :mod:`sim.trace`

@@ -1,5 +1,5 @@
 """``sim calibrate --out HW.yaml``: the typer adapter over
-:func:`backends.torch.devices.calibrate_devices`; ``sim calibrate --from-runs RUNS... --out
+:func:`backends.torch.calibrate.devices.calibrate_devices`; ``sim calibrate --from-runs RUNS... --out
 OVERLAY.yaml`` over :func:`sim.calibrate_runs.calibrate_from_runs`."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from backends.torch.devices import calibrate_devices, check_device, check_device_name
+from backends.torch.calibrate.devices import calibrate_devices
+from backends.torch.devices import check_device, check_device_name
 from sim.atomic import check_writable
 from sim.calibrate_runs import PARAMETERS, Fit, calibrate_from_runs, mape
 from sim.cli.console import err, friendly, need_torch, out

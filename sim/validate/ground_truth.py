@@ -1,7 +1,7 @@
 """The simulator against measured ground truth (``measurements/<gpu>/``, issue 8), without a GPU.
 
 A ground-truth folder is what ``scripts/gpu_ground_truth.sh`` wrote
-(:mod:`backends.torch.ground_truth`): ``provenance.json`` (``kind: gpu_ground_truth``),
+(:mod:`backends.torch.calibrate.ground_truth`): ``provenance.json`` (``kind: gpu_ground_truth``),
 ``hardware.yaml`` (calibrated), ``layers.csv`` (per-layer profiles), ``grid-trace.csv/.yaml``
 and ``single_rank.csv`` (single-rank replays). Two comparisons:
 
