@@ -68,11 +68,11 @@ def vtrain_cases(folder: Path = VTRAIN, preset: str = "dgx-a100-40gb") -> list[M
     return out
 
 
-SC21 = Path(__file__).resolve().parent.parent / "validation" / "megatron-sc21" / "table1.csv"
+SC21 = Path(__file__).resolve().parent.parent / "measurements" / "megatron-sc21" / "table1.csv"
 
 
 def sc21_cases(path: Path = SC21) -> list[MemoryCase]:
-    """Megatron-LM's SC'21 Table 1 runs (``validation/megatron-sc21``, as
+    """Megatron-LM's SC'21 Table 1 runs (``measurements/megatron-sc21``, as
     ``measured_sc21.py`` runs them: GPT, sequence 2048, vocabulary 51,200, fp16,
     ``recompute:full``, interleaved 1F1B where the script sets it, ``--DDP-impl``'s
     framework): each ran on DGX A100 80 GB, so each must fit."""
