@@ -22,11 +22,11 @@ from sim.parallel.decoder_shard import DecoderShard
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.simulate import (
-    _check_size,
-    _policy,
-    _shard,
-    _works,
+    check_point_size,
+    checked_shard,
+    layer_works,
     point_framework,
+    point_policy,
 )
 from sim.point.stages import choose_boundaries, make_schedule, stage_contexts, stage_layout
 from sim.schedules.analysis import peak_in_flight_per_stage
@@ -74,11 +74,11 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
         framework=framework,
     )
     base = prep.traces[point.model]
-    _check_size(point, schedule, topo, base, file)
-    policy = _policy(point, file)
-    sharded = _shard(lambda: prep.rank_trace(point, point.microbatch_size), file)
+    check_point_size(point, schedule, topo, base, file)
+    policy = point_policy(point, file)
+    sharded = checked_shard(lambda: prep.rank_trace(point, point.microbatch_size), file)
     memory = framework.memory(base.dtype, topo.gpus[0].model, exp.memory)
-    works = _works(sharded, point, memory)
+    works = layer_works(sharded, point, memory)
     trace = framework.tie(
         with_framework_stash(sharded.trace, works), schedule, point.tensor_parallel
     )

@@ -96,17 +96,17 @@ def resolve(
         virtual_stages=point.virtual_stages,
         framework=framework,
     )
-    _check_size(point, schedule, topo, base_trace, file)
-    policy = _policy(point, file)
+    check_point_size(point, schedule, topo, base_trace, file)
+    policy = point_policy(point, file)
     if shared is None:
         trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
-        sharded = _shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
+        sharded = checked_shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
     else:
         trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
         notes = list(shared_notes)
-        sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
+        sharded = checked_shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
-    works = _works(sharded, point, memory)
+    works = layer_works(sharded, point, memory)
     trace = with_framework_stash(sharded.trace, works)
     trace = framework.tie(trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
@@ -195,7 +195,7 @@ def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
     return mode == "symmetric" or (mode == "auto" and point.layout.gpus > MIRROR_ABOVE_GPUS)
 
 
-def _check_size(
+def check_point_size(
     point: PointConfig, schedule: Schedule, topo: Topology, trace: Trace, file: str
 ) -> None:
     """Raises:
@@ -231,7 +231,7 @@ def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework
         raise InputError(str(exc), file=file, field="framework") from None
 
 
-def _policy(point: PointConfig, file: str) -> MemoryPolicy:
+def point_policy(point: PointConfig, file: str) -> MemoryPolicy:
     """The point's memory policy.
 
     Raises:
@@ -315,7 +315,7 @@ def _plans(
     return plans, tensor_plans
 
 
-def _works(
+def layer_works(
     sharded: ShardedTrace | DecoderShard, point: PointConfig, memory: FrameworkMemory
 ) -> tuple[LayerWork, ...]:
     """Each layer's transients and weights on the rank (:func:`~sim.memory.layer_work.
@@ -330,7 +330,7 @@ def _gpu_model(topo: Topology):
     return gpu.compute, gpu.tp_module_overhead_s
 
 
-def _shard(
+def checked_shard(
     make: Callable[[], ShardedTrace | DecoderShard], file: str
 ) -> ShardedTrace | DecoderShard:
     """The trace on one rank, made by ``make`` (:func:`~sim.parallel.rank.rank_trace`:
