@@ -88,7 +88,9 @@ class RunOutcome:
     """What :func:`run` wrote.
 
     Attributes:
-        code: the command's exit code: 0, or 1 when a model has no configuration that fits.
+        code: the command's exit code: 0, 1 when a model has no configuration that fits, 3
+            when some configurations failed with an internal error (their rows say so;
+            :data:`sim.point.rows.EXIT_INTERNAL`).
         out_dir: the output folder (``results.csv``, ``winner.yaml``, plots, timeline).
     """
 

@@ -23,7 +23,7 @@ from sim.plan.planner import PlanStats, plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
-from sim.point.rows import BestRows, ResultRow, pick_winner
+from sim.point.rows import EXIT_INTERNAL, EXIT_OK, INTERNAL, BestRows, ResultRow, pick_winner
 from sim.point.simulate import evaluate, resolve, split_note
 from sim.report.memory_summary import write_memory_summary, write_tflops
 from sim.report.outputs import (
@@ -41,7 +41,7 @@ from sim.report.outputs import (
     write_yaml,
 )
 from sim.report.plots import plot_throughput
-from sim.report.row_bands import bands_for, winner_bands
+from sim.report.row_bands import bands_for, describe, winner_bands
 from sim.report.tables import summary_table
 
 
@@ -57,7 +57,9 @@ def run_experiment(
     exhaustive: bool = False,
     exp: ExperimentConfig | None = None,
 ) -> int:
-    """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
+    """Run one experiment file; returns the process exit code (:data:`sim.point.rows.EXIT_OK`;
+    1 when some model has no configuration that fits; 3 when some points failed with an
+    internal error: their rows say why, the others are written as usual).
 
     Args:
         exp: the experiment ``path`` holds, when the caller has parsed it already (it is then
@@ -109,7 +111,36 @@ def run_experiment(
         )
         commit_output(stage, out)
     _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
-    return code
+    return _report_failed(console, rows) or code
+
+
+FAILED_SHOWN = 5
+"""Points of an internal error named on the console (all are in results.csv)."""
+
+
+def _report_failed(console: Console, rows: list[ResultRow]) -> int:
+    """Name the points whose simulation raised an unexpected exception (a bug); returns
+    :data:`~sim.point.rows.EXIT_INTERNAL` when there are any, else 0."""
+    failed = [r for r in rows if r.failed]
+    if not failed:
+        return EXIT_OK
+    console.print(
+        f"[bold red]{len(failed)} of {len(rows)} configurations failed with an internal error[/] "
+        "(a bug in pipesim, not in the experiment; their rows in results.csv say where; "
+        "please report it with config.resolved.yaml):",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for r in failed[:FAILED_SHOWN]:
+        console.print(
+            f"  {escape(r.model)} {escape(describe(r.model_dump()))}: "
+            f"{escape(r.error.removeprefix(INTERNAL))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if len(failed) > FAILED_SHOWN:
+        console.print(f"  ... and {len(failed) - FAILED_SHOWN} more", highlight=False)
+    return EXIT_INTERNAL
 
 
 def _write_all(

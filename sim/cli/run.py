@@ -64,6 +64,10 @@ def run(
     Writes results.csv (one row per configuration; times in seconds, memory in bytes),
     winner.yaml (re-runnable with `sim run`, accepted by `sim validate`), config.resolved.yaml,
     plots (PNG) and timeline.json (Chrome trace: open in https://ui.perfetto.dev).
+
+    Exit codes: 0 done; 1 some model has no configuration that fits; 2 bad input (nothing
+    written); 3 some configurations failed with an internal error (a bug: their rows say
+    where; everything else is written).
     """
     outcome = api.run(
         experiment,

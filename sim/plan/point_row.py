@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import traceback
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
@@ -23,7 +24,7 @@ from sim.memory.peak import device_peaks, row_breakdown
 from sim.plan.bounds import resolved_memory_excess
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
-from sim.point.rows import PRUNED, ROW_FORMAT, ResultRow
+from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, ResultRow
 from sim.point.simulate import evaluate, placement_json, resolve
 from sim.schedules.analysis import delay_steps
 from sim.schedules.base import Schedule
@@ -90,11 +91,42 @@ def point_row(
     prep: Prepared, point: PointConfig, *, screen: bool = False
 ) -> tuple[ResultRow, EventLog | None]:
     """The result row of one point and the event log of its simulation (None when it was not
-    simulated). Never raises for a point that cannot run: see the row's ``error``.
+    simulated). Never raises for a point that cannot run: see the row's ``error``; an
+    unexpected exception (a bug, not bad input) becomes a row whose error starts with
+    :data:`~sim.point.rows.INTERNAL` (:func:`failed_row`), so one point never ends a sweep.
 
     With ``screen``, a point whose resolved memory lower bound exceeds a GPU's capacity
     (:func:`sim.plan.bounds.resolved_memory_excess`) is not simulated: its row has the error
     ``pruned: memory lower bound ...`` (the planner's, :mod:`sim.plan.planner`)."""
+    try:
+        return _point_row(prep, point, screen)
+    except Exception as exc:  # noqa: BLE001 - a bug in one point must not end the sweep
+        return failed_row(prep, point, exc), None
+
+
+def failed_row(prep: Prepared, point: PointConfig, exc: BaseException) -> ResultRow:
+    """The row of a point whose simulation raised ``exc`` unexpectedly: no measurements,
+    ``fits = False``, ``error = "internal error: <type>: <message> (<file>:<line> in <function>)"``
+    on one line (the innermost frame of the traceback, for a bug report)."""
+    where = ""
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        frame = tb[-1]
+        where = f" ({Path(frame.filename).name}:{frame.lineno} in {frame.name})"
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+    trace = prep.traces.get(point.model)
+    return ResultRow(
+        **point.model_dump(),
+        parameters=trace.parameters if trace is not None else 0,
+        fits=False,
+        error=INTERNAL + message + where,
+    )
+
+
+def _point_row(
+    prep: Prepared, point: PointConfig, screen: bool
+) -> tuple[ResultRow, EventLog | None]:
+    """:func:`point_row` without the guard against unexpected exceptions."""
     trace = prep.traces[point.model]
     base = dict(point.model_dump(), parameters=trace.parameters)
     try:

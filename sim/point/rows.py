@@ -28,6 +28,16 @@ ROW_FORMAT = 7
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
 rows depend on the rest of the grid and are never cached."""
+INTERNAL = "internal error: "
+"""Prefix of the ``error`` of a row whose simulation raised an unexpected exception (a bug in
+the simulator, not in the input): the sweep goes on, ``sim run`` names the point and exits
+with :data:`EXIT_INTERNAL`; such rows are never cached."""
+
+EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+"""``sim`` exit codes: 0 done; 1 some model has no configuration that fits (or an operating
+system fault such as a full disk); 2 bad input (one message naming the file or option and
+field); 3 an internal error in some points (their rows say ``internal error: ...``; the other
+points' results are written)."""
 
 _NonNeg = Field(None, ge=0, allow_inf_nan=False)
 
@@ -122,6 +132,11 @@ class ResultRow(BaseModel):
         if self.fits == bool(self.oom_device):
             out.append(f"fits: {self.fits} but oom_device is {self.oom_device!r}")
         return out
+
+    @property
+    def failed(self) -> bool:
+        """The simulator raised an unexpected exception on this point (:data:`INTERNAL`)."""
+        return self.error.startswith(INTERNAL)
 
     @property
     def ok(self) -> bool:
