@@ -15,11 +15,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from sim.compute.model_flops import FORMULA as MFU_FORMULA
 from sim.config import ExperimentConfig, load_experiment
 from sim.events import EventLog
 from sim.hardware.describe import topology_to_dict
 from sim.plan.executors import open_executor
 from sim.plan.planner import PlanStats, plan_points
+from sim.plan.point_row import peak_flops
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
@@ -43,6 +45,7 @@ from sim.report.outputs import (
 from sim.report.plots import plot_throughput
 from sim.report.row_bands import bands_for, describe, winner_bands
 from sim.report.tables import summary_table
+from sim.trace.origin import ROOFLINE, origin_warning, trace_origin
 
 
 def run_experiment(
@@ -88,6 +91,7 @@ def run_experiment(
     notes = _compute_notes(prep, points)
     for line in (n for model_notes in notes.values() for n in model_notes):
         console.print(f"[yellow]note[/] {escape(line)}", highlight=False)
+    _print_origins(console, prep)
     jobs = min(jobs, len(points))
     best = BestRows()  # each model's best row, with its event log for the winner's plots
     with open_executor(executor, prep, jobs) as pool, _progress(console, len(points)) as on_done:
@@ -208,7 +212,8 @@ def _write_all(
             f"policy={winner.memory_policy}: "
             f"{winner.throughput_samples_per_s:.2f} samples/s, "
             f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
-            f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
+            f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB"
+            + _flops_text(winner, prep),
             highlight=False,
         )
         _print_band(console, model.name, band)
@@ -267,6 +272,17 @@ def _progress(console: Console, total: int):
     yield line
 
 
+def _print_origins(console: Console, prep: Prepared) -> None:
+    """A warning for each model whose trace is a roofline estimate, a note for each analytic
+    one (:func:`sim.trace.origin.origin_warning`): an estimate standing in for a measurement."""
+    for name, trace in prep.traces.items():
+        text = origin_warning(name, trace)
+        if text is None:
+            continue
+        level = "[bold yellow]warning:[/]" if trace_origin(trace) == ROOFLINE else "[yellow]note[/]"
+        console.print(f"{level} {escape(text)}", highlight=False, soft_wrap=True)
+
+
 def _gpt_shapes(prep) -> dict[str, dict]:
     """Per model, the GPT shape its trace was generated from (provenance ``inputs``), for
     Narayanan et al.'s FLOP formula; models of other traces are left out."""
@@ -300,16 +316,10 @@ def _memory_summary(
 def _tflops(
     df, out: Path, plots: bool, console: Console, shapes: dict, pending: _Pending
 ) -> list[Path]:
-    """TFLOP/s per GPU of the GPT models (Narayanan et al. SC'21 eq. 3): printed, CSV, plot
-    (added to ``pending``)."""
-    table, written = write_tflops(df, out, plots, shapes, pending.drawings)
-    if not table.empty:
-        console.print(
-            "[bold]TFLOP/s per GPU[/] (best fitting; 96 B s l h^2 (1 + s/6h + V/16lh) / "
-            "(iteration time x GPUs), Narayanan et al. SC'21 eq. 3)"
-        )
-        console.print(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    return written
+    """TFLOP/s per GPU of the GPT models as Narayanan et al. (SC'21 eq. 3, the recompute pass
+    counted) report them, for comparison with the paper: CSV and plot (added to ``pending``).
+    The console shows each winner's model-FLOPs TFLOP/s and MFU instead (:func:`_flops_text`)."""
+    return write_tflops(df, out, plots, shapes, pending.drawings)[1]
 
 
 def _write_winner(
@@ -348,6 +358,21 @@ def _write_winner(
         pending.copies.append((drawn, d))
         written += [d / f.name for f in drawn]
     return written + drawn
+
+
+def _flops_text(row: ResultRow, prep: Prepared) -> str:
+    """``; 45.7 TFLOP/s per GPU, MFU 36.6 % of 125 TFLOP/s (fp16, V100-SXM2-16GB datasheet;
+    model FLOPs: Megatron-LM's formula)`` for a row with model FLOPs, else nothing."""
+    if row.flops_per_s_per_gpu is None or row.mfu is None:
+        return ""
+    trace = prep.traces[row.model]
+    gpu = prep.topology.gpus[0]
+    peak = peak_flops(gpu, trace.dtype)
+    return (
+        f"; {row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % "
+        f"of {peak / 1e12:,.0f} TFLOP/s ({trace.dtype} dense peak of {gpu.model}, datasheet; "
+        f"{MFU_FORMULA}; {row.trace_origin} trace)"
+    )
 
 
 def _print_band(console: Console, model: str, band: dict) -> None:

@@ -17,10 +17,13 @@ from functools import cache
 from pathlib import Path
 
 import sim
+from sim.compute.model_flops import model_flops
 from sim.config import config_hash
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.hardware.topology import GPU
 from sim.memory.peak import device_peaks, row_breakdown
+from sim.parallel.shard import model_shape
 from sim.plan.bounds import resolved_memory_excess
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
@@ -28,6 +31,7 @@ from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, ResultRow
 from sim.point.simulate import evaluate, placement_json, resolve
 from sim.schedules.analysis import delay_steps
 from sim.schedules.base import Schedule
+from sim.trace.origin import trace_origin
 
 
 @cache
@@ -83,7 +87,11 @@ def pruned_row(prep: Prepared, point: PointConfig, reason: str) -> ResultRow:
     ``error = "pruned: " + reason``."""
     trace = prep.traces[point.model]
     return ResultRow(
-        **point.model_dump(), parameters=trace.parameters, fits=False, error=PRUNED + reason
+        **point.model_dump(),
+        parameters=trace.parameters,
+        trace_origin=trace_origin(trace),
+        fits=False,
+        error=PRUNED + reason,
     )
 
 
@@ -118,6 +126,7 @@ def failed_row(prep: Prepared, point: PointConfig, exc: BaseException) -> Result
     return ResultRow(
         **point.model_dump(),
         parameters=trace.parameters if trace is not None else 0,
+        trace_origin=trace_origin(trace) if trace is not None else "",
         fits=False,
         error=INTERNAL + message + where,
     )
@@ -128,7 +137,7 @@ def _point_row(
 ) -> tuple[ResultRow, EventLog | None]:
     """:func:`point_row` without the guard against unexpected exceptions."""
     trace = prep.traces[point.model]
-    base = dict(point.model_dump(), parameters=trace.parameters)
+    base = dict(point.model_dump(), parameters=trace.parameters, trace_origin=trace_origin(trace))
     try:
         res = resolve(prep.exp, point, prep.topology, trace, file=prep.file, shared=prep)
         excess = resolved_memory_excess(res) if screen else None
@@ -164,5 +173,33 @@ def _point_row(
         staleness_steps=staleness_steps(res.schedule),
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
+        **flops_figures(prep, point, met.iteration_time_s),
     )
     return row, log
+
+
+def peak_flops(gpu: GPU, dtype: str) -> float:
+    """A GPU's dense peak FLOP/s at ``dtype`` (datasheet): the fp32 (non-tensor-core) peak for
+    fp32, else the fp16/bf16 tensor peak (:attr:`~sim.hardware.topology.GPU.peak_flops`)."""
+    if dtype == "fp32" and gpu.compute is not None:
+        return gpu.compute.fp32_flops
+    return gpu.peak_flops
+
+
+def flops_figures(
+    prep: Prepared, point: PointConfig, iteration_s: float
+) -> dict[str, float | None]:
+    """``iteration_flops``, ``flops_per_s_per_gpu`` and ``mfu`` of a simulated point
+    (:class:`~sim.point.rows.ResultRow`): Megatron-LM's model FLOPs of the global batch
+    (:func:`sim.compute.model_flops.model_flops`) over the iteration time and the point's GPUs,
+    and that over the peak of its first GPU at the trace's dtype (:func:`peak_flops`). None
+    for a trace without a transformer shape."""
+    trace = prep.traces[point.model]
+    shape = model_shape(trace)
+    flops = model_flops(shape, point.global_batch) if shape else None
+    if flops is None or not iteration_s > 0:
+        return {"iteration_flops": flops, "flops_per_s_per_gpu": None, "mfu": None}
+    gpus = point.layout.gpus
+    per_gpu = flops / iteration_s / gpus
+    peak = peak_flops(prep.topology.gpus[0], trace.dtype)
+    return {"iteration_flops": flops, "flops_per_s_per_gpu": per_gpu, "mfu": per_gpu / peak}

@@ -135,6 +135,9 @@ def winner_config(
             "bubble_fraction",
             "peak_memory_bytes",
             "microbatches",
+            "trace_origin",
+            "flops_per_s_per_gpu",
+            "mfu",
         )
     }
     data["prediction"].update(band or {})
