@@ -90,7 +90,7 @@ class RunOutcome:
     Attributes:
         code: the command's exit code: 0, 1 when a model has no configuration that fits, 3
             when some configurations failed with an internal error (their rows say so;
-            :data:`sim.point.rows.EXIT_INTERNAL`).
+            :data:`sim.errors.EXIT_INTERNAL`).
         out_dir: the output folder (``results.csv``, ``winner.yaml``, plots, timeline).
     """
 
@@ -113,6 +113,8 @@ def run(
     executor: str = "local",
     exhaustive: bool = False,
     console: Console | None = None,
+    table: str = "compact",
+    progress: bool = True,
 ) -> RunOutcome:
     """Plan an experiment's grid and write its output set (:mod:`sim.run`): ``sim run``.
 
@@ -125,6 +127,9 @@ def run(
         executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
         exhaustive: simulate every configuration (no pruning by bounds: :mod:`sim.plan.planner`).
         console: where the summary and progress go (default: standard output).
+        table: the best configurations per model as ``compact`` (six columns), ``wide``
+            (every column) or ``none`` (:data:`sim.report.console.TABLES`).
+        progress: show the progress of the sweep and the drawings (time remaining).
 
     Returns:
         The exit code and the folder written.
@@ -145,6 +150,8 @@ def run(
         console=console or Console(),
         executor=executor,
         exhaustive=exhaustive,
+        table=table,
+        progress_shown=progress,
     )
     return RunOutcome(code, out_dir)
 

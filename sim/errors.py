@@ -6,6 +6,12 @@ field) and exits with code 2, without a traceback.
 
 from __future__ import annotations
 
+EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+"""``sim`` exit codes: 0 done; 1 some model has no configuration that fits (or an operating
+system fault such as a full disk); 2 bad input (one message naming the file or option and
+field); 3 an internal error in some points (their rows say ``internal error: ...``; the other
+points' results are written)."""
+
 
 class InputError(Exception):
     """Bad user input: a malformed file, an unknown key, an impossible configuration.

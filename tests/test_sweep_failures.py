@@ -15,7 +15,8 @@ import sim.api
 import sim.plan.executors as executors
 import sim.plan.point_row as point_row_mod
 from sim.cli import app
-from sim.point.rows import EXIT_INTERNAL, INTERNAL
+from sim.errors import EXIT_INTERNAL
+from sim.point.rows import INTERNAL
 
 EXP = {
     "name": "fail",

@@ -31,10 +31,7 @@ from typing import Any
 
 from sim.compute.decoder import DecoderShape
 
-FORMULA = (
-    "Megatron-LM num_floating_point_operations (6 x GEMM FLOPs per token: attention incl. "
-    "s/2 causal scores, MLP, logits; no recompute)"
-)
+FORMULA = "Megatron-LM's num_floating_point_operations (model FLOPs, no recompute)"
 """How :func:`model_flops` counts, for the outputs that show its TFLOP/s and MFU."""
 
 KINDS = ("gpt", "bert", "decoder")

@@ -31,13 +31,8 @@ rows depend on the rest of the grid and are never cached."""
 INTERNAL = "internal error: "
 """Prefix of the ``error`` of a row whose simulation raised an unexpected exception (a bug in
 the simulator, not in the input): the sweep goes on, ``sim run`` names the point and exits
-with :data:`EXIT_INTERNAL`; such rows are never cached."""
+with :data:`sim.errors.EXIT_INTERNAL`; such rows are never cached."""
 
-EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-"""``sim`` exit codes: 0 done; 1 some model has no configuration that fits (or an operating
-system fault such as a full disk); 2 bad input (one message naming the file or option and
-field); 3 an internal error in some points (their rows say ``internal error: ...``; the other
-points' results are written)."""
 
 _NonNeg = Field(None, ge=0, allow_inf_nan=False)
 

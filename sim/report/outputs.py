@@ -176,40 +176,54 @@ def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
     return draw(winner_artifacts(out, log, title), jobs=1)
 
 
-def draw(drawings: Sequence[Drawing], jobs: int) -> list[Path]:
+def draw(
+    drawings: Sequence[Drawing], jobs: int, on_done: Callable[[int], None] | None = None
+) -> list[Path]:
     """Write ``drawings`` (independent files) on up to ``jobs`` processes: this one and
     ``jobs - 1`` forked children that die with it (:mod:`sim.procs`), which inherit what the
     calls read (nothing is pickled). Each process takes the next drawing not yet taken (a
     counter in shared memory), so a process that drew cheap files takes more of them and all
     finish at about the same time (the costs differ by 5x: a timeline of 8,000 spans against a
     Chrome trace). One process where ``fork`` is unavailable. Returns the files, in order.
+    ``on_done(n)`` is called by this process with the number drawn so far by all of them
+    (:func:`sim.progress.progress`).
 
     Raises:
         RuntimeError: a child failed (its traceback is on its standard error).
     """
     jobs = min(jobs, len(drawings)) if hasattr(os, "fork") else 1
     if jobs <= 1:
-        for _, call in drawings:
+        for k, (_, call) in enumerate(drawings):
             call()
+            if on_done:
+                on_done(k + 1)
         return [path for path, _ in drawings]
     ctx = mp.get_context("fork")
-    taken = ctx.Value("i", 0)
+    taken, done = ctx.Value("i", 0), ctx.Value("i", 0)
     calls = [call for _, call in drawings]
     children = []
     for _ in range(1, jobs):
-        proc = ctx.Process(target=_draw_share, args=(calls, taken, os.getpid()))
+        proc = ctx.Process(target=_draw_share, args=(calls, taken, done, os.getpid()))
         proc.start()
         children.append(proc)
-    _draw_next(calls, taken)
+    _draw_next(calls, taken, done, on_done)
     for proc in children:
         proc.join()
         if proc.exitcode != 0:
             raise RuntimeError(f"a drawing process failed (exit code {proc.exitcode})")
+    if on_done:
+        on_done(len(calls))
     return [path for path, _ in drawings]
 
 
-def _draw_next(calls: list[Callable[[], object]], taken: Any) -> None:
-    """Draw ``calls[k]`` for each next ``k`` not yet taken (``taken``: a shared counter)."""
+def _draw_next(
+    calls: list[Callable[[], object]],
+    taken: Any,
+    done: Any,
+    on_done: Callable[[int], None] | None = None,
+) -> None:
+    """Draw ``calls[k]`` for each next ``k`` not yet taken (``taken``, ``done``: shared
+    counters of the drawings started and finished)."""
     while True:
         with taken.get_lock():
             k = taken.value
@@ -217,11 +231,16 @@ def _draw_next(calls: list[Callable[[], object]], taken: Any) -> None:
         if k >= len(calls):
             return
         calls[k]()
+        with done.get_lock():
+            done.value += 1
+            n = done.value
+        if on_done:
+            on_done(n)
 
 
-def _draw_share(calls: list[Callable[[], object]], taken: Any, parent_pid: int) -> None:
+def _draw_share(calls: list[Callable[[], object]], taken: Any, done: Any, parent_pid: int) -> None:
     die_with_parent(parent_pid)
-    _draw_next(calls, taken)
+    _draw_next(calls, taken, done)
 
 
 # --- the output set: written whole into a staging folder, then swapped in ------------------
