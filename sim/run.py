@@ -181,7 +181,8 @@ class _Pending:
 
     def finish(self, jobs: int, say: Reporter | None = None) -> None:
         bar = progress(len(self.drawings), "drawing", "files",
-                       console=say and say.console, enabled=say and say.progress)  # fmt: skip
+                       console=say.console if say else None,
+                       enabled=say.progress if say else None)  # fmt: skip
         with bar as on_done:
             draw(self.drawings, jobs, on_done)
         for files, dest in self.copies:

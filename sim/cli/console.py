@@ -86,7 +86,7 @@ def setup_logging(verbose: int = 0, quiet: bool = False) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_Plain())
-    handler.pipesim = True  # type: ignore[attr-defined]
+    setattr(handler, "pipesim", True)  # noqa: B010 - marks the handlers set up here
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
