@@ -282,6 +282,7 @@ def validate(
     virtual_stages: int | None = None,
     numerics: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    console: Console | None = None,
 ) -> Validation:
     """Replay a configuration on real devices and compare with the prediction: ``sim validate``.
 
@@ -309,6 +310,8 @@ def validate(
         numerics: check each replay's losses and gradients against the same model run in one
             process (``numerics`` columns).
         on_row: called with each row as it is measured.
+        console: where the progress of the replays goes on a terminal (the one ``on_row``
+            prints to; default: standard error).
 
     Raises:
         InputError: bad options, file or configuration (before any replay starts).
@@ -336,7 +339,7 @@ def validate(
         virtual_stages=virtual_stages,
         numerics=numerics,
     )
-    return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row)
+    return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row, console)
 
 
 @dataclass(frozen=True)

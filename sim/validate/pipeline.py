@@ -12,6 +12,7 @@ ran every rank: :mod:`sim.validate.breakdown`) and the measured and predicted ti
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.console import Console
 
 from sim.atomic import atomic_write_text, check_writable
 from sim.config import load_experiment
@@ -26,6 +28,7 @@ from sim.errors import InputError
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
 from sim.point.simulate import Resolved, resolve
+from sim.progress import progress
 from sim.replay import Replayer, ReplayFailed, ReplayRequest
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines
@@ -34,6 +37,8 @@ from sim.validate.spec import Mode, ValidationSpec, mode_of
 from sim.validate.staging import commit_validation, staged_validation
 from sim.validate.table import failed_row, not_run_row, validation_row
 from sim.validate.variants import variants
+
+log = logging.getLogger(__name__)
 
 FIELDS = {
     "memory_policy": "sweep.memory_policy",
@@ -233,6 +238,7 @@ def run_validation(
     replayer: Replayer,
     out: Path | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    console: Console | None = None,
 ) -> Validation:
     """Replay every variant of the configuration in ``path``; write the staged set.
 
@@ -242,6 +248,8 @@ def run_validation(
         replayer: the backend (``backends.torch.replayer.TorchReplayer``).
         out: folder to write into (default: beside ``path``).
         on_row: called with each ``validation.csv`` row as soon as it is measured.
+        console: where the progress bar goes on a terminal (:func:`sim.progress.progress`;
+            the one ``on_row`` prints to, so the two do not garble each other).
 
     Raises:
         InputError: bad options, file, variant, device or folder (nothing has run then).
@@ -257,13 +265,16 @@ def run_validation(
     check_writable(dest, option="--out", directory=True)
     rows: list[dict[str, Any]] = []
     breakdown: list[dict[str, Any]] = []
-    with staged_validation(dest) as stage:
+    total = sum(len(p.requests) + len(p.missing) for p in planned)
+    bar = progress(total, "replaying", "replays", console=console)
+    with staged_validation(dest) as stage, bar as on_done:
         for item in planned:
             for row, parts in _replay(item, spec, replayer, stage):
                 rows.append(row)
                 breakdown += parts
                 if on_row:
                     on_row(row)
+                on_done(len(rows))
         table, parts_df = pd.DataFrame(rows), pd.DataFrame(breakdown)
         if breakdown:
             atomic_write_text(stage / "validation_breakdown.csv", parts_df.to_csv(index=False))
@@ -278,6 +289,10 @@ def _replay(item: Planned, spec: ValidationSpec, replayer: Replayer, stage: Path
     into ``stage``."""
     pred = item.prediction or predict(item.resolved, spec.rank)
     for req in item.requests:
+        log.info(
+            "replaying %s p=%d m=%d with %s's runtime on %d %s rank(s) ...",
+            req.schedule, req.stages, req.microbatches, req.runtime, req.ranks, spec.device,
+        )  # fmt: skip
         try:
             result = replayer.replay(req)
         except ReplayFailed as exc:
