@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import click
 import typer
 from rich.console import Console
+from rich.highlighter import NullHighlighter
 from rich.logging import RichHandler
 from rich.markup import escape
 from rich.text import Text
@@ -67,21 +68,23 @@ class _Rich(RichHandler):
         return Text.styled(name.ljust(8), f"logging.level.{record.levelname.lower()}")
 
 
-def setup_logging(verbose: int = 0, quiet: bool = False) -> None:
+def setup_logging(verbose: int = 0, quiet: bool = False, console: Console | None = None) -> None:
     """Show the ``sim`` logger's messages on standard error: INFO and up (``quiet``: WARNING;
-    ``verbose``: DEBUG), through rich's handler on a terminal, else as plain lines."""
+    ``verbose``: DEBUG), through rich's handler on a terminal, else as plain lines; with
+    ``console``, through rich's handler on it (a recording console, for a screenshot)."""
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     logger = logging.getLogger("sim")
     for h in [h for h in logger.handlers if getattr(h, "pipesim", False)]:
         logger.removeHandler(h)
     handler: logging.Handler
-    if sys.stderr.isatty():
+    if console is not None or sys.stderr.isatty():
         handler = _Rich(
-            console=Console(stderr=True),
+            console=console or Console(stderr=True),
             show_time=False,
             show_path=False,
             markup=False,
             rich_tracebacks=True,
+            highlighter=NullHighlighter(),
         )
     else:
         handler = logging.StreamHandler(sys.stderr)

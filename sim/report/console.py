@@ -121,10 +121,13 @@ class Reporter:
     def winner(self, row: ResultRow, prep: Prepared, band: dict) -> None:
         """The winner in one line (with its band when it has one), its MFU in a second, and
         how many configurations are within its band."""
-        text = (
-            f"[bold green]{escape(row.model)} winner:[/] {escape(config_label(row))}: "
-            f"{row.throughput_samples_per_s:,.2f} samples/s"
+        wrap = not self.console.is_terminal  # logs: one line each, however long
+        self.console.print(
+            f"[bold green]{escape(row.model)} winner:[/] {escape(config_label(row))}",
+            highlight=False,
+            soft_wrap=wrap,
         )
+        text = f"  {row.throughput_samples_per_s:,.2f} samples/s"
         if band:
             text += (
                 f" (band {band['throughput_low_samples_per_s']:,.1f}–"
@@ -134,12 +137,12 @@ class Reporter:
             f", {(row.iteration_time_s or math.nan) * 1e3:,.2f} ms/iteration, "
             f"peak {(row.peak_memory_bytes or math.nan) / 2**30:.2f} GiB"
         )
-        self.console.print(text, highlight=False, soft_wrap=True)
+        self.console.print(text, highlight=False, soft_wrap=wrap)
         flops = flops_text(row, prep)
         if flops:
-            self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=True)
+            self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=wrap)
         if band:
-            log.info(
+            log.debug(
                 "%s band: p10–p90 of measured/predicted iteration times of %s "
                 "(sim/data/bands.csv): %.2f–%.2f ms/iteration",
                 row.model,
@@ -202,7 +205,7 @@ def flops_text(row: ResultRow, prep: Prepared) -> str:
     gpu = prep.topology.gpus[0]
     peak = peak_flops(gpu, trace.dtype)
     return (
-        f"{row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % "
-        f"(of the {peak / 1e12:,.0f} TFLOP/s {trace.dtype} dense peak of {gpu.model}, datasheet; "
-        f"{MFU_FORMULA}; {row.trace_origin} trace)"
+        f"{row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % of "
+        f"{gpu.model}'s {peak / 1e12:,.0f} TFLOP/s {trace.dtype} dense peak (datasheet); "
+        f"{MFU_FORMULA}; {row.trace_origin} trace"
     )
