@@ -93,7 +93,6 @@ def test_a_roofline_trace_is_named_and_warned_about(tmp_path):
     meta["provenance"]["method"] = "FakeTensorMode analysis, no device run"
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(meta))
     exp = yaml.safe_load((ROOT / "experiments" / "cpu-gpt-tiny.yaml").read_text())
-    exp["hardware"] = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
     exp["models"][0]["trace"] = str(tmp_path / "t.csv")
     exp["sweep"]["schedule"] = "1f1b"
     exp["models"][0]["microbatch_size"] = 2

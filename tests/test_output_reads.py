@@ -93,7 +93,6 @@ def test_quiet_and_verbose(tmp_path):
 
 def test_sequence_parallelism_is_off_at_t1(tmp_path):
     base = yaml.safe_load((ROOT / "experiments" / "cpu-gpt-tiny-tp.yaml").read_text())
-    base["hardware"] = str(ROOT / "experiments" / "hardware" / "cpu-2rank.yaml")
     base["models"][0]["trace"] = str(ROOT / "traces" / "gpt-tiny-cpu.csv")
     for sps, expected in (([True], {(1, False), (2, True)}), ([False, True], None)):
         exp = {**base, "sweep": {**base["sweep"], "tensor_parallel": [1, 2],
