@@ -142,7 +142,7 @@ def _write_all(
     written = [out / "results.csv", out / "config.resolved.yaml"]
     pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
-    if plots and "throughput_samples_per_s" in df:
+    if plots and "throughput_samples_per_s" in df and ok["throughput_samples_per_s"].count() > 1:
         pending.drawings.append(
             (out / "throughput.png", partial(plot_throughput, ok, out / "throughput.png"))
         )
