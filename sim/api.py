@@ -34,14 +34,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 
 from sim.bands import Bands
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
-from sim.errors import InputError
+from sim.errors import InputError, expect_int, expect_number, expect_type
 from sim.events import EventLog
 from sim.hardware.loader import load_hardware
 from sim.metrics import Metrics
@@ -56,6 +55,7 @@ from sim.point.experiment import Prepared, prepare
 from sim.point.rows import ResultRow, pick_winner
 from sim.point.simulate import Resolved, evaluate, resolve
 from sim.replay import Replayer
+from sim.report.console import TABLES
 from sim.report.outputs import results_frame
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
@@ -64,8 +64,33 @@ from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 Experiment = str | os.PathLike[str] | Mapping[str, Any] | ExperimentConfig
 """A YAML path, the YAML's content as a mapping, or a parsed experiment."""
+
+
+MAPPING = "<experiment>"
+"""The file name a mapping or a parsed experiment goes by in messages (paths in it resolve
+against the working folder)."""
+
+
+def parse(experiment: Experiment) -> tuple[ExperimentConfig, str]:
+    """The parsed experiment and the file it came from (:data:`MAPPING` for a mapping or an
+    object).
+
+    Raises:
+        InputError: not one of :data:`Experiment` (naming ``experiment``), or a bad file or
+            field.
+    """
+    expect_type(experiment, (str, os.PathLike, Mapping, ExperimentConfig), "experiment",
+                "a YAML path, a mapping with the YAML's content or an ExperimentConfig")  # fmt: skip
+    if isinstance(experiment, ExperimentConfig):
+        return experiment, MAPPING
+    if isinstance(experiment, Mapping):
+        return parse_experiment(dict(experiment)), MAPPING
+    return load_experiment(Path(experiment)), str(experiment)
 
 
 def load(experiment: Experiment) -> Prepared:
@@ -74,13 +99,32 @@ def load(experiment: Experiment) -> Prepared:
     Relative trace paths resolve against the YAML's folder (a mapping's: the working one).
 
     Raises:
-        InputError: a bad file, preset, trace or field.
+        InputError: a bad file, preset, trace or field, or an argument of the wrong type.
     """
-    if isinstance(experiment, ExperimentConfig):
-        return prepare(experiment, "<experiment>")
-    if isinstance(experiment, Mapping):
-        return prepare(parse_experiment(dict(experiment)), "<experiment>")
-    return prepare(load_experiment(Path(experiment)), str(experiment))
+    exp, file = parse(experiment)
+    return prepare(exp, file)
+
+
+def _folder(out: object, field: str = "out") -> Path | None:
+    """``out`` as a path (None stays None).
+
+    Raises:
+        InputError: not a path (naming ``field``).
+    """
+    if out is None:
+        return None
+    expect_type(out, (str, os.PathLike), field, "a folder path")
+    return Path(out)  # type: ignore[arg-type]
+
+
+def _flags(**flags: object) -> None:
+    """Every flag must be a bool.
+
+    Raises:
+        InputError: naming the flag.
+    """
+    for name, value in flags.items():
+        expect_type(value, bool, name, "True or False")
 
 
 @dataclass(frozen=True)
@@ -100,11 +144,17 @@ class RunOutcome:
     @property
     def results(self) -> pd.DataFrame:
         """``results.csv``: one row per configuration (:class:`sim.point.rows.ResultRow`)."""
+        import pandas as pd  # on first use: `import sim.api` stays fast
+
         return pd.read_csv(self.out_dir / "results.csv")
+
+    def to_frame(self) -> pd.DataFrame:
+        """:attr:`results` (one row per configuration)."""
+        return self.results
 
 
 def run(
-    experiment: str | os.PathLike[str],
+    experiment: Experiment,
     *,
     out: str | os.PathLike[str] | None = None,
     jobs: int = 1,
@@ -119,7 +169,8 @@ def run(
     """Plan an experiment's grid and write its output set (:mod:`sim.run`): ``sim run``.
 
     Args:
-        experiment: the experiment YAML (or a ``winner.yaml``).
+        experiment: the experiment YAML (or a ``winner.yaml``), a mapping with its content or
+            a parsed :class:`~sim.config.ExperimentConfig` (:data:`Experiment`).
         out: output folder: new, empty or an earlier run's (default ``results/<name>/``).
         jobs: worker processes.
         cache: reuse the rows cached in ``out/.cache``.
@@ -135,13 +186,18 @@ def run(
         The exit code and the folder written.
 
     Raises:
-        InputError: bad experiment, hardware, trace, grid or folder (nothing is written).
+        InputError: bad experiment, hardware, trace, grid or folder, or an argument of the
+            wrong type (naming it; nothing is written).
     """
-    path = Path(experiment)
-    exp = load_experiment(path)
-    out_dir = Path(out) if out else Path("results") / exp.name
+    exp, file = parse(experiment)
+    out_dir = _folder(out) or Path("results") / exp.name
+    expect_int(jobs, "jobs", 1)
+    _flags(cache=cache, plots=plots, exhaustive=exhaustive, progress=progress)
+    expect_type(executor, str, "executor", "'local' or 'ray'")
+    if table not in TABLES:
+        raise InputError(f"{table!r} is not one of {', '.join(TABLES)}", field="table")
     code = run_experiment(
-        path,
+        Path(file),
         exp=exp,
         out_dir=out_dir,
         jobs=jobs,
@@ -178,6 +234,10 @@ class Plan:
         hardware's, :func:`sim.report.row_bands.bands_for`)."""
         return results_frame(self.rows, self.bands)
 
+    def to_frame(self) -> pd.DataFrame:
+        """:meth:`table`: one row per configuration, as ``results.csv``."""
+        return self.table()
+
 
 def plan(
     experiment: Experiment, *, jobs: int = 1, executor: str = "local", exhaustive: bool = False
@@ -191,7 +251,7 @@ def plan(
         exhaustive: simulate every configuration instead of pruning by bounds.
 
     Raises:
-        InputError: bad experiment, hardware, trace or grid.
+        InputError: bad experiment, hardware, trace or grid, or an argument of the wrong type.
 
     Example:
         >>> exp = {"name": "b", "hardware": "dgx1-v100-16gb",
@@ -201,6 +261,9 @@ def plan(
         >>> len(p.rows), p.winners["bert"].schedule
         (2, '1f1b')
     """
+    expect_int(jobs, "jobs", 1)
+    _flags(exhaustive=exhaustive)
+    expect_type(executor, str, "executor", "'local' or 'ray'")
     prep = load(experiment)
     points, skipped = expand(prep)
     with open_executor(executor, prep, jobs) as pool:
@@ -233,6 +296,31 @@ class Simulation:
     metrics: Metrics
     log: EventLog
     resolved: Resolved
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row: the configuration's fields, then the metrics' (:meth:`Metrics.to_frame`).
+        The event log has its own: ``log.to_frame()`` (spans), ``log.memory_frame()``."""
+        import pandas as pd  # on first use
+
+        return pd.concat([pd.DataFrame([self.point.model_dump()]), self.metrics.to_frame()], axis=1)
+
+    def plot_timeline(self, ax: Any = None, *, iteration: int | None = None) -> Any:
+        """The Gantt timeline (:func:`sim.report.gantt.plot_gantt`); returns the figure."""
+        from sim.report.gantt import plot_gantt  # matplotlib on first use
+
+        return plot_gantt(self.log, ax=ax, iteration=iteration)
+
+    def plot_memory(self, ax: Any = None) -> Any:
+        """Peak memory per GPU by category (:func:`sim.report.memory_plots.plot_memory_per_gpu`)."""
+        from sim.report.memory_plots import plot_memory_per_gpu
+
+        return plot_memory_per_gpu(self.log, ax=ax)
+
+    def plot_memory_timeline(self, ax: Any = None) -> Any:
+        """Memory in use over time (:func:`sim.report.memory_plots.plot_memory_timeline`)."""
+        from sim.report.memory_plots import plot_memory_timeline
+
+        return plot_memory_timeline(self.log, ax=ax)
 
 
 def simulate(experiment: Experiment, **choose: Any) -> Simulation:
@@ -314,7 +402,8 @@ def validate(
             prints to; default: standard error).
 
     Raises:
-        InputError: bad options, file or configuration (before any replay starts).
+        InputError: bad options, file or configuration, or an argument of the wrong type
+            (naming it; before any replay starts).
 
     A replay that fails is a row with ``status`` ``failed`` (the others still run).
 
@@ -325,6 +414,7 @@ def validate(
                              nproc=2, schedules=("gpipe", "1f1b"))
         v.table[["schedule", "measured_iteration_s", "predicted_iteration_s", "error"]]
     """
+    _check_validate_args(locals())
     spec = ValidationSpec(
         schedules=tuple(schedules),
         microbatches=tuple(microbatches),
@@ -340,6 +430,39 @@ def validate(
         numerics=numerics,
     )
     return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row, console)
+
+
+def _check_validate_args(args: dict[str, Any]) -> None:
+    """The arguments of :func:`validate`, by type and range.
+
+    Raises:
+        InputError: naming the argument.
+    """
+    replayer = args["replayer"]
+    if not callable(getattr(replayer, "replay", None)):
+        raise InputError(
+            "expected a replayer such as backends.torch.replayer.TorchReplayer(), got "
+            f"{type(replayer).__name__}",
+            field="replayer",
+        )
+    expect_type(args["config"], (str, os.PathLike), "config", "a winner.yaml path")
+    _folder(args["out"])
+    for name in ("schedules", "microbatches"):
+        expect_type(args[name], (tuple, list), name, "a list (e.g. ('1f1b',) or [4, 8])")
+    for i, name in enumerate(args["schedules"]):
+        expect_type(name, str, f"schedules.{i}", "a schedule name")
+    for i, m in enumerate(args["microbatches"]):
+        expect_int(m, f"microbatches.{i}", 1)
+    expect_type(args["device"], str, "device", "'cpu' or 'cuda'")
+    for name, low in (("nproc", 1), ("rank", 0), ("stages", 1), ("virtual_stages", 1)):
+        if args[name] is not None:
+            expect_int(args[name], name, low)
+    expect_int(args["iterations"], "iterations", 1)
+    expect_int(args["warmup"], "warmup", 0)
+    expect_number(args["timeout_s"], "timeout_s")
+    _flags(torch_builtin=args["torch_builtin"], numerics=args["numerics"])
+    if args["on_row"] is not None and not callable(args["on_row"]):
+        raise InputError("expected a function of one row, or None", field="on_row")
 
 
 @dataclass(frozen=True)
@@ -387,6 +510,10 @@ def partition(
         >>> p.boundaries, p.bottleneck_s
         ((0, 2), 6.0)
     """
+    expect_type(trace, (str, Trace), "trace", "a trace name or path, or a Trace")
+    expect_int(stages, "stages", 1)
+    if hardware is not None:
+        expect_type(hardware, str, "hardware", "a hardware preset or YAML path")
     if isinstance(trace, str):
         trace = load_trace(trace, file="command line", field="TRACE")
     if stages > len(trace.layers):

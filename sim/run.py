@@ -24,7 +24,6 @@ from sim.point.rows import BestRows, ResultRow, pick_winner
 from sim.point.simulate import evaluate, resolve, split_note
 from sim.progress import progress
 from sim.report.console import Reporter
-from sim.report.memory_summary import write_memory_summary, write_tflops
 from sim.report.outputs import (
     Drawing,
     check_model_names,
@@ -39,7 +38,6 @@ from sim.report.outputs import (
     write_results_csv,
     write_yaml,
 )
-from sim.report.plots import plot_throughput
 from sim.report.row_bands import bands_for, winner_bands
 
 log = logging.getLogger(__name__)
@@ -143,6 +141,8 @@ def _write_all(
     pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
     if plots and "throughput_samples_per_s" in df and ok["throughput_samples_per_s"].count() > 1:
+        from sim.report.plots import plot_throughput  # matplotlib on first use
+
         pending.drawings.append(
             (out / "throughput.png", partial(plot_throughput, ok, out / "throughput.png"))
         )
@@ -206,6 +206,8 @@ def _memory_summary(
 ) -> list[Path]:
     """Largest model per policy and fastest policy per model: table, CSV and two plots (and
     TFLOPS per GPU for GPT models), the plots added to ``pending``."""
+    from sim.report.memory_summary import write_memory_summary  # matplotlib on first use
+
     table, written = write_memory_summary(df, out, plots, shapes, pending.drawings)
     if say.style == "none":
         return written
@@ -226,6 +228,8 @@ def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending) -> list
     """TFLOP/s per GPU of the GPT models as Narayanan et al. (SC'21 eq. 3, the recompute pass
     counted) report them, for comparison with the paper: CSV and plot (added to ``pending``).
     The console shows each winner's model-FLOPs TFLOP/s and MFU instead (:func:`sim.report.console.flops_text`)."""
+    from sim.report.memory_summary import write_tflops  # matplotlib on first use
+
     return write_tflops(df, out, plots, shapes, pending.drawings)[1]
 
 

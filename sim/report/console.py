@@ -19,8 +19,8 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
@@ -35,6 +35,9 @@ from sim.point.rows import INTERNAL, ResultRow
 from sim.report.row_bands import describe
 from sim.report.tables import compact_table, config_label, summary_table
 from sim.trace.origin import ROOFLINE, origin_warning, trace_origin
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 

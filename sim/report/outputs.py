@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from sim.atomic import (
@@ -39,16 +38,19 @@ from sim.events import EventLog
 from sim.point.rows import ResultRow
 from sim.procs import die_with_parent
 from sim.report.chrome_trace import write_chrome_trace
-from sim.report.gantt import plot_gantt
-from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def results_frame(rows: list[ResultRow], bands: Bands | None = None) -> pd.DataFrame:
     """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order, then
     each prediction's band (:data:`sim.report.row_bands.BAND_COLUMNS`) from ``bands`` (default: the
     shipped ones; :func:`sim.report.row_bands.bands_for` the hardware's)."""
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     return with_bands(
         pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields)), bands
     )
@@ -155,6 +157,9 @@ Drawing = tuple[Path, Callable[[], object]]
 def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
     """The winner's memory plots, Gantt timeline and Chrome trace in ``out``: each file with
     the call that draws it (:func:`draw`)."""
+    from sim.report.gantt import plot_gantt  # matplotlib on first use: `import sim.api` is fast
+    from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
+
     n = len(log.iteration_ends_s)
     it = (n // 2 if n >= 3 else n - 1) if n >= 1 else None  # a steady-state iteration
     return [

@@ -11,15 +11,17 @@ throughput with its band, MFU, peak memory, fits; fits 100 columns) and :func:`s
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from sim.point.rows import rank_key
 from sim.report._common import GIB
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # (column in the results table, header with unit, formatter, right-justify)
 _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
@@ -131,6 +133,8 @@ def config_label(row: Any) -> str:
 def _caption(results_df: pd.DataFrame, shown: pd.DataFrame, compact: bool) -> str:
     """How many configurations there were, are shown and fit; how many were not simulated and
     why; where the band comes from."""
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     n_fit = int(results_df["fits"].astype(bool).sum())
     errors = results_df["error"].fillna("").astype(str) if "error" in results_df else None
     n_slower = 0 if errors is None else int(errors.str.startswith("pruned: throughput").sum())

@@ -17,9 +17,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 
 from sim.atomic import atomic_write_text, check_writable
@@ -37,6 +36,9 @@ from sim.validate.spec import Mode, ValidationSpec, mode_of
 from sim.validate.staging import commit_validation, staged_validation
 from sim.validate.table import failed_row, not_run_row, validation_row
 from sim.validate.variants import variants
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,10 @@ class Validation:
     path: Path
     breakdown: pd.DataFrame
     files: tuple[Path, ...]
+
+    def to_frame(self) -> pd.DataFrame:
+        """:attr:`table`: ``validation.csv``'s rows."""
+        return self.table
 
 
 def model_spec(prep: Prepared, point: PointConfig) -> dict[str, Any]:
@@ -257,6 +263,8 @@ def run_validation(
     A replay that fails (a rank raised or crashed, the run timed out) is a row with ``status``
     ``failed`` and its reason; the other replays still run and every row is written.
     """
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     spec.check()
     pairs = variants(prepare(load_experiment(path), str(path)), spec)
     planned = [plan(prep, p, spec, replayer) for prep, p in pairs]  # all before the replays
