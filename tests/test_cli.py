@@ -248,7 +248,7 @@ def test_hardware_show():
 @pytest.mark.parametrize(
     "cmd,shown",
     [
-        (["run"], ["results/<experiment name>/", "[default: 0]"]),
+        (["run"], ["results/<experiment name>/", "[default: 0;"]),
         (
             ["profile"],
             [

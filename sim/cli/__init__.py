@@ -65,8 +65,11 @@ def _settle_heap() -> None:
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,  # help text is plain: "pipesim[ray]" keeps its brackets
     help="pipesim: which pipeline schedule, partition, micro-batching and "
-    "memory policy trains fastest on this server, and does it fit?",
+    "memory policy trains fastest on this server, and does it fit?\n\n"
+    "Exit codes: 0 done; 1 nothing fits (or a disk or permission fault); 2 bad input (one "
+    "line naming the file or option and field); 3 an internal error (a bug).",
 )
 
 

@@ -31,6 +31,23 @@ from rich.text import Text
 
 from sim.errors import EXIT_INTERNAL, InputError
 
+
+def _no_flag_metavar() -> None:
+    """typer 0.29's rich help prints ``<bool>`` beside every flag (``--no-cache <bool>``),
+    which takes no value: show no type for flags (typer.core.TyperOption.display_type_rich)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag and not self.count:
+            return None
+        return shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_flag_metavar()
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
@@ -45,7 +62,12 @@ LEVEL_NAMES = {
 }
 """How each logging level is labelled on the console."""
 VERBOSE = typer.Option(
-    0, "--verbose", "-v", count=True, help="More detail (every skipped kind, files, tracebacks)."
+    0,
+    "--verbose",
+    "-v",
+    count=True,
+    show_default=False,
+    help="More detail (every skipped kind, files, tracebacks).",
 )
 QUIET = typer.Option(False, "--quiet", "-q", help="Only the answer, warnings and errors.")
 

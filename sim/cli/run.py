@@ -33,6 +33,7 @@ class RunExecutor(StrEnum):
 def run(
     experiment: Path = typer.Argument(
         ...,
+        metavar="EXPERIMENT",
         help="Experiment YAML (e.g. experiments/dgx1.yaml) "
         "or a winner.yaml written by an earlier run.",
     ),

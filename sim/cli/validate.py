@@ -150,6 +150,7 @@ def verdict(df: pd.DataFrame, single_rank: bool) -> str | None:
 def validate(
     config: Path = typer.Argument(
         ...,
+        metavar="CONFIG",
         help="A winner.yaml (or any single-configuration "
         "experiment) whose trace was made by `sim profile`.",
     ),

@@ -48,12 +48,12 @@ def model_code_hash() -> str:
 
 def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     """Hash of everything the row of ``point`` depends on: the point, the trace's content, the
-    hardware, the training and option settings, the row format and the simulator's code."""
+    hardware, the training and option settings, the row format and the simulator's code (its
+    source, not the package version, which changes with every commit)."""
     trace = prep.traces[point.model]
     exp = prep.exp
     return config_hash(
         {
-            "version": sim.__version__,
             "model_code": model_code_hash(),
             "row_format": ROW_FORMAT,
             "point": point.model_dump(),
