@@ -51,6 +51,7 @@ import sys
 import time
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -190,7 +191,12 @@ def check_options(hardware: str, framework: str, policy: str) -> None:
         parse_policy(policy)
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), field="--memory-policy") from None
-    topo = load_hardware(hardware, field="--hardware")
+    try:
+        topo = load_hardware(hardware, field="--hardware")
+    except InputError as exc:
+        if exc.field == "--hardware":
+            raise
+        raise InputError(str(exc), field="--hardware") from None
     if topo.gpus[0].compute is None:
         raise InputError(f"{hardware} has no GPU compute model (a CPU description?)",
                          field="--hardware")  # fmt: skip
@@ -233,7 +239,7 @@ def predict(
     gpu = preset_gpu(hardware)
     base: str | dict = model_hardware(hardware) if collectives == "model" else hardware
     per_server = load_hardware(base).num_gpus
-    topos: dict[int, object] = {}
+    topos: dict[int, Any] = {}
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
@@ -244,8 +250,14 @@ def predict(
             continue
         servers = -(-int(rec.gpus) // per_server)
         if servers not in topos:
-            topos[servers] = load_hardware(hw)
+            try:
+                topos[servers] = load_hardware(hw)
+            except InputError as exc:  # no multi-server form of this hardware
+                topos[servers] = str(exc)
         topo = topos[servers]
+        if isinstance(topo, str):
+            out.append({"predicted_ms": math.nan, "fits": False, "error_text": topo})
+            continue
         name = f"gpt-h{rec.hidden}-a{rec.heads}-L{rec.layers}-s{rec.seq_len}"
         if name not in traces:
             traces[name] = transformer_trace(
