@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import typer
@@ -10,8 +11,11 @@ from rich.markup import escape
 
 from backends.torch.devices import calibrate_devices, check_device, check_device_name
 from sim.atomic import check_writable
-from sim.cli.console import friendly, need_torch, out
+from sim.cli.console import err, friendly, need_torch, out
 from sim.config import MAX_GPUS
+from sim.progress import progress
+
+log = logging.getLogger(__name__)
 
 
 @friendly
@@ -33,7 +37,11 @@ def calibrate(
     check_writable(out_path, option="--out")  # fail now, not after the measurement
     need_torch()
     check_device(device, nproc=nproc)
-    hardware = calibrate_devices(nproc=nproc, device=device, path=out_path)
+    log.info("calibrating %d %s rank(s): compute, copies, rank-to-rank links, GEMMs by shape, "
+             "launch overhead (a few minutes)", nproc, device)  # fmt: skip
+    with progress(1, "calibrating", "measurements", console=err) as on_done:
+        hardware = calibrate_devices(nproc=nproc, device=device, path=out_path)
+        on_done(1)
     gpu = hardware.get("gpu", {})
     out.print(escape(f"wrote {out_path}: {nproc} x {gpu.get('model', device)}"))
     for link in hardware.get("links", [])[:4]:
