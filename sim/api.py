@@ -32,40 +32,51 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from sim.bands import Bands
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
-from sim.errors import InputError, expect_int, expect_number, expect_type
-from sim.events import EventLog
+from sim.errors import InputError, expect_int, expect_type
 from sim.hardware.loader import load_hardware
-from sim.metrics import Metrics
-from sim.parallel.partition import Partition
 from sim.parallel.partition import partition as split_layers
 from sim.parallel.placement import place
 from sim.plan.executors import open_executor
-from sim.plan.planner import PlanStats, plan_points
+from sim.plan.planner import plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
-from sim.point.rows import ResultRow, pick_winner
-from sim.point.simulate import Resolved, evaluate, resolve
+from sim.point.rows import pick_winner
+from sim.point.simulate import evaluate, resolve
 from sim.replay import Replayer
 from sim.report.console import TABLES
-from sim.report.outputs import results_frame
+from sim.report.results import PartitionPlan, Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
 from sim.trace.adapt import adapt_trace
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
+from sim.validate.spec import check_arguments
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
+
+__all__ = [
+    "Experiment",
+    "PartitionPlan",
+    "Plan",
+    "RunOutcome",
+    "Simulation",
+    "load",
+    "parse",
+    "partition",
+    "plan",
+    "run",
+    "simulate",
+    "validate",
+]
 
 Experiment = str | os.PathLike[str] | Mapping[str, Any] | ExperimentConfig
 """A YAML path, the YAML's content as a mapping, or a parsed experiment."""
@@ -127,32 +138,6 @@ def _flags(**flags: object) -> None:
         expect_type(value, bool, name, "True or False")
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    """What :func:`run` wrote.
-
-    Attributes:
-        code: the command's exit code: 0, 1 when a model has no configuration that fits, 3
-            when some configurations failed with an internal error (their rows say so;
-            :data:`sim.errors.EXIT_INTERNAL`).
-        out_dir: the output folder (``results.csv``, ``winner.yaml``, plots, timeline).
-    """
-
-    code: int
-    out_dir: Path
-
-    @property
-    def results(self) -> pd.DataFrame:
-        """``results.csv``: one row per configuration (:class:`sim.point.rows.ResultRow`)."""
-        import pandas as pd  # on first use: `import sim.api` stays fast
-
-        return pd.read_csv(self.out_dir / "results.csv")
-
-    def to_frame(self) -> pd.DataFrame:
-        """:attr:`results` (one row per configuration)."""
-        return self.results
-
-
 def run(
     experiment: Experiment,
     *,
@@ -212,33 +197,6 @@ def run(
     return RunOutcome(code, out_dir)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The planned grid of :func:`plan`.
-
-    Attributes:
-        rows: one per configuration, in grid order (pruned ones say why in ``error``).
-        winners: per model, the fastest configuration that fits (``None``: none fits).
-        skipped: ``(configuration, reason)`` of the combinations that are not valid.
-        stats: how many were simulated, pruned, cached.
-    """
-
-    rows: list[ResultRow]
-    winners: dict[str, ResultRow | None]
-    skipped: list[tuple[str, str]]
-    stats: PlanStats
-    bands: Bands | None = None
-
-    def table(self) -> pd.DataFrame:
-        """The rows as ``results.csv`` has them (prediction bands included: ``bands``, the
-        hardware's, :func:`sim.report.row_bands.bands_for`)."""
-        return results_frame(self.rows, self.bands)
-
-    def to_frame(self) -> pd.DataFrame:
-        """:meth:`table`: one row per configuration, as ``results.csv``."""
-        return self.table()
-
-
 def plan(
     experiment: Experiment, *, jobs: int = 1, executor: str = "local", exhaustive: bool = False
 ) -> Plan:
@@ -278,49 +236,6 @@ def plan(
     winners = {m.name: pick_winner([r for r in rows if r.model == m.name]) for m in prep.exp.models}
     bands = bands_for(g.model for g in prep.topology.gpus)
     return Plan(rows, winners, skipped, stats, bands)
-
-
-@dataclass(frozen=True)
-class Simulation:
-    """One configuration simulated by :func:`simulate`.
-
-    Attributes:
-        point: the configuration.
-        metrics: iteration time (s), throughput (samples/s), bubble fraction, peak memory
-            (bytes), whether it fits.
-        log: the event log (compute, transfers, memory); ``sim.report`` draws it.
-        resolved: the partition, placement and schedule it ran.
-    """
-
-    point: PointConfig
-    metrics: Metrics
-    log: EventLog
-    resolved: Resolved
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row: the configuration's fields, then the metrics' (:meth:`Metrics.to_frame`).
-        The event log has its own: ``log.to_frame()`` (spans), ``log.memory_frame()``."""
-        import pandas as pd  # on first use
-
-        return pd.concat([pd.DataFrame([self.point.model_dump()]), self.metrics.to_frame()], axis=1)
-
-    def plot_timeline(self, ax: Any = None, *, iteration: int | None = None) -> Any:
-        """The Gantt timeline (:func:`sim.report.gantt.plot_gantt`); returns the figure."""
-        from sim.report.gantt import plot_gantt  # matplotlib on first use
-
-        return plot_gantt(self.log, ax=ax, iteration=iteration)
-
-    def plot_memory(self, ax: Any = None) -> Any:
-        """Peak memory per GPU by category (:func:`sim.report.memory_plots.plot_memory_per_gpu`)."""
-        from sim.report.memory_plots import plot_memory_per_gpu
-
-        return plot_memory_per_gpu(self.log, ax=ax)
-
-    def plot_memory_timeline(self, ax: Any = None) -> Any:
-        """Memory in use over time (:func:`sim.report.memory_plots.plot_memory_timeline`)."""
-        from sim.report.memory_plots import plot_memory_timeline
-
-        return plot_memory_timeline(self.log, ax=ax)
 
 
 def simulate(experiment: Experiment, **choose: Any) -> Simulation:
@@ -414,7 +329,7 @@ def validate(
                              nproc=2, schedules=("gpipe", "1f1b"))
         v.table[["schedule", "measured_iteration_s", "predicted_iteration_s", "error"]]
     """
-    _check_validate_args(locals())
+    check_arguments(locals())
     spec = ValidationSpec(
         schedules=tuple(schedules),
         microbatches=tuple(microbatches),
@@ -430,54 +345,6 @@ def validate(
         numerics=numerics,
     )
     return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row, console)
-
-
-def _check_validate_args(args: dict[str, Any]) -> None:
-    """The arguments of :func:`validate`, by type and range.
-
-    Raises:
-        InputError: naming the argument.
-    """
-    replayer = args["replayer"]
-    if not callable(getattr(replayer, "replay", None)):
-        raise InputError(
-            "expected a replayer such as backends.torch.replayer.TorchReplayer(), got "
-            f"{type(replayer).__name__}",
-            field="replayer",
-        )
-    expect_type(args["config"], (str, os.PathLike), "config", "a winner.yaml path")
-    _folder(args["out"])
-    for name in ("schedules", "microbatches"):
-        expect_type(args[name], (tuple, list), name, "a list (e.g. ('1f1b',) or [4, 8])")
-    for i, name in enumerate(args["schedules"]):
-        expect_type(name, str, f"schedules.{i}", "a schedule name")
-    for i, m in enumerate(args["microbatches"]):
-        expect_int(m, f"microbatches.{i}", 1)
-    expect_type(args["device"], str, "device", "'cpu' or 'cuda'")
-    for name, low in (("nproc", 1), ("rank", 0), ("stages", 1), ("virtual_stages", 1)):
-        if args[name] is not None:
-            expect_int(args[name], name, low)
-    expect_int(args["iterations"], "iterations", 1)
-    expect_int(args["warmup"], "warmup", 0)
-    expect_number(args["timeout_s"], "timeout_s")
-    _flags(torch_builtin=args["torch_builtin"], numerics=args["numerics"])
-    if args["on_row"] is not None and not callable(args["on_row"]):
-        raise InputError("expected a function of one row, or None", field="on_row")
-
-
-@dataclass(frozen=True)
-class PartitionPlan:
-    """A trace split into stages by :func:`partition`.
-
-    Attributes:
-        trace: the trace as partitioned (brought to the micro-batch size and GPU).
-        partition: the stages (:class:`sim.parallel.partition.Partition`).
-        notes: how the trace was brought to that micro-batch size and GPU.
-    """
-
-    trace: Trace
-    partition: Partition
-    notes: tuple[str, ...]
 
 
 def partition(
