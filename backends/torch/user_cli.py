@@ -114,7 +114,7 @@ def profile_user(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     sizes: list[int | None] = list(dict.fromkeys(microbatch_size or []).keys()) or [None]
     shape = decoder_config(model, seq_len)
-    if for_gpu and shape is not None and shape.moe is not None:
+    if for_gpu and shape is not None and (shape.moe is not None or shape.mamba is not None):
         return analytic_moe(shape, model, for_gpu, out_path, name, sizes[0], dtype)
     with time_limit(timeout_s):
         traces = [
@@ -176,8 +176,8 @@ def _one_size(
 
 def decoder_config(model: str, seq_len: int):
     """The :class:`~sim.compute.decoder.DecoderShape` of a Hugging Face config ``model`` that
-    :mod:`sim.trace.hf_config` reads (Llama-like, Mixtral, Qwen2-MoE, DeepSeek-V2/V3), else
-    None (a function reference, or another architecture)."""
+    :mod:`sim.trace.hf_config` reads (:data:`~sim.trace.hf_config.SUPPORTED`), else None (a
+    function reference, or another architecture)."""
     from sim.trace.hf_config import is_supported, read_config
 
     if not model.endswith(".json") or not is_supported(model):
@@ -209,9 +209,10 @@ def with_shape(trace: Trace, shape, out_path: Path) -> Trace:
 
 
 def analytic_moe(shape, model: str, for_gpu: str, out_path: Path, name, b, dtype) -> Trace:
-    """A MoE ``config.json`` with ``--for-gpu``: the analytic decoder trace
-    (:mod:`sim.trace.decoder`: grouped expert GEMMs at their balanced rows, the kernel model of
-    the GPU) instead of fake tensors, whose token counts per expert are data-dependent."""
+    """A MoE or hybrid Mamba-2 ``config.json`` with ``--for-gpu``: the analytic decoder trace
+    (:mod:`sim.trace.decoder`: grouped expert GEMMs at their balanced rows, the SSD scan's
+    kernels, the kernel model of the GPU) instead of fake tensors, whose token counts per expert
+    are data-dependent and whose Mamba kernels are custom."""
     from backends.torch.fake_profile import resolve_gpu
     from sim.trace.decoder import decoder_trace
     from sim.trace.native import write_trace
@@ -227,6 +228,6 @@ def analytic_moe(shape, model: str, for_gpu: str, out_path: Path, name, b, dtype
         dtype=dtype or "bf16",
     )
     prov = {**trace.provenance, "config": model, "preset": preset}
-    trace = Trace(trace.name, trace.layers, trace.microbatch_size, trace.dtype, trace.device, prov)
+    trace = replace(trace, provenance=prov)
     write_trace(trace, out_path)
     return trace
