@@ -108,3 +108,19 @@ def test_a_roofline_trace_is_named_and_warned_about(tmp_path):
     assert trace_origin(sim.api.load(tmp_path / "e.yaml").traces["gpt-tiny-cpu"]) == (
         "roofline estimate"
     )
+
+
+def test_hybrid_mamba_is_megatrons_hybrid_flops():
+    """Megatron-Core's hybrid_flops: per layer kind, times 3 for the backward."""
+    h, s, v = 256, 128, 1000
+    mamba = {"heads": 8, "head_dim": 64, "state": 16, "groups": 2}
+    moe = {"hidden": h, "experts": 4, "top_k": 2, "expert_ffn": 128}
+    shape = {"kind": "decoder", "layers": 4, "hidden": h, "heads": 4, "kv_heads": 2, "seq_len": s,
+             "vocab": v, "ffn_hidden": 512, "pattern": "M*-E", "mamba": mamba, "moe": moe}  # fmt: skip
+    q, kv, d_in = 256, 128, 8 * 64
+    attn = 2 * (2 * q * h + 2 * kv * h + q * s)
+    mlp = 2 * h * 3 * 512
+    moe_flops = 2 * h * 3 * 128 * 2
+    mamba_flops = 2 * h * (2 * d_in + 2 * 2 * 16 + 8) + 7 * d_in * 16 + 2 * d_in * h
+    fwd = attn + mlp + moe_flops + mamba_flops + 2 * h * v
+    assert model_flops(shape, 3) == pytest.approx(3 * fwd * 3 * s)

@@ -13,7 +13,12 @@ per token of every sequence of the iteration:
   projections as Megatron's ``multi_latent_attention`` branch;
 * MLP, per layer: ``h f x 3`` for a gated (SwiGLU) MLP, ``h f x 2`` otherwise; a MoE layer
   ``k`` routed experts of width ``f_e`` plus the shared experts' width;
-* the logits: ``h V``.
+* the logits: ``h V``, once more per multi-token-prediction depth, whose layers count as
+  blocks like the last one, plus their ``3h + 2h^2`` norms and projection;
+* a hybrid model (Megatron-Core's ``hybrid_override_pattern``) per layer kind as Megatron's
+  ``hybrid_flops``: attention and MLP layers as above, a Mamba-2 layer
+  ``2h (2 d_in + 2 G N + H) + 7 d_in N + 2 d_in h`` (in projection, scan, out projection;
+  ``d_in = H P``), times 3 for the backward.
 
 So for a dense GPT (``f = 4h``, no GQA) it is ``72 B s l h^2 (1 + s / 12h + V / 12 l h)``:
 Narayanan et al. (SC'21, arXiv:2104.04473) eq. 3 without the recompute pass (``96 -> 72``)
@@ -29,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sim.compute.decoder import DecoderShape
+from sim.compute.decoder_shape import DecoderShape
 
 FORMULA = "Megatron-LM's num_floating_point_operations (model FLOPs, no recompute)"
 """How :func:`model_flops` counts, for the outputs that show its TFLOP/s and MFU."""
@@ -78,13 +83,29 @@ def _per_token(shape: Mapping[str, Any]) -> float | None:
 
 
 def _decoder_per_token(m: DecoderShape) -> float:
+    h = m.hidden
+    if m.pattern:
+        return _hybrid_per_token(m)
+    moe_layers = sum(m.is_moe(i) for i in range(m.layers))
+    dense_layers = m.layers - moe_layers
+    if m.mtp_layers:  # MTP depths are blocks like the last one (Megatron's last_layer_is_moe)
+        last_moe = m.is_moe(m.layers - 1)
+        moe_layers += m.mtp_layers if last_moe else 0
+        dense_layers += 0 if last_moe else m.mtp_layers
+    layers = m.layers + m.mtp_layers
+    mlp = _dense_mlp(m) * dense_layers + _moe_mlp(m) * moe_layers
+    mtp = m.mtp_layers * (3 * h + 2 * h * h)
+    return 6.0 * (h * mlp + layers * _attention(m) + mtp + h * m.vocab * (m.mtp_layers + 1))
+
+
+def _attention(m: DecoderShape) -> float:
+    """Per token and layer, before the factor 6: projections and causal core (module doc)."""
     h, s = m.hidden, m.seq_len
-    head_dim = getattr(m, "head_dim", None) or h // m.heads
     if m.mla is not None:
         a = m.mla
         qk = a.d_nope + a.d_rope
         q_term = h * m.heads * qk if not a.q_lora else a.q_lora * (h + m.heads * qk + 1)
-        attn = (
+        return (
             q_term
             + a.kv_lora * (h + m.heads * (a.d_nope + a.d_v) + 1)
             + h * a.d_rope
@@ -92,12 +113,38 @@ def _decoder_per_token(m: DecoderShape) -> float:
             + s * m.heads * qk / 2
             + s * m.heads * a.d_v / 2
         )
-    else:
-        q, kv = head_dim * m.heads, head_dim * (m.kv_heads or m.heads)
-        attn = h * (q + 2 * kv) + q * s / 2 * 2 + q * h
-    moe_layers = sum(m.is_moe(i) for i in range(m.layers))
-    mlp = 3 * m.ffn_hidden * (m.layers - moe_layers)
-    if m.moe is not None:
-        f = 3 if m.moe.gated else 2
-        mlp += (m.moe.expert_ffn * m.moe.top_k + m.moe.shared_ffn) * f * moe_layers
-    return 6.0 * (h * mlp + m.layers * attn + h * m.vocab)
+    head_dim = m.head_dim or h // m.heads
+    q, kv = head_dim * m.heads, head_dim * (m.kv_heads or m.heads)
+    return h * (q + 2 * kv) + q * s / 2 * 2 + q * h
+
+
+def _dense_mlp(m: DecoderShape) -> float:
+    """Per token and dense layer, over ``h``: ``f x 3`` gated, ``f x 2`` not."""
+    return m.ffn_hidden * (3 if m.gated_mlp else 2)
+
+
+def _moe_mlp(m: DecoderShape) -> float:
+    """Per token and MoE layer, over ``h``: the routed-to experts and the shared ones."""
+    if m.moe is None:
+        return 0.0
+    f = 3 if m.moe.gated else 2
+    return (m.moe.expert_ffn * m.moe.top_k + m.moe.shared_ffn) * f
+
+
+def _hybrid_per_token(m: DecoderShape) -> float:
+    """Megatron-Core's ``hybrid_flops`` per token (module doc)."""
+    h = m.hidden
+    count = {c: m.pattern.count(c) for c in "M*-E"}
+    fwd = 2 * (count["*"] * _attention(m) + h * (count["-"] * _dense_mlp(m)
+                                                  + count["E"] * _moe_mlp(m)))  # fmt: skip
+    if count["M"]:
+        assert m.mamba is not None
+        mb = m.mamba
+        d_in = mb.heads * mb.head_dim
+        fwd += count["M"] * (
+            2 * h * (2 * d_in + 2 * mb.groups * mb.state + mb.heads)
+            + 7 * d_in * mb.state
+            + 2 * d_in * h
+        )
+    fwd += 2 * h * m.vocab * (m.mtp_layers + 1)
+    return 3.0 * fwd
