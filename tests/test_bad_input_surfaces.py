@@ -102,9 +102,9 @@ def test_python_api_wrong_types(case, tmp_path):
 
 TINY_MIXTRAL = json.loads((ROOT / "examples" / "hf" / "tiny-mixtral-config.json").read_text())
 HF = [
-    ("zero-experts", {"num_local_experts": 0}, "experts"),
-    ("negative-experts", {"num_local_experts": -2}, "experts"),
-    ("top-k-above-experts", {"num_experts_per_tok": 5}, "top_k"),
+    ("zero-experts", {"num_local_experts": 0}, "num_local_experts"),
+    ("negative-experts", {"num_local_experts": -2}, "num_local_experts"),
+    ("top-k-above-experts", {"num_experts_per_tok": 5}, "num_experts_per_tok"),
 ]
 
 
