@@ -50,8 +50,8 @@ def remaining_text(done: int, total: int, elapsed_s: float) -> str:
     Example:
         >>> remaining_text(10, 40, 5.0)
         'about 15 s left'
-        >>> remaining_text(1, 400, 1.0)
-        'about 6.6 min left'
+        >>> remaining_text(1, 301, 1.0)
+        'about 5.0 min left'
     """
     if done <= 0 or done >= total:
         return ""

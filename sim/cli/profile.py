@@ -18,7 +18,6 @@ from rich.markup import escape
 
 from backends.torch.devices import check_device, check_device_name
 from backends.torch.launch import ReplayError
-from backends.torch.profile import merge_sizes
 from backends.torch.profile_concurrent import profile_concurrent
 from backends.torch.tp_overhead import with_tp_overhead
 from backends.torch.tp_split import tp_problem
@@ -282,6 +281,8 @@ def profile(
                 hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)  # fmt: skip
     if tensor_parallel:
         check_tp_options(spec, tensor_parallel, device)
+    from backends.torch.profile import merge_sizes  # imports torch: only once it is needed
+
     sizes = sorted(set(microbatch_size or [4]))
     kwargs: dict[str, Any] = dict(copies=concurrent, device=device, dtype=dtype or "fp32", reps=reps,
                   split_backward=split_backward,
