@@ -1,6 +1,6 @@
 """Whole iterations measured by others, predicted by pipesim: error and planning quality.
 
-Data: ``validation/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
+Data: ``measurements/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
 one 8 x A100 node, vTrain's published ground truth; provenance in its README). Each row becomes
 the configuration it measured, through the README's no-GPU path: an analytic GPT trace timed by
 the kernel model on the ``dgx-a100-40gb`` preset, tensor parallelism ``t``, pipeline depth
@@ -18,7 +18,7 @@ pipesim's terms:
 * ``pipeline_scheduling: 1f1b`` -> ``schedule: 1f1b``.
 
 Collectives are timed as the preset times them: the DGX A100 presets carry vTrain's measured
-all-reduce tables for 2-8 GPUs of one server (``validation/vtrain/allreduce_lut.csv``,
+all-reduce tables for 2-8 GPUs of one server (``measurements/vtrain/allreduce_lut.csv``,
 :mod:`sim.hardware.comm_tables`), NCCL's model times the rest; ``--collectives model`` drops the
 tables.
 
@@ -67,15 +67,17 @@ from sim.memory.registry import parse_policy  # noqa: E402
 from sim.plan.point_row import point_row  # noqa: E402
 from sim.point.config import PointConfig  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
+from sim.runs.vtrain import COLUMNS as VTRAIN_COLUMNS  # noqa: E402
+from sim.runs.vtrain import read_vtrain  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
-VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
+VTRAIN = ROOT / "measurements" / "vtrain" / "ground_truth_single_h2048.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
 FRAMEWORK = "megatron-deepspeed"
 """vTrain's data/README.md: every point collected with Megatron-DeepSpeed; its configs say
 ``use_gradient_bucket: false`` (all-reduce after the backward), ``use_checkpoint: true``,
-``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
+``pipeline_scheduling: 1f1b`` (measurements/vtrain/README.md)."""
 POLICY = "recompute:full"
 """vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
 QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
@@ -83,20 +85,9 @@ QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
 
-COLUMNS = [
-    "gpus",
-    "global_batch",
-    "microbatch_size",
-    "hidden",
-    "heads",
-    "layers",
-    "seq_len",
-    "tensor_parallel",
-    "data_parallel",
-    "pipeline_parallel",
-    "iteration_time_ms",
-]
-"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout)."""
+COLUMNS = list(VTRAIN_COLUMNS)
+"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout,
+:mod:`sim.runs.vtrain`)."""
 
 
 class RowsError(ValueError):
@@ -106,7 +97,7 @@ class RowsError(ValueError):
 
 def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     """The measured rows of ``path`` (vTrain's column layout, :data:`COLUMNS`), with
-    ``microbatches`` added (``B / (b w)``).
+    ``microbatches`` added (``B / (b w)``); checked by :func:`sim.runs.vtrain.read_vtrain`.
 
     Raises:
         RowsError: the file is missing or unreadable, a column is missing, a value is not a
@@ -114,32 +105,21 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     """
     try:
         df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise RowsError(f"{path}: cannot read it as CSV ({exc})") from None
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise RowsError(
-            f"{path}: missing column(s) {', '.join(missing)}; the file needs {', '.join(COLUMNS)}"
-        )
-    if df.empty:
-        raise RowsError(f"{path}: no rows (only a header); add measured iterations")
-    num = df[COLUMNS].apply(pd.to_numeric, errors="coerce")
-    bad = num.isna().any(axis=1) | (num <= 0).any(axis=1)
-    if bad.any():
-        raise RowsError(f"{path}: row {int(bad.idxmax()) + 2}: every column must be positive")
-    _check_values(num, path)
+    except (OSError, ValueError):
+        df = None  # read_vtrain says why
+    if df is not None and set(COLUMNS) <= set(df.columns):
+        if df.empty:
+            raise RowsError(f"{path}: no rows (only a header); add measured iterations")
+        _check_values(df[COLUMNS].apply(pd.to_numeric, errors="coerce"), path)
+    try:
+        read_vtrain(path)
+    except InputError as exc:
+        raise RowsError(str(exc)) from None
+    df = pd.read_csv(path)
+    num = df[COLUMNS].apply(pd.to_numeric)
     df[COLUMNS[:-1]] = num[COLUMNS[:-1]].astype(int)
     df["iteration_time_ms"] = num.iteration_time_ms
-    width = df.tensor_parallel * df.pipeline_parallel * df.data_parallel
-    step = df.microbatch_size * df.data_parallel
-    wrong = (width != df.gpus) | (df.global_batch % step != 0)
-    if wrong.any():
-        raise RowsError(
-            f"{path}: row {int(wrong.idxmax()) + 2}: gpus must be tensor_parallel x "
-            "pipeline_parallel x data_parallel and global_batch a multiple of "
-            "microbatch_size x data_parallel"
-        )
-    df["microbatches"] = df.global_batch // step
+    df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
     return df
 
 
@@ -156,6 +136,7 @@ def _check_values(num: pd.DataFrame, path: Path) -> None:
     Raises:
         RowsError: naming the row (as the file numbers lines) and the column.
     """
+    num = num[(num > 0).all(axis=1)]  # missing or non-positive values: read_vtrain names them
     for col in COLUMNS:
         values = num[col]
         for i, v in values.items():
@@ -441,7 +422,7 @@ def main() -> None:
         help="CSV of measured iterations in vTrain's layout (columns: "
         + ", ".join(COLUMNS)
         + "; iteration_time_ms in milliseconds); rows over one server run on the fewest "
-        "servers of --hardware that hold them (default: the 720 rows in validation/vtrain/)",
+        "servers of --hardware that hold them (default: the 720 rows in measurements/vtrain/)",
     )
     args = ap.parse_args()
     try:

@@ -40,6 +40,7 @@ from rich.console import Console
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError, expect_int, expect_type
 from sim.hardware.loader import load_hardware
+from sim.hardware.overlay import read_overlay
 from sim.parallel.partition import partition as split_layers
 from sim.parallel.placement import place
 from sim.plan.executors import open_executor
@@ -150,6 +151,7 @@ def run(
     console: Console | None = None,
     table: str = "compact",
     progress: bool = True,
+    hardware_overlay: str | os.PathLike[str] | None = None,
 ) -> RunOutcome:
     """Plan an experiment's grid and write its output set (:mod:`sim.run`): ``sim run``.
 
@@ -166,6 +168,8 @@ def run(
         table: the best configurations per model as ``compact`` (six columns), ``wide``
             (every column) or ``none`` (:data:`sim.report.console.TABLES`).
         progress: show the progress of the sweep and the drawings (time remaining).
+        hardware_overlay: an overlay file set over the hardware (:mod:`sim.hardware.overlay`),
+            instead of the experiment's ``hardware_overlay``.
 
     Returns:
         The exit code and the folder written.
@@ -181,6 +185,10 @@ def run(
     expect_type(executor, str, "executor", "'local' or 'ray'")
     if table not in TABLES:
         raise InputError(f"{table!r} is not one of {', '.join(TABLES)}", field="table")
+    if hardware_overlay is not None:
+        _folder(hardware_overlay, "hardware_overlay")
+        read_overlay(Path(hardware_overlay))  # a bad overlay is refused before anything runs
+        exp = exp.model_copy(update={"hardware_overlay": str(Path(hardware_overlay).resolve())})
     code = run_experiment(
         Path(file),
         exp=exp,
@@ -296,7 +304,7 @@ def validate(
     Args:
         config: a single-configuration experiment (a ``winner.yaml`` of ``sim run``) whose
             trace ``sim profile`` made.
-        replayer: the backend, e.g. ``backends.torch.replayer.TorchReplayer()``.
+        replayer: the backend, e.g. ``backends.torch.replay.replayer.TorchReplayer()``.
         out: folder to write into (default: beside ``config``).
         schedules: replay these schedules instead of the file's.
         microbatches: replay these micro-batch counts instead of the file's.
@@ -324,7 +332,7 @@ def validate(
 
     Example (needs torch; a few seconds on a CPU)::
 
-        from backends.torch.replayer import TorchReplayer
+        from backends.torch.replay.replayer import TorchReplayer
         v = sim.api.validate("results/cpu-gpt-tiny/winner.yaml", replayer=TorchReplayer(),
                              nproc=2, schedules=("gpipe", "1f1b"))
         v.table[["schedule", "measured_iteration_s", "predicted_iteration_s", "error"]]

@@ -3,11 +3,11 @@
 The simulator never imports a backend: :mod:`sim.validate` describes each run as a
 :class:`ReplayRequest`, asks a :class:`Replayer` whether it can run it (:meth:`Replayer.problems`,
 before any process starts) and then to run it (:meth:`Replayer.replay`), and reads the answer
-through :class:`Measurement`. ``backends.torch.replayer.TorchReplayer`` implements it with torch
-(gloo on CPU, NCCL on GPUs); the command line (:mod:`sim.cli`, the only part of ``sim`` that
+through :class:`Measurement`. ``backends.torch.replay.replayer.TorchReplayer`` implements it with
+torch (gloo on CPU, NCCL on GPUs); the command line (:mod:`sim.cli`, the only part of ``sim`` that
 imports ``backends``) hands it in, as does a notebook::
 
-    from backends.torch.replayer import TorchReplayer
+    from backends.torch.replay.replayer import TorchReplayer
     sim.api.validate("results/x/winner.yaml", replayer=TorchReplayer())
 
 Units: seconds and bytes.
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from sim.parallel.layout import ParallelLayout
 
 
 class ReplayFailed(RuntimeError):
@@ -103,6 +105,13 @@ class ReplayRequest:
     numerics: bool = False
 
     @property
+    def layout(self) -> ParallelLayout:
+        """The request's parallel layout (:class:`~sim.parallel.layout.ParallelLayout`): its
+        flat fields (the request's transport form, as in ``winner.yaml``) as the one record
+        every layer asks."""
+        return ParallelLayout.from_flat(self)
+
+    @property
     def ranks(self) -> int:
         """Processes the run takes: 1 for a single rank, else ``stages x tensor_parallel x
         context_parallel x dp_width``.
@@ -115,7 +124,7 @@ class ReplayRequest:
         """
         if self.single_rank is not None:
             return 1
-        return self.stages * self.tensor_parallel * self.context_parallel * self.dp_width
+        return self.layout.gpus
 
 
 class Measurement(Protocol):

@@ -63,6 +63,12 @@ def run(
         help="Where points are simulated: local (worker processes, --jobs) or ray (Ray "
         "tasks on RAY_ADDRESS, else a local Ray; pip install 'pipesim[ray]').",
     ),
+    hardware_overlay: Path = typer.Option(
+        None,
+        "--hardware-overlay",
+        help="A hardware overlay (sim calibrate --from-runs) set over the experiment's "
+        "hardware; replaces the experiment's hardware_overlay.",
+    ),
     exhaustive: bool = typer.Option(
         False,
         "--exhaustive",
@@ -104,6 +110,7 @@ def run(
         exhaustive=exhaustive,
         table=table,
         progress=not quiet_now(),
+        hardware_overlay=hardware_overlay,
     )
     if fmt != Format.table:
         _dump(outcome.out_dir / "results.csv", fmt)
