@@ -66,6 +66,10 @@ class Resolved:
     sim_input: SimInput
     iterations: int
     compute_notes: tuple[str, ...] = ()
+    steady: bool = False
+    """Whether its steady state may be simulated periodically (:mod:`sim.engine.periodic`):
+    ``options.simulation`` asks for the symmetric shortcuts and the input is mirrored or has
+    one replica and one tensor rank (nothing to mirror)."""
 
 
 def resolve(
@@ -154,6 +158,7 @@ def resolve(
     sim_input, note = _simulated(exp, point, sim_input)
     if note is not None:
         notes = [*notes, note]
+    single = sim_input.dp_width == 1 and sim_input.tensor_parallel == 1
     return Resolved(
         point,
         schedule,
@@ -163,6 +168,7 @@ def resolve(
         sim_input,
         iterations,
         tuple(notes),
+        steady=sim_input.mirrored or (single and _mirror_intended(exp, point)),
     )
 
 
@@ -424,9 +430,10 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
 
 
 def _simulate(res: Resolved) -> tuple[EventLog, Repeated | None]:
-    """The engine's log of ``res``: a mirrored point (:mod:`sim.engine.symmetry`) runs its
+    """The engine's log of ``res``: a mirrored point (:mod:`sim.engine.symmetry`), or one with
+    nothing to mirror where the shortcuts are asked for (:attr:`Resolved.steady`), runs its
     steady state periodically where it can (:mod:`sim.engine.periodic`), any other in full."""
-    if res.sim_input.mirrored:
+    if res.steady:
         return simulate_periodic(res.sim_input, res.schedule)
     return simulate(res.sim_input), None
 

@@ -10,6 +10,7 @@ onto ranks by :meth:`Schedule.stage_rank` (torch ``generate_stage_to_rank_mappin
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -197,6 +198,31 @@ class Schedule(ABC):
         :func:`sim.schedules.analysis.delay_steps`; 0 for every flushed schedule.
         """
         return program_delay_steps(self.program(self.steady_state_iterations()), stage)
+
+    def period_microbatches(self) -> int:
+        """Micro-batches after which a rank's steady-state actions repeat (up to micro-batch
+        numbers): 1 for the 1F1B-shaped orders, a round for the interleaved ones
+        (:mod:`sim.engine.periodic` inserts whole periods of at least this many)."""
+        return 1
+
+    def with_microbatches(self, microbatches: int) -> Schedule:
+        """This schedule (same ``p``, ``v`` and options) with ``microbatches`` per iteration.
+
+        Raises:
+            ScheduleError: ``microbatches`` is below 1, below ``p`` where the schedule needs
+                ``m >= p``, or rejected by :meth:`check`.
+
+        Example:
+            >>> from sim.schedules.one_f_one_b import OneFOneB
+            >>> OneFOneB(4, 64).with_microbatches(12)
+            OneFOneB(stages=4, microbatches=12)
+        """
+        if microbatches < 1 or (microbatches < self.stages and self.needs_m_ge_p):
+            raise ScheduleError(f"{self.name} cannot run {microbatches} micro-batches")
+        out = copy.copy(self)
+        out.microbatches = microbatches
+        out.check()
+        return out
 
     def one_iteration(self) -> Program:
         """The compute actions of one iteration (no STEP), as torch's CSV holds them."""
