@@ -60,7 +60,7 @@ names, which differs between replicas, so replicas drift apart by a few millisec
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.inputs import SimInput
@@ -211,10 +211,14 @@ def _gpu_asymmetry(inp: SimInput) -> str | None:
     return None
 
 
+_GPU_FIELDS = tuple(f.name for f in fields(GPU) if f.name not in ("name", "host"))
+
+
 def _gpu_key(gpu: GPU, hosts: dict[str, tuple]) -> tuple:
-    """What the engine uses of ``gpu`` besides its name: its description and its socket's
-    ``(host overhead, Adam rate)`` (``hosts`` by socket name)."""
-    return (replace(gpu, name="", host=""), hosts[gpu.host])
+    """What the engine uses of ``gpu`` besides its name: its description (every field but
+    its and its host's names) and its socket's ``(host overhead, Adam rate)`` (``hosts`` by
+    socket name)."""
+    return (*(getattr(gpu, f) for f in _GPU_FIELDS), hosts[gpu.host])
 
 
 def _incident_links(topo: Topology) -> dict[str, tuple]:

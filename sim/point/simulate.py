@@ -288,20 +288,21 @@ def _plans(
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
-    if not exp.training.optimizer_step:
-        flat = [replace(p, optimizer_s=0.0) for p in flat]
+    done: dict[tuple[int, int], StagePlan] = {}  # planned alike: one object per kind, once
+
+    def final(s: int, plan: StagePlan) -> StagePlan:
+        out = done.get((s, id(plan)))
+        if out is None:
+            out = plan if exp.training.optimizer_step else replace(plan, optimizer_s=0.0)
+            out = done[(s, id(plan))] = _once_per_gpu(schedule, s, out)
+        return out
+
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
-    plans = tuple(
-        tuple(_once_per_gpu(schedule, s, per_rank[0][r * n + s]) for s in range(n))
-        for r in range(w)
-    )
+    plans = tuple(tuple(final(s, per_rank[0][r * n + s]) for s in range(n)) for r in range(w))
     if not layout.stage_groups:
         return plans, ()
     tensor_plans = tuple(
-        tuple(
-            tuple(_once_per_gpu(schedule, s, per_rank[k][r * n + s]) for k in range(t))
-            for s in range(n)
-        )
+        tuple(tuple(final(s, per_rank[k][r * n + s]) for k in range(t)) for s in range(n))
         for r in range(w)
     )
     return plans, tensor_plans

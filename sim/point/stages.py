@@ -97,38 +97,46 @@ def stage_contexts(
     orders = _stage_orders(program, schedule.microbatches) if program else None
     gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
     sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    stages = len(placement[0]) if placement else 0
+    per_stage = []  # what every replica of a stage shares, once per stage
+    for s in range(stages):
+        layers = trace.layers[edges[s] : edges[s + 1]]
+        params = sum(x.param_bytes for x in layers)
+        expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
+        per_stage.append(
+            dict(
+                stage=s,
+                stages=stages,
+                dp_width=len(placement),
+                layers=layers,
+                in_flight=in_flight[s],
+                weight_versions=schedule.weight_versions(s),
+                state=sb,
+                dtype_bytes=dtype_bytes(trace.dtype),
+                topology=topo,
+                input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+                microbatches=schedule.microbatches,
+                order=orders[s] if orders else (),
+                version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
+                expert_share=expert / params if params else 0.0,
+                expert_parallel=expert_parallel,
+                optimizer=exp.training.optimizer,
+                param_tensors=layers_tensors(layers),
+            )
+        )
     out = []
     for r, row in enumerate(placement):
         ctxs = []
         for s, g in enumerate(row):
             gpu = topo.gpu(g)
-            layers = trace.layers[edges[s] : edges[s + 1]]
-            params = sum(x.param_bytes for x in layers)
-            expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
             ctxs.append(
                 StageContext(
-                    stage=s,
-                    stages=len(row),
                     replica=r,
-                    dp_width=len(placement),
                     gpu=gpu.name,
                     host=gpu.host,
-                    layers=layers,
-                    in_flight=in_flight[s],
-                    weight_versions=schedule.weight_versions(s),
-                    state=sb,
-                    dtype_bytes=dtype_bytes(trace.dtype),
                     capacity_bytes=gpu.memory_bytes,
-                    topology=topo,
-                    input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
-                    microbatches=schedule.microbatches,
-                    order=orders[s] if orders else (),
                     host_sharers=sharers.get(gpu.name, 1),
-                    version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
-                    expert_share=expert / params if params else 0.0,
-                    expert_parallel=expert_parallel,
-                    optimizer=exp.training.optimizer,
-                    param_tensors=layers_tensors(layers),
+                    **per_stage[s],
                 )
             )
         out.append(ctxs)
