@@ -3,7 +3,7 @@ schedule, expert and context parallelism, and the planner's search on 1,024 GPUs
 and 28).
 
 Run: ``python benchmarks/bench_scale.py [--out DIR] [--gpus 8,16,...] [--families a,b]
-[--skip-planner] [--executor local|ray] [--jobs N]``.
+[--skip-planner] [--executor local|ray] [--jobs N]``; ``--families none`` runs the planner only.
 
 1. **Scaling** (one process per family and GPU count, so that each peak RSS is its own), on
    ``N/8`` DGX H100 servers (``Nx-dgx-h100``), 16 micro-batches of 1 sample per iteration
@@ -28,7 +28,7 @@ Run: ``python benchmarks/bench_scale.py [--out DIR] [--gpus 8,16,...] [--familie
 2. **Planner**: GPT-3 175B (96 layers, h = 12288, 96 heads, s = 2048; Brown et al. Table 2.1)
    on 128 DGX A100 80GB (1,024 GPUs), global batch 1,536 (Narayanan et al. SC'21 Table 1's
    175B row), ``sweep.gpus: 1024`` over schedule (1F1B, interleaved 1F1B) x p in {4, 8, 16} x
-   t in {4, 8} x v in {2, 3} x b in {1, 2} x recompute (full, selective, full with the
+   t in {4, 8} x v (1 for 1F1B, 2 or 3 interleaved) x b in {1, 2} x recompute (full, selective, full with the
    distributed optimizer): 108 configurations; prints its wall time, the configurations
    simulated and pruned and the winner (target: at most 30 s on 2 cores).
 
@@ -133,7 +133,7 @@ def plan_experiment(trace: str) -> dict:
             "gpus": 1024,
             "schedule": ["1f1b", "interleaved_1f1b"],
             "stages": [4, 8, 16],
-            "virtual_stages": [2, 3],
+            "virtual_stages": [1, 2, 3],
             "tensor_parallel": [4, 8],
             "microbatch_size": [1, 2],
             "memory_policy": ["recompute", "recompute:selective", "dist_opt:recompute"],
@@ -252,13 +252,22 @@ def main() -> None:
         print(json.dumps(one(family, int(n), trace)))
         return
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    jobs = [("1f1b", int(x)) for x in args.gpus.split(",") if "1f1b" in args.families.split(",")]
-    jobs += [
-        (fam, int(x))
-        for fam in args.families.split(",")
-        if fam != "1f1b"
-        for x in args.family_gpus.split(",")
-    ]
+    families = [f for f in args.families.split(",") if f in FAMILIES]
+    jobs = [("1f1b", int(x)) for x in args.gpus.split(",") if "1f1b" in families]
+    jobs += [(f, int(x)) for f in families if f != "1f1b" for x in args.family_gpus.split(",")]
+    if jobs:
+        _scaling(jobs, out)
+    if not args.skip_planner:
+        plan_trace = _trace(out, "gpt-175b-a100", PLAN_SHAPE, "dgx-a100-80gb")
+        res = planner(plan_trace, args.executor, args.jobs)
+        print(f"planner, 1,024 GPUs ({args.executor}, jobs {args.jobs}): {res['wall_s']:.1f} s, "
+              f"{res['points']} configurations, {res['simulated']} simulated; "
+              f"winner {res['winner']}")  # fmt: skip
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _scaling(jobs: list[tuple[str, int]], out: Path) -> None:
+    """Run each ``(family, GPUs)`` in its own process; print, tabulate and plot them."""
     rows = []
     print(f"{'family':>24} {'GPUs':>6} {'load s':>7} {'resolve':>7} {'sim s':>7} {'total':>7} "
           f"{'CPU s':>6} {'RSS MiB':>7} {'mirror':>6} {'period':>6} {'events':>7} {'iter s':>8}")  # fmt: skip
@@ -276,12 +285,6 @@ def main() -> None:
     _plot(rows, out / "scale.png")
     print(f"plot: {out / 'scale.png'}; table: {out / 'scale.csv'}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if not args.skip_planner:
-        plan_trace = _trace(out, "gpt-175b-a100", PLAN_SHAPE, "dgx-a100-80gb")
-        res = planner(plan_trace, args.executor, args.jobs)
-        print(f"planner, 1,024 GPUs ({args.executor}, jobs {args.jobs}): {res['wall_s']:.1f} s, "
-              f"{res['points']} configurations, {res['simulated']} simulated; "
-              f"winner {res['winner']}")  # fmt: skip
 
 
 if __name__ == "__main__":
