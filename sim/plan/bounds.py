@@ -385,7 +385,7 @@ class BoundModel:
                 point.schedule_class, point.stages, point.microbatches, point.virtual_stages
             )
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
-            n = tuple(peak_in_flight(sched.program(its)))
+            n = tuple(peak_in_flight(sched.shared_program(its)))
             v = min(sched.weight_versions(s) for s in range(sched.num_stages))
             self._flight[key] = (n, v)
         return self._flight[key]

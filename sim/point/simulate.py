@@ -109,7 +109,7 @@ def resolve(
         sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
-    program = schedule.program(iterations)
+    program = schedule.shared_program(iterations)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
     layout = stage_layout(exp, topo, point, schedule, file)

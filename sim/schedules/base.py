@@ -199,6 +199,18 @@ class Schedule(ABC):
         """
         return program_delay_steps(self.program(self.steady_state_iterations()), stage)
 
+    def shared_program(self, iterations: int = 1) -> Program:
+        """:meth:`program` built once per schedule (class, ``p``, ``m``, ``v`` and options)
+        and ``iterations`` in this process, and shared by every caller (the grid's points,
+        their bounds and staleness): read it, do not modify it."""
+        key = (type(self), tuple(sorted(vars(self).items())), iterations)
+        out = _PROGRAMS.get(key)
+        if out is None:
+            if len(_PROGRAMS) >= _PROGRAMS_KEPT:
+                _PROGRAMS.pop(next(iter(_PROGRAMS)))
+            out = _PROGRAMS[key] = self.program(iterations)
+        return out
+
     def period_microbatches(self) -> int:
         """Micro-batches after which a rank's steady-state actions repeat (up to micro-batch
         numbers): 1 for the 1F1B-shaped orders, a round for the interleaved ones
@@ -233,6 +245,12 @@ class Schedule(ABC):
         return (
             f"{type(self).__name__}(stages={self.stages}, microbatches={self.microbatches}{extra})"
         )
+
+
+_PROGRAMS: dict[tuple, Program] = {}
+_PROGRAMS_KEPT = 64
+"""Programs :meth:`Schedule.shared_program` keeps (the oldest goes first): a grid's points
+share a few schedules each."""
 
 
 def with_steps_every(order: list[Action], every: int) -> list[Action]:
