@@ -19,6 +19,7 @@ durations, so a repeat is equal up to rounding, not bit for bit).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from sim.events import Event, EventKind, EventLog, MemoryEvent
@@ -141,12 +142,14 @@ def _quiet_cut(log: EventLog, lo: float, delta: float) -> float:
 
 def _compare(log: EventLog, cut: float, delta: float, tol: float) -> str | None:
     """Why the :data:`WINDOWS` windows after ``cut`` differ, or None when they repeat."""
-    spans = [_span_key(log.events, cut + i * delta, delta) for i in range(WINDOWS)]
+    end = cut + WINDOWS * delta
+    near = [e for e in log.events if cut <= e.start_s < end]  # one pass over the log
+    spans = [_span_key(near, cut + i * delta, delta) for i in range(WINDOWS)]
     for i in range(1, WINDOWS):
         why = _same(spans[0], spans[i], tol, "events")
         if why is not None:
             return why
-    mems = [_memory_key(log.memory, cut + i * delta, delta, tol) for i in range(WINDOWS)]
+    mems = _memory_keys(log.memory, cut, delta, tol)
     for i in range(1, WINDOWS):
         why = _same(mems[0], mems[i], tol, "memory changes")
         if why is not None:
@@ -177,9 +180,10 @@ def _span_key(events: list[Event], start: float, delta: float) -> list[tuple]:
     return sorted(out, key=lambda k: (k[0], k[1], k[2]))  # stable: the log's order within
 
 
-def _memory_key(memory: list[MemoryEvent], start: float, delta: float, tol: float) -> list[tuple]:
-    """Per device: its level at ``start``, its changes in ``[start, start + delta)`` grouped by
-    instant (changes within ``tol`` of each other) and its level at the end.
+def _memory_keys(memory: list[MemoryEvent], cut: float, delta: float, tol: float) -> list:
+    """Per window of the :data:`WINDOWS` after ``cut``, per device: its level at the window's
+    start, its changes in the window grouped by instant (changes within ``tol`` of each
+    other) and its level at the end; one pass over ``memory`` (in time order).
 
     Each instant's changes are compared as a sorted set, and the highest level a window reaches
     is not compared: simultaneous changes apply in the order the engine's queue holds them,
@@ -188,21 +192,33 @@ def _memory_key(memory: list[MemoryEvent], start: float, delta: float, tol: floa
     taken to reach one of the levels the checked windows reached, all within the run's peak
     (an assumption: an order of the same changes, like the full simulation's, which rounding
     decides as well)."""
+    starts = [cut + i * delta for i in range(WINDOWS)]
+    edges = [*starts, starts[-1] + delta]
     level: dict[str, float] = {}
-    groups: dict[str, list[list]] = {}
+    groups: list[dict[str, list[list]]] = [{} for _ in range(WINDOWS)]
+    ends: list[dict[str, float]] = []
     for m in memory:
-        if m.time_s < start:
-            level[m.device] = level.get(m.device, 0.0) + m.delta_bytes
-        elif m.time_s < start + delta:
-            level[m.device] = level.get(m.device, 0.0) + m.delta_bytes
-            rel, dev = m.time_s - start, groups.setdefault(m.device, [])
-            if not dev or rel - dev[-1][0] > tol:
-                dev.append([rel, []])
-            dev[-1][1].append((str(m.category), m.delta_bytes))
-    out: list[tuple] = []
-    for d in sorted(groups):
-        out.extend((d, "at", rel, tuple(sorted(ch))) for rel, ch in groups[d])
-    out.extend((d, "end", level[d]) for d in sorted(level))
+        i = bisect_right(edges, m.time_s) - 1  # -1 before the first window
+        while len(ends) < min(i, WINDOWS):  # windows ended before this change
+            ends.append(dict(level))
+        if i >= WINDOWS:
+            break
+        level[m.device] = level.get(m.device, 0.0) + m.delta_bytes
+        if i < 0:
+            continue
+        rel, dev = m.time_s - starts[i], groups[i].setdefault(m.device, [])
+        if not dev or rel - dev[-1][0] > tol:
+            dev.append([rel, []])
+        dev[-1][1].append((str(m.category), m.delta_bytes))
+    while len(ends) < WINDOWS:
+        ends.append(dict(level))
+    out = []
+    for i in range(WINDOWS):
+        key: list[tuple] = []
+        for d in sorted(groups[i]):
+            key.extend((d, "at", rel, tuple(sorted(ch))) for rel, ch in groups[i][d])
+        key.extend((d, "end", v) for d, v in sorted(ends[i].items()))
+        out.append(key)
     return out
 
 

@@ -34,15 +34,22 @@ def _name(a: Action) -> str:
     return str(a.sub_actions[0] if a.sub_actions is not None else a)
 
 
-def action_starts(log: EventLog, device: str, order: Sequence[Action]) -> list[float]:
-    """The start of each action of ``order`` (a rank's list) on ``device``: its compute (or
-    optimizer) event's; an action without one (a STEP without an optimizer kernel) takes the
-    start of the action before it, so the list is non-decreasing (a rank runs its actions in
-    order)."""
-    first: dict[str, float] = {}
+def first_starts(log: EventLog, devices: set[str]) -> dict[str, dict[str, float]]:
+    """Per device of ``devices``, the start of its first compute or optimizer event of each
+    name (replica 0's); one pass over ``log``."""
+    out: dict[str, dict[str, float]] = {d: {} for d in devices}
     for e in log.events:
-        if e.device == device and e.kind in _TIMED and e.replica in (0, None):
-            first.setdefault(e.name, e.start_s)
+        mine = out.get(e.device)
+        if mine is not None and e.kind in _TIMED and e.replica in (0, None):
+            mine.setdefault(e.name, e.start_s)
+    return out
+
+
+def action_starts(first: dict[str, float], order: Sequence[Action]) -> list[float]:
+    """The start of each action of ``order`` (a rank's list) on its device (``first``: that
+    device's :func:`first_starts`): its compute (or optimizer) event's; an action without one
+    (a STEP without an optimizer kernel) takes the start of the action before it, so the list
+    is non-decreasing (a rank runs its actions in order)."""
     out, last = [], 0.0
     for a in order:
         last = max(last, first.get(_name(a), last))

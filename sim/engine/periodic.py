@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 from sim.engine.inputs import SimInput
 from sim.engine.period_check import REL_TOL, WINDOWS, Period, find_period
-from sim.engine.period_program import action_starts, splice_reason
+from sim.engine.period_program import action_starts, first_starts, splice_reason
 from sim.engine.pipeline import simulate
 from sim.engine.symmetry import asymmetry
 from sim.events import Event, EventLog, MemoryEvent
@@ -191,10 +191,9 @@ def _checked(inp: SimInput, found: Found, short: int) -> Found | str:
     log, prog, periods = found
     q = periods[0].microbatches
     ranks = inp.stage_ranks
-    starts = []
-    for r, order in enumerate(prog):
-        stage = ranks.index(r)
-        starts.append(action_starts(log, f"gpu{inp.gpu_index(0, stage, 0)}", order))
+    devices = [f"gpu{inp.gpu_index(0, ranks.index(r), 0)}" for r in range(len(prog))]
+    first = first_starts(log, set(devices))
+    starts = [action_starts(first[d], order) for d, order in zip(devices, prog, strict=True)]
     why = splice_reason(
         inp.program,
         prog,
