@@ -234,12 +234,12 @@ def _splice(
 def why_not_periodic(inp: SimInput, schedule: Schedule) -> str | None:
     """Why ``inp`` is simulated in full rather than periodically (module doc), or None when
     the periodic run is tried (it may still fall back if no period is found)."""
-    if not all(_interleaves(order, inp.microbatches) for order in inp.program):
-        return f"schedule {schedule.name} runs every forward before its backwards"
     q0 = schedule.period_microbatches()
     short = _round_up(short_microbatches(_fill(schedule), q0), q0)
     if inp.microbatches <= short + q0:
         return f"{inp.microbatches} micro-batches: too few to skip a period (needs > {short + q0})"
+    if not all(_interleaves(order, inp.microbatches) for order in inp.program):
+        return f"schedule {schedule.name} runs every forward before its backwards"
     why = None if inp.mirrored else asymmetry(inp)  # a mirrored input passed it already
     if why is not None:
         return why
