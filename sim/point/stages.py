@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sim.compute.megatron_ops import param_tensors
 from sim.config import ExperimentConfig
@@ -98,7 +99,7 @@ def stage_contexts(
     gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
     sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
     stages = len(placement[0]) if placement else 0
-    per_stage = []  # what every replica of a stage shares, once per stage
+    per_stage: list[dict[str, Any]] = []  # what every replica of a stage shares, once
     for s in range(stages):
         layers = trace.layers[edges[s] : edges[s + 1]]
         params = sum(x.param_bytes for x in layers)
