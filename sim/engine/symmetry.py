@@ -55,7 +55,12 @@ tensor and data parallelism *and* DDP buckets that overlap the backward, the ful
 is not symmetric itself: a bucket and another replica's tensor-parallel all-reduce request one
 NVSwitch port at the same instant and the links' FIFO serves them in the order of the links'
 names, which differs between replicas, so replicas drift apart by a few milliseconds (0.2 to
-0.6 % of the iteration on 16 to 64 A100s); the mirror gives the symmetric answer.
+0.6 % of the iteration on 16 to 64 A100s); the mirror gives the symmetric answer. Likewise an
+expert-parallel group whose all-to-alls cross the spine, beside the pipeline's sends over the
+same NICs: the full simulation's members join a little apart (6.4e-5 of the iteration,
+DeepSeek-V3 trimmed to 16 layers under DualPipeV on 64 H100s with EP 32 over four servers,
+``experiments/deepseek-v3-dualpipe-overlap.yaml`` at 32 micro-batches); within one server, or
+across servers without spine crossings, the mirror equals it (``tests/test_symmetry.py``).
 """
 
 from __future__ import annotations
