@@ -51,8 +51,8 @@ def test_vtrain_all_reduce_table_drives_the_engine():
 
 
 def test_preset_tables_are_the_published_lut():
-    # the preset's tables hold exactly validation/vtrain/allreduce_lut.csv (provenance)
-    lut = pd.read_csv(ROOT / "validation" / "vtrain" / "allreduce_lut.csv")
+    # the preset's tables hold exactly measurements/vtrain/allreduce_lut.csv (provenance)
+    lut = pd.read_csv(ROOT / "measurements" / "vtrain" / "allreduce_lut.csv")
     topo = load_hardware("dgx-a100-80gb")
     for n, grp in lut.groupby("gpus"):
         (table,) = [t for t in topo.collectives if t.ranks == n]
@@ -105,6 +105,6 @@ def test_rows_over_one_server_run_on_the_fewest_servers():
 
 def test_a_calibrated_file_is_not_repeated_into_servers():
     # `Nx-` repeats presets only: a row larger than a calibrated machine is not predicted
-    calibrated = str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml")
+    calibrated = str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml")
     assert row_hardware(calibrated, 2, 2) == calibrated
     assert row_hardware(calibrated, 4, 2) is None

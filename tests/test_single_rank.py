@@ -35,7 +35,7 @@ def _config(tmp_path: Path, **sweep: object) -> Path:
     """A single configuration of the shipped CPU trace (4 blocks, b=4) on the 2-rank CPU."""
     exp = {
         "name": "one",
-        "hardware": str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "gpt-tiny-cpu",
@@ -94,8 +94,8 @@ def test_predicted_busy_time_is_the_stage_compute(tmp_path, schedule, rank):
 
 
 def _run(schedule: str, rank: int, m: int = 4, **kw: object):
-    from backends.torch.job import ReplayJob
-    from backends.torch.single_rank import run_single_rank
+    from backends.torch.replay.job import ReplayJob
+    from backends.torch.replay.single_rank import run_single_rank
 
     base = dict(model=TINY, schedule=schedule, stages=2, microbatches=m, microbatch_size=2)
     base |= dict(single_rank=rank, iterations=2, warmup_iterations=0, threads=1)

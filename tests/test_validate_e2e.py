@@ -134,7 +134,7 @@ def _assert_errors_bounded(df: pd.DataFrame) -> None:
     for r in df.itertuples():
         assert_times_reported(r)
         # the counted peak (tensors) is what the CPU prediction models; the measured resident
-        # peak adds the process's own buffers (backends.torch.cpu_memory), so it is larger
+        # peak adds the process's own buffers (backends.torch.replay.cpu_memory), so it is larger
         err = r.counted_memory_error
         assert abs(err) <= MAX_MEMORY_ERROR, (r.schedule, r.runtime, err)
         assert r.measured_peak_bytes >= 0.9 * r.counted_peak_bytes, (r.schedule, r.runtime)
@@ -182,7 +182,7 @@ def test_validate_refuses_a_policy_the_replay_cannot_run(tmp_path, policy, named
     root = Path(__file__).resolve().parents[1]
     exp = {
         "name": "x",
-        "hardware": str(root / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(root / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "g",
@@ -210,7 +210,7 @@ def test_validate_replays_the_multi_stage_schedules(tmp_path):
     root = Path(__file__).resolve().parents[1]
     exp = {
         "name": "vs",
-        "hardware": str(root / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(root / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "g",
