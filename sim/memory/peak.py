@@ -36,8 +36,10 @@ def settled(live_bytes: float, moved_bytes: float) -> float:
     all), or 0 when it is within :data:`ROUNDING` of zero.
 
     Example:
-        >>> 0.3e6 - 0.1e6 - 0.2e6 < 0, settled(0.3e6 - 0.1e6 - 0.2e6, 0.6e6)
-        (True, 0.0)
+        >>> x = 51305899622.4  # stashes of 30 %, 10 % and 20 % of x, all freed
+        >>> live = 0.3 * x - 0.1 * x - 0.2 * x
+        >>> live, settled(live, 0.6 * x)
+        (-1.9073486328125e-06, 0.0)
     """
     return 0.0 if abs(live_bytes) <= ROUNDING * moved_bytes else live_bytes
 
