@@ -206,23 +206,24 @@ def _plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    families = list(dict.fromkeys(r["family"] for r in rows))
-    for fam in families:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    what = (
+        ("total_s", "wall seconds (load + resolve + simulate)", [(1024, 2), (16384, 5)]),
+        ("cpu_s", "CPU seconds of the process (imports included)", [(1024, 2), (16384, 5)]),
+        ("peak_rss_MiB", "peak RSS (MiB)", [(1024, 2048), (16384, 2048)]),
+    )
+    for fam in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == fam]
-        n = [r["gpus"] for r in mine]
         style = "-" if len(mine) > 2 else "--"
-        ax.loglog(n, [r["total_s"] for r in mine], style, marker="o", label=fam)
-        ax2.loglog(n, [r["peak_rss_MiB"] for r in mine], style, marker="s", label=fam)
-    for a, what, target in ((ax, "wall seconds (load + resolve + simulate)", None),
-                            (ax2, "peak RSS (MiB)", 2048)):  # fmt: skip
-        a.set_xlabel("GPUs")
-        a.set_ylabel(what)
-        if target:
-            a.axhline(target, color="grey", lw=0.8, ls=":")
-    ax.plot([1024, 16384], [2, 5], "k:", lw=0.8, label="targets (2 s, 5 s)")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle("pipesim: one configuration against cluster size")
+        for ax, (key, _, _) in zip(axes, what, strict=True):
+            ax.loglog([r["gpus"] for r in mine], [r[key] for r in mine], style, marker="o",
+                      label=fam)  # fmt: skip
+    for ax, (_, label, targets) in zip(axes, what, strict=True):
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(label)
+        ax.plot(*zip(*targets, strict=True), "k:", lw=1, marker="x", label="targets")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("pipesim: one configuration against cluster size (a shared 2-core machine)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
