@@ -25,11 +25,12 @@ whatever the boundaries, so some GPU peaks at least at
 ``(P x bytes_per_param + min_s(n_s) x A) / p + reserve``
 
 **Memory, once resolved.** A point that passes is resolved (partition, placement, plans) before
-it is simulated; then each stage replica's bound is exact in its parts:
-:func:`resolved_memory_excess` adds the bytes the engine charges at t = 0
-(``static_gpu_bytes + overhead_bytes``) and the kept stash of the stage's ``n_s`` in-flight
-micro-batches (``resident_act_bytes`` stays from a forward to its backward; a swap only moves
-the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
+it is simulated; then each rank's bound is exact in its parts
+(:func:`~sim.plan.resolved_bound.resolved_memory_excess`): the bytes the engine charges at
+t = 0 for every stage chunk on it (``static_gpu_bytes + overhead_bytes``) and the most kept
+stash its action list holds at once (``resident_act_bytes`` stays from a forward to its
+backward; a swap only moves the rest; with one stage, ``n_s`` in-flight micro-batches), and a
+rank whose sum exceeds its GPU's capacity is not simulated.
 
 **Throughput.** Each rank runs its stage's actions one at a time: a forward or backward on the
 compute stream, then its tensor-parallel collectives, which the rank waits for
@@ -74,8 +75,8 @@ from sim.memory.reserve import nccl_peers
 from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
 from sim.parallel.groups import tensor_groups
 from sim.parallel.megatron import aggregate
+from sim.plan.resolved_bound import peak_resident_bytes, resolved_memory_excess
 from sim.point.config import PointConfig
-from sim.schedules.action import flatten
 from sim.schedules.analysis import peak_in_flight
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
@@ -124,53 +125,6 @@ class PointBounds:
 
     memory_bytes: float
     throughput_samples_per_s: float
-
-
-def resolved_memory_excess(res) -> tuple[str, float, float] | None:
-    """``(gpu, lower bound, capacity)`` (bytes) of the first rank of a resolved point
-    (:class:`sim.point.simulate.Resolved`) that cannot fit on its GPU (module doc), or None.
-
-    A rank's GPU holds the bytes every stage chunk on it charges at t = 0 (``static_gpu_bytes
-    + overhead_bytes``; the per-process charges are its first chunk's only) and, right after
-    each forward, the kept stash of every chunk-micro-batch it has run forward and not yet
-    freed (by its B, or its W when the backward is split): :func:`peak_resident_bytes` walks
-    its action list for the most at once. With one stage per rank that is ``n_s`` in-flight
-    micro-batches of ``resident_act_bytes``."""
-    inp = res.sim_input
-    by_rank: dict[tuple[int, int, int], list] = {}
-    for rep in inp.replicas():
-        key = (rep.replica, inp.stage_ranks[rep.stage], rep.tp_rank)
-        by_rank.setdefault(key, []).append(rep)
-    for (_, rank, _), reps in by_rank.items():
-        need = sum(rep.plan.static_gpu_bytes + rep.plan.overhead_bytes for rep in reps)
-        resident = {rep.stage: rep.plan.resident_act_bytes for rep in reps}
-        need += peak_resident_bytes(inp.program[rank], resident)
-        gpu = reps[0].gpu
-        cap = inp.topology.gpu(int(gpu[3:])).memory_bytes
-        if need > cap:
-            return gpu, need, cap
-    return None
-
-
-def peak_resident_bytes(order, resident: dict[int, float]) -> float:
-    """The most stash bytes a rank keeps at once: after each forward (F) of stage ``s``,
-    ``resident[s]`` more, until that micro-batch's B (or W) of ``s`` frees it; the rank runs
-    its ``order`` one action at a time (pairs as their two actions).
-
-    Example:
-        >>> from sim.schedules.action import Action
-        >>> order = [Action.from_str(x) for x in "0F0 2F0 0F1 2B0 0B0 0B1".split()]
-        >>> peak_resident_bytes(order, {0: 1.0, 2: 10.0})
-        12.0
-    """
-    live = peak = 0.0
-    for a in flatten(order):
-        if a.op == "F":
-            live += resident[a.stage]
-            peak = max(peak, live)
-        elif a.op in ("B", "W"):
-            live -= resident[a.stage]
-    return peak
 
 
 def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]) -> float:
@@ -440,6 +394,7 @@ class BoundModel:
 
 __all__ = [
     "BoundModel",
+    "peak_resident_bytes",
     "PointBounds",
     "RankTotals",
     "min_bottleneck_s",
