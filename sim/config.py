@@ -329,6 +329,34 @@ class OptionsConfig(_Strict):
     )
 
 
+class MemoryConfig(_Strict):
+    """How the framework and PyTorch's allocator lay out memory (sim.memory.framework_memory);
+    unset fields take the framework profile's defaults."""
+
+    cross_entropy: Literal["unfused", "native", "te"] | None = Field(
+        None,
+        description="Loss implementation: Megatron's unfused vocab-parallel cross entropy "
+        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion, the same bytes) or 'te' "
+        "(--cross-entropy-fusion-impl te: only the 16-bit logits kept). Default: unfused.",
+    )
+    gradient_accumulation_fusion: bool | None = Field(
+        None,
+        description="Weight gradients accumulate straight into the fp32 main_grad "
+        "(Megatron-LM's default with Transformer Engine; false: --no-gradient-accumulation-"
+        "fusion, a transient weight gradient per GEMM). Default: the framework's.",
+    )
+    grad_reduce_in_bf16: bool = Field(
+        False,
+        description="Megatron's --grad-reduce-in-bf16: 16-bit gradient buffers instead of fp32 "
+        "main_grad (and an fp32 copy of the gradient shard at the step).",
+    )
+    expandable_segments: bool = Field(
+        False,
+        description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator "
+        "maps pages into one growing segment per pool (less fragmentation).",
+    )
+
+
 class ExperimentConfig(_Strict):
     """A whole experiment file."""
 
@@ -356,6 +384,7 @@ class ExperimentConfig(_Strict):
         "torchtitan, pytorch-ddp (sim.framework: each setting with its source).",
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     options: OptionsConfig = Field(default_factory=OptionsConfig)
     prediction: dict[str, Any] | None = Field(

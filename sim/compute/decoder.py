@@ -200,10 +200,15 @@ def layer_act_bytes(
     sp: bool = False,
     cp: int = 1,
     rows: tuple[float, ...] = (),
+    cp_comm: str = "p2p",
 ) -> float:
     """Bytes a layer keeps for its backward on one rank, one micro-batch (module doc;
     embedding ``8t + t*h*d``-like ids and output, head ``4th + 4tV/tp`` as
-    :mod:`sim.trace.generator`)."""
+    :mod:`sim.trace.generator`). With all-to-all context parallelism (``cp_comm="a2a"``)
+    the attention keeps its output twice: in the head-split layout the all-to-all brings back
+    (``out_part``, saved by TE's ``AttnFuncWithCPAndQKVOA2A.forward``,
+    ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``) and,
+    as the output projection's input, in the sequence-split one: ``t*h/tp*d`` more."""
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if kind == "embedding":
@@ -212,21 +217,21 @@ def layer_act_bytes(
         return float(4 * r * h + 4 * t * -(-m.vocab // tp))
     base = _check(kind)
     adapters = lora_act_bytes(m.lora, _linears(kind, m), t, d) if m.lora else 0.0
-    return _body_act(base, kind, m, b, d, tp, sp, cp, rows) + adapters
+    return _body_act(base, kind, m, b, d, tp, sp, cp, rows, cp_comm) + adapters
 
 
-def _body_act(base, kind, m, b, d, tp, sp, cp, rows) -> float:
+def _body_act(base, kind, m, b, d, tp, sp, cp, rows, cp_comm="p2p") -> float:
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if base == "mtp":
         inner = "moe_block" if m.moe is not None and not m.pattern else "block"
-        block = _body_act(inner, inner, m, b, d, tp, sp, cp, rows)
+        block = _body_act(inner, inner, m, b, d, tp, sp, cp, rows, cp_comm)
         head = 4 * r * h + 4 * t * -(-m.vocab // tp)
         return block + 2 * t * h * d + 2 * r * h * d + head
     if base == "mamba":
         assert m.mamba is not None
         return mamba_act_bytes(m.mamba, h, m.seq_len, b, d, tp, sp, cp)
-    attn = _attn_act(m, m.block_for(kind), b, d, tp, sp, cp) if base in ATTN else 0.0
+    attn = _attn_act(m, m.block_for(kind), b, d, tp, sp, cp, cp_comm) if base in ATTN else 0.0
     if base in ("moe_block", "moe"):
         assert m.moe is not None
         return float(attn + moe_act_bytes(m.moe, r, t, rows, d, tp))
@@ -236,14 +241,36 @@ def _body_act(base, kind, m, b, d, tp, sp, cp, rows) -> float:
     return float(attn)
 
 
-def _attn_act(m: DecoderShape, blk: BlockShape, b: int, d: int, tp: int, sp: bool, cp: int):
+def _attn_act(
+    m: DecoderShape,
+    blk: BlockShape,
+    b: int,
+    d: int,
+    tp: int,
+    sp: bool,
+    cp: int,
+    cp_comm: str = "p2p",
+):
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
+    extra = scores_act_bytes(m, b, d, tp, cp) if m.attention == "math" else 0.0
+    if cp > 1 and cp_comm == "a2a":
+        extra += t * h // tp * d  # TE's a2a context parallelism keeps its output twice
     if m.mla is not None:
-        return mla_act_bytes(m.mla, h, m.heads, m.seq_len, b, d, tp, sp, cp)
+        return mla_act_bytes(m.mla, h, m.heads, m.seq_len, b, d, tp, sp, cp) + extra
     q, kv = blk.heads * blk.hd, blk.kv * blk.hd
     out = 2 * r * h * d + t * (2 * q + 2 * kv) // tp * d + 4 * t * m.heads // tp
-    return out + (t * (q + kv) // tp * d if blk.qk_norm else 0)
+    return out + (t * (q + kv) // tp * d if blk.qk_norm else 0) + extra
+
+
+def scores_act_bytes(m: DecoderShape, b: int, d: int, tp: int = 1, cp: int = 1) -> float:
+    """Bytes unfused ("math") attention keeps for its backward beyond flash attention's: the
+    softmax probabilities of the rank's ``a/tp`` heads, ``s/cp`` queries over ``s`` keys,
+    ``a/tp*s/cp*s*b*d`` (Megatron-LM ``megatron/core/transformer/dot_product_attention.py``
+    ``DotProductAttention.forward`` keeps ``attention_probs`` for ``torch.bmm`` with V; no
+    dropout mask: decoder models train without attention dropout). The log-sum-exp term of
+    the flash count stays (an overestimate of ``4*t*a/tp`` bytes)."""
+    return float(m.heads // tp * (m.seq_len // cp) * m.seq_len * b * d)
 
 
 def layer_params(kind: str, m: DecoderShape) -> tuple[int, int]:

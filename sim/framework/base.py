@@ -13,7 +13,10 @@ repository). The core asks the profile, never its name:
   embedding all-reduce, the step barrier) and :attr:`Framework.dp_bucket_bytes` (gradient
   bucketing and overlap);
 * :meth:`Framework.plans`: the distributed optimizer (sharded optimizer state,
-  reduce-scatter / all-gather instead of an all-reduce).
+  reduce-scatter / all-gather instead of an all-reduce);
+* :meth:`Framework.memory`: how it lays out a rank's memory around the model
+  (:class:`~sim.memory.framework_memory.FrameworkMemory`: gradient-buffer dtype, DDP's bucket
+  copy, stage outputs, Transformer Engine's weight-gradient buffers and workspace, the loss).
 
 The default profile, ``pipesim``, is what ``sim validate`` replays (torch pipelining, DDP-style
 25 MiB buckets overlapped with the backward), so results without ``framework:`` do not change.
@@ -24,9 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from sim.config import MemoryConfig
 from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime
 from sim.framework.placement import PLACEMENTS
+from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.topology import Topology
+from sim.memory.allocator import AllocatorConfig
+from sim.memory.framework_memory import TE_WORKSPACE_BYTES, FrameworkMemory
+from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
@@ -86,6 +94,12 @@ class Framework:
             the host's blocking work loading each micro-batch on the first and the last stage
             (:class:`~sim.engine.inputs.MicrobatchLoad`); all 0: none.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
+        main_grads_fp32: bf16 parameters accumulate their gradients in an fp32 buffer.
+        bucket_copy: data-parallel gradients are copied into flat bucket buffers.
+        deallocate_outputs: a stage's output is freed once it is sent.
+        wgrad_fusion: weight gradients accumulate into the gradient buffer inside the GEMM
+            (Transformer Engine's dummy weight gradients, one per weight shape).
+        te_workspace: Transformer Engine's cuBLAS workspace, allocated through PyTorch.
     """
 
     name: ClassVar[str]
@@ -106,6 +120,19 @@ class Framework:
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
     overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
     microbatch_load: ClassVar[Setting] = Setting((0, 0, 0, 0, 0, 0.0), PIPESIM)
+    main_grads_fp32: ClassVar[Setting] = Setting(False, PIPESIM)
+    bucket_copy: ClassVar[Setting] = Setting(
+        True,
+        f"{PIPESIM}: torch/nn/parallel/distributed.py DistributedDataParallel "
+        "(gradient_as_bucket_view=False copies gradients into its flat buckets)",
+    )
+    deallocate_outputs: ClassVar[Setting] = Setting(
+        False,
+        f"{PIPESIM}: torch/distributed/pipelining/stage.py forward_one_chunk keeps "
+        "fwd_cache[mb] = (outputs, inputs) until the backward",
+    )
+    wgrad_fusion: ClassVar[Setting] = Setting(False, PIPESIM)
+    te_workspace: ClassVar[Setting] = Setting(False, PIPESIM)
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -124,6 +151,11 @@ class Framework:
         "step_transient",
         "overflow_check_ops",
         "microbatch_load",
+        "main_grads_fp32",
+        "bucket_copy",
+        "deallocate_outputs",
+        "wgrad_fusion",
+        "te_workspace",
     )
 
     def settings(self) -> dict[str, Setting]:
@@ -178,6 +210,34 @@ class Framework:
             return trace
         return share_head_weight(trace, tensor_parallel)
 
+    def memory(
+        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None
+    ) -> FrameworkMemory:
+        """How it lays out memory for ``dtype`` training on ``gpu_model``, with the
+        experiment's ``memory:`` overrides (:class:`~sim.config.MemoryConfig`): fp32 main
+        gradients for bf16 parameters unless ``grad_reduce_in_bf16`` (Megatron's
+        ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` for ``--bf16`` only),
+        gradient-accumulation fusion as the profile or the experiment says, the loss, the
+        allocator's options."""
+        opts = options or MemoryConfig()
+        fp32_grads = self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
+        fusion = opts.gradient_accumulation_fusion
+        fusion = self.wgrad_fusion.value if fusion is None else fusion
+        workspace = 0.0
+        if self.te_workspace.value:
+            workspace = TE_WORKSPACE_BYTES[
+                "hopper+" if is_sm90_or_later(gpu_model) else "pre-hopper"
+            ]
+        return FrameworkMemory(
+            main_grads_fp32=fp32_grads,
+            bucket_copy=self.bucket_copy.value,
+            deallocate_outputs=self.deallocate_outputs.value,
+            dummy_wgrads=fusion and self.te_workspace.value,
+            workspace_bytes=workspace,
+            work=WorkOptions(opts.cross_entropy or "unfused", fusion),
+            allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
+        )
+
     def ties(self, trace: Trace) -> bool:
         """Whether the framework keeps a copy of the word embedding in ``trace``'s head and
         all-reduces it (:attr:`tied_embedding`). A decoder model (``model_shape.kind ==
@@ -189,13 +249,22 @@ class Framework:
         decoder = isinstance(shape, dict) and shape.get("kind") == "decoder"
         return bool(self.tied_embedding.value) and not decoder
 
-    def runtime(self, topo: Topology, trace: Trace, tensor_parallel: int = 1) -> PipelineRuntime:
+    def runtime(
+        self,
+        topo: Topology,
+        trace: Trace,
+        tensor_parallel: int = 1,
+        memory: FrameworkMemory | None = None,
+    ) -> PipelineRuntime:
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
 
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
-        is the server it runs on."""
+        is the server it runs on; ``memory`` its memory layout: with fp32 main gradients the
+        step's ``.float()`` of a gradient is the gradient itself (no ``step_transient``)."""
         tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
+        if memory is not None and memory.main_grads_fp32:
+            sixteen = False
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,

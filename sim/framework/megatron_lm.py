@@ -93,3 +93,32 @@ class MegatronLM(Framework):
         "_copy_model_grads_to_main_grads (main_param.grad = main_grad.float(): 4 B per 2-byte "
         "gradient, freed by zero_grad(set_to_none) at the next train_step)",
     )
+    main_grads_fp32 = Setting(
+        True,
+        "megatron/training/arguments.py::validate_args: --bf16 sets "
+        "accumulate_allreduce_grads_in_fp32 (main_grads_dtype fp32 default) unless "
+        f"--grad-reduce-in-bf16 -> {CORE}/distributed/param_and_grad_buffer.py: grad_dtype = "
+        "torch.float if grad_reduce_in_fp32 (4 B per parameter)",
+    )
+    bucket_copy = Setting(
+        False,
+        f"{CORE}/distributed/param_and_grad_buffer.py::_ParamAndGradBuffer: param.main_grad is "
+        "a view into the contiguous grad_data, which the buckets reduce in place (no copy)",
+    )
+    deallocate_outputs = Setting(
+        True,
+        "megatron/training/argument_utils.py: deallocate_pipeline_outputs = True -> "
+        f"{CORE}/pipeline_parallel/schedules.py::deallocate_output_tensor after each send",
+    )
+    wgrad_fusion = Setting(
+        True,
+        "megatron/training/arguments.py: gradient_accumulation_fusion on unless "
+        "--no-gradient-accumulation-fusion; transformer_engine/pytorch/module/base.py::"
+        f"get_dummy_wgrad (one cached buffer per weight shape), {CORE}/tensor_parallel/"
+        "layers.py (the output layer's too, with TE installed)",
+    )
+    te_workspace = Setting(
+        True,
+        "--transformer-impl transformer_engine (default) -> transformer_engine/pytorch/"
+        "cpp_extensions/gemm.py::get_cublas_workspace (torch.empty, 32 MiB + 1 KiB on sm90+)",
+    )

@@ -235,7 +235,9 @@ class GPUSpec(BaseModel):
         default=None,
         ge=0,
         lt=1,
-        description="Share of the usable capacity lost to the caching allocator (default 0.05).",
+        description="Share of the activation memory lost to the caching allocator, fixed (a "
+        "calibrated figure); default: replay PyTorch's caching allocator rules "
+        "(sim.memory.allocator) on each rank's tensors.",
     )
 
 

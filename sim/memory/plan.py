@@ -83,6 +83,9 @@ class StagePlan:
         working_bytes: backward working memory, pipeline output cache and DDP buckets.
         framework_bytes: GPU bytes the training framework keeps out of its own tensors'
             reach (PatrickStar's ``1 - overall_gpu_mem_ratio``, :mod:`sim.memory.memtracer`).
+        framework_buffer_bytes: the framework's persistent buffers on the GPU: gradient
+            buckets, Transformer Engine's weight-gradient buffers, GEMM workspaces
+            (:func:`sim.memory.rank_memory.framework_buffer_bytes`).
         host_framework_bytes: host bytes the framework allocates besides the model states
             (pinned staging buffers: DeepSpeed's, :mod:`sim.memory.deepspeed`) or keeps out
             of its own reach (PatrickStar's ``1 - overall_cpu_mem_ratio``).
@@ -121,6 +124,7 @@ class StagePlan:
     allocator_bytes: float = 0.0
     working_bytes: float = 0.0
     framework_bytes: float = 0.0
+    framework_buffer_bytes: float = 0.0
     host_framework_bytes: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
 
@@ -189,8 +193,15 @@ class StagePlan:
 
     @property
     def overhead_bytes(self) -> float:
-        """Runtime reserve + allocator margin + working memory + the framework's share."""
-        return self.reserve_bytes + self.allocator_bytes + self.working_bytes + self.framework_bytes
+        """Runtime reserve + allocator margin + working memory + the framework's share and
+        buffers."""
+        return (
+            self.reserve_bytes
+            + self.allocator_bytes
+            + self.working_bytes
+            + self.framework_bytes
+            + self.framework_buffer_bytes
+        )
 
     @property
     def host_total_bytes(self) -> float:
@@ -203,5 +214,5 @@ class StagePlan:
             ("reserve", self.reserve_bytes),
             ("allocator", self.allocator_bytes),
             ("working", self.working_bytes),
-            ("framework", self.framework_bytes),
+            ("framework", self.framework_bytes + self.framework_buffer_bytes),
         )

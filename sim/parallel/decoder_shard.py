@@ -235,7 +235,8 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
     ratios += (flr / fl1 if fl1 > 0 else 1.0,)
     act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
-    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine) / act1 if act1 else 1.0
+    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.cp_comm)
+    act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
     share = (

@@ -70,13 +70,18 @@ from functools import cached_property
 from typing import Any
 
 from sim.comm.hierarchical import collective_plan
+from sim.compute.routing import Routing
 from sim.framework.base import share_head_weight
+from sim.memory.framework_memory import FrameworkMemory
+from sim.memory.layer_work import trace_work, with_framework_stash
 from sim.memory.reserve import nccl_peers
-from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
+from sim.memory.states import StateBytes, version_bytes_per_param
+from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.groups import tensor_groups
 from sim.parallel.megatron import aggregate
 from sim.plan.resolved_bound import peak_resident_bytes, resolved_memory_excess
 from sim.point.config import PointConfig
+from sim.point.memory import point_memory
 from sim.schedules.analysis import peak_in_flight
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
@@ -237,8 +242,11 @@ class BoundModel:
 
     def _rank_totals(self, point: PointConfig) -> RankTotals:
         sharded = self.prep.rank_trace(point, point.microbatch_size)
-        trace: Trace = sharded.trace
-        if point.framework_profile.tied_embedding.value:
+        memory = self._memory(point, sharded.trace.dtype)
+        routing = sharded.routing if isinstance(sharded, DecoderShard) else Routing()
+        works = trace_work(sharded.trace, point.layout, routing, memory.work)
+        trace: Trace = with_framework_stash(sharded.trace, works)
+        if point.framework_profile.ties(trace):
             # stored once where both ends share a rank (Framework.tie): left out at every
             # depth, which keeps these totals a lower bound
             trace = share_head_weight(trace, point.tensor_parallel)
@@ -263,7 +271,9 @@ class BoundModel:
             compute_s=sum(x.fwd_s + x.bwd_s for x in layers),
             max_layer_s=max(x.fwd_s + x.bwd_s for x in layers),
             layers=len(layers),
-            state=state_bytes(trace.dtype, self.prep.exp.training.optimizer),
+            state=self._memory(point, trace.dtype).state(
+                trace.dtype, self.prep.exp.training.optimizer
+            ),
             groups=tuple((pp, a, n) for (pp, a), n in groups.items()),
             layer_recompute_s=tuple((k, tuple(v)) for k, v in rec.items()),
             layer_seconds=tuple(x.fwd_s + x.bwd_s for x in layers),
@@ -355,13 +365,38 @@ class BoundModel:
         all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
-        if all_none and w > 1 and all(g.reserve.working for g in gpus):
+        working = all(g.reserve.working for g in gpus)
+        bucket = self._memory(point, self.prep.traces[point.model].dtype).bucket_copy
+        if all_none and w > 1 and working and bucket:
             per_param += tot.state.grad  # DDP buckets (module doc)
-        reserve = min(g.reserve.runtime_bytes(nccl_peers(p - 1, p, w)) for g in gpus)
+        peers = nccl_peers(p - 1, p, w)
+        reserve = min(g.reserve.runtime_bytes(peers, gemm_streams=int(working)) for g in gpus)
         uniform = (tot.params * per_param + (min(n) * tot.act_bytes if all_none else 0.0)) / p
         if not all_none or len(set(n)) == 1:
-            return uniform + reserve
-        return max(uniform, weighted_bound(tot, per_param, n)) + reserve
+            bound = uniform + reserve
+        else:
+            bound = max(uniform, weighted_bound(tot, per_param, n)) + reserve
+        return max(bound, self.floor_bytes(point))
+
+    def floor_bytes(self, point: PointConfig) -> float:
+        """Where the partition is known before resolving (``partition: uniform`` or fixed
+        ``boundaries``), the largest GPU floor of the rank model
+        (:attr:`sim.memory.rank_memory.RankMemory.floor_bytes` of
+        :func:`sim.point.memory.point_memory`, the model ``sim memory`` reports); else 0.
+
+        Raises:
+            InputError: the point cannot be resolved (the planner then simulates it, and the
+                simulator reports why).
+        """
+        opts = self.prep.exp.options
+        if opts.partition != "uniform" and opts.boundaries is None:
+            return 0.0
+        return max(r.floor_bytes for r in point_memory(self.prep, point).ranks)
+
+    def _memory(self, point: PointConfig, dtype: str) -> FrameworkMemory:
+        """The point's framework memory layout (:meth:`~sim.framework.base.Framework.memory`)."""
+        gpu = self.prep.topology.gpus[0].model
+        return point.framework_profile.memory(dtype, gpu, self.prep.exp.memory)
 
     def iteration_s(self, point: PointConfig) -> float:
         """A lower bound of the simulated iteration time of ``point``, in seconds: ``m`` times

@@ -23,7 +23,7 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 8
+ROW_FORMAT = 9
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
@@ -99,6 +99,8 @@ class ResultRow(BaseModel):
     peak_buffers_bytes: float | None = _NonNeg
     peak_working_bytes: float | None = _NonNeg
     peak_reserve_bytes: float | None = _NonNeg
+    peak_allocated_bytes: float | None = _NonNeg
+    peak_reserved_bytes: float | None = _NonNeg
     trace_origin: str = ""
     iteration_flops: float | None = _NonNeg
     flops_per_s_per_gpu: float | None = _NonNeg

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
+from sim.compute.routing import parse_routing
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
@@ -24,9 +25,10 @@ from sim.framework.base import Framework
 from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
-from sim.memory.compose import finalize_plans
+from sim.memory.compose import plan_to_fit
+from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
-from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.megatron import aggregate
@@ -98,16 +100,19 @@ def resolve(
         virtual_stages=point.virtual_stages,
         framework=framework,
     )
-    _check_size(point, schedule, topo, base_trace, file)
-    policy = _policy(point, file)
+    check_point_size(point, schedule, topo, base_trace, file)
+    policy = point_policy(point, file)
     if shared is None:
         trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
-        sharded = _shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
+        sharded = checked_shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
     else:
         trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
         notes = list(shared_notes)
-        sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
-    trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
+        sharded = checked_shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
+    memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
+    works = layer_works(sharded, point, memory)
+    trace = with_framework_stash(sharded.trace, works)
+    trace = framework.tie(trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.shared_program(iterations)
     peaks = peak_in_flight_per_stage(program)
@@ -136,6 +141,8 @@ def resolve(
         layout,
         sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
         file,
+        memory,
+        works,
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     if schedule.splits_backward and not all(c.has_split for c in costs):
@@ -152,7 +159,9 @@ def resolve(
         layout=point.layout,
         overlap_pairs=point.ep_overlap,
         dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
+        runtime=replace(
+            framework.runtime(topo, trace, point.tensor_parallel, memory), tied_groups=tied
+        ),
         stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
     sim_input, note = _simulated(exp, point, sim_input)
@@ -192,7 +201,7 @@ def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
     return mode == "symmetric" or (mode == "auto" and point.layout.gpus > MIRROR_ABOVE_GPUS)
 
 
-def _check_size(
+def check_point_size(
     point: PointConfig, schedule: Schedule, topo: Topology, trace: Trace, file: str
 ) -> None:
     """Raises:
@@ -228,7 +237,7 @@ def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework
         raise InputError(str(exc), file=file, field="framework") from None
 
 
-def _policy(point: PointConfig, file: str) -> MemoryPolicy:
+def point_policy(point: PointConfig, file: str) -> MemoryPolicy:
     """The point's memory policy.
 
     Raises:
@@ -254,6 +263,8 @@ def _plans(
     layout: Layout,
     expert_bytes: tuple[float, ...],
     file: str,
+    memory: FrameworkMemory = PIPESIM_MEMORY,
+    works: tuple[LayerWork, ...] = (),
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
@@ -279,15 +290,18 @@ def _plans(
             layout.job_gpus,
             expert_bytes,
             point.expert_parallel,
+            memory,
+            works,
+            (point.tensor_parallel, point.context_parallel),
         )
         for c in row
     ]
     try:
         alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
-        flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
+        flat = alike or plan_to_fit(policy, contexts)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
+    flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
     done: dict[tuple[int, int], StagePlan] = {}  # planned alike: one object per kind, once
 
     def final(s: int, plan: StagePlan) -> StagePlan:
@@ -308,13 +322,22 @@ def _plans(
     return plans, tensor_plans
 
 
+def layer_works(
+    sharded: ShardedTrace | DecoderShard, point: PointConfig, memory: FrameworkMemory
+) -> tuple[LayerWork, ...]:
+    """Each layer's transients and weights on the rank (:func:`~sim.memory.layer_work.
+    trace_work`) as the framework runs them."""
+    routing = sharded.routing if isinstance(sharded, DecoderShard) else parse_routing("balanced")
+    return trace_work(sharded.trace, point.layout, routing, memory.work)
+
+
 def _gpu_model(topo: Topology):
     """The first GPU's compute model and tensor-parallel module overhead."""
     gpu = topo.gpus[0]
     return gpu.compute, gpu.tp_module_overhead_s
 
 
-def _shard(
+def checked_shard(
     make: Callable[[], ShardedTrace | DecoderShard], file: str
 ) -> ShardedTrace | DecoderShard:
     """The trace on one rank, made by ``make`` (:func:`~sim.parallel.rank.rank_trace`:

@@ -22,8 +22,10 @@ from sim.framework.registry import DEFAULT_FRAMEWORK, get_framework
 from sim.hardware.topology import Topology
 from sim.memory.context import StageContext
 from sim.memory.estimate import host_link_sharers
+from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.layer_work import LayerWork
 from sim.memory.reserve import tensor_capacity_bytes
-from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
+from sim.memory.states import stage_state_bytes_per_param, version_bytes_per_param
 from sim.parallel.groups import tensor_groups
 from sim.parallel.partition import partition, uniform_partition
 from sim.parallel.placement import place
@@ -88,16 +90,26 @@ def stage_contexts(
     job_gpus: list[int] | None = None,
     expert_bytes: tuple[float, ...] = (),
     expert_parallel: int = 1,
+    memory: FrameworkMemory = PIPESIM_MEMORY,
+    works: tuple[LayerWork, ...] = (),
+    groups: tuple[int, int] = (1, 1),
 ) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
     ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
-    routed-expert parameter bytes per layer, :class:`~sim.parallel.decoder_shard.DecoderShard`)."""
-    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    routed-expert parameter bytes per layer, :class:`~sim.parallel.decoder_shard.DecoderShard`;
+    ``memory``: the framework's memory layout; ``works``: each layer's transients,
+    :func:`sim.memory.layer_work.trace_work`; ``groups``: the tensor- and context-parallel
+    sizes)."""
+    sb = memory.state(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
-    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
-    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    rank_orders = _rank_orders(program, schedule) if program else None
+    own = [g for row in placement for g in row]
+    gpus = job_gpus if job_gpus is not None else own
+    hosts = {topo.gpu(g).host for g in own}  # a host link is shared within its server only
+    near = [g for g in dict.fromkeys(gpus) if topo.gpu(g).host in hosts]
+    sharers = host_link_sharers(topo, [f"gpu{g}" for g in near])
     stages = len(placement[0]) if placement else 0
     per_stage: list[dict[str, Any]] = []  # what every replica of a stage shares, once
     for s in range(stages):
@@ -123,6 +135,11 @@ def stage_contexts(
                 expert_parallel=expert_parallel,
                 optimizer=exp.training.optimizer,
                 param_tensors=layers_tensors(layers),
+                framework=memory,
+                work=works[edges[s] : edges[s + 1]] if works else (),
+                rank_order=rank_orders[schedule.stage_rank(s)] if rank_orders else (),
+                tensor_parallel=groups[0],
+                context_parallel=groups[1],
             )
         )
     out = []
@@ -194,6 +211,14 @@ def _orders_of(program: Program, m: int) -> list[tuple[str, ...]]:
     return [tuple(ops[s]) for s in sorted(ops)]
 
 
+def _rank_orders(program: Program, schedule: Schedule) -> list[tuple[tuple[int, str, int], ...]]:
+    """Each rank's ``(stage, op, micro-batch)`` over the whole program (every simulated iteration, its
+    ``STEP`` actions included), in its program order (the memory walk of
+    :mod:`sim.memory.rank_memory` needs the stashes other iterations leave in flight too,
+    and its allocator replay the first optimizer step)."""
+    return [tuple((a.stage, a.op, a.microbatch) for a in flatten(rank)) for rank in program]
+
+
 def choose_boundaries(
     topo: Topology,
     trace: Trace,
@@ -223,7 +248,9 @@ def choose_boundaries(
         if framework is None:
             return tuple(uniform_partition(len(trace.layers), p))
         return framework.boundaries(trace, p)
-    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    sb = (framework.memory(trace.dtype, "", exp.memory) if framework else PIPESIM_MEMORY).state(
+        trace.dtype, exp.training.optimizer
+    )
     per_byte = 1.0 / dtype_bytes(trace.dtype)
     vb = version_bytes_per_param(schedule.master_copy_versions, sb)
 

@@ -40,6 +40,8 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("throughput_band", "band p10–p90 (samples/s)", str, True),
     ("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}", True),
     ("bubble_fraction", "bubble (%)", lambda v: f"{v * 100:.1f}", True),
+    ("peak_allocated_bytes", "allocated (GiB)", lambda v: f"{v / GIB:.2f}", True),
+    ("peak_reserved_bytes", "reserved (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("peak_memory_bytes", "peak (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("headroom_bytes", "headroom (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("staleness_steps", "stale (steps)", lambda v: f"{int(v)}", True),
