@@ -35,6 +35,7 @@ from functools import lru_cache
 import simpy
 
 from sim.comm.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
+from sim.comm.ep_dispatch import dispatch_cost
 from sim.comm.hierarchical import collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
@@ -85,8 +86,10 @@ class GroupCollectives:
         env: the simulation environment.
         inp: the configuration (its layout's ``cp`` and ``ep``).
         links: the link resources the exchanges hold.
-        cost: the all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
-            per-link load model.
+        cost: the expert all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
+            runtime's dispatcher (:attr:`PipelineRuntime.dispatcher <sim.engine.inputs.
+            PipelineRuntime.dispatcher>`: DeepEP's or Hybrid-EP's kernels,
+            :mod:`sim.comm.ep_dispatch`), else NCCL's model (the per-link load model off NCCL).
     """
 
     def __init__(
@@ -96,7 +99,15 @@ class GroupCollectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._cost = lru_cache(maxsize=None)(lambda gpus, op: op_cost(inp.topology, gpus, op, cost))
+        if cost is None and inp.runtime.dispatcher != "alltoall":
+            sms = inp.runtime.comm_sms or 20
+            cost = dispatch_cost(inp.runtime.dispatcher, sms)
+        ep_cost = cost
+
+        def priced(gpus, op):  # a dispatcher moves the expert all-to-alls only
+            return op_cost(inp.topology, gpus, op, ep_cost if op.group == "ep" else None)
+
+        self._cost = lru_cache(maxsize=None)(priced)
 
     def size(self, group: str) -> int:
         """Members of a ``group`` (``ep`` or ``cp``)."""

@@ -11,7 +11,8 @@ runs them as one step, in the order the frameworks do:
    of the first and the last chunk, before or after them (``tied_after_dp``);
 3. the step barrier ``before_update``, once for the rank;
 4. the update of each chunk (step copies, host step, optimizer kernel, the all-gather of
-   sharded parameters);
+   sharded parameters, or, with ``PipelineRuntime.param_gather``, its deferral to the next
+   forward: :mod:`sim.engine.param_gather`);
 5. the barrier ``after_update``, once; the host's step sync.
 
 Sources: Megatron-LM ``megatron/core/distributed/finalize_model_grads.py::
@@ -34,6 +35,7 @@ from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.param_gather import ParamGathers
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import Event, EventKind, MemCategory, Stream
@@ -61,6 +63,7 @@ class RankStep:
         self.exchanges, self.traffic, self.collectives, self.compute, self.ledger, self.hosts = (
             parts
         )
+        self.gathers = ParamGathers(env, inp, self.collectives, self.compute)
 
     def run(self, reps: list[StageReplica], k: int):
         """Process: step ``k`` of the rank whose chunks are ``reps`` (its stage replicas, in
@@ -116,6 +119,9 @@ class RankStep:
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
         if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
+            if self.gathers.active:  # under the next forward (sim.engine.param_gather)
+                self.gathers.defer([rep], k)
+                return
             yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)

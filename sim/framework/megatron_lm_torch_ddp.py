@@ -41,3 +41,5 @@ class MegatronLMTorchDDP(MegatronLM):
         "assumption: torch DDP copies gradients into its buckets and divides them inside the "
         "overlapped reduction (torch/csrc/distributed/c10d/reducer.cpp), not after it",
     )
+    OPTIONS = ()
+    """The SC'21 scripts' Megatron-LM (2021) had none of Megatron-Core's overlap options."""

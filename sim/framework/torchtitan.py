@@ -55,7 +55,7 @@ class Torchtitan(Framework):
         "data_parallel_shard_degree = -1 by default)",
     )
 
-    def bucket_bytes(self, trace: Trace) -> float:
+    def bucket_bytes(self, trace: Trace, replicas: int = 1) -> float:
         """One FSDP unit's gradients: the largest transformer block's parameter bytes."""
         blocks = [x.param_bytes for x in trace.layers if layer_kind(x.name) == "block"]
         return max(blocks or [x.param_bytes for x in trace.layers])
