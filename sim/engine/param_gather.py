@@ -209,14 +209,13 @@ class ParamGathers:
         if not chains:
             return
         self._used.add((*rep.key, it))
-        end = start_s
+        end, begin = start_s, self.env.now
         for chain in chains:
             yield chain.done
             shares = chain.shares(fwd_s)
             end = max(end, reach_times(start_s, shares, chain.ends)[-1] + shares[-1])
-        begin = self.env.now
-        if end > begin:
-            yield self.env.timeout(end - begin)
+        if end > self.env.now:
+            yield self.env.timeout(end - self.env.now)
         self._stall(rep, begin, tags)
 
     def _waiting(self, rep: StageReplica, it: int) -> list[Chain]:
