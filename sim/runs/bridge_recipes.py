@@ -63,6 +63,14 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     graphs = get.get("cuda_graph_impl", "none")
     if graphs not in ("", "none") and "False" not in graphs:
         f["cuda-graph-impl"] = graphs
+        if get.get("cuda_graph_scope"):
+            f["cuda-graph-scope"] = get["cuda_graph_scope"]
+    bucket = get.get("ddp_bucket_size", "").split(" ")[0]
+    if bucket.isdigit():
+        f["ddp-bucket-size"] = bucket
+    sms = get.get("moe_hybridep_num_sms", "").split(" ")[0]
+    if sms.isdigit() and get.get("moe_flex_dispatcher_backend", "").startswith("hybridep"):
+        f["moe-hybridep-num-sms"] = sms
     disp = get.get("moe_token_dispatcher_type", "")
     if disp and not disp.startswith("n/a"):
         f["moe-token-dispatcher-type"] = disp.split(" ")[0]
