@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.parallel.layout import ParallelLayout
+from sim.runs.record import Status
 
 Matters = Callable[[ParallelLayout, bool], bool]
 
@@ -103,12 +104,12 @@ def option_value(flag: str, value: Any) -> str | None:
 
 def read_options(
     flags: dict[str, Any], lay: ParallelLayout, dist: bool
-) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+) -> tuple[dict[str, str], list[tuple[str, Status, str]]]:
     """``(options, notes)`` of the flags in :data:`FLAG_OPTIONS`: each option with its value,
     and ``(flag, status, reason)`` per flag read (``mapped``, or ``ignored`` where the layout
     gives it nothing to do)."""
     options: dict[str, str] = {}
-    notes = []
+    notes: list[tuple[str, Status, str]] = []
     for flag, (name, matters, why) in FLAG_OPTIONS.items():
         if flag not in flags:
             continue
