@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS, Part
+from sim.engine.step_host import StepHost
 from sim.hardware.host_ops import HostOverhead
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
@@ -247,6 +248,10 @@ class PipelineRuntime:
             :meth:`sim.hardware.host_ops.HostOverhead.serial_reads_s`); 0: no such reads.
         microbatch_load: the host's blocking work loading each micro-batch on the first and
             the last stage (:class:`MicrobatchLoad`); the default: none.
+        step_host: the host's work once per iteration around the optimizer step, the device
+            idle (:class:`~sim.engine.step_host.StepHost`); the default: none.
+        loss_reads: blocking reads of the loss after each forward of the last stage (a NaN
+            check: the host waits for the forward, then reads); 0: none.
         bucket_stages: which stage chunks reduce their gradients in buckets of
             ``SimInput.dp_bucket_bytes`` during their last backward (:mod:`sim.engine.buckets`):
             ``"all"``, or ``"first"``: stage 0 only (Megatron-Core buckets only pipeline rank 0's
@@ -284,8 +289,12 @@ class PipelineRuntime:
     delay_wgrad: bool = False
     comm_sms: int | None = None
     dispatcher: str = "alltoall"
+    step_host: StepHost = StepHost()
+    loss_reads: int = 0
 
     def __post_init__(self) -> None:
+        if self.loss_reads < 0:
+            raise ValueError("loss_reads must be >= 0")
         if self.bucket_stages not in ("all", "first"):
             raise ValueError(f"bucket_stages must be all or first, not {self.bucket_stages!r}")
         if self.param_gather not in PARAM_GATHERS:

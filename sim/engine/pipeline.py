@@ -232,6 +232,15 @@ class Engine:
         extra = fwd_s if op == "F" else bwd_s if op in ("B", "I") else 0.0
         return work.then(HostWork.device_only(extra)) if extra > 0 else work
 
+    def _read_loss(self, rep: StageReplica) -> None:
+        """The last stage's check of its loss after a forward (``runtime.loss_reads``): the
+        host waits for the forward, then issues each check's op and reads its result
+        (``nograd_op_s + read_s`` each), before it issues anything else."""
+        self.hosts.wait(rep.gpu)
+        host = self.hosts.overhead_of(rep.gpu)
+        reads = self.inp.runtime.loss_reads
+        self.hosts.clock(rep.gpu).t += host.blocking_s(reads, reads)
+
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
@@ -285,6 +294,8 @@ class Engine:
             yield from self.tensor.join(rep, str(a), tp_after, tags)
         if rep.cost.group_fwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
+        if rep.last and self.inp.runtime.loss_reads:
+            self._read_loss(rep)
         now = self.env.now
         self.partitioned.release(rep, a)
         if plan.fetch_bytes > 0:

@@ -17,6 +17,7 @@ from typing import ClassVar
 from sim.engine.inputs import PipelineRuntime, StageCost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
+from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host
 from sim.framework.megatron_options import (
     DISPATCHER_SMS,
     MEGATRON_OPTIONS,
@@ -108,7 +109,7 @@ class MegatronLM(Framework):
         "gradient, freed by zero_grad(set_to_none) at the next train_step)",
     )
 
-    OPTIONS = MEGATRON_OPTIONS
+    OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS
 
     def check_options(self) -> None:
         """Megatron's own refusals of option combinations (:func:`check_megatron`)."""
@@ -142,6 +143,8 @@ class MegatronLM(Framework):
         backend, sms = self.dispatcher()
         return replace(
             rt,
+            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16"),
+            loss_reads=LOSS_READS if v.get("check_for_nan_in_loss") else 0,
             bucket_stages="first" if v.get("overlap_grad_reduce") else rt.bucket_stages,
             param_gather=gather,
             delay_wgrad=bool(v.get("delay_wgrad_compute")),

@@ -31,6 +31,7 @@ from typing import Any
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.argv import is_unexpanded
+from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_overlap import read_options
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
@@ -178,10 +179,13 @@ def read_megatron(
 
 
 def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
-    """The overlap, CUDA-graph and dispatcher flags as framework options
-    (:mod:`sim.runs.megatron_overlap`), each noted."""
+    """The overlap, CUDA-graph and dispatcher flags (:mod:`sim.runs.megatron_overlap`) and
+    the logging flags that add host work (:mod:`sim.runs.megatron_host_flags`) as framework
+    options, each noted."""
     options, notes = read_options(r.flags, lay, dist)
-    for flag, status, reason in notes:
+    host, host_notes = read_host_options(r.flags)
+    options |= host
+    for flag, status, reason in notes + host_notes:
         r.done.add(flag)
         r.notes.append(ArgNote(flag, str(r.flags.get(flag, "")), status, reason))
     return options
