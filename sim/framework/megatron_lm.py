@@ -1,12 +1,16 @@
 """Megatron-LM (NVIDIA/Megatron-LM, ``megatron/core``) with its default arguments, and the
-options of its command line that overlap communication (:mod:`sim.framework.megatron_options`).
+options of its command line that overlap communication (:mod:`sim.framework.megatron_options`)
+or add host work to each iteration (its logging: :mod:`sim.framework.megatron_host`).
 
 1F1B (``forward_backward_pipelining_without_interleaving``, warm-up ``min(p - rank - 1, m)``)
 or interleaved 1F1B; every stage exchange is one ``batch_isend_irecv`` the rank waits on,
 followed by ``torch.cuda.synchronize()`` (``batch_p2p_sync``); data-parallel gradients reduced
 after the backward (``overlap_grad_reduce`` off), then the word-embedding gradient all-reduced
 between the first and the last stage; the optimizer's found-inf and grad-norm all-reduces over
-the model-parallel group before the update.
+the model-parallel group before the update. Its host: the loss read back after each forward of
+the last stage (the NaN check), and once per iteration the step's per-tensor loops, scalar
+reductions and reads (:func:`~sim.framework.megatron_host.megatron_step_host`), with the device
+idle, where the hardware models its host.
 """
 
 from __future__ import annotations
