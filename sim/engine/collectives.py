@@ -149,9 +149,10 @@ class Collectives:
 
     def bucket_bytes(self, rep: StageReplica) -> float:
         """Bytes of ``rep``'s gradient buckets: ``dp_bucket_bytes``, or, where only stage 0
-        buckets (:attr:`PipelineRuntime.bucket_stages` ``"first"``), all of another stage's
-        gradients in one bucket (``inf``)."""
-        if self.inp.runtime.bucket_stages == "first" and rep.stage != 0:
+        buckets (:attr:`PipelineRuntime.bucket_stages` ``"first"``) or none does (``"none"``),
+        all of another stage's gradients in one bucket (``inf``)."""
+        stages = self.inp.runtime.bucket_stages
+        if stages == "none" or (stages == "first" and rep.stage != 0):
             return math.inf
         return self.inp.dp_bucket_bytes
 
