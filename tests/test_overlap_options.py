@@ -318,3 +318,25 @@ def test_deepep_dispatch_at_its_measured_bandwidth():
         efficiency("deepep", "blackwell", "nvl", 32),
     )
     assert efficiency("deepep", "blackwell", "nvl", 24) == pytest.approx((lo + hi) / 2)
+
+
+def test_param_gather_launched_as_the_update_ends():
+    # overlap_param_gather_with_optimizer_step: one bucket of 4e9 B launched as the update of
+    # iteration 0 ends (1 s all-gather at 2e9 B/s over 2 ranks: (1/2) 4e9 / 2e9), beside the
+    # next forward's wait: with a 0 s step, the forward of iteration 1 waits for all of it.
+    inp = _gather_input(4.0)
+    inp = replace(
+        inp,
+        dp_bucket_bytes=float("inf"),
+        runtime=PipelineRuntime(param_gather="optimizer", bucket_stages="none"),
+    )
+    log = simulate(inp)
+    ag = [e for e in log.events if e.kind == "all_gather" and e.device == "gpu0"]
+    steps = [e for e in log.events if e.kind == "optimizer" and e.device == "gpu0"]
+    # one all-gather after each step (the last one's for an iteration not simulated)
+    assert [(a.start_s - s.end_s, a.end_s - a.start_s) for a, s in zip(ag, steps, strict=True)] == [
+        (0.0, 1.0),
+        (0.0, 1.0),
+    ]
+    f1 = next(e for e in log.events if e.name == "0F1" and e.device == "gpu0")
+    assert f1.start_s == pytest.approx(ag[0].end_s)

@@ -89,7 +89,7 @@ def efficiency(backend: str, family: str, link: str, sms: int) -> float:
 
     Example:
         >>> round(efficiency("deepep", "blackwell", "nvl", 20), 3)
-        0.437
+        0.43
     """
     rows = [m for m in MEASURED if m.backend == backend and m.link == link]
     rows = rows or [m for m in MEASURED if m.backend == "deepep" and m.link == link]

@@ -170,7 +170,7 @@ STEP_BARRIERS = ("none", "before_update", "after_update")
 (:attr:`PipelineRuntime.step_barrier`)."""
 
 
-PARAM_GATHERS = ("step", "forward", "aligned")
+PARAM_GATHERS = ("step", "forward", "aligned", "optimizer")
 """When a sharded optimizer's parameter all-gather runs (:attr:`PipelineRuntime.param_gather`)."""
 
 
@@ -256,14 +256,16 @@ class PipelineRuntime:
             ``SimInput.dp_bucket_bytes`` during their last backward (:mod:`sim.engine.buckets`):
             ``"all"``, or ``"first"``: stage 0 only (Megatron-Core buckets only pipeline rank 0's
             first model chunk), every other chunk in one bucket launched as its last backward
-            ends.
+            ends; ``"none"``: every chunk in one bucket so launched.
         param_gather: when a sharded optimizer's parameter all-gather runs
             (:data:`PARAM_GATHERS`, :mod:`sim.engine.param_gather`): ``"step"`` after the
             update; ``"forward"`` in buckets under the next iteration's first forward of the
             chunk, each bucket launched when the previous one is done and the forward has
             reached it (Megatron's ``overlap_param_gather`` pre-hooks); ``"aligned"``: the
             buckets of a rank's first two chunks launched right after the step, those of chunk
-            ``c`` when chunk ``c - 1``'s first forward starts (``align_param_gather``).
+            ``c`` when chunk ``c - 1``'s first forward starts (``align_param_gather``);
+            ``"optimizer"``: each chunk's launched as its update ends, beside the rest of the
+            step (``overlap_param_gather_with_optimizer_step``).
         delay_wgrad: in an overlapped forward/backward pair (:mod:`sim.engine.overlap`), the
             backward's weight-gradient part runs while its own exchanges are in flight
             (Megatron's ``delay_wgrad_compute``).
@@ -295,8 +297,10 @@ class PipelineRuntime:
     def __post_init__(self) -> None:
         if self.loss_reads < 0:
             raise ValueError("loss_reads must be >= 0")
-        if self.bucket_stages not in ("all", "first"):
-            raise ValueError(f"bucket_stages must be all or first, not {self.bucket_stages!r}")
+        if self.bucket_stages not in ("all", "first", "none"):
+            raise ValueError(
+                f"bucket_stages must be all, first or none, not {self.bucket_stages!r}"
+            )
         if self.param_gather not in PARAM_GATHERS:
             raise ValueError(
                 f"param_gather must be one of {PARAM_GATHERS}, not {self.param_gather!r}"

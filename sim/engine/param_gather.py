@@ -27,6 +27,10 @@ uniform rate over its forward, as :mod:`sim.engine.buckets` assumes for gradient
   chunk ``c - 1``'s first forward starts; the forward waits for bucket 0, then reaches bucket
   ``j`` at the same ``b_j``.
 
+* ``"optimizer"`` (``overlap_param_gather_with_optimizer_step``: Megatron-LM dispatches each
+  model chunk's all-gather as the distributed optimizer has updated it, in one bucket, bucketing
+  off: ``training.py``): launched as the chunk's update ends; the forward waits as above.
+
 The forward's compute runs as one span from ``b_0``; it cannot end before ``b_{n-1} + c_{n-1}``:
 the difference, if any, is logged after it as ``wait param gather`` (a stall drawn at the end
 rather than where it happens). The routed experts' parameters (gathered over their
@@ -162,9 +166,9 @@ class ParamGathers:
         for rep in reps:
             for key in self._keys(rep, k + 1):
                 self._chain(rep, key)
-        if self.mode == "aligned":
+        if self.mode in ("aligned", "optimizer"):
             for rep in reps:
-                if self._chunk(rep) < 2:
+                if self.mode == "optimizer" or self._chunk(rep) < 2:
                     self._launch(rep, k + 1, 0.0, rep.tags(None, k + 1))
 
     def _chunk(self, rep: StageReplica) -> int:

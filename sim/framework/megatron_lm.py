@@ -140,16 +140,18 @@ class MegatronLM(Framework):
         dispatcher and its SMs (:meth:`dispatcher`)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages)
         v = self.values
-        gather = "step"
+        gather, buckets = "step", "first" if v.get("overlap_grad_reduce") else rt.bucket_stages
         if v.get("overlap_param_gather"):
             aligned = v.get("align_param_gather") and virtual_stages > 1
             gather = "aligned" if aligned else "forward"
+        if v.get("overlap_param_gather_with_optimizer_step"):
+            gather, buckets = "optimizer", "none"
         backend, sms = self.dispatcher()
         return replace(
             rt,
             step_host=megatron_step_host(v, fp16=trace.dtype == "fp16"),
             loss_reads=LOSS_READS if v.get("check_for_nan_in_loss") else 0,
-            bucket_stages="first" if v.get("overlap_grad_reduce") else rt.bucket_stages,
+            bucket_stages=buckets,
             param_gather=gather,
             delay_wgrad=bool(v.get("delay_wgrad_compute")),
             dispatcher=backend,

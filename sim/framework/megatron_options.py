@@ -78,6 +78,14 @@ MEGATRON_OPTIONS: tuple[Option, ...] = (
         "interleaved: all-gathers launched one chunk ahead",
     ),
     Option(
+        "overlap_param_gather_with_optimizer_step",
+        False,
+        _ON,
+        f"{_ARGS} --overlap-param-gather-with-optimizer-step (interleaved schedule and the "
+        "distributed optimizer only); MLM:megatron/training/training.py (bucketing off)",
+        "each chunk's all-gather launched as its update ends, one bucket per chunk",
+    ),
+    Option(
         "tp_comm_overlap",
         False,
         _ON,
@@ -181,6 +189,13 @@ def check_megatron(values: Mapping[str, Any]) -> None:
         raise ValueError(
             "option delay_wgrad_compute needs overlap_moe_expert_parallel_comm "
             "(Megatron-LM transformer_config.py)"
+        )
+    if values.get("overlap_param_gather_with_optimizer_step") and not values.get(
+        "overlap_param_gather"
+    ):
+        raise ValueError(
+            "option overlap_param_gather_with_optimizer_step needs overlap_param_gather "
+            "(Megatron-LM arguments.py)"
         )
     for name in ("ddp_bucket_size", "moe_dispatcher_sms"):
         if values.get(name, 0) < 0:

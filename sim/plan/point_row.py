@@ -74,7 +74,7 @@ def staleness_steps(schedule: Schedule) -> int:
     computed once per schedule class, ``p``, ``m`` and ``v``."""
     key = (type(schedule), schedule.stages, schedule.microbatches, schedule.virtual_stages)
     if key not in _STALENESS:
-        program = schedule.program(schedule.steady_state_iterations())
+        program = schedule.shared_program(schedule.steady_state_iterations())
         _STALENESS[key] = max(delay_steps(program, s) for s in range(schedule.num_stages))
     return _STALENESS[key]
 

@@ -82,6 +82,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("tp_comm_overlap_effective", "tp-comm-overlap"),
                       ("overlap_grad_reduce", "overlap-grad-reduce"),
                       ("overlap_param_gather", "overlap-param-gather"),
+                      ("overlap_param_gather_with_optimizer_step",
+                       "overlap-param-gather-with-optimizer-step"),
                       ("use_distributed_optimizer", "use-distributed-optimizer"),
                       ("megatron_fsdp", "use-megatron-fsdp"),
                       ("fp8_param_gather", "fp8-param-gather")):  # fmt: skip

@@ -48,6 +48,8 @@ FLAG_OPTIONS: dict[str, tuple[str, Matters, str]] = {
     "overlap-param-gather": ("overlap_param_gather", _gather, "the distributed optimizer's "
                              "all-gather under the next forward"),
     "no-align-param-gather": ("align_param_gather", _gather, "all-gathers not aligned by chunk"),
+    "overlap-param-gather-with-optimizer-step": ("overlap_param_gather_with_optimizer_step",
+                                                 _gather, "all-gathers launched in the step"),
     "tp-comm-overlap": ("tp_comm_overlap", _tp, "TP collectives beside their GEMMs (TE "
                         "userbuffers)"),
     "overlap-moe-expert-parallel-comm": ("overlap_moe_expert_parallel_comm", _ep, "combined "
