@@ -39,7 +39,9 @@ def test_ignored_on_request_and_every_argument_reported(tmp_path):
     exp = yaml.safe_load(item.experiment.read_text())
     model = exp["models"][0]
     assert exp["hardware"] == "8x-dgx-h100"
-    assert exp["framework"] == "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true]"
+    assert exp["framework"] == (
+        "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true,log_interval=1]"
+    )  # the sample's --log-interval 1: a log (its reads, its barrier) every iteration
     assert (model["tensor_parallel"], model["stages"], model["dp_width"]) == (8, 4, 2)
     assert (model["virtual_stages"], model["schedule"]) == (4, "interleaved_1f1b")
     assert exp["sweep"]["memory_policy"] == "dist_opt:recompute"
@@ -61,7 +63,9 @@ def test_golden_json_becomes_an_experiment_that_runs(tmp_path):
     (row,) = plan.rows
     assert row.error == "" and row.iteration_time_s is not None
     assert (row.tensor_parallel, row.stages, row.dp_width, row.microbatches) == (2, 2, 2, 4)
-    assert row.framework == "megatron-lm" and row.memory_policy == "none"
+    # the functional test's logging flags: host work per iteration (sim.framework.megatron_host)
+    spec = "megatron-lm[log_interval=1,log_num_zeros_in_grad,log_params_norm,tensorboard]"
+    assert row.framework == spec and row.memory_policy == "none"
 
 
 def test_sweep_around_the_run(tmp_path):

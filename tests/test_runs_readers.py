@@ -137,12 +137,15 @@ def test_megatron_command_maps_and_refuses():
     assert run.framework_options == (
         ("overlap_grad_reduce", "true"),
         ("overlap_param_gather", "true"),
+        ("log_interval", "1"),  # the host work of a log every iteration
     )
     assert status(run, "torchrun master-port") == "ignored"
     assert status(run, "disable-bias-linear") == "approximated"
     ex = express(run)
     assert isinstance(ex, Expressed)
-    assert ex.framework == "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true]"
+    assert ex.framework == (
+        "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true,log_interval=1]"
+    )
     offload = read_megatron(
         parse_command(MEGATRON_70B.read_text()).flags | {"cpu-offloading": True},
         name="o", source="t", gpu="H100",

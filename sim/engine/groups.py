@@ -109,7 +109,9 @@ class GroupCollectives:
 
         def timed(gpus: tuple[str, ...], op: GroupOp) -> tuple:
             # a dispatcher moves the expert all-to-alls only
-            links, dur, exposed = op_cost(inp.topology, gpus, op, cost if op.group == "ep" else None)
+            links, dur, exposed = op_cost(
+                inp.topology, gpus, op, cost if op.group == "ep" else None
+            )
             return held.of(links), dur, exposed
 
         self._cost = lru_cache(maxsize=None)(timed)
