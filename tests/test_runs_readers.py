@@ -22,6 +22,9 @@ MiB, GiB = 2.0**20, 2.0**30
 GOLDEN = DATA / "golden" / "gpt" / "gpt3_tiny_tp2_pp2" / "golden_values_dev_dgx_a100.json"
 
 
+MEGATRON_70B = DATA / "megatron_llama3_70b_64xh100.sh"
+
+
 def one(path: Path | str, **kw):
     runs = read_runs(path, **kw)
     assert len(runs) == 1
@@ -129,10 +132,26 @@ def test_megatron_command_maps_and_refuses():
     assert (lay.tp, lay.pp, lay.vp, lay.dp, run.num_gpus) == (8, 4, 4, 2, 64)
     assert run.shape.vocab == 129024  # 128256 up to a multiple of 128 x 8
     assert run.recompute == "full" and run.schedule == "interleaved_1f1b"
-    assert {a.name for a in run.unmapped()} == {"overlap-grad-reduce", "overlap-param-gather"}
+    assert not run.unmapped()  # the overlap flags are options of the megatron-lm profile
+    assert status(run, "overlap-grad-reduce") == "mapped"
+    assert run.framework_options == (
+        ("overlap_grad_reduce", "true"),
+        ("overlap_param_gather", "true"),
+        ("log_interval", "1"),  # the host work of a log every iteration
+    )
     assert status(run, "torchrun master-port") == "ignored"
     assert status(run, "disable-bias-linear") == "approximated"
-    assert isinstance(express(run), NotExpressed)
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    assert ex.framework == (
+        "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true,log_interval=1]"
+    )
+    offload = read_megatron(
+        parse_command(MEGATRON_70B.read_text()).flags | {"cpu-offloading": True},
+        name="o", source="t", gpu="H100",
+    )  # fmt: skip
+    assert {a.name for a in offload.unmapped()} == {"cpu-offloading"}
+    assert isinstance(express(offload), NotExpressed)
 
 
 def test_conditional_flag_depends_on_layout():
@@ -141,7 +160,8 @@ def test_conditional_flag_depends_on_layout():
     alone = read_megatron(base, name="a", source="t", num_gpus=1)
     assert status(alone, "overlap-grad-reduce") == "ignored"  # dp = 1: nothing to overlap
     four = read_megatron(base, name="a", source="t", num_gpus=4)
-    assert status(four, "overlap-grad-reduce") == "unmapped"
+    assert status(four, "overlap-grad-reduce") == "mapped"  # a framework option
+    assert four.framework_options == (("overlap_grad_reduce", "true"),)
     unknown = read_megatron(base | {"made-up-flag": 3}, name="a", source="t", num_gpus=1)
     assert status(unknown, "made-up-flag") == "unmapped"
     lenient = read_megatron(base | {"made-up-flag": 3}, name="a", source="t", strict=False)

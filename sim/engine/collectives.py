@@ -50,6 +50,8 @@ on several ranks (``PipelineRuntime.tied_groups``).
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 from sim.comm.hierarchical import (
@@ -145,6 +147,15 @@ class Collectives:
             and self.nbytes(rep) > 0
         )
 
+    def bucket_bytes(self, rep: StageReplica) -> float:
+        """Bytes of ``rep``'s gradient buckets: ``dp_bucket_bytes``, or, where only stage 0
+        buckets (:attr:`PipelineRuntime.bucket_stages` ``"first"``) or none does (``"none"``),
+        all of another stage's gradients in one bucket (``inf``)."""
+        stages = self.inp.runtime.bucket_stages
+        if stages == "none" or (stages == "first" and rep.stage != 0):
+            return math.inf
+        return self.inp.dp_bucket_bytes
+
     def start_overlapped(
         self, rep: StageReplica, step_no: int, duration_s: float, tags: dict
     ) -> None:
@@ -191,7 +202,7 @@ class Collectives:
         expert group)."""
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(rep.stage, rep.tp_rank, replicas)
-        sizes = (nbytes, self.inp.dp_bucket_bytes)
+        sizes = (nbytes, self.bucket_bytes(rep))
         window = (self.env.now, duration_s)
         return reduce_buckets(
             self.env, self.links, plan, kind, sizes, window, group[2], group[0], self.held(plan)

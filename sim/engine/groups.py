@@ -38,6 +38,7 @@ from functools import lru_cache
 import simpy
 
 from sim.comm.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
+from sim.comm.ep_dispatch import dispatch_cost
 from sim.comm.hierarchical import collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
@@ -89,8 +90,10 @@ class GroupCollectives:
         env: the simulation environment.
         inp: the configuration (its layout's ``cp`` and ``ep``).
         links: the link resources the exchanges hold.
-        cost: the all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
-            per-link load model.
+        cost: the expert all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
+            runtime's dispatcher (:attr:`PipelineRuntime.dispatcher <sim.engine.inputs.
+            PipelineRuntime.dispatcher>`: DeepEP's or Hybrid-EP's kernels,
+            :mod:`sim.comm.ep_dispatch`), else NCCL's model (the per-link load model off NCCL).
     """
 
     def __init__(
@@ -100,10 +103,15 @@ class GroupCollectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
+        if cost is None and inp.runtime.dispatcher != "alltoall":
+            cost = dispatch_cost(inp.runtime.dispatcher, inp.runtime.comm_sms or 20)
         held = HeldLinks(inp)
 
         def timed(gpus: tuple[str, ...], op: GroupOp) -> tuple:
-            links, dur, exposed = op_cost(inp.topology, gpus, op, cost)
+            # a dispatcher moves the expert all-to-alls only
+            links, dur, exposed = op_cost(
+                inp.topology, gpus, op, cost if op.group == "ep" else None
+            )
             return held.of(links), dur, exposed
 
         self._cost = lru_cache(maxsize=None)(timed)

@@ -24,11 +24,13 @@ The default profile, ``pipesim``, is what ``sim validate`` replays (torch pipeli
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from sim.config import MemoryConfig
-from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime
+from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime, StageCost
+from sim.framework.options import Option, resolve_options, spec
 from sim.framework.placement import PLACEMENTS
 from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.topology import Topology
@@ -38,6 +40,7 @@ from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
+from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
 from sim.trace.schema import Trace, dtype_bytes
 
@@ -158,6 +161,34 @@ class Framework:
         "te_workspace",
     )
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()
+    """What the framework's users choose (:mod:`sim.framework.options`), each with its source;
+    the profile's behaviour reads them with :meth:`opt`."""
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        """The profile with ``options`` (names to values or their text) over the defaults.
+
+        Raises:
+            ValueError: an unknown option, a bad value, or options that do not go together
+                (:meth:`check_options`).
+        """
+        self.values = resolve_options(self.name, self.OPTIONS, options or {})
+        self.check_options()
+
+    def check_options(self) -> None:
+        """Raise :class:`ValueError` when the options do not go together (the framework
+        refuses them); nothing by default."""
+
+    def opt(self, name: str) -> Any:
+        """The value of option ``name``."""
+        return self.values[name]
+
+    @property
+    def spec(self) -> str:
+        """The profile's canonical spec string: its name, then its options that differ from
+        their defaults (:func:`sim.framework.options.spec`)."""
+        return spec(self.name, self.OPTIONS, self.values)
+
     def settings(self) -> dict[str, Setting]:
         """Every setting by name, in :data:`SETTINGS` order."""
         return {k: getattr(self, k) for k in self.SETTINGS}
@@ -193,10 +224,29 @@ class Framework:
         """
         return PLACEMENTS[self.placement.value](trace, stages)
 
-    def bucket_bytes(self, trace: Trace) -> float:
-        """Data-parallel gradient bucket bytes for ``trace`` (as one tensor rank runs it):
-        :attr:`dp_bucket_bytes`, or a size that depends on the model where a profile says so."""
+    def bucket_bytes(self, trace: Trace, replicas: int = 1) -> float:
+        """Data-parallel gradient bucket bytes for ``trace`` (as one tensor rank runs it) over
+        ``replicas`` data- and context-parallel ranks: :attr:`dp_bucket_bytes`, or a size that
+        depends on the model or the width where a profile says so."""
         return float(self.dp_bucket_bytes.value)
+
+    def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
+        """How it overlaps tensor-parallel collectives with their GEMMs
+        (:mod:`sim.parallel.tp_overlap`), or None: after the compute, exposed (the default).
+
+        Raises:
+            ValueError: an option asks for an overlap this layout cannot run."""
+        return None
+
+    def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
+        """A stage's ``cost`` (its layers of ``kinds``) with the host work its CUDA graphs
+        capture removed (:mod:`sim.framework.cuda_graphs`); unchanged by default (eager)."""
+        return cost
+
+    def combines_pairs(self) -> bool:
+        """Whether it runs a backward and the next forward as one overlapped pair (Megatron's
+        combined 1F1B, :mod:`sim.schedules.combined`); False by default."""
+        return False
 
     def tie(self, trace: Trace, schedule: Schedule, tensor_parallel: int = 1) -> Trace:
         """``trace`` (as one tensor rank runs it) with the word embedding stored once where
@@ -254,14 +304,16 @@ class Framework:
         topo: Topology,
         trace: Trace,
         tensor_parallel: int = 1,
+        virtual_stages: int = 1,
         memory: FrameworkMemory | None = None,
     ) -> PipelineRuntime:
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
 
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
-        is the server it runs on; ``memory`` its memory layout: with fp32 main gradients the
-        step's ``.float()`` of a gradient is the gradient itself (no ``step_transient``)."""
+        is the server it runs on; ``virtual_stages``: stage chunks per rank (what an option
+        may depend on); ``memory`` its memory layout: with fp32 main gradients the step's
+        ``.float()`` of a gradient is the gradient itself (no ``step_transient``)."""
         tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
         if memory is not None and memory.main_grads_fp32:
             sixteen = False
@@ -354,13 +406,16 @@ def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:
 
 
 def describe(framework: Framework) -> list[tuple[str, str, str]]:
-    """``(setting, value, source)`` rows for display."""
+    """``(setting, value, source)`` rows for display: the settings, then the options (marked
+    ``option``) with their values."""
     out = []
     for name, s in framework.settings().items():
         value = s.value
         if isinstance(value, frozenset):
             value = ", ".join(sorted(value))
         out.append((name, "all" if value is None else str(value), s.source))
+    for o in framework.OPTIONS:
+        out.append((f"option {o.name}", str(framework.opt(o.name)), f"{o.help} ({o.source})"))
     return out
 
 

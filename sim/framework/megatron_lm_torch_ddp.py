@@ -53,3 +53,6 @@ class MegatronLMTorchDDP(MegatronLM):
         False, "assumption: the 2021 scripts' torch DDP path has no gradient-accumulation fusion"
     )
     te_workspace = Setting(False, f"{SC21}: Megatron's own layers (before Transformer Engine)")
+
+    OPTIONS = ()
+    """The SC'21 scripts' Megatron-LM (2021) had none of Megatron-Core's overlap options."""

@@ -12,11 +12,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sim.framework.base import Framework, Setting
+from sim.framework.options import Option
 from sim.framework.pytorch_ddp import TORCH_SCHEDULES
 from sim.parallel.shard import layer_kind
+from sim.parallel.tp_overlap import ASYNC_TP, Implementation
 from sim.trace.schema import Trace
 
 _PP = "torchtitan/distributed/pipeline_parallel.py"
+_COMPILE = "torchtitan/config/configs.py::CompileConfig; torchtitan/distributed/compile.py"
 
 
 class Torchtitan(Framework):
@@ -55,7 +58,49 @@ class Torchtitan(Framework):
         "data_parallel_shard_degree = -1 by default)",
     )
 
-    def bucket_bytes(self, trace: Trace) -> float:
+    def bucket_bytes(self, trace: Trace, replicas: int = 1) -> float:
         """One FSDP unit's gradients: the largest transformer block's parameter bytes."""
         blocks = [x.param_bytes for x in trace.layers if layer_kind(x.name) == "block"]
         return max(blocks or [x.param_bytes for x in trace.layers])
+
+    OPTIONS = (
+        Option(
+            "compile",
+            False,
+            (False, True),
+            f"{_COMPILE} (enable=False; each TransformerBlock compiled, fullgraph)",
+            "torch.compile of each block: what async TP needs; its kernel fusion and host "
+            "work are not modelled (the block's kernels and ops as eager)",
+        ),
+        Option(
+            "enable_async_tensor_parallel",
+            False,
+            (False, True),
+            f"{_COMPILE} (needs compile; symmetric memory and _micro_pipeline_tp); torch "
+            "_inductor/fx_passes/micro_pipeline_tp.py",
+            "tensor-parallel all-gathers and reduce-scatters fused with their matmuls in t "
+            "chunks, copies on the copy engines",
+        ),
+    )
+
+    def check_options(self) -> None:
+        """torchtitan refuses async TP without compile (``compile.py``).
+
+        Raises:
+            ValueError: ``enable_async_tensor_parallel`` without ``compile``."""
+        if self.values["enable_async_tensor_parallel"] and not self.values["compile"]:
+            raise ValueError(
+                "option enable_async_tensor_parallel needs compile (torchtitan "
+                "distributed/compile.py: async TP is an Inductor pass)"
+            )
+
+    def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
+        """torch's AsyncTP with ``enable_async_tensor_parallel`` (and ``t > 1`` with sequence
+        parallelism: torchtitan's tensor-parallel plan always shards the norms' sequence)."""
+        if (
+            self.values["enable_async_tensor_parallel"]
+            and tensor_parallel > 1
+            and sequence_parallel
+        ):
+            return ASYNC_TP
+        return None

@@ -49,6 +49,7 @@ from sim.parallel.expert import check_ep, expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
 from sim.parallel.ops import GroupOp
+from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.decoder import MOE_KINDS, decoder_shape, single_gpu_rows
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -72,6 +73,8 @@ class DecoderShard:
             reduced over the expert-data-parallel group only).
         layout: the parallel layout (:class:`~sim.parallel.layout.ParallelLayout`).
         routing: shares of routed tokens per expert.
+        partners: the GEMMs beside each layer's tensor-parallel collectives
+            (:func:`~sim.parallel.tp_overlap.partners`; with sequence parallelism only).
     """
 
     trace: Trace
@@ -80,6 +83,7 @@ class DecoderShard:
     expert_bytes: tuple[float, ...]
     layout: ParallelLayout
     routing: Routing = Routing()
+    partners: tuple[Partners, ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -206,14 +210,15 @@ def shard_decoder(
     plan = expert_plan(m.moe, routing, r, par.ep, par.expert_tp, d) if m.moe is not None else None
     rows = plan.rows[plan.busiest] if plan is not None else ()
     cache: dict[str, tuple] = {}
-    layers, comm, group, expert = [], [], [], []
+    layers, comm, group, expert, pairs = [], [], [], [], []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         if kind not in cache:
             cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
-        ratios, act, share, tpc, ops = cache[kind]
+        ratios, act, share, tpc, ops, pair = cache[kind]
         layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
         comm.append(tpc)
+        pairs.append(pair)
         group.append(ops)
         expert.append(0.0 if m.lora else layer.param_bytes * share[1])
     prov = {**trace.provenance, "parallel": _describe(par, routing)}
@@ -221,7 +226,8 @@ def shard_decoder(
         replace(g, param_bytes=g.param_bytes / par.shards("dense_params")) for g in trace.shared
     )  # a tied word embedding, split over the vocabulary like its layers
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={}, shared=shared)
-    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par, routing)
+    with_pairs = tuple(pairs) if par.sp and par.tp > 1 else ()
+    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par, routing, with_pairs)
 
 
 def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
@@ -246,7 +252,8 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
     tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
-    return ratios, act, share, tpc, ops
+    pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
+    return ratios, act, share, tpc, ops, pair
 
 
 def _apply(

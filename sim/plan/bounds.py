@@ -290,9 +290,11 @@ class BoundModel:
         engine times it (:meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, uncontended)
         on the fastest of the point's tensor-parallel groups, and the rank waits for it before
         its next action (:class:`~sim.engine.tensor_collectives.TensorCollectives`). Zeros for
-        ``t = 1``."""
+        ``t = 1``, and where the point's framework overlaps them with their GEMMs
+        (:meth:`~sim.framework.base.Framework.tp_overlap`): an overlapped collective may add
+        nothing to its action, so the bound counts none."""
         tot = self.totals(point)
-        if point.tensor_parallel == 1:
+        if point.tensor_parallel == 1 or _tp_overlapped(point):
             return (0.0,) * tot.layers
         key = (*_trace_key(point), point.stages, point.dp_width, recompute)
         if key not in self._comm:
@@ -436,3 +438,15 @@ __all__ = [
     "resolved_memory_excess",
     "weighted_bound",
 ]
+
+
+def _tp_overlapped(point: PointConfig) -> bool:
+    """Whether ``point``'s framework runs its tensor-parallel collectives beside their GEMMs
+    (False where it refuses the layout: resolving the point says why)."""
+    try:
+        return (
+            point.framework_profile.tp_overlap(point.tensor_parallel, point.sequence_parallel)
+            is not None
+        )
+    except (KeyError, ValueError):
+        return False

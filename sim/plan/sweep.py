@@ -178,7 +178,7 @@ def _model_points(
                 global_batch=gb,
                 routing=model.routing,
                 ep_overlap=ov,
-                framework=axes.framework.name,
+                framework=axes.framework.spec,
             )
         )
 

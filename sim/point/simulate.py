@@ -37,6 +37,7 @@ from sim.parallel.rank import rank_trace
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
+from sim.point.overlap_costs import with_framework
 from sim.point.stages import (
     Grid,
     Layout,
@@ -48,6 +49,7 @@ from sim.point.stages import (
 from sim.schedules.action import Program
 from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule
+from sim.schedules.combined import combine_pairs, combine_reason
 from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 from sim.trace.shared import place_shared
@@ -115,6 +117,12 @@ def resolve(
     trace = framework.tie(trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.shared_program(iterations)
+    combined = framework.combines_pairs() and point.layout.ep > 1
+    if combined:
+        why = combine_reason(schedule.name, point.stages, point.virtual_stages)
+        if why:
+            raise InputError(why, file=file, field="framework")
+        program = combine_pairs(program)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
     layout = stage_layout(exp, topo, point, schedule, file)
@@ -145,6 +153,10 @@ def resolve(
         works,
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
+    try:
+        costs = with_framework(costs, sharded, boundaries, plans, framework, topo.gpus[0].compute)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
     if schedule.splits_backward and not all(c.has_split for c in costs):
         notes = [*notes, split_note(schedule.name)]
     sim_input = SimInput(
@@ -157,10 +169,11 @@ def resolve(
         tensor_groups=layout.stage_groups if point.tensor_parallel > 1 else (),
         tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
         layout=point.layout,
-        overlap_pairs=point.ep_overlap,
-        dp_bucket_bytes=framework.bucket_bytes(trace),
+        overlap_pairs=point.ep_overlap or combined,
+        dp_bucket_bytes=framework.bucket_bytes(trace, point.layout.replicas),
         runtime=replace(
-            framework.runtime(topo, trace, point.tensor_parallel, memory), tied_groups=tied
+            framework.runtime(topo, trace, point.tensor_parallel, point.virtual_stages, memory),
+            tied_groups=tied,
         ),
         stragglers=tuple(sorted(exp.options.stragglers.items())),
     )

@@ -20,6 +20,7 @@ from typing import Any
 from sim.compute.decoder import DecoderShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
+from sim.framework.registry import get_framework
 from sim.runs.record import MeasuredRun, ModelShape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -220,6 +221,11 @@ def _layout(run: MeasuredRun) -> list[str]:
 def _framework(run: MeasuredRun) -> list[str]:
     if run.framework not in FRAMEWORKS:
         return [f"framework {run.framework!r}: no profile (sim.framework)"]
+    try:
+        profile = get_framework(framework_spec(run))
+        profile.tp_overlap(run.layout.tp, run.layout.sp)
+    except (KeyError, ValueError) as exc:
+        return [f"framework options: {exc}"]
     return []
 
 
@@ -296,13 +302,23 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     except ValueError as exc:
         return NotExpressed(run, (f"model shape: {exc}",))
     lay = run.layout
+    framework = framework_spec(run)
     point = lay.flat() | {"dp_width": lay.dp, "dp_shard": 1} | {
         "schedule": run.schedule, "microbatch_size": run.microbatch_size or 1,
         "microbatches": run.microbatches, "global_batch": run.global_batch,
-        "memory_policy": policy(run)[0], "framework": FRAMEWORKS[run.framework],
+        "memory_policy": policy(run)[0], "framework": framework,
     }  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape, run.precision,
-        FRAMEWORKS[run.framework], point, approx + run.notes,
+        framework, point, approx + run.notes,
     )  # fmt: skip
+
+
+def framework_spec(run: MeasuredRun) -> str:
+    """The run's profile with its options (``megatron-lm[overlap_grad_reduce,...]``,
+    :mod:`sim.framework.options`): the spec string ``sim run`` and the planner take."""
+    name = FRAMEWORKS[run.framework]
+    if not run.framework_options:
+        return name
+    return f"{name}[{','.join(f'{k}={v}' for k, v in run.framework_options)}]"

@@ -31,6 +31,8 @@ from typing import Any
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.argv import is_unexpanded
+from sim.runs.megatron_host_flags import read_host_options
+from sim.runs.megatron_overlap import read_options
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
 VOCAB_DIVISIBLE_BY = 128
@@ -149,6 +151,7 @@ def read_megatron(
     mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
+    options = _options(r, lay, dist)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -171,7 +174,21 @@ def read_megatron(
         shape=shape,
         args=tuple(r.notes),
         notes=tuple(r.assumptions),
+        framework_options=tuple(options.items()),
     )
+
+
+def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
+    """The overlap, CUDA-graph and dispatcher flags (:mod:`sim.runs.megatron_overlap`) and
+    the logging flags that add host work (:mod:`sim.runs.megatron_host_flags`) as framework
+    options, each noted."""
+    options, notes = read_options(r.flags, lay, dist)
+    host, host_notes = read_host_options(r.flags)
+    options |= host
+    for flag, status, reason in notes + host_notes:
+        r.done.add(flag)
+        r.notes.append(ArgNote(flag, str(r.flags.get(flag, "")), status, reason))
+    return options
 
 
 def _attention(flags: dict[str, Any], framework: str) -> str:
@@ -435,8 +452,9 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "optimizer": ("mapped", f"optimizer {opt}") if opt in ("adam", "sgd") else
         ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
-        if disp == "alltoall" or lay.ep * lay.tp == 1 else ("unmapped", f"{disp!r} token "
-        "dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
+        if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
+        "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("unmapped",
+        f"{disp!r} token dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
     }  # fmt: skip
     for flag, value in r.flags.items():
         if flag in r.done:

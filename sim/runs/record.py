@@ -175,6 +175,8 @@ class MeasuredRun:
         measured: the measurements.
         args: how each input argument was read.
         notes: assumptions the reader made (a default it filled in, a vocabulary it assumed).
+        framework_options: ``(option, value)`` of the framework profile the run's flags set
+            (overlap, CUDA graphs, dispatcher: :mod:`sim.runs.megatron_overlap`).
     """
 
     name: str
@@ -198,6 +200,7 @@ class MeasuredRun:
     measured: Measured = field(default_factory=Measured)
     args: tuple[ArgNote, ...] = ()
     notes: tuple[str, ...] = ()
+    framework_options: tuple[tuple[str, str], ...] = ()
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
