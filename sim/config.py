@@ -224,6 +224,20 @@ class SweepConfig(_Strict):
         "order) and exchange routed tokens by all-to-all; ep divides dp_width x "
         "context_parallel and the experts.",
     )
+    expert_tensor_parallel: IntList | None = Field(
+        None,
+        description="Expert tensor-parallel size(s) etp (MoE parallel folding, "
+        "sim.parallel.folding: the experts' GEMMs split etp ways, expert parallelism over "
+        "tensor x context x data ranks, ep x etp dividing tensor_parallel x context_parallel x "
+        "dp_width); unset: tensor_parallel (Megatron-Core's default).",
+    )
+    dp_shard: IntList = Field(
+        1,
+        description="FSDP shard degree(s) (sim.memory.fsdp): dp_shard of the dp_width "
+        "data-parallel ranks (times context_parallel) shard parameters, gradients and optimizer "
+        "state per fully_shard unit, dp_width / dp_shard replicate them (HSDP); -1: all of "
+        "dp_width (torchtitan's data_parallel_shard_degree = -1); 1: no FSDP.",
+    )
     context_parallel: IntList = Field(
         1,
         description="Context-parallel size(s) cp (sim.parallel.context): each of cp ranks holds "
@@ -270,12 +284,21 @@ class SweepConfig(_Strict):
         "tensor_parallel",
         "expert_parallel",
         "context_parallel",
+        "expert_tensor_parallel",
     )
     @classmethod
-    def _positive(cls, v: IntList) -> IntList:
-        for x in as_list(v):
+    def _positive(cls, v: IntList | None) -> IntList | None:
+        for x in as_list(v) if v is not None else []:
             if x < 1:
                 raise ValueError(f"must be >= 1, got {x}")
+        return v
+
+    @field_validator("dp_shard")
+    @classmethod
+    def _shard(cls, v: IntList) -> IntList:
+        for x in as_list(v):
+            if x < 1 and x != -1:
+                raise ValueError(f"must be >= 1 or -1 (all of dp_width), got {x}")
         return v
 
 
@@ -306,6 +329,14 @@ class OptionsConfig(_Strict):
         description="Slow GPUs: {GPU index: factor}; that GPU's compute takes factor times as "
         "long (e.g. {5: 1.3}). A straggler in the job makes the simulation full.",
     )
+    fsdp_reshard_after_forward: bool | int | None = Field(
+        None,
+        description="FSDP's reshard_after_forward for every transformer block (with dp_shard > "
+        "1, sim.memory.fsdp): true (free after forward, gather again for backward), false (keep "
+        "from forward to backward), or a world size k (keep 1/k, gather over k ranks for "
+        "backward); default: the framework's (torchtitan: true, false with pipeline "
+        "parallelism).",
+    )
     stage_policies: list[str] | None = Field(
         None,
         min_length=1,
@@ -313,6 +344,13 @@ class OptionsConfig(_Strict):
         "[recompute:full, cpu_swap, none, none]; replaces the sweep.memory_policy axis (which "
         "must then be left unset); grid points whose depth differs from its length are skipped.",
     )
+
+    @field_validator("fsdp_reshard_after_forward")
+    @classmethod
+    def _world(cls, v: bool | int | None) -> bool | int | None:
+        if v is not None and not isinstance(v, bool) and v < 2:
+            raise ValueError(f"a world size to reshard to must be >= 2, got {v}")
+        return v
 
 
 class ExperimentConfig(_Strict):

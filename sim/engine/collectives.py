@@ -141,6 +141,7 @@ class Collectives:
         return (
             self.inp.dp_width > 1
             and self.inp.dp_bucket_bytes > 0
+            and rep.plan.fsdp is None
             and rep.plan.scatter_bytes <= 0
             and self.nbytes(rep) > 0
         )

@@ -32,6 +32,7 @@ import simpy
 
 from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.fsdp import FsdpRuns
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.streams import ComputeStream
@@ -48,6 +49,8 @@ class RankStep:
         env: the simulation environment.
         inp: the configuration (width, runtime).
         parts: the engine's ``(exchanges, traffic, collectives, compute, ledger, hosts)``.
+        fsdp: the engine's FSDP collectives (:mod:`sim.engine.fsdp`), for the stages that
+            shard by FSDP.
     """
 
     def __init__(
@@ -55,9 +58,11 @@ class RankStep:
         env: simpy.Environment,
         inp: SimInput,
         parts: tuple[Exchanges, MemoryTraffic, Collectives, ComputeStream, Ledger, HostThreads],
+        fsdp: FsdpRuns | None = None,
     ):
         self.env = env
         self.inp = inp
+        self.fsdp = fsdp
         self.exchanges, self.traffic, self.collectives, self.compute, self.ledger, self.hosts = (
             parts
         )
@@ -87,6 +92,9 @@ class RankStep:
 
     def _reduce(self, rep: StageReplica, k: int, tags: dict):
         """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``."""
+        if rep.plan.fsdp is not None and self.fsdp is not None:
+            yield from self.fsdp.at_step(rep, k, tags)
+            return
         overlapped = self.collectives.finish_overlapped(rep, k)
         if overlapped is not None:
             yield overlapped
@@ -115,7 +123,7 @@ class RankStep:
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
+        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0 and not plan.fsdp:
             yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime
 from sim.framework.placement import PLACEMENTS
 from sim.hardware.topology import Topology
+from sim.memory.fsdp import FsdpSpec
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
@@ -86,6 +87,9 @@ class Framework:
             the host's blocking work loading each micro-batch on the first and the last stage
             (:class:`~sim.engine.inputs.MicrobatchLoad`); all 0: none.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
+        fsdp: how it runs FSDP when a point shards over ``dp_shard > 1`` ranks
+            (:class:`~sim.memory.fsdp.FsdpSpec`: mixed precision, resharding, with pipeline
+            parallelism); None: it has no FSDP.
     """
 
     name: ClassVar[str]
@@ -106,6 +110,13 @@ class Framework:
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
     overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
     microbatch_load: ClassVar[Setting] = Setting((0, 0, 0, 0, 0, 0.0), PIPESIM)
+    fsdp: ClassVar[Setting] = Setting(
+        FsdpSpec(accumulate_with_pp=True),
+        "torch 2.13 fully_shard defaults (torch/distributed/fsdp/_fully_shard/_fully_shard.py: "
+        "reshard_after_forward True for non-root modules, MixedPrecisionPolicy() keeps the "
+        "training dtype); torch pipelining accumulates unsharded gradients across micro-batches "
+        "(torch/distributed/pipelining/stage.py::backward_maybe_with_nosync)",
+    )
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -124,6 +135,7 @@ class Framework:
         "step_transient",
         "overflow_check_ops",
         "microbatch_load",
+        "fsdp",
     )
 
     def settings(self) -> dict[str, Setting]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sim.framework.base import Framework, Setting
+from sim.memory.fsdp import FsdpSpec
 
 CORE = "megatron/core"
 P2P = f"{CORE}/pipeline_parallel/p2p_communication.py::_communicate"
@@ -92,4 +93,12 @@ class MegatronLM(Framework):
         f"{CORE}/optimizer/optimizer.py::Float16OptimizerWithFloat16Params."
         "_copy_model_grads_to_main_grads (main_param.grad = main_grad.float(): 4 B per 2-byte "
         "gradient, freed by zero_grad(set_to_none) at the next train_step)",
+    )
+    fsdp = Setting(
+        FsdpSpec(),
+        f"{CORE}/distributed/fsdp/ (--use-megatron-fsdp, data_parallel_sharding_strategy "
+        "optim_grads_params: parameters gathered per TransformerLayer unit in their 16-bit "
+        "dtype and released after use, gradients reduce-scattered per unit in the gradient "
+        "dtype (grad_reduce_in_fp32 off by default), the distributed optimizer's fp32 state "
+        "on the shard); no accumulation across pipeline micro-batches (an assumption)",
     )

@@ -49,6 +49,8 @@ class StageContext:
             measured step cost (:meth:`sim.hardware.topology.GPU.step_cost`).
         param_tensors: parameter tensors of the stage (copies of shared ones included), each
             stepped on its own (:func:`sim.memory.states.measured_step_s`).
+        layer_expert_bytes: routed-expert parameter bytes of each of :attr:`layers` (empty:
+            none), for FSDP's expert shards (:mod:`sim.memory.fsdp`).
     """
 
     stage: int
@@ -73,6 +75,7 @@ class StageContext:
     expert_parallel: int = 1
     optimizer: str = ""
     param_tensors: float = 0.0
+    layer_expert_bytes: tuple[float, ...] = ()
 
     @property
     def params(self) -> float:

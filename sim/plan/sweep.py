@@ -33,6 +33,8 @@ from sim.plan.parallel_axes import (
     overlap_invalid,
     parallel_axes,
     parallel_invalid,
+    shard_reason,
+    sharding_invalid,
 )
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
@@ -112,7 +114,7 @@ class _Axes:
     schedules: list[list[tuple[type[Schedule], str, int]]]
     tps: list[list[int]]
     sps: list[bool]
-    parallel: list[tuple[int, int, str, bool]]
+    parallel: list[tuple[int, int, str, bool, int | None, int]]
     policies: list[Policy]
 
 
@@ -138,13 +140,28 @@ def _model_points(
         mbs,
         axes.policies,
     )
-    for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
+    for (cls, sched, v), p, w, t, sp, par, b, (text, policy) in grid:
+        ep, cp, cpc, ov, etp, shard = par
         w = w or (sw.gpus or 0) // (p * t * cp)  # sweep.gpus: the width that fills them
-        lay = ParallelLayout(pp=p, vp=v, dp_replicate=w, cp=cp, tp=t, sp=sp, ep=ep, cp_comm=cpc)
+        shard = w if shard == -1 else shard
+        lay = ParallelLayout(
+            pp=p,
+            vp=v,
+            dp_replicate=max(1, w // shard),
+            dp_shard=shard,
+            cp=cp,
+            tp=t,
+            sp=sp,
+            ep=ep,
+            etp=etp,
+            cp_comm=cpc,
+        )
         reason = (
             _gpus_reason(sw.gpus, p, t, cp)
+            or shard_reason(w, shard)
             or _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
             or parallel_invalid(prep, mi, lay, policy)
+            or sharding_invalid(lay, policy, axes.framework, cls)
             or overlap_invalid(cls, ov, ep, cp)
             or _tensor_invalid(prep, mi, t, sp)
             or boundaries_reason(prep, p * v)
@@ -155,9 +172,11 @@ def _model_points(
         if reason:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
             vs = f" v={v}" if v > 1 else ""
-            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
-            par += " overlap" if ov else ""
-            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {text}"
+            desc_par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
+            desc_par += f" etp={etp}" if etp is not None else ""
+            desc_par += f" shard={shard}" if shard > 1 else ""
+            desc_par += " overlap" if ov else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{desc_par} b={b} {text}"
             skipped.append((desc, reason))
             continue
         points.append(

@@ -25,6 +25,7 @@ from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
+from sim.memory.fsdp import FsdpSpec, FsdpStates
 from sim.memory.plan import StagePlan
 from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
@@ -277,8 +278,12 @@ def _plans(
         for c in row
     ]
     try:
-        alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
-        flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
+        if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
+            fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
+            flat = finalize_plans(contexts, fsdp.plan_all(contexts))
+        else:
+            alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
+            flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
@@ -299,6 +304,16 @@ def _plans(
         for r in range(w)
     )
     return plans, tensor_plans
+
+
+def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
+    """The framework's FSDP (:attr:`~sim.framework.base.Framework.fsdp`) with the experiment's
+    ``options.fsdp_reshard_after_forward`` for every block, if set."""
+    spec = framework.fsdp.value
+    value = exp.options.fsdp_reshard_after_forward
+    if value is None:
+        return spec
+    return replace(spec, reshard_after_forward=value, reshard_with_pp=value)
 
 
 def _gpu_model(topo: Topology):

@@ -129,6 +129,9 @@ def stage_contexts(
                     expert_parallel=expert_parallel,
                     optimizer=exp.training.optimizer,
                     param_tensors=layers_tensors(layers),
+                    layer_expert_bytes=(
+                        tuple(expert_bytes[edges[s] : edges[s + 1]]) if expert else ()
+                    ),
                 )
             )
         out.append(ctxs)
