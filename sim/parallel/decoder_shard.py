@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
+from sim.compute.recompute_modules import module_parts
 from sim.compute.routing import Routing
 from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
@@ -211,8 +212,8 @@ def shard_decoder(
     for layer, kind in zip(trace.layers, kinds, strict=True):
         if kind not in cache:
             cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
-        ratios, act, share, tpc, ops = cache[kind]
-        layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
+        ratios, act, share, tpc, ops, parts = cache[kind]
+        layers.append(_apply(layer, ratios, act, share[0] + share[1], par, parts))
         comm.append(tpc)
         group.append(ops)
         expert.append(0.0 if m.lora else layer.param_bytes * share[1])
@@ -245,14 +246,27 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
     tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
-    return ratios, act, share, tpc, ops
+    return ratios, act, share, tpc, ops, _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
+
+
+def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float) -> tuple:
+    """Each recompute choice of the layer on the rank (:mod:`sim.compute.recompute_modules`)
+    as ``(choice, dropped share of the one-GPU stash, share of the rank's forward seconds)``:
+    :func:`_apply` turns the shares into the layer's bytes and seconds."""
+    out = []
+    args = (par.tp, par.sp, par.cp, rows, par.expert_tp)
+    for name, dropped, kernels in module_parts(kind, m, b, d, *args):
+        secs = phase_time(list(kernels), spec, dt).total_s if kernels else 0.0
+        out.append((name, dropped / act1 if act1 else 0.0, secs / fwd_s if fwd_s else 0.0))
+    return tuple(out)
 
 
 def _apply(
-    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout
+    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout, parts=()
 ) -> LayerProfile:
     """``layer`` scaled: times by ``ratios`` (forward, input and weight gradient; FLOPs last),
-    activations by ``act``, parameters by ``share`` (module doc)."""
+    activations by ``act``, parameters by ``share`` (module doc); its recompute choices
+    (``parts``, :func:`_parts`) in the scaled layer's bytes and seconds."""
     kf, ki, kw, kflops = ratios
     bi = None if layer.bwd_input_s is None else layer.bwd_input_s * ki
     bw = None if layer.bwd_weight_s is None else layer.bwd_weight_s * kw
@@ -272,6 +286,9 @@ def _apply(
         act_bytes=layer.act_bytes * act,
         out_bytes=layer.out_bytes / par.shards("boundary"),
         flops=None if layer.flops is None else layer.flops * kflops,
+        recompute_parts=tuple(
+            (name, layer.act_bytes * drop, layer.fwd_s * kf * secs) for name, drop, secs in parts
+        ),
     )
 
 

@@ -353,10 +353,14 @@ class BoundModel:
         p, w = point.stages, point.dp_width * point.context_parallel  # replicas (engine's)
         vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
         per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
+        shard = point.dp_shard * point.context_parallel
+        if point.dp_shard > 1:  # FSDP: every state 1/shard (the experts' fewer ways: a bound)
+            per_param = tot.state.total / shard
         all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
-        if all_none and w > 1 and all(g.reserve.working for g in gpus):
+        ddp = point.dp_shard == 1
+        if ddp and all_none and w > 1 and all(g.reserve.working for g in gpus):
             per_param += tot.state.grad  # DDP buckets (module doc)
         reserve = min(g.reserve.runtime_bytes(nccl_peers(p - 1, p, w)) for g in gpus)
         uniform = (tot.params * per_param + (min(n) * tot.act_bytes if all_none else 0.0)) / p
