@@ -88,7 +88,7 @@ SC21_SHIPPED: dict[str, tuple[int, int, int]] = {
     "gpt-sc21-1t": (128, 25600, 160),
 }
 """``name: (layers, hidden, heads)`` of Narayanan et al. SC'21 (arXiv:2104.04473) Table 1, the
-same rows as ``validation/megatron-sc21/table1.csv``; every one with sequence :data:`SC21_SEQ`
+same rows as ``measurements/megatron-sc21/table1.csv``; every one with sequence :data:`SC21_SEQ`
 and vocabulary :data:`SC21_VOCAB`."""
 SC21_SEQ = 2048
 SC21_VOCAB = 51200
