@@ -84,7 +84,7 @@ def module_parts(
         return ()
     base = base_kind(kind)
     etp = tp if etp is None else etp
-    fwd = layer_kernels(kind, m, b, d, tp, sp, cp, rows)[0]
+    fwd = layer_kernels(kind, m, b, d, tp, sp, cp, rows, etp)[0]
     t, r = tokens(m, b, tp, sp, cp)
     h, at = m.hidden, m.heads // tp
     out: list[Part] = []
@@ -104,11 +104,11 @@ def module_parts(
         assert m.moe is not None
         acts = tuple(k for k in fwd if k.name.startswith(("expert_act", "expert_gate_mul")))
         out.append(("moe_act", float(sum(rows) * m.moe.expert_ffn / etp * d), acts))
-        layer = layer_act_bytes("moe", m, b, d, tp, sp, cp, rows)
+        layer = layer_act_bytes("moe", m, b, d, tp, sp, cp, rows, etp)
         kept = 2 * r * h * d
         body = tuple(k for k in fwd if _in_moe(k) and k.name not in _MOE_SKIP)
         out.append(("moe", float(max(0.0, layer - kept)), body))
-    out.append(_sac(kind, m, b, d, tp, sp, cp, rows, fwd))
+    out.append(_sac(kind, m, b, d, tp, sp, cp, rows, fwd, etp))
     return tuple(out)
 
 
@@ -154,7 +154,7 @@ def _separate_qkv(fwd: list[Kernel], m: DecoderShape, kind: str) -> list[Kernel]
     return out
 
 
-def _sac(kind, m, b, d, tp, sp, cp, rows, fwd: list[Kernel]) -> Part:
+def _sac(kind, m, b, d, tp, sp, cp, rows, fwd: list[Kernel], etp=None) -> Part:
     """torchtitan's per-op SAC of one layer (module doc)."""
     _, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
@@ -175,5 +175,5 @@ def _sac(kind, m, b, d, tp, sp, cp, rows, fwd: list[Kernel]) -> Part:
         redo.append(k)
     if m.moe is not None and base_kind(kind) in ("moe_block", "moe"):
         saved += 2 * sum(rows) * h * d  # the all-to-alls' outputs: dispatched, combined rows
-    act = layer_act_bytes(kind, m, b, d, tp, sp, cp, rows)
+    act = layer_act_bytes(kind, m, b, d, tp, sp, cp, rows, etp)
     return (SAC, float(max(0.0, act - saved)), tuple(redo))

@@ -51,6 +51,9 @@ class StageContext:
             stepped on its own (:func:`sim.memory.states.measured_step_s`).
         layer_expert_bytes: routed-expert parameter bytes of each of :attr:`layers` (empty:
             none), for FSDP's expert shards (:mod:`sim.memory.fsdp`).
+        expert_dp: ranks holding the same routed experts (the expert-data-parallel group,
+            :attr:`~sim.parallel.layout.ParallelLayout.expert_dp`, folded mesh included); 0:
+            ``dp_width / expert_parallel``.
     """
 
     stage: int
@@ -76,6 +79,12 @@ class StageContext:
     optimizer: str = ""
     param_tensors: float = 0.0
     layer_expert_bytes: tuple[float, ...] = ()
+    expert_dp: int = 0
+
+    @property
+    def expert_replicas(self) -> int:
+        """Ranks that hold the same routed experts (:attr:`expert_dp`)."""
+        return self.expert_dp or max(1, self.dp_width // self.expert_parallel)
 
     @property
     def params(self) -> float:

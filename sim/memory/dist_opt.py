@@ -70,7 +70,7 @@ class DistOptPolicy(MemoryPolicy):
     def plan(self, ctx: StageContext) -> StagePlan:
         w = ctx.dp_width
         f = ctx.expert_share
-        we = max(1, w // ctx.expert_parallel)
+        we = ctx.expert_replicas
         owned = ctx.trainable_params * ((1.0 - f) / w + f / we)
         hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
         base = resident_plan(

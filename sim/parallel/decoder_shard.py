@@ -101,10 +101,10 @@ def decoder_problem(m: DecoderShape, par: ParallelLayout) -> str:
         why = check_ep(m.moe, par.ep)
         if why:
             return why
-        if par.expert_tp != t:
+        if m.moe.expert_ffn % par.expert_tp:
             return (
-                f"expert_tensor_parallel {par.expert_tp} other than tensor_parallel {t} is not "
-                "modelled yet"
+                f"expert_tensor_parallel {par.expert_tp} does not divide the expert width "
+                f"{m.moe.expert_ffn}"
             )
     elif par.ep > 1:
         return f"expert_parallel {par.ep} needs a MoE model"
@@ -156,7 +156,7 @@ def _tp_comm(
     moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
         pairs.append(x)
-    if moe:
+    if moe and par.expert_tp == t:  # the routed rows over the tensor group (expert TP = TP)
         pairs.append(rows * h * d)
     ops = tuple(op for nb in pairs for op in (CommOp(AG, nb), CommOp(RS, nb)))
     return LayerComm(ops, ops)
@@ -176,6 +176,11 @@ def _group_ops(
             for coll, nb, n in ops:
                 hidden = hide / par.cp if coll == "ring" else 0.0
                 out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
+    if plan is not None and 1 < par.expert_tp != par.tp:  # folded expert TP (sim.parallel.folding)
+        nb = float(sum(plan.rows[plan.busiest])) * m.hidden * d
+        etp = (GroupOp("etp", "all_gather", nb), GroupOp("etp", "reduce_scatter", nb))
+        fwd += etp
+        bwd += etp
     if plan is not None and par.ep > 1:
         assert m.moe is not None
         a2a = (
@@ -230,13 +235,14 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     one_rows = single_gpu_rows(m, b) if moe else ()
     mine = rows if moe else ()
     full = layer_kernels(kind, m, b, d, rows=one_rows)
-    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine)
+    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.expert_tp)
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
     ratios += (flr / fl1 if fl1 > 0 else 1.0,)
     act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
-    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine) / act1 if act1 else 1.0
+    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.expert_tp)
+    act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
     share = (

@@ -274,6 +274,7 @@ def _plans(
             layout.job_gpus,
             expert_bytes,
             point.expert_parallel,
+            point.layout.expert_dp if point.expert_parallel > 1 else 0,
         )
         for c in row
     ]

@@ -87,6 +87,7 @@ def stage_contexts(
     job_gpus: list[int] | None = None,
     expert_bytes: tuple[float, ...] = (),
     expert_parallel: int = 1,
+    expert_dp: int = 0,
 ) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
@@ -132,6 +133,7 @@ def stage_contexts(
                     layer_expert_bytes=(
                         tuple(expert_bytes[edges[s] : edges[s + 1]]) if expert else ()
                     ),
+                    expert_dp=expert_dp,
                 )
             )
         out.append(ctxs)
