@@ -313,8 +313,13 @@ class OptionsConfig(_Strict):
         description="Fixed stage start-layer indices (overrides the partitioner; "
         "written to winner.yaml).",
     )
-    placement: list[list[int]] | None = Field(
-        None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
+    placement: list[list[int]] | list[list[list[int]]] | None = Field(
+        None,
+        description="Fixed GPUs (overrides automatic placement): per [replica][stage] a GPU "
+        "index, or with tensor parallelism a list of t GPU indices; the replicas are the "
+        "dp_width x context_parallel data- and context-parallel ranks (context rank "
+        "innermost), whose consecutive runs form the expert-parallel groups "
+        "(sim.parallel.domains). Every dimension honours it.",
     )
     simulation: Literal["auto", "full", "symmetric"] = Field(
         "auto",

@@ -300,13 +300,19 @@ def check_options(prep: Prepared) -> None:
         rows = opts.placement
         if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
             raise InputError(
-                "must be a non-empty list of equally long rows [replica][stage]",
+                "must be a non-empty list of equally long rows [replica][stage] (of GPU "
+                "indices, or of lists of t GPU indices with tensor parallelism)",
                 file=file,
                 field="options.placement",
             )
         seen: dict[int, str] = {}
         for r, row in enumerate(rows):
-            for s, g in enumerate(row):
+            cells = [
+                (f"{s}.{k}" if isinstance(x, list) else str(s), g)
+                for s, x in enumerate(row)
+                for k, g in enumerate(x if isinstance(x, list) else [x])
+            ]
+            for s, g in cells:
                 where = f"options.placement.{r}.{s}"
                 if not 0 <= g < n:
                     raise InputError(
