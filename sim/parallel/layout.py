@@ -113,7 +113,7 @@ class ParallelLayout:
         64
         """
         get = values.get if isinstance(values, Mapping) else lambda k: getattr(values, k, None)
-        kw = {f: v for f, v in ((f, get(k)) for k, f in FLAT.items()) if v is not None}
+        kw = {f: v for f, v in ((f, get(k)) for k, f in FLAT.items()) if not _absent(v)}
         dp = kw.pop("dp", None)
         if dp is not None:
             kw["dp_replicate"] = max(1, dp // kw.get("dp_shard", 1))
@@ -279,6 +279,11 @@ class ParallelLayout:
         parts += [f"ep={self.ep}"] if self.ep > 1 else []
         parts += [f"etp={self.etp}"] if self.etp is not None else []
         return " ".join(parts)
+
+
+def _absent(value: Any) -> bool:
+    """None, or a missing number read from a table (NaN)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(ParallelLayout))
