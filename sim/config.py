@@ -197,7 +197,11 @@ class SweepConfig(_Strict):
         "for zbv_zero_bubble and dualpipe_v. Left unset, each schedule takes its smallest v "
         "(1 or 2); when set, combinations a schedule rejects are skipped with the reason.",
     )
-    dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    dp_width: IntList = Field(
+        1,
+        description="Data-parallel width(s) w: every data-parallel rank of a stage (with "
+        "dp_shard, the FSDP shard groups times their replicas).",
+    )
     gpus: int | None = Field(
         None,
         gt=0,
@@ -222,7 +226,10 @@ class SweepConfig(_Strict):
         description="Expert-parallel size(s) ep of a MoE model (sim.parallel.expert): ep "
         "consecutive data x context-parallel ranks split the experts (Megatron's tp-cp-ep-dp-pp "
         "order) and exchange routed tokens by all-to-all; ep divides dp_width x "
-        "context_parallel and the experts.",
+        "context_parallel and the experts; with expert_tensor_parallel, ep x etp ranks of the "
+        "folded expert mesh over tensor x context x data ranks (sim.parallel.folding). Each "
+        "stage's EP groups are placed inside one NVLink domain (server, NVL72 rack) where they "
+        "fit (sim.parallel.domains).",
     )
     expert_tensor_parallel: IntList | None = Field(
         None,
@@ -259,7 +266,10 @@ class SweepConfig(_Strict):
     memory_policy: StrList = Field(
         "none",
         description="Memory-saving policy spec(s): none, recompute (recompute:full, "
-        "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
+        "recompute:full:N layers per stage, recompute:selective, Megatron's module-level "
+        "recompute:selective:core_attn,layernorm,mlp,moe_act,moe,mla_up_proj, torchtitan's "
+        "per-op recompute:sac), dist_opt (dist_opt:recompute[:<a recompute choice>]), zero3, "
+        "cpu_swap (cpu_swap:FRACTION), "
         "d2d_swap (d2d_swap:weights, d2d_swap+recompute), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.",
     )

@@ -168,6 +168,7 @@ def _write_all(
         console.print(
             f"[bold green]{model.name} winner:[/] {winner.schedule} "
             f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
+            + (f"shard={winner.dp_shard} " if winner.dp_shard > 1 else "")
             + (
                 f"t={winner.tensor_parallel}{'+sp' if winner.sequence_parallel else ''} "
                 if winner.tensor_parallel > 1

@@ -54,8 +54,8 @@ CORE = ("flash_attn_fwd", "scores", "softmax", "attn_dropout", "attn_v")
 _NORMS = ("norm1", "norm2")
 _MLP = ("gate", "up", "act", "gate_mul", "down")
 _MOE_SKIP = ("norm2", "mlp_residual")
-_LINEARS = ("qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down", "q_up", "kv_down")
-_LINEARS += ("kv_up", "shared_up", "shared_down", "eh_proj")
+_LINEARS: tuple[str, ...] = ("qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down")
+_LINEARS += ("q_up", "kv_down", "kv_up", "shared_up", "shared_down", "eh_proj")
 _FORCED = ("router",)
 
 Part = tuple[str, float, tuple[Kernel, ...]]

@@ -159,7 +159,7 @@ class Collectives:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
-        parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
+        parts: list[tuple[tuple, int, float, tuple | None]] = [
             ((rep.stage, rep.tp_rank, step_no), self.inp.simulated_replicas, self.nbytes(rep), None)
         ]
         if self.expert_nbytes(rep) > 0:

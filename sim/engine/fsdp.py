@@ -89,7 +89,7 @@ class FsdpRuns:
         """``[(members, nbytes)]`` of ``unit``'s ``kind`` collective for ``rep``: the dense part
         over the shard group (its first ``world`` ranks' block for a partial reshard), the
         experts' over theirs; the HSDP all-reduce over the replicate groups."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         lay, r, k = self.inp.layout, rep.replica, rep.tp_rank
         per = fs.param_bytes if kind == AG else fs.reduce_bytes
         if kind == AR:
@@ -126,7 +126,7 @@ class FsdpRuns:
     ):
         """Process: ``rep`` joins each part of unit ``i``'s ``kind`` collective ``label``
         (module doc); returns when every part has run."""
-        unit = rep.plan.fsdp.units[i]
+        unit = _fs(rep).units[i]
         for members, nbytes in self._groups(rep, unit, kind, world):
             key = (rep.stage, label, kind, members[0], members[-1])
             entry = self._joins.setdefault(key, [self.env.event(), 0])
@@ -166,7 +166,7 @@ class FsdpRuns:
     def _run_gather(self, rep, i, label, tags, prev, world):
         if prev is not None and not prev.triggered:
             yield prev
-        fs = rep.plan.fsdp
+        fs = _fs(rep)
         out = fs.unsharded_bytes(fs.units[i])
         self.ledger.change(self.env.now, rep.gpu, out, MemCategory.BUFFERS, f"fsdp ag {label}")
         yield from self._collective(rep, i, label, AG, tags, world)
@@ -174,7 +174,7 @@ class FsdpRuns:
     def _unshard(self, rep: StageReplica, i: int, label: str, proc, prev_out: float, tags):
         """Process: the compute waits for unit ``i``'s all-gather, copies it out (its
         parameters appear) and frees the previous unit's all-gather output."""
-        fs = rep.plan.fsdp
+        fs = _fs(rep)
         yield from self.compute.wait(proc, rep.gpu, f"wait fsdp ag {label}", **tags)
         now = self.env.now
         held = fs.held_bytes(fs.units[i]) if self._live.get((*rep.key, i)) == "partial" else 0.0
@@ -199,17 +199,17 @@ class FsdpRuns:
     # -- actions ------------------------------------------------------------------------
     def forward(self, rep: StageReplica, a: Action, tags: dict, run: UnitRunner):
         """Process: ``rep``'s forward ``a`` unit by unit (module doc)."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         order = range(len(fs.units))
         yield from self._pass(rep, a, tags, run, list(order), "F")
 
     def backward(self, rep: StageReplica, a: Action, tags: dict, run: UnitRunner):
         """Process: ``rep``'s backward ``a`` unit by unit in reverse (module doc)."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         yield from self._pass(rep, a, tags, run, list(reversed(range(len(fs.units)))), "B")
 
     def _pass(self, rep, a, tags, run, order: list[int], op: str):
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         procs: dict[int, tuple] = {}
 
         def start(i: int) -> None:
@@ -247,7 +247,7 @@ class FsdpRuns:
 
     def _after_forward(self, rep: StageReplica, a: Action, i: int) -> None:
         """``reshard_after_forward`` of unit ``i`` (kept whole with accumulation)."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         unit = fs.units[i]
         if fs.accumulate or unit.reshard is False:
             return
@@ -260,7 +260,7 @@ class FsdpRuns:
     def _after_backward(self, rep: StageReplica, a: Action, i: int, tags: dict):
         """Process: unit ``i``'s gradients accumulated (with PP) or reduce-scattered, then the
         unit resharded (module doc)."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         unit, now = fs.units[i], self.env.now
         grads = unit.elements * fs.param_bytes
         if fs.accumulate:
@@ -288,7 +288,7 @@ class FsdpRuns:
     def _reduce(self, rep: StageReplica, label: str, i: int, tags: dict):
         """Process: unit ``i``'s reduce-scatter (its input freed after it), then its HSDP
         all-reduce on a stream of its own (waited for at the step)."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         yield from self._collective(rep, i, label, RS, tags)
         self.ledger.change(
             self.env.now,
@@ -307,7 +307,7 @@ class FsdpRuns:
         """Process: before ``rep``'s update at step ``k``: with accumulation every unit's
         reduce-scatter (last unit first, one after another) and all-reduce, its unsharded
         parameters and gradients freed; then every pending reduction of the step."""
-        fs: FsdpPlan = rep.plan.fsdp
+        fs = _fs(rep)
         if fs.accumulate:
             for i in reversed(range(len(fs.units))):
                 label = f"STEP{k}u{i}"
@@ -333,3 +333,10 @@ class FsdpRuns:
             yield from self.compute.wait(
                 self.env.all_of(pending), rep.gpu, f"wait fsdp reduce {k}", **tags
             )
+
+
+def _fs(rep: StageReplica) -> FsdpPlan:
+    """``rep``'s FSDP units (the engine calls :class:`FsdpRuns` only for plans with them)."""
+    fs = rep.plan.fsdp
+    assert fs is not None
+    return fs

@@ -161,7 +161,13 @@ def fsdp_plan(
         grad_bucket_bytes=0.0,
         fsdp=fsdp,
     )
-    out = replace(out, **overhead(ctx, activation_peak_bytes(out, ctx), 0.0))  # no DDP bucket
+    over = overhead(ctx, activation_peak_bytes(out, ctx), 0.0)  # no DDP bucket
+    out = replace(
+        out,
+        reserve_bytes=over["reserve_bytes"],
+        allocator_bytes=over["allocator_bytes"],
+        working_bytes=over["working_bytes"],
+    )
     peak = planned_peak_bytes(out, ctx) + fsdp.transient_bytes()
     notes = {
         **plan.notes,

@@ -113,7 +113,9 @@ class ParallelLayout:
         64
         """
         get = values.get if isinstance(values, Mapping) else lambda k: getattr(values, k, None)
-        kw = {f: v for f, v in ((f, get(k)) for k, f in FLAT.items()) if not _absent(v)}
+        kw: dict[str, Any] = {
+            f: v for f, v in ((f, get(k)) for k, f in FLAT.items()) if not _absent(v)
+        }
         dp = kw.pop("dp", None)
         if dp is not None:
             kw["dp_replicate"] = max(1, dp // kw.get("dp_shard", 1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
@@ -297,7 +298,7 @@ def check_options(prep: Prepared) -> None:
                 )
     if opts.placement is not None:
         n = prep.topology.num_gpus
-        rows = opts.placement
+        rows: list[list[Any]] = list(opts.placement)
         if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
             raise InputError(
                 "must be a non-empty list of equally long rows [replica][stage] (of GPU "
@@ -307,11 +308,12 @@ def check_options(prep: Prepared) -> None:
             )
         seen: dict[int, str] = {}
         for r, row in enumerate(rows):
-            cells = [
-                (f"{s}.{k}" if isinstance(x, list) else str(s), g)
-                for s, x in enumerate(row)
-                for k, g in enumerate(x if isinstance(x, list) else [x])
-            ]
+            cells: list[tuple[str, int]] = []
+            for j, x in enumerate(row):
+                group: list[int] = x if isinstance(x, list) else [x]
+                cells += [
+                    (f"{j}.{k}" if isinstance(x, list) else str(j), g) for k, g in enumerate(group)
+                ]
             for s, g in cells:
                 where = f"options.placement.{r}.{s}"
                 if not 0 <= g < n:

@@ -311,10 +311,10 @@ def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: 
     fixed = exp.options.placement
     if fixed is None:
         return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
-    fixed = [[g[0] if isinstance(g, list) and len(g) == 1 else g for g in r] for r in fixed]
-    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
-    ok = ok and all(isinstance(g, int) for r in fixed for g in r)
-    flat = [g for r in fixed for g in r]
+    cells = [[g[0] if isinstance(g, list) and len(g) == 1 else g for g in r] for r in fixed]
+    ok = len(cells) == point.dp_width and all(len(r) == point.stages for r in cells)
+    ok = ok and all(isinstance(g, int) for r in cells for g in r)
+    flat = [g for r in cells for g in r if isinstance(g, int)]
     if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
         raise InputError(
             f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
@@ -322,4 +322,4 @@ def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: 
             file=file,
             field="options.placement",
         )
-    return tuple(tuple(r) for r in fixed)
+    return tuple(tuple(g for g in r if isinstance(g, int)) for r in cells)
