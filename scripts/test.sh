@@ -3,7 +3,8 @@
 # install pipesim with its test extras, lint (ruff check, ruff format --check), type-check (mypy,
 # zero errors), check the import layers (lint-imports: the contracts in pyproject.toml), and run
 # the test suite (all of it, the slow multi-process tests included;
-# `bash scripts/test.sh -m "not slow"` runs the fast tier).
+# `bash scripts/test.sh -m "not slow"` runs the fast tier) on two worker processes
+# (pytest-xdist: the tests of one module stay on one worker; `-n 0` runs them in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -15,4 +16,4 @@ ruff check .
 ruff format --check .
 mypy sim backends
 lint-imports
-python -m pytest "$@"
+python -m pytest -n 2 --dist loadscope "$@"
