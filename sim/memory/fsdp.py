@@ -129,7 +129,7 @@ def fsdp_plan(
         lay: the point's layout (``dp_shard``, ``cp``, ``ep``...).
         expert_bytes: routed-expert parameter bytes of each layer of the stage on the rank.
     """
-    shard = lay.shard_size
+    shard = lay.shards("model_states")
     expert_shard = max(1, shard * lay.tp // (lay.ep * lay.expert_tp))
     units = _units(ctx, expert_bytes, spec)
     dense = sum(u.params for u in units)

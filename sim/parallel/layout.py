@@ -224,9 +224,10 @@ class ParallelLayout:
         * ``activations``: ``cp`` (``s/cp`` tokens), ``x tp`` more with ``sp`` for the
           sequence-parallel regions (Korthikanti et al. 2022, §4.2.2);
         * ``boundary``: ``tp x cp`` (each tensor rank sends its share of a stage's output);
-        * ``model_states``: ``dp_shard`` more on top of the split of their parameters (FSDP /
-          ZeRO-3 shard parameters, gradients and optimizer state over their own dimension;
-          memory policies that shard over ``dp_replicate`` instead say so themselves).
+        * ``model_states``: ``dp_shard x cp`` more on top of the split of their parameters
+          with FSDP (``dp_shard > 1``: torchtitan's ``dp_shard_cp`` mesh shards parameters,
+          gradients and optimizer state; :mod:`sim.memory.fsdp`), else 1 (memory policies that
+          shard over the data-parallel replicas instead, ZeRO, say so themselves).
 
         Raises:
             KeyError: an unknown tensor class.
@@ -236,7 +237,7 @@ class ParallelLayout:
             "expert_params": self.ep * self.expert_tp,
             "activations": self.cp * (self.tp if self.sp else 1),
             "boundary": self.tp * self.cp,
-            "model_states": self.dp_shard,
+            "model_states": self.shard_size if self.dp_shard > 1 else 1,
         }
         return rules[tensor]
 
