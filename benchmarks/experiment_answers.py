@@ -1,15 +1,13 @@
 """The answer of a ``sim run``: each model's winner (or every fitting row) with tokens/s per GPU,
 TFLOP/s per GPU and MFU.
 
-Run: ``python benchmarks/experiment_answers.py experiments/NAME.yaml RESULTS_DIR [--all]``
-(``RESULTS_DIR``: the ``--out`` of ``sim run``).
+Run: ``python benchmarks/experiment_answers.py RESULTS_DIR [--all]`` (``RESULTS_DIR``: the
+``--out`` of ``sim run``).
 
-Model FLOPs per sequence: 3 x the trace's forward FLOPs at its micro-batch size, per sample
-(every GEMM and the attention core, causal, as :mod:`sim.compute` counts them; the backward
-twice the forward: Narayanan et al. SC'21 §5.1's convention, recomputation not counted). TFLOP/s
-per GPU: that x samples/s over the row's GPUs (``stages x dp_width x tensor_parallel x
-context_parallel``). MFU: TFLOP/s per GPU over the GPU's dense 16-bit peak (the hardware
-preset's ``peak_flops``, its datasheet figure).
+TFLOP/s per GPU and MFU are results.csv's ``flops_per_s_per_gpu`` and ``mfu``: Megatron-LM's
+model FLOPs (``num_floating_point_operations``, :mod:`sim.compute.model_flops`: recomputation
+not counted) over the iteration time, the row's GPUs and the GPU's dense 16-bit datasheet
+peak. Tokens/s per GPU: ``seq_len x samples/s / GPUs`` (the trace's sequence length).
 """
 
 from __future__ import annotations
@@ -19,43 +17,53 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.config import load_experiment
 from sim.parallel.layout import ParallelLayout
-from sim.point.experiment import prepare
 
 
-def answers(experiment: str, results: str, every: bool = False) -> pd.DataFrame:
+def answers(results: str, every: bool = False) -> pd.DataFrame:
     """One row per model's winner (every fitting row with ``every``)."""
-    prep = prepare(load_experiment(experiment), experiment)
-    df = pd.read_csv(Path(results) / "results.csv")
+    folder = Path(results)
+    df = pd.read_csv(folder / "results.csv")
     df = df[df["fits"].astype(bool) & df["error"].isna()]
-    peak = prep.topology.gpus[0].peak_flops
+    seqs = _seq_lens(folder)
     out = []
     for model, rows in df.groupby("model"):
-        trace = prep.traces[str(model)]
-        per_sample = 3 * sum(x.flops or 0.0 for x in trace.layers) / trace.microbatch_size
-        seq = int((trace.provenance.get("model_shape") or {}).get("seq_len", 0))
         rows = rows if every else rows.nlargest(1, "throughput_samples_per_s")
         for r in rows.itertuples():
-            gpus = ParallelLayout.from_flat(r._asdict()).gpus
-            tflops = per_sample * r.throughput_samples_per_s / gpus / 1e12
+            lay = ParallelLayout.from_flat(r._asdict())
             out.append(
                 {
                     "model": model,
-                    "layout": ParallelLayout.from_flat(r._asdict()).describe(),
+                    "layout": lay.describe(),
                     "b": r.microbatch_size,
                     "m": r.microbatches,
                     "policy": r.memory_policy,
                     "iteration_s": round(r.iteration_time_s, 3),
-                    "tokens/s/GPU": round(seq * r.throughput_samples_per_s / gpus),
-                    "TFLOP/s/GPU": round(tflops, 1),
-                    "MFU %": round(100 * tflops * 1e12 / peak, 1),
+                    "tokens/s/GPU": round(
+                        seqs.get(str(model), 0) * r.throughput_samples_per_s / lay.gpus
+                    ),
+                    "TFLOP/s/GPU": round(r.flops_per_s_per_gpu / 1e12, 1),
+                    "MFU %": round(100 * r.mfu, 1),
                     "peak GiB": round(r.peak_memory_bytes / 2**30, 1),
                 }
             )
     return pd.DataFrame(out)
 
 
+def _seq_lens(folder: Path) -> dict[str, int]:
+    """Each model's sequence length from the run's resolved config and its traces."""
+    from sim.config import load_experiment
+    from sim.point.experiment import prepare
+
+    path = folder / "config.resolved.yaml"
+    prep = prepare(load_experiment(path), str(path))
+    out = {}
+    for name, trace in prep.traces.items():
+        shape = (trace.provenance or {}).get("model_shape") or {}
+        out[name] = int(shape.get("seq_len", 0))
+    return out
+
+
 if __name__ == "__main__":
-    table = answers(sys.argv[1], sys.argv[2], "--all" in sys.argv[3:])
+    table = answers(sys.argv[1], "--all" in sys.argv[2:])
     print(table.to_string(index=False))
