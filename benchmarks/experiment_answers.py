@@ -1,8 +1,9 @@
 """The answer of a ``sim run``: each model's winner (or every fitting row) with tokens/s per GPU,
 TFLOP/s per GPU and MFU.
 
-Run: ``python benchmarks/experiment_answers.py RESULTS_DIR [--all]`` (``RESULTS_DIR``: the
-``--out`` of ``sim run``).
+Run: ``python benchmarks/experiment_answers.py experiments/NAME.yaml RESULTS_DIR [--all]``
+(``RESULTS_DIR``: the ``--out`` of ``sim run``; ``sim run`` prints the winner's TFLOP/s and MFU
+too).
 
 TFLOP/s per GPU and MFU are results.csv's ``flops_per_s_per_gpu`` and ``mfu``: Megatron-LM's
 model FLOPs (``num_floating_point_operations``, :mod:`sim.compute.model_flops`: recomputation
@@ -17,15 +18,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from sim.config import load_experiment
 from sim.parallel.layout import ParallelLayout
+from sim.point.experiment import prepare
 
 
-def answers(results: str, every: bool = False) -> pd.DataFrame:
+def answers(experiment: str, results: str, every: bool = False) -> pd.DataFrame:
     """One row per model's winner (every fitting row with ``every``)."""
-    folder = Path(results)
-    df = pd.read_csv(folder / "results.csv")
+    df = pd.read_csv(Path(results) / "results.csv")
     df = df[df["fits"].astype(bool) & df["error"].isna()]
-    seqs = _seq_lens(folder)
+    seqs = _seq_lens(experiment)
     out = []
     for model, rows in df.groupby("model"):
         rows = rows if every else rows.nlargest(1, "throughput_samples_per_s")
@@ -50,13 +52,9 @@ def answers(results: str, every: bool = False) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _seq_lens(folder: Path) -> dict[str, int]:
-    """Each model's sequence length from the run's resolved config and its traces."""
-    from sim.config import load_experiment
-    from sim.point.experiment import prepare
-
-    path = folder / "config.resolved.yaml"
-    prep = prepare(load_experiment(path), str(path))
+def _seq_lens(experiment: str) -> dict[str, int]:
+    """Each model's sequence length (its trace's model shape)."""
+    prep = prepare(load_experiment(experiment), experiment)
     out = {}
     for name, trace in prep.traces.items():
         shape = (trace.provenance or {}).get("model_shape") or {}
@@ -65,5 +63,5 @@ def _seq_lens(folder: Path) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    table = answers(sys.argv[1], "--all" in sys.argv[2:])
+    table = answers(sys.argv[1], sys.argv[2], "--all" in sys.argv[3:])
     print(table.to_string(index=False))
