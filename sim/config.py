@@ -212,7 +212,11 @@ class SweepConfig(_Strict):
         "for zbv_zero_bubble and dualpipe_v. Left unset, each schedule takes its smallest v "
         "(1 or 2); when set, combinations a schedule rejects are skipped with the reason.",
     )
-    dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    dp_width: IntList = Field(
+        1,
+        description="Data-parallel width(s) w: every data-parallel rank of a stage (with "
+        "dp_shard, the FSDP shard groups times their replicas).",
+    )
     gpus: int | None = Field(
         None,
         gt=0,
@@ -237,7 +241,24 @@ class SweepConfig(_Strict):
         description="Expert-parallel size(s) ep of a MoE model (sim.parallel.expert): ep "
         "consecutive data x context-parallel ranks split the experts (Megatron's tp-cp-ep-dp-pp "
         "order) and exchange routed tokens by all-to-all; ep divides dp_width x "
-        "context_parallel and the experts.",
+        "context_parallel and the experts; with expert_tensor_parallel, ep x etp ranks of the "
+        "folded expert mesh over tensor x context x data ranks (sim.parallel.folding). Each "
+        "stage's EP groups are placed inside one NVLink domain (server, NVL72 rack) where they "
+        "fit (sim.parallel.domains).",
+    )
+    expert_tensor_parallel: IntList | None = Field(
+        None,
+        description="Expert tensor-parallel size(s) etp (MoE parallel folding, "
+        "sim.parallel.folding: the experts' GEMMs split etp ways, expert parallelism over "
+        "tensor x context x data ranks, ep x etp dividing tensor_parallel x context_parallel x "
+        "dp_width); unset: tensor_parallel (Megatron-Core's default).",
+    )
+    dp_shard: IntList = Field(
+        1,
+        description="FSDP shard degree(s) (sim.memory.fsdp): dp_shard of the dp_width "
+        "data-parallel ranks (times context_parallel) shard parameters, gradients and optimizer "
+        "state per fully_shard unit, dp_width / dp_shard replicate them (HSDP); -1: all of "
+        "dp_width (torchtitan's data_parallel_shard_degree = -1); 1: no FSDP.",
     )
     context_parallel: IntList = Field(
         1,
@@ -260,7 +281,10 @@ class SweepConfig(_Strict):
     memory_policy: StrList = Field(
         "none",
         description="Memory-saving policy spec(s): none, recompute (recompute:full, "
-        "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
+        "recompute:full:N layers per stage, recompute:selective, Megatron's module-level "
+        "recompute:selective:core_attn,layernorm,mlp,moe_act,moe,mla_up_proj, torchtitan's "
+        "per-op recompute:sac), dist_opt (dist_opt:recompute[:<a recompute choice>]), zero3, "
+        "cpu_swap (cpu_swap:FRACTION), "
         "d2d_swap (d2d_swap:weights, d2d_swap+recompute), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.",
     )
@@ -285,12 +309,21 @@ class SweepConfig(_Strict):
         "tensor_parallel",
         "expert_parallel",
         "context_parallel",
+        "expert_tensor_parallel",
     )
     @classmethod
-    def _positive(cls, v: IntList) -> IntList:
-        for x in as_list(v):
+    def _positive(cls, v: IntList | None) -> IntList | None:
+        for x in as_list(v) if v is not None else []:
             if x < 1:
                 raise ValueError(f"must be >= 1, got {x}")
+        return v
+
+    @field_validator("dp_shard")
+    @classmethod
+    def _shard(cls, v: IntList) -> IntList:
+        for x in as_list(v):
+            if x < 1 and x != -1:
+                raise ValueError(f"must be >= 1 or -1 (all of dp_width), got {x}")
         return v
 
 
@@ -305,8 +338,13 @@ class OptionsConfig(_Strict):
         description="Fixed stage start-layer indices (overrides the partitioner; "
         "written to winner.yaml).",
     )
-    placement: list[list[int]] | None = Field(
-        None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
+    placement: list[list[int]] | list[list[list[int]]] | None = Field(
+        None,
+        description="Fixed GPUs (overrides automatic placement): per [replica][stage] a GPU "
+        "index, or with tensor parallelism a list of t GPU indices; the replicas are the "
+        "dp_width x context_parallel data- and context-parallel ranks (context rank "
+        "innermost), whose consecutive runs form the expert-parallel groups "
+        "(sim.parallel.domains). Every dimension honours it.",
     )
     simulation: Literal["auto", "full", "symmetric"] = Field(
         "auto",
@@ -321,6 +359,14 @@ class OptionsConfig(_Strict):
         description="Slow GPUs: {GPU index: factor}; that GPU's compute takes factor times as "
         "long (e.g. {5: 1.3}). A straggler in the job makes the simulation full.",
     )
+    fsdp_reshard_after_forward: bool | int | None = Field(
+        None,
+        description="FSDP's reshard_after_forward for every transformer block (with dp_shard > "
+        "1, sim.memory.fsdp): true (free after forward, gather again for backward), false (keep "
+        "from forward to backward), or a world size k (keep 1/k, gather over k ranks for "
+        "backward); default: the framework's (torchtitan: true, false with pipeline "
+        "parallelism).",
+    )
     stage_policies: list[str] | None = Field(
         None,
         min_length=1,
@@ -328,6 +374,13 @@ class OptionsConfig(_Strict):
         "[recompute:full, cpu_swap, none, none]; replaces the sweep.memory_policy axis (which "
         "must then be left unset); grid points whose depth differs from its length are skipped.",
     )
+
+    @field_validator("fsdp_reshard_after_forward")
+    @classmethod
+    def _world(cls, v: bool | int | None) -> bool | int | None:
+        if v is not None and not isinstance(v, bool) and v < 2:
+            raise ValueError(f"a world size to reshard to must be >= 2, got {v}")
+        return v
 
 
 class MemoryConfig(_Strict):

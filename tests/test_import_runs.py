@@ -73,7 +73,8 @@ def test_sweep_around_the_run(tmp_path):
                           num_gpus=8, sweep=True)  # fmt: skip
     exp = yaml.safe_load(item.experiment.read_text())
     assert exp["sweep"]["gpus"] == 8 and exp["sweep"]["tensor_parallel"] == [1, 2]
-    assert exp["sweep"]["memory_policy"] == ["zero3:recompute", "zero3"]
+    assert exp["sweep"]["memory_policy"] == ["recompute:full", "none"]
+    assert exp["sweep"]["dp_shard"] == -1  # FSDP2 over every data-parallel rank
     assert exp["models"][0]["microbatch_size"] == [1, 2, 4]
     assert "stages" not in exp["models"][0]
 

@@ -108,7 +108,8 @@ def test_torchtitan_toml_and_log():
     assert log.measured.iteration_time_s == pytest.approx(16384 / 5120)
     assert log.measured.peak_reserved_bytes == pytest.approx(55.50 * GiB)
     ex = express(log)
-    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "zero3:recompute"
+    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "recompute:full"
+    assert ex.point["dp_shard"] == 8  # FSDP2 over the 8 ranks (sim.memory.fsdp)
     assert ex.point["dp_width"] == 8 and ex.framework == "torchtitan"
 
 

@@ -400,10 +400,17 @@ class SimInput:
         unknown = sorted(set(self.host_syncs) - set(SYNC_POINTS))
         if unknown:
             raise ValueError(f"unknown host sync points {unknown}; use {sorted(SYNC_POINTS)}")
-        w = len(self.placement)
-        for name, n in (("context_parallel", self.layout.cp), ("expert_parallel", self.layout.ep)):
+        w, lay = len(self.placement), self.layout
+        checks = [("context_parallel", lay.cp)]
+        checks += [("expert_parallel", lay.ep)] if lay.etp is None else []
+        for name, n in checks:
             if n < 1 or w % n:
                 raise ValueError(f"{name} {n} must divide the {w} replicas")
+        if lay.etp is not None and (w * lay.tp) % (lay.ep * lay.expert_tp):
+            raise ValueError(
+                f"expert_parallel x expert_tensor_parallel {lay.ep * lay.expert_tp} must "
+                f"divide the {w} replicas x tensor_parallel {lay.tp}"
+            )
         if any(f <= 0 for _, f in self.stragglers):
             raise ValueError(f"straggler factors must be > 0, got {self.stragglers}")
 

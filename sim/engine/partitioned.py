@@ -7,7 +7,9 @@ all-gather starts one action ahead, as ZeRO-3's prefetcher (``stage3_prefetch_bu
 :mod:`sim.memory.zero3`) and PatrickStar's chunk fetch (:mod:`sim.memory.chunked`) do, and holds ``gather_live`` bytes until the action ends.
 Gradients: after a backward (B or W), they are reduce-scattered over the replicas
 (``scatter_bytes``) and then written back to the host (``writeback_bytes``); the optimizer step
-waits for both (:mod:`sim.engine.step`).
+waits for both (:mod:`sim.engine.step`). With expert parallelism the routed experts' share of
+both (the stage's ``expert_grad_share``) runs over their expert-data-parallel group instead
+(ZeRO-3 partitions them there: :mod:`sim.memory.zero3`).
 """
 
 from __future__ import annotations
@@ -64,9 +66,15 @@ class PartitionedStates:
         if plan.fetch_bytes > 0:  # an owned chunk on the host comes up before the gather
             yield self.traffic.fetch(rep, a)
         tags = rep.tags(a.microbatch, a.microbatch // self.inp.microbatches)
-        yield from self.collectives.join_keyed(
-            rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags
-        )
+        yield from self._join(rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags)
+
+    def _join(self, rep: StageReplica, key: str, size: float, kind: str, tags: dict):
+        """Process: a collective of ``size`` bytes, the routed experts' share of it over
+        their expert-data-parallel group (module doc)."""
+        share = self.collectives.expert_share(rep)
+        yield from self.collectives.join_keyed(rep, key, size * (1.0 - share), kind, tags)
+        if share > 0 and len(self.collectives.expert_members(rep)) > 1:
+            yield from self.collectives.join_expert_keyed(rep, key, size * share, kind, tags)
 
     def wait(self, rep: StageReplica, a: Action, tags: dict):
         """Process: wait (on ``rep``'s compute stream) for ``a``'s all-gather, if any."""
@@ -86,9 +94,7 @@ class PartitionedStates:
         plan, rs = rep.plan, None
         if plan.scatter_bytes > 0 and self.inp.dp_width > 1:
             rs = self.env.process(
-                self.collectives.join_keyed(
-                    rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags
-                )
+                self._join(rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags)
             )
         if rs is not None or plan.writeback_bytes > 0:
             self.traffic.writeback(rep, a, tags, after=rs)

@@ -32,6 +32,7 @@ import simpy
 
 from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
@@ -73,7 +74,8 @@ class Engine:
         self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
         self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
         parts = (self.exchanges, self.traffic, self.collectives, self.compute, self.ledger)
-        self.stepper = RankStep(env, inp, (*parts, self.hosts))
+        self.fsdp = FsdpRuns(env, inp, self.links, self.ledger, self.compute)
+        self.stepper = RankStep(env, inp, (*parts, self.hosts), fsdp=self.fsdp)
         self.sends = StageSends(env, inp, self.links, self.ledger, self.exchanges)
         self.partitioned = PartitionedStates(
             env, inp, (self.ledger, self.traffic, self.collectives, self.compute)
@@ -241,6 +243,35 @@ class Engine:
         reads = self.inp.runtime.loss_reads
         self.hosts.clock(rep.gpu).t += host.blocking_s(reads, reads)
 
+    def _unit_runner(self, rep: StageReplica, a: Action, tags: dict, op: str):
+        """The compute of one FSDP unit of ``a`` (:data:`~sim.engine.fsdp.UnitRunner`): its
+        layers' forward, or their recompute (full checkpointing per layer, else the stage's
+        selective recompute in proportion to the layers' forward seconds) and backward."""
+        gpu, plan, cost = rep.gpu, rep.plan, rep.cost
+        fwd = cost.forward_parts(plan.recompute_layers)
+        bwd = tuple((sec, ops, 0.0, 0.0, nodes) for sec, ops, nodes in cost.bwd_layers)
+        total_f = sum(p[0] for p in fwd) or 1.0
+
+        def run(unit, last: bool):
+            if op == "F":
+                work = self.hosts.layered(gpu, "F", tuple(fwd[i] for i in unit.layers))
+            else:
+                full = [i for i in unit.layers if i in plan.recompute_layers]
+                if full:
+                    parts = cost.recompute_parts(tuple(full))
+                    redo = self.hosts.layered(gpu, "R", parts)
+                    yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
+                elif plan.recompute_s > 0 and not _full_only(plan):
+                    share = sum(fwd[i][0] for i in unit.layers) / total_f
+                    redo = self.hosts.work(gpu, "R", plan.recompute_s * share, 0.0, 1)
+                    yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
+                work = self.hosts.layered(gpu, "B", tuple(bwd[i] for i in reversed(unit.layers)))
+            if last:
+                work = self._with_runtime(work, gpu, op)
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
+
+        return run
+
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
 
@@ -277,6 +308,8 @@ class Engine:
         if overlap is not None:
             yield from overlap.body(rep, a, cost.fwd_s, cost.group_fwd, tags)
             tp_after = tp_after + _triples(cost.tp_fwd_overlap)
+        elif plan.fsdp is not None:  # unit by unit (sim.engine.fsdp)
+            yield from self.fsdp.forward(rep, a, tags, self._unit_runner(rep, a, tags, "F"))
         else:
             if cost.fwd_layers and _full_only(plan):
                 work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
@@ -344,6 +377,8 @@ class Engine:
                 yield from overlap.compute(
                     gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags
                 )
+            elif plan.fsdp is not None and a.op == "B":
+                pass  # each unit recomputes before its backward (sim.engine.fsdp)
             else:
                 if rep.cost.fwd_layers and _full_only(plan):
                     parts = rep.cost.recompute_parts(plan.recompute_layers)
@@ -366,6 +401,8 @@ class Engine:
             wgrad = rep.cost.weight_s if a.op == "B" else 0.0
             yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags, wgrad)
             tp_after = tp_after + _triples(rep.cost.tp_bwd_overlap)
+        elif plan.fsdp is not None and a.op == "B":
+            yield from self.fsdp.backward(rep, a, tags, self._unit_runner(rep, a, tags, "B"))
         else:
             if a.op == "B" and rep.cost.bwd_layers:
                 work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())

@@ -34,6 +34,7 @@ import simpy
 from sim.comm.hierarchical import collective_plan
 from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.fsdp import FsdpRuns
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.param_gather import ParamGathers
@@ -52,6 +53,8 @@ class RankStep:
         env: the simulation environment.
         inp: the configuration (width, runtime).
         parts: the engine's ``(exchanges, traffic, collectives, compute, ledger, hosts)``.
+        fsdp: the engine's FSDP collectives (:mod:`sim.engine.fsdp`), for the stages that
+            shard by FSDP.
     """
 
     def __init__(
@@ -59,9 +62,11 @@ class RankStep:
         env: simpy.Environment,
         inp: SimInput,
         parts: tuple[Exchanges, MemoryTraffic, Collectives, ComputeStream, Ledger, HostThreads],
+        fsdp: FsdpRuns | None = None,
     ):
         self.env = env
         self.inp = inp
+        self.fsdp = fsdp
         self.exchanges, self.traffic, self.collectives, self.compute, self.ledger, self.hosts = (
             parts
         )
@@ -94,6 +99,9 @@ class RankStep:
 
     def _reduce(self, rep: StageReplica, k: int, tags: dict):
         """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``."""
+        if rep.plan.fsdp is not None and self.fsdp is not None:
+            yield from self.fsdp.at_step(rep, k, tags)
+            return
         overlapped = self.collectives.finish_overlapped(rep, k)
         if overlapped is not None:
             yield overlapped
@@ -122,7 +130,7 @@ class RankStep:
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
+        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0 and not plan.fsdp:
             if self.gathers.active:  # under the next forward (sim.engine.param_gather)
                 self.gathers.defer([rep], k)
                 return

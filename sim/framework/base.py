@@ -36,6 +36,7 @@ from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.topology import Topology
 from sim.memory.allocator import AllocatorConfig
 from sim.memory.framework_memory import TE_WORKSPACE_BYTES, FrameworkMemory
+from sim.memory.fsdp import FsdpSpec
 from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
@@ -103,6 +104,9 @@ class Framework:
         wgrad_fusion: weight gradients accumulate into the gradient buffer inside the GEMM
             (Transformer Engine's dummy weight gradients, one per weight shape).
         te_workspace: Transformer Engine's cuBLAS workspace, allocated through PyTorch.
+        fsdp: how it runs FSDP when a point shards over ``dp_shard > 1`` ranks
+            (:class:`~sim.memory.fsdp.FsdpSpec`: mixed precision, resharding, with pipeline
+            parallelism); None: it has no FSDP.
     """
 
     name: ClassVar[str]
@@ -136,6 +140,13 @@ class Framework:
     )
     wgrad_fusion: ClassVar[Setting] = Setting(False, PIPESIM)
     te_workspace: ClassVar[Setting] = Setting(False, PIPESIM)
+    fsdp: ClassVar[Setting] = Setting(
+        FsdpSpec(accumulate_with_pp=True),
+        "torch 2.13 fully_shard defaults (torch/distributed/fsdp/_fully_shard/_fully_shard.py: "
+        "reshard_after_forward True for non-root modules, MixedPrecisionPolicy() keeps the "
+        "training dtype); torch pipelining accumulates unsharded gradients across micro-batches "
+        "(torch/distributed/pipelining/stage.py::backward_maybe_with_nosync)",
+    )
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -159,6 +170,7 @@ class Framework:
         "deallocate_outputs",
         "wgrad_fusion",
         "te_workspace",
+        "fsdp",
     )
 
     OPTIONS: ClassVar[tuple[Option, ...]] = ()

@@ -31,6 +31,7 @@ from sim.framework.megatron_options import (
 )
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
+from sim.memory.fsdp import FsdpSpec
 from sim.parallel.tp_overlap import TE_USERBUFFERS, Implementation
 from sim.trace.schema import Trace, dtype_bytes
 
@@ -141,6 +142,15 @@ class MegatronLM(Framework):
         True,
         "--transformer-impl transformer_engine (default) -> transformer_engine/pytorch/"
         "cpp_extensions/gemm.py::get_cublas_workspace (torch.empty, 32 MiB + 1 KiB on sm90+)",
+    )
+
+    fsdp = Setting(
+        FsdpSpec(),
+        f"{CORE}/distributed/fsdp/ (--use-megatron-fsdp, data_parallel_sharding_strategy "
+        "optim_grads_params: parameters gathered per TransformerLayer unit in their 16-bit "
+        "dtype and released after use, gradients reduce-scattered per unit in the gradient "
+        "dtype (grad_reduce_in_fp32 off by default), the distributed optimizer's fp32 state "
+        "on the shard); no accumulation across pipeline micro-batches (an assumption)",
     )
 
     OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS

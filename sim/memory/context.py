@@ -61,6 +61,11 @@ class StageContext:
         rank_order: ``(stage, op, micro-batch)`` of every action of the stage's rank (all its
             stage chunks) over the program, in program order; empty: ``order`` on this stage
             alone.
+        layer_expert_bytes: routed-expert parameter bytes of each of :attr:`layers` (empty:
+            none), for FSDP's expert shards (:mod:`sim.memory.fsdp`).
+        expert_dp: ranks holding the same routed experts (the expert-data-parallel group,
+            :attr:`~sim.parallel.layout.ParallelLayout.expert_dp`, folded mesh included); 0:
+            ``dp_width / expert_parallel``.
     """
 
     stage: int
@@ -90,6 +95,13 @@ class StageContext:
     framework: FrameworkMemory = PIPESIM_MEMORY
     work: tuple[LayerWork, ...] = ()
     rank_order: tuple[tuple[int, str, int], ...] = ()
+    layer_expert_bytes: tuple[float, ...] = ()
+    expert_dp: int = 0
+
+    @property
+    def expert_replicas(self) -> int:
+        """Ranks that hold the same routed experts (:attr:`expert_dp`)."""
+        return self.expert_dp or max(1, self.dp_width // self.expert_parallel)
 
     @property
     def params(self) -> float:

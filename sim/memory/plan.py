@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.memory.fsdp_units import FsdpPlan
+
 SwapParts = tuple[tuple[str, float], ...]
 """``((node, bytes), ...)``: where the swapped bytes of one micro-batch go."""
 
@@ -89,6 +91,9 @@ class StagePlan:
         host_framework_bytes: host bytes the framework allocates besides the model states
             (pinned staging buffers: DeepSpeed's, :mod:`sim.memory.deepspeed`) or keeps out
             of its own reach (PatrickStar's ``1 - overall_cpu_mem_ratio``).
+        fsdp: the stage's FSDP units (:mod:`sim.memory.fsdp`): parameters all-gathered and
+            gradients reduce-scattered per unit over the shard group (:mod:`sim.engine.fsdp`);
+            None: no FSDP.
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -126,6 +131,7 @@ class StagePlan:
     framework_bytes: float = 0.0
     framework_buffer_bytes: float = 0.0
     host_framework_bytes: float = 0.0
+    fsdp: FsdpPlan | None = None
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

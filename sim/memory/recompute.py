@@ -12,6 +12,14 @@ wraps each ``Block`` (:mod:`backends.torch.replay.memory`).
 ``block`` method: a knob for using exactly the memory each stage has). ``recompute:selective``: drop only the
 attention core of every layer (Korthikanti et al.; Megatron's default ``core_attn``); on a trace
 without ``attn_core_act_bytes`` it does nothing, and its notes say so.
+``recompute:selective:M1,M2``: Megatron-Core's module-level selective recompute
+(``--recompute-modules``: ``core_attn``, ``layernorm``, ``mlp``, ``moe_act``, ``moe``,
+``mla_up_proj``; ``megatron/core/transformer/transformer_config.py``); ``recompute:sac``:
+torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``,
+``torchtitan/distributed/activation_checkpoint.py``): each module's dropped bytes and re-run
+seconds are the layer's (:mod:`sim.compute.recompute_modules`, decoder traces). These work
+with any data-parallel strategy: DDP, FSDP (``dp_shard``, :mod:`sim.memory.fsdp`), the
+distributed optimizer (``dist_opt:recompute:...``).
 
 The recompute runs on the compute stream before each backward; the stash follows
 :mod:`sim.memory.stash`.
@@ -21,11 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sim.compute.recompute_modules import MODULES, SAC
 from sim.memory.base import MemoryPolicy, ReplayPlan
 from sim.memory.compose import activation_plan, describe
 from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
-from sim.memory.stash import has_attn_core, stash
+from sim.memory.stash import Stash, has_attn_core, stash
 from sim.memory.states import StateBytes, stage_state_bytes_per_param
 from sim.trace.schema import layer_kind
 
@@ -34,49 +43,63 @@ class RecomputePolicy(MemoryPolicy):
     """Activation checkpointing.
 
     Args:
-        mode: ``full`` or ``selective``.
+        mode: ``full``, ``selective`` or ``sac``.
         layers: with ``full``, checkpoint only the first ``layers`` layers of each stage
             (None: all).
+        modules: with ``selective``, Megatron's recompute modules (empty: the trace's
+            attention core).
     """
 
     name = "recompute"
-    description = "activation checkpointing: full[:layers per stage] or selective"
+    description = (
+        "activation checkpointing: full[:layers per stage], selective[:modules] or sac "
+        "(torchtitan's per-op)"
+    )
     replayable = True
 
-    def __init__(self, mode: str = "full", layers: int | None = None):
+    def __init__(
+        self, mode: str = "full", layers: int | None = None, modules: frozenset[str] = frozenset()
+    ):
         self.mode, self.layers = mode, layers
+        self.modules = frozenset({SAC}) if mode == SAC else modules
 
     @classmethod
     def from_args(cls, args: list[str]) -> RecomputePolicy:
         if not args:
             return cls()
         mode, rest = args[0], args[1:]
-        if mode not in ("full", "selective"):
-            raise ValueError(f"recompute mode must be full or selective, got {mode!r}")
-        if mode == "selective" and rest:
-            raise ValueError("recompute:selective takes no further parameter")
+        if mode not in ("full", "selective", SAC):
+            raise ValueError(f"recompute mode must be full, selective or sac, got {mode!r}")
+        if mode == SAC and rest:
+            raise ValueError("recompute:sac takes no further parameter")
+        if mode == "selective":
+            return cls(mode, modules=_modules(rest))
         if len(rest) > 1:
             raise ValueError("use recompute:full:N (N layers per stage)")
         if rest and (not rest[0].isdigit() or int(rest[0]) < 1):
             raise ValueError(f"layers per stage must be a positive integer, got {rest[0]!r}")
         return cls(mode, int(rest[0]) if rest else None)
 
-    def plan(self, ctx: StageContext) -> StagePlan:
-        m = ctx.microbatches
+    def stash(self, ctx: StageContext) -> Stash:
+        """What one micro-batch keeps on ``ctx``'s stage under this choice."""
+        if self.modules:
+            return stash(ctx, modules=self.modules)
         if self.mode == "selective":
-            st = stash(ctx, selective=True)
-            extra = (
-                {}
-                if has_attn_core(ctx)
-                else {
-                    "warning": "trace has no attn_core_act_bytes: selective recompute does nothing"
-                }
-            )
-            return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s, **extra)
+            return stash(ctx, selective=True)
         n = len(ctx.layers) if self.layers is None else min(self.layers, len(ctx.layers))
         blocks = [i for i in range(n) if layer_kind(ctx.layers[i].name) == "block"]
-        st = stash(ctx, full=blocks)
-        return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s)
+        return stash(ctx, full=blocks)
+
+    def plan(self, ctx: StageContext) -> StagePlan:
+        st, extra = self.stash(ctx), {}
+        if self.mode == "selective" and not self.modules and not has_attn_core(ctx):
+            extra = {
+                "warning": "trace has no attn_core_act_bytes: selective recompute does nothing"
+            }
+        elif self.modules and not any(x.recompute_parts for x in ctx.layers):
+            extra = {"warning": "trace has no recompute modules (decoder traces): nothing dropped"}
+        m = ctx.microbatches
+        return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s, **extra)
 
     def min_state_bytes_per_param(
         self, states: StateBytes, dp_width: int, versions: int, version_bytes: float
@@ -85,14 +108,15 @@ class RecomputePolicy(MemoryPolicy):
         return stage_state_bytes_per_param(states, versions, version_bytes)
 
     def bound_recompute_mode(self) -> str | None:
-        """``full`` or ``selective`` when every layer recomputes (not ``recompute:full:N``)."""
-        return self.mode if self.layers is None else None
+        """``full`` or ``selective`` when every layer recomputes (not ``recompute:full:N``,
+        nor modules: none counted, a valid bound)."""
+        return self.mode if self.layers is None and not self.modules else None
 
     def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
         """``torch.utils.checkpoint`` around the stage's blocks (among its first ``layers``
         layers); selective recompute is not replayed: the stage keeps every activation and a
         note says so."""
-        if self.mode == "selective":
+        if self.mode != "full":
             return ReplayPlan(
                 notes=(
                     f"{where} not replayed: the stage keeps every activation, as "
@@ -112,3 +136,20 @@ class RecomputePolicy(MemoryPolicy):
             )
         )
         return ReplayPlan(checkpoint=frozenset(i for i in blocks if i < first), notes=notes)
+
+
+def _modules(names: list[str]) -> frozenset[str]:
+    """The modules of ``recompute:selective:M1,M2`` (empty: the trace's attention core).
+
+    Raises:
+        ValueError: more than one parameter, or an unknown module (listing the known ones).
+    """
+    if not names:
+        return frozenset()
+    if len(names) > 1:
+        raise ValueError("use recompute:selective:M1,M2 (modules joined by ',')")
+    mods = frozenset(x.strip() for x in names[0].split(","))
+    unknown = sorted(mods - set(MODULES))
+    if unknown:
+        raise ValueError(f"unknown recompute modules {unknown}; use {', '.join(MODULES)}")
+    return mods

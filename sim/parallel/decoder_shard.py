@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
+from sim.compute.recompute_modules import module_parts
 from sim.compute.routing import Routing
 from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
@@ -104,10 +105,10 @@ def decoder_problem(m: DecoderShape, par: ParallelLayout) -> str:
         why = check_ep(m.moe, par.ep)
         if why:
             return why
-        if par.expert_tp != t:
+        if m.moe.expert_ffn % par.expert_tp:
             return (
-                f"expert_tensor_parallel {par.expert_tp} other than tensor_parallel {t} is not "
-                "modelled yet"
+                f"expert_tensor_parallel {par.expert_tp} does not divide the expert width "
+                f"{m.moe.expert_ffn}"
             )
     elif par.ep > 1:
         return f"expert_parallel {par.ep} needs a MoE model"
@@ -159,7 +160,7 @@ def _tp_comm(
     moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
         pairs.append(x)
-    if moe:
+    if moe and par.expert_tp == t:  # the routed rows over the tensor group (expert TP = TP)
         pairs.append(rows * h * d)
     ops = tuple(op for nb in pairs for op in (CommOp(AG, nb), CommOp(RS, nb)))
     return LayerComm(ops, ops)
@@ -179,6 +180,11 @@ def _group_ops(
             for coll, nb, n in ops:
                 hidden = hide / par.cp if coll == "ring" else 0.0
                 out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
+    if plan is not None and 1 < par.expert_tp != par.tp:  # folded expert TP (sim.parallel.folding)
+        nb = float(sum(plan.rows[plan.busiest])) * m.hidden * d
+        etp = (GroupOp("etp", "all_gather", nb), GroupOp("etp", "reduce_scatter", nb))
+        fwd += etp
+        bwd += etp
     if plan is not None and par.ep > 1:
         assert m.moe is not None
         a2a = (
@@ -215,8 +221,8 @@ def shard_decoder(
     for layer, kind in zip(trace.layers, kinds, strict=True):
         if kind not in cache:
             cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
-        ratios, act, share, tpc, ops, pair = cache[kind]
-        layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
+        ratios, act, share, tpc, ops, pair, parts = cache[kind]
+        layers.append(_apply(layer, ratios, act, share[0] + share[1], par, parts))
         comm.append(tpc)
         pairs.append(pair)
         group.append(ops)
@@ -235,13 +241,13 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     one_rows = single_gpu_rows(m, b) if moe else ()
     mine = rows if moe else ()
     full = layer_kernels(kind, m, b, d, rows=one_rows)
-    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine)
+    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.expert_tp)
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
     ratios += (flr / fl1 if fl1 > 0 else 1.0,)
     act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
-    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.cp_comm)
+    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.cp_comm, par.expert_tp)
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
@@ -253,14 +259,28 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
     tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
-    return ratios, act, share, tpc, ops, pair
+    parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
+    return ratios, act, share, tpc, ops, pair, parts
+
+
+def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float) -> tuple:
+    """Each recompute choice of the layer on the rank (:mod:`sim.compute.recompute_modules`)
+    as ``(choice, dropped share of the one-GPU stash, share of the rank's forward seconds)``:
+    :func:`_apply` turns the shares into the layer's bytes and seconds."""
+    out = []
+    args = (par.tp, par.sp, par.cp, rows, par.expert_tp)
+    for name, dropped, kernels in module_parts(kind, m, b, d, *args):
+        secs = phase_time(list(kernels), spec, dt).total_s if kernels else 0.0
+        out.append((name, dropped / act1 if act1 else 0.0, secs / fwd_s if fwd_s else 0.0))
+    return tuple(out)
 
 
 def _apply(
-    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout
+    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout, parts=()
 ) -> LayerProfile:
     """``layer`` scaled: times by ``ratios`` (forward, input and weight gradient; FLOPs last),
-    activations by ``act``, parameters by ``share`` (module doc)."""
+    activations by ``act``, parameters by ``share`` (module doc); its recompute choices
+    (``parts``, :func:`_parts`) in the scaled layer's bytes and seconds."""
     kf, ki, kw, kflops = ratios
     bi = None if layer.bwd_input_s is None else layer.bwd_input_s * ki
     bw = None if layer.bwd_weight_s is None else layer.bwd_weight_s * kw
@@ -280,6 +300,9 @@ def _apply(
         act_bytes=layer.act_bytes * act,
         out_bytes=layer.out_bytes / par.shards("boundary"),
         flops=None if layer.flops is None else layer.flops * kflops,
+        recompute_parts=tuple(
+            (name, layer.act_bytes * drop, layer.fwd_s * kf * secs) for name, drop, secs in parts
+        ),
     )
 
 

@@ -364,12 +364,15 @@ class BoundModel:
         p, w = point.stages, point.dp_width * point.context_parallel  # replicas (engine's)
         vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
         per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
+        shard = point.dp_shard * point.context_parallel
+        if point.dp_shard > 1:  # FSDP: every state 1/shard (the experts' fewer ways: a bound)
+            per_param = tot.state.total / shard
         all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
         working = all(g.reserve.working for g in gpus)
         bucket = self._memory(point, self.prep.traces[point.model].dtype).bucket_copy
-        if all_none and w > 1 and working and bucket:
+        if point.dp_shard == 1 and all_none and w > 1 and working and bucket:
             per_param += tot.state.grad  # DDP buckets (module doc)
         peers = nccl_peers(p - 1, p, w)
         reserve = min(g.reserve.runtime_bytes(peers, gemm_streams=int(working)) for g in gpus)

@@ -71,6 +71,8 @@ class ResultRow(BaseModel):
     routing: str = "balanced"
     ep_overlap: bool = False
     framework: str = "pipesim"
+    dp_shard: int = Field(1, ge=1)
+    expert_tensor_parallel: int | None = Field(None, ge=1)
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
     throughput_samples_per_s: float | None = _NonNeg

@@ -25,8 +25,9 @@ from sim.framework.base import Framework
 from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
-from sim.memory.compose import plan_to_fit
+from sim.memory.compose import finalize_plans, plan_to_fit
 from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.fsdp import FsdpSpec, FsdpStates
 from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
 from sim.metrics import Metrics, compute_metrics
@@ -306,12 +307,17 @@ def _plans(
             memory,
             works,
             (point.tensor_parallel, point.context_parallel),
+            point.layout.expert_dp if point.expert_parallel > 1 else 0,
         )
         for c in row
     ]
     try:
-        alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
-        flat = alike or plan_to_fit(policy, contexts)
+        if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
+            fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
+            flat = finalize_plans(contexts, fsdp.plan_all(contexts))
+        else:
+            alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
+            flat = alike or plan_to_fit(policy, contexts)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
@@ -342,6 +348,16 @@ def layer_works(
     trace_work`) as the framework runs them."""
     routing = sharded.routing if isinstance(sharded, DecoderShard) else parse_routing("balanced")
     return trace_work(sharded.trace, point.layout, routing, memory.work)
+
+
+def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
+    """The framework's FSDP (:attr:`~sim.framework.base.Framework.fsdp`) with the experiment's
+    ``options.fsdp_reshard_after_forward`` for every block, if set."""
+    spec = framework.fsdp.value
+    value = exp.options.fsdp_reshard_after_forward
+    if value is None:
+        return spec
+    return replace(spec, reshard_after_forward=value, reshard_with_pp=value)
 
 
 def _gpu_model(topo: Topology):

@@ -122,11 +122,15 @@ def winner_config(
     if row.context_parallel > 1:
         data["sweep"]["context_parallel"] = int(row.context_parallel)
         data["sweep"]["context_parallel_comm"] = row.context_parallel_comm
+    if row.dp_shard > 1:
+        data["sweep"]["dp_shard"] = int(row.dp_shard)
+    if row.expert_tensor_parallel is not None:
+        data["sweep"]["expert_tensor_parallel"] = int(row.expert_tensor_parallel)
     grouped = row.tensor_parallel > 1 or row.expert_parallel > 1 or row.context_parallel > 1
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),
-        # tensor/expert/context groups are placed automatically (sim.parallel.groups)
+        # tensor/expert/context groups are placed automatically (sim.parallel.domains)
         "placement": None if grouped else json.loads(row.placement),
     }
     data["prediction"] = {

@@ -120,6 +120,8 @@ def config_label(row: Any) -> str:
     if int(get("virtual_stages")) > 1:
         parts.append(f"v={int(get('virtual_stages'))}")
     parts.append(f"w={int(get('dp_width'))}")
+    if int(get("dp_shard")) > 1:
+        parts.append(f"shard={int(get('dp_shard'))}")
     if int(get("tensor_parallel")) > 1:
         parts.append(
             f"t={int(get('tensor_parallel'))}{'+sp' if get('sequence_parallel', False) else ''}"
@@ -127,6 +129,8 @@ def config_label(row: Any) -> str:
     for name, key in (("ep", "expert_parallel"), ("cp", "context_parallel")):
         if int(get(key)) > 1:
             parts.append(f"{name}={int(get(key))}")
+    if get("expert_tensor_parallel", None) is not None:
+        parts.append(f"etp={int(get('expert_tensor_parallel'))}")
     parts += [f"b={int(get('microbatch_size'))}", f"m={int(get('microbatches'))}"]
     parts.append(str(get("memory_policy", "")))
     return " ".join(parts)

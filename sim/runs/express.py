@@ -20,6 +20,7 @@ from typing import Any
 from sim.compute.decoder import DecoderShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
+from sim.compute.recompute_modules import MODULES
 from sim.framework.registry import get_framework
 from sim.runs.record import MeasuredRun, ModelShape
 
@@ -170,6 +171,15 @@ def _gpt_model(s: ModelShape) -> list[str]:
 def policy(run: MeasuredRun) -> tuple[str | None, str]:
     """The memory policy of a run's optimizer sharding and recompute, or None and why."""
     rc, dist = run.recompute, run.distributed_optimizer
+    if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
+        mods = rc.split(":", 1)[1].replace("+", ",")
+        if set(mods.split(",")) - set(MODULES):
+            return None, f"recompute modules {mods} (pipesim has {', '.join(MODULES)})"
+        rc = f"selective:{mods}"
+    if run.layout.dp_shard > 1:  # FSDP shards the states itself (sim.memory.fsdp)
+        return ("none" if rc == "none" else f"recompute:{rc}"), ""
+    if (dist or run.zero_stage == 1) and rc.startswith("selective"):
+        return f"dist_opt:recompute:{rc}", ""
     tail = "" if rc == "none" else ":recompute" if rc == "full" else None
     if run.zero_stage >= 3:
         name = "zero3" + (":offload" if run.offload else "")
@@ -192,6 +202,8 @@ def policy(run: MeasuredRun) -> tuple[str | None, str]:
         )
     if rc == "none":
         return "none", ""
+    if rc.startswith("selective:"):
+        return f"recompute:{rc}", ""
     if rc in ("full", "selective") or rc.startswith("full:uniform"):
         return ("recompute:selective" if rc == "selective" else "recompute:full"), ""
     if rc.startswith("full:block:"):
@@ -203,11 +215,7 @@ def _layout(run: MeasuredRun) -> list[str]:
     lay, out = run.layout, []
     if run.num_gpus and run.num_gpus != lay.gpus:
         out.append(f"{run.num_gpus} GPUs do not hold tp x pp x cp x dp = {lay.gpus}")
-    if lay.ep > 1 and (lay.dp * lay.cp) % lay.ep:
-        out.append(f"expert parallel {lay.ep} over tp x dp (MoE parallel folding: issue 26 "
-                   "item 5)")  # fmt: skip
-    if lay.etp is not None and lay.etp != lay.tp:
-        out.append(f"expert tensor parallel {lay.etp} != tp {lay.tp} (issue 26 item 5)")
+    out += lay.problems()  # MoE parallel folding: ep x etp over tp x cp x dp
     if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
         out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
     if lay.cp > 1 and run.shape.arch in ("gpt", "bert") and not run.shape.is_moe:
@@ -303,7 +311,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         return NotExpressed(run, (f"model shape: {exc}",))
     lay = run.layout
     framework = framework_spec(run)
-    point = lay.flat() | {"dp_width": lay.dp, "dp_shard": 1} | {
+    point = lay.flat() | {
         "schedule": run.schedule, "microbatch_size": run.microbatch_size or 1,
         "microbatches": run.microbatches, "global_batch": run.global_batch,
         "memory_policy": policy(run)[0], "framework": framework,

@@ -231,10 +231,20 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
     if cp > 1 and cp_comm not in comm:
         r.unmapped("cp-comm-type", f"{cp_comm!r}: hierarchical CP exchange (issue 26 item 7)")
+    if etp is None and ep > 1 and (dp * cp) % ep:
+        etp = _folded_etp(tp, cp, dp, ep)
+    fsdp = r.switch("use-megatron-fsdp")
     lay = ParallelLayout(
-        pp=pp, vp=vp, dp_replicate=dp, cp=cp, tp=tp, sp=r.switch("sequence-parallel") and tp > 1,
-        ep=ep, etp=etp if etp not in (None, tp) else None, cp_comm=comm.get(cp_comm, "p2p"),
+        pp=pp, vp=vp, dp_replicate=1 if fsdp else dp, dp_shard=dp if fsdp else 1, cp=cp, tp=tp,
+        sp=r.switch("sequence-parallel") and tp > 1, ep=ep,
+        etp=etp if etp not in (None, tp) else None, cp_comm=comm.get(cp_comm, "p2p"),
     )  # fmt: skip
+    if fsdp:
+        r.mapped("use-megatron-fsdp", f"layout.dp_shard = dp = {dp} (sim.memory.fsdp)")
+        for f in ("data-parallel-sharding-strategy", "megatron-fsdp-main-params-dtype",
+                  "megatron-fsdp-main-grads-dtype", "megatron-fsdp-grad-comm-dtype"):  # fmt: skip
+            if r.has(f):
+                r.mapped(f, "Megatron-FSDP as the megatron-lm profile's fsdp setting")
     for f, what in (
         ("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
         ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
@@ -246,6 +256,16 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dist = r.switch("use-distributed-optimizer")
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+def _folded_etp(tp: int, cp: int, dp: int, ep: int) -> int | None:
+    """The expert tensor-parallel size a run with ``ep`` not dividing ``dp x cp`` must use:
+    the largest divisor of ``tp`` with ``ep x etp`` dividing ``tp x cp x dp`` (Megatron-Core's
+    ``initialize_model_parallel`` refuses any other; MoE parallel folding), or None."""
+    for e in range(tp, 0, -1):
+        if tp % e == 0 and (tp * cp * dp) % (ep * e) == 0:
+            return e
+    return None
 
 
 def _ffn(r: Reading, h: int, gated: bool) -> int:

@@ -175,12 +175,8 @@ UNMAPPED: dict[str, str] = {
     "fp8-param-gather": "FP8 parameter all-gather (issue 26 item 1, precision)",
     "fp8-param": "FP8 weights (issue 26 item 1, precision)",
     "reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameter all-gather (issue 26 item 1)",
-    "use-megatron-fsdp": "Megatron-FSDP (issue 26 item 3: FSDP2/ZeRO-3 "
-    "with Megatron)", "data-parallel-sharding-strategy": "Megatron-FSDP sharding (issue 26 "
-    "item 3)", "outer-dp-sharding-strategy": "hybrid FSDP (issue 26 item 3)",
-    "megatron-fsdp-main-params-dtype": "Megatron-FSDP (issue 26 item 3)",
-    "megatron-fsdp-main-grads-dtype": "Megatron-FSDP (issue 26 item 3)",
-    "megatron-fsdp-grad-comm-dtype": "Megatron-FSDP (issue 26 item 3)",
+    "outer-dp-sharding-strategy": "hybrid FSDP with Megatron's outer distributed-optimizer "
+    "instances (HSDP over num_distributed_optimizer_instances)",
     "optimizer-cpu-offload": "optimizer state offloaded to the host by Megatron's hybrid CPU "
     "optimizer (not a pipesim policy)", "optimizer-offload-fraction": "as "
     "--optimizer-cpu-offload", "fine-grained-activation-offloading": "activation offload "
