@@ -12,6 +12,11 @@ kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.hardware.gpu
   tiles) is in the same factor through ``ceil(m / TILE_M) * ceil(n / TILE_N)``.
 * memory-bound: ``overhead + bytes / hbm_rate``.
 
+A GEMM whose ``precision`` names a low-precision format (``fp8``, ``mxfp8``, ``nvfp4``:
+:mod:`sim.compute.precision`) runs at that format's achieved rate
+(:meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`); its ``bytes`` are its quantized
+operands' and its 16-bit output's.
+
 ``overhead`` is ``kernel_overhead_s`` (launch and dispatch, see :mod:`sim.hardware.gpu_compute`).
 """
 
@@ -40,6 +45,8 @@ class Kernel:
         bytes: bytes read plus written in HBM.
         m, n, k, batch: GEMM shape (``C[m, n] = A[m, k] @ B[k, n]``, ``batch`` of them);
             zero for other kinds.
+        precision: the GEMM's low-precision format (``fp8``, ``mxfp8``, ``nvfp4``); ``""``:
+            the dtype its phase is timed in.
     """
 
     name: str
@@ -50,6 +57,7 @@ class Kernel:
     n: int = 0
     k: int = 0
     batch: int = 1
+    precision: str = ""
 
 
 def gemm(name: str, m: int, n: int, k: int, elem_bytes: int, batch: int = 1) -> Kernel:
@@ -82,8 +90,11 @@ def wave_factor(m: int, n: int, batch: int, sm_count: int) -> float:
 
 
 def gemm_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
-    """Seconds of a GEMM kernel on ``spec`` (module doc)."""
-    rate = spec.matmul_rate(dtype) * wave_factor(kern.m, kern.n, kern.batch, spec.sm_count)
+    """Seconds of a GEMM kernel on ``spec`` (module doc): in ``kern.precision`` if set, else
+    in ``dtype``."""
+    rate = spec.matmul_rate(kern.precision or dtype) * wave_factor(
+        kern.m, kern.n, kern.batch, spec.sm_count
+    )
     return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
 
 

@@ -116,9 +116,10 @@ class RankStep:
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
         if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
-            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
+            share = self.collectives.gather_share(rep)
+            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER, share)
             if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
+                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER, share)
 
     def _overflow_check(self, rep: StageReplica, k: int, tags: dict):
         """Process: a serial overflow check (``runtime.overflow_check_ops`` ops and a blocking

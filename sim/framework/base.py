@@ -86,6 +86,8 @@ class Framework:
             the host's blocking work loading each micro-batch on the first and the last stage
             (:class:`~sim.engine.inputs.MicrobatchLoad`); all 0: none.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
+        low_precision_library: whose recipes run its low-precision linear layers
+            (:mod:`sim.compute.precision`: ``transformer_engine`` or ``torchao``).
     """
 
     name: ClassVar[str]
@@ -106,6 +108,11 @@ class Framework:
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
     overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
     microbatch_load: ClassVar[Setting] = Setting((0, 0, 0, 0, 0, 0.0), PIPESIM)
+    low_precision_library: ClassVar[Setting] = Setting(
+        "transformer_engine",
+        "assumption: FP8/FP4 linear layers as Transformer Engine runs them (pipesim's torch "
+        "replay runs none)",
+    )
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -124,6 +131,7 @@ class Framework:
         "step_transient",
         "overflow_check_ops",
         "microbatch_load",
+        "low_precision_library",
     )
 
     def settings(self) -> dict[str, Setting]:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.kernels import Kernel, phase_time
+from sim.compute.precision import TE, LowPrecision
+from sim.compute.quantize import layer_index, quantize_layer
 from sim.compute.routing import Routing
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
@@ -40,7 +42,7 @@ from sim.parallel.expert import check_ep, expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
 from sim.parallel.ops import GroupOp
-from sim.trace.decoder import decoder_shape, single_gpu_rows
+from sim.trace.decoder import decoder_shape, single_gpu_rows, trace_precision
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 AG, RS, AR = EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value, EventKind.ALLREDUCE.value
@@ -59,6 +61,9 @@ class DecoderShard:
             reduced over the expert-data-parallel group only).
         layout: the parallel layout (:class:`~sim.parallel.layout.ParallelLayout`).
         routing: shares of routed tokens per expert.
+        low_params: per layer, the parameters on the rank whose GEMMs run in low precision
+            (:func:`low_precision_params`; empty without a recipe).
+        precision: the trace's low-precision recipe, or None.
     """
 
     trace: Trace
@@ -67,6 +72,8 @@ class DecoderShard:
     expert_bytes: tuple[float, ...]
     layout: ParallelLayout
     routing: Routing = Routing()
+    low_params: tuple[float, ...] = ()
+    precision: LowPrecision | None = None
 
     @property
     def tensor_parallel(self) -> int:
@@ -120,8 +127,12 @@ def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
 
 
 def _tp_comm(
-    kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, rows: float
+    kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, rows: float, gather_elem: float
 ) -> LayerComm:
+    """The layer's tensor-parallel collectives; ``gather_elem``: bytes per element of the
+    sequence-parallel all-gathers (``d``, or a quantized input's: Transformer Engine quantizes
+    a linear layer's input before gathering it, NVIDIA/TransformerEngine@d0067d0
+    ``module/layernorm_linear.py:285-312``, ``linear.py:378-418``)."""
     t, s, h = par.tp, m.seq_len // par.cp, m.hidden
     if t == 1:
         return LayerComm()
@@ -132,12 +143,13 @@ def _tp_comm(
     x = float(b * s * h * d)
     if not par.sp:
         return LayerComm((CommOp(AR, x),) * 2, (CommOp(AR, x),) * 2)
-    pairs = [x]  # attention
+    k = gather_elem / d  # the inputs of QKV and FC1 / the shared experts are gathered quantized
+    pairs = [(x * k, x)]  # attention
     if kind == "block" or (m.moe is not None and m.moe.shared_ffn):
-        pairs.append(x)
+        pairs.append((x * k, x))
     if kind == "moe_block":
-        pairs.append(rows * h * d)
-    ops = tuple(op for nb in pairs for op in (CommOp(AG, nb), CommOp(RS, nb)))
+        pairs.append((rows * h * d, rows * h * d))
+    ops = tuple(op for ag, rs in pairs for op in (CommOp(AG, ag), CommOp(RS, rs)))
     return LayerComm(ops, ops)
 
 
@@ -182,27 +194,71 @@ def shard_decoder(
     t, r = tokens(m, b, par.tp, par.sp, par.cp)
     plan = expert_plan(m.moe, routing, r, par.ep, par.expert_tp, d) if m.moe is not None else None
     rows = plan.rows[plan.busiest] if plan is not None else ()
-    cache: dict[str, tuple] = {}
-    layers, comm, group, expert = [], [], [], []
+    low = trace_precision(trace)
+    cache: dict[tuple[str, bool], tuple] = {}
+    layers, comm, group, expert, lows = [], [], [], [], []
     kinds = trace.provenance.get("layer_kinds") or [_kind(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
-        if kind not in cache:
-            cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
-        ratios, act, share, tpc, ops = cache[kind]
+        runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
+        lp = low if runs_low else None
+        key = (kind, lp is not None)
+        if key not in cache:
+            cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp)
+        ratios, act, share, tpc, ops = cache[key]
         layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
         comm.append(tpc)
         group.append(ops)
         expert.append(layer.param_bytes * share[1])
+        lows.append(low_precision_params(kind, m, par, lp) if lp is not None else 0.0)
     prov = {**trace.provenance, "parallel": _describe(par, routing)}
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
-    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par, routing)
+    return DecoderShard(
+        out,
+        tuple(comm),
+        tuple(group),
+        tuple(expert),
+        par,
+        routing,
+        tuple(lows) if low is not None else (),
+        low,
+    )
 
 
-def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
+def low_precision_params(
+    kind: str, m: DecoderShape, par: ParallelLayout, low: LowPrecision
+) -> float:
+    """Parameters of a layer on one rank whose GEMMs run under ``low`` (a layer its rules run
+    low): a block's linear layers (:func:`~sim.compute.decoder.layer_params` less the two norms
+    and, unless the rules quantize it, the router), dense ones split
+    ``par.shards("dense_params")`` ways and routed experts ``par.shards("expert_params")``
+    ways; the output layer's ``V x h`` where the rules quantize it; nothing else (the
+    embedding is no GEMM)."""
+    dense, experts = layer_params(kind, m)
+    if kind == "head":
+        linear = float(m.vocab * m.hidden) if low.rules.head else 0.0
+        return linear / par.shards("dense_params")
+    if kind not in ("block", "moe_block"):
+        return 0.0
+    linear = dense - 2 * m.hidden
+    if kind == "moe_block" and m.moe is not None and not low.rules.router:
+        linear -= m.moe.router_params()
+    return linear / par.shards("dense_params") + experts / par.shards("expert_params")
+
+
+def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | None = None):
+    """One layer kind's scaling on the rank (ratios, activations, parameter shares,
+    collectives); ``low``: the recipe, when this layer runs its linear layers under it."""
     one_rows = single_gpu_rows(m, b) if kind == "moe_block" else ()
     mine = rows if kind == "moe_block" else ()
-    full = layer_kernels(kind, m, b, d, rows=one_rows)
-    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine)
+
+    def kernels(*args):
+        made = layer_kernels(kind, m, b, d, *args)
+        if low is None:
+            return made
+        return quantize_layer(made, low.recipe, spec.low_rate(low.recipe.format), low.rules)
+
+    full = kernels(1, False, 1, one_rows)
+    rank = kernels(par.tp, par.sp, par.cp, mine)
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
@@ -216,7 +272,9 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
         expert / par.shards("expert_params") / total,
     )
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
-    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
+    quantized = low is not None and low.recipe.library == TE
+    gather = low.recipe.data_bytes + low.recipe.scale_bytes if quantized and low else d
+    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)), gather)
     ops = _group_ops(kind, m, b, d, par, core, plan if kind == "moe_block" else None)
     return ratios, act, share, tpc, ops
 

@@ -34,6 +34,7 @@ from sim.plan.parallel_axes import (
     parallel_axes,
     parallel_invalid,
 )
+from sim.plan.precision_axis import precision_axis, precision_invalid
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
@@ -58,14 +59,15 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     policies = _policy_axis(exp, file)
     tps, sps = tensor_axes(prep)
     par_axes = parallel_axes(prep)
+    precisions = precision_axis(prep)
     per_model = [
-        len(s) * len(t) * len(sps) * len(par_axes) * len(policies)
+        len(s) * len(t) * len(sps) * len(par_axes) * len(policies) * len(precisions)
         for s, t in zip(schedules, tps, strict=True)
     ]
     _check_size(exp, per_model, file)
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
-    axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
+    axes = _Axes(framework, schedules, tps, sps, par_axes, policies, precisions)
     for mi in range(len(exp.models)):
         _model_points(prep, mi, axes, points, skipped)
     if not points:
@@ -106,7 +108,8 @@ def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:
 class _Axes:
     """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
     name as written, virtual stages)`` (per model), tensor (per model) and sequence parallelism, ``(expert parallel,
-    context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
+    context parallel, its comm kind, overlap)``, ``(memory policy as written, policy)`` and the
+    precisions (:mod:`sim.plan.precision_axis`)."""
 
     framework: Framework
     schedules: list[list[tuple[type[Schedule], str, int]]]
@@ -114,6 +117,7 @@ class _Axes:
     sps: list[bool]
     parallel: list[tuple[int, int, str, bool]]
     policies: list[Policy]
+    precisions: list[str]
 
 
 def _model_points(
@@ -137,8 +141,9 @@ def _model_points(
         axes.parallel,
         mbs,
         axes.policies,
+        axes.precisions,
     )
-    for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
+    for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy), prec in grid:
         w = w or (sw.gpus or 0) // (p * t * cp)  # sweep.gpus: the width that fills them
         lay = ParallelLayout(pp=p, vp=v, dp_replicate=w, cp=cp, tp=t, sp=sp, ep=ep, cp_comm=cpc)
         reason = (
@@ -151,12 +156,14 @@ def _model_points(
             or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), axes.framework)
             or _stage_count(text, policy, p * v)
             or _asynchronous(sw, cls)
+            or precision_invalid(prep, prec, policy, axes.framework)
         )
         if reason:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
             vs = f" v={v}" if v > 1 else ""
             par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
             par += " overlap" if ov else ""
+            par += f" {prec}" if prec else ""
             desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {text}"
             skipped.append((desc, reason))
             continue
@@ -172,6 +179,7 @@ def _model_points(
                 routing=model.routing,
                 ep_overlap=ov,
                 framework=axes.framework.name,
+                precision=prec,
             )
         )
 

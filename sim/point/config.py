@@ -41,6 +41,8 @@ class PointConfig(BaseModel):
         routing: how tokens are routed to experts (``balanced``...).
         ep_overlap: expert-parallel all-to-alls overlapped with compute.
         framework: the framework profile's name (the experiment's ``framework:``).
+        precision: the linear layers' low-precision recipe (``fp8-delayed``...); ``""``: every
+            GEMM in the training dtype (:mod:`sim.compute.precision`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +64,7 @@ class PointConfig(BaseModel):
     routing: str = "balanced"
     ep_overlap: bool = False
     framework: str = "pipesim"
+    precision: str = ""
 
     @property
     def layout(self) -> ParallelLayout:

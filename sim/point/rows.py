@@ -59,6 +59,7 @@ class ResultRow(BaseModel):
     routing: str = "balanced"
     ep_overlap: bool = False
     framework: str = "pipesim"
+    precision: str = ""
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
     throughput_samples_per_s: float | None = _NonNeg

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
+from sim.compute.precision import LowPrecision
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
@@ -26,6 +27,7 @@ from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
 from sim.memory.plan import StagePlan
+from sim.memory.precision import precision_plan
 from sim.memory.states import state_bytes
 from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
@@ -34,7 +36,7 @@ from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.rank import rank_trace
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.point.config import PointConfig
-from sim.point.experiment import Prepared
+from sim.point.experiment import Prepared, point_precision
 from sim.point.stages import (
     Grid,
     Layout,
@@ -97,10 +99,11 @@ def resolve(
     _check_size(point, schedule, topo, base_trace, file)
     policy = _policy(point, file)
     if shared is None:
-        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
+        low = _precision(exp, point, file)
+        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute, low)
         sharded = _shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
     else:
-        trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
+        trace, shared_notes = shared.adapted(point.model, point.microbatch_size, point.precision)
         notes = list(shared_notes)
         sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
@@ -132,6 +135,7 @@ def resolve(
         layout,
         sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
         file,
+        _stage_low_params(sharded, boundaries),
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     if schedule.splits_backward and not all(c.has_split for c in costs):
@@ -222,6 +226,18 @@ def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework
         raise InputError(str(exc), file=file, field="framework") from None
 
 
+def _precision(exp: ExperimentConfig, point: PointConfig, file: str):
+    """The point's low-precision recipe (:func:`~sim.point.experiment.point_precision`).
+
+    Raises:
+        InputError: a recipe the framework or the options refuse (field ``training.precision``).
+    """
+    try:
+        return point_precision(exp, point.precision)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="training.precision") from None
+
+
 def _policy(point: PointConfig, file: str) -> MemoryPolicy:
     """The point's memory policy.
 
@@ -248,10 +264,13 @@ def _plans(
     layout: Layout,
     expert_bytes: tuple[float, ...],
     file: str,
+    low: tuple[LowPrecision | None, tuple[float, ...]] = (None, ()),
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
-    what the framework adds (:meth:`~sim.framework.base.Framework.plans`).
+    what the framework adds (:meth:`~sim.framework.base.Framework.plans`), then the
+    low-precision recipe's weight copies and parameter gather (``low``: the recipe and each
+    stage's low-precision parameters, :mod:`sim.memory.precision`).
 
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
@@ -282,6 +301,10 @@ def _plans(
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
+    recipe, low_params = low
+    spec = topo.gpus[0].compute
+    if recipe is not None and spec is not None and any(low_params):
+        flat = [precision_plan(p, low_params[i % n], recipe, spec, w) for i, p in enumerate(flat)]
     if not exp.training.optimizer_step:
         flat = [replace(p, optimizer_s=0.0) for p in flat]
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
@@ -299,6 +322,17 @@ def _plans(
         for r in range(w)
     )
     return plans, tensor_plans
+
+
+def _stage_low_params(
+    sharded: ShardedTrace | DecoderShard, boundaries
+) -> tuple[LowPrecision | None, tuple[float, ...]]:
+    """The rank trace's low-precision recipe and each stage's low-precision parameters."""
+    if not isinstance(sharded, DecoderShard) or sharded.precision is None:
+        return None, ()
+    edges = [*boundaries, len(sharded.low_params)]
+    per = tuple(sum(sharded.low_params[a:b]) for a, b in zip(edges, edges[1:], strict=False))
+    return sharded.precision, per
 
 
 def _gpu_model(topo: Topology):

@@ -44,14 +44,19 @@ from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
 
+OPTIONAL_COLUMNS = ("precision",)
+"""Columns left out when no row sets them (their default ``""``), so a table of runs without
+them keeps its earlier columns."""
+
 
 def results_frame(rows: list[ResultRow], bands: Bands | None = None) -> pd.DataFrame:
-    """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order, then
-    each prediction's band (:data:`sim.report.row_bands.BAND_COLUMNS`) from ``bands`` (default: the
-    shipped ones; :func:`sim.report.row_bands.bands_for` the hardware's)."""
-    return with_bands(
-        pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields)), bands
-    )
+    """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order (less
+    :data:`OPTIONAL_COLUMNS` no row sets), then each prediction's band
+    (:data:`sim.report.row_bands.BAND_COLUMNS`) from ``bands`` (default: the shipped ones;
+    :func:`sim.report.row_bands.bands_for` the hardware's)."""
+    unset = {c for c in OPTIONAL_COLUMNS if not any(getattr(r, c) for r in rows)}
+    columns = [c for c in ResultRow.model_fields if c not in unset]
+    return with_bands(pd.DataFrame([r.model_dump() for r in rows], columns=columns), bands)
 
 
 def write_results_csv(
@@ -113,6 +118,10 @@ def winner_config(
         data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
     if row.virtual_stages > 1:
         data["sweep"]["virtual_stages"] = int(row.virtual_stages)
+    if row.precision:
+        data.setdefault("training", {})["precision"] = row.precision
+    elif "training" in data:
+        data["training"].pop("precision", None)
     if row.expert_parallel > 1:
         data["sweep"]["expert_parallel"] = int(row.expert_parallel)
     if row.ep_overlap:
