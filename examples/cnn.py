@@ -4,7 +4,7 @@ Layer chain: the model's top-level children in order (``stem, block1, block2, bl
 head``), each taking the previous one's output. Used by ``examples/cnn.yaml``::
 
     sim profile --model examples/cnn.py:build --loss examples/cnn.py:loss \
-        --out examples/traces/cnn-cpu -b 8
+        --out traces/cpu/cnn-cpu -b 8
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ The blocks live in an ``nn.ModuleList``, so the chain is named with ``--layers``
 (``blocks.*`` expands to the list's children in order)::
 
     sim profile --model examples/llama_block.py:build --loss examples/llama_block.py:loss \
-        --layers 'embed,blocks.*,norm,lm_head' --out examples/traces/llama-cpu -b 4
+        --layers 'embed,blocks.*,norm,lm_head' --out traces/cpu/llama-cpu -b 4
 """
 
 from __future__ import annotations

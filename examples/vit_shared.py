@@ -13,7 +13,7 @@ Input ``[b, 3, 32, 32]`` images; output ``[b, 64, 48]`` reconstructed 4x4 patche
 mean squared error against the image's own patches (:func:`loss`)::
 
     sim profile --model examples/vit_shared.py:build --loss examples/vit_shared.py:loss \
-        --layers 'embed,blocks.*,head' --out examples/traces/vit-shared-cpu -b 4 -b 8
+        --layers 'embed,blocks.*,head' --out traces/cpu/vit-shared-cpu -b 4 -b 8
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sim.engine import SimInput, StageCost
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.memory.plan import StagePlan
@@ -131,3 +133,12 @@ def cluster_1f1b(
             **sweep,
         },
     }
+
+
+def assert_times_reported(r) -> None:
+    """A replay row measured a positive iteration time, predicted one, and its ``error`` is
+    ``(predicted - measured) / measured`` (sim.validate.table)."""
+    where = (r.schedule, r.runtime) if hasattr(r, "runtime") else r.schedule
+    assert r.measured_iteration_s > 0 and r.predicted_iteration_s > 0, where
+    want = (r.predicted_iteration_s - r.measured_iteration_s) / r.measured_iteration_s
+    assert r.error == pytest.approx(want, rel=1e-6), where

@@ -74,8 +74,24 @@ def nvlink_counts(preset: str) -> dict[tuple[int, int], int]:
     return out
 
 
+CALIBRATED = {"cpu-2rank": 2}
+"""Shipped descriptions written by ``sim calibrate`` (measured on this project's VM), not GPU
+servers: their sizes are measurements, not datasheet figures."""
+
+
 def test_presets_are_the_expected_ones():
-    assert set(list_presets()) == set(EXPECTED)
+    assert set(list_presets()) == set(EXPECTED) | set(CALIBRATED)
+
+
+@pytest.mark.parametrize("preset", sorted(CALIBRATED))
+def test_calibrated_descriptions_load_and_round_trip(preset):
+    topo = load_hardware(preset)
+    assert topo.num_gpus == CALIBRATED[preset]
+    assert all(g.memory_bytes > 0 for g in topo.gpus)
+    for a, b in itertools.permutations(topo.gpus, 2):
+        assert topo.route_bandwidth_Bps(a.name, b.name) > 0
+    stored = json.loads(json.dumps(topology_to_dict(topo)))
+    assert load_hardware(stored) == topo
 
 
 @pytest.mark.parametrize("preset", sorted(EXPECTED))

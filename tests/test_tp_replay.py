@@ -23,7 +23,7 @@ from backends.torch.launch import replay, run_ranks  # noqa: E402
 from backends.torch.models import as_spec, build_layers, lm_loss, microbatch  # noqa: E402
 from backends.torch.tensor_parallel import tp_chain, tp_param_count  # noqa: E402
 from sim.cli import app  # noqa: E402
-from tests.test_validate_e2e import MAX_OVER_PREDICTION, MIN_ERROR  # noqa: E402
+from tests.helpers import assert_times_reported  # noqa: E402
 
 MODEL = dict(name="tp-tiny", kind="gpt", layers=2, hidden=32, heads=4, seq_len=16, vocab=64)
 REPO = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ MAX_TP_MEMORY_ERROR = 0.30
 def test_validate_tp_winner_on_cpu(tmp_path):
     exp = {
         "name": "tp",
-        "hardware": str(REPO / "experiments" / "hardware" / "cpu-2rank.yaml"),
+        "hardware": str(REPO / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "gpt-tiny-cpu",
@@ -170,10 +170,7 @@ def test_validate_tp_winner_on_cpu(tmp_path):
     df = pd.read_csv(tmp_path / "out" / "validation.csv")
     (row,) = df.itertuples()
     assert row.tensor_parallel == 2 and row.all_actions_done and row.losses_finite
-    where = (
-        f"measured {row.measured_iteration_s:.4f} s, predicted {row.predicted_iteration_s:.4f} s"
-    )
-    assert MIN_ERROR <= row.error <= MAX_OVER_PREDICTION, where
+    assert_times_reported(row)
     # the counted peak is what the CPU prediction models; the measured resident one is larger
     assert abs(row.counted_memory_error) <= MAX_TP_MEMORY_ERROR, row.counted_memory_error
     assert row.measured_peak_bytes >= 0.9 * row.counted_peak_bytes

@@ -50,7 +50,7 @@ def _settle_heap() -> None:
     process of ``sim run experiments/dgx1.yaml`` spent 1.5 to 1.8 s in 655 collections (most
     of it in full ones), and its shutdown 0.6 to 1.5 s more in the final collections (timed
     with ``gc.callbacks`` on the loaded 2-core machine for issue 17; with this, 0.15 to 0.3 s
-    and 0.03 to 0.1 s: docs/issue17-figures.md). Disabling it for the imports and freezing
+    and 0.03 to 0.1 s, as issue 17's closing note reports). Disabling it for the imports and freezing
     the result (:func:`gc.freeze`) is what the Python documentation advises before ``fork()``
     (https://docs.python.org/3/library/gc.html#gc.freeze), which ``sim run`` does for its
     workers and drawings (:mod:`sim.plan.executors`, :func:`sim.report.outputs.draw`): the children

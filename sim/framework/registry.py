@@ -1,4 +1,8 @@
-"""Framework registry: ``framework:`` name -> :class:`~sim.framework.base.Framework` profile."""
+"""Framework registry: ``framework:`` name -> :class:`~sim.framework.base.Framework` profile.
+
+The shared plug-in shape (:class:`sim.plugins.Registry`): one class per framework, one list
+here. A profile carries no state per point, so each class has one shared instance.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,14 @@ from sim.framework.megatron_lm_torch_ddp import MegatronLMTorchDDP
 from sim.framework.pipesim import Pipesim
 from sim.framework.pytorch_ddp import PytorchDDP
 from sim.framework.torchtitan import Torchtitan
+from sim.plugins import Registry, UnknownName
 
 DEFAULT_FRAMEWORK = Pipesim.name
 """What an experiment without ``framework:`` runs: what ``sim validate`` replays."""
 
-FRAMEWORKS: dict[str, Framework] = {
-    cls.name: cls()
-    for cls in (
+REGISTRY: Registry[Framework] = Registry(
+    "framework",
+    [
         Pipesim,
         MegatronDeepSpeed,
         MegatronLM,
@@ -24,25 +29,31 @@ FRAMEWORKS: dict[str, Framework] = {
         DeepSpeed,
         Torchtitan,
         PytorchDDP,
-    )
-}
-"""Every profile by name, the default first."""
+    ],
+    known=lambda names, _aliases: f"valid: {', '.join(names)}",
+)
+"""Every profile class, the default first."""
 
-
-class UnknownFrameworkError(KeyError):
-    """An unknown framework name; ``str()`` is the plain message listing the valid ones."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+UnknownFrameworkError = UnknownName
+"""An unknown framework name (a :class:`KeyError` whose ``str()`` lists the valid ones)."""
 
 
 def framework_names() -> list[str]:
     """The profile names, the default first."""
-    return list(FRAMEWORKS)
+    return REGISTRY.names()
+
+
+_INSTANCES: dict[str, Framework] = {}
+
+
+def _instance(cls: type[Framework]) -> Framework:
+    if cls.name not in _INSTANCES:
+        _INSTANCES[cls.name] = cls()
+    return _INSTANCES[cls.name]
 
 
 def get_framework(name: str) -> Framework:
-    """The profile registered under ``name``.
+    """The profile registered under ``name`` (one shared object per class).
 
     Raises:
         UnknownFrameworkError: a :class:`KeyError` whose message lists the valid names.
@@ -51,9 +62,8 @@ def get_framework(name: str) -> Framework:
         >>> get_framework("megatron-deepspeed").placement.value
         'megatron'
     """
-    try:
-        return FRAMEWORKS[name]
-    except (KeyError, TypeError):
+    if not isinstance(name, str):
         raise UnknownFrameworkError(
             f"unknown framework {name!r}; valid: {', '.join(framework_names())}"
-        ) from None
+        )
+    return _instance(REGISTRY.get(name))

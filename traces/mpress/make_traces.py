@@ -1,6 +1,6 @@
-"""Write the analytic traces of ``experiments/mpress-dgx1.yaml`` into ``experiments/mpress/``.
+"""Write the analytic traces of ``experiments/mpress-dgx1.yaml`` into ``traces/mpress/``.
 
-Run from anywhere: ``python experiments/mpress/make_traces.py``. GPT and BERT stacks
+Run from anywhere: ``python traces/mpress/make_traces.py``. GPT and BERT stacks
 (:func:`sim.trace.generator.transformer_trace`, the same kernel model as the shipped traces:
 the ``dgx1-v100-16gb`` preset's V100-SXM2; ``sim run`` rescales to the 32 GB V100 of the
 experiment) at model sizes spanning MPress's DGX-1 range (Zhou et al. HPCA'23 §VI, billion-scale
@@ -39,7 +39,7 @@ def main() -> None:
         trace = transformer_trace(
             kind, microbatch_size=1, dtype="fp16", gpu=preset_gpu("dgx1-v100-16gb"), **shape
         )
-        prov = dict(trace.provenance, command="python experiments/mpress/make_traces.py")
+        prov = dict(trace.provenance, command="python traces/mpress/make_traces.py")
         csv_path, _ = write_trace(replace(trace, provenance=prov), HERE / trace.name)
         print(csv_path.relative_to(HERE.parents[1]), f"{trace.parameters / 1e9:.2f}B")
 
