@@ -174,8 +174,9 @@ def _write_all(
                 else ""
             )
             + f"b={winner.microbatch_size} m={winner.microbatches} "
-            f"policy={winner.memory_policy}: "
-            f"{winner.throughput_samples_per_s:.2f} samples/s, "
+            f"policy={winner.memory_policy}"
+            + (f" precision={winner.precision}" if winner.precision else "")
+            + f": {winner.throughput_samples_per_s:.2f} samples/s, "
             f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
             f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
             highlight=False,

@@ -13,13 +13,12 @@ from sim.compute.kernels import gemm, kernel_time_s, phase_time, wave_factor
 from sim.compute.precision import (
     TE,
     TORCHAO,
-    LayerRules,
-    LowPrecision,
     cast_bytes_per_element,
     get_recipe,
     param_gather_bytes_per_param,
     weight_copy_bytes_per_param,
 )
+from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.compute.quantize import quantize_layer
 from sim.config import parse_experiment
 from sim.errors import InputError

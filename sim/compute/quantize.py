@@ -31,14 +31,8 @@ import re
 from dataclasses import replace
 
 from sim.compute.kernels import Kernel, mem
-from sim.compute.precision import (
-    DTYPE_BYTES,
-    TORCHAO,
-    LayerRules,
-    LowPrecision,
-    Recipe,
-    cast_bytes_per_element,
-)
+from sim.compute.precision import DTYPE_BYTES, TORCHAO, Recipe, cast_bytes_per_element
+from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 
 LINEARS = frozenset(

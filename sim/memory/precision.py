@@ -28,10 +28,10 @@ from dataclasses import replace
 
 from sim.compute.precision import (
     DTYPE_BYTES,
-    LowPrecision,
     param_gather_bytes_per_param,
     weight_copy_bytes_per_param,
 )
+from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import weight_quantize_bytes
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.memory.plan import StagePlan

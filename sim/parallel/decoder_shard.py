@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.kernels import Kernel, phase_time
-from sim.compute.precision import TE, LowPrecision
+from sim.compute.precision import TE
+from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer
 from sim.compute.routing import Routing
 from sim.events import EventKind

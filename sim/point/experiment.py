@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.compute.precision import LayerRules, LowPrecision, get_recipe
+from sim.compute.precision import get_recipe
+from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.config import ExperimentConfig, PrecisionOptions
 from sim.framework.registry import get_framework
 from sim.hardware.loader import load_hardware

@@ -28,6 +28,7 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("microbatch_size", "b samples", lambda v: f"{int(v)}", True),
     ("microbatches", "m", lambda v: f"{int(v)}", True),
     ("memory_policy", "memory policy", str, False),
+    ("precision", "precision", str, False),
     ("iteration_time_s", "iteration (ms)", lambda v: f"{v * 1e3:,.2f}", True),
     ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
     ("throughput_band", "band p10–p90 (samples/s)", str, True),

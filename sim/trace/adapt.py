@@ -28,7 +28,7 @@ from functools import lru_cache
 from sim.compute.decoder import DecoderShape, layer_kernels
 from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_times, head_times
-from sim.compute.precision import LowPrecision
+from sim.compute.precision_rules import LowPrecision
 from sim.compute.routing import expert_rows
 from sim.compute.transformer import BlockShape, block_times
 from sim.hardware.gpu_compute import ComputeSpec, same_device

@@ -31,7 +31,7 @@ from sim.compute.decoder import (
     layer_params,
 )
 from sim.compute.kernels import phase_time
-from sim.compute.precision import LowPrecision
+from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, precision_kernels
 from sim.compute.routing import expert_rows
 from sim.hardware.gpu_compute import ComputeSpec
