@@ -118,6 +118,24 @@ def test_blockwise_casts_of_a_dense_block_hand_counted():
     assert core and all(k.precision == "" for k in core)  # the attention core stays bf16
 
 
+def test_sequence_parallel_inputs_are_cast_before_their_all_gather():
+    # t = 2, sequence parallel: the QKV and FC1 inputs are quantized over the rank's r = t/2
+    # tokens, the projection's and FC2's (tensor-split activations) over all t
+    t, r, h, f = 512, 256, 256, 512
+    kernels = layer_kernels("block", SMALL, 1, 2, tp=2, sp=True)
+    fwd = quantize_layer(kernels, recipe("mxfp8"), BLACKWELL_FP8)[0]
+    per = 2 + 2 * (1 + 1 / 32)
+    casts = {k.name: k.bytes for k in fwd if k.name.startswith("quantize_")}
+    assert casts == pytest.approx(
+        {
+            "quantize_qkv": r * h * per,
+            "quantize_proj": t * h / 2 * per,
+            "quantize_fc1": r * h * per,
+            "quantize_down": t * f / 2 * per,
+        }
+    )
+
+
 def test_delayed_scaling_casts_inside_the_norm():
     # TE's FULLY_FUSED norm writes the FP8 copies instead of bf16: Blackwell writes 1 B, not 2
     r, h = 512, 256

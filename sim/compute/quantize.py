@@ -17,8 +17,9 @@ quantize kernels that feed them (:mod:`sim.compute.precision` says which and why
   input share its cast (Megatron's fused QKV and FC1 linears). The inputs of a dense block's
   QKV and FC1 come from the norm of a ``LayerNormLinear``: with ``norm_fusion == "cast"`` the
   norm writes the quantized copies instead of its 16-bit output (its bytes change, no kernel
-  is added), with ``"amax"`` the cast kernel has no amax pass. Under sequence parallelism those
-  inputs are quantized before the all-gather, over the rank's own tokens (the norm's).
+  is added), with ``"amax"`` the cast kernel has no amax pass. Under sequence parallelism a
+  norm's output is quantized before the all-gather, over the rank's own tokens (the norm's:
+  :data:`NORM_INPUT`).
 
 With TE's weight cache the weights are quantized once per step, not here
 (:func:`weight_quantize_bytes`). The attention core, norms, activations, router and
@@ -31,7 +32,7 @@ import re
 from dataclasses import replace
 
 from sim.compute.kernels import Kernel, mem
-from sim.compute.precision import DTYPE_BYTES, TORCHAO, Recipe, cast_bytes_per_element
+from sim.compute.precision import DTYPE_BYTES, TE, TORCHAO, Recipe, cast_bytes_per_element
 from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 
@@ -45,6 +46,10 @@ SHARED_INPUT = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "fc1", "up": "fc1"}
 """GEMMs that are one linear layer in Megatron (fused QKV, FC1 with gate and up): one cast."""
 NORM_FED = {"qkv": "norm1", "fc1": "norm2"}
 """Inputs a dense block's ``LayerNormLinear`` takes from its norm (the kernel that writes it)."""
+NORM_INPUT = {**NORM_FED, "q_down": "norm1", "kv_down": "norm1", "shared_up": "norm2"}
+"""Inputs that are a norm's output: under sequence parallelism Transformer Engine quantizes
+them over the rank's own tokens before the all-gather (``layernorm_linear.py:285-312``), so
+their cast covers the norm's elements, not the gathered GEMM's."""
 _BWD = re.compile(r"^d_(.+)_(in|w)$")
 
 
@@ -141,14 +146,16 @@ def _input_casts(
     recipe fuses the cast into it (module doc)."""
     out = list(fwd)
     for key, n in x_elems.items():
-        norm = NORM_FED.get(key)
+        norm = NORM_INPUT.get(key) if recipe.library == TE else None
         at = next((i for i, k in enumerate(out) if k.name == norm), None) if norm else None
-        if at is None or not recipe.norm_fusion:
+        if at is not None:  # the norm reads and writes its r*h elements
+            n = out[at].bytes / (2 * DTYPE_BYTES)
+        if at is None or key not in NORM_FED or not recipe.norm_fusion:
             out.append(
                 mem(f"quantize_{key}", n * cast_bytes_per_element(recipe, usages, rate.non_tn))
             )
             continue
-        elems = out[at].bytes / (2 * DTYPE_BYTES)  # the norm reads and writes its r*h elements
+        elems = n
         if recipe.norm_fusion == "cast":  # the norm writes the quantized copies, no 16-bit output
             writes = cast_bytes_per_element(recipe, usages, rate.non_tn) - DTYPE_BYTES
             out[at] = replace(out[at], bytes=out[at].bytes + elems * (writes - DTYPE_BYTES))

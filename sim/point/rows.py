@@ -23,7 +23,7 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 7
+ROW_FORMAT = 8
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
