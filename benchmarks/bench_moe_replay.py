@@ -4,7 +4,7 @@ Profiles a small Mixtral-layout model on this machine's CPU (``sim profile --mod
 config.json --concurrent 2``: two processes at once, as the replay's two ranks share the
 cores; it records the decoder shape so the trace splits by expert and context
 parallelism), then validates each configuration with the calibrated 2-rank CPU hardware
-(``sim/hardware/presets/cpu-2rank.yaml``) by :func:`sim.api.validate` with the torch replayer
+(``sim/hardware/calibrated/cpu-2rank.yaml``) by :func:`sim.api.validate` with the torch replayer
 (the one validation pipeline, :mod:`sim.validate.pipeline`; the ranks are
 :mod:`backends.torch.group_replay`): 2 gloo ranks, then one process on the same data. It
 prints measured and predicted iteration time and peak memory (the replay counts weights,
@@ -56,7 +56,7 @@ CONFIG = {
     "tie_word_embeddings": False,
 }
 SEQ, B = 128, 4
-HARDWARE = str(REPO / "sim/hardware/presets/cpu-2rank.yaml")
+HARDWARE = str(REPO / "sim/hardware/calibrated/cpu-2rank.yaml")
 
 
 def profile(tmp: Path, threads: int) -> str:

@@ -34,7 +34,7 @@ TINY_SIDE = yaml.safe_dump(
     },
     sort_keys=False,
 )
-HW = (ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml").read_text()
+HW = (ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml").read_text()
 
 
 def _exp(**changes) -> str:

@@ -67,7 +67,7 @@ def test_driver_and_checks_on_cpu(tmp_path):
     pytest.importorskip("torch")
     dest = tmp_path / "cpu"
     dest.mkdir()
-    shutil.copy(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml", dest / "hardware.yaml")
+    shutil.copy(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml", dest / "hardware.yaml")
     for step, budget in (("profile", "5"), ("grid", "30"), ("provenance", "1")):
         cmd = [sys.executable, "-m", "backends.torch.ground_truth", step, "--dest", str(dest)]
         subprocess.run([*cmd, "--device", "cpu", "--tiny", "--budget-s", budget], check=True,

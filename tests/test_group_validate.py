@@ -77,7 +77,7 @@ def test_validate_replays_ep_and_cp_with_equal_losses(tmp_path):
     for name, sweep in cases.items():
         exp = {
             "name": name,
-            "hardware": str(REPO / "sim/hardware/presets/cpu-2rank.yaml"),
+            "hardware": str(REPO / "sim/hardware/calibrated/cpu-2rank.yaml"),
             "models": [{"name": "t", "trace": "t.csv", "global_batch": 4 * sweep["dp_width"]}],
             "training": {"optimizer": "sgd"},
             "sweep": {"schedule": "1f1b", "stages": 1, "microbatch_size": 2, **sweep},

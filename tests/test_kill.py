@@ -152,7 +152,7 @@ def test_kill_9_of_sim_run_leaves_no_process_and_no_temp_files(tmp_path):
 def _tiny_winner(tmp_path: Path) -> Path:
     """A 2-rank 1F1B configuration of the tiny GPT profiled on this CPU."""
     exp = yaml.safe_load((ROOT / "experiments" / "cpu-gpt-tiny.yaml").read_text())
-    exp["hardware"] = str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml")
+    exp["hardware"] = str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml")
     exp["models"][0]["trace"] = str(ROOT / "traces" / "gpt-tiny-cpu.csv")
     exp["models"][0]["microbatch_size"] = 2
     exp["sweep"]["schedule"] = "1f1b"

@@ -105,6 +105,6 @@ def test_rows_over_one_server_run_on_the_fewest_servers():
 
 def test_a_calibrated_file_is_not_repeated_into_servers():
     # `Nx-` repeats presets only: a row larger than a calibrated machine is not predicted
-    calibrated = str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml")
+    calibrated = str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml")
     assert row_hardware(calibrated, 2, 2) == calibrated
     assert row_hardware(calibrated, 4, 2) is None

@@ -105,7 +105,7 @@ def test_the_shared_weight_model_replays_every_schedule_family_with_equal_numeri
     assert res.exit_code == 0, res.output
     exp = {
         "name": "vit",
-        "hardware": str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [{"name": "vit", "trace": str(tmp_path / "vit.csv"), "global_batch": 4}],
         "training": {"optimizer": "sgd"},
         "sweep": {"schedule": "gpipe", "stages": 2, "microbatch_size": 2},
@@ -140,7 +140,7 @@ def test_the_tied_hf_config_replays_the_other_schedules_with_equal_numerics(tmp_
     assert res.exit_code == 0, res.output
     exp = {
         "name": "qwen2",
-        "hardware": str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [{"name": "qwen2", "trace": str(tmp_path / "q.csv"), "global_batch": 8}],
         "training": {"optimizer": "sgd"},
         "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 2},
@@ -235,7 +235,7 @@ def test_a_replay_whose_tied_gradient_sync_is_broken_fails_the_numerics_check(
     assert res.exit_code == 0, res.output
     exp = {
         "name": "tied",
-        "hardware": str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [{"name": "tied", "trace": str(tmp_path / "t.csv"), "global_batch": 4}],
         "training": {"optimizer": "sgd"},
         "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 2},

@@ -35,7 +35,7 @@ def _config(tmp_path: Path, **sweep: object) -> Path:
     """A single configuration of the shipped CPU trace (4 blocks, b=4) on the 2-rank CPU."""
     exp = {
         "name": "one",
-        "hardware": str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "gpt-tiny-cpu",

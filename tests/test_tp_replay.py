@@ -144,7 +144,7 @@ MAX_TP_MEMORY_ERROR = 0.30
 def test_validate_tp_winner_on_cpu(tmp_path):
     exp = {
         "name": "tp",
-        "hardware": str(REPO / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(REPO / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "gpt-tiny-cpu",

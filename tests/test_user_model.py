@@ -200,7 +200,7 @@ def test_validate_replays_a_fixed_sample_at_another_microbatch_size(tmp_path: Pa
     assert code == 0, out
     exp = {
         "name": "f",
-        "hardware": str(ROOT / "sim/hardware/presets/cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim/hardware/calibrated/cpu-2rank.yaml"),
         "models": [{"name": "f", "trace": "f.csv", "global_batch": 8, "microbatch_size": 2}],
         "training": {"optimizer": "sgd"},
         "sweep": {"schedule": "gpipe", "stages": 2},
@@ -471,7 +471,7 @@ def _profile_run_validate(tmp_path: Path, model: str, extra: list, b: int) -> pd
     assert code == 0, out
     exp = {
         "name": "mine",
-        "hardware": str(ROOT / "sim/hardware/presets/cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim/hardware/calibrated/cpu-2rank.yaml"),
         "models": [{"name": "mine", "trace": "m.csv", "global_batch": 4 * b, "microbatch_size": b}],
         "training": {"optimizer": "sgd"},
         "sweep": {"schedule": ["gpipe", "1f1b"], "stages": 2},

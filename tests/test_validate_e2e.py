@@ -182,7 +182,7 @@ def test_validate_refuses_a_policy_the_replay_cannot_run(tmp_path, policy, named
     root = Path(__file__).resolve().parents[1]
     exp = {
         "name": "x",
-        "hardware": str(root / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(root / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "g",
@@ -210,7 +210,7 @@ def test_validate_replays_the_multi_stage_schedules(tmp_path):
     root = Path(__file__).resolve().parents[1]
     exp = {
         "name": "vs",
-        "hardware": str(root / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(root / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "g",

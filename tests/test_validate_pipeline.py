@@ -98,7 +98,7 @@ def config(tmp_path: Path, framework: str | None = None, **sweep: object) -> Pat
     """One configuration of the shipped CPU trace (6 layers, a real model) on 2 CPU ranks."""
     exp: dict = {
         "name": "one",
-        "hardware": str(ROOT / "sim" / "hardware" / "presets" / "cpu-2rank.yaml"),
+        "hardware": str(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml"),
         "models": [
             {
                 "name": "g",

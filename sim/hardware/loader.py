@@ -32,6 +32,21 @@ def _presets_dir() -> Any:
     return resources.files("sim.hardware").joinpath("presets")
 
 
+def _calibrated_dir() -> Any:
+    return resources.files("sim.hardware").joinpath("calibrated")
+
+
+def list_calibrated() -> list[str]:
+    """Names of the bundled calibrated descriptions (``calibrated/*.yaml``: written by ``sim
+    calibrate`` on this project's machines, loadable by name like a preset but not a GPU
+    server's datasheet, so never matched to a trace's device), sorted."""
+    return sorted(
+        entry.name[: -len(".yaml")]
+        for entry in _calibrated_dir().iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
 def list_presets() -> list[str]:
     """Names of the bundled hardware presets, sorted (file stems of ``presets/*.yaml``)."""
     return sorted(
@@ -65,7 +80,9 @@ def multi_server(name: str) -> tuple[int, str] | None:
 
 def is_preset(name: str) -> bool:
     """Whether ``name`` is a bundled preset or ``Nx-PRESET`` of one."""
-    return isinstance(name, str) and (name in list_presets() or multi_server(name) is not None)
+    return isinstance(name, str) and (
+        name in list_presets() or name in list_calibrated() or multi_server(name) is not None
+    )
 
 
 def cluster_presets() -> list[str]:
@@ -112,11 +129,14 @@ def _preset_raw(name: str, *, file: str | None, field: str | None) -> dict[str, 
     if several is not None:
         n, base = several
         return {"base": base, "name": name, "servers": n}
-    if not isinstance(name, str) or name not in list_presets():
+    if isinstance(name, str) and name in list_calibrated():
+        path, folder = f"calibrated/{name}.yaml", _calibrated_dir()
+    elif isinstance(name, str) and name in list_presets():
+        path, folder = f"presets/{name}.yaml", _presets_dir()
+    else:
         raise _unknown_preset(str(name), file=file, field=field)
-    path = f"presets/{name}.yaml"
     return _as_mapping(
-        read_yaml(_presets_dir().joinpath(f"{name}.yaml").read_text(), file=path), path, None
+        read_yaml(folder.joinpath(f"{name}.yaml").read_text(), file=path), path, None
     )
 
 
