@@ -123,7 +123,7 @@ def test_sequence_parallel_inputs_are_cast_before_their_all_gather():
     # tokens, the projection's and FC2's (tensor-split activations) over all t
     t, r, h, f = 512, 256, 256, 512
     kernels = layer_kernels("block", SMALL, 1, 2, tp=2, sp=True)
-    fwd = quantize_layer(kernels, recipe("mxfp8"), BLACKWELL_FP8)[0]
+    fwd = quantize_layer(kernels, recipe("mxfp8"), B200.low_rate("mxfp8"))[0]
     per = 2 + 2 * (1 + 1 / 32)
     casts = {k.name: k.bytes for k in fwd if k.name.startswith("quantize_")}
     assert casts == pytest.approx(
