@@ -1,7 +1,7 @@
 """Communication accuracy: pipesim's predicted p2p and all-reduce bus bandwidth against
 nccl-tests measurements by others.
 
-Measured (``validation/galvatron/{p2p,allreduce}_bandwidth_1nodes_8gpus_per_node.json``,
+Measured (``measurements/galvatron/{p2p,allreduce}_bandwidth_1nodes_8gpus_per_node.json``,
 PKU-DAIR/Hetu-Galvatron, Apache-2.0): ``GalvatronProfiler.profile_bandwidth`` runs nccl-tests
 ``sendrecv_perf`` and ``all_reduce_perf`` from 16 MB to 512 MB (factor 2) on the first group of
 each kind and keeps nccl-tests' "Avg bus bandwidth" in GB/s:
@@ -43,13 +43,13 @@ communicator has one ring at its port's rate; on the DGX-1 cube mesh it has NCCL
 over all 6 NVLinks of each GPU (:func:`sim.comm.rings.ring_set`: 40 + 40 + 20 + 20 = 120
 GB/s, -8 % against 130 GB/s; one ring gave 40 GB/s, -69 %).
 
-nccl-tests sweeps (:func:`sweep_rows`, ``validation/nccl-tests/``): all-reduce times over 8
+nccl-tests sweeps (:func:`sweep_rows`, ``measurements/nccl-tests/``): all-reduce times over 8
 GPUs from 8 B to 8 GiB published for 8x A100 (NVSwitch) and a DGX-1-class V100 server, against
 NCCL's own cost model (:mod:`sim.comm.nccl`: the algorithm and protocol it chooses, their
 latency and bandwidth) and against the previous model (the ring with the links' latencies per
 step, :meth:`~sim.comm.hierarchical.CollectivePlan.ring_time_s`). Most sweeps ran with
 ``-g 8`` (one thread launches on 8 GPUs), whose small-size floor holds 8 launches: compare the
-small sizes with that in mind (validation/nccl-tests/README.md).
+small sizes with that in mind (measurements/nccl-tests/README.md).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/accuracy_comm.py`` from a checkout (the venv's
 installed ``sim`` may be another checkout's). ``rows()`` returns the Galvatron table as dicts,
@@ -69,8 +69,8 @@ from sim.events import EventKind
 from sim.hardware.loader import list_presets, load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "validation" / "galvatron"
-SWEEPS = ROOT / "validation" / "nccl-tests" / "allreduce_8gpu.csv"
+DATA = ROOT / "measurements" / "galvatron"
+SWEEPS = ROOT / "measurements" / "nccl-tests" / "allreduce_8gpu.csv"
 BANDS = (("small <= 64 KiB", 0, 2**16), ("mid 128 KiB-128 MiB", 2**17, 2**27))
 BANDS += (("large >= 256 MiB", 2**28, 2**40),)
 """Size bands of the sweep summary (the model's regimes: latency, both, bandwidth)."""
@@ -237,7 +237,7 @@ def _sweeps() -> list[dict]:
 
 
 def sweep_rows() -> list[dict]:
-    """One row per measured size of ``validation/nccl-tests/allreduce_8gpu.csv``: ``source``,
+    """One row per measured size of ``measurements/nccl-tests/allreduce_8gpu.csv``: ``source``,
     ``preset``, ``launch``, ``bytes``, ``measured_us``, ``nccl_us`` (NCCL's model: its chosen
     ``algorithm``/``protocol``), ``nccl_error`` (predicted / measured - 1), ``links_us`` and
     ``links_error`` (the ring with the links' latencies, the previous model), ``preset_us``

@@ -1,6 +1,6 @@
 """Multi-node all-reduce: pipesim's NCCL model against published nccl-tests figures.
 
-Data: ``validation/nccl-tests/allreduce_multinode.csv`` (provenance in the README beside it):
+Data: ``measurements/nccl-tests/allreduce_multinode.csv`` (provenance in the README beside it):
 ``measured`` rows are nccl-tests ``all_reduce_perf`` lines (out-of-place time and busbw)
 published by others; ``expected`` rows are what NVIDIA's NCCL engineers said the hardware
 should reach at large sizes (per-NIC figures times the NICs of a server: NCCL's ring crosses
@@ -33,7 +33,7 @@ from sim.hardware.loader import load_hardware, load_hardware_spec
 from sim.hardware.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "validation" / "nccl-tests" / "allreduce_multinode.csv"
+DATA = ROOT / "measurements" / "nccl-tests" / "allreduce_multinode.csv"
 FIELDS = ("source", "kind", "gpu", "servers", "gpus_per_server", "nics_per_server", "preset")
 FIELDS += ("gpus_per_nic", "algo", "nccl", "bytes", "time_us", "busbw_GBps", "url")
 

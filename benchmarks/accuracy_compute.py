@@ -1,6 +1,6 @@
 """Accuracy section "compute": per-layer time vs micro-batch size, model vs Galvatron.
 
-Galvatron's ``computation_profiling_bf16_llama2-7b_all.json`` (validation/galvatron/, measured
+Galvatron's ``computation_profiling_bf16_llama2-7b_all.json`` (measurements/galvatron/, measured
 by PKU-DAIR, Apache-2.0) holds the forward+backward time per Llama-2-7B layer at sequence 2048,
 bf16, for micro-batch sizes 1..12 (``layertype_0_bsz{b}_seq2048``, ms, which equals
 ``(layernum[4] - layernum[2]) / 2 / b``: per sample). The file does not say which GPU or passes
@@ -24,7 +24,7 @@ from sim.hardware.loader import load_hardware
 
 FILE = (
     Path(__file__).resolve().parent.parent
-    / "validation"
+    / "measurements"
     / "galvatron"
     / "computation_profiling_bf16_llama2-7b_all.json"
 )

@@ -1,6 +1,6 @@
 """One layer of Megatron-LM's 22B model against its authors' measurement (Korthikanti et al.).
 
-Data: ``validation/megatron-layer/table4.csv`` (arXiv:2205.05198, Table 4: forward and backward
+Data: ``measurements/megatron-layer/table4.csv`` (arXiv:2205.05198, Table 4: forward and backward
 milliseconds of one transformer layer of the 22B model, h 6144, 64 heads, s 2048, b 4, t 8, on
 one DGX A100 node; provenance in its README). Predicted: the kernel model
 (:func:`sim.compute.transformer.block_times`, Megatron's math attention core, causal, with
@@ -32,7 +32,7 @@ from sim.compute.kernels import phase_time  # noqa: E402
 from sim.compute.transformer import BlockShape, block_times  # noqa: E402
 from sim.hardware.loader import load_hardware  # noqa: E402
 
-DATA = ROOT / "validation" / "megatron-layer" / "table4.csv"
+DATA = ROOT / "measurements" / "megatron-layer" / "table4.csv"
 PRESET = "dgx-a100-80gb"
 SHAPE = BlockShape(hidden=6144, heads=64, seq_len=2048, ffn_hidden=4 * 6144, attention="math")
 B, T, D = 4, 8, 2

@@ -1,6 +1,6 @@
 """pipesim's memory model against Galvatron's measured memory profiles (Llama-2-7B, bf16).
 
-Measured: ``validation/galvatron/memory_profiling_bf16_llama2-7b_all.json`` (PKU-DAIR/
+Measured: ``measurements/galvatron/memory_profiling_bf16_llama2-7b_all.json`` (PKU-DAIR/
 Hetu-Galvatron @cea12ff), MiB per rank of 8 GPUs, global batch 8, per ``pp_tp_dp`` strategy:
 ``_ms`` = ``memory_allocated`` after the backward of iteration 4 (model states), ``_act`` =
 allocated after the forward minus before it (the stash of every micro-batch), ``_act_peak`` =
@@ -63,8 +63,8 @@ from sim.trace.generator import attn_core_act_bytes, block_act_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {
-    4096: ROOT / "validation/galvatron/memory_profiling_bf16_llama2-7b_all.json",
-    2048: ROOT / "validation/galvatron/memory_profiling_bf16_llama2-7b_seqlen2048_all.json",
+    4096: ROOT / "measurements/galvatron/memory_profiling_bf16_llama2-7b_all.json",
+    2048: ROOT / "measurements/galvatron/memory_profiling_bf16_llama2-7b_seqlen2048_all.json",
 }
 MIB = 2.0**20
 H, A, F, V, D = 4096, 32, 11008, 32000, 2  # Llama-2-7B; bf16

@@ -1,6 +1,6 @@
 """Whole iterations measured by others, predicted by pipesim: error and planning quality.
 
-Data: ``validation/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
+Data: ``measurements/vtrain/ground_truth_single_h2048.csv`` (720 Megatron-DeepSpeed iterations on
 one 8 x A100 node, vTrain's published ground truth; provenance in its README). Each row becomes
 the configuration it measured, through the README's no-GPU path: an analytic GPT trace timed by
 the kernel model on the ``dgx-a100-40gb`` preset, tensor parallelism ``t``, pipeline depth
@@ -18,7 +18,7 @@ pipesim's terms:
 * ``pipeline_scheduling: 1f1b`` -> ``schedule: 1f1b``.
 
 Collectives are timed as the preset times them: the DGX A100 presets carry vTrain's measured
-all-reduce tables for 2-8 GPUs of one server (``validation/vtrain/allreduce_lut.csv``,
+all-reduce tables for 2-8 GPUs of one server (``measurements/vtrain/allreduce_lut.csv``,
 :mod:`sim.hardware.comm_tables`), NCCL's model times the rest; ``--collectives model`` drops the
 tables.
 
@@ -59,19 +59,22 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
+from sim.errors import InputError  # noqa: E402
 from sim.hardware.loader import is_preset, load_hardware  # noqa: E402
 from sim.plan.point_row import point_row  # noqa: E402
 from sim.point.config import PointConfig  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
+from sim.runs.vtrain import COLUMNS as VTRAIN_COLUMNS  # noqa: E402
+from sim.runs.vtrain import read_vtrain  # noqa: E402
 from sim.trace.generator import preset_gpu, transformer_trace  # noqa: E402
 
-VTRAIN = ROOT / "validation" / "vtrain" / "ground_truth_single_h2048.csv"
+VTRAIN = ROOT / "measurements" / "vtrain" / "ground_truth_single_h2048.csv"
 VOCAB = 50257
 """Megatron's GPT-2 BPE vocabulary: vTrain's configs do not state one (assumption)."""
 FRAMEWORK = "megatron-deepspeed"
 """vTrain's data/README.md: every point collected with Megatron-DeepSpeed; its configs say
 ``use_gradient_bucket: false`` (all-reduce after the backward), ``use_checkpoint: true``,
-``pipeline_scheduling: 1f1b`` (validation/vtrain/README.md)."""
+``pipeline_scheduling: 1f1b`` (measurements/vtrain/README.md)."""
 POLICY = "recompute:full"
 """vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
 QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
@@ -79,20 +82,9 @@ QUESTION = ["hidden", "heads", "seq_len", "layers", "global_batch", "gpus"]
 KNOBS = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
 
 
-COLUMNS = [
-    "gpus",
-    "global_batch",
-    "microbatch_size",
-    "hidden",
-    "heads",
-    "layers",
-    "seq_len",
-    "tensor_parallel",
-    "data_parallel",
-    "pipeline_parallel",
-    "iteration_time_ms",
-]
-"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout)."""
+COLUMNS = list(VTRAIN_COLUMNS)
+"""The columns a measured-rows CSV must have (vTrain's ``data/ground_truth_*.csv`` layout,
+:mod:`sim.runs.vtrain`)."""
 
 
 class RowsError(ValueError):
@@ -102,37 +94,21 @@ class RowsError(ValueError):
 
 def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     """The measured rows of ``path`` (vTrain's column layout, :data:`COLUMNS`), with
-    ``microbatches`` added (``B / (b w)``).
+    ``microbatches`` added (``B / (b w)``); checked by :func:`sim.runs.vtrain.read_vtrain`.
 
     Raises:
         RowsError: the file is missing or unreadable, a column is missing, a value is not a
             positive number, or ``gpus != t p w`` or ``B`` is not a multiple of ``b w``.
     """
     try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise RowsError(f"{path}: cannot read it as CSV ({exc})") from None
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise RowsError(
-            f"{path}: missing column(s) {', '.join(missing)}; the file needs {', '.join(COLUMNS)}"
-        )
-    num = df[COLUMNS].apply(pd.to_numeric, errors="coerce")
-    bad = num.isna().any(axis=1) | (num <= 0).any(axis=1)
-    if bad.any():
-        raise RowsError(f"{path}: row {int(bad.idxmax()) + 2}: every column must be positive")
+        read_vtrain(path)
+    except InputError as exc:
+        raise RowsError(str(exc)) from None
+    df = pd.read_csv(path)
+    num = df[COLUMNS].apply(pd.to_numeric)
     df[COLUMNS[:-1]] = num[COLUMNS[:-1]].astype(int)
     df["iteration_time_ms"] = num.iteration_time_ms
-    width = df.tensor_parallel * df.pipeline_parallel * df.data_parallel
-    step = df.microbatch_size * df.data_parallel
-    wrong = (width != df.gpus) | (df.global_batch % step != 0)
-    if wrong.any():
-        raise RowsError(
-            f"{path}: row {int(wrong.idxmax()) + 2}: gpus must be tensor_parallel x "
-            "pipeline_parallel x data_parallel and global_batch a multiple of "
-            "microbatch_size x data_parallel"
-        )
-    df["microbatches"] = df.global_batch // step
+    df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
     return df
 
 
@@ -369,7 +345,7 @@ def main() -> None:
         help="CSV of measured iterations in vTrain's layout (columns: "
         + ", ".join(COLUMNS)
         + "; iteration_time_ms in milliseconds); rows over one server run on the fewest "
-        "servers of --hardware that hold them (default: the 720 rows in validation/vtrain/)",
+        "servers of --hardware that hold them (default: the 720 rows in measurements/vtrain/)",
     )
     args = ap.parse_args()
     try:

@@ -6,7 +6,7 @@ cores; it records the decoder shape so the trace splits by expert and context
 parallelism), then validates each configuration with the calibrated 2-rank CPU hardware
 (``sim/hardware/calibrated/cpu-2rank.yaml``) by :func:`sim.api.validate` with the torch replayer
 (the one validation pipeline, :mod:`sim.validate.pipeline`; the ranks are
-:mod:`backends.torch.group_replay`): 2 gloo ranks, then one process on the same data. It
+:mod:`backends.torch.replay.group`): 2 gloo ranks, then one process on the same data. It
 prints measured and predicted iteration time and peak memory (the replay counts weights,
 gradients and the peak of tensors saved for backward with saved-tensor hooks), their errors,
 and the largest relative difference of the losses from one process's.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from backends.torch.replayer import TorchReplayer  # noqa: E402
+from backends.torch.replay.replayer import TorchReplayer  # noqa: E402
 from sim import api  # noqa: E402
 
 CONFIG = {

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from backends.torch.replayer import TorchReplayer
+from backends.torch.replay.replayer import TorchReplayer
 from sim import api
 
 
@@ -34,8 +34,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     args = ap.parse_args()
 
-    from backends.torch.calibrate import calibrate
-    from backends.torch.profile_concurrent import profile_concurrent
+    from backends.torch.calibrate.hardware import calibrate
+    from backends.torch.profile.concurrent import profile_concurrent
 
     tmp = Path(tempfile.mkdtemp(prefix="pipesim-bench-"))
     spec = dict(

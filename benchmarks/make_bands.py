@@ -3,15 +3,15 @@
 Every whole iteration in the repository's validation data that pipesim can predict becomes a
 residual (measured / predicted iteration time, :class:`sim.bands.Residual`):
 
-* ``validation/vtrain/ground_truth_single_h2048.csv``: 720 Megatron-DeepSpeed iterations on one
+* ``measurements/vtrain/ground_truth_single_h2048.csv``: 720 Megatron-DeepSpeed iterations on one
   8 x A100 node, predicted exactly as ``benchmarks/bench_measured.py`` does by default
   (:func:`bench_measured.predict`: ``framework: megatron-deepspeed``, ``recompute:full``, 1F1B,
   ``dgx-a100-40gb``, whose preset carries vTrain's measured all-reduce tables);
-* ``validation/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs pipesim simulates
+* ``measurements/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs pipesim simulates
   (:func:`measured_sc21.predict_sc21`); measured iteration time from the paper's TFLOP/s per GPU
   and its eq. 3, so the ratio is ``predicted TFLOP/s / measured TFLOP/s``.
 
-The other folders of ``validation/`` hold no whole iterations (Galvatron's per-layer profiles
+The other folders of ``measurements/`` hold no whole iterations (Galvatron's per-layer profiles
 and link bandwidths, nccl-tests collectives, a CPU Adam micro-benchmark) and give no residual.
 :func:`sim.bands.build_bands` turns the residuals into per-regime bands; this script writes them
 with a provenance header, rewrites the README's table between :data:`BEGIN` and :data:`END`, and
@@ -92,10 +92,10 @@ def header(residuals: list[Residual]) -> list[str]:
     return [
         "pipesim prediction bands: measured / predicted whole-iteration time per regime "
         "(sim/bands.py reads this file)",
-        f"sources: validation/vtrain/ground_truth_single_h2048.csv ({count['vtrain']} predicted "
+        f"sources: measurements/vtrain/ground_truth_single_h2048.csv ({count['vtrain']} predicted "
         "iterations, as benchmarks/bench_measured.py predicts them); "
-        f"validation/megatron-sc21/table1.csv ({count['megatron-sc21']} runs predicted); "
-        "the rest of validation/ holds no whole iterations",
+        f"measurements/megatron-sc21/table1.csv ({count['megatron-sc21']} runs predicted); "
+        "the rest of measurements/ holds no whole iterations",
         f"quantiles p{LOW_Q * 100:.0f} / p50 / p{HIGH_Q * 100:.0f} of measured / predicted; "
         f"regimes with >= {MIN_POINTS} residuals; lookup finest first: {levels}",
         f"command: {COMMAND}",

@@ -1,6 +1,6 @@
 """Megatron-LM's SC'21 weak-scaling runs (Table 1), predicted by pipesim: TFLOP/s per GPU.
 
-Data: ``validation/megatron-sc21/table1.csv`` (Narayanan et al., SC'21, arXiv:2104.04473,
+Data: ``measurements/megatron-sc21/table1.csv`` (Narayanan et al., SC'21, arXiv:2104.04473,
 Table 1, with the micro-batch sizes and DDP implementation of NVIDIA/Megatron-LM
 ``examples/sc21/run_table_1.sh``; provenance in its README). Each run of at most
 :data:`MAX_SERVERS` DGX A100 servers becomes the configuration it measured: an analytic GPT
@@ -28,7 +28,7 @@ from sim.point.experiment import Prepared
 from sim.trace.generator import preset_gpu, transformer_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-SC21 = ROOT / "validation" / "megatron-sc21" / "table1.csv"
+SC21 = ROOT / "measurements" / "megatron-sc21" / "table1.csv"
 SEQ = 2048
 VOCAB = 51200
 """The paper §5.1: "All models use a vocabulary size of 51,200 ... and a sequence length of

@@ -2,7 +2,7 @@
 per-micro-batch costs, each a fixed part and a per-layer part.
 
 Within one ``(t, p, w, b)`` group the rows vary the layer count ``L`` and the micro-batch count
-``m`` (``B / (b w)``); the measured rows are exactly linear in ``L`` (validation/vtrain/README.md),
+``m`` (``B / (b w)``); the measured rows are exactly linear in ``L`` (measurements/vtrain/README.md),
 so each group is fitted by least squares as ``T = a + c L + m (e + f L)``: ``a + c L`` per
 iteration (step, reductions), ``e + f L`` per micro-batch (``e``: embedding, head, loss, loads;
 ``f``: one layer's forward, recompute and backward). ``c`` and ``f`` are scaled by ``p`` (per layer

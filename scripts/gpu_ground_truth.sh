@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_ground_truth.sh            # on the GPU machine (python3 there has torch)
 #
-# Steps (python -m backends.torch.ground_truth STEP; see its docstring), each under `timeout`,
+# Steps (python -m backends.torch.calibrate.ground_truth STEP; see its docstring), each under `timeout`,
 # each writing rows as it measures:
 #   calibrate  (<= 100 s)  sim calibrate --device cuda --nproc 1 + calibration.csv
 #   profile    (<= 170 s)  GPT blocks: hidden 1024/2048/4096 x seq 1024/2048 x flash/math x b 1..16
@@ -12,8 +12,8 @@
 #   provenance (<= 30 s)   GPU, driver, torch, CUDA, date, command
 # Results are measured in $WORK/<gpu> (default /tmp/pipesim-gt) and, after every step, packed into
 # $DEST_DIR/ground_truth-<gpu>.tar.gz with run.log beside it ($DEST_DIR = $OUT if set, else
-# validation/), so a step that times out keeps what was measured before it. Unpack into
-# validation/ and commit: tests/test_gpu_ground_truth.py then checks the simulator against it.
+# measurements/), so a step that times out keeps what was measured before it. Unpack into
+# measurements/ and commit: tests/test_gpu_ground_truth.py then checks the simulator against it.
 #
 # The device image lacks pydantic: carry its wheels in .whl (see README "Ground truth from a
 # GPU"); they are installed into /tmp/site here when present.
@@ -29,7 +29,7 @@ $PY -c "import pydantic, simpy, yaml, pandas" || {
   echo "missing packages: carry pydantic (and its needs) as wheels in .whl; see README" >&2; exit 1; }
 DEVICE=${DEVICE:-cuda}
 EXTRA=${EXTRA:-}                       # e.g. EXTRA=--tiny DEVICE=cpu for a dry run on a CPU
-SLUG=$($PY -m backends.torch.ground_truth dest --device "$DEVICE") || exit 1
+SLUG=$($PY -m backends.torch.calibrate.ground_truth dest --device "$DEVICE") || exit 1
 WORK=${WORK:-/tmp/pipesim-gt}
 HERE="$WORK/$SLUG"
 DEST_DIR=${OUT:-validation}
@@ -39,7 +39,7 @@ LOG="$DEST_DIR/run.log"
 step() {
   local limit=$1 name=$2; shift 2
   echo "== $(date -u +%FT%TZ) $name (limit ${limit}s)" | tee -a "$LOG"
-  timeout -k 10 "$limit" $PY -m backends.torch.ground_truth "$name" --dest "$HERE" \
+  timeout -k 10 "$limit" $PY -m backends.torch.calibrate.ground_truth "$name" --dest "$HERE" \
     --device "$DEVICE" $EXTRA "$@" 2>&1 | tee -a "$LOG"
   echo "== $name rc=${PIPESTATUS[0]}" | tee -a "$LOG"
   tar -C "$WORK" -czf "$DEST_DIR/ground_truth-$SLUG.tar.gz" "$SLUG"

@@ -44,6 +44,7 @@ from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.hardware.loader import load_hardware
+from sim.hardware.overlay import read_overlay
 from sim.metrics import Metrics
 from sim.parallel.partition import Partition
 from sim.parallel.partition import partition as split_layers
@@ -111,6 +112,7 @@ def run(
     executor: str = "local",
     exhaustive: bool = False,
     console: Console | None = None,
+    hardware_overlay: str | os.PathLike[str] | None = None,
 ) -> RunOutcome:
     """Plan an experiment's grid and write its output set (:mod:`sim.run`): ``sim run``.
 
@@ -123,6 +125,8 @@ def run(
         executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
         exhaustive: simulate every configuration (no pruning by bounds: :mod:`sim.plan.planner`).
         console: where the summary and progress go (default: standard output).
+        hardware_overlay: an overlay file set over the hardware (:mod:`sim.hardware.overlay`),
+            instead of the experiment's ``hardware_overlay``.
 
     Returns:
         The exit code and the folder written.
@@ -132,6 +136,9 @@ def run(
     """
     path = Path(experiment)
     exp = load_experiment(path)
+    if hardware_overlay is not None:
+        read_overlay(Path(hardware_overlay))  # a bad overlay is refused before anything runs
+        exp = exp.model_copy(update={"hardware_overlay": str(Path(hardware_overlay).resolve())})
     out_dir = Path(out) if out else Path("results") / exp.name
     code = run_experiment(
         path,
@@ -283,7 +290,7 @@ def validate(
     Args:
         config: a single-configuration experiment (a ``winner.yaml`` of ``sim run``) whose
             trace ``sim profile`` made.
-        replayer: the backend, e.g. ``backends.torch.replayer.TorchReplayer()``.
+        replayer: the backend, e.g. ``backends.torch.replay.replayer.TorchReplayer()``.
         out: folder to write into (default: beside ``config``).
         schedules: replay these schedules instead of the file's.
         microbatches: replay these micro-batch counts instead of the file's.
@@ -308,7 +315,7 @@ def validate(
 
     Example (needs torch; a few seconds on a CPU)::
 
-        from backends.torch.replayer import TorchReplayer
+        from backends.torch.replay.replayer import TorchReplayer
         v = sim.api.validate("results/cpu-gpt-tiny/winner.yaml", replayer=TorchReplayer(),
                              nproc=2, schedules=("gpipe", "1f1b"))
         v.table[["schedule", "measured_iteration_s", "predicted_iteration_s", "error"]]

@@ -367,6 +367,12 @@ class ExperimentConfig(_Strict):
     hardware: str | dict[str, Any] = Field(
         description="Hardware preset name (see `sim hardware list`) or an inline description."
     )
+    hardware_overlay: str | None = Field(
+        None,
+        description="A hardware overlay file (relative to this file) set over the hardware: "
+        "figures of one's own cluster, e.g. written by `sim calibrate --from-runs` "
+        "(sim.hardware.overlay); `sim run --hardware-overlay FILE` sets it.",
+    )
     models: list[ModelConfig] = Field(min_length=1, description="Models to sweep.")
     framework: str = Field(
         "pipesim",

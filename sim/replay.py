@@ -3,11 +3,11 @@
 The simulator never imports a backend: :mod:`sim.validate` describes each run as a
 :class:`ReplayRequest`, asks a :class:`Replayer` whether it can run it (:meth:`Replayer.problems`,
 before any process starts) and then to run it (:meth:`Replayer.replay`), and reads the answer
-through :class:`Measurement`. ``backends.torch.replayer.TorchReplayer`` implements it with torch
-(gloo on CPU, NCCL on GPUs); the command line (:mod:`sim.cli`, the only part of ``sim`` that
+through :class:`Measurement`. ``backends.torch.replay.replayer.TorchReplayer`` implements it with
+torch (gloo on CPU, NCCL on GPUs); the command line (:mod:`sim.cli`, the only part of ``sim`` that
 imports ``backends``) hands it in, as does a notebook::
 
-    from backends.torch.replayer import TorchReplayer
+    from backends.torch.replay.replayer import TorchReplayer
     sim.api.validate("results/x/winner.yaml", replayer=TorchReplayer())
 
 Units: seconds and bytes.

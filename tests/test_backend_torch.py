@@ -14,16 +14,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.torch.dumps import load_dumps  # noqa: E402
-from backends.torch.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
-from backends.torch.memory import SavedBytes  # noqa: E402
-from backends.torch.models import (  # noqa: E402
+from backends.torch.models.transformer import (  # noqa: E402
     ModelSpec,
     build_layers,
     build_stage,
     lm_loss,
     microbatch,
 )
+from backends.torch.profile.saved_bytes import SavedBytes  # noqa: E402
+from backends.torch.replay.dumps import load_dumps  # noqa: E402
+from backends.torch.replay.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
 
 SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
 FAST = {"pg_timeout_s": 30.0, "timeout_s": 90.0}
@@ -72,7 +72,7 @@ def _worker_children() -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == me and b"backends.torch.worker" in cmd:
+        if int(stat[1]) == me and b"backends.torch.replay.worker" in cmd:
             out.append(int(pid))
     return out
 
@@ -102,18 +102,18 @@ def test_cpu_profile_times_layers_under_the_replays_counting_hooks(monkeypatch) 
     """Every timed forward, and every forward before a timed backward, packs its saved tensor
     through SavedBytes as the CPU replay's forward does: (warmup + reps) * 2 packs of the one
     tensor ``x * x`` saves (it saves x twice, one pack each), plus the act_bytes count."""
-    from backends.torch.profile import _profile_layer
+    from backends.torch.profile.layers import profile_layer
 
     packs = []
-    original = SavedBytes._pack
-    monkeypatch.setattr(SavedBytes, "_pack", lambda self, t: packs.append(1) or original(self, t))
-    _profile_layer("sq", lambda x: x * x, [], torch.ones(3), torch.device("cpu"),
+    original = SavedBytes.pack
+    monkeypatch.setattr(SavedBytes, "pack", lambda self, t: packs.append(1) or original(self, t))
+    profile_layer("sq", lambda x: x * x, [], torch.ones(3), torch.device("cpu"),
                    False, warmup=1, reps=2)  # fmt: skip
     assert len(packs) == (1 + 2) * 2 * 2 + 2
 
 
 def test_replay_job_rejects_bad_input_and_torch_has_the_gloo_fix() -> None:
-    from backends.torch.torch_schedules import has_gloo_p2p_fix
+    from backends.torch.replay.torch_schedules import has_gloo_p2p_fix
 
     assert _job(schedule="2BW", microbatches=2).schedule == "pipedream_2bw"
     with pytest.raises(ValueError, match="unknown schedule 'zb'"):
@@ -128,7 +128,7 @@ def test_replay_job_rejects_bad_input_and_torch_has_the_gloo_fix() -> None:
 
 
 def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
-    from backends.torch.profile import profile_model
+    from backends.torch.profile.layers import profile_model
     from sim.trace.native import read_trace
 
     trace = profile_model(
@@ -249,8 +249,8 @@ def test_memory_policies_change_the_activation_peak() -> None:
 
 
 def test_replay_reads_the_simulators_policy_spec() -> None:
-    from backends.torch.job import policy_problems
-    from backends.torch.memory import replay_policy
+    from backends.torch.replay.job import policy_problems
+    from backends.torch.replay.memory import replay_policy
 
     blocks = [False, True, True, False]  # embedding, block, block, head
     assert replay_policy("recompute", 0, 1, blocks).checkpoint == {1, 2}
@@ -326,7 +326,7 @@ def test_ping_pong_latency_is_the_smallest_message():
     # 1950 / 2e12 s/B (bandwidth 1.0256 GB/s), whose intercept would be 41.7 us; the latency
     # is the smallest message's 50 us (its bytes take no time). With 1 KB as the smallest
     # message the latency is its time less 1 KB at the fitted bandwidth.
-    from backends.torch.calibrate_rank import fit_latency_bandwidth
+    from backends.torch.calibrate.rank import fit_latency_bandwidth
 
     lat, bw = fit_latency_bandwidth([0, 1e6, 2e6], [5e-5, 1e-3, 2e-3])
     assert (lat, bw) == pytest.approx((5e-5, 2e12 / 1950))
@@ -339,8 +339,8 @@ def test_ping_pong_latency_is_the_smallest_message():
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
-    from backends.torch.calibrate import calibrate
-    from backends.torch.calibrate_rank import fit_latency_bandwidth
+    from backends.torch.calibrate.hardware import calibrate
+    from backends.torch.calibrate.rank import fit_latency_bandwidth
     from sim.hardware.loader import load_hardware
 
     assert fit_latency_bandwidth([0, 1e6, 2e6], [1e-5, 1e-5 + 1e-3, 1e-5 + 2e-3]) == pytest.approx(
@@ -364,7 +364,8 @@ def test_calibrate_writes_loadable_hardware(tmp_path: Path) -> None:
         t.ranks == 2 and len(t.sizes_bytes) == 8 and min(t.times_s) > 0 for t in topo.collectives
     )
     assert min(topo.gpus[0].tp_module_overhead_s) >= 0
-    # our runtime's per-action time and the replay's step cost (backends.torch.calibrate_runtime)
+    # our runtime's per-action time and the replay's step cost
+    # (backends.torch.calibrate.runtime_costs)
     assert min(topo.gpus[0].action_overhead_s) >= 0
     per_tensor_s, bandwidth_Bps = topo.gpus[0].step_cost("sgd")
     assert per_tensor_s >= 0 and bandwidth_Bps > 0 and topo.gpus[0].step_cost("adam") is not None
@@ -375,7 +376,7 @@ def test_expected_actions_are_every_microbatch_once_and_the_steps(schedule: str)
     """The closed form the replay checks against: the program of every rank runs exactly it."""
     from collections import Counter
 
-    from backends.torch.runtime import expected_actions, rank_program
+    from backends.torch.replay.runtime import expected_actions, rank_program
 
     job = _job(
         schedule=schedule, stages=3, nproc=3, microbatches=3, iterations=2, warmup_iterations=1
@@ -391,8 +392,8 @@ def test_expected_actions_are_every_microbatch_once_and_the_steps(schedule: str)
 def test_a_missing_repeated_or_foreign_action_fails_all_actions_done() -> None:
     from collections import Counter
 
-    from backends.torch.job import ReplayResult
-    from backends.torch.runtime import action_tally
+    from backends.torch.replay.job import ReplayResult
+    from backends.torch.replay.runtime import action_tally
 
     due = Counter(["0F0", "0F1", "0B0", "0B1", "0STEP0"])
 

@@ -305,7 +305,7 @@ def test_cpu_measurements_of_calibrate():
     pytest.importorskip("torch")
     import torch
 
-    from backends.torch.calibrate_rank import cpu_adam_rate, gemm_by_shape, kernel_overhead_s
+    from backends.torch.calibrate.rank import cpu_adam_rate, gemm_by_shape, kernel_overhead_s
 
     adam = cpu_adam_rate(params=2**16, reps=2, threads=1)
     assert adam["implementation"] in ("fused", "foreach") and adam["params_per_s"] > 0
@@ -317,7 +317,7 @@ def test_cpu_measurements_of_calibrate():
 
 def test_profile_several_microbatch_sizes_into_one_trace(tmp_path):
     pytest.importorskip("torch")
-    from backends.torch.profile import merge_sizes, profile_model
+    from backends.torch.profile.layers import merge_sizes, profile_model
 
     spec = dict(name="mini", kind="gpt", layers=1, hidden=32, heads=2, seq_len=16, vocab=64)
     traces = [profile_model(spec, microbatch_size=b, reps=1, warmup=1) for b in (2, 1)]

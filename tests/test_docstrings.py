@@ -20,11 +20,13 @@ def _modules(package) -> list[str]:
 
 SIM_MODULES = _modules(sim)
 TORCH_MODULES = [
-    "backends.torch.memory",
-    "backends.torch.runtime",
-    "backends.torch.replayer",
+    "backends.torch.replay.memory",
+    "backends.torch.profile.saved_bytes",
+    "backends.torch.replay.runtime",
+    "backends.torch.replay.replayer",
     "backends.torch.devices",
-    "backends.torch.user_cli",
+    "backends.torch.profile.user_cli",
+    "backends.torch.models.user_spec",
 ]
 
 

@@ -5,12 +5,12 @@ The check is independent of the simulator: 2 ranks running a tiny Mixtral-layout
 losses as one process on the same data, over several SGD steps, and the same gradients after
 the first step's backward:
 
-* EP 2 (backends/torch/expert_parallel.py): each rank keeps 2 experts, tokens go to them by
+* EP 2 (backends/torch/parallel/expert.py): each rank keeps 2 experts, tokens go to them by
   ``all_to_all_single`` and come back the same way; dense gradients averaged over the ranks,
   expert gradients on their owner divided by 2;
-* CP 2 (backends/torch/context_parallel.py): each rank holds half of every sequence
+* CP 2 (backends/torch/parallel/context.py): each rank holds half of every sequence
   (load-balanced chunks), attention all-gathers keys and values, or (``p2p``,
-  backends/torch/ring_attention.py) passes them around the ring with online-softmax
+  backends/torch/parallel/ring_attention.py) passes them around the ring with online-softmax
   accumulation, or (``a2a``, Ulysses) exchanges heads for tokens by all-to-all; gradients
   averaged. CP 4 ring: every rank's blocks travel three hops.
 """
@@ -24,8 +24,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from backends.torch import cp_replay, ep_replay  # noqa: E402
-from backends.torch.launch import run_ranks  # noqa: E402
+from backends.torch.replay import cp as cp_replay  # noqa: E402
+from backends.torch.replay import ep as ep_replay  # noqa: E402
+from backends.torch.replay.launch import run_ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAYLOAD = dict(
@@ -49,7 +50,7 @@ def close(a, b) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_expert_parallel_replay_equals_one_process():
-    ranks = run_ranks("backends.torch.ep_replay:run_rank", PAYLOAD, nproc=2, timeout_s=240)
+    ranks = run_ranks("backends.torch.replay.ep:run_rank", PAYLOAD, nproc=2, timeout_s=240)
     ref = ep_replay.serial_run(PAYLOAD, 2)
     for r in range(2):
         close(ranks[r]["losses"], ref["losses"][r])
@@ -67,7 +68,7 @@ def test_expert_parallel_replay_equals_one_process():
 @pytest.mark.parametrize(("comm", "cp"), [("all_gather", 2), ("p2p", 2), ("p2p", 4), ("a2a", 2)])
 def test_context_parallel_replay_equals_one_process(comm, cp):
     payload = {**PAYLOAD, "comm": comm}
-    ranks = run_ranks("backends.torch.cp_replay:run_rank", payload, nproc=cp, timeout_s=360)
+    ranks = run_ranks("backends.torch.replay.cp:run_rank", payload, nproc=cp, timeout_s=360)
     ref = cp_replay.serial_run(PAYLOAD)
     mean = [sum(xs) / cp for xs in zip(*(r["losses"] for r in ranks), strict=True)]
     close(mean, ref["losses"])
@@ -77,7 +78,7 @@ def test_context_parallel_replay_equals_one_process(comm, cp):
 
 
 def test_context_parallel_chunks_balance_the_causal_mask():
-    from backends.torch.context_parallel import positions
+    from backends.torch.parallel.context import positions
 
     assert positions(16, 2, 0).tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
     assert positions(16, 2, 1).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]

@@ -144,7 +144,10 @@ def test_expert_weights_split_over_ep_and_dense_weights_kept():
     assert blk4.flops == pytest.approx(blk.flops, rel=1e-12)
     assert blk4.fwd_s < blk.fwd_s
     fwd, bwd = shard.group[1]
-    assert [op.kind for op in fwd] == ["alltoall", "alltoall"] == [op.kind for op in bwd]
+    # dropless: the token counts are all-gathered (E int64 per rank) before the dispatch
+    assert [op.kind for op in fwd] == ["all_gather", "alltoall", "alltoall"]
+    assert fwd[0].nbytes == 8 * 8 * 4
+    assert [op.kind for op in bwd] == ["alltoall", "alltoall"]
 
 
 def test_tensor_parallel_moe_needs_sequence_parallelism():

@@ -1,6 +1,6 @@
 """The simulator against GPU ground truth kept in the repository (issue 8), on any machine.
 
-``validation/<gpu>/`` folders written by ``scripts/gpu_ground_truth.sh`` on a GPU (their
+``measurements/<gpu>/`` folders written by ``scripts/gpu_ground_truth.sh`` on a GPU (their
 ``provenance.json`` says ``kind: gpu_ground_truth``, ``device: cuda``) are checked here with the
 bounds below; until a GPU session has committed one, those tests skip and say so. The driver and
 the checks themselves are tested on CPU data made on the spot (``--device cpu --tiny``).
@@ -19,10 +19,10 @@ import pytest
 from sim.validate.ground_truth import find_ground_truth, layer_comparison, single_rank_comparison
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = find_ground_truth(ROOT / "validation")
+FOLDERS = find_ground_truth(ROOT / "measurements")
 NO_DATA = (
-    "no GPU ground truth in validation/<gpu>/ yet: run `bash scripts/gpu_ground_truth.sh` on a "
-    "GPU machine, unpack its tar into validation/ and commit it (issue 8)"
+    "no GPU ground truth in measurements/<gpu>/ yet: run `bash scripts/gpu_ground_truth.sh` on a "
+    "GPU machine, unpack its tar into measurements/ and commit it (issue 8)"
 )
 
 # Bounds, stated. Per-layer time: the kernel model of sim.compute with the calibrated GPU must
@@ -69,7 +69,14 @@ def test_driver_and_checks_on_cpu(tmp_path):
     dest.mkdir()
     shutil.copy(ROOT / "sim" / "hardware" / "calibrated" / "cpu-2rank.yaml", dest / "hardware.yaml")
     for step, budget in (("profile", "5"), ("grid", "30"), ("provenance", "1")):
-        cmd = [sys.executable, "-m", "backends.torch.ground_truth", step, "--dest", str(dest)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "backends.torch.calibrate.ground_truth",
+            step,
+            "--dest",
+            str(dest),
+        ]
         subprocess.run([*cmd, "--device", "cpu", "--tiny", "--budget-s", budget], check=True,
                        cwd=ROOT, timeout=300)  # fmt: skip
     assert find_ground_truth(tmp_path, device="cpu") == [dest]

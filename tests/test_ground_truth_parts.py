@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.torch.attention import attention_kernel  # noqa: E402
-from backends.torch.profile import profile_model  # noqa: E402
-from backends.torch.runtime_memory import measure  # noqa: E402
+from backends.torch.calibrate.runtime_reserve import measure  # noqa: E402
+from backends.torch.models.attention import attention_kernel  # noqa: E402
+from backends.torch.profile.layers import profile_model  # noqa: E402
 
 TINY = {"layers": 1, "hidden": 32, "heads": 2, "seq_len": 32, "vocab": 64}
 

@@ -16,14 +16,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from backends.torch.group_replay import _losses, group_problems
+from backends.torch.replay.group import group_problems, one_process_losses
 from sim.replay import ReplayRequest
 from sim.validate.table import LOSS_RTOL, loss_max_rel_diff
 
 REPO = Path(__file__).resolve().parents[1]
 HF = {
     "kind": "user",
-    "source": "backends.torch.hf:build",
+    "source": "backends.torch.models.hf:build",
     "kwargs": {"config": "c.json", "seq_len": 32},
 }
 
@@ -46,8 +46,8 @@ def test_group_replay_refuses_what_it_does_not_run():
 
 def test_losses_one_process_sees():
     # EP: each rank's own micro-batches, rank by rank; CP: the mean of the ranks' halves
-    assert _losses("expert", [[1.0, 2.0], [3.0, 4.0]]) == [1.0, 2.0, 3.0, 4.0]
-    assert _losses("context", [[1.0, 2.0], [3.0, 6.0]]) == [2.0, 4.0]
+    assert one_process_losses("expert", [[1.0, 2.0], [3.0, 4.0]]) == [1.0, 2.0, 3.0, 4.0]
+    assert one_process_losses("context", [[1.0, 2.0], [3.0, 6.0]]) == [2.0, 4.0]
     assert math.isnan(loss_max_rel_diff([1.0], []))
     assert loss_max_rel_diff([1.0], [1.0, 2.0]) == math.inf
     assert loss_max_rel_diff([2.0, 4.0004], [2.0, 4.0]) == pytest.approx(1e-4)

@@ -7,11 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.torch.host_overhead import (  # noqa: E402
+from backends.torch.profile.host_overhead import (  # noqa: E402
     host_overhead_yaml,
     measure_host_overhead,
 )
-from backends.torch.op_count import count_ops, layer_calls, layer_ops  # noqa: E402
+from backends.torch.profile.op_count import count_ops, layer_calls, layer_ops  # noqa: E402
 from sim.hardware.spec import HostOverheadSpec  # noqa: E402
 
 
@@ -79,8 +79,8 @@ def test_layer_calls_count_modules_and_function_applies():
 
 
 def test_profile_records_the_ops_of_each_layer():
-    from backends.torch.models import as_spec, build_layers
-    from backends.torch.profile import profile_model
+    from backends.torch.models.transformer import as_spec, build_layers
+    from backends.torch.profile.layers import profile_model
 
     spec = dict(name="mini", kind="gpt", layers=1, hidden=32, heads=2, seq_len=8, vocab=64)
     t = profile_model(spec, microbatch_size=1, reps=1, warmup=0)

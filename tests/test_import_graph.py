@@ -146,3 +146,37 @@ def test_no_package_level_circle(root):
     through different modules (issue 25: the model's floors)."""
     graph = grimp.build_graph("sim", "backends", cache_dir=None)
     assert package_cycles(graph, root) == []
+
+
+def private_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """``file:line module name`` for every ``from module import _name`` (a name private to
+    another module) in the ``.py`` files under ``root``, where ``module`` is in ``packages``."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] in packages
+            ):
+                found += [
+                    f"{path.relative_to(root.parent)}:{node.lineno} {node.module} {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_")
+                ]
+    return found
+
+
+def test_private_import_checker_finds_one(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import _helper, public\n")
+    assert private_imports(tmp_path / "pkg", ("pkg",)) == ["pkg/a.py:1 pkg.b _helper"]
+
+
+@pytest.mark.parametrize("top", ["sim", "backends"])
+def test_no_module_imports_another_modules_private_name(top):
+    """Issue 25: what one module uses of another is public (a helper two modules share lives
+    where both import it, under a public name)."""
+    assert private_imports(ROOT / top, ("sim", "backends")) == []

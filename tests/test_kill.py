@@ -181,7 +181,7 @@ def test_a_replay_past_its_timeout_is_a_failed_row_and_leaves_no_process(tmp_pat
     pytest.importorskip("torch")
     import pandas as pd
 
-    from backends.torch.launch import WORKDIR_PREFIX
+    from backends.torch.replay.launch import WORKDIR_PREFIX
 
     proc = _sim("validate", str(_tiny_winner(tmp_path)), "--nproc", "2", "--iterations", "1",
                 "--no-numerics", "--timeout", "1", "--out", str(tmp_path / "v"))  # fmt: skip
@@ -200,7 +200,7 @@ def test_a_replay_past_its_timeout_is_a_failed_row_and_leaves_no_process(tmp_pat
 @pytest.mark.timeout(300)
 def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_folder(tmp_path):
     pytest.importorskip("torch")
-    from backends.torch.launch import WORKDIR_PREFIX
+    from backends.torch.replay.launch import WORKDIR_PREFIX
 
     winner = _tiny_winner(tmp_path)
     proc = _sim(

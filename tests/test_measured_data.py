@@ -51,8 +51,8 @@ def test_vtrain_all_reduce_table_drives_the_engine():
 
 
 def test_preset_tables_are_the_published_lut():
-    # the preset's tables hold exactly validation/vtrain/allreduce_lut.csv (provenance)
-    lut = pd.read_csv(ROOT / "validation" / "vtrain" / "allreduce_lut.csv")
+    # the preset's tables hold exactly measurements/vtrain/allreduce_lut.csv (provenance)
+    lut = pd.read_csv(ROOT / "measurements" / "vtrain" / "allreduce_lut.csv")
     topo = load_hardware("dgx-a100-80gb")
     for n, grp in lut.groupby("gpus"):
         (table,) = [t for t in topo.collectives if t.ranks == n]

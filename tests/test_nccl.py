@@ -1,6 +1,6 @@
 """NCCL's cost model (sim/comm/nccl.py, NCCL 2.20.3 src/graph/tuning.cc): a hand-computed
 case per algorithm and protocol, NCCL's choice by size, sends, measured tables, and the
-published nccl-tests sweeps (validation/nccl-tests, benchmarks/accuracy_comm.py)."""
+published nccl-tests sweeps (measurements/nccl-tests, benchmarks/accuracy_comm.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""validation/nccl-tests/allreduce_multinode.csv: rows parse, carry provenance, and a measured
+"""measurements/nccl-tests/allreduce_multinode.csv: rows parse, carry provenance, and a measured
 row's busbw is nccl-tests' own formula of its time."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from benchmarks.accuracy_comm_multinode import read_rows
 
 
 def test_multinode_nccl_tests_rows_parse_with_provenance():
-    """validation/nccl-tests/allreduce_multinode.csv: every row names its URL and its GPUs,
+    """measurements/nccl-tests/allreduce_multinode.csv: every row names its URL and its GPUs,
     and a measured row's busbw is nccl-tests' own, bytes / time * 2 (n - 1) / n
     (nccl-tests doc/PERFORMANCE.md), to the 0.1 % the printed figures carry."""
     rows = read_rows()

@@ -17,8 +17,14 @@ MODULES = [
     "sim.report.plots",
     "sim.schedules.registry",
     "backends.torch",
-    "backends.torch.replayer",  # sim.cli imports it; torch starts in the replay's ranks
+    "backends.torch.replay.replayer",  # sim.cli imports it; torch starts in the replay's ranks
     "backends.torch.devices",
+    "backends.torch.calibrate.devices",  # sim calibrate; torch starts when it measures
+    "backends.torch.calibrate",  # the rooms' packages import nothing
+    "backends.torch.replay",
+    "backends.torch.profile",
+    "backends.torch.parallel",
+    "backends.torch.models",
 ]
 
 

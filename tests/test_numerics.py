@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from backends.torch.dumps import Dumps  # noqa: E402
-from backends.torch.job import ReplayJob  # noqa: E402
-from backends.torch.job_model import load_model  # noqa: E402
-from backends.torch.reference import Reference, compare, tolerance, versions  # noqa: E402
-from backends.torch.replayer import NUMERICS_LR  # noqa: E402
+from backends.torch.models.load import load_model  # noqa: E402
+from backends.torch.replay.dumps import Dumps  # noqa: E402
+from backends.torch.replay.job import ReplayJob  # noqa: E402
+from backends.torch.replay.reference import Reference, compare, tolerance, versions  # noqa: E402
+from backends.torch.replay.replayer import NUMERICS_LR  # noqa: E402
 from sim.cli import app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def _dumps_from(ref: Reference, grads: dict) -> Dumps:
 
 
 def _vit_job(schedule: str, **kw) -> ReplayJob:
-    from backends.torch.user_profile import prepare
+    from backends.torch.profile.user import prepare
 
     spec, *_ = prepare(f"{VIT}:build", layers=("embed", "blocks.*", "head"),
                        loss=f"{VIT}:loss", microbatch_size=2, dtype="fp32")  # fmt: skip
@@ -174,8 +174,8 @@ def build(microbatch_size: int = 2):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_torchs_runtime_replays_a_stage_that_ends_in_a_strided_view(tmp_path):
-    from backends.torch.replayer import TorchReplayer
-    from backends.torch.user_profile import prepare
+    from backends.torch.profile.user import prepare
+    from backends.torch.replay.replayer import TorchReplayer
     from sim.replay import ReplayRequest
 
     (tmp_path / "strided.py").write_text(STRIDED)
@@ -215,7 +215,7 @@ def build(microbatch_size: int = 2):
     return model, torch.randn(microbatch_size, 8)
 """
 BROKEN_SYNC = (
-    "from backends.torch.ties import Ties\n"
+    "from backends.torch.parallel.ties import Ties\n"
     "Ties.reduce = lambda self, names, grads: None  # the tied gradients are never all-reduced"
 )
 

@@ -239,10 +239,10 @@ def test_uniform_partition_closed_form(case):
 def test_the_replay_splits_with_the_simulators_function():
     """One even split: the torch backend has no second one (its default is uniform_partition)."""
     pytest.importorskip("torch")
-    import backends.torch.models as models
-    import backends.torch.reference as reference
-    import backends.torch.runtime as runtime
-    import backends.torch.torch_schedules as torch_schedules
+    import backends.torch.models.transformer as models
+    import backends.torch.replay.reference as reference
+    import backends.torch.replay.runtime as runtime
+    import backends.torch.replay.torch_schedules as torch_schedules
 
     assert not hasattr(models, "even_boundaries")
     assert runtime.uniform_partition is uniform_partition

@@ -1,5 +1,5 @@
 """The two measured costs of a CPU replay that no profiled layer holds (``sim calibrate``:
-backends/torch/calibrate_runtime.py): the pipeline runtime's own time per forward and
+backends/torch/calibrate/runtime_costs.py): the pipeline runtime's own time per forward and
 backward action, and the optimizer step per parameter tensor and per byte. Exact small
 timelines, the hardware fields' round trip, and the traces' ``param_tensors``."""
 

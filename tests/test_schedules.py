@@ -153,6 +153,41 @@ def test_synchronous_flags():
     assert [cls.synchronous for cls in ALL] == [True, True, False, False, False]
 
 
+def test_version_rules_say_what_weight_rule_and_synchronous_imply():
+    """How the replay keeps weights (``version_rule``) for every registered schedule: two
+    versions for ``W(k-1)`` (2BW), a stash where a micro-batch's backward needs its forward's
+    version while steps happen in between (PipeDream), one copy otherwise."""
+    from sim.schedules import VERSION_RULES
+
+    for name in schedule_names():
+        cls = get_schedule(name)
+        assert cls.version_rule in VERSION_RULES, name
+        if cls.weight_rule == "previous_iteration":
+            want = "two_versions"
+        elif cls.weight_rule == "forward" and not cls.synchronous:
+            want = "stashed"
+        else:
+            want = "single"
+        assert cls.version_rule == want, name
+    assert [c.version_rule for c in ALL] == [
+        "single",
+        "single",
+        "two_versions",
+        "stashed",
+        "single",
+    ]
+
+
+def test_torch_classes_are_named_by_the_schedules():
+    """Only GPipe and 1F1B name a torch class run from one stage per rank (torch 2.13's
+    ``ScheduleGPipe``, ``Schedule1F1B``); the multi-stage ones replay through the CSV runtime."""
+    named = {n: get_schedule(n).torch_class for n in schedule_names()}
+    assert {n: c for n, c in named.items() if c} == {
+        "gpipe": "ScheduleGPipe",
+        "1f1b": "Schedule1F1B",
+    }
+
+
 @settings(max_examples=150, deadline=None)
 @given(schedule_cases(), st.integers(1, 3))
 def test_valid_and_peak_formulas(case, iterations):

@@ -115,7 +115,7 @@ def test_shared_groups_round_trip_and_bad_ones_name_the_field(tmp_path):
 
 def test_profiling_finds_the_shared_ffn_and_the_tied_head_and_counts_them_once(tmp_path):
     torch = pytest.importorskip("torch")
-    from backends.torch.user_profile import profile_user_model
+    from backends.torch.profile.user import profile_user_model
 
     trace = profile_user_model(
         str(ROOT / "examples" / "vit_shared.py") + ":build",
@@ -130,7 +130,7 @@ def test_profiling_finds_the_shared_ffn_and_the_tied_head_and_counts_them_once(t
         ((0, 7), dim * patch * 4.0),  # embed.proj.weight, the head's weight
         ((2, 4), float(ffn)),  # blocks 1 and 3's FFN
     ]
-    from backends.torch.user_model import load_callable
+    from backends.torch.models.user import load_callable
 
     model, _, _ = load_callable(str(ROOT / "examples" / "vit_shared.py") + ":build", option="x")()
     unique = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("probe"))

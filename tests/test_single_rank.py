@@ -94,8 +94,8 @@ def test_predicted_busy_time_is_the_stage_compute(tmp_path, schedule, rank):
 
 
 def _run(schedule: str, rank: int, m: int = 4, **kw: object):
-    from backends.torch.job import ReplayJob
-    from backends.torch.single_rank import run_single_rank
+    from backends.torch.replay.job import ReplayJob
+    from backends.torch.replay.single_rank import run_single_rank
 
     base = dict(model=TINY, schedule=schedule, stages=2, microbatches=m, microbatch_size=2)
     base |= dict(single_rank=rank, iterations=2, warmup_iterations=0, threads=1)

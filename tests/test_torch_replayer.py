@@ -1,4 +1,4 @@
-"""What the torch replayer says it can run (:class:`backends.torch.replayer.TorchReplayer`);
+"""What the torch replayer says it can run (:class:`backends.torch.replay.replayer.TorchReplayer`);
 asking starts no process and needs no torch."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from backends.torch.replayer import TorchReplayer, replay_job
-from backends.torch.user_spec import UserModelSpec
+from backends.torch.models.user_spec import UserModelSpec
+from backends.torch.replay.replayer import TorchReplayer, replay_job
 from sim.replay import ReplayRequest
 
 GPT = {"kind": "gpt", "layers": 2, "hidden": 32, "heads": 2, "seq_len": 8, "vocab": 64}

@@ -6,10 +6,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from backends.torch.models import build_layers
-from backends.torch.tensor_parallel import TPBlock
-from backends.torch.tp_layer_profile import _rank_share, overhead
-from backends.torch.tp_overhead import measure
+from backends.torch.calibrate.tp_layers import overhead, rank_share
+from backends.torch.calibrate.tp_overhead import measure
+from backends.torch.models.transformer import build_layers
+from backends.torch.parallel.tensor import TPBlock
 from sim.cli import app
 
 TINY = dict(name="tiny", kind="gpt", layers=2, hidden=32, heads=4, seq_len=16, vocab=64)
@@ -27,7 +27,7 @@ def test_the_rank_shares_add_up_to_the_blocks_linears():
     torch.manual_seed(0)
     t, layers = 2, build_layers(TINY, 0)
     whole = TPBlock(layers[1], 8, t)  # type: ignore[arg-type]
-    shares = [_rank_share(TPBlock(layers[1], 8, t), r, t) for r in range(t)]  # type: ignore[arg-type]
+    shares = [rank_share(TPBlock(layers[1], 8, t), r, t) for r in range(t)]  # type: ignore[arg-type]
     x, z = torch.randn(3, 32), torch.randn(3, 128)
     cat = torch.cat([s.qkv(x) for s in shares], -1)
     assert torch.allclose(cat, whole.qkv(x), atol=1e-6)

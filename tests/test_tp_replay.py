@@ -1,9 +1,10 @@
 """Tensor-parallel replay on CPU gloo (t = 2) with torch.distributed.tensor.parallel.
 
 The numerical check is independent of the simulator: the t = 2 replay's losses equal a single
-process running the unsplit model of :mod:`backends.torch.models` (``nn.TransformerEncoderLayer``
-blocks, same seed, same data, same SGD) to 1e-5, over several optimizer steps (so wrong
-gradients of any shard, or of the replicated LayerNorms under sequence parallelism, show).
+process running the unsplit model of :mod:`backends.torch.models.transformer`
+(``nn.TransformerEncoderLayer`` blocks, same seed, same data, same SGD) to 1e-5, over several
+optimizer steps (so wrong gradients of any shard, or of the replicated LayerNorms under sequence
+parallelism, show).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typer.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from backends.torch.job import ReplayJob  # noqa: E402
-from backends.torch.launch import replay, run_ranks  # noqa: E402
-from backends.torch.models import as_spec, build_layers, lm_loss, microbatch  # noqa: E402
-from backends.torch.tensor_parallel import tp_chain, tp_param_count  # noqa: E402
+from backends.torch.models.transformer import as_spec, build_layers, lm_loss, microbatch  # noqa: E402
+from backends.torch.parallel.tensor import tp_chain, tp_param_count  # noqa: E402
+from backends.torch.replay.job import ReplayJob  # noqa: E402
+from backends.torch.replay.launch import replay, run_ranks  # noqa: E402
 from sim.cli import app  # noqa: E402
 from tests.helpers import assert_times_reported  # noqa: E402
 
@@ -105,7 +106,7 @@ def test_tp2_losses_equal_single_process(sequence_parallel):
 @pytest.mark.timeout(300)
 def test_each_rank_holds_half_of_every_linear():
     ranks = run_ranks(
-        "backends.torch.tp_runtime:shard_report", {"model": MODEL}, nproc=2, timeout_s=240
+        "backends.torch.replay.tp:shard_report", {"model": MODEL}, nproc=2, timeout_s=240
     )
     spec = as_spec(MODEL)
     h, f, v = spec.hidden, spec.ffn_mult * spec.hidden, spec.vocab

@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from backends.torch.fake_profile import fake_profile_user_model, op_time_s  # noqa: E402
-from backends.torch.layer_chain import chain_layers, forward_note  # noqa: E402
-from backends.torch.user_model import load_callable  # noqa: E402
-from backends.torch.user_profile import profile_user_model  # noqa: E402
-from backends.torch.user_spec import UserModelSpec  # noqa: E402
+from backends.torch.models.layer_chain import chain_layers, forward_note  # noqa: E402
+from backends.torch.models.user import load_callable  # noqa: E402
+from backends.torch.models.user_spec import UserModelSpec  # noqa: E402
+from backends.torch.profile.fake import fake_profile_user_model, op_time_s  # noqa: E402
+from backends.torch.profile.user import profile_user_model  # noqa: E402
 from sim.cli import app  # noqa: E402
 from sim.errors import InputError  # noqa: E402
 from sim.trace.kineto import read_kineto  # noqa: E402
@@ -170,7 +170,7 @@ def test_forward_note_flags_a_forward_that_is_not_the_chain() -> None:
 
 
 def test_a_fixed_sample_is_repeated_and_cut_to_another_microbatch_size() -> None:
-    from backends.torch.user_model import resize_batch
+    from backends.torch.models.user import resize_batch
 
     x, y = torch.arange(6.0).reshape(3, 2), torch.tensor([0, 1, 2])
     (x5,), y5 = resize_batch((x,), y, 5)
@@ -259,7 +259,7 @@ def test_fake_analysis_matches_real_saved_bytes_and_counts_attention() -> None:
             f.out_bytes,
             f.param_bytes,
         )
-    # both count the ops the host issues the same way (backends.torch.op_count)
+    # both count the ops the host issues the same way (backends.torch.profile.op_count)
     assert [(r.fwd_ops, r.bwd_ops) for r in real.layers] == [
         (f.fwd_ops, f.bwd_ops) for f in fake.layers
     ]
@@ -406,7 +406,7 @@ def test_hf_chain_equals_the_hf_model(tmp_path: Path) -> None:
     pytest.importorskip("transformers")  # the optional extra: pip install -e '.[hf]'
     from transformers import AutoModelForCausalLM
 
-    from backends.torch.hf import HFChain, load_config
+    from backends.torch.models.hf import HFChain, load_config
 
     cfg = ROOT / "examples" / "hf" / "tiny-llama-config.json"
     torch.manual_seed(0)
@@ -499,12 +499,12 @@ def _profile_run_validate(tmp_path: Path, model: str, extra: list, b: int) -> pd
 
 
 def _first_loss(ref: str, loss_ref: str, b: int, layers: tuple | None) -> float:
-    from backends.torch.user_profile import prepare
+    from backends.torch.profile.user import prepare
 
     spec, um, chain, outs = prepare(
         ref, layers=layers, loss=loss_ref, microbatch_size=b, dtype="fp32"
     )
-    from backends.torch.user_model import load_loss
+    from backends.torch.models.user import load_loss
 
     return float(load_loss(spec)(outs[-1], um.target))
 
@@ -526,8 +526,8 @@ def test_profile_simulate_replay_user_model(tmp_path: Path, which: str) -> None:
     assert all(math.isfinite(e) for e in df.error) and (df.measured_iteration_s > 0).all()
     assert (df.measured_peak_bytes > 0).all()
     # the replay's first loss is the single-process forward of the same FUNC and seed
-    from backends.torch.job import ReplayJob
-    from backends.torch.launch import replay
+    from backends.torch.replay.job import ReplayJob
+    from backends.torch.replay.launch import replay
 
     trace_model = yaml.safe_load((tmp_path / "m.yaml").read_text())["provenance"]["model"]
     expected = _first_loss(model, loss_ref, b, layers)
@@ -551,9 +551,9 @@ def test_profile_simulate_replay_user_model(tmp_path: Path, which: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_user_model_replays_memory_policies(tmp_path: Path) -> None:
-    from backends.torch.job import ReplayJob
-    from backends.torch.launch import replay
-    from backends.torch.user_profile import prepare
+    from backends.torch.profile.user import prepare
+    from backends.torch.replay.job import ReplayJob
+    from backends.torch.replay.launch import replay
 
     spec, *_ = prepare(
         f"{LLAMA}:build", layers=LLAMA_LAYERS, loss=f"{LLAMA}:loss", microbatch_size=2, dtype="fp32"
@@ -623,7 +623,7 @@ def test_cpu_and_fake_profiles_count_the_same_flops() -> None:
 
 
 def test_an_analysed_trace_says_it_is_an_estimate_and_from_what(tmp_path: Path) -> None:
-    from backends.torch.fake_profile import resolve_gpu
+    from backends.torch.profile.fake import resolve_gpu
 
     _, gpu = resolve_gpu("H100")
     peak = f"{gpu.peak_flops / 1e12:.0f} TFLOP/s"
@@ -638,3 +638,16 @@ def test_an_analysed_trace_says_it_is_an_estimate_and_from_what(tmp_path: Path) 
     code, out = _cli("profile", "--model", f"{CNN}:build", "-b", 2, "--reps", 1,
                      "--out", tmp_path / "c")  # fmt: skip
     assert code == 0 and "ESTIMATE" not in out, out
+
+
+def test_a_trace_naming_a_moved_module_still_loads():
+    """Traces profiled before issue 25 name ``backends.torch.hf``; the spec reads the module's
+    current path (``backends.torch.models.hf``), which the expert/context replay recognises."""
+    from backends.torch.models.user_spec import UserModelSpec, current_ref
+    from backends.torch.replay.group import HF_BUILD
+
+    spec = UserModelSpec.from_dict(
+        {"kind": "user", "source": "backends.torch.hf:build", "loss": "backends.torch.hf:loss"}
+    )
+    assert (spec.source, spec.loss) == (HF_BUILD, "backends.torch.models.hf:loss")
+    assert current_ref("pkg.mod:f") == "pkg.mod:f"

@@ -134,7 +134,7 @@ def _assert_errors_bounded(df: pd.DataFrame) -> None:
     for r in df.itertuples():
         assert_times_reported(r)
         # the counted peak (tensors) is what the CPU prediction models; the measured resident
-        # peak adds the process's own buffers (backends.torch.cpu_memory), so it is larger
+        # peak adds the process's own buffers (backends.torch.replay.cpu_memory), so it is larger
         err = r.counted_memory_error
         assert abs(err) <= MAX_MEMORY_ERROR, (r.schedule, r.runtime, err)
         assert r.measured_peak_bytes >= 0.9 * r.counted_peak_bytes, (r.schedule, r.runtime)

@@ -1,14 +1,12 @@
 """This machine's devices for ``sim profile``, ``sim calibrate`` and ``sim validate``.
 
 Importing this module does not import torch: :func:`check_device_name` needs none, and
-:func:`check_device` and :func:`calibrate_devices` import it when they are called for a GPU or
-a measurement (the command line checks its options first, then starts torch).
+:func:`check_device` imports it when it is called for a GPU (the command line checks its
+options first, then starts torch). Measuring the devices is
+:func:`backends.torch.calibrate.devices.calibrate_devices`.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
 
 from sim.errors import InputError
 
@@ -62,15 +60,3 @@ def check_device(device: str, *, nproc: int = 1, option: str = "--device") -> No
         raise InputError(f"GPU {index} does not exist: {count} visible", field=option)
     if nproc > count:
         raise InputError(f"{nproc} ranks need {nproc} GPUs, {count} visible", field="--nproc")
-
-
-def calibrate_devices(*, nproc: int, device: str, path: Path) -> dict[str, Any]:
-    """Measure ``nproc`` ranks on ``device`` and write the hardware YAML to ``path``
-    (:func:`backends.torch.calibrate.calibrate`).
-
-    Returns:
-        The hardware description written (``sim.hardware.spec.HardwareSpec`` fields).
-    """
-    from backends.torch.calibrate import calibrate  # starts torch: only when measuring
-
-    return calibrate(nproc=nproc, device=device, path=path).hardware

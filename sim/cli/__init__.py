@@ -10,11 +10,13 @@ command                    module                                calls
 ``sim validate``           :mod:`sim.cli.validate`               :func:`sim.api.validate` with
                                                                  the torch replayer
 ``sim partition``          :mod:`sim.cli.partition`              :func:`sim.api.partition`
-``sim profile``            :mod:`sim.cli.profile`                ``backends.torch`` profilers
-``sim calibrate``          :mod:`sim.cli.calibrate`              ``backends.torch.devices``
+``sim profile``            :mod:`sim.cli.profile`                ``backends.torch.profile``
+``sim calibrate``          :mod:`sim.cli.calibrate`              ``backends.torch.calibrate``
 ``sim hardware list|show`` :mod:`sim.cli.hardware`               :mod:`sim.hardware`
 ``sim schedule list|show`` :mod:`sim.cli.schedule`               :mod:`sim.schedules`
 ``sim trace list|show|import-kineto``  :mod:`sim.cli.trace`      :mod:`sim.trace`
+``sim import``             :mod:`sim.cli.import_runs`            :func:`sim.import_runs.import_runs`
+``sim compare``            :mod:`sim.cli.compare`                :func:`sim.compare.compare`
 =========================  ====================================  ================================
 
 Every command turns bad input into one message naming the file and field, exit code 2, and no
@@ -31,7 +33,9 @@ import typer  # noqa: E402
 
 from sim.cli import (  # noqa: E402
     calibrate,
+    compare,
     hardware,
+    import_runs,
     partition,
     profile,
     run,
@@ -74,6 +78,8 @@ app.command("partition")(partition.partition)
 app.command("profile")(profile.profile)
 app.command("calibrate")(calibrate.calibrate)
 app.command("validate")(validate.validate)
+app.command("import")(import_runs.import_cmd)
+app.command("compare")(compare.compare_cmd)
 _settle_heap()
 
 __all__ = ["app"]

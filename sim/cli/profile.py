@@ -1,7 +1,7 @@
 """``sim profile --out PATH``: the typer adapter over the torch backend's profilers.
 
-The GPT/BERT models go to :func:`backends.torch.profile_concurrent.profile_concurrent`, a
-user's model (``--model``) to :func:`backends.torch.user_cli.profile_user`. Every option is
+The GPT/BERT models go to :func:`backends.torch.profile.concurrent.profile_concurrent`, a
+user's model (``--model``) to :func:`backends.torch.profile.user_cli.profile_user`. Every option is
 checked here, before torch starts; a bad one exits 2 naming it.
 """
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from backends.torch.calibrate.tp_overhead import with_tp_overhead
 from backends.torch.devices import check_device, check_device_name
-from backends.torch.launch import ReplayError
-from backends.torch.profile_concurrent import profile_concurrent
-from backends.torch.tp_overhead import with_tp_overhead
-from backends.torch.tp_split import tp_problem
-from backends.torch.user_cli import profile_user
+from backends.torch.parallel.tensor_split import tp_problem
+from backends.torch.profile.concurrent import profile_concurrent
+from backends.torch.profile.user_cli import profile_user
+from backends.torch.replay.launch import ReplayError
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, need_torch, out
 from sim.cli.trace import estimate_text
@@ -34,8 +34,8 @@ def check_tp_options(spec: dict, t: int, device: str) -> None:
     """Refuse ``--tensor-parallel t`` where the replay could not split the model.
 
     Raises:
-        InputError: not a CPU device, or :func:`backends.torch.tp_split.tp_problem` (not a
-            GPT, or ``t`` does not divide the heads, the FFN width or the vocabulary).
+        InputError: not a CPU device, or :func:`backends.torch.parallel.tensor_split.tp_problem`
+            (not a GPT, or ``t`` does not divide the heads, the FFN width or the vocabulary).
     """
     if device != "cpu":
         raise InputError(f"--tensor-parallel measures gloo ranks on cpu, not {device}",

@@ -52,6 +52,12 @@ def run(
         help="Where points are simulated: local (worker processes, --jobs) or ray (Ray "
         "tasks on RAY_ADDRESS, else a local Ray; pip install 'pipesim[ray]').",
     ),
+    hardware_overlay: Path = typer.Option(
+        None,
+        "--hardware-overlay",
+        help="A hardware overlay (sim calibrate --from-runs) set over the experiment's "
+        "hardware; replaces the experiment's hardware_overlay.",
+    ),
     exhaustive: bool = typer.Option(
         False,
         "--exhaustive",
@@ -74,5 +80,6 @@ def run(
         console=out,
         executor=executor.value,
         exhaustive=exhaustive,
+        hardware_overlay=hardware_overlay,
     )
     raise typer.Exit(outcome.code)

@@ -1,6 +1,6 @@
 """``sim validate CONFIG``: the typer adapter over :func:`sim.api.validate`.
 
-It hands the torch backend (:class:`backends.torch.replayer.TorchReplayer`) to the validation
+It hands the torch backend (:class:`backends.torch.replay.replayer.TorchReplayer`) to the validation
 pipeline and prints its rows as they are measured: a table of every rank's replays, or one line
 per replay of a rank alone (``--single-rank``).
 """
@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from backends.torch.devices import check_device_name
-from backends.torch.replayer import TorchReplayer
+from backends.torch.replay.replayer import TorchReplayer
 from sim import api
 from sim.atomic import check_writable
 from sim.cli.console import err, friendly, need_torch, out

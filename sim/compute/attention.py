@@ -25,6 +25,17 @@ Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden, ``a`` heads, `
   (``copy_zero_vector``), so the forward moves ``(1/2 + 1)*b*a*s^2*d``; its backward loads the
   gradient and the output of the triangle only and writes the whole row: ``(1 + 1)*b*a*s^2*d``.
   The dropout kernels still cover every element.
+
+**Sliding-window attention** (Beltagy et al., arXiv:2004.05150; GPT-OSS's alternating
+``sliding_attention`` layers, window 128): query ``i`` attends to the keys ``i - w < j <= i``,
+and the fused kernel skips the tiles outside that band (FlashAttention's ``window_size``), so
+the core's work is that of the band: of ``S x S`` scores a fraction ``w/S*(1 - w/(2S))`` (the
+band's area ``S*w - w^2/2``; ``w = S`` gives the causal half). :func:`score_fraction` gives it;
+the ``math`` implementation materialises every score and is not windowed.
+
+A flash kernel records its shape for :mod:`sim.compute.measured` (published efficiencies by
+sequence length and heads): ``m`` queries, ``n`` keys, ``k`` head dim, ``batch`` = samples x
+heads.
 """
 
 from __future__ import annotations
@@ -35,6 +46,23 @@ IMPLEMENTATIONS = ("flash", "math")
 TRIANGLE = 0.5
 """Fraction of an ``s x s`` causal score matrix that Megatron's fused causal softmax reads
 (its lower triangle, ``s(s+1)/2`` of ``s^2`` elements, taken as one half; module doc)."""
+
+
+def score_fraction(s: int, kv: int, causal: bool, window: int = 0) -> float:
+    """Fraction of the ``s x kv`` scores a rank's attention core computes (module doc): 1
+    without a mask; causal ``1/2`` (a context-parallel rank's ``s = S/cp`` queries against
+    ``kv = S`` keys: its ``1/cp`` share of the causal half); a window ``w < kv``:
+    ``w/kv*(1 - w/(2 kv))``.
+
+    Example (a 4096-token sequence, window 128):
+        >>> score_fraction(4096, 4096, True), score_fraction(4096, 4096, True, 128)
+        (0.5, 0.03076171875)
+    """
+    if not causal:
+        return 1.0
+    if window <= 0 or window >= kv:
+        return 0.5
+    return window / kv * (1.0 - window / (2.0 * kv))
 
 
 def _check(impl: str) -> None:
@@ -53,9 +81,10 @@ def attention_fwd(
     causal: bool,
     dropout: bool,
     kv: int | None = None,
+    window: int = 0,
 ) -> list[Kernel]:
     """Forward kernels of the attention core (module doc) for ``s`` queries against ``kv``
-    keys (default ``s``). A context-parallel rank (:mod:`sim.parallel.context`) has ``s/cp``
+    keys (default ``s``), over a sliding ``window`` (0: none). A context-parallel rank (:mod:`sim.parallel.context`) has ``s/cp``
     queries and attends, over its ring steps, to all ``kv = s`` keys; with the load-balanced
     causal split (Megatron-LM/TransformerEngine: each rank holds chunks ``i`` and ``2cp-1-i``)
     half of those scores are masked, so its share of the causal work is ``1/cp``.
@@ -66,8 +95,9 @@ def attention_fwd(
     _check(impl)
     hd, kv = h // a, s if kv is None else kv
     if impl == "flash":
-        flops = 4.0 * b * s * kv * h * (0.5 if causal else 1.0)
-        return [Kernel("flash_attn_fwd", "attn", flops, 4.0 * b * s * h * d + 4.0 * b * a * s)]
+        flops = 4.0 * b * s * kv * h * score_fraction(s, kv, causal, window)
+        nbytes = 4.0 * b * s * h * d + 4.0 * b * a * s
+        return [Kernel("flash_attn_fwd", "attn", flops, nbytes, s, kv, hd, b * a)]
     scores = float(b * a * s * kv)
     read = TRIANGLE if causal and kv == s else 1.0
     out = [gemm("scores", s, kv, hd, d, batch=b * a), mem("softmax", (read + 1) * scores * d)]
@@ -88,9 +118,10 @@ def attention_bwd(
     causal: bool,
     dropout: bool,
     kv: int | None = None,
+    window: int = 0,
 ) -> list[Kernel]:
     """Backward kernels of the attention core (all input-gradient; module doc), ``s`` queries
-    against ``kv`` keys as :func:`attention_fwd`.
+    against ``kv`` keys over a sliding ``window`` as :func:`attention_fwd`.
 
     Raises:
         ValueError: unknown ``impl``.
@@ -98,8 +129,9 @@ def attention_bwd(
     _check(impl)
     hd, kv = h // a, s if kv is None else kv
     if impl == "flash":
-        flops = 2.5 * 4.0 * b * s * kv * h * (0.5 if causal else 1.0)
-        return [Kernel("flash_attn_bwd", "attn", flops, 8.0 * b * s * h * d + 4.0 * b * a * s)]
+        flops = 2.5 * 4.0 * b * s * kv * h * score_fraction(s, kv, causal, window)
+        nbytes = 8.0 * b * s * h * d + 4.0 * b * a * s
+        return [Kernel("flash_attn_bwd", "attn", flops, nbytes, s, kv, hd, b * a)]
     scores = float(b * a * s * kv)
     out = [gemm("d_v", kv, hd, s, d, batch=b * a), gemm("d_probs", s, kv, hd, d, batch=b * a)]
     if dropout:

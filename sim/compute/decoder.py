@@ -1,31 +1,47 @@
-"""Decoder language models (Llama-like, optionally mixture-of-experts and MLA) layer by layer.
+"""Decoder language models layer by layer: kernels, activations and parameters of each layer.
 
-A :class:`DecoderShape` describes the models of Mixtral (arXiv:2401.04088), Qwen2-MoE and
-DeepSeek-V2/V3 (arXiv:2405.04434, arXiv:2412.19437) and dense Llama-like ones: RMSNorm, rotary
-embeddings, gated (SwiGLU) MLPs, grouped-query attention or MLA, no dropout, untied output
-layer; some or all MLPs replaced by a MoE layer (:mod:`sim.compute.moe`). Its layers are
-``embedding``, ``block`` (dense MLP), ``moe_block`` (MoE MLP) and ``head``.
+The model is a :class:`~sim.compute.decoder_shape.DecoderShape` (Mixtral arXiv:2401.04088,
+Qwen2/Qwen3 and their MoE, DeepSeek-V2/V3 arXiv:2405.04434 / arXiv:2412.19437, GPT-OSS,
+Nemotron-H arXiv:2504.03624, and dense Llama-like ones), cut into the layers of
+:func:`~sim.compute.decoder_shape.layer_names`.
 
 :func:`layer_kernels` gives a layer's kernels on one rank of a parallel configuration (tensor
 ``tp`` with sequence parallelism ``sp``, context ``cp``; the rows its local experts compute
 come from the caller, :mod:`sim.parallel.expert`); :func:`layer_act_bytes` what it keeps for the
-backward; :func:`layer_params` its dense and expert parameters. The halves are
-:mod:`sim.compute.transformer` (standard attention, dense MLP), :mod:`sim.compute.mla` and
-:mod:`sim.compute.moe`; activation counts in their docstrings (the standard halves:
-``2*r*h*d + t*(2h + 2*kv)/tp*d + 4*t*a/tp`` for flash attention with sequence-parallel tokens
-``r``, i.e. Korthikanti et al.'s ``11sbh`` less the dropout mask plus the norm input ``2sbh``
-at ``tp = 1``; the dense MLP ``2*r*h*d + t*(up + f)/tp*d``).
+backward; :func:`layer_params` its dense and expert parameters, :func:`trainable_params` those
+an optimizer updates. The halves are :mod:`sim.compute.transformer` (standard attention, dense
+MLP), :mod:`sim.compute.mla`, :mod:`sim.compute.moe`, :mod:`sim.compute.ssm` (Mamba-2) and
+:mod:`sim.compute.lora` (adapters); activation counts in their docstrings (the standard halves:
+``2*r*h*d + t*(2q + 2kv)/tp*d + 4*t*a/tp`` for flash attention with sequence-parallel tokens
+``r``, ``q = a*hd`` and ``kv`` the query and key widths, i.e. Korthikanti et al.'s ``11sbh``
+less the dropout mask plus the norm input ``2sbh`` at ``tp = 1``; the dense MLP
+``2*r*h*d + t*(up + f)/tp*d``).
+
+A **multi-token-prediction** depth (``mtp``; DeepSeek-V3 §2.2, Megatron-Core
+``multi_token_prediction.py``): the embedding of the tokens shifted by one (a lookup in the
+shared word embedding), RMSNorms of it and of the previous depth's hidden state, their
+concatenation projected ``[T, 2h] @ [2h, h]`` (``eh_proj``), one transformer block (MoE where
+the model's blocks are), and the shared output head's logits and cross-entropy on its own
+output. Its parameters are the projection, its three norms and the block (the embedding and the
+output head are the main model's); it passes on both hidden states (``2*b*s*h*d``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
-from sim.compute.kernels import Kernel
+from sim.compute.decoder_shape import DecoderShape, base_kind, layer_names
+from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.layers import embedding_kernels, head_kernels
-from sim.compute.mla import MLAShape, mla_act_bytes, mla_half_bwd, mla_half_fwd
-from sim.compute.moe import MoEShape, moe_act_bytes, moe_bwd, moe_fwd
+from sim.compute.lora import (
+    ATTENTION_TARGETS,
+    Linear,
+    adapter_params,
+    lora_act_bytes,
+    lora_bwd,
+    lora_fwd,
+)
+from sim.compute.mla import mla_act_bytes, mla_half_bwd, mla_half_fwd
+from sim.compute.moe import moe_act_bytes, moe_bwd, moe_fwd
+from sim.compute.ssm import mamba_act_bytes, mamba_bwd, mamba_fwd
 from sim.compute.transformer import (
     BlockShape,
     attention_half_bwd,
@@ -34,100 +50,20 @@ from sim.compute.transformer import (
     mlp_half_fwd,
 )
 
-KINDS = ("embedding", "block", "moe_block", "head")
+__all__ = [
+    "DecoderShape",
+    "layer_act_bytes",
+    "layer_kernels",
+    "layer_names",
+    "layer_params",
+    "tokens",
+    "trainable_params",
+]
 
-
-@dataclass(frozen=True)
-class DecoderShape:
-    """A decoder LM (module doc).
-
-    Attributes:
-        layers: transformer blocks.
-        hidden, heads, seq_len, vocab: model shape.
-        ffn_hidden: width of the dense MLPs.
-        kv_heads: grouped-query attention's key/value heads (None: ``heads``).
-        attention: ``flash`` or ``math``.
-        mla: MLA latent dims (None: standard attention).
-        moe: the MoE layer (None: a dense model).
-        dense_layers: the first blocks keep a dense MLP (DeepSeek's ``first_k_dense_replace``).
-        moe_every: every ``moe_every``-th block after them is MoE (Qwen2-MoE's
-            ``decoder_sparse_step``); 1: all of them.
-    """
-
-    layers: int
-    hidden: int
-    heads: int
-    seq_len: int
-    vocab: int
-    ffn_hidden: int
-    kv_heads: int | None = None
-    attention: str = "flash"
-    mla: MLAShape | None = None
-    moe: MoEShape | None = None
-    dense_layers: int = 0
-    moe_every: int = 1
-    block: BlockShape = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        block = BlockShape(
-            self.hidden,
-            self.heads,
-            self.seq_len,
-            self.ffn_hidden,
-            gated=True,
-            fused_qkv=True,
-            rotary=True,
-            dropout=False,
-            causal=True,
-            attention=self.attention,
-            kv_heads=self.kv_heads,
-        )
-        object.__setattr__(self, "block", block)
-        if self.layers < 1 or self.vocab < 1:
-            raise ValueError("layers and vocab must be >= 1")
-        if self.moe is not None and self.moe.hidden != self.hidden:
-            raise ValueError(f"moe.hidden {self.moe.hidden} != hidden {self.hidden}")
-        if self.dense_layers < 0 or self.moe_every < 1:
-            raise ValueError("dense_layers must be >= 0 and moe_every >= 1")
-
-    def is_moe(self, i: int) -> bool:
-        """Whether block ``i`` has a MoE MLP."""
-        return self.moe is not None and i >= self.dense_layers and (i + 1) % self.moe_every == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict that :meth:`from_dict` reads back (``kind: decoder``)."""
-        out = {k: v for k, v in asdict(self).items() if k != "block"}
-        return {"kind": "decoder", **out}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DecoderShape:
-        """The shape :meth:`to_dict` wrote.
-
-        Raises:
-            ValueError: a missing or invalid field.
-            TypeError: an unknown field.
-        """
-        d = {k: v for k, v in data.items() if k != "kind"}
-        mla, moe = d.pop("mla", None), d.pop("moe", None)
-        return cls(
-            **d,
-            mla=MLAShape(**mla) if mla else None,
-            moe=MoEShape(**moe) if moe else None,
-        )
-
-
-def _attn_fwd(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int) -> list[Kernel]:
-    if m.mla is not None:
-        args = (m.hidden, m.heads, m.seq_len, b, d, tp, sp, cp)
-        return mla_half_fwd(m.mla, *args, attention=m.attention)
-    return attention_half_fwd(m.block, b, d, tp, sp, cp)
-
-
-def _attn_bwd(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int):
-    if m.mla is not None:
-        args = (m.hidden, m.heads, m.seq_len, b, d, tp, sp, cp)
-        return mla_half_bwd(m.mla, *args, attention=m.attention)
-    return attention_half_bwd(m.block, b, d, tp, sp, cp)
+KINDS = ("embedding", "block", "moe_block", "head", "mamba", "attention", "mlp", "moe", "mtp")
+ATTN = ("block", "moe_block", "attention", "mtp")
+"""Kinds with an attention half."""
+Phases = tuple[list[Kernel], list[Kernel], list[Kernel]]
 
 
 def tokens(m: DecoderShape, b: int, tp: int, sp: bool, cp: int) -> tuple[int, int]:
@@ -135,6 +71,66 @@ def tokens(m: DecoderShape, b: int, tp: int, sp: bool, cp: int) -> tuple[int, in
     (``t/tp`` with sequence parallelism, else ``t``)."""
     t = b * m.seq_len // cp
     return t, t // tp if sp else t
+
+
+def _check(kind: str) -> str:
+    base = base_kind(kind)
+    if base not in KINDS:
+        raise ValueError(f"unknown layer kind {kind!r}; use one of {', '.join(KINDS)}")
+    return base
+
+
+def _attn(m: DecoderShape, blk: BlockShape, b: int, d: int, tp: int, sp: bool, cp: int):
+    """``(forward, input gradient, weight gradient)`` of the attention half."""
+    if m.mla is not None:
+        args = (m.hidden, m.heads, m.seq_len, b, d, tp, sp, cp)
+        fwd = mla_half_fwd(m.mla, *args, attention=m.attention)
+        return (fwd, *mla_half_bwd(m.mla, *args, attention=m.attention))
+    return (attention_half_fwd(blk, b, d, tp, sp, cp), *attention_half_bwd(blk, b, d, tp, sp, cp))
+
+
+def _mlp(kind, m, blk, b, d, tp, sp, cp, rows):
+    """``(forward, input gradient, weight gradient)`` of the MLP or mixer half of ``kind``."""
+    t, r = tokens(m, b, tp, sp, cp)
+    if kind in ("block", "mlp"):
+        return (mlp_half_fwd(blk, b, d, tp, sp, cp), *mlp_half_bwd(blk, b, d, tp, sp, cp))
+    if kind == "mamba":
+        assert m.mamba is not None
+        args = (m.mamba, m.hidden, m.seq_len, b, d, tp, sp, cp)
+        return (mamba_fwd(*args), *mamba_bwd(*args))
+    if m.moe is None:
+        raise ValueError(f"a {kind} layer needs a model with a moe layer")
+    return (moe_fwd(m.moe, r, t, rows, d, tp), *moe_bwd(m.moe, r, t, rows, d, tp))
+
+
+def _mtp(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int, rows) -> Phases:
+    """An MTP depth's kernels: its own part, its block, the shared head (module doc)."""
+    t, r = tokens(m, b, tp, sp, cp)
+    h, s, v = m.hidden, m.seq_len // cp, -(-m.vocab // tp)
+    inner = "moe_block" if m.moe is not None and not m.pattern else "block"
+    f, i, w = _body(inner, m, b, d, tp, sp, cp, rows)
+    hf, hi, hw = head_kernels("gpt", b, s, h, v, d)
+    fwd = [mem("mtp_embedding", 8 * t + 2 * r * h * d), mem("mtp_norms", 4 * r * h * d)]
+    fwd.append(gemm("eh_proj", t, h // tp, 2 * h, d))
+    dx = [gemm("d_eh_proj_in", t, 2 * h, h // tp, d), mem("mtp_norms_bwd", 6 * r * h * d)]
+    dw = [gemm("d_eh_proj_w", 2 * h, h // tp, t, d), mem("mtp_embedding_bwd", 2 * t * h * d)]
+    return fwd + f + hf, hi + i + dx, w + dw + hw
+
+
+def _body(kind, m, b, d, tp, sp, cp, rows) -> Phases:
+    base = _check(kind)
+    if base == "mtp":
+        return _mtp(m, b, d, tp, sp, cp, rows)
+    blk = m.block_for(kind)
+    fwd: list[Kernel] = []
+    bi: list[Kernel] = []
+    bw: list[Kernel] = []
+    if base in ATTN:
+        fwd, bi, bw = _attn(m, blk, b, d, tp, sp, cp)
+    if base in ("block", "moe_block", "mlp", "moe", "mamba"):
+        mf, mi, mw = _mlp(base if base != "moe_block" else "moe", m, blk, b, d, tp, sp, cp, rows)
+        fwd, bi, bw = fwd + mf, mi + bi, bw + mw
+    return fwd, bi, bw
 
 
 def layer_kernels(
@@ -149,36 +145,50 @@ def layer_kernels(
 ) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
     """``(forward, input gradient, weight gradient)`` kernels of a layer on one rank.
 
+    With LoRA (:mod:`sim.compute.lora`) the frozen weights' gradient kernels are dropped (the
+    embedding runs no backward) and the adapters' kernels added.
+
     Args:
-        kind: ``embedding``, ``block``, ``moe_block`` or ``head``.
+        kind: a kind of :data:`KINDS`, windowed kinds prefixed ``swa_``.
         m: the model.
         b: micro-batch size.
         d: bytes per element.
         tp, sp, cp: tensor-parallel size, sequence parallelism, context-parallel size.
-        rows: rows each local expert computes (``moe_block``).
+        rows: rows each local expert computes (MoE layers).
 
     Raises:
         ValueError: an unknown kind; sizes the parallelism does not divide.
     """
-    t, r = tokens(m, b, tp, sp, cp)
+    t, _ = tokens(m, b, tp, sp, cp)
     s = m.seq_len // cp
     if kind == "embedding":
         fwd, bwd = embedding_kernels("gpt", b, s, m.hidden, -(-m.vocab // tp), d)
-        return fwd, [], bwd
+        return fwd, [], [] if m.lora else bwd
     if kind == "head":
         fwd, bi, bw = head_kernels("gpt", b, s, m.hidden, -(-m.vocab // tp), d)
+        return fwd, bi, [] if m.lora else bw
+    fwd, bi, bw = _body(kind, m, b, d, tp, sp, cp, rows)
+    if m.lora is None:
         return fwd, bi, bw
-    if kind not in ("block", "moe_block"):
-        raise ValueError(f"unknown layer kind {kind!r}; use one of {', '.join(KINDS)}")
-    fwd = _attn_fwd(m, b, d, tp, sp, cp)
-    a_in, a_w = _attn_bwd(m, b, d, tp, sp, cp)
-    if kind == "block":
-        m_in, m_w = mlp_half_bwd(m.block, b, d, tp, sp, cp)
-        return fwd + mlp_half_fwd(m.block, b, d, tp, sp, cp), m_in + a_in, a_w + m_w
-    if m.moe is None:
-        raise ValueError("a moe_block needs a model with a moe layer")
-    m_in, m_w = moe_bwd(m.moe, r, t, rows, d, tp)
-    return fwd + moe_fwd(m.moe, r, t, rows, d, tp), m_in + a_in, a_w + m_w
+    lin = _linears(kind, m)
+    lf = lora_fwd(m.lora, lin, t, d, tp)
+    li, lw = lora_bwd(m.lora, lin, t, d, tp)
+    return fwd + lf, li + bi, lw
+
+
+def _linears(kind: str, m: DecoderShape) -> list[Linear]:
+    """The layer's linear layers LoRA may adapt, as ``(target, in, out)``."""
+    base = base_kind(kind)
+    blk, h = m.block, m.hidden
+    q, kv = blk.heads * blk.hd, blk.kv * blk.hd
+    out: list[Linear] = []
+    if base in ATTN and m.mla is None:
+        out += [("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h)]
+    if base in ("block", "mlp") or (base == "mtp" and m.moe is None):
+        f = m.ffn_hidden
+        out += [("gate_proj", h, f)] if m.gated_mlp else []
+        out += [("up_proj", h, f), ("down_proj", f, h)]
+    return [x for x in out if m.mla is None or x[0] not in ATTENTION_TARGETS]
 
 
 def layer_act_bytes(
@@ -200,45 +210,83 @@ def layer_act_bytes(
         return float(8 * t + r * h * d)
     if kind == "head":
         return float(4 * r * h + 4 * t * -(-m.vocab // tp))
-    if m.mla is not None:
-        attn = mla_act_bytes(m.mla, h, m.heads, m.seq_len, b, d, tp, sp, cp)
-    else:
-        kv = h // m.heads * (m.kv_heads or m.heads)
-        attn = 2 * r * h * d + t * (2 * h + 2 * kv) // tp * d + 4 * t * m.heads // tp
-    if kind == "moe_block":
+    base = _check(kind)
+    adapters = lora_act_bytes(m.lora, _linears(kind, m), t, d) if m.lora else 0.0
+    return _body_act(base, kind, m, b, d, tp, sp, cp, rows) + adapters
+
+
+def _body_act(base, kind, m, b, d, tp, sp, cp, rows) -> float:
+    t, r = tokens(m, b, tp, sp, cp)
+    h = m.hidden
+    if base == "mtp":
+        inner = "moe_block" if m.moe is not None and not m.pattern else "block"
+        block = _body_act(inner, inner, m, b, d, tp, sp, cp, rows)
+        head = 4 * r * h + 4 * t * -(-m.vocab // tp)
+        return block + 2 * t * h * d + 2 * r * h * d + head
+    if base == "mamba":
+        assert m.mamba is not None
+        return mamba_act_bytes(m.mamba, h, m.seq_len, b, d, tp, sp, cp)
+    attn = _attn_act(m, m.block_for(kind), b, d, tp, sp, cp) if base in ATTN else 0.0
+    if base in ("moe_block", "moe"):
         assert m.moe is not None
         return float(attn + moe_act_bytes(m.moe, r, t, rows, d, tp))
-    f = m.ffn_hidden
-    return float(attn + 2 * r * h * d + t * 3 * f // tp * d)
+    if base in ("block", "mlp"):
+        up = (2 if m.gated_mlp else 1) * m.ffn_hidden
+        return float(attn + 2 * r * h * d + t * (up + m.ffn_hidden) // tp * d)
+    return float(attn)
+
+
+def _attn_act(m: DecoderShape, blk: BlockShape, b: int, d: int, tp: int, sp: bool, cp: int):
+    t, r = tokens(m, b, tp, sp, cp)
+    h = m.hidden
+    if m.mla is not None:
+        return mla_act_bytes(m.mla, h, m.heads, m.seq_len, b, d, tp, sp, cp)
+    q, kv = blk.heads * blk.hd, blk.kv * blk.hd
+    out = 2 * r * h * d + t * (2 * q + 2 * kv) // tp * d + 4 * t * m.heads // tp
+    return out + (t * (q + kv) // tp * d if blk.qk_norm else 0)
 
 
 def layer_params(kind: str, m: DecoderShape) -> tuple[int, int]:
-    """``(dense, expert)`` parameters of a layer, unsharded: the routed experts' weights are
-    ``expert``, everything else (router, shared experts, attention, norms) ``dense``."""
+    """``(dense, expert)`` parameters of a layer, unsharded (LoRA adapters included): the
+    routed experts' weights are ``expert``, everything else (router, shared experts,
+    attention, norms, Mamba mixers) ``dense``."""
     h, v = m.hidden, m.vocab
     if kind == "embedding":
         return v * h, 0
     if kind == "head":
         return v * h + h, 0
-    if m.mla is not None:
-        attn = m.mla.params(h, m.heads)
-    else:
-        kv = h // m.heads * (m.kv_heads or m.heads)
-        attn = h * (h + 2 * kv) + h * h
-    norms = 2 * h
-    if kind == "moe_block":
-        assert m.moe is not None
+    base = _check(kind)
+    adapters = adapter_params(m.lora, _linears(kind, m)) if m.lora else 0
+    dense, expert = _body_params(base, m)
+    return dense + adapters, expert
+
+
+def _body_params(base: str, m: DecoderShape) -> tuple[int, int]:
+    h = m.hidden
+    if base == "mtp":
+        inner = "moe_block" if m.moe is not None and not m.pattern else "block"
+        dense, expert = _body_params(inner, m)
+        return dense + 2 * h * h + 3 * h, expert
+    if base == "mamba":
+        assert m.mamba is not None
+        return m.mamba.params(h), 0
+    attn = 0
+    if base in ATTN:
+        attn = (m.mla.params(h, m.heads) if m.mla is not None else m.block.attn_params()) + h
+    if base in ("moe_block", "moe"):
         moe = m.moe
-        dense = attn + norms + moe.router_params() + moe.shared_params()
+        assert moe is not None
+        dense = attn + h + moe.router_params() + moe.shared_params()
         return dense, moe.experts * moe.expert_params()
-    return attn + norms + 3 * h * m.ffn_hidden, 0
+    if base in ("block", "mlp"):
+        return attn + h + (3 if m.gated_mlp else 2) * h * m.ffn_hidden, 0
+    return attn, 0
 
 
-def layer_names(m: DecoderShape) -> list[tuple[str, str]]:
-    """``(name, kind)`` of every layer in order: ``embedding``, ``block.i`` or
-    ``moe_block.i``, ``head``."""
-    blocks = [
-        (f"moe_block.{i}", "moe_block") if m.is_moe(i) else (f"block.{i}", "block")
-        for i in range(m.layers)
-    ]
-    return [("embedding", "embedding"), *blocks, ("head", "head")]
+def trainable_params(kind: str, m: DecoderShape) -> int:
+    """Parameters of a layer an optimizer updates: all of them, or only the LoRA adapters."""
+    if m.lora is None:
+        return sum(layer_params(kind, m))
+    if kind in ("embedding", "head"):
+        return 0
+    return adapter_params(m.lora, _linears(kind, m))

@@ -18,6 +18,11 @@ A GEMM whose ``precision`` names a low-precision format (``fp8``, ``mxfp8``, ``n
 operands' and its 16-bit output's.
 
 ``overhead`` is ``kernel_overhead_s`` (launch and dispatch, see :mod:`sim.hardware.gpu_compute`).
+
+Where a published micro-benchmark measured a kind of kernel on the GPU, its speed replaces the
+roofline (:mod:`sim.compute.measured`): fused attention by sequence length, heads and head dim
+(instead of the flat ``attention_efficiency``), MoE grouped GEMMs by rows per expert, the token
+permutation kernels.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sim.compute import measured
 from sim.hardware.gpu_compute import ComputeSpec
 
 TILE_M = 128
@@ -44,7 +50,11 @@ class Kernel:
         flops: floating-point operations.
         bytes: bytes read plus written in HBM.
         m, n, k, batch: GEMM shape (``C[m, n] = A[m, k] @ B[k, n]``, ``batch`` of them);
-            zero for other kinds.
+            a flash-attention kernel's queries, keys, head dim and samples x heads; a token
+            permutation's tokens, rows and bytes per row (:mod:`sim.compute.measured`); zero
+            otherwise.
+        grouped: the pass (``fwd``, ``dgrad``, ``wgrad``) of a grouped GEMM over MoE experts
+            (``batch`` experts of ``m x n x k`` each); ``""`` for any other kernel.
         precision: the GEMM's low-precision format (``fp8``, ``mxfp8``, ``nvfp4``); ``""``:
             the dtype its phase is timed in.
     """
@@ -57,6 +67,7 @@ class Kernel:
     n: int = 0
     k: int = 0
     batch: int = 1
+    grouped: str = ""
     precision: str = ""
 
 
@@ -111,18 +122,32 @@ def gemm_efficiency(m: int, n: int, k: int, spec: ComputeSpec, dtype: str, batch
 def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     """Seconds of one kernel on ``spec``.
 
-    ``attn`` kernels run at ``attention_efficiency`` of the tensor peak (or the fp32 peak for
-    fp32), bounded below by their bytes at HBM rate.
+    ``attn`` kernels run at the measured efficiency of their shape where
+    :mod:`sim.compute.measured` has one, else at ``attention_efficiency`` of the tensor peak
+    (or the fp32 peak for fp32), bounded below by their bytes at HBM rate; grouped expert
+    GEMMs and token permutations at their measured speeds where there are some (a grouped GEMM
+    in a low-precision format at its measured 16-bit speed times the format's achieved rate
+    over the 16-bit one, :meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`).
 
     Raises:
         ValueError: unknown kernel kind.
     """
     if kern.kind == "gemm":
+        eff = measured.grouped_gemm_efficiency(kern, spec, dtype)
+        if eff:
+            rate = spec.peak_flops(dtype) * eff
+            if kern.precision:  # measured in 16 bits: scaled as the format's large GEMMs are
+                rate *= spec.matmul_rate(kern.precision) / spec.matmul_rate(dtype)
+            return spec.kernel_overhead_s + kern.flops / rate
         return gemm_time_s(kern, spec, dtype)
     if kern.kind == "mem":
+        permute = measured.permute_time_s(kern, spec)
+        if permute is not None:
+            return spec.kernel_overhead_s + permute
         return spec.kernel_overhead_s + kern.bytes / spec.hbm_rate_Bps()
     if kern.kind == "attn":
-        rate = spec.peak_flops(dtype) * spec.attention_efficiency
+        eff = measured.attention_efficiency(kern, spec, dtype) or spec.attention_efficiency
+        rate = spec.peak_flops(dtype) * eff
         return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
     raise ValueError(f"unknown kernel kind {kern.kind!r}; use gemm, mem or attn")
 

@@ -9,7 +9,15 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 1. pre-MLP norm over the rank's ``r`` tokens (``r = T/t`` with sequence parallelism);
 2. router: GEMM ``[r, h] @ [h, E]`` (weights replicated over tensor ranks), softmax and top-k
    (reads the ``r*E`` logits, writes fp32 probabilities, ``r*k`` probabilities and int64
-   indices);
+   indices); unless every expert is padded to its capacity, the dispatcher then needs the
+   token counts on the host (``MoEAlltoAllTokenDispatcher.preprocess``: with expert or tensor
+   parallelism an all-gather of the ``E`` counts over the TP x EP group, timed by the engine,
+   :mod:`sim.parallel.decoder_shard`; then a device-to-host copy and a stream synchronisation
+   at ``cuda_sync_point``, ``before_ep_alltoall`` / ``before_finish`` /
+   ``before_permutation_1``). The host waits for the device to drain; the device then idles
+   until the host issues the next kernel: one launch (``token_count_sync``, a kernel of no
+   bytes: ``kernel_overhead_s``). The host's lost run-ahead over the rest of the layer is not
+   modelled (decoder traces carry no host ops);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
    their experts (timed by the engine, :mod:`sim.parallel.expert`);
@@ -42,7 +50,7 @@ dropout (these models train without it). Sources: the tensors ``experts.py`` and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.compute.kernels import Kernel, gemm, mem
 
@@ -66,6 +74,9 @@ class MoEShape:
         capacity_factor: tokens each expert keeps per rank, over the balanced share
             (:func:`sim.compute.routing.capacity`); None: dropless.
         pad_to_capacity: every expert computes exactly its capacity (padding).
+        bias: biased experts and router (GPT-OSS: ``gate_up_proj_bias`` ``[E, 2f_e]``,
+            ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
+            parameters; the adds run in the GEMMs' epilogues (no kernel of their own).
     """
 
     hidden: int
@@ -76,6 +87,7 @@ class MoEShape:
     gated: bool = True
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
+    bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -95,16 +107,17 @@ class MoEShape:
         return self.expert_ffn * (2 if self.gated else 1)
 
     def expert_params(self) -> int:
-        """Parameters of one routed expert: ``(2 or 3) * h * f_e`` (no biases)."""
-        return (self.up_width + self.expert_ffn) * self.hidden
+        """Parameters of one routed expert: ``(2 or 3) * h * f_e``, plus ``up + h`` biases."""
+        bias = self.up_width + self.hidden if self.bias else 0
+        return (self.up_width + self.expert_ffn) * self.hidden + bias
 
     def shared_params(self) -> int:
         """Parameters of the shared experts: ``(2 or 3) * h * f_s``."""
         return self.shared_ffn * (3 if self.gated else 2) * self.hidden
 
     def router_params(self) -> int:
-        """Router weights ``h * E``."""
-        return self.hidden * self.experts
+        """Router weights ``h * E`` (and ``E`` biases)."""
+        return (self.hidden + (1 if self.bias else 0)) * self.experts
 
     def fwd_flops(self, tokens: int) -> float:
         """Forward FLOPs of the whole layer for ``tokens`` tokens, balanced and dropless:
@@ -124,13 +137,26 @@ def _groups(rows: tuple[float, ...]) -> dict[int, int]:
     return out
 
 
+def _permute(name: str, nbytes: float, r: int, k: int, h: int, d: int) -> Kernel:
+    """A token permutation kernel: ``r`` tokens to ``r*k`` rows of ``h*d`` bytes (its shape,
+    for :mod:`sim.compute.measured`)."""
+    return replace(mem(name, nbytes), m=r, n=r * k, k=h * d)
+
+
+def grouped(name: str, m: int, n: int, k: int, d: int, batch: int, phase: str) -> Kernel:
+    """One pass (``fwd``, ``dgrad``, ``wgrad``) of a grouped GEMM over ``batch`` experts."""
+    return replace(gemm(name, m, n, k, d, batch=batch), grouped=phase)
+
+
 def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
     e, k, h = shape.experts, shape.top_k, shape.hidden
-    return [
+    out = [
         gemm("router", r, e, h, d),
         mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES)),
-        mem("permute", r * h * d + r * k * h * d),
     ]
+    if not (shape.capacity_factor is not None and shape.pad_to_capacity):
+        out.append(mem("token_count_sync", 0.0))  # the host sync (module doc, step 2)
+    return out + [_permute("permute", r * h * d + r * k * h * d, r, k, h, d)]
 
 
 def _shared_fwd(shape: MoEShape, t: int, d: int, tp: int) -> list[Kernel]:
@@ -163,13 +189,14 @@ def moe_fwd(
     _check_tp(shape, tp)
     h, fe, k = shape.hidden, shape.expert_ffn // tp, shape.top_k
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
-    for n, count in sorted(_groups(rows).items()):
-        out.append(gemm(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), h, d, batch=count))
-        out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * count))
+    for n, c in sorted(_groups(rows).items()):
+        out.append(grouped(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), h, d, c, "fwd"))
+        out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
         if shape.gated:
-            out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * count))
-        out.append(gemm(f"expert_down[{n}]", n, h, fe, d, batch=count))
-    out.append(mem("unpermute", r * k * h * d + r * k * PROB_BYTES + r * h * d))
+            out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
+        out.append(grouped(f"expert_down[{n}]", n, h, fe, d, c, "fwd"))
+    unpermute = r * k * h * d + r * k * PROB_BYTES + r * h * d
+    out.append(_permute("unpermute", unpermute, r, k, h, d))
     return out + _shared_fwd(shape, t, d, tp) + [mem("mlp_residual", 3 * r * h * d)]
 
 
@@ -184,17 +211,17 @@ def moe_bwd(
     _check_tp(shape, tp)
     h, e, fe, k = shape.hidden, shape.experts, shape.expert_ffn // tp, shape.top_k
     up = fe * (2 if shape.gated else 1)
-    dx = [mem("unpermute_bwd", 1.5 * (r * k * h * d + r * h * d))]
+    dx = [_permute("unpermute_bwd", 1.5 * (r * k * h * d + r * h * d), r, k, h, d)]
     dw = []
     for n, c in sorted(_groups(rows).items()):
-        dx.append(gemm(f"d_expert_down_in[{n}]", n, fe, h, d, batch=c))
+        dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, h, d, c, "dgrad"))
         if shape.gated:
             dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))
         dx.append(mem(f"expert_act_bwd[{n}]", 3 * n * fe * d * c))
-        dx.append(gemm(f"d_expert_up_in[{n}]", n, h, up, d, batch=c))
-        dw += [gemm(f"d_expert_up_w[{n}]", h, up, n, d, batch=c)]
-        dw += [gemm(f"d_expert_down_w[{n}]", fe, h, n, d, batch=c)]
-    dx.append(mem("permute_bwd", 1.5 * (r * h * d + r * k * h * d)))
+        dx.append(grouped(f"d_expert_up_in[{n}]", n, h, up, d, c, "dgrad"))
+        dw += [grouped(f"d_expert_up_w[{n}]", h, up, n, d, c, "wgrad")]
+        dw += [grouped(f"d_expert_down_w[{n}]", fe, h, n, d, c, "wgrad")]
+    dx.append(_permute("permute_bwd", 1.5 * (r * h * d + r * k * h * d), r, k, h, d))
     dx += [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES)), gemm("d_router_in", r, h, e, d)]
     dw.append(gemm("d_router_w", h, e, r, d))
     if shape.shared_ffn:

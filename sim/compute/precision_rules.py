@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.compute.decoder_shape import base_kind
 from sim.compute.precision import TE, TORCHAO, Recipe, get_recipe
 
 
@@ -62,8 +63,9 @@ class LayerRules:
         return "; ".join(out)
 
 
-BLOCK_KINDS = ("block", "moe_block")
-"""Layer kinds that are transformer blocks (:mod:`sim.compute.decoder`)."""
+BLOCK_KINDS = ("block", "moe_block", "attention", "mlp", "moe", "mamba")
+"""Layer kinds of the model's body (:mod:`sim.compute.decoder_shape`: uniform blocks, hybrid
+layers; ``swa_`` windowed ones too), counted by Megatron's first/last-layers rule."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,12 @@ class LowPrecision:
     def layer_low(self, kind: str, index: int, blocks: int) -> bool:
         """Whether layer ``kind`` (block ``index`` of ``blocks`` for a block) runs any GEMM in
         low precision."""
-        if kind in BLOCK_KINDS:
+        base = base_kind(kind)
+        if base in BLOCK_KINDS:
             return self.rules.block_low(index, blocks)
-        return kind == "head" and self.rules.head
+        if base == "mtp":  # DeepSeek-V3's MTP depths: transformer layers of the same spec
+            return True
+        return base == "head" and self.rules.head
 
     def to_dict(self) -> dict:
         """JSON-able form (a trace's provenance), read back by :meth:`from_dict`."""

@@ -38,13 +38,15 @@ from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 
 LINEARS = frozenset(
     {"qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down", "q_up", "kv_down", "kv_up"}
-    | {"shared_up", "shared_down", "expert_up", "expert_down"}
+    | {"shared_up", "shared_down", "expert_up", "expert_down", "in_proj", "out_proj", "eh_proj"}
 )
 """Names of the GEMMs that are linear layers (TE modules) in :mod:`sim.compute.transformer`,
-:mod:`sim.compute.mla` and :mod:`sim.compute.moe`."""
+:mod:`sim.compute.mla`, :mod:`sim.compute.moe` (experts), :mod:`sim.compute.ssm` (Mamba's ``in_proj``,
+``out_proj``) and the MTP layer's ``eh_proj`` (:mod:`sim.compute.decoder`); LoRA adapters stay
+in 16 bits."""
 SHARED_INPUT = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "fc1", "up": "fc1"}
 """GEMMs that are one linear layer in Megatron (fused QKV, FC1 with gate and up): one cast."""
-NORM_FED = {"qkv": "norm1", "fc1": "norm2"}
+NORM_FED = {"qkv": "norm1", "fc1": "norm2", "in_proj": "norm1"}
 """Inputs a dense block's ``LayerNormLinear`` takes from its norm (the kernel that writes it)."""
 NORM_INPUT = {**NORM_FED, "q_down": "norm1", "kv_down": "norm1", "shared_up": "norm2"}
 """Inputs that are a norm's output: under sequence parallelism Transformer Engine quantizes

@@ -44,7 +44,20 @@ class BlockShape:
         causal: causal mask (flash attention skips the masked half).
         attention: ``"flash"`` or ``"math"``.
         kv_heads: key/value heads (grouped-query attention, Ainslie et al. arXiv:2305.13245:
-            the K and V projections are ``h x kv_heads*h/a``); None: ``heads``.
+            the K and V projections are ``h x kv_heads*hd``); None: ``heads``.
+        head_dim: per-head width ``hd`` of queries, keys and values (Qwen3, GPT-OSS: Hugging
+            Face ``head_dim``, Megatron ``--kv-channels``; ``a*hd`` need not be ``h``); None:
+            ``h / a``.
+        qk_norm: an RMSNorm over each head of Q and K before the attention core (Qwen3's
+            ``q_norm`` / ``k_norm``, Megatron ``--qk-layernorm``): reads and writes Q and K
+            (``2*T*(a + kv)*hd*d``), backward 1.5x; ``2*hd`` parameters; its inputs are kept.
+        window: sliding-window attention over the last ``window`` keys (GPT-OSS's
+            ``sliding_window``; 0: full causal attention); the core's FLOPs are those of the
+            band (:func:`~sim.compute.attention.score_fraction`).
+        bias: biases on the Q, K, V and output projections (GPT-OSS ``attention_bias``):
+            ``(a + 2 kv)*hd + h`` parameters, added in the GEMMs' epilogues (no kernel).
+        sinks: a learned logit per head added to the softmax's denominator (GPT-OSS
+            attention sinks): ``a`` parameters, computed inside the attention kernel.
     """
 
     hidden: int
@@ -58,14 +71,24 @@ class BlockShape:
     causal: bool = True
     attention: str = "math"
     kv_heads: int | None = None
+    head_dim: int | None = None
+    qk_norm: bool = False
+    window: int = 0
+    bias: bool = False
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "heads", "seq_len", "ffn_hidden"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.hidden % self.heads:
+        hd = self.head_dim
+        if hd is not None and (isinstance(hd, bool) or not isinstance(hd, int) or hd < 1):
+            raise ValueError(f"head_dim must be a positive integer, got {hd!r}")
+        if hd is None and self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
         kv = self.kv_heads
         if kv is not None and (isinstance(kv, bool) or kv < 1 or self.heads % kv):
             raise ValueError(f"kv_heads {kv!r} must be a positive divisor of heads {self.heads}")
@@ -73,6 +96,25 @@ class BlockShape:
             raise ValueError(
                 f"attention must be one of {', '.join(IMPLEMENTATIONS)}, got {self.attention!r}"
             )
+
+    @property
+    def hd(self) -> int:
+        """Per-head width: ``head_dim``, else ``h / a``."""
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads: ``kv_heads``, else ``heads``."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    def attn_params(self) -> int:
+        """Parameters of the attention projections (and QK-norms, biases, sinks), norm not
+        included: ``h*(a + 2 kv)*hd + a*hd*h`` plus the options (class doc)."""
+        h, a, hd, kv = self.hidden, self.heads, self.hd, self.kv
+        out = h * (a + 2 * kv) * hd + a * hd * h
+        out += 2 * hd if self.qk_norm else 0
+        out += (a + 2 * kv) * hd + h if self.bias else 0
+        return out + (a if self.sinks else 0)
 
 
 LLAMA2_7B = BlockShape(
@@ -102,10 +144,10 @@ def _linears(shape: BlockShape, tp: int = 1) -> list[tuple[str, int, int]]:
     ``tp`` tensor-parallel ranks holds it (column-parallel: ``out / tp``, row-parallel
     :data:`ROW_PARALLEL`: ``in / tp``)."""
     h, f = shape.hidden, shape.ffn_hidden
-    kv = h // shape.heads * (shape.heads if shape.kv_heads is None else shape.kv_heads)
-    qkv = [("qkv", h, h + 2 * kv)] if shape.fused_qkv else [("q", h, h), ("k", h, kv), ("v", h, kv)]
+    q, kv = shape.heads * shape.hd, shape.kv * shape.hd
+    qkv = [("qkv", h, q + 2 * kv)] if shape.fused_qkv else [("q", h, q), ("k", h, kv), ("v", h, kv)]
     mlp = [("gate", h, f), ("up", h, f)] if shape.gated else [("up", h, f)]
-    full = qkv + [("proj", h, h)] + mlp + [("down", f, h)]
+    full = qkv + [("proj", q, h)] + mlp + [("down", f, h)]
     if tp == 1:
         return full
     return [(n, i // tp, o) if n in ROW_PARALLEL else (n, i, o // tp) for n, i, o in full]
@@ -152,26 +194,34 @@ def attention_half_fwd(
     shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
 ) -> list[Kernel]:
     """The first half of :func:`block_fwd`: norm, QKV, attention core, projection, residual."""
-    s, h, a = shape.seq_len, shape.hidden, shape.heads
+    s, h, a, q = shape.seq_len, shape.hidden, shape.heads, shape.heads * shape.hd
     t, r = _tokens(shape, b, tp, sp, cp)
     gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
     out = [mem("norm1", 2 * r * h * d)]
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
+    if shape.qk_norm:
+        out.append(mem("qk_norm", 2 * _qk_width(shape, t, tp) * d))
     if shape.rotary:
-        out += [mem("rotary_q", 2 * t * h // tp * d), mem("rotary_k", 2 * t * h // tp * d)]
+        out += [mem("rotary_q", 2 * t * q // tp * d), mem("rotary_k", 2 * t * q // tp * d)]
     out += attention_fwd(
         shape.attention,
         b,
         s // cp,
-        h // tp,
+        q // tp,
         a // tp,
         d,
         causal=shape.causal,
         dropout=shape.dropout,
         kv=s,
+        window=shape.window,
     )
     out.append(gemms["proj"])
     return out + _dropout_residual("attn", r, h, d, shape.dropout)
+
+
+def _qk_width(shape: BlockShape, t: int, tp: int) -> int:
+    """Elements of a rank's Q and K: ``t*(a/tp + max(1, kv/tp))*hd``."""
+    return t * (shape.heads // tp + max(1, shape.kv // tp)) * shape.hd
 
 
 def mlp_half_fwd(
@@ -232,7 +282,7 @@ def attention_half_bwd(
     shape: BlockShape, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
 ) -> tuple[list[Kernel], list[Kernel]]:
     """The attention half of :func:`block_bwd`: ``(input_gradient, weight_gradient)``."""
-    s, h, a = shape.seq_len, shape.hidden, shape.heads
+    s, h, a, q = shape.seq_len, shape.hidden, shape.heads, shape.heads * shape.hd
     t, r = _tokens(shape, b, tp, sp, cp)
     lin = [x for x in _linears(shape, tp) if x[0] not in ("gate", "up", "down")]
     dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in lin}
@@ -243,15 +293,18 @@ def attention_half_bwd(
         shape.attention,
         b,
         s // cp,
-        h // tp,
+        q // tp,
         a // tp,
         d,
         causal=shape.causal,
         dropout=shape.dropout,
         kv=s,
+        window=shape.window,
     )
     if shape.rotary:
-        out += [mem("rotary_q_bwd", 2 * t * h // tp * d), mem("rotary_k_bwd", 2 * t * h // tp * d)]
+        out += [mem("rotary_q_bwd", 2 * t * q // tp * d), mem("rotary_k_bwd", 2 * t * q // tp * d)]
+    if shape.qk_norm:
+        out.append(mem("qk_norm_bwd", 3 * _qk_width(shape, t, tp) * d))
     out += [dx[n] for n in ("qkv", "q", "k", "v") if n in dx]
     out += [mem("norm1_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
     return out, dw

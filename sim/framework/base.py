@@ -182,9 +182,20 @@ class Framework:
         ``TiedLayerSpec`` once per stage), so the head's copy (:func:`tied_embedding_bytes`)
         is not in its parameters. Unchanged without a tied embedding."""
         last = schedule.num_stages - 1
-        if not self.tied_embedding.value or schedule.stage_rank(0) != schedule.stage_rank(last):
+        if not self.ties(trace) or schedule.stage_rank(0) != schedule.stage_rank(last):
             return trace
         return share_head_weight(trace, tensor_parallel)
+
+    def ties(self, trace: Trace) -> bool:
+        """Whether the framework keeps a copy of the word embedding in ``trace``'s head and
+        all-reduces it (:attr:`tied_embedding`). A decoder model (``model_shape.kind ==
+        "decoder"``) says itself whether it ties its embeddings: its trace declares the tie as a
+        shared group (:mod:`sim.trace.shared`, placed and all-reduced like any other), and an
+        untied one (Llama, DeepSeek, Mixtral: Megatron ``--untie-embeddings-and-output-weights``)
+        has no all-reduce and keeps its output layer."""
+        shape = (trace.provenance or {}).get("model_shape")
+        decoder = isinstance(shape, dict) and shape.get("kind") == "decoder"
+        return bool(self.tied_embedding.value) and not decoder
 
     def runtime(self, topo: Topology, trace: Trace, tensor_parallel: int = 1) -> PipelineRuntime:
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
@@ -192,7 +203,7 @@ class Framework:
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
         is the server it runs on."""
-        tied, sixteen = self.tied_embedding.value, dtype_bytes(trace.dtype) < 4
+        tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,

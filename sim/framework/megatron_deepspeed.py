@@ -9,7 +9,7 @@ loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers e
 (``TiedLayerSpec('embed')``), and all-reduces its gradient between the two before the
 data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
 
-vTrain's measured iterations (``validation/vtrain/``) were all collected this way.
+vTrain's measured iterations (``measurements/vtrain/``) were all collected this way.
 """
 
 from __future__ import annotations

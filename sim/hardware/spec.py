@@ -82,7 +82,7 @@ class TPOverheadSpec(BaseModel):
 
 class ActionOverheadSpec(BaseModel):
     """Seconds a pipeline runtime spends per action on a rank beyond the action's layers and
-    its link transfers (``sim calibrate``: backends.torch.calibrate_runtime)."""
+    its link transfers (``sim calibrate``: backends.torch.calibrate.runtime_costs)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -92,7 +92,7 @@ class ActionOverheadSpec(BaseModel):
 
 class StepCostSpec(BaseModel):
     """Measured time of one optimizer's update on a rank: ``tensors * per_tensor +
-    parameter bytes / bandwidth`` (``sim calibrate``: backends.torch.calibrate_runtime)."""
+    parameter bytes / bandwidth`` (``sim calibrate``: backends.torch.calibrate.runtime_costs)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -202,7 +202,7 @@ class GPUSpec(BaseModel):
         description="Host seconds one tensor-parallel module (a column- or row-parallel linear, "
         "a sequence-parallel norm) adds per forward and backward beyond its compute and "
         "collectives: torch DTensor's dispatch, measured by `sim calibrate` "
-        "(backends.torch.calibrate_comm). Default 0: Megatron's tensor parallelism runs plain "
+        "(backends.torch.calibrate.comm). Default 0: Megatron's tensor parallelism runs plain "
         "tensors.",
     )
     action_overhead: ActionOverheadSpec = Field(

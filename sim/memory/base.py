@@ -43,6 +43,10 @@ class MemoryPolicy(ABC):
     """True when a stage's plan depends on the other stages' (peers' spare memory)."""
     replayable: ClassVar[bool] = False
     """True when :meth:`replay` runs the policy on the torch replay."""
+    keeps_everything: ClassVar[bool] = False
+    """True when the policy keeps every tensor on the GPU and recomputes nothing (``none``):
+    the only kind a replay that runs no memory policy (tensor-, expert- and context-parallel,
+    stage chunks per rank) stands for (:func:`sim.memory.registry.keeps_everything`)."""
     shards_states: ClassVar[bool] = False
     """True when the policy partitions model states over the data-parallel replicas (ZeRO-3,
     ZeRO-Offload, PatrickStar's chunks): not combined with expert parallelism, whose routed

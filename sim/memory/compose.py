@@ -26,14 +26,14 @@ def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
     """The plan with everything on the GPU (policy ``none``): every weight version, gradient,
     optimizer state and stash, plus the stage's overhead (:func:`sim.memory.reserve.overhead`);
     ``changes`` replace fields of it."""
-    p = ctx.params
+    p, trained = ctx.params, ctx.trainable_params
     over = overhead(ctx)
     plan = StagePlan(
         act_bytes=ctx.act_bytes,
         resident_act_bytes=ctx.act_bytes,
         weight_bytes=p * weight_bytes_per_param(ctx.state, ctx.weight_versions, ctx.version_bytes),
-        grad_bytes=p * ctx.state.grad,
-        optimizer_bytes=p * ctx.state.optimizer,
+        grad_bytes=trained * ctx.state.grad,
+        optimizer_bytes=trained * ctx.state.optimizer,
         optimizer_s=stage_step_s(ctx),
         reserve_bytes=over["reserve_bytes"],
         allocator_bytes=over["allocator_bytes"],
@@ -50,8 +50,8 @@ def stage_step_s(ctx: StageContext) -> float:
     gpu = ctx.topology.gpu(ctx.gpu_index)
     cost = gpu.step_cost(ctx.optimizer)
     if cost is None:
-        return optimizer_step_s(ctx.params, gpu.hbm_bandwidth_Bps, ctx.state)
-    return measured_step_s(ctx.param_tensors, ctx.params * ctx.dtype_bytes, *cost)
+        return optimizer_step_s(ctx.trainable_params, gpu.hbm_bandwidth_Bps, ctx.state)
+    return measured_step_s(ctx.param_tensors, ctx.trainable_params * ctx.dtype_bytes, *cost)
 
 
 def activation_plan(

@@ -80,6 +80,13 @@ class StageContext:
         return sum(layer.param_bytes for layer in self.layers) / self.dtype_bytes
 
     @property
+    def trainable_params(self) -> float:
+        """Parameters of the stage an optimizer updates (LoRA: the adapters only,
+        :attr:`~sim.trace.schema.LayerProfile.trainable_bytes`); the gradients and optimizer
+        state are theirs."""
+        return sum(layer.trainable for layer in self.layers) / self.dtype_bytes
+
+    @property
     def act_bytes(self) -> float:
         """Activation bytes one micro-batch stashes on this stage."""
         return sum(layer.act_bytes for layer in self.layers)

@@ -61,7 +61,7 @@ class DistOptPolicy(MemoryPolicy):
         w = ctx.dp_width
         f = ctx.expert_share
         we = max(1, w // ctx.expert_parallel)
-        owned = ctx.params * ((1.0 - f) / w + f / we)
+        owned = ctx.trainable_params * ((1.0 - f) / w + f / we)
         hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
         base = resident_plan(
             ctx,

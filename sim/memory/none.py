@@ -17,6 +17,7 @@ class NoPolicy(MemoryPolicy):
     name = "none"
     description = "everything resident on the GPU"
     replayable = True
+    keeps_everything = True
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return describe(ctx, resident_plan(ctx), "everything resident", 0.0)

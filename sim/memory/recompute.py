@@ -7,7 +7,7 @@ head: Megatron-LM checkpoints the layers of its ``TransformerBlock``
 (``megatron/core/transformer/transformer_block.py::_checkpointed_forward``), DeepSpeed's
 pipeline only ``ParallelTransformerLayerPipe`` layers of a ``GPTModelPipe``
 (``deepspeed/runtime/pipe/module.py::PipelineModule._is_checkpointable``), and the torch replay
-wraps each ``Block`` (:mod:`backends.torch.memory`).
+wraps each ``Block`` (:mod:`backends.torch.replay.memory`).
 ``recompute:full:N``: only the blocks among the first ``N`` layers of each stage (Megatron's
 ``block`` method: a knob for using exactly the memory each stage has). ``recompute:selective``: drop only the
 attention core of every layer (Korthikanti et al.; Megatron's default ``core_attn``); on a trace

@@ -93,6 +93,22 @@ def replayable_policies() -> list[str]:
     return [cls.name for cls in POLICIES.classes() if cls.replayable]
 
 
+def keeps_everything(text: str) -> bool:
+    """Whether memory policy ``text`` is one policy whose class keeps every tensor on the GPU
+    (``keeps_everything``); False for per-stage policies (``a|b``, which name a number of
+    stages) and for a string that does not parse.
+
+    Example:
+        >>> keeps_everything("none"), keeps_everything("None"), keeps_everything("recompute")
+        (True, True, False)
+    """
+    try:
+        policy = parse_policy(text)
+    except (KeyError, ValueError):
+        return False
+    return policy.keeps_everything
+
+
 def replay_problems(text: str, stages: int) -> list[str]:
     """Why the torch replay cannot run memory policy ``text`` on ``stages`` stages (empty if it
     can): an unknown or malformed spec, a per-stage spec for another depth, or a policy whose

@@ -65,7 +65,7 @@ def measured_step_s(
     tensors: float, param_bytes: float, per_tensor_s: float, bandwidth_Bps: float
 ) -> float:
     """Time of an optimizer update measured on the device by ``sim calibrate``
-    (backends.torch.calibrate_runtime.step_cost): ``tensors * per_tensor_s + param_bytes /
+    (backends.torch.calibrate.runtime_costs.step_cost): ``tensors * per_tensor_s + param_bytes /
     bandwidth_Bps``, seconds. An optimizer that walks its parameters one by one (the replay's
     plain SGD, ``torch.optim`` on CPU) pays a fixed cost per tensor (the Python loop, each op's
     dispatch) beside the bytes it moves, which on a CPU rank dominates for small models.

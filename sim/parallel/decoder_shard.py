@@ -18,12 +18,19 @@
   MLP: dense, shared experts; and of the routed rows around the experts, expert tensor
   parallelism), as :class:`~sim.parallel.megatron.LayerComm`; the expert- and
   context-parallel ones as :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and
-  direction; the attention's exchanges, ring steps hiding under ``1/cp`` of the attention core).
+  direction, and before the forward's dispatch the all-gather of the token counts of a
+  dropless layer, :data:`COUNT_BYTES`; the attention's exchanges, ring steps hiding under
+  ``1/cp`` of the attention core).
 
 Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
-kind is its name's (``embedding``, ``block.i``, ``moe_block.i``, ``head``), or
-``provenance.layer_kinds`` for a profiled Hugging Face chain (``sim profile --model
-config.json``: ``embed``, ``layer<i>``, ``norm``, ``lm_head``).
+kind is its name's (:func:`~sim.compute.decoder_shape.kind_of`: ``embedding``, ``block.i``,
+``moe_block.i``, ``swa_block.i``, ``mamba.i``, ``attention.i``, ``mlp.i``, ``moe.i``,
+``mtp.j``, ``head``), or ``provenance.layer_kinds`` for a profiled Hugging Face chain (``sim
+profile --model config.json``: ``embed``, ``layer<i>``, ``norm``, ``lm_head``). A Mamba-2 layer
+under tensor parallelism with sequence parallelism all-gathers its input and reduce-scatters
+its output like the other mixers (Megatron-Core ``MambaMixer``: column-parallel ``in_proj``,
+row-parallel ``out_proj``). With LoRA the trainable bytes (the adapters) split like the dense
+parameters and the frozen experts have no gradients to reduce.
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
+from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer
 from sim.compute.routing import Routing
+from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context import AttentionDims, check_cp, context_comm
@@ -43,10 +52,14 @@ from sim.parallel.expert import check_ep, expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
 from sim.parallel.ops import GroupOp
-from sim.trace.decoder import decoder_shape, single_gpu_rows, trace_precision
+from sim.trace.decoder import MOE_KINDS, decoder_shape, single_gpu_rows, trace_precision
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 AG, RS, AR = EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value, EventKind.ALLREDUCE.value
+COUNT_BYTES = 8
+"""int64 token counts per expert, all-gathered over the EP group before the dispatch of a
+dropless (or unpadded) MoE layer (Megatron ``MoEAlltoAllTokenDispatcher.preprocess``:
+``gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)``)."""
 CORE = ("flash_attn_fwd", "flash_attn_bwd", "scores", "softmax", "attn_dropout", "attn_v")
 
 
@@ -102,6 +115,10 @@ def decoder_problem(m: DecoderShape, par: ParallelLayout) -> str:
             )
     elif par.ep > 1:
         return f"expert_parallel {par.ep} needs a MoE model"
+    if m.mamba is not None:
+        why = mamba_tp_problem(m.mamba, t)
+        if why or par.cp > 1:
+            return why or f"context_parallel {par.cp} over Mamba layers is not modelled"
     if par.sp and (m.seq_len // par.cp) % t:
         return f"sequence parallelism needs seq_len/cp divisible by {t}"
     return check_cp(par.cp, m.seq_len, m.heads, t, par.cp_comm)
@@ -113,7 +130,7 @@ def attention_dims(m: DecoderShape, tp: int) -> AttentionDims:
     if m.mla is not None:
         q = at * m.mla.d_qk
         return AttentionDims(q, q, at * m.mla.d_v, at * m.mla.d_v, at)
-    hd = m.hidden // m.heads
+    hd = m.block.hd
     kv = max(1, (m.kv_heads or m.heads) // tp) * hd
     return AttentionDims(at * hd, kv, kv, at * hd, at)
 
@@ -128,12 +145,19 @@ def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
 
 
 def _tp_comm(
-    kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, rows: float, gather_elem: float
+    kind: str,
+    m: DecoderShape,
+    b: int,
+    d: int,
+    par: ParallelLayout,
+    rows: float,
+    gather_elem: float | None = None,
 ) -> LayerComm:
     """The layer's tensor-parallel collectives; ``gather_elem``: bytes per element of the
-    sequence-parallel all-gathers (``d``, or a quantized input's: Transformer Engine quantizes
-    a linear layer's input before gathering it, NVIDIA/TransformerEngine@d0067d0
-    ``module/layernorm_linear.py:285-312``, ``linear.py:378-418``)."""
+    sequence-parallel all-gathers of a mixer's or MLP's input (``d``, or a quantized input's:
+    Transformer Engine quantizes a linear layer's input before gathering it,
+    NVIDIA/TransformerEngine@d0067d0 ``module/layernorm_linear.py:285-312``,
+    ``linear.py:378-418``)."""
     t, s, h = par.tp, m.seq_len // par.cp, m.hidden
     if t == 1:
         return LayerComm()
@@ -142,13 +166,16 @@ def _tp_comm(
     if kind == "head":
         return head_comm(b, s, h, d, t, par.sp)
     x = float(b * s * h * d)
+    base = base_kind(kind)
+    mixers = 2 if base in ("block", "moe_block", "mtp") else 1
     if not par.sp:
-        return LayerComm((CommOp(AR, x),) * 2, (CommOp(AR, x),) * 2)
-    k = gather_elem / d  # the inputs of QKV and FC1 / the shared experts are gathered quantized
-    pairs = [(x * k, x)]  # attention
-    if kind == "block" or (m.moe is not None and m.moe.shared_ffn):
-        pairs.append((x * k, x))
-    if kind == "moe_block":
+        return LayerComm((CommOp(AR, x),) * mixers, (CommOp(AR, x),) * mixers)
+    q = x * (gather_elem if gather_elem is not None else d) / d  # gathered quantized
+    pairs = [(q, x)] if base in ("block", "moe_block", "attention", "mamba", "mtp") else []
+    moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
+    if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
+        pairs.append((q, x))
+    if moe:
         pairs.append((rows * h * d, rows * h * d))
     ops = tuple(op for ag, rs in pairs for op in (CommOp(AG, ag), CommOp(RS, rs)))
     return LayerComm(ops, ops)
@@ -157,7 +184,7 @@ def _tp_comm(
 def _group_ops(
     kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, core: tuple[float, float], plan
 ) -> tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]]:
-    if kind not in ("block", "moe_block"):
+    if base_kind(kind) not in ("block", "moe_block", "attention", "mtp"):
         return (), ()
     fwd: list[GroupOp] = []
     bwd: list[GroupOp] = []
@@ -169,10 +196,13 @@ def _group_ops(
                 hidden = hide / par.cp if coll == "ring" else 0.0
                 out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
     if plan is not None and par.ep > 1:
+        assert m.moe is not None
         a2a = (
             GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch),
             GroupOp("ep", "alltoall", 0.0, pairs=plan.combine),
         )
+        if not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
+            fwd.append(GroupOp("ep", "all_gather", float(COUNT_BYTES * m.moe.experts * par.ep)))
         fwd += a2a
         bwd += a2a[::-1]
     return tuple(fwd), tuple(bwd)
@@ -198,7 +228,7 @@ def shard_decoder(
     low = trace_precision(trace)
     cache: dict[tuple[str, bool], tuple] = {}
     layers, comm, group, expert, lows = [], [], [], [], []
-    kinds = trace.provenance.get("layer_kinds") or [_kind(x.name) for x in trace.layers]
+    kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
         lp = low if runs_low else None
@@ -209,10 +239,13 @@ def shard_decoder(
         layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
         comm.append(tpc)
         group.append(ops)
-        expert.append(layer.param_bytes * share[1])
+        expert.append(0.0 if m.lora else layer.param_bytes * share[1])
         lows.append(low_precision_params(kind, m, par, lp) if lp is not None else 0.0)
     prov = {**trace.provenance, "parallel": _describe(par, routing)}
-    out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
+    shared = tuple(
+        replace(g, param_bytes=g.param_bytes / par.shards("dense_params")) for g in trace.shared
+    )  # a tied word embedding, split over the vocabulary like its layers
+    out = replace(trace, layers=tuple(layers), provenance=prov, profiles={}, shared=shared)
     return DecoderShard(
         out,
         tuple(comm),
@@ -229,28 +262,32 @@ def low_precision_params(
     kind: str, m: DecoderShape, par: ParallelLayout, low: LowPrecision
 ) -> float:
     """Parameters of a layer on one rank whose GEMMs run under ``low`` (a layer its rules run
-    low): a block's linear layers (:func:`~sim.compute.decoder.layer_params` less the two norms
+    low): the layer's linear weights (:func:`~sim.compute.decoder.layer_params` less its norms
     and, unless the rules quantize it, the router), dense ones split
     ``par.shards("dense_params")`` ways and routed experts ``par.shards("expert_params")``
     ways; the output layer's ``V x h`` where the rules quantize it; nothing else (the
-    embedding is no GEMM)."""
+    embedding is no GEMM). Norms: ``h`` per norm, two in a block, one in a hybrid layer (an
+    upper bound of a per-layer error of ``h`` parameters)."""
     dense, experts = layer_params(kind, m)
-    if kind == "head":
+    base = base_kind(kind)
+    if base == "head":
         linear = float(m.vocab * m.hidden) if low.rules.head else 0.0
         return linear / par.shards("dense_params")
-    if kind not in ("block", "moe_block"):
+    if base == "embedding":
         return 0.0
-    linear = dense - 2 * m.hidden
-    if kind == "moe_block" and m.moe is not None and not low.rules.router:
-        linear -= m.moe.router_params()
+    norms = 2 if base in ("block", "moe_block", "mtp") else 1
+    linear = max(0.0, float(dense - norms * m.hidden))
+    if base in MOE_KINDS and m.moe is not None and not low.rules.router:
+        linear = max(0.0, linear - m.moe.router_params())
     return linear / par.shards("dense_params") + experts / par.shards("expert_params")
 
 
 def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | None = None):
     """One layer kind's scaling on the rank (ratios, activations, parameter shares,
     collectives); ``low``: the recipe, when this layer runs its linear layers under it."""
-    one_rows = single_gpu_rows(m, b) if kind == "moe_block" else ()
-    mine = rows if kind == "moe_block" else ()
+    moe = base_kind(kind) in MOE_KINDS and m.moe is not None
+    one_rows = single_gpu_rows(m, b) if moe else ()
+    mine = rows if moe else ()
 
     def kernels(*args):
         made = layer_kernels(kind, m, b, d, *args)
@@ -276,7 +313,7 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | No
     quantized = low is not None and low.recipe.library == TE
     gather = low.recipe.data_bytes + low.recipe.scale_bytes if quantized and low else d
     tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)), gather)
-    ops = _group_ops(kind, m, b, d, par, core, plan if kind == "moe_block" else None)
+    ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
     return ratios, act, share, tpc, ops
 
 
@@ -296,17 +333,15 @@ def _apply(
         bwd_input_s=bi,
         bwd_weight_s=bw,
         param_bytes=layer.param_bytes * share,
+        trainable_bytes=(
+            None
+            if layer.trainable_bytes is None
+            else layer.trainable_bytes / par.shards("dense_params")
+        ),
         act_bytes=layer.act_bytes * act,
         out_bytes=layer.out_bytes / par.shards("boundary"),
         flops=None if layer.flops is None else layer.flops * kflops,
     )
-
-
-def _kind(name: str) -> str:
-    for kind in ("embedding", "head", "moe_block"):
-        if name.startswith(kind):
-            return kind
-    return "block"
 
 
 def _describe(par: ParallelLayout, routing: Routing) -> str:

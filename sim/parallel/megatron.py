@@ -114,7 +114,7 @@ def parallel_modules(kind: str, sp: bool) -> int:
     (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`): a block's 2 column- and 2
     row-parallel linears (Shoeybi et al. §3) and, with sequence parallelism, its 2 norms; the
     vocabulary-parallel embedding; the output layer (and its norm with ``sp``). As the replay
-    parallelizes them (backends/torch/tensor_parallel.py); the loss's vocabulary-parallel ops
+    parallelizes them (backends/torch/parallel/tensor.py); the loss's vocabulary-parallel ops
     are not counted."""
     if kind == "block":
         return 6 if sp else 4

@@ -27,7 +27,7 @@
   :func:`measured_overheads`) is charged that instead, per layer of each measured kind
   (embedding, block, head): the sharded layer's forward and backward on ``t`` ranks in the
   replay's layout minus the rank's share as plain tensors minus its collectives timed alone
-  (:mod:`backends.torch.tp_layer_profile`), which holds what the tiny-linear calibration misses
+  (:mod:`backends.torch.calibrate.tp_layers`), which holds what the tiny-linear calibration misses
   (the dispatch of every DTensor op of a real layer, the unfused bias adds and redistribution
   copies, collectives waiting for the peer).
 * **host ops**: each collective is one more op the host issues (``fwd_ops``/``bwd_ops``, when

@@ -17,7 +17,8 @@ from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.config import ExperimentConfig, PrecisionOptions
 from sim.framework.registry import get_framework
-from sim.hardware.loader import load_hardware
+from sim.hardware.loader import is_preset, load_hardware
+from sim.hardware.overlay import apply_overlay, read_overlay
 from sim.hardware.topology import Topology
 from sim.memory.attention import with_attention
 from sim.parallel.decoder_shard import DecoderShard
@@ -119,14 +120,27 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
     return LowPrecision(recipe, rules, opts.param_gather)
 
 
+def _hardware(exp: ExperimentConfig, base: Path | None) -> str | dict[str, Any]:
+    """The experiment's hardware, with its ``hardware_overlay`` set over it
+    (:mod:`sim.hardware.overlay`; paths relative to the experiment file)."""
+    if not exp.hardware_overlay:
+        return exp.hardware
+    hw = exp.hardware
+    if isinstance(hw, str) and not is_preset(hw) and base is not None:
+        hw = str(base / hw) if not Path(hw).is_absolute() else hw
+    path = Path(exp.hardware_overlay)
+    path = base / path if base is not None and not path.is_absolute() else path
+    return apply_overlay(hw, read_overlay(path))
+
+
 def prepare(exp: ExperimentConfig, file: str) -> Prepared:
     """Load the hardware and every model's trace.
 
     Raises:
         InputError: unknown preset, unreadable trace (naming the file and field).
     """
-    topo = load_hardware(exp.hardware, file=file, field="hardware")
     base = Path(file).parent if file else None
+    topo = load_hardware(_hardware(exp, base), file=file, field="hardware")
     traces = {}
     for i, model in enumerate(exp.models):
         trace = load_trace(model.trace, base_dir=base, file=file, field=f"models.{i}.trace")

@@ -40,7 +40,7 @@ NEAR_SHOWN = 3
 
 
 CPU_RANK_MODEL = "cpu-rank"
-"""The device model ``sim calibrate`` writes for a CPU rank (``backends.torch.profile``)."""
+"""The device model ``sim calibrate`` writes for a CPU rank (``backends.torch.profile.layers``)."""
 
 
 def bands_for(gpu_models: Iterable[str]) -> Bands:

@@ -14,7 +14,7 @@ from sim.schedules.analysis import (
     peak_in_flight_per_stage,
     validate_program,
 )
-from sim.schedules.base import Schedule, ScheduleError, with_steps_every
+from sim.schedules.base import VERSION_RULES, Schedule, ScheduleError, with_steps_every
 from sim.schedules.csv_io import from_csv, to_csv, to_csv_string
 from sim.schedules.dualpipe_v import DualPipeV
 from sim.schedules.gpipe import GPipe
@@ -56,6 +56,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "UnknownScheduleError",
+    "VERSION_RULES",
     "ZBVZeroBubble",
     "check_deadlock_free",
     "delay_steps",

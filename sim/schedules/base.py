@@ -18,7 +18,10 @@ from sim.schedules.action import STEP, Action, Program
 from sim.schedules.analysis import delay_steps as program_delay_steps
 from sim.schedules.errors import ScheduleError
 
-__all__ = ["Schedule", "ScheduleError", "with_steps_every"]
+__all__ = ["VERSION_RULES", "Schedule", "ScheduleError", "with_steps_every"]
+
+VERSION_RULES = ("single", "stashed", "two_versions")
+"""The values of :attr:`Schedule.version_rule`: how a replay keeps a stage's weights."""
 
 
 class Schedule(ABC):
@@ -47,7 +50,7 @@ class Schedule(ABC):
             stages ``r`` and ``2p-1-r``), torch ``generate_stage_to_rank_mapping``.
         splits_backward: True when its programs use I and W (backward split).
         weight_rule: which weights a micro-batch's backward uses on a stage (the replay's
-            numerics reference, ``backends.torch.reference``): ``"forward"``, the version its
+            numerics reference, ``backends.torch.replay.reference``): ``"forward"``, the version its
             forward used (with a flush there is only one; PipeDream stashes it);
             ``"latest"``, the newest at the backward's time (PipeMare, no stash);
             ``"previous_iteration"``, ``W(k-1)`` for every micro-batch of iteration ``k``, in
@@ -55,6 +58,19 @@ class Schedule(ABC):
         master_copy_versions: True when its extra weight versions are fp32 master copies (4
             bytes per parameter), not copies of the training-dtype weights
             (:func:`sim.memory.states.version_bytes_per_param`).
+        version_rule: how a replay keeps a stage's weights (one of :data:`VERSION_RULES`;
+            ``backends.torch.replay.versions`` reads it): ``"single"``, one copy updated in
+            place at every STEP (every flushed schedule, where no micro-batch is in flight at a
+            STEP, and PipeMare, whose backward uses the updated weights); ``"stashed"``, a copy
+            per version that a micro-batch in flight still needs, forwards on the newest
+            (PipeDream's weight stashing, schedules.md §2.2); ``"two_versions"``, the two newest,
+            every micro-batch of iteration ``k`` on ``W(k-1)`` (PipeDream-2BW, §2.4). It says
+            what :attr:`weight_rule` and :attr:`synchronous` imply (tests/test_schedules.py).
+        torch_class: the class of ``torch.distributed.pipelining`` that runs this schedule
+            itself from one stage per rank (``"ScheduleGPipe"``, ``"Schedule1F1B"``: the
+            replay's ``backend="torch"``), or None where torch has none for it; the schedules
+            of several stage chunks per rank replay through torch's
+            ``_PipelineScheduleRuntime`` loading our CSV instead (schedules.md §4.2).
 
     Raises:
         ScheduleError: ``stages < 1``, ``microbatches < 1``, ``microbatches < stages`` where
@@ -73,6 +89,8 @@ class Schedule(ABC):
     splits_backward: ClassVar[bool] = False
     weight_rule: ClassVar[str] = "forward"
     master_copy_versions: ClassVar[bool] = False
+    version_rule: ClassVar[str] = "single"
+    torch_class: ClassVar[str | None] = None
     overlaps_pairs: ClassVar[bool] = False
     """Whether the program holds ``OVERLAP_F_B`` pairs (a forward and a backward of two chunks
     the runtime may overlap: DualPipeV)."""

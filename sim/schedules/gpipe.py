@@ -32,6 +32,7 @@ class GPipe(Schedule):
     synchronous: ClassVar[bool] = True
     needs_m_ge_p: ClassVar[bool] = False
     description: ClassVar[str] = "GPipe (torch ScheduleGPipe): all F, then all B, flush"
+    torch_class: ClassVar[str | None] = "ScheduleGPipe"
 
     def program(self, iterations: int = 1) -> Program:
         m = self.microbatches

@@ -79,6 +79,7 @@ class OneFOneB(Schedule):
     needs_m_ge_p: ClassVar[bool] = True
     defined_for_fewer_microbatches: ClassVar[bool] = True
     description: ClassVar[str] = "1F1B / PipeDream-Flush (torch Schedule1F1B), flush per iteration"
+    torch_class: ClassVar[str | None] = "Schedule1F1B"
 
     def program(self, iterations: int = 1) -> Program:
         m = self.microbatches

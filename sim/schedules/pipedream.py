@@ -37,6 +37,7 @@ class PipeDream(Schedule):
     synchronous: ClassVar[bool] = False
     needs_m_ge_p: ClassVar[bool] = False
     description: ClassVar[str] = "PipeDream: async 1F1B, weight stashing, step every backward"
+    version_rule: ClassVar[str] = "stashed"
 
     def program(self, iterations: int = 1) -> Program:
         return unrolled_program(self.stages, iterations * self.microbatches, 1)

@@ -33,6 +33,7 @@ class PipeDream2BW(Schedule):
     name: ClassVar[str] = "pipedream_2bw"
     synchronous: ClassVar[bool] = False
     weight_rule: ClassVar[str] = "previous_iteration"
+    version_rule: ClassVar[str] = "two_versions"
     needs_m_ge_p: ClassVar[bool] = True
     description: ClassVar[str] = "PipeDream-2BW: 1F1B without flush, step every m backwards"
     master_copy_versions: ClassVar[bool] = True

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from sim.compute.decoder import DecoderShape, layer_kernels
+from sim.compute.decoder import DecoderShape, layer_kernels, layer_names
+from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.precision_rules import LowPrecision
@@ -180,10 +181,9 @@ def _decoder_times(shape: dict, b: int, spec: ComputeSpec, dtype: str) -> dict[s
         e = m.moe.experts
         rows = expert_rows(b * m.seq_len, 1, e, m.moe.top_k, (1 / e,) * e)
     out = {}
-    for kind in ("embedding", "block", "moe_block", "head"):
-        if kind == "moe_block" and m.moe is None:
-            continue
-        kernels = layer_kernels(kind, m, b, d, rows=rows if kind == "moe_block" else ())
+    for kind in dict.fromkeys(k for _, k in layer_names(m)):
+        moe = base_kind(kind) in ("moe_block", "moe", "mtp") and m.moe is not None
+        kernels = layer_kernels(kind, m, b, d, rows=rows if moe else ())
         out[kind] = sum(phase_time(k, spec, dtype).total_s for k in kernels if k)
     return out
 
@@ -210,8 +210,7 @@ def _extrapolate(trace: Trace, b: int, spec: ComputeSpec | None, notes: list[str
     kinds = trace.provenance.get("layer_kinds")
 
     def ratio(name: str, i: int = 0) -> float:
-        key = next((k for k in ("embedding", "head", "moe_block") if name.startswith(k)), "block")
-        key = kinds[i] if kinds else key
+        key = kinds[i] if kinds else kind_of(name)
         return at_b[key] / at_b0[key] if key in at_b else at_b["block"] / at_b0["block"]
 
     layers = tuple(

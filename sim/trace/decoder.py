@@ -1,5 +1,5 @@
-"""Analytic traces of decoder LMs: Llama-like, mixture-of-experts (Mixtral, Qwen2-MoE,
-DeepSeek-V3) and MLA models, one GPU, no parallelism.
+"""Analytic traces of decoder LMs (Llama-like, Qwen3, mixture-of-experts: Mixtral, Qwen-MoE,
+DeepSeek-V3, GPT-OSS; MLA; hybrid Mamba-2: Nemotron-H), one GPU, no parallelism.
 
 Nothing here is measured: every layer's times are the kernel model's
 (:mod:`sim.compute.decoder`) on a :class:`~sim.hardware.gpu_compute.ComputeSpec`, its bytes counted
@@ -10,10 +10,17 @@ the per-rank view under expert, tensor and context parallelism is
 ``provenance.model_shape`` (``kind: decoder``), so a trace is regenerated at any micro-batch
 size and on any GPU, and split over ranks.
 
-Layers: ``embedding`` (``V*h`` parameters; no position table: rotary), ``block.i`` (dense
-MLP) or ``moe_block.i``, ``head`` (final RMSNorm and an untied ``V*h`` output layer, fp32
-cross-entropy). ``out_bytes`` is the hidden state ``b*s*h*d``. ``flops`` is the sum of the
-forward kernels' FLOPs (attention core included, halved for the causal mask).
+Layers (:func:`~sim.compute.decoder_shape.layer_names`): ``embedding`` (``V*h`` parameters; no
+position table: rotary), ``block.i`` (dense MLP) or ``moe_block.i`` (``swa_`` prefixed where
+windowed), or a hybrid's ``mamba.i``, ``attention.i``, ``mlp.i``, ``moe.i``; ``mtp.j``;
+``head`` (final RMSNorm and the ``V*h`` output layer, fp32 cross-entropy). A model that ties
+its embeddings (``tied_embeddings``) has a head of the norm only and the word embedding as a
+shared group of the embedding and the head (:class:`~sim.trace.schema.SharedParams`: one
+copy where both sit on one GPU, else a copy on each and an all-reduce, :mod:`sim.trace.shared`).
+With LoRA every layer's ``trainable_bytes`` is its adapters'. ``out_bytes`` is the hidden
+state ``b*s*h*d`` (twice that after an MTP depth: the main and the MTP hidden states).
+``flops`` is the sum of the forward kernels' FLOPs (attention core included, halved for the
+causal mask, the band for windowed layers).
 
 Presets (:data:`DECODER_PRESETS`) carry their Hugging Face ``config.json`` values; the files
 are in ``examples/hf/`` and :mod:`sim.trace.hf_config` reads them.
@@ -29,13 +36,18 @@ from sim.compute.decoder import (
     layer_kernels,
     layer_names,
     layer_params,
+    trainable_params,
 )
+from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import phase_time
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, precision_kernels
 from sim.compute.routing import expert_rows
 from sim.hardware.gpu_compute import ComputeSpec
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, SharedParams, Trace, dtype_bytes
+
+MOE_KINDS = ("moe_block", "moe", "mtp")
+"""Layer kinds whose experts compute routed rows (an MTP depth's block is MoE in a MoE model)."""
 
 
 def single_gpu_rows(m: DecoderShape, b: int) -> tuple[float, ...]:
@@ -66,22 +78,35 @@ def decoder_layer(
     """One layer of the unsharded model on ``gpu`` at micro-batch ``b`` (module doc), its
     linear layers under ``low`` where its rules say (:mod:`sim.compute.quantize`)."""
     d = dtype_bytes(dtype)
-    rows = single_gpu_rows(m, b) if kind == "moe_block" else ()
+    rows = single_gpu_rows(m, b) if base_kind(kind) in MOE_KINDS else ()
     kernels = layer_kernels(kind, m, b, d, rows=rows)
     fwd, bwd_in, bwd_w = precision_kernels(kernels, kind, layer_index(name), m.layers, low, gpu)
     f, i, w = (phase_time(k, gpu, dtype).total_s if k else 0.0 for k in (fwd, bwd_in, bwd_w))
     dense, expert = layer_params(kind, m)
+    if kind == "head" and m.tied_embeddings:
+        dense = m.hidden  # the output weight is the embedding's (shared group)
+    hidden = float(b * m.seq_len * m.hidden * d)
+    out = {"head": 0.0, "mtp": 2 * hidden}.get(base_kind(kind), hidden)
     return LayerProfile(
         name=name,
         fwd_s=f,
         bwd_s=i + w,
         param_bytes=float((dense + expert) * d),
         act_bytes=layer_act_bytes(kind, m, b, d, rows=rows),
-        out_bytes=0.0 if kind == "head" else float(b * m.seq_len * m.hidden * d),
+        out_bytes=out,
         bwd_input_s=i,
         bwd_weight_s=w,
         flops=float(sum(k.flops for k in fwd)),
+        trainable_bytes=float(trainable_params(kind, m) * d) if m.lora else None,
     )
+
+
+def tied_groups(m: DecoderShape, n_layers: int, d: int) -> tuple[SharedParams, ...]:
+    """The word embedding as a group of the embedding (layer 0) and the head (the last
+    layer) when ``m`` ties them (module doc)."""
+    if not m.tied_embeddings:
+        return ()
+    return (SharedParams((0, n_layers - 1), float(m.vocab * m.hidden * d), ("embedding.weight",)),)
 
 
 def decoder_trace(
@@ -116,6 +141,8 @@ def decoder_trace(
         decoder_layer(n, k, m, microbatch_size, gpu, dtype, low) for n, k in layer_names(m)
     )
     dense = sum(layer_params(k, m)[0] for _, k in layer_names(m))
+    if m.tied_embeddings:
+        dense -= m.vocab * m.hidden
     expert = sum(layer_params(k, m)[1] for _, k in layer_names(m))
     shape_dict = m.to_dict()
     gpu_dict = (gpu if low is not None else gpu.without_low_precision()).to_dict()
@@ -140,7 +167,8 @@ def decoder_trace(
             + (f" Low precision: {low.describe()}." if low is not None else "")
         ),
     }
-    return Trace(name, layers, microbatch_size, dtype, gpu.model, provenance=prov)
+    shared = tied_groups(m, len(layers), dtype_bytes(dtype))
+    return Trace(name, layers, microbatch_size, dtype, gpu.model, provenance=prov, shared=shared)
 
 
 def is_decoder(trace: Trace) -> bool:

@@ -5,23 +5,42 @@ Read offline (plain JSON; ``transformers`` is not needed). Field names are those
 
 * Llama-like (``llama``, ``mistral``, ``qwen2``, ``qwen3``): ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``,
-  ``num_hidden_layers``, ``vocab_size``;
-* Mixtral (``mixtral``, ``MixtralConfig``): ``num_local_experts`` experts of width
-  ``intermediate_size``, ``num_experts_per_tok``; every layer MoE;
-* Qwen2-MoE (``qwen2_moe``, ``Qwen2MoeConfig``): ``num_experts`` of width
-  ``moe_intermediate_size``, ``num_experts_per_tok``, one shared expert of width
+  ``num_hidden_layers``, ``vocab_size``, an explicit ``head_dim`` where given (Qwen3: ``head_dim
+  x heads`` need not be ``hidden``), ``tie_word_embeddings``; Qwen3 adds QK-norm
+  (``Qwen3Attention.q_norm`` / ``k_norm``);
+* Mixtral (``mixtral``): ``num_local_experts`` experts of width ``intermediate_size``,
+  ``num_experts_per_tok``; every layer MoE;
+* Qwen2-MoE / Qwen3-MoE (``qwen2_moe``, ``qwen3_moe``): ``num_experts`` of width
+  ``moe_intermediate_size``, ``num_experts_per_tok``, Qwen2-MoE's one shared expert of width
   ``shared_expert_intermediate_size``, MoE every ``decoder_sparse_step`` layers except
   ``mlp_only_layers`` (only an empty list is supported); dense width ``intermediate_size``;
-* DeepSeek-V2/V3 (``deepseek_v2``, ``deepseek_v3``): ``n_routed_experts`` of width
-  ``moe_intermediate_size``, ``n_shared_experts`` shared experts of the same width,
+  Qwen3-MoE with QK-norm and ``head_dim``;
+* DeepSeek-V2/V3 and Kimi K2 (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``): ``n_routed_experts``
+  of width ``moe_intermediate_size``, ``n_shared_experts`` of the same width,
   ``num_experts_per_tok``, the first ``first_k_dense_replace`` layers dense (width
   ``intermediate_size``), MoE every ``moe_layer_freq``; MLA with ``q_lora_rank`` (None: no
   query compression), ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
-  ``v_head_dim``. DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``) is
-  not modelled (the report's 671B excludes it).
+  ``v_head_dim``; ``num_nextn_predict_layers`` multi-token-prediction depths when asked
+  (``mtp=True``; Megatron trains them only with ``--mtp-num-layers``, off by default);
+* GPT-OSS (``gpt_oss``, ``GptOssConfig``): ``head_dim``, ``attention_bias``, attention sinks,
+  ``layer_types`` (``sliding_attention`` / ``full_attention``; default alternating, sliding
+  first) with window ``sliding_window``; ``num_local_experts`` biased experts of width
+  ``intermediate_size``, ``num_experts_per_tok`` (``experts_per_token``); every layer MoE;
+* Nemotron-H / Nemotron 3 (``nemotron_h``): the layers of ``hybrid_override_pattern``
+  (``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE); Mamba-2 ``mamba_num_heads``,
+  ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``;
+  attention ``head_dim`` (``attention_head_dim``), no rotary embedding (Megatron-Bridge's
+  Nemotron-H provider: ``position_embedding_type = "none"``); squared-ReLU MLPs of width
+  ``intermediate_size`` (``mlp_hidden_act: relu2``: up and down only); MoE layers with
+  ``n_routed_experts`` of width ``moe_intermediate_size`` (squared ReLU) and shared experts of
+  total width ``moe_shared_expert_intermediate_size``.
 
-The training sequence length is not in a config (``max_position_embeddings`` is the model's
-limit): the caller gives it.
+A config states the model, not the training run: the sequence length (``max_position_embeddings``
+is the model's limit) and LoRA (:func:`read_adapter_config`, PEFT's ``adapter_config.json``) come
+from the caller. Bad fields raise :class:`~sim.trace.hf_checks.ConfigError` naming the field
+(zero or negative expert counts, a top-k above them, a negative ``kv_lora_rank``,
+``moe_layer_freq`` 0, a negative ``first_k_dense_replace``, a pattern that does not match the
+layers, ...); :func:`read_config` turns it into an ``InputError`` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -31,182 +50,189 @@ from pathlib import Path
 from typing import Any
 
 from sim.compute.decoder import DecoderShape
+from sim.compute.lora import TARGETS, LoRAShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
+from sim.compute.ssm import MambaShape
 from sim.errors import InputError
+from sim.trace.hf_checks import (
+    MAX_EXPERTS,
+    ConfigError,
+    check_sizes,
+    head_dim,
+    non_negative,
+    parameter_count,
+    positive,
+)
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3")
-MOE_TYPES = ("mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3")
-SUPPORTED = LLAMA_LIKE + MOE_TYPES
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", *MLA_TYPES, "gpt_oss")
+HYBRID_TYPES = ("nemotron_h",)
+SUPPORTED = LLAMA_LIKE + MOE_TYPES + HYBRID_TYPES
+QK_NORM = ("qwen3", "qwen3_moe")
+LAYER_TYPES = {"sliding_attention": "S", "full_attention": "F"}
+
+__all__ = ["SUPPORTED", "check_sizes", "parameter_count", "read_adapter_config", "read_config"]
 
 
-def _moe(cfg: dict[str, Any], kind: str, h: int) -> tuple[MoEShape, int, int]:
-    """``(moe, dense_layers, moe_every)`` of a MoE config."""
+def _moe(cfg: dict[str, Any], experts_key: str, width_key: str, **kw: Any) -> MoEShape:
+    """A MoE shape from the config's expert count, top-k and width (fields checked)."""
+    e = positive(cfg, experts_key, most=MAX_EXPERTS)
+    k_key = next((k for k in ("num_experts_per_tok", "experts_per_token") if k in cfg), None)
+    k = positive(cfg, k_key or "num_experts_per_tok")
+    if k > e:
+        raise ConfigError(f"{k_key} {k} is above the {e} experts ({experts_key})", k_key or "")
+    return MoEShape(cfg["hidden_size"], e, k, positive(cfg, width_key), **kw)
+
+
+def _qwen_moe(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
+    if cfg.get("mlp_only_layers"):
+        raise ConfigError("mlp_only_layers other than [] are not supported", "mlp_only_layers")
+    shared = non_negative(cfg, "shared_expert_intermediate_size") if kind == "qwen2_moe" else 0
+    moe = _moe(cfg, "num_experts", "moe_intermediate_size", shared_ffn=shared)
+    return {"moe": moe, "moe_every": positive(cfg, "decoder_sparse_step", 1)}
+
+
+def _deepseek(cfg: dict[str, Any], mtp: bool) -> dict[str, Any]:
+    width = positive(cfg, "moe_intermediate_size")
+    shared = non_negative(cfg, "n_shared_experts") * width
+    mla = MLAShape(
+        non_negative(cfg, "q_lora_rank"),
+        positive(cfg, "kv_lora_rank"),
+        positive(cfg, "qk_nope_head_dim"),
+        positive(cfg, "qk_rope_head_dim"),
+        positive(cfg, "v_head_dim"),
+    )
+    return {
+        "moe": _moe(cfg, "n_routed_experts", "moe_intermediate_size", shared_ffn=shared),
+        "dense_layers": non_negative(cfg, "first_k_dense_replace"),
+        "moe_every": positive(cfg, "moe_layer_freq", 1),
+        "mla": mla,
+        "kv_heads": None,
+        "mtp_layers": non_negative(cfg, "num_nextn_predict_layers") if mtp else 0,
+    }
+
+
+def _gpt_oss(cfg: dict[str, Any], n: int) -> dict[str, Any]:
+    types = cfg.get("layer_types") or ["sliding_attention", "full_attention"]
+    if not isinstance(types, list) or any(t not in LAYER_TYPES for t in types):
+        raise ConfigError(f"layer_types must list {' or '.join(LAYER_TYPES)}", "layer_types")
+    return {
+        "moe": _moe(cfg, "num_local_experts", "intermediate_size", bias=True),
+        "attn_bias": bool(cfg.get("attention_bias", True)),
+        "sinks": True,
+        "window": non_negative(cfg, "sliding_window"),
+        "window_pattern": "".join(LAYER_TYPES[t] for t in types),
+    }
+
+
+def _nemotron_h(cfg: dict[str, Any], n: int) -> dict[str, Any]:
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set("M*-E"):
+        raise ConfigError(
+            f"hybrid_override_pattern must be {n} characters of M, *, - and E "
+            f"(num_hidden_layers), got {pattern!r}",
+            "hybrid_override_pattern",
+        )
+    try:
+        mamba = MambaShape(
+            positive(cfg, "mamba_num_heads"),
+            positive(cfg, "mamba_head_dim"),
+            positive(cfg, "ssm_state_size"),
+            positive(cfg, "n_groups", 1),
+            positive(cfg, "conv_kernel", 4),
+            positive(cfg, "chunk_size", 128),
+        )
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(str(exc), "n_groups") from None
+    out: dict[str, Any] = {"pattern": pattern, "mamba": mamba, "rotary": False}
+    out["gated_mlp"] = cfg.get("mlp_hidden_act", "relu2") not in ("relu2", "relu")
+    if "E" in pattern:
+        shared = non_negative(cfg, "moe_shared_expert_intermediate_size")
+        out["moe"] = _moe(
+            cfg, "n_routed_experts", "moe_intermediate_size", shared_ffn=shared, gated=False
+        )
+    return out
+
+
+def _family(cfg: dict[str, Any], kind: str, n: int, mtp: bool) -> dict[str, Any]:
     if kind == "mixtral":
-        moe = MoEShape(
-            h, cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["intermediate_size"]
-        )
-        return moe, 0, 1
-    if kind == "qwen2_moe":
-        if cfg.get("mlp_only_layers"):
-            raise ValueError("mlp_only_layers other than [] are not supported")
-        moe = MoEShape(
-            h,
-            cfg["num_experts"],
-            cfg["num_experts_per_tok"],
-            cfg["moe_intermediate_size"],
-            shared_ffn=cfg.get("shared_expert_intermediate_size", 0),
-        )
-        return moe, 0, cfg.get("decoder_sparse_step", 1)
-    width = cfg["moe_intermediate_size"]
-    moe = MoEShape(
-        h,
-        cfg["n_routed_experts"],
-        cfg["num_experts_per_tok"],
-        width,
-        shared_ffn=(cfg.get("n_shared_experts") or 0) * width,
-    )
-    return moe, cfg.get("first_k_dense_replace", 0), cfg.get("moe_layer_freq", 1)
-
-
-def _mla(cfg: dict[str, Any]) -> MLAShape:
-    return MLAShape(
-        cfg.get("q_lora_rank") or 0,
-        cfg["kv_lora_rank"],
-        cfg["qk_nope_head_dim"],
-        cfg["qk_rope_head_dim"],
-        cfg["v_head_dim"],
-    )
+        return {"moe": _moe(cfg, "num_local_experts", "intermediate_size")}
+    if kind in ("qwen2_moe", "qwen3_moe"):
+        return _qwen_moe(cfg, kind)
+    if kind in MLA_TYPES:
+        return _deepseek(cfg, mtp)
+    if kind == "gpt_oss":
+        return _gpt_oss(cfg, n)
+    if kind in HYBRID_TYPES:
+        return _nemotron_h(cfg, n)
+    return {}
 
 
 def shape_from_config(
-    cfg: dict[str, Any], seq_len: int, *, layers: int | None = None, attention: str = "flash"
+    cfg: dict[str, Any],
+    seq_len: int,
+    *,
+    layers: int | None = None,
+    attention: str = "flash",
+    mtp: bool = False,
+    lora: LoRAShape | None = None,
 ) -> DecoderShape:
     """The :class:`DecoderShape` of a parsed ``config.json`` at training length ``seq_len``
-    (``layers`` overrides ``num_hidden_layers``: a trimmed model, as benchmarks run).
+    (module doc). ``layers`` overrides ``num_hidden_layers``: a trimmed model, as benchmarks
+    run (the first ``layers`` of a hybrid pattern); ``mtp`` adds DeepSeek-V3's
+    multi-token-prediction depths; ``lora`` trains adapters on the frozen model.
 
     Raises:
-        ValueError: an unsupported ``model_type`` or a missing/invalid field (KeyError is
-            turned into ValueError naming the field).
+        ConfigError: an unsupported ``model_type`` or a missing or invalid field (named).
+        ValueError: a shape the fields do not make consistent.
     """
     kind = cfg.get("model_type")
     if kind not in SUPPORTED:
-        raise ValueError(f"model_type {kind!r} is not supported; use one of {', '.join(SUPPORTED)}")
+        raise ConfigError(
+            f"model_type {kind!r} is not supported; use one of {', '.join(SUPPORTED)}",
+            "model_type",
+        )
+    n = positive(cfg, "num_hidden_layers")
+    kv = cfg.get("num_key_value_heads")
+    shape: dict[str, Any] = {
+        "hidden": positive(cfg, "hidden_size"),
+        "heads": positive(cfg, "num_attention_heads"),
+        "vocab": positive(cfg, "vocab_size"),
+        "ffn_hidden": positive(cfg, "intermediate_size"),
+        "kv_heads": None if kv is None else positive(cfg, "num_key_value_heads"),
+        "head_dim": head_dim(cfg),
+        "qk_norm": kind in QK_NORM,
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        **_family(cfg, kind, n, mtp),
+    }
+    trimmed = layers or n
+    if shape.get("pattern"):
+        shape["pattern"] = shape["pattern"][:trimmed]
+    return DecoderShape(layers=trimmed, seq_len=seq_len, attention=attention, lora=lora, **shape)
+
+
+def _load(path: str | Path) -> dict[str, Any]:
     try:
-        h, a = cfg["hidden_size"], cfg["num_attention_heads"]
-        moe, dense, every = _moe(cfg, kind, h) if kind in MOE_TYPES else (None, 0, 1)
-        return DecoderShape(
-            layers=layers or cfg["num_hidden_layers"],
-            hidden=h,
-            heads=a,
-            seq_len=seq_len,
-            vocab=cfg["vocab_size"],
-            ffn_hidden=cfg["intermediate_size"],
-            kv_heads=None if kind.startswith("deepseek") else cfg.get("num_key_value_heads"),
-            attention=attention,
-            mla=_mla(cfg) if kind.startswith("deepseek") else None,
-            moe=moe,
-            dense_layers=dense,
-            moe_every=every,
-        )
-    except KeyError as exc:
-        raise ValueError(f"missing field {exc.args[0]!r}") from None
-
-
-SIZES = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "vocab_size",
-    "max_position_embeddings",
-)
-"""Sizes a Llama-like config must give as positive integers (``num_key_value_heads`` may be
-absent: then it equals the heads)."""
-MAX_PARAMETERS = 10**13
-"""Largest model accepted (an assumption, 10x beyond the largest published dense models): a
-config beyond it is a typo, not a model."""
-
-
-def parameter_count(cfg: dict[str, Any]) -> int:
-    """Parameters of a Llama-like decoder from its ``config.json`` sizes (embedding; per layer
-    the q/k/v/o projections with grouped KV heads, the gated MLP's three matrices and two
-    norms; the final norm; an untied LM head).
-
-    Example (Llama-2-7B: 6.74 B):
-        >>> parameter_count(dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-        ...     num_attention_heads=32, vocab_size=32000))
-        6738415616
-    """
-    h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads") or heads
-    v = cfg["vocab_size"]
-    layer = 2 * h * h + 2 * h * (h // heads) * kv + 3 * h * i + 2 * h
-    head = 0 if cfg.get("tie_word_embeddings") else v * h
-    return v * h + n * layer + h + head
-
-
-def check_sizes(data: dict[str, Any], file: str) -> None:
-    """The sizes of a Llama-like config, before ``transformers`` builds anything.
-
-    Raises:
-        InputError: naming the field: a size missing or not a positive integer, heads not
-            dividing the hidden size, KV heads not dividing the heads, or a model beyond
-            :data:`MAX_PARAMETERS`.
-    """
-    for key in SIZES:
-        v = data.get(key)
-        if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
-            continue
-        if key not in data:
-            raise InputError(f"missing field {key!r} (a positive integer)", file=file, field=key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"must be a positive integer, got {v!r}", file=file, field=key)
-    h, heads = data["hidden_size"], data["num_attention_heads"]
-    kv = (
-        heads
-        if str(data.get("model_type", "")).startswith("deepseek")
-        else data.get("num_key_value_heads") or heads
-    )  # DeepSeek's MLA has no KV-head groups
-    if h % heads:
-        raise InputError(
-            f"hidden_size {h} is not a multiple of num_attention_heads {heads}",
-            file=file,
-            field="num_attention_heads",
-        )
-    if heads % kv:
-        raise InputError(
-            f"num_key_value_heads {kv} must divide num_attention_heads {heads} (each KV head "
-            "serves a group of query heads)",
-            file=file,
-            field="num_key_value_heads",
-        )
-    n = parameter_count(data)
-    if n > MAX_PARAMETERS:
-        largest = max((k for k in SIZES if isinstance(data.get(k), int)), key=lambda k: data[k])
-        raise InputError(
-            f"describes {n:.3g} parameters, more than the {MAX_PARAMETERS:.0e} accepted; check "
-            f"its sizes ({largest} = {data[largest]:,})",
-            file=file,
-            field=largest,
-        )
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable JSON file: {exc}", file=str(path)) from None
+    if not isinstance(cfg, dict):
+        raise InputError("must be a JSON object", file=str(path))
+    return cfg
 
 
 def read_config(path: str | Path, seq_len: int, **kw: Any) -> DecoderShape:
     """:func:`shape_from_config` of the ``config.json`` at ``path``.
 
     Raises:
-        InputError: unreadable JSON, bad sizes (:func:`check_sizes`, naming the field) or an
-            unsupported / incomplete config (naming the file).
+        InputError: unreadable JSON, bad sizes (:func:`check_sizes`), an unsupported or
+            invalid field: naming the file and the field.
     """
-    try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable config.json: {exc}", file=str(path)) from None
-    if not isinstance(cfg, dict):
-        raise InputError("a config.json must be a JSON object", file=str(path))
+    cfg = _load(path)
     if cfg.get("model_type") not in SUPPORTED:
         raise InputError(
             f"model_type {cfg.get('model_type')!r} is not supported; use one of "
@@ -217,8 +243,36 @@ def read_config(path: str | Path, seq_len: int, **kw: Any) -> DecoderShape:
     check_sizes(cfg, str(path))
     try:
         return shape_from_config(cfg, seq_len, **kw)
+    except ConfigError as exc:
+        raise InputError(str(exc), file=str(path), field=exc.field) from None
     except (ValueError, TypeError) as exc:
         raise InputError(str(exc), file=str(path), field="model_type") from None
+
+
+def read_adapter_config(path: str | Path) -> LoRAShape:
+    """The LoRA of a PEFT ``adapter_config.json`` (``peft_type: LORA``, ``r``,
+    ``target_modules``: a list of module names, or ``all-linear``).
+
+    Raises:
+        InputError: not a LoRA config, a bad ``r``, or targets other than
+            :data:`~sim.compute.lora.TARGETS`, naming the field.
+    """
+    cfg = _load(path)
+    if str(cfg.get("peft_type", "LORA")).upper() != "LORA":
+        raise InputError("only LoRA adapters are modelled", file=str(path), field="peft_type")
+    targets = cfg.get("target_modules") or ["q_proj", "v_proj"]
+    if targets == "all-linear":
+        targets = list(TARGETS)
+    if isinstance(targets, str) or any(t not in TARGETS for t in targets):
+        raise InputError(
+            f"target_modules must list module names of {', '.join(TARGETS)} or be all-linear",
+            file=str(path),
+            field="target_modules",
+        )
+    try:
+        return LoRAShape(positive(cfg, "r"), tuple(targets))
+    except ConfigError as exc:
+        raise InputError(str(exc), file=str(path), field=exc.field) from None
 
 
 def is_supported(path: str | Path) -> bool:

@@ -8,11 +8,12 @@ A trace named ``gnmt16`` is two files side by side:
     optionally ``attn_core_act_bytes,attn_core_flops`` (the attention core's stash and forward
     FLOPs, for selective recompute), ``fwd_ops,bwd_ops`` (the ops the host issues for the
     forward and the backward, :mod:`sim.hardware.host_ops`) and ``fwd_modules,fwd_functions``
-    (its forward's ``nn.Module`` calls and ``autograd.Function`` applies) and ``param_tensors``
-    (the parameter tensors it owns). Units are in the column names: seconds
+    (its forward's ``nn.Module`` calls and ``autograd.Function`` applies), ``param_tensors``
+    (the parameter tensors it owns) and ``trainable_bytes`` (the bytes of its parameters an
+    optimizer updates, the rest frozen: LoRA). Units are in the column names: seconds
     and bytes for one micro-batch; ``flops`` is forward FLOPs per micro-batch; ops are counts
     per micro-batch. Every column after ``out_bytes`` is optional: leave the cell empty (or,
-    for the last seven, omit the column).
+    for the last eight, omit the column).
 ``gnmt16.yaml``
     ``name``, ``microbatch_size``, ``dtype``, ``device`` and ``provenance`` (a mapping with at
     least ``source``; by convention also ``command``, ``date`` and ``notes``), and optionally
@@ -62,6 +63,7 @@ COLUMNS = (
     "fwd_modules",
     "fwd_functions",
     "param_tensors",
+    "trainable_bytes",
 )
 REQUIRED = COLUMNS[:6]
 EXTRA = COLUMNS[9:]

@@ -34,6 +34,7 @@ OPTIONAL_FIELDS = (
     "fwd_modules",
     "fwd_functions",
     "param_tensors",
+    "trainable_bytes",
 )
 """Optional numeric fields of :class:`LayerProfile` (None when unknown)."""
 
@@ -77,6 +78,9 @@ class LayerProfile:
             ``param_bytes`` counts), each a separate ``p.grad`` to an optimizer that walks them
             one by one: what a measured per-tensor step cost multiplies
             (:mod:`sim.memory.states`). The same at every micro-batch size.
+        trainable_bytes: optional bytes of the parameters an optimizer updates, the rest
+            frozen (LoRA, :mod:`sim.compute.lora`): only these have gradients and optimizer
+            state. None: all of ``param_bytes``.
     """
 
     name: str
@@ -95,6 +99,12 @@ class LayerProfile:
     fwd_modules: float | None = None
     fwd_functions: float | None = None
     param_tensors: float | None = None
+    trainable_bytes: float | None = None
+
+    @property
+    def trainable(self) -> float:
+        """Bytes of trainable parameters: ``trainable_bytes``, else ``param_bytes``."""
+        return self.param_bytes if self.trainable_bytes is None else self.trainable_bytes
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``; empty when the layer is valid."""
@@ -286,6 +296,7 @@ class Trace:
                     act_bytes=layer.act_bytes * k,
                     out_bytes=layer.out_bytes * k,
                     attn_core_act_bytes=_scaled(layer.attn_core_act_bytes, k),
+                    trainable_bytes=_scaled(layer.trainable_bytes, k),
                 )
                 for layer in chain
             )

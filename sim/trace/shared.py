@@ -11,8 +11,8 @@ the first and the last stage (``megatron/core/distributed/finalize_model_grads.p
 Holders on one rank (two stage chunks of one GPU) share one copy and need no all-reduce. A rank
 all-reduces once per step, at the step of its last stage chunk, every group it holds in the
 groups' order, as the replay does after its optimizer step's backward work
-(``backends/torch/ties.py``): the same order on every rank, so the all-reduces cannot wait on
-each other in a cycle (with one all-reduce per stage chunk, rank 0 could wait at stage 0 for
+(``backends/torch/parallel/ties.py``): the same order on every rank, so the all-reduces cannot wait
+on each other in a cycle (with one all-reduce per stage chunk, rank 0 could wait at stage 0 for
 rank 1's stage 3 while rank 1 waits at stage 1 for rank 0's stage 0).
 
 The replay all-reduces a group tensor by tensor (``Ties.reduce``: one ``dist.all_reduce`` per

@@ -15,7 +15,7 @@ writes, in pipesim's native format with provenance sidecars:
   vocabulary 51,200, micro-batch 1, fp16, math attention, on the A100 of the
   ``dgx-a100-80gb`` preset (what the runs used), for experiments/megatron-scaling.yaml;
 * ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3`` (and ``deepseek-v3-l16``, trimmed to
-  16 layers), ``llama3-8b-128k``, ``llama3-405b``, ``llama3-70b``: decoder models
+  16 layers), ``llama3-8b-128k``, ``llama3-405b``, ``llama3-70b``, ``qwen3-30b-a3b``: decoder models
   (:mod:`sim.trace.decoder`) from the Hugging Face ``config.json`` files in ``examples/hf/``
   (:data:`DECODER_SHIPPED`), micro-batch 1, bf16, flash attention, on the H100 of the
   ``dgx-h100`` preset.
@@ -88,7 +88,7 @@ SC21_SHIPPED: dict[str, tuple[int, int, int]] = {
     "gpt-sc21-1t": (128, 25600, 160),
 }
 """``name: (layers, hidden, heads)`` of Narayanan et al. SC'21 (arXiv:2104.04473) Table 1, the
-same rows as ``validation/megatron-sc21/table1.csv``; every one with sequence :data:`SC21_SEQ`
+same rows as ``measurements/megatron-sc21/table1.csv``; every one with sequence :data:`SC21_SEQ`
 and vocabulary :data:`SC21_VOCAB`."""
 SC21_SEQ = 2048
 SC21_VOCAB = 51200
@@ -102,6 +102,7 @@ DECODER_SHIPPED: dict[str, tuple[str, int, int | None]] = {
     "llama3-8b-128k": ("llama3-8b-config.json", 131072, None),
     "llama3-405b": ("llama3-405b-config.json", 8192, None),
     "llama3-70b": ("llama3-70b-config.json", 8192, None),
+    "qwen3-30b-a3b": ("qwen3-30b-a3b-config.json", 4096, None),
 }
 """Decoder traces: ``name: (examples/hf/ config file, training sequence length, layers or None
 for the config's)``; ``deepseek-v3-l16`` is DeepSeek-V3 trimmed to 16 layers (3 dense, 13

@@ -4,7 +4,7 @@ One pipeline (:mod:`sim.validate.pipeline`) for six modes (:mod:`sim.validate.sp
 rank of a pipeline, tensor-parallel ranks, stage chunks per rank, one rank alone, expert- or
 context-parallel ranks (with one process's losses on the same data beside theirs). The replay
 itself is a :class:`sim.replay.Replayer` handed in by the caller (the command line hands in
-``backends.torch.replayer.TorchReplayer``); nothing here imports a backend or torch.
+``backends.torch.replay.replayer.TorchReplayer``); nothing here imports a backend or torch.
 
 Modules: :mod:`.spec` (options, modes), :mod:`.variants` (which configurations),
 :mod:`.predict` (the simulator's numbers), :mod:`.table` (a ``validation.csv`` row),

@@ -37,7 +37,7 @@ def _op_of(name: str) -> str | None:
 def _tied(e) -> bool:
     """Whether ``e`` is a predicted tied all-reduce of a step (``Collectives.join_tied``:
     from the rank's arrival, its wait for the other holders included): part of the STEP, as
-    the replay's STEP action measures its ``Ties.reduce`` (``backends/torch/runtime.py``)."""
+    the replay's STEP action measures its ``Ties.reduce`` (``backends/torch/replay/runtime.py``)."""
     return (
         e.kind == EventKind.ALLREDUCE
         and e.name.startswith(TIED_ALLREDUCE)

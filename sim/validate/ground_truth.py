@@ -1,7 +1,7 @@
-"""The simulator against measured ground truth (``validation/<gpu>/``, issue 8), without a GPU.
+"""The simulator against measured ground truth (``measurements/<gpu>/``, issue 8), without a GPU.
 
 A ground-truth folder is what ``scripts/gpu_ground_truth.sh`` wrote
-(:mod:`backends.torch.ground_truth`): ``provenance.json`` (``kind: gpu_ground_truth``),
+(:mod:`backends.torch.calibrate.ground_truth`): ``provenance.json`` (``kind: gpu_ground_truth``),
 ``hardware.yaml`` (calibrated), ``layers.csv`` (per-layer profiles), ``grid-trace.csv/.yaml``
 and ``single_rank.csv`` (single-rank replays). Two comparisons:
 
@@ -37,7 +37,7 @@ ASSUMED_GPU_LINK = {"bandwidth": "450 GB/s", "latency": "5 us", "kind": "nvlink"
 """GPU-to-GPU links of the expanded hardware (not measured: one GPU was lent)."""
 
 
-def find_ground_truth(root: str | Path = "validation", device: str = "cuda") -> list[Path]:
+def find_ground_truth(root: str | Path = "measurements", device: str = "cuda") -> list[Path]:
     """Folders under ``root`` whose ``provenance.json`` says ``gpu_ground_truth`` on ``device``."""
     out = []
     for prov in sorted(Path(root).glob("*/provenance.json")):

@@ -239,7 +239,7 @@ def run_validation(
     Args:
         path: a single-configuration experiment (a ``winner.yaml``).
         spec: what to replay.
-        replayer: the backend (``backends.torch.replayer.TorchReplayer``).
+        replayer: the backend (``backends.torch.replay.replayer.TorchReplayer``).
         out: folder to write into (default: beside ``path``).
         on_row: called with each ``validation.csv`` row as soon as it is measured.
 

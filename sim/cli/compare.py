@@ -1,0 +1,99 @@
+"""``sim compare RUNS...``: the typer adapter over :func:`sim.compare.compare`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from sim.cli.console import friendly, out
+from sim.compare import compare, summary
+from sim.hardware.overlay import read_overlay
+from sim.runs.readers import read_hf_config
+
+SHOWN = 40
+"""Most runs the console table lists (compare.csv has every one)."""
+
+
+def _f(x: object, scale: float = 1.0, fmt: str = "{:.1f}") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return fmt.format(float(x) * scale)  # type: ignore[arg-type]
+
+
+def _table(df: pd.DataFrame) -> Table:
+    t = Table(title="predicted against measured (errors: predicted / measured - 1)")
+    for col in (
+        "run",
+        "GPUs",
+        "layout",
+        "measured ms",
+        "predicted ms",
+        "error",
+        "in band",
+        "measured GiB",
+        "predicted GiB",
+        "error ",
+        "categories (measured vs predicted)",
+    ):
+        t.add_column(col, overflow="fold")  # fmt: skip
+    for rec in df[df.expressed].head(SHOWN).to_dict("records"):
+        band = "" if rec["in_band"] is None else ("yes" if rec["in_band"] else "no")
+        t.add_row(
+            escape(str(rec["name"])[:40]), str(rec["num_gpus"]), rec["layout"],
+            _f(rec["measured_time_s"], 1e3), _f(rec["predicted_time_s"], 1e3),
+            _f(rec["time_error"], 100, "{:+.1f} %"), band,
+            _f(rec["measured_memory_bytes"], 2**-30, "{:.2f}"),
+            _f(rec["predicted_memory_bytes"], 2**-30, "{:.2f}"),
+            _f(rec["memory_error"], 100, "{:+.1f} %"), escape(str(rec["categories"])),
+        )  # fmt: skip
+    return t
+
+
+@friendly
+def compare_cmd(
+    sources: list[str] = typer.Argument(
+        ...,
+        help="Measured runs: training logs, functional-test golden JSON, measured-run CSVs "
+        "(../shared/data/measured/ or vTrain's layout), configs or launch commands.",
+    ),  # fmt: skip
+    out_dir: Path = typer.Option(Path("compare"), "--out", "-o", help="Folder for CSV and PNG."),
+    gpu: str = typer.Option("", help="The GPU the runs used, when their files do not say."),
+    gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs in the job, when not given."),
+    config: Path = typer.Option(None, help="Companion file (as for sim import)."),
+    command: str = typer.Option(None, help="The launch command of a DeepSpeed log."),
+    model_config: Path = typer.Option(None, "--model-config", help="Hugging Face config.json."),
+    seq_len: int = typer.Option(None, "--seq-len", min=1, help="Tokens per sample."),
+    hardware_overlay: Path = typer.Option(
+        None, "--hardware-overlay", help="Predict with this overlay (sim calibrate --from-runs)."
+    ),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="Draw compare.png."),
+) -> None:
+    """Predict measured runs and show predicted against measured iteration time and memory
+    (per category where the log has it), the error and the band; write compare.csv and a
+    scatter plot."""
+    overlay = read_overlay(hardware_overlay) if hardware_overlay else None
+    hf = read_hf_config(model_config) if model_config else None
+    df, written = compare(
+        sources, out=out_dir, overlay=overlay, plot=plot, gpu=gpu, num_gpus=gpus,
+        config=config, command=command, hf_config=hf, seq_len=seq_len,
+    )  # fmt: skip
+    out.print(_table(df))
+    missing = df[~df.expressed]
+    if len(missing):
+        out.print(f"[yellow]{len(missing)} run(s) not expressed[/], by first reason:")
+        firsts = missing.reason.str.split("; ").str[0].value_counts()
+        for why, n in firsts.items():
+            out.print(escape(f"  {n:4d}  {why}"), highlight=False)
+    s = summary(df)
+    out.print(
+        f"{s['runs']} runs, {s['expressed']} expressed; time: {s['time_n']} compared, MAPE "
+        f"{s['time_mape']:.1%}, signed {s['time_signed']:+.1%}; memory: {s['memory_n']} "
+        f"compared, MAPE {s['memory_mape']:.1%}, signed {s['memory_signed']:+.1%}",
+        highlight=False,
+    )
+    out.print(escape("wrote " + ", ".join(str(p) for p in written)), highlight=False)

@@ -1,0 +1,224 @@
+"""Kernel speeds measured on a GPU by published micro-benchmarks, where they exist.
+
+The kernel model (:mod:`sim.compute.kernels`) times a kernel from its FLOPs and bytes at the
+preset's achieved fractions of peak. For three kinds of kernels that depart from that roofline,
+published measurements on the GPU say how fast they run, and this module gives them by shape
+(None where no measurement covers the GPU or the dtype; the roofline then stands):
+
+* **fused attention** by sequence length, heads and head dim:
+
+  - B200 (and GB200, same silicon): MooreThreads/SimuMax@4dcaae5
+    ``configs/system/b200_bf16_ceperm.json`` ``accelerator.op.sdp_fwd`` / ``sdp_bwd``, measured by
+    ``simu_tools/efficency_test/test_fa_efficiency.py`` on the B200 node of SimuMax's published
+    validation: Transformer Engine's ``DotProductAttention`` with ``attn_mask_type="causal"``,
+    bf16, batch 1. That script counts ``2*b*s^2*a*(d_qk + d_v)`` forward FLOPs (and 2.5x
+    backward) *without* halving for the causal mask, so its factors are twice the fraction of
+    peak in pipesim's convention (causal work halved, :mod:`sim.compute.attention`): the tables
+    below halve them. MLA rows (``d_qk = 192``, ``d_v = 128``) are pipesim's head dim 160
+    (:mod:`sim.compute.mla` passes the mean of the two).
+  - H100 (and H200, GH200): FlashAttention-2, the backend of torch's SDPA that the dgx-h100 preset
+    names (Dao-AILab/flash-attention@0251105a ``assets/flash3_fp16_fwd.png`` forward and
+    ``assets/flash2_h100_fwd_bwd_benchmark.png`` forward + backward, causal, head dims 64 and
+    128, ``batch x seqlen`` = 16k tokens, hidden 2048; the benchmark's FLOPs are halved for the
+    causal mask, pipesim's convention). Backward TFLOPS ``2.5 / (3.5/fwd_bwd - 1/fwd)``.
+
+  A kernel of ``s_q`` queries against ``s_k`` keys over ``b*a`` (samples x heads) is looked up as
+  the equivalent full-length kernel: sequence ``s_k`` with ``b*a*s_q/s_k`` heads (exact for
+  Ulysses' all-to-all context parallelism, which runs ``s`` queries over ``a/cp`` heads; an
+  approximation for ring attention's per-step chunks). B200: interpolated linearly in
+  ``log2`` of the heads along each measured length and in ``log2`` of the length between
+  them, clamped to each length's measured heads; below the shortest length at the same number
+  of query tiles (heads x length: parallelism sets the efficiency there). H100: by length only
+  (every benchmarked point has 16k tokens x 16-32 heads of parallel work).
+* **grouped GEMMs of MoE experts** (B200): SimuMax's ``accelerator.op.group_matmul`` (Transformer
+  Engine's grouped GEMM, ``simu_tools/efficency_test/test_grouped_gemm_efficiency.py``, bf16,
+  fp32 main gradients as Megatron accumulates them): the fraction of 2250 TFLOPS by rows per
+  expert ``M`` and pass (forward, input gradient, weight gradient) for DeepSeek-V2's
+  (``N, K``) = (3072, 5120), (5120, 1536) and DeepSeek-V3's (4096, 7168), (7168, 2048) expert
+  GEMMs. A grouped GEMM uses the curve of the nearest measured ``(N, K)`` (in ``log2``) and
+  interpolates in ``log2 M``, clamped: few rows per expert (128-300) run at 0.1-0.4 of peak,
+  a weight gradient lower still, far below what the roofline and wave quantization give.
+* **token permutation** (B200): SimuMax's ``accelerator.bandwidth.permute_fwd`` /
+  ``permute_bwd`` (Transformer Engine ``moe_permute_with_probs`` + ``moe_unpermute``, measured by
+  ``test_ce_permute_efficiency.py`` on DeepSeek-V2/V3 shapes) with that script's byte count
+  (``(t*h + 3*P*h)*d`` to permute ``t`` tokens into ``P`` rows, ``(3*P*h + t*h)*d`` to unpermute)
+  and its ``30 us`` per launch, two launches per kernel: 0.50 (forward) and 0.51 (backward) of
+  8000 GiB/s.
+
+Every number is a kernel-level measurement; none is fitted to an iteration time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+
+from sim.hardware.gpu_compute import ComputeSpec
+
+SIXTEEN_BIT = ("bf16", "fp16", "bfloat16", "float16")
+
+# (seq, heads, forward, backward): SimuMax's factors (non-causal convention), halved in use.
+_B200_ATTN = {
+    128: [
+        (4096, 4, 0.167, 0.346),
+        (4096, 8, 0.310, 0.659),
+        (4096, 16, 0.578, 0.755),
+        (4096, 32, 0.732, 0.796),
+        (4096, 64, 0.872, 0.729),
+        (4096, 128, 0.997, 0.832),
+        (32768, 8, 1.202, 0.955),
+        (32768, 16, 1.165, 0.872),
+        (131072, 8, 1.003, 0.826),
+        (131072, 16, 0.989, 0.827),
+    ],
+    160: [
+        (4096, 16, 0.637, 0.593),
+        (4096, 32, 0.789, 0.610),
+        (4096, 64, 0.885, 0.609),
+        (4096, 128, 0.831, 0.643),
+        (32768, 64, 0.812, 0.649),
+        (131072, 64, 0.684, 0.658),
+    ],
+}
+SIMUMAX_CAUSAL = 0.5
+"""SimuMax's attention FLOPs are non-causal for causal kernels: its factors are halved."""
+
+# (seq, forward TFLOPS, forward + backward TFLOPS): FlashAttention-2 on H100, causal.
+_H100_FA2 = {
+    64: [(512, 180, 141), (1024, 229, 192), (2048, 262, 232), (4096, 284, 257), (8192, 295, 273),
+         (16384, 299, 284)],
+    128: [(512, 191, 163), (1024, 260, 221), (2048, 298, 265), (4096, 319, 294),
+          (8192, 333, 308), (16384, 335, 328)],
+}  # fmt: skip
+H100_PEAK = 989.4e12
+"""The dense bf16 peak the H100 TFLOPS are taken as a fraction of (dgx-h100 preset)."""
+
+# {(N, K): {pass: [(M, fraction of 2250 TFLOPS), ...]}}: SimuMax B200 grouped GEMMs.
+_B200_GROUPED = {
+    (3072, 5120): {
+        "fwd": [(154, 0.200), (308, 0.387), (616, 0.462), (1232, 0.513), (2460, 0.487),
+                (9832, 0.475)],
+        "dgrad": [(154, 0.195), (308, 0.304), (616, 0.321), (1232, 0.422), (2460, 0.452),
+                  (9832, 0.476)],
+        "wgrad": [(154, 0.094), (308, 0.162), (616, 0.258), (1232, 0.328), (2460, 0.417),
+                  (9832, 0.419)],
+    },
+    (5120, 1536): {
+        "fwd": [(154, 0.116), (308, 0.235), (616, 0.326), (1232, 0.397), (2460, 0.496),
+                (9832, 0.445)],
+        "dgrad": [(154, 0.123), (308, 0.250), (616, 0.281), (1232, 0.389), (2460, 0.489),
+                  (9832, 0.463)],
+        "wgrad": [(154, 0.083), (308, 0.178), (616, 0.272), (1232, 0.320), (2460, 0.403),
+                  (9832, 0.413)],
+    },
+    (4096, 7168): {
+        "fwd": [(128, 0.208), (256, 0.271), (512, 0.367), (1024, 0.457)],
+        "dgrad": [(128, 0.226), (256, 0.333), (512, 0.405), (1024, 0.435)],
+        "wgrad": [(128, 0.077), (256, 0.147), (512, 0.219), (1024, 0.289)],
+    },
+    (7168, 2048): {
+        "fwd": [(128, 0.178), (256, 0.303), (512, 0.427), (1024, 0.384)],
+        "dgrad": [(128, 0.151), (256, 0.233), (512, 0.294), (1024, 0.430)],
+        "wgrad": [(128, 0.080), (256, 0.141), (512, 0.215), (1024, 0.274)],
+    },
+}  # fmt: skip
+SIMUMAX_PEAK = 2250e12
+"""The B200 peak SimuMax's factors are fractions of (its ``tflops``: 2250)."""
+PERMUTE_BPS = {"fwd": 0.5008 * 8000 * 2**30, "bwd": 0.5108 * 8000 * 2**30}
+"""TE's fused permute/unpermute on B200, bytes/s of SimuMax's byte count (module doc)."""
+PERMUTE_LAUNCH_S = 2 * 30e-6
+"""SimuMax's 30 us per launch, two launches per kernel (four per permute + unpermute)."""
+PERMUTE_KERNELS = {
+    "permute": "fwd",
+    "unpermute": "fwd",
+    "permute_bwd": "bwd",
+    "unpermute_bwd": "bwd",
+}
+"""The permutation kernels of :mod:`sim.compute.moe` and the pass each is measured in; each
+moves ``(t + 3*P)*h*d`` bytes in SimuMax's count (permute and unpermute alike)."""
+
+
+def family(spec: ComputeSpec) -> str | None:
+    """``B200`` (B200, GB200), ``H100`` (H100, H200, GH200) or None: the GPU a table covers."""
+    name = spec.model.upper()
+    if name.startswith(("B200", "GB200")):
+        return "B200"
+    if name.startswith(("H100", "H200", "GH200")):
+        return "H100"
+    return None
+
+
+def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Linear interpolation in ``log2 x`` over ``(x, y)`` points sorted by ``x``, clamped."""
+    xs = [p[0] for p in points]
+    if x <= xs[0]:
+        return points[0][1]
+    if x >= xs[-1]:
+        return points[-1][1]
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    w = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+    return y0 + w * (y1 - y0)
+
+
+def _nearest(keys, value: float) -> float:
+    return min(keys, key=lambda k: abs(math.log2(k) - math.log2(max(value, 1.0))))
+
+
+def _b200_attention(seq: float, heads: float, hd: int, phase: int) -> float:
+    rows = _B200_ATTN[int(_nearest(_B200_ATTN, hd))]
+    seqs = sorted({r[0] for r in rows})
+    if seq < seqs[0]:  # the same query tiles at the shortest measured length
+        heads, seq = heads * seq / seqs[0], seqs[0]
+    lengths = [(s, _interp([(r[1], r[2 + phase]) for r in rows if r[0] == s], heads)) for s in seqs]
+    return _interp(lengths, seq) * SIMUMAX_CAUSAL
+
+
+def _h100_attention(seq: float, hd: int, phase: int) -> float:
+    rows = _H100_FA2[int(_nearest(_H100_FA2, hd))]
+    fwd = [(s, f * 1e12 / H100_PEAK) for s, f, _ in rows]
+    bwd = [(s, 2.5 / (3.5 / fb - 1.0 / f) * 1e12 / H100_PEAK) for s, f, fb in rows]
+    return _interp(bwd if phase else fwd, seq)
+
+
+def attention_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None:
+    """Fraction of ``spec.peak_flops(dtype)`` a flash-attention kernel (``m`` queries, ``n``
+    keys, head dim ``k``, ``batch`` samples x heads) reaches on ``spec`` (module doc), or None
+    without a measurement for this GPU, dtype or kernel shape."""
+    fam = family(spec)
+    if fam is None or dtype not in SIXTEEN_BIT or not (kern.m and kern.n and kern.k):
+        return None
+    phase = 1 if kern.name.endswith("_bwd") else 0
+    if fam == "B200":
+        eff = _b200_attention(kern.n, kern.batch * kern.m / kern.n, kern.k, phase) * SIMUMAX_PEAK
+    else:
+        eff = _h100_attention(kern.n, kern.k, phase) * H100_PEAK
+    return eff / spec.peak_flops(dtype)
+
+
+def grouped_gemm_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None:
+    """Fraction of ``spec.peak_flops(dtype)`` a grouped expert GEMM (``kern.grouped`` its pass:
+    ``fwd``, ``dgrad``, ``wgrad``; ``m, n, k`` as the kernel runs) reaches on ``spec`` (module
+    doc), or None."""
+    if family(spec) != "B200" or dtype not in SIXTEEN_BIT or not kern.grouped:
+        return None
+    m, n, k = {
+        "fwd": (kern.m, kern.n, kern.k),
+        "dgrad": (kern.m, kern.k, kern.n),
+        "wgrad": (kern.k, kern.n, kern.m),
+    }[kern.grouped]
+    shape = min(_B200_GROUPED, key=lambda s: abs(math.log2(s[0] / n)) + abs(math.log2(s[1] / k)))
+    eff = _interp(_B200_GROUPED[shape][kern.grouped], m)
+    return eff * SIMUMAX_PEAK / spec.peak_flops(dtype)
+
+
+def permute_time_s(kern, spec: ComputeSpec) -> float | None:
+    """Seconds of a token permute / unpermute kernel (``m`` tokens, ``n`` permuted rows, ``k``
+    bytes per row) on ``spec``: ``(m + 3 n)*k`` bytes at the measured rate plus two launches
+    (module doc), or None."""
+    if family(spec) != "B200" or kern.name not in PERMUTE_KERNELS or not kern.m:
+        return None
+    return (kern.m + 3 * kern.n) * kern.k / PERMUTE_BPS[PERMUTE_KERNELS[kern.name]] + (
+        PERMUTE_LAUNCH_S
+    )

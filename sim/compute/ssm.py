@@ -1,0 +1,247 @@
+"""A Mamba-2 layer (state-space duality, SSD) as kernels on one rank, and its memory.
+
+Mamba-2 (Dao & Gu, "Transformers are SSMs", arXiv:2405.21060) replaces attention by a selective
+state-space model with ``H`` heads of width ``P``, state size ``N`` and ``G`` groups of shared
+``B``/``C`` projections (Hugging Face ``mamba_num_heads``, ``mamba_head_dim``,
+``ssm_state_size``, ``n_groups``; Megatron-Core ``MambaMixer``), inner width ``d_i = H*P``.
+A layer, as Megatron-Core's ``MambaMixer`` and Nemotron-H run it, with ``T`` tokens on the rank:
+
+1. pre-norm (RMSNorm) of the ``r`` sequence-parallel tokens;
+2. ``in_proj``: GEMM ``[T, h] @ [h, 2 d_i + 2 G N + H]`` giving ``z``, ``xBC`` and ``dt``;
+3. causal depthwise ``conv1d`` (kernel ``K``, SiLU fused; ``causal_conv1d``) over the
+   ``d_i + 2 G N`` channels of ``xBC``: memory-bound, ``2*T*C_w*K`` FLOPs;
+4. the **SSD chunked scan** as ``mamba_ssm``'s Triton kernels run it
+   (``mamba_ssm/ops/triton/ssd_combined.py::_mamba_chunk_scan_combined_fwd``, state-spaces/mamba
+   @e9594ce): the sequence is cut into chunks of ``Q`` tokens (``chunk_size``) and the scan
+   becomes matmuls (paper §6, "the SSD algorithm": the diagonal blocks are quadratic attention-like
+   products, the off-diagonal ones pass low-rank states; its work is dominated by matmuls):
+
+   * ``_chunk_cumsum_fwd``: ``dt`` softplus and the cumulative decay ``dA_cumsum`` (fp32);
+   * ``_chunk_state_fwd``: each chunk's state ``x^T B``: per chunk and head ``[P, Q] @ [Q, N]``,
+     written in fp32;
+   * ``_state_passing_fwd``: the states carried across chunks (element-wise, sequential over
+     chunks): reads the fp32 states, writes them in the input dtype;
+   * ``_bmm_chunk_fwd``: ``C B^T`` per chunk and group, ``[Q, N] @ [N, Q]`` (all of it);
+   * ``_chunk_scan_fwd``: the output, ``C @ states`` per chunk and head (``[Q, N] @ [N, P]``)
+     plus the causal diagonal block ``(C B^T o L) @ x`` (``[Q, Q] @ [Q, P]``, the kernel stops
+     its K loop at the diagonal: half of it);
+
+   forward FLOPs ``T*H*(4 P N + Q P) + 2*T*G*Q*N`` (:func:`ssd_fwd_flops`). Each is timed as a
+   batched GEMM of its chunk shape (batch = chunks x heads or groups) by the roofline of
+   :mod:`sim.compute.kernels` (wave quantization over the chunk tiles), an assumption for
+   Triton kernels that fuse the decay factors into the matmuls;
+5. gated RMSNorm ``norm(y) * silu(z)`` over groups of ``d_i/G`` (``norm_before_gate=False``):
+   reads ``y`` and ``z``, writes the output;
+6. ``out_proj``: GEMM ``[T, d_i] @ [d_i, h]``; residual add.
+
+**Backward** (``_mamba_chunk_scan_combined_bwd``): the scan recomputes ``dA_cumsum``,
+``C B^T``, the chunk states and their passing (nothing of size ``chunks x H x P x N`` is
+saved), then ``_chunk_scan_bwd_dstates`` (``C^T dout``), the state passing backward,
+``_chunk_scan_chunk_state_bwd_dx`` (``dx`` from the diagonal blocks and from the states),
+``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``, ``_chunk_scan_bwd_dcb`` (causal half) and two
+``_bmm_chunk_bwd``: ``T*H*(10 P N + 2 Q P) + 6*T*G*Q*N`` FLOPs with the recomputation
+(:func:`ssd_bwd_flops`). The conv's backward computes its input and weight gradients in one
+kernel (counted as input gradient); the projections' weight gradients are the layer's "W" part.
+
+**Tensor parallelism** (Megatron-Core ``MambaMixer``): ``in_proj`` column-parallel, ``out_proj``
+row-parallel; each rank holds ``H/t`` heads and ``G/t`` groups (both must divide).
+
+**Activations** kept for the backward (one rank, ``d`` bytes per element): the norm input and
+``in_proj`` input (``2*r*h*d``, as the attention half), ``in_proj``'s output ``zxBCdt``
+(``T*(2 d_i + 2 G N + H)/t*d``), the conv output ``x, B, C`` (``T*(d_i + 2 G N)/t*d``), the
+scan's fp32 ``dt`` and ``dA_cumsum`` (``8*T*H/t``), its output ``y`` (``T*d_i/t*d``), the gated
+norm's output (``out_proj``'s input, ``T*d_i/t*d``) and its fp32 ``rstd`` (``4*T*G/t``): the
+tensors ``MambaChunkScanCombinedFn`` and the surrounding autograd save (ssd_combined.py:606).
+
+**State memory** (:func:`ssd_state_bytes`): the chunk states ``b * chunks * H * P * N`` exist
+while the scan runs (fp32 from ``_chunk_state_fwd``, then in the input dtype after the state
+passing); transient, recomputed in the backward, not stashed. The recurrent state a sequence
+ends with, ``H*P*N`` per sample, is what inference keeps instead of a KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.compute.kernels import Kernel, gemm, mem
+
+FP32 = 4
+"""Bytes of the scan's fp32 tensors (``dt``, ``dA_cumsum``, the chunk states, ``rstd``)."""
+
+
+@dataclass(frozen=True)
+class MambaShape:
+    """A Mamba-2 mixer (module doc).
+
+    Attributes:
+        heads: ``H`` (``mamba_num_heads``).
+        head_dim: ``P`` (``mamba_head_dim``).
+        state: ``N`` (``ssm_state_size``).
+        groups: ``G`` (``n_groups``), dividing ``H``.
+        conv_kernel: ``K`` (``conv_kernel``).
+        chunk: ``Q`` (``chunk_size``).
+    """
+
+    heads: int
+    head_dim: int
+    state: int
+    groups: int = 1
+    conv_kernel: int = 4
+    chunk: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("heads", "head_dim", "state", "groups", "conv_kernel", "chunk"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"mamba.{name} must be a positive integer, got {v!r}")
+        if self.heads % self.groups:
+            raise ValueError(f"mamba.groups {self.groups} must divide mamba.heads {self.heads}")
+
+    @property
+    def inner(self) -> int:
+        """``d_i = H * P``."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_width(self) -> int:
+        """Channels of the conv: ``d_i + 2 G N``."""
+        return self.inner + 2 * self.groups * self.state
+
+    @property
+    def in_width(self) -> int:
+        """Output width of ``in_proj``: ``2 d_i + 2 G N + H``."""
+        return 2 * self.inner + 2 * self.groups * self.state + self.heads
+
+    def params(self, h: int) -> int:
+        """Parameters of the mixer and its pre-norm: ``in_proj``, the conv's weight and bias,
+        ``dt_bias``, ``A_log`` and ``D`` (``H`` each), the gated norm's weight, ``out_proj``, the
+        pre-norm's ``h`` (no projection biases: Nemotron-H ``mamba_proj_bias`` false)."""
+        conv = self.conv_width * (self.conv_kernel + 1)
+        return h * self.in_width + conv + 3 * self.heads + self.inner + self.inner * h + h
+
+
+def check_tp(m: MambaShape, tp: int) -> str:
+    """Why ``tp`` tensor ranks cannot split ``m``, or ``""``."""
+    if tp < 1 or m.heads % tp or m.groups % tp:
+        return f"tensor_parallel {tp} must divide the Mamba heads {m.heads} and groups {m.groups}"
+    return ""
+
+
+def _chunks(b: int, s: int, q: int) -> int:
+    """Chunks of the micro-batch: ``b * ceil(s / Q)``."""
+    return b * math.ceil(s / q)
+
+
+def ssd_fwd_flops(m: MambaShape, tokens: int, tp: int = 1) -> float:
+    """Forward FLOPs of the SSD scan on one rank: ``T*H*(4 P N + Q P) + 2*T*G*Q*N`` with
+    ``H/t`` heads and ``G/t`` groups (module doc)."""
+    h, g, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
+    return float(tokens * h * (4 * p * n + q * p) + 2 * tokens * g * q * n)
+
+
+def ssd_bwd_flops(m: MambaShape, tokens: int, tp: int = 1) -> float:
+    """Backward FLOPs of the SSD scan with its recomputation:
+    ``T*H*(10 P N + 2 Q P) + 6*T*G*Q*N`` (module doc)."""
+    h, g, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
+    return float(tokens * h * (10 * p * n + 2 * q * p) + 6 * tokens * g * q * n)
+
+
+def ssd_state_bytes(m: MambaShape, b: int, s: int, d: int, tp: int = 1) -> float:
+    """Bytes of the chunk states while the scan runs: ``b*ceil(s/Q)*H/t*P*N`` elements in fp32
+    and again in the ``d``-byte input dtype (module doc)."""
+    return float(_chunks(b, s, m.chunk) * m.heads // tp * m.head_dim * m.state * (FP32 + d))
+
+
+def _scan_fwd(m: MambaShape, c: int, d: int, tp: int) -> list[Kernel]:
+    hl, gl, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
+    states = c * hl * p * n
+    return [
+        mem("ssd_chunk_cumsum", c * q * hl * (d + 2 * FP32)),
+        gemm("ssd_chunk_state", p, n, q, d, batch=c * hl),
+        mem("ssd_state_passing", states * (FP32 + d)),
+        gemm("ssd_bmm_cb", q, q, n, d, batch=c * gl),
+        gemm("ssd_scan_states", q, p, n, d, batch=c * hl),
+        gemm("ssd_scan_diag", q, p, q // 2 or 1, d, batch=c * hl),
+    ]
+
+
+def _scan_bwd(m: MambaShape, c: int, d: int, tp: int) -> list[Kernel]:
+    hl, gl, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
+    states = c * hl * p * n
+    half = q // 2 or 1
+    recompute = _scan_fwd(m, c, d, tp)[:4]
+    return recompute + [
+        gemm("ssd_bwd_dstates", n, p, q, d, batch=c * hl),
+        mem("ssd_state_passing_bwd", 2 * states * (FP32 + d)),
+        gemm("ssd_bwd_dx_diag", q, p, half, d, batch=c * hl),
+        gemm("ssd_bwd_dx_states", q, p, n, d, batch=c * hl),
+        gemm("ssd_bwd_db", q, n, p, d, batch=c * hl),
+        gemm("ssd_bwd_dc", q, n, p, d, batch=c * hl),
+        gemm("ssd_bwd_dcb", q, half, p, d, batch=c * hl),
+        gemm("ssd_bmm_cb_bwd_b", q, n, q, d, batch=c * gl),
+        gemm("ssd_bmm_cb_bwd_c", q, n, q, d, batch=c * gl),
+        mem("ssd_chunk_cumsum_bwd", 2 * c * q * hl * (d + 2 * FP32)),
+    ]
+
+
+def _tokens(m: MambaShape, b: int, s: int, tp: int, sp: bool, cp: int) -> tuple[int, int]:
+    why = check_tp(m, tp)
+    if why:
+        raise ValueError(why)
+    if cp != 1:
+        raise ValueError("context parallelism over Mamba layers is not modelled")
+    t = b * s
+    return t, t // tp if sp else t
+
+
+def mamba_fwd(
+    m: MambaShape, h: int, s: int, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> list[Kernel]:
+    """Forward kernels of a Mamba-2 layer on one rank (module doc).
+
+    Raises:
+        ValueError: ``tp`` does not divide the heads or groups; ``cp > 1``.
+    """
+    t, r = _tokens(m, b, s, tp, sp, cp)
+    cw, di = m.conv_width // tp, m.inner // tp
+    c = _chunks(b, s, m.chunk)
+    out = [mem("norm1", 2 * r * h * d), gemm("in_proj", t, m.in_width // tp, h, d)]
+    out.append(mem("conv1d", 2 * t * cw * d, flops=2.0 * t * cw * m.conv_kernel))
+    out += _scan_fwd(m, c, d, tp)
+    out += [mem("gated_norm", 3 * t * di * d), gemm("out_proj", t, h, di, d)]
+    return out + [mem("mamba_residual", 3 * r * h * d)]
+
+
+def mamba_bwd(
+    m: MambaShape, h: int, s: int, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> tuple[list[Kernel], list[Kernel]]:
+    """Backward kernels ``(input_gradient, weight_gradient)`` of :func:`mamba_fwd`.
+
+    Raises:
+        ValueError: as :func:`mamba_fwd`.
+    """
+    t, r = _tokens(m, b, s, tp, sp, cp)
+    cw, di, iw = m.conv_width // tp, m.inner // tp, m.in_width // tp
+    c = _chunks(b, s, m.chunk)
+    dx = [gemm("d_out_proj_in", t, di, h, d), mem("gated_norm_bwd", 5 * t * di * d)]
+    dx += _scan_bwd(m, c, d, tp)
+    dx.append(mem("conv1d_bwd", 3 * t * cw * d, flops=4.0 * t * cw * m.conv_kernel))
+    dx += [gemm("d_in_proj_in", t, h, iw, d), mem("norm1_bwd", 3 * r * h * d)]
+    dx.append(mem("residual_grad_add", 3 * r * h * d))
+    dw = [gemm("d_in_proj_w", h, iw, t, d), gemm("d_out_proj_w", di, h, t, d)]
+    return dx, dw
+
+
+def mamba_act_bytes(
+    m: MambaShape, h: int, s: int, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
+) -> float:
+    """Bytes a Mamba-2 layer keeps for its backward on one rank, one micro-batch (module doc).
+
+    Raises:
+        ValueError: as :func:`mamba_fwd`.
+    """
+    t, r = _tokens(m, b, s, tp, sp, cp)
+    iw, cw, di = m.in_width / tp, m.conv_width / tp, m.inner / tp
+    scan = 2 * FP32 * t * m.heads / tp + FP32 * t * m.groups / tp
+    return 2 * r * h * d + t * d * (iw + cw + 2 * di) + scan

@@ -1,0 +1,108 @@
+"""Megatron-Bridge performance-recipe settings as Megatron-LM flags, for the rows of
+``megatron_bridge_blackwell.csv``.
+
+Megatron-Bridge's performance tables (``docs/performance-summary*.md``) omit the settings that
+decide time and memory besides the layout: recompute, communication overlap, CUDA graphs, the
+MoE dispatcher, MTP, the distributed optimizer. They live in the recipes of each release
+(``scripts/performance``, ``src/megatron/bridge/perf_recipes/``); a recipe table (one row per
+distinct configuration, keyed by the 13 columns of :data:`KEY`, with the traced settings and
+the source line of each: ``measurements/megatron-bridge/recipes.csv``, read from NVIDIA's code at
+each row's release, see its README) gives
+them. This module turns one of its rows into the flags :mod:`sim.runs.megatron_args` maps, so
+each setting is judged by the same table as a launch command's.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.errors import InputError
+
+KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
+       "gbs", "task")  # fmt: skip
+"""Columns that identify a configuration in both the measured CSV and the recipe table."""
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return ""
+    if isinstance(v, float) and v == int(v):
+        return str(int(v))
+    return str(v).strip()
+
+
+def recipe_key(row: pd.Series | dict) -> tuple[str, ...]:
+    """The :data:`KEY` of a row, as text (``8.0`` and ``8`` alike, empty for missing)."""
+    return tuple(_cell(row.get(k)) for k in KEY)
+
+
+def _true(text: str) -> bool:
+    return text.strip().lower().startswith("true")
+
+
+def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
+    """The Megatron-LM flags of one recipe-table row (module doc)."""
+    get = {k: _cell(v) for k, v in rec.items()}
+    f: dict[str, Any] = {}
+    gran = get.get("recompute_granularity", "none")
+    if gran in ("full", "selective"):
+        f["recompute-granularity"] = gran
+        mods = get.get("recompute_modules", "").split(" (")[0].strip("[]").replace(",", " ")
+        if gran == "selective" and mods.strip():
+            f["recompute-modules"] = mods
+        for col in ("recompute_method", "recompute_num_layers"):
+            if get.get(col):
+                f[col.replace("_", "-")] = get[col]
+    offload = get.get("activation_offloading", "none")
+    if offload and offload != "none":
+        f["fine-grained-activation-offloading"] = offload
+    graphs = get.get("cuda_graph_impl", "none")
+    if graphs not in ("", "none") and "False" not in graphs:
+        f["cuda-graph-impl"] = graphs
+    disp = get.get("moe_token_dispatcher_type", "")
+    if disp and not disp.startswith("n/a"):
+        f["moe-token-dispatcher-type"] = disp.split(" ")[0]
+        backend = get.get("moe_flex_dispatcher_backend", "")
+        if disp.startswith("flex") and backend and not backend.startswith("n/a"):
+            f["moe-flex-dispatcher-backend"] = backend
+    for col, flag in (("moe_a2a_overlap", "overlap-moe-expert-parallel-comm"),
+                      ("delay_wgrad_compute", "delay-wgrad-compute"),
+                      ("tp_comm_overlap_effective", "tp-comm-overlap"),
+                      ("overlap_grad_reduce", "overlap-grad-reduce"),
+                      ("overlap_param_gather", "overlap-param-gather"),
+                      ("use_distributed_optimizer", "use-distributed-optimizer"),
+                      ("megatron_fsdp", "use-megatron-fsdp"),
+                      ("fp8_param_gather", "fp8-param-gather")):  # fmt: skip
+        if _true(get.get(col, "")):
+            f[flag] = True
+    mtp = get.get("mtp_num_layers", "0").split(" ")[0]
+    if mtp.isdigit() and int(mtp) > 0:
+        f["mtp-num-layers"] = mtp
+    if get.get("pipeline_model_parallel_layout"):
+        f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"]
+    if _true(get.get("precision_aware_optimizer", "")) and "bfloat16" in get.get(
+        "precision_aware_optimizer", ""
+    ):
+        f["exp-avg-dtype"] = "bfloat16"
+    return f
+
+
+def read_recipes(path: str | Path) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The recipe table at ``path``: flags by :func:`recipe_key`.
+
+    Raises:
+        InputError: unreadable, or a key column missing.
+    """
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read it as CSV ({exc})", file=str(path)) from None
+    missing = [k for k in KEY if k not in df.columns]
+    if missing:
+        raise InputError(f"missing key column(s) {', '.join(missing)}", file=str(path),
+                         field=missing[0])  # fmt: skip
+    return {recipe_key(rec): recipe_flags(rec) for rec in df.to_dict("records")}

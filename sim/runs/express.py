@@ -1,0 +1,308 @@
+"""Whether pipesim can simulate a measured run, and as what: :func:`express`.
+
+A :class:`~sim.runs.record.MeasuredRun` is *expressed* when every setting that changes its
+time or memory has a pipesim equivalent: a hardware preset for its GPU, a trace generator for
+its model (:mod:`sim.trace.decoder` for Llama-like, MoE and MLA decoders,
+:func:`sim.trace.generator.transformer_trace` for GPT-2/3-like and BERT stacks), a framework
+profile, a memory policy for its optimizer sharding and recompute, a schedule, and a point of
+the grid (:class:`~sim.point.config.PointConfig`). Otherwise it is *not expressed*, with every
+reason (:class:`NotExpressed`): these reasons are the to-do list of what pipesim lacks. The
+checks are small functions, one per concern, each returning reasons (:data:`CHECKS`), so a
+feature that lands removes one check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.compute.decoder import DecoderShape
+from sim.compute.mla import MLAShape
+from sim.compute.moe import MoEShape
+from sim.runs.record import MeasuredRun, ModelShape
+
+DTYPES = ("bf16", "fp16", "fp32")
+"""Precisions pipesim's traces carry (``training.dtype``)."""
+GPU_PRESETS: tuple[tuple[str, str], ...] = (
+    ("GB300", ""), ("B300", ""), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
+    ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("H800", "dgx-h100"), ("A800", "hgx-a800-80gb"),
+    ("A100-SXM-80GB", "dgx-a100-80gb"), ("A100-80", "dgx-a100-80gb"), ("A100", "dgx-a100-40gb"),
+    ("V100-SXM2-32GB", "dgx1-v100-32gb"), ("V100", "dgx1-v100-16gb"),
+)  # fmt: skip
+"""The preset of a GPU named by a source, first match of a name part (upper case): a server of
+8 (a DGX/HGX) or, for the GB200, the NVL72 rack; "" where there is no preset yet (B300 and
+GB300: issue 26 item 6). ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
+FRAMEWORKS = {
+    "megatron-lm": "megatron-lm", "megatron-bridge": "megatron-lm",
+    "megatron-deepspeed": "megatron-deepspeed", "deepspeed": "deepspeed",
+    "torchtitan": "torchtitan",
+}  # fmt: skip
+"""A run's framework -> pipesim's framework profile (:mod:`sim.framework`); Megatron-Bridge
+runs Megatron-Core's training loop (``megatron.bridge.training.train``)."""
+
+
+@dataclass(frozen=True)
+class NotExpressed:
+    """A run pipesim cannot simulate, and every reason why (the first is the primary one)."""
+
+    run: MeasuredRun
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Expressed:
+    """A run as pipesim simulates it.
+
+    Attributes:
+        run: the measured run.
+        hardware: preset name (``dgx-b200``, ``4x-dgx-h100``, ``nvl72x2-gb200``).
+        model: the trace's name.
+        generator: ``decoder``, ``gpt`` or ``bert``.
+        shape: the generator's arguments (a :class:`DecoderShape` for ``decoder``; the
+            keyword arguments of ``transformer_trace`` otherwise).
+        dtype: training dtype.
+        framework: pipesim framework profile.
+        point: the :class:`~sim.point.config.PointConfig` fields (flat names); data-parallel
+            sharding (FSDP, ZeRO-3) is the memory policy's, so ``dp_width`` is every
+            data-parallel rank and ``dp_shard`` 1.
+        approximations: what is simulated differently from the run (each an approximated
+            argument's reason, or an assumption of the reader).
+    """
+
+    run: MeasuredRun
+    hardware: str
+    model: str
+    generator: str
+    shape: Any
+    dtype: str
+    framework: str
+    point: dict[str, Any]
+    approximations: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple:
+        """What the simulation depends on: runs with one key are simulated once."""
+        return (self.hardware, self.model, repr(self.shape), self.dtype, self.framework,
+                tuple(sorted(self.point.items())))  # fmt: skip
+
+
+def gpu_preset(gpu: str) -> str | None:
+    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`); None: unknown,
+    "": known, no preset yet."""
+    name = gpu.upper().replace(" ", "-")
+    return next((p for part, p in GPU_PRESETS if part in name), None)
+
+
+def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
+    """The hardware a job of ``gpus`` GPUs named ``gpu`` runs on, or None and the reason."""
+    preset = gpu_preset(gpu)
+    if preset is None:
+        return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"
+    if preset == "":
+        return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
+    per = 72 if preset == "gb200-nvl72" else 8
+    n = -(-gpus // per)
+    if n == 1:
+        return preset, ""
+    return (f"nvl72x{n}-gb200" if preset == "gb200-nvl72" else f"{n}x-{preset}"), ""
+
+
+def _feature(s: ModelShape, name: str) -> str | None:
+    return next((f.split("=", 1)[1] for f in s.features if f.startswith(name + "=")), None)
+
+
+def _args(run: MeasuredRun) -> list[str]:
+    return [f"{a.name}: {a.reason}" for a in run.unmapped()]
+
+
+def _precision(run: MeasuredRun) -> list[str]:
+    if run.precision in DTYPES:
+        return []
+    return [f"precision {run.precision} (issue 26 item 1: FP8 / MXFP8 / NVFP4 as a dimension)"]
+
+
+def _model(run: MeasuredRun) -> list[str]:
+    s = run.shape
+    if s.arch == "t5":
+        return ["encoder-decoder T5: no trace generator for it"]
+    if s.arch == "hybrid":
+        return ["hybrid Mamba-2 / attention layers (issue 26 item 4: Mamba-2 hybrids)"]
+    if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
+        return ["model shape incomplete (layers, hidden, heads, vocabulary, sequence length)"]
+    out = []
+    if s.head_dim:
+        out.append("head_dim x heads != hidden (issue 26 item 4: head_dim as its own field)")
+    if _feature(s, "qk_norm"):
+        out.append("QK-norm (issue 26 item 4)")
+    if _feature(s, "mtp"):
+        out.append("multi-token-prediction layers (issue 26 item 4: DeepSeek-V3's MTP)")
+    if _feature(s, "activation"):
+        out.append(f"{_feature(s, 'activation')} MLP: the generators have GeLU and SwiGLU only")
+    if s.arch == "decoder" and s.tied_embeddings:
+        out.append("tied embeddings on a gated-MLP decoder (the decoder generator's head is "
+                   "untied: issue 26 item 4)")  # fmt: skip
+    if s.arch in ("gpt", "bert"):
+        out += _gpt_model(s)
+    return out
+
+
+def _gpt_model(s: ModelShape) -> list[str]:
+    out = []
+    if s.kv_heads and s.kv_heads != s.heads:
+        out.append("grouped-query attention with a GeLU MLP (the GPT generator has MHA only)")
+    if s.mla:
+        out.append("MLA with a GeLU MLP (the decoder generator's dense MLP is gated)")
+    if s.is_moe and (s.moe_dense_layers or s.moe_every > 1):
+        out.append("dense GeLU layers between MoE layers (the decoder generator's dense MLP is "
+                   "gated)")  # fmt: skip
+    if s.is_moe and s.tied_embeddings:
+        out.append("tied embeddings on a MoE model (the decoder generator's head is untied: "
+                   "issue 26 item 4)")  # fmt: skip
+    if not s.is_moe and not s.tied_embeddings:
+        out.append("untied embeddings on a GeLU GPT (the GPT generator ties them)")
+    if not s.is_moe and s.hidden and s.ffn_hidden and s.ffn_hidden % s.hidden:
+        out.append(f"FFN width {s.ffn_hidden} not a multiple of hidden {s.hidden} (GPT generator)")
+    return out
+
+
+def policy(run: MeasuredRun) -> tuple[str | None, str]:
+    """The memory policy of a run's optimizer sharding and recompute, or None and why."""
+    rc, dist = run.recompute, run.distributed_optimizer
+    tail = "" if rc == "none" else ":recompute" if rc == "full" else None
+    if run.zero_stage >= 3:
+        name = "zero3" + (":offload" if run.offload else "")
+        return (name + tail if tail is not None else None), (
+            f"recompute {rc} with ZeRO-3 / FSDP (issue 26 item 5)"
+        )
+    if run.zero_stage == 2 and "optimizer" in run.offload:
+        return ("zero_offload" + tail if tail is not None else None), (
+            f"recompute {rc} with ZeRO-Offload (issue 26 item 5)"
+        )
+    if run.zero_stage == 2:
+        return None, "ZeRO-2 (gradients partitioned too): no pipesim policy (issue 26 item 3)"
+    if dist or run.zero_stage == 1:
+        if rc in ("none", "full"):
+            return ("dist_opt" if rc == "none" else "dist_opt:recompute"), ""
+        return (
+            None,
+            f"recompute {rc} with the distributed optimizer (issue 26 item 5: module-"
+            "level selective recompute with any data-parallel strategy)",
+        )
+    if rc == "none":
+        return "none", ""
+    if rc in ("full", "selective") or rc.startswith("full:uniform"):
+        return ("recompute:selective" if rc == "selective" else "recompute:full"), ""
+    if rc.startswith("full:block:"):
+        return f"recompute:full:{rc.rsplit(':', 1)[1]}", ""
+    return None, f"recompute {rc} (issue 26 item 5: module-level selective recompute)"
+
+
+def _layout(run: MeasuredRun) -> list[str]:
+    lay, out = run.layout, []
+    if run.num_gpus and run.num_gpus != lay.gpus:
+        out.append(f"{run.num_gpus} GPUs do not hold tp x pp x cp x dp = {lay.gpus}")
+    if lay.ep > 1 and (lay.dp * lay.cp) % lay.ep:
+        out.append(f"expert parallel {lay.ep} over tp x dp (MoE parallel folding: issue 26 "
+                   "item 5)")  # fmt: skip
+    if lay.etp is not None and lay.etp != lay.tp:
+        out.append(f"expert tensor parallel {lay.etp} != tp {lay.tp} (issue 26 item 5)")
+    if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
+        out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
+    if lay.cp > 1 and run.shape.arch in ("gpt", "bert") and not run.shape.is_moe:
+        out.append("context parallelism on a GeLU GPT/BERT (pipesim splits sequences of "
+                   "decoder traces only)")  # fmt: skip
+    if run.microbatches is None:
+        out.append("global batch is not a multiple of micro-batch x data-parallel width")
+    return out
+
+
+def _framework(run: MeasuredRun) -> list[str]:
+    if run.framework not in FRAMEWORKS:
+        return [f"framework {run.framework!r}: no profile (sim.framework)"]
+    return []
+
+
+def _policy(run: MeasuredRun) -> list[str]:
+    name, why = policy(run)
+    return [why] if name is None else []
+
+
+def _hardware(run: MeasuredRun) -> list[str]:
+    return (
+        []
+        if hardware_for(run.gpu, run.num_gpus or run.layout.gpus)[0]
+        else [hardware_for(run.gpu, run.num_gpus or run.layout.gpus)[1]]
+    )
+
+
+CHECKS: tuple[Callable[[MeasuredRun], list[str]], ...] = (
+    _precision, _hardware, _model, _framework, _policy, _layout, _args,
+)  # fmt: skip
+"""Every check, in the order reasons are listed (the first reason is the primary one)."""
+
+
+def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
+    """The :class:`DecoderShape` of a decoder (or MoE GPT) model."""
+    moe = None
+    if s.moe_experts:
+        moe = MoEShape(
+            s.hidden or 0, s.moe_experts, s.moe_topk or 2, s.moe_ffn_hidden or s.ffn_hidden or 0,
+            shared_ffn=s.moe_shared_ffn, gated=s.gated_mlp,
+            capacity_factor=s.moe_capacity_factor, pad_to_capacity=s.moe_pad_to_capacity,
+        )  # fmt: skip
+    mla = None
+    if s.mla:
+        m = dict(s.mla)
+        mla = MLAShape(m["q_lora_rank"], m["kv_lora_rank"], m["qk_head_dim"],
+                       m["qk_pos_emb_head_dim"], m["v_head_dim"])  # fmt: skip
+    return DecoderShape(
+        layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
+        vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
+        kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
+        dense_layers=s.moe_dense_layers, moe_every=s.moe_every,
+    )  # fmt: skip
+
+
+def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
+    s = run.shape
+    seq = run.seq_len or 0
+    if s.arch == "decoder" or s.is_moe:
+        return "decoder", decoder_shape(s, seq, attention)
+    mult = (s.ffn_hidden or 4 * (s.hidden or 0)) // (s.hidden or 1)
+    return s.arch, {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "seq_len": seq,
+                    "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
+
+
+def model_name(generator: str, shape: Any) -> str:
+    """A trace name for a generated shape (letters, digits, ``-``)."""
+    if isinstance(shape, DecoderShape):
+        moe = f"-e{shape.moe.experts}k{shape.moe.top_k}" if shape.moe else ""
+        return f"dec-L{shape.layers}-h{shape.hidden}-a{shape.heads}-s{shape.seq_len}{moe}"
+    return (
+        f"{generator}-L{shape['layers']}-h{shape['hidden']}-a{shape['heads']}-s{shape['seq_len']}"
+    )
+
+
+def express(run: MeasuredRun) -> Expressed | NotExpressed:
+    """``run`` as pipesim simulates it, or every reason it cannot (module doc)."""
+    reasons = [why for check in CHECKS for why in check(run)]
+    if reasons:
+        return NotExpressed(run, tuple(dict.fromkeys(reasons)))
+    hardware = hardware_for(run.gpu, run.num_gpus or run.layout.gpus)[0] or ""
+    attention = run.attention
+    try:
+        generator, shape = _generator(run, attention)
+    except ValueError as exc:
+        return NotExpressed(run, (f"model shape: {exc}",))
+    lay = run.layout
+    point = lay.flat() | {"dp_width": lay.dp, "dp_shard": 1} | {
+        "schedule": run.schedule, "microbatch_size": run.microbatch_size or 1,
+        "microbatches": run.microbatches, "global_batch": run.global_batch,
+        "memory_policy": policy(run)[0], "framework": FRAMEWORKS[run.framework],
+    }  # fmt: skip
+    approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
+    return Expressed(
+        run, hardware, model_name(generator, shape), generator, shape, run.precision,
+        FRAMEWORKS[run.framework], point, approx + run.notes,
+    )  # fmt: skip

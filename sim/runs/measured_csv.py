@@ -1,0 +1,285 @@
+"""Rows of ``../shared/data/measured/*.csv`` as :class:`~sim.runs.record.MeasuredRun`.
+
+The layout (its README): one measured run per row, the configuration in columns (``model,
+family, layers, hidden, ffn_hidden, heads, kv_heads, head_dim, vocab, seq_len, moe_*,
+attention, gpu, num_gpus, tp, pp, vp, cp, ep, etp, dp, fsdp, gbs, mbs, precision, recompute,
+framework``...), the measurements in ``step_time_s`` (measured), ``step_time_derived_s``
+(``gbs x seq / (tokens/s/GPU x GPUs)``, derived from a throughput table), ``peak_mem_gib``
+(with ``mem_kind``), ``tokens_per_s_per_gpu``, ``tflops_per_gpu``; ``note`` holds what the
+columns do not.
+
+Each row becomes Megatron-LM flags and is read by
+:func:`sim.runs.megatron_args.read_megatron`, so that a row and the same run's launch command
+give the same run:
+
+* Megatron-LM functional-test rows (``source_id`` ``megatron_golden_values``): the case's
+  ``MODEL_ARGS``, verbatim in ``note``;
+* other rows (SimuMax's B200 runs, Megatron-Bridge's tables): flags built from the columns and
+  what ``note`` states ("distributed optimizer", "sequence parallel", "CP comm a2a", "no TP/DP
+  comm overlap"); for Megatron-Bridge rows the recipe's settings (recompute, overlaps,
+  distributed optimizer, MTP, CUDA graphs, dispatcher) when a recipe table is given
+  (:mod:`sim.runs.bridge_recipes`), else the row says the settings are unknown. Model traits
+  the columns cannot say are taken from the model's name (:data:`NAMED_TRAITS`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.errors import InputError
+from sim.runs.bridge_recipes import recipe_key
+from sim.runs.megatron_args import read_megatron
+from sim.runs.record import ArgNote, Measured, MeasuredRun
+
+GiB = 2.0**30
+NEEDED = ("model", "gpu", "tp", "pp", "gbs", "mbs", "precision", "seq_len")
+"""Columns every row needs."""
+MLA_RANKS = {
+    "q-lora-rank": 1536, "kv-lora-rank": 512, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64,
+    "v-head-dim": 128,
+}  # fmt: skip
+"""MLA ranks of DeepSeek-V2, DeepSeek-V3 and Kimi K2 (their Hugging Face ``config.json``:
+``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+``v_head_dim``; ``examples/hf/deepseek-v{2,3}-config.json``)."""
+NAMED_TRAITS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("qwen3", {"qk-layernorm": True}),
+    ("tokendrop", {"moe-expert-capacity-factor": "1.0"}),
+    ("w/ mtp", {"mtp-num-layers": "1"}),
+)  # fmt: skip
+"""Traits the columns cannot say, by a (lower-case) part of the model name: GPT-OSS's
+attention (NeMo ``gpt_oss.py`` GPTOSSConfig), Qwen3's QK-norm (``Qwen3Config``: q_norm and
+k_norm), token-drop rows (a capacity factor) and DeepSeek-V3 with its MTP layer."""
+NAMED_UNMAPPED = (
+    (
+        "gpt oss",
+        "alternating sliding-window attention layers, attention sinks and biased "
+        "experts (GPT-OSS: NeMo gpt_oss.py GPTOSSConfig; issue 26 item 4, models)",
+    ),
+    (
+        "distill",
+        "knowledge distillation: a teacher model runs beside the student (its configuration "
+        "is not in the arguments)",
+    ),
+)
+"""Models whose architecture no flag of the table can say, with what they need."""
+PRECISION_FLAGS = (
+    ("nvfp4", {"fp4-format": "e2m1", "fp4-recipe": "nvfp4"}),
+    ("mx", {"fp8-format": "e4m3", "fp8-recipe": "mxfp8"}),
+    ("fp8", {"fp8-format": "hybrid", "fp8-recipe": "tensorwise"}),
+    ("bf16", {"bf16": True}),
+    ("fp16", {"fp16": True}),
+)
+"""A ``precision`` cell (lower case) -> Megatron flags, first match: MXFP8/FP8-MX, FP8/FP8-CS
+(current scaling, Transformer Engine's ``Float8CurrentScaling`` is ``tensorwise`` in Megatron's
+names), NVFP4, BF16, FP16."""
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _int(v: Any) -> int | None:
+    x = _num(v)
+    return int(x) if x is not None and x == int(x) else None
+
+
+def _golden_flags(row: pd.Series) -> dict[str, Any] | None:
+    m = re.search(r"MODEL_ARGS=(\{.*\})", str(row.get("note", "")))
+    return json.loads(m.group(1)) if m else None
+
+
+def _shape_flags(row: pd.Series) -> dict[str, Any]:
+    f: dict[str, Any] = {}
+    for col, flag in (("layers", "num-layers"), ("hidden", "hidden-size"),
+                      ("ffn_hidden", "ffn-hidden-size"), ("heads", "num-attention-heads"),
+                      ("seq_len", "seq-length"), ("vocab", "vocab-size"),
+                      ("head_dim", "kv-channels")):  # fmt: skip
+        if _int(row.get(col)) is not None:
+            f[flag] = _int(row.get(col))
+    kv, heads = _int(row.get("kv_heads")), _int(row.get("heads"))
+    if kv and heads and kv < heads:
+        f["group-query-attention"], f["num-query-groups"] = True, kv
+    experts = _int(row.get("moe_experts"))
+    if experts:
+        f["num-experts"] = experts
+        f["moe-router-topk"] = _int(row.get("moe_topk")) or 2
+        f["moe-ffn-hidden-size"] = _int(row.get("moe_ffn_hidden")) or f.get("ffn-hidden-size")
+        f["moe-shared-expert-intermediate-size"] = _int(row.get("moe_shared_ffn")) or 0
+        dense, layers = _int(row.get("moe_dense_layers")) or 0, f.get("num-layers", 0)
+        f["moe-layer-freq"] = f"([0]*{dense}+[1]*{max(0, layers - dense)})"
+        f["moe-token-dispatcher-type"] = "alltoall"
+    if str(row.get("attention", "")).lower() == "mla":
+        f["multi-latent-attention"] = True
+        f.update(MLA_RANKS)
+    f.update({"swiglu": True, "untie-embeddings-and-output-weights": True,
+              "position-embedding-type": "rope", "normalization": "RMSNorm"})  # fmt: skip
+    name = str(row.get("model", "")).lower()
+    for part, traits in NAMED_TRAITS:
+        if part in name:
+            f.update(traits)
+    if "hybrid" in str(row.get("family", "")):
+        f["is-hybrid-model"] = True
+    return f
+
+
+def _run_flags(row: pd.Series) -> dict[str, Any]:
+    """Flags of a row that is not a functional test (module doc)."""
+    f = _shape_flags(row)
+    for col, flag in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
+                      ("cp", "context-parallel-size"), ("ep", "expert-model-parallel-size"),
+                      ("etp", "expert-tensor-parallel-size"), ("mbs", "micro-batch-size"),
+                      ("gbs", "global-batch-size")):  # fmt: skip
+        if _int(row.get(col)) is not None:
+            f[flag] = _int(row.get(col))
+    vp = _int(row.get("vp"))
+    if vp and vp > 1:
+        f["num-virtual-stages-per-pipeline-rank"] = vp
+    if (_int(row.get("tp")) or 1) > 1:
+        f["sequence-parallel"] = True
+    if (_int(row.get("fsdp")) or 0) > 0:
+        f["use-megatron-fsdp"] = True
+    prec = str(row.get("precision", "")).lower()
+    f.update(next((flags for key, flags in PRECISION_FLAGS if key in prec), {}))
+    note = str(row.get("note", "")).lower()
+    if "distributed optimizer" in note:
+        f["use-distributed-optimizer"] = True
+    if "cp comm a2a" in note:
+        f["cp-comm-type"] = "a2a"
+    if str(row.get("task", "pretrain")) in ("sft", "finetune", "lora"):
+        f["use-packed-sequence"] = True
+    return f
+
+
+def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
+    """What a row says that no flag can: LoRA, the model's own architecture, an unknown
+    recompute setting, an inconsistent row."""
+    out = []
+    if str(row.get("task")) == "lora":
+        out.append(ArgNote("task", "lora", "unmapped", "LoRA: frozen base weights, adapters "
+                           "only trained (issue 26 item 4, models)"))  # fmt: skip
+    name = str(row.get("model", "")).lower()
+    out += [ArgNote("model", str(row.get("model")), "unmapped", why)
+            for part, why in NAMED_UNMAPPED if part in name]  # fmt: skip
+    text = str(row.get("recompute", "none")).lower()
+    if not recipe and not re.match(r"none|full (uniform|block) \d+|selective", text):
+        out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
+                           "recipe's recompute setting"))  # fmt: skip
+    if _int(row.get("layers")) is None or _int(row.get("hidden")) is None:
+        out.append(ArgNote("shape_ref", str(row.get("shape_ref", "")), "unmapped",
+                           "the model's shape is not in the table"))  # fmt: skip
+    return out
+
+
+def _recompute_flags(row: pd.Series) -> dict[str, Any]:
+    text = str(row.get("recompute", "none")).lower()
+    if text.startswith("none"):
+        return {}
+    m = re.match(r"full (uniform|block) (\d+)", text)
+    if m:
+        return {"recompute-granularity": "full", "recompute-method": m.group(1),
+                "recompute-num-layers": m.group(2)}  # fmt: skip
+    m = re.match(r"selective\s*\[(.*)\]", text)
+    if m:
+        return {"recompute-granularity": "selective", "recompute-modules": m.group(1)}
+    return {}
+
+
+def measured_of(row: pd.Series) -> Measured:
+    """The measurements of a row (seconds, bytes)."""
+    t, derived = _num(row.get("step_time_s")), _num(row.get("step_time_derived_s"))
+    mem = _num(row.get("peak_mem_gib"))
+    mfu = _num(row.get("mfu"))
+    kind = str(row.get("mem_kind", "")) if mem is not None else ""
+    return Measured(
+        iteration_time_s=t if t is not None else derived,
+        time_rule="step_time_s (measured)" if t is not None else
+        "step_time_derived_s = gbs x seq / (tokens/s/GPU x GPUs): derived from the throughput",
+        peak_allocated_bytes=mem * GiB if mem is not None and "reserved" not in kind else None,
+        peak_reserved_bytes=mem * GiB if mem is not None and "reserved" in kind else None,
+        memory_kind=kind,
+        tokens_per_s_per_gpu=_num(row.get("tokens_per_s_per_gpu")),
+        tflops_per_gpu=_num(row.get("tflops_per_gpu")),
+        mfu=mfu / 100 if mfu is not None and mfu > 1 else mfu,
+    )  # fmt: skip
+
+
+def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None) -> MeasuredRun:
+    """The run of one row (module doc); ``recipe``: Megatron-Bridge recipe flags for it."""
+    golden = _golden_flags(row)
+    family = str(row.get("model", "")).split("_")[0]
+    arch = {"bert": "bert", "t5": "t5", "hybrid": "hybrid"}.get(family)
+    if golden is not None:
+        flags = dict(golden)
+        if not {"--vocab-size", "--tokenizer-type", "--vocab-file"} & set(flags):
+            flags |= {"--vocab-file": "(omitted)", "--merge-file": "(omitted)"}
+    else:
+        flags = _run_flags(row) | _recompute_flags(row) | (recipe or {})
+        arch = "hybrid" if "hybrid" in str(row.get("family", "")) else "decoder"
+    gpus = _int(row.get("num_gpus"))
+    tag = re.search(r"\[[^\]]+\]", str(row.get("table", ""))) if golden is not None else None
+    run = read_megatron(
+        flags, name=str(row.get("model")) + (tag.group(0) if tag else ""), source=source,
+        strict=True, arch=arch,
+        gpu=str(row.get("gpu", "")), num_gpus=gpus or 8, framework=_framework(row),
+    )  # fmt: skip
+    extra = []
+    if gpus is None:
+        extra.append("8 GPUs assumed (num_gpus empty)")
+    name = str(row.get("model", "")).lower()
+    notes = list(run.args) + (_row_notes(row, recipe is not None) if golden is None else [
+        ArgNote("model", name, "unmapped", why) for part, why in NAMED_UNMAPPED if part in name
+    ])  # fmt: skip
+    cons = str(row.get("config_consistent", "True"))
+    if cons not in ("True", "nan") and not cons.startswith("num_gpus assumed"):
+        notes.append(ArgNote("config_consistent", cons, "unmapped", f"inconsistent row: {cons}"))
+    if golden is None and "megatron-bridge" in run.framework and recipe is None:
+        notes.append(ArgNote("recipe", "", "unmapped", "the recipe's recompute, overlap, CUDA-"
+                             "graph and dispatcher settings are not in the table (give the "
+                             "recipe table: sim/runs/bridge_recipes.py)"))  # fmt: skip
+    return replace(
+        run, measured=measured_of(row), task=str(row.get("task", "pretrain")), args=tuple(notes),
+        notes=run.notes + tuple(extra),
+    )  # fmt: skip
+
+
+def _framework(row: pd.Series) -> str:
+    text = str(row.get("framework", "")).lower()
+    return "megatron-bridge" if "bridge" in text else "megatron-lm"
+
+
+def read_measured_csv(
+    path: str | Path, *, recipes: dict[tuple, dict[str, Any]] | None = None
+) -> list[MeasuredRun]:
+    """Every row of a measured-runs CSV (module doc), in file order.
+
+    Args:
+        recipes: Megatron-Bridge recipe flags by the row's key
+            (:func:`sim.runs.bridge_recipes.recipe_key`), for its rows.
+
+    Raises:
+        InputError: unreadable, or a needed column missing (naming the file and column).
+    """
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read it as CSV ({exc})", file=str(path)) from None
+    missing = [c for c in NEEDED if c not in df.columns]
+    if missing:
+        raise InputError(f"missing column(s): {', '.join(missing)}", file=str(path),
+                         field=missing[0])  # fmt: skip
+    out = []
+    for i, row in df.iterrows():
+        recipe = (recipes or {}).get(recipe_key(row))
+        out.append(row_run(row, source=f"{path} row {int(str(i)) + 2}", recipe=recipe))
+    return out

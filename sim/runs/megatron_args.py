@@ -1,0 +1,455 @@
+"""Megatron-LM's arguments as a :class:`~sim.runs.record.MeasuredRun`.
+
+The arguments come as flags (``{"tensor-model-parallel-size": "8", "bf16": True}``): from a
+``pretrain_gpt.py`` command line (:mod:`sim.runs.argv`), from a functional test's
+``MODEL_ARGS``, from the arguments block a training log prints (``tensor_model_parallel_size
+...... 8``), or from a Megatron-Bridge config's fields (:mod:`sim.runs.bridge`). Each flag is
+mapped, ignored, approximated or unmapped as :mod:`sim.runs.megatron_table` says; defaults and
+derived sizes follow ``megatron/training/arguments.py::validate_args`` and
+``megatron/core/transformer/transformer_config.py`` at NVIDIA/Megatron-LM@d98e8a64dd:
+
+* ``ffn_hidden_size``: ``4 h``, or ``int(4 h * 2/3 / 64) * 64`` with ``--swiglu``;
+  ``moe_ffn_hidden_size``: ``ffn_hidden_size``; ``kv_channels``: ``h / heads``;
+  ``num_query_groups``: the heads unless ``--group-query-attention``;
+* the padded vocabulary: the tokenizer's size rounded up to a multiple of
+  ``make_vocab_size_divisible_by (128) x tp`` (``megatron/training/vocab_utils.py``);
+* ``dp = world / (tp x pp x cp)``;
+* recompute: ``--recompute-granularity full --recompute-method uniform`` recomputes every
+  layer (``recompute:full``), ``block`` the first ``--recompute-num-layers`` of each stage
+  (``recompute:full:N``; 0: none), ``selective`` the modules of ``--recompute-modules``
+  (default ``core_attn``) (``transformer_block.py::_checkpointed_forward``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.parallel.layout import ParallelLayout
+from sim.runs import megatron_table as table
+from sim.runs.argv import is_unexpanded
+from sim.runs.record import ArgNote, MeasuredRun, ModelShape
+
+VOCAB_DIVISIBLE_BY = 128
+"""``--make-vocab-size-divisible-by`` default (megatron/training/arguments.py)."""
+TOKENIZER_VOCAB = {
+    "GPT2BPETokenizer": 50257,
+    "BertWordPieceLowerCase": 30522,
+    "BertWordPieceCase": 28996,
+    "Llama2Tokenizer": 32000,
+}
+"""Vocabulary sizes of the tokenizers whose files are public and fixed: GPT-2's BPE (OpenAI
+``encoder.json``: 50,257 tokens), BERT's WordPiece (``bert-large-uncased`` 30,522,
+``bert-large-cased`` 28,996 tokens) and Llama 2's SentencePiece model (32,000)."""
+DEFAULT_TOKENIZER = "GPT2BPETokenizer"
+"""The tokenizer assumed for ``--vocab-file`` with ``--merge-file`` and no type (a BPE vocab
+and merges: GPT-2's, as Megatron's GPT examples use)."""
+
+
+@dataclass
+class Reading:
+    """What the mapping has read so far: the flags, the notes, the assumptions."""
+
+    flags: dict[str, Any]
+    strict: bool
+    notes: list[ArgNote] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    done: set[str] = field(default_factory=set)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def int(self, flag: str, default: int | None = None) -> int | None:
+        """The flag as an integer (``default`` when absent), noted as mapped."""
+        if flag not in self.flags:
+            return default
+        value = self.flags[flag]
+        self.done.add(flag)
+        if is_unexpanded(value):
+            self.unmapped(flag, f"unexpanded shell variable {value!r}: give its value")
+            return default
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.unmapped(flag, f"{value!r} is not a number")
+            return default
+        if number != int(number):
+            self.unmapped(flag, f"{value!r} is not a whole number")
+            return default
+        return int(number)
+
+    def text(self, flag: str, default: str | None = None) -> str | None:
+        if flag not in self.flags:
+            return default
+        self.done.add(flag)
+        value = self.flags[flag]
+        return default if value is True else str(value)
+
+    def switch(self, flag: str) -> bool:
+        self.done.add(flag)
+        return self.flags.get(flag) not in (None, False, "false", "False")
+
+    def mapped(self, flag: str, reason: str) -> None:
+        if flag in self.flags:
+            self.done.add(flag)
+            self.notes.append(ArgNote(flag, str(self.flags[flag]), "mapped", reason))
+
+    def unmapped(self, flag: str, reason: str) -> None:
+        self.done.add(flag)
+        self.notes.append(ArgNote(flag, str(self.flags.get(flag, "")), "unmapped", reason))
+
+
+def normalise(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Flags spelled as the command line spells them (``-``, no ``--``), values as given;
+    absent-valued ones (``None``, ``False``: a log's arguments block prints them) dropped."""
+    out: dict[str, Any] = {}
+    for name, value in flags.items():
+        key = name.lstrip("-").replace("_", "-")
+        if value is None or value is False or value in ("None", "False", "false"):
+            if key == "gradient-accumulation-fusion" and value in (False, "False", "false"):
+                out["no-gradient-accumulation-fusion"] = True
+            continue
+        out[key] = True if value in ("True", "true") else value
+    return out
+
+
+def read_megatron(
+    flags: Mapping[str, Any],
+    *,
+    name: str,
+    source: str,
+    strict: bool = True,
+    arch: str | None = None,
+    gpu: str = "",
+    num_gpus: int | None = None,
+    framework: str = "megatron-lm",
+) -> MeasuredRun:
+    """The run Megatron-LM's ``flags`` describe (module doc); nothing measured yet.
+
+    Args:
+        flags: flag -> value (any spelling :func:`normalise` accepts).
+        name, source: the run's name and where the flags came from.
+        strict: an unknown flag is ``unmapped`` (an argument list the user wrote), else
+            ``ignored`` (a log's arguments block, which prints every argument).
+        arch: ``gpt``/``decoder``, ``bert``, ``t5``, ``hybrid`` when the caller knows the
+            training script (``pretrain_bert.py``...); default: decided from the flags.
+        gpu: the GPU as the user names it; num_gpus: the job's GPUs (``--world-size`` or the
+            launcher's ``--nproc-per-node x --nnodes`` when not given).
+        framework: ``megatron-lm`` or ``megatron-bridge``.
+    """
+    r = Reading(normalise(flags), strict)
+    world = num_gpus or _world(r)
+    lay, dist = _layout(r, world)
+    shape, seq = _shape(r, lay, arch)
+    recompute = _recompute(r)
+    precision = _precision(r)
+    mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
+    r.mapped("micro-batch-size", "micro-batch size b")
+    r.mapped("global-batch-size", "samples per optimizer step")
+    _conditional(r, lay, dist)
+    _rest(r, lay)
+    sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
+    attention = _attention(r.flags, framework)
+    return MeasuredRun(
+        name=name,
+        source=source,
+        framework=framework,
+        gpu=gpu,
+        num_gpus=world,
+        layout=lay,
+        microbatch_size=mbs,
+        global_batch=gbs,
+        seq_len=seq,
+        precision=precision,
+        recompute=recompute,
+        schedule=sched,
+        attention=attention,
+        distributed_optimizer=dist,
+        shape=shape,
+        args=tuple(r.notes),
+        notes=tuple(r.assumptions),
+    )
+
+
+def _attention(flags: dict[str, Any], framework: str) -> str:
+    """``math`` for Megatron's unfused core attention (``--attention-backend unfused`` or
+    ``local``; ``--transformer-impl local`` or Megatron-DeepSpeed without ``--use-flash-attn``),
+    else ``flash`` (Transformer Engine's fused attention, the default backend ``auto``)."""
+    backend = str(flags.get("attention-backend", ""))
+    if backend in ("unfused", "local"):
+        return "math"
+    if backend in ("flash", "fused"):
+        return "flash"
+    old = flags.get("transformer-impl") == "local" or framework == "megatron-deepspeed"
+    return "math" if old and not flags.get("use-flash-attn") else "flash"
+
+
+def _world(r: Reading) -> int | None:
+    world = r.int("world-size")
+    if world:
+        r.mapped("world-size", "GPUs in the job")
+        return world
+    nproc, nodes = r.int("nproc-per-node"), r.int("nnodes", 1) or 1
+    for f in ("nproc-per-node", "nnodes"):
+        r.mapped(f, "GPUs in the job: nproc-per-node x nnodes")
+    return nproc * nodes if nproc else None
+
+
+def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
+    tp = r.int("tensor-model-parallel-size", 1) or 1
+    pp = r.int("pipeline-model-parallel-size", 1) or 1
+    cp = r.int("context-parallel-size", 1) or 1
+    ep = r.int("expert-model-parallel-size", 1) or 1
+    etp = r.int("expert-tensor-parallel-size")
+    layers = r.int("num-layers") or r.int("decoder-num-layers") or 0
+    vp = r.int("num-virtual-stages-per-pipeline-rank") or 1
+    per_vstage = r.int("num-layers-per-virtual-pipeline-stage")
+    if per_vstage and layers and pp:
+        vp = max(1, layers // (pp * per_vstage))
+    dp = max(1, world // (tp * pp * cp)) if world else 1
+    comm = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
+    cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
+    if cp > 1 and cp_comm not in comm:
+        r.unmapped("cp-comm-type", f"{cp_comm!r}: hierarchical CP exchange (issue 26 item 7)")
+    lay = ParallelLayout(
+        pp=pp, vp=vp, dp_replicate=dp, cp=cp, tp=tp, sp=r.switch("sequence-parallel") and tp > 1,
+        ep=ep, etp=etp if etp not in (None, tp) else None, cp_comm=comm.get(cp_comm, "p2p"),
+    )  # fmt: skip
+    for f, what in (
+        ("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
+        ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
+        ("expert-tensor-parallel-size", "etp"), ("sequence-parallel", "sp"),
+        ("num-layers-per-virtual-pipeline-stage", f"vp = layers / (pp x this) = {vp}"),
+        ("num-virtual-stages-per-pipeline-rank", "vp"), ("cp-comm-type", "cp_comm"),
+    ):  # fmt: skip
+        r.mapped(f, f"layout.{what}" if " " not in what else what)
+    dist = r.switch("use-distributed-optimizer")
+    r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
+    return lay, dist
+
+
+def _ffn(r: Reading, h: int, gated: bool) -> int:
+    ffn = r.int("ffn-hidden-size")
+    if ffn:
+        r.mapped("ffn-hidden-size", "model.ffn_hidden")
+        return ffn
+    return int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h
+
+
+def _arch(r: Reading, arch: str | None) -> str:
+    if (
+        r.has("hybrid-layer-pattern")
+        or r.switch("is-hybrid-model")
+        or "hybrid" in str(r.text("spec", ""))
+    ):
+        return "hybrid"
+    if arch in ("bert", "t5", "hybrid"):
+        return arch
+    if r.has("encoder-num-layers") and r.has("decoder-num-layers"):
+        return "t5"
+    return "decoder" if r.switch("swiglu") else "gpt"
+
+
+def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShape, int | None]:
+    kind = _arch(r, arch)
+    h = r.int("hidden-size") or 0
+    heads = r.int("num-attention-heads") or 0
+    layers = r.int("num-layers") or r.int("decoder-num-layers") or r.int("encoder-num-layers")
+    seq = r.int("seq-length") or r.int("encoder-seq-length")
+    r.int("decoder-seq-length")
+    gated = r.switch("swiglu")
+    kv = r.int("num-query-groups") if r.switch("group-query-attention") else None
+    kv_ch = r.int("kv-channels")
+    mla = r.switch("multi-latent-attention")
+    head_dim = kv_ch if kv_ch and heads and kv_ch * heads != h and not mla else None
+    features = _features(r)
+    experts = r.int("num-experts")
+    ffn = _ffn(r, h, gated) if h else None
+    shape = ModelShape(
+        arch=kind, layers=layers, hidden=h or None, heads=heads or None,
+        kv_heads=kv if kv and kv != heads else None, ffn_hidden=ffn, vocab=_vocab(r, lay.tp),
+        head_dim=head_dim, gated_mlp=gated,
+        tied_embeddings=not r.switch("untie-embeddings-and-output-weights"),
+        moe_experts=experts, moe_topk=r.int("moe-router-topk", 2) if experts else None,
+        moe_ffn_hidden=(r.int("moe-ffn-hidden-size") or ffn) if experts else None,
+        moe_shared_ffn=r.int("moe-shared-expert-intermediate-size", 0) or 0,
+        moe_dense_layers=_dense_layers(r, layers), mla=_mla(r), features=features,
+        moe_capacity_factor=_float(r, "moe-expert-capacity-factor") if experts else None,
+        moe_pad_to_capacity=r.switch("moe-pad-expert-input-to-capacity"),
+        source="Megatron-LM arguments",
+    )  # fmt: skip
+    _note_shape(r)
+    return shape, seq
+
+
+def _note_shape(r: Reading) -> None:
+    for f in (
+        "num-layers", "encoder-num-layers", "decoder-num-layers", "hidden-size",
+        "num-attention-heads", "seq-length", "encoder-seq-length", "decoder-seq-length",
+        "swiglu", "group-query-attention", "num-query-groups", "kv-channels", "num-experts",
+        "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+        "moe-layer-freq", "first-k-dense-replace", "untie-embeddings-and-output-weights",
+        "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
+        "qk-pos-emb-head-dim", "v-head-dim", "vocab-size", "padded-vocab-size",
+        "tokenizer-type", "make-vocab-size-divisible-by", "vocab-file", "merge-file",
+        "tokenizer-model", "position-embedding-type", "use-rotary-position-embeddings",
+        "normalization", "squared-relu", "spec", "is-hybrid-model", "hybrid-layer-pattern",
+        "qk-layernorm", "mtp-num-layers", "moe-expert-capacity-factor",
+        "moe-pad-expert-input-to-capacity",
+    ):  # fmt: skip
+        if r.has(f) and not any(n.name == f for n in r.notes):
+            r.mapped(f, "model shape")
+
+
+def _float(r: Reading, flag: str) -> float | None:
+    value = r.text(flag)
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        r.unmapped(flag, f"{value!r} is not a number")
+        return None
+
+
+def _features(r: Reading) -> tuple[str, ...]:
+    out = []
+    pos = r.text("position-embedding-type", "learned_absolute")
+    if r.switch("use-rotary-position-embeddings"):
+        pos = "rope"
+    out.append(f"position={pos}")
+    out.append(f"norm={r.text('normalization', 'LayerNorm')}")
+    if r.switch("squared-relu"):
+        out.append("activation=squared_relu")
+    if r.switch("qk-layernorm"):
+        out.append("qk_norm=true")
+    if r.int("mtp-num-layers"):
+        out.append(f"mtp={r.int('mtp-num-layers')}")
+    if r.has("hybrid-layer-pattern"):
+        out.append(f"hybrid_pattern={r.text('hybrid-layer-pattern')}")
+    return tuple(out)
+
+
+def _dense_layers(r: Reading, layers: int | None) -> int:
+    """Leading dense layers: ``--moe-layer-freq`` as ``([0]*3+[1]*58)`` or an int."""
+    k = r.int("first-k-dense-replace")
+    if k is not None:
+        return k
+    freq = r.text("moe-layer-freq")
+    if freq is None:
+        return 0
+    m = re.fullmatch(r"\(?\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\)?", freq.strip())
+    if m:
+        return int(m.group(1))
+    if freq.strip() != "1":
+        r.unmapped("moe-layer-freq", f"{freq!r}: only every layer or leading dense layers")
+    return 0
+
+
+def _mla(r: Reading) -> tuple[tuple[str, int], ...] | None:
+    if not r.switch("multi-latent-attention"):
+        return None
+    keys = ("q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim")
+    defaults = (None, 512, 128, 64, 128)  # MLATransformerConfig's defaults
+    return tuple(
+        (k.replace("-", "_"), r.int(k, d) or 0) for k, d in zip(keys, defaults, strict=True)
+    )
+
+
+def _vocab(r: Reading, tp: int) -> int | None:
+    """The padded vocabulary (module doc), or None with an unmapped note."""
+    padded = r.int("padded-vocab-size")
+    if padded:
+        return padded
+    size = r.int("vocab-size")
+    kind = r.text("tokenizer-type")
+    if size is None and kind is None and r.has("vocab-file") and r.has("merge-file"):
+        kind = DEFAULT_TOKENIZER
+        r.assumptions.append(f"vocabulary: {DEFAULT_TOKENIZER}'s 50,257 tokens (vocab and merge "
+                             "files given, no --tokenizer-type)")  # fmt: skip
+    if size is None and kind in TOKENIZER_VOCAB:
+        size = TOKENIZER_VOCAB[kind]
+    if size is None:
+        why = f"tokenizer {kind!r}: its file decides the vocabulary" if kind else "no vocabulary"
+        r.notes.append(ArgNote("vocab-size", "", "unmapped", f"{why}; give --vocab-size"))
+        return None
+    multiple = (r.int("make-vocab-size-divisible-by", VOCAB_DIVISIBLE_BY) or 1) * tp
+    return math.ceil(size / multiple) * multiple
+
+
+def _recompute(r: Reading) -> str:
+    gran = r.text("recompute-granularity")
+    if r.switch("recompute-activations"):
+        gran = "selective"
+    method = r.text("recompute-method")
+    n = r.int("recompute-num-layers")
+    modules = (r.text("recompute-modules") or "core_attn").strip("[]").replace(",", " ").split()
+    out = "none"
+    if gran == "full" and method == "block":
+        out = f"full:block:{n}" if n else "none"
+    elif gran == "full":
+        out = "full" if (n or 1) == 1 else f"full:uniform:{n}"
+    elif gran == "selective":
+        out = "selective" if modules == ["core_attn"] else f"selective:{'+'.join(modules)}"
+    for f in ("recompute-granularity", "recompute-method", "recompute-num-layers",
+              "recompute-modules", "recompute-activations"):  # fmt: skip
+        r.mapped(f, f"recompute {out}")
+    return out
+
+
+def _precision(r: Reading) -> str:
+    fp8, fp4 = r.text("fp8-format"), r.text("fp4-format")
+    base = "bf16" if r.switch("bf16") else "fp16" if r.switch("fp16") else "fp32"
+    out = base
+    if fp8:
+        out = f"fp8-{r.text('fp8-recipe', 'delayed')}"
+    if fp4:
+        out = r.text("fp4-recipe", "nvfp4") or "nvfp4"
+    for f in ("bf16", "fp16", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe"):
+        r.mapped(f, f"precision {out}")
+    return out
+
+
+def _conditional(r: Reading, lay: ParallelLayout, dist: bool) -> None:
+    for flag, (matters, why, harmless) in table.CONDITIONAL.items():
+        if flag in r.flags:
+            r.done.add(flag)
+            if matters(lay, dist):
+                r.notes.append(ArgNote(flag, str(r.flags[flag]), "unmapped", why))
+            else:
+                r.notes.append(ArgNote(flag, str(r.flags[flag]), "ignored", harmless))
+
+
+def _rest(r: Reading, lay: ParallelLayout) -> None:
+    """The flags not read yet: the tables' verdicts, the options read here, the unknown."""
+    backend = str(r.flags.get("attention-backend", "auto"))
+    opt = str(r.flags.get("optimizer", "adam"))
+    disp = str(r.flags.get("moe-token-dispatcher-type", "allgather"))
+    special = {
+        "attention-backend": ("mapped", "attention core: unfused (s^2 scores in memory)"
+                              if backend in ("unfused", "local") else "attention core: fused"),
+        "use-flash-attn": ("mapped", "attention core: fused (flash)"),
+        "transformer-impl": ("mapped", "kernel implementation (local or Transformer Engine): "
+                             "the kernel model times either"),
+        "optimizer": ("mapped", f"optimizer {opt}") if opt in ("adam", "sgd") else
+        ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
+        "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
+        if disp == "alltoall" or lay.ep * lay.tp == 1 else ("unmapped", f"{disp!r} token "
+        "dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
+    }  # fmt: skip
+    for flag, value in r.flags.items():
+        if flag in r.done:
+            continue
+        if flag in special:
+            status, reason = special[flag]
+        else:
+            verdict = table.classify(flag)
+            status, reason = verdict or (
+                ("unmapped", "not in pipesim's Megatron table (sim/runs/megatron_table.py): "
+                 "pass --ignore " + flag + " if it changes neither time nor memory")
+                if r.strict else
+                ("ignored", "printed in the arguments block; not in pipesim's table (assumed "
+                 "not to change time or memory)")
+            )  # fmt: skip
+        r.notes.append(ArgNote(flag, str(value), status, reason))  # type: ignore[arg-type]

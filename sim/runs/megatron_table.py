@@ -1,0 +1,285 @@
+"""How each Megatron-LM argument bears on a prediction: the table :mod:`sim.runs.megatron_args`
+reads.
+
+Names are the command-line flags of ``megatron/training/arguments.py`` (and the
+``TransformerConfig`` / ``TrainingConfig`` fields it turns into flags through
+``ArgumentGroupFactory``) at NVIDIA/Megatron-LM@d98e8a64dd, without the leading ``--``. The
+flags a run sets but that change neither iteration time nor memory are *ignored* with the
+reason of their group; flags that change them a little are *approximated* (the reason says how
+much); flags that change them and that pipesim cannot express are *unmapped*, or *conditional*
+when they only matter for some layouts (an overlap of data-parallel gradients with ``dp = 1``
+overlaps nothing). Everything else that changes the answer is mapped by
+:mod:`sim.runs.megatron_args` (:data:`MAPPED`). A flag in none of these tables is unknown:
+``sim import`` refuses an unknown flag of an argument list (it might change the answer), and
+ignores one printed in a log's arguments block (a log prints every argument, set or not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sim.parallel.layout import ParallelLayout
+
+MAPPED = frozenset(
+    {
+        "num-layers", "encoder-num-layers", "decoder-num-layers", "hidden-size",
+        "num-attention-heads", "ffn-hidden-size", "kv-channels", "group-query-attention",
+        "num-query-groups", "seq-length", "encoder-seq-length", "decoder-seq-length", "vocab-size", "padded-vocab-size", "tokenizer-type",
+        "make-vocab-size-divisible-by", "vocab-file", "merge-file", "tokenizer-model",
+        "swiglu", "squared-relu", "untie-embeddings-and-output-weights",
+        "position-embedding-type", "use-rotary-position-embeddings", "normalization",
+        "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+        "moe-shared-expert-intermediate-size", "moe-layer-freq", "first-k-dense-replace",
+        "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
+        "qk-pos-emb-head-dim", "v-head-dim", "qk-layernorm", "mtp-num-layers",
+        "tensor-model-parallel-size", "pipeline-model-parallel-size",
+        "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
+        "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
+        "expert-tensor-parallel-size", "sequence-parallel", "micro-batch-size",
+        "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe", "fp4-format",
+        "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
+        "recompute-modules", "recompute-activations", "use-distributed-optimizer",
+        "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
+        "hybrid-layer-pattern", "is-hybrid-model", "spec", "world-size", "nproc-per-node",
+        "nnodes", "moe-token-dispatcher-type", "num-gpus", "num-nodes", "moe-expert-capacity-factor",
+        "moe-pad-expert-input-to-capacity",
+    }
+)  # fmt: skip
+"""Flags :mod:`sim.runs.megatron_args` maps to fields of the run."""
+
+_LOG = "logging and monitoring, written around the step: no work in it"
+_CKPT = (
+    "checkpoint saving and loading: outside the timed steps (a save step is an outlier "
+    "the warm-up rule's median drops)"
+)
+_DATA = (
+    "data and tokenizer files and the data loader: pipesim assumes the next batch is "
+    "ready (data loading hidden under the step)"
+)
+_LR = "learning-rate schedule or optimizer hyperparameter: changes the numbers, not the work"
+_INIT = "initialisation and random seeds: before the first step"
+_EVAL = "evaluation between training steps: outside the timed steps"
+_RUN = "run length, exit and restart control: which steps run, not what one step costs"
+_DIST = "process-group and launcher set-up: before the first step"
+_NUM = "numerics only (loss scaling, dropout, precision of a reduction's sum): same kernels"
+
+PREFIX_IGNORED: tuple[tuple[str, str], ...] = (
+    ("log-", _LOG), ("tensorboard-", _LOG), ("wandb-", _LOG), ("timing-log-", _LOG),
+    ("one-logger", _LOG), ("logging-", _LOG), ("save", _CKPT), ("load", _CKPT),
+    ("ckpt-", _CKPT), ("dist-ckpt-", _CKPT), ("async-", _CKPT), ("non-persistent-", _CKPT),
+    ("use-persistent-ckpt", _CKPT), ("data-", _DATA), ("train-data", _DATA),
+    ("valid-data", _DATA), ("test-data", _DATA), ("mock-data", _DATA), ("fim-", _DATA),
+    ("lr", _LR), ("min-lr", _LR), ("adam-", _LR), ("weight-decay", _LR), ("sgd-", _LR),
+    ("muon-", _LR), ("eval-", _EVAL), ("exit-", _RUN), ("rerun-", _RUN), ("ft-", _RUN),
+    ("inprocess-", _RUN), ("distributed-timeout", _DIST), ("wgrad-deferral", _NUM),
+)  # fmt: skip
+"""Flag prefixes ignored, with the reason of their group."""
+
+IGNORED: dict[str, str] = {
+    "tensorboard-dir": _LOG, "tensorboard-queue-size": _LOG, "timing-log-level": _LOG,
+    "profile": _LOG, "profile-step-start": _LOG, "profile-step-end": _LOG,
+    "finetune": _CKPT, "pretrained-checkpoint": _CKPT, "use-checkpoint-args": _CKPT,
+    "use-checkpoint-opt-param-scheduler": _CKPT,
+    "override-opt-param-scheduler": _CKPT, "auto-detect-ckpt-format": _CKPT,
+    "no-load-optim": _CKPT, "no-load-rng": _CKPT, "no-save-optim": _CKPT,
+    "no-ckpt-fully-parallel-save": _CKPT, "verify-integrity": _CKPT,
+    "no-ckpt-load-validate-sharding-integrity": _CKPT, "split": _DATA, "num-workers": _DATA,
+    "dataloader-type": _DATA, "dataloader-seq-length": _DATA, "no-mmap-bin-files": _DATA,
+    "no-create-attention-mask-in-dataloader": _DATA, "tiktoken-pattern": _DATA,
+    "vocab-extra-ids": _DATA, "reset-position-ids": _DATA, "reset-attention-mask": _DATA,
+    "eod-mask-loss": _DATA, "decoupled-lr": _LR, "decoupled-min-lr": _LR, "clip-grad": _LR,
+    "start-weight-decay": _LR, "end-weight-decay": _LR, "weight-decay-incr-style": _LR,
+    "init-method-std": _INIT, "seed": _INIT, "init-method-xavier-uniform": _INIT,
+    "train-iters": _RUN, "train-samples": _RUN, "skip-train": _RUN,
+    "step-batch-size-schedule": _RUN, "distributed-backend": _DIST,
+    "local-rank": _DIST, "use-mcore-models": "the default model implementation (Megatron-Core)",
+    "disable-gloo-process-groups": _DIST, "enable-experimental": _DIST,
+    "use-tp-pp-dp-mapping": "rank order of the groups; pipesim places tp innermost either way "
+    "on one NVLink domain",
+    "hidden-dropout": _NUM, "attention-dropout": _NUM, "loss-scale": _NUM,
+    "initial-loss-scale": _NUM, "min-loss-scale": _NUM, "loss-scale-window": _NUM,
+    "hysteresis": _NUM, "attention-softmax-in-fp32": _NUM, "accumulate-allreduce-grads-in-fp32":
+    _NUM, "apply-query-key-layer-scaling": _NUM, "apply-residual-connection-post-layernorm":
+    _NUM, "apply-layernorm-1p": _NUM, "norm-epsilon": _NUM, "layernorm-epsilon": _NUM,
+    "rotary-base": _NUM, "rotary-percent": _NUM, "rotary-interleaved": _NUM,
+    "rotary-scaling-factor": _NUM, "rotary-seq-len-interpolation-factor": _NUM,
+    "use-rope-scaling": _NUM, "mscale": _NUM, "mscale-all-dim": _NUM, "rope-type": _NUM,
+    "moe-aux-loss-coeff": _NUM, "moe-z-loss-coeff": _NUM, "moe-router-topk-scaling-factor":
+    _NUM, "moe-router-bias-update-rate": _NUM, "moe-input-jitter-eps": _NUM,
+    "moe-router-dtype": _NUM, "moe-router-pre-softmax": _NUM, "moe-router-enable-expert-bias":
+    _NUM, "moe-router-num-groups": _NUM, "moe-router-group-topk": _NUM,
+    "moe-router-score-function": _NUM, "mtp-loss-scaling-factor": _NUM,
+    "calculate-per-token-loss": _NUM, "no-check-for-nan-in-loss-and-grad": _NUM,
+    "check-for-nan-in-loss-and-grad": _NUM, "check-for-large-grads": _NUM,
+    "ddp-average-in-collective": _NUM, "first-last-layers-bf16": _NUM,
+    "num-layers-at-start-in-bf16": _NUM, "num-layers-at-end-in-bf16": _NUM,
+    "te-rng-tracker": _INIT, "test-mode": _RUN, "bert-no-binary-head": _NUM,
+    "export-te-mcore-model": _CKPT,
+    "ddp-pad-buckets-for-high-nccl-busbw": "bucket padding to a multiple of 2^16 elements: "
+    "bytes, not time", "manual-gc": "Python garbage collection at fixed steps: host time "
+    "between steps", "manual-gc-interval": "as --manual-gc", "high-priority-stream-groups":
+    "CUDA stream priorities: ordering, not work", "disable-vision-class-token": _NUM,
+}  # fmt: skip
+"""Flags that change neither iteration time nor memory, with the reason."""
+
+APPROXIMATED: dict[str, str] = {
+    "disable-bias-linear": "no bias vectors in the linear layers: the generators' GPT layers "
+    "have them (h or 4h parameters per matrix, under 0.1 % of a layer's bytes and time)",
+    "add-bias-linear": "bias vectors in the linear layers: the decoder generator has none "
+    "(under 0.1 % of a layer's bytes and time)",
+    "no-gradient-accumulation-fusion": "weight gradients accumulated by a separate add kernel "
+    "instead of inside the GEMM: one memory-bound pass over each weight gradient per "
+    "micro-batch, not modelled",
+    "log-params-norm": "the parameters' norm computed each logged step: one read of the "
+    "weights (memory-bound, params x 2 B / HBM bandwidth), not modelled",
+    "log-num-zeros-in-grad": "zeros counted in the gradients each logged step: one read of "
+    "them, not modelled",
+    "check-weight-hash-across-dp-replicas-interval": "the weights hashed every N steps to "
+    "compare replicas: one read of them every N steps, not modelled",
+    "deterministic-mode": "deterministic kernels and NCCL_ALGO=Ring (the functional tests' "
+    "setting): may be slower than the defaults the model assumes",
+    "cross-entropy-loss-fusion": "fused cross-entropy: fewer passes over the logits, not "
+    "modelled", "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
+    "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
+    "moe-router-fusion": "fused router: fewer memory-bound kernels, not modelled",
+    "moe-grouped-gemm": "experts' GEMMs grouped into one kernel: pipesim times each local "
+    "expert's GEMM on its own (kernel model)",
+    "moe-router-load-balancing-type": "the router's balancing loss; pipesim routes tokens "
+    "evenly (balanced, dropless)", "moe-router-padding-for-quantization": "token padding "
+    "of each expert to a multiple of 16/32 rows, not modelled",
+    "no-persist-layer-norm": "layer-norm kernel choice, not modelled",
+    "no-masked-softmax-fusion": "unfused softmax (memory-bound), not modelled",
+    "no-bias-gelu-fusion": "unfused bias + GeLU (memory-bound), not modelled",
+    "no-bias-swiglu-fusion": "unfused bias + SwiGLU (memory-bound), not modelled",
+    "no-bias-dropout-fusion": "unfused bias + dropout (memory-bound), not modelled",
+    "no-rope-fusion": "unfused rotary embedding (memory-bound), not modelled",
+    "use-fused-weighted-squared-relu": "fused activation kernel, not modelled",
+    "grad-reduce-in-bf16": "gradients reduced in bf16: pipesim reduces in the training dtype",
+    "account-for-embedding-in-pipeline-split": "the embedding counted as a layer by the split: "
+    "pipesim's uniform split puts it on the first stage beside L/p layers",
+    "account-for-loss-in-pipeline-split": "as --account-for-embedding-in-pipeline-split, for "
+    "the head", "ddp-num-buckets": "bucket count of the overlapped gradient reduction",
+    "ddp-bucket-size": "bucket size of the overlapped gradient reduction",
+    "defer-embedding-wgrad-compute": "the embedding's weight-gradient GEMM deferred to the "
+    "pipeline flush", "microbatch-group-size-per-virtual-pipeline-stage": "interleaved "
+    "schedule's micro-batch grouping: pipesim runs Megatron's default grouping (p)",
+    "overlap-p2p-communication-warmup-flush": "pipeline sends of warm-up and flush overlapped",
+    "overlap-p2p-communication": "pipeline sends overlapped with compute (interleaved "
+    "schedule)", "max-position-embeddings": "size of the learned position table (GPT): "
+    "pipesim's GPT generator sizes it by the sequence length",
+}  # fmt: skip
+"""Flags that change time or memory a little; the run is simulated without them."""
+
+UNMAPPED: dict[str, str] = {
+    "fp8-param-gather": "FP8 parameter all-gather (issue 26 item 1, precision)",
+    "fp8-param": "FP8 weights (issue 26 item 1, precision)",
+    "reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameter all-gather (issue 26 item 1)",
+    "cuda-graph-impl": "CUDA graphs remove host launch work (issue 26 item 2: overlap and "
+    "CUDA graphs as framework options)", "enable-cuda-graph": "as --cuda-graph-impl",
+    "external-cuda-graph": "as --cuda-graph-impl", "cuda-graph-modules": "as --cuda-graph-impl",
+    "cuda-graph-warmup-steps": "as --cuda-graph-impl", "cuda-graph-scope": "as "
+    "--cuda-graph-impl", "use-megatron-fsdp": "Megatron-FSDP (issue 26 item 3: FSDP2/ZeRO-3 "
+    "with Megatron)", "data-parallel-sharding-strategy": "Megatron-FSDP sharding (issue 26 "
+    "item 3)", "outer-dp-sharding-strategy": "hybrid FSDP (issue 26 item 3)",
+    "megatron-fsdp-main-params-dtype": "Megatron-FSDP (issue 26 item 3)",
+    "megatron-fsdp-main-grads-dtype": "Megatron-FSDP (issue 26 item 3)",
+    "megatron-fsdp-grad-comm-dtype": "Megatron-FSDP (issue 26 item 3)",
+    "optimizer-cpu-offload": "optimizer state offloaded to the host by Megatron's hybrid CPU "
+    "optimizer (not a pipesim policy)", "optimizer-offload-fraction": "as "
+    "--optimizer-cpu-offload", "fine-grained-activation-offloading": "activation offload "
+    "per module (not a pipesim policy)", "offload-modules": "as "
+    "--fine-grained-activation-offloading", "cpu-offloading": "activation offload (not a "
+    "pipesim policy)", "pipeline-model-parallel-layout": "a per-stage layer layout string "
+    "(pipesim splits layers uniformly or by its own partitioner)",
+    "decoder-first-pipeline-num-layers": "uneven first stage (pipesim splits uniformly or "
+    "optimally)", "decoder-last-pipeline-num-layers": "uneven last stage",
+    "num-layers-in-first-pipeline-stage": "uneven first stage",
+    "num-layers-in-last-pipeline-stage": "uneven last stage",
+    "hierarchical-context-parallel-sizes": "hierarchical context parallelism (a2a+p2p) "
+    "(issue 26 item 7: CP exchanges)", "moe-flex-dispatcher-backend": "DeepEP / HybridEP "
+    "dispatcher (issue 26 item 2)", "moe-flex-dispatcher-num-sms": "DeepEP dispatcher SMs "
+    "(issue 26 item 2)", "moe-hybridep-num-sms": "HybridEP dispatcher (issue 26 item 2)",
+    "moe-latent-size": "MoE latent projection (not in the decoder generator)",
+    "mtp-use-repeated-layer": "multi-token prediction (issue 26 item 4)",
+    "mamba-num-heads": "Mamba-2 layers (issue 26 item 4)", "mamba-head-dim": "Mamba-2 layers",
+    "mamba-num-groups": "Mamba-2 layers", "mamba-state-dim": "Mamba-2 layers",
+    "num-distributed-optimizer-instances": "several distributed-optimizer instances "
+    "(partial sharding), not a pipesim policy", "use-packed-sequence": "packed sequences of "
+    "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
+    "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
+    "img-h": "vision inputs", "img-w": "vision inputs",
+    "overlap-param-gather-with-optimizer-step": "parameter all-gather overlapped with the "
+    "optimizer step (issue 26 item 2)",
+    "exp-avg-dtype": "Adam moments in a lower precision (precision-aware optimizer): pipesim "
+    "counts fp32 moments (issue 26 item 1)", "exp-avg-sq-dtype": "as --exp-avg-dtype",
+    "main-params-dtype": "master weights in another precision (precision-aware optimizer; "
+    "issue 26 item 1)", "main-grads-dtype": "main gradients in another precision "
+    "(precision-aware optimizer; issue 26 item 1)",
+    "window-size": "sliding-window attention (issue 26 item 4)", "window-attn-skip-freq":
+    "alternating sliding-window layers (issue 26 item 4)",
+}  # fmt: skip
+"""Flags that change time or memory and that pipesim cannot express yet, with the work that
+would express them."""
+
+
+Predicate = Callable[[ParallelLayout, bool], bool]
+"""Whether a conditional flag matters for a layout (and whether the distributed optimizer is
+on)."""
+
+CONDITIONAL: dict[str, tuple[Predicate, str, str]] = {
+    "overlap-grad-reduce": (
+        lambda lay, dist: lay.dp * lay.cp > 1,
+        "data-parallel gradient reduction overlapped with the backward, in Megatron-Core's "
+        "buckets (issue 26 item 2)",
+        "no data-parallel gradient reduction to overlap (dp x cp = 1)",
+    ),
+    "overlap-param-gather": (
+        lambda lay, dist: dist and lay.dp * lay.cp > 1,
+        "the distributed optimizer's parameter all-gather hidden under the next forward "
+        "(issue 26 item 2)",
+        "no parameter all-gather to overlap (no distributed optimizer, or dp x cp = 1)",
+    ),
+    "tp-comm-overlap": (
+        lambda lay, dist: lay.tp > 1,
+        "tensor-parallel collectives overlapped with GEMMs (issue 26 item 2)",
+        "no tensor-parallel collective to overlap (tp = 1)",
+    ),
+    "tp-comm-overlap-cfg": (
+        lambda lay, dist: lay.tp > 1,
+        "as --tp-comm-overlap",
+        "no tensor-parallel collective to overlap (tp = 1)",
+    ),
+    "overlap-moe-expert-parallel-comm": (
+        lambda lay, dist: lay.ep > 1,
+        "expert all-to-alls overlapped in 1F1B (issue 26 item 2)",
+        "no expert all-to-all to overlap (ep = 1)",
+    ),
+    "delay-wgrad-compute": (
+        lambda lay, dist: lay.ep > 1,
+        "weight gradients delayed to overlap the expert all-to-all (issue 26 item 2)",
+        "no expert all-to-all to overlap (ep = 1)",
+    ),
+}
+"""Flags that matter only for some layouts: (matters?, reason when it does, reason when not)."""
+
+
+def classify(flag: str) -> tuple[str, str] | None:
+    """``(status, reason)`` of a flag from the fixed tables (``ignored``, ``approximated``,
+    ``unmapped``), None for a mapped, conditional or unknown flag.
+
+    Example:
+        >>> classify("lr-decay-style")[0], classify("fp8-param")[0], classify("swiglu")
+        ('ignored', 'unmapped', None)
+    """
+    if flag in MAPPED or flag in CONDITIONAL:
+        return None
+    if flag in IGNORED:
+        return "ignored", IGNORED[flag]
+    if flag in APPROXIMATED:
+        return "approximated", APPROXIMATED[flag]
+    if flag in UNMAPPED:
+        return "unmapped", UNMAPPED[flag]
+    for prefix, reason in PREFIX_IGNORED:
+        if flag.startswith(prefix):
+            return "ignored", reason
+    return None

@@ -1,0 +1,210 @@
+"""The measured-run readers (sim.runs) on the sample files of tests/data/runs/ (written from the
+frameworks' own logging and argument-parsing code: tests/data/runs/README.md), with the values
+worked out by hand from those files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.errors import InputError
+from sim.runs.argv import parse_command
+from sim.runs.express import Expressed, NotExpressed, express, gpu_preset, hardware_for
+from sim.runs.megatron_args import read_megatron
+from sim.runs.readers import detect, read_hf_config, read_runs
+from sim.runs.warmup import WarmupError, steady_time
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "runs"
+MiB, GiB = 2.0**20, 2.0**30
+GOLDEN = DATA / "golden" / "gpt" / "gpt3_tiny_tp2_pp2" / "golden_values_dev_dgx_a100.json"
+
+
+def one(path: Path | str, **kw):
+    runs = read_runs(path, **kw)
+    assert len(runs) == 1
+    return runs[0]
+
+
+def status(run, name: str) -> str:
+    return next(a.status for a in run.args if a.name == name)
+
+
+def test_warmup_rule_drops_the_first_two_steps_and_takes_the_median():
+    assert steady_time({1: 9.0, 2: 5.0, 3: 1.0, 4: 3.0, 5: 2.0})[0] == 2.0
+    # a log interval of 10: the value at 10 is the mean of steps 1-10, so it is warm-up
+    assert steady_time({10: 9.0, 20: 1.0, 30: 2.0, 40: 3.0})[0] == 2.0
+    value, rule = steady_time({1: 4.0, 2: 2.0})  # too few: every step after the first
+    assert value == 2.0 and "every step after the first" in rule
+    with pytest.raises(WarmupError):
+        steady_time({1: 4.0})
+
+
+def test_command_line_split():
+    c = parse_command(
+        "A=1 python -m torch.distributed.run --nproc_per_node=4 x.py --tp 2 --bf16 --lr -1e-3"
+    )
+    assert c.env == {"A": "1"} and c.launcher == "run" and c.script == "x.py"
+    assert c.launcher_flags == {"nproc-per-node": "4"}
+    assert c.flags == {"tp": "2", "bf16": True, "lr": "-1e-3"}
+
+
+def test_megatron_log():
+    run = one(DATA / "megatron_llama_tp2_pp2.log", gpu="A100-SXM-80GB")
+    lay = run.layout
+    assert (lay.tp, lay.pp, lay.dp, lay.cp, lay.sp) == (2, 2, 2, 1, True)
+    assert (run.microbatch_size, run.global_batch, run.seq_len, run.microbatches) == (
+        2,
+        32,
+        2048,
+        8,
+    )
+    s = run.shape
+    assert (s.arch, s.layers, s.hidden, s.heads, s.kv_heads, s.ffn_hidden) == (
+        "decoder", 8, 2048, 16, 4, 5632)  # fmt: skip
+    assert s.vocab == 32000 and not s.tied_embeddings  # 32000 is a multiple of 128 x tp
+    assert run.distributed_optimizer and run.precision == "bf16" and run.recompute == "none"
+    m = run.measured
+    # steps 3-10: 1201.0 1199.5 1203.3 1198.7 1202.1 1200.4 1199.9 1201.6 -> (1200.4 + 1201.0) / 2
+    assert m.iteration_time_s == pytest.approx(1.2007)
+    assert m.peak_allocated_bytes == 18432.75 * MiB  # rank 0 after 2 iterations
+    assert m.peak_reserved_bytes == 20480.0 * MiB
+    # forward-backward max over ranks, steps 3-10 -> (1149.0 + 1150.0) / 2
+    assert dict(m.categories)["forward-backward"] == pytest.approx(1.1495)
+    assert status(run, "lr") == "ignored" and status(run, "data-path") == "ignored"
+    assert isinstance(express(run), Expressed)
+
+
+def test_golden_values():
+    run = one(GOLDEN)
+    assert run.gpu == "A100-SXM-80GB" and run.num_gpus == 8
+    assert run.measured.iteration_time_s == pytest.approx((0.2307 + 0.2310) / 2)
+    assert run.measured.peak_allocated_bytes == 2.25e9
+    s = run.shape
+    assert (s.arch, s.ffn_hidden, s.tied_embeddings) == ("gpt", 2048, True)
+    assert s.vocab == 50432  # GPT-2's 50257 padded to a multiple of 128 x tp = 256
+    assert any("GPT2BPETokenizer" in n for n in run.notes)
+    assert status(run, "deterministic-mode") == "approximated"
+    assert status(run, "save") == "ignored"
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    assert ex.point["memory_policy"] == "none" and ex.shape["attention"] == "math"
+
+
+def test_torchtitan_toml_and_log():
+    run = one(DATA / "torchtitan_llama3_8b.toml", gpu="H100", num_gpus=8)
+    assert run.shape.ffn_hidden == 14336 and run.shape.kv_heads == 8
+    assert (run.layout.dp_shard, run.layout.dp, run.zero_stage) == (8, 8, 3)
+    assert (run.global_batch, run.recompute) == (16, "full")
+    assert status(run, "optimizer.lr") == "ignored"
+    log = one(DATA / "torchtitan_llama3_8b.log")
+    assert log.gpu.startswith("NVIDIA H100")
+    # 2 x 8192 tokens per rank per step / tps; the middle tps of steps 3-10 are 5120 and 5120
+    assert log.measured.iteration_time_s == pytest.approx(16384 / 5120)
+    assert log.measured.peak_reserved_bytes == pytest.approx(55.50 * GiB)
+    ex = express(log)
+    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "zero3:recompute"
+    assert ex.point["dp_width"] == 8 and ex.framework == "torchtitan"
+
+
+def test_deepspeed_log_with_launch_command():
+    hf = read_hf_config(ROOT / "examples" / "hf" / "llama3-8b-config.json")
+    cmd = (DATA / "deepspeed_launch.sh").read_text()
+    run = one(DATA / "deepspeed_zero3.log", command=cmd, hf_config=hf, seq_len=4096, gpu="H100")
+    assert (run.layout.dp, run.microbatch_size, run.global_batch) == (16, 2, 64)
+    assert run.zero_stage == 3 and run.precision == "bf16"
+    # 64 samples / CurrSamplesPerSec, steps 3-8: middle values 64/20.0 and 64/20.0
+    assert run.measured.iteration_time_s == pytest.approx(3.2)
+    assert run.measured.peak_allocated_bytes == pytest.approx(41.07 * GiB)
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.hardware == "2x-dgx-h100"
+    assert ex.point["memory_policy"] == "zero3"
+
+
+def test_megatron_command_maps_and_refuses():
+    run = one(DATA / "megatron_llama3_70b_64xh100.sh", gpu="H100")
+    lay = run.layout
+    assert (lay.tp, lay.pp, lay.vp, lay.dp, run.num_gpus) == (8, 4, 4, 2, 64)
+    assert run.shape.vocab == 129024  # 128256 up to a multiple of 128 x 8
+    assert run.recompute == "full" and run.schedule == "interleaved_1f1b"
+    assert {a.name for a in run.unmapped()} == {"overlap-grad-reduce", "overlap-param-gather"}
+    assert status(run, "torchrun master-port") == "ignored"
+    assert status(run, "disable-bias-linear") == "approximated"
+    assert isinstance(express(run), NotExpressed)
+
+
+def test_conditional_flag_depends_on_layout():
+    base = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+            "vocab-size": 1000, "overlap-grad-reduce": True}  # fmt: skip
+    alone = read_megatron(base, name="a", source="t", num_gpus=1)
+    assert status(alone, "overlap-grad-reduce") == "ignored"  # dp = 1: nothing to overlap
+    four = read_megatron(base, name="a", source="t", num_gpus=4)
+    assert status(four, "overlap-grad-reduce") == "unmapped"
+    unknown = read_megatron(base | {"made-up-flag": 3}, name="a", source="t", num_gpus=1)
+    assert status(unknown, "made-up-flag") == "unmapped"
+    lenient = read_megatron(base | {"made-up-flag": 3}, name="a", source="t", strict=False)
+    assert status(lenient, "made-up-flag") == "ignored"
+
+
+def test_bridge_configs():
+    mix = one(DATA / "bridge_mixtral_8x7b.yaml", gpu="B200", num_gpus=32)
+    assert (mix.shape.moe_experts, mix.shape.moe_topk, mix.shape.kv_heads) == (8, 2, 8)
+    assert (mix.layout.ep, mix.layout.pp, mix.layout.dp) == (8, 4, 8)
+    ex = express(mix)
+    assert isinstance(ex, Expressed) and ex.hardware == "4x-dgx-b200"
+    assert ex.point["memory_policy"] == "dist_opt:recompute"
+    qwen = express(one(DATA / "bridge_qwen3_30b_a3b.yaml", gpu="B200", num_gpus=8))
+    assert isinstance(qwen, NotExpressed)
+    assert any("head_dim" in r for r in qwen.reasons) and any("QK-norm" in r for r in qwen.reasons)
+
+
+def test_measured_and_vtrain_csv():
+    rows = read_runs(DATA / "measured_sample.csv")
+    assert rows[0].measured.peak_allocated_bytes == 40.5 * GiB
+    assert isinstance(express(rows[0]), Expressed)
+    why = express(rows[1])
+    assert isinstance(why, NotExpressed)
+    assert why.reasons[0].startswith("precision fp8-mxfp8")
+    assert any("GB300" in r for r in why.reasons)
+    assert rows[1].measured.iteration_time_s == 1.2  # step_time_derived_s
+    vt = read_runs(DATA / "vtrain_sample.csv")
+    assert [r.measured.iteration_time_s for r in vt] == [0.2505, 0.12025]
+    assert vt[0].layout.tp == 2 and vt[1].microbatches == 1
+
+
+def test_presets_by_gpu_name():
+    assert gpu_preset("B200 (8 GPUs, 1 node)") == "dgx-b200"
+    assert gpu_preset("A100-SXM-80GB") == "dgx-a100-80gb" and gpu_preset("GB300") == ""
+    assert hardware_for("GB200", 144) == ("nvl72x2-gb200", "")
+    assert hardware_for("H100", 64) == ("8x-dgx-h100", "")
+
+
+def test_detect_formats():
+    assert detect(GOLDEN) == "golden"
+    assert detect(DATA / "deepspeed_zero3.json") == "deepspeed-config"
+    assert detect(DATA / "torchtitan_llama3_8b.log") == "torchtitan-log"
+    assert detect(DATA / "megatron_llama3_70b_64xh100.sh") == "command"
+
+
+def test_bad_inputs_name_the_file_and_field(tmp_path):
+    bad = tmp_path / "golden_values_dev_dgx_a100.json"
+    bad.write_text(json.dumps({"lm loss": {}}))
+    with pytest.raises(InputError, match="iteration-time") as exc:
+        read_runs(bad)
+    assert str(bad) in str(exc.value)
+    log = tmp_path / "m.log"
+    log.write_text(" iteration        3/      10 | elapsed time per iteration (ms): 5.0 |\n")
+    with pytest.raises(InputError, match="no arguments block"):
+        read_runs(log)
+    csv = tmp_path / "v.csv"
+    csv.write_text((DATA / "vtrain_sample.csv").read_text().replace("250.5", "-1"))
+    with pytest.raises(InputError, match="iteration_time_ms"):
+        read_runs(csv)
+    toml = tmp_path / "t.toml"
+    toml.write_text("[training\n")
+    with pytest.raises(InputError, match="not TOML"):
+        read_runs(toml)
+    with pytest.raises(InputError, match="not found"):
+        read_runs(tmp_path / "missing.log")
