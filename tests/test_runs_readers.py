@@ -176,8 +176,10 @@ def test_measured_and_vtrain_csv():
 
 def test_presets_by_gpu_name():
     assert gpu_preset("B200 (8 GPUs, 1 node)") == "dgx-b200"
-    assert gpu_preset("A100-SXM-80GB") == "dgx-a100-80gb" and gpu_preset("GB300") == ""
+    assert gpu_preset("A100-SXM-80GB") == "dgx-a100-80gb"
+    assert gpu_preset("GB300") == "gb300-nvl72" and gpu_preset("B300") == "dgx-b300"
     assert hardware_for("GB200", 144) == ("nvl72x2-gb200", "")
+    assert hardware_for("GB300", 256) == ("nvl72x4-gb300", "")
     assert hardware_for("H100", 64) == ("8x-dgx-h100", "")
 
 
