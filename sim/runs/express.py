@@ -314,7 +314,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         "microbatches": run.microbatches, "global_batch": run.global_batch,
         "memory_policy": policy(run)[0], "framework": FRAMEWORKS[run.framework],
         "precision": low_precision(run.precision),
-    }  # fmt: skip
+    } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
