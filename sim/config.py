@@ -167,6 +167,28 @@ class ModelConfig(_Strict):
     )
 
 
+class PrecisionOptions(_Strict):
+    """How a low-precision recipe is run (Megatron-LM's options; sim.compute.precision)."""
+
+    first_last_layers_bf16: bool = Field(
+        False,
+        description="Megatron's --first-last-layers-bf16: keep the first and last transformer "
+        "blocks in 16 bits (not with fp8-delayed).",
+    )
+    num_layers_at_start_in_bf16: int = Field(
+        1, ge=0, description="Megatron's --num-layers-at-start-in-bf16 (with the option above)."
+    )
+    num_layers_at_end_in_bf16: int = Field(
+        1, ge=0, description="Megatron's --num-layers-at-end-in-bf16 (with the option above)."
+    )
+    param_gather: bool = Field(
+        False,
+        description="Megatron's --fp8-param-gather: parameters kept quantized and all-gathered "
+        "by the distributed optimizer in their format (1 byte per FP8 parameter instead of 2); "
+        "needs the distributed optimizer (memory_policy dist_opt or a framework that shards).",
+    )
+
+
 class TrainingConfig(_Strict):
     """Training settings shared by every grid point."""
 
@@ -175,6 +197,20 @@ class TrainingConfig(_Strict):
         None,
         description="Training dtype of weights, gradients and activations; default: each "
         "trace's own dtype. A different dtype rescales the trace's bytes (not its times).",
+    )
+    precision: str | None = Field(
+        None,
+        description="Precision of the linear layers' GEMMs (sim.compute.precision): bf16, fp16 "
+        "or fp32 (the training dtype: no low precision), or a recipe: fp8-delayed, "
+        "fp8-tensorwise, fp8-blockwise, mxfp8, nvfp4 (Transformer Engine, as Megatron-LM runs "
+        "them), fp8-rowwise, fp8-rowwise-gw-hp, mxfp8 (torchao, framework torchtitan). "
+        "Parameters and activations stay in training.dtype. Default: the training dtype; "
+        "sweep.precision sweeps it. Generated decoder traces only.",
+    )
+    precision_options: PrecisionOptions | None = Field(
+        None,
+        description="How the low-precision recipe runs (first/last blocks in 16 bits, FP8 "
+        "parameter all-gather); default: Megatron-LM's defaults (none of them).",
     )
     optimizer: Literal["adam", "sgd", "sgd_momentum"] = Field(
         "adam",
@@ -278,6 +314,11 @@ class SweepConfig(_Strict):
         "false: the two one after the other (torch's default runtime).",
     )
     microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
+    precision: StrList | None = Field(
+        None,
+        description="Precision(s) of the linear layers' GEMMs to sweep (as training.precision, "
+        "which it replaces), e.g. [bf16, fp8-delayed, mxfp8].",
+    )
     memory_policy: StrList = Field(
         "none",
         description="Memory-saving policy spec(s): none, recompute (recompute:full, "

@@ -120,6 +120,12 @@ class Collectives:
         expert parallelism (0 without)."""
         return rep.cost.expert_grad_share if self.inp.layout.ep > 1 else 0.0
 
+    def gather_share(self, rep: StageReplica) -> float:
+        """Bytes of the parameter all-gather after a sharded step per byte of the reduction
+        (:attr:`StagePlan.dp_gather_bytes`; 1 unless parameters are gathered quantized)."""
+        total, gather = self._all_bytes(rep), rep.plan.dp_gather_bytes
+        return 1.0 if gather is None or total <= 0 else gather / total
+
     def nbytes(self, rep: StageReplica) -> float:
         """Bytes reduced over all replicas: ``dp_grad_bytes``, else ``grad_bytes``, less the
         routed experts' share with expert parallelism (:meth:`expert_nbytes`)."""
@@ -216,10 +222,11 @@ class Collectives:
             self.env, self.links, plan, kind, sizes, window, group[2], group[0], self.held(plan)
         )
 
-    def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
+    def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):
         """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
-        :meth:`nbytes`); returns when every replica has joined and the ring has finished."""
-        yield from self.join_keyed(rep, step_no, self.nbytes(rep), kind, tags)
+        :meth:`nbytes` x ``share``); returns when every replica has joined and the ring has
+        finished."""
+        yield from self.join_keyed(rep, step_no, self.nbytes(rep) * share, kind, tags)
 
     def join_keyed(self, rep: StageReplica, key: object, size: float, kind: str, tags: dict):
         """Process: join the ``kind`` collective of ``size`` bytes that ``rep``'s stage runs
@@ -313,10 +320,14 @@ class Collectives:
             cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
         return cached
 
-    def join_expert(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
+    def join_expert(
+        self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0
+    ):
         """Process: the ``kind`` collective of ``rep``'s routed-expert gradients (or, after a
-        sharded step, parameters) over its expert-data-parallel group at step ``step_no``."""
-        yield from self.join_expert_keyed(rep, step_no, self.expert_nbytes(rep), kind, tags)
+        sharded step, parameters: ``share`` of those bytes) over its expert-data-parallel group
+        at step ``step_no``."""
+        size = self.expert_nbytes(rep) * share
+        yield from self.join_expert_keyed(rep, step_no, size, kind, tags)
 
     def join_expert_keyed(self, rep: StageReplica, key: object, size: float, kind: str, tags):
         """Process: the ``kind`` collective of ``size`` bytes over ``rep``'s

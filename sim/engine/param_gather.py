@@ -142,12 +142,14 @@ class ParamGathers:
         chain = self._chains.get(key)
         if chain is None:
             coll = self.coll
+            share = coll.gather_share(rep)  # quantized parameters gather fewer bytes
             if key[0] == "dense":
                 plan, nbytes, size = coll.ring(rep.stage, rep.tp_rank), coll.nbytes(rep), None
             else:
                 group = coll.expert_members(rep)
                 plan = coll.ring(rep.stage, rep.tp_rank, group)
                 nbytes, size = coll.expert_nbytes(rep), len(group)
+            nbytes *= share
             chain = self._chains[key] = Chain(
                 plan,
                 buckets(nbytes, coll.bucket_bytes(rep)),

@@ -134,9 +134,10 @@ class RankStep:
             if self.gathers.active:  # under the next forward (sim.engine.param_gather)
                 self.gathers.defer([rep], k)
                 return
-            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
+            share = self.collectives.gather_share(rep)
+            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER, share)
             if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
+                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER, share)
 
     def _host_step(self, reps: list[StageReplica], k: int, tags: dict):
         """Process: the framework's host work once per iteration around the step

@@ -107,6 +107,8 @@ class Framework:
         fsdp: how it runs FSDP when a point shards over ``dp_shard > 1`` ranks
             (:class:`~sim.memory.fsdp.FsdpSpec`: mixed precision, resharding, with pipeline
             parallelism); None: it has no FSDP.
+        low_precision_library: whose recipes run its low-precision linear layers
+            (:mod:`sim.compute.precision`: ``transformer_engine`` or ``torchao``).
     """
 
     name: ClassVar[str]
@@ -147,6 +149,11 @@ class Framework:
         "training dtype); torch pipelining accumulates unsharded gradients across micro-batches "
         "(torch/distributed/pipelining/stage.py::backward_maybe_with_nosync)",
     )
+    low_precision_library: ClassVar[Setting] = Setting(
+        "transformer_engine",
+        "assumption: FP8/FP4 linear layers as Transformer Engine runs them (pipesim's torch "
+        "replay runs none)",
+    )
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -171,6 +178,7 @@ class Framework:
         "wgrad_fusion",
         "te_workspace",
         "fsdp",
+        "low_precision_library",
     )
 
     OPTIONS: ClassVar[tuple[Option, ...]] = ()

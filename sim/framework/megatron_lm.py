@@ -51,6 +51,11 @@ class MegatronLM(Framework):
         frozenset({"1f1b", "interleaved_1f1b"}),
         f"{CORE}/pipeline_parallel/schedules.py::get_forward_backward_func",
     )
+    low_precision_library = Setting(
+        "transformer_engine",
+        f"{CORE}/fp8_utils.py::get_fp8_recipe (--fp8-recipe: Transformer Engine recipes, "
+        "NVIDIA/Megatron-LM@d98e8a6 lines 752-810)",
+    )
     dp_bucket_bytes = Setting(
         0.0,
         f"{CORE}/distributed/distributed_data_parallel_config.py (overlap_grad_reduce = False) "

@@ -55,6 +55,11 @@ class Torchtitan(Framework):
         "torchtitan/distributed/utils.py::clip_grad_norm_ (total norm all-reduced over the "
         "pipeline mesh before optimizer.step)",
     )
+    low_precision_library = Setting(
+        "torchao",
+        "torchtitan/components/quantization/float8.py::Float8LinearConverter (torchao.float8, "
+        "recipes rowwise and rowwise_with_gw_hp) and mx.py (torchao MXFP8)",
+    )
     distributed_optimizer = Setting(
         False,
         "torchtitan shards states only by FSDP (dp_shard; data_parallel_shard_degree, "

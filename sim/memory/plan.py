@@ -67,6 +67,9 @@ class StagePlan:
             step and the updated parameters all-gathered after it (ZeRO-style sharding of
             optimizer state), instead of one all-reduce before it.
         dp_grad_bytes: bytes of the data-parallel gradient reduction (default ``grad_bytes``).
+        dp_gather_bytes: bytes of the parameter all-gather after a sharded step
+            (``dp_sharded``); None: the reduction's bytes. Less with parameters kept in a
+            low-precision format (Megatron's ``--fp8-param-gather``: :mod:`sim.memory.precision`).
         gather_bytes: 16-bit parameter bytes all-gathered over the data-parallel group before
             each F and each B/I (parameters partitioned over the replicas: ZeRO-3, PatrickStar's
             chunk groups); each replica holds ``1/w`` of them. 0: parameters are replicated.
@@ -121,6 +124,7 @@ class StagePlan:
     writeback_bytes: float = 0.0
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
+    dp_gather_bytes: float | None = None
     gather_bytes: float = 0.0
     gather_live_bytes: float | None = None
     scatter_bytes: float = 0.0

@@ -14,7 +14,8 @@ keeps at least its :meth:`~sim.memory.base.MemoryPolicy.min_state_bytes_per_para
 (each class says: ``none``, ``recompute``, ``cpu_swap``: every state; ``d2d_swap`` and
 ``d2d_swap+recompute``: one weight version and the rest; ``zero_offload``: the 16-bit weights;
 ``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto``: 0; one policy per
-stage: the least of its stages'). Where every stash stays on the GPU
+stage: the least of its stages'; with FP8 parameters, ``precision_options.param_gather``, less
+the 16-bit weights they replace). Where every stash stays on the GPU
 (:meth:`~sim.memory.base.MemoryPolicy.keeps_every_stash`: ``none``), a stage with its ``n_s``
 in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
 holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
@@ -163,6 +164,7 @@ def _trace_key(point: PointConfig) -> tuple:
         point.context_parallel_comm,
         point.routing,
         point.framework,
+        point.precision,
     )
 
 
@@ -367,6 +369,9 @@ class BoundModel:
         shard = point.dp_shard * point.context_parallel
         if point.dp_shard > 1:  # FSDP: every state 1/shard (the experts' fewer ways: a bound)
             per_param = tot.state.total / shard
+        opts = self.prep.exp.training.precision_options
+        if point.precision and opts is not None and opts.param_gather:
+            per_param = max(0.0, per_param - versions * tot.state.weight)  # quantized instead
         all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus

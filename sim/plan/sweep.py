@@ -40,6 +40,7 @@ from sim.plan.parallel_axes import (
     shard_reason,
     sharding_invalid,
 )
+from sim.plan.precision_axis import precision_axis, precision_invalid
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
@@ -64,14 +65,15 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     policies = _policy_axis(exp, file)
     tps, sps = tensor_axes(prep)
     par_axes = parallel_axes(prep)
+    precisions = precision_axis(prep)
     per_model = [
-        len(s) * len(t) * len(sps) * len(par_axes) * len(policies)
+        len(s) * len(t) * len(sps) * len(par_axes) * len(policies) * len(precisions)
         for s, t in zip(schedules, tps, strict=True)
     ]
     _check_size(exp, per_model, file)
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
-    axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
+    axes = _Axes(framework, schedules, tps, sps, par_axes, policies, precisions)
     for mi in range(len(exp.models)):
         _model_points(prep, mi, axes, points, skipped)
     if not points:
@@ -112,7 +114,8 @@ def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:
 class _Axes:
     """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
     name as written, virtual stages)`` (per model), tensor (per model) and sequence parallelism, ``(expert parallel,
-    context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
+    context parallel, its comm kind, overlap)``, ``(memory policy as written, policy)`` and the
+    precisions (:mod:`sim.plan.precision_axis`)."""
 
     framework: Framework
     schedules: list[list[tuple[type[Schedule], str, int]]]
@@ -120,6 +123,7 @@ class _Axes:
     sps: list[bool]
     parallel: list[tuple[int, int, str, bool, int | None, int]]
     policies: list[Policy]
+    precisions: list[str]
 
 
 def _model_points(
@@ -143,8 +147,9 @@ def _model_points(
         axes.parallel,
         mbs,
         axes.policies,
+        axes.precisions,
     )
-    for (cls, sched, v), p, w, t, sp, par, b, (text, policy) in grid:
+    for (cls, sched, v), p, w, t, sp, par, b, (text, policy), prec in grid:
         ep, cp, cpc, ov, etp, shard = par
         if sp and t == 1:  # sequence parallelism is simply off without tensor parallelism
             if False in axes.sps:
@@ -176,6 +181,7 @@ def _model_points(
             or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), axes.framework)
             or _stage_count(text, policy, p * v)
             or _asynchronous(sw, cls)
+            or precision_invalid(prep, prec, policy, axes.framework)
         )
         if reason:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
@@ -184,6 +190,7 @@ def _model_points(
             desc_par += f" etp={etp}" if etp is not None else ""
             desc_par += f" shard={shard}" if shard > 1 else ""
             desc_par += " overlap" if ov else ""
+            desc_par += f" {prec}" if prec else ""
             desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{desc_par} b={b} {text}"
             skipped.append((desc, reason))
             continue
@@ -199,6 +206,7 @@ def _model_points(
                 routing=model.routing,
                 ep_overlap=ov,
                 framework=axes.framework.spec,
+                precision=prec,
             )
         )
 

@@ -46,6 +46,8 @@ class PointConfig(BaseModel):
             :mod:`sim.memory.fsdp`); 1: no FSDP.
         expert_tensor_parallel: the experts' tensor-parallel size ``etp`` (MoE parallel
             folding, :mod:`sim.parallel.folding`); None: ``tensor_parallel``.
+        precision: the linear layers' low-precision recipe (``fp8-delayed``...); ``""``: every
+            GEMM in the training dtype (:mod:`sim.compute.precision`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -69,6 +71,7 @@ class PointConfig(BaseModel):
     framework: str = "pipesim"
     dp_shard: int = 1
     expert_tensor_parallel: int | None = None
+    precision: str = ""
 
     @property
     def layout(self) -> ParallelLayout:

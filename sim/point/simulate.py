@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
+from sim.compute.precision_rules import LowPrecision
 from sim.compute.routing import parse_routing
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
@@ -30,6 +31,7 @@ from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
 from sim.memory.fsdp import FsdpSpec, FsdpStates
 from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
+from sim.memory.precision import precision_plan
 from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.megatron import aggregate
@@ -37,7 +39,7 @@ from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.rank import rank_trace
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.point.config import PointConfig
-from sim.point.experiment import Prepared
+from sim.point.experiment import Prepared, point_precision
 from sim.point.overlap_costs import with_framework
 from sim.point.stages import (
     Grid,
@@ -106,10 +108,11 @@ def resolve(
     check_point_size(point, schedule, topo, base_trace, file)
     policy = point_policy(point, file)
     if shared is None:
-        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
+        low = _precision(exp, point, file)
+        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute, low)
         sharded = checked_shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
     else:
-        trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
+        trace, shared_notes = shared.adapted(point.model, point.microbatch_size, point.precision)
         notes = list(shared_notes)
         sharded = checked_shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
@@ -152,6 +155,7 @@ def resolve(
         file,
         memory,
         works,
+        _stage_low_params(sharded, boundaries),
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     try:
@@ -251,6 +255,18 @@ def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework
         raise InputError(str(exc), file=file, field="framework") from None
 
 
+def _precision(exp: ExperimentConfig, point: PointConfig, file: str):
+    """The point's low-precision recipe (:func:`~sim.point.experiment.point_precision`).
+
+    Raises:
+        InputError: a recipe the framework or the options refuse (field ``training.precision``).
+    """
+    try:
+        return point_precision(exp, point.precision)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="training.precision") from None
+
+
 def point_policy(point: PointConfig, file: str) -> MemoryPolicy:
     """The point's memory policy.
 
@@ -279,10 +295,13 @@ def _plans(
     file: str,
     memory: FrameworkMemory = PIPESIM_MEMORY,
     works: tuple[LayerWork, ...] = (),
+    low: tuple[LowPrecision | None, tuple[float, ...]] = (None, ()),
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
-    what the framework adds (:meth:`~sim.framework.base.Framework.plans`).
+    what the framework adds (:meth:`~sim.framework.base.Framework.plans`), then the
+    low-precision recipe's weight copies and parameter gather (``low``: the recipe and each
+    stage's low-precision parameters, :mod:`sim.memory.precision`).
 
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
@@ -321,6 +340,18 @@ def _plans(
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
+    recipe, low_params = low
+    spec = topo.gpus[0].compute
+    if recipe is not None and spec is not None and any(low_params):
+        lowered: dict[tuple[int, int], StagePlan] = {}  # one per plan object and stage, once
+
+        def lower(i: int, plan: StagePlan) -> StagePlan:
+            key = (id(plan), i % n)
+            if key not in lowered:
+                lowered[key] = precision_plan(plan, low_params[i % n], recipe, spec, w)
+            return lowered[key]
+
+        flat = [lower(i, p) for i, p in enumerate(flat)]
     done: dict[tuple[int, int], StagePlan] = {}  # planned alike: one object per kind, once
 
     def final(s: int, plan: StagePlan) -> StagePlan:
@@ -358,6 +389,17 @@ def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
     if value is None:
         return spec
     return replace(spec, reshard_after_forward=value, reshard_with_pp=value)
+
+
+def _stage_low_params(
+    sharded: ShardedTrace | DecoderShard, boundaries
+) -> tuple[LowPrecision | None, tuple[float, ...]]:
+    """The rank trace's low-precision recipe and each stage's low-precision parameters."""
+    if not isinstance(sharded, DecoderShard) or sharded.precision is None:
+        return None, ()
+    edges = [*boundaries, len(sharded.low_params)]
+    per = tuple(sum(sharded.low_params[a:b]) for a, b in zip(edges, edges[1:], strict=False))
+    return sharded.precision, per
 
 
 def _gpu_model(topo: Topology):

@@ -115,6 +115,10 @@ def winner_config(
         data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
     if row.virtual_stages > 1:
         data["sweep"]["virtual_stages"] = int(row.virtual_stages)
+    if row.precision:
+        data.setdefault("training", {})["precision"] = row.precision
+    elif "training" in data:
+        data["training"].pop("precision", None)
     if row.expert_parallel > 1:
         data["sweep"]["expert_parallel"] = int(row.expert_parallel)
     if row.ep_overlap:

@@ -35,6 +35,7 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("microbatch_size", "b samples", lambda v: f"{int(v)}", True),
     ("microbatches", "m", lambda v: f"{int(v)}", True),
     ("memory_policy", "memory policy", str, False),
+    ("precision", "precision", str, False),
     ("iteration_time_s", "iteration (ms)", lambda v: f"{v * 1e3:,.2f}", True),
     ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
     ("throughput_band", "band p10–p90 (samples/s)", str, True),
@@ -133,6 +134,8 @@ def config_label(row: Any) -> str:
         parts.append(f"etp={int(get('expert_tensor_parallel'))}")
     parts += [f"b={int(get('microbatch_size'))}", f"m={int(get('microbatches'))}"]
     parts.append(str(get("memory_policy", "")))
+    if get("precision", ""):
+        parts.append(str(get("precision", "")))
     return " ".join(parts)
 
 

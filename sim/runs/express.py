@@ -20,6 +20,7 @@ from typing import Any
 from sim.compute.decoder import DecoderShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
+from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
 from sim.framework.registry import get_framework
 from sim.runs.record import MeasuredRun, ModelShape
@@ -27,14 +28,14 @@ from sim.runs.record import MeasuredRun, ModelShape
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
 GPU_PRESETS: tuple[tuple[str, str], ...] = (
-    ("GB300", ""), ("B300", ""), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
+    ("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
     ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("H800", "dgx-h100"), ("A800", "hgx-a800-80gb"),
     ("A100-SXM-80GB", "dgx-a100-80gb"), ("A100-80", "dgx-a100-80gb"), ("A100", "dgx-a100-40gb"),
     ("V100-SXM2-32GB", "dgx1-v100-32gb"), ("V100", "dgx1-v100-16gb"),
 )  # fmt: skip
 """The preset of a GPU named by a source, first match of a name part (upper case): a server of
-8 (a DGX/HGX) or, for the GB200, the NVL72 rack; "" where there is no preset yet (B300 and
-GB300: issue 26 item 6). ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
+8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
+``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
 FRAMEWORKS = {
     "megatron-lm": "megatron-lm", "megatron-bridge": "megatron-lm",
     "megatron-deepspeed": "megatron-deepspeed", "deepspeed": "deepspeed",
@@ -103,11 +104,11 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
         return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"
     if preset == "":
         return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
-    per = 72 if preset == "gb200-nvl72" else 8
-    n = -(-gpus // per)
+    rack = preset.endswith("-nvl72")
+    n = -(-gpus // (72 if rack else 8))
     if n == 1:
         return preset, ""
-    return (f"nvl72x{n}-gb200" if preset == "gb200-nvl72" else f"{n}x-{preset}"), ""
+    return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
 
 
 def _feature(s: ModelShape, name: str) -> str | None:
@@ -118,10 +119,22 @@ def _args(run: MeasuredRun) -> list[str]:
     return [f"{a.name}: {a.reason}" for a in run.unmapped()]
 
 
+def low_precision(precision: str) -> str:
+    """The recipe name (:mod:`sim.compute.precision`) of a run's ``precision`` as the readers
+    write it (Megatron's ``fp8-<recipe>``, ``nvfp4``), or ``""`` for a 16-bit dtype."""
+    if precision in DTYPES:
+        return ""
+    return "mxfp8" if precision == "fp8-mxfp8" else precision
+
+
 def _precision(run: MeasuredRun) -> list[str]:
-    if run.precision in DTYPES:
-        return []
-    return [f"precision {run.precision} (issue 26 item 1: FP8 / MXFP8 / NVFP4 as a dimension)"]
+    name = low_precision(run.precision)
+    try:
+        if not name or get_recipe(name) is not None:
+            return []
+    except ValueError as exc:
+        return [f"precision {run.precision}: {exc}"]
+    return [f"precision {run.precision}: no recipe"]
 
 
 def _model(run: MeasuredRun) -> list[str]:
@@ -315,10 +328,12 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         "schedule": run.schedule, "microbatch_size": run.microbatch_size or 1,
         "microbatches": run.microbatches, "global_batch": run.global_batch,
         "memory_policy": policy(run)[0], "framework": framework,
-    }  # fmt: skip
+        "precision": low_precision(run.precision),
+    } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
     return Expressed(
-        run, hardware, model_name(generator, shape), generator, shape, run.precision,
+        run, hardware, model_name(generator, shape), generator, shape,
+        "bf16" if low_precision(run.precision) else run.precision,
         framework, point, approx + run.notes,
     )  # fmt: skip
 

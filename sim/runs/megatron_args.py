@@ -148,6 +148,8 @@ def read_megatron(
     shape, seq = _shape(r, lay, arch)
     recompute = _recompute(r)
     precision = _precision(r)
+    gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
+    r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
     mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
@@ -167,6 +169,7 @@ def read_megatron(
         global_batch=gbs,
         seq_len=seq,
         precision=precision,
+        param_gather=gather,
         recompute=recompute,
         schedule=sched,
         attention=attention,

@@ -37,6 +37,7 @@ MAPPED = frozenset(
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size", "sequence-parallel", "micro-batch-size",
         "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe", "fp4-format",
+        "fp8-param-gather",
         "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
         "recompute-modules", "recompute-activations", "use-distributed-optimizer",
         "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
@@ -172,7 +173,6 @@ APPROXIMATED: dict[str, str] = {
 """Flags that change time or memory a little; the run is simulated without them."""
 
 UNMAPPED: dict[str, str] = {
-    "fp8-param-gather": "FP8 parameter all-gather (issue 26 item 1, precision)",
     "fp8-param": "FP8 weights (issue 26 item 1, precision)",
     "reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameter all-gather (issue 26 item 1)",
     "outer-dp-sharding-strategy": "hybrid FSDP with Megatron's outer distributed-optimizer "

@@ -103,8 +103,8 @@ DECODER_SHIPPED: dict[str, tuple[str, int, int | None]] = {
     "llama3-8b-128k": ("llama3-8b-config.json", 131072, None),
     "llama3.1-8b": ("llama3-8b-config.json", 8192, None),
     "llama3-405b": ("llama3-405b-config.json", 8192, None),
-    "qwen3-30b-a3b": ("qwen3-30b-a3b-config.json", 4096, None),
     "llama3-70b": ("llama3-70b-config.json", 8192, None),
+    "qwen3-30b-a3b": ("qwen3-30b-a3b-config.json", 4096, None),
 }
 """Decoder traces: ``name: (examples/hf/ config file, training sequence length, layers or None
 for the config's)``; ``deepseek-v3-l16`` is DeepSeek-V3 trimmed to 16 layers (3 dense, 13
