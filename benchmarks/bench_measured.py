@@ -51,6 +51,7 @@ import sys
 import time
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -58,9 +59,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
-from sim.config import parse_experiment  # noqa: E402
+from sim.config import MAX_GPUS, parse_experiment  # noqa: E402
 from sim.errors import InputError  # noqa: E402
+from sim.framework.registry import get_framework  # noqa: E402
 from sim.hardware.loader import is_preset, load_hardware  # noqa: E402
+from sim.memory.registry import parse_policy  # noqa: E402
 from sim.plan.point_row import point_row  # noqa: E402
 from sim.point.config import PointConfig  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
@@ -101,6 +104,14 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
             positive number, or ``gpus != t p w`` or ``B`` is not a multiple of ``b w``.
     """
     try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError):
+        df = None  # read_vtrain says why
+    if df is not None and set(COLUMNS) <= set(df.columns):
+        if df.empty:
+            raise RowsError(f"{path}: no rows (only a header); add measured iterations")
+        _check_values(df[COLUMNS].apply(pd.to_numeric, errors="coerce"), path)
+    try:
         read_vtrain(path)
     except InputError as exc:
         raise RowsError(str(exc)) from None
@@ -110,6 +121,66 @@ def load_vtrain(path: Path = VTRAIN) -> pd.DataFrame:
     df["iteration_time_ms"] = num.iteration_time_ms
     df["microbatches"] = df.global_batch // (df.microbatch_size * df.data_parallel)
     return df
+
+
+LIMITS = {"gpus": MAX_GPUS, "layers": 1024, "hidden": 1 << 17, "heads": 1024,
+          "seq_len": 1 << 20, "global_batch": 1 << 24, "microbatch_size": 1 << 16}  # fmt: skip
+"""Largest value read per column: ``sim.config.MAX_GPUS``, and bounds far above any trained
+model (assumptions; they keep one row from running for hours)."""
+
+
+def _check_values(num: pd.DataFrame, path: Path) -> None:
+    """Finite values, whole numbers in the count columns, each below :data:`LIMITS`, heads
+    dividing the hidden size and ``tensor_parallel`` dividing the heads.
+
+    Raises:
+        RowsError: naming the row (as the file numbers lines) and the column.
+    """
+    num = num[(num > 0).all(axis=1)]  # missing or non-positive values: read_vtrain names them
+    for col in COLUMNS:
+        values = num[col]
+        for i, v in values.items():
+            line = f"{path}: row {int(i) + 2}: {col}"  # type: ignore[call-overload]
+            if not math.isfinite(v):
+                raise RowsError(f"{line}: {v} is not a finite number")
+            if col != "iteration_time_ms" and v != int(v):
+                raise RowsError(f"{line}: {v} is not a whole number")
+            if col in LIMITS and v > LIMITS[col]:
+                raise RowsError(f"{line}: {int(v)} is above the {LIMITS[col]:,} read")
+    for i, r in num.iterrows():
+        line = f"{path}: row {int(i) + 2}"  # type: ignore[call-overload]
+        if r.hidden % r.heads:
+            raise RowsError(f"{line}: heads: {int(r.heads)} do not divide hidden {int(r.hidden)}")
+        if r.heads % r.tensor_parallel:
+            raise RowsError(
+                f"{line}: tensor_parallel: {int(r.tensor_parallel)} does not divide the "
+                f"{int(r.heads)} heads"
+            )
+
+
+def check_options(hardware: str, framework: str, policy: str) -> None:
+    """``--hardware``, ``--framework`` and ``--memory-policy`` before any row is simulated.
+
+    Raises:
+        InputError: naming the option.
+    """
+    try:
+        get_framework(framework)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), field="--framework") from None
+    try:
+        parse_policy(policy)
+    except (KeyError, ValueError) as exc:
+        raise InputError(str(exc.args[0]), field="--memory-policy") from None
+    try:
+        topo = load_hardware(hardware, field="--hardware")
+    except InputError as exc:
+        if exc.field == "--hardware":
+            raise
+        raise InputError(str(exc), field="--hardware") from None
+    if topo.gpus[0].compute is None:
+        raise InputError(f"{hardware} has no GPU compute model (a CPU description?)",
+                         field="--hardware")  # fmt: skip
 
 
 def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict | None:
@@ -149,7 +220,7 @@ def predict(
     gpu = preset_gpu(hardware)
     base: str | dict = model_hardware(hardware) if collectives == "model" else hardware
     per_server = load_hardware(base).num_gpus
-    topos: dict[int, object] = {}
+    topos: dict[int, Any] = {}
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
@@ -160,8 +231,14 @@ def predict(
             continue
         servers = -(-int(rec.gpus) // per_server)
         if servers not in topos:
-            topos[servers] = load_hardware(hw)
+            try:
+                topos[servers] = load_hardware(hw)
+            except InputError as exc:  # no multi-server form of this hardware
+                topos[servers] = str(exc)
         topo = topos[servers]
+        if isinstance(topo, str):
+            out.append({"predicted_ms": math.nan, "fits": False, "error_text": topo})
+            continue
         name = f"gpt-h{rec.hidden}-a{rec.heads}-L{rec.layers}-s{rec.seq_len}"
         if name not in traces:
             traces[name] = transformer_trace(
@@ -350,8 +427,12 @@ def main() -> None:
     args = ap.parse_args()
     try:
         rows = load_vtrain(args.rows)
+        check_options(args.hardware, args.framework, args.memory_policy)
     except RowsError as exc:
         print(f"error: --rows {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     t0 = time.perf_counter()
     res = predict(rows, args.hardware, args.framework, args.memory_policy, args.collectives)

@@ -59,7 +59,8 @@ def main() -> None:
         write_chrome_trace(log, out / f"{tag}.json", title=f"{exp.name} {tag}")
         small = first_gpus(log, log.meta["placement"])
         it = max(0, len(log.iteration_ends_s) - 1)
-        pngs[tag] = plot_gantt(small, out / f"{tag}.png", iteration=it, title=tag)
+        plot_gantt(small, out / f"{tag}.png", iteration=it, title=tag)
+        pngs[tag] = out / f"{tag}.png"
         print(
             f"{tag}: {met.iteration_time_s * 1e3:.1f} ms/iteration, bubble {met.bubble_fraction:.3f}"
         )

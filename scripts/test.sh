@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (torch 2.13.0 CPU build first, so nothing resolves a newer torch),
 # install pipesim with its test extras, lint (ruff check, ruff format --check), type-check (mypy,
-# zero errors), check the import layers (lint-imports: the contracts in pyproject.toml), and run
-# the test suite (all of it, the slow multi-process tests included;
-# `bash scripts/test.sh -m "not slow"` runs the fast tier).
+# zero errors), check the import layers (lint-imports: the contracts in pyproject.toml), build the
+# docs site (mkdocs build --strict, offline: a broken link or reference fails it), and run the
+# test suite (all of it, the slow multi-process tests included;
+# `bash scripts/test.sh -m "not slow"` runs the fast tier) on two worker processes
+# (pytest-xdist, work stealing: an idle worker takes tests from the busy one; `-n 0` runs them
+# in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[torch,test,hf]' -c scripts/constraints.txt
+python -m pip install -q -e '.[torch,test,hf,docs]' -c scripts/constraints.txt
 ruff check .
 ruff format --check .
 mypy sim backends
 lint-imports
-python -m pytest "$@"
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+python -m pytest -n 2 --dist worksteal "$@"

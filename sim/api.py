@@ -32,41 +32,77 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 
-from sim.bands import Bands
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
-from sim.errors import InputError
-from sim.events import EventLog
+from sim.errors import InputError, expect_int, expect_type
 from sim.hardware.loader import load_hardware
 from sim.hardware.overlay import read_overlay
-from sim.metrics import Metrics
-from sim.parallel.partition import Partition
 from sim.parallel.partition import partition as split_layers
 from sim.parallel.placement import place
 from sim.plan.executors import open_executor
-from sim.plan.planner import PlanStats, plan_points
+from sim.plan.planner import plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
-from sim.point.rows import ResultRow, pick_winner
-from sim.point.simulate import Resolved, evaluate, resolve
+from sim.point.rows import pick_winner
+from sim.point.simulate import evaluate, resolve
 from sim.replay import Replayer
-from sim.report.outputs import results_frame
+from sim.report.console import TABLES
+from sim.report.results import PartitionPlan, Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
 from sim.trace.adapt import adapt_trace
 from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
+from sim.validate.spec import check_arguments
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "Experiment",
+    "PartitionPlan",
+    "Plan",
+    "RunOutcome",
+    "Simulation",
+    "load",
+    "parse",
+    "partition",
+    "plan",
+    "run",
+    "simulate",
+    "validate",
+]
 
 Experiment = str | os.PathLike[str] | Mapping[str, Any] | ExperimentConfig
 """A YAML path, the YAML's content as a mapping, or a parsed experiment."""
+
+
+MAPPING = "<experiment>"
+"""The file name a mapping or a parsed experiment goes by in messages (paths in it resolve
+against the working folder)."""
+
+
+def parse(experiment: Experiment) -> tuple[ExperimentConfig, str]:
+    """The parsed experiment and the file it came from (:data:`MAPPING` for a mapping or an
+    object).
+
+    Raises:
+        InputError: not one of :data:`Experiment` (naming ``experiment``), or a bad file or
+            field.
+    """
+    expect_type(experiment, (str, os.PathLike, Mapping, ExperimentConfig), "experiment",
+                "a YAML path, a mapping with the YAML's content or an ExperimentConfig")  # fmt: skip
+    if isinstance(experiment, ExperimentConfig):
+        return experiment, MAPPING
+    if isinstance(experiment, Mapping):
+        return parse_experiment(dict(experiment)), MAPPING
+    return load_experiment(Path(experiment)), str(experiment)
 
 
 def load(experiment: Experiment) -> Prepared:
@@ -75,35 +111,36 @@ def load(experiment: Experiment) -> Prepared:
     Relative trace paths resolve against the YAML's folder (a mapping's: the working one).
 
     Raises:
-        InputError: a bad file, preset, trace or field.
+        InputError: a bad file, preset, trace or field, or an argument of the wrong type.
     """
-    if isinstance(experiment, ExperimentConfig):
-        return prepare(experiment, "<experiment>")
-    if isinstance(experiment, Mapping):
-        return prepare(parse_experiment(dict(experiment)), "<experiment>")
-    return prepare(load_experiment(Path(experiment)), str(experiment))
+    exp, file = parse(experiment)
+    return prepare(exp, file)
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    """What :func:`run` wrote.
+def _folder(out: object, field: str = "out") -> Path | None:
+    """``out`` as a path (None stays None).
 
-    Attributes:
-        code: the command's exit code: 0, or 1 when a model has no configuration that fits.
-        out_dir: the output folder (``results.csv``, ``winner.yaml``, plots, timeline).
+    Raises:
+        InputError: not a path (naming ``field``).
     """
+    if out is None:
+        return None
+    expect_type(out, (str, os.PathLike), field, "a folder path")
+    return Path(out)  # type: ignore[arg-type]
 
-    code: int
-    out_dir: Path
 
-    @property
-    def results(self) -> pd.DataFrame:
-        """``results.csv``: one row per configuration (:class:`sim.point.rows.ResultRow`)."""
-        return pd.read_csv(self.out_dir / "results.csv")
+def _flags(**flags: object) -> None:
+    """Every flag must be a bool.
+
+    Raises:
+        InputError: naming the flag.
+    """
+    for name, value in flags.items():
+        expect_type(value, bool, name, "True or False")
 
 
 def run(
-    experiment: str | os.PathLike[str],
+    experiment: Experiment,
     *,
     out: str | os.PathLike[str] | None = None,
     jobs: int = 1,
@@ -112,12 +149,15 @@ def run(
     executor: str = "local",
     exhaustive: bool = False,
     console: Console | None = None,
+    table: str = "compact",
+    progress: bool = True,
     hardware_overlay: str | os.PathLike[str] | None = None,
 ) -> RunOutcome:
     """Plan an experiment's grid and write its output set (:mod:`sim.run`): ``sim run``.
 
     Args:
-        experiment: the experiment YAML (or a ``winner.yaml``).
+        experiment: the experiment YAML (or a ``winner.yaml``), a mapping with its content or
+            a parsed :class:`~sim.config.ExperimentConfig` (:data:`Experiment`).
         out: output folder: new, empty or an earlier run's (default ``results/<name>/``).
         jobs: worker processes.
         cache: reuse the rows cached in ``out/.cache``.
@@ -125,6 +165,9 @@ def run(
         executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
         exhaustive: simulate every configuration (no pruning by bounds: :mod:`sim.plan.planner`).
         console: where the summary and progress go (default: standard output).
+        table: the best configurations per model as ``compact`` (six columns), ``wide``
+            (every column) or ``none`` (:data:`sim.report.console.TABLES`).
+        progress: show the progress of the sweep and the drawings (time remaining).
         hardware_overlay: an overlay file set over the hardware (:mod:`sim.hardware.overlay`),
             instead of the experiment's ``hardware_overlay``.
 
@@ -132,16 +175,22 @@ def run(
         The exit code and the folder written.
 
     Raises:
-        InputError: bad experiment, hardware, trace, grid or folder (nothing is written).
+        InputError: bad experiment, hardware, trace, grid or folder, or an argument of the
+            wrong type (naming it; nothing is written).
     """
-    path = Path(experiment)
-    exp = load_experiment(path)
+    exp, file = parse(experiment)
+    out_dir = _folder(out) or Path("results") / exp.name
+    expect_int(jobs, "jobs", 1)
+    _flags(cache=cache, plots=plots, exhaustive=exhaustive, progress=progress)
+    expect_type(executor, str, "executor", "'local' or 'ray'")
+    if table not in TABLES:
+        raise InputError(f"{table!r} is not one of {', '.join(TABLES)}", field="table")
     if hardware_overlay is not None:
+        _folder(hardware_overlay, "hardware_overlay")
         read_overlay(Path(hardware_overlay))  # a bad overlay is refused before anything runs
         exp = exp.model_copy(update={"hardware_overlay": str(Path(hardware_overlay).resolve())})
-    out_dir = Path(out) if out else Path("results") / exp.name
     code = run_experiment(
-        path,
+        Path(file),
         exp=exp,
         out_dir=out_dir,
         jobs=jobs,
@@ -150,31 +199,10 @@ def run(
         console=console or Console(),
         executor=executor,
         exhaustive=exhaustive,
+        table=table,
+        progress_shown=progress,
     )
     return RunOutcome(code, out_dir)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The planned grid of :func:`plan`.
-
-    Attributes:
-        rows: one per configuration, in grid order (pruned ones say why in ``error``).
-        winners: per model, the fastest configuration that fits (``None``: none fits).
-        skipped: ``(configuration, reason)`` of the combinations that are not valid.
-        stats: how many were simulated, pruned, cached.
-    """
-
-    rows: list[ResultRow]
-    winners: dict[str, ResultRow | None]
-    skipped: list[tuple[str, str]]
-    stats: PlanStats
-    bands: Bands | None = None
-
-    def table(self) -> pd.DataFrame:
-        """The rows as ``results.csv`` has them (prediction bands included: ``bands``, the
-        hardware's, :func:`sim.report.row_bands.bands_for`)."""
-        return results_frame(self.rows, self.bands)
 
 
 def plan(
@@ -189,7 +217,7 @@ def plan(
         exhaustive: simulate every configuration instead of pruning by bounds.
 
     Raises:
-        InputError: bad experiment, hardware, trace or grid.
+        InputError: bad experiment, hardware, trace or grid, or an argument of the wrong type.
 
     Example:
         >>> exp = {"name": "b", "hardware": "dgx1-v100-16gb",
@@ -199,6 +227,9 @@ def plan(
         >>> len(p.rows), p.winners["bert"].schedule
         (2, '1f1b')
     """
+    expect_int(jobs, "jobs", 1)
+    _flags(exhaustive=exhaustive)
+    expect_type(executor, str, "executor", "'local' or 'ray'")
     prep = load(experiment)
     points, skipped = expand(prep)
     with open_executor(executor, prep, jobs) as pool:
@@ -213,24 +244,6 @@ def plan(
     winners = {m.name: pick_winner([r for r in rows if r.model == m.name]) for m in prep.exp.models}
     bands = bands_for(g.model for g in prep.topology.gpus)
     return Plan(rows, winners, skipped, stats, bands)
-
-
-@dataclass(frozen=True)
-class Simulation:
-    """One configuration simulated by :func:`simulate`.
-
-    Attributes:
-        point: the configuration.
-        metrics: iteration time (s), throughput (samples/s), bubble fraction, peak memory
-            (bytes), whether it fits.
-        log: the event log (compute, transfers, memory); ``sim.report`` draws it.
-        resolved: the partition, placement and schedule it ran.
-    """
-
-    point: PointConfig
-    metrics: Metrics
-    log: EventLog
-    resolved: Resolved
 
 
 def simulate(experiment: Experiment, **choose: Any) -> Simulation:
@@ -280,6 +293,7 @@ def validate(
     virtual_stages: int | None = None,
     numerics: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    console: Console | None = None,
 ) -> Validation:
     """Replay a configuration on real devices and compare with the prediction: ``sim validate``.
 
@@ -307,9 +321,12 @@ def validate(
         numerics: check each replay's losses and gradients against the same model run in one
             process (``numerics`` columns).
         on_row: called with each row as it is measured.
+        console: where the progress of the replays goes on a terminal (the one ``on_row``
+            prints to; default: standard error).
 
     Raises:
-        InputError: bad options, file or configuration (before any replay starts).
+        InputError: bad options, file or configuration, or an argument of the wrong type
+            (naming it; before any replay starts).
 
     A replay that fails is a row with ``status`` ``failed`` (the others still run).
 
@@ -320,6 +337,7 @@ def validate(
                              nproc=2, schedules=("gpipe", "1f1b"))
         v.table[["schedule", "measured_iteration_s", "predicted_iteration_s", "error"]]
     """
+    check_arguments(locals())
     spec = ValidationSpec(
         schedules=tuple(schedules),
         microbatches=tuple(microbatches),
@@ -334,22 +352,7 @@ def validate(
         virtual_stages=virtual_stages,
         numerics=numerics,
     )
-    return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row)
-
-
-@dataclass(frozen=True)
-class PartitionPlan:
-    """A trace split into stages by :func:`partition`.
-
-    Attributes:
-        trace: the trace as partitioned (brought to the micro-batch size and GPU).
-        partition: the stages (:class:`sim.parallel.partition.Partition`).
-        notes: how the trace was brought to that micro-batch size and GPU.
-    """
-
-    trace: Trace
-    partition: Partition
-    notes: tuple[str, ...]
+    return run_validation(Path(config), spec, replayer, Path(out) if out else None, on_row, console)
 
 
 def partition(
@@ -382,6 +385,10 @@ def partition(
         >>> p.boundaries, p.bottleneck_s
         ((0, 2), 6.0)
     """
+    expect_type(trace, (str, Trace), "trace", "a trace name or path, or a Trace")
+    expect_int(stages, "stages", 1)
+    if hardware is not None:
+        expect_type(hardware, str, "hardware", "a hardware preset or YAML path")
     if isinstance(trace, str):
         trace = load_trace(trace, file="command line", field="TRACE")
     if stages > len(trace.layers):

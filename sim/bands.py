@@ -141,19 +141,17 @@ class Band:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` by linear interpolation between order statistics (numpy's
-    default, Hyndman and Fan's type 7).
+    """The ``q`` quantile of ``values`` by linear interpolation between order statistics:
+    :func:`numpy.quantile`'s default (``method="linear"``, Hyndman and Fan's type 7).
 
     Raises:
         ValueError: ``values`` is empty or ``q`` is outside [0, 1].
     """
     if not values or not 0 <= q <= 1:
         raise ValueError(f"quantile {q} of {len(values)} values")
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    import numpy as np  # on first use: `import sim` stays light
+
+    return float(np.quantile(np.asarray(values, dtype=float), q, method="linear"))
 
 
 def _band(key: dict, group: list[Residual]) -> Band:

@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 import yaml
-from scipy.optimize import least_squares
 
 from sim.atomic import atomic_write_text, check_writable
 from sim.errors import InputError
@@ -334,6 +333,8 @@ def fit(
     uncal = list(np.exp(model.residuals(u0)[: len(items)] * NOISE) - 1)
     lo, hi = _bounds(params, priors)
     if params:
+        from scipy.optimize import least_squares  # 0.4 s to import: only when fitting
+
         say(f"fitting {', '.join(p.name for p in params)}")
         res = least_squares(model.residuals, u0, bounds=(lo, hi), method="trf", diff_step=1e-3,
                             x_scale="jac")  # fmt: skip

@@ -97,8 +97,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def _no_empty_list(value: Any) -> Any:
+    """A sweep axis or a model's own axis given as ``[]`` is an error naming the key (an empty
+    axis would leave the grid without a configuration, and the message without its cause)."""
+    if isinstance(value, list) and not value:
+        raise PydanticCustomError(
+            "empty_list", "an empty list: give at least one value (or leave the key out)"
+        )
+    return value
+
+
 class ModelConfig(_Strict):
     """One model to train: a trace and optional per-model overrides of the sweep."""
+
+    _axes_not_empty = field_validator("*", mode="before")(_no_empty_list)
 
     name: str = Field(
         pattern=NAME_PATTERN,
@@ -182,6 +194,8 @@ class TrainingConfig(_Strict):
 
 class SweepConfig(_Strict):
     """The grid: every combination of the listed values is one configuration."""
+
+    _axes_not_empty = field_validator("*", mode="before")(_no_empty_list)
 
     schedule: StrList = Field(
         "1f1b",

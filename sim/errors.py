@@ -6,6 +6,12 @@ field) and exits with code 2, without a traceback.
 
 from __future__ import annotations
 
+EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+"""``sim`` exit codes: 0 done; 1 some model has no configuration that fits (or an operating
+system fault such as a full disk); 2 bad input (one message naming the file or option and
+field); 3 an internal error in some points (their rows say ``internal error: ...``; the other
+points' results are written)."""
+
 
 class InputError(Exception):
     """Bad user input: a malformed file, an unknown key, an impossible configuration.
@@ -31,3 +37,58 @@ class InputError(Exception):
             kind = "option" if self.field.startswith("-") else "field"
             where = f"{where}: {kind} '{self.field}'" if where else f"{kind} '{self.field}'"
         return f"{where}: {self.message}" if where else self.message
+
+
+def expect_type(value: object, types: type | tuple[type, ...], field: str, what: str) -> None:
+    """``value`` must be an instance of ``types`` (``what`` says which, for the message).
+
+    Raises:
+        InputError: naming ``field`` and the type given.
+
+    Example:
+        >>> expect_type(3, str, "experiment", "a YAML path")
+        Traceback (most recent call last):
+        ...
+        sim.errors.InputError: field 'experiment': expected a YAML path, got int 3
+    """
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InputError(f"expected {what}, got {type(value).__name__} {shown}", field=field)
+
+
+def expect_int(value: object, field: str, minimum: int | None = None) -> int:
+    """``value`` must be an int (not a bool) of at least ``minimum``; returns it.
+
+    Raises:
+        InputError: naming ``field``.
+
+    Example:
+        >>> expect_int(-1, "jobs", 1)
+        Traceback (most recent call last):
+        ...
+        sim.errors.InputError: field 'jobs': must be >= 1, got -1
+    """
+    expect_type(value, int, field, "an integer")
+    assert isinstance(value, int)
+    if minimum is not None and value < minimum:
+        raise InputError(f"must be >= {minimum}, got {value}", field=field)
+    return value
+
+
+def expect_number(value: object, field: str, positive: bool = True) -> float:
+    """``value`` must be a finite real number (> 0 with ``positive``); returns it as a float.
+
+    Raises:
+        InputError: naming ``field``.
+    """
+    expect_type(value, (int, float), field, "a number")
+    number = float(value)  # type: ignore[arg-type]
+    if number != number or number in (float("inf"), float("-inf")):
+        raise InputError(f"must be finite, got {value}", field=field)
+    if positive and not number > 0:
+        raise InputError(f"must be > 0, got {value}", field=field)
+    return number
+
+
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)

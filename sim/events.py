@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class EventKind(StrEnum):
@@ -145,3 +145,25 @@ class EventLog:
     capacity_bytes: dict[str, float] = field(default_factory=dict)
     iteration_ends_s: list[float] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+
+    def to_frame(self) -> Any:
+        """The spans as a :class:`pandas.DataFrame`: one row per :class:`Event` (its fields,
+        seconds and bytes) plus ``duration_s``, in the log's order.
+
+        Example:
+            >>> log = EventLog([Event("compute", "gpu0", "compute", "0F0", 0.0, 0.5, 0, 0, 0)])
+            >>> log.to_frame()[["device", "name", "duration_s"]].values.tolist()
+            [['gpu0', '0F0', 0.5]]
+        """
+        import pandas as pd  # on first use: `import sim` stays fast
+
+        df = pd.DataFrame(self.events, columns=list(Event._fields))
+        return df.assign(duration_s=df["end_s"] - df["start_s"])
+
+    def memory_frame(self) -> Any:
+        """The memory ledger as a :class:`pandas.DataFrame`: one row per :class:`MemoryEvent`
+        (time order) plus ``in_use_bytes``, the device's bytes in use after it."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.memory, columns=list(MemoryEvent._fields))
+        return df.assign(in_use_bytes=df.groupby("device")["delta_bytes"].cumsum())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sim.events import (
     COLLECTIVE_KINDS,
@@ -108,6 +109,16 @@ class Metrics:
     recompute_s: float
     stall_s: float
     comm_bytes: float
+
+    def to_frame(self) -> Any:
+        """One row of a :class:`pandas.DataFrame`: every scalar metric (seconds, bytes,
+        samples/s), ``fits`` and ``oom_devices`` (the devices that do not fit, comma-joined);
+        the peak of each device is ``log.memory_frame()``'s to read."""
+        import pandas as pd  # on first use: `import sim` stays fast
+
+        row = {k: v for k, v in self.__dict__.items() if k not in ("peak_by_device", "oom")}
+        row["oom_devices"] = ",".join(str(o[0]) for o in self.oom)
+        return pd.DataFrame([row])
 
 
 def compute_metrics(

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sim.parallel.layout import ParallelLayout
+
 
 class ReplayFailed(RuntimeError):
     """A replay started and failed: a rank raised or crashed, or the run timed out."""
@@ -103,6 +105,13 @@ class ReplayRequest:
     numerics: bool = False
 
     @property
+    def layout(self) -> ParallelLayout:
+        """The request's parallel layout (:class:`~sim.parallel.layout.ParallelLayout`): its
+        flat fields (the request's transport form, as in ``winner.yaml``) as the one record
+        every layer asks."""
+        return ParallelLayout.from_flat(self)
+
+    @property
     def ranks(self) -> int:
         """Processes the run takes: 1 for a single rank, else ``stages x tensor_parallel x
         context_parallel x dp_width``.
@@ -115,7 +124,7 @@ class ReplayRequest:
         """
         if self.single_rank is not None:
             return 1
-        return self.stages * self.tensor_parallel * self.context_parallel * self.dp_width
+        return self.layout.gpus
 
 
 class Measurement(Protocol):

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
-import sys
+import logging
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.config import ExperimentConfig, load_experiment
+from sim.errors import EXIT_NOTHING_FITS
 from sim.events import EventLog
 from sim.hardware.describe import topology_to_dict
 from sim.plan.executors import open_executor
@@ -25,7 +22,8 @@ from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
 from sim.point.rows import BestRows, ResultRow, pick_winner
 from sim.point.simulate import evaluate, resolve, split_note
-from sim.report.memory_summary import write_memory_summary, write_tflops
+from sim.progress import progress
+from sim.report.console import Reporter
 from sim.report.outputs import (
     Drawing,
     check_model_names,
@@ -40,9 +38,9 @@ from sim.report.outputs import (
     write_results_csv,
     write_yaml,
 )
-from sim.report.plots import plot_throughput
 from sim.report.row_bands import bands_for, winner_bands
-from sim.report.tables import summary_table
+
+log = logging.getLogger(__name__)
 
 
 def run_experiment(
@@ -56,8 +54,12 @@ def run_experiment(
     executor: str = "local",
     exhaustive: bool = False,
     exp: ExperimentConfig | None = None,
+    table: str = "compact",
+    progress_shown: bool | None = None,
 ) -> int:
-    """Run one experiment file; returns the process exit code (0 ok, 1 nothing fits).
+    """Run one experiment file; returns the process exit code (:data:`sim.errors.EXIT_OK`;
+    1 when some model has no configuration that fits; 3 when some points failed with an
+    internal error: their rows say why, the others are written as usual).
 
     Args:
         exp: the experiment ``path`` holds, when the caller has parsed it already (it is then
@@ -65,6 +67,10 @@ def run_experiment(
         executor: ``local`` or ``ray`` (:mod:`sim.plan.executors`).
         exhaustive: simulate every point (no pruning: :mod:`sim.plan.planner`), as
             ``sweep.prune: false`` does.
+        table: how each model's best configurations are printed
+            (:data:`sim.report.console.TABLES`).
+        progress_shown: show progress (None: when the ``sim`` logger shows notes;
+            :func:`sim.progress.shown`).
 
     Raises:
         InputError: bad experiment, hardware, trace or grid, or ``--executor ray`` without
@@ -79,16 +85,15 @@ def run_experiment(
     check_out_dir(out)
     out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)
-    console.print(
-        f"[bold]{exp.name}[/]: {len(points)} configurations on {prep.topology.name}"
-        + (f" ({len(skipped)} combinations skipped)" if skipped else "")
-    )
+    say = Reporter(console, table, progress_shown)
+    say.start(exp.name, len(points), prep.topology.name, skipped)
     notes = _compute_notes(prep, points)
-    for line in (n for model_notes in notes.values() for n in model_notes):
-        console.print(f"[yellow]note[/] {escape(line)}", highlight=False)
+    say.notes(notes, prep)
     jobs = min(jobs, len(points))
     best = BestRows()  # each model's best row, with its event log for the winner's plots
-    with open_executor(executor, prep, jobs) as pool, _progress(console, len(points)) as on_done:
+    bar = progress(len(points), "simulating", "configurations", console=console,
+                   enabled=progress_shown)  # fmt: skip
+    with open_executor(executor, prep, jobs) as pool, bar as on_done:
         rows, stats = plan_points(
             prep,
             points,
@@ -97,19 +102,17 @@ def run_experiment(
             prune=exp.sweep.prune and not exhaustive,
             jobs=jobs,
             on_done=on_done,
-            on_warning=lambda msg: console.print(
-                f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True
-            ),
+            on_warning=lambda msg: log.warning("%s", msg),
             winners=best if plots else None,
         )
-    console.print(stats.summary(), highlight=False)
+    say.planned(stats)
     with staged_output(out) as stage:
         code, written = _write_all(
-            exp, prep, points, skipped, rows, path, stage, plots, console, notes, stats, best, jobs
+            exp, prep, points, skipped, rows, path, stage, plots, say, notes, stats, best, jobs
         )
         commit_output(stage, out)
-    _print_paths(console, [out / p.relative_to(stage) for p in written], t0)
-    return code
+    say.wrote([out / p.relative_to(stage) for p in written], t0)
+    return say.failed(rows) or code
 
 
 def _write_all(
@@ -121,7 +124,7 @@ def _write_all(
     path: Path,
     out: Path,
     plots: bool,
-    console: Console,
+    say: Reporter,
     notes: dict[str, list[str]],
     stats: PlanStats | None = None,
     best: BestRows | None = None,
@@ -137,51 +140,34 @@ def _write_all(
     written = [out / "results.csv", out / "config.resolved.yaml"]
     pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
-    if plots and "throughput_samples_per_s" in df:
+    if plots and "throughput_samples_per_s" in df and ok["throughput_samples_per_s"].count() > 1:
+        from sim.report.plots import plot_throughput  # matplotlib on first use
+
         pending.drawings.append(
             (out / "throughput.png", partial(plot_throughput, ok, out / "throughput.png"))
         )
         written.append(out / "throughput.png")
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
-        written += _memory_summary(ok, out, plots, console, _gpt_shapes(prep), pending)
+        written += _memory_summary(ok, out, plots, say, _gpt_shapes(prep), pending)
     elif _gpt_shapes(prep):
-        written += _tflops(ok, out, plots, console, _gpt_shapes(prep), pending)
+        written += _tflops(ok, out, plots, _gpt_shapes(prep), pending)
     code = 0
     bands = winner_bands(df)
     for i, model in enumerate(exp.models):
-        console.print(summary_table(df[df["model"] == model.name], top=5))
+        say.table(df[df["model"] == model.name], model.name)
         winner = pick_winner([r for r in rows if r.model == model.name])
         if winner is None:
-            console.print(
-                f"[bold red]{model.name}: no configuration fits in memory.[/] See "
-                "results.csv (peak_memory_bytes, oom_device); try more stages, a "
-                "smaller micro-batch or a memory policy."
-            )
-            code = 1
+            say.no_fit(model.name)
+            code = EXIT_NOTHING_FITS
             continue
         dirs = [out] if i == 0 else []
         if len(exp.models) > 1:
             dirs.append(out / model.name)
-        log = best.log_of(winner) if best is not None else None
+        log_ = best.log_of(winner) if best is not None else None
         band = bands.get(model.name, {})
-        written += _write_winner(exp, prep, winner, band, log, path, dirs, plots, pending)
-        console.print(
-            f"[bold green]{model.name} winner:[/] {winner.schedule} "
-            f"p={winner.stages}{_v(winner.virtual_stages)} w={winner.dp_width} "
-            + (
-                f"t={winner.tensor_parallel}{'+sp' if winner.sequence_parallel else ''} "
-                if winner.tensor_parallel > 1
-                else ""
-            )
-            + f"b={winner.microbatch_size} m={winner.microbatches} "
-            f"policy={winner.memory_policy}: "
-            f"{winner.throughput_samples_per_s:.2f} samples/s, "
-            f"{(winner.iteration_time_s or math.nan) * 1e3:.2f} ms/iteration, "
-            f"peak {(winner.peak_memory_bytes or math.nan) / 2**30:.2f} GiB",
-            highlight=False,
-        )
-        _print_band(console, model.name, band)
-    pending.finish(jobs)
+        written += _write_winner(exp, prep, winner, band, log_, path, dirs, plots, pending)
+        say.winner(winner, prep, band)
+    pending.finish(jobs, say)
     return code, written
 
 
@@ -193,47 +179,14 @@ class _Pending:
     drawings: list[Drawing] = field(default_factory=list)
     copies: list[tuple[list[Path], Path]] = field(default_factory=list)
 
-    def finish(self, jobs: int) -> None:
-        draw(self.drawings, jobs)
+    def finish(self, jobs: int, say: Reporter | None = None) -> None:
+        bar = progress(len(self.drawings), "drawing", "files",
+                       console=say.console if say else None,
+                       enabled=say.progress if say else None)  # fmt: skip
+        with bar as on_done:
+            draw(self.drawings, jobs, on_done)
         for files, dest in self.copies:
             copy_files(files, dest)
-
-
-PROGRESS_EVERY_S = 5.0
-"""Seconds between the plain progress lines printed when the output is not a terminal."""
-
-
-@contextmanager
-def _progress(console: Console, total: int):
-    """A progress callback ``on_done(n)``: a rich bar on a terminal, else a plain line on
-    stderr every :data:`PROGRESS_EVERY_S` seconds and at the end (logs and CI see progress)."""
-    if console.is_terminal:
-        with Progress(
-            TextColumn("simulating"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("sweep", total=total)
-            yield lambda n: bar.update(task, completed=n)
-        return
-    t0 = last = time.monotonic()
-
-    def line(n: int) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if n >= total or now - last >= PROGRESS_EVERY_S:
-            last = now
-            print(
-                f"simulating: {n}/{total} configurations ({100 * n / max(total, 1):.0f}%), "
-                f"{now - t0:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    yield line
 
 
 def _gpt_shapes(prep) -> dict[str, dict]:
@@ -249,11 +202,16 @@ def _gpt_shapes(prep) -> dict[str, dict]:
 
 
 def _memory_summary(
-    df, out: Path, plots: bool, console: Console, shapes: dict, pending: _Pending
+    df, out: Path, plots: bool, say: Reporter, shapes: dict, pending: _Pending
 ) -> list[Path]:
     """Largest model per policy and fastest policy per model: table, CSV and two plots (and
     TFLOPS per GPU for GPT models), the plots added to ``pending``."""
+    from sim.report.memory_summary import write_memory_summary  # matplotlib on first use
+
     table, written = write_memory_summary(df, out, plots, shapes, pending.drawings)
+    if say.style == "none":
+        return written
+    console = say.console
     console.print(
         "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
         "last row: the largest model that fits per policy"
@@ -266,19 +224,13 @@ def _memory_summary(
     return written
 
 
-def _tflops(
-    df, out: Path, plots: bool, console: Console, shapes: dict, pending: _Pending
-) -> list[Path]:
-    """TFLOP/s per GPU of the GPT models (Narayanan et al. SC'21 eq. 3): printed, CSV, plot
-    (added to ``pending``)."""
-    table, written = write_tflops(df, out, plots, shapes, pending.drawings)
-    if not table.empty:
-        console.print(
-            "[bold]TFLOP/s per GPU[/] (best fitting; 96 B s l h^2 (1 + s/6h + V/16lh) / "
-            "(iteration time x GPUs), Narayanan et al. SC'21 eq. 3)"
-        )
-        console.print(table.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    return written
+def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending) -> list[Path]:
+    """TFLOP/s per GPU of the GPT models as Narayanan et al. (SC'21 eq. 3, the recompute pass
+    counted) report them, for comparison with the paper: CSV and plot (added to ``pending``).
+    The console shows each winner's model-FLOPs TFLOP/s and MFU instead (:func:`sim.report.console.flops_text`)."""
+    from sim.report.memory_summary import write_tflops  # matplotlib on first use
+
+    return write_tflops(df, out, plots, shapes, pending.drawings)[1]
 
 
 def _write_winner(
@@ -319,27 +271,6 @@ def _write_winner(
     return written + drawn
 
 
-def _print_band(console: Console, model: str, band: dict) -> None:
-    """The winner's band and the configurations within it (:mod:`sim.report.row_bands`)."""
-    if not band:
-        return
-    near = band["within_band"]
-    console.print(
-        f"  band: {band['throughput_low_samples_per_s']:.2f}–"
-        f"{band['throughput_high_samples_per_s']:.2f} samples/s, "
-        f"{band['iteration_time_low_s'] * 1e3:.2f}–{band['iteration_time_high_s'] * 1e3:.2f} "
-        f"ms/iteration (p10–p90 of measured/predicted, {band['band_source']}; sim/data/bands.csv)",
-        highlight=False,
-    )
-    if near["count"]:
-        console.print(
-            f"  [yellow]note[/] {model}: {near['count']} other configurations are within "
-            f"each other's band with the winner (results.csv within_winner_band), so the pick "
-            f"is not clearly faster than them; best: {'; '.join(near['best'])}",
-            highlight=False,
-        )
-
-
 def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:
     """Per model, how its trace is brought to each micro-batch size and to this GPU."""
     out: dict[str, list[str]] = {}
@@ -378,14 +309,6 @@ def _write_resolved(out: Path, exp, prep, points, skipped, notes, stats=None) ->
     if stats is not None:
         data["planner"] = stats.as_dict()
     write_yaml(out / "config.resolved.yaml", data)
-
-
-def _print_paths(console: Console, paths, t0: float) -> None:
-    console.print(
-        escape(f"wrote {len(paths)} files in {paths[0].parent} ({time.perf_counter() - t0:.1f} s):")
-    )
-    for p in paths:
-        console.print(escape(f"  {p}"), highlight=False)
 
 
 def _v(virtual_stages: int) -> str:

@@ -248,7 +248,7 @@ def test_hardware_show():
 @pytest.mark.parametrize(
     "cmd,shown",
     [
-        (["run"], ["results/<experiment name>/", "[default: 0]"]),
+        (["run"], ["results/<experiment name>/", "[default: 0;"]),
         (
             ["profile"],
             [
@@ -258,9 +258,9 @@ def test_hardware_show():
                 "cores / 2",
             ],
         ),
-        (["calibrate"], ["[default: 2]"]),
-        (["validate"], ["[default: 3]", "beside CONFIG"]),
-        (["schedule", "show"], ["[default: 1]"]),
+        (["calibrate"], ["[default: 2;"]),
+        (["validate"], ["[default: 3;", "beside CONFIG"]),
+        (["schedule", "show"], ["[default: 1;"]),
         (["partition"], ["the trace's own"]),
     ],
 )

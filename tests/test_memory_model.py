@@ -270,3 +270,26 @@ def test_one_peak_for_the_engine_the_rows_and_the_reports():
         assert peaks[dev].peak_bytes == pytest.approx(ledger_peak)
         assert report[dev] == pytest.approx(ledger_peak)
     assert any(d.startswith("cpu") and v > 0 for d, v in log.meta["peak_bytes"].items())
+
+
+def test_a_category_emptied_by_rounding_reads_zero_at_the_peak():
+    """Issue 28: a float running sum of allocations and frees that is zero in exact
+    arithmetic read -1.9e-06 bytes of activations at an interleaved Llama-3-70B point's peak,
+    and ResultRow (peak_activations_bytes >= 0) refused the row; the same rounding here."""
+    from sim.events import MemoryEvent
+    from sim.point.rows import ResultRow
+
+    stash = 51305899622.4  # bytes: three stashes of 30 %, 10 % and 20 % of it, then freed
+    deltas = (0.3 * stash, -0.1 * stash, -0.2 * stash)
+    assert sum(deltas) == -1.9073486328125e-06  # the value refused; not a real over-free
+    events = [MemoryEvent(float(i), "gpu0", d, "activations") for i, d in enumerate(deltas)]
+    events.append(MemoryEvent(3.0, "gpu0", 60e9, "weights"))
+    peaks = device_peaks(events, {"gpu0": 80e9})
+    assert peaks["gpu0"].by_category["activations"] == 0.0
+    assert peaks["gpu0"].time_s == 3.0
+    row = ResultRow(
+        model="m", schedule="interleaved_1f1b", stages=1, dp_width=8, microbatch_size=1,
+        microbatches=64, memory_policy="dist_opt", global_batch=512, parameters=1,
+        **row_breakdown(peaks),
+    )  # fmt: skip
+    assert row.peak_activations_bytes == 0.0

@@ -70,7 +70,7 @@ def test_rerun_where_nothing_fits_leaves_no_old_winner(tmp_path):
     assert (out / "validation.csv").read_text() == "mine\n"  # not ours: kept
     assert (out / ".cache").is_dir()
     assert json.loads((out / MANIFEST).read_text())["entries"] == sorted(
-        ["config.resolved.yaml", "results.csv", "throughput.png"]
+        ["config.resolved.yaml", "results.csv"]  # one row: no one-point throughput plot
     )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 

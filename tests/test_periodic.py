@@ -1,7 +1,9 @@
-"""Periodic steady state (sim.engine.periodic): a long 1F1B pipeline simulated over p + 8
-micro-batches with the missing steady-state periods inserted gives the full simulation's
-iteration time, bubble, sums and peak memory; every case it cannot handle falls back to the
-full simulation and says why."""
+"""Periodic steady state (sim.engine.periodic): a long pipeline simulated over a few periods
+more than its fill (1F1B: p + 8 micro-batches) with the missing steady-state periods inserted
+gives the full simulation's iteration time, bubble, sums and peak memory, under every schedule
+with a steady state (1F1B, interleaved 1F1B, interleaved zero bubble, ZB-V, DualPipeV,
+PipeDream, 2BW, PipeMare); every case it cannot handle falls back to the full simulation and
+says why."""
 
 from __future__ import annotations
 
@@ -14,18 +16,27 @@ from hypothesis import strategies as st
 from sim import api
 from sim.engine import simulate
 from sim.engine.period_check import find_period
+from sim.engine.period_program import spliced
 from sim.engine.periodic import short_microbatches, simulate_periodic
 from sim.metrics import compute_metrics
-from sim.schedules.gpipe import GPipe
+from sim.schedules.action import Action
+from sim.schedules.interleaved_1f1b import Interleaved1F1B
 from sim.schedules.one_f_one_b import OneFOneB
+from sim.schedules.registry import get_schedule
 from tests.helpers import cluster_1f1b, small_gpt_csv, uniform_input
 
 REL = 1e-11  # float rounding of sums of many durations (sim.engine.period_check.REL_TOL)
 
 
-def _metrics(log, p, m, repeated=None):
+def _metrics(log, p, m, repeated=None, schedule=None):
     return compute_metrics(
-        log, stages=p, microbatches=m, synchronous=True, samples_per_step=m, repeated=repeated
+        log,
+        stages=p,
+        microbatches=m,
+        synchronous=schedule.synchronous if schedule else True,
+        fill_microbatches=schedule.fill_microbatches() if schedule else None,
+        samples_per_step=m,
+        repeated=repeated,
     )
 
 
@@ -62,6 +73,74 @@ def test_periodic_equals_full_uniform(p, m):
         assert full.iteration_time_s == pytest.approx((m + p - 1) * 3.0 + 0.5, rel=1e-12)
 
 
+STEADY = [
+    ("1f1b", 4, 64, None),
+    ("interleaved_1f1b", 4, 64, 2),
+    ("interleaved_1f1b", 4, 96, 3),
+    ("interleaved_1f1b", 1, 32, 2),
+    ("interleaved_zero_bubble", 4, 64, 2),
+    ("zbv_zero_bubble", 4, 64, None),
+    ("dualpipe_v", 4, 64, None),
+    ("pipedream", 4, 64, None),
+    ("pipedream_2bw", 4, 64, None),
+    ("pipemare", 4, 64, None),
+]
+
+
+@pytest.mark.parametrize(("name", "p", "m", "v"), STEADY)
+def test_periodic_equals_full_every_schedule(name, p, m, v):
+    """Sends that cost time (3 MB at 10 GB/s), stashes, an optimizer step: the periodic run
+    of each schedule with a steady state equals its full simulation."""
+    sched = get_schedule(name)(p, m, v)
+    inp = uniform_input(
+        name, p, m, fwd_s=1.0, bwd_s=2.0, out_bytes=3e6, act_bytes=1e6,
+        iterations=sched.steady_state_iterations(), virtual_stages=v,
+    )  # fmt: skip
+    inp = replace(
+        inp, plans=tuple(tuple(replace(pl, optimizer_s=0.5) for pl in r) for r in inp.plans)
+    )
+    full = _metrics(simulate(inp), p, m, schedule=sched)
+    log, rep = simulate_periodic(inp, sched)
+    assert rep is not None and rep.repeats >= 1, log.meta["periodic"]
+    _assert_equal(full, _metrics(log, p, m, rep, sched))
+
+
+@pytest.mark.parametrize("name", ["gpipe", "looped_bfs"])
+def test_falls_back_without_a_steady_phase(name):
+    sched = get_schedule(name)(4, 32, None)
+    inp = uniform_input(name, 4, 32, iterations=2, virtual_stages=sched.virtual_stages)
+    assert "every forward before its backwards" in _fallback(inp, sched)
+
+
+def test_falls_back_when_no_shorter_run_keeps_the_rounds():
+    """Interleaved 1F1B with m = 20 on p = 8 runs rounds of 10 micro-batches: a run that shows
+    four of them after the fill is longer than the iteration."""
+    sched = Interleaved1F1B(8, 20, 2)
+    assert sched.period_microbatches() == 10
+    inp = uniform_input("interleaved_1f1b", 8, 20, iterations=2, virtual_stages=2)
+    assert "too few" in _fallback(inp, sched)
+
+
+def test_falls_back_when_the_program_is_not_the_schedules():
+    """A program with one action moved is not the short run's with periods inserted."""
+    p, m = 4, 40
+    inp = uniform_input("1f1b", p, m, iterations=2)
+    prog = [list(r) for r in inp.program]
+    i = next(i for i, a in enumerate(prog[1]) if a.op == "F" and a.microbatch == 20)
+    prog[1][i], prog[1][i + 1] = prog[1][i + 1], prog[1][i]  # 1B16, 1F20 -> 1F20, 1B16
+    why = _fallback(replace(inp, program=type(inp.program)(prog)), OneFOneB(p, m))
+    assert "rank 1's actions are not the short run's" in why
+
+
+def test_spliced_inserts_relabelled_copies_of_the_period():
+    """PipeDream's per-backward STEPs carry step numbers: they move with the periods."""
+    short = [Action.from_str(x) for x in "0F0 0F1 0B0 0STEP0 0F2 0B1 0STEP1 0B2 0STEP2".split()]
+    out = spliced(short, [(4, 3)], count=2, q=1, chunks=1)
+    assert [str(a) for a in out] == (
+        "0F0 0F1 0B0 0STEP0 0F2 0B1 0STEP1 0F3 0B2 0STEP2 0F4 0B3 0STEP3 0B4 0STEP4".split()
+    )
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     p=st.integers(2, 6),
@@ -92,17 +171,22 @@ def _exp(trace, servers, t, p, w, m, mode, framework="megatron-lm", **sweep) -> 
 
 
 @pytest.mark.parametrize(
-    ("servers", "t", "p", "w", "m", "framework"),
+    ("servers", "t", "p", "w", "m", "framework", "sweep"),
     [
-        (2, 2, 4, 2, 32, "megatron-lm"),  # TP and DP collectives (local DDP: at the step)
-        (2, 1, 8, 2, 96, "pipesim"),  # DDP buckets overlapping the last backward
-        (2, 1, 4, 4, 24, "deepspeed"),  # blocking sends, step barrier
-        (4, 2, 16, 1, 40, "megatron-lm"),  # p = 16 across 4 servers, TP only
+        (2, 2, 4, 2, 32, "megatron-lm", {}),  # TP and DP collectives (local DDP: at the step)
+        (2, 1, 8, 2, 96, "pipesim", {}),  # DDP buckets overlapping the last backward
+        (2, 1, 4, 4, 24, "deepspeed", {}),  # blocking sends, step barrier
+        (4, 2, 16, 1, 40, "megatron-lm", {}),  # p = 16 across 4 servers, TP only
+        # issue 28: the other schedules with a steady state
+        (2, 2, 2, 4, 48, "megatron-lm", {"schedule": "interleaved_1f1b"}),  # blocking, v = 2
+        (2, 1, 4, 2, 48, "pipesim", {"schedule": "zbv_zero_bubble"}),
+        (2, 1, 4, 2, 48, "pipesim", {"schedule": "dualpipe_v"}),
+        (2, 1, 4, 4, 32, "pipesim", {"schedule": "pipedream_2bw", "memory_policy": "none"}),
     ],
 )
-def test_periodic_equals_full_gpt(gpt, servers, t, p, w, m, framework):
-    full = api.simulate(_exp(gpt, servers, t, p, w, m, "full", framework))
-    per = api.simulate(_exp(gpt, servers, t, p, w, m, "symmetric", framework))
+def test_periodic_equals_full_gpt(gpt, servers, t, p, w, m, framework, sweep):
+    full = api.simulate(_exp(gpt, servers, t, p, w, m, "full", framework, **sweep))
+    per = api.simulate(_exp(gpt, servers, t, p, w, m, "symmetric", framework, **sweep))
     assert per.resolved.sim_input.mirrored
     assert per.log.meta["periodic"].startswith("periodic:"), per.log.meta["periodic"]
     assert any(n.startswith("periodic:") for n in per.log.meta["compute_notes"])
@@ -114,11 +198,6 @@ def _fallback(inp, schedule) -> str:
     log, rep = simulate_periodic(inp, schedule)
     assert rep is None
     return log.meta["periodic"]
-
-
-def test_falls_back_for_other_schedules():
-    inp = uniform_input("gpipe", 4, 32, iterations=2)
-    assert "not 1F1B" in _fallback(inp, GPipe(4, 32))
 
 
 def test_falls_back_with_too_few_microbatches():

@@ -170,6 +170,31 @@ def test_pruning_keeps_the_winner():
             assert a == b
 
 
+def test_llama3_70b_question_pruned_as_the_exhaustive_sweep():
+    """Issue 28: the shipped 64-H100 Llama-3-70B question (symmetric, periodic; here a grid
+    small enough to simulate whole: both schedules x p 2, 4 x t 4, 8 x cp 1, 2): the planner
+    picks the exhaustive sweep's winner, simulates fewer points, and every point it pruned
+    by memory (interleaved ones too, once resolved) does not fit."""
+    data = yaml.safe_load((ROOT / "experiments" / "llama3-70b-64xh100.yaml").read_text())
+    data["sweep"].update(stages=[2, 4], tensor_parallel=[4, 8], microbatch_size=[1])
+    prep = prepare(parse_experiment(data, file="<test>"), "<test>")
+    points = expand(prep)[0]
+    assert {p.schedule for p in points} == {"1f1b", "interleaved_1f1b"}
+    pruned, stats = _plan(prep, points, True)
+    full, _ = _plan(prep, points, False)
+    assert stats.simulated < len(points) and stats.pruned_resolved > 0
+    assert any(r.schedule == "interleaved_1f1b" and "as partitioned" in r.error for r in pruned), (
+        "an interleaved point is pruned by its resolved bound (a rank's chunks together)"
+    )
+    winner = pick_winner(full)
+    assert winner is not None and pick_winner(pruned) == winner
+    for a, b in zip(pruned, full, strict=True):
+        if a.error.startswith("pruned: memory"):
+            assert not b.fits, (a.error, b)
+        elif not a.error:
+            assert a == b
+
+
 def _write(tmp_path: Path, data: dict) -> Path:
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data))

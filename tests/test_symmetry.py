@@ -59,6 +59,51 @@ def test_symmetric_equals_full(gpt, servers, t, p, w, framework, more):
     assert len(sym.log.events) * w * t == len(full.log.events)
 
 
+def _moe(mode: str, **sweep) -> dict:
+    """Qwen1.5-MoE-A2.7B (60 experts) on two DGX H100 under Megatron-LM's runtime, 1F1B,
+    the distributed optimizer, in ``options.simulation`` mode ``mode``."""
+    gb = sweep.pop("gb", 32)
+    return {
+        "name": "sym-moe",
+        "hardware": "2x-dgx-h100",
+        "framework": "megatron-lm",
+        "models": [{"name": "q", "trace": "qwen1.5-moe-a2.7b", "global_batch": gb}],
+        "training": {"optimizer": "adam", "dtype": "bf16"},
+        "options": {"simulation": mode, "partition": "uniform"},
+        "sweep": {"schedule": "1f1b", "stages": 2, "dp_width": 4, "microbatch_size": 1,
+                  "memory_policy": "dist_opt", **sweep},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sweep",
+    [
+        {"expert_parallel": 4},  # all-to-alls inside a server, expert-data-parallel grads
+        {"expert_parallel": 12, "dp_width": 12, "stages": 1, "gb": 48},  # across servers
+        {"context_parallel": 2, "dp_width": 2},  # ring attention
+        {
+            "context_parallel": 4,
+            "context_parallel_comm": "all_gather",
+            "dp_width": 1,
+            "tensor_parallel": 2,
+            "sequence_parallel": True,
+        },  # fmt: skip
+        {"context_parallel": 2, "context_parallel_comm": "a2a", "expert_parallel": 4},
+    ],
+)
+def test_symmetric_equals_full_with_expert_and_context_parallelism(sweep):
+    """Issue 28: the EP and CP ranks are mirrored like the data-parallel replicas; the
+    mirrored run (periodic where it can be) gives the full simulation's iteration time and
+    peak (16 GPUs, all of them simulated in full)."""
+    full = api.simulate(_moe("full", **dict(sweep)))
+    sym = api.simulate(_moe("symmetric", **dict(sweep)))
+    assert sym.resolved.sim_input.mirrored and not full.resolved.sim_input.mirrored
+    assert sym.metrics.iteration_time_s == pytest.approx(full.metrics.iteration_time_s, rel=1e-12)
+    assert sym.metrics.peak_memory_bytes == full.metrics.peak_memory_bytes
+    assert sym.metrics.comm_bytes == pytest.approx(full.metrics.comm_bytes, rel=1e-9)
+    assert len({e.device for e in sym.log.events}) == sym.resolved.point.stages
+
+
 def test_auto_mirrors_above_64_gpus_only(gpt):
     small = api.simulate(_exp(gpt, 2, 1, 2, 8, "auto"))
     big = api.simulate(_exp(gpt, 16, 1, 2, 64, "auto"))

@@ -31,6 +31,7 @@ import gc
 gc.disable()  # until the imports below are done (_settle_heap)
 import typer  # noqa: E402
 
+import sim  # noqa: E402
 from sim.cli import (  # noqa: E402
     calibrate,
     compare,
@@ -43,6 +44,7 @@ from sim.cli import (  # noqa: E402
     trace,
     validate,
 )
+from sim.cli.console import QUIET, VERBOSE, setup_logging  # noqa: E402
 
 
 def _settle_heap() -> None:
@@ -67,9 +69,37 @@ def _settle_heap() -> None:
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,  # help text is plain: "pipesim[ray]" keeps its brackets
     help="pipesim: which pipeline schedule, partition, micro-batching and "
-    "memory policy trains fastest on this server, and does it fit?",
+    "memory policy trains fastest on this server, and does it fit?\n\n"
+    "Exit codes: 0 done; 1 nothing fits (or a disk or permission fault); 2 bad input (one "
+    "line naming the file or option and field); 3 an internal error (a bug).",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pipesim {sim.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
+) -> None:
+    """pipesim: which pipeline schedule, partition, micro-batching and memory policy trains
+    fastest on this server, and does it fit?
+
+    Exit codes: 0 done; 1 nothing fits (or a disk or permission fault); 2 bad input (one line
+    naming the file or option and field); 3 an internal error (a bug).
+    """
+    setup_logging(verbose, quiet)
+
+
 app.command("run")(run.run)
 app.add_typer(hardware.app, name="hardware")
 app.add_typer(schedule.app, name="schedule")

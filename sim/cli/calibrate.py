@@ -4,6 +4,7 @@ OVERLAY.yaml`` over :func:`sim.calibrate_runs.calibrate_from_runs`."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import typer
@@ -17,6 +18,9 @@ from sim.calibrate_runs import PARAMETERS, Fit, calibrate_from_runs, mape
 from sim.cli.console import err, friendly, need_torch, out
 from sim.config import MAX_GPUS
 from sim.errors import InputError
+from sim.progress import progress
+
+log = logging.getLogger(__name__)
 
 
 def _report(result: Fit, path: Path) -> None:
@@ -105,7 +109,11 @@ def calibrate(
     check_writable(out_path, option="--out")  # fail now, not after the measurement
     need_torch()
     check_device(device, nproc=nproc)
-    hardware = calibrate_devices(nproc=nproc, device=device, path=out_path)
+    log.info("calibrating %d %s rank(s): compute, copies, rank-to-rank links, GEMMs by shape, "
+             "launch overhead (a few minutes)", nproc, device)  # fmt: skip
+    with progress(1, "calibrating", "measurements", console=err) as on_done:
+        hardware = calibrate_devices(nproc=nproc, device=device, path=out_path)
+        on_done(1)
     gpu_spec = hardware.get("gpu", {})
     out.print(escape(f"wrote {out_path}: {nproc} x {gpu_spec.get('model', device)}"))
     for link in hardware.get("links", [])[:4]:

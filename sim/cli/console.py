@@ -1,38 +1,144 @@
-"""What every ``sim`` command shares: the consoles, and bad input as one line and exit code 2.
+"""What every ``sim`` command shares: the consoles, logging, and bad input as one line, exit 2.
 
 Every command turns bad input into one message naming the file (or option) and field, exit
-code 2, and no traceback (:func:`friendly`). Units: seconds and bytes inside; the tables print
+code 2, and no traceback (:func:`friendly`); an unexpected exception (a bug) into one line and
+exit code 3 (the traceback with ``sim -v``). Units: seconds and bytes inside; the tables print
 ms, GiB, GB/s.
+
+Messages about the work (notes, warnings, progress) go to standard error through
+:mod:`logging` (the ``sim`` logger; :func:`setup_logging`): rich's handler on a terminal, plain
+``note: ...`` / ``warning: ...`` lines in logs and CI, so they never wrap. ``-q`` keeps
+warnings and errors only, ``-v`` adds details (every skipped kind, the files written,
+tracebacks).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
+from rich.highlighter import NullHighlighter
+from rich.logging import RichHandler
 from rich.markup import escape
+from rich.text import Text
 
-from sim.errors import InputError
+from sim.errors import EXIT_INTERNAL, InputError
 
+
+def _no_flag_metavar() -> None:
+    """typer 0.29's rich help prints ``<bool>`` beside every flag (``--no-cache <bool>``),
+    which takes no value: show no type for flags (typer.core.TyperOption.display_type_rich)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag and not self.count:
+            return None
+        return shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_flag_metavar()
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+LEVEL_NAMES = {
+    logging.DEBUG: "debug",
+    logging.INFO: "note",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+    logging.CRITICAL: "error",
+}
+"""How each logging level is labelled on the console."""
+VERBOSE = typer.Option(
+    0,
+    "--verbose",
+    "-v",
+    count=True,
+    show_default=False,
+    help="More detail (every skipped kind, files, tracebacks).",
+)
+QUIET = typer.Option(False, "--quiet", "-q", help="Only the answer, warnings and errors.")
+
+
+class _Plain(logging.Formatter):
+    """``note: message`` (one line per message, for logs and CI)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{LEVEL_NAMES.get(record.levelno, record.levelname.lower())}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+class _Rich(RichHandler):
+    """rich's handler with pipesim's level names (``note``, ``warning``)."""
+
+    def get_level_text(self, record: logging.LogRecord) -> Text:
+        name = LEVEL_NAMES.get(record.levelno, record.levelname.lower())
+        return Text.styled(name.ljust(8), f"logging.level.{record.levelname.lower()}")
+
+
+def setup_logging(verbose: int = 0, quiet: bool = False, console: Console | None = None) -> None:
+    """Show the ``sim`` logger's messages on standard error: INFO and up (``quiet``: WARNING;
+    ``verbose``: DEBUG), through rich's handler on a terminal, else as plain lines; with
+    ``console``, through rich's handler on it (a recording console, for a screenshot)."""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logger = logging.getLogger("sim")
+    for h in [h for h in logger.handlers if getattr(h, "pipesim", False)]:
+        logger.removeHandler(h)
+    handler: logging.Handler
+    if console is not None or sys.stderr.isatty():
+        handler = _Rich(
+            console=console or Console(stderr=True),
+            show_time=False,
+            show_path=False,
+            markup=False,
+            rich_tracebacks=True,
+            highlighter=NullHighlighter(),
+        )
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Plain())
+    setattr(handler, "pipesim", True)  # noqa: B010 - marks the handlers set up here
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def apply_verbosity(verbose: int, quiet: bool) -> None:
+    """A command's own ``-v``/``-q`` (when given) over the global ones (``sim -v run``)."""
+    if verbose or quiet:
+        setup_logging(verbose, quiet)
+
+
+def quiet_now() -> bool:
+    """Whether ``-q`` is in force (notes hidden)."""
+    return not logging.getLogger("sim").isEnabledFor(logging.INFO)
+
 
 def friendly(fn: F) -> F:
     """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2, an
-    operating-system fault (disk full, permission lost mid-run) one line and exit code 1."""
+    operating-system fault (disk full, permission lost mid-run) one line and exit code 1, any
+    other exception (a bug) one line and exit code 3 (its traceback with ``-v``)."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.ClickException):
+            raise
         except InputError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
@@ -44,6 +150,15 @@ def friendly(fn: F) -> F:
                 soft_wrap=True,
             )
             raise typer.Exit(1) from None
+        except Exception as exc:  # noqa: BLE001 - a bug: one line, its own exit code
+            logging.getLogger("sim").debug("traceback of the internal error:", exc_info=True)
+            err.print(
+                f"[bold red]internal error:[/] {escape(type(exc).__name__ + ': ' + str(exc))} "
+                "(a bug in pipesim; `sim -v ...` shows the traceback; please report it)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]
 

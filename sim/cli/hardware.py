@@ -10,7 +10,9 @@ from sim.cli.console import friendly, out
 from sim.hardware.describe import describe_topology, topology_to_dict
 from sim.hardware.loader import list_presets, load_hardware
 
-app = typer.Typer(no_args_is_help=True, help="Hardware presets (GPUs, links, hosts).")
+app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Hardware presets (GPUs, links, hosts)."
+)
 
 
 @app.command("list")
@@ -23,7 +25,7 @@ def hardware_list() -> None:
 @app.command("show")
 @friendly
 def hardware_show(
-    name: str = typer.Argument(..., help="Preset name or hardware YAML path."),
+    name: str = typer.Argument(..., metavar="NAME", help="Preset name or hardware YAML path."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (bytes, bytes/s, seconds)."),
 ) -> None:
     """Print a hardware description: GPUs (GiB, TFLOPS), links (GB/s, us) and routes."""

@@ -7,9 +7,11 @@ checked here, before torch starts; a bad one exits 2 naming it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -25,7 +27,11 @@ from sim.cli.console import check_choice, err, friendly, need_torch, out
 from sim.cli.trace import estimate_text
 from sim.config import NAME_PATTERN
 from sim.errors import InputError
+from sim.progress import progress
+from sim.trace.native import write_trace
 from sim.trace.schema import Trace
+
+log = logging.getLogger(__name__)
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -261,6 +267,7 @@ def profile(
         check_device(device)
     if user:
         check_user_options(model, for_gpu, concurrent)
+        log.info("%s %s ...", "analysing" if for_gpu else "profiling", model)
         trace = profile_user(out_path=out_path, model=model, layers=layers, loss=loss,
                              for_gpu=for_gpu, name=name, microbatch_size=microbatch_size,
                              device=device, dtype=dtype, threads=threads, reps=reps,
@@ -274,14 +281,25 @@ def profile(
                 hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab)  # fmt: skip
     if tensor_parallel:
         check_tp_options(spec, tensor_parallel, device)
-    try:
-        trace = profile_concurrent(spec, copies=concurrent, microbatch_sizes=microbatch_size or [4],
-                                   device=device, dtype=dtype or "fp32", reps=reps,
-                                   split_backward=split_backward,
-                                   threads=threads or max(1, (os.cpu_count() or 2) // 2),
-                                   attention=attention, path=out_path)  # fmt: skip
-    except ValueError as exc:
-        raise InputError(str(exc), field="model options") from None
+    from backends.torch.profile.layers import merge_sizes  # imports torch: only when needed
+
+    sizes = sorted(set(microbatch_size or [4]))
+    kwargs: dict[str, Any] = dict(copies=concurrent, device=device, dtype=dtype or "fp32", reps=reps,
+                  split_backward=split_backward,
+                  threads=threads or max(1, (os.cpu_count() or 2) // 2), attention=attention)  # fmt: skip
+    traces = []
+    with progress(len(sizes), "profiling", "micro-batch sizes", console=err) as on_done:
+        for b in sizes:
+            log.info("profiling %s at b=%d: %d layers, %d repetitions each, %d copies at once",
+                     spec["name"], b, int(spec["layers"]) + 2, reps, concurrent)  # type: ignore[call-overload]  # fmt: skip
+            try:
+                traces.append(profile_concurrent(spec, microbatch_size=b, **kwargs))
+            except ValueError as exc:
+                raise InputError(str(exc), field="model options") from None
+            on_done(len(traces))
+    trace = merge_sizes(traces)  # as profile_concurrent(microbatch_sizes=...) does
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(trace, out_path)
     if tensor_parallel:
         try:
             trace = with_tp_overhead(trace, spec, tensor_parallel, reps=reps, path=out_path)

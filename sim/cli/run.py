@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import os
+import sys
 from enum import StrEnum
 from pathlib import Path
 
+import pandas as pd
 import typer
 
 from sim import api
-from sim.cli.console import friendly, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out, quiet_now
+
+
+class Format(StrEnum):
+    """``sim run --format`` choices."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
 
 
 class RunExecutor(StrEnum):
@@ -23,6 +33,7 @@ class RunExecutor(StrEnum):
 def run(
     experiment: Path = typer.Argument(
         ...,
+        metavar="EXPERIMENT",
         help="Experiment YAML (e.g. experiments/dgx1.yaml) "
         "or a winner.yaml written by an earlier run.",
     ),
@@ -64,22 +75,52 @@ def run(
         help="Simulate every configuration: no pruning by the memory and throughput bounds "
         "(as sweep.prune: false; the winner is the same).",
     ),
+    wide: bool = typer.Option(
+        False, "--wide", help="Every column in the table of best configurations."
+    ),
+    fmt: Format = typer.Option(
+        "table",
+        "--format",
+        help="table: the best configurations per model; csv or json: every row of "
+        "results.csv on standard output (everything else on standard error).",
+    ),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Simulate every configuration of an experiment's grid and report the fastest that fits.
 
     Writes results.csv (one row per configuration; times in seconds, memory in bytes),
     winner.yaml (re-runnable with `sim run`, accepted by `sim validate`), config.resolved.yaml,
     plots (PNG) and timeline.json (Chrome trace: open in https://ui.perfetto.dev).
+
+    Exit codes: 0 done; 1 some model has no configuration that fits; 2 bad input (nothing
+    written); 3 some configurations failed with an internal error (a bug: their rows say
+    where; everything else is written).
     """
+    apply_verbosity(verbose, quiet)
+    table = "none" if fmt != Format.table or quiet_now() else "wide" if wide else "compact"
     outcome = api.run(
         experiment,
         out=out_dir,
         jobs=jobs or (os.cpu_count() or 1),
         cache=not no_cache,
         plots=plots,
-        console=out,
+        console=out if fmt == Format.table else err,
         executor=executor.value,
         exhaustive=exhaustive,
+        table=table,
+        progress=not quiet_now(),
         hardware_overlay=hardware_overlay,
     )
+    if fmt != Format.table:
+        _dump(outcome.out_dir / "results.csv", fmt)
     raise typer.Exit(outcome.code)
+
+
+def _dump(results: Path, fmt: Format) -> None:
+    """results.csv on standard output, as it is (csv) or as a JSON list of records."""
+    if fmt == Format.csv:
+        sys.stdout.write(results.read_text(encoding="utf-8"))
+        return
+    df = pd.read_csv(results, keep_default_na=False, na_values=[""])
+    sys.stdout.write(df.to_json(orient="records", indent=1) + "\n")

@@ -14,7 +14,9 @@ from sim.schedules.csv_io import to_csv
 from sim.schedules.grid import format_grid
 from sim.schedules.registry import get_schedule, schedule_names
 
-app = typer.Typer(no_args_is_help=True, help="Pipeline schedules as per-rank actions.")
+app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Pipeline schedules as per-rank actions."
+)
 
 
 @app.command("list")
@@ -27,7 +29,9 @@ def schedule_list() -> None:
 @app.command("show")
 @friendly
 def schedule_show(
-    name: str = typer.Argument(..., help="Schedule name (see `sim schedule list`)."),
+    name: str = typer.Argument(
+        ..., metavar="NAME", help="Schedule name (see `sim schedule list`)."
+    ),
     stages: int = typer.Option(
         ..., "--stages", "-p", min=1, max=MAX_GPUS, help="Pipeline depth p."
     ),

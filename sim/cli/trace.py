@@ -17,7 +17,9 @@ from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
-app = typer.Typer(no_args_is_help=True, help="Per-layer traces (profiles) of models.")
+app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Per-layer traces (profiles) of models."
+)
 
 
 @app.command("list")
@@ -89,7 +91,7 @@ def estimate_text(trace: Trace) -> str | None:
 
 @app.command("show")
 @friendly
-def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> None:
+def trace_show(ref: str = typer.Argument(..., metavar="TRACE", help="Trace name or path.")) -> None:
     """Print a trace's layers (ms, MiB) and provenance."""
     trace = load_trace(ref, file="command line", field="TRACE")
     out.print(layer_table(trace))
@@ -104,6 +106,7 @@ def trace_show(ref: str = typer.Argument(..., help="Trace name or path.")) -> No
 def trace_import_kineto(
     source: Path = typer.Argument(
         ...,
+        metavar="SOURCE",
         help="torch.profiler Chrome trace (.json or .json.gz) "
         "whose layers are record_function annotations.",
     ),

@@ -19,7 +19,7 @@ from backends.torch.devices import check_device_name
 from backends.torch.replay.replayer import TorchReplayer
 from sim import api
 from sim.atomic import check_writable
-from sim.cli.console import err, friendly, need_torch, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, need_torch, out
 from sim.config import MAX_GPUS, MAX_ITERATIONS, MAX_MICROBATCHES
 from sim.validate import ValidationSpec
 
@@ -150,6 +150,7 @@ def verdict(df: pd.DataFrame, single_rank: bool) -> str | None:
 def validate(
     config: Path = typer.Argument(
         ...,
+        metavar="CONFIG",
         help="A winner.yaml (or any single-configuration "
         "experiment) whose trace was made by `sim profile`.",
     ),
@@ -229,6 +230,8 @@ def validate(
         help="Check each replay's losses and gradients against the same model, seed and data "
         "run in one process (the numerics columns).",
     ),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Replay a configuration on real devices with torch and compare with the prediction.
 
@@ -238,6 +241,7 @@ def validate(
     validation.csv. With --single-rank R, one rank runs alone (see sim/validate/predict.py).
     Exit 1 when a replay failed (its row is kept), ran wrong actions or failed the numerics.
     """
+    apply_verbosity(verbose, quiet)
     check_device_name(device)
     spec = ValidationSpec(schedules=tuple(schedule or ()), microbatches=tuple(microbatches or ()),
                           device=device, nproc=nproc, iterations=iterations,
@@ -256,7 +260,8 @@ def validate(
                           device=device, nproc=nproc, iterations=iterations, warmup=warmup,
                           torch_builtin=torch_builtin, rank=single_rank, stages=stages,
                           virtual_stages=virtual_stages, numerics=numerics,
-                          timeout_s=timeout, on_row=table_printer(table))  # fmt: skip
+                          timeout_s=timeout, on_row=table_printer(table),
+                          console=out)  # fmt: skip
     print_summary(result.table, result.path, table, single_rank is not None)
     why = verdict(result.table, single_rank is not None)
     if why:

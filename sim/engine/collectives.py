@@ -36,8 +36,8 @@ communicator (rank ``k`` of every replica). The reduction that overlaps the last
 buckets) is :mod:`sim.engine.buckets`; the tensor-parallel collectives are
 :mod:`sim.engine.tensor_collectives`.
 
-Mirrored runs (:mod:`sim.engine.symmetry`): only replica 0's tensor rank 0 joins; a
-collective starts when the simulated members have joined, runs its plan over every member
+Mirrored runs (:mod:`sim.engine.symmetry`): only replica 0's tensor rank 0 joins (of an
+expert-data-parallel group too); a collective starts when the simulated members have joined, runs its plan over every member
 (the time of the whole communicator) and holds the links :class:`~sim.engine.symmetry.HeldLinks`
 says (those of the simulated GPUs and between switches).
 
@@ -157,7 +157,7 @@ class Collectives:
         if self.expert_nbytes(rep) > 0:
             group_of = self.expert_members(rep)
             key = ("expert", rep.stage, rep.tp_rank, step_no, group_of[0])
-            parts.append((key, len(group_of), self.expert_nbytes(rep), group_of))
+            parts.append((key, self.held.members(group_of), self.expert_nbytes(rep), group_of))
         for key, size, nbytes, members in parts:
             group = self._overlapped.get(key)
             if group is None:
@@ -297,7 +297,7 @@ class Collectives:
         group[1] += 1
         size = self.expert_nbytes(rep)
         plan = self.ring(rep.stage, rep.tp_rank, members)
-        if group[1] == len(members):
+        if group[1] == self.held.members(members):
             del self._groups[key]
             self.env.process(self._hold(plan, size, kind, group[0]))
         start = self.env.now

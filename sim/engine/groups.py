@@ -22,7 +22,10 @@ for its duration:
   (inside the compute). Not modelled: the hidden part's contention with other traffic;
 * ``all_gather`` / ``reduce_scatter``: the group's rings (:mod:`sim.comm.hierarchical`).
 
-Waiting for the others is part of a rank's first exchange event (as tensor-parallel ones). The
+Waiting for the others is part of a rank's first exchange event (as tensor-parallel ones). In a
+mirrored run (:mod:`sim.engine.symmetry`) only replica 0 is simulated: its groups' exchanges start
+when it joins (the other members run the same program and join at the same moment), run over all
+members' GPUs and hold the links :class:`~sim.engine.symmetry.HeldLinks` says. The
 exchanges block the rank's compute stream (Megatron's dispatcher waits for its all-to-all);
 overlapping them with another micro-batch's compute is :meth:`GroupCollectives.run_ops`' use
 by the DualPipe overlap (:mod:`sim.engine.overlap`).
@@ -38,6 +41,7 @@ from sim.comm.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_u
 from sim.comm.hierarchical import collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
 from sim.parallel.ops import GroupOp
@@ -96,7 +100,14 @@ class GroupCollectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
-        self._cost = lru_cache(maxsize=None)(lambda gpus, op: op_cost(inp.topology, gpus, op, cost))
+        held = HeldLinks(inp)
+
+        def timed(gpus: tuple[str, ...], op: GroupOp) -> tuple:
+            links, dur, exposed = op_cost(inp.topology, gpus, op, cost)
+            return held.of(links), dur, exposed
+
+        self._cost = lru_cache(maxsize=None)(timed)
+        self._joining = held.members
 
     def size(self, group: str) -> int:
         """Members of a ``group`` (``ep`` or ``cp``)."""
@@ -126,7 +137,7 @@ class GroupCollectives:
         key = (group, members[0], rep.stage, rep.tp_rank, label)
         entry = self._groups.setdefault(key, [self.env.event(), 0])
         entry[1] += 1
-        if entry[1] == len(members):
+        if entry[1] == self._joining(members):
             del self._groups[key]
             self.env.process(self.run_ops(rep, group, ops, entry[0]))
         start = self.env.now

@@ -1,8 +1,9 @@
-"""Find and verify the period of a 1F1B pipeline's steady state in an event log.
+"""Find and verify the period of a pipeline's steady state in an event log.
 
-In the steady state of a flushed 1F1B iteration every stage alternates one backward and one
-forward, and (stage costs, plans, links and the program being fixed) the whole pipeline's
-activity repeats with a period ``delta_s``: what starts in ``[c, c + delta_s)`` starts again,
+In the steady state of an iteration every stage alternates backwards (B, or I and W) and
+forwards (1F1B: one of each; interleaved and V-shaped orders: a round over the rank's chunks),
+and (stage costs, plans, links and the program being fixed) the whole pipeline's activity
+repeats with a period ``delta_s``: what starts in ``[c, c + delta_s)`` starts again,
 ``delta_s`` later, in ``[c + delta_s, c + 2 delta_s)``, on the same devices and streams, with the
 same durations, bytes and links, and every device's memory goes through the same changes from
 the same level. :func:`find_period` finds such a cut ``c`` and period in one iteration of a log
@@ -18,6 +19,7 @@ durations, so a repeat is equal up to rounding, not bit for bit).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from sim.events import Event, EventKind, EventLog, MemoryEvent
@@ -48,14 +50,17 @@ class Period:
     events: tuple[Event, ...]
 
 
-def find_period(log: EventLog, iteration: int, max_microbatches: int = 1) -> Period | str:
+def find_period(
+    log: EventLog, iteration: int, max_microbatches: int = 1, step: int = 1
+) -> Period | str:
     """The steady-state period of ``iteration`` in ``log`` (module doc) of the fewest
-    micro-batches ``q <= max_microbatches``, or why none was found.
+    micro-batches ``q <= max_microbatches``, a multiple of ``step`` (the schedule's own
+    period, :meth:`~sim.schedules.base.Schedule.period_microbatches`), or why none was found.
 
-    The steady range is from the latest first backward to the earliest last forward over the
-    stages (every stage alternating B and F); a period of ``q`` micro-batches is the spacing of
-    backwards ``q`` apart on stage 0, constant over the last :data:`WINDOWS` ``+ 1`` periods of
-    the range (the latest, where a transient has had longest to die out); the cut is placed
+    The steady range is from the latest first backward (B or I) to the earliest last forward
+    over the stages (every stage alternating backwards and forwards); a period of ``q``
+    micro-batches is the spacing of backwards ``q`` apart on stage 0, constant over the last
+    :data:`WINDOWS` ``+ 1`` periods of the range (the latest, where a transient has had longest to die out); the cut is placed
     there, in the widest gap between event starts so that rounding does not move an event
     across it.
     """
@@ -66,7 +71,7 @@ def find_period(log: EventLog, iteration: int, max_microbatches: int = 1) -> Per
     b = [t for t in starts if lo <= t <= hi]
     tol = REL_TOL * max(_last_time(log), 1.0)
     why = f"iteration {iteration}: no steady period of at most {max_microbatches} micro-batches"
-    for q in range(1, max_microbatches + 1):
+    for q in range(step, max_microbatches + 1, step):
         tail = b[-((WINDOWS + 1) * q + 1) :]
         steps = [y - x for x, y in zip(tail, tail[q:], strict=False)]
         if len(tail) < (WINDOWS + 1) * q + 1:
@@ -101,7 +106,7 @@ def _steady_ranges(log: EventLog, iteration: int) -> tuple[float, float, list[fl
         if e.kind != EventKind.COMPUTE or e.iteration != iteration or e.stage is None:
             continue
         op = _op(e.name)
-        if op == "B":
+        if op in ("B", "I"):
             first_b[e.stage] = min(first_b.get(e.stage, e.start_s), e.start_s)
             if e.stage == 0 and e.replica == 0:
                 b0.append(e.start_s)
@@ -137,12 +142,14 @@ def _quiet_cut(log: EventLog, lo: float, delta: float) -> float:
 
 def _compare(log: EventLog, cut: float, delta: float, tol: float) -> str | None:
     """Why the :data:`WINDOWS` windows after ``cut`` differ, or None when they repeat."""
-    spans = [_span_key(log.events, cut + i * delta, delta) for i in range(WINDOWS)]
+    end = cut + WINDOWS * delta
+    near = [e for e in log.events if cut <= e.start_s < end]  # one pass over the log
+    spans = [_span_key(near, cut + i * delta, delta) for i in range(WINDOWS)]
     for i in range(1, WINDOWS):
         why = _same(spans[0], spans[i], tol, "events")
         if why is not None:
             return why
-    mems = [_memory_key(log.memory, cut + i * delta, delta, tol) for i in range(WINDOWS)]
+    mems = _memory_keys(log.memory, cut, delta, tol)
     for i in range(1, WINDOWS):
         why = _same(mems[0], mems[i], tol, "memory changes")
         if why is not None:
@@ -173,30 +180,45 @@ def _span_key(events: list[Event], start: float, delta: float) -> list[tuple]:
     return sorted(out, key=lambda k: (k[0], k[1], k[2]))  # stable: the log's order within
 
 
-def _memory_key(memory: list[MemoryEvent], start: float, delta: float, tol: float) -> list[tuple]:
-    """Per device: its level at ``start``, its highest level in ``[start, start + delta)``,
-    and its changes there grouped by instant (changes within ``tol`` of each other: the
-    order of simultaneous changes follows float rounding, so each group is compared as a
-    sorted set, and the highest level catches an order that would change the peak)."""
+def _memory_keys(memory: list[MemoryEvent], cut: float, delta: float, tol: float) -> list:
+    """Per window of the :data:`WINDOWS` after ``cut``, per device: its level at the window's
+    start, its changes in the window grouped by instant (changes within ``tol`` of each
+    other) and its level at the end; one pass over ``memory`` (in time order).
+
+    Each instant's changes are compared as a sorted set, and the highest level a window reaches
+    is not compared: simultaneous changes apply in the order the engine's queue holds them,
+    which follows the float rounding of their times and may change from period to period (an
+    allocation ahead of a free in one period, behind it in the next). A repeated period is
+    taken to reach one of the levels the checked windows reached, all within the run's peak
+    (an assumption: an order of the same changes, like the full simulation's, which rounding
+    decides as well)."""
+    starts = [cut + i * delta for i in range(WINDOWS)]
+    edges = [*starts, starts[-1] + delta]
     level: dict[str, float] = {}
-    top: dict[str, float] = {}
-    groups: dict[str, list[list]] = {}
+    groups: list[dict[str, list[list]]] = [{} for _ in range(WINDOWS)]
+    ends: list[dict[str, float]] = []
     for m in memory:
-        if m.time_s < start:
-            level[m.device] = level.get(m.device, 0.0) + m.delta_bytes
-        elif m.time_s < start + delta:
-            now = level.get(m.device, 0.0) + m.delta_bytes
-            level[m.device] = now
-            top[m.device] = max(top.get(m.device, now), now)
-            rel, dev = m.time_s - start, groups.setdefault(m.device, [])
-            if not dev or rel - dev[-1][0] > tol:
-                dev.append([rel, []])
-            dev[-1][1].append((str(m.category), m.delta_bytes))
-    out: list[tuple] = []
-    for d in sorted(top):
-        out.append((d, "top", top[d]))
-        out.extend((d, "at", rel, tuple(sorted(ch))) for rel, ch in groups[d])
-    out.extend((d, "end", level[d]) for d in sorted(level))
+        i = bisect_right(edges, m.time_s) - 1  # -1 before the first window
+        while len(ends) < min(i, WINDOWS):  # windows ended before this change
+            ends.append(dict(level))
+        if i >= WINDOWS:
+            break
+        level[m.device] = level.get(m.device, 0.0) + m.delta_bytes
+        if i < 0:
+            continue
+        rel, dev = m.time_s - starts[i], groups[i].setdefault(m.device, [])
+        if not dev or rel - dev[-1][0] > tol:
+            dev.append([rel, []])
+        dev[-1][1].append((str(m.category), m.delta_bytes))
+    while len(ends) < WINDOWS:
+        ends.append(dict(level))
+    out = []
+    for i in range(WINDOWS):
+        key: list[tuple] = []
+        for d in sorted(groups[i]):
+            key.extend((d, "at", rel, tuple(sorted(ch))) for rel, ch in groups[i][d])
+        key.extend((d, "end", v) for d, v in sorted(ends[i].items()))
+        out.append(key)
     return out
 
 

@@ -14,10 +14,19 @@ tensor-parallel one over all ``t`` GPUs of the group; they only wait for the sim
 to join (the others join at the same moment, running the same program).
 
 :func:`asymmetry` says why a configuration cannot be mirrored; the simulation is then the
-full one. The checks, each cheap enough for 16,384 GPUs (linear in GPUs and links):
+full one. Expert and context parallelism: the replicas are the ``dp x cp`` data- and context-parallel
+ranks (:mod:`sim.engine.groups`); every context rank and every rank of an expert-parallel group
+runs the same program (Megatron balances the causal attention over the context ranks, and the
+router's load is the same on every rank of a group, :mod:`sim.compute.routing`), so replica 0
+stands for them too.
 
-* expert or context parallelism (their all-to-alls and ring exchanges between replicas are
-  not one replica's program): full;
+The checks, each cheap enough for 16,384 GPUs (linear in GPUs and links):
+
+* an expert- or context-parallel exchange (all-to-all, ring, all-gather) of the simulated
+  ranks' groups that goes through a host (PCIe switch to socket, QPI): other groups' exchanges
+  share it. An exchange within a group runs over all of the group's GPUs, as a data-parallel
+  collective does (:mod:`sim.engine.groups`): the other members run the same program at the
+  same moment, so the simulated member does not wait for them;
 * a straggler (:attr:`SimInput.stragglers`) among the job's GPUs;
 * a memory plan of some replica or tensor rank that differs from replica 0's tensor rank 0's
   for the same stage (non-uniform stages across replicas);
@@ -32,7 +41,9 @@ full one. The checks, each cheap enough for 16,384 GPUs (linear in GPUs and link
   A send that crosses a link between two switches (a leaf's uplink in a fat tree) is mirrored,
   with a note (:func:`fabric_note`): the other replicas' sends over that link at the same
   moment are not counted there (an assumption; the data-parallel collectives, the bulk of
-  the traffic between servers, hold every member's links).
+  the traffic between servers, hold every member's links). Likewise an expert- or
+  context-parallel exchange that crosses a link between switches (an all-to-all across rails
+  through a spine): the other groups' exchanges over it at the same moment are not counted.
 
 Not checked (an assumption): servers wired differently whose GPUs still have identical links,
 and contention between the data-parallel collectives of different tensor ranks (each tensor
@@ -44,12 +55,17 @@ tensor and data parallelism *and* DDP buckets that overlap the backward, the ful
 is not symmetric itself: a bucket and another replica's tensor-parallel all-reduce request one
 NVSwitch port at the same instant and the links' FIFO serves them in the order of the links'
 names, which differs between replicas, so replicas drift apart by a few milliseconds (0.2 to
-0.6 % of the iteration on 16 to 64 A100s); the mirror gives the symmetric answer.
+0.6 % of the iteration on 16 to 64 A100s); the mirror gives the symmetric answer. Likewise an
+expert-parallel group whose all-to-alls cross the spine, beside the pipeline's sends over the
+same NICs: the full simulation's members join a little apart (6.4e-5 of the iteration,
+DeepSeek-V3 trimmed to 16 layers under DualPipeV on 64 H100s with EP 32 over four servers,
+``experiments/deepseek-v3-dualpipe-overlap.yaml`` at 32 micro-batches); within one server, or
+across servers without spine crossings, the mirror equals it (``tests/test_symmetry.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.inputs import SimInput
@@ -64,13 +80,13 @@ def asymmetry(inp: SimInput) -> str | None:
         A short reason, e.g. ``"a straggler GPU (gpu5 x1.3)"``; None also when there is
         nothing to mirror (one replica and one tensor rank).
     """
-    if inp.layout.cp > 1 or inp.layout.ep > 1:
-        return "expert or context parallelism exchanges between replicas"
     job = _job_gpus(inp)
     slow = [(g, f) for g, f in inp.stragglers if g in job and f != 1.0]
     if slow:
         return f"a straggler GPU (gpu{slow[0][0]} x{slow[0][1]:g})"
-    return _plan_asymmetry(inp) or _gpu_asymmetry(inp) or _send_asymmetry(inp)
+    return (
+        _plan_asymmetry(inp) or _gpu_asymmetry(inp) or _send_asymmetry(inp) or _group_asymmetry(inp)
+    )
 
 
 def mirrored(inp: SimInput) -> tuple[SimInput, str | None]:
@@ -95,6 +111,13 @@ def fabric_note(inp: SimInput) -> str | None:
             f"mirrored: the send {src}->{dst} crosses {lk.name} between switches; other "
             "replicas' sends over it are not counted (an assumption)"
         )
+    for group, src, dst, lk in _group_hops(inp):
+        if not (_is_gpu(lk.src) or _is_gpu(lk.dst)):
+            return (
+                f"mirrored: the {group} exchange {src}->{dst} crosses {lk.name} between "
+                f"switches; other {group} groups' exchanges over it are not counted (an "
+                "assumption)"
+            )
     return None
 
 
@@ -123,13 +146,26 @@ class HeldLinks:
             return plan.links
         held = self._memo.get(plan.names)
         if held is None:
-            mine = self.inp.simulated_gpus
-            held = self._memo[plan.names] = tuple(
-                lk
-                for lk in plan.links
-                if lk.src in mine or lk.dst in mine or not (_is_gpu(lk.src) or _is_gpu(lk.dst))
-            )
+            held = self._memo[plan.names] = self.of(plan.links)
         return held
+
+    def of(self, links: tuple[Link, ...]) -> tuple[Link, ...]:
+        """Of ``links`` (an exchange's, :mod:`sim.engine.groups`), those to hold (not memoised:
+        the caller caches per exchange)."""
+        if not self.inp.mirrored:
+            return links
+        mine = self.inp.simulated_gpus
+        return tuple(
+            lk
+            for lk in links
+            if lk.src in mine or lk.dst in mine or not (_is_gpu(lk.src) or _is_gpu(lk.dst))
+        )
+
+    def members(self, replicas: tuple[int, ...]) -> int:
+        """How many of ``replicas`` (a group's) the run simulates: each one joins."""
+        if not self.inp.mirrored:
+            return len(replicas)
+        return sum(r < self.inp.simulated_replicas for r in replicas)
 
 
 def _is_gpu(node: str) -> bool:
@@ -180,10 +216,14 @@ def _gpu_asymmetry(inp: SimInput) -> str | None:
     return None
 
 
+_GPU_FIELDS = tuple(f.name for f in fields(GPU) if f.name not in ("name", "host"))
+
+
 def _gpu_key(gpu: GPU, hosts: dict[str, tuple]) -> tuple:
-    """What the engine uses of ``gpu`` besides its name: its description and its socket's
-    ``(host overhead, Adam rate)`` (``hosts`` by socket name)."""
-    return (replace(gpu, name="", host=""), hosts[gpu.host])
+    """What the engine uses of ``gpu`` besides its name: its description (every field but
+    its and its host's names) and its socket's ``(host overhead, Adam rate)`` (``hosts`` by
+    socket name)."""
+    return (*(getattr(gpu, f) for f in _GPU_FIELDS), hosts[gpu.host])
 
 
 def _incident_links(topo: Topology) -> dict[str, tuple]:
@@ -207,6 +247,35 @@ def _send_asymmetry(inp: SimInput) -> str | None:
         if lk.src in hosts or lk.dst in hosts:
             return f"the send {src}->{dst} crosses {lk.name}, which other replicas share"
     return None
+
+
+def _group_asymmetry(inp: SimInput) -> str | None:
+    """An expert- or context-parallel exchange of the simulated ranks' groups through a host
+    (PCIe switch to socket, QPI): the path other groups' exchanges share inside a server."""
+    hosts = {h.name for h in inp.topology.hosts}
+    for group, src, dst, lk in _group_hops(inp):
+        if lk.src in hosts or lk.dst in hosts:
+            return f"the {group} exchange {src}->{dst} crosses {lk.name}, which other groups share"
+    return None
+
+
+def _group_hops(inp: SimInput):
+    """``(group, src, dst, link)`` for each link between two members of replica 0's expert-
+    or context-parallel groups (tensor rank 0, every stage) that touches neither of the two
+    GPUs (every pair: an all-to-all's routes; the rings' hops are among them)."""
+    topo = inp.topology
+    for group, size in (("cp", inp.layout.cp), ("ep", inp.layout.ep)):
+        if size < 2:
+            continue
+        for s in range(inp.stages):
+            gpus = [f"gpu{inp.gpu_index(r, s, 0)}" for r in range(size)]
+            for src in gpus:
+                for dst in gpus:
+                    if src == dst:
+                        continue
+                    for lk in topo.route(src, dst):
+                        if lk.src not in (src, dst) and lk.dst not in (src, dst):
+                            yield group, src, dst, lk
 
 
 def _foreign_hops(inp: SimInput):

@@ -216,10 +216,19 @@ class Framework:
         reduction's extra memory passes on the GPU (:func:`step_time_s`)."""
         always, with_dp = self.reduce_extra_bytes.value
         extra = self.step_extra_bytes.value + always + (with_dp if dp_width > 1 else 0.0)
-        out = [step_time_s(p, state, extra) for p in plans]
-        if not self.distributed_optimizer.value or dp_width < 2:
+        shard = self.distributed_optimizer.value and dp_width >= 2
+        done: dict[int, StagePlan] = {}  # a plan shared by many stage replicas, once
+
+        def one(p: StagePlan) -> StagePlan:
+            out = done.get(id(p))
+            if out is None:
+                out = step_time_s(p, state, extra)
+                if shard and not _sharded(out):
+                    out = shard_optimizer(out, dp_width)
+                done[id(p)] = out
             return out
-        return [p if _sharded(p) else shard_optimizer(p, dp_width) for p in out]
+
+        return [one(p) for p in plans]
 
 
 def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> StagePlan:

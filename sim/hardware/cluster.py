@@ -25,29 +25,46 @@ from sim.hardware.fabric import NETWORK, RailFatTree
 from sim.hardware.topology import Link, Topology
 
 
-def _host_name(name: str, n: int, h: int, index: int) -> str:
-    if n == 0:
-        return name
-    if re.fullmatch(r"cpu\d+", name):
-        return f"cpu{n * h + index}"
-    return f"n{n}.{name}"
-
-
 def server_renamer(server: Topology, n: int):
     """The function giving the node name in server ``n`` of a cluster of ``server`` s of each
     node name of ``server`` (module doc)."""
-    g, h = server.num_gpus, len(server.hosts)
-    hosts = {x.name: _host_name(x.name, n, h, j) for j, x in enumerate(server.hosts)}
+    names = _renaming(server, n)
 
     def rename(node: str) -> str:
-        if node in hosts:
-            return hosts[node]
-        m = re.fullmatch(r"gpu(\d+)", node)
-        if m:
-            return f"gpu{n * g + int(m.group(1))}"
-        return node if n == 0 else f"n{n}.{node}"
+        return names[node]
 
     return rename
+
+
+def _template(server: Topology) -> dict[str, tuple]:
+    """How each node name of ``server`` is renamed (module doc), decided once per server:
+    ``("gpu", i)``, ``("cpu", j)`` (a host named ``cpu<j>``: its index among the sockets) or
+    ``("other", name)``."""
+    out: dict[str, tuple] = {}
+    for j, x in enumerate(server.hosts):
+        out[x.name] = ("cpu", j) if re.fullmatch(r"cpu\d+", x.name) else ("other", x.name)
+    for node in server.nodes:
+        if node in out:
+            continue
+        m = re.fullmatch(r"gpu(\d+)", node)
+        out[node] = ("gpu", int(m.group(1))) if m else ("other", node)
+    return out
+
+
+def _renaming(server: Topology, n: int, template: dict[str, tuple] | None = None) -> dict:
+    """Every node name of ``server`` -> its name in server ``n`` (module doc)."""
+    g, h = server.num_gpus, len(server.hosts)
+    out = {}
+    for node, (kind, x) in (template or _template(server)).items():
+        if n == 0:
+            out[node] = node
+        elif kind == "gpu":
+            out[node] = f"gpu{n * g + x}"
+        elif kind == "cpu":
+            out[node] = f"cpu{n * h + x}"
+        else:
+            out[node] = f"n{n}.{x}"
+    return out
 
 
 def build_cluster(server: Topology, fabric: RailFatTree, name: str) -> Topology:
@@ -71,13 +88,14 @@ def build_cluster(server: Topology, fabric: RailFatTree, name: str) -> Topology:
             f"{server.num_gpus}"
         )
     gpus, hosts, switches, links = [], [], [], []
+    template = _template(server)
     for n in range(fabric.servers):
-        rename = server_renamer(server, n)
-        gpus += [replace(x, name=rename(x.name), host=rename(x.host)) for x in server.gpus]
-        hosts += [replace(x, name=rename(x.name)) for x in server.hosts]
-        switches += [rename(s) for s in server.switches]
+        name_of = _renaming(server, n, template)
+        gpus += [replace(x, name=name_of[x.name], host=name_of[x.host]) for x in server.gpus]
+        hosts += [replace(x, name=name_of[x.name]) for x in server.hosts]
+        switches += [name_of[s] for s in server.switches]
         for lk in server.links:
-            a, b = rename(lk.src), rename(lk.dst)
+            a, b = name_of[lk.src], name_of[lk.dst]
             links.append(
                 Link(
                     f"{a}->{b}",

@@ -15,8 +15,9 @@ the caller plans every context.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
+from sim.hardware.topology import GPU
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
 from sim.memory.context import StageContext
@@ -25,6 +26,8 @@ from sim.memory.plan import StagePlan
 _NAMES = frozenset({"replica", "gpu", "host", "layers", "order", "topology"})
 """Context fields left out of its kind: names, and what the stage index already fixes (its
 layers and its ops, :func:`sim.point.stages.stage_contexts`)."""
+_GPU_FIELDS = tuple(f.name for f in fields(GPU) if f.name not in ("name", "host"))
+"""What a context's kind holds of its GPU: its description without its names."""
 
 
 def plan_alike(policy: MemoryPolicy, contexts: list[StageContext]) -> list[StagePlan] | None:
@@ -32,7 +35,8 @@ def plan_alike(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stage
     that would not be exact or saves nothing."""
     if type(policy).plan_all is not MemoryPolicy.plan_all:
         return None
-    keys = [_kind(c) for c in contexts]
+    own = [f.name for f in fields(StageContext) if f.name not in _NAMES]
+    keys = [_kind(c, own) for c in contexts]
     first: dict[tuple, int] = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)
@@ -45,8 +49,8 @@ def plan_alike(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stage
     return [planned[key] for key in keys]
 
 
-def _kind(ctx: StageContext) -> tuple:
-    """What ``ctx``'s plan depends on besides names (:data:`_NAMES`); its GPU's description."""
+def _kind(ctx: StageContext, own: list[str]) -> tuple:
+    """What ``ctx``'s plan depends on besides names (:data:`_NAMES`): its fields ``own``
+    and its GPU's description (every field but the GPU's and its host's names)."""
     gpu = ctx.topology.gpu(ctx.gpu_index)
-    own = tuple(getattr(ctx, f.name) for f in fields(ctx) if f.name not in _NAMES)
-    return (*own, replace(gpu, name="", host=""))
+    return (*(getattr(ctx, f) for f in own), *(getattr(gpu, f) for f in _GPU_FIELDS))

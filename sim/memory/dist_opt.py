@@ -57,6 +57,11 @@ class DistOptPolicy(MemoryPolicy):
         whole = stage_state_bytes_per_param(states, versions, version_bytes)
         return whole - states.optimizer + states.optimizer / dp_width
 
+    def bound_recompute_mode(self) -> str | None:
+        """``full`` with ``dist_opt:recompute`` (every layer of every stage recomputes, the
+        blocks among them), else None."""
+        return "full" if self.recompute else None
+
     def plan(self, ctx: StageContext) -> StagePlan:
         w = ctx.dp_width
         f = ctx.expert_share

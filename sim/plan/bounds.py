@@ -25,18 +25,20 @@ whatever the boundaries, so some GPU peaks at least at
 ``(P x bytes_per_param + min_s(n_s) x A) / p + reserve``
 
 **Memory, once resolved.** A point that passes is resolved (partition, placement, plans) before
-it is simulated; then each stage replica's bound is exact in its parts:
-:func:`resolved_memory_excess` adds the bytes the engine charges at t = 0
-(``static_gpu_bytes + overhead_bytes``) and the kept stash of the stage's ``n_s`` in-flight
-micro-batches (``resident_act_bytes`` stays from a forward to its backward; a swap only moves
-the rest), and a replica whose sum exceeds its GPU's capacity is not simulated.
+it is simulated; then each rank's bound is exact in its parts
+(:func:`~sim.plan.resolved_bound.resolved_memory_excess`): the bytes the engine charges at
+t = 0 for every stage chunk on it (``static_gpu_bytes + overhead_bytes``) and the most kept
+stash its action list holds at once (``resident_act_bytes`` stays from a forward to its
+backward; a swap only moves the rest; with one stage, ``n_s`` in-flight micro-batches), and a
+rank whose sum exceeds its GPU's capacity is not simulated.
 
 **Throughput.** Each rank runs its stage's actions one at a time: a forward or backward on the
 compute stream, then its tensor-parallel collectives, which the rank waits for
 (:class:`~sim.engine.tensor_collectives.TensorCollectives`); full or selective recompute runs its
 forward seconds before each backward (the policy's
 :meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`). So a rank is busy at least ``m x (F_s + B_s + R_s +
-C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time,
+C_s)`` seconds per optimizer step (``C_s``: the collectives' uncontended time, with full
+recompute those its forwards run again too,
 :meth:`BoundModel.layer_comm_s`; stalls, pipeline transfers, data-parallel reductions and the
 step only add to it). Each term is a sum over the stage's layers, so with ``w_l`` the work of
 layer ``l`` (its ``fwd + bwd``, recompute and collectives, :meth:`BoundModel.layer_work_s`) a
@@ -73,6 +75,7 @@ from sim.memory.reserve import nccl_peers
 from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
 from sim.parallel.groups import tensor_groups
 from sim.parallel.megatron import aggregate
+from sim.plan.resolved_bound import peak_resident_bytes, resolved_memory_excess
 from sim.point.config import PointConfig
 from sim.schedules.analysis import peak_in_flight
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
@@ -97,6 +100,9 @@ class RankTotals:
         layer_seconds: per layer, ``fwd_s + bwd_s``.
         layer_comm: per layer, its tensor-parallel collectives ``((kind, bytes, count), ...)``
             of the forward and the backward (:func:`sim.parallel.megatron.aggregate`).
+        layer_recompute_comm: per layer, the collectives full recompute runs again (a
+            block's forward's: Megatron's ``CheckpointFunction`` re-runs the forward, its
+            all-reduces included; :attr:`~sim.engine.inputs.StageCost.tp_recompute`).
     """
 
     params: float
@@ -109,6 +115,7 @@ class RankTotals:
     layer_recompute_s: tuple[tuple[str, tuple[float, ...]], ...] = ()
     layer_seconds: tuple[float, ...] = ()
     layer_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
+    layer_recompute_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,23 +125,6 @@ class PointBounds:
 
     memory_bytes: float
     throughput_samples_per_s: float
-
-
-def resolved_memory_excess(res) -> tuple[str, float, float] | None:
-    """``(gpu, lower bound, capacity)`` (bytes) of the first stage replica of a resolved point
-    (:class:`sim.point.simulate.Resolved`) that cannot fit on its GPU (module doc), or None."""
-    if res.schedule.virtual_stages > 1:
-        return None  # a rank runs several stages: left to the simulator
-    inp = res.sim_input
-    in_flight = peak_in_flight(inp.program)
-    for rep in inp.replicas():
-        plan = rep.plan
-        need = plan.static_gpu_bytes + plan.overhead_bytes
-        need += in_flight[rep.stage] * plan.resident_act_bytes
-        cap = inp.topology.gpu(int(rep.gpu[3:])).memory_bytes
-        if need > cap:
-            return rep.gpu, need, cap
-    return None
 
 
 def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]) -> float:
@@ -278,35 +268,44 @@ class BoundModel:
             layer_recompute_s=tuple((k, tuple(v)) for k, v in rec.items()),
             layer_seconds=tuple(x.fwd_s + x.bwd_s for x in layers),
             layer_comm=tuple(aggregate(c.fwd + c.bwd) for c in sharded.comm),
+            layer_recompute_comm=tuple(
+                aggregate(c.fwd) if layer_kind(x.name) == "block" else ()
+                for x, c in zip(layers, sharded.comm, strict=True)
+            ),
         )
 
-    def layer_comm_s(self, point: PointConfig) -> tuple[float, ...]:
+    def layer_comm_s(self, point: PointConfig, recompute: bool = False) -> tuple[float, ...]:
         """Per layer of one rank, the seconds per micro-batch of its tensor-parallel
-        collectives: each is timed as the engine times it
-        (:meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, uncontended) on the fastest of
-        the point's tensor-parallel groups, and the rank waits for it before its next action
-        (:class:`~sim.engine.tensor_collectives.TensorCollectives`). Zeros for ``t = 1``."""
+        collectives (``recompute``: those full recompute runs again): each is timed as the
+        engine times it (:meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, uncontended)
+        on the fastest of the point's tensor-parallel groups, and the rank waits for it before
+        its next action (:class:`~sim.engine.tensor_collectives.TensorCollectives`). Zeros for
+        ``t = 1``."""
         tot = self.totals(point)
         if point.tensor_parallel == 1:
             return (0.0,) * tot.layers
-        key = (*_trace_key(point), point.stages, point.dp_width)
+        key = (*_trace_key(point), point.stages, point.dp_width, recompute)
         if key not in self._comm:
             replicas = point.dp_width * point.context_parallel
             plans = self.tp_plans(point.stages, replicas, point.tensor_parallel)
             self._comm[key] = tuple(
                 sum(c * min(pl.time_s(nb, kind) for pl in plans) for kind, nb, c in ops)
-                for ops in tot.layer_comm
+                for ops in (tot.layer_recompute_comm if recompute else tot.layer_comm)
             )
         return self._comm[key]
 
     def layer_work_s(self, point: PointConfig) -> tuple[float, ...]:
         """Per layer of one rank, the seconds per micro-batch its stage is busy with it
         (module doc): ``fwd + bwd``, the recompute every layer surely runs
-        (:meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`) and its collectives."""
+        (:meth:`~sim.memory.base.MemoryPolicy.bound_recompute_mode`), its collectives and,
+        with full recompute, the collectives the recompute runs again."""
         tot = self.totals(point)
         mode = point.policy.bound_recompute_mode()
         rec = dict(tot.layer_recompute_s).get(mode or "", (0.0,) * tot.layers)
         comm = self.layer_comm_s(point)
+        if mode == "full":
+            again = self.layer_comm_s(point, recompute=True)
+            comm = tuple(c + a for c, a in zip(comm, again, strict=True))
         return tuple(x + r + c for x, r, c in zip(tot.layer_seconds, rec, comm, strict=True))
 
     def tp_plans(self, p: int, w: int, t: int) -> list:
@@ -340,7 +339,7 @@ class BoundModel:
                 point.schedule_class, point.stages, point.microbatches, point.virtual_stages
             )
             its = self.prep.exp.training.iterations or sched.steady_state_iterations()
-            n = tuple(peak_in_flight(sched.program(its)))
+            n = tuple(peak_in_flight(sched.shared_program(its)))
             v = min(sched.weight_versions(s) for s in range(sched.num_stages))
             self._flight[key] = (n, v)
         return self._flight[key]
@@ -395,6 +394,7 @@ class BoundModel:
 
 __all__ = [
     "BoundModel",
+    "peak_resident_bytes",
     "PointBounds",
     "RankTotals",
     "min_bottleneck_s",

@@ -24,13 +24,14 @@ import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.plan.point_row import point_row
+from sim.plan.point_row import failed_row, point_row
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.rows import BestRows, ResultRow
@@ -124,6 +125,15 @@ def _worker_row(job: tuple[PointConfig, bool, BestKeys]) -> tuple[ResultRow, Eve
     return _row_and_log(_WORKER["prep"], point, screen, seen if best is not None else None)
 
 
+class WorkerDied(RuntimeError):
+    """A pool worker ended without a result (the row of the point it ran says so)."""
+
+
+def _fork_context() -> Any:
+    """Forked workers where the platform forks (they inherit the prepared experiment)."""
+    return mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
+
+
 class LocalExecutor:
     """Points simulated in this process (``jobs <= 1``) or in a pool of ``jobs`` forked
     processes, started at the first batch of more than one point and kept for later ones.
@@ -167,17 +177,46 @@ class LocalExecutor:
                     on_row(i, *_row_and_log(self.prep, p, screen, seen))
             return
         if self._pool is None:
-            ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
             self._pool = ProcessPoolExecutor(
                 max_workers=self.jobs,
-                mp_context=ctx,
+                mp_context=_fork_context(),
                 initializer=_init_worker,
                 initargs=(self.prep, os.getpid()),
             )
         chunk = max(1, len(points) // (self.jobs * 8))
         jobs = [(p, screen, best) for p in points]
-        for i, (row, log) in enumerate(self._pool.map(_worker_row, jobs, chunksize=chunk)):
+        done = 0
+        try:
+            for row, log in self._pool.map(_worker_row, jobs, chunksize=chunk):
+                on_row(done, row, log)
+                done += 1
+        except BrokenProcessPool:
+            self.close()
+            self._one_by_one(jobs, done, on_row)
+
+    def _one_by_one(
+        self, jobs: list[tuple[PointConfig, bool, BestKeys]], start: int, on_row: OnRow
+    ) -> None:
+        """After a worker died (killed, out of memory, a crash in C code): the points from
+        ``start`` on, each in a pool of one worker, so the point that kills its worker is
+        known; its row says so (:func:`~sim.plan.point_row.failed_row`) and the sweep goes on.
+        The next batch starts a full pool again."""
+        pool = None
+        for i in range(start, len(jobs)):
+            if pool is None:
+                pool = ProcessPoolExecutor(1, mp_context=_fork_context(), initializer=_init_worker,
+                                           initargs=(self.prep, os.getpid()))  # fmt: skip
+            try:
+                row, log = pool.submit(_worker_row, jobs[i]).result()
+            except BrokenProcessPool:
+                pool.shutdown(cancel_futures=True)
+                pool = None
+                died = WorkerDied("the worker process simulating this point died (killed, out "
+                                  "of memory, or a crash outside Python)")  # fmt: skip
+                row, log = failed_row(self.prep, jobs[i][0], died), None
             on_row(i, row, log)
+        if pool is not None:
+            pool.shutdown()
 
 
 class RayExecutor:

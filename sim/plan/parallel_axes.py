@@ -27,7 +27,9 @@ def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
     checked.
 
     Raises:
-        InputError: an unknown context-parallel comm kind or routing spec (naming the field).
+        InputError: an unknown context-parallel comm kind or routing spec, or one the model's
+            experts cannot take (an imbalance above the expert count, a histogram of another
+            length), naming the field.
     """
     sw, file = prep.exp.sweep, prep.file
     kinds = as_list(sw.context_parallel_comm)
@@ -39,7 +41,11 @@ def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
             )
     for i, model in enumerate(prep.exp.models):
         try:
-            parse_routing(model.routing)
+            routing = parse_routing(model.routing)
+            trace = prep.traces[model.name]
+            moe = decoder_shape(trace).moe if is_decoder(trace) else None
+            if moe is not None:
+                routing.loads(moe.experts)  # an imbalance or histogram that fits the experts
         except ValueError as exc:
             raise InputError(str(exc), file=file, field=f"models.{i}.routing") from None
     out = []

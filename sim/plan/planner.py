@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.errors import InputError
 from sim.plan.bounds import BoundModel, PointBounds
 from sim.plan.executors import Executor
 from sim.plan.point_row import pruned_row
@@ -91,10 +90,11 @@ class PlanStats:
 
 def point_bounds(model: BoundModel, point: PointConfig) -> PointBounds | None:
     """The bounds of ``point``, or None when they cannot be computed (the point is then always
-    simulated, and the simulator reports what is wrong with it)."""
+    simulated, and the simulator reports what is wrong with it: bad input in its ``error``,
+    an unexpected exception as an internal error, :func:`sim.plan.point_row.point_row`)."""
     try:
         return model.bounds(point)
-    except (ValueError, KeyError, InputError):
+    except Exception:  # noqa: BLE001 - a bound is an optimisation; the simulation judges
         return None
 
 

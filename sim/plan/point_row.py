@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import traceback
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
 
 import sim
+from sim.compute.model_flops import model_flops
 from sim.config import config_hash
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.hardware.topology import GPU
 from sim.memory.peak import device_peaks, row_breakdown
+from sim.parallel.shard import model_shape
 from sim.plan.bounds import resolved_memory_excess
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
-from sim.point.rows import PRUNED, ROW_FORMAT, ResultRow
+from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, ResultRow
 from sim.point.simulate import evaluate, placement_json, resolve
 from sim.schedules.analysis import delay_steps
 from sim.schedules.base import Schedule
+from sim.trace.origin import trace_origin
 
 
 @cache
@@ -43,12 +48,12 @@ def model_code_hash() -> str:
 
 def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     """Hash of everything the row of ``point`` depends on: the point, the trace's content, the
-    hardware, the training and option settings, the row format and the simulator's code."""
+    hardware, the training and option settings, the row format and the simulator's code (its
+    source, not the package version, which changes with every commit)."""
     trace = prep.traces[point.model]
     exp = prep.exp
     return config_hash(
         {
-            "version": sim.__version__,
             "model_code": model_code_hash(),
             "row_format": ROW_FORMAT,
             "point": point.model_dump(),
@@ -69,7 +74,7 @@ def staleness_steps(schedule: Schedule) -> int:
     computed once per schedule class, ``p``, ``m`` and ``v``."""
     key = (type(schedule), schedule.stages, schedule.microbatches, schedule.virtual_stages)
     if key not in _STALENESS:
-        program = schedule.program(schedule.steady_state_iterations())
+        program = schedule.shared_program(schedule.steady_state_iterations())
         _STALENESS[key] = max(delay_steps(program, s) for s in range(schedule.num_stages))
     return _STALENESS[key]
 
@@ -82,7 +87,11 @@ def pruned_row(prep: Prepared, point: PointConfig, reason: str) -> ResultRow:
     ``error = "pruned: " + reason``."""
     trace = prep.traces[point.model]
     return ResultRow(
-        **point.model_dump(), parameters=trace.parameters, fits=False, error=PRUNED + reason
+        **point.model_dump(),
+        parameters=trace.parameters,
+        trace_origin=trace_origin(trace),
+        fits=False,
+        error=PRUNED + reason,
     )
 
 
@@ -90,13 +99,45 @@ def point_row(
     prep: Prepared, point: PointConfig, *, screen: bool = False
 ) -> tuple[ResultRow, EventLog | None]:
     """The result row of one point and the event log of its simulation (None when it was not
-    simulated). Never raises for a point that cannot run: see the row's ``error``.
+    simulated). Never raises for a point that cannot run: see the row's ``error``; an
+    unexpected exception (a bug, not bad input) becomes a row whose error starts with
+    :data:`~sim.point.rows.INTERNAL` (:func:`failed_row`), so one point never ends a sweep.
 
     With ``screen``, a point whose resolved memory lower bound exceeds a GPU's capacity
     (:func:`sim.plan.bounds.resolved_memory_excess`) is not simulated: its row has the error
     ``pruned: memory lower bound ...`` (the planner's, :mod:`sim.plan.planner`)."""
+    try:
+        return _point_row(prep, point, screen)
+    except Exception as exc:  # noqa: BLE001 - a bug in one point must not end the sweep
+        return failed_row(prep, point, exc), None
+
+
+def failed_row(prep: Prepared, point: PointConfig, exc: BaseException) -> ResultRow:
+    """The row of a point whose simulation raised ``exc`` unexpectedly: no measurements,
+    ``fits = False``, ``error = "internal error: <type>: <message> (<file>:<line> in <function>)"``
+    on one line (the innermost frame of the traceback, for a bug report)."""
+    where = ""
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        frame = tb[-1]
+        where = f" ({Path(frame.filename).name}:{frame.lineno} in {frame.name})"
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+    trace = prep.traces.get(point.model)
+    return ResultRow(
+        **point.model_dump(),
+        parameters=trace.parameters if trace is not None else 0,
+        trace_origin=trace_origin(trace) if trace is not None else "",
+        fits=False,
+        error=INTERNAL + message + where,
+    )
+
+
+def _point_row(
+    prep: Prepared, point: PointConfig, screen: bool
+) -> tuple[ResultRow, EventLog | None]:
+    """:func:`point_row` without the guard against unexpected exceptions."""
     trace = prep.traces[point.model]
-    base = dict(point.model_dump(), parameters=trace.parameters)
+    base = dict(point.model_dump(), parameters=trace.parameters, trace_origin=trace_origin(trace))
     try:
         res = resolve(prep.exp, point, prep.topology, trace, file=prep.file, shared=prep)
         excess = resolved_memory_excess(res) if screen else None
@@ -132,5 +173,33 @@ def point_row(
         staleness_steps=staleness_steps(res.schedule),
         attention=trace.provenance.get("attention", ""),
         **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
+        **flops_figures(prep, point, met.iteration_time_s),
     )
     return row, log
+
+
+def peak_flops(gpu: GPU, dtype: str) -> float:
+    """A GPU's dense peak FLOP/s at ``dtype`` (datasheet): the fp32 (non-tensor-core) peak for
+    fp32, else the fp16/bf16 tensor peak (:attr:`~sim.hardware.topology.GPU.peak_flops`)."""
+    if dtype == "fp32" and gpu.compute is not None:
+        return gpu.compute.fp32_flops
+    return gpu.peak_flops
+
+
+def flops_figures(
+    prep: Prepared, point: PointConfig, iteration_s: float
+) -> dict[str, float | None]:
+    """``iteration_flops``, ``flops_per_s_per_gpu`` and ``mfu`` of a simulated point
+    (:class:`~sim.point.rows.ResultRow`): Megatron-LM's model FLOPs of the global batch
+    (:func:`sim.compute.model_flops.model_flops`) over the iteration time and the point's GPUs,
+    and that over the peak of its first GPU at the trace's dtype (:func:`peak_flops`). None
+    for a trace without a transformer shape."""
+    trace = prep.traces[point.model]
+    shape = model_shape(trace)
+    flops = model_flops(shape, point.global_batch) if shape else None
+    if flops is None or not iteration_s > 0:
+        return {"iteration_flops": flops, "flops_per_s_per_gpu": None, "mfu": None}
+    gpus = point.layout.gpus
+    per_gpu = flops / iteration_s / gpus
+    peak = peak_flops(prep.topology.gpus[0], trace.dtype)
+    return {"iteration_flops": flops, "flops_per_s_per_gpu": per_gpu, "mfu": per_gpu / peak}

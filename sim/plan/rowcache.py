@@ -3,7 +3,8 @@
 Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.plan.point_row.point_cache_key`)
 with a checksum; :func:`read_cached` says why an entry cannot be reused (damaged, edited, of
 another version). Rows the planner did not simulate (error ``pruned: ...``) are never cached:
-they depend on the rest of the grid.
+they depend on the rest of the grid; nor are rows of an internal error (``internal error: ...``),
+so a rerun tries them again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sim.plan.executors import Executor, LocalExecutor
 from sim.plan.point_row import point_cache_key
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
-from sim.point.rows import PRUNED, ROW_FORMAT, BestRows, ResultRow
+from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, BestRows, ResultRow
 from sim.textio import decode_text
 
 
@@ -107,7 +108,7 @@ def run_points(
         rows[i] = row
         if best is not None:
             best.offer(row, log)
-        if cache_dir and not row.error.startswith(PRUNED):
+        if cache_dir and not row.error.startswith((PRUNED, INTERNAL)):
             data = row.model_dump()
             atomic_write_text(
                 cache_dir / f"{keys[i]}.json",

@@ -3,13 +3,16 @@
 :func:`expand` takes the product of the axes (schedule x virtual stages, stages, data-parallel
 width, tensor parallelism, micro-batch size, memory policy) per model, checks each combination
 against the hardware, the trace and the schedule's rules (:mod:`sim.plan.axes`) and returns the
-valid points and why the others were skipped. The planner (:mod:`sim.plan.planner`) decides which of
+valid points and why the others were skipped. Sequence parallelism is a refinement of tensor
+parallelism: at ``tensor_parallel: 1`` it is simply off (``sequence_parallel: true`` keeps the
+``t = 1`` points, with it off; listed once when the axis is ``[false, true]``). The planner (:mod:`sim.plan.planner`) decides which of
 them to simulate.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
@@ -139,6 +142,10 @@ def _model_points(
         axes.policies,
     )
     for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
+        if sp and t == 1:  # sequence parallelism is simply off without tensor parallelism
+            if False in axes.sps:
+                continue  # the same point as sequence_parallel false: listed once
+            sp = False
         w = w or (sw.gpus or 0) // (p * t * cp)  # sweep.gpus: the width that fills them
         lay = ParallelLayout(pp=p, vp=v, dp_replicate=w, cp=cp, tp=t, sp=sp, ep=ep, cp_comm=cpc)
         reason = (
@@ -174,6 +181,25 @@ def _model_points(
                 framework=axes.framework.name,
             )
         )
+
+
+def skip_kinds(skipped: list[tuple[str, str]]) -> list[tuple[int, str]]:
+    """The reasons of ``skipped`` grouped by kind (the reason with its numbers blanked),
+    most frequent first: ``(count, the first reason of the kind)``.
+
+    Example:
+        >>> skip_kinds([("a", "8 exceeds the 4 GPUs"), ("b", "16 exceeds the 4 GPUs"),
+        ...             ("c", "1f1b needs more")])
+        [(2, '8 exceeds the 4 GPUs'), (1, '1f1b needs more')]
+    """
+    kinds: dict[str, list] = {}
+    for _, reason in skipped:
+        kind = _NUMBER.sub("#", reason)
+        kinds.setdefault(kind, [0, reason])[0] += 1
+    return sorted(((n, r) for n, r in kinds.values()), key=lambda x: -x[0])
+
+
+_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\b")
 
 
 def _flat(lay: ParallelLayout) -> dict:
@@ -310,8 +336,6 @@ def _stage_count(text: str, policy: MemoryPolicy, p: int) -> str:
 
 
 def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
-    if sp and t == 1:
-        return "sequence parallelism needs tensor_parallel > 1"
     if t > 1 and prep.exp.options.placement is not None:
         return "options.placement names one GPU per stage; with tensor_parallel > 1 the "
         "placement is automatic (sim.parallel.groups)"

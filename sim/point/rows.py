@@ -23,11 +23,16 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 7
+ROW_FORMAT = 8
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
 rows depend on the rest of the grid and are never cached."""
+INTERNAL = "internal error: "
+"""Prefix of the ``error`` of a row whose simulation raised an unexpected exception (a bug in
+the simulator, not in the input): the sweep goes on, ``sim run`` names the point and exits
+with :data:`sim.errors.EXIT_INTERNAL`; such rows are never cached."""
+
 
 _NonNeg = Field(None, ge=0, allow_inf_nan=False)
 
@@ -38,6 +43,13 @@ class ResultRow(BaseModel):
     Units: seconds (``_s``), bytes (``_bytes``), samples per second. A point that could not
     be simulated has ``fits = False``, the reason in ``error`` and no measurements (None).
     ``boundaries``, ``placement`` and ``policy_notes`` are JSON text (as in the CSV).
+
+    ``trace_origin`` says where the trace's times come from (``measured``, ``roofline
+    estimate``, ``analytic``: :mod:`sim.trace.origin`). ``iteration_flops`` is the model
+    FLOPs of one iteration (:func:`sim.compute.model_flops.model_flops`, Megatron-LM's count;
+    None for a model without a transformer shape), ``flops_per_s_per_gpu`` those over the
+    iteration time and the GPUs, ``mfu`` that over the GPU's dense peak at the trace's dtype
+    (datasheet: :attr:`sim.hardware.topology.GPU.peak_flops`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -87,6 +99,10 @@ class ResultRow(BaseModel):
     peak_buffers_bytes: float | None = _NonNeg
     peak_working_bytes: float | None = _NonNeg
     peak_reserve_bytes: float | None = _NonNeg
+    trace_origin: str = ""
+    iteration_flops: float | None = _NonNeg
+    flops_per_s_per_gpu: float | None = _NonNeg
+    mfu: float | None = _NonNeg
 
     def __getitem__(self, name: str) -> Any:
         """``row["fits"]``: read a column by name, as from the CSV."""
@@ -122,6 +138,11 @@ class ResultRow(BaseModel):
         if self.fits == bool(self.oom_device):
             out.append(f"fits: {self.fits} but oom_device is {self.oom_device!r}")
         return out
+
+    @property
+    def failed(self) -> bool:
+        """The simulator raised an unexpected exception on this point (:data:`INTERNAL`)."""
+        return self.error.startswith(INTERNAL)
 
     @property
     def ok(self) -> bool:

@@ -66,6 +66,10 @@ class Resolved:
     sim_input: SimInput
     iterations: int
     compute_notes: tuple[str, ...] = ()
+    steady: bool = False
+    """Whether its steady state may be simulated periodically (:mod:`sim.engine.periodic`):
+    ``options.simulation`` asks for the symmetric shortcuts and the input is mirrored or has
+    one replica and one tensor rank (nothing to mirror)."""
 
 
 def resolve(
@@ -105,7 +109,7 @@ def resolve(
         sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
     trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
-    program = schedule.program(iterations)
+    program = schedule.shared_program(iterations)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
     layout = stage_layout(exp, topo, point, schedule, file)
@@ -154,6 +158,7 @@ def resolve(
     sim_input, note = _simulated(exp, point, sim_input)
     if note is not None:
         notes = [*notes, note]
+    single = sim_input.dp_width == 1 and sim_input.tensor_parallel == 1
     return Resolved(
         point,
         schedule,
@@ -163,6 +168,7 @@ def resolve(
         sim_input,
         iterations,
         tuple(notes),
+        steady=sim_input.mirrored or (single and _mirror_intended(exp, point)),
     )
 
 
@@ -282,20 +288,21 @@ def _plans(
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
-    if not exp.training.optimizer_step:
-        flat = [replace(p, optimizer_s=0.0) for p in flat]
+    done: dict[tuple[int, int], StagePlan] = {}  # planned alike: one object per kind, once
+
+    def final(s: int, plan: StagePlan) -> StagePlan:
+        out = done.get((s, id(plan)))
+        if out is None:
+            out = plan if exp.training.optimizer_step else replace(plan, optimizer_s=0.0)
+            out = done[(s, id(plan))] = _once_per_gpu(schedule, s, out)
+        return out
+
     per_rank = [flat[k * n * w : (k + 1) * n * w] for k in range(t)]
-    plans = tuple(
-        tuple(_once_per_gpu(schedule, s, per_rank[0][r * n + s]) for s in range(n))
-        for r in range(w)
-    )
+    plans = tuple(tuple(final(s, per_rank[0][r * n + s]) for s in range(n)) for r in range(w))
     if not layout.stage_groups:
         return plans, ()
     tensor_plans = tuple(
-        tuple(
-            tuple(_once_per_gpu(schedule, s, per_rank[k][r * n + s]) for k in range(t))
-            for s in range(n)
-        )
+        tuple(tuple(final(s, per_rank[k][r * n + s]) for k in range(t)) for s in range(n))
         for r in range(w)
     )
     return plans, tensor_plans
@@ -424,9 +431,10 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
 
 
 def _simulate(res: Resolved) -> tuple[EventLog, Repeated | None]:
-    """The engine's log of ``res``: a mirrored point (:mod:`sim.engine.symmetry`) runs its
+    """The engine's log of ``res``: a mirrored point (:mod:`sim.engine.symmetry`), or one with
+    nothing to mirror where the shortcuts are asked for (:attr:`Resolved.steady`), runs its
     steady state periodically where it can (:mod:`sim.engine.periodic`), any other in full."""
-    if res.sim_input.mirrored:
+    if res.steady:
         return simulate_periodic(res.sim_input, res.schedule)
     return simulate(res.sim_input), None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sim.compute.megatron_ops import param_tensors
 from sim.config import ExperimentConfig
@@ -97,38 +98,46 @@ def stage_contexts(
     orders = _stage_orders(program, schedule.microbatches) if program else None
     gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
     sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    stages = len(placement[0]) if placement else 0
+    per_stage: list[dict[str, Any]] = []  # what every replica of a stage shares, once
+    for s in range(stages):
+        layers = trace.layers[edges[s] : edges[s + 1]]
+        params = sum(x.param_bytes for x in layers)
+        expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
+        per_stage.append(
+            dict(
+                stage=s,
+                stages=stages,
+                dp_width=len(placement),
+                layers=layers,
+                in_flight=in_flight[s],
+                weight_versions=schedule.weight_versions(s),
+                state=sb,
+                dtype_bytes=dtype_bytes(trace.dtype),
+                topology=topo,
+                input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
+                microbatches=schedule.microbatches,
+                order=orders[s] if orders else (),
+                version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
+                expert_share=expert / params if params else 0.0,
+                expert_parallel=expert_parallel,
+                optimizer=exp.training.optimizer,
+                param_tensors=layers_tensors(layers),
+            )
+        )
     out = []
     for r, row in enumerate(placement):
         ctxs = []
         for s, g in enumerate(row):
             gpu = topo.gpu(g)
-            layers = trace.layers[edges[s] : edges[s + 1]]
-            params = sum(x.param_bytes for x in layers)
-            expert = sum(expert_bytes[edges[s] : edges[s + 1]]) if expert_bytes else 0.0
             ctxs.append(
                 StageContext(
-                    stage=s,
-                    stages=len(row),
                     replica=r,
-                    dp_width=len(placement),
                     gpu=gpu.name,
                     host=gpu.host,
-                    layers=layers,
-                    in_flight=in_flight[s],
-                    weight_versions=schedule.weight_versions(s),
-                    state=sb,
-                    dtype_bytes=dtype_bytes(trace.dtype),
                     capacity_bytes=gpu.memory_bytes,
-                    topology=topo,
-                    input_bytes=trace.layers[edges[s] - 1].out_bytes if s > 0 else 0.0,
-                    microbatches=schedule.microbatches,
-                    order=orders[s] if orders else (),
                     host_sharers=sharers.get(gpu.name, 1),
-                    version_bytes=version_bytes_per_param(schedule.master_copy_versions, sb),
-                    expert_share=expert / params if params else 0.0,
-                    expert_parallel=expert_parallel,
-                    optimizer=exp.training.optimizer,
-                    param_tensors=layers_tensors(layers),
+                    **per_stage[s],
                 )
             )
         out.append(ctxs)
@@ -157,7 +166,22 @@ def layers_tensors(layers: tuple[LayerProfile, ...] | list[LayerProfile]) -> flo
 
 def _stage_orders(program: Program, m: int) -> list[tuple[str, ...]]:
     """Each stage's ops over one steady iteration (the middle one of the program); one pass
-    over the program (``O(p m)``, not ``O(p^2 m)``)."""
+    over the program (``O(p m)``, not ``O(p^2 m)``), once per program object (a point's
+    tensor ranks and the points sharing a schedule's program ask for the same)."""
+    held = _ORDERS.get(id(program))
+    if held is not None and held[0] is program and held[1] == m:
+        return held[2]
+    out = _orders_of(program, m)
+    if len(_ORDERS) >= 64:
+        _ORDERS.pop(next(iter(_ORDERS)))
+    _ORDERS[id(program)] = (program, m, out)
+    return out
+
+
+_ORDERS: dict[int, tuple] = {}
+
+
+def _orders_of(program: Program, m: int) -> list[tuple[str, ...]]:
     flat = [[a for a in flatten(rank) if a.op != STEP] for rank in program]
     its = max((a.microbatch // m for rank in flat for a in rank), default=0)
     it = (its + 1) // 2

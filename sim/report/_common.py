@@ -105,6 +105,47 @@ PNG_COMPRESS_LEVEL = 1
 faster for files about a quarter larger."""
 
 
+def axes_for(ax: Any, figsize: tuple[float, float], **figure_kw: Any) -> tuple[Any, Any]:
+    """``(figure, axes)`` to draw on: ``ax`` and its figure when given (a notebook's), else a
+    new :class:`matplotlib.figure.Figure` of ``figsize`` inches with one axes. A new figure
+    is made without pyplot: no backend is chosen, no global state kept, and it is freed like
+    any object (matplotlib's advice for figures made outside an interactive session)."""
+    if ax is not None:
+        return ax.figure, ax
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, **figure_kw)
+    return fig, fig.add_subplot()
+
+
+def finish(fig: Any, path: str | os.PathLike | None) -> Any:
+    """Write ``fig`` to ``path`` (PNG, :func:`save_figure`) when one is given; returns ``fig``."""
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+STYLE_CYCLE = (
+    ("o", "-", 9.0),
+    ("s", "--", 7.5),
+    ("^", "-.", 7.0),
+    ("D", ":", 6.0),
+    ("v", (0, (5, 1, 1, 1)), 6.5),
+    ("P", (0, (3, 1, 1, 1, 1, 1)), 6.5),
+    ("X", (0, (1, 1)), 6.0),
+    ("*", (0, (6, 2)), 8.0),
+)
+"""``(marker, line style, marker size)`` per series, so that series with equal values stay
+visible: different markers and dashes, and markers that shrink down the cycle so a later one
+sits inside an earlier one."""
+
+
+def series_style(i: int) -> dict[str, Any]:
+    """Matplotlib keyword arguments of the ``i``-th series (:data:`STYLE_CYCLE`)."""
+    marker, dashes, size = STYLE_CYCLE[i % len(STYLE_CYCLE)]
+    return {"marker": marker, "linestyle": dashes, "markersize": size}
+
+
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:
     """Render a matplotlib figure to PNG and write it to ``path`` atomically, cropped to what
     is drawn (legends outside the axes included) plus :data:`PAD_INCHES`.
@@ -117,6 +158,10 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:
         The path written.
     """
     box: Any = "tight"
+    if not hasattr(fig.canvas, "get_renderer"):  # a figure made without pyplot
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
     if fig.get_layout_engine() is None:
         fig.set_dpi(dpi)
         box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(PAD_INCHES)

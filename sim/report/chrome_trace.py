@@ -7,6 +7,11 @@ one thread per stream (``compute`` first, then ``recv``, ``send``, ``p2p``, ``co
 hides another. Spans are complete events (``ph: "X"``) with ``ts`` and ``dur`` in microseconds; memory
 in use is a counter track (``ph: "C"``) per device in GiB; iteration ends are global instant
 events. The output depends only on the log, so the same log always gives the same JSON.
+
+Bounded at scale: above :data:`sim.report.scale.PER_STAGE_ABOVE_GPUS` GPUs,
+:func:`write_chrome_trace` keeps one GPU per stage (one pipeline with its collectives,
+:func:`sim.report.scale.stage_view`), as the plots do; a 64-GPU job's full trace was 152 MB
+(issue 30). Processes are named with their stage (``gpu3 (stage 1)``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from sim.report._common import (
     stream_lanes,
 )
 from sim.report.memory import memory_timeline
+from sim.report.scale import plotted_view
 
 US_PER_S = 1e6
 """Microseconds per second: Chrome trace timestamps are in microseconds."""
@@ -62,12 +68,16 @@ def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]
 
 
 def _metadata(
-    pids: dict[str, int], tids: dict[tuple[str, str, int], int], log: EventLog
+    pids: dict[str, int],
+    tids: dict[tuple[str, str, int], int],
+    log: EventLog,
+    labels: dict[str, str] | None = None,
 ) -> list[dict]:
-    """Names and sort indices of processes (devices) and threads (streams)."""
+    """Names (``labels``, else the device's) and sort indices of processes (devices) and
+    threads (streams)."""
     out: list[dict] = []
     for device, pid in pids.items():
-        out.append(_meta("process_name", pid, 0, {"name": device}))
+        out.append(_meta("process_name", pid, 0, {"name": (labels or {}).get(device, device)}))
         out.append(_meta("process_sort_index", pid, 0, {"sort_index": pid}))
         if device in log.capacity_bytes:
             label = f"capacity {log.capacity_bytes[device] / GIB:.2f} GiB"
@@ -105,12 +115,15 @@ def _in_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
+def to_chrome_trace(
+    log: EventLog, *, title: str = "", labels: dict[str, str] | None = None
+) -> dict:
     """Build a Chrome trace event document from an event log.
 
     Args:
         log: the simulation's event log (times in seconds, sizes in bytes).
         title: shown in the trace's ``otherData`` (Perfetto's "metadata" panel).
+        labels: process names by device (default: the device names).
 
     Returns:
         ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``. Each span
@@ -142,7 +155,7 @@ def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
             for ev, row in zip(log.events, rows, strict=True)
         ]
     )
-    trace: list[dict] = _metadata(pids, tids, log)
+    trace: list[dict] = _metadata(pids, tids, log, labels)
     trace.extend(spans)
     trace.extend(_memory_counters(log, pids))
     for i, end_s in enumerate(log.iteration_ends_s):
@@ -166,15 +179,23 @@ def to_chrome_trace(log: EventLog, *, title: str = "") -> dict:
     return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
 
 
-def dumps_chrome_trace(log: EventLog, *, title: str = "") -> str:
+def dumps_chrome_trace(
+    log: EventLog, *, title: str = "", labels: dict[str, str] | None = None
+) -> str:
     """The Chrome trace of ``log`` as a JSON string with sorted keys (deterministic)."""
-    return json.dumps(to_chrome_trace(log, title=title), sort_keys=True, separators=(",", ":"))
+    doc = to_chrome_trace(log, title=title, labels=labels)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 def write_chrome_trace(log: EventLog, path: str | os.PathLike, *, title: str = "") -> Path:
-    """Write the Chrome trace of ``log`` to ``path`` (JSON, atomically).
+    """Write the Chrome trace of ``log`` to ``path`` (JSON, atomically): every GPU up to
+    :data:`~sim.report.scale.PER_STAGE_ABOVE_GPUS`, one per stage above (module doc).
 
     Returns:
         The path written. Open it at https://ui.perfetto.dev or ``chrome://tracing``.
     """
-    return atomic_write_bytes(path, dumps_chrome_trace(log, title=title).encode("utf-8"))
+    view, labels, per_stage = plotted_view(log)
+    if per_stage:
+        title = f"{title} (one GPU per stage: {len(labels)} of the job's GPUs)".strip()
+    text = dumps_chrome_trace(view, title=title, labels=labels)
+    return atomic_write_bytes(path, text.encode("utf-8"))

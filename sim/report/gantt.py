@@ -12,19 +12,14 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.colors import to_rgb
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from sim.events import Event, EventLog  # noqa: E402
-from sim.report._common import row_key, row_label, save_figure, stream_lanes  # noqa: E402
-from sim.report.scale import stage_view  # noqa: E402
+from sim.events import Event, EventLog
+from sim.report._common import axes_for, finish, row_key, row_label, stream_lanes
+from sim.report.scale import plotted_view
 
 # (colour, hatch, legend label) per bar class, in legend order.
 STYLES: dict[str, tuple[str, str, str]] = {
@@ -111,27 +106,35 @@ def _label_bars(ax, shown: list[tuple[Event, int]], lo_ms: float, hi_ms: float) 
 
 
 def plot_gantt(
-    log: EventLog, path: str | os.PathLike, *, iteration: int | None = None, title: str = ""
-) -> Path:
-    """Draw the timeline of every device stream and write it as a PNG.
+    log: EventLog,
+    path: str | os.PathLike | None = None,
+    *,
+    iteration: int | None = None,
+    title: str = "",
+    ax: Any = None,
+) -> Any:
+    """Draw the timeline of every device stream (above
+    :data:`~sim.report.scale.PER_STAGE_ABOVE_GPUS` GPUs: one GPU per stage, so one pipeline
+    with its collectives; below, every GPU labelled with its stage).
 
     Args:
         log: the simulation's event log.
-        path: PNG to write.
+        path: PNG to write (None: write nothing).
         iteration: show only this optimizer step (0-based): from the first start of its
             micro-batches' work (or the previous iteration's end) to its end in
             ``log.iteration_ends_s``. ``None`` shows the whole run.
         title: prefix of the figure title.
+        ax: draw into these matplotlib axes (a notebook's) instead of a new figure.
 
     Returns:
-        The path written.
+        The :class:`matplotlib.figure.Figure` drawn on.
 
     Raises:
         ValueError: the log has no events, or ``iteration`` is not one of its iterations.
     """
     if not log.events:
         raise ValueError("the event log has no events to draw a timeline of")
-    log, labels = stage_view(log)  # above PER_STAGE_ABOVE_GPUS GPUs: one pipeline
+    log, labels, per_stage = plotted_view(log)
     lo_s, hi_s = _window_s(log, iteration)
     pad_ms = 0.01 * max(hi_s - lo_s, 1e-9) * 1e3  # keep an iteration-end line off the frame
     lo_ms, hi_ms = lo_s * 1e3, hi_s * 1e3 + pad_ms
@@ -147,53 +150,48 @@ def plot_gantt(
     for ev, row in shown:
         bars[bar_class(ev)][row].append((ev.start_s * 1e3, ev.duration_s * 1e3))
 
-    fig, ax = plt.subplots(figsize=(14.0, max(2.5, 0.38 * len(keys) + 1.6)))
-    try:
-        for cls, (color, hatch, _) in STYLES.items():
-            for row, spans in bars.get(cls, {}).items():
-                ax.broken_barh(
-                    spans,
-                    (row - 0.4, 0.8),
-                    facecolors=color,
-                    hatch=hatch or None,
-                    edgecolor="white",
-                    linewidth=0.5,
-                )
-        shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
-        for i, end_s in enumerate(shown_ends):
-            ax.axvline(
-                end_s * 1e3,
-                color="k",
-                linestyle="--",
-                linewidth=0.8,
-                label="iteration end" if i == 0 else None,
+    fig, ax = axes_for(ax, (14.0, max(2.5, 0.38 * len(keys) + 1.6)))
+    for cls, (color, hatch, _) in STYLES.items():
+        for row, spans in bars.get(cls, {}).items():
+            ax.broken_barh(
+                spans,
+                (row - 0.4, 0.8),
+                facecolors=color,
+                hatch=hatch or None,
+                edgecolor="white",
+                linewidth=0.5,
             )
-        for i in range(1, len(keys)):
-            if keys[i][0] != keys[i - 1][0]:
-                ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
-        ax.set_yticks(
-            range(len(keys)), [f"{labels.get(d, d)} {row_label(s, n)}" for d, s, n in keys]
+    shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
+    for i, end_s in enumerate(shown_ends):
+        ax.axvline(
+            end_s * 1e3,
+            color="k",
+            linestyle="--",
+            linewidth=0.8,
+            label="iteration end" if i == 0 else None,
         )
-        ax.set_ylim(len(keys) - 0.5, -0.5)
-        ax.set_xlim(lo_ms, hi_ms)
-        ax.set_xlabel("time (ms)")
-        ax.set_ylabel("device, stream")
-        handles: list[Any] = [
-            Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
-            for cls, (c, h, lab) in STYLES.items()
-            if cls in bars
-        ]
-        handles += ax.get_legend_handles_labels()[0]
-        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))
-        span = "whole run" if iteration is None else f"iteration {iteration}"
-        head = f"{title}: " if title else ""
-        what = (
-            "one pipeline (with its data-parallel collectives) timeline"
-            if labels
-            else ("pipeline timeline")
-        )
-        ax.set_title(f"{head}{what}, {span} (time in ms; numbers are micro-batches)")
-        _label_bars(ax, shown, lo_ms, hi_ms)
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    for i in range(1, len(keys)):
+        if keys[i][0] != keys[i - 1][0]:
+            ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
+    ax.set_yticks(range(len(keys)), [f"{labels.get(d, d)} {row_label(s, n)}" for d, s, n in keys])
+    ax.set_ylim(len(keys) - 0.5, -0.5)
+    ax.set_xlim(lo_ms, hi_ms)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("device, stream")
+    handles: list[Any] = [
+        Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
+        for cls, (c, h, lab) in STYLES.items()
+        if cls in bars
+    ]
+    handles += ax.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+    span = "whole run" if iteration is None else f"iteration {iteration}"
+    head = f"{title}: " if title else ""
+    what = (
+        "one pipeline (with its data-parallel collectives) timeline"
+        if per_stage
+        else "pipeline timeline"
+    )
+    ax.set_title(f"{head}{what}, {span} (time in ms; numbers are micro-batches)")
+    _label_bars(ax, shown, lo_ms, hi_ms)
+    return finish(fig, path)

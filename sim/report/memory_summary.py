@@ -27,11 +27,12 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from sim.atomic import atomic_write_bytes
-from sim.report._common import save_figure
+from sim.report._common import axes_for, finish, series_style
 from sim.report.tables import rank_results
 
 LARGEST = "largest model that fits"
@@ -93,55 +94,52 @@ def _largest_params(results_df: pd.DataFrame) -> pd.Series:
     return best.groupby("memory_policy")["parameters"].max().reindex(policies).fillna(0)
 
 
-def plot_max_model_per_policy(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Bars: the largest model (billions of parameters) that fits, per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_max_model_per_policy(
+    results_df: pd.DataFrame, path: str | os.PathLike | None = None, *, ax: Any = None
+) -> Any:
+    """Bars: the largest model (billions of parameters) that fits, per policy. Returns the
+    :class:`matplotlib.figure.Figure` (drawn into ``ax`` when given; written to ``path`` when
+    given)."""
     largest = _largest_params(results_df).sort_values()
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(largest) + 1.6), layout="constrained")
-    try:
-        ax.barh(largest.index, largest.values / 1e9, color="#1f77b4")
-        for y, v in enumerate(largest.values):
-            ax.text(v / 1e9, y, f" {v / 1e9:.1f} B" if v else " none fits", va="center", fontsize=8)
-        ax.set_xlabel("largest model that fits (billions of parameters)")
-        ax.set_title("Largest trainable model per memory policy")
-        ax.grid(axis="x", alpha=0.3)
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    fig, ax = axes_for(ax, (7.5, 0.45 * len(largest) + 1.6), layout="constrained")
+    ax.barh(largest.index, largest.values / 1e9, color="#1f77b4")
+    for y, v in enumerate(largest.values):
+        ax.text(v / 1e9, y, f" {v / 1e9:.1f} B" if v else " none fits", va="center", fontsize=8)
+    ax.set_xlabel("largest model that fits (billions of parameters)")
+    ax.set_title("Largest trainable model per memory policy")
+    ax.grid(axis="x", alpha=0.3)
+    return finish(fig, path)
 
 
-def plot_throughput_vs_size(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Lines: best fitting throughput (samples/s) against model size, one per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_throughput_vs_size(
+    results_df: pd.DataFrame, path: str | os.PathLike | None = None, *, ax: Any = None
+) -> Any:
+    """Lines: best fitting throughput (samples/s) against model size, one per policy, each
+    with its own marker and dashes. Returns the :class:`matplotlib.figure.Figure`."""
     from matplotlib.ticker import FixedLocator, NullLocator
 
     best = best_fitting(results_df)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
-    try:
-        for policy, rows in best.groupby("memory_policy", sort=True):
-            rows = rows.sort_values("parameters")
-            ax.plot(rows["parameters"] / 1e9, rows["throughput_samples_per_s"], "o-", label=policy)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        sizes = sorted(best["parameters"].unique() / 1e9)
-        ax.xaxis.set_major_locator(FixedLocator(sizes))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([f"{v:.1f}" for v in sizes], rotation=45)
-        ax.set_xlabel("model size (billions of parameters)")
-        ax.set_ylabel("best throughput that fits (samples/s)")
-        ax.set_title("Throughput vs model size per memory policy")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    fig, ax = axes_for(ax, (7.5, 4.8), layout="constrained")
+    for i, (policy, rows) in enumerate(best.groupby("memory_policy", sort=True)):
+        rows = rows.sort_values("parameters")
+        ax.plot(
+            rows["parameters"] / 1e9,
+            rows["throughput_samples_per_s"],
+            label=policy,
+            **series_style(i),
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    sizes = sorted(best["parameters"].unique() / 1e9)
+    ax.xaxis.set_major_locator(FixedLocator(sizes))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{v:.1f}" for v in sizes], rotation=45)
+    ax.set_xlabel("model size (billions of parameters)")
+    ax.set_ylabel("best throughput that fits (samples/s)")
+    ax.set_title("Throughput vs model size per memory policy")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return finish(fig, path)
 
 
 def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
@@ -177,25 +175,24 @@ def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.Data
     return best[keys + ["tflops_per_gpu"]].sort_values(["parameters", "memory_policy"])
 
 
-def plot_tflops_vs_size(table: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Lines: best fitting TFLOPS per GPU (Narayanan et al.'s formula) against model size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
-    try:
-        for policy, rows in table.groupby("memory_policy", sort=True):
-            ax.plot(rows["parameters"] / 1e9, rows["tflops_per_gpu"], "o-", label=policy)
-        ax.set_xlabel("model size (billions of parameters)")
-        ax.set_ylabel("TFLOPS per GPU (96Bslh^2(1+s/6h+V/16lh) / time / GPUs)")
-        ax.set_title("Throughput per GPU vs model size per memory policy")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+def plot_tflops_vs_size(
+    table: pd.DataFrame, path: str | os.PathLike | None = None, *, ax: Any = None
+) -> Any:
+    """Lines: best fitting TFLOP/s per GPU (Narayanan et al.'s formula) against model size,
+    one per policy. Returns the :class:`matplotlib.figure.Figure`."""
+    fig, ax = axes_for(ax, (7.5, 4.8), layout="constrained")
+    for i, (policy, rows) in enumerate(table.groupby("memory_policy", sort=True)):
+        ax.plot(rows["parameters"] / 1e9, rows["tflops_per_gpu"], label=policy, **series_style(i))
+    ax.set_xlabel("model size (billions of parameters)")
+    ax.set_ylabel("TFLOP/s per GPU")
+    ax.set_title(
+        "TFLOP/s per GPU vs model size per memory policy\n"
+        "(Narayanan et al. SC'21 eq. 3 FLOPs, recompute pass counted, / time / GPUs)",
+        fontsize=10,
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return finish(fig, path)
 
 
 Deferred = list[tuple[Path, Callable[[], object]]]
@@ -203,10 +200,11 @@ Deferred = list[tuple[Path, Callable[[], object]]]
 winners' on several processes, :func:`sim.report.outputs.draw`)."""
 
 
-def _plot(later: Deferred | None, path: Path, draw: Callable[..., Path], *args: object) -> Path:
+def _plot(later: Deferred | None, path: Path, draw: Callable[..., Any], *args: object) -> Path:
     """Draw ``draw(*args, path)`` now, or, with ``later``, add it there; returns ``path``."""
     if later is None:
-        return draw(*args, path)
+        draw(*args, path)
+        return path
     later.append((path, partial(draw, *args, path)))
     return path
 
@@ -224,11 +222,15 @@ def write_memory_summary(
     table = memory_summary(results_df)
     written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]
     if plots:
-        for name, draw in (
-            ("max_model_per_policy.png", plot_max_model_per_policy),
-            ("throughput_vs_model_size.png", plot_throughput_vs_size),
-        ):
-            written.append(_plot(later, out / name, draw, results_df))
+        written.append(
+            _plot(later, out / "max_model_per_policy.png", plot_max_model_per_policy, results_df)
+        )
+        if results_df["parameters"].nunique() > 1:  # no one-point lines
+            written.append(
+                _plot(
+                    later, out / "throughput_vs_model_size.png", plot_throughput_vs_size, results_df
+                )
+            )
     if shapes:
         written += write_tflops(results_df, out, plots, shapes, later)[1]
     return table, written
@@ -250,6 +252,6 @@ def write_tflops(
         return tf, []
     csv = tf.to_csv(index=False, float_format="%.2f").encode()
     written = [atomic_write_bytes(out / "tflops_per_gpu.csv", csv)]
-    if plots:
+    if plots and tf["parameters"].nunique() > 1:  # no one-point plot
         written.append(_plot(later, out / "tflops_vs_model_size.png", plot_tflops_vs_size, tf))
     return tf, written

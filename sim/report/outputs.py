@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from sim.atomic import (
@@ -39,16 +38,19 @@ from sim.events import EventLog
 from sim.point.rows import ResultRow
 from sim.procs import die_with_parent
 from sim.report.chrome_trace import write_chrome_trace
-from sim.report.gantt import plot_gantt
-from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def results_frame(rows: list[ResultRow], bands: Bands | None = None) -> pd.DataFrame:
     """The tidy table, one row per configuration: :class:`ResultRow`'s fields, in order, then
     each prediction's band (:data:`sim.report.row_bands.BAND_COLUMNS`) from ``bands`` (default: the
     shipped ones; :func:`sim.report.row_bands.bands_for` the hardware's)."""
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     return with_bands(
         pd.DataFrame([r.model_dump() for r in rows], columns=list(ResultRow.model_fields)), bands
     )
@@ -135,6 +137,9 @@ def winner_config(
             "bubble_fraction",
             "peak_memory_bytes",
             "microbatches",
+            "trace_origin",
+            "flops_per_s_per_gpu",
+            "mfu",
         )
     }
     data["prediction"].update(band or {})
@@ -152,6 +157,9 @@ Drawing = tuple[Path, Callable[[], object]]
 def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
     """The winner's memory plots, Gantt timeline and Chrome trace in ``out``: each file with
     the call that draws it (:func:`draw`)."""
+    from sim.report.gantt import plot_gantt  # matplotlib on first use: `import sim.api` is fast
+    from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
+
     n = len(log.iteration_ends_s)
     it = (n // 2 if n >= 3 else n - 1) if n >= 1 else None  # a steady-state iteration
     return [
@@ -173,40 +181,54 @@ def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
     return draw(winner_artifacts(out, log, title), jobs=1)
 
 
-def draw(drawings: Sequence[Drawing], jobs: int) -> list[Path]:
+def draw(
+    drawings: Sequence[Drawing], jobs: int, on_done: Callable[[int], None] | None = None
+) -> list[Path]:
     """Write ``drawings`` (independent files) on up to ``jobs`` processes: this one and
     ``jobs - 1`` forked children that die with it (:mod:`sim.procs`), which inherit what the
     calls read (nothing is pickled). Each process takes the next drawing not yet taken (a
     counter in shared memory), so a process that drew cheap files takes more of them and all
     finish at about the same time (the costs differ by 5x: a timeline of 8,000 spans against a
     Chrome trace). One process where ``fork`` is unavailable. Returns the files, in order.
+    ``on_done(n)`` is called by this process with the number drawn so far by all of them
+    (:func:`sim.progress.progress`).
 
     Raises:
         RuntimeError: a child failed (its traceback is on its standard error).
     """
     jobs = min(jobs, len(drawings)) if hasattr(os, "fork") else 1
     if jobs <= 1:
-        for _, call in drawings:
+        for k, (_, call) in enumerate(drawings):
             call()
+            if on_done:
+                on_done(k + 1)
         return [path for path, _ in drawings]
     ctx = mp.get_context("fork")
-    taken = ctx.Value("i", 0)
+    taken, done = ctx.Value("i", 0), ctx.Value("i", 0)
     calls = [call for _, call in drawings]
     children = []
     for _ in range(1, jobs):
-        proc = ctx.Process(target=_draw_share, args=(calls, taken, os.getpid()))
+        proc = ctx.Process(target=_draw_share, args=(calls, taken, done, os.getpid()))
         proc.start()
         children.append(proc)
-    _draw_next(calls, taken)
+    _draw_next(calls, taken, done, on_done)
     for proc in children:
         proc.join()
         if proc.exitcode != 0:
             raise RuntimeError(f"a drawing process failed (exit code {proc.exitcode})")
+    if on_done:
+        on_done(len(calls))
     return [path for path, _ in drawings]
 
 
-def _draw_next(calls: list[Callable[[], object]], taken: Any) -> None:
-    """Draw ``calls[k]`` for each next ``k`` not yet taken (``taken``: a shared counter)."""
+def _draw_next(
+    calls: list[Callable[[], object]],
+    taken: Any,
+    done: Any,
+    on_done: Callable[[int], None] | None = None,
+) -> None:
+    """Draw ``calls[k]`` for each next ``k`` not yet taken (``taken``, ``done``: shared
+    counters of the drawings started and finished)."""
     while True:
         with taken.get_lock():
             k = taken.value
@@ -214,11 +236,16 @@ def _draw_next(calls: list[Callable[[], object]], taken: Any) -> None:
         if k >= len(calls):
             return
         calls[k]()
+        with done.get_lock():
+            done.value += 1
+            n = done.value
+        if on_done:
+            on_done(n)
 
 
-def _draw_share(calls: list[Callable[[], object]], taken: Any, parent_pid: int) -> None:
+def _draw_share(calls: list[Callable[[], object]], taken: Any, done: Any, parent_pid: int) -> None:
     die_with_parent(parent_pid)
-    _draw_next(calls, taken)
+    _draw_next(calls, taken, done)
 
 
 # --- the output set: written whole into a staging folder, then swapped in ------------------

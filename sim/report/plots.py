@@ -12,20 +12,16 @@ Every function writes its PNG atomically, closes its figure and returns the path
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import matplotlib
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
-
-from sim.report._common import save_figure  # noqa: E402
-from sim.report.gantt import plot_gantt  # noqa: E402
-from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline  # noqa: E402
+from sim.report._common import finish, series_style
+from sim.report.gantt import plot_gantt
+from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 
 __all__ = ["plot_gantt", "plot_memory_per_gpu", "plot_memory_timeline", "plot_throughput"]
 
@@ -38,24 +34,27 @@ _OTHER_KNOBS = {
 }
 
 
-def _throughput_facet(ax, df: pd.DataFrame, colors: dict[str, Any]) -> None:
-    """Draw one model's lines (best fitting config) and hollow markers (best non-fitting)."""
+def _throughput_facet(
+    ax, df: pd.DataFrame, colors: dict[str, Any], styles: dict[str, dict[str, Any]]
+) -> None:
+    """Draw one model's lines (best fitting config) and hollow markers (best non-fitting),
+    each schedule with its own colour, marker and dashes (:func:`series_style`), so that
+    schedules with equal throughput stay visible."""
     for schedule, rows in df.groupby("schedule", sort=True):
-        color = colors[schedule]
+        color, style = colors[schedule], styles[schedule]
         best_fit = rows[rows["fits"]].groupby("microbatches")["throughput_samples_per_s"].max()
         best_oom = rows[~rows["fits"]].groupby("microbatches")["throughput_samples_per_s"].max()
         if len(best_fit):
-            ax.plot(best_fit.index, best_fit.values, "o-", color=color)
+            ax.plot(best_fit.index, best_fit.values, color=color, alpha=0.9, **style)
         if len(best_oom):
             ax.plot(
                 best_oom.index,
                 best_oom.values,
-                "o",
                 color=color,
                 markerfacecolor="none",
-                markersize=9,
                 markeredgewidth=1.5,
                 zorder=3,
+                **{**style, "linestyle": "none"},
             )
     ms = sorted(df["microbatches"].unique())
     if ms and ms[0] > 0 and ms[-1] / ms[0] >= 8:
@@ -69,7 +68,9 @@ def _throughput_facet(ax, df: pd.DataFrame, colors: dict[str, Any]) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_throughput(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
+def plot_throughput(
+    results_df: pd.DataFrame, path: str | os.PathLike | None = None, *, ax: Any = None
+) -> Any:
     """Throughput (samples/s) against micro-batches per iteration, one line per schedule.
 
     Each point is the best configuration at that ``(model, schedule, microbatches)`` over the
@@ -80,13 +81,14 @@ def plot_throughput(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
     Args:
         results_df: the sweep's table; needs ``model, schedule, microbatches,
             throughput_samples_per_s, fits``.
-        path: PNG to write.
+        path: PNG to write (None: write nothing).
+        ax: draw into these matplotlib axes (a notebook's; the table must hold one model).
 
     Returns:
-        The path written.
+        The :class:`matplotlib.figure.Figure` drawn on.
 
     Raises:
-        ValueError: the table is empty or lacks a needed column.
+        ValueError: the table is empty or lacks a needed column; ``ax`` with several models.
     """
     missing = [c for c in _THROUGHPUT_COLUMNS if c not in results_df.columns]
     if missing:
@@ -99,41 +101,52 @@ def plot_throughput(results_df: pd.DataFrame, path: str | os.PathLike) -> Path:
     df["schedule"] = df["schedule"].astype(str)
     models = sorted(df["model"].unique())
     schedules = sorted(df["schedule"].unique())
-    cmap = plt.get_cmap("tab10" if len(schedules) <= 10 else "tab20")
+    cmap = matplotlib.colormaps["tab10" if len(schedules) <= 10 else "tab20"]
     colors = {s: cmap(i % cmap.N) for i, s in enumerate(schedules)}
-    ncols = min(len(models), 3)
-    nrows = -(-len(models) // ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(6.0 * ncols, 4.2 * nrows + 0.6), squeeze=False, layout="constrained"
-    )
-    try:
-        for ax, model in zip(axes.flat, models, strict=False):
-            _throughput_facet(ax, df[df["model"] == model], colors)
-            ax.set_title(f"model {model}")
-        for ax in list(axes.flat)[len(models) :]:
-            ax.set_visible(False)
-        handles = [Line2D([], [], color=colors[s], marker="o", label=s) for s in schedules]
-        handles.append(Line2D([], [], color="k", marker="o", label="fits in memory"))
-        if (~df["fits"]).any():
-            handles.append(
-                Line2D(
-                    [],
-                    [],
-                    color="k",
-                    marker="o",
-                    linestyle="none",
-                    markerfacecolor="none",
-                    label="does not fit in memory",
-                )
+    styles = {s: series_style(i) for i, s in enumerate(schedules)}
+    fig, axes = _panels(ax, len(models))
+    for panel, model in zip(axes, models, strict=False):
+        _throughput_facet(panel, df[df["model"] == model], colors, styles)
+        panel.set_title(f"model {model}")
+    for panel in axes[len(models) :]:
+        panel.set_visible(False)
+    handles = [Line2D([], [], color=colors[s], label=s, **styles[s]) for s in schedules]
+    handles.append(Line2D([], [], color="k", marker="o", label="fits in memory"))
+    if (~df["fits"]).any():
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="k",
+                marker="o",
+                linestyle="none",
+                markerfacecolor="none",
+                label="does not fit in memory",
             )
-        axes.flat[0].legend(handles=handles, fontsize=8, loc="best")
-        varied = [
-            name
-            for col, name in _OTHER_KNOBS.items()
-            if col in df.columns and df[col].nunique() > 1
-        ]
-        sub = f"\n(each point: best config over {', '.join(varied)})" if varied else ""
-        fig.suptitle(f"Throughput (samples/s) vs micro-batches per iteration{sub}")
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+        )
+    axes[0].legend(handles=handles, fontsize=8, loc="best")
+    varied = [
+        name for col, name in _OTHER_KNOBS.items() if col in df.columns and df[col].nunique() > 1
+    ]
+    sub = f"\n(each point: best config over {', '.join(varied)})" if varied else ""
+    fig.suptitle(f"Throughput (samples/s) vs micro-batches per iteration{sub}")
+    return finish(fig, path)
+
+
+def _panels(ax: Any, n: int) -> tuple[Any, list[Any]]:
+    """``(figure, axes)``: ``[ax]`` when given (one model), else a new figure of up to three
+    panels per row (made without pyplot: :func:`sim.report._common.axes_for`).
+
+    Raises:
+        ValueError: ``ax`` given for several models.
+    """
+    if ax is not None:
+        if n != 1:
+            raise ValueError(f"ax= draws one model, the table has {n}: pass one model's rows")
+        return ax.figure, [ax]
+    from matplotlib.figure import Figure
+
+    ncols = min(n, 3)
+    nrows = -(-n // ncols)
+    fig = Figure(figsize=(6.0 * ncols, 4.2 * nrows + 0.6), layout="constrained")
+    return fig, list(fig.subplots(nrows, ncols, squeeze=False).flat)

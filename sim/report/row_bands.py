@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from sim.bands import Band, Bands, shipped_bands
 from sim.point.rows import ResultRow, rank_key
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BAND_COLUMNS = (
     "iteration_time_low_s",
@@ -91,6 +92,8 @@ def with_bands(df: pd.DataFrame, bands: Bands | None = None) -> pd.DataFrame:
             and the columns :func:`sim.point.rows.rank_key` reads.
         bands: default: the shipped bands (:func:`sim.bands.shipped_bands`).
     """
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     bands = shipped_bands() if bands is None else bands
     recs = _records(df)
     fields = [_fields(bands, r) for r in recs]

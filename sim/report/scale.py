@@ -16,9 +16,10 @@ from dataclasses import replace
 
 from sim.events import EventLog
 
-PER_STAGE_ABOVE_GPUS = 64
-"""Above this many GPUs in the job, the memory plots and the timeline show one GPU per stage
-(the full simulation's largest shipped job, ``8x-dgx-h100``, still draws every GPU)."""
+PER_STAGE_ABOVE_GPUS = 16
+"""Above this many GPUs in the job, the memory plots and the timelines show one GPU per stage.
+Every GPU of a 64-GPU job made a 1,783 x 11,484 px timeline and a 5,853 px wide memory chart
+(issue 30); 16 GPUs (two 8-GPU servers) still draw every GPU, each labelled with its stage."""
 
 
 def _leaves(x) -> list[int]:
@@ -32,6 +33,28 @@ def stage_gpus(log: EventLog) -> list[list[int]]:
     placement = log.meta.get("placement") or []
     stages = len(placement[0]) if placement else 0
     return [sorted({g for row in placement for g in _leaves(row[s])}) for s in range(stages)]
+
+
+def gpu_stage_labels(log: EventLog) -> dict[str, str]:
+    """``{gpu: "gpu3 (stage 1)"}`` for every GPU of the log's placement (``stages 0,2`` for a
+    GPU holding several stage chunks); GPUs outside the placement keep their name."""
+    labels: dict[str, list[str]] = {}
+    for s, gpus in enumerate(stage_gpus(log)):
+        for g in gpus:
+            labels.setdefault(f"gpu{g}", []).append(str(s))
+    return {
+        d: f"{d} (stage{'s' if len(ss) > 1 else ''} {','.join(ss)})" for d, ss in labels.items()
+    }
+
+
+def plotted_view(log: EventLog) -> tuple[EventLog, dict[str, str], bool]:
+    """What a plot of ``log`` draws: ``(log, labels, per_stage)``: above
+    :data:`PER_STAGE_ABOVE_GPUS` GPUs one GPU per stage (:func:`stage_view`), labelled
+    ``stage s (gpuN, xK)``; else every GPU, labelled with its stage (:func:`gpu_stage_labels`)."""
+    view, labels = stage_view(log)
+    if labels:
+        return view, labels, True
+    return log, gpu_stage_labels(log), False
 
 
 def stage_view(log: EventLog) -> tuple[EventLog, dict[str, str]]:

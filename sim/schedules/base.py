@@ -10,6 +10,7 @@ onto ranks by :meth:`Schedule.stage_rank` (torch ``generate_stage_to_rank_mappin
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -216,6 +217,43 @@ class Schedule(ABC):
         """
         return program_delay_steps(self.program(self.steady_state_iterations()), stage)
 
+    def shared_program(self, iterations: int = 1) -> Program:
+        """:meth:`program` built once per schedule (class, ``p``, ``m``, ``v`` and options)
+        and ``iterations`` in this process, and shared by every caller (the grid's points,
+        their bounds and staleness): read it, do not modify it."""
+        key = (type(self), tuple(sorted(vars(self).items())), iterations)
+        out = _PROGRAMS.get(key)
+        if out is None:
+            if len(_PROGRAMS) >= _PROGRAMS_KEPT:
+                _PROGRAMS.pop(next(iter(_PROGRAMS)))
+            out = _PROGRAMS[key] = self.program(iterations)
+        return out
+
+    def period_microbatches(self) -> int:
+        """Micro-batches after which a rank's steady-state actions repeat (up to micro-batch
+        numbers): 1 for the 1F1B-shaped orders, a round for the interleaved ones
+        (:mod:`sim.engine.periodic` inserts whole periods of at least this many)."""
+        return 1
+
+    def with_microbatches(self, microbatches: int) -> Schedule:
+        """This schedule (same ``p``, ``v`` and options) with ``microbatches`` per iteration.
+
+        Raises:
+            ScheduleError: ``microbatches`` is below 1, below ``p`` where the schedule needs
+                ``m >= p``, or rejected by :meth:`check`.
+
+        Example:
+            >>> from sim.schedules.one_f_one_b import OneFOneB
+            >>> OneFOneB(4, 64).with_microbatches(12)
+            OneFOneB(stages=4, microbatches=12)
+        """
+        if microbatches < 1 or (microbatches < self.stages and self.needs_m_ge_p):
+            raise ScheduleError(f"{self.name} cannot run {microbatches} micro-batches")
+        out = copy.copy(self)
+        out.microbatches = microbatches
+        out.check()
+        return out
+
     def one_iteration(self) -> Program:
         """The compute actions of one iteration (no STEP), as torch's CSV holds them."""
         return [[a for a in rank if a.op != STEP] for rank in self.program(1)]
@@ -225,6 +263,12 @@ class Schedule(ABC):
         return (
             f"{type(self).__name__}(stages={self.stages}, microbatches={self.microbatches}{extra})"
         )
+
+
+_PROGRAMS: dict[tuple, Program] = {}
+_PROGRAMS_KEPT = 64
+"""Programs :meth:`Schedule.shared_program` keeps (the oldest goes first): a grid's points
+share a few schedules each."""
 
 
 def with_steps_every(order: list[Action], every: int) -> list[Action]:

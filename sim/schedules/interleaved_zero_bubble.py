@@ -38,6 +38,10 @@ class InterleavedZeroBubble(MultiStageSchedule):
         """torch's rounds check (:func:`~sim.schedules.rank_ops.rounds_check`)."""
         rounds_check(self.name, self.stages, self.microbatches)
 
+    def period_microbatches(self) -> int:
+        """A round: ``m // max(1, m // p)`` micro-batches (each chunk in turn runs a round)."""
+        return rounds_check(self.name, self.stages, self.microbatches)
+
     def rank_order(self, rank: int) -> list[Action]:
         return interleaved_rank_ops(
             rank,

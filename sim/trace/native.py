@@ -38,7 +38,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 from sim.atomic import atomic_write_text
@@ -288,6 +287,8 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
 
 
 def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     f = str(path)
     text = read_text(path, what="trace file")
     try:

@@ -12,13 +12,14 @@ ran every rank: :mod:`sim.validate.breakdown`) and the measured and predicted ti
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+from rich.console import Console
 
 from sim.atomic import atomic_write_text, check_writable
 from sim.config import load_experiment
@@ -26,6 +27,7 @@ from sim.errors import InputError
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
 from sim.point.simulate import Resolved, resolve
+from sim.progress import progress
 from sim.replay import Replayer, ReplayFailed, ReplayRequest
 from sim.validate.breakdown import breakdown_rows
 from sim.validate.measured import write_timelines
@@ -34,6 +36,11 @@ from sim.validate.spec import Mode, ValidationSpec, mode_of
 from sim.validate.staging import commit_validation, staged_validation
 from sim.validate.table import failed_row, not_run_row, validation_row
 from sim.validate.variants import variants
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
 
 FIELDS = {
     "memory_policy": "sweep.memory_policy",
@@ -85,6 +92,10 @@ class Validation:
     path: Path
     breakdown: pd.DataFrame
     files: tuple[Path, ...]
+
+    def to_frame(self) -> pd.DataFrame:
+        """:attr:`table`: ``validation.csv``'s rows."""
+        return self.table
 
 
 def model_spec(prep: Prepared, point: PointConfig) -> dict[str, Any]:
@@ -233,6 +244,7 @@ def run_validation(
     replayer: Replayer,
     out: Path | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    console: Console | None = None,
 ) -> Validation:
     """Replay every variant of the configuration in ``path``; write the staged set.
 
@@ -242,6 +254,8 @@ def run_validation(
         replayer: the backend (``backends.torch.replay.replayer.TorchReplayer``).
         out: folder to write into (default: beside ``path``).
         on_row: called with each ``validation.csv`` row as soon as it is measured.
+        console: where the progress bar goes on a terminal (:func:`sim.progress.progress`;
+            the one ``on_row`` prints to, so the two do not garble each other).
 
     Raises:
         InputError: bad options, file, variant, device or folder (nothing has run then).
@@ -249,6 +263,8 @@ def run_validation(
     A replay that fails (a rank raised or crashed, the run timed out) is a row with ``status``
     ``failed`` and its reason; the other replays still run and every row is written.
     """
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
     spec.check()
     pairs = variants(prepare(load_experiment(path), str(path)), spec)
     planned = [plan(prep, p, spec, replayer) for prep, p in pairs]  # all before the replays
@@ -257,13 +273,16 @@ def run_validation(
     check_writable(dest, option="--out", directory=True)
     rows: list[dict[str, Any]] = []
     breakdown: list[dict[str, Any]] = []
-    with staged_validation(dest) as stage:
+    total = sum(len(p.requests) + len(p.missing) for p in planned)
+    bar = progress(total, "replaying", "replays", console=console)
+    with staged_validation(dest) as stage, bar as on_done:
         for item in planned:
             for row, parts in _replay(item, spec, replayer, stage):
                 rows.append(row)
                 breakdown += parts
                 if on_row:
                     on_row(row)
+                on_done(len(rows))
         table, parts_df = pd.DataFrame(rows), pd.DataFrame(breakdown)
         if breakdown:
             atomic_write_text(stage / "validation_breakdown.csv", parts_df.to_csv(index=False))
@@ -278,6 +297,10 @@ def _replay(item: Planned, spec: ValidationSpec, replayer: Replayer, stage: Path
     into ``stage``."""
     pred = item.prediction or predict(item.resolved, spec.rank)
     for req in item.requests:
+        log.info(
+            "replaying %s p=%d m=%d with %s's runtime on %d %s rank(s) ...",
+            req.schedule, req.stages, req.microbatches, req.runtime, req.ranks, spec.device,
+        )  # fmt: skip
         try:
             result = replayer.replay(req)
         except ReplayFailed as exc:

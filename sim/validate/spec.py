@@ -18,10 +18,12 @@ Six modes, one pipeline (:mod:`sim.validate.pipeline`):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from sim.errors import InputError
+from sim.errors import InputError, expect_int, expect_number, expect_type
 from sim.point.config import PointConfig
 from sim.point.stages import check_schedule_name
 
@@ -132,3 +134,38 @@ def mode_of(point: PointConfig, spec: ValidationSpec, virtual_stages: int) -> Mo
     if virtual_stages > 1:
         return Mode.MULTI_STAGE
     return Mode.PIPELINE
+
+
+def check_arguments(args: dict[str, Any]) -> None:
+    """The arguments of :func:`sim.api.validate` (its ``locals()``), by type and range.
+
+    Raises:
+        InputError: naming the argument.
+    """
+    replayer = args["replayer"]
+    if not callable(getattr(replayer, "replay", None)):
+        raise InputError(
+            "expected a replayer such as backends.torch.replayer.TorchReplayer(), got "
+            f"{type(replayer).__name__}",
+            field="replayer",
+        )
+    expect_type(args["config"], (str, os.PathLike), "config", "a winner.yaml path")
+    if args["out"] is not None:
+        expect_type(args["out"], (str, os.PathLike), "out", "a folder path")
+    for name in ("schedules", "microbatches"):
+        expect_type(args[name], (tuple, list), name, "a list (e.g. ('1f1b',) or [4, 8])")
+    for i, name in enumerate(args["schedules"]):
+        expect_type(name, str, f"schedules.{i}", "a schedule name")
+    for i, m in enumerate(args["microbatches"]):
+        expect_int(m, f"microbatches.{i}", 1)
+    expect_type(args["device"], str, "device", "'cpu' or 'cuda'")
+    for name, low in (("nproc", 1), ("rank", 0), ("stages", 1), ("virtual_stages", 1)):
+        if args[name] is not None:
+            expect_int(args[name], name, low)
+    expect_int(args["iterations"], "iterations", 1)
+    expect_int(args["warmup"], "warmup", 0)
+    expect_number(args["timeout_s"], "timeout_s")
+    for name in ("torch_builtin", "numerics"):
+        expect_type(args[name], bool, name, "True or False")
+    if args["on_row"] is not None and not callable(args["on_row"]):
+        raise InputError("expected a function of one row, or None", field="on_row")

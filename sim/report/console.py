@@ -1,0 +1,214 @@
+"""What ``sim run`` says while it works and when it is done: :class:`Reporter`.
+
+Two channels, so that the answer reads at any width and logs stay greppable:
+
+* the answer (the best configurations per model, each winner, its band, the files written) on
+  the :class:`rich.console.Console` given (standard output for the command);
+* everything about the work (the grid, skipped combinations summarised by kind, how traces were
+  adapted, where a trace's times come from, the planner's counts, cache warnings, internal
+  errors) through :mod:`logging` (logger ``sim.report.console``): notes at INFO, warnings at
+  WARNING, details at DEBUG; ``sim -v``/``-q`` choose what is shown (:mod:`sim.cli.console`).
+
+Units: the tables print ms, GiB, samples/s and TFLOP/s; the files keep seconds and bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
+
+from sim.compute.model_flops import FORMULA as MFU_FORMULA
+from sim.errors import EXIT_INTERNAL, EXIT_OK
+from sim.plan.planner import PlanStats
+from sim.plan.point_row import peak_flops
+from sim.plan.sweep import skip_kinds
+from sim.point.experiment import Prepared
+from sim.point.rows import INTERNAL, ResultRow
+from sim.report.row_bands import describe
+from sim.report.tables import compact_table, config_label, summary_table
+from sim.trace.origin import ROOFLINE, origin_warning, trace_origin
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+TABLES = ("compact", "wide", "none")
+"""How :meth:`Reporter.table` prints each model's best configurations: :func:`compact_table`,
+:func:`~sim.report.tables.summary_table` (``--wide``) or not at all (``--format csv|json``)."""
+TOP = 5
+"""Configurations per model in the table."""
+KINDS_SHOWN = 3
+"""Kinds of skipped combinations named (each with its count and an example); the rest at DEBUG
+and all of them in config.resolved.yaml."""
+FAILED_SHOWN = 5
+"""Points of an internal error named (all are in results.csv)."""
+
+
+class Reporter:
+    """``sim run``'s console (module doc).
+
+    Args:
+        console: where the answer goes.
+        table: one of :data:`TABLES`.
+        progress: show progress bars (None: :func:`sim.progress.shown`).
+    """
+
+    def __init__(
+        self, console: Console, table: str = "compact", progress: bool | None = None
+    ) -> None:
+        if table not in TABLES:
+            raise ValueError(f"table must be one of {TABLES}, got {table!r}")
+        self.console, self.style, self.progress = console, table, progress
+
+    def start(self, name: str, points: int, hardware: str, skipped: list[tuple[str, str]]) -> None:
+        """The grid: how many configurations, and the skipped ones by kind."""
+        tail = f" ({len(skipped)} combinations skipped)" if skipped else ""
+        log.info("%s: %d configurations on %s%s", name, points, hardware, tail)
+        kinds = skip_kinds(skipped)
+        for i, (n, example) in enumerate(kinds):
+            level = logging.INFO if i < KINDS_SHOWN else logging.DEBUG
+            log.log(level, "%d skipped like: %s", n, example)
+        if len(kinds) > KINDS_SHOWN:
+            log.info(
+                "... %d more kinds of skipped combinations (sim -v run, or config.resolved.yaml)",
+                len(kinds) - KINDS_SHOWN,
+            )
+
+    def notes(self, notes: dict[str, list[str]], prep: Prepared) -> None:
+        """How each trace is brought to the grid, and where its times come from: a warning
+        when a roofline estimate stands in for a measurement (:mod:`sim.trace.origin`)."""
+        for line in (n for model_notes in notes.values() for n in model_notes):
+            log.info("%s", line)
+        for name, trace in prep.traces.items():
+            text = origin_warning(name, trace)
+            if text is not None:
+                log.log(logging.WARNING if trace_origin(trace) == ROOFLINE else logging.INFO, text)
+
+    def planned(self, stats: PlanStats) -> None:
+        log.info("%s", stats.summary())
+
+    def table(self, df: pd.DataFrame, model: str) -> None:
+        """The best configurations of ``model`` (``df``: its rows of results.csv)."""
+        if self.style == "compact":
+            self.console.print(compact_table(df, top=TOP, title=f"[bold]{escape(model)}[/]"))
+        elif self.style == "wide":  # every column at its natural width: wider than the screen
+            table = summary_table(df, top=TOP)
+            options = self.console.options.update_width(1000)
+            natural = Measurement.get(self.console, options, table).maximum
+            if natural <= self.console.width:
+                self.console.print(table)
+                return
+            Console(
+                file=self.console.file,
+                width=natural,
+                force_terminal=self.console.is_terminal,
+                color_system=self.console.color_system,  # type: ignore[arg-type]
+            ).print(table)
+
+    def no_fit(self, model: str) -> None:
+        self.console.print(
+            f"[bold red]{escape(model)}: no configuration fits in memory.[/] See results.csv "
+            "(peak_memory_bytes, oom_device); try more stages, a smaller micro-batch or a "
+            "memory policy."
+        )
+
+    def winner(self, row: ResultRow, prep: Prepared, band: dict) -> None:
+        """The winner in one line (with its band when it has one), its MFU in a second, and
+        how many configurations are within its band."""
+        wrap = not self.console.is_terminal  # logs: one line each, however long
+        self.console.print(
+            f"[bold green]{escape(row.model)} winner:[/] {escape(config_label(row))}",
+            highlight=False,
+            soft_wrap=wrap,
+        )
+        text = f"  {row.throughput_samples_per_s:,.2f} samples/s"
+        if band:
+            text += (
+                f" (band {band['throughput_low_samples_per_s']:,.1f}–"
+                f"{band['throughput_high_samples_per_s']:,.1f})"
+            )
+        text += (
+            f", {(row.iteration_time_s or math.nan) * 1e3:,.2f} ms/iteration, "
+            f"peak {(row.peak_memory_bytes or math.nan) / 2**30:.2f} GiB"
+        )
+        self.console.print(text, highlight=False, soft_wrap=wrap)
+        flops = flops_text(row, prep)
+        if flops:
+            self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=wrap)
+        if band:
+            log.debug(
+                "%s band: p10–p90 of measured/predicted iteration times of %s "
+                "(sim/data/bands.csv): %.2f–%.2f ms/iteration",
+                row.model,
+                band["band_source"],
+                band["iteration_time_low_s"] * 1e3,
+                band["iteration_time_high_s"] * 1e3,
+            )
+            near = band["within_band"]
+            if near["count"]:
+                log.info(
+                    "%s: %d other configurations are within each other's band with the "
+                    "winner (results.csv within_winner_band), so the pick is not clearly "
+                    "faster than them; best: %s",
+                    row.model,
+                    near["count"],
+                    "; ".join(near["best"]),
+                )
+
+    def failed(self, rows: Sequence[ResultRow]) -> int:
+        """Name the points whose simulation raised an unexpected exception (a bug); returns
+        :data:`~sim.point.rows.EXIT_INTERNAL` when there are any, else 0."""
+        failed = [r for r in rows if r.failed]
+        if not failed:
+            return EXIT_OK
+        log.error(
+            "%d of %d configurations failed with an internal error (a bug in pipesim, not in "
+            "the experiment; their rows in results.csv say where; please report it with "
+            "config.resolved.yaml):",
+            len(failed),
+            len(rows),
+        )
+        for r in failed[:FAILED_SHOWN]:
+            log.error(
+                "  %s %s: %s", r.model, describe(r.model_dump()), r.error.removeprefix(INTERNAL)
+            )
+        if len(failed) > FAILED_SHOWN:
+            log.error("  ... and %d more", len(failed) - FAILED_SHOWN)
+        return EXIT_INTERNAL
+
+    def wrote(self, paths: Iterable[Path], t0: float) -> None:
+        """Where the files went (the list itself at DEBUG: ``sim -v``)."""
+        paths = list(paths)
+        self.console.print(
+            escape(
+                f"wrote {len(paths)} files in {paths[0].parent} ({time.perf_counter() - t0:.1f} s)"
+            ),
+            highlight=False,
+        )
+        for p in paths:
+            log.debug("  %s", p)
+
+
+def flops_text(row: ResultRow, prep: Prepared) -> str:
+    """``45.7 TFLOP/s per GPU, MFU 36.6 % (of the 125 TFLOP/s fp16 dense peak of
+    V100-SXM2-16GB, datasheet; Megatron-LM's ...; analytic trace)`` for a row with model
+    FLOPs, else ``""``."""
+    if row.flops_per_s_per_gpu is None or row.mfu is None:
+        return ""
+    trace = prep.traces[row.model]
+    gpu = prep.topology.gpus[0]
+    peak = peak_flops(gpu, trace.dtype)
+    return (
+        f"{row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % of "
+        f"{gpu.model}'s {peak / 1e12:,.0f} TFLOP/s {trace.dtype} dense peak (datasheet); "
+        f"{MFU_FORMULA}; {row.trace_origin} trace"
+    )

@@ -1,0 +1,60 @@
+"""Where a trace's times come from: measured, a roofline estimate, or the analytic model.
+
+:func:`trace_origin` reads the trace's provenance:
+
+* ``roofline estimate``: ``sim profile --model ... --for-gpu`` (``provenance.method``, e.g.
+  ``FakeTensorMode analysis``): each operator's counted FLOPs and bytes at a GPU preset's
+  datasheet peak and HBM bandwidth, nothing run: an upper bound on speed;
+* ``analytic``: generated from the model's shape by :mod:`sim.trace.generator` /
+  :mod:`sim.trace.decoder` (``provenance.source`` ``analytic: ...``): the kernel model of
+  :mod:`sim.compute` on the GPU (achievable fractions of the datasheet peaks);
+* ``measured``: anything else: layers timed on a device (``sim profile``), read from a torch
+  profiler trace (``sim trace import-kineto``) or from a published profile (PipeDream's).
+
+Every row of ``results.csv`` and every winner carry it (``trace_origin``), and ``sim run``
+warns when an estimate stands in for a measurement.
+"""
+
+from __future__ import annotations
+
+from sim.trace.schema import Trace
+
+MEASURED, ROOFLINE, ANALYTIC = "measured", "roofline estimate", "analytic"
+ORIGINS = (MEASURED, ROOFLINE, ANALYTIC)
+
+
+def trace_origin(trace: Trace) -> str:
+    """One of :data:`ORIGINS` (module doc).
+
+    Example:
+        >>> trace_origin(Trace("t", (), 1, "bf16", "H100", {"source": "analytic: x"}))
+        'analytic'
+        >>> trace_origin(Trace("t", (), 1, "bf16", "H100", {"method": "FakeTensorMode analysis"}))
+        'roofline estimate'
+        >>> trace_origin(Trace("t", (), 1, "fp32", "cpu", {"source": "backends.torch.profile"}))
+        'measured'
+    """
+    prov = trace.provenance or {}
+    if prov.get("method"):
+        return ROOFLINE
+    if str(prov.get("source", "")).startswith("analytic"):
+        return ANALYTIC
+    return MEASURED
+
+
+def origin_warning(model: str, trace: Trace) -> str | None:
+    """What ``sim run`` says about ``model``'s trace when it is not measured, or None."""
+    origin = trace_origin(trace)
+    if origin == ROOFLINE:
+        return (
+            f"{model}: trace {trace.name} is a roofline ESTIMATE ({trace.provenance['method']}): "
+            "every operator at the GPU's datasheet peak or HBM bandwidth, nothing measured; "
+            "throughput, TFLOP/s and MFU are upper bounds. Profile on the GPU (sim profile "
+            "--device cuda) for a measurement"
+        )
+    if origin == ANALYTIC:
+        return (
+            f"{model}: trace {trace.name} is analytic (the kernel model of sim.compute on "
+            f"{trace.device}), not measured"
+        )
+    return None
