@@ -177,18 +177,19 @@ def test_bridge_configs():
     assert isinstance(ex, Expressed) and ex.hardware == "4x-dgx-b200"
     assert ex.point["memory_policy"] == "dist_opt:recompute"
     qwen = express(one(DATA / "bridge_qwen3_30b_a3b.yaml", gpu="B200", num_gpus=8))
-    assert isinstance(qwen, NotExpressed)
-    assert any("head_dim" in r for r in qwen.reasons) and any("QK-norm" in r for r in qwen.reasons)
+    assert isinstance(qwen, Expressed)  # head_dim and QK-norm: the decoder generator's fields
+    assert (qwen.shape.head_dim, qwen.shape.qk_norm, qwen.shape.tied_embeddings) == (
+        128, True, False)  # fmt: skip
 
 
 def test_measured_and_vtrain_csv():
     rows = read_runs(DATA / "measured_sample.csv")
     assert rows[0].measured.peak_allocated_bytes == 40.5 * GiB
     assert isinstance(express(rows[0]), Expressed)
-    why = express(rows[1])  # MXFP8 on GB300 is expressed (issue 26 item 1, 6); Qwen3 is not
+    why = express(rows[1])  # MXFP8 on GB300 and Qwen3 are expressed; the recipe is missing
     assert isinstance(why, NotExpressed)
-    assert not any("precision" in r or "GB300" in r for r in why.reasons)
-    assert any("head_dim" in r for r in why.reasons)
+    assert not any("precision" in r or "GB300" in r or "head_dim" in r for r in why.reasons)
+    assert any("recipe" in r for r in why.reasons)
     assert rows[1].measured.iteration_time_s == 1.2  # step_time_derived_s
     vt = read_runs(DATA / "vtrain_sample.csv")
     assert [r.measured.iteration_time_s for r in vt] == [0.2505, 0.12025]
@@ -231,3 +232,25 @@ def test_bad_inputs_name_the_file_and_field(tmp_path):
         read_runs(toml)
     with pytest.raises(InputError, match="not found"):
         read_runs(tmp_path / "missing.log")
+
+
+def test_megatron_model_flags_map_to_the_decoder_generator():
+    """Megatron ties the output layer to the embedding unless
+    ``--untie-embeddings-and-output-weights`` (megatron/training/arguments.py); a GeLU MoE GPT
+    with tied embeddings, a leading dense GeLU layer, ``--kv-channels``, ``--qk-layernorm`` and
+    ``--mtp-num-layers`` is the decoder generator's shape with those fields."""
+    flags = {"num-layers": 4, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "num-experts": 4, "moe-layer-freq": "([0]*1+[1]*3)",
+             "kv-channels": 32, "qk-layernorm": True, "mtp-num-layers": 1,
+             "position-embedding-type": "rope", "global-batch-size": 4, "micro-batch-size": 1}  # fmt: skip
+    run = read_megatron(flags, name="moe", source="t", gpu="A100-SXM-80GB", num_gpus=1)
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.generator == "decoder"
+    s = ex.shape
+    assert (s.tied_embeddings, s.gated_mlp, s.head_dim, s.qk_norm, s.mtp_layers) == (
+        True, False, 32, True, 1)  # fmt: skip
+    assert (s.dense_layers, s.moe.experts, s.moe.gated) == (1, 4, False)
+    more = {"untie-embeddings-and-output-weights": True, "swiglu": True}
+    untied = express(read_megatron(flags | more, name="u", source="t", gpu="B200", num_gpus=1))
+    assert isinstance(untied, Expressed)
+    assert (untied.shape.tied_embeddings, untied.shape.gated_mlp) == (False, True)
