@@ -254,3 +254,21 @@ def test_megatron_model_flags_map_to_the_decoder_generator():
     untied = express(read_megatron(flags | more, name="u", source="t", gpu="B200", num_gpus=1))
     assert isinstance(untied, Expressed)
     assert (untied.shape.tied_embeddings, untied.shape.gated_mlp) == (False, True)
+
+
+def test_precision_aware_optimizer_flags_become_memory_fields():
+    flags = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "bf16": True, "use-distributed-optimizer": True, "global-batch-size": 8,
+             "use-precision-aware-optimizer": True, "main-grads-dtype": "bf16",
+             "exp-avg-dtype": "bf16", "exp-avg-sq-dtype": "bf16"}  # fmt: skip
+    run = read_megatron(flags, name="p", source="t", gpu="B200", num_gpus=8)
+    assert status(run, "exp-avg-dtype") == "mapped"
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    assert dict(ex.memory) == {"precision_aware_optimizer": True, "main_grads_dtype": "bf16",
+                               "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}  # fmt: skip
+    alone = {k: v for k, v in flags.items() if k != "use-precision-aware-optimizer"}
+    refused = read_megatron(alone, name="p", source="t", gpu="B200", num_gpus=8)
+    assert status(refused, "exp-avg-dtype") == "unmapped"  # Megatron asserts fp32 without it
+    assert isinstance(express(refused), NotExpressed)

@@ -71,6 +71,7 @@ class Expressed:
             data-parallel rank and ``dp_shard`` 1.
         approximations: what is simulated differently from the run (each an approximated
             argument's reason, or an assumption of the reader).
+        memory: the experiment's ``memory:`` fields the run sets (``(field, value)``).
     """
 
     run: MeasuredRun
@@ -82,12 +83,13 @@ class Expressed:
     framework: str
     point: dict[str, Any]
     approximations: tuple[str, ...]
+    memory: tuple[tuple[str, Any], ...] = ()
 
     @property
     def key(self) -> tuple:
         """What the simulation depends on: runs with one key are simulated once."""
         return (self.hardware, self.model, repr(self.shape), self.dtype, self.framework,
-                tuple(sorted(self.point.items())))  # fmt: skip
+                tuple(sorted(self.point.items())), self.memory)  # fmt: skip
 
 
 def gpu_preset(gpu: str) -> str | None:
@@ -326,7 +328,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,
-        framework, point, approx + run.notes,
+        framework, point, approx + run.notes, run.memory_options,
     )  # fmt: skip
 
 

@@ -154,6 +154,7 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
+    memory = _memory_options(r, dist)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -178,6 +179,7 @@ def read_megatron(
         args=tuple(r.notes),
         notes=tuple(r.assumptions),
         framework_options=tuple(options.items()),
+        memory_options=tuple(memory.items()),
     )
 
 
@@ -192,6 +194,45 @@ def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
         r.done.add(flag)
         r.notes.append(ArgNote(flag, str(r.flags.get(flag, "")), status, reason))
     return options
+
+
+OPTIMIZER_DTYPES = {
+    "main-grads-dtype": "main_grads_dtype", "main-params-dtype": "main_params_dtype",
+    "exp-avg-dtype": "exp_avg_dtype", "exp-avg-sq-dtype": "exp_avg_sq_dtype",
+}  # fmt: skip
+"""Megatron's precision-aware optimizer flags -> :class:`~sim.config.MemoryConfig` fields."""
+DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16",
+               "bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8", "uint8": "fp8"}  # fmt: skip
+"""A dtype as Megatron's flags (``fp32``...) or Megatron-Bridge's configs (``bfloat16``...)
+spell it -> pipesim's name."""
+
+
+def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
+    """``--use-precision-aware-optimizer`` and its dtypes as the experiment's ``memory:``
+    fields (:mod:`sim.memory.precision_aware`); unmapped where Megatron-Core would refuse them
+    (another optimizer than Adam, no distributed optimizer, a dtype it does not take)."""
+    aware = r.switch("use-precision-aware-optimizer")
+    out: dict[str, Any] = {"precision_aware_optimizer": True} if aware else {}
+    for flag, field_name in OPTIMIZER_DTYPES.items():
+        value = str(r.text(flag, "fp32")).removeprefix("torch.")
+        if value not in DTYPE_NAMES:
+            r.unmapped(flag, f"{value!r}: not a dtype Megatron-Core takes")
+        elif DTYPE_NAMES[value] != "fp32":
+            out[field_name] = DTYPE_NAMES[value]
+    if out and not aware:
+        for flag in OPTIMIZER_DTYPES:
+            if r.has(flag):
+                r.unmapped(flag, "lower-precision optimizer state without "
+                           "--use-precision-aware-optimizer (Megatron-Core asserts fp32)")  # fmt: skip
+        return {}
+    if aware and (not dist or str(r.flags.get("optimizer", "adam")) != "adam"):
+        r.unmapped("use-precision-aware-optimizer", "needs Adam and the distributed optimizer "
+                   "(megatron/core/optimizer/optimizer_config.py asserts both)")  # fmt: skip
+        return {}
+    for flag in ("use-precision-aware-optimizer", *OPTIMIZER_DTYPES):
+        if r.has(flag) and not any(n.name == flag for n in r.notes):
+            r.mapped(flag, "memory: precision-aware optimizer (sim.memory.precision_aware)")
+    return out
 
 
 def _attention(flags: dict[str, Any], framework: str) -> str:

@@ -198,11 +198,6 @@ UNMAPPED: dict[str, str] = {
     "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
     "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
     "img-h": "vision inputs", "img-w": "vision inputs",
-    "exp-avg-dtype": "Adam moments in a lower precision (precision-aware optimizer): pipesim "
-    "counts fp32 moments (issue 26 item 1)", "exp-avg-sq-dtype": "as --exp-avg-dtype",
-    "main-params-dtype": "master weights in another precision (precision-aware optimizer; "
-    "issue 26 item 1)", "main-grads-dtype": "main gradients in another precision "
-    "(precision-aware optimizer; issue 26 item 1)",
     "window-size": "sliding-window attention (issue 26 item 4)", "window-attn-skip-freq":
     "alternating sliding-window layers (issue 26 item 4)",
 }  # fmt: skip

@@ -99,7 +99,7 @@ def experiment_of(item: Expressed, hardware: str | dict[str, Any], trace_ref: st
         "training": {"global_batch": p["global_batch"], "dtype": item.dtype}
         | ({"precision_options": {"param_gather": True}} if p.get("param_gather") else {}),
         "options": {"partition": "uniform"},
-    }
+    } | ({"memory": dict(item.memory)} if item.memory else {})
 
 
 def point_of(item: Expressed) -> PointConfig:
