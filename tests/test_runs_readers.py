@@ -272,3 +272,24 @@ def test_precision_aware_optimizer_flags_become_memory_fields():
     refused = read_megatron(alone, name="p", source="t", gpu="B200", num_gpus=8)
     assert status(refused, "exp-avg-dtype") == "unmapped"  # Megatron asserts fp32 without it
     assert isinstance(express(refused), NotExpressed)
+
+
+def test_pipeline_layout_becomes_stage_boundaries():
+    """Megatron's layout: entry v*p + r is chunk v of rank r, layers in order, one trace layer
+    per letter (pipeline_parallel_layer_layout.py); the boundaries count the letters before."""
+    from sim.runs.pipeline_layout import layout_boundaries, parse_layout
+
+    assert parse_layout("Et*3|(tt|)*6mL") == ["Ettt"] + ["tt"] * 6 + ["mL"]
+    assert layout_boundaries("Et*3|(tt|)*6mL", 15, 1, 8) == (0, 4, 6, 8, 10, 12, 14, 16)
+    with pytest.raises(ValueError, match="8 stages, not"):
+        layout_boundaries("Et*3|(tt|)*6mL", 15, 1, 4)
+    with pytest.raises(ValueError, match="15 decoder and 0 MTP"):
+        layout_boundaries("Et*3|(tt|)*6mL", 15, 0, 8)
+    flags = {"num-layers": 15, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "mtp-num-layers": 1, "pipeline-model-parallel-size": 4, "global-batch-size": 8,
+             "pipeline-model-parallel-layout": "Et*3|(tt|)*6mL"}  # fmt: skip
+    run = read_megatron(flags, name="l", source="t", gpu="B200", num_gpus=4)
+    assert run.layout.vp == 2 and status(run, "pipeline-model-parallel-layout") == "mapped"
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.boundaries == (0, 4, 6, 8, 10, 12, 14, 16)

@@ -94,7 +94,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp
     if get.get("pipeline_model_parallel_layout"):
-        f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"]
+        # the table adds a legend after the string: "Etttt|...|tmL (E=embedding ...)"
+        f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"].split(" ")[0]
     aware = get.get("precision_aware_optimizer", "")
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
         f["use-precision-aware-optimizer"] = True

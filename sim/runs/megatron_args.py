@@ -33,6 +33,7 @@ from sim.runs import megatron_table as table
 from sim.runs.argv import is_unexpanded
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_overlap import read_options
+from sim.runs.pipeline_layout import parse_layout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
 VOCAB_DIVISIBLE_BY = 128
@@ -155,6 +156,8 @@ def read_megatron(
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
     memory = _memory_options(r, dist)
+    layout = r.text("pipeline-model-parallel-layout") or ""
+    r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -180,6 +183,7 @@ def read_megatron(
         notes=tuple(r.assumptions),
         framework_options=tuple(options.items()),
         memory_options=tuple(memory.items()),
+        pipeline_layout=layout,
     )
 
 
@@ -270,6 +274,7 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     per_vstage = r.int("num-layers-per-virtual-pipeline-stage")
     if per_vstage and layers and pp:
         vp = max(1, layers // (pp * per_vstage))
+    vp = _layout_vp(r, pp, vp)
     dp = max(1, world // (tp * pp * cp)) if world else 1
     comm = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
     cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
@@ -300,6 +305,17 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dist = r.switch("use-distributed-optimizer")
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+def _layout_vp(r: Reading, pp: int, vp: int) -> int:
+    """``--pipeline-model-parallel-layout``'s virtual stages per rank: its stages over ``pp``
+    (``PipelineParallelLayerLayout.__init__``; :mod:`sim.runs.pipeline_layout`), else ``vp``."""
+    text = r.text("pipeline-model-parallel-layout")
+    try:
+        n = len(parse_layout(text)) if text else 0
+    except ValueError:
+        return vp
+    return n // pp if n and n % pp == 0 else vp
 
 
 def _folded_etp(tp: int, cp: int, dp: int, ep: int) -> int | None:

@@ -182,8 +182,7 @@ UNMAPPED: dict[str, str] = {
     "--optimizer-cpu-offload", "fine-grained-activation-offloading": "activation offload "
     "per module (not a pipesim policy)", "offload-modules": "as "
     "--fine-grained-activation-offloading", "cpu-offloading": "activation offload (not a "
-    "pipesim policy)", "pipeline-model-parallel-layout": "a per-stage layer layout string "
-    "(pipesim splits layers uniformly or by its own partitioner)",
+    "pipesim policy)",
     "decoder-first-pipeline-num-layers": "uneven first stage (pipesim splits uniformly or "
     "optimally)", "decoder-last-pipeline-num-layers": "uneven last stage",
     "num-layers-in-first-pipeline-stage": "uneven first stage",
