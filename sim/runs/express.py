@@ -146,17 +146,11 @@ def _model(run: MeasuredRun) -> list[str]:
     if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
         return ["model shape incomplete (layers, hidden, heads, vocabulary, sequence length)"]
     out = []
-    if s.head_dim:
-        out.append("head_dim x heads != hidden (issue 26 item 4: head_dim as its own field)")
-    if _feature(s, "qk_norm"):
-        out.append("QK-norm (issue 26 item 4)")
-    if _feature(s, "mtp"):
-        out.append("multi-token-prediction layers (issue 26 item 4: DeepSeek-V3's MTP)")
+    decoder = s.arch == "decoder" or s.is_moe  # head_dim, QK-norm, MTP, ties: DecoderShape's
+    if not decoder and (s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")):
+        out.append("head_dim, QK-norm or MTP on a GeLU GPT (the decoder generator has them)")
     if _feature(s, "activation"):
         out.append(f"{_feature(s, 'activation')} MLP: the generators have GeLU and SwiGLU only")
-    if s.arch == "decoder" and s.tied_embeddings:
-        out.append("tied embeddings on a gated-MLP decoder (the decoder generator's head is "
-                   "untied: issue 26 item 4)")  # fmt: skip
     if s.arch in ("gpt", "bert"):
         out += _gpt_model(s)
     return out
@@ -171,9 +165,6 @@ def _gpt_model(s: ModelShape) -> list[str]:
     if s.is_moe and (s.moe_dense_layers or s.moe_every > 1):
         out.append("dense GeLU layers between MoE layers (the decoder generator's dense MLP is "
                    "gated)")  # fmt: skip
-    if s.is_moe and s.tied_embeddings:
-        out.append("tied embeddings on a MoE model (the decoder generator's head is untied: "
-                   "issue 26 item 4)")  # fmt: skip
     if not s.is_moe and not s.tied_embeddings:
         out.append("untied embeddings on a GeLU GPT (the GPT generator ties them)")
     if not s.is_moe and s.hidden and s.ffn_hidden and s.ffn_hidden % s.hidden:
@@ -287,7 +278,9 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
         vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
         kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
-        dense_layers=s.moe_dense_layers, moe_every=s.moe_every,
+        dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
+        qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
+        tied_embeddings=bool(s.tied_embeddings),
     )  # fmt: skip
 
 

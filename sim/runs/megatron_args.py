@@ -143,7 +143,8 @@ def read_megatron(
         framework: ``megatron-lm`` or ``megatron-bridge``.
     """
     r = Reading(normalise(flags), strict)
-    world = num_gpus or _world(r)
+    world = _world(r)  # the launcher's flags are read (mapped) even when num_gpus is given
+    world = num_gpus or world
     lay, dist = _layout(r, world)
     shape, seq = _shape(r, lay, arch)
     recompute = _recompute(r)
