@@ -9,7 +9,11 @@ pipeline only ``ParallelTransformerLayerPipe`` layers of a ``GPTModelPipe``
 (``deepspeed/runtime/pipe/module.py::PipelineModule._is_checkpointable``), and the torch replay
 wraps each ``Block`` (:mod:`backends.torch.replay.memory`).
 ``recompute:full:N``: only the blocks among the first ``N`` layers of each stage (Megatron's
-``block`` method: a knob for using exactly the memory each stage has). ``recompute:selective``: drop only the
+``block`` method: a knob for using exactly the memory each stage has). ``recompute:partition``:
+every layer of the stage, embedding and head too, as GPipe checkpoints a partition whole
+(torchgpipe ``checkpoint='always'``/``'except_last'``: each micro-batch's forward through the
+partition runs under one checkpoint, ``torchgpipe/checkpoint.py``; GPipe §2.2
+"re-materialization"); pipesim keeps each layer's input, a little more than the partition's. ``recompute:selective``: drop only the
 attention core of every layer (Korthikanti et al.; Megatron's default ``core_attn``); on a trace
 without ``attn_core_act_bytes`` it does nothing, and its notes say so.
 
@@ -34,13 +38,13 @@ class RecomputePolicy(MemoryPolicy):
     """Activation checkpointing.
 
     Args:
-        mode: ``full`` or ``selective``.
+        mode: ``full``, ``selective`` or ``partition`` (module doc).
         layers: with ``full``, checkpoint only the first ``layers`` layers of each stage
             (None: all).
     """
 
     name = "recompute"
-    description = "activation checkpointing: full[:layers per stage] or selective"
+    description = "activation checkpointing: full[:layers per stage], selective or partition"
     replayable = True
 
     def __init__(self, mode: str = "full", layers: int | None = None):
@@ -51,10 +55,10 @@ class RecomputePolicy(MemoryPolicy):
         if not args:
             return cls()
         mode, rest = args[0], args[1:]
-        if mode not in ("full", "selective"):
-            raise ValueError(f"recompute mode must be full or selective, got {mode!r}")
-        if mode == "selective" and rest:
-            raise ValueError("recompute:selective takes no further parameter")
+        if mode not in ("full", "selective", "partition"):
+            raise ValueError(f"recompute mode must be full, selective or partition, got {mode!r}")
+        if mode in ("selective", "partition") and rest:
+            raise ValueError(f"recompute:{mode} takes no further parameter")
         if len(rest) > 1:
             raise ValueError("use recompute:full:N (N layers per stage)")
         if rest and (not rest[0].isdigit() or int(rest[0]) < 1):
@@ -74,7 +78,8 @@ class RecomputePolicy(MemoryPolicy):
             )
             return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s, **extra)
         n = len(ctx.layers) if self.layers is None else min(self.layers, len(ctx.layers))
-        blocks = [i for i in range(n) if layer_kind(ctx.layers[i].name) == "block"]
+        whole = self.mode == "partition"
+        blocks = [i for i in range(n) if whole or layer_kind(ctx.layers[i].name) == "block"]
         st = stash(ctx, full=blocks)
         return describe(ctx, activation_plan(ctx, st), st.label, m * st.recompute_s)
 
@@ -85,8 +90,11 @@ class RecomputePolicy(MemoryPolicy):
         return stage_state_bytes_per_param(states, versions, version_bytes)
 
     def bound_recompute_mode(self) -> str | None:
-        """``full`` or ``selective`` when every layer recomputes (not ``recompute:full:N``)."""
-        return self.mode if self.layers is None else None
+        """``full`` or ``selective`` when every layer recomputes (not ``recompute:full:N``;
+        ``partition`` recomputes the blocks and more: ``full``)."""
+        if self.layers is not None:
+            return None
+        return "full" if self.mode == "partition" else self.mode
 
     def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
         """``torch.utils.checkpoint`` around the stage's blocks (among its first ``layers``
@@ -103,6 +111,14 @@ class RecomputePolicy(MemoryPolicy):
         blocks = frozenset(i for i, b in enumerate(is_block) if b)
         first = n if self.layers is None else min(self.layers, n)
         others = [i for i in range(first) if i not in blocks]
+        if self.mode == "partition" and others:
+            return ReplayPlan(
+                checkpoint=blocks,
+                notes=(
+                    f"{where}: the replay checkpoints the blocks only; the non-block layers at "
+                    f"positions {others} keep their activations (the simulator drops them too)",
+                ),
+            )
         notes = (
             ()
             if not others or self.layers is None

@@ -120,6 +120,11 @@ def resolve(
     except InputError as exc:
         exc.file = exc.file or file
         raise
+    if policy.repartitions and exp.options.boundaries is None:
+        boundaries, note = _repartition(
+            policy, boundaries, (exp, point, topo, trace, schedule, program, in_flight, layout)
+        )
+        notes = [*notes, note]
     ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
     trace, tied = place_shared(trace, boundaries, ranks)
     plans, tensor_plans = _plans(
@@ -327,6 +332,23 @@ def _shard(
         return make()
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _repartition(policy: MemoryPolicy, boundaries, parts) -> tuple[tuple[int, ...], str]:
+    """The boundaries ``policy`` moves the partitioner's to (:meth:`MemoryPolicy.repartition`,
+    given the stage contexts of replica 0, tensor rank 0, for any boundaries), and a note."""
+    exp, point, topo, trace, schedule, program, in_flight, layout = parts
+    rank0 = _rank(layout.per_stage, layout.stage_groups, 0)
+
+    def contexts(b: tuple[int, ...]):
+        return stage_contexts(
+            topo, trace, b, rank0, schedule, in_flight, exp, program, layout.job_gpus
+        )[0]
+
+    before = tuple(boundaries)
+    after, info = policy.repartition(before, len(trace.layers), contexts)
+    said = ", ".join(f"{k} {v}" for k, v in info.items())
+    return after, f"{policy.name} repartitioned the layers: boundaries {before} -> {after} ({said})"
 
 
 def _rank(placement, groups, k: int):
