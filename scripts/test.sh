@@ -5,7 +5,8 @@
 # docs site (mkdocs build --strict, offline: a broken link or reference fails it), and run the
 # test suite (all of it, the slow multi-process tests included;
 # `bash scripts/test.sh -m "not slow"` runs the fast tier) on two worker processes
-# (pytest-xdist: the tests of one module stay on one worker; `-n 0` runs them in this process).
+# (pytest-xdist, work stealing: an idle worker takes tests from the busy one; `-n 0` runs them
+# in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -18,4 +19,4 @@ ruff format --check .
 mypy sim backends
 lint-imports
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
-python -m pytest -n 2 --dist loadscope "$@"
+python -m pytest -n 2 --dist worksteal "$@"

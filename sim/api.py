@@ -11,6 +11,7 @@ function        does                                                            
 :func:`simulate`  one configuration: metrics and the event log                    (none)
 :func:`validate`  replay a configuration on real devices, compare, write          ``sim validate``
 :func:`partition` split a trace's layers into pipeline stages                     ``sim partition``
+:func:`memory`  every configuration's peak memory per pipeline rank, no simulation  ``sim memory``
 ==============  ================================================================  ==============
 
 An experiment is a YAML path, a mapping with the YAML's content, or a parsed
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from sim.atomic import atomic_write_text, check_writable
 from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError, expect_int, expect_type
 from sim.hardware.loader import load_hardware
@@ -44,6 +46,7 @@ from sim.hardware.overlay import read_overlay
 from sim.parallel.partition import partition as split_layers
 from sim.parallel.placement import place
 from sim.plan.executors import open_executor
+from sim.plan.memory_grid import grid_memory
 from sim.plan.planner import plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
@@ -52,7 +55,7 @@ from sim.point.rows import pick_winner
 from sim.point.simulate import evaluate, resolve
 from sim.replay import Replayer
 from sim.report.console import TABLES
-from sim.report.results import PartitionPlan, Plan, RunOutcome, Simulation
+from sim.report.results import MemoryAnswer, PartitionPlan, Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
 from sim.trace.adapt import adapt_trace
@@ -70,7 +73,9 @@ __all__ = [
     "Plan",
     "RunOutcome",
     "Simulation",
+    "MemoryAnswer",
     "load",
+    "memory",
     "parse",
     "partition",
     "plan",
@@ -418,3 +423,55 @@ def partition(
         trace, stages, bandwidth_Bps=bandwidth or None, memory_capacity_bytes=capacity
     )
     return PartitionPlan(trace, part, tuple(notes))
+
+
+def memory(
+    experiment: Experiment,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    advice: bool = True,
+    plots: bool = True,
+) -> MemoryAnswer:
+    """Every configuration's peak memory per pipeline rank, by category, without simulating
+    time (:func:`sim.plan.memory_grid.grid_memory`, the model of the planner's memory bound):
+    ``sim memory``. With ``out``, writes ``memory.csv`` (one row per configuration and
+    pipeline rank, bytes) and ``memory_ranks.png`` (stacked bars per pipeline rank).
+
+    Args:
+        experiment: see :data:`Experiment`.
+        out: folder to write into (created; files of the same names replaced atomically).
+        advice: for configurations that do not fit, find the first single change that fits.
+        plots: write the PNG.
+
+    Raises:
+        InputError: bad experiment, hardware, trace, grid or output folder (nothing written).
+
+    Example:
+        >>> exp = {"name": "b", "hardware": "dgx1-v100-16gb",
+        ...        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 32}],
+        ...        "sweep": {"schedule": "1f1b", "stages": 4, "microbatch_size": 4}}
+        >>> a = memory(exp)
+        >>> a.results[0].memory.fits, len(a.results[0].memory.ranks)
+        (True, 4)
+    """
+    import time
+
+    from sim.report.memory_ranks import memory_frame, plot_memory_ranks  # pandas, matplotlib
+
+    _flags(advice=advice, plots=plots)
+    if out is not None:
+        _folder(out)
+        check_writable(out, option="--out", directory=True)
+    prep = load(experiment)
+    points, skipped = expand(prep)
+    t0 = time.perf_counter()
+    results = grid_memory(prep, points, advice=advice)
+    wall = time.perf_counter() - t0
+    if out is None:
+        return MemoryAnswer(results, skipped, None, wall)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "memory.csv", memory_frame(results).to_csv(index=False))
+    if plots and any(r.memory is not None for r in results):
+        plot_memory_ranks(results, folder / "memory_ranks.png")
+    return MemoryAnswer(results, skipped, folder, wall)

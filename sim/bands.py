@@ -205,9 +205,10 @@ class Bands:
         self._by = {(b.framework, b.tensor_parallel, b.microbatch_size): b for b in self.bands}
 
     def lookup(self, framework: str, tensor_parallel: int, microbatch_size: int) -> Band | None:
-        """The band of the finest regime holding this configuration (None: no bands at all)."""
+        """The band of the finest regime holding this configuration (None: no bands at all);
+        a profile with options (``megatron-lm[tp_comm_overlap]``) is looked up as the profile."""
         point = {
-            "framework": framework,
+            "framework": framework.split("[", 1)[0],
             "tensor_parallel": int(tensor_parallel),
             "microbatch_size": int(microbatch_size),
         }

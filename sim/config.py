@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -166,6 +167,28 @@ class ModelConfig(_Strict):
     )
 
 
+class PrecisionOptions(_Strict):
+    """How a low-precision recipe is run (Megatron-LM's options; sim.compute.precision)."""
+
+    first_last_layers_bf16: bool = Field(
+        False,
+        description="Megatron's --first-last-layers-bf16: keep the first and last transformer "
+        "blocks in 16 bits (not with fp8-delayed).",
+    )
+    num_layers_at_start_in_bf16: int = Field(
+        1, ge=0, description="Megatron's --num-layers-at-start-in-bf16 (with the option above)."
+    )
+    num_layers_at_end_in_bf16: int = Field(
+        1, ge=0, description="Megatron's --num-layers-at-end-in-bf16 (with the option above)."
+    )
+    param_gather: bool = Field(
+        False,
+        description="Megatron's --fp8-param-gather: parameters kept quantized and all-gathered "
+        "by the distributed optimizer in their format (1 byte per FP8 parameter instead of 2); "
+        "needs the distributed optimizer (memory_policy dist_opt or a framework that shards).",
+    )
+
+
 class TrainingConfig(_Strict):
     """Training settings shared by every grid point."""
 
@@ -174,6 +197,20 @@ class TrainingConfig(_Strict):
         None,
         description="Training dtype of weights, gradients and activations; default: each "
         "trace's own dtype. A different dtype rescales the trace's bytes (not its times).",
+    )
+    precision: str | None = Field(
+        None,
+        description="Precision of the linear layers' GEMMs (sim.compute.precision): bf16, fp16 "
+        "or fp32 (the training dtype: no low precision), or a recipe: fp8-delayed, "
+        "fp8-tensorwise, fp8-blockwise, mxfp8, nvfp4 (Transformer Engine, as Megatron-LM runs "
+        "them), fp8-rowwise, fp8-rowwise-gw-hp, mxfp8 (torchao, framework torchtitan). "
+        "Parameters and activations stay in training.dtype. Default: the training dtype; "
+        "sweep.precision sweeps it. Generated decoder traces only.",
+    )
+    precision_options: PrecisionOptions | None = Field(
+        None,
+        description="How the low-precision recipe runs (first/last blocks in 16 bits, FP8 "
+        "parameter all-gather); default: Megatron-LM's defaults (none of them).",
     )
     optimizer: Literal["adam", "sgd", "sgd_momentum"] = Field(
         "adam",
@@ -211,7 +248,11 @@ class SweepConfig(_Strict):
         "for zbv_zero_bubble and dualpipe_v. Left unset, each schedule takes its smallest v "
         "(1 or 2); when set, combinations a schedule rejects are skipped with the reason.",
     )
-    dp_width: IntList = Field(1, description="Data-parallel width(s) w (replicas of each stage).")
+    dp_width: IntList = Field(
+        1,
+        description="Data-parallel width(s) w: every data-parallel rank of a stage (with "
+        "dp_shard, the FSDP shard groups times their replicas).",
+    )
     gpus: int | None = Field(
         None,
         gt=0,
@@ -236,7 +277,24 @@ class SweepConfig(_Strict):
         description="Expert-parallel size(s) ep of a MoE model (sim.parallel.expert): ep "
         "consecutive data x context-parallel ranks split the experts (Megatron's tp-cp-ep-dp-pp "
         "order) and exchange routed tokens by all-to-all; ep divides dp_width x "
-        "context_parallel and the experts.",
+        "context_parallel and the experts; with expert_tensor_parallel, ep x etp ranks of the "
+        "folded expert mesh over tensor x context x data ranks (sim.parallel.folding). Each "
+        "stage's EP groups are placed inside one NVLink domain (server, NVL72 rack) where they "
+        "fit (sim.parallel.domains).",
+    )
+    expert_tensor_parallel: IntList | None = Field(
+        None,
+        description="Expert tensor-parallel size(s) etp (MoE parallel folding, "
+        "sim.parallel.folding: the experts' GEMMs split etp ways, expert parallelism over "
+        "tensor x context x data ranks, ep x etp dividing tensor_parallel x context_parallel x "
+        "dp_width); unset: tensor_parallel (Megatron-Core's default).",
+    )
+    dp_shard: IntList = Field(
+        1,
+        description="FSDP shard degree(s) (sim.memory.fsdp): dp_shard of the dp_width "
+        "data-parallel ranks (times context_parallel) shard parameters, gradients and optimizer "
+        "state per fully_shard unit, dp_width / dp_shard replicate them (HSDP); -1: all of "
+        "dp_width (torchtitan's data_parallel_shard_degree = -1); 1: no FSDP.",
     )
     context_parallel: IntList = Field(
         1,
@@ -256,10 +314,18 @@ class SweepConfig(_Strict):
         "false: the two one after the other (torch's default runtime).",
     )
     microbatch_size: IntList = Field(1, description="Samples per micro-batch b.")
+    precision: StrList | None = Field(
+        None,
+        description="Precision(s) of the linear layers' GEMMs to sweep (as training.precision, "
+        "which it replaces), e.g. [bf16, fp8-delayed, mxfp8].",
+    )
     memory_policy: StrList = Field(
         "none",
         description="Memory-saving policy spec(s): none, recompute (recompute:full, "
-        "recompute:full:N layers per stage, recompute:selective), cpu_swap (cpu_swap:FRACTION), "
+        "recompute:full:N layers per stage, recompute:selective, Megatron's module-level "
+        "recompute:selective:core_attn,layernorm,mlp,moe_act,moe,mla_up_proj, torchtitan's "
+        "per-op recompute:sac), dist_opt (dist_opt:recompute[:<a recompute choice>]), zero3, "
+        "cpu_swap (cpu_swap:FRACTION), "
         "d2d_swap (d2d_swap:weights, d2d_swap+recompute), chunked (chunked:M elements per chunk, in millions), "
         "zero_offload, auto; or one spec per stage joined by '|'.",
     )
@@ -284,12 +350,21 @@ class SweepConfig(_Strict):
         "tensor_parallel",
         "expert_parallel",
         "context_parallel",
+        "expert_tensor_parallel",
     )
     @classmethod
-    def _positive(cls, v: IntList) -> IntList:
-        for x in as_list(v):
+    def _positive(cls, v: IntList | None) -> IntList | None:
+        for x in as_list(v) if v is not None else []:
             if x < 1:
                 raise ValueError(f"must be >= 1, got {x}")
+        return v
+
+    @field_validator("dp_shard")
+    @classmethod
+    def _shard(cls, v: IntList) -> IntList:
+        for x in as_list(v):
+            if x < 1 and x != -1:
+                raise ValueError(f"must be >= 1 or -1 (all of dp_width), got {x}")
         return v
 
 
@@ -304,8 +379,13 @@ class OptionsConfig(_Strict):
         description="Fixed stage start-layer indices (overrides the partitioner; "
         "written to winner.yaml).",
     )
-    placement: list[list[int]] | None = Field(
-        None, description="Fixed GPU index per [replica][stage] (overrides automatic placement)."
+    placement: list[list[int]] | list[list[list[int]]] | None = Field(
+        None,
+        description="Fixed GPUs (overrides automatic placement): per [replica][stage] a GPU "
+        "index, or with tensor parallelism a list of t GPU indices; the replicas are the "
+        "dp_width x context_parallel data- and context-parallel ranks (context rank "
+        "innermost), whose consecutive runs form the expert-parallel groups "
+        "(sim.parallel.domains). Every dimension honours it.",
     )
     simulation: Literal["auto", "full", "symmetric"] = Field(
         "auto",
@@ -320,12 +400,55 @@ class OptionsConfig(_Strict):
         description="Slow GPUs: {GPU index: factor}; that GPU's compute takes factor times as "
         "long (e.g. {5: 1.3}). A straggler in the job makes the simulation full.",
     )
+    fsdp_reshard_after_forward: bool | int | None = Field(
+        None,
+        description="FSDP's reshard_after_forward for every transformer block (with dp_shard > "
+        "1, sim.memory.fsdp): true (free after forward, gather again for backward), false (keep "
+        "from forward to backward), or a world size k (keep 1/k, gather over k ranks for "
+        "backward); default: the framework's (torchtitan: true, false with pipeline "
+        "parallelism).",
+    )
     stage_policies: list[str] | None = Field(
         None,
         min_length=1,
         description="A memory policy spec per stage (stage 0 first), e.g. "
         "[recompute:full, cpu_swap, none, none]; replaces the sweep.memory_policy axis (which "
         "must then be left unset); grid points whose depth differs from its length are skipped.",
+    )
+
+    @field_validator("fsdp_reshard_after_forward")
+    @classmethod
+    def _world(cls, v: bool | int | None) -> bool | int | None:
+        if v is not None and not isinstance(v, bool) and v < 2:
+            raise ValueError(f"a world size to reshard to must be >= 2, got {v}")
+        return v
+
+
+class MemoryConfig(_Strict):
+    """How the framework and PyTorch's allocator lay out memory (sim.memory.framework_memory);
+    unset fields take the framework profile's defaults."""
+
+    cross_entropy: Literal["unfused", "native", "te"] | None = Field(
+        None,
+        description="Loss implementation: Megatron's unfused vocab-parallel cross entropy "
+        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion, the same bytes) or 'te' "
+        "(--cross-entropy-fusion-impl te: only the 16-bit logits kept). Default: unfused.",
+    )
+    gradient_accumulation_fusion: bool | None = Field(
+        None,
+        description="Weight gradients accumulate straight into the fp32 main_grad "
+        "(Megatron-LM's default with Transformer Engine; false: --no-gradient-accumulation-"
+        "fusion, a transient weight gradient per GEMM). Default: the framework's.",
+    )
+    grad_reduce_in_bf16: bool = Field(
+        False,
+        description="Megatron's --grad-reduce-in-bf16: 16-bit gradient buffers instead of fp32 "
+        "main_grad (and an fp32 copy of the gradient shard at the step).",
+    )
+    expandable_segments: bool = Field(
+        False,
+        description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator "
+        "maps pages into one growing segment per pool (less fragmentation).",
     )
 
 
@@ -353,14 +476,24 @@ class ExperimentConfig(_Strict):
         "bucketing and overlap, distributed optimizer, embedding and head placement, pipeline "
         "engine exchanges and sync points, schedules it runs): pipesim (default, what `sim "
         "validate` replays), megatron-deepspeed, megatron-lm, megatron-lm-torch-ddp, deepspeed, "
-        "torchtitan, pytorch-ddp (sim.framework: each setting with its source).",
+        "torchtitan, pytorch-ddp (sim.framework: each setting with its source). With options "
+        "(sim.framework.options), a mapping {name: megatron-lm, overlap_grad_reduce: true} or "
+        "the string megatron-lm[overlap_grad_reduce]; `sim frameworks` lists each profile's.",
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     options: OptionsConfig = Field(default_factory=OptionsConfig)
     prediction: dict[str, Any] | None = Field(
         None, description="Filled in winner.yaml: what the simulator predicted for it."
     )
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _framework_spec(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return framework_spec_of(value)
+        return value
 
     @field_validator("models")
     @classmethod
@@ -376,6 +509,69 @@ class ExperimentConfig(_Strict):
                 )
             seen[m.name] = i
         return models
+
+
+def framework_spec_of(value: dict[str, Any]) -> str:
+    """The spec string ``name[option,option=value]`` of a ``framework:`` mapping
+    (``{name: megatron-lm, overlap_grad_reduce: true}``), options in their written order; the
+    profile checks the names and values (:mod:`sim.framework.options`).
+
+    Raises:
+        PydanticCustomError: no ``name``, or a value that is a list or a mapping.
+
+    Example:
+        >>> framework_spec_of({"name": "megatron-lm", "tp_comm_overlap": True, "cuda_graph": "full"})
+        'megatron-lm[tp_comm_overlap=true,cuda_graph=full]'
+    """
+    opts = dict(value)
+    name = opts.pop("name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise PydanticCustomError(
+            "framework_name", "a framework mapping needs name: (the profile, e.g. megatron-lm)"
+        )
+    parts = []
+    for k, v in opts.items():
+        if isinstance(v, list | dict) or not _SPEC_TEXT.match(_spec_value(v)):
+            raise PydanticCustomError(
+                "framework_option",
+                "framework option {key}: {value!r} is not a plain value",
+                {"key": k, "value": v},
+            )
+        parts.append(f"{k}={_spec_value(v)}")
+    return f"{name.strip()}[{','.join(parts)}]" if parts else name.strip()
+
+
+def _spec_value(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+_SPEC_TEXT = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+def parse_framework_spec(text: str) -> tuple[str, dict[str, str]]:
+    """``(profile name, {option: value text})`` of a spec string ``name[a,b=c]`` (an option
+    without ``=`` is ``true``); a plain name has no options.
+
+    Raises:
+        ValueError: unbalanced brackets, an empty option, or text after ``]``.
+
+    Example:
+        >>> parse_framework_spec("megatron-lm[overlap_grad_reduce,cuda_graph=full_iteration]")
+        ('megatron-lm', {'overlap_grad_reduce': 'true', 'cuda_graph': 'full_iteration'})
+    """
+    text = text.strip()
+    if "[" not in text and "]" not in text:
+        return text, {}
+    name, sep, rest = text.partition("[")
+    if not sep or not rest.endswith("]") or "[" in rest[:-1] or "]" in rest[:-1]:
+        raise ValueError(f"{text!r}: write name[option,option=value]")
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest[:-1].split(","))):
+        key, eq, val = part.partition("=")
+        if not key.strip() or (eq and not val.strip()):
+            raise ValueError(f"{text!r}: empty option in {part!r}")
+        out[key.strip()] = val.strip() if eq else "true"
+    return name.strip(), out
 
 
 _UNION_TAGS = {

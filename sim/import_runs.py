@@ -109,8 +109,13 @@ def experiment_name(run: MeasuredRun) -> str:
 def pinned(ex: Expressed, trace_ref: str, name: str) -> dict[str, Any]:
     """The experiment mapping that pins ``ex``'s configuration."""
     p, run = ex.point, ex.run
-    sweep = {k: p[k] for k in ("sequence_parallel", "expert_parallel", "context_parallel",
-                               "context_parallel_comm", "memory_policy") if k in p}  # fmt: skip
+    sweep: dict[str, Any] = {k: p[k] for k in ("sequence_parallel", "expert_parallel",
+                             "context_parallel", "context_parallel_comm", "memory_policy")
+                             if k in p}  # fmt: skip
+    if p.get("dp_shard", 1) > 1:  # FSDP: all of dp_width (-1) or HSDP's shard degree
+        sweep["dp_shard"] = -1 if p["dp_shard"] == p["dp_width"] else p["dp_shard"]
+    if p.get("expert_tensor_parallel") is not None:
+        sweep["expert_tensor_parallel"] = p["expert_tensor_parallel"]
     model = {"name": ex.model, "trace": trace_ref, "global_batch": p["global_batch"],
              "microbatch_size": p["microbatch_size"], "stages": p["stages"],
              "tensor_parallel": p["tensor_parallel"], "dp_width": p["dp_width"],

@@ -276,8 +276,9 @@ def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[
     out: dict[str, list[str]] = {}
     for name in prep.traces:
         notes = out.setdefault(name, [])
-        for b in sorted({p.microbatch_size for p in points if p.model == name}):
-            notes += [n for n in prep.adapted(name, b)[1] if n not in notes]
+        pairs = sorted({(p.microbatch_size, p.precision) for p in points if p.model == name})
+        for b, precision in pairs:
+            notes += [n for n in prep.adapted(name, b, precision)[1] if n not in notes]
     for name, t in prep.traces.items():  # the I/W split assumption (sim.engine.inputs)
         if any(x.bwd_input_s is None or x.bwd_weight_s is None for x in t.layers):
             split = sorted(

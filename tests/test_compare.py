@@ -44,9 +44,9 @@ def test_compare_tiny_run(tmp_path):
     assert g.predicted_memory_bytes == pytest.approx(pred.allocated_bytes)
     assert g.memory_error == pytest.approx(pred.allocated_bytes / 2.25e9 - 1)
     assert g.in_band == (g.band_low_s <= 0.23085 <= g.band_high_s)
-    last = df.iloc[-1]  # the MXFP8 GB300 row: listed, not predicted, with its reasons
+    last = df.iloc[-1]  # the MXFP8 GB300 Qwen3 row: listed, not predicted, with its reasons
     assert not last.expressed and math.isnan(last.predicted_time_s)
-    assert last.reason.startswith("precision fp8-mxfp8")
+    assert last.reason.startswith("head_dim")
     again = pd.read_csv(tmp_path / "compare.csv")
     assert len(again) == 3 and again.expressed.tolist() == [True, True, False]
 

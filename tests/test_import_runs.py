@@ -22,29 +22,36 @@ MEGATRON = DATA / "megatron_llama3_70b_64xh100.sh"
 
 
 def test_unexpressible_argument_is_an_error_naming_it(tmp_path):
+    command = tmp_path / "offload.sh"
+    command.write_text(MEGATRON.read_text().rstrip() + " \\\n    --cpu-offloading\n")
     with pytest.raises(InputError) as exc:
-        import_runs([MEGATRON], out=tmp_path / "out", gpu="H100")
+        import_runs([command], out=tmp_path / "out", gpu="H100")
     msg = str(exc.value)
-    assert str(MEGATRON) in msg and "'--overlap-grad-reduce'" in msg
-    assert "overlap-param-gather" in msg and not (tmp_path / "out").exists()
+    assert str(command) in msg and "'--cpu-offloading'" in msg
+    assert not (tmp_path / "out").exists()
 
 
 def test_ignored_on_request_and_every_argument_reported(tmp_path):
-    done = import_runs([MEGATRON], out=tmp_path, gpu="H100",
-                       ignore=["--overlap-grad-reduce", "overlap-param-gather"])  # fmt: skip
+    command = tmp_path / "offload.sh"
+    command.write_text(MEGATRON.read_text().rstrip() + " \\\n    --cpu-offloading\n")
+    done = import_runs([command], out=tmp_path, gpu="H100", ignore=["--cpu-offloading"])
     (item,) = done
     exp = yaml.safe_load(item.experiment.read_text())
     model = exp["models"][0]
-    assert exp["hardware"] == "8x-dgx-h100" and exp["framework"] == "megatron-lm"
+    assert exp["hardware"] == "8x-dgx-h100"
+    assert exp["framework"] == (
+        "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true,log_interval=1]"
+    )  # the sample's --log-interval 1: a log (its reads, its barrier) every iteration
     assert (model["tensor_parallel"], model["stages"], model["dp_width"]) == (8, 4, 2)
     assert (model["virtual_stages"], model["schedule"]) == (4, "interleaved_1f1b")
     assert exp["sweep"]["memory_policy"] == "dist_opt:recompute"
     rows = list(csv.DictReader((tmp_path / "pretrain_gpt.arguments.csv").open()))
-    flags = parse_command(MEGATRON.read_text()).flags
+    flags = parse_command(command.read_text()).flags
     assert {r["name"] for r in rows} >= set(flags)  # every flag of the command is reported
     by = {r["name"]: r for r in rows}
-    assert by["overlap-grad-reduce"]["status"] == "ignored"
-    assert "ignored on request" in by["overlap-grad-reduce"]["reason"]
+    assert by["cpu-offloading"]["status"] == "ignored"
+    assert "ignored on request" in by["cpu-offloading"]["reason"]
+    assert by["overlap-grad-reduce"]["status"] == "mapped"
     assert by["tensor-model-parallel-size"]["status"] == "mapped"
     assert by["lr"]["status"] == "ignored"
 
@@ -56,7 +63,9 @@ def test_golden_json_becomes_an_experiment_that_runs(tmp_path):
     (row,) = plan.rows
     assert row.error == "" and row.iteration_time_s is not None
     assert (row.tensor_parallel, row.stages, row.dp_width, row.microbatches) == (2, 2, 2, 4)
-    assert row.framework == "megatron-lm" and row.memory_policy == "none"
+    # the functional test's logging flags: host work per iteration (sim.framework.megatron_host)
+    spec = "megatron-lm[log_interval=1,log_num_zeros_in_grad,log_params_norm,tensorboard]"
+    assert row.framework == spec and row.memory_policy == "none"
 
 
 def test_sweep_around_the_run(tmp_path):
@@ -64,7 +73,8 @@ def test_sweep_around_the_run(tmp_path):
                           num_gpus=8, sweep=True)  # fmt: skip
     exp = yaml.safe_load(item.experiment.read_text())
     assert exp["sweep"]["gpus"] == 8 and exp["sweep"]["tensor_parallel"] == [1, 2]
-    assert exp["sweep"]["memory_policy"] == ["zero3:recompute", "zero3"]
+    assert exp["sweep"]["memory_policy"] == ["recompute:full", "none"]
+    assert exp["sweep"]["dp_shard"] == -1  # FSDP2 over every data-parallel rank
     assert exp["models"][0]["microbatch_size"] == [1, 2, 4]
     assert "stages" not in exp["models"][0]
 

@@ -221,4 +221,3 @@ def test_host_adams_share_the_servers_cpu_adam_pool():
     assert res2.sim_input.plans[0][0].host_optimizer_s == pytest.approx(step_s / 2)
     (a0, a1), (b0, b1) = _host_steps(log)
     assert b0 >= a1 - 1e-12 and b1 - a0 == pytest.approx(step_s)
-

@@ -10,6 +10,7 @@ command                    module                                calls
 ``sim validate``           :mod:`sim.cli.validate`               :func:`sim.api.validate` with
                                                                  the torch replayer
 ``sim partition``          :mod:`sim.cli.partition`              :func:`sim.api.partition`
+``sim memory``             :mod:`sim.cli.memory`                 :func:`sim.api.memory`
 ``sim profile``            :mod:`sim.cli.profile`                ``backends.torch.profile``
 ``sim calibrate``          :mod:`sim.cli.calibrate`              ``backends.torch.calibrate``
 ``sim hardware list|show`` :mod:`sim.cli.hardware`               :mod:`sim.hardware`
@@ -37,6 +38,7 @@ from sim.cli import (  # noqa: E402
     compare,
     hardware,
     import_runs,
+    memory,
     partition,
     profile,
     run,
@@ -105,6 +107,7 @@ app.add_typer(hardware.app, name="hardware")
 app.add_typer(schedule.app, name="schedule")
 app.add_typer(trace.app, name="trace")
 app.command("partition")(partition.partition)
+app.command("memory")(memory.memory)
 app.command("profile")(profile.profile)
 app.command("calibrate")(calibrate.calibrate)
 app.command("validate")(validate.validate)

@@ -89,7 +89,7 @@ def _attn(m: DecoderShape, blk: BlockShape, b: int, d: int, tp: int, sp: bool, c
     return (attention_half_fwd(blk, b, d, tp, sp, cp), *attention_half_bwd(blk, b, d, tp, sp, cp))
 
 
-def _mlp(kind, m, blk, b, d, tp, sp, cp, rows):
+def _mlp(kind, m, blk, b, d, tp, sp, cp, rows, etp=None):
     """``(forward, input gradient, weight gradient)`` of the MLP or mixer half of ``kind``."""
     t, r = tokens(m, b, tp, sp, cp)
     if kind in ("block", "mlp"):
@@ -100,15 +100,15 @@ def _mlp(kind, m, blk, b, d, tp, sp, cp, rows):
         return (mamba_fwd(*args), *mamba_bwd(*args))
     if m.moe is None:
         raise ValueError(f"a {kind} layer needs a model with a moe layer")
-    return (moe_fwd(m.moe, r, t, rows, d, tp), *moe_bwd(m.moe, r, t, rows, d, tp))
+    return (moe_fwd(m.moe, r, t, rows, d, tp, etp), *moe_bwd(m.moe, r, t, rows, d, tp, etp))
 
 
-def _mtp(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int, rows) -> Phases:
+def _mtp(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int, rows, etp=None) -> Phases:
     """An MTP depth's kernels: its own part, its block, the shared head (module doc)."""
     t, r = tokens(m, b, tp, sp, cp)
     h, s, v = m.hidden, m.seq_len // cp, -(-m.vocab // tp)
     inner = "moe_block" if m.moe is not None and not m.pattern else "block"
-    f, i, w = _body(inner, m, b, d, tp, sp, cp, rows)
+    f, i, w = _body(inner, m, b, d, tp, sp, cp, rows, etp)
     hf, hi, hw = head_kernels("gpt", b, s, h, v, d)
     fwd = [mem("mtp_embedding", 8 * t + 2 * r * h * d), mem("mtp_norms", 4 * r * h * d)]
     fwd.append(gemm("eh_proj", t, h // tp, 2 * h, d))
@@ -117,10 +117,10 @@ def _mtp(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int, rows) -> P
     return fwd + f + hf, hi + i + dx, w + dw + hw
 
 
-def _body(kind, m, b, d, tp, sp, cp, rows) -> Phases:
+def _body(kind, m, b, d, tp, sp, cp, rows, etp=None) -> Phases:
     base = _check(kind)
     if base == "mtp":
-        return _mtp(m, b, d, tp, sp, cp, rows)
+        return _mtp(m, b, d, tp, sp, cp, rows, etp)
     blk = m.block_for(kind)
     fwd: list[Kernel] = []
     bi: list[Kernel] = []
@@ -128,7 +128,8 @@ def _body(kind, m, b, d, tp, sp, cp, rows) -> Phases:
     if base in ATTN:
         fwd, bi, bw = _attn(m, blk, b, d, tp, sp, cp)
     if base in ("block", "moe_block", "mlp", "moe", "mamba"):
-        mf, mi, mw = _mlp(base if base != "moe_block" else "moe", m, blk, b, d, tp, sp, cp, rows)
+        mlp_kind = base if base != "moe_block" else "moe"
+        mf, mi, mw = _mlp(mlp_kind, m, blk, b, d, tp, sp, cp, rows, etp)
         fwd, bi, bw = fwd + mf, mi + bi, bw + mw
     return fwd, bi, bw
 
@@ -142,6 +143,7 @@ def layer_kernels(
     sp: bool = False,
     cp: int = 1,
     rows: tuple[float, ...] = (),
+    etp: int | None = None,
 ) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
     """``(forward, input gradient, weight gradient)`` kernels of a layer on one rank.
 
@@ -155,6 +157,7 @@ def layer_kernels(
         d: bytes per element.
         tp, sp, cp: tensor-parallel size, sequence parallelism, context-parallel size.
         rows: rows each local expert computes (MoE layers).
+        etp: expert tensor-parallel size of the routed experts (None: ``tp``).
 
     Raises:
         ValueError: an unknown kind; sizes the parallelism does not divide.
@@ -167,7 +170,7 @@ def layer_kernels(
     if kind == "head":
         fwd, bi, bw = head_kernels("gpt", b, s, m.hidden, -(-m.vocab // tp), d)
         return fwd, bi, [] if m.lora else bw
-    fwd, bi, bw = _body(kind, m, b, d, tp, sp, cp, rows)
+    fwd, bi, bw = _body(kind, m, b, d, tp, sp, cp, rows, etp)
     if m.lora is None:
         return fwd, bi, bw
     lin = _linears(kind, m)
@@ -200,10 +203,16 @@ def layer_act_bytes(
     sp: bool = False,
     cp: int = 1,
     rows: tuple[float, ...] = (),
+    cp_comm: str = "p2p",
+    etp: int | None = None,
 ) -> float:
     """Bytes a layer keeps for its backward on one rank, one micro-batch (module doc;
     embedding ``8t + t*h*d``-like ids and output, head ``4th + 4tV/tp`` as
-    :mod:`sim.trace.generator`)."""
+    :mod:`sim.trace.generator`). With all-to-all context parallelism (``cp_comm="a2a"``)
+    the attention keeps its output twice: in the head-split layout the all-to-all brings back
+    (``out_part``, saved by TE's ``AttnFuncWithCPAndQKVOA2A.forward``,
+    ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``) and,
+    as the output projection's input, in the sequence-split one: ``t*h/tp*d`` more."""
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if kind == "embedding":
@@ -212,38 +221,60 @@ def layer_act_bytes(
         return float(4 * r * h + 4 * t * -(-m.vocab // tp))
     base = _check(kind)
     adapters = lora_act_bytes(m.lora, _linears(kind, m), t, d) if m.lora else 0.0
-    return _body_act(base, kind, m, b, d, tp, sp, cp, rows) + adapters
+    return _body_act(base, kind, m, b, d, tp, sp, cp, rows, cp_comm, etp) + adapters
 
 
-def _body_act(base, kind, m, b, d, tp, sp, cp, rows) -> float:
+def _body_act(base, kind, m, b, d, tp, sp, cp, rows, cp_comm="p2p", etp=None) -> float:
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if base == "mtp":
         inner = "moe_block" if m.moe is not None and not m.pattern else "block"
-        block = _body_act(inner, inner, m, b, d, tp, sp, cp, rows)
+        block = _body_act(inner, inner, m, b, d, tp, sp, cp, rows, cp_comm, etp)
         head = 4 * r * h + 4 * t * -(-m.vocab // tp)
         return block + 2 * t * h * d + 2 * r * h * d + head
     if base == "mamba":
         assert m.mamba is not None
         return mamba_act_bytes(m.mamba, h, m.seq_len, b, d, tp, sp, cp)
-    attn = _attn_act(m, m.block_for(kind), b, d, tp, sp, cp) if base in ATTN else 0.0
+    attn = _attn_act(m, m.block_for(kind), b, d, tp, sp, cp, cp_comm) if base in ATTN else 0.0
     if base in ("moe_block", "moe"):
         assert m.moe is not None
-        return float(attn + moe_act_bytes(m.moe, r, t, rows, d, tp))
+        return float(attn + moe_act_bytes(m.moe, r, t, rows, d, tp, etp))
     if base in ("block", "mlp"):
         up = (2 if m.gated_mlp else 1) * m.ffn_hidden
         return float(attn + 2 * r * h * d + t * (up + m.ffn_hidden) // tp * d)
     return float(attn)
 
 
-def _attn_act(m: DecoderShape, blk: BlockShape, b: int, d: int, tp: int, sp: bool, cp: int):
+def _attn_act(
+    m: DecoderShape,
+    blk: BlockShape,
+    b: int,
+    d: int,
+    tp: int,
+    sp: bool,
+    cp: int,
+    cp_comm: str = "p2p",
+):
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
+    extra = scores_act_bytes(m, b, d, tp, cp) if m.attention == "math" else 0.0
+    if cp > 1 and cp_comm == "a2a":
+        extra += t * h // tp * d  # TE's a2a context parallelism keeps its output twice
     if m.mla is not None:
-        return mla_act_bytes(m.mla, h, m.heads, m.seq_len, b, d, tp, sp, cp)
+        return mla_act_bytes(m.mla, h, m.heads, m.seq_len, b, d, tp, sp, cp) + extra
     q, kv = blk.heads * blk.hd, blk.kv * blk.hd
     out = 2 * r * h * d + t * (2 * q + 2 * kv) // tp * d + 4 * t * m.heads // tp
-    return out + (t * (q + kv) // tp * d if blk.qk_norm else 0)
+    return out + (t * (q + kv) // tp * d if blk.qk_norm else 0) + extra
+
+
+def scores_act_bytes(m: DecoderShape, b: int, d: int, tp: int = 1, cp: int = 1) -> float:
+    """Bytes unfused ("math") attention keeps for its backward beyond flash attention's: the
+    softmax probabilities of the rank's ``a/tp`` heads, ``s/cp`` queries over ``s`` keys,
+    ``a/tp*s/cp*s*b*d`` (Megatron-LM ``megatron/core/transformer/dot_product_attention.py``
+    ``DotProductAttention.forward`` keeps ``attention_probs`` for ``torch.bmm`` with V; no
+    dropout mask: decoder models train without attention dropout). The log-sum-exp term of
+    the flash count stays (an overestimate of ``4*t*a/tp`` bytes)."""
+    return float(m.heads // tp * (m.seq_len // cp) * m.seq_len * b * d)
 
 
 def layer_params(kind: str, m: DecoderShape) -> tuple[int, int]:

@@ -12,6 +12,11 @@ kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.hardware.gpu
   tiles) is in the same factor through ``ceil(m / TILE_M) * ceil(n / TILE_N)``.
 * memory-bound: ``overhead + bytes / hbm_rate``.
 
+A GEMM whose ``precision`` names a low-precision format (``fp8``, ``mxfp8``, ``nvfp4``:
+:mod:`sim.compute.precision`) runs at that format's achieved rate
+(:meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`); its ``bytes`` are its quantized
+operands' and its 16-bit output's.
+
 ``overhead`` is ``kernel_overhead_s`` (launch and dispatch, see :mod:`sim.hardware.gpu_compute`).
 
 Where a published micro-benchmark measured a kind of kernel on the GPU, its speed replaces the
@@ -50,6 +55,8 @@ class Kernel:
             otherwise.
         grouped: the pass (``fwd``, ``dgrad``, ``wgrad``) of a grouped GEMM over MoE experts
             (``batch`` experts of ``m x n x k`` each); ``""`` for any other kernel.
+        precision: the GEMM's low-precision format (``fp8``, ``mxfp8``, ``nvfp4``); ``""``:
+            the dtype its phase is timed in.
     """
 
     name: str
@@ -61,6 +68,7 @@ class Kernel:
     k: int = 0
     batch: int = 1
     grouped: str = ""
+    precision: str = ""
 
 
 def gemm(name: str, m: int, n: int, k: int, elem_bytes: int, batch: int = 1) -> Kernel:
@@ -93,8 +101,11 @@ def wave_factor(m: int, n: int, batch: int, sm_count: int) -> float:
 
 
 def gemm_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
-    """Seconds of a GEMM kernel on ``spec`` (module doc)."""
-    rate = spec.matmul_rate(dtype) * wave_factor(kern.m, kern.n, kern.batch, spec.sm_count)
+    """Seconds of a GEMM kernel on ``spec`` (module doc): in ``kern.precision`` if set, else
+    in ``dtype``."""
+    rate = spec.matmul_rate(kern.precision or dtype) * wave_factor(
+        kern.m, kern.n, kern.batch, spec.sm_count
+    )
     return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
 
 
@@ -114,7 +125,9 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     ``attn`` kernels run at the measured efficiency of their shape where
     :mod:`sim.compute.measured` has one, else at ``attention_efficiency`` of the tensor peak
     (or the fp32 peak for fp32), bounded below by their bytes at HBM rate; grouped expert
-    GEMMs and token permutations at their measured speeds where there are some.
+    GEMMs and token permutations at their measured speeds where there are some (a grouped GEMM
+    in a low-precision format at its measured 16-bit speed times the format's achieved rate
+    over the 16-bit one, :meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`).
 
     Raises:
         ValueError: unknown kernel kind.
@@ -122,7 +135,10 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     if kern.kind == "gemm":
         eff = measured.grouped_gemm_efficiency(kern, spec, dtype)
         if eff:
-            return spec.kernel_overhead_s + kern.flops / (spec.peak_flops(dtype) * eff)
+            rate = spec.peak_flops(dtype) * eff
+            if kern.precision:  # measured in 16 bits: scaled as the format's large GEMMs are
+                rate *= spec.matmul_rate(kern.precision) / spec.matmul_rate(dtype)
+            return spec.kernel_overhead_s + kern.flops / rate
         return gemm_time_s(kern, spec, dtype)
     if kern.kind == "mem":
         permute = measured.permute_time_s(kern, spec)

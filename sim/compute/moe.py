@@ -171,7 +171,13 @@ def _shared_fwd(shape: MoEShape, t: int, d: int, tp: int) -> list[Kernel]:
 
 
 def moe_fwd(
-    shape: MoEShape, r: int, t: int, rows: tuple[float, ...], d: int, tp: int = 1
+    shape: MoEShape,
+    r: int,
+    t: int,
+    rows: tuple[float, ...],
+    d: int,
+    tp: int = 1,
+    etp: int | None = None,
 ) -> list[Kernel]:
     """Forward kernels of the MoE MLP on one rank (module doc).
 
@@ -181,13 +187,15 @@ def moe_fwd(
         t: tokens of its shared experts (``T``: gathered over tensor ranks).
         rows: rows each of its local experts computes (:func:`sim.compute.routing.expert_rows`).
         d: bytes per element.
-        tp: expert tensor-parallel size (divides ``f_e`` and ``f_s``).
+        tp: tensor-parallel size of the shared experts (divides ``f_s``).
+        etp: expert tensor-parallel size of the routed experts (divides ``f_e``; None:
+            ``tp``; MoE parallel folding, :mod:`sim.parallel.folding`).
 
     Raises:
-        ValueError: ``tp`` does not divide the expert or shared widths.
+        ValueError: ``tp`` or ``etp`` does not divide the shared or expert widths.
     """
-    _check_tp(shape, tp)
-    h, fe, k = shape.hidden, shape.expert_ffn // tp, shape.top_k
+    etp = _check_tp(shape, tp, etp)
+    h, fe, k = shape.hidden, shape.expert_ffn // etp, shape.top_k
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
     for n, c in sorted(_groups(rows).items()):
         out.append(grouped(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), h, d, c, "fwd"))
@@ -201,15 +209,21 @@ def moe_fwd(
 
 
 def moe_bwd(
-    shape: MoEShape, r: int, t: int, rows: tuple[float, ...], d: int, tp: int = 1
+    shape: MoEShape,
+    r: int,
+    t: int,
+    rows: tuple[float, ...],
+    d: int,
+    tp: int = 1,
+    etp: int | None = None,
 ) -> tuple[list[Kernel], list[Kernel]]:
     """Backward kernels ``(input_gradient, weight_gradient)`` of :func:`moe_fwd`.
 
     Raises:
         ValueError: as :func:`moe_fwd`.
     """
-    _check_tp(shape, tp)
-    h, e, fe, k = shape.hidden, shape.experts, shape.expert_ffn // tp, shape.top_k
+    etp = _check_tp(shape, tp, etp)
+    h, e, fe, k = shape.hidden, shape.experts, shape.expert_ffn // etp, shape.top_k
     up = fe * (2 if shape.gated else 1)
     dx = [_permute("unpermute_bwd", 1.5 * (r * k * h * d + r * h * d), r, k, h, d)]
     dw = []
@@ -237,10 +251,18 @@ def moe_bwd(
 
 
 def moe_act_bytes(
-    shape: MoEShape, r: int, t: int, rows: tuple[float, ...], d: int, tp: int = 1
+    shape: MoEShape,
+    r: int,
+    t: int,
+    rows: tuple[float, ...],
+    d: int,
+    tp: int = 1,
+    etp: int | None = None,
 ) -> float:
-    """Bytes the MoE MLP keeps for its backward on one rank, one micro-batch (module doc)."""
-    h, e, k, fe = shape.hidden, shape.experts, shape.top_k, shape.expert_ffn / tp
+    """Bytes the MoE MLP keeps for its backward on one rank, one micro-batch (module doc;
+    ``etp`` as :func:`moe_fwd`)."""
+    etp = tp if etp is None else etp
+    h, e, k, fe = shape.hidden, shape.experts, shape.top_k, shape.expert_ffn / etp
     n = float(sum(rows))
     router = 2 * r * h * d + PROB_BYTES * r * e + (PROB_BYTES + INDEX_BYTES) * r * k
     experts = n * d * (h + (2 if shape.gated else 1) * fe + fe) + r * k * h * d
@@ -251,9 +273,16 @@ def moe_act_bytes(
     return router + experts + shared
 
 
-def _check_tp(shape: MoEShape, tp: int) -> None:
-    if tp < 1 or shape.expert_ffn % tp or shape.shared_ffn % tp:
+def _check_tp(shape: MoEShape, tp: int, etp: int | None = None) -> int:
+    """The expert tensor-parallel size (``etp``, else ``tp``), checked.
+
+    Raises:
+        ValueError: it does not divide the expert width, or ``tp`` the shared width.
+    """
+    etp = tp if etp is None else etp
+    if tp < 1 or etp < 1 or shape.expert_ffn % etp or shape.shared_ffn % tp:
         raise ValueError(
-            f"expert tensor-parallel size {tp} must divide the expert width {shape.expert_ffn}"
-            f" and the shared width {shape.shared_ffn}"
+            f"expert tensor-parallel size {etp} must divide the expert width {shape.expert_ffn}"
+            f" and tensor-parallel size {tp} the shared width {shape.shared_ffn}"
         )
+    return etp

@@ -50,6 +50,8 @@ on several ranks (``PipelineRuntime.tied_groups``).
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 from sim.comm.hierarchical import (
@@ -63,6 +65,7 @@ from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
+from sim.parallel.folding import expert_dp_group
 
 TIED_ALLREDUCE = "tied allreduce"
 """Name prefix of a shared or tied parameter group's all-reduce event (``tied allreduce s<stage>``),
@@ -112,26 +115,38 @@ class Collectives:
         plan = rep.plan
         return plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
 
-    def _expert_share(self, rep: StageReplica) -> float:
+    def expert_share(self, rep: StageReplica) -> float:
+        """Fraction of ``rep``'s parameters (and gradients) that are routed experts, with
+        expert parallelism (0 without)."""
         return rep.cost.expert_grad_share if self.inp.layout.ep > 1 else 0.0
+
+    def gather_share(self, rep: StageReplica) -> float:
+        """Bytes of the parameter all-gather after a sharded step per byte of the reduction
+        (:attr:`StagePlan.dp_gather_bytes`; 1 unless parameters are gathered quantized)."""
+        total, gather = self._all_bytes(rep), rep.plan.dp_gather_bytes
+        return 1.0 if gather is None or total <= 0 else gather / total
 
     def nbytes(self, rep: StageReplica) -> float:
         """Bytes reduced over all replicas: ``dp_grad_bytes``, else ``grad_bytes``, less the
         routed experts' share with expert parallelism (:meth:`expert_nbytes`)."""
-        return self._all_bytes(rep) * (1.0 - self._expert_share(rep))
+        return self._all_bytes(rep) * (1.0 - self.expert_share(rep))
 
     def expert_nbytes(self, rep: StageReplica) -> float:
         """Bytes of routed-expert gradients, reduced over the expert-data-parallel group only
         (the replicas ``r`` with the same ``r mod ep``; :mod:`sim.parallel.expert`): 0 without
         expert parallelism or when that group is one replica."""
-        if self.inp.dp_width // self.inp.layout.ep < 2:
+        if self.inp.layout.ep < 2 or len(self.expert_members(rep)) < 2:
             return 0.0
-        return self._all_bytes(rep) * self._expert_share(rep)
+        return self._all_bytes(rep) * self.expert_share(rep)
 
-    def expert_members(self, rep: StageReplica) -> tuple[int, ...]:
-        """The replicas of ``rep``'s expert-data-parallel group."""
-        ep = self.inp.layout.ep
-        return tuple(range(rep.replica % ep, self.inp.dp_width, ep))
+    def expert_members(self, rep: StageReplica) -> tuple[tuple[int, int], ...]:
+        """``(replica, tensor rank)`` of the GPUs of ``rep``'s expert-data-parallel group (the
+        folded expert mesh's, :func:`sim.parallel.folding.expert_dp_group`: the replicas with
+        ``rep``'s ``r mod ep`` and tensor rank without folding)."""
+        lay, k = self.inp.layout, rep.tp_rank
+        if lay.etp is None:  # unfolded: the replicas with rep's r mod ep
+            return tuple((r, k) for r in range(rep.replica % lay.ep, self.inp.dp_width, lay.ep))
+        return expert_dp_group(lay, rep.replica, k)
 
     def overlaps(self, rep: StageReplica) -> bool:
         """Whether ``rep``'s gradient reduction runs in buckets during its last backward: an
@@ -141,9 +156,19 @@ class Collectives:
         return (
             self.inp.dp_width > 1
             and self.inp.dp_bucket_bytes > 0
+            and rep.plan.fsdp is None
             and rep.plan.scatter_bytes <= 0
             and self.nbytes(rep) > 0
         )
+
+    def bucket_bytes(self, rep: StageReplica) -> float:
+        """Bytes of ``rep``'s gradient buckets: ``dp_bucket_bytes``, or, where only stage 0
+        buckets (:attr:`PipelineRuntime.bucket_stages` ``"first"``) or none does (``"none"``),
+        all of another stage's gradients in one bucket (``inf``)."""
+        stages = self.inp.runtime.bucket_stages
+        if stages == "none" or (stages == "first" and rep.stage != 0):
+            return math.inf
+        return self.inp.dp_bucket_bytes
 
     def start_overlapped(
         self, rep: StageReplica, step_no: int, duration_s: float, tags: dict
@@ -151,12 +176,12 @@ class Collectives:
         """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
         every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
         all of them once the last one has computed it)."""
-        parts: list[tuple[tuple, int, float, tuple[int, ...] | None]] = [
+        parts: list[tuple[tuple, int, float, tuple | None]] = [
             ((rep.stage, rep.tp_rank, step_no), self.inp.simulated_replicas, self.nbytes(rep), None)
         ]
         if self.expert_nbytes(rep) > 0:
             group_of = self.expert_members(rep)
-            key = ("expert", rep.stage, rep.tp_rank, step_no, group_of[0])
+            key = ("expert", rep.stage, step_no, group_of[0])
             parts.append((key, self.held.members(group_of), self.expert_nbytes(rep), group_of))
         for key, size, nbytes, members in parts:
             group = self._overlapped.get(key)
@@ -174,7 +199,7 @@ class Collectives:
         if group is None:
             return None
         members = self.expert_members(rep)
-        expert = self._overlapped.get(("expert", rep.stage, rep.tp_rank, step_no, members[0]))
+        expert = self._overlapped.get(("expert", rep.stage, step_no, members[0]))
         return group[0] if expert is None else self.env.all_of([group[0], expert[0]])
 
     def _buckets(
@@ -191,16 +216,17 @@ class Collectives:
         expert group)."""
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(rep.stage, rep.tp_rank, replicas)
-        sizes = (nbytes, self.inp.dp_bucket_bytes)
+        sizes = (nbytes, self.bucket_bytes(rep))
         window = (self.env.now, duration_s)
         return reduce_buckets(
             self.env, self.links, plan, kind, sizes, window, group[2], group[0], self.held(plan)
         )
 
-    def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
+    def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):
         """Process: join the ``kind`` collective of ``rep``'s stage at step ``step_no`` (of
-        :meth:`nbytes`); returns when every replica has joined and the ring has finished."""
-        yield from self.join_keyed(rep, step_no, self.nbytes(rep), kind, tags)
+        :meth:`nbytes` x ``share``); returns when every replica has joined and the ring has
+        finished."""
+        yield from self.join_keyed(rep, step_no, self.nbytes(rep) * share, kind, tags)
 
     def join_keyed(self, rep: StageReplica, key: object, size: float, kind: str, tags: dict):
         """Process: join the ``kind`` collective of ``size`` bytes that ``rep``'s stage runs
@@ -277,25 +303,40 @@ class Collectives:
         yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
         done.succeed()
 
-    def ring(self, s: int, k: int = 0, replicas: tuple[int, ...] | None = None) -> CollectivePlan:
+    def ring(self, s: int, k: int = 0, replicas: tuple | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
-        every replica, or of ``replicas``): its rings
+        every replica, or of ``replicas``: replica indices, or ``(replica, tensor rank)``
+        pairs of a folded expert group): its rings
         (:func:`~sim.comm.hierarchical.collective_plan`) and the links they hold."""
         members = tuple(range(self.inp.dp_width)) if replicas is None else replicas
         cached = self._rings.get((s, k, members))
         if cached is None:
-            gpus = tuple(f"gpu{self.inp.gpu_index(r, s, k)}" for r in members)
+            gpus = tuple(
+                f"gpu{self.inp.gpu_index(x, s, k)}"
+                if isinstance(x, int)
+                else f"gpu{self.inp.gpu_index(x[0], s, x[1])}"
+                for x in members
+            )
             cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
         return cached
 
-    def join_expert(self, rep: StageReplica, step_no: int, tags: dict, kind: str):
+    def join_expert(
+        self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0
+    ):
         """Process: the ``kind`` collective of ``rep``'s routed-expert gradients (or, after a
-        sharded step, parameters) over its expert-data-parallel group at step ``step_no``."""
+        sharded step, parameters: ``share`` of those bytes) over its expert-data-parallel group
+        at step ``step_no``."""
+        size = self.expert_nbytes(rep) * share
+        yield from self.join_expert_keyed(rep, step_no, size, kind, tags)
+
+    def join_expert_keyed(self, rep: StageReplica, key: object, size: float, kind: str, tags):
+        """Process: the ``kind`` collective of ``size`` bytes over ``rep``'s
+        expert-data-parallel group under ``key`` (a step number, or an action for ZeRO-3's
+        per-action gathers and reduce-scatters of partitioned experts)."""
         members = self.expert_members(rep)
-        key = ("expert", kind, rep.stage, rep.tp_rank, step_no, members[0])
+        key = ("expert", kind, rep.stage, key, members[0])
         group = self._groups.setdefault(key, [self.env.event(), 0])
         group[1] += 1
-        size = self.expert_nbytes(rep)
         plan = self.ring(rep.stage, rep.tp_rank, members)
         if group[1] == self.held.members(members):
             del self._groups[key]

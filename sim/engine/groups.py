@@ -5,7 +5,10 @@ Megatron-LM's order (``tp-cp-ep-dp-pp``, ``parallel_state.py``): replica ``r`` i
 ``r mod cp``; the context-parallel group of ``r`` is the ``cp`` consecutive replicas
 ``cp*floor(r/cp) ...``, its expert-parallel group the ``ep`` consecutive replicas
 ``ep*floor(r/ep) ...`` (the EP group is carved out of the data x context ranks). Each tensor rank
-``k`` has its own groups (rank ``k`` of every member).
+``k`` has its own groups (rank ``k`` of every member). With MoE parallel folding (an expert
+tensor-parallel size ``etp`` other than ``t``) the expert-parallel group and the experts'
+tensor-parallel group (``etp``, its all-gather and reduce-scatter of the routed rows) are those
+of the folded expert mesh, across tensor ranks (:mod:`sim.parallel.folding`).
 
 After the compute of a forward or a backward, every rank joins its stage's group exchanges
 (:class:`~sim.parallel.ops.GroupOp`: the context-parallel ones, then the expert-parallel ones);
@@ -38,12 +41,14 @@ from functools import lru_cache
 import simpy
 
 from sim.comm.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
+from sim.comm.ep_dispatch import dispatch_cost
 from sim.comm.hierarchical import collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
+from sim.parallel.folding import expert_group, expert_tp_group
 from sim.parallel.ops import GroupOp
 
 EVENT_KIND = {
@@ -52,7 +57,9 @@ EVENT_KIND = {
     "all_gather": EventKind.ALL_GATHER,
     "reduce_scatter": EventKind.REDUCE_SCATTER,
 }
-STREAM = {"ep": Stream.EP, "cp": Stream.CP}
+STREAM = {"ep": Stream.EP, "cp": Stream.CP, "etp": Stream.TP}
+GROUPS = ("cp", "etp", "ep")
+"""The order a rank joins its groups' exchanges after a compute."""
 
 
 def group_members(replica: int, size: int) -> tuple[int, ...]:
@@ -89,8 +96,10 @@ class GroupCollectives:
         env: the simulation environment.
         inp: the configuration (its layout's ``cp`` and ``ep``).
         links: the link resources the exchanges hold.
-        cost: the all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
-            per-link load model.
+        cost: the expert all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`); None: the
+            runtime's dispatcher (:attr:`PipelineRuntime.dispatcher <sim.engine.inputs.
+            PipelineRuntime.dispatcher>`: DeepEP's or Hybrid-EP's kernels,
+            :mod:`sim.comm.ep_dispatch`), else NCCL's model (the per-link load model off NCCL).
     """
 
     def __init__(
@@ -100,23 +109,39 @@ class GroupCollectives:
         self.inp = inp
         self.links = links
         self._groups: dict[tuple, list] = {}
+        if cost is None and inp.runtime.dispatcher != "alltoall":
+            cost = dispatch_cost(inp.runtime.dispatcher, inp.runtime.comm_sms or 20)
         held = HeldLinks(inp)
 
         def timed(gpus: tuple[str, ...], op: GroupOp) -> tuple:
-            links, dur, exposed = op_cost(inp.topology, gpus, op, cost)
+            # a dispatcher moves the expert all-to-alls only
+            links, dur, exposed = op_cost(
+                inp.topology, gpus, op, cost if op.group == "ep" else None
+            )
             return held.of(links), dur, exposed
 
         self._cost = lru_cache(maxsize=None)(timed)
         self._joining = held.members
 
     def size(self, group: str) -> int:
-        """Members of a ``group`` (``ep`` or ``cp``)."""
-        return self.inp.layout.cp if group == "cp" else self.inp.layout.ep
+        """Members of a ``group`` (``ep``, ``cp`` or ``etp``)."""
+        lay = self.inp.layout
+        return {"cp": lay.cp, "ep": lay.ep, "etp": lay.expert_tp}[group]
+
+    def members(self, rep: StageReplica, group: str) -> tuple[tuple[int, int], ...]:
+        """``(replica, tensor rank)`` of ``rep``'s ``group``, in group-rank order (module doc)."""
+        lay, r, k = self.inp.layout, rep.replica, rep.tp_rank
+        if group == "etp":
+            return expert_tp_group(lay, r, k)
+        if group == "ep" and lay.etp is not None:  # folded (sim.parallel.folding)
+            return expert_group(lay, r, k)
+        return tuple((x, k) for x in group_members(r, self.size(group)))
 
     def gpus(self, rep: StageReplica, group: str) -> tuple[str, ...]:
         """The GPUs of ``rep``'s ``group``, in group-rank order."""
-        members = group_members(rep.replica, self.size(group))
-        return tuple(f"gpu{self.inp.gpu_index(r, rep.stage, rep.tp_rank)}" for r in members)
+        return tuple(
+            f"gpu{self.inp.gpu_index(r, rep.stage, k)}" for r, k in self.members(rep, group)
+        )
 
     def op_seconds(self, rep: StageReplica, op: GroupOp) -> float:
         """Uncontended seconds ``rep`` waits for ``op`` on its group (all repetitions)."""
@@ -127,14 +152,14 @@ class GroupCollectives:
     def join(self, rep: StageReplica, label: str, ops: tuple[GroupOp, ...], tags: dict):
         """Process: run ``ops`` (context-parallel first, then expert-parallel) with the other
         members of ``rep``'s groups; returns when all have joined and the exchanges ran."""
-        for group in ("cp", "ep"):
+        for group in GROUPS:
             mine = tuple(op for op in ops if op.group == group)
             if mine and self.size(group) > 1:
                 yield from self._join(rep, group, label, mine, tags)
 
     def _join(self, rep: StageReplica, group: str, label: str, ops: tuple, tags: dict):
-        members = group_members(rep.replica, self.size(group))
-        key = (group, members[0], rep.stage, rep.tp_rank, label)
+        members = self.members(rep, group)
+        key = (group, members[0], rep.stage, label)
         entry = self._groups.setdefault(key, [self.env.event(), 0])
         entry[1] += 1
         if entry[1] == self._joining(members):
@@ -142,7 +167,7 @@ class GroupCollectives:
             self.env.process(self.run_ops(rep, group, ops, entry[0]))
         start = self.env.now
         spans = yield entry[0]
-        rank = members.index(rep.replica)
+        rank = members.index((rep.replica, rep.tp_rank))
         for i, (op, begin, end) in enumerate(spans):
             self.links.events.append(
                 Event(

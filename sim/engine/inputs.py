@@ -11,11 +11,13 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS, Part
+from sim.engine.step_host import StepHost
 from sim.hardware.host_ops import HostOverhead
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.ops import GroupOp
+from sim.parallel.tp_overlap import OverlapOp
 from sim.schedules.action import Action, Program, flatten
 from sim.trace.schema import LayerProfile
 
@@ -65,6 +67,11 @@ class StageCost:
         param_tensors: ``(vectors, matrices)``: parameter tensors of the stage as one tensor
             rank holds them (biases and norm weights; weight matrices and embeddings), for a
             step that checks them one by one (:attr:`PipelineRuntime.overflow_check_ops`).
+        tp_fwd_overlap: tensor-parallel collectives of a forward that run beside their GEMMs
+            (:class:`~sim.parallel.tp_overlap.OverlapOp`: a framework's TP overlap), not in
+            ``tp_fwd``; empty without.
+        tp_bwd_overlap: the same for a backward (B, or I).
+        tp_recompute_overlap: the same for the recompute before a backward.
     """
 
     fwd_s: float
@@ -84,6 +91,9 @@ class StageCost:
     fwd_layers: tuple[tuple[float, float, float, float], ...] = ()
     bwd_layers: tuple[tuple[float, float, float], ...] = ()
     param_tensors: tuple[int, int] = (0, 0)
+    tp_fwd_overlap: tuple[OverlapOp, ...] = ()
+    tp_bwd_overlap: tuple[OverlapOp, ...] = ()
+    tp_recompute_overlap: tuple[OverlapOp, ...] = ()
 
     def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
         """``(seconds, ops, ops without autograd)`` of each layer's forward, in issue order;
@@ -160,6 +170,10 @@ STEP_BARRIERS = ("none", "before_update", "after_update")
 (:attr:`PipelineRuntime.step_barrier`)."""
 
 
+PARAM_GATHERS = ("step", "forward", "aligned", "optimizer")
+"""When a sharded optimizer's parameter all-gather runs (:attr:`PipelineRuntime.param_gather`)."""
+
+
 @dataclass(frozen=True)
 class MicrobatchLoad:
     """What a framework's host does, blocking, to load each micro-batch on the stages that
@@ -234,6 +248,32 @@ class PipelineRuntime:
             :meth:`sim.hardware.host_ops.HostOverhead.serial_reads_s`); 0: no such reads.
         microbatch_load: the host's blocking work loading each micro-batch on the first and
             the last stage (:class:`MicrobatchLoad`); the default: none.
+        step_host: the host's work once per iteration around the optimizer step, the device
+            idle (:class:`~sim.engine.step_host.StepHost`); the default: none.
+        loss_reads: blocking reads of the loss after each forward of the last stage (a NaN
+            check: the host waits for the forward, then reads); 0: none.
+        bucket_stages: which stage chunks reduce their gradients in buckets of
+            ``SimInput.dp_bucket_bytes`` during their last backward (:mod:`sim.engine.buckets`):
+            ``"all"``, or ``"first"``: stage 0 only (Megatron-Core buckets only pipeline rank 0's
+            first model chunk), every other chunk in one bucket launched as its last backward
+            ends; ``"none"``: every chunk in one bucket so launched.
+        param_gather: when a sharded optimizer's parameter all-gather runs
+            (:data:`PARAM_GATHERS`, :mod:`sim.engine.param_gather`): ``"step"`` after the
+            update; ``"forward"`` in buckets under the next iteration's first forward of the
+            chunk, each bucket launched when the previous one is done and the forward has
+            reached it (Megatron's ``overlap_param_gather`` pre-hooks); ``"aligned"``: the
+            buckets of a rank's first two chunks launched right after the step, those of chunk
+            ``c`` when chunk ``c - 1``'s first forward starts (``align_param_gather``);
+            ``"optimizer"``: each chunk's launched as its update ends, beside the rest of the
+            step (``overlap_param_gather_with_optimizer_step``).
+        delay_wgrad: in an overlapped forward/backward pair (:mod:`sim.engine.overlap`), the
+            backward's weight-gradient part runs while its own exchanges are in flight
+            (Megatron's ``delay_wgrad_compute``).
+        comm_sms: SMs the expert-parallel exchanges of an overlapped pair take from its compute
+            (:func:`sim.engine.overlap.slowdown`); None: DeepSeek-V3's 20.
+        dispatcher: what moves the expert-parallel all-to-alls: ``"alltoall"`` (NCCL,
+            :mod:`sim.comm.alltoall`), ``"deepep"`` or ``"hybridep"`` (their kernels on
+            ``comm_sms`` SMs, :mod:`sim.comm.ep_dispatch`).
     """
 
     blocking_p2p: bool = False
@@ -246,8 +286,25 @@ class PipelineRuntime:
     step_transient: float = 0.0
     overflow_check_ops: int = 0
     microbatch_load: MicrobatchLoad = MicrobatchLoad()
+    bucket_stages: str = "all"
+    param_gather: str = "step"
+    delay_wgrad: bool = False
+    comm_sms: int | None = None
+    dispatcher: str = "alltoall"
+    step_host: StepHost = StepHost()
+    loss_reads: int = 0
 
     def __post_init__(self) -> None:
+        if self.loss_reads < 0:
+            raise ValueError("loss_reads must be >= 0")
+        if self.bucket_stages not in ("all", "first", "none"):
+            raise ValueError(
+                f"bucket_stages must be all, first or none, not {self.bucket_stages!r}"
+            )
+        if self.param_gather not in PARAM_GATHERS:
+            raise ValueError(
+                f"param_gather must be one of {PARAM_GATHERS}, not {self.param_gather!r}"
+            )
         if self.step_barrier not in STEP_BARRIERS:
             raise ValueError(
                 f"step_barrier must be one of {STEP_BARRIERS}, not {self.step_barrier!r}"
@@ -343,10 +400,17 @@ class SimInput:
         unknown = sorted(set(self.host_syncs) - set(SYNC_POINTS))
         if unknown:
             raise ValueError(f"unknown host sync points {unknown}; use {sorted(SYNC_POINTS)}")
-        w = len(self.placement)
-        for name, n in (("context_parallel", self.layout.cp), ("expert_parallel", self.layout.ep)):
+        w, lay = len(self.placement), self.layout
+        checks = [("context_parallel", lay.cp)]
+        checks += [("expert_parallel", lay.ep)] if lay.etp is None else []
+        for name, n in checks:
             if n < 1 or w % n:
                 raise ValueError(f"{name} {n} must divide the {w} replicas")
+        if lay.etp is not None and (w * lay.tp) % (lay.ep * lay.expert_tp):
+            raise ValueError(
+                f"expert_parallel x expert_tensor_parallel {lay.ep * lay.expert_tp} must "
+                f"divide the {w} replicas x tensor_parallel {lay.tp}"
+            )
         if any(f <= 0 for _, f in self.stragglers):
             raise ValueError(f"straggler factors must be > 0, got {self.stragglers}")
 

@@ -51,12 +51,18 @@ def exchange_order(ops: tuple[GroupOp, ...]) -> Iterator[GroupOp]:
                 yield GroupOp(op.group, op.kind, op.nbytes, 1, op.pairs, op.hidden_s)
 
 
-def slowdown(sm_count: int | None) -> float:
-    """Compute time factor while communication holds :data:`COMM_SMS` of ``sm_count`` SMs
-    (1 when the SM count is unknown)."""
-    if not sm_count or sm_count <= COMM_SMS:
+def slowdown(sm_count: int | None, comm_sms: int | None = None) -> float:
+    """Compute time factor while communication holds ``comm_sms`` (default
+    :data:`COMM_SMS`) of ``sm_count`` SMs (1 when the SM count is unknown).
+
+    Example:
+        >>> slowdown(132), slowdown(148, 16)
+        (1.1785714285714286, 1.121212121212121)
+    """
+    comm = COMM_SMS if comm_sms is None else comm_sms
+    if not sm_count or sm_count <= comm:
         return 1.0
-    return sm_count / (sm_count - COMM_SMS)
+    return sm_count / (sm_count - comm)
 
 
 class PairOverlap:
@@ -75,11 +81,13 @@ class PairOverlap:
         compute: ComputeStream,
         groups: GroupCollectives,
         factor: float = 1.0,
+        delay_wgrad: bool = False,
     ):
         self.env = env
         self.compute_stream = compute
         self.groups = groups
         self.factor = factor
+        self.delay_wgrad = delay_wgrad
         self.stream = simpy.Resource(env, capacity=1)
         self.busy_until = 0.0
 
@@ -91,21 +99,42 @@ class PairOverlap:
             dur = self.stretched(duration_s, self.busy_until - self.env.now)
             yield from self.compute_stream.run(gpu, kind, name, dur, **tags)
 
-    def body(self, rep: StageReplica, a: Action, duration_s: float, ops: tuple[GroupOp, ...], tags):
+    def body(
+        self,
+        rep: StageReplica,
+        a: Action,
+        duration_s: float,
+        ops: tuple[GroupOp, ...],
+        tags,
+        wgrad_s: float = 0.0,
+    ):
         """Process: the chain of action ``a``: ``duration_s`` of compute split around the
-        exchanges ``ops`` (module doc)."""
+        exchanges ``ops`` (module doc). With :attr:`delay_wgrad` and a backward's weight
+        gradient ``wgrad_s`` (of ``duration_s``), each segment's share of it leaves the chain:
+        it waits on the stream beside the segment's exchange instead of before it (Megatron's
+        ``delay_wgrad_compute``: the expert wgrad runs while ``dispatch_bwd`` is in flight)."""
         seq = list(exchange_order(ops))
-        seg = duration_s / (len(seq) + 1)
+        late = wgrad_s / (len(seq) + 1) if self.delay_wgrad and seq else 0.0
+        seg = duration_s / (len(seq) + 1) - late
+        aside = []
         for i, op in enumerate([*seq, None]):
-            with self.stream.request() as req:
-                yield req
-                name = f"{a}" if not seq else f"{a}.{i}"
-                dur = self.stretched(seg, self.busy_until - self.env.now)
-                yield from self.compute_stream.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
+            name = f"{a}" if not seq else f"{a}.{i}"
+            yield from self._segment(rep, name, seg, tags)
+            if late > 0:
+                aside.append(self.env.process(self._segment(rep, f"{name}w", late, tags)))
             if op is not None:
                 end = self.env.now + self.groups.op_seconds(rep, op)
                 self.busy_until = max(self.busy_until, end)
                 yield from self.groups.join(rep, f"{a}#{i}", (op,), tags)
+        if aside:
+            yield self.env.all_of(aside)
+
+    def _segment(self, rep: StageReplica, name: str, work_s: float, tags):
+        """Process: ``work_s`` of the pair's compute on the shared stream."""
+        with self.stream.request() as req:
+            yield req
+            dur = self.stretched(work_s, self.busy_until - self.env.now)
+            yield from self.compute_stream.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
 
     def stretched(self, work_s: float, comm_left_s: float) -> float:
         """Seconds of ``work_s`` of compute that starts while an exchange has ``comm_left_s``

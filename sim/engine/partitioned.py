@@ -11,6 +11,9 @@ waits for both (:mod:`sim.engine.step`). With ``grad_stream_bytes`` they go out 
 while the backward computes (:meth:`PartitionedStates.stream_gradients`); with
 ``blocking_moves`` the backward's rank waits for them before its next action, and nothing is
 gathered ahead (the framework's calls are synchronous, :class:`~sim.memory.plan.StagePlan`).
+With expert parallelism the routed experts' share of
+both (the stage's ``expert_grad_share``) runs over their expert-data-parallel group instead
+(ZeRO-3 partitions them there: :mod:`sim.memory.zero3`).
 """
 
 from __future__ import annotations
@@ -69,9 +72,15 @@ class PartitionedStates:
         if plan.fetch_bytes > 0:  # an owned chunk on the host comes up before the gather
             yield self.traffic.fetch(rep, a)
         tags = rep.tags(a.microbatch, a.microbatch // self.inp.microbatches)
-        yield from self.collectives.join_keyed(
-            rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags
-        )
+        yield from self._join(rep, str(a), plan.gather_bytes, EventKind.ALL_GATHER, tags)
+
+    def _join(self, rep: StageReplica, key: str, size: float, kind: str, tags: dict):
+        """Process: a collective of ``size`` bytes, the routed experts' share of it over
+        their expert-data-parallel group (module doc)."""
+        share = self.collectives.expert_share(rep)
+        yield from self.collectives.join_keyed(rep, key, size * (1.0 - share), kind, tags)
+        if share > 0 and len(self.collectives.expert_members(rep)) > 1:
+            yield from self.collectives.join_expert_keyed(rep, key, size * share, kind, tags)
 
     def wait(self, rep: StageReplica, a: Action, tags: dict):
         """Process: wait (on ``rep``'s compute stream) for ``a``'s all-gather, if any."""
@@ -95,9 +104,7 @@ class PartitionedStates:
             return None
         if self.scatters(rep):
             rs = self.env.process(
-                self.collectives.join_keyed(
-                    rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags
-                )
+                self._join(rep, str(a), plan.scatter_bytes, EventKind.REDUCE_SCATTER, tags)
             )
         if rs is not None or plan.writeback_bytes > 0:
             return self.traffic.writeback(rep, a, tags, after=rs)
@@ -140,9 +147,7 @@ class PartitionedStates:
             else:
                 yield done
             if scatter > 0:
-                yield from self.collectives.join_keyed(
-                    rep, f"{a}#{i}", scatter / n, EventKind.REDUCE_SCATTER, tags
-                )
+                yield from self._join(rep, f"{a}#{i}", scatter / n, EventKind.REDUCE_SCATTER, tags)
             if plan.writeback_bytes > 0:
                 yield from self.traffic.copy_back(
                     rep, a, plan.writeback_bytes / n, tags, f" {i + 1}/{n}"

@@ -32,6 +32,7 @@ import simpy
 
 from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
@@ -73,7 +74,8 @@ class Engine:
         self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
         self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
         parts = (self.exchanges, self.traffic, self.collectives, self.compute, self.ledger)
-        self.stepper = RankStep(env, inp, (*parts, self.hosts))
+        self.fsdp = FsdpRuns(env, inp, self.links, self.ledger, self.compute)
+        self.stepper = RankStep(env, inp, (*parts, self.hosts), fsdp=self.fsdp)
         self.sends = StageSends(env, inp, self.links, self.ledger, self.exchanges)
         self.partitioned = PartitionedStates(
             env, inp, (self.ledger, self.traffic, self.collectives, self.compute)
@@ -202,12 +204,27 @@ class Engine:
             return None
         gpu = self.inp.topology.gpu(int(first.gpu[3:])).compute
         sms = gpu.sm_count if gpu is not None else None
-        return PairOverlap(self.env, self.compute, self.groups, slowdown(sms))
+        factor = slowdown(sms, self.inp.runtime.comm_sms)
+        return PairOverlap(
+            self.env, self.compute, self.groups, factor, self.inp.runtime.delay_wgrad
+        )
 
     def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
         """Process: run an action's ops as ``rep``'s host thread issues them."""
         clock = self.hosts.clock(rep.gpu)
         yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
+
+    def _compute(self, rep: StageReplica, kind: str, name: str, work: HostWork, ovl, tags: dict):
+        """Process: an action's compute ``work``; with tensor-parallel collectives overlapped
+        with its GEMMs (``ovl``: :class:`~sim.parallel.tp_overlap.OverlapOp` s), those start
+        beside it, the compute takes what the pairs add, and the rank waits for both."""
+        if not ovl:
+            yield from self._issue(rep, kind, name, work, tags)
+            return
+        comm = self.tensor.start(rep, name, ovl, tags)
+        extra = self.tensor.overlap_extra_s(rep, ovl)
+        yield from self._issue(rep, kind, name, work.then(HostWork.device_only(extra)), tags)
+        yield comm
 
     def _with_runtime(self, work: HostWork, gpu: str, op: str) -> HostWork:
         """``work`` followed, on ``gpu``'s compute stream, by the runtime's own seconds for an
@@ -217,6 +234,44 @@ class Engine:
         fwd_s, bwd_s = self._action_s[gpu]
         extra = fwd_s if op == "F" else bwd_s if op in ("B", "I") else 0.0
         return work.then(HostWork.device_only(extra)) if extra > 0 else work
+
+    def _read_loss(self, rep: StageReplica) -> None:
+        """The last stage's check of its loss after a forward (``runtime.loss_reads``): the
+        host waits for the forward, then issues each check's op and reads its result
+        (``nograd_op_s + read_s`` each), before it issues anything else."""
+        self.hosts.wait(rep.gpu)
+        host = self.hosts.overhead_of(rep.gpu)
+        reads = self.inp.runtime.loss_reads
+        self.hosts.clock(rep.gpu).t += host.blocking_s(reads, reads)
+
+    def _unit_runner(self, rep: StageReplica, a: Action, tags: dict, op: str):
+        """The compute of one FSDP unit of ``a`` (:data:`~sim.engine.fsdp.UnitRunner`): its
+        layers' forward, or their recompute (full checkpointing per layer, else the stage's
+        selective recompute in proportion to the layers' forward seconds) and backward."""
+        gpu, plan, cost = rep.gpu, rep.plan, rep.cost
+        fwd = cost.forward_parts(plan.recompute_layers)
+        bwd = tuple((sec, ops, 0.0, 0.0, nodes) for sec, ops, nodes in cost.bwd_layers)
+        total_f = sum(p[0] for p in fwd) or 1.0
+
+        def run(unit, last: bool):
+            if op == "F":
+                work = self.hosts.layered(gpu, "F", tuple(fwd[i] for i in unit.layers))
+            else:
+                full = [i for i in unit.layers if i in plan.recompute_layers]
+                if full:
+                    parts = cost.recompute_parts(tuple(full))
+                    redo = self.hosts.layered(gpu, "R", parts)
+                    yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
+                elif plan.recompute_s > 0 and not _full_only(plan):
+                    share = sum(fwd[i][0] for i in unit.layers) / total_f
+                    redo = self.hosts.work(gpu, "R", plan.recompute_s * share, 0.0, 1)
+                    yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
+                work = self.hosts.layered(gpu, "B", tuple(bwd[i] for i in reversed(unit.layers)))
+            if last:
+                work = self._with_runtime(work, gpu, op)
+            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
+
+        return run
 
     def _fetch(self, rep: StageReplica, a: Action, tags: dict):
         yield from self.compute.wait(self.traffic.fetch(rep, a), rep.gpu, f"wait fetch {a}", **tags)
@@ -246,8 +301,16 @@ class Engine:
             self.env.now, gpu, plan.fwd_alloc_bytes, MemCategory.ACTIVATIONS, f"stash {a}"
         )
         cost = rep.cost
+        gathers, it = self.stepper.gathers, a.microbatch // self.inp.microbatches
+        if gathers.active:
+            yield from gathers.before(rep, it, cost.fwd_s, tags)
+        start = self.env.now
+        tp_after = cost.tp_fwd
         if overlap is not None:
             yield from overlap.body(rep, a, cost.fwd_s, cost.group_fwd, tags)
+            tp_after = tp_after + _triples(cost.tp_fwd_overlap)
+        elif plan.fsdp is not None:  # unit by unit (sim.engine.fsdp)
+            yield from self.fsdp.forward(rep, a, tags, self._unit_runner(rep, a, tags, "F"))
         else:
             if cost.fwd_layers and _full_only(plan):
                 work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
@@ -256,11 +319,17 @@ class Engine:
                     gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
                 )
             work = self._with_runtime(work, gpu, "F")
-            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
-        if rep.cost.tp_fwd:
-            yield from self.tensor.join(rep, str(a), rep.cost.tp_fwd, tags)
+            yield from self._compute(
+                rep, EventKind.COMPUTE, str(a), work, cost.tp_fwd_overlap, tags
+            )
+        if gathers.active:
+            yield from gathers.after(rep, it, start, cost.fwd_s, tags)
+        if tp_after:
+            yield from self.tensor.join(rep, str(a), tp_after, tags)
         if rep.cost.group_fwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_fwd, tags)
+        if rep.last and self.inp.runtime.loss_reads:
+            self._read_loss(rep)
         now = self.env.now
         self.partitioned.release(rep, a)
         if plan.fetch_bytes > 0:
@@ -309,6 +378,8 @@ class Engine:
                 yield from overlap.compute(
                     gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags
                 )
+            elif plan.fsdp is not None and a.op == "B":
+                pass  # each unit recomputes before its backward (sim.engine.fsdp)
             else:
                 if rep.cost.fwd_layers and _full_only(plan):
                     parts = rep.cost.recompute_parts(plan.recompute_layers)
@@ -316,26 +387,36 @@ class Engine:
                 else:
                     rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
                     work = self.hosts.work(gpu, "R", *rec)
-                yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", work, tags)
-            if rep.cost.tp_recompute:
-                yield from self.tensor.join(rep, f"R{a}", rep.cost.tp_recompute, tags)
+                ovl = rep.cost.tp_recompute_overlap
+                yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags)
+            tp_rec = rep.cost.tp_recompute
+            if overlap is not None:
+                tp_rec = tp_rec + _triples(rep.cost.tp_recompute_overlap)
+            if tp_rec:
+                yield from self.tensor.join(rep, f"R{a}", tp_rec, tags)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
         done = self.env.event()
         if self.partitioned.streams(rep, a):  # buckets leave while the backward computes
             self.partitioned.stream_gradients(rep, a, dur, done, tags)
+        tp_after = rep.cost.tp_bwd
         if overlap is not None and uses_grad:
-            yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags)
+            wgrad = rep.cost.weight_s if a.op == "B" else 0.0
+            yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags, wgrad)
+            tp_after = tp_after + _triples(rep.cost.tp_bwd_overlap)
+        elif plan.fsdp is not None and a.op == "B":
+            yield from self.fsdp.backward(rep, a, tags, self._unit_runner(rep, a, tags, "B"))
         else:
             if a.op == "B" and rep.cost.bwd_layers:
                 work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
             else:
                 work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
             work = self._with_runtime(work, gpu, a.op)
-            yield from self._issue(rep, EventKind.COMPUTE, str(a), work, tags)
-        if uses_grad and rep.cost.tp_bwd:
-            yield from self.tensor.join(rep, str(a), rep.cost.tp_bwd, tags)
+            ovl = rep.cost.tp_bwd_overlap if uses_grad else ()
+            yield from self._compute(rep, EventKind.COMPUTE, str(a), work, ovl, tags)
+        if uses_grad and tp_after:
+            yield from self.tensor.join(rep, str(a), tp_after, tags)
         if uses_grad and rep.cost.group_bwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
         now = self.env.now
@@ -371,6 +452,12 @@ class Engine:
             done = self._bwd_done.get(rep.key, 0)
             if done % self.inp.microbatches == 0:  # iteration boundary: m backwards since
                 self._step_end[(*rep.key, done // self.inp.microbatches - 1)] = self.env.now
+
+
+def _triples(ops) -> tuple[tuple[str, float, int], ...]:
+    """Overlapped collectives as ``(kind, bytes, count)`` run after the compute instead (an
+    action of an overlapped pair, whose chains already share the compute)."""
+    return tuple((op.kind, op.nbytes, op.count) for op in ops)
 
 
 def _full_only(plan) -> bool:

@@ -11,7 +11,8 @@ runs them as one step, in the order the frameworks do:
    of the first and the last chunk, before or after them (``tied_after_dp``);
 3. the step barrier ``before_update``, once for the rank;
 4. the update of each chunk (step copies, host step, optimizer kernel, the all-gather of
-   sharded parameters);
+   sharded parameters, or, with ``PipelineRuntime.param_gather``, its deferral to the next
+   forward: :mod:`sim.engine.param_gather`);
 5. the barrier ``after_update``, once; the host's step sync.
 
 Sources: Megatron-LM ``megatron/core/distributed/finalize_model_grads.py::
@@ -30,10 +31,14 @@ from __future__ import annotations
 
 import simpy
 
+from sim.comm.hierarchical import collective_plan
 from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
+from sim.engine.fsdp import FsdpRuns
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.param_gather import ParamGathers
+from sim.engine.step_host import shard_tensors, step_host_s
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import Event, EventKind, MemCategory, Stream
@@ -48,6 +53,8 @@ class RankStep:
         env: the simulation environment.
         inp: the configuration (width, runtime).
         parts: the engine's ``(exchanges, traffic, collectives, compute, ledger, hosts)``.
+        fsdp: the engine's FSDP collectives (:mod:`sim.engine.fsdp`), for the stages that
+            shard by FSDP.
     """
 
     def __init__(
@@ -55,12 +62,16 @@ class RankStep:
         env: simpy.Environment,
         inp: SimInput,
         parts: tuple[Exchanges, MemoryTraffic, Collectives, ComputeStream, Ledger, HostThreads],
+        fsdp: FsdpRuns | None = None,
     ):
         self.env = env
         self.inp = inp
+        self.fsdp = fsdp
         self.exchanges, self.traffic, self.collectives, self.compute, self.ledger, self.hosts = (
             parts
         )
+        self._tiny_s: float | None = None
+        self.gathers = ParamGathers(env, inp, self.collectives, self.compute)
 
     def run(self, reps: list[StageReplica], k: int):
         """Process: step ``k`` of the rank whose chunks are ``reps`` (its stage replicas, in
@@ -82,11 +93,15 @@ class RankStep:
         yield from self.exchanges.barrier(head, k, "before_update", tags[0])
         for rep, t in zip(reps, tags, strict=True):
             yield from self._update(rep, k, t)
+        yield from self._host_step(reps, k, tags[0])
         yield from self.exchanges.barrier(head, k, "after_update", tags[0])
         self.hosts.sync(head.gpu, "step")
 
     def _reduce(self, rep: StageReplica, k: int, tags: dict):
         """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``."""
+        if rep.plan.fsdp is not None and self.fsdp is not None:
+            yield from self.fsdp.at_step(rep, k, tags)
+            return
         overlapped = self.collectives.finish_overlapped(rep, k)
         if overlapped is not None:
             yield overlapped
@@ -118,10 +133,59 @@ class RankStep:
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0:
-            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER)
+        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0 and not plan.fsdp:
+            if self.gathers.active:  # under the next forward (sim.engine.param_gather)
+                self.gathers.defer([rep], k)
+                return
+            share = self.collectives.gather_share(rep)
+            yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER, share)
             if self.collectives.expert_nbytes(rep) > 0:
-                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER)
+                yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER, share)
+
+    def _host_step(self, reps: list[StageReplica], k: int, tags: dict):
+        """Process: the framework's host work once per iteration around the step
+        (``runtime.step_host``, :mod:`sim.engine.step_host`) over the parameter tensors of every
+        chunk of the rank: the host first waits for everything issued, then the device idles
+        for :func:`~sim.engine.step_host.step_host_s`. Logged as ``host_wait``; the host is
+        synced after."""
+        work, head = self.inp.runtime.step_host, reps[0]
+        if work.empty:
+            return
+        tensors = [sum(rep.cost.param_tensors) for rep in reps]
+        optimizer = sum(
+            shard_tensors(n, self.inp.dp_width) if rep.plan.dp_sharded else n
+            for n, rep in zip(tensors, reps, strict=True)
+        )
+        sharded = any(rep.plan.dp_sharded for rep in reps)
+        wait_s = step_host_s(
+            self.hosts.overhead_of(head.gpu), work, sum(tensors), optimizer, sharded,
+            self._tiny_all_reduce_s(),
+        )  # fmt: skip
+        if wait_s <= 0:
+            return
+        self.hosts.wait(head.gpu)
+        start = self.env.now
+        yield self.env.timeout(max(0.0, self.hosts.clock(head.gpu).t - start) + wait_s)
+        self.compute.events.append(
+            Event(
+                EventKind.HOST_WAIT, head.gpu, Stream.COMPUTE, f"host step {k}", start,
+                self.env.now, **tags,
+            )
+        )  # fmt: skip
+        self.hosts.wait(head.gpu)
+
+    def _tiny_all_reduce_s(self) -> float:
+        """Seconds of an all-reduce of 8 bytes over every GPU of the job (a scalar the
+        framework reduces and reads at its step)."""
+        if self._tiny_s is None:
+            inp = self.inp
+            gpus = sorted({
+                inp.gpu_index(r, s, k) for r in range(inp.dp_width) for s in range(inp.stages)
+                for k in range(inp.tensor_parallel)
+            })  # fmt: skip
+            plan = collective_plan(inp.topology, tuple(f"gpu{g}" for g in gpus))
+            self._tiny_s = plan.time_s(8.0, EventKind.ALLREDUCE)
+        return self._tiny_s
 
     def _overflow_check(self, rep: StageReplica, k: int, tags: dict):
         """Process: a serial overflow check (``runtime.overflow_check_ops`` ops and a blocking

@@ -80,6 +80,9 @@ def asymmetry(inp: SimInput) -> str | None:
         A short reason, e.g. ``"a straggler GPU (gpu5 x1.3)"``; None also when there is
         nothing to mirror (one replica and one tensor rank).
     """
+    lay = inp.layout
+    if lay.ep > 1 and lay.etp is not None and lay.expert_tp != lay.tp:
+        return "MoE parallel folding (expert groups across tensor ranks)"
     job = _job_gpus(inp)
     slow = [(g, f) for g, f in inp.stragglers if g in job and f != 1.0]
     if slow:
@@ -161,11 +164,18 @@ class HeldLinks:
             if lk.src in mine or lk.dst in mine or not (_is_gpu(lk.src) or _is_gpu(lk.dst))
         )
 
-    def members(self, replicas: tuple[int, ...]) -> int:
-        """How many of ``replicas`` (a group's) the run simulates: each one joins."""
+    def members(self, replicas: tuple) -> int:
+        """How many of ``replicas`` (a group's: replica indices, or ``(replica, tensor rank)``
+        pairs of a folded expert group) the run simulates: each one joins."""
         if not self.inp.mirrored:
             return len(replicas)
-        return sum(r < self.inp.simulated_replicas for r in replicas)
+        inp = self.inp
+        return sum(
+            m < inp.simulated_replicas
+            if isinstance(m, int)
+            else m[0] < inp.simulated_replicas and m[1] < inp.simulated_tensor_ranks
+            for m in replicas
+        )
 
 
 def _is_gpu(node: str) -> bool:

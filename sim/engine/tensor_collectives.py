@@ -8,6 +8,11 @@ blocking all-reduces make them (no overlap with compute). A micro-batch's collec
 kind are one link hold and one event per rank (stream ``tp``) whose ``nbytes`` is their sum.
 Their rings are the communicator's (:func:`~sim.comm.hierarchical.collective_plan`), timed by
 the same plan as the data-parallel collectives (:mod:`sim.engine.collectives`).
+
+Collectives a framework overlaps with their GEMMs (:class:`~sim.parallel.tp_overlap.OverlapOp`,
+``StageCost.tp_*_overlap``) start with the action's compute instead (:meth:`TensorCollectives.
+start`): they hold the group's links beside it, the action's compute is longer by what the
+pairs add (:meth:`TensorCollectives.overlap_extra_s`), and the rank waits for both.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, Stream
+from sim.parallel.tp_overlap import OverlapOp
 
 
 class TensorCollectives:
@@ -46,6 +52,23 @@ class TensorCollectives:
             gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[r][s])
             cached = self._rings[(r, s)] = collective_plan(self.inp.topology, gpus)
         return cached
+
+    def comm_s(self, rep: StageReplica, kind: str, nbytes: float) -> float:
+        """Uncontended seconds of one ``kind`` collective of ``nbytes`` on ``rep``'s group."""
+        return self.ring(rep.replica, rep.stage).time_s(nbytes, kind)
+
+    def overlap_extra_s(self, rep: StageReplica, ops: tuple[OverlapOp, ...]) -> float:
+        """Seconds the overlapped pairs ``ops`` add to an action's compute
+        (:meth:`~sim.parallel.tp_overlap.OverlapOp.extra_s` with each collective's time)."""
+        return sum(op.extra_s(self.comm_s(rep, op.kind, op.nbytes)) for op in ops)
+
+    def start(
+        self, rep: StageReplica, label: str, ops: tuple[OverlapOp, ...], tags: dict
+    ) -> simpy.Process:
+        """The overlapped collectives ``ops`` of action ``label``, started now beside its
+        compute (module doc): a process the rank waits for after the compute."""
+        triples = tuple((op.kind, op.nbytes, op.count) for op in ops)
+        return self.env.process(self.join(rep, f"{label} overlapped", triples, tags))
 
     def join(
         self, rep: StageReplica, label: str, ops: tuple[tuple[str, float, int], ...], tags: dict

@@ -13,7 +13,10 @@ repository). The core asks the profile, never its name:
   embedding all-reduce, the step barrier) and :attr:`Framework.dp_bucket_bytes` (gradient
   bucketing and overlap);
 * :meth:`Framework.plans`: the distributed optimizer (sharded optimizer state,
-  reduce-scatter / all-gather instead of an all-reduce).
+  reduce-scatter / all-gather instead of an all-reduce);
+* :meth:`Framework.memory`: how it lays out a rank's memory around the model
+  (:class:`~sim.memory.framework_memory.FrameworkMemory`: gradient-buffer dtype, DDP's bucket
+  copy, stage outputs, Transformer Engine's weight-gradient buffers and workspace, the loss).
 
 The default profile, ``pipesim``, is what ``sim validate`` replays (torch pipelining, DDP-style
 25 MiB buckets overlapped with the backward), so results without ``framework:`` do not change.
@@ -21,15 +24,24 @@ The default profile, ``pipesim``, is what ``sim validate`` replays (torch pipeli
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime
+from sim.config import MemoryConfig
+from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime, StageCost
+from sim.framework.options import Option, resolve_options, spec
 from sim.framework.placement import PLACEMENTS
+from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.topology import Topology
+from sim.memory.allocator import AllocatorConfig
+from sim.memory.framework_memory import TE_WORKSPACE_BYTES, FrameworkMemory
+from sim.memory.fsdp import FsdpSpec
+from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
+from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
 from sim.trace.schema import Trace, dtype_bytes
 
@@ -86,6 +98,17 @@ class Framework:
             the host's blocking work loading each micro-batch on the first and the last stage
             (:class:`~sim.engine.inputs.MicrobatchLoad`); all 0: none.
         schedules: the pipeline schedules it runs (None: every one pipesim has).
+        main_grads_fp32: bf16 parameters accumulate their gradients in an fp32 buffer.
+        bucket_copy: data-parallel gradients are copied into flat bucket buffers.
+        deallocate_outputs: a stage's output is freed once it is sent.
+        wgrad_fusion: weight gradients accumulate into the gradient buffer inside the GEMM
+            (Transformer Engine's dummy weight gradients, one per weight shape).
+        te_workspace: Transformer Engine's cuBLAS workspace, allocated through PyTorch.
+        fsdp: how it runs FSDP when a point shards over ``dp_shard > 1`` ranks
+            (:class:`~sim.memory.fsdp.FsdpSpec`: mixed precision, resharding, with pipeline
+            parallelism); None: it has no FSDP.
+        low_precision_library: whose recipes run its low-precision linear layers
+            (:mod:`sim.compute.precision`: ``transformer_engine`` or ``torchao``).
     """
 
     name: ClassVar[str]
@@ -106,6 +129,31 @@ class Framework:
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
     overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
     microbatch_load: ClassVar[Setting] = Setting((0, 0, 0, 0, 0, 0.0), PIPESIM)
+    main_grads_fp32: ClassVar[Setting] = Setting(False, PIPESIM)
+    bucket_copy: ClassVar[Setting] = Setting(
+        True,
+        f"{PIPESIM}: torch/nn/parallel/distributed.py DistributedDataParallel "
+        "(gradient_as_bucket_view=False copies gradients into its flat buckets)",
+    )
+    deallocate_outputs: ClassVar[Setting] = Setting(
+        False,
+        f"{PIPESIM}: torch/distributed/pipelining/stage.py forward_one_chunk keeps "
+        "fwd_cache[mb] = (outputs, inputs) until the backward",
+    )
+    wgrad_fusion: ClassVar[Setting] = Setting(False, PIPESIM)
+    te_workspace: ClassVar[Setting] = Setting(False, PIPESIM)
+    fsdp: ClassVar[Setting] = Setting(
+        FsdpSpec(accumulate_with_pp=True),
+        "torch 2.13 fully_shard defaults (torch/distributed/fsdp/_fully_shard/_fully_shard.py: "
+        "reshard_after_forward True for non-root modules, MixedPrecisionPolicy() keeps the "
+        "training dtype); torch pipelining accumulates unsharded gradients across micro-batches "
+        "(torch/distributed/pipelining/stage.py::backward_maybe_with_nosync)",
+    )
+    low_precision_library: ClassVar[Setting] = Setting(
+        "transformer_engine",
+        "assumption: FP8/FP4 linear layers as Transformer Engine runs them (pipesim's torch "
+        "replay runs none)",
+    )
 
     SETTINGS: ClassVar[tuple[str, ...]] = (
         "schedules",
@@ -124,7 +172,42 @@ class Framework:
         "step_transient",
         "overflow_check_ops",
         "microbatch_load",
+        "main_grads_fp32",
+        "bucket_copy",
+        "deallocate_outputs",
+        "wgrad_fusion",
+        "te_workspace",
+        "fsdp",
+        "low_precision_library",
     )
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()
+    """What the framework's users choose (:mod:`sim.framework.options`), each with its source;
+    the profile's behaviour reads them with :meth:`opt`."""
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        """The profile with ``options`` (names to values or their text) over the defaults.
+
+        Raises:
+            ValueError: an unknown option, a bad value, or options that do not go together
+                (:meth:`check_options`).
+        """
+        self.values = resolve_options(self.name, self.OPTIONS, options or {})
+        self.check_options()
+
+    def check_options(self) -> None:
+        """Raise :class:`ValueError` when the options do not go together (the framework
+        refuses them); nothing by default."""
+
+    def opt(self, name: str) -> Any:
+        """The value of option ``name``."""
+        return self.values[name]
+
+    @property
+    def spec(self) -> str:
+        """The profile's canonical spec string: its name, then its options that differ from
+        their defaults (:func:`sim.framework.options.spec`)."""
+        return spec(self.name, self.OPTIONS, self.values)
 
     def settings(self) -> dict[str, Setting]:
         """Every setting by name, in :data:`SETTINGS` order."""
@@ -161,10 +244,29 @@ class Framework:
         """
         return PLACEMENTS[self.placement.value](trace, stages)
 
-    def bucket_bytes(self, trace: Trace) -> float:
-        """Data-parallel gradient bucket bytes for ``trace`` (as one tensor rank runs it):
-        :attr:`dp_bucket_bytes`, or a size that depends on the model where a profile says so."""
+    def bucket_bytes(self, trace: Trace, replicas: int = 1) -> float:
+        """Data-parallel gradient bucket bytes for ``trace`` (as one tensor rank runs it) over
+        ``replicas`` data- and context-parallel ranks: :attr:`dp_bucket_bytes`, or a size that
+        depends on the model or the width where a profile says so."""
         return float(self.dp_bucket_bytes.value)
+
+    def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
+        """How it overlaps tensor-parallel collectives with their GEMMs
+        (:mod:`sim.parallel.tp_overlap`), or None: after the compute, exposed (the default).
+
+        Raises:
+            ValueError: an option asks for an overlap this layout cannot run."""
+        return None
+
+    def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
+        """A stage's ``cost`` (its layers of ``kinds``) with the host work its CUDA graphs
+        capture removed (:mod:`sim.framework.cuda_graphs`); unchanged by default (eager)."""
+        return cost
+
+    def combines_pairs(self) -> bool:
+        """Whether it runs a backward and the next forward as one overlapped pair (Megatron's
+        combined 1F1B, :mod:`sim.schedules.combined`); False by default."""
+        return False
 
     def tie(self, trace: Trace, schedule: Schedule, tensor_parallel: int = 1) -> Trace:
         """``trace`` (as one tensor rank runs it) with the word embedding stored once where
@@ -178,6 +280,34 @@ class Framework:
             return trace
         return share_head_weight(trace, tensor_parallel)
 
+    def memory(
+        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None
+    ) -> FrameworkMemory:
+        """How it lays out memory for ``dtype`` training on ``gpu_model``, with the
+        experiment's ``memory:`` overrides (:class:`~sim.config.MemoryConfig`): fp32 main
+        gradients for bf16 parameters unless ``grad_reduce_in_bf16`` (Megatron's
+        ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` for ``--bf16`` only),
+        gradient-accumulation fusion as the profile or the experiment says, the loss, the
+        allocator's options."""
+        opts = options or MemoryConfig()
+        fp32_grads = self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
+        fusion = opts.gradient_accumulation_fusion
+        fusion = self.wgrad_fusion.value if fusion is None else fusion
+        workspace = 0.0
+        if self.te_workspace.value:
+            workspace = TE_WORKSPACE_BYTES[
+                "hopper+" if is_sm90_or_later(gpu_model) else "pre-hopper"
+            ]
+        return FrameworkMemory(
+            main_grads_fp32=fp32_grads,
+            bucket_copy=self.bucket_copy.value,
+            deallocate_outputs=self.deallocate_outputs.value,
+            dummy_wgrads=fusion and self.te_workspace.value,
+            workspace_bytes=workspace,
+            work=WorkOptions(opts.cross_entropy or "unfused", fusion),
+            allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
+        )
+
     def ties(self, trace: Trace) -> bool:
         """Whether the framework keeps a copy of the word embedding in ``trace``'s head and
         all-reduces it (:attr:`tied_embedding`). A decoder model (``model_shape.kind ==
@@ -189,13 +319,24 @@ class Framework:
         decoder = isinstance(shape, dict) and shape.get("kind") == "decoder"
         return bool(self.tied_embedding.value) and not decoder
 
-    def runtime(self, topo: Topology, trace: Trace, tensor_parallel: int = 1) -> PipelineRuntime:
+    def runtime(
+        self,
+        topo: Topology,
+        trace: Trace,
+        tensor_parallel: int = 1,
+        virtual_stages: int = 1,
+        memory: FrameworkMemory | None = None,
+    ) -> PipelineRuntime:
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
 
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
-        is the server it runs on."""
+        is the server it runs on; ``virtual_stages``: stage chunks per rank (what an option
+        may depend on); ``memory`` its memory layout: with fp32 main gradients the step's
+        ``.float()`` of a gradient is the gradient itself (no ``step_transient``)."""
         tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
+        if memory is not None and memory.main_grads_fp32:
+            sixteen = False
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
@@ -285,13 +426,16 @@ def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:
 
 
 def describe(framework: Framework) -> list[tuple[str, str, str]]:
-    """``(setting, value, source)`` rows for display."""
+    """``(setting, value, source)`` rows for display: the settings, then the options (marked
+    ``option``) with their values."""
     out = []
     for name, s in framework.settings().items():
         value = s.value
         if isinstance(value, frozenset):
             value = ", ".join(sorted(value))
         out.append((name, "all" if value is None else str(value), s.source))
+    for o in framework.OPTIONS:
+        out.append((f"option {o.name}", str(framework.opt(o.name)), f"{o.help} ({o.source})"))
     return out
 
 

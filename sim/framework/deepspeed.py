@@ -94,6 +94,11 @@ class DeepSpeed(Framework):
         "DP all-reduce after the backward, layers split by parameter count"
     )
     schedules = SCHEDULES
+    fsdp = Setting(
+        None,
+        "deepspeed/runtime/zero/stage3.py: DeepSpeed shards states by ZeRO-3 over the "
+        "data-parallel group (memory_policy zero3), not by a dp_shard dimension",
+    )
     dp_bucket_bytes = DP_AFTER_BACKWARD
     tied_embedding = Setting(
         False,

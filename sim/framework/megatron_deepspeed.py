@@ -65,6 +65,10 @@ class MegatronDeepSpeed(Framework):
         f"ds_pipeline_enabled -> model[0].train_batch) -> {PIPE}/engine.py TrainSchedule",
     )
     dp_bucket_bytes = DP_AFTER_BACKWARD
+    fsdp = Setting(
+        None,
+        "DeepSpeed shards states by ZeRO-3 over the data-parallel group (memory_policy zero3)",
+    )
     tied_embedding = Setting(
         True,
         f"{GPT_PIPE} (TiedLayerSpec('embed', EmbeddingPipe, tied_weight_attr="

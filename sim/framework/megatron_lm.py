@@ -1,18 +1,39 @@
-"""Megatron-LM (NVIDIA/Megatron-LM, ``megatron/core``) with its default arguments.
+"""Megatron-LM (NVIDIA/Megatron-LM, ``megatron/core``) with its default arguments, and the
+options of its command line that overlap communication (:mod:`sim.framework.megatron_options`)
+or add host work to each iteration (its logging: :mod:`sim.framework.megatron_host`).
 
 1F1B (``forward_backward_pipelining_without_interleaving``, warm-up ``min(p - rank - 1, m)``)
 or interleaved 1F1B; every stage exchange is one ``batch_isend_irecv`` the rank waits on,
 followed by ``torch.cuda.synchronize()`` (``batch_p2p_sync``); data-parallel gradients reduced
 after the backward (``overlap_grad_reduce`` off), then the word-embedding gradient all-reduced
 between the first and the last stage; the optimizer's found-inf and grad-norm all-reduces over
-the model-parallel group before the update.
+the model-parallel group before the update. Its host: the loss read back after each forward of
+the last stage (the NaN check), and once per iteration the step's per-tensor loops, scalar
+reductions and reads (:func:`~sim.framework.megatron_host.megatron_step_host`), with the device
+idle, where the hardware models its host.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
+from sim.engine.inputs import PipelineRuntime, StageCost
 from sim.framework.base import Framework, Setting
+from sim.framework.cuda_graphs import captured
+from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host
+from sim.framework.megatron_options import (
+    DISPATCHER_SMS,
+    MEGATRON_OPTIONS,
+    bucket_params,
+    check_megatron,
+    scope_parts,
+)
+from sim.hardware.topology import Topology
+from sim.memory.framework_memory import FrameworkMemory
+from sim.memory.fsdp import FsdpSpec
+from sim.parallel.tp_overlap import TE_USERBUFFERS, Implementation
+from sim.trace.schema import Trace, dtype_bytes
 
 CORE = "megatron/core"
 P2P = f"{CORE}/pipeline_parallel/p2p_communication.py::_communicate"
@@ -29,6 +50,11 @@ class MegatronLM(Framework):
     schedules = Setting(
         frozenset({"1f1b", "interleaved_1f1b"}),
         f"{CORE}/pipeline_parallel/schedules.py::get_forward_backward_func",
+    )
+    low_precision_library = Setting(
+        "transformer_engine",
+        f"{CORE}/fp8_utils.py::get_fp8_recipe (--fp8-recipe: Transformer Engine recipes, "
+        "NVIDIA/Megatron-LM@d98e8a6 lines 752-810)",
     )
     dp_bucket_bytes = Setting(
         0.0,
@@ -93,3 +119,125 @@ class MegatronLM(Framework):
         "_copy_model_grads_to_main_grads (main_param.grad = main_grad.float(): 4 B per 2-byte "
         "gradient, freed by zero_grad(set_to_none) at the next train_step)",
     )
+    main_grads_fp32 = Setting(
+        True,
+        "megatron/training/arguments.py::validate_args: --bf16 sets "
+        "accumulate_allreduce_grads_in_fp32 (main_grads_dtype fp32 default) unless "
+        f"--grad-reduce-in-bf16 -> {CORE}/distributed/param_and_grad_buffer.py: grad_dtype = "
+        "torch.float if grad_reduce_in_fp32 (4 B per parameter)",
+    )
+    bucket_copy = Setting(
+        False,
+        f"{CORE}/distributed/param_and_grad_buffer.py::_ParamAndGradBuffer: param.main_grad is "
+        "a view into the contiguous grad_data, which the buckets reduce in place (no copy)",
+    )
+    deallocate_outputs = Setting(
+        True,
+        "megatron/training/argument_utils.py: deallocate_pipeline_outputs = True -> "
+        f"{CORE}/pipeline_parallel/schedules.py::deallocate_output_tensor after each send",
+    )
+    wgrad_fusion = Setting(
+        True,
+        "megatron/training/arguments.py: gradient_accumulation_fusion on unless "
+        "--no-gradient-accumulation-fusion; transformer_engine/pytorch/module/base.py::"
+        f"get_dummy_wgrad (one cached buffer per weight shape), {CORE}/tensor_parallel/"
+        "layers.py (the output layer's too, with TE installed)",
+    )
+    te_workspace = Setting(
+        True,
+        "--transformer-impl transformer_engine (default) -> transformer_engine/pytorch/"
+        "cpp_extensions/gemm.py::get_cublas_workspace (torch.empty, 32 MiB + 1 KiB on sm90+)",
+    )
+
+    fsdp = Setting(
+        FsdpSpec(),
+        f"{CORE}/distributed/fsdp/ (--use-megatron-fsdp, data_parallel_sharding_strategy "
+        "optim_grads_params: parameters gathered per TransformerLayer unit in their 16-bit "
+        "dtype and released after use, gradients reduce-scattered per unit in the gradient "
+        "dtype (grad_reduce_in_fp32 off by default), the distributed optimizer's fp32 state "
+        "on the shard); no accumulation across pipeline micro-batches (an assumption)",
+    )
+
+    OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS
+
+    def check_options(self) -> None:
+        """Megatron's own refusals of option combinations (:func:`check_megatron`)."""
+        check_megatron(self.values)
+
+    def bucket_bytes(self, trace: Trace, replicas: int = 1) -> float:
+        """0 (all gradients reduced after the backward) unless ``overlap_grad_reduce``; then
+        Megatron-Core's bucket of :func:`~sim.framework.megatron_options.bucket_params`
+        parameters in the gradients' dtype (pipesim's gradients are in the trace's dtype)."""
+        if not self.values.get("overlap_grad_reduce"):
+            return super().bucket_bytes(trace, replicas)
+        size = bucket_params(replicas, self.values.get("ddp_bucket_size", 0))
+        return float(size * dtype_bytes(trace.dtype))
+
+    def runtime(
+        self,
+        topo: Topology,
+        trace: Trace,
+        tensor_parallel: int = 1,
+        virtual_stages: int = 1,
+        memory: FrameworkMemory | None = None,
+    ) -> PipelineRuntime:
+        """Megatron's pipeline engine, with the overlap options: buckets on stage 0 only
+        (``distributed_data_parallel.py``: ``bucket_size = None`` when ``pp_rank > 0`` or for
+        model chunks after the first), the parameter all-gather under the next forward
+        (``overlap_param_gather``; aligned across chunks with ``align_param_gather`` under the
+        interleaved schedule, ``megatron/training/arguments.py`` forces it off otherwise), the
+        weight gradients delayed into the all-to-alls (``delay_wgrad_compute``), the expert
+        dispatcher and its SMs (:meth:`dispatcher`)."""
+        rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
+        v = self.values
+        gather, buckets = "step", "first" if v.get("overlap_grad_reduce") else rt.bucket_stages
+        if v.get("overlap_param_gather"):
+            aligned = v.get("align_param_gather") and virtual_stages > 1
+            gather = "aligned" if aligned else "forward"
+        if v.get("overlap_param_gather_with_optimizer_step"):
+            gather, buckets = "optimizer", "none"
+        backend, sms = self.dispatcher()
+        return replace(
+            rt,
+            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16"),
+            loss_reads=LOSS_READS if v.get("check_for_nan_in_loss") else 0,
+            bucket_stages=buckets,
+            param_gather=gather,
+            delay_wgrad=bool(v.get("delay_wgrad_compute")),
+            dispatcher=backend,
+            comm_sms=sms or None,
+        )
+
+    def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
+        """Transformer Engine's userbuffers with ``tp_comm_overlap`` (and ``t > 1``).
+
+        Raises:
+            ValueError: ``tp_comm_overlap`` without sequence parallelism at ``t > 1``
+                (``megatron/training/arguments.py``: "Tensor parallel communication/GEMM
+                overlap can happen only when sequence parallelism is enabled")."""
+        if not self.values.get("tp_comm_overlap") or tensor_parallel < 2:
+            return None
+        if not sequence_parallel:
+            raise ValueError(
+                "option tp_comm_overlap needs sequence_parallel (Megatron-LM arguments.py: "
+                "overlap can happen only when sequence parallelism is enabled)"
+            )
+        return TE_USERBUFFERS
+
+    def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
+        """The layers ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
+        (:mod:`sim.framework.cuda_graphs`)."""
+        impl = self.values.get("cuda_graph_impl", "none")
+        return captured(cost, kinds, impl, scope_parts(self.values.get("cuda_graph_scope", "")))
+
+    def combines_pairs(self) -> bool:
+        """``overlap_moe_expert_parallel_comm``: Megatron's combined 1F1B."""
+        return bool(self.values.get("overlap_moe_expert_parallel_comm"))
+
+    def dispatcher(self) -> tuple[str, int]:
+        """``(backend, SMs)`` of its expert dispatcher: ``alltoall`` (NCCL), or the flex
+        dispatcher's ``deepep`` / ``hybridep`` with ``moe_dispatcher_sms`` or Megatron's
+        default SMs (:data:`~sim.framework.megatron_options.DISPATCHER_SMS`)."""
+        backend = self.values.get("moe_token_dispatcher", "alltoall")
+        sms = self.values.get("moe_dispatcher_sms", 0) or DISPATCHER_SMS.get(backend, 0)
+        return backend, sms

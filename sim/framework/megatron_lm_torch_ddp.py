@@ -41,3 +41,18 @@ class MegatronLMTorchDDP(MegatronLM):
         "assumption: torch DDP copies gradients into its buckets and divides them inside the "
         "overlapped reduction (torch/csrc/distributed/c10d/reducer.cpp), not after it",
     )
+    main_grads_fp32 = Setting(
+        False, f"{SC21}: fp16 training (--fp16), gradients in the parameters' dtype"
+    )
+    bucket_copy = Setting(
+        True,
+        "torch/nn/parallel/distributed.py DistributedDataParallel "
+        "(gradient_as_bucket_view=False copies gradients into its flat buckets)",
+    )
+    wgrad_fusion = Setting(
+        False, "assumption: the 2021 scripts' torch DDP path has no gradient-accumulation fusion"
+    )
+    te_workspace = Setting(False, f"{SC21}: Megatron's own layers (before Transformer Engine)")
+
+    OPTIONS = ()
+    """The SC'21 scripts' Megatron-LM (2021) had none of Megatron-Core's overlap options."""

@@ -11,6 +11,7 @@ from sim.framework.deepspeed import DeepSpeed
 from sim.framework.megatron_deepspeed import MegatronDeepSpeed
 from sim.framework.megatron_lm import MegatronLM
 from sim.framework.megatron_lm_torch_ddp import MegatronLMTorchDDP
+from sim.framework.options import split_spec
 from sim.framework.pipesim import Pipesim
 from sim.framework.pytorch_ddp import PytorchDDP
 from sim.framework.torchtitan import Torchtitan
@@ -46,24 +47,37 @@ def framework_names() -> list[str]:
 _INSTANCES: dict[str, Framework] = {}
 
 
-def _instance(cls: type[Framework]) -> Framework:
-    if cls.name not in _INSTANCES:
-        _INSTANCES[cls.name] = cls()
-    return _INSTANCES[cls.name]
-
-
 def get_framework(name: str) -> Framework:
-    """The profile registered under ``name`` (one shared object per class).
+    """The profile ``name`` names: a registered name, or a spec string with options
+    (``megatron-lm[overlap_grad_reduce,tp_comm_overlap]``, :mod:`sim.framework.options`); one
+    shared object per canonical spec.
 
     Raises:
-        UnknownFrameworkError: a :class:`KeyError` whose message lists the valid names.
+        UnknownFrameworkError: a :class:`KeyError` whose message lists the valid names, or
+            names the profile's valid options when one is unknown or its value is bad.
 
     Example:
         >>> get_framework("megatron-deepspeed").placement.value
         'megatron'
+        >>> get_framework("megatron-lm[overlap_grad_reduce=true]").spec
+        'megatron-lm[overlap_grad_reduce]'
     """
     if not isinstance(name, str):
         raise UnknownFrameworkError(
             f"unknown framework {name!r}; valid: {', '.join(framework_names())}"
         )
-    return _instance(REGISTRY.get(name))
+    cached = _INSTANCES.get(name)
+    if cached is not None:
+        return cached
+    try:
+        base, given = split_spec(name)
+    except ValueError as exc:
+        raise UnknownFrameworkError(f"framework {exc}") from None
+    cls = REGISTRY.get(base)
+    try:
+        profile = cls(given)
+    except ValueError as exc:
+        raise UnknownFrameworkError(str(exc)) from None
+    profile = _INSTANCES.setdefault(profile.spec, profile)
+    _INSTANCES[name] = profile
+    return profile

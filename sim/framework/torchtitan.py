@@ -1,10 +1,13 @@
-"""torchtitan (pytorch/torchtitan): FSDP2 data parallelism with torch pipelining.
+"""torchtitan (pytorch/torchtitan@b5bcd76): FSDP2 data parallelism with torch pipelining.
 
-Parameters, gradients and optimizer state sharded over the data-parallel replicas by
-``fully_shard`` per transformer block, gradients reduce-scattered per block while the last
-backward runs; torch's pipeline schedules; the embedding and the output layer counted as one
-layer each by the even split; the global gradient norm all-reduced over the pipeline before the
-update.
+With ``dp_shard > 1`` (torchtitan's ``data_parallel_shard_degree``) parameters, gradients and
+optimizer state are sharded by ``fully_shard`` per transformer block, the token embedding and
+``[norm, output]`` (:mod:`sim.memory.fsdp`: bf16 all-gathers, fp32 reduce-scatters, fp32
+shards; reshard after forward except the output unit, never with PP), replicated over
+``dp_width / dp_shard`` (HSDP); with ``dp_shard = 1`` and several replicas, DDP
+(``apply_ddp``: ``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
+embedding and the output layer counted as one layer each by the even split; the global gradient
+norm all-reduced over the pipeline before the update.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sim.framework.base import Framework, Setting
+from sim.framework.options import Option
 from sim.framework.pytorch_ddp import TORCH_SCHEDULES
-from sim.parallel.shard import layer_kind
-from sim.trace.schema import Trace
+from sim.memory.fsdp import FsdpSpec
+from sim.parallel.tp_overlap import ASYNC_TP, Implementation
 
 _PP = "torchtitan/distributed/pipeline_parallel.py"
+_COMPILE = "torchtitan/config/configs.py::CompileConfig; torchtitan/distributed/compile.py"
+_FSDP = "torchtitan/distributed/fsdp.py"
 
 
 class Torchtitan(Framework):
@@ -28,9 +34,9 @@ class Torchtitan(Framework):
     )
     schedules = Setting(TORCH_SCHEDULES, f"{_PP}::build_pipeline_schedule (get_schedule_class)")
     dp_bucket_bytes = Setting(
-        "one transformer block",
-        "torchtitan/models/llama3/infra/parallelize.py::apply_fsdp (fully_shard per block: one "
-        "reduce-scatter per block as its backward ends)",
+        100 * 2**20,
+        "torchtitan/models/llama3/infra/parallelize.py::apply_ddp (replicate(model, "
+        "bucket_cap_mb=100), with dp_shard 1; FSDP's per-unit reduce-scatters: sim.memory.fsdp)",
     )
     tied_embedding = Setting(
         False, "torchtitan/models/llama3/model/model.py: tok_embeddings and output are separate"
@@ -49,13 +55,71 @@ class Torchtitan(Framework):
         "torchtitan/distributed/utils.py::clip_grad_norm_ (total norm all-reduced over the "
         "pipeline mesh before optimizer.step)",
     )
+    low_precision_library = Setting(
+        "torchao",
+        "torchtitan/components/quantization/float8.py::Float8LinearConverter (torchao.float8, "
+        "recipes rowwise and rowwise_with_gw_hp) and mx.py (torchao MXFP8)",
+    )
     distributed_optimizer = Setting(
-        True,
-        "torchtitan/models/llama3/infra/parallelize.py::apply_fsdp (fully_shard; "
-        "data_parallel_shard_degree = -1 by default)",
+        False,
+        "torchtitan shards states only by FSDP (dp_shard; data_parallel_shard_degree, "
+        "torchtitan/config/configs.py), replicates them with DDP otherwise",
+    )
+    fsdp = Setting(
+        FsdpSpec(
+            param_bytes=2,
+            reduce_bytes=4,
+            fp32_shards=True,
+            reshard_after_forward=True,
+            reshard_with_pp=False,
+            head_reshard=False,
+            accumulate_with_pp=True,
+        ),
+        f"{_FSDP}::apply_fsdp_to_decoder (MixedPrecisionPolicy(param_dtype=bf16, "
+        "reduce_dtype=fp32), training.dtype float32: torchtitan/config/configs.py; "
+        "fsdp_reshard_after_forward 'default': True per block, False with PP, [norm, output] "
+        "False); torch/distributed/pipelining/stage.py (no gradient sync nor resharding per "
+        "micro-batch, reduce-scatter at REDUCE_GRAD)",
     )
 
-    def bucket_bytes(self, trace: Trace) -> float:
-        """One FSDP unit's gradients: the largest transformer block's parameter bytes."""
-        blocks = [x.param_bytes for x in trace.layers if layer_kind(x.name) == "block"]
-        return max(blocks or [x.param_bytes for x in trace.layers])
+    OPTIONS = (
+        Option(
+            "compile",
+            False,
+            (False, True),
+            f"{_COMPILE} (enable=False; each TransformerBlock compiled, fullgraph)",
+            "torch.compile of each block: what async TP needs; its kernel fusion and host "
+            "work are not modelled (the block's kernels and ops as eager)",
+        ),
+        Option(
+            "enable_async_tensor_parallel",
+            False,
+            (False, True),
+            f"{_COMPILE} (needs compile; symmetric memory and _micro_pipeline_tp); torch "
+            "_inductor/fx_passes/micro_pipeline_tp.py",
+            "tensor-parallel all-gathers and reduce-scatters fused with their matmuls in t "
+            "chunks, copies on the copy engines",
+        ),
+    )
+
+    def check_options(self) -> None:
+        """torchtitan refuses async TP without compile (``compile.py``).
+
+        Raises:
+            ValueError: ``enable_async_tensor_parallel`` without ``compile``."""
+        if self.values["enable_async_tensor_parallel"] and not self.values["compile"]:
+            raise ValueError(
+                "option enable_async_tensor_parallel needs compile (torchtitan "
+                "distributed/compile.py: async TP is an Inductor pass)"
+            )
+
+    def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
+        """torch's AsyncTP with ``enable_async_tensor_parallel`` (and ``t > 1`` with sequence
+        parallelism: torchtitan's tensor-parallel plan always shards the norms' sequence)."""
+        if (
+            self.values["enable_async_tensor_parallel"]
+            and tensor_parallel > 1
+            and sequence_parallel
+        ):
+            return ASYNC_TP
+        return None

@@ -95,10 +95,19 @@ NCCL_CHANNELS = 4
 
 ALLOCATOR_MARGIN = 0.05
 """Caching-allocator overhead (rounding to 512 B blocks, fragmentation) as a share of the
-activation memory, whose allocations churn every micro-batch (model states are allocated once).
+activation memory, whose allocations churn every micro-batch (model states are allocated once),
+used while policies plan (before the replay of the caching allocator's rules,
+:func:`sim.memory.rank_memory.allocator_margin_bytes`, gives the finalized plan's margin).
 Megatron's memory estimator multiplies its activation estimate by 1.05
 (``theoretical_memory_usage.py``, memory.md §2); the CUDA caching allocator rounds to 512 B
 (memory.md §1)."""
+
+
+def is_sm90_or_later(model: str) -> bool:
+    """True for GPUs of compute capability 9.0 or later: Hopper (H100, H200, GH200) and
+    Blackwell (B200, B300, GB200, GB300), by the model name's prefix."""
+    name = model.upper()
+    return name.startswith(("H100", "H200", "GH200", "B100", "B200", "B300", "GB200", "GB300"))
 
 
 def is_hopper(model: str) -> bool:
@@ -117,8 +126,10 @@ class RuntimeReserve:
             (:data:`CUBLAS_WORKSPACE_BYTES`).
         nccl_buffer_bytes: NCCL buffer per channel and peer (:data:`NCCL_BUFFSIZE_BYTES`).
         nccl_channels: channels per communicator (:data:`NCCL_CHANNELS`).
-        allocator_margin: allocator overhead as a share of the activation memory
-            (:data:`ALLOCATOR_MARGIN`).
+        allocator_margin: allocator overhead as a share of the activation memory, fixed (a
+            calibrated or hand-set figure); None: the replay of PyTorch's caching allocator
+            (:mod:`sim.memory.allocator`) on the finalized plan, :data:`ALLOCATOR_MARGIN` while
+            planning.
         working: whether stages also charge their working memory (backward transients,
             pipeline output cache, DDP buckets; :mod:`sim.memory.reserve`).
 
@@ -131,7 +142,7 @@ class RuntimeReserve:
     cublas_workspace_bytes: float = CUBLAS_WORKSPACE_BYTES["pre-hopper"]
     nccl_buffer_bytes: float = NCCL_BUFFSIZE_BYTES
     nccl_channels: int = NCCL_CHANNELS
-    allocator_margin: float = ALLOCATOR_MARGIN
+    allocator_margin: float | None = None
     working: bool = True
 
     def nccl_bytes(self, peers: int) -> float:
@@ -148,8 +159,16 @@ class RuntimeReserve:
         )
 
     def allocator_bytes(self, activation_bytes: float) -> float:
-        """Bytes the allocator loses on top of ``activation_bytes`` of activation memory."""
-        return self.allocator_margin * activation_bytes
+        """Bytes the allocator loses on top of ``activation_bytes`` of activation memory, as a
+        planning estimate (``allocator_margin``, else :data:`ALLOCATOR_MARGIN`)."""
+        share = ALLOCATOR_MARGIN if self.allocator_margin is None else self.allocator_margin
+        return share * activation_bytes
+
+    @property
+    def replays_allocator(self) -> bool:
+        """Whether finalized plans take the allocator's margin from the replay of its rules
+        (no fixed ``allocator_margin``, and tensors beyond the model's are counted)."""
+        return self.allocator_margin is None and self.working
 
 
 NO_RESERVE = RuntimeReserve(

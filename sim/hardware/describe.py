@@ -307,7 +307,7 @@ def _compute_fields(spec: Any) -> dict[str, Any]:
     """The compute-model keys of a ``gpu`` mapping (sim.hardware.gpu_compute), empty without one."""
     if spec is None:
         return {}
-    return {
+    out = {
         "fp32_flops": spec.fp32_flops,
         "sm_count": spec.sm_count,
         "matmul_efficiency": spec.matmul_efficiency,
@@ -315,3 +315,13 @@ def _compute_fields(spec: Any) -> dict[str, Any]:
         "hbm_efficiency": spec.hbm_efficiency,
         "kernel_overhead": spec.kernel_overhead_s,
     }
+    if spec.low_precision:  # as resolved (a power cap's slow-down included)
+        out["low_precision"] = {
+            r.format: {
+                "peak_flops": r.peak_flops,
+                "matmul_efficiency": r.efficiency,
+                "non_tn": r.non_tn,
+            }
+            for r in spec.low_precision
+        }
+    return out

@@ -18,12 +18,17 @@ The model (see :mod:`sim.compute.kernels`) uses:
   quantization");
 * ``attention_efficiency``: fraction of ``matmul_flops`` the fused attention kernel reaches;
 * ``kernel_overhead_s``: fixed cost per kernel on the device (the host's dispatch and launch
-  are modelled apart, :mod:`sim.hardware.host_ops`; see :data:`SOURCES`).
+  are modelled apart, :mod:`sim.hardware.host_ops`; see :data:`SOURCES`);
+* ``low_precision``: the GEMM formats below 16 bits the GPU's tensor cores run
+  (:class:`LowPrecisionRate`: ``fp8`` E4M3/E5M2 with per-tensor or software block scales,
+  ``mxfp8`` and ``nvfp4`` block-scaled MMA on Blackwell), each with its datasheet peak and its
+  achieved fraction (cited per preset); :mod:`sim.compute.precision` decides which GEMMs run
+  in which format.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 SOURCES = {
     "matmul_efficiency": "Maximum Achievable Matmul FLOPS (MAMF), stas00/ml-engineering "
@@ -46,6 +51,51 @@ DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 """Fixed cost per kernel in seconds (assumption, see :data:`SOURCES`)."""
 
 
+LOW_PRECISION_FORMATS = ("fp8", "mxfp8", "nvfp4")
+"""GEMM formats below 16 bits: ``fp8`` (E4M3/E5M2 tensor cores: Hopper and Blackwell; per-tensor,
+row-wise or software block scales), ``mxfp8`` (E4M3 with an E8M0 scale per 32 elements, block
+scales applied by Blackwell's tensor cores) and ``nvfp4`` (E2M1 with an E4M3 scale per 16
+elements, Blackwell). Transformer Engine's recipes: NVIDIA/TransformerEngine@d0067d0
+transformer_engine/common/recipe/__init__.py."""
+
+
+@dataclass(frozen=True)
+class LowPrecisionRate:
+    """A GEMM format below 16 bits on one GPU.
+
+    Attributes:
+        format: one of :data:`LOW_PRECISION_FORMATS`.
+        peak_flops: dense tensor-core peak in FLOP/s (datasheet).
+        efficiency: achievable fraction of it for large GEMMs, in (0, 1].
+        non_tn: the tensor cores take FP8 operands in any layout, so one FP8 copy of a tensor
+            serves both the GEMM and its transpose (Blackwell); False: a separate transposed FP8
+            copy is made (Hopper: Transformer Engine ``is_non_tn_fp8_gemm_supported``,
+            NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/utils.py:658-663).
+    """
+
+    format: str
+    peak_flops: float
+    efficiency: float
+    non_tn: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in LOW_PRECISION_FORMATS:
+            raise ValueError(
+                f"unknown low-precision format {self.format!r}; use one of "
+                f"{', '.join(LOW_PRECISION_FORMATS)}"
+            )
+        if not self.peak_flops > 0:
+            raise ValueError(f"{self.format} peak_flops must be > 0, got {self.peak_flops!r}")
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"{self.format} efficiency must be in (0, 1], got {self.efficiency!r}")
+
+
+def _rates(value: object) -> tuple[LowPrecisionRate, ...]:
+    """``value`` (rates, or their dicts as ``dataclasses.asdict`` wrote them) as a tuple."""
+    items = list(value) if isinstance(value, (list, tuple)) else []
+    return tuple(x if isinstance(x, LowPrecisionRate) else LowPrecisionRate(**x) for x in items)
+
+
 @dataclass(frozen=True)
 class ComputeSpec:
     """The compute side of one GPU model.
@@ -61,6 +111,8 @@ class ComputeSpec:
             kernel (forward + backward), in (0, 1].
         hbm_efficiency: achievable fraction of HBM peak, in (0, 1].
         kernel_overhead_s: fixed seconds per kernel.
+        low_precision: the GEMM formats below 16 bits it runs (:class:`LowPrecisionRate`);
+            empty: none (or not described).
     """
 
     model: str
@@ -72,8 +124,10 @@ class ComputeSpec:
     attention_efficiency: float
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
+    low_precision: tuple[LowPrecisionRate, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "low_precision", _rates(self.low_precision))
         for name in ("matmul_flops", "fp32_flops", "hbm_bandwidth_Bps", "sm_count"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -84,20 +138,60 @@ class ComputeSpec:
             raise ValueError(f"kernel_overhead_s must be >= 0, got {self.kernel_overhead_s!r}")
 
     def peak_flops(self, dtype: str) -> float:
-        """Peak FLOP/s for GEMMs in ``dtype``: tensor-core peak for 16-bit, fp32 peak otherwise.
+        """Peak FLOP/s for GEMMs in ``dtype``: tensor-core peak for 16-bit, fp32 peak for fp32,
+        the format's peak for a low-precision format (:data:`LOW_PRECISION_FORMATS`).
 
         Raises:
-            ValueError: unknown dtype.
+            ValueError: unknown dtype, or a low-precision format this GPU does not run.
         """
         if dtype in ("fp16", "bf16", "float16", "bfloat16"):
             return self.matmul_flops
         if dtype in ("fp32", "float32"):
             return self.fp32_flops
-        raise ValueError(f"unknown dtype {dtype!r}; use one of fp32, fp16, bf16")
+        return self.low_rate(dtype).peak_flops
+
+    def low_rate(self, fmt: str) -> LowPrecisionRate:
+        """The :class:`LowPrecisionRate` of format ``fmt``.
+
+        Raises:
+            ValueError: ``fmt`` is not a format this GPU runs (or not a dtype at all).
+        """
+        for rate in self.low_precision:
+            if rate.format == fmt:
+                return rate
+        if fmt in LOW_PRECISION_FORMATS:
+            runs = ", ".join(r.format for r in self.low_precision) or "none described"
+            raise ValueError(f"{self.model} has no {fmt} GEMMs (low-precision formats: {runs})")
+        raise ValueError(
+            f"unknown dtype {fmt!r}; use one of fp32, fp16, bf16, "
+            + ", ".join(LOW_PRECISION_FORMATS)
+        )
+
+    def runs(self, fmt: str) -> bool:
+        """Whether this GPU runs GEMMs in low-precision format ``fmt``."""
+        return any(r.format == fmt for r in self.low_precision)
 
     def matmul_rate(self, dtype: str) -> float:
-        """Achieved FLOP/s of a large GEMM: ``peak_flops(dtype) * matmul_efficiency``."""
+        """Achieved FLOP/s of a large GEMM: ``peak_flops(dtype) * matmul_efficiency`` (the
+        format's own efficiency for a low-precision format)."""
+        if dtype in LOW_PRECISION_FORMATS:
+            rate = self.low_rate(dtype)
+            return rate.peak_flops * rate.efficiency
         return self.peak_flops(dtype) * self.matmul_efficiency
+
+    def to_dict(self) -> dict:
+        """``dataclasses.asdict`` of this spec, without ``low_precision`` when it is empty (so a
+        trace's record of a 16-bit GPU is what it was before low precision existed);
+        ``ComputeSpec(**d)`` reads it back."""
+        out = asdict(self)
+        if not self.low_precision:
+            out.pop("low_precision")
+        return out
+
+    def without_low_precision(self) -> ComputeSpec:
+        """This spec without its low-precision formats: what times 16- and 32-bit work (two
+        specs that differ only there time a bf16 trace alike)."""
+        return replace(self, low_precision=()) if self.low_precision else self
 
     def hbm_rate_Bps(self) -> float:
         """Achieved bytes/s of a memory-bound kernel: ``hbm_bandwidth_Bps * hbm_efficiency``."""

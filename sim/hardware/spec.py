@@ -34,11 +34,16 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from sim.hardware.comm_tables import CollectiveTable
 from sim.hardware.fabric import RailFatTree
-from sim.hardware.gpu_compute import DEFAULT_HBM_EFFICIENCY, DEFAULT_KERNEL_OVERHEAD_S, ComputeSpec
+from sim.hardware.gpu_compute import (
+    DEFAULT_HBM_EFFICIENCY,
+    DEFAULT_KERNEL_OVERHEAD_S,
+    ComputeSpec,
+    LowPrecisionRate,
+)
 from sim.hardware.host_ops import HostOverhead
 from sim.units import parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
@@ -95,6 +100,36 @@ class StepCostSpec(BaseModel):
     bandwidth: Bandwidth = Field(
         gt=0, description="Parameter bytes updated per second beyond the per-tensor cost."
     )
+
+
+class LowPrecisionSpec(BaseModel):
+    """One GEMM format below 16 bits (sim.hardware.gpu_compute.LowPrecisionRate)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    peak_flops: Flops = Field(gt=0, description="Dense tensor-core peak, e.g. '1979 TFLOPS'.")
+    matmul_efficiency: float = Field(
+        gt=0, le=1, description="Achievable fraction of that peak for large GEMMs (cited)."
+    )
+    non_tn: bool = Field(
+        default=False,
+        description="The tensor cores take FP8 operands in any layout (Blackwell), so one FP8 "
+        "copy serves a GEMM and its transpose; false (Hopper): a transposed copy is kept.",
+    )
+
+
+class PowerCapSpec(BaseModel):
+    """A power limit with the throughput a source measured under it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    watts: float = Field(gt=0, description="The power limit in W.")
+    matmul_scale: dict[str, float] = Field(
+        description="Achieved GEMM rate under the cap over the uncapped one, per format that "
+        "was measured ('bf16', 'fp8', 'mxfp8', 'nvfp4'); formats not listed are not sourced "
+        "and keep their rate."
+    )
+    source: str = Field(description="Where the measurement is published.")
 
 
 class GPUSpec(BaseModel):
@@ -195,18 +230,57 @@ class GPUSpec(BaseModel):
         "the link's `bandwidth`. Default: none (NCCL at `bandwidth`).",
     )
 
+    low_precision: dict[Literal["fp8", "mxfp8", "nvfp4"], LowPrecisionSpec] = Field(
+        default_factory=dict,
+        description="GEMM formats below 16 bits the tensor cores run, each with its dense peak "
+        "and achievable fraction (sim.compute.precision chooses which GEMMs use them). "
+        "Default: none described (low-precision recipes are then refused).",
+    )
+    power_caps: list[PowerCapSpec] = Field(
+        default_factory=list,
+        description="Power limits whose throughput cost a source measured (only those can be "
+        "chosen with power_cap).",
+    )
+    power_cap: float | None = Field(
+        default=None,
+        gt=0,
+        description="Run the GPUs under this power limit in W: one of power_caps' watts, whose "
+        "measured GEMM slow-down then applies. Default: none (the GPU's default limit).",
+    )
+
+    @model_validator(mode="after")
+    def _known_cap(self) -> GPUSpec:
+        if self.power_cap is not None and self._cap() is None:
+            known = ", ".join(f"{c.watts:g} W" for c in self.power_caps) or "none"
+            raise ValueError(
+                f"power_cap {self.power_cap:g} W has no published throughput for {self.model} "
+                f"(sourced caps: {known})"
+            )
+        return self
+
+    def _cap(self) -> PowerCapSpec | None:
+        return next((c for c in self.power_caps if c.watts == self.power_cap), None)
+
     def compute_spec(self) -> ComputeSpec:
-        """The :class:`~sim.hardware.gpu_compute.ComputeSpec` of this GPU."""
+        """The :class:`~sim.hardware.gpu_compute.ComputeSpec` of this GPU (under its
+        ``power_cap``'s measured slow-down, if one is chosen)."""
+        cap = self._cap()
+        scale = cap.matmul_scale if cap is not None else {}
+        low = tuple(
+            LowPrecisionRate(fmt, x.peak_flops, x.matmul_efficiency * scale.get(fmt, 1.0), x.non_tn)
+            for fmt, x in self.low_precision.items()
+        )
         return ComputeSpec(
             model=self.model,
             matmul_flops=self.peak_flops,
             fp32_flops=self.fp32_flops or self.peak_flops / 8,
             hbm_bandwidth_Bps=self.hbm_bandwidth,
             sm_count=self.sm_count,
-            matmul_efficiency=self.matmul_efficiency,
+            matmul_efficiency=self.matmul_efficiency * scale.get("bf16", 1.0),
             attention_efficiency=self.attention_efficiency,
             hbm_efficiency=self.hbm_efficiency,
             kernel_overhead_s=self.kernel_overhead,
+            low_precision=low,
         )
 
     # memory as a PyTorch process sees it (sim.hardware.capacity); defaults are sourced there
@@ -235,7 +309,9 @@ class GPUSpec(BaseModel):
         default=None,
         ge=0,
         lt=1,
-        description="Share of the usable capacity lost to the caching allocator (default 0.05).",
+        description="Share of the activation memory lost to the caching allocator, fixed (a "
+        "calibrated figure); default: replay PyTorch's caching allocator rules "
+        "(sim.memory.allocator) on each rank's tensors.",
     )
 
 

@@ -54,6 +54,9 @@ class MemoryPolicy(ABC):
     ZeRO-Offload, PatrickStar's chunks): not combined with expert parallelism, whose routed
     experts' states would partition over the expert-data-parallel group instead
     (:mod:`sim.plan.parallel_axes`)."""
+    shards_experts: ClassVar[bool] = False
+    """True when a policy that shards states shards the routed experts' over their own
+    expert-data-parallel group (ZeRO-3 with expert parallelism), so it runs with ``ep > 1``."""
 
     repartitions: ClassVar[bool] = False
     """True when the policy also moves layers between stages (:meth:`repartition`, vPipe)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from sim.memory.base import MemoryPolicy
 from sim.memory.context import StageContext
 from sim.memory.estimate import (
     HEADROOM,
@@ -15,9 +16,16 @@ from sim.memory.estimate import (
     planned_peak_bytes,
 )
 from sim.memory.plan import StagePlan, SwapParts
-from sim.memory.reserve import overhead
+from sim.memory.rank_memory import (
+    framework_buffer_bytes,
+    output_cache,
+    rank_memory,
+    stage_transients,
+)
+from sim.memory.reserve import overhead, runtime_reserve_bytes
 from sim.memory.stash import Stash
 from sim.memory.states import measured_step_s, optimizer_step_s, weight_bytes_per_param
+from sim.memory.tensor_program import allocator_margin_bytes
 
 GiB = 2.0**30
 
@@ -38,6 +46,7 @@ def resident_plan(ctx: StageContext, **changes: Any) -> StagePlan:
         reserve_bytes=over["reserve_bytes"],
         allocator_bytes=over["allocator_bytes"],
         working_bytes=over["working_bytes"],
+        framework_buffer_bytes=over["framework_buffer_bytes"],
     )
     return replace(plan, **changes) if changes else plan
 
@@ -163,17 +172,123 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
 
 
 def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
-    """The plans the engine runs: each plan's allocator margin and DDP buckets recomputed for
-    what the policy chose (its activation memory, its GPU-resident gradients; planning used the
-    everything-resident values; a plan with ``grad_bucket_bytes`` (ZeRO) counts that bucket
-    instead of DDP's copy of the gradients), then :func:`note_host_capacity`."""
-    out = []
-    for ctx, plan in zip(contexts, plans, strict=True):
-        bucket = plan.grad_bucket_bytes
-        over = overhead(
-            ctx, activation_peak_bytes(plan, ctx), plan.grad_bytes if bucket is None else 0.0
-        )
-        if bucket is not None and over["working_bytes"] > 0:
-            over["working_bytes"] += bucket  # ZeRO's reduce bucket instead of DDP's copy
-        out.append(replace(plan, **over))  # type: ignore[arg-type]
+    """The plans the engine runs, with what each GPU's process holds besides its stashes
+    computed for what the policies chose (planning used the everything-resident values), by
+    the rank model (:mod:`sim.memory.rank_memory`) over the stage chunks each GPU runs: the
+    runtime reserve, the framework's buffers (DDP's copy of the GPU-resident gradients, or a
+    plan's own ``grad_bucket_bytes``: ZeRO's), the working memory of its largest action and
+    the caching allocator's margin (a replay of the rank's tensors). They are charged once per
+    GPU, on its first chunk (the others get 0). Then :func:`note_host_capacity`."""
+    by_gpu: dict[str, list[int]] = {}
+    for i, ctx in enumerate(contexts):
+        by_gpu.setdefault(ctx.gpu, []).append(i)
+    out = list(plans)
+    for idx in by_gpu.values():
+        pairs = [(contexts[i], plans[i]) for i in idx]
+        charges = gpu_charges(pairs)
+        for k, i in enumerate(idx):
+            own = charges if k == 0 else dict.fromkeys(charges, 0.0)
+            out[i] = replace(plans[i], **own)  # type: ignore[arg-type]
     return note_host_capacity(contexts, out)
+
+
+def replayable(plan: StagePlan) -> bool:
+    """Whether the allocator replay's tensor program (:func:`sim.memory.rank_memory.
+    tensor_program`) describes ``plan``'s tensors: model states on its GPU, stashes kept,
+    recomputed or swapped out and back. Chunks, offloaded states and partitioned parameters
+    move tensors the program does not have (their systems manage those buffers themselves:
+    PatrickStar's chunks, ZeRO's gather buffers); their margin stays the planning estimate
+    (:meth:`~sim.hardware.capacity.RuntimeReserve.allocator_bytes`)."""
+    moves_states = (
+        plan.fetch_bytes > 0
+        or plan.writeback_bytes > 0
+        or plan.host_bytes > 0
+        or plan.host_optimizer_s > 0
+        or bool(plan.step_transfers_before or plan.step_transfers_after)
+    )
+    return not moves_states and plan.gather_bytes == 0 and plan.scatter_bytes == 0
+
+
+def gpu_charges(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]:
+    """``reserve_bytes, working_bytes, framework_buffer_bytes, allocator_bytes`` of the GPU
+    running ``pairs`` (module doc of :mod:`sim.memory.rank_memory`)."""
+    ctx0 = pairs[0][0]
+    rv = ctx0.topology.gpu(ctx0.gpu_index).reserve
+    working = 0.0
+    if rv.working:
+        working = max(max(stage_transients(c, p)) + output_cache(c) for c, p in pairs)
+    charged = [
+        replace(
+            p,
+            reserve_bytes=runtime_reserve_bytes(c) if k == 0 else 0.0,
+            framework_buffer_bytes=framework_buffer_bytes(pairs) if k == 0 else 0.0,
+            working_bytes=0.0,
+            allocator_bytes=0.0,
+        )
+        for k, (c, p) in enumerate(pairs)
+    ]
+    if rv.replays_allocator and all(replayable(p) for _, p in pairs):
+        margin = allocator_margin_bytes(list(zip([c for c, _ in pairs], charged, strict=True)))
+    else:
+        margin = sum(rv.allocator_bytes(activation_peak_bytes(p, c)) for c, p in pairs)
+    return {
+        "reserve_bytes": charged[0].reserve_bytes,
+        "framework_buffer_bytes": charged[0].framework_buffer_bytes,
+        "working_bytes": working,
+        "allocator_bytes": margin,
+    }
+
+
+REFIT_ROUNDS = 2
+"""Times :func:`plan_to_fit` plans again with a smaller capacity."""
+
+
+def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[StagePlan]:
+    """The policy's finalized plans, planned again where they overflow a GPU.
+
+    A policy plans against the estimate (:mod:`sim.memory.estimate`, with the allocator's
+    planning margin); the finalized plan's peak (:func:`sim.memory.rank_memory.rank_memory`,
+    the allocator replay's margin, plus what peers park on the GPU) can exceed what it
+    estimated. A policy that sizes its plan to the memory it has (MPress's planner, ``auto``,
+    PatrickStar's tracer, which measure with the real allocator) then plans again as if each
+    GPU had that much less, up to :data:`REFIT_ROUNDS` times (only where the policy thought its
+    plan fits and the overshoot is an estimate's, :func:`_overshoot`); a policy whose plan does
+    not depend on the capacity gives the same plans and is left as it is.
+    """
+    raw = policy.plan_all(contexts)
+    plans = finalize_plans(contexts, raw)
+    for _ in range(REFIT_ROUNDS):
+        over = _overshoot(contexts, plans)
+        if not over:
+            break
+        shrunk = [
+            replace(c, capacity_bytes=c.capacity_bytes - over.get(c.gpu, 0.0)) for c in contexts
+        ]
+        again = policy.plan_all(shrunk)
+        if again == raw:  # the plan does not depend on the capacity
+            break
+        raw, plans = again, finalize_plans(contexts, again)
+    return plans
+
+
+REFIT_MAX = 0.1
+"""Largest overshoot (share of the capacity) :func:`plan_to_fit` corrects: the estimate's
+error, not a plan that cannot fit."""
+
+
+def _overshoot(contexts: list[StageContext], plans: list[StagePlan]) -> dict[str, float]:
+    """Bytes each GPU's finalized peak (with what peers park on it) exceeds its capacity, for
+    the GPUs whose plans all say they fit (their notes) and by at most :data:`REFIT_MAX` of it."""
+    by_gpu: dict[str, list[tuple[StageContext, StagePlan]]] = {}
+    for ctx, plan in zip(contexts, plans, strict=True):
+        by_gpu.setdefault(ctx.gpu, []).append((ctx, plan))
+    parked = incoming_bytes(zip(contexts, plans, strict=True))
+    out = {}
+    for gpu, pairs in by_gpu.items():
+        if not all(p.notes.get("fits", True) for _, p in pairs):
+            continue
+        cap = pairs[0][0].capacity_bytes
+        over = rank_memory(pairs).device_bytes + parked.get(gpu, 0.0) - cap
+        if 0 < over <= REFIT_MAX * cap:
+            out[gpu] = over
+    return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.hardware.topology import Topology
+from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.layer_work import LayerWork, generic_work
 from sim.memory.states import StateBytes
 from sim.trace.schema import LayerProfile
 
@@ -45,10 +47,25 @@ class StageContext:
         expert_share: fraction of the stage's parameters that are routed experts
             (:mod:`sim.parallel.expert`): their replicas are ``dp_width / expert_parallel``.
         expert_parallel: expert-parallel size ``ep``.
+        tensor_parallel: tensor-parallel size ``tp`` (its NCCL group).
+        context_parallel: context-parallel size ``cp`` (its NCCL group; ``dp_width``
+            counts its ranks as replicas).
         optimizer: the training optimizer (``adam``, ``sgd``, ``sgd_momentum``), for a
             measured step cost (:meth:`sim.hardware.topology.GPU.step_cost`).
         param_tensors: parameter tensors of the stage (copies of shared ones included), each
             stepped on its own (:func:`sim.memory.states.measured_step_s`).
+        framework: how the framework lays out memory
+            (:class:`~sim.memory.framework_memory.FrameworkMemory`).
+        work: each layer's transients and weights (:class:`~sim.memory.layer_work.LayerWork`,
+            aligned with ``layers``); empty: :func:`~sim.memory.layer_work.generic_work`.
+        rank_order: ``(stage, op, micro-batch)`` of every action of the stage's rank (all its
+            stage chunks) over the program, in program order; empty: ``order`` on this stage
+            alone.
+        layer_expert_bytes: routed-expert parameter bytes of each of :attr:`layers` (empty:
+            none), for FSDP's expert shards (:mod:`sim.memory.fsdp`).
+        expert_dp: ranks holding the same routed experts (the expert-data-parallel group,
+            :attr:`~sim.parallel.layout.ParallelLayout.expert_dp`, folded mesh included); 0:
+            ``dp_width / expert_parallel``.
     """
 
     stage: int
@@ -71,8 +88,20 @@ class StageContext:
     version_bytes: float | None = None
     expert_share: float = 0.0
     expert_parallel: int = 1
+    tensor_parallel: int = 1
+    context_parallel: int = 1
     optimizer: str = ""
     param_tensors: float = 0.0
+    framework: FrameworkMemory = PIPESIM_MEMORY
+    work: tuple[LayerWork, ...] = ()
+    rank_order: tuple[tuple[int, str, int], ...] = ()
+    layer_expert_bytes: tuple[float, ...] = ()
+    expert_dp: int = 0
+
+    @property
+    def expert_replicas(self) -> int:
+        """Ranks that hold the same routed experts (:attr:`expert_dp`)."""
+        return self.expert_dp or max(1, self.dp_width // self.expert_parallel)
 
     @property
     def params(self) -> float:
@@ -112,3 +141,24 @@ class StageContext:
     @property
     def gpu_index(self) -> int:
         return int(self.gpu[3:])
+
+    @property
+    def layer_work(self) -> tuple[LayerWork, ...]:
+        """``work``, or :func:`~sim.memory.layer_work.generic_work` of every layer."""
+        return self.work or tuple(generic_work(x) for x in self.layers)
+
+    @property
+    def ops(self) -> tuple[tuple[int, str, int], ...]:
+        """``rank_order``, or this stage's ``order`` alone (micro-batches numbered in order of
+        their forwards)."""
+        if self.rank_order:
+            return self.rank_order
+        out, f, b = [], 0, 0
+        for op in self.order:
+            if op == "F":
+                out.append((self.stage, op, f))
+                f += 1
+            else:
+                out.append((self.stage, op, b))
+                b += op in ("B", "W")
+        return tuple(out)

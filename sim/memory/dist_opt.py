@@ -14,6 +14,9 @@ step runs on the shard only.
 
 ``dist_opt:recompute``: with full activation recompute of every layer of a stage
 (:mod:`sim.memory.recompute`), as ``--recompute-granularity full``.
+``dist_opt:recompute:<choice>``: with any of :mod:`sim.memory.recompute`'s choices instead
+(``dist_opt:recompute:selective:core_attn,mlp``: Megatron's ``--recompute-modules``;
+``dist_opt:recompute:full:N``; ``dist_opt:recompute:sac``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sim.memory.base import MemoryPolicy
 from sim.memory.compose import activation_plan, describe, resident_plan
 from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
+from sim.memory.recompute import RecomputePolicy
 from sim.memory.stash import stash
 from sim.memory.states import StateBytes, optimizer_step_s, stage_state_bytes_per_param
 
@@ -35,18 +39,24 @@ class DistOptPolicy(MemoryPolicy):
 
     Args:
         recompute: full activation recompute as well.
+        choice: a recompute choice instead (:class:`~sim.memory.recompute.RecomputePolicy`).
     """
 
     name = "dist_opt"
     description = "Megatron's distributed optimizer (ZeRO-1): optimizer state sharded"
 
-    def __init__(self, recompute: bool = False):
-        self.recompute = recompute
+    def __init__(self, recompute: bool = False, choice: RecomputePolicy | None = None):
+        self.recompute, self.choice = recompute, choice
 
     @classmethod
     def from_args(cls, args: list[str]) -> DistOptPolicy:
+        if args[:1] == [RECOMPUTE] and len(args) > 1:
+            return cls(True, RecomputePolicy.from_args(args[1:]))
         if args not in ([], [RECOMPUTE]):
-            raise ValueError(f"use dist_opt or dist_opt:recompute, got {':'.join(args)!r}")
+            raise ValueError(
+                f"use dist_opt, dist_opt:recompute or dist_opt:recompute:<recompute choice>, "
+                f"got {':'.join(args)!r}"
+            )
         return cls(bool(args))
 
     def min_state_bytes_per_param(
@@ -65,7 +75,7 @@ class DistOptPolicy(MemoryPolicy):
     def plan(self, ctx: StageContext) -> StagePlan:
         w = ctx.dp_width
         f = ctx.expert_share
-        we = max(1, w // ctx.expert_parallel)
+        we = ctx.expert_replicas
         owned = ctx.trainable_params * ((1.0 - f) / w + f / we)
         hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
         base = resident_plan(
@@ -80,6 +90,12 @@ class DistOptPolicy(MemoryPolicy):
         added = base.optimizer_s - resident_plan(ctx).optimizer_s
         if not self.recompute:
             return describe(ctx, base, choice, added)
+        if self.choice is not None:
+            st = self.choice.stash(ctx)
+            plan = replace(activation_plan(ctx, st, base=base), dp_sharded=w > 1)
+            return describe(
+                ctx, plan, f"{choice}; {st.label}", added + ctx.microbatches * st.recompute_s
+            )
         st = stash(ctx, full=range(len(ctx.layers)))
         plan = activation_plan(ctx, st, base=base)
         plan = replace(plan, dp_sharded=w > 1)

@@ -234,9 +234,27 @@ def swap_exposed_s(ctx: StageContext, parts) -> float:
     return max(0.0, t_in - ctx.fwd_s, t_out - (ctx.fwd_s + ctx.bwd_s))
 
 
+_SHARERS: dict[tuple[int, tuple[str, ...]], tuple[Topology, dict[str, int]]] = {}
+"""Memo of :func:`host_link_sharers` (the topology is kept with its answer, so its ``id``
+cannot be reused while the entry lives)."""
+
+
 def host_link_sharers(topo: Topology, gpus: list[str]) -> dict[str, int]:
     """Per GPU of ``gpus``, how many of them share the bottleneck link of its route to its host
-    (2 on DGX-1 when both GPUs behind one PCIe switch uplink are used)."""
+    (2 on DGX-1 when both GPUs behind one PCIe switch uplink are used); memoized per topology
+    and GPU list (a cluster's thousands of routes are walked once)."""
+    key = (id(topo), tuple(gpus))
+    hit = _SHARERS.get(key)
+    if hit is not None and hit[0] is topo:
+        return hit[1]
+    if len(_SHARERS) > 64:
+        _SHARERS.clear()
+    out = _host_link_sharers(topo, gpus)
+    _SHARERS[key] = (topo, out)
+    return out
+
+
+def _host_link_sharers(topo: Topology, gpus: list[str]) -> dict[str, int]:
     bottleneck = {}
     for g in gpus:
         route = topo.route(g, topo.gpu(int(g[3:])).host)

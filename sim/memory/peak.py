@@ -12,9 +12,14 @@ activations at the peak of an interleaved Llama-3-70B point, issue 28): a live v
 :data:`ROUNDING` of the bytes that category has moved so far is zero.
 
 Categories (:data:`ROW_CATEGORIES` maps them to result columns): ``weights``, ``gradients``,
-``optimizer``, ``activations``, ``buffers`` (receive buffers), ``chunks``, ``reserve`` (CUDA
-context, cuBLAS, NCCL), ``allocator`` (allocator margin), ``working`` (backward working memory,
-pipeline output cache, DDP buckets); hosts also have ``swap`` and ``offload``.
+``optimizer``, ``activations``, ``buffers`` (receive buffers), ``chunks``, ``framework`` (the
+framework's buffers: gradient buckets, TE's weight-gradient buffers, workspaces), ``working``
+(the running action's transients, the pipeline output cache), ``allocator`` (reserved by
+PyTorch's caching allocator, handed to no tensor), ``reserve`` (CUDA context, NCCL buffers:
+outside the allocator); hosts also have ``swap`` and ``offload``. A GPU's peak is its
+``device`` bytes; :func:`allocated_bytes` and :func:`reserved_bytes` are what
+``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` report
+(:mod:`sim.memory.rank_memory`).
 """
 
 from __future__ import annotations
@@ -110,13 +115,43 @@ ROW_CATEGORIES: dict[str, tuple[str, ...]] = {
 """Result-row column -> ledger categories summed into it (at the tightest GPU's peak)."""
 
 
+OUTSIDE_ALLOCATOR = ("reserve",)
+"""Ledger categories PyTorch's caching allocator does not hold (CUDA context, NCCL buffers)."""
+UNALLOCATED = ("allocator",)
+"""Reserved by the caching allocator but handed to no tensor (:mod:`sim.memory.rank_memory`)."""
+
+
+def allocated_bytes(peak: DevicePeak) -> float:
+    """What ``torch.cuda.max_memory_allocated`` reports at ``peak``: every category but the
+    runtime reserve and the allocator's unallocated bytes."""
+    skip = OUTSIDE_ALLOCATOR + UNALLOCATED
+    return sum(v for c, v in peak.by_category.items() if c not in skip)
+
+
+def reserved_bytes(peak: DevicePeak) -> float:
+    """What ``torch.cuda.max_memory_reserved`` reports at ``peak``: allocated + the allocator's
+    unallocated bytes."""
+    return allocated_bytes(peak) + sum(peak.by_category.get(c, 0.0) for c in UNALLOCATED)
+
+
 def row_breakdown(peaks: dict[str, DevicePeak]) -> dict:
-    """``headroom_bytes``, ``tightest_gpu`` and the :data:`ROW_CATEGORIES` columns of the GPU
-    with the least headroom (empty values when there is no GPU)."""
+    """``headroom_bytes``, ``tightest_gpu``, ``peak_allocated_bytes``, ``peak_reserved_bytes``
+    and the :data:`ROW_CATEGORIES` columns of the GPU with the least headroom (empty values when
+    there is no GPU)."""
     tight = tightest_gpu(peaks)
     if tight is None:
-        return {"headroom_bytes": None, "tightest_gpu": "", **{col: None for col in ROW_CATEGORIES}}
-    row = {"headroom_bytes": tight.headroom_bytes, "tightest_gpu": tight.device}
+        empty = {col: None for col in (*ROW_CATEGORIES, *MEMORY_COLUMNS)}
+        return {"headroom_bytes": None, "tightest_gpu": "", **empty}
+    row = {
+        "headroom_bytes": tight.headroom_bytes,
+        "tightest_gpu": tight.device,
+        "peak_allocated_bytes": allocated_bytes(tight),
+        "peak_reserved_bytes": reserved_bytes(tight),
+    }
     for col, cats in ROW_CATEGORIES.items():
         row[col] = sum(tight.by_category.get(c, 0.0) for c in cats)
     return row
+
+
+MEMORY_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes")
+"""Result-row columns of the tightest GPU's allocated and reserved peak."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.memory.fsdp_units import FsdpPlan
+
 SwapParts = tuple[tuple[str, float], ...]
 """``((node, bytes), ...)``: where the swapped bytes of one micro-batch go."""
 
@@ -81,6 +83,9 @@ class StagePlan:
             step and the updated parameters all-gathered after it (ZeRO-style sharding of
             optimizer state), instead of one all-reduce before it.
         dp_grad_bytes: bytes of the data-parallel gradient reduction (default ``grad_bytes``).
+        dp_gather_bytes: bytes of the parameter all-gather after a sharded step
+            (``dp_sharded``); None: the reduction's bytes. Less with parameters kept in a
+            low-precision format (Megatron's ``--fp8-param-gather``: :mod:`sim.memory.precision`).
         gather_bytes: 16-bit parameter bytes all-gathered over the data-parallel group before
             each F and each B/I (parameters partitioned over the replicas: ZeRO-3, PatrickStar's
             chunk groups); each replica holds ``1/w`` of them. 0: parameters are replicated.
@@ -99,9 +104,15 @@ class StagePlan:
         working_bytes: backward working memory, pipeline output cache and DDP buckets.
         framework_bytes: GPU bytes the training framework keeps out of its own tensors'
             reach (PatrickStar's ``1 - overall_gpu_mem_ratio``, :mod:`sim.memory.memtracer`).
+        framework_buffer_bytes: the framework's persistent buffers on the GPU: gradient
+            buckets, Transformer Engine's weight-gradient buffers, GEMM workspaces
+            (:func:`sim.memory.rank_memory.framework_buffer_bytes`).
         host_framework_bytes: host bytes the framework allocates besides the model states
             (pinned staging buffers: DeepSpeed's, :mod:`sim.memory.deepspeed`) or keeps out
             of its own reach (PatrickStar's ``1 - overall_cpu_mem_ratio``).
+        fsdp: the stage's FSDP units (:mod:`sim.memory.fsdp`): parameters all-gathered and
+            gradients reduce-scattered per unit over the shard group (:mod:`sim.engine.fsdp`);
+            None: no FSDP.
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -133,6 +144,7 @@ class StagePlan:
     blocking_moves: bool = False
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
+    dp_gather_bytes: float | None = None
     gather_bytes: float = 0.0
     gather_live_bytes: float | None = None
     scatter_bytes: float = 0.0
@@ -141,7 +153,9 @@ class StagePlan:
     allocator_bytes: float = 0.0
     working_bytes: float = 0.0
     framework_bytes: float = 0.0
+    framework_buffer_bytes: float = 0.0
     host_framework_bytes: float = 0.0
+    fsdp: FsdpPlan | None = None
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -209,8 +223,15 @@ class StagePlan:
 
     @property
     def overhead_bytes(self) -> float:
-        """Runtime reserve + allocator margin + working memory + the framework's share."""
-        return self.reserve_bytes + self.allocator_bytes + self.working_bytes + self.framework_bytes
+        """Runtime reserve + allocator margin + working memory + the framework's share and
+        buffers."""
+        return (
+            self.reserve_bytes
+            + self.allocator_bytes
+            + self.working_bytes
+            + self.framework_bytes
+            + self.framework_buffer_bytes
+        )
 
     @property
     def host_total_bytes(self) -> float:
@@ -223,5 +244,5 @@ class StagePlan:
             ("reserve", self.reserve_bytes),
             ("allocator", self.allocator_bytes),
             ("working", self.working_bytes),
-            ("framework", self.framework_bytes),
+            ("framework", self.framework_bytes + self.framework_buffer_bytes),
         )

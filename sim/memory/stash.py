@@ -11,6 +11,11 @@ Per layer ``i`` of a stage, with ``act_i`` its stash and ``in_i`` its input:
   are dropped and recomputed, costing the attention core's share of the forward,
   ``fwd_s * attn_core_flops / flops`` (``4bs^2h`` of ``24bsh^2 + 4bs^2h``). Layers without these
   trace fields keep everything.
+* **modules** (Megatron-Core's ``recompute_modules``, torchtitan's per-op SAC ``sac``): each
+  chosen module's dropped bytes and re-run seconds, from the layer's
+  :attr:`~sim.trace.schema.LayerProfile.recompute_parts` (:mod:`sim.compute.recompute_modules`);
+  ``core_attn`` on a layer with ``attn_core_act_bytes`` is the selective case above; ``moe``
+  includes ``moe_act``. A layer without parts keeps everything.
 
 The host re-issues the recomputed ops (:mod:`sim.hardware.host_ops`): a full layer's ``fwd_ops``; for
 selective recompute the attention core's share of them, taken as its share of the forward's
@@ -62,9 +67,27 @@ def _attn_core(layer) -> tuple[float, float]:
     return dropped, layer.fwd_s * layer.attn_core_flops / layer.flops
 
 
-def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) -> Stash:
+def _modules(layer, modules: frozenset[str]) -> tuple[float, float]:
+    """``(bytes dropped, seconds recomputed)`` of recomputing ``modules`` of one layer."""
+    chosen = modules - {"moe_act"} if "moe" in modules else modules
+    drop = secs = 0.0
+    if "core_attn" in chosen and layer.attn_core_act_bytes:
+        drop, secs = _attn_core(layer)
+        chosen = chosen - {"core_attn"}
+    for name, nbytes, seconds in layer.recompute_parts:
+        if name in chosen:
+            drop, secs = drop + nbytes, secs + seconds
+    return min(drop, layer.act_bytes), secs
+
+
+def stash(
+    ctx: StageContext,
+    full: Iterable[int] = (),
+    selective: bool = False,
+    modules: frozenset[str] = frozenset(),
+) -> Stash:
     """The stash when layers ``full`` are checkpointed and, with ``selective``, the others'
-    attention cores are dropped."""
+    attention cores are dropped, or, with ``modules``, those modules of the others."""
     full_set = set(full)
     kept = transient = rec_s = rec_ops = 0.0
     sel = []
@@ -76,7 +99,10 @@ def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) 
             rec_s += layer.fwd_s
             rec_ops += layer.fwd_ops or 0.0
             continue
-        drop, secs = _attn_core(layer) if selective else (0.0, 0.0)
+        if modules:
+            drop, secs = _modules(layer, modules)
+        else:
+            drop, secs = _attn_core(layer) if selective else (0.0, 0.0)
         if drop > 0:
             sel.append(i)
             rec_ops += (layer.fwd_ops or 0.0) * secs / layer.fwd_s if layer.fwd_s > 0 else 0.0
@@ -86,6 +112,8 @@ def stash(ctx: StageContext, full: Iterable[int] = (), selective: bool = False) 
     label = "keep"
     if full_set:
         label = f"full:{len(full_set)}" + ("+selective" if sel else "")
+    elif modules:
+        label = "selective:" + ",".join(sorted(modules))
     elif selective:
         label = "selective"
     full_layers = tuple(sorted(full_set))

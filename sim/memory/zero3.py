@@ -26,6 +26,13 @@ data-parallel group.
 
 With ``w = 1`` nothing is partitioned: ``zero3`` is ``none`` and ``zero3:offload`` keeps the
 parameters on the host and fetches them before every action.
+
+With expert parallelism (DeepSpeed-MoE, ``deepspeed/moe/utils.py::
+split_params_into_different_moe_groups_for_optimizer``: expert parameters form their own
+parameter groups, partitioned over the expert-data-parallel process group) the routed experts'
+share ``f`` of a stage is partitioned over the ``w_e`` ranks holding the same experts:
+``P ((1 - f)/w + f/w_e)`` owned, and their gathers and reduce-scatters run over that group
+(:mod:`sim.engine.partitioned`).
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ def partition_states(ctx: StageContext, base: StagePlan, offload: bool) -> tuple
     added per iteration (exposed gathers are left to the engine; this counts the host step and
     the GPU step's change)."""
     w, P = ctx.dp_width, ctx.params
-    own = P / w
+    f = ctx.expert_share
+    own = P * ((1.0 - f) / w + f / ctx.expert_replicas)
     d, g, o = ctx.state.weight, ctx.state.grad, ctx.state.optimizer
     largest = max((layer.param_bytes for layer in ctx.layers), default=0.0)
     gathered = P * d if w > 1 else 0.0
@@ -112,6 +120,7 @@ class Zero3Policy(MemoryPolicy):
 
     name = "zero3"
     shards_states = True
+    shards_experts = True
     description = "ZeRO-3: parameters, gradients, optimizer state partitioned (':offload': host)"
 
     def __init__(self, offload: bool = False, recompute: bool = False):

@@ -40,6 +40,10 @@ from dataclasses import dataclass, replace
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
+from sim.compute.precision import TE
+from sim.compute.precision_rules import LowPrecision
+from sim.compute.quantize import layer_index, quantize_layer
+from sim.compute.recompute_modules import module_parts
 from sim.compute.routing import Routing
 from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
@@ -49,7 +53,8 @@ from sim.parallel.expert import check_ep, expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
 from sim.parallel.ops import GroupOp
-from sim.trace.decoder import MOE_KINDS, decoder_shape, single_gpu_rows
+from sim.parallel.tp_overlap import Partners, partners
+from sim.trace.decoder import MOE_KINDS, decoder_shape, single_gpu_rows, trace_precision
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 AG, RS, AR = EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value, EventKind.ALLREDUCE.value
@@ -72,6 +77,11 @@ class DecoderShard:
             reduced over the expert-data-parallel group only).
         layout: the parallel layout (:class:`~sim.parallel.layout.ParallelLayout`).
         routing: shares of routed tokens per expert.
+        partners: the GEMMs beside each layer's tensor-parallel collectives
+            (:func:`~sim.parallel.tp_overlap.partners`; with sequence parallelism only).
+        low_params: per layer, the parameters on the rank whose GEMMs run in low precision
+            (:func:`low_precision_params`; empty without a recipe).
+        precision: the trace's low-precision recipe, or None.
     """
 
     trace: Trace
@@ -80,6 +90,9 @@ class DecoderShard:
     expert_bytes: tuple[float, ...]
     layout: ParallelLayout
     routing: Routing = Routing()
+    partners: tuple[Partners, ...] = ()
+    low_params: tuple[float, ...] = ()
+    precision: LowPrecision | None = None
 
     @property
     def tensor_parallel(self) -> int:
@@ -100,10 +113,10 @@ def decoder_problem(m: DecoderShape, par: ParallelLayout) -> str:
         why = check_ep(m.moe, par.ep)
         if why:
             return why
-        if par.expert_tp != t:
+        if m.moe.expert_ffn % par.expert_tp:
             return (
-                f"expert_tensor_parallel {par.expert_tp} other than tensor_parallel {t} is not "
-                "modelled yet"
+                f"expert_tensor_parallel {par.expert_tp} does not divide the expert width "
+                f"{m.moe.expert_ffn}"
             )
     elif par.ep > 1:
         return f"expert_parallel {par.ep} needs a MoE model"
@@ -137,8 +150,19 @@ def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
 
 
 def _tp_comm(
-    kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, rows: float
+    kind: str,
+    m: DecoderShape,
+    b: int,
+    d: int,
+    par: ParallelLayout,
+    rows: float,
+    gather_elem: float | None = None,
 ) -> LayerComm:
+    """The layer's tensor-parallel collectives; ``gather_elem``: bytes per element of the
+    sequence-parallel all-gathers of a mixer's or MLP's input (``d``, or a quantized input's:
+    Transformer Engine quantizes a linear layer's input before gathering it,
+    NVIDIA/TransformerEngine@d0067d0 ``module/layernorm_linear.py:285-312``,
+    ``linear.py:378-418``)."""
     t, s, h = par.tp, m.seq_len // par.cp, m.hidden
     if t == 1:
         return LayerComm()
@@ -151,13 +175,14 @@ def _tp_comm(
     mixers = 2 if base in ("block", "moe_block", "mtp") else 1
     if not par.sp:
         return LayerComm((CommOp(AR, x),) * mixers, (CommOp(AR, x),) * mixers)
-    pairs = [x] if base in ("block", "moe_block", "attention", "mamba", "mtp") else []
+    q = x * (gather_elem if gather_elem is not None else d) / d  # gathered quantized
+    pairs = [(q, x)] if base in ("block", "moe_block", "attention", "mamba", "mtp") else []
     moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
-        pairs.append(x)
-    if moe:
-        pairs.append(rows * h * d)
-    ops = tuple(op for nb in pairs for op in (CommOp(AG, nb), CommOp(RS, nb)))
+        pairs.append((q, x))
+    if moe and par.expert_tp == t:  # the routed rows over the tensor group (expert TP = TP)
+        pairs.append((rows * h * d, rows * h * d))
+    ops = tuple(op for ag, rs in pairs for op in (CommOp(AG, ag), CommOp(RS, rs)))
     return LayerComm(ops, ops)
 
 
@@ -175,6 +200,11 @@ def _group_ops(
             for coll, nb, n in ops:
                 hidden = hide / par.cp if coll == "ring" else 0.0
                 out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
+    if plan is not None and 1 < par.expert_tp != par.tp:  # folded expert TP (sim.parallel.folding)
+        nb = float(sum(plan.rows[plan.busiest])) * m.hidden * d
+        etp = (GroupOp("etp", "all_gather", nb), GroupOp("etp", "reduce_scatter", nb))
+        fwd += etp
+        bwd += etp
     if plan is not None and par.ep > 1:
         assert m.moe is not None
         a2a = (
@@ -205,37 +235,88 @@ def shard_decoder(
     t, r = tokens(m, b, par.tp, par.sp, par.cp)
     plan = expert_plan(m.moe, routing, r, par.ep, par.expert_tp, d) if m.moe is not None else None
     rows = plan.rows[plan.busiest] if plan is not None else ()
-    cache: dict[str, tuple] = {}
-    layers, comm, group, expert = [], [], [], []
+    low = trace_precision(trace)
+    cache: dict[tuple[str, bool], tuple] = {}
+    layers, comm, group, expert, pairs, lows = [], [], [], [], [], []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
-        if kind not in cache:
-            cache[kind] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan)
-        ratios, act, share, tpc, ops = cache[kind]
-        layers.append(_apply(layer, ratios, act, share[0] + share[1], par))
+        runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
+        lp = low if runs_low else None
+        key = (kind, lp is not None)
+        if key not in cache:
+            cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp)
+        ratios, act, share, tpc, ops, pair, parts = cache[key]
+        layers.append(_apply(layer, ratios, act, share[0] + share[1], par, parts))
         comm.append(tpc)
+        pairs.append(pair)
         group.append(ops)
         expert.append(0.0 if m.lora else layer.param_bytes * share[1])
+        lows.append(low_precision_params(kind, m, par, lp) if lp is not None else 0.0)
     prov = {**trace.provenance, "parallel": _describe(par, routing)}
     shared = tuple(
         replace(g, param_bytes=g.param_bytes / par.shards("dense_params")) for g in trace.shared
     )  # a tied word embedding, split over the vocabulary like its layers
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={}, shared=shared)
-    return DecoderShard(out, tuple(comm), tuple(group), tuple(expert), par, routing)
+    with_pairs = tuple(pairs) if par.sp and par.tp > 1 else ()
+    return DecoderShard(
+        out,
+        tuple(comm),
+        tuple(group),
+        tuple(expert),
+        par,
+        routing,
+        with_pairs,
+        tuple(lows) if low is not None else (),
+        low,
+    )
 
 
-def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
+def low_precision_params(
+    kind: str, m: DecoderShape, par: ParallelLayout, low: LowPrecision
+) -> float:
+    """Parameters of a layer on one rank whose GEMMs run under ``low`` (a layer its rules run
+    low): the layer's linear weights (:func:`~sim.compute.decoder.layer_params` less its norms
+    and, unless the rules quantize it, the router), dense ones split
+    ``par.shards("dense_params")`` ways and routed experts ``par.shards("expert_params")``
+    ways; the output layer's ``V x h`` where the rules quantize it; nothing else (the
+    embedding is no GEMM). Norms: ``h`` per norm, two in a block, one in a hybrid layer (an
+    upper bound of a per-layer error of ``h`` parameters)."""
+    dense, experts = layer_params(kind, m)
+    base = base_kind(kind)
+    if base == "head":
+        linear = float(m.vocab * m.hidden) if low.rules.head else 0.0
+        return linear / par.shards("dense_params")
+    if base == "embedding":
+        return 0.0
+    norms = 2 if base in ("block", "moe_block", "mtp") else 1
+    linear = max(0.0, float(dense - norms * m.hidden))
+    if base in MOE_KINDS and m.moe is not None and not low.rules.router:
+        linear = max(0.0, linear - m.moe.router_params())
+    return linear / par.shards("dense_params") + experts / par.shards("expert_params")
+
+
+def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | None = None):
+    """One layer kind's scaling on the rank (ratios, activations, parameter shares,
+    collectives); ``low``: the recipe, when this layer runs its linear layers under it."""
     moe = base_kind(kind) in MOE_KINDS and m.moe is not None
     one_rows = single_gpu_rows(m, b) if moe else ()
     mine = rows if moe else ()
-    full = layer_kernels(kind, m, b, d, rows=one_rows)
-    rank = layer_kernels(kind, m, b, d, par.tp, par.sp, par.cp, mine)
+
+    def kernels(*args):
+        made = layer_kernels(kind, m, b, d, *args)
+        if low is None:
+            return made
+        return quantize_layer(made, low.recipe, spec.low_rate(low.recipe.format), low.rules)
+
+    full = kernels(1, False, 1, one_rows)
+    rank = kernels(par.tp, par.sp, par.cp, mine, par.expert_tp)
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
     ratios += (flr / fl1 if fl1 > 0 else 1.0,)
     act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
-    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine) / act1 if act1 else 1.0
+    act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.cp_comm, par.expert_tp)
+    act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
     share = (
@@ -243,16 +324,33 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan):
         expert / par.shards("expert_params") / total,
     )
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
-    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)))
+    quantized = low is not None and low.recipe.library == TE
+    gather = low.recipe.data_bytes + low.recipe.scale_bytes if quantized and low else d
+    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)), gather)
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
-    return ratios, act, share, tpc, ops
+    pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
+    parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
+    return ratios, act, share, tpc, ops, pair, parts
+
+
+def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float) -> tuple:
+    """Each recompute choice of the layer on the rank (:mod:`sim.compute.recompute_modules`)
+    as ``(choice, dropped share of the one-GPU stash, share of the rank's forward seconds)``:
+    :func:`_apply` turns the shares into the layer's bytes and seconds."""
+    out = []
+    args = (par.tp, par.sp, par.cp, rows, par.expert_tp)
+    for name, dropped, kernels in module_parts(kind, m, b, d, *args):
+        secs = phase_time(list(kernels), spec, dt).total_s if kernels else 0.0
+        out.append((name, dropped / act1 if act1 else 0.0, secs / fwd_s if fwd_s else 0.0))
+    return tuple(out)
 
 
 def _apply(
-    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout
+    layer: LayerProfile, ratios, act: float, share: float, par: ParallelLayout, parts=()
 ) -> LayerProfile:
     """``layer`` scaled: times by ``ratios`` (forward, input and weight gradient; FLOPs last),
-    activations by ``act``, parameters by ``share`` (module doc)."""
+    activations by ``act``, parameters by ``share`` (module doc); its recompute choices
+    (``parts``, :func:`_parts`) in the scaled layer's bytes and seconds."""
     kf, ki, kw, kflops = ratios
     bi = None if layer.bwd_input_s is None else layer.bwd_input_s * ki
     bw = None if layer.bwd_weight_s is None else layer.bwd_weight_s * kw
@@ -272,6 +370,9 @@ def _apply(
         act_bytes=layer.act_bytes * act,
         out_bytes=layer.out_bytes / par.shards("boundary"),
         flops=None if layer.flops is None else layer.flops * kflops,
+        recompute_parts=tuple(
+            (name, layer.act_bytes * drop, layer.fwd_s * kf * secs) for name, drop, secs in parts
+        ),
     )
 
 

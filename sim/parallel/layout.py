@@ -6,9 +6,11 @@ A job's ``N`` GPUs split the work along named dimensions (torchtitan's ``Paralle
 ========== ================================================================================
 ``pp``     pipeline ranks (``stages`` in an experiment: ``p``)
 ``vp``     stage chunks per pipeline rank (virtual stages, interleaved schedules: ``v``)
-``dp_replicate``  data-parallel replicas that all-reduce gradients (``dp_width``: ``w``)
+``dp_replicate``  data-parallel replica groups that all-reduce gradients (HSDP's replicate
+           dimension; ``dp_width / dp_shard``)
 ``dp_shard``      data-parallel ranks that shard parameters, gradients and optimizer state
-           (FSDP / ZeRO-3 style; 1 = not sharded by a dimension of its own)
+           (FSDP2's shard dimension, ``fully_shard`` over it: :mod:`sim.memory.fsdp`; 1 = not
+           sharded by a dimension of its own)
 ``cp``     context-parallel ranks (the sequence split: ``s/cp`` tokens each)
 ``tp``     tensor-parallel ranks (Megatron's column/row split of every GEMM)
 ``sp``     sequence parallelism inside the tensor-parallel group (a flag)
@@ -32,7 +34,21 @@ Sharding rules (:meth:`ParallelLayout.shards`): how many ways each class of tens
 a rank, so adding a dimension means adding its field here, its rule there, and its cost.
 
 The flat names (``stages``, ``dp_width``, ``tensor_parallel``...) are the columns of
-``results.csv`` and the keys of ``winner.yaml``; :data:`FLAT` maps them to the fields.
+``results.csv`` and the keys of ``winner.yaml``; :data:`FLAT` maps them to the fields. One is not
+a field: ``dp_width`` is every data-parallel rank, ``dp = dp_replicate x dp_shard`` (what a
+user calls the data-parallel size, and what the samples per step and the GPU count multiply),
+so ``dp_replicate = dp_width / dp_shard``: a layout with ``dp_shard = 1`` reads as before, and
+torchtitan's ``data_parallel_shard_degree = -1`` (shard over every data-parallel rank) is
+``dp_shard = dp_width`` (``torchtitan/config/configs.py``, ``ParallelismConfig``).
+
+FSDP / HSDP groups (:meth:`ParallelLayout.shard_group`, :meth:`replicate_group`): torchtitan's
+device mesh ``["pp", "dp_replicate", "dp_shard", "cp", "tp"]`` (``torchtitan/distributed/
+parallel_dims.py::ParallelDims._build_mesh``) shards over ``dp_shard x cp`` (its
+``dp_shard_cp`` mesh) and replicates over ``dp_replicate``: of the engine's ``dp x cp``
+replicas (context rank innermost) a shard group is ``dp_shard x cp`` consecutive replicas and
+a replicate group takes every ``dp_shard x cp``-th. The routed experts shard over the
+replicas of a shard group that hold the same experts (torchtitan's ``efsdp`` mesh,
+``torchtitan/distributed/fsdp.py::apply_fsdp_to_decoder``, ``shard_placement_fn``).
 """
 
 from __future__ import annotations
@@ -45,7 +61,7 @@ from typing import Any
 FLAT: dict[str, str] = {
     "stages": "pp",
     "virtual_stages": "vp",
-    "dp_width": "dp_replicate",
+    "dp_width": "dp",
     "dp_shard": "dp_shard",
     "tensor_parallel": "tp",
     "sequence_parallel": "sp",
@@ -54,7 +70,8 @@ FLAT: dict[str, str] = {
     "context_parallel": "cp",
     "context_parallel_comm": "cp_comm",
 }
-"""Flat (experiment, row and replay) name -> :class:`ParallelLayout` field."""
+"""Flat (experiment, row and replay) name -> :class:`ParallelLayout` field (``dp_width`` -> the
+property ``dp``: module doc)."""
 
 ORDER = ("tp", "cp", "dp", "pp")
 """Dense-layer rank order, innermost first (Megatron-Core ``order="tp-cp-ep-dp-pp"``; ``ep``
@@ -96,11 +113,20 @@ class ParallelLayout:
         64
         """
         get = values.get if isinstance(values, Mapping) else lambda k: getattr(values, k, None)
-        kw = {f: get(k) for k, f in FLAT.items()}
-        return cls(**{f: v for f, v in kw.items() if v is not None})
+        kw: dict[str, Any] = {
+            f: v for f, v in ((f, get(k)) for k, f in FLAT.items()) if not _absent(v)
+        }
+        dp = kw.pop("dp", None)
+        if dp is not None:
+            kw["dp_replicate"] = max(1, dp // kw.get("dp_shard", 1))
+        return cls(**kw)
 
     def flat(self) -> dict[str, Any]:
-        """The flat names and values (the inverse of :meth:`from_flat`)."""
+        """The flat names and values (the inverse of :meth:`from_flat`).
+
+        >>> ParallelLayout(dp_replicate=2, dp_shard=4).flat()["dp_width"]
+        8
+        """
         return {k: getattr(self, f) for k, f in FLAT.items()}
 
     @property
@@ -130,6 +156,31 @@ class ParallelLayout:
         return max(1, self.tp * self.cp * self.dp // (self.expert_tp * self.ep))
 
     @property
+    def shard_size(self) -> int:
+        """Replicas in one FSDP shard group: ``dp_shard x cp`` (module doc)."""
+        return self.dp_shard * self.cp
+
+    def shard_group(self, replica: int) -> tuple[int, ...]:
+        """The engine replicas (``dp x cp``, context rank innermost) of ``replica``'s FSDP
+        shard group: ``dp_shard x cp`` consecutive ones (module doc).
+
+        >>> ParallelLayout(dp_replicate=2, dp_shard=2, cp=2).shard_group(5)
+        (4, 5, 6, 7)
+        """
+        n = self.shard_size
+        return tuple(range(replica // n * n, replica // n * n + n))
+
+    def replicate_group(self, replica: int) -> tuple[int, ...]:
+        """The replicas holding the same shard as ``replica`` (HSDP's replicate dimension):
+        every ``dp_shard x cp``-th (module doc).
+
+        >>> ParallelLayout(dp_replicate=2, dp_shard=2, cp=2).replicate_group(5)
+        (1, 5)
+        """
+        n = self.shard_size
+        return tuple(range(replica % n, self.replicas, n))
+
+    @property
     def stages(self) -> int:
         """Pipeline stages ``pp x vp``."""
         return self.pp * self.vp
@@ -144,8 +195,9 @@ class ParallelLayout:
         out = [
             f"{k} must be >= 1, got {getattr(self, f)}"
             for k, f in FLAT.items()
-            if f not in ("sp", "cp_comm", "etp") and getattr(self, f) < 1
+            if f not in ("sp", "cp_comm", "etp", "dp") and getattr(self, f) < 1
         ]
+        out += [f"dp_width must be >= 1, got {self.dp}"] if self.dp_replicate < 1 else []
         if out:
             return out
         if self.etp is not None and self.etp < 1:
@@ -172,9 +224,10 @@ class ParallelLayout:
         * ``activations``: ``cp`` (``s/cp`` tokens), ``x tp`` more with ``sp`` for the
           sequence-parallel regions (Korthikanti et al. 2022, §4.2.2);
         * ``boundary``: ``tp x cp`` (each tensor rank sends its share of a stage's output);
-        * ``model_states``: ``dp_shard`` more on top of the split of their parameters (FSDP /
-          ZeRO-3 shard parameters, gradients and optimizer state over their own dimension;
-          memory policies that shard over ``dp_replicate`` instead say so themselves).
+        * ``model_states``: ``dp_shard x cp`` more on top of the split of their parameters
+          with FSDP (``dp_shard > 1``: torchtitan's ``dp_shard_cp`` mesh shards parameters,
+          gradients and optimizer state; :mod:`sim.memory.fsdp`), else 1 (memory policies that
+          shard over the data-parallel replicas instead, ZeRO, say so themselves).
 
         Raises:
             KeyError: an unknown tensor class.
@@ -184,7 +237,7 @@ class ParallelLayout:
             "expert_params": self.ep * self.expert_tp,
             "activations": self.cp * (self.tp if self.sp else 1),
             "boundary": self.tp * self.cp,
-            "model_states": self.dp_shard,
+            "model_states": self.shard_size if self.dp_shard > 1 else 1,
         }
         return rules[tensor]
 
@@ -229,6 +282,11 @@ class ParallelLayout:
         parts += [f"ep={self.ep}"] if self.ep > 1 else []
         parts += [f"etp={self.etp}"] if self.etp is not None else []
         return " ".join(parts)
+
+
+def _absent(value: Any) -> bool:
+    """None, or a missing number read from a table (NaN)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(ParallelLayout))

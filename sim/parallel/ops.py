@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 Matrix = tuple[tuple[float, ...], ...]
 
-GROUPS = ("ep", "cp")
+GROUPS = ("ep", "cp", "etp")
 KINDS = ("alltoall", "ring", "all_gather", "reduce_scatter")
 
 
@@ -23,7 +23,8 @@ class GroupOp:
     """One exchange among a group's ranks.
 
     Attributes:
-        group: ``ep`` or ``cp``.
+        group: ``ep``, ``cp`` or ``etp`` (the folded experts' tensor-parallel group,
+            :mod:`sim.parallel.folding`).
         kind: ``alltoall`` (``pairs[i][j]`` bytes from group rank ``i`` to ``j``, or, without
             ``pairs``, ``nbytes`` from every rank split evenly over the others), ``ring``
             (every rank sends ``nbytes`` to the next rank of the group's ring, once per

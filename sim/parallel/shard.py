@@ -46,7 +46,7 @@ from typing import Any
 
 from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_kernels, head_kernels
-from sim.compute.transformer import BlockShape, BlockTimes, block_times
+from sim.compute.transformer import BlockShape, BlockTimes, block_bwd, block_fwd, block_times
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.megatron import (
     LayerComm,
@@ -54,6 +54,7 @@ from sim.parallel.megatron import (
     layer_comm,
     parallel_modules,
 )
+from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 SHAPE_KEYS = ("kind", "hidden", "heads", "seq_len", "vocab")
@@ -69,12 +70,16 @@ class ShardedTrace:
         comm: the collectives of each layer, aligned with ``trace.layers``.
         tensor_parallel: ``t``.
         sequence_parallel: whether sequence parallelism is on.
+        partners: the GEMMs beside each layer's collectives (:func:`~sim.parallel.tp_overlap.
+            partners`; sequence parallelism on a GPU model only, else empty), for a framework
+            that overlaps them.
     """
 
     trace: Trace
     comm: tuple[LayerComm, ...]
     tensor_parallel: int
     sequence_parallel: bool
+    partners: tuple[Partners, ...] = ()
 
 
 def model_shape(trace: Trace) -> dict[str, Any] | None:
@@ -259,11 +264,14 @@ def shard_trace(
         f1, i1, w1 = _layer_times(kind, shape, b, 1, False, spec, trace.dtype)
         ft, it, wt = _layer_times(kind, shape, b, t, sp, spec, trace.dtype)
         ratios[kind] = (_ratio(ft, f1), _ratio(it, i1), _ratio(wt, w1), _ratio(it + wt, i1 + w1))
-    layers, comm = [], []
+    layers, comm, pairs = [], [], []
     measured = measured_overheads(trace, t, sp)
+    block = _block_kernels(shape, b, d, t) if sp and spec is not None else None
     for layer in trace.layers:
         kind = layer_kind(layer.name)
         comm.append(layer_comm(kind, b, s, h, d, t, sp))
+        if block is not None:
+            pairs.append(partners(comm[-1], *block) if kind == "block" else Partners())
         sharded = _shard_layer(
             layer, kind, ratios[kind], shape, b, d, t, sp, overhead, measured.get(kind)
         )
@@ -277,4 +285,12 @@ def shard_trace(
         )
     prov = {**trace.provenance, "tensor_parallel": how}
     out = replace(trace, layers=tuple(layers), provenance=prov, profiles={})
-    return ShardedTrace(out, tuple(comm), t, sp)
+    return ShardedTrace(out, tuple(comm), t, sp, tuple(pairs))
+
+
+def _block_kernels(shape: dict[str, Any], b: int, d: int, t: int) -> tuple[list, list, list]:
+    """A block's ``(forward, input-gradient, weight-gradient)`` kernels on one of ``t``
+    sequence-parallel ranks."""
+    blk = _block_shape(shape)
+    dx, dw = block_bwd(blk, b, d, t, True)
+    return block_fwd(blk, b, d, t, True), dx, dw

@@ -14,7 +14,8 @@ keeps at least its :meth:`~sim.memory.base.MemoryPolicy.min_state_bytes_per_para
 (each class says: ``none``, ``recompute``, ``cpu_swap``: every state; ``d2d_swap`` and
 ``d2d_swap+recompute``: one weight version and the rest; ``zero_offload``: the 16-bit weights;
 ``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto``: 0; one policy per
-stage: the least of its stages'). Where every stash stays on the GPU
+stage: the least of its stages'; with FP8 parameters, ``precision_options.param_gather``, less
+the 16-bit weights they replace). Where every stash stays on the GPU
 (:meth:`~sim.memory.base.MemoryPolicy.keeps_every_stash`: ``none``), a stage with its ``n_s``
 in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
 holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
@@ -70,13 +71,18 @@ from functools import cached_property
 from typing import Any
 
 from sim.comm.hierarchical import collective_plan
+from sim.compute.routing import Routing
 from sim.framework.base import share_head_weight
+from sim.memory.framework_memory import FrameworkMemory
+from sim.memory.layer_work import trace_work, with_framework_stash
 from sim.memory.reserve import nccl_peers
-from sim.memory.states import StateBytes, state_bytes, version_bytes_per_param
+from sim.memory.states import StateBytes, version_bytes_per_param
+from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.groups import tensor_groups
 from sim.parallel.megatron import aggregate
 from sim.plan.resolved_bound import peak_resident_bytes, resolved_memory_excess
 from sim.point.config import PointConfig
+from sim.point.memory import point_memory
 from sim.schedules.analysis import peak_in_flight
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 
@@ -158,6 +164,7 @@ def _trace_key(point: PointConfig) -> tuple:
         point.context_parallel_comm,
         point.routing,
         point.framework,
+        point.precision,
     )
 
 
@@ -237,8 +244,11 @@ class BoundModel:
 
     def _rank_totals(self, point: PointConfig) -> RankTotals:
         sharded = self.prep.rank_trace(point, point.microbatch_size)
-        trace: Trace = sharded.trace
-        if point.framework_profile.tied_embedding.value:
+        memory = self._memory(point, sharded.trace.dtype)
+        routing = sharded.routing if isinstance(sharded, DecoderShard) else Routing()
+        works = trace_work(sharded.trace, point.layout, routing, memory.work)
+        trace: Trace = with_framework_stash(sharded.trace, works)
+        if point.framework_profile.ties(trace):
             # stored once where both ends share a rank (Framework.tie): left out at every
             # depth, which keeps these totals a lower bound
             trace = share_head_weight(trace, point.tensor_parallel)
@@ -263,7 +273,9 @@ class BoundModel:
             compute_s=sum(x.fwd_s + x.bwd_s for x in layers),
             max_layer_s=max(x.fwd_s + x.bwd_s for x in layers),
             layers=len(layers),
-            state=state_bytes(trace.dtype, self.prep.exp.training.optimizer),
+            state=self._memory(point, trace.dtype).state(
+                trace.dtype, self.prep.exp.training.optimizer
+            ),
             groups=tuple((pp, a, n) for (pp, a), n in groups.items()),
             layer_recompute_s=tuple((k, tuple(v)) for k, v in rec.items()),
             layer_seconds=tuple(x.fwd_s + x.bwd_s for x in layers),
@@ -280,9 +292,11 @@ class BoundModel:
         engine times it (:meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, uncontended)
         on the fastest of the point's tensor-parallel groups, and the rank waits for it before
         its next action (:class:`~sim.engine.tensor_collectives.TensorCollectives`). Zeros for
-        ``t = 1``."""
+        ``t = 1``, and where the point's framework overlaps them with their GEMMs
+        (:meth:`~sim.framework.base.Framework.tp_overlap`): an overlapped collective may add
+        nothing to its action, so the bound counts none."""
         tot = self.totals(point)
-        if point.tensor_parallel == 1:
+        if point.tensor_parallel == 1 or _tp_overlapped(point):
             return (0.0,) * tot.layers
         key = (*_trace_key(point), point.stages, point.dp_width, recompute)
         if key not in self._comm:
@@ -352,16 +366,47 @@ class BoundModel:
         p, w = point.stages, point.dp_width * point.context_parallel  # replicas (engine's)
         vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
         per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
+        shard = point.dp_shard * point.context_parallel
+        if point.dp_shard > 1:  # FSDP: every state 1/shard (the experts' fewer ways: a bound)
+            per_param = tot.state.total / shard
+        opts = self.prep.exp.training.precision_options
+        if point.precision and opts is not None and opts.param_gather:
+            per_param = max(0.0, per_param - versions * tot.state.weight)  # quantized instead
         all_none = policy.keeps_every_stash()
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
-        if all_none and w > 1 and all(g.reserve.working for g in gpus):
+        working = all(g.reserve.working for g in gpus)
+        bucket = self._memory(point, self.prep.traces[point.model].dtype).bucket_copy
+        if point.dp_shard == 1 and all_none and w > 1 and working and bucket:
             per_param += tot.state.grad  # DDP buckets (module doc)
-        reserve = min(g.reserve.runtime_bytes(nccl_peers(p - 1, p, w)) for g in gpus)
+        peers = nccl_peers(p - 1, p, w)
+        reserve = min(g.reserve.runtime_bytes(peers, gemm_streams=int(working)) for g in gpus)
         uniform = (tot.params * per_param + (min(n) * tot.act_bytes if all_none else 0.0)) / p
         if not all_none or len(set(n)) == 1:
-            return uniform + reserve
-        return max(uniform, weighted_bound(tot, per_param, n)) + reserve
+            bound = uniform + reserve
+        else:
+            bound = max(uniform, weighted_bound(tot, per_param, n)) + reserve
+        return max(bound, self.floor_bytes(point))
+
+    def floor_bytes(self, point: PointConfig) -> float:
+        """Where the partition is known before resolving (``partition: uniform`` or fixed
+        ``boundaries``), the largest GPU floor of the rank model
+        (:attr:`sim.memory.rank_memory.RankMemory.floor_bytes` of
+        :func:`sim.point.memory.point_memory`, the model ``sim memory`` reports); else 0.
+
+        Raises:
+            InputError: the point cannot be resolved (the planner then simulates it, and the
+                simulator reports why).
+        """
+        opts = self.prep.exp.options
+        if opts.partition != "uniform" and opts.boundaries is None:
+            return 0.0
+        return max(r.floor_bytes for r in point_memory(self.prep, point).ranks)
+
+    def _memory(self, point: PointConfig, dtype: str) -> FrameworkMemory:
+        """The point's framework memory layout (:meth:`~sim.framework.base.Framework.memory`)."""
+        gpu = self.prep.topology.gpus[0].model
+        return point.framework_profile.memory(dtype, gpu, self.prep.exp.memory)
 
     def iteration_s(self, point: PointConfig) -> float:
         """A lower bound of the simulated iteration time of ``point``, in seconds: ``m`` times
@@ -401,3 +446,15 @@ __all__ = [
     "resolved_memory_excess",
     "weighted_bound",
 ]
+
+
+def _tp_overlapped(point: PointConfig) -> bool:
+    """Whether ``point``'s framework runs its tensor-parallel collectives beside their GEMMs
+    (False where it refuses the layout: resolving the point says why)."""
+    try:
+        return (
+            point.framework_profile.tp_overlap(point.tensor_parallel, point.sequence_parallel)
+            is not None
+        )
+    except (KeyError, ValueError):
+        return False

@@ -12,7 +12,9 @@ from __future__ import annotations
 from sim.compute.routing import parse_routing
 from sim.config import as_list
 from sim.errors import InputError
+from sim.framework.base import Framework
 from sim.memory.base import MemoryPolicy
+from sim.memory.fsdp import fsdp_problem
 from sim.parallel.context import COMM_TYPES
 from sim.parallel.decoder_shard import decoder_problem
 from sim.parallel.layout import ParallelLayout
@@ -21,10 +23,10 @@ from sim.schedules.base import Schedule
 from sim.trace.decoder import decoder_shape, is_decoder
 
 
-def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
-    """``(expert_parallel, context_parallel, context_parallel_comm, ep_overlap)`` combinations
-    of the sweep (the comm kind only varies where ``cp > 1``), and every model's routing
-    checked.
+def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool, int | None, int]]:
+    """``(expert_parallel, context_parallel, context_parallel_comm, ep_overlap,
+    expert_tensor_parallel, dp_shard)`` combinations of the sweep (the comm kind only varies
+    where ``cp > 1``), and every model's routing checked.
 
     Raises:
         InputError: an unknown context-parallel comm kind or routing spec, or one the model's
@@ -49,11 +51,22 @@ def parallel_axes(prep: Prepared) -> list[tuple[int, int, str, bool]]:
         except ValueError as exc:
             raise InputError(str(exc), file=file, field=f"models.{i}.routing") from None
     out = []
+    etps = as_list(sw.expert_tensor_parallel)
     for ep in as_list(sw.expert_parallel):
         for cp in as_list(sw.context_parallel):
             for ov in as_list(sw.ep_overlap):
-                out += [(ep, cp, k, ov) for k in (kinds if cp > 1 else kinds[:1])]
+                for etp in etps:
+                    for shard in as_list(sw.dp_shard):
+                        ks = kinds if cp > 1 else kinds[:1]
+                        out += [(ep, cp, k, ov, etp, shard) for k in ks]
     return out
+
+
+def shard_reason(w: int, shard: int) -> str:
+    """Why ``dp_shard`` ``shard`` cannot split ``w`` data-parallel ranks, or ``""``."""
+    if shard != -1 and w % shard:
+        return f"dp_shard {shard} must divide dp_width {w}"
+    return ""
 
 
 def overlap_invalid(cls: type[Schedule], overlap: bool, ep: int, cp: int) -> str:
@@ -85,10 +98,38 @@ def parallel_invalid(prep: Prepared, mi: int, lay: ParallelLayout, policy: Memor
     problems = lay.problems()
     if problems:
         return problems[0]
-    if lay.ep > 1 and any(part.shards_states for part in policy.parts()):
+    parts = policy.parts()
+    if lay.ep > 1 and any(p.shards_states and not p.shards_experts for p in parts):
         # the routed experts' states would partition over the expert-data-parallel group,
         # which these policies do not model
         return (
             f"memory policy {policy.text} partitions states over replicas; not with expert_parallel"
         )
     return decoder_problem(decoder_shape(trace), lay)
+
+
+def sharding_invalid(
+    lay: ParallelLayout, policy: MemoryPolicy, framework: Framework, cls: type[Schedule]
+) -> str:
+    """Why FSDP (``dp_shard > 1``) cannot run with ``policy`` under ``framework``, or ``""``:
+    a framework without FSDP, a policy that shards or moves model states itself (ZeRO, the
+    distributed optimizer, chunks, offload: it would shard them twice), expert groups that
+    leave the shard group (:func:`~sim.memory.fsdp.fsdp_problem`)."""
+    if lay.dp_shard == 1:
+        return ""
+    if framework.fsdp.value is None:
+        return f"framework {framework.name} has no FSDP (dp_shard {lay.dp_shard}): {framework.fsdp.source}"
+    why = fsdp_problem(lay)
+    if why:
+        return why
+    if cls.splits_backward or cls.overlaps_pairs:
+        return (
+            f"dp_shard {lay.dp_shard}: FSDP units are modelled for F and B actions, not {cls.name}"
+        )
+    taken = [p.name for p in policy.parts() if p.shards_states or p.name == "dist_opt"]
+    if taken:
+        return (
+            f"dp_shard {lay.dp_shard} shards the model states by FSDP; memory policy "
+            f"{taken[0]} shards them itself (use none or recompute with dp_shard)"
+        )
+    return ""

@@ -9,6 +9,7 @@ it to full simulation.
 
 from __future__ import annotations
 
+from sim.memory.rank_memory import kept_peak
 from sim.schedules.action import flatten
 
 
@@ -21,7 +22,9 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     each forward, the kept stash of every chunk-micro-batch it has run forward and not yet
     freed (by its B, or its W when the backward is split): :func:`peak_resident_bytes` walks
     its action list for the most at once. With one stage per rank that is ``n_s`` in-flight
-    micro-batches of ``resident_act_bytes``."""
+    micro-batches of ``resident_act_bytes``. The walk is :func:`sim.memory.rank_memory.
+    kept_peak` (``sim memory``'s floor), which also counts the running action's rebuilt bytes
+    and frees a micro-batch's stash once, at the backward that ends it."""
     inp = res.sim_input
     by_rank: dict[tuple[int, int, int], list] = {}
     for rep in inp.replicas():
@@ -29,8 +32,8 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
         by_rank.setdefault(key, []).append(rep)
     for (_, rank, _), reps in by_rank.items():
         need = sum(rep.plan.static_gpu_bytes + rep.plan.overhead_bytes for rep in reps)
-        resident = {rep.stage: rep.plan.resident_act_bytes for rep in reps}
-        need += peak_resident_bytes(inp.program[rank], resident)
+        plans = {rep.stage: rep.plan for rep in reps}
+        need += kept_peak([(a.stage, a.op) for a in flatten(inp.program[rank])], plans)
         gpu = reps[0].gpu
         cap = inp.topology.gpu(int(gpu[3:])).memory_bytes
         if need > cap:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
@@ -36,7 +37,10 @@ from sim.plan.parallel_axes import (
     overlap_invalid,
     parallel_axes,
     parallel_invalid,
+    shard_reason,
+    sharding_invalid,
 )
+from sim.plan.precision_axis import precision_axis, precision_invalid
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
@@ -61,14 +65,15 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     policies = _policy_axis(exp, file)
     tps, sps = tensor_axes(prep)
     par_axes = parallel_axes(prep)
+    precisions = precision_axis(prep)
     per_model = [
-        len(s) * len(t) * len(sps) * len(par_axes) * len(policies)
+        len(s) * len(t) * len(sps) * len(par_axes) * len(policies) * len(precisions)
         for s, t in zip(schedules, tps, strict=True)
     ]
     _check_size(exp, per_model, file)
     points: list[PointConfig] = []
     skipped: list[tuple[str, str]] = []
-    axes = _Axes(framework, schedules, tps, sps, par_axes, policies)
+    axes = _Axes(framework, schedules, tps, sps, par_axes, policies, precisions)
     for mi in range(len(exp.models)):
         _model_points(prep, mi, axes, points, skipped)
     if not points:
@@ -109,14 +114,16 @@ def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:
 class _Axes:
     """The grid's axes, each value parsed once: the framework profile, ``(schedule class,
     name as written, virtual stages)`` (per model), tensor (per model) and sequence parallelism, ``(expert parallel,
-    context parallel, its comm kind, overlap)`` and ``(memory policy as written, policy)``."""
+    context parallel, its comm kind, overlap)``, ``(memory policy as written, policy)`` and the
+    precisions (:mod:`sim.plan.precision_axis`)."""
 
     framework: Framework
     schedules: list[list[tuple[type[Schedule], str, int]]]
     tps: list[list[int]]
     sps: list[bool]
-    parallel: list[tuple[int, int, str, bool]]
+    parallel: list[tuple[int, int, str, bool, int | None, int]]
     policies: list[Policy]
+    precisions: list[str]
 
 
 def _model_points(
@@ -140,31 +147,51 @@ def _model_points(
         axes.parallel,
         mbs,
         axes.policies,
+        axes.precisions,
     )
-    for (cls, sched, v), p, w, t, sp, (ep, cp, cpc, ov), b, (text, policy) in grid:
+    for (cls, sched, v), p, w, t, sp, par, b, (text, policy), prec in grid:
+        ep, cp, cpc, ov, etp, shard = par
         if sp and t == 1:  # sequence parallelism is simply off without tensor parallelism
             if False in axes.sps:
                 continue  # the same point as sequence_parallel false: listed once
             sp = False
         w = w or (sw.gpus or 0) // (p * t * cp)  # sweep.gpus: the width that fills them
-        lay = ParallelLayout(pp=p, vp=v, dp_replicate=w, cp=cp, tp=t, sp=sp, ep=ep, cp_comm=cpc)
+        shard = w if shard == -1 else shard
+        lay = ParallelLayout(
+            pp=p,
+            vp=v,
+            dp_replicate=max(1, w // shard),
+            dp_shard=shard,
+            cp=cp,
+            tp=t,
+            sp=sp,
+            ep=ep,
+            etp=etp,
+            cp_comm=cpc,
+        )
         reason = (
             _gpus_reason(sw.gpus, p, t, cp)
+            or shard_reason(w, shard)
             or _invalid(prep, model.name, cls, p, w * t * cp, b, gb, w, axes.framework)
             or parallel_invalid(prep, mi, lay, policy)
+            or sharding_invalid(lay, policy, axes.framework, cls)
             or overlap_invalid(cls, ov, ep, cp)
             or _tensor_invalid(prep, mi, t, sp)
             or boundaries_reason(prep, p * v)
             or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), axes.framework)
             or _stage_count(text, policy, p * v)
             or _asynchronous(sw, cls)
+            or precision_invalid(prep, prec, policy, axes.framework)
         )
         if reason:
             tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
             vs = f" v={v}" if v > 1 else ""
-            par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
-            par += " overlap" if ov else ""
-            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{par} b={b} {text}"
+            desc_par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
+            desc_par += f" etp={etp}" if etp is not None else ""
+            desc_par += f" shard={shard}" if shard > 1 else ""
+            desc_par += " overlap" if ov else ""
+            desc_par += f" {prec}" if prec else ""
+            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{desc_par} b={b} {text}"
             skipped.append((desc, reason))
             continue
         points.append(
@@ -178,7 +205,8 @@ def _model_points(
                 global_batch=gb,
                 routing=model.routing,
                 ep_overlap=ov,
-                framework=axes.framework.name,
+                framework=axes.framework.spec,
+                precision=prec,
             )
         )
 
@@ -304,16 +332,23 @@ def check_options(prep: Prepared) -> None:
                 )
     if opts.placement is not None:
         n = prep.topology.num_gpus
-        rows = opts.placement
+        rows: list[list[Any]] = list(opts.placement)
         if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
             raise InputError(
-                "must be a non-empty list of equally long rows [replica][stage]",
+                "must be a non-empty list of equally long rows [replica][stage] (of GPU "
+                "indices, or of lists of t GPU indices with tensor parallelism)",
                 file=file,
                 field="options.placement",
             )
         seen: dict[int, str] = {}
         for r, row in enumerate(rows):
-            for s, g in enumerate(row):
+            cells: list[tuple[str, int]] = []
+            for j, x in enumerate(row):
+                group: list[int] = x if isinstance(x, list) else [x]
+                cells += [
+                    (f"{j}.{k}" if isinstance(x, list) else str(j), g) for k, g in enumerate(group)
+                ]
+            for s, g in cells:
                 where = f"options.placement.{r}.{s}"
                 if not 0 <= g < n:
                     raise InputError(

@@ -41,6 +41,13 @@ class PointConfig(BaseModel):
         routing: how tokens are routed to experts (``balanced``...).
         ep_overlap: expert-parallel all-to-alls overlapped with compute.
         framework: the framework profile's name (the experiment's ``framework:``).
+        dp_shard: data-parallel ranks of ``dp_width`` that shard parameters, gradients and
+            optimizer state as FSDP does (``dp_width / dp_shard`` replicate them: HSDP;
+            :mod:`sim.memory.fsdp`); 1: no FSDP.
+        expert_tensor_parallel: the experts' tensor-parallel size ``etp`` (MoE parallel
+            folding, :mod:`sim.parallel.folding`); None: ``tensor_parallel``.
+        precision: the linear layers' low-precision recipe (``fp8-delayed``...); ``""``: every
+            GEMM in the training dtype (:mod:`sim.compute.precision`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +69,9 @@ class PointConfig(BaseModel):
     routing: str = "balanced"
     ep_overlap: bool = False
     framework: str = "pipesim"
+    dp_shard: int = 1
+    expert_tensor_parallel: int | None = None
+    precision: str = ""
 
     @property
     def layout(self) -> ParallelLayout:

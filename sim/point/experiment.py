@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import ExperimentConfig
+from sim.compute.precision import get_recipe
+from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.config import ExperimentConfig, PrecisionOptions
+from sim.framework.registry import get_framework
 from sim.hardware.loader import is_preset, load_hardware
 from sim.hardware.overlay import apply_overlay, read_overlay
 from sim.hardware.topology import Topology
@@ -45,20 +48,36 @@ class Prepared:
     traces: dict[str, Trace]
     _derived: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def adapted(self, model: str, microbatch_size: int) -> tuple[Trace, tuple[str, ...]]:
+    def adapted(
+        self, model: str, microbatch_size: int, precision: str = ""
+    ) -> tuple[Trace, tuple[str, ...]]:
         """Model ``model``'s trace at ``microbatch_size`` on this hardware's first GPU, with
-        the notes of how (:func:`~sim.trace.adapt.adapt_trace`), computed once per pair.
+        the notes of how (:func:`~sim.trace.adapt.adapt_trace`), its linear layers under
+        ``precision`` (:meth:`low_precision`), computed once per triple.
 
         Raises:
-            ValueError: ``microbatch_size < 1``.
+            ValueError: ``microbatch_size < 1``; a precision the trace or the GPU cannot run.
         """
-        key = ("adapted", model, microbatch_size)
+        key = ("adapted", model, microbatch_size, precision)
         if key not in self._derived:
             trace, notes = adapt_trace(
-                self.traces[model], microbatch_size, self.topology.gpus[0].compute
+                self.traces[model],
+                microbatch_size,
+                self.topology.gpus[0].compute,
+                self.low_precision(precision),
             )
             self._derived[key] = (trace, tuple(notes))
         return self._derived[key]
+
+    def low_precision(self, precision: str) -> LowPrecision | None:
+        """The recipe a point's ``precision`` names as this experiment's framework runs it,
+        with ``training.precision_options`` (None for ``""``: no low precision).
+
+        Raises:
+            ValueError: an unknown recipe, one the framework's library does not run, or
+                options the recipe refuses.
+        """
+        return point_precision(self.exp, precision)
 
     def rank_trace(self, point: PointConfig, microbatch_size: int) -> ShardedTrace | DecoderShard:
         """The adapted trace of ``point`` as one of its ranks runs it
@@ -70,12 +89,35 @@ class Prepared:
         """
         lay = point.layout
         key: tuple = ("rank", point.model, microbatch_size, lay.tp, lay.sp, lay.cp, lay.ep)
-        key += (lay.etp, lay.cp_comm, point.routing)
+        key += (lay.etp, lay.cp_comm, point.routing, point.precision)
         if key not in self._derived:
             gpu = self.topology.gpus[0]
-            trace = self.adapted(point.model, microbatch_size)[0]
+            trace = self.adapted(point.model, microbatch_size, point.precision)[0]
             self._derived[key] = rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
         return self._derived[key]
+
+
+def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | None:
+    """The :class:`~sim.compute.precision.LowPrecision` of ``precision`` (a recipe name, or
+    ``""`` / a 16-bit name: None) as ``exp.framework``'s library runs it, with its layer rules
+    and ``training.precision_options``.
+
+    Raises:
+        ValueError: as :func:`~sim.compute.precision.get_recipe`, or options the recipe refuses.
+        KeyError: an unknown framework.
+    """
+    library = get_framework(exp.framework).low_precision_library.value
+    recipe = get_recipe(precision, library)
+    if recipe is None:
+        return None
+    opts = exp.training.precision_options or PrecisionOptions()
+    rules = LayerRules.default(
+        recipe,
+        opts.first_last_layers_bf16,
+        opts.num_layers_at_start_in_bf16,
+        opts.num_layers_at_end_in_bf16,
+    )
+    return LowPrecision(recipe, rules, opts.param_gather)
 
 
 def _hardware(exp: ExperimentConfig, base: Path | None) -> str | dict[str, Any]:

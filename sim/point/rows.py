@@ -23,7 +23,7 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 8
+ROW_FORMAT = 10
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
@@ -71,6 +71,9 @@ class ResultRow(BaseModel):
     routing: str = "balanced"
     ep_overlap: bool = False
     framework: str = "pipesim"
+    dp_shard: int = Field(1, ge=1)
+    expert_tensor_parallel: int | None = Field(None, ge=1)
+    precision: str = ""
     parameters: int = Field(ge=0)
     iteration_time_s: float | None = _NonNeg
     throughput_samples_per_s: float | None = _NonNeg
@@ -99,6 +102,8 @@ class ResultRow(BaseModel):
     peak_buffers_bytes: float | None = _NonNeg
     peak_working_bytes: float | None = _NonNeg
     peak_reserve_bytes: float | None = _NonNeg
+    peak_allocated_bytes: float | None = _NonNeg
+    peak_reserved_bytes: float | None = _NonNeg
     trace_origin: str = ""
     iteration_flops: float | None = _NonNeg
     flops_per_s_per_gpu: float | None = _NonNeg

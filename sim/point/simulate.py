@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.compute.megatron_ops import stage_tensors
+from sim.compute.precision_rules import LowPrecision
+from sim.compute.routing import parse_routing
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
 from sim.engine import SimInput, StageCost, simulate
 from sim.engine.inputs import DEFAULT_INPUT_SHARE
@@ -24,9 +26,12 @@ from sim.framework.base import Framework
 from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
-from sim.memory.compose import finalize_plans
+from sim.memory.compose import finalize_plans, plan_to_fit
+from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.fsdp import FsdpSpec, FsdpStates
+from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
 from sim.memory.plan import StagePlan
-from sim.memory.states import state_bytes
+from sim.memory.precision import precision_plan
 from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.megatron import aggregate
@@ -34,7 +39,8 @@ from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.rank import rank_trace
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.point.config import PointConfig
-from sim.point.experiment import Prepared
+from sim.point.experiment import Prepared, point_precision
+from sim.point.overlap_costs import with_framework
 from sim.point.stages import (
     Grid,
     Layout,
@@ -46,6 +52,7 @@ from sim.point.stages import (
 from sim.schedules.action import Program
 from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule
+from sim.schedules.combined import combine_pairs, combine_reason
 from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 from sim.trace.shared import place_shared
@@ -98,18 +105,28 @@ def resolve(
         virtual_stages=point.virtual_stages,
         framework=framework,
     )
-    _check_size(point, schedule, topo, base_trace, file)
-    policy = _policy(point, file)
+    check_point_size(point, schedule, topo, base_trace, file)
+    policy = point_policy(point, file)
     if shared is None:
-        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute)
-        sharded = _shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
+        low = _precision(exp, point, file)
+        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute, low)
+        sharded = checked_shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
     else:
-        trace, shared_notes = shared.adapted(point.model, point.microbatch_size)
+        trace, shared_notes = shared.adapted(point.model, point.microbatch_size, point.precision)
         notes = list(shared_notes)
-        sharded = _shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
-    trace = framework.tie(sharded.trace, schedule, point.tensor_parallel)
+        sharded = checked_shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
+    memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
+    works = layer_works(sharded, point, memory)
+    trace = with_framework_stash(sharded.trace, works)
+    trace = framework.tie(trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.shared_program(iterations)
+    combined = framework.combines_pairs() and point.layout.ep > 1
+    if combined:
+        why = combine_reason(schedule.name, point.stages, point.virtual_stages)
+        if why:
+            raise InputError(why, file=file, field="framework")
+        program = combine_pairs(program)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
     layout = stage_layout(exp, topo, point, schedule, file)
@@ -122,7 +139,9 @@ def resolve(
         raise
     if policy.repartitions and exp.options.boundaries is None:
         boundaries, note = _repartition(
-            policy, boundaries, (exp, point, topo, trace, schedule, program, in_flight, layout)
+            policy,
+            boundaries,
+            (exp, point, topo, trace, schedule, program, in_flight, layout, memory, works),
         )
         notes = [*notes, note]
     ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
@@ -141,8 +160,15 @@ def resolve(
         layout,
         sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
         file,
+        memory,
+        works,
+        _stage_low_params(sharded, boundaries),
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
+    try:
+        costs = with_framework(costs, sharded, boundaries, plans, framework, topo.gpus[0].compute)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
     if schedule.splits_backward and not all(c.has_split for c in costs):
         notes = [*notes, split_note(schedule.name)]
     sim_input = SimInput(
@@ -155,9 +181,12 @@ def resolve(
         tensor_groups=layout.stage_groups if point.tensor_parallel > 1 else (),
         tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
         layout=point.layout,
-        overlap_pairs=point.ep_overlap,
-        dp_bucket_bytes=framework.bucket_bytes(trace),
-        runtime=replace(framework.runtime(topo, trace, point.tensor_parallel), tied_groups=tied),
+        overlap_pairs=point.ep_overlap or combined,
+        dp_bucket_bytes=framework.bucket_bytes(trace, point.layout.replicas),
+        runtime=replace(
+            framework.runtime(topo, trace, point.tensor_parallel, point.virtual_stages, memory),
+            tied_groups=tied,
+        ),
         stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
     sim_input, note = _simulated(exp, point, sim_input)
@@ -197,7 +226,7 @@ def _mirror_intended(exp: ExperimentConfig, point: PointConfig) -> bool:
     return mode == "symmetric" or (mode == "auto" and point.layout.gpus > MIRROR_ABOVE_GPUS)
 
 
-def _check_size(
+def check_point_size(
     point: PointConfig, schedule: Schedule, topo: Topology, trace: Trace, file: str
 ) -> None:
     """Raises:
@@ -233,7 +262,19 @@ def point_framework(point: PointConfig, file: str = "<experiment>") -> Framework
         raise InputError(str(exc), file=file, field="framework") from None
 
 
-def _policy(point: PointConfig, file: str) -> MemoryPolicy:
+def _precision(exp: ExperimentConfig, point: PointConfig, file: str):
+    """The point's low-precision recipe (:func:`~sim.point.experiment.point_precision`).
+
+    Raises:
+        InputError: a recipe the framework or the options refuse (field ``training.precision``).
+    """
+    try:
+        return point_precision(exp, point.precision)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="training.precision") from None
+
+
+def point_policy(point: PointConfig, file: str) -> MemoryPolicy:
     """The point's memory policy.
 
     Raises:
@@ -259,10 +300,15 @@ def _plans(
     layout: Layout,
     expert_bytes: tuple[float, ...],
     file: str,
+    memory: FrameworkMemory = PIPESIM_MEMORY,
+    works: tuple[LayerWork, ...] = (),
+    low: tuple[LowPrecision | None, tuple[float, ...]] = (None, ()),
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
-    what the framework adds (:meth:`~sim.framework.base.Framework.plans`).
+    what the framework adds (:meth:`~sim.framework.base.Framework.plans`), then the
+    low-precision recipe's weight copies and parameter gather (``low``: the recipe and each
+    stage's low-precision parameters, :mod:`sim.memory.precision`).
 
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
@@ -284,15 +330,35 @@ def _plans(
             layout.job_gpus,
             expert_bytes,
             point.expert_parallel,
+            memory,
+            works,
+            (point.tensor_parallel, point.context_parallel),
+            point.layout.expert_dp if point.expert_parallel > 1 else 0,
         )
         for c in row
     ]
     try:
-        alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
-        flat = alike or finalize_plans(contexts, policy.plan_all(contexts))
+        if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
+            fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
+            flat = finalize_plans(contexts, fsdp.plan_all(contexts))
+        else:
+            alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
+            flat = alike or plan_to_fit(policy, contexts)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, point.dp_width, state_bytes(trace.dtype, exp.training.optimizer))
+    flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
+    recipe, low_params = low
+    spec = topo.gpus[0].compute
+    if recipe is not None and spec is not None and any(low_params):
+        lowered: dict[tuple[int, int], StagePlan] = {}  # one per plan object and stage, once
+
+        def lower(i: int, plan: StagePlan) -> StagePlan:
+            key = (id(plan), i % n)
+            if key not in lowered:
+                lowered[key] = precision_plan(plan, low_params[i % n], recipe, spec, w)
+            return lowered[key]
+
+        flat = [lower(i, p) for i, p in enumerate(flat)]
     done: dict[tuple[int, int], StagePlan] = {}  # planned alike: one object per kind, once
 
     def final(s: int, plan: StagePlan) -> StagePlan:
@@ -313,13 +379,43 @@ def _plans(
     return plans, tensor_plans
 
 
+def layer_works(
+    sharded: ShardedTrace | DecoderShard, point: PointConfig, memory: FrameworkMemory
+) -> tuple[LayerWork, ...]:
+    """Each layer's transients and weights on the rank (:func:`~sim.memory.layer_work.
+    trace_work`) as the framework runs them."""
+    routing = sharded.routing if isinstance(sharded, DecoderShard) else parse_routing("balanced")
+    return trace_work(sharded.trace, point.layout, routing, memory.work)
+
+
+def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
+    """The framework's FSDP (:attr:`~sim.framework.base.Framework.fsdp`) with the experiment's
+    ``options.fsdp_reshard_after_forward`` for every block, if set."""
+    spec = framework.fsdp.value
+    value = exp.options.fsdp_reshard_after_forward
+    if value is None:
+        return spec
+    return replace(spec, reshard_after_forward=value, reshard_with_pp=value)
+
+
+def _stage_low_params(
+    sharded: ShardedTrace | DecoderShard, boundaries
+) -> tuple[LowPrecision | None, tuple[float, ...]]:
+    """The rank trace's low-precision recipe and each stage's low-precision parameters."""
+    if not isinstance(sharded, DecoderShard) or sharded.precision is None:
+        return None, ()
+    edges = [*boundaries, len(sharded.low_params)]
+    per = tuple(sum(sharded.low_params[a:b]) for a, b in zip(edges, edges[1:], strict=False))
+    return sharded.precision, per
+
+
 def _gpu_model(topo: Topology):
     """The first GPU's compute model and tensor-parallel module overhead."""
     gpu = topo.gpus[0]
     return gpu.compute, gpu.tp_module_overhead_s
 
 
-def _shard(
+def checked_shard(
     make: Callable[[], ShardedTrace | DecoderShard], file: str
 ) -> ShardedTrace | DecoderShard:
     """The trace on one rank, made by ``make`` (:func:`~sim.parallel.rank.rank_trace`:
@@ -337,12 +433,24 @@ def _shard(
 def _repartition(policy: MemoryPolicy, boundaries, parts) -> tuple[tuple[int, ...], str]:
     """The boundaries ``policy`` moves the partitioner's to (:meth:`MemoryPolicy.repartition`,
     given the stage contexts of replica 0, tensor rank 0, for any boundaries), and a note."""
-    exp, point, topo, trace, schedule, program, in_flight, layout = parts
+    exp, point, topo, trace, schedule, program, in_flight, layout, memory, works = parts
     rank0 = _rank(layout.per_stage, layout.stage_groups, 0)
+    groups = (point.tensor_parallel, point.context_parallel)
 
     def contexts(b: tuple[int, ...]):
         return stage_contexts(
-            topo, trace, b, rank0, schedule, in_flight, exp, program, layout.job_gpus
+            topo,
+            trace,
+            b,
+            rank0,
+            schedule,
+            in_flight,
+            exp,
+            program,
+            layout.job_gpus,
+            memory=memory,
+            works=works,
+            groups=groups,
         )[0]
 
     before = tuple(boundaries)

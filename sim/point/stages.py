@@ -22,8 +22,11 @@ from sim.framework.registry import DEFAULT_FRAMEWORK, get_framework
 from sim.hardware.topology import Topology
 from sim.memory.context import StageContext
 from sim.memory.estimate import host_link_sharers
+from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
+from sim.memory.layer_work import LayerWork
 from sim.memory.reserve import tensor_capacity_bytes
-from sim.memory.states import stage_state_bytes_per_param, state_bytes, version_bytes_per_param
+from sim.memory.states import stage_state_bytes_per_param, version_bytes_per_param
+from sim.parallel.domains import domain_groups, unit_replicas
 from sim.parallel.groups import tensor_groups
 from sim.parallel.partition import partition, uniform_partition
 from sim.parallel.placement import place
@@ -88,16 +91,28 @@ def stage_contexts(
     job_gpus: list[int] | None = None,
     expert_bytes: tuple[float, ...] = (),
     expert_parallel: int = 1,
+    memory: FrameworkMemory = PIPESIM_MEMORY,
+    works: tuple[LayerWork, ...] = (),
+    groups: tuple[int, int] = (1, 1),
+    expert_dp: int = 0,
 ) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
     ``placement`` is only part of it, e.g. one tensor rank of each stage; ``expert_bytes``:
-    routed-expert parameter bytes per layer, :class:`~sim.parallel.decoder_shard.DecoderShard`)."""
-    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    routed-expert parameter bytes per layer, :class:`~sim.parallel.decoder_shard.DecoderShard`;
+    ``memory``: the framework's memory layout; ``works``: each layer's transients,
+    :func:`sim.memory.layer_work.trace_work`; ``groups``: the tensor- and context-parallel
+    sizes; ``expert_dp``: ranks holding the same routed experts, 0: ``dp_width /
+    expert_parallel``)."""
+    sb = memory.state(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
-    gpus = job_gpus if job_gpus is not None else [g for row in placement for g in row]
-    sharers = host_link_sharers(topo, list(dict.fromkeys(f"gpu{g}" for g in gpus)))
+    rank_orders = _rank_orders(program, schedule) if program else None
+    own = [g for row in placement for g in row]
+    gpus = job_gpus if job_gpus is not None else own
+    hosts = {topo.gpu(g).host for g in own}  # a host link is shared within its server only
+    near = [g for g in dict.fromkeys(gpus) if topo.gpu(g).host in hosts]
+    sharers = host_link_sharers(topo, [f"gpu{g}" for g in near])
     stages = len(placement[0]) if placement else 0
     per_stage: list[dict[str, Any]] = []  # what every replica of a stage shares, once
     for s in range(stages):
@@ -123,6 +138,13 @@ def stage_contexts(
                 expert_parallel=expert_parallel,
                 optimizer=exp.training.optimizer,
                 param_tensors=layers_tensors(layers),
+                framework=memory,
+                work=works[edges[s] : edges[s + 1]] if works else (),
+                rank_order=rank_orders[schedule.stage_rank(s)] if rank_orders else (),
+                tensor_parallel=groups[0],
+                context_parallel=groups[1],
+                layer_expert_bytes=(tuple(expert_bytes[edges[s] : edges[s + 1]]) if expert else ()),
+                expert_dp=expert_dp,
             )
         )
     out = []
@@ -194,6 +216,14 @@ def _orders_of(program: Program, m: int) -> list[tuple[str, ...]]:
     return [tuple(ops[s]) for s in sorted(ops)]
 
 
+def _rank_orders(program: Program, schedule: Schedule) -> list[tuple[tuple[int, str, int], ...]]:
+    """Each rank's ``(stage, op, micro-batch)`` over the whole program (every simulated iteration, its
+    ``STEP`` actions included), in its program order (the memory walk of
+    :mod:`sim.memory.rank_memory` needs the stashes other iterations leave in flight too,
+    and its allocator replay the first optimizer step)."""
+    return [tuple((a.stage, a.op, a.microbatch) for a in flatten(rank)) for rank in program]
+
+
 def choose_boundaries(
     topo: Topology,
     trace: Trace,
@@ -223,7 +253,9 @@ def choose_boundaries(
         if framework is None:
             return tuple(uniform_partition(len(trace.layers), p))
         return framework.boundaries(trace, p)
-    sb = state_bytes(trace.dtype, exp.training.optimizer)
+    sb = (framework.memory(trace.dtype, "", exp.memory) if framework else PIPESIM_MEMORY).state(
+        trace.dtype, exp.training.optimizer
+    )
     per_byte = 1.0 / dtype_bytes(trace.dtype)
     vb = version_bytes_per_param(schedule.master_copy_versions, sb)
 
@@ -269,7 +301,7 @@ def stage_layout(
         InputError: tensor-parallel groups that do not fit the servers, a bad fixed placement.
     """
     grouped = point.tensor_parallel > 1 or point.context_parallel > 1 or point.expert_parallel > 1
-    groups = _tensor_groups(topo, point, file) if grouped else ()
+    groups = _tensor_groups(exp, topo, point, file) if grouped else ()
     placement = (
         tuple(tuple(g[0] for g in row) for row in groups)
         if groups
@@ -284,22 +316,55 @@ def stage_layout(
     )
 
 
-def _tensor_groups(topo: Topology, point: PointConfig, file: str):
+def _tensor_groups(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
     """GPU per ``[replica][rank][tensor rank]``, the replicas being the ``dp * cp`` data- and
-    context-parallel ranks (context rank innermost: :mod:`sim.engine.groups`)."""
-    w = point.dp_width * point.context_parallel
+    context-parallel ranks (context rank innermost: :mod:`sim.engine.groups`): the fixed
+    ``options.placement`` if given, else tensor groups inside servers with each stage's
+    context-, expert-parallel and FSDP shard groups inside one NVLink domain where they fit
+    (:mod:`sim.parallel.domains`)."""
+    lay = point.layout
+    if exp.options.placement is not None:
+        return _fixed_groups(exp.options.placement, topo, point, file)
     try:
-        return tensor_groups(topo, point.stages, w, point.tensor_parallel)
+        unit = unit_replicas(lay)
+        if unit == 1:
+            return tensor_groups(topo, point.stages, lay.replicas, lay.tp)
+        return domain_groups(topo, point.stages, lay.replicas, lay.tp, unit)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _fixed_groups(fixed: list, topo: Topology, point: PointConfig, file: str):
+    """``options.placement`` as GPU per ``[replica][rank][tensor rank]``: rows of the
+    ``dp x cp`` replicas, each a GPU per rank (``t = 1``) or a list of ``t`` GPUs per rank.
+
+    Raises:
+        InputError: another shape, a GPU out of range or used twice.
+    """
+    lay = point.layout
+    rows = [[g if isinstance(g, list) else [g] for g in row] for row in fixed]
+    flat = [g for row in rows for grp in row for g in grp]
+    ok = len(rows) == lay.replicas and all(len(r) == lay.pp for r in rows)
+    ok = ok and all(len(grp) == lay.tp for row in rows for grp in row)
+    if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
+        raise InputError(
+            f"must be {lay.replicas} rows (dp_width x context_parallel) of {lay.pp} ranks, each "
+            f"{'a list of ' + str(lay.tp) + ' distinct GPU indices' if lay.tp > 1 else 'a GPU index'} "
+            f"in 0..{topo.num_gpus - 1}",
+            file=file,
+            field="options.placement",
+        )
+    return tuple(tuple(tuple(grp) for grp in row) for row in rows)
 
 
 def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: str):
     fixed = exp.options.placement
     if fixed is None:
         return tuple(tuple(row) for row in place(topo, point.stages, point.dp_width))
-    ok = len(fixed) == point.dp_width and all(len(r) == point.stages for r in fixed)
-    flat = [g for r in fixed for g in r]
+    cells = [[g[0] if isinstance(g, list) and len(g) == 1 else g for g in r] for r in fixed]
+    ok = len(cells) == point.dp_width and all(len(r) == point.stages for r in cells)
+    ok = ok and all(isinstance(g, int) for r in cells for g in r)
+    flat = [g for r in cells for g in r if isinstance(g, int)]
     if not ok or len(set(flat)) != len(flat) or any(not 0 <= g < topo.num_gpus for g in flat):
         raise InputError(
             f"must be {point.dp_width} rows of {point.stages} distinct GPU indices "
@@ -307,4 +372,4 @@ def _placement(exp: ExperimentConfig, topo: Topology, point: PointConfig, file: 
             file=file,
             field="options.placement",
         )
-    return tuple(tuple(r) for r in fixed)
+    return tuple(tuple(g for g in r if isinstance(g, int)) for r in cells)

@@ -115,6 +115,10 @@ def winner_config(
         data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
     if row.virtual_stages > 1:
         data["sweep"]["virtual_stages"] = int(row.virtual_stages)
+    if row.precision:
+        data.setdefault("training", {})["precision"] = row.precision
+    elif "training" in data:
+        data["training"].pop("precision", None)
     if row.expert_parallel > 1:
         data["sweep"]["expert_parallel"] = int(row.expert_parallel)
     if row.ep_overlap:
@@ -122,11 +126,15 @@ def winner_config(
     if row.context_parallel > 1:
         data["sweep"]["context_parallel"] = int(row.context_parallel)
         data["sweep"]["context_parallel_comm"] = row.context_parallel_comm
+    if row.dp_shard > 1:
+        data["sweep"]["dp_shard"] = int(row.dp_shard)
+    if row.expert_tensor_parallel is not None:
+        data["sweep"]["expert_tensor_parallel"] = int(row.expert_tensor_parallel)
     grouped = row.tensor_parallel > 1 or row.expert_parallel > 1 or row.context_parallel > 1
     data["options"] = {
         "partition": exp.options.partition,
         "boundaries": json.loads(row.boundaries),
-        # tensor/expert/context groups are placed automatically (sim.parallel.groups)
+        # tensor/expert/context groups are placed automatically (sim.parallel.domains)
         "placement": None if grouped else json.loads(row.placement),
     }
     data["prediction"] = {

@@ -1,7 +1,7 @@
 """What :mod:`sim.api` returns: the output set of a run, a planned grid, one simulation, a
-partition; each converts to a :class:`pandas.DataFrame` (``to_frame()``) and a simulation
-draws itself (``plot_timeline``, ``plot_memory``, ``plot_memory_timeline``: each takes ``ax=``
-and returns its matplotlib figure). pandas and matplotlib load on first use.
+partition, a grid's peak memory; each converts to a :class:`pandas.DataFrame` (``to_frame()``)
+and a simulation draws itself (``plot_timeline``, ``plot_memory``, ``plot_memory_timeline``:
+each takes ``ax=`` and returns its matplotlib figure). pandas and matplotlib load on first use.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from sim.bands import Bands
 from sim.events import EventLog
 from sim.metrics import Metrics
 from sim.parallel.partition import Partition
+from sim.plan.memory_grid import GridMemory
 from sim.plan.planner import PlanStats
 from sim.point.config import PointConfig
 from sim.point.rows import ResultRow
@@ -134,3 +135,32 @@ class PartitionPlan:
     trace: Trace
     partition: Partition
     notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MemoryAnswer:
+    """What :func:`sim.api.memory` found.
+
+    Attributes:
+        results: per configuration of the grid, its peaks per pipeline rank and, when it does
+            not fit, what to change (:class:`sim.plan.memory_grid.GridMemory`).
+        skipped: ``(configuration, reason)`` of the combinations that are not valid.
+        out_dir: where ``memory.csv`` and ``memory_ranks.png`` were written (None: nothing).
+        wall_s: seconds the model took over the grid (reading the experiment excluded).
+    """
+
+    results: list[GridMemory]
+    skipped: list[tuple[str, str]]
+    out_dir: Path | None = None
+    wall_s: float = 0.0
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per configuration and pipeline rank (:func:`sim.report.memory_ranks.
+        memory_frame`), as ``memory.csv``."""
+        from sim.report.memory_ranks import memory_frame  # on first use: pandas, matplotlib
+
+        return memory_frame(self.results)
+
+    def table(self) -> pd.DataFrame:
+        """:meth:`to_frame`."""
+        return self.to_frame()

@@ -35,11 +35,14 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("microbatch_size", "b samples", lambda v: f"{int(v)}", True),
     ("microbatches", "m", lambda v: f"{int(v)}", True),
     ("memory_policy", "memory policy", str, False),
+    ("precision", "precision", str, False),
     ("iteration_time_s", "iteration (ms)", lambda v: f"{v * 1e3:,.2f}", True),
     ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
     ("throughput_band", "band p10–p90 (samples/s)", str, True),
     ("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}", True),
     ("bubble_fraction", "bubble (%)", lambda v: f"{v * 100:.1f}", True),
+    ("peak_allocated_bytes", "allocated (GiB)", lambda v: f"{v / GIB:.2f}", True),
+    ("peak_reserved_bytes", "reserved (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("peak_memory_bytes", "peak (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("headroom_bytes", "headroom (GiB)", lambda v: f"{v / GIB:.2f}", True),
     ("staleness_steps", "stale (steps)", lambda v: f"{int(v)}", True),
@@ -118,6 +121,8 @@ def config_label(row: Any) -> str:
     if int(get("virtual_stages")) > 1:
         parts.append(f"v={int(get('virtual_stages'))}")
     parts.append(f"w={int(get('dp_width'))}")
+    if int(get("dp_shard")) > 1:
+        parts.append(f"shard={int(get('dp_shard'))}")
     if int(get("tensor_parallel")) > 1:
         parts.append(
             f"t={int(get('tensor_parallel'))}{'+sp' if get('sequence_parallel', False) else ''}"
@@ -125,8 +130,12 @@ def config_label(row: Any) -> str:
     for name, key in (("ep", "expert_parallel"), ("cp", "context_parallel")):
         if int(get(key)) > 1:
             parts.append(f"{name}={int(get(key))}")
+    if get("expert_tensor_parallel", None) is not None:
+        parts.append(f"etp={int(get('expert_tensor_parallel'))}")
     parts += [f"b={int(get('microbatch_size'))}", f"m={int(get('microbatches'))}"]
     parts.append(str(get("memory_policy", "")))
+    if get("precision", ""):
+        parts.append(str(get("precision", "")))
     return " ".join(parts)
 
 

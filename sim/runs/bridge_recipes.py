@@ -63,6 +63,14 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     graphs = get.get("cuda_graph_impl", "none")
     if graphs not in ("", "none") and "False" not in graphs:
         f["cuda-graph-impl"] = graphs
+        if get.get("cuda_graph_scope"):
+            f["cuda-graph-scope"] = get["cuda_graph_scope"]
+    bucket = get.get("ddp_bucket_size", "").split(" ")[0]
+    if bucket.isdigit():
+        f["ddp-bucket-size"] = bucket
+    sms = get.get("moe_hybridep_num_sms", "").split(" ")[0]
+    if sms.isdigit() and get.get("moe_flex_dispatcher_backend", "").startswith("hybridep"):
+        f["moe-hybridep-num-sms"] = sms
     disp = get.get("moe_token_dispatcher_type", "")
     if disp and not disp.startswith("n/a"):
         f["moe-token-dispatcher-type"] = disp.split(" ")[0]
@@ -74,6 +82,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("tp_comm_overlap_effective", "tp-comm-overlap"),
                       ("overlap_grad_reduce", "overlap-grad-reduce"),
                       ("overlap_param_gather", "overlap-param-gather"),
+                      ("overlap_param_gather_with_optimizer_step",
+                       "overlap-param-gather-with-optimizer-step"),
                       ("use_distributed_optimizer", "use-distributed-optimizer"),
                       ("megatron_fsdp", "use-megatron-fsdp"),
                       ("fp8_param_gather", "fp8-param-gather")):  # fmt: skip

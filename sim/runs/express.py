@@ -20,19 +20,22 @@ from typing import Any
 from sim.compute.decoder import DecoderShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
+from sim.compute.precision import get_recipe
+from sim.compute.recompute_modules import MODULES
+from sim.framework.registry import get_framework
 from sim.runs.record import MeasuredRun, ModelShape
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
 GPU_PRESETS: tuple[tuple[str, str], ...] = (
-    ("GB300", ""), ("B300", ""), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
+    ("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
     ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("H800", "dgx-h100"), ("A800", "hgx-a800-80gb"),
     ("A100-SXM-80GB", "dgx-a100-80gb"), ("A100-80", "dgx-a100-80gb"), ("A100", "dgx-a100-40gb"),
     ("V100-SXM2-32GB", "dgx1-v100-32gb"), ("V100", "dgx1-v100-16gb"),
 )  # fmt: skip
 """The preset of a GPU named by a source, first match of a name part (upper case): a server of
-8 (a DGX/HGX) or, for the GB200, the NVL72 rack; "" where there is no preset yet (B300 and
-GB300: issue 26 item 6). ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
+8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
+``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
 FRAMEWORKS = {
     "megatron-lm": "megatron-lm", "megatron-bridge": "megatron-lm",
     "megatron-deepspeed": "megatron-deepspeed", "deepspeed": "deepspeed",
@@ -101,11 +104,11 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
         return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"
     if preset == "":
         return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
-    per = 72 if preset == "gb200-nvl72" else 8
-    n = -(-gpus // per)
+    rack = preset.endswith("-nvl72")
+    n = -(-gpus // (72 if rack else 8))
     if n == 1:
         return preset, ""
-    return (f"nvl72x{n}-gb200" if preset == "gb200-nvl72" else f"{n}x-{preset}"), ""
+    return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
 
 
 def _feature(s: ModelShape, name: str) -> str | None:
@@ -116,10 +119,22 @@ def _args(run: MeasuredRun) -> list[str]:
     return [f"{a.name}: {a.reason}" for a in run.unmapped()]
 
 
+def low_precision(precision: str) -> str:
+    """The recipe name (:mod:`sim.compute.precision`) of a run's ``precision`` as the readers
+    write it (Megatron's ``fp8-<recipe>``, ``nvfp4``), or ``""`` for a 16-bit dtype."""
+    if precision in DTYPES:
+        return ""
+    return "mxfp8" if precision == "fp8-mxfp8" else precision
+
+
 def _precision(run: MeasuredRun) -> list[str]:
-    if run.precision in DTYPES:
-        return []
-    return [f"precision {run.precision} (issue 26 item 1: FP8 / MXFP8 / NVFP4 as a dimension)"]
+    name = low_precision(run.precision)
+    try:
+        if not name or get_recipe(name) is not None:
+            return []
+    except ValueError as exc:
+        return [f"precision {run.precision}: {exc}"]
+    return [f"precision {run.precision}: no recipe"]
 
 
 def _model(run: MeasuredRun) -> list[str]:
@@ -169,6 +184,15 @@ def _gpt_model(s: ModelShape) -> list[str]:
 def policy(run: MeasuredRun) -> tuple[str | None, str]:
     """The memory policy of a run's optimizer sharding and recompute, or None and why."""
     rc, dist = run.recompute, run.distributed_optimizer
+    if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
+        mods = rc.split(":", 1)[1].replace("+", ",")
+        if set(mods.split(",")) - set(MODULES):
+            return None, f"recompute modules {mods} (pipesim has {', '.join(MODULES)})"
+        rc = f"selective:{mods}"
+    if run.layout.dp_shard > 1:  # FSDP shards the states itself (sim.memory.fsdp)
+        return ("none" if rc == "none" else f"recompute:{rc}"), ""
+    if (dist or run.zero_stage == 1) and rc.startswith("selective"):
+        return f"dist_opt:recompute:{rc}", ""
     tail = "" if rc == "none" else ":recompute" if rc == "full" else None
     if run.zero_stage >= 3:
         name = "zero3" + (":offload" if run.offload else "")
@@ -191,6 +215,8 @@ def policy(run: MeasuredRun) -> tuple[str | None, str]:
         )
     if rc == "none":
         return "none", ""
+    if rc.startswith("selective:"):
+        return f"recompute:{rc}", ""
     if rc in ("full", "selective") or rc.startswith("full:uniform"):
         return ("recompute:selective" if rc == "selective" else "recompute:full"), ""
     if rc.startswith("full:block:"):
@@ -202,11 +228,7 @@ def _layout(run: MeasuredRun) -> list[str]:
     lay, out = run.layout, []
     if run.num_gpus and run.num_gpus != lay.gpus:
         out.append(f"{run.num_gpus} GPUs do not hold tp x pp x cp x dp = {lay.gpus}")
-    if lay.ep > 1 and (lay.dp * lay.cp) % lay.ep:
-        out.append(f"expert parallel {lay.ep} over tp x dp (MoE parallel folding: issue 26 "
-                   "item 5)")  # fmt: skip
-    if lay.etp is not None and lay.etp != lay.tp:
-        out.append(f"expert tensor parallel {lay.etp} != tp {lay.tp} (issue 26 item 5)")
+    out += lay.problems()  # MoE parallel folding: ep x etp over tp x cp x dp
     if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
         out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
     if lay.cp > 1 and run.shape.arch in ("gpt", "bert") and not run.shape.is_moe:
@@ -220,6 +242,11 @@ def _layout(run: MeasuredRun) -> list[str]:
 def _framework(run: MeasuredRun) -> list[str]:
     if run.framework not in FRAMEWORKS:
         return [f"framework {run.framework!r}: no profile (sim.framework)"]
+    try:
+        profile = get_framework(framework_spec(run))
+        profile.tp_overlap(run.layout.tp, run.layout.sp)
+    except (KeyError, ValueError) as exc:
+        return [f"framework options: {exc}"]
     return []
 
 
@@ -296,13 +323,25 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     except ValueError as exc:
         return NotExpressed(run, (f"model shape: {exc}",))
     lay = run.layout
-    point = lay.flat() | {"dp_width": lay.dp, "dp_shard": 1} | {
+    framework = framework_spec(run)
+    point = lay.flat() | {
         "schedule": run.schedule, "microbatch_size": run.microbatch_size or 1,
         "microbatches": run.microbatches, "global_batch": run.global_batch,
-        "memory_policy": policy(run)[0], "framework": FRAMEWORKS[run.framework],
-    }  # fmt: skip
+        "memory_policy": policy(run)[0], "framework": framework,
+        "precision": low_precision(run.precision),
+    } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
     return Expressed(
-        run, hardware, model_name(generator, shape), generator, shape, run.precision,
-        FRAMEWORKS[run.framework], point, approx + run.notes,
+        run, hardware, model_name(generator, shape), generator, shape,
+        "bf16" if low_precision(run.precision) else run.precision,
+        framework, point, approx + run.notes,
     )  # fmt: skip
+
+
+def framework_spec(run: MeasuredRun) -> str:
+    """The run's profile with its options (``megatron-lm[overlap_grad_reduce,...]``,
+    :mod:`sim.framework.options`): the spec string ``sim run`` and the planner take."""
+    name = FRAMEWORKS[run.framework]
+    if not run.framework_options:
+        return name
+    return f"{name}[{','.join(f'{k}={v}' for k, v in run.framework_options)}]"

@@ -31,6 +31,8 @@ from typing import Any
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.argv import is_unexpanded
+from sim.runs.megatron_host_flags import read_host_options
+from sim.runs.megatron_overlap import read_options
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
 VOCAB_DIVISIBLE_BY = 128
@@ -146,9 +148,12 @@ def read_megatron(
     shape, seq = _shape(r, lay, arch)
     recompute = _recompute(r)
     precision = _precision(r)
+    gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
+    r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
     mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
+    options = _options(r, lay, dist)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -164,6 +169,7 @@ def read_megatron(
         global_batch=gbs,
         seq_len=seq,
         precision=precision,
+        param_gather=gather,
         recompute=recompute,
         schedule=sched,
         attention=attention,
@@ -171,7 +177,21 @@ def read_megatron(
         shape=shape,
         args=tuple(r.notes),
         notes=tuple(r.assumptions),
+        framework_options=tuple(options.items()),
     )
+
+
+def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
+    """The overlap, CUDA-graph and dispatcher flags (:mod:`sim.runs.megatron_overlap`) and
+    the logging flags that add host work (:mod:`sim.runs.megatron_host_flags`) as framework
+    options, each noted."""
+    options, notes = read_options(r.flags, lay, dist)
+    host, host_notes = read_host_options(r.flags)
+    options |= host
+    for flag, status, reason in notes + host_notes:
+        r.done.add(flag)
+        r.notes.append(ArgNote(flag, str(r.flags.get(flag, "")), status, reason))
+    return options
 
 
 def _attention(flags: dict[str, Any], framework: str) -> str:
@@ -214,10 +234,20 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
     if cp > 1 and cp_comm not in comm:
         r.unmapped("cp-comm-type", f"{cp_comm!r}: hierarchical CP exchange (issue 26 item 7)")
+    if etp is None and ep > 1 and (dp * cp) % ep:
+        etp = _folded_etp(tp, cp, dp, ep)
+    fsdp = r.switch("use-megatron-fsdp")
     lay = ParallelLayout(
-        pp=pp, vp=vp, dp_replicate=dp, cp=cp, tp=tp, sp=r.switch("sequence-parallel") and tp > 1,
-        ep=ep, etp=etp if etp not in (None, tp) else None, cp_comm=comm.get(cp_comm, "p2p"),
+        pp=pp, vp=vp, dp_replicate=1 if fsdp else dp, dp_shard=dp if fsdp else 1, cp=cp, tp=tp,
+        sp=r.switch("sequence-parallel") and tp > 1, ep=ep,
+        etp=etp if etp not in (None, tp) else None, cp_comm=comm.get(cp_comm, "p2p"),
     )  # fmt: skip
+    if fsdp:
+        r.mapped("use-megatron-fsdp", f"layout.dp_shard = dp = {dp} (sim.memory.fsdp)")
+        for f in ("data-parallel-sharding-strategy", "megatron-fsdp-main-params-dtype",
+                  "megatron-fsdp-main-grads-dtype", "megatron-fsdp-grad-comm-dtype"):  # fmt: skip
+            if r.has(f):
+                r.mapped(f, "Megatron-FSDP as the megatron-lm profile's fsdp setting")
     for f, what in (
         ("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
         ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
@@ -229,6 +259,16 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dist = r.switch("use-distributed-optimizer")
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+def _folded_etp(tp: int, cp: int, dp: int, ep: int) -> int | None:
+    """The expert tensor-parallel size a run with ``ep`` not dividing ``dp x cp`` must use:
+    the largest divisor of ``tp`` with ``ep x etp`` dividing ``tp x cp x dp`` (Megatron-Core's
+    ``initialize_model_parallel`` refuses any other; MoE parallel folding), or None."""
+    for e in range(tp, 0, -1):
+        if tp % e == 0 and (tp * cp * dp) % (ep * e) == 0:
+            return e
+    return None
 
 
 def _ffn(r: Reading, h: int, gated: bool) -> int:
@@ -435,8 +475,9 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "optimizer": ("mapped", f"optimizer {opt}") if opt in ("adam", "sgd") else
         ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
-        if disp == "alltoall" or lay.ep * lay.tp == 1 else ("unmapped", f"{disp!r} token "
-        "dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
+        if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
+        "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("unmapped",
+        f"{disp!r} token dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
     }  # fmt: skip
     for flag, value in r.flags.items():
         if flag in r.done:

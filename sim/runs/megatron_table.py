@@ -37,6 +37,7 @@ MAPPED = frozenset(
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size", "sequence-parallel", "micro-batch-size",
         "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe", "fp4-format",
+        "fp8-param-gather",
         "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
         "recompute-modules", "recompute-activations", "use-distributed-optimizer",
         "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
@@ -158,8 +159,9 @@ APPROXIMATED: dict[str, str] = {
     "account-for-embedding-in-pipeline-split": "the embedding counted as a layer by the split: "
     "pipesim's uniform split puts it on the first stage beside L/p layers",
     "account-for-loss-in-pipeline-split": "as --account-for-embedding-in-pipeline-split, for "
-    "the head", "ddp-num-buckets": "bucket count of the overlapped gradient reduction",
-    "ddp-bucket-size": "bucket size of the overlapped gradient reduction",
+    "the head", "ddp-num-buckets": "bucket count of the overlapped gradient reduction (the size "
+    "rule's buckets are simulated)", "cuda-graph-warmup-steps": "CUDA-graph capture warm-up: "
+    "before the timed steps",
     "defer-embedding-wgrad-compute": "the embedding's weight-gradient GEMM deferred to the "
     "pipeline flush", "microbatch-group-size-per-virtual-pipeline-stage": "interleaved "
     "schedule's micro-batch grouping: pipesim runs Megatron's default grouping (p)",
@@ -171,19 +173,10 @@ APPROXIMATED: dict[str, str] = {
 """Flags that change time or memory a little; the run is simulated without them."""
 
 UNMAPPED: dict[str, str] = {
-    "fp8-param-gather": "FP8 parameter all-gather (issue 26 item 1, precision)",
     "fp8-param": "FP8 weights (issue 26 item 1, precision)",
     "reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameter all-gather (issue 26 item 1)",
-    "cuda-graph-impl": "CUDA graphs remove host launch work (issue 26 item 2: overlap and "
-    "CUDA graphs as framework options)", "enable-cuda-graph": "as --cuda-graph-impl",
-    "external-cuda-graph": "as --cuda-graph-impl", "cuda-graph-modules": "as --cuda-graph-impl",
-    "cuda-graph-warmup-steps": "as --cuda-graph-impl", "cuda-graph-scope": "as "
-    "--cuda-graph-impl", "use-megatron-fsdp": "Megatron-FSDP (issue 26 item 3: FSDP2/ZeRO-3 "
-    "with Megatron)", "data-parallel-sharding-strategy": "Megatron-FSDP sharding (issue 26 "
-    "item 3)", "outer-dp-sharding-strategy": "hybrid FSDP (issue 26 item 3)",
-    "megatron-fsdp-main-params-dtype": "Megatron-FSDP (issue 26 item 3)",
-    "megatron-fsdp-main-grads-dtype": "Megatron-FSDP (issue 26 item 3)",
-    "megatron-fsdp-grad-comm-dtype": "Megatron-FSDP (issue 26 item 3)",
+    "outer-dp-sharding-strategy": "hybrid FSDP with Megatron's outer distributed-optimizer "
+    "instances (HSDP over num_distributed_optimizer_instances)",
     "optimizer-cpu-offload": "optimizer state offloaded to the host by Megatron's hybrid CPU "
     "optimizer (not a pipesim policy)", "optimizer-offload-fraction": "as "
     "--optimizer-cpu-offload", "fine-grained-activation-offloading": "activation offload "
@@ -196,10 +189,7 @@ UNMAPPED: dict[str, str] = {
     "num-layers-in-first-pipeline-stage": "uneven first stage",
     "num-layers-in-last-pipeline-stage": "uneven last stage",
     "hierarchical-context-parallel-sizes": "hierarchical context parallelism (a2a+p2p) "
-    "(issue 26 item 7: CP exchanges)", "moe-flex-dispatcher-backend": "DeepEP / HybridEP "
-    "dispatcher (issue 26 item 2)", "moe-flex-dispatcher-num-sms": "DeepEP dispatcher SMs "
-    "(issue 26 item 2)", "moe-hybridep-num-sms": "HybridEP dispatcher (issue 26 item 2)",
-    "moe-latent-size": "MoE latent projection (not in the decoder generator)",
+    "(issue 26 item 7: CP exchanges)", "moe-latent-size": "MoE latent projection (not in the decoder generator)",
     "mtp-use-repeated-layer": "multi-token prediction (issue 26 item 4)",
     "mamba-num-heads": "Mamba-2 layers (issue 26 item 4)", "mamba-head-dim": "Mamba-2 layers",
     "mamba-num-groups": "Mamba-2 layers", "mamba-state-dim": "Mamba-2 layers",
@@ -208,8 +198,6 @@ UNMAPPED: dict[str, str] = {
     "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
     "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
     "img-h": "vision inputs", "img-w": "vision inputs",
-    "overlap-param-gather-with-optimizer-step": "parameter all-gather overlapped with the "
-    "optimizer step (issue 26 item 2)",
     "exp-avg-dtype": "Adam moments in a lower precision (precision-aware optimizer): pipesim "
     "counts fp32 moments (issue 26 item 1)", "exp-avg-sq-dtype": "as --exp-avg-dtype",
     "main-params-dtype": "master weights in another precision (precision-aware optimizer; "
@@ -226,41 +214,10 @@ Predicate = Callable[[ParallelLayout, bool], bool]
 """Whether a conditional flag matters for a layout (and whether the distributed optimizer is
 on)."""
 
-CONDITIONAL: dict[str, tuple[Predicate, str, str]] = {
-    "overlap-grad-reduce": (
-        lambda lay, dist: lay.dp * lay.cp > 1,
-        "data-parallel gradient reduction overlapped with the backward, in Megatron-Core's "
-        "buckets (issue 26 item 2)",
-        "no data-parallel gradient reduction to overlap (dp x cp = 1)",
-    ),
-    "overlap-param-gather": (
-        lambda lay, dist: dist and lay.dp * lay.cp > 1,
-        "the distributed optimizer's parameter all-gather hidden under the next forward "
-        "(issue 26 item 2)",
-        "no parameter all-gather to overlap (no distributed optimizer, or dp x cp = 1)",
-    ),
-    "tp-comm-overlap": (
-        lambda lay, dist: lay.tp > 1,
-        "tensor-parallel collectives overlapped with GEMMs (issue 26 item 2)",
-        "no tensor-parallel collective to overlap (tp = 1)",
-    ),
-    "tp-comm-overlap-cfg": (
-        lambda lay, dist: lay.tp > 1,
-        "as --tp-comm-overlap",
-        "no tensor-parallel collective to overlap (tp = 1)",
-    ),
-    "overlap-moe-expert-parallel-comm": (
-        lambda lay, dist: lay.ep > 1,
-        "expert all-to-alls overlapped in 1F1B (issue 26 item 2)",
-        "no expert all-to-all to overlap (ep = 1)",
-    ),
-    "delay-wgrad-compute": (
-        lambda lay, dist: lay.ep > 1,
-        "weight gradients delayed to overlap the expert all-to-all (issue 26 item 2)",
-        "no expert all-to-all to overlap (ep = 1)",
-    ),
-}
-"""Flags that matter only for some layouts: (matters?, reason when it does, reason when not)."""
+CONDITIONAL: dict[str, tuple[Predicate, str, str]] = {}
+"""Flags that matter only for some layouts: (matters?, reason when it does, reason when not).
+The overlap, CUDA-graph and dispatcher flags, which became options of the ``megatron-lm``
+profile, are read by :mod:`sim.runs.megatron_overlap` instead."""
 
 
 def classify(flag: str) -> tuple[str, str] | None:

@@ -96,7 +96,8 @@ def experiment_of(item: Expressed, hardware: str | dict[str, Any], trace_ref: st
         "hardware": hardware,
         "framework": item.framework,
         "models": [{"name": item.model, "trace": trace_ref}],
-        "training": {"global_batch": p["global_batch"], "dtype": item.dtype},
+        "training": {"global_batch": p["global_batch"], "dtype": item.dtype}
+        | ({"precision_options": {"param_gather": True}} if p.get("param_gather") else {}),
         "options": {"partition": "uniform"},
     }
 

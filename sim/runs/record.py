@@ -162,6 +162,8 @@ class MeasuredRun:
         seq_len: tokens per sample.
         precision: ``bf16``, ``fp16``, ``fp32``, or a low-precision recipe (``fp8-delayed``,
             ``fp8-current``, ``fp8-blockwise``, ``mxfp8``, ``nvfp4``...).
+        param_gather: Megatron's ``--fp8-param-gather`` with a low-precision recipe
+            (parameters kept and all-gathered quantized: ``training.precision_options``).
         recompute: ``none``, ``full`` (every layer), ``full:block:N`` (N layers per stage),
             ``selective`` (attention core) or ``selective:<modules>``.
         schedule: pipeline schedule (``1f1b``, ``interleaved_1f1b``, torchtitan's names).
@@ -175,6 +177,8 @@ class MeasuredRun:
         measured: the measurements.
         args: how each input argument was read.
         notes: assumptions the reader made (a default it filled in, a vocabulary it assumed).
+        framework_options: ``(option, value)`` of the framework profile the run's flags set
+            (overlap, CUDA graphs, dispatcher: :mod:`sim.runs.megatron_overlap`).
     """
 
     name: str
@@ -187,6 +191,7 @@ class MeasuredRun:
     global_batch: int | None = None
     seq_len: int | None = None
     precision: str = "bf16"
+    param_gather: bool = False
     recompute: str = "none"
     schedule: str = "1f1b"
     attention: str = "flash"
@@ -198,6 +203,7 @@ class MeasuredRun:
     measured: Measured = field(default_factory=Measured)
     args: tuple[ArgNote, ...] = ()
     notes: tuple[str, ...] = ()
+    framework_options: tuple[tuple[str, str], ...] = ()
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""

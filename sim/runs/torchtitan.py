@@ -26,8 +26,8 @@ Python config registry of #2386) defines them:
   warm-up by :mod:`sim.runs.warmup`.
 
 FSDP2 (``data_parallel_shard_degree > 1``) shards weights, gradients and optimizer state:
-pipesim runs it as ZeRO-3 over those ranks (memory policy ``zero3``); HSDP (replicate and
-shard both above 1) is not expressible yet (issue 26 item 3).
+pipesim runs it as the layout's ``dp_shard`` with the torchtitan profile's FSDP2
+(:mod:`sim.memory.fsdp`), HSDP with ``dp_replicate`` above 1 too.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def read_torchtitan_config(
     multi = sched in ("interleaved_1f1b", "looped_bfs", "interleaved_zero_bubble",
                       "zbv_zero_bubble", "dualpipe_v")  # fmt: skip
     lay = ParallelLayout(pp=pp, vp=2 if multi and pp > 1 else 1, dp_replicate=rep, dp_shard=shard,
-                         cp=cp, tp=tp, sp=tp > 1, ep=ep, etp=etp if etp not in (1, tp) else None)  # fmt: skip
+                         cp=cp, tp=tp, sp=tp > 1, ep=ep, etp=etp if etp != tp else None)  # fmt: skip
     local = int(c.get("training.local_batch_size", 8))
     glob = int(c.get("training.global_batch_size", -1))
     glob = glob if glob > 0 else local * rep * shard
@@ -263,8 +263,6 @@ def _options(c: dict[str, Any], lay: ParallelLayout, notes: list, used: dict, re
          "(issue 26 item 2)"),
         ("training.enable_cpu_offload", bool(c.get("training.enable_cpu_offload")),
          "FSDP2 CPU offload (not a pipesim policy)"),
-        ("parallelism.data_parallel_replicate_degree", rep > 1 and shard > 1, "HSDP: replicate "
-         "x shard (issue 26 item 3)"),
         ("parallelism.fsdp_reshard_after_forward", str(c.get(
             "parallelism.fsdp_reshard_after_forward", "default")) == "never" and shard > 1,
          "FSDP2 without resharding after forward (issue 26 item 3)"),

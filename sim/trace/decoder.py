@@ -28,7 +28,6 @@ are in ``examples/hf/`` and :mod:`sim.trace.hf_config` reads them.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from sim.compute.decoder import (
@@ -41,6 +40,8 @@ from sim.compute.decoder import (
 )
 from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import phase_time
+from sim.compute.precision_rules import LowPrecision
+from sim.compute.quantize import layer_index, precision_kernels
 from sim.compute.routing import expert_rows
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.trace.schema import LayerProfile, SharedParams, Trace, dtype_bytes
@@ -66,12 +67,20 @@ def single_gpu_rows(m: DecoderShape, b: int) -> tuple[float, ...]:
 
 
 def decoder_layer(
-    name: str, kind: str, m: DecoderShape, b: int, gpu: ComputeSpec, dtype: str
+    name: str,
+    kind: str,
+    m: DecoderShape,
+    b: int,
+    gpu: ComputeSpec,
+    dtype: str,
+    low: LowPrecision | None = None,
 ) -> LayerProfile:
-    """One layer of the unsharded model on ``gpu`` at micro-batch ``b`` (module doc)."""
+    """One layer of the unsharded model on ``gpu`` at micro-batch ``b`` (module doc), its
+    linear layers under ``low`` where its rules say (:mod:`sim.compute.quantize`)."""
     d = dtype_bytes(dtype)
     rows = single_gpu_rows(m, b) if base_kind(kind) in MOE_KINDS else ()
-    fwd, bwd_in, bwd_w = layer_kernels(kind, m, b, d, rows=rows)
+    kernels = layer_kernels(kind, m, b, d, rows=rows)
+    fwd, bwd_in, bwd_w = precision_kernels(kernels, kind, layer_index(name), m.layers, low, gpu)
     f, i, w = (phase_time(k, gpu, dtype).total_s if k else 0.0 for k in (fwd, bwd_in, bwd_w))
     dense, expert = layer_params(kind, m)
     if kind == "head" and m.tied_embeddings:
@@ -107,6 +116,7 @@ def decoder_trace(
     microbatch_size: int,
     gpu: ComputeSpec,
     dtype: str = "bf16",
+    precision: LowPrecision | None = None,
 ) -> Trace:
     """An analytic trace of a decoder LM (module doc).
 
@@ -115,21 +125,30 @@ def decoder_trace(
         name: trace name.
         microbatch_size: ``b``.
         gpu: the GPU whose kernel model times the layers.
-        dtype: ``bf16``, ``fp16`` or ``fp32``.
+        dtype: ``bf16``, ``fp16`` or ``fp32``: parameters and activations.
+        precision: the low-precision recipe of its linear layers (None: every GEMM in
+            ``dtype``); recorded in ``provenance.inputs.precision``.
 
     Raises:
-        ValueError: an invalid shape or ``microbatch_size < 1``.
+        ValueError: an invalid shape, ``microbatch_size < 1``, or a recipe whose format
+            ``gpu`` does not run.
     """
     m = shape if isinstance(shape, DecoderShape) else DecoderShape.from_dict(dict(shape))
     if microbatch_size < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {microbatch_size}")
-    layers = tuple(decoder_layer(n, k, m, microbatch_size, gpu, dtype) for n, k in layer_names(m))
+    low = precision
+    layers = tuple(
+        decoder_layer(n, k, m, microbatch_size, gpu, dtype, low) for n, k in layer_names(m)
+    )
     dense = sum(layer_params(k, m)[0] for _, k in layer_names(m))
     if m.tied_embeddings:
         dense -= m.vocab * m.hidden
     expert = sum(layer_params(k, m)[1] for _, k in layer_names(m))
     shape_dict = m.to_dict()
-    inputs = {**m.to_dict(), "microbatch_size": microbatch_size, "dtype": dtype, "gpu": asdict(gpu)}
+    gpu_dict = (gpu if low is not None else gpu.without_low_precision()).to_dict()
+    inputs = {**m.to_dict(), "microbatch_size": microbatch_size, "dtype": dtype, "gpu": gpu_dict}
+    if low is not None:
+        inputs["precision"] = low.to_dict()
     moe = m.moe
     routed = (
         f"{moe.experts} experts top-{moe.top_k}, balanced, "
@@ -145,6 +164,7 @@ def decoder_trace(
         "notes": (
             f"Generated, not measured: kernel model (sim.compute) on {gpu.model}, {m.attention} "
             f"attention, {routed}; one GPU, every expert local."
+            + (f" Low precision: {low.describe()}." if low is not None else "")
         ),
     }
     shared = tied_groups(m, len(layers), dtype_bytes(dtype))
@@ -155,6 +175,13 @@ def is_decoder(trace: Trace) -> bool:
     """Whether ``trace`` records a decoder shape (``model_shape.kind == "decoder"``)."""
     shape = trace.provenance.get("model_shape")
     return isinstance(shape, dict) and shape.get("kind") == "decoder"
+
+
+def trace_precision(trace: Trace) -> LowPrecision | None:
+    """The low-precision recipe a generated trace was timed with
+    (``provenance.inputs.precision``), or None."""
+    data = (trace.provenance.get("inputs") or {}).get("precision")
+    return LowPrecision.from_dict(data) if data else None
 
 
 def decoder_shape(trace: Trace) -> DecoderShape:

@@ -50,7 +50,6 @@ not (a few calls each, left out).
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from sim.compute.layers import embedding_times, head_times
@@ -392,7 +391,7 @@ def transformer_trace(
         "attention": attention,
     }
     if modelled:
-        inputs["gpu"] = asdict(gpu)
+        inputs["gpu"] = gpu.without_low_precision().to_dict()
         how = (
             f"kernel model (sim.compute) on {gpu.model}: matmul {gpu.matmul_efficiency:g} x "
             f"{gpu.peak_flops(dtype) / 1e12:g} TFLOP/s with wave quantization on "

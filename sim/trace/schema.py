@@ -81,6 +81,11 @@ class LayerProfile:
         trainable_bytes: optional bytes of the parameters an optimizer updates, the rest
             frozen (LoRA, :mod:`sim.compute.lora`): only these have gradients and optimizer
             state. None: all of ``param_bytes``.
+        recompute_parts: ``(choice, dropped bytes, forward seconds re-run)`` of each
+            module-level recompute choice of the layer (Megatron's ``recompute_modules``,
+            torchtitan's per-op SAC: :mod:`sim.compute.recompute_modules`), as a rank runs it;
+            set on the rank's layers of decoder traces (:mod:`sim.parallel.decoder_shard`),
+            empty elsewhere (not stored in trace files).
     """
 
     name: str
@@ -100,6 +105,7 @@ class LayerProfile:
     fwd_functions: float | None = None
     param_tensors: float | None = None
     trainable_bytes: float | None = None
+    recompute_parts: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def trainable(self) -> float:

@@ -15,8 +15,8 @@ writes, in pipesim's native format with provenance sidecars:
   vocabulary 51,200, micro-batch 1, fp16, math attention, on the A100 of the
   ``dgx-a100-80gb`` preset (what the runs used), for experiments/megatron-scaling.yaml;
 * ``mixtral-8x7b``, ``qwen1.5-moe-a2.7b``, ``deepseek-v3`` (and ``deepseek-v3-l16``, trimmed to
-  16 layers), ``llama3-8b-128k``, ``llama3-405b``, ``qwen3-30b-a3b``, ``llama3-70b``: decoder
-  models
+  16 layers), ``llama3-8b-128k``, ``llama3.1-8b``, ``llama3-405b``, ``qwen3-30b-a3b``,
+  ``llama3-70b``: decoder models
   (:mod:`sim.trace.decoder`) from the Hugging Face ``config.json`` files in ``examples/hf/``
   (:data:`DECODER_SHIPPED`), micro-batch 1, bf16, flash attention, on the H100 of the
   ``dgx-h100`` preset.
@@ -109,13 +109,17 @@ DECODER_SHIPPED: dict[str, tuple[str, int, int | None]] = {
     "deepseek-v3": ("deepseek-v3-config.json", 4096, None),
     "deepseek-v3-l16": ("deepseek-v3-config.json", 4096, 16),
     "llama3-8b-128k": ("llama3-8b-config.json", 131072, None),
+    "llama3.1-8b": ("llama3-8b-config.json", 8192, None),
     "llama3-405b": ("llama3-405b-config.json", 8192, None),
-    "qwen3-30b-a3b": ("qwen3-30b-a3b-config.json", 4096, None),
     "llama3-70b": ("llama3-70b-config.json", 8192, None),
+    "qwen3-30b-a3b": ("qwen3-30b-a3b-config.json", 4096, None),
 }
 """Decoder traces: ``name: (examples/hf/ config file, training sequence length, layers or None
 for the config's)``; ``deepseek-v3-l16`` is DeepSeek-V3 trimmed to 16 layers (3 dense, 13
-MoE), as benchmarks trim it (SimuMax, Megatron-LM) to fit a few servers. ``llama3-405b``:
+MoE), as benchmarks trim it (SimuMax, Megatron-LM) to fit a few servers. ``llama3.1-8b``:
+Llama-3.1-8B (the Llama 3 8B shape; 3.1 changes only the RoPE scaling and context length) at
+torchtitan's training sequence 8,192 (``torchtitan/models/llama3/train_configs/
+llama3_8b.toml``: ``seq_len = 8192``). ``llama3-405b``:
 the shape of Llama Team, "The Llama 3 Herd of Models" (arXiv:2407.21783) Table 3 (126 layers,
 model dimension 16,384, FFN 53,248, 128 heads, 8 key/value heads, vocabulary 128,256) in the
 Llama 3 70B config's format, at the pre-training sequence length 8,192 (§3.4.1).

@@ -29,8 +29,9 @@ def single_point(prep: Prepared) -> PointConfig:
     """The file's only configuration.
 
     Raises:
-        InputError: the file describes several (field ``sweep``), or names a framework
-            profile other than the runtime the replay runs (``pipesim``; field ``framework``).
+        InputError: the file describes several (field ``sweep``), names a framework
+            profile other than the runtime the replay runs (``pipesim``; field ``framework``),
+            or a low-precision recipe (field ``training.precision``).
     """
     if prep.exp.framework != DEFAULT_FRAMEWORK:
         raise InputError(
@@ -41,6 +42,13 @@ def single_point(prep: Prepared) -> PointConfig:
             field="framework",
         )
     points, _ = expand(prep)
+    if any(p.precision for p in points):
+        raise InputError(
+            "validate's torch replay runs every GEMM in the training dtype, not a "
+            "low-precision recipe: remove training.precision (and sweep.precision)",
+            file=prep.file,
+            field="training.precision",
+        )
     if len(points) != 1:
         raise InputError(
             f"describes {len(points)} configurations; validate takes one (a winner.yaml "

@@ -1,0 +1,356 @@
+"""Measured per-GPU peaks as pipesim configurations (for ``bench_memory.py``).
+
+Reads ``../shared/data/measured/*.csv`` (the column layout of its README) minimally, until the
+"runs" helper's readers (``sim/runs/``) land: each row with a ``peak_mem_gib`` becomes a
+:class:`MemoryCase`, the model shape as Megatron-LM builds it from the row's arguments, the
+parallel layout, the micro-batching and the memory settings the run used; or it is kept with
+the reason it cannot be predicted (``skip``). Nothing here is fitted: the settings are the
+runs' own (their launchers' and model arguments), the shapes their configurations.
+
+* SimuMax's B200 rows (``simumax_b200.csv``): Megatron-LM 23e00ed with TE 2.11 on one 8xB200
+  node, as MooreThreads/SimuMax@4dcaae5's launchers run it (``simu_tools/megatron_scripts/
+  scripts/run_pretrain_llama3.sh``, ``run_pretrain_deepseekv2.sh``): bf16, distributed
+  optimizer, sequence parallelism, flash attention, gradient-accumulation fusion, untied
+  embeddings; ``_cef`` cases add TE's fused cross entropy; the MoE ones capacity factor 1
+  with padding (``--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity``), MLA
+  (q_lora 1536, kv_lora 512, 128 + 64 rope, v 128: SimuMax ``configs/models/deepseekv{2,3}
+  .json``). The measured figure is the maximum over the ranks (``peak="max"``).
+* Megatron-LM's functional tests (``megatron_golden_a100_gb200.csv``): each case's
+  ``MODEL_ARGS`` in the note; ``mem-max-allocated-bytes`` is logged by the last rank
+  (``megatron/training/training.py`` ``training_log`` writes TensorBoard from the rank that
+  owns the writer: ``global_vars.py`` ``_set_tensorboard_writer`` on ``rank == world_size -
+  1``), so ``peak="last"``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+MEASURED = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured"
+if not MEASURED.is_dir():  # a worktree of /work: the shared folder beside the checkouts
+    MEASURED = Path("/work/shared/data/measured")
+GIB = 2.0**30
+
+PRESETS = {"B200": "dgx-b200", "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72"}
+"""GPU name in the rows -> the hardware preset whose GPU it is."""
+
+MLA = {"q_lora": 1536, "kv_lora": 512, "d_nope": 128, "d_rope": 64, "d_v": 128}
+"""DeepSeek-V2/V3's MLA dims (SimuMax ``configs/models/deepseekv2.json``, ``deepseekv3.json``:
+q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim)."""
+
+GPT2_VOCAB = 50257
+"""Megatron's GPT-2 BPE vocabulary (``--tokenizer-type GPT2BPETokenizer``, the functional
+tests' default ``gpt2-vocab.json``); BERT's ``bert-large-cased-vocab.txt`` has 28996 and
+Llama-2's tokenizer 32000."""
+TOKENIZER_VOCAB = {
+    "GPT2BPETokenizer": GPT2_VOCAB,
+    "BertWordPieceCase": 28996,
+    "BertWordPieceLowerCase": 30522,
+    "Llama2Tokenizer": 32000,
+}
+
+
+@dataclass
+class MemoryCase:
+    """One measured peak as a configuration.
+
+    Attributes:
+        case: the row's case name.
+        source: ``simumax`` or ``golden``.
+        version: the framework version label (``dev``/``lts`` for the functional tests).
+        gpu: the row's GPU name; ``preset``: the hardware preset.
+        model: ``{"decoder": DecoderShape dict}`` or ``{"gpt": generator shape}``.
+        layout: tp, pp, vp, cp, ep, dp, sp.
+        gbs, mbs, m: global batch, micro-batch size, micro-batches per step.
+        policy: pipesim memory policy.
+        memory: the experiment's ``memory:`` section.
+        measured_gib, reserved_gib: measured peaks (allocated; reserved where given).
+        peak: ``max`` over ranks or the ``last`` rank's.
+        skip: why it is not predicted ("" when it is).
+        framework: pipesim's framework profile of the run.
+    """
+
+    case: str
+    source: str
+    version: str
+    gpu: str
+    preset: str
+    model: dict[str, Any] = field(default_factory=dict)
+    layout: dict[str, Any] = field(default_factory=dict)
+    gbs: int = 0
+    mbs: int = 1
+    m: int = 1
+    policy: str = "none"
+    memory: dict[str, Any] = field(default_factory=dict)
+    measured_gib: float = 0.0
+    reserved_gib: float | None = None
+    peak: str = "max"
+    skip: str = ""
+    framework: str = "megatron-lm"
+
+    @property
+    def dimensions(self) -> str:
+        """The parallel dimensions in use (``tp+pp+dp``)."""
+        lay = self.layout
+        dims = [k for k in ("tp", "pp", "cp", "ep") if lay.get(k, 1) > 1]
+        if lay.get("vp", 1) > 1:
+            dims.append("vp")
+        if lay.get("dp", 1) > 1:
+            dims.append("dp")
+        return "+".join(dims) or "single"
+
+
+def simumax_cases(path: Path = MEASURED / "simumax_b200.csv") -> list[MemoryCase]:
+    """SimuMax's 43 B200 rows (module doc)."""
+    df = pd.read_csv(path)
+    out = []
+    for r in df.itertuples(index=False):
+        note = str(r.note)
+        case = re.search(r"case (\S+);", note)
+        name = case.group(1) if case else str(r.model)
+        reserved = re.search(r"real reserved ([\d.]+) GiB", note)
+        moe = None
+        if r.family == "moe":
+            moe = {
+                "hidden": int(r.hidden),
+                "experts": int(r.moe_experts),
+                "top_k": int(r.moe_topk),
+                "expert_ffn": int(r.moe_ffn_hidden),
+                "shared_ffn": int(r.moe_shared_ffn),
+                "capacity_factor": 1.0,
+                "pad_to_capacity": True,
+            }
+        shape = {
+            "layers": int(r.layers),
+            "hidden": int(r.hidden),
+            "heads": int(r.heads),
+            "seq_len": int(r.seq_len),
+            "vocab": int(r.vocab),
+            "ffn_hidden": int(r.ffn_hidden),
+            "kv_heads": int(r.kv_heads),
+            "mla": MLA if r.attention == "mla" else None,
+            "moe": moe,
+            "dense_layers": int(r.moe_dense_layers) if moe else 0,
+        }
+        dp = int(r.dp)
+        out.append(
+            MemoryCase(
+                case=name,
+                source="simumax",
+                version="Megatron-LM 23e00ed",
+                gpu="B200",
+                preset=PRESETS["B200"],
+                model={"decoder": shape},
+                layout={
+                    "tp": int(r.tp),
+                    "pp": int(r.pp),
+                    "vp": 1,
+                    "cp": int(r.cp),
+                    "cp_comm": "a2a",
+                    "ep": int(r.ep),
+                    "dp": dp,
+                    "sp": int(r.tp) > 1,
+                },
+                gbs=int(r.gbs),
+                mbs=int(r.mbs),
+                m=int(r.ga),
+                policy="dist_opt",
+                memory={
+                    "cross_entropy": "te" if name.endswith("_cef") else "unfused",
+                    "gradient_accumulation_fusion": True,
+                },
+                measured_gib=float(r.peak_mem_gib),
+                reserved_gib=float(reserved.group(1)) if reserved else None,
+                peak="max",
+            )
+        )
+    return out
+
+
+def model_args(note: str) -> dict[str, Any]:
+    """The ``MODEL_ARGS`` dict of a functional test's note ({} without one)."""
+    m = re.search(r"MODEL_ARGS=(\{.*\})", note)
+    if not m:
+        return {}
+    try:
+        return json.loads(m.group(1))
+    except json.JSONDecodeError:
+        return {}
+
+
+UNMODELLED = {
+    "--hybrid-layer-pattern": "hybrid Mamba stack (not modelled)",
+    "--mtp-num-layers": "multi-token prediction layers (not modelled)",
+    "--use-megatron-fsdp": "Megatron-FSDP (not modelled)",
+    "--pipeline-model-parallel-layout": "custom pipeline layout (not modelled)",
+    "--decoder-first-pipeline-num-layers": "uneven pipeline split (not modelled)",
+    "--fp8-format": "FP8 weights and activations (not modelled here)",
+    "--encoder-num-layers": "T5 encoder-decoder (not modelled)",
+}
+"""Arguments of functional tests whose mechanisms the model does not have, and why."""
+
+
+def _vocab(args: dict[str, Any], tp: int, kind: str) -> int:
+    """The padded vocabulary Megatron builds (``_vocab_size_with_padding``: a multiple of
+    ``make_vocab_size_divisible_by x tp``, default 128)."""
+    tok = str(args.get("--tokenizer-type", ""))
+    if "--vocab-size" in args:
+        v = int(args["--vocab-size"])
+    else:
+        v = TOKENIZER_VOCAB.get(tok, 30522 if kind == "bert" else GPT2_VOCAB)
+    mult = int(args.get("--make-vocab-size-divisible-by", 128)) * tp
+    return -(-v // mult) * mult
+
+
+def _moe(args: dict[str, Any], h: int, ffn: int) -> dict[str, Any] | None:
+    if "--num-experts" not in args:
+        return None
+    cap = args.get("--moe-expert-capacity-factor")
+    return {
+        "hidden": h,
+        "experts": int(args["--num-experts"]),
+        "top_k": int(args.get("--moe-router-topk", 2)),
+        "expert_ffn": int(args.get("--moe-ffn-hidden-size", ffn)),
+        "shared_ffn": int(args.get("--moe-shared-expert-intermediate-size", 0) or 0),
+        "capacity_factor": float(cap) if cap is not None else None,
+        "pad_to_capacity": bool(args.get("--moe-pad-expert-input-to-capacity", False)),
+        "gated": bool(args.get("--swiglu", False)),
+    }
+
+
+def _dense_layers(args: dict[str, Any]) -> int:
+    freq = str(args.get("--moe-layer-freq", "1"))
+    m = re.match(r"\(\[0\]\*(\d+)", freq)
+    return int(m.group(1)) if m else 0
+
+
+def golden_model(args: dict[str, Any], kind: str, tp: int) -> dict[str, Any]:
+    """The functional test's model as a trace shape: a decoder (SwiGLU, MoE or MLA) or the
+    generator's GPT/BERT stack (GeLU, learned positions, dropout)."""
+    h, a, layers = int(args["--hidden-size"]), int(args["--num-attention-heads"]), 0
+    layers = int(args["--num-layers"])
+    s = int(args.get("--seq-length", args.get("--max-position-embeddings", 512)))
+    ffn = int(args.get("--ffn-hidden-size", 4 * h))
+    attention = "math" if args.get("--attention-backend") == "unfused" else "flash"
+    if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
+        attention = "math"
+    v = _vocab(args, tp, kind)
+    moe = _moe(args, h, ffn)
+    gated = bool(args.get("--swiglu", False))
+    if gated or moe or args.get("--multi-latent-attention"):
+        kv = int(args.get("--num-query-groups", a)) if args.get("--group-query-attention") else a
+        return {
+            "decoder": {
+                "layers": layers,
+                "hidden": h,
+                "heads": a,
+                "seq_len": s,
+                "vocab": v,
+                "ffn_hidden": ffn,
+                "kv_heads": kv,
+                "attention": attention,
+                "mla": MLA if args.get("--multi-latent-attention") else None,
+                "moe": moe,
+                "dense_layers": _dense_layers(args) if moe else 0,
+            }
+        }
+    return {
+        "gpt": {
+            "kind": "bert" if kind == "bert" else "gpt",
+            "layers": layers,
+            "hidden": h,
+            "heads": a,
+            "seq_len": s,
+            "vocab": v,
+            "ffn_mult": max(1, round(ffn / h)),
+            "attention": attention,
+        }
+    }
+
+
+def _policy(args: dict[str, Any]) -> str:
+    full = args.get("--recompute-granularity") == "full"
+    if args.get("--use-distributed-optimizer"):
+        return "dist_opt:recompute" if full else "dist_opt"
+    if full:
+        return "recompute:full"
+    if args.get("--recompute-granularity") == "selective":
+        return "recompute:selective"
+    return "none"
+
+
+def _golden_case(r: Any) -> MemoryCase:
+    args = model_args(str(r.note))
+    table = str(r.table)
+    name = table.replace("functional test ", "")
+    version = "lts" if "[lts" in name else "dev"
+    kind = name.split("_")[0]
+    gpu = "GB200" if "GB200" in str(r.gpu) else "A100-SXM-80GB"
+    base = MemoryCase(
+        case=name,
+        source="golden",
+        version=f"Megatron-LM functional test [{version}]",
+        gpu=gpu,
+        preset=PRESETS[gpu],
+        measured_gib=float(r.peak_mem_gib),
+        peak="last",
+    )
+    why = next((msg for k, msg in UNMODELLED.items() if k in args), "")
+    if kind in ("t5", "multimodal", "hybrid", "nemotron3"):
+        why = why or f"{kind} models are not modelled"
+    if not args or "--num-layers" not in args:
+        why = why or "no model arguments"
+    if pd.isna(r.num_gpus):
+        why = why or "world size not recorded"
+    if why:
+        base.skip = why
+        return base
+    tp = int(args.get("--tensor-model-parallel-size", 1))
+    pp = int(args.get("--pipeline-model-parallel-size", 1))
+    cp = int(args.get("--context-parallel-size", 1))
+    ep = int(args.get("--expert-model-parallel-size", 1))
+    gpus = int(r.num_gpus)
+    dp = gpus // (tp * pp * cp)
+    layers = int(args["--num-layers"])
+    per_vp = args.get("--num-layers-per-virtual-pipeline-stage")
+    vp = layers // (pp * int(per_vp)) if per_vp else 1
+    mbs = int(args.get("--micro-batch-size", 1))
+    gbs = int(args.get("--global-batch-size", mbs * dp))
+    if dp < 1 or gbs % (mbs * dp):
+        base.skip = f"batch {gbs} is not a multiple of micro-batch {mbs} x dp {dp}"
+        return base
+    ce = "unfused"
+    if args.get("--cross-entropy-loss-fusion"):
+        ce = "te" if args.get("--cross-entropy-fusion-impl") == "te" else "native"
+    base.model = golden_model(args, kind, tp)
+    base.layout = {
+        "tp": tp,
+        "pp": pp,
+        "vp": vp,
+        "cp": cp,
+        "ep": ep,
+        "dp": dp,
+        "sp": bool(args.get("--sequence-parallel", False)) and tp > 1,
+        "cp_comm": str(args.get("--cp-comm-type", "p2p")).split("+")[0],
+    }
+    base.gbs, base.mbs, base.m = gbs, mbs, gbs // (mbs * dp)
+    base.policy = _policy(args)
+    base.memory = {
+        "cross_entropy": ce,
+        "gradient_accumulation_fusion": not args.get("--no-gradient-accumulation-fusion"),
+        "dtype": "fp16" if args.get("--fp16") else "bf16",
+    }
+    return base
+
+
+def golden_cases(path: Path = MEASURED / "megatron_golden_a100_gb200.csv") -> list[MemoryCase]:
+    """Megatron-LM's functional tests with a measured peak (module doc)."""
+    df = pd.read_csv(path)
+    df = df[df.peak_mem_gib.notna()]
+    return [_golden_case(r) for r in df.itertuples(index=False)]

@@ -1,0 +1,145 @@
+"""Expert-parallel dispatch and combine by DeepEP's and Hybrid-EP's kernels, as their authors
+measured them.
+
+DeepEP (deepseek-ai/DeepEP) and Hybrid-EP (NVIDIA's, DeepEP branch ``hybrid-ep``; Megatron-Core's
+``flex`` dispatcher backends) move a rank's routed tokens with their own kernels on a few SMs,
+over NVLink inside a server (or an NVL72 rack) and RDMA between servers. Their READMEs report a
+*bottleneck bandwidth*: the bytes one GPU moves over its NVLink (or its NIC) divided by the
+kernel's time. The cost of an all-to-all (:data:`~sim.comm.alltoall.AllToAllCost`) is then
+``max over ranks and directions of (NVLink bytes / (e_nvl x R_nvl), RDMA bytes / (e_rdma x
+R_nic))`` plus the routes' latency, where a rank's NVLink bytes are what it sends to (or
+receives from) the members its route reaches without a network link, ``R`` the rate of the
+first (last) link of those routes, and ``e`` the measured bandwidth over the measuring system's
+link rate (:data:`MEASURED`): an efficiency carried to other GPUs of the same kind (an
+assumption). Measurements (the project's ``research/gpus/microbench.md`` §4 quotes them):
+
+* DeepEP normal kernels on H800 (NVLink ~160 GB/s, CX7 400 Gb/s ~50 GB/s), 20 SMs:
+  intranode EP 8 dispatch 153 GB/s, combine 158 GB/s; internode EP 16 43 / 43, EP 32 58 / 57,
+  EP 64 51 / 50 GB/s (DeepEP ``README.md`` at 2be0d4f, now ``docs/legacy.md``);
+* DeepEP (torch API) on B200, EP 8, 16 / 32 SMs: BF16 dispatch 348 / 619, combine 302 / 524
+  GB/s; Hybrid-EP at 16 SMs 536 / 531 (DeepEP@94a9f8f6 ``docs/README_Hybrid-EP.md``; B200
+  NVLink 900 GB/s per direction);
+* Hybrid-EP on GB200 NVL72, kernel only, 16 / 32 SMs: 8 ranks BF16 dispatch 750 / 764,
+  combine 684 / 737; 36 ranks 613 / 632 and 543 / 597 GB/s (same file);
+* Hybrid-EP on H100 with IB, 64 ranks, 16 SMs: BF16 dispatch 41.2, combine 46.6 GB/s.
+
+Dispatch and combine run at different rates; a :class:`~sim.parallel.ops.GroupOp` does not
+say which it is, so the mean of the two is used (an assumption).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sim.hardware.topology import Topology
+
+NETWORK = "network"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One published measurement of a dispatcher.
+
+    Attributes:
+        backend: ``deepep`` or ``hybridep``.
+        family: the GPU family it ran on (``hopper``, ``blackwell``).
+        link: ``nvl`` or ``rdma``.
+        sms: SMs the kernels used.
+        dispatch_Bps, combine_Bps: bottleneck bandwidths measured.
+        link_Bps: the link rate they are a share of (per direction).
+        source: where.
+    """
+
+    backend: str
+    family: str
+    link: str
+    sms: int
+    dispatch_Bps: float
+    combine_Bps: float
+    link_Bps: float
+    source: str
+
+    @property
+    def efficiency(self) -> float:
+        """Mean of dispatch and combine over the link rate."""
+        return (self.dispatch_Bps + self.combine_Bps) / 2 / self.link_Bps
+
+
+_GB = 1e9
+_DEEPEP = "deepseek-ai/DeepEP README.md @2be0d4f (docs/legacy.md @dd758caf)"
+_HYBRID = "deepseek-ai/DeepEP@94a9f8f6 docs/README_Hybrid-EP.md"
+MEASURED: tuple[Measured, ...] = (
+    Measured("deepep", "hopper", "nvl", 20, 153 * _GB, 158 * _GB, 160 * _GB, _DEEPEP),
+    Measured("deepep", "hopper", "rdma", 20, 51 * _GB, 50 * _GB, 50 * _GB, _DEEPEP + " (EP 64)"),
+    Measured("deepep", "blackwell", "nvl", 16, 348 * _GB, 302 * _GB, 900 * _GB, _HYBRID),
+    Measured("deepep", "blackwell", "nvl", 32, 619 * _GB, 524 * _GB, 900 * _GB, _HYBRID),
+    Measured("hybridep", "blackwell", "nvl", 16, 536 * _GB, 531 * _GB, 900 * _GB, _HYBRID),
+    Measured("hybridep", "blackwell", "nvl", 32, 764 * _GB, 737 * _GB, 900 * _GB, _HYBRID),
+    Measured("hybridep", "hopper", "rdma", 16, 41.2 * _GB, 46.6 * _GB, 50 * _GB, _HYBRID),
+)
+"""The measurements (module doc); ``hopper`` rows stand for H100/H200/H800, ``blackwell`` for
+B200/B300/GB200/GB300 (an assumption for the GPUs not measured)."""
+
+
+def efficiency(backend: str, family: str, link: str, sms: int) -> float:
+    """The measured efficiency of ``backend`` on ``link`` for a GPU ``family`` at ``sms``
+    SMs: linear between the two measurements around ``sms`` (the nearest outside them); the
+    other family's where this one has none for the link; DeepEP's where the backend has none.
+
+    Example:
+        >>> round(efficiency("deepep", "blackwell", "nvl", 20), 3)
+        0.43
+    """
+    rows = [m for m in MEASURED if m.backend == backend and m.link == link]
+    rows = rows or [m for m in MEASURED if m.backend == "deepep" and m.link == link]
+    mine = [m for m in rows if m.family == family] or rows
+    mine = sorted(mine, key=lambda m: m.sms)
+    lo = [m for m in mine if m.sms <= sms]
+    hi = [m for m in mine if m.sms >= sms]
+    if not lo:
+        return hi[0].efficiency
+    if not hi:
+        return lo[-1].efficiency
+    a, b = lo[-1], hi[0]
+    if a.sms == b.sms:
+        return a.efficiency
+    w = (sms - a.sms) / (b.sms - a.sms)
+    return a.efficiency + w * (b.efficiency - a.efficiency)
+
+
+def family_of(topology: Topology, gpu: str) -> str:
+    """``blackwell`` or ``hopper`` (the default) from the GPU's name (B200, GB200, B300 ...)."""
+    name = topology.gpu(int(gpu[3:])).model.upper() if gpu.startswith("gpu") else ""
+    return "blackwell" if "B200" in name or "B300" in name else "hopper"
+
+
+def dispatch_cost(backend: str, sms: int):
+    """The all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`) of ``backend``'s kernels
+    on ``sms`` SMs (module doc)."""
+
+    def cost(topology: Topology, gpus: Sequence[str], pairs) -> float:
+        fam = family_of(topology, gpus[0])
+        eff = {link: efficiency(backend, fam, link, sms) for link in ("nvl", "rdma")}
+        n, worst, latency = len(gpus), 0.0, 0.0
+        sent = [[0.0, 0.0] for _ in range(n)]  # [nvl seconds, rdma seconds] per rank
+        got = [[0.0, 0.0] for _ in range(n)]
+        for i, src in enumerate(gpus):
+            for j, dst in enumerate(gpus):
+                nb = pairs[i][j]
+                if i == j or nb <= 0:
+                    continue
+                route = topology.route(src, dst)
+                net = [lk for lk in route if lk.kind == NETWORK]
+                k = 1 if net else 0
+                out_rate = (net[0] if net else route[0]).rate_Bps()
+                in_rate = (net[-1] if net else route[-1]).rate_Bps()
+                e = eff["rdma" if net else "nvl"]
+                sent[i][k] += nb / (e * out_rate)
+                got[j][k] += nb / (e * in_rate)
+                latency = max(latency, sum(lk.latency_s for lk in route))
+        for row in (*sent, *got):
+            worst = max(worst, *row)
+        return worst + (latency if worst > 0 else 0.0)
+
+    return cost

@@ -1,0 +1,325 @@
+"""Low-precision training recipes: which GEMMs run below 16 bits, and what quantizing costs.
+
+A :class:`Recipe` is one framework library's way of running a model's linear layers in FP8,
+MXFP8 or NVFP4 while the parameters and activations stay in the training dtype (bf16):
+
+* **Transformer Engine** (Megatron-LM's ``--fp8-recipe`` / ``--fp4-recipe``; the recipe classes
+  of NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/common/recipe/__init__.py``):
+  ``fp8-delayed`` (``DelayedScaling``, lines 173-262, Megatron's default), ``fp8-tensorwise``
+  (``Float8CurrentScaling``, 286-335), ``fp8-blockwise`` (``Float8BlockScaling``, 392-487: 1x128
+  blocks for activations and gradients, 128x128 for weights), ``mxfp8`` (``MXFP8BlockScaling``,
+  337-390: an E8M0 scale per 32 elements) and ``nvfp4`` (``NVFP4BlockScaling``, 489-628: E2M1
+  with an E4M3 scale per 16 elements). Megatron maps ``--fp8-recipe`` onto them in
+  NVIDIA/Megatron-LM@d98e8a6 ``megatron/core/fp8_utils.py:752-810``.
+* **torchao** (torchtitan's ``Float8LinearConverter``, pytorch/torchtitan@b5bcd76
+  ``torchtitan/components/quantization/float8.py:58``: recipes ``rowwise`` (default) and
+  ``rowwise_with_gw_hp``; ``mx.py`` for ``mxfp8``): ``fp8-rowwise`` and ``fp8-rowwise-gw-hp``
+  (pytorch/ao@36027d8 ``torchao/float8/config.py:317-378``: axis-wise scales for input, weight
+  and output gradient; the second keeps the weight-gradient GEMM in high precision), ``mxfp8``.
+
+Per linear layer ``Y = X W`` three operands are quantized (TE ``linear.py:370-500,
+896-1060``): the input ``X`` (row-wise for the forward GEMM, column-wise for the weight
+gradient), the weight ``W`` (row-wise forward, column-wise for the input gradient) and the
+output gradient ``dY`` (row-wise for the input gradient, column-wise for the weight gradient);
+the outputs are 16-bit. One quantize kernel per operand (the kernels cast both usages in one
+pass: TE ``cast_transpose`` for per-tensor FP8, ``quantize_transpose_{square,vector}_blockwise``
+for blocks, ``cast_mxfp8_2D_kernel`` with row- and column-wise scaling; torchao casts each
+usage apart) moves, per element, :func:`cast_bytes_per_element`: the 16-bit input read once
+(twice with a separate amax pass: TE's current scaling ``nvte_compute_amax`` then
+``nvte_quantize_v2``, ``transformer_engine/pytorch/csrc/quantizer.cpp:979-1033``; NVFP4's
+per-tensor amax) and each quantized copy written with its scales. A per-tensor FP8 copy serves
+both usages on a GPU whose tensor cores take any FP8 layout (Blackwell); Hopper keeps a
+transposed copy (TE ``float8_tensor.py:414-430``, ``utils.py:658-663``). Block-scaled formats
+keep one copy per usage, as scales run along one axis.
+
+Transformer Engine caches the quantized weights across the micro-batches of a step
+(``is_first_microbatch``: TE ``module/base.py:792-886``; Megatron passes it,
+``megatron/core/transformer/module.py:114-133``): the cache is persistent memory
+(:func:`weight_copy_bytes_per_param`) and the weight is quantized once per step. torchao
+quantizes the weight in every forward and backward and keeps no copy.
+
+What stays in 16 bits (:class:`LayerRules`): the word embedding (not a TE module), the output
+layer (Megatron builds it as a plain ``ColumnParallelLinear``: ``gpt_model.py:272-292``), the MoE
+router (``router.py:90-112``: the input dtype or fp32), the attention core (FP8 attention,
+``--fp8-dot-product-attention``, is off by default: ``transformer_config.py:640-644``, and is
+not modelled), norms, activations, residuals and the loss; with Megatron's
+``--first-last-layers-bf16`` the first ``--num-layers-at-start-in-bf16`` and last
+``--num-layers-at-end-in-bf16`` blocks (default 1 each; not allowed with delayed scaling:
+``transformer_config.py:649-658``, ``fp8_utils.py:711-727, 883-888``). torchao converts every
+``nn.Linear`` whose dimensions are multiples of 16 that ``filter_fqns`` does not name
+(torchtitan ``float8.py:61-64``; default: none, so the output layer too; the docs' example
+filters ``output``).
+
+Not modelled (assumptions, each an error of a few per cent at most on the layers' time or
+memory): FP8 attention (off by default, above); the saved linear inputs, which TE keeps in FP8
+(1 byte instead of 2, ``linear.py:596-621``): activations are counted in 16 bits; delayed
+scaling's amax all-reduce of a few kilobytes per step and current scaling's per-tensor amax
+all-reduce under sequence parallelism (latency only); torch.compile's fusion of torchao's casts
+into neighbouring kernels; MXFP8/NVFP4 scale swizzling (``mxfp8_tensor.py:139-176``) and NVFP4's
+random Hadamard transform beyond the bytes of its casts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HIGH_PRECISION = ("bf16", "fp16", "fp32")
+"""Precision names that mean "no low-precision GEMMs": every GEMM in the training dtype."""
+TE, TORCHAO = "transformer_engine", "torchao"
+"""The two libraries whose recipes are modelled."""
+DTYPE_BYTES = 2.0
+"""Bytes of the 16-bit tensors a recipe quantizes (bf16 training)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One library's low-precision recipe (module doc).
+
+    Attributes:
+        name: the precision name (``fp8-delayed``, ``mxfp8``...).
+        library: :data:`TE` or :data:`TORCHAO`.
+        format: the GEMM format (:data:`sim.hardware.gpu_compute.LOW_PRECISION_FORMATS`).
+        data_bytes: bytes per quantized element (1 for FP8, 0.5 for FP4).
+        scale_bytes: scale bytes per element of one activation or gradient copy (0 per
+            tensor; 4/128 for 1x128 fp32 blocks; 1/32 for MXFP8's E8M0 per 32; 1/16 for
+            NVFP4's E4M3 per 16).
+        weight_scale_bytes: the same for a weight copy (4/16384 for 128x128 fp32 blocks).
+        per_tensor: one scale per tensor, so one copy serves both usages where the GPU takes
+            any FP8 layout (:attr:`~sim.hardware.gpu_compute.LowPrecisionRate.non_tn`).
+        amax_pass: a separate read of the 16-bit tensor for its amax before the cast.
+        cast_per_usage: one cast kernel per usage, each reading the 16-bit tensor (torchao);
+            False: one kernel writes both usages (TE).
+        norm_fusion: what the norm before a fused ``LayerNormLinear`` does for the cast of its
+            output (TE ``csrc/extensions/normalization.cpp:305-440``): ``"cast"`` it writes the
+            quantized tensor itself (``FULLY_FUSED``, delayed scaling), ``"amax"`` it computes
+            the amax while writing 16 bits (``FUSED_NORM_AMAX_FP8``, current scaling), ``""``
+            nothing (a separate cast).
+        weight_cache: quantized weights kept across micro-batches (TE), else cast per use.
+        wgrad: the weight-gradient GEMM runs in the low-precision format.
+        source: where the recipe is defined.
+    """
+
+    name: str
+    library: str
+    format: str
+    data_bytes: float
+    scale_bytes: float
+    weight_scale_bytes: float
+    per_tensor: bool
+    amax_pass: bool
+    cast_per_usage: bool
+    norm_fusion: str
+    weight_cache: bool
+    wgrad: bool
+    source: str
+
+    def copies(self, non_tn: bool) -> int:
+        """Quantized copies of a tensor used both row- and column-wise: 1 for a per-tensor
+        scale on a GPU that takes any FP8 layout, else 2."""
+        return 1 if self.per_tensor and non_tn else 2
+
+    def label(self) -> str:
+        """``name (library)`` for notes."""
+        return f"{self.name} ({self.library})"
+
+
+_TE_RECIPE = "NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/__init__.py"
+_TORCHAO = "pytorch/ao@36027d8 torchao/float8/config.py:317-378"
+
+RECIPES: dict[tuple[str, str], Recipe] = {
+    (r.name, r.library): r
+    for r in (
+        Recipe(
+            "fp8-delayed",
+            TE,
+            "fp8",
+            1.0,
+            0.0,
+            0.0,
+            True,
+            False,
+            False,
+            "cast",
+            True,
+            True,
+            f"{_TE_RECIPE}:173-262 DelayedScaling (amax from the history, recorded by the cast)",
+        ),
+        Recipe(
+            "fp8-tensorwise",
+            TE,
+            "fp8",
+            1.0,
+            0.0,
+            0.0,
+            True,
+            True,
+            False,
+            "amax",
+            True,
+            True,
+            f"{_TE_RECIPE}:286-335 Float8CurrentScaling",
+        ),
+        Recipe(
+            "fp8-blockwise",
+            TE,
+            "fp8",
+            1.0,
+            4 / 128,
+            4 / 128**2,
+            False,
+            False,
+            False,
+            "",
+            True,
+            True,
+            f"{_TE_RECIPE}:392-487 Float8BlockScaling (1x128 activations and gradients, "
+            "128x128 weights, fp32 scales)",
+        ),
+        Recipe(
+            "mxfp8",
+            TE,
+            "mxfp8",
+            1.0,
+            1 / 32,
+            1 / 32,
+            False,
+            False,
+            False,
+            "",
+            True,
+            True,
+            f"{_TE_RECIPE}:337-390 MXFP8BlockScaling (E8M0 scale per 32)",
+        ),
+        Recipe(
+            "nvfp4",
+            TE,
+            "nvfp4",
+            0.5,
+            1 / 16,
+            1 / 16,
+            False,
+            True,
+            False,
+            "",
+            True,
+            True,
+            f"{_TE_RECIPE}:489-628 NVFP4BlockScaling (E4M3 scale per 16, fp32 tensor amax)",
+        ),
+        Recipe(
+            "fp8-rowwise",
+            TORCHAO,
+            "fp8",
+            1.0,
+            0.0,
+            0.0,
+            False,
+            False,
+            True,
+            "",
+            False,
+            True,
+            f"{_TORCHAO} ROWWISE (axis-wise scales for input, weight, output gradient)",
+        ),
+        Recipe(
+            "fp8-rowwise-gw-hp",
+            TORCHAO,
+            "fp8",
+            1.0,
+            0.0,
+            0.0,
+            False,
+            False,
+            True,
+            "",
+            False,
+            False,
+            f"{_TORCHAO} ROWWISE_WITH_GW_HP (weight gradient in high precision)",
+        ),
+        Recipe(
+            "mxfp8",
+            TORCHAO,
+            "mxfp8",
+            1.0,
+            1 / 32,
+            1 / 32,
+            False,
+            False,
+            True,
+            "",
+            False,
+            True,
+            "pytorch/torchtitan@b5bcd76 torchtitan/components/quantization/mx.py (torchao "
+            "MXFP8, recipe mxfp8_rceil: dim0 and dim1 casts apart)",
+        ),
+    )
+}
+
+
+def recipe_names(library: str | None = None) -> list[str]:
+    """The precision names with a recipe (of ``library`` only, if given), sorted."""
+    return sorted({n for n, lib in RECIPES if library is None or lib == library})
+
+
+def get_recipe(name: str, library: str = TE) -> Recipe | None:
+    """The recipe ``name`` as ``library`` runs it; None for a 16-bit name
+    (:data:`HIGH_PRECISION`) or ``""``.
+
+    Raises:
+        ValueError: an unknown name, or one ``library`` does not run (the message lists the
+            names it does).
+    """
+    if name in ("", *HIGH_PRECISION):
+        return None
+    found = RECIPES.get((name, library))
+    if found is not None:
+        return found
+    mine = ", ".join(recipe_names(library))
+    if name in recipe_names():
+        other = next(lib for n, lib in RECIPES if n == name)
+        raise ValueError(
+            f"precision {name!r} is {other}'s recipe; {library} runs {mine}"
+            + (
+                " (torchtitan@b5bcd76 components/quantization/float8.py:58)"
+                if library == TORCHAO
+                else ""
+            )
+        )
+    raise ValueError(
+        f"unknown precision {name!r}; use bf16, fp16, fp32 or a recipe: "
+        + ", ".join(recipe_names())
+    )
+
+
+def cast_bytes_per_element(
+    recipe: Recipe, usages: int, non_tn: bool, weight: bool = False
+) -> float:
+    """HBM bytes per element of quantizing one 16-bit tensor for ``usages`` (1 or 2) GEMM
+    operand layouts (module doc): reads ``2`` (once more with an amax pass, and once per usage
+    when the library casts each usage apart), writes ``copies x (data + scales)``.
+
+    Example (per-tensor FP8, both usages): Hopper ``2 + 2 x 1 = 4``; Blackwell ``2 + 1 = 3``;
+    current scaling adds the amax read: 6 and 5.
+    """
+    copies = recipe.copies(non_tn) if usages > 1 else 1
+    scale = recipe.weight_scale_bytes if weight else recipe.scale_bytes
+    reads = DTYPE_BYTES * ((usages if recipe.cast_per_usage else 1) + recipe.amax_pass)
+    return reads + copies * (recipe.data_bytes + scale)
+
+
+def weight_copy_bytes_per_param(recipe: Recipe, non_tn: bool) -> float:
+    """Persistent bytes per low-precision weight element beyond its 16-bit parameter: TE's
+    quantized weight cache, row- and column-wise (``copies x (data + weight scales)``); 0 for
+    a library that keeps none (torchao).
+
+    Example: per-tensor FP8 on Hopper 2, on Blackwell 1; MXFP8 ``2 x (1 + 1/32) = 2.0625``;
+    NVFP4 ``2 x (0.5 + 1/16) = 1.125``.
+    """
+    if not recipe.weight_cache:
+        return 0.0
+    return recipe.copies(non_tn) * (recipe.data_bytes + recipe.weight_scale_bytes)
+
+
+def param_gather_bytes_per_param(recipe: Recipe) -> float:
+    """Bytes per low-precision parameter that Megatron's ``--fp8-param-gather`` all-gathers:
+    the row-wise quantized data and its scales (``param_and_grad_buffer.py:888-951``)."""
+    return recipe.data_bytes + recipe.weight_scale_bytes

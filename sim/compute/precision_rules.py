@@ -1,0 +1,133 @@
+"""Which layers a low-precision recipe runs below 16 bits (:class:`LayerRules`), and the recipe
+with its rules as a trace or a grid point carries it (:class:`LowPrecision`).
+
+The rules and their sources are :mod:`sim.compute.precision`'s module doc ("What stays in 16
+bits"): Transformer Engine under Megatron-LM quantizes the linear layers of the transformer
+blocks only (optionally not the first and last blocks), torchao every ``nn.Linear`` whose
+dimensions divide by 16, the output layer and the router included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.compute.decoder_shape import base_kind
+from sim.compute.precision import TE, TORCHAO, Recipe, get_recipe
+
+
+@dataclass(frozen=True)
+class LayerRules:
+    """Which layers run their GEMMs in low precision (module doc).
+
+    Attributes:
+        bf16_start, bf16_end: transformer blocks kept in 16 bits at the start and the end.
+        head: the output layer's GEMMs in low precision.
+        router: the MoE router's GEMM in low precision.
+    """
+
+    bf16_start: int = 0
+    bf16_end: int = 0
+    head: bool = False
+    router: bool = False
+
+    @classmethod
+    def default(cls, recipe: Recipe, first_last_bf16: bool = False, start: int = 1, end: int = 1):
+        """The library's defaults (TE: blocks only, optionally the first and last in 16 bits;
+        torchao: every linear with dimensions divisible by 16, output layer included).
+
+        Raises:
+            ValueError: first/last blocks in 16 bits with delayed scaling (Megatron refuses).
+        """
+        if first_last_bf16 and recipe.name == "fp8-delayed":
+            raise ValueError(
+                "first_last_layers_bf16 is not allowed with delayed scaling (Megatron-LM "
+                "transformer_config.py:649-658); use fp8-tensorwise or another recipe"
+            )
+        keep = (start, end) if first_last_bf16 else (0, 0)
+        if recipe.library == TORCHAO:
+            return cls(*keep, head=True, router=True)
+        return cls(*keep)
+
+    def block_low(self, index: int, blocks: int) -> bool:
+        """Whether transformer block ``index`` (of ``blocks``) runs in low precision."""
+        return self.bf16_start <= index < blocks - self.bf16_end
+
+    def describe(self) -> str:
+        """The rules in words."""
+        out = ["blocks' linear layers in low precision"]
+        if self.bf16_start or self.bf16_end:
+            out.append(f"first {self.bf16_start} and last {self.bf16_end} blocks in 16 bits")
+        out.append("output layer " + ("low precision" if self.head else "in 16 bits"))
+        out.append("router " + ("low precision" if self.router else "in 16 bits"))
+        out.append("attention core, embedding, norms in 16 bits")
+        return "; ".join(out)
+
+
+BLOCK_KINDS = ("block", "moe_block", "attention", "mlp", "moe", "mamba")
+"""Layer kinds of the model's body (:mod:`sim.compute.decoder_shape`: uniform blocks, hybrid
+layers; ``swa_`` windowed ones too), counted by Megatron's first/last-layers rule."""
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """A recipe with its layer rules: what a trace or a grid point runs below 16 bits.
+
+    Attributes:
+        recipe: the :class:`Recipe`.
+        rules: the :class:`LayerRules`.
+        param_gather: Megatron's ``--fp8-param-gather``: the parameters themselves are kept
+            quantized (no 16-bit copy) and the distributed optimizer all-gathers them in
+            their format (``megatron/training/argument_utils.py:312``,
+            ``param_and_grad_buffer.py:888-951``; needs the distributed optimizer,
+            ``arguments.py:1095-1097``).
+    """
+
+    recipe: Recipe
+    rules: LayerRules = LayerRules()
+    param_gather: bool = False
+
+    def layer_low(self, kind: str, index: int, blocks: int) -> bool:
+        """Whether layer ``kind`` (block ``index`` of ``blocks`` for a block) runs any GEMM in
+        low precision."""
+        base = base_kind(kind)
+        if base in BLOCK_KINDS:
+            return self.rules.block_low(index, blocks)
+        if base == "mtp":  # DeepSeek-V3's MTP depths: transformer layers of the same spec
+            return True
+        return base == "head" and self.rules.head
+
+    def to_dict(self) -> dict:
+        """JSON-able form (a trace's provenance), read back by :meth:`from_dict`."""
+        r = self.rules
+        return {
+            "name": self.recipe.name,
+            "library": self.recipe.library,
+            "bf16_start": r.bf16_start,
+            "bf16_end": r.bf16_end,
+            "head": r.head,
+            "router": r.router,
+            "param_gather": self.param_gather,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LowPrecision:
+        """The object :meth:`to_dict` wrote.
+
+        Raises:
+            ValueError: an unknown recipe.
+        """
+        recipe = get_recipe(str(data["name"]), str(data.get("library", TE)))
+        if recipe is None:
+            raise ValueError(f"precision {data['name']!r} is not a low-precision recipe")
+        rules = LayerRules(
+            int(data.get("bf16_start", 0)),
+            int(data.get("bf16_end", 0)),
+            bool(data.get("head", False)),
+            bool(data.get("router", False)),
+        )
+        return cls(recipe, rules, bool(data.get("param_gather", False)))
+
+    def describe(self) -> str:
+        """One line for notes."""
+        gather = "; parameters kept and all-gathered quantized" if self.param_gather else ""
+        return f"{self.recipe.label()}: {self.rules.describe()}{gather}"

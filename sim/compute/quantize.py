@@ -1,0 +1,201 @@
+"""A layer's kernels under a low-precision recipe: its linear GEMMs in FP8/MXFP8/NVFP4 and the
+quantize kernels that feed them (:mod:`sim.compute.precision` says which and why).
+
+:func:`quantize_layer` takes a layer's ``(forward, input gradient, weight gradient)`` kernels as
+:mod:`sim.compute.decoder` builds them and returns them as the recipe runs them:
+
+* the linear layers' GEMMs (``qkv``/``q``/``k``/``v``, ``proj``, ``gate``, ``up``, ``down``, MLA's
+  ``q_down``/``q_up``/``kv_down``/``kv_up``, the shared and routed experts; the output layer
+  and the router where :class:`~sim.compute.precision.LayerRules` say so) get the format
+  (:attr:`Kernel.precision`) and the bytes of quantized operands and a 16-bit output:
+  ``(m*k + k*n) * q + m*n*2`` per GEMM; the weight-gradient GEMMs only when the recipe runs
+  them low (``Recipe.wgrad``);
+* a quantize kernel per operand (module doc of :mod:`sim.compute.precision`): each layer input
+  in the forward (both usages when the weight gradient is low), each output gradient in the
+  input-gradient phase, and, where the library keeps no weight cache (torchao), each weight in
+  the forward (row-wise) and in the input-gradient phase (column-wise). GEMMs that share an
+  input share its cast (Megatron's fused QKV and FC1 linears). The inputs of a dense block's
+  QKV and FC1 come from the norm of a ``LayerNormLinear``: with ``norm_fusion == "cast"`` the
+  norm writes the quantized copies instead of its 16-bit output (its bytes change, no kernel
+  is added), with ``"amax"`` the cast kernel has no amax pass. Under sequence parallelism a
+  norm's output is quantized before the all-gather, over the rank's own tokens (the norm's:
+  :data:`NORM_INPUT`).
+
+With TE's weight cache the weights are quantized once per step, not here
+(:func:`weight_quantize_bytes`). The attention core, norms, activations, router and
+permutations are untouched.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from sim.compute.kernels import Kernel, mem
+from sim.compute.precision import DTYPE_BYTES, TE, TORCHAO, Recipe, cast_bytes_per_element
+from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
+
+LINEARS = frozenset(
+    {"qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down", "q_up", "kv_down", "kv_up"}
+    | {"shared_up", "shared_down", "expert_up", "expert_down", "in_proj", "out_proj", "eh_proj"}
+)
+"""Names of the GEMMs that are linear layers (TE modules) in :mod:`sim.compute.transformer`,
+:mod:`sim.compute.mla`, :mod:`sim.compute.moe` (experts), :mod:`sim.compute.ssm` (Mamba's ``in_proj``,
+``out_proj``) and the MTP layer's ``eh_proj`` (:mod:`sim.compute.decoder`); LoRA adapters stay
+in 16 bits."""
+SHARED_INPUT = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "fc1", "up": "fc1"}
+"""GEMMs that are one linear layer in Megatron (fused QKV, FC1 with gate and up): one cast."""
+NORM_FED = {"qkv": "norm1", "fc1": "norm2", "in_proj": "norm1"}
+"""Inputs a dense block's ``LayerNormLinear`` takes from its norm (the kernel that writes it)."""
+NORM_INPUT = {**NORM_FED, "q_down": "norm1", "kv_down": "norm1", "shared_up": "norm2"}
+"""Inputs that are a norm's output: under sequence parallelism Transformer Engine quantizes
+them over the rank's own tokens before the all-gather (``layernorm_linear.py:285-312``), so
+their cast covers the norm's elements, not the gathered GEMM's."""
+_BWD = re.compile(r"^d_(.+)_(in|w)$")
+
+
+def _base(name: str) -> tuple[str, str]:
+    """``(linear, role)``: ``("up", "fwd")`` for ``up``, ``("expert_up", "in")`` for
+    ``d_expert_up_in[128]``; ``("", "")`` for anything else."""
+    plain = name.split("[", 1)[0]
+    m = _BWD.match(plain)
+    if m is not None:
+        return m.group(1), m.group(2)
+    return plain, "fwd"
+
+
+def _eligible(kern: Kernel, names: frozenset[str], recipe: Recipe) -> tuple[str, str]:
+    """``(linear, role)`` when ``kern`` is a GEMM of one of ``names`` the recipe quantizes."""
+    if kern.kind != "gemm":
+        return "", ""
+    base, role = _base(kern.name)
+    if base not in names:
+        return "", ""
+    if recipe.library == TORCHAO:  # nn.Linear with a dimension not divisible by 16: skipped
+        dims = (kern.m, kern.n) if role == "w" else (kern.n, kern.k)  # the weight's
+        if any(x % 16 for x in dims):
+            return "", ""
+    if role == "w" and not recipe.wgrad:
+        return "", ""
+    return base, role
+
+
+def _low(kern: Kernel, recipe: Recipe) -> Kernel:
+    """``kern`` in the recipe's format: quantized operands, 16-bit output."""
+    b = kern.batch
+    nbytes = (
+        (kern.m * kern.k + kern.k * kern.n) * recipe.data_bytes + kern.m * kern.n * DTYPE_BYTES
+    ) * b
+    return replace(kern, bytes=float(nbytes), precision=recipe.format)
+
+
+def quantize_layer(
+    kernels: tuple[list[Kernel], list[Kernel], list[Kernel]],
+    recipe: Recipe,
+    rate: LowPrecisionRate,
+    rules: LayerRules = LayerRules(),
+) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
+    """``kernels`` (forward, input gradient, weight gradient) as ``recipe`` runs them on a GPU
+    with format ``rate`` (module doc).
+
+    Raises:
+        ValueError: ``rate`` is not the recipe's format.
+    """
+    if rate.format != recipe.format:
+        raise ValueError(f"{recipe.name} runs {recipe.format} GEMMs, not {rate.format}")
+    extra = {"logits"} if rules.head else set()
+    names = LINEARS | extra | ({"router"} if rules.router else set())
+    fwd, bwd_in, bwd_w = ([*k] for k in kernels)
+    usages = 2 if recipe.wgrad else 1
+    x_elems: dict[str, float] = {}
+    dy_elems: dict[str, float] = {}
+    w_elems = [0.0, 0.0]  # torchao: weights cast per use (forward row-wise, backward column-wise)
+    for out in (fwd, bwd_in, bwd_w):
+        for i, kern in enumerate(out):
+            base, role = _eligible(kern, names, recipe)
+            if not base:
+                continue
+            out[i] = _low(kern, recipe)
+            key = SHARED_INPUT.get(base, base)
+            if role == "fwd":
+                # GEMMs of one fused linear share one input: it is cast once
+                x_elems[key] = max(x_elems.get(key, 0.0), kern.m * kern.k * kern.batch)
+                w_elems[0] += kern.k * kern.n * kern.batch
+            elif role == "in":
+                dy_elems[key] = dy_elems.get(key, 0.0) + kern.m * kern.k * kern.batch
+                w_elems[1] += kern.n * kern.k * kern.batch
+    fwd = _input_casts(fwd, x_elems, recipe, rate, usages)
+    bwd_in = bwd_in + [
+        mem(f"quantize_dgrad_{key}", n * cast_bytes_per_element(recipe, usages, rate.non_tn))
+        for key, n in dy_elems.items()
+    ]
+    if not recipe.weight_cache and any(w_elems):
+        one = cast_bytes_per_element(recipe, 1, rate.non_tn, weight=True)
+        fwd.append(mem("quantize_weights", w_elems[0] * one))
+        bwd_in.append(mem("quantize_weights_t", w_elems[1] * one))
+    return fwd, bwd_in, bwd_w
+
+
+def _input_casts(
+    fwd: list[Kernel],
+    x_elems: dict[str, float],
+    recipe: Recipe,
+    rate: LowPrecisionRate,
+    usages: int,
+) -> list[Kernel]:
+    """``fwd`` with a cast kernel per layer input, or the norm's bytes changed where the
+    recipe fuses the cast into it (module doc)."""
+    out = list(fwd)
+    for key, n in x_elems.items():
+        norm = NORM_INPUT.get(key) if recipe.library == TE else None
+        at = next((i for i, k in enumerate(out) if k.name == norm), None) if norm else None
+        if at is not None:  # the norm reads and writes its r*h elements
+            n = out[at].bytes / (2 * DTYPE_BYTES)
+        if at is None or key not in NORM_FED or not recipe.norm_fusion:
+            out.append(
+                mem(f"quantize_{key}", n * cast_bytes_per_element(recipe, usages, rate.non_tn))
+            )
+            continue
+        elems = n
+        if recipe.norm_fusion == "cast":  # the norm writes the quantized copies, no 16-bit output
+            writes = cast_bytes_per_element(recipe, usages, rate.non_tn) - DTYPE_BYTES
+            out[at] = replace(out[at], bytes=out[at].bytes + elems * (writes - DTYPE_BYTES))
+        else:  # "amax": the norm computes the amax; the cast reads once
+            cast = cast_bytes_per_element(recipe, usages, rate.non_tn) - DTYPE_BYTES
+            out.append(mem(f"quantize_{key}", elems * cast))
+    return out
+
+
+def weight_quantize_bytes(params: float, recipe: Recipe, rate: LowPrecisionRate) -> float:
+    """HBM bytes of quantizing ``params`` low-precision weights once per step into TE's cache
+    (read 16 bits, write the row- and column-wise copies); 0 where the library keeps no cache
+    (its casts are in the layers' kernels)."""
+    if not recipe.weight_cache:
+        return 0.0
+    return params * cast_bytes_per_element(recipe, 2, rate.non_tn, weight=True)
+
+
+def precision_kernels(
+    kernels: tuple[list[Kernel], list[Kernel], list[Kernel]],
+    kind: str,
+    index: int,
+    blocks: int,
+    low: LowPrecision | None,
+    spec: ComputeSpec,
+) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
+    """Layer ``kind`` (block ``index`` of ``blocks``)'s ``kernels`` under ``low`` on ``spec``:
+    :func:`quantize_layer` where ``low`` runs the layer low, else unchanged.
+
+    Raises:
+        ValueError: ``spec`` does not run the recipe's format.
+    """
+    if low is None or not low.layer_low(kind, index, blocks):
+        return kernels
+    return quantize_layer(kernels, low.recipe, spec.low_rate(low.recipe.format), low.rules)
+
+
+def layer_index(name: str) -> int:
+    """The block index in a layer name (``block.7``, ``moe_block.12``); 0 for others."""
+    tail = name.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else 0

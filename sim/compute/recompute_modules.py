@@ -1,0 +1,179 @@
+"""What each recompute choice of a decoder layer drops and re-runs, module by module.
+
+**Megatron-Core's module-level selective recompute** (``--recompute-granularity selective
+--recompute-modules ...``; ``megatron/core/transformer/transformer_config.py``
+``recompute_modules``, default ``["core_attn"]``; ``transformer_layer.py``,
+``multi_latent_attention.py``, ``moe/experts.py``): a module's forward runs without keeping its
+internal activations, its inputs are kept, and it runs again before its backward. On one rank
+(``t`` tokens of its GEMMs, ``r`` of its sequence-parallel element-wise kernels, ``d`` bytes per
+element, as :mod:`sim.compute.decoder`):
+
+=============== =================================================== ======================
+module          dropped bytes                                       re-run kernels
+=============== =================================================== ======================
+``core_attn``   flash attention's log-sum-exp ``4 t a/tp`` (its     the attention core
+                Q, K, V are kept as the checkpoint's inputs, its
+                output by the projection)
+``layernorm``   the norms' outputs, ``r h d`` each                  ``norm1``, ``norm2``
+``mlp``         the dense MLP's ``t (up + f)/tp d``                 gate/up, act, down
+``moe_act``     the experts' activation outputs ``n f_e/etp d``     ``expert_act``,
+                (``n`` rows of the rank's experts)                  ``expert_gate_mul``
+``moe``         the MoE layer's stash but its input                 the MoE layer
+                (``moe_act_bytes - 2 r h d``)
+``mla_up_proj`` MLA's up-projected Q, K, V ``t a/tp (2 d_qk + d_v)  ``q_up``, ``kv_up``,
+                d``                                                 ``rotary``
+=============== =================================================== ======================
+
+**torchtitan's per-op SAC** (``torchtitan/distributed/activation_checkpoint.py``, selective
+``op``, the default of ``llama3_8b.toml``): the block runs under a policy that saves the outputs
+of matmuls (``aten.mm``/``linear``), of attention (SDPA), ``topk``, ``max`` and collectives
+(``reduce_scatter``, ``all_to_all``), except every second matmul in forward order
+(``mm_count % 2 == 0``; the router gate always recomputed and not counted); everything else
+(norms, RoPE, activations, element-wise ops, grouped expert GEMMs) is recomputed. Saved: the
+block's input, the odd matmuls' outputs, the attention output and its log-sum-exp, the
+dispatched and combined token rows; dropped: the rest of its stash. Re-run: every kernel but the
+saved ones.
+
+Collectives are not re-run here (a recomputed MoE layer's all-to-alls, Megatron's ``moe``,
+are left out: an assumption).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.compute.decoder import ATTN, layer_act_bytes, layer_kernels, tokens
+from sim.compute.decoder_shape import DecoderShape, base_kind
+from sim.compute.kernels import Kernel
+
+MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj")
+"""Megatron-Core's ``recompute_modules`` pipesim models."""
+SAC = "sac"
+"""torchtitan's per-op selective activation checkpointing."""
+CORE = ("flash_attn_fwd", "scores", "softmax", "attn_dropout", "attn_v")
+_NORMS = ("norm1", "norm2")
+_MLP = ("gate", "up", "act", "gate_mul", "down")
+_MOE_SKIP = ("norm2", "mlp_residual")
+_LINEARS: tuple[str, ...] = ("qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down")
+_LINEARS += ("q_up", "kv_down", "kv_up", "shared_up", "shared_down", "eh_proj")
+_FORCED = ("router",)
+
+Part = tuple[str, float, tuple[Kernel, ...]]
+"""``(choice, dropped bytes, re-run kernels)``."""
+
+
+def module_parts(
+    kind: str,
+    m: DecoderShape,
+    b: int,
+    d: int,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    rows: tuple[float, ...] = (),
+    etp: int | None = None,
+) -> tuple[Part, ...]:
+    """Every recompute choice of :data:`MODULES` that applies to a layer of ``kind``, and
+    :data:`SAC`, on one rank (module doc); embedding and head have none.
+
+    Args:
+        kind, m, b, d, tp, sp, cp, rows: as :func:`~sim.compute.decoder.layer_kernels`.
+        etp: expert tensor-parallel size (None: ``tp``).
+    """
+    if kind in ("embedding", "head"):
+        return ()
+    base = base_kind(kind)
+    etp = tp if etp is None else etp
+    fwd = layer_kernels(kind, m, b, d, tp, sp, cp, rows, etp)[0]
+    t, r = tokens(m, b, tp, sp, cp)
+    h, at = m.hidden, m.heads // tp
+    out: list[Part] = []
+    if base in ATTN:
+        out.append(("core_attn", 4.0 * t * at, _named(fwd, CORE)))
+        if m.mla is not None:
+            qkv = t * at * (2 * m.mla.d_qk + m.mla.d_v) * d
+            out.append(("mla_up_proj", float(qkv), _named(fwd, ("q_up", "kv_up", "rotary"))))
+    norms = _named(fwd, _NORMS)
+    if norms:
+        out.append(("layernorm", float(len(norms) * r * h * d), norms))
+    if base in ("block", "mlp"):
+        up = (2 if m.gated_mlp else 1) * m.ffn_hidden
+        out.append(("mlp", float(t * (up + m.ffn_hidden) // tp * d), _named(fwd, _MLP)))
+    moe = m.moe is not None and base in ("moe_block", "moe")
+    if moe:
+        assert m.moe is not None
+        acts = tuple(k for k in fwd if k.name.startswith(("expert_act", "expert_gate_mul")))
+        out.append(("moe_act", float(sum(rows) * m.moe.expert_ffn / etp * d), acts))
+        layer = layer_act_bytes("moe", m, b, d, tp, sp, cp, rows, etp=etp)
+        kept = 2 * r * h * d
+        body = tuple(k for k in fwd if _in_moe(k) and k.name not in _MOE_SKIP)
+        out.append(("moe", float(max(0.0, layer - kept)), body))
+    out.append(_sac(kind, m, b, d, tp, sp, cp, rows, fwd, etp))
+    return tuple(out)
+
+
+def _named(kernels: list[Kernel], names: tuple[str, ...]) -> tuple[Kernel, ...]:
+    return tuple(k for k in kernels if k.name in names)
+
+
+def _in_moe(k: Kernel) -> bool:
+    """Whether ``k`` belongs to the MoE MLP (:func:`sim.compute.moe.moe_fwd`)."""
+    head = k.name.split("[")[0]
+    return head in (
+        "router",
+        "router_topk",
+        "token_count_sync",
+        "permute",
+        "expert_up",
+        "expert_act",
+        "expert_gate_mul",
+        "expert_down",
+        "unpermute",
+        "shared_up",
+        "shared_act",
+        "shared_gate_mul",
+        "shared_down",
+    )
+
+
+def _separate_qkv(fwd: list[Kernel], m: DecoderShape, kind: str) -> list[Kernel]:
+    """``fwd`` with a fused QKV GEMM counted as torchtitan's three linears ``wq, wk, wv``
+    (``torchtitan/models/llama3/model/model.py::Attention``), each its share of the output
+    width, flops and bytes."""
+    blk = m.block_for(kind)
+    widths = (blk.heads * blk.hd, blk.kv * blk.hd, blk.kv * blk.hd)
+    out = []
+    for k in fwd:
+        if k.name != "qkv":
+            out.append(k)
+            continue
+        for name, w in zip(("q", "k", "v"), widths, strict=True):
+            f = w / sum(widths)
+            n = max(1, round(k.n * f))
+            out.append(replace(k, name=name, n=n, flops=k.flops * f, bytes=k.bytes * f))
+    return out
+
+
+def _sac(kind, m, b, d, tp, sp, cp, rows, fwd: list[Kernel], etp=None) -> Part:
+    """torchtitan's per-op SAC of one layer (module doc)."""
+    _, r = tokens(m, b, tp, sp, cp)
+    h = m.hidden
+    saved = float(r * h * d)  # the block's input (the checkpoint's)
+    count, redo = 0, []
+    for k in _separate_qkv(fwd, m, kind):
+        if k.kind == "gemm" and k.batch == 1 and k.name in _LINEARS:
+            count += 1
+            if count % 2:
+                saved += k.m * k.n * d
+                continue
+        elif k.kind == "attn":  # fused SDPA: its output [queries, head dim] and log-sum-exp
+            saved += k.m * k.k * k.batch * d + 4 * k.m * k.batch
+            continue
+        elif k.kind == "gemm" and k.batch > 1 and not k.grouped:  # bmm (math attention)
+            saved += k.m * k.n * d * k.batch
+            continue
+        redo.append(k)
+    if m.moe is not None and base_kind(kind) in ("moe_block", "moe"):
+        saved += 2 * sum(rows) * h * d  # the all-to-alls' outputs: dispatched, combined rows
+    act = layer_act_bytes(kind, m, b, d, tp, sp, cp, rows, etp=etp)
+    return (SAC, float(max(0.0, act - saved)), tuple(redo))

@@ -1,0 +1,87 @@
+"""CUDA graphs as Megatron-LM captures them: the host work of the captured layers goes.
+
+A captured region is replayed by one ``cudaGraphLaunch``, which "skips all layers of argument
+setup and kernel dispatch, including Python, C++, and CUDA driver overheads" (PyTorch CUDA
+graphs blog, 2021; the host model's ``cuda_graphs`` mode, :mod:`sim.hardware.host_ops`). Megatron-LM
+(``transformer_config.py`` ``cuda_graph_impl``, ``docs/user-guide/features/cuda_graph.md``):
+
+* ``full_iteration`` captures the whole forward and backward of an iteration (not the
+  optimizer): every layer's host ops and Python calls go;
+* ``local`` (Megatron-Core's ``CudaGraphManager``) and ``transformer_engine``
+  (``make_graphed_callables``) capture each transformer layer's forward and backward, the
+  modules of ``cuda_graph_scope`` (``attn``, ``mlp``, ``moe``, ``moe_router``,
+  ``moe_preprocess``, ``mamba``; empty: the whole layer). The embedding, the output layer and
+  the loss stay eager.
+
+A layer's captured share of its ops is, by assumption (a trace records a layer's ops, not each
+module's): 1 for a dense block, an MLP or a Mamba layer in scope (empty scope, or ``attn`` and
+``mlp`` for a block); 1/2 for a block whose scope holds one of its two halves; a MoE block's
+attention half (1/2) when ``attn`` is in scope or the scope is empty, its expert half only with
+``moe`` (the dispatch has data-dependent shapes and stays eager otherwise, cuda_graph.md;
+``moe_router`` and ``moe_preprocess`` capture parts of it that are counted as eager, an
+assumption that keeps the expert half's host work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.compute.decoder_shape import base_kind
+from sim.engine.inputs import StageCost
+
+DENSE = ("block", "attention", "mlp", "mamba", "mtp")
+
+
+def captured_share(kind: str, impl: str, scope: tuple[str, ...]) -> float:
+    """Share of a layer's host ops a CUDA graph ``impl`` with ``scope`` captures (module doc).
+
+    Example:
+        >>> captured_share("block", "local", ()), captured_share("moe_block", "local", ())
+        (1.0, 0.5)
+        >>> captured_share("head", "full_iteration", ()), captured_share("head", "local", ())
+        (1.0, 0.0)
+    """
+    if impl == "none":
+        return 0.0
+    if impl == "full_iteration":
+        return 1.0
+    base = base_kind(kind)
+    whole = not scope
+    if base in ("block", "mtp"):
+        return 0.5 * (whole or "attn" in scope) + 0.5 * (whole or "mlp" in scope)
+    if base == "attention":
+        return float(whole or "attn" in scope)
+    if base == "mlp":
+        return float(whole or "mlp" in scope)
+    if base == "mamba":
+        return float(whole or "mamba" in scope)
+    if base == "moe_block":
+        return 0.5 * (whole or "attn" in scope) + 0.5 * ("moe" in scope)
+    if base == "moe":
+        return float("moe" in scope)
+    return 0.0
+
+
+def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...]) -> StageCost:
+    """``cost`` with the captured share (:func:`captured_share`) of each layer's host ops and
+    Python calls removed; ``kinds``: the stage's layer kinds in order."""
+    if impl == "none":
+        return cost
+    shares = [1.0 - captured_share(k, impl, scope) for k in kinds]
+    fwd_layers = tuple(
+        (sec, ops * k, mods * k, fns * k)
+        for (sec, ops, mods, fns), k in zip(cost.fwd_layers, shares, strict=False)
+    )
+    bwd_layers = tuple(
+        (sec, ops * k, nodes * k)
+        for (sec, ops, nodes), k in zip(cost.bwd_layers, shares, strict=False)
+    )
+    if cost.fwd_layers:
+        fwd_ops = sum(x[1] for x in fwd_layers)
+        bwd_ops = sum(x[1] for x in bwd_layers)
+    else:
+        mean = sum(shares) / len(shares) if shares else 1.0
+        fwd_ops, bwd_ops = cost.fwd_ops * mean, cost.bwd_ops * mean
+    return replace(
+        cost, fwd_layers=fwd_layers, bwd_layers=bwd_layers, fwd_ops=fwd_ops, bwd_ops=bwd_ops
+    )

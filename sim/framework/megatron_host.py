@@ -1,0 +1,232 @@
+"""Megatron-LM's host work around the model, counted from its training loop, and the options of
+its command line that add to it.
+
+Counted at NVIDIA/Megatron-LM@d98e8a64 (``MLM:``) as ops dispatched to PyTorch (each priced at
+the host's per-op seconds without autograd recording: the step runs under ``torch.no_grad()``),
+blocking reads of a scalar (``.item()``; a ``torch.tensor([x], device='cuda')`` from a Python
+value, a pageable host-to-device copy, counts as one too) and reductions of a scalar over the
+ranks that a read waits for (:class:`~sim.engine.step_host.StepHost`, priced by
+:func:`~sim.engine.step_host.step_host_s`). Plain Python (attribute checks, list building) is
+not counted: it is sub-microsecond per statement beside an op's several microseconds (an
+assumption that undercounts the per-tensor loops a little). bf16 and fp32 runs have no loss
+scaler; fp16 adds the found-inf check (:data:`FP16_CHECK`).
+
+Per iteration (``megatron/training/training.py::train_step`` and ``train``), where ``S`` is the
+parameter tensors the rank's optimizer steps and ``T`` those of its model chunks:
+
+* ``optimizer.step()`` (``MLM:megatron/core/optimizer/optimizer.py::MixedPrecisionOptimizer``):
+  the gradients copied to the fp32 masters (``Float16OptimizerWithFloat16Params.
+  _copy_model_grads_to_main_grads``: ``main_grad.float()``, 1 op per tensor;
+  ``distrib_optimizer.py::_copy_model_grads_to_main_grads``: ``view(-1)``, the shard's slice,
+  ``.float()``: 3 per tensor of the shard); the gradient norm and clip
+  (``clip_grads.py::get_grad_norm_fp32``: two ``torch.zeros``, ``multi_tensor_l2norm``,
+  ``** 2``, the all-reduce over the grad-stats group, ``pow``; ``clip_grad_by_total_norm_fp32``:
+  ``.detach()`` per tensor, ``torch.zeros``, the coefficient's add, divide and ``clamp_max_``,
+  ``multi_tensor_scale_tensor``); FusedAdam's ``multi_tensor_applier`` for each of Megatron's
+  two parameter groups (with and without weight decay, 2 ops each, an assumption for its
+  bookkeeping); the masters copied back (``_multi_tensor_copy_this_to_that``: 1 op;
+  the distributed optimizer's ``copy_group_params``: ``view(-1)``, slice, ``copy_``: 3 per
+  tensor of the shard) and its all-gather launched (1 op per bucket, one bucket here);
+* ``train_step``'s tail: ``logical_and_across_model_parallel_group`` (``torch.tensor`` from a
+  bool, the all-reduce, ``.item()``) and ``reduce_max_stat_across_model_parallel_group`` of
+  the gradient norm (``torch.tensor``, the all-reduce, two ``.item()``); the loss averaged over
+  the data-parallel ranks (``vstack``, ``sum``, the all-reduce, two selects and a divide;
+  a ``view`` per micro-batch is not counted);
+* ``train``'s logging block: ``optimizer.get_loss_scale().item()``.
+
+Options (:data:`HOST_OPTIONS`), each adding what its flag makes the loop do:
+``log_num_zeros_in_grad`` (``clip_grads.py::count_zeros_fp32``: ``torch.zeros``, then per
+tensor ``.detach()``, ``count_nonzero``, ``numel -``, ``+``; the all-reduce and ``.item()``;
+then ``reduce_max_stat_across_model_parallel_group`` in ``train_step``); ``log_params_norm``
+(``MLM:megatron/training/utils/common_utils.py::calc_params_l2_norm``: ``param.data.float()``
+per tensor without a sharded master, eight ``_compute_norm_2`` (``multi_tensor_l2norm`` and
+``norm * norm`` for the two lists that are not empty, ``torch.zeros`` for the six that are, an
+assumption of a dense model), six all-reduces, the sums, ``.item()``); ``log_interval``: every
+``log_interval`` iterations ``training_log`` reduces the learning rate (``torch.tensor``,
+all-reduce, two ``.item()``), adds and reads the loss and resets it (3 ops, 2 reads), and reads
+the ``interval-time`` timer with ``barrier=True`` (``torch.distributed.barrier()`` and
+``torch.cuda.synchronize()``, ``MLM:megatron/core/timers.py::Timer``: a reduction and a read);
+``tensorboard`` (``--tensorboard-dir``): the writer's scalars of the two CUDA loss values
+(``.item()`` each); its other ``add_scalar`` calls are Python, not counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.engine.step_host import StepHost
+from sim.framework.options import Option
+
+_MLM = "MLM:megatron"
+_ON = (False, True)
+
+OPTIMIZER_STEP = StepHost(
+    ops=2 + 3 + 5 + 4 + 1,
+    per_optimizer_tensor=1,
+    per_sharded_tensor=3 + 3,
+    per_dense_tensor=1,
+    reductions=1,
+    source=f"{_MLM}/core/optimizer/optimizer.py::MixedPrecisionOptimizer.step, "
+    "distrib_optimizer.py, clip_grads.py (module doc)",
+)
+"""``optimizer.step()`` with bf16 weights and gradient clipping (Megatron's default
+``--clip-grad 1.0``): norm (2 zeros, l2norm, ``** 2``, ``pow``), clip (zeros, add, divide,
+clamp, scale: 5), FusedAdam (4), the copy back or the all-gather's launch (1); ``.detach()``
+per optimizer tensor; the distributed optimizer's 3 + 3 per shard tensor, the fp16
+optimizer's ``.float()`` per tensor (its copy back is the 1 fixed op)."""
+
+STEP_TAIL = StepHost(
+    ops=1 + 1 + 2 + 3 + 0,
+    reads=2 + 3 + 1,
+    reductions=3,
+    source=f"{_MLM}/training/training.py::train_step (update_successful, grad_norm, loss "
+    "reductions) and train (get_loss_scale().item())",
+)
+"""``train_step``'s reductions and the loss scale's read (module doc): ``torch.tensor`` twice
+(each a read), the loss's ``vstack``, ``sum``, two selects and a divide; three all-reduces;
+``.item()`` once for the flag, twice for the norm, once for the loss scale."""
+
+FP16_CHECK = StepHost(
+    ops=2,
+    reads=1,
+    reductions=1,
+    source=f"{_MLM}/core/optimizer/optimizer.py::_unscale_main_grads_and_check_for_nan "
+    "(found_inf.fill_, _amp_foreach_non_finite_check_and_unscale_, all-reduce, .item())",
+)
+"""The fp16 loss scaler's found-inf check."""
+
+COUNT_ZEROS = StepHost(
+    ops=1 + 1,
+    per_optimizer_tensor=4,
+    reads=1 + 3,
+    reductions=2,
+    source=f"{_MLM}/core/optimizer/clip_grads.py::count_zeros_fp32 and training.py::"
+    "train_step (reduce_max_stat_across_model_parallel_group)",
+)
+"""``--log-num-zeros-in-grad``: ``torch.zeros``; per tensor ``.detach()``, ``count_nonzero``,
+``numel -``, ``+``; the all-reduce and ``.item()``; then ``torch.tensor`` (a read), an
+all-reduce and two ``.item()``."""
+
+PARAMS_NORM = StepHost(
+    ops=2 * 3 + 6 + 3 + 4,
+    per_dense_tensor=1,
+    reads=2 + 1,
+    reductions=6,
+    source=f"{_MLM}/training/utils/common_utils.py::calc_params_l2_norm",
+)
+"""``--log-params-norm``: two non-empty norm lists (each its overflow buffer's
+``torch.tensor([0])``, a read, then l2norm and the square: 3 ops), six empty ones
+(``torch.zeros``), three sums of the dense norms, four of the expert norms, six all-reduces,
+``.item()``; ``param.data.float()`` per tensor without a sharded master (an assumption of a
+dense model: its expert lists empty)."""
+
+TRAINING_LOG = StepHost(
+    ops=3,
+    reads=3 + 2 + 1,
+    reductions=2,
+    source=f"{_MLM}/training/training.py::training_log (learning rate reduced, loss added, "
+    "read and reset, interval-time with barrier=True) and core/timers.py::Timer",
+)
+"""One ``training_log`` at a log iteration (module doc): ``torch.tensor`` of the learning
+rate, the loss's add and reset (3 ops); reads: the two tensors from Python values, the
+learning rate's two ``.item()``, the loss's, the timer's synchronize (6); the learning rate's
+all-reduce and the barrier."""
+
+TENSORBOARD = StepHost(
+    reads=2,
+    source=f"{_MLM}/training/training.py::training_log (writer.add_scalar of the loss tensors)",
+)
+"""The tensorboard writer's reads of the loss, at a log iteration."""
+
+LOSS_READS = 2
+"""Blocking reads of the loss after each forward of the last stage with
+``check_for_nan_in_loss_and_grad`` (Megatron's default): ``pretrain_gpt.py::loss_func`` calls
+``rerun_state_machine.validate_result`` with ``torch.isnan`` and with ``torch.isinf``, each of
+which tests the resulting CUDA tensor in an ``if`` (``MLM:megatron/core/rerun_state_machine.py::
+validate_result``): an op and a read each."""
+
+HOST_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "check_for_nan_in_loss",
+        True,
+        _ON,
+        f"{_MLM}/training/arguments.py --no-check-for-nan-in-loss-and-grad (on by default); "
+        "pretrain_gpt.py::loss_func; core/rerun_state_machine.py::validate_result",
+        "the loss read back twice after each last-stage forward (the host waits for it)",
+    ),
+    Option(
+        "log_num_zeros_in_grad",
+        False,
+        _ON,
+        f"{_MLM}/training/arguments.py --log-num-zeros-in-grad; core/optimizer/clip_grads.py"
+        "::count_zeros_fp32",
+        "zeros in the gradients counted tensor by tensor at each step (host ops and reads)",
+    ),
+    Option(
+        "log_params_norm",
+        False,
+        _ON,
+        f"{_MLM}/training/arguments.py --log-params-norm; training/utils/common_utils.py::"
+        "calc_params_l2_norm",
+        "the parameters' norm reduced and read at each step (host ops and reads)",
+    ),
+    Option(
+        "log_interval",
+        100,
+        (),
+        f"{_MLM}/training/arguments.py --log-interval (default 100); training.py::training_log",
+        "iterations between logs: each log reduces and reads scalars behind a barrier",
+    ),
+    Option(
+        "tensorboard",
+        False,
+        _ON,
+        f"{_MLM}/training/arguments.py --tensorboard-dir; training.py::training_log",
+        "the last rank writes tensorboard scalars at each log (reads of the loss)",
+    ),
+)
+"""The options of Megatron-LM's logging that add host work (module doc)."""
+
+
+def megatron_step_host(values: dict[str, Any], fp16: bool) -> StepHost:
+    """Megatron-LM's host work per iteration with option ``values`` (module doc), the loss
+    scaler's check with ``fp16``; the log's share amortised over ``log_interval`` iterations.
+
+    Raises:
+        ValueError: ``log_interval`` below 1.
+
+    Example:
+        >>> w = megatron_step_host({"log_interval": 1, "log_num_zeros_in_grad": True}, False)
+        >>> w.per_optimizer_tensor, w.reads, w.reductions
+        (5.0, 16.0, 8.0)
+        >>> round(megatron_step_host({}, False).reads, 2)  # logs every 100 iterations
+        6.06
+    """
+    interval = int(values.get("log_interval", 100))
+    if interval < 1:
+        raise ValueError(f"option log_interval must be >= 1, got {interval}")
+    work = OPTIMIZER_STEP + STEP_TAIL
+    if fp16:
+        work = work + FP16_CHECK
+    if values.get("log_num_zeros_in_grad"):
+        work = work + COUNT_ZEROS
+    if values.get("log_params_norm"):
+        work = work + PARAMS_NORM
+    log = TRAINING_LOG + (TENSORBOARD if values.get("tensorboard") else StepHost())
+    return work + _amortised(log, interval)
+
+
+def _amortised(work: StepHost, interval: int) -> StepHost:
+    """``work`` done once every ``interval`` iterations, as a per-iteration mean."""
+    if interval == 1:
+        return work
+    return StepHost(
+        ops=work.ops / interval,
+        per_tensor=work.per_tensor / interval,
+        reads=work.reads / interval,
+        reductions=work.reductions / interval,
+        source=f"{work.source} (every {interval} iterations)",
+    )
+
+
+__all__ = ["HOST_OPTIONS", "LOSS_READS", "megatron_step_host"]

@@ -1,0 +1,367 @@
+"""PyTorch's CUDA caching allocator: allocated and reserved bytes of a sequence of tensors.
+
+``torch.cuda.max_memory_allocated`` counts the blocks the caching allocator hands out;
+``max_memory_reserved`` the segments it obtained from ``cudaMalloc`` and keeps cached. Both are
+what a user of PyTorch sees (Megatron logs ``mem-max-allocated-bytes`` and
+``mem-reserved-bytes``), and an out-of-memory error comes when a new *segment* cannot be
+reserved, so the fit verdict needs the reserved peak. The rules, from
+``c10/cuda/CUDACachingAllocator.cpp`` (pytorch/pytorch@001074d, the constants identical in
+torch 2.13's ``c10/core/AllocatorConfig.h`` at cf30153) and PyTorch's "CUDA semantics: memory
+management" notes:
+
+* every request is rounded up to a multiple of 512 B (``kMinBlockSize``; ``round_size``), or
+  with ``roundup_power2_divisions`` to the next of ``divisions`` steps between two powers of
+  two (``roundup_power2_next_division``);
+* requests of at most 1 MiB (``kSmallSize``) come from the small pool, larger ones from the
+  large pool (``get_pool``); a free block is reused best-fit within its pool (``get_free_block``,
+  blocks ordered by size), a block of at least ``max_split_size`` only for a request of at
+  least that size and less than 20 MiB (``max_non_split_rounding``) smaller;
+* with no cached block large enough a new segment is reserved (``get_allocation_size``): 2 MiB
+  (``kSmallBuffer``) for a small request, 20 MiB (``kLargeBuffer``) for one under 10 MiB
+  (``kMinLargeAlloc``), else the request rounded up to 2 MiB (``kRoundLarge``);
+* a block is split when the rest is at least 512 B in the small pool and more than 1 MiB in the
+  large pool (``should_split``); otherwise the whole block is handed out and counted as
+  allocated; a freed block merges with free neighbours of its own segment only
+  (``free_block``, ``try_merge_blocks``); segments are kept until ``empty_cache`` (which
+  training loops do not call);
+* ``expandable_segments:True`` (``ExpandableSegment``): one segment per pool whose physical
+  pages (2 MiB in the small pool, 20 MiB in the large one) are mapped on demand at its end,
+  so freed blocks anywhere in it merge, and any rest of at least 512 B is split off.
+
+One stream is modelled (blocks freed on another stream wait for its events; training loops
+allocate activations on the compute stream) and memory never runs out (the allocator's
+free-and-retry path is not needed to find the peaks). :class:`CachingAllocator` replays
+``alloc``/``free`` calls; :func:`replay` runs a list of them and returns the peaks.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+MIB = 1 << 20
+MIN_BLOCK_BYTES = 512
+"""``kMinBlockSize``: every size is rounded to a multiple of 512 bytes."""
+SMALL_SIZE_BYTES = MIB
+"""``kSmallSize``: the largest small-pool request."""
+SMALL_BUFFER_BYTES = 2 * MIB
+"""``kSmallBuffer``: small-pool segment size (and its expandable page size)."""
+MIN_LARGE_ALLOC_BYTES = 10 * MIB
+"""``kMinLargeAlloc``: requests between 1 and 10 MiB take a 20 MiB segment."""
+ROUND_LARGE_BYTES = 2 * MIB
+"""``kRoundLarge``: larger requests get a segment rounded up to 2 MiB."""
+LARGE_BUFFER_BYTES = 20 * MIB
+"""``kLargeBuffer``: large segment for mid-size requests (and the large pool's expandable page
+size, ``large_segment_size_mb`` in torch 2.13)."""
+MAX_NON_SPLIT_ROUNDING_BYTES = 20 * MIB
+"""``max_non_split_rounding_mb`` default: how much larger an unsplit cached oversize block may
+be than the request."""
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    """``PYTORCH_CUDA_ALLOC_CONF`` options the model follows (defaults: PyTorch's).
+
+    Attributes:
+        expandable_segments: ``expandable_segments:True``.
+        roundup_power2_divisions: ``roundup_power2_divisions`` (0: 512-byte rounding only).
+        max_split_size_bytes: ``max_split_size_mb`` in bytes (inf: unlimited).
+    """
+
+    expandable_segments: bool = False
+    roundup_power2_divisions: int = 0
+    max_split_size_bytes: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.roundup_power2_divisions < 0:
+            raise ValueError("roundup_power2_divisions must be >= 0")
+        if self.max_split_size_bytes <= LARGE_BUFFER_BYTES:
+            raise ValueError("max_split_size must be more than 20 MiB (PyTorch's lower limit)")
+
+
+def roundup_power2_next_division(size: int, divisions: int) -> int:
+    """``size`` rounded up to the next of ``divisions`` equal steps between the powers of two
+    around it (``roundup_power2_next_division``; ``divisions`` taken as its power-of-two floor).
+
+    Example:
+        >>> roundup_power2_next_division(1200, 4)  # steps of 256 between 1024 and 2048
+        1280
+        >>> roundup_power2_next_division(1024, 4)
+        1024
+    """
+    if size & (size - 1) == 0:
+        return size
+    floor2 = 1 << (size.bit_length() - 1)
+    step = floor2 >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor2 << 1
+    low = size & ~(step - 1)
+    return size if low == size else low + step
+
+
+def round_size(nbytes: float, divisions: int = 0) -> int:
+    """The block size of a request of ``nbytes`` (``round_size``).
+
+    Example:
+        >>> round_size(1), round_size(512), round_size(513), round_size(1200, divisions=4)
+        (512, 512, 1024, 1536)
+    """
+    size = math.ceil(nbytes)
+    if size < MIN_BLOCK_BYTES:
+        return MIN_BLOCK_BYTES
+    if divisions > 1 and size > MIN_BLOCK_BYTES * divisions:
+        return roundup_power2_next_division(size, divisions)
+    return MIN_BLOCK_BYTES * math.ceil(size / MIN_BLOCK_BYTES)
+
+
+def is_small(size: int) -> bool:
+    """Whether a rounded request comes from the small pool (``size <= 1 MiB``)."""
+    return size <= SMALL_SIZE_BYTES
+
+
+def segment_size(size: int) -> int:
+    """Bytes of the new segment a rounded request ``size`` reserves (``get_allocation_size``).
+
+    Example:
+        >>> [segment_size(n) // MIB for n in (512, MIB, MIB + 512, 10 * MIB, 11 * MIB + 1)]
+        [2, 2, 20, 10, 12]
+    """
+    if size <= SMALL_SIZE_BYTES:
+        return SMALL_BUFFER_BYTES
+    if size < MIN_LARGE_ALLOC_BYTES:
+        return LARGE_BUFFER_BYTES
+    return ROUND_LARGE_BYTES * math.ceil(size / ROUND_LARGE_BYTES)
+
+
+class _Block:
+    """A block of a segment: a doubly linked list by address (``prev``/``next``)."""
+
+    __slots__ = ("segment", "offset", "size", "free", "prev", "next")
+
+    def __init__(self, segment: int, offset: int, size: int):
+        self.segment, self.offset, self.size, self.free = segment, offset, size, True
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.size, self.segment, self.offset)
+
+
+@dataclass
+class _Segment:
+    small: bool
+    size: int = 0
+    tail: _Block | None = None  # the last block by address
+
+
+class CachingAllocator:
+    """A replay of the caching allocator's block and segment rules (module doc).
+
+    Attributes:
+        allocated: bytes of blocks handed out now (``allocated_bytes.all.current``).
+        reserved: bytes of segments reserved now (``reserved_bytes.all.current``).
+        requested: bytes requested by the live tensors (``requested_bytes``).
+        peak_allocated, peak_reserved: their maxima so far.
+    """
+
+    def __init__(self, config: AllocatorConfig | None = None):
+        self.config = config or AllocatorConfig()
+        self.allocated = self.reserved = self.requested = 0
+        self.peak_allocated = self.peak_reserved = 0
+        self._segments: list[_Segment] = []
+        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        self._by_key: dict[tuple[int, int, int], _Block] = {}
+        self._live: dict[object, tuple[_Block, int]] = {}
+        self._expandable: dict[bool, int] = {}
+
+    # -- public ------------------------------------------------------------------------
+    def alloc(self, key: object, nbytes: float) -> None:
+        """Allocate a tensor of ``nbytes`` named ``key`` (a new key; 0 bytes is ignored).
+
+        Raises:
+            KeyError: ``key`` is live already.
+        """
+        if nbytes <= 0:
+            return
+        if key in self._live:
+            raise KeyError(f"{key!r} is allocated already")
+        size = round_size(nbytes, self.config.roundup_power2_divisions)
+        small = is_small(size)
+        block = self._best_fit(small, size) or self._new_block(small, size)
+        block = self._split(block, size, small)
+        block.free = False
+        self._live[key] = (block, math.ceil(nbytes))
+        self.allocated += block.size
+        self.requested += math.ceil(nbytes)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+
+    def free(self, key: object) -> None:
+        """Free the tensor ``key`` (unknown keys are ignored)."""
+        entry = self._live.pop(key, None)
+        if entry is None:
+            return
+        block, asked = entry
+        self.allocated -= block.size
+        self.requested -= asked
+        block.free = True
+        self._merge(block)
+
+    # -- internals ----------------------------------------------------------------------
+    def _best_fit(self, small: bool, size: int) -> _Block | None:
+        """The smallest cached block of the pool that fits (only that one is considered, as
+        ``get_free_block`` takes the set's lower bound), unless the oversize rules refuse it."""
+        pool = self._free[small]
+        i = bisect_left(pool, (size, -1, -1))
+        if i == len(pool):
+            return None
+        key = pool[i]
+        cap = self.config.max_split_size_bytes
+        if size < cap <= key[0]:
+            return None  # an oversize block is not split for a smaller request
+        if size >= cap and key[0] >= size + MAX_NON_SPLIT_ROUNDING_BYTES:
+            return None
+        del pool[i]
+        return self._by_key.pop(key)
+
+    def _new_block(self, small: bool, size: int) -> _Block:
+        if self.config.expandable_segments:
+            return self._expand(small, size)
+        nbytes = segment_size(size)
+        seg = _Segment(small, size=nbytes)
+        self._segments.append(seg)
+        block = _Block(len(self._segments) - 1, 0, nbytes)
+        seg.tail = block
+        self._grow(nbytes)
+        return block
+
+    def _expand(self, small: bool, size: int) -> _Block:
+        page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
+        if small not in self._expandable:
+            self._segments.append(_Segment(small))
+            self._expandable[small] = len(self._segments) - 1
+        idx = self._expandable[small]
+        seg = self._segments[idx]
+        tail = seg.tail if seg.tail is not None and seg.tail.free else None
+        have = tail.size if tail else 0
+        mapped = page * math.ceil((size - have) / page)
+        self._grow(mapped)
+        seg.size += mapped
+        if tail is not None:
+            self._unlist(tail)
+            tail.size += mapped
+            return tail
+        block = _Block(idx, seg.size - mapped, mapped)
+        block.prev = seg.tail
+        if seg.tail is not None:
+            seg.tail.next = block
+        seg.tail = block
+        return block
+
+    def _grow(self, nbytes: int) -> None:
+        self.reserved += nbytes
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+
+    def _split(self, block: _Block, size: int, small: bool) -> _Block:
+        rest = block.size - size
+        if small or self.config.expandable_segments:
+            split = rest >= MIN_BLOCK_BYTES
+        else:
+            split = size < self.config.max_split_size_bytes and rest > SMALL_SIZE_BYTES
+        if not split:
+            return block
+        remainder = _Block(block.segment, block.offset + size, rest)
+        remainder.prev, remainder.next = block, block.next
+        if block.next is not None:
+            block.next.prev = remainder
+        else:
+            self._segments[block.segment].tail = remainder
+        block.next = remainder
+        block.size = size
+        self._list(remainder)
+        return block
+
+    def _merge(self, block: _Block) -> None:
+        nxt = block.next
+        if nxt is not None and nxt.free:
+            self._unlist(nxt)
+            block.size += nxt.size
+            block.next = nxt.next
+            if nxt.next is not None:
+                nxt.next.prev = block
+            else:
+                self._segments[block.segment].tail = block
+        prev = block.prev
+        if prev is not None and prev.free:
+            self._unlist(prev)
+            prev.size += block.size
+            prev.next = block.next
+            if block.next is not None:
+                block.next.prev = prev
+            else:
+                self._segments[block.segment].tail = prev
+            block = prev
+        self._list(block)
+
+    def _list(self, block: _Block) -> None:
+        key = block.key()
+        insort(self._free[self._segments[block.segment].small], key)
+        self._by_key[key] = block
+
+    def _unlist(self, block: _Block) -> None:
+        key = block.key()
+        pool = self._free[self._segments[block.segment].small]
+        i = bisect_left(pool, key)
+        if i < len(pool) and pool[i] == key:
+            del pool[i]
+        self._by_key.pop(key, None)
+
+
+Op = tuple[str, object, float]
+"""``("alloc", key, bytes)`` or ``("free", key, 0)``."""
+
+
+@dataclass(frozen=True)
+class AllocatorPeaks:
+    """Peaks of a replay, in bytes: ``allocated`` (what ``max_memory_allocated`` reports),
+    ``reserved`` (``max_memory_reserved``) and ``requested`` (the tensors' own bytes at the
+    allocated peak's end state is not tracked: the largest sum of live requests)."""
+
+    allocated: int
+    reserved: int
+    requested: int
+
+    @property
+    def fragmentation_bytes(self) -> int:
+        """``reserved - allocated``: segments' bytes no live block uses at the reserved peak's
+        scale (rounding of segments, splits that cannot be reused)."""
+        return self.reserved - self.allocated
+
+
+def replay(ops: Iterable[Op], config: AllocatorConfig | None = None) -> AllocatorPeaks:
+    """Run ``ops`` through a :class:`CachingAllocator` and return its peaks.
+
+    Example:
+        >>> ops = [("alloc", "a", 16 * MIB), ("alloc", "b", 16 * MIB), ("free", "a", 0),
+        ...        ("free", "b", 0), ("alloc", "c", 32 * MIB)]
+        >>> p = replay(ops)  # two 16 MiB segments cannot merge: a third one is reserved
+        >>> p.allocated // MIB, p.reserved // MIB
+        (32, 64)
+        >>> p = replay(ops, AllocatorConfig(expandable_segments=True))
+        >>> p.allocated // MIB, p.reserved // MIB
+        (32, 40)
+    """
+    alloc = CachingAllocator(config)
+    peak_requested = 0
+    for op, key, nbytes in ops:
+        if op == "alloc":
+            alloc.alloc(key, nbytes)
+            peak_requested = max(peak_requested, alloc.requested)
+        elif op == "free":
+            alloc.free(key)
+        else:
+            raise ValueError(f"unknown allocator op {op!r}; use alloc or free")
+    return AllocatorPeaks(alloc.peak_allocated, alloc.peak_reserved, peak_requested)

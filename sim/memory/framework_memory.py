@@ -1,0 +1,117 @@
+"""How a training framework lays out a rank's memory around the model: :class:`FrameworkMemory`.
+
+The same model states cost different bytes per parameter in different frameworks, and the
+frameworks keep buffers of their own. A framework profile (:mod:`sim.framework`) builds one
+:class:`FrameworkMemory` for a point (:meth:`sim.framework.base.Framework.memory`); the stage
+contexts carry it, so the plans, the engine's ledger, the planner's bounds and ``sim memory``
+count the same bytes:
+
+* **gradient buffer dtype** (``main_grads_fp32``): Megatron-Core keeps an fp32 ``main_grad``
+  for 16-bit parameters when gradients accumulate in fp32 (``--bf16`` sets
+  ``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``:
+  ``megatron/training/arguments.py`` ``validate_args``; ``grad_dtype = torch.float if
+  grad_reduce_in_fp32``, ``megatron/core/distributed/param_and_grad_buffer.py``), 4 bytes per
+  parameter where ZeRO's accounting has 2 (:func:`sim.memory.states.state_bytes`);
+* **bucket copy** (``bucket_copy``): ``torch.nn.parallel.DistributedDataParallel`` (default
+  ``gradient_as_bucket_view=False``) copies the gradients it reduces into flat buckets, one more
+  copy of the GPU gradients with data parallelism; Megatron's contiguous gradient buffer *is*
+  the bucket (``_ParamAndGradBuffer``: each ``param.main_grad`` is a view into ``grad_data``),
+  so nothing is added;
+* **stage outputs** (``deallocate_outputs``): Megatron pseudo-deallocates a stage's output
+  once it is sent (``deallocate_output_tensor``, ``megatron/core/pipeline_parallel/
+  schedules.py``; ``deallocate_pipeline_outputs = True`` in ``megatron/training/
+  argument_utils.py``), where torch's pipelining keeps it until the backward
+  (:func:`sim.memory.reserve.output_cache_bytes`);
+* **TE's dummy weight gradients** (``dummy_wgrads``): with gradient-accumulation fusion a
+  Transformer Engine linear layer (and Megatron's own ``ColumnParallelLinear`` when TE is
+  installed) returns a cached tensor of the weight's shape as its weight gradient, one per
+  distinct ``(shape, dtype)`` for the life of the process (``get_dummy_wgrad``,
+  ``transformer_engine/pytorch/module/base.py``; ``megatron/core/tensor_parallel/layers.py``
+  ``LinearWithGradAccumulationAndAsyncCommunication.backward``): :func:`dummy_wgrad_bytes`;
+* **workspaces** (``workspace_bytes``): GEMM workspaces allocated through PyTorch's allocator
+  (TE's cuBLAS workspace, ``get_cublas_workspace``: 32 MiB + 1 KiB on compute capability 9 and
+  later, 4 MiB before, ``transformer_engine/pytorch/cpp_extensions/gemm.py``);
+* **layer transients** (``work``: :class:`~sim.memory.layer_work.WorkOptions`): the loss
+  implementation and gradient-accumulation fusion;
+* **allocator** (``allocator``): PyTorch's caching allocator options
+  (:class:`~sim.memory.allocator.AllocatorConfig`).
+
+The defaults are pipesim's torch runtime (what ``sim validate`` replays): ZeRO's bytes per
+parameter, DDP's bucket copy, outputs kept, no TE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from sim.memory.allocator import AllocatorConfig
+from sim.memory.layer_work import LayerWork, WorkOptions
+from sim.memory.states import StateBytes, state_bytes
+
+MIB = 1 << 20
+
+TE_WORKSPACE_BYTES = {"hopper+": 32 * MIB + 1024, "pre-hopper": 4 * MIB}
+"""TE's cuBLAS workspace (``get_cublas_workspace_size_bytes``: 32 MiB + 1 KiB "for NVFP4 GEMM,
+plus additional 1024 B for alignment and misc scales" on compute capability >= 9, else 4 MiB;
+NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
+
+
+@dataclass(frozen=True)
+class FrameworkMemory:
+    """A framework's memory layout around the model (module doc).
+
+    Attributes:
+        main_grads_fp32: gradients accumulate in an fp32 buffer for 16-bit parameters.
+        bucket_copy: DDP copies the gradients into flat buckets (with data parallelism).
+        deallocate_outputs: a stage's output is freed once sent.
+        dummy_wgrads: one weight-gradient buffer per distinct GEMM weight shape.
+        workspace_bytes: GEMM workspaces allocated through PyTorch.
+        work: how its layers run (:class:`~sim.memory.layer_work.WorkOptions`).
+        allocator: the caching allocator's options.
+        weight_copy_bytes: bytes per parameter of further weight copies the framework keeps
+            beside the training-dtype weights (Transformer Engine's FP8 weight cache: the
+            precision profiles set it; 0: none), counted as weights.
+    """
+
+    main_grads_fp32: bool = False
+    bucket_copy: bool = True
+    deallocate_outputs: bool = False
+    dummy_wgrads: bool = False
+    workspace_bytes: float = 0.0
+    work: WorkOptions = field(default_factory=WorkOptions)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    weight_copy_bytes: int = 0
+
+    def state(self, dtype: str, optimizer: str) -> StateBytes:
+        """Bytes per parameter of each model-state class: ZeRO's accounting
+        (:func:`~sim.memory.states.state_bytes`) with the gradient in fp32 where
+        ``main_grads_fp32`` (Megatron's 2 + 4 + 12 = 18 for bf16 Adam) and the weights'
+        further copies (``weight_copy_bytes``).
+
+        Raises:
+            ValueError: unknown dtype or optimizer.
+        """
+        sb = state_bytes(dtype, optimizer)
+        if self.main_grads_fp32 and sb.grad < 4:
+            sb = replace(sb, grad=4)
+        if self.weight_copy_bytes:
+            sb = replace(sb, weight=sb.weight + self.weight_copy_bytes)
+        return sb
+
+
+PIPESIM_MEMORY = FrameworkMemory()
+"""pipesim's torch runtime (module doc)."""
+
+
+def dummy_wgrad_bytes(works: Iterable[LayerWork], elem_bytes: int) -> float:
+    """Bytes of TE's dummy weight gradients on a rank: one ``elem_bytes`` buffer per distinct
+    weight shape of ``works`` (the rank's layers, every stage chunk it runs).
+
+    Example:
+        >>> w = LayerWork(weights=((4, 8), (8, 4)))
+        >>> dummy_wgrad_bytes([w, w, LayerWork(weights=((16, 8),))], 2)
+        384.0
+    """
+    shapes = {s for w in works for s in w.weights}
+    return float(sum(r * c for r, c in shapes) * elem_bytes)

@@ -1,0 +1,93 @@
+"""The units of FSDP on one stage (:class:`FsdpPlan`), what a :class:`~sim.memory.plan.
+StagePlan` carries for the engine (:mod:`sim.engine.fsdp`); made by :mod:`sim.memory.fsdp`,
+whose module doc gives the sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Reshard = bool | int
+"""``reshard_after_forward``: True, False, or the world size to reshard to."""
+
+
+@dataclass(frozen=True)
+class FsdpUnit:
+    """One ``fully_shard`` unit of a stage on one rank, before FSDP's sharding.
+
+    Attributes:
+        layers: indices (within the stage) of its layers.
+        params: dense parameters (elements) on the rank (after tensor parallelism).
+        expert_params: routed-expert parameters (elements) on the rank (after EP and ETP).
+        reshard: ``reshard_after_forward``.
+    """
+
+    layers: tuple[int, ...]
+    params: float
+    expert_params: float = 0.0
+    reshard: Reshard = True
+
+    @property
+    def elements(self) -> float:
+        """Parameters (elements) the unit gathers on the rank."""
+        return self.params + self.expert_params
+
+
+@dataclass(frozen=True)
+class FsdpPlan:
+    """A stage's FSDP: its units and how they are gathered and reduced.
+
+    Attributes:
+        units: the units in forward order.
+        param_bytes: bytes per gathered element.
+        reduce_bytes: bytes per reduced element.
+        shard: ranks of the dense shard group (``dp_shard x cp``).
+        expert_shard: ranks of the experts' shard group.
+        accumulate: gradients kept unsharded across micro-batches, reduced at the step.
+    """
+
+    units: tuple[FsdpUnit, ...]
+    param_bytes: float
+    reduce_bytes: float
+    shard: int
+    expert_shard: int = 1
+    accumulate: bool = False
+
+    def unsharded_bytes(self, unit: FsdpUnit) -> float:
+        """Bytes of ``unit``'s unsharded parameters (and of its all-gather output)."""
+        return unit.elements * self.param_bytes
+
+    def held_bytes(self, unit: FsdpUnit) -> float:
+        """Bytes of ``unit``'s parameters kept between its forward and its backward:
+        all of them (``reshard`` False), ``1/k`` of them (an int ``k``), or none."""
+        if unit.reshard is True:
+            return 0.0
+        if unit.reshard is False:
+            return self.unsharded_bytes(unit)
+        return self.unsharded_bytes(unit) / unit.reshard
+
+    def grad_bytes(self, unit: FsdpUnit) -> float:
+        """Bytes of ``unit``'s reduce-scatter input (``reduce_dtype``), and of its
+        accumulated unsharded gradients with :attr:`accumulate`."""
+        return unit.elements * self.reduce_bytes
+
+    def gathers(self, unit: FsdpUnit, op: str, first: bool) -> bool:
+        """Whether ``unit`` is all-gathered before an action ``op`` (``F`` or ``B``);
+        ``first``: the stage's first forward (or backward) of the step."""
+        if self.accumulate:
+            return op == "F" and first
+        return op == "F" or unit.reshard is not False
+
+    def transient_bytes(self) -> float:
+        """Estimated peak of FSDP's unsharded bytes on the rank (for the plan's notes; the
+        engine's ledger charges them as they happen): the largest unit unsharded with its
+        all-gather output and the next unit's in flight, plus every unit kept between its
+        forward and backward (all of them, with their accumulated gradients, with
+        :attr:`accumulate`)."""
+        if not self.units:
+            return 0.0
+        largest = max(self.unsharded_bytes(u) for u in self.units)
+        if self.accumulate:
+            kept = sum(self.unsharded_bytes(u) + self.grad_bytes(u) for u in self.units)
+        else:
+            kept = sum(self.held_bytes(u) for u in self.units)
+        return 3 * largest + kept

@@ -1,0 +1,279 @@
+"""A GPU's peak memory by category, without simulating time: the one memory model.
+
+``sim memory``, the planner's memory bound and the charges the engine's ledger makes at t = 0
+(:func:`sim.memory.compose.finalize_plans`) all come from here, so they agree. A GPU runs one
+or several stage chunks of one pipeline rank (``pairs``: each chunk's
+:class:`~sim.memory.context.StageContext` and finalized :class:`~sim.memory.plan.StagePlan`).
+Its peak is
+
+``model states + framework buffers + max over the rank's actions of (stashes in flight + the
+running action's transient + pipeline buffers) + reserved-but-unallocated + runtime reserve``
+
+* **model states** (``weights``, ``gradients``, ``optimizer``): the plans' GPU bytes, allocated
+  once before the first iteration and kept;
+* **framework buffers** (``framework``): :func:`framework_buffer_bytes`;
+* **activations**: walking the rank's actions over an iteration in program order
+  (``StageContext.ops``), each forward adds its stage's kept stash and each backward (``B``,
+  or ``W`` of a split backward) frees the oldest one of its stage: :func:`activation_peak`;
+* **working**: while an action runs, its layers' transients beyond the stash
+  (:func:`stage_transients`), and the pipeline output cache of a framework that keeps stage outputs (:func:`output_cache`);
+  the rebuilt bytes of recomputed layers (``StagePlan.rebuild_bytes``) count as activations;
+* **buffers**: the stage input received for a forward and the output gradient for a backward,
+  and the input gradient held until it is sent;
+* **allocator**: what PyTorch's caching allocator reserves beyond the allocated bytes
+  (:func:`sim.memory.tensor_program.allocator_margin_bytes`, a replay of the rank's tensors
+  through :mod:`sim.memory.allocator`);
+* **reserve**: the CUDA context and NCCL's buffers, outside PyTorch's allocator
+  (:func:`sim.memory.reserve.runtime_reserve_bytes`).
+
+``allocated`` (what ``torch.cuda.max_memory_allocated`` reports) is every category but the last
+two; ``reserved`` (``max_memory_reserved``) adds ``allocator``; ``device`` adds ``reserve``; the
+fit verdict compares ``device`` with the GPU's usable capacity.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sim.memory.context import StageContext
+from sim.memory.estimate import swap_live
+from sim.memory.framework_memory import dummy_wgrad_bytes
+from sim.memory.plan import StagePlan
+
+ALLOCATED = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "working",
+    "buffers",
+    "framework",
+)
+"""Categories PyTorch's allocator hands out (``max_memory_allocated`` counts them)."""
+CATEGORIES = (*ALLOCATED, "allocator", "reserve")
+"""Every category of a GPU's peak: the allocated ones, the allocator's unallocated reserved
+bytes, the runtime reserve outside the allocator."""
+
+BACKWARD_OPS = ("B", "I", "W")
+DONE_OPS = ("B", "W")
+"""Ops that end a micro-batch's stay on a stage (a split backward ends at W)."""
+
+Pair = tuple[StageContext, StagePlan]
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One GPU's peak (module doc).
+
+    Attributes:
+        gpu: its node name.
+        stages: the stage chunks it runs.
+        by_category: bytes of each of :data:`CATEGORIES` at the peak.
+        capacity_bytes: its usable capacity.
+        peak_at: the action the peak falls in (``"3B"``: the backward of stage 3).
+        floor_bytes: what the engine's ledger surely reaches on this GPU: its charges at
+            t = 0 (model states, framework buffers, working memory, allocator margin, runtime
+            reserve) and the largest kept stash (:func:`kept_peak`); the planner's memory
+            bound (:mod:`sim.plan.bounds`).
+    """
+
+    gpu: str
+    stages: tuple[int, ...]
+    by_category: dict[str, float] = field(default_factory=dict)
+    capacity_bytes: float = 0.0
+    peak_at: str = ""
+    floor_bytes: float = 0.0
+
+    @property
+    def allocated_bytes(self) -> float:
+        """What ``torch.cuda.max_memory_allocated`` reports."""
+        return sum(self.by_category.get(c, 0.0) for c in ALLOCATED)
+
+    @property
+    def reserved_bytes(self) -> float:
+        """What ``torch.cuda.max_memory_reserved`` reports."""
+        return self.allocated_bytes + self.by_category.get("allocator", 0.0)
+
+    @property
+    def device_bytes(self) -> float:
+        """Everything the process holds on the GPU (``reserved`` + runtime reserve)."""
+        return self.reserved_bytes + self.by_category.get("reserve", 0.0)
+
+    @property
+    def headroom_bytes(self) -> float:
+        """``capacity - device`` (negative: it does not fit)."""
+        return self.capacity_bytes - self.device_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_bytes >= 0
+
+
+def stage_transients(ctx: StageContext, plan: StagePlan) -> tuple[float, float]:
+    """``(forward, backward)`` bytes a stage's action holds beyond its full kept stash.
+
+    Layer ``l`` runs its forward with the stashes of the layers before it live and allocates
+    its transient ``F_l``; its backward runs after the layers behind it have freed theirs and
+    holds ``W_l``: relative to the whole kept stash of the micro-batch that is
+    ``F_l - K_{>l}`` and ``W_l - K_{>l}``, ``K_{>l}`` the kept stash of the layers after it
+    (:class:`~sim.memory.layer_work.LayerWork`); the largest over the stage, at least 0.
+    """
+    kept = plan.resident_act_bytes / plan.act_bytes if plan.act_bytes > 0 else 1.0
+    after, fwd, bwd = 0.0, 0.0, 0.0
+    for layer, work in zip(reversed(ctx.layers), reversed(ctx.layer_work), strict=True):
+        fwd = max(fwd, work.fwd_bytes - after)
+        bwd = max(bwd, work.bwd_bytes - after)
+        after += layer.act_bytes * kept
+    return fwd, bwd
+
+
+def output_cache(ctx: StageContext) -> float:
+    """Stage outputs a framework keeps from a forward to its backward (torch pipelining's
+    ``fwd_cache``), ``in_flight x out_bytes``; 0 where outputs are freed once sent."""
+    if ctx.framework.deallocate_outputs:
+        return 0.0
+    return ctx.in_flight * ctx.out_bytes
+
+
+def _moving(ctx: StageContext, plan: StagePlan) -> float:
+    """Bytes an action of the stage has on the GPU besides its stash: swapped stashes in
+    transit (:func:`~sim.memory.estimate.swap_live`), fetched chunks and gathered parameters
+    (the next action's prefetched)."""
+    return (
+        swap_live(ctx, plan.swap_parts) * plan.swap_bytes
+        + 2 * plan.fetch_live
+        + (2 * plan.gather_live if ctx.dp_width > 1 else 0.0)
+    )
+
+
+@dataclass(frozen=True)
+class ActivationPeak:
+    """The activation side of a rank's peak, bytes: ``activations`` (stashes in flight, the
+    running action's rebuilt bytes, swaps and chunks in transit), ``working`` (its transient,
+    cached outputs) and ``buffers`` (pipeline receive and send buffers), at ``at``."""
+
+    activations: float
+    working: float
+    buffers: float
+    at: str
+
+    @property
+    def total(self) -> float:
+        return self.activations + self.working + self.buffers
+
+
+def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
+    """Walk the rank's actions (module doc) and return the largest moment."""
+    by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
+    extra = {s: stage_transients(c, p) for s, (c, p) in by_stage.items()}
+    cache = sum(output_cache(c) for c, _ in pairs)
+    ops = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
+    live: dict[int, deque[float]] = {s: deque() for s in by_stage}
+    total = 0.0
+    best = ActivationPeak(0.0, 0.0, 0.0, "")
+    for stage, op, _ in ops:
+        if stage not in by_stage:
+            continue
+        ctx, plan = by_stage[stage]
+        moving = _moving(ctx, plan)
+        if op == "F":
+            kept = plan.resident_act_bytes
+            acts = total + kept + plan.rebuild_bytes + moving
+            cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F")
+            live[stage].append(kept)
+            total += kept
+        elif op in BACKWARD_OPS:
+            acts = total + plan.rebuild_bytes + moving
+            held = ctx.out_bytes + ctx.input_bytes
+            cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}")
+            if op in DONE_OPS and live[stage]:
+                total -= live[stage].popleft()
+        else:
+            continue
+        if cand.total > best.total:
+            best = cand
+    return best
+
+
+def kept_peak(ops: Iterable[tuple[int, str]], plans: dict[int, StagePlan]) -> float:
+    """The largest kept stash (plus the running action's rebuilt bytes) a rank holds over
+    ``ops`` (``(stage, op)`` in program order; stages not in ``plans`` are skipped): each
+    forward keeps its stage's ``resident_act_bytes`` until the backward that ends its
+    micro-batch. The engine's ledger holds at least this much besides its charges at t = 0 at
+    those moments (a forward allocates its kept, swapped and rebuilt bytes, a backward its
+    rebuilt ones), so the planner's memory floor counts it (:attr:`RankMemory.floor_bytes`).
+
+    Example:
+        >>> plans = {0: StagePlan(act_bytes=4.0, resident_act_bytes=4.0)}
+        >>> kept_peak([(0, "F"), (0, "F"), (0, "B"), (0, "F"), (0, "B")], plans)
+        8.0
+    """
+    live: dict[int, deque[float]] = {s: deque() for s in plans}
+    total = best = 0.0
+    for stage, op in ops:
+        plan = plans.get(stage)
+        if plan is None:
+            continue
+        if op == "F":
+            total += plan.resident_act_bytes
+            live[stage].append(plan.resident_act_bytes)
+            best = max(best, total + plan.rebuild_bytes)
+        elif op in BACKWARD_OPS:
+            best = max(best, total + plan.rebuild_bytes)
+            if op in DONE_OPS and live[stage]:
+                total -= live[stage].popleft()
+    return best
+
+
+def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
+    """Bytes of the framework's own persistent buffers on the GPU: Transformer Engine's dummy
+    weight gradients (one per weight shape over every chunk, :func:`~sim.memory.
+    framework_memory.dummy_wgrad_bytes`), GEMM workspaces allocated through PyTorch (TE's,
+    and PyTorch's cuBLAS workspace of the compute stream, ``RuntimeReserve.
+    cublas_workspace_bytes``), and the gradient-reduction buffers: DDP's bucket copy of the
+    GPU gradients with data parallelism, or a plan's own bucket (ZeRO's
+    ``grad_bucket_bytes``). None on a rank that counts tensors only (a CPU rank)."""
+    ctx0 = pairs[0][0]
+    rv = ctx0.topology.gpu(ctx0.gpu_index).reserve
+    if not rv.working:
+        return 0.0
+    fw = ctx0.framework
+    out = fw.workspace_bytes + rv.cublas_workspace_bytes
+    if fw.dummy_wgrads:
+        out += dummy_wgrad_bytes((w for c, _ in pairs for w in c.layer_work), ctx0.dtype_bytes)
+    for ctx, plan in pairs:
+        if plan.grad_bucket_bytes is not None:
+            out += plan.grad_bucket_bytes
+        elif fw.bucket_copy and ctx.dp_width > 1:
+            out += plan.grad_bytes
+    return out
+
+
+def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
+    """The peak of the GPU running ``pairs`` (its stage chunks, finalized plans), by category
+    (module doc)."""
+    act = activation_peak(pairs)
+    cats = {c: 0.0 for c in CATEGORIES}
+    for _, plan in pairs:
+        cats["weights"] += plan.weight_bytes
+        cats["gradients"] += plan.grad_bytes
+        cats["optimizer"] += plan.optimizer_bytes
+        cats["framework"] += plan.framework_bytes + plan.framework_buffer_bytes
+        cats["allocator"] += plan.allocator_bytes
+        cats["reserve"] += plan.reserve_bytes
+    cats["activations"] = act.activations
+    cats["working"] = act.working
+    cats["buffers"] = act.buffers
+    ctx0 = pairs[0][0]
+    charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
+    ops = ((s, op) for s, op, _ in ctx0.ops)
+    return RankMemory(
+        gpu=ctx0.gpu,
+        stages=tuple(c.stage for c, _ in pairs),
+        by_category=cats,
+        capacity_bytes=ctx0.capacity_bytes,
+        peak_at=act.at,
+        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}),
+    )

@@ -1,0 +1,222 @@
+"""The caching allocator's view of a rank: its tensors in allocation order, and the margin
+PyTorch's caching allocator reserves beyond the allocated peak.
+
+:func:`tensor_program` writes a rank's allocations and frees (an allocation sequence built from
+the rank memory model's pieces, :mod:`sim.memory.rank_memory`, not a measurement);
+:func:`allocator_margin_bytes` replays it through :class:`~sim.memory.allocator.CachingAllocator`
+and returns ``max_memory_reserved - max_memory_allocated``: the ``allocator`` category of a
+GPU's peak, which the fit verdict counts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from functools import lru_cache
+
+from sim.memory.allocator import AllocatorConfig, Op, replay
+from sim.memory.context import StageContext
+from sim.memory.framework_memory import dummy_wgrad_bytes
+from sim.memory.layer_work import stash_tensors
+from sim.memory.plan import StagePlan
+from sim.memory.rank_memory import BACKWARD_OPS, DONE_OPS, Pair, framework_buffer_bytes
+
+STEP_OP = "STEP"
+REPLAY_STEPS = 2
+"""Optimizer steps the allocator replay runs through: the first leaves Adam's moments in the
+cache's holes, the second shows the steady fragmentation (later ones repeat it)."""
+REPLAY_MICROBATCHES = 8
+"""Micro-batches of each iteration the replay runs (the first ones; :func:`allocator_margin_bytes`
+says what it assumes of the others)."""
+TENSORS_PER_LAYER = 4
+"""Stash tensors per layer the replay allocates (:func:`_merged`)."""
+
+
+def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
+    """The rank's tensors in the order the caching allocator sees them (an allocation
+    sequence, not a measurement), from model construction through the simulated iterations:
+
+    * the model's parameters, one tensor per weight matrix (the layers' GEMM weights,
+      :class:`~sim.memory.layer_work.LayerWork`, and the rest of each layer as one);
+    * a framework with contiguous buffers (Megatron-Core's ``_ParamAndGradBuffer``) then
+      allocates one gradient buffer per chunk and, with a distributed optimizer, one parameter
+      buffer, and frees the parameters' own storage (``param.data = new_param_data``); DDP
+      allocates its flat bucket copies; the optimizer's fp32 master copies follow
+      (``clone().float()``), one per parameter (of its shard);
+    * its actions in program order (``StageContext.ops``): a forward runs its layers in
+      order, each allocating its stash tensors (:func:`~sim.memory.layer_work.stash_tensors`,
+      scaled to what the plan keeps on the GPU) and then its transient, freed again, and the
+      part it swaps out (freed when copied); a backward brings that part back and runs them
+      last first, each allocating its transient and then freeing it and the oldest
+      micro-batch's stash of that layer; recomputed bytes live through the action; the first
+      backward of a stage allocates TE's dummy weight
+      gradients (kept); per-tensor gradients (no contiguous buffer) at the first backward too;
+    * Adam's moments at the first optimizer step (``torch.optim`` creates its state lazily),
+      one pair per parameter tensor, carved from whatever the first iteration left cached;
+      then the second iteration (:data:`REPLAY_STEPS`).
+    """
+    ops: list[Op] = []
+    by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
+    chunk = {s: k for k, s in enumerate(by_stage)}  # names free of stage numbers: alike ranks
+    params = {s: _param_tensors(c) for s, (c, _) in by_stage.items()}  # replay alike
+    for s, (_, plan) in by_stage.items():
+        ops.extend(("alloc", ("p", chunk[s], i), plan.weight_bytes * sh) for i, sh in params[s])
+    for s, (ctx, plan) in by_stage.items():
+        k = chunk[s]
+        if not ctx.framework.bucket_copy:
+            ops.append(("alloc", ("g", k), plan.grad_bytes))
+            if plan.dp_sharded:
+                ops.append(("alloc", ("pbuf", k), plan.weight_bytes))
+                ops.extend(("free", ("p", k, i), 0.0) for i, _ in params[s])
+        ops.extend(("alloc", ("m", k, i), plan.optimizer_bytes * sh / 3) for i, sh in params[s])
+    ops.append(("alloc", "framework", framework_buffer_bytes(pairs) - _dummy(pairs)))
+    layers = {s: _layer_tensors(c, p) for s, (c, p) in by_stage.items()}
+    order = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
+    m = pairs[0][0].microbatches
+    live: dict[int, deque[int]] = {s: deque() for s in by_stage}
+    started: set[int] = set()
+    dummies: set[tuple[int, int]] = set()
+    steps = 0
+    n = 0
+    for stage, op, mb in order:
+        if op != STEP_OP and mb % m >= REPLAY_MICROBATCHES:
+            continue
+        if op == STEP_OP:
+            steps += 1
+            if steps > REPLAY_STEPS:
+                break
+            if steps > 1:
+                continue
+            for s, (_, plan) in by_stage.items():
+                for i, sh in params[s]:
+                    ops.append(("alloc", ("adam", chunk[s], i, 0), plan.optimizer_bytes * sh / 3))
+                    ops.append(("alloc", ("adam", chunk[s], i, 1), plan.optimizer_bytes * sh / 3))
+            continue
+        if stage not in by_stage or op not in ("F", *BACKWARD_OPS):
+            continue
+        ctx, plan = by_stage[stage]
+        n += 1
+        if op == "F":
+            live[stage].append(n)
+            ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
+            for j, (stash, fwd, _) in enumerate(layers[stage]):
+                ops.extend(("alloc", (n, j, i), size) for i, size in enumerate(stash))
+                if fwd > 0:
+                    ops.append(("alloc", ("work", n, j), fwd))
+                    ops.append(("free", ("work", n, j), 0.0))
+            ops.append(("alloc", ("swap", n), plan.swap_bytes))  # copied out after the F
+            ops.append(("free", ("swap", n), 0.0))
+            ops.append(("free", ("rebuild", n), 0.0))
+            continue
+        if stage not in started:
+            started.add(stage)
+            _first_backward(ops, ctx, plan, params[stage], dummies, chunk[stage])
+        done = op in DONE_OPS and bool(live[stage])
+        oldest = live[stage].popleft() if done else None
+        ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
+        ops.append(("alloc", ("swap", n), plan.swap_bytes))  # copied back in before the B
+        for j in reversed(range(len(layers[stage]))):
+            stash, _, bwd = layers[stage][j]
+            if bwd > 0:
+                ops.append(("alloc", ("work", n, j), bwd))
+                ops.append(("free", ("work", n, j), 0.0))
+            if oldest is not None:
+                ops.extend(("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash))))
+        ops.append(("free", ("swap", n), 0.0))
+        ops.append(("free", ("rebuild", n), 0.0))
+    return ops
+
+
+def _param_tensors(ctx: StageContext) -> list[tuple[int, float]]:
+    """``(index, share of the stage's parameters)`` of each parameter tensor: the layers'
+    GEMM weights and one tensor for the rest of each layer."""
+    total = sum(x.param_bytes for x in ctx.layers)
+    if total <= 0:
+        return []
+    out: list[float] = []
+    for layer, work in zip(ctx.layers, ctx.layer_work, strict=True):
+        weights = [r * c * ctx.dtype_bytes for r, c in work.weights]
+        if sum(weights) > layer.param_bytes:
+            weights = []
+        rest = layer.param_bytes - sum(weights)
+        out.extend(w / total for w in weights if w > 0)
+        if rest > 0:
+            out.append(rest / total)
+    return list(enumerate(out))
+
+
+def _dummy(pairs: Sequence[Pair]) -> float:
+    ctx0 = pairs[0][0]
+    if not ctx0.framework.dummy_wgrads:
+        return 0.0
+    return dummy_wgrad_bytes((w for c, _ in pairs for w in c.layer_work), ctx0.dtype_bytes)
+
+
+def _first_backward(
+    ops: list[Op],
+    ctx: StageContext,
+    plan: StagePlan,
+    params: list[tuple[int, float]],
+    dummies: set[tuple[int, int]],
+    chunk: int,
+) -> None:
+    """What a stage's first backward allocates for good: TE's dummy weight gradient of each
+    weight shape not in ``dummies`` yet (added), and per-tensor gradients without a
+    contiguous buffer."""
+    if ctx.framework.dummy_wgrads:
+        d = ctx.dtype_bytes
+        for shape in dict.fromkeys(s for w in ctx.layer_work for s in w.weights):
+            if shape not in dummies:
+                dummies.add(shape)
+                ops.append(("alloc", ("dummy", shape), shape[0] * shape[1] * d))
+    if ctx.framework.bucket_copy:
+        ops.extend(("alloc", ("g", chunk, i), plan.grad_bytes * sh) for i, sh in params)
+
+
+def _layer_tensors(
+    ctx: StageContext, plan: StagePlan
+) -> list[tuple[tuple[float, ...], float, float]]:
+    """Per layer of the stage: its kept stash tensors (:func:`~sim.memory.layer_work.
+    stash_tensors` at what the plan keeps) and its forward and backward transients."""
+    kept = plan.resident_act_bytes / plan.act_bytes if plan.act_bytes > 0 else 1.0
+    return [
+        (_merged(stash_tensors(work, layer.act_bytes * kept)), work.fwd_bytes, work.bwd_bytes)
+        for layer, work in zip(ctx.layers, ctx.layer_work, strict=True)
+    ]
+
+
+def _merged(tensors: tuple[float, ...], most: int = TENSORS_PER_LAYER) -> tuple[float, ...]:
+    """``tensors`` with the smallest neighbouring pair merged until at most ``most`` remain
+    (tensors a layer allocates together and frees together; the replay's cost is linear in
+    them, and merging the small ones keeps the large sizes apart).
+
+    Example:
+        >>> _merged((1.0, 2.0, 30.0, 4.0, 50.0), 3)
+        (33.0, 4.0, 50.0)
+    """
+    out = list(tensors)
+    while len(out) > most:
+        i = min(range(len(out) - 1), key=lambda k: out[k] + out[k + 1])
+        out[i : i + 2] = [out[i] + out[i + 1]]
+    return tuple(out)
+
+
+def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
+    """Bytes PyTorch's caching allocator reserves beyond the allocated peak on this rank:
+    ``max_memory_reserved - max_memory_allocated`` of a replay of :func:`tensor_program`
+    through :class:`~sim.memory.allocator.CachingAllocator` with the framework's allocator
+    options; 0 on a rank that counts tensors only. Where more stashes are in flight than the
+    replay runs (:data:`REPLAY_MICROBATCHES`) the further ones are taken to reuse the blocks of
+    the first (an assumption: identical micro-batches allocate identical tensors, and the best
+    fit hands each the block its twin freed)."""
+    ctx0 = pairs[0][0]
+    if not ctx0.topology.gpu(ctx0.gpu_index).reserve.replays_allocator:
+        return 0.0
+    ops = tuple(tensor_program(pairs))
+    return _margin(ops, ctx0.framework.allocator)
+
+
+@lru_cache(maxsize=4096)
+def _margin(ops: tuple[Op, ...], config: AllocatorConfig) -> float:
+    peaks = replay(ops, config)
+    return float(max(0, peaks.reserved - peaks.allocated))

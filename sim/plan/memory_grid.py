@@ -1,0 +1,193 @@
+"""``sim memory``: every configuration's peak per pipeline rank, without simulating time, and
+what to change when one does not fit.
+
+:func:`grid_memory` runs the rank memory model (:func:`sim.point.memory.point_memory`, the
+planner's memory bound) over a grid's points; :func:`advise` names, for a configuration that
+does not fit, the category that overflows on its tightest GPU and the first single change of
+:data:`CHANGES` that fits, each tried with the same model:
+
+1. ``dist_opt``: shard the optimizer state over the data-parallel replicas (Megatron's
+   distributed optimizer; with data parallelism, and the policy's recompute kept);
+2. ``recompute``: full activation recompute of every layer (``recompute:full``, or
+   ``dist_opt:recompute``);
+3. ``smaller b``: half the micro-batch size, twice the micro-batches (same global batch);
+4. ``more tp``: twice the tensor-parallel size, half the data-parallel width (same GPUs);
+5. ``more pp``: twice the pipeline depth, half the data-parallel width (same GPUs).
+
+The order is the usual cost order: sharding states costs a reduce-scatter and an all-gather
+instead of an all-reduce, recompute a third more compute, a smaller micro-batch less efficient
+kernels, more tensor or pipeline ranks more communication and bubbles (an assumption: the
+throughput is ``sim run``'s to judge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sim.errors import InputError
+from sim.memory.rank_memory import CATEGORIES, RankMemory
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.memory import PointMemory, point_memory
+
+GIB = 2.0**30
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What to change for a configuration that does not fit.
+
+    Attributes:
+        category: the largest category on the tightest GPU (what overflows).
+        over_bytes: how far its device bytes exceed the capacity.
+        change: the first change of :data:`CHANGES` that fits (``""``: none does).
+        point: the configuration with that change (None: none fits).
+        device_bytes: the changed configuration's tightest device bytes.
+    """
+
+    category: str
+    over_bytes: float
+    change: str = ""
+    point: PointConfig | None = None
+    device_bytes: float = 0.0
+
+    def text(self) -> str:
+        """One line for the table and the CSV."""
+        head = f"{self.category} overflows ({self.over_bytes / GIB:.2f} GiB over)"
+        if self.point is None:
+            return f"{head}; no single change of dist_opt, recompute, b, tp, pp fits"
+        return f"{head}; fits with {self.change} ({self.device_bytes / GIB:.2f} GiB)"
+
+
+@dataclass(frozen=True)
+class GridMemory:
+    """One configuration's answer: its ranks' peaks (``memory``; None when it cannot be
+    resolved, ``error`` says why) and, when it does not fit, :class:`Advice`."""
+
+    point: PointConfig
+    memory: PointMemory | None
+    error: str = ""
+    advice: Advice | None = None
+
+
+def overflowing(rank: RankMemory) -> str:
+    """The largest category of ``rank``'s peak."""
+    return max(CATEGORIES, key=lambda c: rank.by_category.get(c, 0.0))
+
+
+def _policy(point: PointConfig, dist: bool, recompute: bool) -> str | None:
+    name = point.memory_policy
+    has_dist, has_rec = name.startswith("dist_opt"), "recompute" in name
+    if name not in ("none", "dist_opt", "dist_opt:recompute", "recompute", "recompute:full"):
+        return None
+    dist, recompute = dist or has_dist, recompute or has_rec
+    if dist:
+        return "dist_opt:recompute" if recompute else "dist_opt"
+    return "recompute:full" if recompute else "none"
+
+
+def _with(point: PointConfig, **changes) -> PointConfig | None:
+    data = point.model_dump()
+    data.update(changes)
+    try:
+        return PointConfig(**data)
+    except ValueError:
+        return None
+
+
+def _dist(p: PointConfig) -> PointConfig | None:
+    policy = _policy(p, True, False)
+    if policy is None or policy == p.memory_policy or p.dp_width * p.context_parallel < 2:
+        return None
+    return _with(p, memory_policy=policy)
+
+
+def _recompute(p: PointConfig) -> PointConfig | None:
+    policy = _policy(p, False, True)
+    return None if policy is None or policy == p.memory_policy else _with(p, memory_policy=policy)
+
+
+def _smaller_b(p: PointConfig) -> PointConfig | None:
+    if p.microbatch_size % 2:
+        return None
+    return _with(p, microbatch_size=p.microbatch_size // 2, microbatches=p.microbatches * 2)
+
+
+def _more_tp(p: PointConfig) -> PointConfig | None:
+    if p.dp_width % 2:
+        return None
+    m = p.microbatches * 2  # the same global batch over half the replicas
+    return _with(p, tensor_parallel=p.tensor_parallel * 2, dp_width=p.dp_width // 2, microbatches=m)
+
+
+def _more_pp(p: PointConfig) -> PointConfig | None:
+    if p.dp_width % 2:
+        return None
+    m = p.microbatches * 2  # the same global batch over half the replicas
+    return _with(p, stages=p.stages * 2, dp_width=p.dp_width // 2, microbatches=m)
+
+
+CHANGES: tuple[tuple[str, Callable[[PointConfig], PointConfig | None]], ...] = (
+    ("dist_opt", _dist),
+    ("recompute", _recompute),
+    ("half the micro-batch size", _smaller_b),
+    ("twice the tensor-parallel size", _more_tp),
+    ("twice the pipeline depth", _more_pp),
+)
+"""The single changes :func:`advise` tries, in order (module doc)."""
+
+
+Known = dict[PointConfig, "PointMemory | None"]
+"""Points already answered (None: not resolvable), shared by :func:`advise` calls."""
+
+
+def _memory(prep: Prepared, point: PointConfig, known: Known) -> PointMemory | None:
+    if point not in known:
+        try:
+            known[point] = point_memory(prep, point)
+        except InputError:
+            known[point] = None
+    return known[point]
+
+
+def advise(prep: Prepared, memory: PointMemory, known: Known | None = None) -> Advice:
+    """What overflows on ``memory``'s tightest GPU and the first change of :data:`CHANGES`
+    that fits (module doc); ``known``: answers to reuse (and fill)."""
+    known = {} if known is None else known
+    tight = memory.tightest
+    advice = Advice(overflowing(tight), -tight.headroom_bytes)
+    for label, make in CHANGES:
+        changed = make(memory.point)
+        if changed is None:
+            continue
+        pm = _memory(prep, changed, known)
+        if pm is not None and pm.fits:
+            dev = pm.tightest.device_bytes
+            return Advice(advice.category, advice.over_bytes, label, changed, dev)
+    return advice
+
+
+def grid_memory(
+    prep: Prepared, points: list[PointConfig], *, advice: bool = True
+) -> list[GridMemory]:
+    """Each point's peaks per pipeline rank (module doc), with :func:`advise` for those that
+    do not fit (``advice=False``: none). Points that cannot be resolved carry the reason."""
+    known: Known = {}
+    out = []
+    for point in points:
+        try:
+            known[point] = point_memory(prep, point)
+        except InputError as exc:
+            known[point] = None
+            out.append(GridMemory(point, None, str(exc)))
+            continue
+        out.append(GridMemory(point, known[point]))
+    if not advice:
+        return out
+    return [
+        replace(gm, advice=advise(prep, gm.memory, known))
+        if gm.memory is not None and not gm.memory.fits
+        else gm
+        for gm in out
+    ]

@@ -1,0 +1,133 @@
+"""A point's peak memory per pipeline rank, without simulating it.
+
+:func:`point_memory` resolves what memory depends on, as :func:`sim.point.simulate.resolve`
+does (the framework's schedule and memory layout, the rank trace, the partition, the policy's
+plans) but for one data-parallel replica and tensor rank only (the others are alike: the rank
+trace is the busiest expert-parallel rank's), and gives each pipeline rank's peak by category
+(:func:`sim.memory.rank_memory.rank_memory`). ``sim memory``, the planner's memory bound
+(:mod:`sim.plan.bounds`) and the engine's charges at t = 0 (:func:`sim.memory.compose.
+finalize_plans`) all count the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sim.errors import InputError
+from sim.memory.compose import plan_to_fit
+from sim.memory.context import StageContext
+from sim.memory.layer_work import with_framework_stash
+from sim.memory.rank_memory import RankMemory, rank_memory
+from sim.parallel.decoder_shard import DecoderShard
+from sim.point.config import PointConfig
+from sim.point.experiment import Prepared
+from sim.point.simulate import (
+    check_point_size,
+    checked_shard,
+    layer_works,
+    point_framework,
+    point_policy,
+)
+from sim.point.stages import choose_boundaries, make_schedule, stage_contexts, stage_layout
+from sim.schedules.analysis import peak_in_flight_per_stage
+from sim.trace.shared import place_shared
+
+
+@dataclass(frozen=True)
+class PointMemory:
+    """Each pipeline rank's peak of a point (rank 0 first).
+
+    Attributes:
+        point: the configuration.
+        ranks: :class:`~sim.memory.rank_memory.RankMemory` per pipeline rank.
+        boundaries: stage start-layer indices.
+    """
+
+    point: PointConfig
+    ranks: tuple[RankMemory, ...]
+    boundaries: tuple[int, ...]
+
+    @property
+    def tightest(self) -> RankMemory:
+        """The rank with the least headroom (the first on ties)."""
+        return min(self.ranks, key=lambda r: r.headroom_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return all(r.fits for r in self.ranks)
+
+
+def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
+    """Each pipeline rank's peak memory of ``point`` (module doc).
+
+    Raises:
+        InputError: what :func:`~sim.point.simulate.resolve` raises for the point.
+    """
+    exp, topo, file = prep.exp, prep.topology, prep.file
+    framework = point_framework(point, file)
+    schedule = make_schedule(
+        point.schedule,
+        point.stages,
+        point.microbatches,
+        file=file,
+        virtual_stages=point.virtual_stages,
+        framework=framework,
+    )
+    base = prep.traces[point.model]
+    check_point_size(point, schedule, topo, base, file)
+    policy = point_policy(point, file)
+    sharded = checked_shard(lambda: prep.rank_trace(point, point.microbatch_size), file)
+    memory = framework.memory(base.dtype, topo.gpus[0].model, exp.memory)
+    works = layer_works(sharded, point, memory)
+    trace = framework.tie(
+        with_framework_stash(sharded.trace, works), schedule, point.tensor_parallel
+    )
+    iterations = exp.training.iterations or schedule.steady_state_iterations()
+    program = schedule.program(iterations)
+    peaks = peak_in_flight_per_stage(program)
+    in_flight = [peaks[s] for s in range(schedule.num_stages)]
+    layout = stage_layout(exp, topo, point, schedule, file)
+    try:
+        boundaries = choose_boundaries(
+            topo, trace, schedule, in_flight, layout.per_stage, exp, framework
+        )
+    except InputError as exc:
+        exc.file = exc.file or file
+        raise
+    ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
+    trace, _ = place_shared(trace, boundaries, ranks)
+    contexts = stage_contexts(
+        topo,
+        trace,
+        boundaries,
+        (layout.per_stage[0],),
+        schedule,
+        in_flight,
+        exp,
+        program,
+        layout.job_gpus,
+        sharded.expert_bytes if isinstance(sharded, DecoderShard) else (),
+        point.expert_parallel,
+        memory,
+        works,
+        (point.tensor_parallel, point.context_parallel),
+    )[0]
+    contexts = [_with_width(c, point) for c in contexts]
+    try:
+        plans = plan_to_fit(policy, contexts)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
+    plans = framework.plans(
+        plans, point.dp_width, memory.state(trace.dtype, exp.training.optimizer)
+    )
+    by_rank: dict[int, list] = {}
+    for ctx, plan in zip(contexts, plans, strict=True):
+        by_rank.setdefault(schedule.stage_rank(ctx.stage), []).append((ctx, plan))
+    out = tuple(rank_memory(by_rank[r]) for r in sorted(by_rank))
+    return PointMemory(point, out, tuple(boundaries))
+
+
+def _with_width(ctx: StageContext, point: PointConfig) -> StageContext:
+    """A replica-0 context that still sees the point's data-parallel width (the contexts were
+    built for one row of the placement)."""
+    return replace(ctx, dp_width=point.layout.replicas)

@@ -1,0 +1,72 @@
+"""Megatron-LM's logging and checking flags as options of the ``megatron-lm`` profile: the host
+work they add to each iteration (:mod:`sim.framework.megatron_host`).
+
+Each flag of :data:`FLAG_OPTIONS` becomes ``option=value`` on the run's framework spec
+(``megatron-lm[log_interval=1,log_params_norm]``); an option at its default is not written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.runs.record import Status
+
+FLAG_OPTIONS: dict[str, tuple[str, str]] = {
+    "log-num-zeros-in-grad": ("log_num_zeros_in_grad", "zeros in the gradients counted at "
+                              "each step"),
+    "log-params-norm": ("log_params_norm", "the parameters' norm reduced at each step"),
+    "log-interval": ("log_interval", "iterations between logs"),
+    "tensorboard-dir": ("tensorboard", "tensorboard scalars written at each log"),
+    "no-check-for-nan-in-loss-and-grad": ("check_for_nan_in_loss", "the loss not read back "
+                                          "after each forward"),
+}  # fmt: skip
+"""Flag -> (option, what it adds)."""
+
+DEFAULTS = {"log_interval": "100", "check_for_nan_in_loss": "true"}
+"""Options whose default is not ``false`` (Megatron's ``--log-interval 100``; the NaN check on
+unless ``--no-check-for-nan-in-loss-and-grad``)."""
+
+
+def option_value(flag: str, value: Any) -> str | None:
+    """The option's value for ``flag = value``; None: the option stays at its default.
+
+    Example:
+        >>> option_value("log-interval", "1"), option_value("log-params-norm", True)
+        ('1', 'true')
+        >>> option_value("no-check-for-nan-in-loss-and-grad", True), option_value("log-interval", 100)
+        ('false', None)
+    """
+    name = FLAG_OPTIONS[flag][0]
+    if flag == "no-check-for-nan-in-loss-and-grad":
+        text = "false"
+    elif flag == "log-interval":
+        try:
+            text = str(int(float(value)))
+        except (TypeError, ValueError):
+            return None
+    elif flag == "tensorboard-dir":
+        text = "true" if value not in (None, False, "", "None") else "false"
+    else:
+        text = "true" if value is True or str(value).lower() == "true" else "false"
+    return None if text == DEFAULTS.get(name, "false") else text
+
+
+def read_host_options(
+    flags: dict[str, Any],
+) -> tuple[dict[str, str], list[tuple[str, Status, str]]]:
+    """``(options, notes)`` of the flags in :data:`FLAG_OPTIONS` (module doc)."""
+    options: dict[str, str] = {}
+    notes: list[tuple[str, Status, str]] = []
+    for flag, (name, why) in FLAG_OPTIONS.items():
+        if flag not in flags:
+            continue
+        value = option_value(flag, flags[flag])
+        if value is None:
+            notes.append((flag, "ignored", f"{why}: Megatron's default"))
+            continue
+        options[name] = value
+        notes.append((flag, "mapped", f"framework option {name}={value} (host work: {why})"))
+    return options, notes
+
+
+__all__ = ["FLAG_OPTIONS", "read_host_options"]

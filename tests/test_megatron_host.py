@@ -1,0 +1,151 @@
+"""Megatron-LM's host work around the model (issue 26 item 7): its step's loops and reads
+(sim.engine.step_host, sim.framework.megatron_host), the loss read after each last-stage
+forward, its logging flags as options, and the Grace host of GB200. Hand-computed cases."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sim.engine import simulate
+from sim.engine.step_host import StepHost, shard_tensors, step_host_s
+from sim.framework.megatron_host import (
+    COUNT_ZEROS,
+    LOSS_READS,
+    OPTIMIZER_STEP,
+    PARAMS_NORM,
+    STEP_TAIL,
+    TRAINING_LOG,
+    megatron_step_host,
+)
+from sim.framework.registry import get_framework
+from sim.hardware.host_ops import NO_HOST, HostOverhead
+from sim.hardware.loader import load_hardware
+from sim.runs.megatron_host_flags import read_host_options
+from sim.trace.generator import transformer_trace
+from tests.helpers import uniform_input
+
+HOST = HostOverhead(op_s=0.25, backward_op_s=0.0625, nograd_op_s=0.125, read_s=0.0625)
+
+
+def _one_stage(**runtime):
+    # p = 1, m = 2, GPipe; F 1 s and B 2 s of device time, 8 ops each; optimizer kernel 0.5 s;
+    # two vectors and one matrix. Without host work at the step the backward ends at 8.125 (the
+    # forwards host-bound: 8 x 0.25 s) and the iteration at 8.625.
+    inp = uniform_input("gpipe", 1, 2, optimizer_s=0.5)
+    cost = replace(inp.costs[0], fwd_ops=8.0, bwd_ops=8.0, param_tensors=(2, 1))
+    return replace(inp, costs=(cost,), host=HOST, runtime=replace(inp.runtime, **runtime))
+
+
+def test_step_host_closed_form():
+    # h = nograd_op_s = 0.125. Dense: 3 + 2 x 10 + 1 x 4 + 4 x 10 (per dense tensor) + 1
+    # reduction = 68 ops; + 1 x 0.5 s all-reduce + 2 x 0.0625 reads. Sharded: the 3 per
+    # sharded optimizer tensor replace the 4 per dense tensor: 3 + 20 + 4 + 12 + 1 = 40 ops.
+    w = StepHost(ops=3, per_tensor=2, per_optimizer_tensor=1, per_sharded_tensor=3,
+                 per_dense_tensor=4, reads=2, reductions=1)  # fmt: skip
+    assert step_host_s(HOST, w, 10, 4.0, False, 0.5) == pytest.approx(0.125 * 68 + 0.5 + 0.125)
+    assert step_host_s(HOST, w, 10, 4.0, True, 0.5) == pytest.approx(0.125 * 40 + 0.5 + 0.125)
+    # no host model (the presets without one): nothing; nothing issued: nothing
+    assert step_host_s(NO_HOST, w, 10, 4.0, True, 0.5) == 0.0
+    assert step_host_s(HOST, StepHost(), 10, 4.0, True, 0.5) == 0.0
+    with pytest.raises(ValueError, match="reads"):
+        StepHost(reads=-1)
+
+
+def test_a_sharded_optimizer_steps_its_shard_of_the_tensors():
+    # Megatron's DistributedOptimizer: contiguous ranges of the flat buffer, one straddling
+    # tensor per boundary: T / w + 1, at most T.
+    assert shard_tensors(148, 8) == pytest.approx(19.5)
+    assert shard_tensors(3, 8) == pytest.approx(1.375)
+    assert shard_tensors(10, 1) == 10.0
+
+
+def test_step_host_blocks_the_device_after_the_update():
+    # 2 ops + 1 per optimizer tensor (3 tensors, not sharded) at 0.125 s and one read at
+    # 0.0625 s: 5 x 0.125 + 0.0625 = 0.6875 s after the kernel [8.125, 8.625]; one GPU, so no
+    # reduction time.
+    log = simulate(_one_stage(step_host=StepHost(ops=2, per_optimizer_tensor=1, reads=1)))
+    spans = [(e.kind, e.name, e.start_s, e.end_s) for e in log.events]
+    assert ("optimizer", "0STEP0", 8.125, 8.625) in spans
+    assert ("host_wait", "host step 0", 8.625, 9.3125) in spans
+    assert log.iteration_ends_s == [9.3125]
+    assert simulate(_one_stage()).iteration_ends_s == [8.625]
+
+
+def test_loss_reads_block_the_host_after_each_last_stage_forward():
+    # Each read: its op (0.125) and the copy (0.0625), after the host has waited for the
+    # forward: 2 reads = 0.375 s. F0 ends 2.125 (host 2) -> host 2.5. F1: max(2.125 + 1,
+    # 2.5 + 2.125) = 4.625 -> host 5.0. Backward K = max(0.5 + 0.25, 2 + 0.0625) = 2.0625:
+    # B0 max(6.625, 5.0 + 2.0625) = 7.0625, B1 9.0625; step 9.5625 (without: 8.625).
+    log = simulate(_one_stage(loss_reads=2))
+    spans = [(e.kind, e.name, e.start_s, e.end_s) for e in log.events]
+    assert ("compute", "0F1", 3.625, 4.625) in spans
+    assert ("compute", "0B0", 5.0625, 7.0625) in spans
+    assert log.iteration_ends_s == [9.5625]
+
+
+def test_megatron_step_host_counts_from_its_code():
+    # Default (bf16, clip on, log every 100 iterations): the step, its tail, a hundredth of a
+    # log.
+    d = megatron_step_host({}, fp16=False)
+    assert d.ops == pytest.approx(OPTIMIZER_STEP.ops + STEP_TAIL.ops + TRAINING_LOG.ops / 100)
+    assert (d.per_optimizer_tensor, d.per_sharded_tensor, d.per_dense_tensor) == (1, 6, 1)
+    assert d.reads == pytest.approx(6 + 6 / 100) and d.reductions == pytest.approx(4 + 2 / 100)
+    # The functional tests' flags: zeros counted (4 ops per optimizer tensor), the params'
+    # norm, a log every iteration.
+    t = megatron_step_host(
+        {"log_interval": 1, "log_num_zeros_in_grad": True, "log_params_norm": True}, False
+    )
+    assert t.per_optimizer_tensor == 1 + 4
+    assert t.per_dense_tensor == 1 + 1
+    assert t.reads == 6 + COUNT_ZEROS.reads + PARAMS_NORM.reads + TRAINING_LOG.reads == 19
+    assert t.reductions == 3 + 1 + 2 + 6 + 2 == 14
+    # fp16 adds the loss scaler's found-inf check
+    assert megatron_step_host({}, fp16=True).reads == pytest.approx(d.reads + 1)
+    with pytest.raises(ValueError, match="log_interval"):
+        megatron_step_host({"log_interval": 0}, False)
+
+
+def test_the_megatron_profile_sets_its_host_work():
+    topo = load_hardware("dgx-a100-80gb")
+    trace = transformer_trace("gpt", name="tiny", microbatch_size=1, layers=2, hidden=64,
+                              heads=2, seq_len=32, vocab=128, dtype="bf16", gpu=topo.gpus[0].compute)  # fmt: skip
+    rt = get_framework("megatron-lm[log_interval=1,log_params_norm]").runtime(topo, trace)
+    assert rt.loss_reads == LOSS_READS == 2
+    assert rt.step_host.reads == 6 + PARAMS_NORM.reads + TRAINING_LOG.reads
+    off = get_framework("megatron-lm[check_for_nan_in_loss=false]").runtime(topo, trace)
+    assert off.loss_reads == 0
+    # the SC'21 profile (Megatron-LM 2021) had no NaN check of the loss
+    assert get_framework("megatron-lm-torch-ddp").runtime(topo, trace).loss_reads == 0
+
+
+def test_logging_flags_become_options():
+    flags = {"log-interval": "1", "log-params-norm": True, "log-num-zeros-in-grad": True,
+             "tensorboard-dir": "/tb", "no-check-for-nan-in-loss-and-grad": True}  # fmt: skip
+    options, notes = read_host_options(flags)
+    assert options == {"log_interval": "1", "log_params_norm": "true",
+                       "log_num_zeros_in_grad": "true", "tensorboard": "true",
+                       "check_for_nan_in_loss": "false"}  # fmt: skip
+    assert {n[1] for n in notes} == {"mapped"}
+    # Megatron's defaults write no option
+    options, notes = read_host_options({"log-interval": 100})
+    assert options == {} and notes[0][1] == "ignored"
+
+
+def test_grace_host_is_the_x86_figures_times_the_published_ratio():
+    # NVIDIA/TransformerEngine#2053: torch.nn.Linear forward CPU time 37.08 us on GB200,
+    # 13.48 us on an H100 DGX (Xeon Platinum 8480C): 2.75.
+    ratio = 37.08 / 13.48
+    grace = _host("gb200-nvl72")
+    x86 = _host("dgx-h100")
+    for name in ("op_s", "nograd_op_s", "backward_op_s", "checkpoint_s", "module_s",
+                 "function_s", "function_backward_s"):  # fmt: skip
+        assert getattr(grace, name) == pytest.approx(getattr(x86, name) * ratio, rel=0.01), name
+    assert grace.read_s == pytest.approx(10e-6 * ratio, rel=0.01)
+    assert _host("nvl72x2-gb200") == grace
+
+
+def _host(name: str) -> HostOverhead:
+    topo = load_hardware(name)
+    return topo.host(topo.gpu(0).host).overhead
