@@ -184,7 +184,10 @@ def vpipe() -> pd.DataFrame:
     rows = []
     for model in sorted(df.model.unique()):
         get = best.get
-        for base, schedule, policy in (("PipeDream", "pipedream", "none"), ("GPipe", "gpipe", "recompute:partition")):
+        for base, schedule, policy in (
+            ("PipeDream", "pipedream", "none"),
+            ("GPipe", "gpipe", "recompute:partition"),
+        ):
             mine = get((model, schedule, "vpipe"), float("nan"))
             theirs = get((model, schedule, policy), float("nan"))
             rows.append({"model": model, "baseline": base, "vpipe samples/s": mine,
