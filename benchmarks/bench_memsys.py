@@ -40,6 +40,7 @@ import sim.api
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPERS = ROOT / "measurements" / "memsys-papers"
+"""The papers' figures (``--papers`` names another folder with the same files)."""
 EXPERIMENTS = ROOT / "experiments"
 SEQ = 1024
 PATRICKSTAR = "chunked:recompute:msc"
@@ -165,15 +166,34 @@ def zero_offload() -> pd.DataFrame:
     )  # fmt: skip
 
 
+MPRESS_MICROBATCHES = (1, 2, 4)
+"""Micro-batch sizes of MPress's grid: the shipped file's 1, and 2 and 4, where a stage's stash
+outweighs the gap between two model sizes' states (the paper's batches were not available)."""
+
+
 def mpress() -> pd.DataFrame:
-    """Largest model per schedule and policy on MPress's DGX-1 grid."""
-    df = plan_table(experiment("mpress-dgx1.yaml"))
+    """Largest model (B parameters) per schedule, micro-batch and policy on MPress's DGX-1 grid
+    (``experiments/mpress-dgx1.yaml`` with the micro-batches of :data:`MPRESS_MICROBATCHES`)."""
+    data = experiment("mpress-dgx1.yaml")
+    data["sweep"]["microbatch_size"] = list(MPRESS_MICROBATCHES)
+    df = plan_table(data)
     ok = df[df.fits.fillna(False).astype(bool)]
-    best = ok.sort_values("parameters").groupby(["schedule", "stages", "memory_policy"]).tail(1)
+    keys = ["schedule", "microbatch_size", "memory_policy"]
+    best = ok.sort_values("parameters").groupby(keys).tail(1)
     table = best.pivot_table(
-        index=["schedule", "stages"], columns="memory_policy", values="parameters", aggfunc="max"
+        index=["schedule", "microbatch_size"],
+        columns="memory_policy",
+        values="parameters",
+        aggfunc="max",
     )
     return (table / 1e9).round(1)
+
+
+def mpress_ordering(table: pd.DataFrame) -> list[str]:
+    """The rows of :func:`mpress` where D2D swap (MPress's planner, alone or with recompute)
+    trains a larger model than recompute alone."""
+    d2d = table[["d2d_swap", "d2d_swap+recompute"]].max(axis=1)
+    return [f"{s} micro-batch {b}" for (s, b), v in d2d.items() if v > table.recompute[(s, b)]]
 
 
 def vpipe() -> pd.DataFrame:
@@ -205,10 +225,14 @@ def _pct(x: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global PAPERS
     parts = ("patrickstar", "largest", "zero-offload", "mpress", "vpipe")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", choices=parts, help="what to run (default: all)")
-    which = ap.parse_args(argv).parts or parts
+    ap.add_argument("--papers", type=Path, default=PAPERS, help="folder of the papers' figures")
+    args = ap.parse_args(argv)
+    which = args.parts or parts
+    PAPERS = args.papers
     fmt = {"float_format": lambda x: f"{x:.3g}", "index": False}
     if "patrickstar" in which:
         t = patrickstar()
@@ -223,8 +247,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ZeRO-Offload, 10B GPT-2 on one V100-32GB of a DGX-2, batch 10, {ZO_POLICY}")
         print(zero_offload().to_string(**fmt), "\n")
     if "mpress" in which:
-        print("MPress, DGX-1: largest model (B params) per schedule, depth and policy")
-        print(mpress().to_string(), "\n")
+        t = mpress()
+        print("MPress, DGX-1, 8 stages: largest model (B params) per schedule, micro-batch, policy")
+        print(t.to_string())
+        print("D2D swap trains larger models than recompute alone at:", mpress_ordering(t), "\n")
     if "vpipe" in which:
         t = vpipe()
         print("vPipe: throughput over its baselines (best fitting configuration of each)")
