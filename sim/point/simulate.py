@@ -138,12 +138,12 @@ def resolve(
         exc.file = exc.file or file
         raise
     if policy.repartitions and exp.options.boundaries is None:
-        boundaries, note = _repartition(
+        boundaries, moved = _repartition(
             policy,
             boundaries,
             (exp, point, topo, trace, schedule, program, in_flight, layout, memory, works),
         )
-        notes = [*notes, note]
+        notes = [*notes, moved]
     ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
     trace, tied = place_shared(trace, boundaries, ranks)
     plans, tensor_plans = _plans(
