@@ -228,10 +228,12 @@ def main(argv: list[str] | None = None) -> None:
     global PAPERS
     parts = ("patrickstar", "largest", "zero-offload", "mpress", "vpipe")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", choices=parts, help="what to run (default: all)")
+    ap.add_argument("parts", nargs="*", help=f"what to run, of {', '.join(parts)} (default: all)")
     ap.add_argument("--papers", type=Path, default=PAPERS, help="folder of the papers' figures")
     args = ap.parse_args(argv)
     which = args.parts or parts
+    if unknown := sorted(set(which) - set(parts)):
+        ap.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(parts)}")
     PAPERS = args.papers
     fmt = {"float_format": lambda x: f"{x:.3g}", "index": False}
     if "patrickstar" in which:
