@@ -41,7 +41,12 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   (:func:`~sim.memory.memtracer.gpu_adam_chunks`), the rest live in host DRAM as pinned CPU
   chunks (``Chunk.allocate_payload``), within ``0.8 * MemTotal / ranks`` per rank, and CPU
   Adam updates them (in the server's CPU-Adam pool, :mod:`sim.memory.host_adam`), with their
-  gradients copied down before and their weights up after the host step.
+  16-bit gradients copied down before the host step (``FP32ChunkReadBuffer``, a pinned 16-bit
+  chunk) and their updated weights up after it in fp32, 4 bytes per element: PatrickStar's
+  ``FP16ChunkWriteBuffer.write_from_cache`` copies each host fp32 chunk into a GPU fp32 buffer
+  and casts it into the 16-bit chunk there ("a two stage copy, 1) CPU fp32 -> GPU fp32, 2) GPU
+  fp32 -> GPU fp16 is faster than one single copy_", ``patrickstar/ops/chunk_io_buff.py``
+  @2384535); the cast's HBM traffic is left out.
 * The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
   framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
   where PatrickStar would not place its chunks.
@@ -70,7 +75,6 @@ from sim.memory.memtracer import (
 )
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.reserve import overhead
-from sim.memory.states import optimizer_step_s
 from sim.memory.tensors import stage_groups
 from sim.memory.zero_offload import (
     RECOMPUTE,
@@ -83,6 +87,21 @@ MIB = 2**20
 STAGING = 2
 """Chunk slots kept free for streaming (PatrickStar's 2-chunk margin)."""
 MSC = "msc"
+
+
+UPLOAD_BYTES = 4
+"""Bytes per element of a host-updated weight on its way up: the fp32 master chunk
+(``FP16ChunkWriteBuffer``'s two-stage copy, module doc)."""
+GPU_ADAM_BYTES = 108
+"""HBM bytes per element of hybrid Adam's GPU update, op by op as ``FP16Adam`` runs it
+(Tencent/PatrickStar@2384535 ``patrickstar/ops/fp16_cpu_adam.py``, ``fp16_chunk_adam_ops`` and
+``torch_adam_update``, no weight decay; each op reads its operands and writes its result):
+the 16-bit gradient chunk copied into the read buffer (2 + 2), ``.float()`` (2 + 4),
+``grad.div_(loss_scale)`` (4 + 4), ``exp_avg.mul_`` (4 + 4) and ``.add_(grad)`` (8 + 4),
+``exp_avg_sq.mul_`` (4 + 4) and ``.addcmul_(grad, grad)`` (12 + 4), ``sqrt()``, ``/ c`` and
+``.add_(eps)`` (3 x (4 + 4)), ``data.addcdiv_`` (12 + 4), and the fp32 weight cast into the
+16-bit chunk (4 + 2): 108, against a fused kernel's 28 (:func:`~sim.memory.states.
+optimizer_step_s`)."""
 
 
 @dataclass(frozen=True)
@@ -237,13 +256,13 @@ def chunk_states(
         weight_bytes=lay.resident * lay.slot_bytes + versions,
         grad_bytes=0.0,
         optimizer_bytes=os_gpu * o,
-        optimizer_s=optimizer_step_s(os_gpu * lay.utilization, hbm, ctx.state),
+        optimizer_s=os_gpu * lay.utilization * GPU_ADAM_BYTES / hbm,
         host_bytes=host_chunk_bytes(ctx, lay, k),
         host_framework_bytes=host_framework_bytes(mem_total, ranks),
         host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
         host_optimizer_pool=adam_pool(ctx),
         step_transfers_before=_copy(ctx.gpu, ctx.host, back * g, "grads"),
-        step_transfers_after=_copy(ctx.host, ctx.gpu, back * d, "weights"),
+        step_transfers_after=_copy(ctx.host, ctx.gpu, back * UPLOAD_BYTES, "weights"),
         fetch_bytes=fetch,
         fetch_source=ctx.host if fetch or stream else None,
         fetch_live_bytes=STAGING * e * d if stream else None,
@@ -260,7 +279,7 @@ def chunk_states(
         2 * m * copy_s(ctx, ctx.host, ctx.gpu, fetch, ctx.host_sharers)  # synchronous moves
         + plan.host_optimizer_s
         + copy_s(ctx, ctx.gpu, ctx.host, back * g)
-        + copy_s(ctx, ctx.host, ctx.gpu, back * d)
+        + copy_s(ctx, ctx.host, ctx.gpu, back * UPLOAD_BYTES)
         + plan.optimizer_s
         - resident_plan(ctx).optimizer_s
     )
