@@ -18,17 +18,26 @@ gradient goes into the stage's next step after the backward. Every layer runs th
 ``torch.func.functional_call`` on leaf tensors of its stage's version, so a parameter two stages
 share (a tied embedding) may be at two versions in one micro-batch, and its gradient is the sum
 over its holders, which is what the replay's tied all-reduce sums. Torch's runtimes flush, so
-their versions are the iteration.
+their versions are the iteration. Every step's gradient is summed in the replay's order
+(:mod:`backends.torch.replay.accumulation`: each rank's backwards in its program order, then the
+holders' sums in rank order), so reordered sums are not among the differences.
 
-Tolerance (:func:`tolerance`): the replay runs the same operators on the same values; what
-differs is summation order (a stage's micro-batch gradients accumulated in its program's order,
-the loss scaled before instead of after the backward in torch's runtime, the all-reduce's sum,
-GEMM blocking with another thread count), each a relative rounding of ``n u`` for an ``n``-term
+Tolerance (:func:`tolerance`): the replay runs the same operators on the same values and the
+reference sums the gradients in the replay's order and runs with the replay's thread count
+(:func:`check`); what may still differ is kernels (a stage module against one layer at a time,
+gloo's ring over three or more holders), each a relative rounding of ``n u`` for an ``n``-term
 sum with unit roundoff ``u`` (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed.,
 §4.2: ``u = 2^-24`` in fp32, ``2^-8`` in bf16, ``2^-11`` in fp16), compounded over the layers
-and the steps. Errors are ``max |replay - reference| / max |reference|`` per gradient tensor
-(and per loss). A missing tied all-reduce (half a gradient) or a wrong weight version gives
-errors orders of magnitude above these bounds (``tests/test_numerics.py``).
+and the steps. The error is relative to the largest entry of the reference gradient. A model
+whose weights feed back on themselves (a head tied to its embedding) magnifies any
+rounding difference from step to step, so the reference does the replay's arithmetic rather
+than an equivalent one: before it did (``w - lr g`` against torch's fused update, micro-batch
+order against the replay's per-holder sums), a 6-layer tied encoder's one-ulp differences grew
+from 2e-6 after one step to 2.2e-4 after six, above the fp32 bound (issue 30, item 2); on one
+CPU thread the two are now equal to the bit (``tests/test_numerics.py``). Errors are
+``max |replay - reference| / max |reference|`` per gradient tensor (and per loss). A missing
+tied all-reduce (half a gradient) or a wrong weight version gives errors orders of magnitude
+above these bounds (``tests/test_numerics.py``).
 """
 
 from __future__ import annotations
@@ -44,8 +53,10 @@ from backends.torch.models.load import load_model
 from backends.torch.models.replay_model import ReplayModel
 from backends.torch.models.shared_params import canonical_names
 from backends.torch.models.transformer import stage_ranges
+from backends.torch.replay.accumulation import Position, accumulation, total
 from backends.torch.replay.dumps import Dumps, load_dumps
 from backends.torch.replay.job import ReplayJob
+from backends.torch.replay.versions import sgd_update
 from backends.torch.replay.worker import RankContext
 from sim.parallel.partition import uniform_partition
 from sim.schedules.action import STEP
@@ -54,8 +65,9 @@ from sim.schedules.registry import get_schedule
 TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 1e-2}
 """Largest relative error accepted per dtype: about ``1700 u`` (``u``: unit roundoff, module
 docstring) for fp32, ``13 u`` / ``20 u`` for bf16 / fp16, whose few mantissa bits leave less room
-between rounding and a real discrepancy. Correct CPU replays of the examples show 1e-7 to 1e-6
-in fp32 (100x below); a wrong weight version at the numerics run's learning rate shows 3e-3 or
+between rounding and a real discrepancy. Correct CPU replays of the examples on one thread show
+0 in fp32 (the reference does the replay's arithmetic, module docstring), with more threads
+1e-7 to 1e-6 (100x below); a wrong weight version at the numerics run's learning rate shows 3e-3 or
 more, a missing tied all-reduce above 0.1 (``tests/test_numerics.py``). The 16-bit bounds are
 assumptions not yet measured (CPU runs here are fp32)."""
 TINY = 1e-30
@@ -68,7 +80,9 @@ def tolerance(dtype: str) -> float:
 
 def versions(job: ReplayJob) -> tuple[dict, dict, dict, float]:
     """Per ``(stage, micro-batch)``: the forward's and the backward's weight version and the
-    step its gradient goes into; and the loss scale (module docstring).
+    step its gradient goes into; and the scale of the loss before its backward (module
+    docstring; 1 for torch's runtimes, which divide the summed gradient by ``m`` instead,
+    :class:`~backends.torch.replay.accumulation.Accumulation`).
 
     Raises:
         ValueError: an action the reference cannot place (a split backward in our runtime).
@@ -78,7 +92,7 @@ def versions(job: ReplayJob) -> tuple[dict, dict, dict, float]:
     n = sched.num_stages
     if job.backend == "torch":  # torch's runtimes flush: everything at the iteration
         it = {(s, i): i // m for s in range(n) for i in range(total * m)}
-        return it, dict(it), dict(it), 1.0 / m
+        return it, dict(it), dict(it), 1.0
     v_f, v_b, into = {}, {}, {}
     for program in sched.program(total):
         steps: Counter[int] = Counter()
@@ -125,14 +139,19 @@ class Reference:
         ]
         self.names = canonical_names(self.chain)
         self.v_f, self.v_b, self.into, self.scale = versions(job)
+        self.order = accumulation(job)
         self.history: dict[str, list[torch.Tensor]] = {
             self.names[id(p)]: [p.detach().clone()]
             for layer in self.chain
             for p in layer.parameters()
         }
         self.grads: dict[tuple[int, str], torch.Tensor] = {}
+        self.terms: dict[tuple[int, str], list[tuple[Position, torch.Tensor]]] = {}
+        """Per ``(step, name)``: each backward's contribution and where the replay adds it."""
         self.parts: dict[tuple[int, int, str], torch.Tensor] = {}
-        """Per ``(step, stage, name)``: one holder's share of a gradient (``grads`` sums them)."""
+        """Per ``(step, stage, name)``: one holder's share of a gradient, summed in micro-batch
+        order and before torch's division by ``m`` (``grads`` sums the shares as the replay
+        does)."""
         self.losses: dict[int, float] = {}
         self.pending: Counter[tuple[int, str]] = Counter()
         held = {s: self._stage_names(s) for s in set(self.stage_of)}
@@ -149,7 +168,8 @@ class Reference:
         }
 
     def value(self, name: str, version: int) -> torch.Tensor:
-        """Parameter ``name`` after ``version`` steps (SGD on the summed gradients).
+        """Parameter ``name`` after ``version`` steps (SGD on the summed gradients, computed
+        as the replay computes it: :func:`~backends.torch.replay.versions.sgd_update`).
 
         Raises:
             RuntimeError: a step it needs still waits for a backward (an order bug).
@@ -160,7 +180,7 @@ class Reference:
             if self.pending[(j, name)]:
                 raise RuntimeError(f"version {j + 1} of {name} needs a backward not yet run")
             g = self.grads.get((j, name))
-            hist.append(hist[-1] if g is None else hist[-1] - self.job.lr * g)
+            hist.append(hist[-1] if g is None else sgd_update(hist[-1], g, self.job.lr))
         return hist[version]
 
     def run(self) -> None:
@@ -196,11 +216,12 @@ class Reference:
             self.pending[key] -= 1
             g = leaf.grad
             if g is not None:
-                prev = self.grads.get(key)
-                self.grads[key] = g if prev is None else prev + g
+                self.terms.setdefault(key, []).append((self.order.position[(s, mb)], g))
                 part = (key[0], s, name)
                 prev = self.parts.get(part)
                 self.parts[part] = g if prev is None else prev + g
+            if not self.pending[key] and key in self.terms:  # the step's last contribution
+                self.grads[key] = total(self.terms.pop(key), self.order.divisor)
 
 
 def _finite(err: float) -> float:

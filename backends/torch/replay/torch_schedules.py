@@ -43,6 +43,7 @@ from backends.torch.replay.pipelining import (
     torch_schedule,
 )
 from backends.torch.replay.runtime import stage_setup
+from backends.torch.replay.versions import sgd_update_
 from backends.torch.replay.worker import RankContext
 
 
@@ -137,7 +138,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
             save_step(job.dump_dir, rank, k, names, grads)
         for p, g in zip(params, grads, strict=True):
             if g is not None:
-                p.data.add_(g, alpha=-job.lr)
+                sgd_update_(p.data, g, job.lr)
             p.grad = None
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
