@@ -232,3 +232,29 @@ def test_bad_inputs_name_the_file_and_field(tmp_path):
         read_runs(toml)
     with pytest.raises(InputError, match="not found"):
         read_runs(tmp_path / "missing.log")
+
+
+def test_sliding_windows_sinks_and_a_gelu_gpt_with_cp_are_expressed():
+    flags = parse_command(MEGATRON_70B.read_text()).flags | {
+        "window-size": "128 0", "window-attn-skip-freq": "4", "softmax-type": "learnable",
+        "add-qkv-bias": True,
+    }  # fmt: skip
+    run = read_megatron(flags, name="w", source="t", gpu="H100")
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    shape = ex.shape  # three windowed layers, then a full one (window_attn_skip_freq 4)
+    assert (shape.window, shape.window_pattern, shape.sinks, shape.attn_bias) == (
+        128,
+        "SSSF",
+        True,
+        True,
+    )
+    assert all(a.status == "mapped" for a in run.args if a.name in flags and "window" in a.name)
+    gpt = {k: v for k, v in flags.items() if k not in ("swiglu", "normalization")} | {
+        "context-parallel-size": 2, "position-embedding-type": "learned_absolute",
+    }  # fmt: skip
+    gpt.pop("window-size"), gpt.pop("window-attn-skip-freq")
+    gpt_run = read_megatron(gpt, name="g", source="t", gpu="H100")
+    ex = express(gpt_run)  # GeLU, GQA, untied, cp 2: the decoder generator, ungated
+    assert isinstance(ex, Expressed) and ex.generator == "decoder"
+    assert (ex.shape.gated_mlp, ex.shape.rotary, ex.shape.window) == (False, False, 0)

@@ -291,6 +291,8 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
         dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
         gated_mlp=s.gated_mlp, rotary=_feature(s, "position") in (None, "rope"),
+        window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
+        sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
         tied_embeddings=bool(s.tied_embeddings),
     )  # fmt: skip
