@@ -80,14 +80,12 @@ def test_sweep_around_the_run(tmp_path):
 
 
 def test_cli_exit_2_names_file_and_field(tmp_path):
-    # Qwen3-30B-A3B with the all-gather token dispatcher, which pipesim does not express
-    text = (DATA / "bridge_qwen3_30b_a3b.yaml").read_text()
-    src = tmp_path / "bridge_qwen3_allgather.yaml"
-    src.write_text(text.replace("dispatcher_type: alltoall", "dispatcher_type: allgather"))
-    res = CliRunner().invoke(app, ["import", str(src), "--gpu", "B200", "--gpus", "8",
-                                   "--out", str(tmp_path / "out")])  # fmt: skip
+    bad = tmp_path / "offload.sh"  # activation offloading: not a pipesim policy
+    launch = (DATA / "megatron_llama3_70b_64xh100.sh").read_text().rstrip()
+    bad.write_text(launch + " --cpu-offloading\n")
+    res = CliRunner().invoke(app, ["import", str(bad), "--gpu", "H100", "--out", str(tmp_path)])
     assert res.exit_code == 2
-    assert "bridge_qwen3_allgather.yaml" in res.output and "dispatcher" in res.output
+    assert "offload.sh" in res.output and "cpu-offloading" in res.output
     res = CliRunner().invoke(app, ["import", str(tmp_path / "nope.log")])
     assert res.exit_code == 2 and "nope.log" in res.output
 

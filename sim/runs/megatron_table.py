@@ -197,8 +197,6 @@ UNMAPPED: dict[str, str] = {
     "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
     "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
     "img-h": "vision inputs", "img-w": "vision inputs",
-    "window-size": "sliding-window attention (issue 26 item 4)", "window-attn-skip-freq":
-    "alternating sliding-window layers (issue 26 item 4)",
 }  # fmt: skip
 """Flags that change time or memory and that pipesim cannot express yet, with the work that
 would express them."""
