@@ -319,3 +319,24 @@ def test_sliding_windows_sinks_and_a_gelu_gpt_with_cp_are_expressed():
     ex = express(gpt_run)  # GeLU, GQA, untied, cp 2: the decoder generator, ungated
     assert isinstance(ex, Expressed) and ex.generator == "decoder"
     assert (ex.shape.gated_mlp, ex.shape.rotary, ex.shape.window) == (False, False, 0)
+
+
+def test_embedding_and_loss_counted_in_the_split_become_a_layout():
+    """Megatron's get_num_layers_to_build: with --account-for-embedding/loss-in-pipeline-split
+    the (L + 2) layers split evenly, the first and last virtual stage one decoder layer fewer
+    (a 6-layer GPT over 4 x 2 virtual stages: the embedding and the loss alone)."""
+    from sim.runs.pipeline_layout import split_layout
+
+    assert split_layout(6, 8, embedding=True, loss=True) == "E|t|t|t|t|t|t|L"
+    assert split_layout(5, 2, embedding=True, loss=False) == "Ett|tttL"
+    with pytest.raises(ValueError, match="do not split evenly"):
+        split_layout(5, 4, embedding=True, loss=True)
+    flags = {"num-layers": 6, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "pipeline-model-parallel-size": 4, "num-virtual-stages-per-pipeline-rank": 2,
+             "global-batch-size": 8, "account-for-embedding-in-pipeline-split": True,
+             "account-for-loss-in-pipeline-split": True}  # fmt: skip
+    run = read_megatron(flags, name="s", source="t", gpu="B200", num_gpus=4)
+    assert run.pipeline_layout == "E|t|t|t|t|t|t|L"
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.boundaries == (0, 1, 2, 3, 4, 5, 6, 7)

@@ -96,6 +96,11 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     if get.get("pipeline_model_parallel_layout"):
         # the table adds a legend after the string: "Etttt|...|tmL (E=embedding ...)"
         f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"].split(" ")[0]
+    split = get.get("account_for_embedding_loss_in_pp_split", "")  # "embedding=True loss=True"
+    for part, flag in (("embedding=true", "account-for-embedding-in-pipeline-split"),
+                       ("loss=true", "account-for-loss-in-pipeline-split")):  # fmt: skip
+        if part in split.lower():
+            f[flag] = True
     aware = get.get("precision_aware_optimizer", "")
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
         f["use-precision-aware-optimizer"] = True

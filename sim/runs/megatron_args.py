@@ -33,7 +33,7 @@ from sim.runs import megatron_table as table
 from sim.runs.argv import is_unexpanded
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_overlap import read_options
-from sim.runs.pipeline_layout import parse_layout
+from sim.runs.pipeline_layout import parse_layout, split_layout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
 VOCAB_DIVISIBLE_BY = 128
@@ -157,8 +157,7 @@ def read_megatron(
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
     memory = _memory_options(r, dist)
-    layout = r.text("pipeline-model-parallel-layout") or ""
-    r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
+    layout = _pipeline_layout(r, lay)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -306,6 +305,33 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dist = r.switch("use-distributed-optimizer")
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
+    """The run's pipeline layout (:mod:`sim.runs.pipeline_layout`): ``--pipeline-model-
+    parallel-layout``, or Megatron's split with ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` over several virtual stages; "" otherwise."""
+    layout = r.text("pipeline-model-parallel-layout") or ""
+    r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
+    flags = ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
+    emb, loss = (r.switch(f) for f in flags)
+    if layout or not (emb or loss):
+        return layout
+    if lay.pp * lay.vp == 1:
+        for f in flags:
+            r.mapped(f, "one stage: the split does not change")
+        return ""
+    try:
+        layout = split_layout(r.int("num-layers") or 0, lay.pp * lay.vp, emb, loss,
+                              r.int("mtp-num-layers") or 0)  # fmt: skip
+    except ValueError as exc:
+        for f in flags:
+            if r.has(f):
+                r.unmapped(f, str(exc))
+        return ""
+    for f in flags:
+        r.mapped(f, f"options.boundaries of the layout {layout} (sim.runs.pipeline_layout)")
+    return layout
 
 
 def _layout_vp(r: Reading, pp: int, vp: int) -> int:

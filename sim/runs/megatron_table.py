@@ -156,10 +156,7 @@ APPROXIMATED: dict[str, str] = {
     "no-rope-fusion": "unfused rotary embedding (memory-bound), not modelled",
     "use-fused-weighted-squared-relu": "fused activation kernel, not modelled",
     "grad-reduce-in-bf16": "gradients reduced in bf16: pipesim reduces in the training dtype",
-    "account-for-embedding-in-pipeline-split": "the embedding counted as a layer by the split: "
-    "pipesim's uniform split puts it on the first stage beside L/p layers",
-    "account-for-loss-in-pipeline-split": "as --account-for-embedding-in-pipeline-split, for "
-    "the head", "ddp-num-buckets": "bucket count of the overlapped gradient reduction (the size "
+    "ddp-num-buckets": "bucket count of the overlapped gradient reduction (the size "
     "rule's buckets are simulated)", "cuda-graph-warmup-steps": "CUDA-graph capture warm-up: "
     "before the timed steps",
     "defer-embedding-wgrad-compute": "the embedding's weight-gradient GEMM deferred to the "

@@ -71,3 +71,37 @@ def layout_boundaries(text: str, layers: int, mtp_layers: int, stages: int) -> t
         starts.append(n)
         n += len(p)
     return tuple(starts)
+
+
+def split_layout(layers: int, stages: int, embedding: bool, loss: bool, mtp_layers: int = 0) -> str:
+    """The layout of Megatron's uniform split over ``stages`` (``p * v``) virtual stages when
+    ``--account-for-embedding-in-pipeline-split`` (``embedding``) and
+    ``--account-for-loss-in-pipeline-split`` (``loss``) count the embedding and the loss as
+    layers: ``layers + embedding + loss`` split evenly, the first (last) virtual stage building
+    one decoder layer fewer for each (NVIDIA/Megatron-LM@d98e8a64
+    ``megatron/core/transformer/transformer_block.py::get_num_layers_to_build``); an embedding
+    or loss not counted sits on the first (last) stage beside its layers, the MTP depths on the
+    last (Megatron's default placement).
+
+    Raises:
+        ValueError: the counted layers do not divide evenly (Megatron asserts it).
+
+    Example:
+        >>> split_layout(6, 8, embedding=True, loss=True)
+        'E|t|t|t|t|t|t|L'
+        >>> split_layout(5, 2, embedding=False, loss=True, mtp_layers=1)
+        'Ettt|ttmL'
+    """
+    n = layers + int(embedding) + int(loss)
+    if n % stages:
+        raise ValueError(f"{n} layers (with the embedding / loss counted) do not split evenly "
+                         f"over {stages} virtual stages (Megatron asserts they do)")  # fmt: skip
+    per = n // stages
+    letters = ("E" if embedding else "") + "t" * layers + ("L" if loss else "")
+    parts = [letters[i * per : (i + 1) * per] for i in range(stages)]
+    if not embedding:
+        parts[0] = "E" + parts[0]
+    if not loss:
+        parts[-1] += "L"
+    parts[-1] = parts[-1][:-1] + "m" * mtp_layers + "L"
+    return "|".join(parts)
