@@ -96,12 +96,15 @@ def progress(
             yield lambda n: bar.update(task, completed=n)
         return
     t0 = last = time.monotonic()
+    ended = False  # the last line is printed once, however often the total is reported
 
     def line(n: int) -> None:
-        nonlocal last
+        nonlocal last, ended
         now = time.monotonic()
+        if ended:
+            return
         if n >= total or now - last >= EVERY_S:
-            last = now
+            last, ended = now, n >= total
             left = remaining_text(n, total, now - t0)
             print(
                 f"{what}: {n}/{total}{' ' + unit if unit else ''} ({100 * n / total:.0f}%), "

@@ -80,10 +80,12 @@ def test_sweep_around_the_run(tmp_path):
 
 
 def test_cli_exit_2_names_file_and_field(tmp_path):
-    res = CliRunner().invoke(app, ["import", str(DATA / "bridge_qwen3_30b_a3b.yaml"), "--gpu",
-                                   "B200", "--gpus", "8", "--out", str(tmp_path)])  # fmt: skip
+    bad = tmp_path / "offload.sh"  # activation offloading: not a pipesim policy
+    launch = (DATA / "megatron_llama3_70b_64xh100.sh").read_text().rstrip()
+    bad.write_text(launch + " --cpu-offloading\n")
+    res = CliRunner().invoke(app, ["import", str(bad), "--gpu", "H100", "--out", str(tmp_path)])
     assert res.exit_code == 2
-    assert "bridge_qwen3_30b_a3b.yaml" in res.output and "head_dim" in res.output
+    assert "offload.sh" in res.output and "cpu-offloading" in res.output
     res = CliRunner().invoke(app, ["import", str(tmp_path / "nope.log")])
     assert res.exit_code == 2 and "nope.log" in res.output
 

@@ -200,9 +200,11 @@ def _host_steps(log):
     )
 
 
-def test_two_host_adams_on_one_socket_take_twice_as_long():
-    """Two replicas' CPU Adam steps on one socket run one after another (2 x one step from the
-    first start to the last end); on two sockets they overlap."""
+def test_host_adams_share_the_servers_cpu_adam_pool():
+    """CPU Adam's threads use every socket of the server (sim.memory.host_adam): two replicas'
+    steps on a one-socket server run one after another (2 x one step from the first start to
+    the last end); on a two-socket server each gets the summed rate (half the time), still one
+    after another, so both end one step after the first start, as on their own sockets."""
     trace = tiny_gpt()
     one = chain_topology(2, memory_bytes=64 * GiB)
     slow = replace(one, hosts=(Host("cpu0", 512 * GiB, adam_params_per_s=1e6),), _route_cache={})
@@ -215,6 +217,7 @@ def test_two_host_adams_on_one_socket_take_twice_as_long():
     two = replace(
         two, hosts=tuple(replace(h, adam_params_per_s=1e6) for h in two.hosts), _route_cache={}
     )
-    _, _, log = run(trace, two, "zero_offload", p=1, w=2, m=1, schedule="gpipe")
+    res2, _, log = run(trace, two, "zero_offload", p=1, w=2, m=1, schedule="gpipe")
+    assert res2.sim_input.plans[0][0].host_optimizer_s == pytest.approx(step_s / 2)
     (a0, a1), (b0, b1) = _host_steps(log)
-    assert b0 < a1  # in parallel on their own sockets
+    assert b0 >= a1 - 1e-12 and b1 - a0 == pytest.approx(step_s)

@@ -177,18 +177,19 @@ def test_bridge_configs():
     assert isinstance(ex, Expressed) and ex.hardware == "4x-dgx-b200"
     assert ex.point["memory_policy"] == "dist_opt:recompute"
     qwen = express(one(DATA / "bridge_qwen3_30b_a3b.yaml", gpu="B200", num_gpus=8))
-    assert isinstance(qwen, NotExpressed)
-    assert any("head_dim" in r for r in qwen.reasons) and any("QK-norm" in r for r in qwen.reasons)
+    assert isinstance(qwen, Expressed)  # head_dim 128 x 32 heads != 2048, QK-norm: the decoder's
+    assert (qwen.shape.head_dim, qwen.shape.qk_norm) == (128, True)
+    assert qwen.shape.block.hd == 128
 
 
 def test_measured_and_vtrain_csv():
     rows = read_runs(DATA / "measured_sample.csv")
     assert rows[0].measured.peak_allocated_bytes == 40.5 * GiB
     assert isinstance(express(rows[0]), Expressed)
-    why = express(rows[1])  # MXFP8 on GB300 is expressed (issue 26 item 1, 6); Qwen3 is not
+    why = express(rows[1])  # MXFP8 on GB300 and Qwen3's head_dim are expressed (issue 26)
     assert isinstance(why, NotExpressed)
-    assert not any("precision" in r or "GB300" in r for r in why.reasons)
-    assert any("head_dim" in r for r in why.reasons)
+    assert not any("precision" in r or "GB300" in r or "head_dim" in r for r in why.reasons)
+    assert [r.split(":")[0] for r in why.reasons] == ["recipe"]  # its recipe is not given
     assert rows[1].measured.iteration_time_s == 1.2  # step_time_derived_s
     vt = read_runs(DATA / "vtrain_sample.csv")
     assert [r.measured.iteration_time_s for r in vt] == [0.2505, 0.12025]
@@ -231,3 +232,29 @@ def test_bad_inputs_name_the_file_and_field(tmp_path):
         read_runs(toml)
     with pytest.raises(InputError, match="not found"):
         read_runs(tmp_path / "missing.log")
+
+
+def test_sliding_windows_sinks_and_a_gelu_gpt_with_cp_are_expressed():
+    flags = parse_command(MEGATRON_70B.read_text()).flags | {
+        "window-size": "128 0", "window-attn-skip-freq": "4", "softmax-type": "learnable",
+        "add-qkv-bias": True,
+    }  # fmt: skip
+    run = read_megatron(flags, name="w", source="t", gpu="H100")
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    shape = ex.shape  # three windowed layers, then a full one (window_attn_skip_freq 4)
+    assert (shape.window, shape.window_pattern, shape.sinks, shape.attn_bias) == (
+        128,
+        "SSSF",
+        True,
+        True,
+    )
+    assert all(a.status == "mapped" for a in run.args if a.name in flags and "window" in a.name)
+    gpt = {k: v for k, v in flags.items() if k not in ("swiglu", "normalization")} | {
+        "context-parallel-size": 2, "position-embedding-type": "learned_absolute",
+    }  # fmt: skip
+    gpt.pop("window-size"), gpt.pop("window-attn-skip-freq")
+    gpt_run = read_megatron(gpt, name="g", source="t", gpu="H100")
+    ex = express(gpt_run)  # GeLU, GQA, untied, cp 2: the decoder generator, ungated
+    assert isinstance(ex, Expressed) and ex.generator == "decoder"
+    assert (ex.shape.gated_mlp, ex.shape.rotary, ex.shape.window) == (False, False, 0)

@@ -59,7 +59,7 @@ from sim.runs.predict import Predictor  # noqa: E402
 from sim.runs.record import MeasuredRun  # noqa: E402
 from sim.runs.vtrain import read_vtrain  # noqa: E402
 
-DATA = Path(os.environ.get("PIPESIM_SHARED_DATA", ROOT.parent.parent / "shared" / "data"))
+DATA = Path(os.environ.get("PIPESIM_SHARED_DATA", ROOT.parent / "shared" / "data"))  # ../shared
 RECIPES = ROOT / "measurements" / "megatron-bridge" / "recipes.csv"
 SOURCES = {
     "simumax": "measured/simumax_b200.csv",

@@ -148,7 +148,8 @@ class Engine:
             if i + 1 < len(order):
                 nxt, nrep = order[i + 1], self._rep(first, order[i + 1])
                 self.traffic.prefetch(nrep, nxt)
-                if self.partitioned.gathers(nrep) and nxt.op in ("F", "B", "I"):
+                ahead = not nrep.plan.blocking_moves  # synchronous calls fetch nothing ahead
+                if ahead and self.partitioned.gathers(nrep) and nxt.op in ("F", "B", "I"):
                     self.partitioned.gather(nrep, nxt)
             if a.op == STEP:
                 steps = step_group(order, i)  # empty: an earlier STEP ran this one
@@ -396,6 +397,9 @@ class Engine:
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
+        done = self.env.event()
+        if self.partitioned.streams(rep, a):  # buckets leave while the backward computes
+            self.partitioned.stream_gradients(rep, a, dur, done, tags)
         tp_after = rep.cost.tp_bwd
         if overlap is not None and uses_grad:
             wgrad = rep.cost.weight_s if a.op == "B" else 0.0
@@ -426,7 +430,10 @@ class Engine:
             )
             key = rep.key
             self._bwd_done[key] = self._bwd_done.get(key, 0) + 1
-            self.partitioned.after_backward(rep, a, tags)
+            done.succeed()
+            moves = self.partitioned.after_backward(rep, a, tags)
+            if moves is not None and plan.blocking_moves:  # synchronous calls: the rank waits
+                yield from self.compute.wait(moves, gpu, f"wait gradients {a}", **tags)
         if uses_grad:
             if not rep.last:
                 self.ledger.change(now, gpu, -rep.cost.out_bytes, MemCategory.BUFFERS, f"grad {a}")

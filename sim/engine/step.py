@@ -112,16 +112,19 @@ class RankStep:
                 yield from self.collectives.join_expert(rep, k, tags, kind)
 
     def _update(self, rep: StageReplica, k: int, tags: dict):
-        """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step, the
-        optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
+        """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step (its
+        copies back tile by tile during it with ``host_step_tiles``), the optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
         all-gather of its parameters when its optimizer state is sharded."""
         plan = rep.plan
         for t in plan.step_transfers_before:
             yield from self.traffic.copy(t, tags)
-        if plan.host_optimizer_s > 0:
-            yield from self.traffic.host_step(rep, tags)
-        for t in plan.step_transfers_after:
-            yield from self.traffic.copy(t, tags)
+        if plan.host_optimizer_s > 0 and plan.host_step_tiles > 0:
+            yield from self.traffic.tiled_step(rep, tags)  # copies overlap the host step
+        else:
+            if plan.host_optimizer_s > 0:
+                yield from self.traffic.host_step(rep, tags)
+            for t in plan.step_transfers_after:
+                yield from self.traffic.copy(t, tags)
         held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
         self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
         if plan.optimizer_s > 0 and plan.host_optimizer_s <= 0 and not plan.dp_sharded:

@@ -81,13 +81,15 @@ class MemoryTraffic:
 
     # -- prefetching ------------------------------------------------------------------
     def prefetch(self, rep: StageReplica, nxt: Action) -> None:
-        """Start the copies the next action needs while the current one runs."""
+        """Start the copies the next action needs while the current one runs (chunk fetches
+        not when the plan's moves are synchronous, ``blocking_moves``: then the action starts
+        them itself)."""
         if nxt.sub_actions is not None:  # an OVERLAP_F_B pair starts with its forward
             nxt = nxt.sub_actions[0]
         plan = rep.plan
         if plan.swap_bytes > 0 and nxt.op in ("B", "I"):
             self.swap_in(rep, nxt.microbatch)
-        if plan.fetch_bytes > 0 and nxt.op in ("F", "B", "I"):
+        if plan.fetch_bytes > 0 and nxt.op in ("F", "B", "I") and not plan.blocking_moves:
             self.fetch(rep, nxt)
 
     def fetch(self, rep: StageReplica, a: Action) -> simpy.Process:
@@ -112,26 +114,38 @@ class MemoryTraffic:
     # -- write-backs ------------------------------------------------------------------
     def writeback(
         self, rep: StageReplica, a: Action, tags: dict, after: simpy.Process | None = None
-    ) -> None:
+    ) -> simpy.Process:
         """Start the copy of a backward's gradients to ``fetch_source`` (once ``after``, e.g.
-        their reduce-scatter, is done); the step waits for it."""
+        their reduce-scatter, is done); the step waits for it. Returns its process."""
 
         def run():
             if after is not None:
                 yield after
             if rep.plan.writeback_bytes <= 0:
                 return
-            yield from self.links.transfer(
-                rep.gpu,
-                rep.plan.fetch_source,
-                rep.plan.writeback_bytes,
-                EventKind.CHUNK_MOVE,
-                f"write-back {a}",
-                Stream.D2H,
-                **tags,
-            )
+            yield from self.copy_back(rep, a, rep.plan.writeback_bytes, tags)
 
-        self._writebacks.setdefault(rep.key, []).append(self.env.process(run()))
+        proc = self.env.process(run())
+        self.add_writeback(rep, proc)
+        return proc
+
+    def copy_back(self, rep: StageReplica, a: Action, nbytes: float, tags: dict, part: str = ""):
+        """Process: copy ``nbytes`` of ``a``'s gradients from ``rep``'s GPU to its
+        ``fetch_source``."""
+        assert rep.plan.fetch_source is not None, "a write-back plan names its destination"
+        yield from self.links.transfer(
+            rep.gpu,
+            rep.plan.fetch_source,
+            nbytes,
+            EventKind.CHUNK_MOVE,
+            f"write-back {a}{part}",
+            Stream.D2H,
+            **tags,
+        )
+
+    def add_writeback(self, rep: StageReplica, proc: simpy.Process) -> None:
+        """Make ``rep``'s next optimizer step wait for ``proc`` (a gradient copy)."""
+        self._writebacks.setdefault(rep.key, []).append(proc)
 
     def wait_writebacks(self, rep: StageReplica, tags: dict):
         """Process: wait for every write-back started since the last call (a stall if late)."""
@@ -235,13 +249,17 @@ class MemoryTraffic:
             **tags,
         )
 
-    def host_step(self, rep: StageReplica, tags: dict):
-        """Process: the optimizer step on the host CPU; one socket runs one step at a time
-        (its ``adam_params_per_s`` is shared by every stage whose states it holds)."""
-        cpu = self.links.resource(f"adam@{rep.host}")
+    def host_step(self, rep: StageReplica, tags: dict, started: simpy.Event | None = None):
+        """Process: the optimizer step on the host CPU in the plan's CPU-Adam pool
+        (``host_optimizer_pool``: the server's sockets, :mod:`sim.memory.host_adam`; else the
+        GPU's host socket): steps that meet in a pool run one after another at its full rate.
+        ``started`` (if given) succeeds when this step gets the pool."""
+        cpu = self.links.resource(f"adam@{rep.plan.host_optimizer_pool or rep.host}")
         req = cpu.request()
         yield req
         start = self.env.now
+        if started is not None:
+            started.succeed()
         yield self.env.timeout(rep.plan.host_optimizer_s)
         cpu.release(req)
         s, r = rep.stage, rep.replica
@@ -256,3 +274,28 @@ class MemoryTraffic:
                 **tags,
             )
         )
+
+    def tiled_step(self, rep: StageReplica, tags: dict):
+        """Process: the host step with its ``step_transfers_after`` copied tile by tile while
+        the next tile updates (``host_step_tiles`` tiles): every tile but the last goes up once
+        the first tile is done, the last once the step has ended (the copies of intermediate
+        tiles may run ahead of their tile; the end, the last tile's copy after the step, is
+        the pipelined one)."""
+        plan = rep.plan
+        n = max(1, plan.host_step_tiles)
+        started = self.env.event()
+        step = self.env.process(self.host_step(rep, tags, started))
+        yield started
+        yield self.env.timeout(plan.host_optimizer_s / n)
+        after = plan.step_transfers_after
+        if n > 1:
+            yield self.env.all_of(
+                [self.env.process(self.copy(_part(t, (n - 1) / n), tags)) for t in after]
+            )
+        yield step
+        yield self.env.all_of([self.env.process(self.copy(_part(t, 1 / n), tags)) for t in after])
+
+
+def _part(t: Transfer, share: float) -> Transfer:
+    """``share`` of transfer ``t``'s bytes, same route and label."""
+    return Transfer(t.src, t.dst, t.nbytes * share, t.label)

@@ -3,11 +3,12 @@
 MPress's holistic choice and vPipe's per-layer swap/recompute plan, with the estimates of
 :mod:`sim.memory.estimate`. For every stage replica:
 
-1. **Local options**: model states on the GPU, on the host (ZeRO-Offload) or in chunks
+1. **Local options**: model states on the GPU, on the host (ZeRO-Offload with ``overlap_comm``,
+   whose gradient copies run beside the backward) or in chunks
    (PatrickStar); for the first two, every recompute choice with the smallest host swap that
    fits (:mod:`sim.memory.search`); for chunks, keep / selective / full recompute. Each option
    has an estimated cost, the seconds it adds per iteration (recompute, exposed copies, the host
-   optimizer step, which the stages of one socket run one after another).
+   optimizer step, which the stages of one server share, :mod:`sim.memory.host_adam`).
 2. The cheapest option that fits its GPU's budget is taken (if none fits: the smallest peak,
    and the notes say it does not fit).
 3. **D2D pass** (MPress): stages that still pay something, costliest first, try parking their
@@ -40,6 +41,7 @@ from sim.memory.estimate import (
     planned_peak_bytes,
     spare_bytes,
 )
+from sim.memory.host_adam import pool_sharers
 from sim.memory.memtracer import best_utilization
 from sim.memory.peers import nvlink_peers, stripe
 from sim.memory.plan import StagePlan
@@ -62,10 +64,7 @@ class AutoPolicy(MemoryPolicy):
     def plan_all(
         self, contexts: list[StageContext], fixed: Sequence[tuple[StageContext, StagePlan]] = ()
     ) -> list[StagePlan]:
-        per_host: dict[str, int] = {}
-        for c in contexts:
-            per_host[c.host] = per_host.get(c.host, 0) + 1
-        options = [self.options(c, per_host[c.host], len(contexts)) for c in contexts]
+        options = [self.options(c, pool_sharers(contexts, c), len(contexts)) for c in contexts]
         chosen = [opts[0] for opts in options]
         self.d2d_pass(contexts, chosen, fixed)
         self.host_pass(contexts, chosen, options)
@@ -77,10 +76,10 @@ class AutoPolicy(MemoryPolicy):
         return note_reservations(contexts, plans, fixed)
 
     def options(self, ctx: StageContext, on_host: int, ranks: int = 1) -> list[Option]:
-        """Every local option of a stage, best first (``on_host``: stages on its socket;
-        ``ranks``: stages on the server)."""
+        """Every local option of a stage, best first (``on_host``: stages sharing its
+        server's CPU-Adam pool, :mod:`sim.memory.host_adam`; ``ranks``: stages on the server)."""
         out = []
-        offload, off_s = offload_states(ctx, resident_plan(ctx))
+        offload, off_s = offload_states(ctx, resident_plan(ctx), overlap=True)
         off_s += (on_host - 1) * offload.host_optimizer_s
         resident = resident_plan(ctx)
         for tag, base, extra in (("gpu", resident, 0.0), ("zero_offload", offload, off_s)):
@@ -124,7 +123,7 @@ class AutoPolicy(MemoryPolicy):
                 continue
             base = resident_plan(ctx)
             if cur.state == "zero_offload":
-                base = offload_states(ctx, base)[0]
+                base = offload_states(ctx, base, overlap=True)[0]
             pairs = list(fixed) + [
                 (c, o.plan) for j, (c, o) in enumerate(zip(contexts, chosen, strict=True)) if j != i
             ]

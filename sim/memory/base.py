@@ -5,6 +5,8 @@ A policy
 
 * parses its own parameters (:meth:`MemoryPolicy.from_args`, ``recompute:full:4`` ->
   ``["full", "4"]``); :mod:`sim.memory.registry` maps names to classes;
+* may move layers between stages before planning them (:meth:`MemoryPolicy.repartition`,
+  vPipe);
 * plans every stage (:meth:`MemoryPolicy.plan_all`): some decisions are cross-stage (MPress
   places one GPU's activations in another GPU's spare memory). Most policies only override
   :meth:`MemoryPolicy.plan` for one stage. Cross-stage policies also receive the plans other
@@ -20,7 +22,7 @@ A policy
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from sim.memory.context import StageContext
@@ -56,6 +58,9 @@ class MemoryPolicy(ABC):
     """True when a policy that shards states shards the routed experts' over their own
     expert-data-parallel group (ZeRO-3 with expert parallelism), so it runs with ``ep > 1``."""
 
+    repartitions: ClassVar[bool] = False
+    """True when the policy also moves layers between stages (:meth:`repartition`, vPipe)."""
+
     text: str = ""
     """The ``memory_policy`` string this instance was built from (set by the registry)."""
 
@@ -85,6 +90,18 @@ class MemoryPolicy(ABC):
     @abstractmethod
     def plan(self, ctx: StageContext) -> StagePlan:
         """The plan for one stage replica."""
+
+    def repartition(
+        self,
+        boundaries: tuple[int, ...],
+        n_layers: int,
+        contexts: Callable[[tuple[int, ...]], Sequence[StageContext]],
+    ) -> tuple[tuple[int, ...], dict]:
+        """The stage boundaries the policy runs with, given the partitioner's ``boundaries``
+        of ``n_layers`` layers; ``contexts(b)``: one stage context per stage for boundaries
+        ``b`` (one data-parallel replica). Returns them and notes for the user. Default: the
+        partitioner's, unchanged (only policies with :attr:`repartitions` are asked)."""
+        return tuple(boundaries), {}
 
     # --- one policy per stage ----------------------------------------------------------------
 

@@ -2,10 +2,15 @@
 model states in chunks on GPU or host, partitioned over the data-parallel replicas, with the
 bytes PatrickStar's code allocates.
 
-``chunked[:N][:recompute]``: chunks of ``N`` M (2**20) elements (default: per stage, the size of
-PatrickStar's chunk-size search that fits and runs fastest, :mod:`sim.memory.memtracer`);
+``chunked[:N][:recompute][:msc]``: chunks of ``N`` M (2**20) elements (default: per stage, the
+size of PatrickStar's chunk-size search that fits and runs fastest on all the stage's replicas,
+:mod:`sim.memory.memtracer`);
 ``recompute``: full activation checkpointing of every layer, as PatrickStar always ran
-(paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes ``--use_ckp``).
+(paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes ``--use_ckp``);
+``msc``: memory-saving communication (``--with_mem_saving_com``, v0.4.3; ``MSC=1`` in every
+benchmark script of ``examples/benchmark/``): each remote chunk is broadcast from its owner
+when first used and reduced to it after the backward, one chunk at a time
+(``client._fetch_remote_chunks``, ``release_dist``), instead of whole groups.
 Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
 
 * **Packing** (:func:`~sim.memory.chunks.pack`): each module's parameters are appended to the
@@ -17,8 +22,13 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   group; only real chunks have optimizer chunks (``append_tensor_as_ref``).
 * **All-gather before use** (``client.access_dist``, ``_fetch_remote_chunks``): before each F
   and each B the stage's chunk groups are all-gathered, whole chunks (``w * 2C`` bytes per
-  group); a group's ``(w - 1)`` remote chunks are live, two with the next one prefetched.
+  group); a group's ``(w - 1)`` remote chunks are live (one remote chunk with ``msc``).
 * **Reduce-scatter after the backward** (``client.release_dist``).
+* **Synchronous** (``blocking_moves``): the collectives are ``torch.distributed`` calls with
+  ``async_op=False`` on the compute stream and chunk moves are ``payload.to(device)``
+  (``chunk_list.access_chunk``; ``--with_async_move`` is off in the benchmarks), so nothing is
+  fetched or gathered ahead: each F and B waits for its gathers and moves, and each B for its
+  reduce-scatter and gradient moves.
 * **Owned 16-bit chunks** (2 bytes per element; plus a gradient chunk when gradients
   accumulate over ``m > 1`` micro-batches, else the gradient reuses the parameter chunk) take
   the GPU memory PatrickStar's memory tracer leaves them: ``0.8 T`` less the other tensors and
@@ -30,8 +40,13 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   owned chunks: hybrid Adam keeps its margin's worth on the GPU
   (:func:`~sim.memory.memtracer.gpu_adam_chunks`), the rest live in host DRAM as pinned CPU
   chunks (``Chunk.allocate_payload``), within ``0.8 * MemTotal / ranks`` per rank, and CPU
-  Adam updates them (replicas on one socket one after another), with their gradients copied
-  down before and their weights up after the host step.
+  Adam updates them (in the server's CPU-Adam pool, :mod:`sim.memory.host_adam`), with their
+  16-bit gradients copied down before the host step (``FP32ChunkReadBuffer``, a pinned 16-bit
+  chunk) and their updated weights up after it in fp32, 4 bytes per element: PatrickStar's
+  ``FP16ChunkWriteBuffer.write_from_cache`` copies each host fp32 chunk into a GPU fp32 buffer
+  and casts it into the 16-bit chunk there ("a two stage copy, 1) CPU fp32 -> GPU fp32, 2) GPU
+  fp32 -> GPU fp16 is faster than one single copy_", ``patrickstar/ops/chunk_io_buff.py``
+  @2384535); the cast's HBM traffic is left out.
 * The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
   framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
   where PatrickStar would not place its chunks.
@@ -48,6 +63,7 @@ from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib, resident_plan
 from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, copy_s, planned_peak_bytes
+from sim.memory.host_adam import adam_pool, adam_rate, pool_sharers
 from sim.memory.memtracer import (
     PINNED_ROUNDING,
     chunk_candidates,
@@ -59,20 +75,33 @@ from sim.memory.memtracer import (
 )
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.reserve import overhead
-from sim.memory.states import optimizer_step_s
 from sim.memory.tensors import stage_groups
 from sim.memory.zero_offload import (
     RECOMPUTE,
-    adam_rate,
     base_plan,
     parse_options,
-    socket_sharers,
     with_overhead,
 )
 
 MIB = 2**20
 STAGING = 2
 """Chunk slots kept free for streaming (PatrickStar's 2-chunk margin)."""
+MSC = "msc"
+
+
+UPLOAD_BYTES = 4
+"""Bytes per element of a host-updated weight on its way up: the fp32 master chunk
+(``FP16ChunkWriteBuffer``'s two-stage copy, module doc)."""
+GPU_ADAM_BYTES = 108
+"""HBM bytes per element of hybrid Adam's GPU update, op by op as ``FP16Adam`` runs it
+(Tencent/PatrickStar@2384535 ``patrickstar/ops/fp16_cpu_adam.py``, ``fp16_chunk_adam_ops`` and
+``torch_adam_update``, no weight decay; each op reads its operands and writes its result):
+the 16-bit gradient chunk copied into the read buffer (2 + 2), ``.float()`` (2 + 4),
+``grad.div_(loss_scale)`` (4 + 4), ``exp_avg.mul_`` (4 + 4) and ``.add_(grad)`` (8 + 4),
+``exp_avg_sq.mul_`` (4 + 4) and ``.addcmul_(grad, grad)`` (12 + 4), ``sqrt()``, ``/ c`` and
+``.add_(eps)`` (3 x (4 + 4)), ``data.addcdiv_`` (12 + 4), and the fp32 weight cast into the
+16-bit chunk (4 + 2): 108, against a fused kernel's 28 (:func:`~sim.memory.states.
+optimizer_step_s`)."""
 
 
 @dataclass(frozen=True)
@@ -123,10 +152,13 @@ def owned_chunks(ctx: StageContext, chunk_elems: int) -> tuple[int, int, float]:
     return math.ceil(len(used) / w), real, utilization(used, chunk_elems)
 
 
-def gathered_live_bytes(ctx: StageContext, elems: float) -> float:
-    """GPU bytes of one chunk group's remote chunks, ``(w - 1) * chunk`` (0 without data
-    parallelism); the engine and the estimate count two (the next group is prefetched)."""
-    return (ctx.dp_width - 1) * elems * ctx.state.weight
+def gathered_live_bytes(ctx: StageContext, elems: float, msc: bool = False) -> float:
+    """GPU bytes of the remote chunks live during an action: one chunk group's,
+    ``(w - 1) * chunk``, or one chunk with memory-saving communication (0 without data
+    parallelism). Nothing is gathered ahead (the calls are synchronous, module doc)."""
+    if ctx.dp_width <= 1:
+        return 0.0
+    return (1 if msc else ctx.dp_width - 1) * elems * ctx.state.weight
 
 
 def sys_bytes(ctx: StageContext, act: StagePlan) -> float:
@@ -137,7 +169,9 @@ def sys_bytes(ctx: StageContext, act: StagePlan) -> float:
     return peak + overhead(ctx, peak, 0.0)["working_bytes"]
 
 
-def chunk_layout(ctx: StageContext, act: StagePlan, chunk_elems: int) -> ChunkLayout:
+def chunk_layout(
+    ctx: StageContext, act: StagePlan, chunk_elems: int, msc: bool = False
+) -> ChunkLayout:
     """Pack the replica's owned parameters and decide which 16-bit chunks stay (module doc).
 
     Raises:
@@ -148,13 +182,13 @@ def chunk_layout(ctx: StageContext, act: StagePlan, chunk_elems: int) -> ChunkLa
     e = float(chunk_elems)
     slot = e * (d + (ctx.state.grad if m > 1 else 0))
     versions = (ctx.weight_versions - 1) * n * e * d
-    gathered = 2 * gathered_live_bytes(ctx, e)
+    gathered = gathered_live_bytes(ctx, e, msc)
     peak = activation_peak_bytes(act, ctx)
     runtime = sum(overhead(ctx, peak, 0.0).values())  # reserve, allocator, working memory
     sys = sys_bytes(ctx, act)
     own_budget = budget_bytes(ctx) - peak - runtime - versions - gathered
-    tracer = chunkable_gpu_bytes(ctx.capacity_bytes, sys, w, chunk_elems, d)
-    free = min(own_budget, tracer - gathered_live_bytes(ctx, e) - versions)
+    tracer = chunkable_gpu_bytes(ctx.capacity_bytes, sys, w, chunk_elems, d, msc)
+    free = min(own_budget, tracer - gathered - versions)
     if free >= n * slot:
         return ChunkLayout(n, real, e, slot, n, (0, 0), free, sys, util)
     staging = 2 * STAGING * e * d  # this action's staging area and the next one's
@@ -164,7 +198,7 @@ def chunk_layout(ctx: StageContext, act: StagePlan, chunk_elems: int) -> ChunkLa
     return ChunkLayout(n, real, e, slot, resident, misses, free, sys, util)
 
 
-def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout) -> int:
+def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout, msc: bool = False) -> int:
     """Optimizer chunk groups (fp32 weight, momentum, variance) kept and updated on the GPU:
     hybrid Adam's margin (:func:`~sim.memory.memtracer.gpu_adam_chunks`), within what the
     chunks may use during a forward or backward next to the resident 16-bit chunks (otherwise
@@ -172,7 +206,8 @@ def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout) -> int:
     if ctx.state.optimizer <= 0:
         return lay.real  # sgd: no optimizer state
     d, e = ctx.state.weight, int(lay.elems)
-    margin = gpu_adam_chunks(ctx.capacity_bytes, lay.sys_bytes, lay.chunks, ctx.dp_width, e, d)
+    w = ctx.dp_width
+    margin = gpu_adam_chunks(ctx.capacity_bytes, lay.sys_bytes, lay.chunks, w, e, d, msc)
     staging = 2 * STAGING * e * d if lay.streamed else 0.0
     room = (lay.free_bytes - lay.resident * lay.slot_bytes - staging) / (e * ctx.state.optimizer)
     return max(0, min(lay.real, lay.resident, math.floor(margin), math.floor(room)))
@@ -196,20 +231,21 @@ def host_chunk_bytes(ctx: StageContext, lay: ChunkLayout, os_gpu_chunks: int) ->
 
 
 def chunk_states(
-    ctx: StageContext, act: StagePlan, chunk_elems: int, ranks: int = 1
+    ctx: StageContext, act: StagePlan, chunk_elems: int, ranks: int = 1, msc: bool = False
 ) -> tuple[StagePlan, float, dict]:
     """``act`` with its model states in chunks; the estimated seconds added per iteration; notes.
 
-    ``ranks``: processes sharing the server's host DRAM (PatrickStar divides it among them).
+    ``ranks``: processes sharing the server's host DRAM (PatrickStar divides it among them);
+    ``msc``: memory-saving communication (module doc).
 
     Raises:
         ValueError: a parameter group larger than a chunk.
     """
-    lay = chunk_layout(ctx, act, chunk_elems)
+    lay = chunk_layout(ctx, act, chunk_elems, msc)
     m, d, g, o = ctx.microbatches, ctx.state.weight, ctx.state.grad, ctx.state.optimizer
     e, stream, w, n = lay.elems, lay.streamed, ctx.dp_width, lay.chunks
     fetch = sum(lay.misses) / (2 * m) * e * d
-    k = gpu_optimizer_chunks(ctx, lay)
+    k = gpu_optimizer_chunks(ctx, lay, msc)
     os_gpu, os_host = k * e, (lay.real - k) * e  # optimizer state elements on GPU / host
     back = os_host * lay.resident / n  # host-updated, 16-bit copy on the GPU
     hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
@@ -220,32 +256,30 @@ def chunk_states(
         weight_bytes=lay.resident * lay.slot_bytes + versions,
         grad_bytes=0.0,
         optimizer_bytes=os_gpu * o,
-        optimizer_s=optimizer_step_s(os_gpu * lay.utilization, hbm, ctx.state),
+        optimizer_s=os_gpu * lay.utilization * GPU_ADAM_BYTES / hbm,
         host_bytes=host_chunk_bytes(ctx, lay, k),
         host_framework_bytes=host_framework_bytes(mem_total, ranks),
         host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
+        host_optimizer_pool=adam_pool(ctx),
         step_transfers_before=_copy(ctx.gpu, ctx.host, back * g, "grads"),
-        step_transfers_after=_copy(ctx.host, ctx.gpu, back * d, "weights"),
+        step_transfers_after=_copy(ctx.host, ctx.gpu, back * UPLOAD_BYTES, "weights"),
         fetch_bytes=fetch,
         fetch_source=ctx.host if fetch or stream else None,
         fetch_live_bytes=STAGING * e * d if stream else None,
         writeback_bytes=stream * e * g,
         gather_bytes=n * w * e * d if w > 1 else 0.0,
-        gather_live_bytes=gathered_live_bytes(ctx, e),
+        gather_live_bytes=gathered_live_bytes(ctx, e, msc),
+        blocking_moves=True,
         scatter_bytes=n * w * e * g if w > 1 else 0.0,
         grad_bucket_bytes=0.0,  # gradients reduce-scatter from the chunks they overwrite
         dp_sharded=w > 1,
         dp_grad_bytes=ctx.params * g,
     )
     added = (
-        2
-        * m
-        * max(
-            0.0, copy_s(ctx, ctx.host, ctx.gpu, fetch, ctx.host_sharers) - min(ctx.fwd_s, ctx.bwd_s)
-        )
+        2 * m * copy_s(ctx, ctx.host, ctx.gpu, fetch, ctx.host_sharers)  # synchronous moves
         + plan.host_optimizer_s
         + copy_s(ctx, ctx.gpu, ctx.host, back * g)
-        + copy_s(ctx, ctx.host, ctx.gpu, back * d)
+        + copy_s(ctx, ctx.host, ctx.gpu, back * UPLOAD_BYTES)
         + plan.optimizer_s
         - resident_plan(ctx).optimizer_s
     )
@@ -282,40 +316,59 @@ class ChunkedPolicy(MemoryPolicy):
             PatrickStar's search (:func:`~sim.memory.memtracer.chunk_candidates`) that fits
             and runs fastest.
         recompute: checkpoint every layer's activations too (PatrickStar's setting).
+        msc: memory-saving communication (module doc).
     """
 
     name = "chunked"
     shards_states = True
     description = "model states in chunks owned across replicas, on GPU or host; ':recompute'"
 
-    def __init__(self, chunk_melems: int | None = None, recompute: bool = False):
+    def __init__(self, chunk_melems: int | None = None, recompute: bool = False, msc: bool = False):
         self.chunk_elems = None if chunk_melems is None else chunk_melems * MIB
-        self.recompute = recompute
+        self.recompute, self.msc = recompute, msc
         self.mode = "full" if recompute else None
 
     @classmethod
     def from_args(cls, args: list[str]) -> ChunkedPolicy:
-        size, words = parse_options(cls.name, args, (RECOMPUTE,))
-        return cls(size, RECOMPUTE in words)
+        size, words = parse_options(cls.name, args, (RECOMPUTE, MSC))
+        return cls(size, RECOMPUTE in words, MSC in words)
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
-        return [self._plan(ctx, contexts) for ctx in contexts]
+        """Per stage, one chunk size for all its replicas (PatrickStar's ``default_chunk_size``
+        is one setting of the whole process group): the candidate whose plans lack fewest
+        bytes over the replicas, then whose slowest replica adds least."""
+        out: dict[int, StagePlan] = {}
+        stages: dict[int, list[int]] = {}
+        for i, ctx in enumerate(contexts):
+            stages.setdefault(ctx.stage, []).append(i)
+        for idx in stages.values():
+            ref = contexts[idx[0]]
+            groups = stage_groups(ref.layers, ref.dtype_bytes)
+            sizes = [self.chunk_elems] if self.chunk_elems else chunk_candidates(groups)
+            best: tuple | None = None
+            for size in sizes:
+                plans = [self._try(contexts[i], contexts, size) for i in idx]
+                short = sum(
+                    short_bytes(contexts[i], p, len(contexts))
+                    for i, p in zip(idx, plans, strict=True)
+                )
+                score = (short, max(p.notes["added_ms"] for p in plans))
+                if best is None or score < best[0]:
+                    best = (score, plans)
+            assert best is not None
+            out.update(zip(idx, best[1], strict=True))
+        return [out[i] for i in range(len(contexts))]
 
-    def _plan(self, ctx: StageContext, contexts) -> StagePlan:
-        act = base_plan(ctx, self.recompute)
-        groups = stage_groups(ctx.layers, ctx.dtype_bytes)
-        sizes = [self.chunk_elems] if self.chunk_elems else chunk_candidates(groups)
-        tries = [self._try(ctx, contexts, act, c) for c in sizes]
-        return min(tries, key=lambda p: (short_bytes(ctx, p, len(contexts)), p.notes["added_ms"]))
-
-    def _try(self, ctx: StageContext, contexts, act: StagePlan, chunk: int) -> StagePlan:
+    def _try(self, ctx: StageContext, contexts, chunk: int) -> StagePlan:
         """The plan with chunks of ``chunk`` elements (refused if a group does not fit)."""
+        act = base_plan(ctx, self.recompute)
         label = f"chunks of {chunk // MIB}M" + (", full recompute" if self.recompute else "")
+        label += ", memory-saving communication" if self.msc else ""
         try:
-            plan, added, notes = chunk_states(ctx, act, chunk, len(contexts))
+            plan, added, notes = chunk_states(ctx, act, chunk, len(contexts), self.msc)
         except ValueError as exc:  # PatrickStar refuses the model at this chunk size
             return refused(ctx, act, label, str(exc))
-        added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
+        added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
         added += ctx.microbatches * plan.recompute_s
         plan = with_overhead(ctx, plan)
         runtime = plan.reserve_bytes + plan.allocator_bytes

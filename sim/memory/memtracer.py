@@ -10,7 +10,8 @@ memory as CUDA reports it (``torch.cuda.get_device_properties(rank).total_memory
   ``utils/memory_monitor.py``) share it; the CUDA context and NCCL's buffers are outside.
   After the warm-up, chunks may use at moment ``t`` of a forward or backward
   (``available_chunk_mem``) ``overall_gpu_mem - max(sys[t], sys[t+1]) - w * 2 * C`` bytes
-  (one chunk group of 16-bit chunks kept free for the next all-gather).
+  (one chunk group of 16-bit chunks kept free for the next all-gather; one chunk with
+  memory-saving communication, MSC, which broadcasts the chunks one by one).
 * **Hybrid Adam** (``update_margin_mem``, after the warm-up backward): ``margin = overall_gpu_mem
   - max(sys) - param_fp16_chunks_max_mem_usage`` with the latter ``n * 2C + (w - 1) * 2C``
   (``n`` chunks owned, plus one group's remote chunks); ``margin / (12 C) * margin_use_ratio``
@@ -66,18 +67,35 @@ def overall_gpu_bytes(cuda_total_bytes: float) -> float:
 
 
 def chunkable_gpu_bytes(
-    cuda_total_bytes: float, sys_bytes: float, dp_width: int, chunk_elems: int, d: int
+    cuda_total_bytes: float,
+    sys_bytes: float,
+    dp_width: int,
+    chunk_elems: int,
+    d: int,
+    msc: bool = False,
 ) -> float:
     """Chunk bytes allowed on the GPU during a forward or backward whose other tensors peak at
-    ``sys_bytes``: ``0.8 T - sys - w * C * d`` (``d`` bytes per 16-bit element)."""
-    return overall_gpu_bytes(cuda_total_bytes) - sys_bytes - dp_width * chunk_elems * d
+    ``sys_bytes``: ``0.8 T - sys - w * C * d`` (``d`` bytes per 16-bit element); with
+    memory-saving communication (``msc``) one chunk is kept free, not a group
+    (``available_chunk_mem``: ``msc_factor = 1 if with_mem_saving_comm else world_size``)."""
+    kept = 1 if msc else dp_width
+    return overall_gpu_bytes(cuda_total_bytes) - sys_bytes - kept * chunk_elems * d
 
 
 def gpu_adam_chunks(
-    cuda_total_bytes: float, sys_bytes: float, owned: int, dp_width: int, chunk_elems: int, d: int
+    cuda_total_bytes: float,
+    sys_bytes: float,
+    owned: int,
+    dp_width: int,
+    chunk_elems: int,
+    d: int,
+    msc: bool = False,
 ) -> float:
-    """Optimizer chunk groups hybrid Adam updates on the GPU (``update_margin_mem``), >= 0."""
-    fp16 = owned * chunk_elems * d + (dp_width - 1) * chunk_elems * d
+    """Optimizer chunk groups hybrid Adam updates on the GPU (``update_margin_mem``), >= 0.
+    The 16-bit chunks it counts (``client.param_fp16_chunks_max_mem_usage``) are the owned ones
+    and a group's remote chunks, or one chunk with memory-saving communication (``msc``)."""
+    remote = 1 if msc else dp_width - 1
+    fp16 = owned * chunk_elems * d + remote * chunk_elems * d
     margin = overall_gpu_bytes(cuda_total_bytes) - sys_bytes - fp16
     return max(0.0, margin / (chunk_elems * OS_BYTES) * MARGIN_USE_RATIO)
 

@@ -51,6 +51,13 @@ class StagePlan:
         host_bytes: bytes of model state parked in host DRAM for this stage.
         optimizer_s: seconds of the optimizer step on the GPU compute stream.
         host_optimizer_s: seconds of the optimizer step on the host CPU.
+        host_optimizer_pool: the CPU-Adam pool the host step runs in (``server<i>``: every
+            socket of the GPU's server, shared by its ranks; :mod:`sim.memory.host_adam`);
+            None: the GPU's host socket.
+        host_step_tiles: the host step updates the state in this many tiles and copies each
+            tile's result to the GPU (``step_transfers_after``, split evenly) while the next
+            tile updates (DeepSpeedCPUAdam's two pinned tiles at the ZeRO-Offload release,
+            :mod:`sim.memory.deepspeed`); 0: the copies start when the whole step is done.
         step_transfers_before: copies done at the step before the host optimizer runs.
         step_transfers_after: copies done at the step after it.
         fetch_bytes: bytes fetched to the GPU before each F and each B (chunks on demand).
@@ -63,6 +70,15 @@ class StagePlan:
             time: its largest layer's dropped bytes.
         writeback_bytes: bytes copied from the GPU to ``fetch_source`` after each B (or W):
             gradients of chunks that do not stay on the GPU. The optimizer step waits for them.
+        grad_stream_bytes: the backward's reduce-scatter and write-back go out in buckets of
+            this many write-back bytes as the backward produces them, on a side stream
+            (DeepSpeed's ``overlap_comm``: each reduce bucket is reduced and copied to the host
+            while the backward goes on); 0: once the backward has ended.
+        blocking_moves: the framework issues its collectives and host copies on the compute
+            stream and waits for them (PatrickStar's ``async_op=False`` NCCL calls and chunk
+            moves; DeepSpeed's gradient copies without ``overlap_comm``): nothing is fetched or
+            gathered ahead, and an action's gradient reduce-scatter and write-back end before
+            the next action starts.
         dp_sharded: with data parallelism, gradients are reduce-scattered before the optimizer
             step and the updated parameters all-gathered after it (ZeRO-style sharding of
             optimizer state), instead of one all-reduce before it.
@@ -114,6 +130,8 @@ class StagePlan:
     host_bytes: float = 0.0
     optimizer_s: float = 0.0
     host_optimizer_s: float = 0.0
+    host_optimizer_pool: str | None = None
+    host_step_tiles: int = 0
     step_transfers_before: tuple[Transfer, ...] = ()
     step_transfers_after: tuple[Transfer, ...] = ()
     fetch_bytes: float = 0.0
@@ -122,6 +140,8 @@ class StagePlan:
     swap_targets: SwapParts = ()
     transient_bytes: float | None = None
     writeback_bytes: float = 0.0
+    grad_stream_bytes: float = 0.0
+    blocking_moves: bool = False
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
     dp_gather_bytes: float | None = None

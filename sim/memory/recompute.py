@@ -9,7 +9,12 @@ pipeline only ``ParallelTransformerLayerPipe`` layers of a ``GPTModelPipe``
 (``deepspeed/runtime/pipe/module.py::PipelineModule._is_checkpointable``), and the torch replay
 wraps each ``Block`` (:mod:`backends.torch.replay.memory`).
 ``recompute:full:N``: only the blocks among the first ``N`` layers of each stage (Megatron's
-``block`` method: a knob for using exactly the memory each stage has). ``recompute:selective``: drop only the
+``block`` method: a knob for using exactly the memory each stage has). ``recompute:partition``:
+every layer of the stage, embedding and head too, as GPipe checkpoints a partition whole
+(torchgpipe ``checkpoint='always'``/``'except_last'``: each micro-batch's forward through the
+partition runs under one checkpoint, ``torchgpipe/checkpoint.py``; GPipe §2.2
+"re-materialization"); pipesim keeps each layer's input, a little more than the partition's.
+``recompute:selective``: drop only the
 attention core of every layer (Korthikanti et al.; Megatron's default ``core_attn``); on a trace
 without ``attn_core_act_bytes`` it does nothing, and its notes say so.
 ``recompute:selective:M1,M2``: Megatron-Core's module-level selective recompute
@@ -38,12 +43,15 @@ from sim.memory.stash import Stash, has_attn_core, stash
 from sim.memory.states import StateBytes, stage_state_bytes_per_param
 from sim.trace.schema import layer_kind
 
+PARTITION = "partition"
+"""``recompute:partition``: every layer of a stage, as GPipe checkpoints a partition."""
+
 
 class RecomputePolicy(MemoryPolicy):
     """Activation checkpointing.
 
     Args:
-        mode: ``full``, ``selective`` or ``sac``.
+        mode: ``full``, ``selective``, ``sac`` or ``partition`` (module doc).
         layers: with ``full``, checkpoint only the first ``layers`` layers of each stage
             (None: all).
         modules: with ``selective``, Megatron's recompute modules (empty: the trace's
@@ -52,8 +60,8 @@ class RecomputePolicy(MemoryPolicy):
 
     name = "recompute"
     description = (
-        "activation checkpointing: full[:layers per stage], selective[:modules] or sac "
-        "(torchtitan's per-op)"
+        "activation checkpointing: full[:layers per stage], selective[:modules], sac "
+        "(torchtitan's per-op) or partition (GPipe's)"
     )
     replayable = True
 
@@ -68,10 +76,12 @@ class RecomputePolicy(MemoryPolicy):
         if not args:
             return cls()
         mode, rest = args[0], args[1:]
-        if mode not in ("full", "selective", SAC):
-            raise ValueError(f"recompute mode must be full, selective or sac, got {mode!r}")
-        if mode == SAC and rest:
-            raise ValueError("recompute:sac takes no further parameter")
+        if mode not in ("full", "selective", SAC, PARTITION):
+            raise ValueError(
+                f"recompute mode must be full, selective, sac or partition, got {mode!r}"
+            )
+        if mode in (SAC, PARTITION) and rest:
+            raise ValueError(f"recompute:{mode} takes no further parameter")
         if mode == "selective":
             return cls(mode, modules=_modules(rest))
         if len(rest) > 1:
@@ -87,7 +97,8 @@ class RecomputePolicy(MemoryPolicy):
         if self.mode == "selective":
             return stash(ctx, selective=True)
         n = len(ctx.layers) if self.layers is None else min(self.layers, len(ctx.layers))
-        blocks = [i for i in range(n) if layer_kind(ctx.layers[i].name) == "block"]
+        whole = self.mode == PARTITION
+        blocks = [i for i in range(n) if whole or layer_kind(ctx.layers[i].name) == "block"]
         return stash(ctx, full=blocks)
 
     def plan(self, ctx: StageContext) -> StagePlan:
@@ -109,14 +120,17 @@ class RecomputePolicy(MemoryPolicy):
 
     def bound_recompute_mode(self) -> str | None:
         """``full`` or ``selective`` when every layer recomputes (not ``recompute:full:N``,
-        nor modules: none counted, a valid bound)."""
-        return self.mode if self.layers is None and not self.modules else None
+        nor modules: none counted, a valid bound; ``partition`` recomputes the blocks and
+        more: ``full``)."""
+        if self.layers is not None or self.modules:
+            return None
+        return "full" if self.mode == PARTITION else self.mode
 
     def replay(self, is_block: Sequence[bool], where: str) -> ReplayPlan:
         """``torch.utils.checkpoint`` around the stage's blocks (among its first ``layers``
         layers); selective recompute is not replayed: the stage keeps every activation and a
         note says so."""
-        if self.mode != "full":
+        if self.mode not in ("full", PARTITION):
             return ReplayPlan(
                 notes=(
                     f"{where} not replayed: the stage keeps every activation, as "
@@ -127,6 +141,14 @@ class RecomputePolicy(MemoryPolicy):
         blocks = frozenset(i for i, b in enumerate(is_block) if b)
         first = n if self.layers is None else min(self.layers, n)
         others = [i for i in range(first) if i not in blocks]
+        if self.mode == PARTITION and others:
+            return ReplayPlan(
+                checkpoint=blocks,
+                notes=(
+                    f"{where}: the replay checkpoints the blocks only; the non-block layers at "
+                    f"positions {others} keep their activations (the simulator drops them too)",
+                ),
+            )
         notes = (
             ()
             if not others or self.layers is None

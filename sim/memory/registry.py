@@ -25,6 +25,7 @@ from sim.memory.none import NoPolicy
 from sim.memory.per_stage import SEPARATOR, PerStagePolicy
 from sim.memory.recompute import RecomputePolicy
 from sim.memory.replay import NotReplayable, ReplayPlan
+from sim.memory.vpipe import VPipePolicy
 from sim.memory.zero3 import Zero3Policy
 from sim.memory.zero_offload import ZeroOffloadPolicy
 from sim.plugins import Registry
@@ -41,6 +42,7 @@ POLICIES: Registry[MemoryPolicy] = Registry(
         ZeroOffloadPolicy,
         Zero3Policy,
         DistOptPolicy,
+        VPipePolicy,
         AutoPolicy,
     ],
     known=lambda names, _: (

@@ -20,8 +20,8 @@ data-parallel group.
   ``cpu``): the partition's optimizer state, fp32 gradients and 16-bit parameters live in host
   DRAM (``18P / w`` bytes with mixed-precision Adam, :func:`sim.memory.deepspeed.zero3_offload_host`);
   the partition is copied up before each gather, the gradient partition
-  goes down after each reduce-scatter, and CPU Adam updates it in place (replicas on one socket
-  one after another). Nothing of the model state stays on the GPU.
+  goes down after each reduce-scatter, and CPU Adam updates it in place (in the server's
+  CPU-Adam pool, :mod:`sim.memory.host_adam`). Nothing of the model state stays on the GPU.
 * **recompute**: full activation checkpointing of every layer as well.
 
 With ``w = 1`` nothing is partitioned: ``zero3`` is ``none`` and ``zero3:offload`` keeps the
@@ -45,15 +45,14 @@ from sim.memory.compose import describe
 from sim.memory.context import StageContext
 from sim.memory.deepspeed import zero3_offload_host
 from sim.memory.estimate import copy_s
+from sim.memory.host_adam import adam_pool, adam_rate, pool_sharers
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes, optimizer_step_s
 from sim.memory.zero_offload import (
     RECOMPUTE,
     REDUCE_BUCKET_ELEMS,
-    adam_rate,
     base_plan,
     parse_options,
-    socket_sharers,
     with_overhead,
 )
 
@@ -78,6 +77,7 @@ def partition_states(ctx: StageContext, base: StagePlan, offload: bool) -> tuple
         host = dict(
             host_bytes=zero3_offload_host(own) if o >= 12 else own * (d + g + o),
             host_optimizer_s=own / adam_rate(ctx),
+            host_optimizer_pool=adam_pool(ctx),
             fetch_bytes=own * d,
             fetch_source=ctx.host,
             fetch_live_bytes=0.0 if w > 1 else min(own * d, 2 * largest),
@@ -138,7 +138,7 @@ class Zero3Policy(MemoryPolicy):
         out = []
         for ctx in contexts:
             plan, added = partition_states(ctx, base_plan(ctx, self.recompute), self.offload)
-            added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
+            added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
             added += ctx.microbatches * plan.recompute_s
             choice = f"zero3 1/{ctx.dp_width}" + (", offload" if self.offload else "")
             out.append(

@@ -1,12 +1,15 @@
 """Policy ``zero_offload`` (ZeRO-Offload, Ren et al. ATC'21 §4; memory.md §5.2): optimizer on
 the host, gradients streamed there in buckets during the backward.
 
-``zero_offload[:N][:recompute][:overlap]``: ``N`` the reduce bucket in millions (2**20) of
-elements (default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
+``zero_offload[:N][:recompute][:overlap][:release]``: ``N`` the reduce bucket in millions (2**20)
+of elements (default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
 ``ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT = 500000000`` in
 ``deepspeed/runtime/zero/constants.py``); ``recompute``: full activation checkpointing of every
 layer too (ZeRO-Offload's evaluation ran with it, paper §6); ``overlap``: DeepSpeed's
-``overlap_comm`` (two gradient buffers).
+``overlap_comm`` (two gradient buffers; each bucket reduced and copied on a side stream while
+the backward goes on); ``release``: DeepSpeed as ZeRO-Offload was released and measured
+(v0.3.0, :mod:`sim.memory.deepspeed`: 4.5-bucket gradient buffers, 16 B/param on the host,
+CPU Adam's 1G-float pinned tiles whose weights go up while the next tile updates).
 
 Per stage replica with ``P`` parameters and ``w`` replicas (bytes as DeepSpeed allocates them,
 :mod:`sim.memory.deepspeed`):
@@ -17,25 +20,41 @@ Per stage replica with ``P`` parameters and ``w`` replicas (bytes as DeepSpeed a
   are produced"), so no full gradient buffer stays on the GPU.
 * **Host**: of the replica's ``P / w`` partition, the fp32 master (pinned), a 16-bit staging
   copy, fp32 gradients and Adam's moments, 18 bytes per parameter, the pinned ones rounded by
-  torch's host allocator; and CPU Adam's 1 GiB of pinned tiles per process. CPU Adam runs
-  there (``Host.adam_params_per_s``; replicas on one socket run theirs one after another, as
-  the engine's ``adam@cpu<i>`` resource does).
-* **Traffic**: after each B the stage's gradients are reduce-scattered over the ``w`` replicas
-  (ZeRO-2, DeepSpeed reduces every micro-step) and the replica's ``2P / w`` bytes go to the
-  host; after the host step the updated ``2P / w`` bytes of weights come back and are
-  all-gathered: ``4P / w`` bytes over PCIe per step with one micro-batch, the paper's minimum.
-  Delayed parameter update (DPU) is not modelled: the host step is on the critical path.
+  torch's host allocator; and CPU Adam's 1 GiB of pinned tiles per process (``release``: 16
+  bytes and 8 GiB). CPU Adam runs there, in the server's CPU-Adam pool: its OpenMP threads use
+  every socket, shared by the server's ranks (:mod:`sim.memory.host_adam`).
+* **Traffic**: the stage's gradients are reduce-scattered over the ``w`` replicas (ZeRO-2,
+  DeepSpeed reduces every micro-step) and the replica's share goes to the host cast to fp32
+  (4 bytes per parameter at the step's micro-batch, 2 on the ones before it,
+  :func:`~sim.memory.deepspeed.grad_copy_bytes_per_param`): bucket by bucket during the backward
+  on a side stream with ``overlap``, else on the compute stream, which waits for them
+  (``reduce_ipg_grads``: ``stream = reduction_stream if overlap_comm else current_stream``).
+  After the host step the updated weights come back (2 bytes per parameter from the 16-bit
+  staging copy; ``release``: 4, tile by tile during the step) and are all-gathered. Delayed
+  parameter update (DPU) is not modelled: the host step is on the critical path.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import activation_plan, describe, finalize_plans, resident_plan
 from sim.memory.context import StageContext
-from sim.memory.deepspeed import CPU_ADAM_STAGING_BYTES, ipg_buffer_bytes, zero_offload_host
+from sim.memory.deepspeed import (
+    CPU_ADAM_STAGING_BYTES,
+    RELEASE_CPU_ADAM_STAGING_BYTES,
+    RELEASE_IPG_FACTOR,
+    RELEASE_PARAM_COPY_BYTES,
+    RELEASE_TILE_FLOATS,
+    grad_copy_bytes_per_param,
+    ipg_buffer_bytes,
+    zero_offload_host,
+    zero_offload_release_host,
+)
 from sim.memory.estimate import copy_s
+from sim.memory.host_adam import adam_pool, adam_rate, pool_sharers
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.stash import stash
 from sim.memory.states import StateBytes
@@ -50,17 +69,7 @@ REDUCE_BUCKET_ELEMS = 500_000_000
 MELEMS = 2**20
 RECOMPUTE = "recompute"
 OVERLAP = "overlap"
-
-
-def adam_rate(ctx: StageContext) -> float:
-    """CPU Adam throughput of the stage's host socket, parameters per second."""
-    return ctx.topology.host(ctx.host).adam_params_per_s
-
-
-def socket_sharers(contexts: list[StageContext], ctx: StageContext) -> int:
-    """Stage replicas of ``contexts`` whose host socket is ``ctx``'s: their host Adam steps
-    run one after another on it."""
-    return sum(1 for c in contexts if c.host == ctx.host)
+RELEASE = "release"
 
 
 def parse_options(name: str, args: list[str], words: tuple[str, ...]) -> tuple[int | None, set]:
@@ -104,31 +113,48 @@ def offload_states(
     base: StagePlan,
     bucket_elems: float = REDUCE_BUCKET_ELEMS,
     overlap: bool = False,
+    release: bool = False,
 ) -> tuple[StagePlan, float]:
     """``base`` with the optimizer state and step on the host and the gradients streamed there
     in buckets (module doc), and the estimated seconds the step adds per iteration (copies and
-    CPU Adam, minus the GPU step it replaces; the per-B gradient copies overlap the next
-    actions and are not counted)."""
+    CPU Adam, minus the GPU step it replaces; the gradient copies are left to the engine)."""
     own = ctx.params / ctx.dp_width
     g, d = ctx.state.grad, ctx.state.weight
     dp = ctx.dp_width > 1
+    adam = ctx.state.optimizer >= 12
+    buffers = ipg_buffer_bytes(bucket_elems, ctx.params, overlap, g)
+    if release:
+        buffers *= RELEASE_IPG_FACTOR
+        host = zero_offload_release_host(own) if adam else own * HOST_BYTES
+        staging, up, tiles = RELEASE_CPU_ADAM_STAGING_BYTES, RELEASE_PARAM_COPY_BYTES, own
+    else:
+        host = zero_offload_host(own) if adam else own * HOST_BYTES
+        staging, up, tiles = CPU_ADAM_STAGING_BYTES, d, 0.0
+    down = grad_copy_bytes_per_param(ctx.microbatches) if adam else g
     plan = replace(
         base,
-        grad_bytes=ipg_buffer_bytes(bucket_elems, ctx.params, overlap, g),
+        grad_bytes=buffers,
         grad_bucket_bytes=0.0,
         optimizer_bytes=0.0,
         optimizer_s=0.0,
-        host_bytes=zero_offload_host(own) if ctx.state.optimizer >= 12 else own * HOST_BYTES,
-        host_framework_bytes=CPU_ADAM_STAGING_BYTES,
+        host_bytes=host,
+        host_framework_bytes=staging,
         host_optimizer_s=own / adam_rate(ctx),
+        host_optimizer_pool=adam_pool(ctx),
+        host_step_tiles=math.ceil(tiles / RELEASE_TILE_FLOATS),
         fetch_source=ctx.host,
-        writeback_bytes=own * g,
+        writeback_bytes=own * down,
+        grad_stream_bytes=bucket_elems * down if overlap else 0.0,
+        blocking_moves=not overlap,
         scatter_bytes=ctx.params * g if dp else 0.0,
-        step_transfers_after=(Transfer(ctx.host, ctx.gpu, own * d, f"weights s{ctx.stage}"),),
+        step_transfers_after=(Transfer(ctx.host, ctx.gpu, own * up, f"weights s{ctx.stage}"),),
         dp_sharded=dp,
         dp_grad_bytes=ctx.params * g,
     )
-    added = plan.host_optimizer_s + copy_s(ctx, ctx.host, ctx.gpu, own * d) - base.optimizer_s
+    copy_up = copy_s(ctx, ctx.host, ctx.gpu, own * up)
+    if plan.host_step_tiles:
+        copy_up /= plan.host_step_tiles  # all but the last tile go up during the step
+    added = plan.host_optimizer_s + copy_up - base.optimizer_s
     return plan, added
 
 
@@ -140,7 +166,8 @@ class ZeroOffloadPolicy(MemoryPolicy):
             5e8 elements).
         recompute: checkpoint every layer's activations too.
         overlap: DeepSpeed's ``overlap_comm`` (default false in DeepSpeed; the ZeRO-Offload
-            tutorial sets it): two gradient buffers instead of one.
+            tutorial sets it): two gradient buffers instead of one, copies on a side stream.
+        release: DeepSpeed as ZeRO-Offload was released (module doc).
     """
 
     name = "zero_offload"
@@ -148,23 +175,27 @@ class ZeroOffloadPolicy(MemoryPolicy):
     description = "optimizer state and Adam step on the host CPU, gradients streamed in buckets"
 
     def __init__(
-        self, bucket_melems: int | None = None, recompute: bool = False, overlap: bool = False
+        self,
+        bucket_melems: int | None = None,
+        recompute: bool = False,
+        overlap: bool = False,
+        release: bool = False,
     ):
         self.bucket_elems = REDUCE_BUCKET_ELEMS if bucket_melems is None else bucket_melems * MELEMS
-        self.recompute, self.overlap = recompute, overlap
+        self.recompute, self.overlap, self.release = recompute, overlap, release
         self.mode = "full" if recompute else None
 
     @classmethod
     def from_args(cls, args: list[str]) -> ZeroOffloadPolicy:
-        size, words = parse_options(cls.name, args, (RECOMPUTE, OVERLAP))
-        return cls(size, RECOMPUTE in words, OVERLAP in words)
+        size, words = parse_options(cls.name, args, (RECOMPUTE, OVERLAP, RELEASE))
+        return cls(size, RECOMPUTE in words, OVERLAP in words, RELEASE in words)
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
         out = []
         for ctx in contexts:
             base = base_plan(ctx, self.recompute)
-            plan, added = offload_states(ctx, base, self.bucket_elems, self.overlap)
-            added += (socket_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
+            plan, added = offload_states(ctx, base, self.bucket_elems, self.overlap, self.release)
+            added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
             added += ctx.microbatches * plan.recompute_s
             out.append(
                 describe(

@@ -137,6 +137,13 @@ def resolve(
     except InputError as exc:
         exc.file = exc.file or file
         raise
+    if policy.repartitions and exp.options.boundaries is None:
+        boundaries, moved = _repartition(
+            policy,
+            boundaries,
+            (exp, point, topo, trace, schedule, program, in_flight, layout, memory, works),
+        )
+        notes = [*notes, moved]
     ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
     trace, tied = place_shared(trace, boundaries, ranks)
     plans, tensor_plans = _plans(
@@ -421,6 +428,35 @@ def checked_shard(
         return make()
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.tensor_parallel") from None
+
+
+def _repartition(policy: MemoryPolicy, boundaries, parts) -> tuple[tuple[int, ...], str]:
+    """The boundaries ``policy`` moves the partitioner's to (:meth:`MemoryPolicy.repartition`,
+    given the stage contexts of replica 0, tensor rank 0, for any boundaries), and a note."""
+    exp, point, topo, trace, schedule, program, in_flight, layout, memory, works = parts
+    rank0 = _rank(layout.per_stage, layout.stage_groups, 0)
+    groups = (point.tensor_parallel, point.context_parallel)
+
+    def contexts(b: tuple[int, ...]):
+        return stage_contexts(
+            topo,
+            trace,
+            b,
+            rank0,
+            schedule,
+            in_flight,
+            exp,
+            program,
+            layout.job_gpus,
+            memory=memory,
+            works=works,
+            groups=groups,
+        )[0]
+
+    before = tuple(boundaries)
+    after, info = policy.repartition(before, len(trace.layers), contexts)
+    said = ", ".join(f"{k} {v}" for k, v in info.items())
+    return after, f"{policy.name} repartitioned the layers: boundaries {before} -> {after} ({said})"
 
 
 def _rank(placement, groups, k: int):

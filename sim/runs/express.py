@@ -146,20 +146,25 @@ def _model(run: MeasuredRun) -> list[str]:
     if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
         return ["model shape incomplete (layers, hidden, heads, vocabulary, sequence length)"]
     out = []
-    if s.head_dim:
-        out.append("head_dim x heads != hidden (issue 26 item 4: head_dim as its own field)")
-    if _feature(s, "qk_norm"):
-        out.append("QK-norm (issue 26 item 4)")
-    if _feature(s, "mtp"):
-        out.append("multi-token-prediction layers (issue 26 item 4: DeepSeek-V3's MTP)")
+    if s.arch == "bert" and (s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")):
+        out.append("head_dim, QK-norm or MTP on a BERT (the BERT generator has none of them)")
     if _feature(s, "activation"):
         out.append(f"{_feature(s, 'activation')} MLP: the generators have GeLU and SwiGLU only")
-    if s.arch == "decoder" and s.tied_embeddings:
-        out.append("tied embeddings on a gated-MLP decoder (the decoder generator's head is "
-                   "untied: issue 26 item 4)")  # fmt: skip
-    if s.arch in ("gpt", "bert"):
+    if s.arch == "bert":
         out += _gpt_model(s)
     return out
+
+
+def uses_decoder(run: MeasuredRun) -> bool:
+    """Whether ``run``'s model is generated as a :class:`DecoderShape` (a gated or MoE decoder,
+    or a GeLU GPT the GPT generator cannot build: grouped-query or latent attention, untied
+    embeddings, context parallelism, an explicit head_dim, QK-norm, MTP; its MLP then ungated,
+    ``gated_mlp`` False, with GeLU's FLOPs as the dense MLP's up and down projections)."""
+    s = run.shape
+    if s.arch == "decoder" or s.is_moe:
+        return True
+    special = s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")
+    return s.arch == "gpt" and bool(_gpt_model(s) or run.layout.cp > 1 or special)
 
 
 def _gpt_model(s: ModelShape) -> list[str]:
@@ -171,9 +176,6 @@ def _gpt_model(s: ModelShape) -> list[str]:
     if s.is_moe and (s.moe_dense_layers or s.moe_every > 1):
         out.append("dense GeLU layers between MoE layers (the decoder generator's dense MLP is "
                    "gated)")  # fmt: skip
-    if s.is_moe and s.tied_embeddings:
-        out.append("tied embeddings on a MoE model (the decoder generator's head is untied: "
-                   "issue 26 item 4)")  # fmt: skip
     if not s.is_moe and not s.tied_embeddings:
         out.append("untied embeddings on a GeLU GPT (the GPT generator ties them)")
     if not s.is_moe and s.hidden and s.ffn_hidden and s.ffn_hidden % s.hidden:
@@ -231,9 +233,9 @@ def _layout(run: MeasuredRun) -> list[str]:
     out += lay.problems()  # MoE parallel folding: ep x etp over tp x cp x dp
     if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
         out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
-    if lay.cp > 1 and run.shape.arch in ("gpt", "bert") and not run.shape.is_moe:
-        out.append("context parallelism on a GeLU GPT/BERT (pipesim splits sequences of "
-                   "decoder traces only)")  # fmt: skip
+    if lay.cp > 1 and run.shape.arch == "bert":
+        out.append("context parallelism on a BERT (pipesim splits sequences of decoder traces "
+                   "only)")  # fmt: skip
     if run.microbatches is None:
         out.append("global batch is not a multiple of micro-batch x data-parallel width")
     return out
@@ -287,14 +289,19 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
         vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
         kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
-        dense_layers=s.moe_dense_layers, moe_every=s.moe_every,
+        dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
+        gated_mlp=s.gated_mlp, rotary=_feature(s, "position") in (None, "rope"),
+        window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
+        sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
+        qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
+        tied_embeddings=bool(s.tied_embeddings),
     )  # fmt: skip
 
 
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
     s = run.shape
     seq = run.seq_len or 0
-    if s.arch == "decoder" or s.is_moe:
+    if uses_decoder(run):
         return "decoder", decoder_shape(s, seq, attention)
     mult = (s.ffn_hidden or 4 * (s.hidden or 0)) // (s.hidden or 1)
     return s.arch, {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "seq_len": seq,

@@ -143,7 +143,8 @@ def read_megatron(
         framework: ``megatron-lm`` or ``megatron-bridge``.
     """
     r = Reading(normalise(flags), strict)
-    world = num_gpus or _world(r)
+    world = _world(r)  # the launcher's flags are read (mapped) even when num_gpus is given
+    world = num_gpus or world
     lay, dist = _layout(r, world)
     shape, seq = _shape(r, lay, arch)
     recompute = _recompute(r)
@@ -338,7 +339,8 @@ def _note_shape(r: Reading) -> None:
         "tokenizer-model", "position-embedding-type", "use-rotary-position-embeddings",
         "normalization", "squared-relu", "spec", "is-hybrid-model", "hybrid-layer-pattern",
         "qk-layernorm", "mtp-num-layers", "moe-expert-capacity-factor",
-        "moe-pad-expert-input-to-capacity",
+        "moe-pad-expert-input-to-capacity", "window-size", "window-attn-skip-freq",
+        "softmax-type", "add-qkv-bias",
     ):  # fmt: skip
         if r.has(f) and not any(n.name == f for n in r.notes):
             r.mapped(f, "model shape")
@@ -368,7 +370,26 @@ def _features(r: Reading) -> tuple[str, ...]:
         out.append(f"mtp={r.int('mtp-num-layers')}")
     if r.has("hybrid-layer-pattern"):
         out.append(f"hybrid_pattern={r.text('hybrid-layer-pattern')}")
+    out += _attention_features(r)
     return tuple(out)
+
+
+def _attention_features(r: Reading) -> list[str]:
+    """Sliding windows, sinks and attention biases (GPT-OSS; Megatron-Core's
+    ``TransformerConfig``: ``window_size`` as ``(left, right)``, ``window_attn_skip_freq`` N:
+    one full-attention layer after N - 1 windowed ones, ``softmax_type`` ``learnable``: a
+    learned sink logit per head; ``--add-qkv-bias``)."""
+    out = []
+    window = (r.text("window-size") or "").replace(",", " ").strip("()[] ").split()
+    if window and window[0].isdigit() and int(window[0]) > 0:
+        out.append(f"window={int(window[0])}")
+        skip = r.int("window-attn-skip-freq") or 0
+        out.append("window_pattern=" + ("S" * (skip - 1) + "F" if skip > 1 else "S"))
+    if r.text("softmax-type") == "learnable":
+        out.append("sinks=true")
+    if r.switch("add-qkv-bias"):
+        out.append("attn_bias=true")
+    return out
 
 
 def _dense_layers(r: Reading, layers: int | None) -> int:

@@ -203,8 +203,6 @@ UNMAPPED: dict[str, str] = {
     "main-params-dtype": "master weights in another precision (precision-aware optimizer; "
     "issue 26 item 1)", "main-grads-dtype": "main gradients in another precision "
     "(precision-aware optimizer; issue 26 item 1)",
-    "window-size": "sliding-window attention (issue 26 item 4)", "window-attn-skip-freq":
-    "alternating sliding-window layers (issue 26 item 4)",
 }  # fmt: skip
 """Flags that change time or memory and that pipesim cannot express yet, with the work that
 would express them."""

@@ -119,6 +119,10 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
             # GPT_DS_70B and GPT_NV_76B (Narayanan et al.'s 76B shape)
             "gpt-ds-70b": (9216, 1024, 69, 16),
             "gpt-nv-76b": (10240, 1024, 60, 16),
+            # The ZeRO-Offload tutorial's 10B GPT-2 (deepspeedai/DeepSpeed@2dea61f28
+            # docs/_tutorials/zero-offload.md: --num-layers 50 --hidden-size 4096
+            # --num-attention-heads 32), the model of the paper's "40 TFlops ... for 10B".
+            "zo-gpt2-10b": (4096, 1024, 50, 32),
         }.items()
     },
     **{
@@ -139,7 +143,13 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
             # the sequence classifier: it counts a V*h copy and 4sbV of logits that the
             # classifier does not have.
             "gpt2-1b": (2048, 1024, 20, 16),
+            "gpt2-2b": (2048, 1024, 40, 16),
+            "gpt2-4b": (2304, 1024, 64, 16),
+            "gpt3-6b": (3072, 1024, 53, 16),
+            "gpt3-8b": (3072, 1024, 72, 16),
             "gpt3-10b": (4096, 1024, 50, 16),
+            "gpt3-12b": (4096, 1024, 60, 16),
+            "gpt3-15b": (4096, 1024, 78, 16),
             "gpt3-18b": (4096, 1024, 90, 16),
             "gpt-ds-20b": (8192, 1024, 25, 16),
             "gpt-ds-40b": (8192, 1024, 50, 16),

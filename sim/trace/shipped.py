@@ -57,13 +57,21 @@ PATRICKSTAR_SHIPPED = (
     "gpt-ds-68b",
     "gpt-ds-70b",
     "gpt-nv-76b",
+    "zo-gpt2-10b",
 )
-"""GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml."""
+"""GPT shapes of PatrickStar's benchmarks (memory.md §5.4), for experiments/dgx1-memory.yaml,
+and the ZeRO-Offload tutorial's 10B GPT-2 (experiments/zero-offload-dgx2.yaml)."""
 PATRICKSTAR_BERT_SHIPPED = tuple(
     f"ps-{n}"
     for n in (
         "gpt2-1b",
+        "gpt2-2b",
+        "gpt2-4b",
+        "gpt3-6b",
+        "gpt3-8b",
         "gpt3-10b",
+        "gpt3-12b",
+        "gpt3-15b",
         "gpt3-18b",
         "gpt-ds-20b",
         "gpt-ds-40b",
@@ -75,7 +83,7 @@ PATRICKSTAR_BERT_SHIPPED = tuple(
     )
 )
 """The same shapes as PatrickStar's benchmark builds them (BERT, vocabulary 30522), for
-experiments/patrickstar-a100.yaml."""
+experiments/patrickstar-a100.yaml and patrickstar-v100.yaml."""
 SC21_SHIPPED: dict[str, tuple[int, int, int]] = {
     "gpt-sc21-1.7b": (24, 2304, 24),
     "gpt-sc21-3.6b": (30, 3072, 32),
@@ -155,6 +163,11 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
             prov["shape_source"] = (
                 "Tencent/PatrickStar@04af7c9 examples/model_builder.py (hidden/seq/layers/heads; "
                 "BertForSequenceClassification, vocabulary 30522)"
+            )
+        elif name == "zo-gpt2-10b":
+            prov["shape_source"] = (
+                "deepspeedai/DeepSpeed@2dea61f28 docs/_tutorials/zero-offload.md (50 layers, "
+                "hidden 4096, 32 heads; Megatron-LM GPT-2, sequence 1024, GPT-2 vocabulary)"
             )
         elif name in PATRICKSTAR_SHIPPED:
             prov["shape_source"] = (
