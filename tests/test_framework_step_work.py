@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sim.framework.registry import get_framework
+from sim.hardware.loader import load_hardware
 from sim.memory.plan import StagePlan
 from sim.memory.states import StateBytes
 
@@ -40,3 +41,10 @@ def test_frameworks_without_the_passes_keep_their_step():
     for name in ("pipesim", "megatron-deepspeed", "megatron-lm-torch-ddp"):
         out = get_framework(name).plans([plan], 4, BF16_FP32_MAIN)[0]
         assert out.optimizer_s == plan.optimizer_s
+
+
+def test_the_step_runs_at_the_achieved_hbm_rate_of_memory_bound_kernels():
+    # B200: 8 TB/s peak x hbm_efficiency 0.666 (the preset's memory-bound kernels' fraction)
+    gpu = load_hardware("dgx-b200").gpus[0]
+    assert gpu.memory_bound_Bps == pytest.approx(8e12 * 0.666)
+    assert gpu.memory_bound_Bps == gpu.compute.hbm_rate_Bps()
