@@ -8,7 +8,7 @@
 * ``<!-- schedules -->``: the schedule registry (name, synchronous, virtual stages);
 * ``<!-- presets -->``: the hardware presets;
 * ``<!-- readme-block: NAME -->``: a generated block of README.md (the accuracy table and the
-  dgx1 answer, which ``benchmarks/make_bands.py`` regenerates there).
+  dgx1 answer, which ``benchmarks/accuracy/make_bands.py`` regenerates there).
 """
 
 from __future__ import annotations

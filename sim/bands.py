@@ -19,7 +19,7 @@ Regimes, finest first (:data:`LEVELS`); a prediction takes the first regime with
 5. every residual.
 
 The shipped bands (``sim/data/bands.csv``) are regenerated from the validation data in the
-repository by ``python benchmarks/make_bands.py`` (its header says from what, with which command,
+repository by ``python benchmarks/accuracy/make_bands.py`` (its header says from what, with which command,
 when); nothing here is fitted to the data, the file only records how wrong the model was on it.
 Assumption: a new configuration's error is distributed like that of the measured runs of its
 regime (other hardware, models and pipeline depths than the measured ones included).

@@ -57,7 +57,7 @@ holding the cluster, not of simulating it: a configuration's run grows with ``p 
 its replicas are simulated once (:mod:`sim.engine.symmetry`), but loading builds a Python
 object per GPU, host and link (2,048 DGX H100 servers: about 16k GPUs, 4k sockets, 100k
 directed links) and checks in ``O(links)`` that every GPU reaches every other
-(:func:`sim.hardware.build.topology_from_spec`); ``benchmarks/bench_scale.py`` measures load
+(:func:`sim.hardware.build.topology_from_spec`); ``benchmarks/speed/bench_scale.py`` measures load
 and simulation from 8 to 16,384 GPUs. 16,384 covers the largest published pipeline-parallel
 runs the simulator is compared with (Llama 3 405B on 16,384 H100s, Dubey et al. 2024
 arXiv:2407.21783 §3.3) and peers' scale (SimAI 9,216; Charon over 10,000)."""
@@ -66,13 +66,13 @@ MIRROR_ABOVE_GPUS = 64
 replica's tensor rank 0 (:mod:`sim.engine.symmetry`); up to it, every GPU (the full
 simulation the shipped experiments, the golden engine logs and the measured validations were
 made with: 64 GPUs is the largest of them, ``8x-dgx-h100``). Not lowered for speed: of the 329
-16-GPU points ``benchmarks/bench_planner.py`` simulates, 56 can be mirrored, 13 of them with
+16-GPU points ``benchmarks/speed/bench_planner.py`` simulates, 56 can be mirrored, 13 of them with
 another iteration time or peak (12 under ``zero3``, by up to 3.4 %), and mirroring saves 7 %
 of their simulation time (measured for issue 17)."""
 MAX_GRID = 100_000
 """Most grid combinations (all models, before invalid ones are skipped) expanded. An assumption
 bounding a sweep's set-up: expanding costs a few microseconds per combination and bounding
-about 0.1 ms per valid point (``benchmarks/bench_planner.py``: 11,520 combinations expanded to
+about 0.1 ms per valid point (``benchmarks/speed/bench_planner.py``: 11,520 combinations expanded to
 3,696 points in 0.04 CPU seconds, bounded in 0.3 s; measured for issue 17), and each valid
 point may be simulated; the shipped experiments have 2 to 1,134 (``dgx1.yaml``: 270)."""
 MAX_ITERATIONS = 100

@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 import sim.api
-from benchmarks import bench_measured
+from benchmarks.accuracy import bench_measured
 from sim.cli import app
 from sim.errors import InputError
 

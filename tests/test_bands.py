@@ -10,7 +10,7 @@ import pytest
 from sim.bands import Bands, Residual, build_bands, format_bands, parse_bands, quantile
 from sim.report.row_bands import bands_for, with_bands
 
-REGENERATE = "python benchmarks/make_bands.py"
+REGENERATE = "python benchmarks/accuracy/make_bands.py"
 
 
 def test_quantile_is_linear_between_order_statistics():
@@ -105,7 +105,7 @@ def test_rows_without_a_prediction_get_no_band():
 
 
 def test_readme_table_is_the_shipped_bands():
-    from benchmarks.make_bands import BANDS, BEGIN, END, README, markdown_table
+    from benchmarks.accuracy.make_bands import BANDS, BEGIN, END, README, markdown_table
 
     text = README.read_text(encoding="utf-8")
     table = text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
@@ -116,7 +116,7 @@ def test_readme_table_is_the_shipped_bands():
 @pytest.mark.slow
 def test_shipped_bands_are_the_validation_residuals():
     """A model change that moves the residuals must regenerate the bands (and the README)."""
-    from benchmarks.make_bands import regenerate, stale
+    from benchmarks.accuracy.make_bands import regenerate, stale
 
     problems = stale(*regenerate())
     assert not problems, "; ".join(problems) + f": regenerate with `{REGENERATE}`"

@@ -1,5 +1,5 @@
 """Communication as NCCL does it (issue 12.3): NCCL's rate per link, bus bandwidth as nccl-tests
-computes it, and the predictions against measured nccl-tests numbers (benchmarks/accuracy_comm.py).
+computes it, and the predictions against measured nccl-tests numbers (benchmarks/accuracy/accuracy_comm.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.helpers import uniform_input
 
 
 def _load_benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy_comm.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy" / "accuracy_comm.py"
     spec = importlib.util.spec_from_file_location("accuracy_comm", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

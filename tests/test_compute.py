@@ -289,7 +289,7 @@ def test_llama_layer_shape_within_10_points_of_galvatron():
     """Per-sample time relative to b=12 on the A100-80GB preset, each b within 10 percentage
     points of Galvatron's measured curve (the model under-predicts the small-b penalty by up
     to ~8 points: 1.04 vs 1.12 at b=1), and the penalty at b=1 is predicted at all."""
-    from benchmarks.accuracy_compute import rows
+    from benchmarks.accuracy.accuracy_compute import rows
 
     rs = rows()
     assert [r["b"] for r in rs] == list(range(1, 13))

@@ -1,5 +1,5 @@
-"""The measured datasets as benchmarks/bench_measured.py reads them: Megatron-LM's SC'21 Table 1
-(benchmarks/measured_sc21.py) and vTrain's all-reduce table."""
+"""The measured datasets as benchmarks/accuracy/bench_measured.py reads them: Megatron-LM's SC'21 Table 1
+(benchmarks/accuracy/measured_sc21.py) and vTrain's all-reduce table."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.bench_measured import COLUMNS, RowsError, load_vtrain, model_hardware, row_hardware
-from benchmarks.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
+from benchmarks.accuracy.bench_measured import (
+    COLUMNS,
+    RowsError,
+    load_vtrain,
+    model_hardware,
+    row_hardware,
+)
+from benchmarks.accuracy.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
 from sim.comm.hierarchical import collective_plan
 from sim.hardware.loader import load_hardware
 

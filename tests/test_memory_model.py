@@ -230,9 +230,9 @@ def test_results_show_staleness_in_optimizer_steps(schedule, stale):
 
 
 def test_galvatron_profiles_within_ten_percent_where_modelled():
-    """benchmarks/accuracy_memory.py: model states, stash and activation peak of
+    """benchmarks/accuracy/accuracy_memory.py: model states, stash and activation peak of
     Llama-2-7B from Galvatron's measurements, within 10 % wherever pipesim models them."""
-    from benchmarks.accuracy_memory import BOUND, rows
+    from benchmarks.accuracy.accuracy_memory import BOUND, rows
 
     got = [r for r in rows() if r["modelled"]]
     assert len(got) >= 30

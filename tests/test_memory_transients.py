@@ -80,7 +80,7 @@ def test_input_gradient_is_a_send_buffer_until_its_send_completes():
 def test_galvatron_activation_peaks_with_pipelining_and_checkpointing():
     """Every act_peak row of the s = 4096 file with tp = 1 (pp = 1, 2, 4; checkpointing) is
     predicted through sim.memory.transients within the bound, none excluded."""
-    from benchmarks.accuracy_memory import BOUND, rows
+    from benchmarks.accuracy.accuracy_memory import BOUND, rows
 
     peaks = [
         r for r in rows() if r["category"] == "act_peak" and r["seq"] == 4096 and r["why"] == ""

@@ -1,6 +1,6 @@
 """NCCL's cost model (sim/comm/nccl.py, NCCL 2.20.3 src/graph/tuning.cc): a hand-computed
 case per algorithm and protocol, NCCL's choice by size, sends, measured tables, and the
-published nccl-tests sweeps (measurements/nccl-tests, benchmarks/accuracy_comm.py)."""
+published nccl-tests sweeps (measurements/nccl-tests, benchmarks/accuracy/accuracy_comm.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ GB = 1e9
 
 
 def _load_benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy_comm.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy" / "accuracy_comm.py"
     spec = importlib.util.spec_from_file_location("accuracy_comm", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.accuracy_comm_multinode import read_rows
+from benchmarks.accuracy.accuracy_comm_multinode import read_rows
 
 
 def test_multinode_nccl_tests_rows_parse_with_provenance():

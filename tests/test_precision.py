@@ -254,6 +254,18 @@ def test_tensor_parallel_inputs_are_gathered_in_fp8():
     )
 
 
+def test_fp8_inputs_are_gathered_again_in_fp8_in_the_backward():
+    # TE re-gathers the saved (quantized) input of each column-parallel layer for its wgrad
+    # (layernorm_linear.py:669-693): a block's backward 2 FP8 all-gathers more.
+    low = LowPrecision(recipe("fp8-delayed"))
+    trace = decoder_trace(SMALL, name="s", microbatch_size=1, gpu=H100, precision=low)
+    par = ParallelLayout(pp=1, dp_replicate=1, tp=2, sp=True)
+    plain, again = shard_decoder(trace, par, H100), shard_decoder(trace, par, H100, regather=True)
+    x = 1 * 512 * 256 * 2
+    assert again.comm[1].fwd == plain.comm[1].fwd
+    assert [op.nbytes for op in again.comm[1].bwd] == [x / 2, x, x / 2, x, x / 2, x / 2]
+
+
 def _exp(tmp_path, trace: str, hardware: str, **training):
     data = {
         "name": "x",

@@ -386,3 +386,40 @@ def test_a_measured_overhead_does_not_follow_a_trace_to_another_device():
     trace = _with_measured(gpt(b=1, s=1024), [_entry()])
     assert measured_overheads(trace, 2, False) == {"block": (7e-3, 11e-3)}
     assert measured_overheads(trace.scaled_to_device(1.0, 2.0, "other"), 2, False) == {}
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_regather_adds_an_allgather_per_column_parallel_layer_to_the_backward(t):
+    # TE LayerNormLinear / Megatron ColumnParallelLinear with sequence parallelism keep a 1/t
+    # shard of their input and all-gather it again for the weight gradient: a block's
+    # backward has 2 all-gathers more (QKV, FC1), the output layer's 1; the forward is as is.
+    b, s, h, d = 1, 2048, 4096, 2
+    plain = shard_trace(gpt(b=b, s=s), t, True, H100)
+    again = shard_trace(gpt(b=b, s=s), t, True, H100, regather=True)
+    block, head = again.comm[1], again.comm[-1]
+    assert block.fwd == plain.comm[1].fwd
+    assert sorted(op.kind for op in block.bwd) == [AG] * 4 + [RS] * 2
+    assert all(op.nbytes == b * s * h * d for op in block.bwd)
+    assert [op.kind for op in head.bwd] == [RS, AG]
+    assert shard_trace(gpt(b=b, s=s), t, False, H100, regather=True).comm == tuple(
+        shard_trace(gpt(b=b, s=s), t, False, H100).comm
+    )  # without sequence parallelism nothing is gathered
+
+
+@pytest.mark.parametrize(
+    "framework, sp, regather",
+    [
+        ("megatron-lm", True, True),
+        ("megatron-lm", False, False),
+        ("megatron-lm[tp_comm_overlap]", True, False),
+        ("torchtitan", True, False),
+        ("pipesim", True, False),
+    ],
+)
+def test_which_frameworks_gather_the_saved_input_again(framework, sp, regather):
+    point = PointConfig(
+        model="m", schedule="1f1b", stages=1, dp_width=1, microbatch_size=1, microbatches=1,
+        memory_policy="none", global_batch=1, tensor_parallel=4, sequence_parallel=sp,
+        framework=framework,
+    )  # fmt: skip
+    assert point.sp_regather is regather

@@ -123,7 +123,7 @@ def test_profile_simulate_replay_compare(tmp_path):
 
 # No test asserts how close a replay's time comes to its prediction: the replay runs on a shared
 # CPU where other processes only ever slow it down, so a bound on the time error fails on a busy
-# machine (issue 25). How close it comes is measured by benchmarks/bench_validation.py, which
+# machine (issue 25). How close it comes is measured by benchmarks/accuracy/bench_validation.py, which
 # prints the figures. What the tests check of the times is that they were measured and that the
 # error column is what the table says it is. Peak memory is not timing: predicted and measured
 # agree within 15% (seen: <10%).

@@ -22,7 +22,7 @@ twice the unidirectional one (H100: 740-773 vs 371-377 GB/s, NVIDIA/nccl#1264, h
 which both models give; in every configuration of Galvatron's nccl-tests files each link
 direction carries at most one flow of the model, so the files cannot tell the disciplines apart
 (their p2p decline with more concurrent pairs, 164 -> 139 -> 109 GB/s, is not link sharing:
-no link is shared by two pairs there; see ``benchmarks/accuracy_comm.py``). Both disciplines are
+no link is shared by two pairs there; see ``benchmarks/accuracy/accuracy_comm.py``). Both disciplines are
 work conserving, so a set of transfers crossing one link ends at the same time either way (two
 equal copies: 2T); they differ only in which copy finishes first (FIFO: T and 2T; shared: 2T and
 2T). FIFO is what one CUDA stream or one NCCL communicator does with its own operations, so it is

@@ -32,6 +32,7 @@ from sim.config import MemoryConfig
 from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime, StageCost
 from sim.framework.options import Option, resolve_options, spec
 from sim.framework.placement import PLACEMENTS
+from sim.framework.step_work import StepWork, shard_optimizer, step_time_s, with_step_work
 from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.topology import Topology
 from sim.memory.allocator import AllocatorConfig
@@ -90,6 +91,15 @@ class Framework:
             gradient reduction moves on the GPU around the collective (flattening into a
             buffer, averaging, copying back), at any data-parallel width and on top with
             ``w > 1``; sequential with the exposed reduction, so charged at the step.
+        main_grad_step_bytes: as ``step_extra_bytes`` where 16-bit weights accumulate their
+            gradients in fp32 ``main_grad`` buffers (None: ``step_extra_bytes``); with it or
+            ``grad_buffer_passes`` the step's passes also run under a sharded optimizer,
+            on its shard (:mod:`sim.framework.step_work`).
+        grad_buffer_passes: ``(always, more with w > 1)``: passes over the whole local
+            gradient buffer per iteration (zeroing, checking, scaling it).
+        sp_input_regather: with sequence parallelism its column-parallel layers keep their
+            input's ``1/t`` shard and gather it again in the backward
+            (:mod:`sim.parallel.megatron`).
         step_transient: GPU bytes its mixed-precision step allocates per gradient byte
             while it runs (fp32 gradient copies), for 16-bit weights.
         overflow_check_ops: ops its 16-bit step issues per parameter tensor before reading
@@ -126,6 +136,9 @@ class Framework:
     distributed_optimizer: ClassVar[Setting] = Setting(False, PIPESIM)
     step_extra_bytes: ClassVar[Setting] = Setting(0.0, PIPESIM)
     reduce_extra_bytes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
+    main_grad_step_bytes: ClassVar[Setting] = Setting(None, PIPESIM)
+    grad_buffer_passes: ClassVar[Setting] = Setting((0.0, 0.0), PIPESIM)
+    sp_input_regather: ClassVar[Setting] = Setting(False, PIPESIM)
     step_transient: ClassVar[Setting] = Setting(0.0, PIPESIM)
     overflow_check_ops: ClassVar[Setting] = Setting(0, PIPESIM)
     microbatch_load: ClassVar[Setting] = Setting((0, 0, 0, 0, 0, 0.0), PIPESIM)
@@ -169,6 +182,9 @@ class Framework:
         "distributed_optimizer",
         "step_extra_bytes",
         "reduce_extra_bytes",
+        "main_grad_step_bytes",
+        "grad_buffer_passes",
+        "sp_input_regather",
         "step_transient",
         "overflow_check_ops",
         "microbatch_load",
@@ -349,55 +365,46 @@ class Framework:
             microbatch_load=MicrobatchLoad(*self.microbatch_load.value),
         )
 
+    def regathers_sp_input(self) -> bool:
+        """Whether the backward gathers the column-parallel layers' saved inputs again
+        (``sp_input_regather``; a profile may hide it behind an overlap option)."""
+        return bool(self.sp_input_regather.value)
+
+    def step_work(self) -> StepWork:
+        """What its step moves besides the fused update (:mod:`sim.framework.step_work`)."""
+        return StepWork(
+            self.step_extra_bytes.value,
+            self.main_grad_step_bytes.value,
+            self.reduce_extra_bytes.value,
+            self.grad_buffer_passes.value,
+        )
+
     def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:
         """The memory plans as the framework runs the step: its distributed optimizer (when
         it shards and a plan does not already: optimizer state and step ``1/w``, gradients
         reduce-scattered, parameters all-gathered, :attr:`StagePlan.dp_sharded`), and, for
         16-bit weights (``state``: bytes per parameter), its step's and its gradient
-        reduction's extra memory passes on the GPU (:func:`step_time_s`)."""
-        always, with_dp = self.reduce_extra_bytes.value
-        extra = self.step_extra_bytes.value + always + (with_dp if dp_width > 1 else 0.0)
+        reduction's extra memory passes on the GPU (:mod:`sim.framework.step_work`: on the
+        shard of a sharded step too where the profile says how its code runs them)."""
+        work = self.step_work()
+        whole = work.main_grad_extra_bytes is not None or any(work.grad_passes)
+        always, with_dp = work.reduce_bytes
+        extra = work.extra_bytes + always + (with_dp if dp_width > 1 else 0.0)
         shard = self.distributed_optimizer.value and dp_width >= 2
         done: dict[int, StagePlan] = {}  # a plan shared by many stage replicas, once
 
         def one(p: StagePlan) -> StagePlan:
             out = done.get(id(p))
             if out is None:
-                out = step_time_s(p, state, extra)
-                if shard and not _sharded(out):
+                out = p if whole else step_time_s(p, state, extra)
+                if shard and not (out.dp_sharded or out.scatter_bytes or out.gather_bytes):
                     out = shard_optimizer(out, dp_width)
+                if whole:
+                    out = with_step_work(out, state, work, dp_width)
                 done[id(p)] = out
             return out
 
         return [one(p) for p in plans]
-
-
-def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> StagePlan:
-    """``plan`` with its GPU optimizer step scaled from the fused kernel's traffic
-    (``grad + 2 x optimizer + weight`` bytes per parameter,
-    :func:`sim.memory.states.optimizer_step_s`) to that
-    plus ``extra_bytes``, for 16-bit weights (mixed precision) only; a step on the host or a
-    sharded one (its own path) is unchanged."""
-    if extra_bytes <= 0 or state.weight >= 4 or plan.optimizer_s <= 0 or _sharded(plan):
-        return plan
-    fused = state.grad + 2 * state.optimizer + state.weight
-    return replace(plan, optimizer_s=plan.optimizer_s * (fused + extra_bytes) / fused)
-
-
-def _sharded(plan: StagePlan) -> bool:
-    return plan.dp_sharded or plan.scatter_bytes > 0 or plan.gather_bytes > 0
-
-
-def shard_optimizer(plan: StagePlan, dp_width: int) -> StagePlan:
-    """``plan`` with its optimizer state and update split ``dp_width`` ways (ZeRO stage 1:
-    Rajbhandari et al. SC'20 §5.1, P_os; Megatron-LM ``DistributedOptimizer``)."""
-    return replace(
-        plan,
-        optimizer_bytes=plan.optimizer_bytes / dp_width,
-        optimizer_s=plan.optimizer_s / dp_width,
-        dp_sharded=True,
-        notes={**plan.notes, "distributed_optimizer": f"state and step 1/{dp_width}"},
-    )
 
 
 def tied_embedding_bytes(trace: Trace, tensor_parallel: int = 1) -> float:

@@ -108,10 +108,42 @@ class MegatronLM(Framework):
         "(4+2 B, 2 already in the fused step): 6 + 8 + 4 + 2 + 4 = 24 B",
     )
     reduce_extra_bytes = Setting(
-        (0.0, 4.0),
+        (0.0, 0.0),
         f"{CORE}/distributed/param_and_grad_buffer.py::start_grad_sync: gradients already in "
-        "one contiguous buffer (no flatten, no copy back); bucket.grad_data *= "
-        "gradient_scaling_factor (1/w, 2+2 B) when w > 1",
+        "one contiguous buffer (no flatten, no copy back); its scaling by 1/w is a pass of "
+        "that buffer (grad_buffer_passes)",
+    )
+    sp_input_regather = Setting(
+        True,
+        "NVIDIA/TransformerEngine v2.11 pytorch/module/layernorm_linear.py:416-418 "
+        "(ctx.ln_out_needs_gather for column-parallel layers with sequence parallelism), "
+        ":669-693 (gather_along_first_dim(ln_out, tp_group, async_op=True) for the wgrad GEMM); "
+        f"NVIDIA/Megatron-LM@23e00ed {CORE}/tensor_parallel/layers.py:506-520 (the output "
+        "layer's ColumnParallelLinear); with --tp-comm-overlap TE gathers it into userbuffers "
+        "beside the dgrad GEMM (ub_bulk_dgrad, layernorm_linear.py:680-686; tp_comm_bulk_dgrad "
+        "on by default): taken as hidden there (assumption)",
+    )
+    main_grad_step_bytes = Setting(
+        8.0,
+        f"NVIDIA/Megatron-LM@23e00ed {CORE}/optimizer, bf16 with fp32 main_grad buffers (no "
+        "grad scaler for bf16: optimizer/__init__.py:405-425), per updated parameter (the "
+        "distributed optimizer's shard): clip_grads.py::get_grad_norm_fp32 (multi_tensor_l2norm "
+        "of the fp32 grads: 4 B) and _copy_main_params_to_model_params (reads the fp32 main "
+        "weights: 4 B; its 2-byte write is the fused update's weight); "
+        "_copy_model_grads_to_main_grads is .float() of fp32 grads (no copy); "
+        "clip_grad_by_total_norm_fp32 scales only when the norm exceeds --clip-grad "
+        "(clip_grads.py:172-176, data-dependent: not counted)",
+    )
+    grad_buffer_passes = Setting(
+        (2.0, 2.0),
+        f"NVIDIA/Megatron-LM@23e00ed, passes over the rank's whole gradient buffer: "
+        "training.py:1201 train_step -> zero_grad_buffer -> "
+        f"{CORE}/distributed/param_and_grad_buffer.py:857 grad_data.zero_() (write); "
+        "start_grad_sync (param_and_grad_buffer.py:336-346) -> check_grads: grad_data.norm(p=2) "
+        "per bucket (read; check_for_nan_in_grad = --check-for-nan-in-loss-and-grad, on by "
+        "default: training.py:927, arguments.py:1790); with w > 1 grad_data *= "
+        "gradient_scaling_factor = 1/(dp x cp) (read + write; distributed_data_parallel.py:262, "
+        "unless --ddp-average-in-collective)",
     )
     step_transient = Setting(
         2.0,
@@ -207,6 +239,11 @@ class MegatronLM(Framework):
             dispatcher=backend,
             comm_sms=sms or None,
         )
+
+    def regathers_sp_input(self) -> bool:
+        """The saved inputs gathered again in the backward, unless ``tp_comm_overlap`` hides
+        the gather beside the dgrad GEMM (``sp_input_regather``)."""
+        return super().regathers_sp_input() and not self.values.get("tp_comm_overlap")
 
     def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
         """Transformer Engine's userbuffers with ``tp_comm_overlap`` (and ``t > 1``).

@@ -44,6 +44,12 @@ class MegatronLMTorchDDP(MegatronLM):
     main_grads_fp32 = Setting(
         False, f"{SC21}: fp16 training (--fp16), gradients in the parameters' dtype"
     )
+    main_grad_step_bytes = Setting(None, f"{SC21}: fp16 gradients (step_extra_bytes)")
+    grad_buffer_passes = Setting(
+        (0.0, 0.0),
+        "assumption: the 2021 torch DDP path had no gradient buffer of Megatron-Core's (no "
+        "zero_grad_buffer, no check_grads before the reduction)",
+    )
     bucket_copy = Setting(
         True,
         "torch/nn/parallel/distributed.py DistributedDataParallel "

@@ -128,6 +128,13 @@ class GPU:
     action_overhead_s: tuple[float, float] = (0.0, 0.0)
     step_costs: tuple[tuple[str, float, float], ...] = ()
 
+    @property
+    def memory_bound_Bps(self) -> float:
+        """Achieved bytes/s of a memory-bound kernel on this GPU: the compute model's
+        :meth:`~sim.hardware.gpu_compute.ComputeSpec.hbm_rate_Bps` (peak x ``hbm_efficiency``),
+        as the kernel model times norms and element-wise kernels; the peak without one."""
+        return self.compute.hbm_rate_Bps() if self.compute is not None else self.hbm_bandwidth_Bps
+
     def step_cost(self, optimizer: str) -> tuple[float, float] | None:
         """``(seconds per parameter tensor, parameter bytes per second)`` of ``optimizer``'s
         measured update on this GPU, or None when it was not measured.

@@ -248,7 +248,7 @@ def chunk_states(
     k = gpu_optimizer_chunks(ctx, lay, msc)
     os_gpu, os_host = k * e, (lay.real - k) * e  # optimizer state elements on GPU / host
     back = os_host * lay.resident / n  # host-updated, 16-bit copy on the GPU
-    hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
+    hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
     versions = (ctx.weight_versions - 1) * n * e * d
     mem_total = ctx.topology.host_dram_bytes
     plan = replace(

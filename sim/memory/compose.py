@@ -59,7 +59,7 @@ def stage_step_s(ctx: StageContext) -> float:
     gpu = ctx.topology.gpu(ctx.gpu_index)
     cost = gpu.step_cost(ctx.optimizer)
     if cost is None:
-        return optimizer_step_s(ctx.trainable_params, gpu.hbm_bandwidth_Bps, ctx.state)
+        return optimizer_step_s(ctx.trainable_params, gpu.memory_bound_Bps, ctx.state)
     return measured_step_s(ctx.param_tensors, ctx.trainable_params * ctx.dtype_bytes, *cost)
 
 

@@ -77,7 +77,7 @@ class DistOptPolicy(MemoryPolicy):
         f = ctx.expert_share
         we = ctx.expert_replicas
         owned = ctx.trainable_params * ((1.0 - f) / w + f / we)
-        hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
+        hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
         base = resident_plan(
             ctx,
             optimizer_bytes=owned * ctx.state.optimizer,

@@ -137,7 +137,7 @@ def fsdp_plan(
     owned = dense / shard + expert / expert_shard
     frac = ctx.trainable_params / ctx.params if ctx.params else 1.0
     w, g, o = state_split(ctx, spec)
-    hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
+    hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
     param_b = spec.param_bytes or float(ctx.dtype_bytes)
     fsdp = FsdpPlan(
         tuple(units),

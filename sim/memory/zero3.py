@@ -84,7 +84,7 @@ def partition_states(ctx: StageContext, base: StagePlan, offload: bool) -> tuple
             writeback_bytes=own * g,
         )
     else:
-        hbm = ctx.topology.gpu(ctx.gpu_index).hbm_bandwidth_Bps
+        hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
         gpu = dict(
             weight_bytes=own * d + versions,
             grad_bytes=own * g,

@@ -157,19 +157,21 @@ def _tp_comm(
     par: ParallelLayout,
     rows: float,
     gather_elem: float | None = None,
+    regather: bool = False,
 ) -> LayerComm:
     """The layer's tensor-parallel collectives; ``gather_elem``: bytes per element of the
     sequence-parallel all-gathers of a mixer's or MLP's input (``d``, or a quantized input's:
     Transformer Engine quantizes a linear layer's input before gathering it,
     NVIDIA/TransformerEngine@d0067d0 ``module/layernorm_linear.py:285-312``,
-    ``linear.py:378-418``)."""
+    ``linear.py:378-418``); ``regather``: the backward gathers each dense column-parallel
+    input again (:mod:`sim.parallel.megatron`; not the routed experts' rows)."""
     t, s, h = par.tp, m.seq_len // par.cp, m.hidden
     if t == 1:
         return LayerComm()
     if kind == "embedding":
         return embedding_comm(b, s, h, d, t, par.sp)
     if kind == "head":
-        return head_comm(b, s, h, d, t, par.sp)
+        return head_comm(b, s, h, d, t, par.sp, regather)
     x = float(b * s * h * d)
     base = base_kind(kind)
     mixers = 2 if base in ("block", "moe_block", "mtp") else 1
@@ -180,10 +182,11 @@ def _tp_comm(
     moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
         pairs.append((q, x))
+    again = tuple(CommOp(AG, ag) for ag, _ in pairs) if regather else ()
     if moe and par.expert_tp == t:  # the routed rows over the tensor group (expert TP = TP)
         pairs.append((rows * h * d, rows * h * d))
     ops = tuple(op for ag, rs in pairs for op in (CommOp(AG, ag), CommOp(RS, rs)))
-    return LayerComm(ops, ops)
+    return LayerComm(ops, ops + again)
 
 
 def _group_ops(
@@ -219,10 +222,15 @@ def _group_ops(
 
 
 def shard_decoder(
-    trace: Trace, par: ParallelLayout, spec: ComputeSpec, routing: Routing = Routing()
+    trace: Trace,
+    par: ParallelLayout,
+    spec: ComputeSpec,
+    routing: Routing = Routing(),
+    regather: bool = False,
 ) -> DecoderShard:
     """``trace`` (a decoder trace at its micro-batch size, on ``spec``) on one rank of
-    layout ``par`` with tokens routed as ``routing`` (module doc).
+    layout ``par`` with tokens routed as ``routing`` (module doc); ``regather``: the
+    backward gathers the column-parallel layers' saved inputs again (:func:`_tp_comm`).
 
     Raises:
         ValueError: the trace records no decoder shape, or :func:`decoder_problem`.
@@ -244,7 +252,7 @@ def shard_decoder(
         lp = low if runs_low else None
         key = (kind, lp is not None)
         if key not in cache:
-            cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp)
+            cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp, regather)
         ratios, act, share, tpc, ops, pair, parts = cache[key]
         layers.append(_apply(layer, ratios, act, share[0] + share[1], par, parts))
         comm.append(tpc)
@@ -295,7 +303,9 @@ def low_precision_params(
     return linear / par.shards("dense_params") + experts / par.shards("expert_params")
 
 
-def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | None = None):
+def _kind_shard(
+    kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | None = None, regather=False
+):
     """One layer kind's scaling on the rank (ratios, activations, parameter shares,
     collectives); ``low``: the recipe, when this layer runs its linear layers under it."""
     moe = base_kind(kind) in MOE_KINDS and m.moe is not None
@@ -326,7 +336,7 @@ def _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | No
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
     quantized = low is not None and low.recipe.library == TE
     gather = low.recipe.data_bytes + low.recipe.scale_bytes if quantized and low else d
-    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)), gather)
+    tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)), gather, regather)
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)

@@ -17,6 +17,19 @@ reduce-scattered in the backward), and the vocabulary-parallel cross-entropy all
 ``b*s`` fp32 vectors (max logit, target logit, sum of exponentials; Megatron-LM
 ``tensor_parallel/cross_entropy.py``).
 
+**The saved input gathered again** (``regather``): with sequence parallelism a column-parallel
+linear layer (a block's QKV and first MLP GEMM, the output layer) keeps only its rank's
+``1/t`` of its input for the backward and all-gathers it again there for the weight gradient:
+Transformer Engine ``LayerNormLinear`` (NVIDIA/TransformerEngine v2.11
+``pytorch/module/layernorm_linear.py:416-418`` ``ln_out_needs_gather``, ``:669-693``
+``gather_along_first_dim(ln_out, ..., async_op=True)``) and Megatron-Core's own
+``ColumnParallelLinear`` (NVIDIA/Megatron-LM@23e00ed ``core/tensor_parallel/layers.py:506-520``).
+So the backward runs one more all-gather of ``b*s*h*d`` bytes per column-parallel layer: a
+block's backward 4 all-gathers and 2 reduce-scatters. The libraries issue it asynchronously
+beside the input-gradient GEMM, as they issue the backward's reduce-scatter beside the weight
+gradient; like those, it is timed as the engine times every collective without
+``tp_comm_overlap`` (after the compute it follows, not beside it).
+
 **Activations** (Korthikanti et al., Table 2; memory.md §2): a block stashes
 ``sbh(10 + 24/t + 5as/(ht))`` bytes at 16 bit without sequence parallelism and
 ``sbh/t (34 + 5as/h)`` with it. The ``10 sbh`` replicated part is the inputs of the two norms
@@ -75,14 +88,23 @@ class LayerComm:
 NO_COMM = LayerComm()
 
 
-def block_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+def block_comm(
+    b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False
+) -> LayerComm:
     """Collectives of a transformer block (module doc): forward and backward each 2
-    all-reduces of ``b*s*h*d`` bytes, or with ``sp`` 2 all-gathers and 2 reduce-scatters."""
+    all-reduces of ``b*s*h*d`` bytes, or with ``sp`` 2 all-gathers and 2 reduce-scatters
+    (``regather``: the backward 2 all-gathers more, after them)."""
     if t == 1:
         return NO_COMM
     x = float(b * s * h * d)
     ops = (CommOp(AG, x), CommOp(RS, x)) * 2 if sp else (CommOp(AR, x),) * 2
-    return LayerComm(ops, ops)
+    return LayerComm(ops, ops + regathered(x, 2, sp and regather))
+
+
+def regathered(nbytes: float, layers: int, regather: bool) -> tuple[CommOp, ...]:
+    """The backward's all-gathers of ``layers`` column-parallel layers' saved inputs of
+    ``nbytes`` each (module doc), or none."""
+    return (CommOp(AG, nbytes),) * layers if regather else ()
 
 
 def embedding_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
@@ -92,21 +114,28 @@ def embedding_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerCom
     return LayerComm((CommOp(RS if sp else AR, float(b * s * h * d)),))
 
 
-def head_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
-    """Vocabulary-parallel output layer and cross-entropy (module doc)."""
+def head_comm(
+    b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False
+) -> LayerComm:
+    """Vocabulary-parallel output layer and cross-entropy (module doc; ``regather``: the
+    output layer's input all-gathered again in the backward with ``sp``)."""
     if t == 1:
         return NO_COMM
     x, ce = float(b * s * h * d), (CommOp(AR, 4.0 * b * s),) * 3
     if sp:
-        return LayerComm((CommOp(AG, x),) + ce, (CommOp(RS, x),))
+        return LayerComm((CommOp(AG, x),) + ce, (CommOp(RS, x),) + regathered(x, 1, regather))
     return LayerComm(ce, (CommOp(AR, x),))
 
 
-def layer_comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerComm:
+def layer_comm(
+    kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False
+) -> LayerComm:
     """The collectives of a layer of ``kind`` (``embedding``, ``head``; anything else is a
     block): :func:`embedding_comm`, :func:`head_comm` or :func:`block_comm`."""
-    fn = {"embedding": embedding_comm, "head": head_comm}.get(kind, block_comm)
-    return fn(b, s, h, d, t, sp)
+    if kind == "embedding":
+        return embedding_comm(b, s, h, d, t, sp)
+    fn = head_comm if kind == "head" else block_comm
+    return fn(b, s, h, d, t, sp, regather)
 
 
 def parallel_modules(kind: str, sp: bool) -> int:

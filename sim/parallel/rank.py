@@ -26,6 +26,8 @@ class PointConfig(Protocol):
     def layout(self) -> ParallelLayout: ...
     @property
     def routing(self) -> str: ...
+    @property
+    def sp_regather(self) -> bool: ...
 
 
 def needs_decoder(layout: ParallelLayout) -> str:
@@ -54,11 +56,13 @@ def rank_trace(
     if is_decoder(trace):
         if spec is None:
             raise ValueError(f"trace {trace.name} is a decoder trace: it needs a GPU model")
-        return shard_decoder(trace, point.layout, spec, parse_routing(point.routing))
+        routing = parse_routing(point.routing)
+        return shard_decoder(trace, point.layout, spec, routing, point.sp_regather)
     what = needs_decoder(point.layout)
     if what:
         raise ValueError(
             f"{what} needs a decoder trace (sim.trace.decoder, e.g. traces/mixtral-8x7b); "
             f"{trace.name} is not one"
         )
-    return shard_trace(trace, point.layout.tp, point.layout.sp, spec, overhead_s)
+    lay = point.layout
+    return shard_trace(trace, lay.tp, lay.sp, spec, overhead_s, point.sp_regather)

@@ -232,6 +232,7 @@ def shard_trace(
     sp: bool,
     spec: ComputeSpec | None,
     overhead: tuple[float, float] = (0.0, 0.0),
+    regather: bool = False,
 ) -> ShardedTrace:
     """``trace`` (at its micro-batch size, on the target GPU) as one of ``t`` ranks runs it.
 
@@ -243,6 +244,8 @@ def shard_trace(
         overhead: ``(forward, backward)`` seconds per tensor-parallel module
             (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`; module doc); a layer
             kind with a measured overhead (:func:`measured_overheads`) is charged that instead.
+        regather: with ``sp`` the backward all-gathers the column-parallel layers' saved
+            inputs again (:mod:`sim.parallel.megatron`).
 
     Raises:
         ValueError: :func:`shape_problem` says why the trace cannot be split ``t`` ways.
@@ -269,7 +272,7 @@ def shard_trace(
     block = _block_kernels(shape, b, d, t) if sp and spec is not None else None
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        comm.append(layer_comm(kind, b, s, h, d, t, sp))
+        comm.append(layer_comm(kind, b, s, h, d, t, sp, regather))
         if block is not None:
             pairs.append(partners(comm[-1], *block) if kind == "block" else Partners())
         sharded = _shard_layer(

@@ -36,8 +36,9 @@ has), the pair takes:
 The pair's time less ``G`` is added to the compute (the engine runs the collective beside it,
 holding its links: :mod:`sim.engine.tensor_collectives`). Not modelled: the userbuffers
 running at another bandwidth than NCCL's ring (assumption: the same), and the extra all-gather
-of the saved input that TE overlaps with the QKV/FC1 dgrad (pipesim counts no such collective
-without overlap either).
+of the saved input that TE overlaps with the QKV/FC1 dgrad (taken as hidden under
+``tp_comm_overlap``; without it the backward runs it as a collective of its own,
+:mod:`sim.parallel.megatron`).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def collector_paused() -> Iterator[None]:
     """Run the body with Python's cyclic garbage collector off (as it was before, after).
 
     A point's event log is tens of thousands of records (a 16-GPU point of
-    ``benchmarks/bench_planner.py``: 12,000 events and 15,000 memory events), made while the
+    ``benchmarks/speed/bench_planner.py``: 12,000 events and 15,000 memory events), made while the
     engine runs with the collector off (:meth:`sim.engine.pipeline.Engine.run`). Were
     the collector on when the log is dropped, the first collection after the run would walk
     every record once, and a later one again, for nothing: the records hold no cycles and

@@ -102,6 +102,14 @@ class PointConfig(BaseModel):
         return parse_policy(self.memory_policy)
 
     @property
+    def sp_regather(self) -> bool:
+        """Whether the framework gathers the column-parallel layers' saved inputs again in
+        the backward (:meth:`~sim.framework.base.Framework.regathers_sp_input`), with
+        sequence parallelism over ``t > 1`` ranks."""
+        lay = self.layout
+        return lay.sp and lay.tp > 1 and self.framework_profile.regathers_sp_input()
+
+    @property
     def framework_profile(self) -> Framework:
         """The framework profile ``framework`` names (one shared object per name).
 

@@ -89,7 +89,7 @@ class Prepared:
         """
         lay = point.layout
         key: tuple = ("rank", point.model, microbatch_size, lay.tp, lay.sp, lay.cp, lay.ep)
-        key += (lay.etp, lay.cp_comm, point.routing, point.precision)
+        key += (lay.etp, lay.cp_comm, point.routing, point.precision, point.sp_regather)
         if key not in self._derived:
             gpu = self.topology.gpus[0]
             trace = self.adapted(point.model, microbatch_size, point.precision)[0]

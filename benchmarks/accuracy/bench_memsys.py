@@ -1,6 +1,6 @@
 """The seeds' memory systems as their papers ran them, predicted by pipesim (issue 27).
 
-``python benchmarks/bench_memsys.py [patrickstar] [largest] [zero-offload] [mpress] [vpipe]``
+``python benchmarks/accuracy/bench_memsys.py [patrickstar] [largest] [zero-offload] [mpress] [vpipe]``
 (default: all; a few minutes on 2 cores) prints pipesim's figures for the papers' questions
 (the models and largest-model claims in ``measurements/memsys-papers/``, provenance in its
 README) and, with ``--papers DIR``, the papers' published throughput beside them: the
@@ -43,7 +43,7 @@ import yaml
 
 import sim.api
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLAIMS = ROOT / "measurements" / "memsys-papers"
 """The papers' models and largest-model claims (shipped)."""
 PAPERS: Path | None = None

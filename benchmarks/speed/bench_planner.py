@@ -1,6 +1,6 @@
 """Speed of the planner on the questions users ask: bounds, pruning and simulation, end to end.
 
-Run: ``python benchmarks/bench_planner.py [--question ds40b|llama70b|all] [--jobs N]
+Run: ``python benchmarks/speed/bench_planner.py [--question ds40b|llama70b|all] [--jobs N]
 [--executor local|ray] [--exhaustive] [--check]``.
 
 Questions:
@@ -36,7 +36,7 @@ from sim.plan.sweep import expand
 from sim.point.experiment import prepare
 from sim.point.rows import pick_winner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "experiments" / "llama3-70b-64xh100.yaml"
 
 GRID = {

@@ -1,11 +1,11 @@
 """Accuracy of pipesim's models against measurements by others: one table per section.
 
-Each section is a module ``benchmarks/accuracy_<name>.py`` exposing ``rows() -> list[dict]``
+Each section is a module ``benchmarks/accuracy/accuracy_<name>.py`` exposing ``rows() -> list[dict]``
 (and optionally ``TITLE``, and ``more_tables() -> [(title, rows)]``): ``accuracy_compute`` (per-layer time vs micro-batch size),
 ``accuracy_memory`` and ``accuracy_comm`` when present. Prints the tables; asserts nothing
 (the bounds are held by tests, e.g. tests/test_compute.py).
 
-Run: ``python benchmarks/bench_accuracy.py [--sections compute memory comm]``.
+Run: ``python benchmarks/accuracy/bench_accuracy.py [--sections compute memory comm]``.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SECTIONS = ("compute", "memory", "comm", "moe")
 
 
 def load_section(name: str):
-    """The module ``benchmarks.accuracy_<name>``, or None when it does not exist."""
+    """The module ``benchmarks.accuracy.accuracy_<name>``, or None when it does not exist."""
     try:
-        return importlib.import_module(f"benchmarks.accuracy_{name}")
+        return importlib.import_module(f"benchmarks.accuracy.accuracy_{name}")
     except ModuleNotFoundError as exc:
-        if exc.name in (f"benchmarks.accuracy_{name}", "benchmarks"):
+        if exc.name in (f"benchmarks.accuracy.accuracy_{name}", "benchmarks"):
             return None
         raise
 
@@ -53,7 +53,9 @@ def main() -> None:
     for name in args.sections:
         mod = load_section(name)
         if mod is None:
-            console.print(f"[dim]section {name}: benchmarks/accuracy_{name}.py not present[/]")
+            console.print(
+                f"[dim]section {name}: benchmarks/accuracy/accuracy_{name}.py not present[/]"
+            )
             continue
         console.print(table(getattr(mod, "TITLE", name), mod.rows()))
         for title, rows in getattr(mod, "more_tables", list)():

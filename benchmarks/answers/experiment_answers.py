@@ -1,7 +1,7 @@
 """The answer of a ``sim run``: each model's winner (or every fitting row) with tokens/s per GPU,
 TFLOP/s per GPU and MFU.
 
-Run: ``python benchmarks/experiment_answers.py experiments/NAME.yaml RESULTS_DIR [--all]``
+Run: ``python benchmarks/answers/experiment_answers.py experiments/NAME.yaml RESULTS_DIR [--all]``
 (``RESULTS_DIR``: the ``--out`` of ``sim run``; ``sim run`` prints the winner's TFLOP/s and MFU
 too).
 

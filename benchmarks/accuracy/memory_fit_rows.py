@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from memory_rows import MEASURED, MemoryCase
+
+from benchmarks.accuracy.memory_rows import MEASURED, MemoryCase
 
 VTRAIN = MEASURED.parent / "vtrain"
 VTRAIN_VOCAB = 50257
@@ -68,7 +69,7 @@ def vtrain_cases(folder: Path = VTRAIN, preset: str = "dgx-a100-40gb") -> list[M
     return out
 
 
-SC21 = Path(__file__).resolve().parent.parent / "measurements" / "megatron-sc21" / "table1.csv"
+SC21 = Path(__file__).resolve().parents[2] / "measurements" / "megatron-sc21" / "table1.csv"
 
 
 def sc21_cases(path: Path = SC21) -> list[MemoryCase]:

@@ -10,7 +10,7 @@ configurations (the grid is an assumption: the candidates a user would try, not 
 Prints how many fit, the seconds ``sim.api.memory`` took (the model over the grid, advice
 included; loading excluded) and the process's CPU seconds.
 
-Run: ``python benchmarks/bench_memory_grid.py [--out DIR] [--no-advice]``.
+Run: ``python benchmarks/speed/bench_memory_grid.py [--out DIR] [--no-advice]``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402

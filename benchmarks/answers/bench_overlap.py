@@ -8,7 +8,7 @@ the whole run, every GPU), ``no-overlap.png`` and ``overlap.png`` (Gantt of the 
 pipeline rank, steady iteration) and ``side_by_side.png`` (the two Gantts one above the other on
 one time axis), and prints both iteration times.
 
-Run: ``python benchmarks/bench_overlap.py experiments/deepseek-v3-dualpipe-overlap.yaml``.
+Run: ``python benchmarks/answers/bench_overlap.py experiments/deepseek-v3-dualpipe-overlap.yaml``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import matplotlib  # noqa: E402
 

@@ -27,7 +27,7 @@ from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.trace.generator import preset_gpu, transformer_trace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SC21 = ROOT / "measurements" / "megatron-sc21" / "table1.csv"
 SEQ = 2048
 VOCAB = 51200

@@ -2,7 +2,7 @@
 schedule, expert and context parallelism, and the planner's search on 1,024 GPUs (issues 18
 and 28).
 
-Run: ``python benchmarks/bench_scale.py [--out DIR] [--gpus 8,16,...] [--families a,b]
+Run: ``python benchmarks/speed/bench_scale.py [--out DIR] [--gpus 8,16,...] [--families a,b]
 [--skip-planner] [--executor local|ray] [--jobs N]``; ``--families none`` runs the planner only.
 
 1. **Scaling** (one process per family and GPU count, so that each peak RSS is its own), on

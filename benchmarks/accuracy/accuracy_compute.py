@@ -23,7 +23,7 @@ from sim.compute.transformer import LLAMA2_7B, block_times
 from sim.hardware.loader import load_hardware
 
 FILE = (
-    Path(__file__).resolve().parent.parent
+    Path(__file__).resolve().parents[2]
     / "measurements"
     / "galvatron"
     / "computation_profiling_bf16_llama2-7b_all.json"

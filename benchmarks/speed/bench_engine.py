@@ -1,6 +1,6 @@
 """Speed of the simulator: one p=8 m=64 configuration, hardware loading, placement, the sweep.
 
-Run: ``python benchmarks/bench_engine.py [--parts one,hardware,placement,sweep,cli]``. Prints
+Run: ``python benchmarks/speed/bench_engine.py [--parts one,hardware,placement,sweep,cli]``. Prints
 figures; asserts nothing (timings are not tests). Targets (issue 2): one p=8, m=64
 configuration under 0.5 s; the dgx1 sweep under 60 s on a 2-core machine. Issue 7: loading a
 512-GPU topology (generated: 64 nodes of 8 GPUs on an NVSwitch, a host per node, hosts on
@@ -26,7 +26,7 @@ from sim.point.config import PointConfig
 from sim.point.experiment import prepare
 from sim.point.simulate import evaluate, resolve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one_config(schedule: str, repeats: int = 5) -> tuple[float, float, int]:

@@ -38,7 +38,7 @@ the same for Megatron-LM's SC'21 weak-scaling runs (:mod:`measured_sc21`): predi
 measured TFLOP/s per GPU, written to ``megatron_sc21.csv``.
 Nothing here is fitted: the rows are what the model predicts.
 
-Run: ``python benchmarks/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR] [--rows CSV]``
+Run: ``python benchmarks/accuracy/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR] [--rows CSV]``
 (``--rows``: other measured iterations in the same column layout, e.g. vTrain's other hidden
 sizes or its multi-node rows).
 """
@@ -55,10 +55,10 @@ from typing import Any
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
+from benchmarks.accuracy.measured_sc21 import load_sc21, predict_sc21, sc21_table  # noqa: E402
 from sim.config import MAX_GPUS, parse_experiment  # noqa: E402
 from sim.errors import InputError  # noqa: E402
 from sim.framework.registry import get_framework  # noqa: E402

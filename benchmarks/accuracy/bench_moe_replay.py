@@ -19,7 +19,7 @@ and the largest relative difference of the losses from one process's.
 CPU times depend on the load: profile, calibrate and replay on the same idle machine (the
 shared development VM is not; re-measure there before reading the errors as the model's).
 
-Run: ``python benchmarks/bench_moe_replay.py [--threads 1] [--m 4]`` (a few minutes).
+Run: ``python benchmarks/accuracy/bench_moe_replay.py [--threads 1] [--m 4]`` (a few minutes).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402

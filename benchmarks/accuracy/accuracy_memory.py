@@ -42,7 +42,7 @@ the ``act`` rows of the ``seqlen2048`` file. Not modelled: tensor and vocabulary
 (``tp > 1``, ``vtp``): pipesim has no tensor parallelism; the ``seqlen2048`` file's ``ms`` and
 ``act_peak`` (:data:`SEQ2048_WHY`, measured gaps -23 % and -48 %).
 
-Run alone: ``python benchmarks/accuracy_memory.py`` prints one row per compared number.
+Run alone: ``python benchmarks/accuracy/accuracy_memory.py`` prints one row per compared number.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from sim.memory.transients import (
 )
 from sim.trace.generator import attn_core_act_bytes, block_act_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILES = {
     4096: ROOT / "measurements/galvatron/memory_profiling_bf16_llama2-7b_all.json",
     2048: ROOT / "measurements/galvatron/memory_profiling_bf16_llama2-7b_seqlen2048_all.json",

@@ -17,7 +17,7 @@ share each NIC (``gpus_per_nic``) is modelled with per-GPU NICs of ``1/G`` the p
 (the same bandwidth per server; an assumption: NCCL's channels share the NIC's rate evenly).
 Nothing is fitted to these rows.
 
-Run: ``PYTHONPATH=$PWD python benchmarks/accuracy_comm_multinode.py``.
+Run: ``PYTHONPATH=$PWD python benchmarks/accuracy/accuracy_comm_multinode.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from sim.events import EventKind
 from sim.hardware.loader import load_hardware, load_hardware_spec
 from sim.hardware.topology import Topology
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "measurements" / "nccl-tests" / "allreduce_multinode.csv"
 FIELDS = ("source", "kind", "gpu", "servers", "gpus_per_server", "nics_per_server", "preset")
 FIELDS += ("gpus_per_nic", "algo", "nccl", "bytes", "time_us", "busbw_GBps", "url")

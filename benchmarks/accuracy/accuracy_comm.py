@@ -51,7 +51,7 @@ step, :meth:`~sim.comm.hierarchical.CollectivePlan.ring_time_s`). Most sweeps ra
 ``-g 8`` (one thread launches on 8 GPUs), whose small-size floor holds 8 launches: compare the
 small sizes with that in mind (measurements/nccl-tests/README.md).
 
-Run: ``PYTHONPATH=$PWD python benchmarks/accuracy_comm.py`` from a checkout (the venv's
+Run: ``PYTHONPATH=$PWD python benchmarks/accuracy/accuracy_comm.py`` from a checkout (the venv's
 installed ``sim`` may be another checkout's). ``rows()`` returns the Galvatron table as dicts,
 ``reference_rows()`` the reference points.
 """
@@ -68,7 +68,7 @@ from sim.engine.microbench import allreduce_busbw_Bps, sendrecv_busbw_Bps
 from sim.events import EventKind
 from sim.hardware.loader import list_presets, load_hardware
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "measurements" / "galvatron"
 SWEEPS = ROOT / "measurements" / "nccl-tests" / "allreduce_8gpu.csv"
 BANDS = (("small <= 64 KiB", 0, 2**16), ("mid 128 KiB-128 MiB", 2**17, 2**27))
@@ -291,7 +291,7 @@ def sweep_summary(rows: list[dict] | None = None) -> list[dict]:
 
 
 def more_tables() -> list[tuple[str, list[dict]]]:
-    """Further tables for ``benchmarks/bench_accuracy.py``: the nccl-tests sweeps by size band
+    """Further tables for ``benchmarks/accuracy/bench_accuracy.py``: the nccl-tests sweeps by size band
     and the large-size reference points."""
     return [
         ("comm: nccl-tests all-reduce sweeps, error by size band", sweep_summary()),

@@ -4,7 +4,7 @@ Every whole iteration in the repository's validation data that pipesim can predi
 residual (measured / predicted iteration time, :class:`sim.bands.Residual`):
 
 * ``measurements/vtrain/ground_truth_single_h2048.csv``: 720 Megatron-DeepSpeed iterations on one
-  8 x A100 node, predicted exactly as ``benchmarks/bench_measured.py`` does by default
+  8 x A100 node, predicted exactly as ``benchmarks/accuracy/bench_measured.py`` does by default
   (:func:`bench_measured.predict`: ``framework: megatron-deepspeed``, ``recompute:full``, 1F1B,
   ``dgx-a100-40gb``, whose preset carries vTrain's measured all-reduce tables);
 * ``measurements/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs pipesim simulates
@@ -17,7 +17,7 @@ and link bandwidths, nccl-tests collectives, a CPU Adam micro-benchmark) and giv
 with a provenance header, rewrites the README's table between :data:`BEGIN` and :data:`END`, and
 the dgx1 answer with its band between :data:`DGX1_BEGIN` and :data:`DGX1_END`.
 
-Run: ``python benchmarks/make_bands.py`` (about a minute on an idle core; ``--check`` writes
+Run: ``python benchmarks/accuracy/make_bands.py`` (about a minute on an idle core; ``--check`` writes
 nothing and exits 1 naming what is stale, as ``tests/test_bands.py`` does).
 """
 
@@ -29,11 +29,11 @@ import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_measured import FRAMEWORK, load_vtrain, predict  # noqa: E402
-from benchmarks.measured_sc21 import FRAMEWORKS, load_sc21, predict_sc21  # noqa: E402
+from benchmarks.accuracy.bench_measured import FRAMEWORK, load_vtrain, predict  # noqa: E402
+from benchmarks.accuracy.measured_sc21 import FRAMEWORKS, load_sc21, predict_sc21  # noqa: E402
 from sim.api import plan  # noqa: E402
 from sim.bands import (  # noqa: E402
     HIGH_Q,
@@ -53,7 +53,7 @@ from sim.report.row_bands import band_of, winner_bands, with_bands  # noqa: E402
 BANDS = ROOT / "sim" / "data" / "bands.csv"
 README = ROOT / "README.md"
 DGX1 = ROOT / "experiments" / "dgx1.yaml"
-COMMAND = "python benchmarks/make_bands.py"
+COMMAND = "python benchmarks/accuracy/make_bands.py"
 BEGIN, END = "<!-- bands-table:begin -->", "<!-- bands-table:end -->"
 DGX1_BEGIN, DGX1_END = "<!-- dgx1-answer:begin -->", "<!-- dgx1-answer:end -->"
 
@@ -93,7 +93,7 @@ def header(residuals: list[Residual]) -> list[str]:
         "pipesim prediction bands: measured / predicted whole-iteration time per regime "
         "(sim/bands.py reads this file)",
         f"sources: measurements/vtrain/ground_truth_single_h2048.csv ({count['vtrain']} predicted "
-        "iterations, as benchmarks/bench_measured.py predicts them); "
+        "iterations, as benchmarks/accuracy/bench_measured.py predicts them); "
         f"measurements/megatron-sc21/table1.csv ({count['megatron-sc21']} runs predicted); "
         "the rest of measurements/ holds no whole iterations",
         f"quantiles p{LOW_Q * 100:.0f} / p50 / p{HIGH_Q * 100:.0f} of measured / predicted; "

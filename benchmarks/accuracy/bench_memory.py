@@ -11,7 +11,7 @@ does not fit is a false no-fit; measured runs never OOM'd, so a false fit needs 
 vTrain's measured configurations (``../shared/data/vtrain/``), which all ran, must all fit.
 Nothing is fitted to these rows.
 
-Run: ``python benchmarks/bench_memory.py [--source simumax|golden] [--out DIR] [--show N]``.
+Run: ``python benchmarks/accuracy/bench_memory.py [--source simumax|golden] [--out DIR] [--show N]``.
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory_fit_rows import sc21_cases, vtrain_cases  # noqa: E402
-from memory_rows import GIB, MemoryCase, golden_cases, simumax_cases  # noqa: E402
-
+from benchmarks.accuracy.memory_fit_rows import sc21_cases, vtrain_cases  # noqa: E402
+from benchmarks.accuracy.memory_rows import GIB, MemoryCase, golden_cases, simumax_cases  # noqa: E402
 from sim.compute.decoder import DecoderShape  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
 from sim.errors import InputError  # noqa: E402

@@ -28,7 +28,7 @@ the error is reported against the published measurement.
   deadlocks on interleaved 1F1B with data parallelism in main's engine (the tied-embedding
   all-reduce against the step barrier), with or without expert parallelism.
 
-Run: ``python benchmarks/bench_accuracy.py --sections moe`` (about a minute).
+Run: ``python benchmarks/accuracy/bench_accuracy.py --sections moe`` (about a minute).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from sim.trace.hf_config import read_config
 from sim.trace.native import write_trace
 
 TITLE = "Published measured MoE / EP / CP runs vs pipesim (time error = predicted / measured - 1)"
-HF = Path(__file__).resolve().parent.parent / "examples" / "hf"
+HF = Path(__file__).resolve().parents[2] / "examples" / "hf"
 GIB = 2.0**30
 
 # case: (model config, layers, tp, ep, pp, cp, mbc, seq, measured ms, measured alloc GiB)

@@ -17,7 +17,7 @@ The overlays are written to ``--out`` (``a100_from_golden.yaml``, ``b200_from_si
 presets stay uncalibrated: these rows are for checking (HOUSE.md), and the fitted values are
 reported, not adopted.
 
-Run: ``python benchmarks/bench_calibration.py [--out DIR] [--parameters gemm,kernel_overhead]
+Run: ``python benchmarks/accuracy/bench_calibration.py [--out DIR] [--parameters gemm,kernel_overhead]
 [--max-rows N]`` (``--max-rows``: vTrain rows predicted per file, evenly spaced; 0: all).
 """
 
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_measured_data import DATA, SOURCES, read_source  # noqa: E402
+from benchmarks.accuracy.bench_measured_data import DATA, SOURCES, read_source  # noqa: E402
 from sim.atomic import atomic_write_text  # noqa: E402
 from sim.calibrate_runs import PARAMETERS, Fit, fit, mape, overlay_document  # noqa: E402
 from sim.compare import compare_runs, frame, summary  # noqa: E402

@@ -30,7 +30,7 @@ their first reason, and every reason with the rows it blocks (alone or with othe
 and ``scatter.png`` into ``--out``. Nothing here is fitted: the rows are what the model
 predicts.
 
-Run: ``python benchmarks/bench_measured_data.py [--out DIR] [--max-rows N] [--sources a,b]``
+Run: ``python benchmarks/accuracy/bench_measured_data.py [--out DIR] [--max-rows N] [--sources a,b]``
 (``--max-rows``: at most N rows per source, evenly spaced, for a quick look).
 """
 
@@ -47,10 +47,10 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_measured import kendall_tau  # noqa: E402
+from benchmarks.accuracy.bench_measured import kendall_tau  # noqa: E402
 from sim.compare import scatter  # noqa: E402
 from sim.runs.bridge_recipes import read_recipes  # noqa: E402
 from sim.runs.express import Expressed, express  # noqa: E402

@@ -4,8 +4,8 @@ Used to check that a refactoring of the engine leaves its output unchanged (issu
 run ``dump`` with the old code, then with the new, then ``compare``; values may differ only at
 float round-off (relative 1e-12).
 
-Run: ``python benchmarks/golden_engine_logs.py dump ROOT OUT.pkl`` (``ROOT``: the checkout whose
-``sim`` to import) and ``python benchmarks/golden_engine_logs.py compare A.pkl B.pkl``.
+Run: ``python scripts/golden_engine_logs.py dump ROOT OUT.pkl`` (``ROOT``: the checkout whose
+``sim`` to import) and ``python scripts/golden_engine_logs.py compare A.pkl B.pkl``.
 Configurations: dgx1-v100-16gb (experiments/dgx1.yaml), GPT-2 1.5B and GNMT-16, all five
 schedules, p = 4 with dp_width 1 and 2 under every memory policy, plus p = 8 and p = 2 cases.
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-MEASURED = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured"
+MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
 if not MEASURED.is_dir():  # a worktree of /work: the shared folder beside the checkouts
     MEASURED = Path("/work/shared/data/measured")
 GIB = 2.0**30

@@ -15,7 +15,7 @@ attention core) times 3 (forward and backward, recompute not counted) times the 
 iteration; MFU is that over the iteration time, the GPUs and the GPU's dense peak in the
 training dtype (PaLM's definition, Chowdhery et al. arXiv:2204.02311 App. B).
 
-Run: ``python benchmarks/bench_overlap_options.py experiments/llama3-70b-overlap-64xh100.yaml
+Run: ``python benchmarks/answers/bench_overlap_options.py experiments/llama3-70b-overlap-64xh100.yaml
 [--only tensor_parallel=4] [--out DIR]``.
 """
 
@@ -25,9 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.answers.bench_overlap import first_gpus  # noqa: E402
 from sim.config import load_experiment  # noqa: E402
 from sim.errors import InputError  # noqa: E402
 from sim.plan.sweep import expand  # noqa: E402
@@ -35,9 +36,6 @@ from sim.point.experiment import prepare  # noqa: E402
 from sim.point.simulate import evaluate, resolve  # noqa: E402
 from sim.report.chrome_trace import write_chrome_trace  # noqa: E402
 from sim.report.gantt import plot_gantt  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_overlap import first_gpus  # noqa: E402
 
 
 def model_flops(trace, samples: int) -> float:

@@ -8,7 +8,7 @@ the calibrated hardware. Prints the iteration-time error per configuration and t
 absolute percentage error (MAPE), the peak-memory error, and per rank where the iteration time
 goes (F, B, STEP, idle; measured beside predicted, ``validation_breakdown.csv``).
 
-Run: ``python benchmarks/bench_validation.py [--microbatches 4 8 16] [--iterations 5]``.
+Run: ``python benchmarks/accuracy/bench_validation.py [--microbatches 4 8 16] [--iterations 5]``.
 Prints figures; asserts nothing. Target (issue 4): MAPE under 10 % on CPU.
 """
 

@@ -8,7 +8,7 @@ iteration (step, reductions), ``e + f L`` per micro-batch (``e``: embedding, hea
 ``f``: one layer's forward, recompute and backward). ``c`` and ``f`` are scaled by ``p`` (per layer
 of one stage). This describes the rows; nothing here feeds the model.
 
-Run: ``python benchmarks/measured_split.py [predictions.csv]`` (written by ``bench_measured.py``).
+Run: ``python benchmarks/accuracy/measured_split.py [predictions.csv]`` (written by ``bench_measured.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ recompute adds the forward (its collectives included) to the backward; selective
 the attention core's forward kernels (QK^T, softmax, dropout, attention over V).
 
 Nothing is fitted: this checks the kernel model on a GEMM-dominated shape, apart from any whole
-iteration. Run: ``python benchmarks/accuracy_layer.py``.
+iteration. Run: ``python benchmarks/accuracy/accuracy_layer.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sim.comm.hierarchical import collective_plan  # noqa: E402
