@@ -450,6 +450,42 @@ class MemoryConfig(_Strict):
         description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator "
         "maps pages into one growing segment per pool (less fragmentation).",
     )
+    precision_aware_optimizer: bool = Field(
+        False,
+        description="Megatron's --use-precision-aware-optimizer (Transformer Engine's FusedAdam "
+        "with the dtypes below, the bf16 master stored as its 16-bit remainder, the gradient "
+        "handed over without an fp32 copy: sim.memory.precision_aware).",
+    )
+    main_grads_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="--main-grads-dtype: the gradient buffer's dtype (bf16 needs "
+        "precision_aware_optimizer)."
+    )  # fmt: skip
+    main_params_dtype: Literal["fp32", "fp16"] = Field(
+        "fp32", description="--main-params-dtype: the master weights' dtype (fp16 needs "
+        "precision_aware_optimizer)."
+    )  # fmt: skip
+    exp_avg_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
+        "fp32", description="--exp-avg-dtype: Adam's first moment (other than fp32 needs "
+        "precision_aware_optimizer)."
+    )  # fmt: skip
+    exp_avg_sq_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
+        "fp32", description="--exp-avg-sq-dtype: Adam's second moment (other than fp32 needs "
+        "precision_aware_optimizer)."
+    )  # fmt: skip
+
+    @field_validator("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+    @classmethod
+    def _needs_precision_aware(cls, v: str, info: Any) -> str:
+        """Megatron asserts fp32 for all four without the precision-aware optimizer
+        (megatron/core/optimizer/optimizer_config.py ``OptimizerConfig.__post_init__``)."""
+        if v != "fp32" and not info.data.get("precision_aware_optimizer"):
+            raise PydanticCustomError(
+                "needs_precision_aware",
+                "{field} {value} needs precision_aware_optimizer: true (Megatron-Core asserts "
+                "fp32 without --use-precision-aware-optimizer)",
+                {"field": info.field_name, "value": v},
+            )
+        return v
 
 
 class ExperimentConfig(_Strict):

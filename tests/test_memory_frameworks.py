@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from sim.cli import app
 from sim.compute.decoder import DecoderShape, layer_act_bytes
 from sim.config import parse_experiment
+from sim.errors import InputError
 from sim.framework.registry import get_framework
 from sim.hardware.loader import load_hardware
 from sim.memory.allocator import (
@@ -106,6 +107,42 @@ def test_grad_reduce_in_bf16_keeps_16_bit_gradients():
     prep = _prepared(memory={"grad_reduce_in_bf16": True})
     pm = point_memory(prep, _point(policy="none"))
     assert pm.ranks[0].by_category["gradients"] == pytest.approx(2 * params)
+
+
+AWARE = {"precision_aware_optimizer": True, "main_grads_dtype": "bf16",
+         "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}  # fmt: skip
+
+
+def test_precision_aware_optimizer_is_4_plus_6_over_d_per_parameter():
+    """Megatron's --use-precision-aware-optimizer with bf16 main grads and moments (Megatron-
+    Bridge's DeepSeek-V3 recipe): bf16 param 2 B + bf16 grad 2 B + (master remainder 2 + m 2 +
+    v 2) / d (TE FusedAdam store_param_remainders), where the default is 6 + 12/d."""
+    params = 2 * LAYER_PARAMS + EMBED + HEAD
+    for w in (1, 4):
+        pm = point_memory(_prepared(memory=AWARE), _point(w=w))
+        assert _states(pm.ranks[0]) == pytest.approx(params * (4 + 6 / w))
+    fp32_moments = {"precision_aware_optimizer": True}  # remainder 2 + m 4 + v 4, fp32 grads
+    pm = point_memory(_prepared(memory=fp32_moments), _point(w=2))
+    assert _states(pm.ranks[0]) == pytest.approx(params * (6 + 10 / 2))
+
+
+def test_precision_aware_optimizer_takes_the_gradient_without_an_fp32_copy():
+    fw = get_framework("megatron-lm")
+    trace = _prepared().traces["tiny"]
+    plain = fw.memory("bf16", "H100", parse_experiment_memory({"grad_reduce_in_bf16": True}))
+    aware = fw.memory("bf16", "H100", parse_experiment_memory(AWARE))
+    assert fw.runtime(load_hardware("dgx-h100"), trace, memory=plain).step_transient > 0
+    assert fw.runtime(load_hardware("dgx-h100"), trace, memory=aware).step_transient == 0
+    assert aware.state("bf16", "adam").total == 2 + 2 + 6
+
+
+def test_lower_optimizer_dtypes_need_the_precision_aware_optimizer():
+    with pytest.raises(InputError, match="exp_avg_dtype bf16 needs precision_aware_optimizer"):
+        _prepared(memory={"exp_avg_dtype": "bf16"})
+
+
+def parse_experiment_memory(memory: dict):
+    return _prepared(memory=memory).exp.memory
 
 
 def test_the_data_parallel_bucket_is_megatrons_gradient_buffer_not_a_copy():

@@ -234,6 +234,67 @@ def test_bad_inputs_name_the_file_and_field(tmp_path):
         read_runs(tmp_path / "missing.log")
 
 
+def test_megatron_model_flags_map_to_the_decoder_generator():
+    """Megatron ties the output layer to the embedding unless
+    ``--untie-embeddings-and-output-weights`` (megatron/training/arguments.py); a GeLU MoE GPT
+    with tied embeddings, a leading dense GeLU layer, ``--kv-channels``, ``--qk-layernorm`` and
+    ``--mtp-num-layers`` is the decoder generator's shape with those fields."""
+    flags = {"num-layers": 4, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "num-experts": 4, "moe-layer-freq": "([0]*1+[1]*3)",
+             "kv-channels": 32, "qk-layernorm": True, "mtp-num-layers": 1,
+             "position-embedding-type": "rope", "global-batch-size": 4, "micro-batch-size": 1}  # fmt: skip
+    run = read_megatron(flags, name="moe", source="t", gpu="A100-SXM-80GB", num_gpus=1)
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.generator == "decoder"
+    s = ex.shape
+    assert (s.tied_embeddings, s.gated_mlp, s.head_dim, s.qk_norm, s.mtp_layers) == (
+        True, False, 32, True, 1)  # fmt: skip
+    assert (s.dense_layers, s.moe.experts, s.moe.gated) == (1, 4, False)
+    more = {"untie-embeddings-and-output-weights": True, "swiglu": True}
+    untied = express(read_megatron(flags | more, name="u", source="t", gpu="B200", num_gpus=1))
+    assert isinstance(untied, Expressed)
+    assert (untied.shape.tied_embeddings, untied.shape.gated_mlp) == (False, True)
+
+
+def test_precision_aware_optimizer_flags_become_memory_fields():
+    flags = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "bf16": True, "use-distributed-optimizer": True, "global-batch-size": 8,
+             "use-precision-aware-optimizer": True, "main-grads-dtype": "bf16",
+             "exp-avg-dtype": "bf16", "exp-avg-sq-dtype": "bf16"}  # fmt: skip
+    run = read_megatron(flags, name="p", source="t", gpu="B200", num_gpus=8)
+    assert status(run, "exp-avg-dtype") == "mapped"
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    assert dict(ex.memory) == {"precision_aware_optimizer": True, "main_grads_dtype": "bf16",
+                               "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}  # fmt: skip
+    alone = {k: v for k, v in flags.items() if k != "use-precision-aware-optimizer"}
+    refused = read_megatron(alone, name="p", source="t", gpu="B200", num_gpus=8)
+    assert status(refused, "exp-avg-dtype") == "unmapped"  # Megatron asserts fp32 without it
+    assert isinstance(express(refused), NotExpressed)
+
+
+def test_pipeline_layout_becomes_stage_boundaries():
+    """Megatron's layout: entry v*p + r is chunk v of rank r, layers in order, one trace layer
+    per letter (pipeline_parallel_layer_layout.py); the boundaries count the letters before."""
+    from sim.runs.pipeline_layout import layout_boundaries, parse_layout
+
+    assert parse_layout("Et*3|(tt|)*6mL") == ["Ettt"] + ["tt"] * 6 + ["mL"]
+    assert layout_boundaries("Et*3|(tt|)*6mL", 15, 1, 8) == (0, 4, 6, 8, 10, 12, 14, 16)
+    with pytest.raises(ValueError, match="8 stages, not"):
+        layout_boundaries("Et*3|(tt|)*6mL", 15, 1, 4)
+    with pytest.raises(ValueError, match="15 decoder and 0 MTP"):
+        layout_boundaries("Et*3|(tt|)*6mL", 15, 0, 8)
+    flags = {"num-layers": 15, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "mtp-num-layers": 1, "pipeline-model-parallel-size": 4, "global-batch-size": 8,
+             "pipeline-model-parallel-layout": "Et*3|(tt|)*6mL"}  # fmt: skip
+    run = read_megatron(flags, name="l", source="t", gpu="B200", num_gpus=4)
+    assert run.layout.vp == 2 and status(run, "pipeline-model-parallel-layout") == "mapped"
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.boundaries == (0, 4, 6, 8, 10, 12, 14, 16)
+
+
 def test_sliding_windows_sinks_and_a_gelu_gpt_with_cp_are_expressed():
     flags = parse_command(MEGATRON_70B.read_text()).flags | {
         "window-size": "128 0", "window-attn-skip-freq": "4", "softmax-type": "learnable",
@@ -258,3 +319,24 @@ def test_sliding_windows_sinks_and_a_gelu_gpt_with_cp_are_expressed():
     ex = express(gpt_run)  # GeLU, GQA, untied, cp 2: the decoder generator, ungated
     assert isinstance(ex, Expressed) and ex.generator == "decoder"
     assert (ex.shape.gated_mlp, ex.shape.rotary, ex.shape.window) == (False, False, 0)
+
+
+def test_embedding_and_loss_counted_in_the_split_become_a_layout():
+    """Megatron's get_num_layers_to_build: with --account-for-embedding/loss-in-pipeline-split
+    the (L + 2) layers split evenly, the first and last virtual stage one decoder layer fewer
+    (a 6-layer GPT over 4 x 2 virtual stages: the embedding and the loss alone)."""
+    from sim.runs.pipeline_layout import split_layout
+
+    assert split_layout(6, 8, embedding=True, loss=True) == "E|t|t|t|t|t|t|L"
+    assert split_layout(5, 2, embedding=True, loss=False) == "Ett|tttL"
+    with pytest.raises(ValueError, match="do not split evenly"):
+        split_layout(5, 4, embedding=True, loss=True)
+    flags = {"num-layers": 6, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "pipeline-model-parallel-size": 4, "num-virtual-stages-per-pipeline-rank": 2,
+             "global-batch-size": 8, "account-for-embedding-in-pipeline-split": True,
+             "account-for-loss-in-pipeline-split": True}  # fmt: skip
+    run = read_megatron(flags, name="s", source="t", gpu="B200", num_gpus=4)
+    assert run.pipeline_layout == "E|t|t|t|t|t|t|L"
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.boundaries == (0, 1, 2, 3, 4, 5, 6, 7)

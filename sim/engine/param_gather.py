@@ -148,7 +148,8 @@ class ParamGathers:
             else:
                 group = coll.expert_members(rep)
                 plan = coll.ring(rep.stage, rep.tp_rank, group)
-                nbytes, size = coll.expert_nbytes(rep), len(group)
+                # the simulated members launch it (a mirrored run simulates some of the group)
+                nbytes, size = coll.expert_nbytes(rep), coll.held.members(group)
             nbytes *= share
             chain = self._chains[key] = Chain(
                 plan,

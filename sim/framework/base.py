@@ -40,6 +40,7 @@ from sim.memory.framework_memory import TE_WORKSPACE_BYTES, FrameworkMemory
 from sim.memory.fsdp import FsdpSpec
 from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
+from sim.memory.precision_aware import adam_state_bytes
 from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
 from sim.parallel.tp_overlap import Implementation
@@ -304,9 +305,14 @@ class Framework:
         gradients for bf16 parameters unless ``grad_reduce_in_bf16`` (Megatron's
         ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` for ``--bf16`` only),
         gradient-accumulation fusion as the profile or the experiment says, the loss, the
-        allocator's options."""
+        allocator's options, and the precision-aware optimizer's dtypes
+        (:mod:`sim.memory.precision_aware`: bf16 ``main_grads_dtype`` keeps 16-bit gradients)."""
         opts = options or MemoryConfig()
-        fp32_grads = self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
+        fp32_grads = (
+            self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
+            and opts.main_grads_dtype == "fp32"
+        )  # fmt: skip
+        aware = opts.precision_aware_optimizer
         fusion = opts.gradient_accumulation_fusion
         fusion = self.wgrad_fusion.value if fusion is None else fusion
         workspace = 0.0
@@ -322,7 +328,11 @@ class Framework:
             workspace_bytes=workspace,
             work=WorkOptions(opts.cross_entropy or "unfused", fusion),
             allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
-        )
+            adam_state_bytes=adam_state_bytes(
+                dtype, opts.main_params_dtype, opts.exp_avg_dtype, opts.exp_avg_sq_dtype
+            ) if aware else None,
+            decoupled_grad=aware,
+        )  # fmt: skip
 
     def ties(self, trace: Trace) -> bool:
         """Whether the framework keeps a copy of the word embedding in ``trace``'s head and
@@ -349,10 +359,12 @@ class Framework:
         gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
         is the server it runs on; ``virtual_stages``: stage chunks per rank (what an option
         may depend on); ``memory`` its memory layout: with fp32 main gradients the step's
-        ``.float()`` of a gradient is the gradient itself (no ``step_transient``)."""
+        ``.float()`` of a gradient is the gradient itself, and the precision-aware optimizer's
+        ``decoupled_grad`` makes no copy (no ``step_transient`` either way)."""
         tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
         if memory is not None and memory.main_grads_fp32:
             sixteen = False
+        copies = sixteen and not (memory is not None and memory.decoupled_grad)
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
@@ -360,7 +372,7 @@ class Framework:
             tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
             tied_after_dp=self.tied_after_dp.value,
             step_barrier=self.step_barrier.value,
-            step_transient=self.step_transient.value if sixteen else 0.0,
+            step_transient=self.step_transient.value if copies else 0.0,
             overflow_check_ops=self.overflow_check_ops.value if sixteen else 0,
             microbatch_load=MicrobatchLoad(*self.microbatch_load.value),
         )

@@ -72,6 +72,11 @@ class FrameworkMemory:
         weight_copy_bytes: bytes per parameter of further weight copies the framework keeps
             beside the training-dtype weights (Transformer Engine's FP8 weight cache: the
             precision profiles set it; 0: none), counted as weights.
+        adam_state_bytes: bytes per parameter of Adam's master weight and moments where the
+            framework sets their dtypes (Megatron's precision-aware optimizer:
+            :func:`sim.memory.precision_aware.adam_state_bytes`); None: ZeRO's 12 (or 8).
+        decoupled_grad: the optimizer takes the 16-bit gradient as it is (no fp32 copy of the
+            gradient shard at the step: the precision-aware optimizer's ``decoupled_grad``).
     """
 
     main_grads_fp32: bool = False
@@ -82,12 +87,16 @@ class FrameworkMemory:
     work: WorkOptions = field(default_factory=WorkOptions)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     weight_copy_bytes: int = 0
+    adam_state_bytes: int | None = None
+    decoupled_grad: bool = False
 
     def state(self, dtype: str, optimizer: str) -> StateBytes:
         """Bytes per parameter of each model-state class: ZeRO's accounting
         (:func:`~sim.memory.states.state_bytes`) with the gradient in fp32 where
-        ``main_grads_fp32`` (Megatron's 2 + 4 + 12 = 18 for bf16 Adam) and the weights'
-        further copies (``weight_copy_bytes``).
+        ``main_grads_fp32`` (Megatron's 2 + 4 + 12 = 18 for bf16 Adam), the weights'
+        further copies (``weight_copy_bytes``) and Adam's state in the dtypes the framework
+        sets (``adam_state_bytes``: 2 + 2 + 6 = 10 for the precision-aware optimizer with bf16
+        gradients and moments).
 
         Raises:
             ValueError: unknown dtype or optimizer.
@@ -97,6 +106,8 @@ class FrameworkMemory:
             sb = replace(sb, grad=4)
         if self.weight_copy_bytes:
             sb = replace(sb, weight=sb.weight + self.weight_copy_bytes)
+        if self.adam_state_bytes is not None and optimizer == "adam":
+            sb = replace(sb, optimizer=self.adam_state_bytes)
         return sb
 
 

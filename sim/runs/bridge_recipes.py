@@ -15,6 +15,7 @@ each setting is judged by the same table as a launch command's.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,18 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp
     if get.get("pipeline_model_parallel_layout"):
-        f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"]
-    if _true(get.get("precision_aware_optimizer", "")) and "bfloat16" in get.get(
-        "precision_aware_optimizer", ""
-    ):
-        f["exp-avg-dtype"] = "bfloat16"
+        # the table adds a legend after the string: "Etttt|...|tmL (E=embedding ...)"
+        f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"].split(" ")[0]
+    split = get.get("account_for_embedding_loss_in_pp_split", "")  # "embedding=True loss=True"
+    for part, flag in (("embedding=true", "account-for-embedding-in-pipeline-split"),
+                       ("loss=true", "account-for-loss-in-pipeline-split")):  # fmt: skip
+        if part in split.lower():
+            f[flag] = True
+    aware = get.get("precision_aware_optimizer", "")
+    if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
+        f["use-precision-aware-optimizer"] = True
+        for key, value in re.findall(r"(\w+_dtype)=(\w+)", aware):
+            f[key.replace("_", "-")] = value
     return f
 
 

@@ -23,6 +23,7 @@ from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
 from sim.framework.registry import get_framework
+from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -71,6 +72,9 @@ class Expressed:
             data-parallel rank and ``dp_shard`` 1.
         approximations: what is simulated differently from the run (each an approximated
             argument's reason, or an assumption of the reader).
+        memory: the experiment's ``memory:`` fields the run sets (``(field, value)``).
+        boundaries: fixed stage start layers (``options.boundaries``) from the run's
+            pipeline layout (:func:`sim.runs.pipeline_layout.layout_boundaries`), or None.
     """
 
     run: MeasuredRun
@@ -82,12 +86,14 @@ class Expressed:
     framework: str
     point: dict[str, Any]
     approximations: tuple[str, ...]
+    memory: tuple[tuple[str, Any], ...] = ()
+    boundaries: tuple[int, ...] | None = None
 
     @property
     def key(self) -> tuple:
         """What the simulation depends on: runs with one key are simulated once."""
         return (self.hardware, self.model, repr(self.shape), self.dtype, self.framework,
-                tuple(sorted(self.point.items())))  # fmt: skip
+                tuple(sorted(self.point.items())), self.memory, self.boundaries)  # fmt: skip
 
 
 def gpu_preset(gpu: str) -> str | None:
@@ -265,14 +271,42 @@ def _hardware(run: MeasuredRun) -> list[str]:
     )
 
 
+def _boundaries(run: MeasuredRun) -> tuple[int, ...] | None:
+    """The stage start layers of the run's pipeline layout (None: no layout).
+
+    Raises:
+        ValueError: a layout that does not fit the model or the layout (the reason).
+    """
+    if not run.pipeline_layout:
+        return None
+    s, lay = run.shape, run.layout
+    if not uses_decoder(run):
+        raise ValueError("pipeline layout on a GPT/BERT stack (decoder traces only)")
+    mtp = int(_feature(s, "mtp") or 0)
+    return layout_boundaries(run.pipeline_layout, s.layers or 0, mtp, lay.pp * lay.vp)
+
+
+def _pipeline_layout(run: MeasuredRun) -> list[str]:
+    try:
+        _boundaries(run)
+    except ValueError as exc:
+        return [f"pipeline-model-parallel-layout: {exc}"]
+    return []
+
+
 CHECKS: tuple[Callable[[MeasuredRun], list[str]], ...] = (
-    _precision, _hardware, _model, _framework, _policy, _layout, _args,
+    _precision, _hardware, _model, _framework, _policy, _layout, _pipeline_layout, _args,
 )  # fmt: skip
 """Every check, in the order reasons are listed (the first reason is the primary one)."""
 
 
 def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
-    """The :class:`DecoderShape` of a decoder (or MoE GPT) model."""
+    """The :class:`DecoderShape` of a decoder (or MoE GPT) model: tied embeddings (Megatron
+    ties them unless ``--untie-embeddings-and-output-weights``), the dense MLPs' gating
+    (``--swiglu``), ``head_dim`` (``--kv-channels``), QK-norm (``--qk-layernorm``) and MTP depths
+    (``--mtp-num-layers``) as the decoder generator's fields (:mod:`sim.compute.decoder_shape`).
+    A MoE GPT keeps the generator's rotary positions and RMSNorm (its learned position table,
+    ``s*h`` parameters, and LayerNorm biases are left out)."""
     moe = None
     if s.moe_experts:
         moe = MoEShape(
@@ -341,7 +375,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,
-        framework, point, approx + run.notes,
+        framework, point, approx + run.notes, run.memory_options, _boundaries(run),
     )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from sim.runs import megatron_table as table
 from sim.runs.argv import is_unexpanded
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_overlap import read_options
+from sim.runs.pipeline_layout import parse_layout, split_layout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
 VOCAB_DIVISIBLE_BY = 128
@@ -155,6 +156,8 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
+    memory = _memory_options(r, dist)
+    layout = _pipeline_layout(r, lay)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -179,6 +182,8 @@ def read_megatron(
         args=tuple(r.notes),
         notes=tuple(r.assumptions),
         framework_options=tuple(options.items()),
+        memory_options=tuple(memory.items()),
+        pipeline_layout=layout,
     )
 
 
@@ -193,6 +198,45 @@ def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
         r.done.add(flag)
         r.notes.append(ArgNote(flag, str(r.flags.get(flag, "")), status, reason))
     return options
+
+
+OPTIMIZER_DTYPES = {
+    "main-grads-dtype": "main_grads_dtype", "main-params-dtype": "main_params_dtype",
+    "exp-avg-dtype": "exp_avg_dtype", "exp-avg-sq-dtype": "exp_avg_sq_dtype",
+}  # fmt: skip
+"""Megatron's precision-aware optimizer flags -> :class:`~sim.config.MemoryConfig` fields."""
+DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16",
+               "bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8", "uint8": "fp8"}  # fmt: skip
+"""A dtype as Megatron's flags (``fp32``...) or Megatron-Bridge's configs (``bfloat16``...)
+spell it -> pipesim's name."""
+
+
+def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
+    """``--use-precision-aware-optimizer`` and its dtypes as the experiment's ``memory:``
+    fields (:mod:`sim.memory.precision_aware`); unmapped where Megatron-Core would refuse them
+    (another optimizer than Adam, no distributed optimizer, a dtype it does not take)."""
+    aware = r.switch("use-precision-aware-optimizer")
+    out: dict[str, Any] = {"precision_aware_optimizer": True} if aware else {}
+    for flag, field_name in OPTIMIZER_DTYPES.items():
+        value = str(r.text(flag, "fp32")).removeprefix("torch.")
+        if value not in DTYPE_NAMES:
+            r.unmapped(flag, f"{value!r}: not a dtype Megatron-Core takes")
+        elif DTYPE_NAMES[value] != "fp32":
+            out[field_name] = DTYPE_NAMES[value]
+    if out and not aware:
+        for flag in OPTIMIZER_DTYPES:
+            if r.has(flag):
+                r.unmapped(flag, "lower-precision optimizer state without "
+                           "--use-precision-aware-optimizer (Megatron-Core asserts fp32)")  # fmt: skip
+        return {}
+    if aware and (not dist or str(r.flags.get("optimizer", "adam")) != "adam"):
+        r.unmapped("use-precision-aware-optimizer", "needs Adam and the distributed optimizer "
+                   "(megatron/core/optimizer/optimizer_config.py asserts both)")  # fmt: skip
+        return {}
+    for flag in ("use-precision-aware-optimizer", *OPTIMIZER_DTYPES):
+        if r.has(flag) and not any(n.name == flag for n in r.notes):
+            r.mapped(flag, "memory: precision-aware optimizer (sim.memory.precision_aware)")
+    return out
 
 
 def _attention(flags: dict[str, Any], framework: str) -> str:
@@ -230,6 +274,7 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     per_vstage = r.int("num-layers-per-virtual-pipeline-stage")
     if per_vstage and layers and pp:
         vp = max(1, layers // (pp * per_vstage))
+    vp = _layout_vp(r, pp, vp)
     dp = max(1, world // (tp * pp * cp)) if world else 1
     comm = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
     cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
@@ -260,6 +305,44 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dist = r.switch("use-distributed-optimizer")
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
+    """The run's pipeline layout (:mod:`sim.runs.pipeline_layout`): ``--pipeline-model-
+    parallel-layout``, or Megatron's split with ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` over several virtual stages; "" otherwise."""
+    layout = r.text("pipeline-model-parallel-layout") or ""
+    r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
+    flags = ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
+    emb, loss = (r.switch(f) for f in flags)
+    if layout or not (emb or loss):
+        return layout
+    if lay.pp * lay.vp == 1:
+        for f in flags:
+            r.mapped(f, "one stage: the split does not change")
+        return ""
+    try:
+        layout = split_layout(r.int("num-layers") or 0, lay.pp * lay.vp, emb, loss,
+                              r.int("mtp-num-layers") or 0)  # fmt: skip
+    except ValueError as exc:
+        for f in flags:
+            if r.has(f):
+                r.unmapped(f, str(exc))
+        return ""
+    for f in flags:
+        r.mapped(f, f"options.boundaries of the layout {layout} (sim.runs.pipeline_layout)")
+    return layout
+
+
+def _layout_vp(r: Reading, pp: int, vp: int) -> int:
+    """``--pipeline-model-parallel-layout``'s virtual stages per rank: its stages over ``pp``
+    (``PipelineParallelLayerLayout.__init__``; :mod:`sim.runs.pipeline_layout`), else ``vp``."""
+    text = r.text("pipeline-model-parallel-layout")
+    try:
+        n = len(parse_layout(text)) if text else 0
+    except ValueError:
+        return vp
+    return n // pp if n and n % pp == 0 else vp
 
 
 def _folded_etp(tp: int, cp: int, dp: int, ep: int) -> int | None:

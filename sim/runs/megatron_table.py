@@ -156,10 +156,7 @@ APPROXIMATED: dict[str, str] = {
     "no-rope-fusion": "unfused rotary embedding (memory-bound), not modelled",
     "use-fused-weighted-squared-relu": "fused activation kernel, not modelled",
     "grad-reduce-in-bf16": "gradients reduced in bf16: pipesim reduces in the training dtype",
-    "account-for-embedding-in-pipeline-split": "the embedding counted as a layer by the split: "
-    "pipesim's uniform split puts it on the first stage beside L/p layers",
-    "account-for-loss-in-pipeline-split": "as --account-for-embedding-in-pipeline-split, for "
-    "the head", "ddp-num-buckets": "bucket count of the overlapped gradient reduction (the size "
+    "ddp-num-buckets": "bucket count of the overlapped gradient reduction (the size "
     "rule's buckets are simulated)", "cuda-graph-warmup-steps": "CUDA-graph capture warm-up: "
     "before the timed steps",
     "defer-embedding-wgrad-compute": "the embedding's weight-gradient GEMM deferred to the "
@@ -182,8 +179,7 @@ UNMAPPED: dict[str, str] = {
     "--optimizer-cpu-offload", "fine-grained-activation-offloading": "activation offload "
     "per module (not a pipesim policy)", "offload-modules": "as "
     "--fine-grained-activation-offloading", "cpu-offloading": "activation offload (not a "
-    "pipesim policy)", "pipeline-model-parallel-layout": "a per-stage layer layout string "
-    "(pipesim splits layers uniformly or by its own partitioner)",
+    "pipesim policy)",
     "decoder-first-pipeline-num-layers": "uneven first stage (pipesim splits uniformly or "
     "optimally)", "decoder-last-pipeline-num-layers": "uneven last stage",
     "num-layers-in-first-pipeline-stage": "uneven first stage",
@@ -198,11 +194,6 @@ UNMAPPED: dict[str, str] = {
     "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
     "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
     "img-h": "vision inputs", "img-w": "vision inputs",
-    "exp-avg-dtype": "Adam moments in a lower precision (precision-aware optimizer): pipesim "
-    "counts fp32 moments (issue 26 item 1)", "exp-avg-sq-dtype": "as --exp-avg-dtype",
-    "main-params-dtype": "master weights in another precision (precision-aware optimizer; "
-    "issue 26 item 1)", "main-grads-dtype": "main gradients in another precision "
-    "(precision-aware optimizer; issue 26 item 1)",
 }  # fmt: skip
 """Flags that change time or memory and that pipesim cannot express yet, with the work that
 would express them."""

@@ -98,8 +98,9 @@ def experiment_of(item: Expressed, hardware: str | dict[str, Any], trace_ref: st
         "models": [{"name": item.model, "trace": trace_ref}],
         "training": {"global_batch": p["global_batch"], "dtype": item.dtype}
         | ({"precision_options": {"param_gather": True}} if p.get("param_gather") else {}),
-        "options": {"partition": "uniform"},
-    }
+        "options": {"partition": "uniform"}
+        | ({"boundaries": list(item.boundaries)} if item.boundaries else {}),
+    } | ({"memory": dict(item.memory)} if item.memory else {})
 
 
 def point_of(item: Expressed) -> PointConfig:

@@ -179,6 +179,10 @@ class MeasuredRun:
         notes: assumptions the reader made (a default it filled in, a vocabulary it assumed).
         framework_options: ``(option, value)`` of the framework profile the run's flags set
             (overlap, CUDA graphs, dispatcher: :mod:`sim.runs.megatron_overlap`).
+        memory_options: ``(field, value)`` of the experiment's ``memory:`` section the run's
+            flags set (:class:`~sim.config.MemoryConfig`: the precision-aware optimizer).
+        pipeline_layout: Megatron's ``--pipeline-model-parallel-layout`` ("": none), the
+            layers of every virtual stage (:mod:`sim.runs.pipeline_layout`).
     """
 
     name: str
@@ -204,6 +208,8 @@ class MeasuredRun:
     args: tuple[ArgNote, ...] = ()
     notes: tuple[str, ...] = ()
     framework_options: tuple[tuple[str, str], ...] = ()
+    memory_options: tuple[tuple[str, Any], ...] = ()
+    pipeline_layout: str = ""
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
