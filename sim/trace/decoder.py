@@ -40,6 +40,7 @@ from sim.compute.decoder import (
 )
 from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import phase_time
+from sim.compute.megatron_ops import decoder_layer_ops
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, precision_kernels
 from sim.compute.routing import expert_rows
@@ -87,6 +88,7 @@ def decoder_layer(
         dense = m.hidden  # the output weight is the embedding's (shared group)
     hidden = float(b * m.seq_len * m.hidden * d)
     out = {"head": 0.0, "mtp": 2 * hidden}.get(base_kind(kind), hidden)
+    fwd_ops, bwd_ops, modules, functions = decoder_layer_ops(base_kind(kind))
     return LayerProfile(
         name=name,
         fwd_s=f,
@@ -98,6 +100,10 @@ def decoder_layer(
         bwd_weight_s=w,
         flops=float(sum(k.flops for k in fwd)),
         trainable_bytes=float(trainable_params(kind, m) * d) if m.lora else None,
+        fwd_ops=fwd_ops,
+        bwd_ops=bwd_ops,
+        fwd_modules=modules,
+        fwd_functions=functions,
     )
 
 
@@ -165,6 +171,8 @@ def decoder_trace(
             f"Generated, not measured: kernel model (sim.compute) on {gpu.model}, {m.attention} "
             f"attention, {routed}; one GPU, every expert local."
             + (f" Low precision: {low.describe()}." if low is not None else "")
+            + " Host ops per layer: an assumption, Megatron-DeepSpeed's block counts standing "
+            "in for Megatron-Core's (sim.compute.megatron_ops.decoder_layer_ops)."
         ),
     }
     shared = tied_groups(m, len(layers), dtype_bytes(dtype))
