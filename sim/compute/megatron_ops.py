@@ -211,10 +211,9 @@ def decoder_layer_ops(kind: str) -> tuple[float, float, float, float]:
         >>> decoder_layer_ops("mamba")[0] == block_ops()[0] / 2
         True
     """
-    if kind == "embedding":
-        return (*map(float, embedding_ops("gpt")), 0.0, 0.0)
-    if kind == "head":
-        return (*map(float, head_ops("gpt")), 0.0, 0.0)
+    if kind in ("embedding", "head"):
+        fwd_ops, bwd_ops = embedding_ops("gpt") if kind == "embedding" else head_ops("gpt")
+        return float(fwd_ops), float(bwd_ops), 0.0, 0.0
     share = 1.0 if kind in WHOLE_BLOCK_KINDS else 0.5 if kind in HALF_BLOCK_KINDS else 0.0
     (fwd, bwd), (modules, functions) = block_ops(), block_calls()
     return fwd * share, bwd * share, modules * share, functions * share
