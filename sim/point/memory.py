@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.errors import InputError
-from sim.memory.compose import plan_to_fit
 from sim.memory.context import StageContext
 from sim.memory.layer_work import with_framework_stash
 from sim.memory.rank_memory import RankMemory, rank_memory
@@ -25,8 +24,10 @@ from sim.point.simulate import (
     check_point_size,
     checked_shard,
     layer_works,
+    plan_contexts,
     point_framework,
     point_policy,
+    stage_low_params,
 )
 from sim.point.stages import choose_boundaries, make_schedule, stage_contexts, stage_layout
 from sim.schedules.analysis import peak_in_flight_per_stage
@@ -111,15 +112,14 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
         memory,
         works,
         (point.tensor_parallel, point.context_parallel),
+        point.layout.expert_dp if point.expert_parallel > 1 else 0,
     )[0]
     contexts = [_with_width(c, point) for c in contexts]
-    try:
-        plans = plan_to_fit(policy, contexts)
-    except ValueError as exc:
-        raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    plans = framework.plans(
-        plans, point.dp_width, memory.state(trace.dtype, exp.training.optimizer)
-    )
+    low = (*stage_low_params(sharded, boundaries), topo.gpus[0].compute)
+    plans = plan_contexts(
+        exp, point, policy, framework, contexts, memory, trace.dtype, low,
+        schedule.num_stages, file, mirror=False,
+    )  # fmt: skip
     by_rank: dict[int, list] = {}
     for ctx, plan in zip(contexts, plans, strict=True):
         by_rank.setdefault(schedule.stage_rank(ctx.stage), []).append((ctx, plan))

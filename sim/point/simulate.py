@@ -23,10 +23,12 @@ from sim.engine.symmetry import mirrored
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.framework.base import Framework
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.topology import Topology
 from sim.memory.alike import plan_alike
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans, plan_to_fit
+from sim.memory.context import StageContext
 from sim.memory.framework_memory import PIPESIM_MEMORY, FrameworkMemory
 from sim.memory.fsdp import FsdpSpec, FsdpStates
 from sim.memory.layer_work import LayerWork, trace_work, with_framework_stash
@@ -162,7 +164,7 @@ def resolve(
         file,
         memory,
         works,
-        _stage_low_params(sharded, boundaries),
+        stage_low_params(sharded, boundaries),
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     try:
@@ -337,28 +339,10 @@ def _plans(
         )
         for c in row
     ]
-    try:
-        if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
-            fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
-            flat = finalize_plans(contexts, fsdp.plan_all(contexts))
-        else:
-            alike = plan_alike(policy, contexts) if _mirror_intended(exp, point) else None
-            flat = alike or plan_to_fit(policy, contexts)
-    except ValueError as exc:
-        raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, point.dp_width, memory.state(trace.dtype, exp.training.optimizer))
-    recipe, low_params = low
-    spec = topo.gpus[0].compute
-    if recipe is not None and spec is not None and any(low_params):
-        lowered: dict[tuple[int, int], StagePlan] = {}  # one per plan object and stage, once
-
-        def lower(i: int, plan: StagePlan) -> StagePlan:
-            key = (id(plan), i % n)
-            if key not in lowered:
-                lowered[key] = precision_plan(plan, low_params[i % n], recipe, spec, w)
-            return lowered[key]
-
-        flat = [lower(i, p) for i, p in enumerate(flat)]
+    low_spec = (*low, topo.gpus[0].compute)
+    flat = plan_contexts(
+        exp, point, policy, framework, contexts, memory, trace.dtype, low_spec, n, file
+    )
     done: dict[tuple[int, int], StagePlan] = {}  # planned alike: one object per kind, once
 
     def final(s: int, plan: StagePlan) -> StagePlan:
@@ -377,6 +361,59 @@ def _plans(
         for r in range(w)
     )
     return plans, tensor_plans
+
+
+def plan_contexts(
+    exp: ExperimentConfig,
+    point: PointConfig,
+    policy: MemoryPolicy,
+    framework: Framework,
+    contexts: list[StageContext],
+    memory: FrameworkMemory,
+    dtype: str,
+    low: tuple[LowPrecision | None, tuple[float, ...], ComputeSpec | None],
+    stages: int,
+    file: str,
+    *,
+    mirror: bool = True,
+) -> list[StagePlan]:
+    """The finalized plan of each of ``contexts`` (ordered stage-fastest, ``stages`` per row):
+    FSDP's states where the point shards (:mod:`sim.memory.fsdp`), else the policy's (planned
+    alike where the point is mirrored and ``mirror``, else planned to fit,
+    :func:`~sim.memory.compose.plan_to_fit`); then what the framework adds
+    (:meth:`~sim.framework.base.Framework.plans`); then the low-precision recipe's weight copies
+    and parameter gather (``low``: the recipe, each stage's low-precision parameters and the
+    GPU's compute spec, :mod:`sim.memory.precision`). ``sim run`` and ``sim memory`` plan
+    through it alike.
+
+    Raises:
+        InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
+    """
+    try:
+        if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
+            fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
+            flat = finalize_plans(contexts, fsdp.plan_all(contexts))
+        else:
+            alike = (
+                plan_alike(policy, contexts) if mirror and _mirror_intended(exp, point) else None
+            )
+            flat = alike or plan_to_fit(policy, contexts)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
+    flat = framework.plans(flat, point.dp_width, memory.state(dtype, exp.training.optimizer))
+    recipe, low_params, spec = low
+    if recipe is None or spec is None or not any(low_params):
+        return flat
+    lowered: dict[tuple[int, int], StagePlan] = {}  # one per plan object and stage, once
+    w = point.layout.replicas
+
+    def lower(i: int, plan: StagePlan) -> StagePlan:
+        key = (id(plan), i % stages)
+        if key not in lowered:
+            lowered[key] = precision_plan(plan, low_params[i % stages], recipe, spec, w)
+        return lowered[key]
+
+    return [lower(i, p) for i, p in enumerate(flat)]
 
 
 def layer_works(
@@ -398,7 +435,7 @@ def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
     return replace(spec, reshard_after_forward=value, reshard_with_pp=value)
 
 
-def _stage_low_params(
+def stage_low_params(
     sharded: ShardedTrace | DecoderShard, boundaries
 ) -> tuple[LowPrecision | None, tuple[float, ...]]:
     """The rank trace's low-precision recipe and each stage's low-precision parameters."""
