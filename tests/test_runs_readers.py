@@ -340,3 +340,30 @@ def test_embedding_and_loss_counted_in_the_split_become_a_layout():
     assert run.pipeline_layout == "E|t|t|t|t|t|t|L"
     ex = express(run)
     assert isinstance(ex, Expressed) and ex.boundaries == (0, 1, 2, 3, 4, 5, 6, 7)
+
+
+def test_gradient_buffer_in_bf16_halves_the_gradients():
+    """``--grad-reduce-in-bf16`` (and Megatron-Bridge's ``grad_reduce_in_fp32 = False``, which
+    its performance recipes set) keeps Megatron-Core's gradient buffer in bf16: 2 bytes per
+    parameter instead of the fp32 ``main_grad``'s 4."""
+    from sim.runs.bridge import bridge_flags
+    from sim.runs.bridge_recipes import recipe_flags
+    from sim.runs.predict import Predictor
+
+    flags = {"num-layers": 2, "hidden-size": 256, "num-attention-heads": 4, "seq-length": 128,
+             "vocab-size": 1024, "swiglu": True, "untie-embeddings-and-output-weights": True,
+             "bf16": True, "use-distributed-optimizer": True, "global-batch-size": 8}  # fmt: skip
+    fp32 = express(read_megatron(flags, name="p", source="t", gpu="B200", num_gpus=8))
+    run = read_megatron(flags | {"grad-reduce-in-bf16": True}, name="p", source="t", gpu="B200",
+                        num_gpus=8)  # fmt: skip
+    assert status(run, "grad-reduce-in-bf16") == "mapped"
+    bf16 = express(run)
+    assert isinstance(fp32, Expressed) and isinstance(bf16, Expressed)
+    assert dict(bf16.memory) == {"grad_reduce_in_bf16": True} and not dict(fp32.memory)
+    p = Predictor()
+    g32, g16 = (p.predict(e).row.peak_gradients_bytes for e in (fp32, bf16))
+    assert g16 == pytest.approx(g32 / 2)
+    assert recipe_flags({"grad_reduce_in_fp32": "False"})["grad-reduce-in-bf16"] is True
+    assert "grad-reduce-in-bf16" not in recipe_flags({"grad_reduce_in_fp32": "True"})
+    got, _ = bridge_flags({"ddp": {"grad_reduce_in_fp32": False}})
+    assert got["grad-reduce-in-bf16"] is True

@@ -70,6 +70,10 @@ SOURCES = {
 }
 """Source name -> file under the data folder."""
 DIMENSIONS = ("tp", "pp", "cp", "ep", "family", "gpu", "version")
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "working", "buffers",
+              "reserve")  # fmt: skip
+"""The predicted peak's categories written per row (``ResultRow.peak_<c>_bytes``; ``reserve``
+holds the runtime reserve, the allocator's margin and the framework's buffers)."""
 QUESTION = ("source", "family", "gpu", "num_gpus", "gbs", "seq_len", "precision", "version",
             "shape")  # fmt: skip
 """A planning question: one source's model (its shape) on one GPU count with one global batch
@@ -120,8 +124,8 @@ def record(source: str, run: MeasuredRun, predictor: Predictor) -> dict:
         "measured_s": m.iteration_time_s, "predicted_s": math.nan,
         "measured_bytes": m.peak_bytes, "memory_kind": "allocated"
         if m.peak_allocated_bytes is not None else "reserved" if m.peak_bytes else "",
-        "predicted_bytes": math.nan, "error": "",
-    }  # fmt: skip
+        "predicted_bytes": math.nan, "error": "", "fits": math.nan,
+    } | {f"peak_{c}_bytes": math.nan for c in CATEGORIES}  # fmt: skip
     if not isinstance(ex, Expressed):
         rec["reasons"] = " | ".join(ex.reasons)
         return rec
@@ -130,6 +134,10 @@ def record(source: str, run: MeasuredRun, predictor: Predictor) -> dict:
     mem = p.allocated_bytes if rec["memory_kind"] == "allocated" else p.peak_bytes
     rec["predicted_bytes"] = mem if mem else math.nan
     rec["error"] = p.error
+    if p.row is not None and not p.row.error:  # every measured row ran: a no-fit is false
+        rec["fits"] = p.fits
+        for c in CATEGORIES:
+            rec[f"peak_{c}_bytes"] = getattr(p.row, f"peak_{c}_bytes", None) or math.nan
     return rec
 
 
@@ -254,6 +262,11 @@ def main() -> None:
         print(f"  {src}: {len(g)} questions, top-1 {g.top1.mean():.0%}, mean regret "
               f"{g.regret.mean():.1%}, max regret {g.regret.max():.1%}, mean Kendall tau "
               f"{g.tau.mean():.2f}")  # fmt: skip
+    nofit = df[df.fits.eq(False)]  # noqa: E712 (NaN: not predicted)
+    print(f"\nfalse no-fits (measured runs pipesim says do not fit; columns fits, peak_*_bytes "
+          f"of predictions.csv): {len(nofit)}")  # fmt: skip
+    if len(nofit):
+        print(nofit.groupby("source").size().to_string())
     failed = df[df.expressed & df.predicted_s.isna()]
     if len(failed):
         print(f"\n{len(failed)} expressed rows did not run in the simulator:")

@@ -50,9 +50,11 @@ not modelled), norms, activations, residuals and the loss; with Megatron's
 (torchtitan ``float8.py:61-64``; default: none, so the output layer too; the docs' example
 filters ``output``).
 
+The linear layers' saved inputs, which TE keeps quantized (``linear.py:596-621``), are
+counted at the recipe's bytes: :mod:`sim.compute.low_precision_act`.
+
 Not modelled (assumptions, each an error of a few per cent at most on the layers' time or
-memory): FP8 attention (off by default, above); the saved linear inputs, which TE keeps in FP8
-(1 byte instead of 2, ``linear.py:596-621``): activations are counted in 16 bits; delayed
+memory): FP8 attention (off by default, above); delayed
 scaling's amax all-reduce of a few kilobytes per step and current scaling's per-tensor amax
 all-reduce under sequence parallelism (latency only); torch.compile's fusion of torchao's casts
 into neighbouring kernels; MXFP8/NVFP4 scale swizzling (``mxfp8_tensor.py:139-176``) and NVFP4's

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
+from sim.compute.low_precision_act import quantized_input_savings
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer
@@ -326,6 +327,10 @@ def _kind_shard(
     ratios += (flr / fl1 if fl1 > 0 else 1.0,)
     act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
     act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.cp_comm, par.expert_tp)
+    if low is not None and low.recipe.library == TE and low.recipe.wgrad:  # quantized inputs
+        saved = low.recipe.data_bytes + low.recipe.scale_bytes
+        act -= quantized_input_savings(kind, m, b, d, saved, par.tp, par.sp, par.cp, mine,
+                                       par.expert_tp)  # fmt: skip
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0

@@ -33,6 +33,7 @@ RENAMED = {
     "virtual_pipeline_model_parallel_size": ("num-virtual-stages-per-pipeline-rank", None),
     "share_embeddings_and_output_weights": ("untie-embeddings-and-output-weights", "not"),
     "add_bias_linear": ("disable-bias-linear", "not"),
+    "grad_reduce_in_fp32": ("grad-reduce-in-bf16", "not"),
     "seq_length": ("seq-length", None),
 }
 """Provider fields whose Megatron-LM flag has another name (``not``: the flag is the field's

@@ -90,6 +90,9 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("fp8_param_gather", "fp8-param-gather")):  # fmt: skip
         if _true(get.get(col, "")):
             f[flag] = True
+    if get.get("grad_reduce_in_fp32", "").strip().lower().startswith("false"):
+        # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
+        f["grad-reduce-in-bf16"] = True
     mtp = get.get("mtp_num_layers", "0").split(" ")[0]
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp

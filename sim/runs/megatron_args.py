@@ -156,7 +156,7 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist)
+    memory = _memory_options(r, dist) | _grad_buffer(r)
     layout = _pipeline_layout(r, lay)
     _conditional(r, lay, dist)
     _rest(r, lay)
@@ -209,6 +209,22 @@ DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp
                "bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8", "uint8": "fp8"}  # fmt: skip
 """A dtype as Megatron's flags (``fp32``...) or Megatron-Bridge's configs (``bfloat16``...)
 spell it -> pipesim's name."""
+
+
+def _grad_buffer(r: Reading) -> dict[str, Any]:
+    """``--grad-reduce-in-bf16`` as the experiment's ``memory: grad_reduce_in_bf16``: the
+    gradient buffer in the parameters' 16-bit dtype instead of fp32 (Megatron-LM's
+    ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` for ``--bf16`` unless this
+    flag; NVIDIA/Megatron-LM@d98e8a64 ``megatron/training/arguments.py``; the buffer's dtype is
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32``,
+    ``megatron/core/distributed/distributed_data_parallel.py:192``). Megatron-Bridge sets that
+    field directly (its performance recipes set it False: NVIDIA-NeMo/Megatron-Bridge@067f987df0
+    ``src/megatron/bridge/perf_recipes/_common.py:72-74``), so its configs reach here as this
+    flag (:mod:`sim.runs.bridge_recipes`)."""
+    if not r.switch("grad-reduce-in-bf16"):
+        return {}
+    r.mapped("grad-reduce-in-bf16", "memory: grad_reduce_in_bf16 (16-bit gradient buffer)")
+    return {"grad_reduce_in_bf16": True}
 
 
 def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:

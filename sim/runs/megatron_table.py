@@ -155,7 +155,6 @@ APPROXIMATED: dict[str, str] = {
     "no-bias-dropout-fusion": "unfused bias + dropout (memory-bound), not modelled",
     "no-rope-fusion": "unfused rotary embedding (memory-bound), not modelled",
     "use-fused-weighted-squared-relu": "fused activation kernel, not modelled",
-    "grad-reduce-in-bf16": "gradients reduced in bf16: pipesim reduces in the training dtype",
     "ddp-num-buckets": "bucket count of the overlapped gradient reduction (the size "
     "rule's buckets are simulated)", "cuda-graph-warmup-steps": "CUDA-graph capture warm-up: "
     "before the timed steps",
