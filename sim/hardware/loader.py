@@ -150,11 +150,13 @@ def _as_mapping(raw: Any, file: str | None, field: str | None) -> dict[str, Any]
     return raw
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def merge_spec(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` set over it, nested mappings merged key by key (a hardware
+    description over its ``base:`` preset; an overlay over a hardware description)."""
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_spec(out[key], value)
         else:
             out[key] = value
     return out
@@ -172,7 +174,7 @@ def _resolve_base(raw: dict[str, Any], file: str | None, field: str | None) -> d
             )
         chain.append(name)
         base = _preset_raw(name, file=file, field=_join(field, "base"))
-        raw = _merge(base, {k: v for k, v in raw.items() if k != "base"})
+        raw = merge_spec(base, {k: v for k, v in raw.items() if k != "base"})
     return {**raw, "base": chain[0]} if chain else raw
 
 

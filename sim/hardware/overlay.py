@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
-from sim.hardware.loader import is_preset, load_hardware_spec
+from sim.hardware.loader import is_preset, load_hardware_spec, merge_spec
 from sim.textio import read_yaml_file
 
 ALLOWED: dict[str, frozenset[str] | None] = {
@@ -87,16 +87,6 @@ def overlay_provenance(path: str | Path) -> dict[str, Any]:
     return prov if isinstance(prov, dict) else {}
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def apply_overlay(hardware: str | dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     """``hardware`` (a preset name, a hardware file path or an inline mapping) with
     ``overlay`` set over it, as an inline mapping whose ``base`` is the original. A
@@ -120,5 +110,5 @@ def apply_overlay(hardware: str | dict[str, Any], overlay: dict[str, Any]) -> di
     if "network" in over and load_hardware_spec(hardware).network is None:
         over.pop("network")
     if isinstance(hardware, dict):
-        return _merge(hardware, over)
+        return merge_spec(hardware, over)
     return {"base": str(hardware), **over}
