@@ -11,7 +11,7 @@ starts.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,40 @@ class UserModelSpec:
         d = asdict(self)
         d["layers"] = list(self.layers)
         return {"kind": KIND, **d}
+
+    @classmethod
+    def draft(
+        cls,
+        source: str,
+        *,
+        loss: str | None = None,
+        seed: int = 0,
+        kwargs: dict[str, Any] | None = None,
+        name: str = "model",
+    ) -> UserModelSpec:
+        """The spec of ``source`` before its model is built: no layer chain yet, its files
+        resolved from the working directory (:func:`absolute_file`)."""
+        return cls(
+            source=source,
+            loss=loss,
+            seed=seed,
+            kwargs=dict(kwargs or {}),
+            name=name,
+            resolved=absolute_file(source),
+            loss_resolved=absolute_file(loss),
+        )
+
+    def with_chain(
+        self, layers: tuple[str, ...], takes_microbatch_size: bool, microbatch_size: int
+    ) -> UserModelSpec:
+        """This spec with the layer chain taken from the built model and how the model takes
+        its micro-batch size."""
+        return replace(
+            self,
+            layers=tuple(layers),
+            takes_microbatch_size=takes_microbatch_size,
+            microbatch_size=microbatch_size,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UserModelSpec:

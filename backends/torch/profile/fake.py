@@ -43,7 +43,7 @@ from torch.utils.flop_counter import flop_registry
 from backends.torch.models.layer_chain import chain_layers, run_layer
 from backends.torch.models.shared_params import counted_once
 from backends.torch.models.user import build_user_model, compute_loss, load_loss
-from backends.torch.models.user_spec import UserModelSpec, absolute_file
+from backends.torch.models.user_spec import UserModelSpec
 from backends.torch.profile.flops import cpu_attention_flops
 from backends.torch.profile.op_count import layer_calls, layer_ops
 from backends.torch.profile.saved_bytes import tensor_bytes
@@ -243,27 +243,12 @@ def fake_profile_user_model(
             field="--dtype",
         )
     preset, gpu = resolve_gpu(gpu_name)
-    spec = UserModelSpec(
-        source=source,
-        loss=loss,
-        seed=seed,
-        kwargs=dict(kwargs or {}),
-        name=name,
-        resolved=absolute_file(source),
-        loss_resolved=absolute_file(loss),
-    )
+    spec = UserModelSpec.draft(source, loss=loss, seed=seed, kwargs=kwargs, name=name)
     with FakeTensorMode(allow_non_fake_inputs=True):
         um = build_user_model(spec, microbatch_size=microbatch_size, dtype=dtype)
         chain = chain_layers(um.model, layers)
         out = _fake_chain(spec, um, chain, gpu.peak_flops, gpu.hbm_bandwidth_Bps)
-    spec = UserModelSpec(
-        **{
-            **spec.__dict__,
-            "layers": tuple(n for n, _ in chain),
-            "takes_microbatch_size": um.takes_microbatch_size,
-            "microbatch_size": um.microbatch_size,
-        }
-    )
+    spec = spec.with_chain(tuple(n for n, _ in chain), um.takes_microbatch_size, um.microbatch_size)
     prov = {
         "source": "backends.torch.profile.fake.fake_profile_user_model",
         "command": " ".join(sys.argv),

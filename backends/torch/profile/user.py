@@ -34,7 +34,7 @@ from backends.torch.models.layer_chain import (
 )
 from backends.torch.models.shared_params import counted_once
 from backends.torch.models.user import UserModel, build_user_model, compute_loss, load_loss
-from backends.torch.models.user_spec import UserModelSpec, absolute_file
+from backends.torch.models.user_spec import UserModelSpec
 from backends.torch.profile.layers import cpu_model_name, device_model_name, profile_layer
 from sim.errors import InputError
 from sim.trace.native import write_trace
@@ -60,15 +60,7 @@ def prepare(
         InputError: anything :func:`~backends.torch.models.user.build_user_model`,
             :func:`~backends.torch.models.layer_chain.chain_layers` or ``run_chain`` reject.
     """
-    draft = UserModelSpec(
-        source=source,
-        loss=loss,
-        seed=seed,
-        kwargs=dict(kwargs or {}),
-        name=name,
-        resolved=absolute_file(source),
-        loss_resolved=absolute_file(loss),
-    )
+    draft = UserModelSpec.draft(source, loss=loss, seed=seed, kwargs=kwargs, name=name)
     um = build_user_model(draft, microbatch_size=microbatch_size, dtype=dtype)
     order = call_order(um.model, um.sample)
     traced = traced_layers(um.model, order) if order else None
@@ -83,13 +75,8 @@ def prepare(
     outs = run_chain(chain, um.sample)
     with torch.no_grad():
         compute_loss(load_loss(draft), outs[-1], um.target, loss)
-    spec = UserModelSpec(
-        **{
-            **draft.__dict__,
-            "layers": tuple(n for n, _ in chain),
-            "takes_microbatch_size": um.takes_microbatch_size,
-            "microbatch_size": um.microbatch_size,
-        }
+    spec = draft.with_chain(
+        tuple(n for n, _ in chain), um.takes_microbatch_size, um.microbatch_size
     )
     return spec, um, chain, outs
 
