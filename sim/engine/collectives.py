@@ -51,6 +51,7 @@ on several ranks (``PipelineRuntime.tied_groups``).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import simpy
 
@@ -63,6 +64,7 @@ from sim.comm.hierarchical import (
 from sim.engine.buckets import reduce_buckets
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 from sim.parallel.folding import expert_dp_group
@@ -105,8 +107,9 @@ class Collectives:
         self.env = env
         self.inp = inp
         self.links = links
-        self._groups: dict[tuple, list] = {}
-        self._overlapped: dict[tuple, list] = {}
+        self._meet = Rendezvous(env)
+        self._overlapped: dict[tuple, simpy.Event] = {}
+        self._joined: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
         self._tied: dict[tuple[str, ...], CollectivePlan] = {}
         self.held = HeldLinks(inp)
@@ -184,42 +187,40 @@ class Collectives:
             key = ("expert", rep.stage, step_no, group_of[0])
             parts.append((key, self.held.members(group_of), self.expert_nbytes(rep), group_of))
         for key, size, nbytes, members in parts:
-            group = self._overlapped.get(key)
-            if group is None:
-                group = self._overlapped[key] = [self.env.event(), 0, []]
-            group[1] += 1
-            group[2].append((rep, tags))
-            if group[1] == size:
-                self.env.process(self._buckets(rep, nbytes, duration_s, group, members))
+            joined = self._joined.setdefault(key, [])
+            joined.append((rep, tags))
+            start = partial(self._buckets, rep, nbytes, duration_s, joined, members)
+            self._overlapped[key] = self._meet.arrive(key, size, start)
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
         was started (:meth:`start_overlapped`), and of its expert part if any."""
-        group = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
-        if group is None:
+        done = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
+        if done is None:
             return None
         members = self.expert_members(rep)
         expert = self._overlapped.get(("expert", rep.stage, step_no, members[0]))
-        return group[0] if expert is None else self.env.all_of([group[0], expert[0]])
+        return done if expert is None else self.env.all_of([done, expert])
 
     def _buckets(
         self,
         rep: StageReplica,
         nbytes: float,
         duration_s: float,
-        group: list,
+        joined: list,
         replicas: tuple[int, ...] | None,
+        done: simpy.Event,
     ):
         """The bucketed reduction (:func:`~sim.engine.buckets.reduce_buckets`) of ``nbytes``
-        over ``rep``'s stage from now, over ``duration_s``, for the replicas of ``group``
-        (``[done, joined, members]``); ``replicas``: the communicator's (None: all; else an
-        expert group)."""
+        over ``rep``'s stage from now, over ``duration_s``, for the replicas that ``joined``
+        (``(rep, tags)`` each), ending with ``done``; ``replicas``: the communicator's (None:
+        all; else an expert group)."""
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(rep.stage, rep.tp_rank, replicas)
         sizes = (nbytes, self.bucket_bytes(rep))
         window = (self.env.now, duration_s)
         return reduce_buckets(
-            self.env, self.links, plan, kind, sizes, window, group[2], group[0], self.held(plan)
+            self.env, self.links, plan, kind, sizes, window, joined, done, self.held(plan)
         )
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):
@@ -234,13 +235,8 @@ class Collectives:
         all-gathers and reduce-scatters of partitioned parameters, ZeRO-3 / PatrickStar);
         returns when every replica has joined and the ring has finished."""
         key = (rep.stage, rep.tp_rank, key, kind)
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == self.inp.simulated_replicas:
-            del self._groups[key]
-            self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
-        start = self.env.now
-        yield group[0]
+        ring = partial(self._ring, rep.stage, rep.tp_rank, size, kind)
+        start, _ = yield from self._meet.join(key, self.inp.simulated_replicas, ring)
         self.links.events.append(
             Event(
                 kind,
@@ -271,14 +267,9 @@ class Collectives:
         if len(gpus) < 2:
             return
         key = ("tied", index, r, k, step_no)
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
         plan = self._plan_of(gpus)
-        if group[1] == len(gpus):
-            del self._groups[key]
-            self.env.process(self._hold(plan, size, EventKind.ALLREDUCE, group[0]))
-        start = self.env.now
-        yield group[0]
+        hold = partial(self._hold, plan, size, EventKind.ALLREDUCE)
+        start, _ = yield from self._meet.join(key, len(gpus), hold)
         self.links.events.append(
             Event(
                 EventKind.ALLREDUCE,
@@ -335,14 +326,9 @@ class Collectives:
         per-action gathers and reduce-scatters of partitioned experts)."""
         members = self.expert_members(rep)
         key = ("expert", kind, rep.stage, key, members[0])
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
         plan = self.ring(rep.stage, rep.tp_rank, members)
-        if group[1] == self.held.members(members):
-            del self._groups[key]
-            self.env.process(self._hold(plan, size, kind, group[0]))
-        start = self.env.now
-        yield group[0]
+        hold = partial(self._hold, plan, size, kind)
+        start, _ = yield from self._meet.join(key, self.held.members(members), hold)
         self.links.events.append(
             Event(
                 kind,

@@ -42,6 +42,7 @@ import simpy
 from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.streams import ComputeStream
 from sim.events import EventKind
 from sim.schedules.action import STEP, Action, flatten
@@ -67,7 +68,7 @@ class Exchanges:
         self.hosts = hosts
         self._posted: dict[tuple, simpy.Event] = {}
         self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
-        self._barriers: dict[tuple, list] = {}
+        self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
         self._plans: dict[tuple[int, int], CollectivePlan] = {}
 
@@ -201,10 +202,6 @@ class Exchanges:
         the stage chunks it holds (its step runs them all, :mod:`sim.engine.step`)."""
         if self.runtime.step_barrier != when:
             return
-        key = (rep.replica, step_no)
-        group = self._barriers.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == len(self.inp.program) * self.inp.simulated_tensor_ranks:
-            del self._barriers[key]
-            group[0].succeed()
-        yield from self.compute.wait(group[0], rep.gpu, f"barrier step {step_no}", **tags)
+        ranks = len(self.inp.program) * self.inp.simulated_tensor_ranks
+        done = self._barriers.arrive((rep.replica, step_no), ranks)
+        yield from self.compute.wait(done, rep.gpu, f"barrier step {step_no}", **tags)

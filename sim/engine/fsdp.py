@@ -34,12 +34,14 @@ reduce-scatter input (``gradients``), each charged and freed when the above happ
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from functools import partial
 
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.streams import ComputeStream
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, MemCategory, Stream
@@ -76,7 +78,7 @@ class FsdpRuns:
     ):
         self.env, self.inp, self.links, self.ledger, self.compute = env, inp, links, ledger, compute
         self.held = HeldLinks(inp)
-        self._joins: dict[tuple, list] = {}
+        self._meet = Rendezvous(env)
         self._plans: dict[tuple[str, ...], CollectivePlan] = {}
         self._ag_tail: dict[tuple, simpy.Process] = {}
         self._rs_tail: dict[tuple, simpy.Process] = {}
@@ -129,14 +131,9 @@ class FsdpRuns:
         unit = _fs(rep).units[i]
         for members, nbytes in self._groups(rep, unit, kind, world):
             key = (rep.stage, label, kind, members[0], members[-1])
-            entry = self._joins.setdefault(key, [self.env.event(), 0])
-            entry[1] += 1
             plan = self._plan(rep, members)
-            if entry[1] == self._simulated(members):
-                del self._joins[key]
-                self.env.process(self._hold(plan, nbytes, kind, entry[0]))
-            start = self.env.now
-            yield entry[0]
+            hold = partial(self._hold, plan, nbytes, kind)
+            start, _ = yield from self._meet.join(key, self._simulated(members), hold)
             self.links.events.append(
                 Event(
                     kind,
