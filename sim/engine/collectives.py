@@ -55,18 +55,14 @@ from functools import partial
 
 import simpy
 
-from sim.comm.hierarchical import (
-    RING_STEPS,
-    CollectivePlan,
-    collective_plan,
-    ring_time_s,
-)
+from sim.comm.hierarchical import RING_STEPS, CollectivePlan, ring_time_s
 from sim.engine.buckets import reduce_buckets
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.joined import JoinedCollectives
 from sim.engine.links import Links
 from sim.engine.rendezvous import Rendezvous
 from sim.engine.symmetry import HeldLinks
-from sim.events import Event, EventKind, Stream
+from sim.events import EventKind
 from sim.parallel.folding import expert_dp_group
 
 TIED_ALLREDUCE = "tied allreduce"
@@ -109,10 +105,10 @@ class Collectives:
         self.links = links
         self._meet = Rendezvous(env)
         self._overlapped: dict[tuple, simpy.Event] = {}
-        self._joined: dict[tuple, list] = {}
+        self._bucketed: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
-        self._tied: dict[tuple[str, ...], CollectivePlan] = {}
         self.held = HeldLinks(inp)
+        self._joined = JoinedCollectives(env, inp, links, self.held)
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -187,7 +183,7 @@ class Collectives:
             key = ("expert", rep.stage, step_no, group_of[0])
             parts.append((key, self.held.members(group_of), self.expert_nbytes(rep), group_of))
         for key, size, nbytes, members in parts:
-            joined = self._joined.setdefault(key, [])
+            joined = self._bucketed.setdefault(key, [])
             joined.append((rep, tags))
             start = partial(self._buckets, rep, nbytes, duration_s, joined, members)
             self._overlapped[key] = self._meet.arrive(key, size, start)
@@ -234,21 +230,15 @@ class Collectives:
         under ``key`` (a step number, or an action such as ``"0F3"`` for the per-action
         all-gathers and reduce-scatters of partitioned parameters, ZeRO-3 / PatrickStar);
         returns when every replica has joined and the ring has finished."""
-        key = (rep.stage, rep.tp_rank, key, kind)
-        ring = partial(self._ring, rep.stage, rep.tp_rank, size, kind)
-        start, _ = yield from self._meet.join(key, self.inp.simulated_replicas, ring)
-        self.links.events.append(
-            Event(
-                kind,
-                rep.gpu,
-                Stream.COMM,
-                f"{kind} s{rep.stage}",
-                start,
-                self.env.now,
-                nbytes=size,
-                links=self.ring(rep.stage, rep.tp_rank).names,
-                **tags,
-            )
+        yield from self._joined.join(
+            rep,
+            (rep.stage, rep.tp_rank, key, kind),
+            self.inp.simulated_replicas,
+            self.ring(rep.stage, rep.tp_rank),
+            kind=kind,
+            nbytes=size,
+            name=f"{kind} s{rep.stage}",
+            tags=tags,
         )
 
     def join_tied(self, rep: StageReplica, step_no: int, tags: dict):
@@ -266,33 +256,16 @@ class Collectives:
         gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in stages))
         if len(gpus) < 2:
             return
-        key = ("tied", index, r, k, step_no)
-        plan = self._plan_of(gpus)
-        hold = partial(self._hold, plan, size, EventKind.ALLREDUCE)
-        start, _ = yield from self._meet.join(key, len(gpus), hold)
-        self.links.events.append(
-            Event(
-                EventKind.ALLREDUCE,
-                rep.gpu,
-                Stream.COMM,
-                f"{TIED_ALLREDUCE} s{rep.stage}",
-                start,
-                self.env.now,
-                nbytes=size,
-                links=plan.names,
-                **tags,
-            )
+        yield from self._joined.join(
+            rep,
+            ("tied", index, r, k, step_no),
+            len(gpus),
+            self._joined.plan(gpus),
+            kind=EventKind.ALLREDUCE,
+            nbytes=size,
+            name=f"{TIED_ALLREDUCE} s{rep.stage}",
+            tags=tags,
         )
-
-    def _plan_of(self, gpus: tuple[str, ...]) -> CollectivePlan:
-        cached = self._tied.get(gpus)
-        if cached is None:
-            cached = self._tied[gpus] = collective_plan(self.inp.topology, gpus)
-        return cached
-
-    def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
-        done.succeed()
 
     def ring(self, s: int, k: int = 0, replicas: tuple | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
@@ -308,7 +281,7 @@ class Collectives:
                 else f"gpu{self.inp.gpu_index(x[0], s, x[1])}"
                 for x in members
             )
-            cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
+            cached = self._rings[(s, k, members)] = self._joined.plan(gpus)
         return cached
 
     def join_expert(
@@ -325,23 +298,13 @@ class Collectives:
         expert-data-parallel group under ``key`` (a step number, or an action for ZeRO-3's
         per-action gathers and reduce-scatters of partitioned experts)."""
         members = self.expert_members(rep)
-        key = ("expert", kind, rep.stage, key, members[0])
-        plan = self.ring(rep.stage, rep.tp_rank, members)
-        hold = partial(self._hold, plan, size, kind)
-        start, _ = yield from self._meet.join(key, self.held.members(members), hold)
-        self.links.events.append(
-            Event(
-                kind,
-                rep.gpu,
-                Stream.COMM,
-                f"{kind} experts s{rep.stage}",
-                start,
-                self.env.now,
-                nbytes=size,
-                links=plan.names,
-                **tags,
-            )
+        yield from self._joined.join(
+            rep,
+            ("expert", kind, rep.stage, key, members[0]),
+            self.held.members(members),
+            self.ring(rep.stage, rep.tp_rank, members),
+            kind=kind,
+            nbytes=size,
+            name=f"{kind} experts s{rep.stage}",
+            tags=tags,
         )
-
-    def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
-        yield from self._hold(self.ring(s, k), nbytes, kind, done)
