@@ -37,6 +37,8 @@ step, before or after its update.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan, collective_plan
@@ -66,7 +68,7 @@ class Exchanges:
         self.runtime = inp.runtime
         self.compute = compute
         self.hosts = hosts
-        self._posted: dict[tuple, simpy.Event] = {}
+        self._posted: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
         self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
         self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
@@ -85,10 +87,7 @@ class Exchanges:
     def posted(self, key: tuple) -> simpy.Event:
         """The event of the receiver of ``key`` (``(kind, replica, stage, mb, tp_rank)``, the
         engine's arrival key) having posted its receive."""
-        ev = self._posted.get(key)
-        if ev is None:
-            ev = self._posted[key] = self.env.event()
-        return ev
+        return self._posted[key]
 
     def post(self, key: tuple) -> None:
         """The receiver of ``key`` has reached the action that consumes it (blocking only)."""

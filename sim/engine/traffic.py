@@ -19,6 +19,8 @@ ledger where it lives:
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import simpy
 
 from sim.engine.inputs import StageReplica
@@ -61,7 +63,7 @@ class MemoryTraffic:
         self.compute = compute
         self.microbatches = microbatches
         self._started: dict[tuple, simpy.Process] = {}
-        self._swapped_out: dict[tuple, simpy.Event] = {}
+        self._swapped_out: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
         self._writebacks: dict[tuple[int, int, int], list[simpy.Process]] = {}
 
     def _start_once(self, key: tuple, gen) -> simpy.Process:
@@ -73,11 +75,7 @@ class MemoryTraffic:
         return proc
 
     def _swap_done(self, rep: StageReplica, mb: int) -> simpy.Event:
-        key = (*rep.key, mb)
-        ev = self._swapped_out.get(key)
-        if ev is None:
-            ev = self._swapped_out[key] = self.env.event()
-        return ev
+        return self._swapped_out[(*rep.key, mb)]
 
     # -- prefetching ------------------------------------------------------------------
     def prefetch(self, rep: StageReplica, nxt: Action) -> None:
