@@ -41,11 +41,11 @@ from collections import defaultdict
 
 import simpy
 
-from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.rendezvous import Rendezvous
 from sim.engine.streams import ComputeStream
+from sim.engine.tensor_collectives import TensorCollectives
 from sim.events import EventKind
 from sim.schedules.action import STEP, Action, flatten
 
@@ -58,21 +58,27 @@ class Exchanges:
         inp: the configuration (its :attr:`~sim.engine.inputs.SimInput.runtime`).
         compute: the compute streams (waits are logged on them).
         hosts: every rank's host thread (sync points move its clock).
+        tensor: the tensor-parallel groups (times of the broadcasts a load waits for).
     """
 
     def __init__(
-        self, env: simpy.Environment, inp: SimInput, compute: ComputeStream, hosts: HostThreads
+        self,
+        env: simpy.Environment,
+        inp: SimInput,
+        compute: ComputeStream,
+        hosts: HostThreads,
+        tensor: TensorCollectives,
     ):
         self.env = env
         self.inp = inp
         self.runtime = inp.runtime
         self.compute = compute
         self.hosts = hosts
+        self.tensor = tensor
         self._posted: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
         self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
         self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
-        self._plans: dict[tuple[int, int], CollectivePlan] = {}
 
     @property
     def active(self) -> bool:
@@ -165,18 +171,10 @@ class Exchanges:
         if load_s <= 0:
             return
         if load.broadcasts and self.inp.tensor_parallel > 1:
-            load_s += load.broadcasts * self._tensor_plan(rep).time_s(
-                load.broadcast_bytes, EventKind.ALL_GATHER
+            load_s += load.broadcasts * self.tensor.comm_s(
+                rep, EventKind.ALL_GATHER, load.broadcast_bytes
             )
         self.hosts.clock(rep.gpu).t += load_s
-
-    def _tensor_plan(self, rep: StageReplica) -> CollectivePlan:
-        key = (rep.replica, rep.stage)
-        plan = self._plans.get(key)
-        if plan is None:
-            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[rep.replica][rep.stage])
-            plan = self._plans[key] = collective_plan(self.inp.topology, gpus)
-        return plan
 
     def drain(self, rep: StageReplica, label: str, tags: dict):
         """Process: before the optimizer step of ``rep``: wait for its rank's sends (and sync
