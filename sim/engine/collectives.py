@@ -55,7 +55,7 @@ from functools import partial
 
 import simpy
 
-from sim.comm.hierarchical import RING_STEPS, CollectivePlan, ring_time_s
+from sim.comm.hierarchical import RING_STEPS, CollectivePlan, collective_plan, ring_time_s
 from sim.engine.buckets import reduce_buckets
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.joined import JoinedCollectives
@@ -281,7 +281,8 @@ class Collectives:
                 else f"gpu{self.inp.gpu_index(x[0], s, x[1])}"
                 for x in members
             )
-            cached = self._rings[(s, k, members)] = self._joined.plan(gpus)
+            # one plan per communicator key, as the logs' byte digests expect (not shared by GPUs)
+            cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
         return cached
 
     def join_expert(
