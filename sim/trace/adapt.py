@@ -37,6 +37,7 @@ from sim.hardware.loader import list_presets, load_hardware
 from sim.trace.decoder import decoder_trace
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
+from sim.trace.t5 import t5_trace
 
 
 def adapt_trace(
@@ -125,6 +126,8 @@ def _regenerate(
             dtype=trace.dtype,
             precision=precision,
         )
+    elif kind == "t5":  # sim.trace.t5: the shape is the rest of the inputs
+        out = t5_trace(inputs, name=trace.name, microbatch_size=b, gpu=target, dtype=trace.dtype)
     else:
         inputs.update(microbatch_size=b, gpu=target, dtype=trace.dtype)
         out = transformer_trace(kind, name=trace.name, **inputs)
