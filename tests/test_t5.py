@@ -122,3 +122,17 @@ def test_pipeline_refused():
     ex = express(run)
     assert isinstance(ex, NotExpressed)
     assert any("pretrain_t5.py:97-98" in r for r in ex.reasons)
+
+
+def test_model_flops_hand_computed(a100):
+    from sim.compute.model_flops import model_flops
+    from sim.parallel.shard import model_shape
+
+    # per sample: 6 [s_e L_e (4hq + 2hF + 2q s_e) = 640, s_d L_d (6hq + 2hF + q s_d + 2q s_e)
+    # = 400, linear_kv 2hq s_e L_d = 128, logits s_d h V = 80]
+    per_sample = 6.0 * (640 + 400 + 128 + 80)
+    trace = t5_trace(TINY, name="tiny", microbatch_size=1, gpu=a100, dtype="bf16")
+    shape = model_shape(trace)
+    assert shape is not None and model_flops(shape, 3) == 3 * per_sample
+    # = 3 x the forward kernels' FLOPs less the causal half of the decoder's self-attention core
+    assert per_sample == 3 * (sum(x.flops or 0 for x in trace.layers) - 64 / 2)

@@ -349,3 +349,25 @@ def layer_act_bytes(kind: str, m: T5Shape, b: int, d: int, t: int = 1, sp: bool 
     if kind == "head":
         return float(4 * sd * b * h + 4 * sd * b * -(-m.vocab // t))
     raise ValueError(f"unknown T5 layer kind {kind!r}")
+
+
+def model_flops_per_sample(m: T5Shape) -> float:
+    """Model FLOPs of one sample's training step in Megatron-LM's convention
+    (:mod:`sim.compute.model_flops`: every GEMM three times at 2 FLOPs per multiply-add, a
+    causal core halved, norms and softmax not counted), per sample:
+    ``6 [s_e L_e (4hq + 2hF + 2q s_e) + s_d L_d (6hq + 2hF + q s_d + 2q s_e) + 2hq s_e L_d
+    + s_d h V]``: the encoder layers; the decoder layers (self-attention and the cross-
+    attention's ``linear_q`` and ``linear_proj`` and core over the ``s_e`` keys); the
+    cross-attention's ``linear_kv`` over the encoder tokens; the logits. Megatron's own
+    ``num_floating_point_operations`` has no T5 branch; this is its GPT count applied to
+    each of T5's GEMMs.
+
+    Example (the tiny shape of tests/test_t5.py, h 4, q 4, F 8, s_e 4, s_d 2, V 10):
+        >>> model_flops_per_sample(T5Shape(1, 1, 4, 2, 8, 4, 2, 10))
+        7488.0
+    """
+    h, q, f, v = m.hidden, m.q, m.ffn_hidden, m.vocab
+    se, sd = m.encoder_seq, m.decoder_seq
+    enc = se * m.encoder_layers * (4 * h * q + 2 * h * f + 2 * q * se)
+    dec = sd * m.decoder_layers * (6 * h * q + 2 * h * f + q * sd + 2 * q * se)
+    return 6.0 * (enc + dec + 2 * h * q * se * m.decoder_layers + sd * h * v)
