@@ -136,3 +136,23 @@ def test_model_flops_hand_computed(a100):
     assert shape is not None and model_flops(shape, 3) == 3 * per_sample
     # = 3 x the forward kernels' FLOPs less the causal half of the decoder's self-attention core
     assert per_sample == 3 * (sum(x.flops or 0 for x in trace.layers) - 64 / 2)
+
+
+def test_sweep_skips_pipeline_stages():
+    from sim.config import parse_experiment
+    from sim.plan.sweep import expand
+    from sim.point.experiment import Prepared
+    from sim.runs.predict import build_trace, experiment_of
+
+    run = read_megatron(FLAGS, name="t5", source="test", arch="t5", gpu="A100-SXM-80GB",
+                        num_gpus=8)  # fmt: skip
+    ex = express(run)
+    assert isinstance(ex, Expressed)
+    pred = Predictor()
+    topo = pred.topology(ex.hardware)
+    spec = experiment_of(ex, ex.hardware, ex.model)
+    spec["models"][0] |= {"stages": [1, 2], "tensor_parallel": 2, "global_batch": 32}
+    prep = Prepared(parse_experiment(spec), "<t5>", topo, {ex.model: build_trace(ex, topo)})
+    points, skipped = expand(prep)
+    assert {p.stages for p in points} == {1}
+    assert any("pretrain_t5.py:97-98" in why for _, why in skipped)
