@@ -156,3 +156,13 @@ def test_sweep_skips_pipeline_stages():
     points, skipped = expand(prep)
     assert {p.stages for p in points} == {1}
     assert any("pretrain_t5.py:97-98" in why for _, why in skipped)
+
+
+def test_parameter_tensors(a100):
+    from sim.trace.t5 import stage_tensors_t5
+
+    trace = t5_trace(TINY, name="tiny", microbatch_size=1, gpu=a100, dtype="bf16")
+    # embedding (0, 2), the last encoder layer (8 + 2 final-norm vectors, 4), a decoder layer
+    # (8 + 5, 4 + 3: cross norm, linear_q, linear_kv, linear_proj), head (final norm, bias)
+    assert stage_tensors_t5(trace, 0, 4) == (0 + 10 + 13 + 3, 2 + 4 + 7 + 0)
+    assert [x.param_tensors for x in trace.layers] == [2, 14, 20, 3]

@@ -66,3 +66,28 @@ def t5_layer_ops(kind: str) -> tuple[float, float, float, float]:
         xm, xfn = cross_attention_calls()
         f, b, mods, funcs = f + xf, b + xb, mods + xm, funcs + xfn
     return float(f), float(b), float(mods), float(funcs)
+
+
+T5_PARAM_TENSORS = {
+    "embedding": (0, 2), "enc_block": (8, 4), "enc_last": (10, 4), "dec_block": (13, 7),
+    "head": (3, 0),
+}  # fmt: skip
+"""``(vectors, matrices)``: parameter tensors per T5 layer kind, each a separate ``p.grad``
+(Megatron-Core, NVIDIA/Megatron-LM@d98e8a64dd ``t5_spec.py``, ``t5_model.py``): the embedding's
+word and position tables; an encoder layer as a GPT block (two norms' weight and bias, the
+weight and bias of ``linear_qkv``, ``linear_proj``, ``linear_fc1``, ``linear_fc2``; Transformer
+Engine's fused ``LayerNormColumnParallelLinear`` holds the same four tensors as the norm and the
+linear apart); the last one with the encoder's final norm; a decoder layer adds the
+``pre_cross_attn_layernorm`` and the weight and bias of ``linear_q``, ``linear_kv`` and
+``linear_proj``; the head the decoder's final norm and the output layer's bias (its weight is
+the word table: one tensor where embedding and head share a stage, which is always for T5)."""
+
+
+def t5_tensors(kind: str) -> tuple[int, int]:
+    """``(vectors, matrices)`` of a T5 layer kind (:data:`T5_PARAM_TENSORS`).
+
+    Example:
+        >>> t5_tensors("dec_block"), t5_tensors("head")
+        ((13, 7), (3, 0))
+    """
+    return T5_PARAM_TENSORS[kind]

@@ -36,7 +36,7 @@ from sim.compute.t5 import (
     layer_params,
     unique_params,
 )
-from sim.compute.t5_ops import t5_layer_ops
+from sim.compute.t5_ops import t5_layer_ops, t5_tensors
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
@@ -105,6 +105,7 @@ def t5_layer(
         bwd_ops=bwd_ops,
         fwd_modules=mods,
         fwd_functions=funcs,
+        param_tensors=float(sum(t5_tensors(kind))),
     )
 
 
@@ -163,6 +164,17 @@ def t5_trace(
         ),
     }
     return Trace(name, layers, microbatch_size, dtype, gpu.model, provenance=prov)
+
+
+def stage_tensors_t5(trace: Trace, lo: int, hi: int) -> tuple[int, int]:
+    """``(vectors, matrices)`` of the T5 layers ``lo:hi`` of ``trace``
+    (:data:`sim.compute.t5_ops.T5_PARAM_TENSORS`).
+
+    Raises:
+        ValueError: the trace records no T5 shape.
+    """
+    out = [t5_tensors(k) for _, k in layer_names(t5_shape(trace))[lo:hi]]
+    return sum(v for v, _ in out), sum(m for _, m in out)
 
 
 def is_t5(trace: Trace) -> bool:
