@@ -166,3 +166,11 @@ def test_parameter_tensors(a100):
     # (8 + 5, 4 + 3: cross norm, linear_q, linear_kv, linear_proj), head (final norm, bias)
     assert stage_tensors_t5(trace, 0, 4) == (0 + 10 + 13 + 3, 2 + 4 + 7 + 0)
     assert [x.param_tensors for x in trace.layers] == [2, 14, 20, 3]
+
+
+def test_position_table_not_an_approximation():
+    run = read_megatron(FLAGS, name="t5", source="test", arch="t5", gpu="A100-SXM-80GB",
+                        num_gpus=8)  # fmt: skip
+    ex = express(run)
+    assert isinstance(ex, Expressed) and t5_shape(run).positions == 512
+    assert not any(a.startswith("max-position-embeddings") for a in ex.approximations)
