@@ -3,7 +3,8 @@
 A :class:`~sim.runs.record.MeasuredRun` is *expressed* when every setting that changes its
 time or memory has a pipesim equivalent: a hardware preset for its GPU, a trace generator for
 its model (:mod:`sim.trace.decoder` for Llama-like, MoE and MLA decoders,
-:func:`sim.trace.generator.transformer_trace` for GPT-2/3-like and BERT stacks), a framework
+:func:`sim.trace.generator.transformer_trace` for GPT-2/3-like and BERT stacks,
+:mod:`sim.trace.t5` for Megatron-Core's encoder-decoder T5), a framework
 profile, a memory policy for its optimizer sharding and recompute, a schedule, and a point of
 the grid (:class:`~sim.point.config.PointConfig`). Otherwise it is *not expressed*, with every
 reason (:class:`NotExpressed`): these reasons are the to-do list of what pipesim lacks. The
@@ -64,8 +65,9 @@ class Expressed:
         run: the measured run.
         hardware: preset name (``dgx-b200``, ``4x-dgx-h100``, ``nvl72x2-gb200``).
         model: the trace's name.
-        generator: ``decoder``, ``gpt`` or ``bert``.
-        shape: the generator's arguments (a :class:`DecoderShape` for ``decoder``; the
+        generator: ``decoder``, ``t5``, ``gpt`` or ``bert``.
+        shape: the generator's arguments (a :class:`DecoderShape` for ``decoder``, a
+            :class:`~sim.compute.t5.T5Shape` for ``t5``; the
             keyword arguments of ``transformer_trace`` otherwise).
         dtype: training dtype.
         framework: pipesim framework profile.
