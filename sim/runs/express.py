@@ -23,11 +23,11 @@ from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
-from sim.compute.t5 import T5Shape, check_tp
+from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
-from sim.runs.megatron_args import TOKENIZER_VOCAB, VOCAB_DIVISIBLE_BY
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape
+from sim.runs.t5_express import T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
@@ -150,7 +150,7 @@ def _precision(run: MeasuredRun) -> list[str]:
 def _model(run: MeasuredRun) -> list[str]:
     s = run.shape
     if s.arch == "t5":
-        return _t5_model(run)
+        return t5_reasons(run)
     if s.arch == "hybrid":
         return ["hybrid Mamba-2 / attention layers (issue 26 item 4: Mamba-2 hybrids)"]
     if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
@@ -163,84 +163,6 @@ def _model(run: MeasuredRun) -> list[str]:
     if s.arch == "bert":
         out += _gpt_model(s)
     return out
-
-
-T5_ARGS = ("encoder-num-layers", "decoder-num-layers", "encoder-seq-length", "decoder-seq-length")
-"""Megatron-LM flags a T5 run must give (``pretrain_t5.py``)."""
-T5_SIZED = ("max-position-embeddings",)
-"""Flags the readers call approximated (for the GPT generator) that the T5 generator honours."""
-T5_EXTRA_IDS = 100
-"""Sentinel tokens ``<extra_id_i>`` Megatron-Core adds to the ``BertWordPieceCase``
-vocabulary for T5 (NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/tokenizers/utils/
-build_tokenizer.py:41-44``: 100 ``additional_special_tokens``, whatever ``--vocab-extra-ids``
-says)."""
-
-
-def _arg(run: MeasuredRun, flag: str) -> int | None:
-    value = next((a.value for a in run.args if a.name.lstrip("-") == flag), None)
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def t5_vocab(run: MeasuredRun) -> int | None:
-    """A T5 run's padded vocabulary: the reader's, or for ``BertWordPieceCase`` its 28,996
-    tokens and the :data:`T5_EXTRA_IDS` sentinels padded to a multiple of ``128 t``
-    (Megatron's ``--make-vocab-size-divisible-by`` default)."""
-    tok = next((a.value for a in run.args if a.name.lstrip("-") == "tokenizer-type"), "")
-    if tok != "BertWordPieceCase" or _arg(run, "vocab-size") or _arg(run, "padded-vocab-size"):
-        return run.shape.vocab
-    mult = (_arg(run, "make-vocab-size-divisible-by") or VOCAB_DIVISIBLE_BY) * run.layout.tp
-    return -(-(TOKENIZER_VOCAB[tok] + T5_EXTRA_IDS) // mult) * mult
-
-
-def t5_shape(run: MeasuredRun) -> T5Shape:
-    """The :class:`~sim.compute.t5.T5Shape` of a T5 run (its Megatron flags, read from the
-    run's argument notes).
-
-    Raises:
-        ValueError: a missing or invalid size.
-    """
-    s = run.shape
-    sizes = {f: _arg(run, f) for f in T5_ARGS}
-    if None in sizes.values() or not (s.hidden and s.heads and s.ffn_hidden):
-        missing = [f for f, v in sizes.items() if v is None]
-        raise ValueError(f"T5 shape incomplete ({', '.join(missing) or 'hidden, heads, FFN'})")
-    kv = _arg(run, "kv-channels")
-    return T5Shape(
-        encoder_layers=sizes["encoder-num-layers"] or 0,
-        decoder_layers=sizes["decoder-num-layers"] or 0,
-        hidden=s.hidden, heads=s.heads, ffn_hidden=s.ffn_hidden,
-        encoder_seq=sizes["encoder-seq-length"] or 0,
-        decoder_seq=sizes["decoder-seq-length"] or 0, vocab=t5_vocab(run) or 0,
-        max_positions=_arg(run, "max-position-embeddings"),
-        head_dim=kv if kv and kv * s.heads != s.hidden else None, attention=run.attention,
-    )  # fmt: skip
-
-
-def _t5_model(run: MeasuredRun) -> list[str]:
-    """Why a T5 run cannot be simulated (empty: it can; :mod:`sim.trace.t5`)."""
-    s, lay, out = run.shape, run.layout, []
-    try:
-        m = t5_shape(run)
-    except ValueError as exc:
-        return [f"model shape: {exc}"]
-    if not s.tied_embeddings:
-        out.append("T5 with untied embeddings (the T5 generator ties them, as Megatron's default)")
-    if _feature(s, "position") != "learned_absolute":
-        out.append(f"T5 with {_feature(s, 'position')} positions (the T5 generator has "
-                   "learned absolute positions, Megatron-Core's default)")  # fmt: skip
-    if s.gated_mlp or _feature(s, "activation") or _feature(s, "norm") != "LayerNorm":
-        out.append("T5 with a gated or non-GeLU MLP or RMSNorm (the T5 generator: GeLU, LayerNorm)")
-    if lay.pp > 1:
-        out.append("T5 with pipeline parallelism: Megatron-LM refuses it (NVIDIA/Megatron-LM@"
-                   "d98e8a64dd examples/t5/pretrain_t5.py:97-98)")  # fmt: skip
-    if lay.cp > 1 or lay.ep > 1:
-        out.append("T5 with context or expert parallelism (the T5 generator: tensor and data "
-                   "parallelism)")  # fmt: skip
-    why = check_tp(m, lay.tp, lay.sp)
-    return out + ([f"T5: {why}"] if why else [])
 
 
 def uses_decoder(run: MeasuredRun) -> bool:
