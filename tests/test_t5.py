@@ -9,9 +9,9 @@ from sim.compute.t5 import T5Shape, layer_act_bytes, layer_params, unique_params
 from sim.events import EventKind
 from sim.parallel.t5_shard import shard_t5
 from sim.runs.express import Expressed, NotExpressed, express
-from sim.runs.t5_express import t5_shape
 from sim.runs.megatron_args import read_megatron
 from sim.runs.predict import Predictor
+from sim.runs.t5_express import t5_shape
 from sim.trace.adapt import adapt_trace
 from sim.trace.generator import preset_gpu
 from sim.trace.t5 import is_t5, t5_trace
