@@ -175,3 +175,14 @@ def test_position_table_not_an_approximation():
     ex = express(run)
     assert isinstance(ex, Expressed) and t5_shape(run).positions == 512
     assert not any(a.startswith("max-position-embeddings") for a in ex.approximations)
+
+
+def test_fused_cross_attention_bytes():
+    from sim.compute.t5 import cross_bwd, cross_fwd
+
+    flash = T5Shape(**{**TINY.__dict__, "attention": "flash"})
+    core = [k for k in cross_fwd(flash, 1, 2) if k.kind == "attn"][0]
+    # Q and O over s_d = 2 tokens, K and V over s_e = 4, width 4, 2 bytes; fp32 LSE b a s_d
+    assert core.bytes == (2 * 2 + 2 * 4) * 4 * 2 + 4 * 2 * 2
+    back = [k for k in cross_bwd(flash, 1, 2)[0] if k.kind == "attn"][0]
+    assert back.bytes == (4 * 2 + 4 * 4) * 4 * 2 + 4 * 2 * 2

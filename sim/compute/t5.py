@@ -50,7 +50,7 @@ refers to: it is counted once, with the encoder's final norm (its input and outp
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sim.compute.attention import attention_bwd, attention_fwd
@@ -172,6 +172,14 @@ def _rows(tokens: int, t: int, sp: bool) -> int:
     return tokens // t if sp else tokens
 
 
+def _flash_bytes(kernels: list[Kernel], nbytes: float) -> list[Kernel]:
+    """``kernels`` with a fused core's HBM bytes set to ``nbytes``: the cross-attention's
+    ``s_d`` queries and ``s_e`` keys (forward reads Q, K, V and writes O and the log-sum-exp;
+    backward reads Q, K, V, O, dO and writes dQ, dK, dV), where
+    :func:`~sim.compute.attention.attention_fwd` counts ``s`` of each."""
+    return [replace(k, bytes=nbytes) if k.kind == "attn" else k for k in kernels]
+
+
 def cross_fwd(m: T5Shape, b: int, d: int, t: int = 1, sp: bool = False) -> list[Kernel]:
     """Forward kernels of a decoder layer's cross-attention on one of ``t`` tensor ranks:
     norm, ``linear_q`` (``s_d`` tokens), ``linear_kv`` (``s_e`` tokens), the core (``s_d``
@@ -184,10 +192,11 @@ def cross_fwd(m: T5Shape, b: int, d: int, t: int = 1, sp: bool = False) -> list[
         gemm("xattn_q", td, q // t, h, d),
         gemm("xattn_kv", te, 2 * q // t, h, d),
     ]
-    out += attention_fwd(
+    core = attention_fwd(
         m.attention, b, m.decoder_seq, q // t, a // t, d, causal=False, dropout=m.dropout,
         kv=m.encoder_seq,
     )  # fmt: skip
+    out += _flash_bytes(core, (2 * td + 2 * te) * (q // t) * d + 4.0 * td * (a // t))
     out.append(gemm("xattn_proj", td, h, q // t, d))
     out += [mem("xattn_dropout", (2 * d + 1) * r * h)] if m.dropout else []
     return out + [mem("xattn_residual", 3 * r * h * d)]
@@ -203,10 +212,11 @@ def cross_bwd(
     r = _rows(td, t, sp)
     out = [mem("xattn_dropout_bwd", (2 * d + 1) * r * h)] if m.dropout else []
     out.append(gemm("d_xattn_proj_in", td, q // t, h, d))
-    out += attention_bwd(
+    core = attention_bwd(
         m.attention, b, m.decoder_seq, q // t, a // t, d, causal=False, dropout=m.dropout,
         kv=m.encoder_seq,
     )  # fmt: skip
+    out += _flash_bytes(core, (4 * td + 4 * te) * (q // t) * d + 4.0 * td * (a // t))
     out += [
         gemm("d_xattn_q_in", td, h, q // t, d),
         gemm("d_xattn_kv_in", te, h, 2 * q // t, d),
