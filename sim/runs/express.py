@@ -27,7 +27,7 @@ from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape
-from sim.runs.t5_express import T5_SIZED, t5_reasons, t5_shape
+from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
@@ -385,7 +385,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         f"{a.name}: {a.reason}"
         for a in run.args
         if a.status == "approximated" and a.name.lstrip("-") not in sized
-    )
+    ) + (T5_NOTES if generator == "t5" else ())
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,

@@ -26,6 +26,12 @@ T5_ARGS = ("encoder-num-layers", "decoder-num-layers", "encoder-seq-length", "de
 """Megatron-LM flags a T5 run must give (``pretrain_t5.py``)."""
 T5_SIZED = ("max-position-embeddings",)
 """Flags the readers call approximated (for the GPT generator) that the T5 generator honours."""
+T5_NOTES = (
+    "T5 host ops per layer: an assumption, Megatron-DeepSpeed's GPT block counts with a "
+    "cross-attention added (sim.compute.t5_ops)",
+)
+"""What a T5 run is simulated with that is not read from its code (listed with the run's
+approximations)."""
 T5_EXTRA_IDS = 100
 """Sentinel tokens ``<extra_id_i>`` Megatron-Core adds to the ``BertWordPieceCase``
 vocabulary for T5 (NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/tokenizers/utils/
