@@ -22,7 +22,9 @@ from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
+from sim.compute.ssm import MambaShape
 from sim.framework.registry import get_framework
+from sim.runs.hybrid_pattern import MAMBA_DEFAULTS
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape
 
@@ -147,18 +149,43 @@ def _model(run: MeasuredRun) -> list[str]:
     s = run.shape
     if s.arch == "t5":
         return ["encoder-decoder T5: no trace generator for it"]
-    if s.arch == "hybrid":
-        return ["hybrid Mamba-2 / attention layers (issue 26 item 4: Mamba-2 hybrids)"]
+    if s.arch == "hybrid" and not _feature(s, "hybrid_pattern"):
+        return [
+            "hybrid Mamba-2 / attention layers without a layer pattern "
+            "(--hybrid-layer-pattern, or a model-shape entry: sim.runs.model_shapes)"
+        ]
     if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
         return ["model shape incomplete (layers, hidden, heads, vocabulary, sequence length)"]
     out = []
     if s.arch == "bert" and (s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")):
         out.append("head_dim, QK-norm or MTP on a BERT (the BERT generator has none of them)")
-    if _feature(s, "activation"):
+    if _feature(s, "activation") and not (uses_decoder(run) and _feature(s, "activation") in
+                                          APPROXIMATED_ACTIVATIONS):  # fmt: skip
         out.append(f"{_feature(s, 'activation')} MLP: the generators have GeLU and SwiGLU only")
     if s.arch == "bert":
         out += _gpt_model(s)
     return out
+
+
+APPROXIMATED_ACTIVATIONS = {
+    "squared_relu": "squared-ReLU MLP (--squared-relu; Nemotron-H, Nemotron 3) timed as the "
+    "ungated MLP's GeLU: the same two GEMMs, one element-wise kernel of the same bytes "
+    "(relu(x)^2 vs GeLU: both memory-bound)",
+}
+"""MLP activations the decoder generator times as its ungated (GeLU) MLP, with what changes."""
+
+
+def model_approximations(run: MeasuredRun) -> tuple[str, ...]:
+    """What the generated model changes of the run's (shown as ``approximated:`` entries)."""
+    s, out = run.shape, []
+    act = _feature(s, "activation")
+    if act in APPROXIMATED_ACTIVATIONS and uses_decoder(run):
+        out.append(f"approximated: {APPROXIMATED_ACTIVATIONS[act]}")
+    if _feature(s, "hybrid_mtp"):
+        out.append(f"approximated: hybrid MTP depths {_feature(s, 'hybrid_mtp')} built as the "
+                   "decoder generator's MTP depth (projection + attention + dense MLP of "
+                   "ffn_hidden; an 'E' in the depth's pattern is a MoE MLP in Megatron)")  # fmt: skip
+    return tuple(out)
 
 
 def uses_decoder(run: MeasuredRun) -> bool:
@@ -167,7 +194,7 @@ def uses_decoder(run: MeasuredRun) -> bool:
     embeddings, context parallelism, an explicit head_dim, QK-norm, MTP; its MLP then ungated,
     ``gated_mlp`` False, with GeLU's FLOPs as the dense MLP's up and down projections)."""
     s = run.shape
-    if s.arch == "decoder" or s.is_moe:
+    if s.arch in ("decoder", "hybrid") or s.is_moe:
         return True
     special = s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")
     return s.arch == "gpt" and bool(_gpt_model(s) or run.layout.cp > 1 or special)
@@ -239,6 +266,9 @@ def _layout(run: MeasuredRun) -> list[str]:
     out += lay.problems()  # MoE parallel folding: ep x etp over tp x cp x dp
     if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
         out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
+    if lay.cp > 1 and "M" in (_feature(run.shape, "hybrid_pattern") or ""):
+        out.append("context parallelism over Mamba-2 layers (the generator splits attention "
+                   "sequences only)")  # fmt: skip
     if lay.cp > 1 and run.shape.arch == "bert":
         out.append("context parallelism on a BERT (pipesim splits sequences of decoder traces "
                    "only)")  # fmt: skip
@@ -319,8 +349,9 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         m = dict(s.mla)
         mla = MLAShape(m["q_lora_rank"], m["kv_lora_rank"], m["qk_head_dim"],
                        m["qk_pos_emb_head_dim"], m["v_head_dim"])  # fmt: skip
+    hybrid = _hybrid_fields(s)
     return DecoderShape(
-        layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
+        **hybrid, layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
         vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
         kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
         dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
@@ -330,6 +361,18 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
         tied_embeddings=bool(s.tied_embeddings),
     )  # fmt: skip
+
+
+def _hybrid_fields(s: ModelShape) -> dict[str, Any]:
+    """A hybrid model's ``pattern`` and Mamba-2 ``mamba`` shape (Megatron's ``MambaMixer``
+    chunk 128, conv kernel 4: :data:`sim.runs.hybrid_pattern.MAMBA_DEFAULTS`), or {}."""
+    pattern = _feature(s, "hybrid_pattern")
+    if not pattern:
+        return {}
+    heads, head_dim, state, groups = (int(x) for x in (_feature(s, "mamba") or "").split(","))
+    mamba = MambaShape(heads, head_dim, state, groups, MAMBA_DEFAULTS["conv_kernel"],
+                       MAMBA_DEFAULTS["chunk"]) if "M" in pattern else None  # fmt: skip
+    return {"pattern": pattern, "mamba": mamba}
 
 
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
@@ -372,6 +415,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         "precision": low_precision(run.precision),
     } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
+    approx += model_approximations(run)
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,

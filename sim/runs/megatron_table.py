@@ -41,7 +41,9 @@ MAPPED = frozenset(
         "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
         "recompute-modules", "recompute-activations", "use-distributed-optimizer",
         "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
-        "hybrid-layer-pattern", "is-hybrid-model", "spec", "world-size", "nproc-per-node",
+        "hybrid-layer-pattern", "hybrid-override-pattern", "is-hybrid-model", "mamba-num-heads",
+        "mamba-head-dim", "mamba-num-groups", "mamba-state-dim",
+        "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "spec", "world-size", "nproc-per-node",
         "nnodes", "moe-token-dispatcher-type", "num-gpus", "num-nodes", "moe-expert-capacity-factor",
         "moe-pad-expert-input-to-capacity",
     }
@@ -163,7 +165,9 @@ APPROXIMATED: dict[str, str] = {
     "schedule's micro-batch grouping: pipesim runs Megatron's default grouping (p)",
     "overlap-p2p-communication-warmup-flush": "pipeline sends of warm-up and flush overlapped",
     "overlap-p2p-communication": "pipeline sends overlapped with compute (interleaved "
-    "schedule)", "max-position-embeddings": "size of the learned position table (GPT): "
+    "schedule)", "mtp-use-repeated-layer": "one MTP layer's weights shared by every MTP depth "
+    "(Megatron-Core MultiTokenPredictionBlock): pipesim counts each depth's weights, gradients "
+    "and optimizer state (the compute is the same)", "max-position-embeddings": "size of the learned position table (GPT): "
     "pipesim's GPT generator sizes it by the sequence length",
 }  # fmt: skip
 """Flags that change time or memory a little; the run is simulated without them."""
@@ -179,15 +183,10 @@ UNMAPPED: dict[str, str] = {
     "per module (not a pipesim policy)", "offload-modules": "as "
     "--fine-grained-activation-offloading", "cpu-offloading": "activation offload (not a "
     "pipesim policy)",
-    "decoder-first-pipeline-num-layers": "uneven first stage (pipesim splits uniformly or "
-    "optimally)", "decoder-last-pipeline-num-layers": "uneven last stage",
     "num-layers-in-first-pipeline-stage": "uneven first stage",
     "num-layers-in-last-pipeline-stage": "uneven last stage",
     "hierarchical-context-parallel-sizes": "hierarchical context parallelism (a2a+p2p) "
     "(issue 26 item 7: CP exchanges)", "moe-latent-size": "MoE latent projection (not in the decoder generator)",
-    "mtp-use-repeated-layer": "multi-token prediction (issue 26 item 4)",
-    "mamba-num-heads": "Mamba-2 layers (issue 26 item 4)", "mamba-head-dim": "Mamba-2 layers",
-    "mamba-num-groups": "Mamba-2 layers", "mamba-state-dim": "Mamba-2 layers",
     "num-distributed-optimizer-instances": "several distributed-optimizer instances "
     "(partial sharding), not a pipesim policy", "use-packed-sequence": "packed sequences of "
     "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
