@@ -105,7 +105,7 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
     kept = _kept(moe, r, routing.loads(moe.experts))
     rows = tuple(tuple(ep * tp * kept[e] for e in local_experts(moe, ep, j)) for j in range(ep))
     to_rank = [sum(kept[e] for e in local_experts(moe, ep, j)) for j in range(ep)]
-    row_bytes = moe.hidden * d
+    row_bytes = moe.row_width * d  # the latent width with --moe-latent-size
     dispatch = tuple(
         tuple(0.0 if i == j else to_rank[j] * (row_bytes + PROB_BYTES) for j in range(ep))
         for i in range(ep)

@@ -181,8 +181,9 @@ def model_approximations(run: MeasuredRun) -> tuple[str, ...]:
     act = _feature(s, "activation")
     if act in APPROXIMATED_ACTIVATIONS and uses_decoder(run):
         out.append(f"approximated: {APPROXIMATED_ACTIVATIONS[act]}")
-    if _feature(s, "hybrid_mtp"):
-        out.append(f"approximated: hybrid MTP depths {_feature(s, 'hybrid_mtp')} built as the "
+    if _feature(s, "hybrid_pattern") and _feature(s, "mtp"):
+        depths = _feature(s, "hybrid_mtp") or "(the recipe's)"
+        out.append(f"approximated: hybrid MTP depths {depths} built as the "
                    "decoder generator's MTP depth (projection + attention + dense MLP of "
                    "ffn_hidden; an 'E' in the depth's pattern is a MoE MLP in Megatron)")  # fmt: skip
     return tuple(out)
@@ -343,6 +344,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             s.hidden or 0, s.moe_experts, s.moe_topk or 2, s.moe_ffn_hidden or s.ffn_hidden or 0,
             shared_ffn=s.moe_shared_ffn, gated=s.gated_mlp,
             capacity_factor=s.moe_capacity_factor, pad_to_capacity=s.moe_pad_to_capacity,
+            latent=int(_feature(s, "moe_latent") or 0),
         )  # fmt: skip
     mla = None
     if s.mla:

@@ -36,6 +36,7 @@ import pandas as pd
 from sim.errors import InputError
 from sim.runs.bridge_recipes import recipe_key
 from sim.runs.megatron_args import read_megatron
+from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
 
 GiB = 2.0**30
@@ -100,7 +101,19 @@ def _golden_flags(row: pd.Series) -> dict[str, Any] | None:
     return json.loads(m.group(1)) if m else None
 
 
+def _known_shape(row: pd.Series) -> dict[str, Any] | None:
+    """The published shape of a row whose shape columns are empty (:mod:`sim.runs.model_shapes`)."""
+    if _int(row.get("layers")) is not None and _int(row.get("hidden")) is not None:
+        return None
+    return shape_flags(str(row.get("model", "")))
+
+
 def _shape_flags(row: pd.Series) -> dict[str, Any]:
+    known = _known_shape(row)
+    if known is not None:
+        return known | (
+            {"seq-length": _int(row.get("seq_len"))} if _int(row.get("seq_len")) else {}
+        )
     f: dict[str, Any] = {}
     for col, flag in (("layers", "num-layers"), ("hidden", "hidden-size"),
                       ("ffn_hidden", "ffn-hidden-size"), ("heads", "num-attention-heads"),
@@ -176,7 +189,8 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
     if not recipe and not re.match(r"none|full (uniform|block) \d+|selective", text):
         out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
                            "recipe's recompute setting"))  # fmt: skip
-    if _int(row.get("layers")) is None or _int(row.get("hidden")) is None:
+    if _known_shape(row) is None and (_int(row.get("layers")) is None or
+                                      _int(row.get("hidden")) is None):  # fmt: skip
         out.append(ArgNote("shape_ref", str(row.get("shape_ref", "")), "unmapped",
                            "the model's shape is not in the table"))  # fmt: skip
     return out

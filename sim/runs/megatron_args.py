@@ -523,6 +523,8 @@ def _features(r: Reading) -> tuple[str, ...]:
         out.append("qk_norm=true")
     if r.int("mtp-num-layers"):
         out.append(f"mtp={r.int('mtp-num-layers')}")
+    if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
+        out.append(f"moe_latent={r.int('moe-latent-size')}")
     out += _attention_features(r)
     return tuple(out)
 
