@@ -218,7 +218,25 @@ def _gpt_model(s: ModelShape) -> list[str]:
 
 
 def policy(run: MeasuredRun) -> tuple[str | None, str]:
-    """The memory policy of a run's optimizer sharding and recompute, or None and why."""
+    """The memory policy of a run's optimizer sharding and recompute, or None and why
+    (``dist_opt:instances=N:...`` with several distributed-optimizer instances)."""
+    name, why = _policy_name(run)
+    if name and name.startswith("dist_opt") and run.optimizer_instances > 1:
+        name = f"dist_opt:instances={run.optimizer_instances}" + name[len("dist_opt") :]
+    return name, why
+
+
+INSTANCES_TIME = (
+    "approximated: --num-distributed-optimizer-instances {n}: the gradient reduce-scatter and "
+    "parameter all-gather are simulated over all {w} data-parallel ranks; Megatron-Core runs "
+    "them over the {k} ranks of an instance and all-reduces the 1/{k} shard across the {n} "
+    "instances (megatron/core/distributed/param_and_grad_buffer.py lines 676-745): the "
+    "optimizer memory and step are the instance's (sim.memory.dist_opt)"
+)
+"""The timing approximation of several distributed-optimizer instances."""
+
+
+def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
     rc, dist = run.recompute, run.distributed_optimizer
     if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
         mods = rc.split(":", 1)[1].replace("+", ",")
@@ -418,6 +436,9 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
     approx += model_approximations(run)
+    n, w = run.optimizer_instances, lay.dp * lay.cp
+    if n > 1:
+        approx += (INSTANCES_TIME.format(n=n, w=w, k=w // n),)
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,

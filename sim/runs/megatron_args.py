@@ -159,6 +159,7 @@ def read_megatron(
     options = _options(r, lay, dist)
     memory = _memory_options(r, dist) | _grad_buffer(r)
     layout = _pipeline_layout(r, lay)
+    instances = _instances(r, lay, dist)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -185,7 +186,28 @@ def read_megatron(
         framework_options=tuple(options.items()),
         memory_options=tuple(memory.items()),
         pipeline_layout=layout,
+        optimizer_instances=instances,
     )
+
+
+def _instances(r: Reading, lay: ParallelLayout, dist: bool) -> int:
+    """``--num-distributed-optimizer-instances`` (:mod:`sim.memory.dist_opt`); with
+    Megatron-FSDP, ``--outer-dp-sharding-strategy no_shard`` over one instance is the default
+    (no outer sharding). Megatron asserts that the instances divide ``dp x cp``
+    (``megatron/core/parallel_state.py`` lines 920-929)."""
+    n = r.int("num-distributed-optimizer-instances", 1) or 1
+    outer = r.text("outer-dp-sharding-strategy")
+    if outer is not None and outer == "no_shard" and n == 1:
+        r.mapped("outer-dp-sharding-strategy", "no outer sharding (one instance): the default")
+    if n == 1:
+        r.mapped("num-distributed-optimizer-instances", "one instance: the default")
+        return 1
+    if not dist or (lay.dp * lay.cp) % n:
+        r.unmapped("num-distributed-optimizer-instances", f"{n} instances need the distributed "
+                   f"optimizer and to divide dp x cp = {lay.dp * lay.cp}")  # fmt: skip
+        return 1
+    r.mapped("num-distributed-optimizer-instances", f"memory policy dist_opt:instances={n}")
+    return n
 
 
 def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:

@@ -128,7 +128,10 @@ def read_options(
         if not matters(lay, dist):
             notes.append((flag, "ignored", f"{why}: nothing to overlap in this layout"))
             continue
-        if flag == "overlap-param-gather-with-optimizer-step" and "overlap-param-gather" not in flags:
+        if (
+            flag == "overlap-param-gather-with-optimizer-step"
+            and "overlap-param-gather" not in flags
+        ):
             notes.append((flag, "ignored", WITH_STEP_ALONE))
             continue
         value = option_value(flag, flags[flag])

@@ -41,7 +41,7 @@ MAPPED = frozenset(
         "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
         "recompute-modules", "recompute-activations", "use-distributed-optimizer",
         "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
-        "moe-latent-size", "hybrid-layer-pattern", "hybrid-override-pattern", "is-hybrid-model", "mamba-num-heads",
+        "num-distributed-optimizer-instances", "moe-latent-size", "hybrid-layer-pattern", "hybrid-override-pattern", "is-hybrid-model", "mamba-num-heads",
         "mamba-head-dim", "mamba-num-groups", "mamba-state-dim",
         "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "spec", "world-size", "nproc-per-node",
         "nnodes", "moe-token-dispatcher-type", "num-gpus", "num-nodes", "moe-expert-capacity-factor",
@@ -187,8 +187,7 @@ UNMAPPED: dict[str, str] = {
     "num-layers-in-last-pipeline-stage": "uneven last stage",
     "hierarchical-context-parallel-sizes": "hierarchical context parallelism (a2a+p2p) "
     "(issue 26 item 7: CP exchanges)", 
-    "num-distributed-optimizer-instances": "several distributed-optimizer instances "
-    "(partial sharding), not a pipesim policy", "use-packed-sequence": "packed sequences of "
+    "use-packed-sequence": "packed sequences of "
     "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
     "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
     "img-h": "vision inputs", "img-w": "vision inputs",

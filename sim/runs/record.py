@@ -183,6 +183,9 @@ class MeasuredRun:
             flags set (:class:`~sim.config.MemoryConfig`: the precision-aware optimizer).
         pipeline_layout: Megatron's ``--pipeline-model-parallel-layout`` ("": none), the
             layers of every virtual stage (:mod:`sim.runs.pipeline_layout`).
+        optimizer_instances: Megatron's ``--num-distributed-optimizer-instances`` (the
+            distributed optimizer's state sharded inside each of them:
+            :mod:`sim.memory.dist_opt`).
     """
 
     name: str
@@ -210,6 +213,7 @@ class MeasuredRun:
     framework_options: tuple[tuple[str, str], ...] = ()
     memory_options: tuple[tuple[str, Any], ...] = ()
     pipeline_layout: str = ""
+    optimizer_instances: int = 1
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
