@@ -45,6 +45,19 @@ def _true(text: str) -> bool:
     return text.strip().lower().startswith("true")
 
 
+def _offload_flags(text: str) -> dict[str, Any]:
+    """The table's ``activation_offloading`` cell (``cpu_offloading num_layers=40
+    weights=False``, ``fine_grained offload_modules=[fused_group_mlp]``) as Megatron's flags."""
+    if text.startswith("cpu_offloading"):
+        m = re.search(r"num_layers=(\d+)", text)
+        return {"cpu-offloading": True, "cpu-offloading-num-layers": m.group(1) if m else "1"}
+    if text.startswith("fine_grained"):
+        m = re.search(r"offload_modules=\[([^\]]*)\]", text)
+        return {"fine-grained-activation-offloading": True,
+                "offload-modules": m.group(1) if m else ""}  # fmt: skip
+    return {}
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc)."""
     get = {k: _cell(v) for k, v in rec.items()}
@@ -58,9 +71,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         for col in ("recompute_method", "recompute_num_layers"):
             if get.get(col):
                 f[col.replace("_", "-")] = get[col]
-    offload = get.get("activation_offloading", "none")
-    if offload and offload != "none":
-        f["fine-grained-activation-offloading"] = offload
+    f.update(_offload_flags(get.get("activation_offloading", "none")))
     graphs = get.get("cuda_graph_impl", "none")
     if graphs not in ("", "none") and "False" not in graphs:
         f["cuda-graph-impl"] = graphs

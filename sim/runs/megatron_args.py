@@ -302,6 +302,16 @@ def _world(r: Reading) -> int | None:
     return nproc * nodes if nproc else None
 
 
+A2A_P2P = (
+    "hierarchical CP 'a2a+p2p' simulated as the p2p ring over all cp ranks: Transformer "
+    "Engine runs an all-to-all inside each group of the first --hierarchical-context-parallel-"
+    "sizes (heads split) and the KV ring only across the groups (fewer, larger ring steps; "
+    "NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
+    "context_parallel.py, AttnFuncWithCPAndKVP2P with cp_group_a2a)"
+)
+"""What the reader changes of an ``a2a+p2p`` run."""
+
+
 def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     tp = r.int("tensor-model-parallel-size", 1) or 1
     pp = r.int("pipeline-model-parallel-size", 1) or 1
@@ -317,7 +327,13 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dp = max(1, world // (tp * pp * cp)) if world else 1
     comm = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
     cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
-    if cp > 1 and cp_comm not in comm:
+    if cp > 1 and cp_comm == "a2a+p2p":
+        r.done.add("cp-comm-type")
+        r.notes.append(ArgNote("cp-comm-type", cp_comm, "approximated", A2A_P2P))
+        r.mapped("hierarchical-context-parallel-sizes", "the a2a+p2p split (approximated, "
+                 "see cp-comm-type)")  # fmt: skip
+        cp_comm = "p2p"
+    elif cp > 1 and cp_comm not in comm:
         r.unmapped("cp-comm-type", f"{cp_comm!r}: hierarchical CP exchange (issue 26 item 7)")
     if etp is None and ep > 1 and (dp * cp) % ep:
         etp = _folded_etp(tp, cp, dp, ep)
