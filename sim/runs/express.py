@@ -236,6 +236,14 @@ INSTANCES_TIME = (
 """The timing approximation of several distributed-optimizer instances."""
 
 
+ALLGATHER_TP = (
+    "approximated: the allgather token dispatcher's TP x EP gather is timed over the EP ranks "
+    "with the tensor ranks' tokens folded into each pair (sim.parallel.expert): the exchange "
+    "inside the tensor group is not timed"
+)
+"""The allgather dispatcher with tensor parallelism (what the simulation leaves out)."""
+
+
 def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
     rc, dist = run.recompute, run.distributed_optimizer
     if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
@@ -435,6 +443,10 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         "precision": low_precision(run.precision),
     } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
     approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
+    if run.token_dispatcher == "allgather":
+        point["routing"] = "balanced+allgather"
+        if lay.tp > 1:
+            approx += (ALLGATHER_TP,)
     approx += model_approximations(run)
     n, w = run.optimizer_instances, lay.dp * lay.cp
     if n > 1:

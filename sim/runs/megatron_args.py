@@ -187,7 +187,18 @@ def read_megatron(
         memory_options=tuple(memory.items()),
         pipeline_layout=layout,
         optimizer_instances=instances,
+        token_dispatcher=_dispatcher(r.flags, lay),
     )
+
+
+def _dispatcher(flags: dict[str, Any], lay: ParallelLayout) -> str:
+    """``allgather`` for Megatron's all-gather token dispatcher with experts spread over ranks
+    (its default when the flag is absent, ``megatron/training/arguments.py``), else
+    ``alltoall`` (the flex dispatchers are framework options)."""
+    if not flags.get("num-experts") or lay.ep * lay.tp == 1:
+        return "alltoall"
+    disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
+    return "allgather" if disp == "allgather" else "alltoall"
 
 
 def _instances(r: Reading, lay: ParallelLayout, dist: bool) -> int:
@@ -723,8 +734,9 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
         if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
-        "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("unmapped",
-        f"{disp!r} token dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
+        "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("mapped",
+        "all-gather / reduce-scatter dispatcher: routing '+allgather' (sim.parallel.expert)")
+        if disp == "allgather" else ("unmapped", f"{disp!r} token dispatcher: not in pipesim"),
     }  # fmt: skip
     for flag, value in r.flags.items():
         if flag in r.done:

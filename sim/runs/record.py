@@ -186,6 +186,9 @@ class MeasuredRun:
         optimizer_instances: Megatron's ``--num-distributed-optimizer-instances`` (the
             distributed optimizer's state sharded inside each of them:
             :mod:`sim.memory.dist_opt`).
+        token_dispatcher: how routed tokens reach their experts: ``alltoall`` or
+            ``allgather`` (Megatron's ``--moe-token-dispatcher-type allgather``; the point's
+            routing ``+allgather``, :mod:`sim.parallel.expert`).
     """
 
     name: str
@@ -214,6 +217,7 @@ class MeasuredRun:
     memory_options: tuple[tuple[str, Any], ...] = ()
     pipeline_layout: str = ""
     optimizer_instances: int = 1
+    token_dispatcher: str = "alltoall"
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
