@@ -337,9 +337,9 @@ def _boundaries(run: MeasuredRun) -> tuple[int, ...] | None:
     if not run.pipeline_layout:
         return None
     s, lay = run.shape, run.layout
-    if not uses_decoder(run):
-        raise ValueError("pipeline layout on a GPT/BERT stack (decoder traces only)")
     mtp = int(_feature(s, "mtp") or 0)
+    if not uses_decoder(run) and mtp:  # the GPT/BERT traces: embedding, blocks, head
+        raise ValueError("MTP layers in the layout of a GPT/BERT stack (decoder traces only)")
     return layout_boundaries(run.pipeline_layout, s.layers or 0, mtp, lay.pp * lay.vp)
 
 
