@@ -22,11 +22,16 @@ from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
-from sim.compute.ssm import MambaShape
 from sim.framework.registry import get_framework
-from sim.runs.hybrid_pattern import MAMBA_DEFAULTS
+from sim.runs.approximations import (
+    ALLGATHER_TP,
+    APPROXIMATED_ACTIVATIONS,
+    INSTANCES_TIME,
+    hybrid_fields,
+    model_approximations,
+)
 from sim.runs.pipeline_layout import layout_boundaries
-from sim.runs.record import MeasuredRun, ModelShape
+from sim.runs.record import MeasuredRun, ModelShape, feature
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
@@ -119,8 +124,7 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
     return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
 
 
-def _feature(s: ModelShape, name: str) -> str | None:
-    return next((f.split("=", 1)[1] for f in s.features if f.startswith(name + "=")), None)
+_feature = feature
 
 
 def _args(run: MeasuredRun) -> list[str]:
@@ -167,28 +171,6 @@ def _model(run: MeasuredRun) -> list[str]:
     return out
 
 
-APPROXIMATED_ACTIVATIONS = {
-    "squared_relu": "squared-ReLU MLP (--squared-relu; Nemotron-H, Nemotron 3) timed as the "
-    "ungated MLP's GeLU: the same two GEMMs, one element-wise kernel of the same bytes "
-    "(relu(x)^2 vs GeLU: both memory-bound)",
-}
-"""MLP activations the decoder generator times as its ungated (GeLU) MLP, with what changes."""
-
-
-def model_approximations(run: MeasuredRun) -> tuple[str, ...]:
-    """What the generated model changes of the run's (shown as ``approximated:`` entries)."""
-    s, out = run.shape, []
-    act = _feature(s, "activation")
-    if act in APPROXIMATED_ACTIVATIONS and uses_decoder(run):
-        out.append(f"approximated: {APPROXIMATED_ACTIVATIONS[act]}")
-    if _feature(s, "hybrid_pattern") and _feature(s, "mtp"):
-        depths = _feature(s, "hybrid_mtp") or "(the recipe's)"
-        out.append(f"approximated: hybrid MTP depths {depths} built as the "
-                   "decoder generator's MTP depth (projection + attention + dense MLP of "
-                   "ffn_hidden; an 'E' in the depth's pattern is a MoE MLP in Megatron)")  # fmt: skip
-    return tuple(out)
-
-
 def uses_decoder(run: MeasuredRun) -> bool:
     """Whether ``run``'s model is generated as a :class:`DecoderShape` (a gated or MoE decoder,
     or a GeLU GPT the GPT generator cannot build: grouped-query or latent attention, untied
@@ -224,24 +206,6 @@ def policy(run: MeasuredRun) -> tuple[str | None, str]:
     if name and name.startswith("dist_opt") and run.optimizer_instances > 1:
         name = f"dist_opt:instances={run.optimizer_instances}" + name[len("dist_opt") :]
     return name, why
-
-
-INSTANCES_TIME = (
-    "approximated: --num-distributed-optimizer-instances {n}: the gradient reduce-scatter and "
-    "parameter all-gather are simulated over all {w} data-parallel ranks; Megatron-Core runs "
-    "them over the {k} ranks of an instance and all-reduces the 1/{k} shard across the {n} "
-    "instances (megatron/core/distributed/param_and_grad_buffer.py lines 676-745): the "
-    "optimizer memory and step are the instance's (sim.memory.dist_opt)"
-)
-"""The timing approximation of several distributed-optimizer instances."""
-
-
-ALLGATHER_TP = (
-    "approximated: the allgather token dispatcher's TP x EP gather is timed over the EP ranks "
-    "with the tensor ranks' tokens folded into each pair (sim.parallel.expert): the exchange "
-    "inside the tensor group is not timed"
-)
-"""The allgather dispatcher with tensor parallelism (what the simulation leaves out)."""
 
 
 def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
@@ -377,7 +341,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         m = dict(s.mla)
         mla = MLAShape(m["q_lora_rank"], m["kv_lora_rank"], m["qk_head_dim"],
                        m["qk_pos_emb_head_dim"], m["v_head_dim"])  # fmt: skip
-    hybrid = _hybrid_fields(s)
+    hybrid = hybrid_fields(s)
     return DecoderShape(
         **hybrid, layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
         vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
@@ -389,18 +353,6 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
         tied_embeddings=bool(s.tied_embeddings),
     )  # fmt: skip
-
-
-def _hybrid_fields(s: ModelShape) -> dict[str, Any]:
-    """A hybrid model's ``pattern`` and Mamba-2 ``mamba`` shape (Megatron's ``MambaMixer``
-    chunk 128, conv kernel 4: :data:`sim.runs.hybrid_pattern.MAMBA_DEFAULTS`), or {}."""
-    pattern = _feature(s, "hybrid_pattern")
-    if not pattern:
-        return {}
-    heads, head_dim, state, groups = (int(x) for x in (_feature(s, "mamba") or "").split(","))
-    mamba = MambaShape(heads, head_dim, state, groups, MAMBA_DEFAULTS["conv_kernel"],
-                       MAMBA_DEFAULTS["chunk"]) if "M" in pattern else None  # fmt: skip
-    return {"pattern": pattern, "mamba": mamba}
 
 
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
@@ -447,7 +399,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         point["routing"] = "balanced+allgather"
         if lay.tp > 1:
             approx += (ALLGATHER_TP,)
-    approx += model_approximations(run)
+    approx += model_approximations(run, uses_decoder(run))
     n, w = run.optimizer_instances, lay.dp * lay.cp
     if n > 1:
         approx += (INSTANCES_TIME.format(n=n, w=w, k=w // n),)

@@ -25,15 +25,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
-from sim.runs.argv import is_unexpanded
-from sim.runs.hybrid_pattern import mamba_sizes, parse_pattern, stage_layout
 from sim.runs.megatron_host_flags import read_host_options
+from sim.runs.megatron_model_flags import (
+    hybrid_features,
+    hybrid_pattern,
+    optimizer_instances,
+    pattern_layout,
+    uneven_layout,
+)
 from sim.runs.megatron_overlap import read_options
+from sim.runs.megatron_reading import Reading
 from sim.runs.pipeline_layout import parse_layout, split_layout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
@@ -51,59 +56,6 @@ TOKENIZER_VOCAB = {
 DEFAULT_TOKENIZER = "GPT2BPETokenizer"
 """The tokenizer assumed for ``--vocab-file`` with ``--merge-file`` and no type (a BPE vocab
 and merges: GPT-2's, as Megatron's GPT examples use)."""
-
-
-@dataclass
-class Reading:
-    """What the mapping has read so far: the flags, the notes, the assumptions."""
-
-    flags: dict[str, Any]
-    strict: bool
-    notes: list[ArgNote] = field(default_factory=list)
-    assumptions: list[str] = field(default_factory=list)
-    done: set[str] = field(default_factory=set)
-
-    def has(self, flag: str) -> bool:
-        return flag in self.flags
-
-    def int(self, flag: str, default: int | None = None) -> int | None:
-        """The flag as an integer (``default`` when absent), noted as mapped."""
-        if flag not in self.flags:
-            return default
-        value = self.flags[flag]
-        self.done.add(flag)
-        if is_unexpanded(value):
-            self.unmapped(flag, f"unexpanded shell variable {value!r}: give its value")
-            return default
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.unmapped(flag, f"{value!r} is not a number")
-            return default
-        if number != int(number):
-            self.unmapped(flag, f"{value!r} is not a whole number")
-            return default
-        return int(number)
-
-    def text(self, flag: str, default: str | None = None) -> str | None:
-        if flag not in self.flags:
-            return default
-        self.done.add(flag)
-        value = self.flags[flag]
-        return default if value is True else str(value)
-
-    def switch(self, flag: str) -> bool:
-        self.done.add(flag)
-        return self.flags.get(flag) not in (None, False, "false", "False")
-
-    def mapped(self, flag: str, reason: str) -> None:
-        if flag in self.flags:
-            self.done.add(flag)
-            self.notes.append(ArgNote(flag, str(self.flags[flag]), "mapped", reason))
-
-    def unmapped(self, flag: str, reason: str) -> None:
-        self.done.add(flag)
-        self.notes.append(ArgNote(flag, str(self.flags.get(flag, "")), "unmapped", reason))
 
 
 def normalise(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,7 +111,7 @@ def read_megatron(
     options = _options(r, lay, dist)
     memory = _memory_options(r, dist) | _grad_buffer(r)
     layout = _pipeline_layout(r, lay)
-    instances = _instances(r, lay, dist)
+    instances = optimizer_instances(r, lay, dist)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -199,26 +151,6 @@ def _dispatcher(flags: dict[str, Any], lay: ParallelLayout) -> str:
         return "alltoall"
     disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
     return "allgather" if disp == "allgather" else "alltoall"
-
-
-def _instances(r: Reading, lay: ParallelLayout, dist: bool) -> int:
-    """``--num-distributed-optimizer-instances`` (:mod:`sim.memory.dist_opt`); with
-    Megatron-FSDP, ``--outer-dp-sharding-strategy no_shard`` over one instance is the default
-    (no outer sharding). Megatron asserts that the instances divide ``dp x cp``
-    (``megatron/core/parallel_state.py`` lines 920-929)."""
-    n = r.int("num-distributed-optimizer-instances", 1) or 1
-    outer = r.text("outer-dp-sharding-strategy")
-    if outer is not None and outer == "no_shard" and n == 1:
-        r.mapped("outer-dp-sharding-strategy", "no outer sharding (one instance): the default")
-    if n == 1:
-        r.mapped("num-distributed-optimizer-instances", "one instance: the default")
-        return 1
-    if not dist or (lay.dp * lay.cp) % n:
-        r.unmapped("num-distributed-optimizer-instances", f"{n} instances need the distributed "
-                   f"optimizer and to divide dp x cp = {lay.dp * lay.cp}")  # fmt: skip
-        return 1
-    r.mapped("num-distributed-optimizer-instances", f"memory policy dist_opt:instances={n}")
-    return n
 
 
 def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
@@ -377,9 +309,7 @@ def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
     """The run's pipeline layout (:mod:`sim.runs.pipeline_layout`): ``--pipeline-model-
     parallel-layout``, or Megatron's split with ``--account-for-embedding-in-pipeline-split`` /
     ``--account-for-loss-in-pipeline-split`` over several virtual stages; "" otherwise."""
-    layout = (
-        r.text("pipeline-model-parallel-layout") or _pattern_layout(r) or _uneven_layout(r, lay)
-    )
+    layout = r.text("pipeline-model-parallel-layout") or pattern_layout(r) or uneven_layout(r, lay)
     r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
     flags = ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
     emb, loss = (r.switch(f) for f in flags)
@@ -402,60 +332,10 @@ def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
     return layout
 
 
-def _pattern_layout(r: Reading) -> str:
-    """The stage layout a hybrid pattern's ``|`` segments give (:func:`stage_layout`), or ""."""
-    text = r.flags.get("hybrid-layer-pattern") or r.flags.get("hybrid-override-pattern")
-    try:
-        return stage_layout(parse_pattern(str(text))) if text else ""
-    except ValueError:
-        return ""
-
-
-def _uneven_layout(r: Reading, lay: ParallelLayout) -> str:
-    """``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` as a
-    layout string: the first (last) pipeline stage builds that many decoder layers, the others
-    split the rest evenly (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/
-    transformer_block.py::get_num_layers_to_build`` and ``megatron/core/transformer/
-    transformer_config.py``'s check that the middle layers divide evenly); one virtual stage
-    per rank (with several, Megatron splits each rank's share again: not read here).
-    "" without the flags; noted unmapped when the split is not whole.
-
-    Example: 12 layers on 4 stages, first 2, last 2: ``Ett|tttt|tttt|ttL``.
-    """
-    flags = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers")
-    if not any(r.has(f) for f in flags):
-        return ""
-    if lay.pp < 2:
-        for f in flags:
-            r.mapped(f, "one pipeline stage: nothing to split")
-        return ""
-    layers = r.int("num-layers") or r.int("decoder-num-layers") or 0
-    first, last = (r.int(f) for f in flags)
-    middle = lay.pp - (first is not None) - (last is not None)
-    rest = layers - (first or 0) - (last or 0)
-    if lay.vp > 1 or rest < middle or (middle and rest % middle) or (not middle and rest):
-        for f in flags:
-            if r.has(f):
-                r.unmapped(f, f"uneven stages: {rest} layers do not split evenly over "
-                           f"{middle} middle stages (or virtual stages {lay.vp} > 1)")  # fmt: skip
-        return ""
-    per = rest // middle if middle else 0
-    counts = [per] * lay.pp
-    if first is not None:
-        counts[0] = first
-    if last is not None:
-        counts[-1] = last
-    parts = ["t" * n for n in counts]
-    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "m" * (r.int("mtp-num-layers") or 0) + "L"
-    for f in flags:
-        r.mapped(f, f"uneven stages: options.boundaries of the layout {'|'.join(parts)}")
-    return "|".join(parts)
-
-
 def _layout_vp(r: Reading, pp: int, vp: int) -> int:
     """``--pipeline-model-parallel-layout``'s virtual stages per rank: its stages over ``pp``
     (``PipelineParallelLayerLayout.__init__``; :mod:`sim.runs.pipeline_layout`), else ``vp``."""
-    text = r.text("pipeline-model-parallel-layout") or _pattern_layout(r)
+    text = r.text("pipeline-model-parallel-layout") or pattern_layout(r)
     try:
         n = len(parse_layout(text)) if text else 0
     except ValueError:
@@ -500,7 +380,7 @@ def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShap
     h = r.int("hidden-size") or 0
     heads = r.int("num-attention-heads") or 0
     layers = r.int("num-layers") or r.int("decoder-num-layers") or r.int("encoder-num-layers")
-    pattern = _hybrid_pattern(r)
+    pattern = hybrid_pattern(r)
     if pattern is not None:  # Megatron derives --num-layers from the pattern (module doc)
         layers = len(pattern.layers)
     seq = r.int("seq-length") or r.int("encoder-seq-length")
@@ -510,7 +390,7 @@ def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShap
     kv_ch = r.int("kv-channels")
     mla = r.switch("multi-latent-attention")
     head_dim = kv_ch if kv_ch and heads and kv_ch * heads != h and not mla else None
-    features = _features(r) + _hybrid_features(r, pattern, h)
+    features = _features(r) + hybrid_features(r, pattern, h)
     experts = r.int("num-experts")
     ffn = _ffn(r, h, gated) if h else None
     shape = ModelShape(
@@ -575,39 +455,6 @@ def _features(r: Reading) -> tuple[str, ...]:
     if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
         out.append(f"moe_latent={r.int('moe-latent-size')}")
     out += _attention_features(r)
-    return tuple(out)
-
-
-def _hybrid_pattern(r: Reading):  # -> HybridPattern | None
-    """``--hybrid-layer-pattern`` (or the deprecated ``--hybrid-override-pattern``) parsed
-    (:mod:`sim.runs.hybrid_pattern`); None without one or when it cannot be read (noted)."""
-    flag = "hybrid-layer-pattern" if r.has("hybrid-layer-pattern") else "hybrid-override-pattern"
-    text = r.text(flag)
-    if not text:
-        return None
-    try:
-        return parse_pattern(text)
-    except ValueError as exc:
-        r.unmapped(flag, str(exc))
-        return None
-
-
-def _hybrid_features(r: Reading, pattern: Any, h: int) -> tuple[str, ...]:
-    """A hybrid model's layer pattern (``hybrid_pattern=``, separators removed), its Mamba-2
-    sizes (``mamba=H,P,N,G`` with Megatron's defaults) and MTP depths from the pattern
-    (``hybrid_mtp=`` each depth's pattern, ``,``-joined; ``mtp=`` when ``--mtp-num-layers``
-    does not say)."""
-    if pattern is None:
-        return ()
-    sizes = mamba_sizes(h, *(r.int(f"mamba-{k}") for k in ("num-heads", "head-dim",
-                                                          "state-dim", "num-groups")))  # fmt: skip
-    for k in ("num-heads", "head-dim", "state-dim", "num-groups"):
-        r.mapped(f"mamba-{k}", "Mamba-2 mixer (sim.compute.ssm.MambaShape)")
-    out = [f"hybrid_pattern={pattern.layers}", "mamba=" + ",".join(map(str, sizes))]
-    if pattern.mtp:
-        out.append("hybrid_mtp=" + ",".join(pattern.mtp))
-        if not r.int("mtp-num-layers"):
-            out.append(f"mtp={len(pattern.mtp)}")
     return tuple(out)
 
 

@@ -269,6 +269,11 @@ class MeasuredRun:
         return out
 
 
+def feature(s: ModelShape, name: str) -> str | None:
+    """The value of a ``name=value`` entry of ``s.features`` (None: absent)."""
+    return next((f.split("=", 1)[1] for f in s.features if f.startswith(name + "=")), None)
+
+
 def finite_positive(x: float | None) -> bool:
     """Whether ``x`` is a finite number above 0."""
     return x is not None and math.isfinite(x) and x > 0
