@@ -156,3 +156,23 @@ def test_param_gather_with_step_alone_is_ignored():
     note = next(a for a in run.args if a.name == "overlap-param-gather-with-optimizer-step")
     assert note.status == "ignored" and "synchronously" in note.reason
     assert isinstance(express(run), Expressed)
+
+
+def test_bridge_lora_rows_train_rank_16_adapters_on_qkv():
+    import pandas as pd
+
+    from sim.runs.measured_csv import row_run
+
+    row = pd.Series({
+        "model": "LLAMA3_70B", "family": "dense", "layers": 80, "hidden": 8192,
+        "ffn_hidden": 28672, "heads": 64, "kv_heads": 8, "vocab": 128256, "seq_len": 4096,
+        "gpu": "GB200", "num_gpus": 8, "tp": 1, "pp": 4, "cp": 1, "gbs": 32, "mbs": 1,
+        "precision": "BF16", "task": "lora", "recompute": "none",
+        "framework": "Megatron-Bridge/Megatron-Core",
+    })  # fmt: skip
+    run = row_run(row, source="<test>", recipe={})
+    ex = express(run)
+    assert isinstance(ex, Expressed), ex
+    assert ex.shape.lora is not None and ex.shape.lora.rank == 16
+    assert ex.shape.lora.targets == ("q_proj", "k_proj", "v_proj")
+    assert any("linear_qkv" in a for a in ex.approximations)

@@ -28,6 +28,22 @@ KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "e
 """Columns that identify a configuration in both the measured CSV and the recipe table."""
 
 
+LORA_RANK, LORA_TARGETS = 16, ("q_proj", "k_proj", "v_proj")
+"""Megatron-Bridge's performance LoRA recipes (the tables' ``lora`` rows, Llama-3 70B):
+``LoRA(dim=16, alpha=32)`` (NVIDIA-NeMo/Megatron-Bridge@067f987df0
+``src/megatron/bridge/recipes/llama/llama3.py:2472-2475``, ``llama3_70b_peft_config``) on
+``target_modules=['linear_qkv']`` (``scripts/performance/configs/llama/llama3_llm_finetune.py``
+lines 219 and 260, ``llama3_70b_lora_config_gb300`` / ``_gb200``; traced per release in
+``/work/research/bridge/traces/t00315.json``, ``t00316``, ``t00369``, ``t00370``). pipesim's
+adapters use Hugging Face's names: the fused ``linear_qkv`` is q, k and v."""
+LORA_QKV = (
+    "approximated: Megatron-Bridge's one LoRA adapter on the fused linear_qkv (A [h, 16], "
+    "B [16, q + 2 kv]) is simulated as three adapters on q, k and v (A [h, 16] each): 2 h r "
+    "more adapter parameters and two more rank-16 GEMMs per layer"
+)
+"""What the simulated adapters change of the run's."""
+
+
 def _cell(v: Any) -> str:
     if isinstance(v, float) and math.isnan(v):
         return ""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.compute.decoder import DecoderShape
+from sim.compute.lora import DEFAULT_TARGETS, LoRAShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
@@ -351,8 +352,17 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
         sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
-        tied_embeddings=bool(s.tied_embeddings),
+        tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
     )  # fmt: skip
+
+
+def _lora(s: ModelShape) -> LoRAShape | None:
+    """The ``lora=RANK:target+target`` feature (:mod:`sim.compute.lora`), or None."""
+    text = _feature(s, "lora")
+    if not text:
+        return None
+    rank, _, targets = text.partition(":")
+    return LoRAShape(int(rank), tuple(targets.split("+")) if targets else DEFAULT_TARGETS)
 
 
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:

@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
-from sim.runs.bridge_recipes import recipe_key
+from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_key
 from sim.runs.megatron_args import read_megatron
 from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
@@ -179,9 +179,9 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
     """What a row says that no flag can: LoRA, the model's own architecture, an unknown
     recompute setting, an inconsistent row."""
     out = []
-    if str(row.get("task")) == "lora":
-        out.append(ArgNote("task", "lora", "unmapped", "LoRA: frozen base weights, adapters "
-                           "only trained (issue 26 item 4, models)"))  # fmt: skip
+    if str(row.get("task")) == "lora" and "bridge" not in str(row.get("framework", "")).lower():
+        out.append(ArgNote("task", "lora", "unmapped", "LoRA: the adapters' rank and targets "
+                           "are not in the table"))  # fmt: skip
     name = str(row.get("model", "")).lower()
     out += [ArgNote("model", str(row.get("model")), "unmapped", why)
             for part, why in NAMED_UNMAPPED if part in name]  # fmt: skip
@@ -262,9 +262,15 @@ def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None
         notes.append(ArgNote("recipe", "", "unmapped", "the recipe's recompute, overlap, CUDA-"
                              "graph and dispatcher settings are not in the table (give the "
                              "recipe table: sim/runs/bridge_recipes.py)"))  # fmt: skip
+    shape = run.shape
+    if golden is None and str(row.get("task")) == "lora" and "bridge" in run.framework:
+        lora = f"lora={LORA_RANK}:{'+'.join(LORA_TARGETS)}"  # sim.runs.bridge_recipes
+        shape = replace(shape, features=shape.features + (lora,))
+        notes.append(ArgNote("task", "lora", "approximated", LORA_QKV.removeprefix(
+            "approximated: ")))  # fmt: skip
     return replace(
         run, measured=measured_of(row), task=str(row.get("task", "pretrain")), args=tuple(notes),
-        notes=run.notes + tuple(extra),
+        notes=run.notes + tuple(extra), shape=shape,
     )  # fmt: skip
 
 
