@@ -176,3 +176,15 @@ def test_bridge_lora_rows_train_rank_16_adapters_on_qkv():
     assert ex.shape.lora is not None and ex.shape.lora.rank == 16
     assert ex.shape.lora.targets == ("q_proj", "k_proj", "v_proj")
     assert any("linear_qkv" in a for a in ex.approximations)
+
+
+def test_muon_runs_with_momentum_state():
+    run = _run(**{"optimizer": "muon", "use-distributed-optimizer": True})
+    assert run.optimizer == "sgd_momentum"
+    ex = express(run)
+    assert isinstance(ex, Expressed) and ex.optimizer == "sgd_momentum"
+    assert any("Newton-Schulz" in a for a in ex.approximations)
+    from sim.memory.states import state_bytes
+
+    # mixed precision: fp32 master + one momentum = 8 B of optimizer state (Adam: 12)
+    assert state_bytes("bf16", "sgd_momentum").optimizer == 8

@@ -83,6 +83,7 @@ class Expressed:
         memory: the experiment's ``memory:`` fields the run sets (``(field, value)``).
         boundaries: fixed stage start layers (``options.boundaries``) from the run's
             pipeline layout (:func:`sim.runs.pipeline_layout.layout_boundaries`), or None.
+        optimizer: ``training.optimizer`` (the optimizer state per parameter).
     """
 
     run: MeasuredRun
@@ -96,12 +97,14 @@ class Expressed:
     approximations: tuple[str, ...]
     memory: tuple[tuple[str, Any], ...] = ()
     boundaries: tuple[int, ...] | None = None
+    optimizer: str = "adam"
 
     @property
     def key(self) -> tuple:
         """What the simulation depends on: runs with one key are simulated once."""
         return (self.hardware, self.model, repr(self.shape), self.dtype, self.framework,
-                tuple(sorted(self.point.items())), self.memory, self.boundaries)  # fmt: skip
+                tuple(sorted(self.point.items())), self.memory, self.boundaries,
+                self.optimizer)  # fmt: skip
 
 
 def gpu_preset(gpu: str) -> str | None:
@@ -417,6 +420,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,
         framework, point, approx + run.notes, run.memory_options, _boundaries(run),
+        run.optimizer,
     )  # fmt: skip
 
 

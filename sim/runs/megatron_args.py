@@ -140,7 +140,24 @@ def read_megatron(
         pipeline_layout=layout,
         optimizer_instances=instances,
         token_dispatcher=_dispatcher(r.flags, lay),
+        optimizer=OPTIMIZERS.get(str(r.flags.get("optimizer", "adam")), "adam"),
     )
+
+
+OPTIMIZERS = {"adam": "adam", "sgd": "sgd_momentum", "muon": "sgd_momentum",
+              "dist_muon": "sgd_momentum"}  # fmt: skip
+"""Megatron's ``--optimizer`` -> ``training.optimizer`` (its state per parameter,
+:mod:`sim.memory.states`): SGD keeps a momentum buffer (``--sgd-momentum`` 0.9 by default),
+Muon one momentum buffer per matrix (below)."""
+MUON = (
+    "Muon (--optimizer muon / dist_muon) counted as SGD with momentum: the fp32 master and one "
+    "momentum buffer per parameter (Megatron-Core's TensorParallelMuon keeps one momentum per "
+    "2-D weight; the embedding, output layer and norms it leaves to Adam, whose second moment "
+    "is not counted: NVIDIA/Megatron-LM@d98e8a64 megatron/core/optimizer/"
+    "emerging_optimizers.py lines 177-200 and 579-590); the 5 Newton-Schulz iterations per "
+    "matrix (about 5 x (4 m^2 n + 2 m^3) FLOPs for an m x n weight, m <= n) are not timed"
+)
+"""What the simulation changes of a Muon run."""
 
 
 def _dispatcher(flags: dict[str, Any], lay: ParallelLayout) -> str:
@@ -577,8 +594,9 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "use-flash-attn": ("mapped", "attention core: fused (flash)"),
         "transformer-impl": ("mapped", "kernel implementation (local or Transformer Engine): "
                              "the kernel model times either"),
-        "optimizer": ("mapped", f"optimizer {opt}") if opt in ("adam", "sgd") else
-        ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
+        "optimizer": ("mapped", f"optimizer {opt}: training.optimizer {OPTIMIZERS[opt]}")
+        if opt in ("adam", "sgd") else ("approximated", MUON) if opt in ("muon", "dist_muon")
+        else ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
         if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
         "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("mapped",

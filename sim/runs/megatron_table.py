@@ -175,7 +175,10 @@ APPROXIMATED: dict[str, str] = {
     "schedule's micro-batch grouping: pipesim runs Megatron's default grouping (p)",
     "overlap-p2p-communication-warmup-flush": "pipeline sends of warm-up and flush overlapped",
     "overlap-p2p-communication": "pipeline sends overlapped with compute (interleaved "
-    "schedule)", "fine-grained-activation-offloading": OFFLOAD, "offload-modules": OFFLOAD,
+    "schedule)", "no-use-layer-wise-param-layout": "the layer-wise optimizer's legacy "
+    "buffer (every parameter in one LayerWise buffer, gathered by allgather_params(); "
+    "megatron/training/arguments.py lines 3160-3168): the same bytes gathered; the slower "
+    "path Megatron's help names is not modelled", "fine-grained-activation-offloading": OFFLOAD, "offload-modules": OFFLOAD,
     "cpu-offloading": OFFLOAD, "cpu-offloading-num-layers": OFFLOAD,
     "cpu-offloading-activations": OFFLOAD, "cpu-offloading-weights": OFFLOAD,
     "use-packed-sequence": "packed sequences (THD, several documents per sequence): the "

@@ -189,6 +189,8 @@ class MeasuredRun:
         token_dispatcher: how routed tokens reach their experts: ``alltoall`` or
             ``allgather`` (Megatron's ``--moe-token-dispatcher-type allgather``; the point's
             routing ``+allgather``, :mod:`sim.parallel.expert`).
+        optimizer: ``training.optimizer`` (``adam``, ``sgd``, ``sgd_momentum``): the state
+            the optimizer keeps per parameter (:mod:`sim.memory.states`).
     """
 
     name: str
@@ -218,6 +220,7 @@ class MeasuredRun:
     pipeline_layout: str = ""
     optimizer_instances: int = 1
     token_dispatcher: str = "alltoall"
+    optimizer: str = "adam"
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
