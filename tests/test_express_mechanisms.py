@@ -188,3 +188,20 @@ def test_muon_runs_with_momentum_state():
 
     # mixed precision: fp32 master + one momentum = 8 B of optimizer state (Adam: 12)
     assert state_bytes("bf16", "sgd_momentum").optimizer == 8
+
+
+def test_fsdp_with_fp8_parameters_keeps_a_quantized_shard():
+    """Megatron-FSDP over 8 ranks with FP8 parameters (per-tensor FP8 on Blackwell: 1 byte):
+    each rank holds 1/8 of the quantized weights, so the weights' peak is positive and below
+    the 16-bit shard's (it used to subtract a whole model's worth of bytes)."""
+    from sim.runs.predict import Predictor
+
+    flags = {"swiglu": True, "use-megatron-fsdp": True, "fp8-format": "hybrid",
+             "fp8-recipe": "tensorwise", "fp8-param-gather": True, "num-layers": 2,
+             "global-batch-size": 8, "micro-batch-size": 1}  # fmt: skip
+    run = read_megatron(GPT | flags, name="f", source="<test>", num_gpus=8, gpu="B200")
+    ex = express(run)
+    assert isinstance(ex, Expressed), ex
+    pred = Predictor().predict(ex)
+    assert pred.row is not None and not pred.row.error.startswith("internal"), pred.row.error
+    assert pred.row.peak_weights_bytes is not None and pred.row.peak_weights_bytes > 0
