@@ -197,7 +197,7 @@ def test_fsdp_with_fp8_parameters_keeps_a_quantized_shard():
     from sim.runs.predict import Predictor
 
     flags = {"swiglu": True, "use-megatron-fsdp": True, "fp8-format": "hybrid",
-             "fp8-recipe": "tensorwise", "fp8-param-gather": True, "num-layers": 2,
+             "fp8-recipe": "tensorwise", "fp8-param-gather": True, "vocab-size": 1024,
              "global-batch-size": 8, "micro-batch-size": 1}  # fmt: skip
     run = read_megatron(GPT | flags, name="f", source="<test>", num_gpus=8, gpu="B200")
     ex = express(run)
