@@ -45,8 +45,12 @@ def open_cache(cache_dir: Path) -> diskcache.Cache:
     """The row cache in ``cache_dir`` (created if missing); close it with ``with``.
 
     Entries are kept until the cache passes diskcache's default size limit (1 GB, some
-    200,000 rows), when the least recently stored go first."""
-    return diskcache.Cache(str(cache_dir), disk=_NoPickleDisk)
+    200,000 rows), when the least recently stored go first. Entries of the earlier format
+    (one ``<key>.json`` file per row) are removed: they would never be read."""
+    cache = diskcache.Cache(str(cache_dir), disk=_NoPickleDisk)
+    for old in Path(cache_dir).glob("*.json"):
+        old.unlink(missing_ok=True)
+    return cache
 
 
 def read_cached(entry: object, key: str, point: PointConfig) -> ResultRow | str:
