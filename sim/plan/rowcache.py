@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from contextlib import nullcontext
+from functools import cache as _once
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import diskcache
 from pydantic import ValidationError
 
 from sim.config import config_hash
@@ -30,24 +29,37 @@ from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, BestRows, ResultRow
 from sim.textio import decode_text
 
+if TYPE_CHECKING:
+    import diskcache
 
-class _NoPickleDisk(diskcache.Disk):
+
+@_once
+def _no_pickle_disk() -> type:
     """diskcache's storage, less unpickling: the cache holds only JSON text, and a pickled
-    value (written by someone else) reads as bytes, never as code run on loading."""
+    value (written by someone else) reads as bytes, never as code run on loading. (diskcache
+    is imported here, on a sweep's first cache, not by ``import sim.api``.)"""
+    import diskcache
 
-    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
-        if mode == diskcache.core.MODE_PICKLE:
-            return b"\x00a pickled value"  # unreadable to read_cached
-        return super().fetch(mode, filename, value, read)
+    class NoPickleDisk(diskcache.Disk):
+        def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+            if mode == diskcache.core.MODE_PICKLE:
+                return b"\x00a pickled value"  # unreadable to read_cached
+            return super().fetch(mode, filename, value, read)
+
+    return NoPickleDisk
 
 
 def open_cache(cache_dir: Path) -> diskcache.Cache:
-    """The row cache in ``cache_dir`` (created if missing); close it with ``with``.
+    """The row cache in ``cache_dir`` (created if missing); close it with ``with``. Opening
+    one costs some 10 to 40 ms (SQLite's settings), so a sweep opens it once
+    (:func:`sim.plan.planner.plan_points`).
 
     Entries are kept until the cache passes diskcache's default size limit (1 GB, some
     200,000 rows), when the least recently stored go first. Entries of the earlier format
     (one ``<key>.json`` file per row) are removed: they would never be read."""
-    cache = diskcache.Cache(str(cache_dir), disk=_NoPickleDisk)
+    import diskcache
+
+    cache = diskcache.Cache(str(cache_dir), disk=_no_pickle_disk())
     for old in Path(cache_dir).glob("*.json"):
         old.unlink(missing_ok=True)
     return cache
@@ -97,6 +109,7 @@ def run_points(
     points: list[PointConfig],
     *,
     cache_dir: Path | None,
+    cache: diskcache.Cache | None = None,
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -110,6 +123,7 @@ def run_points(
         prep: the loaded experiment.
         points: grid points.
         cache_dir: the folder of the row cache (:func:`open_cache`; None: no cache).
+        cache: the row cache, opened by the caller (``cache_dir`` is then not opened).
         jobs: worker processes (1: in this process) when ``executor`` is None.
         on_done: called with the number of rows finished so far (for a progress bar).
         on_warning: called with a message for each cache entry that is corrupt or forged,
@@ -121,41 +135,46 @@ def run_points(
         best: the best row per model so far; every row is offered to it with its event log
             (:meth:`BestRows.offer`), which the executor sends for the rows that may win.
     """
+    if cache is None and cache_dir:
+        with open_cache(cache_dir) as opened:
+            return run_points(prep, points, cache_dir=None, cache=opened, jobs=jobs,
+                              on_done=on_done, on_warning=on_warning, executor=executor,
+                              screen=screen, best=best)  # fmt: skip
     rows: list[ResultRow | None] = [None] * len(points)
-    keys = [point_cache_key(prep, p) for p in points] if cache_dir else [""] * len(points)
-    with open_cache(cache_dir) if cache_dir else nullcontext() as cache:
-        todo = []
-        for i, key in enumerate(keys):
-            entry = cache.get(key) if cache is not None else None
-            got = read_cached(entry, key, points[i]) if entry is not None else None
-            if isinstance(got, ResultRow):
-                rows[i] = got
-                if best is not None:
-                    best.offer(got, None)
-                continue
-            if got is not None and on_warning:
-                on_warning(f"cache entry {key} in {cache_dir} is {got}; recomputing it")
-            todo.append(i)
-        done = len(points) - len(todo)
+    keys = [point_cache_key(prep, p) for p in points] if cache is not None else [""] * len(points)
+    where = cache.directory if cache is not None else None
+    todo = []
+    for i, key in enumerate(keys):
+        entry = cache.get(key) if cache is not None else None
+        got = read_cached(entry, key, points[i]) if entry is not None else None
+        if isinstance(got, ResultRow):
+            rows[i] = got
+            if best is not None:
+                best.offer(got, None)
+            continue
+        if got is not None and on_warning:
+            on_warning(f"cache entry {key} in {where} is {got}; recomputing it")
+        todo.append(i)
+    done = len(points) - len(todo)
+    if on_done:
+        on_done(done)
+
+    def store(i: int, row: ResultRow, log: EventLog | None) -> None:
+        nonlocal done
+        rows[i] = row
+        if best is not None:
+            best.offer(row, log)
+        if cache is not None and not row.error.startswith((PRUNED, INTERNAL)):
+            cache.set(keys[i], cache_entry(keys[i], row))
+        done += 1
         if on_done:
             on_done(done)
 
-        def store(i: int, row: ResultRow, log: EventLog | None) -> None:
-            nonlocal done
-            rows[i] = row
-            if best is not None:
-                best.offer(row, log)
-            if cache is not None and not row.error.startswith((PRUNED, INTERNAL)):
-                cache.set(keys[i], cache_entry(keys[i], row))
-            done += 1
-            if on_done:
-                on_done(done)
-
-        keys_now = best.keys() if best is not None else None
-        batch = [points[i] for i in todo]
-        if executor is not None:
-            executor.map(batch, lambda k, row, log: store(todo[k], row, log), screen, keys_now)
-        else:
-            with LocalExecutor(prep, jobs) as local:
-                local.map(batch, lambda k, row, log: store(todo[k], row, log), screen, keys_now)
+    keys_now = best.keys() if best is not None else None
+    batch = [points[i] for i in todo]
+    if executor is not None:
+        executor.map(batch, lambda k, row, log: store(todo[k], row, log), screen, keys_now)
+    else:
+        with LocalExecutor(prep, jobs) as local:
+            local.map(batch, lambda k, row, log: store(todo[k], row, log), screen, keys_now)
     return rows  # type: ignore[return-value]
