@@ -295,23 +295,17 @@ def test_the_engine_ledger_peaks_where_the_rank_model_says():
     "framework, kw",
     [
         ("megatron-lm", {"precision": "fp8-delayed"}),  # TE's FP8 weight copies
-        pytest.param(
-            "torchtitan",
-            {"dp_shard": 4, "policy": "none"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="sim memory's rank model does not count FSDP's unsharded parameters "
-                "and gradients in flight, which the engine's ledger does (4.3 GB against 6.9 GB "
-                "here): a known gap",
-            ),
-        ),
+        ("torchtitan", {"dp_shard": 4, "policy": "none"}),  # FSDP's unsharded bytes
+        ("torchtitan", {"dp_shard": 4, "policy": "none", "p": 2}),  # ... kept with PP
+        ("torchtitan", {"dp_shard": 2, "policy": "none"}),  # HSDP
     ],
-    ids=["fp8", "fsdp"],
+    ids=["fp8", "fsdp", "fsdp-pp", "hsdp"],
 )
 def test_sim_memory_plans_as_sim_run_does(framework, kw):
-    """``sim memory`` plans through the same function as ``sim run`` (FSDP's states, the
-    framework's additions, the low-precision weight copies): the peaks agree, on a model whose
-    states dominate the GPU (h 4096: the FP8 copies alone are 0.7 GiB of about 9)."""
+    """``sim memory`` plans through the same function as ``sim run`` (FSDP's states and
+    unsharded bytes in flight, the framework's additions, the low-precision weight copies): the
+    peaks agree, on a model whose states dominate the GPU (h 4096: the FP8 copies alone are
+    0.7 GiB of about 9)."""
     big = replace(SHAPE, layers=4, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336)
     prep = _prepared(framework, shape=big)
     point = _point(framework, w=4, m=4, **kw)

@@ -20,6 +20,10 @@ running action's transient + pipeline buffers) + reserved-but-unallocated + runt
   the rebuilt bytes of recomputed layers (``StagePlan.rebuild_bytes``) count as activations;
 * **buffers**: the stage input received for a forward and the output gradient for a backward,
   and the input gradient held until it is sent;
+* **FSDP's unsharded bytes** (a plan with FSDP units): the running action's unsharded
+  parameters (``weights``), all-gather outputs (``buffers``), gradients and reduce-scatter
+  inputs (``gradients``) at its largest moment, and what each stage keeps between actions
+  (:mod:`sim.memory.fsdp_inflight`);
 * **allocator**: what PyTorch's caching allocator reserves beyond the allocated bytes
   (:func:`sim.memory.tensor_program.allocator_margin_bytes`, a replay of the rank's tensors
   through :mod:`sim.memory.allocator`);
@@ -40,6 +44,15 @@ from dataclasses import dataclass, field
 from sim.memory.context import StageContext
 from sim.memory.estimate import swap_live
 from sim.memory.framework_memory import dummy_wgrad_bytes
+from sim.memory.fsdp_inflight import (
+    NONE,
+    FsdpBytes,
+    FsdpState,
+    after,
+    backward_peak,
+    forward_peak,
+    kept_bytes,
+)
 from sim.memory.plan import StagePlan
 
 ALLOCATED = (
@@ -152,16 +165,35 @@ def _moving(ctx: StageContext, plan: StagePlan) -> float:
 class ActivationPeak:
     """The activation side of a rank's peak, bytes: ``activations`` (stashes in flight, the
     running action's rebuilt bytes, swaps and chunks in transit), ``working`` (its transient,
-    cached outputs) and ``buffers`` (pipeline receive and send buffers), at ``at``."""
+    cached outputs) and ``buffers`` (pipeline receive and send buffers), at ``at``; ``fsdp``:
+    FSDP's unsharded bytes then (:mod:`sim.memory.fsdp_inflight`)."""
 
     activations: float
     working: float
     buffers: float
     at: str
+    fsdp: FsdpBytes = NONE
 
     @property
     def total(self) -> float:
-        return self.activations + self.working + self.buffers
+        return self.activations + self.working + self.buffers + self.fsdp.total
+
+
+def _fsdp_now(pairs_by_stage: dict, states: dict, stage: int, op: str) -> FsdpBytes:
+    """FSDP's bytes while ``stage`` runs ``op``: its action's largest moment and what the
+    rank's other stages keep."""
+    out = NONE
+    for s, (_, plan) in pairs_by_stage.items():
+        fs = plan.fsdp
+        if fs is None:
+            continue
+        if s != stage:
+            out = out + kept_bytes(fs, states[s])
+        elif op == "F":
+            out = out + forward_peak(fs, states[s])
+        else:
+            out = out + backward_peak(fs, states[s])
+    return out
 
 
 def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
@@ -171,27 +203,29 @@ def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
     cache = sum(output_cache(c) for c, _ in pairs)
     ops = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
     live: dict[int, deque[float]] = {s: deque() for s in by_stage}
+    states = {s: FsdpState() for s in by_stage}
     total = 0.0
     best = ActivationPeak(0.0, 0.0, 0.0, "")
     for stage, op, _ in ops:
-        if stage not in by_stage:
+        if stage not in by_stage or (op != "F" and op not in BACKWARD_OPS):
             continue
         ctx, plan = by_stage[stage]
         moving = _moving(ctx, plan)
+        fsdp = _fsdp_now(by_stage, states, stage, op)
         if op == "F":
             kept = plan.resident_act_bytes
             acts = total + kept + plan.rebuild_bytes + moving
-            cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F")
+            cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F", fsdp)
             live[stage].append(kept)
             total += kept
-        elif op in BACKWARD_OPS:
+        else:
             acts = total + plan.rebuild_bytes + moving
             held = ctx.out_bytes + ctx.input_bytes
-            cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}")
+            cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}", fsdp)
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
-        else:
-            continue
+        if plan.fsdp is not None:
+            states[stage] = after(plan.fsdp, states[stage], op, op in DONE_OPS)
         if cand.total > best.total:
             best = cand
     return best
@@ -265,7 +299,9 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
         cats["reserve"] += plan.reserve_bytes
     cats["activations"] = act.activations
     cats["working"] = act.working
-    cats["buffers"] = act.buffers
+    cats["buffers"] = act.buffers + act.fsdp.buffers
+    cats["weights"] += act.fsdp.weights
+    cats["gradients"] += act.fsdp.gradients
     ctx0 = pairs[0][0]
     charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
     ops = ((s, op) for s, op, _ in ctx0.ops)
