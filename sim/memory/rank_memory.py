@@ -53,6 +53,7 @@ from sim.memory.fsdp_inflight import (
     forward_peak,
     kept_bytes,
 )
+from sim.memory.overlapped import overlapped_stash_peak
 from sim.memory.plan import StagePlan
 
 ALLOCATED = (
@@ -196,23 +197,46 @@ def _fsdp_now(pairs_by_stage: dict, states: dict, stage: int, op: str) -> FsdpBy
     return out
 
 
+def _pair_stash(fwd: StagePlan, bwd: StagePlan, bwd_kept: float) -> float:
+    """Kept bytes a combined step's two micro-batches hold at its largest moment
+    (:func:`~sim.memory.overlapped.overlapped_stash_peak` over the plans' layer shares)."""
+    kept = fwd.resident_act_bytes
+    if not fwd.layer_shares or not bwd.layer_shares:
+        return kept + bwd_kept
+    return overlapped_stash_peak(
+        [kept * x for x in fwd.layer_shares], [bwd_kept * x for x in bwd.layer_shares]
+    )
+
+
 def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
-    """Walk the rank's actions (module doc) and return the largest moment."""
+    """Walk the rank's actions (module doc) and return the largest moment; a combined step
+    (``StageContext.overlapped``) is one moment with its two stashes layer by layer."""
     by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
     extra = {s: stage_transients(c, p) for s, (c, p) in by_stage.items()}
     cache = sum(output_cache(c) for c, _ in pairs)
     ops = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
+    overlapped = pairs[0][0].overlapped
     live: dict[int, deque[float]] = {s: deque() for s in by_stage}
     states = {s: FsdpState() for s in by_stage}
     total = 0.0
     best = ActivationPeak(0.0, 0.0, 0.0, "")
-    for stage, op, _ in ops:
+    for i, (stage, op, _) in enumerate(ops):
         if stage not in by_stage or (op != "F" and op not in BACKWARD_OPS):
             continue
         ctx, plan = by_stage[stage]
         moving = _moving(ctx, plan)
         fsdp = _fsdp_now(by_stage, states, stage, op)
-        if op == "F":
+        if op == "F" and i in overlapped and ops[i + 1][0] in by_stage:
+            bctx, bplan = by_stage[ops[i + 1][0]]
+            bkept = live[bctx.stage][0] if live[bctx.stage] else 0.0
+            acts = total - bkept + _pair_stash(plan, bplan, bkept) + moving
+            acts += plan.rebuild_bytes + bplan.rebuild_bytes
+            work = max(extra[stage][0], extra[bctx.stage][1]) + cache
+            held = ctx.input_bytes + bctx.out_bytes + bctx.input_bytes
+            cand = ActivationPeak(acts, work, held, f"{stage}F+{bctx.stage}B", fsdp)
+            live[stage].append(plan.resident_act_bytes)
+            total += plan.resident_act_bytes
+        elif op == "F":
             kept = plan.resident_act_bytes
             acts = total + kept + plan.rebuild_bytes + moving
             cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F", fsdp)
@@ -222,6 +246,8 @@ def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
             acts = total + plan.rebuild_bytes + moving
             held = ctx.out_bytes + ctx.input_bytes
             cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}", fsdp)
+            if i - 1 in overlapped:  # the second half of a combined step: counted with it
+                cand = best
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
         if plan.fsdp is not None:
@@ -231,11 +257,17 @@ def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
     return best
 
 
-def kept_peak(ops: Iterable[tuple[int, str]], plans: dict[int, StagePlan]) -> float:
+def kept_peak(
+    ops: Iterable[tuple[int, str]],
+    plans: dict[int, StagePlan],
+    overlapped: frozenset[int] = frozenset(),
+) -> float:
     """The largest kept stash (plus the running action's rebuilt bytes) a rank holds over
     ``ops`` (``(stage, op)`` in program order; stages not in ``plans`` are skipped): each
     forward keeps its stage's ``resident_act_bytes`` until the backward that ends its
-    micro-batch. The engine's ledger holds at least this much besides its charges at t = 0 at
+    micro-batch (a combined step at a position in ``overlapped`` holds its two stashes layer
+    by layer, :mod:`sim.memory.overlapped`). The engine's ledger holds at least this much
+    besides its charges at t = 0 at
     those moments (a forward allocates its kept, swapped and rebuilt bytes, a backward its
     rebuilt ones), so the planner's memory floor counts it (:attr:`RankMemory.floor_bytes`).
 
@@ -246,16 +278,26 @@ def kept_peak(ops: Iterable[tuple[int, str]], plans: dict[int, StagePlan]) -> fl
     """
     live: dict[int, deque[float]] = {s: deque() for s in plans}
     total = best = 0.0
-    for stage, op in ops:
+    seq = list(ops)
+    for i, (stage, op) in enumerate(seq):
         plan = plans.get(stage)
         if plan is None:
             continue
-        if op == "F":
+        paired = i in overlapped and seq[i + 1][0] in plans
+        if op == "F" and paired and plan.layer_shares and plans[seq[i + 1][0]].layer_shares:
+            other = plans[seq[i + 1][0]]
+            bkept = live[seq[i + 1][0]][0] if live[seq[i + 1][0]] else 0.0
+            pair = _pair_stash(plan, other, bkept) - bkept
+            best = max(best, total + pair + plan.rebuild_bytes + other.rebuild_bytes)
+            total += plan.resident_act_bytes
+            live[stage].append(plan.resident_act_bytes)
+        elif op == "F":
             total += plan.resident_act_bytes
             live[stage].append(plan.resident_act_bytes)
             best = max(best, total + plan.rebuild_bytes)
         elif op in BACKWARD_OPS:
-            best = max(best, total + plan.rebuild_bytes)
+            if i - 1 not in overlapped or not plan.layer_shares:
+                best = max(best, total + plan.rebuild_bytes)
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
     return best
@@ -311,5 +353,5 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
         by_category=cats,
         capacity_bytes=ctx0.capacity_bytes,
         peak_at=act.at,
-        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}),
+        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}, ctx0.overlapped),
     )
