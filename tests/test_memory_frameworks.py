@@ -260,6 +260,20 @@ def test_expandable_segments_merge_what_separate_segments_cannot():
     assert replay(ops, AllocatorConfig(expandable_segments=True)).reserved == 40 * MIB
 
 
+def test_the_allocator_releases_cached_segments_rather_than_fail():
+    """Near the GPU's capacity the cached 16 MiB segments go back to the driver before a new
+    one is reserved (CUDACachingAllocator ``malloc``: ``release_cached_blocks`` and retry):
+    64 MiB uncapped, 32 at a 40 MiB capacity; a free block inside a segment still in use stays
+    (30 MiB freed beside a live 10 MiB block of its own segment is not released)."""
+    ops = [("alloc", "a", 16 * MIB), ("alloc", "b", 16 * MIB), ("free", "a", 0),
+           ("free", "b", 0), ("alloc", "c", 32 * MIB)]  # fmt: skip
+    assert replay(ops, capacity_bytes=40 * MIB).reserved == 32 * MIB
+    ops = [("alloc", "a", 30 * MIB), ("free", "a", 0), ("alloc", "x", 10 * MIB),
+           ("alloc", "b", 40 * MIB)]  # fmt: skip
+    assert replay(ops).reserved == 70 * MIB  # x split off a's cached 30 MiB segment
+    assert replay(ops, capacity_bytes=60 * MIB).reserved == 70 * MIB  # nothing to release
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 40 * MIB)), min_size=1, max_size=40))
 def test_reserved_is_never_below_allocated(steps):

@@ -10,16 +10,23 @@ GPU's peak, which the fit verdict counts.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sim.memory.allocator import AllocatorConfig, Op, replay
+from sim.memory.allocator import AllocatorConfig, AllocatorPeaks, Op, replay
 from sim.memory.context import StageContext
 from sim.memory.framework_memory import dummy_wgrad_bytes
 from sim.memory.layer_work import stash_tensors
 from sim.memory.plan import StagePlan
-from sim.memory.rank_memory import BACKWARD_OPS, DONE_OPS, Pair, framework_buffer_bytes
+from sim.memory.rank_memory import (
+    BACKWARD_OPS,
+    DONE_OPS,
+    Pair,
+    framework_buffer_bytes,
+    rank_memory,
+)
 
 STEP_OP = "STEP"
 REPLAY_STEPS = 2
@@ -242,15 +249,26 @@ def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
     options; 0 on a rank that counts tensors only. Where more stashes are in flight than the
     replay runs (:data:`REPLAY_MICROBATCHES`) the further ones are taken to reuse the blocks of
     the first (an assumption: identical micro-batches allocate identical tensors, and the best
-    fit hands each the block its twin freed)."""
+    fit hands each the block its twin freed).
+
+    The allocator releases its cached segments rather than fail (:mod:`sim.memory.allocator`):
+    where the margin would not fit beside the rank's allocated peak and runtime reserve
+    (``pairs``' plans carry the reserve), the replay runs again with what the GPU leaves it."""
     ctx0 = pairs[0][0]
     if not ctx0.topology.gpu(ctx0.gpu_index).reserve.replays_allocator:
         return 0.0
     ops = tuple(tensor_program(pairs))
-    return _margin(ops, ctx0.framework.allocator)
+    config = ctx0.framework.allocator
+    peaks = _peaks(ops, config, math.inf)
+    margin = float(max(0, peaks.reserved - peaks.allocated))
+    room = ctx0.capacity_bytes - sum(p.reserve_bytes for _, p in pairs)
+    room -= rank_memory(pairs).allocated_bytes
+    if margin <= room:
+        return margin
+    capped = _peaks(ops, config, peaks.allocated + max(room, 0.0))
+    return float(max(0, capped.reserved - capped.allocated))
 
 
 @lru_cache(maxsize=4096)
-def _margin(ops: tuple[Op, ...], config: AllocatorConfig) -> float:
-    peaks = replay(ops, config)
-    return float(max(0, peaks.reserved - peaks.allocated))
+def _peaks(ops: tuple[Op, ...], config: AllocatorConfig, capacity_bytes: float) -> AllocatorPeaks:
+    return replay(ops, config, capacity_bytes)
