@@ -253,7 +253,9 @@ def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
 
     The allocator releases its cached segments rather than fail (:mod:`sim.memory.allocator`):
     where the margin would not fit beside the rank's allocated peak and runtime reserve
-    (``pairs``' plans carry the reserve), the replay runs again with what the GPU leaves it."""
+    (``pairs``' plans carry the reserve), the replay runs again with what the GPU leaves it
+    (where that replay reserves more, the GPU overflows either way and the first margin is
+    kept)."""
     ctx0 = pairs[0][0]
     if not ctx0.topology.gpu(ctx0.gpu_index).reserve.replays_allocator:
         return 0.0
@@ -266,7 +268,7 @@ def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
     if margin <= room:
         return margin
     capped = _peaks(ops, config, peaks.allocated + max(room, 0.0))
-    return float(max(0, capped.reserved - capped.allocated))
+    return min(margin, float(max(0, capped.reserved - capped.allocated)))
 
 
 @lru_cache(maxsize=4096)
