@@ -148,3 +148,12 @@ def after(fs: FsdpPlan, state: FsdpState, op: str, done: bool) -> FsdpState:
     if fs.accumulate:
         return FsdpState(state.gathered, True, False)
     return FsdpState(False, False, state.held and not done)
+
+
+def step_peak_bytes(fs: FsdpPlan) -> float:
+    """The largest of a stage's FSDP moments over a step (its first forward, its backwards
+    with the gradients of earlier micro-batches), for a plan's estimate."""
+    first = forward_peak(fs, FsdpState())
+    gathered = after(fs, FsdpState(), "F", False)
+    later = after(fs, gathered, "B", True) if fs.accumulate else FsdpState(held=True)
+    return max(first.total, backward_peak(fs, gathered).total, backward_peak(fs, later).total)
