@@ -272,6 +272,13 @@ def test_the_allocator_releases_cached_segments_rather_than_fail():
            ("alloc", "b", 40 * MIB)]  # fmt: skip
     assert replay(ops).reserved == 70 * MIB  # x split off a's cached 30 MiB segment
     assert replay(ops, capacity_bytes=60 * MIB).reserved == 70 * MIB  # nothing to release
+    # expandable segments unmap the pages of a free block in the middle (unmap_block): 120 MiB
+    # mapped, b's 40 freed, d's 60 mapped at the end: 180, or 140 with b's pages unmapped
+    ops = [("alloc", "a", 40 * MIB), ("alloc", "b", 40 * MIB), ("alloc", "c", 40 * MIB),
+           ("free", "b", 0), ("alloc", "d", 60 * MIB)]  # fmt: skip
+    exp = AllocatorConfig(expandable_segments=True)
+    assert replay(ops, exp).reserved == 180 * MIB
+    assert replay(ops, exp, capacity_bytes=150 * MIB).reserved == 140 * MIB
 
 
 @settings(max_examples=60, deadline=None)

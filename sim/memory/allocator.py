@@ -33,8 +33,8 @@ management" notes:
   fails, ``release_cached_blocks``, ``alloc_block`` again; with the default
   ``max_split_size`` ``release_available_cached_blocks`` frees nothing), so cached segments
   never cause an out-of-memory error, only free blocks inside segments still in use do. With
-  ``expandable_segments`` the free pages at the segment's end are unmapped (the model does not
-  unmap free pages inside it).
+  ``expandable_segments`` every free block unmaps its whole pages (``unmap_block``), mapped
+  again when the block is handed out (the model maps the whole block back).
 
 One stream is modelled (blocks freed on another stream wait for its events; training loops
 allocate activations on the compute stream). :class:`CachingAllocator` replays
@@ -145,10 +145,11 @@ def segment_size(size: int) -> int:
 class _Block:
     """A block of a segment: a doubly linked list by address (``prev``/``next``)."""
 
-    __slots__ = ("segment", "offset", "size", "free", "prev", "next")
+    __slots__ = ("segment", "offset", "size", "free", "prev", "next", "unmapped")
 
     def __init__(self, segment: int, offset: int, size: int):
         self.segment, self.offset, self.size, self.free = segment, offset, size, True
+        self.unmapped = 0  # bytes of its pages unmapped by a release (expandable segments)
         self.prev: _Block | None = None
         self.next: _Block | None = None
 
@@ -200,6 +201,9 @@ class CachingAllocator:
         size = round_size(nbytes, self.config.roundup_power2_divisions)
         small = is_small(size)
         block = self._best_fit(small, size) or self._new_block(small, size)
+        if block.unmapped:  # map_block: its pages come back before it is used
+            self._grow(block.unmapped)
+            block.unmapped = 0
         block = self._split(block, size, small)
         block.free = False
         self._live[key] = (block, math.ceil(nbytes))
@@ -278,13 +282,15 @@ class CachingAllocator:
 
     def _release_cached(self) -> None:
         """``release_cached_blocks``: every segment that is one free block goes back to the
-        driver; an expandable segment unmaps the whole pages of its free tail."""
+        driver; in an expandable segment every free block unmaps its whole pages
+        (``unmap_block``)."""
         for small, pool in self._free.items():
             keep = []
             for key in pool:
                 block = self._by_key[key]
                 seg = self._segments[block.segment]
                 if self.config.expandable_segments:
+                    self._unmap(small, block)
                     keep.append(key)
                 elif block.prev is None and block.next is None:
                     self.reserved -= block.size
@@ -293,28 +299,15 @@ class CachingAllocator:
                 else:
                     keep.append(key)
             self._free[small] = keep
-        if self.config.expandable_segments:
-            for small, idx in self._expandable.items():
-                self._unmap_tail(small, self._segments[idx])
 
-    def _unmap_tail(self, small: bool, seg: _Segment) -> None:
-        tail = seg.tail
-        if tail is None or not tail.free:
-            return
+    def _unmap(self, small: bool, block: _Block) -> None:
         page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
-        drop = seg.size - page * math.ceil(tail.offset / page)  # whole pages in the free tail
-        if drop <= 0:
-            return
-        self._unlist(tail)
-        self.reserved -= drop
-        seg.size -= drop
-        tail.size -= drop
-        if tail.size > 0:
-            self._list(tail)
-        else:
-            seg.tail = tail.prev
-            if tail.prev is not None:
-                tail.prev.next = None
+        start = page * math.ceil(block.offset / page)
+        end = page * ((block.offset + block.size) // page)
+        pages = max(0, end - start)
+        if pages > block.unmapped:
+            self.reserved -= pages - block.unmapped
+            block.unmapped = pages
 
     def _grow(self, nbytes: int) -> None:
         self.reserved += nbytes
@@ -345,6 +338,7 @@ class CachingAllocator:
         if nxt is not None and nxt.free:
             self._unlist(nxt)
             block.size += nxt.size
+            block.unmapped += nxt.unmapped
             block.next = nxt.next
             if nxt.next is not None:
                 nxt.next.prev = block
@@ -354,6 +348,7 @@ class CachingAllocator:
         if prev is not None and prev.free:
             self._unlist(prev)
             prev.size += block.size
+            prev.unmapped += block.unmapped
             prev.next = block.next
             if block.next is not None:
                 block.next.prev = prev
