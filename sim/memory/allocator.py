@@ -33,8 +33,8 @@ management" notes:
   fails, ``release_cached_blocks``, ``alloc_block`` again; with the default
   ``max_split_size`` ``release_available_cached_blocks`` frees nothing), so cached segments
   never cause an out-of-memory error, only free blocks inside segments still in use do. With
-  ``expandable_segments`` every free block unmaps its whole pages (``unmap_block``), mapped
-  again when the block is handed out (the model maps the whole block back).
+  ``expandable_segments`` every free block unmaps its whole pages (``unmap_block``), and the
+  pages an allocation covers are mapped again (``map_block``).
 
 One stream is modelled (blocks freed on another stream wait for its events; training loops
 allocate activations on the compute stream). :class:`CachingAllocator` replays
@@ -201,10 +201,17 @@ class CachingAllocator:
         size = round_size(nbytes, self.config.roundup_power2_divisions)
         small = is_small(size)
         block = self._best_fit(small, size) or self._new_block(small, size)
-        if block.unmapped:  # map_block: its pages come back before it is used
-            self._grow(block.unmapped)
-            block.unmapped = 0
+        unmapped, block.unmapped = block.unmapped, 0
+        whole = block.size
         block = self._split(block, size, small)
+        if unmapped:  # map_block: the pages the allocation covers come back first
+            page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
+            need = unmapped if block.size == whole else min(unmapped, page * math.ceil(size / page))
+            if self.reserved + need > self.capacity_bytes:
+                self._release_cached()
+            self._grow(need)
+            if block.next is not None and block.size < whole:
+                block.next.unmapped = unmapped - need
         block.free = False
         self._live[key] = (block, math.ceil(nbytes))
         self.allocated += block.size
