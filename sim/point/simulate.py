@@ -58,6 +58,7 @@ from sim.schedules.combined import combine_pairs, combine_reason
 from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 from sim.trace.shared import place_shared
+from sim.trace.t5 import is_t5, stage_tensors_t5
 
 
 @dataclass
@@ -165,6 +166,7 @@ def resolve(
         memory,
         works,
         stage_low_params(sharded, boundaries),
+        combined,
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     try:
@@ -305,6 +307,7 @@ def _plans(
     memory: FrameworkMemory = PIPESIM_MEMORY,
     works: tuple[LayerWork, ...] = (),
     low: tuple[LowPrecision | None, tuple[float, ...]] = (None, ()),
+    layered_pairs: bool = False,
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
@@ -336,6 +339,7 @@ def _plans(
             works,
             (point.tensor_parallel, point.context_parallel),
             point.layout.expert_dp if point.expert_parallel > 1 else 0,
+            layered_pairs,
         )
         for c in row
     ]
@@ -517,9 +521,12 @@ def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stag
         cost = StageCost.from_layers(layers[lo:hi], layers[lo - 1].out_bytes if s > 0 else 0.0)
         comm = sharded.comm[lo:hi]
         kinds = [(layer_kind(x.name), x.param_bytes) for x in layers[lo:hi]]
+        t5 = is_t5(sharded.trace)  # a T5 layer's tensors are its kind's (sim.compute.t5_ops)
         cost = replace(
             cost,
-            param_tensors=stage_tensors(kinds, norm_bytes),
+            param_tensors=stage_tensors_t5(sharded.trace, lo, hi)
+            if t5
+            else stage_tensors(kinds, norm_bytes),
             tp_fwd=aggregate([op for c in comm for op in c.fwd]),
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
         )
