@@ -148,10 +148,10 @@ def test_megatron_command_maps_and_refuses():
         "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true,log_interval=1]"
     )
     offload = read_megatron(
-        parse_command(MEGATRON_70B.read_text()).flags | {"cpu-offloading": True},
+        parse_command(MEGATRON_70B.read_text()).flags | {"optimizer-cpu-offload": True},
         name="o", source="t", gpu="H100",
     )  # fmt: skip
-    assert {a.name for a in offload.unmapped()} == {"cpu-offloading"}
+    assert {a.name for a in offload.unmapped()} == {"optimizer-cpu-offload"}
     assert isinstance(express(offload), NotExpressed)
 
 
