@@ -30,23 +30,35 @@ from __future__ import annotations
 import gc
 
 gc.disable()  # until the imports below are done (_settle_heap)
+from importlib import import_module  # noqa: E402
+
 import typer  # noqa: E402
+from typer._click import Command, Context  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+from typer.main import get_command_from_info, get_group_from_info  # noqa: E402
+from typer.models import CommandInfo, TyperInfo  # noqa: E402
 
 import sim  # noqa: E402
-from sim.cli import (  # noqa: E402
-    calibrate,
-    compare,
-    hardware,
-    import_runs,
-    memory,
-    partition,
-    profile,
-    run,
-    schedule,
-    trace,
-    validate,
-)
 from sim.cli.console import QUIET, VERBOSE, setup_logging  # noqa: E402
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "run"),
+    "partition": ("partition", "partition"),
+    "memory": ("memory", "memory"),
+    "profile": ("profile", "profile"),
+    "calibrate": ("calibrate", "calibrate"),
+    "validate": ("validate", "validate"),
+    "import": ("import_runs", "import_cmd"),
+    "compare": ("compare", "compare_cmd"),
+    "hardware": ("hardware", "app"),
+    "schedule": ("schedule", "app"),
+    "trace": ("trace", "app"),
+}
+"""Each command: its module under ``sim.cli`` and the function (or typer app of subcommands)
+in it. A module is imported when its command runs (or ``--help`` lists them all), not when
+``sim.cli`` is: ``sim run`` does not import what ``sim calibrate`` or ``sim memory`` need
+(``sim.calibrate_runs`` and the measured-run readers, pyplot; 0.3 CPU s of the 0.9 s that
+importing every command took)."""
 
 
 def _settle_heap() -> None:
@@ -63,12 +75,67 @@ def _settle_heap() -> None:
     (https://docs.python.org/3/library/gc.html#gc.freeze), which ``sim run`` does for its
     workers and drawings (:mod:`sim.plan.executors`, :func:`sim.report.outputs.draw`): the children
     inherit a frozen heap, and their collections skip it too. Nothing is leaked that would
-    not live to the end anyway; objects made later are collected as usual."""
+    not live to the end anyway; objects made later are collected as usual. Called again
+    once a command's module is imported (:func:`_load`)."""
     gc.freeze()
     gc.enable()
 
 
+def _load(name: str) -> Command:
+    """The click command of ``name`` (:data:`COMMANDS`), its module imported now with the
+    collector off (:func:`_settle_heap`), made as ``app.command(name)`` or
+    ``app.add_typer(sub, name=name)`` would make it."""
+    module, attr = COMMANDS[name]
+    gc.disable()
+    try:
+        obj = getattr(import_module(f"sim.cli.{module}"), attr)
+    finally:
+        _settle_heap()
+    if isinstance(obj, typer.Typer):
+        return get_group_from_info(
+            TyperInfo(obj, name=name),
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            suggest_commands=app.suggest_commands,
+            rich_markup_mode=app.rich_markup_mode,
+        )
+    return get_command_from_info(
+        CommandInfo(name=name, callback=obj),
+        pretty_exceptions_short=app.pretty_exceptions_short,
+        rich_markup_mode=app.rich_markup_mode,
+    )
+
+
+class LazyGroup(TyperGroup):
+    """The ``sim`` group: each command (:data:`COMMANDS`) made when it is looked up
+    (:func:`_load`), as in click's lazily loading group
+    (https://click.palletsprojects.com/en/stable/complex/#lazily-loading-subcommands);
+    ``commands`` (read by typer's "Did you mean" and by the documentation's command
+    reference) makes them all."""
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, Command]:
+        for name in COMMANDS:
+            self._made(name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, Command]) -> None:
+        self._commands = value
+
+    def _made(self, name: str) -> Command:
+        if name not in self._commands:
+            self._commands[name] = _load(name)
+        return self._commands[name]
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        return self._made(cmd_name) if cmd_name in COMMANDS else None
+
+
 app = typer.Typer(
+    cls=LazyGroup,
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,  # help text is plain: "pipesim[ray]" keeps its brackets
@@ -102,17 +169,6 @@ def main(
     setup_logging(verbose, quiet)
 
 
-app.command("run")(run.run)
-app.add_typer(hardware.app, name="hardware")
-app.add_typer(schedule.app, name="schedule")
-app.add_typer(trace.app, name="trace")
-app.command("partition")(partition.partition)
-app.command("memory")(memory.memory)
-app.command("profile")(profile.profile)
-app.command("calibrate")(calibrate.calibrate)
-app.command("validate")(validate.validate)
-app.command("import")(import_runs.import_cmd)
-app.command("compare")(compare.compare_cmd)
 _settle_heap()
 
 __all__ = ["app"]
