@@ -27,10 +27,14 @@ imports ``backends``; importing it does not import torch.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
+import sys
 
 gc.disable()  # until the imports below are done (_settle_heap)
 from importlib import import_module  # noqa: E402
+from typing import Any  # noqa: E402
 
 import typer  # noqa: E402
 from typer._click import Command, Context  # noqa: E402
@@ -134,7 +138,41 @@ class LazyGroup(TyperGroup):
         return self._made(cmd_name) if cmd_name in COMMANDS else None
 
 
-app = typer.Typer(
+class SimApp(typer.Typer):
+    """The ``sim`` app; run as a program (the ``sim`` script, ``python -m sim.cli``) it ends
+    the process without the interpreter's teardown (:func:`exit_now`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            super().__call__(*args, **kwargs)
+        except SystemExit as done:
+            exit_now(done.code)
+        exit_now(0)
+
+
+def exit_now(code: object) -> None:
+    """End the process with ``code`` (as :class:`SystemExit` would: None is 0, a string is
+    printed to standard error and gives 1) once the exit handlers (:mod:`atexit`: logging,
+    worker pools, temporary folders) have run and standard output and error are flushed, but
+    without the interpreter's teardown, which frees every object of every module one by one:
+    0.2 CPU s at the end of ``sim run experiments/dgx1.yaml``, with pandas, matplotlib and
+    pydantic's models loaded, 0.8 s of wall time on the loaded 2-core machine (timed for issue
+    28). Every file of a run is written and closed before (atomically, :mod:`sim.atomic`)."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
+app = SimApp(
     cls=LazyGroup,
     add_completion=False,
     no_args_is_help=True,
