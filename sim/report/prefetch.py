@@ -1,0 +1,89 @@
+"""Import modules on a thread while this process waits for others: :class:`Prefetch`.
+
+``sim run`` draws its plots once the sweep is done, and matplotlib with the plot modules takes
+about 0.3 CPU s to import (``python -X importtime -c "import sim.report.plots"``). While its
+workers simulate, the main process only waits for their rows, so it imports them then, on a
+thread (:data:`PLOT_MODULES`): the import leaves the path from the sweep's end to the last
+file written. Python's import system is thread-safe (a lock per module): a module the main
+thread asks for meanwhile is waited for, not imported twice.
+
+A process must not fork while another of its threads is importing (the child would inherit
+the import's locks held, and hang on the first import of the same module). So the thread
+starts once the workers are forked (:meth:`Prefetch.start`), and every later fork of this
+process (more workers, the drawings' processes) first waits for it to finish
+(:func:`os.register_at_fork`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Sequence
+from importlib import import_module
+
+PLOT_MODULES = (
+    "matplotlib.backends.backend_agg",
+    "PIL.PngImagePlugin",
+    "sim.report.plots",
+    "sim.report.memory_summary",
+)
+"""What ``sim run`` draws with (:func:`sim.report.outputs.draw`): matplotlib's figure and Agg
+canvas, Pillow's PNG writer, the plot modules."""
+
+_RUNNING: list[threading.Thread] = []
+
+
+def _join_all() -> None:
+    """Wait for every prefetch thread (before a fork: :func:`os.register_at_fork`)."""
+    for thread in list(_RUNNING):
+        if thread is not threading.current_thread():
+            thread.join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_join_all)
+
+
+class Prefetch:
+    """Import ``modules`` on a daemon thread, once :meth:`start` is called (again: nothing),
+    with the garbage collector off, then freeze what they made (:func:`gc.freeze`: objects
+    that live as long as the process, kept out of every later collection's walk, as
+    :mod:`sim.cli` does for its imports).
+
+    Args:
+        modules: module names, imported in order; one that fails to import is left to fail
+            where it is used (its error is not swallowed there).
+    """
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        self.modules = tuple(modules)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start importing (the first call only)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
+        _RUNNING.append(self._thread)
+        self._thread.start()
+
+    def _run(self) -> None:
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            for name in self.modules:
+                try:
+                    import_module(name)
+                except Exception:  # noqa: BLE001 - the user of the module reports it
+                    continue
+            gc.freeze()
+        finally:
+            if was:
+                gc.enable()
+            _RUNNING.remove(threading.current_thread())
+
+    def join(self) -> None:
+        """Wait until the imports are done (if started)."""
+        if self._thread is not None:
+            self._thread.join()
