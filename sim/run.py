@@ -17,7 +17,7 @@ from sim.config import ExperimentConfig, load_experiment
 from sim.errors import EXIT_NOTHING_FITS
 from sim.events import EventLog
 from sim.hardware.describe import topology_to_dict
-from sim.plan.executors import open_executor
+from sim.plan.executors import LocalExecutor, RayExecutor, open_executor
 from sim.plan.planner import PlanStats, plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
@@ -40,7 +40,7 @@ from sim.report.outputs import (
     write_results_csv,
     write_yaml,
 )
-from sim.report.prefetch import PLOT_MODULES, Prefetch
+from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.row_bands import bands_for, winner_bands
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def run_experiment(
             executor=pool,
             prune=exp.sweep.prune and not exhaustive,
             jobs=jobs,
-            on_done=_prefetching(on_done, plots and (jobs > 1 or executor != "local")),
+            on_done=_prefetching(on_done, plots, pool),
             on_warning=lambda msg: log.warning("%s", msg),
             winners=best if plots else None,
         )
@@ -120,16 +120,18 @@ def run_experiment(
     return say.failed(rows) or code
 
 
-def _prefetching(on_done: Callable[[int], None], plots: bool) -> Callable[[int], None]:
-    """``on_done`` that also starts importing the plot modules (:mod:`sim.report.prefetch`)
-    at the first row done, when ``plots`` are drawn and the points run elsewhere (workers
-    forked by then, or Ray's): this process would only wait meanwhile."""
-    if not plots:
+def _prefetching(
+    on_done: Callable[[int], None], plots: bool, pool: LocalExecutor | RayExecutor
+) -> Callable[[int], None]:
+    """``on_done`` that also starts importing pandas and, with ``plots``, the plot modules
+    (:mod:`sim.report.prefetch`) at the first row done once the points run elsewhere
+    (``pool``'s forked workers, or Ray's): this process only waits for them meanwhile."""
+    if isinstance(pool, LocalExecutor) and pool.jobs <= 1:
         return on_done
-    prefetch = Prefetch(PLOT_MODULES)
+    prefetch = Prefetch(TABLE_MODULES + (PLOT_MODULES if plots else ()))
 
     def done(n: int) -> None:
-        if n > 0:
+        if n > 0 and getattr(pool, "forked", True):
             prefetch.start()
         on_done(n)
 

@@ -1,17 +1,21 @@
 """Import modules on a thread while this process waits for others: :class:`Prefetch`.
 
-``sim run`` draws its plots once the sweep is done, and matplotlib with the plot modules takes
-about 0.3 CPU s to import (``python -X importtime -c "import sim.report.plots"``). While its
-workers simulate, the main process only waits for their rows, so it imports them then, on a
-thread (:data:`PLOT_MODULES`): the import leaves the path from the sweep's end to the last
-file written. Python's import system is thread-safe (a lock per module): a module the main
-thread asks for meanwhile is waited for, not imported twice.
+``sim run`` writes its table and draws its plots once the sweep is done; pandas takes about
+0.2 CPU s to import, matplotlib with the plot modules about 0.3 s (``python -X importtime -c
+"import sim.report.plots"``), and the sweep needs neither (traces are read with the csv module,
+:mod:`sim.trace.native`). While the workers simulate, the main process only waits for their
+rows, so it imports them then, on a thread (:data:`TABLE_MODULES`, :data:`PLOT_MODULES`): the
+imports leave the path from the sweep's end to the last file written. Python's import system
+is thread-safe (a lock per module): a module the main thread asks for meanwhile is waited
+for, not imported twice.
 
 A process must not fork while another of its threads is importing (the child would inherit
-the import's locks held, and hang on the first import of the same module). So the thread
-starts once the workers are forked (:meth:`Prefetch.start`), and every later fork of this
-process (more workers, the drawings' processes) first waits for it to finish
-(:func:`os.register_at_fork`).
+the import's locks held, and hang on the first import of the same module; a module that
+registers fork handlers, as :mod:`concurrent.futures` does, would register them halfway
+through the fork). So the thread starts once the workers are forked (:meth:`Prefetch.start`),
+the drawings wait for it before they fork (:func:`wait`), and any other fork of this process
+(workers started again after one died) waits for it too (:func:`os.register_at_fork`: a
+last resort).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import os
 import threading
 from collections.abc import Sequence
 from importlib import import_module
+
+TABLE_MODULES = ("pandas", "sim.report.row_bands")
+"""What ``sim run`` writes results.csv with (:func:`sim.report.outputs.write_results_csv`)."""
 
 PLOT_MODULES = (
     "matplotlib.backends.backend_agg",
@@ -34,15 +41,15 @@ canvas, Pillow's PNG writer, the plot modules."""
 _RUNNING: list[threading.Thread] = []
 
 
-def _join_all() -> None:
-    """Wait for every prefetch thread (before a fork: :func:`os.register_at_fork`)."""
+def wait() -> None:
+    """Wait for every prefetch thread of this process to finish (call it before forking)."""
     for thread in list(_RUNNING):
         if thread is not threading.current_thread():
             thread.join()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_join_all)
+    os.register_at_fork(before=wait)
 
 
 class Prefetch:
