@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
+from sim.runs.bridge_env import expandable_segments
 
 KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
        "gbs", "task")  # fmt: skip
@@ -104,6 +105,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                        ("loss=true", "account-for-loss-in-pipeline-split")):  # fmt: skip
         if part in split.lower():
             f[flag] = True
+    if expandable_segments(get):  # an environment variable of the run (sim.runs.bridge_env)
+        f["pytorch-cuda-alloc-conf"] = "expandable_segments:True"
     aware = get.get("precision_aware_optimizer", "")
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
         f["use-precision-aware-optimizer"] = True

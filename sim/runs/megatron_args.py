@@ -156,7 +156,7 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist) | _grad_buffer(r)
+    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
     layout = _pipeline_layout(r, lay)
     _conditional(r, lay, dist)
     _rest(r, lay)
@@ -225,6 +225,17 @@ def _grad_buffer(r: Reading) -> dict[str, Any]:
         return {}
     r.mapped("grad-reduce-in-bf16", "memory: grad_reduce_in_bf16 (16-bit gradient buffer)")
     return {"grad_reduce_in_bf16": True}
+
+
+def _allocator(r: Reading) -> dict[str, Any]:
+    """The run's ``PYTORCH_CUDA_ALLOC_CONF`` (an environment variable, not a Megatron flag:
+    Megatron-Bridge's performance scripts set it, :mod:`sim.runs.bridge_env`) as the
+    experiment's ``memory: expandable_segments``."""
+    conf = str(r.text("pytorch-cuda-alloc-conf", ""))
+    if not conf:
+        return {}
+    r.mapped("pytorch-cuda-alloc-conf", "memory: expandable_segments (the caching allocator)")
+    return {"expandable_segments": True} if "expandable_segments:True" in conf else {}
 
 
 def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
