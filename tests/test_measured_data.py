@@ -77,7 +77,7 @@ def test_dgx_b200_collectives_are_simumax_measured_node():
     ar = 4 * 2**20 / (900 * 2**30 * 0.7424) + (5.5183 * 2 + 22.2316) * 1e-6
     assert two.time_s(4 * 2**20, "allreduce") == pytest.approx(ar, rel=1e-3)
     assert {(t.kind, t.ranks) for t in topo.collectives} == {
-        (k, n) for k in ("allreduce", "all_gather", "reduce_scatter") for n in (2, 4, 8)
+        (k, n) for k in ("allreduce", "all_gather", "reduce_scatter", "alltoall") for n in (2, 4, 8)
     }
 
 
