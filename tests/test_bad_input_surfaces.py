@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 import sim.api
-from benchmarks.accuracy import bench_measured
+from benchmarks.accuracy import bench_measured, bench_measured_data
 from sim.cli import app
 from sim.errors import InputError
 
@@ -67,6 +67,24 @@ def test_bench_measured_options(case, tmp_path, monkeypatch, capsys):
     assert err.startswith("error: ") and "Traceback" not in err
     for text in mentions:
         assert text in err, (text, err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "mention"),
+    [(["--sources", "simumax,nope"], "--sources"), (["--data", "{d}/empty"], "--data")],
+    ids=["unknown-source", "empty-data-folder"],
+)
+def test_bench_measured_data_options(options, mention, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    argv = ["bench_measured_data.py", "--out", str(out)]
+    argv += [a.replace("{d}", str(tmp_path)) for a in options]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        bench_measured_data.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and mention in err and "Traceback" not in err
     assert not out.exists()
 
 

@@ -222,6 +222,12 @@ def _pct(x: float) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1%}"
 
 
+def _fail(message: str) -> None:
+    """Bad input: ``message`` (naming the option) on stderr, exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
@@ -233,6 +239,9 @@ def main() -> None:
     t0 = time.perf_counter()
     predictor = Predictor()
     recs = []
+    unknown = [n for n in args.sources.split(",") if n not in SOURCES]
+    if unknown:
+        _fail(f"--sources: unknown source(s) {', '.join(unknown)}; known: {', '.join(SOURCES)}")
     for name in args.sources.split(","):
         path = args.data / SOURCES[name]
         if not path.is_file():
@@ -240,6 +249,11 @@ def main() -> None:
             continue
         runs = read_source(name, path, args.bridge_recipes, args.max_rows)
         recs += [record(name, r, predictor) for r in runs]
+    if not recs:
+        _fail(
+            f"--data {args.data}: no measured rows found there; give the shared data folder "
+            "(the one holding measured/ and vtrain/) with --data or PIPESIM_SHARED_DATA"
+        )
     df = errors(pd.DataFrame(recs))
     wall = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)

@@ -35,11 +35,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim.compute.decoder_shape import DecoderShape
+from sim.compute.t5 import T5Shape, model_flops_per_sample
 
 FORMULA = "Megatron-LM's num_floating_point_operations (model FLOPs, no recompute)"
 """How :func:`model_flops` counts, for the outputs that show its TFLOP/s and MFU."""
 
-KINDS = ("gpt", "bert", "decoder")
+KINDS = ("gpt", "bert", "decoder", "t5")
 """Model shapes :func:`model_flops` counts (``provenance.inputs`` / ``model_shape`` kinds)."""
 
 
@@ -50,7 +51,9 @@ def model_flops(shape: Mapping[str, Any], samples: int) -> float | None:
     Args:
         shape: a trace's model shape (``kind`` ``gpt``/``bert``: ``layers, hidden, heads,
             seq_len, vocab`` and optionally ``ffn_mult``; ``decoder``: a
-            :meth:`sim.compute.decoder.DecoderShape.to_dict`).
+            :meth:`sim.compute.decoder.DecoderShape.to_dict`; ``t5``: a
+            :meth:`sim.compute.t5.T5Shape.to_dict`, counted per sample by
+            :func:`sim.compute.t5.model_flops_per_sample`).
         samples: sequences per iteration (global batch).
 
     Example (GPT-3 175B, 1,536 sequences of 2,048 tokens: 72 B s l h^2 (1 + s/12h + V/12lh)):
@@ -60,6 +63,8 @@ def model_flops(shape: Mapping[str, Any], samples: int) -> float | None:
         ...     + 51200 / (12 * 96 * 12288))), 12)
         1.0
     """
+    if shape.get("kind") == "t5":  # two sequence lengths: per sample (sim.compute.t5)
+        return model_flops_per_sample(T5Shape.from_dict(dict(shape))) * samples
     try:
         per_token = _per_token(shape)
     except (KeyError, TypeError, ValueError):

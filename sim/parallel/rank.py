@@ -1,8 +1,9 @@
 """A point's trace as one of its ranks runs it, whatever splits it: :func:`rank_trace`.
 
 Decoder traces (:mod:`sim.trace.decoder`) go through :func:`~sim.parallel.decoder_shard.
-shard_decoder` (tensor, sequence, expert and context parallelism); every other transformer
-trace through :func:`~sim.parallel.shard.shard_trace` (tensor and sequence parallelism only).
+shard_decoder` (tensor, sequence, expert and context parallelism); T5 traces
+(:mod:`sim.trace.t5`) through :func:`~sim.parallel.t5_shard.shard_t5` (tensor and sequence
+parallelism); every other transformer trace through :func:`~sim.parallel.shard.shard_trace` (tensor and sequence parallelism only).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.decoder_shard import DecoderShard, shard_decoder
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import ShardedTrace, shard_trace
+from sim.parallel.t5_shard import shard_t5
 from sim.trace.decoder import is_decoder
 from sim.trace.schema import Trace
+from sim.trace.t5 import is_t5
 
 
 class PointConfig(Protocol):
@@ -65,4 +68,6 @@ def rank_trace(
             f"{trace.name} is not one"
         )
     lay = point.layout
+    if is_t5(trace):
+        return shard_t5(trace, lay.tp, lay.sp, spec, point.sp_regather)
     return shard_trace(trace, lay.tp, lay.sp, spec, overhead_s, point.sp_regather)

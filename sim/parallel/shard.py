@@ -46,6 +46,7 @@ from typing import Any
 
 from sim.compute.kernels import phase_time
 from sim.compute.layers import embedding_kernels, head_kernels
+from sim.compute.t5 import T5Shape, check_tp
 from sim.compute.transformer import BlockShape, BlockTimes, block_bwd, block_fwd, block_times
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.megatron import (
@@ -104,6 +105,8 @@ def shape_problem(trace: Trace, t: int, sp: bool) -> str:
             f"tensor_parallel {t} needs the model shape of trace {trace.name} "
             f"(provenance.model_shape: {', '.join(SHAPE_KEYS)}), which it does not record"
         )
+    if shape["kind"] == "t5":  # sim.parallel.t5_shard splits it
+        return check_tp(T5Shape.from_dict(dict(shape)), t, sp)
     if shape["kind"] not in ("gpt", "bert"):
         return f"tensor parallelism models GPT and BERT stacks, not {shape['kind']!r}"
     a, f = int(shape["heads"]), int(shape.get("ffn_mult", 4)) * int(shape["hidden"])

@@ -44,6 +44,7 @@ from sim.plan.precision_axis import precision_axis, precision_invalid
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
+from sim.trace.t5 import is_t5
 
 Policy = tuple[str, MemoryPolicy]
 """A memory-policy axis value: the spec as written (what the point stores) and its policy."""
@@ -427,4 +428,9 @@ def _invalid(
         )
     if p > len(prep.traces[model].layers):
         return f"{p} stages but {model} has only {len(prep.traces[model].layers)} layers"
+    if p > 1 and is_t5(prep.traces[model]):
+        return (
+            f"{model} is a T5: Megatron-LM refuses pipeline parallelism for T5 "
+            "(NVIDIA/Megatron-LM@d98e8a64dd examples/t5/pretrain_t5.py:97-98)"
+        )
     return ""

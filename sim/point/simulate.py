@@ -58,6 +58,7 @@ from sim.schedules.combined import combine_pairs, combine_reason
 from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 from sim.trace.shared import place_shared
+from sim.trace.t5 import is_t5, stage_tensors_t5
 
 
 @dataclass
@@ -517,9 +518,12 @@ def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stag
         cost = StageCost.from_layers(layers[lo:hi], layers[lo - 1].out_bytes if s > 0 else 0.0)
         comm = sharded.comm[lo:hi]
         kinds = [(layer_kind(x.name), x.param_bytes) for x in layers[lo:hi]]
+        t5 = is_t5(sharded.trace)  # a T5 layer's tensors are its kind's (sim.compute.t5_ops)
         cost = replace(
             cost,
-            param_tensors=stage_tensors(kinds, norm_bytes),
+            param_tensors=stage_tensors_t5(sharded.trace, lo, hi)
+            if t5
+            else stage_tensors(kinds, norm_bytes),
             tp_fwd=aggregate([op for c in comm for op in c.fwd]),
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
         )

@@ -3,7 +3,8 @@
 A :class:`~sim.runs.record.MeasuredRun` is *expressed* when every setting that changes its
 time or memory has a pipesim equivalent: a hardware preset for its GPU, a trace generator for
 its model (:mod:`sim.trace.decoder` for Llama-like, MoE and MLA decoders,
-:func:`sim.trace.generator.transformer_trace` for GPT-2/3-like and BERT stacks), a framework
+:func:`sim.trace.generator.transformer_trace` for GPT-2/3-like and BERT stacks,
+:mod:`sim.trace.t5` for Megatron-Core's encoder-decoder T5), a framework
 profile, a memory policy for its optimizer sharding and recompute, a schedule, and a point of
 the grid (:class:`~sim.point.config.PointConfig`). Otherwise it is *not expressed*, with every
 reason (:class:`NotExpressed`): these reasons are the to-do list of what pipesim lacks. The
@@ -22,9 +23,11 @@ from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
+from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape
+from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
@@ -62,8 +65,9 @@ class Expressed:
         run: the measured run.
         hardware: preset name (``dgx-b200``, ``4x-dgx-h100``, ``nvl72x2-gb200``).
         model: the trace's name.
-        generator: ``decoder``, ``gpt`` or ``bert``.
-        shape: the generator's arguments (a :class:`DecoderShape` for ``decoder``; the
+        generator: ``decoder``, ``t5``, ``gpt`` or ``bert``.
+        shape: the generator's arguments (a :class:`DecoderShape` for ``decoder``, a
+            :class:`~sim.compute.t5.T5Shape` for ``t5``; the
             keyword arguments of ``transformer_trace`` otherwise).
         dtype: training dtype.
         framework: pipesim framework profile.
@@ -146,7 +150,7 @@ def _precision(run: MeasuredRun) -> list[str]:
 def _model(run: MeasuredRun) -> list[str]:
     s = run.shape
     if s.arch == "t5":
-        return ["encoder-decoder T5: no trace generator for it"]
+        return t5_reasons(run)
     if s.arch == "hybrid":
         return ["hybrid Mamba-2 / attention layers (issue 26 item 4: Mamba-2 hybrids)"]
     if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
@@ -335,6 +339,8 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
     s = run.shape
     seq = run.seq_len or 0
+    if s.arch == "t5":
+        return "t5", t5_shape(run)
     if uses_decoder(run):
         return "decoder", decoder_shape(s, seq, attention)
     mult = (s.ffn_hidden or 4 * (s.hidden or 0)) // (s.hidden or 1)
@@ -347,6 +353,9 @@ def model_name(generator: str, shape: Any) -> str:
     if isinstance(shape, DecoderShape):
         moe = f"-e{shape.moe.experts}k{shape.moe.top_k}" if shape.moe else ""
         return f"dec-L{shape.layers}-h{shape.hidden}-a{shape.heads}-s{shape.seq_len}{moe}"
+    if isinstance(shape, T5Shape):
+        return (f"t5-E{shape.encoder_layers}D{shape.decoder_layers}-h{shape.hidden}-"
+                f"a{shape.heads}-s{shape.encoder_seq}-{shape.decoder_seq}")  # fmt: skip
     return (
         f"{generator}-L{shape['layers']}-h{shape['hidden']}-a{shape['heads']}-s{shape['seq_len']}"
     )
@@ -371,7 +380,12 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         "memory_policy": policy(run)[0], "framework": framework,
         "precision": low_precision(run.precision),
     } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
-    approx = tuple(f"{a.name}: {a.reason}" for a in run.args if a.status == "approximated")
+    sized = T5_SIZED if generator == "t5" else ()  # the T5 generator sizes the table
+    approx = tuple(
+        f"{a.name}: {a.reason}"
+        for a in run.args
+        if a.status == "approximated" and a.name.lstrip("-") not in sized
+    ) + (T5_NOTES if generator == "t5" else ())
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,

@@ -34,6 +34,7 @@ from sim.runs.express import Expressed
 from sim.trace.decoder import decoder_trace
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import Trace
+from sim.trace.t5 import t5_trace
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ def build_trace(item: Expressed, topo: Topology) -> Trace:
     if item.generator == "decoder":
         trace = decoder_trace(item.shape, name=item.model, microbatch_size=1, gpu=gpu,
                               dtype=item.dtype)  # fmt: skip
+    elif item.generator == "t5":
+        trace = t5_trace(item.shape, name=item.model, microbatch_size=1, gpu=gpu, dtype=item.dtype)
     else:
         trace = transformer_trace(item.generator, name=item.model, microbatch_size=1,
                                   dtype=item.dtype, gpu=gpu, **item.shape)  # fmt: skip
