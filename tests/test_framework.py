@@ -469,3 +469,16 @@ def test_overlapped_p2p_keeps_the_golden_interleaved_makespan():
     rt = PipelineRuntime(blocking_p2p=True, overlap_p2p=True)
     log = simulate(replace(uniform_input("interleaved_1f1b", 4, 8), runtime=rt))
     assert log.iteration_ends_s == [pytest.approx(28.5)]
+
+
+def test_no_overlap_p2p_flag_maps_only_under_the_interleaved_schedule():
+    # sim import: --no-overlap-p2p-communication turns the option off where it applies (pp > 1
+    # and vp > 1); elsewhere Megatron has nothing to overlap
+    from sim.parallel.layout import ParallelLayout
+    from sim.runs.megatron_overlap import read_options
+
+    flags = {"no-overlap-p2p-communication": True}
+    opts, _ = read_options(flags, ParallelLayout(pp=4, vp=2), True)
+    assert opts == {"overlap_p2p_comm": "false"}
+    opts, notes = read_options(flags, ParallelLayout(pp=4), True)
+    assert opts == {} and notes[0][1] == "ignored"
