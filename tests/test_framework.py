@@ -409,8 +409,8 @@ def test_megatron_lm_with_torch_ddp_differs_only_in_the_gradient_reduction_and_b
 
 
 def _waits_before(op: str, overlap: bool) -> float:
-    """When a rank may start action ``op`` after a forward's send (5 s) and a backward's send
-    (1 s) were posted at t = 0 (sim.engine.exchanges, blocking exchanges)."""
+    """When a rank may start action ``op`` after a forward's send (1 s) and a backward's send
+    (5 s) were posted at t = 0 (sim.engine.exchanges, blocking exchanges)."""
     from types import SimpleNamespace
 
     import simpy
@@ -432,23 +432,23 @@ def _waits_before(op: str, overlap: bool) -> float:
     def send(seconds):
         yield env.timeout(seconds)
 
-    ex.track(rep, env.process(send(5.0)), "act")
-    ex.track(rep, env.process(send(1.0)), "grad")
+    ex.track(rep, env.process(send(1.0)), "act")
+    ex.track(rep, env.process(send(5.0)), "grad")
     done = env.process(ex.boundary(rep, Action(1, op, 0), {}, False))
     env.run(done)
     return env.now
 
 
-def test_overlapped_p2p_waits_only_for_sends_of_the_next_actions_kind():
-    # Megatron-Core's overlap_p2p_comm (interleaved schedule): pp_post_forward waits the
-    # previous forward's send_next, pp_post_backward the previous backward's send_prev. With a
-    # forward's send taking 5 s and a backward's 1 s, both pending: a blocking exchange
-    # (batch_isend_irecv + wait) starts any next action at 5 s; overlapped, a backward starts
-    # at 1 s and a forward at 5 s.
+def test_overlapped_p2p_defers_a_backwards_sends_past_the_next_forward():
+    # Megatron-Core's overlap_p2p_comm (interleaved schedule): pp_post_backward waits the
+    # previous backward's send_prev one backward later; a forward's send_next is waited at
+    # once (deallocate_pipeline_outputs). A forward's send taking 1 s and a backward's 5 s,
+    # both pending: a blocking exchange (batch_isend_irecv + wait) starts any next action at
+    # 5 s; overlapped, a forward starts at 1 s and a backward at 5 s.
     assert _waits_before("F", overlap=False) == 5.0
     assert _waits_before("B", overlap=False) == 5.0
-    assert _waits_before("B", overlap=True) == 1.0
-    assert _waits_before("F", overlap=True) == 5.0
+    assert _waits_before("F", overlap=True) == 1.0
+    assert _waits_before("B", overlap=True) == 5.0
 
 
 def test_megatron_overlaps_p2p_only_under_the_interleaved_schedule():

@@ -18,11 +18,12 @@ the sender's next action waits until the send is complete (:meth:`Exchanges.boun
 rank that holds several stages (interleaved 1F1B), each exchange also posts the receives of the
 rank's next forward and next backward, as Megatron's
 ``send_forward_backward_recv_forward_backward`` does (:meth:`Exchanges.post_ahead`).
-With ``overlap_p2p`` (Megatron-Core's ``overlap_p2p_comm`` under the interleaved schedule:
-``pp_post_forward`` waits the previous forward's ``send_next`` handle, ``pp_post_backward`` the
-previous backward's ``send_prev``), a rank's next forward waits only for its forwards' sends
-and its next backward only for its backwards' sends; the others stay pending until the next
-action of their kind (or the optimizer step).
+With ``overlap_p2p`` (Megatron-Core's ``overlap_p2p_comm`` under the interleaved schedule,
+NVIDIA/Megatron-LM@00611e6 ``schedules.py``: ``pp_post_backward`` waits the previous
+backward's ``send_prev`` handle, one backward later; ``pp_post_forward`` waits a forward's own
+``send_next`` right away when ``deallocate_pipeline_outputs``, which Megatron-LM's
+``core_transformer_config_from_args`` sets), a backward's sends are waited for before the
+rank's next backward, not before its next forward; a forward's as without the option.
 
 Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
 is idle (``torch.cuda.synchronize()``; :meth:`sim.engine.host.HostThreads.wait`), then issues the
@@ -192,15 +193,13 @@ class Exchanges:
             self.hosts.wait(rep.gpu)
 
     def _wait_sends(self, rep: StageReplica, label: str, tags: dict, op: str | None):
-        """Wait for the rank's pending sends: all of them, or with ``overlap_p2p`` and an
-        action ``op`` only those of its direction (``act`` before a forward, ``grad`` before
-        a backward: module doc)."""
+        """Wait for the rank's pending sends: all of them, or with ``overlap_p2p`` before a
+        forward (``op`` ``F``) only the forwards' (module doc)."""
         pending = self._pending.pop(self._owner(rep), [])
         keep: list[tuple[str, simpy.Process]] = []
-        if op is not None and self.runtime.overlap_p2p:
-            kind = "act" if op == "F" else "grad"
-            keep = [(k, s) for k, s in pending if k != kind]
-            pending = [(k, s) for k, s in pending if k == kind]
+        if op == "F" and self.runtime.overlap_p2p:
+            keep = [(k, s) for k, s in pending if k == "grad"]
+            pending = [(k, s) for k, s in pending if k != "grad"]
         if keep:
             self._pending[self._owner(rep)] = keep
         sends = [s for _, s in pending]
