@@ -21,12 +21,22 @@ class InputError(Exception):
         file: the file the input came from, if any.
         field: the dotted path of the offending field inside that file, if any; or the
             command-line option (``--out``), named as an option.
+        line: the line of ``file`` where ``field`` is written (1-based), where known
+            (:func:`sim.textio.located` finds it).
     """
 
-    def __init__(self, message: str, *, file: str | None = None, field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        line: int | None = None,
+    ):
         self.message = message
         self.file = file
         self.field = field
+        self.line = line
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
@@ -36,6 +46,8 @@ class InputError(Exception):
         if self.field:
             kind = "option" if self.field.startswith("-") else "field"
             where = f"{where}: {kind} '{self.field}'" if where else f"{kind} '{self.field}'"
+        if self.line is not None:
+            where = f"{where} (line {self.line})" if self.field else f"{where}, line {self.line}"
         return f"{where}: {self.message}" if where else self.message
 
 

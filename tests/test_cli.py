@@ -10,7 +10,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import sim.plan.point_row
+import sim.plan.rowcache
 from sim.cli import app
+from sim.plan.rowcache import open_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -180,30 +183,33 @@ def test_not_fitting_names_device_peak_and_capacity(tmp_path):
     assert row.peak_memory_bytes >= row.oom_peak_bytes
 
 
-def test_second_run_reuses_cache(tmp_path):
+def _cached_keys(out: Path) -> set[str]:
+    with open_cache(out / ".cache") as cache:
+        return set(cache.iterkeys())
+
+
+def test_second_run_reuses_cache(tmp_path, monkeypatch):
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
     args = ("--jobs", 1, "--no-plots", "--exhaustive")  # every point simulated and cached
     assert _run("run", path, "--out", out, *args).exit_code == 0
-    cached = sorted((out / ".cache").glob("*.json"))
-    assert len(cached) == 4
-    stamp = [p.stat().st_mtime_ns for p in cached]
+    assert len(_cached_keys(out)) == 4
+    written = []
+    monkeypatch.setattr(sim.plan.rowcache, "cache_entry", lambda *a: written.append(a) or "")
     assert _run("run", path, "--out", out, *args).exit_code == 0
-    assert [p.stat().st_mtime_ns for p in cached] == stamp
+    assert written == []  # every row read from the cache, none simulated or written again
 
 
 def test_cache_is_not_reused_by_another_model_code(tmp_path, monkeypatch):
     """A row cached by another version of the simulator's source is recomputed, not reused."""
-    import sim.plan.point_row
-
     path = _write(tmp_path, SMALL)
     out = tmp_path / "out"
     args = ("--jobs", 1, "--no-plots", "--exhaustive")  # every point simulated and cached
     assert _run("run", path, "--out", out, *args).exit_code == 0
-    before = {p.name for p in (out / ".cache").glob("*.json")}
+    before = _cached_keys(out)
     monkeypatch.setattr(sim.plan.point_row, "model_code_hash", lambda: "another-engine")
     assert _run("run", path, "--out", out, *args).exit_code == 0
-    after = {p.name for p in (out / ".cache").glob("*.json")}
+    after = _cached_keys(out)
     assert len(before) == 4 and before.isdisjoint(after - before) and len(after - before) == 4
 
 

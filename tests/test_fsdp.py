@@ -110,7 +110,10 @@ def test_unsharded_block_bytes_and_their_lifetime():
     # Unit 0's unsharded parameters (5e8 x 2 B = 1e9 B) live from its copy-out to the end of
     # its forward [0.5, 1.5] and again in backward [3.5, 7.0] (resharded after it); its
     # all-gather output (1e9 B) from the all-gather's start to the next unit's copy-out:
-    # [0, 1.5] in forward. Its reduce-scatter input (fp32, 2e9 B) [7.0, 8.0].
+    # [0, 1.5] in forward; in backward each all-gather output is freed at its copy-out (unit
+    # 1's [2.5, 3.0]). Its reduce-scatter input (fp32, 2e9 B) [7.0, 8.0]: the last of the pass
+    # is dropped when its reduce-scatter ends; unit 1's, [5.0, 7.0], is kept until unit 0's
+    # post-backward though its reduce-scatter ends at 6.0 (torch's reduce_scatter_states).
     _, _, log = _run(p=1, w=2, shard=2, m=1)
     mem = [e for e in log.memory if e.device == "gpu0" and "fsdp" in e.label and e.time_s < 8.5]
 
@@ -122,7 +125,9 @@ def test_unsharded_block_bytes_and_their_lifetime():
     assert life("fsdp unshard 0F0u0", "fsdp reshard 0F0u0", "weights") == (0.5, 1.5, 1 * GB)
     assert life("fsdp unshard 0B0u0", "fsdp reshard 0B0u0", "weights") == (5.0, 7.0, 1 * GB)
     assert life("fsdp ag 0F0u0", "fsdp ag free 0F0u1", "buffers") == (0.0, 1.5, 1 * GB)
-    assert life("fsdp rs 0B0u0", "fsdp rs done 0B0u0", "gradients") == (7.0, 8.0, 1 * GB)
+    assert life("fsdp ag 0B0u1", "fsdp ag free 0B0u1", "buffers") == (2.5, 3.0, 1 * GB)
+    assert life("fsdp rs 0B0u0", "fsdp rs done 0B0u0", "gradients") == (7.0, 8.0, 2 * GB)
+    assert life("fsdp rs 0B0u1", "fsdp rs drop 0B0u0", "gradients") == (5.0, 7.0, 2 * GB)
 
 
 def test_counts_and_sizes_per_step_without_and_with_pipeline_parallelism():

@@ -23,18 +23,18 @@ MEGATRON = DATA / "megatron_llama3_70b_64xh100.sh"
 
 def test_unexpressible_argument_is_an_error_naming_it(tmp_path):
     command = tmp_path / "offload.sh"
-    command.write_text(MEGATRON.read_text().rstrip() + " \\\n    --cpu-offloading\n")
+    command.write_text(MEGATRON.read_text().rstrip() + " \\\n    --optimizer-cpu-offload\n")
     with pytest.raises(InputError) as exc:
         import_runs([command], out=tmp_path / "out", gpu="H100")
     msg = str(exc.value)
-    assert str(command) in msg and "'--cpu-offloading'" in msg
+    assert str(command) in msg and "'--optimizer-cpu-offload'" in msg
     assert not (tmp_path / "out").exists()
 
 
 def test_ignored_on_request_and_every_argument_reported(tmp_path):
     command = tmp_path / "offload.sh"
-    command.write_text(MEGATRON.read_text().rstrip() + " \\\n    --cpu-offloading\n")
-    done = import_runs([command], out=tmp_path, gpu="H100", ignore=["--cpu-offloading"])
+    command.write_text(MEGATRON.read_text().rstrip() + " \\\n    --optimizer-cpu-offload\n")
+    done = import_runs([command], out=tmp_path, gpu="H100", ignore=["--optimizer-cpu-offload"])
     (item,) = done
     exp = yaml.safe_load(item.experiment.read_text())
     model = exp["models"][0]
@@ -49,8 +49,8 @@ def test_ignored_on_request_and_every_argument_reported(tmp_path):
     flags = parse_command(command.read_text()).flags
     assert {r["name"] for r in rows} >= set(flags)  # every flag of the command is reported
     by = {r["name"]: r for r in rows}
-    assert by["cpu-offloading"]["status"] == "ignored"
-    assert "ignored on request" in by["cpu-offloading"]["reason"]
+    assert by["optimizer-cpu-offload"]["status"] == "ignored"
+    assert "ignored on request" in by["optimizer-cpu-offload"]["reason"]
     assert by["overlap-grad-reduce"]["status"] == "mapped"
     assert by["tensor-model-parallel-size"]["status"] == "mapped"
     assert by["lr"]["status"] == "ignored"
@@ -80,12 +80,12 @@ def test_sweep_around_the_run(tmp_path):
 
 
 def test_cli_exit_2_names_file_and_field(tmp_path):
-    bad = tmp_path / "offload.sh"  # activation offloading: not a pipesim policy
+    bad = tmp_path / "offload.sh"  # optimizer CPU offload: not a pipesim policy
     launch = (DATA / "megatron_llama3_70b_64xh100.sh").read_text().rstrip()
-    bad.write_text(launch + " --cpu-offloading\n")
+    bad.write_text(launch + " --optimizer-cpu-offload\n")
     res = CliRunner().invoke(app, ["import", str(bad), "--gpu", "H100", "--out", str(tmp_path)])
     assert res.exit_code == 2
-    assert "offload.sh" in res.output and "cpu-offloading" in res.output
+    assert "offload.sh" in res.output and "optimizer-cpu-offload" in res.output
     res = CliRunner().invoke(app, ["import", str(tmp_path / "nope.log")])
     assert res.exit_code == 2 and "nope.log" in res.output
 

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.config import config_hash
+from sim.plan.rowcache import open_cache, read_cached
 from sim.report.outputs import MANIFEST, draw, recover_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,29 +99,45 @@ def test_corrupt_and_forged_cache_entries_are_recomputed(tmp_path):
     args.append("--exhaustive")  # every point simulated, so every point has a cache entry
     assert runner.invoke(app, args).exit_code == 0
     truth = pd.read_csv(out / "results.csv")
-    entries = sorted((out / ".cache").glob("*.json"))
-    assert len(entries) == 4
-    entries[0].write_bytes(b"\x00\xffgarbage")  # unreadable
-    edited = json.loads(entries[1].read_text())  # edited, checksum left as it was
-    edited["row"]["bubble_fraction"] = 0.0
-    entries[1].write_text(json.dumps(edited))
-    forged = json.loads(entries[2].read_text())  # forged: 10x the throughput, checksum redone
-    forged["row"]["throughput_samples_per_s"] *= 10
-    forged["sha256"] = config_hash({"key": forged["key"], "row": forged["row"]})
-    entries[2].write_text(json.dumps(forged))
-    other = json.loads(entries[3].read_text())  # filed under another configuration's key
-    entries[3].write_text(json.dumps({**other, "key": "0" * 64}))
+    with open_cache(out / ".cache") as cache:
+        keys = sorted(cache.iterkeys())
+        assert len(keys) == 4
+        cache[keys[0]] = b"\x00\xffgarbage"  # unreadable
+        edited = json.loads(cache[keys[1]])  # edited, checksum left as it was
+        edited["row"]["bubble_fraction"] = 0.0
+        cache[keys[1]] = json.dumps(edited)
+        forged = json.loads(cache[keys[2]])  # forged: 10x the throughput, checksum redone
+        forged["row"]["throughput_samples_per_s"] *= 10
+        forged["sha256"] = config_hash({"key": forged["key"], "row": forged["row"]})
+        cache[keys[2]] = json.dumps(forged)
+        other = json.loads(cache[keys[3]])  # filed under another configuration's key
+        cache[keys[3]] = json.dumps({**other, "key": "0" * 64})
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 4, res.output
-    for p, why in zip(
-        entries, ("unreadable", "damaged", "inconsistent (throughput", "not an entry"), strict=True
+    for key, why in zip(
+        keys, ("unreadable", "damaged", "inconsistent (throughput", "not an entry"), strict=True
     ):
-        assert any(str(p) in w and why in w for w in warnings), (p, why, warnings)
+        assert any(key in w and why in w for w in warnings), (key, why, warnings)
     again = pd.read_csv(out / "results.csv")
     pd.testing.assert_frame_equal(again, truth)
     assert runner.invoke(app, args).output.count("warning:") == 0  # rewritten
+
+
+def test_a_pickled_cache_entry_is_not_unpickled(tmp_path):
+    """The cache holds JSON text; a pickled value put there by someone else reads as bytes
+    (unreadable, recomputed), so reading a cache never runs code."""
+    with open_cache(tmp_path) as cache:
+        cache["k"] = _Boom()  # diskcache pickles what is not text or bytes
+        entry = cache["k"]
+    assert isinstance(entry, bytes)
+    assert str(read_cached(entry, "k", None)).startswith("unreadable")  # type: ignore[arg-type]
+
+
+class _Boom:
+    def __reduce__(self):
+        return (pytest.fail, ("unpickled",))
 
 
 def test_recover_a_swap_killed_between_the_renames(tmp_path):

@@ -22,6 +22,7 @@ from sim.plan.bounds import BoundModel, resolved_memory_excess
 from sim.plan.executors import LocalExecutor, open_executor
 from sim.plan.planner import plan_points
 from sim.plan.point_row import point_row
+from sim.plan.rowcache import open_cache
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare
 from sim.point.rows import pick_winner
@@ -231,7 +232,8 @@ def test_cli_records_pruned_rows_and_exhaustive_agrees(tmp_path):
     resolved = yaml.safe_load((tmp_path / "a" / "config.resolved.yaml").read_text())
     planner = resolved["planner"]
     assert planner["expanded"] == len(df) and planner["prune"] is True
-    cached = len(list((tmp_path / "a" / ".cache").glob("*.json")))
+    with open_cache(tmp_path / "a" / ".cache") as cache:
+        cached = len(cache)
     assert cached == planner["simulated"]
     res = runner.invoke(
         app,

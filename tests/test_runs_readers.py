@@ -148,10 +148,10 @@ def test_megatron_command_maps_and_refuses():
         "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true,log_interval=1]"
     )
     offload = read_megatron(
-        parse_command(MEGATRON_70B.read_text()).flags | {"cpu-offloading": True},
+        parse_command(MEGATRON_70B.read_text()).flags | {"optimizer-cpu-offload": True},
         name="o", source="t", gpu="H100",
     )  # fmt: skip
-    assert {a.name for a in offload.unmapped()} == {"cpu-offloading"}
+    assert {a.name for a in offload.unmapped()} == {"optimizer-cpu-offload"}
     assert isinstance(express(offload), NotExpressed)
 
 
@@ -367,3 +367,27 @@ def test_gradient_buffer_in_bf16_halves_the_gradients():
     assert "grad-reduce-in-bf16" not in recipe_flags({"grad_reduce_in_fp32": "True"})
     got, _ = bridge_flags({"ddp": {"grad_reduce_in_fp32": False}})
     assert got["grad-reduce-in-bf16"] is True
+
+
+def test_bridge_runs_with_expandable_segments_by_release():
+    """PYTORCH_CUDA_ALLOC_CONF as Megatron-Bridge's performance scripts set it per release
+    (sim.runs.bridge_env): every run from v0.5.0, a recipe's own env_vars, the per-model rules
+    of v0.3/v0.4 (Llama 3.1 405B FP8 on GB200 yes, on B200 no), none in v0.1.0rc3."""
+    from sim.runs.bridge_env import expandable_segments
+    from sim.runs.bridge_recipes import recipe_flags
+
+    cli = "-m llama -mr llama31_405b -g {} -c fp8_mx -ng 256 --task pretrain"
+    assert expandable_segments(
+        {"settings_from": "v0.4.1 @ f9b6", "launcher_cli": cli.format("gb200")}
+    )
+    assert not expandable_segments(
+        {"settings_from": "v0.4.1 @ f9b6", "launcher_cli": cli.format("b200")}
+    )
+    assert expandable_segments(
+        {"settings_from": "v0.5.0 @ fcbb", "launcher_cli": cli.format("b200")}
+    )
+    assert not expandable_segments({"settings_from": "v0.1.0rc3 @ bf71", "launcher_cli": ""})
+    env = "NCCL_NVLS_ENABLE=0;PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert expandable_segments({"settings_from": "main @ 067f", "env_vars": env})
+    flags = recipe_flags({"settings_from": "v0.5.0 @ fcbb"})
+    assert flags["pytorch-cuda-alloc-conf"] == "expandable_segments:True"

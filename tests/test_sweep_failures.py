@@ -16,6 +16,7 @@ import sim.plan.executors as executors
 import sim.plan.point_row as point_row_mod
 from sim.cli import app
 from sim.errors import EXIT_INTERNAL
+from sim.plan.rowcache import open_cache
 from sim.point.rows import INTERNAL
 
 EXP = {
@@ -96,4 +97,5 @@ def test_run_writes_everything_names_the_point_and_exits_3(tmp_path, monkeypatch
     csv = (tmp_path / "o" / "results.csv").read_text()
     assert csv.count(INTERNAL) == 1
     assert (tmp_path / "o" / "winner.yaml").is_file()
-    assert not any(INTERNAL in p.read_text() for p in (tmp_path / "o" / ".cache").glob("*.json"))
+    with open_cache(tmp_path / "o" / ".cache") as cache:
+        assert len(cache) and not any(INTERNAL in cache[k] for k in cache.iterkeys())

@@ -26,7 +26,8 @@ per dimension (tp, pp, cp, ep, family, GPU, and the golden rows' framework versi
 quality over the questions with several measured configurations (one model, one GPU count, one
 global batch): top-1, mean and max regret, Kendall tau; the rows not expressed grouped by
 their first reason, and every reason with the rows it blocks (alone or with others). Writes
-``predictions.csv`` (every row), ``not_expressed.csv`` (every row not expressed, all reasons)
+``predictions.csv`` (every row; ``approximations``: what the simulation changes of each
+expressed run, :attr:`sim.runs.express.Expressed.approximations`), ``not_expressed.csv`` (every row not expressed, all reasons)
 and ``scatter.png`` into ``--out``. Nothing here is fitted: the rows are what the model
 predicts.
 
@@ -124,11 +125,12 @@ def record(source: str, run: MeasuredRun, predictor: Predictor) -> dict:
         "measured_s": m.iteration_time_s, "predicted_s": math.nan,
         "measured_bytes": m.peak_bytes, "memory_kind": "allocated"
         if m.peak_allocated_bytes is not None else "reserved" if m.peak_bytes else "",
-        "predicted_bytes": math.nan, "error": "", "fits": math.nan,
+        "predicted_bytes": math.nan, "error": "", "fits": math.nan, "approximations": "",
     } | {f"peak_{c}_bytes": math.nan for c in CATEGORIES}  # fmt: skip
     if not isinstance(ex, Expressed):
         rec["reasons"] = " | ".join(ex.reasons)
         return rec
+    rec["approximations"] = " | ".join(ex.approximations)
     p = predictor.predict(ex)
     rec["predicted_s"] = p.iteration_time_s if p.iteration_time_s else math.nan
     mem = p.allocated_bytes if rec["memory_kind"] == "allocated" else p.peak_bytes

@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from sim.errors import EXIT_INTERNAL, InputError
+from sim.textio import located
 
 
 def _no_flag_metavar() -> None:
@@ -140,7 +141,8 @@ def friendly(fn: F) -> F:
         except (typer.Exit, typer.Abort, click.ClickException):
             raise
         except InputError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            shown = str(located(exc))  # with the line where the field is written
+            err.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""

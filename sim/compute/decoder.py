@@ -307,7 +307,7 @@ def _body_params(base: str, m: DecoderShape) -> tuple[int, int]:
     if base in ("moe_block", "moe"):
         moe = m.moe
         assert moe is not None
-        dense = attn + h + moe.router_params() + moe.shared_params()
+        dense = attn + h + moe.router_params() + moe.shared_params() + moe.latent_params()
         return dense, moe.experts * moe.expert_params()
     if base in ("block", "mlp"):
         return attn + h + (3 if m.gated_mlp else 2) * h * m.ffn_hidden, 0

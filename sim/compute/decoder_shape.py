@@ -181,8 +181,9 @@ class DecoderShape:
         of :data:`OPTIONAL` only where they differ from their defaults."""
         out = {k: v for k, v in asdict(self).items() if k != "block"}
         out = {k: v for k, v in out.items() if k not in OPTIONAL or v != OPTIONAL[k]}
-        if out.get("moe") is not None and not out["moe"].get("bias"):
-            out["moe"] = {k: v for k, v in out["moe"].items() if k != "bias"}
+        if out.get("moe") is not None:  # fields added later, left out at their defaults
+            out["moe"] = {k: v for k, v in out["moe"].items()
+                          if not (k in ("bias", "latent") and not v)}  # fmt: skip
         if out.get("lora") is not None:
             out["lora"] = {**out["lora"], "targets": list(out["lora"]["targets"])}
         return {"kind": "decoder", **out}

@@ -32,6 +32,17 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 6. shared experts: a dense (gated) MLP of width ``f_s`` over the rank's tokens, split over
    tensor ranks like the dense part (``shared_experts.py``); residual add.
 
+**Latent MoE** (``--moe-latent-size l``; Nemotron 3 Super; NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/transformer/moe/moe_layer.py`` lines 266-300 and 476-492, ``experts.py`` lines
+219-242, ``token_dispatcher.py:1535``): the router and the shared experts see the hidden state
+``h``; the routed tokens are first projected down, ``fc1_latent_proj`` ``[r, h] @ [h, l]``
+(weights duplicated over tensor ranks, the rank's own ``r`` tokens), and dispatched, permuted,
+computed by the experts (``[n, l] @ [l, up]``, ``[n, f_e] @ [f_e, l]``) and combined at width
+``l``; ``fc2_latent_proj`` ``[r, l] @ [l, h]`` projects the combined output back. The row width
+of every routed step is :attr:`MoEShape.row_width` (``l``, else ``h``); the two projections add
+``2 h l`` parameters to the dense part and keep their inputs (``r*l*d`` for ``fc2``; ``fc1``'s
+input is the router's).
+
 Backward: every GEMM ``Y = XW`` gives ``dX = dY W^T`` (input gradient) and ``dW = X^T dY``
 (weight gradient), as :mod:`sim.compute.transformer`; the memory-bound kernels move 1.5x their
 forward bytes; the router's backward is its GEMM's two gradients and the softmax backward.
@@ -77,6 +88,7 @@ class MoEShape:
         bias: biased experts and router (GPT-OSS: ``gate_up_proj_bias`` ``[E, 2f_e]``,
             ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
             parameters; the adds run in the GEMMs' epilogues (no kernel of their own).
+        latent: the routed experts' latent width ``l`` (module doc, "Latent MoE"); 0: none.
     """
 
     hidden: int
@@ -88,6 +100,7 @@ class MoEShape:
     capacity_factor: float | None = None
     pad_to_capacity: bool = False
     bias: bool = False
+    latent: int = 0
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -100,6 +113,17 @@ class MoEShape:
             raise ValueError(f"shared_ffn must be >= 0, got {self.shared_ffn}")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
+        if isinstance(self.latent, bool) or not isinstance(self.latent, int) or self.latent < 0:
+            raise ValueError(f"latent must be an integer >= 0, got {self.latent!r}")
+
+    @property
+    def row_width(self) -> int:
+        """Width of a routed row: the latent ``l``, else ``h`` (module doc)."""
+        return self.latent or self.hidden
+
+    def latent_params(self) -> int:
+        """Parameters of the two latent projections, ``2 h l`` (0 without)."""
+        return 2 * self.hidden * self.latent
 
     @property
     def up_width(self) -> int:
@@ -108,8 +132,8 @@ class MoEShape:
 
     def expert_params(self) -> int:
         """Parameters of one routed expert: ``(2 or 3) * h * f_e``, plus ``up + h`` biases."""
-        bias = self.up_width + self.hidden if self.bias else 0
-        return (self.up_width + self.expert_ffn) * self.hidden + bias
+        bias = self.up_width + self.row_width if self.bias else 0
+        return (self.up_width + self.expert_ffn) * self.row_width + bias
 
     def shared_params(self) -> int:
         """Parameters of the shared experts: ``(2 or 3) * h * f_s``."""
@@ -121,10 +145,12 @@ class MoEShape:
 
     def fwd_flops(self, tokens: int) -> float:
         """Forward FLOPs of the whole layer for ``tokens`` tokens, balanced and dropless:
-        router ``2Th E``, routed experts ``2Tk h (up + f_e)``, shared ``2Th f_s (2 or 3)``."""
-        t, h = tokens, self.hidden
-        routed = 2.0 * t * self.top_k * h * (self.up_width + self.expert_ffn)
-        return 2.0 * t * h * self.experts + routed + 2.0 * t * self.shared_params()
+        router ``2Th E``, routed experts ``2Tk w (up + f_e)`` (``w`` the row width), shared
+        ``2Th f_s (2 or 3)``, latent projections ``4Thl``."""
+        t, h, w = tokens, self.hidden, self.row_width
+        routed = 2.0 * t * self.top_k * w * (self.up_width + self.expert_ffn)
+        latent = 2.0 * t * self.latent_params()
+        return 2.0 * t * h * self.experts + routed + 2.0 * t * self.shared_params() + latent
 
 
 def _groups(rows: tuple[float, ...]) -> dict[int, int]:
@@ -156,7 +182,10 @@ def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
     ]
     if not (shape.capacity_factor is not None and shape.pad_to_capacity):
         out.append(mem("token_count_sync", 0.0))  # the host sync (module doc, step 2)
-    return out + [_permute("permute", r * h * d + r * k * h * d, r, k, h, d)]
+    w = shape.row_width
+    if shape.latent:
+        out.append(gemm("latent_down", r, w, h, d))
+    return out + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
 
 
 def _shared_fwd(shape: MoEShape, t: int, d: int, tp: int) -> list[Kernel]:
@@ -195,16 +224,18 @@ def moe_fwd(
         ValueError: ``tp`` or ``etp`` does not divide the shared or expert widths.
     """
     etp = _check_tp(shape, tp, etp)
-    h, fe, k = shape.hidden, shape.expert_ffn // etp, shape.top_k
+    h, fe, k, w = shape.hidden, shape.expert_ffn // etp, shape.top_k, shape.row_width
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
     for n, c in sorted(_groups(rows).items()):
-        out.append(grouped(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), h, d, c, "fwd"))
+        out.append(grouped(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), w, d, c, "fwd"))
         out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
         if shape.gated:
             out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
-        out.append(grouped(f"expert_down[{n}]", n, h, fe, d, c, "fwd"))
-    unpermute = r * k * h * d + r * k * PROB_BYTES + r * h * d
-    out.append(_permute("unpermute", unpermute, r, k, h, d))
+        out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd"))
+    unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
+    out.append(_permute("unpermute", unpermute, r, k, w, d))
+    if shape.latent:
+        out.append(gemm("latent_up", r, h, w, d))
     return out + _shared_fwd(shape, t, d, tp) + [mem("mlp_residual", 3 * r * h * d)]
 
 
@@ -224,18 +255,21 @@ def moe_bwd(
     """
     etp = _check_tp(shape, tp, etp)
     h, e, fe, k = shape.hidden, shape.experts, shape.expert_ffn // etp, shape.top_k
+    w = shape.row_width
     up = fe * (2 if shape.gated else 1)
-    dx = [_permute("unpermute_bwd", 1.5 * (r * k * h * d + r * h * d), r, k, h, d)]
-    dw = []
+    dx, dw = _latent_bwd(shape, r, d, "up")
+    dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     for n, c in sorted(_groups(rows).items()):
-        dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, h, d, c, "dgrad"))
+        dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad"))
         if shape.gated:
             dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))
         dx.append(mem(f"expert_act_bwd[{n}]", 3 * n * fe * d * c))
-        dx.append(grouped(f"d_expert_up_in[{n}]", n, h, up, d, c, "dgrad"))
-        dw += [grouped(f"d_expert_up_w[{n}]", h, up, n, d, c, "wgrad")]
-        dw += [grouped(f"d_expert_down_w[{n}]", fe, h, n, d, c, "wgrad")]
-    dx.append(_permute("permute_bwd", 1.5 * (r * h * d + r * k * h * d), r, k, h, d))
+        dx.append(grouped(f"d_expert_up_in[{n}]", n, w, up, d, c, "dgrad"))
+        dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad")]
+        dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad")]
+    dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
+    ldx, ldw = _latent_bwd(shape, r, d, "down")
+    dx, dw = dx + ldx, dw + ldw
     dx += [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES)), gemm("d_router_in", r, h, e, d)]
     dw.append(gemm("d_router_w", h, e, r, d))
     if shape.shared_ffn:
@@ -248,6 +282,17 @@ def moe_bwd(
         dw += [gemm("d_shared_up_w", h, sup, t, d), gemm("d_shared_down_w", fs, h, t, d)]
     dx += [mem("norm2_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
     return dx, dw
+
+
+def _latent_bwd(shape: MoEShape, r: int, d: int, which: str) -> tuple[list[Kernel], list[Kernel]]:
+    """The input and weight gradients of one latent projection (``up``: ``fc2``, ``[r, l] @
+    [l, h]``; ``down``: ``fc1``, ``[r, h] @ [h, l]``); none without a latent width."""
+    if not shape.latent:
+        return [], []
+    h, w = shape.hidden, shape.latent
+    k_in, n_out = (w, h) if which == "up" else (h, w)
+    return ([gemm(f"d_latent_{which}_in", r, k_in, n_out, d)],
+            [gemm(f"d_latent_{which}_w", k_in, n_out, r, d)])  # fmt: skip
 
 
 def moe_act_bytes(
@@ -263,9 +308,11 @@ def moe_act_bytes(
     ``etp`` as :func:`moe_fwd`)."""
     etp = tp if etp is None else etp
     h, e, k, fe = shape.hidden, shape.experts, shape.top_k, shape.expert_ffn / etp
+    w = shape.row_width
     n = float(sum(rows))
     router = 2 * r * h * d + PROB_BYTES * r * e + (PROB_BYTES + INDEX_BYTES) * r * k
-    experts = n * d * (h + (2 if shape.gated else 1) * fe + fe) + r * k * h * d
+    experts = n * d * (w + (2 if shape.gated else 1) * fe + fe) + r * k * w * d
+    experts += r * shape.latent * d  # fc2_latent_proj's input (module doc)
     shared = 0.0
     if shape.shared_ffn:
         fs = shape.shared_ffn / tp

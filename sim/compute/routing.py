@@ -18,6 +18,12 @@ them it keeps:
 
 Every source rank is assumed to route with the same shares (one histogram for the group).
 
+**Dispatcher** (a ``+allgather`` suffix of the spec: ``balanced+allgather``): how the routed
+tokens reach their experts' ranks, ``alltoall`` by default, or Megatron-Core's ``allgather``
+token dispatcher (``--moe-token-dispatcher-type allgather``), which gathers every token over
+the expert-parallel ranks and reduce-scatters the outputs back
+(:func:`sim.parallel.expert.expert_plan`).
+
 **Capacity** (Megatron-LM ``megatron/core/transformer/moe/moe_utils.py`` ``get_capacity``, used
 by ``topk_softmax_with_capacity``; GShard §2.2, Switch §2.2): with a capacity factor ``c`` each
 rank's router keeps at most ``ceil(T*k/E * c)`` assignments per expert (the lowest-probability
@@ -32,6 +38,8 @@ import math
 from dataclasses import dataclass
 
 KINDS = ("balanced", "imbalance", "histogram")
+DISPATCHERS = ("alltoall", "allgather")
+"""Token dispatchers (module doc, "Dispatcher")."""
 
 SOURCES = {
     "capacity": "Megatron-LM megatron/core/transformer/moe/moe_utils.py get_capacity: "
@@ -50,6 +58,7 @@ class Routing:
         kind: ``balanced``, ``imbalance`` or ``histogram``.
         imbalance: the busiest expert's load over the mean (``kind="imbalance"``), >= 1.
         histogram: tokens (or shares) per expert (``kind="histogram"``), all >= 0, not all 0.
+        dispatcher: ``alltoall`` or ``allgather`` (module doc, "Dispatcher").
 
     Example:
         >>> Routing("imbalance", imbalance=2.0).loads(4)
@@ -59,8 +68,12 @@ class Routing:
     kind: str = "balanced"
     imbalance: float = 1.0
     histogram: tuple[float, ...] = ()
+    dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
+        if self.dispatcher not in DISPATCHERS:
+            raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}, "
+                             f"got {self.dispatcher!r}")  # fmt: skip
         if self.kind not in KINDS:
             raise ValueError(f"routing must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.kind == "imbalance" and not self.imbalance >= 1:
@@ -141,7 +154,7 @@ def expert_rows(
 
 def parse_routing(spec: str) -> Routing:
     """A :class:`Routing` from its text form: ``balanced``, ``imbalance:A`` or
-    ``histogram:N0,N1,...``.
+    ``histogram:N0,N1,...``, optionally ``+allgather`` (the dispatcher, module doc).
 
     Example:
         >>> parse_routing("imbalance:1.5").loads(3)
@@ -150,14 +163,17 @@ def parse_routing(spec: str) -> Routing:
     Raises:
         ValueError: an unknown form or a bad number.
     """
+    spec, _, disp = spec.partition("+")
     kind, _, arg = spec.partition(":")
+    disp = disp or "alltoall"
     try:
         if kind == "balanced" and not arg:
-            return Routing()
+            return Routing(dispatcher=disp)
         if kind == "imbalance":
-            return Routing("imbalance", imbalance=float(arg))
+            return Routing("imbalance", imbalance=float(arg), dispatcher=disp)
         if kind == "histogram":
-            return Routing("histogram", histogram=tuple(float(x) for x in arg.split(",")))
+            return Routing("histogram", histogram=tuple(float(x) for x in arg.split(",")),
+                           dispatcher=disp)  # fmt: skip
     except ValueError as exc:
         raise ValueError(f"routing {spec!r}: {exc}") from None
     raise ValueError(f"routing {spec!r}: use 'balanced', 'imbalance:A' or 'histogram:N0,N1,...'")

@@ -83,6 +83,7 @@ class FsdpRuns:
         self._pending: dict[tuple, list[simpy.Process]] = {}
         self._live: dict[tuple, str] = {}
         self._accumulated: set[tuple] = set()
+        self._rs_held: dict[tuple, float] = {}
 
     # -- groups -------------------------------------------------------------------------
     def _groups(self, rep: StageReplica, unit: FsdpUnit, kind: str, world: int = 0):
@@ -228,6 +229,15 @@ class FsdpRuns:
                 proc, label = procs[i]
                 yield from self._unshard(rep, i, label, proc, prev_out, tags)
                 prev_out = fs.unsharded_bytes(unit)
+                if op == "B":  # freed at its copy-out in backward (wait_for_unshard)
+                    self.ledger.change(
+                        self.env.now,
+                        rep.gpu,
+                        -prev_out,
+                        MemCategory.BUFFERS,
+                        f"fsdp ag free {label}",
+                    )
+                    prev_out = 0.0
             if n + 1 < len(order):
                 start(order[n + 1])
             if op == "B":
@@ -239,7 +249,7 @@ class FsdpRuns:
             if op == "F":
                 self._after_forward(rep, a, i)
             else:
-                yield from self._after_backward(rep, a, i, tags)
+                yield from self._after_backward(rep, a, i, tags, n + 1 == len(order))
         if prev_out:
             self.ledger.change(
                 self.env.now, rep.gpu, -prev_out, MemCategory.BUFFERS, f"fsdp ag free {a}"
@@ -257,9 +267,13 @@ class FsdpRuns:
         self.ledger.change(self.env.now, rep.gpu, kept - full, MemCategory.WEIGHTS, label)
         self._live[(*rep.key, i)] = "partial" if kept else ""
 
-    def _after_backward(self, rep: StageReplica, a: Action, i: int, tags: dict):
-        """Process: unit ``i``'s gradients accumulated (with PP) or reduce-scattered, then the
-        unit resharded (module doc)."""
+    def _after_backward(self, rep: StageReplica, a: Action, i: int, tags: dict, last: bool):
+        """Process: unit ``i``'s gradients accumulated (with PP) or reduce-scattered, the unit
+        resharded (module doc). As ``post_backward`` does (``_fsdp_param_group.py`` 588-720):
+        the unit is resharded, the previous unit's reduce-scatter input dropped (kept until
+        now by ``reduce_scatter_states``), this unit's copied in; the ``last`` one of the pass
+        is dropped when its reduce-scatter ends (the final callback, ``_fsdp_state.py``
+        420-431)."""
         fs = _fs(rep)
         unit, now = fs.units[i], self.env.now
         grads = unit.elements * fs.param_bytes
@@ -272,31 +286,40 @@ class FsdpRuns:
                 )
             self.ledger.change(now, rep.gpu, -grads, MemCategory.GRADIENTS, f"fsdp acc {a}u{i}")
             return
-        prev = self._rs_tail.get(rep.key)
-        if prev is not None and not prev.triggered:  # one reduce-scatter input in flight
-            yield from self.compute.wait(prev, rep.gpu, f"wait fsdp rs {a}u{i}", **tags)
-        now, label = self.env.now, f"{a}u{i}"
-        delta = fs.grad_bytes(unit) - grads
-        self.ledger.change(now, rep.gpu, delta, MemCategory.GRADIENTS, f"fsdp rs {label}")
-        proc = self.env.process(self._reduce(rep, label, i, tags))
-        self._rs_tail[rep.key] = proc
-        self._pending.setdefault(rep.key, []).append(proc)
+        label = f"{a}u{i}"
         full = -fs.unsharded_bytes(unit)
         self.ledger.change(now, rep.gpu, full, MemCategory.WEIGHTS, f"fsdp reshard {label}")
         self._live[(*rep.key, i)] = ""
+        prev = self._rs_tail.get(rep.key)
+        if prev is not None and not prev.triggered:  # one reduce-scatter input in flight
+            yield from self.compute.wait(prev, rep.gpu, f"wait fsdp rs {label}", **tags)
+        held = self._rs_held.pop(rep.key, 0.0)
+        now = self.env.now
+        self.ledger.change(now, rep.gpu, -held, MemCategory.GRADIENTS, f"fsdp rs drop {label}")
+        self.ledger.change(
+            now, rep.gpu, fs.grad_bytes(unit), MemCategory.GRADIENTS, f"fsdp rs {label}"
+        )
+        self.ledger.change(now, rep.gpu, -grads, MemCategory.GRADIENTS, f"fsdp grads free {label}")
+        if not last:
+            self._rs_held[rep.key] = fs.grad_bytes(unit)
+        proc = self.env.process(self._reduce(rep, label, i, tags, last))
+        self._rs_tail[rep.key] = proc
+        self._pending.setdefault(rep.key, []).append(proc)
 
-    def _reduce(self, rep: StageReplica, label: str, i: int, tags: dict):
-        """Process: unit ``i``'s reduce-scatter (its input freed after it), then its HSDP
-        all-reduce on a stream of its own (waited for at the step)."""
+    def _reduce(self, rep: StageReplica, label: str, i: int, tags: dict, free: bool):
+        """Process: unit ``i``'s reduce-scatter (its input freed after it when ``free``, else
+        by the next unit's post-backward), then its HSDP all-reduce on a stream of its own
+        (waited for at the step)."""
         fs = _fs(rep)
         yield from self._collective(rep, i, label, RS, tags)
-        self.ledger.change(
-            self.env.now,
-            rep.gpu,
-            -fs.grad_bytes(fs.units[i]),
-            MemCategory.GRADIENTS,
-            f"fsdp rs done {label}",
-        )
+        if free:
+            self.ledger.change(
+                self.env.now,
+                rep.gpu,
+                -fs.grad_bytes(fs.units[i]),
+                MemCategory.GRADIENTS,
+                f"fsdp rs done {label}",
+            )
         if self._groups(rep, fs.units[i], AR):
             self._pending.setdefault(rep.key, []).append(
                 self.env.process(self._collective(rep, i, label, AR, tags))

@@ -81,8 +81,11 @@ class Chain:
     ends: list[float] = field(default_factory=list)
 
     def shares(self, fwd_s: float) -> list[float]:
-        """Each bucket's share of a forward of ``fwd_s`` seconds (its bytes' share)."""
+        """Each bucket's share of a forward of ``fwd_s`` seconds (its bytes' share; equal
+        shares when every bucket is empty, as a LoRA stage's frozen weights gather nothing)."""
         total = sum(self.sizes)
+        if total <= 0:
+            return [fwd_s / len(self.sizes)] * len(self.sizes)
         return [fwd_s * b / total for b in self.sizes]
 
 

@@ -47,6 +47,7 @@ from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, EventLog, MemCategory
 from sim.hardware.host_ops import HostWork
 from sim.ledger import Ledger
+from sim.memory.overlapped import pair_delta
 from sim.memory.transients import input_grad_send_bytes
 from sim.schedules.action import STEP, Action
 
@@ -177,6 +178,11 @@ class Engine:
                 yield from self.sends.receive(("grad", r, a.stage, a.microbatch, k))
         sends: list = []
         ov = self._pair_overlap(first, pair)
+        layered = _layered(pair, [self._rep(first, a).plan for a in pair])
+        if layered:  # Megatron's combined 1F1B: the two stashes held layer by layer
+            self.ledger.change(
+                self.env.now, first.gpu, layered, MemCategory.ACTIVATIONS, f"layered {pair[0]}"
+            )
         procs = []
         for a in pair:
             rep = self._rep(first, a)
@@ -191,6 +197,10 @@ class Engine:
                 procs.append(self.env.process(proc))
         if procs:
             yield self.env.all_of(procs)
+        if layered:
+            self.ledger.change(
+                self.env.now, first.gpu, -layered, MemCategory.ACTIVATIONS, f"layered {pair[1]}"
+            )
         for send in sends:
             self.sends.start(send)
 
@@ -458,6 +468,15 @@ def _triples(ops) -> tuple[tuple[str, float, int], ...]:
     """Overlapped collectives as ``(kind, bytes, count)`` run after the compute instead (an
     action of an overlapped pair, whose chains already share the compute)."""
     return tuple((op.kind, op.nbytes, op.count) for op in ops)
+
+
+def _layered(pair: tuple[Action, ...], plans: list) -> float:
+    """What a combined 1F1B step (a forward then a backward whose plans carry
+    ``layer_shares``) holds less than its two whole stashes (:func:`~sim.memory.overlapped.
+    pair_delta`, ``<= 0``); 0 for any other pair."""
+    if len(pair) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
+        return 0.0
+    return pair_delta(plans[0], plans[1])
 
 
 def _full_only(plan) -> bool:

@@ -28,9 +28,16 @@ management" notes:
   pages (2 MiB in the small pool, 20 MiB in the large one) are mapped on demand at its end,
   so freed blocks anywhere in it merge, and any rest of at least 512 B is split off.
 
+* when a new segment would not fit in the GPU (``capacity_bytes``), the allocator returns every
+  cached segment no live block uses to the driver and tries again (``malloc``: ``alloc_block``
+  fails, ``release_cached_blocks``, ``alloc_block`` again; with the default
+  ``max_split_size`` ``release_available_cached_blocks`` frees nothing), so cached segments
+  never cause an out-of-memory error, only free blocks inside segments still in use do. With
+  ``expandable_segments`` every free block unmaps its whole pages (``unmap_block``), and the
+  pages an allocation covers are mapped again (``map_block``).
+
 One stream is modelled (blocks freed on another stream wait for its events; training loops
-allocate activations on the compute stream) and memory never runs out (the allocator's
-free-and-retry path is not needed to find the peaks). :class:`CachingAllocator` replays
+allocate activations on the compute stream). :class:`CachingAllocator` replays
 ``alloc``/``free`` calls; :func:`replay` runs a list of them and returns the peaks.
 """
 
@@ -138,10 +145,11 @@ def segment_size(size: int) -> int:
 class _Block:
     """A block of a segment: a doubly linked list by address (``prev``/``next``)."""
 
-    __slots__ = ("segment", "offset", "size", "free", "prev", "next")
+    __slots__ = ("segment", "offset", "size", "free", "prev", "next", "unmapped")
 
     def __init__(self, segment: int, offset: int, size: int):
         self.segment, self.offset, self.size, self.free = segment, offset, size, True
+        self.unmapped = 0  # bytes of its pages unmapped by a release (expandable segments)
         self.prev: _Block | None = None
         self.next: _Block | None = None
 
@@ -162,12 +170,15 @@ class CachingAllocator:
     Attributes:
         allocated: bytes of blocks handed out now (``allocated_bytes.all.current``).
         reserved: bytes of segments reserved now (``reserved_bytes.all.current``).
+        capacity_bytes: what the allocator may reserve before it releases its cached segments
+            (module doc; inf: never).
         requested: bytes requested by the live tensors (``requested_bytes``).
         peak_allocated, peak_reserved: their maxima so far.
     """
 
-    def __init__(self, config: AllocatorConfig | None = None):
+    def __init__(self, config: AllocatorConfig | None = None, capacity_bytes: float = math.inf):
         self.config = config or AllocatorConfig()
+        self.capacity_bytes = capacity_bytes
         self.allocated = self.reserved = self.requested = 0
         self.peak_allocated = self.peak_reserved = 0
         self._segments: list[_Segment] = []
@@ -190,7 +201,17 @@ class CachingAllocator:
         size = round_size(nbytes, self.config.roundup_power2_divisions)
         small = is_small(size)
         block = self._best_fit(small, size) or self._new_block(small, size)
+        unmapped, block.unmapped = block.unmapped, 0
+        whole = block.size
         block = self._split(block, size, small)
+        if unmapped:  # map_block: the pages the allocation covers come back first
+            page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
+            need = unmapped if block.size == whole else min(unmapped, page * math.ceil(size / page))
+            if self.reserved + need > self.capacity_bytes:
+                self._release_cached()
+            self._grow(need)
+            if block.next is not None and block.size < whole:
+                block.next.unmapped = unmapped - need
         block.free = False
         self._live[key] = (block, math.ceil(nbytes))
         self.allocated += block.size
@@ -230,6 +251,8 @@ class CachingAllocator:
         if self.config.expandable_segments:
             return self._expand(small, size)
         nbytes = segment_size(size)
+        if self.reserved + nbytes > self.capacity_bytes:
+            self._release_cached()
         seg = _Segment(small, size=nbytes)
         self._segments.append(seg)
         block = _Block(len(self._segments) - 1, 0, nbytes)
@@ -244,9 +267,13 @@ class CachingAllocator:
             self._expandable[small] = len(self._segments) - 1
         idx = self._expandable[small]
         seg = self._segments[idx]
-        tail = seg.tail if seg.tail is not None and seg.tail.free else None
-        have = tail.size if tail else 0
-        mapped = page * math.ceil((size - have) / page)
+        for attempt in (0, 1):
+            tail = seg.tail if seg.tail is not None and seg.tail.free else None
+            have = tail.size if tail else 0
+            mapped = page * math.ceil((size - have) / page)
+            if attempt or self.reserved + mapped <= self.capacity_bytes:
+                break
+            self._release_cached()
         self._grow(mapped)
         seg.size += mapped
         if tail is not None:
@@ -259,6 +286,35 @@ class CachingAllocator:
             seg.tail.next = block
         seg.tail = block
         return block
+
+    def _release_cached(self) -> None:
+        """``release_cached_blocks``: every segment that is one free block goes back to the
+        driver; in an expandable segment every free block unmaps its whole pages
+        (``unmap_block``)."""
+        for small, pool in self._free.items():
+            keep = []
+            for key in pool:
+                block = self._by_key[key]
+                seg = self._segments[block.segment]
+                if self.config.expandable_segments:
+                    self._unmap(small, block)
+                    keep.append(key)
+                elif block.prev is None and block.next is None:
+                    self.reserved -= block.size
+                    seg.size, seg.tail = 0, None
+                    del self._by_key[key]
+                else:
+                    keep.append(key)
+            self._free[small] = keep
+
+    def _unmap(self, small: bool, block: _Block) -> None:
+        page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
+        start = page * math.ceil(block.offset / page)
+        end = page * ((block.offset + block.size) // page)
+        pages = max(0, end - start)
+        if pages > block.unmapped:
+            self.reserved -= pages - block.unmapped
+            block.unmapped = pages
 
     def _grow(self, nbytes: int) -> None:
         self.reserved += nbytes
@@ -289,6 +345,7 @@ class CachingAllocator:
         if nxt is not None and nxt.free:
             self._unlist(nxt)
             block.size += nxt.size
+            block.unmapped += nxt.unmapped
             block.next = nxt.next
             if nxt.next is not None:
                 nxt.next.prev = block
@@ -298,6 +355,7 @@ class CachingAllocator:
         if prev is not None and prev.free:
             self._unlist(prev)
             prev.size += block.size
+            prev.unmapped += block.unmapped
             prev.next = block.next
             if block.next is not None:
                 block.next.prev = prev
@@ -341,8 +399,11 @@ class AllocatorPeaks:
         return self.reserved - self.allocated
 
 
-def replay(ops: Iterable[Op], config: AllocatorConfig | None = None) -> AllocatorPeaks:
-    """Run ``ops`` through a :class:`CachingAllocator` and return its peaks.
+def replay(
+    ops: Iterable[Op], config: AllocatorConfig | None = None, capacity_bytes: float = math.inf
+) -> AllocatorPeaks:
+    """Run ``ops`` through a :class:`CachingAllocator` (that may reserve ``capacity_bytes``
+    before it releases its cached segments) and return its peaks.
 
     Example:
         >>> ops = [("alloc", "a", 16 * MIB), ("alloc", "b", 16 * MIB), ("free", "a", 0),
@@ -354,7 +415,7 @@ def replay(ops: Iterable[Op], config: AllocatorConfig | None = None) -> Allocato
         >>> p.allocated // MIB, p.reserved // MIB
         (32, 40)
     """
-    alloc = CachingAllocator(config)
+    alloc = CachingAllocator(config, capacity_bytes)
     peak_requested = 0
     for op, key, nbytes in ops:
         if op == "alloc":

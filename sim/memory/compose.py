@@ -15,6 +15,7 @@ from sim.memory.estimate import (
     incoming_bytes,
     planned_peak_bytes,
 )
+from sim.memory.overlapped import layer_shares
 from sim.memory.plan import StagePlan, SwapParts
 from sim.memory.rank_memory import (
     framework_buffer_bytes,
@@ -178,11 +179,17 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
     runtime reserve, the framework's buffers (DDP's copy of the GPU-resident gradients, or a
     plan's own ``grad_bucket_bytes``: ZeRO's), the working memory of its largest action and
     the caching allocator's margin (a replay of the rank's tensors). They are charged once per
-    GPU, on its first chunk (the others get 0). Then :func:`note_host_capacity`."""
+    GPU, on its first chunk (the others get 0). A stage running Megatron's combined 1F1B
+    gets its layers' shares of the stash (:mod:`sim.memory.overlapped`). Then
+    :func:`note_host_capacity`."""
     by_gpu: dict[str, list[int]] = {}
     for i, ctx in enumerate(contexts):
         by_gpu.setdefault(ctx.gpu, []).append(i)
-    out = list(plans)
+    out = [
+        replace(p, layer_shares=layer_shares(c.layers)) if c.overlapped else p
+        for c, p in zip(contexts, plans, strict=True)
+    ]
+    plans = list(out)
     for idx in by_gpu.values():
         pairs = [(contexts[i], plans[i]) for i in idx]
         charges = gpu_charges(pairs)

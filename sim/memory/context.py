@@ -61,6 +61,9 @@ class StageContext:
         rank_order: ``(stage, op, micro-batch)`` of every action of the stage's rank (all its
             stage chunks) over the program, in program order; empty: ``order`` on this stage
             alone.
+        overlapped: positions in :attr:`ops` of the forwards that open a combined step with
+            the backward right after them (Megatron's combined 1F1B, :mod:`sim.memory.
+            overlapped`); empty: none.
         layer_expert_bytes: routed-expert parameter bytes of each of :attr:`layers` (empty:
             none), for FSDP's expert shards (:mod:`sim.memory.fsdp`).
         expert_dp: ranks holding the same routed experts (the expert-data-parallel group,
@@ -95,6 +98,7 @@ class StageContext:
     framework: FrameworkMemory = PIPESIM_MEMORY
     work: tuple[LayerWork, ...] = ()
     rank_order: tuple[tuple[int, str, int], ...] = ()
+    overlapped: frozenset[int] = frozenset()
     layer_expert_bytes: tuple[float, ...] = ()
     expert_dp: int = 0
 

@@ -12,6 +12,16 @@ weights all-gathered: the same bytes as an all-reduce, split around the optimize
 engine's ``dp_sharded`` path; the experts' part is reduced over its own group). The optimizer
 step runs on the shard only.
 
+``dist_opt:instances=N`` (prefix of any form above): Megatron-Core's
+``--num-distributed-optimizer-instances N``: the ``w`` replicas form ``N`` instances of ``w/N``
+each, and every instance keeps a whole copy of the optimizer state sharded over its ``w/N``
+ranks (``1/(w/N)`` of it per rank); the gradients are reduce-scattered inside an instance and
+the shard all-reduced across instances, the parameters all-gathered inside it
+(NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/parallel_state.py`` lines 920-929,
+``megatron/core/distributed/param_and_grad_buffer.py`` lines 676-745). The optimizer bytes and
+the step's shard follow that; the engine times the reduce-scatter and all-gather over all ``w``
+replicas (the reader marks that as an approximation).
+
 ``dist_opt:recompute``: with full activation recompute of every layer of a stage
 (:mod:`sim.memory.recompute`), as ``--recompute-granularity full``.
 ``dist_opt:recompute:<choice>``: with any of :mod:`sim.memory.recompute`'s choices instead
@@ -32,6 +42,7 @@ from sim.memory.stash import stash
 from sim.memory.states import StateBytes, optimizer_step_s, stage_state_bytes_per_param
 
 RECOMPUTE = "recompute"
+INSTANCES = "instances="
 
 
 class DistOptPolicy(MemoryPolicy):
@@ -45,11 +56,20 @@ class DistOptPolicy(MemoryPolicy):
     name = "dist_opt"
     description = "Megatron's distributed optimizer (ZeRO-1): optimizer state sharded"
 
-    def __init__(self, recompute: bool = False, choice: RecomputePolicy | None = None):
-        self.recompute, self.choice = recompute, choice
+    def __init__(
+        self, recompute: bool = False, choice: RecomputePolicy | None = None, instances: int = 1
+    ):
+        self.recompute, self.choice, self.instances = recompute, choice, instances
 
     @classmethod
     def from_args(cls, args: list[str]) -> DistOptPolicy:
+        if args[:1] and args[0].startswith(INSTANCES):
+            n = args[0][len(INSTANCES) :]
+            if not n.isdigit() or int(n) < 1:
+                raise ValueError(f"{INSTANCES}N takes a positive integer, got {args[0]!r}")
+            inner = cls.from_args(args[1:])
+            inner.instances = int(n)
+            return inner
         if args[:1] == [RECOMPUTE] and len(args) > 1:
             return cls(True, RecomputePolicy.from_args(args[1:]))
         if args not in ([], [RECOMPUTE]):
@@ -65,7 +85,7 @@ class DistOptPolicy(MemoryPolicy):
         """Every state but the optimizer's whole; that a ``1/w`` shard (the routed experts
         shard over fewer replicas, so ``1/w`` is a lower bound)."""
         whole = stage_state_bytes_per_param(states, versions, version_bytes)
-        return whole - states.optimizer + states.optimizer / dp_width
+        return whole - states.optimizer + states.optimizer / max(1, dp_width // self.instances)
 
     def bound_recompute_mode(self) -> str | None:
         """``full`` with ``dist_opt:recompute`` (every layer of every stage recomputes, the
@@ -73,9 +93,10 @@ class DistOptPolicy(MemoryPolicy):
         return "full" if self.recompute else None
 
     def plan(self, ctx: StageContext) -> StagePlan:
-        w = ctx.dp_width
+        n = self.instances if ctx.dp_width % self.instances == 0 else 1
+        w = ctx.dp_width // n  # the ranks of one instance shard its state (module doc)
         f = ctx.expert_share
-        we = ctx.expert_replicas
+        we = max(1, ctx.expert_replicas // n) if ctx.expert_replicas % n == 0 else 1
         owned = ctx.trainable_params * ((1.0 - f) / w + f / we)
         hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
         base = resident_plan(
@@ -85,6 +106,8 @@ class DistOptPolicy(MemoryPolicy):
             dp_sharded=w > 1,
         )
         choice = f"optimizer state sharded over {w} replicas"
+        if n > 1:
+            choice += f" of each of {n} instances"
         if f and we != w:
             choice += f" (routed experts over {we})"
         added = base.optimizer_s - resident_plan(ctx).optimizer_s

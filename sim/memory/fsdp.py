@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from sim.memory.compose import gib
 from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, planned_peak_bytes
+from sim.memory.fsdp_inflight import step_peak_bytes
 from sim.memory.fsdp_units import FsdpPlan, FsdpUnit, Reshard
 from sim.memory.plan import StagePlan
 from sim.memory.reserve import overhead
@@ -168,7 +169,7 @@ def fsdp_plan(
         allocator_bytes=over["allocator_bytes"],
         working_bytes=over["working_bytes"],
     )
-    peak = planned_peak_bytes(out, ctx) + fsdp.transient_bytes()
+    peak = planned_peak_bytes(out, ctx) + step_peak_bytes(fsdp)
     notes = {
         **plan.notes,
         "peak_gib": gib(peak),

@@ -76,18 +76,3 @@ class FsdpPlan:
         if self.accumulate:
             return op == "F" and first
         return op == "F" or unit.reshard is not False
-
-    def transient_bytes(self) -> float:
-        """Estimated peak of FSDP's unsharded bytes on the rank (for the plan's notes; the
-        engine's ledger charges them as they happen): the largest unit unsharded with its
-        all-gather output and the next unit's in flight, plus every unit kept between its
-        forward and backward (all of them, with their accumulated gradients, with
-        :attr:`accumulate`)."""
-        if not self.units:
-            return 0.0
-        largest = max(self.unsharded_bytes(u) for u in self.units)
-        if self.accumulate:
-            kept = sum(self.unsharded_bytes(u) + self.grad_bytes(u) for u in self.units)
-        else:
-            kept = sum(self.held_bytes(u) for u in self.units)
-        return 3 * largest + kept

@@ -113,6 +113,10 @@ class StagePlan:
         fsdp: the stage's FSDP units (:mod:`sim.memory.fsdp`): parameters all-gathered and
             gradients reduce-scattered per unit over the shard group (:mod:`sim.engine.fsdp`);
             None: no FSDP.
+        layer_shares: each layer's fraction of the stash (:func:`sim.memory.overlapped.
+            layer_shares`) where the stage runs Megatron's combined 1F1B step, whose forward
+            and backward hold their stashes layer by layer (:mod:`sim.memory.overlapped`);
+            empty otherwise.
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -156,6 +160,7 @@ class StagePlan:
     framework_buffer_bytes: float = 0.0
     host_framework_bytes: float = 0.0
     fsdp: FsdpPlan | None = None
+    layer_shares: tuple[float, ...] = ()
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -56,7 +56,9 @@ def precision_plan(
     hbm = spec.hbm_rate_Bps()
     copies = weight_copy_bytes_per_param(recipe, rate.non_tn)
     if low.param_gather and recipe.weight_cache:
-        extra = params * (copies - DTYPE_BYTES)
+        # FSDP keeps only its shard of the (quantized) parameters (sim.memory.fsdp)
+        held = params / plan.fsdp.shard if plan.fsdp is not None else params
+        extra = held * (copies - DTYPE_BYTES)
         row = param_gather_bytes_per_param(recipe)
         cast = params / max(dp_width, 1) * (MASTER_BYTES + row)
         cast += params * 2 * recipe.data_bytes * (recipe.copies(rate.non_tn) - 1)

@@ -20,6 +20,10 @@ running action's transient + pipeline buffers) + reserved-but-unallocated + runt
   the rebuilt bytes of recomputed layers (``StagePlan.rebuild_bytes``) count as activations;
 * **buffers**: the stage input received for a forward and the output gradient for a backward,
   and the input gradient held until it is sent;
+* **FSDP's unsharded bytes** (a plan with FSDP units): the running action's unsharded
+  parameters (``weights``), all-gather outputs (``buffers``), gradients and reduce-scatter
+  inputs (``gradients``) at its largest moment, and what each stage keeps between actions
+  (:mod:`sim.memory.fsdp_inflight`);
 * **allocator**: what PyTorch's caching allocator reserves beyond the allocated bytes
   (:func:`sim.memory.tensor_program.allocator_margin_bytes`, a replay of the rank's tensors
   through :mod:`sim.memory.allocator`);
@@ -40,6 +44,16 @@ from dataclasses import dataclass, field
 from sim.memory.context import StageContext
 from sim.memory.estimate import swap_live
 from sim.memory.framework_memory import dummy_wgrad_bytes
+from sim.memory.fsdp_inflight import (
+    NONE,
+    FsdpBytes,
+    FsdpState,
+    after,
+    backward_peak,
+    forward_peak,
+    kept_bytes,
+)
+from sim.memory.overlapped import overlapped_stash_peak
 from sim.memory.plan import StagePlan
 
 ALLOCATED = (
@@ -152,56 +166,108 @@ def _moving(ctx: StageContext, plan: StagePlan) -> float:
 class ActivationPeak:
     """The activation side of a rank's peak, bytes: ``activations`` (stashes in flight, the
     running action's rebuilt bytes, swaps and chunks in transit), ``working`` (its transient,
-    cached outputs) and ``buffers`` (pipeline receive and send buffers), at ``at``."""
+    cached outputs) and ``buffers`` (pipeline receive and send buffers), at ``at``; ``fsdp``:
+    FSDP's unsharded bytes then (:mod:`sim.memory.fsdp_inflight`)."""
 
     activations: float
     working: float
     buffers: float
     at: str
+    fsdp: FsdpBytes = NONE
 
     @property
     def total(self) -> float:
-        return self.activations + self.working + self.buffers
+        return self.activations + self.working + self.buffers + self.fsdp.total
+
+
+def _fsdp_now(pairs_by_stage: dict, states: dict, stage: int, op: str) -> FsdpBytes:
+    """FSDP's bytes while ``stage`` runs ``op``: its action's largest moment and what the
+    rank's other stages keep."""
+    out = NONE
+    for s, (_, plan) in pairs_by_stage.items():
+        fs = plan.fsdp
+        if fs is None:
+            continue
+        if s != stage:
+            out = out + kept_bytes(fs, states[s])
+        elif op == "F":
+            out = out + forward_peak(fs, states[s])
+        else:
+            out = out + backward_peak(fs, states[s])
+    return out
+
+
+def _pair_stash(fwd: StagePlan, bwd: StagePlan, bwd_kept: float) -> float:
+    """Kept bytes a combined step's two micro-batches hold at its largest moment
+    (:func:`~sim.memory.overlapped.overlapped_stash_peak` over the plans' layer shares)."""
+    kept = fwd.resident_act_bytes
+    if not fwd.layer_shares or not bwd.layer_shares:
+        return kept + bwd_kept
+    return overlapped_stash_peak(
+        [kept * x for x in fwd.layer_shares], [bwd_kept * x for x in bwd.layer_shares]
+    )
 
 
 def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
-    """Walk the rank's actions (module doc) and return the largest moment."""
+    """Walk the rank's actions (module doc) and return the largest moment; a combined step
+    (``StageContext.overlapped``) is one moment with its two stashes layer by layer."""
     by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
     extra = {s: stage_transients(c, p) for s, (c, p) in by_stage.items()}
     cache = sum(output_cache(c) for c, _ in pairs)
     ops = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
+    overlapped = pairs[0][0].overlapped
     live: dict[int, deque[float]] = {s: deque() for s in by_stage}
+    states = {s: FsdpState() for s in by_stage}
     total = 0.0
     best = ActivationPeak(0.0, 0.0, 0.0, "")
-    for stage, op, _ in ops:
-        if stage not in by_stage:
+    for i, (stage, op, _) in enumerate(ops):
+        if stage not in by_stage or (op != "F" and op not in BACKWARD_OPS):
             continue
         ctx, plan = by_stage[stage]
         moving = _moving(ctx, plan)
-        if op == "F":
+        fsdp = _fsdp_now(by_stage, states, stage, op)
+        if op == "F" and i in overlapped and ops[i + 1][0] in by_stage:
+            bctx, bplan = by_stage[ops[i + 1][0]]
+            bkept = live[bctx.stage][0] if live[bctx.stage] else 0.0
+            acts = total - bkept + _pair_stash(plan, bplan, bkept) + moving
+            acts += plan.rebuild_bytes + bplan.rebuild_bytes
+            work = max(extra[stage][0], extra[bctx.stage][1]) + cache
+            held = ctx.input_bytes + bctx.out_bytes + bctx.input_bytes
+            cand = ActivationPeak(acts, work, held, f"{stage}F+{bctx.stage}B", fsdp)
+            live[stage].append(plan.resident_act_bytes)
+            total += plan.resident_act_bytes
+        elif op == "F":
             kept = plan.resident_act_bytes
             acts = total + kept + plan.rebuild_bytes + moving
-            cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F")
+            cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F", fsdp)
             live[stage].append(kept)
             total += kept
-        elif op in BACKWARD_OPS:
+        else:
             acts = total + plan.rebuild_bytes + moving
             held = ctx.out_bytes + ctx.input_bytes
-            cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}")
+            cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}", fsdp)
+            if i - 1 in overlapped:  # the second half of a combined step: counted with it
+                cand = best
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
-        else:
-            continue
+        if plan.fsdp is not None:
+            states[stage] = after(plan.fsdp, states[stage], op, op in DONE_OPS)
         if cand.total > best.total:
             best = cand
     return best
 
 
-def kept_peak(ops: Iterable[tuple[int, str]], plans: dict[int, StagePlan]) -> float:
+def kept_peak(
+    ops: Iterable[tuple[int, str]],
+    plans: dict[int, StagePlan],
+    overlapped: frozenset[int] = frozenset(),
+) -> float:
     """The largest kept stash (plus the running action's rebuilt bytes) a rank holds over
     ``ops`` (``(stage, op)`` in program order; stages not in ``plans`` are skipped): each
     forward keeps its stage's ``resident_act_bytes`` until the backward that ends its
-    micro-batch. The engine's ledger holds at least this much besides its charges at t = 0 at
+    micro-batch (a combined step at a position in ``overlapped`` holds its two stashes layer
+    by layer, :mod:`sim.memory.overlapped`). The engine's ledger holds at least this much
+    besides its charges at t = 0 at
     those moments (a forward allocates its kept, swapped and rebuilt bytes, a backward its
     rebuilt ones), so the planner's memory floor counts it (:attr:`RankMemory.floor_bytes`).
 
@@ -212,16 +278,26 @@ def kept_peak(ops: Iterable[tuple[int, str]], plans: dict[int, StagePlan]) -> fl
     """
     live: dict[int, deque[float]] = {s: deque() for s in plans}
     total = best = 0.0
-    for stage, op in ops:
+    seq = list(ops)
+    for i, (stage, op) in enumerate(seq):
         plan = plans.get(stage)
         if plan is None:
             continue
-        if op == "F":
+        paired = i in overlapped and seq[i + 1][0] in plans
+        if op == "F" and paired and plan.layer_shares and plans[seq[i + 1][0]].layer_shares:
+            other = plans[seq[i + 1][0]]
+            bkept = live[seq[i + 1][0]][0] if live[seq[i + 1][0]] else 0.0
+            pair = _pair_stash(plan, other, bkept) - bkept
+            best = max(best, total + pair + plan.rebuild_bytes + other.rebuild_bytes)
+            total += plan.resident_act_bytes
+            live[stage].append(plan.resident_act_bytes)
+        elif op == "F":
             total += plan.resident_act_bytes
             live[stage].append(plan.resident_act_bytes)
             best = max(best, total + plan.rebuild_bytes)
         elif op in BACKWARD_OPS:
-            best = max(best, total + plan.rebuild_bytes)
+            if i - 1 not in overlapped or not plan.layer_shares:
+                best = max(best, total + plan.rebuild_bytes)
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
     return best
@@ -265,7 +341,9 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
         cats["reserve"] += plan.reserve_bytes
     cats["activations"] = act.activations
     cats["working"] = act.working
-    cats["buffers"] = act.buffers
+    cats["buffers"] = act.buffers + act.fsdp.buffers
+    cats["weights"] += act.fsdp.weights
+    cats["gradients"] += act.fsdp.gradients
     ctx0 = pairs[0][0]
     charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
     ops = ((s, op) for s, op, _ in ctx0.ops)
@@ -275,5 +353,5 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
         by_category=cats,
         capacity_bytes=ctx0.capacity_bytes,
         peak_at=act.at,
-        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}),
+        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}, ctx0.overlapped),
     )

@@ -10,16 +10,23 @@ GPU's peak, which the fit verdict counts.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sim.memory.allocator import AllocatorConfig, Op, replay
+from sim.memory.allocator import AllocatorConfig, AllocatorPeaks, Op, replay
 from sim.memory.context import StageContext
 from sim.memory.framework_memory import dummy_wgrad_bytes
 from sim.memory.layer_work import stash_tensors
 from sim.memory.plan import StagePlan
-from sim.memory.rank_memory import BACKWARD_OPS, DONE_OPS, Pair, framework_buffer_bytes
+from sim.memory.rank_memory import (
+    BACKWARD_OPS,
+    DONE_OPS,
+    Pair,
+    framework_buffer_bytes,
+    rank_memory,
+)
 
 STEP_OP = "STEP"
 REPLAY_STEPS = 2
@@ -71,14 +78,16 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
         ops.extend(("alloc", ("m", k, i), plan.optimizer_bytes * sh / 3) for i, sh in params[s])
     ops.append(("alloc", "framework", framework_buffer_bytes(pairs) - _dummy(pairs)))
     layers = {s: _layer_tensors(c, p) for s, (c, p) in by_stage.items()}
-    order = pairs[0][0].ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
-    m = pairs[0][0].microbatches
+    ctx0 = pairs[0][0]
+    order = ctx0.ops or tuple((s, op, 0) for s in by_stage for op in ("F", "B"))
+    m = ctx0.microbatches
     live: dict[int, deque[int]] = {s: deque() for s in by_stage}
     started: set[int] = set()
     dummies: set[tuple[int, int]] = set()
     steps = 0
     n = 0
-    for stage, op, mb in order:
+    held: list[list[Op]] = []  # a combined step's forward, merged with its backward
+    for pos, (stage, op, mb) in enumerate(order):
         if op != STEP_OP and mb % m >= REPLAY_MICROBATCHES:
             continue
         if op == STEP_OP:
@@ -98,33 +107,65 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
         n += 1
         if op == "F":
             live[stage].append(n)
-            ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
-            for j, (stash, fwd, _) in enumerate(layers[stage]):
-                ops.extend(("alloc", (n, j, i), size) for i, size in enumerate(stash))
-                if fwd > 0:
-                    ops.append(("alloc", ("work", n, j), fwd))
-                    ops.append(("free", ("work", n, j), 0.0))
-            ops.append(("alloc", ("swap", n), plan.swap_bytes))  # copied out after the F
-            ops.append(("free", ("swap", n), 0.0))
-            ops.append(("free", ("rebuild", n), 0.0))
+            parts = _forward(n, plan, layers[stage])
+            if pos in ctx0.overlapped:
+                held = parts
+            else:
+                ops.extend(x for part in parts for x in part)
             continue
         if stage not in started:
             started.add(stage)
             _first_backward(ops, ctx, plan, params[stage], dummies, chunk[stage])
         done = op in DONE_OPS and bool(live[stage])
         oldest = live[stage].popleft() if done else None
-        ops.append(("alloc", ("rebuild", n), plan.rebuild_bytes))
-        ops.append(("alloc", ("swap", n), plan.swap_bytes))  # copied back in before the B
-        for j in reversed(range(len(layers[stage]))):
-            stash, _, bwd = layers[stage][j]
-            if bwd > 0:
-                ops.append(("alloc", ("work", n, j), bwd))
-                ops.append(("free", ("work", n, j), 0.0))
-            if oldest is not None:
-                ops.extend(("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash))))
-        ops.append(("free", ("swap", n), 0.0))
-        ops.append(("free", ("rebuild", n), 0.0))
+        parts = _backward(n, plan, layers[stage], oldest)
+        ops.extend(x for part in _interleaved(held, parts) for x in part)
+        held = []
+    ops.extend(x for part in held for x in part)
     return ops
+
+
+def _forward(n: int, plan: StagePlan, layers: list) -> list[list[Op]]:
+    """Forward ``n``'s tensors: the rebuilt bytes, then each layer's stash and transient (one
+    list per layer), then the swapped part copied out and the rebuilt bytes freed (the last
+    list)."""
+    out: list[list[Op]] = [[("alloc", ("rebuild", n), plan.rebuild_bytes)]]
+    for j, (stash, fwd, _) in enumerate(layers):
+        part: list[Op] = [("alloc", (n, j, i), size) for i, size in enumerate(stash)]
+        if fwd > 0:
+            part += [("alloc", ("work", n, j), fwd), ("free", ("work", n, j), 0.0)]
+        out.append(part)
+    out[-1] += [("alloc", ("swap", n), plan.swap_bytes), ("free", ("swap", n), 0.0)]
+    out[-1].append(("free", ("rebuild", n), 0.0))
+    return out
+
+
+def _backward(n: int, plan: StagePlan, layers: list, oldest: int | None) -> list[list[Op]]:
+    """Backward ``n``'s tensors, freeing micro-batch ``oldest``'s stash: the rebuilt and
+    swapped-in bytes, then each layer last first (its transient, its stash freed), then the
+    two freed (the last list)."""
+    first: list[Op] = [("alloc", ("rebuild", n), plan.rebuild_bytes)]
+    first.append(("alloc", ("swap", n), plan.swap_bytes))  # copied back in before the B
+    out = [first]
+    for j in reversed(range(len(layers))):
+        stash, _, bwd = layers[j]
+        part: list[Op] = []
+        if bwd > 0:
+            part += [("alloc", ("work", n, j), bwd), ("free", ("work", n, j), 0.0)]
+        if oldest is not None:
+            part += [("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash)))]
+        out.append(part)
+    out[-1] += [("free", ("swap", n), 0.0), ("free", ("rebuild", n), 0.0)]
+    return out
+
+
+def _interleaved(fwd: list[list[Op]], bwd: list[list[Op]]) -> list[list[Op]]:
+    """A combined step's two actions layer by layer (:mod:`sim.memory.overlapped`): the
+    forward's ``t``-th part, then the backward's; ``bwd`` alone without a forward."""
+    out: list[list[Op]] = []
+    for t in range(max(len(fwd), len(bwd))):
+        out += fwd[t : t + 1] + bwd[t : t + 1]
+    return out
 
 
 def _param_tensors(ctx: StageContext) -> list[tuple[int, float]]:
@@ -208,15 +249,28 @@ def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
     options; 0 on a rank that counts tensors only. Where more stashes are in flight than the
     replay runs (:data:`REPLAY_MICROBATCHES`) the further ones are taken to reuse the blocks of
     the first (an assumption: identical micro-batches allocate identical tensors, and the best
-    fit hands each the block its twin freed)."""
+    fit hands each the block its twin freed).
+
+    The allocator releases its cached segments rather than fail (:mod:`sim.memory.allocator`):
+    where the margin would not fit beside the rank's allocated peak and runtime reserve
+    (``pairs``' plans carry the reserve), the replay runs again with what the GPU leaves it
+    (where that replay reserves more, the GPU overflows either way and the first margin is
+    kept)."""
     ctx0 = pairs[0][0]
     if not ctx0.topology.gpu(ctx0.gpu_index).reserve.replays_allocator:
         return 0.0
     ops = tuple(tensor_program(pairs))
-    return _margin(ops, ctx0.framework.allocator)
+    config = ctx0.framework.allocator
+    peaks = _peaks(ops, config, math.inf)
+    margin = float(max(0, peaks.reserved - peaks.allocated))
+    room = ctx0.capacity_bytes - sum(p.reserve_bytes for _, p in pairs)
+    room -= rank_memory(pairs).allocated_bytes
+    if margin <= room:
+        return margin
+    capped = _peaks(ops, config, peaks.allocated + max(room, 0.0))
+    return min(margin, float(max(0, capped.reserved - capped.allocated)))
 
 
 @lru_cache(maxsize=4096)
-def _margin(ops: tuple[Op, ...], config: AllocatorConfig) -> float:
-    peaks = replay(ops, config)
-    return float(max(0, peaks.reserved - peaks.allocated))
+def _peaks(ops: tuple[Op, ...], config: AllocatorConfig, capacity_bytes: float) -> AllocatorPeaks:
+    return replay(ops, config, capacity_bytes)

@@ -23,6 +23,18 @@ shares ``w_e`` of routed assignments per expert (:mod:`sim.compute.routing`) and
 routed per tensor rank, rank ``i`` sends rank ``j`` ``r*k*W_j`` rows, ``W_j`` the summed share of
 ``j``'s experts (capped at each expert's capacity with a capacity factor, padded to it with
 ``pad_to_capacity``); ``i = j`` stays local.
+
+With the ``allgather`` dispatcher (``MoEAllGatherTokenDispatcher``, NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/transformer/moe/token_dispatcher.py`` lines 233-370; routing
+``...+allgather``, :mod:`sim.compute.routing`) every rank gathers all tokens of its TP x EP
+group, with their routing map (one byte per expert) and fp32 probabilities
+(``gather_from_sequence_parallel_region``), keeps those routed to its experts, and
+reduce-scatters the ``[tokens, h]`` outputs back (``reduce_scatter_to_sequence_parallel_region``):
+rank ``i`` sends every other rank all its ``r`` rows (``r*(h*d + E*(4 + 1))`` bytes) in the
+dispatch and ``r`` partial rows (``r*h*d``) in the combine, whatever the routing. The experts
+compute the same rows. The exchange is timed over the EP ranks of one tensor rank with the
+``tp`` tensor ranks' tokens folded into it (``r*tp`` rows per pair): exact at ``tp = 1``, the
+TP part of the TP x EP gather otherwise.
 """
 
 from __future__ import annotations
@@ -105,7 +117,9 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
     kept = _kept(moe, r, routing.loads(moe.experts))
     rows = tuple(tuple(ep * tp * kept[e] for e in local_experts(moe, ep, j)) for j in range(ep))
     to_rank = [sum(kept[e] for e in local_experts(moe, ep, j)) for j in range(ep)]
-    row_bytes = moe.hidden * d
+    row_bytes = moe.row_width * d  # the latent width with --moe-latent-size
+    if routing.dispatcher == "allgather":
+        return ExpertPlan(ep, rows, *_allgather(moe, r * tp, ep, row_bytes))
     dispatch = tuple(
         tuple(0.0 if i == j else to_rank[j] * (row_bytes + PROB_BYTES) for j in range(ep))
         for i in range(ep)
@@ -114,6 +128,16 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
         tuple(0.0 if i == j else to_rank[i] * row_bytes for j in range(ep)) for i in range(ep)
     )
     return ExpertPlan(ep, rows, dispatch, combine)
+
+
+def _allgather(moe: MoEShape, r: int, ep: int, row_bytes: float) -> tuple[Matrix, Matrix]:
+    """``(dispatch, combine)`` of the ``allgather`` dispatcher (module doc): ``r`` rows from
+    every rank to every other one (with the routing map and probabilities), ``r`` partial rows
+    back."""
+    out = r * (row_bytes + moe.experts * (PROB_BYTES + 1))
+    dispatch = tuple(tuple(0.0 if i == j else out for j in range(ep)) for i in range(ep))
+    combine = tuple(tuple(0.0 if i == j else r * row_bytes for j in range(ep)) for i in range(ep))
+    return dispatch, combine
 
 
 def expert_param_share(moe: MoEShape, ep: int, tp: int) -> float:

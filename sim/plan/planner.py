@@ -30,13 +30,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sim.plan.bounds import BoundModel, PointBounds
 from sim.plan.executors import Executor
 from sim.plan.point_row import pruned_row
-from sim.plan.rowcache import run_points
+from sim.plan.rowcache import open_cache, run_points
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.rows import PRUNED, BestRows, ResultRow
@@ -127,12 +129,30 @@ def plan_points(
     Returns:
         The rows and :class:`PlanStats`.
     """
+    with open_cache(cache_dir) if cache_dir else nullcontext() as cache:  # once per sweep
+        return _plan(prep, points, cache, executor, prune, jobs, on_done, on_warning, winners)
+
+
+def _plan(
+    prep: Prepared,
+    points: list[PointConfig],
+    cache: Any,
+    executor: Executor,
+    prune: bool,
+    jobs: int,
+    on_done: Callable[[int], None] | None,
+    on_warning: Callable[[str], None] | None,
+    winners: BestRows | None,
+) -> tuple[list[ResultRow], PlanStats]:
+    """:func:`plan_points` with its row cache open (``cache``: a :class:`diskcache.Cache`
+    from :func:`sim.plan.rowcache.open_cache`, or None)."""
     stats = PlanStats(expanded=len(points), prune=prune)
     if not prune:
         rows = run_points(
             prep,
             points,
-            cache_dir=cache_dir,
+            cache_dir=None,
+            cache=cache,
             executor=executor,
             on_done=on_done,
             on_warning=on_warning,
@@ -187,7 +207,8 @@ def plan_points(
         rows = run_points(
             prep,
             [points[i] for i in batch],
-            cache_dir=cache_dir,
+            cache_dir=None,
+            cache=cache,
             executor=executor,
             on_done=_offset(on_done, done),
             on_warning=on_warning,
@@ -204,11 +225,11 @@ def plan_points(
         stats.pruned_memory += screened
         stats.pruned_resolved += screened
         stats.simulated += len(batch) - screened
-    _diagnose(prep, points, out, stats, cache_dir, executor, on_warning)
+    _diagnose(prep, points, out, stats, cache, executor, on_warning)
     return out, stats  # type: ignore[return-value]
 
 
-def _diagnose(prep, points, out, stats, cache_dir, executor, on_warning) -> None:
+def _diagnose(prep, points, out, stats, cache, executor, on_warning) -> None:
     """Simulate the memory-pruned points of every model none of whose points fits, so that
     ``results.csv`` shows each one's peak memory and the GPU that overflows (what a user needs
     to change the grid), as an exhaustive sweep would."""
@@ -223,7 +244,8 @@ def _diagnose(prep, points, out, stats, cache_dir, executor, on_warning) -> None
     rows = run_points(
         prep,
         [points[i] for i in redo],
-        cache_dir=cache_dir,
+        cache_dir=None,
+        cache=cache,
         executor=executor,
         on_warning=on_warning,
     )

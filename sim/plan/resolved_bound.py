@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sim.memory.rank_memory import kept_peak
 from sim.schedules.action import flatten
+from sim.schedules.combined import paired_forwards
 
 
 def resolved_memory_excess(res) -> tuple[str, float, float] | None:
@@ -24,7 +25,8 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     its action list for the most at once. With one stage per rank that is ``n_s`` in-flight
     micro-batches of ``resident_act_bytes``. The walk is :func:`sim.memory.rank_memory.
     kept_peak` (``sim memory``'s floor), which also counts the running action's rebuilt bytes
-    and frees a micro-batch's stash once, at the backward that ends it."""
+    and frees a micro-batch's stash once, at the backward that ends it (a combined 1F1B step
+    holds its two stashes layer by layer, :mod:`sim.memory.overlapped`)."""
     inp = res.sim_input
     by_rank: dict[tuple[int, int, int], list] = {}
     for rep in inp.replicas():
@@ -33,7 +35,8 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     for (_, rank, _), reps in by_rank.items():
         need = sum(rep.plan.static_gpu_bytes + rep.plan.overhead_bytes for rep in reps)
         plans = {rep.stage: rep.plan for rep in reps}
-        need += kept_peak([(a.stage, a.op) for a in flatten(inp.program[rank])], plans)
+        ops = [(a.stage, a.op) for a in flatten(inp.program[rank])]
+        need += kept_peak(ops, plans, paired_forwards(inp.program[rank]))
         gpu = reps[0].gpu
         cap = inp.topology.gpu(int(gpu[3:])).memory_bytes
         if need > cap:

@@ -1,21 +1,24 @@
 """The row cache of a sweep and the loop that fills it: :func:`run_points`.
 
-Every grid point's row is cached as ``<key>.json`` (the key: :func:`sim.plan.point_row.point_cache_key`)
-with a checksum; :func:`read_cached` says why an entry cannot be reused (damaged, edited, of
-another version). Rows the planner did not simulate (error ``pruned: ...``) are never cached:
-they depend on the rest of the grid; nor are rows of an internal error (``internal error: ...``),
-so a rerun tries them again.
+Every grid point's row is cached in a :class:`diskcache.Cache` (SQLite in ``cache_dir``:
+each write is one transaction, so a reader or a crash never sees half an entry, and several
+processes may read and write one cache at once) under its key
+(:func:`sim.plan.point_row.point_cache_key`), as JSON with a checksum; :func:`read_cached`
+says why an entry cannot be reused (damaged, edited, of another version). Rows the planner did
+not simulate (error ``pruned: ...``) are never cached: they depend on the rest of the grid; nor
+are rows of an internal error (``internal error: ...``), so a rerun tries them again.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import cache as _once
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from sim.atomic import atomic_write_text
 from sim.config import config_hash
 from sim.errors import InputError
 from sim.events import EventLog
@@ -26,15 +29,52 @@ from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, BestRows, ResultRow
 from sim.textio import decode_text
 
+if TYPE_CHECKING:
+    import diskcache
 
-def read_cached(path: Path, key: str, point: PointConfig) -> ResultRow | str:
-    """The row cached in ``path``, or why it cannot be used: unreadable, of another format or
+
+@_once
+def _no_pickle_disk() -> type:
+    """diskcache's storage, less unpickling: the cache holds only JSON text, and a pickled
+    value (written by someone else) reads as bytes, never as code run on loading. (diskcache
+    is imported here, on a sweep's first cache, not by ``import sim.api``.)"""
+    import diskcache
+
+    class NoPickleDisk(diskcache.Disk):
+        def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+            if mode == diskcache.core.MODE_PICKLE:
+                return b"\x00a pickled value"  # unreadable to read_cached
+            return super().fetch(mode, filename, value, read)
+
+    return NoPickleDisk
+
+
+def open_cache(cache_dir: Path) -> diskcache.Cache:
+    """The row cache in ``cache_dir`` (created if missing); close it with ``with``. Opening
+    one costs some 10 to 40 ms (SQLite's settings), so a sweep opens it once
+    (:func:`sim.plan.planner.plan_points`).
+
+    Entries are kept until the cache passes diskcache's default size limit (1 GB, some
+    200,000 rows), when the least recently stored go first. Entries of the earlier format
+    (one ``<key>.json`` file per row) are removed: they would never be read."""
+    import diskcache
+
+    cache = diskcache.Cache(str(cache_dir), disk=_no_pickle_disk())
+    for old in Path(cache_dir).glob("*.json"):
+        old.unlink(missing_ok=True)
+    return cache
+
+
+def read_cached(entry: object, key: str, point: PointConfig) -> ResultRow | str:
+    """The row in a cache ``entry`` (what was stored under ``key``: JSON text, or the bytes of
+    a damaged one), or why it cannot be used: unreadable, of another format or
     key, a checksum that does not match (damaged), filed under another point, invalid values
     (:class:`ResultRow`) or inconsistent ones (:meth:`ResultRow.problems`: a hand-edited row).
     The checksum is not a signature: it catches damage, the consistency checks catch edits."""
     try:
-        data = json.loads(decode_text(path.read_bytes(), label=str(path)))
-    except (OSError, ValueError, InputError) as exc:
+        text = decode_text(entry, label=key) if isinstance(entry, bytes) else entry
+        data = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, InputError) as exc:
         return f"unreadable ({' '.join(str(exc).split())[:120]})"
     if not isinstance(data, dict) or data.get("format") != ROW_FORMAT or data.get("key") != key:
         return "not an entry of this version for this configuration"
@@ -56,11 +96,20 @@ def _row_digest(key: str, row: dict) -> str:
     return config_hash({"key": key, "row": row})
 
 
+def cache_entry(key: str, row: ResultRow) -> str:
+    """The JSON text cached for ``row`` under ``key``: the row, its format and a checksum."""
+    data = row.model_dump()
+    return json.dumps(
+        {"format": ROW_FORMAT, "key": key, "row": data, "sha256": _row_digest(key, data)}
+    )
+
+
 def run_points(
     prep: Prepared,
     points: list[PointConfig],
     *,
     cache_dir: Path | None,
+    cache: diskcache.Cache | None = None,
     jobs: int = 1,
     on_done: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -73,11 +122,12 @@ def run_points(
     Args:
         prep: the loaded experiment.
         points: grid points.
-        cache_dir: where rows are cached as ``<hash>.json`` (None: no cache).
+        cache_dir: the folder of the row cache (:func:`open_cache`; None: no cache).
+        cache: the row cache, opened by the caller (``cache_dir`` is then not opened).
         jobs: worker processes (1: in this process) when ``executor`` is None.
         on_done: called with the number of rows finished so far (for a progress bar).
-        on_warning: called with a message for each cache entry that is corrupt or forged
-            (it is recomputed and overwritten).
+        on_warning: called with a message for each cache entry that is corrupt or forged,
+            naming its key (it is recomputed and overwritten).
         executor: where the rows are computed (:mod:`sim.plan.executors`; its ``map``); None:
             a :class:`~sim.plan.executors.LocalExecutor` of ``jobs`` processes for this call.
         screen: skip simulating points that cannot fit once resolved
@@ -85,19 +135,25 @@ def run_points(
         best: the best row per model so far; every row is offered to it with its event log
             (:meth:`BestRows.offer`), which the executor sends for the rows that may win.
     """
+    if cache is None and cache_dir:
+        with open_cache(cache_dir) as opened:
+            return run_points(prep, points, cache_dir=None, cache=opened, jobs=jobs,
+                              on_done=on_done, on_warning=on_warning, executor=executor,
+                              screen=screen, best=best)  # fmt: skip
     rows: list[ResultRow | None] = [None] * len(points)
-    keys = [point_cache_key(prep, p) for p in points] if cache_dir else [""] * len(points)
+    keys = [point_cache_key(prep, p) for p in points] if cache is not None else [""] * len(points)
+    where = cache.directory if cache is not None else None
     todo = []
     for i, key in enumerate(keys):
-        cached = cache_dir / f"{key}.json" if cache_dir else None
-        got = read_cached(cached, key, points[i]) if cached and cached.is_file() else None
+        entry = cache.get(key) if cache is not None else None
+        got = read_cached(entry, key, points[i]) if entry is not None else None
         if isinstance(got, ResultRow):
             rows[i] = got
             if best is not None:
                 best.offer(got, None)
             continue
         if got is not None and on_warning:
-            on_warning(f"cache entry {cached} is {got}; recomputing it")
+            on_warning(f"cache entry {key} in {where} is {got}; recomputing it")
         todo.append(i)
     done = len(points) - len(todo)
     if on_done:
@@ -108,19 +164,8 @@ def run_points(
         rows[i] = row
         if best is not None:
             best.offer(row, log)
-        if cache_dir and not row.error.startswith((PRUNED, INTERNAL)):
-            data = row.model_dump()
-            atomic_write_text(
-                cache_dir / f"{keys[i]}.json",
-                json.dumps(
-                    {
-                        "format": ROW_FORMAT,
-                        "key": keys[i],
-                        "row": data,
-                        "sha256": _row_digest(keys[i], data),
-                    }
-                ),
-            )
+        if cache is not None and not row.error.startswith((PRUNED, INTERNAL)):
+            cache.set(keys[i], cache_entry(keys[i], row))
         done += 1
         if on_done:
             on_done(done)

@@ -31,6 +31,7 @@ from sim.point.simulate import (
 )
 from sim.point.stages import choose_boundaries, make_schedule, stage_contexts, stage_layout
 from sim.schedules.analysis import peak_in_flight_per_stage
+from sim.schedules.combined import combine_pairs, combine_reason
 from sim.trace.shared import place_shared
 
 
@@ -85,6 +86,12 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
     )
     iterations = exp.training.iterations or schedule.steady_state_iterations()
     program = schedule.program(iterations)
+    combined = framework.combines_pairs() and point.layout.ep > 1
+    if combined:  # Megatron's combined 1F1B, as resolve() runs it
+        why = combine_reason(schedule.name, point.stages, point.virtual_stages)
+        if why:
+            raise InputError(why, file=file, field="framework")
+        program = combine_pairs(program)
     peaks = peak_in_flight_per_stage(program)
     in_flight = [peaks[s] for s in range(schedule.num_stages)]
     layout = stage_layout(exp, topo, point, schedule, file)
@@ -113,6 +120,7 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
         works,
         (point.tensor_parallel, point.context_parallel),
         point.layout.expert_dp if point.expert_parallel > 1 else 0,
+        combined,
     )[0]
     contexts = [_with_width(c, point) for c in contexts]
     low = (*stage_low_params(sharded, boundaries), topo.gpus[0].compute)

@@ -166,6 +166,7 @@ def resolve(
         memory,
         works,
         stage_low_params(sharded, boundaries),
+        combined,
     )
     costs = _with_recompute_comm(_stage_costs(sharded, boundaries), sharded, boundaries, plans)
     try:
@@ -306,6 +307,7 @@ def _plans(
     memory: FrameworkMemory = PIPESIM_MEMORY,
     works: tuple[LayerWork, ...] = (),
     low: tuple[LowPrecision | None, tuple[float, ...]] = (None, ()),
+    layered_pairs: bool = False,
 ) -> tuple[tuple[tuple[StagePlan, ...], ...], tuple]:
     """The memory plan of every ``[replica][stage]`` (tensor rank 0), and of every
     ``[replica][stage][tensor rank]`` with tensor parallelism (else ``()``): the policy's, then
@@ -337,6 +339,7 @@ def _plans(
             works,
             (point.tensor_parallel, point.context_parallel),
             point.layout.expert_dp if point.expert_parallel > 1 else 0,
+            layered_pairs,
         )
         for c in row
     ]

@@ -33,6 +33,7 @@ from sim.parallel.placement import place
 from sim.point.config import PointConfig
 from sim.schedules.action import STEP, Program, flatten
 from sim.schedules.base import Schedule, ScheduleError
+from sim.schedules.combined import paired_forwards
 from sim.schedules.registry import get_schedule
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
@@ -95,6 +96,7 @@ def stage_contexts(
     works: tuple[LayerWork, ...] = (),
     groups: tuple[int, int] = (1, 1),
     expert_dp: int = 0,
+    layered_pairs: bool = False,
 ) -> list[list[StageContext]]:
     """One :class:`StageContext` per ``[replica][stage]`` (``placement`` per stage; the
     stage chunks of one rank share its GPU; ``job_gpus``: every GPU of the job when
@@ -103,11 +105,13 @@ def stage_contexts(
     ``memory``: the framework's memory layout; ``works``: each layer's transients,
     :func:`sim.memory.layer_work.trace_work`; ``groups``: the tensor- and context-parallel
     sizes; ``expert_dp``: ranks holding the same routed experts, 0: ``dp_width /
-    expert_parallel``)."""
+    expert_parallel``; ``layered_pairs``: the program's ``OVERLAP_F_B`` pairs are Megatron's
+    combined 1F1B steps, :attr:`StageContext.overlapped`)."""
     sb = memory.state(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
     rank_orders = _rank_orders(program, schedule) if program else None
+    paired = [paired_forwards(r) for r in program] if program and layered_pairs else None
     own = [g for row in placement for g in row]
     gpus = job_gpus if job_gpus is not None else own
     hosts = {topo.gpu(g).host for g in own}  # a host link is shared within its server only
@@ -141,6 +145,7 @@ def stage_contexts(
                 framework=memory,
                 work=works[edges[s] : edges[s + 1]] if works else (),
                 rank_order=rank_orders[schedule.stage_rank(s)] if rank_orders else (),
+                overlapped=paired[schedule.stage_rank(s)] if paired else frozenset(),
                 tensor_parallel=groups[0],
                 context_parallel=groups[1],
                 layer_expert_bytes=(tuple(expert_bytes[edges[s] : edges[s + 1]]) if expert else ()),

@@ -22,10 +22,27 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
+from sim.runs.bridge_env import expandable_segments
 
 KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
        "gbs", "task")  # fmt: skip
 """Columns that identify a configuration in both the measured CSV and the recipe table."""
+
+
+LORA_RANK, LORA_TARGETS = 16, ("q_proj", "k_proj", "v_proj")
+"""Megatron-Bridge's performance LoRA recipes (the tables' ``lora`` rows, Llama-3 70B):
+``LoRA(dim=16, alpha=32)`` (NVIDIA-NeMo/Megatron-Bridge@067f987df0
+``src/megatron/bridge/recipes/llama/llama3.py:2472-2475``, ``llama3_70b_peft_config``) on
+``target_modules=['linear_qkv']`` (``scripts/performance/configs/llama/llama3_llm_finetune.py``
+lines 219 and 260, ``llama3_70b_lora_config_gb300`` / ``_gb200``; traced per release in
+``/work/research/bridge/traces/t00315.json``, ``t00316``, ``t00369``, ``t00370``). pipesim's
+adapters use Hugging Face's names: the fused ``linear_qkv`` is q, k and v."""
+LORA_QKV = (
+    "approximated: Megatron-Bridge's one LoRA adapter on the fused linear_qkv (A [h, 16], "
+    "B [16, q + 2 kv]) is simulated as three adapters on q, k and v (A [h, 16] each): 2 h r "
+    "more adapter parameters and two more rank-16 GEMMs per layer"
+)
+"""What the simulated adapters change of the run's."""
 
 
 def _cell(v: Any) -> str:
@@ -45,6 +62,19 @@ def _true(text: str) -> bool:
     return text.strip().lower().startswith("true")
 
 
+def _offload_flags(text: str) -> dict[str, Any]:
+    """The table's ``activation_offloading`` cell (``cpu_offloading num_layers=40
+    weights=False``, ``fine_grained offload_modules=[fused_group_mlp]``) as Megatron's flags."""
+    if text.startswith("cpu_offloading"):
+        m = re.search(r"num_layers=(\d+)", text)
+        return {"cpu-offloading": True, "cpu-offloading-num-layers": m.group(1) if m else "1"}
+    if text.startswith("fine_grained"):
+        m = re.search(r"offload_modules=\[([^\]]*)\]", text)
+        return {"fine-grained-activation-offloading": True,
+                "offload-modules": m.group(1) if m else ""}  # fmt: skip
+    return {}
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc)."""
     get = {k: _cell(v) for k, v in rec.items()}
@@ -58,9 +88,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         for col in ("recompute_method", "recompute_num_layers"):
             if get.get(col):
                 f[col.replace("_", "-")] = get[col]
-    offload = get.get("activation_offloading", "none")
-    if offload and offload != "none":
-        f["fine-grained-activation-offloading"] = offload
+    f.update(_offload_flags(get.get("activation_offloading", "none")))
     graphs = get.get("cuda_graph_impl", "none")
     if graphs not in ("", "none") and "False" not in graphs:
         f["cuda-graph-impl"] = graphs
@@ -104,6 +132,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                        ("loss=true", "account-for-loss-in-pipeline-split")):  # fmt: skip
         if part in split.lower():
             f[flag] = True
+    if expandable_segments(get):  # an environment variable of the run (sim.runs.bridge_env)
+        f["pytorch-cuda-alloc-conf"] = "expandable_segments:True"
     aware = get.get("precision_aware_optimizer", "")
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
         f["use-precision-aware-optimizer"] = True

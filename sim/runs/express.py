@@ -19,14 +19,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.compute.decoder import DecoderShape
+from sim.compute.lora import DEFAULT_TARGETS, LoRAShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
 from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
+from sim.runs.approximations import (
+    ALLGATHER_TP,
+    APPROXIMATED_ACTIVATIONS,
+    INSTANCES_TIME,
+    hybrid_fields,
+    model_approximations,
+)
 from sim.runs.pipeline_layout import layout_boundaries
-from sim.runs.record import MeasuredRun, ModelShape
+from sim.runs.record import MeasuredRun, ModelShape, feature
 from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -79,6 +87,7 @@ class Expressed:
         memory: the experiment's ``memory:`` fields the run sets (``(field, value)``).
         boundaries: fixed stage start layers (``options.boundaries``) from the run's
             pipeline layout (:func:`sim.runs.pipeline_layout.layout_boundaries`), or None.
+        optimizer: ``training.optimizer`` (the optimizer state per parameter).
     """
 
     run: MeasuredRun
@@ -92,12 +101,14 @@ class Expressed:
     approximations: tuple[str, ...]
     memory: tuple[tuple[str, Any], ...] = ()
     boundaries: tuple[int, ...] | None = None
+    optimizer: str = "adam"
 
     @property
     def key(self) -> tuple:
         """What the simulation depends on: runs with one key are simulated once."""
         return (self.hardware, self.model, repr(self.shape), self.dtype, self.framework,
-                tuple(sorted(self.point.items())), self.memory, self.boundaries)  # fmt: skip
+                tuple(sorted(self.point.items())), self.memory, self.boundaries,
+                self.optimizer)  # fmt: skip
 
 
 def gpu_preset(gpu: str) -> str | None:
@@ -121,8 +132,7 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
     return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
 
 
-def _feature(s: ModelShape, name: str) -> str | None:
-    return next((f.split("=", 1)[1] for f in s.features if f.startswith(name + "=")), None)
+_feature = feature
 
 
 def _args(run: MeasuredRun) -> list[str]:
@@ -151,14 +161,18 @@ def _model(run: MeasuredRun) -> list[str]:
     s = run.shape
     if s.arch == "t5":
         return t5_reasons(run)
-    if s.arch == "hybrid":
-        return ["hybrid Mamba-2 / attention layers (issue 26 item 4: Mamba-2 hybrids)"]
+    if s.arch == "hybrid" and not _feature(s, "hybrid_pattern"):
+        return [
+            "hybrid Mamba-2 / attention layers without a layer pattern "
+            "(--hybrid-layer-pattern, or a model-shape entry: sim.runs.model_shapes)"
+        ]
     if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
         return ["model shape incomplete (layers, hidden, heads, vocabulary, sequence length)"]
     out = []
     if s.arch == "bert" and (s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")):
         out.append("head_dim, QK-norm or MTP on a BERT (the BERT generator has none of them)")
-    if _feature(s, "activation"):
+    if _feature(s, "activation") and not (uses_decoder(run) and _feature(s, "activation") in
+                                          APPROXIMATED_ACTIVATIONS):  # fmt: skip
         out.append(f"{_feature(s, 'activation')} MLP: the generators have GeLU and SwiGLU only")
     if s.arch == "bert":
         out += _gpt_model(s)
@@ -171,7 +185,7 @@ def uses_decoder(run: MeasuredRun) -> bool:
     embeddings, context parallelism, an explicit head_dim, QK-norm, MTP; its MLP then ungated,
     ``gated_mlp`` False, with GeLU's FLOPs as the dense MLP's up and down projections)."""
     s = run.shape
-    if s.arch == "decoder" or s.is_moe:
+    if s.arch in ("decoder", "hybrid") or s.is_moe:
         return True
     special = s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")
     return s.arch == "gpt" and bool(_gpt_model(s) or run.layout.cp > 1 or special)
@@ -194,7 +208,15 @@ def _gpt_model(s: ModelShape) -> list[str]:
 
 
 def policy(run: MeasuredRun) -> tuple[str | None, str]:
-    """The memory policy of a run's optimizer sharding and recompute, or None and why."""
+    """The memory policy of a run's optimizer sharding and recompute, or None and why
+    (``dist_opt:instances=N:...`` with several distributed-optimizer instances)."""
+    name, why = _policy_name(run)
+    if name and name.startswith("dist_opt") and run.optimizer_instances > 1:
+        name = f"dist_opt:instances={run.optimizer_instances}" + name[len("dist_opt") :]
+    return name, why
+
+
+def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
     rc, dist = run.recompute, run.distributed_optimizer
     if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
         mods = rc.split(":", 1)[1].replace("+", ",")
@@ -243,6 +265,9 @@ def _layout(run: MeasuredRun) -> list[str]:
     out += lay.problems()  # MoE parallel folding: ep x etp over tp x cp x dp
     if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
         out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
+    if lay.cp > 1 and "M" in (_feature(run.shape, "hybrid_pattern") or ""):
+        out.append("context parallelism over Mamba-2 layers (the generator splits attention "
+                   "sequences only)")  # fmt: skip
     if lay.cp > 1 and run.shape.arch == "bert":
         out.append("context parallelism on a BERT (pipesim splits sequences of decoder traces "
                    "only)")  # fmt: skip
@@ -284,9 +309,9 @@ def _boundaries(run: MeasuredRun) -> tuple[int, ...] | None:
     if not run.pipeline_layout:
         return None
     s, lay = run.shape, run.layout
-    if not uses_decoder(run):
-        raise ValueError("pipeline layout on a GPT/BERT stack (decoder traces only)")
     mtp = int(_feature(s, "mtp") or 0)
+    if not uses_decoder(run) and mtp:  # the GPT/BERT traces: embedding, blocks, head
+        raise ValueError("MTP layers in the layout of a GPT/BERT stack (decoder traces only)")
     return layout_boundaries(run.pipeline_layout, s.layers or 0, mtp, lay.pp * lay.vp)
 
 
@@ -317,14 +342,16 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             s.hidden or 0, s.moe_experts, s.moe_topk or 2, s.moe_ffn_hidden or s.ffn_hidden or 0,
             shared_ffn=s.moe_shared_ffn, gated=s.gated_mlp,
             capacity_factor=s.moe_capacity_factor, pad_to_capacity=s.moe_pad_to_capacity,
+            latent=int(_feature(s, "moe_latent") or 0),
         )  # fmt: skip
     mla = None
     if s.mla:
         m = dict(s.mla)
         mla = MLAShape(m["q_lora_rank"], m["kv_lora_rank"], m["qk_head_dim"],
                        m["qk_pos_emb_head_dim"], m["v_head_dim"])  # fmt: skip
+    hybrid = hybrid_fields(s)
     return DecoderShape(
-        layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
+        **hybrid, layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
         vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
         kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
         dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
@@ -332,8 +359,17 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
         sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
-        tied_embeddings=bool(s.tied_embeddings),
+        tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
     )  # fmt: skip
+
+
+def _lora(s: ModelShape) -> LoRAShape | None:
+    """The ``lora=RANK:target+target`` feature (:mod:`sim.compute.lora`), or None."""
+    text = _feature(s, "lora")
+    if not text:
+        return None
+    rank, _, targets = text.partition(":")
+    return LoRAShape(int(rank), tuple(targets.split("+")) if targets else DEFAULT_TARGETS)
 
 
 def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
@@ -386,10 +422,19 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         for a in run.args
         if a.status == "approximated" and a.name.lstrip("-") not in sized
     ) + (T5_NOTES if generator == "t5" else ())
+    if run.token_dispatcher == "allgather":
+        point["routing"] = "balanced+allgather"
+        if lay.tp > 1:
+            approx += (ALLGATHER_TP,)
+    approx += model_approximations(run, uses_decoder(run))
+    n, w = run.optimizer_instances, lay.dp * lay.cp
+    if n > 1:
+        approx += (INSTANCES_TIME.format(n=n, w=w, k=w // n),)
     return Expressed(
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,
         framework, point, approx + run.notes, run.memory_options, _boundaries(run),
+        run.optimizer,
     )  # fmt: skip
 
 

@@ -34,8 +34,9 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
-from sim.runs.bridge_recipes import recipe_key
+from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_key
 from sim.runs.megatron_args import read_megatron
+from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
 
 GiB = 2.0**30
@@ -100,7 +101,19 @@ def _golden_flags(row: pd.Series) -> dict[str, Any] | None:
     return json.loads(m.group(1)) if m else None
 
 
+def _known_shape(row: pd.Series) -> dict[str, Any] | None:
+    """The published shape of a row whose shape columns are empty (:mod:`sim.runs.model_shapes`)."""
+    if _int(row.get("layers")) is not None and _int(row.get("hidden")) is not None:
+        return None
+    return shape_flags(str(row.get("model", "")))
+
+
 def _shape_flags(row: pd.Series) -> dict[str, Any]:
+    known = _known_shape(row)
+    if known is not None:
+        return known | (
+            {"seq-length": _int(row.get("seq_len"))} if _int(row.get("seq_len")) else {}
+        )
     f: dict[str, Any] = {}
     for col, flag in (("layers", "num-layers"), ("hidden", "hidden-size"),
                       ("ffn_hidden", "ffn-hidden-size"), ("heads", "num-attention-heads"),
@@ -166,9 +179,9 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
     """What a row says that no flag can: LoRA, the model's own architecture, an unknown
     recompute setting, an inconsistent row."""
     out = []
-    if str(row.get("task")) == "lora":
-        out.append(ArgNote("task", "lora", "unmapped", "LoRA: frozen base weights, adapters "
-                           "only trained (issue 26 item 4, models)"))  # fmt: skip
+    if str(row.get("task")) == "lora" and "bridge" not in str(row.get("framework", "")).lower():
+        out.append(ArgNote("task", "lora", "unmapped", "LoRA: the adapters' rank and targets "
+                           "are not in the table"))  # fmt: skip
     name = str(row.get("model", "")).lower()
     out += [ArgNote("model", str(row.get("model")), "unmapped", why)
             for part, why in NAMED_UNMAPPED if part in name]  # fmt: skip
@@ -176,7 +189,8 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
     if not recipe and not re.match(r"none|full (uniform|block) \d+|selective", text):
         out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
                            "recipe's recompute setting"))  # fmt: skip
-    if _int(row.get("layers")) is None or _int(row.get("hidden")) is None:
+    if _known_shape(row) is None and (_int(row.get("layers")) is None or
+                                      _int(row.get("hidden")) is None):  # fmt: skip
         out.append(ArgNote("shape_ref", str(row.get("shape_ref", "")), "unmapped",
                            "the model's shape is not in the table"))  # fmt: skip
     return out
@@ -248,9 +262,15 @@ def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None
         notes.append(ArgNote("recipe", "", "unmapped", "the recipe's recompute, overlap, CUDA-"
                              "graph and dispatcher settings are not in the table (give the "
                              "recipe table: sim/runs/bridge_recipes.py)"))  # fmt: skip
+    shape = run.shape
+    if golden is None and str(row.get("task")) == "lora" and "bridge" in run.framework:
+        lora = f"lora={LORA_RANK}:{'+'.join(LORA_TARGETS)}"  # sim.runs.bridge_recipes
+        shape = replace(shape, features=shape.features + (lora,))
+        notes.append(ArgNote("task", "lora", "approximated", LORA_QKV.removeprefix(
+            "approximated: ")))  # fmt: skip
     return replace(
         run, measured=measured_of(row), task=str(row.get("task", "pretrain")), args=tuple(notes),
-        notes=run.notes + tuple(extra),
+        notes=run.notes + tuple(extra), shape=shape,
     )  # fmt: skip
 
 

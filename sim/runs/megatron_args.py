@@ -25,14 +25,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
-from sim.runs.argv import is_unexpanded
 from sim.runs.megatron_host_flags import read_host_options
+from sim.runs.megatron_model_flags import (
+    hybrid_features,
+    hybrid_pattern,
+    optimizer_instances,
+    pattern_layout,
+    uneven_layout,
+)
 from sim.runs.megatron_overlap import read_options
+from sim.runs.megatron_reading import Reading
 from sim.runs.pipeline_layout import parse_layout, split_layout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 
@@ -50,59 +56,6 @@ TOKENIZER_VOCAB = {
 DEFAULT_TOKENIZER = "GPT2BPETokenizer"
 """The tokenizer assumed for ``--vocab-file`` with ``--merge-file`` and no type (a BPE vocab
 and merges: GPT-2's, as Megatron's GPT examples use)."""
-
-
-@dataclass
-class Reading:
-    """What the mapping has read so far: the flags, the notes, the assumptions."""
-
-    flags: dict[str, Any]
-    strict: bool
-    notes: list[ArgNote] = field(default_factory=list)
-    assumptions: list[str] = field(default_factory=list)
-    done: set[str] = field(default_factory=set)
-
-    def has(self, flag: str) -> bool:
-        return flag in self.flags
-
-    def int(self, flag: str, default: int | None = None) -> int | None:
-        """The flag as an integer (``default`` when absent), noted as mapped."""
-        if flag not in self.flags:
-            return default
-        value = self.flags[flag]
-        self.done.add(flag)
-        if is_unexpanded(value):
-            self.unmapped(flag, f"unexpanded shell variable {value!r}: give its value")
-            return default
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.unmapped(flag, f"{value!r} is not a number")
-            return default
-        if number != int(number):
-            self.unmapped(flag, f"{value!r} is not a whole number")
-            return default
-        return int(number)
-
-    def text(self, flag: str, default: str | None = None) -> str | None:
-        if flag not in self.flags:
-            return default
-        self.done.add(flag)
-        value = self.flags[flag]
-        return default if value is True else str(value)
-
-    def switch(self, flag: str) -> bool:
-        self.done.add(flag)
-        return self.flags.get(flag) not in (None, False, "false", "False")
-
-    def mapped(self, flag: str, reason: str) -> None:
-        if flag in self.flags:
-            self.done.add(flag)
-            self.notes.append(ArgNote(flag, str(self.flags[flag]), "mapped", reason))
-
-    def unmapped(self, flag: str, reason: str) -> None:
-        self.done.add(flag)
-        self.notes.append(ArgNote(flag, str(self.flags.get(flag, "")), "unmapped", reason))
 
 
 def normalise(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,8 +109,9 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist) | _grad_buffer(r)
+    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
     layout = _pipeline_layout(r, lay)
+    instances = optimizer_instances(r, lay, dist)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -184,7 +138,36 @@ def read_megatron(
         framework_options=tuple(options.items()),
         memory_options=tuple(memory.items()),
         pipeline_layout=layout,
+        optimizer_instances=instances,
+        token_dispatcher=_dispatcher(r.flags, lay),
+        optimizer=OPTIMIZERS.get(str(r.flags.get("optimizer", "adam")), "adam"),
     )
+
+
+OPTIMIZERS = {"adam": "adam", "sgd": "sgd_momentum", "muon": "sgd_momentum",
+              "dist_muon": "sgd_momentum"}  # fmt: skip
+"""Megatron's ``--optimizer`` -> ``training.optimizer`` (its state per parameter,
+:mod:`sim.memory.states`): SGD keeps a momentum buffer (``--sgd-momentum`` 0.9 by default),
+Muon one momentum buffer per matrix (below)."""
+MUON = (
+    "Muon (--optimizer muon / dist_muon) counted as SGD with momentum: the fp32 master and one "
+    "momentum buffer per parameter (Megatron-Core's TensorParallelMuon keeps one momentum per "
+    "2-D weight; the embedding, output layer and norms it leaves to Adam, whose second moment "
+    "is not counted: NVIDIA/Megatron-LM@d98e8a64 megatron/core/optimizer/"
+    "emerging_optimizers.py lines 177-200 and 579-590); the 5 Newton-Schulz iterations per "
+    "matrix (about 5 x (4 m^2 n + 2 m^3) FLOPs for an m x n weight, m <= n) are not timed"
+)
+"""What the simulation changes of a Muon run."""
+
+
+def _dispatcher(flags: dict[str, Any], lay: ParallelLayout) -> str:
+    """``allgather`` for Megatron's all-gather token dispatcher with experts spread over ranks
+    (its default when the flag is absent, ``megatron/training/arguments.py``), else
+    ``alltoall`` (the flex dispatchers are framework options)."""
+    if not flags.get("num-experts") or lay.ep * lay.tp == 1:
+        return "alltoall"
+    disp = str(flags.get("moe-token-dispatcher-type", "allgather"))
+    return "allgather" if disp == "allgather" else "alltoall"
 
 
 def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
@@ -225,6 +208,17 @@ def _grad_buffer(r: Reading) -> dict[str, Any]:
         return {}
     r.mapped("grad-reduce-in-bf16", "memory: grad_reduce_in_bf16 (16-bit gradient buffer)")
     return {"grad_reduce_in_bf16": True}
+
+
+def _allocator(r: Reading) -> dict[str, Any]:
+    """The run's ``PYTORCH_CUDA_ALLOC_CONF`` (an environment variable, not a Megatron flag:
+    Megatron-Bridge's performance scripts set it, :mod:`sim.runs.bridge_env`) as the
+    experiment's ``memory: expandable_segments``."""
+    conf = str(r.text("pytorch-cuda-alloc-conf", ""))
+    if not conf:
+        return {}
+    r.mapped("pytorch-cuda-alloc-conf", "memory: expandable_segments (the caching allocator)")
+    return {"expandable_segments": True} if "expandable_segments:True" in conf else {}
 
 
 def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
@@ -279,6 +273,16 @@ def _world(r: Reading) -> int | None:
     return nproc * nodes if nproc else None
 
 
+A2A_P2P = (
+    "hierarchical CP 'a2a+p2p' simulated as the p2p ring over all cp ranks: Transformer "
+    "Engine runs an all-to-all inside each group of the first --hierarchical-context-parallel-"
+    "sizes (heads split) and the KV ring only across the groups (fewer, larger ring steps; "
+    "NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
+    "context_parallel.py, AttnFuncWithCPAndKVP2P with cp_group_a2a)"
+)
+"""What the reader changes of an ``a2a+p2p`` run."""
+
+
 def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     tp = r.int("tensor-model-parallel-size", 1) or 1
     pp = r.int("pipeline-model-parallel-size", 1) or 1
@@ -294,7 +298,13 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dp = max(1, world // (tp * pp * cp)) if world else 1
     comm = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
     cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
-    if cp > 1 and cp_comm not in comm:
+    if cp > 1 and cp_comm == "a2a+p2p":
+        r.done.add("cp-comm-type")
+        r.notes.append(ArgNote("cp-comm-type", cp_comm, "approximated", A2A_P2P))
+        r.mapped("hierarchical-context-parallel-sizes", "the a2a+p2p split (approximated, "
+                 "see cp-comm-type)")  # fmt: skip
+        cp_comm = "p2p"
+    elif cp > 1 and cp_comm not in comm:
         r.unmapped("cp-comm-type", f"{cp_comm!r}: hierarchical CP exchange (issue 26 item 7)")
     if etp is None and ep > 1 and (dp * cp) % ep:
         etp = _folded_etp(tp, cp, dp, ep)
@@ -327,7 +337,7 @@ def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
     """The run's pipeline layout (:mod:`sim.runs.pipeline_layout`): ``--pipeline-model-
     parallel-layout``, or Megatron's split with ``--account-for-embedding-in-pipeline-split`` /
     ``--account-for-loss-in-pipeline-split`` over several virtual stages; "" otherwise."""
-    layout = r.text("pipeline-model-parallel-layout") or ""
+    layout = r.text("pipeline-model-parallel-layout") or pattern_layout(r) or uneven_layout(r, lay)
     r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
     flags = ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
     emb, loss = (r.switch(f) for f in flags)
@@ -353,7 +363,7 @@ def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
 def _layout_vp(r: Reading, pp: int, vp: int) -> int:
     """``--pipeline-model-parallel-layout``'s virtual stages per rank: its stages over ``pp``
     (``PipelineParallelLayerLayout.__init__``; :mod:`sim.runs.pipeline_layout`), else ``vp``."""
-    text = r.text("pipeline-model-parallel-layout")
+    text = r.text("pipeline-model-parallel-layout") or pattern_layout(r)
     try:
         n = len(parse_layout(text)) if text else 0
     except ValueError:
@@ -398,6 +408,9 @@ def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShap
     h = r.int("hidden-size") or 0
     heads = r.int("num-attention-heads") or 0
     layers = r.int("num-layers") or r.int("decoder-num-layers") or r.int("encoder-num-layers")
+    pattern = hybrid_pattern(r)
+    if pattern is not None:  # Megatron derives --num-layers from the pattern (module doc)
+        layers = len(pattern.layers)
     seq = r.int("seq-length") or r.int("encoder-seq-length")
     r.int("decoder-seq-length")
     gated = r.switch("swiglu")
@@ -405,7 +418,7 @@ def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShap
     kv_ch = r.int("kv-channels")
     mla = r.switch("multi-latent-attention")
     head_dim = kv_ch if kv_ch and heads and kv_ch * heads != h and not mla else None
-    features = _features(r)
+    features = _features(r) + hybrid_features(r, pattern, h)
     experts = r.int("num-experts")
     ffn = _ffn(r, h, gated) if h else None
     shape = ModelShape(
@@ -467,8 +480,8 @@ def _features(r: Reading) -> tuple[str, ...]:
         out.append("qk_norm=true")
     if r.int("mtp-num-layers"):
         out.append(f"mtp={r.int('mtp-num-layers')}")
-    if r.has("hybrid-layer-pattern"):
-        out.append(f"hybrid_pattern={r.text('hybrid-layer-pattern')}")
+    if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
+        out.append(f"moe_latent={r.int('moe-latent-size')}")
     out += _attention_features(r)
     return tuple(out)
 
@@ -592,12 +605,14 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "use-flash-attn": ("mapped", "attention core: fused (flash)"),
         "transformer-impl": ("mapped", "kernel implementation (local or Transformer Engine): "
                              "the kernel model times either"),
-        "optimizer": ("mapped", f"optimizer {opt}") if opt in ("adam", "sgd") else
-        ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
+        "optimizer": ("mapped", f"optimizer {opt}: training.optimizer {OPTIMIZERS[opt]}")
+        if opt in ("adam", "sgd") else ("approximated", MUON) if opt in ("muon", "dist_muon")
+        else ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
         if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
-        "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("unmapped",
-        f"{disp!r} token dispatcher: pipesim exchanges tokens by all-to-all (issue 26 item 7)"),
+        "kernels (framework option moe_token_dispatcher)") if disp == "flex" else ("mapped",
+        "all-gather / reduce-scatter dispatcher: routing '+allgather' (sim.parallel.expert)")
+        if disp == "allgather" else ("unmapped", f"{disp!r} token dispatcher: not in pipesim"),
     }  # fmt: skip
     for flag, value in r.flags.items():
         if flag in r.done:

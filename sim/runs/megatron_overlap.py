@@ -75,6 +75,16 @@ FLAG_OPTIONS: dict[str, tuple[str, Matters, str]] = {
 }  # fmt: skip
 """Flag -> (option, whether it matters for a layout and the distributed optimizer, reason)."""
 
+WITH_STEP_ALONE = (
+    "without --overlap-param-gather it changes nothing: Megatron-Core's DDP issues the "
+    "parameter all-gathers synchronously at the step either way (``start_param_sync`` returns "
+    "early only when dispatching from the forward hooks, which exist only with "
+    "overlap_param_gather; NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/"
+    "distributed_data_parallel.py lines 476-483 and 618-638). Megatron-LM's arguments.py "
+    "refuses the pair; Megatron-Bridge's configs (no such check) reach here with it"
+)
+"""Why ``overlap_param_gather_with_optimizer_step`` alone is ignored."""
+
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
 
 
@@ -123,6 +133,12 @@ def read_options(
             continue
         if not matters(lay, dist):
             notes.append((flag, "ignored", f"{why}: nothing to overlap in this layout"))
+            continue
+        if (
+            flag == "overlap-param-gather-with-optimizer-step"
+            and "overlap-param-gather" not in flags
+        ):
+            notes.append((flag, "ignored", WITH_STEP_ALONE))
             continue
         value = option_value(flag, flags[flag])
         if value is None:

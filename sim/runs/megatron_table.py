@@ -41,7 +41,9 @@ MAPPED = frozenset(
         "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
         "recompute-modules", "recompute-activations", "use-distributed-optimizer",
         "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
-        "hybrid-layer-pattern", "is-hybrid-model", "spec", "world-size", "nproc-per-node",
+        "num-distributed-optimizer-instances", "moe-latent-size", "hybrid-layer-pattern", "hybrid-override-pattern", "is-hybrid-model", "mamba-num-heads",
+        "mamba-head-dim", "mamba-num-groups", "mamba-state-dim",
+        "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "spec", "world-size", "nproc-per-node",
         "nnodes", "moe-token-dispatcher-type", "num-gpus", "num-nodes", "moe-expert-capacity-factor",
         "moe-pad-expert-input-to-capacity",
     }
@@ -123,6 +125,16 @@ IGNORED: dict[str, str] = {
 }  # fmt: skip
 """Flags that change neither iteration time nor memory, with the reason."""
 
+OFFLOAD = (
+    "activation offloading to host memory (Megatron-Core cpu_offloading of the first N "
+    "layers, or fine_grained_activation_offloading of the listed modules: megatron/core/"
+    "cpu_offload.py, megatron/core/pipeline_parallel/fine_grained_activation_offload.py): the "
+    "offloaded activations are counted on the GPU (the predicted peak is above the run's by "
+    "up to their bytes) and the device-to-host copies, which Megatron overlaps with the next "
+    "layers' compute, are not timed"
+)
+"""Why the activation-offloading flags are approximated."""
+
 APPROXIMATED: dict[str, str] = {
     "disable-bias-linear": "no bias vectors in the linear layers: the generators' GPT layers "
     "have them (h or 4h parameters per matrix, under 0.1 % of a layer's bytes and time)",
@@ -163,7 +175,18 @@ APPROXIMATED: dict[str, str] = {
     "schedule's micro-batch grouping: pipesim runs Megatron's default grouping (p)",
     "overlap-p2p-communication-warmup-flush": "pipeline sends of warm-up and flush overlapped",
     "overlap-p2p-communication": "pipeline sends overlapped with compute (interleaved "
-    "schedule)", "max-position-embeddings": "size of the learned position table (GPT): "
+    "schedule)", "no-use-layer-wise-param-layout": "the layer-wise optimizer's legacy "
+    "buffer (every parameter in one LayerWise buffer, gathered by allgather_params(); "
+    "megatron/training/arguments.py lines 3160-3168): the same bytes gathered; the slower "
+    "path Megatron's help names is not modelled", "fine-grained-activation-offloading": OFFLOAD, "offload-modules": OFFLOAD,
+    "cpu-offloading": OFFLOAD, "cpu-offloading-num-layers": OFFLOAD,
+    "cpu-offloading-activations": OFFLOAD, "cpu-offloading-weights": OFFLOAD,
+    "use-packed-sequence": "packed sequences (THD, several documents per sequence): the "
+    "attention core runs causal over each whole sequence of --seq-length tokens, an upper "
+    "bound (the documents' lengths, which shorten it, are not in the arguments); the GEMMs and "
+    "memory are the same", "mtp-use-repeated-layer": "one MTP layer's weights shared by every MTP depth "
+    "(Megatron-Core MultiTokenPredictionBlock): pipesim counts each depth's weights, gradients "
+    "and optimizer state (the compute is the same)", "max-position-embeddings": "size of the learned position table (GPT): "
     "pipesim's GPT generator sizes it by the sequence length",
 }  # fmt: skip
 """Flags that change time or memory a little; the run is simulated without them."""
@@ -175,22 +198,11 @@ UNMAPPED: dict[str, str] = {
     "instances (HSDP over num_distributed_optimizer_instances)",
     "optimizer-cpu-offload": "optimizer state offloaded to the host by Megatron's hybrid CPU "
     "optimizer (not a pipesim policy)", "optimizer-offload-fraction": "as "
-    "--optimizer-cpu-offload", "fine-grained-activation-offloading": "activation offload "
-    "per module (not a pipesim policy)", "offload-modules": "as "
-    "--fine-grained-activation-offloading", "cpu-offloading": "activation offload (not a "
-    "pipesim policy)",
-    "decoder-first-pipeline-num-layers": "uneven first stage (pipesim splits uniformly or "
-    "optimally)", "decoder-last-pipeline-num-layers": "uneven last stage",
-    "num-layers-in-first-pipeline-stage": "uneven first stage",
+    "--optimizer-cpu-offload",     "num-layers-in-first-pipeline-stage": "uneven first stage",
     "num-layers-in-last-pipeline-stage": "uneven last stage",
-    "hierarchical-context-parallel-sizes": "hierarchical context parallelism (a2a+p2p) "
-    "(issue 26 item 7: CP exchanges)", "moe-latent-size": "MoE latent projection (not in the decoder generator)",
-    "mtp-use-repeated-layer": "multi-token prediction (issue 26 item 4)",
-    "mamba-num-heads": "Mamba-2 layers (issue 26 item 4)", "mamba-head-dim": "Mamba-2 layers",
-    "mamba-num-groups": "Mamba-2 layers", "mamba-state-dim": "Mamba-2 layers",
-    "num-distributed-optimizer-instances": "several distributed-optimizer instances "
-    "(partial sharding), not a pipesim policy", "use-packed-sequence": "packed sequences of "
-    "varying length (pipesim runs full sequences)", "overlap-cpu-optimizer-d2h-h2d": "CPU "
+    "hierarchical-context-parallel-sizes": "hierarchical context parallelism without "
+    "--cp-comm-type a2a+p2p", 
+    "overlap-cpu-optimizer-d2h-h2d": "CPU "
     "optimizer overlap", "patch-dim": "vision transformer inputs (not a decoder)",
     "img-h": "vision inputs", "img-w": "vision inputs",
 }  # fmt: skip

@@ -100,6 +100,7 @@ def experiment_of(item: Expressed, hardware: str | dict[str, Any], trace_ref: st
         "framework": item.framework,
         "models": [{"name": item.model, "trace": trace_ref}],
         "training": {"global_batch": p["global_batch"], "dtype": item.dtype}
+        | ({"optimizer": item.optimizer} if item.optimizer != "adam" else {})
         | ({"precision_options": {"param_gather": True}} if p.get("param_gather") else {}),
         "options": {"partition": "uniform"}
         | ({"boundaries": list(item.boundaries)} if item.boundaries else {}),

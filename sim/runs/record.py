@@ -183,6 +183,14 @@ class MeasuredRun:
             flags set (:class:`~sim.config.MemoryConfig`: the precision-aware optimizer).
         pipeline_layout: Megatron's ``--pipeline-model-parallel-layout`` ("": none), the
             layers of every virtual stage (:mod:`sim.runs.pipeline_layout`).
+        optimizer_instances: Megatron's ``--num-distributed-optimizer-instances`` (the
+            distributed optimizer's state sharded inside each of them:
+            :mod:`sim.memory.dist_opt`).
+        token_dispatcher: how routed tokens reach their experts: ``alltoall`` or
+            ``allgather`` (Megatron's ``--moe-token-dispatcher-type allgather``; the point's
+            routing ``+allgather``, :mod:`sim.parallel.expert`).
+        optimizer: ``training.optimizer`` (``adam``, ``sgd``, ``sgd_momentum``): the state
+            the optimizer keeps per parameter (:mod:`sim.memory.states`).
     """
 
     name: str
@@ -210,6 +218,9 @@ class MeasuredRun:
     framework_options: tuple[tuple[str, str], ...] = ()
     memory_options: tuple[tuple[str, Any], ...] = ()
     pipeline_layout: str = ""
+    optimizer_instances: int = 1
+    token_dispatcher: str = "alltoall"
+    optimizer: str = "adam"
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
@@ -259,6 +270,11 @@ class MeasuredRun:
         out |= {k: v for k, v in asdict(m).items() if k not in ("iteration_times_s", "categories")}
         out["categories"] = ";".join(f"{k}={v:.6g}" for k, v in m.categories)
         return out
+
+
+def feature(s: ModelShape, name: str) -> str | None:
+    """The value of a ``name=value`` entry of ``s.features`` (None: absent)."""
+    return next((f.split("=", 1)[1] for f in s.features if f.startswith(name + "=")), None)
 
 
 def finite_positive(x: float | None) -> bool:

@@ -63,3 +63,21 @@ def combine_reason(schedule: str, stages: int, virtual_stages: int) -> str:
             "schedule (Megatron-LM transformer_config.py)"
         )
     return ""
+
+
+def paired_forwards(actions: list[Action]) -> frozenset[int]:
+    """Positions, in the rank's flattened list (:func:`~sim.schedules.action.flatten`), of the
+    forwards that open an ``OVERLAP_F_B`` pair with a backward.
+
+    Example:
+        >>> order = [Action.from_str(x) for x in ["0F0", "0B0", "0F1", "0B1", "0STEP0"]]
+        >>> sorted(paired_forwards(combine_pairs([order])[0]))
+        [1]
+    """
+    pos, out = 0, set()
+    for a in actions:
+        subs = a.sub_actions
+        if subs is not None and len(subs) == 2 and (subs[0].op, subs[1].op) == ("F", "B"):
+            out.add(pos)
+        pos += len(subs) if subs is not None else 1
+    return frozenset(out)
