@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -15,7 +17,7 @@ from sim.config import ExperimentConfig, load_experiment
 from sim.errors import EXIT_NOTHING_FITS
 from sim.events import EventLog
 from sim.hardware.describe import topology_to_dict
-from sim.plan.executors import open_executor
+from sim.plan.executors import LocalExecutor, RayExecutor, open_executor
 from sim.plan.planner import PlanStats, plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
@@ -38,6 +40,7 @@ from sim.report.outputs import (
     write_results_csv,
     write_yaml,
 )
+from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.row_bands import bands_for, winner_bands
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ def run_experiment(
     notes = _compute_notes(prep, points)
     say.notes(notes, prep)
     jobs = min(jobs, len(points))
+    if jobs > 1 and executor == "local":
+        gc.freeze()  # the workers fork next: their collections skip what they inherit (sim.cli)
     best = BestRows()  # each model's best row, with its event log for the winner's plots
     bar = progress(len(points), "simulating", "configurations", console=console,
                    enabled=progress_shown)  # fmt: skip
@@ -101,7 +106,7 @@ def run_experiment(
             executor=pool,
             prune=exp.sweep.prune and not exhaustive,
             jobs=jobs,
-            on_done=on_done,
+            on_done=_prefetching(on_done, plots, pool),
             on_warning=lambda msg: log.warning("%s", msg),
             winners=best if plots else None,
         )
@@ -113,6 +118,24 @@ def run_experiment(
         commit_output(stage, out)
     say.wrote([out / p.relative_to(stage) for p in written], t0)
     return say.failed(rows) or code
+
+
+def _prefetching(
+    on_done: Callable[[int], None], plots: bool, pool: LocalExecutor | RayExecutor
+) -> Callable[[int], None]:
+    """``on_done`` that also starts importing pandas and, with ``plots``, the plot modules
+    (:mod:`sim.report.prefetch`) at the first row done once the points run elsewhere
+    (``pool``'s forked workers, or Ray's): this process only waits for them meanwhile."""
+    if isinstance(pool, LocalExecutor) and pool.jobs <= 1:
+        return on_done
+    prefetch = Prefetch(TABLE_MODULES + (PLOT_MODULES if plots else ()))
+
+    def done(n: int) -> None:
+        if n > 0 and getattr(pool, "forked", True):
+            prefetch.start()
+        on_done(n)
+
+    return done
 
 
 def _write_all(

@@ -18,7 +18,11 @@ or ``*``; powers and parentheses are refused before pint evaluates them.
 Importing pint takes about 0.3 s, more than pipesim's whole API wants at import
 (``python -X importtime -c "import sim.api"``), so the registry is built lazily: on the first
 string with a unit, and once per process (:func:`registry`). Bare numbers and
-:func:`fmt_bytes` never import pint.
+:func:`fmt_bytes` never import pint, nor do the units of :data:`COMMON_UNITS` (every prefix on
+``B``, ``B/s``, ``FLOPS``, ``FLOP/s``, ``flops``, and ``s``, ``ms``, ``us``, ``ns``: all that
+the shipped presets and experiments use), whose factors are pint's, checked against it by
+``tests/test_units.py``: ``sim run`` reads a preset without importing pint and the scipy it
+imports (0.25 CPU s on the path to the first simulation, issue 28).
 """
 
 from __future__ import annotations
@@ -55,6 +59,25 @@ _NUM = re.compile(r"^\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
 _UNIT = re.compile(r"^[A-Za-zµμ]+(?:\s*[/*]\s*[A-Za-zµμ]+)*$")
 
 
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_PER_SECOND = {"FLOP/s": ("FLOPS", "FLOP/s", "flops"), "B/s": ("B/s",)}
+_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
+
+COMMON_UNITS: dict[tuple[str, str], float] = {
+    **{(p + "B", "B"): f for p, f in (_DECIMAL | _BINARY).items()},
+    **{
+        (p + unit, base): f
+        for base, units in _PER_SECOND.items()
+        for unit in units
+        for p, f in (_DECIMAL | _BINARY).items()
+    },
+    **{(unit, "s"): f for unit, f in _SECONDS.items()},
+}
+"""``(unit, base unit): base units per unit`` of the common units, the factors pint gives
+(:func:`_factor`), known without importing it; any other unit goes to pint."""
+
+
 @cache
 def registry() -> pint.UnitRegistry:
     """The pint registry of :data:`DEFINITIONS`, built (and pint imported) on first use."""
@@ -73,6 +96,17 @@ def _factor(unit: str, base: str) -> float:
     Raises:
         ValueError: pint cannot read ``unit``, it is not of ``base``'s dimension, or it puts
             a prefix on seconds other than ms, us, ns.
+    """
+    known = COMMON_UNITS.get((unit, base))
+    return known if known is not None else pint_factor(unit, base)
+
+
+def pint_factor(unit: str, base: str) -> float:
+    """Base units per ``unit`` as pint reads it (:func:`_factor` without
+    :data:`COMMON_UNITS`).
+
+    Raises:
+        ValueError: as :func:`_factor`.
     """
     if not _UNIT.match(unit):
         raise ValueError(f"unknown unit {unit!r}")

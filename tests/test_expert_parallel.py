@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from sim.comm import nccl
-from sim.comm.alltoall import alltoall_time_s, even_pairs, link_load_time_s, link_loads
+from sim.comm.alltoall import (
+    alltoall_time_s,
+    even_pairs,
+    link_load_time_s,
+    link_loads,
+    table_time_s,
+)
 from sim.compute.decoder import DecoderShape
 from sim.compute.moe import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing
@@ -158,3 +164,22 @@ def test_tensor_parallel_moe_needs_sequence_parallelism():
         shard_decoder(trace, ParallelLayout(tp=2), gpu)
     with pytest.raises(ValueError, match="divide the 8 experts"):
         shard_decoder(trace, ParallelLayout(ep=3), gpu)
+
+
+def test_measured_alltoall_table_times_the_busiest_member():
+    # dgx-b200 carries SimuMax's measured all-to-all (b200_bf16_ceperm.json all2all: 900 GiB/s x
+    # 0.5968, 7.3039 us per peer, no fixed part at 8 ranks). Balanced, 8 ranks, 8 MiB to each
+    # peer: nccl-tests' B = 56 MiB x 8/7 = 64 MiB, 56 MiB / 576.73 GB/s + 7 x 7.3039 us. A
+    # member receiving 8x as much from each peer (448 MiB) sets the time: 448 MiB / 576.73 GB/s
+    # + the same latency
+    topo = load_hardware("dgx-b200")
+    gpus = tuple(f"gpu{i}" for i in range(8))
+    rate, latency = 900 * 2**30 * 0.5968, 7 * 7.3039e-6
+    pairs = even_pairs(8, 56 * 2**20)
+    assert table_time_s(topo, gpus, pairs) == pytest.approx(56 * 2**20 / rate + latency, rel=1e-3)
+    assert alltoall_time_s(topo, gpus, pairs) == table_time_s(topo, gpus, pairs)
+    hot = [list(row) for row in pairs]
+    for i in range(1, 8):
+        hot[i][0] *= 8
+    assert table_time_s(topo, gpus, hot) == pytest.approx(448 * 2**20 / rate + latency, rel=1e-3)
+    assert table_time_s(load_hardware("dgx-h100"), gpus, pairs) is None  # no table: the model

@@ -406,3 +406,79 @@ def test_megatron_lm_with_torch_ddp_differs_only_in_the_gradient_reduction_and_b
     buffer = {"grad_buffer_passes", "main_grad_step_bytes"}  # Megatron-Core's gradient buffer
     same = set(lm.SETTINGS) - {"dp_bucket_bytes", "reduce_extra_bytes"} - memory - buffer
     assert all(getattr(torch_ddp, k).value == getattr(lm, k).value for k in same)
+
+
+def _waits_before(op: str, overlap: bool) -> float:
+    """When a rank may start action ``op`` after a forward's send (1 s) and a backward's send
+    (5 s) were posted at t = 0 (sim.engine.exchanges, blocking exchanges)."""
+    from types import SimpleNamespace
+
+    import simpy
+
+    from sim.engine.exchanges import Exchanges
+    from sim.schedules.action import Action
+
+    env = simpy.Environment()
+
+    class Stream:
+        def wait(self, event, gpu, name, **tags):
+            yield event
+
+    rt = PipelineRuntime(blocking_p2p=True, overlap_p2p=overlap)
+    inp = SimpleNamespace(runtime=rt, stage_ranks=[0, 0], stages=2)
+    ex = Exchanges(env, inp, Stream(), None)
+    rep = SimpleNamespace(replica=0, stage=0, tp_rank=0, gpu="gpu0")
+
+    def send(seconds):
+        yield env.timeout(seconds)
+
+    ex.track(rep, env.process(send(1.0)), "act")
+    ex.track(rep, env.process(send(5.0)), "grad")
+    done = env.process(ex.boundary(rep, Action(1, op, 0), {}, False))
+    env.run(done)
+    return env.now
+
+
+def test_overlapped_p2p_defers_a_backwards_sends_past_the_next_forward():
+    # Megatron-Core's overlap_p2p_comm (interleaved schedule): pp_post_backward waits the
+    # previous backward's send_prev one backward later; a forward's send_next is waited at
+    # once (deallocate_pipeline_outputs). A forward's send taking 1 s and a backward's 5 s,
+    # both pending: a blocking exchange (batch_isend_irecv + wait) starts any next action at
+    # 5 s; overlapped, a forward starts at 1 s and a backward at 5 s.
+    assert _waits_before("F", overlap=False) == 5.0
+    assert _waits_before("B", overlap=False) == 5.0
+    assert _waits_before("F", overlap=True) == 1.0
+    assert _waits_before("B", overlap=True) == 5.0
+
+
+def test_megatron_overlaps_p2p_only_under_the_interleaved_schedule():
+    # --no-overlap-p2p-communication is off by default (overlap on), and Megatron-Bridge's
+    # comm_overlap sets it for pp > 1 and vp > 1; the non-interleaved schedule refuses it
+    topo = chain_topology(2, bandwidth_Bps=1 * GB)
+    trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
+    mlm = get_framework("megatron-lm")
+    inter, plain = mlm.runtime(topo, trace, 1, 2), mlm.runtime(topo, trace, 1, 1)
+    assert inter.overlap_p2p and not inter.sync_after_p2p
+    assert not plain.overlap_p2p and plain.sync_after_p2p
+    off = get_framework("megatron-lm[overlap_p2p_comm=false]").runtime(topo, trace, 1, 2)
+    assert not off.overlap_p2p and off.sync_after_p2p
+
+
+def test_overlapped_p2p_keeps_the_golden_interleaved_makespan():
+    # schedules.md §3: interleaved 1F1B, p = 4, m = 8, F = 1, B = 2, free sends: 28.5 s
+    rt = PipelineRuntime(blocking_p2p=True, overlap_p2p=True)
+    log = simulate(replace(uniform_input("interleaved_1f1b", 4, 8), runtime=rt))
+    assert log.iteration_ends_s == [pytest.approx(28.5)]
+
+
+def test_no_overlap_p2p_flag_maps_only_under_the_interleaved_schedule():
+    # sim import: --no-overlap-p2p-communication turns the option off where it applies (pp > 1
+    # and vp > 1); elsewhere Megatron has nothing to overlap
+    from sim.parallel.layout import ParallelLayout
+    from sim.runs.megatron_overlap import read_options
+
+    flags = {"no-overlap-p2p-communication": True}
+    opts, _ = read_options(flags, ParallelLayout(pp=4, vp=2), True)
+    assert opts == {"overlap_p2p_comm": "false"}
+    opts, notes = read_options(flags, ParallelLayout(pp=4), True)
+    assert opts == {} and notes[0][1] == "ignored"

@@ -56,6 +56,31 @@ def test_vtrain_all_reduce_table_drives_the_engine():
     assert load_hardware(model_hardware("dgx-a100-40gb")).collectives == ()
 
 
+def test_dgx_b200_collectives_are_simumax_measured_node():
+    # SimuMax's fitted B200 collectives (b200_bf16_ceperm.json high_intra_node, formula of
+    # SystemConfig.compute_net_op_time), by hand: an 8-rank all-gather of B = 64 MiB moves
+    # 7/8 B at 900 GiB/s x 0.6735 = 650.85 GB/s (90.22 us) after 9.1828 us x 7 + 23.1049 us
+    # (87.38 us); 32 MiB: 45.11 + 87.38 us (the table is linear in bytes between its sizes); a
+    # 2-rank all-reduce of 4 MiB: 2 x 1/2 x 4 MiB at 900 GiB/s x 0.7424 (5.85 us) after
+    # 5.5183 x 2 + 22.2316 us (33.27 us)
+    topo = load_hardware("dgx-b200")
+    eight = collective_plan(topo, tuple(f"gpu{i}" for i in range(8)))
+    rate = 900 * 2**30 * 0.6735
+    fixed = (9.1828 * 7 + 23.1049) * 1e-6
+    assert eight.time_s(64 * 2**20, "all_gather") == pytest.approx(
+        64 * 2**20 * 7 / 8 / rate + fixed, rel=1e-3
+    )
+    assert eight.time_s(32 * 2**20, "all_gather") == pytest.approx(
+        32 * 2**20 * 7 / 8 / rate + fixed, rel=1e-3
+    )
+    two = collective_plan(topo, ("gpu0", "gpu1"))
+    ar = 4 * 2**20 / (900 * 2**30 * 0.7424) + (5.5183 * 2 + 22.2316) * 1e-6
+    assert two.time_s(4 * 2**20, "allreduce") == pytest.approx(ar, rel=1e-3)
+    assert {(t.kind, t.ranks) for t in topo.collectives} == {
+        (k, n) for k in ("allreduce", "all_gather", "reduce_scatter", "alltoall") for n in (2, 4, 8)
+    }
+
+
 def test_preset_tables_are_the_published_lut():
     # the preset's tables hold exactly measurements/vtrain/allreduce_lut.csv (provenance)
     lut = pd.read_csv(ROOT / "measurements" / "vtrain" / "allreduce_lut.csv")

@@ -26,6 +26,7 @@ from sim.trace import (
     write_trace,
 )
 from sim.trace.generator import block_act_bytes, block_fwd_flops, block_params
+from sim.trace.native import _pandas_rows, _regular_rows
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 PD = TRACES / "pipedream"
@@ -219,6 +220,29 @@ def test_native_bad_cells(tmp_path, row2, field, what):
     msg = str(e.value)
     assert e.value.file == str(path) and e.value.field == field
     assert str(path) in msg and f"row 2 (layer 'h.1'): {field}" in msg and what in msg
+
+
+@pytest.mark.parametrize("path", sorted(TRACES.rglob("*.csv")), ids=lambda p: p.stem)
+def test_regular_csvs_read_as_pandas_reads_them(path):
+    """Shipped traces are read by the csv module (no pandas import), cell for cell as pandas."""
+    text = path.read_text()
+    assert _regular_rows(text) == _pandas_rows(text, str(path))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a,b\n1,2,3\n", "a,b\n1\n", "a,a\n1,2\n", "a,b\n  \n1,2\n", "", "\n\n"],
+    ids=["long-row", "short-row", "same-names", "blank-spaces", "empty", "blank"],
+)
+def test_irregular_csvs_are_left_to_pandas(text):
+    assert _regular_rows(text) is None
+
+
+def test_native_short_row_reads_as_before(tmp_path):
+    path = _write_csv(tmp_path, "h.0,1,2,3,4,5,,,\nh.1,1,2\n")
+    with pytest.raises(InputError) as e:
+        read_trace(path)
+    assert "row 2 (layer 'h.1')" in str(e.value)
 
 
 def test_native_structure_errors(tmp_path):

@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 
 from sim.errors import InputError
 from sim.hardware import load_hardware
-from sim.units import fmt_bytes, parse_bandwidth, parse_bytes, parse_flops, parse_seconds
+from sim.units import (
+    COMMON_UNITS,
+    fmt_bytes,
+    parse_bandwidth,
+    parse_bytes,
+    parse_flops,
+    parse_seconds,
+    pint_factor,
+)
 
 GIB = 2.0**30
 PREFIXES = ["k", "M", "G", "T"]  # decimal prefix p and binary pi: 1000**k vs 1024**k, k = 1..4
@@ -133,13 +141,20 @@ def test_a_wrong_unit_in_hardware_names_the_field_and_the_expectation():
     assert "not a bandwidth (expected e.g. '25 GB/s')" in info.value.message
 
 
-def test_pint_is_imported_on_first_parse_not_with_the_api():
+def test_pint_is_imported_on_first_uncommon_unit_not_with_the_api():
     code = (
         "import sys, sim.api, sim.units as u\n"
         "assert 'pint' not in sys.modules\n"
         "u.parse_bytes(3); u.fmt_bytes(3)\n"
+        "assert u.parse_bytes('1 KiB') == 1024 and u.parse_flops('2 TFLOPS') == 2e12\n"
         "assert 'pint' not in sys.modules\n"
-        "assert u.parse_bytes('1 KiB') == 1024 and 'pint' in sys.modules\n"
+        "assert u.parse_bytes('1 kibibyte') == 1024 and 'pint' in sys.modules\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(("unit", "base"), sorted(COMMON_UNITS))
+def test_common_units_are_pints_factors(unit, base):
+    """The units known without pint have the factor pint gives, the same float."""
+    assert COMMON_UNITS[(unit, base)] == pint_factor(unit, base)

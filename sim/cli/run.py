@@ -7,7 +7,6 @@ import sys
 from enum import StrEnum
 from pathlib import Path
 
-import pandas as pd
 import typer
 
 from sim import api
@@ -122,5 +121,7 @@ def _dump(results: Path, fmt: Format) -> None:
     if fmt == Format.csv:
         sys.stdout.write(results.read_text(encoding="utf-8"))
         return
+    import pandas as pd  # on first use: the sweep does not wait for its import
+
     df = pd.read_csv(results, keep_default_na=False, na_values=[""])
     sys.stdout.write(df.to_json(orient="records", indent=1) + "\n")

@@ -22,6 +22,12 @@ the rate, Simple above; NCCL ``src/enqueue.cc``) and its latency NCCL's
 Bus bandwidth as nccl-tests reports it for a balanced all-to-all of ``B`` bytes per rank
 (``doc/PERFORMANCE.md``): ``busbw = algbw * (n-1)/n`` with ``algbw = B / t``; on one NVSwitch
 with per-GPU link rate ``R`` the model gives ``busbw = R`` for large ``B``.
+
+Where the hardware carries a measured all-to-all of the members' number over their servers
+(``collectives:`` of kind ``alltoall``, :mod:`sim.hardware.comm_tables`), the default cost is
+that table at nccl-tests' size ``B``: the most any member sends or receives, times
+``n / (n - 1)`` (nccl-tests' send buffer holds one chunk for the rank itself)
+(:func:`table_time_s`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from sim.comm import nccl
 from sim.comm.rings import PEER_KINDS
+from sim.hardware.comm_tables import find_table
 from sim.hardware.topology import Link, Topology
 
 Matrix = Sequence[Sequence[float]]
@@ -122,13 +129,30 @@ def nccl_time_s(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> float
     return max(drain.values(), default=0.0) + (latency if drain else 0.0)
 
 
+def table_time_s(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> float | None:
+    """Seconds of the all-to-all from the hardware's measured all-to-all table (module doc), or
+    None when it has none for ``len(gpus)`` members over their servers."""
+    n = len(gpus)
+    servers = len({topology.server_of(int(g[3:])) for g in gpus if g.startswith("gpu")})
+    table = find_table(topology.collectives, "alltoall", n, servers)
+    if table is None or n < 2:
+        return None
+    sent = max(sum(row) - row[i] for i, row in enumerate(pairs))
+    got = max(sum(pairs[i][j] for i in range(n)) - pairs[j][j] for j in range(n))
+    most = max(sent, got)
+    return table.time_s(most * n / (n - 1)) if most > 0 else 0.0
+
+
 def alltoall_time_s(
     topology: Topology, gpus: Sequence[str], pairs: Matrix, cost: AllToAllCost | None = None
 ) -> float:
     """Seconds of an all-to-all among ``gpus`` with ``pairs[i][j]`` bytes from ``i`` to ``j``:
-    ``cost``'s; default :func:`nccl_time_s` where every member runs NCCL, else
-    :func:`link_load_time_s`."""
+    ``cost``'s; default the hardware's measured table (:func:`table_time_s`), else
+    :func:`nccl_time_s` where every member runs NCCL, else :func:`link_load_time_s`."""
     if cost is None:
+        measured = table_time_s(topology, gpus, pairs)
+        if measured is not None:
+            return measured
         cost = nccl_time_s if _runs_nccl(topology, gpus) else link_load_time_s
     return cost(topology, gpus, pairs)
 

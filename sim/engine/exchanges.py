@@ -18,6 +18,12 @@ the sender's next action waits until the send is complete (:meth:`Exchanges.boun
 rank that holds several stages (interleaved 1F1B), each exchange also posts the receives of the
 rank's next forward and next backward, as Megatron's
 ``send_forward_backward_recv_forward_backward`` does (:meth:`Exchanges.post_ahead`).
+With ``overlap_p2p`` (Megatron-Core's ``overlap_p2p_comm`` under the interleaved schedule,
+NVIDIA/Megatron-LM@00611e6 ``schedules.py``: ``pp_post_backward`` waits the previous
+backward's ``send_prev`` handle, one backward later; ``pp_post_forward`` waits a forward's own
+``send_next`` right away when ``deallocate_pipeline_outputs``, which Megatron-LM's
+``core_transformer_config_from_args`` sets), a backward's sends are waited for before the
+rank's next backward, not before its next forward; a forward's as without the option.
 
 Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
 is idle (``torch.cuda.synchronize()``; :meth:`sim.engine.host.HostThreads.wait`), then issues the
@@ -76,7 +82,7 @@ class Exchanges:
         self.hosts = hosts
         self.tensor = tensor
         self._posted: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
-        self._pending: dict[tuple[int, int, int], list[simpy.Process]] = {}
+        self._pending: dict[tuple[int, int, int], list[tuple[str, simpy.Process]]] = {}
         self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
 
@@ -135,16 +141,17 @@ class Exchanges:
         """``(replica, rank, tensor rank)``: the process that runs ``rep``'s actions."""
         return (rep.replica, self.inp.stage_ranks[rep.stage], rep.tp_rank)
 
-    def track(self, rep: StageReplica, send: simpy.Process) -> None:
-        """Remember ``send`` (of an action of ``rep``) for its rank's next boundary."""
+    def track(self, rep: StageReplica, send: simpy.Process, kind: str = "act") -> None:
+        """Remember ``send`` (of an action of ``rep``; ``kind``: ``act`` from a forward,
+        ``grad`` from a backward) for its rank's next boundary."""
         if self.blocking:
-            self._pending.setdefault(self._owner(rep), []).append(send)
+            self._pending.setdefault(self._owner(rep), []).append((kind, send))
 
     def boundary(self, rep: StageReplica, a: Action, tags: dict, received: bool):
         """Process: what the rank of ``rep`` does before running ``a`` (once ``a``'s input has
         arrived; ``received``: ``a`` received one): wait for the sends of its previous action,
         then the host sync point, if any."""
-        sent = yield from self._wait_sends(rep, str(a), tags)
+        sent = yield from self._wait_sends(rep, str(a), tags, a.op)
         rt = self.runtime
         sync = (rt.sync_after_p2p and (sent or received)) or (
             rt.sync_before_forward and a.op == "F"
@@ -179,12 +186,21 @@ class Exchanges:
     def drain(self, rep: StageReplica, label: str, tags: dict):
         """Process: before the optimizer step of ``rep``: wait for its rank's sends (and sync
         after them where the framework does)."""
-        sent = yield from self._wait_sends(rep, label, tags)
+        sent = yield from self._wait_sends(rep, label, tags, None)
         if sent and self.runtime.sync_after_p2p:
             self.hosts.wait(rep.gpu)
 
-    def _wait_sends(self, rep: StageReplica, label: str, tags: dict):
-        sends = self._pending.pop(self._owner(rep), [])
+    def _wait_sends(self, rep: StageReplica, label: str, tags: dict, op: str | None):
+        """Wait for the rank's pending sends: all of them, or with ``overlap_p2p`` before a
+        forward (``op`` ``F``) only the forwards' (module doc)."""
+        pending = self._pending.pop(self._owner(rep), [])
+        keep: list[tuple[str, simpy.Process]] = []
+        if op == "F" and self.runtime.overlap_p2p:
+            keep = [(k, s) for k, s in pending if k == "grad"]
+            pending = [(k, s) for k, s in pending if k != "grad"]
+        if keep:
+            self._pending[self._owner(rep)] = keep
+        sends = [s for _, s in pending]
         late = [s for s in sends if not s.triggered]
         if late:
             yield from self.compute.wait(

@@ -62,7 +62,7 @@ class StageSends:
 
     def start(self, args: tuple) -> None:
         """Start the send :meth:`send` ``(*args)`` now, tracked for its rank's next boundary."""
-        self.exchanges.track(args[0], self.env.process(self.send(*args)))
+        self.exchanges.track(args[0], self.env.process(self.send(*args)), args[4])
 
     def start_or_defer(self, args: tuple, deferred: list | None) -> None:
         """:meth:`start` the send of ``args`` now, or (``deferred`` a list) add it there for

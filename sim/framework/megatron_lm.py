@@ -238,7 +238,17 @@ class MegatronLM(Framework):
             delay_wgrad=bool(v.get("delay_wgrad_compute")),
             dispatcher=backend,
             comm_sms=sms or None,
+            **self._p2p_overlap(rt, virtual_stages),
         )
+
+    def _p2p_overlap(self, rt: PipelineRuntime, virtual_stages: int) -> dict:
+        """``overlap_p2p_comm`` under the interleaved schedule (its option's source): sends
+        waited by direction (:attr:`PipelineRuntime.overlap_p2p`) and, ``batch_p2p_comm`` off,
+        no ``batch_p2p_sync`` synchronize after the exchanges; the non-interleaved schedule
+        refuses it (schedules.py raises), so there nothing changes."""
+        if not (self.values.get("overlap_p2p_comm") and virtual_stages > 1):
+            return {}
+        return {"overlap_p2p": rt.blocking_p2p, "sync_after_p2p": False}
 
     def regathers_sp_input(self) -> bool:
         """The saved inputs gathered again in the backward, unless ``tp_comm_overlap`` hides

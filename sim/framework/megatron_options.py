@@ -86,6 +86,21 @@ MEGATRON_OPTIONS: tuple[Option, ...] = (
         "each chunk's all-gather launched as its update ends, one bucket per chunk",
     ),
     Option(
+        "overlap_p2p_comm",
+        True,
+        _ON,
+        f"{_ARGS} --no-overlap-p2p-communication (on by default; off for the non-interleaved "
+        "schedule); NVIDIA/Megatron-LM@00611e6 megatron/core/pipeline_parallel/schedules.py::"
+        "forward_backward_pipelining_with_interleaving (pp_post_backward waits the previous "
+        "backward's send_prev; pp_post_forward its own send_next with "
+        "deallocate_pipeline_outputs, set by megatron/training/arguments.py); "
+        "NVIDIA-NeMo/Megatron-Bridge@0685ff5 src/megatron/bridge/training/comm_overlap.py::"
+        "_get_model_comm_overlap_cfgs (overlap_p2p_comm=True, batch_p2p_comm=False when pp > 1 "
+        "and vp > 1)",
+        "interleaved: a backward's sends waited before the next backward, not before the "
+        "next forward; no synchronize after the exchange",
+    ),
+    Option(
         "tp_comm_overlap",
         False,
         _ON,

@@ -334,14 +334,14 @@ class CollectiveTableSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["allreduce", "all_gather", "reduce_scatter"] = Field(
-        description="The collective."
+    kind: Literal["allreduce", "all_gather", "reduce_scatter", "alltoall"] = Field(
+        description="The collective (``alltoall``: a balanced all-to-all, sim.comm.alltoall)."
     )
     ranks: int = Field(ge=2, description="Communicator size it was measured with.")
     sizes: list[Bytes] = Field(
         min_length=1,
         description="Increasing message sizes, nccl-tests' B (all-reduce buffer, all-gather "
-        "output, reduce-scatter input), e.g. '1 MiB'.",
+        "output, reduce-scatter input, all-to-all send buffer per rank), e.g. '1 MiB'.",
     )
     times: list[Seconds] = Field(
         min_length=1, description="Median time at each size, e.g. '120 us'."

@@ -162,6 +162,11 @@ class LocalExecutor:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @property
+    def forked(self) -> bool:
+        """Whether the pool's workers are forked (until :meth:`close`)."""
+        return self._pool is not None
+
     def close(self) -> None:
         """Stop the pool's workers (if any)."""
         if self._pool is not None:

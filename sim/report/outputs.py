@@ -37,6 +37,7 @@ from sim.errors import InputError
 from sim.events import EventLog
 from sim.point.rows import ResultRow
 from sim.procs import die_with_parent
+from sim.report import prefetch
 from sim.report.chrome_trace import write_chrome_trace
 from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
@@ -211,6 +212,7 @@ def draw(
             if on_done:
                 on_done(k + 1)
         return [path for path, _ in drawings]
+    prefetch.wait()  # no import under way in this process while it forks
     ctx = mp.get_context("fork")
     taken, done = ctx.Value("i", 0), ctx.Value("i", 0)
     calls = [call for _, call in drawings]

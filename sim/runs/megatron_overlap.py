@@ -41,6 +41,10 @@ def _always(lay: ParallelLayout, dist: bool) -> bool:
     return True
 
 
+def _interleaved(lay: ParallelLayout, dist: bool) -> bool:
+    return lay.pp > 1 and lay.vp > 1
+
+
 FLAG_OPTIONS: dict[str, tuple[str, Matters, str]] = {
     "overlap-grad-reduce": ("overlap_grad_reduce", _dp, "gradients reduced in Megatron-Core's "
                             "buckets during the last backward"),
@@ -48,6 +52,8 @@ FLAG_OPTIONS: dict[str, tuple[str, Matters, str]] = {
     "overlap-param-gather": ("overlap_param_gather", _gather, "the distributed optimizer's "
                              "all-gather under the next forward"),
     "no-align-param-gather": ("align_param_gather", _gather, "all-gathers not aligned by chunk"),
+    "no-overlap-p2p-communication": ("overlap_p2p_comm", _interleaved, "interleaved: every "
+                                     "action waits for the rank's pipeline sends"),
     "overlap-param-gather-with-optimizer-step": ("overlap_param_gather_with_optimizer_step",
                                                  _gather, "all-gathers launched in the step"),
     "tp-comm-overlap": ("tp_comm_overlap", _tp, "TP collectives beside their GEMMs (TE "
@@ -92,7 +98,7 @@ def option_value(flag: str, value: Any) -> str | None:
         ('false', None)
     """
     text = str(value).strip().strip("[]'\"")
-    if flag == "no-align-param-gather":
+    if flag in ("no-align-param-gather", "no-overlap-p2p-communication"):
         return "false"
     if flag in ("enable-cuda-graph", "external-cuda-graph"):
         return "local" if value is True or text.lower() == "true" else None

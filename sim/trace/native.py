@@ -287,16 +287,9 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
 
 
 def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
-    import pandas as pd  # on first use: `import sim.api` stays fast
-
     f = str(path)
     text = read_text(path, what="trace file")
-    try:
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as e:
-        raise InputError(f"not a readable CSV: {' '.join(str(e).split())}", file=f) from None
-    cols = [c.strip() for c in df.columns]
-    df.columns = cols
+    cols, records = _regular_rows(text) or _pandas_rows(text, f)
     for c in REQUIRED:
         if c not in cols:
             raise InputError(
@@ -305,9 +298,46 @@ def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
     unknown = [c for c in cols if c not in COLUMNS]
     if unknown:
         raise InputError(f"unknown column; allowed: {', '.join(COLUMNS)}", file=f, field=unknown[0])
-    if len(df) == 0:
+    if len(records) == 0:
         raise InputError("no layers (the CSV has a header but no rows)", file=f)
-    return tuple(_row_to_layer(i, row, f) for i, row in enumerate(df.to_dict("records"), start=1))
+    return tuple(_row_to_layer(i, row, f) for i, row in enumerate(records, start=1))
+
+
+def _regular_rows(text: str) -> tuple[list[str], list[dict[str, Any]]] | None:
+    """The columns (stripped) and rows of a regular CSV (distinct column names, every
+    non-empty line as many cells as the header) read by the standard :mod:`csv` module, the
+    cells as :func:`_pandas_rows` gives them; None for any other text, which pandas then reads
+    (and names what is wrong with it). A trace is read before the first simulation, and
+    pandas takes 0.2 CPU s to import (issue 28)."""
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
+    except csv.Error:
+        return None
+    if not rows or len(set(rows[0])) < len(rows[0]):
+        return None
+    header = rows[0]
+    if any(len(r) != len(header) for r in rows):
+        return None
+    cols = [c.strip() for c in header]
+    return cols, [dict(zip(cols, r, strict=True)) for r in rows[1:]]
+
+
+def _pandas_rows(text: str, f: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """The columns (stripped) and rows of the CSV ``text`` as pandas reads them, every cell a
+    string (a missing one NaN).
+
+    Raises:
+        InputError: pandas cannot read it (naming the file ``f``).
+    """
+    import pandas as pd  # on first use: `import sim.api` stays fast
+
+    try:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as e:
+        raise InputError(f"not a readable CSV: {' '.join(str(e).split())}", file=f) from None
+    cols = [c.strip() for c in df.columns]
+    df.columns = cols
+    return cols, df.to_dict("records")
 
 
 def _row_to_layer(i: int, row: dict[str, str], f: str) -> LayerProfile:
