@@ -426,7 +426,7 @@ def _waits_before(op: str, overlap: bool) -> float:
 
     rt = PipelineRuntime(blocking_p2p=True, overlap_p2p=overlap)
     inp = SimpleNamespace(runtime=rt, stage_ranks=[0, 0], stages=2)
-    ex = Exchanges(env, inp, Stream(), None)
+    ex = Exchanges(env, inp, Stream(), None, None)
     rep = SimpleNamespace(replica=0, stage=0, tp_rank=0, gpu="gpu0")
 
     def send(seconds):

@@ -51,20 +51,18 @@ on several ranks (``PipelineRuntime.tied_groups``).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import simpy
 
-from sim.comm.hierarchical import (
-    RING_STEPS,
-    CollectivePlan,
-    collective_plan,
-    ring_time_s,
-)
+from sim.comm.hierarchical import RING_STEPS, CollectivePlan, collective_plan, ring_time_s
 from sim.engine.buckets import reduce_buckets
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.joined import JoinedCollectives
 from sim.engine.links import Links
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.symmetry import HeldLinks
-from sim.events import Event, EventKind, Stream
+from sim.events import EventKind
 from sim.parallel.folding import expert_dp_group
 
 TIED_ALLREDUCE = "tied allreduce"
@@ -105,11 +103,12 @@ class Collectives:
         self.env = env
         self.inp = inp
         self.links = links
-        self._groups: dict[tuple, list] = {}
-        self._overlapped: dict[tuple, list] = {}
+        self._meet = Rendezvous(env)
+        self._overlapped: dict[tuple, simpy.Event] = {}
+        self._bucketed: dict[tuple, list] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
-        self._tied: dict[tuple[str, ...], CollectivePlan] = {}
         self.held = HeldLinks(inp)
+        self._joined = JoinedCollectives(env, inp, links, self.held)
 
     def _all_bytes(self, rep: StageReplica) -> float:
         plan = rep.plan
@@ -184,42 +183,40 @@ class Collectives:
             key = ("expert", rep.stage, step_no, group_of[0])
             parts.append((key, self.held.members(group_of), self.expert_nbytes(rep), group_of))
         for key, size, nbytes, members in parts:
-            group = self._overlapped.get(key)
-            if group is None:
-                group = self._overlapped[key] = [self.env.event(), 0, []]
-            group[1] += 1
-            group[2].append((rep, tags))
-            if group[1] == size:
-                self.env.process(self._buckets(rep, nbytes, duration_s, group, members))
+            joined = self._bucketed.setdefault(key, [])
+            joined.append((rep, tags))
+            start = partial(self._buckets, rep, nbytes, duration_s, joined, members)
+            self._overlapped[key] = self._meet.arrive(key, size, start)
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
         """The end of the bucketed all-reduce of ``rep``'s stage at step ``step_no``, if one
         was started (:meth:`start_overlapped`), and of its expert part if any."""
-        group = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
-        if group is None:
+        done = self._overlapped.get((rep.stage, rep.tp_rank, step_no))
+        if done is None:
             return None
         members = self.expert_members(rep)
         expert = self._overlapped.get(("expert", rep.stage, step_no, members[0]))
-        return group[0] if expert is None else self.env.all_of([group[0], expert[0]])
+        return done if expert is None else self.env.all_of([done, expert])
 
     def _buckets(
         self,
         rep: StageReplica,
         nbytes: float,
         duration_s: float,
-        group: list,
+        joined: list,
         replicas: tuple[int, ...] | None,
+        done: simpy.Event,
     ):
         """The bucketed reduction (:func:`~sim.engine.buckets.reduce_buckets`) of ``nbytes``
-        over ``rep``'s stage from now, over ``duration_s``, for the replicas of ``group``
-        (``[done, joined, members]``); ``replicas``: the communicator's (None: all; else an
-        expert group)."""
+        over ``rep``'s stage from now, over ``duration_s``, for the replicas that ``joined``
+        (``(rep, tags)`` each), ending with ``done``; ``replicas``: the communicator's (None:
+        all; else an expert group)."""
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(rep.stage, rep.tp_rank, replicas)
         sizes = (nbytes, self.bucket_bytes(rep))
         window = (self.env.now, duration_s)
         return reduce_buckets(
-            self.env, self.links, plan, kind, sizes, window, group[2], group[0], self.held(plan)
+            self.env, self.links, plan, kind, sizes, window, joined, done, self.held(plan)
         )
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):
@@ -233,26 +230,15 @@ class Collectives:
         under ``key`` (a step number, or an action such as ``"0F3"`` for the per-action
         all-gathers and reduce-scatters of partitioned parameters, ZeRO-3 / PatrickStar);
         returns when every replica has joined and the ring has finished."""
-        key = (rep.stage, rep.tp_rank, key, kind)
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == self.inp.simulated_replicas:
-            del self._groups[key]
-            self.env.process(self._ring(rep.stage, rep.tp_rank, size, kind, group[0]))
-        start = self.env.now
-        yield group[0]
-        self.links.events.append(
-            Event(
-                kind,
-                rep.gpu,
-                Stream.COMM,
-                f"{kind} s{rep.stage}",
-                start,
-                self.env.now,
-                nbytes=size,
-                links=self.ring(rep.stage, rep.tp_rank).names,
-                **tags,
-            )
+        yield from self._joined.join(
+            rep,
+            (rep.stage, rep.tp_rank, key, kind),
+            self.inp.simulated_replicas,
+            self.ring(rep.stage, rep.tp_rank),
+            kind=kind,
+            nbytes=size,
+            name=f"{kind} s{rep.stage}",
+            tags=tags,
         )
 
     def join_tied(self, rep: StageReplica, step_no: int, tags: dict):
@@ -270,38 +256,16 @@ class Collectives:
         gpus = tuple(dict.fromkeys(f"gpu{self.inp.gpu_index(r, s, k)}" for s in stages))
         if len(gpus) < 2:
             return
-        key = ("tied", index, r, k, step_no)
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        plan = self._plan_of(gpus)
-        if group[1] == len(gpus):
-            del self._groups[key]
-            self.env.process(self._hold(plan, size, EventKind.ALLREDUCE, group[0]))
-        start = self.env.now
-        yield group[0]
-        self.links.events.append(
-            Event(
-                EventKind.ALLREDUCE,
-                rep.gpu,
-                Stream.COMM,
-                f"{TIED_ALLREDUCE} s{rep.stage}",
-                start,
-                self.env.now,
-                nbytes=size,
-                links=plan.names,
-                **tags,
-            )
+        yield from self._joined.join(
+            rep,
+            ("tied", index, r, k, step_no),
+            len(gpus),
+            self._joined.plan(gpus),
+            kind=EventKind.ALLREDUCE,
+            nbytes=size,
+            name=f"{TIED_ALLREDUCE} s{rep.stage}",
+            tags=tags,
         )
-
-    def _plan_of(self, gpus: tuple[str, ...]) -> CollectivePlan:
-        cached = self._tied.get(gpus)
-        if cached is None:
-            cached = self._tied[gpus] = collective_plan(self.inp.topology, gpus)
-        return cached
-
-    def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
-        done.succeed()
 
     def ring(self, s: int, k: int = 0, replicas: tuple | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
@@ -317,6 +281,7 @@ class Collectives:
                 else f"gpu{self.inp.gpu_index(x[0], s, x[1])}"
                 for x in members
             )
+            # one plan per communicator key, as the logs' byte digests expect (not shared by GPUs)
             cached = self._rings[(s, k, members)] = collective_plan(self.inp.topology, gpus)
         return cached
 
@@ -334,28 +299,13 @@ class Collectives:
         expert-data-parallel group under ``key`` (a step number, or an action for ZeRO-3's
         per-action gathers and reduce-scatters of partitioned experts)."""
         members = self.expert_members(rep)
-        key = ("expert", kind, rep.stage, key, members[0])
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        plan = self.ring(rep.stage, rep.tp_rank, members)
-        if group[1] == self.held.members(members):
-            del self._groups[key]
-            self.env.process(self._hold(plan, size, kind, group[0]))
-        start = self.env.now
-        yield group[0]
-        self.links.events.append(
-            Event(
-                kind,
-                rep.gpu,
-                Stream.COMM,
-                f"{kind} experts s{rep.stage}",
-                start,
-                self.env.now,
-                nbytes=size,
-                links=plan.names,
-                **tags,
-            )
+        yield from self._joined.join(
+            rep,
+            ("expert", kind, rep.stage, key, members[0]),
+            self.held.members(members),
+            self.ring(rep.stage, rep.tp_rank, members),
+            kind=kind,
+            nbytes=size,
+            name=f"{kind} experts s{rep.stage}",
+            tags=tags,
         )
-
-    def _ring(self, s: int, k: int, nbytes: float, kind: str, done: simpy.Event):
-        yield from self._hold(self.ring(s, k), nbytes, kind, done)

@@ -43,12 +43,15 @@ step, before or after its update.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import simpy
 
-from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.host import HostThreads
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.streams import ComputeStream
+from sim.engine.tensor_collectives import TensorCollectives
 from sim.events import EventKind
 from sim.schedules.action import STEP, Action, flatten
 
@@ -61,21 +64,27 @@ class Exchanges:
         inp: the configuration (its :attr:`~sim.engine.inputs.SimInput.runtime`).
         compute: the compute streams (waits are logged on them).
         hosts: every rank's host thread (sync points move its clock).
+        tensor: the tensor-parallel groups (times of the broadcasts a load waits for).
     """
 
     def __init__(
-        self, env: simpy.Environment, inp: SimInput, compute: ComputeStream, hosts: HostThreads
+        self,
+        env: simpy.Environment,
+        inp: SimInput,
+        compute: ComputeStream,
+        hosts: HostThreads,
+        tensor: TensorCollectives,
     ):
         self.env = env
         self.inp = inp
         self.runtime = inp.runtime
         self.compute = compute
         self.hosts = hosts
-        self._posted: dict[tuple, simpy.Event] = {}
+        self.tensor = tensor
+        self._posted: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
         self._pending: dict[tuple[int, int, int], list[tuple[str, simpy.Process]]] = {}
-        self._barriers: dict[tuple, list] = {}
+        self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
-        self._plans: dict[tuple[int, int], CollectivePlan] = {}
 
     @property
     def active(self) -> bool:
@@ -90,10 +99,7 @@ class Exchanges:
     def posted(self, key: tuple) -> simpy.Event:
         """The event of the receiver of ``key`` (``(kind, replica, stage, mb, tp_rank)``, the
         engine's arrival key) having posted its receive."""
-        ev = self._posted.get(key)
-        if ev is None:
-            ev = self._posted[key] = self.env.event()
-        return ev
+        return self._posted[key]
 
     def post(self, key: tuple) -> None:
         """The receiver of ``key`` has reached the action that consumes it (blocking only)."""
@@ -172,18 +178,10 @@ class Exchanges:
         if load_s <= 0:
             return
         if load.broadcasts and self.inp.tensor_parallel > 1:
-            load_s += load.broadcasts * self._tensor_plan(rep).time_s(
-                load.broadcast_bytes, EventKind.ALL_GATHER
+            load_s += load.broadcasts * self.tensor.comm_s(
+                rep, EventKind.ALL_GATHER, load.broadcast_bytes
             )
         self.hosts.clock(rep.gpu).t += load_s
-
-    def _tensor_plan(self, rep: StageReplica) -> CollectivePlan:
-        key = (rep.replica, rep.stage)
-        plan = self._plans.get(key)
-        if plan is None:
-            gpus = tuple(f"gpu{g}" for g in self.inp.tensor_groups[rep.replica][rep.stage])
-            plan = self._plans[key] = collective_plan(self.inp.topology, gpus)
-        return plan
 
     def drain(self, rep: StageReplica, label: str, tags: dict):
         """Process: before the optimizer step of ``rep``: wait for its rank's sends (and sync
@@ -217,10 +215,6 @@ class Exchanges:
         the stage chunks it holds (its step runs them all, :mod:`sim.engine.step`)."""
         if self.runtime.step_barrier != when:
             return
-        key = (rep.replica, step_no)
-        group = self._barriers.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == len(self.inp.program) * self.inp.simulated_tensor_ranks:
-            del self._barriers[key]
-            group[0].succeed()
-        yield from self.compute.wait(group[0], rep.gpu, f"barrier step {step_no}", **tags)
+        ranks = len(self.inp.program) * self.inp.simulated_tensor_ranks
+        done = self._barriers.arrive((rep.replica, step_no), ranks)
+        yield from self.compute.wait(done, rep.gpu, f"barrier step {step_no}", **tags)

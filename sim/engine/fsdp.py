@@ -37,15 +37,15 @@ from collections.abc import Callable, Generator
 
 import simpy
 
-from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.joined import JoinedCollectives
 from sim.engine.links import Links
 from sim.engine.streams import ComputeStream
 from sim.engine.symmetry import HeldLinks
-from sim.events import Event, EventKind, MemCategory, Stream
+from sim.events import EventKind, MemCategory
 from sim.ledger import Ledger
 from sim.memory.fsdp_units import FsdpPlan, FsdpUnit
-from sim.parallel.folding import Member, expert_replicate_group, expert_shard_group
+from sim.parallel.folding import expert_replicate_group, expert_shard_group
 from sim.schedules.action import Action
 
 UnitRunner = Callable[[FsdpUnit, bool], Generator]
@@ -76,8 +76,7 @@ class FsdpRuns:
     ):
         self.env, self.inp, self.links, self.ledger, self.compute = env, inp, links, ledger, compute
         self.held = HeldLinks(inp)
-        self._joins: dict[tuple, list] = {}
-        self._plans: dict[tuple[str, ...], CollectivePlan] = {}
+        self._joined = JoinedCollectives(env, inp, links, self.held)
         self._ag_tail: dict[tuple, simpy.Process] = {}
         self._rs_tail: dict[tuple, simpy.Process] = {}
         self._pending: dict[tuple, list[simpy.Process]] = {}
@@ -109,19 +108,6 @@ class FsdpRuns:
             parts.append((expert_shard_group(lay, r, k), unit.expert_params * per))
         return [(m, b) for m, b in parts if len(m) > 1 and b > 0]
 
-    def _plan(self, rep: StageReplica, members: tuple[Member, ...]) -> CollectivePlan:
-        gpus = tuple(f"gpu{self.inp.gpu_index(r, rep.stage, k)}" for r, k in members)
-        plan = self._plans.get(gpus)
-        if plan is None:
-            plan = self._plans[gpus] = collective_plan(self.inp.topology, gpus)
-        return plan
-
-    def _simulated(self, members: tuple[Member, ...]) -> int:
-        inp = self.inp
-        return sum(
-            r < inp.simulated_replicas and k < inp.simulated_tensor_ranks for r, k in members
-        )
-
     def _collective(
         self, rep: StageReplica, i: int, label: str, kind: str, tags: dict, world: int = 0
     ):
@@ -129,32 +115,17 @@ class FsdpRuns:
         (module doc); returns when every part has run."""
         unit = _fs(rep).units[i]
         for members, nbytes in self._groups(rep, unit, kind, world):
-            key = (rep.stage, label, kind, members[0], members[-1])
-            entry = self._joins.setdefault(key, [self.env.event(), 0])
-            entry[1] += 1
-            plan = self._plan(rep, members)
-            if entry[1] == self._simulated(members):
-                del self._joins[key]
-                self.env.process(self._hold(plan, nbytes, kind, entry[0]))
-            start = self.env.now
-            yield entry[0]
-            self.links.events.append(
-                Event(
-                    kind,
-                    rep.gpu,
-                    Stream.COMM,
-                    f"fsdp {kind} s{rep.stage} {label}",
-                    start,
-                    self.env.now,
-                    nbytes=nbytes,
-                    links=plan.names,
-                    **tags,
-                )
+            gpus = tuple(f"gpu{self.inp.gpu_index(r, rep.stage, k)}" for r, k in members)
+            yield from self._joined.join(
+                rep,
+                (rep.stage, label, kind, members[0], members[-1]),
+                self.held.members(members),
+                self._joined.plan(gpus),
+                kind=kind,
+                nbytes=nbytes,
+                name=f"fsdp {kind} s{rep.stage} {label}",
+                tags=tags,
             )
-
-    def _hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
-        done.succeed()
 
     # -- all-gathers --------------------------------------------------------------------
     def _gather(self, rep: StageReplica, i: int, label: str, tags: dict, world: int = 0):

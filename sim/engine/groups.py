@@ -36,7 +36,7 @@ by the DualPipe overlap (:mod:`sim.engine.overlap`).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import simpy
 
@@ -45,6 +45,7 @@ from sim.comm.ep_dispatch import dispatch_cost
 from sim.comm.hierarchical import collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
@@ -108,7 +109,7 @@ class GroupCollectives:
         self.env = env
         self.inp = inp
         self.links = links
-        self._groups: dict[tuple, list] = {}
+        self._meet = Rendezvous(env)
         if cost is None and inp.runtime.dispatcher != "alltoall":
             cost = dispatch_cost(inp.runtime.dispatcher, inp.runtime.comm_sms or 20)
         held = HeldLinks(inp)
@@ -160,13 +161,8 @@ class GroupCollectives:
     def _join(self, rep: StageReplica, group: str, label: str, ops: tuple, tags: dict):
         members = self.members(rep, group)
         key = (group, members[0], rep.stage, label)
-        entry = self._groups.setdefault(key, [self.env.event(), 0])
-        entry[1] += 1
-        if entry[1] == self._joining(members):
-            del self._groups[key]
-            self.env.process(self.run_ops(rep, group, ops, entry[0]))
-        start = self.env.now
-        spans = yield entry[0]
+        run = partial(self.run_ops, rep, group, ops)
+        start, spans = yield from self._meet.join(key, self._joining(members), run)
         rank = members.index((rep.replica, rep.tp_rank))
         for i, (op, begin, end) in enumerate(spans):
             self.links.events.append(

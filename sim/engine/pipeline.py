@@ -73,7 +73,7 @@ class Engine:
         self.tensor = TensorCollectives(env, inp, self.links)
         self.groups = GroupCollectives(env, inp, self.links)
         self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)
-        self.exchanges = Exchanges(env, inp, self.compute, self.hosts)
+        self.exchanges = Exchanges(env, inp, self.compute, self.hosts, self.tensor)
         parts = (self.exchanges, self.traffic, self.collectives, self.compute, self.ledger)
         self.fsdp = FsdpRuns(env, inp, self.links, self.ledger, self.compute)
         self.stepper = RankStep(env, inp, (*parts, self.hosts), fsdp=self.fsdp)

@@ -11,6 +11,8 @@ completes (:mod:`sim.memory.transients`).
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import simpy
 
 from sim.engine.exchanges import Exchanges
@@ -47,14 +49,11 @@ class StageSends:
         self.links = links
         self.ledger = ledger
         self.exchanges = exchanges
-        self._arrived: dict[tuple, simpy.Event] = {}
+        self._arrived: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
 
     def arrival(self, key: tuple) -> simpy.Event:
         """The event of ``key``'s data having arrived (created on first use)."""
-        ev = self._arrived.get(key)
-        if ev is None:
-            ev = self._arrived[key] = self.env.event()
-        return ev
+        return self._arrived[key]
 
     def receive(self, key: tuple):
         """Process: post the receive of ``key`` (blocking exchanges) and wait for its data."""

@@ -161,18 +161,8 @@ class RankStep:
             self.hosts.overhead_of(head.gpu), work, sum(tensors), optimizer, sharded,
             self._tiny_all_reduce_s(),
         )  # fmt: skip
-        if wait_s <= 0:
-            return
-        self.hosts.wait(head.gpu)
-        start = self.env.now
-        yield self.env.timeout(max(0.0, self.hosts.clock(head.gpu).t - start) + wait_s)
-        self.compute.events.append(
-            Event(
-                EventKind.HOST_WAIT, head.gpu, Stream.COMPUTE, f"host step {k}", start,
-                self.env.now, **tags,
-            )
-        )  # fmt: skip
-        self.hosts.wait(head.gpu)
+        if wait_s > 0:
+            yield from self._host_only(head.gpu, wait_s, f"host step {k}", tags)
 
     def _tiny_all_reduce_s(self) -> float:
         """Seconds of an all-reduce of 8 bytes over every GPU of the job (a scalar the
@@ -200,23 +190,21 @@ class RankStep:
         if ops <= 0 or vectors + matrices <= 0:
             return
         check_s = self.hosts.overhead_of(rep.gpu).serial_reads_s(vectors, matrices, ops)
-        if check_s <= 0:
-            return
-        self.hosts.wait(rep.gpu)
+        if check_s > 0:
+            name = f"host overflow check {rep.stage}STEP{k}"
+            yield from self._host_only(rep.gpu, check_s, name, tags)
+
+    def _host_only(self, gpu: str, busy_s: float, name: str, tags: dict):
+        """Process: ``gpu``'s host first waits for everything issued, then works ``busy_s``
+        seconds while the device idles; logged as ``host_wait`` event ``name``; the host is
+        synced after."""
+        self.hosts.wait(gpu)
         start = self.env.now
-        yield self.env.timeout(max(0.0, self.hosts.clock(rep.gpu).t - start) + check_s)
+        yield self.env.timeout(max(0.0, self.hosts.clock(gpu).t - start) + busy_s)
         self.compute.events.append(
-            Event(
-                EventKind.HOST_WAIT,
-                rep.gpu,
-                Stream.COMPUTE,
-                f"host overflow check {rep.stage}STEP{k}",
-                start,
-                self.env.now,
-                **tags,
-            )
+            Event(EventKind.HOST_WAIT, gpu, Stream.COMPUTE, name, start, self.env.now, **tags)
         )
-        self.hosts.wait(rep.gpu)
+        self.hosts.wait(gpu)
 
 
 def step_group(order: tuple[Action, ...], i: int) -> tuple[Action, ...]:

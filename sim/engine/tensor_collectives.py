@@ -17,11 +17,14 @@ pairs add (:meth:`TensorCollectives.overlap_extra_s`), and the rank waits for bo
 
 from __future__ import annotations
 
+from functools import partial
+
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan, collective_plan
 from sim.engine.inputs import SimInput, StageReplica
 from sim.engine.links import Links
+from sim.engine.rendezvous import Rendezvous
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, Stream
 from sim.parallel.tp_overlap import OverlapOp
@@ -41,7 +44,7 @@ class TensorCollectives:
         self.env = env
         self.inp = inp
         self.links = links
-        self._groups: dict[tuple, list] = {}
+        self._meet = Rendezvous(env)
         self._rings: dict[tuple, CollectivePlan] = {}
         self.held = HeldLinks(inp)
 
@@ -78,13 +81,8 @@ class TensorCollectives:
         collectives have run. Logs one event per kind on ``rep``'s GPU (the first from the
         moment ``rep`` joined: waiting for the group is part of it)."""
         key = (rep.replica, rep.stage, label)
-        group = self._groups.setdefault(key, [self.env.event(), 0])
-        group[1] += 1
-        if group[1] == self.inp.simulated_tensor_ranks:
-            del self._groups[key]
-            self.env.process(self._run(rep, ops, group[0]))
-        start = self.env.now
-        spans = yield group[0]
+        run = partial(self._run, rep, ops)
+        start, spans = yield from self._meet.join(key, self.inp.simulated_tensor_ranks, run)
         names = self.ring(rep.replica, rep.stage).names
         for i, (kind, begin, end, nbytes) in enumerate(spans):
             self.links.events.append(

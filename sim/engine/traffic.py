@@ -19,6 +19,8 @@ ledger where it lives:
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import simpy
 
 from sim.engine.inputs import StageReplica
@@ -61,7 +63,7 @@ class MemoryTraffic:
         self.compute = compute
         self.microbatches = microbatches
         self._started: dict[tuple, simpy.Process] = {}
-        self._swapped_out: dict[tuple, simpy.Event] = {}
+        self._swapped_out: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
         self._writebacks: dict[tuple[int, int, int], list[simpy.Process]] = {}
 
     def _start_once(self, key: tuple, gen) -> simpy.Process:
@@ -73,11 +75,7 @@ class MemoryTraffic:
         return proc
 
     def _swap_done(self, rep: StageReplica, mb: int) -> simpy.Event:
-        key = (*rep.key, mb)
-        ev = self._swapped_out.get(key)
-        if ev is None:
-            ev = self._swapped_out[key] = self.env.event()
-        return ev
+        return self._swapped_out[(*rep.key, mb)]
 
     # -- prefetching ------------------------------------------------------------------
     def prefetch(self, rep: StageReplica, nxt: Action) -> None:
@@ -162,17 +160,18 @@ class MemoryTraffic:
         self.env.process(self._swap_out(rep, mb, tags))
 
     def _swap_out(self, rep: StageReplica, mb: int, tags: dict):
+        yield from self._each_part(rep, mb, tags, self._part_out, "->")
+        self._swap_done(rep, mb).succeed()
+
+    def _each_part(self, rep: StageReplica, mb: int, tags: dict, move, arrow: str):
+        """Process: ``move(rep, part, mb, suffix, tags)`` each of ``rep``'s swap parts: one
+        here (no suffix), several at once (suffix ``" {arrow}{node}"``)."""
         parts = rep.plan.swap_parts
         if len(parts) == 1:
-            yield from self._part_out(rep, parts[0], mb, "", tags)
-        else:
-            yield self.env.all_of(
-                [
-                    self.env.process(self._part_out(rep, part, mb, f" ->{part[0]}", tags))
-                    for part in parts
-                ]
-            )
-        self._swap_done(rep, mb).succeed()
+            yield from move(rep, parts[0], mb, "", tags)
+            return
+        moves = [self.env.process(move(rep, p, mb, f" {arrow}{p[0]}", tags)) for p in parts]
+        yield self.env.all_of(moves)
 
     def _part_out(
         self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str, tags: dict
@@ -206,16 +205,7 @@ class MemoryTraffic:
             f"swap-in {rep.stage}/{mb}",
         )
         tags = rep.tags(mb, mb // self.microbatches)
-        parts = rep.plan.swap_parts
-        if len(parts) == 1:
-            yield from self._part_in(rep, parts[0], mb, "", tags)
-        else:
-            yield self.env.all_of(
-                [
-                    self.env.process(self._part_in(rep, part, mb, f" <-{part[0]}", tags))
-                    for part in parts
-                ]
-            )
+        yield from self._each_part(rep, mb, tags, self._part_in, "<-")
 
     def _part_in(
         self, rep: StageReplica, part: tuple[str, float], mb: int, suffix: str, tags: dict
