@@ -45,7 +45,7 @@ from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, precision_kernels
 from sim.compute.routing import expert_rows
 from sim.hardware.gpu_compute import ComputeSpec
-from sim.trace.schema import LayerProfile, SharedParams, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, SharedParams, Trace, dtype_bytes, recorded_shape
 
 MOE_KINDS = ("moe_block", "moe", "mtp")
 """Layer kinds whose experts compute routed rows (an MTP depth's block is MoE in a MoE model)."""
@@ -181,8 +181,7 @@ def decoder_trace(
 
 def is_decoder(trace: Trace) -> bool:
     """Whether ``trace`` records a decoder shape (``model_shape.kind == "decoder"``)."""
-    shape = trace.provenance.get("model_shape")
-    return isinstance(shape, dict) and shape.get("kind") == "decoder"
+    return recorded_shape(trace, "decoder") is not None
 
 
 def trace_precision(trace: Trace) -> LowPrecision | None:
@@ -198,6 +197,7 @@ def decoder_shape(trace: Trace) -> DecoderShape:
     Raises:
         ValueError: the trace records no decoder shape.
     """
-    if not is_decoder(trace):
+    shape = recorded_shape(trace, "decoder")
+    if shape is None:
         raise ValueError(f"trace {trace.name} records no decoder model shape")
-    return DecoderShape.from_dict(dict(trace.provenance["model_shape"]))
+    return DecoderShape.from_dict(shape)

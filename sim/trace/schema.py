@@ -360,6 +360,13 @@ def layer_kind(name: str) -> str:
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
 
 
+def recorded_shape(trace: Trace, kind: str) -> dict[str, Any] | None:
+    """The model shape a generated trace records (``provenance.model_shape``) when its
+    ``kind`` is ``kind`` (``"decoder"``, ``"t5"``), as a new dict; None otherwise."""
+    shape = (trace.provenance or {}).get("model_shape")
+    return dict(shape) if isinstance(shape, dict) and shape.get("kind") == kind else None
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of ``dtype`` (``fp32`` 4, ``fp16``/``bf16`` 2).
 

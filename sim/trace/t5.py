@@ -38,7 +38,7 @@ from sim.compute.t5 import (
 )
 from sim.compute.t5_ops import t5_layer_ops, t5_tensors
 from sim.hardware.gpu_compute import ComputeSpec
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes, recorded_shape
 
 SOURCES = {
     "model": "NVIDIA/Megatron-LM@d98e8a64dd megatron/core/models/T5/t5_model.py, t5_spec.py, "
@@ -179,8 +179,7 @@ def stage_tensors_t5(trace: Trace, lo: int, hi: int) -> tuple[int, int]:
 
 def is_t5(trace: Trace) -> bool:
     """Whether ``trace`` records a T5 shape (``model_shape.kind == "t5"``)."""
-    shape = (trace.provenance or {}).get("model_shape")
-    return isinstance(shape, dict) and shape.get("kind") == "t5"
+    return recorded_shape(trace, "t5") is not None
 
 
 def t5_shape(trace: Trace) -> T5Shape:
@@ -189,6 +188,7 @@ def t5_shape(trace: Trace) -> T5Shape:
     Raises:
         ValueError: the trace records no T5 shape.
     """
-    if not is_t5(trace):
+    shape = recorded_shape(trace, "t5")
+    if shape is None:
         raise ValueError(f"trace {trace.name} records no T5 model shape")
-    return T5Shape.from_dict(dict(trace.provenance["model_shape"]))
+    return T5Shape.from_dict(shape)
