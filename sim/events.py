@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import repeat
 from typing import Any, NamedTuple
 
 
@@ -146,6 +147,25 @@ class EventLog:
     iteration_ends_s: list[float] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
 
+    def __reduce__(self) -> tuple:
+        """Pickled with its records as plain tuples, rebuilt by :func:`_unpickle_log`: the
+        pool workers of ``sim run`` send each possible winner's log back (a 64-stage GPT-2
+        point's is 7,700 events and 15,000 memory events, 1.2 MB), and a named tuple pickles
+        as its class and its fields, rebuilt by a call of its ``__new__`` each: 35 against
+        11 ms to pickle that log, 18 against 13 ms to unpickle it. The same records come back
+        (the fields' own objects, enum members included, are pickled as before)."""
+        return (
+            _unpickle_log,
+            (
+                type(self),
+                list(map(tuple, self.events)),
+                list(map(tuple, self.memory)),
+                self.capacity_bytes,
+                self.iteration_ends_s,
+                self.meta,
+            ),
+        )
+
     def to_frame(self) -> Any:
         """The spans as a :class:`pandas.DataFrame`: one row per :class:`Event` (its fields,
         seconds and bytes) plus ``duration_s``, in the log's order.
@@ -167,3 +187,22 @@ class EventLog:
 
         df = pd.DataFrame(self.memory, columns=list(MemoryEvent._fields))
         return df.assign(in_use_bytes=df.groupby("device")["delta_bytes"].cumsum())
+
+
+def _unpickle_log(
+    cls: type[EventLog],
+    events: list[tuple],
+    memory: list[tuple],
+    capacity_bytes: dict[str, float],
+    iteration_ends_s: list[float],
+    meta: dict,
+) -> EventLog:
+    """The log :meth:`EventLog.__reduce__` pickled: each record made from its fields as
+    ``Event._make`` makes it (``tuple.__new__``), without a Python call per record."""
+    return cls(
+        list(map(tuple.__new__, repeat(Event), events)),
+        list(map(tuple.__new__, repeat(MemoryEvent), memory)),
+        capacity_bytes,
+        iteration_ends_s,
+        meta,
+    )
