@@ -9,6 +9,7 @@ bounds and every point (:meth:`Prepared.adapted`, :meth:`Prepared.rank_trace`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,13 @@ class Prepared:
     topology: Topology
     traces: dict[str, Trace]
     _derived: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def once(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per ``key`` for this experiment (a value every point of a
+        model shares, e.g. the constant part of its row-cache key)."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def adapted(
         self, model: str, microbatch_size: int, precision: str = ""
