@@ -33,7 +33,7 @@ from sim.compute.precision_rules import LowPrecision
 from sim.compute.routing import expert_rows
 from sim.compute.transformer import BlockShape, block_times
 from sim.hardware.gpu_compute import ComputeSpec, same_device
-from sim.hardware.loader import list_presets, load_hardware
+from sim.hardware.loader import list_presets, load_hardware_spec
 from sim.trace.decoder import decoder_trace
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
@@ -93,13 +93,23 @@ def device_spec(name: str) -> ComputeSpec | None:
     word (``"H100"``). None when nothing matches (e.g. ``"cpu"``).
     """
     key = name.upper().removeprefix("NVIDIA").strip().replace(" ", "-")
-    found = [load_hardware(p).gpus[0].compute for p in list_presets()]
-    specs = [s for s in found if s is not None]
-    for spec in specs:
+    specs = []
+    for preset in list_presets():  # read until the first match (each preset is a YAML file)
+        spec = _preset_compute(preset)
+        if spec is None:
+            continue
         if same_device(key, spec.model):
             return spec
+        specs.append(spec)
     family = key.split("-")[0]
     return next((s for s in specs if s.model.upper().split("-")[0] == family), None)
+
+
+@lru_cache(maxsize=64)
+def _preset_compute(preset: str) -> ComputeSpec | None:
+    """The :class:`ComputeSpec` of a hardware preset's GPU, from its validated description
+    (the topology is not built: :func:`~sim.hardware.loader.load_hardware_spec`)."""
+    return load_hardware_spec(preset).gpu.compute_spec()
 
 
 def _regenerate(
