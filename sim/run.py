@@ -26,18 +26,18 @@ from sim.point.rows import BestRows, ResultRow, pick_winner
 from sim.point.simulate import evaluate, resolve, split_note
 from sim.progress import progress
 from sim.report.console import Reporter
+from sim.report.drawing import Drawing, sharing
 from sim.report.outputs import (
-    Drawing,
     check_model_names,
     check_out_dir,
     commit_output,
     copy_files,
-    draw,
     recover_out_dir,
+    results_frame,
     staged_output,
     winner_artifacts,
     winner_config,
-    write_results_csv,
+    write_frame_csv,
     write_yaml,
 )
 from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
@@ -156,10 +156,11 @@ def _write_all(
     """Write the whole output set into ``out`` (the staging folder); returns the exit code
     (0, or 1 when a model has no fitting configuration) and the files written. ``best`` holds
     the winners' event logs from the sweep (a winner without one, read from the cache, is
-    simulated here); the plots are drawn on ``jobs`` processes (:func:`sim.report.outputs.draw`)."""
+    simulated here); the plots are drawn on ``jobs`` processes (:mod:`sim.report.drawing`),
+    which start once every drawing is known: results.csv, config.resolved.yaml and the
+    console's answer are written while they draw."""
     bands_here = bands_for(g.model for g in prep.topology.gpus)
-    df = write_results_csv(rows, out / "results.csv", bands_here)
-    _write_resolved(out, exp, prep, points, skipped, notes, stats)
+    df = results_frame(rows, bands_here)
     written = [out / "results.csv", out / "config.resolved.yaml"]
     pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
@@ -176,38 +177,55 @@ def _write_all(
         written += _tflops(ok, out, plots, _gpt_shapes(prep), pending)
     code = 0
     bands = winner_bands(df)
+    answers: list[tuple[str, ResultRow | None, dict]] = []
     for i, model in enumerate(exp.models):
-        say.table(df[df["model"] == model.name], model.name)
         winner = pick_winner([r for r in rows if r.model == model.name])
+        band = bands.get(model.name, {})
+        answers.append((model.name, winner, band))
         if winner is None:
-            say.no_fit(model.name)
             code = EXIT_NOTHING_FITS
             continue
         dirs = [out] if i == 0 else []
         if len(exp.models) > 1:
             dirs.append(out / model.name)
         log_ = best.log_of(winner) if best is not None else None
-        band = bands.get(model.name, {})
         written += _write_winner(exp, prep, winner, band, log_, path, dirs, plots, pending)
-        say.winner(winner, prep, band)
-    pending.finish(jobs, say)
+
+    def meanwhile() -> None:
+        write_frame_csv(df, out / "results.csv")
+        _write_resolved(out, exp, prep, points, skipped, notes, stats)
+        for name, winner, band in answers:
+            say.table(df[df["model"] == name], name)
+            if winner is None:
+                say.no_fit(name)
+            else:
+                say.winner(winner, prep, band)
+
+    pending.finish(jobs, say, meanwhile)
     return code, written
 
 
 @dataclass
 class _Pending:
-    """Files to draw (on several processes, :func:`sim.report.outputs.draw`) and, once drawn, to copy
-    into other folders."""
+    """Files to draw (on several processes, :mod:`sim.report.drawing`) and, once drawn, to
+    copy into other folders."""
 
     drawings: list[Drawing] = field(default_factory=list)
     copies: list[tuple[list[Path], Path]] = field(default_factory=list)
 
-    def finish(self, jobs: int, say: Reporter | None = None) -> None:
-        bar = progress(len(self.drawings), "drawing", "files",
-                       console=say.console if say else None,
-                       enabled=say.progress if say else None)  # fmt: skip
-        with bar as on_done:
-            draw(self.drawings, jobs, on_done)
+    def finish(
+        self, jobs: int, say: Reporter | None = None, meanwhile: Callable[[], None] | None = None
+    ) -> None:
+        """Draw the files on ``jobs`` processes, this one after ``meanwhile()`` (the others
+        draw while it runs), then copy them."""
+        with sharing(self.drawings, jobs) as share:
+            if meanwhile is not None:
+                meanwhile()
+            bar = progress(len(self.drawings), "drawing", "files",
+                           console=say.console if say else None,
+                           enabled=say.progress if say else None)  # fmt: skip
+            with bar as on_done:
+                share.join_in(on_done)
         for files, dest in self.copies:
             copy_files(files, dest)
 

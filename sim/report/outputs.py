@@ -12,15 +12,13 @@ removes the leftovers: :func:`recover_out_dir`).
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -35,11 +33,9 @@ from sim.bands import Bands
 from sim.config import ExperimentConfig
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.plan.executors import collector_paused
 from sim.point.rows import ResultRow
-from sim.procs import die_with_parent
-from sim.report import prefetch
 from sim.report.chrome_trace import write_chrome_trace
+from sim.report.drawing import Drawing, draw
 from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
 
@@ -63,8 +59,13 @@ def write_results_csv(
 ) -> pd.DataFrame:
     """Write :func:`results_frame` to ``path``; returns it."""
     df = results_frame(rows, bands)
-    atomic_write_text(path, df.to_csv(index=False))
+    write_frame_csv(df, path)
     return df
+
+
+def write_frame_csv(df: pd.DataFrame, path: Path) -> Path:
+    """Write ``df`` (a :func:`results_frame`) to ``path`` as results.csv is written."""
+    return atomic_write_text(path, df.to_csv(index=False))
 
 
 def copy_files(files: list[Path], dest: Path) -> list[Path]:
@@ -160,10 +161,6 @@ def write_yaml(path: Path, data: dict) -> Path:
     return atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
-Drawing = tuple[Path, Callable[[], object]]
-"""A file of the output set and the call that writes it."""
-
-
 def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
     """The winner's memory plots, Gantt timeline and Chrome trace in ``out``: each file with
     the call that draws it (:func:`draw`)."""
@@ -189,101 +186,6 @@ def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
 def write_winner_artifacts(out: Path, log: EventLog, title: str) -> list[Path]:
     """Plots and the Chrome trace of the winner's simulation, drawn here."""
     return draw(winner_artifacts(out, log, title), jobs=1)
-
-
-def draw(
-    drawings: Sequence[Drawing], jobs: int, on_done: Callable[[int], None] | None = None
-) -> list[Path]:
-    """Write ``drawings`` (independent files) on up to ``jobs`` processes: this one and
-    ``jobs - 1`` forked children that die with it (:mod:`sim.procs`), which inherit what the
-    calls read (nothing is pickled). Each process takes the next drawing not yet taken (a
-    counter in shared memory), so a process that drew cheap files takes more of them and all
-    finish at about the same time (the costs differ by 5x: a timeline of 8,000 spans against a
-    Chrome trace); the costliest kinds are taken first (:data:`DRAW_FIRST`). One process where
-    ``fork`` is unavailable. Returns the files, in the order of ``drawings``.
-    ``on_done(n)`` is called by this process with the number drawn so far by all of them
-    (:func:`sim.progress.progress`).
-
-    The calls run with Python's cyclic garbage collector off (:func:`collector_paused`): a
-    figure is tens of thousands of objects, each figure's allocations set off collections that
-    walk them all while it is drawn, and what it leaves is freed by the next collection after
-    (a forked child exits without one). 7 to 9 % of the drawing's CPU time for
-    ``sim run experiments/dgx1.yaml``'s nine files; the same bytes.
-
-    Raises:
-        RuntimeError: a child failed (its traceback is on its standard error).
-    """
-    with collector_paused():
-        return _draw(drawings, jobs, on_done)
-
-
-DRAW_FIRST = ("timeline.png", "throughput.png", "memory_per_gpu.png", "memory_timeline.png")
-"""The costliest files first, so that the processes that share the drawings (:func:`draw`)
-end together: a costly file taken last keeps one process drawing while the others wait.
-CPU seconds of ``sim run experiments/dgx1.yaml``'s files: a timeline 0.2-0.3, the throughput
-plot 0.2, a memory plot 0.12-0.16, a Chrome trace 0.01-0.1 (issue 28); other files after
-these, in their order."""
-
-
-def _cost_rank(drawing: Drawing) -> int:
-    name = drawing[0].name
-    return DRAW_FIRST.index(name) if name in DRAW_FIRST else len(DRAW_FIRST)
-
-
-def _draw(
-    drawings: Sequence[Drawing], jobs: int, on_done: Callable[[int], None] | None
-) -> list[Path]:
-    jobs = min(jobs, len(drawings)) if hasattr(os, "fork") else 1
-    if jobs <= 1:
-        for k, (_, call) in enumerate(drawings):
-            call()
-            if on_done:
-                on_done(k + 1)
-        return [path for path, _ in drawings]
-    prefetch.wait()  # no import under way in this process while it forks
-    ctx = mp.get_context("fork")
-    taken, done = ctx.Value("i", 0), ctx.Value("i", 0)
-    calls = [call for _, call in sorted(drawings, key=_cost_rank)]
-    children = []
-    for _ in range(1, jobs):
-        proc = ctx.Process(target=_draw_share, args=(calls, taken, done, os.getpid()))
-        proc.start()
-        children.append(proc)
-    _draw_next(calls, taken, done, on_done)
-    for proc in children:
-        proc.join()
-        if proc.exitcode != 0:
-            raise RuntimeError(f"a drawing process failed (exit code {proc.exitcode})")
-    if on_done:
-        on_done(len(calls))
-    return [path for path, _ in drawings]
-
-
-def _draw_next(
-    calls: list[Callable[[], object]],
-    taken: Any,
-    done: Any,
-    on_done: Callable[[int], None] | None = None,
-) -> None:
-    """Draw ``calls[k]`` for each next ``k`` not yet taken (``taken``, ``done``: shared
-    counters of the drawings started and finished)."""
-    while True:
-        with taken.get_lock():
-            k = taken.value
-            taken.value = k + 1
-        if k >= len(calls):
-            return
-        calls[k]()
-        with done.get_lock():
-            done.value += 1
-            n = done.value
-        if on_done:
-            on_done(n)
-
-
-def _draw_share(calls: list[Callable[[], object]], taken: Any, done: Any, parent_pid: int) -> None:
-    die_with_parent(parent_pid)
-    _draw_next(calls, taken, done)
 
 
 # --- the output set: written whole into a staging folder, then swapped in ------------------
