@@ -13,8 +13,8 @@ from sim.compute.kernels import gemm, gemm_efficiency, gemm_time_s, kernel_time_
 from sim.compute.layers import cross_entropy_kernels
 from sim.compute.transformer import LLAMA2_7B, BlockShape, block_times
 from sim.errors import InputError
-from sim.hardware.gpu_compute import ComputeSpec
-from sim.hardware.loader import load_hardware
+from sim.hardware.gpu_compute import ComputeSpec, same_device
+from sim.hardware.loader import list_presets, load_hardware
 from sim.trace.adapt import adapt_trace, device_spec, rescale_time
 from sim.trace.generator import preset_trace, transformer_trace
 from sim.trace.loader import load_trace
@@ -255,6 +255,20 @@ def test_pipedream_traces_record_v100_and_rescale_with_a_note():
     # fp32 and no FLOPs: everything scales by the fp32 achieved-rate ratio
     k = (15.7e12 * 0.8) / (19.5e12 * 0.859)
     assert total_s(out) == pytest.approx(total_s(t) * k, rel=1e-9)
+
+
+def test_device_spec_is_the_first_preset_gpu_of_that_name_or_family():
+    # read lazily (presets until the first match, no topology built): the same answers as
+    # the first matching GPU of every preset's topology
+    specs = [load_hardware(p).gpus[0].compute for p in list_presets()]
+    for name in ("V100", "NVIDIA H100 80GB HBM3", "A100-SXM4-40GB", "B200", "H100-PCIe"):
+        key = name.upper().removeprefix("NVIDIA").strip().replace(" ", "-")
+        exact = [s for s in specs if s is not None and same_device(key, s.model)]
+        family = [
+            s for s in specs if s is not None and s.model.upper().split("-")[0] == key.split("-")[0]
+        ]
+        assert device_spec(name) == (exact or family)[0]
+    assert device_spec("cpu") is None
 
 
 def test_unknown_device_is_not_rescaled_but_noted():

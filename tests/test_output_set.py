@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from sim.cli import app
 from sim.config import config_hash
 from sim.plan.rowcache import open_cache, read_cached
+from sim.report.drawing import sharing
 from sim.report.outputs import MANIFEST, draw, recover_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,3 +214,34 @@ def test_drawings_are_shared_as_processes_free_up(tmp_path):
     pids = [f.read_text() for f in files]
     assert len(set(pids)) == 2
     assert set(pids[1:]) == {pids[1]} != {pids[0]}
+
+
+@pytest.mark.timeout(120)
+def test_children_draw_while_this_process_works_and_stop_on_its_error(tmp_path):
+    # sim.report.drawing.sharing: the children start at once (sim run writes results.csv
+    # meanwhile); this process joins them; an error before it does stops them
+    files = [tmp_path / f"{k}.txt" for k in range(4)]
+    calls = [partial(_slow_file, f, 0.01) for f in files]
+    with sharing(list(zip(files, calls, strict=True)), jobs=2) as share:
+        deadline = time.monotonic() + 60
+        while not files[0].exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert files[0].read_text() != str(os.getpid())  # drawn by a child, this one busy
+        share.join_in()
+    assert all(f.exists() for f in files)
+    slow = [partial(_slow_file, tmp_path / f"s{k}.txt", 30.0) for k in range(2)]
+    with pytest.raises(KeyError), sharing(list(zip(files[:2], slow, strict=True)), 2) as share:
+        children = list(share.children)
+        raise KeyError("writing results.csv failed")
+    assert children and not any(p.is_alive() for p in children)
+
+
+def test_the_costliest_drawings_are_taken_first(tmp_path):
+    names = ["timeline.json", "memory_timeline.png", "x.csv", "timeline.png", "throughput.png"]
+    drawings = [(tmp_path / n, partial(Path.touch, tmp_path / n)) for n in names]
+    with sharing(drawings, jobs=2) as share:
+        order = [d for d in sorted(drawings, key=lambda d: share.calls.index(d[1]))]
+        share.join_in()
+    assert [p.name for p, _ in order] == [
+        "timeline.png", "throughput.png", "memory_timeline.png", "timeline.json", "x.csv"
+    ]  # fmt: skip

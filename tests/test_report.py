@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
 
 import pandas as pd
 import pytest
 from rich.console import Console
 
-from sim.events import Event, EventLog, MemoryEvent
+from sim.events import Event, EventKind, EventLog, MemoryEvent, Stream
 from sim.report import (
     dumps_chrome_trace,
     memory_timeline,
@@ -417,3 +418,17 @@ def test_summary_table_columns_and_rows():
     assert "✓" in text and "✗" in text
     best = rank_results(df).iloc[0]
     assert f"{best['throughput_samples_per_s']:,.1f}" in text
+
+
+def test_an_event_log_pickles_to_the_same_records_of_the_same_types():
+    log = small_log()
+    log.events.append(
+        Event(EventKind.ALLREDUCE, "gpu0", Stream.COMM, "ar", 0.0, 1.0, nbytes=8.0, links=("l0",))
+    )
+    log.meta["placement"] = {"gpu0": 0}
+    back = pickle.loads(pickle.dumps(log))
+    assert back == log and type(back) is EventLog
+    assert [type(e) for e in back.events] == [Event] * len(log.events)
+    assert [type(m) for m in back.memory] == [MemoryEvent] * len(log.memory)
+    assert back.events[-1].kind is EventKind.ALLREDUCE and back.events[-1].links == ("l0",)
+    assert back.events[-1].duration_s == 1.0

@@ -1,14 +1,24 @@
 """The row cache (sim.plan.rowcache, a diskcache.Cache): several processes write one cache at
-once and every entry is whole; entries of the earlier one-file-per-row format are removed."""
+once and every entry is whole; entries of the earlier one-file-per-row format are removed; a
+point's key is the hash of its documented fields."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
+from sim.config import config_hash, load_experiment
+from sim.plan.point_row import model_code_hash, point_cache_key
 from sim.plan.rowcache import open_cache
+from sim.plan.sweep import expand
+from sim.point.experiment import prepare
+from sim.point.rows import ROW_FORMAT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 WRITERS, ENTRIES = 3, 40
 
@@ -38,3 +48,26 @@ def test_entries_of_the_earlier_format_are_removed(tmp_path):
     with open_cache(tmp_path) as cache:
         assert len(cache) == 0
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_points_cache_key_hashes_its_fields_as_documented():
+    # point_row.point_cache_key makes the JSON text of a model's other fields once; the key is
+    # still config_hash of all of them (a row cached before is found again)
+    exp = load_experiment(ROOT / "experiments" / "dgx1.yaml")
+    prep = prepare(exp, "dgx1.yaml")
+    points = expand(prep)[0]
+    for point in points[:3] + points[-3:]:
+        trace = prep.traces[point.model]
+        fields = {
+            "model_code": model_code_hash(),
+            "row_format": ROW_FORMAT,
+            "point": point.model_dump(),
+            "trace": [asdict(layer) for layer in trace.layers],
+            "mb": trace.microbatch_size,
+            "hardware": repr(prep.topology.gpus)
+            + repr(prep.topology.links)
+            + repr(prep.topology.hosts),
+            "training": exp.training.model_dump(),
+            "options": exp.options.model_dump(),
+        }
+        assert point_cache_key(prep, point) == config_hash(fields)
