@@ -205,7 +205,7 @@ def _slow_file(path: Path, seconds: float) -> None:
 
 
 def test_drawings_are_shared_as_processes_free_up(tmp_path):
-    # sim.report.outputs.draw: each drawing is drawn exactly once, by whichever process is free;
+    # sim.report.drawing.draw: each drawing is drawn exactly once, by whichever process is free;
     # one slow drawing first: whichever process takes it, the other draws all the quick ones
     # meanwhile (a fixed split would have given the slow one's process every other file)
     files = [tmp_path / f"{k}.txt" for k in range(7)]

@@ -77,7 +77,7 @@ def _settle_heap() -> None:
     and 0.03 to 0.1 s, as issue 17's closing note reports). Disabling it for the imports and freezing
     the result (:func:`gc.freeze`) is what the Python documentation advises before ``fork()``
     (https://docs.python.org/3/library/gc.html#gc.freeze), which ``sim run`` does for its
-    workers and drawings (:mod:`sim.plan.executors`, :func:`sim.report.outputs.draw`): the children
+    workers and drawings (:mod:`sim.plan.executors`, :func:`sim.report.drawing.draw`): the children
     inherit a frozen heap, and their collections skip it too. Nothing is leaked that would
     not live to the end anyway; objects made later are collected as usual. Called again
     once a command's module is imported (:func:`_load`)."""

@@ -197,7 +197,7 @@ def plot_tflops_vs_size(
 
 Deferred = list[tuple[Path, Callable[[], object]]]
 """Plots to draw later: each file with the call that draws it (``sim run`` draws them with the
-winners' on several processes, :func:`sim.report.outputs.draw`)."""
+winners' on several processes, :func:`sim.report.drawing.draw`)."""
 
 
 def _plot(later: Deferred | None, path: Path, draw: Callable[..., Any], *args: object) -> Path:

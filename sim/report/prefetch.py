@@ -42,7 +42,7 @@ PLOT_MODULES = (
     "sim.report.plots",
     "sim.report.memory_summary",
 )
-"""What ``sim run`` draws with (:func:`sim.report.outputs.draw`): matplotlib's figure (its
+"""What ``sim run`` draws with (:func:`sim.report.drawing.draw`): matplotlib's figure (its
 axes, legends, colour bars), the Agg canvas, the date units and the 3-D projection that
 matplotlib loads with the first axes, Pillow's image plugins (all loaded by its first save),
 the plot modules. Each process that draws would otherwise import them on its first figure,
