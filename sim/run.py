@@ -207,17 +207,15 @@ def _write_all(
 
 @dataclass
 class _Pending:
-    """Files to draw (on several processes, :mod:`sim.report.drawing`) and, once drawn, to
-    copy into other folders."""
+    """Files to draw (on several processes, :mod:`sim.report.drawing`)."""
 
     drawings: list[Drawing] = field(default_factory=list)
-    copies: list[tuple[list[Path], Path]] = field(default_factory=list)
 
     def finish(
         self, jobs: int, say: Reporter | None = None, meanwhile: Callable[[], None] | None = None
     ) -> None:
         """Draw the files on ``jobs`` processes, this one after ``meanwhile()`` (the others
-        draw while it runs), then copy them."""
+        draw while it runs)."""
         with sharing(self.drawings, jobs) as share:
             if meanwhile is not None:
                 meanwhile()
@@ -226,8 +224,14 @@ class _Pending:
                            enabled=say.progress if say else None)  # fmt: skip
             with bar as on_done:
                 share.join_in(on_done)
-        for files, dest in self.copies:
-            copy_files(files, dest)
+
+
+def _draw_and_copy(call: Callable[[], object], file: Path, dests: list[Path]) -> None:
+    """``call()``, which writes ``file``, then copies of it into each of ``dests`` (by the
+    process that drew it, not one after all are drawn)."""
+    call()
+    for dest in dests:
+        copy_files([file], dest)
 
 
 def _gpt_shapes(prep) -> dict[str, dict]:
@@ -304,10 +308,10 @@ def _write_winner(
         f"b={point.microbatch_size} m={point.microbatches}"
     )
     drawings = winner_artifacts(dirs[-1], log, title)
-    pending.drawings += drawings
+    others = dirs[:-1]
+    pending.drawings += [(f, partial(_draw_and_copy, call, f, others)) for f, call in drawings]
     drawn = [f for f, _ in drawings]
-    for d in dirs[:-1]:
-        pending.copies.append((drawn, d))
+    for d in others:
         written += [d / f.name for f in drawn]
     return written + drawn
 
