@@ -60,3 +60,35 @@ def test_gb300_keeps_its_roofline_fractions():
     assert kernel_time_s(fwd, gb300, "bf16") == pytest.approx(
         gb300.kernel_overhead_s + max(fwd.flops / rate, fwd.bytes / gb300.hbm_rate_Bps())
     )
+
+
+def test_ssd_scan_kernels_carry_their_triton_tensors_bytes():
+    """H=2 heads of P=4, N=8, G=1, Q=4, T=8 tokens (c=2 chunks), bf16 (d=2): x-like tensors
+    T*H*P = 64 elements, B/C 64, fp32 dt/dA_cumsum 16 each, CB c*G*Q*Q = 32 (fp32), states
+    c*H*P*N = 128. _chunk_state_fwd reads B, x, dt, dA and writes fp32 states:
+    64*2 + 64*2 + 2*16*4 + 128*4 = 896 bytes; _chunk_scan_fwd reads CB (fp32), x, z, C,
+    states (bf16), dt, dA and writes out, out_x: 128 + 256 + 128 + 256 + 128 + 256 = 1152.
+    Backward FLOPs of the scan kernels (recomputation included) sum to
+    T*H*(10PN + 3QP) + 6*T*G*Q*N = 7424."""
+    from sim.compute.ssm import MambaShape, mamba_bwd, mamba_fwd, ssd_bwd_flops
+
+    ms = MambaShape(heads=2, head_dim=4, state=8, groups=1, conv_kernel=4, chunk=4)
+    fwd = {k.name: k for k in mamba_fwd(ms, 16, 8, 1, 2)}
+    assert fwd["ssd_chunk_state"].bytes == 896
+    assert fwd["ssd_chunk_scan"].bytes == 1152
+    dx, _ = mamba_bwd(ms, 16, 8, 1, 2)
+    scan = [k for k in dx if k.name.startswith("ssd_") and k.kind == "gemm"]
+    assert sum(k.flops for k in scan) == ssd_bwd_flops(ms, 8) == 7424
+
+
+def test_megatron_transposes_zxbcdt_and_y_only_for_several_samples():
+    """MambaMixer._ssm_training copies in_proj's output (T x in_width) to (b, l, d) and y
+    (T x d_i) back: 2*T*w*d bytes each when b > 1, a view when b = 1; in_width of H=2, P=4,
+    G=1, N=8: 2*8 + 2*8 + 2 = 34."""
+    from sim.compute.ssm import MambaShape, mamba_fwd
+
+    ms = MambaShape(heads=2, head_dim=4, state=8, groups=1, conv_kernel=4, chunk=4)
+    two = {k.name: k.bytes for k in mamba_fwd(ms, 16, 8, 2, 2)}
+    one = {k.name for k in mamba_fwd(ms, 16, 8, 1, 2)}
+    assert two["zxbcdt_to_bld"] == 2 * 16 * 34 * 2 and two["y_to_lbd"] == 2 * 16 * 8 * 2
+    assert "zxbcdt_to_bld" not in one and "y_to_lbd" not in one
