@@ -96,7 +96,9 @@ def patrickstar() -> pd.DataFrame:
     tflops = (  # by server and model: GPT3_6B, 10B and 15B ran on both servers
         {}
         if given is None
-        else dict(zip(zip(given.server, given.model), given.tflops_per_gpu, strict=True))
+        else dict(
+            zip(zip(given.server, given.model, strict=True), given.tflops_per_gpu, strict=True)
+        )
     )
     out = []
     for server, path in SERVERS.items():
