@@ -254,7 +254,7 @@ def vpipe() -> pd.DataFrame:
 
 
 def _pct(x: float) -> str:
-    return "-" if x != x else f"{x:+.0%}"
+    return "-" if x != x else f"{x:+.1%}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -323,11 +323,13 @@ def chunk_states(
 
 
 def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
-    """Seconds of PatrickStar's per-parameter gradient path per iteration on one replica: every
-    parameter of the stage (gathered for its backward) goes through it in each of the ``m``
-    backwards (:data:`GRAD_ZERO_BYTES`, :data:`GRAD_HOOK_BYTES`), at the GPU's memory-bound
-    rate ``hbm_Bps``."""
-    return ctx.params * (GRAD_ZERO_BYTES + ctx.microbatches * GRAD_HOOK_BYTES) / hbm_Bps
+    """Seconds of PatrickStar's per-parameter gradient path per optimizer step on one replica:
+    every parameter of the stage (gathered for its backward) goes through it once
+    (:data:`GRAD_ZERO_BYTES` + :data:`GRAD_HOOK_BYTES`), at the GPU's memory-bound rate
+    ``hbm_Bps``. PatrickStar runs one backward per step (no gradient accumulation in its
+    benchmarks); where pipesim's schedules run ``m > 1`` backwards per step, the other
+    ``m - 1`` accumulations are left out."""
+    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps
 
 
 def _copy(src: str, dst: str, nbytes: float, what: str) -> tuple[Transfer, ...]:
