@@ -91,11 +91,23 @@ def test_bad_modeling(kw: dict) -> None:
 
 def test_patrickstar_gradient_hooks_by_hand() -> None:
     """zeros_like (2 B), grad += new (6), float() (6), sum (4), the copy into the chunk (4), once
-    per step: 1e9 parameters at 1 TB/s: 1e9 * 22 / 1e12 s, whatever the micro-batches."""
+    per step: 1e9 parameters at 1 TB/s: 1e9 * 22 / 1e12 s, whatever the micro-batches; plus the
+    host's blocking read per parameter tensor."""
     from types import SimpleNamespace
 
     from sim.memory.chunked import GRAD_HOOK_BYTES, GRAD_ZERO_BYTES, grad_hooks_s
 
     assert (GRAD_ZERO_BYTES, GRAD_HOOK_BYTES) == (2, 6 + 6 + 4 + 4)
-    ctx = SimpleNamespace(params=1e9, microbatches=2)
-    assert grad_hooks_s(ctx, 1e12) == pytest.approx(0.022)  # type: ignore[arg-type]
+    from sim.hardware.host_ops import NO_HOST, HostOverhead
+
+    def ctx(overhead: HostOverhead) -> SimpleNamespace:
+        host = SimpleNamespace(overhead=overhead)
+        topology = SimpleNamespace(host=lambda name: host)
+        return SimpleNamespace(
+            params=1e9, microbatches=2, param_tensors=100.0, topology=topology, host="cpu0"
+        )
+
+    assert grad_hooks_s(ctx(NO_HOST), 1e12) == pytest.approx(0.022)  # type: ignore[arg-type]
+    # 100 blocking reads, each one op issued (8 us) and the read (10 us) while the device idles
+    over = HostOverhead(op_s=9.8e-6, nograd_op_s=8e-6, read_s=10e-6)
+    assert grad_hooks_s(ctx(over), 1e12) == pytest.approx(0.022 + 100 * 18e-6)  # type: ignore[arg-type]

@@ -46,6 +46,14 @@ NUM_LABELS = 2
 ``model_builder.py`` leaves as it is."""
 
 
+TENSORS = {"embedding": (2, 3), "block": (10, 6), "head": (2, 2)}
+"""``(vectors, matrices)``: parameter tensors of each layer of ``BertForSequenceClassification``
+(``ps_tile_modeling_bert.py`` above): the word, position and token-type embeddings and the
+embedding LayerNorm's weight and bias; per layer the query, key, value, attention-output,
+intermediate and output weights, their six biases and two LayerNorms' weights and biases; the
+pooler's and classifier's weights and biases."""
+
+
 def hf_shape(hidden: int, heads: int, seq_len: int, ffn_hidden: int) -> BlockShape:
     """The block shape of a Hugging Face BERT layer: three ``[h, h]`` projections, dropout,
     bidirectional ``math`` attention."""

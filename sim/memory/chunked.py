@@ -117,9 +117,8 @@ PatrickStar@2384535: autograd accumulates into that existing gradient (``grad +=
 ``"loss_scale": 0``, ``examples/ps_config.py``) computes ``float(x.float().sum())`` (the fp32
 copy: 2 + 4; the sum: 4), then copies the gradient into the parameter's chunk
 (``tmp_tensor.copy_(param.grad)``: 2 + 2): 20. Charged in the step's GPU time (the same
-iteration time on one stage; the hooks run in the backward). The blocking read per parameter
-tensor (``float(...)``) is left out: tens of microseconds per tensor on the host
-(:meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`), under 1 % of these runs."""
+iteration time on one stage; the hooks run in the backward), with the host time of the blocking
+read per parameter tensor (:func:`grad_hooks_s`)."""
 
 
 @dataclass(frozen=True)
@@ -326,10 +325,16 @@ def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
     """Seconds of PatrickStar's per-parameter gradient path per optimizer step on one replica:
     every parameter of the stage (gathered for its backward) goes through it once
     (:data:`GRAD_ZERO_BYTES` + :data:`GRAD_HOOK_BYTES`), at the GPU's memory-bound rate
-    ``hbm_Bps``. PatrickStar runs one backward per step (no gradient accumulation in its
-    benchmarks); where pipesim's schedules run ``m > 1`` backwards per step, the other
-    ``m - 1`` accumulations are left out."""
-    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps
+    ``hbm_Bps``; and each of its ``param_tensors`` tensors is read back by ``float(...)``, which
+    waits for the device, so the device then idles while the host issues the next op and reads
+    (``nograd_op_s + read_s`` per tensor, the lower bound of
+    :meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s` that counts every tensor as a
+    large one; the socket's host model, zero where it is not modelled). PatrickStar runs one
+    backward per step (no gradient accumulation in its benchmarks); where pipesim's schedules
+    run ``m > 1`` backwards per step, the other ``m - 1`` are left out."""
+    host = ctx.topology.host(ctx.host).overhead
+    reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=2)
+    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + reads
 
 
 def _copy(src: str, dst: str, nbytes: float, what: str) -> tuple[Transfer, ...]:

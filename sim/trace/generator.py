@@ -50,10 +50,12 @@ not (a few calls each, left out).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sim.compute.hf_bert import (
     NUM_LABELS,
+    TENSORS,
     classifier_params,
     classifier_times,
     hf_block_times,
@@ -65,7 +67,7 @@ from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 SOURCES = {
     "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
@@ -432,6 +434,8 @@ def transformer_trace(
         if hf and head_t
         else _head(kind, b, s, h, vocab, d, rate, head_t)
     )
+    if hf:  # Hugging Face's parameter tensors, one .grad each (sim.compute.hf_bert.TENSORS)
+        chain = [replace(x, param_tensors=float(sum(TENSORS[layer_kind(x.name)]))) for x in chain]
     inputs = {
         "kind": kind,
         "layers": layers,
