@@ -50,24 +50,17 @@ not (a few calls each, left out).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from sim.compute.hf_bert import (
-    NUM_LABELS,
-    TENSORS,
-    classifier_params,
-    classifier_times,
-    hf_block_times,
-    hf_shape,
-)
+from sim.compute.hf_bert import classifier_params, classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
+from sim.trace.hf_layers import check_modeling, classifier_head, with_tensors
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 SOURCES = {
     "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
@@ -207,15 +200,6 @@ def attn_core_act_bytes(b: int, s: int, a: int, elem_bytes: int = 2) -> float:
     return float((2 * elem_bytes + 1) * a * s * s * b)
 
 
-def _check_modeling(
-    modeling: str, kind: str, efficiency: float | None, gpu: ComputeSpec | None
-) -> None:
-    if modeling not in ("megatron", "hf"):
-        raise ValueError(f"modeling must be 'megatron' or 'hf', got {modeling!r}")
-    if modeling == "hf" and (kind != "bert" or efficiency is not None or gpu is None):
-        raise ValueError("modeling 'hf' is BERT's, timed by the kernel model (gpu=, no efficiency)")
-
-
 def _check(kind: str, **ints: int) -> None:
     if kind not in ("gpt", "bert"):
         raise ValueError(f"kind must be 'gpt' or 'bert', got {kind!r}")
@@ -272,24 +256,6 @@ def _head(
         flops=flops,
         fwd_ops=float(head_ops(kind)[0]),
         bwd_ops=float(head_ops(kind)[1]),
-    )
-
-
-def _classifier_head(b: int, h: int, d: int, t: BlockTimes) -> LayerProfile:
-    """Hugging Face's pooler and classifier (:mod:`sim.compute.hf_bert`): no vocabulary
-    projection; it keeps the first tokens' pooled states and the logits (``4bh*d``, small)."""
-    return LayerProfile(
-        name="head",
-        fwd_s=t.fwd.total_s,
-        bwd_s=t.bwd_input.total_s + t.bwd_weight.total_s,
-        param_bytes=float(classifier_params(h) * d),
-        act_bytes=float(4 * b * h * d),
-        out_bytes=0.0,
-        bwd_input_s=t.bwd_input.total_s,
-        bwd_weight_s=t.bwd_weight.total_s,
-        flops=2.0 * b * h * h + 2.0 * b * h * NUM_LABELS,
-        fwd_ops=float(head_ops("bert")[0]),
-        bwd_ops=float(head_ops("bert")[1]),
     )
 
 
@@ -385,7 +351,7 @@ def transformer_trace(
             non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
             with a GPT, without ``gpu`` or with a constant ``efficiency``.
     """
-    _check_modeling(modeling, kind, efficiency, gpu)
+    check_modeling(modeling, kind, efficiency, gpu)
     _check(
         kind,
         layers=layers,
@@ -430,12 +396,12 @@ def transformer_trace(
     chain = [_embedding(kind, b, s, h, vocab, d, hbm, emb_t)]
     chain += [_block(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)]
     chain.append(
-        _classifier_head(b, h, d, head_t)
+        classifier_head(b, h, d, head_t)
         if hf and head_t
         else _head(kind, b, s, h, vocab, d, rate, head_t)
     )
-    if hf:  # Hugging Face's parameter tensors, one .grad each (sim.compute.hf_bert.TENSORS)
-        chain = [replace(x, param_tensors=float(sum(TENSORS[layer_kind(x.name)]))) for x in chain]
+    if hf:
+        chain = with_tensors(chain)
     inputs = {
         "kind": kind,
         "layers": layers,
