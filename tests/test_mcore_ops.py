@@ -44,11 +44,15 @@ def test_moe_block_by_hand():
     assert expert_ops(4) == (36.0, 56.0, 12.0, 16.0)
 
 
+def _mix2(sequential: bool):
+    gpu = load_hardware("dgx-h100").gpus[0].compute
+    moe = MoEShape(4096, 8, 2, 14336, sequential_experts=sequential)
+    m = DecoderShape(2, 4096, 32, 1024, 32000, 14336, kv_heads=8, moe=moe)
+    return decoder_trace(m, name="mix2", microbatch_size=1, gpu=gpu), gpu
+
+
 def test_decoder_trace_moe_block_and_expert_parallel_shard():
-    h100 = load_hardware("dgx-h100")
-    gpu = h100.gpus[0].compute
-    m = DecoderShape(2, 4096, 32, 1024, 32000, 14336, kv_heads=8, moe=MoEShape(4096, 8, 2, 14336))
-    trace = decoder_trace(m, name="mix2", microbatch_size=1, gpu=gpu)
+    trace, gpu = _mix2(sequential=True)
     blk = trace.layers[1]
     assert (blk.fwd_ops, blk.bwd_ops, blk.fwd_modules, blk.fwd_functions) == (172, 210, 42, 38)
     assert trace.layers[0].fwd_ops == 12  # the embedding keeps its counted ops
@@ -61,3 +65,24 @@ def test_decoder_trace_moe_block_and_expert_parallel_shard():
     host = HostOverhead(op_s=10e-6, module_s=2e-6, function_s=8e-6)
     secs = host.forward_s(b4.fwd_ops) + host.calls_s(b4.fwd_modules, b4.fwd_functions)
     assert secs == pytest.approx(118 * 10e-6 + 24 * 2e-6 + 14 * 8e-6)
+
+
+def test_grouped_experts_issue_one_experts_ops_on_any_ep():
+    # --moe-grouped-gemm: the fixed part and one expert's: 100 + 9, 98 + 14, 18 + 3, 6 + 4
+    trace, gpu = _mix2(sequential=False)
+    blk = trace.layers[1]
+    assert (blk.fwd_ops, blk.bwd_ops, blk.fwd_modules, blk.fwd_functions) == (109, 112, 21, 10)
+    b4 = shard_decoder(trace, ParallelLayout(dp_replicate=4, ep=4), gpu).trace.layers[1]
+    assert (b4.fwd_ops, b4.bwd_ops) == (109, 112)
+
+
+def test_functional_test_flags_choose_the_experts_loop():
+    from sim.runs.megatron_args import _features
+    from sim.runs.megatron_reading import Reading
+
+    def features(flags):
+        return _features(Reading(flags, strict=False))
+
+    assert "moe_experts=sequential" in features({"num-experts": 8})
+    assert "moe_experts=sequential" not in features({"num-experts": 8, "moe-grouped-gemm": True})
+    assert "moe_experts=sequential" not in features({})  # a dense model

@@ -39,10 +39,14 @@ experts    forward ops   backward ops   modules      Function nodes
 
 i.e. (4 -> 8) 9 forward ops, 14 backward ops, 3 module calls and 4 Function nodes per local
 expert over a fixed 109 / 98 / 18 / 6 (100 forward ops as on CUDA), which gives the 2-expert
-row to one op (126 in one run, 127 in another: one op follows the random tokens' routing). Assumptions: the same counts with the ``alltoall`` dispatcher (it builds a CUDA
-stream at construction and cannot be run on the CPU) and with ``--moe-grouped-gemm``
-(``TEGroupedMLP`` still splits and allocates per expert, NVIDIA/TransformerEngine#1499); a
-MoE-only layer of a hybrid pattern (``E``) is the MoE block less half a dense block.
+row to one op (126 in one run, 127 in another: one op follows the random tokens' routing).
+Assumptions: the same counts with the ``alltoall`` dispatcher (it builds a CUDA stream at
+construction and cannot be run on the CPU); with ``--moe-grouped-gemm`` (``GroupedMLP``,
+``TEGroupedMLP``: one grouped GEMM per projection) the experts issue one expert's ops
+(``local_experts`` 1; TE's per-expert splits and allocations, NVIDIA/TransformerEngine#1499,
+are C++ calls without Python and are not charged); a MoE-only layer of a hybrid pattern
+(``E``) is the MoE block less half a dense block. Which one a model runs is
+:attr:`sim.compute.moe.MoEShape.sequential_experts` (False, grouped, unless a run says so).
 """
 
 from __future__ import annotations

@@ -89,6 +89,10 @@ class MoEShape:
             ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
             parameters; the adds run in the GEMMs' epilogues (no kernel of their own).
         latent: the routed experts' latent width ``l`` (module doc, "Latent MoE"); 0: none.
+        sequential_experts: the local experts run one by one in Python (Megatron-Core's
+            ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's
+            ops (:mod:`sim.compute.mcore_ops`); the kernel model still times them as grouped
+            GEMMs. False: one grouped MLP (``GroupedMLP``/``TEGroupedMLP``).
     """
 
     hidden: int
@@ -101,6 +105,7 @@ class MoEShape:
     pad_to_capacity: bool = False
     bias: bool = False
     latent: int = 0
+    sequential_experts: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -399,11 +399,13 @@ def _apply(
 def _remote_experts(
     layer: LayerProfile, kind: str, m: DecoderShape, par: ParallelLayout
 ) -> LayerProfile:
-    """``layer`` without the host ops of the experts other ranks hold: a MoE layer's trace
-    counts ``SequentialMLP``'s loop over all ``E`` experts (:func:`sim.trace.decoder.
-    layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of them
-    (:func:`sim.compute.mcore_ops.expert_ops`)."""
-    if par.ep <= 1 or m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
+    """``layer`` without the host ops of the experts other ranks hold: with
+    ``sequential_experts`` a MoE layer's trace counts ``SequentialMLP``'s loop over all ``E``
+    experts (:func:`sim.trace.decoder.layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of
+    them (:func:`sim.compute.mcore_ops.expert_ops`)."""
+    if par.ep <= 1 or m.moe is None or not m.moe.sequential_experts:
+        return layer
+    if base_kind(kind) not in ("moe_block", "moe"):
         return layer
     fwd, bwd, mods, fns = expert_ops(m.moe.experts - m.moe.experts / par.ep)
 

@@ -482,6 +482,9 @@ def _features(r: Reading) -> tuple[str, ...]:
         out.append(f"mtp={r.int('mtp-num-layers')}")
     if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
         out.append(f"moe_latent={r.int('moe-latent-size')}")
+    grouped = r.flags.get("moe-grouped-gemm") not in (None, False, "false", "False")
+    if r.flags.get("num-experts") and not grouped:  # SequentialMLP's loop (sim.compute.mcore_ops)
+        out.append("moe_experts=sequential")
     out += _attention_features(r)
     return tuple(out)
 

@@ -71,12 +71,13 @@ def single_gpu_rows(m: DecoderShape, b: int) -> tuple[float, ...]:
 def layer_host_ops(kind: str, m: DecoderShape) -> tuple[float, float, float, float]:
     """``(forward ops, backward ops, module calls, Function applies)`` the host issues for one
     layer of kind ``kind`` of the unsharded model: a MoE layer as Megatron-Core's was counted
-    with all ``E`` experts local (:func:`sim.compute.mcore_ops.moe_layer_ops`; expert
-    parallelism takes the others off, :mod:`sim.parallel.decoder_shard`), any other as
-    :func:`sim.compute.megatron_ops.decoder_layer_ops`."""
+    (:func:`sim.compute.mcore_ops.moe_layer_ops`), with all ``E`` experts local when they run
+    one by one (``sequential_experts``; expert parallelism takes the others off,
+    :mod:`sim.parallel.decoder_shard`), else one grouped MLP issuing one expert's ops; any other
+    as :func:`sim.compute.megatron_ops.decoder_layer_ops`."""
     base = base_kind(kind)
     if base in ("moe_block", "moe") and m.moe is not None:
-        return moe_layer_ops(base, m.moe.experts)
+        return moe_layer_ops(base, m.moe.experts if m.moe.sequential_experts else 1)
     return decoder_layer_ops(base)
 
 
