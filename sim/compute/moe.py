@@ -17,7 +17,8 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    ``before_permutation_1``). The host waits for the device to drain; the device then idles
    until the host issues the next kernel: one launch (``token_count_sync``, a kernel of no
    bytes: ``kernel_overhead_s``). The host's lost run-ahead over the rest of the layer is not
-   modelled (decoder traces carry no host ops);
+   modelled (the layer's host ops, :mod:`sim.compute.mcore_ops`, are summarised with no sync
+   inside a layer: :mod:`sim.hardware.host_ops`);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
    their experts (timed by the engine, :mod:`sim.parallel.expert`);
