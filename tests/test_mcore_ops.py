@@ -86,3 +86,6 @@ def test_functional_test_flags_choose_the_experts_loop():
     assert "moe_experts=sequential" in features({"num-experts": 8})
     assert "moe_experts=sequential" not in features({"num-experts": 8, "moe-grouped-gemm": True})
     assert "moe_experts=sequential" not in features({})  # a dense model
+    # Megatron-Bridge's providers group the experts unless the recipe says otherwise
+    bridge = _features(Reading({"num-experts": 8}, strict=False), grouped=True)
+    assert "moe_experts=sequential" not in bridge
