@@ -9,7 +9,58 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("pipesim", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pipesim"))
+
+
+# -- the order the tests run in: the longest first -----------------------------------------------
+# Under xdist's work stealing (scripts/test.sh: ``-n 2 --dist worksteal``) each worker starts on
+# its half of the collection in order and an idle worker steals the tail of the busy one's queue,
+# so with the long tests first the two workers end within about one short test of each other
+# (the longest-first rule), instead of one of them starting a 100-CPU-second replay last while the
+# other idles. Costs: CPU seconds of each test (self and children) measured on main at 6f5aaec
+# (``python -m pytest -p no:randomly -n 2`` with a per-test ``getrusage`` hook); a prefix of a node
+# id matches every test under it. The rest keep their order: the other ``slow`` tests next, then
+# everything else, each in collection order, so module fixtures are set up once per module part.
+LONGEST_FIRST_CPU_S = {
+    "tests/test_numerics.py::test_the_tied_hf_config_replays": 110,
+    "tests/test_numerics.py::test_the_shared_weight_model_replays": 86,
+    "tests/test_user_model.py::test_profile_simulate_replay_user_model": 69,
+    "tests/test_validate_e2e.py::test_profile_simulate_replay_compare": 62,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 56,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-memory.yaml]": 53,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-schedules.yaml]": 50,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 48,
+    "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 42,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-64xh100.yaml]": 39,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[deepseek-v3-8x-dgx-h100.yaml]": 37,
+    "tests/test_numerics.py::test_torchs_runtime_replays_a_stage_that_ends_in_a_strided_view": 26,
+    "tests/test_backend_torch.py::test_memory_policies_change_the_activation_peak": 22,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3.1-8b-torchtitan-fsdp2-tp": 17,
+    "tests/test_user_model.py::test_user_model_replays_memory_policies": 16,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 15,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 14,
+    "tests/test_numerics.py::test_a_replay_whose_tied_gradient_sync_is_broken": 13,
+    "tests/test_user_model.py::test_concurrent_profile_of_a_user_model": 13,
+    "tests/test_user_model.py::test_validate_replays_a_fixed_sample_at_another_microbatch": 12,
+    "tests/test_planner.py::test_resolved_bound_only_prunes_what_does_not_fit": 12,
+    "tests/test_backend_torch.py::test_calibrate_writes_loadable_hardware": 11,
+    "tests/test_numerics.py::test_the_tied_encoder_replays": 9,
+    "tests/test_tp_replay.py::test_tp2_losses_equal_single_process": 8,
+    "tests/test_tp_replay.py::test_validate_tp_winner_on_cpu": 8,
+}
+
+
+def _known_cpu_s(nodeid: str) -> float:
+    """The measured cost of the longest prefix of ``nodeid`` in the table (0 if none)."""
+    hits = [p for p in LONGEST_FIRST_CPU_S if nodeid.startswith(p)]
+    return LONGEST_FIRST_CPU_S[max(hits, key=len)] if hits else 0.0
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by fixture parameters
+def pytest_collection_modifyitems(config, items):
+    """Longest known tests first, then the other ``slow`` ones, then the rest (a stable sort)."""
+    items.sort(key=lambda it: (-_known_cpu_s(it.nodeid), it.get_closest_marker("slow") is None))
