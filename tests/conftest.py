@@ -7,13 +7,56 @@ test prints the blob that reproduces it (``@reproduce_failure``).
 
 from __future__ import annotations
 
+import fcntl
 import os
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from hypothesis import settings
 
 settings.register_profile("pipesim", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pipesim"))
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ShippedRun(NamedTuple):
+    """What ``sim run experiments/<name> --out OUT --jobs 2 --no-plots`` gave: its exit code,
+    its console output and OUT."""
+
+    exit_code: int
+    output: str
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def shipped_run(tmp_path_factory):
+    """``shipped_run("dgx1.yaml")``: the shipped experiment run once per test session, by
+    whichever test asks first (under xdist: on whichever worker, the others wait for it on a
+    lock and read its files), so tests that check different things of one run share it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, shared by its workers
+    root = base / "shipped-runs"
+    root.mkdir(exist_ok=True)
+
+    def run(name: str) -> ShippedRun:
+        from typer.testing import CliRunner
+
+        from sim.cli import app
+
+        out, code, text = root / name, root / f"{name}.code", root / f"{name}.output"
+        with open(root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not code.is_file():
+                args = ["run", str(ROOT / "experiments" / name), "--out", str(out)]
+                res = CliRunner().invoke(app, [*args, "--jobs", "2", "--no-plots"])
+                text.write_text(res.output)
+                code.write_text(str(res.exit_code))
+        return ShippedRun(int(code.read_text()), text.read_text(), out)
+
+    return run
 
 
 # -- the order the tests run in: the longest first -----------------------------------------------
