@@ -5,6 +5,7 @@ schedule family with the check passing."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -85,12 +86,17 @@ def test_a_missing_tied_allreduce_fails_the_check():
     assert out["grad_max_error"] > 100 * tolerance("fp32")
 
 
+@functools.cache  # the same 1F1B reference for each stale schedule (read only)
+def _flushed_reference() -> Reference:
+    return _reference(_job("1f1b"))
+
+
 @pytest.mark.parametrize("schedule", ["pipedream_2bw", "pipemare", "pipedream"])
 def test_staleness_is_seen_beside_a_flushed_run(schedule):
     # the same micro-batches with fresh weights (1F1B's rule) differ from the stale run by far
     # more than the tolerance at the numerics run's learning rate (seen: 2.7e-3 PipeMare,
     # 1.1e-2 2BW, 1.4 PipeDream)
-    stale, fresh = _reference(_job(schedule)), _reference(_job("1f1b"))
+    stale, fresh = _reference(_job(schedule)), _flushed_reference()
     out = compare(_dumps_from(fresh, fresh.grads), stale, tolerance("fp32"))
     assert out["numerics"] == "FAILED" and out["grad_max_error"] > 10 * tolerance("fp32"), out
 
