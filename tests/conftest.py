@@ -31,30 +31,49 @@ class ShippedRun(NamedTuple):
 
 
 @pytest.fixture(scope="session")
-def shipped_run(tmp_path_factory):
-    """``shipped_run("dgx1.yaml")``: the shipped experiment run once per test session, by
-    whichever test asks first (under xdist: on whichever worker, the others wait for it on a
-    lock and read its files), so tests that check different things of one run share it."""
+def session_once(tmp_path_factory):
+    """``session_once(name, make)``: the folder ``make(folder)`` filled, called once per test
+    session by whichever test asks first (under xdist: on whichever worker; the others wait for
+    it on a lock and read its files), so tests that check different things of one expensive run
+    share it. ``make`` writes files only; a ``make`` that raised is not retried."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the session's folder, shared by its workers
-    root = base / "shipped-runs"
+    root = base / "session-once"
     root.mkdir(exist_ok=True)
 
-    def run(name: str) -> ShippedRun:
+    def once(name: str, make) -> Path:
+        folder, done = root / name, root / f"{name}.done"
+        with open(root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not done.is_file():
+                folder.mkdir()
+                make(folder)
+                done.touch()
+        return folder
+
+    return once
+
+
+@pytest.fixture(scope="session")
+def shipped_run(session_once):
+    """``shipped_run("dgx1.yaml")``: ``sim run experiments/dgx1.yaml --out OUT --jobs 2
+    --no-plots`` run once per session (:func:`session_once`)."""
+
+    def make(folder: Path, name: str) -> None:
         from typer.testing import CliRunner
 
         from sim.cli import app
 
-        out, code, text = root / name, root / f"{name}.code", root / f"{name}.output"
-        with open(root / f"{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            if not code.is_file():
-                args = ["run", str(ROOT / "experiments" / name), "--out", str(out)]
-                res = CliRunner().invoke(app, [*args, "--jobs", "2", "--no-plots"])
-                text.write_text(res.output)
-                code.write_text(str(res.exit_code))
-        return ShippedRun(int(code.read_text()), text.read_text(), out)
+        args = ["run", str(ROOT / "experiments" / name), "--out", str(folder / "out")]
+        res = CliRunner().invoke(app, [*args, "--jobs", "2", "--no-plots"])
+        (folder / "output").write_text(res.output)
+        (folder / "code").write_text(str(res.exit_code))
+
+    def run(name: str) -> ShippedRun:
+        folder = session_once(f"run-{name}", lambda f: make(f, name))
+        code, text = (folder / "code").read_text(), (folder / "output").read_text()
+        return ShippedRun(int(code), text, folder / "out")
 
     return run
 

@@ -7,6 +7,7 @@ reference, as torch's own pipelining tests do (schedules.md §4.5).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from backends.torch.models.transformer import (  # noqa: E402
 )
 from backends.torch.profile.saved_bytes import SavedBytes  # noqa: E402
 from backends.torch.replay.dumps import load_dumps  # noqa: E402
+from backends.torch.replay.job import ReplayResult, collect_result  # noqa: E402
 from backends.torch.replay.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
 
 SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
@@ -151,8 +153,88 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
     assert read_trace(tmp_path / "tiny").layers[1].act_bytes == block.act_bytes
 
 
+# -- the nine gradient replays, in one launch --------------------------------------------------
+# test_replay_gradients_equal_single_process (4) and test_multi_stage_csv_replay_equals_single_
+# process (5) replay the same tiny GPT on 2 ranks. Their jobs run one after another in one launch
+# of two rank processes (each process starts Python and imports torch: about 2 CPU seconds), once
+# per session; each test then checks its own job's result (the launcher's collect_result of its
+# ranks' statistics) and its own gradient dumps, as before.
+REPLAY_TARGETS = {
+    "ours": "backends.torch.replay.runtime:run_rank",  # what launch.replay starts per backend
+    "torch": "backends.torch.replay.torch_schedules:run_rank",
+}
+GRADIENT_JOBS = [
+    ("ours", "gpipe", False),
+    ("ours", "1f1b", False),
+    ("torch", "gpipe", False),
+    ("torch", "1f1b", True),
+    *(
+        ("torch", s, True)
+        for s in (
+            "interleaved_1f1b",
+            "looped_bfs",
+            "interleaved_zero_bubble",
+            "zbv_zero_bubble",
+            "dualpipe_v",
+        )  # fmt: skip
+    ),
+]
+
+
+def run_jobs_in_turn(payload: dict, ctx: object) -> list:
+    """Rank function: each ``[target, job]`` of ``payload["jobs"]`` in turn on this rank."""
+    import importlib
+
+    out = []
+    for target, job in payload["jobs"]:
+        module, name = target.split(":")
+        out.append(getattr(importlib.import_module(module), name)(job, ctx))
+    return out
+
+
+def _gradient_job(folder: Path, backend: str, schedule: str, csv: bool) -> ReplayJob:
+    dumps = folder / f"{backend}-{schedule}"
+    return _job(schedule=schedule, backend=backend, torch_csv=csv, dump_dir=str(dumps))
+
+
+def _make_gradient_replays(folder: Path) -> None:
+    jobs = [_gradient_job(folder, *key) for key in GRADIENT_JOBS]
+    for job in jobs:
+        Path(job.dump_dir).mkdir()
+    payload = {"jobs": [[REPLAY_TARGETS[j.backend], j.to_dict()] for j in jobs]}
+    try:
+        ranks = run_ranks(
+            "tests.test_backend_torch:run_jobs_in_turn",
+            payload,
+            nproc=2,
+            timeout_s=len(jobs) * FAST["timeout_s"],
+            pg_timeout_s=FAST["pg_timeout_s"],
+            threads=jobs[0].threads,
+        )
+    except ReplayError as err:
+        (folder / "error.txt").write_text(str(err))
+        return
+    (folder / "ranks.json").write_text(json.dumps(ranks))
+
+
+@pytest.fixture
+def gradient_replay(session_once):
+    """``gradient_replay(backend, schedule, csv)``: the job's result and its dumps' folder."""
+
+    def get(backend: str, schedule: str, csv: bool) -> tuple[ReplayResult, Path]:
+        folder = session_once("gradient-replays", _make_gradient_replays)
+        if (folder / "error.txt").is_file():
+            pytest.fail((folder / "error.txt").read_text())
+        ranks = json.loads((folder / "ranks.json").read_text())
+        i = GRADIENT_JOBS.index((backend, schedule, csv))
+        job = _gradient_job(folder, backend, schedule, csv)
+        return collect_result(job, [rank[i] for rank in ranks]), Path(job.dump_dir)
+
+    return get
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "backend,schedule,csv",
     [
@@ -163,12 +245,11 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
     ],
 )
 def test_replay_gradients_equal_single_process(
-    tmp_path: Path, backend: str, schedule: str, csv: bool
+    gradient_replay, backend: str, schedule: str, csv: bool
 ) -> None:
-    job = _job(schedule=schedule, backend=backend, torch_csv=csv, dump_dir=str(tmp_path))
-    result = replay(job)
+    result, dumps = gradient_replay(backend, schedule, csv)
     assert result.all_actions_done, (result.action_counts, result.expected_action_counts)
-    grads, _ = _load_dumps(tmp_path)
+    grads, _ = _load_dumps(dumps)
     ref, ref_losses = _full_reference()
     assert set(grads[0]) == set(ref)
     for name, g in ref.items():
@@ -417,19 +498,18 @@ def test_a_missing_repeated_or_foreign_action_fails_all_actions_done() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "schedule",
     ["interleaved_1f1b", "looped_bfs", "interleaved_zero_bubble", "zbv_zero_bubble", "dualpipe_v"],
 )
-def test_multi_stage_csv_replay_equals_single_process(tmp_path: Path, schedule: str) -> None:
+def test_multi_stage_csv_replay_equals_single_process(gradient_replay, schedule: str) -> None:
     """2 ranks x 2 stage chunks (4 stages: embedding, block 0, block 1, head) through torch's
     _PipelineScheduleRuntime from our CSV on gloo: completes, and its losses and gradients
     equal a single-process reference (torch's test_grad_with_manual tolerances)."""
-    job = _job(schedule=schedule, backend="torch", torch_csv=True, dump_dir=str(tmp_path))
-    result = replay(job)
+    result, dumps = gradient_replay("torch", schedule, True)
     assert result.all_actions_done, (result.action_counts, result.expected_action_counts)
-    grads, _ = _load_dumps(tmp_path)
+    grads, _ = _load_dumps(dumps)
     ref, ref_losses = _full_reference()
     assert set(grads[0]) == set(ref)
     for name, g in ref.items():
