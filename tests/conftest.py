@@ -35,7 +35,8 @@ def session_once(tmp_path_factory):
     """``session_once(name, make)``: the folder ``make(folder)`` filled, called once per test
     session by whichever test asks first (under xdist: on whichever worker; the others wait for
     it on a lock and read its files), so tests that check different things of one expensive run
-    share it. ``make`` writes files only; a ``make`` that raised is not retried."""
+    share it. ``make`` writes files only; a ``make`` that raised is not retried: the tests that
+    ask after it fail with its error."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the session's folder, shared by its workers
@@ -43,13 +44,19 @@ def session_once(tmp_path_factory):
     root.mkdir(exist_ok=True)
 
     def once(name: str, make) -> Path:
-        folder, done = root / name, root / f"{name}.done"
+        folder, done, error = root / name, root / f"{name}.done", root / f"{name}.error"
         with open(root / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            if not done.is_file():
+            if not done.is_file() and not error.is_file():
                 folder.mkdir()
-                make(folder)
+                try:
+                    make(folder)
+                except BaseException as exc:
+                    error.write_text(f"{type(exc).__name__}: {exc}")
+                    raise
                 done.touch()
+        if error.is_file():
+            pytest.fail(f"the shared run {name!r} failed: {error.read_text()}")
         return folder
 
     return once

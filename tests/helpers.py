@@ -142,3 +142,24 @@ def assert_times_reported(r) -> None:
     assert r.measured_iteration_s > 0 and r.predicted_iteration_s > 0, where
     want = (r.predicted_iteration_s - r.measured_iteration_s) / r.measured_iteration_s
     assert r.error == pytest.approx(want, rel=1e-6), where
+
+
+REPLAY_TARGETS = {
+    "ours": "backends.torch.replay.runtime:run_rank",  # what launch.replay starts per backend
+    "torch": "backends.torch.replay.torch_schedules:run_rank",
+}
+"""The rank function :func:`backends.torch.replay.launch.replay` starts for each runtime."""
+
+
+def run_jobs_in_turn(payload: dict, ctx: object) -> list:
+    """Rank function (``run_ranks("tests.helpers:run_jobs_in_turn", {"jobs": [[target, job],
+    ...]}, ...)``): each job's ``target(job, ctx)`` in turn on this rank, so several replays of
+    one shape share one launch of their rank processes (each process starts Python and imports
+    torch: about 2 CPU seconds); returns the targets' results in order."""
+    import importlib
+
+    out = []
+    for target, job in payload["jobs"]:
+        module, name = target.split(":")
+        out.append(getattr(importlib.import_module(module), name)(job, ctx))
+    return out

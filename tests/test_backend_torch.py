@@ -27,6 +27,7 @@ from backends.torch.profile.saved_bytes import SavedBytes  # noqa: E402
 from backends.torch.replay.dumps import load_dumps  # noqa: E402
 from backends.torch.replay.job import ReplayResult, collect_result  # noqa: E402
 from backends.torch.replay.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
+from tests.helpers import REPLAY_TARGETS  # noqa: E402
 
 SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
 FAST = {"pg_timeout_s": 30.0, "timeout_s": 90.0}
@@ -159,10 +160,6 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
 # of two rank processes (each process starts Python and imports torch: about 2 CPU seconds), once
 # per session; each test then checks its own job's result (the launcher's collect_result of its
 # ranks' statistics) and its own gradient dumps, as before.
-REPLAY_TARGETS = {
-    "ours": "backends.torch.replay.runtime:run_rank",  # what launch.replay starts per backend
-    "torch": "backends.torch.replay.torch_schedules:run_rank",
-}
 GRADIENT_JOBS = [
     ("ours", "gpipe", False),
     ("ours", "1f1b", False),
@@ -181,17 +178,6 @@ GRADIENT_JOBS = [
 ]
 
 
-def run_jobs_in_turn(payload: dict, ctx: object) -> list:
-    """Rank function: each ``[target, job]`` of ``payload["jobs"]`` in turn on this rank."""
-    import importlib
-
-    out = []
-    for target, job in payload["jobs"]:
-        module, name = target.split(":")
-        out.append(getattr(importlib.import_module(module), name)(job, ctx))
-    return out
-
-
 def _gradient_job(folder: Path, backend: str, schedule: str, csv: bool) -> ReplayJob:
     dumps = folder / f"{backend}-{schedule}"
     return _job(schedule=schedule, backend=backend, torch_csv=csv, dump_dir=str(dumps))
@@ -202,18 +188,14 @@ def _make_gradient_replays(folder: Path) -> None:
     for job in jobs:
         Path(job.dump_dir).mkdir()
     payload = {"jobs": [[REPLAY_TARGETS[j.backend], j.to_dict()] for j in jobs]}
-    try:
-        ranks = run_ranks(
-            "tests.test_backend_torch:run_jobs_in_turn",
-            payload,
-            nproc=2,
-            timeout_s=len(jobs) * FAST["timeout_s"],
-            pg_timeout_s=FAST["pg_timeout_s"],
-            threads=jobs[0].threads,
-        )
-    except ReplayError as err:
-        (folder / "error.txt").write_text(str(err))
-        return
+    ranks = run_ranks(
+        "tests.helpers:run_jobs_in_turn",
+        payload,
+        nproc=2,
+        timeout_s=len(jobs) * FAST["timeout_s"],
+        pg_timeout_s=FAST["pg_timeout_s"],
+        threads=jobs[0].threads,
+    )
     (folder / "ranks.json").write_text(json.dumps(ranks))
 
 
@@ -223,8 +205,6 @@ def gradient_replay(session_once):
 
     def get(backend: str, schedule: str, csv: bool) -> tuple[ReplayResult, Path]:
         folder = session_once("gradient-replays", _make_gradient_replays)
-        if (folder / "error.txt").is_file():
-            pytest.fail((folder / "error.txt").read_text())
         ranks = json.loads((folder / "ranks.json").read_text())
         i = GRADIENT_JOBS.index((backend, schedule, csv))
         job = _gradient_job(folder, backend, schedule, csv)
