@@ -163,3 +163,24 @@ def run_jobs_in_turn(payload: dict, ctx: object) -> list:
         module, name = target.split(":")
         out.append(getattr(importlib.import_module(module), name)(job, ctx))
     return out
+
+
+def replay_in_turn(jobs: list) -> list:
+    """:func:`backends.torch.replay.launch.replay` of each of ``jobs`` (ReplayJobs of one shape:
+    the same ranks, device and threads; no single-rank or tensor-parallel job), run one after
+    another in one launch of their rank processes (:func:`run_jobs_in_turn`)."""
+    from backends.torch.replay.job import collect_result
+    from backends.torch.replay.launch import run_ranks
+
+    first = jobs[0]
+    payload = {"jobs": [[REPLAY_TARGETS[j.backend], j.to_dict()] for j in jobs]}
+    ranks = run_ranks(
+        "tests.helpers:run_jobs_in_turn",
+        payload,
+        nproc=first.nproc or first.stages,
+        device=first.device,
+        timeout_s=sum(j.timeout_s for j in jobs),
+        pg_timeout_s=first.pg_timeout_s,
+        threads=first.threads,
+    )
+    return [collect_result(j, [rank[i] for rank in ranks]) for i, j in enumerate(jobs)]

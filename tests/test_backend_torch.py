@@ -27,7 +27,7 @@ from backends.torch.profile.saved_bytes import SavedBytes  # noqa: E402
 from backends.torch.replay.dumps import load_dumps  # noqa: E402
 from backends.torch.replay.job import ReplayResult, collect_result  # noqa: E402
 from backends.torch.replay.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
-from tests.helpers import REPLAY_TARGETS  # noqa: E402
+from tests.helpers import REPLAY_TARGETS, replay_in_turn  # noqa: E402
 
 SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
 FAST = {"pg_timeout_s": 30.0, "timeout_s": 90.0}
@@ -285,15 +285,16 @@ def test_async_schedules_run_every_action(schedule: str, versions: list[float]) 
 def test_memory_policies_change_the_activation_peak() -> None:
     """2 stages of [embedding, block0] | [block1, head]: what each policy string replays, with
     per-stage specs (``a|b``) so that one replay checks two stages."""
-    runs = {}
-    for policy in (
+    policies = (
         "none",
         "recompute|cpu_swap",
         "cpu_swap|recompute",
         "recompute:full:1|cpu_swap:0.5",
         "recompute:selective|recompute:full:1",
-    ):
-        runs[policy] = replay(_job(schedule="gpipe", memory_policy=policy))
+    )
+    # the five replays one after another in one launch of the two ranks
+    jobs = [_job(schedule="gpipe", memory_policy=policy) for policy in policies]
+    runs = dict(zip(policies, replay_in_turn(jobs), strict=True))
     act = {p: [m["act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
     host = {p: [m["host_act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
     none = act["none"]
