@@ -5,8 +5,8 @@
 # docs site (mkdocs build --strict, offline: a broken link or reference fails it), and run the
 # test suite (all of it, the slow multi-process tests included;
 # `bash scripts/test.sh -m "not slow"` runs the fast tier) on two worker processes
-# (pytest-xdist, work stealing: an idle worker takes tests from the busy one; `-n 0` runs them
-# in this process).
+# (pytest-xdist, work stealing: an idle worker takes tests from the busy one, and the longest
+# tests start first, tests/conftest.py; `-n 0` runs them in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
