@@ -19,4 +19,8 @@ ruff format --check .
 mypy sim backends
 lint-imports
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+# Byte-compile pipesim once: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines)
+# every process the tests start (torch rank processes, CLI runs, sweep workers) would otherwise
+# compile sim/ and backends/ from source again (about 0.3 CPU s each, several hundred starts).
+env -u PYTHONDONTWRITEBYTECODE python -m compileall -q sim backends
 python -m pytest -n 2 --dist worksteal "$@"
