@@ -450,6 +450,14 @@ class MemoryConfig(_Strict):
         description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator "
         "maps pages into one growing segment per pool (less fragmentation).",
     )
+    cublas_workspace_config: str | None = Field(
+        None,
+        pattern=r"^(:[0-9]+:[0-9]+)+$",
+        description="CUBLAS_WORKSPACE_CONFIG of the run (':4096:8', which Megatron's "
+        "--deterministic-mode sets): the size of each of PyTorch's cuBLAS workspaces, "
+        "allocated through the caching allocator (sim.memory.cublas_workspace). Default: "
+        "PyTorch's (8.125 MiB; 32 MiB on Hopper).",
+    )
     precision_aware_optimizer: bool = Field(
         False,
         description="Megatron's --use-precision-aware-optimizer (Transformer Engine's FusedAdam "

@@ -32,10 +32,25 @@ from typing import Any
 
 import pandas as pd
 
+from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
+
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
 if not MEASURED.is_dir():  # a worktree of /work: the shared folder beside the checkouts
     MEASURED = Path("/work/shared/data/measured")
 GIB = 2.0**30
+
+
+def _generated() -> dict[str, str]:
+    """Golden-values file -> the date its memory values were generated
+    (``golden_generation.csv``, written by :mod:`golden_generation`)."""
+    path = Path(__file__).with_name("golden_generation.csv")
+    if not path.is_file():
+        return {}
+    df = pd.read_csv(path, dtype=str).fillna("")
+    return dict(zip(df.path, df.generated_date, strict=True))
+
+
+GENERATED = _generated()
 
 PRESETS = {"B200": "dgx-b200", "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72"}
 """GPU name in the rows -> the hardware preset whose GPU it is."""
@@ -54,6 +69,12 @@ TOKENIZER_VOCAB = {
     "BertWordPieceLowerCase": 30522,
     "Llama2Tokenizer": 32000,
 }
+
+
+DETERMINISTIC_CUBLAS = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` of a ``--deterministic-mode`` run: Megatron sets it by default
+(``megatron/training/determinism.py`` ``DETERMINISM_ENV_VAR_DEFAULTS``) and the functional
+tests' ``model_config.yaml`` ``ENV_VARS`` set it too (NVIDIA/Megatron-LM@d98e8a64dd)."""
 
 
 @dataclass
@@ -230,16 +251,61 @@ def _dense_layers(args: dict[str, Any]) -> int:
     return int(m.group(1)) if m else 0
 
 
-def golden_model(args: dict[str, Any], kind: str, tp: int) -> dict[str, Any]:
+LTS_2401 = TeEnvironment(
+    te=(1, 2),
+    flash_attn=(2, 0, 4),
+    label="Megatron-LM's LTS image on nvcr.io/nvidia/pytorch:24.01-py3 (.gitlab/stages/"
+    "01.build.yml until @23a1dcaf74, 2025-11-06; the lts extra of pyproject.toml installs no "
+    "TE, so the container's: TE 1.2 and flash-attn 2.0.4 by NGC's 24.01 release notes, an "
+    "assumption not checked here)",
+)
+LATER = TeEnvironment(
+    te=(2, 8),
+    flash_attn=(2, 4, 1),
+    label="the dev images and the LTS image from 2025-11-06 on (NGC PyTorch 25.09 or later, "
+    "TE >= 2.8 from pyproject.toml); flash-attn >= 2.4.1 inferred from the measured peaks "
+    "(an assumption)",
+)
+LTS_BUMP = "2025-11-06"
+"""NVIDIA/Megatron-LM@23a1dcaf74 "Bump LTS container": LTS golden values generated before it
+ran in the 24.01 image (:data:`LTS_2401`)."""
+COMPUTE_CAPABILITY = {"A100-SXM-80GB": (8, 0), "GB200": (10, 0), "B200": (10, 0)}
+
+
+def golden_environment(case: str, generated: str) -> TeEnvironment:
+    """The TE environment of a functional test's golden values: the 24.01 LTS image for
+    ``[lts_...]`` values generated (``golden_generation.csv``) before :data:`LTS_BUMP`."""
+    if "[lts" in case and generated and generated < LTS_BUMP:
+        return LTS_2401
+    return LATER
+
+
+def golden_attention(args: dict[str, Any], gpu: str, env: TeEnvironment) -> str:
+    """``"math"`` or ``"flash"``: the attention the run kept activations for. Megatron's own
+    ``--transformer-impl local`` and ``--attention-backend unfused`` are unfused; ``auto``
+    (the default) is TE's choice (:func:`sim.memory.te_attention.te_attention_backend`), with
+    determinism under ``--deterministic-mode``."""
+    backend = args.get("--attention-backend", "auto")
+    if backend == "unfused":
+        return "math"
+    if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
+        return "math"
+    if backend != "auto":
+        return "flash"
+    det = bool(args.get("--deterministic-mode"))
+    return memory_attention(te_attention_backend(env, COMPUTE_CAPABILITY[gpu], det))
+
+
+def golden_model(
+    args: dict[str, Any], kind: str, tp: int, attention: str = "flash"
+) -> dict[str, Any]:
     """The functional test's model as a trace shape: a decoder (SwiGLU, MoE or MLA) or the
-    generator's GPT/BERT stack (GeLU, learned positions, dropout)."""
+    generator's GPT/BERT stack (GeLU, learned positions, dropout), with ``attention``
+    (:func:`golden_attention`)."""
     h, a, layers = int(args["--hidden-size"]), int(args["--num-attention-heads"]), 0
     layers = int(args["--num-layers"])
     s = int(args.get("--seq-length", args.get("--max-position-embeddings", 512)))
     ffn = int(args.get("--ffn-hidden-size", 4 * h))
-    attention = "math" if args.get("--attention-backend") == "unfused" else "flash"
-    if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
-        attention = "math"
     v = _vocab(args, tp, kind)
     moe = _moe(args, h, ffn)
     gated = bool(args.get("--swiglu", False))
@@ -328,7 +394,8 @@ def _golden_case(r: Any) -> MemoryCase:
     ce = "unfused"
     if args.get("--cross-entropy-loss-fusion"):
         ce = "te" if args.get("--cross-entropy-fusion-impl") == "te" else "native"
-    base.model = golden_model(args, kind, tp)
+    env = golden_environment(name, GENERATED.get(str(r.source_ref).split(":", 1)[-1], ""))
+    base.model = golden_model(args, kind, tp, golden_attention(args, gpu, env))
     base.layout = {
         "tp": tp,
         "pp": pp,
@@ -346,6 +413,8 @@ def _golden_case(r: Any) -> MemoryCase:
         "gradient_accumulation_fusion": not args.get("--no-gradient-accumulation-fusion"),
         "dtype": "fp16" if args.get("--fp16") else "bf16",
     }
+    if args.get("--deterministic-mode"):
+        base.memory["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
     return base
 
 

@@ -326,6 +326,7 @@ class Framework:
             deallocate_outputs=self.deallocate_outputs.value,
             dummy_wgrads=fusion and self.te_workspace.value,
             workspace_bytes=workspace,
+            cublas_workspace_config=opts.cublas_workspace_config,
             work=WorkOptions(opts.cross_entropy or "unfused", fusion),
             allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
             adam_state_bytes=adam_state_bytes(

@@ -30,7 +30,9 @@ count the same bytes:
   ``LinearWithGradAccumulationAndAsyncCommunication.backward``): :func:`dummy_wgrad_bytes`;
 * **workspaces** (``workspace_bytes``): GEMM workspaces allocated through PyTorch's allocator
   (TE's cuBLAS workspace, ``get_cublas_workspace``: 32 MiB + 1 KiB on compute capability 9 and
-  later, 4 MiB before, ``transformer_engine/pytorch/cpp_extensions/gemm.py``);
+  later, 4 MiB before, ``transformer_engine/pytorch/cpp_extensions/gemm.py``); PyTorch's own
+  cuBLAS workspaces, two of ``CUBLAS_WORKSPACE_CONFIG``'s size (``cublas_workspace_config``;
+  :mod:`sim.memory.cublas_workspace`), are counted beside them;
 * **layer transients** (``work``: :class:`~sim.memory.layer_work.WorkOptions`): the loss
   implementation and gradient-accumulation fusion;
 * **allocator** (``allocator``): PyTorch's caching allocator options
@@ -67,6 +69,9 @@ class FrameworkMemory:
         deallocate_outputs: a stage's output is freed once sent.
         dummy_wgrads: one weight-gradient buffer per distinct GEMM weight shape.
         workspace_bytes: GEMM workspaces allocated through PyTorch.
+        cublas_workspace_config: ``CUBLAS_WORKSPACE_CONFIG`` of the run (``":4096:8"``):
+            the size of each of PyTorch's cuBLAS workspaces; None: the GPU's default
+            (:mod:`sim.memory.cublas_workspace`).
         work: how its layers run (:class:`~sim.memory.layer_work.WorkOptions`).
         allocator: the caching allocator's options.
         weight_copy_bytes: bytes per parameter of further weight copies the framework keeps
@@ -84,6 +89,7 @@ class FrameworkMemory:
     deallocate_outputs: bool = False
     dummy_wgrads: bool = False
     workspace_bytes: float = 0.0
+    cublas_workspace_config: str | None = None
     work: WorkOptions = field(default_factory=WorkOptions)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     weight_copy_bytes: int = 0

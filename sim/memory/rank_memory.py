@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sim.memory.context import StageContext
+from sim.memory.cublas_workspace import torch_cublas_bytes
 from sim.memory.estimate import swap_live
 from sim.memory.framework_memory import dummy_wgrad_bytes
 from sim.memory.fsdp_inflight import (
@@ -307,8 +308,10 @@ def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     """Bytes of the framework's own persistent buffers on the GPU: Transformer Engine's dummy
     weight gradients (one per weight shape over every chunk, :func:`~sim.memory.
     framework_memory.dummy_wgrad_bytes`), GEMM workspaces allocated through PyTorch (TE's,
-    and PyTorch's cuBLAS workspace of the compute stream, ``RuntimeReserve.
-    cublas_workspace_bytes``), and the gradient-reduction buffers: DDP's bucket copy of the
+    and PyTorch's cuBLAS workspaces of the forward's and autograd's threads, each
+    ``CUBLAS_WORKSPACE_CONFIG``'s size or ``RuntimeReserve.cublas_workspace_bytes``:
+    :func:`~sim.memory.cublas_workspace.torch_cublas_bytes`), and the gradient-reduction
+    buffers: DDP's bucket copy of the
     GPU gradients with data parallelism, or a plan's own bucket (ZeRO's
     ``grad_bucket_bytes``). None on a rank that counts tensors only (a CPU rank)."""
     ctx0 = pairs[0][0]
@@ -316,7 +319,9 @@ def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     if not rv.working:
         return 0.0
     fw = ctx0.framework
-    out = fw.workspace_bytes + rv.cublas_workspace_bytes
+    out = fw.workspace_bytes + torch_cublas_bytes(
+        rv.cublas_workspace_bytes, fw.cublas_workspace_config
+    )
     if fw.dummy_wgrads:
         out += dummy_wgrad_bytes((w for c, _ in pairs for w in c.layer_work), ctx0.dtype_bytes)
     for ctx, plan in pairs:
