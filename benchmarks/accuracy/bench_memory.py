@@ -92,6 +92,8 @@ def predict(case: MemoryCase) -> dict:
         context_parallel=lay["cp"],
         context_parallel_comm=lay.get("cp_comm", "p2p"),
         expert_parallel=lay["ep"],
+        expert_tensor_parallel=lay.get("etp"),
+        routing=lay.get("routing", "balanced"),
         microbatches=case.m,
         memory_policy=case.policy,
         global_batch=case.gbs,

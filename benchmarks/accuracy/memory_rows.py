@@ -245,6 +245,20 @@ def _moe(args: dict[str, Any], h: int, ffn: int) -> dict[str, Any] | None:
     }
 
 
+def _routing(args: dict[str, Any]) -> str:
+    """Balanced routing (an assumption) with the run's token dispatcher: Megatron-Core's
+    default is ``allgather`` (``TransformerConfig.moe_token_dispatcher_type``,
+    ``megatron/core/transformer/transformer_config.py``, NVIDIA/Megatron-LM@d98e8a64dd)."""
+    dispatcher = str(args.get("--moe-token-dispatcher-type", "allgather"))
+    return "balanced+allgather" if dispatcher == "allgather" else "balanced"
+
+
+def _dropout(args: dict[str, Any]) -> bool:
+    """Attention or hidden dropout above 0 (Megatron-LM's defaults are 0.1 for both:
+    ``megatron/training/arguments.py`` ``--attention-dropout``, ``--hidden-dropout``)."""
+    return any(float(args.get(k, 0.1)) > 0 for k in ("--attention-dropout", "--hidden-dropout"))
+
+
 def _dense_layers(args: dict[str, Any]) -> int:
     freq = str(args.get("--moe-layer-freq", "1"))
     m = re.match(r"\(\[0\]\*(\d+)", freq)
@@ -324,6 +338,10 @@ def golden_model(
                 "mla": MLA if args.get("--multi-latent-attention") else None,
                 "moe": moe,
                 "dense_layers": _dense_layers(args) if moe else 0,
+                "gated_mlp": gated,
+                "rotary": args.get("--position-embedding-type") == "rope",
+                "tied_embeddings": not args.get("--untie-embeddings-and-output-weights"),
+                "dropout": _dropout(args),
             }
         }
     return {
@@ -402,6 +420,8 @@ def _golden_case(r: Any) -> MemoryCase:
         "vp": vp,
         "cp": cp,
         "ep": ep,
+        "etp": int(args.get("--expert-tensor-parallel-size", tp)),
+        "routing": _routing(args),
         "dp": dp,
         "sp": bool(args.get("--sequence-parallel", False)) and tp > 1,
         "cp_comm": str(args.get("--cp-comm-type", "p2p")).split("+")[0],
