@@ -361,7 +361,9 @@ def golden_model(
 def _policy(args: dict[str, Any]) -> str:
     full = args.get("--recompute-granularity") == "full"
     if args.get("--use-distributed-optimizer"):
-        return "dist_opt:recompute" if full else "dist_opt"
+        n = int(args.get("--num-distributed-optimizer-instances", 1))
+        inst = f"instances={n}:" if n > 1 else ""
+        return f"dist_opt:{inst}recompute" if full else f"dist_opt:{inst}".rstrip(":")
     if full:
         return "recompute:full"
     if args.get("--recompute-granularity") == "selective":
