@@ -75,7 +75,9 @@ def predict(case: MemoryCase) -> dict:
             "hardware": name,
             "models": [{"name": "m", "trace": "m"}],
             "training": {"global_batch": case.gbs, "dtype": dtype},
-            "options": {"partition": "uniform"},
+            "options": {"partition": "uniform"}
+            if case.boundaries is None
+            else {"boundaries": list(case.boundaries)},
             "framework": case.framework,
             "memory": memory,
         }

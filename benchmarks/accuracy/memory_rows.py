@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
+from sim.runs.pipeline_layout import layout_boundaries, split_layout
 
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
 if not MEASURED.is_dir():  # a worktree of /work: the shared folder beside the checkouts
@@ -95,6 +96,7 @@ class MemoryCase:
         peak: ``max`` over ranks or the ``last`` rank's.
         skip: why it is not predicted ("" when it is).
         framework: pipesim's framework profile of the run.
+        boundaries: each virtual stage's first layer as Megatron splits them (None: one stage).
     """
 
     case: str
@@ -114,6 +116,7 @@ class MemoryCase:
     peak: str = "max"
     skip: str = ""
     framework: str = "megatron-lm"
+    boundaries: tuple[int, ...] | None = None
 
     @property
     def dimensions(self) -> str:
@@ -358,6 +361,19 @@ def golden_model(
     }
 
 
+def _boundaries(args: dict[str, Any], layers: int, stages: int) -> tuple[int, ...] | None:
+    """Megatron's split of the layers over the ``stages`` virtual stages, with the embedding
+    and the loss counted as layers under ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` (:func:`sim.runs.pipeline_layout.split_layout`);
+    None for one stage."""
+    if stages == 1:
+        return None
+    emb = bool(args.get("--account-for-embedding-in-pipeline-split"))
+    loss = bool(args.get("--account-for-loss-in-pipeline-split"))
+    layout = split_layout(layers, stages, embedding=emb, loss=loss)
+    return layout_boundaries(layout, layers, 0, stages)
+
+
 def _policy(args: dict[str, Any]) -> str:
     full = args.get("--recompute-granularity") == "full"
     if args.get("--use-distributed-optimizer"):
@@ -406,6 +422,7 @@ def _golden_case(r: Any) -> MemoryCase:
     layers = int(args["--num-layers"])
     per_vp = args.get("--num-layers-per-virtual-pipeline-stage")
     vp = layers // (pp * int(per_vp)) if per_vp else 1
+    vp = int(args.get("--num-virtual-stages-per-pipeline-rank", vp))
     mbs = int(args.get("--micro-batch-size", 1))
     gbs = int(args.get("--global-batch-size", mbs * dp))
     if dp < 1 or gbs % (mbs * dp):
@@ -428,6 +445,11 @@ def _golden_case(r: Any) -> MemoryCase:
         "sp": bool(args.get("--sequence-parallel", False)) and tp > 1,
         "cp_comm": str(args.get("--cp-comm-type", "p2p")).split("+")[0],
     }
+    try:
+        base.boundaries = _boundaries(args, layers, pp * vp)
+    except ValueError as exc:
+        base.skip = f"pipeline split: {exc}"
+        return base
     base.gbs, base.mbs, base.m = gbs, mbs, gbs // (mbs * dp)
     base.policy = _policy(args)
     base.memory = {
