@@ -256,6 +256,13 @@ def _routing(args: dict[str, Any]) -> str:
     return "balanced+allgather" if dispatcher == "allgather" else "balanced"
 
 
+def _mla(args: dict[str, Any]) -> dict[str, int]:
+    """The run's MLA dimensions (``--q-lora-rank`` ...), DeepSeek's where not given."""
+    keys = {"q_lora": "--q-lora-rank", "kv_lora": "--kv-lora-rank", "d_nope": "--qk-head-dim",
+            "d_rope": "--qk-pos-emb-head-dim", "d_v": "--v-head-dim"}  # fmt: skip
+    return {k: int(args.get(flag, MLA[k])) for k, flag in keys.items()}
+
+
 def _dropout(args: dict[str, Any]) -> bool:
     """Attention or hidden dropout above 0 (Megatron-LM's defaults are 0.1 for both:
     ``megatron/training/arguments.py`` ``--attention-dropout``, ``--hidden-dropout``)."""
@@ -326,7 +333,8 @@ def golden_model(
     v = _vocab(args, tp, kind)
     moe = _moe(args, h, ffn)
     gated = bool(args.get("--swiglu", False))
-    if gated or moe or args.get("--multi-latent-attention"):
+    cp = int(args.get("--context-parallel-size", 1))
+    if gated or moe or args.get("--multi-latent-attention") or (cp > 1 and kind != "bert"):
         kv = int(args.get("--num-query-groups", a)) if args.get("--group-query-attention") else a
         return {
             "decoder": {
@@ -338,7 +346,7 @@ def golden_model(
                 "ffn_hidden": ffn,
                 "kv_heads": kv,
                 "attention": attention,
-                "mla": MLA if args.get("--multi-latent-attention") else None,
+                "mla": _mla(args) if args.get("--multi-latent-attention") else None,
                 "moe": moe,
                 "dense_layers": _dense_layers(args) if moe else 0,
                 "gated_mlp": gated,
