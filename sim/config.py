@@ -450,6 +450,13 @@ class MemoryConfig(_Strict):
         description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator "
         "maps pages into one growing segment per pool (less fragmentation).",
     )
+    defer_embedding_wgrad: int | None = Field(
+        None,
+        ge=0,
+        description="Megatron's --defer-embedding-wgrad-compute with --wgrad-deferral-limit N "
+        "(0: every micro-batch): the output layer keeps the inputs and output gradients of up "
+        "to N micro-batches to the pipeline flush (sim.memory.layer_work). Default: off.",
+    )
     cublas_workspace_config: str | None = Field(
         None,
         pattern=r"^(:[0-9]+:[0-9]+)+$",

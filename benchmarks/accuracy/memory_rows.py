@@ -467,6 +467,8 @@ def _golden_case(r: Any) -> MemoryCase:
     }
     if args.get("--deterministic-mode"):
         base.memory["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
+    if args.get("--defer-embedding-wgrad-compute"):
+        base.memory["defer_embedding_wgrad"] = int(args.get("--wgrad-deferral-limit", 0))
     return base
 
 
