@@ -431,7 +431,8 @@ class MemoryConfig(_Strict):
     cross_entropy: Literal["unfused", "native", "te"] | None = Field(
         None,
         description="Loss implementation: Megatron's unfused vocab-parallel cross entropy "
-        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion, the same bytes) or 'te' "
+        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion: the same, and one more fp32 "
+        "copy in its compiled backward) or 'te' "
         "(--cross-entropy-fusion-impl te: only the 16-bit logits kept). Default: unfused.",
     )
     gradient_accumulation_fusion: bool | None = Field(

@@ -36,6 +36,11 @@ Transformer Engine runs the layers (NVIDIA/Megatron-LM@d98e8a6, NVIDIA/Transform
   (``d*t*V_t`` more); TE's (``--cross-entropy-fusion-impl te``, ``transformer_engine/pytorch/
   cross_entropy.py``) writes the gradient into the 16-bit logits in the forward and keeps only
   them, ``d*t*V_t``; the output layer's backward adds its input gradient ``t*h*d``;
+  Megatron's fused one runs its helpers through ``jit_fuser`` = ``torch.compile``
+  (``megatron/core/jit.py``), and the compiled ``calculate_gradients``, which updates the
+  saved softmax in place (``index_put``, ``mul_``) before its cast to 16 bit, works on a
+  functional fp32 copy: ``4*t*V_t`` more in its backward (one copy; the functional tests
+  generated with older images in 2025 show two or three, which is not modelled);
 * **deferred embedding weight gradient** (``--defer-embedding-wgrad-compute``): the output
   layer appends its input ``r*h*d`` to ``embedding_activation_buffer`` in the forward and its
   output gradient ``d*t*V_t`` to ``grad_output_buffer`` in the backward, each while the buffer
@@ -163,6 +168,8 @@ def loss_work(
         kept = stash - 4.0 * t * vocab_rows + logits
         return LayerWork(0.0, t * h * d + wg, kept, weights, (norm, logits), deferred)
     bwd = max(logits, logits - 4.0 * t * vocab_rows + t * h * d + wg)
+    if opts.cross_entropy == "native":  # the compiled gradient's functional fp32 copy
+        bwd += 4.0 * t * vocab_rows
     return LayerWork(logits, bwd, None, weights, (norm, 4.0 * t * vocab_rows), deferred)
 
 

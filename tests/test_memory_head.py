@@ -1,5 +1,5 @@
-"""Megatron's deferred embedding weight gradient (``--defer-embedding-wgrad-compute``,
-issue 27): the output layer keeps inputs and output gradients to the flush, by hand."""
+"""The output layer and the loss as Megatron runs them (issue 27): the deferred embedding weight
+gradient (``--defer-embedding-wgrad-compute``) and the fused cross entropy, by hand."""
 
 from __future__ import annotations
 
@@ -49,3 +49,14 @@ def test_the_last_stage_keeps_limit_inputs_and_gradients(limit, n_in, n_grad):
     first_d, last_d = _framework({"defer_embedding_wgrad": limit})
     assert last_d - last == n_in * S * H * 2 + n_grad * S * V * 2
     assert first_d == first  # no output layer on the first stage
+
+
+def test_megatrons_fused_cross_entropy_adds_one_fp32_copy_in_its_backward():
+    """--cross-entropy-fusion-impl native: the compiled calculate_gradients works on a
+    functional copy of the fp32 softmax, 4 t V_t bytes (t = 32 tokens, V_t = 256)."""
+    from sim.memory.layer_work import WorkOptions, loss_work
+
+    unfused = loss_work(32, 32, H, V, 2, WorkOptions("unfused"), stash=0.0)
+    native = loss_work(32, 32, H, V, 2, WorkOptions("native"), stash=0.0)
+    assert native.bwd_bytes - unfused.bwd_bytes == 4 * 32 * V
+    assert native.fwd_bytes == unfused.fwd_bytes
