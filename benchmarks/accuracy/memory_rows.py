@@ -306,11 +306,11 @@ def golden_environment(case: str, generated: str) -> TeEnvironment:
 
 def golden_attention(args: dict[str, Any], gpu: str, env: TeEnvironment) -> str:
     """``"math"`` or ``"flash"``: the attention the run kept activations for. Megatron's own
-    ``--transformer-impl local`` and ``--attention-backend unfused`` are unfused; ``auto``
+    ``--transformer-impl local`` and ``--attention-backend unfused`` or ``local`` are unfused; ``auto``
     (the default) is TE's choice (:func:`sim.memory.te_attention.te_attention_backend`), with
     determinism under ``--deterministic-mode``."""
     backend = args.get("--attention-backend", "auto")
-    if backend == "unfused":
+    if backend in ("unfused", "local"):  # local: Megatron's own DotProductAttention
         return "math"
     if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
         return "math"
