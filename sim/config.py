@@ -458,6 +458,12 @@ class MemoryConfig(_Strict):
         "(0: every micro-batch): the output layer keeps the inputs and output gradients of up "
         "to N micro-batches to the pipeline flush (sim.memory.layer_work). Default: off.",
     )
+    te_grouped_gemm: bool = Field(
+        False,
+        description="The MoE experts run Transformer Engine's grouped GEMM (Megatron's "
+        "--moe-grouped-gemm): TE keeps one more cuBLAS workspace per compute stream, 4 "
+        "(sim.memory.framework_memory.TE_GROUPED_GEMM_STREAMS).",
+    )
     cublas_workspace_config: str | None = Field(
         None,
         pattern=r"^(:[0-9]+:[0-9]+)+$",

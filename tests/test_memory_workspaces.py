@@ -129,3 +129,12 @@ def test_functional_tests_lts_values_before_the_image_bump_ran_unfused_attention
         "flash"
     )
     assert golden_attention({"--attention-backend": "unfused"}, "GB200", LATER) == "math"
+
+
+def test_tes_grouped_gemm_adds_a_workspace_per_compute_stream():
+    """--moe-grouped-gemm: TE's GroupedLinear allocates 4 more workspaces (one per compute
+    stream): A100 4 x 4 MiB, H100 4 x (32 MiB + 1 KiB)."""
+    for preset, te in (("dgx-a100-80gb", 4 * MIB), ("dgx-h100", 32 * MIB + 1024)):
+        plain = _framework_bytes(preset, {})
+        grouped = _framework_bytes(preset, {"te_grouped_gemm": True})
+        assert grouped - plain == 4 * te

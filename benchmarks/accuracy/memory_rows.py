@@ -412,6 +412,8 @@ def _golden_case(r: Any) -> MemoryCase:
         peak="last",
     )
     why = next((msg for k, msg in UNMODELLED.items() if k in args), "")
+    if "_distill" in name:
+        why = why or "knowledge distillation (a ModelOpt teacher beside the student: not modelled)"
     if kind in ("t5", "multimodal", "hybrid", "nemotron3"):
         why = why or f"{kind} models are not modelled"
     if not args or "--num-layers" not in args:
@@ -467,6 +469,8 @@ def _golden_case(r: Any) -> MemoryCase:
     }
     if args.get("--deterministic-mode"):
         base.memory["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
+    if args.get("--moe-grouped-gemm") and args.get("--transformer-impl") != "local":
+        base.memory["te_grouped_gemm"] = True
     if args.get("--defer-embedding-wgrad-compute"):
         base.memory["defer_embedding_wgrad"] = int(args.get("--wgrad-deferral-limit", 0))
     return base

@@ -58,6 +58,13 @@ TE_WORKSPACE_BYTES = {"hopper+": 32 * MIB + 1024, "pre-hopper": 4 * MIB}
 plus additional 1024 B for alignment and misc scales" on compute capability >= 9, else 4 MiB;
 NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
 
+TE_GROUPED_GEMM_STREAMS = 4
+"""TE's grouped GEMM (``GroupedLinear``, Megatron's ``--moe-grouped-gemm`` experts) allocates
+one more workspace per compute stream (``get_cublas_workspace(..., grouped_gemm=True)`` loops
+over ``tex.get_num_cublas_streams()``, ``cpp_extensions/gemm.py`` 48-66;
+``num_compute_streams = 4``, ``transformer_engine/common/util/multi_stream.cpp`` 53,
+NVIDIA/TransformerEngine@d0067d0)."""
+
 
 @dataclass(frozen=True)
 class FrameworkMemory:
