@@ -19,7 +19,17 @@ runs' own (their launchers' and model arguments), the shapes their configuration
   ``MODEL_ARGS`` in the note; ``mem-max-allocated-bytes`` is logged by the last rank
   (``megatron/training/training.py`` ``training_log`` writes TensorBoard from the rank that
   owns the writer: ``global_vars.py`` ``_set_tensorboard_writer`` on ``rank == world_size -
-  1``), so ``peak="last"``.
+  1``), so ``peak="last"``. It is ``torch.cuda.memory_stats()["allocated_bytes.all.peak"]``
+  (``training.py`` ``training_log``, never reset: the peak since the process started) at each
+  logged step, and the row keeps the maximum over the steps. Each case runs as its arguments
+  and its software say: the attention backend TE picks under ``--deterministic-mode`` in the
+  image that generated the golden values (:func:`golden_environment`, from
+  ``golden_generation.csv``: the ``[lts_...]`` values generated before 2025-11-06 ran
+  NGC PyTorch 24.01, where TE 1.2 falls back to its unfused attention on A100), the
+  ``CUBLAS_WORKSPACE_CONFIG`` that mode sets, Megatron's GPT defaults (dropout 0.1, tied
+  embeddings, GeLU, learned positions), its pipeline split, the expert tensor-parallel size,
+  the token dispatcher (``allgather`` by default), the distributed-optimizer instances, the
+  deferred embedding weight gradient and TE's grouped GEMM.
 """
 
 from __future__ import annotations
