@@ -25,7 +25,7 @@ from sim.trace.decoder import decoder_trace
 from sim.trace.hf_config import read_adapter_config, read_config
 
 HF = Path(__file__).resolve().parents[1] / "examples" / "hf"
-SCAN = ("ssd_chunk_state", "ssd_bmm_cb", "ssd_scan_states", "ssd_scan_diag")
+SCAN = ("ssd_chunk_state", "ssd_bmm_cb", "ssd_chunk_scan")
 
 
 def _kernel(kernels, name):
@@ -94,11 +94,11 @@ def test_gpt_oss_biases_and_sinks_are_parameters():
 def test_ssd_scan_flops_and_state_bytes_small_case():
     """H=2 heads of P=4, N=8, G=1, chunks of Q=4 over T=8 tokens: forward
     T*H*(4PN + QP) + 2*T*G*Q*N = 8*2*(128+16) + 2*8*4*8 = 2816 FLOPs; the scan kernels sum
-    to it; backward T*H*(10PN + 2QP) + 6*T*G*Q*N = 8*2*(320+32) + 6*8*4*8 = 7168; the chunk
+    to it; backward T*H*(10PN + 3QP) + 6*T*G*Q*N = 8*2*(320+48) + 6*8*4*8 = 7424; the chunk
     states 2 chunks x 2 x 4 x 8 elements in fp32 and bf16 = 768 bytes."""
     ms = MambaShape(heads=2, head_dim=4, state=8, groups=1, conv_kernel=4, chunk=4)
     assert ssd_fwd_flops(ms, 8) == 2816
-    assert ssd_bwd_flops(ms, 8) == 7168
+    assert ssd_bwd_flops(ms, 8) == 7424
     scan = [k for k in mamba_fwd(ms, 16, 8, 1, 2) if k.name in SCAN]
     assert sum(k.flops for k in scan) == 2816
     assert ssd_state_bytes(ms, 1, 8, 2) == 2 * 2 * 4 * 8 * (4 + 2)

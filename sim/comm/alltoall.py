@@ -33,7 +33,7 @@ that table at nccl-tests' size ``B``: the most any member sends or receives, tim
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from sim.comm import nccl
 from sim.comm.rings import PEER_KINDS
@@ -45,9 +45,11 @@ AllToAllCost = Callable[[Topology, Sequence[str], Matrix], float]
 """``(topology, member GPU names, bytes[i][j]) -> seconds``."""
 
 
-def link_loads(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> dict[str, float]:
-    """Bytes every link carries in an all-to-all among ``gpus`` (``pairs[i][j]`` from
-    ``gpus[i]`` to ``gpus[j]``; the diagonal stays local).
+def routed_pairs(
+    topology: Topology, gpus: Sequence[str], pairs: Matrix
+) -> Iterator[tuple[int, int, float, tuple[Link, ...]]]:
+    """``(i, j, bytes, route)`` for every pair of an all-to-all among ``gpus`` that moves bytes
+    (``pairs[i][j] > 0`` off the diagonal), rows first, with ``topology.route(gpus[i], gpus[j])``.
 
     Raises:
         ValueError: ``pairs`` is not ``len(gpus)`` x ``len(gpus)``.
@@ -55,14 +57,24 @@ def link_loads(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> dict[s
     n = len(gpus)
     if len(pairs) != n or any(len(row) != n for row in pairs):
         raise ValueError(f"an all-to-all among {n} GPUs needs a {n} x {n} byte matrix")
-    loads: dict[str, float] = {}
     for i, src in enumerate(gpus):
         for j, dst in enumerate(gpus):
             nb = pairs[i][j]
-            if i == j or nb <= 0:
-                continue
-            for lk in topology.route(src, dst):
-                loads[lk.name] = loads.get(lk.name, 0.0) + nb
+            if i != j and nb > 0:
+                yield i, j, nb, topology.route(src, dst)
+
+
+def link_loads(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> dict[str, float]:
+    """Bytes every link carries in an all-to-all among ``gpus`` (``pairs[i][j]`` from
+    ``gpus[i]`` to ``gpus[j]``; the diagonal stays local).
+
+    Raises:
+        ValueError: ``pairs`` is not ``len(gpus)`` x ``len(gpus)``.
+    """
+    loads: dict[str, float] = {}
+    for _, _, nb, route in routed_pairs(topology, gpus, pairs):
+        for lk in route:
+            loads[lk.name] = loads.get(lk.name, 0.0) + nb
     return loads
 
 
@@ -84,10 +96,7 @@ def link_load_time_s(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> 
     by_name = {lk.name: lk for lk in topology.links}
     drain = max(load / by_name[name].rate_Bps(nccl=True) for name, load in loads.items())
     latency = max(
-        sum(lk.latency_s for lk in topology.route(src, dst))
-        for i, src in enumerate(gpus)
-        for j, dst in enumerate(gpus)
-        if i != j and pairs[i][j] > 0
+        sum(lk.latency_s for lk in route) for *_, route in routed_pairs(topology, gpus, pairs)
     )
     return drain + latency
 
@@ -107,25 +116,15 @@ def nccl_time_s(topology: Topology, gpus: Sequence[str], pairs: Matrix) -> float
     Raises:
         ValueError: as :func:`link_loads`.
     """
-    n = len(gpus)
-    if len(pairs) != n or any(len(row) != n for row in pairs):
-        raise ValueError(f"an all-to-all among {n} GPUs needs a {n} x {n} byte matrix")
     drain: dict[str, float] = {}
     latency = 0.0
-    for i, src in enumerate(gpus):
-        for j, dst in enumerate(gpus):
-            nb = pairs[i][j]
-            if i == j or nb <= 0:
-                continue
-            route = topology.route(src, dst)
-            kinds = {lk.kind for lk in route}
-            hw = (
-                nccl.NET if "network" in kinds else nccl.NVLINK if kinds <= PEER_KINDS else nccl.PCI
-            )
-            slow = 3.0 if nb <= nccl.P2P_LL_THRESHOLD else 1.0
-            latency = max(latency, nccl.p2p_time_s(hw, math.inf, nb))  # its protocol latency
-            for lk in route:
-                drain[lk.name] = drain.get(lk.name, 0.0) + slow * nb / lk.rate_Bps(nccl=True)
+    for _, _, nb, route in routed_pairs(topology, gpus, pairs):
+        kinds = {lk.kind for lk in route}
+        hw = nccl.NET if "network" in kinds else nccl.NVLINK if kinds <= PEER_KINDS else nccl.PCI
+        slow = 3.0 if nb <= nccl.P2P_LL_THRESHOLD else 1.0
+        latency = max(latency, nccl.p2p_time_s(hw, math.inf, nb))  # its protocol latency
+        for lk in route:
+            drain[lk.name] = drain.get(lk.name, 0.0) + slow * nb / lk.rate_Bps(nccl=True)
     return max(drain.values(), default=0.0) + (latency if drain else 0.0)
 
 

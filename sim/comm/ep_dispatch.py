@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sim.comm.alltoall import routed_pairs
 from sim.hardware.topology import Topology
 
 NETWORK = "network"
@@ -124,20 +125,15 @@ def dispatch_cost(backend: str, sms: int):
         n, worst, latency = len(gpus), 0.0, 0.0
         sent = [[0.0, 0.0] for _ in range(n)]  # [nvl seconds, rdma seconds] per rank
         got = [[0.0, 0.0] for _ in range(n)]
-        for i, src in enumerate(gpus):
-            for j, dst in enumerate(gpus):
-                nb = pairs[i][j]
-                if i == j or nb <= 0:
-                    continue
-                route = topology.route(src, dst)
-                net = [lk for lk in route if lk.kind == NETWORK]
-                k = 1 if net else 0
-                out_rate = (net[0] if net else route[0]).rate_Bps()
-                in_rate = (net[-1] if net else route[-1]).rate_Bps()
-                e = eff["rdma" if net else "nvl"]
-                sent[i][k] += nb / (e * out_rate)
-                got[j][k] += nb / (e * in_rate)
-                latency = max(latency, sum(lk.latency_s for lk in route))
+        for i, j, nb, route in routed_pairs(topology, gpus, pairs):
+            net = [lk for lk in route if lk.kind == NETWORK]
+            k = 1 if net else 0
+            out_rate = (net[0] if net else route[0]).rate_Bps()
+            in_rate = (net[-1] if net else route[-1]).rate_Bps()
+            e = eff["rdma" if net else "nvl"]
+            sent[i][k] += nb / (e * out_rate)
+            got[j][k] += nb / (e * in_rate)
+            latency = max(latency, sum(lk.latency_s for lk in route))
         for row in (*sent, *got):
             worst = max(worst, *row)
         return worst + (latency if worst > 0 else 0.0)

@@ -33,6 +33,18 @@ the core's work is that of the band: of ``S x S`` scores a fraction ``w/S*(1 - w
 band's area ``S*w - w^2/2``; ``w = S`` gives the causal half). :func:`score_fraction` gives it;
 the ``math`` implementation materialises every score and is not windowed.
 
+**Attention sinks** (GPT-OSS: a learned logit per head in the softmax's denominator; Megatron-
+Bridge's ``gpt_oss_bridge.py`` sets ``softmax_type = "learnable"`` and ``window_size =
+(sliding_window - 1, 0)``, NVIDIA-NeMo/Megatron-Bridge@067f987): Transformer Engine runs them in
+its fused (cuDNN) attention since v2.8 ("Add sink attention support from cuDNN", #2148); only
+FlashAttention is refused for them, and the unfused path is left only where the fused one is
+filtered out (FP8 attention on sm < 100, deterministic mode, THD with cuDNN < 9.18, context
+parallelism other than ``a2a``: NVIDIA/TransformerEngine@d0067d0
+``pytorch/attention/dot_product_attention/utils.py`` 1113-1153, 1536-1545; determinism is off
+unless ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``, which Bridge's performance recipes set for
+DeepSeek-V3 only). So a sink layer is the ``flash`` kernel above (its ``a`` extra logits are
+free), windowed where the layer is.
+
 A flash kernel records its shape for :mod:`sim.compute.measured` (published efficiencies by
 sequence length and heads): ``m`` queries, ``n`` keys, ``k`` head dim, ``batch`` = samples x
 heads.

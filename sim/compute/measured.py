@@ -7,7 +7,7 @@ published measurements on the GPU say how fast they run, and this module gives t
 
 * **fused attention** by sequence length, heads and head dim:
 
-  - B200 (and GB200, same silicon): MooreThreads/SimuMax@4dcaae5
+  - B200 (and GB200, same silicon; and B300, below): MooreThreads/SimuMax@4dcaae5
     ``configs/system/b200_bf16_ceperm.json`` ``accelerator.op.sdp_fwd`` / ``sdp_bwd``, measured by
     ``simu_tools/efficency_test/test_fa_efficiency.py`` on the B200 node of SimuMax's published
     validation: Transformer Engine's ``DotProductAttention`` with ``attn_mask_type="causal"``,
@@ -44,6 +44,29 @@ published measurements on the GPU say how fast they run, and this module gives t
   (``(t*h + 3*P*h)*d`` to permute ``t`` tokens into ``P`` rows, ``(3*P*h + t*h)*d`` to unpermute)
   and its ``30 us`` per launch, two launches per kernel: 0.50 (forward) and 0.51 (backward) of
   8000 GiB/s.
+
+**Which GPUs carry the B200 tables.** The tables are absolute speeds (TFLOPS, bytes/s) of kernels
+on an HGX B200 (dense BF16 2250, FP8 4500 TFLOPS; 8 TB/s HBM3e). The HGX B300 (Blackwell Ultra,
+"B300 SXM6 AC") has the same dense BF16 and FP8 tensor rates per GPU on NVIDIA's HGX page (HGX
+B300 | HGX B200, 8 GPUs with sparsity: FP16/BF16 36 | 36 PFLOPS, FP8 72 | 72 PFLOPS;
+torchao@36027d8 ``testing/training/roofline_utils.py``: B200 and "NVIDIA B300 SXM6 AC" both
+bf16 2.25e15, fp8 4.5e15), the same fifth-generation tensor cores (only the FP4 rate is higher:
+NVIDIA, "Inside NVIDIA Blackwell Ultra", 15 PFLOPS dense NVFP4), the same shared-memory
+bandwidth per SM that bounds the attention backward (128 B per clock per SM on B200, Together
+AI's FlashAttention-4 post, arXiv:2603.05451; B300: 38.4 TB/s measured shared-memory reads =
+148 SMs x 128 B x 2.03 GHz, ademeure/QuickRunCUDA@3a9f5f27 b300_clean/B300_TRUE_REFERENCE.md)
+and 8 TB/s HBM3e; published micro-benchmarks of large GEMMs measure both alike (MAMF BF16 1745
+vs 1769, FP8 3432.5 vs 3353.3 TFLOPS: stas00/ml-engineering@744d01e
+compute/accelerator/README.md).
+So B300 runs the B200 tables as measured (BF16/FP8 kernels; its higher NVFP4 peak changes
+nothing here: the tables are 16-bit). One difference makes them a lower bound of B300's
+attention forward: Blackwell Ultra doubles the SFU exponential rate that bounds the B200
+forward (NVIDIA's blog; FlashAttention-4: the forward is exp-bound on B200), and no B300
+attention throughput is published. GB300 (NVL72, 1400 W per GPU, dense BF16 2500 / FP8 5000
+TFLOPS per NVIDIA's GB300 NVL72 table: a higher clock and power point than the HGX B200's
+1000 W maximum, whose DGX user guide shows a 700 W set point) keeps its roofline fractions: no
+measurement ties its kernels to the B200 node's, and its datasheet rates differ from it (GB200
+keeps the tables, as before this note).
 
 Every number is a kernel-level measurement; none is fitted to an iteration time.
 """
@@ -140,9 +163,10 @@ moves ``(t + 3*P)*h*d`` bytes in SimuMax's count (permute and unpermute alike)."
 
 
 def family(spec: ComputeSpec) -> str | None:
-    """``B200`` (B200, GB200), ``H100`` (H100, H200, GH200) or None: the GPU a table covers."""
+    """``B200`` (B200, GB200, B300), ``H100`` (H100, H200, GH200) or None: the GPU a table
+    covers (module doc: which parts carry the B200 tables, and why not GB300)."""
     name = spec.model.upper()
-    if name.startswith(("B200", "GB200")):
+    if name.startswith(("B200", "GB200", "B300")):
         return "B200"
     if name.startswith(("H100", "H200", "GH200")):
         return "H100"

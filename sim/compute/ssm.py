@@ -26,22 +26,34 @@ A layer, as Megatron-Core's ``MambaMixer`` and Nemotron-H run it, with ``T`` tok
      plus the causal diagonal block ``(C B^T o L) @ x`` (``[Q, Q] @ [Q, P]``, the kernel stops
      its K loop at the diagonal: half of it);
 
-   forward FLOPs ``T*H*(4 P N + Q P) + 2*T*G*Q*N`` (:func:`ssd_fwd_flops`). Each is timed as a
-   batched GEMM of its chunk shape (batch = chunks x heads or groups) by the roofline of
-   :mod:`sim.compute.kernels` (wave quantization over the chunk tiles), an assumption for
-   Triton kernels that fuse the decay factors into the matmuls;
-5. gated RMSNorm ``norm(y) * silu(z)`` over groups of ``d_i/G`` (``norm_before_gate=False``):
-   reads ``y`` and ``z``, writes the output;
+   forward FLOPs ``T*H*(4 P N + Q P) + 2*T*G*Q*N`` (:func:`ssd_fwd_flops`). Each kernel is
+   timed by the roofline of :mod:`sim.compute.kernels` as a batched GEMM of its chunk shape
+   (batch = chunks x heads or groups; wave quantization over the chunk tiles) carrying the HBM
+   bytes of the tensors the Triton kernel reads and writes in their dtypes (fp32 ``dt``,
+   ``dA_cumsum``, ``CB`` and chunk states; ``_scan_fwd``), an assumption for Triton kernels
+   that fuse the decay factors into the matmuls. Megatron runs the scan through
+   ``mamba_split_conv1d_scan_combined`` (``MambaMixer._ssm_training``, NVIDIA/Megatron-LM
+   @d98e8a64 ``megatron/core/ssm/mamba_mixer.py`` 680-730): the gate ``silu(z)`` is applied
+   inside ``_chunk_scan_fwd`` (``z`` read, ``out`` and ``out_x`` written), and ``in_proj``'s
+   output is transposed to ``(b, l, d)`` by a copy before the scan and ``y`` back after it
+   (copies only when the micro-batch holds more than one sample);
+5. RMSNorm over groups of ``d_i/G`` (``MambaMixer.norm``, ``y = self.norm(y)``; the gate is
+   already in ``y``): reads ``y``, writes the output;
 6. ``out_proj``: GEMM ``[T, d_i] @ [d_i, h]``; residual add.
 
-**Backward** (``_mamba_chunk_scan_combined_bwd``): the scan recomputes ``dA_cumsum``,
-``C B^T``, the chunk states and their passing (nothing of size ``chunks x H x P x N`` is
-saved), then ``_chunk_scan_bwd_dstates`` (``C^T dout``), the state passing backward,
+**Backward** (``MambaSplitConv1dScanCombinedFn.backward`` and
+``_mamba_chunk_scan_combined_bwd``, ssd_combined.py 443-497 and 896-990): the conv forward is
+recomputed (``x, B, C`` are not saved), the scan recomputes ``dA_cumsum``, ``C B^T``, the chunk
+states and their passing (nothing of size ``chunks x H x P x N`` is saved), then
+``_chunk_scan_bwd_dz`` (the gate's gradient: reads ``x, z, out, dout``, writes ``dz`` and the
+gated ``dout``), ``_chunk_scan_bwd_dstates`` (``C^T dout``), the state passing backward,
 ``_chunk_scan_chunk_state_bwd_dx`` (``dx`` from the diagonal blocks and from the states),
-``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``, ``_chunk_scan_bwd_dcb`` (causal half) and two
-``_bmm_chunk_bwd``: ``T*H*(10 P N + 2 Q P) + 6*T*G*Q*N`` FLOPs with the recomputation
+``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``, ``_chunk_scan_bwd_dcb`` (causal half), two
+``_bmm_chunk_bwd`` and ``_chunk_scan_bwd_ddAcs_stable`` (``dout x^T`` per chunk and head,
+causal half): ``T*H*(10 P N + 3 Q P) + 6*T*G*Q*N`` FLOPs with the recomputation
 (:func:`ssd_bwd_flops`). The conv's backward computes its input and weight gradients in one
-kernel (counted as input gradient); the projections' weight gradients are the layer's "W" part.
+kernel (counted as input gradient); ``zxBCdt``'s gradient is copied back to ``(l, b, d)``
+before ``in_proj``'s backward; the projections' weight gradients are the layer's "W" part.
 
 **Tensor parallelism** (Megatron-Core ``MambaMixer``): ``in_proj`` column-parallel, ``out_proj``
 row-parallel; each rank holds ``H/t`` heads and ``G/t`` groups (both must divide).
@@ -62,7 +74,7 @@ ends with, ``H*P*N`` per sample, is what inference keeps instead of a KV cache.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.compute.kernels import Kernel, gemm, mem
 
@@ -142,9 +154,9 @@ def ssd_fwd_flops(m: MambaShape, tokens: int, tp: int = 1) -> float:
 
 def ssd_bwd_flops(m: MambaShape, tokens: int, tp: int = 1) -> float:
     """Backward FLOPs of the SSD scan with its recomputation:
-    ``T*H*(10 P N + 2 Q P) + 6*T*G*Q*N`` (module doc)."""
+    ``T*H*(10 P N + 3 Q P) + 6*T*G*Q*N`` (module doc)."""
     h, g, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
-    return float(tokens * h * (10 * p * n + 2 * q * p) + 6 * tokens * g * q * n)
+    return float(tokens * h * (10 * p * n + 3 * q * p) + 6 * tokens * g * q * n)
 
 
 def ssd_state_bytes(m: MambaShape, b: int, s: int, d: int, tp: int = 1) -> float:
@@ -153,36 +165,73 @@ def ssd_state_bytes(m: MambaShape, b: int, s: int, d: int, tp: int = 1) -> float
     return float(_chunks(b, s, m.chunk) * m.heads // tp * m.head_dim * m.state * (FP32 + d))
 
 
-def _scan_fwd(m: MambaShape, c: int, d: int, tp: int) -> list[Kernel]:
+def _sizes(m: MambaShape, c: int, tp: int) -> tuple[int, int, int, int, int]:
+    """Elements of the scan's tensors on one rank: ``x``-like ``T*H*P`` (``x, z, out, dout``),
+    ``B``-like ``T*G*N``, the fp32 ``dt``-like ``T*H`` (``dt``, ``dA_cumsum``, padded to whole
+    chunks), ``CB`` ``c*G*Q*Q`` and the chunk states ``c*H*P*N``."""
     hl, gl, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
-    states = c * hl * p * n
+    tq = c * q
+    return tq * hl * p, tq * gl * n, tq * hl, c * gl * q * q, c * hl * p * n
+
+
+def _bytes(kern: Kernel, nbytes: float) -> Kernel:
+    """``kern`` moving ``nbytes`` (the tensors its Triton kernel reads and writes)."""
+    return replace(kern, bytes=float(nbytes))
+
+
+def _scan_fwd(m: MambaShape, c: int, d: int, tp: int, z: bool = True) -> list[Kernel]:
+    """``_mamba_chunk_scan_combined_fwd``'s kernels (ssd_combined.py:379-391) with the HBM bytes
+    of the tensors each reads and writes, in their dtypes: ``dt`` in, fp32 ``dt``/``dA_cumsum``
+    out; the chunk states written in fp32 (``states_in_fp32=True``) and passed on in ``d``
+    bytes; ``CB`` in fp32 (``output_dtype=torch.float32``); ``_chunk_scan_fwd`` reads ``CB``,
+    ``x``, ``C``, the states and, with ``z`` (Megatron's call: the gate is applied in the scan),
+    ``z``, and writes ``out`` (and ``out_x``). ``C``/``B``/``CB`` are read once per kernel (the
+    heads of a group share them through L2: an assumption)."""
+    hl, gl, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
+    x, bc, dt, cb, st = _sizes(m, c, tp)
+    xz = (2 if z else 1) * x * d
     return [
-        mem("ssd_chunk_cumsum", c * q * hl * (d + 2 * FP32)),
-        gemm("ssd_chunk_state", p, n, q, d, batch=c * hl),
-        mem("ssd_state_passing", states * (FP32 + d)),
-        gemm("ssd_bmm_cb", q, q, n, d, batch=c * gl),
-        gemm("ssd_scan_states", q, p, n, d, batch=c * hl),
-        gemm("ssd_scan_diag", q, p, q // 2 or 1, d, batch=c * hl),
-    ]
+        mem("ssd_chunk_cumsum", dt * (d + 2 * FP32)),
+        _bytes(gemm("ssd_chunk_state", p, n, q, d, batch=c * hl), bc * d + x * d + 2 * dt * FP32
+               + st * FP32),
+        mem("ssd_state_passing", st * (FP32 + d)),
+        _bytes(gemm("ssd_bmm_cb", q, q, n, d, batch=c * gl), 2 * bc * d + cb * FP32),
+        _bytes(gemm("ssd_chunk_scan", q, p, n + q // 2, d, batch=c * hl), cb * FP32 + xz + bc * d
+               + st * d + 2 * dt * FP32 + xz),
+    ]  # fmt: skip
 
 
-def _scan_bwd(m: MambaShape, c: int, d: int, tp: int) -> list[Kernel]:
+def _scan_bwd(m: MambaShape, c: int, d: int, tp: int, z: bool = True) -> list[Kernel]:
+    """``_mamba_chunk_scan_combined_bwd``'s kernels (ssd_combined.py:443-497): the forward's
+    cumsum, ``CB``, chunk states and their passing recomputed; with ``z``,
+    ``_chunk_scan_bwd_dz`` (reads ``x, z, out, dout``, writes ``dz`` and the gated ``dout``);
+    ``dstates`` (fp32); the state passing backward; ``dx`` (reads ``CB`` in fp32, writes fp32
+    ``ddt``); ``dB``; ``dC``; ``dCB`` (causal half); two ``_bmm_chunk_bwd``;
+    ``_chunk_scan_bwd_ddAcs_stable`` (``dout x^T`` per chunk and head, causal half, times
+    ``CB``); the cumsum backward. Bytes as :func:`_scan_fwd`."""
     hl, gl, p, n, q = m.heads // tp, m.groups // tp, m.head_dim, m.state, m.chunk
-    states = c * hl * p * n
+    x, bc, dt, cb, st = _sizes(m, c, tp)
     half = q // 2 or 1
-    recompute = _scan_fwd(m, c, d, tp)[:4]
-    return recompute + [
-        gemm("ssd_bwd_dstates", n, p, q, d, batch=c * hl),
-        mem("ssd_state_passing_bwd", 2 * states * (FP32 + d)),
-        gemm("ssd_bwd_dx_diag", q, p, half, d, batch=c * hl),
-        gemm("ssd_bwd_dx_states", q, p, n, d, batch=c * hl),
-        gemm("ssd_bwd_db", q, n, p, d, batch=c * hl),
-        gemm("ssd_bwd_dc", q, n, p, d, batch=c * hl),
-        gemm("ssd_bwd_dcb", q, half, p, d, batch=c * hl),
-        gemm("ssd_bmm_cb_bwd_b", q, n, q, d, batch=c * gl),
-        gemm("ssd_bmm_cb_bwd_c", q, n, q, d, batch=c * gl),
+    recompute = _scan_fwd(m, c, d, tp, z)[:4]
+    dz = [mem("ssd_bwd_dz", 6 * x * d)] if z else []
+    return recompute + dz + [
+        _bytes(gemm("ssd_bwd_dstates", n, p, q, d, batch=c * hl), bc * d + dt * FP32 + x * d
+               + st * FP32),
+        mem("ssd_state_passing_bwd", 2 * st * (FP32 + d)),
+        _bytes(gemm("ssd_bwd_dx", q, p, half + n, d, batch=c * hl), 2 * x * d + cb * FP32
+               + bc * d + st * d + 3 * dt * FP32 + x * d),
+        _bytes(gemm("ssd_bwd_db", q, n, p, d, batch=c * hl), 2 * x * d + st * d + 3 * dt * FP32
+               + bc * d),
+        _bytes(gemm("ssd_bwd_dc", q, n, p, d, batch=c * hl), x * d + st * d + 3 * dt * FP32
+               + bc * d),
+        _bytes(gemm("ssd_bwd_dcb", q, half, p, d, batch=c * hl), 2 * x * d + 2 * dt * FP32
+               + cb * FP32),
+        _bytes(gemm("ssd_bmm_cb_bwd_b", q, n, q, d, batch=c * gl), bc * d + cb * FP32 + 2 * bc * d),
+        _bytes(gemm("ssd_bmm_cb_bwd_c", q, n, q, d, batch=c * gl), bc * d + cb * FP32 + 2 * bc * d),
+        _bytes(gemm("ssd_bwd_ddacs", q, half, p, d, batch=c * hl), 2 * x * d + 2 * dt * FP32
+               + cb * FP32 + dt * FP32),
         mem("ssd_chunk_cumsum_bwd", 2 * c * q * hl * (d + 2 * FP32)),
-    ]
+    ]  # fmt: skip
 
 
 def _tokens(m: MambaShape, b: int, s: int, tp: int, sp: bool, cp: int) -> tuple[int, int]:
@@ -204,13 +253,25 @@ def mamba_fwd(
         ValueError: ``tp`` does not divide the heads or groups; ``cp > 1``.
     """
     t, r = _tokens(m, b, s, tp, sp, cp)
-    cw, di = m.conv_width // tp, m.inner // tp
+    cw, di, iw = m.conv_width // tp, m.inner // tp, m.in_width // tp
     c = _chunks(b, s, m.chunk)
-    out = [mem("norm1", 2 * r * h * d), gemm("in_proj", t, m.in_width // tp, h, d)]
+    out = [mem("norm1", 2 * r * h * d), gemm("in_proj", t, iw, h, d)]
+    out += _transpose("zxbcdt_to_bld", b, t * iw * d)
     out.append(mem("conv1d", 2 * t * cw * d, flops=2.0 * t * cw * m.conv_kernel))
     out += _scan_fwd(m, c, d, tp)
-    out += [mem("gated_norm", 3 * t * di * d), gemm("out_proj", t, h, di, d)]
+    out += _transpose("y_to_lbd", b, t * di * d)
+    out += [mem("gated_norm", 2 * t * di * d), gemm("out_proj", t, h, di, d)]
     return out + [mem("mamba_residual", 3 * r * h * d)]
+
+
+def _transpose(name: str, b: int, nbytes: float) -> list[Kernel]:
+    """Megatron's ``rearrange(..., "l b d -> b l d").contiguous()`` around the scan
+    (``MambaMixer._ssm_training``, NVIDIA/Megatron-LM@d98e8a64 mamba_mixer.py:691 and 731): a
+    copy (read and write) when the micro-batch has more than one sample, a view when it has
+    one. Backward: ``zxBCdt``'s gradient leaves the scan in ``(b, l, d)`` and is copied to the
+    ``(l, b, d)`` layout ``in_proj``'s backward reads; ``y``'s gradient reaches the scan as a
+    view the Triton kernels read through their strides (no copy)."""
+    return [mem(name, 2 * nbytes)] if b > 1 else []
 
 
 def mamba_bwd(
@@ -224,9 +285,11 @@ def mamba_bwd(
     t, r = _tokens(m, b, s, tp, sp, cp)
     cw, di, iw = m.conv_width // tp, m.inner // tp, m.in_width // tp
     c = _chunks(b, s, m.chunk)
-    dx = [gemm("d_out_proj_in", t, di, h, d), mem("gated_norm_bwd", 5 * t * di * d)]
+    dx = [gemm("d_out_proj_in", t, di, h, d), mem("gated_norm_bwd", 3 * t * di * d)]
+    dx.append(mem("conv1d_recompute", 2 * t * cw * d, flops=2.0 * t * cw * m.conv_kernel))
     dx += _scan_bwd(m, c, d, tp)
     dx.append(mem("conv1d_bwd", 3 * t * cw * d, flops=4.0 * t * cw * m.conv_kernel))
+    dx += _transpose("dzxbcdt_to_lbd", b, t * iw * d)
     dx += [gemm("d_in_proj_in", t, h, iw, d), mem("norm1_bwd", 3 * r * h * d)]
     dx.append(mem("residual_grad_add", 3 * r * h * d))
     dw = [gemm("d_in_proj_w", h, iw, t, d), gemm("d_out_proj_w", di, h, t, d)]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.errors import InputError
 from sim.memory.context import StageContext
 from sim.memory.layer_work import with_framework_stash
 from sim.memory.rank_memory import RankMemory, rank_memory
@@ -29,9 +28,8 @@ from sim.point.simulate import (
     point_policy,
     stage_low_params,
 )
-from sim.point.stages import choose_boundaries, make_schedule, stage_contexts, stage_layout
-from sim.schedules.analysis import peak_in_flight_per_stage
-from sim.schedules.combined import combine_pairs, combine_reason
+from sim.point.stages import make_schedule, stage_contexts
+from sim.point.staging import stage_point
 from sim.trace.shared import place_shared
 
 
@@ -85,23 +83,11 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
         with_framework_stash(sharded.trace, works), schedule, point.tensor_parallel
     )
     iterations = exp.training.iterations or schedule.steady_state_iterations()
-    program = schedule.program(iterations)
-    combined = framework.combines_pairs() and point.layout.ep > 1
-    if combined:  # Megatron's combined 1F1B, as resolve() runs it
-        why = combine_reason(schedule.name, point.stages, point.virtual_stages)
-        if why:
-            raise InputError(why, file=file, field="framework")
-        program = combine_pairs(program)
-    peaks = peak_in_flight_per_stage(program)
-    in_flight = [peaks[s] for s in range(schedule.num_stages)]
-    layout = stage_layout(exp, topo, point, schedule, file)
-    try:
-        boundaries = choose_boundaries(
-            topo, trace, schedule, in_flight, layout.per_stage, exp, framework
-        )
-    except InputError as exc:
-        exc.file = exc.file or file
-        raise
+    staged = stage_point(
+        exp, topo, point, framework, schedule, schedule.program(iterations), trace, file
+    )
+    program, combined, in_flight = staged.program, staged.combined, staged.in_flight
+    layout, boundaries = staged.layout, staged.boundaries
     ranks = [schedule.stage_rank(s) for s in range(schedule.num_stages)]
     trace, _ = place_shared(trace, boundaries, ranks)
     contexts = stage_contexts(

@@ -46,15 +46,12 @@ from sim.point.overlap_costs import with_framework
 from sim.point.stages import (
     Grid,
     Layout,
-    choose_boundaries,
     make_schedule,
     stage_contexts,
-    stage_layout,
 )
+from sim.point.staging import stage_point
 from sim.schedules.action import Program
-from sim.schedules.analysis import peak_in_flight_per_stage
 from sim.schedules.base import Schedule
-from sim.schedules.combined import combine_pairs, combine_reason
 from sim.trace.adapt import adapt_trace
 from sim.trace.schema import Trace, dtype_bytes, layer_kind
 from sim.trace.shared import place_shared
@@ -123,23 +120,11 @@ def resolve(
     trace = with_framework_stash(sharded.trace, works)
     trace = framework.tie(trace, schedule, point.tensor_parallel)
     iterations = exp.training.iterations or schedule.steady_state_iterations()
-    program = schedule.shared_program(iterations)
-    combined = framework.combines_pairs() and point.layout.ep > 1
-    if combined:
-        why = combine_reason(schedule.name, point.stages, point.virtual_stages)
-        if why:
-            raise InputError(why, file=file, field="framework")
-        program = combine_pairs(program)
-    peaks = peak_in_flight_per_stage(program)
-    in_flight = [peaks[s] for s in range(schedule.num_stages)]
-    layout = stage_layout(exp, topo, point, schedule, file)
-    try:
-        boundaries = choose_boundaries(
-            topo, trace, schedule, in_flight, layout.per_stage, exp, framework
-        )
-    except InputError as exc:
-        exc.file = exc.file or file
-        raise
+    staged = stage_point(
+        exp, topo, point, framework, schedule, schedule.shared_program(iterations), trace, file
+    )
+    program, combined, in_flight = staged.program, staged.combined, staged.in_flight
+    layout, boundaries = staged.layout, staged.boundaries
     if policy.repartitions and exp.options.boundaries is None:
         boundaries, moved = _repartition(
             policy,

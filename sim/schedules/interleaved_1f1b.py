@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sim.schedules.action import Action
-from sim.schedules.multi_stage import MultiStageSchedule
-from sim.schedules.rank_ops import interleaved_rank_ops, rounds_check
+from sim.schedules.interleaved_rounds import InterleavedRounds
 
 
-class Interleaved1F1B(MultiStageSchedule):
+class Interleaved1F1B(InterleavedRounds):
     """Interleaved 1F1B with ``v >= 2`` chunks per rank; ``m`` a multiple of ``max(1, m//p)``.
 
     Example:
@@ -32,22 +30,3 @@ class Interleaved1F1B(MultiStageSchedule):
     description: ClassVar[str] = (
         "Interleaved 1F1B (torch ScheduleInterleaved1F1B): v chunks per rank, depth-first"
     )
-
-    def check(self) -> None:
-        """torch's rounds check (:func:`~sim.schedules.rank_ops.rounds_check`)."""
-        rounds_check(self.name, self.stages, self.microbatches)
-
-    def period_microbatches(self) -> int:
-        """A round: ``m // max(1, m // p)`` micro-batches (each chunk in turn runs a round)."""
-        return rounds_check(self.name, self.stages, self.microbatches)
-
-    def rank_order(self, rank: int) -> list[Action]:
-        return interleaved_rank_ops(
-            rank,
-            self.stages,
-            self.virtual_stages,
-            self.microbatches,
-            factor=2,
-            zero_bubble=False,
-            name=self.name,
-        )

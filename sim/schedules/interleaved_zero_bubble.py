@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sim.schedules.action import Action
-from sim.schedules.multi_stage import MultiStageSchedule
-from sim.schedules.rank_ops import interleaved_rank_ops, rounds_check
+from sim.schedules.interleaved_rounds import InterleavedRounds
 
 
-class InterleavedZeroBubble(MultiStageSchedule):
+class InterleavedZeroBubble(InterleavedRounds):
     """Interleaved ZB1P: F, I and W per chunk, ``v >= 2``; ``m`` a multiple of ``max(1, m//p)``.
 
     Example:
@@ -30,25 +28,7 @@ class InterleavedZeroBubble(MultiStageSchedule):
 
     name: ClassVar[str] = "interleaved_zero_bubble"
     splits_backward: ClassVar[bool] = True
+    warmup_factor: ClassVar[int] = 1
     description: ClassVar[str] = (
         "Interleaved zero bubble ZB1P (torch ScheduleInterleavedZeroBubble): I/W split"
     )
-
-    def check(self) -> None:
-        """torch's rounds check (:func:`~sim.schedules.rank_ops.rounds_check`)."""
-        rounds_check(self.name, self.stages, self.microbatches)
-
-    def period_microbatches(self) -> int:
-        """A round: ``m // max(1, m // p)`` micro-batches (each chunk in turn runs a round)."""
-        return rounds_check(self.name, self.stages, self.microbatches)
-
-    def rank_order(self, rank: int) -> list[Action]:
-        return interleaved_rank_ops(
-            rank,
-            self.stages,
-            self.virtual_stages,
-            self.microbatches,
-            factor=1,
-            zero_bubble=True,
-            name=self.name,
-        )
