@@ -31,6 +31,7 @@ from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_model_flags import (
+    activation_offload,
     hybrid_features,
     hybrid_pattern,
     optimizer_instances,
@@ -112,6 +113,7 @@ def read_megatron(
     memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
     layout = _pipeline_layout(r, lay)
     instances = optimizer_instances(r, lay, dist)
+    offload = activation_offload(r, shape.layers or 0)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -139,6 +141,7 @@ def read_megatron(
         memory_options=tuple(memory.items()),
         pipeline_layout=layout,
         optimizer_instances=instances,
+        activation_offload=offload,
         token_dispatcher=_dispatcher(r.flags, lay),
         optimizer=OPTIMIZERS.get(str(r.flags.get("optimizer", "adam")), "adam"),
     )
