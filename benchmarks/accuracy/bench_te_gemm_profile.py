@@ -12,7 +12,8 @@ GEMMs of one layer (4 forward, 4 input-gradient, 4 weight-gradient shapes, each 
 * **autocast** (each call is a ``te.Linear`` forward under ``te.autocast``: the input, which
   needs both usages because the weight requires a gradient, and the weight, row-wise only as
   the input requires none, are quantized in every call: ``module/linear.py:303, 384-390,
-  466-475``), per-layer ms: BF16 12.758, FP8 current 9.147, MXFP8 8.984, NVFP4 6.453.
+  466-475``), per-layer ms: BF16 12.758, FP8 current 9.147, MXFP8 8.984, NVFP4 6.453 (NVFP4's
+  random Hadamard transform is not among pipesim's cast bytes).
 
 pipesim predicts the same 12 GEMMs on its ``dgx-b300`` preset (the HGX B300 of that benchmark)
 with :func:`sim.compute.kernels.kernel_time_s`, and the autocast overhead as the cast kernels of
@@ -38,6 +39,7 @@ TE_MS = {
     "bf16": (13.102, 12.758),
     "fp8-tensorwise": (6.812, 9.147),
     "mxfp8": (7.161, 8.984),
+    "nvfp4": (3.764, 6.453),
 }
 """``(pre-quantized, autocast)`` per-layer ms (gemm_profiling.rst lines 92 and 148)."""
 
@@ -87,7 +89,7 @@ def main() -> None:
         for mode, a, b in zip(("pre-quantized", "autocast"), te, ours, strict=True):
             print(f"{precision:16s} {mode:13s} {a:8.3f} {b:8.3f} {b / a:6.2f}")
     bf16_te, bf16_ours = TE_MS["bf16"][0], predicted_ms("bf16")[0]
-    for precision in ("fp8-tensorwise", "mxfp8"):
+    for precision in ("fp8-tensorwise", "mxfp8", "nvfp4"):
         te_x = bf16_te / TE_MS[precision][0]
         ours_x = bf16_ours / predicted_ms(precision)[0]
         print(f"{precision} GEMM speed-up over BF16: TE {te_x:.2f}x, pipesim {ours_x:.2f}x")
