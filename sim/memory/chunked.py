@@ -103,6 +103,23 @@ the 16-bit gradient chunk copied into the read buffer (2 + 2), ``.float()`` (2 +
 16-bit chunk (4 + 2): 108, against a fused kernel's 28 (:func:`~sim.memory.states.
 optimizer_step_s`)."""
 
+GRAD_ZERO_BYTES = 2
+"""HBM bytes per 16-bit parameter element, once per iteration, of the gradient PatrickStar's
+pre-backward hook creates: ``param.grad = torch.zeros_like(tmp_tensor)`` on the first backward
+visit (Tencent/PatrickStar@2384535 ``patrickstar/core/hook.py``
+``pre_sub_module_backward_function``), a 16-bit write."""
+GRAD_HOOK_BYTES = 20
+"""HBM bytes per 16-bit parameter element and backward of the per-parameter gradient path of
+PatrickStar@2384535: autograd accumulates into that existing gradient (``grad += new``: reads
+2 + 2, writes 2) instead of taking the new one; the post-backward hook
+(``post_sub_module_backward_function``) runs ``client.optimizer.check_overflow(param)``, whose
+``DynamicLossScaler._has_inf_or_nan`` (``patrickstar/fp16/loss_scaler.py``; the benchmark's
+``"loss_scale": 0``, ``examples/ps_config.py``) computes ``float(x.float().sum())`` (the fp32
+copy: 2 + 4; the sum: 4), then copies the gradient into the parameter's chunk
+(``tmp_tensor.copy_(param.grad)``: 2 + 2): 20. Charged in the step's GPU time (the same
+iteration time on one stage; the hooks run in the backward), with the host time of the blocking
+read per parameter tensor (:func:`grad_hooks_s`)."""
+
 
 @dataclass(frozen=True)
 class ChunkLayout:
@@ -256,7 +273,7 @@ def chunk_states(
         weight_bytes=lay.resident * lay.slot_bytes + versions,
         grad_bytes=0.0,
         optimizer_bytes=os_gpu * o,
-        optimizer_s=os_gpu * lay.utilization * GPU_ADAM_BYTES / hbm,
+        optimizer_s=os_gpu * lay.utilization * GPU_ADAM_BYTES / hbm + grad_hooks_s(ctx, hbm),
         host_bytes=host_chunk_bytes(ctx, lay, k),
         host_framework_bytes=host_framework_bytes(mem_total, ranks),
         host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
@@ -302,6 +319,22 @@ def chunk_states(
             f"overall_cpu_mem_ratio share of the host ({gib(cap)} GiB)"
         )
     return plan, added, notes
+
+
+def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
+    """Seconds of PatrickStar's per-parameter gradient path per optimizer step on one replica:
+    every parameter of the stage (gathered for its backward) goes through it once
+    (:data:`GRAD_ZERO_BYTES` + :data:`GRAD_HOOK_BYTES`), at the GPU's memory-bound rate
+    ``hbm_Bps``; and each of its ``param_tensors`` tensors is read back by ``float(...)``, which
+    waits for the device, so the device then idles while the host issues the next op and reads
+    (``nograd_op_s + read_s`` per tensor, the lower bound of
+    :meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s` that counts every tensor as a
+    large one; the socket's host model, zero where it is not modelled). PatrickStar runs one
+    backward per step (no gradient accumulation in its benchmarks); where pipesim's schedules
+    run ``m > 1`` backwards per step, the other ``m - 1`` are left out."""
+    host = ctx.topology.host(ctx.host).overhead
+    reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=2)
+    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + reads
 
 
 def _copy(src: str, dst: str, nbytes: float, what: str) -> tuple[Transfer, ...]:

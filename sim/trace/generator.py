@@ -52,12 +52,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.compute.hf_bert import classifier_params, classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
+from sim.trace.hf_layers import check_modeling, classifier_head, with_tensors
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 SOURCES = {
@@ -133,15 +135,15 @@ MODEL_PRESETS: dict[str, dict[str, int | str]] = {
             "layers": L,
             "heads": a,
             "vocab": 30522,
+            "modeling": "hf",
         }
         for name, (h, s, L, a) in {
             # The same configs as PatrickStar's benchmark builds them: BERT
             # (transformers.BertForSequenceClassification over BertConfig(hidden_size,
             # num_hidden_layers, num_attention_heads, max_position_embeddings=seq), BERT's
             # vocabulary of 30522; Tencent/PatrickStar@04af7c9 examples/model_builder.py
-            # build_transformer_model). The generator's BERT head (MLM + NSP) stands in for
-            # the sequence classifier: it counts a V*h copy and 4sbV of logits that the
-            # classifier does not have.
+            # build_transformer_model), with Hugging Face's kernels and classification head
+            # (modeling "hf": sim.compute.hf_bert).
             "gpt2-1b": (2048, 1024, 20, 16),
             "gpt2-2b": (2048, 1024, 40, 16),
             "gpt2-4b": (2304, 1024, 64, 16),
@@ -312,6 +314,7 @@ def transformer_trace(
     hbm_bandwidth_Bps: float = 900e9,
     gpu: ComputeSpec | None = None,
     attention: str = "math",
+    modeling: str = "megatron",
 ) -> Trace:
     """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
 
@@ -333,6 +336,11 @@ def transformer_trace(
         attention: ``"math"`` (Megatron-LM's unfused core; the Korthikanti activation formula)
             or ``"flash"`` (torch SDPA's fused kernel: no ``s^2`` stash, see
             :mod:`sim.compute.attention`).
+        modeling: ``"megatron"`` (Megatron-LM's layers, fused QKV, the heads above) or, for
+            ``kind="bert"`` with the kernel model, ``"hf"``: Hugging Face's
+            ``BertForSequenceClassification`` as eager PyTorch runs it, PatrickStar's benchmark
+            model (:mod:`sim.compute.hf_bert`: separate Q/K/V, unfused bias adds, scale and
+            mask, layout copies; pooler and classifier head, no vocabulary projection).
 
     Returns:
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
@@ -340,8 +348,10 @@ def transformer_trace(
     Raises:
         ValueError: unknown kind, dtype or attention, non-positive sizes,
             ``hidden % heads != 0``, efficiency outside (0, 1], no GPU or peak given,
-            non-positive peak or bandwidth.
+            non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
+            with a GPT, without ``gpu`` or with a constant ``efficiency``.
     """
+    check_modeling(modeling, kind, efficiency, gpu)
     _check(
         kind,
         layers=layers,
@@ -363,20 +373,35 @@ def transformer_trace(
         # only the peaks matter to the constant-efficiency model
         gpu = ComputeSpec(gpu_model, peak_flops, peak_flops, hbm_bandwidth_Bps, 1, 1.0, 1.0)
     gpu_model = gpu_model or gpu.model
-    shape = BlockShape(
-        hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt", attention=attention
+    hf = modeling == "hf"
+    shape = (
+        hf_shape(hidden, heads, seq_len, ffn_mult * hidden)
+        if hf
+        else BlockShape(
+            hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt", attention=attention
+        )
     )
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
     modelled = efficiency is None
     rate = gpu.peak_flops(dtype) * (efficiency or 1.0)
     hbm = gpu.hbm_bandwidth_Bps
     emb_t = embedding_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
-    blk_t = block_times(shape, b, gpu, dtype) if modelled else None
-    head_t = head_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
+    if hf:
+        blk_t: BlockTimes | None = hf_block_times(shape, b, gpu, dtype)
+        head_t: BlockTimes | None = classifier_times(b, h, gpu, dtype)
+    else:
+        blk_t = block_times(shape, b, gpu, dtype) if modelled else None
+        head_t = head_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
     flash = attention == "flash"
     chain = [_embedding(kind, b, s, h, vocab, d, hbm, emb_t)]
     chain += [_block(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)]
-    chain.append(_head(kind, b, s, h, vocab, d, rate, head_t))
+    chain.append(
+        classifier_head(b, h, d, head_t)
+        if hf and head_t
+        else _head(kind, b, s, h, vocab, d, rate, head_t)
+    )
+    if hf:
+        chain = with_tensors(chain)
     inputs = {
         "kind": kind,
         "layers": layers,
@@ -390,6 +415,8 @@ def transformer_trace(
         "ffn_mult": ffn_mult,
         "attention": attention,
     }
+    if hf:  # recorded only when not the default, so other traces' provenance is unchanged
+        inputs["modeling"] = modeling
     if modelled:
         inputs["gpu"] = gpu.without_low_precision().to_dict()
         how = (
@@ -407,10 +434,16 @@ def transformer_trace(
         "source": "analytic: sim.trace.generator.transformer_trace",
         "inputs": inputs,
         "formulas": dict(SOURCES),
-        "unique_parameters": unique_parameters(kind, layers, hidden, seq_len, vocab, ffn_mult),
-        "notes": (
-            f"Generated, not measured: times from the {how}. param_bytes include Megatron's "
-            f"second copy of the word embedding in the head ({vocab}x{hidden})."
+        "unique_parameters": unique_parameters(
+            kind, layers, hidden, seq_len, vocab, ffn_mult, modeling
+        ),
+        "notes": f"Generated, not measured: times from the {how}. "
+        + (
+            "Hugging Face's BertForSequenceClassification (sim.compute.hf_bert): no head copy "
+            "of the word embedding."
+            if hf
+            else f"param_bytes include Megatron's second copy of the word embedding in the "
+            f"head ({vocab}x{hidden})."
         ),
     }
     return Trace(
@@ -424,11 +457,20 @@ def transformer_trace(
 
 
 def unique_parameters(
-    kind: str, layers: int, hidden: int, seq_len: int, vocab: int, ffn_mult: int = 4
+    kind: str,
+    layers: int,
+    hidden: int,
+    seq_len: int,
+    vocab: int,
+    ffn_mult: int = 4,
+    modeling: str = "megatron",
 ) -> int:
-    """Parameters of the model without the head's copy of the word embedding."""
+    """Parameters of the model without the head's copy of the word embedding (``modeling``
+    ``hf``: Hugging Face's ``BertForSequenceClassification``, ``model.numel()``)."""
     h = hidden
     emb = (vocab + seq_len) * h + (4 * h if kind == "bert" else 0)
+    if modeling == "hf":
+        return emb + layers * block_params(h, ffn_mult) + classifier_params(h)
     head = 2 * h if kind == "gpt" else 2 * (h * h + h) + 2 * h + vocab + 2 * h + 2
     return emb + layers * block_params(h, ffn_mult) + head
 
