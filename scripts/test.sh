@@ -5,8 +5,8 @@
 # docs site (mkdocs build --strict, offline: a broken link or reference fails it), and run the
 # test suite (all of it, the slow multi-process tests included;
 # `bash scripts/test.sh -m "not slow"` runs the fast tier) on two worker processes
-# (pytest-xdist, work stealing: an idle worker takes tests from the busy one; `-n 0` runs them
-# in this process).
+# (pytest-xdist, work stealing: an idle worker takes tests from the busy one, and the longest
+# tests start first, tests/conftest.py; `-n 0` runs them in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -19,4 +19,8 @@ ruff format --check .
 mypy sim backends
 lint-imports
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+# Byte-compile pipesim once: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines)
+# every process the tests start (torch rank processes, CLI runs, sweep workers) would otherwise
+# compile sim/ and backends/ from source again (about 0.3 CPU s each, several hundred starts).
+env -u PYTHONDONTWRITEBYTECODE python -m compileall -q sim backends
 python -m pytest -n 2 --dist worksteal "$@"

@@ -431,7 +431,8 @@ class MemoryConfig(_Strict):
     cross_entropy: Literal["unfused", "native", "te"] | None = Field(
         None,
         description="Loss implementation: Megatron's unfused vocab-parallel cross entropy "
-        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion, the same bytes) or 'te' "
+        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion: the same, and one more fp32 "
+        "copy in its compiled backward) or 'te' "
         "(--cross-entropy-fusion-impl te: only the 16-bit logits kept). Default: unfused.",
     )
     gradient_accumulation_fusion: bool | None = Field(
@@ -449,6 +450,27 @@ class MemoryConfig(_Strict):
         False,
         description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator "
         "maps pages into one growing segment per pool (less fragmentation).",
+    )
+    defer_embedding_wgrad: int | None = Field(
+        None,
+        ge=0,
+        description="Megatron's --defer-embedding-wgrad-compute with --wgrad-deferral-limit N "
+        "(0: every micro-batch): the output layer keeps the inputs and output gradients of up "
+        "to N micro-batches to the pipeline flush (sim.memory.layer_work). Default: off.",
+    )
+    te_grouped_gemm: bool = Field(
+        False,
+        description="The MoE experts run Transformer Engine's grouped GEMM (Megatron's "
+        "--moe-grouped-gemm): TE keeps one more cuBLAS workspace per compute stream, 4 "
+        "(sim.memory.framework_memory.TE_GROUPED_GEMM_STREAMS).",
+    )
+    cublas_workspace_config: str | None = Field(
+        None,
+        pattern=r"^(:[0-9]+:[0-9]+)+$",
+        description="CUBLAS_WORKSPACE_CONFIG of the run (':4096:8', which Megatron's "
+        "--deterministic-mode sets): the size of each of PyTorch's cuBLAS workspaces, "
+        "allocated through the caching allocator (sim.memory.cublas_workspace). Default: "
+        "PyTorch's (8.125 MiB; 32 MiB on Hopper).",
     )
     precision_aware_optimizer: bool = Field(
         False,

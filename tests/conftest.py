@@ -7,9 +7,129 @@ test prints the blob that reproduces it (``@reproduce_failure``).
 
 from __future__ import annotations
 
+import fcntl
 import os
+from pathlib import Path
+from typing import NamedTuple
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("pipesim", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pipesim"))
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ShippedRun(NamedTuple):
+    """What ``sim run experiments/<name> --out OUT --jobs 2 --no-plots`` gave: its exit code,
+    its console output and OUT."""
+
+    exit_code: int
+    output: str
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def session_once(tmp_path_factory):
+    """``session_once(name, make)``: the folder ``make(folder)`` filled, called once per test
+    session by whichever test asks first (under xdist: on whichever worker; the others wait for
+    it on a lock and read its files), so tests that check different things of one expensive run
+    share it. ``make`` writes files only; a ``make`` that raised is not retried: the tests that
+    ask after it fail with its error."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, shared by its workers
+    root = base / "session-once"
+    root.mkdir(exist_ok=True)
+
+    def once(name: str, make) -> Path:
+        folder, done, error = root / name, root / f"{name}.done", root / f"{name}.error"
+        with open(root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not done.is_file() and not error.is_file():
+                folder.mkdir()
+                try:
+                    make(folder)
+                except BaseException as exc:
+                    error.write_text(f"{type(exc).__name__}: {exc}")
+                    raise
+                done.touch()
+        if error.is_file():
+            pytest.fail(f"the shared run {name!r} failed: {error.read_text()}")
+        return folder
+
+    return once
+
+
+@pytest.fixture(scope="session")
+def shipped_run(session_once):
+    """``shipped_run("dgx1.yaml")``: ``sim run experiments/dgx1.yaml --out OUT --jobs 2
+    --no-plots`` run once per session (:func:`session_once`)."""
+
+    def make(folder: Path, name: str) -> None:
+        from typer.testing import CliRunner
+
+        from sim.cli import app
+
+        args = ["run", str(ROOT / "experiments" / name), "--out", str(folder / "out")]
+        res = CliRunner().invoke(app, [*args, "--jobs", "2", "--no-plots"])
+        (folder / "output").write_text(res.output)
+        (folder / "code").write_text(str(res.exit_code))
+
+    def run(name: str) -> ShippedRun:
+        folder = session_once(f"run-{name}", lambda f: make(f, name))
+        code, text = (folder / "code").read_text(), (folder / "output").read_text()
+        return ShippedRun(int(code), text, folder / "out")
+
+    return run
+
+
+# -- the order the tests run in: the longest first -----------------------------------------------
+# Under xdist's work stealing (scripts/test.sh: ``-n 2 --dist worksteal``) each worker starts on
+# its half of the collection in order and an idle worker steals the tail of the busy one's queue,
+# so with the long tests first the two workers end within about one short test of each other
+# (the longest-first rule), instead of one of them starting a 100-CPU-second replay last while the
+# other idles. Costs: CPU seconds of each test (self and children) measured on main at 6f5aaec
+# (``python -m pytest -p no:randomly -n 2`` with a per-test ``getrusage`` hook); a prefix of a node
+# id matches every test under it. The rest keep their order: the other ``slow`` tests next, then
+# everything else, each in collection order, so module fixtures are set up once per module part.
+LONGEST_FIRST_CPU_S = {
+    "tests/test_numerics.py::test_the_tied_hf_config_replays": 110,
+    "tests/test_numerics.py::test_the_shared_weight_model_replays": 86,
+    "tests/test_user_model.py::test_profile_simulate_replay_user_model": 69,
+    "tests/test_validate_e2e.py::test_profile_simulate_replay_compare": 62,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 56,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-memory.yaml]": 53,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-schedules.yaml]": 50,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 48,
+    "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 42,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-64xh100.yaml]": 39,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[deepseek-v3-8x-dgx-h100.yaml]": 37,
+    "tests/test_numerics.py::test_torchs_runtime_replays_a_stage_that_ends_in_a_strided_view": 26,
+    "tests/test_backend_torch.py::test_memory_policies_change_the_activation_peak": 22,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3.1-8b-torchtitan-fsdp2-tp": 17,
+    "tests/test_user_model.py::test_user_model_replays_memory_policies": 16,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 15,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 14,
+    "tests/test_numerics.py::test_a_replay_whose_tied_gradient_sync_is_broken": 13,
+    "tests/test_user_model.py::test_concurrent_profile_of_a_user_model": 13,
+    "tests/test_user_model.py::test_validate_replays_a_fixed_sample_at_another_microbatch": 12,
+    "tests/test_planner.py::test_resolved_bound_only_prunes_what_does_not_fit": 12,
+    "tests/test_backend_torch.py::test_calibrate_writes_loadable_hardware": 11,
+    "tests/test_numerics.py::test_the_tied_encoder_replays": 9,
+    "tests/test_tp_replay.py::test_tp2_losses_equal_single_process": 8,
+    "tests/test_tp_replay.py::test_validate_tp_winner_on_cpu": 8,
+}
+
+
+def _known_cpu_s(nodeid: str) -> float:
+    """The measured cost of the longest prefix of ``nodeid`` in the table (0 if none)."""
+    hits = [p for p in LONGEST_FIRST_CPU_S if nodeid.startswith(p)]
+    return LONGEST_FIRST_CPU_S[max(hits, key=len)] if hits else 0.0
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by fixture parameters
+def pytest_collection_modifyitems(config, items):
+    """Longest known tests first, then the other ``slow`` ones, then the rest (a stable sort)."""
+    items.sort(key=lambda it: (-_known_cpu_s(it.nodeid), it.get_closest_marker("slow") is None))

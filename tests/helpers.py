@@ -142,3 +142,45 @@ def assert_times_reported(r) -> None:
     assert r.measured_iteration_s > 0 and r.predicted_iteration_s > 0, where
     want = (r.predicted_iteration_s - r.measured_iteration_s) / r.measured_iteration_s
     assert r.error == pytest.approx(want, rel=1e-6), where
+
+
+REPLAY_TARGETS = {
+    "ours": "backends.torch.replay.runtime:run_rank",  # what launch.replay starts per backend
+    "torch": "backends.torch.replay.torch_schedules:run_rank",
+}
+"""The rank function :func:`backends.torch.replay.launch.replay` starts for each runtime."""
+
+
+def run_jobs_in_turn(payload: dict, ctx: object) -> list:
+    """Rank function (``run_ranks("tests.helpers:run_jobs_in_turn", {"jobs": [[target, job],
+    ...]}, ...)``): each job's ``target(job, ctx)`` in turn on this rank, so several replays of
+    one shape share one launch of their rank processes (each process starts Python and imports
+    torch: about 2 CPU seconds); returns the targets' results in order."""
+    import importlib
+
+    out = []
+    for target, job in payload["jobs"]:
+        module, name = target.split(":")
+        out.append(getattr(importlib.import_module(module), name)(job, ctx))
+    return out
+
+
+def replay_in_turn(jobs: list) -> list:
+    """:func:`backends.torch.replay.launch.replay` of each of ``jobs`` (ReplayJobs of one shape:
+    the same ranks, device and threads; no single-rank or tensor-parallel job), run one after
+    another in one launch of their rank processes (:func:`run_jobs_in_turn`)."""
+    from backends.torch.replay.job import collect_result
+    from backends.torch.replay.launch import run_ranks
+
+    first = jobs[0]
+    payload = {"jobs": [[REPLAY_TARGETS[j.backend], j.to_dict()] for j in jobs]}
+    ranks = run_ranks(
+        "tests.helpers:run_jobs_in_turn",
+        payload,
+        nproc=first.nproc or first.stages,
+        device=first.device,
+        timeout_s=sum(j.timeout_s for j in jobs),
+        pg_timeout_s=first.pg_timeout_s,
+        threads=first.threads,
+    )
+    return [collect_result(j, [rank[i] for rank in ranks]) for i, j in enumerate(jobs)]

@@ -6,6 +6,8 @@ reference, as torch's own pipelining tests do (schedules.md §4.5).
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import time
 from pathlib import Path
@@ -23,7 +25,9 @@ from backends.torch.models.transformer import (  # noqa: E402
 )
 from backends.torch.profile.saved_bytes import SavedBytes  # noqa: E402
 from backends.torch.replay.dumps import load_dumps  # noqa: E402
+from backends.torch.replay.job import ReplayResult, collect_result  # noqa: E402
 from backends.torch.replay.launch import ReplayError, ReplayJob, replay, run_ranks  # noqa: E402
+from tests.helpers import REPLAY_TARGETS, replay_in_turn  # noqa: E402
 
 SPEC = ModelSpec(name="tiny", kind="gpt", layers=2, hidden=32, heads=2, seq_len=16, vocab=64)
 FAST = {"pg_timeout_s": 30.0, "timeout_s": 90.0}
@@ -56,6 +60,12 @@ def _reference_grads(params: dict[str, torch.Tensor] | None, first_mb: int, m: i
         (loss / m).backward()
         losses.append(loss.item())
     return {n: p.grad for n, p in model.named_parameters()}, losses
+
+
+@functools.cache  # one reference for the nine replays of the first 4 micro-batches (read only)
+def _full_reference():
+    """:func:`_reference_grads` of micro-batches 0-3 from the initial weights."""
+    return _reference_grads(None, 0, 4)
 
 
 def _load_dumps(path: Path) -> tuple[list[dict], dict[str, torch.Tensor]]:
@@ -144,8 +154,67 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
     assert read_trace(tmp_path / "tiny").layers[1].act_bytes == block.act_bytes
 
 
+# -- the nine gradient replays, in one launch --------------------------------------------------
+# test_replay_gradients_equal_single_process (4) and test_multi_stage_csv_replay_equals_single_
+# process (5) replay the same tiny GPT on 2 ranks. Their jobs run one after another in one launch
+# of two rank processes (each process starts Python and imports torch: about 2 CPU seconds), once
+# per session; each test then checks its own job's result (the launcher's collect_result of its
+# ranks' statistics) and its own gradient dumps, as before.
+GRADIENT_JOBS = [
+    ("ours", "gpipe", False),
+    ("ours", "1f1b", False),
+    ("torch", "gpipe", False),
+    ("torch", "1f1b", True),
+    *(
+        ("torch", s, True)
+        for s in (
+            "interleaved_1f1b",
+            "looped_bfs",
+            "interleaved_zero_bubble",
+            "zbv_zero_bubble",
+            "dualpipe_v",
+        )  # fmt: skip
+    ),
+]
+
+
+def _gradient_job(folder: Path, backend: str, schedule: str, csv: bool) -> ReplayJob:
+    dumps = folder / f"{backend}-{schedule}"
+    return _job(schedule=schedule, backend=backend, torch_csv=csv, dump_dir=str(dumps))
+
+
+def _make_gradient_replays(folder: Path) -> None:
+    jobs = [_gradient_job(folder, *key) for key in GRADIENT_JOBS]
+    for job in jobs:
+        Path(job.dump_dir).mkdir()
+    payload = {"jobs": [[REPLAY_TARGETS[j.backend], j.to_dict()] for j in jobs]}
+    ranks = run_ranks(
+        "tests.helpers:run_jobs_in_turn",
+        payload,
+        nproc=2,
+        timeout_s=len(jobs) * FAST["timeout_s"],
+        pg_timeout_s=FAST["pg_timeout_s"],
+        threads=jobs[0].threads,
+    )
+    (folder / "ranks.json").write_text(json.dumps(ranks))
+
+
+@pytest.fixture
+def gradient_replay(session_once):
+    """``gradient_replay(backend, schedule, csv)``: the job's result and its dumps' folder."""
+
+    def get(backend: str, schedule: str, csv: bool) -> tuple[ReplayResult, Path]:
+        folder = session_once("gradient-replays", _make_gradient_replays)
+        ranks = json.loads((folder / "ranks.json").read_text())
+        i = GRADIENT_JOBS.index((backend, schedule, csv))
+        job = _gradient_job(folder, backend, schedule, csv)
+        return collect_result(job, [rank[i] for rank in ranks]), Path(job.dump_dir)
+
+    return get
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "backend,schedule,csv",
     [
@@ -156,13 +225,12 @@ def test_profile_model_writes_a_trace(tmp_path: Path) -> None:
     ],
 )
 def test_replay_gradients_equal_single_process(
-    tmp_path: Path, backend: str, schedule: str, csv: bool
+    gradient_replay, backend: str, schedule: str, csv: bool
 ) -> None:
-    job = _job(schedule=schedule, backend=backend, torch_csv=csv, dump_dir=str(tmp_path))
-    result = replay(job)
+    result, dumps = gradient_replay(backend, schedule, csv)
     assert result.all_actions_done, (result.action_counts, result.expected_action_counts)
-    grads, _ = _load_dumps(tmp_path)
-    ref, ref_losses = _reference_grads(None, 0, 4)
+    grads, _ = _load_dumps(dumps)
+    ref, ref_losses = _full_reference()
     assert set(grads[0]) == set(ref)
     for name, g in ref.items():
         torch.testing.assert_close(grads[0][name], g, rtol=1e-5, atol=4e-5, msg=name)
@@ -217,15 +285,16 @@ def test_async_schedules_run_every_action(schedule: str, versions: list[float]) 
 def test_memory_policies_change_the_activation_peak() -> None:
     """2 stages of [embedding, block0] | [block1, head]: what each policy string replays, with
     per-stage specs (``a|b``) so that one replay checks two stages."""
-    runs = {}
-    for policy in (
+    policies = (
         "none",
         "recompute|cpu_swap",
         "cpu_swap|recompute",
         "recompute:full:1|cpu_swap:0.5",
         "recompute:selective|recompute:full:1",
-    ):
-        runs[policy] = replay(_job(schedule="gpipe", memory_policy=policy))
+    )
+    # the five replays one after another in one launch of the two ranks
+    jobs = [_job(schedule="gpipe", memory_policy=policy) for policy in policies]
+    runs = dict(zip(policies, replay_in_turn(jobs), strict=True))
     act = {p: [m["act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
     host = {p: [m["host_act_peak_bytes"] for m in r.memory] for p, r in runs.items()}
     none = act["none"]
@@ -410,20 +479,19 @@ def test_a_missing_repeated_or_foreign_action_fails_all_actions_done() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "schedule",
     ["interleaved_1f1b", "looped_bfs", "interleaved_zero_bubble", "zbv_zero_bubble", "dualpipe_v"],
 )
-def test_multi_stage_csv_replay_equals_single_process(tmp_path: Path, schedule: str) -> None:
+def test_multi_stage_csv_replay_equals_single_process(gradient_replay, schedule: str) -> None:
     """2 ranks x 2 stage chunks (4 stages: embedding, block 0, block 1, head) through torch's
     _PipelineScheduleRuntime from our CSV on gloo: completes, and its losses and gradients
     equal a single-process reference (torch's test_grad_with_manual tolerances)."""
-    job = _job(schedule=schedule, backend="torch", torch_csv=True, dump_dir=str(tmp_path))
-    result = replay(job)
+    result, dumps = gradient_replay("torch", schedule, True)
     assert result.all_actions_done, (result.action_counts, result.expected_action_counts)
-    grads, _ = _load_dumps(tmp_path)
-    ref, ref_losses = _reference_grads(None, 0, 4)
+    grads, _ = _load_dumps(dumps)
+    ref, ref_losses = _full_reference()
     assert set(grads[0]) == set(ref)
     for name, g in ref.items():
         torch.testing.assert_close(grads[0][name], g, rtol=1e-5, atol=4e-5, msg=name)

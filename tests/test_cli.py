@@ -214,10 +214,12 @@ def test_cache_is_not_reused_by_another_model_code(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("exp", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_experiment_runs(exp, tmp_path):
-    res = _run("run", exp, "--out", tmp_path / "out", "--jobs", 2, "--no-plots")
+def test_every_shipped_experiment_runs(exp, shipped_run):
+    # `sim run EXP --out OUT --jobs 2 --no-plots`, shared with the tests that check more of a
+    # shipped experiment's outputs (conftest.py's shipped_run)
+    res = shipped_run(exp.name)
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "out" / "winner.yaml").is_file()
+    assert (res.out / "winner.yaml").is_file()
 
 
 def test_schedule_show_and_csv(tmp_path):

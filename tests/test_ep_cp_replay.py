@@ -17,6 +17,7 @@ the first step's backward:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,46 @@ def close(a, b) -> None:
     torch.testing.assert_close(torch.tensor(a), torch.tensor(b), **TOL)
 
 
+# The expert-parallel replay and the three 2-rank context-parallel ones run one after another in
+# one launch of two rank processes, once per session (each process starts Python and imports
+# torch and transformers); each test checks its own replay's ranks against its own reference.
+TWO_RANK_JOBS = [
+    ("backends.torch.replay.ep:run_rank", PAYLOAD),
+    *(
+        ("backends.torch.replay.cp:run_rank", {**PAYLOAD, "comm": c})
+        for c in ("all_gather", "p2p", "a2a")
+    ),
+]
+
+
+def _make_two_rank_replays(folder: Path) -> None:
+    import json
+
+    jobs = [list(job) for job in TWO_RANK_JOBS]
+    ranks = run_ranks("tests.helpers:run_jobs_in_turn", {"jobs": jobs}, nproc=2, timeout_s=600)
+    (folder / "ranks.json").write_text(json.dumps(ranks))
+
+
+def _ranks(session_once, target: str, payload: dict) -> list:
+    """Every rank's result of ``target`` on ``payload`` (one of TWO_RANK_JOBS) from the shared
+    launch."""
+    import json
+
+    folder = session_once("ep-cp-two-rank-replays", _make_two_rank_replays)
+    i = TWO_RANK_JOBS.index((target, payload))
+    return [rank[i] for rank in json.loads((folder / "ranks.json").read_text())]
+
+
+@functools.cache
+def _cp_reference() -> dict:
+    """The one-process run every context-parallel replay is checked against (read only)."""
+    return cp_replay.serial_run(PAYLOAD)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_expert_parallel_replay_equals_one_process():
-    ranks = run_ranks("backends.torch.replay.ep:run_rank", PAYLOAD, nproc=2, timeout_s=240)
+@pytest.mark.timeout(900)
+def test_expert_parallel_replay_equals_one_process(session_once):
+    ranks = _ranks(session_once, "backends.torch.replay.ep:run_rank", PAYLOAD)
     ref = ep_replay.serial_run(PAYLOAD, 2)
     for r in range(2):
         close(ranks[r]["losses"], ref["losses"][r])
@@ -64,13 +101,17 @@ def test_expert_parallel_replay_equals_one_process():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(("comm", "cp"), [("all_gather", 2), ("p2p", 2), ("p2p", 4), ("a2a", 2)])
-def test_context_parallel_replay_equals_one_process(comm, cp):
+def test_context_parallel_replay_equals_one_process(comm, cp, session_once):
     payload = {**PAYLOAD, "comm": comm}
-    ranks = run_ranks("backends.torch.replay.cp:run_rank", payload, nproc=cp, timeout_s=360)
-    ref = cp_replay.serial_run(PAYLOAD)
+    if cp == 2:
+        ranks = _ranks(session_once, "backends.torch.replay.cp:run_rank", payload)
+    else:
+        ranks = run_ranks("backends.torch.replay.cp:run_rank", payload, nproc=cp, timeout_s=360)
+    ref = _cp_reference()
     mean = [sum(xs) / cp for xs in zip(*(r["losses"] for r in ranks), strict=True)]
+    assert len(ranks) == cp
     close(mean, ref["losses"])
     for name, full in ref["grads"].items():
         for r in ranks:

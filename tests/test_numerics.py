@@ -5,6 +5,7 @@ schedule family with the check passing."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -85,12 +86,17 @@ def test_a_missing_tied_allreduce_fails_the_check():
     assert out["grad_max_error"] > 100 * tolerance("fp32")
 
 
+@functools.cache  # the same 1F1B reference for each stale schedule (read only)
+def _flushed_reference() -> Reference:
+    return _reference(_job("1f1b"))
+
+
 @pytest.mark.parametrize("schedule", ["pipedream_2bw", "pipemare", "pipedream"])
 def test_staleness_is_seen_beside_a_flushed_run(schedule):
     # the same micro-batches with fresh weights (1F1B's rule) differ from the stale run by far
     # more than the tolerance at the numerics run's learning rate (seen: 2.7e-3 PipeMare,
     # 1.1e-2 2BW, 1.4 PipeDream)
-    stale, fresh = _reference(_job(schedule)), _reference(_job("1f1b"))
+    stale, fresh = _reference(_job(schedule)), _flushed_reference()
     out = compare(_dumps_from(fresh, fresh.grads), stale, tolerance("fp32"))
     assert out["numerics"] == "FAILED" and out["grad_max_error"] > 10 * tolerance("fp32"), out
 
@@ -267,20 +273,48 @@ def _encoder_job(schedule: str, backend: str = "ours", **kw) -> ReplayJob:
                      threads=1, backend=backend, timeout_s=120, **kw)  # fmt: skip
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize(
-    ("schedule", "backend"),
-    [
-        ("gpipe", "ours"),
-        ("1f1b", "ours"),
-        ("pipedream_2bw", "ours"),
-        ("pipedream", "ours"),
-        ("pipemare", "ours"),
-        ("gpipe", "torch"),
-        ("1f1b", "torch"),
-    ],  # fmt: skip
-)
-def test_the_tied_encoder_replays_with_the_references_arithmetic_to_the_bit(schedule, backend):
+ENCODER_JOBS = [
+    ("gpipe", "ours"),
+    ("1f1b", "ours"),
+    ("pipedream_2bw", "ours"),
+    ("pipedream", "ours"),
+    ("pipemare", "ours"),
+    ("gpipe", "torch"),
+    ("1f1b", "torch"),
+]
+
+
+def _make_encoder_checks(folder: Path) -> None:
+    """``check_numerics`` of every ENCODER_JOBS job, its steps run for all jobs at once: the
+    dumped replays (NUMERICS_LR, one folder each) one after another in one launch of the two
+    ranks, then the one-process reference checks one after another in one process (each
+    process starts Python and imports torch: about 2 CPU seconds)."""
+    import dataclasses
+    import json
+
+    from backends.torch.replay.launch import run_ranks
+    from tests.helpers import REPLAY_TARGETS
+
+    jobs = []
+    for schedule, backend in ENCODER_JOBS:
+        (dump := folder / f"{schedule}-{backend}").mkdir()
+        job = _encoder_job(schedule, backend)
+        jobs.append(dataclasses.replace(job, dump_dir=str(dump), lr=NUMERICS_LR))
+    timeout_s, threads = sum(j.timeout_s for j in jobs), jobs[0].threads
+    replays = [[REPLAY_TARGETS[j.backend], j.to_dict()] for j in jobs]
+    run_ranks("tests.helpers:run_jobs_in_turn", {"jobs": replays}, nproc=2,
+              timeout_s=timeout_s, pg_timeout_s=jobs[0].pg_timeout_s, threads=threads)  # fmt: skip
+    checks = [["backends.torch.replay.reference:check", {"job": j.to_dict()}] for j in jobs]
+    (out,) = run_ranks("tests.helpers:run_jobs_in_turn", {"jobs": checks}, nproc=1,
+                       timeout_s=timeout_s, threads=threads, process_group=False)  # fmt: skip
+    (folder / "checks.json").write_text(json.dumps(out))
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("schedule", "backend"), ENCODER_JOBS)
+def test_the_tied_encoder_replays_with_the_references_arithmetic_to_the_bit(
+    schedule, backend, session_once
+):
     # issue 30 item 2: the encoder's head is tied to its embedding across the two ranks. The
     # reference updates the weights as the replay does (torch's fused ``add(g, alpha=-lr)``,
     # not ``w - lr * g``) and sums the tied gradient in the replay's order (each holder's
@@ -289,8 +323,11 @@ def test_the_tied_encoder_replays_with_the_references_arithmetic_to_the_bit(sche
     # place per step (2e-6 after one step) grew through the tied weight to 2.2e-4 after six
     # steps under GPipe and 1F1B, above the 1e-4 tolerance, while 2BW (whose update was
     # written as the reference's) passed.
-    from backends.torch.replay.replayer import check_numerics
+    # The check is backends.torch.replay.replayer.check_numerics's, its launches shared by the
+    # seven jobs (_make_encoder_checks).
+    import json
 
-    out = check_numerics(_encoder_job(schedule, backend))
+    folder = session_once("tied-encoder-checks", _make_encoder_checks)
+    out = json.loads((folder / "checks.json").read_text())[ENCODER_JOBS.index((schedule, backend))]
     assert out["numerics"] == "ok" and out["checked_steps"] >= 3, out
     assert out["grad_max_error"] == 0.0 and out["loss_max_error"] == 0.0, out

@@ -9,6 +9,7 @@ a ``p``-stage pipeline holds ``m`` micro-batches' activations under GPipe and ``
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -93,6 +94,7 @@ def test_predicted_busy_time_is_the_stage_compute(tmp_path, schedule, rank):
     assert 0 < pred["predicted_peak_bytes"] <= pred["predicted_device_peak_bytes"]
 
 
+@functools.cache  # a job's counts and counted bytes are deterministic: run each job once
 def _run(schedule: str, rank: int, m: int = 4, **kw: object):
     from backends.torch.replay.job import ReplayJob
     from backends.torch.replay.single_rank import run_single_rank

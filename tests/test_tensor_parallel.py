@@ -304,24 +304,16 @@ def test_2x_dgx_h100_needs_tensor_times_pipeline():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_2x_dgx_h100_experiment_runs_end_to_end(tmp_path):
+def test_2x_dgx_h100_experiment_runs_end_to_end(shipped_run):
     import csv
-    import subprocess
-    import sys
 
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "sim.cli", "run", "experiments/2x-dgx-h100.yaml"]
-    proc = subprocess.run(
-        cmd + ["--no-plots", "--out", str(out), "-j", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = list(csv.DictReader((out / "results.csv").open()))
+    # `sim run experiments/2x-dgx-h100.yaml --jobs 2 --no-plots`, run once for this test and
+    # tests/test_cli.py::test_every_shipped_experiment_runs (conftest.py's shipped_run)
+    res = shipped_run("2x-dgx-h100.yaml")
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((res.out / "results.csv").open()))
     assert "tensor_parallel" in rows[0]
-    winner = (out / "winner.yaml").read_text()
+    winner = (res.out / "winner.yaml").read_text()
     assert "tensor_parallel" in winner
 
 

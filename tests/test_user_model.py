@@ -527,24 +527,25 @@ def test_profile_simulate_replay_user_model(tmp_path: Path, which: str) -> None:
     assert (df.measured_peak_bytes > 0).all()
     # the replay's first loss is the single-process forward of the same FUNC and seed
     from backends.torch.replay.job import ReplayJob
-    from backends.torch.replay.launch import replay
+    from tests.helpers import replay_in_turn
 
     trace_model = yaml.safe_load((tmp_path / "m.yaml").read_text())["provenance"]["model"]
     expected = _first_loss(model, loss_ref, b, layers)
-    for backend in ("ours", "torch"):
-        res = replay(
-            ReplayJob(
-                model=trace_model,
-                stages=2,
-                microbatches=2,
-                microbatch_size=b,
-                iterations=1,
-                warmup_iterations=0,
-                backend=backend,
-                timeout_s=120,
-                pg_timeout_s=60,
-            )
+    jobs = [
+        ReplayJob(
+            model=trace_model,
+            stages=2,
+            microbatches=2,
+            microbatch_size=b,
+            iterations=1,
+            warmup_iterations=0,
+            backend=backend,
+            timeout_s=120,
+            pg_timeout_s=60,
         )
+        for backend in ("ours", "torch")
+    ]
+    for res in replay_in_turn(jobs):  # both replays in one launch of the two ranks
         assert res.losses[0] == pytest.approx(expected, rel=1e-5)
 
 
@@ -553,26 +554,29 @@ def test_profile_simulate_replay_user_model(tmp_path: Path, which: str) -> None:
 def test_user_model_replays_memory_policies(tmp_path: Path) -> None:
     from backends.torch.profile.user import prepare
     from backends.torch.replay.job import ReplayJob
-    from backends.torch.replay.launch import replay
+    from tests.helpers import replay_in_turn
 
     spec, *_ = prepare(
         f"{LLAMA}:build", layers=LLAMA_LAYERS, loss=f"{LLAMA}:loss", microbatch_size=2, dtype="fp32"
     )
     peaks, losses = {}, {}
-    for policy in ("none", "recompute", "cpu_swap"):
-        res = replay(
-            ReplayJob(
-                model=spec.to_dict(),
-                stages=2,
-                microbatches=2,
-                microbatch_size=2,
-                iterations=1,
-                warmup_iterations=0,
-                memory_policy=policy,
-                timeout_s=120,
-                pg_timeout_s=60,
-            )
+    policies = ("none", "recompute", "cpu_swap")
+    jobs = [
+        ReplayJob(
+            model=spec.to_dict(),
+            stages=2,
+            microbatches=2,
+            microbatch_size=2,
+            iterations=1,
+            warmup_iterations=0,
+            memory_policy=policy,
+            timeout_s=120,
+            pg_timeout_s=60,
         )
+        for policy in policies
+    ]
+    # the three replays one after another in one launch of the two ranks
+    for policy, res in zip(policies, replay_in_turn(jobs), strict=True):
         assert res.all_actions_done
         peaks[policy] = [m["act_peak_bytes"] for m in res.memory]
         losses[policy] = res.losses

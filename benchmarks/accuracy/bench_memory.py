@@ -75,7 +75,9 @@ def predict(case: MemoryCase) -> dict:
             "hardware": name,
             "models": [{"name": "m", "trace": "m"}],
             "training": {"global_batch": case.gbs, "dtype": dtype},
-            "options": {"partition": "uniform"},
+            "options": {"partition": "uniform"}
+            if case.boundaries is None
+            else {"boundaries": list(case.boundaries)},
             "framework": case.framework,
             "memory": memory,
         }
@@ -92,6 +94,8 @@ def predict(case: MemoryCase) -> dict:
         context_parallel=lay["cp"],
         context_parallel_comm=lay.get("cp_comm", "p2p"),
         expert_parallel=lay["ep"],
+        expert_tensor_parallel=lay.get("etp"),
+        routing=lay.get("routing", "balanced"),
         microbatches=case.m,
         memory_policy=case.policy,
         global_batch=case.gbs,

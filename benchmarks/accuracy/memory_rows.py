@@ -19,7 +19,17 @@ runs' own (their launchers' and model arguments), the shapes their configuration
   ``MODEL_ARGS`` in the note; ``mem-max-allocated-bytes`` is logged by the last rank
   (``megatron/training/training.py`` ``training_log`` writes TensorBoard from the rank that
   owns the writer: ``global_vars.py`` ``_set_tensorboard_writer`` on ``rank == world_size -
-  1``), so ``peak="last"``.
+  1``), so ``peak="last"``. It is ``torch.cuda.memory_stats()["allocated_bytes.all.peak"]``
+  (``training.py`` ``training_log``, never reset: the peak since the process started) at each
+  logged step, and the row keeps the maximum over the steps. Each case runs as its arguments
+  and its software say: the attention backend TE picks under ``--deterministic-mode`` in the
+  image that generated the golden values (:func:`golden_environment`, from
+  ``golden_generation.csv``: the ``[lts_...]`` values generated before 2025-11-06 ran
+  NGC PyTorch 24.01, where TE 1.2 falls back to its unfused attention on A100), the
+  ``CUBLAS_WORKSPACE_CONFIG`` that mode sets, Megatron's GPT defaults (dropout 0.1, tied
+  embeddings, GeLU, learned positions), its pipeline split, the expert tensor-parallel size,
+  the token dispatcher (``allgather`` by default), the distributed-optimizer instances, the
+  deferred embedding weight gradient and TE's grouped GEMM.
 """
 
 from __future__ import annotations
@@ -32,10 +42,26 @@ from typing import Any
 
 import pandas as pd
 
+from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
+from sim.runs.pipeline_layout import layout_boundaries, split_layout
+
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
 if not MEASURED.is_dir():  # a worktree of /work: the shared folder beside the checkouts
     MEASURED = Path("/work/shared/data/measured")
 GIB = 2.0**30
+
+
+def _generated() -> dict[str, str]:
+    """Golden-values file -> the date its memory values were generated
+    (``golden_generation.csv``, written by :mod:`golden_generation`)."""
+    path = Path(__file__).with_name("golden_generation.csv")
+    if not path.is_file():
+        return {}
+    df = pd.read_csv(path, dtype=str).fillna("")
+    return dict(zip(df.path, df.generated_date, strict=True))
+
+
+GENERATED = _generated()
 
 PRESETS = {"B200": "dgx-b200", "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72"}
 """GPU name in the rows -> the hardware preset whose GPU it is."""
@@ -56,6 +82,12 @@ TOKENIZER_VOCAB = {
 }
 
 
+DETERMINISTIC_CUBLAS = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` of a ``--deterministic-mode`` run: Megatron sets it by default
+(``megatron/training/determinism.py`` ``DETERMINISM_ENV_VAR_DEFAULTS``) and the functional
+tests' ``model_config.yaml`` ``ENV_VARS`` set it too (NVIDIA/Megatron-LM@d98e8a64dd)."""
+
+
 @dataclass
 class MemoryCase:
     """One measured peak as a configuration.
@@ -74,6 +106,7 @@ class MemoryCase:
         peak: ``max`` over ranks or the ``last`` rank's.
         skip: why it is not predicted ("" when it is).
         framework: pipesim's framework profile of the run.
+        boundaries: each virtual stage's first layer as Megatron splits them (None: one stage).
     """
 
     case: str
@@ -93,6 +126,7 @@ class MemoryCase:
     peak: str = "max"
     skip: str = ""
     framework: str = "megatron-lm"
+    boundaries: tuple[int, ...] | None = None
 
     @property
     def dimensions(self) -> str:
@@ -224,26 +258,93 @@ def _moe(args: dict[str, Any], h: int, ffn: int) -> dict[str, Any] | None:
     }
 
 
+def _routing(args: dict[str, Any]) -> str:
+    """Balanced routing (an assumption) with the run's token dispatcher: Megatron-Core's
+    default is ``allgather`` (``TransformerConfig.moe_token_dispatcher_type``,
+    ``megatron/core/transformer/transformer_config.py``, NVIDIA/Megatron-LM@d98e8a64dd)."""
+    dispatcher = str(args.get("--moe-token-dispatcher-type", "allgather"))
+    return "balanced+allgather" if dispatcher == "allgather" else "balanced"
+
+
+def _mla(args: dict[str, Any]) -> dict[str, int]:
+    """The run's MLA dimensions (``--q-lora-rank`` ...), DeepSeek's where not given."""
+    keys = {"q_lora": "--q-lora-rank", "kv_lora": "--kv-lora-rank", "d_nope": "--qk-head-dim",
+            "d_rope": "--qk-pos-emb-head-dim", "d_v": "--v-head-dim"}  # fmt: skip
+    return {k: int(args.get(flag, MLA[k])) for k, flag in keys.items()}
+
+
+def _dropout(args: dict[str, Any]) -> bool:
+    """Attention or hidden dropout above 0 (Megatron-LM's defaults are 0.1 for both:
+    ``megatron/training/arguments.py`` ``--attention-dropout``, ``--hidden-dropout``)."""
+    return any(float(args.get(k, 0.1)) > 0 for k in ("--attention-dropout", "--hidden-dropout"))
+
+
 def _dense_layers(args: dict[str, Any]) -> int:
     freq = str(args.get("--moe-layer-freq", "1"))
     m = re.match(r"\(\[0\]\*(\d+)", freq)
     return int(m.group(1)) if m else 0
 
 
-def golden_model(args: dict[str, Any], kind: str, tp: int) -> dict[str, Any]:
+LTS_2401 = TeEnvironment(
+    te=(1, 2),
+    flash_attn=(2, 0, 4),
+    label="Megatron-LM's LTS image on nvcr.io/nvidia/pytorch:24.01-py3 (.gitlab/stages/"
+    "01.build.yml until @23a1dcaf74, 2025-11-06; the lts extra of pyproject.toml installs no "
+    "TE, so the container's: TE 1.2 and flash-attn 2.0.4 by NGC's 24.01 release notes, an "
+    "assumption not checked here)",
+)
+LATER = TeEnvironment(
+    te=(2, 8),
+    flash_attn=(2, 4, 1),
+    label="the dev images and the LTS image from 2025-11-06 on (NGC PyTorch 25.09 or later, "
+    "TE >= 2.8 from pyproject.toml); flash-attn >= 2.4.1 inferred from the measured peaks "
+    "(an assumption)",
+)
+LTS_BUMP = "2025-11-06"
+"""NVIDIA/Megatron-LM@23a1dcaf74 "Bump LTS container": LTS golden values generated before it
+ran in the 24.01 image (:data:`LTS_2401`)."""
+COMPUTE_CAPABILITY = {"A100-SXM-80GB": (8, 0), "GB200": (10, 0), "B200": (10, 0)}
+
+
+def golden_environment(case: str, generated: str) -> TeEnvironment:
+    """The TE environment of a functional test's golden values: the 24.01 LTS image for
+    ``[lts_...]`` values generated (``golden_generation.csv``) before :data:`LTS_BUMP`."""
+    if "[lts" in case and generated and generated < LTS_BUMP:
+        return LTS_2401
+    return LATER
+
+
+def golden_attention(args: dict[str, Any], gpu: str, env: TeEnvironment) -> str:
+    """``"math"`` or ``"flash"``: the attention the run kept activations for. Megatron's own
+    ``--transformer-impl local`` and ``--attention-backend unfused`` or ``local`` are unfused; ``auto``
+    (the default) is TE's choice (:func:`sim.memory.te_attention.te_attention_backend`), with
+    determinism under ``--deterministic-mode``."""
+    backend = args.get("--attention-backend", "auto")
+    if backend in ("unfused", "local"):  # local: Megatron's own DotProductAttention
+        return "math"
+    if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
+        return "math"
+    if backend != "auto":
+        return "flash"
+    det = bool(args.get("--deterministic-mode"))
+    return memory_attention(te_attention_backend(env, COMPUTE_CAPABILITY[gpu], det))
+
+
+def golden_model(
+    args: dict[str, Any], kind: str, tp: int, attention: str = "flash"
+) -> dict[str, Any]:
     """The functional test's model as a trace shape: a decoder (SwiGLU, MoE or MLA) or the
-    generator's GPT/BERT stack (GeLU, learned positions, dropout)."""
+    generator's GPT/BERT stack (GeLU, learned positions, dropout), with ``attention``
+    (:func:`golden_attention`)."""
     h, a, layers = int(args["--hidden-size"]), int(args["--num-attention-heads"]), 0
     layers = int(args["--num-layers"])
     s = int(args.get("--seq-length", args.get("--max-position-embeddings", 512)))
     ffn = int(args.get("--ffn-hidden-size", 4 * h))
-    attention = "math" if args.get("--attention-backend") == "unfused" else "flash"
-    if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
-        attention = "math"
     v = _vocab(args, tp, kind)
     moe = _moe(args, h, ffn)
     gated = bool(args.get("--swiglu", False))
-    if gated or moe or args.get("--multi-latent-attention"):
+    cp = int(args.get("--context-parallel-size", 1))
+    if gated or moe or args.get("--multi-latent-attention") or (cp > 1 and kind != "bert"):
         kv = int(args.get("--num-query-groups", a)) if args.get("--group-query-attention") else a
         return {
             "decoder": {
@@ -255,9 +356,13 @@ def golden_model(args: dict[str, Any], kind: str, tp: int) -> dict[str, Any]:
                 "ffn_hidden": ffn,
                 "kv_heads": kv,
                 "attention": attention,
-                "mla": MLA if args.get("--multi-latent-attention") else None,
+                "mla": _mla(args) if args.get("--multi-latent-attention") else None,
                 "moe": moe,
                 "dense_layers": _dense_layers(args) if moe else 0,
+                "gated_mlp": gated,
+                "rotary": args.get("--position-embedding-type") == "rope",
+                "tied_embeddings": not args.get("--untie-embeddings-and-output-weights"),
+                "dropout": _dropout(args),
             }
         }
     return {
@@ -274,10 +379,25 @@ def golden_model(args: dict[str, Any], kind: str, tp: int) -> dict[str, Any]:
     }
 
 
+def _boundaries(args: dict[str, Any], layers: int, stages: int) -> tuple[int, ...] | None:
+    """Megatron's split of the layers over the ``stages`` virtual stages, with the embedding
+    and the loss counted as layers under ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` (:func:`sim.runs.pipeline_layout.split_layout`);
+    None for one stage."""
+    if stages == 1:
+        return None
+    emb = bool(args.get("--account-for-embedding-in-pipeline-split"))
+    loss = bool(args.get("--account-for-loss-in-pipeline-split"))
+    layout = split_layout(layers, stages, embedding=emb, loss=loss)
+    return layout_boundaries(layout, layers, 0, stages)
+
+
 def _policy(args: dict[str, Any]) -> str:
     full = args.get("--recompute-granularity") == "full"
     if args.get("--use-distributed-optimizer"):
-        return "dist_opt:recompute" if full else "dist_opt"
+        n = int(args.get("--num-distributed-optimizer-instances", 1))
+        inst = f"instances={n}:" if n > 1 else ""
+        return f"dist_opt:{inst}recompute" if full else f"dist_opt:{inst}".rstrip(":")
     if full:
         return "recompute:full"
     if args.get("--recompute-granularity") == "selective":
@@ -302,6 +422,8 @@ def _golden_case(r: Any) -> MemoryCase:
         peak="last",
     )
     why = next((msg for k, msg in UNMODELLED.items() if k in args), "")
+    if "_distill" in name:
+        why = why or "knowledge distillation (a ModelOpt teacher beside the student: not modelled)"
     if kind in ("t5", "multimodal", "hybrid", "nemotron3"):
         why = why or f"{kind} models are not modelled"
     if not args or "--num-layers" not in args:
@@ -320,6 +442,7 @@ def _golden_case(r: Any) -> MemoryCase:
     layers = int(args["--num-layers"])
     per_vp = args.get("--num-layers-per-virtual-pipeline-stage")
     vp = layers // (pp * int(per_vp)) if per_vp else 1
+    vp = int(args.get("--num-virtual-stages-per-pipeline-rank", vp))
     mbs = int(args.get("--micro-batch-size", 1))
     gbs = int(args.get("--global-batch-size", mbs * dp))
     if dp < 1 or gbs % (mbs * dp):
@@ -328,17 +451,25 @@ def _golden_case(r: Any) -> MemoryCase:
     ce = "unfused"
     if args.get("--cross-entropy-loss-fusion"):
         ce = "te" if args.get("--cross-entropy-fusion-impl") == "te" else "native"
-    base.model = golden_model(args, kind, tp)
+    env = golden_environment(name, GENERATED.get(str(r.source_ref).split(":", 1)[-1], ""))
+    base.model = golden_model(args, kind, tp, golden_attention(args, gpu, env))
     base.layout = {
         "tp": tp,
         "pp": pp,
         "vp": vp,
         "cp": cp,
         "ep": ep,
+        "etp": int(args.get("--expert-tensor-parallel-size", tp)),
+        "routing": _routing(args),
         "dp": dp,
         "sp": bool(args.get("--sequence-parallel", False)) and tp > 1,
         "cp_comm": str(args.get("--cp-comm-type", "p2p")).split("+")[0],
     }
+    try:
+        base.boundaries = _boundaries(args, layers, pp * vp)
+    except ValueError as exc:
+        base.skip = f"pipeline split: {exc}"
+        return base
     base.gbs, base.mbs, base.m = gbs, mbs, gbs // (mbs * dp)
     base.policy = _policy(args)
     base.memory = {
@@ -346,6 +477,12 @@ def _golden_case(r: Any) -> MemoryCase:
         "gradient_accumulation_fusion": not args.get("--no-gradient-accumulation-fusion"),
         "dtype": "fp16" if args.get("--fp16") else "bf16",
     }
+    if args.get("--deterministic-mode"):
+        base.memory["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
+    if args.get("--moe-grouped-gemm") and args.get("--transformer-impl") != "local":
+        base.memory["te_grouped_gemm"] = True
+    if args.get("--defer-embedding-wgrad-compute"):
+        base.memory["defer_embedding_wgrad"] = int(args.get("--wgrad-deferral-limit", 0))
     return base
 
 

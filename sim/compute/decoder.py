@@ -216,7 +216,7 @@ def layer_act_bytes(
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if kind == "embedding":
-        return float(8 * t + r * h * d)
+        return float(8 * t + r * h * d + (r * h if m.dropout else 0))
     if kind == "head":
         return float(4 * r * h + 4 * t * -(-m.vocab // tp))
     base = _check(kind)
@@ -236,6 +236,8 @@ def _body_act(base, kind, m, b, d, tp, sp, cp, rows, cp_comm="p2p", etp=None) ->
         assert m.mamba is not None
         return mamba_act_bytes(m.mamba, h, m.seq_len, b, d, tp, sp, cp)
     attn = _attn_act(m, m.block_for(kind), b, d, tp, sp, cp, cp_comm) if base in ATTN else 0.0
+    if m.dropout and base != "attention":  # the MLP's bias_dropout_add mask (1 byte)
+        attn += r * h
     if base in ("moe_block", "moe"):
         assert m.moe is not None
         return float(attn + moe_act_bytes(m.moe, r, t, rows, d, tp, etp))
@@ -258,6 +260,8 @@ def _attn_act(
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     extra = scores_act_bytes(m, b, d, tp, cp) if m.attention == "math" else 0.0
+    if m.dropout:  # the projection's dropout mask; unfused: the probabilities' mask and output
+        extra = extra * (2 * d + 1) / d + r * h
     if cp > 1 and cp_comm == "a2a":
         extra += t * h // tp * d  # TE's a2a context parallelism keeps its output twice
     if m.mla is not None:
@@ -271,9 +275,11 @@ def scores_act_bytes(m: DecoderShape, b: int, d: int, tp: int = 1, cp: int = 1) 
     """Bytes unfused ("math") attention keeps for its backward beyond flash attention's: the
     softmax probabilities of the rank's ``a/tp`` heads, ``s/cp`` queries over ``s`` keys,
     ``a/tp*s/cp*s*b*d`` (Megatron-LM ``megatron/core/transformer/dot_product_attention.py``
-    ``DotProductAttention.forward`` keeps ``attention_probs`` for ``torch.bmm`` with V; no
-    dropout mask: decoder models train without attention dropout). The log-sum-exp term of
-    the flash count stays (an overestimate of ``4*t*a/tp`` bytes)."""
+    ``DotProductAttention.forward`` keeps ``attention_probs`` for ``torch.bmm`` with V),
+    without attention dropout; with it (``DecoderShape.dropout``) ``(2d + 1)/d`` times as
+    much: the softmax output, the 1-byte mask and the dropped-out probabilities
+    (Korthikanti et al., arXiv:2205.05198 §4.1: ``5as^2b`` at 16 bit). The log-sum-exp term
+    of the flash count stays (an overestimate of ``4*t*a/tp`` bytes)."""
     return float(m.heads // tp * (m.seq_len // cp) * m.seq_len * b * d)
 
 

@@ -46,6 +46,7 @@ OPTIONAL = {
     "mamba": None,
     "mtp_layers": 0,
     "tied_embeddings": False,
+    "dropout": False,
     "lora": None,
 }
 """Fields added after the first shipped traces, with their defaults: :meth:`DecoderShape.to_dict`
@@ -83,6 +84,13 @@ class DecoderShape:
         tied_embeddings: the output layer shares the word embedding's weight (Hugging Face
             ``tie_word_embeddings``; Llama, Mixtral, DeepSeek and Qwen3-MoE are untied).
         lora: adapters on a frozen base (None: full training).
+        dropout: attention and hidden dropout with p > 0 (Megatron-LM's GPT defaults,
+            ``--attention-dropout 0.1 --hidden-dropout 0.1``; Llama-like recipes train
+            without): each block keeps a 1-byte mask after its attention projection and after
+            its MLP (``bias_dropout_add`` saves the mask), the embedding one after the
+            embedding, and unfused ("math") attention keeps the mask and the dropped-out
+            probabilities beside the softmax output (:func:`sim.compute.decoder.
+            scores_act_bytes`); flash attention regenerates its mask from the RNG state.
     """
 
     layers: int
@@ -110,6 +118,7 @@ class DecoderShape:
     mtp_layers: int = 0
     tied_embeddings: bool = False
     lora: LoRAShape | None = None
+    dropout: bool = False
     block: BlockShape = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -121,7 +130,7 @@ class DecoderShape:
             gated=self.gated_mlp,
             fused_qkv=True,
             rotary=self.rotary,
-            dropout=False,
+            dropout=self.dropout,
             causal=True,
             attention=self.attention,
             kv_heads=self.kv_heads,
@@ -183,7 +192,7 @@ class DecoderShape:
         out = {k: v for k, v in out.items() if k not in OPTIONAL or v != OPTIONAL[k]}
         if out.get("moe") is not None:  # fields added later, left out at their defaults
             out["moe"] = {k: v for k, v in out["moe"].items()
-                          if not (k in ("bias", "latent") and not v)}  # fmt: skip
+                          if not (k in ("bias", "latent", "sequential_experts") and not v)}  # fmt: skip
         if out.get("lora") is not None:
             out["lora"] = {**out["lora"], "targets": list(out["lora"]["targets"])}
         return {"kind": "decoder", **out}

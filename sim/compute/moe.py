@@ -17,7 +17,8 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    ``before_permutation_1``). The host waits for the device to drain; the device then idles
    until the host issues the next kernel: one launch (``token_count_sync``, a kernel of no
    bytes: ``kernel_overhead_s``). The host's lost run-ahead over the rest of the layer is not
-   modelled (decoder traces carry no host ops);
+   modelled (the layer's host ops, :mod:`sim.compute.mcore_ops`, are summarised with no sync
+   inside a layer: :mod:`sim.hardware.host_ops`);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
    their experts (timed by the engine, :mod:`sim.parallel.expert`);
@@ -89,6 +90,10 @@ class MoEShape:
             ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
             parameters; the adds run in the GEMMs' epilogues (no kernel of their own).
         latent: the routed experts' latent width ``l`` (module doc, "Latent MoE"); 0: none.
+        sequential_experts: the local experts run one by one in Python (Megatron-Core's
+            ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's
+            ops (:mod:`sim.compute.mcore_ops`); the kernel model still times them as grouped
+            GEMMs. False: one grouped MLP (``GroupedMLP``/``TEGroupedMLP``).
     """
 
     hidden: int
@@ -101,6 +106,7 @@ class MoEShape:
     pad_to_capacity: bool = False
     bias: bool = False
     latent: int = 0
+    sequential_experts: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -53,6 +53,28 @@ filters ``output``).
 The linear layers' saved inputs, which TE keeps quantized (``linear.py:596-621``), are
 counted at the recipe's bytes: :mod:`sim.compute.low_precision_act`.
 
+Checked against Transformer Engine's own GEMM benchmark on a B300 (TE@d0067d0
+``docs/examples/gemm_profiling/gemm_profiling.rst``: one layer's 12 GEMMs, pre-quantized and
+under ``te.autocast``; ``benchmarks/accuracy/bench_te_gemm_profile.py``): the casts its autocast
+mode adds, 2.335 ms with current scaling and 1.823 ms with MXFP8, are predicted from the bytes
+above at 2.450 and 1.822 ms; per-tensor FP8 GEMMs run 1.92x as fast as BF16 there, 1.89x in
+the ``dgx-b300`` preset; MXFP8 GEMMs take 7.161 ms against FP8's 6.812, an upper bound of their
+cost, as the benchmark's pre-quantized MXFP8 operands carry unswizzled scales that each GEMM call
+swizzles (its quantizer keeps ``optimize_for_gemm`` False, ``quantized_tensor.py:406``), which
+training's ``te.Linear`` quantizers avoid (``linear.py:2095-2103``): the presets keep MXFP8 at
+the FP8 efficiency, within 5 % of that bound. The presets'
+absolute GEMM rates, BF16 and FP8 alike, are 1.29-1.35x below that benchmark's: their BF16
+factor is SimuMax's B200 node's (``dgx-b200`` description), and FP8 keeps the published
+FP8/BF16 ratio over it. NVFP4 GEMMs run 3.48x as fast as BF16 in that benchmark, 5.80x in the
+preset (its flat NVFP4 efficiency at 3.1x the FP8 peak): an overestimate at these shapes
+(K = 4096), left as it is because the NVFP4 speed-up depends on the shape (Azure's cuBLASLt
+sweep on GB200, research/gpus/microbench.md §1.2: 1.83x FP8 at 4096^3, 2.62x at 8192^3).
+
+Where Megatron runs the norm (``--normalization RMSNorm``) fused with the quantization
+(``NVTE_NORM_FWD_USE_CUDNN=1`` with MXFP8: ``FULLY_FUSED``, ``normalization.cpp:343-350``; set
+by a few of Megatron-Bridge's MoE recipes), the separate cast remains counted (an
+overestimate of one read of the norm's output).
+
 Not modelled (assumptions, each an error of a few per cent at most on the layers' time or
 memory): FP8 attention (off by default, above); delayed
 scaling's amax all-reduce of a few kilobytes per step and current scaling's per-tensor amax

@@ -36,7 +36,11 @@ from sim.framework.step_work import StepWork, shard_optimizer, step_time_s, with
 from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.topology import Topology
 from sim.memory.allocator import AllocatorConfig
-from sim.memory.framework_memory import TE_WORKSPACE_BYTES, FrameworkMemory
+from sim.memory.framework_memory import (
+    TE_GROUPED_GEMM_STREAMS,
+    TE_WORKSPACE_BYTES,
+    FrameworkMemory,
+)
 from sim.memory.fsdp import FsdpSpec
 from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
@@ -320,13 +324,16 @@ class Framework:
             workspace = TE_WORKSPACE_BYTES[
                 "hopper+" if is_sm90_or_later(gpu_model) else "pre-hopper"
             ]
+            if opts.te_grouped_gemm:
+                workspace *= 1 + TE_GROUPED_GEMM_STREAMS
         return FrameworkMemory(
             main_grads_fp32=fp32_grads,
             bucket_copy=self.bucket_copy.value,
             deallocate_outputs=self.deallocate_outputs.value,
             dummy_wgrads=fusion and self.te_workspace.value,
             workspace_bytes=workspace,
-            work=WorkOptions(opts.cross_entropy or "unfused", fusion),
+            cublas_workspace_config=opts.cublas_workspace_config,
+            work=WorkOptions(opts.cross_entropy or "unfused", fusion, opts.defer_embedding_wgrad),
             allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
             adam_state_bytes=adam_state_bytes(
                 dtype, opts.main_params_dtype, opts.exp_avg_dtype, opts.exp_avg_sq_dtype

@@ -30,7 +30,9 @@ count the same bytes:
   ``LinearWithGradAccumulationAndAsyncCommunication.backward``): :func:`dummy_wgrad_bytes`;
 * **workspaces** (``workspace_bytes``): GEMM workspaces allocated through PyTorch's allocator
   (TE's cuBLAS workspace, ``get_cublas_workspace``: 32 MiB + 1 KiB on compute capability 9 and
-  later, 4 MiB before, ``transformer_engine/pytorch/cpp_extensions/gemm.py``);
+  later, 4 MiB before, ``transformer_engine/pytorch/cpp_extensions/gemm.py``); PyTorch's own
+  cuBLAS workspaces, two of ``CUBLAS_WORKSPACE_CONFIG``'s size (``cublas_workspace_config``;
+  :mod:`sim.memory.cublas_workspace`), are counted beside them;
 * **layer transients** (``work``: :class:`~sim.memory.layer_work.WorkOptions`): the loss
   implementation and gradient-accumulation fusion;
 * **allocator** (``allocator``): PyTorch's caching allocator options
@@ -56,6 +58,13 @@ TE_WORKSPACE_BYTES = {"hopper+": 32 * MIB + 1024, "pre-hopper": 4 * MIB}
 plus additional 1024 B for alignment and misc scales" on compute capability >= 9, else 4 MiB;
 NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/cpp_extensions/gemm.py``)."""
 
+TE_GROUPED_GEMM_STREAMS = 4
+"""TE's grouped GEMM (``GroupedLinear``, Megatron's ``--moe-grouped-gemm`` experts) allocates
+one more workspace per compute stream (``get_cublas_workspace(..., grouped_gemm=True)`` loops
+over ``tex.get_num_cublas_streams()``, ``cpp_extensions/gemm.py`` 48-66;
+``num_compute_streams = 4``, ``transformer_engine/common/util/multi_stream.cpp`` 53,
+NVIDIA/TransformerEngine@d0067d0)."""
+
 
 @dataclass(frozen=True)
 class FrameworkMemory:
@@ -67,6 +76,9 @@ class FrameworkMemory:
         deallocate_outputs: a stage's output is freed once sent.
         dummy_wgrads: one weight-gradient buffer per distinct GEMM weight shape.
         workspace_bytes: GEMM workspaces allocated through PyTorch.
+        cublas_workspace_config: ``CUBLAS_WORKSPACE_CONFIG`` of the run (``":4096:8"``):
+            the size of each of PyTorch's cuBLAS workspaces; None: the GPU's default
+            (:mod:`sim.memory.cublas_workspace`).
         work: how its layers run (:class:`~sim.memory.layer_work.WorkOptions`).
         allocator: the caching allocator's options.
         weight_copy_bytes: bytes per parameter of further weight copies the framework keeps
@@ -84,6 +96,7 @@ class FrameworkMemory:
     deallocate_outputs: bool = False
     dummy_wgrads: bool = False
     workspace_bytes: float = 0.0
+    cublas_workspace_config: str | None = None
     work: WorkOptions = field(default_factory=WorkOptions)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     weight_copy_bytes: int = 0

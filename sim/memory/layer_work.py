@@ -36,6 +36,18 @@ Transformer Engine runs the layers (NVIDIA/Megatron-LM@d98e8a6, NVIDIA/Transform
   (``d*t*V_t`` more); TE's (``--cross-entropy-fusion-impl te``, ``transformer_engine/pytorch/
   cross_entropy.py``) writes the gradient into the 16-bit logits in the forward and keeps only
   them, ``d*t*V_t``; the output layer's backward adds its input gradient ``t*h*d``;
+  Megatron's fused one runs its helpers through ``jit_fuser`` = ``torch.compile``
+  (``megatron/core/jit.py``), and the compiled ``calculate_gradients``, which updates the
+  saved softmax in place (``index_put``, ``mul_``) before its cast to 16 bit, works on a
+  functional fp32 copy: ``4*t*V_t`` more in its backward (one copy; the functional tests
+  generated with older images in 2025 show two or three, which is not modelled);
+* **deferred embedding weight gradient** (``--defer-embedding-wgrad-compute``): the output
+  layer appends its input ``r*h*d`` to ``embedding_activation_buffer`` in the forward and its
+  output gradient ``d*t*V_t`` to ``grad_output_buffer`` in the backward, each while the buffer
+  holds fewer than ``--wgrad-deferral-limit`` (0: no limit), and computes the weight gradient
+  from them at the pipeline flush (``megatron/core/tensor_parallel/layers.py`` 660-664,
+  1227-1232; ``pipeline_parallel/schedules.py`` 894-925):
+  :func:`sim.memory.rank_memory.deferred_wgrad_bytes`;
 * **MoE block backward**: ``r*h*d`` plus, per routed row ``n`` on the rank, the permuted
   gradient ``h*d`` and the experts' ``up_e/tp*d`` (as the dense MLP), and the shared
   experts' ``t*up_s/tp*d``; its forward: the ``r*k`` permuted token copies sent and the ``n``
@@ -78,10 +90,13 @@ class WorkOptions:
         cross_entropy: one of :data:`CROSS_ENTROPY`.
         wgrad_fusion: gradient-accumulation fusion: weight gradients go straight into
             ``main_grad`` (no per-layer transient; TE's dummy per shape instead).
+        wgrad_deferral: Megatron's ``--defer-embedding-wgrad-compute`` with
+            ``--wgrad-deferral-limit`` (0: every micro-batch); None: off (module doc).
     """
 
     cross_entropy: str = "unfused"
     wgrad_fusion: bool = False
+    wgrad_deferral: int | None = None
 
     def __post_init__(self) -> None:
         if self.cross_entropy not in CROSS_ENTROPY:
@@ -102,6 +117,8 @@ class LayerWork:
         weights: ``(rows, cols)`` of its GEMM weights on the rank.
         tensors: the stash's tensors in the order the forward allocates them (relative
             sizes; :func:`stash_tensors` scales them to the stash), for the allocator model.
+        deferred: ``(input, output gradient)`` bytes of one micro-batch the output layer
+            keeps to the pipeline flush when its weight gradient is deferred (module doc).
     """
 
     fwd_bytes: float = 0.0
@@ -109,6 +126,7 @@ class LayerWork:
     stash_bytes: float | None = None
     weights: tuple[Shape, ...] = ()
     tensors: tuple[float, ...] = ()
+    deferred: tuple[float, float] = (0.0, 0.0)
 
 
 def stash_tensors(work: LayerWork, stash_bytes: float) -> tuple[float, ...]:
@@ -145,11 +163,14 @@ def loss_work(
     wg = _wgrad(weights, d, opts)
     logits = float(d * t * vocab_rows)
     norm = float(2 * r * h * d)
+    deferred = (float(r * h * d), logits) if opts.wgrad_deferral is not None else (0.0, 0.0)
     if opts.cross_entropy == "te":
         kept = stash - 4.0 * t * vocab_rows + logits
-        return LayerWork(0.0, t * h * d + wg, kept, weights, (norm, logits))
+        return LayerWork(0.0, t * h * d + wg, kept, weights, (norm, logits), deferred)
     bwd = max(logits, logits - 4.0 * t * vocab_rows + t * h * d + wg)
-    return LayerWork(logits, bwd, None, weights, (norm, 4.0 * t * vocab_rows))
+    if opts.cross_entropy == "native":  # the compiled gradient's functional fp32 copy
+        bwd += 4.0 * t * vocab_rows
+    return LayerWork(logits, bwd, None, weights, (norm, 4.0 * t * vocab_rows), deferred)
 
 
 def embedding_work(r: int, h: int, vocab_rows: int, d: int) -> LayerWork:

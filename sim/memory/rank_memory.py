@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sim.memory.context import StageContext
+from sim.memory.cublas_workspace import torch_cublas_bytes
 from sim.memory.estimate import swap_live
 from sim.memory.framework_memory import dummy_wgrad_bytes
 from sim.memory.fsdp_inflight import (
@@ -307,8 +308,11 @@ def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     """Bytes of the framework's own persistent buffers on the GPU: Transformer Engine's dummy
     weight gradients (one per weight shape over every chunk, :func:`~sim.memory.
     framework_memory.dummy_wgrad_bytes`), GEMM workspaces allocated through PyTorch (TE's,
-    and PyTorch's cuBLAS workspace of the compute stream, ``RuntimeReserve.
-    cublas_workspace_bytes``), and the gradient-reduction buffers: DDP's bucket copy of the
+    and PyTorch's cuBLAS workspaces of the forward's and autograd's threads, each
+    ``CUBLAS_WORKSPACE_CONFIG``'s size or ``RuntimeReserve.cublas_workspace_bytes``:
+    :func:`~sim.memory.cublas_workspace.torch_cublas_bytes`), the output layer's deferred
+    weight-gradient buffers (:func:`deferred_wgrad_bytes`), and the gradient-reduction
+    buffers: DDP's bucket copy of the
     GPU gradients with data parallelism, or a plan's own bucket (ZeRO's
     ``grad_bucket_bytes``). None on a rank that counts tensors only (a CPU rank)."""
     ctx0 = pairs[0][0]
@@ -316,15 +320,38 @@ def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     if not rv.working:
         return 0.0
     fw = ctx0.framework
-    out = fw.workspace_bytes + rv.cublas_workspace_bytes
+    out = fw.workspace_bytes + torch_cublas_bytes(
+        rv.cublas_workspace_bytes, fw.cublas_workspace_config
+    )
     if fw.dummy_wgrads:
         out += dummy_wgrad_bytes((w for c, _ in pairs for w in c.layer_work), ctx0.dtype_bytes)
+    out += sum(deferred_wgrad_bytes(ctx) for ctx, _ in pairs)
     for ctx, plan in pairs:
         if plan.grad_bucket_bytes is not None:
             out += plan.grad_bucket_bytes
         elif fw.bucket_copy and ctx.dp_width > 1:
             out += plan.grad_bytes
     return out
+
+
+def deferred_wgrad_bytes(ctx: StageContext) -> float:
+    """Bytes the output layer of ``ctx``'s stage holds for its deferred weight gradient when
+    the stage's forwards peak (:mod:`sim.memory.layer_work`, "deferred embedding weight
+    gradient"): ``n = min(limit, m)`` micro-batches' inputs (``n = m`` with no limit) and the
+    output gradients of ``min(n, m - 1)`` (the last micro-batch's backward comes after its
+    forward); 0 without deferral or without the output layer.
+
+    Example:
+        limit 2, m = 4, inputs 1 and gradients 10 bytes per micro-batch: 2 + 2 x 10 = 22.
+    """
+    limit = ctx.framework.work.wgrad_deferral
+    inputs = sum(w.deferred[0] for w in ctx.layer_work)
+    grads = sum(w.deferred[1] for w in ctx.layer_work)
+    if limit is None or inputs + grads <= 0:
+        return 0.0
+    m = ctx.microbatches
+    n = m if limit == 0 else min(limit, m)
+    return n * inputs + min(n, m - 1) * grads
 
 
 def rank_memory(pairs: Sequence[Pair]) -> RankMemory:

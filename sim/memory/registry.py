@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
+from sim.memory.act_offload import ActOffloadPolicy
 from sim.memory.auto import AutoPolicy
 from sim.memory.base import MemoryPolicy
 from sim.memory.chunked import ChunkedPolicy
@@ -36,6 +37,7 @@ POLICIES: Registry[MemoryPolicy] = Registry(
         NoPolicy,
         RecomputePolicy,
         CpuSwapPolicy,
+        ActOffloadPolicy,
         D2DSwapPolicy,
         D2DRecomputePolicy,
         ChunkedPolicy,

@@ -41,6 +41,7 @@ from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, la
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
 from sim.compute.low_precision_act import quantized_input_savings
+from sim.compute.mcore_ops import expert_ops
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer
@@ -255,7 +256,11 @@ def shard_decoder(
         if key not in cache:
             cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp, regather)
         ratios, act, share, tpc, ops, pair, parts = cache[key]
-        layers.append(_apply(layer, ratios, act, share[0] + share[1], par, parts))
+        layers.append(
+            _remote_experts(
+                _apply(layer, ratios, act, share[0] + share[1], par, parts), kind, m, par
+            )
+        )
         comm.append(tpc)
         pairs.append(pair)
         group.append(ops)
@@ -388,6 +393,31 @@ def _apply(
         recompute_parts=tuple(
             (name, layer.act_bytes * drop, layer.fwd_s * kf * secs) for name, drop, secs in parts
         ),
+    )
+
+
+def _remote_experts(
+    layer: LayerProfile, kind: str, m: DecoderShape, par: ParallelLayout
+) -> LayerProfile:
+    """``layer`` without the host ops of the experts other ranks hold: with
+    ``sequential_experts`` a MoE layer's trace counts ``SequentialMLP``'s loop over all ``E``
+    experts (:func:`sim.trace.decoder.layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of
+    them (:func:`sim.compute.mcore_ops.expert_ops`)."""
+    if par.ep <= 1 or m.moe is None or not m.moe.sequential_experts:
+        return layer
+    if base_kind(kind) not in ("moe_block", "moe"):
+        return layer
+    fwd, bwd, mods, fns = expert_ops(m.moe.experts - m.moe.experts / par.ep)
+
+    def less(v: float | None, d: float) -> float | None:
+        return None if v is None else max(0.0, v - d)
+
+    return replace(
+        layer,
+        fwd_ops=less(layer.fwd_ops, fwd),
+        bwd_ops=less(layer.bwd_ops, bwd),
+        fwd_modules=less(layer.fwd_modules, mods),
+        fwd_functions=less(layer.fwd_functions, fns),
     )
 
 

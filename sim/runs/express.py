@@ -209,8 +209,12 @@ def _gpt_model(s: ModelShape) -> list[str]:
 
 def policy(run: MeasuredRun) -> tuple[str | None, str]:
     """The memory policy of a run's optimizer sharding and recompute, or None and why
-    (``dist_opt:instances=N:...`` with several distributed-optimizer instances)."""
+    (``dist_opt:instances=N:...`` with several distributed-optimizer instances;
+    ``act_offload:SHARE`` for Megatron's activation offloading where nothing else is planned:
+    FSDP or plain DDP without recompute)."""
     name, why = _policy_name(run)
+    if name == "none" and run.activation_offload > 0:  # sim.memory.act_offload
+        return f"act_offload:{run.activation_offload:.6g}", why
     if name and name.startswith("dist_opt") and run.optimizer_instances > 1:
         name = f"dist_opt:instances={run.optimizer_instances}" + name[len("dist_opt") :]
     return name, why
@@ -343,6 +347,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             shared_ffn=s.moe_shared_ffn, gated=s.gated_mlp,
             capacity_factor=s.moe_capacity_factor, pad_to_capacity=s.moe_pad_to_capacity,
             latent=int(_feature(s, "moe_latent") or 0),
+            sequential_experts=_feature(s, "moe_experts") == "sequential",
         )  # fmt: skip
     mla = None
     if s.mla:

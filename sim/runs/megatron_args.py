@@ -31,6 +31,7 @@ from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_model_flags import (
+    activation_offload,
     hybrid_features,
     hybrid_pattern,
     optimizer_instances,
@@ -100,7 +101,7 @@ def read_megatron(
     world = _world(r)  # the launcher's flags are read (mapped) even when num_gpus is given
     world = num_gpus or world
     lay, dist = _layout(r, world)
-    shape, seq = _shape(r, lay, arch)
+    shape, seq = _shape(r, lay, arch, grouped=framework == "megatron-bridge")
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
@@ -112,6 +113,7 @@ def read_megatron(
     memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
     layout = _pipeline_layout(r, lay)
     instances = optimizer_instances(r, lay, dist)
+    offload = activation_offload(r, shape.layers or 0)
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
@@ -139,6 +141,7 @@ def read_megatron(
         memory_options=tuple(memory.items()),
         pipeline_layout=layout,
         optimizer_instances=instances,
+        activation_offload=offload,
         token_dispatcher=_dispatcher(r.flags, lay),
         optimizer=OPTIMIZERS.get(str(r.flags.get("optimizer", "adam")), "adam"),
     )
@@ -403,7 +406,9 @@ def _arch(r: Reading, arch: str | None) -> str:
     return "decoder" if r.switch("swiglu") else "gpt"
 
 
-def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShape, int | None]:
+def _shape(
+    r: Reading, lay: ParallelLayout, arch: str | None, grouped: bool = False
+) -> tuple[ModelShape, int | None]:
     kind = _arch(r, arch)
     h = r.int("hidden-size") or 0
     heads = r.int("num-attention-heads") or 0
@@ -418,7 +423,7 @@ def _shape(r: Reading, lay: ParallelLayout, arch: str | None) -> tuple[ModelShap
     kv_ch = r.int("kv-channels")
     mla = r.switch("multi-latent-attention")
     head_dim = kv_ch if kv_ch and heads and kv_ch * heads != h and not mla else None
-    features = _features(r) + hybrid_features(r, pattern, h)
+    features = _features(r, grouped) + hybrid_features(r, pattern, h)
     experts = r.int("num-experts")
     ffn = _ffn(r, h, gated) if h else None
     shape = ModelShape(
@@ -467,7 +472,11 @@ def _float(r: Reading, flag: str) -> float | None:
         return None
 
 
-def _features(r: Reading) -> tuple[str, ...]:
+def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
+    """The shape's features; ``grouped``: the experts run as grouped GEMMs unless the flags say
+    otherwise (Megatron-Bridge's MoE providers set ``moe_grouped_gemm: bool = True``, e.g.
+    its Qwen3-MoE and GPT-OSS providers; Megatron-LM's ``--moe-grouped-gemm`` is off by
+    default: ``SequentialMLP``)."""
     out = []
     pos = r.text("position-embedding-type", "learned_absolute")
     if r.switch("use-rotary-position-embeddings"):
@@ -482,6 +491,10 @@ def _features(r: Reading) -> tuple[str, ...]:
         out.append(f"mtp={r.int('mtp-num-layers')}")
     if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
         out.append(f"moe_latent={r.int('moe-latent-size')}")
+    flag = r.flags.get("moe-grouped-gemm")
+    grouped = grouped if flag is None else flag not in (False, "false", "False")
+    if r.flags.get("num-experts") and not grouped:  # SequentialMLP's loop (sim.compute.mcore_ops)
+        out.append("moe_experts=sequential")
     out += _attention_features(r)
     return tuple(out)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sim.parallel.layout import ParallelLayout
 from sim.runs.hybrid_pattern import HybridPattern, mamba_sizes, parse_pattern, stage_layout
 from sim.runs.megatron_reading import Reading
+from sim.runs.record import ArgNote
 
 
 def hybrid_pattern(r: Reading) -> HybridPattern | None:
@@ -112,3 +113,28 @@ def optimizer_instances(r: Reading, lay: ParallelLayout, dist: bool) -> int:
         return 1
     r.mapped("num-distributed-optimizer-instances", f"memory policy dist_opt:instances={n}")
     return n
+
+
+def activation_offload(r: Reading, layers: int) -> float:
+    """The share of the transformer layers' stash Megatron's ``--cpu-offloading`` keeps on the
+    host: ``--cpu-offloading-num-layers N`` of the model's ``layers`` (memory policy
+    ``act_offload:N/L``, :mod:`sim.memory.act_offload`); 0 without it. Weight offloading
+    (``--cpu-offloading-weights``) does nothing in TE (``transformer_engine/pytorch/
+    cpu_offload.py`` at d0067d0 warns that it is deprecated and has no effect)."""
+    if not r.switch("cpu-offloading"):
+        return 0.0
+    n = r.int("cpu-offloading-num-layers", 0) or 0
+    if n <= 0 or layers <= 0:
+        r.unmapped("cpu-offloading", "CPU offloading of no layers: nothing offloaded")
+        return 0.0
+    share = min(1.0, n / layers)
+    why = (
+        f"activation offloading: memory policy act_offload:{share:g} ({n} of {layers} layers' "
+        "activations on the host, with FSDP or without optimizer sharding; else counted on "
+        "the GPU); the copies, which TE overlaps with the next layers' compute, are not timed"
+    )
+    for flag in ("cpu-offloading", "cpu-offloading-num-layers", "cpu-offloading-weights"):
+        if flag in r.flags:
+            r.done.add(flag)
+            r.notes.append(ArgNote(flag, str(r.flags[flag]), "approximated", why))
+    return share

@@ -186,6 +186,9 @@ class MeasuredRun:
         optimizer_instances: Megatron's ``--num-distributed-optimizer-instances`` (the
             distributed optimizer's state sharded inside each of them:
             :mod:`sim.memory.dist_opt`).
+        activation_offload: share of the transformer layers' stash Megatron's
+            ``--cpu-offloading`` keeps on the host (``N / L``; memory policy
+            ``act_offload``, :mod:`sim.memory.act_offload`); 0: none.
         token_dispatcher: how routed tokens reach their experts: ``alltoall`` or
             ``allgather`` (Megatron's ``--moe-token-dispatcher-type allgather``; the point's
             routing ``+allgather``, :mod:`sim.parallel.expert`).
@@ -219,6 +222,7 @@ class MeasuredRun:
     memory_options: tuple[tuple[str, Any], ...] = ()
     pipeline_layout: str = ""
     optimizer_instances: int = 1
+    activation_offload: float = 0.0
     token_dispatcher: str = "alltoall"
     optimizer: str = "adam"
 

@@ -40,6 +40,7 @@ from sim.compute.decoder import (
 )
 from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import phase_time
+from sim.compute.mcore_ops import moe_layer_ops
 from sim.compute.megatron_ops import decoder_layer_ops
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, precision_kernels
@@ -67,6 +68,19 @@ def single_gpu_rows(m: DecoderShape, b: int) -> tuple[float, ...]:
     )
 
 
+def layer_host_ops(kind: str, m: DecoderShape) -> tuple[float, float, float, float]:
+    """``(forward ops, backward ops, module calls, Function applies)`` the host issues for one
+    layer of kind ``kind`` of the unsharded model: a MoE layer as Megatron-Core's was counted
+    (:func:`sim.compute.mcore_ops.moe_layer_ops`), with all ``E`` experts local when they run
+    one by one (``sequential_experts``; expert parallelism takes the others off,
+    :mod:`sim.parallel.decoder_shard`), else one grouped MLP issuing one expert's ops; any other
+    as :func:`sim.compute.megatron_ops.decoder_layer_ops`."""
+    base = base_kind(kind)
+    if base in ("moe_block", "moe") and m.moe is not None:
+        return moe_layer_ops(base, m.moe.experts if m.moe.sequential_experts else 1)
+    return decoder_layer_ops(base)
+
+
 def decoder_layer(
     name: str,
     kind: str,
@@ -88,7 +102,7 @@ def decoder_layer(
         dense = m.hidden  # the output weight is the embedding's (shared group)
     hidden = float(b * m.seq_len * m.hidden * d)
     out = {"head": 0.0, "mtp": 2 * hidden}.get(base_kind(kind), hidden)
-    fwd_ops, bwd_ops, modules, functions = decoder_layer_ops(base_kind(kind))
+    fwd_ops, bwd_ops, modules, functions = layer_host_ops(kind, m)
     return LayerProfile(
         name=name,
         fwd_s=f,
@@ -171,8 +185,9 @@ def decoder_trace(
             f"Generated, not measured: kernel model (sim.compute) on {gpu.model}, {m.attention} "
             f"attention, {routed}; one GPU, every expert local."
             + (f" Low precision: {low.describe()}." if low is not None else "")
-            + " Host ops per layer: an assumption, Megatron-DeepSpeed's block counts standing "
-            "in for Megatron-Core's (sim.compute.megatron_ops.decoder_layer_ops)."
+            + " Host ops per layer: Megatron-DeepSpeed's block counts standing in for "
+            "Megatron-Core's dense layers (an assumption, within 15 % of Megatron-Core's "
+            "counted block), MoE layers as Megatron-Core's were counted (sim.compute.mcore_ops)."
         ),
     }
     shared = tied_groups(m, len(layers), dtype_bytes(dtype))
