@@ -93,3 +93,20 @@ def test_megatrons_cpu_offloading_flags_become_the_policy():
     dist = _run(**{"cpu-offloading": True, "cpu-offloading-num-layers": 40,
                    "use-distributed-optimizer": True})  # fmt: skip
     assert policy(dist)[0] == "dist_opt"
+
+
+def test_megatrons_workspace_flags_become_memory_fields():
+    """--deterministic-mode: CUBLAS_WORKSPACE_CONFIG :4096:8 (Megatron's determinism.py);
+    --moe-grouped-gemm with TE: TE's grouped-GEMM workspaces; --defer-embedding-wgrad-compute
+    with --wgrad-deferral-limit 2: two micro-batches kept; none of them without the flags, and
+    no TE workspaces under --transformer-impl local."""
+    run = _run(**{"deterministic-mode": True, "moe-grouped-gemm": True,
+                  "defer-embedding-wgrad-compute": True, "wgrad-deferral-limit": 2})  # fmt: skip
+    assert dict(run.memory_options) == {
+        "cublas_workspace_config": ":4096:8",
+        "te_grouped_gemm": True,
+        "defer_embedding_wgrad": 2,
+    }
+    assert dict(_run().memory_options) == {}
+    local = _run(**{"moe-grouped-gemm": True, "transformer-impl": "local"})
+    assert "te_grouped_gemm" not in dict(local.memory_options)

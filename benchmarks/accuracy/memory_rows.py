@@ -43,6 +43,7 @@ from typing import Any
 import pandas as pd
 
 from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
+from sim.runs.megatron_args import DETERMINISTIC_CUBLAS
 from sim.runs.pipeline_layout import layout_boundaries, split_layout
 
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
@@ -80,12 +81,6 @@ TOKENIZER_VOCAB = {
     "BertWordPieceLowerCase": 30522,
     "Llama2Tokenizer": 32000,
 }
-
-
-DETERMINISTIC_CUBLAS = ":4096:8"
-"""``CUBLAS_WORKSPACE_CONFIG`` of a ``--deterministic-mode`` run: Megatron sets it by default
-(``megatron/training/determinism.py`` ``DETERMINISM_ENV_VAR_DEFAULTS``) and the functional
-tests' ``model_config.yaml`` ``ENV_VARS`` set it too (NVIDIA/Megatron-LM@d98e8a64dd)."""
 
 
 @dataclass

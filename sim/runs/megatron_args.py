@@ -110,7 +110,7 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
+    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r) | _workspaces(r.flags)
     layout = _pipeline_layout(r, lay)
     instances = optimizer_instances(r, lay, dist)
     offload = activation_offload(r, shape.layers or 0)
@@ -222,6 +222,36 @@ def _allocator(r: Reading) -> dict[str, Any]:
         return {}
     r.mapped("pytorch-cuda-alloc-conf", "memory: expandable_segments (the caching allocator)")
     return {"expandable_segments": True} if "expandable_segments:True" in conf else {}
+
+
+DETERMINISTIC_CUBLAS = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` of a ``--deterministic-mode`` run: Megatron sets it
+(``megatron/training/determinism.py`` ``DETERMINISM_ENV_VAR_DEFAULTS``, NVIDIA/Megatron-LM@d98e8a64dd)."""
+
+
+def _on(flags: dict[str, Any], flag: str) -> bool:
+    return flags.get(flag) not in (None, False, "false", "False")
+
+
+def _workspaces(flags: dict[str, Any]) -> dict[str, Any]:
+    """The workspaces and held buffers three flags add, as the experiment's ``memory:`` fields
+    (the flags keep their time notes in :mod:`sim.runs.megatron_table`): ``--deterministic-mode``
+    sizes PyTorch's cuBLAS workspaces (``cublas_workspace_config``, :mod:`sim.memory.
+    cublas_workspace`), ``--moe-grouped-gemm`` with Transformer Engine adds TE's grouped-GEMM
+    workspaces (``te_grouped_gemm``), ``--defer-embedding-wgrad-compute`` keeps the output
+    layer's inputs and gradients of ``--wgrad-deferral-limit`` micro-batches
+    (``defer_embedding_wgrad``)."""
+    out: dict[str, Any] = {}
+    if _on(flags, "deterministic-mode"):
+        out["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
+    if _on(flags, "moe-grouped-gemm") and flags.get("transformer-impl") != "local":
+        out["te_grouped_gemm"] = True
+    if _on(flags, "defer-embedding-wgrad-compute"):
+        try:
+            out["defer_embedding_wgrad"] = max(0, int(float(flags.get("wgrad-deferral-limit", 0))))
+        except (TypeError, ValueError):
+            out["defer_embedding_wgrad"] = 0
+    return out
 
 
 def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
