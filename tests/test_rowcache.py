@@ -68,6 +68,19 @@ def test_a_points_cache_key_hashes_its_fields_as_documented():
             + repr(prep.topology.links)
             + repr(prep.topology.hosts),
             "training": exp.training.model_dump(),
+            "memory": exp.memory.model_dump(),
             "options": exp.options.model_dump(),
         }
         assert point_cache_key(prep, point) == config_hash(fields)
+
+
+def test_a_points_cache_key_changes_with_the_experiments_memory_settings():
+    # the memory: section (allocator, workspaces, optimizer dtypes) changes a row's peak: a row
+    # cached with other memory settings is not reused
+    exp = load_experiment(ROOT / "experiments" / "dgx1.yaml")
+    other = exp.model_copy(
+        update={"memory": exp.memory.model_copy(update={"expandable_segments": True})}
+    )
+    a, b = prepare(exp, "dgx1.yaml"), prepare(other, "dgx1.yaml")
+    point = expand(a)[0][0]
+    assert point_cache_key(a, point) != point_cache_key(b, point)

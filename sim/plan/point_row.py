@@ -47,7 +47,7 @@ def model_code_hash() -> str:
 
 def point_cache_key(prep: Prepared, point: PointConfig) -> str:
     """Hash of everything the row of ``point`` depends on: the point, the trace's content, the
-    hardware, the training and option settings, the row format and the simulator's code (its
+    hardware, the training, memory and option settings, the row format and the simulator's code (its
     source, not the package version, which changes with every commit).
 
     :func:`sim.config.config_hash` of those fields; all but the point are the same for every
@@ -81,6 +81,7 @@ def _key_text_around(prep: Prepared, model: str) -> tuple[str, str]:
         + repr(prep.topology.links)
         + repr(prep.topology.hosts),
         "training": exp.training.model_dump(),
+        "memory": exp.memory.model_dump(),
         "options": exp.options.model_dump(),
     }
     text = json.dumps(fields, sort_keys=True, default=str)
