@@ -43,7 +43,7 @@ from typing import Any
 import pandas as pd
 
 from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
-from sim.runs.megatron_args import DETERMINISTIC_CUBLAS
+from sim.runs.megatron_args import workspace_options
 from sim.runs.pipeline_layout import layout_boundaries, split_layout
 
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
@@ -472,12 +472,7 @@ def _golden_case(r: Any) -> MemoryCase:
         "gradient_accumulation_fusion": not args.get("--no-gradient-accumulation-fusion"),
         "dtype": "fp16" if args.get("--fp16") else "bf16",
     }
-    if args.get("--deterministic-mode"):
-        base.memory["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
-    if args.get("--moe-grouped-gemm") and args.get("--transformer-impl") != "local":
-        base.memory["te_grouped_gemm"] = True
-    if args.get("--defer-embedding-wgrad-compute"):
-        base.memory["defer_embedding_wgrad"] = int(args.get("--wgrad-deferral-limit", 0))
+    base.memory |= workspace_options({k.removeprefix("--"): v for k, v in args.items()})
     return base
 
 

@@ -106,13 +106,7 @@ def hf_block_times(shape: BlockShape, b: int, spec: ComputeSpec, dtype: str) -> 
     """
     if b < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {b}")
-    d = 4 if dtype in ("fp32", "float32") else 2
-    fwd, grad_in, grad_w = hf_block_kernels(shape, b, d)
-    return BlockTimes(
-        phase_time(fwd, spec, dtype),
-        phase_time(grad_in, spec, dtype),
-        phase_time(grad_w, spec, dtype),
-    )
+    return _times(hf_block_kernels(shape, b, _bytes(dtype)), spec, dtype)
 
 
 def classifier_params(h: int) -> int:
@@ -145,10 +139,13 @@ def classifier_kernels(b: int, h: int, d: int) -> tuple[list[Kernel], list[Kerne
 
 def classifier_times(b: int, h: int, spec: ComputeSpec, dtype: str) -> BlockTimes:
     """Seconds of the classification head at micro-batch ``b`` (:func:`classifier_kernels`)."""
-    d = 4 if dtype in ("fp32", "float32") else 2
-    fwd, grad_in, grad_w = classifier_kernels(b, h, d)
-    return BlockTimes(
-        phase_time(fwd, spec, dtype),
-        phase_time(grad_in, spec, dtype),
-        phase_time(grad_w, spec, dtype),
-    )
+    return _times(classifier_kernels(b, h, _bytes(dtype)), spec, dtype)
+
+
+def _bytes(dtype: str) -> int:
+    return 4 if dtype in ("fp32", "float32") else 2
+
+
+def _times(phases: tuple[list[Kernel], ...], spec: ComputeSpec, dtype: str) -> BlockTimes:
+    """The forward, input-gradient and weight-gradient kernels' seconds as one block's."""
+    return BlockTimes(*(phase_time(kernels, spec, dtype) for kernels in phases))

@@ -110,7 +110,7 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r) | _workspaces(r.flags)
+    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r) | workspace_options(r.flags)
     layout = _pipeline_layout(r, lay)
     instances = optimizer_instances(r, lay, dist)
     offload = activation_offload(r, shape.layers or 0)
@@ -233,7 +233,7 @@ def _on(flags: dict[str, Any], flag: str) -> bool:
     return flags.get(flag) not in (None, False, "false", "False")
 
 
-def _workspaces(flags: dict[str, Any]) -> dict[str, Any]:
+def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
     """The workspaces and held buffers three flags add, as the experiment's ``memory:`` fields
     (the flags keep their time notes in :mod:`sim.runs.megatron_table`): ``--deterministic-mode``
     sizes PyTorch's cuBLAS workspaces (``cublas_workspace_config``, :mod:`sim.memory.
