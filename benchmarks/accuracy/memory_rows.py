@@ -43,7 +43,7 @@ from typing import Any
 import pandas as pd
 
 from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
-from sim.runs.megatron_args import workspace_options
+from sim.runs.megatron_args import flag_memory_options
 from sim.runs.pipeline_layout import layout_boundaries, split_layout
 
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
@@ -443,9 +443,6 @@ def _golden_case(r: Any) -> MemoryCase:
     if dp < 1 or gbs % (mbs * dp):
         base.skip = f"batch {gbs} is not a multiple of micro-batch {mbs} x dp {dp}"
         return base
-    ce = "unfused"
-    if args.get("--cross-entropy-loss-fusion"):
-        ce = "te" if args.get("--cross-entropy-fusion-impl") == "te" else "native"
     env = golden_environment(name, GENERATED.get(str(r.source_ref).split(":", 1)[-1], ""))
     base.model = golden_model(args, kind, tp, golden_attention(args, gpu, env))
     base.layout = {
@@ -467,12 +464,8 @@ def _golden_case(r: Any) -> MemoryCase:
         return base
     base.gbs, base.mbs, base.m = gbs, mbs, gbs // (mbs * dp)
     base.policy = _policy(args)
-    base.memory = {
-        "cross_entropy": ce,
-        "gradient_accumulation_fusion": not args.get("--no-gradient-accumulation-fusion"),
-        "dtype": "fp16" if args.get("--fp16") else "bf16",
-    }
-    base.memory |= workspace_options({k.removeprefix("--"): v for k, v in args.items()})
+    base.memory = {"dtype": "fp16" if args.get("--fp16") else "bf16"}
+    base.memory |= flag_memory_options({k.removeprefix("--"): v for k, v in args.items()})
     return base
 
 

@@ -75,6 +75,24 @@ def _offload_flags(text: str) -> dict[str, Any]:
     return {}
 
 
+def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
+    """The table's ``cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl`` and
+    ``gradient_accumulation_fusion`` cells as Megatron's flags (their memory:
+    :func:`sim.runs.megatron_args.loss_options`). ``auto`` gradient-accumulation fusion is
+    on where Transformer Engine or Apex is installed (Megatron-Bridge ``fusions.
+    can_enable_gradient_accumulation_fusion``; the NeMo container has TE), so only ``False``
+    turns it off."""
+    f: dict[str, Any] = {}
+    if _true(get.get("cross_entropy_loss_fusion", "")):
+        f["cross-entropy-loss-fusion"] = True
+        impl = get.get("cross_entropy_fusion_impl", "").split(" ")[0]
+        if impl:
+            f["cross-entropy-fusion-impl"] = impl
+    if get.get("gradient_accumulation_fusion", "").strip().lower().startswith("false"):
+        f["no-gradient-accumulation-fusion"] = True
+    return f
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc)."""
     get = {k: _cell(v) for k, v in rec.items()}
@@ -121,6 +139,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     if get.get("grad_reduce_in_fp32", "").strip().lower().startswith("false"):
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True
+    f.update(_loss_flags(get))
     mtp = get.get("mtp_num_layers", "0").split(" ")[0]
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp

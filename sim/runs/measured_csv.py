@@ -147,9 +147,32 @@ def _shape_flags(row: pd.Series) -> dict[str, Any]:
     return f
 
 
+SIMUMAX_MOE = {"moe-expert-capacity-factor": "1", "moe-pad-expert-input-to-capacity": True}
+"""SimuMax's MoE launches (MooreThreads/SimuMax@1b8ca90 ``simu_tools/megatron_scripts/scripts/
+run_pretrain_deepseekv2.sh`` ``MOE_ARGS``): capacity factor 1 with each expert's input padded
+to it."""
+SIMUMAX_CEF = {"cross-entropy-loss-fusion": True, "cross-entropy-fusion-impl": "te"}
+"""SimuMax's ``_cef`` cases: Transformer Engine's fused cross entropy, added to the launchers'
+arguments through ``EXTRA_ARGS`` (the same reading as ``benchmarks/accuracy/memory_rows.py``
+had)."""
+
+
+def _launcher_flags(row: pd.Series) -> dict[str, Any]:
+    """What a source's launcher sets that its columns do not say: SimuMax's MoE capacity
+    (:data:`SIMUMAX_MOE`) and, for its ``_cef`` cases (the case name in ``note``), the fused
+    loss (:data:`SIMUMAX_CEF`)."""
+    if not str(row.get("source_id", "")).startswith("simumax"):
+        return {}
+    f: dict[str, Any] = dict(SIMUMAX_MOE) if _int(row.get("moe_experts")) else {}
+    case = re.search(r"case (\S+);", str(row.get("note", "")))
+    if case and case.group(1).endswith("_cef"):
+        f |= SIMUMAX_CEF
+    return f
+
+
 def _run_flags(row: pd.Series) -> dict[str, Any]:
     """Flags of a row that is not a functional test (module doc)."""
-    f = _shape_flags(row)
+    f = _shape_flags(row) | _launcher_flags(row)
     for col, flag in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
                       ("cp", "context-parallel-size"), ("ep", "expert-model-parallel-size"),
                       ("etp", "expert-tensor-parallel-size"), ("mbs", "micro-batch-size"),

@@ -110,7 +110,8 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r) | workspace_options(r.flags)
+    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
+    memory |= flag_memory_options(r.flags)
     layout = _pipeline_layout(r, lay)
     instances = optimizer_instances(r, lay, dist)
     offload = activation_offload(r, shape.layers or 0)
@@ -252,6 +253,31 @@ def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
         except (TypeError, ValueError):
             out["defer_embedding_wgrad"] = 0
     return out
+
+
+def loss_options(flags: dict[str, Any]) -> dict[str, Any]:
+    """The loss and weight-gradient flags as the experiment's ``memory:`` fields (their time
+    notes stay in :mod:`sim.runs.megatron_table`): ``--cross-entropy-loss-fusion`` keeps
+    Megatron's fused vocab-parallel cross entropy (``cross_entropy: native``, one more fp32
+    copy of the logits) or, with ``--cross-entropy-fusion-impl te``, Transformer Engine's
+    (``te``: only the 16-bit logits kept); without it the unfused loss keeps fp32 logits
+    (MemoryConfig's default, :mod:`sim.memory.layer_work`;
+    NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/models/common/language_module/
+    language_module.py`` ``compute_language_model_loss``). ``--no-gradient-accumulation-fusion``
+    sets ``gradient_accumulation_fusion: false`` (a transient weight gradient per GEMM)."""
+    out: dict[str, Any] = {}
+    if _on(flags, "cross-entropy-loss-fusion"):
+        te = str(flags.get("cross-entropy-fusion-impl", "native")) == "te"
+        out["cross_entropy"] = "te" if te else "native"
+    if _on(flags, "no-gradient-accumulation-fusion"):
+        out["gradient_accumulation_fusion"] = False
+    return out
+
+
+def flag_memory_options(flags: dict[str, Any]) -> dict[str, Any]:
+    """Every ``memory:`` field the flags alone set (:func:`workspace_options`,
+    :func:`loss_options`): what ``sim import`` and the memory benchmark both read."""
+    return workspace_options(flags) | loss_options(flags)
 
 
 def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
