@@ -58,6 +58,18 @@ CUDA_TOTAL_MIB: dict[str, tuple[float, str]] = {
         "(issue 12, unverified)",
     ),
     "RTX-4090-24GB": (24217, "torch '23.65 GiB total capacity' on RTX 4090 (unverified)"),
+    "B200-SXM-180GB": (
+        182642,
+        "hashcat's device header 'Name: NVIDIA B200, ... Memory.Total: 182642 MB' (the CUDA "
+        "device's global memory in MiB); nvidia-smi shows 183359MiB (public logs, "
+        "/work/research/gpus/gpus.yaml b200-smi)",
+    ),
+    "GB200-186GB": (
+        189471,
+        "MLPerf Training v5.1 GB200 system JSON: \"accelerator_memory_capacity\": \"189471 MiB\" "
+        "(an nvidia-smi figure; CUDA's total is somewhat lower, unverified: calibrate measures "
+        "it)",
+    ),
 }
 """CUDA-visible total memory in MiB per GPU model, with its source."""
 
