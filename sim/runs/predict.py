@@ -7,14 +7,15 @@ path), and simulates each distinct configuration once with the planner's row pat
 (:func:`sim.plan.point_row.point_row`), as ``sim run`` simulates a point.
 
 What is compared (:class:`Prediction`): the iteration time, and the peak memory as a training
-framework's ``torch.cuda.max_memory_allocated`` sees it, i.e. the simulator's peak without the
-runtime reserve (CUDA context, cuBLAS workspace, NCCL buffers) and the allocator margin, which
-the caching allocator does not count as allocated (``peak_reserve_bytes`` of the row), beside
-the whole peak (``reserved``-like).
+framework's ``torch.cuda.max_memory_allocated`` sees it on the GPU the run measured it on
+(:func:`measured_gpu_allocated`: the ledger's peak without the runtime reserve, CUDA context
+and NCCL buffers, and the caching allocator's unallocated bytes; the framework's workspaces,
+which PyTorch allocates, counted), beside the whole peak (``reserved``-like).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from sim.events import EventKind, EventLog
 from sim.hardware.loader import load_hardware
 from sim.hardware.overlay import apply_overlay
 from sim.hardware.topology import Topology
+from sim.memory.peak import allocated_bytes, device_peaks
 from sim.memory.attention import with_attention
 from sim.plan.point_row import point_row
 from sim.point.config import PointConfig
@@ -113,10 +115,29 @@ def point_of(item: Expressed) -> PointConfig:
     return PointConfig(model=item.model, **fields)
 
 
-def _prediction(row: ResultRow, log: EventLog | None) -> Prediction:
+def measured_gpu_allocated(row: ResultRow, log: EventLog | None, rank: str) -> float | None:
+    """What ``torch.cuda.max_memory_allocated`` reports on the GPU a run's peak was measured
+    on (:attr:`sim.runs.record.Measured.peak_rank`): the last pipeline stage's GPU of the first
+    replica (its first tensor rank; the others are alike) for ``last``, else the largest over
+    the GPUs (:func:`sim.memory.peak.allocated_bytes`: the runtime reserve and the caching
+    allocator's unallocated bytes left out). None without a simulation."""
+    if log is None:
+        return None
+    peaks = device_peaks(log.memory, log.capacity_bytes)
+    gpus = {d: p for d, p in peaks.items() if d.startswith("gpu")}
+    if not gpus:
+        return None
+    if rank == "last" and row.placement:
+        stage = json.loads(row.placement)[0][-1]
+        dev = stage[0] if isinstance(stage, list) else stage
+        if f"{dev}" in gpus:
+            return allocated_bytes(gpus[f"{dev}"])
+    return max(allocated_bytes(p) for p in gpus.values())
+
+
+def _prediction(row: ResultRow, log: EventLog | None, rank: str = "max") -> Prediction:
     ok = row.iteration_time_s is not None and not row.error
-    reserve = row.peak_reserve_bytes or 0.0
-    alloc = row.peak_memory_bytes - reserve if row.peak_memory_bytes is not None else None
+    alloc = measured_gpu_allocated(row, log, rank)
     err = row.error or ("" if row.fits else f"out of memory on {row.oom_device}")
     t = row.iteration_time_s if ok else None
     return Prediction(t, alloc, row.peak_memory_bytes, row.fits, err, row,
@@ -147,8 +168,9 @@ class Predictor:
 
     def predict(self, item: Expressed) -> Prediction:
         """The prediction for one expressed run (cached by its key)."""
-        if item.key in self._done:
-            return self._done[item.key]
+        key = (item.key, item.run.measured.peak_rank)
+        if key in self._done:
+            return self._done[key]
         try:
             topo = self.topology(item.hardware)
             tkey = (item.hardware, item.model, repr(item.shape), item.dtype)
@@ -157,10 +179,10 @@ class Predictor:
             trace = self._traces[tkey]
             exp = parse_experiment(experiment_of(item, self.hardware(item.hardware), item.model))
             prep = Prepared(exp, "<measured>", topo, {item.model: trace})
-            out = _prediction(*point_row(prep, point_of(item)))
+            out = _prediction(*point_row(prep, point_of(item)), item.run.measured.peak_rank)
         except (InputError, ValueError) as exc:
             out = Prediction(None, None, None, False, str(exc))
-        self._done[item.key] = out
+        self._done[key] = out
         return out
 
     def predict_all(self, items: Iterable[Expressed]) -> list[Prediction]:

@@ -139,6 +139,15 @@ class Measured:
     categories: tuple[tuple[str, float], ...] = ()
 
     @property
+    def peak_rank(self) -> str:
+        """Which GPU's peak was measured: ``last`` where the source says it is the logging
+        rank's (Megatron-LM's ``training_log`` writes ``mem-max-allocated-bytes`` from the
+        rank that owns the TensorBoard writer, the last one: ``megatron/training/
+        global_vars.py`` ``_set_tensorboard_writer`` on ``rank == world_size - 1``,
+        NVIDIA/Megatron-LM@d98e8a64dd), else ``max`` (the largest over the ranks)."""
+        return "last" if "rank logging it" in self.memory_kind else "max"
+
+    @property
     def peak_bytes(self) -> float | None:
         """The peak to compare with a prediction: allocated when measured, else reserved."""
         if self.peak_allocated_bytes is not None:
