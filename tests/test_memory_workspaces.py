@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.accuracy.memory_rows import LATER, LTS_2401, golden_attention, golden_environment
+from benchmarks.accuracy.memory_rows import golden_attention
+from sim.runs.te_environment import LATER, LTS_2401, golden_environment
 from sim.compute.decoder import DecoderShape
 from sim.config import parse_experiment
 from sim.errors import InputError

@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy.bench_measured import kendall_tau  # noqa: E402
+from benchmarks.accuracy.memory_rows import GENERATED  # noqa: E402
 from sim.compare import scatter  # noqa: E402
 from sim.runs.bridge_recipes import read_recipes  # noqa: E402
 from sim.runs.express import Expressed, express  # noqa: E402
@@ -96,7 +97,7 @@ def read_source(name: str, path: Path, recipes: Path | None, max_rows: int) -> l
         runs = read_vtrain(path)
     else:
         rec = read_recipes(recipes) if name == "bridge" and recipes else None
-        runs = read_measured_csv(path, recipes=rec)
+        runs = read_measured_csv(path, recipes=rec, generated=GENERATED)
     if max_rows and len(runs) > max_rows:
         step = len(runs) / max_rows
         runs = [runs[int(i * step)] for i in range(max_rows)]

@@ -42,9 +42,10 @@ from typing import Any
 
 import pandas as pd
 
-from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
+from sim.memory.te_attention import TeEnvironment
 from sim.runs.megatron_args import flag_memory_options
 from sim.runs.pipeline_layout import layout_boundaries, split_layout
+from sim.runs.te_environment import golden_environment, run_attention
 
 MEASURED = Path(__file__).resolve().parents[3] / "shared" / "data" / "measured"
 if not MEASURED.is_dir():  # a worktree of /work: the shared folder beside the checkouts
@@ -280,49 +281,10 @@ def _dense_layers(args: dict[str, Any]) -> int:
     return int(m.group(1)) if m else 0
 
 
-LTS_2401 = TeEnvironment(
-    te=(1, 2),
-    flash_attn=(2, 0, 4),
-    label="Megatron-LM's LTS image on nvcr.io/nvidia/pytorch:24.01-py3 (.gitlab/stages/"
-    "01.build.yml until @23a1dcaf74, 2025-11-06; the lts extra of pyproject.toml installs no "
-    "TE, so the container's: TE 1.2 and flash-attn 2.0.4 by NGC's 24.01 release notes, an "
-    "assumption not checked here)",
-)
-LATER = TeEnvironment(
-    te=(2, 8),
-    flash_attn=(2, 4, 1),
-    label="the dev images and the LTS image from 2025-11-06 on (NGC PyTorch 25.09 or later, "
-    "TE >= 2.8 from pyproject.toml); flash-attn >= 2.4.1 inferred from the measured peaks "
-    "(an assumption)",
-)
-LTS_BUMP = "2025-11-06"
-"""NVIDIA/Megatron-LM@23a1dcaf74 "Bump LTS container": LTS golden values generated before it
-ran in the 24.01 image (:data:`LTS_2401`)."""
-COMPUTE_CAPABILITY = {"A100-SXM-80GB": (8, 0), "GB200": (10, 0), "B200": (10, 0)}
-
-
-def golden_environment(case: str, generated: str) -> TeEnvironment:
-    """The TE environment of a functional test's golden values: the 24.01 LTS image for
-    ``[lts_...]`` values generated (``golden_generation.csv``) before :data:`LTS_BUMP`."""
-    if "[lts" in case and generated and generated < LTS_BUMP:
-        return LTS_2401
-    return LATER
-
-
 def golden_attention(args: dict[str, Any], gpu: str, env: TeEnvironment) -> str:
-    """``"math"`` or ``"flash"``: the attention the run kept activations for. Megatron's own
-    ``--transformer-impl local`` and ``--attention-backend unfused`` or ``local`` are unfused; ``auto``
-    (the default) is TE's choice (:func:`sim.memory.te_attention.te_attention_backend`), with
-    determinism under ``--deterministic-mode``."""
-    backend = args.get("--attention-backend", "auto")
-    if backend in ("unfused", "local"):  # local: Megatron's own DotProductAttention
-        return "math"
-    if args.get("--transformer-impl") == "local" and "--attention-backend" not in args:
-        return "math"
-    if backend != "auto":
-        return "flash"
-    det = bool(args.get("--deterministic-mode"))
-    return memory_attention(te_attention_backend(env, COMPUTE_CAPABILITY[gpu], det))
+    """``"math"`` or ``"flash"``: the attention the run kept activations for
+    (:func:`sim.runs.te_environment.run_attention`, the reading ``sim import`` makes)."""
+    return run_attention({k.removeprefix("--"): v for k, v in args.items()}, gpu, env)
 
 
 def golden_model(

@@ -38,6 +38,7 @@ from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_ke
 from sim.runs.megatron_args import read_megatron
 from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
+from sim.runs.te_environment import golden_environment
 
 GiB = 2.0**30
 NEEDED = ("model", "gpu", "tp", "pp", "gbs", "mbs", "precision", "seq_len")
@@ -252,8 +253,12 @@ def measured_of(row: pd.Series) -> Measured:
     )  # fmt: skip
 
 
-def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None) -> MeasuredRun:
-    """The run of one row (module doc); ``recipe``: Megatron-Bridge recipe flags for it."""
+def row_run(
+    row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None, generated: str = ""
+) -> MeasuredRun:
+    """The run of one row (module doc); ``recipe``: Megatron-Bridge recipe flags for it;
+    ``generated``: the date a functional test's golden values were generated (its TE image:
+    :func:`sim.runs.te_environment.golden_environment`)."""
     golden = _golden_flags(row)
     family = str(row.get("model", "")).split("_")[0]
     arch = {"bert": "bert", "t5": "t5", "hybrid": "hybrid"}.get(family)
@@ -266,10 +271,11 @@ def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None
         arch = "hybrid" if "hybrid" in str(row.get("family", "")) else "decoder"
     gpus = _int(row.get("num_gpus"))
     tag = re.search(r"\[[^\]]+\]", str(row.get("table", ""))) if golden is not None else None
+    name = str(row.get("model")) + (tag.group(0) if tag else "")
     run = read_megatron(
-        flags, name=str(row.get("model")) + (tag.group(0) if tag else ""), source=source,
-        strict=True, arch=arch,
+        flags, name=name, source=source, strict=True, arch=arch,
         gpu=str(row.get("gpu", "")), num_gpus=gpus or 8, framework=_framework(row),
+        te_env=golden_environment(name, generated),
     )  # fmt: skip
     extra = []
     if gpus is None:
@@ -303,13 +309,20 @@ def _framework(row: pd.Series) -> str:
 
 
 def read_measured_csv(
-    path: str | Path, *, recipes: dict[tuple, dict[str, Any]] | None = None
+    path: str | Path,
+    *,
+    recipes: dict[tuple, dict[str, Any]] | None = None,
+    generated: dict[str, str] | None = None,
 ) -> list[MeasuredRun]:
     """Every row of a measured-runs CSV (module doc), in file order.
 
     Args:
         recipes: Megatron-Bridge recipe flags by the row's key
             (:func:`sim.runs.bridge_recipes.recipe_key`), for its rows.
+        generated: a functional test's golden-values file (the part of ``source_ref`` after
+            ``:``) -> the date its values were generated (``benchmarks/accuracy/
+            golden_generation.csv``); without it every run is taken to have had a recent TE
+            (:data:`sim.runs.te_environment.LATER`).
 
     Raises:
         InputError: unreadable, or a needed column missing (naming the file and column).
@@ -325,5 +338,7 @@ def read_measured_csv(
     out = []
     for i, row in df.iterrows():
         recipe = (recipes or {}).get(recipe_key(row))
-        out.append(row_run(row, source=f"{path} row {int(str(i)) + 2}", recipe=recipe))
+        date = (generated or {}).get(str(row.get("source_ref", "")).split(":", 1)[-1], "")
+        out.append(row_run(row, source=f"{path} row {int(str(i)) + 2}", recipe=recipe,
+                           generated=date))  # fmt: skip
     return out

@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sim.memory.te_attention import TeEnvironment
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.megatron_host_flags import read_host_options
@@ -42,6 +43,7 @@ from sim.runs.megatron_overlap import read_options
 from sim.runs.megatron_reading import Reading
 from sim.runs.pipeline_layout import parse_layout, split_layout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
+from sim.runs.te_environment import LATER, run_attention
 
 VOCAB_DIVISIBLE_BY = 128
 """``--make-vocab-size-divisible-by`` default (megatron/training/arguments.py)."""
@@ -83,6 +85,7 @@ def read_megatron(
     gpu: str = "",
     num_gpus: int | None = None,
     framework: str = "megatron-lm",
+    te_env: TeEnvironment = LATER,
 ) -> MeasuredRun:
     """The run Megatron-LM's ``flags`` describe (module doc); nothing measured yet.
 
@@ -96,6 +99,8 @@ def read_megatron(
         gpu: the GPU as the user names it; num_gpus: the job's GPUs (``--world-size`` or the
             launcher's ``--nproc-per-node x --nnodes`` when not given).
         framework: ``megatron-lm`` or ``megatron-bridge``.
+        te_env: the Transformer Engine and flash-attn the run had (its attention backend
+            under ``--deterministic-mode``; :mod:`sim.runs.te_environment`).
     """
     r = Reading(normalise(flags), strict)
     world = _world(r)  # the launcher's flags are read (mapped) even when num_gpus is given
@@ -118,7 +123,7 @@ def read_megatron(
     _conditional(r, lay, dist)
     _rest(r, lay)
     sched = "interleaved_1f1b" if lay.vp > 1 else "1f1b"
-    attention = _attention(r.flags, framework)
+    attention = _attention(r.flags, framework, gpu, te_env)
     return MeasuredRun(
         name=name,
         source=source,
@@ -308,17 +313,14 @@ def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
     return out
 
 
-def _attention(flags: dict[str, Any], framework: str) -> str:
+def _attention(flags: dict[str, Any], framework: str, gpu: str, env: TeEnvironment) -> str:
     """``math`` for Megatron's unfused core attention (``--attention-backend unfused`` or
-    ``local``; ``--transformer-impl local`` or Megatron-DeepSpeed without ``--use-flash-attn``),
-    else ``flash`` (Transformer Engine's fused attention, the default backend ``auto``)."""
-    backend = str(flags.get("attention-backend", ""))
-    if backend in ("unfused", "local"):
-        return "math"
-    if backend in ("flash", "fused"):
-        return "flash"
-    old = flags.get("transformer-impl") == "local" or framework == "megatron-deepspeed"
-    return "math" if old and not flags.get("use-flash-attn") else "flash"
+    ``local``; ``--transformer-impl local`` or Megatron-DeepSpeed without ``--use-flash-attn``;
+    TE's own fallback under ``--deterministic-mode`` in ``env``:
+    :func:`sim.runs.te_environment.run_attention`), else ``flash`` (a fused kernel)."""
+    if framework == "megatron-deepspeed" and "attention-backend" not in flags:
+        return "flash" if flags.get("use-flash-attn") else "math"
+    return run_attention(flags, gpu, env)
 
 
 def _world(r: Reading) -> int | None:
