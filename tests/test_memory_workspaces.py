@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.accuracy.memory_rows import golden_attention
-from sim.runs.te_environment import LATER, LTS_2401, golden_environment
 from sim.compute.decoder import DecoderShape
 from sim.config import parse_experiment
 from sim.errors import InputError
@@ -24,6 +23,7 @@ from sim.memory.te_attention import TeEnvironment, te_attention_backend
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.memory import point_memory
+from sim.runs.te_environment import LATER, LTS_2401, golden_environment
 from sim.trace.decoder import decoder_trace
 
 MIB = 2**20

@@ -66,7 +66,7 @@ CUDA_TOTAL_MIB: dict[str, tuple[float, str]] = {
     ),
     "GB200-186GB": (
         189471,
-        "MLPerf Training v5.1 GB200 system JSON: \"accelerator_memory_capacity\": \"189471 MiB\" "
+        'MLPerf Training v5.1 GB200 system JSON: "accelerator_memory_capacity": "189471 MiB" '
         "(an nvidia-smi figure; CUDA's total is somewhat lower, unverified: calibrate measures "
         "it)",
     ),

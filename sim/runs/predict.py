@@ -26,8 +26,8 @@ from sim.events import EventKind, EventLog
 from sim.hardware.loader import load_hardware
 from sim.hardware.overlay import apply_overlay
 from sim.hardware.topology import Topology
-from sim.memory.peak import allocated_bytes, device_peaks
 from sim.memory.attention import with_attention
+from sim.memory.peak import allocated_bytes, device_peaks
 from sim.plan.point_row import point_row
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared

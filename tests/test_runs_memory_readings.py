@@ -1,0 +1,114 @@
+"""What sim.runs reads for memory from a run's arguments (issue 27): the loss flags, the Bridge
+recipes' loss cells, SimuMax's launcher settings, the attention backend by TE image, the usable
+capacity of B200/GB200 and the GPU a peak was measured on. Hand-computed cases."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from sim.events import EventLog, MemoryEvent
+from sim.hardware.loader import load_hardware
+from sim.runs.bridge_recipes import recipe_flags
+from sim.runs.measured_csv import row_run
+from sim.runs.megatron_args import flag_memory_options, loss_options, read_megatron
+from sim.runs.predict import measured_gpu_allocated
+from sim.runs.record import Measured
+from sim.runs.te_environment import LATER, LTS_2401, golden_environment, run_attention
+
+MIB, GIB = 2.0**20, 2.0**30
+
+
+def test_loss_flags_map_to_the_memory_fields():
+    assert loss_options({}) == {}
+    assert loss_options({"cross-entropy-loss-fusion": True}) == {"cross_entropy": "native"}
+    te = {"cross-entropy-loss-fusion": True, "cross-entropy-fusion-impl": "te"}
+    assert loss_options(te) == {"cross_entropy": "te"}
+    assert loss_options({"cross-entropy-fusion-impl": "te"}) == {}  # no fusion, no impl
+    assert loss_options({"no-gradient-accumulation-fusion": True}) == {
+        "gradient_accumulation_fusion": False
+    }
+    both = flag_memory_options(te | {"deterministic-mode": True})
+    assert both == {"cross_entropy": "te", "cublas_workspace_config": ":4096:8"}
+
+
+def test_read_megatron_carries_the_loss_into_memory_options():
+    flags = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4,
+             "--seq-length": 128, "--vocab-size": 1024, "--micro-batch-size": 1,
+             "--global-batch-size": 8, "--cross-entropy-loss-fusion": True,
+             "--cross-entropy-fusion-impl": "te", "--bf16": True}  # fmt: skip
+    run = read_megatron(flags, name="x", source="t", num_gpus=8)
+    assert dict(run.memory_options)["cross_entropy"] == "te"
+
+
+def test_bridge_recipe_loss_cells():
+    f = recipe_flags({"cross_entropy_loss_fusion": "True (default)",
+                      "cross_entropy_fusion_impl": "te", "gradient_accumulation_fusion":
+                      "auto (fusions.can_enable_gradient_accumulation_fusion)"})  # fmt: skip
+    assert f["cross-entropy-loss-fusion"] is True and f["cross-entropy-fusion-impl"] == "te"
+    assert "no-gradient-accumulation-fusion" not in f  # auto: TE is installed
+    off = recipe_flags({"cross_entropy_loss_fusion": "False", "cross_entropy_fusion_impl": "te",
+                        "gradient_accumulation_fusion": "False"})  # fmt: skip
+    assert "cross-entropy-loss-fusion" not in off and off["no-gradient-accumulation-fusion"]
+
+
+def _simumax_row(case: str, experts: int | None) -> pd.Series:
+    return pd.Series({
+        "source_id": "simumax_b200_v1_2", "model": "m", "family": "moe" if experts else "dense",
+        "layers": 4, "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 8,
+        "vocab": 32000, "seq_len": 4096, "moe_experts": experts, "moe_topk": 2 if experts else None,
+        "moe_ffn_hidden": 512 if experts else None, "moe_shared_ffn": 0, "moe_dense_layers": 1,
+        "gpu": "B200", "num_gpus": 8, "tp": 1, "pp": 1, "cp": 1, "ep": 8 if experts else 1,
+        "dp": 8, "gbs": 8, "mbs": 1, "precision": "bf16", "recompute": "none",
+        "framework": "Megatron-LM", "note": f"case {case}; distributed optimizer",
+        "peak_mem_gib": 10.0, "mem_kind": "max over ranks of torch.cuda.max_memory_allocated",
+    })  # fmt: skip
+
+
+def test_simumax_rows_get_their_launcher_settings():
+    dense = row_run(_simumax_row("l4_tp1_cef", None), source="t")
+    assert dict(dense.memory_options)["cross_entropy"] == "te"
+    assert dense.shape.moe_capacity_factor is None
+    moe = row_run(_simumax_row("l4_ep8", 8), source="t")
+    assert "cross_entropy" not in dict(moe.memory_options)
+    assert moe.shape.moe_capacity_factor == 1.0 and moe.shape.moe_pad_to_capacity
+
+
+def test_attention_by_te_image():
+    det = {"deterministic-mode": True}
+    assert golden_environment("x [lts_dgx_a100]", "2025-10-21") is LTS_2401
+    assert golden_environment("x [dev_dgx_a100]", "2025-10-21") is LATER
+    assert run_attention(det, "A100-SXM-80GB", LTS_2401) == "math"  # TE 1.2: unfused on sm80
+    assert run_attention(det, "H100", LTS_2401) == "flash"  # FusedAttention on sm90
+    assert run_attention(det, "A100-SXM-80GB", LATER) == "flash"
+    assert run_attention(det, "some GPU", LTS_2401) == "flash"  # unknown: fused assumed
+    assert run_attention({"attention-backend": "local"}, "H100") == "math"
+    assert run_attention({"transformer-impl": "local"}, "H100") == "math"
+
+
+@pytest.mark.parametrize(("preset", "mib"), [("dgx-b200", 182642), ("gb200-nvl72", 189471)])
+def test_blackwell_usable_capacity_is_what_the_device_reports(preset, mib):
+    assert load_hardware(preset).gpus[0].memory_bytes == mib * MIB
+
+
+def test_the_peak_is_read_on_the_gpu_it_was_measured_on():
+    assert Measured(memory_kind="max over logged steps of mem-max-allocated-bytes (rank "
+                    "logging it; GiB)").peak_rank == "last"  # fmt: skip
+    assert (
+        Measured(memory_kind="max over ranks of torch.cuda.max_memory_allocated").peak_rank == "max"
+    )
+    # gpu0 (stage 0): 3 GiB weights + 4 GiB activations, then 1 GiB reserve (outside torch);
+    # gpu1 (the last stage): 3 GiB weights, 1 GiB framework workspace, 2 GiB allocator slack
+    ev = [MemoryEvent(0.0, "gpu0", 3 * GIB, "weights"), MemoryEvent(1.0, "gpu0", 4 * GIB,
+          "activations"), MemoryEvent(0.0, "gpu0", 1 * GIB, "reserve"),
+          MemoryEvent(0.0, "gpu1", 3 * GIB, "weights"), MemoryEvent(0.0, "gpu1", 1 * GIB,
+          "framework"), MemoryEvent(0.0, "gpu1", 2 * GIB, "allocator")]  # fmt: skip
+    log = EventLog(memory=ev, capacity_bytes={"gpu0": 80 * GIB, "gpu1": 80 * GIB})
+    row = SimpleNamespace(placement='[["gpu0", "gpu1"]]')
+    assert measured_gpu_allocated(row, log, "max") == 7 * GIB  # type: ignore[arg-type]
+    assert measured_gpu_allocated(row, log, "last") == 4 * GIB  # type: ignore[arg-type]
+    tp = SimpleNamespace(placement='[[["gpu0", "gpu2"], ["gpu1", "gpu3"]]]')
+    assert measured_gpu_allocated(tp, log, "last") == 4 * GIB  # type: ignore[arg-type]
+    assert measured_gpu_allocated(row, None, "last") is None  # type: ignore[arg-type]
