@@ -365,6 +365,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
         tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
+        dropout=bool(_feature(s, "dropout")),
     )  # fmt: skip
 
 

@@ -148,6 +148,10 @@ def _shape_flags(row: pd.Series) -> dict[str, Any]:
     return f
 
 
+SIMUMAX_DROPOUT = {"attention-dropout": "0.0", "hidden-dropout": "0.0"}
+"""SimuMax's launchers train without dropout (``run_pretrain_deepseekv2.sh`` ``MODEL_ARGS``;
+the Llama 3 launcher taken to do the same, as ``benchmarks/accuracy/memory_rows.py`` reads
+it)."""
 SIMUMAX_MOE = {"moe-expert-capacity-factor": "1", "moe-pad-expert-input-to-capacity": True}
 """SimuMax's MoE launches (MooreThreads/SimuMax@1b8ca90 ``simu_tools/megatron_scripts/scripts/
 run_pretrain_deepseekv2.sh`` ``MOE_ARGS``): capacity factor 1 with each expert's input padded
@@ -159,12 +163,14 @@ had)."""
 
 
 def _launcher_flags(row: pd.Series) -> dict[str, Any]:
-    """What a source's launcher sets that its columns do not say: SimuMax's MoE capacity
-    (:data:`SIMUMAX_MOE`) and, for its ``_cef`` cases (the case name in ``note``), the fused
+    """What a source's launcher sets that its columns do not say: SimuMax's dropout
+    (:data:`SIMUMAX_DROPOUT`), MoE capacity (:data:`SIMUMAX_MOE`) and, for its ``_cef`` cases (the case name in ``note``), the fused
     loss (:data:`SIMUMAX_CEF`)."""
     if not str(row.get("source_id", "")).startswith("simumax"):
         return {}
-    f: dict[str, Any] = dict(SIMUMAX_MOE) if _int(row.get("moe_experts")) else {}
+    f: dict[str, Any] = dict(SIMUMAX_DROPOUT)
+    if _int(row.get("moe_experts")):
+        f |= SIMUMAX_MOE
     case = re.search(r"case (\S+);", str(row.get("note", "")))
     if case and case.group(1).endswith("_cef"):
         f |= SIMUMAX_CEF

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,6 +108,8 @@ def read_megatron(
     world = num_gpus or world
     lay, dist = _layout(r, world)
     shape, seq = _shape(r, lay, arch, grouped=framework == "megatron-bridge")
+    if _dropout(r, framework):
+        shape = replace(shape, features=(*shape.features, "dropout=true"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
@@ -311,6 +314,24 @@ def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
         if r.has(flag) and not any(n.name == flag for n in r.notes):
             r.mapped(flag, "memory: precision-aware optimizer (sim.memory.precision_aware)")
     return out
+
+
+def _dropout(r: Reading, framework: str) -> bool:
+    """Attention or hidden dropout with p > 0: the decoder keeps its masks
+    (:attr:`sim.compute.decoder_shape.DecoderShape.dropout`). Megatron-LM's defaults are 0.1
+    for both (``megatron/training/arguments.py`` ``--attention-dropout``, ``--hidden-dropout``,
+    NVIDIA/Megatron-LM@d98e8a64dd); a Megatron-Bridge run without them is taken to train
+    without dropout, as its providers of the Llama-like decoders do (an assumption)."""
+    default = 0.1 if framework == "megatron-lm" else 0.0
+    on = False
+    for flag in ("attention-dropout", "hidden-dropout"):
+        try:
+            p = float(r.flags.get(flag, default))
+        except (TypeError, ValueError):
+            p = default
+        on = on or p > 0
+        r.mapped(flag, "dropout masks kept (DecoderShape.dropout)" if p > 0 else "no dropout")
+    return on
 
 
 def _attention(flags: dict[str, Any], framework: str, gpu: str, env: TeEnvironment) -> str:
