@@ -148,6 +148,13 @@ def _shape_flags(row: pd.Series) -> dict[str, Any]:
     return f
 
 
+GOLDEN_TOKENIZER = {
+    "gpt": {"--vocab-file": "(omitted)", "--merge-file": "(omitted)"},
+    "bert": {"--vocab-file": "(omitted)", "--tokenizer-type": "BertWordPieceLowerCase"},
+}
+"""The tokenizer of a functional test whose ``MODEL_ARGS`` leave its data arguments out: GPT-2's
+BPE files (``gpt2-vocab.json``, ``gpt2-merges.txt``), BERT's uncased WordPiece vocabulary
+(30,522 tokens; an assumption, as ``benchmarks/accuracy/memory_rows.py`` reads it)."""
 SIMUMAX_DROPOUT = {"attention-dropout": "0.0", "hidden-dropout": "0.0"}
 """SimuMax's launchers train without dropout (``run_pretrain_deepseekv2.sh`` ``MODEL_ARGS``;
 the Llama 3 launcher taken to do the same, as ``benchmarks/accuracy/memory_rows.py`` reads
@@ -271,7 +278,7 @@ def row_run(
     if golden is not None:
         flags = dict(golden)
         if not {"--vocab-size", "--tokenizer-type", "--vocab-file"} & set(flags):
-            flags |= {"--vocab-file": "(omitted)", "--merge-file": "(omitted)"}
+            flags |= GOLDEN_TOKENIZER.get(family, GOLDEN_TOKENIZER["gpt"])
     else:
         flags = _run_flags(row) | _recompute_flags(row) | (recipe or {})
         arch = "hybrid" if "hybrid" in str(row.get("family", "")) else "decoder"

@@ -417,13 +417,16 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
 
 def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
     """The run's pipeline layout (:mod:`sim.runs.pipeline_layout`): ``--pipeline-model-
-    parallel-layout``, or Megatron's split with ``--account-for-embedding-in-pipeline-split`` /
-    ``--account-for-loss-in-pipeline-split`` over several virtual stages; "" otherwise."""
+    parallel-layout``, or Megatron's even split over several virtual stages (the embedding on
+    the first, the output layer and loss on the last, or counted as layers with
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``:
+    :func:`~sim.runs.pipeline_layout.split_layout`); "" for one stage or layers that do not
+    split evenly (Megatron asserts they do)."""
     layout = r.text("pipeline-model-parallel-layout") or pattern_layout(r) or uneven_layout(r, lay)
     r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
     flags = ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
     emb, loss = (r.switch(f) for f in flags)
-    if layout or not (emb or loss):
+    if layout:
         return layout
     if lay.pp * lay.vp == 1:
         for f in flags:
