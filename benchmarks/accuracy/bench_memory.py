@@ -35,6 +35,7 @@ from sim.hardware.loader import load_hardware  # noqa: E402
 from sim.point.config import PointConfig  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
 from sim.point.memory import point_memory  # noqa: E402
+from sim.runs.predict import Predictor, build_trace, experiment_of, point_of  # noqa: E402
 from sim.trace.decoder import decoder_trace  # noqa: E402
 from sim.trace.generator import transformer_trace  # noqa: E402
 
@@ -61,8 +62,42 @@ def topology(preset: str, gpus: int):
     return _TOPOS[key]
 
 
+def _prepared(case: MemoryCase) -> tuple[Prepared, PointConfig]:
+    """The case's experiment and point: as ``sim import`` expresses its run where it has one
+    (:mod:`sim.runs.predict`'s experiment, trace and point), else from the case's fields."""
+    ex = case.expressed
+    if ex is not None:
+        topo = _PREDICTOR.topology(ex.hardware)
+        key = (ex.hardware, ex.model, repr(ex.shape), ex.dtype)
+        if key not in _PREDICTOR._traces:
+            _PREDICTOR._traces[key] = build_trace(ex, topo)
+        exp = parse_experiment(experiment_of(ex, ex.hardware, ex.model))
+        trace = _PREDICTOR._traces[key]
+        return Prepared(exp, "<measured>", topo, {ex.model: trace}), point_of(ex)
+    return _case_prepared(case)
+
+
+_PREDICTOR = Predictor()
+"""Hardware and traces built once (:class:`sim.runs.predict.Predictor`'s caches)."""
+
+
 def predict(case: MemoryCase) -> dict:
     """The case's predicted peaks (GiB) and fit verdict, or the reason it failed."""
+    prep, point = _prepared(case)
+    pm = point_memory(prep, point)
+    rank = pm.ranks[-1] if case.peak == "last" else max(pm.ranks, key=lambda r: r.allocated_bytes)
+    return {
+        "predicted_gib": rank.allocated_bytes / GIB,
+        "predicted_reserved_gib": rank.reserved_bytes / GIB,
+        "device_gib": max(r.device_bytes for r in pm.ranks) / GIB,
+        "fits": pm.fits,
+        "peak_at": rank.peak_at,
+        **{f"{k}_gib": v / GIB for k, v in rank.by_category.items()},
+    }
+
+
+def _case_prepared(case: MemoryCase) -> tuple[Prepared, PointConfig]:
+    """The experiment and point of a case without a run (vTrain's, SC'21's configurations)."""
     lay = case.layout
     gpus = lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"]
     name, topo = topology(case.preset, gpus)
@@ -101,16 +136,7 @@ def predict(case: MemoryCase) -> dict:
         global_batch=case.gbs,
         framework=case.framework,
     )
-    pm = point_memory(Prepared(exp, "<measured>", topo, {"m": trace}), point)
-    rank = pm.ranks[-1] if case.peak == "last" else max(pm.ranks, key=lambda r: r.allocated_bytes)
-    return {
-        "predicted_gib": rank.allocated_bytes / GIB,
-        "predicted_reserved_gib": rank.reserved_bytes / GIB,
-        "device_gib": max(r.device_bytes for r in pm.ranks) / GIB,
-        "fits": pm.fits,
-        "peak_at": rank.peak_at,
-        **{f"{k}_gib": v / GIB for k, v in rank.by_category.items()},
-    }
+    return Prepared(exp, "<measured>", topo, {"m": trace}), point
 
 
 def predict_all(cases: list[MemoryCase]) -> pd.DataFrame:

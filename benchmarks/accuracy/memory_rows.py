@@ -43,6 +43,8 @@ from typing import Any
 import pandas as pd
 
 from sim.memory.te_attention import TeEnvironment
+from sim.runs.express import Expressed, NotExpressed, express
+from sim.runs.measured_csv import read_measured_csv
 from sim.runs.megatron_args import flag_memory_options
 from sim.runs.pipeline_layout import layout_boundaries, split_layout
 from sim.runs.te_environment import golden_environment, run_attention
@@ -103,6 +105,9 @@ class MemoryCase:
         skip: why it is not predicted ("" when it is).
         framework: pipesim's framework profile of the run.
         boundaries: each virtual stage's first layer as Megatron splits them (None: one stage).
+        expressed: the run as ``sim import`` reads and expresses it (:func:`sim.runs.express.
+            express`): where given, its configuration is the one predicted (``model``,
+            ``layout``, ``policy``, ``memory``, ``boundaries`` only describe it).
     """
 
     case: str
@@ -123,6 +128,7 @@ class MemoryCase:
     skip: str = ""
     framework: str = "megatron-lm"
     boundaries: tuple[int, ...] | None = None
+    expressed: Expressed | None = None
 
     @property
     def dimensions(self) -> str:
@@ -136,11 +142,29 @@ class MemoryCase:
         return "+".join(dims) or "single"
 
 
+def _expressed_runs(path: Path) -> list[Expressed | NotExpressed]:
+    """Every row of ``path`` as ``sim import`` reads and expresses it (file order)."""
+    return [express(run) for run in read_measured_csv(path, generated=GENERATED)]
+
+
+def _with_run(case: MemoryCase, ex: Expressed | NotExpressed) -> MemoryCase:
+    """``case`` predicted as ``sim import`` expresses its run (or skipped with the first
+    reason it is not expressed)."""
+    if case.skip:
+        return case
+    if isinstance(ex, NotExpressed):
+        case.skip = f"not expressed: {ex.reasons[0]}"
+        return case
+    case.expressed = ex
+    return case
+
+
 def simumax_cases(path: Path = MEASURED / "simumax_b200.csv") -> list[MemoryCase]:
-    """SimuMax's 43 B200 rows (module doc)."""
+    """SimuMax's 43 B200 rows (module doc), each predicted as ``sim import`` reads it."""
     df = pd.read_csv(path)
+    runs = _expressed_runs(path)
     out = []
-    for r in df.itertuples(index=False):
+    for r, ex in zip(df.itertuples(index=False), runs, strict=True):
         note = str(r.note)
         case = re.search(r"case (\S+);", note)
         name = case.group(1) if case else str(r.model)
@@ -198,6 +222,7 @@ def simumax_cases(path: Path = MEASURED / "simumax_b200.csv") -> list[MemoryCase
                 measured_gib=float(r.peak_mem_gib),
                 reserved_gib=float(reserved.group(1)) if reserved else None,
                 peak="max",
+                expressed=ex if isinstance(ex, Expressed) else None,
             )
         )
     return out
@@ -434,5 +459,8 @@ def _golden_case(r: Any) -> MemoryCase:
 def golden_cases(path: Path = MEASURED / "megatron_golden_a100_gb200.csv") -> list[MemoryCase]:
     """Megatron-LM's functional tests with a measured peak (module doc)."""
     df = pd.read_csv(path)
-    df = df[df.peak_mem_gib.notna()]
-    return [_golden_case(r) for r in df.itertuples(index=False)]
+    runs = _expressed_runs(path)
+    keep = df.peak_mem_gib.notna().to_numpy()
+    rows = [r for r, k in zip(df.itertuples(index=False), keep, strict=True) if k]
+    exs = [e for e, k in zip(runs, keep, strict=True) if k]
+    return [_with_run(_golden_case(r), e) for r, e in zip(rows, exs, strict=True)]
