@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sim.memory.te_attention import TeEnvironment
