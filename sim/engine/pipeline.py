@@ -35,10 +35,11 @@ from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
 from sim.engine.host import HostThreads
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.partitioned import PartitionedStates
+from sim.engine.replicas import StageReplica, stage_replicas
 from sim.engine.sends import StageSends
 from sim.engine.step import RankStep, step_ends, step_group
 from sim.engine.streams import ComputeStream
@@ -90,7 +91,7 @@ class Engine:
     def run(self) -> EventLog:
         """Allocate model state, start every rank of every replica (and tensor rank), run to
         the end; the log."""
-        reps = self.inp.replicas()
+        reps = stage_replicas(self.inp)
         self._reps = {rep.key: rep for rep in reps}
         ranks = self.inp.stage_ranks
         first_stage = {rank: ranks.index(rank) for rank in set(ranks)}
@@ -500,7 +501,7 @@ def simulate(inp: SimInput) -> EventLog:
     """
     log = Engine(inp).run()
     want: dict[str, int] = {}
-    for rep in inp.replicas():
+    for rep in stage_replicas(inp):
         steps = sum(a.op == STEP and a.stage == rep.stage for a in rep.order)
         want[rep.gpu] = want.get(rep.gpu, 0) + steps
     ran: dict[str, int] = {}
