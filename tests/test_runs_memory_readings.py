@@ -106,9 +106,9 @@ def test_the_peak_is_read_on_the_gpu_it_was_measured_on():
           MemoryEvent(0.0, "gpu1", 3 * GIB, "weights"), MemoryEvent(0.0, "gpu1", 1 * GIB,
           "framework"), MemoryEvent(0.0, "gpu1", 2 * GIB, "allocator")]  # fmt: skip
     log = EventLog(memory=ev, capacity_bytes={"gpu0": 80 * GIB, "gpu1": 80 * GIB})
-    row = SimpleNamespace(placement='[["gpu0", "gpu1"]]')
+    row = SimpleNamespace(placement="[[0, 1]]")  # sim.point.simulate.placement_json
     assert measured_gpu_allocated(row, log, "max") == 7 * GIB  # type: ignore[arg-type]
     assert measured_gpu_allocated(row, log, "last") == 4 * GIB  # type: ignore[arg-type]
-    tp = SimpleNamespace(placement='[[["gpu0", "gpu2"], ["gpu1", "gpu3"]]]')
+    tp = SimpleNamespace(placement="[[[0, 2], [1, 3]]]")
     assert measured_gpu_allocated(tp, log, "last") == 4 * GIB  # type: ignore[arg-type]
     assert measured_gpu_allocated(row, None, "last") is None  # type: ignore[arg-type]

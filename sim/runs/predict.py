@@ -128,10 +128,11 @@ def measured_gpu_allocated(row: ResultRow, log: EventLog | None, rank: str) -> f
     if not gpus:
         return None
     if rank == "last" and row.placement:
-        stage = json.loads(row.placement)[0][-1]
+        stage = json.loads(row.placement)[0][-1]  # GPU indices (placement_json)
         dev = stage[0] if isinstance(stage, list) else stage
-        if f"{dev}" in gpus:
-            return allocated_bytes(gpus[f"{dev}"])
+        name = f"gpu{dev}" if isinstance(dev, int) else str(dev)
+        if name in gpus:
+            return allocated_bytes(gpus[name])
     return max(allocated_bytes(p) for p in gpus.values())
 
 
