@@ -16,6 +16,7 @@ import pytest
 
 from sim.hardware.loader import load_hardware
 from sim.hardware.overlay import bundled_overlay, list_overlays
+from sim.import_runs import hardware_of
 from sim.runs.express import express
 from sim.runs.predict import Predictor
 from sim.runs.readers import read_runs
@@ -93,6 +94,9 @@ def test_simumax_rows_run_on_their_node_and_others_on_the_preset(tmp_path):
     assert a.hardware == b.hardware == "dgx-b200" and a.key != b.key
     assert pred.topology(a.hardware, a.overlay).gpus[0].compute.matmul_efficiency == 0.642
     assert pred.topology(b.hardware, b.overlay).gpus[0].compute.matmul_efficiency == 0.488
+    # sim import writes the node as an inline hardware over the preset
+    assert hardware_of(a) == "dgx-b200"
+    assert hardware_of(b) == {"base": "dgx-b200", "gpu": {"matmul_efficiency": 0.488}}
     # the same run on the slower node takes longer
     ta, tb = pred.predict(a).iteration_time_s, pred.predict(b).iteration_time_s
     assert ta is not None and tb is not None and tb > ta
