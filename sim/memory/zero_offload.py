@@ -6,8 +6,8 @@ of elements (default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
 ``ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT = 500000000`` in
 ``deepspeed/runtime/zero/constants.py``); ``recompute``: full activation checkpointing of every
 layer too (ZeRO-Offload's evaluation ran with it, paper §6); ``overlap``: DeepSpeed's
-``overlap_comm`` (two gradient buffers; each bucket reduced and copied on a side stream while
-the backward goes on); ``release``: DeepSpeed as ZeRO-Offload was released and measured
+``overlap_comm`` (two gradient buffers; each bucket reduced and copied on a side stream, which
+the per-parameter overflow check still waits for: below); ``release``: DeepSpeed as ZeRO-Offload was released and measured
 (v0.3.0, :mod:`sim.memory.deepspeed`: 4.5-bucket gradient buffers, 16 B/param on the host,
 CPU Adam's 1G-float pinned tiles whose weights go up while the next tile updates).
 
@@ -26,12 +26,30 @@ Per stage replica with ``P`` parameters and ``w`` replicas (bytes as DeepSpeed a
 * **Traffic**: the stage's gradients are reduce-scattered over the ``w`` replicas (ZeRO-2,
   DeepSpeed reduces every micro-step) and the replica's share goes to the host cast to fp32
   (4 bytes per parameter at the step's micro-batch, 2 on the ones before it,
-  :func:`~sim.memory.deepspeed.grad_copy_bytes_per_param`): bucket by bucket during the backward
-  on a side stream with ``overlap``, else on the compute stream, which waits for them
-  (``reduce_ipg_grads``: ``stream = reduction_stream if overlap_comm else current_stream``).
+  :func:`~sim.memory.deepspeed.grad_copy_bytes_per_param`), bucket by bucket as the backward
+  fills them, on a side stream with ``overlap``, else on the compute stream
+  (``reduce_ipg_grads``: ``stream = reduction_stream if overlap_comm else current_stream``);
+  either way the backward waits for them (next item).
   After the host step the updated weights come back (2 bytes per parameter from the 16-bit
   staging copy; ``release``: 4, tile by tile during the step) and are all-gathered. Delayed
   parameter update (DPU) is not modelled: the host step is on the critical path.
+* **The gradient path is synchronous, with or without** ``overlap``: for every parameter of a
+  full bucket ``copy_grads_in_partition`` computes its norm, checks it for inf/NaN and starts
+  its copy (``set_norm_for_param_grad_in_gpu``, ``update_overflow_tracker_for_param_grad``,
+  ``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), and the check reads a value back to the
+  host (``_has_inf_or_nan``: ``float(x.float().sum())`` at the release, deepspeedai/DeepSpeed@
+  41db1c2f0 ``deepspeed/runtime/zero/stage2.py``; ``inf_or_nan.float().max()`` tested by
+  ``if`` today, @38327e07 ``stage_1_and_2.py``). The read waits for the copy of the parameter
+  before it on the same stream, and the backward's thread, which runs the hook, issues no
+  kernel meanwhile: the copies never run beside the backward (``blocking_moves``). The path's
+  GPU work (:data:`GRAD_PATH_BYTES`, :data:`RELEASE_GRAD_PATH_BYTES`) and its reads back
+  (one per parameter tensor, the host model's ``serial_reads_s``) are charged in the step's
+  GPU time (:func:`grad_path_s`).
+* **The host unscales the gradients**: before CPU Adam, ``unscale_and_clip_grads`` runs
+  ``grad.data.mul_(1. / combined_scale)`` over the fp32 gradient partition on the host (both
+  versions; unconditional). Like CPU Adam it is a streaming loop bound by the host's DRAM;
+  it moves :data:`UNSCALE_HOST_BYTES` of the :data:`ADAM_HOST_BYTES` per parameter CPU Adam
+  moves, so it runs at the CPU-Adam rate times their ratio (:func:`unscale_s`).
 """
 
 from __future__ import annotations
@@ -66,6 +84,32 @@ with mixed-precision Adam: :func:`sim.memory.deepspeed.zero_offload_host`."""
 REDUCE_BUCKET_ELEMS = 500_000_000
 """DeepSpeed's default ``reduce_bucket_size`` (elements)."""
 
+GRAD_PATH_BYTES = 4 + 18 + 28 + 6
+"""GPU (HBM) bytes per parameter of today's per-parameter gradient path (module doc;
+deepspeedai/DeepSpeed@38327e07 ``stage_1_and_2.py``): the hook's copy into the contiguous
+bucket (``new_grad_tensor.copy_(param.grad)``: read 2, write 2); the norm
+``grad.double().norm(2)`` (read 2, write 8, read 8); the overflow check ``_has_inf_or_nan``
+(``x.float()``: 2 + 4, ``isnan``: 4 + 1, ``isinf``: 4 + 1, ``logical_or``: 1 + 1 + 1,
+``.float()``: 1 + 4, ``.max()``: 4); the fp32 cast for the copy (``.float()``: 2 + 4)."""
+
+RELEASE_GRAD_PATH_BYTES = 4 + 18 + 10 + 6
+"""The same at the release (deepspeedai/DeepSpeed@41db1c2f0 ``stage2.py``): the overflow
+check is ``float(x.float().sum())`` (the fp32 copy 2 + 4, the sum 4)."""
+
+GRAD_PATH_OPS = 4
+"""Ops the host issues per parameter tensor before the check's read (module doc): the norm's
+cast and reduction, the check's cast and reduction (the release's count; for a weight-sized
+tensor only the first op's issue is exposed, so today's longer check costs the same)."""
+
+ADAM_HOST_BYTES = 4 * 4 + 3 * 4
+"""Host DRAM bytes per parameter of DeepSpeedCPUAdam's loop (``csrc/adam/cpu_adam.cpp``
+``Step``, both versions): loads of the gradient, momentum, variance and fp32 parameter, stores
+of the parameter, momentum and variance."""
+
+UNSCALE_HOST_BYTES = 4 + 4
+"""Host DRAM bytes per parameter of ``grad.data.mul_(1. / combined_scale)`` on the fp32
+gradient partition (``unscale_and_clip_grads``): a load and a store."""
+
 MELEMS = 2**20
 RECOMPUTE = "recompute"
 OVERLAP = "overlap"
@@ -92,6 +136,33 @@ def parse_options(name: str, args: list[str], words: tuple[str, ...]) -> tuple[i
                 f"then {allowed}), got {':'.join(args)!r}"
             )
     return size, seen
+
+
+def grad_path_s(ctx: StageContext, release: bool) -> float:
+    """GPU-side seconds per optimizer step of DeepSpeed's per-parameter gradient path on one
+    replica (module doc): ``P * bytes / memory_bound_Bps`` over the stage's ``P`` parameters,
+    with :data:`GRAD_PATH_BYTES` (:data:`RELEASE_GRAD_PATH_BYTES` with ``release``), plus one
+    host read per parameter tensor after :data:`GRAD_PATH_OPS` ops
+    (:meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`, each tensor counted large;
+    zero where the host is not modelled). Only the step's micro-batch runs it (the ``m - 1``
+    before it accumulate on the host's pinned buffers, not modelled)."""
+    per_param = RELEASE_GRAD_PATH_BYTES if release else GRAD_PATH_BYTES
+    hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
+    host = ctx.topology.host(ctx.host).overhead
+    reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=GRAD_PATH_OPS)
+    return ctx.params * per_param / hbm + reads
+
+
+def unscale_s(params: float, adam_params_per_s: float) -> float:
+    """Host seconds of ``unscale_and_clip_grads``' pass over ``params`` fp32 gradients (module
+    doc): both it and CPU Adam stream host DRAM, so its rate is CPU Adam's times
+    :data:`ADAM_HOST_BYTES` / :data:`UNSCALE_HOST_BYTES`.
+
+    Example:
+        >>> unscale_s(3.5e9, 1e9)  # 3.5 s of CPU Adam; 8 of its 28 bytes per parameter
+        1.0
+    """
+    return params / (adam_params_per_s * ADAM_HOST_BYTES / UNSCALE_HOST_BYTES)
 
 
 def with_overhead(ctx: StageContext, plan: StagePlan) -> StagePlan:
@@ -136,16 +207,15 @@ def offload_states(
         grad_bytes=buffers,
         grad_bucket_bytes=0.0,
         optimizer_bytes=0.0,
-        optimizer_s=0.0,
         host_bytes=host,
         host_framework_bytes=staging,
-        host_optimizer_s=own / adam_rate(ctx),
+        optimizer_s=grad_path_s(ctx, release),
+        host_optimizer_s=own / adam_rate(ctx) + unscale_s(own, adam_rate(ctx)),
         host_optimizer_pool=adam_pool(ctx),
         host_step_tiles=math.ceil(tiles / RELEASE_TILE_FLOATS),
         fetch_source=ctx.host,
         writeback_bytes=own * down,
-        grad_stream_bytes=bucket_elems * down if overlap else 0.0,
-        blocking_moves=not overlap,
+        blocking_moves=True,  # the path's reads back (module doc), with or without overlap
         scatter_bytes=ctx.params * g if dp else 0.0,
         step_transfers_after=(Transfer(ctx.host, ctx.gpu, own * up, f"weights s{ctx.stage}"),),
         dp_sharded=dp,
@@ -154,7 +224,7 @@ def offload_states(
     copy_up = copy_s(ctx, ctx.host, ctx.gpu, own * up)
     if plan.host_step_tiles:
         copy_up /= plan.host_step_tiles  # all but the last tile go up during the step
-    added = plan.host_optimizer_s + copy_up - base.optimizer_s
+    added = plan.host_optimizer_s + copy_up + plan.optimizer_s - base.optimizer_s
     return plan, added
 
 

@@ -1,0 +1,64 @@
+"""ZeRO-Offload's per-parameter gradient path and host unscale pass (sim.memory.zero_offload):
+closed forms derived by hand from DeepSpeed's code."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.memory.zero_offload import (
+    ADAM_HOST_BYTES,
+    GRAD_PATH_BYTES,
+    RELEASE_GRAD_PATH_BYTES,
+    UNSCALE_HOST_BYTES,
+    unscale_s,
+)
+from sim.trace.generator import transformer_trace
+from tests.helpers import chain_topology
+from tests.test_memory_policies import run
+
+GiB = 2.0**30
+
+
+def _trace():
+    return transformer_trace(
+        "gpt",
+        name="g",
+        layers=4,
+        hidden=512,
+        heads=8,
+        seq_len=128,
+        vocab=1000,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=1e12,
+    )
+
+
+def test_path_bytes_are_the_ops_of_deepspeeds_code():
+    """Bucket copy 2+2; norm in double 2+8+8; the release's float(x.float().sum()) 2+4+4,
+    today's isnan/isinf check 6+5+5+3+5+4; the fp32 cast 2+4. CPU Adam: 4 loads and 3 stores
+    of fp32; the unscale mul_: 1 load, 1 store."""
+    assert RELEASE_GRAD_PATH_BYTES == 4 + 18 + 10 + 6 == 38
+    assert GRAD_PATH_BYTES == 4 + 18 + 28 + 6 == 56
+    assert (ADAM_HOST_BYTES, UNSCALE_HOST_BYTES) == (28, 8)
+    assert unscale_s(7e9, 2e9) == pytest.approx(7e9 / (2e9 * 3.5))  # 1.0 s
+
+
+@pytest.mark.parametrize("policy", ["zero_offload:1:overlap", "zero_offload:1:overlap:release"])
+def test_overlap_still_waits_and_the_path_is_charged(policy):
+    """With overlap_comm the per-parameter overflow check still reads back after each copy, so
+    the plan's moves are blocking and nothing streams beside the backward; the step's GPU time
+    is P * bytes / HBM rate (the test topology models no host ops), and the host step is CPU
+    Adam plus the unscale pass at 28/8 of its rate."""
+    trace = _trace()
+    topo = chain_topology(1, memory_bytes=64 * GiB)
+    res, met, _ = run(trace, topo, policy, p=1, m=1, schedule="gpipe")
+    (plan,) = res.sim_input.plans[0]
+    gpu, host = topo.gpu(0), topo.host("cpu0")
+    P = sum(x.param_bytes for x in trace.layers) / 2
+    per_param = RELEASE_GRAD_PATH_BYTES if policy.endswith("release") else GRAD_PATH_BYTES
+    assert plan.blocking_moves and plan.grad_stream_bytes == 0
+    assert plan.optimizer_s == pytest.approx(P * per_param / gpu.memory_bound_Bps)
+    rate = host.adam_params_per_s
+    assert plan.host_optimizer_s == pytest.approx(P / rate + P / (rate * 28 / 8))
+    assert met.fits
