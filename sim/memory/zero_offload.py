@@ -49,7 +49,8 @@ Per stage replica with ``P`` parameters and ``w`` replicas (bytes as DeepSpeed a
   ``grad.data.mul_(1. / combined_scale)`` over the fp32 gradient partition on the host (both
   versions; unconditional). Like CPU Adam it is a streaming loop bound by the host's DRAM;
   it moves :data:`UNSCALE_HOST_BYTES` of the :data:`ADAM_HOST_BYTES` per parameter CPU Adam
-  moves, so it runs at the CPU-Adam rate times their ratio (:func:`unscale_s`).
+  moves, so it runs at the CPU-Adam rate times their ratio (:func:`unscale_s`); the release's
+  CPU Adam moves :data:`RELEASE_TILE_STORE_BYTES` more per parameter than the rate's.
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ ADAM_HOST_BYTES = 4 * 4 + 3 * 4
 """Host DRAM bytes per parameter of DeepSpeedCPUAdam's loop (``csrc/adam/cpu_adam.cpp``
 ``Step``, both versions): loads of the gradient, momentum, variance and fp32 parameter, stores
 of the parameter, momentum and variance."""
+
+RELEASE_TILE_STORE_BYTES = 4 + 4
+"""Host DRAM bytes per parameter the release's ``adam_update_copy`` adds to CPU Adam's loop:
+``Step`` also stores each updated fp32 value into the pinned tile the GPU reads
+(``SIMD_STORE(_doubled_buffer[_buf_index] + (i - t), param_4.data)``, deepspeedai/DeepSpeed@
+41db1c2f0 ``csrc/adam/cpu_adam.cpp``): 4 bytes, and as ``_mm512_storeu_ps`` is a regular store
+to a line not loaded before, its read for ownership, 4 more (Intel 64 and IA-32 Architectures
+Optimization Reference Manual: only non-temporal stores skip it). The preset's CPU-Adam rate is
+Ren et al.'s Table 3, CPU Adam alone, so the release's step runs at ``28 / 36`` of it."""
 
 UNSCALE_HOST_BYTES = 4 + 4
 """Host DRAM bytes per parameter of ``grad.data.mul_(1. / combined_scale)`` on the fp32
@@ -202,6 +212,7 @@ def offload_states(
         host = zero_offload_host(own) if adam else own * HOST_BYTES
         staging, up, tiles = CPU_ADAM_STAGING_BYTES, d, 0.0
     down = grad_copy_bytes_per_param(ctx.microbatches) if adam else g
+    adam_bytes = ADAM_HOST_BYTES + (RELEASE_TILE_STORE_BYTES if release else 0)
     plan = replace(
         base,
         grad_bytes=buffers,
@@ -210,7 +221,8 @@ def offload_states(
         host_bytes=host,
         host_framework_bytes=staging,
         optimizer_s=grad_path_s(ctx, release),
-        host_optimizer_s=own / adam_rate(ctx) + unscale_s(own, adam_rate(ctx)),
+        host_optimizer_s=own / adam_rate(ctx) * adam_bytes / ADAM_HOST_BYTES
+        + unscale_s(own, adam_rate(ctx)),
         host_optimizer_pool=adam_pool(ctx),
         host_step_tiles=math.ceil(tiles / RELEASE_TILE_FLOATS),
         fetch_source=ctx.host,
