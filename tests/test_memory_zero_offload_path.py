@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from sim.memory.registry import parse_policy
 from sim.memory.zero_offload import (
     ADAM_HOST_BYTES,
     GRAD_PATH_BYTES,
@@ -65,3 +66,24 @@ def test_overlap_still_waits_and_the_path_is_charged(policy):
     adam = 36 / 28 if policy.endswith("release") else 1.0  # the release's tile store + RFO
     assert plan.host_optimizer_s == pytest.approx(P / rate * adam + P / (rate * 28 / 8))
     assert met.fits
+
+
+def test_cpu_ckpt_moves_the_checkpoints_to_the_host():
+    """DeepSpeed's cpu_checkpointing: the checkpoints that full recompute keeps on the GPU (the
+    layer inputs) go to the host between F and B, and only they; without recompute there is
+    nothing to move (an error)."""
+    trace = _trace()
+    topo = chain_topology(1, memory_bytes=64 * GiB)
+    res, _, _ = run(trace, topo, "zero_offload:1:recompute", p=1, m=1, schedule="gpipe")
+    (kept,) = res.sim_input.plans[0]
+    res, met, log = run(
+        trace, topo, "zero_offload:1:recompute:cpu_ckpt", p=1, m=1, schedule="gpipe"
+    )
+    (plan,) = res.sim_input.plans[0]
+    assert kept.resident_act_bytes > 0 and kept.swap_bytes == 0
+    assert plan.swap_bytes == pytest.approx(kept.resident_act_bytes)
+    assert plan.resident_act_bytes == 0 and plan.swap_target == "cpu0"
+    assert plan.recompute_bytes == pytest.approx(kept.recompute_bytes)
+    assert any(e.kind == "swap_out" for e in log.events) and met.fits
+    with pytest.raises(ValueError, match="add ':recompute'"):
+        parse_policy("zero_offload:1:cpu_ckpt")

@@ -7,7 +7,17 @@ of elements (default: DeepSpeed's ``reduce_bucket_size`` of 5e8 elements,
 ``deepspeed/runtime/zero/constants.py``); ``recompute``: full activation checkpointing of every
 layer too (ZeRO-Offload's evaluation ran with it, paper §6); ``overlap``: DeepSpeed's
 ``overlap_comm`` (two gradient buffers; each bucket reduced and copied on a side stream, which
-the per-parameter overflow check still waits for: below); ``release``: DeepSpeed as ZeRO-Offload was released and measured
+the per-parameter overflow check still waits for: below); ``cpu_ckpt`` (with ``recompute``):
+DeepSpeed's activation checkpointing with ``cpu_checkpointing`` (and ``partition_activations``,
+``contiguous_memory_optimization``), as DeepSpeedExamples' ZeRO-Offload 10B script configured it
+(microsoft/DeepSpeedExamples@ece5e0e0 ``Megatron-LM/scripts/ds_zero-offload_10B_config.json``):
+each layer's checkpoint is copied to a host buffer in the forward and back before its recompute
+(``CheckpointFunction``, ``deepspeed/runtime/activation_checkpointing/checkpointing.py``@41db1c2f0),
+modelled as a swap of the checkpoints to the GPU's host socket. The buffers are pageable
+(``new_empty(..., device='cpu')``), so the copies are synchronous and at most the link's rate:
+pipesim times them at the link's rate (a lower bound) as swaps, which a single micro-batch
+exposes whole as DeepSpeed does; with several micro-batches pipesim overlaps them where
+DeepSpeed would not; ``release``: DeepSpeed as ZeRO-Offload was released and measured
 (v0.3.0, :mod:`sim.memory.deepspeed`: 4.5-bucket gradient buffers, 16 B/param on the host,
 CPU Adam's 1G-float pinned tiles whose weights go up while the next tile updates).
 
@@ -72,7 +82,7 @@ from sim.memory.deepspeed import (
     zero_offload_host,
     zero_offload_release_host,
 )
-from sim.memory.estimate import copy_s
+from sim.memory.estimate import copy_s, swap_exposed_s
 from sim.memory.host_adam import adam_pool, adam_rate, pool_sharers
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.stash import stash
@@ -124,6 +134,7 @@ MELEMS = 2**20
 RECOMPUTE = "recompute"
 OVERLAP = "overlap"
 RELEASE = "release"
+CPU_CKPT = "cpu_ckpt"
 
 
 def parse_options(name: str, args: list[str], words: tuple[str, ...]) -> tuple[int | None, set]:
@@ -182,11 +193,13 @@ def with_overhead(ctx: StageContext, plan: StagePlan) -> StagePlan:
     return finalize_plans([ctx], [plan])[0]
 
 
-def base_plan(ctx: StageContext, recompute: bool) -> StagePlan:
-    """Everything resident, or with every layer fully checkpointed."""
+def base_plan(ctx: StageContext, recompute: bool, cpu_ckpt: bool = False) -> StagePlan:
+    """Everything resident, or with every layer fully checkpointed (``cpu_ckpt``: the
+    checkpoints swapped to the host, module doc)."""
     if not recompute:
         return resident_plan(ctx)
-    return activation_plan(ctx, stash(ctx, full=range(len(ctx.layers))))
+    st = stash(ctx, full=range(len(ctx.layers)))
+    return activation_plan(ctx, st, ((ctx.host, st.kept_bytes),) if cpu_ckpt else ())
 
 
 def offload_states(
@@ -250,6 +263,10 @@ class ZeroOffloadPolicy(MemoryPolicy):
         overlap: DeepSpeed's ``overlap_comm`` (default false in DeepSpeed; the ZeRO-Offload
             tutorial sets it): two gradient buffers instead of one, copies on a side stream.
         release: DeepSpeed as ZeRO-Offload was released (module doc).
+        cpu_ckpt: the checkpoints go to host DRAM (module doc; needs ``recompute``).
+
+    Raises:
+        ValueError: ``cpu_ckpt`` without ``recompute``.
     """
 
     name = "zero_offload"
@@ -262,28 +279,37 @@ class ZeroOffloadPolicy(MemoryPolicy):
         recompute: bool = False,
         overlap: bool = False,
         release: bool = False,
+        cpu_ckpt: bool = False,
     ):
+        if cpu_ckpt and not recompute:
+            raise ValueError("zero_offload's ':cpu_ckpt' moves checkpoints: add ':recompute'")
         self.bucket_elems = REDUCE_BUCKET_ELEMS if bucket_melems is None else bucket_melems * MELEMS
         self.recompute, self.overlap, self.release = recompute, overlap, release
+        self.cpu_ckpt = cpu_ckpt
         self.mode = "full" if recompute else None
 
     @classmethod
     def from_args(cls, args: list[str]) -> ZeroOffloadPolicy:
-        size, words = parse_options(cls.name, args, (RECOMPUTE, OVERLAP, RELEASE))
-        return cls(size, RECOMPUTE in words, OVERLAP in words, RELEASE in words)
+        words_allowed = (RECOMPUTE, OVERLAP, RELEASE, CPU_CKPT)
+        size, words = parse_options(cls.name, args, words_allowed)
+        return cls(size, *(w in words for w in words_allowed))
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
         out = []
         for ctx in contexts:
-            base = base_plan(ctx, self.recompute)
+            base = base_plan(ctx, self.recompute, self.cpu_ckpt)
             plan, added = offload_states(ctx, base, self.bucket_elems, self.overlap, self.release)
             added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
             added += ctx.microbatches * plan.recompute_s
+            if self.cpu_ckpt:
+                added += ctx.microbatches * swap_exposed_s(ctx, plan.swap_parts)
             out.append(
                 describe(
                     ctx,
                     with_overhead(ctx, plan),
-                    "optimizer on host" + (", full recompute" if self.recompute else ""),
+                    "optimizer on host"
+                    + (", full recompute" if self.recompute else "")
+                    + (", checkpoints on host" if self.cpu_ckpt else ""),
                     added,
                     host_state_gib=round(plan.host_bytes / 2**30, 3),
                     gpu_grad_bucket_gib=round(plan.grad_bytes / 2**30, 3),
