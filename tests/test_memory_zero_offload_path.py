@@ -8,6 +8,7 @@ import pytest
 from sim.memory.registry import parse_policy
 from sim.memory.zero_offload import (
     ADAM_HOST_BYTES,
+    BUCKET_COPY_BYTES,
     GRAD_PATH_BYTES,
     RELEASE_GRAD_PATH_BYTES,
     RELEASE_TILE_STORE_BYTES,
@@ -41,8 +42,9 @@ def test_path_bytes_are_the_ops_of_deepspeeds_code():
     today's isnan/isinf check 6+5+5+3+5+4; the fp32 cast 2+4. CPU Adam: 4 loads and 3 stores
     of fp32; the release's store into the pinned tile and its read for ownership; the unscale
     mul_: 1 load, 1 store."""
-    assert RELEASE_GRAD_PATH_BYTES == 4 + 18 + 10 + 6 == 38
-    assert GRAD_PATH_BYTES == 4 + 18 + 28 + 6 == 56
+    assert BUCKET_COPY_BYTES == 4
+    assert RELEASE_GRAD_PATH_BYTES == 18 + 10 + 6 == 34
+    assert GRAD_PATH_BYTES == 18 + 28 + 6 == 52
     assert (ADAM_HOST_BYTES, UNSCALE_HOST_BYTES, RELEASE_TILE_STORE_BYTES) == (28, 8, 8)
     assert unscale_s(7e9, 2e9) == pytest.approx(7e9 / (2e9 * 3.5))  # 1.0 s
 
@@ -61,7 +63,7 @@ def test_overlap_still_waits_and_the_path_is_charged(policy):
     P = sum(x.param_bytes for x in trace.layers) / 2
     per_param = RELEASE_GRAD_PATH_BYTES if policy.endswith("release") else GRAD_PATH_BYTES
     assert plan.blocking_moves and plan.grad_stream_bytes == 0
-    assert plan.optimizer_s == pytest.approx(P * per_param / gpu.memory_bound_Bps)
+    assert plan.optimizer_s == pytest.approx(P * (4 + per_param) / gpu.memory_bound_Bps)
     rate = host.adam_params_per_s
     adam = 36 / 28 if policy.endswith("release") else 1.0  # the release's tile store + RFO
     assert plan.host_optimizer_s == pytest.approx(P / rate * adam + P / (rate * 28 / 8))
@@ -87,3 +89,15 @@ def test_cpu_ckpt_moves_the_checkpoints_to_the_host():
     assert any(e.kind == "swap_out" for e in log.events) and met.fits
     with pytest.raises(ValueError, match="add ':recompute'"):
         parse_policy("zero_offload:1:cpu_ckpt")
+
+
+def test_each_replica_runs_the_path_on_its_partition():
+    """With two replicas every one copies all P gradients into its bucket (4 B each) but runs
+    the norm, check and cast only on its P / 2: (4 P + 34 P / 2) / HBM rate at the release."""
+    trace = _trace()
+    topo = chain_topology(2, memory_bytes=64 * GiB)
+    res, _, _ = run(trace, topo, "zero_offload:1:release", p=1, w=2, m=1, schedule="gpipe")
+    P = sum(x.param_bytes for x in trace.layers) / 2
+    for (plan,) in res.sim_input.plans:
+        expected = (4 * P + 34 * P / 2) / topo.gpu(0).memory_bound_Bps
+        assert plan.optimizer_s == pytest.approx(expected)

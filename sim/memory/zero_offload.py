@@ -52,7 +52,8 @@ Per stage replica with ``P`` parameters and ``w`` replicas (bytes as DeepSpeed a
   ``if`` today, @38327e07 ``stage_1_and_2.py``). The read waits for the copy of the parameter
   before it on the same stream, and the backward's thread, which runs the hook, issues no
   kernel meanwhile: the copies never run beside the backward (``blocking_moves``). The path's
-  GPU work (:data:`GRAD_PATH_BYTES`, :data:`RELEASE_GRAD_PATH_BYTES`) and its reads back
+  GPU work (:data:`BUCKET_COPY_BYTES`, :data:`GRAD_PATH_BYTES`, :data:`RELEASE_GRAD_PATH_BYTES`)
+  and its reads back
   (one per parameter tensor, the host model's ``serial_reads_s``) are charged in the step's
   GPU time (:func:`grad_path_s`).
 * **The host unscales the gradients**: before CPU Adam, ``unscale_and_clip_grads`` runs
@@ -95,15 +96,20 @@ with mixed-precision Adam: :func:`sim.memory.deepspeed.zero_offload_host`."""
 REDUCE_BUCKET_ELEMS = 500_000_000
 """DeepSpeed's default ``reduce_bucket_size`` (elements)."""
 
-GRAD_PATH_BYTES = 4 + 18 + 28 + 6
-"""GPU (HBM) bytes per parameter of today's per-parameter gradient path (module doc;
-deepspeedai/DeepSpeed@38327e07 ``stage_1_and_2.py``): the hook's copy into the contiguous
-bucket (``new_grad_tensor.copy_(param.grad)``: read 2, write 2); the norm
-``grad.double().norm(2)`` (read 2, write 8, read 8); the overflow check ``_has_inf_or_nan``
-(``x.float()``: 2 + 4, ``isnan``: 4 + 1, ``isinf``: 4 + 1, ``logical_or``: 1 + 1 + 1,
-``.float()``: 1 + 4, ``.max()``: 4); the fp32 cast for the copy (``.float()``: 2 + 4)."""
+BUCKET_COPY_BYTES = 4
+"""GPU (HBM) bytes per parameter of the backward hook's copy of every gradient into the
+contiguous bucket (``new_grad_tensor.copy_(param.grad.view(-1))``: read 2, write 2), both
+versions; every replica copies all the stage's parameters."""
 
-RELEASE_GRAD_PATH_BYTES = 4 + 18 + 10 + 6
+GRAD_PATH_BYTES = 18 + 28 + 6
+"""GPU bytes per parameter of today's per-parameter gradient path on the replica's own
+partition (module doc; deepspeedai/DeepSpeed@38327e07 ``stage_1_and_2.py``, only for
+parameters ``is_param_in_current_partition``): the norm ``grad.double().norm(2)`` (read 2,
+write 8, read 8); the overflow check ``_has_inf_or_nan`` (``x.float()``: 2 + 4, ``isnan``:
+4 + 1, ``isinf``: 4 + 1, ``logical_or``: 1 + 1 + 1, ``.float()``: 1 + 4, ``.max()``: 4); the fp32
+cast for the copy (``.float()``: 2 + 4)."""
+
+RELEASE_GRAD_PATH_BYTES = 18 + 10 + 6
 """The same at the release (deepspeedai/DeepSpeed@41db1c2f0 ``stage2.py``): the overflow
 check is ``float(x.float().sum())`` (the fp32 copy 2 + 4, the sum 4)."""
 
@@ -161,17 +167,20 @@ def parse_options(name: str, args: list[str], words: tuple[str, ...]) -> tuple[i
 
 def grad_path_s(ctx: StageContext, release: bool) -> float:
     """GPU-side seconds per optimizer step of DeepSpeed's per-parameter gradient path on one
-    replica (module doc): ``P * bytes / memory_bound_Bps`` over the stage's ``P`` parameters,
-    with :data:`GRAD_PATH_BYTES` (:data:`RELEASE_GRAD_PATH_BYTES` with ``release``), plus one
-    host read per parameter tensor after :data:`GRAD_PATH_OPS` ops
+    replica of ``w`` (module doc): the bucket copy of the stage's ``P`` parameters and the path
+    of the replica's ``P / w``, ``(P * 4 + P / w * bytes) / memory_bound_Bps`` with
+    :data:`GRAD_PATH_BYTES` (:data:`RELEASE_GRAD_PATH_BYTES` with ``release``), plus one host
+    read per parameter tensor of the partition after :data:`GRAD_PATH_OPS` ops
     (:meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`, each tensor counted large;
-    zero where the host is not modelled). Only the step's micro-batch runs it (the ``m - 1``
-    before it accumulate on the host's pinned buffers, not modelled)."""
+    zero where the host is not modelled). Only the step's micro-batch runs the path (the
+    ``m - 1`` before it accumulate on the host's pinned buffers, not modelled)."""
     per_param = RELEASE_GRAD_PATH_BYTES if release else GRAD_PATH_BYTES
+    w = ctx.dp_width
     hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
     host = ctx.topology.host(ctx.host).overhead
-    reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=GRAD_PATH_OPS)
-    return ctx.params * per_param / hbm + reads
+    tensors = round(ctx.param_tensors / w)
+    reads = host.serial_reads_s(small=0, large=tensors, ops=GRAD_PATH_OPS)
+    return ctx.params * (BUCKET_COPY_BYTES + per_param / w) / hbm + reads
 
 
 def unscale_s(params: float, adam_params_per_s: float) -> float:
