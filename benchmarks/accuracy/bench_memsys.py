@@ -193,6 +193,8 @@ def zero_offload() -> pd.DataFrame:
         [
             ("TFLOPS (8 x params x b x s / t)", value["throughput"], 8 * params * b * SEQ / t / 1e12),
             ("TFLOPS (Narayanan eq. 3)", value["throughput"], eq3 / t / 1e12),
+            ("TFLOPS of the logged iteration (8 x params x b x s / t)",
+             8 * params * b * SEQ / value["iteration"] / 1e12, 8 * params * b * SEQ / t / 1e12),
             ("iteration s", value["iteration"], t),
             ("forward + backward s (compute only)", value["forward"] + value["backward"],
              spans.get("compute", 0.0) + spans.get("recompute", 0.0)),
