@@ -333,6 +333,26 @@ def test_a_touch_is_an_alloc_and_its_free(steps, divisions, expandable, cap_shar
     assert replay(touched, cfg, cap) == replay(ops, cfg, cap)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 30 * MIB), max_size=5), min_size=1, max_size=12),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.booleans(),
+)
+def test_tensors_allocated_together_replay_as_each_alone(groups, frees, expandable):
+    """``alloc_all`` / ``free_all`` (a layer's stash) give the peaks of allocating each
+    tensor in order and freeing them last first."""
+    together, alone = [], []
+    for k, sizes in enumerate(groups):
+        together.append(("alloc_all", k, tuple(sizes)))
+        alone += [("alloc", (k, i), n) for i, n in enumerate(sizes)]
+        if frees[k] and k > 0:  # the group before, as a backward frees an older stash
+            together.append(("free_all", k - 1, 0))
+            alone += [("free", (k - 1, i), 0) for i in reversed(range(len(groups[k - 1])))]
+    cfg = AllocatorConfig(expandable_segments=expandable)
+    assert replay(together, cfg) == replay(alone, cfg)
+
+
 def test_a_touch_counts_the_whole_block_it_would_take():
     """1.5 MiB kept splits a 20 MiB segment; an 18 MiB transient then takes the whole 18.5 MiB
     rest (0.5 MiB is not split off in the large pool): allocated peaks at 20 MiB, and the

@@ -38,15 +38,18 @@ management" notes:
 
 One stream is modelled (blocks freed on another stream wait for its events; training loops
 allocate activations on the compute stream). :class:`CachingAllocator` replays
-``alloc``/``free`` calls; :func:`replay` runs a list of them and returns the peaks.
+``alloc``/``free`` calls (and, as shortcuts with the same peaks, a transient's ``touch`` and a
+layer's stash as one ``alloc_all``/``free_all``); :func:`replay` runs a list of them and
+returns the peaks.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MIB = 1 << 20
 MIN_BLOCK_BYTES = 512
@@ -188,6 +191,7 @@ class CachingAllocator:
         self._segments: list[_Segment] = []
         self._free: dict[bool, list[_Free]] = {True: [], False: []}
         self._live: dict[object, tuple[_Block, int]] = {}
+        self._groups: dict[object, list[tuple[_Block, int]]] = {}
         self._expandable: dict[bool, int] = {}
         self._divisions = self.config.roundup_power2_divisions
         self._cap = self.config.max_split_size_bytes
@@ -201,8 +205,56 @@ class CachingAllocator:
         """
         if nbytes <= 0:
             return
-        if key in self._live:
+        if key in self._live or key in self._groups:
             raise KeyError(f"{key!r} is allocated already")
+        self._live[key] = self._take(nbytes)
+
+    def alloc_all(self, key: object, sizes: Sequence[float]) -> None:
+        """Allocate tensors of ``sizes`` bytes in order, named ``key`` together (a layer's
+        stash: :meth:`free_all` frees them), as :meth:`alloc` of each would.
+
+        Raises:
+            KeyError: ``key`` is live already.
+        """
+        if key in self._live or key in self._groups:
+            raise KeyError(f"{key!r} is allocated already")
+        self._groups[key] = [self._take(n) for n in sizes if n > 0]
+
+    def touch(self, nbytes: float) -> None:
+        """Allocate a tensor of ``nbytes`` and free it at once (a transient: a layer's working
+        memory), as :meth:`alloc` then :meth:`free` of a new key. Where a cached block fits
+        that leaves the cache as it was (the block split off is merged back, and a block in
+        the cache has no free neighbour), so only the peaks are counted."""
+        if nbytes <= 0:
+            return
+        asked = math.ceil(nbytes)
+        size = round_size(asked, self._divisions)
+        small = size <= SMALL_SIZE_BYTES
+        pool = self._free[small]
+        i = self._fit(pool, size)
+        if i is None or pool[i][3].unmapped:
+            self._give(*self._take(nbytes))
+            return
+        found = pool[i][0]
+        handed = size if self._splits(found - size, size, small) else found
+        self.peak_allocated = max(self.peak_allocated, self.allocated + handed)
+        self.peak_requested = max(self.peak_requested, self.requested + asked)
+
+    def free(self, key: object) -> None:
+        """Free the tensor ``key`` (unknown keys are ignored)."""
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            self._give(*entry)
+
+    def free_all(self, key: object) -> None:
+        """Free the tensors :meth:`alloc_all` named ``key``, last first (unknown keys are
+        ignored)."""
+        for entry in reversed(self._groups.pop(key, ())):
+            self._give(*entry)
+
+    # -- internals ----------------------------------------------------------------------
+    def _take(self, nbytes: float) -> tuple[_Block, int]:
+        """The block handed out for a request of ``nbytes`` (> 0) and the bytes asked."""
         asked = math.ceil(nbytes)
         size = round_size(asked, self._divisions)
         small = size <= SMALL_SIZE_BYTES
@@ -223,42 +275,16 @@ class CachingAllocator:
             if block.next is not None and block.size < whole:
                 block.next.unmapped = unmapped - need
         block.free = False
-        self._live[key] = (block, asked)
         self.allocated += block.size
         self.requested += asked
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         if self.requested > self.peak_requested:
             self.peak_requested = self.requested
+        return block, asked
 
-    def touch(self, nbytes: float) -> None:
-        """Allocate a tensor of ``nbytes`` and free it at once (a transient: a layer's working
-        memory), as :meth:`alloc` then :meth:`free` of a new key. Where a cached block fits
-        that leaves the cache as it was (the block split off is merged back, and a block in
-        the cache has no free neighbour), so only the peaks are counted."""
-        if nbytes <= 0:
-            return
-        asked = math.ceil(nbytes)
-        size = round_size(asked, self._divisions)
-        small = size <= SMALL_SIZE_BYTES
-        pool = self._free[small]
-        i = self._fit(pool, size)
-        if i is None or pool[i][3].unmapped:
-            key = object()
-            self.alloc(key, nbytes)
-            self.free(key)
-            return
-        found = pool[i][0]
-        handed = size if self._splits(found - size, size, small) else found
-        self.peak_allocated = max(self.peak_allocated, self.allocated + handed)
-        self.peak_requested = max(self.peak_requested, self.requested + asked)
-
-    def free(self, key: object) -> None:
-        """Free the tensor ``key`` (unknown keys are ignored)."""
-        entry = self._live.pop(key, None)
-        if entry is None:
-            return
-        block, asked = entry
+    def _give(self, block: _Block, asked: int) -> None:
+        """Return ``block`` (handed out for ``asked`` bytes) to the cache."""
         self.allocated -= block.size
         self.requested -= asked
         block.free = True
@@ -409,9 +435,14 @@ class CachingAllocator:
             del pool[i]
 
 
-Op = tuple[str, object, float]
-"""``("alloc", key, bytes)``, ``("free", key, 0)`` or ``("touch", key, bytes)`` (allocated and
-freed at once: :meth:`CachingAllocator.touch`)."""
+OPS = ("alloc", "free", "touch", "alloc_all", "free_all")
+"""What :func:`replay` runs (:data:`Op`)."""
+
+Op = tuple[str, object, Any]
+"""``("alloc", key, bytes)``, ``("free", key, 0)``, ``("touch", key, bytes)`` (allocated and
+freed at once: :meth:`CachingAllocator.touch`), ``("alloc_all", key, (bytes, ...))`` and
+``("free_all", key, 0)`` (tensors allocated and freed together:
+:meth:`CachingAllocator.alloc_all`)."""
 
 
 @dataclass(frozen=True)
@@ -448,14 +479,17 @@ def replay(
         (32, 40)
     """
     alloc = CachingAllocator(config, capacity_bytes)
-    allocate, free, touch = alloc.alloc, alloc.free, alloc.touch
     for op, key, nbytes in ops:
         if op == "alloc":
-            allocate(key, nbytes)
-        elif op == "free":
-            free(key)
+            alloc.alloc(key, nbytes)
         elif op == "touch":
-            touch(nbytes)
+            alloc.touch(nbytes)
+        elif op == "alloc_all":
+            alloc.alloc_all(key, nbytes)
+        elif op == "free_all":
+            alloc.free_all(key)
+        elif op == "free":
+            alloc.free(key)
         else:
-            raise ValueError(f"unknown allocator op {op!r}; use alloc, free or touch")
+            raise ValueError(f"unknown allocator op {op!r}; use {', '.join(OPS)}")
     return AllocatorPeaks(alloc.peak_allocated, alloc.peak_reserved, alloc.peak_requested)

@@ -131,7 +131,7 @@ def _forward(n: int, plan: StagePlan, layers: list) -> list[list[Op]]:
     list)."""
     out: list[list[Op]] = [[("alloc", ("rebuild", n), plan.rebuild_bytes)]]
     for j, (stash, fwd, _) in enumerate(layers):
-        part: list[Op] = [("alloc", (n, j, i), size) for i, size in enumerate(stash)]
+        part: list[Op] = [("alloc_all", (n, j), stash)]
         if fwd > 0:
             part.append(("touch", ("work", n, j), fwd))
         out.append(part)
@@ -153,7 +153,7 @@ def _backward(n: int, plan: StagePlan, layers: list, oldest: int | None) -> list
         if bwd > 0:
             part.append(("touch", ("work", n, j), bwd))
         if oldest is not None:
-            part += [("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash)))]
+            part.append(("free_all", (oldest, j), 0.0))
         out.append(part)
     out[-1] += [("free", ("swap", n), 0.0), ("free", ("rebuild", n), 0.0)]
     return out
