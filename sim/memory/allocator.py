@@ -290,7 +290,6 @@ class CachingAllocator:
         block.free = True
         self._merge(block)
 
-    # -- internals ----------------------------------------------------------------------
     def _fit(self, pool: list[_Free], size: int) -> int | None:
         """Where in ``pool`` (a pool's free blocks) the block a request of ``size`` takes is:
         the smallest cached block that fits (only that one is considered, as
