@@ -431,7 +431,6 @@ def memory(
     out: str | os.PathLike[str] | None = None,
     advice: bool = True,
     plots: bool = True,
-    jobs: int = 1,
 ) -> MemoryAnswer:
     """Every configuration's peak memory per pipeline rank, by category, without simulating
     time (:func:`sim.plan.memory_grid.grid_memory`, the model of the planner's memory bound):
@@ -443,7 +442,6 @@ def memory(
         out: folder to write into (created; files of the same names replaced atomically).
         advice: for configurations that do not fit, find the first single change that fits.
         plots: write the PNG.
-        jobs: processes the configurations are shared among (the same answers).
 
     Raises:
         InputError: bad experiment, hardware, trace, grid or output folder (nothing written).
@@ -461,14 +459,13 @@ def memory(
     from sim.report.memory_ranks import memory_frame, plot_memory_ranks  # pandas, matplotlib
 
     _flags(advice=advice, plots=plots)
-    expect_int(jobs, "jobs", 1)
     if out is not None:
         _folder(out)
         check_writable(out, option="--out", directory=True)
     prep = load(experiment)
     points, skipped = expand(prep)
     t0 = time.perf_counter()
-    results = grid_memory(prep, points, advice=advice, jobs=jobs)
+    results = grid_memory(prep, points, advice=advice)
     wall = time.perf_counter() - t0
     if out is None:
         return MemoryAnswer(results, skipped, None, wall)

@@ -458,33 +458,3 @@ def test_sim_memory_refuses_an_output_that_is_a_file(tmp_path):
     res = CliRunner().invoke(app, ["memory", str(_experiment(tmp_path)), "--out", str(out)])
     assert res.exit_code == 2
     assert "--out" in res.output and "Traceback" not in res.output
-
-
-@pytest.mark.timeout(120)
-def test_sim_memory_on_two_processes_gives_the_same_answers(tmp_path):
-    """The grid shared between two forked processes (``jobs=2``): the same peaks, errors and
-    advice as one process, in the grid's order (GPT-2 1.5B on V100s: 1 and 2 stages, three
-    micro-batch sizes, with and without dist_opt; some do not fit)."""
-    import sim.api
-
-    path = tmp_path / "g.yaml"
-    path.write_text(
-        """name: g
-hardware: dgx1-v100-16gb
-models: [{name: gpt, trace: gpt2-1.5b, global_batch: 16}]
-framework: megatron-lm
-training: {dtype: fp16}
-options: {partition: uniform}
-sweep: {schedule: 1f1b, stages: [1, 2], dp_width: 2, microbatch_size: [1, 2, 4],
-        memory_policy: [none, dist_opt]}
-"""
-    )
-    one = sim.api.memory(path, out=tmp_path / "one", jobs=1, plots=False)
-    two = sim.api.memory(path, out=tmp_path / "two", jobs=2, plots=False)
-    assert len(one.results) == 12 and any(r.advice is not None for r in one.results)
-    assert (tmp_path / "one" / "memory.csv").read_text() == (
-        tmp_path / "two" / "memory.csv"
-    ).read_text()
-    assert [(r.point, r.error, r.advice) for r in one.results] == [
-        (r.point, r.error, r.advice) for r in two.results
-    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -28,9 +27,6 @@ def memory(
         "micro-batch, twice tp, twice pp and name the first that fits.",
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write memory_ranks.png."),
-    jobs: int = typer.Option(
-        0, "--jobs", "-j", min=0, help="Processes sharing the configurations; 0: one per CPU core."
-    ),
 ) -> None:
     """Peak memory per GPU of every configuration of the grid, per pipeline rank and category,
     without simulating time (the model of the planner's memory bound).
@@ -44,8 +40,7 @@ def memory(
 
     name = load_experiment(experiment).name
     folder = out_dir or Path("results") / f"{name}-memory"
-    jobs = jobs or (os.cpu_count() or 1)
-    answer = api.memory(experiment, out=folder, advice=advice, plots=plots, jobs=jobs)
+    answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
     out.print(memory_table(answer.results))
     out.print(f"{len(answer.results)} configurations in {answer.wall_s:.2f} s; wrote {folder}/")
     fitting = {r.point.model for r in answer.results if r.memory is not None and r.memory.fits}

@@ -22,23 +22,16 @@ throughput is ``sim run``'s to judge).
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
 
 from sim.errors import InputError
 from sim.memory.rank_memory import CATEGORIES, RankMemory
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.memory import PointMemory, point_memory
-from sim.procs import die_with_parent
 
 GIB = 2.0**30
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -176,60 +169,25 @@ def advise(prep: Prepared, memory: PointMemory, known: Known | None = None) -> A
 
 
 def grid_memory(
-    prep: Prepared, points: list[PointConfig], *, advice: bool = True, jobs: int = 1
+    prep: Prepared, points: list[PointConfig], *, advice: bool = True
 ) -> list[GridMemory]:
     """Each point's peaks per pipeline rank (module doc), with :func:`advise` for those that
-    do not fit (``advice=False``: none). Points that cannot be resolved carry the reason.
-
-    ``jobs`` > 1 shares the points, then the advice, among that many forked processes
-    (:func:`_shared`): the same answers, each point's model run in one of them."""
+    do not fit (``advice=False``: none). Points that cannot be resolved carry the reason."""
     known: Known = {}
     out = []
-    for point, (pm, error) in zip(points, _shared(_answer, prep, points, jobs), strict=True):
-        known[point] = pm
-        out.append(GridMemory(point, pm, error))
+    for point in points:
+        try:
+            known[point] = point_memory(prep, point)
+        except InputError as exc:
+            known[point] = None
+            out.append(GridMemory(point, None, str(exc)))
+            continue
+        out.append(GridMemory(point, known[point]))
     if not advice:
         return out
-    todo = [i for i, gm in enumerate(out) if gm.memory is not None and not gm.memory.fits]
-    memories = [m for i in todo if (m := out[i].memory) is not None]
-    for i, adv in zip(todo, _shared(_advice, (prep, known), memories, jobs), strict=True):
-        out[i] = replace(out[i], advice=adv)
-    return out
-
-
-def _answer(prep: Prepared, point: PointConfig) -> tuple[PointMemory | None, str]:
-    try:
-        return point_memory(prep, point), ""
-    except InputError as exc:
-        return None, str(exc)
-
-
-def _advice(shared: tuple[Prepared, Known], memory: PointMemory) -> Advice:
-    return advise(shared[0], memory, shared[1])
-
-
-_SHARED: list = []  # what a forked process of _shared reads (inherited, not pickled)
-
-
-def _shared(call: Callable[[Any, T], R], shared: Any, items: list[T], jobs: int) -> list[R]:
-    """``[call(shared, x) for x in items]``, on ``jobs`` forked processes when there are
-    more than one and more than one item (they inherit ``shared``; each item and its answer
-    are pickled), in order."""
-    if jobs <= 1 or len(items) <= 1 or not hasattr(os, "fork"):
-        return [call(shared, x) for x in items]
-    _SHARED[:] = [call, shared]
-    try:
-        with ProcessPoolExecutor(
-            max_workers=min(jobs, len(items)),
-            mp_context=mp.get_context("fork"),
-            initializer=die_with_parent,
-            initargs=(os.getpid(),),
-        ) as pool:
-            return list(pool.map(_call, items, chunksize=max(1, len(items) // (jobs * 4))))
-    finally:
-        _SHARED.clear()
-
-
-def _call(item: Any) -> Any:
-    call, shared = _SHARED
-    return call(shared, item)
+    return [
+        replace(gm, advice=advise(prep, gm.memory, known))
+        if gm.memory is not None and not gm.memory.fits
+        else gm
+        for gm in out
+    ]
