@@ -7,6 +7,7 @@ sequence 32, bf16) on one DGX H100, through :func:`sim.point.memory.point_memory
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -294,6 +295,74 @@ def test_reserved_is_never_below_allocated(steps):
     for cfg in (AllocatorConfig(), AllocatorConfig(expandable_segments=True)):
         peaks = replay(ops, cfg)
         assert peaks.reserved >= peaks.allocated >= peaks.requested
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # free the oldest, a transient, a tensor kept
+            st.one_of(st.integers(1, 60 * MIB), st.integers(1, 80).map(lambda k: k * MIB // 2)),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([0, 4]),
+    st.booleans(),
+    st.sampled_from([None, 0.5, 0.9]),
+)
+def test_a_touch_is_an_alloc_and_its_free(steps, divisions, expandable, cap_share):
+    """``touch`` (a transient the replay counts without changing the cache where a cached
+    block fits) gives the peaks of ``alloc`` then ``free`` of the same tensor, under every
+    option and near the GPU's capacity (the cached segments released)."""
+    ops, live = [], []
+    for i, (kind, size) in enumerate(steps):
+        if kind == 0 and live:
+            ops.append(("free", live.pop(0), 0))
+        elif kind == 1:
+            ops += [("alloc", i, size), ("free", i, 0)]
+        else:
+            ops.append(("alloc", i, size))
+            live.append(i)
+    touched = [("touch", key, nbytes) if op == "alloc" and ("free", key, 0) in ops[k + 1 : k + 2]
+               else (op, key, nbytes) for k, (op, key, nbytes) in enumerate(ops)]  # fmt: skip
+    touched = [op for k, op in enumerate(touched) if k == 0 or touched[k - 1][0] != "touch"]
+    cfg = AllocatorConfig(expandable_segments=expandable, roundup_power2_divisions=divisions)
+    full = replay(ops, cfg)
+    cap = math.inf if cap_share is None else full.allocated + cap_share * full.fragmentation_bytes
+    assert replay(touched, cfg, cap) == replay(ops, cfg, cap)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 30 * MIB), max_size=5), min_size=1, max_size=12),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.booleans(),
+)
+def test_tensors_allocated_together_replay_as_each_alone(groups, frees, expandable):
+    """``alloc_all`` / ``free_all`` (a layer's stash) give the peaks of allocating each
+    tensor in order and freeing them last first."""
+    together, alone = [], []
+    for k, sizes in enumerate(groups):
+        together.append(("alloc_all", k, tuple(sizes)))
+        alone += [("alloc", (k, i), n) for i, n in enumerate(sizes)]
+        if frees[k] and k > 0:  # the group before, as a backward frees an older stash
+            together.append(("free_all", k - 1, 0))
+            alone += [("free", (k - 1, i), 0) for i in reversed(range(len(groups[k - 1])))]
+    cfg = AllocatorConfig(expandable_segments=expandable)
+    assert replay(together, cfg) == replay(alone, cfg)
+
+
+def test_a_touch_counts_the_whole_block_it_would_take():
+    """1.5 MiB kept splits a 20 MiB segment; an 18 MiB transient then takes the whole 18.5 MiB
+    rest (0.5 MiB is not split off in the large pool): allocated peaks at 20 MiB, and the
+    cache is as before (a 19 MiB tensor after it still fits without a new segment)."""
+    a = CachingAllocator()
+    a.alloc("x", 1.5 * MIB)
+    a.touch(18 * MIB)
+    assert (a.peak_allocated, a.reserved, a.allocated) == (20 * MIB, 20 * MIB, int(1.5 * MIB))
+    a.alloc("y", 18.5 * MIB)
+    assert a.reserved == 20 * MIB
 
 
 # ------------------------------------------------------------------ one model, everywhere

@@ -1,5 +1,6 @@
 """``sim memory`` on a cluster-sized grid: wall and CPU seconds.
 
+The grid is ``llama3-405b-memory-16k.yaml`` beside this file (``sim memory`` runs it as it is):
 Llama 3 405B (``traces/llama3-405b``: the paper's Table 3 shape, sequence 8,192, bf16, flash
 attention) as Megatron-LM trains it (``framework: megatron-lm``) on 16,384 H100s (the
 ``grand-teton-h100`` preset repeated 2,048 times, the Llama 3 paper's §3.3 16K-GPU scale),
@@ -25,24 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 
-EXPERIMENT = {
-    "name": "llama3-405b-memory-16k",
-    "hardware": "2048x-grand-teton-h100",
-    "framework": "megatron-lm",
-    "models": [{"name": "llama3-405b", "trace": "llama3-405b", "global_batch": 2048}],
-    "training": {"optimizer": "adam", "dtype": "bf16"},
-    "sweep": {
-        "gpus": 16384,
-        "schedule": ["1f1b", "interleaved_1f1b"],
-        "tensor_parallel": [2, 4, 8],
-        "sequence_parallel": True,
-        "stages": [8, 16],
-        "context_parallel": [1, 2],
-        "microbatch_size": [1, 2],
-        "memory_policy": ["dist_opt", "dist_opt:recompute"],
-    },
-    "options": {"partition": "uniform"},
-}
+EXPERIMENT = Path(__file__).with_name("llama3-405b-memory-16k.yaml")
 
 
 def main(argv: list[str] | None = None) -> int:

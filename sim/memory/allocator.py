@@ -38,15 +38,18 @@ management" notes:
 
 One stream is modelled (blocks freed on another stream wait for its events; training loops
 allocate activations on the compute stream). :class:`CachingAllocator` replays
-``alloc``/``free`` calls; :func:`replay` runs a list of them and returns the peaks.
+``alloc``/``free`` calls (and, as shortcuts with the same peaks, a transient's ``touch`` and a
+layer's stash as one ``alloc_all``/``free_all``); :func:`replay` runs a list of them and
+returns the peaks.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MIB = 1 << 20
 MIN_BLOCK_BYTES = 512
@@ -120,7 +123,7 @@ def round_size(nbytes: float, divisions: int = 0) -> int:
         return MIN_BLOCK_BYTES
     if divisions > 1 and size > MIN_BLOCK_BYTES * divisions:
         return roundup_power2_next_division(size, divisions)
-    return MIN_BLOCK_BYTES * math.ceil(size / MIN_BLOCK_BYTES)
+    return -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
 
 
 def is_small(size: int) -> bool:
@@ -145,16 +148,20 @@ def segment_size(size: int) -> int:
 class _Block:
     """A block of a segment: a doubly linked list by address (``prev``/``next``)."""
 
-    __slots__ = ("segment", "offset", "size", "free", "prev", "next", "unmapped")
+    __slots__ = ("segment", "offset", "size", "small", "free", "prev", "next", "unmapped")
 
-    def __init__(self, segment: int, offset: int, size: int):
-        self.segment, self.offset, self.size, self.free = segment, offset, size, True
+    def __init__(self, segment: int, offset: int, size: int, small: bool):
+        self.segment, self.offset, self.size, self.small = segment, offset, size, small
+        self.free = True
         self.unmapped = 0  # bytes of its pages unmapped by a release (expandable segments)
         self.prev: _Block | None = None
         self.next: _Block | None = None
 
-    def key(self) -> tuple[int, int, int]:
-        return (self.size, self.segment, self.offset)
+
+_Free = tuple[int, int, int, _Block]
+"""A cached free block in its pool's list, ``(size, segment, offset, block)``: sorted as
+``get_free_block``'s set is (by size, then address; ``(segment, offset)`` is unique, so the
+block itself is never compared)."""
 
 
 @dataclass
@@ -173,19 +180,21 @@ class CachingAllocator:
         capacity_bytes: what the allocator may reserve before it releases its cached segments
             (module doc; inf: never).
         requested: bytes requested by the live tensors (``requested_bytes``).
-        peak_allocated, peak_reserved: their maxima so far.
+        peak_allocated, peak_reserved, peak_requested: their maxima so far.
     """
 
     def __init__(self, config: AllocatorConfig | None = None, capacity_bytes: float = math.inf):
         self.config = config or AllocatorConfig()
         self.capacity_bytes = capacity_bytes
         self.allocated = self.reserved = self.requested = 0
-        self.peak_allocated = self.peak_reserved = 0
+        self.peak_allocated = self.peak_reserved = self.peak_requested = 0
         self._segments: list[_Segment] = []
-        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
-        self._by_key: dict[tuple[int, int, int], _Block] = {}
+        self._free: dict[bool, list[_Free]] = {True: [], False: []}
         self._live: dict[object, tuple[_Block, int]] = {}
+        self._groups: dict[object, list[tuple[_Block, int]]] = {}
         self._expandable: dict[bool, int] = {}
+        self._divisions = self.config.roundup_power2_divisions
+        self._cap = self.config.max_split_size_bytes
 
     # -- public ------------------------------------------------------------------------
     def alloc(self, key: object, nbytes: float) -> None:
@@ -196,15 +205,68 @@ class CachingAllocator:
         """
         if nbytes <= 0:
             return
-        if key in self._live:
+        if key in self._live or key in self._groups:
             raise KeyError(f"{key!r} is allocated already")
-        size = round_size(nbytes, self.config.roundup_power2_divisions)
-        small = is_small(size)
-        block = self._best_fit(small, size) or self._new_block(small, size)
-        unmapped, block.unmapped = block.unmapped, 0
+        self._live[key] = self._take(nbytes)
+
+    def alloc_all(self, key: object, sizes: Sequence[float]) -> None:
+        """Allocate tensors of ``sizes`` bytes in order, named ``key`` together (a layer's
+        stash: :meth:`free_all` frees them), as :meth:`alloc` of each would.
+
+        Raises:
+            KeyError: ``key`` is live already.
+        """
+        if key in self._live or key in self._groups:
+            raise KeyError(f"{key!r} is allocated already")
+        self._groups[key] = [self._take(n) for n in sizes if n > 0]
+
+    def touch(self, nbytes: float) -> None:
+        """Allocate a tensor of ``nbytes`` and free it at once (a transient: a layer's working
+        memory), as :meth:`alloc` then :meth:`free` of a new key. Where a cached block fits
+        that leaves the cache as it was (the block split off is merged back, and a block in
+        the cache has no free neighbour), so only the peaks are counted."""
+        if nbytes <= 0:
+            return
+        asked = math.ceil(nbytes)
+        size = round_size(asked, self._divisions)
+        small = size <= SMALL_SIZE_BYTES
+        pool = self._free[small]
+        i = self._fit(pool, size)
+        if i is None or pool[i][3].unmapped:
+            self._give(*self._take(nbytes))
+            return
+        found = pool[i][0]
+        handed = size if self._splits(found - size, size, small) else found
+        self.peak_allocated = max(self.peak_allocated, self.allocated + handed)
+        self.peak_requested = max(self.peak_requested, self.requested + asked)
+
+    def free(self, key: object) -> None:
+        """Free the tensor ``key`` (unknown keys are ignored)."""
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            self._give(*entry)
+
+    def free_all(self, key: object) -> None:
+        """Free the tensors :meth:`alloc_all` named ``key``, last first (unknown keys are
+        ignored)."""
+        for entry in reversed(self._groups.pop(key, ())):
+            self._give(*entry)
+
+    # -- internals ----------------------------------------------------------------------
+    def _take(self, nbytes: float) -> tuple[_Block, int]:
+        """The block handed out for a request of ``nbytes`` (> 0) and the bytes asked."""
+        asked = math.ceil(nbytes)
+        size = round_size(asked, self._divisions)
+        small = size <= SMALL_SIZE_BYTES
+        pool = self._free[small]
+        i = self._fit(pool, size)  # the best fit, else a new block
+        block = self._new_block(small, size) if i is None else pool.pop(i)[3]
+        unmapped = block.unmapped
         whole = block.size
-        block = self._split(block, size, small)
+        if self._splits(whole - size, size, small):
+            block = self._split(block, size)
         if unmapped:  # map_block: the pages the allocation covers come back first
+            block.unmapped = 0
             page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
             need = unmapped if block.size == whole else min(unmapped, page * math.ceil(size / page))
             if self.reserved + need > self.capacity_bytes:
@@ -213,39 +275,36 @@ class CachingAllocator:
             if block.next is not None and block.size < whole:
                 block.next.unmapped = unmapped - need
         block.free = False
-        self._live[key] = (block, math.ceil(nbytes))
         self.allocated += block.size
-        self.requested += math.ceil(nbytes)
+        self.requested += asked
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
+        if self.requested > self.peak_requested:
+            self.peak_requested = self.requested
+        return block, asked
 
-    def free(self, key: object) -> None:
-        """Free the tensor ``key`` (unknown keys are ignored)."""
-        entry = self._live.pop(key, None)
-        if entry is None:
-            return
-        block, asked = entry
+    def _give(self, block: _Block, asked: int) -> None:
+        """Return ``block`` (handed out for ``asked`` bytes) to the cache."""
         self.allocated -= block.size
         self.requested -= asked
         block.free = True
         self._merge(block)
 
-    # -- internals ----------------------------------------------------------------------
-    def _best_fit(self, small: bool, size: int) -> _Block | None:
-        """The smallest cached block of the pool that fits (only that one is considered, as
-        ``get_free_block`` takes the set's lower bound), unless the oversize rules refuse it."""
-        pool = self._free[small]
-        i = bisect_left(pool, (size, -1, -1))
+    def _fit(self, pool: list[_Free], size: int) -> int | None:
+        """Where in ``pool`` (a pool's free blocks) the block a request of ``size`` takes is:
+        the smallest cached block that fits (only that one is considered, as
+        ``get_free_block`` takes the set's lower bound), unless the oversize rules refuse it
+        (None: a new block is made)."""
+        i = bisect_left(pool, (size,))
         if i == len(pool):
             return None
-        key = pool[i]
-        cap = self.config.max_split_size_bytes
-        if size < cap <= key[0]:
+        found = pool[i][0]
+        cap = self._cap
+        if size < cap <= found:
             return None  # an oversize block is not split for a smaller request
-        if size >= cap and key[0] >= size + MAX_NON_SPLIT_ROUNDING_BYTES:
+        if size >= cap and found >= size + MAX_NON_SPLIT_ROUNDING_BYTES:
             return None
-        del pool[i]
-        return self._by_key.pop(key)
+        return i
 
     def _new_block(self, small: bool, size: int) -> _Block:
         if self.config.expandable_segments:
@@ -255,7 +314,7 @@ class CachingAllocator:
             self._release_cached()
         seg = _Segment(small, size=nbytes)
         self._segments.append(seg)
-        block = _Block(len(self._segments) - 1, 0, nbytes)
+        block = _Block(len(self._segments) - 1, 0, nbytes, small)
         seg.tail = block
         self._grow(nbytes)
         return block
@@ -280,7 +339,7 @@ class CachingAllocator:
             self._unlist(tail)
             tail.size += mapped
             return tail
-        block = _Block(idx, seg.size - mapped, mapped)
+        block = _Block(idx, seg.size - mapped, mapped, small)
         block.prev = seg.tail
         if seg.tail is not None:
             seg.tail.next = block
@@ -293,18 +352,17 @@ class CachingAllocator:
         (``unmap_block``)."""
         for small, pool in self._free.items():
             keep = []
-            for key in pool:
-                block = self._by_key[key]
-                seg = self._segments[block.segment]
+            for entry in pool:
+                block = entry[3]
                 if self.config.expandable_segments:
                     self._unmap(small, block)
-                    keep.append(key)
+                    keep.append(entry)
                 elif block.prev is None and block.next is None:
                     self.reserved -= block.size
+                    seg = self._segments[block.segment]
                     seg.size, seg.tail = 0, None
-                    del self._by_key[key]
                 else:
-                    keep.append(key)
+                    keep.append(entry)
             self._free[small] = keep
 
     def _unmap(self, small: bool, block: _Block) -> None:
@@ -321,15 +379,17 @@ class CachingAllocator:
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
 
-    def _split(self, block: _Block, size: int, small: bool) -> _Block:
-        rest = block.size - size
+    def _splits(self, rest: int, size: int, small: bool) -> bool:
+        """Whether a block ``rest`` bytes larger than the request ``size`` is split
+        (``should_split``)."""
         if small or self.config.expandable_segments:
-            split = rest >= MIN_BLOCK_BYTES
-        else:
-            split = size < self.config.max_split_size_bytes and rest > SMALL_SIZE_BYTES
-        if not split:
-            return block
-        remainder = _Block(block.segment, block.offset + size, rest)
+            return rest >= MIN_BLOCK_BYTES
+        return size < self._cap and rest > SMALL_SIZE_BYTES
+
+    def _split(self, block: _Block, size: int) -> _Block:
+        """``block`` cut to ``size`` bytes, the rest a free block after it."""
+        rest = block.size - size
+        remainder = _Block(block.segment, block.offset + size, rest, block.small)
         remainder.prev, remainder.next = block, block.next
         if block.next is not None:
             block.next.prev = remainder
@@ -365,21 +425,23 @@ class CachingAllocator:
         self._list(block)
 
     def _list(self, block: _Block) -> None:
-        key = block.key()
-        insort(self._free[self._segments[block.segment].small], key)
-        self._by_key[key] = block
+        insort(self._free[block.small], (block.size, block.segment, block.offset, block))
 
     def _unlist(self, block: _Block) -> None:
-        key = block.key()
-        pool = self._free[self._segments[block.segment].small]
-        i = bisect_left(pool, key)
-        if i < len(pool) and pool[i] == key:
+        pool = self._free[block.small]
+        i = bisect_left(pool, (block.size, block.segment, block.offset))
+        if i < len(pool) and pool[i][3] is block:
             del pool[i]
-        self._by_key.pop(key, None)
 
 
-Op = tuple[str, object, float]
-"""``("alloc", key, bytes)`` or ``("free", key, 0)``."""
+OPS = ("alloc", "free", "touch", "alloc_all", "free_all")
+"""What :func:`replay` runs (:data:`Op`)."""
+
+Op = tuple[str, object, Any]
+"""``("alloc", key, bytes)``, ``("free", key, 0)``, ``("touch", key, bytes)`` (allocated and
+freed at once: :meth:`CachingAllocator.touch`), ``("alloc_all", key, (bytes, ...))`` and
+``("free_all", key, 0)`` (tensors allocated and freed together:
+:meth:`CachingAllocator.alloc_all`)."""
 
 
 @dataclass(frozen=True)
@@ -416,13 +478,17 @@ def replay(
         (32, 40)
     """
     alloc = CachingAllocator(config, capacity_bytes)
-    peak_requested = 0
     for op, key, nbytes in ops:
         if op == "alloc":
             alloc.alloc(key, nbytes)
-            peak_requested = max(peak_requested, alloc.requested)
+        elif op == "touch":
+            alloc.touch(nbytes)
+        elif op == "alloc_all":
+            alloc.alloc_all(key, nbytes)
+        elif op == "free_all":
+            alloc.free_all(key)
         elif op == "free":
             alloc.free(key)
         else:
-            raise ValueError(f"unknown allocator op {op!r}; use alloc or free")
-    return AllocatorPeaks(alloc.peak_allocated, alloc.peak_reserved, peak_requested)
+            raise ValueError(f"unknown allocator op {op!r}; use {', '.join(OPS)}")
+    return AllocatorPeaks(alloc.peak_allocated, alloc.peak_reserved, alloc.peak_requested)

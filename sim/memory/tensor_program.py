@@ -131,11 +131,11 @@ def _forward(n: int, plan: StagePlan, layers: list) -> list[list[Op]]:
     list)."""
     out: list[list[Op]] = [[("alloc", ("rebuild", n), plan.rebuild_bytes)]]
     for j, (stash, fwd, _) in enumerate(layers):
-        part: list[Op] = [("alloc", (n, j, i), size) for i, size in enumerate(stash)]
+        part: list[Op] = [("alloc_all", (n, j), stash)]
         if fwd > 0:
-            part += [("alloc", ("work", n, j), fwd), ("free", ("work", n, j), 0.0)]
+            part.append(("touch", ("work", n, j), fwd))
         out.append(part)
-    out[-1] += [("alloc", ("swap", n), plan.swap_bytes), ("free", ("swap", n), 0.0)]
+    out[-1].append(("touch", ("swap", n), plan.swap_bytes))
     out[-1].append(("free", ("rebuild", n), 0.0))
     return out
 
@@ -151,9 +151,9 @@ def _backward(n: int, plan: StagePlan, layers: list, oldest: int | None) -> list
         stash, _, bwd = layers[j]
         part: list[Op] = []
         if bwd > 0:
-            part += [("alloc", ("work", n, j), bwd), ("free", ("work", n, j), 0.0)]
+            part.append(("touch", ("work", n, j), bwd))
         if oldest is not None:
-            part += [("free", (oldest, j, i), 0.0) for i in reversed(range(len(stash)))]
+            part.append(("free_all", (oldest, j), 0.0))
         out.append(part)
     out[-1] += [("free", ("swap", n), 0.0), ("free", ("rebuild", n), 0.0)]
     return out

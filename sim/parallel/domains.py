@@ -22,6 +22,7 @@ next free GPUs. When every unit divides the domain it is the consecutive assignm
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from sim.hardware.topology import Topology
@@ -49,21 +50,22 @@ def unit_replicas(lay: ParallelLayout) -> int:
     return min(math.lcm(*groups), lay.replicas)
 
 
-def _take(free: list[list[int]], size: int, n: int) -> list[int]:
+def _take(free: list[list[int]], size: int, n: int, first: int = 0) -> list[int]:
     """The next ``n`` GPUs for one unit from the domains' free GPUs ``free`` (domains of
-    ``size`` GPUs), taken out of ``free`` (module doc).
+    ``size`` GPUs), taken out of ``free`` (module doc); the search for a domain (or a run of
+    whole domains) that holds the unit starts at domain ``first`` (:func:`_first`).
 
     Raises:
         ValueError: not enough free GPUs.
     """
     if n <= size:
-        for dom in free:
+        for dom in itertools.islice(free, first, None):
             if len(dom) >= n:
                 out, dom[:] = dom[:n], dom[n:]
                 return out
     elif n % size == 0:
         k = n // size
-        for i in range(len(free) - k + 1):
+        for i in range(first, len(free) - k + 1):
             if all(len(d) == size for d in free[i : i + k]):
                 out = [g for d in free[i : i + k] for g in d]
                 for d in free[i : i + k]:
@@ -78,6 +80,18 @@ def _take(free: list[list[int]], size: int, n: int) -> list[int]:
     return out
 
 
+def _first(free: list[list[int]], size: int, n: int, first: int) -> int:
+    """The first domain from ``first`` on that can still hold a unit of ``n`` GPUs by itself
+    (``n <= size``: ``n`` free GPUs) or begin a run of whole domains (``n > size``: all free).
+    Domains only lose GPUs, so one that cannot now never can: each search of :func:`_take`
+    for units of one size starts there instead of at the first domain (the same GPUs; the
+    searches are linear in the domains instead of quadratic)."""
+    need = n if n <= size else size
+    while first < len(free) and len(free[first]) < need:
+        first += 1
+    return first
+
+
 def domain_groups(topology: Topology, stages: int, replicas: int, t: int, unit: int) -> Groups:
     """GPU per ``[replica][stage][tensor rank]``, each ``unit`` consecutive replicas of a stage
     (``unit x t`` GPUs) inside one NVLink domain where they fit one (module doc).
@@ -89,10 +103,12 @@ def domain_groups(topology: Topology, stages: int, replicas: int, t: int, unit: 
     size = max(len(s) for s in servers)
     free = [list(s) for s in servers]
     out: list[list[tuple[int, ...]]] = [[() for _ in range(stages)] for _ in range(replicas)]
+    first = 0
     for s in range(stages):
         for u in range(0, replicas, unit):
+            first = _first(free, size, unit * t, first)
             try:
-                gpus = _take(free, size, unit * t)
+                gpus = _take(free, size, unit * t, first)
             except ValueError:
                 raise ValueError(
                     f"{stages} stages x {replicas} replicas of {t} GPUs, {unit} replicas per "

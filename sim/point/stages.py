@@ -115,7 +115,8 @@ def stage_contexts(
     own = [g for row in placement for g in row]
     gpus = job_gpus if job_gpus is not None else own
     hosts = {topo.gpu(g).host for g in own}  # a host link is shared within its server only
-    near = [g for g in dict.fromkeys(gpus) if topo.gpu(g).host in hosts]
+    every = topo.gpus  # indexed directly: a 16,384-GPU job's list is walked once per point
+    near = [g for g in dict.fromkeys(gpus) if every[g].host in hosts]
     sharers = host_link_sharers(topo, [f"gpu{g}" for g in near])
     stages = len(placement[0]) if placement else 0
     per_stage: list[dict[str, Any]] = []  # what every replica of a stage shares, once
