@@ -30,9 +30,10 @@ from sim.memory.allocator import (
     segment_size,
 )
 from sim.memory.framework_memory import dummy_wgrad_bytes
-from sim.memory.layer_work import LayerWork, WorkOptions
+from sim.memory.layer_work import LayerWork, WorkOptions, stash_tensors
 from sim.memory.plan import StagePlan
 from sim.memory.rank_memory import kept_peak
+from sim.memory.tensor_program import tensor_program
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.memory import point_memory
@@ -280,6 +281,37 @@ def test_the_allocator_releases_cached_segments_rather_than_fail():
     exp = AllocatorConfig(expandable_segments=True)
     assert replay(ops, exp).reserved == 180 * MIB
     assert replay(ops, exp, capacity_bytes=150 * MIB).reserved == 140 * MIB
+
+
+def test_separate_tensors_fill_holes_a_merged_request_cannot():
+    """Two cached 60 MiB segments (``get_free_block``, best fit per request): a stash of two
+    50 MiB tensors takes one each (reserved stays 120 MiB); the same bytes as one 100 MiB
+    request fit neither and reserve a third segment (220 MiB)."""
+    holes = [("alloc", "a", 60 * MIB), ("alloc", "b", 60 * MIB), ("free", "a", 0),
+             ("free", "b", 0)]  # fmt: skip
+    apart = replay([*holes, ("alloc_all", "s", (50 * MIB, 50 * MIB))])
+    merged = replay([*holes, ("alloc_all", "s", (100 * MIB,))])
+    assert (apart.allocated, apart.reserved) == (120 * MIB, 120 * MIB)
+    assert (merged.allocated, merged.reserved) == (120 * MIB, 220 * MIB)
+
+
+def test_the_replay_allocates_each_stash_tensor_in_its_own_block(monkeypatch):
+    """The tensor program's forward saves a layer's stash as the layer's own tensors
+    (:func:`~sim.memory.layer_work.stash_tensors`), one block each: a dense decoder block's
+    nine (two block inputs, QKV, attention output, softmax statistics, two MLP inputs, the
+    gated MLP's up-projection output and its activation), not merged."""
+    import sim.memory.compose as compose
+
+    seen: list = []
+    margin = compose.allocator_margin_bytes
+    monkeypatch.setattr(compose, "allocator_margin_bytes", lambda p: seen.append(p) or margin(p))
+    point_memory(_prepared(), _point(p=1, w=1, m=2))
+    pairs = seen[-1]
+    ctx = pairs[0][0]
+    first = {k[1]: n for op, k, n in tensor_program(pairs) if op == "alloc_all" and k[0] == 1}
+    for j, (layer, work) in enumerate(zip(ctx.layers, ctx.layer_work, strict=True)):
+        assert first[j] == pytest.approx(stash_tensors(work, layer.act_bytes))
+    assert [len(first[j]) for j in (1, 2)] == [9, 9]
 
 
 @settings(max_examples=60, deadline=None)

@@ -35,8 +35,6 @@ cache's holes, the second shows the steady fragmentation (later ones repeat it).
 REPLAY_MICROBATCHES = 8
 """Micro-batches of each iteration the replay runs (the first ones; :func:`allocator_margin_bytes`
 says what it assumes of the others)."""
-TENSORS_PER_LAYER = 4
-"""Stash tensors per layer the replay allocates (:func:`_merged`)."""
 
 
 def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
@@ -51,13 +49,15 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
       allocates its flat bucket copies; the optimizer's fp32 master copies follow
       (``clone().float()``), one per parameter (of its shard);
     * its actions in program order (``StageContext.ops``): a forward runs its layers in
-      order, each allocating its stash tensors (:func:`~sim.memory.layer_work.stash_tensors`,
-      scaled to what the plan keeps on the GPU) and then its transient, freed again, and the
-      part it swaps out (freed when copied); a backward brings that part back and runs them
-      last first, each allocating its transient and then freeing it and the oldest
-      micro-batch's stash of that layer; recomputed bytes live through the action; the first
-      backward of a stage allocates TE's dummy weight
-      gradients (kept); per-tensor gradients (no contiguous buffer) at the first backward too;
+      order, each allocating its stash tensors one block each, as autograd saves them
+      (:func:`~sim.memory.layer_work.stash_tensors`, scaled to what the plan keeps on the GPU;
+      never merged: a merged request needs a hole as large as the sum, where PyTorch places
+      each tensor in its own best-fit block, ``get_free_block``), and then its transient, freed
+      again, and the part it swaps out (freed when copied); a backward brings that part back
+      and runs them last first, each allocating its transient and then freeing it and the
+      oldest micro-batch's stash of that layer; recomputed bytes live through the action; the
+      first backward of a stage allocates TE's dummy weight gradients (kept); per-tensor
+      gradients (no contiguous buffer) at the first backward too;
     * Adam's moments at the first optimizer step (``torch.optim`` creates its state lazily),
       one pair per parameter tensor, carved from whatever the first iteration left cached;
       then the second iteration (:data:`REPLAY_STEPS`).
@@ -221,25 +221,9 @@ def _layer_tensors(
     stash_tensors` at what the plan keeps) and its forward and backward transients."""
     kept = plan.resident_act_bytes / plan.act_bytes if plan.act_bytes > 0 else 1.0
     return [
-        (_merged(stash_tensors(work, layer.act_bytes * kept)), work.fwd_bytes, work.bwd_bytes)
+        (stash_tensors(work, layer.act_bytes * kept), work.fwd_bytes, work.bwd_bytes)
         for layer, work in zip(ctx.layers, ctx.layer_work, strict=True)
     ]
-
-
-def _merged(tensors: tuple[float, ...], most: int = TENSORS_PER_LAYER) -> tuple[float, ...]:
-    """``tensors`` with the smallest neighbouring pair merged until at most ``most`` remain
-    (tensors a layer allocates together and frees together; the replay's cost is linear in
-    them, and merging the small ones keeps the large sizes apart).
-
-    Example:
-        >>> _merged((1.0, 2.0, 30.0, 4.0, 50.0), 3)
-        (33.0, 4.0, 50.0)
-    """
-    out = list(tensors)
-    while len(out) > most:
-        i = min(range(len(out) - 1), key=lambda k: out[k] + out[k + 1])
-        out[i : i + 2] = [out[i] + out[i + 1]]
-    return tuple(out)
 
 
 def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
