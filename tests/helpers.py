@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import SimInput, StageCost
+from sim.engine import SimInput
+from sim.engine.stage_cost import StageCost
 from sim.hardware.topology import GPU, Host, Link, Topology
 from sim.memory.plan import StagePlan
 from sim.schedules.registry import get_schedule

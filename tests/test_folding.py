@@ -11,7 +11,7 @@ import pytest
 
 from sim.config import load_experiment
 from sim.engine.groups import GroupCollectives
-from sim.engine.inputs import StageReplica
+from sim.engine.replicas import StageReplica
 from sim.parallel.folding import (
     expert_dp_group,
     expert_group,

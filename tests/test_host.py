@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.engine import StageCost, simulate
+from sim.engine import simulate
 from sim.engine.host import action_work, layered_work
 from sim.engine.inputs import MicrobatchLoad
+from sim.engine.stage_cost import StageCost
 from sim.hardware.host_ops import HostOverhead, HostWork, issue_exactly
 from tests.helpers import uniform_input
 

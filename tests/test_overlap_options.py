@@ -16,10 +16,12 @@ from helpers import chain_topology, uniform_input
 
 from sim.comm.ep_dispatch import dispatch_cost, efficiency
 from sim.config import framework_spec_of, parse_experiment, parse_framework_spec
-from sim.engine import StageCost, simulate
+from sim.engine import simulate
 from sim.engine.inputs import PipelineRuntime
 from sim.engine.overlap import PairOverlap
 from sim.engine.param_gather import reach_times
+from sim.engine.replicas import stage_replicas
+from sim.engine.stage_cost import StageCost
 from sim.engine.streams import ComputeStream
 from sim.errors import InputError
 from sim.framework import get_framework
@@ -295,7 +297,7 @@ def test_delayed_weight_gradient_runs_beside_the_backwards_exchange(delay, end):
     # beside its weight gradient [1, 2], then [2, 3] and the last weight gradient [3, 4].
     env = simpy.Environment()
     ov = PairOverlap(env, ComputeStream(env, []), _Groups(env), 1.0, delay)
-    rep = uniform_input("gpipe", 1, 1).replicas()[0]
+    rep = stage_replicas(uniform_input("gpipe", 1, 1))[0]
     op = GroupOp("ep", "alltoall", 1.0)
     env.process(ov.body(rep, Action(0, "B", 0), 4.0, (op,), {}, wgrad_s=2.0))
     env.run()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import StageCost, simulate
+from sim.engine import simulate
+from sim.engine.stage_cost import StageCost
 from sim.errors import InputError
 from sim.metrics import compute_metrics
 from sim.schedules import (

@@ -10,7 +10,9 @@ stage sends), :mod:`~sim.engine.collectives` (data-parallel rings), :mod:`~sim.e
 replicas, :func:`simulate`).
 """
 
-from sim.engine.inputs import DDP_BUCKET_BYTES, SimInput, StageCost, StageReplica
+from sim.engine.inputs import DDP_BUCKET_BYTES, SimInput
 from sim.engine.pipeline import simulate
+from sim.engine.replicas import StageReplica
+from sim.engine.stage_cost import StageCost
 
 __all__ = ["DDP_BUCKET_BYTES", "SimInput", "StageCost", "StageReplica", "simulate"]

@@ -57,10 +57,11 @@ import simpy
 
 from sim.comm.hierarchical import RING_STEPS, CollectivePlan, collective_plan, ring_time_s
 from sim.engine.buckets import reduce_buckets
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.joined import JoinedCollectives
 from sim.engine.links import Links
 from sim.engine.rendezvous import Rendezvous
+from sim.engine.replicas import StageReplica
 from sim.engine.symmetry import HeldLinks
 from sim.events import EventKind
 from sim.parallel.folding import expert_dp_group

@@ -48,8 +48,9 @@ from collections import defaultdict
 import simpy
 
 from sim.engine.host import HostThreads
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.rendezvous import Rendezvous
+from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.engine.tensor_collectives import TensorCollectives
 from sim.events import EventKind

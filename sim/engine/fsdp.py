@@ -37,9 +37,10 @@ from collections.abc import Callable, Generator
 
 import simpy
 
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.joined import JoinedCollectives
 from sim.engine.links import Links
+from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.engine.symmetry import HeldLinks
 from sim.events import EventKind, MemCategory

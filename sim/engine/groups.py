@@ -43,9 +43,10 @@ import simpy
 from sim.comm.alltoall import AllToAllCost, alltoall_time_s, even_pairs, links_used
 from sim.comm.ep_dispatch import dispatch_cost
 from sim.comm.hierarchical import collective_plan
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.rendezvous import Rendezvous
+from sim.engine.replicas import StageReplica
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
 from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s

@@ -1,168 +1,27 @@
-"""What the engine runs: a resolved configuration (:class:`SimInput`) and its parts.
+"""What the engine runs: a resolved configuration (:class:`SimInput`) and what the framework's
+pipeline engine does around the actions (:class:`PipelineRuntime`, :class:`MicrobatchLoad`).
 
-:class:`StageCost` is one stage's per-micro-batch compute and boundary sizes;
-:class:`StageReplica` is one (replica, stage) as the engine runs it: its GPU, host, memory plan,
-cost and action list, so that processes pass one record instead of ``(r, s, gpu, plan)``.
+A stage's costs are :class:`~sim.engine.stage_cost.StageCost`; the records the engine's
+processes pass are :class:`~sim.engine.replicas.StageReplica`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
-from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS, Part
+from sim.engine.host import DEFAULT_SYNCS, SYNC_POINTS
+from sim.engine.stage_cost import StageCost
 from sim.engine.step_host import StepHost
 from sim.hardware.host_ops import HostOverhead
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.parallel.layout import ParallelLayout
-from sim.parallel.ops import GroupOp
-from sim.parallel.tp_overlap import OverlapOp
-from sim.schedules.action import Action, Program, flatten
-from sim.trace.schema import LayerProfile
+from sim.schedules.action import Program, flatten
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default gradient bucket, ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.
 DistributedDataParallel docs)."""
-
-
-DEFAULT_INPUT_SHARE = 0.5
-"""Share of a backward that is its input gradient (I) when a trace lacks ``bwd_input_s`` /
-``bwd_weight_s``: an assumption. A transformer layer's input-gradient and weight-gradient GEMMs
-have the same FLOPs (each equals the forward's), and Zero Bubble's schedules are designed for
-``T_I = T_W`` (Qi et al. ICLR'24 §2; schedules.md §2.7)."""
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """Per-micro-batch compute and boundary sizes of one stage.
-
-    Attributes:
-        fwd_s: forward seconds.
-        bwd_s: backward seconds (B, or I + W).
-        out_bytes: bytes of the activation this stage sends to the next one.
-        in_bytes: bytes of the activation it receives (the gradient it sends back).
-        tp_fwd: tensor-parallel collectives of a forward, ``(kind, bytes each, count)``
-            (:func:`sim.parallel.megatron.aggregate`); empty without tensor parallelism.
-        tp_bwd: the same for a backward (B, or I).
-        tp_recompute: the same for the recompute before a backward: the collectives of the
-            fully checkpointed layers' forwards (Megatron's ``CheckpointFunction.backward``
-            re-runs the forward, its ``all_reduce``s included); set from the memory plan.
-        bwd_input_s: seconds of the input-gradient part I of a split backward; None when the
-            trace does not split it (then :attr:`input_s` assumes half of ``bwd_s``).
-        bwd_weight_s: seconds of the weight-gradient part W; None likewise.
-        group_fwd: expert- and context-parallel exchanges of a forward
-            (:class:`~sim.parallel.ops.GroupOp`, :mod:`sim.engine.groups`); empty without.
-        group_bwd: the same for a backward (B, or I).
-        expert_grad_share: fraction of the stage's gradients that belong to routed experts:
-            reduced over the expert-data-parallel group only (:mod:`sim.parallel.expert`).
-        fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
-        bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
-            W get shares of them in proportion to their seconds (an assumption).
-        fwd_layers: ``(seconds, ops, module calls, Function applies)`` of each layer's
-            forward, in order, so that the host model summarises a forward layer by layer
-            (:meth:`forward_parts`); empty: one summary of the whole stage.
-        bwd_layers: ``(seconds, ops, Python backward nodes)`` of each layer's backward, in
-            forward order.
-        param_tensors: ``(vectors, matrices)``: parameter tensors of the stage as one tensor
-            rank holds them (biases and norm weights; weight matrices and embeddings), for a
-            step that checks them one by one (:attr:`PipelineRuntime.overflow_check_ops`).
-        tp_fwd_overlap: tensor-parallel collectives of a forward that run beside their GEMMs
-            (:class:`~sim.parallel.tp_overlap.OverlapOp`: a framework's TP overlap), not in
-            ``tp_fwd``; empty without.
-        tp_bwd_overlap: the same for a backward (B, or I).
-        tp_recompute_overlap: the same for the recompute before a backward.
-    """
-
-    fwd_s: float
-    bwd_s: float
-    out_bytes: float
-    in_bytes: float
-    tp_fwd: tuple[tuple[str, float, int], ...] = ()
-    tp_bwd: tuple[tuple[str, float, int], ...] = ()
-    tp_recompute: tuple[tuple[str, float, int], ...] = ()
-    bwd_input_s: float | None = None
-    bwd_weight_s: float | None = None
-    group_fwd: tuple[GroupOp, ...] = ()
-    group_bwd: tuple[GroupOp, ...] = ()
-    expert_grad_share: float = 0.0
-    fwd_ops: float = 0.0
-    bwd_ops: float = 0.0
-    fwd_layers: tuple[tuple[float, float, float, float], ...] = ()
-    bwd_layers: tuple[tuple[float, float, float], ...] = ()
-    param_tensors: tuple[int, int] = (0, 0)
-    tp_fwd_overlap: tuple[OverlapOp, ...] = ()
-    tp_bwd_overlap: tuple[OverlapOp, ...] = ()
-    tp_recompute_overlap: tuple[OverlapOp, ...] = ()
-
-    def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
-        """``(seconds, ops, ops without autograd)`` of each layer's forward, in issue order;
-        the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
-        full = set(checkpointed)
-        return tuple(
-            (sec, ops, ops if i in full else 0.0, mods, fns)
-            for i, (sec, ops, mods, fns) in enumerate(self.fwd_layers)
-        )
-
-    def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
-        """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
-        order (Megatron recomputes each layer when the backward reaches it; their issue order
-        does not change the max-plus summary's host and device sums, only its span)."""
-        return tuple(
-            (sec, ops, 0.0, mods, fns)
-            for sec, ops, mods, fns in (self.fwd_layers[i] for i in sorted(checkpointed))
-        )
-
-    def backward_parts(self) -> tuple[Part, ...]:
-        """Each layer's backward, in the order autograd runs them (last layer first)."""
-        return tuple((sec, ops, 0.0, 0.0, nodes) for sec, ops, nodes in reversed(self.bwd_layers))
-
-    def backward_ops(self, op: str) -> float:
-        """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in
-        proportion to their seconds)."""
-        if op == "B" or self.bwd_s <= 0:
-            return self.bwd_ops if op == "B" else self.bwd_ops / 2
-        share = self.input_s if op == "I" else self.weight_s
-        return self.bwd_ops * share / self.bwd_s
-
-    @property
-    def input_s(self) -> float:
-        """Seconds of an I action: ``bwd_input_s``, or the assumption ``bwd_s / 2``
-        (:data:`DEFAULT_INPUT_SHARE`) when the trace lacks the split."""
-        return self.bwd_s * DEFAULT_INPUT_SHARE if self.bwd_input_s is None else self.bwd_input_s
-
-    @property
-    def weight_s(self) -> float:
-        """Seconds of a W action: ``bwd_weight_s``, or ``bwd_s - input_s``."""
-        return self.bwd_s - self.input_s if self.bwd_weight_s is None else self.bwd_weight_s
-
-    @property
-    def has_split(self) -> bool:
-        """Whether I and W times come from the trace (not the default assumption)."""
-        return self.bwd_input_s is not None and self.bwd_weight_s is not None
-
-    @classmethod
-    def from_layers(cls, layers: tuple[LayerProfile, ...], in_bytes: float) -> StageCost:
-        """Sum of the layers' forward and backward seconds; the last layer's output bytes.
-
-        The I/W split is summed when every layer has both ``bwd_input_s`` and
-        ``bwd_weight_s``; otherwise it is left None (the default assumption applies)."""
-        split = all(x.bwd_input_s is not None and x.bwd_weight_s is not None for x in layers)
-        return cls(
-            sum(x.fwd_s for x in layers),
-            sum(x.bwd_s for x in layers),
-            layers[-1].out_bytes,
-            in_bytes,
-            bwd_input_s=sum(x.bwd_input_s or 0.0 for x in layers) if split else None,
-            bwd_weight_s=sum(x.bwd_weight_s or 0.0 for x in layers) if split else None,
-            fwd_ops=sum(x.fwd_ops or 0.0 for x in layers),
-            bwd_ops=sum(x.bwd_ops or 0.0 for x in layers),
-            fwd_layers=tuple(
-                (x.fwd_s, x.fwd_ops or 0.0, x.fwd_modules or 0.0, x.fwd_functions or 0.0)
-                for x in layers
-            ),
-            bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0, x.fwd_functions or 0.0) for x in layers),
-        )
 
 
 STEP_BARRIERS = ("none", "before_update", "after_update")
@@ -475,102 +334,13 @@ class SimInput:
     @cached_property
     def simulated_gpus(self) -> frozenset[str]:
         """Node names of the GPUs the engine runs ranks on."""
-        return frozenset(rep.gpu for rep in self.replicas())
+        return frozenset(
+            f"gpu{self.gpu_index(r, s, k)}"
+            for r in range(self.simulated_replicas)
+            for s in range(self.stages)
+            for k in range(self.simulated_tensor_ranks)
+        )
 
     def slowdown(self, gpu: int) -> float:
         """The :attr:`stragglers` factor of GPU ``gpu`` (1 for every other GPU)."""
         return dict(self.stragglers).get(gpu, 1.0)
-
-    def replicas(self) -> list[StageReplica]:
-        """Every simulated (replica, stage, tensor rank), replica-major, then stage."""
-        return [
-            StageReplica.of(self, r, s, k)
-            for r in range(self.simulated_replicas)
-            for s in range(self.stages)
-            for k in range(self.simulated_tensor_ranks)
-        ]
-
-
-@dataclass(frozen=True, slots=True)
-class StageReplica:
-    """Stage ``stage`` of pipeline replica ``replica`` as the engine runs it.
-
-    Attributes:
-        replica: data-parallel replica index r.
-        stage: pipeline stage s.
-        gpu: node name of its GPU (``gpu3``).
-        host: node name of that GPU's host socket (``cpu0``).
-        plan: its memory plan.
-        cost: its per-micro-batch compute and boundary sizes.
-        order: its rank's action list (STEP included; other stages' actions too when the
-            rank holds several).
-        first: whether it is stage 0 (receives no activation).
-        last: whether it is the last stage (receives no gradient).
-        tp_rank: its rank in the stage replica's tensor-parallel group (0 without).
-    """
-
-    replica: int
-    stage: int
-    gpu: str
-    host: str
-    plan: StagePlan
-    cost: StageCost
-    order: tuple[Action, ...]
-    first: bool
-    last: bool
-    tp_rank: int = 0
-
-    @classmethod
-    def of(cls, inp: SimInput, r: int, s: int, k: int = 0) -> StageReplica:
-        g = inp.gpu_index(r, s, k)
-        plan = inp.tensor_plans[r][s][k] if inp.tensor_plans else inp.plans[r][s]
-        cost, factor = inp.costs[s], inp.slowdown(g)
-        if factor != 1.0:
-            cost, plan = _slowed(cost, factor), _slowed_plan(plan, factor)
-        return cls(
-            r,
-            s,
-            f"gpu{g}",
-            inp.topology.gpu(g).host,
-            plan,
-            cost,
-            tuple(inp.program[inp.stage_ranks[s]]),
-            s == 0,
-            s == inp.stages - 1,
-            k,
-        )
-
-    @property
-    def key(self) -> tuple[int, int, int]:
-        """``(replica, stage, tp_rank)``: what identifies it among the run's processes."""
-        return (self.replica, self.stage, self.tp_rank)
-
-    def tags(self, microbatch: int | None, iteration: int | None) -> dict:
-        """The keyword fields every :class:`~sim.events.Event` of this replica carries."""
-        return dict(
-            stage=self.stage, microbatch=microbatch, iteration=iteration, replica=self.replica
-        )
-
-
-def _slowed(cost: StageCost, factor: float) -> StageCost:
-    """``cost`` on a GPU ``factor`` times slower: every compute time scaled."""
-
-    def scale(x: float | None) -> float | None:
-        return None if x is None else x * factor
-
-    return replace(
-        cost,
-        fwd_s=cost.fwd_s * factor,
-        bwd_s=cost.bwd_s * factor,
-        bwd_input_s=scale(cost.bwd_input_s),
-        bwd_weight_s=scale(cost.bwd_weight_s),
-        fwd_layers=tuple((s * factor, o, m, f) for s, o, m, f in cost.fwd_layers),
-        bwd_layers=tuple((s * factor, o, n) for s, o, n in cost.bwd_layers),
-    )
-
-
-def _slowed_plan(plan: StagePlan, factor: float) -> StagePlan:
-    """``plan`` on a GPU ``factor`` times slower: its recompute and optimizer step scaled."""
-    return replace(
-        plan, recompute_s=plan.recompute_s * factor, optimizer_s=plan.optimizer_s * factor
-    )

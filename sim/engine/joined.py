@@ -18,9 +18,10 @@ from functools import partial
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan, collective_plan
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.rendezvous import Rendezvous
+from sim.engine.replicas import StageReplica
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, Stream
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import simpy
 
 from sim.engine.groups import GroupCollectives
-from sim.engine.inputs import StageReplica
+from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import EventKind
 from sim.parallel.ops import GroupOp

@@ -48,7 +48,8 @@ import simpy
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.buckets import buckets
 from sim.engine.collectives import Collectives
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
+from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import Event, EventKind, Stream
 

@@ -23,7 +23,8 @@ import math
 import simpy
 
 from sim.engine.collectives import Collectives
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
+from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic
 from sim.events import EventKind, MemCategory

@@ -35,10 +35,11 @@ from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
 from sim.engine.host import HostThreads
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
 from sim.engine.partitioned import PartitionedStates
+from sim.engine.replicas import StageReplica, stage_replicas
 from sim.engine.sends import StageSends
 from sim.engine.step import RankStep, step_ends, step_group
 from sim.engine.streams import ComputeStream
@@ -90,7 +91,7 @@ class Engine:
     def run(self) -> EventLog:
         """Allocate model state, start every rank of every replica (and tensor rank), run to
         the end; the log."""
-        reps = self.inp.replicas()
+        reps = stage_replicas(self.inp)
         self._reps = {rep.key: rep for rep in reps}
         ranks = self.inp.stage_ranks
         first_stage = {rank: ranks.index(rank) for rank in set(ranks)}
@@ -381,29 +382,7 @@ class Engine:
         if uses_grad:
             yield from self.partitioned.wait(rep, a, tags)
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
-            self.ledger.change(
-                self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
-            )
-            if overlap is not None:
-                yield from overlap.compute(
-                    gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags
-                )
-            elif plan.fsdp is not None and a.op == "B":
-                pass  # each unit recomputes before its backward (sim.engine.fsdp)
-            else:
-                if rep.cost.fwd_layers and _full_only(plan):
-                    parts = rep.cost.recompute_parts(plan.recompute_layers)
-                    work = self.hosts.layered(gpu, "R", parts)
-                else:
-                    rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
-                    work = self.hosts.work(gpu, "R", *rec)
-                ovl = rep.cost.tp_recompute_overlap
-                yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags)
-            tp_rec = rep.cost.tp_recompute
-            if overlap is not None:
-                tp_rec = tp_rec + _triples(rep.cost.tp_recompute_overlap)
-            if tp_rec:
-                yield from self.tensor.join(rep, f"R{a}", tp_rec, tags)
+            yield from self._recompute(rep, a, tags, overlap)
         dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
@@ -429,6 +408,39 @@ class Engine:
             yield from self.tensor.join(rep, str(a), tp_after, tags)
         if uses_grad and rep.cost.group_bwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
+        yield from self._after_backward(rep, a, tags, done, sends)
+
+    def _recompute(self, rep: StageReplica, a: Action, tags: dict, overlap: PairOverlap | None):
+        """Process: the recompute before a B or I (its rebuilt bytes, its compute and the
+        tensor-parallel collectives of the layers it runs again)."""
+        gpu, plan = rep.gpu, rep.plan
+        self.ledger.change(
+            self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
+        )
+        if overlap is not None:
+            yield from overlap.compute(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
+        elif plan.fsdp is not None and a.op == "B":
+            pass  # each unit recomputes before its backward (sim.engine.fsdp)
+        else:
+            if rep.cost.fwd_layers and _full_only(plan):
+                parts = rep.cost.recompute_parts(plan.recompute_layers)
+                work = self.hosts.layered(gpu, "R", parts)
+            else:
+                rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
+                work = self.hosts.work(gpu, "R", *rec)
+            ovl = rep.cost.tp_recompute_overlap
+            yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags)
+        tp_rec = rep.cost.tp_recompute
+        if overlap is not None:
+            tp_rec = tp_rec + _triples(rep.cost.tp_recompute_overlap)
+        if tp_rec:
+            yield from self.tensor.join(rep, f"R{a}", tp_rec, tags)
+
+    def _after_backward(self, rep: StageReplica, a: Action, tags: dict, done, sends):
+        """Process: what follows a backward's compute: chunks evicted, the stash freed (B, W),
+        ``done`` signalled, the gradient sent back to the previous stage (B, I)."""
+        s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
+        uses_grad = a.op in ("B", "I")
         now = self.env.now
         if plan.fetch_bytes > 0:
             self.ledger.change(now, gpu, -plan.fetch_live, MemCategory.CHUNKS, f"evict {a}")
@@ -500,7 +512,7 @@ def simulate(inp: SimInput) -> EventLog:
     """
     log = Engine(inp).run()
     want: dict[str, int] = {}
-    for rep in inp.replicas():
+    for rep in stage_replicas(inp):
         steps = sum(a.op == STEP and a.stage == rep.stage for a in rep.order)
         want[rep.gpu] = want.get(rep.gpu, 0) + steps
     ran: dict[str, int] = {}

@@ -16,8 +16,9 @@ from collections import defaultdict
 import simpy
 
 from sim.engine.exchanges import Exchanges
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.links import Links
+from sim.engine.replicas import StageReplica
 from sim.events import EventKind, MemCategory, Stream
 from sim.ledger import Ledger
 

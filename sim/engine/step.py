@@ -36,8 +36,9 @@ from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.host import HostThreads
-from sim.engine.inputs import SimInput, StageReplica
+from sim.engine.inputs import SimInput
 from sim.engine.param_gather import ParamGathers
+from sim.engine.replicas import StageReplica
 from sim.engine.step_host import shard_tensors, step_host_s
 from sim.engine.streams import ComputeStream
 from sim.engine.traffic import MemoryTraffic

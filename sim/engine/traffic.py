@@ -23,8 +23,8 @@ from collections import defaultdict
 
 import simpy
 
-from sim.engine.inputs import StageReplica
 from sim.engine.links import Links
+from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import Event, EventKind, MemCategory, Stream
 from sim.ledger import Ledger

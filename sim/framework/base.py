@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from sim.config import MemoryConfig
-from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime, StageCost
+from sim.engine.inputs import DDP_BUCKET_BYTES, MicrobatchLoad, PipelineRuntime
+from sim.engine.stage_cost import StageCost
 from sim.framework.options import Option, resolve_options, spec
 from sim.framework.placement import PLACEMENTS
 from sim.framework.step_work import StepWork, shard_optimizer, step_time_s, with_step_work

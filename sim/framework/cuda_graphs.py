@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.compute.decoder_shape import base_kind
-from sim.engine.inputs import StageCost
+from sim.engine.stage_cost import StageCost
 
 DENSE = ("block", "attention", "mlp", "mamba", "mtp")
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
-from sim.engine.inputs import PipelineRuntime, StageCost
+from sim.engine.inputs import PipelineRuntime
+from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
 from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host

@@ -108,7 +108,7 @@ class RankTotals:
             of the forward and the backward (:func:`sim.parallel.megatron.aggregate`).
         layer_recompute_comm: per layer, the collectives full recompute runs again (a
             block's forward's: Megatron's ``CheckpointFunction`` re-runs the forward, its
-            all-reduces included; :attr:`~sim.engine.inputs.StageCost.tp_recompute`).
+            all-reduces included; :attr:`~sim.engine.stage_cost.StageCost.tp_recompute`).
     """
 
     params: float

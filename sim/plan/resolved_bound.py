@@ -9,6 +9,7 @@ it to full simulation.
 
 from __future__ import annotations
 
+from sim.engine.replicas import stage_replicas
 from sim.memory.rank_memory import kept_peak
 from sim.schedules.action import flatten
 from sim.schedules.combined import paired_forwards
@@ -29,7 +30,7 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     holds its two stashes layer by layer, :mod:`sim.memory.overlapped`)."""
     inp = res.sim_input
     by_rank: dict[tuple[int, int, int], list] = {}
-    for rep in inp.replicas():
+    for rep in stage_replicas(inp):
         key = (rep.replica, inp.stage_ranks[rep.stage], rep.tp_rank)
         by_rank.setdefault(key, []).append(rep)
     for (_, rank, _), reps in by_rank.items():

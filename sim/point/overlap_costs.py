@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.compute.decoder_shape import kind_of
-from sim.engine.inputs import StageCost
+from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.decoder_shard import DecoderShard

@@ -16,9 +16,9 @@ from sim.compute.megatron_ops import stage_tensors
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.routing import parse_routing
 from sim.config import MIRROR_ABOVE_GPUS, ExperimentConfig
-from sim.engine import SimInput, StageCost, simulate
-from sim.engine.inputs import DEFAULT_INPUT_SHARE
+from sim.engine import SimInput, simulate
 from sim.engine.periodic import Repeated, simulate_periodic
+from sim.engine.stage_cost import DEFAULT_INPUT_SHARE, StageCost
 from sim.engine.symmetry import mirrored
 from sim.errors import InputError
 from sim.events import EventLog
