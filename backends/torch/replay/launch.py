@@ -3,7 +3,8 @@
 Each rank is ``python -m backends.torch.replay.worker WORKDIR RANK`` in its own session (process
 group), so it and anything it starts can be killed as a whole; a CPU rank on Linux is forked
 from a process that has imported torch already (:mod:`backends.torch.replay.start`). The
-process group of the ranks is joined through a file store in ``WORKDIR`` (no TCP port to race for) with
+process group of the ranks is joined through a file store in ``WORKDIR`` (no rendezvous port to
+race for; gloo's own connections listen on ports the kernel assigns, ``bind`` to port 0) with
 ``init_process_group(timeout=pg_timeout_s)``; the launcher itself enforces ``timeout_s`` on the
 whole run. A rank that raises, or a run that outlives ``timeout_s``, ends with a
 :class:`ReplayError` naming the rank and its error (or, for a hang, where each live rank is
