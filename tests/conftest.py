@@ -91,43 +91,39 @@ def shipped_run(session_once):
 # so with the long tests first the two workers end within about one short test of each other
 # (the longest-first rule), instead of one of them starting a 100-CPU-second replay last while the
 # other idles. Costs: CPU seconds of each test (self and children, and the CPU of the rank
-# processes the forkserver of backends.torch.replay.start forked for it), measured at 0d1c879
-# (``python -m pytest -n 2`` with a per-test ``getrusage`` hook that adds the forkserver's
-# ``/proc`` times; the torch replay files with ``-n 0``); a prefix of a node id matches every
-# test under it. Tests under 6 CPU s are left out. The rest keep their order: the other ``slow``
-# tests next, then everything else, each in collection order, so module fixtures are set up once
-# per module part.
+# processes the forkserver of backends.torch.replay.start forked for it), measured at 72663e7
+# (``python -m pytest -n 2 --dist worksteal`` with a per-test ``getrusage`` hook that adds the
+# forkserver's ``/proc`` times); a prefix of a node id matches every test under it. Tests under
+# 6 CPU s are left out. The rest keep their order: the other ``slow`` tests next, then everything
+# else, each in collection order, so module fixtures are set up once per module part.
 LONGEST_FIRST_CPU_S = {
-    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 57,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 57,
-    "tests/test_numerics.py::test_the_tied_hf_config_replays_the_other_schedules_with_equal_numerics": 51,
-    "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 42,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 29,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 28,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 73,
+    "tests/test_numerics.py::test_the_tied_hf_config_replays_the_other_schedules_with_equal_numerics": 55,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 54,
+    "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 44,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 31,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 29,
     "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-memory.yaml]": 26,
-    "tests/test_group_validate.py::test_validate_replays_ep_and_cp_with_equal_losses": 25,
-    "tests/test_gpu_ground_truth.py::test_driver_and_checks_on_cpu": 24,
-    "tests/test_user_model.py::test_profile_simulate_replay_user_model[llama]": 22,
+    "tests/test_gpu_ground_truth.py::test_driver_and_checks_on_cpu": 20,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[deepseek-v3-8x-dgx-h100.yaml]": 18,
     "tests/test_cli.py::test_every_shipped_experiment_runs[llama3.1-8b-torchtitan-fsdp2-tp.yaml]": 18,
     "tests/test_cli.py::test_every_shipped_experiment_runs[mpress-dgx1.yaml]": 18,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[deepseek-v3-8x-dgx-h100.yaml]": 16,
-    "tests/test_user_model.py::test_concurrent_profile_of_a_user_model": 16,
-    "tests/test_user_model.py::test_profile_simulate_replay_user_model[cnn]": 15,
-    "tests/test_validate_e2e.py::test_profile_simulate_replay_compare": 14,
-    "tests/test_numerics.py::test_the_shared_weight_model_replays_every_schedule_family_with_equal_numerics": 13,
-    "tests/test_ep_cp_replay.py::test_expert_parallel_replay_equals_one_process": 12,
+    "tests/test_user_model.py::test_concurrent_profile_of_a_user_model": 17,
+    "tests/test_user_model.py::test_profile_simulate_replay_user_model[llama]": 17,
+    "tests/test_numerics.py::test_the_shared_weight_model_replays_every_schedule_family_with_equal_numerics": 15,
+    "tests/test_validate_e2e.py::test_profile_simulate_replay_compare": 15,
+    "tests/test_user_model.py::test_profile_simulate_replay_user_model[cnn]": 12,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-schedules.yaml]": 11,
+    "tests/test_group_validate.py::test_validate_replays_ep_and_cp_with_equal_losses": 11,
+    "tests/test_planner.py::test_resolved_bound_only_prunes_what_does_not_fit": 11,
     "tests/test_validate_e2e.py::test_validate_replays_the_multi_stage_schedules": 11,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-schedules.yaml]": 10,
-    "tests/test_planner.py::test_resolved_bound_only_prunes_what_does_not_fit": 10,
-    "tests/test_numerics.py::test_the_tied_encoder_replays_with_the_references_arithmetic_to_the_bit[gpipe-ours]": 9,
+    "tests/test_numerics.py::test_the_tied_encoder_replays_with_the_references_arithmetic_to_the_bit[1f1b-ours]": 10,
+    "tests/test_ep_cp_replay.py::test_context_parallel_replay_equals_one_process[p2p-2]": 9,
+    "tests/test_shared_params.py::test_profiling_finds_the_shared_ffn_and_the_tied_head_and_counts_them_once": 9,
     "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-64xh100.yaml]": 8,
     "tests/test_ep_cp_replay.py::test_context_parallel_replay_equals_one_process[p2p-4]": 8,
-    "tests/test_ep_cp_replay.py::test_context_parallel_replay_equals_one_process[all_gather-2]": 7,
-    "tests/test_numerics.py::test_a_missing_tied_allreduce_fails_the_check": 7,
-    "tests/test_tp_layer_profile.py::test_measure_two_gloo_ranks_gives_every_size_and_kind_with_and_without_sp": 7,
-    "tests/test_backend_torch.py::test_calibrate_writes_loadable_hardware": 6,
-    "tests/test_memory_policies.py::test_d2d_fits_every_model_recompute_fits": 6,
-    "tests/test_single_rank.py::test_cli_single_rank_measured_vs_predicted[0]": 6,
+    "tests/test_backend_torch.py::test_calibrate_writes_loadable_hardware": 7,
+    "tests/test_user_model.py::test_fake_analysis_matches_real_saved_bytes_and_counts_attention": 6,
 }
 
 
