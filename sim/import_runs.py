@@ -37,6 +37,7 @@ import yaml
 from sim.atomic import atomic_write_text, check_writable
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware, load_hardware_spec
+from sim.hardware.overlay import apply_overlay, bundled_overlay
 from sim.runs.express import Expressed, NotExpressed, express
 from sim.runs.predict import build_trace
 from sim.runs.readers import read_runs
@@ -106,6 +107,14 @@ def experiment_name(run: MeasuredRun) -> str:
     return name[:100]
 
 
+def hardware_of(ex: Expressed) -> str | dict[str, Any]:
+    """``ex``'s preset, with the shipped overlay of its machine set over it when it has one
+    (an inline hardware mapping: :attr:`sim.runs.express.Expressed.overlay`)."""
+    if not ex.overlay:
+        return ex.hardware
+    return apply_overlay(ex.hardware, bundled_overlay(ex.overlay))
+
+
 def pinned(ex: Expressed, trace_ref: str, name: str) -> dict[str, Any]:
     """The experiment mapping that pins ``ex``'s configuration."""
     p, run = ex.point, ex.run
@@ -126,7 +135,7 @@ def pinned(ex: Expressed, trace_ref: str, name: str) -> dict[str, Any]:
         "description": f"Imported by `sim import` from {run.source} ({run.framework}, "
         f"{run.gpu or 'GPU not named'}, {run.num_gpus or ex.run.layout.gpus} GPUs)."
         + (f" Approximations: {notes}." if notes else ""),
-        "hardware": ex.hardware,
+        "hardware": hardware_of(ex),
         "framework": ex.framework,
         "models": [model],
         "training": {"dtype": ex.dtype, "global_batch": p["global_batch"]},
@@ -214,7 +223,7 @@ def import_runs(
     done = []
     for run, ex in checked:
         name = experiment_name(run)
-        topo = load_hardware(ex.hardware)
+        topo = load_hardware(hardware_of(ex))
         trace_files = write_trace(build_trace(ex, topo), out / ex.model)
         ref = trace_files[0].name
         per_server = load_hardware_spec(ex.hardware).num_gpus

@@ -15,7 +15,8 @@ the error is reported against the published measurement.
   ``framework: megatron-lm``, whose defaults these are); DeepSeek-V2/V3 trimmed to 4 layers, the first dense
   (``moe_layer_freq ([0]*1+[1]*3)``), ``alltoall`` dispatcher, ``--moe-expert-capacity-factor
   1 --moe-pad-expert-input-to-capacity`` (every expert computes its capacity); Llama3-70B
-  trimmed to 12 layers; CP rows with ``--cp-comm-type a2a``.
+  trimmed to 12 layers; CP rows with ``--cp-comm-type a2a``. Simulated on ``dgx-b200`` with
+  SimuMax's node's own GEMM figure set over it (the shipped overlay ``simumax-b200``).
 * **Megatron-Core MoE, Mixtral 8x7B** (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/
   README.md``): "468 TFLOPS for Mixtral 8X7B bf16 training" (MCore v0.9) and the reference
   mapping (MCore v0.8): 64 H100, TP1 EP8 PP4 VP8, MBS 1, GBS 256, seq 4096, dropless. The
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from sim.config import parse_experiment
 from sim.hardware.loader import load_hardware
+from sim.hardware.overlay import apply_overlay, bundled_overlay
 from sim.plan.point_row import point_row
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare
@@ -87,7 +89,7 @@ def megatron_flops(shape, batch: int) -> float:
     return 12.0 * batch * s * layers * h * h * bracket
 
 
-def _trace_file(tmp: Path, config: str, layers: int, seq: int, hardware: str, moe_pad: bool) -> str:
+def _trace_file(tmp: Path, config: str, layers: int, seq: int, hardware, moe_pad: bool) -> str:
     from dataclasses import replace
 
     shape = read_config(HF / f"{config}-config.json", seq, layers=layers)
@@ -102,7 +104,7 @@ def _trace_file(tmp: Path, config: str, layers: int, seq: int, hardware: str, mo
     return str(csv)
 
 
-def _row(tmp: Path, hardware: str, trace: str, sweep: dict, gb: int, framework: str):
+def _row(tmp: Path, hardware, trace: str, sweep: dict, gb: int, framework: str):
     data = {
         "name": "published",
         "hardware": hardware,
@@ -128,9 +130,10 @@ def tensor_peak_gib(row) -> float:
 
 def simumax_rows(tmp: Path) -> list[dict]:
     out = []
+    node = apply_overlay("dgx-b200", bundled_overlay("simumax-b200"))  # SimuMax's node
     for config, layers, tp, ep, pp, cp, mbc, seq, ms, alloc in SIMUMAX_B200:
         dp = 8 // (tp * pp * cp)
-        trace = _trace_file(tmp, config, layers, seq, "dgx-b200", moe_pad=True)
+        trace = _trace_file(tmp, config, layers, seq, node, moe_pad=True)
         sweep = {
             "schedule": "1f1b",
             "stages": pp,
@@ -141,7 +144,7 @@ def simumax_rows(tmp: Path) -> list[dict]:
             "context_parallel": cp,
             "context_parallel_comm": "a2a",
         }
-        row = _row(tmp, "dgx-b200", trace, sweep, mbc * dp, "megatron-lm")
+        row = _row(tmp, node, trace, sweep, mbc * dp, "megatron-lm")
         pred = row.iteration_time_s * 1e3 if row.iteration_time_s else float("nan")
         out.append(
             {

@@ -15,6 +15,10 @@ GEMMs of one layer (4 forward, 4 input-gradient, 4 weight-gradient shapes, each 
   466-475``), per-layer ms: BF16 12.758, FP8 current 9.147, MXFP8 8.984, NVFP4 6.453 (NVFP4's
   random Hadamard transform is not among pipesim's cast bytes).
 
+The ``dgx-b300`` preset's GEMM efficiencies are this benchmark's FLOP rates (BF16, FP8, NVFP4
+pre-quantized: :func:`efficiency`), so the pre-quantized ratios print the model's own loss to
+wave quantization and launch overhead, about 1 %; the autocast ratios check the cast kernels.
+
 pipesim predicts the same 12 GEMMs on its ``dgx-b300`` preset (the HGX B300 of that benchmark)
 with :func:`sim.compute.kernels.kernel_time_s`, and the autocast overhead as the cast kernels of
 :func:`sim.compute.precision.cast_bytes_per_element` (one per operand per call) at the preset's
@@ -42,6 +46,17 @@ TE_MS = {
     "nvfp4": (3.764, 6.453),
 }
 """``(pre-quantized, autocast)`` per-layer ms (gemm_profiling.rst lines 92 and 148)."""
+
+
+def layer_flops() -> float:
+    """FLOPs of the 12 GEMMs: ``2 M K N`` each."""
+    return sum(2.0 * m * k * n for m, k, n in layer_shapes())
+
+
+def efficiency(precision: str, peak_flops: float) -> float:
+    """The benchmark's pre-quantized FLOP rate in ``precision`` as a fraction of ``peak_flops``
+    (FLOP/s): :func:`layer_flops` / the per-layer time."""
+    return layer_flops() / (TE_MS[precision][0] * 1e-3) / peak_flops
 
 
 def layer_shapes() -> list[tuple[int, int, int]]:
@@ -88,6 +103,11 @@ def main() -> None:
         ours = predicted_ms(precision)
         for mode, a, b in zip(("pre-quantized", "autocast"), te, ours, strict=True):
             print(f"{precision:16s} {mode:13s} {a:8.3f} {b:8.3f} {b / a:6.2f}")
+    spec = load_hardware("dgx-b300").gpus[0].compute
+    for precision, fmt in (("bf16", "bf16"), ("fp8-tensorwise", "fp8"), ("nvfp4", "nvfp4")):
+        eff = efficiency(precision, spec.peak_flops(fmt))
+        ours = spec.matmul_rate(fmt) / spec.peak_flops(fmt)
+        print(f"{precision} TE FLOP rate / B300 peak {eff:.3f}, dgx-b300 efficiency {ours:.3f}")
     bf16_te, bf16_ours = TE_MS["bf16"][0], predicted_ms("bf16")[0]
     for precision in ("fp8-tensorwise", "mxfp8", "nvfp4"):
         te_x = bf16_te / TE_MS[precision][0]

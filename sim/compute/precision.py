@@ -62,13 +62,16 @@ the ``dgx-b300`` preset; MXFP8 GEMMs take 7.161 ms against FP8's 6.812, an upper
 cost, as the benchmark's pre-quantized MXFP8 operands carry unswizzled scales that each GEMM call
 swizzles (its quantizer keeps ``optimize_for_gemm`` False, ``quantized_tensor.py:406``), which
 training's ``te.Linear`` quantizers avoid (``linear.py:2095-2103``): the presets keep MXFP8 at
-the FP8 efficiency, within 5 % of that bound. The presets'
-absolute GEMM rates, BF16 and FP8 alike, are 1.29-1.35x below that benchmark's: their BF16
-factor is SimuMax's B200 node's (``dgx-b200`` description), and FP8 keeps the published
-FP8/BF16 ratio over it. NVFP4 GEMMs run 3.48x as fast as BF16 in that benchmark, 5.80x in the
-preset (its flat NVFP4 efficiency at 3.1x the FP8 peak): an overestimate at these shapes
-(K = 4096), left as it is because the NVFP4 speed-up depends on the shape (Azure's cuBLASLt
-sweep on GB200, research/gpus/microbench.md §1.2: 1.83x FP8 at 4096^3, 2.62x at 8192^3).
+the FP8 efficiency, within 5 % of that bound. The Blackwell presets'
+GEMM efficiencies per format are that benchmark's (``dgx-b300``; moved to B200 and GB200 by the
+MAMF ratio of each format: their descriptions), so its BF16, FP8 and NVFP4 times are the
+preset's within wave quantization and launch overhead, and NVFP4 runs 3.48x as fast as BF16
+(1.81x FP8) at its shapes; its three passes (K = 4096-16384) run alike, so the NVFP4 rate is
+flat. Azure's cuBLASLt sweep on GB200 (research/gpus/microbench.md §1.2) measures 1.83x FP8 at
+4096^3 but 2.62x at 8192^3 and above: a large GEMM's NVFP4 may be up to 1.45x faster than
+modelled. SimuMax's B200 node measured slower BF16 GEMMs (0.488 of peak, against 0.642 moved
+from TE's benchmark): its figure is a shipped overlay (``sim/hardware/overlays/simumax-b200.yaml``)
+that SimuMax's runs use.
 
 Where Megatron runs the norm (``--normalization RMSNorm``) fused with the quantization
 (``NVTE_NORM_FWD_USE_CUDNN=1`` with MXFP8: ``FULLY_FUSED``, ``normalization.cpp:343-350``; set

@@ -15,6 +15,10 @@ File format (YAML)::
     gpu: {matmul_efficiency: 0.62, kernel_overhead: 6 us}
     network: {nccl_nic_bandwidth: 41 GB/s, latency: 2 us}
 
+Overlays shipped with pipesim (``sim/hardware/overlays/NAME.yaml``, package data) describe a
+machine whose measured runs are in the project's checking data: :func:`bundled_overlay` reads one
+by name (``simumax-b200``: SimuMax's B200 node, which its validation runs use).
+
 Only the keys of :data:`ALLOWED` may be set (the figures calibration fits, and the host
 overheads ``sim calibrate --device cuda`` measures); values take the units hardware files
 take, and are validated as the hardware's own fields are when the hardware is loaded.
@@ -22,6 +26,7 @@ take, and are validated as the hardware's own fields are when the hardware is lo
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +83,25 @@ def read_overlay(path: str | Path) -> dict[str, Any]:
         InputError: unreadable, not YAML, or not an overlay.
     """
     return check_overlay(read_yaml_file(path, what="hardware overlay"), file=str(path))
+
+
+def list_overlays() -> list[str]:
+    """Names of the overlays shipped in ``sim/hardware/overlays/`` (file stems), sorted."""
+    folder = resources.files("sim.hardware").joinpath("overlays")
+    return sorted(e.name[: -len(".yaml")] for e in folder.iterdir() if e.name.endswith(".yaml"))
+
+
+def bundled_overlay(name: str) -> dict[str, Any]:
+    """The shipped overlay ``name`` (:func:`list_overlays`), as :func:`read_overlay` reads it.
+
+    Raises:
+        InputError: no shipped overlay has that name.
+    """
+    if name not in list_overlays():
+        raise InputError(f"no shipped hardware overlay {name!r}; shipped: "
+                         f"{', '.join(list_overlays())}", field="hardware_overlay")  # fmt: skip
+    path = resources.files("sim.hardware").joinpath("overlays", f"{name}.yaml")
+    return read_overlay(Path(str(path)))
 
 
 def overlay_provenance(path: str | Path) -> dict[str, Any]:

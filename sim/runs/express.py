@@ -71,7 +71,8 @@ class Expressed:
 
     Attributes:
         run: the measured run.
-        hardware: preset name (``dgx-b200``, ``4x-dgx-h100``, ``nvl72x2-gb200``).
+        hardware: preset name (``dgx-b200``, ``4x-dgx-h100``, ``nvl72x2-gb200``); the
+            run's shipped overlay, if any, is set over it (:attr:`overlay`).
         model: the trace's name.
         generator: ``decoder``, ``t5``, ``gpt`` or ``bert``.
         shape: the generator's arguments (a :class:`DecoderShape` for ``decoder``, a
@@ -104,9 +105,15 @@ class Expressed:
     optimizer: str = "adam"
 
     @property
+    def overlay(self) -> str:
+        """The shipped hardware overlay of the run's machine ("" none:
+        :attr:`sim.runs.record.MeasuredRun.hardware_overlay`)."""
+        return self.run.hardware_overlay
+
+    @property
     def key(self) -> tuple:
         """What the simulation depends on: runs with one key are simulated once."""
-        return (self.hardware, self.model, repr(self.shape), self.dtype, self.framework,
+        return (self.hardware, self.overlay, self.model, repr(self.shape), self.dtype, self.framework,
                 tuple(sorted(self.point.items())), self.memory, self.boundaries,
                 self.optimizer)  # fmt: skip
 

@@ -20,6 +20,9 @@ give the same run:
   distributed optimizer, MTP, CUDA graphs, dispatcher) when a recipe table is given
   (:mod:`sim.runs.bridge_recipes`), else the row says the settings are unknown. Model traits
   the columns cannot say are taken from the model's name (:data:`NAMED_TRAITS`).
+
+A source measured on one machine whose own figures pipesim ships as a hardware overlay runs
+with it (:data:`NODE_OVERLAYS`): SimuMax's rows on SimuMax's B200 node.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
 
 GiB = 2.0**30
+NODE_OVERLAYS = (("simumax_b200", "simumax-b200"),)
+"""``(source_id prefix, shipped overlay)``: the overlay of the machine a source's rows were
+measured on (``sim/hardware/overlays/simumax-b200.yaml``: SimuMax's B200 node, whose efficiency
+tests measured its BF16 GEMMs; the dgx-b200 preset carries Transformer Engine's benchmark)."""
 NEEDED = ("model", "gpu", "tp", "pp", "gbs", "mbs", "precision", "seq_len")
 """Columns every row needs."""
 MLA_RANKS = {
@@ -268,9 +275,11 @@ def row_run(row: pd.Series, *, source: str, recipe: dict[str, Any] | None = None
         shape = replace(shape, features=shape.features + (lora,))
         notes.append(ArgNote("task", "lora", "approximated", LORA_QKV.removeprefix(
             "approximated: ")))  # fmt: skip
+    source_id = str(row.get("source_id", ""))
+    overlay = next((o for prefix, o in NODE_OVERLAYS if source_id.startswith(prefix)), "")
     return replace(
         run, measured=measured_of(row), task=str(row.get("task", "pretrain")), args=tuple(notes),
-        notes=run.notes + tuple(extra), shape=shape,
+        notes=run.notes + tuple(extra), shape=shape, hardware_overlay=overlay,
     )  # fmt: skip
 
 

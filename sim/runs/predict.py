@@ -22,8 +22,8 @@ from typing import Any
 from sim.config import parse_experiment
 from sim.errors import InputError
 from sim.events import EventKind, EventLog
-from sim.hardware.loader import load_hardware
-from sim.hardware.overlay import apply_overlay
+from sim.hardware.loader import load_hardware, merge_spec
+from sim.hardware.overlay import apply_overlay, bundled_overlay
 from sim.hardware.topology import Topology
 from sim.memory.attention import with_attention
 from sim.plan.point_row import point_row
@@ -127,35 +127,41 @@ class Predictor:
     """Simulates expressed runs, each hardware and trace built once (module doc).
 
     Args:
-        overlay: a hardware overlay mapping applied to every hardware (None: the presets).
+        overlay: a hardware overlay mapping applied to every hardware (None: the presets), over
+            a run's own shipped overlay (:attr:`sim.runs.express.Expressed.overlay`).
     """
 
     def __init__(self, overlay: Mapping[str, Any] | None = None):
         self.overlay = dict(overlay) if overlay else None
-        self._topos: dict[str, Topology] = {}
+        self._topos: dict[tuple[str, str], Topology] = {}
         self._traces: dict[tuple, Trace] = {}
         self._done: dict[tuple, Prediction] = {}
 
-    def hardware(self, name: str) -> str | dict[str, Any]:
-        """``name`` with the overlay applied."""
-        return apply_overlay(name, self.overlay) if self.overlay else name
+    def hardware(self, name: str, node: str = "") -> str | dict[str, Any]:
+        """``name`` with the shipped overlay ``node`` ("" none) and then the overlay applied."""
+        over = bundled_overlay(node) if node else {}
+        if self.overlay:
+            over = merge_spec(over, self.overlay)
+        return apply_overlay(name, over) if over else name
 
-    def topology(self, name: str) -> Topology:
-        if name not in self._topos:
-            self._topos[name] = load_hardware(self.hardware(name), file="<overlay>")
-        return self._topos[name]
+    def topology(self, name: str, node: str = "") -> Topology:
+        if (name, node) not in self._topos:
+            hw = self.hardware(name, node)
+            self._topos[name, node] = load_hardware(hw, file="<overlay>")
+        return self._topos[name, node]
 
     def predict(self, item: Expressed) -> Prediction:
         """The prediction for one expressed run (cached by its key)."""
         if item.key in self._done:
             return self._done[item.key]
         try:
-            topo = self.topology(item.hardware)
-            tkey = (item.hardware, item.model, repr(item.shape), item.dtype)
+            topo = self.topology(item.hardware, item.overlay)
+            tkey = (item.hardware, item.overlay, item.model, repr(item.shape), item.dtype)
             if tkey not in self._traces:
                 self._traces[tkey] = build_trace(item, topo)
             trace = self._traces[tkey]
-            exp = parse_experiment(experiment_of(item, self.hardware(item.hardware), item.model))
+            hw = self.hardware(item.hardware, item.overlay)
+            exp = parse_experiment(experiment_of(item, hw, item.model))
             prep = Prepared(exp, "<measured>", topo, {item.model: trace})
             out = _prediction(*point_row(prep, point_of(item)))
         except (InputError, ValueError) as exc:

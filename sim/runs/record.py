@@ -194,6 +194,9 @@ class MeasuredRun:
             routing ``+allgather``, :mod:`sim.parallel.expert`).
         optimizer: ``training.optimizer`` (``adam``, ``sgd``, ``sgd_momentum``): the state
             the optimizer keeps per parameter (:mod:`sim.memory.states`).
+        hardware_overlay: a shipped hardware overlay of the machine the run was measured on
+            (:func:`sim.hardware.overlay.bundled_overlay`: ``simumax-b200``), set over its
+            GPU's preset; "": the preset alone.
     """
 
     name: str
@@ -225,6 +228,7 @@ class MeasuredRun:
     activation_offload: float = 0.0
     token_dispatcher: str = "alltoall"
     optimizer: str = "adam"
+    hardware_overlay: str = ""
 
     def with_measured(self, measured: Measured) -> MeasuredRun:
         """This run with other measurements (a log's figures on an argument list's run)."""
