@@ -90,36 +90,40 @@ def shipped_run(session_once):
 # its half of the collection in order and an idle worker steals the tail of the busy one's queue,
 # so with the long tests first the two workers end within about one short test of each other
 # (the longest-first rule), instead of one of them starting a 100-CPU-second replay last while the
-# other idles. Costs: CPU seconds of each test (self and children) measured on main at 6f5aaec
-# (``python -m pytest -p no:randomly -n 2`` with a per-test ``getrusage`` hook); a prefix of a node
-# id matches every test under it. The rest keep their order: the other ``slow`` tests next, then
-# everything else, each in collection order, so module fixtures are set up once per module part.
+# other idles. Costs: CPU seconds of each test (self and children, and the CPU of the rank
+# processes the forkserver of backends.torch.replay.start forked for it), measured at 72663e7
+# (``python -m pytest -n 2 --dist worksteal`` with a per-test ``getrusage`` hook that adds the
+# forkserver's ``/proc`` times); a prefix of a node id matches every test under it. Tests under
+# 6 CPU s are left out. The rest keep their order: the other ``slow`` tests next, then everything
+# else, each in collection order, so module fixtures are set up once per module part.
 LONGEST_FIRST_CPU_S = {
-    "tests/test_numerics.py::test_the_tied_hf_config_replays": 110,
-    "tests/test_numerics.py::test_the_shared_weight_model_replays": 86,
-    "tests/test_user_model.py::test_profile_simulate_replay_user_model": 69,
-    "tests/test_validate_e2e.py::test_profile_simulate_replay_compare": 62,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 56,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-memory.yaml]": 53,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-schedules.yaml]": 50,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 48,
-    "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 42,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-64xh100.yaml]": 39,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[deepseek-v3-8x-dgx-h100.yaml]": 37,
-    "tests/test_numerics.py::test_torchs_runtime_replays_a_stage_that_ends_in_a_strided_view": 26,
-    "tests/test_backend_torch.py::test_memory_policies_change_the_activation_peak": 22,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3.1-8b-torchtitan-fsdp2-tp": 17,
-    "tests/test_user_model.py::test_user_model_replays_memory_policies": 16,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 15,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 14,
-    "tests/test_numerics.py::test_a_replay_whose_tied_gradient_sync_is_broken": 13,
-    "tests/test_user_model.py::test_concurrent_profile_of_a_user_model": 13,
-    "tests/test_user_model.py::test_validate_replays_a_fixed_sample_at_another_microbatch": 12,
-    "tests/test_planner.py::test_resolved_bound_only_prunes_what_does_not_fit": 12,
-    "tests/test_backend_torch.py::test_calibrate_writes_loadable_hardware": 11,
-    "tests/test_numerics.py::test_the_tied_encoder_replays": 9,
-    "tests/test_tp_replay.py::test_tp2_losses_equal_single_process": 8,
-    "tests/test_tp_replay.py::test_validate_tp_winner_on_cpu": 8,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 73,
+    "tests/test_numerics.py::test_the_tied_hf_config_replays_the_other_schedules_with_equal_numerics": 55,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 54,
+    "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 44,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 31,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 29,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-memory.yaml]": 26,
+    "tests/test_gpu_ground_truth.py::test_driver_and_checks_on_cpu": 20,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[deepseek-v3-8x-dgx-h100.yaml]": 18,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3.1-8b-torchtitan-fsdp2-tp.yaml]": 18,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[mpress-dgx1.yaml]": 18,
+    "tests/test_user_model.py::test_concurrent_profile_of_a_user_model": 17,
+    "tests/test_user_model.py::test_profile_simulate_replay_user_model[llama]": 17,
+    "tests/test_numerics.py::test_the_shared_weight_model_replays_every_schedule_family_with_equal_numerics": 15,
+    "tests/test_validate_e2e.py::test_profile_simulate_replay_compare": 15,
+    "tests/test_user_model.py::test_profile_simulate_replay_user_model[cnn]": 12,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[dgx1-schedules.yaml]": 11,
+    "tests/test_group_validate.py::test_validate_replays_ep_and_cp_with_equal_losses": 11,
+    "tests/test_planner.py::test_resolved_bound_only_prunes_what_does_not_fit": 11,
+    "tests/test_validate_e2e.py::test_validate_replays_the_multi_stage_schedules": 11,
+    "tests/test_numerics.py::test_the_tied_encoder_replays_with_the_references_arithmetic_to_the_bit[1f1b-ours]": 10,
+    "tests/test_ep_cp_replay.py::test_context_parallel_replay_equals_one_process[p2p-2]": 9,
+    "tests/test_shared_params.py::test_profiling_finds_the_shared_ffn_and_the_tied_head_and_counts_them_once": 9,
+    "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-64xh100.yaml]": 8,
+    "tests/test_ep_cp_replay.py::test_context_parallel_replay_equals_one_process[p2p-4]": 8,
+    "tests/test_backend_torch.py::test_calibrate_writes_loadable_hardware": 7,
+    "tests/test_user_model.py::test_fake_analysis_matches_real_saved_bytes_and_counts_attention": 6,
 }
 
 

@@ -75,16 +75,30 @@ def _load_dumps(path: Path) -> tuple[list[dict], dict[str, torch.Tensor]]:
 
 
 def _worker_children() -> list[int]:
-    me, out = os.getpid(), []
+    """Live rank processes started by this process: its descendants whose command line is the
+    worker's (a rank forked from the forkserver, backends.torch.replay.start, is a grandchild,
+    its command line rewritten to the worker's)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, bytes] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == me and b"backends.torch.replay.worker" in cmd:
-            out.append(int(pid))
-    return out
+        if stat[0] != "Z":
+            parents[int(pid)], commands[int(pid)] = int(stat[1]), cmd
+
+    def descends(pid: int) -> bool:
+        while pid in parents and pid != os.getpid():
+            pid = parents[pid]
+        return pid == os.getpid()
+
+    return [
+        pid
+        for pid, cmd in commands.items()
+        if pid != os.getpid() and b"backends.torch.replay.worker" in cmd and descends(pid)
+    ]
 
 
 def test_stage_weights_equal_full_model_and_chain_forward_matches() -> None:

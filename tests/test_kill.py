@@ -198,9 +198,15 @@ def test_a_replay_past_its_timeout_is_a_failed_row_and_leaves_no_process(tmp_pat
 
 
 @pytest.mark.timeout(300)
-def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_folder(tmp_path):
+@pytest.mark.parametrize("start", ["fork", "exec"])  # backends.torch.replay.start's two ways
+def test_kill_9_of_an_interleaved_sim_validate_leaves_no_rank_and_no_scratch_folder(
+    tmp_path, monkeypatch, start
+):
     pytest.importorskip("torch")
     from backends.torch.replay.launch import WORKDIR_PREFIX
+    from backends.torch.replay.start import START_ENV
+
+    monkeypatch.setenv(START_ENV, start)  # _sim passes os.environ on
 
     winner = _tiny_winner(tmp_path)
     proc = _sim(

@@ -1,14 +1,17 @@
 """Launch N ranks, with hard timeouts, and collect rank 0's JSON: :func:`replay`, :func:`run_ranks`.
 
 Each rank is ``python -m backends.torch.replay.worker WORKDIR RANK`` in its own session (process
-group), so it and anything it starts can be killed as a whole. The process group of the ranks
-is joined through a file store in ``WORKDIR`` (no TCP port to race for) with
+group), so it and anything it starts can be killed as a whole; a CPU rank on Linux is forked
+from a process that has imported torch already (:mod:`backends.torch.replay.start`). The
+process group of the ranks is joined through a file store in ``WORKDIR`` (no rendezvous port to
+race for; gloo's own connections listen on ports the kernel assigns, ``bind`` to port 0) with
 ``init_process_group(timeout=pg_timeout_s)``; the launcher itself enforces ``timeout_s`` on the
 whole run. A rank that raises, or a run that outlives ``timeout_s``, ends with a
 :class:`ReplayError` naming the rank and its error (or, for a hang, where each live rank is
 waiting, from a ``faulthandler`` stack dump), and every rank is killed: no process is left.
 If the launcher itself is killed (``kill -9``), each rank dies with it
-(:func:`sim.procs.die_with_parent`), and the next launch removes its scratch folder
+(:func:`sim.procs.die_with_parent`; a forked rank with its forkserver, which ends with the
+launcher), and the next launch removes its scratch folder
 (:func:`remove_stale_workdirs`; the folder's name holds the launcher's pid).
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.torch.replay.job import ReplayJob, ReplayResult, collect_result
+from backends.torch.replay.start import RankProcess, StartTimeout, start_rank
 from sim.atomic import pid_alive
 from sim.replay import ReplayFailed
 
@@ -60,14 +64,15 @@ def _env(threads: int) -> dict[str, str]:
     return env
 
 
-def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+def _kill(procs: list[RankProcess]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in procs if p.poll() is None]
         for p in alive:
             try:
                 os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
+            except ProcessLookupError:  # a forked rank that has not made its group yet
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, sig)
         deadline = time.monotonic() + 3.0
         for p in alive:
             try:
@@ -102,10 +107,20 @@ def _failure_message(work: Path, codes: list[int | None]) -> str:
         return (
             f"rank {first['rank']} failed: {first['error']}\n{first['traceback']}"
             f"other ranks (stopped after it): {', '.join(others) or 'none'}"
+            + _crash_logs(work, codes, {e["rank"] for e in errors})
         )
     crashed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
     r, c = crashed[0]
     return f"rank {r} died with exit code {c} (signal {-c} if negative); log:\n{_tail(work / f'rank{r}.log')}"
+
+
+def _crash_logs(work: Path, codes: list[int | None], reported: set[int]) -> str:
+    """The log tails of the ranks that ended by a signal they did not get from the launcher
+    (e.g. an abort inside gloo: its reason is in the log only), beside the first error."""
+    crashed = [r for r, c in enumerate(codes) if c is not None and c < 0 and r not in reported]
+    return "".join(
+        f"\nrank {r}'s log (exit code {codes[r]}):\n{_tail(work / f'rank{r}.log')}" for r in crashed
+    )
 
 
 def run_ranks(
@@ -170,20 +185,20 @@ def _run_in(
         "process_group": process_group,
     }
     (work / "spec.json").write_text(json.dumps(spec))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[RankProcess] = []
+    started = time.monotonic()
     try:
         for r in range(nproc):
-            with open(work / f"rank{r}.log", "wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "backends.torch.replay.worker", str(work), str(r)],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=_env(threads),
-                        start_new_session=True,
-                    )
-                )
-        _wait(procs, work, timeout_s)
+            try:
+                procs.append(start_rank(work, r, device, _env(threads), started + timeout_s))
+            except StartTimeout:
+                raise ReplayError(
+                    f"run timed out after {timeout_s:g} s; ranks still starting: "
+                    f"{list(range(r, nproc))} (the rank forkserver was importing torch)"
+                ) from None
+            except OSError as exc:
+                raise ReplayError(f"rank {r} could not be started: {exc}") from exc
+        _wait(procs, work, timeout_s, started)
         result = work / "result.json"
         if not result.exists():
             raise ReplayError(f"rank 0 wrote no result; log:\n{_tail(work / 'rank0.log')}")
@@ -240,8 +255,8 @@ def remove_stale_workdirs(root: str | os.PathLike[str] | None = None) -> list[Pa
     return removed
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], work: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def _wait(procs: list[RankProcess], work: Path, timeout_s: float, started: float) -> None:
+    deadline = started + timeout_s
     while True:
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0) for c in codes):
