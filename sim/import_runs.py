@@ -37,7 +37,7 @@ import yaml
 from sim.atomic import atomic_write_text, check_writable
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware, load_hardware_spec
-from sim.hardware.overlay import apply_overlay, bundled_overlay
+from sim.hardware.overlay import with_overlays
 from sim.runs.express import Expressed, NotExpressed, express
 from sim.runs.predict import build_trace
 from sim.runs.readers import read_runs
@@ -110,9 +110,7 @@ def experiment_name(run: MeasuredRun) -> str:
 def hardware_of(ex: Expressed) -> str | dict[str, Any]:
     """``ex``'s preset, with the shipped overlay of its machine set over it when it has one
     (an inline hardware mapping: :attr:`sim.runs.express.Expressed.overlay`)."""
-    if not ex.overlay:
-        return ex.hardware
-    return apply_overlay(ex.hardware, bundled_overlay(ex.overlay))
+    return with_overlays(ex.hardware, ex.overlay)
 
 
 def pinned(ex: Expressed, trace_ref: str, name: str) -> dict[str, Any]:

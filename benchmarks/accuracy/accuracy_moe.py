@@ -39,7 +39,7 @@ from pathlib import Path
 
 from sim.config import parse_experiment
 from sim.hardware.loader import load_hardware
-from sim.hardware.overlay import apply_overlay, bundled_overlay
+from sim.hardware.overlay import with_overlays
 from sim.plan.point_row import point_row
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare
@@ -130,7 +130,7 @@ def tensor_peak_gib(row) -> float:
 
 def simumax_rows(tmp: Path) -> list[dict]:
     out = []
-    node = apply_overlay("dgx-b200", bundled_overlay("simumax-b200"))  # SimuMax's node
+    node = with_overlays("dgx-b200", "simumax-b200")  # SimuMax's node
     for config, layers, tp, ep, pp, cp, mbc, seq, ms, alloc in SIMUMAX_B200:
         dp = 8 // (tp * pp * cp)
         trace = _trace_file(tmp, config, layers, seq, node, moe_pad=True)

@@ -104,6 +104,25 @@ def bundled_overlay(name: str) -> dict[str, Any]:
     return read_overlay(Path(str(path)))
 
 
+def with_overlays(
+    hardware: str, shipped: str = "", extra: dict[str, Any] | None = None
+) -> str | dict[str, Any]:
+    """``hardware`` with the shipped overlay ``shipped`` (:func:`bundled_overlay`; "" none) and
+    then ``extra`` set over it (:func:`apply_overlay`); ``hardware`` itself when neither.
+
+    Raises:
+        InputError: no shipped overlay named ``shipped``; the hardware cannot be read.
+
+    Example:
+        >>> with_overlays("dgx-b200", "simumax-b200")["gpu"]
+        {'matmul_efficiency': 0.488}
+    """
+    over = bundled_overlay(shipped) if shipped else {}
+    if extra:
+        over = merge_spec(over, extra)
+    return apply_overlay(hardware, over) if over else hardware
+
+
 def overlay_provenance(path: str | Path) -> dict[str, Any]:
     """The ``calibration`` section of an overlay file ({} when it has none)."""
     data = read_yaml_file(path, what="hardware overlay")

@@ -23,8 +23,8 @@ from typing import Any
 from sim.config import parse_experiment
 from sim.errors import InputError
 from sim.events import EventKind, EventLog
-from sim.hardware.loader import load_hardware, merge_spec
-from sim.hardware.overlay import apply_overlay, bundled_overlay
+from sim.hardware.loader import load_hardware
+from sim.hardware.overlay import with_overlays
 from sim.hardware.topology import Topology
 from sim.memory.attention import with_attention
 from sim.memory.peak import allocated_bytes, device_peaks
@@ -155,16 +155,17 @@ class Predictor:
 
     def __init__(self, overlay: Mapping[str, Any] | None = None):
         self.overlay = dict(overlay) if overlay else None
+        self._hardware: dict[tuple[str, str], str | dict[str, Any]] = {}
         self._topos: dict[tuple[str, str], Topology] = {}
         self._traces: dict[tuple, Trace] = {}
         self._done: dict[tuple, Prediction] = {}
 
     def hardware(self, name: str, node: str = "") -> str | dict[str, Any]:
-        """``name`` with the shipped overlay ``node`` ("" none) and then the overlay applied."""
-        over = bundled_overlay(node) if node else {}
-        if self.overlay:
-            over = merge_spec(over, self.overlay)
-        return apply_overlay(name, over) if over else name
+        """``name`` with the shipped overlay ``node`` ("" none) and then the overlay applied
+        (:func:`sim.hardware.overlay.with_overlays`), built once per pair."""
+        if (name, node) not in self._hardware:
+            self._hardware[name, node] = with_overlays(name, node, self.overlay)
+        return self._hardware[name, node]
 
     def topology(self, name: str, node: str = "") -> Topology:
         if (name, node) not in self._topos:
