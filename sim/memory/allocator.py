@@ -227,11 +227,7 @@ class CachingAllocator:
         the cache has no free neighbour), so only the peaks are counted."""
         if nbytes <= 0:
             return
-        asked = math.ceil(nbytes)
-        size = round_size(asked, self._divisions)
-        small = size <= SMALL_SIZE_BYTES
-        pool = self._free[small]
-        i = self._fit(pool, size)
+        asked, size, small, pool, i = self._request(nbytes)
         if i is None or pool[i][3].unmapped:
             self._give(*self._take(nbytes))
             return
@@ -255,11 +251,7 @@ class CachingAllocator:
     # -- internals ----------------------------------------------------------------------
     def _take(self, nbytes: float) -> tuple[_Block, int]:
         """The block handed out for a request of ``nbytes`` (> 0) and the bytes asked."""
-        asked = math.ceil(nbytes)
-        size = round_size(asked, self._divisions)
-        small = size <= SMALL_SIZE_BYTES
-        pool = self._free[small]
-        i = self._fit(pool, size)  # the best fit, else a new block
+        asked, size, small, pool, i = self._request(nbytes)  # the best fit, else a new block
         block = self._new_block(small, size) if i is None else pool.pop(i)[3]
         unmapped = block.unmapped
         whole = block.size
@@ -289,6 +281,16 @@ class CachingAllocator:
         self.requested -= asked
         block.free = True
         self._merge(block)
+
+    def _request(self, nbytes: float) -> tuple[int, int, bool, list[_Free], int | None]:
+        """A request of ``nbytes`` (> 0): the bytes asked, its rounded size, its pool (small or
+        large, :func:`is_small`), that pool's free list and where the block it takes is in it
+        (:meth:`_fit`; None: a new block)."""
+        asked = math.ceil(nbytes)
+        size = round_size(asked, self._divisions)
+        small = is_small(size)
+        pool = self._free[small]
+        return asked, size, small, pool, self._fit(pool, size)
 
     def _fit(self, pool: list[_Free], size: int) -> int | None:
         """Where in ``pool`` (a pool's free blocks) the block a request of ``size`` takes is:
