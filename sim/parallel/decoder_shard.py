@@ -188,7 +188,7 @@ def _tp_comm(
         return LayerComm((CommOp(AR, x),) * mixers, (CommOp(AR, x),) * mixers)
     q = x * (gather_elem if gather_elem is not None else d) / d  # gathered quantized
     pairs = [(q, x)] if base in ("block", "moe_block", "attention", "mamba", "mtp") else []
-    moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
+    moe = base in MOE_KINDS and m.moe is not None
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
         pairs.append((q, x))
     again = tuple(CommOp(AG, ag) for ag, _ in pairs) if regather else ()
