@@ -127,6 +127,57 @@ def patrickstar() -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def time_breakdown(events: pd.DataFrame, gpu: str = "gpu0") -> dict[str, float]:
+    """Where one iteration's time goes on ``gpu``, from an event log's frame
+    (``Simulation.log.to_frame()``: ``kind``, ``device``, ``stream``, ``duration_s``,
+    ``iteration``), over its last iteration, in seconds: ``compute`` (forward, backward and
+    recompute kernels on the compute stream), ``gpu_step`` (the optimizer step on the GPU),
+    ``wait`` (the compute stream stalled for gathers, chunk moves, gradients or the host step of
+    some rank: what the engine logs as ``stall``), and ``host_adam`` (CPU-Adam seconds of
+    every rank of the server, summed: the busy time of the server's CPU-Adam pool,
+    :mod:`sim.memory.host_adam`, which the next iteration's first gather waits for)."""
+    last = events[events.iteration == events.iteration.max()]
+    kind = last.kind.map(str)
+    on_gpu = (last.device == gpu) & (last.stream.map(str) == "compute")
+
+    def total(mask: pd.Series) -> float:
+        return float(last.duration_s[mask].sum())
+
+    return {
+        "compute": total(on_gpu & kind.isin(["compute", "recompute"])),
+        "gpu_step": total(on_gpu & (kind == "optimizer")),
+        "wait": total(on_gpu & (kind == "stall")),
+        "host_adam": total(kind == "host_optimizer"),
+    }
+
+
+def patrickstar_breakdown() -> pd.DataFrame:
+    """What bounds each of PatrickStar's published models in pipesim: iteration seconds at the
+    batch :func:`patrickstar` reports, split by :func:`time_breakdown` on GPU 0, with the
+    published iteration time (PatrickStar's formula inverted, with ``--papers``)."""
+    pub = pd.read_csv(CLAIMS / "patrickstar_models.csv")
+    given = _published("patrickstar.csv")
+    out = []
+    for server, path in SERVERS.items():
+        data = experiment(path)
+        for row in pub[pub.server == server].itertuples():
+            one = copy.deepcopy(data)
+            one["models"] = [m for m in data["models"] if m["trace"] == row.trace]
+            sim_ = sim.api.simulate(one, memory_policy=PATRICKSTAR)
+            per_gpu = sim_.point.global_batch / sim_.point.dp_width
+            t = sim_.metrics.iteration_time_s
+            paper = float("nan")
+            if given is not None:
+                hit = given[(given.server == server) & (given.model == row.model)]
+                params = sim.api.load(one).traces[row.trace].parameters
+                if len(hit):  # PatrickStar's formula, inverted
+                    paper = 8 * params * per_gpu * SEQ / float(hit.tflops_per_gpu.iloc[0]) / 1e12
+            parts = time_breakdown(sim_.log.to_frame())
+            out.append({"server": server, "model": row.model, "iteration": t,
+                        "paper": paper, **parts})  # fmt: skip
+    return pd.DataFrame(out)
+
+
 def largest_patrickstar(server: str) -> tuple[str, dict[int, str]]:
     """The largest model PatrickStar's policy fits on ``server`` per batch per GPU."""
     base = experiment(SERVERS[server])
@@ -269,7 +320,7 @@ def _pct(x: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     global PAPERS
-    parts = ("patrickstar", "largest", "zero-offload", "mpress", "vpipe")
+    parts = ("patrickstar", "breakdown", "largest", "zero-offload", "mpress", "vpipe")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", help=f"what to run, of {', '.join(parts)} (default: all)")
     ap.add_argument(
@@ -287,6 +338,10 @@ def main(argv: list[str] | None = None) -> None:
         print("PatrickStar TFLOPS per GPU (its formula), chunked:recompute:msc")
         print(t.assign(error=t.error.map(_pct)).to_string(**fmt))
         print(f"within 10 %: {within} of {len(t)}\n")
+    if "breakdown" in which:
+        print("PatrickStar: where pipesim's iteration goes on GPU 0 (s); host_adam: the server's")
+        print("CPU-Adam pool busy (all ranks), which the next iteration's first gather waits for")
+        print(patrickstar_breakdown().to_string(**fmt), "\n")
     if "largest" in which:
         print("Largest trainable model (paper / pipesim)")
         print(largest().to_string(index=False), "\n")
