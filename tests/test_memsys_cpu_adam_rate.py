@@ -1,4 +1,4 @@
-"""PatrickStar's V100 host: CPU Adam scaled by DRAM bandwidth (experiments/patrickstar-v100.yaml),
+"""PatrickStar's hosts: CPU Adam scaled by DRAM bandwidth (experiments/patrickstar-{v100,a100}.yaml),
 and bench_memsys's time breakdown over a hand-made event frame."""
 
 import sys
@@ -16,11 +16,22 @@ def _socket_Bps(channels: int, mts: float) -> float:
     return channels * mts * 1e6 * 8
 
 
-def test_yard_host_cpu_adam_is_dgx2_rate_scaled_by_dram_bandwidth() -> None:
-    # DGX-2 socket (Xeon Platinum 8168: 6 x DDR4-2666) at 1.95e9 params/s; the assumed
-    # Yard host's socket (E5-2698 v4: 4 x DDR4-2400): 1.95e9 x 76.8 / 127.97 GB/s
-    want = 1.95e9 * _socket_Bps(4, 2400) / _socket_Bps(6, 2666)
-    data = yaml.safe_load((ROOT / "experiments" / "patrickstar-v100.yaml").read_text())
+DGX2_SOCKET = 1.95e9
+"""CPU-Adam params/s of a DGX-2 socket (Xeon Platinum 8168: 6 channels of DDR4-2666)."""
+
+
+@pytest.mark.parametrize(
+    ("experiment", "channels", "mts"),
+    [
+        ("patrickstar-v100.yaml", 4, 2400),  # assumed E5-2698 v4: 4 x DDR4-2400
+        ("patrickstar-a100.yaml", 8, 3200),  # DGX-A100's EPYC 7742: 8 x DDR4-3200
+    ],
+)
+def test_patrickstar_hosts_cpu_adam_is_dgx2_rate_scaled_by_dram_bandwidth(
+    experiment: str, channels: int, mts: float
+) -> None:
+    want = DGX2_SOCKET * _socket_Bps(channels, mts) / _socket_Bps(6, 2666)
+    data = yaml.safe_load((ROOT / "experiments" / experiment).read_text())
     rates = [float(h["adam_params_per_s"]) for h in data["hardware"]["hosts"]]
     assert rates == [pytest.approx(want, rel=5e-3)] * 2
 
