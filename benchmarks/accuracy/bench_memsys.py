@@ -1,6 +1,6 @@
 """The seeds' memory systems as their papers ran them, predicted by pipesim (issue 27).
 
-``python benchmarks/accuracy/bench_memsys.py [patrickstar] [largest] [zero-offload] [mpress] [vpipe]``
+``python benchmarks/accuracy/bench_memsys.py [patrickstar] [breakdown] [largest] [zero-offload] [mpress] [vpipe]``
 (default: all; a few minutes on 2 cores) prints pipesim's figures for the papers' questions
 (the models and largest-model claims in ``measurements/memsys-papers/``, provenance in its
 README) and, with ``--papers DIR``, the papers' published throughput beside them: the
@@ -15,6 +15,9 @@ speedup_high; each row with its source):
   (Tencent/PatrickStar@2384535 ``examples/pretrain_demo.py``: ``total_macs = model_numel *
   batch_size * sequence_length * 2 * 4``, printed as ``Tflops Per GPU``; ``batch_size`` is per
   GPU), and how many of the published models are within 10 %;
+* **where PatrickStar's iterations go** (``breakdown``): per model, GPU 0's compute, GPU step and
+  waits, and the server's CPU-Adam pool's busy seconds (:func:`time_breakdown`), beside the
+  paper's iteration time (its TFLOPS inverted) with ``--papers``;
 * **the largest trainable model** per paper and server: PatrickStar's grid with the models
   above its largest added, at the batches of its benchmark loop (``for BS in 8 4 16``: 4 and 8;
   16 fits less), and ZeRO-Offload's single-GPU grid (``experiments/zero-offload-dgx2.yaml``);
