@@ -1,8 +1,9 @@
-"""benchmarks/accuracy/vtrain_floor.py: the peak-rate floor of a kernel and the per-layer costs
+"""benchmarks/accuracy/vtrain_floor.py and vtrain_phases.py: the peak-rate floor of a kernel and the per-layer costs
 read off rows that are linear in the layer and micro-batch counts (synthetic rows, closed forms)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -51,3 +52,13 @@ def test_lut_is_vtrains_table_in_seconds():
     tables = lut_tables()
     assert sorted(tables) == [2, 3, 4, 5, 6, 7, 8]
     assert tables[2].time_s(1048576) == pytest.approx(44.21e-6)  # allreduce_lut.csv, 1 MiB
+
+
+def test_parts_of_a_linear_group():
+    # T = 1 + 2 L + m (3 + 4 L) at L = 24, m = 8: a 1, c L 48, m e 24, m f L 768 (vtrain_phases)
+    from benchmarks.accuracy.vtrain_phases import parts
+
+    layers = np.array([12, 24, 12, 24, 16])
+    m = np.array([2, 2, 4, 4, 8])
+    got = parts(layers, m, 1 + 2 * layers + m * (3 + 4 * layers), (24, 8))
+    assert got == pytest.approx({"a": 1.0, "cL": 48.0, "me": 24.0, "mfL": 768.0})
