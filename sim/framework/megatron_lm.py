@@ -30,6 +30,7 @@ from sim.framework.megatron_options import (
     check_megatron,
     scope_parts,
 )
+from sim.framework.te_host import with_te_modules
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
 from sim.memory.fsdp import FsdpSpec
@@ -273,8 +274,12 @@ class MegatronLM(Framework):
         return TE_USERBUFFERS
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
-        """The layers ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
+        """The layers' Transformer Engine modules with ``transformer_impl`` (default
+        ``transformer_engine``; :func:`sim.framework.te_host.with_te_modules`), then the layers
+        ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
         (:mod:`sim.framework.cuda_graphs`)."""
+        if self.values.get("transformer_impl", "local") == "transformer_engine":
+            cost = with_te_modules(cost, kinds)
         impl = self.values.get("cuda_graph_impl", "none")
         return captured(cost, kinds, impl, scope_parts(self.values.get("cuda_graph_scope", "")))
 
