@@ -82,7 +82,8 @@ def action_work(
         nograd_ops: of a forward's ops, those of checkpointed layers, which run without
             autograd recording (``F`` only).
         calls: ``(module calls, Function applies[, Transformer Engine modules])`` of a
-            forward or recompute; ``(0, Python backward nodes)`` of a backward
+            forward or recompute; ``(0, Python backward nodes[, Transformer Engine modules])`` of a
+            backward
             (:meth:`~sim.hardware.host_ops.HostOverhead.calls_s`).
     """
     if op == "F":

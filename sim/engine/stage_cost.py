@@ -98,11 +98,20 @@ class StageCost:
             for sec, ops, mods, fns, te in (self.fwd_layers[i] for i in sorted(checkpointed))
         )
 
+    def backward_layer_parts(self) -> tuple[Part, ...]:
+        """Each layer's backward in forward order, with its forward's Transformer Engine
+        modules (each runs its Python backward too)."""
+        te = [x[4] for x in self.fwd_layers]
+        if len(te) != len(self.bwd_layers):
+            te = [0.0] * len(self.bwd_layers)
+        return tuple(
+            (sec, ops, 0.0, 0.0, nodes, t)
+            for (sec, ops, nodes), t in zip(self.bwd_layers, te, strict=True)
+        )
+
     def backward_parts(self) -> tuple[Part, ...]:
         """Each layer's backward, in the order autograd runs them (last layer first)."""
-        return tuple(
-            (sec, ops, 0.0, 0.0, nodes, 0.0) for sec, ops, nodes in reversed(self.bwd_layers)
-        )
+        return tuple(reversed(self.backward_layer_parts()))
 
     def backward_ops(self, op: str) -> float:
         """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in

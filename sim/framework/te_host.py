@@ -9,8 +9,10 @@ argument handling): NVIDIA/TransformerEngine#2053 measured the host time of one 
 ``torch.nn.Linear`` on GB200, 90.53 and 33.17 us on GH200. The layers' op counts stand for
 Megatron's local layers (:mod:`sim.compute.megatron_ops`, :mod:`sim.compute.mcore_ops`), so
 each TE module adds :attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` on the host
-(:data:`sim.compute.mcore_ops.TE_MODULES` per layer); its backward is not charged beyond the
-Function's Python node (no published figure).
+(:data:`sim.compute.mcore_ops.TE_MODULES` per layer) in its forward, and as much again in its
+backward (an assumption: TE#2053 timed the forward only; NVIDIA/TransformerEngine#445 timed a
+host-bound ``te.Linear`` forward and backward on an H100 at 3.3x torch's, 0.574 against
+0.176 ms, where the forward alone is 2.7x; :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
 """
 
 from __future__ import annotations
