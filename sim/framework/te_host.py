@@ -11,8 +11,8 @@ Megatron's local layers (:mod:`sim.compute.megatron_ops`, :mod:`sim.compute.mcor
 each TE module adds :attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` on the host
 (:data:`sim.compute.mcore_ops.TE_MODULES` per layer) in its forward, and as much again in its
 backward (an assumption: TE#2053 timed the forward only; NVIDIA/TransformerEngine#445 timed a
-host-bound ``te.Linear`` forward and backward on an H100 at 3.3x torch's, 0.574 against
-0.176 ms, where the forward alone is 2.7x; :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
+host-bound ``te.Linear`` step on an H100 at 3.3x torch's, 0.574 against 0.176 ms, where the
+forward alone is 2.7x: :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
 """
 
 from __future__ import annotations
