@@ -51,6 +51,7 @@ from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context import AttentionDims, check_cp, context_comm
+from sim.parallel.context_kernels import context_kernels
 from sim.parallel.expert import check_ep, expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
@@ -325,7 +326,7 @@ def _kind_shard(
         return quantize_layer(made, low.recipe, spec.low_rate(low.recipe.format), low.rules)
 
     full = kernels(1, False, 1, one_rows)
-    rank = kernels(par.tp, par.sp, par.cp, mine, par.expert_tp)
+    rank = _with_context(kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par)
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
@@ -351,6 +352,16 @@ def _kind_shard(
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
     return ratios, act, share, tpc, ops, pair, parts
+
+
+def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout):
+    """``rank``'s kernels with the copies and merges TE's context parallelism adds to an
+    attention layer (:mod:`sim.parallel.context_kernels`) in its forward and input gradient."""
+    if par.cp == 1 or base_kind(kind) not in ("block", "moe_block", "attention", "mtp"):
+        return rank
+    t, _ = tokens(m, b, par.tp, par.sp, par.cp)
+    fwd, bwd = context_kernels(attention_dims(m, par.tp), t, par.cp, d, par.cp_comm)
+    return (rank[0] + fwd, rank[1] + bwd, *rank[2:])
 
 
 def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float) -> tuple:
