@@ -9,7 +9,7 @@ from sim.parallel.context_kernels import context_kernels
 # t = 16 tokens on the rank, 4 query heads of 8 (Q, O 32 wide), one KV head (K, V 8 wide), bf16
 DIMS = AttentionDims(q=32, k=8, v=8, o=32, heads=4)
 T, D = 16, 2
-Q, K, V, O = (T * w * D for w in (32, 8, 8, 32))  # 1024, 256, 256, 1024 bytes
+QB, KB, VB, OB = (T * w * D for w in (32, 8, 8, 32))  # 1024, 256, 256, 1024 bytes
 
 
 def test_ulysses_copies_every_tensor_twice_on_each_side():
@@ -18,7 +18,7 @@ def test_ulysses_copies_every_tensor_twice_on_each_side():
     # (dQ, dK, dV's); each copy reads and writes its tensor
     fwd, bwd = context_kernels(DIMS, T, 4, D, "a2a")
     assert len(fwd) == len(bwd) == 8
-    assert sum(k.bytes for k in fwd) == 2 * 2 * (Q + K + V + O) == 10240
+    assert sum(k.bytes for k in fwd) == 2 * 2 * (QB + KB + VB + OB) == 10240
     assert sum(k.bytes for k in bwd) == sum(k.bytes for k in fwd)
 
 
@@ -33,3 +33,15 @@ def test_ring_attention_merges_per_step():
     assert sum(k.bytes for k in bwd) == 2 * 512 + 2 * 1536 + 2 * 3 * 1536 * 0.75
     assert (len(fwd), len(bwd)) == (2 + 2 * 2, 4 + 2 * 3)
     assert context_kernels(DIMS, T, 1, D, "p2p") == ([], [])
+
+
+def test_all_gather_reorders_the_gathered_chunks():
+    # cp = 2 (4 chunks): forward index_selects the gathered K, V (2 x 2 x 512) and copies the two
+    # output halves (read and write 2 x 1024); backward zeroes dK, dV (2 x 512), reorders K, V
+    # again (2 x 2 x 512), copies dQ's halves (2 x 1024), adds the chunks' dK, dV over (1 + 4)/4
+    # of the keys (3 x 2 x 512 x 5/4) and reorders dK, dV back (2 x 2 x 512)
+    fwd, bwd = context_kernels(DIMS, T, 2, D, "all_gather")
+    assert sum(k.bytes for k in fwd) == 2 * 2 * 512 + 2 * 1024
+    assert sum(k.bytes for k in bwd) == (
+        2 * 512 + 2 * 2 * 512 + 2 * 1024 + 3 * 2 * 512 * 5 / 4 + 2 * 2 * 512
+    )

@@ -30,8 +30,15 @@ context_parallel.py``, the release of SimuMax's B200 runs and of Bridge's 26.x i
   on the other half, the first half of the keys (TE's ``i <= rank`` branches), so a later
   step's merge moves on average ``3/4`` of the full tensors' bytes; that mean over the ring's
   ranks is used (every rank then does the same).
-* ``all_gather``: not modelled here (its ``index_select`` of the gathered KV chunks and the
-  reduce-scatter's copies are left out; :mod:`sim.parallel.context` notes its exchange).
+* ``all_gather`` (``AttnFuncWithCPAndKVAllGather``): the gathered K and V (``cp*KV``) are put
+  in sequence order (``index_select`` of their ``2*cp`` chunks: ``2*cp*KV``); each of the
+  rank's two query chunks attends to the keys before it and writes its half of the output
+  (``out[i].copy_``: ``2*O`` in all). The backward zeroes the full-sequence dK, dV (``cp*KV``
+  written), gathers and reorders K, V again (``2*cp*KV``), copies each chunk's dQ (``2*Q``),
+  adds each chunk's dK, dV over the keys it saw (chunks ``r`` and ``2cp-1-r`` of ``2cp`` see
+  ``(r+1) + (2cp-r)`` chunks: ``3*cp*KV*(2cp+1)/(2cp)``) and reorders dK, dV back before the
+  reduce-scatter (``2*cp*KV``). With ``sbhd`` the ``select(...).contiguous()`` and
+  ``movedim(0, 0).contiguous()`` of its chunks copy nothing.
 
 Nothing here is fitted: byte counts follow the code above, and the kernels run at the preset's
 HBM rate like every memory-bound kernel (:func:`sim.compute.kernels.kernel_time_s`).
@@ -54,7 +61,7 @@ def context_kernels(
 ) -> tuple[list[Kernel], list[Kernel]]:
     """``(forward, backward)`` memory-bound kernels TE's context parallelism of ``kind`` adds
     to one attention layer of a rank holding ``t`` tokens, ``d`` bytes per element (module doc;
-    ``[]`` for ``cp == 1`` and for ``all_gather``).
+    ``[]`` for ``cp == 1``).
 
     Example (``t = 4`` tokens, Q and O 8 wide, K and V 2, bf16; Ulysses copies each of the
     ``4*20*2 = 160`` bytes of Q, K, V, O twice on each side, reading and writing):
@@ -62,13 +69,15 @@ def context_kernels(
         >>> len(f), sum(k.bytes for k in f), sum(k.bytes for k in b)
         (8, 640.0, 640.0)
     """
-    if cp == 1 or kind == "all_gather":
+    if cp == 1:
         return [], []
     q, k, v, o = (float(t * w * d) for w in (dims.q, dims.k, dims.v, dims.o))
     if kind == "a2a":
         return _a2a((q, k, v), (o,), ""), _a2a((o,), (q, k, v), "_bwd")
     if kind == "p2p":
         return _p2p_fwd(k + v, o, float(t * dims.heads * LSE_BYTES), cp), _p2p_bwd(q, k, v, cp)
+    if kind == "all_gather":
+        return _ag_fwd(k, v, o, cp), _ag_bwd(q, k, v, cp)
     raise ValueError(f"context-parallel comm must be p2p, all_gather or a2a, got {kind!r}")
 
 
@@ -97,3 +106,18 @@ def _p2p_bwd(q: float, k: float, v: float, cp: int) -> list[Kernel]:
         out += [mem(f"cp_{n}_add", 3 * x * LATER_STEP_SHARE) for n, x in (("dq", q), ("dk", k),
                                                                          ("dv", v))]  # fmt: skip
     return out
+
+
+def _ag_fwd(k: float, v: float, o: float, cp: int) -> list[Kernel]:
+    out = [mem("cp_ag_reorder_k", 2 * cp * k), mem("cp_ag_reorder_v", 2 * cp * v)]
+    return out + [mem("cp_ag_out_copy", o), mem("cp_ag_out_copy", o)]
+
+
+def _ag_bwd(q: float, k: float, v: float, cp: int) -> list[Kernel]:
+    seen = (2 * cp + 1) / (2 * cp)  # the two chunks' key prefixes, of the full sequence
+    out = [mem("cp_ag_zero_dk", cp * k), mem("cp_ag_zero_dv", cp * v)]
+    out += [mem("cp_ag_reorder_k_bwd", 2 * cp * k), mem("cp_ag_reorder_v_bwd", 2 * cp * v)]
+    out += [mem("cp_ag_dq_copy", q), mem("cp_ag_dq_copy", q)]
+    out += [mem(f"cp_ag_{n}_add", 3 * cp * x * seen / 2) for n, x in (("dk", k), ("dv", v))
+            for _ in range(2)]  # fmt: skip
+    return out + [mem("cp_ag_reorder_dk", 2 * cp * k), mem("cp_ag_reorder_dv", 2 * cp * v)]
