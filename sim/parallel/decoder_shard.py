@@ -8,7 +8,9 @@
   GEMMs at their tensor-split sizes over ``b*s/cp`` tokens, the attention core's ``1/cp``
   share of the scores, and in a MoE block the rows the **busiest** expert-parallel rank's
   experts compute (:mod:`sim.parallel.expert`; it sets the layer's pace, the others wait for it
-  in the combine all-to-all). A generated trace's times become ``model(rank)`` exactly;
+  in the combine all-to-all); with ``cp > 1`` an attention layer's forward and input gradient
+  also run the copies and merges Transformer Engine's context parallelism adds
+  (:mod:`sim.parallel.context_kernels`). A generated trace's times become ``model(rank)`` exactly;
 * **memory**: dense parameters ``/ t``, routed-expert parameters ``/ (ep*t)``; activations as
   the model counts them on the rank (:func:`~sim.compute.decoder.layer_act_bytes`, the busiest
   EP rank's rows), in the ratio to the one-GPU count for a measured trace; ``out_bytes /
