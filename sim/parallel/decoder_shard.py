@@ -39,7 +39,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
+from sim.compute.decoder import (
+    ATTN,
+    DecoderShape,
+    layer_act_bytes,
+    layer_kernels,
+    layer_params,
+    tokens,
+)
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
 from sim.compute.low_precision_act import quantized_input_savings
@@ -184,7 +191,7 @@ def _tp_comm(
         return LayerComm((CommOp(AR, x),) * mixers, (CommOp(AR, x),) * mixers)
     q = x * (gather_elem if gather_elem is not None else d) / d  # gathered quantized
     pairs = [(q, x)] if base in ("block", "moe_block", "attention", "mamba", "mtp") else []
-    moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
+    moe = base in MOE_KINDS and m.moe is not None
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
         pairs.append((q, x))
     again = tuple(CommOp(AG, ag) for ag, _ in pairs) if regather else ()
@@ -197,11 +204,13 @@ def _tp_comm(
 def _group_ops(
     kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, core: tuple[float, float], plan
 ) -> tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]]:
-    if base_kind(kind) not in ("block", "moe_block", "attention", "mtp"):
-        return (), ()
+    """The layer's expert- and context-parallel exchanges: the CP exchange of a layer with
+    attention (:data:`~sim.compute.decoder.ATTN`), the EP dispatch and combine of a layer
+    with routed experts (``plan``: a dense block's, a MoE block's, a hybrid model's ``moe``
+    layer's or an MTP depth's)."""
     fwd: list[GroupOp] = []
     bwd: list[GroupOp] = []
-    if par.cp > 1:
+    if par.cp > 1 and base_kind(kind) in ATTN:
         t, _ = tokens(m, b, par.tp, par.sp, par.cp)
         cc = context_comm(attention_dims(m, par.tp), t, par.cp, d, par.cp_comm)
         for out, ops, hide in ((fwd, cc.fwd, core[0]), (bwd, cc.bwd, core[1])):
