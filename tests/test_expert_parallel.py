@@ -133,7 +133,9 @@ def test_ring_attention_sends_kv_chunks():
     ag = context_comm(dims, 8192, 4, 2, "all_gather")
     assert ag.fwd == (("all_gather", 4 * kv, 1),)
     a2a = context_comm(dims, 8192, 4, 2, "a2a")
-    assert a2a.fwd[0] == ("alltoall", 8192 * (4096 + 2048) * 2 * 3 / 4, 1)
+    q, k, o = (("alltoall", 8192 * w * 2 * 3 / 4, 1) for w in (4096, 1024, 4096))
+    assert a2a.fwd == (q, k, k, o)  # one all-to-all per tensor, as TE issues them
+    assert a2a.bwd == (o, q, k, k)
 
 
 def test_expert_weights_split_over_ep_and_dense_weights_kept():
