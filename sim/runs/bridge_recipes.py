@@ -140,6 +140,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True
     f.update(_loss_flags(get))
+    if "use_transformer_engine_op_fuser=True" in get.get("moe_other", ""):
+        f["use-transformer-engine-op-fuser"] = True  # the fused grouped MLP (sim.compute.moe)
     mtp = get.get("mtp_num_layers", "0").split(" ")[0]
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp
