@@ -708,8 +708,6 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "attention-backend": ("mapped", "attention core: unfused (s^2 scores in memory)"
                               if backend in ("unfused", "local") else "attention core: fused"),
         "use-flash-attn": ("mapped", "attention core: fused (flash)"),
-        "transformer-impl": ("mapped", "kernel implementation (local or Transformer Engine): "
-                             "the kernel model times either"),
         "optimizer": ("mapped", f"optimizer {opt}: training.optimizer {OPTIMIZERS[opt]}")
         if opt in ("adam", "sgd") else ("approximated", MUON) if opt in ("muon", "dist_muon")
         else ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
