@@ -114,8 +114,7 @@ IGNORED: dict[str, str] = {
     "moe-router-score-function": _NUM, "mtp-loss-scaling-factor": _NUM,
     "calculate-per-token-loss": _NUM, "no-check-for-nan-in-loss-and-grad": _NUM,
     "check-for-nan-in-loss-and-grad": _NUM, "check-for-large-grads": _NUM,
-    "ddp-average-in-collective": _NUM, "first-last-layers-bf16": _NUM,
-    "num-layers-at-start-in-bf16": _NUM, "num-layers-at-end-in-bf16": _NUM,
+    "ddp-average-in-collective": _NUM,
     "te-rng-tracker": _INIT, "test-mode": _RUN, "bert-no-binary-head": _NUM,
     "export-te-mcore-model": _CKPT,
     "ddp-pad-buckets-for-high-nccl-busbw": "bucket padding to a multiple of 2^16 elements: "
