@@ -195,3 +195,31 @@ def test_profile_for_gpu_of_a_moe_config_is_the_analytic_trace(tmp_path):
     trace = load_trace(str(out) + ".csv")
     assert trace.provenance["source"].startswith("analytic: sim.trace.decoder")
     assert [x.name for x in trace.layers] == ["embedding", "moe_block.0", "moe_block.1", "head"]
+
+
+def test_fused_grouped_mlp_runs_no_activation_kernels_and_batched_gemms():
+    """Transformer Engine's fused grouped MLP (sim.compute.moe, "Fused grouped MLP"): 4 experts
+    of 256 rows, h 64, f_e 32, gated: the forward is norm, router, permute, the two grouped
+    GEMMs and unpermute with no activation kernels (2*256*32*2 + 3*256*32*2 bytes each
+    unfused); the backward has no activation gradients; each grouped GEMM is a plain batched
+    GEMM of 4 (no measured grouped-GEMM pass), with the same FLOPs as unfused."""
+    from dataclasses import replace as _replace
+
+    from sim.compute.moe import MoEShape, moe_bwd, moe_fwd
+
+    shape = MoEShape(hidden=64, experts=4, top_k=1, expert_ffn=32)
+    fused = _replace(shape, fused_grouped_mlp=True)
+    rows = (256.0,) * 4
+    plain_f, fused_f = moe_fwd(shape, 1024, 1024, rows, 2), moe_fwd(fused, 1024, 1024, rows, 2)
+    names = [k.name for k in fused_f]
+    assert not any(n.startswith(("expert_act", "expert_gate_mul")) for n in names)
+    dropped = {k.name for k in plain_f} - set(names)
+    assert dropped == {"expert_act[256]", "expert_gate_mul[256]"}
+    acts = [k.bytes for k in plain_f if k.name in dropped]
+    assert sorted(acts) == [2 * 256 * 32 * 2 * 4, 3 * 256 * 32 * 2 * 4]
+    up = next(k for k in fused_f if k.name == "expert_up[256]")
+    assert (up.m, up.n, up.k, up.batch, up.grouped) == (256, 64, 64, 4, "")
+    assert up.flops == next(k for k in plain_f if k.name == "expert_up[256]").flops
+    dx, dw = moe_bwd(fused, 1024, 1024, rows, 2)
+    assert not any("act_bwd" in k.name or "gate_mul_bwd" in k.name for k in dx)
+    assert all(not k.grouped for k in dx + dw if k.kind == "gemm")

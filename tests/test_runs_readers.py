@@ -391,3 +391,29 @@ def test_bridge_runs_with_expandable_segments_by_release():
     assert expandable_segments({"settings_from": "main @ 067f", "env_vars": env})
     flags = recipe_flags({"settings_from": "v0.5.0 @ fcbb"})
     assert flags["pytorch-cuda-alloc-conf"] == "expandable_segments:True"
+
+
+def test_bridge_rows_of_an_earlier_release_get_that_release_s_settings(tmp_path):
+    """A recipe-table row whose notes say an earlier release's launcher set some settings
+    differently (per-module CUDA graphs, no EP all-to-all overlap) gives a measured row of that
+    release those settings, and every other release the row's own (sim.runs.bridge_recipes)."""
+    import pandas as pd
+
+    from sim.runs.bridge_recipes import KEY, read_recipes, recipe_for
+
+    key = dict.fromkeys(KEY, "1") | {"model": "M", "gpu": "GB200", "task": "pretrain"}
+    notes = ("Earlier releases differ: 26.04 (v0.4.0): cuda_graph_impl=transformer_engine; "
+             "cuda_graph_scope=moe_router,moe_preprocess; moe_a2a_overlap=False (default)")  # fmt: skip
+    row = key | {"cuda_graph_impl": "full_iteration", "cuda_graph_scope": "",
+                 "moe_a2a_overlap": "True", "notes": notes}  # fmt: skip
+    path = tmp_path / "recipes.csv"
+    pd.DataFrame([row]).to_csv(path, index=False)
+    recipes = read_recipes(path)
+    old = recipe_for(recipes, key | {"table": "26.04 / Pre-Training Performance / Model: M"})
+    new = recipe_for(recipes, key | {"table": "26.08 / Pre-Training Performance / Model: M"})
+    assert old is not None and new is not None
+    assert old["cuda-graph-impl"] == "transformer_engine"
+    assert old["cuda-graph-scope"] == "moe_router,moe_preprocess"
+    assert "overlap-moe-expert-parallel-comm" not in old
+    assert new["cuda-graph-impl"] == "full_iteration"
+    assert new["overlap-moe-expert-parallel-comm"] is True

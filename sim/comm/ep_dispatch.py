@@ -25,10 +25,31 @@ assumption). Measurements (the project's ``research/gpus/microbench.md`` §4 quo
 
 Dispatch and combine run at different rates; a :class:`~sim.parallel.ops.GroupOp` does not
 say which it is, so the mean of the two is used (an assumption).
+
+**Each token once per destination.** These kernels send a token once to every rank that holds
+at least one of its experts (``is_token_in_rank``; the receiving rank expands it to its local
+experts), and between servers once to every server (``is_token_in_rdma_rank``; forwarded over
+NVLink inside it). Their benchmarks count exactly those bytes: DeepEP's tests take
+``recv_x.numel() * 2`` (one row per token and receiving rank) as NVLink bytes and
+``num_rdma_token_sent * hidden * 2`` (one per token and remote server) as RDMA bytes
+(deepseek-ai/DeepEP ``tests/test_intranode.py``, ``tests/test_internode.py``; Hybrid-EP's
+``dispatched_hidden.numel() * 2``), so the measured bandwidths are of those bytes. An
+all-to-all whose pairs are the routed copies of balanced top-``k`` routing over ``E`` experts
+(:attr:`~sim.parallel.ops.GroupOp.routed`) therefore moves, from a rank to a group of ``m`` of
+the destination's experts (a rank's, or a remote server's), the share of tokens that choose at
+least one of them: ``1 - C(E - m, k) / C(E, k)`` (``k`` distinct experts drawn uniformly:
+Megatron-Bridge's performance recipes route with ``moe_router_force_load_balancing``, random
+logits; :func:`hit_share`), where the copies count ``k m / E`` rows per token. A pair's bytes
+are scaled by that ratio: per rank inside a server (NVLink), per server between servers (RDMA;
+the NVLink forwarding inside the receiving server runs beside it and is not counted).
+Megatron-Core's ``alltoall`` dispatcher sends every copy (NCCL: :mod:`sim.comm.alltoall`).
+Group-limited routing (DeepSeek-V3's ``moe_router_group_topk``) would reach fewer servers and
+is not modelled (uniform routing over all experts).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,9 +136,56 @@ def family_of(topology: Topology, gpu: str) -> str:
     return "blackwell" if "B200" in name or "B300" in name else "hopper"
 
 
-def dispatch_cost(backend: str, sms: int):
+def hit_share(experts: int, top_k: int, held: int) -> float:
+    """Share of tokens that choose at least one of ``held`` given experts when each picks
+    ``top_k`` distinct of ``experts`` uniformly: ``1 - C(E - m, k) / C(E, k)`` (module doc).
+
+    Example:
+        >>> round(hit_share(4, 2, 2), 4)  # 1 - C(2, 2) / C(4, 2) = 1 - 1/6
+        0.8333
+    """
+    return 1.0 - math.comb(experts - held, top_k) / math.comb(experts, top_k)
+
+
+def _servers(topology: Topology, gpus: Sequence[str]) -> list[int]:
+    """Each member's server: members reach each other without a network link inside one."""
+    heads: list[int] = []
+    out = []
+    for j, g in enumerate(gpus):
+        for s, h in enumerate(heads):
+            if not any(lk.kind == NETWORK for lk in topology.route(gpus[h], g)):
+                out.append(s)
+                break
+        else:
+            heads.append(j)
+            out.append(len(heads) - 1)
+    return out
+
+
+def dedup_scales(
+    topology: Topology, gpus: Sequence[str], routed: tuple[int, int] | None
+) -> tuple[float, list[float]]:
+    """``(inside a server, per member)``: the factors turning routed copies into the bytes a
+    deduplicating dispatcher moves (module doc), ``hit_share(E, k, m) / (k m / E)`` with ``m``
+    the experts of a rank (NVLink pairs), and for each member the factor of its server's
+    experts (the network pairs that reach it); 1 without ``routed``."""
+    n = len(gpus)
+    if routed is None:
+        return 1.0, [1.0] * n
+    experts, k = routed
+    per = experts // n
+
+    def scale(m: int) -> float:
+        return hit_share(experts, k, m) / (k * m / experts)
+
+    servers = _servers(topology, gpus)
+    return scale(per), [scale(per * servers.count(s)) for s in servers]
+
+
+def dispatch_cost(backend: str, sms: int, routed: tuple[int, int] | None = None):
     """The all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`) of ``backend``'s kernels
-    on ``sms`` SMs (module doc)."""
+    on ``sms`` SMs (module doc); ``routed``: ``(experts, top_k)`` where the pairs are routed
+    copies (:attr:`~sim.parallel.ops.GroupOp.routed`), sent once per rank and per server."""
 
     def cost(topology: Topology, gpus: Sequence[str], pairs) -> float:
         fam = family_of(topology, gpus[0])
@@ -125,9 +193,11 @@ def dispatch_cost(backend: str, sms: int):
         n, worst, latency = len(gpus), 0.0, 0.0
         sent = [[0.0, 0.0] for _ in range(n)]  # [nvl seconds, rdma seconds] per rank
         got = [[0.0, 0.0] for _ in range(n)]
+        rank_scale, server_scale = dedup_scales(topology, gpus, routed)
         for i, j, nb, route in routed_pairs(topology, gpus, pairs):
             net = [lk for lk in route if lk.kind == NETWORK]
             k = 1 if net else 0
+            nb *= server_scale[j] if net else rank_scale
             out_rate = (net[0] if net else route[0]).rate_Bps()
             in_rate = (net[-1] if net else route[-1]).rate_Bps()
             e = eff["rdma" if net else "nvl"]

@@ -38,6 +38,18 @@ published measurements on the GPU say how fast they run, and this module gives t
   GEMMs. A grouped GEMM uses the curve of the nearest measured ``(N, K)`` (in ``log2``) and
   interpolates in ``log2 M``, clamped: few rows per expert (128-300) run at 0.1-0.4 of peak,
   a weight gradient lower still, far below what the roofline and wave quantization give.
+
+  **Grouped GEMMs relative to the dense rate.** SimuMax's node runs large dense BF16 GEMMs at
+  0.4878 of 2250 TFLOPS (its own efficiency test, same pipeline, same node:
+  :data:`SIMUMAX_NODE_MATMUL`), where Transformer Engine's GEMM benchmark measures 0.650 on an HGX
+  B300 (0.642 moved to B200; the ``dgx-b200`` preset). The node is slower for every GEMM it
+  ran, so its grouped-GEMM fractions are used as what they say about the kernel, a fraction of
+  the node's dense rate: a grouped GEMM runs at ``table(M) / 0.4878`` times the GPU's dense GEMM
+  rate (``ComputeSpec.matmul_rate``). On SimuMax's own node (the ``simumax-b200`` overlay,
+  0.488) that is the table as measured; elsewhere the grouped GEMM moves with the dense rate
+  the preset carries. That ratio is a property of the kernel on fifth-generation tensor cores
+  and is carried to every Blackwell part (:data:`GROUPED_GPUS`, GB300 included: its absolute
+  rates differ from the node's, the ratio is what is carried; an assumption).
 * **token permutation** (B200): SimuMax's ``accelerator.bandwidth.permute_fwd`` /
   ``permute_bwd`` (Transformer Engine ``moe_permute_with_probs`` + ``moe_unpermute``, measured by
   ``test_ce_permute_efficiency.py`` on DeepSeek-V2/V3 shapes) with that script's byte count
@@ -59,14 +71,15 @@ and 8 TB/s HBM3e; published micro-benchmarks of large GEMMs measure both alike (
 vs 1769, FP8 3432.5 vs 3353.3 TFLOPS: stas00/ml-engineering@744d01e
 compute/accelerator/README.md).
 So B300 runs the B200 tables as measured (BF16/FP8 kernels; its higher NVFP4 peak changes
-nothing here: the tables are 16-bit). One difference makes them a lower bound of B300's
+nothing here: the tables are 16-bit; the grouped GEMMs relative to its dense rate, above). One difference makes them a lower bound of B300's
 attention forward: Blackwell Ultra doubles the SFU exponential rate that bounds the B200
 forward (NVIDIA's blog; FlashAttention-4: the forward is exp-bound on B200), and no B300
 attention throughput is published. GB300 (NVL72, 1400 W per GPU, dense BF16 2500 / FP8 5000
 TFLOPS per NVIDIA's GB300 NVL72 table: a higher clock and power point than the HGX B200's
 1000 W maximum, whose DGX user guide shows a 700 W set point) keeps its roofline fractions: no
 measurement ties its kernels to the B200 node's, and its datasheet rates differ from it (GB200
-keeps the tables, as before this note).
+keeps the tables, as before this note); only its grouped GEMMs use the tables, relative to its
+own dense rate (above).
 
 Every number is a kernel-level measurement; none is fitted to an iteration time.
 """
@@ -148,6 +161,14 @@ _B200_GROUPED = {
 }  # fmt: skip
 SIMUMAX_PEAK = 2250e12
 """The B200 peak SimuMax's factors are fractions of (its ``tflops``: 2250)."""
+SIMUMAX_NODE_MATMUL = 0.4878
+"""The dense BF16 GEMM fraction of 2250 TFLOPS that SimuMax's efficiency tests measured on the
+same node as the grouped GEMMs (MooreThreads/SimuMax@e691807 ``configs/system/
+b200_bf16_ceperm.json`` ``accelerator.op.matmul.efficient_factor``; the ``simumax-b200``
+overlay's ``matmul_efficiency``): the grouped-GEMM fractions are taken relative to it."""
+GROUPED_GPUS = ("B200", "GB200", "B300", "GB300")
+"""GPUs whose grouped expert GEMMs run at the measured fractions relative to their dense rate:
+the Blackwell parts (fifth-generation tensor cores, module doc)."""
 PERMUTE_BPS = {"fwd": 0.5008 * 8000 * 2**30, "bwd": 0.5108 * 8000 * 2**30}
 """TE's fused permute/unpermute on B200, bytes/s of SimuMax's byte count (module doc)."""
 PERMUTE_LAUNCH_S = 2 * 30e-6
@@ -223,9 +244,13 @@ def attention_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None:
 
 def grouped_gemm_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None:
     """Fraction of ``spec.peak_flops(dtype)`` a grouped expert GEMM (``kern.grouped`` its pass:
-    ``fwd``, ``dgrad``, ``wgrad``; ``m, n, k`` as the kernel runs) reaches on ``spec`` (module
-    doc), or None."""
-    if family(spec) != "B200" or dtype not in SIXTEEN_BIT or not kern.grouped:
+    ``fwd``, ``dgrad``, ``wgrad``; ``m, n, k`` as the kernel runs) reaches on ``spec``: the
+    measured fraction over the measuring node's own dense GEMM fraction
+    (:data:`SIMUMAX_NODE_MATMUL`) times ``spec``'s dense GEMM rate (module doc, "grouped GEMMs
+    relative to the dense rate"), or None off Blackwell (:data:`GROUPED_GPUS`)."""
+    if not spec.model.upper().startswith(GROUPED_GPUS) or dtype not in SIXTEEN_BIT:
+        return None
+    if not kern.grouped:
         return None
     m, n, k = {
         "fwd": (kern.m, kern.n, kern.k),
@@ -233,8 +258,8 @@ def grouped_gemm_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None
         "wgrad": (kern.k, kern.n, kern.m),
     }[kern.grouped]
     shape = min(_B200_GROUPED, key=lambda s: abs(math.log2(s[0] / n)) + abs(math.log2(s[1] / k)))
-    eff = _interp(_B200_GROUPED[shape][kern.grouped], m)
-    return eff * SIMUMAX_PEAK / spec.peak_flops(dtype)
+    eff = _interp(_B200_GROUPED[shape][kern.grouped], m) / SIMUMAX_NODE_MATMUL
+    return eff * spec.matmul_rate(dtype) / spec.peak_flops(dtype)
 
 
 def permute_time_s(kern, spec: ComputeSpec) -> float | None:

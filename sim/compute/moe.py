@@ -33,6 +33,20 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 6. shared experts: a dense (gated) MLP of width ``f_s`` over the rank's tokens, split over
    tensor ranks like the dense part (``shared_experts.py``); residual add.
 
+**Fused grouped MLP** (``fused_grouped_mlp``; Megatron-Core's ``use_transformer_engine_op_fuser``
+with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``, which Megatron-Bridge's performance recipes set
+together from 26.06 for MXFP8 MoE runs on Blackwell: NVIDIA-NeMo/Megatron-Bridge@067f987
+``src/megatron/bridge/perf_recipes`` ``_enable_cutedsl_fused_grouped_mlp``): Transformer Engine
+runs the experts as its ``GroupedMLP_CuTeGEMM`` fused op (``transformer_engine/pytorch/ops/fused``;
+cuDNN frontend's SM100 ``grouped_gemm_glu`` / ``grouped_gemm_dglu`` / ``grouped_gemm_quant``
+CuTe-DSL kernels): the first GEMM's epilogue applies the gated activation (and its backward
+the activation's gradient and the probabilities' scale), so the activation kernels (step 4's
+``2*n*f_e/t*d`` and ``3*n*f_e/t*d`` bytes, and their backward) are not run; each grouped GEMM
+is one persistent kernel over the local experts. SimuMax's grouped-GEMM measurements
+(:mod:`sim.compute.measured`) are of Transformer Engine's ``GroupedLinear`` (cuBLAS), another
+kernel; no measurement of the CuTe-DSL kernels is published, so they are timed by the GEMM
+model as one batched GEMM (wave quantization over the group; an assumption).
+
 **Latent MoE** (``--moe-latent-size l``; Nemotron 3 Super; NVIDIA/Megatron-LM@d98e8a64
 ``megatron/core/transformer/moe/moe_layer.py`` lines 266-300 and 476-492, ``experts.py`` lines
 219-242, ``token_dispatcher.py:1535``): the router and the shared experts see the hidden state
@@ -94,6 +108,8 @@ class MoEShape:
             ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's
             ops (:mod:`sim.compute.mcore_ops`); the kernel model still times them as grouped
             GEMMs. False: one grouped MLP (``GroupedMLP``/``TEGroupedMLP``).
+        fused_grouped_mlp: the experts run as Transformer Engine's fused grouped MLP (module
+            doc, "Fused grouped MLP").
     """
 
     hidden: int
@@ -107,6 +123,7 @@ class MoEShape:
     bias: bool = False
     latent: int = 0
     sequential_experts: bool = False
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -175,9 +192,12 @@ def _permute(name: str, nbytes: float, r: int, k: int, h: int, d: int) -> Kernel
     return replace(mem(name, nbytes), m=r, n=r * k, k=h * d)
 
 
-def grouped(name: str, m: int, n: int, k: int, d: int, batch: int, phase: str) -> Kernel:
-    """One pass (``fwd``, ``dgrad``, ``wgrad``) of a grouped GEMM over ``batch`` experts."""
-    return replace(gemm(name, m, n, k, d, batch=batch), grouped=phase)
+def grouped(
+    name: str, m: int, n: int, k: int, d: int, batch: int, phase: str, fused: bool = False
+) -> Kernel:
+    """One pass (``fwd``, ``dgrad``, ``wgrad``) of a grouped GEMM over ``batch`` experts;
+    ``fused``: a kernel of the fused grouped MLP, timed as a batched GEMM (module doc)."""
+    return replace(gemm(name, m, n, k, d, batch=batch), grouped="" if fused else phase)
 
 
 def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
@@ -232,12 +252,15 @@ def moe_fwd(
     etp = _check_tp(shape, tp, etp)
     h, fe, k, w = shape.hidden, shape.expert_ffn // etp, shape.top_k, shape.row_width
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
+    fused = shape.fused_grouped_mlp
     for n, c in sorted(_groups(rows).items()):
-        out.append(grouped(f"expert_up[{n}]", n, fe * (2 if shape.gated else 1), w, d, c, "fwd"))
-        out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
-        if shape.gated:
-            out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
-        out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd"))
+        up = fe * (2 if shape.gated else 1)
+        out.append(grouped(f"expert_up[{n}]", n, up, w, d, c, "fwd", fused))
+        if not fused:  # the fused op applies the activation in the GEMM's epilogue
+            out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
+            if shape.gated:
+                out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
+        out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
     unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
     out.append(_permute("unpermute", unpermute, r, k, w, d))
     if shape.latent:
@@ -265,14 +288,16 @@ def moe_bwd(
     up = fe * (2 if shape.gated else 1)
     dx, dw = _latent_bwd(shape, r, d, "up")
     dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
+    fused = shape.fused_grouped_mlp
     for n, c in sorted(_groups(rows).items()):
-        dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad"))
-        if shape.gated:
-            dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))
-        dx.append(mem(f"expert_act_bwd[{n}]", 3 * n * fe * d * c))
-        dx.append(grouped(f"d_expert_up_in[{n}]", n, w, up, d, c, "dgrad"))
-        dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad")]
-        dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad")]
+        dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad", fused))
+        if not fused:  # the fused op's dgrad epilogue takes the activation's gradient
+            if shape.gated:
+                dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))
+            dx.append(mem(f"expert_act_bwd[{n}]", 3 * n * fe * d * c))
+        dx.append(grouped(f"d_expert_up_in[{n}]", n, w, up, d, c, "dgrad", fused))
+        dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad", fused)]
+        dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad", fused)]
     dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw

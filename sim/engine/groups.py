@@ -111,14 +111,17 @@ class GroupCollectives:
         self.inp = inp
         self.links = links
         self._meet = Rendezvous(env)
-        if cost is None and inp.runtime.dispatcher != "alltoall":
-            cost = dispatch_cost(inp.runtime.dispatcher, inp.runtime.comm_sms or 20)
+        flex = cost is None and inp.runtime.dispatcher != "alltoall"
         held = HeldLinks(inp)
 
         def timed(gpus: tuple[str, ...], op: GroupOp) -> tuple:
             # a dispatcher moves the expert all-to-alls only
+            mine = cost
+            if flex and op.group == "ep":
+                sms = inp.runtime.comm_sms or 20
+                mine = dispatch_cost(inp.runtime.dispatcher, sms, op.routed)
             links, dur, exposed = op_cost(
-                inp.topology, gpus, op, cost if op.group == "ep" else None
+                inp.topology, gpus, op, mine if op.group == "ep" else None
             )
             return held.of(links), dur, exposed
 

@@ -48,7 +48,7 @@ def exchange_order(ops: tuple[GroupOp, ...]) -> Iterator[GroupOp]:
     for i in range(most):
         for op in ops:
             if i < op.count:
-                yield GroupOp(op.group, op.kind, op.nbytes, 1, op.pairs, op.hidden_s)
+                yield GroupOp(op.group, op.kind, op.nbytes, 1, op.pairs, op.hidden_s, op.routed)
 
 
 def slowdown(sm_count: int | None, comm_sms: int | None = None) -> float:

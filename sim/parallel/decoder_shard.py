@@ -224,9 +224,10 @@ def _group_ops(
         bwd += etp
     if plan is not None and par.ep > 1:
         assert m.moe is not None
+        routed = plan.routed
         a2a = (
-            GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch),
-            GroupOp("ep", "alltoall", 0.0, pairs=plan.combine),
+            GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch, routed=routed),
+            GroupOp("ep", "alltoall", 0.0, pairs=plan.combine, routed=routed),
         )
         if not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
             fwd.append(GroupOp("ep", "all_gather", float(COUNT_BYTES * m.moe.experts * par.ep)))

@@ -79,12 +79,17 @@ class ExpertPlan:
             ranks' tokens: expert tensor parallelism splits the GEMMs, not the rows).
         dispatch: bytes rank ``i`` sends rank ``j`` in the dispatch all-to-all (diagonal 0).
         combine: bytes of the combine all-to-all (``dispatch`` transposed, no probabilities).
+        routed: ``(experts, top_k)`` where the two matrices are the copies of balanced, dropless
+            top-k routing over contiguous experts (what a deduplicating dispatcher needs:
+            :mod:`sim.comm.ep_dispatch`); None with another routing, a capacity or the
+            ``allgather`` dispatcher.
     """
 
     ep: int
     rows: tuple[tuple[float, ...], ...]
     dispatch: Matrix
     combine: Matrix
+    routed: tuple[int, int] | None = None
 
     @property
     def busiest(self) -> int:
@@ -127,7 +132,8 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
     combine = tuple(
         tuple(0.0 if i == j else to_rank[i] * row_bytes for j in range(ep)) for i in range(ep)
     )
-    return ExpertPlan(ep, rows, dispatch, combine)
+    plain = routing.kind == "balanced" and moe.capacity_factor is None
+    return ExpertPlan(ep, rows, dispatch, combine, (moe.experts, moe.top_k) if plain else None)
 
 
 def _allgather(moe: MoEShape, r: int, ep: int, row_bytes: float) -> tuple[Matrix, Matrix]:

@@ -34,6 +34,10 @@ class GroupOp:
         pairs: the per-pair bytes of an all-to-all.
         hidden_s: compute seconds each repetition (ring step) runs alongside; only the excess
             of the transfer over it is exposed (ring attention).
+        routed: ``(experts, top_k)`` where ``pairs`` are the routed copies of balanced top-k
+            routing (one row per token and chosen expert, :mod:`sim.parallel.expert`): a
+            dispatcher that sends a token once per destination rank or server moves fewer
+            bytes (:mod:`sim.comm.ep_dispatch`); None otherwise.
     """
 
     group: str
@@ -42,6 +46,7 @@ class GroupOp:
     count: int = 1
     pairs: Matrix | None = None
     hidden_s: float = 0.0
+    routed: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
@@ -60,8 +65,9 @@ def aggregate(ops: Iterable[GroupOp]) -> tuple[GroupOp, ...]:
     """``ops`` with equal ones merged into one with the summed ``count``, first-seen order."""
     counts: dict[GroupOp, int] = {}
     for op in ops:
-        key = GroupOp(op.group, op.kind, op.nbytes, 1, op.pairs, op.hidden_s)
+        key = GroupOp(op.group, op.kind, op.nbytes, 1, op.pairs, op.hidden_s, op.routed)
         counts[key] = counts.get(key, 0) + op.count
     return tuple(
-        GroupOp(k.group, k.kind, k.nbytes, c, k.pairs, k.hidden_s) for k, c in counts.items()
+        GroupOp(k.group, k.kind, k.nbytes, c, k.pairs, k.hidden_s, k.routed)
+        for k, c in counts.items()
     )

@@ -162,6 +162,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         f["grad-reduce-in-bf16"] = True
     f.update(_loss_flags(get))
     f.update(_kept16_flags(get))
+    if "use_transformer_engine_op_fuser=True" in get.get("moe_other", ""):
+        f["use-transformer-engine-op-fuser"] = True  # the fused grouped MLP (sim.compute.moe)
     mtp = get.get("mtp_num_layers", "0").split(" ")[0]
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp
@@ -183,8 +185,63 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     return f
 
 
+EARLIER = "Earlier releases differ: "
+"""How the recipe table's ``notes`` cell introduces the settings an earlier release's launcher
+set differently from the row's own (``settings_release``): ``EARLIER`` then, per release,
+``<release> (<tag>): <column>=<value>; <column>=<value>`` joined by `` | `` (the table's
+builder compares the traced settings columns of every release a combination was measured in;
+``measurements/megatron-bridge/README.md``)."""
+
+
+def release_of(row: pd.Series | dict) -> str:
+    """The release a measured row comes from: its ``table`` cell's first part (``26.04.01 /
+    Pre-Training Performance / Model: ...`` is ``26.04.01``), "" without one."""
+    return _cell(row.get("table")).split(" / ")[0].strip()
+
+
+def earlier_releases(notes: str, columns: set[str]) -> dict[str, dict[str, str]]:
+    """``{release: {column: value}}`` of the settings earlier releases set differently
+    (:data:`EARLIER`); a ``; ``-separated part whose name is no column of the table continues
+    the value before it (values such as ``precision_aware_optimizer`` hold ``; ``).
+
+    Example:
+        >>> earlier_releases("x. Earlier releases differ: 26.02 (v0.3.0): a=1; b=c=2; d=3",
+        ...                  {"a", "b"})
+        {'26.02': {'a': '1', 'b': 'c=2; d=3'}}
+    """
+    _, found, text = notes.partition(EARLIER)
+    out: dict[str, dict[str, str]] = {}
+    for part in text.split(" | ") if found else []:
+        head, _, body = part.partition(": ")
+        cells: dict[str, str] = {}
+        last = ""
+        for token in body.split("; "):
+            name, eq, value = token.partition("=")
+            if eq and name in columns:
+                cells[name] = value
+                last = name
+            elif last:
+                cells[last] += "; " + token
+        out[head.split(" (")[0].strip()] = cells
+    return out
+
+
+def recipe_for(
+    recipes: dict[tuple[str, ...], dict[str, Any]] | None, row: pd.Series | dict
+) -> dict[str, Any] | None:
+    """The recipe flags of one measured row: those its release's launcher set
+    (:func:`read_recipes` keys them by :func:`recipe_key` and the release), else the table
+    row's own; None where the table has no row for it."""
+    if not recipes:
+        return None
+    key = recipe_key(row)
+    return recipes.get((*key, release_of(row))) or recipes.get(key)
+
+
 def read_recipes(path: str | Path) -> dict[tuple[str, ...], dict[str, Any]]:
-    """The recipe table at ``path``: flags by :func:`recipe_key`.
+    """The recipe table at ``path``: flags by :func:`recipe_key`, and, for each earlier
+    release whose launcher set some settings differently (:func:`earlier_releases`), the
+    row's flags with those settings by the key and the release (:func:`recipe_for`).
 
     Raises:
         InputError: unreadable, or a key column missing.
@@ -197,4 +254,11 @@ def read_recipes(path: str | Path) -> dict[tuple[str, ...], dict[str, Any]]:
     if missing:
         raise InputError(f"missing key column(s) {', '.join(missing)}", file=str(path),
                          field=missing[0])  # fmt: skip
-    return {recipe_key(rec): recipe_flags(rec) for rec in df.to_dict("records")}
+    columns = set(df.columns)
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for rec in df.to_dict("records"):
+        key = recipe_key(rec)
+        out[key] = recipe_flags(rec)
+        for release, cells in earlier_releases(_cell(rec.get("notes")), columns).items():
+            out[(*key, release)] = recipe_flags(rec | cells)
+    return out

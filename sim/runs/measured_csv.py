@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
-from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_key
+from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for
 from sim.runs.megatron_args import read_megatron
 from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
@@ -339,8 +339,9 @@ def read_measured_csv(
     """Every row of a measured-runs CSV (module doc), in file order.
 
     Args:
-        recipes: Megatron-Bridge recipe flags by the row's key
-            (:func:`sim.runs.bridge_recipes.recipe_key`), for its rows.
+        recipes: Megatron-Bridge recipe flags by the row's key and release
+            (:func:`sim.runs.bridge_recipes.read_recipes`, :func:`~sim.runs.bridge_recipes.recipe_for`),
+            for its rows.
         generated: a functional test's golden-values file (the part of ``source_ref`` after
             ``:``) -> the date its values were generated (``benchmarks/accuracy/
             golden_generation.csv``); without it every run is taken to have had a recent TE
@@ -359,7 +360,7 @@ def read_measured_csv(
                          field=missing[0])  # fmt: skip
     out = []
     for i, row in df.iterrows():
-        recipe = (recipes or {}).get(recipe_key(row))
+        recipe = recipe_for(recipes, row)
         date = (generated or {}).get(str(row.get("source_ref", "")).split(":", 1)[-1], "")
         out.append(row_run(row, source=f"{path} row {int(str(i)) + 2}", recipe=recipe,
                            generated=date))  # fmt: skip

@@ -580,8 +580,18 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
     grouped = grouped if flag is None else flag not in (False, "false", "False")
     if r.flags.get("num-experts") and not grouped:  # SequentialMLP's loop (sim.compute.mcore_ops)
         out.append("moe_experts=sequential")
+    elif r.flags.get("num-experts") and _fused_grouped_mlp(r):
+        out.append("moe_experts=fused")
     out += _attention_features(r)
     return tuple(out)
+
+
+def _fused_grouped_mlp(r: Reading) -> bool:
+    """The experts run as Transformer Engine's fused grouped MLP (:mod:`sim.compute.moe`,
+    "Fused grouped MLP"): ``--use-transformer-engine-op-fuser`` with a block-scaled recipe
+    (MXFP8, NVFP4), the formats its CuTe-DSL kernels take (``GroupedMLP_CuTeGEMM``)."""
+    scaled = r.text("fp8-recipe") == "mxfp8" or r.text("fp4-recipe") == "nvfp4"
+    return r.switch("use-transformer-engine-op-fuser") and scaled
 
 
 def _attention_features(r: Reading) -> list[str]:

@@ -45,7 +45,7 @@ MAPPED = frozenset(
         "mamba-head-dim", "mamba-num-groups", "mamba-state-dim",
         "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "spec", "world-size", "nproc-per-node",
         "nnodes", "moe-token-dispatcher-type", "num-gpus", "num-nodes", "moe-expert-capacity-factor",
-        "moe-pad-expert-input-to-capacity",
+        "moe-pad-expert-input-to-capacity", "use-transformer-engine-op-fuser",
     }
 )  # fmt: skip
 """Flags :mod:`sim.runs.megatron_args` maps to fields of the run."""

@@ -1,0 +1,47 @@
+"""DeepEP / Hybrid-EP send a token once per destination rank and once per remote server
+(sim.comm.ep_dispatch, "Each token once per destination"): hand-computed shares."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim.comm.alltoall import alltoall_time_s
+from sim.comm.ep_dispatch import dedup_scales, dispatch_cost, hit_share
+from sim.compute.moe import MoEShape
+from sim.compute.routing import Routing
+from sim.hardware.loader import load_hardware
+from sim.parallel.expert import expert_plan
+
+
+def test_hit_share_is_one_less_the_chance_of_missing_every_held_expert():
+    """8 experts, top-2, 2 held: 1 - C(6,2)/C(8,2) = 1 - 15/28; all held: 1; k = 1: m/E."""
+    assert hit_share(8, 2, 2) == pytest.approx(13 / 28)
+    assert hit_share(8, 2, 8) == pytest.approx(1.0)
+    assert hit_share(8, 1, 3) == pytest.approx(3 / 8)
+
+
+def test_dispatcher_moves_each_token_once_per_rank_and_per_server():
+    """DeepSeek-V3 (256 experts, top-8) over EP 8 inside one DGX B200: a rank's 32 experts
+    are chosen by 1 - C(224,8)/C(256,8) of the tokens where the copies count 8*32/256 = 1 row
+    per token, so the NVLink bytes (and the bandwidth-bound time) scale by that share. Over
+    EP 16 on two servers a remote server's 128 experts: 1 - C(128,8)/C(256,8) against 4 rows."""
+    moe = MoEShape(hidden=7168, experts=256, top_k=8, expert_ffn=2048)
+    one = load_hardware("dgx-b200")
+    plan = expert_plan(moe, Routing(), 4096, 8, 1, 2)
+    assert plan.routed == (256, 8)
+    gpus = tuple(f"gpu{i}" for i in range(8))
+    rank = 1 - math.comb(224, 8) / math.comb(256, 8)
+    assert dedup_scales(one, gpus, plan.routed)[0] == pytest.approx(rank / 1.0)
+    copies = alltoall_time_s(one, gpus, plan.dispatch, dispatch_cost("deepep", 20))
+    once = alltoall_time_s(one, gpus, plan.dispatch, dispatch_cost("deepep", 20, plan.routed))
+    latency = max(sum(lk.latency_s for lk in one.route(a, b)) for a in gpus for b in gpus if a != b)
+    assert once - latency == pytest.approx((copies - latency) * rank, rel=1e-6)
+    two = load_hardware("2x-dgx-b200")
+    gpus16 = tuple(f"gpu{i}" for i in range(16))
+    inside, per_member = dedup_scales(two, gpus16, (256, 8))
+    server = (1 - math.comb(128, 8) / math.comb(256, 8)) / 4
+    assert inside == pytest.approx((1 - math.comb(240, 8) / math.comb(256, 8)) / 0.5)
+    assert per_member == pytest.approx([server] * 16)
+    assert expert_plan(moe, Routing("imbalance", imbalance=2.0), 4096, 8, 1, 2).routed is None
