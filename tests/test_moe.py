@@ -110,7 +110,7 @@ def test_moe_activation_bytes_closed_form():
         + PROB_BYTES * r * 8  # fp32 probabilities
         + (PROB_BYTES + INDEX_BYTES) * r * 2  # top-k probabilities and indices
         + n * d * (1024 + 2 * 2048 + 2048)  # expert input, gate+up output, activation
-        + r * 2 * 1024 * d  # expert outputs before weighting
+        + PROB_BYTES * n  # the rows' probabilities, kept by the weighted SwiGLU (no r*k*h*d)
         + r * d * (2 * 512 + 512)  # shared experts
     )
     assert moe_act_bytes(moe, r, r, rows, d) == want
