@@ -410,9 +410,27 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
         ("num-virtual-stages-per-pipeline-rank", "vp"), ("cp-comm-type", "cp_comm"),
     ):  # fmt: skip
         r.mapped(f, f"layout.{what}" if " " not in what else what)
-    dist = r.switch("use-distributed-optimizer")
+    dist = r.switch("use-distributed-optimizer") or _layer_wise(r)
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+LAYER_WISE = (
+    "layer-wise distributed optimizer (--optimizer dist_*): each data-parallel rank keeps the "
+    "optimizer state of its share of the parameters, dense ones over dp x cp, expert ones "
+    "over the expert data-parallel group, as the distributed optimizer's shards: memory policy "
+    "dist_opt (NVIDIA/Megatron-LM@addc601 megatron/core/optimizer/__init__.py lines 746-755: "
+    "'dist_muon' is 'muon' with use_layer_wise; layer_wise_optimizer.py LayerWiseDistributed"
+    "Optimizer.shard_params, lines 433-462); its gradients are all-reduced and its parameters "
+    "all-gathered, timed as the distributed optimizer's reduce-scatter and all-gather"
+)
+"""What the simulation changes of a layer-wise distributed optimizer run."""
+
+
+def _layer_wise(r: Reading) -> bool:
+    """Whether ``--optimizer`` names a layer-wise distributed optimizer (``dist_muon``:
+    :data:`LAYER_WISE`), which shards the state without ``--use-distributed-optimizer``."""
+    return str(r.flags.get("optimizer", "")).startswith("dist_")
 
 
 def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
@@ -701,7 +719,8 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "transformer-impl": ("mapped", "kernel implementation (local or Transformer Engine): "
                              "the kernel model times either"),
         "optimizer": ("mapped", f"optimizer {opt}: training.optimizer {OPTIMIZERS[opt]}")
-        if opt in ("adam", "sgd") else ("approximated", MUON) if opt in ("muon", "dist_muon")
+        if opt in ("adam", "sgd") else ("approximated", MUON) if opt == "muon"
+        else ("approximated", f"{MUON}; {LAYER_WISE}") if opt == "dist_muon"
         else ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
         if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
