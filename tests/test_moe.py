@@ -195,3 +195,13 @@ def test_profile_for_gpu_of_a_moe_config_is_the_analytic_trace(tmp_path):
     trace = load_trace(str(out) + ".csv")
     assert trace.provenance["source"].startswith("analytic: sim.trace.decoder")
     assert [x.name for x in trace.layers] == ["embedding", "moe_block.0", "moe_block.1", "head"]
+
+
+def test_unfused_weighting_keeps_the_activation_output():
+    # TEGroupedMLP without a fused weighted activation: act(x) * probs keeps act(x) (n*f*d);
+    # gated, act(gate) * up keeps act(gate) too (Megatron-LM@d98e8a64 moe/experts.py 943-1016)
+    r, d, rows, n = 64, 2, (32.0,) * 4, 128
+    for gated, extra in ((False, n * 256 * d), (True, 2 * n * 256 * d)):
+        fused = MoEShape(128, 4, 2, 256, gated=gated)
+        unfused = MoEShape(128, 4, 2, 256, gated=gated, fused_weighting=False)
+        assert moe_act_bytes(unfused, r, r, rows, d) - moe_act_bytes(fused, r, r, rows, d) == extra

@@ -99,6 +99,17 @@ class MoEShape:
             ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's
             ops (:mod:`sim.compute.mcore_ops`); the kernel model still times them as grouped
             GEMMs. False: one grouped MLP (``GroupedMLP``/``TEGroupedMLP``).
+        fused_weighting: the activation and the routing probabilities' product run as one
+            fused function that keeps only its input and the probabilities
+            (``weighted_bias_swiglu_impl``, ``weighted_bias_quick_geglu_impl``,
+            ``weighted_squared_relu_impl``). False: the activation and then
+            ``act(x) * probs`` as autograd ops (Megatron-Core's ``TEGroupedMLP.forward``
+            ``bias_act_func``, NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/
+            experts.py`` lines 943-1016: ``--no-bias-swiglu-fusion``, a GeLU expert, which
+            has no fused form, or squared ReLU without ``--use-fused-weighted-squared-relu``):
+            the product keeps the activation's output, ``rows*f_e/t*d`` more, and a gated
+            one's ``act(gate) * up`` keeps ``act(gate)``, as much again
+            (:func:`moe_act_bytes`).
     """
 
     hidden: int
@@ -112,6 +123,7 @@ class MoEShape:
     bias: bool = False
     latent: int = 0
     sequential_experts: bool = False
+    fused_weighting: bool = True
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -323,6 +335,8 @@ def moe_act_bytes(
     n = float(sum(rows))
     router = 2 * r * h * d + PROB_BYTES * r * e + (PROB_BYTES + INDEX_BYTES) * r * k
     experts = n * d * (w + (2 if shape.gated else 1) * fe + fe) + PROB_BYTES * n
+    if not shape.fused_weighting:  # act(x) * probs as autograd ops (MoEShape.fused_weighting)
+        experts += n * d * fe * (2 if shape.gated else 1)
     experts += r * shape.latent * d  # fc2_latent_proj's input (module doc)
     shared = 0.0
     if shape.shared_ffn:

@@ -355,6 +355,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             capacity_factor=s.moe_capacity_factor, pad_to_capacity=s.moe_pad_to_capacity,
             latent=int(_feature(s, "moe_latent") or 0),
             sequential_experts=_feature(s, "moe_experts") == "sequential",
+            fused_weighting=_feature(s, "moe_weighting") != "unfused",
         )  # fmt: skip
     mla = None
     if s.mla:

@@ -110,6 +110,8 @@ def read_megatron(
     shape, seq = _shape(r, lay, arch, grouped=framework == "megatron-bridge")
     if _dropout(r, framework):
         shape = replace(shape, features=(*shape.features, "dropout=true"))
+    if not _fused_weighting(r, framework):
+        shape = replace(shape, features=(*shape.features, "moe_weighting=unfused"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
@@ -332,6 +334,32 @@ def _dropout(r: Reading, framework: str) -> bool:
         on = on or p > 0
         r.mapped(flag, "dropout masks kept (DecoderShape.dropout)" if p > 0 else "no dropout")
     return on
+
+
+def _fused_weighting(r: Reading, framework: str) -> bool:
+    """Whether a MoE run's experts multiply the routing probabilities in inside a fused
+    activation (:attr:`sim.compute.moe.MoEShape.fused_weighting`). Megatron-LM fuses a gated
+    SiLU unless ``--no-bias-swiglu-fusion`` (``bias_activation_fusion`` is
+    ``--bias-swiglu-fusion`` with ``--swiglu``, else ``--bias-gelu-fusion``:
+    ``megatron/training/arguments.py``) and squared ReLU with
+    ``--use-fused-weighted-squared-relu``; a GeLU expert has no fused form (``experts.py``
+    raises for it, so its runs pass ``--no-bias-gelu-fusion``). Megatron-Bridge's performance
+    recipes set the fusions (``bias_activation_fusion = True``: e.g. NVIDIA-NeMo/
+    Megatron-Bridge@067f987df0 ``perf_recipes/qwen/b200/qwen3_moe.py:39``, the DeepSeek,
+    Kimi and GPT-OSS bridges; ``use_fused_weighted_squared_relu = True``:
+    ``perf_recipes/nemotronh/common.py:120``): fused."""
+    if not r.flags.get("num-experts") or framework != "megatron-lm":
+        return True
+    if r.switch("swiglu"):
+        r.mapped("no-bias-swiglu-fusion", "the experts' SiLU and probabilities unfused "
+                 "(MoEShape.fused_weighting)")  # fmt: skip
+        return not r.switch("no-bias-swiglu-fusion")
+    if r.switch("squared-relu"):
+        r.mapped("use-fused-weighted-squared-relu", "MoEShape.fused_weighting")
+        return r.switch("use-fused-weighted-squared-relu")
+    r.mapped("no-bias-gelu-fusion", "a GeLU expert: activation and probabilities unfused "
+             "(MoEShape.fused_weighting)")  # fmt: skip
+    return False
 
 
 def _attention(flags: dict[str, Any], framework: str, gpu: str, env: TeEnvironment) -> str:
