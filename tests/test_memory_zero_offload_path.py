@@ -13,6 +13,7 @@ from sim.memory.zero_offload import (
     RELEASE_GRAD_PATH_BYTES,
     RELEASE_TILE_STORE_BYTES,
     UNSCALE_HOST_BYTES,
+    FRESH_PAGE_D2H_Bps,
     unscale_s,
 )
 from sim.trace.generator import transformer_trace
@@ -89,6 +90,27 @@ def test_cpu_ckpt_moves_the_checkpoints_to_the_host():
     assert any(e.kind == "swap_out" for e in log.events) and met.fits
     with pytest.raises(ValueError, match="add ':recompute'"):
         parse_policy("zero_offload:1:cpu_ckpt")
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_release_cpu_ckpt_charges_the_page_faults_of_fresh_host_buffers(m):
+    """At the release every checkpoint goes into untouched pageable pages: per micro-batch the
+    copy takes swap / (1 GiB / 0.5479 s) instead of swap / 10 GB/s (the test link, no latency),
+    and the difference is charged in the step's GPU time; today's DeepSpeed pre-touches the
+    pages, so without ``release`` nothing is added."""
+    assert FRESH_PAGE_D2H_Bps == pytest.approx(1.9597e9, rel=1e-4)
+    trace = _trace()
+    topo = chain_topology(1, memory_bytes=64 * GiB)
+    steps = {}
+    for policy in ("recompute:release", "recompute:release:cpu_ckpt", "recompute:cpu_ckpt",
+                   "recompute"):  # fmt: skip
+        res, _, _ = run(trace, topo, f"zero_offload:1:{policy}", p=1, m=m, schedule="gpipe")
+        steps[policy] = res.sim_input.plans[0][0]
+    swap = steps["recompute:release:cpu_ckpt"].swap_bytes
+    want = m * swap * (1 / FRESH_PAGE_D2H_Bps - 1 / 10e9)
+    added = steps["recompute:release:cpu_ckpt"].optimizer_s - steps["recompute:release"].optimizer_s
+    assert swap > 0 and added == pytest.approx(want)
+    assert steps["recompute:cpu_ckpt"].optimizer_s == pytest.approx(steps["recompute"].optimizer_s)
 
 
 def test_each_replica_runs_the_path_on_its_partition():

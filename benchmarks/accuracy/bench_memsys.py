@@ -1,6 +1,6 @@
 """The seeds' memory systems as their papers ran them, predicted by pipesim (issue 27).
 
-``python benchmarks/accuracy/bench_memsys.py [patrickstar] [largest] [zero-offload] [mpress] [vpipe]``
+``python benchmarks/accuracy/bench_memsys.py [patrickstar] [breakdown] [largest] [zero-offload] [mpress] [vpipe]``
 (default: all; a few minutes on 2 cores) prints pipesim's figures for the papers' questions
 (the models and largest-model claims in ``measurements/memsys-papers/``, provenance in its
 README) and, with ``--papers DIR``, the papers' published throughput beside them: the
@@ -15,6 +15,9 @@ speedup_high; each row with its source):
   (Tencent/PatrickStar@2384535 ``examples/pretrain_demo.py``: ``total_macs = model_numel *
   batch_size * sequence_length * 2 * 4``, printed as ``Tflops Per GPU``; ``batch_size`` is per
   GPU), and how many of the published models are within 10 %;
+* **where PatrickStar's iterations go** (``breakdown``): per model, GPU 0's compute, GPU step and
+  waits, and the server's CPU-Adam pool's busy seconds (:func:`time_breakdown`), beside the
+  paper's iteration time (its TFLOPS inverted) with ``--papers``;
 * **the largest trainable model** per paper and server: PatrickStar's grid with the models
   above its largest added, at the batches of its benchmark loop (``for BS in 8 4 16``: 4 and 8;
   16 fits less), and ZeRO-Offload's single-GPU grid (``experiments/zero-offload-dgx2.yaml``);
@@ -127,6 +130,57 @@ def patrickstar() -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def time_breakdown(events: pd.DataFrame, gpu: str = "gpu0") -> dict[str, float]:
+    """Where one iteration's time goes on ``gpu``, from an event log's frame
+    (``Simulation.log.to_frame()``: ``kind``, ``device``, ``stream``, ``duration_s``,
+    ``iteration``), over its last iteration, in seconds: ``compute`` (forward, backward and
+    recompute kernels on the compute stream), ``gpu_step`` (the optimizer step on the GPU),
+    ``wait`` (the compute stream stalled for gathers, chunk moves, gradients or the host step of
+    some rank: what the engine logs as ``stall``), and ``host_adam`` (CPU-Adam seconds of
+    every rank of the server, summed: the busy time of the server's CPU-Adam pool,
+    :mod:`sim.memory.host_adam`, which the next iteration's first gather waits for)."""
+    last = events[events.iteration == events.iteration.max()]
+    kind = last.kind.map(str)
+    on_gpu = (last.device == gpu) & (last.stream.map(str) == "compute")
+
+    def total(mask: pd.Series) -> float:
+        return float(last.duration_s[mask].sum())
+
+    return {
+        "compute": total(on_gpu & kind.isin(["compute", "recompute"])),
+        "gpu_step": total(on_gpu & (kind == "optimizer")),
+        "wait": total(on_gpu & (kind == "stall")),
+        "host_adam": total(kind == "host_optimizer"),
+    }
+
+
+def patrickstar_breakdown() -> pd.DataFrame:
+    """What bounds each of PatrickStar's published models in pipesim: iteration seconds at the
+    batch :func:`patrickstar` reports, split by :func:`time_breakdown` on GPU 0, with the
+    published iteration time (PatrickStar's formula inverted, with ``--papers``)."""
+    pub = pd.read_csv(CLAIMS / "patrickstar_models.csv")
+    given = _published("patrickstar.csv")
+    out = []
+    for server, path in SERVERS.items():
+        data = experiment(path)
+        for row in pub[pub.server == server].itertuples():
+            one = copy.deepcopy(data)
+            one["models"] = [m for m in data["models"] if m["trace"] == row.trace]
+            sim_ = sim.api.simulate(one, memory_policy=PATRICKSTAR)
+            per_gpu = sim_.point.global_batch / sim_.point.dp_width
+            t = sim_.metrics.iteration_time_s
+            paper = float("nan")
+            if given is not None:
+                hit = given[(given.server == server) & (given.model == row.model)]
+                params = sim.api.load(one).traces[row.trace].parameters
+                if len(hit):  # PatrickStar's formula, inverted
+                    paper = 8 * params * per_gpu * SEQ / float(hit.tflops_per_gpu.iloc[0]) / 1e12
+            parts = time_breakdown(sim_.log.to_frame())
+            out.append({"server": server, "model": row.model, "iteration": t,
+                        "paper": paper, **parts})  # fmt: skip
+    return pd.DataFrame(out)
+
+
 def largest_patrickstar(server: str) -> tuple[str, dict[int, str]]:
     """The largest model PatrickStar's policy fits on ``server`` per batch per GPU."""
     base = experiment(SERVERS[server])
@@ -179,6 +233,9 @@ def zero_offload() -> pd.DataFrame:
     for e in run.log.events:
         if e.iteration == last and e.device in ("gpu0", "cpu0"):
             spans[e.kind] = spans.get(e.kind, 0.0) + e.duration_s
+    # the checkpoints' copies into fresh pages run in the forward; pipesim charges them in the
+    # GPU step (sim.memory.zero_offload.fresh_page_s): moved back to the forward here
+    faults = run.resolved.sim_input.plans[0][0].notes.get("ckpt_page_fault_ms", 0.0) / 1e3
     eq3 = 96 * b * SEQ * 50 * 4096**2 * (1 + SEQ / (6 * 4096) + 50257 / (16 * 50 * 4096))
     given = _published("zero-offload.csv")
     nan = float("nan")
@@ -199,7 +256,8 @@ def zero_offload() -> pd.DataFrame:
             ("forward + backward s (compute only)", value["forward"] + value["backward"],
              spans.get("compute", 0.0) + spans.get("recompute", 0.0)),
             ("forward + backward s (with copies, waits)", value["forward"] + value["backward"],
-             t - spans.get("host_optimizer", 0.0) - spans.get("optimizer", 0.0)),
+             t - spans.get("host_optimizer", 0.0) - spans.get("optimizer", 0.0) + faults),
+            ("of which checkpoint copies' page faults s", nan, faults),
             ("host step s (unscale + CPU Adam)", value["optimizer"],
              spans.get("host_optimizer", 0.0)),
         ],
@@ -269,7 +327,7 @@ def _pct(x: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     global PAPERS
-    parts = ("patrickstar", "largest", "zero-offload", "mpress", "vpipe")
+    parts = ("patrickstar", "breakdown", "largest", "zero-offload", "mpress", "vpipe")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", help=f"what to run, of {', '.join(parts)} (default: all)")
     ap.add_argument(
@@ -287,6 +345,10 @@ def main(argv: list[str] | None = None) -> None:
         print("PatrickStar TFLOPS per GPU (its formula), chunked:recompute:msc")
         print(t.assign(error=t.error.map(_pct)).to_string(**fmt))
         print(f"within 10 %: {within} of {len(t)}\n")
+    if "breakdown" in which:
+        print("PatrickStar: where pipesim's iteration goes on GPU 0 (s); host_adam: the server's")
+        print("CPU-Adam pool busy (all ranks), which the next iteration's first gather waits for")
+        print(patrickstar_breakdown().to_string(**fmt), "\n")
     if "largest" in which:
         print("Largest trainable model (paper / pipesim)")
         print(largest().to_string(index=False), "\n")

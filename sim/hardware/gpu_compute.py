@@ -36,8 +36,10 @@ SOURCES = {
     "792.1/989 = 0.801 (bf16, CUDA 12.1); other GPUs: see preset description",
     "wave_quantization": "NVIDIA Matrix Multiplication Background User's Guide (tile and wave "
     "quantization)",
-    "hbm_efficiency": "assumption 0.85: STREAM-like copy kernels reach 80-92 % of HBM peak "
-    "(unverified); measure with `sim calibrate --device cuda`",
+    "hbm_efficiency": "0.85: STREAM-like kernels on the A100 reach it (te42kyfo/gpu-benches@"
+    "cdcc732 cuda-stream/a100_80.txt: A100-SXM4-80GB 'scale', one read and one write stream, "
+    "1732 of 2039 GB/s = 0.849; 'triad' 0.863); other GPUs: an assumption unless their preset "
+    "cites one; measure with `sim calibrate --device cuda`",
     "kernel_overhead_s": "assumption 5 us per kernel (CUDA launch + PyTorch eager dispatch, "
     "unverified); measure with `sim calibrate --device cuda`. The host's side of a launch "
     "(Python, dispatcher, cudaLaunchKernel) is now modelled apart by the hardware's "
@@ -46,7 +48,8 @@ SOURCES = {
 }
 
 DEFAULT_HBM_EFFICIENCY = 0.85
-"""Achievable fraction of HBM peak (assumption, see :data:`SOURCES`)."""
+"""Achievable fraction of HBM peak (the A100's measured streaming rate; an assumption for other
+GPUs, see :data:`SOURCES`)."""
 DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 """Fixed cost per kernel in seconds (assumption, see :data:`SOURCES`)."""
 

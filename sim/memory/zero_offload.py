@@ -17,7 +17,9 @@ modelled as a swap of the checkpoints to the GPU's host socket. The buffers are 
 (``new_empty(..., device='cpu')``), so the copies are synchronous and at most the link's rate:
 pipesim times them at the link's rate (a lower bound) as swaps, which a single micro-batch
 exposes whole as DeepSpeed does; with several micro-batches pipesim overlaps them where
-DeepSpeed would not; ``release``: DeepSpeed as ZeRO-Offload was released and measured
+DeepSpeed would not. At the release (with ``release``) the forward copies them into freshly
+mapped pages, whose faults slow the copy to :data:`FRESH_PAGE_D2H_Bps`; the difference
+(:func:`fresh_page_s`) is charged in the step's GPU time; ``release``: DeepSpeed as ZeRO-Offload was released and measured
 (v0.3.0, :mod:`sim.memory.deepspeed`: 4.5-bucket gradient buffers, 16 B/param on the host,
 CPU Adam's 1G-float pinned tiles whose weights go up while the next tile updates).
 
@@ -136,6 +138,24 @@ UNSCALE_HOST_BYTES = 4 + 4
 """Host DRAM bytes per parameter of ``grad.data.mul_(1. / combined_scale)`` on the fp32
 gradient partition (``unscale_and_clip_grads``): a load and a store."""
 
+FRESH_PAGE_D2H_Bps = 2**30 / 0.5479
+"""Device-to-host rate (bytes per second) into pageable host memory that was just allocated
+and never touched: 1 GiB in 0.5479 s, where the same copy takes 0.0997 s once every page has
+been written first (rapidsai/dask-cuda#98, madsbk 2019-08-01: ``numpy.empty`` then numba's
+``copy_to_host`` of a 1 GiB CuPy array on a Quadro GV100 workstation, PCIe gen3); each 4 KiB
+page faults and is zeroed during the copy. With ``release`` and ``cpu_ckpt`` every checkpoint
+of every iteration is copied into such memory: the release's ``CheckpointFunction`` allocates
+its contiguous host buffers with ``new_empty(..., device='cpu')`` in the first forward after
+each backward dropped them (``contiguous_data_buffers = []``; deepspeedai/DeepSpeed@41db1c2f0
+``deepspeed/runtime/activation_checkpointing/checkpointing.py``), and a buffer that large
+(a layer's input, tens of MB) is a fresh ``mmap`` every time (glibc's malloc maps requests above
+its threshold, at most 32 MiB on 64-bit, mallopt(3) ``M_MMAP_THRESHOLD``), returned on free.
+DeepSpeed later writes a zero into every page before the copy for this reason (its comment:
+"Because the 'new_empty' returns uninitialized pages, the pages need to be populated during the
+cudaMemcpy time which increases the data copy time", @599258f97, 2021-03-08), so without
+``release`` the checkpoints move at the link's rate. That the DGX-2's host faults pages as
+fast as the workstation did is an assumption."""
+
 MELEMS = 2**20
 RECOMPUTE = "recompute"
 OVERLAP = "overlap"
@@ -181,6 +201,14 @@ def grad_path_s(ctx: StageContext, release: bool) -> float:
     tensors = round(ctx.param_tensors / w)
     reads = host.serial_reads_s(small=0, large=tensors, ops=GRAD_PATH_OPS)
     return ctx.params * (BUCKET_COPY_BYTES + per_param / w) / hbm + reads
+
+
+def fresh_page_s(ctx: StageContext, nbytes: float) -> float:
+    """Seconds a device-to-host copy of ``nbytes`` into untouched pageable memory takes beyond
+    its time at the link's rate (:data:`FRESH_PAGE_D2H_Bps`; the engine times the copy at the
+    link's rate): ``max(0, nbytes / FRESH_PAGE_D2H_Bps - copy_s(gpu -> host))``."""
+    link = copy_s(ctx, ctx.gpu, ctx.host, nbytes)
+    return max(0.0, nbytes / FRESH_PAGE_D2H_Bps - link)
 
 
 def unscale_s(params: float, adam_params_per_s: float) -> float:
@@ -310,8 +338,14 @@ class ZeroOffloadPolicy(MemoryPolicy):
             plan, added = offload_states(ctx, base, self.bucket_elems, self.overlap, self.release)
             added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
             added += ctx.microbatches * plan.recompute_s
+            faults = 0.0
             if self.cpu_ckpt:
                 added += ctx.microbatches * swap_exposed_s(ctx, plan.swap_parts)
+            if self.cpu_ckpt and self.release:  # synchronous, so exposed in every micro-batch;
+                # charged in the step's GPU time, as the gradient path is (grad_path_s)
+                faults = ctx.microbatches * fresh_page_s(ctx, plan.swap_bytes)
+                plan = replace(plan, optimizer_s=plan.optimizer_s + faults)
+                added += faults
             out.append(
                 describe(
                     ctx,
@@ -322,6 +356,7 @@ class ZeroOffloadPolicy(MemoryPolicy):
                     added,
                     host_state_gib=round(plan.host_bytes / 2**30, 3),
                     gpu_grad_bucket_gib=round(plan.grad_bytes / 2**30, 3),
+                    **({"ckpt_page_fault_ms": round(faults * 1e3, 3)} if faults else {}),
                 )
             )
         return out
