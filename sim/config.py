@@ -181,6 +181,17 @@ class PrecisionOptions(_Strict):
     num_layers_at_end_in_bf16: int = Field(
         1, ge=0, description="Megatron's --num-layers-at-end-in-bf16 (with the option above)."
     )
+    mtp_bf16: bool = Field(
+        False,
+        description="Megatron-Bridge's keep_mtp_spec_in_bf16: the MTP depths' linear layers in "
+        "16 bits.",
+    )
+    bf16_linears: list[str] = Field(
+        default_factory=list,
+        description="Linear layers kept in 16 bits in every layer, by pipesim's GEMM names "
+        "(qkv, proj, in_proj, out_proj, shared_up, latent_down, ...), as a Transformer Engine "
+        "quantization-recipe config's matchers keep modules in bf16.",
+    )
     param_gather: bool = Field(
         False,
         description="Megatron's --fp8-param-gather: parameters kept quantized and all-gathered "

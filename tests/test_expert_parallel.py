@@ -17,6 +17,7 @@ from sim.comm.alltoall import (
 from sim.compute.decoder import DecoderShape
 from sim.compute.moe import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing
+from sim.compute.ssm import MambaShape
 from sim.engine.groups import group_members, op_cost
 from sim.hardware.loader import load_hardware
 from sim.parallel.context import AttentionDims, context_comm
@@ -132,7 +133,9 @@ def test_ring_attention_sends_kv_chunks():
     ag = context_comm(dims, 8192, 4, 2, "all_gather")
     assert ag.fwd == (("all_gather", 4 * kv, 1),)
     a2a = context_comm(dims, 8192, 4, 2, "a2a")
-    assert a2a.fwd[0] == ("alltoall", 8192 * (4096 + 2048) * 2 * 3 / 4, 1)
+    q, k, o = (("alltoall", 8192 * w * 2 * 3 / 4, 1) for w in (4096, 1024, 4096))
+    assert a2a.fwd == (q, k, k, o)  # one all-to-all per tensor, as TE issues them
+    assert a2a.bwd == (o, q, k, k)
 
 
 def test_expert_weights_split_over_ep_and_dense_weights_kept():
@@ -183,3 +186,26 @@ def test_measured_alltoall_table_times_the_busiest_member():
         hot[i][0] *= 8
     assert table_time_s(topo, gpus, hot) == pytest.approx(448 * 2**20 / rate + latency, rel=1e-3)
     assert table_time_s(load_hardware("dgx-h100"), gpus, pairs) is None  # no table: the model
+
+
+def test_hybrid_moe_layers_dispatch_and_combine_over_ep():
+    """A hybrid model's ``E`` layers (Nemotron 3) route tokens like a MoE block: with EP 4 each
+    sends every other rank r*k/E rows for each expert it holds there (the same bytes as
+    :func:`test_dispatch_bytes_per_pair_balanced`), and its Mamba and attention layers send
+    none (Megatron-Core builds an ``E`` layer as a ``MoETransformerLayer`` with the MoE spec
+    and its token dispatcher: NVIDIA/Megatron-LM@d98e8a64
+    ``megatron/core/models/hybrid/hybrid_layer_specs.py`` 63-66 and 226-229,
+    ``hybrid_block.py`` 184-186)."""
+    m = DecoderShape(3, 4096, 32, 1024, 32000, 14336, kv_heads=8, moe=MOE, pattern="ME*",
+                     mamba=MambaShape(128, 64, 128, 8, 4, 128))  # fmt: skip
+    gpu = H100.gpus[0].compute
+    trace = decoder_trace(m, name="hyb", microbatch_size=1, gpu=gpu)
+    shard = shard_decoder(trace, ParallelLayout(dp_replicate=4, ep=4), gpu)
+    names = [x.name for x in trace.layers]
+    group = dict(zip(names, shard.group, strict=True))
+    fwd, bwd = group["moe.1"]
+    assert [op.kind for op in fwd] == ["all_gather", "alltoall", "alltoall"]
+    assert [op.kind for op in bwd] == ["alltoall", "alltoall"]
+    rows = 1024 * 2 * 2 / 8  # r = 1024 tokens per rank
+    assert fwd[1].pairs[0][1] == rows * (4096 * 2 + PROB_BYTES)
+    assert group["mamba.0"] == ((), ()) and group["attention.2"] == ((), ())

@@ -280,7 +280,7 @@ def test_an_action_is_issued_layer_by_layer():
     # and end at 1.0625; B is issued at 1.25 and ends at 2.25. Summarised as one action of 5
     # alike ops the device would end at 1.5 (B's device time hidden in A's host slack).
     host = HostOverhead(op_s=0.25)
-    parts = ((0.25, 4.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0))
+    parts = ((0.25, 4.0, 0.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0, 0.0))
     exact = issue_exactly([0.25] * 5, [0.0625] * 4 + [1.0], 0.0, 0.0)
     assert layered_work(host, "F", parts).finish(0.0, 0.0) == pytest.approx(exact)
     assert exact == pytest.approx((2.25, 1.25))
@@ -301,7 +301,9 @@ def test_python_module_and_function_calls_cost_the_host_per_layer():
         op_s=0.0625, backward_op_s=0.0625, module_s=0.25, function_s=0.5, function_backward_s=1.0
     )
     inp = _one_stage(host)
-    cost = replace(inp.costs[0], fwd_layers=((1.0, 8.0, 2.0, 1.0),), bwd_layers=((2.0, 8.0, 1.0),))
+    cost = replace(
+        inp.costs[0], fwd_layers=((1.0, 8.0, 2.0, 1.0, 0.0),), bwd_layers=((2.0, 8.0, 1.0),)
+    )
     log = simulate(replace(inp, costs=(cost,)))
     assert _spans(log) == sorted(
         [
@@ -316,10 +318,10 @@ def test_python_module_and_function_calls_cost_the_host_per_layer():
         ]
     )
     # without the Python calls (a trace that lacks them) the same layer ends at 6.0625
-    bare = replace(cost, fwd_layers=((1.0, 8.0, 0.0, 0.0),), bwd_layers=((2.0, 8.0, 0.0),))
+    bare = replace(cost, fwd_layers=((1.0, 8.0, 0.0, 0.0, 0.0),), bwd_layers=((2.0, 8.0, 0.0),))
     assert simulate(replace(inp, costs=(bare,))).iteration_ends_s == [6.0625]
     # a recomputed layer re-runs its calls with its ops, besides the checkpoint wrapper
-    parts = ((1.0, 8.0, 0.0, 2.0, 1.0),)
+    parts = ((1.0, 8.0, 0.0, 2.0, 1.0, 0.0),)
     wrapped = replace(host, checkpoint_s=0.125)
     assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.5 + 0.125)
     assert layered_work(host.under("cuda_graphs"), "F", parts).host_s == 0.0

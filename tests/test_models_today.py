@@ -392,3 +392,19 @@ def test_lora_memory_has_gradients_and_optimizer_state_of_the_adapters_only(tmp_
     assert adapted.peak_optimizer_bytes == pytest.approx(12 * trainable)
     assert adapted.peak_weights_bytes > full.peak_weights_bytes  # base + adapters
     assert adapted.iteration_time_s < full.iteration_time_s  # no weight-gradient GEMMs
+
+
+def test_hybrid_mtp_depth_is_attention_and_the_moe_layer():
+    """Nemotron 3's MTP depths are '*E' (Megatron-LM's Super release test: hybrid pattern
+    "...E/*E/*E"): an MTP depth of a hybrid MoE model holds the MoE layer's experts and runs
+    its expert GEMMs; a dense hybrid's depth keeps the dense MLP."""
+    m = read_config(HF / "nemotron-3-nano-30b-a3b-config.json", 4096)
+    m = DecoderShape.from_dict(m.to_dict() | {"mtp_layers": 1})
+    assert layer_params("mtp", m)[1] == layer_params("moe", m)[1] == 128 * 2 * 2688 * 1856
+    fwd = layer_kernels("mtp", m, 1, 2, rows=(1.0,) * 128)[0]
+    assert any(k.name.startswith("expert_up") for k in fwd)
+    assert any(k.name == "flash_attn_fwd" for k in fwd)
+    h8 = read_config(HF / "nemotron-h-8b-config.json", 4096)
+    h8 = DecoderShape.from_dict(h8.to_dict() | {"mtp_layers": 1})
+    assert layer_params("mtp", h8)[1] == 0
+    assert {"up", "down"} <= {k.name for k in layer_kernels("mtp", h8, 1, 2)[0]}

@@ -247,9 +247,9 @@ def test_cuda_graphs_remove_the_captured_layers_host_work():
     # device work. Eager: the forward ends when the host has issued its last op and the
     # device ran it, 10 + 1/1000 s (sim.hardware.host_ops: K = max(H + D/n, D + H/n));
     # under a full-iteration graph: 1 s.
-    cost = StageCost(1.0, 0.0, 0.0, 0.0, fwd_ops=1000.0, fwd_layers=((1.0, 1000.0, 0.0, 0.0),))
+    cost = StageCost(1.0, 0.0, 0.0, 0.0, fwd_ops=1000.0, fwd_layers=((1.0, 1000.0, 0.0, 0.0, 0.0),))
     graphed = captured(cost, ["block"], "full_iteration", ())
-    assert graphed.fwd_ops == 0.0 and graphed.fwd_layers == ((1.0, 0.0, 0.0, 0.0),)
+    assert graphed.fwd_ops == 0.0 and graphed.fwd_layers == ((1.0, 0.0, 0.0, 0.0, 0.0),)
     host = HostOverhead(op_s=1e-2)
     for c, span in ((cost, 10.0 + 1e-3), (graphed, 1.0)):
         inp = replace(uniform_input("gpipe", 1, 1, bwd_s=0.0), costs=(c,), host=host)

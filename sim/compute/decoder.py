@@ -103,11 +103,20 @@ def _mlp(kind, m, blk, b, d, tp, sp, cp, rows, etp=None):
     return (moe_fwd(m.moe, r, t, rows, d, tp, etp), *moe_bwd(m.moe, r, t, rows, d, tp, etp))
 
 
+def mtp_inner(m: DecoderShape) -> str:
+    """The block of an MTP depth: ``moe_block`` (attention and MoE) where the model has
+    experts, else ``block``. A hybrid model's depth is its ``mtp`` pattern, ``*E`` in Nemotron 3
+    (NVIDIA/Megatron-LM@d98e8a64 ``tests/functional_tests/test_cases/nemotron/
+    nemotron3_super_release_gb200/model_config.yaml``: ``--hybrid-layer-pattern "...E/*E/*E"``
+    with ``--mtp-num-layers 2``), an attention and a MoE layer as a MoE block has them."""
+    return "moe_block" if m.moe is not None else "block"
+
+
 def _mtp(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int, rows, etp=None) -> Phases:
     """An MTP depth's kernels: its own part, its block, the shared head (module doc)."""
     t, r = tokens(m, b, tp, sp, cp)
     h, s, v = m.hidden, m.seq_len // cp, -(-m.vocab // tp)
-    inner = "moe_block" if m.moe is not None and not m.pattern else "block"
+    inner = mtp_inner(m)
     f, i, w = _body(inner, m, b, d, tp, sp, cp, rows, etp)
     hf, hi, hw = head_kernels("gpt", b, s, h, v, d)
     fwd = [mem("mtp_embedding", 8 * t + 2 * r * h * d), mem("mtp_norms", 4 * r * h * d)]
@@ -228,7 +237,7 @@ def _body_act(base, kind, m, b, d, tp, sp, cp, rows, cp_comm="p2p", etp=None) ->
     t, r = tokens(m, b, tp, sp, cp)
     h = m.hidden
     if base == "mtp":
-        inner = "moe_block" if m.moe is not None and not m.pattern else "block"
+        inner = mtp_inner(m)
         block = _body_act(inner, inner, m, b, d, tp, sp, cp, rows, cp_comm, etp)
         head = 4 * r * h + 4 * t * -(-m.vocab // tp)
         return block + 2 * t * h * d + 2 * r * h * d + head
@@ -301,7 +310,7 @@ def layer_params(kind: str, m: DecoderShape) -> tuple[int, int]:
 def _body_params(base: str, m: DecoderShape) -> tuple[int, int]:
     h = m.hidden
     if base == "mtp":
-        inner = "moe_block" if m.moe is not None and not m.pattern else "block"
+        inner = mtp_inner(m)
         dense, expert = _body_params(inner, m)
         return dense + 2 * h * h + 3 * h, expert
     if base == "mamba":

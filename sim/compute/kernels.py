@@ -22,7 +22,8 @@ operands' and its 16-bit output's.
 Where a published micro-benchmark measured a kind of kernel on the GPU, its speed replaces the
 roofline (:mod:`sim.compute.measured`): fused attention by sequence length, heads and head dim
 (instead of the flat ``attention_efficiency``), MoE grouped GEMMs by rows per expert, the token
-permutation kernels.
+permutation kernels; Mamba-2's SSD scan kernels move their bytes at their measured share of HBM
+bandwidth (:mod:`sim.compute.ssd_speed`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from sim.compute import measured
+from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
 from sim.hardware.gpu_compute import ComputeSpec
 
 TILE_M = 128
@@ -125,13 +127,21 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     ``attn`` kernels run at the measured efficiency of their shape where
     :mod:`sim.compute.measured` has one, else at ``attention_efficiency`` of the tensor peak
     (or the fp32 peak for fp32), bounded below by their bytes at HBM rate; grouped expert
-    GEMMs and token permutations at their measured speeds where there are some (a grouped GEMM
+    GEMMs and token permutations at their measured speeds where there are some, Mamba-2's scan
+    kernels at their measured share of HBM bandwidth (:mod:`sim.compute.ssd_speed`) (a grouped GEMM
     in a low-precision format at its measured 16-bit speed times the format's achieved rate
     over the 16-bit one, :meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`).
 
     Raises:
         ValueError: unknown kernel kind.
     """
+    if is_ssd(kern):  # Mamba-2's scan kernels at their measured bandwidth (sim.compute.ssd_speed)
+        compute = 0.0
+        if kern.kind == "gemm":
+            wave = wave_factor(kern.m, kern.n, kern.batch, spec.sm_count)
+            compute = kern.flops / (spec.matmul_rate(dtype) * wave)
+        moved = kern.bytes / ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps)
+        return spec.kernel_overhead_s + max(compute, moved)
     if kern.kind == "gemm":
         eff = measured.grouped_gemm_efficiency(kern, spec, dtype)
         if eff:

@@ -64,6 +64,40 @@ MOE_PER_EXPERT = (9.0, 14.0, 3.0, 4.0)
 """The same per local expert (``SequentialMLP``'s loop; module doc)."""
 
 
+TE_MODULES = {
+    "block": 4.0,
+    "mtp": 4.0,
+    "attention": 2.0,
+    "mlp": 2.0,
+    "moe_block": 4.0,
+    "moe": 2.0,
+    "mamba": 2.0,
+}
+"""Transformer Engine Linear-type modules per layer of Megatron-Core's TE spec, by base kind
+(NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/models/gpt/gpt_layer_specs.py::
+get_gpt_layer_with_transformer_engine_submodules`` and ``bert/bert_layer_specs.py``): the
+attention's ``linear_qkv`` (``TELayerNormColumnParallelLinear``) and ``linear_proj``
+(``TERowParallelLinear``), the MLP's ``linear_fc1`` (``TELayerNormColumnParallelLinear``) and
+``linear_fc2`` (``TERowParallelLinear``); a MoE layer's experts as ``TEGroupedMLP`` (two
+``GroupedLinear``, its router a torch Linear), a Mamba layer's ``in_proj`` and ``out_proj``.
+Each costs the host :attr:`sim.hardware.host_ops.HostOverhead.te_module_s` per forward beyond
+the torch Linear the op counts stand for (NVIDIA/TransformerEngine#2053 measured ``te.Linear``;
+``LayerNormLinear`` and ``GroupedLinear`` taken as one, an assumption).
+``TEDotProductAttention`` is not counted (no per-module figure); the embedding and the output
+layer are Megatron's own modules (0)."""
+
+
+def te_modules(kind: str) -> float:
+    """Transformer Engine Linear-type modules of one layer of base ``kind`` (:data:`TE_MODULES`;
+    0 for the embedding, the head and unknown kinds).
+
+    Example:
+        >>> te_modules("block"), te_modules("moe"), te_modules("head")
+        (4.0, 2.0, 0.0)
+    """
+    return TE_MODULES.get(kind, 0.0)
+
+
 def moe_layer_ops(kind: str, local_experts: float) -> tuple[float, float, float, float]:
     """``(forward ops, backward ops, module calls, Function applies)`` of one ``moe_block`` (or
     a hybrid's MoE-only ``moe`` layer: the block less half a dense block) with
@@ -94,4 +128,12 @@ def expert_ops(local_experts: float) -> tuple[float, float, float, float]:
     return tuple(e * local_experts for e in MOE_PER_EXPERT)  # type: ignore[return-value]
 
 
-__all__ = ["COUNTED_WITH", "MOE_BLOCK", "MOE_PER_EXPERT", "expert_ops", "moe_layer_ops"]
+__all__ = [
+    "COUNTED_WITH",
+    "MOE_BLOCK",
+    "MOE_PER_EXPERT",
+    "TE_MODULES",
+    "expert_ops",
+    "moe_layer_ops",
+    "te_modules",
+]

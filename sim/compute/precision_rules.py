@@ -23,15 +23,31 @@ class LayerRules:
         bf16_start, bf16_end: transformer blocks kept in 16 bits at the start and the end.
         head: the output layer's GEMMs in low precision.
         router: the MoE router's GEMM in low precision.
+        mtp: the MTP depths' linear layers in low precision (Megatron-Bridge's
+            ``keep_mtp_spec_in_bf16`` turns it off: NVIDIA-NeMo/Megatron-Bridge@067f987df0
+            ``src/megatron/bridge/models/hybrid/hybrid_provider.py:167``).
+        keep16: linear layers (GEMM names of :data:`sim.compute.quantize.LINEARS`) kept in 16
+            bits wherever they are, as a Transformer Engine quantization-recipe config's
+            ``bf16`` matchers keep modules (e.g. ``perf_recipes/nemotronh/te_quant.cfg``).
     """
 
     bf16_start: int = 0
     bf16_end: int = 0
     head: bool = False
     router: bool = False
+    mtp: bool = True
+    keep16: tuple[str, ...] = ()
 
     @classmethod
-    def default(cls, recipe: Recipe, first_last_bf16: bool = False, start: int = 1, end: int = 1):
+    def default(
+        cls,
+        recipe: Recipe,
+        first_last_bf16: bool = False,
+        start: int = 1,
+        end: int = 1,
+        mtp: bool = True,
+        keep16: tuple[str, ...] = (),
+    ):
         """The library's defaults (TE: blocks only, optionally the first and last in 16 bits;
         torchao: every linear with dimensions divisible by 16, output layer included).
 
@@ -45,8 +61,8 @@ class LayerRules:
             )
         keep = (start, end) if first_last_bf16 else (0, 0)
         if recipe.library == TORCHAO:
-            return cls(*keep, head=True, router=True)
-        return cls(*keep)
+            return cls(*keep, head=True, router=True, mtp=mtp, keep16=keep16)
+        return cls(*keep, mtp=mtp, keep16=keep16)
 
     def block_low(self, index: int, blocks: int) -> bool:
         """Whether transformer block ``index`` (of ``blocks``) runs in low precision."""
@@ -57,6 +73,10 @@ class LayerRules:
         out = ["blocks' linear layers in low precision"]
         if self.bf16_start or self.bf16_end:
             out.append(f"first {self.bf16_start} and last {self.bf16_end} blocks in 16 bits")
+        if not self.mtp:
+            out.append("MTP depths in 16 bits")
+        if self.keep16:
+            out.append(f"{', '.join(self.keep16)} in 16 bits")
         out.append("output layer " + ("low precision" if self.head else "in 16 bits"))
         out.append("router " + ("low precision" if self.router else "in 16 bits"))
         out.append("attention core, embedding, norms in 16 bits")
@@ -93,7 +113,7 @@ class LowPrecision:
         if base in BLOCK_KINDS:
             return self.rules.block_low(index, blocks)
         if base == "mtp":  # DeepSeek-V3's MTP depths: transformer layers of the same spec
-            return True
+            return self.rules.mtp
         return base == "head" and self.rules.head
 
     def to_dict(self) -> dict:
@@ -106,6 +126,8 @@ class LowPrecision:
             "bf16_end": r.bf16_end,
             "head": r.head,
             "router": r.router,
+            "mtp": r.mtp,
+            "keep16": list(r.keep16),
             "param_gather": self.param_gather,
         }
 
@@ -124,6 +146,8 @@ class LowPrecision:
             int(data.get("bf16_end", 0)),
             bool(data.get("head", False)),
             bool(data.get("router", False)),
+            bool(data.get("mtp", True)),
+            tuple(str(x) for x in data.get("keep16", ())),
         )
         return cls(recipe, rules, bool(data.get("param_gather", False)))
 

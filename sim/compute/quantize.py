@@ -39,11 +39,13 @@ from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 LINEARS = frozenset(
     {"qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down", "q_up", "kv_down", "kv_up"}
     | {"shared_up", "shared_down", "expert_up", "expert_down", "in_proj", "out_proj", "eh_proj"}
+    | {"latent_down", "latent_up"}
 )
 """Names of the GEMMs that are linear layers (TE modules) in :mod:`sim.compute.transformer`,
-:mod:`sim.compute.mla`, :mod:`sim.compute.moe` (experts), :mod:`sim.compute.ssm` (Mamba's ``in_proj``,
-``out_proj``) and the MTP layer's ``eh_proj`` (:mod:`sim.compute.decoder`); LoRA adapters stay
-in 16 bits."""
+:mod:`sim.compute.mla`, :mod:`sim.compute.moe` (experts; a latent MoE's projections to and from
+the latent width, Megatron-Core's ``fc1_latent_proj`` / ``fc2_latent_proj`` TE linears),
+:mod:`sim.compute.ssm` (Mamba's ``in_proj``, ``out_proj``) and the MTP layer's ``eh_proj``
+(:mod:`sim.compute.decoder`); LoRA adapters stay in 16 bits."""
 SHARED_INPUT = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "fc1", "up": "fc1"}
 """GEMMs that are one linear layer in Megatron (fused QKV, FC1 with gate and up): one cast."""
 NORM_FED = {"qkv": "norm1", "fc1": "norm2", "in_proj": "norm1"}
@@ -105,7 +107,7 @@ def quantize_layer(
     if rate.format != recipe.format:
         raise ValueError(f"{recipe.name} runs {recipe.format} GEMMs, not {rate.format}")
     extra = {"logits"} if rules.head else set()
-    names = LINEARS | extra | ({"router"} if rules.router else set())
+    names = (LINEARS - set(rules.keep16)) | extra | ({"router"} if rules.router else set())
     fwd, bwd_in, bwd_w = ([*k] for k in kernels)
     usages = 2 if recipe.wgrad else 1
     x_elems: dict[str, float] = {}

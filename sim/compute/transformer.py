@@ -202,7 +202,8 @@ def attention_half_fwd(
     if shape.qk_norm:
         out.append(mem("qk_norm", 2 * _qk_width(shape, t, tp) * d))
     if shape.rotary:
-        out += [mem("rotary_q", 2 * t * q // tp * d), mem("rotary_k", 2 * t * q // tp * d)]
+        k = t * max(1, shape.kv // tp) * shape.hd  # the keys' own heads (grouped-query)
+        out += [mem("rotary_q", 2 * t * q // tp * d), mem("rotary_k", 2 * k * d)]
     out += attention_fwd(
         shape.attention,
         b,
@@ -302,7 +303,8 @@ def attention_half_bwd(
         window=shape.window,
     )
     if shape.rotary:
-        out += [mem("rotary_q_bwd", 2 * t * q // tp * d), mem("rotary_k_bwd", 2 * t * q // tp * d)]
+        k = t * max(1, shape.kv // tp) * shape.hd
+        out += [mem("rotary_q_bwd", 2 * t * q // tp * d), mem("rotary_k_bwd", 2 * k * d)]
     if shape.qk_norm:
         out.append(mem("qk_norm_bwd", 3 * _qk_width(shape, t, tp) * d))
     out += [dx[n] for n in ("qkv", "q", "k", "v") if n in dx]

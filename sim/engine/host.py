@@ -28,10 +28,10 @@ import simpy
 
 from sim.hardware.host_ops import HostOverhead, HostWork
 
-Part = tuple[float, float, float, float, float]
+Part = tuple[float, float, float, float, float, float]
 """``(device seconds, ops, ops issued without autograd recording, module calls, Function
-applies)`` of one layer in an action; in a backward the last is the Python backward nodes
-(:func:`layered_work`)."""
+applies, Transformer Engine modules)`` of one layer in an action; in a backward the fifth is
+the Python backward nodes and the last 0 (:func:`layered_work`)."""
 
 SYNC_POINTS = {
     "recv": "after an action's input (activation or gradient) has arrived, before its ops "
@@ -68,7 +68,7 @@ def action_work(
     ops: float,
     regions: int = 0,
     nograd_ops: float = 0.0,
-    calls: tuple[float, float] = (0.0, 0.0),
+    calls: tuple[float, ...] = (0.0, 0.0),
 ) -> HostWork:
     """The :class:`HostWork` of one action.
 
@@ -81,8 +81,10 @@ def action_work(
         regions: checkpointed regions (``R`` only).
         nograd_ops: of a forward's ops, those of checkpointed layers, which run without
             autograd recording (``F`` only).
-        calls: ``(module calls, Function applies)`` of a forward or recompute; ``(0, Python
-            backward nodes)`` of a backward (:meth:`~sim.hardware.host_ops.HostOverhead.calls_s`).
+        calls: ``(module calls, Function applies[, Transformer Engine modules])`` of a
+            forward or recompute; ``(0, Python backward nodes[, Transformer Engine modules])`` of a
+            backward
+            (:meth:`~sim.hardware.host_ops.HostOverhead.calls_s`).
     """
     if op == "F":
         h = host.forward_s(ops, nograd_ops)
@@ -90,7 +92,8 @@ def action_work(
         h = host.recompute_s(ops, regions)
     else:
         h = host.backward_s(ops)
-    h += host.calls_s(*calls, backward=op not in ("F", "R"))
+    modules, functions, *te = calls
+    h += host.calls_s(modules, functions, op not in ("F", "R"), te[0] if te else 0.0)
     if h <= 0:
         return HostWork.device_only(device_s)
     return HostWork.of_ops(ops, h, device_s)
@@ -99,7 +102,7 @@ def action_work(
 @lru_cache(maxsize=8192)
 def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWork:
     """The :class:`HostWork` of an action issued layer by layer: each part
-    ``(device_s, ops, nograd_ops, modules, functions)`` (:data:`sim.engine.inputs.Part`)
+    ``(device_s, ops, nograd_ops, modules, functions, te_modules)`` (:data:`Part`)
     summarised by :func:`action_work` (a recomputed layer ``R`` is one checkpointed region)
     and composed in order with :meth:`HostWork.then`.
 
@@ -107,9 +110,10 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWo
     no longer hide each other's slack, as they would in one summary of the whole action
     (whose ops :func:`action_work` takes as alike); within a layer the ops are still alike."""
     out = HostWork.device_only(0.0)
-    for device_s, ops, nograd, modules, functions in parts:
+    for device_s, ops, nograd, modules, functions, te in parts:
         regions = 1 if op == "R" else 0
-        out = out.then(action_work(host, op, device_s, ops, regions, nograd, (modules, functions)))
+        calls = (modules, functions, te)
+        out = out.then(action_work(host, op, device_s, ops, regions, nograd, calls))
     return out
 
 

@@ -261,7 +261,7 @@ class Engine:
         selective recompute in proportion to the layers' forward seconds) and backward."""
         gpu, plan, cost = rep.gpu, rep.plan, rep.cost
         fwd = cost.forward_parts(plan.recompute_layers)
-        bwd = tuple((sec, ops, 0.0, 0.0, nodes) for sec, ops, nodes in cost.bwd_layers)
+        bwd = cost.backward_layer_parts()
         total_f = sum(p[0] for p in fwd) or 1.0
 
         def run(unit, last: bool):

@@ -95,7 +95,7 @@ def _slowed(cost: StageCost, factor: float) -> StageCost:
         bwd_s=cost.bwd_s * factor,
         bwd_input_s=scale(cost.bwd_input_s),
         bwd_weight_s=scale(cost.bwd_weight_s),
-        fwd_layers=tuple((s * factor, o, m, f) for s, o, m, f in cost.fwd_layers),
+        fwd_layers=tuple((s * factor, o, m, f, te) for s, o, m, f, te in cost.fwd_layers),
         bwd_layers=tuple((s * factor, o, n) for s, o, n in cost.bwd_layers),
     )
 

@@ -43,8 +43,9 @@ class StageCost:
         fwd_ops: ops the host issues for a forward (the layers' ``fwd_ops``; 0 if unknown).
         bwd_ops: ops the autograd engine dispatches for a backward (``bwd_ops``); an I and a
             W get shares of them in proportion to their seconds (an assumption).
-        fwd_layers: ``(seconds, ops, module calls, Function applies)`` of each layer's
-            forward, in order, so that the host model summarises a forward layer by layer
+        fwd_layers: ``(seconds, ops, module calls, Function applies, Transformer Engine
+            modules)`` of each layer's forward, in order (the last set by a framework that runs
+            TE: :meth:`sim.framework.base.Framework.host_captured`), so that the host model summarises a forward layer by layer
             (:meth:`forward_parts`); empty: one summary of the whole stage.
         bwd_layers: ``(seconds, ops, Python backward nodes)`` of each layer's backward, in
             forward order.
@@ -72,7 +73,7 @@ class StageCost:
     expert_grad_share: float = 0.0
     fwd_ops: float = 0.0
     bwd_ops: float = 0.0
-    fwd_layers: tuple[tuple[float, float, float, float], ...] = ()
+    fwd_layers: tuple[tuple[float, float, float, float, float], ...] = ()
     bwd_layers: tuple[tuple[float, float, float], ...] = ()
     param_tensors: tuple[int, int] = (0, 0)
     tp_fwd_overlap: tuple[OverlapOp, ...] = ()
@@ -84,8 +85,8 @@ class StageCost:
         the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
         full = set(checkpointed)
         return tuple(
-            (sec, ops, ops if i in full else 0.0, mods, fns)
-            for i, (sec, ops, mods, fns) in enumerate(self.fwd_layers)
+            (sec, ops, ops if i in full else 0.0, mods, fns, te)
+            for i, (sec, ops, mods, fns, te) in enumerate(self.fwd_layers)
         )
 
     def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
@@ -93,13 +94,24 @@ class StageCost:
         order (Megatron recomputes each layer when the backward reaches it; their issue order
         does not change the max-plus summary's host and device sums, only its span)."""
         return tuple(
-            (sec, ops, 0.0, mods, fns)
-            for sec, ops, mods, fns in (self.fwd_layers[i] for i in sorted(checkpointed))
+            (sec, ops, 0.0, mods, fns, te)
+            for sec, ops, mods, fns, te in (self.fwd_layers[i] for i in sorted(checkpointed))
+        )
+
+    def backward_layer_parts(self) -> tuple[Part, ...]:
+        """Each layer's backward in forward order, with its forward's Transformer Engine
+        modules (each runs its Python backward too)."""
+        te = [x[4] for x in self.fwd_layers]
+        if len(te) != len(self.bwd_layers):
+            te = [0.0] * len(self.bwd_layers)
+        return tuple(
+            (sec, ops, 0.0, 0.0, nodes, t)
+            for (sec, ops, nodes), t in zip(self.bwd_layers, te, strict=True)
         )
 
     def backward_parts(self) -> tuple[Part, ...]:
         """Each layer's backward, in the order autograd runs them (last layer first)."""
-        return tuple((sec, ops, 0.0, 0.0, nodes) for sec, ops, nodes in reversed(self.bwd_layers))
+        return tuple(reversed(self.backward_layer_parts()))
 
     def backward_ops(self, op: str) -> float:
         """Backward ops of a ``B``, ``I`` or ``W`` action (I and W: shares of ``bwd_ops`` in
@@ -142,7 +154,7 @@ class StageCost:
             fwd_ops=sum(x.fwd_ops or 0.0 for x in layers),
             bwd_ops=sum(x.bwd_ops or 0.0 for x in layers),
             fwd_layers=tuple(
-                (x.fwd_s, x.fwd_ops or 0.0, x.fwd_modules or 0.0, x.fwd_functions or 0.0)
+                (x.fwd_s, x.fwd_ops or 0.0, x.fwd_modules or 0.0, x.fwd_functions or 0.0, 0.0)
                 for x in layers
             ),
             bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0, x.fwd_functions or 0.0) for x in layers),

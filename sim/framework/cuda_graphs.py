@@ -69,8 +69,8 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
         return cost
     shares = [1.0 - captured_share(k, impl, scope) for k in kinds]
     fwd_layers = tuple(
-        (sec, ops * k, mods * k, fns * k)
-        for (sec, ops, mods, fns), k in zip(cost.fwd_layers, shares, strict=False)
+        (sec, ops * k, mods * k, fns * k, te * k)
+        for (sec, ops, mods, fns, te), k in zip(cost.fwd_layers, shares, strict=False)
     )
     bwd_layers = tuple(
         (sec, ops * k, nodes * k)

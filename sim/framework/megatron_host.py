@@ -147,6 +147,15 @@ validate_result``): an op and a read each."""
 
 HOST_OPTIONS: tuple[Option, ...] = (
     Option(
+        "transformer_impl",
+        "transformer_engine",
+        ("transformer_engine", "local"),
+        f"{_MLM}/core/transformer/transformer_config.py transformer_impl (default "
+        "transformer_engine); --transformer-impl, --spec local",
+        "Transformer Engine's modules in each layer, each costing the host its Python "
+        "(HostOverhead.te_module_s) beyond a torch Linear; local: Megatron's own layers",
+    ),
+    Option(
         "check_for_nan_in_loss",
         True,
         _ON,

@@ -22,6 +22,7 @@ from sim.engine.inputs import PipelineRuntime
 from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
+from sim.framework.ddp_hooks import with_grad_hooks
 from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host
 from sim.framework.megatron_options import (
     DISPATCHER_SMS,
@@ -30,6 +31,7 @@ from sim.framework.megatron_options import (
     check_megatron,
     scope_parts,
 )
+from sim.framework.te_host import with_te_modules
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
 from sim.memory.fsdp import FsdpSpec
@@ -176,6 +178,11 @@ class MegatronLM(Framework):
         f"get_dummy_wgrad (one cached buffer per weight shape), {CORE}/tensor_parallel/"
         "layers.py (the output layer's too, with TE installed)",
     )
+    python_grad_hooks = Setting(
+        True,
+        f"{CORE}/distributed/distributed_data_parallel.py: grad_acc.register_hook("
+        "self._make_backward_post_hook(param)) on every parameter (sim.framework.ddp_hooks)",
+    )
     te_workspace = Setting(
         True,
         "--transformer-impl transformer_engine (default) -> transformer_engine/pytorch/"
@@ -273,8 +280,15 @@ class MegatronLM(Framework):
         return TE_USERBUFFERS
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
-        """The layers ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
+        """The layers' Transformer Engine modules with ``transformer_impl`` (default
+        ``transformer_engine``; :func:`sim.framework.te_host.with_te_modules`), the DDP's
+        Python gradient hooks (:func:`sim.framework.ddp_hooks.with_grad_hooks`), then the layers
+        ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
         (:mod:`sim.framework.cuda_graphs`)."""
+        if self.values.get("transformer_impl", "local") == "transformer_engine":
+            cost = with_te_modules(cost, kinds)
+        if self.python_grad_hooks.value:
+            cost = with_grad_hooks(cost, kinds)
         impl = self.values.get("cuda_graph_impl", "none")
         return captured(cost, kinds, impl, scope_parts(self.values.get("cuda_graph_scope", "")))
 

@@ -58,6 +58,11 @@ class MegatronLMTorchDDP(MegatronLM):
     wgrad_fusion = Setting(
         False, "assumption: the 2021 scripts' torch DDP path has no gradient-accumulation fusion"
     )
+    python_grad_hooks = Setting(
+        False,
+        "torch/nn/parallel/distributed.py: the Reducer's autograd hooks are C++ "
+        "(torch/csrc/distributed/c10d/reducer.cpp), no Python call per parameter",
+    )
     te_workspace = Setting(False, f"{SC21}: Megatron's own layers (before Transformer Engine)")
 
     OPTIONS = ()

@@ -121,6 +121,13 @@ class HostOverhead:
             Python ``forward``), besides the ops it issues.
         function_backward_s: per Python backward node the autograd engine calls (one per
             ``Function`` applied with autograd recording), besides the ops it issues.
+        te_module_s: per forward of a Transformer Engine module (``te.Linear``,
+            ``LayerNormLinear``, ``GroupedLinear``): the host time its Python (``prepare_forward``,
+            the recipe and dtype checks, its ``autograd.Function``'s argument handling) adds
+            over the ``torch.nn.Linear`` forward the trace's ops count, and again in its
+            backward (:meth:`calls_s`)
+            (:data:`sim.compute.mcore_ops.TE_MODULES`; NVIDIA/TransformerEngine#2053 measured both on
+            GB200, GH200 and an H100 DGX).
         mode: one of :data:`MODES`.
         cpu: the host CPU these numbers belong to (e.g. ``AMD EPYC 7742``).
         source: where the numbers come from (measurement or citation, with assumptions).
@@ -145,6 +152,7 @@ class HostOverhead:
     module_s: float = 0.0
     function_s: float = 0.0
     function_backward_s: float = 0.0
+    te_module_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -156,6 +164,7 @@ class HostOverhead:
             "module_s",
             "function_s",
             "function_backward_s",
+            "te_module_s",
         ):
             v = getattr(self, name)
             if v is None and name == "nograd_op_s":
@@ -230,24 +239,36 @@ class HostOverhead:
         h = self.op_s if self.nograd_op_s is None else self.nograd_op_s
         return ops * h + copies * self.read_s
 
-    def calls_s(self, modules: float, functions: float, backward: bool = False) -> float:
+    def calls_s(
+        self, modules: float, functions: float, backward: bool = False, te_modules: float = 0.0
+    ) -> float:
         """Host seconds of the Python around the ops (:data:`sim.compute.megatron_ops.BLOCK_CALLS`):
-        a forward's ``modules`` module calls and ``functions`` Function applies (the same with
+        a forward's ``modules`` module calls, ``functions`` Function applies (the same with
         or without autograd recording: a Function's Python ``forward`` runs either way, an
-        assumption for the node it skips), or, ``backward``, the ``functions`` Python backward
-        nodes. Zero when the host is not modelled (every registered framework runs its layers
-        as eager ``nn.Module`` calls; a ``cuda_graphs`` mode replays them without Python).
+        assumption for the node it skips) and ``te_modules`` Transformer Engine module
+        forwards (``te_module_s`` each beyond a torch Linear), or, ``backward``, the
+        ``functions`` Python backward nodes and the ``te_modules``' backwards (``te_module_s``
+        each: TE#2053 measured the forward only; an assumption that the backward's Python adds
+        as much, consistent with NVIDIA/TransformerEngine#445: on an H100, host-bound (1024 x
+        1024, batch 1024), the issue's timed ``te.Linear`` step took 0.574 ms against
+        torch's 0.176 ms, 3.3x, where TE#2053's forward alone is 2.7x; that script's loop is
+        not quoted in full, so the step's contents are taken on the issue's word). Zero when the host is not modelled (every
+        registered framework runs its layers as eager ``nn.Module`` calls; a ``cuda_graphs``
+        mode replays them without Python).
 
         Example:
             >>> h = HostOverhead(module_s=2e-6, function_s=8e-6, function_backward_s=6e-6)
             >>> round(h.calls_s(11, 8) * 1e6), round(h.calls_s(11, 8, backward=True) * 1e6)
             (86, 48)
+            >>> round(HostOverhead(te_module_s=22.8e-6).calls_s(0, 0, te_modules=4) * 1e6)
+            91
         """
         if not self.eager:
             return 0.0
+        te = te_modules * self.te_module_s
         if backward:
-            return functions * self.function_backward_s
-        return modules * self.module_s + functions * self.function_s
+            return functions * self.function_backward_s + te
+        return modules * self.module_s + functions * self.function_s + te
 
     def recompute_s(self, ops: float, regions: int) -> float:
         """Host seconds of re-running ``ops`` forward ops in ``regions`` checkpointed regions."""

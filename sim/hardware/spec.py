@@ -475,6 +475,13 @@ class HostOverheadSpec(BaseModel):
         description="Host time per Python backward node (a Function's backward) the autograd "
         "engine calls, besides its ops.",
     )
+    te_module: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Host time a Transformer Engine module's forward adds over a torch.nn.Linear "
+        "forward (NVIDIA/TransformerEngine#2053), charged per TE module of a layer run with "
+        "--transformer-impl transformer_engine.",
+    )
     mode: Literal["eager", "cuda_graphs"] = Field(
         default="eager",
         description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
@@ -497,6 +504,7 @@ class HostOverheadSpec(BaseModel):
             module_s=self.module,
             function_s=self.function,
             function_backward_s=self.function_backward,
+            te_module_s=self.te_module,
         )
 
 

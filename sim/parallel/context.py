@@ -20,7 +20,11 @@ and values of the whole sequence (its share of the causal work is ``1/cp``,
 * ``a2a`` (DeepSpeed-Ulysses, Jacobs et al. arXiv:2309.14509): all-to-alls of Q, K, V before
   attention (each rank ends up with the whole sequence for ``a/cp`` heads) and of the output
   after; backward the same for dO and dQ, dK, dV (TE >= 2.8 sends only dO on the output side).
-  Heads must divide by ``cp``.
+  One all-to-all per tensor, as TE issues them (``flash_attn_a2a_communicate`` loops over
+  ``[q, k, v]`` calling ``all_to_all_single`` for each; TransformerEngine v2.11
+  ``context_parallel.py``); the copies around them are :mod:`sim.parallel.context_kernels`',
+  and their overlap with the next tensor's all-to-all is not modelled (serial: an upper
+  bound). Heads must divide by ``cp``.
 
 Gradients of every weight are all-reduced over the ``dp*cp`` ranks (Megatron's
 ``data_parallel_group_with_cp``): the context-parallel ranks are, for the optimizer, more
@@ -61,7 +65,8 @@ class ContextComm:
         kind: ``p2p``, ``all_gather`` or ``a2a``.
         fwd: ``(collective, bytes, count)``: ``ring`` (bytes each rank sends per step,
             ``count`` steps), ``all_gather`` (output bytes), ``alltoall`` (bytes each rank
-            sends in all, split evenly over the others).
+            sends in all, split evenly over the others; one per tensor: Q, K, V, O forward,
+            dO, dQ, dK, dV backward).
         bwd: the same in the backward.
     """
 
@@ -97,7 +102,6 @@ def context_comm(dims: AttentionDims, t: int, cp: int, d: int, kind: str) -> Con
         return ContextComm(kind, (("ring", kv, cp - 1),), (("ring", 2 * kv, cp - 1),))
     if kind == "all_gather":
         return ContextComm(kind, (("all_gather", cp * kv, 1),), (("reduce_scatter", cp * kv, 1),))
-    qkv = float(t * (dims.q + dims.k + dims.v) * d) * (cp - 1) / cp
-    out = float(t * dims.o * d) * (cp - 1) / cp
-    fwd = (("alltoall", qkv, 1), ("alltoall", out, 1))
-    return ContextComm(kind, fwd, (("alltoall", out, 1), ("alltoall", qkv, 1)))
+    q, k, v, o = (("alltoall", float(t * w * d) * (cp - 1) / cp, 1) for w in
+                  (dims.q, dims.k, dims.v, dims.o))  # fmt: skip
+    return ContextComm(kind, (q, k, v, o), (o, q, k, v))

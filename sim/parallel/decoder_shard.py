@@ -8,7 +8,9 @@
   GEMMs at their tensor-split sizes over ``b*s/cp`` tokens, the attention core's ``1/cp``
   share of the scores, and in a MoE block the rows the **busiest** expert-parallel rank's
   experts compute (:mod:`sim.parallel.expert`; it sets the layer's pace, the others wait for it
-  in the combine all-to-all). A generated trace's times become ``model(rank)`` exactly;
+  in the combine all-to-all); with ``cp > 1`` an attention layer's forward and input gradient
+  also run the copies and merges Transformer Engine's context parallelism adds
+  (:mod:`sim.parallel.context_kernels`). A generated trace's times become ``model(rank)`` exactly;
 * **memory**: dense parameters ``/ t``, routed-expert parameters ``/ (ep*t)``; activations as
   the model counts them on the rank (:func:`~sim.compute.decoder.layer_act_bytes`, the busiest
   EP rank's rows), in the ratio to the one-GPU count for a measured trace; ``out_bytes /
@@ -37,7 +39,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
+from sim.compute.decoder import (
+    ATTN,
+    DecoderShape,
+    layer_act_bytes,
+    layer_kernels,
+    layer_params,
+    tokens,
+)
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
 from sim.compute.low_precision_act import quantized_input_savings
@@ -51,6 +60,7 @@ from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context import AttentionDims, check_cp, context_comm
+from sim.parallel.context_kernels import context_kernels
 from sim.parallel.expert import check_ep, expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
@@ -181,7 +191,7 @@ def _tp_comm(
         return LayerComm((CommOp(AR, x),) * mixers, (CommOp(AR, x),) * mixers)
     q = x * (gather_elem if gather_elem is not None else d) / d  # gathered quantized
     pairs = [(q, x)] if base in ("block", "moe_block", "attention", "mamba", "mtp") else []
-    moe = base in MOE_KINDS and m.moe is not None and not (base == "mtp" and m.pattern)
+    moe = base in MOE_KINDS and m.moe is not None
     if base in ("block", "mlp") or (moe and m.moe is not None and m.moe.shared_ffn):
         pairs.append((q, x))
     again = tuple(CommOp(AG, ag) for ag, _ in pairs) if regather else ()
@@ -194,11 +204,13 @@ def _tp_comm(
 def _group_ops(
     kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, core: tuple[float, float], plan
 ) -> tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]]:
-    if base_kind(kind) not in ("block", "moe_block", "attention", "mtp"):
-        return (), ()
+    """The layer's expert- and context-parallel exchanges: the CP exchange of a layer with
+    attention (:data:`~sim.compute.decoder.ATTN`), the EP dispatch and combine of a layer
+    with routed experts (``plan``: a dense block's, a MoE block's, a hybrid model's ``moe``
+    layer's or an MTP depth's)."""
     fwd: list[GroupOp] = []
     bwd: list[GroupOp] = []
-    if par.cp > 1:
+    if par.cp > 1 and base_kind(kind) in ATTN:
         t, _ = tokens(m, b, par.tp, par.sp, par.cp)
         cc = context_comm(attention_dims(m, par.tp), t, par.cp, d, par.cp_comm)
         for out, ops, hide in ((fwd, cc.fwd, core[0]), (bwd, cc.bwd, core[1])):
@@ -325,7 +337,7 @@ def _kind_shard(
         return quantize_layer(made, low.recipe, spec.low_rate(low.recipe.format), low.rules)
 
     full = kernels(1, False, 1, one_rows)
-    rank = kernels(par.tp, par.sp, par.cp, mine, par.expert_tp)
+    rank = _with_context(kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par)
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
@@ -351,6 +363,16 @@ def _kind_shard(
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
     return ratios, act, share, tpc, ops, pair, parts
+
+
+def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout):
+    """``rank``'s kernels with the copies and merges TE's context parallelism adds to an
+    attention layer (:mod:`sim.parallel.context_kernels`) in its forward and input gradient."""
+    if par.cp == 1 or base_kind(kind) not in ("block", "moe_block", "attention", "mtp"):
+        return rank
+    t, _ = tokens(m, b, par.tp, par.sp, par.cp)
+    fwd, bwd = context_kernels(attention_dims(m, par.tp), t, par.cp, d, par.cp_comm)
+    return (rank[0] + fwd, rank[1] + bwd, *rank[2:])
 
 
 def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float) -> tuple:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.compute.quantize import LINEARS
 from sim.config import ExperimentConfig, PrecisionOptions
 from sim.framework.registry import get_framework
 from sim.hardware.loader import is_preset, load_hardware
@@ -119,11 +120,19 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
     if recipe is None:
         return None
     opts = exp.training.precision_options or PrecisionOptions()
+    unknown = sorted(set(opts.bf16_linears) - LINEARS)
+    if unknown:
+        raise ValueError(
+            f"training.precision_options.bf16_linears: {', '.join(unknown)} is not a linear "
+            f"layer; use {', '.join(sorted(LINEARS))}"
+        )
     rules = LayerRules.default(
         recipe,
         opts.first_last_layers_bf16,
         opts.num_layers_at_start_in_bf16,
         opts.num_layers_at_end_in_bf16,
+        mtp=not opts.mtp_bf16,
+        keep16=tuple(opts.bf16_linears),
     )
     return LowPrecision(recipe, rules, opts.param_gather)
 

@@ -27,8 +27,9 @@ def model_approximations(run: MeasuredRun, decoder: bool) -> tuple[str, ...]:
     if feature(s, "hybrid_pattern") and feature(s, "mtp"):
         depths = feature(s, "hybrid_mtp") or "(the recipe's)"
         out.append(f"approximated: hybrid MTP depths {depths} built as the "
-                   "decoder generator's MTP depth (projection + attention + dense MLP of "
-                   "ffn_hidden; an 'E' in the depth's pattern is a MoE MLP in Megatron)")  # fmt: skip
+                   "decoder generator's MTP depth (projection + attention + the model's MoE "
+                   "layer where it has experts, Nemotron 3's '*E', else a dense MLP of "
+                   "ffn_hidden)")  # fmt: skip
     return tuple(out)
 
 

@@ -93,6 +93,27 @@ def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
     return f
 
 
+def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
+    """The table's ``first_last_layers_bf16`` cell (``True (start=0, end=14)``) and the
+    ``keep_mtp_spec_in_bf16=True`` and ``quant_recipe=load_quantization_recipe("'<file>'",)``
+    entries of ``precision_other`` as the flags :mod:`sim.runs.precision_flags` reads."""
+    f: dict[str, Any] = {}
+    cell = get.get("first_last_layers_bf16", "")
+    if _true(cell):
+        f["first-last-layers-bf16"] = True
+        for key in ("start", "end"):
+            m = re.search(rf"{key}=(\d+)", cell)
+            if m:
+                f[f"num-layers-at-{key}-in-bf16"] = m.group(1)
+    other = get.get("precision_other", "")
+    if "keep_mtp_spec_in_bf16=True" in other:
+        f["keep-mtp-spec-in-bf16"] = True
+    m = re.search(r"load_quantization_recipe\([\"']*([^\"',)]+)", other)
+    if m:
+        f["quant-recipe"] = m.group(1)
+    return f
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc)."""
     get = {k: _cell(v) for k, v in rec.items()}
@@ -140,6 +161,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True
     f.update(_loss_flags(get))
+    f.update(_kept16_flags(get))
     mtp = get.get("mtp_num_layers", "0").split(" ")[0]
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp

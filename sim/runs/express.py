@@ -430,6 +430,10 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         "memory_policy": policy(run)[0], "framework": framework,
         "precision": low_precision(run.precision),
     } | ({"param_gather": True} if run.param_gather else {})  # fmt: skip
+    if run.precision_options:  # hashable: the point is part of the run's key
+        point["precision_options"] = tuple(
+            (k, tuple(v) if isinstance(v, list) else v) for k, v in run.precision_options
+        )
     sized = T5_SIZED if generator == "t5" else ()  # the T5 generator sizes the table
     approx = tuple(
         f"{a.name}: {a.reason}"

@@ -43,6 +43,7 @@ from sim.runs.megatron_model_flags import (
 from sim.runs.megatron_overlap import read_options
 from sim.runs.megatron_reading import Reading
 from sim.runs.pipeline_layout import parse_layout, split_layout
+from sim.runs.precision_flags import precision_flags
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 from sim.runs.te_environment import LATER, run_attention
 
@@ -116,6 +117,7 @@ def read_megatron(
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
     r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
+    kept16 = precision_flags(r, precision)
     mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
@@ -141,6 +143,7 @@ def read_megatron(
         seq_len=seq,
         precision=precision,
         param_gather=gather,
+        precision_options=tuple(kept16.items()),
         recompute=recompute,
         schedule=sched,
         attention=attention,
@@ -744,8 +747,6 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
         "attention-backend": ("mapped", "attention core: unfused (s^2 scores in memory)"
                               if backend in ("unfused", "local") else "attention core: fused"),
         "use-flash-attn": ("mapped", "attention core: fused (flash)"),
-        "transformer-impl": ("mapped", "kernel implementation (local or Transformer Engine): "
-                             "the kernel model times either"),
         "optimizer": ("mapped", f"optimizer {opt}: training.optimizer {OPTIMIZERS[opt]}")
         if opt in ("adam", "sgd") else ("approximated", MUON) if opt == "muon"
         else ("approximated", f"{MUON}; {LAYER_WISE}") if opt == "dist_muon"

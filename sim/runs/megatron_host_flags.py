@@ -51,12 +51,33 @@ def option_value(flag: str, value: Any) -> str | None:
     return None if text == DEFAULTS.get(name, "false") else text
 
 
+def transformer_impl(flags: dict[str, Any]) -> str:
+    """``local`` for ``--transformer-impl local`` or ``--spec local`` (Megatron's own layers),
+    else ``transformer_engine`` (Megatron-Core's default, ``transformer_config.py``).
+
+    Example:
+        >>> transformer_impl({"spec": "local"}), transformer_impl({})
+        ('local', 'transformer_engine')
+    """
+    spec = flags.get("spec")
+    spec_local = spec == "local" or (isinstance(spec, list) and spec[-1:] == ["local"])
+    return (
+        "local" if flags.get("transformer-impl") == "local" or spec_local else "transformer_engine"
+    )
+
+
 def read_host_options(
     flags: dict[str, Any],
 ) -> tuple[dict[str, str], list[tuple[str, Status, str]]]:
     """``(options, notes)`` of the flags in :data:`FLAG_OPTIONS` (module doc)."""
     options: dict[str, str] = {}
     notes: list[tuple[str, Status, str]] = []
+    if transformer_impl(flags) == "local":
+        options["transformer_impl"] = "local"
+    if "transformer-impl" in flags:
+        notes.append(("transformer-impl", "mapped", f"framework option transformer_impl="
+                      f"{transformer_impl(flags)} (host work of Transformer Engine's modules; "
+                      "the kernel model times either)"))  # fmt: skip
     for flag, (name, why) in FLAG_OPTIONS.items():
         if flag not in flags:
             continue
@@ -69,4 +90,4 @@ def read_host_options(
     return options, notes
 
 
-__all__ = ["FLAG_OPTIONS", "read_host_options"]
+__all__ = ["FLAG_OPTIONS", "read_host_options", "transformer_impl"]

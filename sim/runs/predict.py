@@ -103,10 +103,19 @@ def experiment_of(item: Expressed, hardware: str | dict[str, Any], trace_ref: st
         "models": [{"name": item.model, "trace": trace_ref}],
         "training": {"global_batch": p["global_batch"], "dtype": item.dtype}
         | ({"optimizer": item.optimizer} if item.optimizer != "adam" else {})
-        | ({"precision_options": {"param_gather": True}} if p.get("param_gather") else {}),
+        | _precision_options(p),
         "options": {"partition": "uniform"}
         | ({"boundaries": list(item.boundaries)} if item.boundaries else {}),
     } | ({"memory": dict(item.memory)} if item.memory else {})
+
+
+def _precision_options(p: dict[str, Any]) -> dict[str, Any]:
+    """``training.precision_options`` of a point: the FP8 parameter gather and what the run
+    keeps in 16 bits (:mod:`sim.runs.precision_flags`)."""
+    opts = {k: list(v) if isinstance(v, tuple) else v for k, v in p.get("precision_options", ())}
+    if p.get("param_gather"):
+        opts["param_gather"] = True
+    return {"precision_options": opts} if opts else {}
 
 
 def point_of(item: Expressed) -> PointConfig:

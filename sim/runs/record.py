@@ -173,6 +173,9 @@ class MeasuredRun:
             ``fp8-current``, ``fp8-blockwise``, ``mxfp8``, ``nvfp4``...).
         param_gather: Megatron's ``--fp8-param-gather`` with a low-precision recipe
             (parameters kept and all-gathered quantized: ``training.precision_options``).
+        precision_options: ``(field, value)`` of ``training.precision_options`` besides
+            ``param_gather`` (:class:`~sim.config.PrecisionOptions`: the layers and linear
+            layers a low-precision recipe keeps in 16 bits; :mod:`sim.runs.precision_flags`).
         recompute: ``none``, ``full`` (every layer), ``full:block:N`` (N layers per stage),
             ``selective`` (attention core) or ``selective:<modules>``.
         schedule: pipeline schedule (``1f1b``, ``interleaved_1f1b``, torchtitan's names).
@@ -219,6 +222,7 @@ class MeasuredRun:
     seq_len: int | None = None
     precision: str = "bf16"
     param_gather: bool = False
+    precision_options: tuple[tuple[str, Any], ...] = ()
     recompute: str = "none"
     schedule: str = "1f1b"
     attention: str = "flash"

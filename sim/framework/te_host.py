@@ -1,0 +1,46 @@
+"""Transformer Engine's modules in a stage's layers: the host work their Python adds.
+
+Megatron-Core builds its layers from Transformer Engine modules unless ``--transformer-impl
+local`` (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/transformer_config.py``:
+``transformer_impl = "transformer_engine"``). A TE module's forward runs Python that a torch
+Linear does not (``prepare_forward``, the recipe and dtype checks, its ``autograd.Function``'s
+argument handling): NVIDIA/TransformerEngine#2053 measured the host time of one Linear forward
+(BF16, hidden 2048, 8192 tokens) at 99.66 us for ``te.Linear`` and 37.08 us for
+``torch.nn.Linear`` on GB200, 90.53 and 33.17 us on GH200. The layers' op counts stand for
+Megatron's local layers (:mod:`sim.compute.megatron_ops`, :mod:`sim.compute.mcore_ops`), so
+each TE module adds :attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` on the host
+(:data:`sim.compute.mcore_ops.TE_MODULES` per layer) in its forward, and as much again in its
+backward (an assumption: TE#2053 timed the forward only; NVIDIA/TransformerEngine#445 timed a
+host-bound ``te.Linear`` step on an H100 at 3.3x torch's, 0.574 against 0.176 ms, where the
+forward alone is 2.7x: :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.compute.decoder_shape import base_kind
+from sim.compute.mcore_ops import te_modules
+from sim.engine.stage_cost import StageCost
+
+
+def with_te_modules(cost: StageCost, kinds: list[str]) -> StageCost:
+    """``cost`` with each forward layer's Transformer Engine modules set from its kind
+    (``kinds``: the stage's layer kinds in order; :func:`sim.compute.mcore_ops.te_modules`).
+    Unchanged when the stage has no per-layer forward counts.
+
+    Example:
+        >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 60.0, 11.0, 8.0, 0.0),) * 2)
+        >>> [x[4] for x in with_te_modules(c, ["embedding", "block"]).fwd_layers]
+        [0.0, 4.0]
+    """
+    if not cost.fwd_layers:
+        return cost
+    layers = tuple(
+        (sec, ops, mods, fns, te_modules(base_kind(kind)))
+        for (sec, ops, mods, fns, _), kind in zip(cost.fwd_layers, kinds, strict=False)
+    )
+    return replace(cost, fwd_layers=layers)
+
+
+__all__ = ["with_te_modules"]

@@ -1,0 +1,68 @@
+"""What a low-precision run keeps in 16 bits, from its flags: ``training.precision_options``'
+``first_last_layers_bf16`` (with the counts), ``mtp_bf16`` and ``bf16_linears``
+(:class:`~sim.config.PrecisionOptions`).
+
+* ``--first-last-layers-bf16``, ``--num-layers-at-start-in-bf16``,
+  ``--num-layers-at-end-in-bf16`` (Megatron-LM; default 1 and 1): the first and last layers of
+  the decoder, a hybrid model's Mamba, attention and MoE layers counted alike, run outside the
+  FP8/FP4 context (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/fp4_utils.py:247-263``
+  ``get_fp4_context``, ``fp8_utils.py:711-724`` ``is_first_last_bf16_layer``; the hybrid stack
+  asks per layer number, ``models/hybrid/hybrid_block.py:128-130``);
+* ``keep-mtp-spec-in-bf16`` (Megatron-Bridge's model field ``keep_mtp_spec_in_bf16``,
+  NVIDIA-NeMo/Megatron-Bridge@067f987df0 ``src/megatron/bridge/models/hybrid/
+  hybrid_provider.py:167``, set by the Nemotron 3 performance recipes, e.g.
+  ``perf_recipes/nemotronh/gb300/nemotronh.py:540``): the MTP depths in 16 bits;
+* ``quant-recipe`` (Megatron-Bridge's ``quant_recipe=load_quantization_recipe(<file>)``): a
+  Transformer Engine quantization config whose ``bf16`` matchers keep modules in 16 bits,
+  known files in :data:`QUANT_RECIPES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.runs.megatron_reading import Reading
+from sim.runs.record import ArgNote
+
+SIXTEEN_BIT = ("bf16", "fp16", "fp32")
+NEMOTRON_TE_QUANT = (
+    ("qkv", "proj", "latent_down", "latent_up"),
+    True,
+    "Megatron-Bridge's Nemotron 3 NVFP4 config (NVIDIA-NeMo/Megatron-Bridge@067f987df0 "
+    "src/megatron/bridge/perf_recipes/nemotronh/te_quant.cfg): bf16 matchers '*.linear_qkv', "
+    "'*.linear_proj', '*mlp.fc[12]_latent_proj', 'mtp.*' kept in 16 bits; approximated: its "
+    "'*mixer.out_proj' (Mamba's output projection) in MXFP8 is simulated in the run's NVFP4",
+)
+QUANT_RECIPES: dict[str, tuple[tuple[str, ...], bool, str]] = {
+    "nemotronh/te_quant.cfg": NEMOTRON_TE_QUANT,
+}
+"""A quantization config (its path's tail) -> (linear layers in 16 bits, MTP in 16 bits, what
+it says and what is approximated)."""
+
+
+def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
+    """The ``training.precision_options`` fields ``r``'s flags set for a run in ``precision``
+    (module doc); {} in 16 bits."""
+    out: dict[str, Any] = {}
+    low = precision not in SIXTEEN_BIT
+    if r.switch("first-last-layers-bf16") and low:
+        out["first_last_layers_bf16"] = True
+        out["num_layers_at_start_in_bf16"] = r.int("num-layers-at-start-in-bf16", 1)
+        out["num_layers_at_end_in_bf16"] = r.int("num-layers-at-end-in-bf16", 1)
+    for flag in ("first-last-layers-bf16", "num-layers-at-start-in-bf16",
+                 "num-layers-at-end-in-bf16"):  # fmt: skip
+        r.mapped(flag, "training.precision_options: first and last layers in 16 bits")
+    if r.switch("keep-mtp-spec-in-bf16") and low:
+        out["mtp_bf16"] = True
+    r.mapped("keep-mtp-spec-in-bf16", "training.precision_options.mtp_bf16")
+    path = r.text("quant-recipe")
+    if path and low:
+        known = next((v for k, v in QUANT_RECIPES.items() if path.strip("'\"").endswith(k)), None)
+        if known is None:
+            r.unmapped("quant-recipe", "unknown quantization config: its modules run the recipe")
+            return out
+        linears, mtp, what = known
+        out["bf16_linears"] = list(linears)
+        out["mtp_bf16"] = out.get("mtp_bf16", False) or mtp
+        r.notes.append(ArgNote("quant-recipe", path, "approximated", what))
+    return out

@@ -1,0 +1,61 @@
+"""What a low-precision recipe keeps in 16 bits besides whole blocks (sim.compute.precision_rules,
+sim.runs.precision_flags): the MTP depths (Megatron-Bridge's keep_mtp_spec_in_bf16), named
+linear layers (a TE quantization config's bf16 matchers) and the last layers of a hybrid stack
+(--num-layers-at-end-in-bf16), as Megatron-Bridge's Nemotron 3 Super NVFP4 recipe sets them."""
+
+from __future__ import annotations
+
+from sim.compute.decoder import DecoderShape, layer_kernels, layer_names
+from sim.compute.moe import MoEShape
+from sim.compute.precision import get_recipe
+from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.compute.quantize import layer_index, quantize_layer
+from sim.compute.ssm import MambaShape
+from sim.hardware.loader import load_hardware
+from sim.runs.bridge_recipes import recipe_flags
+from sim.runs.megatron_args import read_megatron
+
+GB300 = load_hardware("gb300-nvl72").gpus[0].compute
+NVFP4 = get_recipe("nvfp4")
+HYBRID = DecoderShape(4, 256, 4, 128, 1024, 512, kv_heads=2, pattern="MEM*", mtp_layers=1,
+                      mamba=MambaShape(8, 32, 16, 1, 4, 64),
+                      moe=MoEShape(256, 8, 2, 128, shared_ffn=256, gated=False, latent=64))  # fmt: skip
+SUPER_ROW = {
+    "first_last_layers_bf16": "True (start=0, end=14)",
+    "precision_other": "quant_recipe=load_quantization_recipe(\"'src/megatron/bridge/perf_recipes/"
+    "nemotronh/te_quant.cfg'\",); keep_mtp_spec_in_bf16=True",
+}
+
+
+def _precisions(kind: str, rules: LayerRules) -> dict[str, str]:
+    rows = (1.0,) * 8 if kind in ("moe", "mtp") else ()
+    fwd = quantize_layer(layer_kernels(kind, HYBRID, 1, 2, rows=rows), NVFP4,
+                         GB300.low_rate("nvfp4"), rules)[0]  # fmt: skip
+    return {k.name.split("[")[0]: k.precision for k in fwd if k.kind == "gemm"}
+
+
+def test_super_nvfp4_keeps_attention_latent_mtp_and_the_last_layers_in_bf16():
+    flags = recipe_flags(SUPER_ROW)
+    assert flags["num-layers-at-end-in-bf16"] == "14" and flags["keep-mtp-spec-in-bf16"]
+    run = read_megatron({"num-layers": 4, "hidden-size": 256, "num-attention-heads": 4,
+                         "seq-length": 128, "vocab-size": 1024, "bf16": True,
+                         "fp4-format": "e2m1", "global-batch-size": 8,
+                         **flags | {"num-layers-at-end-in-bf16": "1"}},
+                        name="s", source="t", gpu="GB300", num_gpus=8)  # fmt: skip
+    opts = dict(run.precision_options)
+    assert opts == {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 0,
+                    "num_layers_at_end_in_bf16": 1, "mtp_bf16": True,
+                    "bf16_linears": ["qkv", "proj", "latent_down", "latent_up"]}  # fmt: skip
+    rules = LayerRules.default(NVFP4, True, 0, 1, mtp=False, keep16=tuple(opts["bf16_linears"]))
+    low = LowPrecision(NVFP4, rules)
+    # the stack M E M *: the last layer (attention.3) and the MTP depth in 16 bits
+    runs_low = [low.layer_low(k, layer_index(n), HYBRID.layers) for n, k in layer_names(HYBRID)]
+    assert runs_low == [False, True, True, True, False, False, False]
+    # in a low layer, the latent projections stay in bf16 and the experts go to NVFP4
+    moe = _precisions("moe", rules)
+    assert moe["latent_down"] == moe["latent_up"] == ""
+    assert moe["expert_up"] == moe["expert_down"] == moe["shared_up"] == "nvfp4"
+    mamba = _precisions("mamba", rules)
+    assert mamba["in_proj"] == mamba["out_proj"] == "nvfp4" and mamba["ssd_chunk_scan"] == ""
+    assert set(_precisions("attention", rules).values()) == {""}  # qkv and proj kept
+    assert _precisions("moe", LayerRules())["latent_down"] == "nvfp4"  # TE linears otherwise

@@ -1,0 +1,40 @@
+"""Transformer Engine modules' host work (sim.framework.te_host): one mechanism, a hand count."""
+
+import pytest
+
+from sim.engine.host import layered_work
+from sim.engine.stage_cost import StageCost
+from sim.framework.registry import get_framework
+from sim.hardware.host_ops import HostOverhead
+from sim.runs.megatron_host_flags import read_host_options
+
+
+def test_a_te_block_costs_its_four_linears_more_on_the_host():
+    # one block of 60 forward ops at 10 us, 11 module calls at 2 us, 8 Functions at 8 us:
+    # 600 + 22 + 64 = 686 us eager; with TE its 4 Linear-type modules add 4 x 22.8 us = 91.2 us
+    # (NVIDIA/TransformerEngine#2053 scaled to an x86 DGX host), the embedding none.
+    host = HostOverhead(op_s=10e-6, module_s=2e-6, function_s=8e-6, te_module_s=22.8e-6)
+    fwd = ((0.0, 10.0, 0.0, 0.0, 0.0), (0.0, 60.0, 11.0, 8.0, 0.0))
+    bwd = ((0.0, 8.0, 0.0), (0.0, 90.0, 8.0))
+    cost = StageCost(1e-6, 2e-6, 0.0, 0.0, fwd_layers=fwd, bwd_layers=bwd)
+    kinds = ["embedding", "block"]
+    te = get_framework("megatron-lm").host_captured(cost, kinds)
+    local = get_framework("megatron-lm[transformer_impl=local]").host_captured(cost, kinds)
+    h_te = layered_work(host, "F", te.forward_parts(())).host_s
+    h_local = layered_work(host, "F", local.forward_parts(())).host_s
+    assert h_local == pytest.approx(100e-6 + 686e-6)
+    assert h_te - h_local == pytest.approx(4 * 22.8e-6)
+    # and as much again in its backward (assumption, TE#445), the embedding none
+    h_te_b = layered_work(host, "B", te.backward_parts()).host_s
+    h_local_b = layered_work(host, "B", local.backward_parts()).host_s
+    assert h_te_b - h_local_b == pytest.approx(4 * 22.8e-6)
+
+
+@pytest.mark.parametrize(
+    ("flags", "option"),
+    [({}, None), ({"transformer-impl": "local"}, "local"), ({"spec": "local"}, "local"),
+     ({"transformer-impl": "transformer_engine"}, None)],
+)  # fmt: skip
+def test_the_runs_flags_choose_the_implementation(flags, option):
+    options, _ = read_host_options(flags)
+    assert options.get("transformer_impl") == option
