@@ -35,6 +35,7 @@ from sim.runs.approximations import (
 )
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
+from sim.runs.slurm_segments import racks, segment_placement
 from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -89,6 +90,9 @@ class Expressed:
         boundaries: fixed stage start layers (``options.boundaries``) from the run's
             pipeline layout (:func:`sim.runs.pipeline_layout.layout_boundaries`), or None.
         optimizer: ``training.optimizer`` (the optimizer state per parameter).
+        placement: ``options.placement`` of the ranks on NVL72 racks that the job's Slurm
+            segments leave partly empty (:func:`sim.runs.slurm_segments.segment_placement`),
+            or None (the automatic placement).
     """
 
     run: MeasuredRun
@@ -103,6 +107,7 @@ class Expressed:
     memory: tuple[tuple[str, Any], ...] = ()
     boundaries: tuple[int, ...] | None = None
     optimizer: str = "adam"
+    placement: tuple | None = None
 
     @property
     def overlay(self) -> str:
@@ -115,7 +120,7 @@ class Expressed:
         """What the simulation depends on: runs with one key are simulated once."""
         return (self.hardware, self.overlay, self.model, repr(self.shape), self.dtype, self.framework,
                 tuple(sorted(self.point.items())), self.memory, self.boundaries,
-                self.optimizer)  # fmt: skip
+                self.optimizer, self.placement)  # fmt: skip
 
 
 def gpu_preset(gpu: str) -> str | None:
@@ -133,7 +138,7 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
     if preset == "":
         return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
     rack = preset.endswith("-nvl72")
-    n = -(-gpus // (72 if rack else 8))
+    n = racks(gpus) if rack else -(-gpus // 8)
     if n == 1:
         return preset, ""
     return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
@@ -452,8 +457,20 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
         run, hardware, model_name(generator, shape), generator, shape,
         "bf16" if low_precision(run.precision) else run.precision,
         framework, point, approx + run.notes, run.memory_options, _boundaries(run),
-        run.optimizer,
+        run.optimizer, _placement(run, hardware),
     )  # fmt: skip
+
+
+def _placement(run: MeasuredRun, hardware: str) -> tuple | None:
+    """The ranks' GPUs on NVL72 racks (:mod:`sim.runs.slurm_segments`), hashable; None off
+    racks or where the automatic placement is the segments' own."""
+    lay = run.layout
+    if not hardware.startswith("nvl72x"):
+        return None
+    rows = segment_placement(lay.gpus, lay.pp, lay.dp * lay.cp, lay.tp)
+    if rows is None:
+        return None
+    return tuple(tuple(tuple(g) if isinstance(g, list) else g for g in row) for row in rows)
 
 
 def framework_spec(run: MeasuredRun) -> str:

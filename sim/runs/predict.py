@@ -105,8 +105,14 @@ def experiment_of(item: Expressed, hardware: str | dict[str, Any], trace_ref: st
         | ({"optimizer": item.optimizer} if item.optimizer != "adam" else {})
         | _precision_options(p),
         "options": {"partition": "uniform"}
-        | ({"boundaries": list(item.boundaries)} if item.boundaries else {}),
+        | ({"boundaries": list(item.boundaries)} if item.boundaries else {})
+        | ({"placement": _lists(item.placement)} if item.placement else {}),
     } | ({"memory": dict(item.memory)} if item.memory else {})
+
+
+def _lists(placement: tuple) -> list:
+    """``options.placement`` from :attr:`Expressed.placement` (tuples to lists)."""
+    return [[list(g) if isinstance(g, tuple) else g for g in row] for row in placement]
 
 
 def _precision_options(p: dict[str, Any]) -> dict[str, Any]:
