@@ -110,7 +110,7 @@ def test_moe_activation_bytes_closed_form():
         + PROB_BYTES * r * 8  # fp32 probabilities
         + (PROB_BYTES + INDEX_BYTES) * r * 2  # top-k probabilities and indices
         + n * d * (1024 + 2 * 2048 + 2048)  # expert input, gate+up output, activation
-        + r * 2 * 1024 * d  # expert outputs before weighting
+        + PROB_BYTES * n  # the rows' probabilities, kept by the weighted SwiGLU (no r*k*h*d)
         + r * d * (2 * 512 + 512)  # shared experts
     )
     assert moe_act_bytes(moe, r, r, rows, d) == want
@@ -223,3 +223,13 @@ def test_fused_grouped_mlp_runs_no_activation_kernels_and_batched_gemms():
     dx, dw = moe_bwd(fused, 1024, 1024, rows, 2)
     assert not any("act_bwd" in k.name or "gate_mul_bwd" in k.name for k in dx)
     assert all(not k.grouped for k in dx + dw if k.kind == "gemm")
+
+
+def test_unfused_weighting_keeps_the_activation_output():
+    # TEGroupedMLP without a fused weighted activation: act(x) * probs keeps act(x) (n*f*d);
+    # gated, act(gate) * up keeps act(gate) too (Megatron-LM@d98e8a64 moe/experts.py 943-1016)
+    r, d, rows, n = 64, 2, (32.0,) * 4, 128
+    for gated, extra in ((False, n * 256 * d), (True, 2 * n * 256 * d)):
+        fused = MoEShape(128, 4, 2, 256, gated=gated)
+        unfused = MoEShape(128, 4, 2, 256, gated=gated, fused_weighting=False)
+        assert moe_act_bytes(unfused, r, r, rows, d) - moe_act_bytes(fused, r, r, rows, d) == extra

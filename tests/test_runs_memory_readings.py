@@ -112,3 +112,39 @@ def test_the_peak_is_read_on_the_gpu_it_was_measured_on():
     tp = SimpleNamespace(placement="[[[0, 2], [1, 3]]]")
     assert measured_gpu_allocated(tp, log, "last") == 4 * GIB  # type: ignore[arg-type]
     assert measured_gpu_allocated(row, None, "last") is None  # type: ignore[arg-type]
+
+
+def test_layer_wise_muon_shards_its_state_like_the_distributed_optimizer():
+    # Kimi K2's Bridge recipe: optimizer dist_muon with use_distributed_optimizer False
+    # (Megatron-Bridge v0.5.0 recipes/kimi/kimi_k2.py 193-200); Megatron-Core builds it as
+    # muon + LayerWiseDistributedOptimizer, each DP rank keeping its share of the state.
+    f = recipe_flags({"optimizer": "dist_muon", "use_distributed_optimizer": "False"})
+    assert f["optimizer"] == "dist_muon" and "use-distributed-optimizer" not in f
+    assert "optimizer" not in recipe_flags({"optimizer": "adam"})
+    base = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4,
+            "--seq-length": 128, "--vocab-size": 1024, "--micro-batch-size": 1,
+            "--global-batch-size": 8, "--bf16": True}  # fmt: skip
+    lw = read_megatron(base | {"--optimizer": "dist_muon"}, name="x", source="t", num_gpus=8)
+    plain = read_megatron(base | {"--optimizer": "muon"}, name="x", source="t", num_gpus=8)
+    assert lw.distributed_optimizer and not plain.distributed_optimizer
+    assert lw.optimizer == plain.optimizer == "sgd_momentum"  # master + one momentum: 8 B
+    note = next(a for a in lw.args if a.name.lstrip("-") == "optimizer")
+    assert note.status == "approximated" and "layer-wise" in note.reason
+
+
+def test_megatron_moe_experts_fuse_the_weighting_by_their_activation():
+    base = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4,
+            "--seq-length": 128, "--vocab-size": 1024, "--micro-batch-size": 1,
+            "--global-batch-size": 8, "--bf16": True, "--num-experts": 4,
+            "--expert-model-parallel-size": 2}  # fmt: skip
+
+    def unfused(flags: dict, framework: str = "megatron-lm") -> bool:
+        run = read_megatron(base | flags, name="x", source="t", num_gpus=8, framework=framework)
+        return "moe_weighting=unfused" in run.shape.features
+
+    assert unfused({"--no-bias-gelu-fusion": True})  # GeLU experts: no fused form
+    assert not unfused({"--swiglu": True})
+    assert unfused({"--swiglu": True, "--no-bias-swiglu-fusion": True})
+    assert unfused({"--squared-relu": True})
+    assert not unfused({"--squared-relu": True, "--use-fused-weighted-squared-relu": True})
+    assert not unfused({}, framework="megatron-bridge")  # the perf recipes set the fusions

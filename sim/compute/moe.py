@@ -66,8 +66,13 @@ forward bytes; the router's backward is its GEMM's two gradients and the softmax
 rows = tokens the rank's experts receive): the norm input and router input ``2*r*h*d``; the
 fp32 router probabilities ``4*r*E`` and the top-k probabilities and indices ``12*r*k``; the
 experts' inputs ``rows*h*d``, the first GEMM's output ``rows*2f_e/t*d`` (gated; ``f_e/t``
-otherwise) and the activation output ``rows*f_e/t*d``; the expert outputs before weighting
-``r*k*h*d`` (needed for the probabilities' gradient); the shared experts as a dense MLP. No
+otherwise) and the activation output ``rows*f_e/t*d``; the routing probabilities of the rows,
+fp32, ``4*rows``, which the activation multiplies in and keeps for its gradient
+(``weighted_bias_swiglu_impl``, ``megatron/core/fusions/fused_bias_swiglu.py``; the experts'
+outputs are combined without probabilities, so the unpermute keeps nothing: Megatron-LM
+!2668 "Memory efficient token permutation", NVIDIA/Megatron-LM@2659630, 2025-04-09; before it
+the combine weighted the ``r*k*h*d`` expert outputs and kept them); the shared experts as a
+dense MLP. No
 dropout (these models train without it). Sources: the tensors ``experts.py`` and
 ``moe_utils.py`` (``permute``, ``unpermute``) save for backward; Megatron-LM's
 ``theoretical_memory_usage.py`` counts the MoE layer the same way up to the router.
@@ -110,6 +115,17 @@ class MoEShape:
             GEMMs. False: one grouped MLP (``GroupedMLP``/``TEGroupedMLP``).
         fused_grouped_mlp: the experts run as Transformer Engine's fused grouped MLP (module
             doc, "Fused grouped MLP").
+        fused_weighting: the activation and the routing probabilities' product run as one
+            fused function that keeps only its input and the probabilities
+            (``weighted_bias_swiglu_impl``, ``weighted_bias_quick_geglu_impl``,
+            ``weighted_squared_relu_impl``). False: the activation and then
+            ``act(x) * probs`` as autograd ops (Megatron-Core's ``TEGroupedMLP.forward``
+            ``bias_act_func``, NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/
+            experts.py`` lines 943-1016: ``--no-bias-swiglu-fusion``, a GeLU expert, which
+            has no fused form, or squared ReLU without ``--use-fused-weighted-squared-relu``):
+            the product keeps the activation's output, ``rows*f_e/t*d`` more, and a gated
+            one's ``act(gate) * up`` keeps ``act(gate)``, as much again
+            (:func:`moe_act_bytes`).
     """
 
     hidden: int
@@ -124,6 +140,7 @@ class MoEShape:
     latent: int = 0
     sequential_experts: bool = False
     fused_grouped_mlp: bool = False
+    fused_weighting: bool = True
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -342,7 +359,9 @@ def moe_act_bytes(
     w = shape.row_width
     n = float(sum(rows))
     router = 2 * r * h * d + PROB_BYTES * r * e + (PROB_BYTES + INDEX_BYTES) * r * k
-    experts = n * d * (w + (2 if shape.gated else 1) * fe + fe) + r * k * w * d
+    experts = n * d * (w + (2 if shape.gated else 1) * fe + fe) + PROB_BYTES * n
+    if not shape.fused_weighting:  # act(x) * probs as autograd ops (MoEShape.fused_weighting)
+        experts += n * d * fe * (2 if shape.gated else 1)
     experts += r * shape.latent * d  # fc2_latent_proj's input (module doc)
     shared = 0.0
     if shape.shared_ffn:

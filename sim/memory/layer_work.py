@@ -4,7 +4,12 @@ A rank's peak falls while a layer runs: the stashes of the micro-batches in flig
 and so are the tensors the running layer allocates and frees again. :class:`LayerWork` gives,
 per layer of a rank, those transients in bytes, the stash when the framework keeps a different
 one from the trace's (the loss), and the shapes of its GEMM weights (Transformer Engine keeps
-one gradient buffer per distinct shape, :func:`sim.memory.framework_memory.dummy_wgrad_bytes`).
+one gradient buffer per distinct shape, :func:`sim.memory.framework_memory.dummy_wgrad_bytes`),
+a MoE layer's once per local expert: Megatron-Core's ``TEGroupedMLP`` runs its experts' GEMMs
+through TE's ``GroupedLinear``, which registers one parameter per GEMM (``weight0`` ...
+``weight{n-1}``: NVIDIA/TransformerEngine@d0067d0d ``pytorch/module/grouped_linear.py``
+lines 1738-1753, unless ``single_grouped_weight``), so an
+optimizer keeps one state tensor per expert weight (:mod:`sim.memory.tensor_program`).
 Counted from the model shape on the rank (``t = b*s/cp`` tokens, ``r = t/tp`` with sequence
 parallelism, ``d`` bytes per 16-bit element, ``h`` hidden, ``kv`` key/value width, ``f`` FFN
 width, ``up = 2f`` for a gated MLP, ``V_t = V/tp`` vocabulary rows), as Megatron-Core with
@@ -215,18 +220,10 @@ def decoder_block_work(
         attn += 4 * kv_chunk  # the same for K, V and their gradients
     tensors += [r * h * d, r * h * d]
     if kind == "moe_block" and m.moe is not None:
-        moe, etp = m.moe, lay.expert_tp
-        n = float(sum(rows))
-        fwd = max(fwd, (r * moe.top_k + n) * h * d)  # permuted tokens and those received
-        mlp = r * h * d + n * d * (h + moe.up_width / etp)
-        weights += ((moe.up_width // etp, h), (h, moe.expert_ffn // etp))
-        tensors += [n * h * d, n * moe.up_width / etp * d, n * moe.expert_ffn / etp * d]
-        if moe.shared_ffn:
-            fs = moe.shared_ffn // tp
-            up_s = fs * (2 if moe.gated else 1)
-            mlp += t * up_s * d
-            weights += ((up_s, h), (h, fs))
-            tensors += [t * up_s * d, t * fs * d]
+        moe_fwd, mlp, moe_weights, moe_tensors = _moe_part(m, d, lay, rows, t, r)
+        weights += moe_weights
+        tensors += moe_tensors
+        fwd = max(fwd, moe_fwd)
         return LayerWork(fwd, max(attn, mlp), None, weights, tuple(float(x) for x in tensors))
     f = m.ffn_hidden // tp
     up = (2 if m.gated_mlp else 1) * f
@@ -234,6 +231,42 @@ def decoder_block_work(
     tensors += [t * up * d, t * f * d]
     bwd = max(attn, r * h * d + t * up * d)
     return LayerWork(fwd, bwd, None, weights, tuple(float(x) for x in tensors))
+
+
+def _moe_part(
+    m: DecoderShape, d: int, lay: ParallelLayout, rows: tuple[float, ...], t: int, r: int
+) -> tuple[float, float, tuple[Shape, ...], list[float]]:
+    """A MoE MLP's (forward transient, backward transient, weights, stash tensors) beyond
+    its pre-MLP norm (``decoder_block_work``'s MoE half; ``h`` the routed row width ``w`` for
+    the experts of a latent MoE)."""
+    assert m.moe is not None
+    moe, etp, h = m.moe, lay.expert_tp, m.hidden
+    n = float(sum(rows))
+    w = moe.row_width  # the latent width of a latent MoE (sim.compute.moe)
+    fwd = (r * moe.top_k + n) * w * d  # permuted tokens and those received
+    mlp = r * h * d + n * d * (w + moe.up_width / etp)
+    local = max(1, moe.experts // lay.ep)  # one parameter per expert and GEMM (module doc)
+    weights: tuple[Shape, ...] = ((moe.up_width // etp, w), (w, moe.expert_ffn // etp)) * local
+    tensors = [n * w * d, n * moe.up_width / etp * d, n * moe.expert_ffn / etp * d]
+    if moe.latent:
+        weights += ((moe.latent, h), (h, moe.latent))
+    if moe.shared_ffn:
+        fs = moe.shared_ffn // lay.tp
+        up_s = fs * (2 if moe.gated else 1)
+        mlp += t * up_s * d
+        weights += ((up_s, h), (h, fs))
+        tensors += [t * up_s * d, t * fs * d]
+    return fwd, mlp, weights, tensors
+
+
+def hybrid_moe_work(
+    m: DecoderShape, b: int, d: int, lay: ParallelLayout, rows: tuple[float, ...]
+) -> LayerWork:
+    """A hybrid model's MoE layer (Nemotron-H's ``E``: pre-norm, router and experts, no
+    attention): its transients, weights and stash tensors as a decoder block's MoE half."""
+    t, r = tokens(m, b, lay.tp, lay.sp, lay.cp)
+    fwd, mlp, weights, tensors = _moe_part(m, d, lay, rows, t, r)
+    return LayerWork(fwd, mlp, None, weights, tuple(float(x) for x in [r * m.hidden * d, *tensors]))
 
 
 def decoder_work(
@@ -262,7 +295,12 @@ def decoder_work(
                 w = decoder_block_work(base, m, b, d, lay, rows)
                 cache[base] = replace(w, bwd_bytes=w.bwd_bytes + _wgrad(w.weights, d, opts))
             out.append(cache[base])
-        else:  # a hybrid model's mamba, attention, mlp, moe or MTP layer: not itemized
+        elif base == "moe" and m.moe is not None:  # a hybrid model's MoE layer
+            if base not in cache:
+                w = hybrid_moe_work(m, b, d, lay, rows)
+                cache[base] = replace(w, bwd_bytes=w.bwd_bytes + _wgrad(w.weights, d, opts))
+            out.append(cache[base])
+        else:  # a hybrid model's mamba, attention, mlp or MTP layer: not itemized
             out.append(generic_work(layer))
     return tuple(out)
 

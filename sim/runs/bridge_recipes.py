@@ -177,6 +177,9 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
             f[flag] = True
     if expandable_segments(get):  # an environment variable of the run (sim.runs.bridge_env)
         f["pytorch-cuda-alloc-conf"] = "expandable_segments:True"
+    opt = get.get("optimizer", "").split(" ")[0]
+    if opt and opt != "adam":  # Kimi K2's dist_muon (sim.runs.megatron_args.LAYER_WISE)
+        f["optimizer"] = opt
     aware = get.get("precision_aware_optimizer", "")
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
         f["use-precision-aware-optimizer"] = True

@@ -361,6 +361,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             latent=int(_feature(s, "moe_latent") or 0),
             sequential_experts=_feature(s, "moe_experts") == "sequential",
             fused_grouped_mlp=_feature(s, "moe_experts") == "fused",
+            fused_weighting=_feature(s, "moe_weighting") != "unfused",
         )  # fmt: skip
     mla = None
     if s.mla:

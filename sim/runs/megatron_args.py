@@ -111,6 +111,8 @@ def read_megatron(
     shape, seq = _shape(r, lay, arch, grouped=framework == "megatron-bridge")
     if _dropout(r, framework):
         shape = replace(shape, features=(*shape.features, "dropout=true"))
+    if not _fused_weighting(r, framework):
+        shape = replace(shape, features=(*shape.features, "moe_weighting=unfused"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
@@ -337,6 +339,32 @@ def _dropout(r: Reading, framework: str) -> bool:
     return on
 
 
+def _fused_weighting(r: Reading, framework: str) -> bool:
+    """Whether a MoE run's experts multiply the routing probabilities in inside a fused
+    activation (:attr:`sim.compute.moe.MoEShape.fused_weighting`). Megatron-LM fuses a gated
+    SiLU unless ``--no-bias-swiglu-fusion`` (``bias_activation_fusion`` is
+    ``--bias-swiglu-fusion`` with ``--swiglu``, else ``--bias-gelu-fusion``:
+    ``megatron/training/arguments.py``) and squared ReLU with
+    ``--use-fused-weighted-squared-relu``; a GeLU expert has no fused form (``experts.py``
+    raises for it, so its runs pass ``--no-bias-gelu-fusion``). Megatron-Bridge's performance
+    recipes set the fusions (``bias_activation_fusion = True``: e.g. NVIDIA-NeMo/
+    Megatron-Bridge@067f987df0 ``perf_recipes/qwen/b200/qwen3_moe.py:39``, the DeepSeek,
+    Kimi and GPT-OSS bridges; ``use_fused_weighted_squared_relu = True``:
+    ``perf_recipes/nemotronh/common.py:120``): fused."""
+    if not r.flags.get("num-experts") or framework != "megatron-lm":
+        return True
+    if r.switch("swiglu"):
+        r.mapped("no-bias-swiglu-fusion", "the experts' SiLU and probabilities unfused "
+                 "(MoEShape.fused_weighting)")  # fmt: skip
+        return not r.switch("no-bias-swiglu-fusion")
+    if r.switch("squared-relu"):
+        r.mapped("use-fused-weighted-squared-relu", "MoEShape.fused_weighting")
+        return r.switch("use-fused-weighted-squared-relu")
+    r.mapped("no-bias-gelu-fusion", "a GeLU expert: activation and probabilities unfused "
+             "(MoEShape.fused_weighting)")  # fmt: skip
+    return False
+
+
 def _attention(flags: dict[str, Any], framework: str, gpu: str, env: TeEnvironment) -> str:
     """``math`` for Megatron's unfused core attention (``--attention-backend unfused`` or
     ``local``; ``--transformer-impl local`` or Megatron-DeepSpeed without ``--use-flash-attn``;
@@ -413,9 +441,27 @@ def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
         ("num-virtual-stages-per-pipeline-rank", "vp"), ("cp-comm-type", "cp_comm"),
     ):  # fmt: skip
         r.mapped(f, f"layout.{what}" if " " not in what else what)
-    dist = r.switch("use-distributed-optimizer")
+    dist = r.switch("use-distributed-optimizer") or _layer_wise(r)
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+LAYER_WISE = (
+    "layer-wise distributed optimizer (--optimizer dist_*): each data-parallel rank keeps the "
+    "optimizer state of its share of the parameters, dense ones over dp x cp, expert ones "
+    "over the expert data-parallel group, as the distributed optimizer's shards: memory policy "
+    "dist_opt (NVIDIA/Megatron-LM@addc601 megatron/core/optimizer/__init__.py lines 746-755: "
+    "'dist_muon' is 'muon' with use_layer_wise; layer_wise_optimizer.py LayerWiseDistributed"
+    "Optimizer.shard_params, lines 433-462); its gradients are all-reduced and its parameters "
+    "all-gathered, timed as the distributed optimizer's reduce-scatter and all-gather"
+)
+"""What the simulation changes of a layer-wise distributed optimizer run."""
+
+
+def _layer_wise(r: Reading) -> bool:
+    """Whether ``--optimizer`` names a layer-wise distributed optimizer (``dist_muon``:
+    :data:`LAYER_WISE`), which shards the state without ``--use-distributed-optimizer``."""
+    return str(r.flags.get("optimizer", "")).startswith("dist_")
 
 
 def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
@@ -712,7 +758,8 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
                               if backend in ("unfused", "local") else "attention core: fused"),
         "use-flash-attn": ("mapped", "attention core: fused (flash)"),
         "optimizer": ("mapped", f"optimizer {opt}: training.optimizer {OPTIMIZERS[opt]}")
-        if opt in ("adam", "sgd") else ("approximated", MUON) if opt in ("muon", "dist_muon")
+        if opt in ("adam", "sgd") else ("approximated", MUON) if opt == "muon"
+        else ("approximated", f"{MUON}; {LAYER_WISE}") if opt == "dist_muon"
         else ("unmapped", f"optimizer {opt!r}: pipesim counts Adam's or SGD's state"),
         "moe-token-dispatcher-type": ("mapped", "token exchange by all-to-all")
         if disp == "alltoall" or lay.ep * lay.tp == 1 else ("mapped", "DeepEP / HybridEP "
