@@ -107,7 +107,8 @@ class MoEShape:
         pad_to_capacity: every expert computes exactly its capacity (padding).
         bias: biased experts and router (GPT-OSS: ``gate_up_proj_bias`` ``[E, 2f_e]``,
             ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
-            parameters; the adds run in the GEMMs' epilogues (no kernel of their own).
+            parameters; the up projection's bias is added in the fused activation, the down
+            projection's as a chain of memory-bound fp32 kernels (:func:`expert_bias_bytes`).
         latent: the routed experts' latent width ``l`` (module doc, "Latent MoE"); 0: none.
         sequential_experts: the local experts run one by one in Python (Megatron-Core's
             ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's
@@ -193,6 +194,27 @@ class MoEShape:
         return 2.0 * t * h * self.experts + routed + 2.0 * t * self.shared_params() + latent
 
 
+BIAS_FP32_BYTES = 4
+"""The down projection's bias path computes in fp32 (Megatron-Core ``TEGroupedMLP._apply_bias``:
+``b * p`` with fp32 probabilities promotes to fp32)."""
+
+
+def expert_bias_bytes(rows: float, w: int, d: int) -> float:
+    """Bytes the unfused bias of the experts' down projection moves in the forward (GPT-OSS).
+
+    Megatron-Core's ``TEGroupedMLP`` builds ``linear_fc2`` with its bias returned apart and adds
+    it after the GEMM, weighted by the routing probabilities: ``torch.cat([t + b * p for t, b, p
+    in zip(split(out), biases, split(probs))]).to(out.dtype)`` (NVIDIA/Megatron-LM@d98e8a64
+    ``megatron/core/transformer/moe/experts.py`` ``_apply_bias``, lines 345-381; added by
+    a329dd6 "Enable bias in expert mlp [gpt-oss 5/5]"). Over the ``rows x w`` output: ``b * p``
+    writes fp32 (4), the add reads ``d + 4`` and writes 4, ``cat`` reads and writes 4 each, the
+    cast reads 4 and writes ``d``: ``(24 + 2d)`` bytes per element.
+
+    Example: 2 rows of width 3 in bf16: ``6 * 28 = 168`` bytes.
+    """
+    return rows * w * (6 * BIAS_FP32_BYTES + 2 * d)
+
+
 def _groups(rows: tuple[float, ...]) -> dict[int, int]:
     """``{rows: experts}`` of the local experts, row counts rounded up, empty experts left out."""
     out: dict[int, int] = {}
@@ -201,6 +223,11 @@ def _groups(rows: tuple[float, ...]) -> dict[int, int]:
         if k > 0:
             out[k] = out.get(k, 0) + 1
     return out
+
+
+def _rows(rows: tuple[float, ...]) -> int:
+    """All rows of the local experts, as :func:`_groups` counts them."""
+    return sum(n * c for n, c in _groups(rows).items())
 
 
 def _permute(name: str, nbytes: float, r: int, k: int, h: int, d: int) -> Kernel:
@@ -278,6 +305,8 @@ def moe_fwd(
             if shape.gated:
                 out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
         out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
+    if shape.bias and not fused:
+        out.append(mem("expert_bias", expert_bias_bytes(_rows(rows), w, d)))
     unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
     out.append(_permute("unpermute", unpermute, r, k, w, d))
     if shape.latent:
@@ -306,6 +335,8 @@ def moe_bwd(
     dx, dw = _latent_bwd(shape, r, d, "up")
     dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     fused = shape.fused_grouped_mlp
+    if shape.bias and not fused:  # the chain's backward, 1.5x its forward bytes (module doc)
+        dx.append(mem("expert_bias_bwd", 1.5 * expert_bias_bytes(_rows(rows), w, d)))
     for n, c in sorted(_groups(rows).items()):
         dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad", fused))
         if not fused:  # the fused op's dgrad epilogue takes the activation's gradient

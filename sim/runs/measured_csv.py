@@ -62,15 +62,16 @@ NAMED_TRAITS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("tokendrop", {"moe-expert-capacity-factor": "1.0"}),
     ("w/ mtp", {"mtp-num-layers": "1"}),
     ("gpt oss", {"window-size": "128 0", "window-attn-skip-freq": "2", "softmax-type":
-                 "learnable", "add-qkv-bias": True}),
+                 "learnable", "add-qkv-bias": True, "add-bias-linear": True}),
 )  # fmt: skip
 """Traits the columns cannot say, by a (lower-case) part of the model name: Qwen3's QK-norm
 (``Qwen3Config``: q_norm and k_norm), token-drop rows (a capacity factor), DeepSeek-V3 with its
 MTP layer, GPT-OSS's attention (examples/hf/gpt-oss-120b-config.json: ``sliding_window`` 128
 on every other layer, ``layer_types`` starting with a windowed one, ``attention_bias``, a
 learned sink per head; NeMo ``gpt_oss.py`` GPTOSSConfig: ``window_size (128, 0)``,
-``window_attn_skip_freq 2``, ``softmax_type learnable``, ``add_qkv_bias``). GPT-OSS's expert
-biases are left out (a bias add per expert output: under 0.1 % of a layer's time)."""
+``window_attn_skip_freq 2``, ``softmax_type learnable``, ``add_qkv_bias``) and its biased
+experts (``add_bias_linear``, HF ``GptOssExperts`` ``down_proj_bias``: :mod:`sim.compute.moe`,
+``MoEShape.bias``)."""
 NAMED_UNMAPPED = (
     (
         "distill",

@@ -628,6 +628,8 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
         out.append("moe_experts=sequential")
     elif r.flags.get("num-experts") and _fused_grouped_mlp(r):
         out.append("moe_experts=fused")
+    if r.flags.get("num-experts") and r.switch("add-bias-linear"):  # biased experts (GPT-OSS)
+        out.append("moe_bias=true")
     out += _attention_features(r)
     return tuple(out)
 
