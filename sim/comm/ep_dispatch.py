@@ -147,21 +147,6 @@ def hit_share(experts: int, top_k: int, held: int) -> float:
     return 1.0 - math.comb(experts - held, top_k) / math.comb(experts, top_k)
 
 
-def _servers(topology: Topology, gpus: Sequence[str]) -> list[int]:
-    """Each member's server: members reach each other without a network link inside one."""
-    heads: list[int] = []
-    out = []
-    for j, g in enumerate(gpus):
-        for s, h in enumerate(heads):
-            if not any(lk.kind == NETWORK for lk in topology.route(gpus[h], g)):
-                out.append(s)
-                break
-        else:
-            heads.append(j)
-            out.append(len(heads) - 1)
-    return out
-
-
 def dedup_scales(
     topology: Topology, gpus: Sequence[str], routed: tuple[int, int] | None
 ) -> tuple[float, list[float]]:
@@ -178,7 +163,7 @@ def dedup_scales(
     def scale(m: int) -> float:
         return hit_share(experts, k, m) / (k * m / experts)
 
-    servers = _servers(topology, gpus)
+    servers = [topology.server_of(int(g[3:])) for g in gpus]
     return scale(per), [scale(per * servers.count(s)) for s in servers]
 
 
