@@ -102,13 +102,14 @@ def wave_factor(m: int, n: int, batch: int, sm_count: int) -> float:
     return (m * n * batch) / (slots * TILE_M * TILE_N)
 
 
-def gemm_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
+def gemm_time_s(kern: Kernel, spec: ComputeSpec, dtype: str, hbm_Bps: float | None = None) -> float:
     """Seconds of a GEMM kernel on ``spec`` (module doc): in ``kern.precision`` if set, else
-    in ``dtype``."""
+    in ``dtype``; its bytes at ``hbm_Bps`` (default: the GPU's achievable HBM rate)."""
     rate = spec.matmul_rate(kern.precision or dtype) * wave_factor(
         kern.m, kern.n, kern.batch, spec.sm_count
     )
-    return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
+    hbm = spec.hbm_rate_Bps() if hbm_Bps is None else hbm_Bps
+    return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / hbm)
 
 
 def gemm_efficiency(m: int, n: int, k: int, spec: ComputeSpec, dtype: str, batch: int = 1) -> float:
@@ -136,12 +137,10 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
         ValueError: unknown kernel kind.
     """
     if is_ssd(kern):  # Mamba-2's scan kernels at their measured bandwidth (sim.compute.ssd_speed)
-        compute = 0.0
+        hbm = ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps)
         if kern.kind == "gemm":
-            wave = wave_factor(kern.m, kern.n, kern.batch, spec.sm_count)
-            compute = kern.flops / (spec.matmul_rate(dtype) * wave)
-        moved = kern.bytes / ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps)
-        return spec.kernel_overhead_s + max(compute, moved)
+            return gemm_time_s(kern, spec, dtype, hbm)
+        return spec.kernel_overhead_s + kern.bytes / hbm
     if kern.kind == "gemm":
         eff = measured.grouped_gemm_efficiency(kern, spec, dtype)
         if eff:
