@@ -68,7 +68,7 @@ def action_work(
     ops: float,
     regions: int = 0,
     nograd_ops: float = 0.0,
-    calls: tuple[float, ...] = (0.0, 0.0),
+    calls: tuple[float, float, float] = (0.0, 0.0, 0.0),
 ) -> HostWork:
     """The :class:`HostWork` of one action.
 
@@ -81,10 +81,9 @@ def action_work(
         regions: checkpointed regions (``R`` only).
         nograd_ops: of a forward's ops, those of checkpointed layers, which run without
             autograd recording (``F`` only).
-        calls: ``(module calls, Function applies[, Transformer Engine modules])`` of a
-            forward or recompute; ``(0, Python backward nodes[, Transformer Engine modules])`` of a
-            backward
-            (:meth:`~sim.hardware.host_ops.HostOverhead.calls_s`).
+        calls: ``(module calls, Function applies, Transformer Engine modules)`` of a forward
+            or recompute; ``(0, Python backward nodes, Transformer Engine modules)`` of a
+            backward (:meth:`~sim.hardware.host_ops.HostOverhead.calls_s`).
     """
     if op == "F":
         h = host.forward_s(ops, nograd_ops)
@@ -92,8 +91,8 @@ def action_work(
         h = host.recompute_s(ops, regions)
     else:
         h = host.backward_s(ops)
-    modules, functions, *te = calls
-    h += host.calls_s(modules, functions, op not in ("F", "R"), te[0] if te else 0.0)
+    modules, functions, te = calls
+    h += host.calls_s(modules, functions, op not in ("F", "R"), te)
     if h <= 0:
         return HostWork.device_only(device_s)
     return HostWork.of_ops(ops, h, device_s)
