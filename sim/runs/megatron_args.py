@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from sim.compute.precision import HIGH_PRECISION
 from sim.memory.te_attention import TeEnvironment
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
@@ -115,7 +116,7 @@ def read_megatron(
         shape = replace(shape, features=(*shape.features, "moe_weighting=unfused"))
     recompute = _recompute(r)
     precision = _precision(r)
-    gather = r.switch("fp8-param-gather") and precision not in ("bf16", "fp16", "fp32")
+    gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
     r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
     kept16 = precision_flags(r, precision)
     mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.compute.precision import HIGH_PRECISION
 from sim.runs.megatron_reading import Reading
 from sim.runs.record import ArgNote
 
-SIXTEEN_BIT = ("bf16", "fp16", "fp32")
 NEMOTRON_TE_QUANT = (
     ("qkv", "proj", "latent_down", "latent_up"),
     True,
@@ -44,7 +44,7 @@ def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
     """The ``training.precision_options`` fields ``r``'s flags set for a run in ``precision``
     (module doc); {} in 16 bits."""
     out: dict[str, Any] = {}
-    low = precision not in SIXTEEN_BIT
+    low = precision not in HIGH_PRECISION
     if r.switch("first-last-layers-bf16") and low:
         out["first_last_layers_bf16"] = True
         out["num_layers_at_start_in_bf16"] = r.int("num-layers-at-start-in-bf16", 1)
