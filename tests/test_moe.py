@@ -254,3 +254,25 @@ def test_biased_experts_add_the_down_bias_as_an_fp32_chain():
     assert set(fwd) - unbiased == {"expert_bias"}
     fused = _replace(shape, fused_grouped_mlp=True)
     assert not any("bias" in k.name for k in moe_fwd(fused, 1024, 1024, rows, 2))
+
+
+def test_alltoall_dispatcher_sorts_received_rows_by_local_expert():
+    """Megatron-Core's alltoall dispatcher sorts a rank's received rows by local expert and
+    back (sim.compute.moe_sort; Megatron-LM@d98e8a64 token_dispatcher.py 753-823): 2 local
+    experts of 96 rows, h 64, bf16: the sort reads and writes 192 rows and their fp32
+    probabilities, 2 * 192 * (64 * 2 + 4) = 50688 bytes; the unsort the rows only,
+    2 * 192 * 128 = 49152; the backward the same bytes in reverse order; one local expert (or
+    a flex dispatcher) sorts nothing."""
+    from dataclasses import replace as _replace
+
+    from sim.compute.moe import moe_bwd
+
+    shape = _replace(MoEShape(hidden=64, experts=8, top_k=2, expert_ffn=32), sort_by_expert=True)
+    rows = (96.0, 96.0)
+    fwd = {k.name: k.bytes for k in moe_fwd(shape, 96, 96, rows, 2)}
+    assert (fwd["sort_by_expert"], fwd["unsort_by_expert"]) == (50688.0, 49152.0)
+    dx, _ = moe_bwd(shape, 96, 96, rows, 2)
+    sorts = [(k.name, k.bytes) for k in dx if "sort_by_expert" in k.name]
+    assert sorts == [("unsort_by_expert_bwd", 49152.0), ("sort_by_expert_bwd", 50688.0)]
+    for other, local in ((shape, (192.0,)), (_replace(shape, sort_by_expert=False), rows)):
+        assert not any("sort" in k.name for k in moe_fwd(other, 96, 96, local, 2))

@@ -28,6 +28,9 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    default ``--expert-tensor-parallel-size`` = tensor-parallel size); the activation
    (``2*n*f_e/t*d`` bytes) and, gated, the product (``3*n*f_e/t*d``). Equal row counts are one
    kernel with ``batch`` = experts (wave quantization over the whole group);
+   With the ``alltoall`` dispatcher and more than one local expert, the received rows are
+   sorted by local expert before the experts and back after them
+   (:attr:`MoEShape.sort_by_expert`, :mod:`sim.compute.moe_sort`);
 5. combine all-to-all back, unpermute: weight each copy by its probability and sum the ``k``
    copies (reads ``r*k*h*d``, writes ``r*h*d``);
 6. shared experts: a dense (gated) MLP of width ``f_s`` over the rank's tokens, split over
@@ -84,6 +87,7 @@ import math
 from dataclasses import dataclass, replace
 
 from sim.compute.kernels import Kernel, gemm, mem
+from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
 
 INDEX_BYTES = 8
 """int64 routing indices (``torch.topk``)."""
@@ -127,6 +131,10 @@ class MoEShape:
             the product keeps the activation's output, ``rows*f_e/t*d`` more, and a gated
             one's ``act(gate) * up`` keeps ``act(gate)``, as much again
             (:func:`moe_act_bytes`).
+        sort_by_expert: the rank's received rows are sorted by local expert before the experts
+            and back after them, as Megatron-Core's ``alltoall`` dispatcher does with more than
+            one local expert (:mod:`sim.compute.moe_sort`). False: a flex dispatcher (DeepEP,
+            HybridEP) or the all-gather one, which hand the experts rows in expert order.
     """
 
     hidden: int
@@ -142,6 +150,7 @@ class MoEShape:
     sequential_experts: bool = False
     fused_grouped_mlp: bool = False
     fused_weighting: bool = True
+    sort_by_expert: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -297,6 +306,8 @@ def moe_fwd(
     h, fe, k, w = shape.hidden, shape.expert_ffn // etp, shape.top_k, shape.row_width
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
     fused = shape.fused_grouped_mlp
+    sort = sort_fwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
+    out += sort[:1]
     for n, c in sorted(_groups(rows).items()):
         up = fe * (2 if shape.gated else 1)
         out.append(grouped(f"expert_up[{n}]", n, up, w, d, c, "fwd", fused))
@@ -307,6 +318,7 @@ def moe_fwd(
         out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
     if shape.bias and not fused:
         out.append(mem("expert_bias", expert_bias_bytes(_rows(rows), w, d)))
+    out += sort[1:]
     unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
     out.append(_permute("unpermute", unpermute, r, k, w, d))
     if shape.latent:
@@ -335,6 +347,8 @@ def moe_bwd(
     dx, dw = _latent_bwd(shape, r, d, "up")
     dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     fused = shape.fused_grouped_mlp
+    sort = sort_bwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
+    dx += sort[:1]
     if shape.bias and not fused:  # the chain's backward, 1.5x its forward bytes (module doc)
         dx.append(mem("expert_bias_bwd", 1.5 * expert_bias_bytes(_rows(rows), w, d)))
     for n, c in sorted(_groups(rows).items()):
@@ -346,6 +360,7 @@ def moe_bwd(
         dx.append(grouped(f"d_expert_up_in[{n}]", n, w, up, d, c, "dgrad", fused))
         dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad", fused)]
         dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad", fused)]
+    dx += sort[1:]
     dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw

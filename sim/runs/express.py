@@ -362,6 +362,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             sequential_experts=_feature(s, "moe_experts") == "sequential",
             fused_grouped_mlp=_feature(s, "moe_experts") == "fused",
             fused_weighting=_feature(s, "moe_weighting") != "unfused",
+            sort_by_expert=_feature(s, "moe_dispatcher") == "alltoall",
             bias=bool(_feature(s, "moe_bias")),
         )  # fmt: skip
     mla = None

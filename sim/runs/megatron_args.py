@@ -114,6 +114,9 @@ def read_megatron(
         shape = replace(shape, features=(*shape.features, "dropout=true"))
     if not _fused_weighting(r, framework):
         shape = replace(shape, features=(*shape.features, "moe_weighting=unfused"))
+    if r.flags.get("num-experts") and r.flags.get("moe-token-dispatcher-type") == "alltoall":
+        # its second permutation, rows sorted by local expert (sim.compute.moe_sort)
+        shape = replace(shape, features=(*shape.features, "moe_dispatcher=alltoall"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
