@@ -114,6 +114,26 @@ def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
     return f
 
 
+def _token_drop_flags(text: str) -> dict[str, Any]:
+    """The table's ``moe_token_drop`` cell (``capacity_factor=1.0 pad_to_capacity=True``, or
+    ``dropless ...``) as Megatron's flags: with every expert padded to its capacity the
+    dispatcher knows its sizes on the host and reads no token counts back
+    (:mod:`sim.compute.moe`, step 2).
+
+    >>> _token_drop_flags("capacity_factor=1.0 pad_to_capacity=True")
+    {'moe-expert-capacity-factor': '1.0', 'moe-pad-expert-input-to-capacity': True}
+    >>> _token_drop_flags("dropless (no capacity factor set)")
+    {}
+    """
+    f: dict[str, Any] = {}
+    m = re.search(r"capacity_factor=([0-9.]+)", text)
+    if m:
+        f["moe-expert-capacity-factor"] = m.group(1)
+        if "pad_to_capacity=True" in text:
+            f["moe-pad-expert-input-to-capacity"] = True
+    return f
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc)."""
     get = {k: _cell(v) for k, v in rec.items()}
@@ -145,6 +165,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         backend = get.get("moe_flex_dispatcher_backend", "")
         if disp.startswith("flex") and backend and not backend.startswith("n/a"):
             f["moe-flex-dispatcher-backend"] = backend
+    f.update(_token_drop_flags(get.get("moe_token_drop", "")))
     for col, flag in (("moe_a2a_overlap", "overlap-moe-expert-parallel-comm"),
                       ("delay_wgrad_compute", "delay-wgrad-compute"),
                       ("tp_comm_overlap_effective", "tp-comm-overlap"),
