@@ -28,10 +28,12 @@ import simpy
 
 from sim.hardware.host_ops import HostOverhead, HostWork
 
-Part = tuple[float, float, float, float, float, float]
+Part = tuple[float, float, float, float, float, float, float]
 """``(device seconds, ops, ops issued without autograd recording, module calls, Function
-applies, Transformer Engine modules)`` of one layer in an action; in a backward the fifth is
-the Python backward nodes and the last 0 (:func:`layered_work`)."""
+applies, Transformer Engine modules, sync share)`` of one layer in an action; in a backward the
+fifth is the Python backward nodes and the sixth 0; the last is the share of the layer's ops
+issued before a host sync inside it (a MoE layer's token counts read on the host,
+:mod:`sim.compute.moe`), 0 without one (:func:`layered_work`)."""
 
 SYNC_POINTS = {
     "recv": "after an action's input (activation or gradient) has arrived, before its ops "
@@ -101,18 +103,39 @@ def action_work(
 @lru_cache(maxsize=8192)
 def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWork:
     """The :class:`HostWork` of an action issued layer by layer: each part
-    ``(device_s, ops, nograd_ops, modules, functions, te_modules)`` (:data:`Part`)
-    summarised by :func:`action_work` (a recomputed layer ``R`` is one checkpointed region)
-    and composed in order with :meth:`HostWork.then`.
+    ``(device_s, ops, nograd_ops, modules, functions, te_modules, sync_share)``
+    (:data:`Part`) summarised by :func:`action_work` (a recomputed layer ``R`` is one
+    checkpointed region) and composed in order with :meth:`HostWork.then`; a layer with a host
+    sync inside (``sync_share`` in (0, 1)) as its first ``sync_share`` of device seconds, ops
+    and calls, :meth:`HostWork.sync`, then the rest (the ops alike, as within any layer).
 
     Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
     no longer hide each other's slack, as they would in one summary of the whole action
-    (whose ops :func:`action_work` takes as alike); within a layer the ops are still alike."""
+    (whose ops :func:`action_work` takes as alike); within a layer the ops are still alike.
+
+    Example: a host 1 ms ahead of its device issues one layer of 150 ops (1.5 ms of host,
+    1 ms of device): without a sync its lead hides the host, the device ends at 2 ms; with a
+    sync half-way the host waits for the device there and the device then idles while the host
+    issues the second half (the device ends at 1 ms + 0.5 ms + 0.75 ms + one op's 10 us).
+
+    >>> h = HostOverhead(op_s=10e-6)
+    >>> plain = layered_work(h, "F", ((1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, 0.0),))
+    >>> synced = layered_work(h, "F", ((1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, 0.5),))
+    >>> [round(w.finish(0.0, 1e-3)[0] * 1e6) for w in (plain, synced)]
+    [2000, 2257]
+    """
     out = HostWork.device_only(0.0)
-    for device_s, ops, nograd, modules, functions, te in parts:
+    for device_s, ops, nograd, modules, functions, te, *rest in parts:
+        sync = rest[0] if rest else 0.0  # a six-element part: no sync
         regions = 1 if op == "R" else 0
-        calls = (modules, functions, te)
-        out = out.then(action_work(host, op, device_s, ops, regions, nograd, calls))
+        shares = (sync, 1.0 - sync) if 0.0 < sync < 1.0 else (1.0,)
+        for i, k in enumerate(shares):
+            calls = (modules * k, functions * k, te * k)
+            if i:
+                out = out.then(HostWork.sync())
+            out = out.then(
+                action_work(host, op, device_s * k, ops * k, regions * (1 - i), nograd * k, calls)
+            )
     return out
 
 

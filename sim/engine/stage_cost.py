@@ -49,6 +49,11 @@ class StageCost:
             (:meth:`forward_parts`); empty: one summary of the whole stage.
         bwd_layers: ``(seconds, ops, Python backward nodes)`` of each layer's backward, in
             forward order.
+        fwd_syncs: per layer, the share of its forward issued before a host sync inside it
+            (a MoE layer's token counts read on the host: ``token_count_sync``,
+            :mod:`sim.compute.moe`), 0 without one; empty: none. The host waits there for the
+            device (:meth:`sim.hardware.host_ops.HostWork.sync`), in the forward and in a
+            recompute of it.
         param_tensors: ``(vectors, matrices)``: parameter tensors of the stage as one tensor
             rank holds them (biases and norm weights; weight matrices and embeddings), for a
             step that checks them one by one (:attr:`PipelineRuntime.overflow_check_ops`).
@@ -75,6 +80,7 @@ class StageCost:
     bwd_ops: float = 0.0
     fwd_layers: tuple[tuple[float, float, float, float, float], ...] = ()
     bwd_layers: tuple[tuple[float, float, float], ...] = ()
+    fwd_syncs: tuple[float, ...] = ()
     param_tensors: tuple[int, int] = (0, 0)
     tp_fwd_overlap: tuple[OverlapOp, ...] = ()
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
@@ -85,18 +91,23 @@ class StageCost:
         the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
         full = set(checkpointed)
         return tuple(
-            (sec, ops, ops if i in full else 0.0, mods, fns, te)
+            (sec, ops, ops if i in full else 0.0, mods, fns, te, self.sync_share(i))
             for i, (sec, ops, mods, fns, te) in enumerate(self.fwd_layers)
         )
+
+    def sync_share(self, i: int) -> float:
+        """The share of layer ``i``'s forward before its host sync (:attr:`fwd_syncs`; 0)."""
+        return self.fwd_syncs[i] if i < len(self.fwd_syncs) else 0.0
 
     def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
         order (Megatron recomputes each layer when the backward reaches it; their issue order
         does not change the max-plus summary's host and device sums, only its span)."""
-        return tuple(
-            (sec, ops, 0.0, mods, fns, te)
-            for sec, ops, mods, fns, te in (self.fwd_layers[i] for i in sorted(checkpointed))
-        )
+        out = []
+        for i in sorted(checkpointed):
+            sec, ops, mods, fns, te = self.fwd_layers[i]
+            out.append((sec, ops, 0.0, mods, fns, te, self.sync_share(i)))
+        return tuple(out)
 
     def backward_layer_parts(self) -> tuple[Part, ...]:
         """Each layer's backward in forward order, with its forward's Transformer Engine
@@ -105,7 +116,7 @@ class StageCost:
         if len(te) != len(self.bwd_layers):
             te = [0.0] * len(self.bwd_layers)
         return tuple(
-            (sec, ops, 0.0, 0.0, nodes, t)
+            (sec, ops, 0.0, 0.0, nodes, t, 0.0)
             for (sec, ops, nodes), t in zip(self.bwd_layers, te, strict=True)
         )
 

@@ -24,6 +24,16 @@ stage's action is summarised once and the engine keeps one host clock per rank
 and ``D/n`` on the device, an assumption: a trace records a layer's totals, not each op), which
 gives ``K = max(H + D/n, D + H/n)``.
 
+**A host sync inside a sequence** (``.item()``, ``.tolist()``, an event's ``synchronize()``:
+Megatron-Core's MoE token dispatchers read the token counts on the host before they can size
+the exchange, :mod:`sim.compute.moe`) blocks the host until the device has run everything
+issued before it; the ops after it start with both free at that time, so the host's lead over
+the device is lost there (:meth:`HostWork.sync`). Then the host's end depends on the device's
+start as well: ``host_end = max(H0 + sum h, D0 + L)``. The summary is the max-plus matrix of
+the sequence, ``[device_end, host_end] = [[A, K], [L, sum h]] (x) [D0, H0]``, with ``A =
+sum d`` and ``L = -inf`` without a sync; sequences compose as max-plus matrix products
+(:meth:`HostWork.then`).
+
 :class:`HostOverhead` is the per-op host cost of a server's CPU running eager PyTorch, from the
 hardware description (measured by ``sim calibrate``, or the sourced defaults of the presets),
 and the per-call cost of the Python around the ops: ``nn.Module`` calls, ``autograd.Function``
@@ -35,6 +45,7 @@ them away, which is not modelled.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 MODES = ("eager", "cuda_graphs")
@@ -52,11 +63,21 @@ class HostWork:
         host_s: seconds the host spends issuing them (``sum h``).
         device_s: seconds the device spends running them (``sum d``).
         span_s: ``K``: the device finishes no earlier than ``H0 + K`` (``K >= device_s``).
+        device_span_s: ``A``: the device finishes no earlier than ``D0 + A``; None:
+            ``device_s``, which it is unless a host sync inside lets the device idle while the
+            host issues what follows the sync (module doc).
+        lag_s: ``L``: the host finishes no earlier than ``D0 + L`` (a host sync inside waited
+            for the device); ``-inf`` without one.
+        host_span_s: ``E``: the host finishes no earlier than ``H0 + E``; None: ``host_s``,
+            which it is unless a host sync inside waited for ops issued before it.
     """
 
     host_s: float
     device_s: float
     span_s: float
+    device_span_s: float | None = None
+    lag_s: float = -math.inf
+    host_span_s: float | None = None
 
     @classmethod
     def device_only(cls, device_s: float) -> HostWork:
@@ -70,19 +91,51 @@ class HostWork:
         n = max(1.0, ops)
         return cls(host_s, device_s, max(host_s + device_s / n, device_s + host_s / n))
 
+    @classmethod
+    def sync(cls) -> HostWork:
+        """A host sync: the host waits until the device has run everything issued before it
+        (module doc); the matrix ``[[0, 0], [0, 0]]``: both are free at ``max(D0, H0)``."""
+        return cls(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    @property
+    def matrix(self) -> tuple[float, float, float, float]:
+        """``(A, K, L, E)``, the max-plus matrix ``[[A, K], [L, E]]`` (module doc)."""
+        a = self.device_s if self.device_span_s is None else self.device_span_s
+        e = self.host_s if self.host_span_s is None else self.host_span_s
+        return a, self.span_s, self.lag_s, e
+
     def then(self, other: HostWork) -> HostWork:
-        """This sequence, then ``other`` issued right after it (associative)."""
+        """This sequence, then ``other`` issued right after it (associative: the max-plus
+        product of the two matrices, module doc).
+
+        Example: a device-bound op (host 1, device 2), a sync, then a host-bound one (host 3,
+        device 1), both free at 0: the device runs 1-3 and, after the host has waited for it
+        and issued the second op, 6-7; the host ends at 6.
+
+        >>> w = HostWork.of_ops(1, 1.0, 2.0).then(HostWork.sync())
+        >>> w = w.then(HostWork.of_ops(1, 3.0, 1.0))
+        >>> w.finish(0.0, 0.0), w.finish(10.0, 0.0), w.device_s
+        ((7.0, 6.0), (17.0, 16.0), 3.0)
+        """
+        a1, k1, l1, e1 = self.matrix
+        a2, k2, l2, e2 = other.matrix
+        a, e = max(a2 + a1, k2 + l1), max(l2 + k1, e2 + e1)
+        host, device = self.host_s + other.host_s, self.device_s + other.device_s
         return HostWork(
-            self.host_s + other.host_s,
-            self.device_s + other.device_s,
-            max(self.span_s + other.device_s, self.host_s + other.span_s),
+            host,
+            device,
+            max(a2 + k1, k2 + e1),
+            None if a == device else a,
+            max(l2 + a1, e2 + l1),
+            None if e == host else e,
         )
 
     def finish(self, host_free_s: float, device_free_s: float) -> tuple[float, float]:
         """``(device_end_s, host_end_s)`` when the host is free at ``host_free_s`` and the
         device at ``device_free_s`` (module doc)."""
-        end = max(device_free_s + self.device_s, host_free_s + self.span_s)
-        return end, host_free_s + self.host_s
+        a, k, lag, e = self.matrix
+        return (max(device_free_s + a, host_free_s + k),
+                max(host_free_s + e, device_free_s + lag))  # fmt: skip
 
 
 def issue_exactly(

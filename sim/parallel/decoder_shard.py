@@ -48,7 +48,7 @@ from sim.compute.decoder import (
     tokens,
 )
 from sim.compute.decoder_shape import base_kind, kind_of
-from sim.compute.kernels import Kernel, phase_time
+from sim.compute.kernels import Kernel, kernel_time_s, phase_time
 from sim.compute.low_precision_act import quantized_input_savings
 from sim.compute.mcore_ops import expert_ops
 from sim.compute.precision import TE
@@ -94,6 +94,8 @@ class DecoderShard:
         low_params: per layer, the parameters on the rank whose GEMMs run in low precision
             (:func:`low_precision_params`; empty without a recipe).
         precision: the trace's low-precision recipe, or None.
+        fwd_syncs: per layer, the share of its forward's seconds before its host sync (a MoE
+            layer's ``token_count_sync``, :func:`sync_share`), 0 without one.
     """
 
     trace: Trace
@@ -105,6 +107,7 @@ class DecoderShard:
     partners: tuple[Partners, ...] = ()
     low_params: tuple[float, ...] = ()
     precision: LowPrecision | None = None
+    fwd_syncs: tuple[float, ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -154,6 +157,30 @@ def attention_dims(m: DecoderShape, tp: int) -> AttentionDims:
 
 def _times(kernels: tuple[list[Kernel], ...], spec: ComputeSpec, dtype: str) -> list[float]:
     return [phase_time(k, spec, dtype).total_s if k else 0.0 for k in kernels]
+
+
+def sync_share(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
+    """Share of a forward's seconds up to its host sync (``token_count_sync``: the token counts
+    read on the host, :mod:`sim.compute.moe`), 0 without one. The quantize kernels a recipe
+    appends (:func:`~sim.compute.quantize.quantize_layer`) count as after it.
+
+    Example: 1 and 3 seconds' worth of bytes around the sync: 1/4 (its own launch is no
+    work beyond the overhead both sides share alike).
+
+    >>> from sim.compute.kernels import mem
+    >>> from sim.hardware.gpu_compute import ComputeSpec
+    >>> g = ComputeSpec("x", 1e15, 1e14, 1e12, 100, 0.5, 0.5, hbm_efficiency=1.0,
+    ...                 kernel_overhead_s=0.0)
+    >>> ks = [mem("a", 1e12), mem("token_count_sync", 0.0), mem("b", 3e12)]
+    >>> sync_share(ks, g, "bf16"), sync_share(ks[:1], g, "bf16")
+    (0.25, 0.0)
+    """
+    names = [k.name for k in kernels]
+    if "token_count_sync" not in names:
+        return 0.0
+    times = [kernel_time_s(k, spec, dtype) for k in kernels]
+    total = sum(times)
+    return sum(times[: names.index("token_count_sync") + 1]) / total if total > 0 else 0.0
 
 
 def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
@@ -260,7 +287,7 @@ def shard_decoder(
     rows = plan.rows[plan.busiest] if plan is not None else ()
     low = trace_precision(trace)
     cache: dict[tuple[str, bool], tuple] = {}
-    layers, comm, group, expert, pairs, lows = [], [], [], [], [], []
+    layers, comm, group, expert, pairs, lows, syncs = [], [], [], [], [], [], []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
@@ -268,7 +295,8 @@ def shard_decoder(
         key = (kind, lp is not None)
         if key not in cache:
             cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp, regather)
-        ratios, act, share, tpc, ops, pair, parts = cache[key]
+        ratios, act, share, tpc, ops, pair, parts, sync = cache[key]
+        syncs.append(sync)
         layers.append(
             _remote_experts(
                 _apply(layer, ratios, act, share[0] + share[1], par, parts), kind, m, par
@@ -295,6 +323,7 @@ def shard_decoder(
         with_pairs,
         tuple(lows) if low is not None else (),
         low,
+        tuple(syncs),
     )
 
 
@@ -363,7 +392,7 @@ def _kind_shard(
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
-    return ratios, act, share, tpc, ops, pair, parts
+    return ratios, act, share, tpc, ops, pair, parts, sync_share(rank[0], spec, dt)
 
 
 def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout):

@@ -1,0 +1,59 @@
+"""The host sync of a dropless MoE layer: the host reads the token counts back and waits for the
+device there (Megatron-LM@d98e8a64 token_dispatcher.py ``_maybe_dtoh_and_synchronize``), so
+its lead over the device is lost (sim.hardware.host_ops.HostWork.sync, sim.engine.host)."""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import pytest
+
+from sim.hardware.host_ops import HostWork
+
+
+def _issue_with_syncs(ops, host0: float, device0: float) -> tuple[float, float]:
+    """Ops ``(h, d)`` issued one by one; ``None`` is a sync: the host waits for the device."""
+    host, device = host0, device0
+    for op in ops:
+        if op is None:
+            host = max(host, device)
+            continue
+        h, d = op
+        host += h
+        device = max(device, host) + d
+    return device, host
+
+
+@pytest.mark.parametrize("start", [(0.0, 0.0), (0.0, 5.0), (4.0, 0.0)])
+def test_sync_summary_matches_ops_issued_one_by_one(start):
+    """The max-plus summary with syncs equals issuing the ops one by one (hand-checkable
+    small case: device-bound ops, a sync, host-bound ops, a sync, a mixed op)."""
+    ops = [(1.0, 3.0), (0.5, 2.0), None, (2.0, 0.5), (3.0, 1.0), None, (1.0, 1.0)]
+    parts = [HostWork.sync() if op is None else HostWork(op[0], op[1], op[0] + op[1])
+             for op in ops]  # fmt: skip
+    work = reduce(HostWork.then, parts)
+    host0, device0 = start
+    assert work.finish(host0, device0) == pytest.approx(_issue_with_syncs(ops, host0, device0))
+    assert work.device_s == pytest.approx(3.0 + 2.0 + 0.5 + 1.0 + 1.0)
+    assert work.host_s == pytest.approx(1.0 + 0.5 + 2.0 + 3.0 + 1.0)
+
+
+def test_dropless_moe_layer_syncs_a_padded_one_does_not():
+    """A dropless MoE block's forward has its host sync after the attention and the router
+    (a share of its forward strictly inside (0, 1)); with every expert padded to its capacity
+    the dispatcher knows its sizes on the host and there is none."""
+    from dataclasses import replace
+
+    from sim.compute.decoder import DecoderShape, layer_kernels
+    from sim.compute.moe import MoEShape
+    from sim.hardware.gpu_compute import ComputeSpec
+    from sim.parallel.decoder_shard import sync_share
+
+    gpu = ComputeSpec("x", 1e15, 1e14, 4e12, 100, 0.6, 0.5)
+    moe = MoEShape(512, 8, 2, 256)
+    m = DecoderShape(2, 512, 8, 256, 1000, 1024, moe=moe)
+    rows = (128.0,) * 8
+    fwd = layer_kernels("moe_block", m, 1, 2, rows=rows)[0]
+    assert 0.0 < sync_share(fwd, gpu, "bf16") < 1.0
+    padded = replace(m, moe=replace(moe, capacity_factor=1.0, pad_to_capacity=True))
+    assert sync_share(layer_kernels("moe_block", padded, 1, 2, rows=rows)[0], gpu, "bf16") == 0.0
