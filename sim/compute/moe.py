@@ -16,9 +16,12 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    at ``cuda_sync_point``, ``before_ep_alltoall`` / ``before_finish`` /
    ``before_permutation_1``). The host waits for the device to drain; the device then idles
    until the host issues the next kernel: one launch (``token_count_sync``, a kernel of no
-   bytes: ``kernel_overhead_s``). The host's lost run-ahead over the rest of the layer is not
-   modelled (the layer's host ops, :mod:`sim.compute.mcore_ops`, are summarised with no sync
-   inside a layer: :mod:`sim.hardware.host_ops`);
+   bytes: ``kernel_overhead_s``). The host's lead over the device is lost there: the engine
+   splits the layer's forward host work at this kernel and composes a host sync between the
+   two parts (:meth:`sim.hardware.host_ops.HostWork.sync`,
+   :func:`sim.parallel.decoder_shard.sync_share`); the flex dispatchers read the counts
+   back too (HybridEP's ``tokens_per_expert.sum()`` without a token budget, and
+   ``TEGroupedMLP``'s ``tokens_per_expert.tolist()``);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
    their experts (timed by the engine, :mod:`sim.parallel.expert`);
