@@ -8,6 +8,7 @@ from typing import Any
 
 from sim.compute.ssm import MambaShape
 from sim.runs.hybrid_pattern import MAMBA_DEFAULTS
+from sim.runs.model_shapes import shape_assumptions
 from sim.runs.record import MeasuredRun, ModelShape, feature
 
 APPROXIMATED_ACTIVATIONS = {
@@ -34,6 +35,7 @@ def model_approximations(run: MeasuredRun, decoder: bool) -> tuple[str, ...]:
         out.append(f"approximated: {APPROXIMATED_ACTIVATIONS[act]}")
     if feature(s, "hybrid_pattern") and decoder:
         out.append(SSD_RATE)
+    out.extend(shape_assumptions(run.name))
     if feature(s, "hybrid_pattern") and feature(s, "mtp"):
         depths = feature(s, "hybrid_mtp") or "(the recipe's)"
         out.append(f"approximated: hybrid MTP depths {depths} built as the "
