@@ -23,7 +23,10 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
 * **All-gather before use** (``client.access_dist``, ``_fetch_remote_chunks``): before each F
   and each B the stage's chunk groups are all-gathered, whole chunks (``w * 2C`` bytes per
   group); a group's ``(w - 1)`` remote chunks are live (one remote chunk with ``msc``).
-* **Reduce-scatter after the backward** (``client.release_dist``).
+* **Reduce-scatter after the backward** (``client.release_dist``). With ``msc`` the chunks
+  holding parameters are broadcast and reduced one by one, a chunk within one checkpointed
+  block is fetched once more by the recomputed forward; with or without it, each fetch
+  zeroes a chunk and each reduce averages one (:mod:`sim.memory.chunk_comm`).
 * **Synchronous** (``blocking_moves``): the collectives are ``torch.distributed`` calls with
   ``async_op=False`` on the compute stream and chunk moves are ``payload.to(device)``
   (``chunk_list.access_chunk``; ``--with_async_move`` is off in the benchmarks), so nothing is
