@@ -91,7 +91,7 @@ def msc_factor(w: int) -> float:
 
 
 def memset_bytes(fetches: float, owned: int, w: int, chunk_bytes: float) -> float:
-    """HBM bytes per iteration of one replica's chunk memsets (module doc): ``fetches`` chunk
+    """HBM bytes per forward and backward of one replica's chunk memsets (module doc): ``fetches`` chunk
     fetches of the stage, of which a replica receives ``(w - 1) / w``, each zeroing a chunk of
     ``chunk_bytes``; and the average of its ``owned`` chunks after their reduce (read and
     write). 0 without data parallelism."""
@@ -102,14 +102,14 @@ def memset_bytes(fetches: float, owned: int, w: int, chunk_bytes: float) -> floa
 
 @dataclass(frozen=True)
 class ChunkTraffic:
-    """A replica's chunk collectives per action and memsets per iteration
+    """A replica's chunk collectives per action and memsets per forward and backward
     (:mod:`sim.memory.chunk_comm`).
 
     Attributes:
         fetches: chunk fetches of the stage per forward and backward.
         gather_bytes: bytes timed as the all-gather before each forward or backward.
         scatter_bytes: bytes timed as the reduce-scatter after each backward.
-        memset_bytes: HBM bytes of the memsets per iteration.
+        memset_bytes: HBM bytes of the memsets per forward and backward.
     """
 
     fetches: int
@@ -130,8 +130,11 @@ def chunk_traffic(
     after it (dummy chunks included); with it each chunk holding parameters is broadcast per
     fetch (two per iteration, three inside one checkpointed block under ``recompute``) and
     reduced once, timed as all-gathers and reduce-scatters of ``w / (w - 1)`` times the bytes.
-    The memsets run once per fetch and reduce, ``m`` times per iteration. Nothing without data
-    parallelism. ``owned``: the replica's ``(chunks, real chunks)``
+    The memsets run once per fetch and reduce; they are charged in the optimizer step's GPU
+    time, one forward and backward's worth per step, as
+    :func:`~sim.memory.chunked.grad_hooks_s` charges the gradient path (PatrickStar runs one
+    micro-batch per step; a schedule that steps after every micro-batch, PipeDream's, gets
+    them once per micro-batch). Nothing without data parallelism. ``owned``: the replica's ``(chunks, real chunks)``
     (:class:`~sim.memory.chunked.ChunkLayout`); ``chunk_elems``: a chunk's capacity.
 
     Raises:
@@ -149,5 +152,5 @@ def chunk_traffic(
     else:
         fetches = 2 * n * w
         gather, scatter = n * w * e * d, n * w * e * g
-    memsets = ctx.microbatches * memset_bytes(fetches, owned_real, w, e * d)
+    memsets = memset_bytes(fetches, owned_real, w, e * d)
     return ChunkTraffic(fetches, gather, scatter, memsets)
