@@ -57,3 +57,23 @@ def test_dropless_moe_layer_syncs_a_padded_one_does_not():
     assert 0.0 < sync_share(fwd, gpu, "bf16") < 1.0
     padded = replace(m, moe=replace(moe, capacity_factor=1.0, pad_to_capacity=True))
     assert sync_share(layer_kernels("moe_block", padded, 1, 2, rows=rows)[0], gpu, "bf16") == 0.0
+
+
+def test_blackwell_presets_model_their_hosts():
+    """Every Blackwell preset models its host (the token-count sync costs nothing without one):
+    the x86 DGX B200 and B300 take DGX H100's per-op figures, the GB300 tray GB200's Grace
+    figures (the same CPU)."""
+    from sim.hardware.loader import load_hardware
+
+    def host(name: str):
+        return load_hardware(name).hosts[0].overhead
+
+    h100, grace = host("dgx-h100"), host("gb200-nvl72")
+    for name, ref in (("dgx-b200", h100), ("dgx-b300", h100), ("gb300-nvl72", grace)):
+        got = host(name)
+        assert (got.op_s, got.backward_op_s, got.te_module_s) == (
+            ref.op_s,
+            ref.backward_op_s,
+            ref.te_module_s,
+        )
+        assert got.op_s > 0
