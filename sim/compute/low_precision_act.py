@@ -19,13 +19,33 @@ they replace; ``t`` tokens, ``r`` = ``t / tp`` under sequence parallelism):
   output projection's input ``t x heads/tp x d_v`` (the down projections share the normed
   input between two linears, each saving its own copy: counted as no change);
 * dense MLP: the fused norm's output into fc1, ``r x h``, and fc2's input ``t x ffn / tp``;
-* MoE: the routed experts' fc1 input (the permuted tokens, ``n x h`` for the ``n`` rows of the
-  local experts) and fc2 input ``n x ffn_e / etp``; a shared expert's fc2 input ``t x ffn_s /
-  tp``, less the quantized copy its fc1 saves of the norm output the router keeps in 16 bits
-  (``t x h`` at the quantized size).
+* MoE: the routed experts' fc1 input (the permuted tokens, ``n x w`` for the ``n`` rows of the
+  local experts, ``w`` the row width: ``h``, or the latent size ``l`` of a latent MoE) and fc2
+  input ``n x ffn_e / etp``; a shared expert's fc2 input ``t x ffn_s / tp``, less the quantized
+  copy its fc1 saves of the norm output the router keeps in 16 bits (``t x h`` at the quantized
+  size); a latent MoE's ``fc2_latent_proj`` input ``r x l``, less the quantized copy
+  ``fc1_latent_proj`` (a ``TELinear``) saves of the norm output (``r x h``):
+  NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/moe_layer.py`` lines 265-306 and
+  476-492; Transformer Engine's ``GroupedLinear`` keeps its inputs column-wise only
+  (NVIDIA/TransformerEngine@d0067d0d ``transformer_engine/pytorch/module/grouped_linear.py``
+  lines 901-914).
+
+**Hybrid layers** (Megatron-Core's ``HybridStack``, Nemotron-H, Nemotron 3): every layer runs
+inside the recipe's context (``megatron/core/models/hybrid/hybrid_block.py`` lines 334-390) and
+its linears are TE modules (``megatron/core/models/hybrid/hybrid_layer_specs.py`` lines
+106-232), so they save quantized inputs as a transformer block does:
+
+* attention layer (``*``): as the attention half above (``linear_qkv`` a
+  ``TELayerNormColumnParallelLinear``, ``linear_proj`` a ``TERowParallelLinear``);
+* MLP layer (``-``): as the dense MLP above (``linear_fc1`` a ``TELayerNormColumnParallelLinear``);
+* MoE layer (``E``): as the MoE MLP above (its own ``TENorm`` feeds the router);
+* Mamba layer (``M``): ``in_proj`` (a ``TELayerNormColumnParallelLinear``) keeps its normed
+  input ``r x h`` and ``out_proj`` (a ``TERowParallelLinear``) the gated norm's output ``t x
+  d_i / tp`` (``megatron/core/ssm/mamba_mixer.py`` lines 281, 437, 510-525).
 
 Not changed: norms' inputs, the attention core's tensors (FP8 attention is off by default),
-activation-function inputs, the router, embedding, output layer, Mamba and MTP layers.
+activation-function inputs, the router, embedding, output layer, the Mamba scan's tensors
+(``in_proj``'s output, the conv output, ``dt``), and MTP layers.
 """
 
 from __future__ import annotations
@@ -33,31 +53,51 @@ from __future__ import annotations
 from sim.compute.decoder import ATTN, tokens
 from sim.compute.decoder_shape import DecoderShape, base_kind
 
+QUANTIZED_KINDS = ("block", "moe_block", "attention", "mlp", "moe", "mamba")
+"""Layer kinds whose linear inputs a recipe saves quantized (module doc); MTP depths, the
+embedding and the output layer are left in 16 bits."""
 
-def _attention_inputs(m: DecoderShape, kind: str, t: int, r: int, tp: int) -> tuple[float, float]:
-    """(16-bit elements replaced, quantized elements added) of the attention half."""
+
+Input = tuple[str, float, float]
+"""``(linear, 16-bit input elements replaced, quantized elements added)``: one linear layer's
+saved input, by its GEMM name (:data:`sim.compute.quantize.LINEARS`)."""
+
+
+def _attention_inputs(m: DecoderShape, kind: str, t: int, r: int, tp: int) -> list[Input]:
+    """The attention half's linear inputs (module doc)."""
     if m.mla is not None:
         mla = m.mla
-        return float(t * (mla.q_lora + mla.kv_lora) + t * (m.heads // tp) * mla.d_v), 0.0
+        return [("q_up", float(t * mla.q_lora), 0.0), ("kv_up", float(t * mla.kv_lora), 0.0),
+                ("proj", float(t * (m.heads // tp) * mla.d_v), 0.0)]  # fmt: skip
     blk = m.block_for(kind)
-    return float(r * m.hidden + t * blk.heads * blk.hd // tp), 0.0
+    return [("qkv", float(r * m.hidden), 0.0), ("proj", float(t * blk.heads * blk.hd // tp), 0.0)]
 
 
-def _mlp_inputs(
-    m: DecoderShape, base: str, t: int, r: int, tp: int, rows, etp
-) -> tuple[float, float]:
-    """(16-bit elements replaced, quantized elements added) of the MLP half."""
-    if base == "block":
-        return float(r * m.hidden + t * m.ffn_hidden // tp), 0.0
-    if base != "moe_block" or m.moe is None:
-        return 0.0, 0.0
+def _mlp_inputs(m: DecoderShape, base: str, t: int, r: int, tp: int, rows, etp) -> list[Input]:
+    """The MLP half's (or the Mamba mixer's) linear inputs (module doc)."""
+    if base in ("block", "mlp"):
+        return [("up", float(r * m.hidden), 0.0), ("down", float(t * m.ffn_hidden // tp), 0.0)]
+    if base == "mamba" and m.mamba is not None:
+        return [("in_proj", float(r * m.hidden), 0.0),
+                ("out_proj", float(t * m.mamba.inner // tp), 0.0)]  # fmt: skip
+    if base not in ("moe_block", "moe") or m.moe is None:
+        return []
     moe, n = m.moe, float(sum(rows))
-    replaced = n * (moe.hidden + moe.expert_ffn / (etp or tp))
-    added = 0.0
+    out = [
+        ("expert_up", n * moe.row_width, 0.0),
+        ("expert_down", n * moe.expert_ffn / (etp or tp), 0.0),
+    ]
     if moe.shared_ffn:
-        replaced += t * moe.shared_ffn / tp
-        added += float(t * moe.hidden)
-    return replaced, added
+        out += [
+            ("shared_down", t * moe.shared_ffn / tp, 0.0),
+            ("shared_up", 0.0, float(t * moe.hidden)),
+        ]
+    if moe.latent:  # fc2_latent_proj's input; fc1_latent_proj's own copy of the norm output
+        out += [
+            ("latent_up", float(r * moe.latent), 0.0),
+            ("latent_down", 0.0, float(r * moe.hidden)),
+        ]
+    return out
 
 
 def quantized_input_savings(
@@ -71,11 +111,14 @@ def quantized_input_savings(
     cp: int = 1,
     rows: tuple[float, ...] = (),
     etp: int | None = None,
+    keep16: tuple[str, ...] = (),
 ) -> float:
     """Bytes of one layer's stash on one rank, one micro-batch, that a recipe saving each
     linear input at ``saved_bytes`` per element removes against ``d``-byte inputs (module doc);
     0 for layers whose inputs it does not change. Same arguments as
-    :func:`~sim.compute.decoder.layer_act_bytes`.
+    :func:`~sim.compute.decoder.layer_act_bytes`; ``keep16``: linear layers the recipe keeps in
+    16 bits (:attr:`sim.compute.precision_rules.LayerRules.keep16`), which save their input
+    as it is.
 
     Example:
         >>> from sim.compute.decoder_shape import DecoderShape
@@ -84,9 +127,11 @@ def quantized_input_savings(
         3584.0
     """
     base = base_kind(kind)
-    if base not in ("block", "moe_block") or saved_bytes >= d:
+    if base not in QUANTIZED_KINDS or saved_bytes >= d:
         return 0.0
     t, r = tokens(m, b, tp, sp, cp)
-    a_rep, a_add = _attention_inputs(m, kind, t, r, tp) if base in ATTN else (0.0, 0.0)
-    f_rep, f_add = _mlp_inputs(m, base, t, r, tp, rows, etp)
-    return max(0.0, (a_rep + f_rep) * (d - saved_bytes) - (a_add + f_add) * saved_bytes)
+    inputs = _attention_inputs(m, kind, t, r, tp) if base in ATTN else []
+    inputs += _mlp_inputs(m, base, t, r, tp, rows, etp)
+    kept = [(rep, add) for name, rep, add in inputs if name not in keep16]
+    rep, add = sum(x for x, _ in kept), sum(y for _, y in kept)
+    return max(0.0, rep * (d - saved_bytes) - add * saved_bytes)
