@@ -14,8 +14,10 @@ from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.recompute_modules import module_parts
+from sim.compute.routing import Routing
 from sim.compute.ssm import MambaShape
 from sim.hardware.loader import load_hardware
+from sim.memory.layer_work import WorkOptions, decoder_work
 from sim.parallel.decoder_shard import shard_decoder
 from sim.parallel.layout import ParallelLayout
 from sim.trace.decoder import decoder_trace
@@ -72,3 +74,18 @@ def test_moe_act_recompute_drops_the_quantized_fc2_input():
     assert moe_act(plain) == pytest.approx(N * 128 * 2)
     assert moe_act(fp8) == pytest.approx(N * 128 * 1)
 
+
+def test_mtp_loss_keeps_16_bit_logits_under_te_cross_entropy():
+    """multi_token_prediction.py:1012-1027: each MTP depth's loss goes through
+    compute_language_model_loss, so TE's cross entropy keeps its 16-bit logits (2 t V) instead
+    of the fp32 softmax (4 t V) the trace's MTP stash counts."""
+    trace = decoder_trace(HYBRID, name="h", microbatch_size=1, gpu=H100)
+    lay = ParallelLayout(pp=1, dp_replicate=1)
+    mtp = [i for i, x in enumerate(trace.layers) if x.name.startswith("mtp")]
+    assert mtp
+    te = decoder_work(trace, lay, Routing(), WorkOptions(cross_entropy="te"))
+    plain = decoder_work(trace, lay, Routing(), WorkOptions())
+    for i in mtp:
+        act = trace.layers[i].act_bytes
+        assert te[i].stash_bytes == act - (4 - 2) * T * 1024
+        assert plain[i].stash_bytes is None
