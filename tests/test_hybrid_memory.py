@@ -15,7 +15,7 @@ from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.recompute_modules import module_parts
 from sim.compute.routing import Routing
-from sim.compute.ssm import MambaShape
+from sim.compute.ssm import MambaShape, mamba_act_bytes
 from sim.hardware.loader import load_hardware
 from sim.memory.layer_work import WorkOptions, decoder_work
 from sim.parallel.decoder_shard import shard_decoder
@@ -89,3 +89,15 @@ def test_mtp_loss_keeps_16_bit_logits_under_te_cross_entropy():
         act = trace.layers[i].act_bytes
         assert te[i].stash_bytes == act - (4 - 2) * T * 1024
         assert plain[i].stash_bytes is None
+
+
+def test_mamba_keeps_what_the_split_conv_scan_and_the_gated_norm_save():
+    """ssd_combined.py:888-889 saves zxbcdt (t x (2 d_i + 2 G N + H)) and out_x (t d_i); the
+    conv output and dt / dA_cumsum are recomputed; the gated RMSNorm saves its input (t d_i)
+    and fp32 rstd (4 t G), out_proj its input (t d_i); in_proj's LayerNormLinear the norm input
+    and its output (2 r h): 2 (2 t h + t (2 d_i + 2 G N + H) + 3 t d_i) + 4 t G bytes."""
+    ms = HYBRID.mamba
+    assert ms is not None
+    iw = 2 * DI + 2 * ms.groups * ms.state + ms.heads
+    want = 2 * (2 * T * H + T * iw + 3 * T * DI) + 4 * T * ms.groups
+    assert mamba_act_bytes(ms, H, T, 1, 2) == want == 469504
