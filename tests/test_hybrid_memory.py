@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sim.compute.decoder import DecoderShape
-from sim.compute.low_precision_act import quantized_input_savings
+from sim.compute.low_precision_act import keeps_original, quantized_input_savings
 from sim.compute.moe import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LowPrecision
@@ -32,20 +32,35 @@ ROWS = (N / 8,) * 8
 
 def test_hybrid_layers_save_their_linear_inputs_quantized():
     """hybrid_layer_specs.py: TE linears in every hybrid layer (1 B per element here, against
-    2): Mamba in_proj's normed input r h and out_proj's input t d_i; attention qkv r h and
-    proj t q; MLP fc1 r h and fc2 t f; MoE: the experts' fc1 input at the latent width n l,
-    fc2 input n f_e, the shared fc2 input t f_s and fc2_latent_proj's input r l, less the
-    quantized copies the shared fc1 and fc1_latent_proj keep of the norm output (2 r h)."""
+    2; a recipe other than delayed scaling): Mamba in_proj's normed input r h and out_proj's
+    input t d_i; attention qkv r h (proj keeps the core's output as it is); MLP fc1 r h and fc2
+    t f; MoE: the experts' fc1 input at the latent width n l, fc2 input n f_e, the shared fc2
+    input t f_s and fc2_latent_proj's input r l, less the quantized copy fc1_latent_proj keeps
+    of the norm output (r h; the shared fc1 keeps the router's as it is)."""
     save = lambda kind, **kw: quantized_input_savings(kind, HYBRID, 1, 2, 1.0, rows=ROWS, **kw)  # noqa: E731
     assert save("mamba") == T * H + T * DI == 65536
-    assert save("attention") == T * H + T * 256 == 65536
+    assert save("attention") == T * H == 32768
     assert save("mlp") == T * H + T * 512 == 98304
-    moe = N * 64 + N * 128 + T * 256 + T * 64 - 2 * T * H
-    assert save("moe") == moe == 24576
+    moe = N * 64 + N * 128 + T * 256 + T * 64 - T * H
+    assert save("moe") == moe == 57344
     # latent projections kept in 16 bits (Nemotron 3 Super's NVFP4 quantization config):
     # they save their inputs as they are, nothing replaced and no copy added
-    assert save("moe", keep16=("latent_down", "latent_up")) == moe - T * 64 + T * H == 49152
+    assert save("moe", keep16=("latent_down", "latent_up")) == moe - T * 64 + T * H == 81920
     assert save("mtp") == 0.0  # MTP depths are left in 16 bits
+
+
+def test_proj_and_shared_fc1_save_the_16_bit_tensor_unless_delayed_scaling():
+    """Megatron-LM !3465 (attention.py:426-444, shared_experts.py:147-161): with a recipe other
+    than delayed scaling linear_proj saves the core attention's output and the shared expert's
+    fc1 the router's input as they are (set_save_original_input); under delayed scaling each
+    saves a quantized copy besides: t q and t h more (1 B each here)."""
+    save = lambda kind, original: quantized_input_savings(  # noqa: E731
+        kind, HYBRID, 1, 2, 1.0, rows=ROWS, original=original
+    )
+    assert save("attention", True) - save("attention", False) == T * 256
+    assert save("moe", True) - save("moe", False) == T * H
+    assert not keeps_original("fp8-delayed")
+    assert keeps_original("mxfp8") and keeps_original("fp8-tensorwise") and keeps_original("nvfp4")
 
 
 def test_fused_norm_hybrid_layers_have_no_layernorm_recompute():

@@ -49,7 +49,7 @@ from sim.compute.decoder import (
 )
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, phase_time
-from sim.compute.low_precision_act import quantized_input_savings
+from sim.compute.low_precision_act import keeps_original, quantized_input_savings
 from sim.compute.mcore_ops import expert_ops
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
@@ -349,7 +349,8 @@ def _kind_shard(
     if low is not None and low.recipe.library == TE and low.recipe.wgrad:  # quantized inputs
         saved = low.recipe.data_bytes + low.recipe.scale_bytes
         act -= quantized_input_savings(kind, m, b, d, saved, par.tp, par.sp, par.cp, mine,
-                                       par.expert_tp, low.rules.keep16)  # fmt: skip
+                                       par.expert_tp, low.rules.keep16,
+                                       keeps_original(low.recipe.name))  # fmt: skip
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
