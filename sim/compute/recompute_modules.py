@@ -14,7 +14,8 @@ module          dropped bytes                                       re-run kerne
 ``core_attn``   flash attention's log-sum-exp ``4 t a/tp`` (its     the attention core
                 Q, K, V are kept as the checkpoint's inputs, its
                 output by the projection)
-``layernorm``   the norms' outputs, ``r h d`` each                  ``norm1``, ``norm2``
+``layernorm``   the norms' outputs, ``r h d`` each (none in a       ``norm1``, ``norm2``
+                hybrid stack's Mamba, attention and MLP layers)
 ``mlp``         the dense MLP's ``t (up + f)/tp d``                 gate/up, act, down
 ``moe_act``     the experts' activation outputs ``n f_e/etp d``     ``expert_act``,
                 (``n`` rows of the rank's experts)                  ``expert_gate_mul``
@@ -34,6 +35,14 @@ block's input, the odd matmuls' outputs, the attention output and its log-sum-ex
 dispatched and combined token rows; dropped: the rest of its stash. Re-run: every kernel but the
 saved ones.
 
+In Megatron-Core's hybrid stack only the MoE layer has a norm of its own (``pre_mlp_layernorm``,
+a ``TENorm``): the Mamba, attention and MLP layers fuse theirs into a
+``TELayerNormColumnParallelLinear`` (``input_layernorm`` is an ``IdentityOp``;
+NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/models/hybrid/hybrid_layer_specs.py`` lines 106-232,
+``megatron/core/ssm/mamba_layer.py`` line 51), and ``layernorm`` recomputes only a norm that is
+not an ``IdentityOp`` (``megatron/core/transformer/transformer_layer.py`` lines 475-477 and
+521-527): :data:`FUSED_NORM_KINDS` offer no ``layernorm`` choice.
+
 Collectives are not re-run here (a recomputed MoE layer's all-to-alls, Megatron's ``moe``,
 are left out: an assumption).
 """
@@ -49,6 +58,8 @@ from sim.compute.kernels import Kernel
 MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj")
 """Megatron-Core's ``recompute_modules`` pipesim models."""
 SAC = "sac"
+FUSED_NORM_KINDS = ("mamba", "attention", "mlp")
+"""Hybrid layer kinds whose norm is fused into their first linear (module doc)."""
 """torchtitan's per-op selective activation checkpointing."""
 CORE = ("flash_attn_fwd", "scores", "softmax", "attn_dropout", "attn_v")
 _NORMS = ("norm1", "norm2")
@@ -93,7 +104,7 @@ def module_parts(
         if m.mla is not None:
             qkv = t * at * (2 * m.mla.d_qk + m.mla.d_v) * d
             out.append(("mla_up_proj", float(qkv), _named(fwd, ("q_up", "kv_up", "rotary"))))
-    norms = _named(fwd, _NORMS)
+    norms = _named(fwd, _NORMS) if base not in FUSED_NORM_KINDS else ()
     if norms:
         out.append(("layernorm", float(len(norms) * r * h * d), norms))
     if base in ("block", "mlp"):

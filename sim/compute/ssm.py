@@ -59,11 +59,13 @@ before ``in_proj``'s backward; the projections' weight gradients are the layer's
 row-parallel; each rank holds ``H/t`` heads and ``G/t`` groups (both must divide).
 
 **Activations** kept for the backward (one rank, ``d`` bytes per element): the norm input and
-``in_proj`` input (``2*r*h*d``, as the attention half), ``in_proj``'s output ``zxBCdt``
-(``T*(2 d_i + 2 G N + H)/t*d``), the conv output ``x, B, C`` (``T*(d_i + 2 G N)/t*d``), the
-scan's fp32 ``dt`` and ``dA_cumsum`` (``8*T*H/t``), its output ``y`` (``T*d_i/t*d``), the gated
-norm's output (``out_proj``'s input, ``T*d_i/t*d``) and its fp32 ``rstd`` (``4*T*G/t``): the
-tensors ``MambaChunkScanCombinedFn`` and the surrounding autograd save (ssd_combined.py:606).
+``in_proj`` input (``2*r*h*d``, as the attention half); what
+``MambaSplitConv1dScanCombinedFn`` saves (ssd_combined.py:888-889, ``save_for_backward(zxbcdt,
+..., out_x, ...)``): ``in_proj``'s output ``zxBCdt`` (``T*(2 d_i + 2 G N + H)/t*d``) and the
+scan's output before the gate ``out_x`` (``T*d_i/t*d``), not the conv output nor ``dt`` and
+``dA_cumsum``, which its backward recomputes (above); the gated output, the input the gated
+RMSNorm saves (``mamba_ssm/ops/triton/layernorm_gated.py`` ``LayerNormFn``), ``T*d_i/t*d``, and
+its fp32 ``rstd`` (``4*T*G/t``); the norm's output, ``out_proj``'s input (``T*d_i/t*d``).
 
 **State memory** (:func:`ssd_state_bytes`): the chunk states ``b * chunks * H * P * N`` exist
 while the scan runs (fp32 from ``_chunk_state_fwd``, then in the input dtype after the state
@@ -305,6 +307,5 @@ def mamba_act_bytes(
         ValueError: as :func:`mamba_fwd`.
     """
     t, r = _tokens(m, b, s, tp, sp, cp)
-    iw, cw, di = m.in_width / tp, m.conv_width / tp, m.inner / tp
-    scan = 2 * FP32 * t * m.heads / tp + FP32 * t * m.groups / tp
-    return 2 * r * h * d + t * d * (iw + cw + 2 * di) + scan
+    iw, di = m.in_width / tp, m.inner / tp
+    return 2 * r * h * d + t * d * (iw + 3 * di) + FP32 * t * m.groups / tp

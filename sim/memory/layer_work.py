@@ -40,7 +40,10 @@ Transformer Engine runs the layers (NVIDIA/Megatron-LM@d98e8a6, NVIDIA/Transform
   ``d*t*V_t``; their backward writes the gradient into the softmax and casts it to 16 bit
   (``d*t*V_t`` more); TE's (``--cross-entropy-fusion-impl te``, ``transformer_engine/pytorch/
   cross_entropy.py``) writes the gradient into the 16-bit logits in the forward and keeps only
-  them, ``d*t*V_t``; the output layer's backward adds its input gradient ``t*h*d``;
+  them, ``d*t*V_t``; the output layer's backward adds its input gradient ``t*h*d``; each MTP
+  depth computes its loss through the same ``compute_language_model_loss``
+  (``megatron/core/transformer/multi_token_prediction.py`` lines 1012-1027), so under TE's its
+  stash keeps ``d*t*V_t`` of logits instead of the fp32 softmax (:func:`mtp_work`);
   Megatron's fused one runs its helpers through ``jit_fuser`` = ``torch.compile``
   (``megatron/core/jit.py``), and the compiled ``calculate_gradients``, which updates the
   saved softmax in place (``index_put``, ``mul_``) before its cast to 16 bit, works on a
@@ -178,6 +181,16 @@ def loss_work(
     return LayerWork(logits, bwd, None, weights, (norm, 4.0 * t * vocab_rows), deferred)
 
 
+def mtp_work(layer: LayerProfile, t: int, vocab_rows: int, d: int, opts: WorkOptions) -> LayerWork:
+    """An MTP depth (not itemized: :func:`generic_work`), its loss as the framework keeps it: the
+    trace's stash holds the fp32 softmax ``4*t*V_t``, TE's cross entropy the 16-bit logits
+    ``d*t*V_t`` (module doc)."""
+    if opts.cross_entropy != "te":
+        return generic_work(layer)
+    kept = max(0.0, layer.act_bytes - (4.0 - d) * t * vocab_rows)
+    return LayerWork(bwd_bytes=kept, stash_bytes=kept, tensors=(kept,))
+
+
 def embedding_work(r: int, h: int, vocab_rows: int, d: int) -> LayerWork:
     """The word embedding's backward: its dense weight gradient and the incoming gradient."""
     return LayerWork(0.0, float((vocab_rows * h + r * h) * d), tensors=(float(r * h * d),))
@@ -300,7 +313,9 @@ def decoder_work(
                 w = hybrid_moe_work(m, b, d, lay, rows)
                 cache[base] = replace(w, bwd_bytes=w.bwd_bytes + _wgrad(w.weights, d, opts))
             out.append(cache[base])
-        else:  # a hybrid model's mamba, attention, mlp or MTP layer: not itemized
+        elif base == "mtp":
+            out.append(mtp_work(layer, t, vt, d, opts))
+        else:  # a hybrid model's mamba, attention or mlp layer: not itemized
             out.append(generic_work(layer))
     return tuple(out)
 

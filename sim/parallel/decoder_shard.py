@@ -49,7 +49,7 @@ from sim.compute.decoder import (
 )
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.kernels import Kernel, kernel_time_s, phase_time
-from sim.compute.low_precision_act import quantized_input_savings
+from sim.compute.low_precision_act import keeps_original, quantized_input_savings
 from sim.compute.mcore_ops import expert_ops
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
@@ -374,10 +374,12 @@ def _kind_shard(
     ratios += (flr / fl1 if fl1 > 0 else 1.0,)
     act1 = layer_act_bytes(kind, m, b, d, rows=one_rows)
     act = layer_act_bytes(kind, m, b, d, par.tp, par.sp, par.cp, mine, par.cp_comm, par.expert_tp)
+    saved = None
     if low is not None and low.recipe.library == TE and low.recipe.wgrad:  # quantized inputs
         saved = low.recipe.data_bytes + low.recipe.scale_bytes
         act -= quantized_input_savings(kind, m, b, d, saved, par.tp, par.sp, par.cp, mine,
-                                       par.expert_tp)  # fmt: skip
+                                       par.expert_tp, low.rules.keep16,
+                                       keeps_original(low.recipe.name))  # fmt: skip
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0
@@ -391,7 +393,8 @@ def _kind_shard(
     tpc = _tp_comm(kind, m, b, d, par, float(sum(mine)), gather, regather)
     ops = _group_ops(kind, m, b, d, par, core, plan if moe else None)
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
-    parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1)
+    fc2 = saved if low is not None and "expert_down" not in low.rules.keep16 else None
+    parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1, fc2)
     return ratios, act, share, tpc, ops, pair, parts, sync_share(rank[0], spec, dt)
 
 
@@ -405,13 +408,21 @@ def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: Paralle
     return (rank[0] + fwd, rank[1] + bwd, *rank[2:])
 
 
-def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float) -> tuple:
+def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float, saved=None) -> tuple:
     """Each recompute choice of the layer on the rank (:mod:`sim.compute.recompute_modules`)
     as ``(choice, dropped share of the one-GPU stash, share of the rank's forward seconds)``:
-    :func:`_apply` turns the shares into the layer's bytes and seconds."""
+    :func:`_apply` turns the shares into the layer's bytes and seconds.
+
+    ``saved``: bytes per element of a linear input a low-precision recipe keeps (None or ``d``:
+    16 bits). ``moe_act`` then drops the experts' fc2 input at that size, the quantized copy the
+    stash holds (:mod:`sim.compute.low_precision_act`): with FP8 or FP4, Megatron-Core makes
+    ``linear_fc2`` save its original input, the activation output the recompute discards
+    (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/experts.py`` lines 269-276)."""
     out = []
     args = (par.tp, par.sp, par.cp, rows, par.expert_tp)
     for name, dropped, kernels in module_parts(kind, m, b, d, *args):
+        if name == "moe_act" and saved is not None and saved < d:
+            dropped *= saved / d
         secs = phase_time(list(kernels), spec, dt).total_s if kernels else 0.0
         out.append((name, dropped / act1 if act1 else 0.0, secs / fwd_s if fwd_s else 0.0))
     return tuple(out)

@@ -19,7 +19,10 @@ give the same run:
   comm overlap"); for Megatron-Bridge rows the recipe's settings (recompute, overlaps,
   distributed optimizer, MTP, CUDA graphs, dispatcher) when a recipe table is given
   (:mod:`sim.runs.bridge_recipes`), else the row says the settings are unknown. Model traits
-  the columns cannot say are taken from the model's name (:data:`NAMED_TRAITS`).
+  the columns cannot say are taken from the model's name (:data:`NAMED_TRAITS`). The few
+  Megatron-Bridge rows whose printed layout no preset of their release's launcher produces are
+  read with the launcher's (:mod:`sim.runs.bridge_errata`), and say so among their
+  approximations.
 
 A source measured on one machine whose own figures pipesim ships as a hardware overlay runs
 with it (:data:`NODE_OVERLAYS`): SimuMax's rows on SimuMax's B200 node.
@@ -37,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
+from sim.runs.bridge_errata import corrected, erratum_for, erratum_note
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for
 from sim.runs.megatron_args import read_megatron
 from sim.runs.model_shapes import shape_flags
@@ -363,6 +367,8 @@ def read_measured_csv(
     for i, row in df.iterrows():
         recipe = recipe_for(recipes, row)
         date = (generated or {}).get(str(row.get("source_ref", "")).split(":", 1)[-1], "")
-        out.append(row_run(row, source=f"{path} row {int(str(i)) + 2}", recipe=recipe,
-                           generated=date))  # fmt: skip
+        fix = erratum_for(row)  # a table row whose layout is not its run's (sim.runs.bridge_errata)
+        run = row_run(corrected(row, fix) if fix else row, source=f"{path} row {int(str(i)) + 2}",
+                      recipe=recipe, generated=date)  # fmt: skip
+        out.append(replace(run, args=run.args + (erratum_note(fix),)) if fix else run)
     return out

@@ -1,0 +1,114 @@
+"""Rows of Megatron-Bridge's performance tables whose layout columns are not the run's.
+
+A table row gives the parallel layout beside the throughput; the run itself was made by the
+release's performance launcher (``scripts/performance``) with its preset for the model, GPU and
+precision. Where the release's launcher has no preset, and no variant, that produces the
+row's layout, and the row's layout columns repeat those of a neighbouring row of the same
+table, the row is read with the layout of the launcher's preset (:data:`ERRATA`), and says so
+(:func:`erratum_note`). Nothing else of the row changes (its throughput, and the recipe
+settings looked up by the row as printed: :mod:`sim.runs.bridge_recipes`).
+
+Each entry names its evidence; no entry is inferred from pipesim's own predictions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from sim.runs.record import ArgNote
+
+_LAUNCHER = (
+    "NVIDIA-NeMo/Megatron-Bridge@9c9dd84 (v0.3.1, the 26.02.01 container's) scripts/performance/"
+    "configs/llama/llama3_workload_base_configs.py"
+)
+_TABLE = (
+    "NVIDIA-NeMo/Megatron-Bridge@067f987df0 docs/performance-summary-archive.md lines 397-403 "
+    "(26.02.01, Llama3 70B)"
+)
+
+
+@dataclass(frozen=True)
+class Erratum:
+    """One row's layout as the table prints it and as its release's launcher ran it.
+
+    Attributes:
+        release: the table's release (the ``table`` column's first part, ``26.02.01``).
+        model, gpu, precision, task: the row's columns.
+        table: the columns as printed (``{"pp": 1, "vp": 1, "mbs": 2}``; an empty ``vp`` is 1).
+        run: the same columns as the launcher set them.
+        evidence: where the run's values come from and why the printed ones are not the run's.
+    """
+
+    release: str
+    model: str
+    gpu: str
+    precision: str
+    task: str
+    table: dict[str, int]
+    run: dict[str, int]
+    evidence: str
+
+    def matches(self, row: pd.Series) -> bool:
+        """Whether ``row`` is this erratum's row, printed as :attr:`table` says."""
+        release = str(row.get("table", "")).split("/", 1)[0].strip()
+        same = (release, str(row.get("model")), str(row.get("gpu")),
+                str(row.get("precision")), str(row.get("task")))  # fmt: skip
+        if same != (self.release, self.model, self.gpu, self.precision, self.task):
+            return False
+        return all(_int(row.get(k), 1 if k == "vp" else 0) == v for k, v in self.table.items())
+
+
+def _int(v: Any, empty: int) -> int:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return empty
+    return empty if f != f else int(f)
+
+
+ERRATA: tuple[Erratum, ...] = (
+    Erratum(
+        "26.02.01", "LLAMA3_70B", "GB300", "NVFP4", "pretrain",
+        table={"pp": 1, "vp": 1, "mbs": 2}, run={"pp": 4, "vp": 5, "mbs": 1},
+        evidence=f"{_LAUNCHER} lines 76-82 and 225-231 (LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V1"
+        " and _V2, the release's only presets for it: pipeline 4, virtual 5, micro-batch 1 by "
+        "WorkloadBaseConfig's default); the printed MBS 2 and TP 1 PP 1 are those of the FP8 "
+        f"row below it, which runs Megatron-FSDP (FSDP 64), {_TABLE}; the 26.02 and 26.04 rows "
+        "of the same configuration print PP 4 VP 5 MBS 1",
+    ),
+    Erratum(
+        "26.02.01", "LLAMA3_70B", "GB300", "MXFP8", "pretrain",
+        table={"pp": 4, "vp": 1, "mbs": 2}, run={"pp": 4, "vp": 5, "mbs": 1},
+        evidence=f"{_LAUNCHER} lines 70-74 and 219-223 (LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V1"
+        " and _V2, the release's only presets for it: pipeline 4, virtual 5, micro-batch 1); "
+        f"the printed MBS 2 and VP n/a are those of the FP8 row below it, {_TABLE}; the 26.02 "
+        "and 26.04 rows of the same configuration print PP 4 VP 5 MBS 1",
+    ),
+)  # fmt: skip
+"""The rows read with their launcher's layout (module doc)."""
+
+
+def erratum_for(row: pd.Series) -> Erratum | None:
+    """The erratum of ``row`` (None: the row is read as printed)."""
+    return next((e for e in ERRATA if e.matches(row)), None)
+
+
+def corrected(row: pd.Series, erratum: Erratum) -> pd.Series:
+    """``row`` with the layout columns of ``erratum.run`` (the data-parallel width follows from
+    the GPU count: :mod:`sim.runs.measured_csv`)."""
+    out = row.copy()
+    for k, v in erratum.run.items():
+        out[k] = v
+    return out
+
+
+def erratum_note(erratum: Erratum) -> ArgNote:
+    """What the simulation changes of the printed row (``Expressed.approximations``)."""
+    printed = " ".join(f"{k} {v}" for k, v in erratum.table.items())
+    ran = " ".join(f"{k} {v}" for k, v in erratum.run.items())
+    return ArgNote("layout", printed, "approximated",
+                   f"table erratum: the row prints {printed}, simulated as its release's "
+                   f"launcher ran it, {ran} ({erratum.evidence})")  # fmt: skip

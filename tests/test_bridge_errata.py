@@ -1,0 +1,37 @@
+"""Megatron-Bridge table rows read with their release's launcher layout (sim.runs.bridge_errata):
+the 26.02.01 Llama-3 70B NVFP4 and MXFP8 rows on GB300 print the FP8 row's MBS 2 (and TP 1 PP 1),
+which no preset of the release (Megatron-Bridge v0.3.1) sets; a row printed as its launcher ran
+it is read as printed."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.runs.measured_csv import read_measured_csv
+
+COLUMNS = ("table", "task", "model", "family", "gpu", "num_gpus", "tp", "pp", "vp", "cp", "ep",
+           "gbs", "mbs", "precision", "seq_len", "framework", "tokens_per_s_per_gpu",
+           "step_time_derived_s")  # fmt: skip
+
+
+def _row(release: str, precision: str, pp: int, vp: float, mbs: int, tps: int) -> dict:
+    vals = (f"{release} / Pre-Training Performance / Model: LLAMA3_70B", "pretrain", "LLAMA3_70B",
+            "dense", "GB300", 64, 1, pp, vp, 1, None, 256, mbs, precision, 8192,
+            "Megatron-Bridge/Megatron-Core (NeMo container)", tps, 256 * 8192 / (tps * 64))  # fmt: skip
+    return dict(zip(COLUMNS, vals, strict=True))
+
+
+def test_rows_whose_layout_no_launcher_preset_sets_are_read_as_the_launcher_ran_them(tmp_path):
+    path = tmp_path / "t.csv"
+    pd.DataFrame([_row("26.02.01", "NVFP4", 1, float("nan"), 2, 7002),
+                  _row("26.02.01", "MXFP8", 4, float("nan"), 2, 4798),
+                  _row("26.02", "NVFP4", 4, 5, 1, 6798)]).to_csv(path, index=False)  # fmt: skip
+    nvfp4, mxfp8, printed = read_measured_csv(path)
+    for run in (nvfp4, mxfp8, printed):
+        lay = run.layout
+        assert (lay.tp, lay.pp, lay.vp, lay.dp, run.microbatch_size) == (1, 4, 5, 16, 1)
+    notes = [a.reason for a in nvfp4.args if a.name == "layout"]
+    assert len(notes) == 1 and notes[0].startswith("table erratum: the row prints pp 1 vp 1 mbs 2")
+    assert "llama3_workload_base_configs.py lines 76-82" in notes[0]
+    assert any(a.name == "layout" and "vp 1 mbs 2" in a.reason for a in mxfp8.args)
+    assert not any(a.name == "layout" for a in printed.args)
