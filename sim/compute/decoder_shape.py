@@ -192,8 +192,8 @@ class DecoderShape:
         out = {k: v for k, v in out.items() if k not in OPTIONAL or v != OPTIONAL[k]}
         if out.get("moe") is not None:  # fields added later, left out at their defaults
             out["moe"] = {k: v for k, v in out["moe"].items()
-                          if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp")
-                              and not v)
+                          if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
+                                        "clamp") and not v)
                           and not (k == "fused_weighting" and v)}  # fmt: skip
         if out.get("lora") is not None:
             out["lora"] = {**out["lora"], "targets": list(out["lora"]["targets"])}

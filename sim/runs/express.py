@@ -363,6 +363,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             fused_grouped_mlp=_feature(s, "moe_experts") == "fused",
             fused_weighting=_feature(s, "moe_weighting") != "unfused",
             bias=bool(_feature(s, "moe_bias")),
+            clamp=bool(_feature(s, "moe_clamp")),
         )  # fmt: skip
     mla = None
     if s.mla:

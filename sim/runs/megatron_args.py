@@ -589,7 +589,7 @@ def _note_shape(r: Reading) -> None:
         "normalization", "squared-relu", "spec", "is-hybrid-model", "hybrid-layer-pattern",
         "qk-layernorm", "mtp-num-layers", "moe-expert-capacity-factor",
         "moe-pad-expert-input-to-capacity", "window-size", "window-attn-skip-freq",
-        "softmax-type", "add-qkv-bias",
+        "softmax-type", "add-qkv-bias", "activation-func-clamp-value",
     ):  # fmt: skip
         if r.has(f) and not any(n.name == f for n in r.notes):
             r.mapped(f, "model shape")
@@ -631,6 +631,8 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
         out.append("moe_experts=fused")
     if r.flags.get("num-experts") and r.switch("add-bias-linear"):  # biased experts (GPT-OSS)
         out.append("moe_bias=true")
+    if r.flags.get("num-experts") and _float(r, "activation-func-clamp-value"):  # GPT-OSS
+        out.append("moe_clamp=true")  # a clamped GLU (sim.compute.glu_clamp)
     out += _attention_features(r)
     return tuple(out)
 

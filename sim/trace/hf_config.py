@@ -25,7 +25,8 @@ Read offline (plain JSON; ``transformers`` is not needed). Field names are those
 * GPT-OSS (``gpt_oss``, ``GptOssConfig``): ``head_dim``, ``attention_bias``, attention sinks,
   ``layer_types`` (``sliding_attention`` / ``full_attention``; default alternating, sliding
   first) with window ``sliding_window``; ``num_local_experts`` biased experts of width
-  ``intermediate_size``, ``num_experts_per_tok`` (``experts_per_token``); every layer MoE;
+  ``intermediate_size``, ``num_experts_per_tok`` (``experts_per_token``), a clamped GLU with
+  ``swiglu_limit`` (:mod:`sim.compute.glu_clamp`); every layer MoE;
 * Nemotron-H / Nemotron 3 (``nemotron_h``): the layers of ``hybrid_override_pattern``
   (``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE); Mamba-2 ``mamba_num_heads``,
   ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``;
@@ -119,7 +120,13 @@ def _gpt_oss(cfg: dict[str, Any], n: int) -> dict[str, Any]:
     if not isinstance(types, list) or any(t not in LAYER_TYPES for t in types):
         raise ConfigError(f"layer_types must list {' or '.join(LAYER_TYPES)}", "layer_types")
     return {
-        "moe": _moe(cfg, "num_local_experts", "intermediate_size", bias=True),
+        "moe": _moe(
+            cfg,
+            "num_local_experts",
+            "intermediate_size",
+            bias=True,
+            clamp=bool(cfg.get("swiglu_limit")),
+        ),  # clamped GLU: glu_clamp
         "attn_bias": bool(cfg.get("attention_bias", True)),
         "sinks": True,
         "window": non_negative(cfg, "sliding_window"),
