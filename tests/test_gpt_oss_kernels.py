@@ -67,3 +67,32 @@ def test_windowed_attention_runs_at_cudnn_measured_rate():
     other = attention_fwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False, window=512)
     assert full[0].window == 0 and windowed_rate_flops(full[0], gb200, "bf16") is None
     assert windowed_rate_flops(other[0], gb200, "bf16") is None
+
+
+def test_fp8_attention_runs_the_core_in_the_recipes_attention_format():
+    """Megatron's --fp8-dot-product-attention (the GPT-OSS MXFP8 recipes): with MXFP8 linear
+    layers TE runs MXFP8 attention (TE@4220403 dot_product_attention.py 100-170), so a windowed
+    4096-token layer's backward core runs at cuDNN's measured MXFP8 41 TFLOPS on GB200, 4.4x its
+    BF16 time; without the rule the core stays 16-bit; the flag maps to the option."""
+    from sim.compute.attention import attention_bwd
+    from sim.compute.kernels import kernel_time_s
+    from sim.compute.precision import TE, get_recipe
+    from sim.compute.precision_rules import LayerRules
+    from sim.compute.quantize import quantize_layer
+    from sim.hardware.loader import load_hardware
+    from sim.runs.megatron_reading import Reading
+    from sim.runs.precision_flags import precision_flags
+
+    gb200 = load_hardware("gb200-nvl72").gpus[0].compute
+    mx = get_recipe("mxfp8", TE)
+    assert gb200 is not None and mx is not None
+    core = attention_bwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False, window=128)
+    layer = ([], core, [])
+    on = quantize_layer(layer, mx, gb200.low_rate("mxfp8"), LayerRules(attention=True))[1][0]
+    off = quantize_layer(layer, mx, gb200.low_rate("mxfp8"), LayerRules())[1][0]
+    assert (on.precision, off.precision) == ("mxfp8", "")
+    t_on, t_off = (kernel_time_s(k, gb200, "bf16") - gb200.kernel_overhead_s for k in (on, off))
+    assert t_on == pytest.approx(core[0].flops / 41e12)
+    assert t_on / t_off == pytest.approx(182 / 41)
+    flags = precision_flags(Reading({"fp8-dot-product-attention": True}, True), "mxfp8")
+    assert flags == {"fp8_attention": True}
