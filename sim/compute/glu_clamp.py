@@ -21,7 +21,13 @@ half (``d`` bytes each):
   kernels, ``10 n f_e d`` bytes (``cat``'s backward is a pair of views);
 * memory: each clamp keeps its input (a view of the first GEMM's output) and the fused function
   keeps the concatenated copy, so the layer keeps ``2 n f_e d`` more than the fused activation
-  alone (:func:`kept_bytes`) unless ``moe_act`` recompute checkpoints the whole activation.
+  alone (:func:`kept_bytes`) unless ``moe_act`` recompute checkpoints the whole activation
+  (checked on torch 2.13: ``ClampBackward1`` holds ``_saved_self``, whose storage is the GEMM
+  output's; ``CatBackward0`` holds only its dimension).
+
+The code is the same in the Megatron-Core of every Bridge release measured: the submodules of
+NVIDIA-NeMo/Megatron-Bridge v0.2.0 (Megatron-LM@0d8e0714), v0.3.0 (@b0cc2706) and v0.4.1
+(@d7288711) all have these lines.
 
 The kernels are named ``expert_act_*`` so that ``moe_act`` recompute
 (:mod:`sim.compute.recompute_modules`) re-runs them with the rest of the activation.

@@ -28,7 +28,12 @@ assumption, as :mod:`sim.compute.measured` carries B200 tables to GB200), GB300'
 (Blackwell Ultra, likewise). Only the measured shape is covered: window 128 and head dim 64 (the
 benchmark runs 128 query and key heads, GPT-OSS 64 query heads over 8 key-value groups: the same
 ``samples x heads x queries`` of work, with less K/V to read; the kernel is not bound by its
-bytes here, 2.6 TB/s of the 8 TB/s).
+bytes here, 2.6 TB/s of the 8 TB/s). The benchmark has no attention sink: GPT-OSS's learned
+sink logit per head (one more term in each row's softmax denominator, cuDNN's ``sink_token``)
+is assumed to cost nothing more. The rows were measured at cuDNN 9.22; the containers of the
+Bridge releases carry their own cuDNN (release 26.06.01's GPT-OSS rows are published with a
+note of a known cuDNN performance regression, NVIDIA/cudnn-frontend#256, which no
+measurement here covers).
 """
 
 from __future__ import annotations
