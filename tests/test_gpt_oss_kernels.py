@@ -1,6 +1,7 @@
 """GPT-OSS's kernels as Megatron-Core and cuDNN run them, each against a hand-computed case:
 the clamped GLU's eager clamp (sim/compute/glu_clamp.py), windowed attention at cuDNN's
-measured rate (sim/compute/swa_speed.py)."""
+measured rate (sim/compute/swa_speed.py), FP8 attention, YaRN's unfused RoPE
+(sim/compute/rope_unfused.py)."""
 
 from __future__ import annotations
 
@@ -96,3 +97,27 @@ def test_fp8_attention_runs_the_core_in_the_recipes_attention_format():
     assert t_on / t_off == pytest.approx(182 / 41)
     flags = precision_flags(Reading({"fp8-dot-product-attention": True}, True), "mxfp8")
     assert flags == {"fp8_attention": True}
+
+
+def test_yarn_scaled_rope_runs_unfused():
+    """Megatron-Core falls back to unfused RoPE when YaRN's concentration factor is not 1
+    (rope_utils.py 340-370): GPT-OSS's factor 32 gives 0.1 ln 32 + 1 = 1.3466. A block of 2
+    tokens, 4 query heads and 2 key heads of width 8 in bf16: Q has 64 elements, K 32;
+    forward 12 elements moved per element in 6 kernels (12*64*2 = 1536 bytes for Q), backward
+    14 in 7, where the fused kernel moves 2 each way."""
+    import math
+
+    from sim.compute.rope_unfused import yarn_concentration
+    from sim.compute.transformer import BlockShape, block_bwd, block_fwd
+
+    assert yarn_concentration(32) == pytest.approx(0.1 * math.log(32) + 1)
+    assert yarn_concentration(1) == 1.0
+    shape = BlockShape(32, 4, 2, 64, rotary=True, attention="flash", kv_heads=2, head_dim=8)
+    unfused = replace(shape, rope_unfused=True)
+    fwd = {k.name: k.bytes for k in block_fwd(unfused, 1, 2) if k.name.startswith("rotary")}
+    assert len(fwd) == 12 and sum(v for k, v in fwd.items() if "_q_" in k) == 1536
+    assert sum(v for k, v in fwd.items() if "_k_" in k) == 12 * 32 * 2
+    bwd = [k for k in block_bwd(unfused, 1, 2)[0] if k.name.startswith("rotary_q")]
+    assert len(bwd) == 7 and sum(k.bytes for k in bwd) == 14 * 64 * 2
+    fused = {k.name: k.bytes for k in block_fwd(shape, 1, 2) if k.name.startswith("rotary")}
+    assert fused == {"rotary_q": 2 * 64 * 2, "rotary_k": 2 * 32 * 2}
