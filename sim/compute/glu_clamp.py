@@ -15,10 +15,13 @@ half (``d`` bytes each):
 * forward: ``x_glu.clamp(max=c)`` and ``x_linear.clamp(-c, c)`` each read and write a half
   (``2 n f_e d`` each), ``torch.cat`` reads and writes both halves (``4 n f_e d``):
   three kernels, ``8 n f_e d`` bytes;
-* backward: each clamp's backward (``clamp_backward``: a mask of its saved input times the
-  gradient) reads the gradient and the input and writes the gradient of its half
-  (``3 n f_e d`` each); the split's backward concatenates the two (``4 n f_e d``): three
-  kernels, ``10 n f_e d`` bytes (``cat``'s backward is a pair of views);
+* backward: each clamp's backward (``clamp_backward``) builds a mask of its saved input and
+  selects the gradient with it; the split's backward concatenates the two halves' gradients
+  (``cat``'s backward is a pair of views). Counted with torch 2.13's dispatch mode (each ATen
+  op a kernel moving its inputs and outputs, bool masks 1 byte): the upper-bounded half
+  ``le`` (``1.5 n f_e d``) and ``where`` (``2.5``), the two-sided half ``ge``, ``le``,
+  ``logical_and_`` (``1.5`` each) and ``where`` (``2.5``), the ``cat`` (``4``): seven
+  kernels, ``15 n f_e d`` bytes;
 * memory: each clamp keeps its input (a view of the first GEMM's output) and the fused function
   keeps the concatenated copy, so the layer keeps ``2 n f_e d`` more than the fused activation
   alone (:func:`kept_bytes`) unless ``moe_act`` recompute checkpoints the whole activation
@@ -39,9 +42,12 @@ from sim.compute.kernels import Kernel, mem
 
 FWD_BYTES_PER_ELEMENT = (2, 2, 4)
 """Bytes per element of one half (times ``d``) of the forward's clamp, clamp, cat (module doc)."""
-BWD_BYTES_PER_ELEMENT = (3, 3, 4)
-"""Bytes per element of one half (times ``d``) of the backward's two clamp backwards and the
-split's backward concatenation (module doc)."""
+BWD_OPS = (
+    ("glu_le", 1.5), ("glu_where", 2.5), ("linear_ge", 1.5), ("linear_le", 1.5),
+    ("linear_and", 1.5), ("linear_where", 2.5), ("cat", 4.0),
+)  # fmt: skip
+"""The backward's kernels and their bytes per element of one half (times ``d``): the two clamp
+backwards and the split's backward concatenation (module doc)."""
 
 
 def clamp_fwd(n: int, fe: float, d: int, count: int = 1) -> list[Kernel]:
@@ -60,10 +66,7 @@ def clamp_fwd(n: int, fe: float, d: int, count: int = 1) -> list[Kernel]:
 def clamp_bwd(n: int, fe: float, d: int, count: int = 1) -> list[Kernel]:
     """Backward kernels of :func:`clamp_fwd` (module doc)."""
     half = n * fe * d * count
-    names = ("expert_act_clamp_glu_bwd", "expert_act_clamp_linear_bwd", "expert_act_clamp_cat_bwd")
-    return [
-        mem(f"{name}[{n}]", k * half) for name, k in zip(names, BWD_BYTES_PER_ELEMENT, strict=True)
-    ]
+    return [mem(f"expert_act_clamp_{op}_bwd[{n}]", k * half) for op, k in BWD_OPS]
 
 
 def kept_bytes(rows: float, fe: float, d: int) -> float:
