@@ -41,13 +41,13 @@ from __future__ import annotations
 import bisect
 import math
 
+from sim.compute.measured import SIXTEEN_BIT
 from sim.hardware.gpu_compute import ComputeSpec
 
 WINDOW = 128
 """The measured window (keys each query attends)."""
 HEAD_DIM = 64
 """The measured head dim."""
-SIXTEEN_BIT = ("bf16", "bfloat16", "fp16", "float16")
 
 # {table: {format: {pass: [(sequence, TFLOPS), ...]}}}: cudnn-frontend@3929da2 (module doc).
 _TABLES: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {
