@@ -192,6 +192,12 @@ class PrecisionOptions(_Strict):
         "(qkv, proj, in_proj, out_proj, shared_up, latent_down, ...), as a Transformer Engine "
         "quantization-recipe config's matchers keep modules in bf16.",
     )
+    fp8_attention: bool = Field(
+        False,
+        description="Megatron's --fp8-dot-product-attention (Transformer Engine's fp8_dpa): the "
+        "attention core in FP8 too (MXFP8 with the MXFP8 and NVFP4 recipes); its kernels run at "
+        "their measured FP8 speed where pipesim has one (sim.compute.swa_speed), else as 16-bit.",
+    )
     param_gather: bool = Field(
         False,
         description="Megatron's --fp8-param-gather: parameters kept quantized and all-gathered "

@@ -47,7 +47,8 @@ free), windowed where the layer is.
 
 A flash kernel records its shape for :mod:`sim.compute.measured` (published efficiencies by
 sequence length and heads): ``m`` queries, ``n`` keys, ``k`` head dim, ``batch`` = samples x
-heads.
+heads, and its window, which :mod:`sim.compute.swa_speed` times at cuDNN's measured rate
+(a windowed kernel does the band's FLOPs, but far below the causal kernel's FLOP/s).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def attention_fwd(
     if impl == "flash":
         flops = 4.0 * b * s * kv * h * score_fraction(s, kv, causal, window)
         nbytes = 4.0 * b * s * h * d + 4.0 * b * a * s
-        return [Kernel("flash_attn_fwd", "attn", flops, nbytes, s, kv, hd, b * a)]
+        win = window if 0 < window < kv else 0
+        return [Kernel("flash_attn_fwd", "attn", flops, nbytes, s, kv, hd, b * a, window=win)]
     scores = float(b * a * s * kv)
     read = TRIANGLE if causal and kv == s else 1.0
     out = [gemm("scores", s, kv, hd, d, batch=b * a), mem("softmax", (read + 1) * scores * d)]
@@ -143,7 +145,8 @@ def attention_bwd(
     if impl == "flash":
         flops = 2.5 * 4.0 * b * s * kv * h * score_fraction(s, kv, causal, window)
         nbytes = 8.0 * b * s * h * d + 4.0 * b * a * s
-        return [Kernel("flash_attn_bwd", "attn", flops, nbytes, s, kv, hd, b * a)]
+        win = window if 0 < window < kv else 0
+        return [Kernel("flash_attn_bwd", "attn", flops, nbytes, s, kv, hd, b * a, window=win)]
     scores = float(b * a * s * kv)
     out = [gemm("d_v", kv, hd, s, d, batch=b * a), gemm("d_probs", s, kv, hd, d, batch=b * a)]
     if dropout:

@@ -48,6 +48,7 @@ OPTIONAL = {
     "tied_embeddings": False,
     "dropout": False,
     "lora": None,
+    "rope_unfused": False,
 }
 """Fields added after the first shipped traces, with their defaults: :meth:`DecoderShape.to_dict`
 leaves them out at these values, so the shapes of older traces read and write unchanged."""
@@ -91,6 +92,8 @@ class DecoderShape:
             embedding, and unfused ("math") attention keeps the mask and the dropped-out
             probabilities beside the softmax output (:func:`sim.compute.decoder.
             scores_act_bytes`); flash attention regenerates its mask from the RNG state.
+        rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
+            concentration factor other than 1: GPT-OSS; :mod:`sim.compute.rope_unfused`).
     """
 
     layers: int
@@ -119,6 +122,7 @@ class DecoderShape:
     tied_embeddings: bool = False
     lora: LoRAShape | None = None
     dropout: bool = False
+    rope_unfused: bool = False
     block: BlockShape = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +142,7 @@ class DecoderShape:
             qk_norm=self.qk_norm,
             bias=self.attn_bias,
             sinks=self.sinks,
+            rope_unfused=self.rope_unfused,
         )
         object.__setattr__(self, "block", block)
         if self.layers < 1 or self.vocab < 1:
@@ -193,7 +198,7 @@ class DecoderShape:
         if out.get("moe") is not None:  # fields added later, left out at their defaults
             out["moe"] = {k: v for k, v in out["moe"].items()
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
-                                            "sort_by_expert")
+                                            "sort_by_expert", "clamp")
                               and not v)
                           and not (k == "fused_weighting" and v)}  # fmt: skip
         if out.get("lora") is not None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from sim.compute import measured
 from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
+from sim.compute.swa_speed import windowed_rate_flops
 from sim.hardware.gpu_compute import ComputeSpec
 
 TILE_M = 128
@@ -59,6 +60,8 @@ class Kernel:
             (``batch`` experts of ``m x n x k`` each); ``""`` for any other kernel.
         precision: the GEMM's low-precision format (``fp8``, ``mxfp8``, ``nvfp4``); ``""``:
             the dtype its phase is timed in.
+        window: a flash-attention kernel's sliding window (keys each query attends;
+            :mod:`sim.compute.swa_speed`); 0: none.
     """
 
     name: str
@@ -71,6 +74,7 @@ class Kernel:
     batch: int = 1
     grouped: str = ""
     precision: str = ""
+    window: int = 0
 
 
 def gemm(name: str, m: int, n: int, k: int, elem_bytes: int, batch: int = 1) -> Kernel:
@@ -126,7 +130,8 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     """Seconds of one kernel on ``spec``.
 
     ``attn`` kernels run at the measured efficiency of their shape where
-    :mod:`sim.compute.measured` has one, else at ``attention_efficiency`` of the tensor peak
+    :mod:`sim.compute.measured` has one (a sliding-window kernel at its measured FLOP/s where
+    :mod:`sim.compute.swa_speed` has it), else at ``attention_efficiency`` of the tensor peak
     (or the fp32 peak for fp32), bounded below by their bytes at HBM rate; grouped expert
     GEMMs and token permutations at their measured speeds where there are some, Mamba-2's scan
     kernels at their measured share of HBM bandwidth (:mod:`sim.compute.ssd_speed`) (a grouped GEMM
@@ -155,9 +160,11 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
             return spec.kernel_overhead_s + permute
         return spec.kernel_overhead_s + kern.bytes / spec.hbm_rate_Bps()
     if kern.kind == "attn":
-        eff = measured.attention_efficiency(kern, spec, dtype) or spec.attention_efficiency
-        rate = spec.peak_flops(dtype) * eff
-        return spec.kernel_overhead_s + max(kern.flops / rate, kern.bytes / spec.hbm_rate_Bps())
+        attn = windowed_rate_flops(kern, spec, dtype) if kern.window else None
+        if attn is None:  # a windowed kernel at its measured rate (sim.compute.swa_speed)
+            eff = measured.attention_efficiency(kern, spec, dtype) or spec.attention_efficiency
+            attn = spec.peak_flops(dtype) * eff
+        return spec.kernel_overhead_s + max(kern.flops / attn, kern.bytes / spec.hbm_rate_Bps())
     raise ValueError(f"unknown kernel kind {kern.kind!r}; use gemm, mem or attn")
 
 

@@ -89,6 +89,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from sim.compute.glu_clamp import clamp_bwd, clamp_fwd, kept_bytes
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
 
@@ -154,6 +155,7 @@ class MoEShape:
     fused_grouped_mlp: bool = False
     fused_weighting: bool = True
     sort_by_expert: bool = False
+    clamp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -315,6 +317,7 @@ def moe_fwd(
         up = fe * (2 if shape.gated else 1)
         out.append(grouped(f"expert_up[{n}]", n, up, w, d, c, "fwd", fused))
         if not fused:  # the fused op applies the activation in the GEMM's epilogue
+            out += clamp_fwd(n, fe, d, c) if shape.clamp else []
             out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
             if shape.gated:
                 out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
@@ -360,6 +363,7 @@ def moe_bwd(
             if shape.gated:
                 dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))
             dx.append(mem(f"expert_act_bwd[{n}]", 3 * n * fe * d * c))
+            dx += clamp_bwd(n, fe, d, c) if shape.clamp else []
         dx.append(grouped(f"d_expert_up_in[{n}]", n, w, up, d, c, "dgrad", fused))
         dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad", fused)]
         dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad", fused)]
@@ -411,6 +415,8 @@ def moe_act_bytes(
     experts = n * d * (w + (2 if shape.gated else 1) * fe + fe) + PROB_BYTES * n
     if not shape.fused_weighting:  # act(x) * probs as autograd ops (MoEShape.fused_weighting)
         experts += n * d * fe * (2 if shape.gated else 1)
+    if shape.clamp and not shape.fused_grouped_mlp:  # the clamped copy (sim.compute.glu_clamp)
+        experts += kept_bytes(n, fe, d)
     experts += r * shape.latent * d  # fc2_latent_proj's input (module doc)
     shared = 0.0
     if shape.shared_ffn:

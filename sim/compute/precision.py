@@ -41,8 +41,9 @@ quantizes the weight in every forward and backward and keeps no copy.
 What stays in 16 bits (:class:`LayerRules`): the word embedding (not a TE module), the output
 layer (Megatron builds it as a plain ``ColumnParallelLinear``: ``gpt_model.py:272-292``), the MoE
 router (``router.py:90-112``: the input dtype or fp32), the attention core (FP8 attention,
-``--fp8-dot-product-attention``, is off by default: ``transformer_config.py:640-644``, and is
-not modelled), norms, activations, residuals and the loss; with Megatron's
+``--fp8-dot-product-attention``, is off by default: ``transformer_config.py:640-644``; where a
+run sets it its kernels carry the format, timed where measured: :mod:`sim.compute.swa_speed`;
+its FP8 operands' bytes are not counted), norms, activations, residuals and the loss; with Megatron's
 ``--first-last-layers-bf16`` the first ``--num-layers-at-start-in-bf16`` and last
 ``--num-layers-at-end-in-bf16`` blocks (default 1 each; not allowed with delayed scaling:
 ``transformer_config.py:649-658``, ``fp8_utils.py:711-727, 883-888``). torchao converts every

@@ -29,6 +29,9 @@ class LayerRules:
         keep16: linear layers (GEMM names of :data:`sim.compute.quantize.LINEARS`) kept in 16
             bits wherever they are, as a Transformer Engine quantization-recipe config's
             ``bf16`` matchers keep modules (e.g. ``perf_recipes/nemotronh/te_quant.cfg``).
+        attention: the attention core in FP8 too (Megatron's ``--fp8-dot-product-attention``,
+            Transformer Engine's ``fp8_dpa``): its kernels carry the format
+            (:func:`attention_format`), which :mod:`sim.compute.swa_speed` times where measured.
     """
 
     bf16_start: int = 0
@@ -37,6 +40,7 @@ class LayerRules:
     router: bool = False
     mtp: bool = True
     keep16: tuple[str, ...] = ()
+    attention: bool = False
 
     @classmethod
     def default(
@@ -47,6 +51,7 @@ class LayerRules:
         end: int = 1,
         mtp: bool = True,
         keep16: tuple[str, ...] = (),
+        attention: bool = False,
     ):
         """The library's defaults (TE: blocks only, optionally the first and last in 16 bits;
         torchao: every linear with dimensions divisible by 16, output layer included).
@@ -62,7 +67,7 @@ class LayerRules:
         keep = (start, end) if first_last_bf16 else (0, 0)
         if recipe.library == TORCHAO:
             return cls(*keep, head=True, router=True, mtp=mtp, keep16=keep16)
-        return cls(*keep, mtp=mtp, keep16=keep16)
+        return cls(*keep, mtp=mtp, keep16=keep16, attention=attention)
 
     def block_low(self, index: int, blocks: int) -> bool:
         """Whether transformer block ``index`` (of ``blocks``) runs in low precision."""
@@ -79,8 +84,25 @@ class LayerRules:
             out.append(f"{', '.join(self.keep16)} in 16 bits")
         out.append("output layer " + ("low precision" if self.head else "in 16 bits"))
         out.append("router " + ("low precision" if self.router else "in 16 bits"))
-        out.append("attention core, embedding, norms in 16 bits")
+        core = "embedding" if self.attention else "attention core, embedding"
+        out.append(core + ", norms in 16 bits")
+        if self.attention:
+            out.append("attention core in FP8 (fp8_dpa)")
         return "; ".join(out)
+
+
+ATTENTION_FORMAT = {"fp8": "fp8", "mxfp8": "mxfp8", "nvfp4": "mxfp8"}
+"""A recipe's format -> the format its FP8 attention runs in: Transformer Engine's default
+pairing (NVIDIA/TransformerEngine@4220403 ``pytorch/attention/dot_product_attention/
+dot_product_attention.py`` lines 100-170: FP8 delayed or current scaling attention with the
+FP8 recipes, MXFP8 attention with MXFP8 and NVFP4, unless ``NVTE_DPA_FP8_RECIPE`` says
+otherwise)."""
+
+
+def attention_format(recipe_format: str) -> str:
+    """The format FP8 attention runs in under a recipe of ``recipe_format``
+    (:data:`ATTENTION_FORMAT`)."""
+    return ATTENTION_FORMAT.get(recipe_format, "fp8")
 
 
 BLOCK_KINDS = ("block", "moe_block", "attention", "mlp", "moe", "mamba")
@@ -128,6 +150,7 @@ class LowPrecision:
             "router": r.router,
             "mtp": r.mtp,
             "keep16": list(r.keep16),
+            "attention": r.attention,
             "param_gather": self.param_gather,
         }
 
@@ -148,6 +171,7 @@ class LowPrecision:
             bool(data.get("router", False)),
             bool(data.get("mtp", True)),
             tuple(str(x) for x in data.get("keep16", ())),
+            bool(data.get("attention", False)),
         )
         return cls(recipe, rules, bool(data.get("param_gather", False)))
 

@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from sim.compute.kernels import Kernel, mem
 from sim.compute.precision import DTYPE_BYTES, TE, TORCHAO, Recipe, cast_bytes_per_element
-from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.compute.precision_rules import LayerRules, LowPrecision, attention_format
 from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 
 LINEARS = frozenset(
@@ -127,6 +127,10 @@ def quantize_layer(
             elif role == "in":
                 dy_elems[key] = dy_elems.get(key, 0.0) + kern.m * kern.k * kern.batch
                 w_elems[1] += kern.n * kern.k * kern.batch
+    if rules.attention:  # FP8 attention (fp8_dpa): the core's kernels in its format
+        fmt = attention_format(recipe.format)
+        fwd, bwd_in = ([replace(k, precision=fmt) if k.kind == "attn" else k for k in ks]
+                       for ks in (fwd, bwd_in))  # fmt: skip
     fwd = _input_casts(fwd, x_elems, recipe, rate, usages)
     bwd_in = bwd_in + [
         mem(f"quantize_dgrad_{key}", n * cast_bytes_per_element(recipe, usages, rate.non_tn))

@@ -18,7 +18,8 @@ module          dropped bytes                                       re-run kerne
                 hybrid stack's Mamba, attention and MLP layers)
 ``mlp``         the dense MLP's ``t (up + f)/tp d``                 gate/up, act, down
 ``moe_act``     the experts' activation outputs ``n f_e/etp d``     ``expert_act``,
-                (``n`` rows of the rank's experts)                  ``expert_gate_mul``
+                (``n`` rows of the rank's experts; a clamped GLU:   ``expert_gate_mul``,
+                its copy too, :mod:`sim.compute.glu_clamp`)         the clamp
 ``moe``         the MoE layer's stash but its input                 the MoE layer
                 (``moe_act_bytes - 2 r h d``)
 ``mla_up_proj`` MLA's up-projected Q, K, V ``t a/tp (2 d_qk + d_v)  ``q_up``, ``kv_up``,
@@ -53,6 +54,7 @@ from dataclasses import replace
 
 from sim.compute.decoder import ATTN, layer_act_bytes, layer_kernels, tokens
 from sim.compute.decoder_shape import DecoderShape, base_kind
+from sim.compute.glu_clamp import kept_bytes
 from sim.compute.kernels import Kernel
 
 MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj")
@@ -114,7 +116,10 @@ def module_parts(
     if moe:
         assert m.moe is not None
         acts = tuple(k for k in fwd if k.name.startswith(("expert_act", "expert_gate_mul")))
-        out.append(("moe_act", float(sum(rows) * m.moe.expert_ffn / etp * d), acts))
+        dropped = sum(rows) * m.moe.expert_ffn / etp * d
+        if m.moe.clamp and not m.moe.fused_grouped_mlp:  # and the clamped copy (glu_clamp)
+            dropped += kept_bytes(sum(rows), m.moe.expert_ffn / etp, d)
+        out.append(("moe_act", float(dropped), acts))
         layer = layer_act_bytes("moe", m, b, d, tp, sp, cp, rows, etp=etp)
         kept = 2 * r * h * d
         body = tuple(k for k in fwd if _in_moe(k) and k.name not in _MOE_SKIP)
@@ -138,6 +143,9 @@ def _in_moe(k: Kernel) -> bool:
         "sort_by_expert",
         "expert_up",
         "expert_act",
+        "expert_act_clamp_glu",
+        "expert_act_clamp_linear",
+        "expert_act_clamp_cat",
         "expert_gate_mul",
         "expert_down",
         "unsort_by_expert",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from sim.compute.attention import IMPLEMENTATIONS, attention_bwd, attention_fwd
 from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
+from sim.compute.rope_unfused import rope_bwd, rope_fwd
 from sim.hardware.gpu_compute import ComputeSpec
 
 
@@ -58,6 +59,8 @@ class BlockShape:
             ``(a + 2 kv)*hd + h`` parameters, added in the GEMMs' epilogues (no kernel).
         sinks: a learned logit per head added to the softmax's denominator (GPT-OSS
             attention sinks): ``a`` parameters, computed inside the attention kernel.
+        rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
+            concentration factor other than 1, GPT-OSS: :mod:`sim.compute.rope_unfused`).
     """
 
     hidden: int
@@ -76,6 +79,7 @@ class BlockShape:
     window: int = 0
     bias: bool = False
     sinks: bool = False
+    rope_unfused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "heads", "seq_len", "ffn_hidden"):
@@ -201,7 +205,10 @@ def attention_half_fwd(
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
     if shape.qk_norm:
         out.append(mem("qk_norm", 2 * _qk_width(shape, t, tp) * d))
-    if shape.rotary:
+    if shape.rotary and shape.rope_unfused:  # YaRN's scaled RoPE, eager (rope_unfused)
+        k = t * max(1, shape.kv // tp) * shape.hd
+        out += rope_fwd("rotary_q", t * q // tp, d) + rope_fwd("rotary_k", k, d)
+    elif shape.rotary:
         k = t * max(1, shape.kv // tp) * shape.hd  # the keys' own heads (grouped-query)
         out += [mem("rotary_q", 2 * t * q // tp * d), mem("rotary_k", 2 * k * d)]
     out += attention_fwd(
@@ -302,7 +309,10 @@ def attention_half_bwd(
         kv=s,
         window=shape.window,
     )
-    if shape.rotary:
+    if shape.rotary and shape.rope_unfused:
+        k = t * max(1, shape.kv // tp) * shape.hd
+        out += rope_bwd("rotary_q", t * q // tp, d) + rope_bwd("rotary_k", k, d)
+    elif shape.rotary:
         k = t * max(1, shape.kv // tp) * shape.hd
         out += [mem("rotary_q_bwd", 2 * t * q // tp * d), mem("rotary_k_bwd", 2 * k * d)]
     if shape.qk_norm:

@@ -133,6 +133,7 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
         opts.num_layers_at_end_in_bf16,
         mtp=not opts.mtp_bf16,
         keep16=tuple(opts.bf16_linears),
+        attention=opts.fp8_attention,
     )
     return LowPrecision(recipe, rules, opts.param_gather)
 

@@ -175,7 +175,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                        "overlap-param-gather-with-optimizer-step"),
                       ("use_distributed_optimizer", "use-distributed-optimizer"),
                       ("megatron_fsdp", "use-megatron-fsdp"),
-                      ("fp8_param_gather", "fp8-param-gather")):  # fmt: skip
+                      ("fp8_param_gather", "fp8-param-gather"),
+                      ("fp8_dot_product_attention", "fp8-dot-product-attention")):  # fmt: skip
         if _true(get.get(col, "")):
             f[flag] = True
     if get.get("grad_reduce_in_fp32", "").strip().lower().startswith("false"):

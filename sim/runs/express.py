@@ -364,6 +364,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             fused_weighting=_feature(s, "moe_weighting") != "unfused",
             sort_by_expert=_feature(s, "moe_dispatcher") == "alltoall",
             bias=bool(_feature(s, "moe_bias")),
+            clamp=bool(_feature(s, "moe_clamp")),
         )  # fmt: skip
     mla = None
     if s.mla:
@@ -376,7 +377,8 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
         kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
         dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
-        gated_mlp=s.gated_mlp, rotary=_feature(s, "position") in (None, "rope"),
+        gated_mlp=s.gated_mlp, rotary=_feature(s, "position") in (None, "rope", "yarn"),
+        rope_unfused=_feature(s, "rope") == "unfused",
         window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
         sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),

@@ -66,7 +66,9 @@ NAMED_TRAITS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("tokendrop", {"moe-expert-capacity-factor": "1.0"}),
     ("w/ mtp", {"mtp-num-layers": "1"}),
     ("gpt oss", {"window-size": "128 0", "window-attn-skip-freq": "2", "softmax-type":
-                 "learnable", "add-qkv-bias": True, "add-bias-linear": True}),
+                 "learnable", "add-qkv-bias": True, "add-bias-linear": True,
+                 "activation-func-clamp-value": "7.0", "position-embedding-type": "yarn",
+                 "yarn-rotary-scaling-factor": "32.0"}),
 )  # fmt: skip
 """Traits the columns cannot say, by a (lower-case) part of the model name: Qwen3's QK-norm
 (``Qwen3Config``: q_norm and k_norm), token-drop rows (a capacity factor), DeepSeek-V3 with its
@@ -75,7 +77,10 @@ on every other layer, ``layer_types`` starting with a windowed one, ``attention_
 learned sink per head; NeMo ``gpt_oss.py`` GPTOSSConfig: ``window_size (128, 0)``,
 ``window_attn_skip_freq 2``, ``softmax_type learnable``, ``add_qkv_bias``) and its biased
 experts (``add_bias_linear``, HF ``GptOssExperts`` ``down_proj_bias``: :mod:`sim.compute.moe`,
-``MoEShape.bias``)."""
+``MoEShape.bias``) with their clamped GLU (HF ``swiglu_limit`` 7.0; the Bridge's
+``activation_func_clamp_value = 7.0``: :mod:`sim.compute.glu_clamp`) and its YaRN rotary
+embedding (HF ``rope_scaling`` yarn, factor 32; the bridge's ``position_embedding_type =
+"yarn"``, ``yarn_rotary_scaling_factor = 32.0``: :mod:`sim.compute.rope_unfused`)."""
 NAMED_UNMAPPED = (
     (
         "distill",

@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from sim.compute.precision import HIGH_PRECISION
+from sim.compute.rope_unfused import yarn_concentration
 from sim.memory.te_attention import TeEnvironment
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
@@ -592,7 +593,8 @@ def _note_shape(r: Reading) -> None:
         "normalization", "squared-relu", "spec", "is-hybrid-model", "hybrid-layer-pattern",
         "qk-layernorm", "mtp-num-layers", "moe-expert-capacity-factor",
         "moe-pad-expert-input-to-capacity", "window-size", "window-attn-skip-freq",
-        "softmax-type", "add-qkv-bias",
+        "softmax-type", "add-qkv-bias", "activation-func-clamp-value",
+        "yarn-rotary-scaling-factor", "yarn-mscale", "yarn-mscale-all-dim",
     ):  # fmt: skip
         if r.has(f) and not any(n.name == f for n in r.notes):
             r.mapped(f, "model shape")
@@ -617,6 +619,8 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
     if r.switch("use-rotary-position-embeddings"):
         pos = "rope"
     out.append(f"position={pos}")
+    if pos == "yarn" and _yarn_scaled(r):  # Megatron's RoPE unfused (sim.compute.rope_unfused)
+        out.append("rope=unfused")
     out.append(f"norm={r.text('normalization', 'LayerNorm')}")
     if r.switch("squared-relu"):
         out.append("activation=squared_relu")
@@ -634,8 +638,19 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
         out.append("moe_experts=fused")
     if r.flags.get("num-experts") and r.switch("add-bias-linear"):  # biased experts (GPT-OSS)
         out.append("moe_bias=true")
+    if r.flags.get("num-experts") and _float(r, "activation-func-clamp-value"):  # GPT-OSS
+        out.append("moe_clamp=true")  # a clamped GLU (sim.compute.glu_clamp)
     out += _attention_features(r)
     return tuple(out)
+
+
+def _yarn_scaled(r: Reading) -> bool:
+    """YaRN whose concentration factor is not 1: a scaling factor above 1 without
+    ``yarn_mscale`` and ``yarn_mscale_all_dim`` (:func:`sim.compute.rope_unfused.
+    yarn_concentration`; Megatron-Bridge's GPT-OSS bridge, 32 and None)."""
+    factor = _float(r, "yarn-rotary-scaling-factor") or 1.0
+    overridden = r.has("yarn-mscale") and r.has("yarn-mscale-all-dim")
+    return yarn_concentration(factor) != 1.0 and not overridden
 
 
 def _fused_grouped_mlp(r: Reading) -> bool:

@@ -12,6 +12,10 @@
   NVIDIA-NeMo/Megatron-Bridge@067f987df0 ``src/megatron/bridge/models/hybrid/
   hybrid_provider.py:167``, set by the Nemotron 3 performance recipes, e.g.
   ``perf_recipes/nemotronh/gb300/nemotronh.py:540``): the MTP depths in 16 bits;
+* ``--fp8-dot-product-attention`` (Megatron-LM; Megatron-Bridge's ``fp8_dot_product_attention``,
+  set by the GPT-OSS MXFP8 recipes for GB200/GB300, NVIDIA-NeMo/Megatron-Bridge@067f987df0
+  ``perf_recipes/gpt_oss/common.py:44``): the attention core in FP8 too
+  (:class:`~sim.compute.precision_rules.LayerRules`, ``attention``);
 * ``quant-recipe`` (Megatron-Bridge's ``quant_recipe=load_quantization_recipe(<file>)``): a
   Transformer Engine quantization config whose ``bf16`` matchers keep modules in 16 bits,
   known files in :data:`QUANT_RECIPES`.
@@ -52,6 +56,9 @@ def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
     for flag in ("first-last-layers-bf16", "num-layers-at-start-in-bf16",
                  "num-layers-at-end-in-bf16"):  # fmt: skip
         r.mapped(flag, "training.precision_options: first and last layers in 16 bits")
+    if r.switch("fp8-dot-product-attention") and low:
+        out["fp8_attention"] = True
+    r.mapped("fp8-dot-product-attention", "training.precision_options.fp8_attention")
     if r.switch("keep-mtp-spec-in-bf16") and low:
         out["mtp_bf16"] = True
     r.mapped("keep-mtp-spec-in-bf16", "training.precision_options.mtp_bf16")

@@ -25,7 +25,9 @@ Read offline (plain JSON; ``transformers`` is not needed). Field names are those
 * GPT-OSS (``gpt_oss``, ``GptOssConfig``): ``head_dim``, ``attention_bias``, attention sinks,
   ``layer_types`` (``sliding_attention`` / ``full_attention``; default alternating, sliding
   first) with window ``sliding_window``; ``num_local_experts`` biased experts of width
-  ``intermediate_size``, ``num_experts_per_tok`` (``experts_per_token``); every layer MoE;
+  ``intermediate_size``, ``num_experts_per_tok`` (``experts_per_token``), a clamped GLU with
+  ``swiglu_limit`` (:mod:`sim.compute.glu_clamp`); YaRN ``rope_scaling`` applied unfused
+  (:mod:`sim.compute.rope_unfused`); every layer MoE;
 * Nemotron-H / Nemotron 3 (``nemotron_h``): the layers of ``hybrid_override_pattern``
   (``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE); Mamba-2 ``mamba_num_heads``,
   ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``;
@@ -53,6 +55,7 @@ from sim.compute.decoder import DecoderShape
 from sim.compute.lora import TARGETS, LoRAShape
 from sim.compute.mla import MLAShape
 from sim.compute.moe import MoEShape
+from sim.compute.rope_unfused import yarn_concentration
 from sim.compute.ssm import MambaShape
 from sim.errors import InputError
 from sim.trace.hf_checks import (
@@ -119,12 +122,30 @@ def _gpt_oss(cfg: dict[str, Any], n: int) -> dict[str, Any]:
     if not isinstance(types, list) or any(t not in LAYER_TYPES for t in types):
         raise ConfigError(f"layer_types must list {' or '.join(LAYER_TYPES)}", "layer_types")
     return {
-        "moe": _moe(cfg, "num_local_experts", "intermediate_size", bias=True),
+        "moe": _moe(
+            cfg,
+            "num_local_experts",
+            "intermediate_size",
+            bias=True,
+            clamp=bool(cfg.get("swiglu_limit")),
+        ),  # clamped GLU: glu_clamp
         "attn_bias": bool(cfg.get("attention_bias", True)),
         "sinks": True,
         "window": non_negative(cfg, "sliding_window"),
         "window_pattern": "".join(LAYER_TYPES[t] for t in types),
+        "rope_unfused": _yarn_scaled(cfg),
     }
+
+
+def _yarn_scaled(cfg: dict[str, Any]) -> bool:
+    """YaRN ``rope_scaling`` with a factor whose concentration is not 1 and no ``mscale``
+    overrides: Megatron-Core applies it unfused (:mod:`sim.compute.rope_unfused`)."""
+    rope = cfg.get("rope_scaling") or {}
+    if not isinstance(rope, dict) or rope.get("rope_type", rope.get("type")) != "yarn":
+        return False
+    if rope.get("mscale") is not None and rope.get("mscale_all_dim") is not None:
+        return False
+    return yarn_concentration(float(rope.get("factor") or 1.0)) != 1.0
 
 
 def _nemotron_h(cfg: dict[str, Any], n: int) -> dict[str, Any]:

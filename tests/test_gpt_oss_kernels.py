@@ -1,0 +1,124 @@
+"""GPT-OSS's kernels as Megatron-Core and cuDNN run them, each against a hand-computed case:
+the clamped GLU's eager clamp (sim/compute/glu_clamp.py), windowed attention at cuDNN's
+measured rate (sim/compute/swa_speed.py), FP8 attention, YaRN's unfused RoPE
+(sim/compute/rope_unfused.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sim.compute.moe import MoEShape, moe_act_bytes, moe_bwd, moe_fwd
+
+
+def test_clamped_glu_adds_two_clamps_and_a_cat_each_way():
+    """``weighted_bias_quick_geglu_impl`` (Megatron-LM@d98e8a64 fused_bias_geglu.py 424-432):
+    4 experts of 256 rows, expert width 32, bf16: a half is 1024*32 elements of 2 bytes =
+    65536 bytes; forward clamp, clamp, cat move 2, 2 and 4 halves (131072, 131072, 262144),
+    backward 15 halves in 7 kernels (the cat 4); the clamped copy keeps 2*65536 more bytes;
+    the fused grouped MLP clamps inside its op and adds nothing."""
+    shape = MoEShape(hidden=64, experts=4, top_k=1, expert_ffn=32, clamp=True)
+    rows = (256.0,) * 4
+    fwd = {k.name: k.bytes for k in moe_fwd(shape, 1024, 1024, rows, 2)}
+    assert fwd["expert_act_clamp_glu[256]"] == 131072
+    assert fwd["expert_act_clamp_linear[256]"] == 131072
+    assert fwd["expert_act_clamp_cat[256]"] == 262144
+    dx = {k.name: k.bytes for k in moe_bwd(shape, 1024, 1024, rows, 2)[0]}
+    clamp_bwd = {k: v for k, v in dx.items() if k.startswith("expert_act_clamp")}
+    assert len(clamp_bwd) == 7 and sum(clamp_bwd.values()) == 15 * 65536
+    assert dx["expert_act_clamp_cat_bwd[256]"] == 262144
+    plain = replace(shape, clamp=False)
+    assert moe_act_bytes(shape, 1024, 1024, rows, 2) - moe_act_bytes(
+        plain, 1024, 1024, rows, 2
+    ) == (2 * 65536)
+    fused = replace(shape, fused_grouped_mlp=True)
+    assert not any("clamp" in k.name for k in moe_fwd(fused, 1024, 1024, rows, 2))
+    assert moe_act_bytes(fused, 1024, 1024, rows, 2) == moe_act_bytes(
+        replace(fused, clamp=False), 1024, 1024, rows, 2
+    )
+
+
+def test_windowed_attention_runs_at_cudnn_measured_rate():
+    """cudnn-frontend@3929da2 gpt_oss results (window 128, head dim 64): a 4096-token forward
+    runs at 161 TFLOPS on GB200, its backward 182; 6144 tokens lie halfway in log2 between
+    4096 and 8192 at log2(1.5) = 0.585 of the way (161 + 0.585*4 TFLOPS forward); MXFP8
+    attention's backward at 4096 runs at 41; a full-causal kernel and another window keep
+    the causal table."""
+    import math
+
+    from sim.compute.attention import attention_bwd, attention_fwd
+    from sim.compute.kernels import kernel_time_s
+    from sim.compute.swa_speed import windowed_rate_flops
+    from sim.hardware.loader import load_hardware
+
+    gb200 = load_hardware("gb200-nvl72").gpus[0].compute
+    assert gb200 is not None
+    fwd = attention_fwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False, window=128)
+    bwd = attention_bwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False, window=128)
+    assert windowed_rate_flops(fwd[0], gb200, "bf16") == pytest.approx(161e12)
+    assert windowed_rate_flops(bwd[0], gb200, "bf16") == pytest.approx(182e12)
+    t = kernel_time_s(fwd[0], gb200, "bf16")
+    assert t == pytest.approx(gb200.kernel_overhead_s + fwd[0].flops / 161e12)
+    mid = attention_fwd("flash", 4, 6144, 64 * 64, 64, 2, causal=True, dropout=False, window=128)
+    assert windowed_rate_flops(mid[0], gb200, "bf16") == pytest.approx(
+        (161 + 4 * math.log2(1.5)) * 1e12
+    )
+    assert windowed_rate_flops(replace(bwd[0], precision="mxfp8"), gb200, "bf16") == 41e12
+    full = attention_fwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False)
+    other = attention_fwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False, window=512)
+    assert full[0].window == 0 and windowed_rate_flops(full[0], gb200, "bf16") is None
+    assert windowed_rate_flops(other[0], gb200, "bf16") is None
+
+
+def test_fp8_attention_runs_the_core_in_the_recipes_attention_format():
+    """Megatron's --fp8-dot-product-attention (the GPT-OSS MXFP8 recipes): with MXFP8 linear
+    layers TE runs MXFP8 attention (TE@4220403 dot_product_attention.py 100-170), so a windowed
+    4096-token layer's backward core runs at cuDNN's measured MXFP8 41 TFLOPS on GB200, 4.4x its
+    BF16 time; without the rule the core stays 16-bit; the flag maps to the option."""
+    from sim.compute.attention import attention_bwd
+    from sim.compute.kernels import kernel_time_s
+    from sim.compute.precision import TE, get_recipe
+    from sim.compute.precision_rules import LayerRules
+    from sim.compute.quantize import quantize_layer
+    from sim.hardware.loader import load_hardware
+    from sim.runs.megatron_reading import Reading
+    from sim.runs.precision_flags import precision_flags
+
+    gb200 = load_hardware("gb200-nvl72").gpus[0].compute
+    mx = get_recipe("mxfp8", TE)
+    assert gb200 is not None and mx is not None
+    core = attention_bwd("flash", 4, 4096, 64 * 64, 64, 2, causal=True, dropout=False, window=128)
+    layer = ([], core, [])
+    on = quantize_layer(layer, mx, gb200.low_rate("mxfp8"), LayerRules(attention=True))[1][0]
+    off = quantize_layer(layer, mx, gb200.low_rate("mxfp8"), LayerRules())[1][0]
+    assert (on.precision, off.precision) == ("mxfp8", "")
+    t_on, t_off = (kernel_time_s(k, gb200, "bf16") - gb200.kernel_overhead_s for k in (on, off))
+    assert t_on == pytest.approx(core[0].flops / 41e12)
+    assert t_on / t_off == pytest.approx(182 / 41)
+    flags = precision_flags(Reading({"fp8-dot-product-attention": True}, True), "mxfp8")
+    assert flags == {"fp8_attention": True}
+
+
+def test_yarn_scaled_rope_runs_unfused():
+    """Megatron-Core falls back to unfused RoPE when YaRN's concentration factor is not 1
+    (rope_utils.py 340-370): GPT-OSS's factor 32 gives 0.1 ln 32 + 1 = 1.3466. A block of 2
+    tokens, 4 query heads and 2 key heads of width 8 in bf16: Q has 64 elements, K 32;
+    forward 12 elements moved per element in 6 kernels (12*64*2 = 1536 bytes for Q), backward
+    14 in 7, where the fused kernel moves 2 each way."""
+    import math
+
+    from sim.compute.rope_unfused import yarn_concentration
+    from sim.compute.transformer import BlockShape, block_bwd, block_fwd
+
+    assert yarn_concentration(32) == pytest.approx(0.1 * math.log(32) + 1)
+    assert yarn_concentration(1) == 1.0
+    shape = BlockShape(32, 4, 2, 64, rotary=True, attention="flash", kv_heads=2, head_dim=8)
+    unfused = replace(shape, rope_unfused=True)
+    fwd = {k.name: k.bytes for k in block_fwd(unfused, 1, 2) if k.name.startswith("rotary")}
+    assert len(fwd) == 12 and sum(v for k, v in fwd.items() if "_q_" in k) == 1536
+    assert sum(v for k, v in fwd.items() if "_k_" in k) == 12 * 32 * 2
+    bwd = [k for k in block_bwd(unfused, 1, 2)[0] if k.name.startswith("rotary_q")]
+    assert len(bwd) == 7 and sum(k.bytes for k in bwd) == 14 * 64 * 2
+    fused = {k.name: k.bytes for k in block_fwd(shape, 1, 2) if k.name.startswith("rotary")}
+    assert fused == {"rotary_q": 2 * 64 * 2, "rotary_k": 2 * 32 * 2}
