@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.engine import simulate
-from sim.engine.host import action_work, layered_work
+from sim.engine.host import LayerPart, action_work, layered_work
 from sim.engine.inputs import MicrobatchLoad
 from sim.engine.stage_cost import StageCost
 from sim.hardware.host_ops import HostOverhead, HostWork, issue_exactly
@@ -280,7 +280,7 @@ def test_an_action_is_issued_layer_by_layer():
     # and end at 1.0625; B is issued at 1.25 and ends at 2.25. Summarised as one action of 5
     # alike ops the device would end at 1.5 (B's device time hidden in A's host slack).
     host = HostOverhead(op_s=0.25)
-    parts = ((0.25, 4.0, 0.0, 0.0, 0.0, 0.0), (1.0, 1.0, 0.0, 0.0, 0.0, 0.0))
+    parts = (LayerPart(0.25, 4.0, 0.0, 0.0, 0.0, 0.0), LayerPart(1.0, 1.0, 0.0, 0.0, 0.0, 0.0))
     exact = issue_exactly([0.25] * 5, [0.0625] * 4 + [1.0], 0.0, 0.0)
     assert layered_work(host, "F", parts).finish(0.0, 0.0) == pytest.approx(exact)
     assert exact == pytest.approx((2.25, 1.25))
@@ -321,7 +321,7 @@ def test_python_module_and_function_calls_cost_the_host_per_layer():
     bare = replace(cost, fwd_layers=((1.0, 8.0, 0.0, 0.0, 0.0),), bwd_layers=((2.0, 8.0, 0.0),))
     assert simulate(replace(inp, costs=(bare,))).iteration_ends_s == [6.0625]
     # a recomputed layer re-runs its calls with its ops, besides the checkpoint wrapper
-    parts = ((1.0, 8.0, 0.0, 2.0, 1.0, 0.0),)
+    parts = (LayerPart(1.0, 8.0, 0.0, 2.0, 1.0, 0.0),)
     wrapped = replace(host, checkpoint_s=0.125)
     assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.5 + 0.125)
     assert layered_work(host.under("cuda_graphs"), "F", parts).host_s == 0.0

@@ -23,17 +23,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import simpy
 
 from sim.hardware.host_ops import HostOverhead, HostWork
 
-Part = tuple[float, float, float, float, float, float, float]
-"""``(device seconds, ops, ops issued without autograd recording, module calls, Function
-applies, Transformer Engine modules, sync share)`` of one layer in an action; in a backward the
-fifth is the Python backward nodes and the sixth 0; the last is the share of the layer's ops
-issued before a host sync inside it (a MoE layer's token counts read on the host,
-:mod:`sim.compute.moe`), 0 without one (:func:`layered_work`)."""
+
+class LayerPart(NamedTuple):
+    """One layer's share of an action, as the host issues it (:func:`layered_work`).
+
+    Attributes:
+        device_s: device seconds of the layer's kernels.
+        ops: ops the host issues (framework ops; in a backward, those autograd dispatches).
+        nograd_ops: of them, ops issued without autograd recording (a checkpointed forward).
+        modules: ``nn.Module`` calls; in a backward 0.
+        functions: ``autograd.Function`` applies; in a backward the Python backward nodes.
+        te_modules: Transformer Engine modules (each runs its Python forward, or backward).
+        sync_share: share of the layer's ops issued before a host sync inside it (a MoE
+            layer's token counts read on the host, :mod:`sim.compute.moe`); 0 without one.
+    """
+
+    device_s: float
+    ops: float
+    nograd_ops: float
+    modules: float
+    functions: float
+    te_modules: float
+    sync_share: float = 0.0
+
 
 SYNC_POINTS = {
     "recv": "after an action's input (activation or gradient) has arrived, before its ops "
@@ -101,10 +119,9 @@ def action_work(
 
 
 @lru_cache(maxsize=8192)
-def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWork:
+def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> HostWork:
     """The :class:`HostWork` of an action issued layer by layer: each part
-    ``(device_s, ops, nograd_ops, modules, functions, te_modules, sync_share)``
-    (:data:`Part`) summarised by :func:`action_work` (a recomputed layer ``R`` is one
+    (:class:`LayerPart`) summarised by :func:`action_work` (a recomputed layer ``R`` is one
     checkpointed region) and composed in order with :meth:`HostWork.then`; a layer with a host
     sync inside (``sync_share`` in (0, 1)) as its first ``sync_share`` of device seconds, ops
     and calls, :meth:`HostWork.sync`, then the rest (the ops alike, as within any layer).
@@ -119,14 +136,13 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[Part, ...]) -> HostWo
     issues the second half (the device ends at 1 ms + 0.5 ms + 0.75 ms + one op's 10 us).
 
     >>> h = HostOverhead(op_s=10e-6)
-    >>> plain = layered_work(h, "F", ((1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, 0.0),))
-    >>> synced = layered_work(h, "F", ((1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, 0.5),))
+    >>> plain = layered_work(h, "F", (LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0),))
+    >>> synced = layered_work(h, "F", (LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, 0.5),))
     >>> [round(w.finish(0.0, 1e-3)[0] * 1e6) for w in (plain, synced)]
     [2000, 2257]
     """
     out = HostWork.device_only(0.0)
-    for device_s, ops, nograd, modules, functions, te, *rest in parts:
-        sync = rest[0] if rest else 0.0  # a six-element part: no sync
+    for device_s, ops, nograd, modules, functions, te, sync in parts:
         regions = 1 if op == "R" else 0
         shares = (sync, 1.0 - sync) if 0.0 < sync < 1.0 else (1.0,)
         for i, k in enumerate(shares):
@@ -176,7 +192,7 @@ class HostThreads:
         (:class:`~sim.engine.inputs.PipelineRuntime`, :mod:`sim.engine.exchanges`)."""
         self.clock(gpu).sync(self.env.now)
 
-    def layered(self, gpu: str, op: str, parts: tuple[Part, ...]) -> HostWork:
+    def layered(self, gpu: str, op: str, parts: tuple[LayerPart, ...]) -> HostWork:
         """:func:`layered_work` with ``gpu``'s host overhead."""
         return layered_work(self.overhead_of(gpu), op, parts)
 

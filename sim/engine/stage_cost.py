@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.engine.host import Part
+from sim.engine.host import LayerPart
 from sim.parallel.ops import GroupOp
 from sim.parallel.tp_overlap import OverlapOp
 from sim.trace.schema import LayerProfile
@@ -86,12 +86,12 @@ class StageCost:
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
     tp_recompute_overlap: tuple[OverlapOp, ...] = ()
 
-    def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
-        """``(seconds, ops, ops without autograd)`` of each layer's forward, in issue order;
-        the ``checkpointed`` layers (indices in the stage) run without autograd recording."""
+    def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
+        """Each layer's forward (:class:`~sim.engine.host.LayerPart`), in issue order; the
+        ``checkpointed`` layers (indices in the stage) run without autograd recording."""
         full = set(checkpointed)
         return tuple(
-            (sec, ops, ops if i in full else 0.0, mods, fns, te, self.sync_share(i))
+            LayerPart(sec, ops, ops if i in full else 0.0, mods, fns, te, self.sync_share(i))
             for i, (sec, ops, mods, fns, te) in enumerate(self.fwd_layers)
         )
 
@@ -99,28 +99,31 @@ class StageCost:
         """The share of layer ``i``'s forward before its host sync (:attr:`fwd_syncs`; 0)."""
         return self.fwd_syncs[i] if i < len(self.fwd_syncs) else 0.0
 
-    def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[Part, ...]:
+    def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
         order (Megatron recomputes each layer when the backward reaches it; their issue order
         does not change the max-plus summary's host and device sums, only its span)."""
         out = []
         for i in sorted(checkpointed):
             sec, ops, mods, fns, te = self.fwd_layers[i]
-            out.append((sec, ops, 0.0, mods, fns, te, self.sync_share(i)))
+            out.append(LayerPart(sec, ops, 0.0, mods, fns, te, self.sync_share(i)))
         return tuple(out)
 
-    def backward_layer_parts(self) -> tuple[Part, ...]:
+    def backward_layer_parts(self) -> tuple[LayerPart, ...]:
         """Each layer's backward in forward order, with its forward's Transformer Engine
-        modules (each runs its Python backward too)."""
-        te = [x[4] for x in self.fwd_layers]
-        if len(te) != len(self.bwd_layers):
-            te = [0.0] * len(self.bwd_layers)
+        modules (each runs its Python backward too; none when the stage has no per-layer
+        forward, :attr:`fwd_layers` empty).
+
+        Raises:
+            ValueError: :attr:`fwd_layers` and :attr:`bwd_layers` are both given but not one
+                per layer each (zip's strict check)."""
+        te = [x[4] for x in self.fwd_layers] if self.fwd_layers else [0.0] * len(self.bwd_layers)
         return tuple(
-            (sec, ops, 0.0, 0.0, nodes, t, 0.0)
+            LayerPart(sec, ops, 0.0, 0.0, nodes, t)
             for (sec, ops, nodes), t in zip(self.bwd_layers, te, strict=True)
         )
 
-    def backward_parts(self) -> tuple[Part, ...]:
+    def backward_parts(self) -> tuple[LayerPart, ...]:
         """Each layer's backward, in the order autograd runs them (last layer first)."""
         return tuple(reversed(self.backward_layer_parts()))
 
