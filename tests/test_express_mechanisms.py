@@ -19,7 +19,7 @@ from sim.parallel.expert import expert_plan
 from sim.runs.express import Expressed, express, policy
 from sim.runs.hybrid_pattern import mamba_sizes, parse_pattern, stage_layout
 from sim.runs.megatron_args import read_megatron
-from sim.runs.model_shapes import NEMOTRON_VOCAB, shape_flags
+from sim.runs.model_shapes import NEMOTRON_VOCAB, shape_assumptions, shape_flags
 from sim.runs.pipeline_layout import layout_boundaries
 
 GPT = {
@@ -96,7 +96,11 @@ def test_published_nemotron_shapes_fill_empty_rows():
     sup = shape_flags("Nemotron_3_Super")
     assert sup is not None and len(sup["hybrid-layer-pattern"]) == 88
     assert sup["moe-latent-size"] == 1024 and sup["vocab-size"] == NEMOTRON_VOCAB
-    assert shape_flags("Nemotron_3_Ultra") is None
+    ultra = shape_flags("Nemotron_3_Ultra")  # Megatron-LM's ModelOpt arguments of the model
+    assert ultra is not None and len(ultra["hybrid-layer-pattern"]) == ultra["num-layers"] == 108
+    assert [ultra["hybrid-layer-pattern"].count(c) for c in "ME*"] == [48, 48, 12]
+    assert ultra["moe-latent-size"] == 2048 and ultra["hidden-size"] == 8192
+    assert len(shape_assumptions("Nemotron_3_Ultra")) == 1 and not shape_assumptions("Nano")
     run = read_megatron(sup | {"seq-length": 8192, "micro-batch-size": 1,
                                "global-batch-size": 512, "bf16": True,
                                "expert-model-parallel-size": 64,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sim.compute.kernels import kernel_time_s, mem
-from sim.compute.ssd_speed import SSD_HBM_FRACTION, is_ssd
+from sim.compute.ssd_speed import SSD_HBM_FRACTION, is_ssd, ssd_hbm_rate_Bps
 from sim.compute.ssm import MambaShape, _scan_fwd
 from sim.hardware.loader import load_hardware
 
@@ -40,3 +40,18 @@ def test_only_scan_kernels_are_slowed():
     assert is_ssd(scan) and not is_ssd(copy)
     assert kernel_time_s(scan, H100, "bf16") == pytest.approx(5e-6 + 1e9 / (3.35e12 * 0.410))
     assert kernel_time_s(copy, H100, "bf16") == pytest.approx(5e-6 + 1e9 / (3.35e12 * 0.85))
+
+
+def test_rate_carries_to_other_gpus_per_sm():
+    """The H100 rate over its 132 SMs, times another GPU's SMs, bounded by the HBM fraction:
+    B200 (148 SMs, 8 TB/s) 0.410 x 3.35e12 x 148 / 132 = 1.540 TB/s instead of 3.28 TB/s;
+    GB300 (160 SMs) 1.665 TB/s; an A100 40 GB (108 SMs, 1555 GB/s) keeps 0.410 of its HBM."""
+    h100_sm = 0.410 * 3.35e12 / 132
+    assert ssd_hbm_rate_Bps(3.35e12, 132) == pytest.approx(0.410 * 3.35e12)
+    assert ssd_hbm_rate_Bps(8e12, 148) == pytest.approx(h100_sm * 148)
+    assert ssd_hbm_rate_Bps(8e12, 148) == pytest.approx(1.5400e12, rel=1e-4)
+    assert ssd_hbm_rate_Bps(8e12, 160) == pytest.approx(1.6648e12, rel=1e-4)
+    assert ssd_hbm_rate_Bps(1.555e12, 108) == pytest.approx(0.410 * 1.555e12)
+    b200 = load_hardware("dgx-b200").gpus[0].compute
+    scan = mem("ssd_state_passing", 1e9)
+    assert kernel_time_s(scan, b200, "bf16") == pytest.approx(5e-6 + 1e9 / (h100_sm * 148))

@@ -22,8 +22,8 @@ operands' and its 16-bit output's.
 Where a published micro-benchmark measured a kind of kernel on the GPU, its speed replaces the
 roofline (:mod:`sim.compute.measured`): fused attention by sequence length, heads and head dim
 (instead of the flat ``attention_efficiency``), MoE grouped GEMMs by rows per expert, the token
-permutation kernels; Mamba-2's SSD scan kernels move their bytes at their measured share of HBM
-bandwidth (:mod:`sim.compute.ssd_speed`).
+permutation kernels; Mamba-2's SSD scan kernels move their bytes at their measured rate, carried to other GPUs
+per SM (:mod:`sim.compute.ssd_speed`).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
         ValueError: unknown kernel kind.
     """
     if is_ssd(kern):  # Mamba-2's scan kernels at their measured bandwidth (sim.compute.ssd_speed)
-        hbm = ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps)
+        hbm = ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps, spec.sm_count)
         if kern.kind == "gemm":
             return gemm_time_s(kern, spec, dtype, hbm)
         return spec.kernel_overhead_s + kern.bytes / hbm

@@ -18,12 +18,27 @@ by :func:`sim.compute.ssm._scan_fwd`'s count (without the gate ``z``); less five
 (:data:`SSD_HBM_FRACTION`; ``tests/test_ssd_speed.py`` recomputes it).
 
 **Use.** Every ``ssd_*`` kernel (forward and backward) moves its bytes at
-``SSD_HBM_FRACTION x`` the GPU's HBM peak instead of its ``hbm_efficiency``; its FLOPs bound it
-as a GEMM's would. Assumptions: the backward kernels (not measured) run at the forward's
-fraction, and Blackwell runs the same Triton kernels at the same fraction of its HBM peak (no
-Blackwell measurement of these kernels was found). vLLM's kernels are ``mamba_ssm``'s v2.2.4
-kernels with variable-length support added (its ``ssd_chunk_scan.py`` header); Megatron-Core
-calls ``mamba_ssm``'s own through ``mamba_split_conv1d_scan_combined``.
+:func:`ssd_hbm_rate_Bps` instead of the preset's ``hbm_efficiency``; its FLOPs bound it as a
+GEMM's would. Assumption: the backward kernels (not measured) run at the forward's rate.
+
+**Another GPU: per SM, not per byte of HBM.** The kernels are bound inside the SM (few warps
+per SM, TRT-LLM#11345 above), and an occupancy-bound kernel moves what its resident warps have
+in flight per memory latency (Little's law), a per-SM rate. A Blackwell SM has Hopper's
+resources that set that occupancy: 64K 32-bit registers, 64 resident warps and 228 KB of
+shared memory per SM (CUDA C++ Programming Guide, "Technical Specifications per Compute
+Capability": compute capability 9.0 and 10.0 alike), and from H100 to B200 "both the SFU count
+and shared memory bandwidth remains unchanged" (Together AI's FlashAttention-4 blog, arXiv
+2603.05451; quoted in the project's research notes, gpus/microbench.md §5.3), while the HBM is
+2.4x faster. So the measured rate is carried to another GPU per SM: ``min(SSD_HBM_FRACTION x HBM peak,
+SSD_SM_RATE_Bps x sm_count)`` (:func:`ssd_hbm_rate_Bps`), where ``SSD_SM_RATE_Bps`` is the
+H100 measurement over its 132 SMs. On the H100 both terms are the measurement; an A100 (108
+SMs, 2.04 TB/s) keeps the HBM fraction (0.84 < 1.12 TB/s); B200/GB200/B300 (148 SMs) run the
+scan at 1.54 TB/s and GB300 (160 SMs) at 1.67 TB/s, where the HBM fraction alone gave 3.28
+TB/s. Assumptions: the same DRAM latency and SM clock on
+both, and the same Triton tile configurations (no Blackwell measurement of these
+kernels was found). vLLM's kernels are ``mamba_ssm``'s v2.2.4 kernels with variable-length
+support added (its ``ssd_chunk_scan.py`` header); Megatron-Core calls ``mamba_ssm``'s own
+through ``mamba_split_conv1d_scan_combined``.
 """
 
 from __future__ import annotations
@@ -32,6 +47,13 @@ from typing import Protocol
 
 SSD_HBM_FRACTION = 0.410
 """Achieved fraction of HBM peak bandwidth of the SSD Triton kernels (module doc)."""
+H100_SM_COUNT = 132
+"""SMs of the H100 SXM of the measurement (NVIDIA H100 Tensor Core GPU datasheet)."""
+H100_HBM_Bps = 3.35e12
+"""HBM peak of that H100 SXM (datasheet: 3.35 TB/s)."""
+SSD_SM_RATE_Bps = SSD_HBM_FRACTION * H100_HBM_Bps / H100_SM_COUNT
+"""Bytes per second one SM moves running the SSD kernels: the measured H100 rate over its SMs
+(module doc: "Another GPU"), 10.4 GB/s."""
 SSD_PREFIX = "ssd_"
 """Names of the scan's kernels in :mod:`sim.compute.ssm` start with this."""
 
@@ -46,6 +68,13 @@ def is_ssd(kern: _Kernel) -> bool:
     return kern.name.startswith(SSD_PREFIX)
 
 
-def ssd_hbm_rate_Bps(hbm_bandwidth_Bps: float) -> float:
-    """Bytes per second an SSD kernel moves on a GPU of ``hbm_bandwidth_Bps`` peak."""
-    return hbm_bandwidth_Bps * SSD_HBM_FRACTION
+def ssd_hbm_rate_Bps(hbm_bandwidth_Bps: float, sm_count: int) -> float:
+    """Bytes per second an SSD kernel moves on a GPU of ``hbm_bandwidth_Bps`` peak and
+    ``sm_count`` SMs: ``min(SSD_HBM_FRACTION x hbm_bandwidth_Bps, SSD_SM_RATE_Bps x sm_count)``
+    (module doc: "Another GPU").
+
+    Example:
+        >>> round(ssd_hbm_rate_Bps(8e12, 148) / 1e12, 3), round(ssd_hbm_rate_Bps(3.35e12, 132) / 1e12, 4)
+        (1.54, 1.3735)
+    """
+    return min(hbm_bandwidth_Bps * SSD_HBM_FRACTION, SSD_SM_RATE_Bps * sm_count)

@@ -23,7 +23,10 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
 * **All-gather before use** (``client.access_dist``, ``_fetch_remote_chunks``): before each F
   and each B the stage's chunk groups are all-gathered, whole chunks (``w * 2C`` bytes per
   group); a group's ``(w - 1)`` remote chunks are live (one remote chunk with ``msc``).
-* **Reduce-scatter after the backward** (``client.release_dist``).
+* **Reduce-scatter after the backward** (``client.release_dist``). With ``msc`` the chunks
+  holding parameters are broadcast and reduced one by one, a chunk within one checkpointed
+  block is fetched once more by the recomputed forward; with or without it, each fetch
+  zeroes a chunk and each reduce averages one (:mod:`sim.memory.chunk_comm`).
 * **Synchronous** (``blocking_moves``): the collectives are ``torch.distributed`` calls with
   ``async_op=False`` on the compute stream and chunk moves are ``payload.to(device)``
   (``chunk_list.access_chunk``; ``--with_async_move`` is off in the benchmarks), so nothing is
@@ -59,6 +62,7 @@ from dataclasses import dataclass, replace
 
 from sim.hardware.host_memory import cached_pinned_bytes
 from sim.memory.base import MemoryPolicy
+from sim.memory.chunk_comm import chunk_traffic
 from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib, resident_plan
 from sim.memory.context import StageContext
@@ -248,12 +252,18 @@ def host_chunk_bytes(ctx: StageContext, lay: ChunkLayout, os_gpu_chunks: int) ->
 
 
 def chunk_states(
-    ctx: StageContext, act: StagePlan, chunk_elems: int, ranks: int = 1, msc: bool = False
+    ctx: StageContext,
+    act: StagePlan,
+    chunk_elems: int,
+    ranks: int = 1,
+    msc: bool = False,
+    recompute: bool = False,
 ) -> tuple[StagePlan, float, dict]:
     """``act`` with its model states in chunks; the estimated seconds added per iteration; notes.
 
     ``ranks``: processes sharing the server's host DRAM (PatrickStar divides it among them);
-    ``msc``: memory-saving communication (module doc).
+    ``msc``: memory-saving communication (module doc); ``recompute``: full checkpointing, whose
+    recomputed forwards fetch some chunks again (:mod:`sim.memory.chunk_comm`).
 
     Raises:
         ValueError: a parameter group larger than a chunk.
@@ -268,12 +278,15 @@ def chunk_states(
     hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
     versions = (ctx.weight_versions - 1) * n * e * d
     mem_total = ctx.topology.host_dram_bytes
+    traffic = chunk_traffic(ctx, (lay.chunks, lay.real), int(e), msc, recompute)
     plan = replace(
         act,
         weight_bytes=lay.resident * lay.slot_bytes + versions,
         grad_bytes=0.0,
         optimizer_bytes=os_gpu * o,
-        optimizer_s=os_gpu * lay.utilization * GPU_ADAM_BYTES / hbm + grad_hooks_s(ctx, hbm),
+        optimizer_s=os_gpu * lay.utilization * GPU_ADAM_BYTES / hbm
+        + grad_hooks_s(ctx, hbm)
+        + traffic.memset_s(hbm),
         host_bytes=host_chunk_bytes(ctx, lay, k),
         host_framework_bytes=host_framework_bytes(mem_total, ranks),
         host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
@@ -284,10 +297,10 @@ def chunk_states(
         fetch_source=ctx.host if fetch or stream else None,
         fetch_live_bytes=STAGING * e * d if stream else None,
         writeback_bytes=stream * e * g,
-        gather_bytes=n * w * e * d if w > 1 else 0.0,
+        gather_bytes=traffic.gather_bytes,
         gather_live_bytes=gathered_live_bytes(ctx, e, msc),
         blocking_moves=True,
-        scatter_bytes=n * w * e * g if w > 1 else 0.0,
+        scatter_bytes=traffic.scatter_bytes,
         grad_bucket_bytes=0.0,  # gradients reduce-scatter from the chunks they overwrite
         dp_sharded=w > 1,
         dp_grad_bytes=ctx.params * g,
@@ -309,6 +322,7 @@ def chunk_states(
         streamed_chunks=stream,
         owned_chunks=n,
         misses_per_iteration=sum(lay.misses),
+        chunk_fetches_per_iteration=traffic.fetches,
         optimizer_on_gpu_share=round(k / lay.real, 3) if lay.real else 1.0,
         host_state_gib=gib(plan.host_bytes),
         host_chunk_cap_gib=gib(cap),
@@ -398,7 +412,9 @@ class ChunkedPolicy(MemoryPolicy):
         label = f"chunks of {chunk // MIB}M" + (", full recompute" if self.recompute else "")
         label += ", memory-saving communication" if self.msc else ""
         try:
-            plan, added, notes = chunk_states(ctx, act, chunk, len(contexts), self.msc)
+            plan, added, notes = chunk_states(
+                ctx, act, chunk, len(contexts), self.msc, self.recompute
+            )
         except ValueError as exc:  # PatrickStar refuses the model at this chunk size
             return refused(ctx, act, label, str(exc))
         added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s

@@ -12,7 +12,13 @@ transformer layers of :mod:`sim.trace.generator` the groups follow from its form
 * ``block.*``: ``12h^2 + 13h`` parameters (``block_params``, feed-forward ``4h``), in GPT-2's
   module order (``GPT2Block.__init__``): LayerNorm ``2h``, QKV ``3h^2 + 3h``, projection
   ``h^2 + h``, LayerNorm ``2h``, fc1 ``4h^2 + 4h``, fc2 ``4h^2 + h``; ``h`` is the positive
-  integer root of ``12h^2 + 13h = P``;
+  integer root of ``12h^2 + 13h = P``; a block of 16 parameter tensors is Hugging Face's
+  ``BertLayer`` instead (the same ``12h^2 + 13h``; :data:`sim.compute.hf_bert.TENSORS`), whose
+  modules register in ``__init__`` order (``transformers`` ``modeling_bert.py``
+  ``BertSelfAttention``: query, key, value; ``BertSelfOutput``: dense, LayerNorm;
+  ``BertIntermediate``: dense; ``BertOutput``: dense, LayerNorm; the same layer PatrickStar
+  copied into ``examples/optimizations/ps_tile_modeling_bert.py``@2384535): three ``h^2 + h``,
+  ``h^2 + h``, ``2h``, ``4h^2 + 4h``, ``4h^2 + h``, ``2h``;
 * ``head``: split into its modules (:func:`head_groups`), with ``h`` from the stage's blocks;
 * ``embedding``: one group of the layer's whole size. This overstates the word embedding
   (``V*h``) by the position table's ``s*h`` (``2 %`` of it for GPT-2's vocabulary at
@@ -25,7 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from sim.compute.hf_bert import TENSORS
 from sim.trace.schema import LayerProfile
+
+HF_BLOCK_TENSORS = sum(TENSORS["block"])
+"""Parameter tensors of a Hugging Face ``BertLayer`` (16); a GPT-2 or Megatron block has 12."""
 
 
 def block_hidden(params: float) -> int | None:
@@ -45,6 +55,8 @@ def param_groups(
     if params <= 0:
         return ()
     h = block_hidden(params) if layer.name.startswith("block") else None
+    if h is not None and layer.param_tensors == HF_BLOCK_TENSORS:
+        return (*(1.0 * h * h + h,) * 4, 2.0 * h, 4.0 * h * h + 4 * h, 4.0 * h * h + h, 2.0 * h)
     if h is not None:
         return (
             2.0 * h,

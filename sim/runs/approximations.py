@@ -8,6 +8,7 @@ from typing import Any
 
 from sim.compute.ssm import MambaShape
 from sim.runs.hybrid_pattern import MAMBA_DEFAULTS
+from sim.runs.model_shapes import shape_assumptions
 from sim.runs.record import MeasuredRun, ModelShape, feature
 
 APPROXIMATED_ACTIVATIONS = {
@@ -18,12 +19,23 @@ APPROXIMATED_ACTIVATIONS = {
 """MLP activations the decoder generator times as its ungated (GeLU) MLP, with what changes."""
 
 
+SSD_RATE = (
+    "assumption: Mamba-2's SSD scan kernels (mamba_ssm Triton) at their measured H100 rate "
+    "(vllm#27299: 0.410 of 3.35 TB/s), carried to other GPUs per SM and bounded by that HBM "
+    "fraction; the backward at the forward's rate (sim.compute.ssd_speed)"
+)
+"""The assumption behind a hybrid model's scan times (shown with its rows)."""
+
+
 def model_approximations(run: MeasuredRun, decoder: bool) -> tuple[str, ...]:
     """What the generated model changes of the run's (shown as ``approximated:`` entries)."""
     s, out = run.shape, []
     act = feature(s, "activation")
     if act in APPROXIMATED_ACTIVATIONS and decoder:
         out.append(f"approximated: {APPROXIMATED_ACTIVATIONS[act]}")
+    if feature(s, "hybrid_pattern") and decoder:
+        out.append(SSD_RATE)
+    out.extend(shape_assumptions(run.name))
     if feature(s, "hybrid_pattern") and feature(s, "mtp"):
         depths = feature(s, "hybrid_mtp") or "(the recipe's)"
         out.append(f"approximated: hybrid MTP depths {depths} built as the "

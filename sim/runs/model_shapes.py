@@ -22,13 +22,19 @@ Sources:
   8 groups, state 128); cross-checked with Megatron-Bridge's unit test
   ``tests/unit_tests/recipes/nemotronh/test_nemotron_3_super.py`` lines 350-354 (expert width
   2688, shared 5376, latent 1024);
+* Nemotron 3 Ultra (550B-A55B): Megatron-LM's ModelOpt arguments of the model,
+  NVIDIA/Megatron-LM@d98e8a64 ``examples/post_training/modelopt/conf/nvidia/
+  NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh`` (its Super file there gives the Super shape
+  above exactly: the same pattern, sizes and latent width); Megatron's Mamba defaults for the
+  state (128) and groups (8); the routed experts' width is the ``--ffn-hidden-size`` (no
+  ``--moe-ffn-hidden-size``: ``megatron/training/arguments.py`` lines 1650-1651);
 * vocabulary: Megatron-Bridge sizes it from the tokenizer (``use_tokenizer_vocab_size`` False
   and no model vocabulary: ``src/megatron/bridge/training/setup.py`` lines 744-766), the
   Nemotron 3 tokenizer's 131,072 tokens (``NVIDIA-Nemotron-3-Nano-30B-A3B-BF16``, which the Super
-  recipe uses too: ``recipes/nemotronh/nemotron_3_super.py:56``).
-
-Nemotron 3 Ultra is built from its Hugging Face config alone (``recipes/nemotronh/h100/
-nemotron_3_ultra.py:39``), which no source the project reads gives: its rows stay unexpressed.
+  recipe uses too: ``recipes/nemotronh/nemotron_3_super.py:56``). Ultra's recipe uses its own
+  checkpoint's tokenizer (``recipes/nemotronh/h100/nemotron_3_ultra.py:67``), whose size no
+  source the project reads gives: 131,072 is an assumption there (:data:`ASSUMED`, shown with
+  its rows).
 """
 
 from __future__ import annotations
@@ -59,12 +65,43 @@ _SUPER: dict[str, Any] = {
     "squared-relu": True, "position-embedding-type": "none", "normalization": "RMSNorm",
     "untie-embeddings-and-output-weights": True, "is-hybrid-model": True,
 }  # fmt: skip
+_ULTRA: dict[str, Any] = {
+    "hybrid-layer-pattern": "MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*"
+    "EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num-layers": 108, "hidden-size": 8192, "num-attention-heads": 64,
+    "group-query-attention": True, "num-query-groups": 2, "kv-channels": 128,
+    "ffn-hidden-size": 5120, "mamba-num-heads": 256, "mamba-head-dim": 64, "num-experts": 512,
+    "moe-ffn-hidden-size": 5120, "moe-shared-expert-intermediate-size": 10240,
+    "moe-router-topk": 22, "moe-latent-size": 2048, "vocab-size": NEMOTRON_VOCAB,
+    "squared-relu": True, "position-embedding-type": "none", "normalization": "RMSNorm",
+    "untie-embeddings-and-output-weights": True, "is-hybrid-model": True,
+}  # fmt: skip
 SHAPES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("nemotron_3_5_lightning", _NANO),
     ("nemotron_3_nano", _NANO),
     ("nemotron_3_super", _SUPER),
+    ("nemotron_3_ultra", _ULTRA),
 )
 """A (lower-case) part of the model name -> its flags (module doc), first match."""
+
+
+ASSUMED: tuple[tuple[str, str], ...] = (
+    ("nemotron_3_ultra", "assumption: Nemotron 3 Ultra's vocabulary taken as the Nemotron 3 "
+     "tokenizer's 131,072 tokens (its recipe reads its own checkpoint's tokenizer, whose size "
+     "no source gives: sim.runs.model_shapes)"),
+)  # fmt: skip
+"""A (lower-case) part of the model name -> what its entry assumes (module doc)."""
+
+
+def shape_assumptions(model: str) -> tuple[str, ...]:
+    """What the published-shape entry of ``model`` assumes, as ``assumption:`` entries.
+
+    Example:
+        >>> len(shape_assumptions("Nemotron_3_Ultra")), shape_assumptions("Nemotron_3_Super")
+        (1, ())
+    """
+    name = model.lower()
+    return tuple(note for part, note in ASSUMED if part in name)
 
 
 def shape_flags(model: str) -> dict[str, Any] | None:

@@ -1,0 +1,66 @@
+"""PatrickStar's chunk traffic (sim.memory.chunk_comm): Hugging Face BERT's module groups, the
+fetches a checkpointed backward adds, broadcasts against all-gathers, and the memsets; one
+hand-computed case each."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.memory.chunk_comm import chunk_blocks, fetches_per_iteration, memset_bytes, msc_factor
+from sim.memory.tensors import param_groups
+from sim.trace.schema import LayerProfile
+from tests.helpers import chain_topology
+from tests.test_memory_partitioned import tiny_gpt
+from tests.test_memory_policies import run
+
+H = 64
+BLOCK = 12 * H * H + 13 * H  # 49,984 parameters, BERT's and GPT-2's alike
+
+
+def bert_block(i: int) -> LayerProfile:
+    """A Hugging Face BertLayer of hidden 64: 16 parameter tensors."""
+    return LayerProfile(f"block.{i}", 1, 2, BLOCK * 2, 0, 0, param_tensors=16)
+
+
+def test_bert_layer_registers_query_key_value_apart():
+    """BertLayer's modules in __init__ order: query, key, value, attention-output dense (4160
+    each), LayerNorm 128, intermediate 16,640, output 16,448, LayerNorm 128; a 12-tensor block
+    keeps GPT-2's fused QKV (12,480) after its first LayerNorm."""
+    assert param_groups(bert_block(0), 2) == (4160,) * 4 + (128, 16640, 16448, 128)
+    gpt = LayerProfile("block.0", 1, 2, BLOCK * 2, 0, 0)
+    assert param_groups(gpt, 2)[:2] == (128, 12480)
+
+
+def test_recomputed_blocks_fetch_their_own_chunks_again():
+    """An embedding of 1000 and two BERT blocks in chunks of 33,408: chunk 0 = embedding and
+    block 0's attention (17,768; its intermediate does not fit), chunk 1 = block 0's
+    intermediate, output and LayerNorm (33,216), chunk 2 = block 1's attention and intermediate
+    (exactly 33,408), chunk 3 = block 1's output and LayerNorm (16,576). Chunks 1-3 lie within
+    one block: with recompute 2 * 4 + 3 = 11 fetches per iteration, without 8."""
+    emb = LayerProfile("embedding", 1, 2, 1000 * 2, 0, 0)
+    assert chunk_blocks([emb, bert_block(0), bert_block(1)], 2, 33408) == (4, 3)
+    assert fetches_per_iteration(4, 3, recompute=True) == 11
+    assert fetches_per_iteration(4, 3, recompute=False) == 8
+
+
+def test_broadcasts_and_memsets_by_hand():
+    """w ring broadcasts of C over a ring all-gather of w*C: w / (w - 1) (8/7 on 8 GPUs).
+    Memsets: 11 fetches on w = 4 give a replica 11 * 3/4 zeroed chunks, and its 2 owned
+    chunks are averaged (read and write): (8.25 + 4) chunks of bytes; nothing on one GPU."""
+    assert msc_factor(8) == pytest.approx(8 / 7) and msc_factor(1) == 1.0
+    assert memset_bytes(11, 2, 4, 1.0) == pytest.approx(12.25)
+    assert memset_bytes(11, 2, 1, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("w", [2, 4])
+def test_msc_plan_times_every_fetch_as_a_broadcast(w):
+    """The tiny GPT in one chunk of C = 2**20 with memory-saving communication: the chunk is
+    fetched twice per iteration (GPT blocks in one chunk span several blocks: no third), so
+    each action's gather is one chunk's 2C bytes times w/(w - 1), the reduce likewise, and the
+    dummy chunks of the group are not sent (against w * 2C for the all-gather without msc)."""
+    res, _, _ = run(tiny_gpt(), chain_topology(w), "chunked:1:recompute:msc", p=1, w=w, m=1)
+    C = 2**20
+    for (plan,) in res.sim_input.plans:
+        assert plan.notes["chunk_fetches_per_iteration"] == 2
+        assert plan.gather_bytes == pytest.approx(2 * C * w / (w - 1))
+        assert plan.scatter_bytes == pytest.approx(2 * C * w / (w - 1))
