@@ -23,6 +23,7 @@ from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
 from sim.framework.ddp_hooks import with_grad_hooks
+from sim.framework.mcore_python import with_mcore_python
 from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host
 from sim.framework.megatron_options import (
     DISPATCHER_SMS,
@@ -178,6 +179,12 @@ class MegatronLM(Framework):
         f"get_dummy_wgrad (one cached buffer per weight shape), {CORE}/tensor_parallel/"
         "layers.py (the output layer's too, with TE installed)",
     )
+    mcore_layer_python = Setting(
+        True,
+        "megatron/core/transformer/transformer_layer.py and its spec'd submodules: Python around "
+        "each layer's ops, measured with megatron-core 0.15.0 by scripts/time_mcore_layer.py "
+        "(sim.framework.mcore_python)",
+    )
     python_grad_hooks = Setting(
         True,
         f"{CORE}/distributed/distributed_data_parallel.py: grad_acc.register_hook("
@@ -280,11 +287,15 @@ class MegatronLM(Framework):
         return TE_USERBUFFERS
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
-        """The layers' Transformer Engine modules with ``transformer_impl`` (default
-        ``transformer_engine``; :func:`sim.framework.te_host.with_te_modules`), the DDP's
+        """Megatron-Core's Python around each layer's forward (``mcore_layer_python``;
+        :func:`sim.framework.mcore_python.with_mcore_python`), the layers' Transformer Engine
+        modules with ``transformer_impl`` (default ``transformer_engine``;
+        :func:`sim.framework.te_host.with_te_modules`), the DDP's
         Python gradient hooks (:func:`sim.framework.ddp_hooks.with_grad_hooks`), then the layers
         ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
         (:mod:`sim.framework.cuda_graphs`)."""
+        if self.mcore_layer_python.value:
+            cost = with_mcore_python(cost, kinds)
         if self.values.get("transformer_impl", "local") == "transformer_engine":
             cost = with_te_modules(cost, kinds)
         if self.python_grad_hooks.value:

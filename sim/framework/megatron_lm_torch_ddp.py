@@ -64,6 +64,9 @@ class MegatronLMTorchDDP(MegatronLM):
         "(torch/csrc/distributed/c10d/reducer.cpp), no Python call per parameter",
     )
     te_workspace = Setting(False, f"{SC21}: Megatron's own layers (before Transformer Engine)")
+    mcore_layer_python = Setting(
+        False, f"{SC21}: Megatron-LM's 2021 layers (megatron/model), before Megatron-Core"
+    )
 
     OPTIONS = ()
     """The SC'21 scripts' Megatron-LM (2021) had none of Megatron-Core's overlap options."""
