@@ -18,8 +18,16 @@ A communicator of ``N`` servers with ``L >= 2`` members each, ``B`` bytes:
 
 So ``t = RS_local(B) + AR_rails(B/L) + AG_local(B)``, each phase the slowest of its concurrent
 ring sets (servers, rails). With one member per server it is the ring over the servers; within
-one server, or with unequal members per server, one ring set (the flat algorithm). The collective holds
-every link of every phase for its whole duration, as a ring does.
+one server, or with unequal members per server, one ring set (the flat algorithm). A flat
+collective holds every link of its rings for its whole duration, as a ring does. A hierarchical
+one holds the links of its rails for its whole duration, and the links that only its
+server-local rings cross (NVLink inside each server: :meth:`CollectivePlan.local_links`) for
+the work they carry, the local phases' time (:meth:`CollectivePlan.local_s`): NCCL pipelines
+the phases chunk by chunk, so those links carry the local phases' bytes spread over the whole
+collective at the network's pace, a small share of their rate; holding them for the whole
+duration would make every other transfer over them (a pipeline send, a context-parallel
+exchange, a tensor-parallel collective) wait for the network. Held for their own work instead
+(work conserving, as the FIFO links of :mod:`sim.engine.links` are), at the start.
 
 That is the rings' time with the links' latency per step (:meth:`CollectivePlan.ring_time_s`).
 What a collective takes (:meth:`CollectivePlan.time_s`) is, in order: the hardware's measured
@@ -47,6 +55,13 @@ RING_STEPS: dict[str, int] = {
     EventKind.ALL_GATHER: 1,
 }
 """Ring steps per ``w - 1`` of each collective (Patarasuk & Yuan; NCCL ring)."""
+
+LOCAL_PHASES: dict[str, tuple[str, ...]] = {
+    EventKind.ALLREDUCE: (EventKind.REDUCE_SCATTER, EventKind.ALL_GATHER),
+    EventKind.REDUCE_SCATTER: (EventKind.REDUCE_SCATTER,),
+    EventKind.ALL_GATHER: (EventKind.ALL_GATHER,),
+}
+"""The server-local phases of each hierarchical collective (module doc)."""
 
 Routes = list[tuple[Link, ...]]
 Rings = tuple[Ring, ...]
@@ -163,6 +178,35 @@ class CollectivePlan:
     @property
     def hierarchical(self) -> bool:
         return bool(self.rails)
+
+    def local_links(self) -> tuple[Link, ...]:
+        """The held links that only the server-local rings cross (module doc): () when flat."""
+        if not self.hierarchical:
+            return ()
+        cached = self._times.get("local_links")
+        if cached is None:
+            rail = {lk.name for rings in self.rails for r in rings for rt in r.routes for lk in rt}
+            cached = self._times["local_links"] = tuple(
+                lk for lk in self.links if lk.name not in rail
+            )
+        return cached
+
+    def local_s(self, nbytes: float, kind: str) -> float:
+        """Seconds the server-local rings of a hierarchical ``kind`` of ``nbytes`` are busy
+        (module doc): the local reduce-scatter (all-reduce, reduce-scatter) and the local
+        all-gather (all-reduce, all-gather), each the slowest server's ring set with the
+        links' latencies; 0 when flat."""
+        if not self.hierarchical:
+            return 0.0
+        key = ("local", nbytes, kind)
+        cached = self._times.get(key)
+        if cached is not None:
+            return cached
+        phases = LOCAL_PHASES[kind]
+        cached = self._times[key] = sum(
+            max(ring_set_time_s(r, nbytes, k) for r in self.local) for k in phases
+        )
+        return cached
 
     def ring_time_s(self, nbytes: float, kind: str, *, latency: bool = True) -> float:
         """Seconds of the ring algorithm over the plan's rings (module doc), with the links'

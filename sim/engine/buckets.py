@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan
-from sim.engine.links import Links
+from sim.engine.links import Bulk, Links
 from sim.events import Event, Stream
 from sim.hardware.topology import Link
 
@@ -83,14 +83,17 @@ def reduce_buckets(
     for first, last in hold_groups(n):
         if ready(first) > env.now:
             yield env.timeout(ready(first) - env.now)
-        reqs = yield from links.acquire(plan.links if held is None else held)
+        hold = plan.links if held is None else held
+        rec = Bulk()  # shared on the network with other traffic (sim.engine.links)
+        reqs = yield from links.acquire(hold, rec)
         begin = env.now
         # buckets first..last back to back as each becomes ready (equal sizes but the
         # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved
         cost = last_s if last == n - 1 else full_s
-        end = max(begin + (last - first + 1) * cost, ready(last) + cost)
-        yield env.timeout(end - begin)
-        links.release(reqs)
+        rec.end_s = max(begin + (last - first + 1) * cost, ready(last) + cost)
+        local = tuple(lk for lk in plan.local_links() if lk in hold)
+        busy = sum(plan.local_s(sizes[k], kind) for k in range(first, last + 1))
+        yield from links.wait_bulk(reqs, rec, (local, busy))
         label = f"b{first}" if first == last else f"b{first}-{last}"
         size = sum(sizes[first : last + 1])
         for rep, tags in members:

@@ -80,7 +80,10 @@ class JoinedCollectives:
         )
 
     def hold(self, plan: CollectivePlan, nbytes: float, kind: str, done: simpy.Event):
-        """Process: a ``kind`` collective of ``nbytes`` holds ``plan``'s links for its time;
-        then ``done`` succeeds."""
-        yield from self.links.hold(self.held(plan), plan.time_s(nbytes, kind))
+        """Process: a ``kind`` collective of ``nbytes`` holds ``plan``'s links for its time,
+        shared on the network and the server-local links only for the local phases
+        (:meth:`sim.engine.links.Links.hold`); then ``done`` succeeds."""
+        held = self.held(plan)
+        early = tuple(lk for lk in plan.local_links() if lk in held), plan.local_s(nbytes, kind)
+        yield from self.links.hold(held, plan.time_s(nbytes, kind), bulk=True, early=early)
         done.succeed()

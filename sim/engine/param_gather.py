@@ -269,7 +269,14 @@ class ParamGathers:
                 reach = chain.ends[0] if j == 1 else max(reach + shares[j - 2], chain.ends[j - 1])
                 if reach > self.env.now:
                     yield self.env.timeout(reach - self.env.now)
-            begin = yield from self.coll.links.hold(chain.held, chain.plan.time_s(size, kind))
+            plan = chain.plan
+            early = tuple(lk for lk in plan.local_links() if lk in chain.held)
+            begin = yield from self.coll.links.hold(
+                chain.held,
+                plan.time_s(size, kind),
+                bulk=True,
+                early=(early, plan.local_s(size, kind)),
+            )
             chain.ends.append(self.env.now)
             for member, tags in chain.members:
                 self.coll.links.events.append(
