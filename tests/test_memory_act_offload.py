@@ -80,7 +80,7 @@ def _run(**flags):
 
 
 def test_megatrons_cpu_offloading_flags_become_the_policy():
-    """--cpu-offloading-num-layers 40 of 80: act_offload:0.5, the flags approximated (the copies are not timed); no layers:
+    """--cpu-offloading-num-layers 40 of 80: act_offload:0.5, the flags approximated; no layers:
     nothing offloaded."""
     run = _run(**{"cpu-offloading": True, "cpu-offloading-num-layers": 40})
     assert run.activation_offload == 0.5
@@ -110,3 +110,18 @@ def test_megatrons_workspace_flags_become_memory_fields():
     assert dict(_run().memory_options) == {}
     local = _run(**{"moe-grouped-gemm": True, "transformer-impl": "local"})
     assert "te_grouped_gemm" not in dict(local.memory_options)
+
+
+def test_te_default_offload_schedule_stalls_by_hand():
+    """TE's DefaultOffloadSynchronizer (sim.memory.offload_schedule), by hand. L = 4, n = 2,
+    forward 1 s per layer, copies 3 s: layer 0's copy runs 1..4 and layer 2 (= L - n + 0)
+    waits for it (2 s); layer 1's copy queues 4..7 and layer 3 waits until 7 (2 s more).
+    L = 4, n = 1, copies 2 s: the copy (1..3) ends before layer 3 starts (3): no stall.
+    Backward with n = L - 1 (L = 3, n = 2, 2 s per layer, reloads 3 s): layer k's reload is
+    started before its own backward (L - 1 - n + k = k), after the issued compute: layer 1
+    waits 2..5, layer 0's reload runs 7..10: 3 + 3 s."""
+    from sim.memory.offload_schedule import offload_stalls_s
+
+    assert offload_stalls_s([1.0] * 4, [2.0] * 4, [3.0] * 2, [3.0] * 2, 2)[0] == 4.0
+    assert offload_stalls_s([1.0] * 4, [2.0] * 4, [2.0], [2.0], 1) == (0.0, 0.0)
+    assert offload_stalls_s([1.0] * 3, [2.0] * 3, [3.0] * 2, [3.0] * 2, 2)[1] == 6.0

@@ -335,6 +335,8 @@ class Engine:
             )
         if gathers.active:
             yield from gathers.after(rep, it, start, cost.fwd_s, tags)
+        if plan.offload_fwd_stall_s > 0:  # TE's offload schedule (sim.memory.offload_schedule)
+            yield from self._stall(gpu, f"wait offload {a}", plan.offload_fwd_stall_s, tags)
         if tp_after:
             yield from self.tensor.join(rep, str(a), tp_after, tags)
         if rep.cost.group_fwd and overlap is None:
@@ -377,6 +379,8 @@ class Engine:
             yield from self.compute.wait(
                 self.traffic.swap_in(rep, mb), gpu, f"wait swap-in {a}", **tags
             )
+        if uses_grad and plan.offload_bwd_stall_s > 0:
+            yield from self._stall(gpu, f"wait reload {a}", plan.offload_bwd_stall_s, tags)
         if plan.fetch_bytes > 0:
             yield from self._fetch(rep, a, tags)
         if uses_grad:
@@ -409,6 +413,11 @@ class Engine:
         if uses_grad and rep.cost.group_bwd and overlap is None:
             yield from self.groups.join(rep, str(a), rep.cost.group_bwd, tags)
         yield from self._after_backward(rep, a, tags, done, sends)
+
+    def _stall(self, gpu: str, name: str, seconds: float, tags: dict):
+        """Process: the compute stream waits ``seconds`` for copies on a side stream whose
+        schedule the plan computed (activation offload and reload)."""
+        yield from self.compute.wait(self.env.timeout(seconds), gpu, name, **tags)
 
     def _recompute(self, rep: StageReplica, a: Action, tags: dict, overlap: PairOverlap | None):
         """Process: the recompute before a B or I (its rebuilt bytes, its compute and the

@@ -14,10 +14,14 @@ NVIDIA/TransformerEngine@d0067d0).
 
 pipesim keeps ``1 - SHARE`` of every stage's transformer-layer stash on the GPU
 (``SHARE = N / L``); the embedding's and the head's stash stay (they are outside the context).
-The copies run on their own stream beside the compute and are not timed (an approximation:
-PCIe or C2C bandwidth is not charged), and the host's pinned buffers are not checked against
-its DRAM. With pipeline parallelism the same share of each stage's layers is offloaded (an
-assumption: TE's counter is per ``TransformerBlock``).
+The copies run on TE's offload stream beside the compute, timed over the GPU's route to its
+host (:func:`sim.memory.estimate.copy_s`, shared ``host_sharers`` ways); the compute stream
+waits where TE's default schedule makes it wait (:mod:`sim.memory.offload_schedule`), per
+micro-batch: ``offload_fwd_stall_s`` in each forward, ``offload_bwd_stall_s`` in each backward.
+The host's pinned buffers are not checked against its DRAM. With pipeline parallelism the same
+share of each stage's layers is offloaded, the first ``round(SHARE * layers)`` of the stage,
+scheduled as if the stage were the whole model (an assumption: TE's counter runs over
+``config.num_layers`` and interleaved micro-batches are not modelled).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.memory.base import MemoryPolicy
-from sim.memory.compose import activation_plan, describe, gib
+from sim.memory.compose import activation_plan, describe, gib, ms
 from sim.memory.context import StageContext
 from sim.memory.cpu_swap import parse_fraction
+from sim.memory.estimate import copy_s
+from sim.memory.offload_schedule import offload_stalls_s
 from sim.memory.plan import StagePlan
 from sim.memory.stash import stash
 from sim.memory.states import StateBytes, stage_state_bytes_per_param
@@ -42,6 +48,23 @@ def offloaded_bytes(ctx: StageContext, share: float) -> float:
     layers' stash."""
     layers = sum(a.act_bytes for a in ctx.layers if layer_kind(a.name) not in OUTSIDE)
     return share * layers
+
+
+def offload_stalls(ctx: StageContext, share: float) -> tuple[float, float]:
+    """``(forward, backward)`` seconds one micro-batch waits for TE's copies
+    (:func:`~sim.memory.offload_schedule.offload_stalls_s`) when the first
+    ``round(share * L)`` of the stage's ``L`` transformer layers are offloaded (at most
+    ``L - 1``, TE's limit), each layer's stash copied over ``ctx.gpu``'s route to ``ctx.host``."""
+    blocks = [a for a in ctx.layers if layer_kind(a.name) not in OUTSIDE]
+    n = min(round(share * len(blocks)), len(blocks) - 1)
+    if n <= 0:
+        return 0.0, 0.0
+    k = ctx.host_sharers
+    out = [copy_s(ctx, ctx.gpu, ctx.host, a.act_bytes, k) for a in blocks[:n]]
+    back = [copy_s(ctx, ctx.host, ctx.gpu, a.act_bytes, k) for a in blocks[:n]]
+    fwd = [a.fwd_s for a in blocks]
+    bwd = [a.bwd_s for a in blocks]
+    return offload_stalls_s(fwd, bwd, out, back, n)
 
 
 class ActOffloadPolicy(MemoryPolicy):
@@ -68,8 +91,22 @@ class ActOffloadPolicy(MemoryPolicy):
         off = min(offloaded_bytes(ctx, self.share), st.kept_bytes)
         plan = activation_plan(ctx, st)
         # dropped after F and back for B, never all at once (TE's synchronizer): no rebuild
-        plan = replace(plan, resident_act_bytes=st.kept_bytes - off, transient_bytes=0.0)
-        return describe(ctx, plan, f"act_offload {self.share:g}", 0.0, offloaded_gib=gib(off))
+        f_s, b_s = offload_stalls(ctx, self.share)
+        plan = replace(
+            plan,
+            resident_act_bytes=st.kept_bytes - off,
+            transient_bytes=0.0,
+            offload_fwd_stall_s=f_s,
+            offload_bwd_stall_s=b_s,
+        )
+        return describe(
+            ctx,
+            plan,
+            f"act_offload {self.share:g}",
+            ctx.microbatches * (f_s + b_s),
+            offloaded_gib=gib(off),
+            offload_stall_ms_per_microbatch=ms(f_s + b_s),
+        )
 
     def min_state_bytes_per_param(
         self, states: StateBytes, dp_width: int, versions: int, version_bytes: float

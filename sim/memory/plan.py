@@ -117,6 +117,9 @@ class StagePlan:
             layer_shares`) where the stage runs Megatron's combined 1F1B step, whose forward
             and backward hold their stashes layer by layer (:mod:`sim.memory.overlapped`);
             empty otherwise.
+        offload_fwd_stall_s: seconds each forward waits for activation offloads to the host
+            (Transformer Engine's offload schedule, :mod:`sim.memory.offload_schedule`).
+        offload_bwd_stall_s: seconds each backward waits for their reloads.
         notes: what the policy chose and why (shown to the user).
     """
 
@@ -161,6 +164,8 @@ class StagePlan:
     host_framework_bytes: float = 0.0
     fsdp: FsdpPlan | None = None
     layer_shares: tuple[float, ...] = ()
+    offload_fwd_stall_s: float = 0.0
+    offload_bwd_stall_s: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -131,7 +131,8 @@ def activation_offload(r: Reading, layers: int) -> float:
     why = (
         f"activation offloading: memory policy act_offload:{share:g} ({n} of {layers} layers' "
         "activations on the host, with FSDP or without optimizer sharding; else counted on "
-        "the GPU); the copies, which TE overlaps with the next layers' compute, are not timed"
+        "the GPU); the copies are timed over the GPU-host link under TE's default offload "
+        "schedule (sim.memory.offload_schedule), their HBM traffic is not"
     )
     for flag in ("cpu-offloading", "cpu-offloading-num-layers", "cpu-offloading-weights"):
         if flag in r.flags:
