@@ -116,3 +116,22 @@ def test_mamba_keeps_what_the_split_conv_scan_and_the_gated_norm_save():
     iw = 2 * DI + 2 * ms.groups * ms.state + ms.heads
     want = 2 * (2 * T * H + T * iw + 3 * T * DI) + 4 * T * ms.groups
     assert mamba_act_bytes(ms, H, T, 1, 2) == want == 469504
+
+
+def test_fused_group_mlp_offload_drops_the_fused_experts_saved_tensors():
+    """Megatron's fine-grained offload of fused_group_mlp (experts.py 785-822): the fused
+    grouped MLP's fc1 input n w d, activation input n up_e d and output n f_e d leave the GPU,
+    no kernel re-runs; with moe_act (recomputed inside the fused op) its output is not counted
+    twice. HYBRID's MoE layer: n = 256 rows, w = latent 64, plain f_e = up_e = 128, d = 2:
+    256 * 2 * (64 + 128 + 128) = 163,840 B."""
+    from sim.memory.stash import _modules
+    from sim.trace.schema import LayerProfile
+
+    parts = {n: (b, k) for n, b, k in module_parts("moe", HYBRID, 1, 2, rows=ROWS)}
+    assert parts["fused_group_mlp"] == (163840.0, ())
+    moe_act = parts["moe_act"][0]
+    layer = LayerProfile(name="l", fwd_s=1.0, bwd_s=2.0, act_bytes=1e9, param_bytes=0.0, out_bytes=0.0,
+                         recompute_parts=(("moe_act", moe_act, 0.1),
+                                          ("fused_group_mlp", parts["fused_group_mlp"][0], 0.0)))  # fmt: skip
+    both = _modules(layer, frozenset({"moe_act", "fused_group_mlp"}))
+    assert both == (163840.0, 0.1)

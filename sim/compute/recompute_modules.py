@@ -26,6 +26,17 @@ module          dropped bytes                                       re-run kerne
                 d``                                                 ``rotary``
 =============== =================================================== ======================
 
+``fused_group_mlp`` is not a recompute module but Megatron-Core's fine-grained activation
+offloading of the whole fused grouped MLP (``--fine-grained-activation-offloading
+--offload-modules fused_group_mlp``, ``megatron/core/transformer/moe/experts.py`` 785-822,
+``megatron/core/pipeline_parallel/fine_grained_activation_offload.py``, NVIDIA/Megatron-LM@
+d98e8a64dd): every tensor the fused experts' ops save (the rows' fc1 input ``n w d``, the
+activation's input ``n up_e/etp d`` and, unless ``moe_act`` recomputes it inside the fused op
+(``activation_recompute_in_mlp``, ``experts.py`` 547-611), its output ``n f_e/etp d``) goes to
+the host after the forward and comes back before the backward: dropped bytes and no re-run
+kernels (the copies are not timed; the probabilities, below the manager's 1M-element
+``min_offloaded_tensor_size`` on most ranks, are left out).
+
 **torchtitan's per-op SAC** (``torchtitan/distributed/activation_checkpoint.py``, selective
 ``op``, the default of ``llama3_8b.toml``): the block runs under a policy that saves the outputs
 of matmuls (``aten.mm``/``linear``), of attention (SDPA), ``topk``, ``max`` and collectives
@@ -57,8 +68,9 @@ from sim.compute.decoder_shape import DecoderShape, base_kind
 from sim.compute.glu_clamp import kept_bytes
 from sim.compute.kernels import Kernel
 
-MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj")
-"""Megatron-Core's ``recompute_modules`` pipesim models."""
+MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj", "fused_group_mlp")
+"""Megatron-Core's ``recompute_modules`` pipesim models, and the offloaded fused grouped MLP
+(``fused_group_mlp``, module doc)."""
 SAC = "sac"
 FUSED_NORM_KINDS = ("mamba", "attention", "mlp")
 """Hybrid layer kinds whose norm is fused into their first linear (module doc)."""
@@ -120,6 +132,9 @@ def module_parts(
         if m.moe.clamp and not m.moe.fused_grouped_mlp:  # and the clamped copy (glu_clamp)
             dropped += kept_bytes(sum(rows), m.moe.expert_ffn / etp, d)
         out.append(("moe_act", float(dropped), acts))
+        up_e = (2 if m.moe.gated else 1) * m.moe.expert_ffn / etp
+        fused = sum(rows) * d * (m.moe.row_width + up_e + m.moe.expert_ffn / etp)
+        out.append(("fused_group_mlp", float(fused), ()))
         layer = layer_act_bytes("moe", m, b, d, tp, sp, cp, rows, etp=etp)
         kept = 2 * r * h * d
         body = tuple(k for k in fwd if _in_moe(k) and k.name not in _MOE_SKIP)

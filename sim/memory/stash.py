@@ -15,7 +15,8 @@ Per layer ``i`` of a stage, with ``act_i`` its stash and ``in_i`` its input:
   chosen module's dropped bytes and re-run seconds, from the layer's
   :attr:`~sim.trace.schema.LayerProfile.recompute_parts` (:mod:`sim.compute.recompute_modules`);
   ``core_attn`` on a layer with ``attn_core_act_bytes`` is the selective case above; ``moe``
-  includes ``moe_act``. A layer without parts keeps everything.
+  includes ``moe_act``; ``fused_group_mlp`` (offloaded, not recomputed) drops the fused grouped
+  MLP's saved tensors, ``moe_act``'s output among them. A layer without parts keeps everything.
 
 The host re-issues the recomputed ops (:mod:`sim.hardware.host_ops`): a full layer's ``fwd_ops``; for
 selective recompute the attention core's share of them, taken as its share of the forward's
@@ -69,12 +70,14 @@ def _attn_core(layer) -> tuple[float, float]:
 
 def _modules(layer, modules: frozenset[str]) -> tuple[float, float]:
     """``(bytes dropped, seconds recomputed)`` of recomputing ``modules`` of one layer."""
-    chosen = modules - {"moe_act"} if "moe" in modules else modules
+    chosen = modules - {"moe_act", "fused_group_mlp"} if "moe" in modules else modules
     drop = secs = 0.0
     if "core_attn" in chosen and layer.attn_core_act_bytes:
         drop, secs = _attn_core(layer)
         chosen = chosen - {"core_attn"}
     for name, nbytes, seconds in layer.recompute_parts:
+        if name == "moe_act" and "fused_group_mlp" in chosen:
+            nbytes = 0.0  # its output is not saved: counted in the offloaded fused MLP's bytes
         if name in chosen:
             drop, secs = drop + nbytes, secs + seconds
     return min(drop, layer.act_bytes), secs

@@ -733,6 +733,10 @@ def _recompute(r: Reading) -> str:
     method = r.text("recompute-method")
     n = r.int("recompute-num-layers")
     modules = (r.text("recompute-modules") or "core_attn").strip("[]").replace(",", " ").split()
+    offloaded = _offloaded_modules(r)
+    if offloaded and gran != "selective":
+        gran, modules = "selective", []
+    modules += offloaded
     out = "none"
     if gran == "full" and method == "block":
         out = f"full:block:{n}" if n else "none"
@@ -744,6 +748,30 @@ def _recompute(r: Reading) -> str:
               "recompute-modules", "recompute-activations"):  # fmt: skip
         r.mapped(f, f"recompute {out}")
     return out
+
+
+def _offloaded_modules(r: Reading) -> list[str]:
+    """``["fused_group_mlp"]`` where Megatron's fine-grained activation offloading offloads the
+    fused grouped MLP (``--fine-grained-activation-offloading --offload-modules
+    fused_group_mlp``): its saved tensors leave the GPU (memory choice ``fused_group_mlp``,
+    :mod:`sim.compute.recompute_modules`); other offload modules stay unmodelled (empty)."""
+    mods = (r.text("offload-modules") or "").strip("[]").replace(",", " ").split()
+    if not r.switch("fine-grained-activation-offloading") or "fused_group_mlp" not in mods:
+        return []
+    why = (
+        "fine-grained activation offloading of fused_group_mlp: the fused grouped MLP's saved "
+        "tensors are kept off the GPU (memory choice fused_group_mlp); the copies are not timed"
+        + (
+            f"; {', '.join(m for m in mods if m != 'fused_group_mlp')} not modelled"
+            if len(mods) > 1
+            else ""
+        )
+    )
+    for flag in ("fine-grained-activation-offloading", "offload-modules"):
+        if flag in r.flags:
+            r.done.add(flag)
+            r.notes.append(ArgNote(flag, str(r.flags[flag]), "approximated", why))
+    return ["fused_group_mlp"]
 
 
 def _precision(r: Reading) -> str:
