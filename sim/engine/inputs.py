@@ -87,6 +87,12 @@ class PipelineRuntime:
             next backward, not before its next forward (Megatron-Core's ``overlap_p2p_comm``
             under the interleaved schedule: ``send_prev`` handles waited one backward later;
             a forward's ``send_next`` is waited at once, :mod:`sim.engine.exchanges`).
+        eager_send_bytes: with ``blocking_p2p``, a send of at most this many bytes completes
+            without its receive posted: NCCL's sender copies it into the connection's FIFO,
+            which holds ``p2pChunkSize * NCCL_STEPS`` bytes per channel (NVIDIA/nccl
+            ``src/init.cc`` ``computeBuffSizes``; "ncclSend needs to wait for ncclRecv ...
+            especially if the size is larger than the internal buffer size", NVIDIA/nccl#1025),
+            and it arrives without the receiver; 0: every send waits for its receive.
         sync_after_p2p: the host synchronizes with the device after every exchange of sends and
             receives (its clock waits for the device before it issues the next action's ops:
             :meth:`sim.engine.host.HostThreads.wait`).
@@ -141,6 +147,7 @@ class PipelineRuntime:
 
     blocking_p2p: bool = False
     overlap_p2p: bool = False
+    eager_send_bytes: float = 0.0
     sync_after_p2p: bool = False
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0
