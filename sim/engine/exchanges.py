@@ -231,7 +231,7 @@ class Exchanges:
         owner = self._owner(rep)
         pending = self._pending.pop(owner, [])
         latest = self._backwards[owner]
-        keep = [(t, s) for t, s in pending if op is not None and t == latest]
+        keep = [entry for entry in pending if op is not None and entry[0] == latest]
         if keep:
             self._pending[owner] = keep
         if op is not None:
