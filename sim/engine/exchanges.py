@@ -11,8 +11,8 @@ receive of the next one in one ``batch_isend_irecv`` and waits for all of them
 (``send_forward_recv_backward``, ``send_backward_recv_forward``); DeepSpeed's pipeline engine
 issues the same pairs as NCCL ``send``/``recv`` (``deepspeed/runtime/pipe/p2p.py``) that the
 compute stream waits on, in :class:`TrainSchedule`'s order (``SendActivation`` then
-``RecvGrad``; ``RecvActivation`` then ``SendGrad``). An NCCL send completes only once the
-receiver has posted the matching receive. So here a send starts when its sender has ended the
+``RecvGrad``; ``RecvActivation`` then ``SendGrad``). An NCCL send larger than its FIFO
+(below) completes only once the receiver has posted the matching receive. So here a send starts when its sender has ended the
 action and its receiver has reached the action that consumes it (:meth:`Exchanges.post`), and
 the sender's next action waits until the send is complete (:meth:`Exchanges.boundary`). On a
 rank that holds several stages (interleaved 1F1B), each exchange also posts the receives of the
@@ -29,7 +29,7 @@ backward's ``send_prev`` handle (``send_prev_wait_handle.wait()``, a stream wait
 backward of the steady state (one that follows a forward) has its sends waited at the first
 boundary after the rank's next backward has run, past a forward and past that backward's own
 receive posts (:meth:`Exchanges.track`); a forward's sends as without the option. The
-cool-down (backwards after backwards; lines 1950-2045) sends with blocking
+cool-down (backwards after backwards; lines 1954-2061) sends with blocking
 ``send_backward_recv_backward`` without ``overlap_p2p_comm_warmup_flush``: there a backward's
 sends are waited before the next action. (With ``overlap_p2p_comm_warmup_flush`` Megatron also
 defers the cool-down's waits by one backward and prefetches the next receive before each
@@ -38,11 +38,10 @@ warm-up forward and cool-down backward; not modelled: the option is not mapped.)
 A send of at most ``eager_send_bytes`` (NCCL's per-connection FIFO, set by a framework whose
 schedule relies on it) completes without its receive posted: NCCL's sender copies it into the
 receiver's buffer and returns. Megatron-Core's interleaved schedule with ``overlap_p2p_comm``
-relies on it (its first stage's ``fwd_recv_buffer_size = group - p + 1`` receive buffers,
-schedules.py lines 1554-1567, hold the activations sent before their ``irecv``): under a pure
-rendezvous its own order deadlocks (p=4, v=3, m=10, group 5: rank 0 waits ``8B2``'s send
-after its ``8B3``; rank 3 receives it after its ``7B1``, which it runs after its ``3F6``'s
-send completes, which rank 0 receives only after its ``4F5``).
+relies on it: under a pure rendezvous its own order and waits above deadlock (p=4, v=3, m=10,
+group 5: rank 0 waits ``8B2``'s send after its ``8B3``, before its ``4F5``; rank 3 posts that
+receive after its ``7B1``, which follows the wait of its ``3F6``'s send, whose receive rank 0
+posts after its ``4F5``), yet Megatron runs it.
 
 Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
 is idle (``torch.cuda.synchronize()``; :meth:`sim.engine.host.HostThreads.wait`), then issues the

@@ -83,10 +83,10 @@ class PipelineRuntime:
             rank has reached the action that consumes it (posted its receive), and the sending
             rank's next action waits until the send is complete. False: a send starts when its
             action ends and nothing waits for it (torch pipelining's ``isend``).
-        overlap_p2p: with ``blocking_p2p``, a rank waits for its backwards' sends before its
-            next backward, not before its next forward (Megatron-Core's ``overlap_p2p_comm``
-            under the interleaved schedule: ``send_prev`` handles waited one backward later;
-            a forward's ``send_next`` is waited at once, :mod:`sim.engine.exchanges`).
+        overlap_p2p: with ``blocking_p2p``, a rank waits for a steady-state backward's sends
+            only after its next backward (Megatron-Core's ``overlap_p2p_comm`` under the
+            interleaved schedule: ``send_prev`` handles waited one backward later; a forward's
+            ``send_next`` is waited at once, :mod:`sim.engine.exchanges`).
         eager_send_bytes: with ``blocking_p2p``, a send of at most this many bytes completes
             without its receive posted: NCCL's sender copies it into the connection's FIFO,
             which holds ``p2pChunkSize * NCCL_STEPS`` bytes per channel (NVIDIA/nccl
