@@ -408,9 +408,10 @@ def test_megatron_lm_with_torch_ddp_differs_only_in_the_gradient_reduction_and_b
     assert all(getattr(torch_ddp, k).value == getattr(lm, k).value for k in same)
 
 
-def _waits_before(op: str, overlap: bool) -> float:
-    """When a rank may start action ``op`` after a forward's send (1 s) and a backward's send
-    (5 s) were posted at t = 0 (sim.engine.exchanges, blocking exchanges)."""
+def _waits_before(ops: str, overlap: bool) -> float:
+    """When a rank may start the last action of ``ops`` (run at once, in order) after, at
+    t = 0, a steady-state backward (one after a forward) posted a send of 5 s and the forward
+    after it a send of 1 s (sim.engine.exchanges, blocking exchanges)."""
     from types import SimpleNamespace
 
     import simpy
@@ -432,23 +433,42 @@ def _waits_before(op: str, overlap: bool) -> float:
     def send(seconds):
         yield env.timeout(seconds)
 
-    ex.track(rep, env.process(send(1.0)), "act")
+    for op in "FB":  # the forward and the backward that sends
+        env.run(env.process(ex.boundary(rep, Action(1, op, 0), {}, False)))
     ex.track(rep, env.process(send(5.0)), "grad")
-    done = env.process(ex.boundary(rep, Action(1, op, 0), {}, False))
-    env.run(done)
+    ex.track(rep, env.process(send(1.0)), "act")  # the next forward's (its boundary: no wait)
+    for i, op in enumerate(ops):
+        env.run(env.process(ex.boundary(rep, Action(1, op, 2 + i), {}, False)))
     return env.now
 
 
-def test_overlapped_p2p_defers_a_backwards_sends_past_the_next_forward():
-    # Megatron-Core's overlap_p2p_comm (interleaved schedule): pp_post_backward waits the
-    # previous backward's send_prev one backward later; a forward's send_next is waited at
-    # once (deallocate_pipeline_outputs). A forward's send taking 1 s and a backward's 5 s,
-    # both pending: a blocking exchange (batch_isend_irecv + wait) starts any next action at
-    # 5 s; overlapped, a forward starts at 1 s and a backward at 5 s.
+def test_overlapped_p2p_defers_a_backwards_sends_past_the_next_backward():
+    # Megatron-Core's overlap_p2p_comm (interleaved schedule, NVIDIA/Megatron-LM@d98e8a6
+    # schedules.py pp_post_backward): a backward's send_prev is waited after the next
+    # backward has run and posted its own sends; a forward's send_next is waited at once
+    # (deallocate_pipeline_outputs). Pending: a backward's send of 5 s and a forward's of 1 s.
+    # Blocking exchanges (batch_isend_irecv + wait) start any next action at 5 s; overlapped,
+    # the next forward and the next backward start at 1 s, the action after that backward at 5.
     assert _waits_before("F", overlap=False) == 5.0
     assert _waits_before("B", overlap=False) == 5.0
     assert _waits_before("F", overlap=True) == 1.0
-    assert _waits_before("B", overlap=True) == 5.0
+    assert _waits_before("B", overlap=True) == 1.0
+    assert _waits_before("BF", overlap=True) == 5.0
+
+
+def test_sends_within_nccls_fifo_break_the_interleaved_rendezvous_cycle():
+    # Interleaved 1F1B p = 4, v = 3, m = 10 (rounds of 5, Megatron's
+    # --microbatch-group-size-per-virtual-pipeline-stage 5), blocking overlapped sends. Under a
+    # pure rendezvous: rank 0 (... 0F8 8B2 0F9 8B3 4F5 ...) waits 8B2's send after 8B3; rank 3
+    # (... 3F6 7B1 3F7 7B2 ...) posts 7B2's receive after 7B1, which waits 3F6's send, whose
+    # receive rank 0 posts after 4F5: a cycle. NCCL completes a send that fits its FIFO
+    # without the receive (sim.comm.nccl.P2P_FIFO_BYTES), so with 1 MB sends the step runs.
+    rt = PipelineRuntime(blocking_p2p=True, overlap_p2p=True)
+    inp = uniform_input("interleaved_1f1b", 4, 10, virtual_stages=3, out_bytes=1e6)
+    with pytest.raises(ValueError, match=r"deadlocked: 0 of 12 optimizer steps ran"):
+        simulate(replace(inp, runtime=rt))
+    log = simulate(replace(inp, runtime=replace(rt, eager_send_bytes=1e6)))
+    assert len(log.iteration_ends_s) == 1
 
 
 def test_megatron_overlaps_p2p_only_under_the_interleaved_schedule():

@@ -141,6 +141,12 @@ NET_OVERHEAD_US = 1.0
 Simple."""
 P2P_LL_THRESHOLD = 16384
 """``NCCL_P2P_LL_THRESHOLD`` default in bytes (src/enqueue.cc ``NCCL_PARAM(P2pLLThreshold)``)."""
+P2P_FIFO_BYTES = (1 << 19) * 8
+"""Bytes a point-to-point send can leave in one channel's FIFO before its receive is posted:
+``p2pChunkSize * NCCL_STEPS`` with ``NCCL_P2P_NVL_CHUNKSIZE`` 512 KiB on an all-NVLink
+communicator and ``NCCL_STEPS`` 8, within ``DEFAULT_BUFFSIZE`` 4 MiB (src/init.cc
+``computeBuffSizes``; over PCIe or the network the chunk is 128 KiB, 1 MiB in all: not used
+here). Assumption: one channel's worth, though NCCL may spread a send over several."""
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,37 @@ receive of the next one in one ``batch_isend_irecv`` and waits for all of them
 (``send_forward_recv_backward``, ``send_backward_recv_forward``); DeepSpeed's pipeline engine
 issues the same pairs as NCCL ``send``/``recv`` (``deepspeed/runtime/pipe/p2p.py``) that the
 compute stream waits on, in :class:`TrainSchedule`'s order (``SendActivation`` then
-``RecvGrad``; ``RecvActivation`` then ``SendGrad``). An NCCL send completes only once the
-receiver has posted the matching receive. So here a send starts when its sender has ended the
+``RecvGrad``; ``RecvActivation`` then ``SendGrad``). An NCCL send larger than its FIFO
+(below) completes only once the receiver has posted the matching receive. So here a send starts when its sender has ended the
 action and its receiver has reached the action that consumes it (:meth:`Exchanges.post`), and
 the sender's next action waits until the send is complete (:meth:`Exchanges.boundary`). On a
 rank that holds several stages (interleaved 1F1B), each exchange also posts the receives of the
 rank's next forward and next backward, as Megatron's
 ``send_forward_backward_recv_forward_backward`` does (:meth:`Exchanges.post_ahead`).
 With ``overlap_p2p`` (Megatron-Core's ``overlap_p2p_comm`` under the interleaved schedule,
-NVIDIA/Megatron-LM@00611e6 ``schedules.py``: ``pp_post_backward`` waits the previous
-backward's ``send_prev`` handle, one backward later; ``pp_post_forward`` waits a forward's own
-``send_next`` right away when ``deallocate_pipeline_outputs``, which Megatron-LM's
-``core_transformer_config_from_args`` sets), a backward's sends are waited for before the
-rank's next backward, not before its next forward; a forward's as without the option.
+NVIDIA/Megatron-LM@d98e8a6 ``megatron/core/pipeline_parallel/schedules.py``
+``forward_backward_pipelining_with_interleaving``, steady 1F1B loop, lines 1770-1880):
+``pp_post_forward`` posts the forward's ``send_next`` with the next forward's ``recv_prev`` and
+waits that send right away when ``deallocate_pipeline_outputs`` (which Megatron-LM's
+``core_transformer_config_from_args`` sets); ``pp_post_backward`` posts the backward's
+``send_prev`` with the next backward's ``recv_next`` and only then waits the *previous*
+backward's ``send_prev`` handle (``send_prev_wait_handle.wait()``, a stream wait). So a
+backward of the steady state (one that follows a forward) has its sends waited at the first
+boundary after the rank's next backward has run, past a forward and past that backward's own
+receive posts (:meth:`Exchanges.track`); a forward's sends as without the option. The
+cool-down (backwards after backwards; lines 1954-2061) sends with blocking
+``send_backward_recv_backward`` without ``overlap_p2p_comm_warmup_flush``: there a backward's
+sends are waited before the next action. (With ``overlap_p2p_comm_warmup_flush`` Megatron also
+defers the cool-down's waits by one backward and prefetches the next receive before each
+warm-up forward and cool-down backward; not modelled: the option is not mapped.)
+
+A send of at most ``eager_send_bytes`` (NCCL's per-connection FIFO, set by a framework whose
+schedule relies on it) completes without its receive posted: NCCL's sender copies it into the
+receiver's buffer and returns. Megatron-Core's interleaved schedule with ``overlap_p2p_comm``
+relies on it: under a pure rendezvous its own order and waits above deadlock (p=4, v=3, m=10,
+group 5: rank 0 waits ``8B2``'s send after its ``8B3``, before its ``4F5``; rank 3 posts that
+receive after its ``7B1``, which follows the wait of its ``3F6``'s send, whose receive rank 0
+posts after its ``4F5``), yet Megatron runs it.
 
 Host sync points (``sync_after_p2p``, ``sync_before_forward``): the host waits until the device
 is idle (``torch.cuda.synchronize()``; :meth:`sim.engine.host.HostThreads.wait`), then issues the
@@ -83,7 +101,10 @@ class Exchanges:
         self.hosts = hosts
         self.tensor = tensor
         self._posted: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
-        self._pending: dict[tuple[int, int, int], list[tuple[str, simpy.Process]]] = {}
+        self._pending: dict[tuple[int, int, int], list[tuple[int | None, simpy.Process]]] = {}
+        self._backwards: defaultdict[tuple[int, int, int], int] = defaultdict(int)
+        self._after_forward: dict[tuple[int, int, int], bool] = {}
+        self._last_op: dict[tuple[int, int, int], str] = {}
         self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
 
@@ -96,6 +117,11 @@ class Exchanges:
     def blocking(self) -> bool:
         """Whether sends are exchanged at action boundaries (module doc)."""
         return self.runtime.blocking_p2p
+
+    def rendezvous(self, nbytes: float) -> bool:
+        """Whether a send of ``nbytes`` starts only once its receive is posted: blocking
+        exchanges, unless it fits NCCL's buffer (``eager_send_bytes``, module doc)."""
+        return self.blocking and nbytes > self.runtime.eager_send_bytes
 
     def posted(self, key: tuple) -> simpy.Event:
         """The event of the receiver of ``key`` (``(kind, replica, stage, mb, tp_rank)``, the
@@ -144,9 +170,15 @@ class Exchanges:
 
     def track(self, rep: StageReplica, send: simpy.Process, kind: str = "act") -> None:
         """Remember ``send`` (of an action of ``rep``; ``kind``: ``act`` from a forward,
-        ``grad`` from a backward) for its rank's next boundary."""
-        if self.blocking:
-            self._pending.setdefault(self._owner(rep), []).append((kind, send))
+        ``grad`` from a backward) for its rank's boundaries: with ``overlap_p2p`` a steady-state
+        backward's send is held (tagged with the rank's backward count) until the boundary after
+        the rank's next backward (module doc); any other send is waited at the next boundary."""
+        if not self.blocking:
+            return
+        owner = self._owner(rep)
+        held = kind == "grad" and self.runtime.overlap_p2p and self._after_forward.get(owner)
+        tag = self._backwards[owner] if held else None
+        self._pending.setdefault(owner, []).append((tag, send))
 
     def boundary(self, rep: StageReplica, a: Action, tags: dict, received: bool):
         """Process: what the rank of ``rep`` does before running ``a`` (once ``a``'s input has
@@ -192,16 +224,21 @@ class Exchanges:
             self.hosts.wait(rep.gpu)
 
     def _wait_sends(self, rep: StageReplica, label: str, tags: dict, op: str | None):
-        """Wait for the rank's pending sends: all of them, or with ``overlap_p2p`` before a
-        forward (``op`` ``F``) only the forwards' (module doc)."""
-        pending = self._pending.pop(self._owner(rep), [])
-        keep: list[tuple[str, simpy.Process]] = []
-        if op == "F" and self.runtime.overlap_p2p:
-            keep = [(k, s) for k, s in pending if k == "grad"]
-            pending = [(k, s) for k, s in pending if k != "grad"]
+        """Wait for the rank's pending sends before an action of kind ``op`` (``None``: the
+        optimizer step, all of them): all but the held sends of the rank's latest backward
+        (module doc); then count ``op`` (a backward or not) for the holding rule."""
+        owner = self._owner(rep)
+        pending = self._pending.pop(owner, [])
+        latest = self._backwards[owner]
+        keep = [entry for entry in pending if op is not None and entry[0] == latest]
         if keep:
-            self._pending[self._owner(rep)] = keep
-        sends = [s for _, s in pending]
+            self._pending[owner] = keep
+        if op is not None:
+            if op in ("B", "I"):
+                self._after_forward[owner] = self._last_op.get(owner) == "F"
+                self._backwards[owner] += 1
+            self._last_op[owner] = op
+        sends = [s for t, s in pending if op is None or t != latest]
         late = [s for s in sends if not s.triggered]
         if late:
             yield from self.compute.wait(

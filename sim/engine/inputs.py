@@ -83,10 +83,16 @@ class PipelineRuntime:
             rank has reached the action that consumes it (posted its receive), and the sending
             rank's next action waits until the send is complete. False: a send starts when its
             action ends and nothing waits for it (torch pipelining's ``isend``).
-        overlap_p2p: with ``blocking_p2p``, a rank waits for its backwards' sends before its
-            next backward, not before its next forward (Megatron-Core's ``overlap_p2p_comm``
-            under the interleaved schedule: ``send_prev`` handles waited one backward later;
-            a forward's ``send_next`` is waited at once, :mod:`sim.engine.exchanges`).
+        overlap_p2p: with ``blocking_p2p``, a rank waits for a steady-state backward's sends
+            only after its next backward (Megatron-Core's ``overlap_p2p_comm`` under the
+            interleaved schedule: ``send_prev`` handles waited one backward later; a forward's
+            ``send_next`` is waited at once, :mod:`sim.engine.exchanges`).
+        eager_send_bytes: with ``blocking_p2p``, a send of at most this many bytes completes
+            without its receive posted: NCCL's sender copies it into the connection's FIFO,
+            which holds ``p2pChunkSize * NCCL_STEPS`` bytes per channel (NVIDIA/nccl
+            ``src/init.cc`` ``computeBuffSizes``; "ncclSend needs to wait for ncclRecv ...
+            especially if the size is larger than the internal buffer size", NVIDIA/nccl#1025),
+            and it arrives without the receiver; 0: every send waits for its receive.
         sync_after_p2p: the host synchronizes with the device after every exchange of sends and
             receives (its clock waits for the device before it issues the next action's ops:
             :meth:`sim.engine.host.HostThreads.wait`).
@@ -141,6 +147,7 @@ class PipelineRuntime:
 
     blocking_p2p: bool = False
     overlap_p2p: bool = False
+    eager_send_bytes: float = 0.0
     sync_after_p2p: bool = False
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0

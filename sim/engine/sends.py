@@ -80,7 +80,7 @@ class StageSends:
         r, s = rep.replica, rep.stage
         src, dst = rep.gpu, f"gpu{self.inp.gpu_index(r, dst_stage, rep.tp_rank)}"
         op = "F" if kind == "act" else "B"
-        if self.exchanges.blocking:  # a rendezvous: the receiver has posted its receive
+        if self.exchanges.rendezvous(nbytes):  # the receiver has posted its receive
             yield self.exchanges.posted((kind, r, dst_stage, mb, rep.tp_rank))
         yield from self.links.transfer(
             src,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
+from sim.comm.nccl import P2P_FIFO_BYTES
 from sim.engine.inputs import PipelineRuntime
 from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework, Setting
@@ -258,12 +259,18 @@ class MegatronLM(Framework):
 
     def _p2p_overlap(self, rt: PipelineRuntime, virtual_stages: int) -> dict:
         """``overlap_p2p_comm`` under the interleaved schedule (its option's source): sends
-        waited by direction (:attr:`PipelineRuntime.overlap_p2p`) and, ``batch_p2p_comm`` off,
-        no ``batch_p2p_sync`` synchronize after the exchanges; the non-interleaved schedule
-        refuses it (schedules.py raises), so there nothing changes."""
+        waited by direction (:attr:`PipelineRuntime.overlap_p2p`), sends that fit NCCL's FIFO
+        complete without their receive (:attr:`PipelineRuntime.eager_send_bytes`: the
+        schedule's separate ``isend``/``irecv`` rely on it, :mod:`sim.engine.exchanges`) and,
+        ``batch_p2p_comm`` off, no ``batch_p2p_sync`` synchronize after the exchanges; the
+        non-interleaved schedule refuses it (schedules.py raises), so there nothing changes."""
         if not (self.values.get("overlap_p2p_comm") and virtual_stages > 1):
             return {}
-        return {"overlap_p2p": rt.blocking_p2p, "sync_after_p2p": False}
+        return {
+            "overlap_p2p": rt.blocking_p2p,
+            "eager_send_bytes": P2P_FIFO_BYTES,
+            "sync_after_p2p": False,
+        }
 
     def regathers_sp_input(self) -> bool:
         """The saved inputs gathered again in the backward, unless ``tp_comm_overlap`` hides
