@@ -173,7 +173,9 @@ APPROXIMATED: dict[str, str] = {
     "before the timed steps",
     "defer-embedding-wgrad-compute": "the embedding's weight-gradient GEMM deferred to the "
     "pipeline flush", "microbatch-group-size-per-virtual-pipeline-stage": "interleaved "
-    "schedule's micro-batch grouping: pipesim runs Megatron's default grouping (p)",
+    "schedule's micro-batch grouping: pipesim runs torch's rounds of m // max(1, m // p) "
+    "micro-batches (Megatron's default group of p when m is a multiple of p), not the group "
+    "size given",
     "overlap-p2p-communication-warmup-flush": "pipeline sends of warm-up and flush overlapped",
     "overlap-p2p-communication": "pipeline sends overlapped with compute (interleaved "
     "schedule)", "no-use-layer-wise-param-layout": "the layer-wise optimizer's legacy "
