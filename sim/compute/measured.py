@@ -194,7 +194,7 @@ def family(spec: ComputeSpec) -> str | None:
     return None
 
 
-def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
+def log2_interp(points: Sequence[tuple[float, float]], x: float) -> float:
     """Linear interpolation in ``log2 x`` over ``(x, y)`` points sorted by ``x``, clamped."""
     xs = [p[0] for p in points]
     if x <= xs[0]:
@@ -216,15 +216,17 @@ def _b200_attention(seq: float, heads: float, hd: int, phase: int) -> float:
     seqs = sorted({r[0] for r in rows})
     if seq < seqs[0]:  # the same query tiles at the shortest measured length
         heads, seq = heads * seq / seqs[0], seqs[0]
-    lengths = [(s, _interp([(r[1], r[2 + phase]) for r in rows if r[0] == s], heads)) for s in seqs]
-    return _interp(lengths, seq) * SIMUMAX_CAUSAL
+    lengths = [
+        (s, log2_interp([(r[1], r[2 + phase]) for r in rows if r[0] == s], heads)) for s in seqs
+    ]
+    return log2_interp(lengths, seq) * SIMUMAX_CAUSAL
 
 
 def _h100_attention(seq: float, hd: int, phase: int) -> float:
     rows = _H100_FA2[int(_nearest(_H100_FA2, hd))]
     fwd = [(s, f * 1e12 / H100_PEAK) for s, f, _ in rows]
     bwd = [(s, 2.5 / (3.5 / fb - 1.0 / f) * 1e12 / H100_PEAK) for s, f, fb in rows]
-    return _interp(bwd if phase else fwd, seq)
+    return log2_interp(bwd if phase else fwd, seq)
 
 
 def attention_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None:
@@ -258,7 +260,7 @@ def grouped_gemm_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None
         "wgrad": (kern.k, kern.n, kern.m),
     }[kern.grouped]
     shape = min(_B200_GROUPED, key=lambda s: abs(math.log2(s[0] / n)) + abs(math.log2(s[1] / k)))
-    eff = _interp(_B200_GROUPED[shape][kern.grouped], m) / SIMUMAX_NODE_MATMUL
+    eff = log2_interp(_B200_GROUPED[shape][kern.grouped], m) / SIMUMAX_NODE_MATMUL
     return eff * spec.matmul_rate(dtype) / spec.peak_flops(dtype)
 
 

@@ -38,10 +38,7 @@ measurement here covers).
 
 from __future__ import annotations
 
-import bisect
-import math
-
-from sim.compute.measured import SIXTEEN_BIT
+from sim.compute.measured import SIXTEEN_BIT, log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
 WINDOW = 128
@@ -84,18 +81,6 @@ TABLE_OF = (("GB300", "GB300"), ("B300", "GB300"), ("GB200", "GB200"), ("B200", 
 """GPU model prefix -> the table that times it (module doc)."""
 
 
-def _log2_interp(points: list[tuple[float, float]], x: float) -> float:
-    """Linear interpolation in ``log2 x`` over ``(x, y)`` points sorted by ``x``, clamped."""
-    xs = [p[0] for p in points]
-    if x <= xs[0]:
-        return points[0][1]
-    if x >= xs[-1]:
-        return points[-1][1]
-    i = bisect.bisect_right(xs, x)
-    (x0, y0), (x1, y1) = points[i - 1], points[i]
-    return y0 + (y1 - y0) * math.log2(x / x0) / math.log2(x1 / x0)
-
-
 def _table(spec: ComputeSpec) -> str | None:
     name = spec.model.upper()
     return next((t for prefix, t in TABLE_OF if name.startswith(prefix)), None)
@@ -117,4 +102,4 @@ def windowed_rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
     if by_pass is None:
         return None
     points = by_pass["bwd" if kern.name.endswith("_bwd") else "fwd"]
-    return _log2_interp(points, float(kern.n)) * 1e12
+    return log2_interp(points, float(kern.n)) * 1e12
