@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sim.memory.chunks import pack_owned
 from sim.memory.context import StageContext
 from sim.memory.tensors import param_groups, stage_hidden
 from sim.trace.schema import LayerProfile
@@ -50,28 +51,15 @@ def chunk_blocks(
     layers: Sequence[LayerProfile], dtype_bytes: int, chunk_elems: int
 ) -> tuple[int, int]:
     """``(chunks, within)``: the stage's chunks packed as PatrickStar packs them
-    (:func:`~sim.memory.chunks.pack`) and how many of them hold tensors of one checkpointed
+    (:func:`~sim.memory.chunks.pack_owned`) and how many of them hold tensors of one checkpointed
     block only (module doc).
 
     Raises:
         ValueError: a parameter group larger than a chunk.
     """
     h = stage_hidden(layers, dtype_bytes)
-    used: list[float] = []
-    owners: list[set[int]] = []
-    for i, layer in enumerate(layers):
-        for g in param_groups(layer, dtype_bytes, h):
-            if g > chunk_elems:
-                raise ValueError(
-                    f"a parameter group of {g:.0f} elements does not fit in a chunk of "
-                    f"{chunk_elems} elements"
-                )
-            if used and used[-1] + g <= chunk_elems:
-                used[-1] += g
-                owners[-1].add(i)
-            else:
-                used.append(g)
-                owners.append({i})
+    groups = [(i, g) for i, layer in enumerate(layers) for g in param_groups(layer, dtype_bytes, h)]
+    used, owners = pack_owned(groups, chunk_elems)
     within = sum(
         1 for o in owners if len(o) == 1 and layers[next(iter(o))].name.startswith(CHECKPOINTED)
     )

@@ -89,8 +89,22 @@ def pack(groups: Sequence[float], chunk_elems: int) -> list[float]:
         ValueError: a group larger than a chunk (PatrickStar raises "Overall size of param
             list is larger than the default chunk size").
     """
+    used, _ = pack_owned([(0, g) for g in groups], chunk_elems)
+    return used or [0.0]
+
+
+def pack_owned(
+    groups: Sequence[tuple[int, float]], chunk_elems: int
+) -> tuple[list[float], list[set[int]]]:
+    """:func:`pack` of ``(owner, elements)`` groups: the elements used in each chunk and the
+    owners (a layer's index, say) whose groups each chunk holds; both empty without groups.
+
+    Raises:
+        ValueError: a group larger than a chunk (as :func:`pack`).
+    """
     used: list[float] = []
-    for g in groups:
+    owners: list[set[int]] = []
+    for owner, g in groups:
         if g > chunk_elems:
             raise ValueError(
                 f"a parameter group of {g:.0f} elements does not fit in a chunk of "
@@ -98,9 +112,11 @@ def pack(groups: Sequence[float], chunk_elems: int) -> list[float]:
             )
         if used and used[-1] + g <= chunk_elems:
             used[-1] += g
+            owners[-1].add(owner)
         else:
             used.append(g)
-    return used or [0.0]
+            owners.append({owner})
+    return used, owners
 
 
 def utilization(used: Sequence[float], chunk_elems: int) -> float:
