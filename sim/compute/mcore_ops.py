@@ -43,8 +43,10 @@ row to one op (126 in one run, 127 in another: one op follows the random tokens'
 Assumptions: the same counts with the ``alltoall`` dispatcher (it builds a CUDA stream at
 construction and cannot be run on the CPU); with ``--moe-grouped-gemm`` (``GroupedMLP``,
 ``TEGroupedMLP``: one grouped GEMM per projection) the experts issue one expert's ops
-(``local_experts`` 1; TE's per-expert splits and allocations, NVIDIA/TransformerEngine#1499,
-are C++ calls without Python and are not charged); a MoE-only layer of a hybrid pattern
+(``local_experts`` 1); Transformer Engine ``GroupedLinear``'s own per-expert work (its Python
+loops, per-expert quantize kernels and cuBLAS launches, NVIDIA/TransformerEngine#1499) is
+counted apart per local expert and recipe (:mod:`sim.compute.te_grouped_host`, added by the
+shard, :mod:`sim.parallel.decoder_shard`); a MoE-only layer of a hybrid pattern
 (``E``) is the MoE block less half a dense block. Which one a model runs is
 :attr:`sim.compute.moe.MoEShape.sequential_experts` (False, grouped, unless a run says so).
 """

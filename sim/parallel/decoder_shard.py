@@ -57,6 +57,7 @@ from sim.compute.quantize import layer_index, quantize_layer
 from sim.compute.recompute_modules import module_parts
 from sim.compute.routing import Routing
 from sim.compute.ssm import check_tp as mamba_tp_problem
+from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context import AttentionDims, check_cp, context_comm
@@ -299,7 +300,7 @@ def shard_decoder(
         syncs.append(sync)
         layers.append(
             _remote_experts(
-                _apply(layer, ratios, act, share[0] + share[1], par, parts), kind, m, par
+                _apply(layer, ratios, act, share[0] + share[1], par, parts), kind, m, par, lp
             )
         )
         comm.append(tpc)
@@ -460,15 +461,30 @@ def _apply(
 
 
 def _remote_experts(
-    layer: LayerProfile, kind: str, m: DecoderShape, par: ParallelLayout
+    layer: LayerProfile,
+    kind: str,
+    m: DecoderShape,
+    par: ParallelLayout,
+    low: LowPrecision | None = None,
 ) -> LayerProfile:
     """``layer`` without the host ops of the experts other ranks hold: with
     ``sequential_experts`` a MoE layer's trace counts ``SequentialMLP``'s loop over all ``E``
     experts (:func:`sim.trace.decoder.layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of
-    them (:func:`sim.compute.mcore_ops.expert_ops`)."""
-    if par.ep <= 1 or m.moe is None or not m.moe.sequential_experts:
+    them (:func:`sim.compute.mcore_ops.expert_ops`); with grouped experts (not the fused
+    grouped MLP) the trace counts one expert and the rank's ``E / ep`` add Transformer Engine
+    ``GroupedLinear``'s per-expert host work under the layer's recipe ``low``
+    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`)."""
+    if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
         return layer
-    if base_kind(kind) not in ("moe_block", "moe"):
+    if not m.moe.sequential_experts:
+        if m.moe.fused_grouped_mlp or layer.fwd_ops is None or layer.bwd_ops is None:
+            return layer
+        if low is not None and low.recipe.library != TE:
+            return layer
+        name = low.recipe.name if low is not None else None
+        fwd, bwd = grouped_expert_ops(m.moe.experts / par.ep, name)
+        return replace(layer, fwd_ops=layer.fwd_ops + fwd, bwd_ops=layer.bwd_ops + bwd)
+    if par.ep <= 1:
         return layer
     fwd, bwd, mods, fns = expert_ops(m.moe.experts - m.moe.experts / par.ep)
 

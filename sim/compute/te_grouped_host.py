@@ -1,0 +1,159 @@
+"""Host work of Transformer Engine's ``GroupedLinear`` per local expert (a MoE layer's experts).
+
+Megatron-Core runs a MoE layer's experts with ``--moe-grouped-gemm`` as ``TEGroupedMLP``: two
+``te.pytorch.GroupedLinear`` (``linear_fc1``, ``linear_fc2``) of ``num_gemms`` = the rank's
+local experts ``N`` (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/extensions/
+transformer_engine.py`` 2382-2727). The Megatron-Core op counts
+(:mod:`sim.compute.mcore_ops`) stand for one expert's ops; this module counts what a
+``GroupedLinear`` does once per expert beyond that, read from TransformerEngine's source at the
+version Megatron-Bridge's containers ship (Bridge ``docs/releases/software-versions.md`` and
+``uv.lock`` at each tag: 25.09 TE 2.7.0, 25.11 TE 2.9 @70f5366, 26.02 TE 2.12 @5671fd3, 26.04
+TE 2.14 @71bbefb, 26.06 TE 2.16 @4220403). Line numbers below are TE @70f536662ae1
+(``release_v2.9``); v2.7, @5671fd3 and @4220403 have the same per-expert loops
+(``split_quantize`` in forward and backward, ``get_weight_workspace`` per weight,
+``general_grouped_gemm``, ``handle_custom_ddp_from_mcore``), a few lines apart.
+
+**Forward, per expert** (``_GroupedLinear.forward``, ``module/grouped_linear.py``):
+
+* ``tex.split_quantize`` (l.127): per expert, one quantized tensor object built in Python
+  (``csrc/extensions/cast.cpp`` 558-592) and the recipe's quantize kernels
+  (``multi_tensor_quantize_impl``, cast.cpp 145-148): :data:`QUANTIZE_LAUNCHES`. BF16 runs one
+  ``torch.split`` instead (its views: not counted);
+* ``module.get_weight_workspace`` per weight (l.137-145): one Python call; the weight is
+  quantized on a step's first micro-batch only (Megatron passes ``is_first_microbatch``,
+  ``transformer_engine.py`` 2719-2727), so no launch is charged per micro-batch;
+* ``update_usage`` of the input and the weight copies (l.202-210), ``prepare_for_saving`` of
+  the two quantized tensors (l.225-230): four Python calls under a recipe;
+* ``general_grouped_gemm`` (l.171): one cuBLASLt GEMM per expert over ``num_gemm_streams``
+  (``csrc/extensions/gemm.cpp`` 412-482 wraps each expert, ``nvte_multi_stream_cublas_gemm``
+  launches each GEMM; MXFP8's scale swizzle is one multi-tensor launch per side, gemm.cpp
+  488-491, not per expert).
+
+**Backward, per expert** (``_GroupedLinear.backward``):
+
+* ``restore_from_saved`` of the two quantized tensors: two Python calls under a recipe;
+* ``tex.split_quantize`` of the output gradient (l.323): one object, :data:`QUANTIZE_LAUNCHES`;
+* ``update_usage`` of the weight copy (l.357-362): one Python call under a recipe;
+* the dgrad and the wgrad grouped GEMMs (l.363, l.432): two cuBLASLt launches;
+* ``clear_tensor_data`` of the saved input (l.440): one Python call;
+* ``handle_custom_ddp_from_mcore`` (l.442-472): Megatron's DDP sets ``grad_added_to_main_grad``
+  (``distributed_data_parallel.py`` 187), so TE returns a dummy ``torch.empty`` wgrad: one
+  Python call and one no-grad torch op without a kernel;
+* the returned wgrad's ``AccumulateGrad`` node and Megatron DDP's Python hook on that weight
+  (``distributed_data_parallel.py`` 570-580): for ``N - 1`` experts (the op counts hold one).
+
+**Prices** (per item on the H100 DGX host, the ``dgx-h100`` preset's own decomposition of its
+per-op figure, ``sim/hardware/presets/dgx-h100.yaml``): a C++ kernel launch 3.0 us
+(meta-pytorch/tritonbench#1017: raw ``cuLaunchKernel``, "irreducible CUDA driver cost") against
+9.8 us for an eager op issued from Python (6.8 us of Python and dispatcher, pytorch/pytorch#41383,
+plus the launch); a no-grad torch op without a kernel 5.0 us (#41383 without autograd); a
+Python call 2 us (pytorch/pytorch#50431, "~2 microseconds for empty module": the preset's
+``module``); an autograd node 13.9 us (the preset's ``backward_op``) and a Python hook 7.5 us
+(its ``function_backward``). The seconds are handed to the engine as forward ops (9.8 us each)
+and backward ops (13.9 us each), so a preset whose host figures scale the H100's uniformly (the
+B200 preset's are the same, GB200's 2.75x) prices them at its own rate.
+
+**Not counted** (lower bound): C++ per-expert work without a launch (``makeTransformerEngineTensor``
+from Python objects, ``at::from_blob`` views, ``convert_quantizer``, ``at::empty`` allocations:
+NVIDIA/TransformerEngine#1499 names ``torch.split`` and the ``2 x num_gemms`` ``torch.empty``
+calls as ``GroupedLinear``'s CPU overhead, unmeasured per call), cuBLASLt's heuristic query
+inside each GEMM call, and trivial Python (``set_usage``, the ``main_grad`` lambdas).
+Assumptions: no bias (``add_bias_linear`` off, as Bridge's MoE recipes), gradient-accumulation
+fusion on, the weights' quantized copies cached across micro-batches.
+"""
+
+from __future__ import annotations
+
+QUANTIZE_LAUNCHES = {
+    "fp8-delayed": 0.0,
+    "fp8-tensorwise": 3.0,
+    "fp8-blockwise": 1.0,
+    "mxfp8": 1.0,
+    "nvfp4": 3.0,
+}
+"""Quantize kernels per expert tensor of ``split_quantize``, by recipe name
+(:mod:`sim.compute.precision`), TE @70f5366 ``csrc/quantizer.cpp``: delayed scaling runs one
+fused ``nvte_multi_cast_transpose`` for all experts (cast.cpp 132-143), so none per expert;
+current scaling ("tensorwise") an amax, a scale and a cast kernel (quantizer.cpp 497-535);
+blockwise and MXFP8 one ``nvte_quantize_v2`` (805-820, 1091-1101); NVFP4 an amax (with the
+Hadamard transform), a row-wise cast and a column-wise Hadamard cast (1481-1638). Unknown
+recipes count as MXFP8's one."""
+
+LAUNCH_S = 3.0e-6
+"""A C++ kernel launch on the reference host (module doc: tritonbench#1017)."""
+PY_CALL_S = 2.0e-6
+"""A Python call (pytorch#50431; the reference preset's ``module``)."""
+NOGRAD_OP_S = 5.0e-6
+"""A torch op issued from Python without autograd recording and without a kernel (#41383)."""
+NODE_S = 13.9e-6
+"""An autograd node the engine runs (the reference preset's ``backward_op``)."""
+HOOK_S = 7.5e-6
+"""A Python hook the engine calls (the reference preset's ``function_backward``)."""
+REF_OP_S = 9.8e-6
+"""The reference preset's forward op (``dgx-h100`` ``op``): seconds per forward op handed on."""
+REF_BWD_OP_S = 13.9e-6
+"""The reference preset's backward op (``dgx-h100`` ``backward_op``)."""
+
+
+def per_expert_s(recipe: str | None) -> tuple[float, float]:
+    """``(forward, backward)`` reference-host seconds one ``GroupedLinear`` spends per local
+    expert under ``recipe`` (a :mod:`sim.compute.precision` name; None: BF16), besides the
+    per-expert autograd node and hook (:func:`grouped_linear_s`). Module doc.
+
+    Example: MXFP8 forward 4 calls + object + workspace (6 x 2 us) + quantize and GEMM (2 x
+    3 us) = 18 us; backward 6 calls (12 us) + dummy ``torch.empty`` (5 us) + 3 launches (9 us).
+
+    >>> [round(x * 1e6, 1) for x in per_expert_s("mxfp8")]
+    [18.0, 26.0]
+    >>> [round(x * 1e6, 1) for x in per_expert_s(None)]
+    [3.0, 15.0]
+    """
+    if recipe is None:
+        fwd = LAUNCH_S  # the GEMM
+        bwd = 2 * PY_CALL_S + NOGRAD_OP_S + 2 * LAUNCH_S  # clear, ddp + empty; dgrad, wgrad
+        return fwd, bwd
+    q = QUANTIZE_LAUNCHES.get(recipe, 1.0)
+    fwd = 6 * PY_CALL_S + (q + 1) * LAUNCH_S
+    bwd = 6 * PY_CALL_S + NOGRAD_OP_S + (q + 2) * LAUNCH_S
+    return fwd, bwd
+
+
+def grouped_linear_s(local_experts: float, recipe: str | None) -> tuple[float, float]:
+    """``(forward, backward)`` reference-host seconds of one ``GroupedLinear`` with
+    ``local_experts`` experts beyond the one expert's ops the Megatron-Core counts hold:
+    :func:`per_expert_s` for each expert, and an ``AccumulateGrad`` node and Megatron's DDP
+    hook for each expert but one (module doc).
+
+    Example: 4 experts, MXFP8: 4 x 18 = 72 us forward; 4 x 26 + 3 x (13.9 + 7.5) = 168.2 us.
+
+    >>> [round(x * 1e6, 1) for x in grouped_linear_s(4, "mxfp8")]
+    [72.0, 168.2]
+    """
+    n = max(0.0, local_experts)
+    fwd, bwd = per_expert_s(recipe)
+    return n * fwd, n * bwd + max(0.0, n - 1) * (NODE_S + HOOK_S)
+
+
+def grouped_expert_ops(
+    local_experts: float, recipe: str | None, linears: int = 2
+) -> tuple[float, float]:
+    """``(forward ops, backward ops)`` to add to a MoE layer whose experts run as ``linears``
+    ``GroupedLinear`` modules (``TEGroupedMLP``: fc1 and fc2) of ``local_experts`` each: the
+    seconds of :func:`grouped_linear_s` in the reference preset's forward and backward op
+    (:data:`REF_OP_S`, :data:`REF_BWD_OP_S`; module doc).
+
+    Example (4 experts, MXFP8): 2 x 72 us / 9.8 us and 2 x 168.2 us / 13.9 us.
+
+    >>> [round(x, 2) for x in grouped_expert_ops(4, "mxfp8")]
+    [14.69, 24.2]
+    """
+    fwd, bwd = grouped_linear_s(local_experts, recipe)
+    return linears * fwd / REF_OP_S, linears * bwd / REF_BWD_OP_S
+
+
+__all__ = [
+    "QUANTIZE_LAUNCHES",
+    "grouped_expert_ops",
+    "grouped_linear_s",
+    "per_expert_s",
+]
