@@ -53,13 +53,27 @@ Python call 2 us (pytorch/pytorch#50431, "~2 microseconds for empty module": the
 and backward ops (13.9 us each), so a preset whose host figures scale the H100's uniformly (the
 B200 preset's are the same, GB200's 2.75x) prices them at its own rate.
 
-**Not counted** (lower bound): C++ per-expert work without a launch (``makeTransformerEngineTensor``
-from Python objects, ``at::from_blob`` views, ``convert_quantizer``, ``at::empty`` allocations:
+**Not counted** (lower bound): C++ per-expert work without a launch
+(``makeTransformerEngineTensor`` from Python objects, ``at::from_blob`` views, ``convert_quantizer``, ``at::empty`` allocations:
 NVIDIA/TransformerEngine#1499 names ``torch.split`` and the ``2 x num_gemms`` ``torch.empty``
 calls as ``GroupedLinear``'s CPU overhead, unmeasured per call), cuBLASLt's heuristic query
 inside each GEMM call, and trivial Python (``set_usage``, the ``main_grad`` lambdas).
-Assumptions: no bias (``add_bias_linear`` off, as Bridge's MoE recipes), gradient-accumulation
-fusion on, the weights' quantized copies cached across micro-batches.
+
+**Where it is charged:** on a MoE layer's forward and backward ops, by the rank's shard
+(:mod:`sim.parallel.decoder_shard`), for grouped experts under a Transformer Engine recipe or
+BF16; not for ``sequential_experts`` (their op counts already loop over the experts) nor
+``fused_grouped_mlp`` (TE's fused op runs each grouped GEMM as one kernel over the local
+experts, :mod:`sim.compute.moe`). CUDA graphs take it off as they take the layer's other ops
+(:mod:`sim.framework.cuda_graphs`: ``full_iteration`` all of it, a scope with ``moe`` the
+expert half); with ``attn`` in scope and not ``moe`` half of the layer's ops go, this work's
+included, although it runs in the eager expert half (an under-count there; a trace records a
+layer's ops, not each module's). Within the layer the ops are spread as the layer's others
+around the dropless token-count sync (:attr:`sim.engine.host.LayerPart.sync_share`), though
+this work all runs after it.
+
+Assumptions: no expert bias (GPT-OSS's experts have one: its per-expert bias-gradient work is
+not counted), gradient-accumulation fusion on, the weights' quantized copies cached across
+micro-batches.
 """
 
 from __future__ import annotations
