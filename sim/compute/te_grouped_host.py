@@ -54,10 +54,11 @@ and backward ops (13.9 us each), so a preset whose host figures scale the H100's
 B200 preset's are the same, GB200's 2.75x) prices them at its own rate.
 
 **Not counted** (lower bound): C++ per-expert work without a launch
-(``makeTransformerEngineTensor`` from Python objects, ``at::from_blob`` views, ``convert_quantizer``, ``at::empty`` allocations:
-NVIDIA/TransformerEngine#1499 names ``torch.split`` and the ``2 x num_gemms`` ``torch.empty``
-calls as ``GroupedLinear``'s CPU overhead, unmeasured per call), cuBLASLt's heuristic query
-inside each GEMM call, and trivial Python (``set_usage``, the ``main_grad`` lambdas).
+(``makeTransformerEngineTensor`` from Python objects, ``at::from_blob`` views,
+``convert_quantizer``, ``at::empty`` allocations: NVIDIA/TransformerEngine#1499 names
+``torch.split`` and the ``2 x num_gemms`` ``torch.empty`` calls as ``GroupedLinear``'s CPU
+overhead, unmeasured per call), cuBLASLt's heuristic query inside each GEMM call, and trivial
+Python (``set_usage``, the ``main_grad`` lambdas).
 
 **Where it is charged:** on a MoE layer's forward and backward ops, by the rank's shard
 (:mod:`sim.parallel.decoder_shard`), for grouped experts under a Transformer Engine recipe or
