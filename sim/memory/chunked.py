@@ -50,6 +50,18 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   and casts it into the 16-bit chunk there ("a two stage copy, 1) CPU fp32 -> GPU fp32, 2) GPU
   fp32 -> GPU fp16 is faster than one single copy_", ``patrickstar/ops/chunk_io_buff.py``
   @2384535); the cast's HBM traffic is left out.
+* **The step, chunk by chunk** (``host_step_chunks``; ``FP16Adam.fp16_chunk_adam_ops``,
+  ``patrickstar/ops/fp16_cpu_adam.py`` 336-467 @2384535): hybrid Adam visits the owned
+  chunks in order, the GPU margin's first (``FP32ChunkReadBuffer.access_from_cache``:
+  ``cached_chunk_num < margin_chunk_num_for_gpu_adam``), then each host chunk's gradients
+  down, its CPU Adam and its weights up, each copy a blocking ``copy_`` on the rank's one
+  Python thread; every rank does so at once, so the server's CPU-Adam pool updates one rank's
+  chunk while others copy (the engine's :meth:`~sim.engine.traffic.MemoryTraffic.
+  chunked_step`); the planner's estimate of the wait is :func:`pool_wait_s`. The pool gives a
+  chunk the server's whole rate (:mod:`sim.memory.host_adam`: CPU Adam is taken as bound by
+  DRAM bandwidth); were a process held to its ``cores / GPU_NUM`` OpenMP threads' share
+  (``examples/run_transformers.sh``), it would step as slowly as when the whole state waited
+  for one turn.
 * The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
   framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
   where PatrickStar would not place its chunks.
