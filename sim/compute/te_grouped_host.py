@@ -11,7 +11,10 @@ version Megatron-Bridge's containers ship (Bridge ``docs/releases/software-versi
 TE 2.14 @71bbefb, 26.06 TE 2.16 @4220403). Line numbers below are TE @70f536662ae1
 (``release_v2.9``); v2.7, @5671fd3 and @4220403 have the same per-expert loops
 (``split_quantize`` in forward and backward, ``get_weight_workspace`` per weight,
-``general_grouped_gemm``, ``handle_custom_ddp_from_mcore``), a few lines apart.
+``general_grouped_gemm``, ``handle_custom_ddp_from_mcore``), a few lines apart; at @4220403
+the module's grouped GEMM is still one cuBLAS GEMM per expert (``csrc/extensions/gemm.cpp``
+602-607: "For now, we only have multi-stream cublas backend"; the single-launch grouped-tensor
+GEMM serves the fused ops).
 
 **Forward, per expert** (``_GroupedLinear.forward``, ``module/grouped_linear.py``):
 
