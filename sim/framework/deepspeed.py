@@ -146,8 +146,8 @@ class DeepSpeed(Framework):
 
     name: ClassVar[str] = "deepspeed"
     description: ClassVar[str] = (
-        "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, sync before each forward, "
-        "DP all-reduce after the backward, layers split by parameter count"
+        "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, host syncs at each exchange "
+        "with t > 1, DP all-reduce after the backward, layers split by parameter count"
     )
     schedules = SCHEDULES
     fsdp = Setting(
