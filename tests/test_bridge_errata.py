@@ -67,3 +67,37 @@ def test_a_preset_megatron_core_refuses_at_the_printed_layout_is_not_the_runs_re
     notes = [a.reason for a in aliased.args if a.name == "recipe" and a.status == "approximated"]
     assert len(notes) == 1 and "transformer_config.py:995-998" in notes[0]
     assert not any(a.name == "recipe" and a.status == "approximated" for a in plain.args)
+
+
+def test_gpt_oss_b200_row_of_25_11_is_read_with_its_launchers_expert_parallel_64(tmp_path):
+    """25.11 prints GPT-OSS 120B on 64 B200 with EP 8; the release's only B200 preset
+    (Megatron-Bridge v0.2.0) is EP 64, so the row runs EP 64 with everything else as printed,
+    and the 26.04.01 row printed EP 8 (its preset) stays EP 8."""
+    cols = COLUMNS + ("moe_experts", "moe_topk")
+    base = ("pretrain", "GPT OSS 120B", "moe", "B200", 64, 1, 1, 1, 1, 8)
+
+    def row(release: str, gbs: int) -> dict:
+        vals = (
+            f"{release} / Pre-Training Performance / System: DGX-B200",
+            *base,
+            gbs,
+            4,
+            "BF16",
+            4096,
+            "Megatron-Bridge/Megatron-Core (NeMo container)",
+            8213,
+            3.99,
+            128,
+            4,
+        )
+        return dict(zip(cols, vals, strict=True))
+
+    path = tmp_path / "t.csv"
+    pd.DataFrame([row("25.11", 512), row("26.04.01", 1280)]).to_csv(path, index=False)
+    fixed, printed = read_measured_csv(path)
+    assert (fixed.layout.ep, fixed.layout.dp, fixed.microbatch_size) == (64, 64, 4)
+    assert (printed.layout.ep, printed.layout.dp) == (8, 64)
+    notes = [a.reason for a in fixed.args if a.name == "layout"]
+    assert len(notes) == 1 and notes[0].startswith("table erratum: the row prints ep 8")
+    assert "workload_base_configs.py lines 50-55" in notes[0]
+    assert not any(a.name == "layout" for a in printed.args)

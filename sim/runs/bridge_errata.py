@@ -35,6 +35,16 @@ _TABLE = (
     "(26.02.01, Llama3 70B)"
 )
 
+_OSS_LAUNCHER = (
+    "NVIDIA-NeMo/Megatron-Bridge@7af9601c (v0.2.0, the 25.11 container's; unchanged in v0.2.1 and "
+    "v0.2.2, which print the 25.11 table) scripts/performance/configs/gpt_oss/"
+    "workload_base_configs.py"
+)
+_OSS_TABLE = (
+    "NVIDIA-NeMo/Megatron-Bridge@067f987df0 docs/performance-summary-archive.md lines 581 and 592 "
+    "(25.11, DGX-B200 and DGX-H100, GPT OSS 120B)"
+)
+
 
 @dataclass(frozen=True)
 class Erratum:
@@ -92,6 +102,21 @@ ERRATA: tuple[Erratum, ...] = (
         " and _V2, the release's only presets for it: pipeline 4, virtual 5, micro-batch 1); "
         f"the printed MBS 2 and VP n/a are those of the FP8 row below it, {_TABLE}; the 26.02 "
         "and 26.04 rows of the same configuration print PP 4 VP 5 MBS 1",
+    ),
+    Erratum(
+        "25.11", "GPT OSS 120B", "B200", "BF16", "pretrain",
+        table={"ep": 8}, run={"ep": 64},
+        evidence=f"{_OSS_LAUNCHER} lines 50-55 (GPT_OSS_120B_B200_BF16_BASE_CONFIG, the release's "
+        "only preset for it: expert parallel 64, micro-batch 4, global batch 512 from the base); "
+        "EP 8 is only the base preset's value (lines 22-28), which the B200 preset replaces. The "
+        "same preset is EP 64 in the branch whose GB200 and GB300 presets give exactly the table's "
+        "GB200 and GB300 rows, GBS 1280, MBS 1 and 2, sequence 8192 (Megatron-Bridge@4a82e165 "
+        "gaod/r0.2.0_test, the same file, lines 51-56), and in v0.3.0's "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1, 'V1: old cfgs' (@21b02e0c "
+        "gpt_oss_workload_base_configs.py lines 71-76, commit 5dd02f53). The printed EP 8, MBS 4 "
+        "and GA 2 repeat the DGX-H100 row beneath it, whose GA 2 does not follow from its own "
+        "columns (512 / (4 x 16) = 8), and the table's first draft (@35b5ecb7 docs/performance-"
+        f"summary.md line 80) has these cells as placeholders, '{{8}} | {{2}}'; {_OSS_TABLE}",
     ),
 )  # fmt: skip
 """The rows read with their launcher's layout (module doc)."""
