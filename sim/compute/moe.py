@@ -19,7 +19,7 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    bytes: ``kernel_overhead_s``). The host's lead over the device is lost there: the engine
    splits the layer's forward host work at this kernel and composes a host sync between the
    two parts (:meth:`sim.hardware.host_ops.HostWork.sync`,
-   :func:`sim.parallel.decoder_shard.sync_share`); the flex dispatchers read the counts
+   :func:`sim.parallel.decoder_shard.sync_shares`); the flex dispatchers read the counts
    back too (HybridEP's ``tokens_per_expert.sum()`` without a token budget, and
    ``TEGroupedMLP``'s ``tokens_per_expert.tolist()``);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
@@ -30,7 +30,9 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's
    default ``--expert-tensor-parallel-size`` = tensor-parallel size); the activation
    (``2*n*f_e/t*d`` bytes) and, gated, the product (``3*n*f_e/t*d``). Equal row counts are one
-   kernel with ``batch`` = experts (wave quantization over the whole group);
+   kernel with ``batch`` = experts (wave quantization over the whole group); a clamped
+   quick-GeGLU (GPT-OSS) copies its offset to the device with a host sync inside the fused
+   activation, the layer's second (:func:`sim.compute.glu_clamp.offset_copy`);
    With the ``alltoall`` dispatcher and more than one local expert, the received rows are
    sorted by local expert before the experts and back after them
    (:attr:`MoEShape.sort_by_expert`, :mod:`sim.compute.moe_sort`);
@@ -89,7 +91,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from sim.compute.glu_clamp import clamp_bwd, clamp_fwd, kept_bytes
+from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
 
@@ -97,6 +99,12 @@ INDEX_BYTES = 8
 """int64 routing indices (``torch.topk``)."""
 PROB_BYTES = 4
 """fp32 routing probabilities (Megatron-LM casts the router's softmax to fp32)."""
+TOKEN_COUNT_SYNC = "token_count_sync"
+"""The dispatcher's read-back of the token counts (module doc, step 2)."""
+HOST_SYNC_KERNELS = (TOKEN_COUNT_SYNC, OFFSET_COPY)
+"""Kernels at which the host waits for the device inside a MoE layer's forward: the token
+counts' read-back (step 2) and a clamped quick-GeGLU's blocking copy of its offset
+(:func:`sim.compute.glu_clamp.offset_copy`)."""
 
 
 @dataclass(frozen=True)
@@ -265,7 +273,7 @@ def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
         mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES)),
     ]
     if not (shape.capacity_factor is not None and shape.pad_to_capacity):
-        out.append(mem("token_count_sync", 0.0))  # the host sync (module doc, step 2)
+        out.append(mem(TOKEN_COUNT_SYNC, 0.0))  # the host sync (module doc, step 2)
     w = shape.row_width
     if shape.latent:
         out.append(gemm("latent_down", r, w, h, d))
@@ -313,11 +321,13 @@ def moe_fwd(
     fused = shape.fused_grouped_mlp
     sort = sort_fwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
     out += sort[:1]
+    copy = [offset_copy()] if shape.clamp and shape.fused_weighting else []
     for n, c in sorted(_groups(rows).items()):
         up = fe * (2 if shape.gated else 1)
         out.append(grouped(f"expert_up[{n}]", n, up, w, d, c, "fwd", fused))
         if not fused:  # the fused op applies the activation in the GEMM's epilogue
-            out += clamp_fwd(n, fe, d, c) if shape.clamp else []
+            out += clamp_fwd(n, fe, d, c) + copy if shape.clamp else []
+            copy = []  # one call of the fused activation for all local experts
             out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
             if shape.gated:
                 out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
