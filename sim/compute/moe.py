@@ -24,7 +24,9 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    ``TEGroupedMLP``'s ``tokens_per_expert.tolist()``);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
-   their experts (timed by the engine, :mod:`sim.parallel.expert`);
+   their experts (timed by the engine, :mod:`sim.parallel.expert`); HybridEP
+   (:attr:`MoEShape.hybridep`) runs no Transformer Engine permutation but its own
+   preprocessing, permute and unpermute kernels (:mod:`sim.compute.hybridep`);
 4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: one launch for all
    local experts): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
    fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's
@@ -91,6 +93,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from sim.compute import hybridep
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
@@ -147,6 +150,10 @@ class MoEShape:
             and back after them, as Megatron-Core's ``alltoall`` dispatcher does with more than
             one local expert (:mod:`sim.compute.moe_sort`). False: a flex dispatcher (DeepEP,
             HybridEP) or the all-gather one, which hand the experts rows in expert order.
+        hybridep: the flex dispatcher's HybridEP backend (:mod:`sim.compute.hybridep`): no
+            Transformer Engine permutation; HybridEP's preprocessing kernel before the dispatch
+            (the token-count sync after it) and its own permute and unpermute kernels on the
+            receiving rank, over the rows it receives.
     """
 
     hidden: int
@@ -164,6 +171,7 @@ class MoEShape:
     fused_weighting: bool = True
     sort_by_expert: bool = False
     clamp: bool = False
+    hybridep: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -266,18 +274,36 @@ def grouped(
     return replace(gemm(name, m, n, k, d, batch=batch), grouped="" if fused else phase)
 
 
-def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
+def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[Kernel]:
+    """Router, top-k, the token-count sync, the latent projection and the dispatch's
+    preparation: TE's permute, or HybridEP's preprocessing with the sync after it (the
+    permute runs on the receiving rank, :func:`_flex_permute`)."""
     e, k, h = shape.experts, shape.top_k, shape.hidden
     out = [
         gemm("router", r, e, h, d),
         mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES)),
     ]
-    if not (shape.capacity_factor is not None and shape.pad_to_capacity):
-        out.append(mem(TOKEN_COUNT_SYNC, 0.0))  # the host sync (module doc, step 2)
+    padded = shape.capacity_factor is not None and shape.pad_to_capacity
+    sync = [] if padded else [mem(TOKEN_COUNT_SYNC, 0.0)]  # the host sync (module doc, step 2)
     w = shape.row_width
-    if shape.latent:
-        out.append(gemm("latent_down", r, w, h, d))
-    return out + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
+    latent = [gemm("latent_down", r, w, h, d)] if shape.latent else []
+    if shape.hybridep:
+        sources = shape.experts // max(1, local) * etp
+        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync
+    return out + sync + latent + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
+
+
+def _flex_permute(
+    shape: MoEShape, r: int, rows: tuple[float, ...], d: int, etp: int, fwd: bool
+) -> tuple[Kernel, ...]:
+    """HybridEP's permute and unpermute on the receiving rank (:mod:`sim.compute.hybridep`),
+    empty for the other dispatchers."""
+    if not shape.hybridep or not rows:
+        return ()
+    sources = shape.experts // len(rows) * etp
+    got = hybridep.received_rows(r, sources, shape.experts, shape.top_k, len(rows))
+    pair = hybridep.permute_fwd if fwd else hybridep.permute_bwd
+    return pair(got, float(sum(rows)), shape.row_width, d)
 
 
 def _shared_fwd(shape: MoEShape, t: int, d: int, tp: int) -> list[Kernel]:
@@ -317,9 +343,12 @@ def moe_fwd(
     """
     etp = _check_tp(shape, tp, etp)
     h, fe, k, w = shape.hidden, shape.expert_ffn // etp, shape.top_k, shape.row_width
-    out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
+    out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d, len(rows), etp)]
     fused = shape.fused_grouped_mlp
-    sort = sort_fwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
+    sort: tuple[Kernel, ...] = ()
+    if sorts_by_expert(len(rows), shape.sort_by_expert):
+        sort = sort_fwd(_rows(rows), w, d)
+    sort = sort or _flex_permute(shape, r, rows, d, etp, True)
     out += sort[:1]
     copy = [offset_copy()] if shape.clamp and shape.fused_weighting else []
     for n, c in sorted(_groups(rows).items()):
@@ -335,8 +364,9 @@ def moe_fwd(
     if shape.bias and not fused:
         out.append(mem("expert_bias", expert_bias_bytes(_rows(rows), w, d)))
     out += sort[1:]
-    unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
-    out.append(_permute("unpermute", unpermute, r, k, w, d))
+    if not shape.hybridep:  # HybridEP's unpermute is its own (above)
+        unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
+        out.append(_permute("unpermute", unpermute, r, k, w, d))
     if shape.latent:
         out.append(gemm("latent_up", r, h, w, d))
     return out + _shared_fwd(shape, t, d, tp) + [mem("mlp_residual", 3 * r * h * d)]
@@ -361,9 +391,13 @@ def moe_bwd(
     w = shape.row_width
     up = fe * (2 if shape.gated else 1)
     dx, dw = _latent_bwd(shape, r, d, "up")
-    dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
+    if not shape.hybridep:  # HybridEP's own kernels instead (_flex_permute)
+        dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     fused = shape.fused_grouped_mlp
-    sort = sort_bwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
+    sort: tuple[Kernel, ...] = ()
+    if sorts_by_expert(len(rows), shape.sort_by_expert):
+        sort = sort_bwd(_rows(rows), w, d)
+    sort = sort or _flex_permute(shape, r, rows, d, etp, False)
     dx += sort[:1]
     if shape.bias and not fused:  # the chain's backward, 1.5x its forward bytes (module doc)
         dx.append(mem("expert_bias_bwd", 1.5 * expert_bias_bytes(_rows(rows), w, d)))
@@ -378,7 +412,8 @@ def moe_bwd(
         dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad", fused)]
         dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad", fused)]
     dx += sort[1:]
-    dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
+    if not shape.hybridep:
+        dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw
     dx += [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES)), gemm("d_router_in", r, h, e, d)]

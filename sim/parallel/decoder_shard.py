@@ -21,7 +21,8 @@
   parallelism), as :class:`~sim.parallel.megatron.LayerComm`; the expert- and
   context-parallel ones as :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and
   direction, and before the forward's dispatch the all-gather of the token counts of a
-  dropless layer, :data:`COUNT_BYTES`; the attention's exchanges, ring steps hiding under
+  dropless layer, :data:`COUNT_BYTES`, or with HybridEP of the routing map,
+  :func:`~sim.compute.hybridep.routing_map_bytes`; the attention's exchanges, ring steps hiding under
   ``1/cp`` of the attention core).
 
 Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
@@ -48,6 +49,7 @@ from sim.compute.decoder import (
     tokens,
 )
 from sim.compute.decoder_shape import base_kind, kind_of
+from sim.compute.hybridep import routing_map_bytes
 from sim.compute.kernels import Kernel, kernel_time_s, phase_time
 from sim.compute.low_precision_act import keeps_original, quantized_input_savings
 from sim.compute.mcore_ops import expert_ops
@@ -259,7 +261,11 @@ def _group_ops(
             GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch, routed=routed),
             GroupOp("ep", "alltoall", 0.0, pairs=plan.combine, routed=routed),
         )
-        if not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
+        if m.moe.hybridep:  # HybridEP gathers the routing map instead (sim.compute.hybridep)
+            _, r = tokens(m, b, par.tp, par.sp, par.cp)
+            nb = routing_map_bytes(r, m.moe.experts, par.ep * par.expert_tp)
+            fwd.append(GroupOp("ep", "all_gather", nb))
+        elif not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
             fwd.append(GroupOp("ep", "all_gather", float(COUNT_BYTES * m.moe.experts * par.ep)))
         fwd += a2a
         bwd += a2a[::-1]

@@ -365,6 +365,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             sort_by_expert=_feature(s, "moe_dispatcher") == "alltoall",
             bias=bool(_feature(s, "moe_bias")),
             clamp=bool(_feature(s, "moe_clamp")),
+            hybridep=_feature(s, "moe_dispatcher") == "hybridep",
         )  # fmt: skip
     mla = None
     if s.mla:
