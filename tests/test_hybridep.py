@@ -68,3 +68,34 @@ def test_hit_share_matches_the_dispatch_model():
     for e, k, m in ((512, 22, 8), (128, 8, 16), (256, 8, 32)):
         assert hit_share(e, k, m) == pytest.approx(comm_hit(e, k, m))
         assert hit_share(e, k, m) == pytest.approx(1 - math.comb(e - m, k) / math.comb(e, k))
+
+
+def test_unfused_router_replaces_the_one_kernel_topk():
+    """Megatron-Core's eager router (moe_router_fusion off; sim.compute.router_unfused, counted
+    by scripts/count_router_ops.py): 31 forward kernels of 144.2 r E + 76 r k bytes and 24
+    backward ones of 112.1 r E + 88 r k in place of one router_topk each way. Hand-computed:
+    r 2, E 4, k 1: 1305.6 and 1072.8 bytes."""
+    from sim.compute.moe import MoEShape, moe_bwd, moe_fwd
+
+    moe = MoEShape(8, 4, 1, 16, router_fused=False)
+    fwd = [k for k in moe_fwd(moe, 2, 2, (0.5,) * 4, 2) if k.name == "router_topk"]
+    dx, _ = moe_bwd(moe, 2, 2, (0.5,) * 4, 2)
+    bwd = [k for k in dx if k.name == "router_topk_bwd"]
+    assert (len(fwd), len(bwd)) == (31, 24)
+    assert sum(k.bytes for k in fwd) == pytest.approx(144.2 * 8 + 76.0 * 2)
+    assert sum(k.bytes for k in bwd) == pytest.approx(112.1 * 8 + 88.0 * 2)
+    fused = [k for k in moe_fwd(MoEShape(8, 4, 1, 16), 2, 2, (0.5,) * 4, 2)]
+    assert [k.name for k in fused].count("router_topk") == 1
+
+
+def test_bridge_recipe_states_its_router_and_dispatcher():
+    """A recipe row with moe_router_fusion False and HybridEP reads as the eager router and
+    HybridEP's own permutation (MoEShape.router_fused, MoEShape.hybridep)."""
+    from sim.runs.bridge_recipes import recipe_flags
+
+    flags = recipe_flags({"moe_router_fusion": "False (default)",
+                          "moe_token_dispatcher_type": "flex",
+                          "moe_flex_dispatcher_backend": "hybridep"})  # fmt: skip
+    assert flags["no-moe-router-fusion"] is True
+    assert flags["moe-flex-dispatcher-backend"] == "hybridep"
+    assert "no-moe-router-fusion" not in recipe_flags({"moe_router_fusion": "True"})

@@ -200,7 +200,7 @@ class DecoderShape:
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
                                             "sort_by_expert", "clamp", "hybridep")
                               and not v)
-                          and not (k == "fused_weighting" and v)}  # fmt: skip
+                          and not (k in ("fused_weighting", "router_fused") and v)}  # fmt: skip
         if out.get("lora") is not None:
             out["lora"] = {**out["lora"], "targets": list(out["lora"]["targets"])}
         return {"kind": "decoder", **out}

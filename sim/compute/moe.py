@@ -9,7 +9,8 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 1. pre-MLP norm over the rank's ``r`` tokens (``r = T/t`` with sequence parallelism);
 2. router: GEMM ``[r, h] @ [h, E]`` (weights replicated over tensor ranks), softmax and top-k
    (reads the ``r*E`` logits, writes fp32 probabilities, ``r*k`` probabilities and int64
-   indices); unless every expert is padded to its capacity, the dispatcher then needs the
+   indices; without ``moe_router_fusion`` the eager ops counted in
+   :mod:`sim.compute.router_unfused`); unless every expert is padded to its capacity, the dispatcher then needs the
    token counts on the host (``MoEAlltoAllTokenDispatcher.preprocess``: with expert or tensor
    parallelism an all-gather of the ``E`` counts over the TP x EP group, timed by the engine,
    :mod:`sim.parallel.decoder_shard`; then a device-to-host copy and a stream synchronisation
@@ -97,6 +98,7 @@ from sim.compute import hybridep
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
+from sim.compute.router_unfused import router_bwd, router_fwd
 
 INDEX_BYTES = 8
 """int64 routing indices (``torch.topk``)."""
@@ -154,6 +156,9 @@ class MoEShape:
             Transformer Engine permutation; HybridEP's preprocessing kernel before the dispatch
             (the token-count sync after it) and its own permute and unpermute kernels on the
             receiving rank, over the rows it receives.
+        router_fused: the router's top-k and balancing loss as one kernel each way
+            (``router_topk``); False: Megatron-Core's unfused router, its eager ops counted
+            (:mod:`sim.compute.router_unfused`).
     """
 
     hidden: int
@@ -172,6 +177,7 @@ class MoEShape:
     sort_by_expert: bool = False
     clamp: bool = False
     hybridep: bool = False
+    router_fused: bool = True
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -279,10 +285,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     preparation: TE's permute, or HybridEP's preprocessing with the sync after it (the
     permute runs on the receiving rank, :func:`_flex_permute`)."""
     e, k, h = shape.experts, shape.top_k, shape.hidden
-    out = [
-        gemm("router", r, e, h, d),
-        mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES)),
-    ]
+    topk = [mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES))]
+    out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else router_fwd(r, e, k))]
     padded = shape.capacity_factor is not None and shape.pad_to_capacity
     sync = [] if padded else [mem(TOKEN_COUNT_SYNC, 0.0)]  # the host sync (module doc, step 2)
     w = shape.row_width
@@ -416,7 +420,9 @@ def moe_bwd(
         dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw
-    dx += [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES)), gemm("d_router_in", r, h, e, d)]
+    topk = [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES))]
+    dx += topk if shape.router_fused else router_bwd(r, e, k)
+    dx.append(gemm("d_router_in", r, h, e, d))
     dw.append(gemm("d_router_w", h, e, r, d))
     if shape.shared_ffn:
         fs = shape.shared_ffn // tp

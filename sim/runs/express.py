@@ -366,6 +366,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             bias=bool(_feature(s, "moe_bias")),
             clamp=bool(_feature(s, "moe_clamp")),
             hybridep=_feature(s, "moe_dispatcher") == "hybridep",
+            router_fused=_feature(s, "moe_router") != "unfused",
         )  # fmt: skip
     mla = None
     if s.mla:

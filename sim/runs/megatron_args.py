@@ -120,6 +120,10 @@ def read_megatron(
         shape = replace(shape, features=(*shape.features, "moe_dispatcher=alltoall"))
     if _hybridep(r, lay):  # HybridEP's own permutation kernels (sim.compute.hybridep)
         shape = replace(shape, features=(*shape.features, "moe_dispatcher=hybridep"))
+    if r.flags.get("num-experts") and r.switch("no-moe-router-fusion"):
+        # stated off (a Bridge recipe: the Nemotron-H family's eager router,
+        # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
+        shape = replace(shape, features=(*shape.features, "moe_router=unfused"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
