@@ -7,8 +7,8 @@ backward (:class:`sim.hardware.host_ops.HostOverhead`), leave out Python that Me
 layer runs around its ops? Both sides are taken on the same CPU, so the CPU's speed cancels:
 
 * measured: a ``GPTModel`` of megatron-core 0.15.0 (PyPI, ``get_gpt_layer_local_spec``, one
-  rank over gloo, the CPU build of torch; the same CPU-only changes as
-  ``scripts/count_mcore_ops.py``) with 1 and with 9 layers, hidden 64, 4 heads, 1 sample of 8
+  rank over gloo, the CPU build of torch; the set-up and CPU-only changes of
+  ``scripts/mcore_cpu.py``) with 1 and with 9 layers, hidden 64, 4 heads, 1 sample of 8
   tokens, so that each op's kernel takes about a microsecond and the wall time is the host's;
   one layer's forward and backward seconds are the difference of the two models over 8, each
   the fastest of ``REPS`` runs, the smallest difference over ``ROUNDS`` (other processes only add
@@ -31,96 +31,27 @@ Figures of a run are in ``measurements/host/mcore_layer.md``. Not run by the tes
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
-import warnings
 
-warnings.filterwarnings("ignore")
-sys.path.insert(0, os.environ.get("MCORE", "/tmp/mcore"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
-torch.set_num_threads(1)
-torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29535"))
-dist.init_process_group("gloo", rank=0, world_size=1)
-
-from megatron.core import parallel_state, tensor_parallel  # noqa: E402
-from megatron.core.models.gpt import GPTModel  # noqa: E402
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
-from megatron.core.tensor_parallel import random as mrandom  # noqa: E402
-from megatron.core.transformer.moe import moe_utils  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from mcore_cpu import OpCounter, module_calls, python_nodes, start, tiny_gpt  # noqa: E402
 
 from backends.torch.profile.host_overhead import measure_host_overhead  # noqa: E402
 from sim.hardware.host_ops import HostOverhead  # noqa: E402
 
-parallel_state.initialize_model_parallel(1, 1)
-moe_utils.te_general_gemm = None
+torch.set_num_threads(1)
+start("29535")
 REPS = 60
 """Runs per model; the first 5 are warm-up."""
 ROUNDS = 3
 """Calibrations and timings, each figure the smallest over the rounds (a shared machine)."""
 LAYERS = (1, 9)
 """The two models whose difference is taken (8 layers)."""
-
-
-class _Tracker:
-    def fork(self, name=None):
-        return contextlib.nullcontext()
-
-    def is_initialized(self):
-        return True
-
-
-mrandom.get_cuda_rng_tracker = lambda *a, **k: _Tracker()
-tensor_parallel.get_cuda_rng_tracker = mrandom.get_cuda_rng_tracker
-
-
-class _Ops(TorchDispatchMode):
-    """Counts the ATen ops dispatched below autograd."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-_MODULE_CALLS = [0]
-
-
-def _model(layers: int) -> GPTModel:
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        num_layers=layers,
-        hidden_size=64,
-        num_attention_heads=4,
-        ffn_hidden_size=256,
-        hidden_dropout=0.1,
-        attention_dropout=0.1,
-        use_cpu_initialization=True,
-        bias_dropout_fusion=False,
-        apply_rope_fusion=False,
-        masked_softmax_fusion=False,
-        gradient_accumulation_fusion=False,
-        bias_activation_fusion=False,
-        persist_layer_norm=False,
-    )
-    return GPTModel(
-        config=cfg,
-        transformer_layer_spec=get_gpt_layer_local_spec(),
-        vocab_size=128,
-        max_sequence_length=32,
-        position_embedding_type="learned_absolute",
-    )
 
 
 _B, _S = 1, 8
@@ -130,38 +61,21 @@ _MASK = torch.ones(_B, 1, _S, _S, dtype=torch.bool).triu(1)
 _LABELS = torch.randint(0, 128, (_B, _S))
 
 
-def _python_nodes(t: torch.Tensor) -> int:
-    seen, stack, n = set(), [t.grad_fn], 0
-    while stack:
-        f = stack.pop()
-        if f is None or f in seen:
-            continue
-        seen.add(f)
-        n += hasattr(f, "_forward_cls")
-        stack.extend(g for g, _ in f.next_functions)
-    return n
-
-
 def counts(layers: int) -> tuple[int, int, int, int]:
     """``(forward ops, backward ops, module calls, Function nodes)`` of a model."""
-    m = _model(layers)
-    _MODULE_CALLS[0] = 0
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda mod, a: _MODULE_CALLS.__setitem__(0, _MODULE_CALLS[0] + 1)
-    )  # a global hook slows every module call: removed before anything is timed
-    with _Ops() as fwd:
-        loss = m(_TOKENS, _POS, _MASK, labels=_LABELS).float().mean()
-    hook.remove()
-    modules = _MODULE_CALLS[0]
-    functions = _python_nodes(loss)
-    with _Ops() as bwd:
+    m = tiny_gpt(layers)
+    with module_calls() as calls:  # removed before anything is timed
+        with OpCounter() as fwd:
+            loss = m(_TOKENS, _POS, _MASK, labels=_LABELS).float().mean()
+    functions = python_nodes(loss)
+    with OpCounter() as bwd:
         loss.backward()
-    return fwd.n, bwd.n, modules, functions
+    return fwd.n, bwd.n, calls[0], functions
 
 
 def host_seconds(layers: int) -> tuple[float, float]:
     """Fastest forward and backward wall seconds of a model over ``REPS`` runs."""
-    m, fwd, bwd = _model(layers), [], []
+    m, fwd, bwd = tiny_gpt(layers), [], []
     for i in range(REPS):
         t0 = time.perf_counter()
         loss = m(_TOKENS, _POS, _MASK, labels=_LABELS).float().mean()

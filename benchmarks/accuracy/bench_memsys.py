@@ -157,7 +157,10 @@ def time_breakdown(events: pd.DataFrame, gpu: str = "gpu0") -> dict[str, float]:
 def patrickstar_breakdown() -> pd.DataFrame:
     """What bounds each of PatrickStar's published models in pipesim: iteration seconds at the
     batch :func:`patrickstar` reports, split by :func:`time_breakdown` on GPU 0, with the
-    published iteration time (PatrickStar's formula inverted, with ``--papers``)."""
+    published iteration time (PatrickStar's formula inverted, with ``--papers``), and
+    ``host_step``: the rest of the iteration, when GPU 0 neither computes nor stalls on its
+    compute stream: its rank's host step, chunk by chunk (gradient copies down, CPU-Adam pool
+    turns, weight copies up; :meth:`sim.engine.traffic.MemoryTraffic.chunked_step`)."""
     pub = pd.read_csv(CLAIMS / "patrickstar_models.csv")
     given = _published("patrickstar.csv")
     out = []
@@ -176,8 +179,9 @@ def patrickstar_breakdown() -> pd.DataFrame:
                 if len(hit):  # PatrickStar's formula, inverted
                     paper = 8 * params * per_gpu * SEQ / float(hit.tflops_per_gpu.iloc[0]) / 1e12
             parts = time_breakdown(sim_.log.to_frame())
+            host = t - parts["compute"] - parts["gpu_step"] - parts["wait"]
             out.append({"server": server, "model": row.model, "iteration": t,
-                        "paper": paper, **parts})  # fmt: skip
+                        "paper": paper, **parts, "host_step": host})  # fmt: skip
     return pd.DataFrame(out)
 
 
@@ -347,7 +351,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"within 10 %: {within} of {len(t)}\n")
     if "breakdown" in which:
         print("PatrickStar: where pipesim's iteration goes on GPU 0 (s); host_adam: the server's")
-        print("CPU-Adam pool busy (all ranks), which the next iteration's first gather waits for")
+        print("CPU-Adam pool busy (all ranks); host_step: GPU 0's rank in its host step (copies,")
+        print("its CPU-Adam turns and the waits for the pool between them)")
         print(patrickstar_breakdown().to_string(**fmt), "\n")
     if "largest" in which:
         print("Largest trainable model (paper / pipesim)")

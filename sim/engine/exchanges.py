@@ -62,6 +62,7 @@ step, before or after its update.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -73,6 +74,31 @@ from sim.engine.streams import ComputeStream
 from sim.engine.tensor_collectives import TensorCollectives
 from sim.events import EventKind
 from sim.schedules.action import STEP, Action, flatten
+
+
+@dataclass
+class _RankSends:
+    """One rank's sends not yet waited and what the ``overlap_p2p`` holding rule needs of it.
+
+    Attributes:
+        pending: ``(tag, send)`` per send; ``tag`` is the rank's backward count when the send
+            is a held backward's (:meth:`Exchanges.track`), else None.
+        backwards: backwards (B or I) the rank has begun.
+        after_forward: whether its latest backward came right after a forward (steady state).
+        last_op: the kind of the rank's latest action ("" before the first).
+    """
+
+    pending: list[tuple[int | None, simpy.Process]] = field(default_factory=list)
+    backwards: int = 0
+    after_forward: bool = False
+    last_op: str = ""
+
+    def begin(self, op: str) -> None:
+        """Count an action of kind ``op`` for the holding rule."""
+        if op in ("B", "I"):
+            self.after_forward = self.last_op == "F"
+            self.backwards += 1
+        self.last_op = op
 
 
 class Exchanges:
@@ -101,10 +127,7 @@ class Exchanges:
         self.hosts = hosts
         self.tensor = tensor
         self._posted: defaultdict[tuple, simpy.Event] = defaultdict(env.event)
-        self._pending: dict[tuple[int, int, int], list[tuple[int | None, simpy.Process]]] = {}
-        self._backwards: defaultdict[tuple[int, int, int], int] = defaultdict(int)
-        self._after_forward: dict[tuple[int, int, int], bool] = {}
-        self._last_op: dict[tuple[int, int, int], str] = {}
+        self._ranks: defaultdict[tuple[int, int, int], _RankSends] = defaultdict(_RankSends)
         self._barriers = Rendezvous(env)
         self._ahead: dict[tuple[int, int, int], list[tuple[tuple, ...]]] = {}
 
@@ -175,10 +198,9 @@ class Exchanges:
         the rank's next backward (module doc); any other send is waited at the next boundary."""
         if not self.blocking:
             return
-        owner = self._owner(rep)
-        held = kind == "grad" and self.runtime.overlap_p2p and self._after_forward.get(owner)
-        tag = self._backwards[owner] if held else None
-        self._pending.setdefault(owner, []).append((tag, send))
+        rank = self._ranks[self._owner(rep)]
+        held = kind == "grad" and self.runtime.overlap_p2p and rank.after_forward
+        rank.pending.append((rank.backwards if held else None, send))
 
     def boundary(self, rep: StageReplica, a: Action, tags: dict, received: bool):
         """Process: what the rank of ``rep`` does before running ``a`` (once ``a``'s input has
@@ -227,17 +249,11 @@ class Exchanges:
         """Wait for the rank's pending sends before an action of kind ``op`` (``None``: the
         optimizer step, all of them): all but the held sends of the rank's latest backward
         (module doc); then count ``op`` (a backward or not) for the holding rule."""
-        owner = self._owner(rep)
-        pending = self._pending.pop(owner, [])
-        latest = self._backwards[owner]
-        keep = [entry for entry in pending if op is not None and entry[0] == latest]
-        if keep:
-            self._pending[owner] = keep
+        rank = self._ranks[self._owner(rep)]
+        pending, latest = rank.pending, rank.backwards
+        rank.pending = [entry for entry in pending if op is not None and entry[0] == latest]
         if op is not None:
-            if op in ("B", "I"):
-                self._after_forward[owner] = self._last_op.get(owner) == "F"
-                self._backwards[owner] += 1
-            self._last_op[owner] = op
+            rank.begin(op)
         sends = [s for t, s in pending if op is None or t != latest]
         late = [s for s in sends if not s.triggered]
         if late:

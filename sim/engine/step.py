@@ -117,6 +117,9 @@ class RankStep:
         copies back tile by tile during it with ``host_step_tiles``), the optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
         all-gather of its parameters when its optimizer state is sharded."""
         plan = rep.plan
+        if plan.host_optimizer_s > 0 and plan.host_step_chunks > 0:
+            yield from self._chunked_update(rep, k, tags)
+            return
         for t in plan.step_transfers_before:
             yield from self.traffic.copy(t, tags)
         if plan.host_optimizer_s > 0 and plan.host_step_tiles > 0:
@@ -142,6 +145,20 @@ class RankStep:
             yield from self.collectives.join(rep, k, tags, EventKind.ALL_GATHER, share)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, EventKind.ALL_GATHER, share)
+
+    def _chunked_update(self, rep: StageReplica, k: int, tags: dict):
+        """Process: the update of ``rep``'s chunks at step ``k`` as PatrickStar runs it
+        (``host_step_chunks``): the GPU step first (hybrid Adam visits its GPU margin chunks
+        first, ``FP32ChunkReadBuffer.access_from_cache``: ``cached_chunk_num <
+        margin_chunk_num_for_gpu_adam``), then the host chunks one by one
+        (:meth:`~sim.engine.traffic.MemoryTraffic.chunked_step`), whose first blocking copy
+        waits for the GPU step. Its optimizer state is sharded and its parameters are
+        broadcast at use, so nothing is gathered after."""
+        plan = rep.plan
+        yield from self.compute.run(
+            rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
+        )
+        yield from self.traffic.chunked_step(rep, tags)
 
     def _host_step(self, reps: list[StageReplica], k: int, tags: dict):
         """Process: the framework's host work once per iteration around the step

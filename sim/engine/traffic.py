@@ -239,18 +239,25 @@ class MemoryTraffic:
             **tags,
         )
 
-    def host_step(self, rep: StageReplica, tags: dict, started: simpy.Event | None = None):
+    def host_step(
+        self,
+        rep: StageReplica,
+        tags: dict,
+        started: simpy.Event | None = None,
+        share: float = 1.0,
+    ):
         """Process: the optimizer step on the host CPU in the plan's CPU-Adam pool
         (``host_optimizer_pool``: the server's sockets, :mod:`sim.memory.host_adam`; else the
         GPU's host socket): steps that meet in a pool run one after another at its full rate.
-        ``started`` (if given) succeeds when this step gets the pool."""
+        ``started`` (if given) succeeds when this step gets the pool; ``share``: the part of
+        the host step this turn updates (one chunk's, :meth:`chunked_step`)."""
         cpu = self.links.resource(f"adam@{rep.plan.host_optimizer_pool or rep.host}")
         req = cpu.request()
         yield req
         start = self.env.now
         if started is not None:
             started.succeed()
-        yield self.env.timeout(rep.plan.host_optimizer_s)
+        yield self.env.timeout(rep.plan.host_optimizer_s * share)
         cpu.release(req)
         s, r = rep.stage, rep.replica
         self.links.events.append(
@@ -284,6 +291,26 @@ class MemoryTraffic:
             )
         yield step
         yield self.env.all_of([self.env.process(self.copy(_part(t, 1 / n), tags)) for t in after])
+
+    def chunked_step(self, rep: StageReplica, tags: dict):
+        """Process: the host step chunk by chunk (``host_step_chunks`` chunks) on the rank's one
+        host thread, as PatrickStar's ``FP16Adam.fp16_chunk_adam_ops`` runs its CPU chunks
+        (Tencent/PatrickStar@2384535 ``patrickstar/ops/fp16_cpu_adam.py`` 336-467): each
+        chunk's 16-bit gradients are copied into a pinned host buffer
+        (``FP32ChunkReadBuffer.access_from_cache``, a blocking ``copy_``), CPU Adam updates
+        the chunk, and its fp32 weights are copied up (``FP16ChunkWriteBuffer.
+        write_from_cache``, a blocking ``copy_``), one after another. Each chunk takes one turn
+        in the CPU-Adam pool, so the pool updates another rank's chunk while this one copies.
+        (PatrickStar copies chunk ``i``'s weights up after chunk ``i + 1``'s gradients come
+        down; the per-rank sum is the same.)"""
+        plan = rep.plan
+        n = max(1, plan.host_step_chunks)
+        for _ in range(n):
+            for t in plan.step_transfers_before:
+                yield from self.copy(_part(t, 1 / n), tags)
+            yield from self.host_step(rep, tags, share=1 / n)
+            for t in plan.step_transfers_after:
+                yield from self.copy(_part(t, 1 / n), tags)
 
 
 def _part(t: Transfer, share: float) -> Transfer:

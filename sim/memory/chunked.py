@@ -50,6 +50,18 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   and casts it into the 16-bit chunk there ("a two stage copy, 1) CPU fp32 -> GPU fp32, 2) GPU
   fp32 -> GPU fp16 is faster than one single copy_", ``patrickstar/ops/chunk_io_buff.py``
   @2384535); the cast's HBM traffic is left out.
+* **The step, chunk by chunk** (``host_step_chunks``; ``FP16Adam.fp16_chunk_adam_ops``,
+  ``patrickstar/ops/fp16_cpu_adam.py`` 336-467 @2384535): hybrid Adam visits the owned
+  chunks in order, the GPU margin's first (``FP32ChunkReadBuffer.access_from_cache``:
+  ``cached_chunk_num < margin_chunk_num_for_gpu_adam``), then each host chunk's gradients
+  down, its CPU Adam and its weights up, each copy a blocking ``copy_`` on the rank's one
+  Python thread; every rank does so at once, so the server's CPU-Adam pool updates one rank's
+  chunk while others copy (the engine's :meth:`~sim.engine.traffic.MemoryTraffic.
+  chunked_step`); the planner's estimate of the wait is :func:`pool_wait_s`. The pool gives a
+  chunk the server's whole rate (:mod:`sim.memory.host_adam`: CPU Adam is taken as bound by
+  DRAM bandwidth); were a process held to its ``cores / GPU_NUM`` OpenMP threads' share
+  (``examples/run_transformers.sh``), it would step as slowly as when the whole state waited
+  for one turn.
 * The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
   framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
   where PatrickStar would not place its chunks.
@@ -291,6 +303,7 @@ def chunk_states(
         host_framework_bytes=host_framework_bytes(mem_total, ranks),
         host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
         host_optimizer_pool=adam_pool(ctx),
+        host_step_chunks=lay.real - k,
         step_transfers_before=_copy(ctx.gpu, ctx.host, back * g, "grads"),
         step_transfers_after=_copy(ctx.host, ctx.gpu, back * UPLOAD_BYTES, "weights"),
         fetch_bytes=fetch,
@@ -349,6 +362,22 @@ def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
     host = ctx.topology.host(ctx.host).overhead
     reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=2)
     return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + reads
+
+
+def pool_wait_s(host_s: float, copies_s: float, chunks: int, sharers: int) -> float:
+    """Estimated seconds a rank's chunk-by-chunk host step (``StagePlan.host_step_chunks``)
+    waits for the server's CPU-Adam pool beyond its own serial path (``copies_s`` of step
+    copies and ``host_s`` of CPU Adam over ``chunks`` chunks), with ``sharers`` ranks stepping
+    at once: the pool's work, ``sharers * host_s``, plus one chunk's copies (the first one
+    down, the last one up) when that is longer, else nothing (module doc)."""
+    if host_s <= 0 or sharers <= 1:
+        return 0.0
+    pooled = sharers * host_s + copies_s / max(1, chunks)
+    return max(0.0, pooled - (copies_s + host_s))
+
+
+def _step_copies(plan: StagePlan) -> tuple[Transfer, ...]:
+    return plan.step_transfers_before + plan.step_transfers_after
 
 
 def _copy(src: str, dst: str, nbytes: float, what: str) -> tuple[Transfer, ...]:
@@ -417,7 +446,10 @@ class ChunkedPolicy(MemoryPolicy):
             )
         except ValueError as exc:  # PatrickStar refuses the model at this chunk size
             return refused(ctx, act, label, str(exc))
-        added += (pool_sharers(contexts, ctx) - 1) * plan.host_optimizer_s
+        copies = sum(copy_s(ctx, t.src, t.dst, t.nbytes) for t in _step_copies(plan))
+        added += pool_wait_s(
+            plan.host_optimizer_s, copies, plan.host_step_chunks, pool_sharers(contexts, ctx)
+        )
         added += ctx.microbatches * plan.recompute_s
         plan = with_overhead(ctx, plan)
         runtime = plan.reserve_bytes + plan.allocator_bytes

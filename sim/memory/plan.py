@@ -58,6 +58,13 @@ class StagePlan:
             tile's result to the GPU (``step_transfers_after``, split evenly) while the next
             tile updates (DeepSpeedCPUAdam's two pinned tiles at the ZeRO-Offload release,
             :mod:`sim.memory.deepspeed`); 0: the copies start when the whole step is done.
+        host_step_chunks: the host step runs chunk by chunk on the rank's one host thread:
+            for each of this many chunks its share of ``step_transfers_before``, its turn in
+            the CPU-Adam pool (``host_optimizer_s`` split evenly) and its share of
+            ``step_transfers_after``, one after another, after the GPU step
+            (PatrickStar's ``FP16Adam.fp16_chunk_adam_ops``, :mod:`sim.memory.chunked`); the
+            pool is free between chunks, so other ranks' chunks update while this one copies.
+            0: whole-state copies before and after one pool turn.
         step_transfers_before: copies done at the step before the host optimizer runs.
         step_transfers_after: copies done at the step after it.
         fetch_bytes: bytes fetched to the GPU before each F and each B (chunks on demand).
@@ -139,6 +146,7 @@ class StagePlan:
     host_optimizer_s: float = 0.0
     host_optimizer_pool: str | None = None
     host_step_tiles: int = 0
+    host_step_chunks: int = 0
     step_transfers_before: tuple[Transfer, ...] = ()
     step_transfers_after: tuple[Transfer, ...] = ()
     fetch_bytes: float = 0.0
