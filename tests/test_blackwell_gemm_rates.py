@@ -66,14 +66,17 @@ def test_b200_and_gb200_move_te_rates_by_mamf(preset, bf16_mamf, fp8_mamf, bf16_
     assert gpu.low_rate("nvfp4").efficiency == pytest.approx(fp4, abs=5e-4)
 
 
-def test_gb300_keeps_gb200_bf16_and_te_format_ratios():
-    gb300, gb200 = _gpu("gb300-nvl72"), _gpu("gb200-nvl72")
-    assert gb300.matmul_efficiency == gb200.matmul_efficiency
-    fp8 = gb200.matmul_efficiency * (TE_TFLOPS["fp8"] / 4500) / (TE_TFLOPS["bf16"] / 2250)
-    assert gb300.low_rate("fp8").efficiency == pytest.approx(fp8, abs=5e-4)
-    assert gb300.matmul_rate("nvfp4") == pytest.approx(
-        gb300.matmul_rate("fp8") * FP4_OVER_FP8, rel=2e-3
-    )
+def test_gb300_runs_b300_fractions_of_its_own_peaks():
+    # GB300 is B300's GPU (sm_103): TE's B300 rates as fractions of the B300 datasheet peaks
+    # (2250 / 4500 / 14000), rounded to 3 digits, of GB300's peaks (2500 / 5000 / 15000)
+    gb300 = _gpu("gb300-nvl72")
+    for fmt, b300_peak, gb300_peak in (("bf16", 2250, 2500), ("fp8", 4500, 5000),
+                                       ("mxfp8", 4500, 5000), ("nvfp4", 14000, 15000)):  # fmt: skip
+        te = TE_TFLOPS["fp8" if fmt == "mxfp8" else fmt]
+        frac = round(te / b300_peak, 3)
+        assert gb300.matmul_rate(fmt) / 1e12 == pytest.approx(frac * gb300_peak, rel=1e-9)
+    assert gb300.matmul_efficiency == 0.650 and gb300.low_rate("fp8").efficiency == 0.625
+    assert gb300.low_rate("nvfp4").efficiency == 0.364
 
 
 def test_simumax_node_is_a_shipped_overlay():

@@ -163,7 +163,7 @@ MEGATRON = [  # a sync after every exchange (p2p_communication._communicate)
     ("host_wait", "gpu0", "host 0B1", 9.25, 9.75),
     ("compute", "gpu0", "0B1", 9.75, 11.75),
 ]
-DEEPSPEED = [  # a sync before every forward (ThroughputTimer.start)
+DEEPSPEED = [  # a sync before every forward (the engine option; no profile sets it)
     ("host_wait", "gpu0", "host 0F0", 0.0, 0.5),
     ("compute", "gpu0", "0F0", 0.5, 1.5),  # act0 [1.5, 1.75]
     ("host_wait", "gpu0", "host 0F1", 1.75, 2.25),
@@ -201,6 +201,31 @@ def test_host_sync_points_on_a_hand_computed_timeline(runtime, expected, makespa
     assert spans == sorted(expected)
     assert log.iteration_ends_s == [pytest.approx(makespan)]
     assert simulate(plain).iteration_ends_s == [pytest.approx(9.5)]  # async sends, no host
+
+
+@pytest.mark.parametrize("name", ["deepspeed", "megatron-deepspeed"])
+def test_deepspeed_partitioned_exchanges_block_the_host_only_with_tensor_parallelism(name):
+    # DeepSpeed's PipelineEngine partitions its exchanges over the tensor-parallel group when
+    # t > 1 (PartitionedTensor.to_meta / from_meta: blocking copies at every exchange) and never
+    # synchronizes before a forward (its ThroughputTimer never counts a step). Same p = 2,
+    # m = 2 case as above. t = 2: a sync after every exchange, the MEGATRON timeline, 11.75 s.
+    # t = 1: only the first issue waits; 0F0 [0.5, 1.5], act0 [1.5, 1.75], 0F1 [1.75, 2.75]
+    # (issued ahead), 1F0 [1.75, 2.75], 1B0 [2.75, 4.75], act1 and grad0 once s1 reaches F1
+    # [4.75, 5], 0B0 [5, 7], 1F1 [5, 6], 1B1 [6, 8], grad1 [8, 8.25], 0B1 [8.25, 10.25].
+    topo = chain_topology(2, bandwidth_Bps=1 * GB)
+    plain = uniform_input("1f1b", 2, 2, out_bytes=0.25 * GB, topology=topo)
+    costs = tuple(replace(c, fwd_ops=1.0, bwd_ops=1.0) for c in plain.costs)
+    host = HostOverhead(op_s=0.5, backward_op_s=0.5)
+    fw, trace = get_framework(name), _trace(["head"], [1.0])
+    ends = {}
+    for t in (1, 2):
+        rt = fw.runtime(topo, trace, t)
+        assert not rt.sync_before_forward
+        rt = replace(rt, microbatch_load=PipelineRuntime().microbatch_load)  # tested apart
+        log = simulate(replace(plain, costs=costs, host=host, runtime=rt))
+        ends[t] = log.iteration_ends_s
+    assert ends[1] == [pytest.approx(10.25)]
+    assert ends[2] == [pytest.approx(11.75)]
 
 
 @pytest.mark.parametrize(

@@ -63,8 +63,12 @@ def test_golden_json_becomes_an_experiment_that_runs(tmp_path):
     (row,) = plan.rows
     assert row.error == "" and row.iteration_time_s is not None
     assert (row.tensor_parallel, row.stages, row.dp_width, row.microbatches) == (2, 2, 2, 4)
-    # the functional test's logging flags: host work per iteration (sim.framework.megatron_host)
-    spec = "megatron-lm[log_interval=1,log_num_zeros_in_grad,log_params_norm,tensorboard]"
+    # the functional test's logging flags: host work per iteration (sim.framework.megatron_host);
+    # its deterministic mode: the fills of its TE layers (sim.framework.deterministic)
+    spec = (
+        "megatron-lm[attention_backend=unfused,deterministic_mode,gradient_accumulation_fusion"
+        "=false,log_interval=1,log_num_zeros_in_grad,log_params_norm,tensorboard]"
+    )
     assert row.framework == spec and row.memory_policy == "none"
 
 

@@ -23,10 +23,11 @@ def llama():
 
 
 def test_module_bytes_of_a_llama_block(llama):
-    # layernorm: the two norm outputs, r h d each; mlp: gate and up outputs and the gated
-    # activation t (2f + f) d; core_attn with flash: the log-sum-exp 4 t a.
+    # layernorm: none (both norms fused into linear_qkv and linear_fc1, IdentityOps); mlp: gate
+    # and up outputs and the gated activation t (2f + f) d; core_attn with flash: the
+    # log-sum-exp 4 t a.
     parts = {n: b for n, b, _ in module_parts("block", llama, 1, D)}
-    assert parts["layernorm"] == 2 * T * H * D
+    assert "layernorm" not in parts
     assert parts["mlp"] == T * 3 * F * D
     assert parts["core_attn"] == 4 * T * A
 
@@ -80,3 +81,33 @@ def test_grammar_and_the_distributed_optimizer():
     assert combined.choice is not None and combined.choice.modules == frozenset({"mlp"})
     with pytest.raises(ValueError, match="unknown recompute modules"):
         parse_policy("recompute:selective:attention")
+
+
+def test_layernorm_recomputes_only_the_norms_that_are_modules_of_their_own():
+    """Megatron-LM@d98e8a64 transformer_layer.py 475-477, 521-527 (a norm that is not an
+    IdentityOp) and gpt_layer_specs.py 245-345 (TE spec): GQA attention's norm and a dense
+    MLP's are fused into their first linear, so no recompute, in 16 bits or FP8 alike; MLA's
+    input norm and a MoE layer's pre-MLP norm are TENorms: their 16-bit outputs, r h d each.
+    h = 64, s = 8, b = 2, one rank: 16 x 64 x 2 B = 2,048 B a norm; 2 x 2,048 in an MTP depth
+    of an MLA MoE model (its block is a MoE block)."""
+    from sim.compute.decoder_shape import DecoderShape
+    from sim.compute.mla import MLAShape
+    from sim.compute.moe import MoEShape
+
+    moe = MoEShape(64, 4, 2, 32)
+    gqa = DecoderShape(2, 64, 4, 8, 128, 256, kv_heads=2, moe=moe)
+    mla = DecoderShape(2, 64, 4, 8, 128, 256, mla=MLAShape(32, 16, 16, 8, 16), moe=moe,
+                       mtp_layers=1)  # fmt: skip
+    rows = (8.0,) * 4
+
+    def layernorm(kind, m):
+        parts = {
+            n: (b, {k.name for k in ks}) for n, b, ks in module_parts(kind, m, 2, 2, rows=rows)
+        }
+        return parts.get("layernorm", (0.0, set()))
+
+    assert layernorm("block", gqa) == (0.0, set())
+    assert layernorm("moe_block", gqa) == (2048.0, {"norm2"})
+    assert layernorm("block", mla) == (2048.0, {"norm1"})
+    assert layernorm("moe_block", mla) == (4096.0, {"norm1", "norm2"})
+    assert layernorm("mtp", mla)[0] == 4096.0

@@ -148,3 +148,16 @@ def test_megatron_moe_experts_fuse_the_weighting_by_their_activation():
     assert unfused({"--squared-relu": True})
     assert not unfused({"--squared-relu": True, "--use-fused-weighted-squared-relu": True})
     assert not unfused({}, framework="megatron-bridge")  # the perf recipes set the fusions
+
+
+def test_bridge_25_09_rows_reduce_gradients_in_bf16():
+    """Every 25.09 launcher YAML sets ConfigContainer.mixed_precision.grad_reduce_in_fp32: false
+    (Megatron-Bridge v0.1.0rc3 scripts/performance/configs/*/*_llm_pretrain.yaml), and
+    runtime_config_update copies the mixed-precision fields onto the DDP config
+    (training/config.py 1116-1120, mixed_precision.py 110-133) over the recipe's ddp value True:
+    the shipped recipe table reads False for all 21 rows of 25.09, so each runs a 16-bit
+    gradient buffer (--grad-reduce-in-bf16)."""
+    table = pd.read_csv("measurements/megatron-bridge/recipes.csv").to_dict("records")
+    rows = [r for r in table if str(r["settings_from"]).startswith("v0.1.0rc3")]
+    assert len(rows) == 21
+    assert all(recipe_flags(r).get("grad-reduce-in-bf16") for r in rows)

@@ -89,7 +89,7 @@ def test_golden_values():
     assert (s.arch, s.ffn_hidden, s.tied_embeddings) == ("gpt", 2048, True)
     assert s.vocab == 50432  # GPT-2's 50257 padded to a multiple of 128 x tp = 256
     assert any("GPT2BPETokenizer" in n for n in run.notes)
-    assert status(run, "deterministic-mode") == "approximated"
+    assert status(run, "deterministic-mode") == "mapped"  # sim.framework.deterministic
     assert status(run, "save") == "ignored"
     ex = express(run)
     assert isinstance(ex, Expressed)
@@ -372,7 +372,8 @@ def test_gradient_buffer_in_bf16_halves_the_gradients():
 def test_bridge_runs_with_expandable_segments_by_release():
     """PYTORCH_CUDA_ALLOC_CONF as Megatron-Bridge's performance scripts set it per release
     (sim.runs.bridge_env): every run from v0.5.0, a recipe's own env_vars, the per-model rules
-    of v0.3/v0.4 (Llama 3.1 405B FP8 on GB200 yes, on B200 no), none in v0.1.0rc3."""
+    of v0.3/v0.4 (Llama 3.1 405B FP8 on GB200 yes, on B200 no), in v0.1.0rc3 only Llama 3.1
+    405B on GB200 in FP8 current scaling (setup_experiment.py 116-118)."""
     from sim.runs.bridge_env import expandable_segments
     from sim.runs.bridge_recipes import recipe_flags
 
@@ -387,6 +388,11 @@ def test_bridge_runs_with_expandable_segments_by_release():
         {"settings_from": "v0.5.0 @ fcbb", "launcher_cli": cli.format("b200")}
     )
     assert not expandable_segments({"settings_from": "v0.1.0rc3 @ bf71", "launcher_cli": ""})
+    yaml = "--config_file x.yaml -m llama31 -s 405b -c fp8 -fr {} -g {} -a x -p y -ng 128"
+    rc3 = {"settings_from": "v0.1.0rc3 @ bf71"}
+    assert expandable_segments(rc3 | {"launcher_cli": yaml.format("cs", "gb200")})
+    assert not expandable_segments(rc3 | {"launcher_cli": yaml.format("mx", "gb200")})
+    assert not expandable_segments(rc3 | {"launcher_cli": yaml.format("cs", "b200")})
     env = "NCCL_NVLS_ENABLE=0;PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     assert expandable_segments({"settings_from": "main @ 067f", "env_vars": env})
     flags = recipe_flags({"settings_from": "v0.5.0 @ fcbb"})

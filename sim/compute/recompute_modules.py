@@ -14,8 +14,10 @@ module          dropped bytes                                       re-run kerne
 ``core_attn``   flash attention's log-sum-exp ``4 t a/tp`` (its     the attention core
                 Q, K, V are kept as the checkpoint's inputs, its
                 output by the projection)
-``layernorm``   the norms' outputs, ``r h d`` each (none in a       ``norm1``, ``norm2``
-                hybrid stack's Mamba, attention and MLP layers)
+``layernorm``   the outputs of the norms that are modules of their  ``norm1`` (MLA),
+                own, ``r h d`` each: MLA's input norm and a MoE     ``norm2`` (MoE)
+                layer's pre-MLP norm (none where the norm is fused
+                into the first linear, below)
 ``mlp``         the dense MLP's ``t (up + f)/tp d``                 gate/up, act, down
 ``moe_act``     the experts' activation outputs ``n f_e/etp d``     ``expert_act``,
                 (``n`` rows of the rank's experts; a clamped GLU:   ``expert_gate_mul``,
@@ -47,13 +49,26 @@ block's input, the odd matmuls' outputs, the attention output and its log-sum-ex
 dispatched and combined token rows; dropped: the rest of its stash. Re-run: every kernel but the
 saved ones.
 
-In Megatron-Core's hybrid stack only the MoE layer has a norm of its own (``pre_mlp_layernorm``,
-a ``TENorm``): the Mamba, attention and MLP layers fuse theirs into a
-``TELayerNormColumnParallelLinear`` (``input_layernorm`` is an ``IdentityOp``;
-NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/models/hybrid/hybrid_layer_specs.py`` lines 106-232,
-``megatron/core/ssm/mamba_layer.py`` line 51), and ``layernorm`` recomputes only a norm that is
-not an ``IdentityOp`` (``megatron/core/transformer/transformer_layer.py`` lines 475-477 and
-521-527): :data:`FUSED_NORM_KINDS` offer no ``layernorm`` choice.
+``layernorm`` recomputes only a norm that is not an ``IdentityOp``
+(NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/transformer_layer.py`` lines 475-477
+and 521-527), and Megatron-Core's Transformer Engine specs fuse most norms into the first linear
+(a ``TELayerNormColumnParallelLinear``, whose ``input_layernorm`` or ``pre_mlp_layernorm`` is
+then an ``IdentityOp``): a GPT layer's attention norm unless the attention is MLA, and its
+pre-MLP norm unless the MLP is a MoE layer, whose router needs the norm's output
+(``megatron/core/models/gpt/gpt_layer_specs.py`` lines 245-345: MLA's ``input_layernorm`` and
+a MoE layer's ``pre_mlp_layernorm`` are ``backend.layer_norm()``, a ``TENorm``; the default
+``linear_qkv`` is ``column_parallel_layer_norm_linear()``; a dense MLP's ``linear_fc1`` likewise,
+lines 541-550); in the hybrid stack the Mamba, attention and MLP layers fuse theirs and only
+the MoE layer has a ``TENorm`` (``megatron/core/models/hybrid/hybrid_layer_specs.py`` lines
+106-232, ``megatron/core/ssm/mamba_layer.py`` line 51): :func:`separate_norms`. Under FP8 or
+FP4 the recomputed norm's consumers save its 16-bit output instead of a quantized copy
+(``set_save_original_input``: MLA's down projections, ``multi_latent_attention.py`` lines
+1114-1118; a MoE layer's router keeps the 16-bit tensor anyway, its shared expert's fc1 is set
+likewise, ``moe/moe_layer.py`` lines 743-750), so the recompute drops that output, ``r h d``,
+as in 16 bits; a fused norm's quantized copy, which its ``LayerNormLinear`` saves, stays
+(the delayed-scaling shared expert's quantized copy, which the recompute also drops, is not
+modelled). Megatron-Core's ``--transformer-impl local`` spec, whose norms are all separate
+(``gpt_layer_specs.py`` lines 359-470) and which runs no FP8, is not modelled here.
 
 Collectives are not re-run here (a recomputed MoE layer's all-to-alls, Megatron's ``moe``,
 are left out: an assumption).
@@ -63,7 +78,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.compute.decoder import ATTN, layer_act_bytes, layer_kernels, tokens
+from sim.compute.decoder import ATTN, layer_act_bytes, layer_kernels, mtp_inner, tokens
 from sim.compute.decoder_shape import DecoderShape, base_kind
 from sim.compute.glu_clamp import kept_bytes
 from sim.compute.kernels import Kernel
@@ -74,9 +89,9 @@ MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj", "fu
 SAC = "sac"
 FUSED_NORM_KINDS = ("mamba", "attention", "mlp")
 """Hybrid layer kinds whose norm is fused into their first linear (module doc)."""
+MOE_KINDS = ("moe_block", "moe")
 """torchtitan's per-op selective activation checkpointing."""
 CORE = ("flash_attn_fwd", "scores", "softmax", "attn_dropout", "attn_v")
-_NORMS = ("norm1", "norm2")
 _MLP = ("gate", "up", "act", "gate_mul", "down")
 _MOE_SKIP = ("norm2", "mlp_residual")
 _LINEARS: tuple[str, ...] = ("qkv", "q", "k", "v", "proj", "gate", "up", "down", "q_down")
@@ -118,13 +133,13 @@ def module_parts(
         if m.mla is not None:
             qkv = t * at * (2 * m.mla.d_qk + m.mla.d_v) * d
             out.append(("mla_up_proj", float(qkv), _named(fwd, ("q_up", "kv_up", "rotary"))))
-    norms = _named(fwd, _NORMS) if base not in FUSED_NORM_KINDS else ()
+    norms = _named(fwd, separate_norms(kind, m))
     if norms:
         out.append(("layernorm", float(len(norms) * r * h * d), norms))
     if base in ("block", "mlp"):
         up = (2 if m.gated_mlp else 1) * m.ffn_hidden
         out.append(("mlp", float(t * (up + m.ffn_hidden) // tp * d), _named(fwd, _MLP)))
-    moe = m.moe is not None and base in ("moe_block", "moe")
+    moe = m.moe is not None and base in MOE_KINDS
     if moe:
         assert m.moe is not None
         acts = tuple(k for k in fwd if k.name.startswith(("expert_act", "expert_gate_mul")))
@@ -141,6 +156,27 @@ def module_parts(
         out.append(("moe", float(max(0.0, layer - kept)), body))
     out.append(_sac(kind, m, b, d, tp, sp, cp, rows, fwd, etp))
     return tuple(out)
+
+
+def separate_norms(kind: str, m: DecoderShape) -> tuple[str, ...]:
+    """The norm kernels of a layer of ``kind`` that Megatron-Core's Transformer Engine spec
+    builds as modules of their own (``TENorm``), which ``layernorm`` recomputes: ``norm1``
+    for MLA attention, ``norm2`` for a MoE layer (an MTP depth: its block's; module doc).
+
+    Example:
+        >>> from sim.compute.decoder_shape import DecoderShape
+        >>> m = DecoderShape(layers=2, hidden=64, heads=4, seq_len=8, vocab=128, ffn_hidden=256)
+        >>> separate_norms("block", m)
+        ()
+    """
+    base = base_kind(kind)
+    if base in FUSED_NORM_KINDS:
+        return ()
+    if base == "mtp":
+        base = mtp_inner(m)
+    mla = m.mla is not None and base in ATTN
+    moe = m.moe is not None and base in MOE_KINDS
+    return (("norm1",) if mla else ()) + (("norm2",) if moe else ())
 
 
 def _named(kernels: list[Kernel], names: tuple[str, ...]) -> tuple[Kernel, ...]:

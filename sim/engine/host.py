@@ -14,7 +14,8 @@ is done: ``torch.cuda.synchronize()``, ``.item()``, a blocking receive. There th
 jumps to that time (:meth:`HostClock.sync`). The engine calls it at the points named in
 :data:`SYNC_POINTS` that :attr:`sim.engine.inputs.SimInput.host_syncs` lists; a framework
 profile adds its own (Megatron's ``torch.cuda.synchronize()`` after each p2p
-``batch_isend_irecv``, DeepSpeed's before each forward: :mod:`sim.engine.exchanges`, which calls
+``batch_isend_irecv``, DeepSpeed's partitioned exchanges with tensor parallelism:
+:mod:`sim.engine.exchanges`, which calls
 :meth:`HostThreads.wait`).
 """
 

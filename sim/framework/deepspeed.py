@@ -1,18 +1,31 @@
 """DeepSpeed's pipeline engine (microsoft/DeepSpeed ``deepspeed/runtime/pipe/``).
 
 ``PipelineEngine.train_batch`` runs :class:`TrainSchedule` (1F1B, any number of micro-batches):
-blocking NCCL sends and receives paired in the schedule's order, a device synchronize before
-every forward (the throughput timer), the data-parallel all-reduce after the last backward
-(``ReduceGrads``), the optimizer step, then a loss broadcast over the pipeline. A
-``PipelineModule`` is split by parameter counts unless told otherwise, and ties only the layers
-declared as ``TiedLayerSpec``.
+blocking NCCL sends and receives paired in the schedule's order, the data-parallel all-reduce
+after the last backward (``ReduceGrads``), the optimizer step, then a loss broadcast over the
+pipeline. A ``PipelineModule`` is split by parameter counts unless told otherwise, and ties only
+the layers declared as ``TiedLayerSpec``.
+
+No device synchronize before a forward: the throughput timer's ``start()`` synchronizes only
+once its ``global_step_count`` has reached ``start_step`` (2), and only ``DeepSpeedEngine.step``
+calls its ``stop()``, which counts the steps; the pipeline engine steps through
+``_take_model_step`` instead, so the count stays 0 (:data:`SYNC_BEFORE_FORWARD`).
+
+With tensor parallelism (``grid.model_parallel_size > 1``) the engine partitions what it sends
+between stages over the tensor-parallel group, and each exchange blocks the host
+(:data:`PARTITIONED_EXCHANGES`, :func:`with_partitioned_exchanges`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
+from sim.engine.inputs import PipelineRuntime
 from sim.framework.base import Framework, Setting
+from sim.hardware.topology import Topology
+from sim.memory.framework_memory import FrameworkMemory
+from sim.trace.schema import Trace
 
 PIPE = "deepspeed/runtime/pipe"
 SCHEDULES = Setting(
@@ -38,10 +51,14 @@ BLOCKING_P2P = Setting(
     "TrainSchedule's order",
 )
 SYNC_BEFORE_FORWARD = Setting(
-    True,
-    f"{PIPE}/engine.py::_exec_forward_pass calls self.tput_timer.start() -> "
-    "deepspeed/utils/timer.py::ThroughputTimer.start: torch.cuda.synchronize() "
-    "(get_accelerator().synchronize() when synchronized, the default) after start_step = 2",
+    False,
+    f"{PIPE}/engine.py::_exec_forward_pass calls self.tput_timer.start(); "
+    "deepspeed/utils/timer.py::ThroughputTimer.start synchronizes only when "
+    "global_step_count >= start_step (2), and global_step_count is counted by "
+    "ThroughputTimer.stop, which only runtime/engine.py::DeepSpeedEngine.step calls: "
+    f"{PIPE}/engine.py::_exec_optimizer_step steps through _take_model_step and never calls "
+    "stop(), so the count stays 0 and no forward synchronizes (microsoft/DeepSpeed@f5dde36, "
+    "2023-06-02; the same at its 2022-06 and 2024-06 commits)",
 )
 STEP_BARRIER = Setting(
     "after_update",
@@ -78,6 +95,45 @@ OVERFLOW_CHECK_OPS = Setting(
     "parameter's gradient, _has_inf_or_nan: cpu_sum = float(x.float().sum()), two ops and a "
     "blocking read per tensor, tensor after tensor",
 )
+PARTITIONED_EXCHANGES = Setting(
+    True,
+    f"{PIPE}/engine.py (microsoft/DeepSpeed@f5dde36): is_pipe_partitioned = "
+    "is_grad_partitioned = grid.model_parallel_size > 1. _exec_forward_pass on a stage "
+    "after the first rebuilds its input with runtime/utils.py::PartitionedTensor.from_meta, "
+    "whose meta.tolist() reads the received meta tensor back to the host (a blocking copy "
+    "that waits for the receive); on a stage before the last it partitions its output, and "
+    "PartitionedTensor.to_meta builds torch.LongTensor(meta).to(device), a blocking copy "
+    "from pageable memory that first synchronizes the stream (waits for the forward). "
+    "_exec_backward_pass reads the stored output meta and the received gradient meta with "
+    "from_meta (.tolist()) before the backward; _exec_send_grads partitions the input "
+    "gradient with to_meta after it. So the host waits for the device at every exchange, "
+    "before the action that consumes a receive and after the one that produces a send",
+)
+
+
+def with_partitioned_exchanges(rt: PipelineRuntime, tensor_parallel: int) -> PipelineRuntime:
+    """``rt`` as DeepSpeed's pipeline engine runs it over ``tensor_parallel`` ranks: with
+    ``t > 1`` its partitioned exchanges block the host at every exchange
+    (:data:`PARTITIONED_EXCHANGES`), which is the engine's ``sync_after_p2p``: before an
+    action the host waits until the device has run the previous one, its sends are done
+    and the action's input has arrived (:mod:`sim.engine.exchanges`); ``t = 1``: unchanged.
+
+    Example:
+        >>> with_partitioned_exchanges(PipelineRuntime(), 2).sync_after_p2p
+        True
+        >>> with_partitioned_exchanges(PipelineRuntime(), 1).sync_after_p2p
+        False
+    """
+    if tensor_parallel < 2 or not PARTITIONED_EXCHANGES.value:
+        return rt
+    return replace(rt, sync_after_p2p=True)
+
+
+SYNC_AFTER_P2P = Setting(
+    False,
+    "with t = 1 none; with t > 1 after every exchange, set by runtime(): "
+    + PARTITIONED_EXCHANGES.source,
+)
 NO_ZERO = Setting(
     False,
     "deepspeed/runtime/zero/config.py: zero_optimization.stage defaults to 0 (set stage 1 in "
@@ -90,8 +146,8 @@ class DeepSpeed(Framework):
 
     name: ClassVar[str] = "deepspeed"
     description: ClassVar[str] = (
-        "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, sync before each forward, "
-        "DP all-reduce after the backward, layers split by parameter count"
+        "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, host syncs at each exchange "
+        "with t > 1, DP all-reduce after the backward, layers split by parameter count"
     )
     schedules = SCHEDULES
     fsdp = Setting(
@@ -119,3 +175,17 @@ class DeepSpeed(Framework):
     reduce_extra_bytes = REDUCE_EXTRA_BYTES
     step_transient = STEP_TRANSIENT
     overflow_check_ops = OVERFLOW_CHECK_OPS
+    sync_after_p2p = SYNC_AFTER_P2P
+
+    def runtime(
+        self,
+        topo: Topology,
+        trace: Trace,
+        tensor_parallel: int = 1,
+        virtual_stages: int = 1,
+        memory: FrameworkMemory | None = None,
+    ) -> PipelineRuntime:
+        """The pipeline engine, with its partitioned exchanges at ``t > 1``
+        (:func:`with_partitioned_exchanges`)."""
+        rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
+        return with_partitioned_exchanges(rt, tensor_parallel)

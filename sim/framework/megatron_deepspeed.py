@@ -2,9 +2,9 @@
 
 With pipeline parallelism on (the default: ``--no-pipeline-parallel`` unset),
 ``megatron/training.py::train_step`` hands the step to DeepSpeed's ``PipelineEngine``
-(:mod:`sim.framework.deepspeed`: TrainSchedule 1F1B for any ``m``, blocking paired sends, a
-device synchronize before every forward, the data-parallel all-reduce after the backward, a
-loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
+(:mod:`sim.framework.deepspeed`: TrainSchedule 1F1B for any ``m``, blocking paired sends, at
+``t > 1`` partitioned exchanges that block the host, the data-parallel all-reduce after the
+backward, a loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
 (``type:transformer``), keeps the word embedding on the first and the last stage
 (``TiedLayerSpec('embed')``), and all-reduces its gradient between the two before the
 data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from sim.engine.inputs import PipelineRuntime
 from sim.framework.base import Framework, Setting
 from sim.framework.deepspeed import (
     BLOCKING_P2P,
@@ -28,8 +29,13 @@ from sim.framework.deepspeed import (
     STEP_BARRIER,
     STEP_EXTRA_BYTES,
     STEP_TRANSIENT,
+    SYNC_AFTER_P2P,
     SYNC_BEFORE_FORWARD,
+    with_partitioned_exchanges,
 )
+from sim.hardware.topology import Topology
+from sim.memory.framework_memory import FrameworkMemory
+from sim.trace.schema import Trace
 
 GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
 MICROBATCH_LOAD = Setting(
@@ -57,7 +63,8 @@ class MegatronDeepSpeed(Framework):
     name: ClassVar[str] = "megatron-deepspeed"
     description: ClassVar[str] = (
         "Megatron-DeepSpeed: GPTModelPipe on DeepSpeed's PipelineEngine (1F1B any m, blocking "
-        "p2p, sync before each forward, tied embedding all-reduce, DP all-reduce after backward)"
+        "p2p, host syncs at each exchange with t > 1, tied embedding all-reduce, DP all-reduce "
+        "after backward)"
     )
     schedules = Setting(
         frozenset({"1f1b"}),
@@ -92,3 +99,20 @@ class MegatronDeepSpeed(Framework):
     step_transient = STEP_TRANSIENT
     overflow_check_ops = OVERFLOW_CHECK_OPS
     microbatch_load = MICROBATCH_LOAD
+    sync_after_p2p = SYNC_AFTER_P2P
+
+    def runtime(
+        self,
+        topo: Topology,
+        trace: Trace,
+        tensor_parallel: int = 1,
+        virtual_stages: int = 1,
+        memory: FrameworkMemory | None = None,
+    ) -> PipelineRuntime:
+        """DeepSpeed's pipeline engine, with its partitioned exchanges at ``t > 1``
+        (:func:`sim.framework.deepspeed.with_partitioned_exchanges`): ``GPTModelPipe`` runs on
+        a grid whose model-parallel size is Megatron's tensor-parallel size
+        (``PipeModelDataParallelTopology(num_pp, num_mp=tensor_model_parallel_world_size,
+        num_dp)``, Megatron-DeepSpeed ``megatron/model/gpt_model.py``)."""
+        rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
+        return with_partitioned_exchanges(rt, tensor_parallel)

@@ -24,6 +24,7 @@ from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
 from sim.framework.ddp_hooks import with_grad_hooks
+from sim.framework.deterministic import DETERMINISM_OPTIONS, with_deterministic_fills
 from sim.framework.mcore_python import with_mcore_python
 from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host
 from sim.framework.megatron_options import (
@@ -206,7 +207,7 @@ class MegatronLM(Framework):
         "on the shard); no accumulation across pipeline micro-batches (an assumption)",
     )
 
-    OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS
+    OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS + DETERMINISM_OPTIONS
 
     def check_options(self) -> None:
         """Megatron's own refusals of option combinations (:func:`check_megatron`)."""
@@ -298,15 +299,21 @@ class MegatronLM(Framework):
         :func:`sim.framework.mcore_python.with_mcore_python`), the layers' Transformer Engine
         modules with ``transformer_impl`` (default ``transformer_engine``;
         :func:`sim.framework.te_host.with_te_modules`), the DDP's
-        Python gradient hooks (:func:`sim.framework.ddp_hooks.with_grad_hooks`), then the layers
+        Python gradient hooks (:func:`sim.framework.ddp_hooks.with_grad_hooks`), the fills of
+        ``deterministic_mode`` in TE layers (:mod:`sim.framework.deterministic`), then the layers
         ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
         (:mod:`sim.framework.cuda_graphs`)."""
         if self.mcore_layer_python.value:
             cost = with_mcore_python(cost, kinds)
-        if self.values.get("transformer_impl", "local") == "transformer_engine":
+        v = self.values
+        te = v.get("transformer_impl", "local") == "transformer_engine"
+        if te:
             cost = with_te_modules(cost, kinds)
         if self.python_grad_hooks.value:
             cost = with_grad_hooks(cost, kinds)
+        if te and v.get("deterministic_mode"):
+            fusion = v.get("gradient_accumulation_fusion", True)
+            cost = with_deterministic_fills(cost, kinds, v.get("attention_backend", "auto"), fusion)
         impl = self.values.get("cuda_graph_impl", "none")
         return captured(cost, kinds, impl, scope_parts(self.values.get("cuda_graph_scope", "")))
 

@@ -6,7 +6,9 @@ The performance scripts set the caching allocator's options outside the recipe, 
 (``settings_from``), its launcher arguments (``launcher_cli``) and, for the recipes that carry
 them, their environment (``env_vars``):
 
-* ``v0.1.0rc3``: not set (``utils/executors.py`` sets no allocator option);
+* ``v0.1.0rc3``: Llama 3.1 405B on GB200 in FP8 current scaling (``-c fp8 -fr cs``:
+  ``scripts/performance/setup_experiment.py`` 116-118; ``utils/executors.py`` sets no allocator
+  option);
 * ``v0.2.0``: Llama 3.1 405B on GB200 in FP8 (``perf_plugins.py`` 250-252);
 * ``v0.3.0``, ``v0.3.1``: Llama 3.1 405B pretraining on GB200 in FP8, DeepSeek-V3 pretraining on
   H100, Llama 3 70B SFT on H100 in FP8 current scaling (``perf_plugins.py`` 262-276, 302-305);
@@ -30,8 +32,8 @@ FP8 = ("fp8_cs", "fp8_mx")
 
 
 def _args(cli: str) -> dict[str, str]:
-    """``-m``, ``-mr``, ``-s``, ``-g``, ``-c``, ``--task`` of a launcher command line."""
-    out = dict(re.findall(r"(?:^|\s)(-mr|-m|-s|-g|-c|--task)\s+(\S+)", cli))
+    """``-m``, ``-mr``, ``-s``, ``-g``, ``-c``, ``-fr``, ``--task`` of a launcher command line."""
+    out = dict(re.findall(r"(?:^|\s)(-mr|-m|-s|-g|-c|-fr|--task)\s+(\S+)", cli))
     if "-mr" not in out and "-m" in out:  # v0.2.0: -m llama31 -s 405b
         out["-mr"] = f"{out['-m']}_{out.get('-s', '')}"
     return out
@@ -68,6 +70,9 @@ def expandable_segments(rec: dict[str, Any]) -> bool:
     task = a.get("--task", "pretrain")
     if version.startswith("v0.5") or version.startswith("v0.6"):
         return True
+    if version == "v0.1.0rc3":
+        fp8_cs = dtype == "fp8" and a.get("-fr") == "cs"
+        return recipe == "llama31_405b" and gpu == "gb200" and fp8_cs
     if version == "v0.2.0":
         return recipe == "llama31_405b" and gpu == "gb200" and dtype in FP8
     if version in ("v0.3.0", "v0.3.1"):

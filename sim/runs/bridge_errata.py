@@ -8,6 +8,12 @@ table, the row is read with the layout of the launcher's preset (:data:`ERRATA`)
 (:func:`erratum_note`). Nothing else of the row changes (its throughput, and the recipe
 settings looked up by the row as printed: :mod:`sim.runs.bridge_recipes`).
 
+A second kind of entry (:data:`RECIPE_ERRATA`) concerns the recipe settings: where the
+release's launcher cannot have run the row's printed layout with the preset the recipe table
+traced (Megatron-Core refuses the combination), the row takes the recipe of the same printed
+configuration in the next release that prints it (:func:`recipe_row`), and says so
+(:func:`recipe_note`).
+
 Each entry names its evidence; no entry is inferred from pipesim's own predictions.
 """
 
@@ -27,6 +33,16 @@ _LAUNCHER = (
 _TABLE = (
     "NVIDIA-NeMo/Megatron-Bridge@067f987df0 docs/performance-summary-archive.md lines 397-403 "
     "(26.02.01, Llama3 70B)"
+)
+
+_OSS_LAUNCHER = (
+    "NVIDIA-NeMo/Megatron-Bridge@7af9601c (v0.2.0, the 25.11 container's; unchanged in v0.2.1 and "
+    "v0.2.2, which print the 25.11 table) scripts/performance/configs/gpt_oss/"
+    "workload_base_configs.py"
+)
+_OSS_TABLE = (
+    "NVIDIA-NeMo/Megatron-Bridge@067f987df0 docs/performance-summary-archive.md lines 581 and 592 "
+    "(25.11, DGX-B200 and DGX-H100, GPT OSS 120B)"
 )
 
 
@@ -87,8 +103,96 @@ ERRATA: tuple[Erratum, ...] = (
         f"the printed MBS 2 and VP n/a are those of the FP8 row below it, {_TABLE}; the 26.02 "
         "and 26.04 rows of the same configuration print PP 4 VP 5 MBS 1",
     ),
+    Erratum(
+        "25.11", "GPT OSS 120B", "B200", "BF16", "pretrain",
+        table={"ep": 8}, run={"ep": 64},
+        evidence=f"{_OSS_LAUNCHER} lines 50-55 (GPT_OSS_120B_B200_BF16_BASE_CONFIG, the release's "
+        "only preset for it: expert parallel 64, micro-batch 4, global batch 512 from the base); "
+        "EP 8 is only the base preset's value (lines 22-28), which the B200 preset replaces. The "
+        "same preset is EP 64 in the branch whose GB200 and GB300 presets give exactly the table's "
+        "GB200 and GB300 rows, GBS 1280, MBS 1 and 2, sequence 8192 (Megatron-Bridge@4a82e165 "
+        "gaod/r0.2.0_test, the same file, lines 51-56), and in v0.3.0's "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1, 'V1: old cfgs' (@21b02e0c "
+        "gpt_oss_workload_base_configs.py lines 71-76, commit 5dd02f53). The printed EP 8, MBS 4 "
+        "and GA 2 repeat the DGX-H100 row beneath it, whose GA 2 does not follow from its own "
+        "columns (512 / (4 x 16) = 8), and the table's first draft (@35b5ecb7 docs/performance-"
+        f"summary.md line 80) has these cells as placeholders, '{{8}} | {{2}}'; {_OSS_TABLE}",
+    ),
 )  # fmt: skip
 """The rows read with their launcher's layout (module doc)."""
+
+
+_V020 = (
+    "NVIDIA-NeMo/Megatron-Bridge@7af9601 (v0.2.0, the 25.11 container's) scripts/performance/"
+    "configs/llama31/workload_base_configs.py lines 36-43 (LLAMA31_405B_GB300_FP8_CS_BASE_CONFIG:"
+    " TP 2, use_megatron_fsdp=True, cpu_offloading_num_layers=10) and utils/helpers.py "
+    "set_recompute_overrides / set_user_overrides (no launcher argument turns the offloading or "
+    "Megatron-FSDP off)"
+)
+
+
+@dataclass(frozen=True)
+class RecipeErratum:
+    """One row whose recipe settings are read from another row's recipe.
+
+    Attributes:
+        release, model, gpu, precision, task, table: the row as printed (as :class:`Erratum`).
+        recipe_of: the cells the recipe is looked up by instead (``table`` names the release).
+        evidence: why the row's own release's preset cannot be its run, and why this recipe.
+    """
+
+    release: str
+    model: str
+    gpu: str
+    precision: str
+    task: str
+    table: dict[str, int]
+    recipe_of: dict[str, Any]
+    evidence: str
+
+    def matches(self, row: pd.Series) -> bool:
+        """Whether ``row`` is this entry's row."""
+        return Erratum(self.release, self.model, self.gpu, self.precision, self.task,
+                       self.table, {}, "").matches(row)  # fmt: skip
+
+
+RECIPE_ERRATA: tuple[RecipeErratum, ...] = (
+    RecipeErratum(
+        "25.11", "LLAMA3.1_405B", "GB300", "FP8-CS", "pretrain",
+        table={"tp": 2, "pp": 8, "vp": 4, "cp": 2},
+        recipe_of={"precision": "FP8", "ep": float("nan"),
+                   "table": "26.02.01 / Pre-Training Performance / Model: LLAMA3.1_405B"},
+        evidence=f"the release's only preset for it, {_V020}, offloads activations to the CPU, "
+        "which Megatron-Core refuses with pipeline parallelism (NVIDIA/Megatron-LM@0d8e071, "
+        "Megatron-Bridge v0.2.0's 3rdparty/Megatron-LM, megatron/core/transformer/"
+        "transformer_config.py:995-998, 'no support for Pipeline parallelism with CPU "
+        "offloading'), so the printed PP 8 did not run it; the 26.02.01 table prints the same "
+        "configuration (TP 2 PP 8 VP 4 CP 2, 256 GPUs, GBS 1536), traced without FSDP or "
+        "offloading (measurements/megatron-bridge/recipes.csv)",
+    ),
+)  # fmt: skip
+"""The rows read with another row's recipe (module doc)."""
+
+
+def recipe_erratum_for(row: pd.Series) -> RecipeErratum | None:
+    """The recipe erratum of ``row`` (None: the row's own recipe)."""
+    return next((e for e in RECIPE_ERRATA if e.matches(row)), None)
+
+
+def recipe_row(row: pd.Series, erratum: RecipeErratum) -> pd.Series:
+    """``row`` with the cells its recipe is looked up by (:attr:`RecipeErratum.recipe_of`)."""
+    out = row.copy()
+    for k, v in erratum.recipe_of.items():
+        out[k] = v
+    return out
+
+
+def recipe_note(erratum: RecipeErratum) -> ArgNote:
+    """What the simulation changes of the row's own recipe (``Expressed.approximations``)."""
+    release = str(erratum.recipe_of.get("table", "")).split(" / ")[0]
+    return ArgNote("recipe", erratum.release, "approximated",
+                   f"recipe erratum: read with the recipe of the {release} row of the same "
+                   f"configuration ({erratum.evidence})")  # fmt: skip
 
 
 def erratum_for(row: pd.Series) -> Erratum | None:

@@ -40,7 +40,14 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import InputError
-from sim.runs.bridge_errata import corrected, erratum_for, erratum_note
+from sim.runs.bridge_errata import (
+    corrected,
+    erratum_for,
+    erratum_note,
+    recipe_erratum_for,
+    recipe_note,
+    recipe_row,
+)
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for
 from sim.runs.megatron_args import read_megatron
 from sim.runs.model_shapes import shape_flags
@@ -370,10 +377,12 @@ def read_measured_csv(
                          field=missing[0])  # fmt: skip
     out = []
     for i, row in df.iterrows():
-        recipe = recipe_for(recipes, row)
+        alias = recipe_erratum_for(row)  # a preset that cannot have run it (sim.runs.bridge_errata)
+        recipe = recipe_for(recipes, recipe_row(row, alias) if alias else row)
         date = (generated or {}).get(str(row.get("source_ref", "")).split(":", 1)[-1], "")
         fix = erratum_for(row)  # a table row whose layout is not its run's (sim.runs.bridge_errata)
         run = row_run(corrected(row, fix) if fix else row, source=f"{path} row {int(str(i)) + 2}",
                       recipe=recipe, generated=date)  # fmt: skip
-        out.append(replace(run, args=run.args + (erratum_note(fix),)) if fix else run)
+        notes = ((erratum_note(fix),) if fix else ()) + ((recipe_note(alias),) if alias else ())
+        out.append(replace(run, args=run.args + notes) if notes else run)
     return out

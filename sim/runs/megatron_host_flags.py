@@ -19,6 +19,8 @@ FLAG_OPTIONS: dict[str, tuple[str, str]] = {
     "tensorboard-dir": ("tensorboard", "tensorboard scalars written at each log"),
     "no-check-for-nan-in-loss-and-grad": ("check_for_nan_in_loss", "the loss not read back "
                                           "after each forward"),
+    "deterministic-mode": ("deterministic_mode", "every tensor the TE layers allocate "
+                           "through empty filled first (sim.framework.deterministic)"),
 }  # fmt: skip
 """Flag -> (option, what it adds)."""
 
@@ -66,11 +68,42 @@ def transformer_impl(flags: dict[str, Any]) -> str:
     )
 
 
+def _on(value: Any) -> bool:
+    """A switch flag's value as Megatron's ``store_true`` reads it from a config."""
+    return value is True or str(value).lower() == "true"
+
+
+def fill_options(flags: dict[str, Any]) -> dict[str, str]:
+    """With ``--deterministic-mode``, the options that set how many tensors a layer fills
+    (:func:`sim.framework.deterministic.layer_fills`): ``attention_backend`` from
+    ``--attention-backend`` and ``gradient_accumulation_fusion`` from
+    ``--no-gradient-accumulation-fusion``, when not Megatron's defaults; none without it (the
+    two flags keep their own notes).
+
+    Example:
+        >>> fill_options({"deterministic-mode": True, "attention-backend": "unfused",
+        ...               "no-gradient-accumulation-fusion": True})
+        {'attention_backend': 'unfused', 'gradient_accumulation_fusion': 'false'}
+        >>> fill_options({"attention-backend": "unfused"})
+        {}
+    """
+    if not _on(flags.get("deterministic-mode")):
+        return {}
+    out: dict[str, str] = {}
+    backend = str(flags.get("attention-backend", "auto"))
+    if backend in ("flash", "fused", "unfused", "local"):
+        out["attention_backend"] = backend
+    if _on(flags.get("no-gradient-accumulation-fusion")):
+        out["gradient_accumulation_fusion"] = "false"
+    return out
+
+
 def read_host_options(
     flags: dict[str, Any],
 ) -> tuple[dict[str, str], list[tuple[str, Status, str]]]:
-    """``(options, notes)`` of the flags in :data:`FLAG_OPTIONS` (module doc)."""
-    options: dict[str, str] = {}
+    """``(options, notes)`` of the flags in :data:`FLAG_OPTIONS` and :func:`fill_options`
+    (module doc)."""
+    options: dict[str, str] = fill_options(flags)
     notes: list[tuple[str, Status, str]] = []
     if transformer_impl(flags) == "local":
         options["transformer_impl"] = "local"
@@ -90,4 +123,4 @@ def read_host_options(
     return options, notes
 
 
-__all__ = ["FLAG_OPTIONS", "read_host_options", "transformer_impl"]
+__all__ = ["FLAG_OPTIONS", "fill_options", "read_host_options", "transformer_impl"]

@@ -150,8 +150,9 @@ APPROXIMATED: dict[str, str] = {
     "compare replicas: one read of them every N steps, not modelled",
     "deterministic-mode": "deterministic kernels and NCCL_ALGO=Ring (the functional tests' "
     "setting): torch.use_deterministic_algorithms(True) fills every new torch.empty with NaN "
-    "(ATen native/cuda/TensorFactories.cu empty_cuda; one fill kernel per allocation, about 15 "
-    "per layer and micro-batch in Megatron's counted layer, a few MB each), not modelled",
+    "(ATen native/cuda/TensorFactories.cu empty_cuda); Megatron-LM's reading maps it to the "
+    "megatron-lm option deterministic_mode (host ops of the fills, sim.framework."
+    "deterministic); the fills' device writes and NCCL's ring-only choice are not modelled",
     "cross-entropy-loss-fusion": "fused cross-entropy: fewer passes over the logits, not "
     "modelled", "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
     "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
