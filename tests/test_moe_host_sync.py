@@ -47,16 +47,17 @@ def test_dropless_moe_layer_syncs_a_padded_one_does_not():
     from sim.compute.decoder import DecoderShape, layer_kernels
     from sim.compute.moe import MoEShape
     from sim.hardware.gpu_compute import ComputeSpec
-    from sim.parallel.decoder_shard import sync_share
+    from sim.parallel.decoder_shard import sync_shares
 
     gpu = ComputeSpec("x", 1e15, 1e14, 4e12, 100, 0.6, 0.5)
     moe = MoEShape(512, 8, 2, 256)
     m = DecoderShape(2, 512, 8, 256, 1000, 1024, moe=moe)
     rows = (128.0,) * 8
     fwd = layer_kernels("moe_block", m, 1, 2, rows=rows)[0]
-    assert 0.0 < sync_share(fwd, gpu, "bf16") < 1.0
+    (share,) = sync_shares(fwd, gpu, "bf16")
+    assert 0.0 < share < 1.0
     padded = replace(m, moe=replace(moe, capacity_factor=1.0, pad_to_capacity=True))
-    assert sync_share(layer_kernels("moe_block", padded, 1, 2, rows=rows)[0], gpu, "bf16") == 0.0
+    assert sync_shares(layer_kernels("moe_block", padded, 1, 2, rows=rows)[0], gpu, "bf16") == ()
 
 
 def test_blackwell_presets_model_their_hosts():
@@ -77,3 +78,39 @@ def test_blackwell_presets_model_their_hosts():
             ref.te_module_s,
         )
         assert got.op_s > 0
+
+
+def test_clamped_quick_geglu_copies_its_offset_with_a_second_sync():
+    """GPT-OSS's fused quick-GeGLU turns its offset into a device tensor on every call
+    (Megatron-LM@d98e8a64 fused_bias_geglu.py line 434, a blocking pageable copy: a host sync,
+    sim.compute.glu_clamp): one copy per layer forward after the clamp, a second sync share;
+    none with the unfused activation or Transformer Engine's fused grouped MLP. Hand-computed
+    host case: 150 ops of 10 us over 1 ms of device, the host 1 ms ahead, syncs at 1/4 and 3/4
+    of the layer: the device ends at 1.25 ms, then 1.25 + 0.75 + 0.5/75 ms, then that + 0.375
+    + 0.25/37.5 ms = 2.388 ms."""
+    from dataclasses import replace
+
+    from sim.compute.glu_clamp import OFFSET_COPY
+    from sim.compute.moe import MoEShape, moe_fwd
+    from sim.engine.host import LayerPart, layered_work
+    from sim.hardware.gpu_compute import ComputeSpec
+    from sim.hardware.host_ops import HostOverhead
+    from sim.parallel.decoder_shard import sync_shares
+
+    moe = MoEShape(512, 8, 2, 256, clamp=True, bias=True)
+    rows = (128.0,) * 8
+    names = [k.name for k in moe_fwd(moe, 512, 512, rows, 2)]
+    assert names.count(OFFSET_COPY) == 1
+    i = names.index(OFFSET_COPY)
+    assert names[i - 1].startswith("expert_act_clamp_cat") and names[i + 1].startswith(
+        "expert_act["
+    )
+    gpu = ComputeSpec("x", 1e15, 1e14, 4e12, 100, 0.6, 0.5)
+    first, second = sync_shares(moe_fwd(moe, 512, 512, rows, 2), gpu, "bf16")
+    assert 0.0 < first < second < 1.0
+    for other in (replace(moe, fused_grouped_mlp=True), replace(moe, fused_weighting=False)):
+        assert OFFSET_COPY not in {k.name for k in moe_fwd(other, 512, 512, rows, 2)}
+    part = LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, (0.25, 0.75))
+    work = layered_work(HostOverhead(op_s=10e-6), "F", (part,))
+    third = 1.25e-3 + 0.75e-3 + 0.5e-3 / 75
+    assert work.finish(0.0, 1e-3)[0] == pytest.approx(third + 0.375e-3 + 0.25e-3 / 37.5)

@@ -32,6 +32,29 @@ The code is the same in the Megatron-Core of every Bridge release measured: the 
 NVIDIA-NeMo/Megatron-Bridge v0.2.0 (Megatron-LM@0d8e0714), v0.3.0 (@b0cc2706) and v0.4.1
 (@d7288711) all have these lines.
 
+**The offset's host-to-device copy.** After the clamp, the same function turns the GLU's
+linear offset (GPT-OSS: ``glu_linear_offset = 1.0``, NVIDIA-NeMo/Megatron-Bridge v0.4.1
+``models/gpt_oss/gpt_oss_bridge.py`` line 84; v0.2.0/v0.3.0 ``gpt_oss_provider.py`` line 80)
+into a device tensor on every call: ``linear_offset = torch.tensor(linear_offset,
+dtype=input.dtype, device=input.device)`` (``fused_bias_geglu.py`` line 434, the same line at
+the three Bridge releases' Megatron-Core commits above and at d98e8a64, since 2e29a5e1).
+``torch.tensor`` builds the value in a pageable CPU tensor and moves it with ``.to(device,
+non_blocking=False)`` (pytorch/pytorch ``torch/csrc/utils/tensor_new.cpp``
+``internal_new_from_data``); a blocking CPU-to-GPU copy is ``cudaMemcpyAsync`` followed by
+``cudaStreamSynchronize`` on the current stream (``aten/src/ATen/native/cuda/Copy.cu``
+``copy_kernel_cuda`` -> ``at::cuda::memcpy_and_sync``), and the CUDA runtime's own rule for a
+copy from pageable memory is a stream sync before the copy (CUDA Runtime API, "API
+synchronization behavior", Memcpy). So the host waits once per MoE layer's forward until the
+device has run everything issued, up to the clamp: :func:`offset_copy`, a copy of no bytes
+(one launch) that the engine treats as a host sync
+(:data:`sim.compute.moe.HOST_SYNC_KERNELS`). Only the fused function does this
+(``bias_activation_fusion``, which the GPT-OSS bridge sets: v0.4.1 ``gpt_oss_bridge.py``
+line 73); the unfused ``glu`` of ``TEGroupedMLP`` adds the offset as a Python float
+(``experts.py`` lines 998-1009), and Transformer Engine's fused grouped MLP runs no Python
+activation. pipesim's clamped experts are GPT-OSS's quick-GeGLU ones (the only model with
+:attr:`sim.compute.moe.MoEShape.clamp`), so the copy goes with the clamp (an assumption for
+any other clamped GLU: Megatron-Core's SwiGLU clamp makes no such copy).
+
 The kernels are named ``expert_act_*`` so that ``moe_act`` recompute
 (:mod:`sim.compute.recompute_modules`) re-runs them with the rest of the activation.
 """
@@ -67,6 +90,17 @@ def clamp_bwd(n: int, fe: float, d: int, count: int = 1) -> list[Kernel]:
     """Backward kernels of :func:`clamp_fwd` (module doc)."""
     half = n * fe * d * count
     return [mem(f"expert_act_clamp_{op}_bwd[{n}]", k * half) for op, k in BWD_OPS]
+
+
+OFFSET_COPY = "expert_act_offset_h2d"
+"""Name of the offset's host-to-device copy (module doc): an ``expert_act`` kernel, so that
+``moe_act`` recompute re-runs it."""
+
+
+def offset_copy() -> Kernel:
+    """The offset's blocking host-to-device copy, one per forward call of the fused activation
+    (module doc): no bytes worth timing (2 bytes), one launch."""
+    return mem(OFFSET_COPY, 0.0)
 
 
 def kept_bytes(rows: float, fe: float, d: int) -> float:

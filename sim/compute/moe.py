@@ -9,7 +9,8 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 1. pre-MLP norm over the rank's ``r`` tokens (``r = T/t`` with sequence parallelism);
 2. router: GEMM ``[r, h] @ [h, E]`` (weights replicated over tensor ranks), softmax and top-k
    (reads the ``r*E`` logits, writes fp32 probabilities, ``r*k`` probabilities and int64
-   indices); unless every expert is padded to its capacity, the dispatcher then needs the
+   indices; without ``moe_router_fusion`` the eager ops counted in
+   :mod:`sim.compute.router_unfused`); unless every expert is padded to its capacity, the dispatcher then needs the
    token counts on the host (``MoEAlltoAllTokenDispatcher.preprocess``: with expert or tensor
    parallelism an all-gather of the ``E`` counts over the TP x EP group, timed by the engine,
    :mod:`sim.parallel.decoder_shard`; then a device-to-host copy and a stream synchronisation
@@ -19,18 +20,22 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    bytes: ``kernel_overhead_s``). The host's lead over the device is lost there: the engine
    splits the layer's forward host work at this kernel and composes a host sync between the
    two parts (:meth:`sim.hardware.host_ops.HostWork.sync`,
-   :func:`sim.parallel.decoder_shard.sync_share`); the flex dispatchers read the counts
+   :func:`sim.parallel.decoder_shard.sync_shares`); the flex dispatchers read the counts
    back too (HybridEP's ``tokens_per_expert.sum()`` without a token budget, and
    ``TEGroupedMLP``'s ``tokens_per_expert.tolist()``);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
-   their experts (timed by the engine, :mod:`sim.parallel.expert`);
+   their experts (timed by the engine, :mod:`sim.parallel.expert`); HybridEP
+   (:attr:`MoEShape.hybridep`) runs no Transformer Engine permutation but its own
+   preprocessing, permute and unpermute kernels (:mod:`sim.compute.hybridep`);
 4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: one launch for all
    local experts): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
    fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's
    default ``--expert-tensor-parallel-size`` = tensor-parallel size); the activation
    (``2*n*f_e/t*d`` bytes) and, gated, the product (``3*n*f_e/t*d``). Equal row counts are one
-   kernel with ``batch`` = experts (wave quantization over the whole group);
+   kernel with ``batch`` = experts (wave quantization over the whole group); a clamped
+   quick-GeGLU (GPT-OSS) copies its offset to the device with a host sync inside the fused
+   activation, the layer's second (:func:`sim.compute.glu_clamp.offset_copy`);
    With the ``alltoall`` dispatcher and more than one local expert, the received rows are
    sorted by local expert before the experts and back after them
    (:attr:`MoEShape.sort_by_expert`, :mod:`sim.compute.moe_sort`);
@@ -89,14 +94,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from sim.compute.glu_clamp import clamp_bwd, clamp_fwd, kept_bytes
+from sim.compute import hybridep
+from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
+from sim.compute.router_unfused import router_bwd, router_fwd
 
 INDEX_BYTES = 8
 """int64 routing indices (``torch.topk``)."""
 PROB_BYTES = 4
 """fp32 routing probabilities (Megatron-LM casts the router's softmax to fp32)."""
+TOKEN_COUNT_SYNC = "token_count_sync"
+"""The dispatcher's read-back of the token counts (module doc, step 2)."""
+HOST_SYNC_KERNELS = (TOKEN_COUNT_SYNC, OFFSET_COPY)
+"""Kernels at which the host waits for the device inside a MoE layer's forward: the token
+counts' read-back (step 2) and a clamped quick-GeGLU's blocking copy of its offset
+(:func:`sim.compute.glu_clamp.offset_copy`)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,13 @@ class MoEShape:
             and back after them, as Megatron-Core's ``alltoall`` dispatcher does with more than
             one local expert (:mod:`sim.compute.moe_sort`). False: a flex dispatcher (DeepEP,
             HybridEP) or the all-gather one, which hand the experts rows in expert order.
+        hybridep: the flex dispatcher's HybridEP backend (:mod:`sim.compute.hybridep`): no
+            Transformer Engine permutation; HybridEP's preprocessing kernel before the dispatch
+            (the token-count sync after it) and its own permute and unpermute kernels on the
+            receiving rank, over the rows it receives.
+        router_fused: the router's top-k and balancing loss as one kernel each way
+            (``router_topk``); False: Megatron-Core's unfused router, its eager ops counted
+            (:mod:`sim.compute.router_unfused`).
     """
 
     hidden: int
@@ -156,6 +176,8 @@ class MoEShape:
     fused_weighting: bool = True
     sort_by_expert: bool = False
     clamp: bool = False
+    hybridep: bool = False
+    router_fused: bool = True
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -258,18 +280,34 @@ def grouped(
     return replace(gemm(name, m, n, k, d, batch=batch), grouped="" if fused else phase)
 
 
-def _router_fwd(shape: MoEShape, r: int, d: int) -> list[Kernel]:
+def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[Kernel]:
+    """Router, top-k, the token-count sync, the latent projection and the dispatch's
+    preparation: TE's permute, or HybridEP's preprocessing with the sync after it (the
+    permute runs on the receiving rank, :func:`_flex_permute`)."""
     e, k, h = shape.experts, shape.top_k, shape.hidden
-    out = [
-        gemm("router", r, e, h, d),
-        mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES)),
-    ]
-    if not (shape.capacity_factor is not None and shape.pad_to_capacity):
-        out.append(mem("token_count_sync", 0.0))  # the host sync (module doc, step 2)
+    topk = [mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES))]
+    out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else router_fwd(r, e, k))]
+    padded = shape.capacity_factor is not None and shape.pad_to_capacity
+    sync = [] if padded else [mem(TOKEN_COUNT_SYNC, 0.0)]  # the host sync (module doc, step 2)
     w = shape.row_width
-    if shape.latent:
-        out.append(gemm("latent_down", r, w, h, d))
-    return out + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
+    latent = [gemm("latent_down", r, w, h, d)] if shape.latent else []
+    if shape.hybridep:
+        sources = shape.experts // max(1, local) * etp
+        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync
+    return out + sync + latent + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
+
+
+def _flex_permute(
+    shape: MoEShape, r: int, rows: tuple[float, ...], d: int, etp: int, fwd: bool
+) -> tuple[Kernel, ...]:
+    """HybridEP's permute and unpermute on the receiving rank (:mod:`sim.compute.hybridep`),
+    empty for the other dispatchers."""
+    if not shape.hybridep or not rows:
+        return ()
+    sources = shape.experts // len(rows) * etp
+    got = hybridep.received_rows(r, sources, shape.experts, shape.top_k, len(rows))
+    pair = hybridep.permute_fwd if fwd else hybridep.permute_bwd
+    return pair(got, float(sum(rows)), shape.row_width, d)
 
 
 def _shared_fwd(shape: MoEShape, t: int, d: int, tp: int) -> list[Kernel]:
@@ -309,15 +347,20 @@ def moe_fwd(
     """
     etp = _check_tp(shape, tp, etp)
     h, fe, k, w = shape.hidden, shape.expert_ffn // etp, shape.top_k, shape.row_width
-    out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d)]
+    out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d, len(rows), etp)]
     fused = shape.fused_grouped_mlp
-    sort = sort_fwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
+    sort: tuple[Kernel, ...] = ()
+    if sorts_by_expert(len(rows), shape.sort_by_expert):
+        sort = sort_fwd(_rows(rows), w, d)
+    sort = sort or _flex_permute(shape, r, rows, d, etp, True)
     out += sort[:1]
+    copy = [offset_copy()] if shape.clamp and shape.fused_weighting else []
     for n, c in sorted(_groups(rows).items()):
         up = fe * (2 if shape.gated else 1)
         out.append(grouped(f"expert_up[{n}]", n, up, w, d, c, "fwd", fused))
         if not fused:  # the fused op applies the activation in the GEMM's epilogue
-            out += clamp_fwd(n, fe, d, c) if shape.clamp else []
+            out += clamp_fwd(n, fe, d, c) + copy if shape.clamp else []
+            copy = []  # one call of the fused activation for all local experts
             out.append(mem(f"expert_act[{n}]", 2 * n * fe * d * c))
             if shape.gated:
                 out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
@@ -325,8 +368,9 @@ def moe_fwd(
     if shape.bias and not fused:
         out.append(mem("expert_bias", expert_bias_bytes(_rows(rows), w, d)))
     out += sort[1:]
-    unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
-    out.append(_permute("unpermute", unpermute, r, k, w, d))
+    if not shape.hybridep:  # HybridEP's unpermute is its own (above)
+        unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
+        out.append(_permute("unpermute", unpermute, r, k, w, d))
     if shape.latent:
         out.append(gemm("latent_up", r, h, w, d))
     return out + _shared_fwd(shape, t, d, tp) + [mem("mlp_residual", 3 * r * h * d)]
@@ -351,9 +395,13 @@ def moe_bwd(
     w = shape.row_width
     up = fe * (2 if shape.gated else 1)
     dx, dw = _latent_bwd(shape, r, d, "up")
-    dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
+    if not shape.hybridep:  # HybridEP's own kernels instead (_flex_permute)
+        dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     fused = shape.fused_grouped_mlp
-    sort = sort_bwd(_rows(rows), w, d) if sorts_by_expert(len(rows), shape.sort_by_expert) else ()
+    sort: tuple[Kernel, ...] = ()
+    if sorts_by_expert(len(rows), shape.sort_by_expert):
+        sort = sort_bwd(_rows(rows), w, d)
+    sort = sort or _flex_permute(shape, r, rows, d, etp, False)
     dx += sort[:1]
     if shape.bias and not fused:  # the chain's backward, 1.5x its forward bytes (module doc)
         dx.append(mem("expert_bias_bwd", 1.5 * expert_bias_bytes(_rows(rows), w, d)))
@@ -368,10 +416,13 @@ def moe_bwd(
         dw += [grouped(f"d_expert_up_w[{n}]", w, up, n, d, c, "wgrad", fused)]
         dw += [grouped(f"d_expert_down_w[{n}]", fe, w, n, d, c, "wgrad", fused)]
     dx += sort[1:]
-    dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
+    if not shape.hybridep:
+        dx.append(_permute("permute_bwd", 1.5 * (r * w * d + r * k * w * d), r, k, w, d))
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw
-    dx += [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES)), gemm("d_router_in", r, h, e, d)]
+    topk = [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES))]
+    dx += topk if shape.router_fused else router_bwd(r, e, k)
+    dx.append(gemm("d_router_in", r, h, e, d))
     dw.append(gemm("d_router_w", h, e, r, d))
     if shape.shared_ffn:
         fs = shape.shared_ffn // tp

@@ -41,8 +41,9 @@ class LayerPart(NamedTuple):
         modules: ``nn.Module`` calls; in a backward 0.
         functions: ``autograd.Function`` applies; in a backward the Python backward nodes.
         te_modules: Transformer Engine modules (each runs its Python forward, or backward).
-        sync_share: share of the layer's ops issued before a host sync inside it (a MoE
-            layer's token counts read on the host, :mod:`sim.compute.moe`); 0 without one.
+        sync_share: shares of the layer's ops issued before each host sync inside it, in
+            increasing order (a MoE layer's token counts read on the host, a clamped GLU's
+            offset copy: :data:`sim.compute.moe.HOST_SYNC_KERNELS`); empty without one.
     """
 
     device_s: float
@@ -51,7 +52,7 @@ class LayerPart(NamedTuple):
     modules: float
     functions: float
     te_modules: float
-    sync_share: float = 0.0
+    sync_share: tuple[float, ...] = ()
 
 
 SYNC_POINTS = {
@@ -123,9 +124,10 @@ def action_work(
 def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> HostWork:
     """The :class:`HostWork` of an action issued layer by layer: each part
     (:class:`LayerPart`) summarised by :func:`action_work` (a recomputed layer ``R`` is one
-    checkpointed region) and composed in order with :meth:`HostWork.then`; a layer with a host
-    sync inside (``sync_share`` in (0, 1)) as its first ``sync_share`` of device seconds, ops
-    and calls, :meth:`HostWork.sync`, then the rest (the ops alike, as within any layer).
+    checkpointed region) and composed in order with :meth:`HostWork.then`; a layer with host
+    syncs inside (``sync_share``, each in (0, 1)) as the pieces of device seconds, ops and
+    calls between them with :meth:`HostWork.sync` at each cut (the ops alike, as within any
+    layer).
 
     Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
     no longer hide each other's slack, as they would in one summary of the whole action
@@ -138,22 +140,33 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
 
     >>> h = HostOverhead(op_s=10e-6)
     >>> plain = layered_work(h, "F", (LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0),))
-    >>> synced = layered_work(h, "F", (LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, 0.5),))
+    >>> synced = layered_work(h, "F", (LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, (0.5,)),))
     >>> [round(w.finish(0.0, 1e-3)[0] * 1e6) for w in (plain, synced)]
     [2000, 2257]
     """
     out = HostWork.device_only(0.0)
     for device_s, ops, nograd, modules, functions, te, sync in parts:
         regions = 1 if op == "R" else 0
-        shares = (sync, 1.0 - sync) if 0.0 < sync < 1.0 else (1.0,)
-        for i, k in enumerate(shares):
+        for i, k in enumerate(_pieces(sync)):
             calls = (modules * k, functions * k, te * k)
             if i:
                 out = out.then(HostWork.sync())
             out = out.then(
-                action_work(host, op, device_s * k, ops * k, regions * (1 - i), nograd * k, calls)
+                action_work(host, op, device_s * k, ops * k, 0 if i else regions, nograd * k, calls)
             )
     return out
+
+
+def _pieces(cuts: tuple[float, ...]) -> tuple[float, ...]:
+    """The shares of a layer between its sync ``cuts`` (cumulative, in order; those outside
+    (0, 1) ignored), summing to 1.
+
+    >>> _pieces(()), _pieces((0.25, 0.75)), _pieces((0.0, 0.5))
+    ((1.0,), (0.25, 0.5, 0.25), (0.5, 0.5))
+    """
+    inner = [c for c in cuts if 0.0 < c < 1.0]
+    edges = [0.0, *inner, 1.0]
+    return tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
 
 
 class HostThreads:

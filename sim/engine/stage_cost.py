@@ -49,9 +49,10 @@ class StageCost:
             (:meth:`forward_parts`); empty: one summary of the whole stage.
         bwd_layers: ``(seconds, ops, Python backward nodes)`` of each layer's backward, in
             forward order.
-        fwd_syncs: per layer, the share of its forward issued before a host sync inside it
-            (a MoE layer's token counts read on the host: ``token_count_sync``,
-            :mod:`sim.compute.moe`), 0 without one; empty: none. The host waits there for the
+        fwd_syncs: per layer, the shares of its forward issued before each host sync inside
+            it, in order (a MoE layer's token counts read on the host, a clamped quick-GeGLU's
+            offset copy: :data:`sim.compute.moe.HOST_SYNC_KERNELS`), empty without one; empty:
+            none. The host waits there for the
             device (:meth:`sim.hardware.host_ops.HostWork.sync`), in the forward and in a
             recompute of it.
         param_tensors: ``(vectors, matrices)``: parameter tensors of the stage as one tensor
@@ -80,7 +81,7 @@ class StageCost:
     bwd_ops: float = 0.0
     fwd_layers: tuple[tuple[float, float, float, float, float], ...] = ()
     bwd_layers: tuple[tuple[float, float, float], ...] = ()
-    fwd_syncs: tuple[float, ...] = ()
+    fwd_syncs: tuple[tuple[float, ...], ...] = ()
     param_tensors: tuple[int, int] = (0, 0)
     tp_fwd_overlap: tuple[OverlapOp, ...] = ()
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
@@ -95,9 +96,10 @@ class StageCost:
             for i, (sec, ops, mods, fns, te) in enumerate(self.fwd_layers)
         )
 
-    def sync_share(self, i: int) -> float:
-        """The share of layer ``i``'s forward before its host sync (:attr:`fwd_syncs`; 0)."""
-        return self.fwd_syncs[i] if i < len(self.fwd_syncs) else 0.0
+    def sync_share(self, i: int) -> tuple[float, ...]:
+        """The shares of layer ``i``'s forward before its host syncs (:attr:`fwd_syncs`;
+        empty)."""
+        return self.fwd_syncs[i] if i < len(self.fwd_syncs) else ()
 
     def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward

@@ -21,7 +21,8 @@
   parallelism), as :class:`~sim.parallel.megatron.LayerComm`; the expert- and
   context-parallel ones as :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and
   direction, and before the forward's dispatch the all-gather of the token counts of a
-  dropless layer, :data:`COUNT_BYTES`; the attention's exchanges, ring steps hiding under
+  dropless layer, :data:`COUNT_BYTES`, or with HybridEP of the routing map,
+  :func:`~sim.compute.hybridep.routing_map_bytes`; the attention's exchanges, ring steps hiding under
   ``1/cp`` of the attention core).
 
 Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
@@ -48,9 +49,11 @@ from sim.compute.decoder import (
     tokens,
 )
 from sim.compute.decoder_shape import base_kind, kind_of
+from sim.compute.hybridep import routing_map_bytes
 from sim.compute.kernels import Kernel, kernel_time_s, phase_time
 from sim.compute.low_precision_act import keeps_original, quantized_input_savings
 from sim.compute.mcore_ops import expert_ops
+from sim.compute.moe import HOST_SYNC_KERNELS
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer
@@ -95,8 +98,8 @@ class DecoderShard:
         low_params: per layer, the parameters on the rank whose GEMMs run in low precision
             (:func:`low_precision_params`; empty without a recipe).
         precision: the trace's low-precision recipe, or None.
-        fwd_syncs: per layer, the share of its forward's seconds before its host sync (a MoE
-            layer's ``token_count_sync``, :func:`sync_share`), 0 without one.
+        fwd_syncs: per layer, the shares of its forward's seconds before each of its host
+            syncs (a MoE layer's, :func:`sync_shares`), empty without one.
     """
 
     trace: Trace
@@ -108,7 +111,7 @@ class DecoderShard:
     partners: tuple[Partners, ...] = ()
     low_params: tuple[float, ...] = ()
     precision: LowPrecision | None = None
-    fwd_syncs: tuple[float, ...] = ()
+    fwd_syncs: tuple[tuple[float, ...], ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -160,28 +163,30 @@ def _times(kernels: tuple[list[Kernel], ...], spec: ComputeSpec, dtype: str) -> 
     return [phase_time(k, spec, dtype).total_s if k else 0.0 for k in kernels]
 
 
-def sync_share(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
-    """Share of a forward's seconds up to its host sync (``token_count_sync``: the token counts
-    read on the host, :mod:`sim.compute.moe`), 0 without one. The quantize kernels a recipe
-    appends (:func:`~sim.compute.quantize.quantize_layer`) count as after it.
+def sync_shares(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> tuple[float, ...]:
+    """Shares of a forward's seconds up to each of its host syncs, in order
+    (:data:`sim.compute.moe.HOST_SYNC_KERNELS`: the token counts read on the host, a clamped
+    quick-GeGLU's offset copy), empty without one. The quantize kernels a recipe appends
+    (:func:`~sim.compute.quantize.quantize_layer`) count as after them.
 
-    Example: 1 and 3 seconds' worth of bytes around the sync: 1/4 (its own launch is no
-    work beyond the overhead both sides share alike).
+    Example: 1, 3 and 4 seconds' worth of bytes around two syncs: 1/8 and 4/8 (their own
+    launches are no work beyond the overhead every kernel shares alike).
 
     >>> from sim.compute.kernels import mem
     >>> from sim.hardware.gpu_compute import ComputeSpec
     >>> g = ComputeSpec("x", 1e15, 1e14, 1e12, 100, 0.5, 0.5, hbm_efficiency=1.0,
     ...                 kernel_overhead_s=0.0)
-    >>> ks = [mem("a", 1e12), mem("token_count_sync", 0.0), mem("b", 3e12)]
-    >>> sync_share(ks, g, "bf16"), sync_share(ks[:1], g, "bf16")
-    (0.25, 0.0)
+    >>> ks = [mem("a", 1e12), mem("token_count_sync", 0.0), mem("b", 3e12),
+    ...       mem("expert_act_offset_h2d", 0.0), mem("c", 4e12)]
+    >>> sync_shares(ks, g, "bf16"), sync_shares(ks[:1], g, "bf16")
+    ((0.125, 0.5), ())
     """
-    names = [k.name for k in kernels]
-    if "token_count_sync" not in names:
-        return 0.0
     times = [kernel_time_s(k, spec, dtype) for k in kernels]
     total = sum(times)
-    return sum(times[: names.index("token_count_sync") + 1]) / total if total > 0 else 0.0
+    if total <= 0:
+        return ()
+    cuts = [i for i, k in enumerate(kernels) if k.name in HOST_SYNC_KERNELS]
+    return tuple(sum(times[: i + 1]) / total for i in cuts)
 
 
 def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
@@ -257,7 +262,11 @@ def _group_ops(
             GroupOp("ep", "alltoall", 0.0, pairs=plan.dispatch, routed=routed),
             GroupOp("ep", "alltoall", 0.0, pairs=plan.combine, routed=routed),
         )
-        if not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
+        if m.moe.hybridep:  # HybridEP gathers the routing map instead (sim.compute.hybridep)
+            _, r = tokens(m, b, par.tp, par.sp, par.cp)
+            nb = routing_map_bytes(r, m.moe.experts, par.ep * par.expert_tp)
+            fwd.append(GroupOp("ep", "all_gather", nb))
+        elif not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
             fwd.append(GroupOp("ep", "all_gather", float(COUNT_BYTES * m.moe.experts * par.ep)))
         fwd += a2a
         bwd += a2a[::-1]
@@ -396,7 +405,7 @@ def _kind_shard(
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     fc2 = saved if low is not None and "expert_down" not in low.rules.keep16 else None
     parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1, fc2)
-    return ratios, act, share, tpc, ops, pair, parts, sync_share(rank[0], spec, dt)
+    return ratios, act, share, tpc, ops, pair, parts, sync_shares(rank[0], spec, dt)
 
 
 def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout):

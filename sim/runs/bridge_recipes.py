@@ -176,9 +176,12 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("use_distributed_optimizer", "use-distributed-optimizer"),
                       ("megatron_fsdp", "use-megatron-fsdp"),
                       ("fp8_param_gather", "fp8-param-gather"),
-                      ("fp8_dot_product_attention", "fp8-dot-product-attention")):  # fmt: skip
+                      ("fp8_dot_product_attention", "fp8-dot-product-attention"),
+                      ("moe_router_fusion", "moe-router-fusion")):  # fmt: skip
         if _true(get.get(col, "")):
             f[flag] = True
+    if get.get("moe_router_fusion", "").strip().lower().startswith("false"):
+        f["no-moe-router-fusion"] = True  # the eager router, stated (sim.compute.router_unfused)
     if get.get("grad_reduce_in_fp32", "").strip().lower().startswith("false"):
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True

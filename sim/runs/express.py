@@ -365,6 +365,8 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             sort_by_expert=_feature(s, "moe_dispatcher") == "alltoall",
             bias=bool(_feature(s, "moe_bias")),
             clamp=bool(_feature(s, "moe_clamp")),
+            hybridep=_feature(s, "moe_dispatcher") == "hybridep",
+            router_fused=_feature(s, "moe_router") != "unfused",
         )  # fmt: skip
     mla = None
     if s.mla:

@@ -118,6 +118,12 @@ def read_megatron(
     if r.flags.get("num-experts") and r.flags.get("moe-token-dispatcher-type") == "alltoall":
         # its second permutation, rows sorted by local expert (sim.compute.moe_sort)
         shape = replace(shape, features=(*shape.features, "moe_dispatcher=alltoall"))
+    if _hybridep(r, lay):  # HybridEP's own permutation kernels (sim.compute.hybridep)
+        shape = replace(shape, features=(*shape.features, "moe_dispatcher=hybridep"))
+    if r.flags.get("num-experts") and r.switch("no-moe-router-fusion"):
+        # stated off (a Bridge recipe: the Nemotron-H family's eager router,
+        # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
+        shape = replace(shape, features=(*shape.features, "moe_router=unfused"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
@@ -180,6 +186,24 @@ MUON = (
     "matrix (about 5 x (4 m^2 n + 2 m^3) FLOPs for an m x n weight, m <= n) are not timed"
 )
 """What the simulation changes of a Muon run."""
+
+
+def _hybridep(r: Reading, lay: ParallelLayout) -> bool:
+    """Whether the experts are dispatched by the flex dispatcher's HybridEP backend with its
+    standalone permute kernels (:mod:`sim.compute.hybridep`): ``flex`` with
+    ``--moe-flex-dispatcher-backend hybridep`` over more than one expert rank (as
+    :mod:`sim.runs.megatron_overlap` reads it), without ``moe_permute_fusion_into_hybridep``
+    (Megatron-Core's default)."""
+    fused = r.switch("moe-permute-fusion-into-hybridep")
+    r.mapped("moe-permute-fusion-into-hybridep", "HybridEP's permutation inside its dispatch "
+             "kernel: approximated by the all-to-all dispatcher's permute kernels "
+             "(MoEShape.hybridep off)")  # fmt: skip
+    flags = r.flags
+    return bool(
+        flags.get("num-experts") and lay.ep > 1 and not fused
+        and flags.get("moe-token-dispatcher-type") == "flex"
+        and flags.get("moe-flex-dispatcher-backend") == "hybridep"
+    )  # fmt: skip
 
 
 def _dispatcher(flags: dict[str, Any], lay: ParallelLayout) -> str:

@@ -156,7 +156,9 @@ APPROXIMATED: dict[str, str] = {
     "cross-entropy-loss-fusion": "fused cross-entropy: fewer passes over the logits, not "
     "modelled", "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
     "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
-    "moe-router-fusion": "fused router: fewer memory-bound kernels, not modelled",
+    "moe-router-fusion": "fused router: one top-k kernel each way (sim.compute.moe)",
+    "no-moe-router-fusion": "a Megatron-Bridge recipe's moe_router_fusion=False: the eager "
+    "router's counted kernels (sim.compute.router_unfused)",
     "moe-grouped-gemm": "experts' GEMMs grouped into one kernel: pipesim times each local "
     "expert's GEMM on its own (kernel model)",
     "moe-router-load-balancing-type": "the router's balancing loss; pipesim routes tokens "

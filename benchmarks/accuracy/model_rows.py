@@ -1,0 +1,50 @@
+"""Predict a few models' measured rows and write them, for before/after comparisons of one change.
+
+``bench_measured_data.py`` over a subset: the rows of ``--source`` (default ``bridge``) whose
+model name starts with one of ``--models`` (comma-separated; every row of other sources), each
+predicted as that benchmark does (:func:`bench_measured_data.record`), written to ``--out`` as
+CSV with the CSV row number (``row``) and ``err`` (predicted / measured - 1); prints the signed
+mean and the MAPE per model. Nothing is fitted.
+
+Run: ``PIPESIM_SHARED_DATA=../shared/data python benchmarks/accuracy/model_rows.py
+--models "GPT OSS,Nemotron_3_Super" --out /tmp/rows.csv``; run it on two checkouts and join on
+``row``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy.bench_measured_data import DATA, RECIPES, SOURCES, read_source, record  # noqa: E402
+from sim.runs.predict import Predictor  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="", help="model-name prefixes, comma-separated")
+    ap.add_argument("--source", default="bridge", choices=sorted(SOURCES))
+    ap.add_argument("--out", required=True, help="CSV to write")
+    args = ap.parse_args()
+    prefixes = tuple(m for m in args.models.split(",") if m)
+    pred, recs = Predictor(), []
+    for run in read_source(args.source, DATA / SOURCES[args.source], RECIPES, 0):
+        if args.source == "bridge" and prefixes and not run.name.startswith(prefixes):
+            continue
+        rec = record(args.source, run, pred)
+        recs.append(rec | {"row": run.source.rsplit(" ", 1)[-1]})
+    df = pd.DataFrame(recs)
+    df["err"] = df.predicted_s / df.measured_s - 1
+    df.to_csv(args.out, index=False)
+    stats = df.groupby("model").err.agg(signed="mean", mape=lambda x: x.abs().mean(), rows="count")
+    print(stats.to_string(float_format=lambda x: f"{x * 100:+.1f} %"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""The device work HybridEP adds around its dispatch and combine, on the rank that runs it.
+
+Megatron-Core's ``flex`` token dispatcher with the HybridEP backend (``_HybridEPManager``,
+NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/token_dispatcher.py`` lines
+1001-1240; ``fused_a2a.py`` ``HybridEPDispatch`` / ``HybridEPCombine`` lines 358-513) hands the
+experts rows already grouped by local expert: its ``get_permuted_hidden_states_by_experts``
+returns the dispatched rows as they are, so no Transformer Engine permutation runs on either
+side. HybridEP does the grouping itself (deepseek-ai/DeepEP@94a9f8f6, branch ``hybrid-ep``:
+``csrc/hybrid_ep/hybrid_ep.cu`` ``metadata_preprocessing``, ``dispatch_with_permute``,
+``combine_with_unpermute``; ``executor/executor.cu``; ``docs/Hybrid-EP_Implementation.md``
+§7). Per MoE layer forward:
+
+1. the routing map (``bool [r, E]`` per rank) is all-gathered over the dispatcher's group
+   (``Executor::allgather_routing_map``: ``torch.distributed.all_gather_into_tensor``, unless
+   the experimental custom all-gather is enabled, off by default): :func:`routing_map_bytes`,
+   an exchange the engine times in place of the alltoall dispatcher's token counts;
+2. a preprocessing kernel scans the gathered map and writes the per-token routing metadata
+   (``metadata_preprocess_core``: ``local_expert_routing_map`` ``bool`` and
+   ``dense_to_expert_map`` ``int32``, one each per received token and local expert):
+   :func:`preprocess`; without a token budget (``num_permuted_tokens``; Megatron's
+   ``moe_expert_rank_capacity_factor``, unset in the Bridge recipes) the stream is then
+   synchronised to size the output (the token-count host sync of :mod:`sim.compute.moe`);
+3. the dispatch kernel sends each token once to every rank holding one of its experts (timed
+   by the engine, :mod:`sim.comm.ep_dispatch`); unless ``moe_permute_fusion_into_hybridep``
+   (Megatron-Core's default ``False`` at every Bridge release's commit that has it:
+   ``transformer_config.py`` line 762 at 2edffadb, 804 at d0b3b775 / 458c8d0e, 875 at
+   cd4afffa, 882 at 2a75ac12; the older 0d8e0714, b0cc2706 and d7288711 call
+   ``dispatch_with_permute`` without it; the Bridge sets it only in H100 recipes of 26.08: NVIDIA-NeMo/Megatron-Bridge@067f987
+   ``perf_recipes/qwen/h100/qwen3_moe.py`` line 40, ``perf_recipes/nemotronh/h100/nemotronh.py``
+   line 246), a standalone permute kernel then copies each received row to every local expert
+   it goes to, with its fp32 probability (``Executor::dispatch_postprocess``,
+   ``permute_launcher``): :func:`permute_fwd`;
+4. after the experts, a standalone unpermute kernel gathers each token's local-expert rows
+   back into one row per received token (``Executor::combine_preprocess``,
+   ``unpermute_launcher``), and the combine kernel returns and sums them.
+
+The backward runs the same kernels the other way: the combine's backward is a
+``dispatch_with_permute`` with the forward's handle (no all-gather, no preprocessing, no sync;
+the permute without probabilities), the dispatch's backward a ``combine_with_unpermute`` that
+also carries the probabilities' gradients (``fused_a2a.py`` lines 449-470 and 502-513):
+:func:`permute_bwd`.
+
+**Rows.** A rank receives one row per token and source that routes to at least one of its
+``m`` local experts, ``sources * r * hit_share(E, k, m)`` (:func:`received_rows`; uniform
+top-``k`` routing, as :func:`sim.comm.ep_dispatch.hit_share`, whose closed form this repeats:
+compute and comm do not import each other), and its experts compute the routed copies
+(``rows``, :func:`sim.compute.routing.expert_rows`).
+
+**Speed.** The permute kernels run on ``16 x`` the GPU's SMs, one warp per received row,
+``float4`` copies (``config.cuh`` lines 449-451, ``permute.cu`` ``permute_kernel``): memory-bound
+kernels at the HBM rate (:func:`sim.compute.kernels.kernel_time_s`), no measurement of them
+being published (a lower bound, as :mod:`sim.compute.moe_sort`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.compute.kernels import Kernel, mem
+
+PROB_BYTES = 4
+"""fp32 routing probabilities (HybridEP asserts ``torch::kFloat32``, ``hybrid_ep.cu``)."""
+MAP_BYTES = 1 + 4
+"""Per received token and local expert: ``local_expert_routing_map`` (bool) and
+``dense_to_expert_map`` (int32) the preprocessing writes (``executor.cu``
+``metadata_preprocess_core``)."""
+
+
+def hit_share(experts: int, top_k: int, held: int) -> float:
+    """Share of tokens that choose at least one of ``held`` given experts when each picks
+    ``top_k`` distinct of ``experts`` uniformly: ``1 - C(E - m, k) / C(E, k)`` (module doc).
+
+    >>> round(hit_share(4, 2, 2), 4)  # 1 - C(2, 2) / C(4, 2) = 1 - 1/6
+    0.8333
+    """
+    return 1.0 - math.comb(experts - held, top_k) / math.comb(experts, top_k)
+
+
+def received_rows(r: int, sources: int, experts: int, top_k: int, local: int) -> float:
+    """Rows a rank's dispatch buffer receives: ``sources * r * hit_share(E, k, m)``.
+
+    Example: 2 sources of 3 tokens, 4 experts, top-2, 2 local: ``6 * 5/6 = 5``.
+
+    >>> received_rows(3, 2, 4, 2, 2)
+    5.0
+    """
+    return sources * r * hit_share(experts, top_k, local)
+
+
+def routing_map_bytes(r: int, experts: int, sources: int) -> float:
+    """Bytes of the gathered routing map: ``bool [r, E]`` from each of ``sources`` ranks."""
+    return float(r * experts * sources)
+
+
+def preprocess(r: int, sources: int, experts: int, local: int) -> Kernel:
+    """The preprocessing kernel: reads the gathered map, writes the per-token metadata of
+    every received candidate (``sources * r`` tokens, ``local`` experts each; module doc)."""
+    return mem("hybridep_preprocess", routing_map_bytes(r, experts, sources)
+               + sources * r * local * MAP_BYTES)  # fmt: skip
+
+
+def permute_fwd(received: float, rows: float, w: int, d: int) -> tuple[Kernel, Kernel]:
+    """``(permute, unpermute)`` of a forward: ``received`` rows read and ``rows`` written with
+    their probabilities (read and written), then the ``rows`` expert outputs read and
+    ``received`` rows written (module doc).
+
+    Example: 5 received rows, 6 routed, width 4 in bf16: ``5*8 + 6*8 + 6*8 = 136`` and
+    ``6*8 + 5*8 = 88`` bytes.
+
+    >>> [k.bytes for k in permute_fwd(5, 6, 4, 2)]
+    [136.0, 88.0]
+    """
+    row = w * d
+    return (mem("hybridep_permute", float(received * row + rows * (row + 2 * PROB_BYTES))),
+            mem("hybridep_unpermute", float(rows * row + received * row)))  # fmt: skip
+
+
+def permute_bwd(received: float, rows: float, w: int, d: int) -> tuple[Kernel, Kernel]:
+    """``(combine's backward, dispatch's backward)`` in the order the backward runs them: the
+    gradient permuted without probabilities, then unpermuted with the probabilities' gradients
+    (read per routed row, written per routed row; module doc).
+
+    >>> [k.bytes for k in permute_bwd(5, 6, 4, 2)]
+    [88.0, 136.0]
+    """
+    row = w * d
+    return (mem("hybridep_unpermute_bwd", float(received * row + rows * row)),
+            mem("hybridep_permute_bwd", float(rows * (row + 2 * PROB_BYTES) + received * row)))  # fmt: skip
