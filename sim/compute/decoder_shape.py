@@ -198,7 +198,8 @@ class DecoderShape:
         if out.get("moe") is not None:  # fields added later, left out at their defaults
             out["moe"] = {k: v for k, v in out["moe"].items()
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
-                                            "sort_by_expert", "clamp", "hybridep")
+                                            "sort_by_expert", "clamp", "hybridep",
+                                            "dglu_regressed")
                               and not v)
                           and not (k in ("fused_weighting", "router_fused") and v)}  # fmt: skip
         if out.get("lora") is not None:

@@ -62,6 +62,9 @@ class Kernel:
             the dtype its phase is timed in.
         window: a flash-attention kernel's sliding window (keys each query attends;
             :mod:`sim.compute.swa_speed`); 0: none.
+        slowdown: how many times slower than modelled the kernel runs, beyond its launch
+            overhead: a measured regression of the library that runs it
+            (:mod:`sim.compute.dglu_regression`); 1: none.
     """
 
     name: str
@@ -75,6 +78,7 @@ class Kernel:
     grouped: str = ""
     precision: str = ""
     window: int = 0
+    slowdown: float = 1.0
 
 
 def gemm(name: str, m: int, n: int, k: int, elem_bytes: int, batch: int = 1) -> Kernel:
@@ -138,9 +142,19 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     in a low-precision format at its measured 16-bit speed times the format's achieved rate
     over the 16-bit one, :meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`).
 
+    A kernel with a ``slowdown`` runs that many times its time beyond the launch overhead.
+
     Raises:
         ValueError: unknown kernel kind.
     """
+    t = _kernel_time_s(kern, spec, dtype)
+    if kern.slowdown == 1.0:
+        return t
+    return spec.kernel_overhead_s + kern.slowdown * (t - spec.kernel_overhead_s)
+
+
+def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
+    """:func:`kernel_time_s` without the kernel's ``slowdown``."""
     if is_ssd(kern):  # Mamba-2's scan kernels at their measured bandwidth (sim.compute.ssd_speed)
         hbm = ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps, spec.sm_count)
         if kern.kind == "gemm":

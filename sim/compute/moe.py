@@ -57,6 +57,9 @@ is one persistent kernel over the local experts. SimuMax's grouped-GEMM measurem
 (:mod:`sim.compute.measured`) are of Transformer Engine's ``GroupedLinear`` (cuBLAS), another
 kernel; no measurement of the CuTe-DSL kernels is published, so they are timed by the GEMM
 model as one batched GEMM (wave quantization over the group; an assumption).
+Under cuDNN frontend v1.24 and v1.25 the down projection's input gradient (the dGLU kernel)
+of experts with biases runs 8.76x slower (:attr:`MoEShape.dglu_regressed`,
+:mod:`sim.compute.dglu_regression`).
 
 **Latent MoE** (``--moe-latent-size l``; Nemotron 3 Super; NVIDIA/Megatron-LM@d98e8a64
 ``megatron/core/transformer/moe/moe_layer.py`` lines 266-300 and 476-492, ``experts.py`` lines
@@ -94,7 +97,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from sim.compute import hybridep
+from sim.compute import dglu_regression, hybridep
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
@@ -284,8 +287,10 @@ def moe_bwd(
     dx += sort[:1]
     if shape.bias and not fused:  # the chain's backward, 1.5x its forward bytes (module doc)
         dx.append(mem("expert_bias_bwd", 1.5 * expert_bias_bytes(_rows(rows), w, d)))
+    slow = dglu_regression.SLOWDOWN if fused and shape.bias and shape.dglu_regressed else 1.0
     for n, c in sorted(_groups(rows).items()):
-        dx.append(grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad", fused))
+        down = grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad", fused)
+        dx.append(replace(down, slowdown=slow) if slow != 1.0 else down)
         if not fused:  # the fused op's dgrad epilogue takes the activation's gradient
             if shape.gated:
                 dx.append(mem(f"expert_gate_mul_bwd[{n}]", 5 * n * fe * d * c))

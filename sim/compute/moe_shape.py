@@ -59,6 +59,10 @@ class MoEShape:
         router_fused: the router's top-k and balancing loss as one kernel each way
             (``router_topk``); False: Megatron-Core's unfused router, its eager ops counted
             (:mod:`sim.compute.router_unfused`).
+        dglu_regressed: the fused grouped MLP runs under a cuDNN frontend whose dGLU kernel
+            with a bias gradient is slow (v1.24, v1.25: :mod:`sim.compute.dglu_regression`);
+            it slows the down projection's input gradient only with ``fused_grouped_mlp``
+            and ``bias``.
     """
 
     hidden: int
@@ -78,6 +82,7 @@ class MoEShape:
     clamp: bool = False
     hybridep: bool = False
     router_fused: bool = True
+    dglu_regressed: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -23,6 +23,7 @@ import pandas as pd
 
 from sim.errors import InputError
 from sim.runs.bridge_env import expandable_segments
+from sim.runs.bridge_software import FLAG, cudnn_frontend
 
 KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
        "gbs", "task")  # fmt: skip
@@ -259,11 +260,17 @@ def recipe_for(
 ) -> dict[str, Any] | None:
     """The recipe flags of one measured row: those its release's launcher set
     (:func:`read_recipes` keys them by :func:`recipe_key` and the release), else the table
-    row's own; None where the table has no row for it."""
+    row's own, with the cuDNN frontend its release's container ships
+    (:mod:`sim.runs.bridge_software`); None where the table has no row for it."""
     if not recipes:
         return None
     key = recipe_key(row)
-    return recipes.get((*key, release_of(row))) or recipes.get(key)
+    release = release_of(row)
+    flags = recipes.get((*key, release)) or recipes.get(key)
+    frontend = cudnn_frontend(release)
+    if flags is None or frontend is None:
+        return flags
+    return {**flags, FLAG: frontend}
 
 
 def read_recipes(path: str | Path) -> dict[tuple[str, ...], dict[str, Any]]:

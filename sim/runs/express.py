@@ -367,6 +367,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             clamp=bool(_feature(s, "moe_clamp")),
             hybridep=_feature(s, "moe_dispatcher") == "hybridep",
             router_fused=_feature(s, "moe_router") != "unfused",
+            dglu_regressed=_feature(s, "moe_dglu") == "regressed",
         )  # fmt: skip
     mla = None
     if s.mla:
