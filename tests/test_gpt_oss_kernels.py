@@ -123,3 +123,48 @@ def test_yarn_scaled_rope_runs_unfused():
     assert len(bwd) == 7 and sum(k.bytes for k in bwd) == 14 * 64 * 2
     fused = {k.name: k.bytes for k in block_fwd(shape, 1, 2) if k.name.startswith("rotary")}
     assert fused == {"rotary_q": 2 * 64 * 2, "rotary_k": 2 * 32 * 2}
+
+
+def test_cudnn_frontend_124_slows_the_biased_fused_dglu_kernel():
+    """NVIDIA/cudnn-frontend#256 and #322 (sim/compute/dglu_regression.py): the dGLU kernel
+    with a bias gradient took 1362.768 us before the fix and 155.632 us after, 8.7564x.
+    Megatron-Bridge 26.06.01 ships cuDNN frontend 1.24.0 (v0.5.1's uv.lock), 26.06 1.23.0;
+    1.24 and 1.25 are slow, 1.23 and 1.26 not. A fused grouped MLP with biases under it runs
+    its ``d_expert_down_in`` kernel 8.7564x its modelled time beyond the launch overhead;
+    without biases, unfused, or on another frontend, nothing changes."""
+    from sim.compute.dglu_regression import SLOWDOWN, regressed
+    from sim.compute.kernels import gemm, kernel_time_s
+    from sim.hardware.loader import load_hardware
+    from sim.runs.bridge_recipes import release_of
+    from sim.runs.bridge_software import FLAG, cudnn_frontend, dglu_feature
+    from sim.runs.megatron_reading import Reading
+
+    assert SLOWDOWN == pytest.approx(1362.768 / 155.632) == pytest.approx(8.7564, abs=1e-4)
+    assert [regressed(v) for v in ("1.23.0", "1.24.0", "1.25.1", "1.26.0")] == [
+        False, True, True, False]  # fmt: skip
+    table = "26.06.01 / Pre-Training Performance / Model: GPT OSS 120B"
+    assert cudnn_frontend(release_of({"table": table})) == "1.24.0"
+    assert cudnn_frontend("26.06") == "1.23.0" and cudnn_frontend("25.11") is None
+
+    spec = load_hardware("dgx-h100").gpus[0].compute
+    k = gemm("g", 4096, 4096, 4096, 2)
+    base = kernel_time_s(k, spec, "bf16")
+    slow = kernel_time_s(replace(k, slowdown=SLOWDOWN), spec, "bf16")
+    o = spec.kernel_overhead_s
+    assert slow == pytest.approx(o + 8.7564 * (base - o), rel=1e-5)
+
+    shape = MoEShape(hidden=64, experts=4, top_k=1, expert_ffn=32, bias=True,
+                     fused_grouped_mlp=True, dglu_regressed=True)  # fmt: skip
+    rows = (256.0,) * 4
+    dx = {k.name: k.slowdown for k in moe_bwd(shape, 1024, 1024, rows, 2)[0]}
+    assert dx.pop("d_expert_down_in[256]") == SLOWDOWN
+    assert set(dx.values()) == {1.0}
+    for other in (replace(shape, bias=False), replace(shape, fused_grouped_mlp=False),
+                  replace(shape, dglu_regressed=False)):  # fmt: skip
+        assert {k.slowdown for k in moe_bwd(other, 1024, 1024, rows, 2)[0]} == {1.0}
+
+    def feature(version: str, fused: bool, bias: bool) -> list[str]:
+        return dglu_feature(Reading({FLAG: version}, strict=True), fused, bias)
+
+    assert feature("1.24.0", True, True) == ["moe_dglu=regressed"]
+    assert feature("1.23.0", True, True) == feature("1.24.0", True, False) == []
