@@ -32,8 +32,8 @@ bytes here, 2.6 TB/s of the 8 TB/s). The benchmark has no attention sink: GPT-OS
 sink logit per head (one more term in each row's softmax denominator, cuDNN's ``sink_token``)
 is assumed to cost nothing more. The rows were measured at cuDNN 9.22; the containers of the
 Bridge releases carry their own cuDNN (release 26.06.01's GPT-OSS rows are published with a
-note of a known cuDNN performance regression, NVIDIA/cudnn-frontend#256, which no
-measurement here covers).
+note of a known cuDNN performance regression, NVIDIA/cudnn-frontend#256: not attention but the
+fused grouped MLP's dGLU kernel, :mod:`sim.compute.dglu_regression`).
 """
 
 from __future__ import annotations
