@@ -663,8 +663,8 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
         out.append("moe_experts=fused")
     if r.flags.get("num-experts") and r.switch("add-bias-linear"):  # biased experts (GPT-OSS)
         out.append("moe_bias=true")
-    if r.flags.get("num-experts"):  # the container's cuDNN frontend (sim.runs.bridge_software)
-        out += dglu_feature(r, "moe_experts=fused" in out, "moe_bias=true" in out)
+    # the container's cuDNN frontend, read for every model (sim.runs.bridge_software)
+    out += dglu_feature(r, "moe_experts=fused" in out, "moe_bias=true" in out)
     if r.flags.get("num-experts") and _float(r, "activation-func-clamp-value"):  # GPT-OSS
         out.append("moe_clamp=true")  # a clamped GLU (sim.compute.glu_clamp)
     out += _attention_features(r)
