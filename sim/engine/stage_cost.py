@@ -63,6 +63,11 @@ class StageCost:
             ``tp_fwd``; empty without.
         tp_bwd_overlap: the same for a backward (B, or I).
         tp_recompute_overlap: the same for the recompute before a backward.
+        grouped_ops: per layer, ``(forward ops, backward ops)`` of a MoE layer's grouped
+            experts' per-expert host work (:func:`sim.parallel.decoder_shard.grouped_host_ops`),
+            already counted in :attr:`fwd_layers` and :attr:`bwd_layers`: its own slot, so
+            that a CUDA graph scope removes it only when it captures the experts
+            (:func:`sim.framework.cuda_graphs.captured`); empty: none.
     """
 
     fwd_s: float
@@ -86,6 +91,7 @@ class StageCost:
     tp_fwd_overlap: tuple[OverlapOp, ...] = ()
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
     tp_recompute_overlap: tuple[OverlapOp, ...] = ()
+    grouped_ops: tuple[tuple[float, float], ...] = ()
 
     def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
         """Each layer's forward (:class:`~sim.engine.host.LayerPart`), in issue order; the

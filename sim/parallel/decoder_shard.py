@@ -100,6 +100,11 @@ class DecoderShard:
         precision: the trace's low-precision recipe, or None.
         fwd_syncs: per layer, the shares of its forward's seconds before each of its host
             syncs (a MoE layer's, :func:`sync_shares`), empty without one.
+        grouped_ops: per layer, ``(forward ops, backward ops)`` of its grouped experts'
+            per-expert host work (:func:`grouped_host_ops`), counted in the layer's
+            ``fwd_ops`` / ``bwd_ops`` too; ``(0, 0)`` for other layers, empty for none. A CUDA
+            graph takes it off only when it captures the experts
+            (:func:`sim.framework.cuda_graphs.captured`).
     """
 
     trace: Trace
@@ -112,6 +117,7 @@ class DecoderShard:
     low_params: tuple[float, ...] = ()
     precision: LowPrecision | None = None
     fwd_syncs: tuple[tuple[float, ...], ...] = ()
+    grouped_ops: tuple[tuple[float, float], ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -297,7 +303,7 @@ def shard_decoder(
     rows = plan.rows[plan.busiest] if plan is not None else ()
     low = trace_precision(trace)
     cache: dict[tuple[str, bool], tuple] = {}
-    layers, comm, group, expert, pairs, lows, syncs = [], [], [], [], [], [], []
+    layers, comm, group, expert, pairs, lows, syncs, grouped = [], [], [], [], [], [], [], []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
@@ -307,11 +313,9 @@ def shard_decoder(
             cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp, regather)
         ratios, act, share, tpc, ops, pair, parts, sync = cache[key]
         syncs.append(sync)
-        layers.append(
-            _remote_experts(
-                _apply(layer, ratios, act, share[0] + share[1], par, parts), kind, m, par, lp
-            )
-        )
+        scaled = _apply(layer, ratios, act, share[0] + share[1], par, parts)
+        grouped.append(grouped_host_ops(scaled, kind, m, par, lp))
+        layers.append(_remote_experts(scaled, kind, m, par, grouped[-1]))
         comm.append(tpc)
         pairs.append(pair)
         group.append(ops)
@@ -334,6 +338,7 @@ def shard_decoder(
         tuple(lows) if low is not None else (),
         low,
         tuple(syncs),
+        tuple(grouped) if any(f or b for f, b in grouped) else (),
     )
 
 
@@ -469,29 +474,49 @@ def _apply(
     )
 
 
-def _remote_experts(
+def grouped_host_ops(
     layer: LayerProfile,
     kind: str,
     m: DecoderShape,
     par: ParallelLayout,
     low: LowPrecision | None = None,
+) -> tuple[float, float]:
+    """``(forward ops, backward ops)`` of the Transformer Engine ``GroupedLinear`` per-expert
+    host work of the rank's ``E / ep`` grouped experts under the layer's recipe ``low``
+    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`): for a MoE layer whose trace
+    counts host ops and whose experts run grouped (not ``sequential_experts``, not the fused
+    grouped MLP) under BF16 or a Transformer Engine recipe; ``(0, 0)`` otherwise."""
+    if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
+        return 0.0, 0.0
+    if m.moe.sequential_experts or m.moe.fused_grouped_mlp:
+        return 0.0, 0.0
+    if layer.fwd_ops is None or layer.bwd_ops is None:
+        return 0.0, 0.0
+    if low is not None and low.recipe.library != TE:
+        return 0.0, 0.0
+    name = low.recipe.name if low is not None else None
+    return grouped_expert_ops(m.moe.experts / par.ep, name)
+
+
+def _remote_experts(
+    layer: LayerProfile,
+    kind: str,
+    m: DecoderShape,
+    par: ParallelLayout,
+    grouped: tuple[float, float] = (0.0, 0.0),
 ) -> LayerProfile:
     """``layer`` without the host ops of the experts other ranks hold: with
     ``sequential_experts`` a MoE layer's trace counts ``SequentialMLP``'s loop over all ``E``
     experts (:func:`sim.trace.decoder.layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of
     them (:func:`sim.compute.mcore_ops.expert_ops`); with grouped experts (not the fused
-    grouped MLP) the trace counts one expert and the rank's ``E / ep`` add Transformer Engine
-    ``GroupedLinear``'s per-expert host work under the layer's recipe ``low``
-    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`)."""
+    grouped MLP) the trace counts one expert and the rank's ``E / ep`` add ``grouped``, the
+    ``(forward, backward)`` ops of :func:`grouped_host_ops`."""
     if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
         return layer
     if not m.moe.sequential_experts:
-        if m.moe.fused_grouped_mlp or layer.fwd_ops is None or layer.bwd_ops is None:
+        if layer.fwd_ops is None or layer.bwd_ops is None:
             return layer
-        if low is not None and low.recipe.library != TE:
-            return layer
-        name = low.recipe.name if low is not None else None
-        fwd, bwd = grouped_expert_ops(m.moe.experts / par.ep, name)
+        fwd, bwd = grouped
         return replace(layer, fwd_ops=layer.fwd_ops + fwd, bwd_ops=layer.bwd_ops + bwd)
     if par.ep <= 1:
         return layer
