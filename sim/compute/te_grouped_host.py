@@ -70,8 +70,9 @@ BF16; not for ``sequential_experts`` (their op counts already loop over the expe
 experts, :mod:`sim.compute.moe`). The shard carries it as its own per-layer slot
 (``DecoderShard.grouped_ops``, ``StageCost.grouped_ops``), so that a CUDA graph takes it off
 only where it captures the experts (:func:`sim.framework.cuda_graphs.experts_captured`:
-``full_iteration``, or ``moe`` in scope); with ``attn`` (or ``moe_router``) and not ``moe``
-it stays, while the layer's other ops lose their attention half. Within the layer the ops are spread as the layer's others
+``full_iteration``, ``moe`` in scope, or an empty scope: the whole layer); with ``attn`` (or
+``moe_router``) and not ``moe`` it stays, while the layer's other ops lose their attention
+half. Within the layer the ops are spread as the layer's others
 around the dropless token-count sync (:attr:`sim.engine.host.LayerPart.sync_share`), though
 this work all runs after it.
 

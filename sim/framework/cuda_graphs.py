@@ -28,9 +28,13 @@ which a per-layer graph captures only with ``moe`` in scope (NVIDIA/Megatron-LM@
 ``_get_submodules_under_cudagraphs``: ``attn`` adds the norm and attention modules,
 ``moe`` the pre-MLP norm and the whole ``self.mlp``, ``moe_router`` (and with it
 ``moe_preprocess``) only ``self.mlp.router`` and the shared experts; 1366-1376: with
-``moe_router`` the rest of the MoE layer "should go to the normal pass"), or
+``moe_router`` the rest of the MoE layer "should go to the normal pass"), an empty scope
+(it "captures the whole layer", ``transformer_config.py`` 2872-2874, and with it the MoE part,
+``transformer_layer.py`` 1366-1369; ``docs/user-guide/features/cuda_graph.md`` 77: "not
+working for MoE dynamic shapes", so a run with it pads its experts to capacity), or
 ``full_iteration`` (:func:`experts_captured`). With ``attn`` alone the layer's other ops lose
-their attention half and this work none of itself.
+their attention half and this work none of itself. (An empty scope's expert half of the
+other ops stays eager in :func:`captured_share`, the assumption above.)
 """
 
 from __future__ import annotations
@@ -75,20 +79,19 @@ def captured_share(kind: str, impl: str, scope: tuple[str, ...]) -> float:
 
 def experts_captured(kind: str, impl: str, scope: tuple[str, ...]) -> float:
     """Whether (1.0) or not (0.0) a CUDA graph ``impl`` with ``scope`` captures the routed
-    experts of a layer of ``kind`` (module doc): ``full_iteration``, or ``moe`` in scope for a
-    MoE layer (as the expert half of :func:`captured_share`).
+    experts of a layer of ``kind`` (module doc): ``full_iteration``; for a MoE layer ``moe`` in
+    scope or an empty scope (the whole layer), not ``attn``, ``moe_router`` or
+    ``moe_preprocess``.
 
     Example:
-        >>> experts_captured("moe_block", "local", ("attn",))
-        0.0
-        >>> experts_captured("moe_block", "local", ("attn", "moe"))
-        1.0
+        >>> [experts_captured("moe_block", "local", s) for s in (("attn",), ("attn", "moe"), ())]
+        [0.0, 1.0, 1.0]
     """
     if impl == "full_iteration":
         return 1.0
     if impl == "none" or base_kind(kind) not in ("moe_block", "moe"):
         return 0.0
-    return float("moe" in scope)
+    return float(not scope or "moe" in scope)
 
 
 def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...]) -> StageCost:
