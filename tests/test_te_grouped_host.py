@@ -77,3 +77,24 @@ def test_attn_graph_keeps_the_grouped_experts_host_work():
     assert attn.bwd_layers[1][1] == pytest.approx((layer.bwd_ops - gb) / 2 + gb)
     both = captured(cost, kinds, "local", ("attn", "moe"))
     assert both.fwd_layers[1][1] == 0.0 and both.bwd_layers[1][1] == pytest.approx(0.0)
+
+
+def test_grouped_experts_host_work_is_issued_after_the_token_count_sync():
+    # One MoE layer: 1 ms of device, 150 ops of 10 us, a token-count sync half-way through its
+    # device seconds; 50 of the ops are its grouped experts' (after the sync). The host is
+    # free at 0, the device at 1 ms. Before the sync: 100 x 0.5 = 50 ops (0.5 ms host, 0.5 ms
+    # device): the device ends at 1.5 ms, the host waits for it. After: 100 ops (1 ms host,
+    # 0.5 ms device), K = max(1 ms + 0.5 ms / 100, 0.5 ms + 1 ms / 100) = 1.005 ms: 2.505 ms.
+    # Spread like the others (75 and 75 ops) it ended at 1.5 + 0.75 + 0.5 / 75 ms.
+    from sim.engine.host import LayerPart, layered_work
+    from sim.hardware.host_ops import HostOverhead
+
+    h = HostOverhead(op_s=10e-6)
+
+    def end(after: float, sync: tuple[float, ...] = (0.5,)) -> float:
+        part = LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, sync, after)
+        return layered_work(h, "F", (part,)).finish(0.0, 1e-3)[0]
+
+    assert end(50.0) == pytest.approx(2.505e-3)
+    assert end(0.0) == pytest.approx(1.5e-3 + 0.75e-3 + 0.5e-3 / 75)
+    assert end(50.0, ()) == end(0.0, ())  # without a sync the placement does not matter

@@ -72,9 +72,11 @@ experts, :mod:`sim.compute.moe`). The shard carries it as its own per-layer slot
 only where it captures the experts (:func:`sim.framework.cuda_graphs.experts_captured`:
 ``full_iteration``, ``moe`` in scope, or an empty scope: the whole layer); with ``attn`` (or
 ``moe_router``) and not ``moe`` it stays, while the layer's other ops lose their attention
-half. Within the layer the ops are spread as the layer's others
-around the dropless token-count sync (:attr:`sim.engine.host.LayerPart.sync_share`), though
-this work all runs after it.
+half. Within the layer it is issued after the dropless token-count sync
+(:attr:`sim.engine.host.LayerPart.after_sync_ops`; the experts run after the dispatch that
+waits for the counts), evenly over the pieces after it (with GPT-OSS's offset copy between
+fc1 and fc2, one ``GroupedLinear`` on each side: :mod:`sim.compute.glu_clamp`); the layer's
+other ops are spread by the device seconds around the syncs.
 
 Assumptions: no expert bias (GPT-OSS's experts have one: its per-expert bias-gradient work is
 not counted), gradient-accumulation fusion on, the weights' quantized copies cached across

@@ -136,6 +136,12 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
     else:
         mean = sum(shares) / len(shares) if shares else 1.0
         fwd_ops, bwd_ops = cost.fwd_ops * mean, cost.bwd_ops * mean
+    left = tuple((f * e, b * e) for (f, b), e in zip(cost.grouped_ops, eager, strict=False))
     return replace(
-        cost, fwd_layers=fwd_layers, bwd_layers=bwd_layers, fwd_ops=fwd_ops, bwd_ops=bwd_ops
+        cost,
+        fwd_layers=fwd_layers,
+        bwd_layers=bwd_layers,
+        fwd_ops=fwd_ops,
+        bwd_ops=bwd_ops,
+        grouped_ops=left,
     )
