@@ -9,7 +9,7 @@ import pytest
 
 from sim.comm.alltoall import alltoall_time_s
 from sim.comm.ep_dispatch import dedup_scales, dispatch_cost, hit_share
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.routing import Routing
 from sim.hardware.loader import load_hardware
 from sim.parallel.expert import expert_plan

@@ -15,7 +15,7 @@ from sim.comm.alltoall import (
     table_time_s,
 )
 from sim.compute.decoder import DecoderShape
-from sim.compute.moe import PROB_BYTES, MoEShape
+from sim.compute.moe_shape import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing
 from sim.compute.ssm import MambaShape
 from sim.engine.groups import group_members, op_cost

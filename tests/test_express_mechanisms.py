@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from sim.compute.decoder_shape import DecoderShape
-from sim.compute.moe import MoEShape, moe_act_bytes, moe_fwd
+from sim.compute.moe import moe_act_bytes, moe_fwd
+from sim.compute.moe_shape import MoEShape
 from sim.compute.routing import Routing, parse_routing
 from sim.memory.dist_opt import DistOptPolicy
 from sim.memory.registry import parse_policy

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from sim.compute.moe import MoEShape, moe_act_bytes, moe_bwd, moe_fwd
+from sim.compute.moe import moe_act_bytes, moe_bwd, moe_fwd
+from sim.compute.moe_shape import MoEShape
 
 
 def test_clamped_glu_adds_two_clamps_and_a_cat_each_way():

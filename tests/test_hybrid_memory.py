@@ -10,7 +10,7 @@ import pytest
 
 from sim.compute.decoder import DecoderShape
 from sim.compute.low_precision_act import keeps_original, quantized_input_savings
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.recompute_modules import module_parts

@@ -16,7 +16,8 @@ def test_hybridep_layer_kernels_hand_computed():
     routed rows (3 per local expert). Forward permute 5*16 + 6*(16 + 8) = 224 bytes, unpermute
     6*16 + 5*16 = 176; preprocessing 3*4*2 (gathered map) + 2*3*2*5 (metadata) = 84; the
     backward runs them the other way round; no TE permute / unpermute anywhere."""
-    from sim.compute.moe import MoEShape, moe_bwd, moe_fwd
+    from sim.compute.moe import moe_bwd, moe_fwd
+    from sim.compute.moe_shape import MoEShape
 
     moe = MoEShape(8, 4, 2, 16, hybridep=True)
     rows = (3.0, 3.0)
@@ -41,7 +42,7 @@ def test_hybridep_gathers_the_routing_map_not_the_counts():
     from dataclasses import replace
 
     from sim.compute.decoder import DecoderShape
-    from sim.compute.moe import MoEShape
+    from sim.compute.moe_shape import MoEShape
     from sim.compute.routing import Routing
     from sim.parallel.decoder_shard import COUNT_BYTES, _group_ops
     from sim.parallel.expert import expert_plan
@@ -75,7 +76,8 @@ def test_unfused_router_replaces_the_one_kernel_topk():
     by scripts/count_router_ops.py): 31 forward kernels of 144.2 r E + 76 r k bytes and 24
     backward ones of 112.1 r E + 88 r k in place of one router_topk each way. Hand-computed:
     r 2, E 4, k 1: 1305.6 and 1072.8 bytes."""
-    from sim.compute.moe import MoEShape, moe_bwd, moe_fwd
+    from sim.compute.moe import moe_bwd, moe_fwd
+    from sim.compute.moe_shape import MoEShape
 
     moe = MoEShape(8, 4, 1, 16, router_fused=False)
     fwd = [k for k in moe_fwd(moe, 2, 2, (0.5,) * 4, 2) if k.name == "router_topk"]

@@ -8,7 +8,7 @@ import pytest
 from sim.compute.decoder import DecoderShape
 from sim.compute.mcore_ops import MOE_BLOCK, MOE_PER_EXPERT, expert_ops, moe_layer_ops
 from sim.compute.megatron_ops import block_calls, block_ops
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.hardware.host_ops import HostOverhead
 from sim.hardware.loader import load_hardware
 from sim.parallel.decoder_shard import shard_decoder

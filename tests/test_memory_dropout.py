@@ -14,7 +14,7 @@ import pytest
 
 from sim.compute.decoder import layer_act_bytes, scores_act_bytes
 from sim.compute.decoder_shape import DecoderShape
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 
 H, A, S, V, F, B = 64, 4, 32, 256, 128, 2
 SHAPE = DecoderShape(layers=2, hidden=H, heads=A, seq_len=S, vocab=V, ffn_hidden=F)

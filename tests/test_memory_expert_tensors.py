@@ -6,7 +6,7 @@ per local expert and GEMM, as TE's GroupedLinear registers them (``weight0`` ...
 from __future__ import annotations
 
 from sim.compute.decoder_shape import DecoderShape
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.memory.layer_work import decoder_block_work, hybrid_moe_work
 from sim.parallel.layout import ParallelLayout
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.memory.overlapped import overlapped_stash_peak
 from sim.point.memory import point_memory
 from sim.point.simulate import evaluate, resolve

@@ -18,7 +18,7 @@ from sim.compute.decoder import (
     trainable_params,
 )
 from sim.compute.lora import LoRAShape, adapter_params
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.ssm import MambaShape, mamba_fwd, ssd_bwd_flops, ssd_fwd_flops, ssd_state_bytes
 from sim.errors import InputError
 from sim.trace.decoder import decoder_trace
@@ -349,7 +349,8 @@ def test_b200_token_permutation_time_is_simumax_measured_rate():
     """TE's fused permute of t tokens into P rows of h bf16: (t + 3P)*h*2 bytes at
     0.5008 x 8000 GiB/s plus two 30 us launches."""
     from sim.compute.kernels import kernel_time_s
-    from sim.compute.moe import MoEShape, moe_fwd
+    from sim.compute.moe import moe_fwd
+    from sim.compute.moe_shape import MoEShape
 
     gpu = _b200()
     moe = MoEShape(7168, 256, 8, 2048, capacity_factor=1.0, pad_to_capacity=True)

@@ -16,7 +16,8 @@ from sim.compute.decoder import (
     layer_params,
 )
 from sim.compute.mla import MLAShape
-from sim.compute.moe import INDEX_BYTES, PROB_BYTES, MoEShape, moe_act_bytes, moe_fwd
+from sim.compute.moe import moe_act_bytes, moe_fwd
+from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
 from sim.compute.routing import Routing, capacity, expert_rows
 
 MIXTRAL = DecoderShape(
@@ -205,7 +206,8 @@ def test_fused_grouped_mlp_runs_no_activation_kernels_and_batched_gemms():
     GEMM of 4 (no measured grouped-GEMM pass), with the same FLOPs as unfused."""
     from dataclasses import replace as _replace
 
-    from sim.compute.moe import MoEShape, moe_bwd, moe_fwd
+    from sim.compute.moe import moe_bwd, moe_fwd
+    from sim.compute.moe_shape import MoEShape
 
     shape = MoEShape(hidden=64, experts=4, top_k=1, expert_ffn=32)
     fused = _replace(shape, fused_grouped_mlp=True)

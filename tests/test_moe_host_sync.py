@@ -45,7 +45,7 @@ def test_dropless_moe_layer_syncs_a_padded_one_does_not():
     from dataclasses import replace
 
     from sim.compute.decoder import DecoderShape, layer_kernels
-    from sim.compute.moe import MoEShape
+    from sim.compute.moe_shape import MoEShape
     from sim.hardware.gpu_compute import ComputeSpec
     from sim.parallel.decoder_shard import sync_shares
 
@@ -91,7 +91,8 @@ def test_clamped_quick_geglu_copies_its_offset_with_a_second_sync():
     from dataclasses import replace
 
     from sim.compute.glu_clamp import OFFSET_COPY
-    from sim.compute.moe import MoEShape, moe_fwd
+    from sim.compute.moe import moe_fwd
+    from sim.compute.moe_shape import MoEShape
     from sim.engine.host import LayerPart, layered_work
     from sim.hardware.gpu_compute import ComputeSpec
     from sim.hardware.host_ops import HostOverhead

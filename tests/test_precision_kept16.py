@@ -6,7 +6,7 @@ linear layers (a TE quantization config's bf16 matchers) and the last layers of 
 from __future__ import annotations
 
 from sim.compute.decoder import DecoderShape, layer_kernels, layer_names
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer

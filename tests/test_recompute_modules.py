@@ -92,7 +92,7 @@ def test_layernorm_recomputes_only_the_norms_that_are_modules_of_their_own():
     of an MLA MoE model (its block is a MoE block)."""
     from sim.compute.decoder_shape import DecoderShape
     from sim.compute.mla import MLAShape
-    from sim.compute.moe import MoEShape
+    from sim.compute.moe_shape import MoEShape
 
     moe = MoEShape(64, 4, 2, 32)
     gqa = DecoderShape(2, 64, 4, 8, 128, 256, kv_heads=2, moe=moe)

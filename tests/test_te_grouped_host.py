@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from sim.compute.decoder import DecoderShape
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.te_grouped_host import grouped_expert_ops, grouped_linear_s
 from sim.hardware.loader import load_hardware
 from sim.parallel.decoder_shard import shard_decoder

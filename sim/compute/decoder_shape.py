@@ -25,7 +25,7 @@ from typing import Any
 
 from sim.compute.lora import LoRAShape
 from sim.compute.mla import MLAShape
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.ssm import MambaShape
 from sim.compute.transformer import BlockShape
 

@@ -52,7 +52,7 @@ device has run everything issued, up to the clamp: :func:`offset_copy`, a copy o
 line 73); the unfused ``glu`` of ``TEGroupedMLP`` adds the offset as a Python float
 (``experts.py`` lines 998-1009), and Transformer Engine's fused grouped MLP runs no Python
 activation. pipesim's clamped experts are GPT-OSS's quick-GeGLU ones (the only model with
-:attr:`sim.compute.moe.MoEShape.clamp`), so the copy goes with the clamp (an assumption for
+:attr:`sim.compute.moe_shape.MoEShape.clamp`), so the copy goes with the clamp (an assumption for
 any other clamped GLU: Megatron-Core's SwiGLU clamp makes no such copy).
 
 The kernels are named ``expert_act_*`` so that ``moe_act`` recompute

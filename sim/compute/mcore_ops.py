@@ -48,7 +48,7 @@ loops, per-expert quantize kernels and cuBLAS launches, NVIDIA/TransformerEngine
 counted apart per local expert and recipe (:mod:`sim.compute.te_grouped_host`, added by the
 shard, :mod:`sim.parallel.decoder_shard`); a MoE-only layer of a hybrid pattern
 (``E``) is the MoE block less half a dense block. Which one a model runs is
-:attr:`sim.compute.moe.MoEShape.sequential_experts` (False, grouped, unless a run says so).
+:attr:`sim.compute.moe_shape.MoEShape.sequential_experts` (False, grouped, unless a run says so).
 """
 
 from __future__ import annotations

@@ -92,142 +92,21 @@ dropout (these models train without it). Sources: the tensors ``experts.py`` and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sim.compute import hybridep
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
+from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
 from sim.compute.router_unfused import router_bwd, router_fwd
 
-INDEX_BYTES = 8
-"""int64 routing indices (``torch.topk``)."""
-PROB_BYTES = 4
-"""fp32 routing probabilities (Megatron-LM casts the router's softmax to fp32)."""
 TOKEN_COUNT_SYNC = "token_count_sync"
 """The dispatcher's read-back of the token counts (module doc, step 2)."""
 HOST_SYNC_KERNELS = (TOKEN_COUNT_SYNC, OFFSET_COPY)
 """Kernels at which the host waits for the device inside a MoE layer's forward: the token
 counts' read-back (step 2) and a clamped quick-GeGLU's blocking copy of its offset
 (:func:`sim.compute.glu_clamp.offset_copy`)."""
-
-
-@dataclass(frozen=True)
-class MoEShape:
-    """Shape of a MoE MLP.
-
-    Attributes:
-        hidden: ``h``.
-        experts: routed experts ``E``.
-        top_k: experts per token ``k``.
-        expert_ffn: width ``f_e`` of one routed expert.
-        shared_ffn: total width ``f_s`` of the shared experts (0: none).
-        gated: SwiGLU experts (gate and up projections).
-        capacity_factor: tokens each expert keeps per rank, over the balanced share
-            (:func:`sim.compute.routing.capacity`); None: dropless.
-        pad_to_capacity: every expert computes exactly its capacity (padding).
-        bias: biased experts and router (GPT-OSS: ``gate_up_proj_bias`` ``[E, 2f_e]``,
-            ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
-            parameters; the up projection's bias is added in the fused activation, the down
-            projection's as a chain of memory-bound fp32 kernels (:func:`expert_bias_bytes`).
-        latent: the routed experts' latent width ``l`` (module doc, "Latent MoE"); 0: none.
-        sequential_experts: the local experts run one by one in Python (Megatron-Core's
-            ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's
-            ops (:mod:`sim.compute.mcore_ops`); the kernel model still times them as grouped
-            GEMMs. False: one grouped MLP (``GroupedMLP``/``TEGroupedMLP``).
-        fused_grouped_mlp: the experts run as Transformer Engine's fused grouped MLP (module
-            doc, "Fused grouped MLP").
-        fused_weighting: the activation and the routing probabilities' product run as one
-            fused function that keeps only its input and the probabilities
-            (``weighted_bias_swiglu_impl``, ``weighted_bias_quick_geglu_impl``,
-            ``weighted_squared_relu_impl``). False: the activation and then
-            ``act(x) * probs`` as autograd ops (Megatron-Core's ``TEGroupedMLP.forward``
-            ``bias_act_func``, NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/
-            experts.py`` lines 943-1016: ``--no-bias-swiglu-fusion``, a GeLU expert, which
-            has no fused form, or squared ReLU without ``--use-fused-weighted-squared-relu``):
-            the product keeps the activation's output, ``rows*f_e/t*d`` more, and a gated
-            one's ``act(gate) * up`` keeps ``act(gate)``, as much again
-            (:func:`moe_act_bytes`).
-        sort_by_expert: the rank's received rows are sorted by local expert before the experts
-            and back after them, as Megatron-Core's ``alltoall`` dispatcher does with more than
-            one local expert (:mod:`sim.compute.moe_sort`). False: a flex dispatcher (DeepEP,
-            HybridEP) or the all-gather one, which hand the experts rows in expert order.
-        hybridep: the flex dispatcher's HybridEP backend (:mod:`sim.compute.hybridep`): no
-            Transformer Engine permutation; HybridEP's preprocessing kernel before the dispatch
-            (the token-count sync after it) and its own permute and unpermute kernels on the
-            receiving rank, over the rows it receives.
-        router_fused: the router's top-k and balancing loss as one kernel each way
-            (``router_topk``); False: Megatron-Core's unfused router, its eager ops counted
-            (:mod:`sim.compute.router_unfused`).
-    """
-
-    hidden: int
-    experts: int
-    top_k: int
-    expert_ffn: int
-    shared_ffn: int = 0
-    gated: bool = True
-    capacity_factor: float | None = None
-    pad_to_capacity: bool = False
-    bias: bool = False
-    latent: int = 0
-    sequential_experts: bool = False
-    fused_grouped_mlp: bool = False
-    fused_weighting: bool = True
-    sort_by_expert: bool = False
-    clamp: bool = False
-    hybridep: bool = False
-    router_fused: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("hidden", "experts", "top_k", "expert_ffn"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.top_k > self.experts:
-            raise ValueError(f"top_k {self.top_k} exceeds the {self.experts} experts")
-        if self.shared_ffn < 0:
-            raise ValueError(f"shared_ffn must be >= 0, got {self.shared_ffn}")
-        if self.capacity_factor is not None and not self.capacity_factor > 0:
-            raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
-        if isinstance(self.latent, bool) or not isinstance(self.latent, int) or self.latent < 0:
-            raise ValueError(f"latent must be an integer >= 0, got {self.latent!r}")
-
-    @property
-    def row_width(self) -> int:
-        """Width of a routed row: the latent ``l``, else ``h`` (module doc)."""
-        return self.latent or self.hidden
-
-    def latent_params(self) -> int:
-        """Parameters of the two latent projections, ``2 h l`` (0 without)."""
-        return 2 * self.hidden * self.latent
-
-    @property
-    def up_width(self) -> int:
-        """Width of an expert's first GEMM: ``2 f_e`` gated, else ``f_e``."""
-        return self.expert_ffn * (2 if self.gated else 1)
-
-    def expert_params(self) -> int:
-        """Parameters of one routed expert: ``(2 or 3) * h * f_e``, plus ``up + h`` biases."""
-        bias = self.up_width + self.row_width if self.bias else 0
-        return (self.up_width + self.expert_ffn) * self.row_width + bias
-
-    def shared_params(self) -> int:
-        """Parameters of the shared experts: ``(2 or 3) * h * f_s``."""
-        return self.shared_ffn * (3 if self.gated else 2) * self.hidden
-
-    def router_params(self) -> int:
-        """Router weights ``h * E`` (and ``E`` biases)."""
-        return (self.hidden + (1 if self.bias else 0)) * self.experts
-
-    def fwd_flops(self, tokens: int) -> float:
-        """Forward FLOPs of the whole layer for ``tokens`` tokens, balanced and dropless:
-        router ``2Th E``, routed experts ``2Tk w (up + f_e)`` (``w`` the row width), shared
-        ``2Th f_s (2 or 3)``, latent projections ``4Thl``."""
-        t, h, w = tokens, self.hidden, self.row_width
-        routed = 2.0 * t * self.top_k * w * (self.up_width + self.expert_ffn)
-        latent = 2.0 * t * self.latent_params()
-        return 2.0 * t * h * self.experts + routed + 2.0 * t * self.shared_params() + latent
 
 
 BIAS_FP32_BYTES = 4

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.compute.moe import PROB_BYTES, MoEShape
+from sim.compute.moe_shape import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing, capacity
 
 Matrix = tuple[tuple[float, ...], ...]

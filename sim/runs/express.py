@@ -21,7 +21,7 @@ from typing import Any
 from sim.compute.decoder import DecoderShape
 from sim.compute.lora import DEFAULT_TARGETS, LoRAShape
 from sim.compute.mla import MLAShape
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
 from sim.compute.t5 import T5Shape

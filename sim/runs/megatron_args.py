@@ -370,7 +370,7 @@ def _dropout(r: Reading, framework: str) -> bool:
 
 def _fused_weighting(r: Reading, framework: str) -> bool:
     """Whether a MoE run's experts multiply the routing probabilities in inside a fused
-    activation (:attr:`sim.compute.moe.MoEShape.fused_weighting`). Megatron-LM fuses a gated
+    activation (:attr:`sim.compute.moe_shape.MoEShape.fused_weighting`). Megatron-LM fuses a gated
     SiLU unless ``--no-bias-swiglu-fusion`` (``bias_activation_fusion`` is
     ``--bias-swiglu-fusion`` with ``--swiglu``, else ``--bias-gelu-fusion``:
     ``megatron/training/arguments.py``) and squared ReLU with

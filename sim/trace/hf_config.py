@@ -54,7 +54,7 @@ from typing import Any
 from sim.compute.decoder import DecoderShape
 from sim.compute.lora import TARGETS, LoRAShape
 from sim.compute.mla import MLAShape
-from sim.compute.moe import MoEShape
+from sim.compute.moe_shape import MoEShape
 from sim.compute.rope_unfused import yarn_concentration
 from sim.compute.ssm import MambaShape
 from sim.errors import InputError
