@@ -64,7 +64,7 @@ class StageCost:
         tp_bwd_overlap: the same for a backward (B, or I).
         tp_recompute_overlap: the same for the recompute before a backward.
         grouped_ops: per layer, ``(forward ops, backward ops)`` of a MoE layer's grouped
-            experts' per-expert host work (:func:`sim.parallel.decoder_shard.grouped_host_ops`),
+            experts' per-expert host work (:func:`sim.parallel.layer_host.grouped_host_ops`),
             already counted in :attr:`fwd_layers` and :attr:`bwd_layers`: its own slot, so
             that a CUDA graph scope removes it only when it captures the experts
             (:func:`sim.framework.cuda_graphs.captured`); empty: none.
