@@ -47,7 +47,7 @@ def test_dropless_moe_layer_syncs_a_padded_one_does_not():
     from sim.compute.decoder import DecoderShape, layer_kernels
     from sim.compute.moe_shape import MoEShape
     from sim.hardware.gpu_compute import ComputeSpec
-    from sim.parallel.decoder_shard import sync_shares
+    from sim.parallel.layer_host import sync_shares
 
     gpu = ComputeSpec("x", 1e15, 1e14, 4e12, 100, 0.6, 0.5)
     moe = MoEShape(512, 8, 2, 256)
@@ -96,7 +96,7 @@ def test_clamped_quick_geglu_copies_its_offset_with_a_second_sync():
     from sim.engine.host import LayerPart, layered_work
     from sim.hardware.gpu_compute import ComputeSpec
     from sim.hardware.host_ops import HostOverhead
-    from sim.parallel.decoder_shard import sync_shares
+    from sim.parallel.layer_host import sync_shares
 
     moe = MoEShape(512, 8, 2, 256, clamp=True, bias=True)
     rows = (128.0,) * 8

@@ -3,6 +3,8 @@ a hand count of 4 local experts under MXFP8, and where a MoE layer's shard charg
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sim.compute.decoder import DecoderShape
@@ -48,3 +50,51 @@ def test_shard_charges_grouped_experts_unless_fused(fused):
         return
     # 1 and 2 local experts in BF16: the second expert adds 2 x 3 us forward per layer
     assert two.fwd_ops - one.fwd_ops == pytest.approx(2 * 3.0 / 9.8)
+
+
+def test_attn_graph_keeps_the_grouped_experts_host_work():
+    # 2 local experts in BF16 (ep 4 of 8): per GroupedLinear 2 x 3 us forward and 2 x 15 us +
+    # 1 x (13.9 + 7.5) us backward; fc1 and fc2 as 9.8 us / 13.9 us ops. A per-layer graph of
+    # scope attn captures the attention half of the MoE block's other ops but none of the
+    # experts' (Megatron-LM@d98e8a64 transformer_layer.py 1235-1261); moe captures both halves.
+    from sim.engine.stage_cost import StageCost
+    from sim.framework.cuda_graphs import captured
+
+    gpu = load_hardware("dgx-h100").gpus[0].compute
+    moe = MoEShape(4096, 8, 2, 14336)
+    m = DecoderShape(2, 4096, 32, 1024, 32000, 14336, kv_heads=8, moe=moe)
+    trace = decoder_trace(m, name="mix2", microbatch_size=1, gpu=gpu)
+    shard = shard_decoder(trace, ParallelLayout(dp_replicate=2, ep=4), gpu)
+    gf, gb = 2 * 6.0 / 9.8, 2 * (30.0 + 21.4) / 13.9
+    kinds = ["embedding", "moe_block", "moe_block", "head"]
+    flat = [x for pair in shard.grouped_ops for x in pair]
+    assert flat == pytest.approx([0, 0, gf, gb, gf, gb, 0, 0])
+    layer = shard.trace.layers[1]
+    cost = StageCost.from_layers(shard.trace.layers, 0.0)
+    cost = replace(cost, grouped_ops=shard.grouped_ops)
+    attn = captured(cost, kinds, "local", ("attn",))
+    assert attn.fwd_layers[1][1] == pytest.approx((layer.fwd_ops - gf) / 2 + gf)
+    assert attn.bwd_layers[1][1] == pytest.approx((layer.bwd_ops - gb) / 2 + gb)
+    both = captured(cost, kinds, "local", ("attn", "moe"))
+    assert both.fwd_layers[1][1] == 0.0 and both.bwd_layers[1][1] == pytest.approx(0.0)
+
+
+def test_grouped_experts_host_work_is_issued_after_the_token_count_sync():
+    # One MoE layer: 1 ms of device, 150 ops of 10 us, a token-count sync half-way through its
+    # device seconds; 50 of the ops are its grouped experts' (after the sync). The host is
+    # free at 0, the device at 1 ms. Before the sync: 100 x 0.5 = 50 ops (0.5 ms host, 0.5 ms
+    # device): the device ends at 1.5 ms, the host waits for it. After: 100 ops (1 ms host,
+    # 0.5 ms device), K = max(1 ms + 0.5 ms / 100, 0.5 ms + 1 ms / 100) = 1.005 ms: 2.505 ms.
+    # Spread like the others (75 and 75 ops) it ended at 1.5 + 0.75 + 0.5 / 75 ms.
+    from sim.engine.host import LayerPart, layered_work
+    from sim.hardware.host_ops import HostOverhead
+
+    h = HostOverhead(op_s=10e-6)
+
+    def end(after: float, sync: tuple[float, ...] = (0.5,)) -> float:
+        part = LayerPart(1e-3, 150.0, 0.0, 0.0, 0.0, 0.0, sync, after)
+        return layered_work(h, "F", (part,)).finish(0.0, 1e-3)[0]
+
+    assert end(50.0) == pytest.approx(2.505e-3)
+    assert end(0.0) == pytest.approx(1.5e-3 + 0.75e-3 + 0.5e-3 / 75)
+    assert end(50.0, ()) == end(0.0, ())  # without a sync the placement does not matter

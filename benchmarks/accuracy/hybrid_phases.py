@@ -2,7 +2,9 @@
 Megatron-Bridge): per row, the measured and predicted iteration, the predicted seconds per
 event kind and stream of the first GPU, the rank's layers by kind (forward and backward
 seconds of one micro-batch as the engine runs them, with precision and parallelism applied,
-times the layers and micro-batches a GPU runs), and one Mamba-2 layer's kernels split into
+times the layers and micro-batches a GPU runs; and their host ops, ``fwd_ops`` / ``bwd_ops``
+with the shard's per-expert ``GroupedLinear`` charge, priced at the preset's ``op`` /
+``backward_op``), and one Mamba-2 layer's kernels split into
 GEMMs, the SSD scan (:mod:`sim.compute.ssd_speed`), the conv and the other memory-bound
 kernels (in the trace's 16-bit dtype: a low-precision recipe's quantized GEMMs are not applied
 to that split).
@@ -83,13 +85,18 @@ def report(run, ex: Expressed, pred: Predictor) -> None:
     for (kind, stream), s in sorted(per.items(), key=lambda kv: -kv[1]):
         print(f"    {kind:15s} {stream:8s} {s * 1e3:10.1f} ms")
     rank = resolve(exp, point, topo, trace, shared=prep).trace
-    kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
     for layer in rank.layers:
         k = kinds[layer.name.split(".")[0]]
         k[0], k[1], k[2] = k[0] + 1, k[1] + layer.fwd_s, k[2] + layer.bwd_s
-    for name, (n, f, b) in kinds.items():
+        k[3], k[4] = k[3] + (layer.fwd_ops or 0.0), k[4] + (layer.bwd_ops or 0.0)
+    host = topo.hosts[0].overhead
+    for name, (n, f, b, fo, bo) in kinds.items():
         print(f"  {name:10s} x{n:3.0f}: forward {f / n * 1e3:7.3f} ms, backward {b / n * 1e3:7.3f} "
               f"ms each; {(f + b) * mbs:7.3f} s per iteration")  # fmt: skip
+        print(f"  {'':10s}       host ops {fo / n:6.1f} fwd {bo / n:6.1f} bwd each: "
+              f"{fo / n * host.op_s * 1e3:7.3f} / {bo / n * host.backward_op_s * 1e3:7.3f} ms "
+              "at the preset's op prices (before CUDA graphs; calls not priced)")  # fmt: skip
     tp, sp = lay.tp, point.tensor_parallel > 1 and point.sequence_parallel
     for part, s in mamba_split(prep.adapted(ex.model, point.microbatch_size, "")[0],
                                topo.gpus[0].compute, tp, sp).items():  # fmt: skip

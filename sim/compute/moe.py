@@ -20,7 +20,7 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    bytes: ``kernel_overhead_s``). The host's lead over the device is lost there: the engine
    splits the layer's forward host work at this kernel and composes a host sync between the
    two parts (:meth:`sim.hardware.host_ops.HostWork.sync`,
-   :func:`sim.parallel.decoder_shard.sync_shares`); the flex dispatchers read the counts
+   :func:`sim.parallel.layer_host.sync_shares`); the flex dispatchers read the counts
    back too (HybridEP's ``tokens_per_expert.sum()`` without a token budget, and
    ``TEGroupedMLP``'s ``tokens_per_expert.tolist()``);
 3. permute (``--moe-permute-fusion``): gather each token ``k`` times in expert order, reads

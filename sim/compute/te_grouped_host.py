@@ -67,13 +67,16 @@ Python (``set_usage``, the ``main_grad`` lambdas).
 (:mod:`sim.parallel.decoder_shard`), for grouped experts under a Transformer Engine recipe or
 BF16; not for ``sequential_experts`` (their op counts already loop over the experts) nor
 ``fused_grouped_mlp`` (TE's fused op runs each grouped GEMM as one kernel over the local
-experts, :mod:`sim.compute.moe`). CUDA graphs take it off as they take the layer's other ops
-(:mod:`sim.framework.cuda_graphs`: ``full_iteration`` all of it, a scope with ``moe`` the
-expert half); with ``attn`` in scope and not ``moe`` half of the layer's ops go, this work's
-included, although it runs in the eager expert half (an under-count there; a trace records a
-layer's ops, not each module's). Within the layer the ops are spread as the layer's others
-around the dropless token-count sync (:attr:`sim.engine.host.LayerPart.sync_share`), though
-this work all runs after it.
+experts, :mod:`sim.compute.moe`). The shard carries it as its own per-layer slot
+(``DecoderShard.grouped_ops``, ``StageCost.grouped_ops``), so that a CUDA graph takes it off
+only where it captures the experts (:func:`sim.framework.cuda_graphs.experts_captured`:
+``full_iteration``, ``moe`` in scope, or an empty scope: the whole layer); with ``attn`` (or
+``moe_router``) and not ``moe`` it stays, while the layer's other ops lose their attention
+half. Within the layer it is issued after the dropless token-count sync
+(:attr:`sim.engine.host.LayerPart.after_sync_ops`; the experts run after the dispatch that
+waits for the counts), evenly over the pieces after it (with GPT-OSS's offset copy between
+fc1 and fc2, one ``GroupedLinear`` on each side: :mod:`sim.compute.glu_clamp`); the layer's
+other ops are spread by the device seconds around the syncs.
 
 Assumptions: no expert bias (GPT-OSS's experts have one: its per-expert bias-gradient work is
 not counted), gradient-accumulation fusion on, the weights' quantized copies cached across

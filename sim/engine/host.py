@@ -44,6 +44,11 @@ class LayerPart(NamedTuple):
         sync_share: shares of the layer's ops issued before each host sync inside it, in
             increasing order (a MoE layer's token counts read on the host, a clamped GLU's
             offset copy: :data:`sim.compute.moe.HOST_SYNC_KERNELS`); empty without one.
+        after_sync_ops: of ``ops``, those issued after the first host sync, spread evenly
+            over the pieces after it (a MoE layer's grouped experts' per-expert host work,
+            :attr:`sim.engine.stage_cost.StageCost.grouped_ops`: after the token counts, one
+            ``GroupedLinear`` per piece with the offset copy between fc1 and fc2); without a
+            sync, as the others.
     """
 
     device_s: float
@@ -53,6 +58,7 @@ class LayerPart(NamedTuple):
     functions: float
     te_modules: float
     sync_share: tuple[float, ...] = ()
+    after_sync_ops: float = 0.0
 
 
 SYNC_POINTS = {
@@ -127,7 +133,8 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
     checkpointed region) and composed in order with :meth:`HostWork.then`; a layer with host
     syncs inside (``sync_share``, each in (0, 1)) as the pieces of device seconds, ops and
     calls between them with :meth:`HostWork.sync` at each cut (the ops alike, as within any
-    layer).
+    layer, but its ``after_sync_ops`` evenly over the pieces after the first sync,
+    :func:`_piece_ops`).
 
     Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
     no longer hide each other's slack, as they would in one summary of the whole action
@@ -145,16 +152,29 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
     [2000, 2257]
     """
     out = HostWork.device_only(0.0)
-    for device_s, ops, nograd, modules, functions, te, sync in parts:
+    for device_s, ops, nograd, modules, functions, te, sync, after in parts:
         regions = 1 if op == "R" else 0
-        for i, k in enumerate(_pieces(sync)):
+        pieces = _pieces(sync)
+        for i, (k, n) in enumerate(zip(pieces, _piece_ops(ops, after, pieces), strict=True)):
             calls = (modules * k, functions * k, te * k)
             if i:
                 out = out.then(HostWork.sync())
-            out = out.then(
-                action_work(host, op, device_s * k, ops * k, 0 if i else regions, nograd * k, calls)
-            )
+            g = nograd * n / ops if after and ops else nograd * k
+            out = out.then(action_work(host, op, device_s * k, n, 0 if i else regions, g, calls))
     return out
+
+
+def _piece_ops(ops: float, after: float, pieces: tuple[float, ...]) -> tuple[float, ...]:
+    """A layer's ``ops`` over its ``pieces`` (:func:`_pieces`): the ``after`` of them evenly
+    over the pieces after the first sync, the rest in proportion to each piece's share.
+
+    >>> _piece_ops(100.0, 20.0, (1.0,)), _piece_ops(100.0, 20.0, (0.5, 0.25, 0.25))
+    ((100.0,), (40.0, 30.0, 30.0))
+    """
+    if len(pieces) == 1:
+        return (ops,)
+    each = after / (len(pieces) - 1)
+    return tuple((ops - after) * k + (each if i else 0.0) for i, k in enumerate(pieces))
 
 
 def _pieces(cuts: tuple[float, ...]) -> tuple[float, ...]:

@@ -63,6 +63,11 @@ class StageCost:
             ``tp_fwd``; empty without.
         tp_bwd_overlap: the same for a backward (B, or I).
         tp_recompute_overlap: the same for the recompute before a backward.
+        grouped_ops: per layer, ``(forward ops, backward ops)`` of a MoE layer's grouped
+            experts' per-expert host work (:func:`sim.parallel.layer_host.grouped_host_ops`),
+            already counted in :attr:`fwd_layers` and :attr:`bwd_layers`: its own slot, so
+            that a CUDA graph scope removes it only when it captures the experts
+            (:func:`sim.framework.cuda_graphs.captured`); empty: none.
     """
 
     fwd_s: float
@@ -86,20 +91,29 @@ class StageCost:
     tp_fwd_overlap: tuple[OverlapOp, ...] = ()
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
     tp_recompute_overlap: tuple[OverlapOp, ...] = ()
+    grouped_ops: tuple[tuple[float, float], ...] = ()
 
     def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
         """Each layer's forward (:class:`~sim.engine.host.LayerPart`), in issue order; the
         ``checkpointed`` layers (indices in the stage) run without autograd recording."""
         full = set(checkpointed)
         return tuple(
-            LayerPart(sec, ops, ops if i in full else 0.0, mods, fns, te, self.sync_share(i))
+            LayerPart(
+                sec, ops, ops if i in full else 0.0, mods, fns, te, self.sync_share(i),
+                self.grouped_fwd(i),
+            )
             for i, (sec, ops, mods, fns, te) in enumerate(self.fwd_layers)
-        )
+        )  # fmt: skip
 
     def sync_share(self, i: int) -> tuple[float, ...]:
         """The shares of layer ``i``'s forward before its host syncs (:attr:`fwd_syncs`;
         empty)."""
         return self.fwd_syncs[i] if i < len(self.fwd_syncs) else ()
+
+    def grouped_fwd(self, i: int) -> float:
+        """Forward ops of layer ``i``'s grouped experts' host work (:attr:`grouped_ops`; 0),
+        issued after its first host sync (:attr:`sim.engine.host.LayerPart.after_sync_ops`)."""
+        return self.grouped_ops[i][0] if i < len(self.grouped_ops) else 0.0
 
     def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
@@ -108,7 +122,8 @@ class StageCost:
         out = []
         for i in sorted(checkpointed):
             sec, ops, mods, fns, te = self.fwd_layers[i]
-            out.append(LayerPart(sec, ops, 0.0, mods, fns, te, self.sync_share(i)))
+            parts = (sec, ops, 0.0, mods, fns, te, self.sync_share(i), self.grouped_fwd(i))
+            out.append(LayerPart(*parts))
         return tuple(out)
 
     def backward_layer_parts(self) -> tuple[LayerPart, ...]:

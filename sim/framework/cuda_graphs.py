@@ -20,6 +20,21 @@ attention half (1/2) when ``attn`` is in scope or the scope is empty, its expert
 ``moe`` (the dispatch has data-dependent shapes and stays eager otherwise, cuda_graph.md;
 ``moe_router`` and ``moe_preprocess`` capture parts of it that are counted as eager, an
 assumption that keeps the expert half's host work).
+
+A MoE layer's grouped experts' per-expert host work (Transformer Engine ``GroupedLinear``,
+:attr:`~sim.engine.stage_cost.StageCost.grouped_ops`) is not split so: it runs in the experts,
+which a per-layer graph captures only with ``moe`` in scope (NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/transformer/transformer_layer.py`` 1235-1261
+``_get_submodules_under_cudagraphs``: ``attn`` adds the norm and attention modules,
+``moe`` the pre-MLP norm and the whole ``self.mlp``, ``moe_router`` (and with it
+``moe_preprocess``) only ``self.mlp.router`` and the shared experts; 1366-1376: with
+``moe_router`` the rest of the MoE layer "should go to the normal pass"), an empty scope
+(it "captures the whole layer", ``transformer_config.py`` 2872-2874, and with it the MoE part,
+``transformer_layer.py`` 1366-1369; ``docs/user-guide/features/cuda_graph.md`` 77: "not
+working for MoE dynamic shapes", so a run with it pads its experts to capacity), or
+``full_iteration`` (:func:`experts_captured`). With ``attn`` alone the layer's other ops lose
+their attention half and this work none of itself. (An empty scope's expert half of the
+other ops stays eager in :func:`captured_share`, the assumption above.)
 """
 
 from __future__ import annotations
@@ -62,19 +77,58 @@ def captured_share(kind: str, impl: str, scope: tuple[str, ...]) -> float:
     return 0.0
 
 
+def experts_captured(kind: str, impl: str, scope: tuple[str, ...]) -> float:
+    """Whether (1.0) or not (0.0) a CUDA graph ``impl`` with ``scope`` captures the routed
+    experts of a layer of ``kind`` (module doc): ``full_iteration``; for a MoE layer ``moe`` in
+    scope or an empty scope (the whole layer), not ``attn``, ``moe_router`` or
+    ``moe_preprocess``.
+
+    Example:
+        >>> [experts_captured("moe_block", "local", s) for s in (("attn",), ("attn", "moe"), ())]
+        [0.0, 1.0, 1.0]
+    """
+    if impl == "full_iteration":
+        return 1.0
+    if impl == "none" or base_kind(kind) not in ("moe_block", "moe"):
+        return 0.0
+    return float(not scope or "moe" in scope)
+
+
 def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...]) -> StageCost:
     """``cost`` with the captured share (:func:`captured_share`) of each layer's host ops and
-    Python calls removed; ``kinds``: the stage's layer kinds in order."""
+    Python calls removed, its grouped experts' host work (:attr:`StageCost.grouped_ops`) only
+    where the experts are captured (:func:`experts_captured`); ``kinds``: the stage's layer
+    kinds in order.
+
+    Example: a MoE block of 100 forward ops, 20 of them its grouped experts', under ``attn``
+    keeps half of the other 80 and all 20 (60); under ``attn`` and ``moe`` none.
+
+    >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((1.0, 100.0, 0.0, 0.0, 0.0),),
+    ...               bwd_layers=((2.0, 50.0, 0.0),), grouped_ops=((20.0, 10.0),))
+    >>> a = captured(c, ["moe_block"], "local", ("attn",))
+    >>> a.fwd_ops, a.bwd_ops
+    (60.0, 30.0)
+    >>> captured(c, ["moe_block"], "local", ("attn", "moe")).fwd_ops
+    0.0
+    """
     if impl == "none":
         return cost
     shares = [1.0 - captured_share(k, impl, scope) for k in kinds]
+    eager = [1.0 - experts_captured(k, impl, scope) for k in kinds]
+    grouped = list(cost.grouped_ops) + [(0.0, 0.0)] * (len(kinds) - len(cost.grouped_ops))
+
+    def kept(ops: float, mine: float, k: float, e: float) -> float:
+        return (ops - mine) * k + mine * e
+
     fwd_layers = tuple(
-        (sec, ops * k, mods * k, fns * k, te * k)
-        for (sec, ops, mods, fns, te), k in zip(cost.fwd_layers, shares, strict=False)
+        (sec, kept(ops, g[0], k, e), mods * k, fns * k, te * k)
+        for (sec, ops, mods, fns, te), k, e, g in zip(
+            cost.fwd_layers, shares, eager, grouped, strict=False
+        )
     )
     bwd_layers = tuple(
-        (sec, ops * k, nodes * k)
-        for (sec, ops, nodes), k in zip(cost.bwd_layers, shares, strict=False)
+        (sec, kept(ops, g[1], k, e), nodes * k)
+        for (sec, ops, nodes), k, e, g in zip(cost.bwd_layers, shares, eager, grouped, strict=False)
     )
     if cost.fwd_layers:
         fwd_ops = sum(x[1] for x in fwd_layers)
@@ -82,6 +136,12 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
     else:
         mean = sum(shares) / len(shares) if shares else 1.0
         fwd_ops, bwd_ops = cost.fwd_ops * mean, cost.bwd_ops * mean
+    left = tuple((f * e, b * e) for (f, b), e in zip(cost.grouped_ops, eager, strict=False))
     return replace(
-        cost, fwd_layers=fwd_layers, bwd_layers=bwd_layers, fwd_ops=fwd_ops, bwd_ops=bwd_ops
+        cost,
+        fwd_layers=fwd_layers,
+        bwd_layers=bwd_layers,
+        fwd_ops=fwd_ops,
+        bwd_ops=bwd_ops,
+        grouped_ops=left,
     )

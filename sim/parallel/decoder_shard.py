@@ -50,22 +50,20 @@ from sim.compute.decoder import (
 )
 from sim.compute.decoder_shape import base_kind, kind_of
 from sim.compute.hybridep import routing_map_bytes
-from sim.compute.kernels import Kernel, kernel_time_s, phase_time
+from sim.compute.kernels import Kernel, phase_time
 from sim.compute.low_precision_act import keeps_original, quantized_input_savings
-from sim.compute.mcore_ops import expert_ops
-from sim.compute.moe import HOST_SYNC_KERNELS
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import layer_index, quantize_layer
 from sim.compute.recompute_modules import module_parts
 from sim.compute.routing import Routing
 from sim.compute.ssm import check_tp as mamba_tp_problem
-from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context import AttentionDims, check_cp, context_comm
 from sim.parallel.context_kernels import context_kernels
 from sim.parallel.expert import check_ep, expert_plan
+from sim.parallel.layer_host import grouped_host_ops, rank_expert_ops, sync_shares
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.megatron import CommOp, LayerComm, embedding_comm, head_comm
 from sim.parallel.ops import GroupOp
@@ -99,7 +97,12 @@ class DecoderShard:
             (:func:`low_precision_params`; empty without a recipe).
         precision: the trace's low-precision recipe, or None.
         fwd_syncs: per layer, the shares of its forward's seconds before each of its host
-            syncs (a MoE layer's, :func:`sync_shares`), empty without one.
+            syncs (a MoE layer's, :func:`~sim.parallel.layer_host.sync_shares`), empty without one.
+        grouped_ops: per layer, ``(forward ops, backward ops)`` of its grouped experts'
+            per-expert host work (:func:`~sim.parallel.layer_host.grouped_host_ops`), counted in the layer's
+            ``fwd_ops`` / ``bwd_ops`` too; ``(0, 0)`` for other layers, empty for none. A CUDA
+            graph takes it off only when it captures the experts
+            (:func:`sim.framework.cuda_graphs.captured`).
     """
 
     trace: Trace
@@ -112,6 +115,7 @@ class DecoderShard:
     low_params: tuple[float, ...] = ()
     precision: LowPrecision | None = None
     fwd_syncs: tuple[tuple[float, ...], ...] = ()
+    grouped_ops: tuple[tuple[float, float], ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -161,32 +165,6 @@ def attention_dims(m: DecoderShape, tp: int) -> AttentionDims:
 
 def _times(kernels: tuple[list[Kernel], ...], spec: ComputeSpec, dtype: str) -> list[float]:
     return [phase_time(k, spec, dtype).total_s if k else 0.0 for k in kernels]
-
-
-def sync_shares(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> tuple[float, ...]:
-    """Shares of a forward's seconds up to each of its host syncs, in order
-    (:data:`sim.compute.moe.HOST_SYNC_KERNELS`: the token counts read on the host, a clamped
-    quick-GeGLU's offset copy), empty without one. The quantize kernels a recipe appends
-    (:func:`~sim.compute.quantize.quantize_layer`) count as after them.
-
-    Example: 1, 3 and 4 seconds' worth of bytes around two syncs: 1/8 and 4/8 (their own
-    launches are no work beyond the overhead every kernel shares alike).
-
-    >>> from sim.compute.kernels import mem
-    >>> from sim.hardware.gpu_compute import ComputeSpec
-    >>> g = ComputeSpec("x", 1e15, 1e14, 1e12, 100, 0.5, 0.5, hbm_efficiency=1.0,
-    ...                 kernel_overhead_s=0.0)
-    >>> ks = [mem("a", 1e12), mem("token_count_sync", 0.0), mem("b", 3e12),
-    ...       mem("expert_act_offset_h2d", 0.0), mem("c", 4e12)]
-    >>> sync_shares(ks, g, "bf16"), sync_shares(ks[:1], g, "bf16")
-    ((0.125, 0.5), ())
-    """
-    times = [kernel_time_s(k, spec, dtype) for k in kernels]
-    total = sum(times)
-    if total <= 0:
-        return ()
-    cuts = [i for i, k in enumerate(kernels) if k.name in HOST_SYNC_KERNELS]
-    return tuple(sum(times[: i + 1]) / total for i in cuts)
 
 
 def _core_s(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> float:
@@ -297,7 +275,7 @@ def shard_decoder(
     rows = plan.rows[plan.busiest] if plan is not None else ()
     low = trace_precision(trace)
     cache: dict[tuple[str, bool], tuple] = {}
-    layers, comm, group, expert, pairs, lows, syncs = [], [], [], [], [], [], []
+    layers, comm, group, expert, pairs, lows, syncs, grouped = [], [], [], [], [], [], [], []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
@@ -307,11 +285,9 @@ def shard_decoder(
             cache[key] = _kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp, regather)
         ratios, act, share, tpc, ops, pair, parts, sync = cache[key]
         syncs.append(sync)
-        layers.append(
-            _remote_experts(
-                _apply(layer, ratios, act, share[0] + share[1], par, parts), kind, m, par, lp
-            )
-        )
+        scaled = _apply(layer, ratios, act, share[0] + share[1], par, parts)
+        grouped.append(grouped_host_ops(scaled, kind, m, par, lp))
+        layers.append(rank_expert_ops(scaled, kind, m, par, grouped[-1]))
         comm.append(tpc)
         pairs.append(pair)
         group.append(ops)
@@ -334,6 +310,7 @@ def shard_decoder(
         tuple(lows) if low is not None else (),
         low,
         tuple(syncs),
+        tuple(grouped) if any(f or b for f, b in grouped) else (),
     )
 
 
@@ -466,46 +443,6 @@ def _apply(
         recompute_parts=tuple(
             (name, layer.act_bytes * drop, layer.fwd_s * kf * secs) for name, drop, secs in parts
         ),
-    )
-
-
-def _remote_experts(
-    layer: LayerProfile,
-    kind: str,
-    m: DecoderShape,
-    par: ParallelLayout,
-    low: LowPrecision | None = None,
-) -> LayerProfile:
-    """``layer`` without the host ops of the experts other ranks hold: with
-    ``sequential_experts`` a MoE layer's trace counts ``SequentialMLP``'s loop over all ``E``
-    experts (:func:`sim.trace.decoder.layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of
-    them (:func:`sim.compute.mcore_ops.expert_ops`); with grouped experts (not the fused
-    grouped MLP) the trace counts one expert and the rank's ``E / ep`` add Transformer Engine
-    ``GroupedLinear``'s per-expert host work under the layer's recipe ``low``
-    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`)."""
-    if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
-        return layer
-    if not m.moe.sequential_experts:
-        if m.moe.fused_grouped_mlp or layer.fwd_ops is None or layer.bwd_ops is None:
-            return layer
-        if low is not None and low.recipe.library != TE:
-            return layer
-        name = low.recipe.name if low is not None else None
-        fwd, bwd = grouped_expert_ops(m.moe.experts / par.ep, name)
-        return replace(layer, fwd_ops=layer.fwd_ops + fwd, bwd_ops=layer.bwd_ops + bwd)
-    if par.ep <= 1:
-        return layer
-    fwd, bwd, mods, fns = expert_ops(m.moe.experts - m.moe.experts / par.ep)
-
-    def less(v: float | None, d: float) -> float | None:
-        return None if v is None else max(0.0, v - d)
-
-    return replace(
-        layer,
-        fwd_ops=less(layer.fwd_ops, fwd),
-        bwd_ops=less(layer.bwd_ops, bwd),
-        fwd_modules=less(layer.fwd_modules, mods),
-        fwd_functions=less(layer.fwd_functions, fns),
     )
 
 

@@ -524,6 +524,7 @@ def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stag
                 group_bwd=aggregate_groups(op for _, b in ops for op in b),
                 expert_grad_share=sum(sharded.expert_bytes[lo:hi]) / params if params else 0.0,
                 fwd_syncs=sharded.fwd_syncs[lo:hi],
+                grouped_ops=sharded.grouped_ops[lo:hi],
             )
         out.append(cost)
     return tuple(out)

@@ -1,0 +1,110 @@
+"""The host side of a decoder layer on one rank: where its forward's host syncs fall and the
+host ops of the experts the rank runs.
+
+Split from :mod:`sim.parallel.decoder_shard`, which calls these per layer: :func:`sync_shares`
+(the MoE dispatcher's token-count read-back, a clamped quick-GeGLU's offset copy),
+:func:`grouped_host_ops` (Transformer Engine ``GroupedLinear``'s per-expert host work) and
+:func:`rank_expert_ops` (a layer's host ops without the experts other ranks hold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sim.compute.decoder import DecoderShape
+from sim.compute.decoder_shape import base_kind
+from sim.compute.kernels import Kernel, kernel_time_s
+from sim.compute.mcore_ops import expert_ops
+from sim.compute.moe import HOST_SYNC_KERNELS
+from sim.compute.precision import TE
+from sim.compute.precision_rules import LowPrecision
+from sim.compute.te_grouped_host import grouped_expert_ops
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.parallel.layout import ParallelLayout
+from sim.trace.schema import LayerProfile
+
+
+def sync_shares(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> tuple[float, ...]:
+    """Shares of a forward's seconds up to each of its host syncs, in order
+    (:data:`sim.compute.moe.HOST_SYNC_KERNELS`: the token counts read on the host, a clamped
+    quick-GeGLU's offset copy), empty without one. The quantize kernels a recipe appends
+    (:func:`~sim.compute.quantize.quantize_layer`) count as after them.
+
+    Example: 1, 3 and 4 seconds' worth of bytes around two syncs: 1/8 and 4/8 (their own
+    launches are no work beyond the overhead every kernel shares alike).
+
+    >>> from sim.compute.kernels import mem
+    >>> from sim.hardware.gpu_compute import ComputeSpec
+    >>> g = ComputeSpec("x", 1e15, 1e14, 1e12, 100, 0.5, 0.5, hbm_efficiency=1.0,
+    ...                 kernel_overhead_s=0.0)
+    >>> ks = [mem("a", 1e12), mem("token_count_sync", 0.0), mem("b", 3e12),
+    ...       mem("expert_act_offset_h2d", 0.0), mem("c", 4e12)]
+    >>> sync_shares(ks, g, "bf16"), sync_shares(ks[:1], g, "bf16")
+    ((0.125, 0.5), ())
+    """
+    times = [kernel_time_s(k, spec, dtype) for k in kernels]
+    total = sum(times)
+    if total <= 0:
+        return ()
+    cuts = [i for i, k in enumerate(kernels) if k.name in HOST_SYNC_KERNELS]
+    return tuple(sum(times[: i + 1]) / total for i in cuts)
+
+
+def grouped_host_ops(
+    layer: LayerProfile,
+    kind: str,
+    m: DecoderShape,
+    par: ParallelLayout,
+    low: LowPrecision | None = None,
+) -> tuple[float, float]:
+    """``(forward ops, backward ops)`` of the Transformer Engine ``GroupedLinear`` per-expert
+    host work of the rank's ``E / ep`` grouped experts under the layer's recipe ``low``
+    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`): for a MoE layer whose trace
+    counts host ops and whose experts run grouped (not ``sequential_experts``, not the fused
+    grouped MLP) under BF16 or a Transformer Engine recipe; ``(0, 0)`` otherwise."""
+    if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
+        return 0.0, 0.0
+    if m.moe.sequential_experts or m.moe.fused_grouped_mlp:
+        return 0.0, 0.0
+    if layer.fwd_ops is None or layer.bwd_ops is None:
+        return 0.0, 0.0
+    if low is not None and low.recipe.library != TE:
+        return 0.0, 0.0
+    name = low.recipe.name if low is not None else None
+    return grouped_expert_ops(m.moe.experts / par.ep, name)
+
+
+def rank_expert_ops(
+    layer: LayerProfile,
+    kind: str,
+    m: DecoderShape,
+    par: ParallelLayout,
+    grouped: tuple[float, float] = (0.0, 0.0),
+) -> LayerProfile:
+    """``layer`` without the host ops of the experts other ranks hold: with
+    ``sequential_experts`` a MoE layer's trace counts ``SequentialMLP``'s loop over all ``E``
+    experts (:func:`sim.trace.decoder.layer_host_ops`), a rank of ``ep`` runs ``E / ep`` of
+    them (:func:`sim.compute.mcore_ops.expert_ops`); with grouped experts (not the fused
+    grouped MLP) the trace counts one expert and the rank's ``E / ep`` add ``grouped``, the
+    ``(forward, backward)`` ops of :func:`grouped_host_ops`."""
+    if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
+        return layer
+    if not m.moe.sequential_experts:
+        if layer.fwd_ops is None or layer.bwd_ops is None:
+            return layer
+        fwd, bwd = grouped
+        return replace(layer, fwd_ops=layer.fwd_ops + fwd, bwd_ops=layer.bwd_ops + bwd)
+    if par.ep <= 1:
+        return layer
+    fwd, bwd, mods, fns = expert_ops(m.moe.experts - m.moe.experts / par.ep)
+
+    def less(v: float | None, d: float) -> float | None:
+        return None if v is None else max(0.0, v - d)
+
+    return replace(
+        layer,
+        fwd_ops=less(layer.fwd_ops, fwd),
+        bwd_ops=less(layer.bwd_ops, bwd),
+        fwd_modules=less(layer.fwd_modules, mods),
+        fwd_functions=less(layer.fwd_functions, fns),
+    )
