@@ -141,7 +141,25 @@ NO_ZERO = Setting(
 )
 
 
-class DeepSpeed(Framework):
+class PipelineEngine(Framework):
+    """What every profile on DeepSpeed's ``PipelineEngine`` shares: its runtime, with the
+    partitioned exchanges at ``t > 1`` (:func:`with_partitioned_exchanges`)."""
+
+    def runtime(
+        self,
+        topo: Topology,
+        trace: Trace,
+        tensor_parallel: int = 1,
+        virtual_stages: int = 1,
+        memory: FrameworkMemory | None = None,
+    ) -> PipelineRuntime:
+        """The pipeline engine (:meth:`Framework.runtime`), with its partitioned exchanges at
+        ``t > 1`` (:func:`with_partitioned_exchanges`)."""
+        rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
+        return with_partitioned_exchanges(rt, tensor_parallel)
+
+
+class DeepSpeed(PipelineEngine):
     """DeepSpeed ``PipelineEngine`` around a generic ``PipelineModule`` (module doc)."""
 
     name: ClassVar[str] = "deepspeed"
@@ -176,16 +194,3 @@ class DeepSpeed(Framework):
     step_transient = STEP_TRANSIENT
     overflow_check_ops = OVERFLOW_CHECK_OPS
     sync_after_p2p = SYNC_AFTER_P2P
-
-    def runtime(
-        self,
-        topo: Topology,
-        trace: Trace,
-        tensor_parallel: int = 1,
-        virtual_stages: int = 1,
-        memory: FrameworkMemory | None = None,
-    ) -> PipelineRuntime:
-        """The pipeline engine, with its partitioned exchanges at ``t > 1``
-        (:func:`with_partitioned_exchanges`)."""
-        rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
-        return with_partitioned_exchanges(rt, tensor_parallel)

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sim.engine.inputs import PipelineRuntime
-from sim.framework.base import Framework, Setting
+from sim.framework.base import Setting
 from sim.framework.deepspeed import (
     BLOCKING_P2P,
     DP_AFTER_BACKWARD,
@@ -31,11 +30,8 @@ from sim.framework.deepspeed import (
     STEP_TRANSIENT,
     SYNC_AFTER_P2P,
     SYNC_BEFORE_FORWARD,
-    with_partitioned_exchanges,
+    PipelineEngine,
 )
-from sim.hardware.topology import Topology
-from sim.memory.framework_memory import FrameworkMemory
-from sim.trace.schema import Trace
 
 GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
 MICROBATCH_LOAD = Setting(
@@ -57,8 +53,12 @@ MICROBATCH_LOAD = Setting(
 )
 
 
-class MegatronDeepSpeed(Framework):
-    """Megatron-DeepSpeed's GPT on DeepSpeed's pipeline engine (module doc)."""
+class MegatronDeepSpeed(PipelineEngine):
+    """Megatron-DeepSpeed's GPT on DeepSpeed's pipeline engine (module doc): ``GPTModelPipe``
+    runs on a grid whose model-parallel size is Megatron's tensor-parallel size
+    (``PipeModelDataParallelTopology(num_pp, num_mp=tensor_model_parallel_world_size,
+    num_dp)``, Megatron-DeepSpeed ``megatron/model/gpt_model.py``), so the engine's exchanges
+    are partitioned over it (:class:`~sim.framework.deepspeed.PipelineEngine`)."""
 
     name: ClassVar[str] = "megatron-deepspeed"
     description: ClassVar[str] = (
@@ -100,19 +100,3 @@ class MegatronDeepSpeed(Framework):
     overflow_check_ops = OVERFLOW_CHECK_OPS
     microbatch_load = MICROBATCH_LOAD
     sync_after_p2p = SYNC_AFTER_P2P
-
-    def runtime(
-        self,
-        topo: Topology,
-        trace: Trace,
-        tensor_parallel: int = 1,
-        virtual_stages: int = 1,
-        memory: FrameworkMemory | None = None,
-    ) -> PipelineRuntime:
-        """DeepSpeed's pipeline engine, with its partitioned exchanges at ``t > 1``
-        (:func:`sim.framework.deepspeed.with_partitioned_exchanges`): ``GPTModelPipe`` runs on
-        a grid whose model-parallel size is Megatron's tensor-parallel size
-        (``PipeModelDataParallelTopology(num_pp, num_mp=tensor_model_parallel_world_size,
-        num_dp)``, Megatron-DeepSpeed ``megatron/model/gpt_model.py``)."""
-        rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
-        return with_partitioned_exchanges(rt, tensor_parallel)
