@@ -47,15 +47,14 @@ _OSS_TABLE = (
 
 
 @dataclass(frozen=True)
-class Erratum:
-    """One row's layout as the table prints it and as its release's launcher ran it.
+class PrintedRow:
+    """A table row as printed, which an entry below matches.
 
     Attributes:
         release: the table's release (the ``table`` column's first part, ``26.02.01``).
         model, gpu, precision, task: the row's columns.
-        table: the columns as printed (``{"pp": 1, "vp": 1, "mbs": 2}``; an empty ``vp`` is 1).
-        run: the same columns as the launcher set them.
-        evidence: where the run's values come from and why the printed ones are not the run's.
+        table: the layout columns as printed (``{"pp": 1, "vp": 1, "mbs": 2}``; an empty
+            ``vp`` is 1).
     """
 
     release: str
@@ -64,17 +63,29 @@ class Erratum:
     precision: str
     task: str
     table: dict[str, int]
-    run: dict[str, int]
-    evidence: str
 
     def matches(self, row: pd.Series) -> bool:
-        """Whether ``row`` is this erratum's row, printed as :attr:`table` says."""
+        """Whether ``row`` is this entry's row, printed as :attr:`table` says."""
         release = str(row.get("table", "")).split("/", 1)[0].strip()
         same = (release, str(row.get("model")), str(row.get("gpu")),
                 str(row.get("precision")), str(row.get("task")))  # fmt: skip
         if same != (self.release, self.model, self.gpu, self.precision, self.task):
             return False
         return all(_int(row.get(k), 1 if k == "vp" else 0) == v for k, v in self.table.items())
+
+
+@dataclass(frozen=True)
+class Erratum(PrintedRow):
+    """One row's layout as the table prints it (:class:`PrintedRow`) and as its release's
+    launcher ran it.
+
+    Attributes:
+        run: the ``table`` columns as the launcher set them.
+        evidence: where the run's values come from and why the printed ones are not the run's.
+    """
+
+    run: dict[str, int]
+    evidence: str
 
 
 def _int(v: Any, empty: int) -> int:
@@ -132,28 +143,16 @@ _V020 = (
 
 
 @dataclass(frozen=True)
-class RecipeErratum:
-    """One row whose recipe settings are read from another row's recipe.
+class RecipeErratum(PrintedRow):
+    """One row (:class:`PrintedRow`) whose recipe settings are read from another row's recipe.
 
     Attributes:
-        release, model, gpu, precision, task, table: the row as printed (as :class:`Erratum`).
         recipe_of: the cells the recipe is looked up by instead (``table`` names the release).
         evidence: why the row's own release's preset cannot be its run, and why this recipe.
     """
 
-    release: str
-    model: str
-    gpu: str
-    precision: str
-    task: str
-    table: dict[str, int]
     recipe_of: dict[str, Any]
     evidence: str
-
-    def matches(self, row: pd.Series) -> bool:
-        """Whether ``row`` is this entry's row."""
-        return Erratum(self.release, self.model, self.gpu, self.precision, self.task,
-                       self.table, {}, "").matches(row)  # fmt: skip
 
 
 RECIPE_ERRATA: tuple[RecipeErratum, ...] = (
@@ -179,12 +178,17 @@ def recipe_erratum_for(row: pd.Series) -> RecipeErratum | None:
     return next((e for e in RECIPE_ERRATA if e.matches(row)), None)
 
 
-def recipe_row(row: pd.Series, erratum: RecipeErratum) -> pd.Series:
-    """``row`` with the cells its recipe is looked up by (:attr:`RecipeErratum.recipe_of`)."""
+def _with_cells(row: pd.Series, cells: dict[str, Any]) -> pd.Series:
+    """A copy of ``row`` with ``cells`` set."""
     out = row.copy()
-    for k, v in erratum.recipe_of.items():
+    for k, v in cells.items():
         out[k] = v
     return out
+
+
+def recipe_row(row: pd.Series, erratum: RecipeErratum) -> pd.Series:
+    """``row`` with the cells its recipe is looked up by (:attr:`RecipeErratum.recipe_of`)."""
+    return _with_cells(row, erratum.recipe_of)
 
 
 def recipe_note(erratum: RecipeErratum) -> ArgNote:
@@ -203,10 +207,7 @@ def erratum_for(row: pd.Series) -> Erratum | None:
 def corrected(row: pd.Series, erratum: Erratum) -> pd.Series:
     """``row`` with the layout columns of ``erratum.run`` (the data-parallel width follows from
     the GPU count: :mod:`sim.runs.measured_csv`)."""
-    out = row.copy()
-    for k, v in erratum.run.items():
-        out[k] = v
-    return out
+    return _with_cells(row, erratum.run)
 
 
 def erratum_note(erratum: Erratum) -> ArgNote:
