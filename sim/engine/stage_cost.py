@@ -97,13 +97,14 @@ class StageCost:
         """Each layer's forward (:class:`~sim.engine.host.LayerPart`), in issue order; the
         ``checkpointed`` layers (indices in the stage) run without autograd recording."""
         full = set(checkpointed)
-        return tuple(
-            LayerPart(
-                sec, ops, ops if i in full else 0.0, mods, fns, te, self.sync_share(i),
-                self.grouped_fwd(i),
-            )
-            for i, (sec, ops, mods, fns, te) in enumerate(self.fwd_layers)
-        )  # fmt: skip
+        return tuple(self._forward_part(i, i in full) for i in range(len(self.fwd_layers)))
+
+    def _forward_part(self, i: int, nograd: bool) -> LayerPart:
+        """Layer ``i``'s forward; ``nograd``: run without autograd recording (its ops are also
+        its ``nograd_ops``)."""
+        sec, ops, mods, fns, te = self.fwd_layers[i]
+        return LayerPart(sec, ops, ops if nograd else 0.0, mods, fns, te, self.sync_share(i),
+                         self.grouped_fwd(i))  # fmt: skip
 
     def sync_share(self, i: int) -> tuple[float, ...]:
         """The shares of layer ``i``'s forward before its host syncs (:attr:`fwd_syncs`;
@@ -119,12 +120,7 @@ class StageCost:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
         order (Megatron recomputes each layer when the backward reaches it; their issue order
         does not change the max-plus summary's host and device sums, only its span)."""
-        out = []
-        for i in sorted(checkpointed):
-            sec, ops, mods, fns, te = self.fwd_layers[i]
-            parts = (sec, ops, 0.0, mods, fns, te, self.sync_share(i), self.grouped_fwd(i))
-            out.append(LayerPart(*parts))
-        return tuple(out)
+        return tuple(self._forward_part(i, False) for i in sorted(checkpointed))
 
     def backward_layer_parts(self) -> tuple[LayerPart, ...]:
         """Each layer's backward in forward order, with its forward's Transformer Engine
