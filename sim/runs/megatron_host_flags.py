@@ -29,6 +29,11 @@ DEFAULTS = {"log_interval": "100", "check_for_nan_in_loss": "true"}
 unless ``--no-check-for-nan-in-loss-and-grad``)."""
 
 
+def _on(value: Any) -> bool:
+    """A switch flag's value as Megatron's ``store_true`` reads it from a config."""
+    return value is True or str(value).lower() == "true"
+
+
 def option_value(flag: str, value: Any) -> str | None:
     """The option's value for ``flag = value``; None: the option stays at its default.
 
@@ -49,7 +54,7 @@ def option_value(flag: str, value: Any) -> str | None:
     elif flag == "tensorboard-dir":
         text = "true" if value not in (None, False, "", "None") else "false"
     else:
-        text = "true" if value is True or str(value).lower() == "true" else "false"
+        text = "true" if _on(value) else "false"
     return None if text == DEFAULTS.get(name, "false") else text
 
 
@@ -66,11 +71,6 @@ def transformer_impl(flags: dict[str, Any]) -> str:
     return (
         "local" if flags.get("transformer-impl") == "local" or spec_local else "transformer_engine"
     )
-
-
-def _on(value: Any) -> bool:
-    """A switch flag's value as Megatron's ``store_true`` reads it from a config."""
-    return value is True or str(value).lower() == "true"
 
 
 def fill_options(flags: dict[str, Any]) -> dict[str, str]:
