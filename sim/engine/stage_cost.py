@@ -3,7 +3,8 @@ charges a forward, a backward (B, or its I and W parts) and a recompute, and wha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from sim.engine.host import LayerPart
 from sim.parallel.ops import GroupOp
@@ -92,6 +93,35 @@ class StageCost:
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
     tp_recompute_overlap: tuple[OverlapOp, ...] = ()
     grouped_ops: tuple[tuple[float, float], ...] = ()
+
+    def with_layer_ops(self, fwd: Sequence[float], bwd: Sequence[float] = ()) -> StageCost:
+        """This cost with ``fwd[i]`` more forward ops on layer ``i`` of :attr:`fwd_layers` and
+        ``bwd[i]`` more backward ops on layer ``i`` of :attr:`bwd_layers` (a missing entry adds
+        none, entries beyond the layers are ignored), and :attr:`fwd_ops` and :attr:`bwd_ops`
+        raised by what the layers got.
+
+        Example:
+            >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 2,
+            ...               bwd_layers=((1.0, 20.0, 0.0),) * 2)
+            >>> d = c.with_layer_ops([0.0, 5.0, 7.0], [3.0])
+            >>> [x[1] for x in d.fwd_layers], [x[1] for x in d.bwd_layers], d.fwd_ops, d.bwd_ops
+            ([10.0, 15.0], [23.0, 20.0], 5.0, 3.0)
+        """
+        f = [fwd[i] if i < len(fwd) else 0.0 for i in range(len(self.fwd_layers))]
+        b = [bwd[i] if i < len(bwd) else 0.0 for i in range(len(self.bwd_layers))]
+        return replace(
+            self,
+            fwd_layers=tuple(
+                (sec, ops + x, mods, fns, te)
+                for (sec, ops, mods, fns, te), x in zip(self.fwd_layers, f, strict=True)
+            ),
+            bwd_layers=tuple(
+                (sec, ops + x, nodes)
+                for (sec, ops, nodes), x in zip(self.bwd_layers, b, strict=True)
+            ),
+            fwd_ops=self.fwd_ops + sum(f),
+            bwd_ops=self.bwd_ops + sum(b),
+        )
 
     def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
         """Each layer's forward (:class:`~sim.engine.host.LayerPart`), in issue order; the

@@ -56,8 +56,6 @@ what an op dispatched from Python does.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from sim.compute.decoder_shape import base_kind
 from sim.engine.stage_cost import StageCost
 from sim.framework.options import Option
@@ -185,22 +183,7 @@ def with_deterministic_fills(
     if not cost.fwd_layers or not cost.bwd_layers:
         return cost
     fills = [layer_fills(k, backend, wgrad_fusion) for k in kinds[: len(cost.fwd_layers)]]
-    fills += [(0, 0)] * (len(cost.fwd_layers) - len(fills))
-    fwd = tuple(
-        (sec, ops + f, mods, fns, te)
-        for (sec, ops, mods, fns, te), (f, _) in zip(cost.fwd_layers, fills, strict=True)
-    )
-    bwd = tuple(
-        (sec, ops + b, nodes)
-        for (sec, ops, nodes), (_, b) in zip(cost.bwd_layers, fills, strict=False)
-    )
-    return replace(
-        cost,
-        fwd_layers=fwd,
-        bwd_layers=bwd,
-        fwd_ops=cost.fwd_ops + sum(f for f, _ in fills),
-        bwd_ops=cost.bwd_ops + sum(b for _, b in fills[: len(cost.bwd_layers)]),
-    )
+    return cost.with_layer_ops([f for f, _ in fills], [b for _, b in fills])
 
 
 __all__ = ["DETERMINISM_OPTIONS", "layer_fills", "with_deterministic_fills"]

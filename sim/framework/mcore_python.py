@@ -29,8 +29,6 @@ torch Linear) pay the same; MoE, Mamba and MTP layers are not measured and get n
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from sim.compute.decoder_shape import base_kind
 from sim.engine.stage_cost import StageCost
 
@@ -65,13 +63,7 @@ def with_mcore_python(cost: StageCost, kinds: list[str]) -> StageCost:
     """
     if not cost.fwd_layers:
         return cost
-    extra = [layer_python_ops(kind) for kind in kinds[: len(cost.fwd_layers)]]
-    extra += [0.0] * (len(cost.fwd_layers) - len(extra))
-    layers = tuple(
-        (sec, ops + more, mods, fns, te)
-        for (sec, ops, mods, fns, te), more in zip(cost.fwd_layers, extra, strict=True)
-    )
-    return replace(cost, fwd_layers=layers, fwd_ops=cost.fwd_ops + sum(extra))
+    return cost.with_layer_ops([layer_python_ops(kind) for kind in kinds])
 
 
 __all__ = ["LAYER_PYTHON_OPS", "layer_python_ops", "with_mcore_python"]
