@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sim.engine import simulate
 from sim.engine.host import LayerPart, action_work, layered_work
 from sim.engine.inputs import MicrobatchLoad
+from sim.engine.pair_host import pair_work
 from sim.engine.stage_cost import StageCost
 from sim.hardware.host_ops import HostOverhead, HostWork, issue_exactly
 from tests.helpers import uniform_input
@@ -325,3 +326,20 @@ def test_python_module_and_function_calls_cost_the_host_per_layer():
     wrapped = replace(host, checkpoint_s=0.125)
     assert layered_work(wrapped, "R", parts).host_s == pytest.approx(1.5 + 0.125)
     assert layered_work(host.under("cuda_graphs"), "F", parts).host_s == 0.0
+
+
+def test_pair_work_host_issues_both_actions_and_waits_at_forward_sync():
+    """Megatron's combined 1F1B (sim.engine.pair_host): one host thread issues the forward's
+    100 ops (a token-count sync half-way) and then the backward's 100 ops at 10 us each; the
+    pair's 2 ms of device time overlapped into 1.6 ms (0.4 + 0.4 ms forward, 0.8 ms backward).
+    By hand: the forward's first half ends on the device at 0.5 + 0.4/50 = 0.508 ms, where the
+    host waits; its second half is issued by 1.008 ms and ends at 1.016 ms; the backward is
+    issued by 2.008 ms and ends at 1.008 + 1.0 + 0.8/100 = 2.016 ms."""
+    h = HostOverhead(op_s=10e-6, backward_op_s=10e-6)
+    fwd = LayerPart(1e-3, 100.0, 0.0, 0.0, 0.0, 0.0, (0.5,))
+    bwd = LayerPart(1e-3, 100.0, 0.0, 0.0, 0.0, 0.0)
+    work = pair_work(lambda op, p: layered_work(h, op, p), [fwd], [bwd], 1.6e-3)
+    device_end, host_end = work.finish(0.0, 0.0)
+    assert device_end == pytest.approx(2.016e-3)
+    assert host_end == pytest.approx(2.008e-3)
+    assert work.host_s == pytest.approx(2e-3)

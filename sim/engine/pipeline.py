@@ -27,6 +27,7 @@ objects and frees them by reference counting; the cycle collector only costs tim
 from __future__ import annotations
 
 import gc
+from functools import partial
 
 import simpy
 
@@ -34,10 +35,11 @@ from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
-from sim.engine.host import HostThreads
+from sim.engine.host import HostThreads, LayerPart
 from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
+from sim.engine.pair_host import pair_work
 from sim.engine.partitioned import PartitionedStates
 from sim.engine.replicas import StageReplica, stage_replicas
 from sim.engine.sends import StageSends
@@ -184,7 +186,7 @@ class Engine:
             self.ledger.change(
                 self.env.now, first.gpu, layered, MemCategory.ACTIVATIONS, f"layered {pair[0]}"
             )
-        procs = []
+        procs, start, issued = [], self.env.now, self.hosts.clock(first.gpu).t
         for a in pair:
             rep = self._rep(first, a)
             tags = rep.tags(a.microbatch, a.microbatch // m)
@@ -198,12 +200,46 @@ class Engine:
                 procs.append(self.env.process(proc))
         if procs:
             yield self.env.all_of(procs)
+            yield from self._pair_host(first, pair, start, issued)
         if layered:
             self.ledger.change(
                 self.env.now, first.gpu, -layered, MemCategory.ACTIVATIONS, f"layered {pair[1]}"
             )
         for send in sends:
             self.sends.start(send)
+
+    def _pair_host(
+        self, first: StageReplica, pair: tuple[Action, ...], start: float, issued: float
+    ):
+        """Process: an overlapped pair, whose chains ran from ``start`` to now, waits for its
+        host thread, free at ``issued``, to have issued both actions
+        (:mod:`sim.engine.pair_host`); the wait is logged as ``host_wait``."""
+        parts = [self._pair_parts(self._rep(first, a), a) for a in pair]
+        if len(parts) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
+            return
+        gpu, now = first.gpu, self.env.now
+        receives = not self._rep(first, pair[0]).first or not self._rep(first, pair[1]).last
+        if receives and "recv" in self.hosts.syncs:  # the chains' receive syncs, at start
+            issued = max(issued, start)
+        work = pair_work(partial(self.hosts.layered, gpu), parts[0], parts[1], now - start)
+        clock = self.hosts.clock(gpu)
+        end, host_end = work.finish(issued, start)
+        clock.t = max(clock.t, host_end)  # the chains' own syncs (a loss read) stand
+        if end > now:
+            a = pair[0]
+            tags = first.tags(a.microbatch, a.microbatch // self.inp.microbatches)
+            yield from self.compute.run(gpu, EventKind.HOST_WAIT, f"host {a}", end - now, **tags)
+
+    def _pair_parts(self, rep: StageReplica, a: Action) -> tuple[LayerPart, ...]:
+        """The layer parts the host issues for ``a`` (F or B) of a pair; one part for the
+        whole action where the stage has no per-layer costs."""
+        cost, plan = rep.cost, rep.plan
+        if a.op == "F" and cost.fwd_layers and _full_only(plan):
+            return cost.forward_parts(plan.recompute_layers)
+        if a.op == "B" and cost.bwd_layers:
+            return cost.backward_parts()
+        dur, ops = (cost.fwd_s, cost.fwd_ops) if a.op == "F" else (cost.bwd_s, cost.bwd_ops)
+        return (LayerPart(dur, ops, 0.0, 0.0, 0.0, 0.0),)
 
     def _pair_overlap(self, first: StageReplica, pair: tuple[Action, ...]) -> PairOverlap | None:
         """DualPipe's two chains for ``pair`` (:mod:`sim.engine.overlap`) when
