@@ -101,3 +101,25 @@ def test_gpt_oss_b200_row_of_25_11_is_read_with_its_launchers_expert_parallel_64
     assert len(notes) == 1 and notes[0].startswith("table erratum: the row prints ep 8")
     assert "workload_base_configs.py lines 50-55" in notes[0]
     assert not any(a.name == "layout" for a in printed.args)
+
+
+def test_qwen3_235b_b200_row_of_25_11_is_read_with_its_launchers_virtual_pipeline_4(tmp_path):
+    """25.11 prints Qwen3-235B on 64 B200 with VP 2, the 25.09 row's cells; the release's only
+    B200 FP8-MX preset (Megatron-Bridge v0.2.0) is PP 8 VP 4, so the row runs VP 4 with
+    everything else as printed."""
+    cols = COLUMNS + ("moe_experts", "moe_topk")
+
+    def row(release: str, precision: str) -> dict:
+        vals = (f"{release} / Pre-Training Performance / System: DGX-B200", "pretrain",
+                "Qwen3_235B_a22B", "moe", "B200", 64, 1, 8, 2, 1, 8, 1024, 1, precision, 4096,
+                "Megatron-Bridge/Megatron-Core (NeMo container)", 3269, 20.05, 128, 8)  # fmt: skip
+        return dict(zip(cols, vals, strict=True))
+
+    path = tmp_path / "t.csv"
+    pd.DataFrame([row("25.11", "FP8-MX"), row("25.11", "FP8-CS")]).to_csv(path, index=False)
+    fixed, other = read_measured_csv(path)
+    assert (fixed.layout.pp, fixed.layout.vp, fixed.layout.ep, fixed.layout.dp) == (8, 4, 8, 8)
+    assert other.layout.vp == 2
+    notes = [a.reason for a in fixed.args if a.name == "layout"]
+    assert len(notes) == 1 and notes[0].startswith("table erratum: the row prints vp 2")
+    assert "workload_base_configs.py lines 109-120" in notes[0]

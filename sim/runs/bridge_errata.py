@@ -45,6 +45,15 @@ _OSS_TABLE = (
     "(25.11, DGX-B200 and DGX-H100, GPT OSS 120B)"
 )
 
+_QWEN_LAUNCHER = (
+    "NVIDIA-NeMo/Megatron-Bridge@7af9601c (v0.2.0, the 25.11 container's; unchanged in v0.2.1 and "
+    "v0.2.2) scripts/performance/configs/qwen3/workload_base_configs.py"
+)
+_QWEN_TABLE = (
+    "NVIDIA-NeMo/Megatron-Bridge@067f987df0 docs/performance-summary-archive.md lines 583 and 622 "
+    "(25.11 and 25.09, DGX-B200, Qwen3_235B_a22B)"
+)
+
 
 @dataclass(frozen=True)
 class PrintedRow:
@@ -128,6 +137,18 @@ ERRATA: tuple[Erratum, ...] = (
         "and GA 2 repeat the DGX-H100 row beneath it, whose GA 2 does not follow from its own "
         "columns (512 / (4 x 16) = 8), and the table's first draft (@35b5ecb7 docs/performance-"
         f"summary.md line 80) has these cells as placeholders, '{{8}} | {{2}}'; {_OSS_TABLE}",
+    ),
+    Erratum(
+        "25.11", "Qwen3_235B_a22B", "B200", "FP8-MX", "pretrain",
+        table={"vp": 2}, run={"vp": 4},
+        evidence=f"{_QWEN_LAUNCHER} lines 109-120 (QWEN3_235B_A22B_B200_FP8_CS_BASE_CONFIG, which "
+        "FP8_MX is, the release's only preset for it: pipeline 8, virtual 4, expert parallel 8, "
+        "global batch 1024, moe_a2a_overlap=True); the printed TP 1 PP 8 CP 1 VP 2 EP 8 GA 128 "
+        "are the 25.09 DGX-B200 token-drop row's, cell for cell, and the table's first draft "
+        "(@35b5ecb7 docs/performance-summary.md line 82) is that 25.09 row whole, its 4104 (4275) "
+        "tokens/s included, of which a later commit (@c5dd4b6b line 82) replaced only the "
+        "throughput. VP 2 was the preset's value (without A2A overlap) only before 8aed9a22 "
+        f"(2025-11-21, r0.2.0), two weeks before the tag; {_QWEN_TABLE}",
     ),
 )  # fmt: skip
 """The rows read with their launcher's layout (module doc)."""
