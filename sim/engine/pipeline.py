@@ -35,7 +35,7 @@ from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
-from sim.engine.host import HostThreads, LayerPart
+from sim.engine.host import HostThreads, LayerPart, layered_work
 from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
@@ -214,14 +214,16 @@ class Engine:
         """Process: an overlapped pair, whose chains ran from ``start`` to now, waits for its
         host thread, free at ``issued``, to have issued both actions
         (:mod:`sim.engine.pair_host`); the wait is logged as ``host_wait``."""
-        parts = [self._pair_parts(self._rep(first, a), a) for a in pair]
-        if len(parts) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
+        if len(pair) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
             return
+        parts = [self._pair_parts(self._rep(first, a), a) for a in pair]
         gpu, now = first.gpu, self.env.now
         receives = not self._rep(first, pair[0]).first or not self._rep(first, pair[1]).last
         if receives and "recv" in self.hosts.syncs:  # the chains' receive syncs, at start
             issued = max(issued, start)
-        work = pair_work(partial(self.hosts.layered, gpu), parts[0], parts[1], now - start)
+        # uncached: each pair's scaled parts are new, and would evict the actions' cached works
+        layered = partial(layered_work.__wrapped__, self.hosts.overhead_of(gpu))
+        work = pair_work(layered, parts[0], parts[1], now - start)
         clock = self.hosts.clock(gpu)
         end, host_end = work.finish(issued, start)
         clock.t = max(clock.t, host_end)  # the chains' own syncs (a loss read) stand
