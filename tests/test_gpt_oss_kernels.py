@@ -200,3 +200,20 @@ def test_gpt_oss_eager_pieces_add_their_counted_host_ops():
     assert (fwd - te[0], bwd - te[1]) == (4 + 6 + 2 * 16, 11 + 5 + 8 * 16)
     fused = replace(m, moe=replace(moe, fused_grouped_mlp=True))
     assert grouped_host_ops(layer, "moe_block", fused, par) == (0.0, 0.0)
+
+
+def test_projection_bias_is_added_by_an_unfused_kernel():
+    """GPT-OSS's bridge sets bias_dropout_fusion False (Megatron-Bridge v0.5.0
+    gpt_oss_bridge.py:74): a block of 4 tokens, hidden 32, bf16 adds the output projection's
+    bias in one kernel reading and writing 4*32*2 = 256 bytes each (512), and its backward
+    sums the gradient over the tokens (256); without biases neither."""
+    from sim.compute.transformer import BlockShape, block_bwd, block_fwd
+
+    shape = BlockShape(32, 4, 4, 64, rotary=True, attention="flash", bias=True)
+    fwd = {k.name: k.bytes for k in block_fwd(shape, 1, 2)}
+    assert fwd["attn_proj_bias"] == 512
+    assert {k.name: k.bytes for k in block_bwd(shape, 1, 2)[0]}["attn_proj_bias_bwd"] == 256
+    plain = replace(shape, bias=False)
+    assert not any(
+        "proj_bias" in k.name for k in block_fwd(plain, 1, 2) + block_bwd(plain, 1, 2)[0]
+    )
