@@ -482,6 +482,13 @@ class HostOverheadSpec(BaseModel):
         "forward (NVIDIA/TransformerEngine#2053), charged per TE module of a layer run with "
         "--transformer-impl transformer_engine.",
     )
+    launch: Seconds | None = Field(
+        default=None,
+        ge=0,
+        description="Host time per kernel launched from C++ without a Python-level op around it "
+        "(cuLaunchKernel, a cuBLASLt GEMM in an extension's per-expert loop); default: 3.0/9.8 "
+        "of `op` (dgx-h100's split).",
+    )
     mode: Literal["eager", "cuda_graphs"] = Field(
         default="eager",
         description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
@@ -505,6 +512,7 @@ class HostOverheadSpec(BaseModel):
             function_s=self.function,
             function_backward_s=self.function_backward,
             te_module_s=self.te_module,
+            launch_s=self.launch,
         )
 
 

@@ -60,6 +60,7 @@ from sim.compute.routing import Routing
 from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.events import EventKind
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.parallel.context import AttentionDims, check_cp, context_comm
 from sim.parallel.context_kernels import context_kernels
 from sim.parallel.expert import check_ep, expert_plan
@@ -257,10 +258,13 @@ def shard_decoder(
     spec: ComputeSpec,
     routing: Routing = Routing(),
     regather: bool = False,
+    host: HostOverhead | None = None,
 ) -> DecoderShard:
     """``trace`` (a decoder trace at its micro-batch size, on ``spec``) on one rank of
     layout ``par`` with tokens routed as ``routing`` (module doc); ``regather``: the
-    backward gathers the column-parallel layers' saved inputs again (:func:`_tp_comm`).
+    backward gathers the column-parallel layers' saved inputs again (:func:`_tp_comm`);
+    ``host``: the rank's host, whose figures price the grouped experts' host work per kind
+    (:func:`~sim.parallel.layer_host.grouped_host_ops`; None: the reference host's).
 
     Raises:
         ValueError: the trace records no decoder shape, or :func:`decoder_problem`.
@@ -286,7 +290,7 @@ def shard_decoder(
         ratios, act, share, tpc, ops, pair, parts, sync = cache[key]
         syncs.append(sync)
         scaled = _apply(layer, ratios, act, share[0] + share[1], par, parts)
-        grouped.append(grouped_host_ops(scaled, kind, m, par, lp))
+        grouped.append(grouped_host_ops(scaled, kind, m, par, lp, host))
         layers.append(rank_expert_ops(scaled, kind, m, par, grouped[-1]))
         comm.append(tpc)
         pairs.append(pair)

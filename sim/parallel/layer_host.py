@@ -20,6 +20,7 @@ from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.parallel.layout import ParallelLayout
 from sim.trace.schema import LayerProfile
 
@@ -56,9 +57,11 @@ def grouped_host_ops(
     m: DecoderShape,
     par: ParallelLayout,
     low: LowPrecision | None = None,
+    host: HostOverhead | None = None,
 ) -> tuple[float, float]:
     """``(forward ops, backward ops)`` of the Transformer Engine ``GroupedLinear`` per-expert
-    host work of the rank's ``E / ep`` grouped experts under the layer's recipe ``low``
+    host work of the rank's ``E / ep`` grouped experts under the layer's recipe ``low``, each
+    kind priced at ``host``'s figures (None: the reference host's)
     (:func:`sim.compute.te_grouped_host.grouped_expert_ops`): for a MoE layer whose trace
     counts host ops and whose experts run grouped (not ``sequential_experts``, not the fused
     grouped MLP) under BF16 or a Transformer Engine recipe; ``(0, 0)`` otherwise."""
@@ -71,7 +74,7 @@ def grouped_host_ops(
     if low is not None and low.recipe.library != TE:
         return 0.0, 0.0
     name = low.recipe.name if low is not None else None
-    return grouped_expert_ops(m.moe.experts / par.ep, name)
+    return grouped_expert_ops(m.moe.experts / par.ep, name, host=host)
 
 
 def rank_expert_ops(
