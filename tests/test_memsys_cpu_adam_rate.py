@@ -39,6 +39,8 @@ ZeRO-Offload's Table 4 (the hand-computed least squares above)."""
         ("dgx1-v100-16gb", 4, 2400),  # E5-2698 v4: 4 x DDR4-2400
         ("dgx-a100-40gb", 8, 3200),  # EPYC 7742: 8 x DDR4-3200
         ("dgx-a100-80gb", 8, 3200),
+        ("dgx-h100", 8, 4800),  # Xeon Platinum 8480C: 8 x DDR5-4800
+        ("dgx-b200", 8, 5600),  # Xeon Platinum 8570: 8 x DDR5-5600
     ],
 )
 def test_preset_cpu_adam_is_dgx2_rate_scaled_by_dram_bandwidth(
