@@ -143,7 +143,9 @@ LOSS_READ = Setting(
     f"({PIPE}/engine.py l.560-569, 1111-1113), so every backward reads it. In the releases "
     "v0.9.3 (2023-06-02, #3428) to v0.13.2 (2024-02-10): from v0.10.1 (#4030) as "
     "self.losses += loss.mean().item() at every backward, until v0.13.3 (#5135: 'item() "
-    "causes device/host synchronization') keeps the mean on the device. One read: the host "
+    "causes device/host synchronization') keeps the mean on the device; v0.9.2 reads it only "
+    "with a monitor on. vTrain's runs fall in that window (its docker/Dockerfile pins torch "
+    "2.0.1, released 2023-05-24; arXiv 2312.12391 submitted 2023-11-27). One read: the host "
     "waits for the device (the forward and its loss), then the .item() op and its copy "
     "(PipelineRuntime.loss_reads; the mean's op is issued before the wait)",
 )
@@ -200,7 +202,8 @@ class DeepSpeed(PipelineEngine):
     name: ClassVar[str] = "deepspeed"
     description: ClassVar[str] = (
         "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, host syncs at each exchange "
-        "with t > 1, DP all-reduce after the backward, layers split by parameter count"
+        "with t > 1 and at the loss read before each last-stage backward, DP all-reduce after the "
+        "backward, layers split by parameter count"
     )
     schedules = SCHEDULES
     fsdp = Setting(

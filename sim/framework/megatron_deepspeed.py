@@ -3,8 +3,8 @@
 With pipeline parallelism on (the default: ``--no-pipeline-parallel`` unset),
 ``megatron/training.py::train_step`` hands the step to DeepSpeed's ``PipelineEngine``
 (:mod:`sim.framework.deepspeed`: TrainSchedule 1F1B for any ``m``, blocking paired sends, at
-``t > 1`` partitioned exchanges that block the host, the data-parallel all-reduce after the
-backward, a loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
+``t > 1`` partitioned exchanges that block the host, the last stage's read of the loss before
+each backward, the data-parallel all-reduce after the backward, a loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
 (``type:transformer``), keeps the word embedding on the first and the last stage
 (``TiedLayerSpec('embed')``), and all-reduces its gradient between the two before the
 data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
@@ -63,8 +63,8 @@ class MegatronDeepSpeed(PipelineEngine):
     name: ClassVar[str] = "megatron-deepspeed"
     description: ClassVar[str] = (
         "Megatron-DeepSpeed: GPTModelPipe on DeepSpeed's PipelineEngine (1F1B any m, blocking "
-        "p2p, host syncs at each exchange with t > 1, tied embedding all-reduce, DP all-reduce "
-        "after backward)"
+        "p2p, host syncs at each exchange with t > 1 and at the loss read before each last-stage "
+        "backward, tied embedding all-reduce, DP all-reduce after backward)"
     )
     schedules = Setting(
         frozenset({"1f1b"}),
