@@ -21,6 +21,7 @@ from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.parallel.layout import ParallelLayout
 from sim.trace.schema import LayerProfile
 
@@ -57,9 +58,11 @@ def grouped_host_ops(
     m: DecoderShape,
     par: ParallelLayout,
     low: LowPrecision | None = None,
+    host: HostOverhead | None = None,
 ) -> tuple[float, float]:
     """``(forward ops, backward ops)`` of the per-expert host work of the rank's ``E / ep``
-    grouped experts: Transformer Engine ``GroupedLinear``'s under the layer's recipe ``low``
+    grouped experts: Transformer Engine ``GroupedLinear``'s under the layer's recipe ``low``,
+    each kind priced at ``host``'s figures (None: the reference host's)
     (:func:`sim.compute.te_grouped_host.grouped_expert_ops`; under BF16 or a Transformer Engine
     recipe) and GPT-OSS's eager clamp and expert biases
     (:func:`sim.compute.gptoss_host.expert_ops`), for a MoE layer whose trace counts host ops
@@ -75,7 +78,8 @@ def grouped_host_ops(
     fwd, bwd = expert_ops(m.moe, local)
     if low is not None and low.recipe.library != TE:
         return fwd, bwd
-    te_fwd, te_bwd = grouped_expert_ops(local, low.recipe.name if low is not None else None)
+    name = low.recipe.name if low is not None else None
+    te_fwd, te_bwd = grouped_expert_ops(local, name, host=host)
     return te_fwd + fwd, te_bwd + bwd
 
 
