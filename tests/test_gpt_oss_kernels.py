@@ -1,7 +1,7 @@
 """GPT-OSS's kernels as Megatron-Core and cuDNN run them, each against a hand-computed case:
 the clamped GLU's eager clamp (sim/compute/glu_clamp.py), windowed attention at cuDNN's
 measured rate (sim/compute/swa_speed.py), FP8 attention, YaRN's unfused RoPE
-(sim/compute/rope_unfused.py)."""
+(sim/compute/rope_unfused.py), the host ops of the eager pieces (sim/compute/gptoss_host.py)."""
 
 from __future__ import annotations
 
@@ -168,3 +168,52 @@ def test_cudnn_frontend_124_slows_the_biased_fused_dglu_kernel():
 
     assert feature("1.24.0", True, True) == ["moe_dglu=regressed"]
     assert feature("1.23.0", True, True) == feature("1.24.0", True, False) == []
+
+
+def test_gpt_oss_eager_pieces_add_their_counted_host_ops():
+    """scripts/count_gptoss_ops.py (sim/compute/gptoss_host.py): an attention layer adds the
+    unfused RoPE of Q and K (2 x 15 forward, 2 x 11 backward ops) and the projection's bias
+    (1, 2); a rank of 16 clamped, biased local experts adds the clamp (4, 11) and the bias
+    chain (6 + 2*16, 5 + 8*16), on top of Transformer Engine's GroupedLinear work; the fused
+    grouped MLP none; a model without these pieces nothing."""
+    from sim.compute.decoder import DecoderShape
+    from sim.compute.mcore_ops import moe_layer_ops
+    from sim.compute.te_grouped_host import grouped_expert_ops
+    from sim.parallel.layer_host import grouped_host_ops
+    from sim.parallel.layout import ParallelLayout
+    from sim.trace.decoder import layer_host_ops
+    from sim.trace.schema import LayerProfile
+
+    moe = MoEShape(hidden=64, experts=128, top_k=4, expert_ffn=64, bias=True, clamp=True)
+    m = DecoderShape(layers=2, hidden=64, heads=4, seq_len=32, vocab=128, ffn_hidden=64,
+                     moe=moe, attn_bias=True, rope_unfused=True)  # fmt: skip
+    base = moe_layer_ops("moe_block", 1)
+    ops = layer_host_ops("moe_block", m)
+    assert (ops[0] - base[0], ops[1] - base[1]) == (31.0, 24.0)
+    bare = replace(moe, bias=False, clamp=False)
+    plain = replace(m, attn_bias=False, rope_unfused=False, moe=bare)
+    assert layer_host_ops("moe_block", plain) == base
+    layer = LayerProfile("moe_block.0", 1.0, 1.0, 0.0, 0.0, 0.0, fwd_ops=100.0, bwd_ops=100.0)
+    par = ParallelLayout(dp_replicate=8, ep=8)
+    te = grouped_expert_ops(16, None)
+    fwd, bwd = grouped_host_ops(layer, "moe_block", m, par)
+    assert (fwd - te[0], bwd - te[1]) == (4 + 6 + 2 * 16, 11 + 5 + 8 * 16)
+    fused = replace(m, moe=replace(moe, fused_grouped_mlp=True))
+    assert grouped_host_ops(layer, "moe_block", fused, par) == (0.0, 0.0)
+
+
+def test_projection_bias_is_added_by_an_unfused_kernel():
+    """GPT-OSS's bridge sets bias_dropout_fusion False (Megatron-Bridge v0.5.0
+    gpt_oss_bridge.py:74): a block of 4 tokens, hidden 32, bf16 adds the output projection's
+    bias in one kernel reading and writing 4*32*2 = 256 bytes each (512), and its backward
+    sums the gradient over the tokens (256); without biases neither."""
+    from sim.compute.transformer import BlockShape, block_bwd, block_fwd
+
+    shape = BlockShape(32, 4, 4, 64, rotary=True, attention="flash", bias=True)
+    fwd = {k.name: k.bytes for k in block_fwd(shape, 1, 2)}
+    assert fwd["attn_proj_bias"] == 512
+    assert {k.name: k.bytes for k in block_bwd(shape, 1, 2)[0]}["attn_proj_bias_bwd"] == 256
+    plain = replace(shape, bias=False)
+    assert not any(
+        "proj_bias" in k.name for k in block_fwd(plain, 1, 2) + block_bwd(plain, 1, 2)[0]
+    )

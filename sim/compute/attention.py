@@ -45,6 +45,26 @@ unless ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``, which Bridge's performance recipe
 DeepSeek-V3 only). So a sink layer is the ``flash`` kernel above (its ``a`` extra logits are
 free), windowed where the layer is.
 
+Checked against the versions each Megatron-Bridge container ships (``docs/releases/
+software-versions.md`` @067f987df0: 25.11 TE 2.9 with cuDNN 9.13.1, 26.02 TE 2.12 / cuDNN
+9.18.0, 26.04 TE 2.14 / 9.20.0, 26.06 TE 2.16 / 9.21.1): Transformer Engine's C++ backend
+choice gives the F16 fused backend a non-vanilla softmax from cuDNN 9.13.1 on
+(``common/fused_attn/fused_attn.cpp``, ``cudnn_runtime_version >= 91301``: line 373 at v2.9
+@70f5366, 445 at v2.12 @5671fd3, 463 at v2.14, 455 at v2.16 @4220403) and a left window with
+a causal mask from cuDNN 9.2 on (the same function's "sliding window" clauses), so every BF16
+GPT-OSS row runs cuDNN's fused kernel with its sink and honours the window: no container falls
+back to ``UnfusedDotProductAttention`` (which would build the ``s x s`` scores). FP8 attention
+(``fp8_dpa``, the GB200/GB300 MXFP8 recipes from 26.06) with sinks or a window is refused
+before TE 2.16 (v2.9 ``utils.py`` 697-703 and 862-868: no backend is left) and from v2.16
+needs sm100 and cuDNN 9.21 (v2.16 ``utils.py`` 934-941, 1148-1158; the FP8 backend's own
+clause, ``fused_attn.cpp`` 255-296): 26.06's 9.21.1 on GB200/GB300 passes, so those rows run
+cuDNN's FP8 kernel, whose windowed backward :mod:`sim.compute.swa_speed` times. The sink's
+backward adds ``dSink = sum(exp(sink - stats) * rowsum(dO * O))`` over samples and queries
+per head inside cuDNN's graph (NVIDIA/cudnn-frontend@3929da2 ``include/cudnn_frontend/node/
+scaled_dot_product_flash_attention.h`` 1527-1546): a pointwise chain and a reduction over
+``b*a*s`` fp32 values that the backward's own ``dO * O`` reduction already reads (4 MiB for
+4 x 64 x 4096; under a microsecond at HBM rate), not charged.
+
 A flash kernel records its shape for :mod:`sim.compute.measured` (published efficiencies by
 sequence length and heads): ``m`` queries, ``n`` keys, ``k`` head dim, ``batch`` = samples x
 heads, and its window, which :mod:`sim.compute.swa_speed` times at cuDNN's measured rate

@@ -19,7 +19,8 @@ forward ops on the CPU, 54 as on CUDA, 91 backward, 18 module calls, 8 Python Fu
 (:func:`sim.compute.megatron_ops.block_ops`, :func:`~sim.compute.megatron_ops.block_calls`:
 the stand-in decoder traces use). The stand-in is within 15 % for a dense block and is kept.
 Rotary embeddings add 27 forward and 22 backward ops per layer (counted with
-``position_embedding_type="rope"``, unfused); not applied here (the stand-in has none).
+``position_embedding_type="rope"``, unfused); not applied here (the stand-in has none;
+GPT-OSS's unfused YaRN RoPE is counted apart, :mod:`sim.compute.gptoss_host`).
 
 **The MoE block** (:data:`MOE_BLOCK`) is not a dense block: the router (gating GEMM, softmax
 and top-k, the auxiliary load-balancing loss and its tracker), the ``allgather`` token

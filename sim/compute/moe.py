@@ -28,8 +28,10 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    their experts (timed by the engine, :mod:`sim.parallel.expert`); HybridEP
    (:attr:`MoEShape.hybridep`) runs no Transformer Engine permutation but its own
    preprocessing, permute and unpermute kernels (:mod:`sim.compute.hybridep`);
-4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: one launch for all
-   local experts): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
+4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: Transformer Engine's
+   ``GroupedLinear``, one cuBLASLt GEMM per expert over 4 streams and a cast per expert under
+   a recipe, timed as its loop was measured: :mod:`sim.compute.measured`,
+   :mod:`sim.compute.quantize`): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
    fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's
    default ``--expert-tensor-parallel-size`` = tensor-parallel size); the activation
    (``2*n*f_e/t*d`` bytes) and, gated, the product (``3*n*f_e/t*d``). Equal row counts are one
@@ -98,6 +100,7 @@ import math
 from dataclasses import replace
 
 from sim.compute import dglu_regression, hybridep
+from sim.compute.expert_bias import bias_bwd, bias_fwd
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
@@ -118,7 +121,8 @@ BIAS_FP32_BYTES = 4
 
 
 def expert_bias_bytes(rows: float, w: int, d: int) -> float:
-    """Bytes the unfused bias of the experts' down projection moves in the forward (GPT-OSS).
+    """Bytes the unfused bias of the experts' down projection moves in the forward (GPT-OSS;
+    its kernels, one pair per expert: :mod:`sim.compute.expert_bias`).
 
     Megatron-Core's ``TEGroupedMLP`` builds ``linear_fc2`` with its bias returned apart and adds
     it after the GEMM, weighted by the routing probabilities: ``torch.cat([t + b * p for t, b, p
@@ -247,8 +251,8 @@ def moe_fwd(
             if shape.gated:
                 out.append(mem(f"expert_gate_mul[{n}]", 3 * n * fe * d * c))
         out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
-    if shape.bias and not fused:
-        out.append(mem("expert_bias", expert_bias_bytes(_rows(rows), w, d)))
+    if shape.bias and not fused:  # the down projection's bias, an eager chain per expert
+        out += bias_fwd(_groups(rows), w, d)
     out += sort[1:]
     if not shape.hybridep:  # HybridEP's unpermute is its own (above)
         unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
@@ -285,8 +289,8 @@ def moe_bwd(
         sort = sort_bwd(_rows(rows), w, d)
     sort = sort or _flex_permute(shape, r, rows, d, etp, False)
     dx += sort[:1]
-    if shape.bias and not fused:  # the chain's backward, 1.5x its forward bytes (module doc)
-        dx.append(mem("expert_bias_bwd", 1.5 * expert_bias_bytes(_rows(rows), w, d)))
+    if shape.bias and not fused:  # the chain's backward (sim.compute.expert_bias)
+        dx += bias_bwd(_groups(rows), w, d)
     slow = dglu_regression.SLOWDOWN if fused and shape.bias and shape.dglu_regressed else 1.0
     for n, c in sorted(_groups(rows).items()):
         down = grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad", fused)

@@ -56,7 +56,12 @@ class BlockShape:
             ``sliding_window``; 0: full causal attention); the core's FLOPs are those of the
             band (:func:`~sim.compute.attention.score_fraction`).
         bias: biases on the Q, K, V and output projections (GPT-OSS ``attention_bias``):
-            ``(a + 2 kv)*hd + h`` parameters, added in the GEMMs' epilogues (no kernel).
+            ``(a + 2 kv)*hd + h`` parameters; Q, K, V's added in the GEMM's epilogue (no
+            kernel); the output projection's is returned apart (Megatron-Core's
+            ``skip_bias_add``) and added by the unfused bias-dropout-add GPT-OSS runs
+            (``bias_dropout_fusion = False``, :mod:`sim.compute.gptoss_host`): one kernel
+            reading and writing ``r*h*d``, and in the backward its gradient's sum over the
+            tokens (reads ``r*h*d``).
         sinks: a learned logit per head added to the softmax's denominator (GPT-OSS
             attention sinks): ``a`` parameters, computed inside the attention kernel.
         rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
@@ -224,6 +229,8 @@ def attention_half_fwd(
         window=shape.window,
     )
     out.append(gemms["proj"])
+    if shape.bias:  # added by the unfused bias-dropout-add (attribute doc)
+        out.append(mem("attn_proj_bias", 2 * r * h * d))
     return out + _dropout_residual("attn", r, h, d, shape.dropout)
 
 
@@ -296,6 +303,8 @@ def attention_half_bwd(
     dx = {name: gemm(f"d_{name}_in", t, k, n, d) for name, k, n in lin}
     dw = [gemm(f"d_{name}_w", k, n, t, d) for name, k, n in lin]
     out = [mem("dropout_bwd", (2 * d + 1) * r * h)] if shape.dropout else []
+    if shape.bias:  # the output projection's bias gradient, a sum over the tokens
+        out.append(mem("attn_proj_bias_bwd", r * h * d))
     out.append(dx["proj"])
     out += attention_bwd(
         shape.attention,

@@ -13,13 +13,15 @@ from dataclasses import replace
 
 from sim.compute.decoder import DecoderShape
 from sim.compute.decoder_shape import base_kind
+from sim.compute.gptoss_host import expert_ops
 from sim.compute.kernels import Kernel, kernel_time_s
-from sim.compute.mcore_ops import expert_ops
+from sim.compute.mcore_ops import expert_ops as sequential_expert_ops
 from sim.compute.moe import HOST_SYNC_KERNELS
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.parallel.layout import ParallelLayout
 from sim.trace.schema import LayerProfile
 
@@ -56,22 +58,29 @@ def grouped_host_ops(
     m: DecoderShape,
     par: ParallelLayout,
     low: LowPrecision | None = None,
+    host: HostOverhead | None = None,
 ) -> tuple[float, float]:
-    """``(forward ops, backward ops)`` of the Transformer Engine ``GroupedLinear`` per-expert
-    host work of the rank's ``E / ep`` grouped experts under the layer's recipe ``low``
-    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`): for a MoE layer whose trace
-    counts host ops and whose experts run grouped (not ``sequential_experts``, not the fused
-    grouped MLP) under BF16 or a Transformer Engine recipe; ``(0, 0)`` otherwise."""
+    """``(forward ops, backward ops)`` of the per-expert host work of the rank's ``E / ep``
+    grouped experts: Transformer Engine ``GroupedLinear``'s under the layer's recipe ``low``,
+    each kind priced at ``host``'s figures (None: the reference host's)
+    (:func:`sim.compute.te_grouped_host.grouped_expert_ops`; under BF16 or a Transformer Engine
+    recipe) and GPT-OSS's eager clamp and expert biases
+    (:func:`sim.compute.gptoss_host.expert_ops`), for a MoE layer whose trace counts host ops
+    and whose experts run grouped (not ``sequential_experts``, not the fused grouped MLP);
+    ``(0, 0)`` otherwise."""
     if m.moe is None or base_kind(kind) not in ("moe_block", "moe"):
         return 0.0, 0.0
     if m.moe.sequential_experts or m.moe.fused_grouped_mlp:
         return 0.0, 0.0
     if layer.fwd_ops is None or layer.bwd_ops is None:
         return 0.0, 0.0
+    local = m.moe.experts / par.ep
+    fwd, bwd = expert_ops(m.moe, local)
     if low is not None and low.recipe.library != TE:
-        return 0.0, 0.0
+        return fwd, bwd
     name = low.recipe.name if low is not None else None
-    return grouped_expert_ops(m.moe.experts / par.ep, name)
+    te_fwd, te_bwd = grouped_expert_ops(local, name, host=host)
+    return te_fwd + fwd, te_bwd + bwd
 
 
 def rank_expert_ops(
@@ -96,7 +105,7 @@ def rank_expert_ops(
         return replace(layer, fwd_ops=layer.fwd_ops + fwd, bwd_ops=layer.bwd_ops + bwd)
     if par.ep <= 1:
         return layer
-    fwd, bwd, mods, fns = expert_ops(m.moe.experts - m.moe.experts / par.ep)
+    fwd, bwd, mods, fns = sequential_expert_ops(m.moe.experts - m.moe.experts / par.ep)
 
     def less(v: float | None, d: float) -> float | None:
         return None if v is None else max(0.0, v - d)

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.compute.decoder import (
+    ATTN,
     DecoderShape,
     layer_act_bytes,
     layer_kernels,
@@ -39,6 +40,7 @@ from sim.compute.decoder import (
     trainable_params,
 )
 from sim.compute.decoder_shape import base_kind
+from sim.compute.gptoss_host import attention_ops
 from sim.compute.kernels import phase_time
 from sim.compute.mcore_ops import moe_layer_ops
 from sim.compute.megatron_ops import decoder_layer_ops
@@ -74,11 +76,17 @@ def layer_host_ops(kind: str, m: DecoderShape) -> tuple[float, float, float, flo
     (:func:`sim.compute.mcore_ops.moe_layer_ops`), with all ``E`` experts local when they run
     one by one (``sequential_experts``; expert parallelism takes the others off,
     :mod:`sim.parallel.decoder_shard`), else one grouped MLP issuing one expert's ops; any other
-    as :func:`sim.compute.megatron_ops.decoder_layer_ops`."""
+    as :func:`sim.compute.megatron_ops.decoder_layer_ops`; a layer with attention plus the ops
+    GPT-OSS's eager attention pieces add (:func:`sim.compute.gptoss_host.attention_ops`)."""
     base = base_kind(kind)
     if base in ("moe_block", "moe") and m.moe is not None:
-        return moe_layer_ops(base, m.moe.experts if m.moe.sequential_experts else 1)
-    return decoder_layer_ops(base)
+        ops = moe_layer_ops(base, m.moe.experts if m.moe.sequential_experts else 1)
+    else:
+        ops = decoder_layer_ops(base)
+    if base not in ATTN:
+        return ops
+    fwd, bwd = attention_ops(m)
+    return ops[0] + fwd, ops[1] + bwd, ops[2], ops[3]
 
 
 def decoder_layer(
