@@ -96,7 +96,7 @@ def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
 
 def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
     """The table's ``first_last_layers_bf16`` cell (``True (start=0, end=14)``) and the
-    ``keep_mtp_spec_in_bf16=True`` and ``quant_recipe=load_quantization_recipe("'<file>'",)``
+    ``keep_mtp_spec_in_bf16=True``, ``fp8_output_proj=True`` and ``quant_recipe=load_quantization_recipe("'<file>'",)``
     entries of ``precision_other`` as the flags :mod:`sim.runs.precision_flags` reads."""
     f: dict[str, Any] = {}
     cell = get.get("first_last_layers_bf16", "")
@@ -109,6 +109,8 @@ def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
     other = get.get("precision_other", "")
     if "keep_mtp_spec_in_bf16=True" in other:
         f["keep-mtp-spec-in-bf16"] = True
+    if "fp8_output_proj=True" in other:  # the output layer in MXFP8 (sim.runs.precision_flags)
+        f["fp8-output-proj"] = True
     m = re.search(r"load_quantization_recipe\([\"']*([^\"',)]+)", other)
     if m:
         f["quant-recipe"] = m.group(1)

@@ -1,0 +1,43 @@
+"""Megatron-Bridge recipe flags that change a step's work: the output layer in MXFP8
+(``fp8_output_proj``, sim.runs.precision_flags), the per-token loss's gradient scaling
+(``calculate_per_token_loss``, sim.framework.per_token_loss) and a CUDA graph of the attention
+taking GPT-OSS's attention host ops with it (sim.framework.cuda_graphs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.compute.decoder import DecoderShape, layer_kernels
+from sim.compute.precision import cast_bytes_per_element, get_recipe
+from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.compute.quantize import quantize_layer
+from sim.hardware.loader import load_hardware
+from sim.runs.bridge_recipes import recipe_flags
+from sim.runs.megatron_args import read_megatron
+
+GB200 = load_hardware("gb200-nvl72").gpus[0].compute
+MXFP8 = get_recipe("mxfp8")
+SHAPE = DecoderShape(2, 256, 4, 128, 1024, 512)
+ARGS = {"num-layers": 2, "hidden-size": 256, "num-attention-heads": 4, "seq-length": 128,
+        "vocab-size": 1024, "bf16": True, "fp8-format": "e4m3", "fp8-recipe": "mxfp8",
+        "global-batch-size": 8}  # fmt: skip
+
+
+def test_fp8_output_proj_runs_the_logits_gemms_in_mxfp8_with_their_casts():
+    flags = recipe_flags({"precision_other": "fp8_output_proj=True"})
+    assert flags == {"fp8-output-proj": True}
+    run = read_megatron(ARGS | flags, name="h", source="t", gpu="GB200", num_gpus=8)
+    assert dict(run.precision_options) == {"fp8_output_proj": True}
+    rules = LayerRules.default(MXFP8, head=True)
+    assert LowPrecision(MXFP8, rules).layer_low("head", 0, 2)
+    assert not LowPrecision(MXFP8, LayerRules.default(MXFP8)).layer_low("head", 0, 2)
+    b, d = 1, 2
+    fwd, din, dw = quantize_layer(layer_kernels("head", SHAPE, b, d), MXFP8,
+                                  GB200.low_rate("mxfp8"), rules)  # fmt: skip
+    gemms = [k for k in (*fwd, *din, *dw) if k.kind == "gemm"]
+    assert gemms and {k.precision for k in gemms} == {"mxfp8"}
+    # one cast of the head's input (b*s x h, both usages: MXFP8 runs the wgrad low) forward,
+    # one of the logits' gradient (b*s x V) in the input-gradient phase
+    per = cast_bytes_per_element(MXFP8, 2, GB200.low_rate("mxfp8").non_tn)
+    casts = {k.name: k.bytes for k in (*fwd, *din) if k.name.startswith("quantize")}
+    assert sorted(casts.values()) == pytest.approx(sorted([128 * 256 * per, 128 * 1024 * per]))
