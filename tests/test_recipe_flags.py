@@ -41,3 +41,18 @@ def test_fp8_output_proj_runs_the_logits_gemms_in_mxfp8_with_their_casts():
     per = cast_bytes_per_element(MXFP8, 2, GB200.low_rate("mxfp8").non_tn)
     casts = {k.name: k.bytes for k in (*fwd, *din) if k.name.startswith("quantize")}
     assert sorted(casts.values()) == pytest.approx(sorted([128 * 256 * per, 128 * 1024 * per]))
+
+
+def test_per_token_loss_moves_the_gradient_scaling_to_the_step():
+    from sim.framework.per_token_loss import FINALIZE_PASSES
+    from sim.framework.registry import get_framework
+
+    flags = recipe_flags({"calculate_per_token_loss": "True"})
+    assert flags == {"calculate-per-token-loss": True}
+    run = read_megatron(ARGS | flags, name="p", source="t", gpu="GB200", num_gpus=8)
+    assert ("per_token_loss", "true") in run.framework_options
+    plain, per_token = get_framework("megatron-lm"), get_framework("megatron-lm[per_token_loss]")
+    # Megatron-LM's passes (2, 2): zero + NaN check always, the 1/w pre-scaling with w > 1;
+    # per-token: no pre-scaling, the finalize's read + write at any width
+    assert plain.step_work().passes(1) == 2.0 and plain.step_work().passes(8) == 4.0
+    assert per_token.step_work().passes(1) == per_token.step_work().passes(8) == 2 + FINALIZE_PASSES

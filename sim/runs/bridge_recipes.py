@@ -180,7 +180,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("megatron_fsdp", "use-megatron-fsdp"),
                       ("fp8_param_gather", "fp8-param-gather"),
                       ("fp8_dot_product_attention", "fp8-dot-product-attention"),
-                      ("moe_router_fusion", "moe-router-fusion")):  # fmt: skip
+                      ("moe_router_fusion", "moe-router-fusion"),
+                      ("calculate_per_token_loss", "calculate-per-token-loss")):  # fmt: skip
         if _true(get.get(col, "")):
             f[flag] = True
     if get.get("moe_router_fusion", "").strip().lower().startswith("false"):
