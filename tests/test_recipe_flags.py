@@ -56,3 +56,28 @@ def test_per_token_loss_moves_the_gradient_scaling_to_the_step():
     # per-token: no pre-scaling, the finalize's read + write at any width
     assert plain.step_work().passes(1) == 2.0 and plain.step_work().passes(8) == 4.0
     assert per_token.step_work().passes(1) == per_token.step_work().passes(8) == 2 + FINALIZE_PASSES
+
+
+def test_an_attention_graph_takes_gpt_oss_attention_ops_whole():
+    from dataclasses import replace
+
+    from sim.engine.stage_cost import StageCost
+    from sim.framework.cuda_graphs import captured
+    from sim.parallel.layer_host import attention_host_ops
+    from sim.trace.schema import LayerProfile
+
+    gpt_oss = replace(SHAPE, rope_unfused=True, attn_bias=True)
+    layer = LayerProfile("l0", 1.0, 2.0, 0.0, 0.0, 0.0, fwd_ops=200.0, bwd_ops=150.0)
+    # two rotated tensors of 15 / 11 ops and the bias's 1 / 2 (sim.compute.gptoss_host)
+    assert attention_host_ops(layer, "moe_block", gpt_oss) == (31.0, 24.0)
+    assert attention_host_ops(layer, "moe_block", SHAPE) == (0.0, 0.0)
+    assert attention_host_ops(layer, "moe", gpt_oss) == (0.0, 0.0)  # no attention half
+    cost = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((1.0, 200.0, 0.0, 0.0, 0.0),),
+                     bwd_layers=((2.0, 150.0, 0.0),), grouped_ops=((40.0, 30.0),),
+                     attn_ops=((31.0, 24.0),))  # fmt: skip
+    # attn: the attention's own ops go whole, half of the other (200-40-31, 150-30-24) ops, the
+    # experts' all stay; moe_router alone: the attention's stay whole, the experts' too
+    a = captured(cost, ["moe_block"], "transformer_engine", ("attn", "moe_router"))
+    assert (a.fwd_ops, a.bwd_ops) == (129 / 2 + 40, 96 / 2 + 30)
+    r = captured(cost, ["moe_block"], "transformer_engine", ("moe_router",))
+    assert (r.fwd_ops, r.bwd_ops) == (129 + 40 + 31, 96 + 30 + 24)
