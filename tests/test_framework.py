@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 from sim.cli import app
 from sim.config import parse_experiment
 from sim.engine import simulate
+from sim.engine.host import layered_work
 from sim.engine.inputs import DDP_BUCKET_BYTES, PipelineRuntime
+from sim.engine.stage_cost import StageCost
 from sim.framework import framework_names, get_framework
 from sim.framework.placement import megatron_boundaries, parameter_boundaries
 from sim.hardware.host_ops import HostOverhead
@@ -221,11 +223,60 @@ def test_deepspeed_partitioned_exchanges_block_the_host_only_with_tensor_paralle
     for t in (1, 2):
         rt = fw.runtime(topo, trace, t)
         assert not rt.sync_before_forward
-        rt = replace(rt, microbatch_load=PipelineRuntime().microbatch_load)  # tested apart
-        log = simulate(replace(plain, costs=costs, host=host, runtime=rt))
+        rt = replace(rt, microbatch_load=PipelineRuntime().microbatch_load, loss_reads=0)
+        log = simulate(replace(plain, costs=costs, host=host, runtime=rt))  # loads, reads apart
         ends[t] = log.iteration_ends_s
     assert ends[1] == [pytest.approx(10.25)]
     assert ends[2] == [pytest.approx(11.75)]
+
+
+@pytest.mark.parametrize("name", ["deepspeed", "megatron-deepspeed"])
+def test_deepspeed_reads_the_loss_before_each_backward_of_the_last_stage(name):
+    # DeepSpeedEngine.backward (v0.9.3-v0.13.2) runs loss.mean().item() at every micro-batch
+    # of the pipeline engine's last stage: the host waits for the forward, then the read's op.
+    # One stage, m = 2, F = 1 s, B = 2 s, one op each at 0.5 s, a read of 0.5 s (op; read_s
+    # 0): 0F0 [0.5, 1.5], host waits to 1.5 and reads to 2.0, issues 0B0 -> [2.5, 4.5]; 0F1
+    # issued [2.5, 3.0] runs [4.5, 5.5]; read to 6.0, 0B1 [6.5, 8.5]. Without the read the
+    # host runs ahead: 0B0 [1.5, 3.5], 0F1 [3.5, 4.5], 0B1 [4.5, 6.5].
+    topo = chain_topology(1, bandwidth_Bps=1 * GB)
+    plain = uniform_input("1f1b", 1, 2, topology=topo)
+    costs = tuple(replace(c, fwd_ops=1.0, bwd_ops=1.0) for c in plain.costs)
+    host = HostOverhead(op_s=0.5, backward_op_s=0.5)
+    rt = get_framework(name).runtime(topo, _trace(["head"], [1.0]), 1)
+    assert rt.loss_reads == 1
+    rt = replace(rt, microbatch_load=PipelineRuntime().microbatch_load)  # tested apart
+    ends = {}
+    for reads in (1, 0):
+        log = simulate(
+            replace(plain, costs=costs, host=host, runtime=replace(rt, loss_reads=reads))
+        )
+        ends[reads] = log.iteration_ends_s
+        if reads:
+            spans = {(e.name, e.start_s, e.end_s) for e in log.events if e.kind == "compute"}
+            assert {("0B0", 2.5, 4.5), ("0F1", 4.5, 5.5), ("0B1", 6.5, 8.5)} <= spans
+    assert ends == {1: [pytest.approx(8.5)], 0: [pytest.approx(6.5)]}
+
+
+def test_megatron_deepspeed_layers_wait_for_the_device_before_their_mlp():
+    # ParallelTransformerLayer.forward builds moe_loss and mlp_bias with torch.tensor(0.0,
+    # device=...): blocking copies, so the host waits once per block forward, after 44 of the
+    # block's 63 counted ops; embedding and head keep none, nor does plain DeepSpeed.
+    # One block of 63 ops at 10 us and 1 ms of device, both free at 0: without the wait the
+    # host leads, the device ends at 10 us + 1 ms = 1.010 ms, the host at 0.630 ms. With it:
+    # 44 ops (host 0.44 ms), device 0.01 + 1e-3 * 44/63 = 0.7084 ms; the host waits to it and
+    # issues 19 more (0.8984 ms); the device resumes at 0.7184 and ends + 19/63 ms = 1.020 ms.
+    layer = (1e-3, 63.0, 0.0, 0.0, 0.0)
+    cost = StageCost(3e-3, 6e-3, 0.0, 0.0, fwd_layers=(layer,) * 3)
+    kinds = ["embedding", "block", "head"]
+    synced = get_framework("megatron-deepspeed").host_captured(cost, kinds)
+    assert synced.fwd_syncs == ((), (pytest.approx(44 / 63),), ())
+    assert get_framework("deepspeed").host_captured(cost, kinds).fwd_syncs == ()
+    host = HostOverhead(op_s=10e-6)
+    ends = [
+        layered_work(host, "F", (c.forward_parts(())[1],)).finish(0.0, 0.0) for c in (cost, synced)
+    ]
+    assert ends[0] == (pytest.approx(1.010e-3), pytest.approx(0.630e-3))
+    assert ends[1] == (pytest.approx(1.020e-3), pytest.approx(1e-5 + 1e-3 * 44 / 63 + 19e-5))
 
 
 @pytest.mark.parametrize(

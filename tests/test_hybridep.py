@@ -44,7 +44,7 @@ def test_hybridep_gathers_the_routing_map_not_the_counts():
     from sim.compute.decoder import DecoderShape
     from sim.compute.moe_shape import MoEShape
     from sim.compute.routing import Routing
-    from sim.parallel.decoder_shard import COUNT_BYTES, _group_ops
+    from sim.parallel.decoder_comm import COUNT_BYTES, group_ops
     from sim.parallel.expert import expert_plan
     from sim.parallel.layout import ParallelLayout
 
@@ -52,11 +52,11 @@ def test_hybridep_gathers_the_routing_map_not_the_counts():
     m = DecoderShape(2, 512, 8, 256, 1000, 1024, moe=moe)
     par = ParallelLayout(dp_replicate=2, ep=2)
     plan = expert_plan(moe, Routing(), 64, 2, 1, 2)
-    gathers = [op.nbytes for op in _group_ops("moe_block", m, 1, 2, par, (0.0, 0.0), plan)[0]
+    gathers = [op.nbytes for op in group_ops("moe_block", m, 1, 2, par, (0.0, 0.0), plan)[0]
                if op.kind == "all_gather"]  # fmt: skip
     assert gathers == [COUNT_BYTES * 8 * 2]
     m = replace(m, moe=replace(moe, hybridep=True))
-    gathers = [op.nbytes for op in _group_ops("moe_block", m, 1, 2, par, (0.0, 0.0), plan)[0]
+    gathers = [op.nbytes for op in group_ops("moe_block", m, 1, 2, par, (0.0, 0.0), plan)[0]
                if op.kind == "all_gather"]  # fmt: skip
     assert gathers == [256 * 8 * 2]  # seq_len 256 tokens per rank
 

@@ -1,5 +1,5 @@
-"""PatrickStar's hosts: CPU Adam scaled by DRAM bandwidth (experiments/patrickstar-{v100,a100}.yaml),
-and bench_memsys's time breakdown over a hand-made event frame."""
+"""CPU Adam's rate read from ZeRO-Offload's Table 4 and scaled by DRAM bandwidth to the presets'
+CPUs (sim.memory.host_adam), and bench_memsys's time breakdown over a hand-made event frame."""
 
 import sys
 from pathlib import Path
@@ -16,24 +16,49 @@ def _socket_Bps(channels: int, mts: float) -> float:
     return channels * mts * 1e6 * 8
 
 
-DGX2_SOCKET = 1.95e9
-"""CPU-Adam params/s of a DGX-2 socket (Xeon Platinum 8168: 6 channels of DDR4-2666)."""
+def test_rate_from_latencies_is_the_least_squares_slope_through_the_origin() -> None:
+    from sim.memory.host_adam import REN_TABLE4, rate_from_latencies
+
+    # hand-computed: t = p / r exactly for r = 2e9 gives r back; Table 4's five rows give
+    # sum(p^2) / sum(p t) = 185e18 / 50.34e9
+    assert rate_from_latencies([(1e9, 0.5), (4e9, 2.0)]) == pytest.approx(2e9)
+    assert rate_from_latencies(REN_TABLE4) == pytest.approx(185e18 / 50.34e9)
+    with pytest.raises(ValueError):
+        rate_from_latencies([])
+
+
+DGX2_SOCKET = 185e18 / 50.34e9 / 2
+"""CPU-Adam params/s of a DGX-2 socket (Xeon Platinum 8168: 6 channels of DDR4-2666), from
+ZeRO-Offload's Table 4 (the hand-computed least squares above)."""
 
 
 @pytest.mark.parametrize(
-    ("experiment", "channels", "mts"),
+    ("preset", "channels", "mts"),
     [
-        ("patrickstar-v100.yaml", 4, 2400),  # assumed E5-2698 v4: 4 x DDR4-2400
-        ("patrickstar-a100.yaml", 8, 3200),  # DGX-A100's EPYC 7742: 8 x DDR4-3200
+        ("dgx2-v100", 6, 2666),  # Xeon Platinum 8168: 6 x DDR4-2666
+        ("dgx1-v100-16gb", 4, 2400),  # E5-2698 v4: 4 x DDR4-2400
+        ("dgx-a100-40gb", 8, 3200),  # EPYC 7742: 8 x DDR4-3200
+        ("dgx-a100-80gb", 8, 3200),
+        ("dgx-h100", 8, 4800),  # Xeon Platinum 8480C: 8 x DDR5-4800
+        ("dgx-b200", 8, 5600),  # Xeon Platinum 8570: 8 x DDR5-5600
     ],
 )
-def test_patrickstar_hosts_cpu_adam_is_dgx2_rate_scaled_by_dram_bandwidth(
-    experiment: str, channels: int, mts: float
+def test_preset_cpu_adam_is_dgx2_rate_scaled_by_dram_bandwidth(
+    preset: str, channels: int, mts: float
 ) -> None:
     want = DGX2_SOCKET * _socket_Bps(channels, mts) / _socket_Bps(6, 2666)
-    data = yaml.safe_load((ROOT / "experiments" / experiment).read_text())
-    rates = [float(h["adam_params_per_s"]) for h in data["hardware"]["hosts"]]
+    data = yaml.safe_load((ROOT / "sim" / "hardware" / "presets" / f"{preset}.yaml").read_text())
+    rates = [float(h["adam_params_per_s"]) for h in data["hosts"]]
     assert rates == [pytest.approx(want, rel=5e-3)] * 2
+
+
+def test_patrickstar_v100_host_is_the_assumed_dgx1_cpu() -> None:
+    """The WeChat Yard node's CPU is not published; its hosts take the dgx1-v100-16gb preset's
+    CPU-Adam rate (2x E5-2698 v4, an assumption)."""
+    data = yaml.safe_load((ROOT / "experiments" / "patrickstar-v100.yaml").read_text())
+    dgx1 = yaml.safe_load((ROOT / "sim/hardware/presets/dgx1-v100-16gb.yaml").read_text())
+    rates = {float(h["adam_params_per_s"]) for h in data["hardware"]["hosts"]}
+    assert rates == {float(dgx1["hosts"][0]["adam_params_per_s"])}
 
 
 def test_time_breakdown_sums_the_last_iteration_by_kind() -> None:

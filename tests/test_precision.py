@@ -27,8 +27,9 @@ from sim.hardware.gpu_compute import LowPrecisionRate
 from sim.hardware.loader import load_hardware
 from sim.memory.plan import StagePlan
 from sim.memory.precision import precision_plan
-from sim.parallel.decoder_shard import low_precision_params, shard_decoder
+from sim.parallel.decoder_shard import shard_decoder
 from sim.parallel.layout import ParallelLayout
+from sim.parallel.low_params import low_precision_params
 from sim.plan.point_row import point_row
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare

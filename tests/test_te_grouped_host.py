@@ -35,6 +35,28 @@ def test_four_experts_mxfp8_by_hand():
     assert grouped_linear_s(4, "fp8-delayed")[0] == pytest.approx(4 * 15e-6)
 
 
+def test_grace_prices_the_per_expert_python_and_launches_apart():
+    # gb200-nvl72's host: Python calls at its module figure, launches at its launch figure,
+    # the dummy torch.empty at nograd_op less a launch, AccumulateGrad at backward_op, the DDP
+    # hook at function_backward; 4 experts under MXFP8 (counts as in the hand count above).
+    topo = load_hardware("gb200-nvl72")
+    h = topo.host(topo.gpu(0).host).overhead
+    py, ln, empty = h.module_s, h.kernel_launch_s, h.nograd_op_s - h.kernel_launch_s
+    fwd, bwd = grouped_linear_s(4, "mxfp8", h)
+    assert fwd == pytest.approx(4 * (6 * py + 2 * ln))
+    assert bwd == pytest.approx(
+        4 * (6 * py + empty + 3 * ln) + 3 * (h.backward_op_s + h.function_backward_s)
+    )
+    # handed on as that host's own ops, the engine's op prices give the seconds back
+    f_ops, b_ops = grouped_expert_ops(4, "mxfp8", host=h)
+    assert (f_ops * h.op_s, b_ops * h.backward_op_s) == pytest.approx((2 * fwd, 2 * bwd))
+    # the x86 reference host prices every kind as before
+    x86 = load_hardware("dgx-h100")
+    assert grouped_expert_ops(4, "mxfp8", host=x86.host(x86.gpu(0).host).overhead) == (
+        pytest.approx(grouped_expert_ops(4, "mxfp8"))
+    )
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_shard_charges_grouped_experts_unless_fused(fused):
     gpu = load_hardware("dgx-h100").gpus[0].compute

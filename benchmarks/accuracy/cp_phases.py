@@ -29,7 +29,7 @@ from sim.compute.decoder import layer_kernels, tokens  # noqa: E402
 from sim.compute.kernels import kernel_time_s  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
 from sim.parallel.context_kernels import context_kernels  # noqa: E402
-from sim.parallel.decoder_shard import attention_dims  # noqa: E402
+from sim.parallel.decoder_split import attention_dims  # noqa: E402
 from sim.plan.point_row import point_row  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
 from sim.runs.bridge_recipes import read_recipes  # noqa: E402

@@ -10,7 +10,9 @@ kernel that moves ``bytes`` through HBM. Its time on a :class:`~sim.hardware.gpu
   ``TILE_M x TILE_N`` tiles, each SM runs one tile at a time, and the last wave runs partly
   empty: ``tiles / (ceil(tiles / sm_count) * sm_count)``; tile quantization (padding of edge
   tiles) is in the same factor through ``ceil(m / TILE_M) * ceil(n / TILE_N)``.
-* memory-bound: ``overhead + bytes / hbm_rate``.
+* memory-bound: ``overhead + bytes / hbm_rate``; a memory-bound kernel that stands for
+  ``batch`` launches of one kernel back to back on one stream (Transformer Engine's per-expert
+  casts, :mod:`sim.compute.quantize`) adds :data:`BACK_TO_BACK_S` per launch after the first.
 
 A GEMM whose ``precision`` names a low-precision format (``fp8``, ``mxfp8``, ``nvfp4``:
 :mod:`sim.compute.precision`) runs at that format's achieved rate
@@ -36,6 +38,14 @@ from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
 from sim.compute.swa_speed import windowed_rate_flops
 from sim.hardware.gpu_compute import ComputeSpec
 
+BACK_TO_BACK_S = 0.56e-6
+"""Device seconds per kernel of a chain of kernels queued back to back on one stream, the
+host ahead of it: the GPU's command processing per launch (ademeure/QuickRunCUDA@3a9f5f27
+``b300_clean/10_launch_overhead.md`` §5: a CUDA graph of 1,000 no-op kernels on a B300 runs at
+0.56 us per kernel, ``cudaGraphLaunch`` "N x 0.5 us dispatch"; the host's own 1.85 us per
+``cudaLaunchKernel`` is the host model's). A lower bound of a small kernel's share: its own
+last-wave tail is not measured there. Carried to the other GPUs (assumption)."""
+
 TILE_M = 128
 TILE_N = 128
 """Output tile of the modelled GEMM kernel: 128 x 128, one of the tile sizes NVIDIA's guide
@@ -57,7 +67,8 @@ class Kernel:
             permutation's tokens, rows and bytes per row (:mod:`sim.compute.measured`); zero
             otherwise.
         grouped: the pass (``fwd``, ``dgrad``, ``wgrad``) of a grouped GEMM over MoE experts
-            (``batch`` experts of ``m x n x k`` each); ``""`` for any other kernel.
+            (``batch`` experts of ``m x n x k`` each); ``""`` for any other kernel. A
+            memory-bound kernel's ``batch`` is the launches it stands for (module doc).
         precision: the GEMM's low-precision format (``fp8``, ``mxfp8``, ``nvfp4``); ``""``:
             the dtype its phase is timed in.
         window: a flash-attention kernel's sliding window (keys each query attends;
@@ -166,13 +177,15 @@ def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
             rate = spec.peak_flops(dtype) * eff
             if kern.precision:  # measured in 16 bits: scaled as the format's large GEMMs are
                 rate *= spec.matmul_rate(kern.precision) / spec.matmul_rate(dtype)
-            return spec.kernel_overhead_s + kern.flops / rate
+            floor = measured.grouped_gemm_floor_s(kern, spec)  # TE's per-expert loop
+            return spec.kernel_overhead_s + max(kern.flops / rate, floor)
         return gemm_time_s(kern, spec, dtype)
     if kern.kind == "mem":
         permute = measured.permute_time_s(kern, spec)
         if permute is not None:
             return spec.kernel_overhead_s + permute
-        return spec.kernel_overhead_s + kern.bytes / spec.hbm_rate_Bps()
+        chain = (kern.batch - 1) * BACK_TO_BACK_S  # launches after the first (module doc)
+        return spec.kernel_overhead_s + chain + kern.bytes / spec.hbm_rate_Bps()
     if kern.kind == "attn":
         attn = windowed_rate_flops(kern, spec, dtype) if kern.window else None
         if attn is None:  # a windowed kernel at its measured rate (sim.compute.swa_speed)

@@ -39,6 +39,38 @@ published measurements on the GPU say how fast they run, and this module gives t
   interpolates in ``log2 M``, clamped: few rows per expert (128-300) run at 0.1-0.4 of peak,
   a weight gradient lower still, far below what the roofline and wave quantization give.
 
+  **A floor per expert GEMM.** What SimuMax's test times is Transformer Engine's per-expert
+  loop, not one batched kernel: ``general_grouped_gemm`` (its script, wall clock over 40 calls)
+  runs one cuBLASLt GEMM per expert over ``nvte_get_num_compute_streams()`` = 4 CUDA streams
+  (NVIDIA/TransformerEngine@70f5366 ``common/util/multi_stream.cpp`` 52-55,
+  ``common/gemm/cublaslt_gemm.cu`` 924-975; the same at v2.7, @5671fd3, @71bbefb and @4220403,
+  whose ``pytorch/csrc/extensions/gemm.cpp`` 602-607 still says "we only have multi-stream
+  cublas backend"), so the measured fractions already hold the per-expert launches and the
+  streams' overlap. Below a size the time per GEMM stops falling with its FLOPs: on the
+  ``(5120, 1536)`` curve, 160 experts of 154 rows and 80 of 308 rows take the same wall time
+  per GEMM (``2 M N K / (f x 2250 TFLOPS)``: forward 9.1 / 9.2 us, input gradient 8.6 / 8.7,
+  weight gradient into bf16 8.8 / 8.8), although the second does twice the FLOPs per GEMM.
+  That part of a GEMM's time is not its FLOPs, so a faster format (FP8, MXFP8, NVFP4: the
+  16-bit fractions scaled by the format's rate, :mod:`sim.compute.kernels`) or a smaller
+  expert shape than the four measured does not shorten it: a grouped GEMM of ``c`` experts
+  takes at least ``c x`` :data:`TE_LOOP_GEMM_FLOOR_S` (the least of the measured per-GEMM
+  times), on the same Blackwell parts as the tables (whether the floor is the loop's host
+  work or its kernels' is not separable from a wall clock; it is carried unscaled to the
+  other parts, an assumption). TE's fused grouped MLP (one persistent kernel,
+  :mod:`sim.compute.moe`) has no such loop and no floor.
+
+  **A weight gradient reads and writes its fp32 main gradient.** Megatron's gradient-accumulation
+  fusion has each expert's weight-gradient GEMM accumulate into the weight's fp32 ``main_grad``
+  (``grouped_linear.py`` ``general_grouped_gemm(..., accumulate=True)``; SimuMax's test runs it
+  so: ``main_grad_dtype=fp32``, ``accumulate=True``), 8 bytes per weight element read and
+  written whatever the GEMM's format. At few rows that traffic is the whole time: DeepSeek-V3's
+  ``(4096, 7168)`` at 128 rows takes 43.1 us per GEMM into fp32 (fraction 0.077) and 23.6 us
+  into bf16 (0.142), ``4096 x 7168 x 8`` bytes = 235 MB and half of it at 5.4 TB/s, the node's
+  memory-bound rate (0.666 of 8 TB/s, the ``dgx-b200`` preset's). So a weight-gradient GEMM of
+  ``c`` experts of ``m x n`` weights takes at least ``8 c m n`` bytes at the GPU's memory-bound
+  HBM rate (:data:`MAIN_GRAD_ACCUMULATE_BYTES`), which a lower-precision format, scaled by its
+  GEMM rate, does not shorten.
+
   **Grouped GEMMs relative to the dense rate.** SimuMax's node runs large dense BF16 GEMMs at
   0.4878 of 2250 TFLOPS (its own efficiency test, same pipeline, same node:
   :data:`SIMUMAX_NODE_MATMUL`), where Transformer Engine's GEMM benchmark measures 0.650 on an HGX
@@ -169,6 +201,15 @@ overlay's ``matmul_efficiency``): the grouped-GEMM fractions are taken relative 
 GROUPED_GPUS = ("B200", "GB200", "B300", "GB300")
 """GPUs whose grouped expert GEMMs run at the measured fractions relative to their dense rate:
 the Blackwell parts (fifth-generation tensor cores, module doc)."""
+TE_LOOP_GEMM_FLOOR_S = 8.6e-6
+"""Least wall time per expert GEMM of Transformer Engine's multi-stream cuBLAS loop that
+SimuMax's grouped-GEMM test measured on B200 (module doc, "a floor per expert GEMM"): the
+input gradient of ``(N, K) = (5120, 1536)`` at 154 and 308 rows per expert (fractions 0.125 and
+0.247 of 2250 TFLOPS, 160 and 80 experts: ``2 x 154 x 5120 x 1536 / (0.125 x 2250e12)`` =
+8.6 us), the same at both row counts."""
+MAIN_GRAD_ACCUMULATE_BYTES = 8
+"""HBM bytes per weight element a weight-gradient GEMM moves accumulating into an fp32
+``main_grad``: read 4 and write 4 (module doc, "a weight gradient reads and writes")."""
 PERMUTE_BPS = {"fwd": 0.5008 * 8000 * 2**30, "bwd": 0.5108 * 8000 * 2**30}
 """TE's fused permute/unpermute on B200, bytes/s of SimuMax's byte count (module doc)."""
 PERMUTE_LAUNCH_S = 2 * 30e-6
@@ -262,6 +303,32 @@ def grouped_gemm_efficiency(kern, spec: ComputeSpec, dtype: str) -> float | None
     shape = min(_B200_GROUPED, key=lambda s: abs(math.log2(s[0] / n)) + abs(math.log2(s[1] / k)))
     eff = log2_interp(_B200_GROUPED[shape][kern.grouped], m) / SIMUMAX_NODE_MATMUL
     return eff * spec.matmul_rate(dtype) / spec.peak_flops(dtype)
+
+
+def grouped_gemm_floor_s(kern, spec: ComputeSpec) -> float:
+    """Least seconds of a grouped expert GEMM of ``kern.batch`` experts on ``spec``, in any
+    format (module doc): Transformer Engine's per-expert loop, ``batch x``
+    :data:`TE_LOOP_GEMM_FLOOR_S`; a weight gradient (``m x n`` weights) at least its fp32
+    main-gradient traffic, ``batch x m x n x`` :data:`MAIN_GRAD_ACCUMULATE_BYTES` at the HBM
+    rate. 0 for other kernels and off Blackwell (:data:`GROUPED_GPUS`).
+
+    Example: 8 experts on a B200 (HBM 8 TB/s at 0.85): 8 x 8.6 us; the weight gradients of
+    4096 x 7168 weights 8 x 4096 x 7168 x 8 bytes / 6.8 TB/s = 276.3 us.
+
+    >>> from types import SimpleNamespace
+    >>> b200 = ComputeSpec("B200", 2250e12, 80e12, 8e12, 148, 0.642, 0.70)
+    >>> fwd = SimpleNamespace(grouped="fwd", batch=8, m=64, n=1024)
+    >>> wgrad = SimpleNamespace(grouped="wgrad", batch=8, m=4096, n=7168)
+    >>> [round(grouped_gemm_floor_s(k, b200) * 1e6, 1) for k in (fwd, wgrad)]
+    [68.8, 276.3]
+    """
+    if not kern.grouped or not spec.model.upper().startswith(GROUPED_GPUS):
+        return 0.0
+    loop = kern.batch * TE_LOOP_GEMM_FLOOR_S
+    if kern.grouped != "wgrad":
+        return loop
+    accumulate = kern.batch * kern.m * kern.n * MAIN_GRAD_ACCUMULATE_BYTES
+    return max(loop, accumulate / spec.hbm_rate_Bps())
 
 
 def permute_time_s(kern, spec: ComputeSpec) -> float | None:

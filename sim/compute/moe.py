@@ -28,8 +28,10 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    their experts (timed by the engine, :mod:`sim.parallel.expert`); HybridEP
    (:attr:`MoEShape.hybridep`) runs no Transformer Engine permutation but its own
    preprocessing, permute and unpermute kernels (:mod:`sim.compute.hybridep`);
-4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: one launch for all
-   local experts): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
+4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: Transformer Engine's
+   ``GroupedLinear``, one cuBLASLt GEMM per expert over 4 streams and a cast per expert under
+   a recipe, timed as its loop was measured: :mod:`sim.compute.measured`,
+   :mod:`sim.compute.quantize`): expert ``i`` with ``n_i`` rows runs ``[n_i, h] @ [h, 2f_e/t]`` (gate and up
    fused) and ``[n_i, f_e/t] @ [f_e/t, h]`` (expert tensor parallelism ``t``: Megatron's
    default ``--expert-tensor-parallel-size`` = tensor-parallel size); the activation
    (``2*n*f_e/t*d`` bytes) and, gated, the product (``3*n*f_e/t*d``). Equal row counts are one

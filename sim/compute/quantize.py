@@ -24,6 +24,20 @@ quantize kernels that feed them (:mod:`sim.compute.precision` says which and why
 With TE's weight cache the weights are quantized once per step, not here
 (:func:`weight_quantize_bytes`). The attention core, norms, activations, router and
 permutations are untouched.
+
+**Grouped experts quantize per expert.** A MoE layer's experts as Transformer Engine's
+``GroupedLinear`` (the grouped GEMMs of :mod:`sim.compute.moe`, not the fused grouped MLP) cast
+their input in the forward and their output gradient in the backward with ``tex.split_quantize``,
+which runs the recipe's quantize kernels once per expert on the current stream
+(``multi_tensor_quantize_impl``, ``csrc/extensions/cast.cpp``: NVIDIA/TransformerEngine v2.7
+l.87-150, @70f5366 l.103-150, @71bbefb l.257-300, @4220403 l.394-440, the versions Megatron-Bridge's
+containers ship, :mod:`sim.compute.te_grouped_host`), except where a fused kernel covers all
+experts: delayed scaling's ``nvte_multi_cast_transpose`` (same lines) and, from TE 2.12
+(@5671fd3 ``split_quantize_nvfp4_impl``, l.803-1100), NVFP4's grouped Hadamard-amax and cast
+kernels. The cast of ``c`` experts is then one kernel of the same bytes standing for
+``c x`` :data:`PER_EXPERT_CASTS` launches (``Kernel.batch``), which
+:func:`sim.compute.kernels.kernel_time_s` runs back to back on one stream. Such an input is
+the sum over its row groups (experts of different row counts are different inputs).
 """
 
 from __future__ import annotations
@@ -55,6 +69,13 @@ NORM_INPUT = {**NORM_FED, "q_down": "norm1", "kv_down": "norm1", "shared_up": "n
 them over the rank's own tokens before the all-gather (``layernorm_linear.py:285-312``), so
 their cast covers the norm's elements, not the gathered GEMM's."""
 _BWD = re.compile(r"^d_(.+)_(in|w)$")
+PER_EXPERT_CASTS = {"fp8-tensorwise": 3, "fp8-blockwise": 1, "mxfp8": 1}
+"""Quantize kernels ``split_quantize`` launches per expert, by Transformer Engine recipe (module
+doc): current scaling an amax, a scale and a cast (TE@70f5366 ``csrc/quantizer.cpp`` 497-535),
+block scaling and MXFP8 one ``nvte_quantize_v2`` (805-820, 1091-1101), at every TE version
+Megatron-Bridge ships (v2.7-v2.16: @4220403 ``cast.cpp`` ``split_quantize`` fuses only NVFP4).
+Recipes not listed (delayed scaling; NVFP4, grouped from TE 2.12, which every Bridge NVFP4 run
+has: 26.04 and later) quantize all experts in one fused launch."""
 
 
 def _base(name: str) -> tuple[str, str]:
@@ -110,8 +131,9 @@ def quantize_layer(
     names = (LINEARS - set(rules.keep16)) | extra | ({"router"} if rules.router else set())
     fwd, bwd_in, bwd_w = ([*k] for k in kernels)
     usages = 2 if recipe.wgrad else 1
-    x_elems: dict[str, float] = {}
+    x_parts: dict[str, dict[str, float]] = {}
     dy_elems: dict[str, float] = {}
+    launches: dict[tuple[str, str], int] = {}  # (role, key): per-expert cast launches
     w_elems = [0.0, 0.0]  # torchao: weights cast per use (forward row-wise, backward column-wise)
     for out in (fwd, bwd_in, bwd_w):
         for i, kern in enumerate(out):
@@ -120,20 +142,31 @@ def quantize_layer(
                 continue
             out[i] = _low(kern, recipe)
             key = SHARED_INPUT.get(base, base)
+            per = PER_EXPERT_CASTS.get(recipe.name, 0) if recipe.library == TE else 0
+            if kern.grouped and per:  # GroupedLinear's split_quantize (module doc)
+                launches[role, key] = launches.get((role, key), 0) + per * kern.batch
             if role == "fwd":
-                # GEMMs of one fused linear share one input: it is cast once
-                x_elems[key] = max(x_elems.get(key, 0.0), kern.m * kern.k * kern.batch)
+                # GEMMs of one fused linear share one input: it is cast once; an expert row
+                # group (``[n]``) is an input of its own
+                part = x_parts.setdefault(key, {})
+                group = kern.name.partition("[")[2]
+                part[group] = max(part.get(group, 0.0), kern.m * kern.k * kern.batch)
                 w_elems[0] += kern.k * kern.n * kern.batch
             elif role == "in":
                 dy_elems[key] = dy_elems.get(key, 0.0) + kern.m * kern.k * kern.batch
                 w_elems[1] += kern.n * kern.k * kern.batch
+    x_elems = {key: sum(part.values()) for key, part in x_parts.items()}
     if rules.attention:  # FP8 attention (fp8_dpa): the core's kernels in its format
         fmt = attention_format(recipe.format)
         fwd, bwd_in = ([replace(k, precision=fmt) if k.kind == "attn" else k for k in ks]
                        for ks in (fwd, bwd_in))  # fmt: skip
     fwd = _input_casts(fwd, x_elems, recipe, rate, usages)
+    fwd = [_launched(k, launches.get(("fwd", k.name.removeprefix("quantize_")))) for k in fwd]
     bwd_in = bwd_in + [
-        mem(f"quantize_dgrad_{key}", n * cast_bytes_per_element(recipe, usages, rate.non_tn))
+        _launched(
+            mem(f"quantize_dgrad_{key}", n * cast_bytes_per_element(recipe, usages, rate.non_tn)),
+            launches.get(("in", key)),
+        )
         for key, n in dy_elems.items()
     ]
     if not recipe.weight_cache and any(w_elems):
@@ -141,6 +174,14 @@ def quantize_layer(
         fwd.append(mem("quantize_weights", w_elems[0] * one))
         bwd_in.append(mem("quantize_weights_t", w_elems[1] * one))
     return fwd, bwd_in, bwd_w
+
+
+def _launched(kern: Kernel, launches: int | None) -> Kernel:
+    """``kern`` (a cast) as ``launches`` back-to-back kernels when it is GroupedLinear's
+    per-expert cast (module doc), else unchanged."""
+    if not launches or kern.kind != "mem" or not kern.name.startswith("quantize_"):
+        return kern
+    return replace(kern, batch=launches)
 
 
 def _input_casts(

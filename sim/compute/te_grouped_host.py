@@ -52,9 +52,13 @@ per-op figure, ``sim/hardware/presets/dgx-h100.yaml``): a C++ kernel launch 3.0 
 plus the launch); a no-grad torch op without a kernel 5.0 us (#41383 without autograd); a
 Python call 2 us (pytorch/pytorch#50431, "~2 microseconds for empty module": the preset's
 ``module``); an autograd node 13.9 us (the preset's ``backward_op``) and a Python hook 7.5 us
-(its ``function_backward``). The seconds are handed to the engine as forward ops (9.8 us each)
-and backward ops (13.9 us each), so a preset whose host figures scale the H100's uniformly (the
-B200 preset's are the same, GB200's 2.75x) prices them at its own rate.
+(its ``function_backward``). On another host each kind takes that host's own figure
+(:func:`prices`: ``launch``, ``module``, ``nograd_op``, ``backward_op``, ``function_backward``),
+so a Grace host (``gb200-nvl72``), whose Python runs about as fast as the x86 reference's and
+whose C++ and launch path about 3x slower, prices the Python calls and the launches apart. The
+seconds are handed to the engine in that host's forward and backward ops (``op_s``,
+``backward_op_s``), which the engine prices back to the same seconds; without a host, in the
+reference's (9.8 us, 13.9 us).
 
 **Not counted** (lower bound): C++ per-expert work without a launch
 (``makeTransformerEngineTensor`` from Python objects, ``at::from_blob`` views,
@@ -84,6 +88,10 @@ micro-batches.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
+
+from sim.hardware.host_ops import HostOverhead
 
 QUANTIZE_LAUNCHES = {
     "fp8-delayed": 0.0,
@@ -116,10 +124,66 @@ REF_BWD_OP_S = 13.9e-6
 """The reference preset's backward op (``dgx-h100`` ``backward_op``)."""
 
 
-def per_expert_s(recipe: str | None) -> tuple[float, float]:
-    """``(forward, backward)`` reference-host seconds one ``GroupedLinear`` spends per local
-    expert under ``recipe`` (a :mod:`sim.compute.precision` name; None: BF16), besides the
-    per-expert autograd node and hook (:func:`grouped_linear_s`). Module doc.
+class Prices(NamedTuple):
+    """Host seconds per item of each kind of host work :func:`per_expert_s` counts (module doc).
+
+    Attributes:
+        launch_s: a kernel launched from C++ (a quantize kernel, a cuBLASLt GEMM).
+        py_call_s: a Python call.
+        nograd_op_s: a torch op issued from Python without autograd recording and without a
+            kernel (the dummy wgrad's ``torch.empty``).
+        node_s: an autograd node the engine runs (``AccumulateGrad``).
+        hook_s: a Python hook the engine calls (Megatron DDP's gradient hook).
+    """
+
+    launch_s: float
+    py_call_s: float
+    nograd_op_s: float
+    node_s: float
+    hook_s: float
+
+
+REFERENCE = Prices(LAUNCH_S, PY_CALL_S, NOGRAD_OP_S, NODE_S, HOOK_S)
+"""The reference host's prices (``dgx-h100``, module doc)."""
+
+
+def prices(host: HostOverhead | None) -> Prices:
+    """Each kind at ``host``'s own figure for it (None: :data:`REFERENCE`): a launch at
+    :attr:`~sim.hardware.host_ops.HostOverhead.kernel_launch_s`, a Python call at ``module_s``,
+    a no-grad op without a kernel at ``nograd_op_s`` (when given) less a launch, a node at
+    ``backward_op_s``, a hook at ``function_backward_s``. A kind the host leaves at 0 takes the
+    reference price scaled by ``op_s / 9.8 us`` (every host figure scaled alike, as before the
+    split). On the reference figures this is :data:`REFERENCE`; on Grace (``gb200-nvl72``) the
+    Python kinds scale by CPython's own ratio and the C++ ones by the launch path's (the
+    preset's comment above ``host_overhead``).
+
+    >>> from sim.hardware.host_ops import HostOverhead
+    >>> ref = HostOverhead(op_s=9.8e-6, backward_op_s=13.9e-6, nograd_op_s=8e-6, module_s=2e-6,
+    ...                    function_backward_s=7.5e-6)
+    >>> [round(x * 1e6, 2) for x in prices(ref)]
+    [3.0, 2.0, 5.0, 13.9, 7.5]
+    >>> [round(x * 1e6, 2) for x in prices(HostOverhead(op_s=19.6e-6))]  # nothing else given
+    [6.0, 4.0, 10.0, 27.8, 15.0]
+    """
+    if host is None:
+        return REFERENCE
+    scale = host.op_s / REF_OP_S
+    launch = host.kernel_launch_s or LAUNCH_S * scale
+    nograd = host.nograd_op_s or 0.0
+    return Prices(
+        launch,
+        host.module_s or PY_CALL_S * scale,
+        nograd - launch if nograd > launch else NOGRAD_OP_S * scale,
+        host.backward_op_s or NODE_S * scale,
+        host.function_backward_s or HOOK_S * scale,
+    )
+
+
+def per_expert_s(recipe: str | None, host: HostOverhead | None = None) -> tuple[float, float]:
+    """``(forward, backward)`` host seconds one ``GroupedLinear`` spends per local expert under
+    ``recipe`` (a :mod:`sim.compute.precision` name; None: BF16), besides the per-expert
+    autograd node and hook (:func:`grouped_linear_s`), each kind at :func:`prices` of ``host``
+    (None: the reference host's). Module doc.
 
     Example: MXFP8 forward 4 calls + object + workspace (6 x 2 us) + quantize and GEMM (2 x
     3 us) = 18 us; backward 6 calls (12 us) + dummy ``torch.empty`` (5 us) + 3 launches (9 us).
@@ -129,21 +193,24 @@ def per_expert_s(recipe: str | None) -> tuple[float, float]:
     >>> [round(x * 1e6, 1) for x in per_expert_s(None)]
     [3.0, 15.0]
     """
+    p = prices(host)
     if recipe is None:
-        fwd = LAUNCH_S  # the GEMM
-        bwd = 2 * PY_CALL_S + NOGRAD_OP_S + 2 * LAUNCH_S  # clear, ddp + empty; dgrad, wgrad
+        fwd = p.launch_s  # the GEMM
+        bwd = 2 * p.py_call_s + p.nograd_op_s + 2 * p.launch_s  # clear, ddp + empty; 2 GEMMs
         return fwd, bwd
     q = QUANTIZE_LAUNCHES.get(recipe, 1.0)
-    fwd = 6 * PY_CALL_S + (q + 1) * LAUNCH_S
-    bwd = 6 * PY_CALL_S + NOGRAD_OP_S + (q + 2) * LAUNCH_S
+    fwd = 6 * p.py_call_s + (q + 1) * p.launch_s
+    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2) * p.launch_s
     return fwd, bwd
 
 
-def grouped_linear_s(local_experts: float, recipe: str | None) -> tuple[float, float]:
-    """``(forward, backward)`` reference-host seconds of one ``GroupedLinear`` with
-    ``local_experts`` experts beyond the one expert's ops the Megatron-Core counts hold:
-    :func:`per_expert_s` for each expert, and an ``AccumulateGrad`` node and Megatron's DDP
-    hook for each expert but one (module doc).
+def grouped_linear_s(
+    local_experts: float, recipe: str | None, host: HostOverhead | None = None
+) -> tuple[float, float]:
+    """``(forward, backward)`` host seconds of one ``GroupedLinear`` with ``local_experts``
+    experts beyond the one expert's ops the Megatron-Core counts hold: :func:`per_expert_s`
+    for each expert, and an ``AccumulateGrad`` node and Megatron's DDP hook for each expert but
+    one (module doc); at ``host``'s prices (None: the reference host's).
 
     Example: 4 experts, MXFP8: 4 x 18 = 72 us forward; 4 x 26 + 3 x (13.9 + 7.5) = 168.2 us.
 
@@ -151,29 +218,42 @@ def grouped_linear_s(local_experts: float, recipe: str | None) -> tuple[float, f
     [72.0, 168.2]
     """
     n = max(0.0, local_experts)
-    fwd, bwd = per_expert_s(recipe)
-    return n * fwd, n * bwd + max(0.0, n - 1) * (NODE_S + HOOK_S)
+    fwd, bwd = per_expert_s(recipe, host)
+    p = prices(host)
+    return n * fwd, n * bwd + max(0.0, n - 1) * (p.node_s + p.hook_s)
 
 
 def grouped_expert_ops(
-    local_experts: float, recipe: str | None, linears: int = 2
+    local_experts: float,
+    recipe: str | None,
+    linears: int = 2,
+    host: HostOverhead | None = None,
 ) -> tuple[float, float]:
     """``(forward ops, backward ops)`` to add to a MoE layer whose experts run as ``linears``
     ``GroupedLinear`` modules (``TEGroupedMLP``: fc1 and fc2) of ``local_experts`` each: the
-    seconds of :func:`grouped_linear_s` in the reference preset's forward and backward op
-    (:data:`REF_OP_S`, :data:`REF_BWD_OP_S`; module doc).
+    seconds of :func:`grouped_linear_s` at ``host``'s prices per kind, in ``host``'s forward
+    and backward op (the engine prices the ops at ``op_s`` and ``backward_op_s``, so the
+    seconds come out as priced). None, or a host without per-op figures: the reference
+    host's prices and ops (:data:`REF_OP_S`, :data:`REF_BWD_OP_S`; module doc).
 
     Example (4 experts, MXFP8): 2 x 72 us / 9.8 us and 2 x 168.2 us / 13.9 us.
 
     >>> [round(x, 2) for x in grouped_expert_ops(4, "mxfp8")]
     [14.69, 24.2]
     """
-    fwd, bwd = grouped_linear_s(local_experts, recipe)
-    return linears * fwd / REF_OP_S, linears * bwd / REF_BWD_OP_S
+    if host is None or host.op_s <= 0 or host.backward_op_s <= 0:
+        host, op_s, bwd_op_s = None, REF_OP_S, REF_BWD_OP_S
+    else:
+        op_s, bwd_op_s = host.op_s, host.backward_op_s
+    fwd, bwd = grouped_linear_s(local_experts, recipe, host)
+    return linears * fwd / op_s, linears * bwd / bwd_op_s
 
 
 __all__ = [
     "QUANTIZE_LAUNCHES",
+    "REFERENCE",
+    "Prices",
+    "prices",
     "grouped_expert_ops",
     "grouped_linear_s",
     "per_expert_s",

@@ -14,6 +14,10 @@ calls its ``stop()``, which counts the steps; the pipeline engine steps through
 With tensor parallelism (``grid.model_parallel_size > 1``) the engine partitions what it sends
 between stages over the tensor-parallel group, and each exchange blocks the host
 (:data:`PARTITIONED_EXCHANGES`, :func:`with_partitioned_exchanges`).
+
+On the last stage every micro-batch's backward starts with ``DeepSpeedEngine.backward``, which
+reads the loss back to the host (``loss.mean().item()``), so the host waits for the forward and
+its loss before it issues the backward (:data:`LOSS_READ`).
 """
 
 from __future__ import annotations
@@ -129,6 +133,37 @@ def with_partitioned_exchanges(rt: PipelineRuntime, tensor_parallel: int) -> Pip
     return replace(rt, sync_after_p2p=True)
 
 
+LOSS_READ = Setting(
+    1,
+    f"{PIPE}/engine.py::_exec_backward_pass on the last stage calls "
+    "runtime/engine.py::DeepSpeedEngine.backward(self.loss) for every micro-batch, which "
+    "(microsoft/DeepSpeed@f5dde36, l.1845-1848) runs self.losses.append(loss.mean().item()) "
+    "unless is_gradient_accumulation_boundary(); the pipeline engine's override returns "
+    "_force_grad_boundary, True only inside _exec_reduce_grads and _exec_optimizer_step "
+    f"({PIPE}/engine.py l.560-569, 1111-1113), so every backward reads it. In the releases "
+    "v0.9.3 (2023-06-02, #3428) to v0.13.2 (2024-02-10): from v0.10.1 (#4030) as "
+    "self.losses += loss.mean().item() at every backward, until v0.13.3 (#5135: 'item() "
+    "causes device/host synchronization') keeps the mean on the device; v0.9.2 reads it only "
+    "with a monitor on. vTrain's runs fall in that window (its docker/Dockerfile pins torch "
+    "2.0.1, released 2023-05-24; arXiv 2312.12391 submitted 2023-11-27). One read: the host "
+    "waits for the device (the forward and its loss), then the .item() op and its copy "
+    "(PipelineRuntime.loss_reads; the mean's op is issued before the wait)",
+)
+
+
+def with_loss_read(rt: PipelineRuntime) -> PipelineRuntime:
+    """``rt`` with DeepSpeed's read of the loss before each backward of the last stage
+    (:data:`LOSS_READ`): the engine's ``loss_reads``, which blocks the host after each
+    forward of the last stage (:meth:`sim.engine.pipeline` ``_read_loss``); the same point in
+    1F1B, where a last stage's backward follows its forward.
+
+    Example:
+        >>> with_loss_read(PipelineRuntime()).loss_reads
+        1
+    """
+    return replace(rt, loss_reads=LOSS_READ.value)
+
+
 SYNC_AFTER_P2P = Setting(
     False,
     "with t = 1 none; with t > 1 after every exchange, set by runtime(): "
@@ -143,7 +178,8 @@ NO_ZERO = Setting(
 
 class PipelineEngine(Framework):
     """What every profile on DeepSpeed's ``PipelineEngine`` shares: its runtime, with the
-    partitioned exchanges at ``t > 1`` (:func:`with_partitioned_exchanges`)."""
+    partitioned exchanges at ``t > 1`` (:func:`with_partitioned_exchanges`) and the loss read
+    before each backward of the last stage (:func:`with_loss_read`)."""
 
     def runtime(
         self,
@@ -154,9 +190,10 @@ class PipelineEngine(Framework):
         memory: FrameworkMemory | None = None,
     ) -> PipelineRuntime:
         """The pipeline engine (:meth:`Framework.runtime`), with its partitioned exchanges at
-        ``t > 1`` (:func:`with_partitioned_exchanges`)."""
+        ``t > 1`` (:func:`with_partitioned_exchanges`) and its loss read
+        (:func:`with_loss_read`)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
-        return with_partitioned_exchanges(rt, tensor_parallel)
+        return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
 
 
 class DeepSpeed(PipelineEngine):
@@ -165,7 +202,8 @@ class DeepSpeed(PipelineEngine):
     name: ClassVar[str] = "deepspeed"
     description: ClassVar[str] = (
         "DeepSpeed PipelineEngine: TrainSchedule 1F1B, blocking p2p, host syncs at each exchange "
-        "with t > 1, DP all-reduce after the backward, layers split by parameter count"
+        "with t > 1 and at the loss read before each last-stage backward, DP all-reduce after the "
+        "backward, layers split by parameter count"
     )
     schedules = SCHEDULES
     fsdp = Setting(

@@ -3,19 +3,27 @@
 With pipeline parallelism on (the default: ``--no-pipeline-parallel`` unset),
 ``megatron/training.py::train_step`` hands the step to DeepSpeed's ``PipelineEngine``
 (:mod:`sim.framework.deepspeed`: TrainSchedule 1F1B for any ``m``, blocking paired sends, at
-``t > 1`` partitioned exchanges that block the host, the data-parallel all-reduce after the
-backward, a loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
+``t > 1`` partitioned exchanges that block the host, the last stage's read of the loss before
+each backward, the data-parallel all-reduce after the backward, a loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
 (``type:transformer``), keeps the word embedding on the first and the last stage
 (``TiedLayerSpec('embed')``), and all-reduces its gradient between the two before the
 data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
+
+Each transformer layer's forward, first or recomputed, makes the host wait for the device once
+before its MLP: two scalars built on the GPU with blocking copies (:data:`LAYER_SYNC`,
+:func:`with_layer_syncs`).
 
 vTrain's measured iterations (``measurements/vtrain/``) were all collected this way.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
+from sim.compute.decoder_shape import base_kind
+from sim.compute.megatron_ops import BLOCK_FWD
+from sim.engine.stage_cost import StageCost
 from sim.framework.base import Setting
 from sim.framework.deepspeed import (
     BLOCKING_P2P,
@@ -53,6 +61,64 @@ MICROBATCH_LOAD = Setting(
 )
 
 
+SCALARS = "torch.tensor(0.0) for moe_loss and mlp_bias on the GPU (two ops each)"
+""":data:`~sim.compute.megatron_ops.BLOCK_FWD`'s entry for the two scalars of
+:data:`LAYER_SYNC`."""
+
+
+def _ops_before(entry: str) -> float:
+    """Share of a block's counted forward ops (:data:`~sim.compute.megatron_ops.BLOCK_FWD`, in
+    issue order) issued before ``entry``.
+
+    Example:
+        >>> round(_ops_before(SCALARS), 4)  # 44 of 63
+        0.6984
+    """
+    names = [name for name, _ in BLOCK_FWD]
+    before = sum(n for _, n in BLOCK_FWD[: names.index(entry)])
+    return before / sum(n for _, n in BLOCK_FWD)
+
+
+LAYER_SYNC = Setting(
+    _ops_before(SCALARS),
+    "Megatron-DeepSpeed megatron/model/transformer.py::ParallelTransformerLayer.forward "
+    "(l.1319-1320 @4822c87e, 2023-09-25; there since 50b32515, 2022-06-07, and at f4157bea, "
+    "2024-12-24), before the MLP: moe_loss = torch.tensor(0.0, device=layernorm_output.device, "
+    "dtype=...) and mlp_bias = torch.tensor(0.0, ...), on dense layers too. "
+    "torch/csrc/utils/tensor_new.cpp::internal_new_from_data builds the scalar on the CPU and "
+    "moves it with tensor.to(device, non_blocking=False); aten/src/ATen/native/cuda/Copy.cu::"
+    "copy_kernel_cuda runs a blocking host-to-device copy as at::cuda::memcpy_and_sync "
+    "(cudaMemcpyAsync, then cudaStreamSynchronize). So the host waits for the device in every "
+    "forward of a block, first or recomputed (the second copy finds it idle). The value is the "
+    "share of the block's forward before the wait: 44 of its 63 counted ops "
+    "(sim.compute.megatron_ops.BLOCK_FWD, in issue order), which the engine also applies to the "
+    "layer's device seconds (an assumption: the attention half holds 0.5-0.6 of them; 0.55 "
+    "moves vTrain's MAPE by 0.01 point). The copies' own latency (about the preset's read, "
+    "10 us each) is not charged",
+)
+
+
+def with_layer_syncs(cost: StageCost, kinds: list[str], share: float) -> StageCost:
+    """``cost`` (a stage of layers of ``kinds``, in order) with a host sync at ``share`` of
+    each block's forward (:data:`LAYER_SYNC`), kept with any the layer already has
+    (:attr:`StageCost.fwd_syncs`, sorted); other kinds unchanged. Unchanged without per-layer
+    forwards (:attr:`StageCost.fwd_layers` empty: no layer to cut).
+
+    Example:
+        >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 3)
+        >>> with_layer_syncs(c, ["embedding", "block", "head"], 0.5).fwd_syncs
+        ((), (0.5,), ())
+    """
+    if not cost.fwd_layers:
+        return cost
+    syncs = tuple(
+        tuple(sorted({*cost.sync_share(i), share})) if base_kind(k) == "block" else
+        cost.sync_share(i)
+        for i, k in enumerate(kinds[: len(cost.fwd_layers)])
+    )  # fmt: skip
+    return replace(cost, fwd_syncs=syncs)
+
+
 class MegatronDeepSpeed(PipelineEngine):
     """Megatron-DeepSpeed's GPT on DeepSpeed's pipeline engine (module doc): ``GPTModelPipe``
     runs on a grid whose model-parallel size is Megatron's tensor-parallel size
@@ -63,8 +129,9 @@ class MegatronDeepSpeed(PipelineEngine):
     name: ClassVar[str] = "megatron-deepspeed"
     description: ClassVar[str] = (
         "Megatron-DeepSpeed: GPTModelPipe on DeepSpeed's PipelineEngine (1F1B any m, blocking "
-        "p2p, host syncs at each exchange with t > 1, tied embedding all-reduce, DP all-reduce "
-        "after backward)"
+        "p2p, host syncs at each exchange with t > 1, at the loss read before each last-stage "
+        "backward and before each layer's MLP, tied embedding all-reduce, DP all-reduce after "
+        "backward)"
     )
     schedules = Setting(
         frozenset({"1f1b"}),
@@ -100,3 +167,10 @@ class MegatronDeepSpeed(PipelineEngine):
     overflow_check_ops = OVERFLOW_CHECK_OPS
     microbatch_load = MICROBATCH_LOAD
     sync_after_p2p = SYNC_AFTER_P2P
+    layer_sync = LAYER_SYNC
+    SETTINGS: ClassVar[tuple[str, ...]] = (*PipelineEngine.SETTINGS, "layer_sync")
+
+    def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
+        """``cost`` with each transformer layer's host sync before its MLP
+        (:data:`LAYER_SYNC`, :func:`with_layer_syncs`); nothing is captured (eager)."""
+        return with_layer_syncs(cost, kinds, self.layer_sync.value)

@@ -297,6 +297,8 @@ def _host_overhead_fields(topo: Topology) -> dict[str, Any]:
         fields["nograd_op"] = over.nograd_op_s
     if over.read_s > 0:
         fields["read"] = over.read_s
+    if over.launch_s is not None:
+        fields["launch"] = over.launch_s
     for key in ("module", "function", "function_backward", "te_module"):
         if getattr(over, f"{key}_s") > 0:
             fields[key] = getattr(over, f"{key}_s")

@@ -150,6 +150,13 @@ def issue_exactly(
     return device, host
 
 
+LAUNCH_SHARE = 3.0 / 9.8
+"""The kernel launch's share of an eager op on the reference host (``dgx-h100``: 9.8 us per op
+= 6.8 us of Python, dispatcher and autograd recording, pytorch/pytorch#41383, + 3.0 us of raw
+``cuLaunchKernel``, meta-pytorch/tritonbench#1017): a host's :attr:`HostOverhead.launch_s` when
+its description gives none."""
+
+
 @dataclass(frozen=True)
 class HostOverhead:
     """Host seconds per op of eager PyTorch on one server's CPU.
@@ -181,6 +188,10 @@ class HostOverhead:
             backward (:meth:`calls_s`)
             (:data:`sim.compute.mcore_ops.TE_MODULES`; NVIDIA/TransformerEngine#2053 measured both on
             GB200, GH200 and an H100 DGX).
+        launch_s: per kernel launched from C++ without a Python-level op around it (a CUDA
+            driver ``cuLaunchKernel``, a cuBLASLt GEMM inside an extension's loop: what
+            :mod:`sim.compute.te_grouped_host` charges per expert); None: the reference split of
+            ``op_s`` (:data:`LAUNCH_SHARE` of it, the launch in dgx-h100's 9.8 us op).
         mode: one of :data:`MODES`.
         cpu: the host CPU these numbers belong to (e.g. ``AMD EPYC 7742``).
         source: where the numbers come from (measurement or citation, with assumptions).
@@ -206,6 +217,7 @@ class HostOverhead:
     function_s: float = 0.0
     function_backward_s: float = 0.0
     te_module_s: float = 0.0
+    launch_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -218,14 +230,27 @@ class HostOverhead:
             "function_s",
             "function_backward_s",
             "te_module_s",
+            "launch_s",
         ):
             v = getattr(self, name)
-            if v is None and name == "nograd_op_s":
+            if v is None and name in ("nograd_op_s", "launch_s"):
                 continue
             if not v >= 0 or v == float("inf"):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    @property
+    def kernel_launch_s(self) -> float:
+        """Seconds per kernel launched from C++ (:attr:`launch_s`; None: :data:`LAUNCH_SHARE`
+        of ``op_s``).
+
+        >>> round(HostOverhead(op_s=9.8e-6).kernel_launch_s * 1e6, 6)
+        3.0
+        >>> HostOverhead(launch_s=2e-6).kernel_launch_s
+        2e-06
+        """
+        return self.op_s * LAUNCH_SHARE if self.launch_s is None else self.launch_s
 
     @property
     def eager(self) -> bool:

@@ -379,12 +379,13 @@ class HostSpec(BaseModel):
         "page map, 1/64 of it (sim.hardware.host_memory.os_usable_bytes).",
     )
     adam_params_per_s: float = Field(
-        default=1.95e9,
+        default=1.84e9,
         gt=0,
         description="CPU Adam throughput of this socket in parameters/s (offloaded optimizer "
-        "steps). Default 1.95e9: half of the ~3.9e9 params/s DeepSpeed CPU-Adam reaches on a "
-        "DGX-2 host (2x 24-core Xeon Platinum, AVX-512; ZeRO-Offload, Ren et al. ATC'21, "
-        "Table 3, unverified); presets scale it per CPU (see their description).",
+        "steps). Default 1.84e9: half of the 3.675e9 params/s DeepSpeed's CPU-Adam reaches on a "
+        "DGX-2 host (2x Xeon Platinum 8168, DDR4-2666; ZeRO-Offload, Ren et al. ATC'21, Tables 2 "
+        "and 4, least squares over its 1-10B rows: sim.memory.host_adam.REN_TABLE4); presets "
+        "scale it per CPU by peak DRAM bandwidth (sim.memory.host_adam.dram_scaled_rate).",
     )
 
 
@@ -482,6 +483,13 @@ class HostOverheadSpec(BaseModel):
         "forward (NVIDIA/TransformerEngine#2053), charged per TE module of a layer run with "
         "--transformer-impl transformer_engine.",
     )
+    launch: Seconds | None = Field(
+        default=None,
+        ge=0,
+        description="Host time per kernel launched from C++ without a Python-level op around it "
+        "(cuLaunchKernel, a cuBLASLt GEMM in an extension's per-expert loop); default: 3.0/9.8 "
+        "of `op` (dgx-h100's split).",
+    )
     mode: Literal["eager", "cuda_graphs"] = Field(
         default="eager",
         description="'eager' (every op costs the host) or 'cuda_graphs' (captured regions are "
@@ -505,6 +513,7 @@ class HostOverheadSpec(BaseModel):
             function_s=self.function,
             function_backward_s=self.function_backward,
             te_module_s=self.te_module,
+            launch_s=self.launch,
         )
 
 

@@ -159,14 +159,14 @@ class Host:
         dram_bytes: DRAM of this socket that processes can use (``MemTotal``'s share), in
             bytes (:func:`sim.hardware.host_memory.os_usable_bytes` of the installed DRAM).
         adam_params_per_s: CPU Adam throughput in parameters per second (for offloaded
-            optimizer steps).
+            optimizer steps); default: a DGX-2 socket's (``HostSpec.adam_params_per_s``).
         overhead: what issuing an op costs a training process on this socket
             (:mod:`sim.hardware.host_ops`); :data:`~sim.hardware.host_ops.NO_HOST` when not modelled.
     """
 
     name: str
     dram_bytes: float
-    adam_params_per_s: float = 1.95e9
+    adam_params_per_s: float = 1.84e9
     overhead: HostOverhead = NO_HOST
 
 

@@ -132,7 +132,7 @@ RELEASE_TILE_STORE_BYTES = 4 + 4
 41db1c2f0 ``csrc/adam/cpu_adam.cpp``): 4 bytes, and as ``_mm512_storeu_ps`` is a regular store
 to a line not loaded before, its read for ownership, 4 more (Intel 64 and IA-32 Architectures
 Optimization Reference Manual: only non-temporal stores skip it). The preset's CPU-Adam rate is
-Ren et al.'s Table 3, CPU Adam alone, so the release's step runs at ``28 / 36`` of it."""
+Ren et al.'s Table 4, CPU Adam alone, so the release's step runs at ``28 / 36`` of it."""
 
 UNSCALE_HOST_BYTES = 4 + 4
 """Host DRAM bytes per parameter of ``grad.data.mul_(1. / combined_scale)`` on the fp32

@@ -3,7 +3,8 @@ host ops of the experts the rank runs.
 
 Split from :mod:`sim.parallel.decoder_shard`, which calls these per layer: :func:`sync_shares`
 (the MoE dispatcher's token-count read-back, a clamped quick-GeGLU's offset copy),
-:func:`attention_host_ops` (GPT-OSS's eager attention pieces), :func:`grouped_host_ops` (Transformer Engine ``GroupedLinear``'s per-expert host work) and
+:func:`attention_host_ops` (GPT-OSS's eager attention pieces), :func:`grouped_host_ops`
+(Transformer Engine ``GroupedLinear``'s per-expert host work) and
 :func:`rank_expert_ops` (a layer's host ops without the experts other ranks hold).
 """
 
@@ -21,6 +22,7 @@ from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.parallel.layout import ParallelLayout
 from sim.trace.schema import LayerProfile
 
@@ -69,9 +71,11 @@ def grouped_host_ops(
     m: DecoderShape,
     par: ParallelLayout,
     low: LowPrecision | None = None,
+    host: HostOverhead | None = None,
 ) -> tuple[float, float]:
     """``(forward ops, backward ops)`` of the per-expert host work of the rank's ``E / ep``
-    grouped experts: Transformer Engine ``GroupedLinear``'s under the layer's recipe ``low``
+    grouped experts: Transformer Engine ``GroupedLinear``'s under the layer's recipe ``low``,
+    each kind priced at ``host``'s figures (None: the reference host's)
     (:func:`sim.compute.te_grouped_host.grouped_expert_ops`; under BF16 or a Transformer Engine
     recipe) and GPT-OSS's eager clamp and expert biases
     (:func:`sim.compute.gptoss_host.expert_ops`), for a MoE layer whose trace counts host ops
@@ -87,7 +91,8 @@ def grouped_host_ops(
     fwd, bwd = expert_ops(m.moe, local)
     if low is not None and low.recipe.library != TE:
         return fwd, bwd
-    te_fwd, te_bwd = grouped_expert_ops(local, low.recipe.name if low is not None else None)
+    name = low.recipe.name if low is not None else None
+    te_fwd, te_bwd = grouped_expert_ops(local, name, host=host)
     return te_fwd + fwd, te_bwd + bwd
 
 

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from sim.compute.routing import parse_routing
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.hardware.host_ops import HostOverhead
 from sim.parallel.decoder_shard import DecoderShard, shard_decoder
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import ShardedTrace, shard_trace
@@ -47,10 +48,13 @@ def rank_trace(
     point: PointConfig,
     spec: ComputeSpec | None,
     overhead_s: tuple[float, float] = (0.0, 0.0),
+    host: HostOverhead | None = None,
 ) -> ShardedTrace | DecoderShard:
     """``trace`` (at the point's micro-batch size, on the target GPU ``spec``) on one rank;
     ``overhead_s``: the GPU's tensor-parallel module overhead (:func:`~sim.parallel.shard.
-    shard_trace`; not applied to decoder traces, whose replays do not use DTensor modules).
+    shard_trace`; not applied to decoder traces, whose replays do not use DTensor modules);
+    ``host``: the rank's host, pricing a decoder's grouped experts' host work per kind
+    (:func:`~sim.parallel.decoder_shard.shard_decoder`; None: the reference host's).
 
     Raises:
         ValueError: the trace cannot be split as the point says (why in the message), or a
@@ -60,7 +64,7 @@ def rank_trace(
         if spec is None:
             raise ValueError(f"trace {trace.name} is a decoder trace: it needs a GPU model")
         routing = parse_routing(point.routing)
-        return shard_decoder(trace, point.layout, spec, routing, point.sp_regather)
+        return shard_decoder(trace, point.layout, spec, routing, point.sp_regather, host)
     what = needs_decoder(point.layout)
     if what:
         raise ValueError(

@@ -16,7 +16,7 @@ from sim.framework.base import Framework
 from sim.memory.base import MemoryPolicy
 from sim.memory.fsdp import fsdp_problem
 from sim.parallel.context import COMM_TYPES
-from sim.parallel.decoder_shard import decoder_problem
+from sim.parallel.decoder_split import decoder_problem
 from sim.parallel.layout import ParallelLayout
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule

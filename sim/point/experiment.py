@@ -102,7 +102,10 @@ class Prepared:
         if key not in self._derived:
             gpu = self.topology.gpus[0]
             trace = self.adapted(point.model, microbatch_size, point.precision)[0]
-            self._derived[key] = rank_trace(trace, point, gpu.compute, gpu.tp_module_overhead_s)
+            host = self.topology.host(gpu.host).overhead
+            self._derived[key] = rank_trace(
+                trace, point, gpu.compute, gpu.tp_module_overhead_s, host
+            )
         return self._derived[key]
 
 

@@ -436,9 +436,9 @@ def stage_low_params(
 
 
 def _gpu_model(topo: Topology):
-    """The first GPU's compute model and tensor-parallel module overhead."""
+    """The first GPU's compute model, tensor-parallel module overhead and host overhead."""
     gpu = topo.gpus[0]
-    return gpu.compute, gpu.tp_module_overhead_s
+    return gpu.compute, gpu.tp_module_overhead_s, topo.host(gpu.host).overhead
 
 
 def checked_shard(

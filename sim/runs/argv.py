@@ -122,3 +122,23 @@ def parse_command(text: str, *, file: str = "<command>") -> Command:
 def is_unexpanded(value: object) -> bool:
     """Whether ``value`` still holds a shell variable (``$TP``, ``${TP}``)."""
     return isinstance(value, str) and "$" in value
+
+
+def switch_on(value: object) -> bool:
+    """Whether a switch flag whose value is ``value`` is on (``flags.get(flag)``: None when
+    the flag is absent).
+
+    A switch is Megatron-LM's ``argparse`` ``store_true`` flag (``--sequence-parallel``): given
+    on a command line it is on, and :func:`parse_command` records it as ``True``; Megatron-
+    Bridge's YAML configs and a log's arguments block write the same setting as a boolean
+    (``true``/``false``, ``True``/``False``). Off: absent (None), ``False`` (and so ``0``), or
+    the text ``false`` in any letter case; on: anything else (``True``, ``"true"``, ``1``, or
+    a word the command line put after the switch).
+
+    Example:
+        >>> [switch_on(v) for v in (True, "true", 1, None, False, "false", "False", 0)]
+        [True, True, True, False, False, False, False, False]
+    """
+    if isinstance(value, str):
+        return value.lower() != "false"
+    return value not in (None, False)

@@ -33,6 +33,7 @@ from sim.compute.rope_unfused import yarn_concentration
 from sim.memory.te_attention import TeEnvironment
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
+from sim.runs.argv import switch_on
 from sim.runs.bridge_software import dglu_feature
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_model_flags import (
@@ -273,10 +274,6 @@ DETERMINISTIC_CUBLAS = ":4096:8"
 (``megatron/training/determinism.py`` ``DETERMINISM_ENV_VAR_DEFAULTS``, NVIDIA/Megatron-LM@d98e8a64dd)."""
 
 
-def _on(flags: dict[str, Any], flag: str) -> bool:
-    return flags.get(flag) not in (None, False, "false", "False")
-
-
 def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
     """The workspaces and held buffers three flags add, as the experiment's ``memory:`` fields
     (the flags keep their time notes in :mod:`sim.runs.megatron_table`): ``--deterministic-mode``
@@ -286,11 +283,11 @@ def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
     layer's inputs and gradients of ``--wgrad-deferral-limit`` micro-batches
     (``defer_embedding_wgrad``)."""
     out: dict[str, Any] = {}
-    if _on(flags, "deterministic-mode"):
+    if switch_on(flags.get("deterministic-mode")):
         out["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
-    if _on(flags, "moe-grouped-gemm") and flags.get("transformer-impl") != "local":
+    if switch_on(flags.get("moe-grouped-gemm")) and flags.get("transformer-impl") != "local":
         out["te_grouped_gemm"] = True
-    if _on(flags, "defer-embedding-wgrad-compute"):
+    if switch_on(flags.get("defer-embedding-wgrad-compute")):
         try:
             out["defer_embedding_wgrad"] = max(0, int(float(flags.get("wgrad-deferral-limit", 0))))
         except (TypeError, ValueError):
@@ -309,10 +306,10 @@ def loss_options(flags: dict[str, Any]) -> dict[str, Any]:
     language_module.py`` ``compute_language_model_loss``). ``--no-gradient-accumulation-fusion``
     sets ``gradient_accumulation_fusion: false`` (a transient weight gradient per GEMM)."""
     out: dict[str, Any] = {}
-    if _on(flags, "cross-entropy-loss-fusion"):
+    if switch_on(flags.get("cross-entropy-loss-fusion")):
         te = str(flags.get("cross-entropy-fusion-impl", "native")) == "te"
         out["cross_entropy"] = "te" if te else "native"
-    if _on(flags, "no-gradient-accumulation-fusion"):
+    if switch_on(flags.get("no-gradient-accumulation-fusion")):
         out["gradient_accumulation_fusion"] = False
     return out
 
@@ -656,7 +653,7 @@ def _features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
     if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
         out.append(f"moe_latent={r.int('moe-latent-size')}")
     flag = r.flags.get("moe-grouped-gemm")
-    grouped = grouped if flag is None else flag not in (False, "false", "False")
+    grouped = grouped if flag is None else switch_on(flag)
     if r.flags.get("num-experts") and not grouped:  # SequentialMLP's loop (sim.compute.mcore_ops)
         out.append("moe_experts=sequential")
     elif r.flags.get("num-experts") and _fused_grouped_mlp(r):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.runs.argv import switch_on
 from sim.runs.record import Status
 
 FLAG_OPTIONS: dict[str, tuple[str, str]] = {
@@ -31,11 +32,6 @@ DEFAULTS = {"log_interval": "100", "check_for_nan_in_loss": "true"}
 unless ``--no-check-for-nan-in-loss-and-grad``)."""
 
 
-def _on(value: Any) -> bool:
-    """A switch flag's value as Megatron's ``store_true`` reads it from a config."""
-    return value is True or str(value).lower() == "true"
-
-
 def option_value(flag: str, value: Any) -> str | None:
     """The option's value for ``flag = value``; None: the option stays at its default.
 
@@ -56,7 +52,7 @@ def option_value(flag: str, value: Any) -> str | None:
     elif flag == "tensorboard-dir":
         text = "true" if value not in (None, False, "", "None") else "false"
     else:
-        text = "true" if _on(value) else "false"
+        text = "true" if switch_on(value) else "false"
     return None if text == DEFAULTS.get(name, "false") else text
 
 
@@ -89,13 +85,13 @@ def fill_options(flags: dict[str, Any]) -> dict[str, str]:
         >>> fill_options({"attention-backend": "unfused"})
         {}
     """
-    if not _on(flags.get("deterministic-mode")):
+    if not switch_on(flags.get("deterministic-mode")):
         return {}
     out: dict[str, str] = {}
     backend = str(flags.get("attention-backend", "auto"))
     if backend in ("flash", "fused", "unfused", "local"):
         out["attention_backend"] = backend
-    if _on(flags.get("no-gradient-accumulation-fusion")):
+    if switch_on(flags.get("no-gradient-accumulation-fusion")):
         out["gradient_accumulation_fusion"] = "false"
     return out
 

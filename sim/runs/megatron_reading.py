@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.runs.argv import is_unexpanded
+from sim.runs.argv import is_unexpanded, switch_on
 from sim.runs.record import ArgNote
 
 
@@ -51,8 +51,9 @@ class Reading:
         return default if value is True else str(value)
 
     def switch(self, flag: str) -> bool:
+        """Whether the switch ``flag`` is on (:func:`~sim.runs.argv.switch_on`), noted as read."""
         self.done.add(flag)
-        return self.flags.get(flag) not in (None, False, "false", "False")
+        return switch_on(self.flags.get(flag))
 
     def mapped(self, flag: str, reason: str) -> None:
         if flag in self.flags:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
+from sim.runs.argv import switch_on
 
 LTS_2401 = TeEnvironment(
     te=(1, 2),
@@ -69,5 +70,5 @@ def run_attention(flags: dict[str, Any], gpu: str, env: TeEnvironment = LATER) -
     cc = compute_capability(gpu)
     if cc is None:
         return "flash"
-    det = flags.get("deterministic-mode") not in (None, False, "false", "False")
+    det = switch_on(flags.get("deterministic-mode"))
     return memory_attention(te_attention_backend(env, cc, det))
