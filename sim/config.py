@@ -198,6 +198,12 @@ class PrecisionOptions(_Strict):
         "attention core in FP8 too (MXFP8 with the MXFP8 and NVFP4 recipes); its kernels run at "
         "their measured FP8 speed where pipesim has one (sim.compute.swa_speed), else as 16-bit.",
     )
+    fp8_output_proj: bool = Field(
+        False,
+        description="Megatron-Core's fp8_output_proj (from megatron-core at NVIDIA/Megatron-LM"
+        "@d0b3b775, Megatron-Bridge v0.5.0): the output layer's GEMMs in MXFP8 too (TE's "
+        "TELMHeadColumnParallelLinear under the MXFP8 autocast); only with the mxfp8 recipe.",
+    )
     param_gather: bool = Field(
         False,
         description="Megatron's --fp8-param-gather: parameters kept quantized and all-gathered "

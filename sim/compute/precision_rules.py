@@ -21,7 +21,12 @@ class LayerRules:
 
     Attributes:
         bf16_start, bf16_end: transformer blocks kept in 16 bits at the start and the end.
-        head: the output layer's GEMMs in low precision.
+        head: the output layer's GEMMs in low precision (torchao; under TE with Megatron-Core's
+            ``fp8_output_proj`` and the MXFP8 recipe: ``gpt_model.py:253-257`` builds the
+            output layer as ``TELMHeadColumnParallelLinear``, ``extensions/
+            transformer_engine.py:1440-1461`` runs it under ``get_fp8_context(config)``, which
+            takes no layer number, so first/last-layer rules do not touch it;
+            NVIDIA/Megatron-LM@d0b3b775, the same at 458c8d0e and cd4afffa; absent before).
         router: the MoE router's GEMM in low precision.
         mtp: the MTP depths' linear layers in low precision (Megatron-Bridge's
             ``keep_mtp_spec_in_bf16`` turns it off: NVIDIA-NeMo/Megatron-Bridge@067f987df0
@@ -52,9 +57,11 @@ class LayerRules:
         mtp: bool = True,
         keep16: tuple[str, ...] = (),
         attention: bool = False,
+        head: bool = False,
     ):
-        """The library's defaults (TE: blocks only, optionally the first and last in 16 bits;
-        torchao: every linear with dimensions divisible by 16, output layer included).
+        """The library's defaults (TE: blocks only, optionally the first and last in 16 bits,
+        and the output layer with ``head``, Megatron-Core's ``fp8_output_proj``; torchao: every
+        linear with dimensions divisible by 16, output layer included).
 
         Raises:
             ValueError: first/last blocks in 16 bits with delayed scaling (Megatron refuses).
@@ -67,7 +74,7 @@ class LayerRules:
         keep = (start, end) if first_last_bf16 else (0, 0)
         if recipe.library == TORCHAO:
             return cls(*keep, head=True, router=True, mtp=mtp, keep16=keep16)
-        return cls(*keep, mtp=mtp, keep16=keep16, attention=attention)
+        return cls(*keep, head=head, mtp=mtp, keep16=keep16, attention=attention)
 
     def block_low(self, index: int, blocks: int) -> bool:
         """Whether transformer block ``index`` (of ``blocks``) runs in low precision."""

@@ -69,6 +69,11 @@ class StageCost:
             already counted in :attr:`fwd_layers` and :attr:`bwd_layers`: its own slot, so
             that a CUDA graph scope removes it only when it captures the experts
             (:func:`sim.framework.cuda_graphs.captured`); empty: none.
+        attn_ops: per layer, ``(forward ops, backward ops)`` inside its attention module
+            that the generic layer counts lack (GPT-OSS's eager RoPE and projection bias,
+            :func:`sim.parallel.layer_host.attention_host_ops`), already counted in
+            :attr:`fwd_layers` and :attr:`bwd_layers`: a CUDA graph of the attention takes
+            them whole; empty: none.
     """
 
     fwd_s: float
@@ -93,6 +98,7 @@ class StageCost:
     tp_bwd_overlap: tuple[OverlapOp, ...] = ()
     tp_recompute_overlap: tuple[OverlapOp, ...] = ()
     grouped_ops: tuple[tuple[float, float], ...] = ()
+    attn_ops: tuple[tuple[float, float], ...] = ()
 
     def with_layer_ops(self, fwd: Sequence[float], bwd: Sequence[float] = ()) -> StageCost:
         """This cost with ``fwd[i]`` more forward ops on layer ``i`` of :attr:`fwd_layers` and

@@ -35,12 +35,21 @@ working for MoE dynamic shapes", so a run with it pads its experts to capacity),
 ``full_iteration`` (:func:`experts_captured`). With ``attn`` alone the layer's other ops lose
 their attention half and this work none of itself. (An empty scope's expert half of the
 other ops stays eager in :func:`captured_share`, the assumption above.)
+
+The host work inside the attention module that the generic counts lack (GPT-OSS's unfused
+rotary embedding and projection bias, :attr:`~sim.engine.stage_cost.StageCost.attn_ops`) goes
+whole where the attention is captured (:func:`attention_captured`): with ``attn`` (or an empty
+scope) the per-layer graph's callable runs ``_forward_attention`` (``transformer_layer.py``
+1284-1288, ``_te_cuda_graph_capture``), which applies the rotary embedding inside
+``self.self_attention`` (line 673, ``rotary_pos_emb``) and the bias in
+``_apply_self_attn_bda_step`` (line 690).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from sim.compute.decoder import ATTN
 from sim.compute.decoder_shape import base_kind
 from sim.engine.stage_cost import StageCost
 
@@ -94,14 +103,33 @@ def experts_captured(kind: str, impl: str, scope: tuple[str, ...]) -> float:
     return float(not scope or "moe" in scope)
 
 
+def attention_captured(kind: str, impl: str, scope: tuple[str, ...]) -> float:
+    """Whether (1.0) or not (0.0) a CUDA graph ``impl`` with ``scope`` captures the attention
+    module of a layer of ``kind`` (module doc): ``full_iteration``; a per-layer graph with
+    ``attn`` in scope or an empty scope, for a layer with attention.
+
+    Example:
+        >>> [attention_captured("moe_block", "transformer_engine", s) for s in (("attn",),
+        ...                                                                     ("moe",), ())]
+        [1.0, 0.0, 1.0]
+    """
+    if impl == "full_iteration":
+        return 1.0
+    if impl == "none" or base_kind(kind) not in ATTN:
+        return 0.0
+    return float(not scope or "attn" in scope)
+
+
 def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...]) -> StageCost:
     """``cost`` with the captured share (:func:`captured_share`) of each layer's host ops and
     Python calls removed, its grouped experts' host work (:attr:`StageCost.grouped_ops`) only
-    where the experts are captured (:func:`experts_captured`); ``kinds``: the stage's layer
-    kinds in order.
+    where the experts are captured (:func:`experts_captured`), its attention's own host work
+    (:attr:`StageCost.attn_ops`) only where the attention is not (:func:`attention_captured`);
+    ``kinds``: the stage's layer kinds in order.
 
     Example: a MoE block of 100 forward ops, 20 of them its grouped experts', under ``attn``
-    keeps half of the other 80 and all 20 (60); under ``attn`` and ``moe`` none.
+    keeps half of the other 80 and all 20 (60); under ``attn`` and ``moe`` none. With 30 of
+    the 100 its attention's own, ``attn`` keeps half of the other 50 and the 20 (45).
 
     >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((1.0, 100.0, 0.0, 0.0, 0.0),),
     ...               bwd_layers=((2.0, 50.0, 0.0),), grouped_ops=((20.0, 10.0),))
@@ -110,25 +138,36 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
     (60.0, 30.0)
     >>> captured(c, ["moe_block"], "local", ("attn", "moe")).fwd_ops
     0.0
+    >>> captured(replace(c, attn_ops=((30.0, 0.0),)), ["moe_block"], "local", ("attn",)).fwd_ops
+    45.0
     """
     if impl == "none":
         return cost
     shares = [1.0 - captured_share(k, impl, scope) for k in kinds]
     eager = [1.0 - experts_captured(k, impl, scope) for k in kinds]
     grouped = list(cost.grouped_ops) + [(0.0, 0.0)] * (len(kinds) - len(cost.grouped_ops))
+    attn = list(cost.attn_ops) + [(0.0, 0.0)] * (len(kinds) - len(cost.attn_ops))
+    attn_eager = [1.0 - attention_captured(k, impl, scope) for k in kinds]
+    kf = [
+        (k, (e, g[0]), (a, x[0]))
+        for k, e, g, a, x in zip(shares, eager, grouped, attn_eager, attn, strict=False)
+    ]
+    kb = [
+        (k, (e, g[1]), (a, x[1]))
+        for k, e, g, a, x in zip(shares, eager, grouped, attn_eager, attn, strict=False)
+    ]
 
-    def kept(ops: float, mine: float, k: float, e: float) -> float:
-        return (ops - mine) * k + mine * e
+    def kept(ops: float, k: float, *own: tuple[float, float]) -> float:
+        """The layer's other ops at share ``k``, each own slot ``(eager share, ops)`` at its."""
+        return (ops - sum(n for _, n in own)) * k + sum(e * n for e, n in own)
 
     fwd_layers = tuple(
-        (sec, kept(ops, g[0], k, e), mods * k, fns * k, te * k)
-        for (sec, ops, mods, fns, te), k, e, g in zip(
-            cost.fwd_layers, shares, eager, grouped, strict=False
-        )
+        (sec, kept(ops, k, g, a), mods * k, fns * k, te * k)
+        for (sec, ops, mods, fns, te), (k, g, a) in zip(cost.fwd_layers, kf, strict=False)
     )
     bwd_layers = tuple(
-        (sec, kept(ops, g[1], k, e), nodes * k)
-        for (sec, ops, nodes), k, e, g in zip(cost.bwd_layers, shares, eager, grouped, strict=False)
+        (sec, kept(ops, k, g, a), nodes * k)
+        for (sec, ops, nodes), (k, g, a) in zip(cost.bwd_layers, kb, strict=False)
     )
     if cost.fwd_layers:
         fwd_ops = sum(x[1] for x in fwd_layers)
@@ -137,6 +176,7 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
         mean = sum(shares) / len(shares) if shares else 1.0
         fwd_ops, bwd_ops = cost.fwd_ops * mean, cost.bwd_ops * mean
     left = tuple((f * e, b * e) for (f, b), e in zip(cost.grouped_ops, eager, strict=False))
+    own = tuple((f * e, b * e) for (f, b), e in zip(cost.attn_ops, attn_eager, strict=False))
     return replace(
         cost,
         fwd_layers=fwd_layers,
@@ -144,4 +184,5 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
         fwd_ops=fwd_ops,
         bwd_ops=bwd_ops,
         grouped_ops=left,
+        attn_ops=own,
     )

@@ -1,6 +1,7 @@
 """Megatron-LM (NVIDIA/Megatron-LM, ``megatron/core``) with its default arguments, and the
 options of its command line that overlap communication (:mod:`sim.framework.megatron_options`)
-or add host work to each iteration (its logging: :mod:`sim.framework.megatron_host`).
+or add host work to each iteration (its logging: :mod:`sim.framework.megatron_host`), and the
+per-token loss's gradient scaling (:mod:`sim.framework.per_token_loss`).
 
 1F1B (``forward_backward_pipelining_without_interleaving``, warm-up ``min(p - rank - 1, m)``)
 or interleaved 1F1B; every stage exchange is one ``batch_isend_irecv`` the rank waits on,
@@ -21,6 +22,7 @@ from typing import ClassVar
 from sim.comm.nccl import P2P_FIFO_BYTES
 from sim.engine.inputs import PipelineRuntime
 from sim.engine.stage_cost import StageCost
+from sim.engine.step_host import StepHost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
 from sim.framework.ddp_hooks import with_grad_hooks
@@ -34,6 +36,10 @@ from sim.framework.megatron_options import (
     check_megatron,
     scope_parts,
 )
+from sim.framework.per_token_loss import OPTION as PER_TOKEN_OPTION
+from sim.framework.per_token_loss import STEP_HOST as PER_TOKEN_HOST
+from sim.framework.per_token_loss import per_token_work
+from sim.framework.step_work import StepWork
 from sim.framework.te_host import with_te_modules
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
@@ -207,7 +213,14 @@ class MegatronLM(Framework):
         "on the shard); no accumulation across pipeline micro-batches (an assumption)",
     )
 
-    OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS + DETERMINISM_OPTIONS
+    OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS + DETERMINISM_OPTIONS + (PER_TOKEN_OPTION,)
+
+    def step_work(self) -> StepWork:
+        """Its step's memory passes (:mod:`sim.framework.step_work`), with ``per_token_loss``
+        the gradients scaled once at the end instead of before their reduction
+        (:func:`~sim.framework.per_token_loss.per_token_work`)."""
+        work = super().step_work()
+        return per_token_work(work) if self.values.get("per_token_loss") else work
 
     def check_options(self) -> None:
         """Megatron's own refusals of option combinations (:func:`check_megatron`)."""
@@ -248,7 +261,8 @@ class MegatronLM(Framework):
         backend, sms = self.dispatcher()
         return replace(
             rt,
-            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16"),
+            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16")
+            + (PER_TOKEN_HOST if v.get("per_token_loss") else StepHost()),
             loss_reads=LOSS_READS if v.get("check_for_nan_in_loss") else 0,
             bucket_stages=buckets,
             param_gather=gather,

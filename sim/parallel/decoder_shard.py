@@ -49,7 +49,7 @@ from sim.hardware.host_ops import HostOverhead
 from sim.parallel.decoder_scale import kind_shard, scale_layer
 from sim.parallel.decoder_split import decoder_problem
 from sim.parallel.expert import expert_plan
-from sim.parallel.layer_host import grouped_host_ops, rank_expert_ops
+from sim.parallel.layer_host import attention_host_ops, grouped_host_ops, rank_expert_ops
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.low_params import low_precision_params
 from sim.parallel.megatron import LayerComm
@@ -83,6 +83,10 @@ class DecoderShard:
             in the layer's ``fwd_ops`` / ``bwd_ops`` too; ``(0, 0)`` for other layers, empty for
             none. A CUDA graph takes it off only when it captures the experts
             (:func:`sim.framework.cuda_graphs.captured`).
+        attn_ops: per layer, ``(forward ops, backward ops)`` of the host work inside its
+            attention module that the generic counts lack
+            (:func:`~sim.parallel.layer_host.attention_host_ops`), counted in the layer's ops
+            too; empty for none. A CUDA graph of the attention takes it whole.
     """
 
     trace: Trace
@@ -96,6 +100,7 @@ class DecoderShard:
     precision: LowPrecision | None = None
     fwd_syncs: tuple[tuple[float, ...], ...] = ()
     grouped_ops: tuple[tuple[float, float], ...] = ()
+    attn_ops: tuple[tuple[float, float], ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -133,6 +138,7 @@ def shard_decoder(
     low = trace_precision(trace)
     cache: dict[tuple[str, bool], tuple] = {}
     layers, comm, group, expert, pairs, lows, syncs, grouped = [], [], [], [], [], [], [], []
+    attn: list[tuple[float, float]] = []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
@@ -144,6 +150,7 @@ def shard_decoder(
         syncs.append(sync)
         scaled = scale_layer(layer, ratios, act, share[0] + share[1], par, parts)
         grouped.append(grouped_host_ops(scaled, kind, m, par, lp, host))
+        attn.append(attention_host_ops(scaled, kind, m))
         layers.append(rank_expert_ops(scaled, kind, m, par, grouped[-1]))
         comm.append(tpc)
         pairs.append(pair)
@@ -168,6 +175,7 @@ def shard_decoder(
         low,
         tuple(syncs),
         tuple(grouped) if any(f or b for f, b in grouped) else (),
+        tuple(attn) if any(f or b for f, b in attn) else (),
     )
 
 

@@ -3,7 +3,8 @@ host ops of the experts the rank runs.
 
 Split from :mod:`sim.parallel.decoder_shard`, which calls these per layer: :func:`sync_shares`
 (the MoE dispatcher's token-count read-back, a clamped quick-GeGLU's offset copy),
-:func:`grouped_host_ops` (Transformer Engine ``GroupedLinear``'s per-expert host work) and
+:func:`attention_host_ops` (GPT-OSS's eager attention pieces), :func:`grouped_host_ops`
+(Transformer Engine ``GroupedLinear``'s per-expert host work) and
 :func:`rank_expert_ops` (a layer's host ops without the experts other ranks hold).
 """
 
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.compute.decoder import DecoderShape
+from sim.compute.decoder import ATTN, DecoderShape
 from sim.compute.decoder_shape import base_kind
-from sim.compute.gptoss_host import expert_ops
+from sim.compute.gptoss_host import attention_ops, expert_ops
 from sim.compute.kernels import Kernel, kernel_time_s
 from sim.compute.mcore_ops import expert_ops as sequential_expert_ops
 from sim.compute.moe import HOST_SYNC_KERNELS
@@ -50,6 +51,18 @@ def sync_shares(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> tuple[f
         return ()
     cuts = [i for i, k in enumerate(kernels) if k.name in HOST_SYNC_KERNELS]
     return tuple(sum(times[: i + 1]) / total for i in cuts)
+
+
+def attention_host_ops(layer: LayerProfile, kind: str, m: DecoderShape) -> tuple[float, float]:
+    """``(forward ops, backward ops)`` of GPT-OSS's eager pieces inside a layer's attention
+    module (:func:`sim.compute.gptoss_host.attention_ops`: the unfused rotary embedding, the
+    projection's bias), already in the layer's counts (:func:`sim.trace.decoder.
+    layer_host_ops`), for a layer with attention whose trace counts host ops; ``(0, 0)``
+    otherwise. Their own slot, so that a CUDA graph of the attention takes them whole
+    (:func:`sim.framework.cuda_graphs.captured`)."""
+    if base_kind(kind) not in ATTN or layer.fwd_ops is None or layer.bwd_ops is None:
+        return 0.0, 0.0
+    return attention_ops(m)
 
 
 def grouped_host_ops(

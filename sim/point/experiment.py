@@ -137,7 +137,14 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
         mtp=not opts.mtp_bf16,
         keep16=tuple(opts.bf16_linears),
         attention=opts.fp8_attention,
+        head=opts.fp8_output_proj,
     )
+    if opts.fp8_output_proj and recipe.format != "mxfp8":
+        raise ValueError(
+            "training.precision_options.fp8_output_proj needs the mxfp8 recipe (Megatron-Core "
+            "transformer_config.py: 'fp8_output_proj requires fp8_recipe=mxfp8'), not "
+            f"{recipe.name}"
+        )
     return LowPrecision(recipe, rules, opts.param_gather)
 
 

@@ -525,6 +525,7 @@ def _stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stag
                 expert_grad_share=sum(sharded.expert_bytes[lo:hi]) / params if params else 0.0,
                 fwd_syncs=sharded.fwd_syncs[lo:hi],
                 grouped_ops=sharded.grouped_ops[lo:hi],
+                attn_ops=sharded.attn_ops[lo:hi],
             )
         out.append(cost)
     return tuple(out)

@@ -96,7 +96,7 @@ def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
 
 def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
     """The table's ``first_last_layers_bf16`` cell (``True (start=0, end=14)``) and the
-    ``keep_mtp_spec_in_bf16=True`` and ``quant_recipe=load_quantization_recipe("'<file>'",)``
+    ``keep_mtp_spec_in_bf16=True``, ``fp8_output_proj=True`` and ``quant_recipe=load_quantization_recipe("'<file>'",)``
     entries of ``precision_other`` as the flags :mod:`sim.runs.precision_flags` reads."""
     f: dict[str, Any] = {}
     cell = get.get("first_last_layers_bf16", "")
@@ -109,6 +109,8 @@ def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
     other = get.get("precision_other", "")
     if "keep_mtp_spec_in_bf16=True" in other:
         f["keep-mtp-spec-in-bf16"] = True
+    if "fp8_output_proj=True" in other:  # the output layer in MXFP8 (sim.runs.precision_flags)
+        f["fp8-output-proj"] = True
     m = re.search(r"load_quantization_recipe\([\"']*([^\"',)]+)", other)
     if m:
         f["quant-recipe"] = m.group(1)
@@ -178,7 +180,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("megatron_fsdp", "use-megatron-fsdp"),
                       ("fp8_param_gather", "fp8-param-gather"),
                       ("fp8_dot_product_attention", "fp8-dot-product-attention"),
-                      ("moe_router_fusion", "moe-router-fusion")):  # fmt: skip
+                      ("moe_router_fusion", "moe-router-fusion"),
+                      ("calculate_per_token_loss", "calculate-per-token-loss")):  # fmt: skip
         if _true(get.get(col, "")):
             f[flag] = True
     if get.get("moe_router_fusion", "").strip().lower().startswith("false"):

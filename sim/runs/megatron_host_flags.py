@@ -20,6 +20,8 @@ FLAG_OPTIONS: dict[str, tuple[str, str]] = {
     "tensorboard-dir": ("tensorboard", "tensorboard scalars written at each log"),
     "no-check-for-nan-in-loss-and-grad": ("check_for_nan_in_loss", "the loss not read back "
                                           "after each forward"),
+    "calculate-per-token-loss": ("per_token_loss", "the gradients scaled by the global token "
+                                 "count once at the step (sim.framework.per_token_loss)"),
     "deterministic-mode": ("deterministic_mode", "every tensor the TE layers allocate "
                            "through empty filled first (sim.framework.deterministic)"),
 }  # fmt: skip

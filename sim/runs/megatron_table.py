@@ -112,7 +112,7 @@ IGNORED: dict[str, str] = {
     "moe-router-dtype": _NUM, "moe-router-pre-softmax": _NUM, "moe-router-enable-expert-bias":
     _NUM, "moe-router-num-groups": _NUM, "moe-router-group-topk": _NUM,
     "moe-router-score-function": _NUM, "mtp-loss-scaling-factor": _NUM,
-    "calculate-per-token-loss": _NUM, "no-check-for-nan-in-loss-and-grad": _NUM,
+    "no-check-for-nan-in-loss-and-grad": _NUM,
     "check-for-nan-in-loss-and-grad": _NUM, "check-for-large-grads": _NUM,
     "ddp-average-in-collective": _NUM,
     "te-rng-tracker": _INIT, "test-mode": _RUN, "bert-no-binary-head": _NUM,

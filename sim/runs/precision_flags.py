@@ -16,6 +16,13 @@
   set by the GPT-OSS MXFP8 recipes for GB200/GB300, NVIDIA-NeMo/Megatron-Bridge@067f987df0
   ``perf_recipes/gpt_oss/common.py:44``): the attention core in FP8 too
   (:class:`~sim.compute.precision_rules.LayerRules`, ``attention``);
+* ``fp8-output-proj`` (Megatron-Bridge's model field ``fp8_output_proj``, Megatron-Core's
+  ``TransformerConfig.fp8_output_proj`` from NVIDIA/Megatron-LM@d0b3b775, the megatron-core of
+  Megatron-Bridge v0.5.0 (26.06) and later; set by the GB200/GB300 MXFP8 recipes of GPT-OSS
+  120B, ``perf_recipes/gpt_oss/common.py:28``, and DeepSeek-V3, ``perf_recipes/deepseek/
+  common.py:71``, NVIDIA-NeMo/Megatron-Bridge@067f987df0; traced from 26.06 on): the output
+  layer's GEMMs in MXFP8 (:class:`~sim.compute.precision_rules.LayerRules`, ``head``); only
+  with the MXFP8 recipe (Megatron-Core refuses it otherwise);
 * ``quant-recipe`` (Megatron-Bridge's ``quant_recipe=load_quantization_recipe(<file>)``): a
   Transformer Engine quantization config whose ``bf16`` matchers keep modules in 16 bits,
   known files in :data:`QUANT_RECIPES`.
@@ -59,6 +66,9 @@ def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
     if r.switch("fp8-dot-product-attention") and low:
         out["fp8_attention"] = True
     r.mapped("fp8-dot-product-attention", "training.precision_options.fp8_attention")
+    if r.switch("fp8-output-proj") and precision.endswith("mxfp8"):
+        out["fp8_output_proj"] = True
+    r.mapped("fp8-output-proj", "training.precision_options.fp8_output_proj (MXFP8 only)")
     if r.switch("keep-mtp-spec-in-bf16") and low:
         out["mtp_bf16"] = True
     r.mapped("keep-mtp-spec-in-bf16", "training.precision_options.mtp_bf16")
