@@ -81,15 +81,15 @@ def test_grouped_experts_issue_one_experts_ops_on_any_ep():
 
 
 def test_functional_test_flags_choose_the_experts_loop():
-    from sim.runs.megatron_args import _features
     from sim.runs.megatron_reading import Reading
+    from sim.runs.megatron_shape import shape_features
 
     def features(flags):
-        return _features(Reading(flags, strict=False))
+        return shape_features(Reading(flags, strict=False))
 
     assert "moe_experts=sequential" in features({"num-experts": 8})
     assert "moe_experts=sequential" not in features({"num-experts": 8, "moe-grouped-gemm": True})
     assert "moe_experts=sequential" not in features({})  # a dense model
     # Megatron-Bridge's providers group the experts unless the recipe says otherwise
-    bridge = _features(Reading({"num-experts": 8}, strict=False), grouped=True)
+    bridge = shape_features(Reading({"num-experts": 8}, strict=False), grouped=True)
     assert "moe_experts=sequential" not in bridge

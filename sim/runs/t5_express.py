@@ -14,7 +14,7 @@ does not divide the heads and FFN width.
 from __future__ import annotations
 
 from sim.compute.t5 import T5Shape, check_tp
-from sim.runs.megatron_args import TOKENIZER_VOCAB, VOCAB_DIVISIBLE_BY
+from sim.runs.megatron_shape import TOKENIZER_VOCAB, VOCAB_DIVISIBLE_BY
 from sim.runs.record import MeasuredRun, ModelShape
 
 
