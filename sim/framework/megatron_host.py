@@ -56,6 +56,7 @@ from typing import Any
 
 from sim.engine.step_host import StepHost
 from sim.framework.options import Option
+from sim.framework.per_token_loss import STEP_HOST as PER_TOKEN_HOST
 
 _MLM = "MLM:megatron"
 _ON = (False, True)
@@ -199,7 +200,9 @@ HOST_OPTIONS: tuple[Option, ...] = (
 
 def megatron_step_host(values: dict[str, Any], fp16: bool) -> StepHost:
     """Megatron-LM's host work per iteration with option ``values`` (module doc), the loss
-    scaler's check with ``fp16``; the log's share amortised over ``log_interval`` iterations.
+    scaler's check with ``fp16``; the log's share amortised over ``log_interval`` iterations;
+    with ``per_token_loss`` the finalize's scaling of the gradients
+    (:data:`sim.framework.per_token_loss.STEP_HOST`).
 
     Raises:
         ValueError: ``log_interval`` below 1.
@@ -222,7 +225,10 @@ def megatron_step_host(values: dict[str, Any], fp16: bool) -> StepHost:
     if values.get("log_params_norm"):
         work = work + PARAMS_NORM
     log = TRAINING_LOG + (TENSORBOARD if values.get("tensorboard") else StepHost())
-    return work + _amortised(log, interval)
+    work = work + _amortised(log, interval)
+    if values.get("per_token_loss"):  # the finalize's scaling (sim.framework.per_token_loss)
+        work = work + PER_TOKEN_HOST
+    return work
 
 
 def _amortised(work: StepHost, interval: int) -> StepHost:

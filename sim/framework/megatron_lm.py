@@ -22,7 +22,6 @@ from typing import ClassVar
 from sim.comm.nccl import P2P_FIFO_BYTES
 from sim.engine.inputs import PipelineRuntime
 from sim.engine.stage_cost import StageCost
-from sim.engine.step_host import StepHost
 from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
 from sim.framework.ddp_hooks import with_grad_hooks
@@ -37,7 +36,6 @@ from sim.framework.megatron_options import (
     scope_parts,
 )
 from sim.framework.per_token_loss import OPTION as PER_TOKEN_OPTION
-from sim.framework.per_token_loss import STEP_HOST as PER_TOKEN_HOST
 from sim.framework.per_token_loss import per_token_work
 from sim.framework.step_work import StepWork
 from sim.framework.te_host import with_te_modules
@@ -261,8 +259,7 @@ class MegatronLM(Framework):
         backend, sms = self.dispatcher()
         return replace(
             rt,
-            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16")
-            + (PER_TOKEN_HOST if v.get("per_token_loss") else StepHost()),
+            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16"),
             loss_reads=LOSS_READS if v.get("check_for_nan_in_loss") else 0,
             bucket_stages=buckets,
             param_gather=gather,
