@@ -82,31 +82,28 @@ waits for the counts), evenly over the pieces after it (with GPT-OSS's offset co
 fc1 and fc2, one ``GroupedLinear`` on each side: :mod:`sim.compute.glu_clamp`); the layer's
 other ops are spread by the device seconds around the syncs.
 
-Assumptions: no expert bias (GPT-OSS's experts have one: its per-expert bias-gradient work is
-not counted), gradient-accumulation fusion on, the weights' quantized copies cached across
-micro-batches.
+Assumptions: gradient-accumulation fusion on, the weights' quantized copies cached across
+micro-batches. An expert bias (GPT-OSS) adds Megatron-Core's eager bias chain per expert, counted
+apart (:mod:`sim.compute.gptoss_host`, :mod:`sim.compute.expert_bias`); TE 2.16's per-expert
+``bgrad_quantize`` of a biased MXFP8 ``fc1`` is not counted.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from sim.compute.quantize import PER_EXPERT_CASTS
 from sim.hardware.host_ops import HostOverhead
 
-QUANTIZE_LAUNCHES = {
-    "fp8-delayed": 0.0,
-    "fp8-tensorwise": 3.0,
-    "fp8-blockwise": 1.0,
-    "mxfp8": 1.0,
-    "nvfp4": 3.0,
-}
+QUANTIZE_LAUNCHES = {"fp8-delayed": 0, **PER_EXPERT_CASTS, "nvfp4": 3}
 """Quantize kernels per expert tensor of ``split_quantize``, by recipe name
-(:mod:`sim.compute.precision`), TE @70f5366 ``csrc/quantizer.cpp``: delayed scaling runs one
-fused ``nvte_multi_cast_transpose`` for all experts (cast.cpp 132-143), so none per expert;
-current scaling ("tensorwise") an amax, a scale and a cast kernel (quantizer.cpp 497-535);
-blockwise and MXFP8 one ``nvte_quantize_v2`` (805-820, 1091-1101); NVFP4 an amax (with the
-Hadamard transform), a row-wise cast and a column-wise Hadamard cast (1481-1638). Unknown
-recipes count as MXFP8's one."""
+(:mod:`sim.compute.precision`): the device model's per-expert casts
+(:data:`sim.compute.quantize.PER_EXPERT_CASTS`: current scaling ("tensorwise") an amax, a scale
+and a cast; blockwise and MXFP8 one ``nvte_quantize_v2``), none for delayed scaling (one fused
+``nvte_multi_cast_transpose`` for all experts, TE @70f5366 cast.cpp 132-143), and NVFP4 at TE
+2.9's count, an amax (with the Hadamard transform), a row-wise cast and a column-wise Hadamard
+cast (``csrc/quantizer.cpp`` 1481-1638), where the device model counts NVFP4 as grouped (TE
+2.12 and later). Unknown recipes count as MXFP8's one."""
 
 LAUNCH_S = 3.0e-6
 """A C++ kernel launch on the reference host (module doc: tritonbench#1017)."""
