@@ -281,8 +281,10 @@ class Framework:
         return None
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
-        """A stage's ``cost`` (its layers of ``kinds``) with the host work its CUDA graphs
-        capture removed (:mod:`sim.framework.cuda_graphs`); unchanged by default (eager)."""
+        """A stage's ``cost`` (its layers of ``kinds``) with the framework's per-layer host work
+        as it runs: what its CUDA graphs capture removed (:mod:`sim.framework.cuda_graphs`), and
+        what a profile adds per layer (Megatron-LM's Python and deterministic fills,
+        Megatron-DeepSpeed's sync before each MLP); unchanged by default (eager)."""
         return cost
 
     def combines_pairs(self) -> bool:

@@ -96,8 +96,9 @@ def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
 
 def _kept16_flags(get: dict[str, str]) -> dict[str, Any]:
     """The table's ``first_last_layers_bf16`` cell (``True (start=0, end=14)``) and the
-    ``keep_mtp_spec_in_bf16=True``, ``fp8_output_proj=True`` and ``quant_recipe=load_quantization_recipe("'<file>'",)``
-    entries of ``precision_other`` as the flags :mod:`sim.runs.precision_flags` reads."""
+    ``keep_mtp_spec_in_bf16=True``, ``fp8_output_proj=True`` and
+    ``quant_recipe=load_quantization_recipe("'<file>'",)`` entries of ``precision_other`` as the
+    flags :mod:`sim.runs.precision_flags` reads."""
     f: dict[str, Any] = {}
     cell = get.get("first_last_layers_bf16", "")
     if _true(cell):
