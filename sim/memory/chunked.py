@@ -3,8 +3,8 @@ model states in chunks on GPU or host, partitioned over the data-parallel replic
 bytes PatrickStar's code allocates.
 
 ``chunked[:N][:recompute][:msc]``: chunks of ``N`` M (2**20) elements (default: per stage, the
-size of PatrickStar's chunk-size search that fits and runs fastest on all the stage's replicas,
-:mod:`sim.memory.memtracer`);
+size PatrickStar's chunk-size search recommends, the smallest footprint of those that fit on all
+the stage's replicas, :func:`search_score`, :mod:`sim.memory.memtracer`);
 ``recompute``: full activation checkpointing of every layer, as PatrickStar always ran
 (paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes ``--use_ckp``);
 ``msc``: memory-saving communication (``--with_mem_saving_com``, v0.4.3; ``MSC=1`` in every
@@ -390,7 +390,7 @@ class ChunkedPolicy(MemoryPolicy):
     Args:
         chunk_melems: chunk size in millions (2**20) of elements; None: per stage, the size of
             PatrickStar's search (:func:`~sim.memory.memtracer.chunk_candidates`) that fits
-            and runs fastest.
+            with the smallest footprint (:func:`search_score`).
         recompute: checkpoint every layer's activations too (PatrickStar's setting).
         msc: memory-saving communication (module doc).
     """
@@ -411,8 +411,9 @@ class ChunkedPolicy(MemoryPolicy):
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
         """Per stage, one chunk size for all its replicas (PatrickStar's ``default_chunk_size``
-        is one setting of the whole process group): the candidate whose plans lack fewest
-        bytes over the replicas, then whose slowest replica adds least."""
+        is one setting of the whole process group), chosen by :func:`search_score`: of the
+        candidates whose plans fit, the one PatrickStar's search reports with the smallest
+        footprint; if none fits, the one whose plans lack fewest bytes."""
         out: dict[int, StagePlan] = {}
         stages: dict[int, list[int]] = {}
         for i, ctx in enumerate(contexts):
@@ -428,7 +429,8 @@ class ChunkedPolicy(MemoryPolicy):
                     short_bytes(contexts[i], p, len(contexts))
                     for i, p in zip(idx, plans, strict=True)
                 )
-                score = (short, max(p.notes["added_ms"] for p in plans))
+                slowest_ms = max(p.notes["added_ms"] for p in plans)
+                score = search_score(groups, size, short, slowest_ms)
                 if best is None or score < best[0]:
                     best = (score, plans)
             assert best is not None
@@ -461,6 +463,36 @@ class ChunkedPolicy(MemoryPolicy):
 
     def plan(self, ctx: StageContext) -> StagePlan:
         return self.plan_all([ctx])[0]
+
+
+def search_score(
+    groups: list[float], chunk_elems: int, short: float, added_ms: float
+) -> tuple[float, float, float]:
+    """Sort key of a candidate chunk size (smallest first): of the sizes whose plans fit
+    (``short == 0`` bytes lacking), the one whose chunks the parameters ``groups`` fill best,
+    ties to the smaller size; then, where none fits, the fewest bytes lacking and the least
+    ``added_ms``.
+
+    PatrickStar's chunk-size search (``CS_SEARCH=1 bash run_transformers.sh``, 312M down to
+    64M elements; ``examples/eval_chunk_size.py``) drops the sizes whose chunks do not fit
+    (``chunk_schema_valid_check``) and reports for the rest the chunks' overall size and
+    utilization (``client.get_overall_chunk_size``), "to find a CS with less memory footprint"
+    (Tencent/PatrickStar@2384535 ``examples/README.md``, "Search the best chunk size"): the
+    smallest overall size, which for the same parameters is the highest utilization
+    (:func:`~sim.memory.memtracer.best_utilization`, as :mod:`sim.memory.auto` picks it). It
+    does not time them. Assumption: the published runs used the size the search recommends
+    (which size each used is not recorded; the A100 benchmark scripts sweep 256M and 384M,
+    ``examples/benchmark/run_a100_benchmark_*.sh``).
+
+    Example:
+        >>> M = 2**20
+        >>> search_score([90 * M, 90 * M], 100 * M, 0.0, 5.0) < search_score(
+        ...     [90 * M, 90 * M], 200 * M, 0.0, 1.0)  # 90 % full beats 90 %: tie, smaller
+        True
+    """
+    if short > 0:
+        return (short, 0.0, added_ms)
+    return (0.0, -utilization(pack(groups, chunk_elems), chunk_elems), chunk_elems)
 
 
 def short_bytes(ctx: StageContext, plan: StagePlan, ranks: int) -> float:
