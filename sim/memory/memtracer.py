@@ -32,7 +32,8 @@ size is only possible when the largest parameter group fits in a chunk. Where no
 312M holds it, the candidates here continue upwards in the same 32M steps up to twice the
 largest group (an assumption: PatrickStar's script stops at 312M and its A100 benchmark sets
 256M or 384M by hand, ``examples/benchmark/run_a100_benchmark_large_model.sh``). The policy
-runs the candidate a user would keep: the one that fits, fastest (``sim.memory.chunked``).
+runs the candidate the search recommends: of those that fit, the smallest footprint, i.e. the
+best utilization (``sim.memory.chunked.search_score``; the search times nothing).
 """
 
 from __future__ import annotations
