@@ -17,7 +17,6 @@ from sim.hardware.host_memory import (
     pinned_bytes,
 )
 from sim.hardware.topology import Host
-from sim.memory.chunked import search_score
 from sim.memory.chunks import pack, utilization
 from sim.memory.deepspeed import (
     CPU_ADAM_STAGING_BYTES,
@@ -32,6 +31,7 @@ from sim.memory.memtracer import (
     gpu_framework_bytes,
     host_chunk_cap_bytes,
     host_framework_bytes,
+    search_score,
 )
 from sim.memory.tensors import block_hidden, param_groups, stage_groups
 from sim.plan.point_row import point_row
