@@ -31,6 +31,7 @@ from sim.memory.memtracer import (
     gpu_framework_bytes,
     host_chunk_cap_bytes,
     host_framework_bytes,
+    search_score,
 )
 from sim.memory.tensors import block_hidden, param_groups, stage_groups
 from sim.plan.point_row import point_row
@@ -104,6 +105,23 @@ def test_transformer_layers_split_into_module_groups():
     head = LayerProfile("head", 1, 2, (2 * h + V * h) * 2, 0, 0)
     assert stage_groups([block, head], 2)[-2:] == [2 * h, V * h]
     assert chunk_candidates([V * h])[0] == 88 * MiB  # PatrickStar's smallest search size
+
+
+def test_chunk_size_is_the_search_s_smallest_footprint_that_fits():
+    """PatrickStar's search recommends the size with the smallest overall chunk footprint among
+    those that fit, untimed: groups of 60M and 50M elements fill chunks of 64M to 110/128 (two
+    chunks, 0.859) and of 128M to 110/128 too (one chunk), a tie won by the smaller; of 96M
+    to 110/192 (0.573), which loses to them however fast; any fitting size beats one that does
+    not; sizes that do not fit go by bytes lacking, then by added time."""
+    M = MiB
+    g = [60 * M, 50 * M]
+    fit_64 = search_score(g, 64 * M, 0.0, 9.0)
+    fit_96 = search_score(g, 96 * M, 0.0, 1.0)
+    fit_128 = search_score(g, 128 * M, 0.0, 9.0)
+    assert fit_64 < fit_128 < fit_96
+    assert fit_96 < search_score(g, 64 * M, 1.0, 0.0)
+    assert search_score(g, 64 * M, 1.0, 5.0) < search_score(g, 64 * M, 2.0, 0.0)
+    assert search_score(g, 64 * M, 1.0, 1.0) < search_score(g, 96 * M, 1.0, 5.0)
 
 
 def test_chunked_plan_holds_whole_chunks_and_patrickstar_limits():

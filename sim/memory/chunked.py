@@ -3,8 +3,8 @@ model states in chunks on GPU or host, partitioned over the data-parallel replic
 bytes PatrickStar's code allocates.
 
 ``chunked[:N][:recompute][:msc]``: chunks of ``N`` M (2**20) elements (default: per stage, the
-size of PatrickStar's chunk-size search that fits and runs fastest on all the stage's replicas,
-:mod:`sim.memory.memtracer`);
+size PatrickStar's chunk-size search recommends, the smallest footprint of those that fit on all
+the stage's replicas, :func:`search_score`, :mod:`sim.memory.memtracer`);
 ``recompute``: full activation checkpointing of every layer, as PatrickStar always ran
 (paper §7 "activation checkpointing"; ``examples/run_transformers.sh`` passes ``--use_ckp``);
 ``msc``: memory-saving communication (``--with_mem_saving_com``, v0.4.3; ``MSC=1`` in every
@@ -88,6 +88,7 @@ from sim.memory.memtracer import (
     gpu_framework_bytes,
     host_chunk_cap_bytes,
     host_framework_bytes,
+    search_score,
 )
 from sim.memory.plan import StagePlan, Transfer
 from sim.memory.reserve import overhead
@@ -390,7 +391,7 @@ class ChunkedPolicy(MemoryPolicy):
     Args:
         chunk_melems: chunk size in millions (2**20) of elements; None: per stage, the size of
             PatrickStar's search (:func:`~sim.memory.memtracer.chunk_candidates`) that fits
-            and runs fastest.
+            with the smallest footprint (:func:`search_score`).
         recompute: checkpoint every layer's activations too (PatrickStar's setting).
         msc: memory-saving communication (module doc).
     """
@@ -411,8 +412,9 @@ class ChunkedPolicy(MemoryPolicy):
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
         """Per stage, one chunk size for all its replicas (PatrickStar's ``default_chunk_size``
-        is one setting of the whole process group): the candidate whose plans lack fewest
-        bytes over the replicas, then whose slowest replica adds least."""
+        is one setting of the whole process group), chosen by :func:`search_score`: of the
+        candidates whose plans fit, the one PatrickStar's search reports with the smallest
+        footprint; if none fits, the one whose plans lack fewest bytes."""
         out: dict[int, StagePlan] = {}
         stages: dict[int, list[int]] = {}
         for i, ctx in enumerate(contexts):
@@ -428,7 +430,8 @@ class ChunkedPolicy(MemoryPolicy):
                     short_bytes(contexts[i], p, len(contexts))
                     for i, p in zip(idx, plans, strict=True)
                 )
-                score = (short, max(p.notes["added_ms"] for p in plans))
+                slowest_ms = max(p.notes["added_ms"] for p in plans)
+                score = search_score(groups, size, short, slowest_ms)
                 if best is None or score < best[0]:
                     best = (score, plans)
             assert best is not None
