@@ -21,6 +21,7 @@ from sim.engine.stage_cost import StageCost
 from sim.framework import framework_names, get_framework
 from sim.framework.placement import megatron_boundaries, parameter_boundaries
 from sim.hardware.host_ops import HostOverhead
+from sim.hardware.loader import load_hardware
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
@@ -578,3 +579,24 @@ def test_no_overlap_p2p_flag_maps_only_under_the_interleaved_schedule():
     assert opts == {"overlap_p2p_comm": "false"}
     opts, notes = read_options(flags, ParallelLayout(pp=4), True)
     assert opts == {} and notes[0][1] == "ignored"
+
+
+def test_megatron_deepspeed_sums_the_tied_embeddings_two_gradients_where_one_stage_holds_both():
+    # GPTModelPipe at p = 1: the lookup's and the head's gradients of one [V/t, h] weight are
+    # summed in the AccumulateGrad node's InputBuffer (read two, write one): V 1000, h 64,
+    # fp16, t 2: 3 * 1000 * 64 * 2 / 2 = 192,000 bytes, one kernel: launch overhead plus the
+    # bytes at the GPU's achieved HBM rate, added to the embedding's backward; nothing on a
+    # stage without the head, nor in plain DeepSpeed (no TiedLayerSpec).
+    spec = load_hardware("dgx-a100-40gb").gpus[0].compute
+    assert spec is not None
+    shape = {"kind": "gpt", "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 1000}
+    trace = replace(_trace(["embedding", "head"], [0.0, 0.0]), provenance={"model_shape": shape})
+    cost = StageCost(2.0, 4.0, 0.0, 0.0, bwd_weight_s=1.0, bwd_layers=((2.0, 8, 0), (2.0, 20, 0)))
+    md = get_framework("megatron-deepspeed")
+    add = spec.kernel_overhead_s + 192_000 / (spec.hbm_bandwidth_Bps * spec.hbm_efficiency)
+    both = md.stage_device_work(cost, ["embedding", "head"], trace, 2, spec)
+    assert both.bwd_s == pytest.approx(4.0 + add) and both.bwd_weight_s == pytest.approx(1.0 + add)
+    assert both.bwd_layers[0][0] == pytest.approx(2.0 + add) and both.bwd_layers[1][0] == 2.0
+    assert md.stage_device_work(cost, ["embedding", "block"], trace, 2, spec) == cost
+    ds = get_framework("deepspeed")
+    assert ds.stage_device_work(cost, ["embedding", "head"], trace, 2, spec) == cost

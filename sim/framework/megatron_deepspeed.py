@@ -13,6 +13,10 @@ Each transformer layer's forward, first or recomputed, makes the host wait for t
 before its MLP: two scalars built on the GPU with blocking copies (:data:`LAYER_SYNC`,
 :func:`with_layer_syncs`).
 
+Where the tied word embedding's two ends sit on one stage (``p = 1``), autograd sums its two
+gradients (the lookup's and the output projection's) every micro-batch before accumulating them
+(:data:`TIED_GRAD_SUM`, :func:`with_tied_grad_sum`).
+
 vTrain's measured iterations (``measurements/vtrain/``) were all collected this way.
 """
 
@@ -22,6 +26,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from sim.compute.decoder_shape import base_kind
+from sim.compute.kernels import mem, phase_time
 from sim.compute.megatron_ops import BLOCK_FWD
 from sim.engine.stage_cost import StageCost
 from sim.framework.base import Setting
@@ -40,6 +45,9 @@ from sim.framework.deepspeed import (
     SYNC_BEFORE_FORWARD,
     PipelineEngine,
 )
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.parallel.shard import model_shape
+from sim.trace.schema import Trace, dtype_bytes
 
 GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
 MICROBATCH_LOAD = Setting(
@@ -119,6 +127,69 @@ def with_layer_syncs(cost: StageCost, kinds: list[str], share: float) -> StageCo
     return replace(cost, fwd_syncs=syncs)
 
 
+TIED_GRAD_SUM = Setting(
+    3.0,
+    "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe (@4822c87e): at p = 1 the "
+    "TiedLayerSpec('embed') is one EmbeddingPipe whose word_embeddings.weight both the lookup "
+    "(the first layer) and the head (_logits_helper -> parallel_lm_logits, F.linear) use, in "
+    "one autograd graph per micro-batch (neither is checkpointed: PipelineModule."
+    "_is_checkpointable keeps only ParallelTransformerLayerPipe). The weight's AccumulateGrad "
+    "node has two incoming gradients, the output projection's weight gradient (its wgrad GEMM "
+    "returns a fresh tensor: megatron/core/tensor_parallel/layers.py l.352-361, "
+    "gradient_accumulation_fusion commented out) and the embedding's dense backward, and "
+    "PyTorch's autograd engine sums them in the node's InputBuffer before calling it "
+    "(torch/csrc/autograd/input_buffer.cpp::accumulate, torch 2.0.1: old_var.add_(var) or "
+    "old_var + var with grad mode off): reads two [V/t, h] gradients and writes one, 3 bytes "
+    "per byte of the weight, every micro-batch, at the end of the backward (after the "
+    "lookup's gradient). With p > 1 each stage's copy has one gradient (ReduceTiedGrads "
+    "all-reduces them after the backward). The accumulation into .grad after the first "
+    "micro-batch (AccumulateGrad's in-place add, every parameter) is not modelled",
+)
+
+
+def with_tied_grad_sum(cost: StageCost, kinds: list[str], add_s: float) -> StageCost:
+    """``cost`` (a stage of layers of ``kinds``, in order) with ``add_s`` seconds of device work
+    in the backward of its ``embedding`` layer when the stage also holds the ``head``: the sum
+    of the tied word embedding's two gradients (:data:`TIED_GRAD_SUM`); unchanged otherwise.
+
+    Example:
+        >>> c = StageCost(1.0, 2.0, 0.0, 0.0, bwd_layers=((0.5, 8.0, 0.0), (1.5, 20.0, 0.0)))
+        >>> d = with_tied_grad_sum(c, ["embedding", "head"], 0.25)
+        >>> d.bwd_s, d.bwd_layers[0][0]
+        (2.25, 0.75)
+        >>> with_tied_grad_sum(c, ["embedding", "block"], 0.25) is c
+        True
+    """
+    bases = [base_kind(k) for k in kinds]
+    if "embedding" not in bases or "head" not in bases:
+        return cost
+    i = bases.index("embedding")
+    layers = list(cost.bwd_layers)
+    if i < len(layers):
+        sec, ops, nodes = layers[i]
+        layers[i] = (sec + add_s, ops, nodes)
+    return replace(
+        cost,
+        bwd_s=cost.bwd_s + add_s,
+        bwd_weight_s=None if cost.bwd_weight_s is None else cost.bwd_weight_s + add_s,
+        bwd_layers=tuple(layers),
+    )
+
+
+def tied_grad_sum_s(trace: Trace, t: int, spec: ComputeSpec, bytes_per_byte: float) -> float:
+    """Seconds on ``spec`` of the sum of the tied embedding's two gradients: one memory-bound
+    kernel of ``bytes_per_byte x`` one of ``t`` ranks' ``V/t x h`` weight (the vocabulary
+    and width of ``trace``'s model shape; none: 0; the padding of the vocabulary to a
+    multiple of ``128 t`` is not modelled)."""
+    shape = model_shape(trace)
+    if shape is None:
+        return 0.0
+    nbytes = (
+        bytes_per_byte * int(shape["vocab"]) * int(shape["hidden"]) * dtype_bytes(trace.dtype) / t
+    )
+    return phase_time([mem("tied_grad_sum", nbytes)], spec, trace.dtype).total_s
+
+
 class MegatronDeepSpeed(PipelineEngine):
     """Megatron-DeepSpeed's GPT on DeepSpeed's pipeline engine (module doc): ``GPTModelPipe``
     runs on a grid whose model-parallel size is Megatron's tensor-parallel size
@@ -168,7 +239,20 @@ class MegatronDeepSpeed(PipelineEngine):
     microbatch_load = MICROBATCH_LOAD
     sync_after_p2p = SYNC_AFTER_P2P
     layer_sync = LAYER_SYNC
-    SETTINGS: ClassVar[tuple[str, ...]] = (*PipelineEngine.SETTINGS, "layer_sync")
+    tied_grad_sum = TIED_GRAD_SUM
+    SETTINGS: ClassVar[tuple[str, ...]] = (*PipelineEngine.SETTINGS, "layer_sync", "tied_grad_sum")
+
+    def stage_device_work(
+        self, cost: StageCost, kinds: list[str], trace: Trace, tensor_parallel: int,
+        spec: ComputeSpec,
+    ) -> StageCost:  # fmt: skip
+        """``cost`` with the sum of the tied embedding's two gradients where the stage holds
+        both its ends (:func:`with_tied_grad_sum`, :func:`tied_grad_sum_s`)."""
+        if not self.tied_embedding.value:
+            return cost
+        return with_tied_grad_sum(
+            cost, kinds, tied_grad_sum_s(trace, tensor_parallel, spec, self.tied_grad_sum.value)
+        )
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
         """``cost`` with each transformer layer's host sync before its MLP

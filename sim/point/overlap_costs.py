@@ -79,6 +79,11 @@ def with_framework(
     names = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     edges = [*boundaries, len(names)]
     kinds = [list(names[edges[s] : edges[s + 1]]) for s in range(len(costs))]
+    if spec is not None:
+        costs = tuple(
+            framework.stage_device_work(c, k, trace, sharded.tensor_parallel, spec)
+            for c, k in zip(costs, kinds, strict=True)
+        )
     return tuple(framework.host_captured(c, k) for c, k in zip(costs, kinds, strict=True))
 
 
