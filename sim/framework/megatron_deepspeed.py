@@ -131,7 +131,8 @@ TIED_GRAD_SUM = Setting(
     3.0,
     "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe (@4822c87e): at p = 1 the "
     "TiedLayerSpec('embed') is one EmbeddingPipe whose word_embeddings.weight both the lookup "
-    "(the first layer) and the head (_logits_helper -> parallel_lm_logits, F.linear) use, in "
+    "(the first layer) and the head (_logits_helper -> language_model.py::parallel_lm_logits l.36-42 -> "
+    "linear_with_grad_accumulation_and_async_allreduce) use, in "
     "one autograd graph per micro-batch (neither is checkpointed: PipelineModule."
     "_is_checkpointable keeps only ParallelTransformerLayerPipe). The weight's AccumulateGrad "
     "node has two incoming gradients, the output projection's weight gradient (its wgrad GEMM "
