@@ -51,7 +51,7 @@ from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
 from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
-from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -289,12 +289,13 @@ class Framework:
         return cost
 
     def stage_device_work(
-        self, cost: StageCost, kinds: list[str], trace: Trace, tensor_parallel: int,
-        spec: ComputeSpec,
+        self, cost: StageCost, kinds: list[str], layers: tuple[LayerProfile, ...],
+        trace: Trace, tensor_parallel: int, spec: ComputeSpec,
     ) -> StageCost:  # fmt: skip
-        """A stage's ``cost`` (its layers of ``kinds``, from the ``trace`` one of
-        ``tensor_parallel`` ranks runs) with the device work a profile adds on ``spec`` beyond the layers' kernels (Megatron-
-        DeepSpeed's sum of the tied embedding's two gradients); unchanged by default."""
+        """A stage's ``cost`` (its ``layers`` of ``kinds``, from the ``trace`` one of
+        ``tensor_parallel`` ranks runs) with the device work a profile adds on ``spec``
+        beyond the layers' kernels (Megatron-DeepSpeed: the sum of the tied embedding's two
+        gradients, the accumulation into ``.grad``); unchanged by default."""
         return cost
 
     def combines_pairs(self) -> bool:

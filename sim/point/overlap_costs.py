@@ -80,9 +80,10 @@ def with_framework(
     edges = [*boundaries, len(names)]
     kinds = [list(names[edges[s] : edges[s + 1]]) for s in range(len(costs))]
     if spec is not None:
+        t = sharded.tensor_parallel
         costs = tuple(
-            framework.stage_device_work(c, k, trace, sharded.tensor_parallel, spec)
-            for c, k in zip(costs, kinds, strict=True)
+            framework.stage_device_work(c, k, trace.layers[lo:hi], trace, t, spec)
+            for c, k, lo, hi in zip(costs, kinds, edges[:-1], edges[1:], strict=True)
         )
     return tuple(framework.host_captured(c, k) for c, k in zip(costs, kinds, strict=True))
 
