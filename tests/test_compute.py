@@ -440,3 +440,27 @@ def test_megatron_causal_softmax_reads_the_lower_triangle_only():
     assert {k.name: k.bytes for k in full}["softmax"] == 2 * n * d
     ring = attention_bwd("math", b, s // 2, h, a, d, causal=True, dropout=False, kv=s)
     assert {k.name: k.bytes for k in ring}["softmax_bwd"] == 3 * (n / 2) * d
+
+
+def test_megatron_softmax_falls_back_to_eager_fp32_ops_off_the_kernels_batch_rule():
+    """Megatron's FusedScaleMaskSoftmax.is_kernel_available (Megatron-DeepSpeed@4822c87e
+    fused_softmax.py): b * a must be a multiple of 4 and, causal, of get_batch_per_block = 4 at
+    1024 keys (warp 32, one row per warp, 128 threads); 8 at 64 keys (two rows per warp). At
+    b 1, a 2 the eager fp32 path moves 6 + 8 + 9 + 8 + 6 = 37 N forward and 6 + 12 + 9 + 8 + 6
+    = 41 N backward bytes (N = 2 * 1024^2 scores) instead of the kernel's 1.5 N d and 2 N d."""
+    b, s, h, a, d = 1, 1024, 128, 2, 2
+    n = b * a * s * s
+    fwd = attention_fwd("math", b, s, h, a, d, causal=True, dropout=False)
+    bwd = attention_bwd("math", b, s, h, a, d, causal=True, dropout=False)
+    soft_f = sum(k.bytes for k in fwd if k.name.startswith("softmax"))
+    soft_b = sum(k.bytes for k in bwd if k.name.startswith("softmax"))
+    assert (soft_f, soft_b) == (37 * n, 41 * n)
+    assert len([k for k in fwd if k.name.startswith("softmax")]) == 5
+    two = attention_fwd("math", 2, s, h, a, d, causal=True, dropout=False)
+    assert [k.bytes for k in two if k.name.startswith("softmax")] == [1.5 * 2 * n * d]
+    # 64 keys: 8 rows per block; b * a = 4 passes the %4 test but not the causal %8 one,
+    # while without the mask sq = 64 is a multiple of 8
+    causal64 = attention_fwd("math", 1, 64, 128, 4, d, causal=True, dropout=False)
+    full64 = attention_fwd("math", 1, 64, 128, 4, d, causal=False, dropout=False)
+    assert len([k for k in causal64 if k.name.startswith("softmax")]) == 5
+    assert [k.name for k in full64 if k.name.startswith("softmax")] == ["softmax"]

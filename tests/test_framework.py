@@ -21,6 +21,7 @@ from sim.engine.stage_cost import StageCost
 from sim.framework import framework_names, get_framework
 from sim.framework.placement import megatron_boundaries, parameter_boundaries
 from sim.hardware.host_ops import HostOverhead
+from sim.hardware.loader import load_hardware
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
@@ -578,3 +579,65 @@ def test_no_overlap_p2p_flag_maps_only_under_the_interleaved_schedule():
     assert opts == {"overlap_p2p_comm": "false"}
     opts, notes = read_options(flags, ParallelLayout(pp=4), True)
     assert opts == {} and notes[0][1] == "ignored"
+
+
+def test_megatron_deepspeed_sums_the_tied_embeddings_two_gradients_where_one_stage_holds_both():
+    # GPTModelPipe at p = 1: the lookup's and the head's gradients of one [V/t, h] weight are
+    # summed in the AccumulateGrad node's InputBuffer (read two, write one): V 1000, h 64,
+    # fp16, t 2: 3 * 1000 * 64 * 2 / 2 = 192,000 bytes, one kernel: launch overhead plus the
+    # bytes at the GPU's achieved HBM rate, added to the embedding's backward; nothing on a
+    # stage without the head, nor in plain DeepSpeed (no TiedLayerSpec).
+    spec = load_hardware("dgx-a100-40gb").gpus[0].compute
+    assert spec is not None
+    shape = {"kind": "gpt", "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 1000}
+    trace = replace(_trace(["embedding", "head"], [0.0, 0.0]), provenance={"model_shape": shape})
+    cost = StageCost(2.0, 4.0, 0.0, 0.0, bwd_weight_s=1.0, bwd_layers=((2.0, 8, 0), (2.0, 20, 0)))
+    md = get_framework("megatron-deepspeed")
+    add = spec.kernel_overhead_s + 192_000 / (spec.hbm_bandwidth_Bps * spec.hbm_efficiency)
+    both = md.stage_device_work(cost, ["embedding", "head"], trace.layers, trace, 2, spec)
+    assert both.bwd_s == pytest.approx(4.0 + add) and both.bwd_weight_s == pytest.approx(1.0 + add)
+    assert both.bwd_layers[0][0] == pytest.approx(2.0 + add) and both.bwd_layers[1][0] == 2.0
+    assert (
+        md.stage_device_work(cost, ["embedding", "block"], trace.layers, trace, 2, spec).bwd_s
+        == 4.0
+    )
+    ds = get_framework("deepspeed")
+    assert ds.stage_device_work(cost, ["embedding", "head"], trace.layers, trace, 2, spec) == cost
+
+
+def test_weight_gradients_accumulate_into_grad_after_each_iterations_first_microbatch():
+    # DeepSpeed's FP16_Optimizer.step leaves every .grad None, so an iteration's first backward
+    # takes the gradient and each later one adds into it (AccumulateGrad): one stage, 1F1B,
+    # m 3, F 1, B 2, 0.5 s of accumulation, two iterations: per iteration 3 F + 3 B + 2 x 0.5
+    # = 10 s, so the iterations end at 10 and 20 (9 and 18 without).
+    base = uniform_input("1f1b", 1, 3, iterations=2)
+    acc = replace(base, costs=tuple(replace(c, bwd_accumulate=(0.5,)) for c in base.costs))
+    assert simulate(base).iteration_ends_s == [pytest.approx(9.0), pytest.approx(18.0)]
+    assert simulate(acc).iteration_ends_s == [pytest.approx(10.0), pytest.approx(20.0)]
+
+
+def test_megatron_deepspeed_charges_accumulation_per_parameter_tensor():
+    # A block of 12 parameter tensors (8 vectors, 4 matrices) and 1 MB of weights: 12 add_
+    # kernels moving 3 MB; a p = 1 head's output weight is the embedding's (1 MB counted
+    # there), so only its 2 norm vectors' kernels remain (0.1 MB of its own bytes).
+    spec = load_hardware("dgx-a100-40gb").gpus[0].compute
+    assert spec is not None
+    shape = {"kind": "gpt", "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 1000}
+    trace = replace(
+        _trace(["embedding", "block.0", "head"], [1.1e6, 1e6, 1.1e6]),
+        provenance={"model_shape": shape},
+    )
+    cost = StageCost(3.0, 6.0, 0.0, 0.0, bwd_layers=((2.0, 8, 0),) * 3)
+    kinds = ["embedding", "block", "head"]
+    out = get_framework("megatron-deepspeed").stage_device_work(
+        cost, kinds, trace.layers, trace, 1, spec
+    )
+    rate, k = spec.hbm_bandwidth_Bps * spec.hbm_efficiency, spec.kernel_overhead_s
+    shared = 1000 * 64 * 2  # V h d, the tied word embedding
+    assert out.bwd_accumulate == (
+        pytest.approx(2 * k + 3 * 1.1e6 / rate),
+        pytest.approx(12 * k + 3 * 1e6 / rate),
+        pytest.approx(2 * k + 3 * (1.1e6 - shared) / rate),
+    )
+    ds = get_framework("deepspeed").stage_device_work(cost, kinds, trace.layers, trace, 1, spec)
+    assert ds.bwd_accumulate == ()

@@ -26,6 +26,24 @@ Notation: ``b`` micro-batch, ``s`` sequence length, ``h`` hidden, ``a`` heads, `
   gradient and the output of the triangle only and writes the whole row: ``(1 + 1)*b*a*s^2*d``.
   The dropout kernels still cover every element.
 
+  **Megatron's softmax fallback** (Megatron-DeepSpeed@4822c87e ``megatron/model/
+  fused_softmax.py`` l.143-207; the same rule in Megatron-LM's and Megatron-Core's
+  ``FusedScaleMaskSoftmax``): the fused kernel runs only where ``is_kernel_available`` allows
+  (16-bit input, ``sq`` and ``sk`` multiples of 4, ``b * a`` a multiple of 4 and, with the
+  causal mask, of the kernel's ``batch_per_block``, else ``sq`` a multiple of it:
+  :func:`fused_softmax_available`). Elsewhere ``forward_torch_softmax`` runs eager PyTorch
+  ops over all ``N`` scores with the softmax in fp32 (``--apply-query-key-layer-scaling``,
+  Megatron's default, forces ``softmax_in_fp32``; ``scale`` is the layer number):
+  ``input.float()`` (``(d + 4) N``), ``input * scale`` (``8 N``), ``masked_fill_`` of the
+  1-byte causal mask (``9 N``), ``Softmax`` (``8 N``), ``.half()`` (``(4 + d) N``): ``37 N``
+  at ``d = 2`` instead of ``3 N``; backward the same five in reverse (the casts ``(d + 4) N``
+  each, the softmax's ``12 N``, the fill's ``9 N``, the scale's ``8 N``): ``41 N`` instead of
+  ``4 N`` (:func:`torch_softmax_fwd`, :func:`torch_softmax_bwd`). Not modelled: the upper
+  bound on ``sk`` (4096 at 4822c87e, 16384 in later Megatron-Core: version-dependent), the
+  fp32 softmax output kept for the backward (``2 N`` bytes more), fp32 inputs (always the
+  eager path; kept as the fused kernel's bytes), and the host's difference (2 more ops per pass and a module call, one
+  ``autograd.Function`` apply less: about 10 us).
+
 **Sliding-window attention** (Beltagy et al., arXiv:2004.05150; GPT-OSS's alternating
 ``sliding_attention`` layers, window 128): query ``i`` attends to the keys ``i - w < j <= i``,
 and the fused kernel skips the tiles outside that band (FlashAttention's ``window_size``), so
@@ -73,6 +91,8 @@ heads, and its window, which :mod:`sim.compute.swa_speed` times at cuDNN's measu
 
 from __future__ import annotations
 
+import math
+
 from sim.compute.kernels import Kernel, gemm, mem
 
 IMPLEMENTATIONS = ("flash", "math")
@@ -96,6 +116,71 @@ def score_fraction(s: int, kv: int, causal: bool, window: int = 0) -> float:
     if window <= 0 or window >= kv:
         return 0.5
     return window / kv * (1.0 - window / (2.0 * kv))
+
+
+SOFTMAX_THREADS_PER_BLOCK = 128
+"""``threads_per_block`` of Megatron's fused softmax kernels
+(``megatron/fused_kernels/scaled_masked_softmax.h::get_batch_per_block``, Megatron-DeepSpeed
+@4822c87e l.419-431)."""
+WARP_SIZE = 32
+"""``C10_WARP_SIZE`` on NVIDIA GPUs."""
+
+
+def softmax_batch_per_block(sk: int) -> int:
+    """Rows of scores one thread block of Megatron's fused softmax handles, for ``sk`` keys
+    (``get_batch_per_block``: the next power of two ``p >= sk``, a warp of ``min(p, 32)``
+    threads per row, two rows per warp when ``p <= 128``, 128 threads per block).
+
+    Example:
+        >>> softmax_batch_per_block(1024), softmax_batch_per_block(64), softmax_batch_per_block(16)
+        (4, 8, 16)
+    """
+    p = 1 << max(0, math.ceil(math.log2(sk)))
+    warp = min(p, WARP_SIZE)
+    per_warp = 2 if p <= 128 else 1
+    return SOFTMAX_THREADS_PER_BLOCK // warp * per_warp
+
+
+def fused_softmax_available(b: int, a: int, sq: int, sk: int, causal: bool, d: int) -> bool:
+    """Whether Megatron's ``FusedScaleMaskSoftmax.is_kernel_available`` picks the fused kernel
+    for ``b`` samples of ``a`` heads (on this rank), ``sq`` queries and ``sk`` keys, ``d``-byte
+    input (module doc; Megatron-DeepSpeed@4822c87e ``megatron/model/fused_softmax.py``
+    l.152-173). The upper bound on ``sk`` is not applied (module doc).
+
+    Example (16 heads over 8 ranks, 1024 tokens: one sample takes the eager path):
+        >>> fused_softmax_available(1, 2, 1024, 1024, True, 2)
+        False
+        >>> fused_softmax_available(2, 2, 1024, 1024, True, 2)
+        True
+    """
+    batches = b * a
+    if d != 2 or sk <= 16 or sq % 4 or sk % 4 or batches % 4:
+        return False
+    per_block = softmax_batch_per_block(sk)
+    return batches % per_block == 0 if causal else sq % per_block == 0
+
+
+def torch_softmax_fwd(scores: float, d: int) -> list[Kernel]:
+    """The eager kernels of ``forward_torch_softmax`` over ``scores`` elements of ``d`` bytes,
+    softmax in fp32 (module doc): ``(37 N)`` bytes at ``d = 2``."""
+    return [
+        mem("softmax_to_fp32", (d + 4) * scores),
+        mem("softmax_scale", 8 * scores),
+        mem("softmax_mask_fill", 9 * scores),
+        mem("softmax", 8 * scores),
+        mem("softmax_to_half", (4 + d) * scores),
+    ]
+
+
+def torch_softmax_bwd(scores: float, d: int) -> list[Kernel]:
+    """The backward of :func:`torch_softmax_fwd` (module doc): ``41 N`` bytes at ``d = 2``."""
+    return [
+        mem("softmax_to_half_bwd", (d + 4) * scores),
+        mem("softmax_bwd", 12 * scores),
+        mem("softmax_mask_fill_bwd", 9 * scores),
+        mem("softmax_scale_bwd", 8 * scores),
+        mem("softmax_to_fp32_bwd", (4 + d) * scores),
+    ]
 
 
 def _check(impl: str) -> None:
@@ -134,7 +219,11 @@ def attention_fwd(
         return [Kernel("flash_attn_fwd", "attn", flops, nbytes, s, kv, hd, b * a, window=win)]
     scores = float(b * a * s * kv)
     read = TRIANGLE if causal and kv == s else 1.0
-    out = [gemm("scores", s, kv, hd, d, batch=b * a), mem("softmax", (read + 1) * scores * d)]
+    out = [gemm("scores", s, kv, hd, d, batch=b * a)]
+    if d != 2 or fused_softmax_available(b, a, s, kv, causal, d):
+        out.append(mem("softmax", (read + 1) * scores * d))
+    else:
+        out += torch_softmax_fwd(scores, d)
     if dropout:
         out.append(mem("attn_dropout", (2 * d + 1) * scores))
     out.append(gemm("attn_v", s, hd, kv, d, batch=b * a))
@@ -172,8 +261,11 @@ def attention_bwd(
     if dropout:
         out.append(mem("attn_dropout_bwd", (2 * d + 1) * scores))
     read = TRIANGLE if causal and kv == s else 1.0
+    if d != 2 or fused_softmax_available(b, a, s, kv, causal, d):
+        out.append(mem("softmax_bwd", (2 * read + 1) * scores * d))
+    else:
+        out += torch_softmax_bwd(scores, d)
     out += [
-        mem("softmax_bwd", (2 * read + 1) * scores * d),
         gemm("d_q", s, hd, kv, d, batch=b * a),
         gemm("d_k", kv, hd, s, d, batch=b * a),
     ]

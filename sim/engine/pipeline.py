@@ -408,6 +408,8 @@ class Engine:
         in buckets while it computes (:mod:`sim.engine.buckets`)."""
         s, gpu, plan, mb = rep.stage, rep.gpu, rep.plan, a.microbatch
         uses_grad = a.op in ("B", "I")
+        # after an iteration's first micro-batch, weight gradients add into .grad
+        cost = rep.cost if mb % self.inp.microbatches == 0 else rep.cost.accumulating()
         if uses_grad and not rep.last:
             yield from self.sends.receive(("grad", rep.replica, s, mb, rep.tp_rank))
             self.hosts.sync(rep.gpu, "recv")
@@ -425,7 +427,7 @@ class Engine:
             yield from self.partitioned.wait(rep, a, tags)
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
             yield from self._recompute(rep, a, tags, overlap)
-        dur = {"B": rep.cost.bwd_s, "I": rep.cost.input_s}.get(a.op, rep.cost.weight_s)
+        dur = {"B": cost.bwd_s, "I": cost.input_s}.get(a.op, cost.weight_s)
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
             self.collectives.start_overlapped(rep, step_no, dur, tags)
         done = self.env.event()
@@ -433,16 +435,16 @@ class Engine:
             self.partitioned.stream_gradients(rep, a, dur, done, tags)
         tp_after = rep.cost.tp_bwd
         if overlap is not None and uses_grad:
-            wgrad = rep.cost.weight_s if a.op == "B" else 0.0
+            wgrad = cost.weight_s if a.op == "B" else 0.0
             yield from overlap.body(rep, a, dur, rep.cost.group_bwd, tags, wgrad)
             tp_after = tp_after + _triples(rep.cost.tp_bwd_overlap)
         elif plan.fsdp is not None and a.op == "B":
             yield from self.fsdp.backward(rep, a, tags, self._unit_runner(rep, a, tags, "B"))
         else:
-            if a.op == "B" and rep.cost.bwd_layers:
-                work = self.hosts.layered(gpu, "B", rep.cost.backward_parts())
+            if a.op == "B" and cost.bwd_layers:
+                work = self.hosts.layered(gpu, "B", cost.backward_parts())
             else:
-                work = self.hosts.work(gpu, a.op, dur, rep.cost.backward_ops(a.op))
+                work = self.hosts.work(gpu, a.op, dur, cost.backward_ops(a.op))
             work = self._with_runtime(work, gpu, a.op)
             ovl = rep.cost.tp_bwd_overlap if uses_grad else ()
             yield from self._compute(rep, EventKind.COMPUTE, str(a), work, ovl, tags)

@@ -74,6 +74,10 @@ class StageCost:
             :func:`sim.parallel.layer_host.attention_host_ops`), already counted in
             :attr:`fwd_layers` and :attr:`bwd_layers`: a CUDA graph of the attention takes
             them whole; empty: none.
+        bwd_accumulate: per layer (forward order), device seconds a backward after an
+            iteration's first micro-batch adds for accumulating the layer's weight gradients
+            into ``.grad`` (PyTorch's ``AccumulateGrad`` in-place add, where the framework keeps
+            ``.grad`` across micro-batches: :meth:`accumulating`); empty: none.
     """
 
     fwd_s: float
@@ -99,6 +103,36 @@ class StageCost:
     tp_recompute_overlap: tuple[OverlapOp, ...] = ()
     grouped_ops: tuple[tuple[float, float], ...] = ()
     attn_ops: tuple[tuple[float, float], ...] = ()
+    bwd_accumulate: tuple[float, ...] = ()
+
+    def accumulating(self) -> StageCost:
+        """This cost as a backward after an iteration's first micro-batch runs it: each layer's
+        :attr:`bwd_accumulate` seconds added to its :attr:`bwd_layers` entry and their sum to
+        :attr:`bwd_s` (and to :attr:`bwd_weight_s` when split: the weights' gradients);
+        itself without any.
+
+        Example:
+            >>> c = StageCost(1.0, 2.0, 0.0, 0.0, bwd_layers=((1.0, 20.0, 0.0),) * 2,
+            ...               bwd_accumulate=(0.25, 0.5))
+            >>> d = c.accumulating()
+            >>> d.bwd_s, [x[0] for x in d.bwd_layers], d.bwd_accumulate
+            (2.75, [1.25, 1.5], ())
+        """
+        if not self.bwd_accumulate:
+            return self
+        total = sum(self.bwd_accumulate)
+        add = [self.bwd_accumulate[i] if i < len(self.bwd_accumulate) else 0.0
+               for i in range(len(self.bwd_layers))]  # fmt: skip
+        return replace(
+            self,
+            bwd_s=self.bwd_s + total,
+            bwd_weight_s=None if self.bwd_weight_s is None else self.bwd_weight_s + total,
+            bwd_layers=tuple(
+                (sec + x, ops, nodes)
+                for (sec, ops, nodes), x in zip(self.bwd_layers, add, strict=True)
+            ),
+            bwd_accumulate=(),
+        )
 
     def with_layer_ops(self, fwd: Sequence[float], bwd: Sequence[float] = ()) -> StageCost:
         """This cost with ``fwd[i]`` more forward ops on layer ``i`` of :attr:`fwd_layers` and

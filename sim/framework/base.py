@@ -35,6 +35,7 @@ from sim.framework.options import Option, resolve_options, spec
 from sim.framework.placement import PLACEMENTS
 from sim.framework.step_work import StepWork, shard_optimizer, step_time_s, with_step_work
 from sim.hardware.capacity import is_sm90_or_later
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.topology import Topology
 from sim.memory.allocator import AllocatorConfig
 from sim.memory.framework_memory import (
@@ -50,7 +51,7 @@ from sim.memory.states import StateBytes
 from sim.parallel.shard import layer_kind, model_shape
 from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
-from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,16 @@ class Framework:
         as it runs: what its CUDA graphs capture removed (:mod:`sim.framework.cuda_graphs`), and
         what a profile adds per layer (Megatron-LM's Python and deterministic fills,
         Megatron-DeepSpeed's sync before each MLP); unchanged by default (eager)."""
+        return cost
+
+    def stage_device_work(
+        self, cost: StageCost, kinds: list[str], layers: tuple[LayerProfile, ...],
+        trace: Trace, tensor_parallel: int, spec: ComputeSpec,
+    ) -> StageCost:  # fmt: skip
+        """A stage's ``cost`` (its ``layers`` of ``kinds``, from the ``trace`` one of
+        ``tensor_parallel`` ranks runs) with the device work a profile adds on ``spec``
+        beyond the layers' kernels (Megatron-DeepSpeed: the sum of the tied embedding's two
+        gradients, the accumulation into ``.grad``); unchanged by default."""
         return cost
 
     def combines_pairs(self) -> bool:

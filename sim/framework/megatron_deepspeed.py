@@ -13,6 +13,10 @@ Each transformer layer's forward, first or recomputed, makes the host wait for t
 before its MLP: two scalars built on the GPU with blocking copies (:data:`LAYER_SYNC`,
 :func:`with_layer_syncs`).
 
+Where the tied word embedding's two ends sit on one stage (``p = 1``), autograd sums its two
+gradients (the lookup's and the output projection's) every micro-batch before accumulating them
+(:data:`TIED_GRAD_SUM`, :func:`with_tied_grad_sum`).
+
 vTrain's measured iterations (``measurements/vtrain/``) were all collected this way.
 """
 
@@ -22,9 +26,10 @@ from dataclasses import replace
 from typing import ClassVar
 
 from sim.compute.decoder_shape import base_kind
-from sim.compute.megatron_ops import BLOCK_FWD
+from sim.compute.kernels import mem, phase_time
+from sim.compute.megatron_ops import BLOCK_FWD, param_tensors
 from sim.engine.stage_cost import StageCost
-from sim.framework.base import Setting
+from sim.framework.base import Setting, tied_embedding_bytes
 from sim.framework.deepspeed import (
     BLOCKING_P2P,
     DP_AFTER_BACKWARD,
@@ -40,6 +45,9 @@ from sim.framework.deepspeed import (
     SYNC_BEFORE_FORWARD,
     PipelineEngine,
 )
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.parallel.shard import model_shape
+from sim.trace.schema import LayerProfile, Trace
 
 GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
 MICROBATCH_LOAD = Setting(
@@ -119,6 +127,118 @@ def with_layer_syncs(cost: StageCost, kinds: list[str], share: float) -> StageCo
     return replace(cost, fwd_syncs=syncs)
 
 
+TIED_GRAD_SUM = Setting(
+    3.0,
+    "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe (@4822c87e): at p = 1 the "
+    "TiedLayerSpec('embed') is one EmbeddingPipe whose word_embeddings.weight both the lookup "
+    "(the first layer) and the head (_logits_helper -> language_model.py::parallel_lm_logits l.36-42 -> "
+    "linear_with_grad_accumulation_and_async_allreduce) use, in "
+    "one autograd graph per micro-batch (neither is checkpointed: PipelineModule."
+    "_is_checkpointable keeps only ParallelTransformerLayerPipe). The weight's AccumulateGrad "
+    "node has two incoming gradients, the output projection's weight gradient (its wgrad GEMM "
+    "returns a fresh tensor: megatron/core/tensor_parallel/layers.py l.352-361, "
+    "gradient_accumulation_fusion commented out) and the embedding's dense backward, and "
+    "PyTorch's autograd engine sums them in the node's InputBuffer before calling it "
+    "(torch/csrc/autograd/input_buffer.cpp::accumulate, torch 2.0.1: old_var.add_(var) or "
+    "old_var + var with grad mode off): reads two [V/t, h] gradients and writes one, 3 bytes "
+    "per byte of the weight, every micro-batch, at the end of the backward (after the "
+    "lookup's gradient). With p > 1 each stage's copy has one gradient (ReduceTiedGrads "
+    "all-reduces them after the backward). The accumulation into .grad after the first "
+    "micro-batch (AccumulateGrad's in-place add, every parameter) is not modelled",
+)
+
+
+def with_tied_grad_sum(cost: StageCost, kinds: list[str], add_s: float) -> StageCost:
+    """``cost`` (a stage of layers of ``kinds``, in order) with ``add_s`` seconds of device work
+    in the backward of its ``embedding`` layer when the stage also holds the ``head``: the sum
+    of the tied word embedding's two gradients (:data:`TIED_GRAD_SUM`); unchanged otherwise.
+
+    Example:
+        >>> c = StageCost(1.0, 2.0, 0.0, 0.0, bwd_layers=((0.5, 8.0, 0.0), (1.5, 20.0, 0.0)))
+        >>> d = with_tied_grad_sum(c, ["embedding", "head"], 0.25)
+        >>> d.bwd_s, d.bwd_layers[0][0]
+        (2.25, 0.75)
+        >>> with_tied_grad_sum(c, ["embedding", "block"], 0.25) is c
+        True
+    """
+    bases = [base_kind(k) for k in kinds]
+    if "embedding" not in bases or "head" not in bases:
+        return cost
+    i = bases.index("embedding")
+    layers = list(cost.bwd_layers)
+    if i < len(layers):
+        sec, ops, nodes = layers[i]
+        layers[i] = (sec + add_s, ops, nodes)
+    return replace(
+        cost,
+        bwd_s=cost.bwd_s + add_s,
+        bwd_weight_s=None if cost.bwd_weight_s is None else cost.bwd_weight_s + add_s,
+        bwd_layers=tuple(layers),
+    )
+
+
+def tied_grad_sum_s(trace: Trace, t: int, spec: ComputeSpec, bytes_per_byte: float) -> float:
+    """Seconds on ``spec`` of the sum of the tied embedding's two gradients: one memory-bound
+    kernel of ``bytes_per_byte x`` one of ``t`` ranks' ``V/t x h`` weight
+    (:func:`~sim.framework.base.tied_embedding_bytes`: the padding of the vocabulary to a
+    multiple of ``128 t`` is not modelled); 0 without a model shape."""
+    if model_shape(trace) is None:
+        return 0.0
+    nbytes = bytes_per_byte * tied_embedding_bytes(trace, t)
+    return phase_time([mem("tied_grad_sum", nbytes)], spec, trace.dtype).total_s
+
+
+ACCUMULATE_GRAD = Setting(
+    3.0,
+    "deepspeed/runtime/fp16/fused_optimizer.py::FP16_Optimizer.step (v0.9.3 l.260-266, v0.10.3 "
+    "l.245-251, v0.13.2 l.244-250) flattens each fp16 gradient to fp32 and sets p.grad = None, "
+    "so after a step every parameter's .grad is None: the iteration's first micro-batch's "
+    "AccumulateGrad takes the new gradient as .grad, and each later one adds into it in place "
+    "(torch 2.0.1 torch/csrc/autograd/functions/accumulate_grad.h::accumulateGrad, grad mode "
+    "off: variable_grad += new_grad, one add_ kernel per parameter tensor reading both 16-bit "
+    "gradients and writing one: 3 bytes per parameter byte). Megatron-DeepSpeed's weight "
+    "gradients are fresh tensors (megatron/core/tensor_parallel/layers.py l.352-361 "
+    "@4822c87e: gradient_accumulation_fusion commented out), so nothing fuses the add. "
+    "Charged per layer on every backward after an iteration's first (StageCost.bwd_accumulate), "
+    "one kernel per parameter tensor (sim.compute.megatron_ops.PARAM_TENSORS); the tied "
+    "embedding counted once on a stage holding both its ends",
+)
+
+
+def accumulate_seconds(
+    layers: tuple[LayerProfile, ...], kinds: list[str], spec: ComputeSpec, dtype: str,
+    bytes_per_byte: float, shared_bytes: float = 0.0,
+) -> tuple[float, ...]:  # fmt: skip
+    """Per layer of a stage (``layers`` of ``kinds``, one tensor rank's), the seconds on ``spec``
+    of adding its new weight gradients into ``.grad`` (:data:`ACCUMULATE_GRAD`): one
+    memory-bound kernel per parameter tensor, ``bytes_per_byte x`` the layer's parameter bytes
+    in all, less ``shared_bytes`` for a ``head`` whose output weight is the embedding's
+    (counted there). A layer without parameters: 0.
+
+    Example (a block of 12 tensors, 1 MB of parameters, on a GPU of 10 us per kernel and
+    1 GB/s: 12 x 10 us + 3 MB / 1 GB/s = 3.12 ms):
+        >>> from sim.hardware.gpu_compute import ComputeSpec
+        >>> g = ComputeSpec("x", 1e12, 1e12, 1e9, 100, 0.8, 0.6, hbm_efficiency=1.0,
+        ...                 kernel_overhead_s=1e-5)
+        >>> x = LayerProfile("block.0", 1.0, 2.0, 1e6, 0.0, 0.0)
+        >>> round(accumulate_seconds((x,), ["block"], g, "fp16", 3.0)[0], 6)
+        0.00312
+    """
+    out = []
+    for layer, kind in zip(layers, kinds, strict=False):
+        base = base_kind(kind)
+        nbytes = layer.param_bytes - (shared_bytes if base == "head" else 0.0)
+        if nbytes <= 0:
+            out.append(0.0)
+            continue
+        vectors, matrices = param_tensors(base, holds_output_weight=shared_bytes == 0.0)
+        n = max(1, vectors + matrices)
+        kernels = [mem("grad_accumulate", bytes_per_byte * nbytes)]
+        kernels += [mem("grad_accumulate", 0.0)] * (n - 1)
+        out.append(phase_time(kernels, spec, dtype).total_s)
+    return tuple(out)
+
+
 class MegatronDeepSpeed(PipelineEngine):
     """Megatron-DeepSpeed's GPT on DeepSpeed's pipeline engine (module doc): ``GPTModelPipe``
     runs on a grid whose model-parallel size is Megatron's tensor-parallel size
@@ -168,7 +288,30 @@ class MegatronDeepSpeed(PipelineEngine):
     microbatch_load = MICROBATCH_LOAD
     sync_after_p2p = SYNC_AFTER_P2P
     layer_sync = LAYER_SYNC
-    SETTINGS: ClassVar[tuple[str, ...]] = (*PipelineEngine.SETTINGS, "layer_sync")
+    tied_grad_sum = TIED_GRAD_SUM
+    accumulate_grad = ACCUMULATE_GRAD
+    SETTINGS: ClassVar[tuple[str, ...]] = (
+        *PipelineEngine.SETTINGS, "layer_sync", "tied_grad_sum", "accumulate_grad",
+    )  # fmt: skip
+
+    def stage_device_work(
+        self, cost: StageCost, kinds: list[str], layers: tuple[LayerProfile, ...],
+        trace: Trace, tensor_parallel: int, spec: ComputeSpec,
+    ) -> StageCost:  # fmt: skip
+        """``cost`` with the sum of the tied embedding's two gradients where the stage holds
+        both its ends (:func:`with_tied_grad_sum`, :func:`tied_grad_sum_s`) and each layer's
+        accumulation into ``.grad`` after an iteration's first micro-batch
+        (:func:`accumulate_seconds`)."""
+        tied = tied_grad_sum_s(trace, tensor_parallel, spec, self.tied_grad_sum.value)
+        cost = with_tied_grad_sum(cost, kinds, tied)
+        both = {"embedding", "head"} <= {base_kind(k) for k in kinds}
+        shared = tied_embedding_bytes(trace, tensor_parallel) if both else 0.0
+        return replace(
+            cost,
+            bwd_accumulate=accumulate_seconds(
+                layers, kinds, spec, trace.dtype, self.accumulate_grad.value, shared
+            ),
+        )
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
         """``cost`` with each transformer layer's host sync before its MLP

@@ -79,6 +79,12 @@ def with_framework(
     names = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     edges = [*boundaries, len(names)]
     kinds = [list(names[edges[s] : edges[s + 1]]) for s in range(len(costs))]
+    if spec is not None:
+        t = sharded.tensor_parallel
+        costs = tuple(
+            framework.stage_device_work(c, k, trace.layers[lo:hi], trace, t, spec)
+            for c, k, lo, hi in zip(costs, kinds, edges[:-1], edges[1:], strict=True)
+        )
     return tuple(framework.host_captured(c, k) for c, k in zip(costs, kinds, strict=True))
 
 
