@@ -12,9 +12,11 @@ from sim.engine import simulate
 from sim.engine.step_host import StepHost, shard_tensors, step_host_s
 from sim.framework.megatron_host import (
     COUNT_ZEROS,
+    GRAD_CHECK,
     LOSS_READS,
     OPTIMIZER_STEP,
     PARAMS_NORM,
+    RERUN_CHECK,
     STEP_TAIL,
     TRAINING_LOG,
     megatron_step_host,
@@ -113,7 +115,9 @@ def test_the_megatron_profile_sets_its_host_work():
                               heads=2, seq_len=32, vocab=128, dtype="bf16", gpu=topo.gpus[0].compute)  # fmt: skip
     rt = get_framework("megatron-lm[log_interval=1,log_params_norm]").runtime(topo, trace)
     assert rt.loss_reads == LOSS_READS == 2
-    assert rt.step_host.reads == 6 + PARAMS_NORM.reads + TRAINING_LOG.reads
+    # + the re-run flag's two reads and one bucket's NaN and Inf reads (validate_results and
+    # the NaN check are Megatron's defaults)
+    assert rt.step_host.reads == 6 + PARAMS_NORM.reads + TRAINING_LOG.reads + 2 + 2
     off = get_framework("megatron-lm[check_for_nan_in_loss=false]").runtime(topo, trace)
     assert off.loss_reads == 0
     # the SC'21 profile (Megatron-LM 2021) had no NaN check of the loss
@@ -158,3 +162,38 @@ def test_grace_host_scales_each_kind_by_its_own_published_ratio():
 def _host(name: str) -> HostOverhead:
     topo = load_hardware(name)
     return topo.host(topo.gpu(0).host).overhead
+
+
+def test_result_validation_adds_its_reads_and_the_world_reduction():
+    # Megatron-Core's re-run state machine (validate_results, the default): after each
+    # forward-backward _reduce_any builds the flag on the GPU (a read), all-reduces it over the
+    # world and reads it (.item()); _save_state reads two RNG states (2 ops). Each gradient
+    # bucket's check_grads: norm, isnan, isinf (3 ops) and two reads; one bucket per chunk.
+    assert (RERUN_CHECK.ops, RERUN_CHECK.reads, RERUN_CHECK.reductions) == (2, 2, 1)
+    assert (GRAD_CHECK.ops, GRAD_CHECK.reads, GRAD_CHECK.reductions) == (3, 2, 0)
+    # priced: h = 0.125 s per op (the reduction's call is one), a 0.5 s all-reduce, reads
+    # 0.0625 s: 0.125 x 3 + 0.5 + 2 x 0.0625 = 1.0 s; the bucket check 0.125 x 3 + 0.125 = 0.5
+    assert step_host_s(HOST, RERUN_CHECK, 10, 4.0, False, 0.5) == pytest.approx(1.0)
+    assert step_host_s(HOST, GRAD_CHECK, 10, 4.0, False, 0.5) == pytest.approx(0.5)
+    base = megatron_step_host({}, False)
+    on = megatron_step_host({"rerun_mode": "validate_results", "check_for_nan_in_loss": True},
+                            False, chunks=3)  # fmt: skip
+    assert on.reads - base.reads == pytest.approx(2 + 3 * 2)
+    assert on.ops - base.ops == pytest.approx(2 + 3 * 3)
+    assert on.reductions - base.reductions == pytest.approx(1)
+    off = megatron_step_host({"rerun_mode": "disabled", "check_for_nan_in_loss": True}, False)
+    assert off.reads - base.reads == pytest.approx(2) and off.reductions == base.reductions
+    # --rerun-mode disabled reaches the profile; validate_results is its default
+    options, notes = read_host_options({"rerun-mode": "disabled"})
+    assert options == {"rerun_mode": "disabled"} and notes[0][1] == "mapped"
+    assert read_host_options({"rerun-mode": "validate_results"})[0] == {}
+    topo = load_hardware("dgx-a100-80gb")
+    trace = transformer_trace("gpt", name="tiny", microbatch_size=1, layers=2, hidden=64,
+                              heads=2, seq_len=32, vocab=128, dtype="bf16", gpu=topo.gpus[0].compute)  # fmt: skip
+    default = get_framework("megatron-lm").runtime(topo, trace)
+    two_chunks = get_framework("megatron-lm").runtime(topo, trace, virtual_stages=2)
+    disabled = get_framework("megatron-lm[rerun_mode=disabled]").runtime(topo, trace)
+    assert two_chunks.step_host.reads - default.step_host.reads == pytest.approx(2)
+    assert default.step_host.reductions - disabled.step_host.reductions == pytest.approx(1)
+    with pytest.raises(KeyError, match="rerun_mode"):  # re-runs every step: not modelled
+        get_framework("megatron-lm[rerun_mode=report_stats]")

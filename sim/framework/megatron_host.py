@@ -48,6 +48,31 @@ the ``interval-time`` timer with ``barrier=True`` (``torch.distributed.barrier()
 ``torch.cuda.synchronize()``, ``MLM:megatron/core/timers.py::Timer``: a reduction and a read);
 ``tensorboard`` (``--tensorboard-dir``): the writer's scalars of the two CUDA loss values
 (``.item()`` each); its other ``add_scalar`` calls are Python, not counted.
+
+Result validation (Megatron-Core's re-run state machine, on by default), per iteration:
+
+* ``rerun_mode`` ``validate_results`` (Megatron's default, ``MLM:megatron/training/config/
+  resilience_config.py`` 21; ``--rerun-mode disabled`` turns it off): ``train_step`` runs the
+  forward-backward in ``while rerun_state_machine.should_run_forward_backward(...)``
+  (``MLM:megatron/training/training.py`` 3038), so after every forward-backward the state
+  machine asks all ranks whether any wants a re-run (``MLM:megatron/core/
+  rerun_state_machine.py`` 325-330 -> ``_reduce_any`` 267-270: ``torch.tensor([flag],
+  device='cuda')``, an all-reduce over the world, ``.item()``), and before it saves the RNG
+  states (``_save_state`` 964-983: ``torch.get_rng_state()``, ``torch.cuda.get_rng_state()``,
+  an assumption that each costs an op; Python's and NumPy's states are Python, not counted):
+  :data:`RERUN_CHECK`;
+* with ``check_for_nan_in_loss`` (``--check-for-nan-in-loss-and-grad`` also sets the DDP's
+  ``check_for_nan_in_grad``, ``training.py::get_megatron_ddp_config``) every gradient bucket
+  is checked before its data-parallel reduction (``MLM:megatron/core/distributed/
+  param_and_grad_buffer.py`` 345-370, ``check_grads`` from ``start_grad_sync`` 655-659):
+  ``grad_data.norm(p=2)``, then ``validate_result`` with ``torch.isnan`` and with
+  ``torch.isinf``, each tested in an ``if`` (an op and a read each, as the loss's):
+  :data:`GRAD_CHECK` per bucket, one bucket per model chunk (an assumption: without
+  ``--overlap-grad-reduce`` Megatron-Core makes one bucket per gradient buffer, and a dense
+  model chunk has one buffer; with it, buckets of at least 40 M parameters, one for the
+  small models this matters for; MoE experts' own buffer not counted). The reads fall at the
+  end of the backward, before the gradients' reduction; charged with the step's other work
+  (an assumption: both leave the device idle while the host issues what follows).
 """
 
 from __future__ import annotations
@@ -139,6 +164,29 @@ TENSORBOARD = StepHost(
 )
 """The tensorboard writer's reads of the loss, at a log iteration."""
 
+RERUN_CHECK = StepHost(
+    ops=2,
+    reads=2,
+    reductions=1,
+    source=f"{_MLM}/core/rerun_state_machine.py::should_run_forward_backward (_save_state, "
+    "_reduce_any over the world) from training.py::train_step",
+)
+"""``rerun_mode`` ``validate_results``: the two RNG-state reads of ``_save_state``, the flag's
+``torch.tensor`` (a read), its all-reduce over the world and ``.item()`` (module doc)."""
+
+GRAD_CHECK = StepHost(
+    ops=3,
+    reads=2,
+    source=f"{_MLM}/core/distributed/param_and_grad_buffer.py::check_grads (per bucket)",
+)
+"""One gradient bucket's NaN and Inf check (module doc): ``norm``, ``isnan``, ``isinf`` and
+the two reads of ``validate_result``."""
+
+RERUN_MODES = ("validate_results", "disabled")
+"""``--rerun-mode`` values pipesim times; ``report_stats`` re-runs every iteration's
+forward-backward once (``rerun_state_machine.py``: ``rerun_requested = True`` in
+``validate_result``), not modelled."""
+
 LOSS_READS = 2
 """Blocking reads of the loss after each forward of the last stage with
 ``check_for_nan_in_loss_and_grad`` (Megatron's default): ``pretrain_gpt.py::loss_func`` calls
@@ -163,6 +211,15 @@ HOST_OPTIONS: tuple[Option, ...] = (
         f"{_MLM}/training/arguments.py --no-check-for-nan-in-loss-and-grad (on by default); "
         "pretrain_gpt.py::loss_func; core/rerun_state_machine.py::validate_result",
         "the loss read back twice after each last-stage forward (the host waits for it)",
+    ),
+    Option(
+        "rerun_mode",
+        "validate_results",
+        RERUN_MODES,
+        f"{_MLM}/training/config/resilience_config.py rerun_mode (default validate_results); "
+        "--rerun-mode; core/rerun_state_machine.py::should_run_forward_backward",
+        "validate_results: each iteration saves the RNG states and all-reduces a re-run flag "
+        "over every rank, read back (a host wait)",
     ),
     Option(
         "log_num_zeros_in_grad",
@@ -198,11 +255,13 @@ HOST_OPTIONS: tuple[Option, ...] = (
 """The options of Megatron-LM's logging that add host work (module doc)."""
 
 
-def megatron_step_host(values: dict[str, Any], fp16: bool) -> StepHost:
+def megatron_step_host(values: dict[str, Any], fp16: bool, chunks: int = 1) -> StepHost:
     """Megatron-LM's host work per iteration with option ``values`` (module doc), the loss
     scaler's check with ``fp16``; the log's share amortised over ``log_interval`` iterations;
     with ``per_token_loss`` the finalize's scaling of the gradients
-    (:data:`sim.framework.per_token_loss.STEP_HOST`).
+    (:data:`sim.framework.per_token_loss.STEP_HOST`); the re-run check with ``rerun_mode``
+    ``validate_results`` and, with ``check_for_nan_in_loss``, the gradient check of each of the
+    rank's ``chunks`` model chunks (one bucket each).
 
     Raises:
         ValueError: ``log_interval`` below 1.
@@ -213,6 +272,10 @@ def megatron_step_host(values: dict[str, Any], fp16: bool) -> StepHost:
         (5.0, 16.0, 8.0)
         >>> round(megatron_step_host({}, False).reads, 2)  # logs every 100 iterations
         6.06
+        >>> on = {"rerun_mode": "validate_results", "check_for_nan_in_loss": True}
+        >>> w = megatron_step_host(on, False, chunks=2)
+        >>> round(w.reads, 2), w.ops - megatron_step_host({}, False).ops  # 2 + 2 x 2; 2 + 2 x 3
+        (12.06, 8.0)
     """
     interval = int(values.get("log_interval", 100))
     if interval < 1:
@@ -228,6 +291,11 @@ def megatron_step_host(values: dict[str, Any], fp16: bool) -> StepHost:
     work = work + _amortised(log, interval)
     if values.get("per_token_loss"):  # the finalize's scaling (sim.framework.per_token_loss)
         work = work + PER_TOKEN_HOST
+    if values.get("rerun_mode") == "validate_results":
+        work = work + RERUN_CHECK
+    if values.get("check_for_nan_in_loss"):
+        for _ in range(max(1, chunks)):
+            work = work + GRAD_CHECK
     return work
 
 
@@ -244,4 +312,11 @@ def _amortised(work: StepHost, interval: int) -> StepHost:
     )
 
 
-__all__ = ["HOST_OPTIONS", "LOSS_READS", "megatron_step_host"]
+__all__ = [
+    "GRAD_CHECK",
+    "HOST_OPTIONS",
+    "LOSS_READS",
+    "RERUN_CHECK",
+    "RERUN_MODES",
+    "megatron_step_host",
+]

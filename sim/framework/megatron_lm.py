@@ -259,7 +259,7 @@ class MegatronLM(Framework):
         backend, sms = self.dispatcher()
         return replace(
             rt,
-            step_host=megatron_step_host(v, fp16=trace.dtype == "fp16"),
+            step_host=megatron_step_host(v, trace.dtype == "fp16", virtual_stages),
             loss_reads=LOSS_READS if v.get("check_for_nan_in_loss") else 0,
             bucket_stages=buckets,
             param_gather=gather,

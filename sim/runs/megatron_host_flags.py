@@ -24,12 +24,15 @@ FLAG_OPTIONS: dict[str, tuple[str, str]] = {
                                  "count once at the step (sim.framework.per_token_loss)"),
     "deterministic-mode": ("deterministic_mode", "every tensor the TE layers allocate "
                            "through empty filled first (sim.framework.deterministic)"),
+    "rerun-mode": ("rerun_mode", "the re-run flag all-reduced over every rank and read back "
+                   "after each forward-backward (sim.framework.megatron_host)"),
 }  # fmt: skip
 """Flag -> (option, what it adds)."""
 
-DEFAULTS = {"log_interval": "100", "check_for_nan_in_loss": "true"}
+DEFAULTS = {"log_interval": "100", "check_for_nan_in_loss": "true",
+            "rerun_mode": "validate_results"}  # fmt: skip
 """Options whose default is not ``false`` (Megatron's ``--log-interval 100``; the NaN check on
-unless ``--no-check-for-nan-in-loss-and-grad``)."""
+unless ``--no-check-for-nan-in-loss-and-grad``; ``--rerun-mode validate_results``)."""
 
 
 def option_value(flag: str, value: Any) -> str | None:
@@ -40,6 +43,8 @@ def option_value(flag: str, value: Any) -> str | None:
         ('1', 'true')
         >>> option_value("no-check-for-nan-in-loss-and-grad", True), option_value("log-interval", 100)
         ('false', None)
+        >>> option_value("rerun-mode", "disabled"), option_value("rerun-mode", "validate_results")
+        ('disabled', None)
     """
     name = FLAG_OPTIONS[flag][0]
     if flag == "no-check-for-nan-in-loss-and-grad":
@@ -49,6 +54,8 @@ def option_value(flag: str, value: Any) -> str | None:
             text = str(int(float(value)))
         except (TypeError, ValueError):
             return None
+    elif flag == "rerun-mode":
+        text = str(value).strip().lower()
     elif flag == "tensorboard-dir":
         text = "true" if value not in (None, False, "", "None") else "false"
     else:
