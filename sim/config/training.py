@@ -1,4 +1,5 @@
-"""The ``training:`` section: batch, dtype, precision recipe and its options, optimizer and steps."""
+"""The ``training:`` section: batch, dtype, precision recipe and its options, optimizer and
+steps."""
 
 from __future__ import annotations
 

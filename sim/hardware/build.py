@@ -15,8 +15,9 @@ from sim.hardware.gpu_spec import GPUSpec, compute_capability
 from sim.hardware.host_memory import os_usable_bytes
 from sim.hardware.host_ops import NO_HOST
 from sim.hardware.interconnect_spec import LinkSpec
+from sim.hardware.parts import GPU, Host, Link
 from sim.hardware.spec import HardwareSpec
-from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.hardware.topology import Topology
 
 
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
