@@ -27,7 +27,7 @@ def _models(annotation: object) -> list[tuple[type[BaseModel], bool]]:
 
 
 def _type(annotation: object) -> str:
-    text = str(annotation).replace("typing.", "").replace("sim.config.", "")
+    text = re.sub(r"sim\.config\.(?:\w+\.)*", "", str(annotation).replace("typing.", ""))
     text = re.sub(r"Annotated\[(\w+), [^\]]*\]", r"\1", text)  # constraints: see the text
     return (
         text.replace("<class '", "")

@@ -6,7 +6,8 @@ import pytest
 
 from sim.engine import SimInput
 from sim.engine.stage_cost import StageCost
-from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.hardware.parts import GPU, Host, Link
+from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from sim.schedules.registry import get_schedule
 

@@ -1,5 +1,5 @@
 """The docs list every experiment key as the schema describes it: ``docs/hooks.py`` puts the
-table of ``scripts/experiment_keys.py`` (from ``sim/config.py``'s pydantic models) and the JSON
+table of ``scripts/experiment_keys.py`` (from the pydantic models of ``sim/config/``) and the JSON
 schema into ``docs/reference/experiment.md`` when the site is built."""
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from sim.hardware import (
     load_hardware_spec,
     topology_to_dict,
 )
+from sim.hardware.interconnect_spec import LinkSpec
 from sim.hardware.loader import list_calibrated
-from sim.hardware.spec import LinkSpec
 
 GB = 1e9
 GIB = 2.0**30

@@ -12,7 +12,7 @@ from backends.torch.profile.host_overhead import (  # noqa: E402
     measure_host_overhead,
 )
 from backends.torch.profile.op_count import count_ops, layer_calls, layer_ops  # noqa: E402
-from sim.hardware.spec import HostOverheadSpec  # noqa: E402
+from sim.hardware.host_spec import HostOverheadSpec  # noqa: E402
 
 
 def test_op_counts_of_relu_of_a_linear_layer():

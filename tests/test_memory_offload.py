@@ -16,7 +16,7 @@ from sim.hardware.host_memory import (
     pinned_block_bytes,
     pinned_bytes,
 )
-from sim.hardware.topology import Host
+from sim.hardware.parts import Host
 from sim.memory.chunks import pack, utilization
 from sim.memory.deepspeed import (
     CPU_ADAM_STAGING_BYTES,

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from sim.engine.collectives import RING_STEPS
-from sim.hardware.topology import Host, Link, Topology
+from sim.hardware.parts import Host, Link
+from sim.hardware.topology import Topology
 from sim.memory.registry import parse_policy
 from sim.trace.generator import transformer_trace
 from tests.helpers import chain_topology

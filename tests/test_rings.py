@@ -13,7 +13,8 @@ from sim.comm.rings import MAX_RINGS, reserved_Bps, ring_set
 from sim.engine import simulate
 from sim.engine.microbench import allreduce_busbw_Bps, allreduce_time_s
 from sim.hardware.loader import load_hardware
-from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.hardware.parts import GPU, Host, Link
+from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 from tests.helpers import uniform_input
 

@@ -17,7 +17,8 @@ import pytest
 
 from sim.hardware.fabric import NETWORK
 from sim.hardware.loader import list_presets, load_hardware
-from sim.hardware.topology import Link, Topology
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
 
 nx = pytest.importorskip("networkx")
 

@@ -11,7 +11,7 @@ from sim.comm.hierarchical import collective_plan
 from sim.engine.links import Links
 from sim.events import EventKind
 from sim.hardware.loader import load_hardware
-from sim.hardware.topology import Link
+from sim.hardware.parts import Link
 
 NIC = Link("gpu0->leaf", "gpu0", "leaf", 50e9, 0.0, kind="network")
 NVL = Link("gpu0->sw", "gpu0", "sw", 900e9, 0.0, kind="nvswitch")

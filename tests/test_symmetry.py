@@ -12,7 +12,8 @@ from sim import api
 from sim.engine.symmetry import asymmetry, mirrored
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
-from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.hardware.parts import GPU, Host, Link
+from sim.hardware.topology import Topology
 from tests.helpers import cluster_1f1b, small_gpt_csv, uniform_input
 
 

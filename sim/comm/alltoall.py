@@ -6,7 +6,7 @@ is one NCCL group of a ``ncclSend`` and a ``ncclRecv`` per peer: all pairs move 
 ``(i, j)`` carries ``B_ij`` bytes over the route ``i -> j`` (:meth:`~sim.hardware.topology.
 Topology.route`), so link ``l`` carries ``L_l = sum of B_ij over the pairs whose route crosses
 l``. The all-to-all ends when the most loaded link has drained (each link moves its load at
-NCCL's rate, :meth:`~sim.hardware.topology.Link.rate_Bps`):
+NCCL's rate, :meth:`~sim.hardware.parts.Link.rate_Bps`):
 
     ``t = max over links of L_l / rate_l  +  max over pairs of their route's latency``
 
@@ -38,7 +38,8 @@ from collections.abc import Callable, Iterator, Sequence
 from sim.comm import nccl
 from sim.comm.rings import PEER_KINDS
 from sim.hardware.comm_tables import find_table
-from sim.hardware.topology import Link, Topology
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
 
 Matrix = Sequence[Sequence[float]]
 AllToAllCost = Callable[[Topology, Sequence[str], Matrix], float]

@@ -47,7 +47,9 @@ from sim.comm.rings import PEER_KINDS, Ring, ring_set
 from sim.events import EventKind
 from sim.hardware.comm_tables import CollectiveTable, find_table
 from sim.hardware.fabric import NETWORK
-from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
+from sim.hardware.transfer import ring_hop_bandwidths, transfer_time_s
 
 RING_STEPS: dict[str, int] = {
     EventKind.ALLREDUCE: 2,
@@ -78,7 +80,7 @@ def ring_time_s(routes: Routes, nbytes: float, kind: str) -> float:
 
     Returns:
         ``steps * max_i transfer_time_s(routes[i], B / w, bandwidth_i)``, ``bandwidth_i`` from
-        :func:`~sim.hardware.topology.ring_hop_bandwidths` (hop ``i``'s bottleneck, shared
+        :func:`~sim.hardware.transfer.ring_hop_bandwidths` (hop ``i``'s bottleneck, shared
         with the other hops that cross it); 0 for one member.
     """
     w = len(routes)

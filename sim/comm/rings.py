@@ -22,13 +22,13 @@ Here, at the level pipesim models links (:mod:`sim.hardware.topology`), :func:`r
   NVSwitch;
 * rings are found greedily, one at a time: each is the directed ring over all of the
   communicator's GPUs whose slowest link has the most NCCL bandwidth left
-  (:meth:`~sim.hardware.topology.Link.rate_Bps` ``(nccl=True)``, e.g. 20 GB/s per NVLink2), and
+  (:meth:`~sim.hardware.parts.Link.rate_Bps` ``(nccl=True)``, e.g. 20 GB/s per NVLink2), and
   it reserves that bandwidth on every link it crosses (a link crossed twice reserves it twice);
   the search stops when no ring has bandwidth left or at :data:`MAX_RINGS`;
 * when no such ring exists (a pair with no NVLink, PCIe-only boxes, across the sockets of a
   DGX-1), or when the rings found give less than it, the collective runs on one ring as before:
   :meth:`~sim.hardware.topology.Topology.ring`'s order, hops routed through the communicator,
-  each at :func:`~sim.hardware.topology.ring_hop_bandwidths`.
+  each at :func:`~sim.hardware.transfer.ring_hop_bandwidths`.
 
 On an NVSwitch server each GPU has one port (one ``gpu -> nvswitch`` link at ``count`` NVLinks'
 rate), so the first ring takes the whole port and the set is that one ring. The greedy search is
@@ -43,7 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.hardware.cluster import server_renamer
-from sim.hardware.topology import Link, Topology, ring_hop_bandwidths
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
+from sim.hardware.transfer import ring_hop_bandwidths
 
 MAX_RINGS = 16
 """Most rings of one communicator: NCCL's ``MAXCHANNELS / 2`` (32 / 2; ``src/init.cc``,
@@ -70,7 +72,7 @@ class Ring:
             ``order[i + 1 mod n]``.
         routes: the links of each hop.
         hop_bandwidths_Bps: the rate of each hop in bytes/s: the bandwidth the ring reserved
-            (multi-ring), or :func:`~sim.hardware.topology.ring_hop_bandwidths` (the single
+            (multi-ring), or :func:`~sim.hardware.transfer.ring_hop_bandwidths` (the single
             fallback ring).
     """
 

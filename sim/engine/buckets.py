@@ -23,7 +23,7 @@ import simpy
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.links import Bulk, Links
 from sim.events import Event, Stream
-from sim.hardware.topology import Link
+from sim.hardware.parts import Link
 
 MAX_HOLDS = 4
 """Most link holds one bucketed all-reduce is simulated with (a 20 GB stage has 800 buckets of

@@ -11,9 +11,9 @@ bandwidth, and all rings run at once (NVIDIA/nccl#299).
 Ring algorithm (Patarasuk & Yuan 2009; NCCL's ring), on each ring: an all-reduce of its ``b``
 bytes is ``2(w-1)`` steps, a reduce-scatter or an all-gather ``w-1`` steps, and in every step
 each GPU sends ``b/w`` bytes to the next one, all hops at once. A step therefore takes the
-slowest hop's :func:`~sim.hardware.topology.transfer_time_s` for ``b/w`` bytes at the hop's rate
+slowest hop's :func:`~sim.hardware.transfer.transfer_time_s` for ``b/w`` bytes at the hop's rate
 (the ring's reserved bandwidth; for the single routed ring, NCCL's rate of its links shared by
-the hops that cross them, :func:`~sim.hardware.topology.ring_hop_bandwidths`: ~20 of 25 GB/s per
+the hops that cross them, :func:`~sim.hardware.transfer.ring_hop_bandwidths`: ~20 of 25 GB/s per
 NVLink, NCCL ``src/graph/topo.h``; raw copies get more), and the collective ends with its
 slowest ring (:func:`~sim.comm.hierarchical.ring_set_time_s`). The bus bandwidth NCCL reports
 (nccl-tests ``doc/PERFORMANCE.md``: ``algbw = B / t``; ``busbw = algbw * 2(n-1)/n`` for

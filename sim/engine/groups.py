@@ -18,8 +18,8 @@ for its duration:
 * ``alltoall``: :func:`~sim.comm.alltoall.alltoall_time_s` (every pair on its route, the most
   loaded link sets the time);
 * ``ring`` (ring attention): every member sends to the next at once; a step takes the slowest
-  hop's :func:`~sim.hardware.topology.transfer_time_s` at the ring's shared hop rate
-  (:func:`~sim.hardware.topology.ring_hop_bandwidths`). The steps ran alongside the attention
+  hop's :func:`~sim.hardware.transfer.transfer_time_s` at the ring's shared hop rate
+  (:func:`~sim.hardware.transfer.ring_hop_bandwidths`). The steps ran alongside the attention
   core already counted in the compute, so a rank waits, and the links are held, only for
   ``count * max(0, step - hidden_s)``; the event is drawn from where the hidden part began
   (inside the compute). Not modelled: the hidden part's contention with other traffic;
@@ -49,7 +49,9 @@ from sim.engine.rendezvous import Rendezvous
 from sim.engine.replicas import StageReplica
 from sim.engine.symmetry import HeldLinks
 from sim.events import Event, EventKind, Stream
-from sim.hardware.topology import Link, Topology, ring_hop_bandwidths, transfer_time_s
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
+from sim.hardware.transfer import ring_hop_bandwidths, transfer_time_s
 from sim.parallel.folding import expert_group, expert_tp_group
 from sim.parallel.ops import GroupOp
 

@@ -11,7 +11,7 @@ take NCCL's own time (:meth:`Links.duration_s`, :func:`sim.comm.nccl.p2p_time_s`
 protocol's latency instead of the links' latencies.
 
 Two rates per link: NCCL traffic (:data:`NCCL_KINDS`: the pipeline's p2p sends and the
-collectives) moves at NCCL's achieved rate (:meth:`~sim.hardware.topology.Link.rate_Bps`; ~20 of
+collectives) moves at NCCL's achieved rate (:meth:`~sim.hardware.parts.Link.rate_Bps`; ~20 of
 25 GB/s per NVLink, NCCL ``src/graph/topo.h``: NCCL's SM copies move 128-byte payloads, copy
 engines 256, NVIDIA/nccl-tests#149); raw copies (swaps, chunk fetches, write-backs, step copies:
 ``cudaMemcpy`` on copy engines) keep the link's raw ``bandwidth_Bps``.
@@ -57,7 +57,9 @@ from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
 from sim.comm.rings import PEER_KINDS
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
 from sim.hardware.fabric import NETWORK
-from sim.hardware.topology import Link, Topology, transfer_time_s
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
+from sim.hardware.transfer import transfer_time_s
 
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 """Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
@@ -257,7 +259,7 @@ class Links:
         """Uncontended seconds of moving ``nbytes`` over ``route`` from ``src`` to ``dst``: an
         NCCL send between two GPUs that run NCCL by NCCL's model (:func:`sim.comm.nccl.
         p2p_time_s`: its protocol's latency, the path's NCCL rate); any other transfer by
-        :func:`~sim.hardware.topology.transfer_time_s` (the links' latencies and rate)."""
+        :func:`~sim.hardware.transfer.transfer_time_s` (the links' latencies and rate)."""
         if nccl and _runs_nccl(self.topology, src) and _runs_nccl(self.topology, dst):
             kinds = {lk.kind for lk in route}
             hw = NET if "network" in kinds else NVLINK if kinds <= PEER_KINDS else PCI

@@ -69,7 +69,8 @@ from dataclasses import fields, replace
 
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.inputs import SimInput
-from sim.hardware.topology import GPU, Link, Topology
+from sim.hardware.parts import GPU, Link
+from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
 
 

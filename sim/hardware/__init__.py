@@ -8,8 +8,9 @@ the resolved one with :func:`topology_to_dict`.
 from sim.hardware.build import topology_from_spec
 from sim.hardware.describe import describe_topology, topology_to_dict
 from sim.hardware.loader import list_presets, load_hardware, load_hardware_spec
+from sim.hardware.parts import GPU, Host, Link
 from sim.hardware.spec import HardwareSpec
-from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.hardware.topology import Topology
 
 __all__ = [
     "GPU",

@@ -11,10 +11,13 @@ from typing import Any
 from sim.errors import InputError
 from sim.hardware.capacity import RuntimeReserve, cuda_total_bytes, default_reserve
 from sim.hardware.cluster import build_cluster
+from sim.hardware.gpu_spec import GPUSpec, compute_capability
 from sim.hardware.host_memory import os_usable_bytes
 from sim.hardware.host_ops import NO_HOST
-from sim.hardware.spec import GPUSpec, HardwareSpec, LinkSpec, compute_capability
-from sim.hardware.topology import GPU, Host, Link, Topology
+from sim.hardware.interconnect_spec import LinkSpec
+from sim.hardware.parts import GPU, Host, Link
+from sim.hardware.spec import HardwareSpec
+from sim.hardware.topology import Topology
 
 
 def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:

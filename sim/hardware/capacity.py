@@ -147,7 +147,7 @@ class RuntimeReserve:
 
     ``RuntimeReserve()`` has the sourced defaults; :data:`NO_RESERVE` counts tensors only (the
     bare model of the reference formulas, and the default of a hand-built
-    :class:`~sim.hardware.topology.GPU`).
+    :class:`~sim.hardware.parts.GPU`).
     """
 
     cuda_context_bytes: float = CUDA_CONTEXT_BYTES

@@ -22,7 +22,8 @@ import re
 from dataclasses import replace
 
 from sim.hardware.fabric import NETWORK, RailFatTree
-from sim.hardware.topology import Link, Topology
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
 
 
 def server_renamer(server: Topology, n: int):

@@ -13,7 +13,8 @@ from rich.console import Group
 from rich.table import Table
 
 from sim.hardware.host_ops import NO_HOST
-from sim.hardware.topology import Link, Topology
+from sim.hardware.parts import Link
+from sim.hardware.topology import Topology
 
 _GB = 1e9
 _GIB = 2.0**30
@@ -170,7 +171,7 @@ def fabric_table(topo: Topology) -> Table:
 
 def reserve_fields(gpu) -> dict:
     """The memory fields of a hardware description's ``gpu`` mapping for ``gpu``
-    (:class:`~sim.hardware.topology.GPU`): CUDA-reported capacity and runtime reserve."""
+    (:class:`~sim.hardware.parts.GPU`): CUDA-reported capacity and runtime reserve."""
     rv = gpu.reserve
     return {
         "cuda_memory": gpu.memory_bytes,

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 
 NETWORK = "network"
-"""Link kind of every fabric link (:class:`~sim.hardware.topology.Link`)."""
+"""Link kind of every fabric link (:class:`~sim.hardware.parts.Link`)."""
 
 
 @dataclass(frozen=True)

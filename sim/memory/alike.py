@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from sim.hardware.topology import GPU
+from sim.hardware.parts import GPU
 from sim.memory.base import MemoryPolicy
 from sim.memory.compose import finalize_plans
 from sim.memory.context import StageContext

@@ -51,7 +51,7 @@ class StageContext:
         context_parallel: context-parallel size ``cp`` (its NCCL group; ``dp_width``
             counts its ranks as replicas).
         optimizer: the training optimizer (``adam``, ``sgd``, ``sgd_momentum``), for a
-            measured step cost (:meth:`sim.hardware.topology.GPU.step_cost`).
+            measured step cost (:meth:`sim.hardware.parts.GPU.step_cost`).
         param_tensors: parameter tensors of the stage (copies of shared ones included), each
             stepped on its own (:func:`sim.memory.states.measured_step_s`).
         framework: how the framework lays out memory

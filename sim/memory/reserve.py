@@ -94,7 +94,7 @@ def overhead(
 
 
 def tensor_capacity_bytes(gpu) -> float:
-    """Bytes a GPU (:class:`~sim.hardware.topology.GPU`) offers tensors before any stage is
+    """Bytes a GPU (:class:`~sim.hardware.parts.GPU`) offers tensors before any stage is
     placed: usable capacity minus the context and one cuBLAS workspace (NCCL buffers, the
     allocator margin and working memory depend on the stage)."""
     return gpu.memory_bytes - gpu.reserve.runtime_bytes(peers=0)

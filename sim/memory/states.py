@@ -57,7 +57,7 @@ def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) ->
     The update reads the gradient and the optimizer state and writes the state and the weight:
     ``params * (grad + 2 * optimizer + weight) / hbm_bandwidth_Bps``. A fused Adam kernel is
     bandwidth-bound: the memory policies pass the GPU's achieved rate of memory-bound kernels
-    (:attr:`~sim.hardware.topology.GPU.memory_bound_Bps`, the preset's ``hbm_efficiency`` of
+    (:attr:`~sim.hardware.parts.GPU.memory_bound_Bps`, the preset's ``hbm_efficiency`` of
     the peak, as the kernel model times norms and element-wise kernels), not the datasheet peak.
     """
     return params * (sb.grad + 2 * sb.optimizer + sb.weight) / hbm_bandwidth_Bps

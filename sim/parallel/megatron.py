@@ -140,7 +140,7 @@ def layer_comm(
 
 def parallel_modules(kind: str, sp: bool) -> int:
     """Tensor-parallel modules of a layer, each of which costs the per-module overhead
-    (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`): a block's 2 column- and 2
+    (:attr:`~sim.hardware.parts.GPU.tp_module_overhead_s`): a block's 2 column- and 2
     row-parallel linears (Shoeybi et al. §3) and, with sequence parallelism, its 2 norms; the
     vocabulary-parallel embedding; the output layer (and its norm with ``sp``). As the replay
     parallelizes them (backends/torch/parallel/tensor.py); the loss's vocabulary-parallel ops

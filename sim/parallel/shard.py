@@ -245,7 +245,7 @@ def shard_trace(
         sp: sequence parallelism.
         spec: the GPU whose compute model gives the time ratios; None: every phase ``/ t``.
         overhead: ``(forward, backward)`` seconds per tensor-parallel module
-            (:attr:`~sim.hardware.topology.GPU.tp_module_overhead_s`; module doc); a layer
+            (:attr:`~sim.hardware.parts.GPU.tp_module_overhead_s`; module doc); a layer
             kind with a measured overhead (:func:`measured_overheads`) is charged that instead.
         regather: with ``sp`` the backward all-gathers the column-parallel layers' saved
             inputs again (:mod:`sim.parallel.megatron`).

@@ -20,7 +20,7 @@ import sim
 from sim.compute.model_flops import model_flops
 from sim.errors import InputError
 from sim.events import EventLog
-from sim.hardware.topology import GPU
+from sim.hardware.parts import GPU
 from sim.memory.peak import device_peaks, row_breakdown
 from sim.parallel.shard import model_shape
 from sim.plan.bounds import resolved_memory_excess
@@ -201,7 +201,7 @@ def _point_row(
 
 def peak_flops(gpu: GPU, dtype: str) -> float:
     """A GPU's dense peak FLOP/s at ``dtype`` (datasheet): the fp32 (non-tensor-core) peak for
-    fp32, else the fp16/bf16 tensor peak (:attr:`~sim.hardware.topology.GPU.peak_flops`)."""
+    fp32, else the fp16/bf16 tensor peak (:attr:`~sim.hardware.parts.GPU.peak_flops`)."""
     if dtype == "fp32" and gpu.compute is not None:
         return gpu.compute.fp32_flops
     return gpu.peak_flops

@@ -17,17 +17,10 @@ from sim.memory.context import StageContext
 from sim.memory.layer_work import with_framework_stash
 from sim.memory.rank_memory import RankMemory, rank_memory
 from sim.parallel.decoder_shard import DecoderShard
+from sim.point.checked import check_point_size, checked_shard, point_framework, point_policy
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
-from sim.point.simulate import (
-    check_point_size,
-    checked_shard,
-    layer_works,
-    plan_contexts,
-    point_framework,
-    point_policy,
-    stage_low_params,
-)
+from sim.point.plans import layer_works, plan_contexts, stage_low_params
 from sim.point.stages import make_schedule, stage_contexts
 from sim.point.staging import stage_point
 from sim.trace.shared import place_shared

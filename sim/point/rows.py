@@ -49,7 +49,7 @@ class ResultRow(BaseModel):
     FLOPs of one iteration (:func:`sim.compute.model_flops.model_flops`, Megatron-LM's count;
     None for a model without a transformer shape), ``flops_per_s_per_gpu`` those over the
     iteration time and the GPUs, ``mfu`` that over the GPU's dense peak at the trace's dtype
-    (datasheet: :attr:`sim.hardware.topology.GPU.peak_flops`).
+    (datasheet: :attr:`sim.hardware.parts.GPU.peak_flops`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

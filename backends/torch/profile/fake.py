@@ -150,7 +150,7 @@ def resolve_gpu(name: str) -> tuple[str, Any]:
     substring such as ``H100`` matched against the presets' GPUs.
 
     Returns:
-        ``(preset or file, sim.hardware.topology.GPU)``.
+        ``(preset or file, sim.hardware.parts.GPU)``.
 
     Raises:
         InputError: no preset matches, or several GPU models do.

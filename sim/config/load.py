@@ -1,0 +1,75 @@
+"""Reading an experiment: a YAML file or a parsed mapping validated into an
+:class:`~sim.config.experiment.ExperimentConfig`, the first problem told as an
+:class:`~sim.errors.InputError` naming the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sim.config.experiment import ExperimentConfig
+from sim.errors import InputError
+from sim.textio import read_yaml_file
+
+_UNION_TAGS = {
+    "int",
+    "str",
+    "bool",
+    "float",
+    "list[int]",
+    "list[str]",
+    "list[bool]",
+    "dict[str,any]",
+}
+"""The names pydantic adds to a location for the branch of a union it tried."""
+
+
+def _field_path(loc: tuple) -> str:
+    """``('sweep', 'stages', 'int')`` -> ``sweep.stages`` (union branch names dropped)."""
+    return ".".join(str(p) for p in loc if str(p).replace(" ", "").lower() not in _UNION_TAGS)
+
+
+def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConfig:
+    """Validate a parsed YAML mapping.
+
+    Raises:
+        InputError: naming the file and the first offending field.
+    """
+    if not isinstance(data, dict):
+        raise InputError("the experiment must be a YAML mapping (key: value)", file=file)
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"]
+        loc = tuple(err["loc"])
+        if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "list_type"):
+            want = err["type"].split("_")[0].replace("string", "text").replace("int", "integer")
+            msg = f"{err['input']!r} is not {'an' if want == 'integer' else 'a'} {want}"
+            if len(exc.errors()) > 1 and "list" in str(loc[-1:]) + err["type"]:
+                msg += " or a list of them"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "string_pattern_mismatch":
+            msg = (
+                f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
+                "only, not starting with a dot (it names a folder under results/)"
+            )
+        elif err["type"] == "duplicate_name":
+            loc = loc + (err["ctx"]["index"], "name")
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        raise InputError(msg + more, file=file, field=_field_path(loc)) from None
+
+
+def load_experiment(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment YAML file.
+
+    Raises:
+        InputError: the file is missing, is not valid YAML, or fails validation.
+    """
+    data = read_yaml_file(path, what="experiment file")
+    return parse_experiment(data, file=str(path))
