@@ -17,7 +17,9 @@ from sim.hardware.host_memory import (
     pinned_bytes,
 )
 from sim.hardware.parts import Host
+from sim.memory.chunked import ChunkedPolicy, chunk_layout, chunk_states
 from sim.memory.chunks import pack, utilization
+from sim.memory.context import StageContext
 from sim.memory.deepspeed import (
     CPU_ADAM_STAGING_BYTES,
     ipg_buffer_bytes,
@@ -33,7 +35,9 @@ from sim.memory.memtracer import (
     host_framework_bytes,
     search_score,
 )
+from sim.memory.states import StateBytes
 from sim.memory.tensors import block_hidden, param_groups, stage_groups
+from sim.memory.zero_offload import base_plan
 from sim.plan.point_row import point_row
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare
@@ -154,6 +158,44 @@ def test_chunked_plan_holds_whole_chunks_and_patrickstar_limits():
     runtime = plan.reserve_bytes + plan.allocator_bytes
     assert plan.framework_bytes == pytest.approx(max(0.0, 0.2 * 8 * GiB - runtime))
     assert met.fits
+
+
+def test_v045_memory_tracer_reserves_a_chunk_group_with_msc():
+    """PatrickStar up to v0.4.5 (its published figures' code) kept a group of w chunks free and
+    counted a group's w - 1 remote chunks in hybrid Adam's margin also with MSC, which keeps
+    one remote chunk live. w = 8, C = 2**20 elements of 2 bytes, one owned chunk, a GPU of
+    T = 22.75 C / 0.8 bytes and other tensors below 3C: the chunks' room is 7 * 2C smaller
+    than with MSC accounted; the margin is (0.8 T - sys - (1 + 1) 2C) / 12C * 0.8 > (18.75 -
+    3) / 15 >= 1 chunk with MSC accounted, (0.8 T - sys - (1 + 7) 2C) / 12C * 0.8 < 6.75 / 15
+    < 1 with v0.4.5's: one optimizer chunk on the GPU against none; one remote chunk live in
+    both."""
+    trace = transformer_trace(
+        "gpt",
+        name="g",
+        layers=4,
+        hidden=256,
+        heads=4,
+        seq_len=64,
+        vocab=512,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=1e14,
+    )
+    C = 2**20
+    T = 22.75 * C / 0.8
+    ctx = StageContext(
+        0, 1, 0, 8, "gpu0", "cpu0", tuple(trace.layers), 1, 1, StateBytes(2, 2, 12), 2, T,
+        chain_topology(8, memory_bytes=T),
+    )  # fmt: skip
+    act = base_plan(ctx, True)
+    now, then = chunk_layout(ctx, act, C, True), chunk_layout(ctx, act, C, True, False)
+    assert now.chunks == now.real == 1 and now.sys_bytes < 3 * C
+    assert now.free_bytes - then.free_bytes == pytest.approx(7 * 2 * C)
+    for v045, on_gpu in ((False, 1), (True, 0)):
+        plan, _, _ = chunk_states(ctx, act, C, 8, True, True, v045)
+        assert plan.optimizer_bytes == pytest.approx(on_gpu * 12 * C)
+        assert plan.gather_live_bytes == pytest.approx(2 * C)
+    assert ChunkedPolicy.from_args(["recompute", "msc", "v045"]).v045
 
 
 def test_chunked_refuses_a_chunk_smaller_than_a_parameter_group():

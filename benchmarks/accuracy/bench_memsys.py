@@ -10,7 +10,7 @@ for throughput, iteration, forward, backward, optimizer; ``vpipe.csv``: baseline
 speedup_high; each row with its source):
 
 * **PatrickStar's TFLOPS** on its two servers (``experiments/patrickstar-{v100,a100}.yaml``,
-  policy ``chunked:recompute:msc`` as its benchmark scripts ran it) with PatrickStar's own
+  policy ``chunked:recompute:msc:v045`` as its benchmark scripts ran it) with PatrickStar's own
   formula, ``8 * parameters * batch * sequence / step time`` per GPU
   (Tencent/PatrickStar@2384535 ``examples/pretrain_demo.py``: ``total_macs = model_numel *
   batch_size * sequence_length * 2 * 4``, printed as ``Tflops Per GPU``; ``batch_size`` is per
@@ -60,9 +60,10 @@ def _published(name: str) -> pd.DataFrame | None:
 
 EXPERIMENTS = ROOT / "experiments"
 SEQ = 1024
-PATRICKSTAR = "chunked:recompute:msc"
+PATRICKSTAR = "chunked:recompute:msc:v045"
 """PatrickStar as its benchmark scripts ran it: checkpointing (``CKP=1``) and memory-saving
-communication (``MSC=1``)."""
+communication (``MSC=1``), with the memory tracer of the release that measured both figures
+(``v045``: up to v0.4.5, :mod:`sim.memory.chunked`)."""
 SERVERS = {"8xV100-32GB+240GB": "patrickstar-v100.yaml", "8xA100-40GB+1TB": "patrickstar-a100.yaml"}
 ABOVE = {
     "8xV100-32GB+240GB": ["ps-gpt-ds-20b"],
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     if "patrickstar" in which:
         t = patrickstar()
         within = int((t.error.abs() <= 0.10).sum())
-        print("PatrickStar TFLOPS per GPU (its formula), chunked:recompute:msc")
+        print(f"PatrickStar TFLOPS per GPU (its formula), {PATRICKSTAR}")
         print(t.assign(error=t.error.map(_pct)).to_string(**fmt))
         print(f"within 10 %: {within} of {len(t)}\n")
     if "breakdown" in which:

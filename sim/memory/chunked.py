@@ -2,7 +2,7 @@
 model states in chunks on GPU or host, partitioned over the data-parallel replicas, with the
 bytes PatrickStar's code allocates.
 
-``chunked[:N][:recompute][:msc]``: chunks of ``N`` M (2**20) elements (default: per stage, the
+``chunked[:N][:recompute][:msc][:v045]``: chunks of ``N`` M (2**20) elements (default: per stage, the
 size PatrickStar's chunk-size search recommends, the smallest footprint of those that fit on all
 the stage's replicas, :func:`search_score`, :mod:`sim.memory.memtracer`);
 ``recompute``: full activation checkpointing of every layer, as PatrickStar always ran
@@ -10,7 +10,16 @@ the stage's replicas, :func:`search_score`, :mod:`sim.memory.memtracer`);
 ``msc``: memory-saving communication (``--with_mem_saving_com``, v0.4.3; ``MSC=1`` in every
 benchmark script of ``examples/benchmark/``): each remote chunk is broadcast from its owner
 when first used and reduced to it after the backward, one chunk at a time
-(``client._fetch_remote_chunks``, ``release_dist``), instead of whole groups.
+(``client._fetch_remote_chunks``, ``release_dist``), instead of whole groups;
+``v045``: the memory tracer as PatrickStar released it up to v0.4.5 (2021-12-13), which ran both
+published throughput figures (the V100 figure ``doc/mgpu_scalability.png`` last changed at
+6ee4fe8, 2021-12-08; the A100 figure's 8-GPU 6B-50B and 68B points are in it by 4ef26cc,
+2021-12-14): it kept a whole chunk group free in ``available_chunk_mem`` and counted a group's
+remote chunks in hybrid Adam's margin (``param_fp16_chunks_max_mem_usage``) also with ``msc``,
+which moved one chunk at a time (``memtracer.py`` ``- world_size * 2 * self._default_chunk_size``,
+``client.py`` ``+ (world_size - 1) * self.default_chunk_size * 2`` at 6ee4fe8 and 4ef26cc); b4cd853 (2021-12-16, "fix a margin gpu space calculation
+bug") and 2b29d81 / 44104b8 (2021-12-17, "hard fix the MSC ava chunk bug") made both count
+one chunk with ``msc`` (:mod:`sim.memory.memtracer`). Without ``msc`` it changes nothing.
 Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
 
 * **Packing** (:func:`~sim.memory.chunks.pack`): each module's parameters are appended to the
@@ -104,6 +113,9 @@ MIB = 2**20
 STAGING = 2
 """Chunk slots kept free for streaming (PatrickStar's 2-chunk margin)."""
 MSC = "msc"
+V045 = "v045"
+"""PatrickStar's memory tracer as released up to v0.4.5 (2021-12-13), the code of both published
+throughput figures (module doc, "``v045``")."""
 
 
 UPLOAD_BYTES = 4
@@ -204,9 +216,15 @@ def sys_bytes(ctx: StageContext, act: StagePlan) -> float:
 
 
 def chunk_layout(
-    ctx: StageContext, act: StagePlan, chunk_elems: int, msc: bool = False
+    ctx: StageContext,
+    act: StagePlan,
+    chunk_elems: int,
+    msc: bool = False,
+    tracer_msc: bool | None = None,
 ) -> ChunkLayout:
     """Pack the replica's owned parameters and decide which 16-bit chunks stay (module doc).
+    ``msc``: one remote chunk is live, not a group; ``tracer_msc``: the memory tracer keeps one
+    chunk free for it, not a group (None: as ``msc``; False for ``v045``, module doc).
 
     Raises:
         ValueError: a parameter group larger than a chunk.
@@ -221,7 +239,8 @@ def chunk_layout(
     runtime = sum(overhead(ctx, peak, 0.0).values())  # reserve, allocator, working memory
     sys = sys_bytes(ctx, act)
     own_budget = budget_bytes(ctx) - peak - runtime - versions - gathered
-    tracer = chunkable_gpu_bytes(ctx.capacity_bytes, sys, w, chunk_elems, d, msc)
+    kept_one = msc if tracer_msc is None else tracer_msc
+    tracer = chunkable_gpu_bytes(ctx.capacity_bytes, sys, w, chunk_elems, d, kept_one)
     free = min(own_budget, tracer - gathered - versions)
     if free >= n * slot:
         return ChunkLayout(n, real, e, slot, n, (0, 0), free, sys, util)
@@ -234,9 +253,10 @@ def chunk_layout(
 
 def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout, msc: bool = False) -> int:
     """Optimizer chunk groups (fp32 weight, momentum, variance) kept and updated on the GPU:
-    hybrid Adam's margin (:func:`~sim.memory.memtracer.gpu_adam_chunks`), within what the
-    chunks may use during a forward or backward next to the resident 16-bit chunks (otherwise
-    PatrickStar evicts them to the host), and only for resident chunks."""
+    hybrid Adam's margin (:func:`~sim.memory.memtracer.gpu_adam_chunks`; ``msc``: the tracer
+    counts one remote chunk, not a group's, False for ``v045``), within what the chunks may use
+    during a forward or backward next to the resident 16-bit chunks (otherwise PatrickStar
+    evicts them to the host), and only for resident chunks."""
     if ctx.state.optimizer <= 0:
         return lay.real  # sgd: no optimizer state
     d, e = ctx.state.weight, int(lay.elems)
@@ -271,21 +291,24 @@ def chunk_states(
     ranks: int = 1,
     msc: bool = False,
     recompute: bool = False,
+    v045: bool = False,
 ) -> tuple[StagePlan, float, dict]:
     """``act`` with its model states in chunks; the estimated seconds added per iteration; notes.
 
     ``ranks``: processes sharing the server's host DRAM (PatrickStar divides it among them);
     ``msc``: memory-saving communication (module doc); ``recompute``: full checkpointing, whose
-    recomputed forwards fetch some chunks again (:mod:`sim.memory.chunk_comm`).
+    recomputed forwards fetch some chunks again (:mod:`sim.memory.chunk_comm`); ``v045``: the
+    memory tracer of PatrickStar up to v0.4.5 (module doc).
 
     Raises:
         ValueError: a parameter group larger than a chunk.
     """
-    lay = chunk_layout(ctx, act, chunk_elems, msc)
+    tracer_msc = msc and not v045
+    lay = chunk_layout(ctx, act, chunk_elems, msc, tracer_msc)
     m, d, g, o = ctx.microbatches, ctx.state.weight, ctx.state.grad, ctx.state.optimizer
     e, stream, w, n = lay.elems, lay.streamed, ctx.dp_width, lay.chunks
     fetch = sum(lay.misses) / (2 * m) * e * d
-    k = gpu_optimizer_chunks(ctx, lay, msc)
+    k = gpu_optimizer_chunks(ctx, lay, tracer_msc)
     os_gpu, os_host = k * e, (lay.real - k) * e  # optimizer state elements on GPU / host
     back = os_host * lay.resident / n  # host-updated, 16-bit copy on the GPU
     hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
@@ -394,21 +417,28 @@ class ChunkedPolicy(MemoryPolicy):
             with the smallest footprint (:func:`search_score`).
         recompute: checkpoint every layer's activations too (PatrickStar's setting).
         msc: memory-saving communication (module doc).
+        v045: the memory tracer of PatrickStar up to v0.4.5 (module doc).
     """
 
     name = "chunked"
     shards_states = True
     description = "model states in chunks owned across replicas, on GPU or host; ':recompute'"
 
-    def __init__(self, chunk_melems: int | None = None, recompute: bool = False, msc: bool = False):
+    def __init__(
+        self,
+        chunk_melems: int | None = None,
+        recompute: bool = False,
+        msc: bool = False,
+        v045: bool = False,
+    ):
         self.chunk_elems = None if chunk_melems is None else chunk_melems * MIB
-        self.recompute, self.msc = recompute, msc
+        self.recompute, self.msc, self.v045 = recompute, msc, v045
         self.mode = "full" if recompute else None
 
     @classmethod
     def from_args(cls, args: list[str]) -> ChunkedPolicy:
-        size, words = parse_options(cls.name, args, (RECOMPUTE, MSC))
-        return cls(size, RECOMPUTE in words, MSC in words)
+        size, words = parse_options(cls.name, args, (RECOMPUTE, MSC, V045))
+        return cls(size, RECOMPUTE in words, MSC in words, V045 in words)
 
     def plan_all(self, contexts, fixed=()) -> list[StagePlan]:
         """Per stage, one chunk size for all its replicas (PatrickStar's ``default_chunk_size``
@@ -443,9 +473,10 @@ class ChunkedPolicy(MemoryPolicy):
         act = base_plan(ctx, self.recompute)
         label = f"chunks of {chunk // MIB}M" + (", full recompute" if self.recompute else "")
         label += ", memory-saving communication" if self.msc else ""
+        label += ", v0.4.5 memory tracer" if self.v045 else ""
         try:
             plan, added, notes = chunk_states(
-                ctx, act, chunk, len(contexts), self.msc, self.recompute
+                ctx, act, chunk, len(contexts), self.msc, self.recompute, self.v045
             )
         except ValueError as exc:  # PatrickStar refuses the model at this chunk size
             return refused(ctx, act, label, str(exc))

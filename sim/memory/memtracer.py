@@ -11,10 +11,14 @@ memory as CUDA reports it (``torch.cuda.get_device_properties(rank).total_memory
   After the warm-up, chunks may use at moment ``t`` of a forward or backward
   (``available_chunk_mem``) ``overall_gpu_mem - max(sys[t], sys[t+1]) - w * 2 * C`` bytes
   (one chunk group of 16-bit chunks kept free for the next all-gather; one chunk with
-  memory-saving communication, MSC, which broadcasts the chunks one by one).
+  memory-saving communication, MSC, which broadcasts the chunks one by one, from 2b29d81 and
+  44104b8, 2021-12-17; up to v0.4.5 a group with MSC too: ``- world_size * 2 *
+  self._default_chunk_size`` at e98f4e1 ``memtracer.py``).
 * **Hybrid Adam** (``update_margin_mem``, after the warm-up backward): ``margin = overall_gpu_mem
   - max(sys) - param_fp16_chunks_max_mem_usage`` with the latter ``n * 2C + (w - 1) * 2C``
-  (``n`` chunks owned, plus one group's remote chunks); ``margin / (12 C) * margin_use_ratio``
+  (``n`` chunks owned, plus one group's remote chunks), or ``n * 2C + 2C`` with MSC from
+  b4cd853 (2021-12-16; at 2384535 ``client.py`` 311-334); up to v0.4.5 the group's with MSC
+  too (e98f4e1 ``client.py`` 307-321); ``margin / (12 C) * margin_use_ratio``
   (default 0.8) chunks of fp32 parameter, momentum and variance are updated on the GPU
   ("12 = 4 + 4 + 4 fp32 + m + v"); the rest go through CPU Adam.
 * **Host** (``__init__``): ``overall_cpu_mem = psutil total * overall_cpu_mem_ratio (0.8) /
@@ -77,8 +81,9 @@ def chunkable_gpu_bytes(
 ) -> float:
     """Chunk bytes allowed on the GPU during a forward or backward whose other tensors peak at
     ``sys_bytes``: ``0.8 T - sys - w * C * d`` (``d`` bytes per 16-bit element); with
-    memory-saving communication (``msc``) one chunk is kept free, not a group
-    (``available_chunk_mem``: ``msc_factor = 1 if with_mem_saving_comm else world_size``)."""
+    memory-saving communication accounted (``msc``) one chunk is kept free, not a group
+    (``available_chunk_mem``: ``msc_factor = 1 if with_mem_saving_comm else world_size``, from
+    44104b8; PatrickStar up to v0.4.5 keeps a group with MSC too: pass ``msc=False``)."""
     kept = 1 if msc else dp_width
     return overall_gpu_bytes(cuda_total_bytes) - sys_bytes - kept * chunk_elems * d
 
@@ -94,7 +99,8 @@ def gpu_adam_chunks(
 ) -> float:
     """Optimizer chunk groups hybrid Adam updates on the GPU (``update_margin_mem``), >= 0.
     The 16-bit chunks it counts (``client.param_fp16_chunks_max_mem_usage``) are the owned ones
-    and a group's remote chunks, or one chunk with memory-saving communication (``msc``)."""
+    and a group's remote chunks, or one chunk with memory-saving communication accounted
+    (``msc``, from b4cd853; up to v0.4.5 a group with MSC too: pass ``msc=False``)."""
     remote = 1 if msc else dp_width - 1
     fp16 = owned * chunk_elems * d + remote * chunk_elems * d
     margin = overall_gpu_bytes(cuda_total_bytes) - sys_bytes - fp16
