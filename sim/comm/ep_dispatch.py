@@ -24,7 +24,9 @@ assumption). Measurements (the project's ``research/gpus/microbench.md`` §4 quo
 * Hybrid-EP on H100 with IB, 64 ranks, 16 SMs: BF16 dispatch 41.2, combine 46.6 GB/s.
 
 Dispatch and combine run at different rates; a :class:`~sim.parallel.ops.GroupOp` does not
-say which it is, so the mean of the two is used (an assumption).
+say which it is, so the mean of the two is used (an assumption). Hybrid-EP's NVLink efficiency
+on Blackwell is the 8-rank one scaled by its measured fall with the group's ranks inside the
+NVLink domain (:mod:`sim.comm.hybridep_ranks`: 0.819 at 36 ranks, 32 SMs).
 
 **Each token once per destination.** These kernels send a token once to every rank that holds
 at least one of its experts (``is_token_in_rank``; the receiving rank expands it to its local
@@ -54,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.comm.alltoall import routed_pairs
+from sim.comm.hybridep_ranks import rank_factor
 from sim.hardware.topology import Topology
 
 NETWORK = "network"
@@ -167,6 +170,13 @@ def dedup_scales(
     return scale(per), [scale(per * servers.count(s)) for s in servers]
 
 
+def nvlink_members(topology: Topology, gpus: Sequence[str]) -> int:
+    """Members of the group in the first member's server (its NVLink domain: an NVL72 rack is
+    one server), the ranks :func:`~sim.comm.hybridep_ranks.rank_factor` takes."""
+    first = topology.server_of(int(gpus[0][3:]))
+    return sum(1 for g in gpus if topology.server_of(int(g[3:])) == first)
+
+
 def dispatch_cost(backend: str, sms: int, routed: tuple[int, int] | None = None):
     """The all-to-all cost (:data:`~sim.comm.alltoall.AllToAllCost`) of ``backend``'s kernels
     on ``sms`` SMs (module doc); ``routed``: ``(experts, top_k)`` where the pairs are routed
@@ -175,6 +185,8 @@ def dispatch_cost(backend: str, sms: int, routed: tuple[int, int] | None = None)
     def cost(topology: Topology, gpus: Sequence[str], pairs) -> float:
         fam = family_of(topology, gpus[0])
         eff = {link: efficiency(backend, fam, link, sms) for link in ("nvl", "rdma")}
+        if backend == "hybridep" and fam == "blackwell":  # more NVLink peers: hybridep_ranks
+            eff["nvl"] *= rank_factor(nvlink_members(topology, gpus), sms)
         n, worst, latency = len(gpus), 0.0, 0.0
         sent = [[0.0, 0.0] for _ in range(n)]  # [nvl seconds, rdma seconds] per rank
         got = [[0.0, 0.0] for _ in range(n)]

@@ -15,7 +15,9 @@ published measurements on the GPU say how fast they run, and this module gives t
     backward) *without* halving for the causal mask, so its factors are twice the fraction of
     peak in pipesim's convention (causal work halved, :mod:`sim.compute.attention`): the tables
     below halve them. MLA rows (``d_qk = 192``, ``d_v = 128``) are pipesim's head dim 160
-    (:mod:`sim.compute.mla` passes the mean of the two).
+    (:mod:`sim.compute.mla` passes the mean of the two). A head dim of 64 (GPT-OSS) is looked
+    up on the 128 rows, its forward scaled by the measured ratio of the two widths' FLOP rates
+    on Blackwell (:mod:`sim.compute.hd64_attention`: 0.58-0.67 by sequence length).
   - H100 (and H200, GH200): FlashAttention-2, the backend of torch's SDPA that the dgx-h100 preset
     names (Dao-AILab/flash-attention@0251105a ``assets/flash3_fp16_fwd.png`` forward and
     ``assets/flash2_h100_fwd_bwd_benchmark.png`` forward + backward, causal, head dims 64 and
@@ -122,6 +124,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
+from sim.compute.hd64_attention import NARROW_HEAD_DIM, hd64_forward_ratio
 from sim.hardware.gpu_compute import ComputeSpec
 
 SIXTEEN_BIT = ("bf16", "fp16", "bfloat16", "float16")
@@ -260,7 +263,8 @@ def _b200_attention(seq: float, heads: float, hd: int, phase: int) -> float:
     lengths = [
         (s, log2_interp([(r[1], r[2 + phase]) for r in rows if r[0] == s], heads)) for s in seqs
     ]
-    return log2_interp(lengths, seq) * SIMUMAX_CAUSAL
+    narrow = hd64_forward_ratio(seq) if hd <= NARROW_HEAD_DIM and phase == 0 else 1.0
+    return log2_interp(lengths, seq) * SIMUMAX_CAUSAL * narrow  # 64-wide heads: hd64_attention
 
 
 def _h100_attention(seq: float, hd: int, phase: int) -> float:
