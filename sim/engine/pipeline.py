@@ -362,7 +362,10 @@ class Engine:
             yield from self.fsdp.forward(rep, a, tags, self._unit_runner(rep, a, tags, "F"))
         else:
             if cost.fwd_layers and _full_only(plan):
-                work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
+                every = range(len(cost.fwd_layers))
+                drain_s, tp_after = self._drain(rep, every, tp_after)
+                parts = cost.forward_parts(plan.recompute_layers, drain_s)
+                work = self.hosts.layered(gpu, "F", parts)
             else:
                 work = self.hosts.work(
                     gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
@@ -459,6 +462,22 @@ class Engine:
         schedule the plan computed (activation offload and reload)."""
         yield from self.compute.wait(self.env.timeout(seconds), gpu, name, **tags)
 
+    def _drain(self, rep: StageReplica, layers, tp: tuple[tuple[str, float, int], ...]):
+        """Per layer of ``rep``'s stage (those in ``layers``, else 0), the seconds of the
+        collectives its first host sync waits for (:meth:`StageCost.drained`, each
+        uncontended on the group's ring: :meth:`TensorCollectives.comm_s`), and ``tp`` (the
+        action's collectives after its kernels) without them; ``((), tp)`` when there are none
+        or ``tp`` does not hold them all (they then stay after the kernels)."""
+        cost = rep.cost
+        ops = [op for i in layers for op in cost.drained(i)]
+        left = _less(tp, ops) if ops else None
+        if left is None:
+            return (), tp
+        drain_s = [0.0] * len(cost.fwd_layers)
+        for i in layers:
+            drain_s[i] = sum(self.tensor.comm_s(rep, k, nb) for k, nb in cost.drained(i))
+        return tuple(drain_s), left
+
     def _recompute(self, rep: StageReplica, a: Action, tags: dict, overlap: PairOverlap | None):
         """Process: the recompute before a B or I (its rebuilt bytes, its compute and the
         tensor-parallel collectives of the layers it runs again)."""
@@ -466,20 +485,21 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
         )
+        tp_rec = rep.cost.tp_recompute
         if overlap is not None:
             yield from overlap.compute(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
         elif plan.fsdp is not None and a.op == "B":
             pass  # each unit recomputes before its backward (sim.engine.fsdp)
         else:
             if rep.cost.fwd_layers and _full_only(plan):
-                parts = rep.cost.recompute_parts(plan.recompute_layers)
+                drain_s, tp_rec = self._drain(rep, plan.recompute_layers, tp_rec)
+                parts = rep.cost.recompute_parts(plan.recompute_layers, drain_s)
                 work = self.hosts.layered(gpu, "R", parts)
             else:
                 rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
                 work = self.hosts.work(gpu, "R", *rec)
             ovl = rep.cost.tp_recompute_overlap
             yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags)
-        tp_rec = rep.cost.tp_recompute
         if overlap is not None:
             tp_rec = tp_rec + _triples(rep.cost.tp_recompute_overlap)
         if tp_rec:
@@ -529,6 +549,30 @@ def _triples(ops) -> tuple[tuple[str, float, int], ...]:
     """Overlapped collectives as ``(kind, bytes, count)`` run after the compute instead (an
     action of an overlapped pair, whose chains already share the compute)."""
     return tuple((op.kind, op.nbytes, op.count) for op in ops)
+
+
+def _less(
+    tp: tuple[tuple[str, float, int], ...], ops: list[tuple[str, float]]
+) -> tuple[tuple[str, float, int], ...] | None:
+    """``tp`` (``(kind, bytes each, count)``) less one of each of ``ops`` (``(kind, bytes)``),
+    entries left at 0 dropped; None when ``tp`` does not hold them all.
+
+    >>> _less((("allreduce", 8.0, 3), ("allreduce", 4.0, 1)), [("allreduce", 8.0)] * 2)
+    (('allreduce', 8.0, 1), ('allreduce', 4.0, 1))
+    >>> _less((("allreduce", 8.0, 1),), [("allreduce", 8.0)] * 2) is None
+    True
+    """
+    take: dict[tuple[str, float], int] = {}
+    for op in ops:
+        take[op] = take.get(op, 0) + 1
+    out = []
+    for kind, nbytes, count in tp:
+        n = count - take.pop((kind, nbytes), 0)
+        if n < 0:
+            return None
+        if n:
+            out.append((kind, nbytes, n))
+    return None if take else tuple(out)
 
 
 def _layered(pair: tuple[Action, ...], plans: list) -> float:
