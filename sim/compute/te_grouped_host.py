@@ -73,7 +73,7 @@ BF16; not for ``sequential_experts`` (their op counts already loop over the expe
 ``fused_grouped_mlp`` (TE's fused op runs each grouped GEMM as one kernel over the local
 experts, :mod:`sim.compute.moe`). The shard carries it as its own per-layer slot
 (``DecoderShard.grouped_ops``, ``StageCost.grouped_ops``), so that a CUDA graph takes it off
-only where it captures the experts (:func:`sim.framework.cuda_graphs.experts_captured`:
+only where it captures the experts (:func:`sim.framework.cuda_graphs.module_captured`:
 ``full_iteration``, ``moe`` in scope, or an empty scope: the whole layer); with ``attn`` (or
 ``moe_router``) and not ``moe`` it stays, while the layer's other ops lose their attention
 half. Within the layer it is issued after the dropless token-count sync
