@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from sim.engine import simulate
 from sim.engine.host import LayerPart, action_work, layered_work
 from sim.engine.inputs import MicrobatchLoad
-from sim.engine.pair_host import pair_work
+from sim.engine.pair_host import pair_parts, pair_work
 from sim.engine.stage_cost import StageCost
 from sim.hardware.host_ops import HostOverhead, HostWork, issue_exactly
+from sim.memory.plan import StagePlan
 from tests.helpers import chain_topology, uniform_input
 
 times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
@@ -378,3 +379,20 @@ def test_a_host_sync_after_a_collective_waits_for_it():
     assert after.iteration_ends_s == [4.25]
     tp = {(e.start_s, e.end_s, e.nbytes) for e in after.events if e.name == "tp allreduce 0F0"}
     assert tp == {(3.0, 3.5, 0.5e9)}  # the drained one is device time before the sync
+
+
+def test_pair_forward_without_layer_costs_issues_its_recompute_ops_without_autograd():
+    """An overlapped F/B pair on a stage without per-layer costs, recompute on: the pair's
+    forward is one part whose 40 recomputed ops of 100 are issued without autograd recording,
+    as the engine's forward alone issues them (``nograd_ops = plan.recompute_ops``). By hand,
+    at 10 us per op, 6 us per op without autograd and 10 us per backward op: the forward's
+    host 60 x 10 + 40 x 6 = 840 us, the backward's 100 x 10 = 1000 us, 1.84 ms for the pair
+    (2 ms if the 40 ops were charged as recorded ones)."""
+    h = HostOverhead(op_s=10e-6, backward_op_s=10e-6, nograd_op_s=6e-6)
+    cost = StageCost(1e-3, 1e-3, 0.0, 0.0, fwd_ops=100.0, bwd_ops=100.0)
+    plan = StagePlan(0.0, 0.0, recompute_s=0.5e-3, recompute_ops=40.0, recompute_regions=1)
+    fwd, bwd = pair_parts(cost, plan, "F"), pair_parts(cost, plan, "B")
+    work = pair_work(lambda op, p: layered_work(h, op, p), fwd, bwd, 1.6e-3)
+    assert work.host_s == pytest.approx(1.84e-3)
+    alone = action_work(h, "F", 1e-3, 100.0, nograd_ops=plan.recompute_ops)
+    assert layered_work(h, "F", fwd).host_s == pytest.approx(alone.host_s)

@@ -120,3 +120,32 @@ def test_grouped_experts_host_work_is_issued_after_the_token_count_sync():
     assert end(50.0) == pytest.approx(2.505e-3)
     assert end(0.0) == pytest.approx(1.5e-3 + 0.75e-3 + 0.5e-3 / 75)
     assert end(50.0, ()) == end(0.0, ())  # without a sync the placement does not matter
+
+
+def test_nvfp4_expert_casts_follow_the_te_version_on_host_and_device():
+    """NVFP4's split_quantize of 3 experts, by the container's TE version, the same on both
+    sides. TE 2.9 (Bridge 25.11): per expert an amax, a row-wise and a column-wise Hadamard
+    cast, so the device's cast of the 3 experts stands for 9 launches and the host's forward
+    per expert is 6 Python calls (12 us) + 3 casts and the GEMM (4 x 3 us) = 24 us. TE 2.14
+    (Bridge 26.04, the first release with NVFP4 MoE rows): the casts are grouped (#2411, in
+    2.12), one launch on the device, and the host's forward per expert 12 us + the GEMM's 3 us
+    = 15 us; its backward 12 + 5 + 2 x 3 = 23 us (32 us at 2.9)."""
+    from sim.compute.moe import grouped
+    from sim.compute.precision import get_recipe
+    from sim.compute.precision_rules import te_version
+    from sim.compute.quantize import quantize_layer
+    from sim.compute.te_grouped_host import per_expert_s
+    from sim.runs.bridge_software import transformer_engine
+
+    b200 = load_hardware("dgx-b200").gpus[0].compute
+    assert b200 is not None
+    fwd = [grouped("expert_up[128]", 128, 32, 64, 2, 3, "fwd")]
+    nvfp4 = get_recipe("nvfp4")
+    bridge = te_version(transformer_engine("26.04"))
+    launches = {}
+    for te in ((2, 9), bridge):
+        f, _, _ = quantize_layer((fwd, [], []), nvfp4, b200.low_rate("nvfp4"), te=te)
+        launches[te] = next(k for k in f if k.name == "quantize_expert_up").batch
+    assert launches == {(2, 9): 9, (2, 14): 1}
+    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=(2, 9))] == [24.0, 32.0]
+    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=bridge)] == [15.0, 23.0]

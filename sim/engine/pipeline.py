@@ -35,11 +35,11 @@ from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
-from sim.engine.host import HostThreads, LayerPart, layered_work
+from sim.engine.host import HostThreads, layered_work
 from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
-from sim.engine.pair_host import pair_work
+from sim.engine.pair_host import full_only, pair_parts, pair_work
 from sim.engine.partitioned import PartitionedStates
 from sim.engine.replicas import StageReplica, stage_replicas
 from sim.engine.sends import StageSends
@@ -216,9 +216,10 @@ class Engine:
         (:mod:`sim.engine.pair_host`); the wait is logged as ``host_wait``."""
         if len(pair) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
             return
-        parts = [self._pair_parts(self._rep(first, a), a) for a in pair]
+        reps = [self._rep(first, a) for a in pair]
+        parts = [pair_parts(r.cost, r.plan, a.op) for r, a in zip(reps, pair, strict=True)]
         gpu, now = first.gpu, self.env.now
-        receives = not self._rep(first, pair[0]).first or not self._rep(first, pair[1]).last
+        receives = not reps[0].first or not reps[1].last
         if receives and "recv" in self.hosts.syncs:  # the chains' receive syncs, at start
             issued = max(issued, start)
         # uncached: each pair's scaled parts are new, and would evict the actions' cached works
@@ -231,17 +232,6 @@ class Engine:
             a = pair[0]
             tags = first.tags(a.microbatch, a.microbatch // self.inp.microbatches)
             yield from self.compute.run(gpu, EventKind.HOST_WAIT, f"host {a}", end - now, **tags)
-
-    def _pair_parts(self, rep: StageReplica, a: Action) -> tuple[LayerPart, ...]:
-        """The layer parts the host issues for ``a`` (F or B) of a pair; one part for the
-        whole action where the stage has no per-layer costs."""
-        cost, plan = rep.cost, rep.plan
-        if a.op == "F" and cost.fwd_layers and _full_only(plan):
-            return cost.forward_parts(plan.recompute_layers)
-        if a.op == "B" and cost.bwd_layers:
-            return cost.backward_parts()
-        dur, ops = (cost.fwd_s, cost.fwd_ops) if a.op == "F" else (cost.bwd_s, cost.bwd_ops)
-        return (LayerPart(dur, ops, 0.0, 0.0, 0.0, 0.0),)
 
     def _pair_overlap(self, first: StageReplica, pair: tuple[Action, ...]) -> PairOverlap | None:
         """DualPipe's two chains for ``pair`` (:mod:`sim.engine.overlap`) when
@@ -311,7 +301,7 @@ class Engine:
                     parts = cost.recompute_parts(tuple(full))
                     redo = self.hosts.layered(gpu, "R", parts)
                     yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
-                elif plan.recompute_s > 0 and not _full_only(plan):
+                elif plan.recompute_s > 0 and not full_only(plan):
                     share = sum(fwd[i][0] for i in unit.layers) / total_f
                     redo = self.hosts.work(gpu, "R", plan.recompute_s * share, 0.0, 1)
                     yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
@@ -361,7 +351,7 @@ class Engine:
         elif plan.fsdp is not None:  # unit by unit (sim.engine.fsdp)
             yield from self.fsdp.forward(rep, a, tags, self._unit_runner(rep, a, tags, "F"))
         else:
-            if cost.fwd_layers and _full_only(plan):
+            if cost.fwd_layers and full_only(plan):
                 every = range(len(cost.fwd_layers))
                 drain_s, tp_after = self._drain(rep, every, tp_after)
                 parts = cost.forward_parts(plan.recompute_layers, drain_s)
@@ -491,7 +481,7 @@ class Engine:
         elif plan.fsdp is not None and a.op == "B":
             pass  # each unit recomputes before its backward (sim.engine.fsdp)
         else:
-            if rep.cost.fwd_layers and _full_only(plan):
+            if rep.cost.fwd_layers and full_only(plan):
                 drain_s, tp_rec = self._drain(rep, plan.recompute_layers, tp_rec)
                 parts = rep.cost.recompute_parts(plan.recompute_layers, drain_s)
                 work = self.hosts.layered(gpu, "R", parts)
@@ -582,12 +572,6 @@ def _layered(pair: tuple[Action, ...], plans: list) -> float:
     if len(pair) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
         return 0.0
     return pair_delta(plans[0], plans[1])
-
-
-def _full_only(plan) -> bool:
-    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
-    so that a forward and its recompute can be issued layer by layer."""
-    return plan.recompute_regions == len(plan.recompute_layers)
 
 
 def _stage_of(a: Action) -> int:
