@@ -59,8 +59,9 @@ runs Megatron-Core's training loop (``megatron.bridge.training.train``)."""
 FUSED_DROPOUT_ADD = frozenset({"megatron-deepspeed"})
 """Frameworks whose GPT layers run each hidden dropout and its residual add as one fused kernel
 (the generator's ``dropout_add="fused"``): Megatron-DeepSpeed's default ``bias_dropout_fusion``
-with nvFuser (:func:`sim.compute.transformer._dropout_residual` cites the code). Megatron-LM has
-the same default; it is not switched here (its rows were not re-measured with it)."""
+with nvFuser (:func:`sim.compute.transformer._dropout_residual` cites the code). Megatron-LM's
+legacy layers have the same default; Megatron-Core's (Transformer Engine) is another code path:
+neither is switched here (not checked against their sources in this change)."""
 
 
 @dataclass(frozen=True)
