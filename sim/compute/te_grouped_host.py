@@ -28,6 +28,7 @@ GEMM serves the fused ops).
 * ``update_usage`` of the input and the weight copies (l.202-210), ``prepare_for_saving`` of
   the two quantized tensors (l.225-230): four Python calls under a recipe;
 * ``general_grouped_gemm`` (l.171): one cuBLASLt GEMM per expert over ``num_gemm_streams``
+  (each with TE's per-call descriptors and heuristic query, :mod:`sim.compute.cublaslt_host`)
   (``csrc/extensions/gemm.cpp`` 412-482 wraps each expert, ``nvte_multi_stream_cublas_gemm``
   launches each GEMM; MXFP8's scale swizzle is one multi-tensor launch per side, gemm.cpp
   488-491, not per expert).
@@ -64,7 +65,7 @@ reference's (9.8 us, 13.9 us).
 (``makeTransformerEngineTensor`` from Python objects, ``at::from_blob`` views,
 ``convert_quantizer``, ``at::empty`` allocations: NVIDIA/TransformerEngine#1499 names
 ``torch.split`` and the ``2 x num_gemms`` ``torch.empty`` calls as ``GroupedLinear``'s CPU
-overhead, unmeasured per call), cuBLASLt's heuristic query inside each GEMM call, and trivial
+overhead, unmeasured per call), the multi-stream GEMM's event records and waits, and trivial
 Python (``set_usage``, the ``main_grad`` lambdas).
 
 **Where it is charged:** on a MoE layer's forward and backward ops, by the rank's shard
@@ -92,6 +93,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from sim.compute.cublaslt_host import gemm_setup_s
 from sim.compute.precision import RECIPES, TE
 from sim.compute.precision_rules import TE_VERSION
 from sim.compute.quantize import per_expert_casts
@@ -196,22 +198,26 @@ def per_expert_s(
     (None: the reference host's), at Transformer Engine ``te`` (:func:`quantize_launches`).
     Module doc.
 
+    Each GEMM also pays TE's per-call cuBLASLt set-up (:func:`sim.compute.cublaslt_host.
+    gemm_setup_s`, 7 us on the reference host): one in the forward, two in the backward.
+
     Example: MXFP8 forward 4 calls + object + workspace (6 x 2 us) + quantize and GEMM (2 x
-    3 us) = 18 us; backward 6 calls (12 us) + dummy ``torch.empty`` (5 us) + 3 launches (9 us).
+    3 us) + the GEMM's set-up (7 us) = 25 us; backward 6 calls (12 us) + dummy
+    ``torch.empty`` (5 us) + 3 launches (9 us) + 2 set-ups (14 us) = 40 us.
 
     >>> [round(x * 1e6, 1) for x in per_expert_s("mxfp8")]
-    [18.0, 26.0]
+    [25.0, 40.0]
     >>> [round(x * 1e6, 1) for x in per_expert_s(None)]
-    [3.0, 15.0]
+    [10.0, 29.0]
     """
-    p = prices(host)
+    p, setup = prices(host), gemm_setup_s(host)
     if recipe is None:
-        fwd = p.launch_s  # the GEMM
-        bwd = 2 * p.py_call_s + p.nograd_op_s + 2 * p.launch_s  # clear, ddp + empty; 2 GEMMs
+        fwd = p.launch_s + setup  # the GEMM
+        bwd = 2 * p.py_call_s + p.nograd_op_s + 2 * (p.launch_s + setup)  # clear, ddp + empty
         return fwd, bwd
     q = quantize_launches(recipe, te)
-    fwd = 6 * p.py_call_s + (q + 1) * p.launch_s
-    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2) * p.launch_s
+    fwd = 6 * p.py_call_s + (q + 1) * p.launch_s + setup
+    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2) * p.launch_s + 2 * setup
     return fwd, bwd
 
 
@@ -227,10 +233,10 @@ def grouped_linear_s(
     one (module doc); at ``host``'s prices (None: the reference host's), at Transformer Engine
     ``te``.
 
-    Example: 4 experts, MXFP8: 4 x 18 = 72 us forward; 4 x 26 + 3 x (13.9 + 7.5) = 168.2 us.
+    Example: 4 experts, MXFP8: 4 x 25 = 100 us forward; 4 x 40 + 3 x (13.9 + 7.5) = 224.2 us.
 
     >>> [round(x * 1e6, 1) for x in grouped_linear_s(4, "mxfp8")]
-    [72.0, 168.2]
+    [100.0, 224.2]
     """
     n = max(0.0, local_experts)
     fwd, bwd = per_expert_s(recipe, host, te)
@@ -253,10 +259,10 @@ def grouped_expert_ops(
     host's prices and ops (:data:`REF_OP_S`, :data:`REF_BWD_OP_S`; module doc); at Transformer
     Engine ``te`` (:func:`quantize_launches`).
 
-    Example (4 experts, MXFP8): 2 x 72 us / 9.8 us and 2 x 168.2 us / 13.9 us.
+    Example (4 experts, MXFP8): 2 x 100 us / 9.8 us and 2 x 224.2 us / 13.9 us.
 
     >>> [round(x, 2) for x in grouped_expert_ops(4, "mxfp8")]
-    [14.69, 24.2]
+    [20.41, 32.26]
     """
     if host is None or host.op_s <= 0 or host.backward_op_s <= 0:
         host, op_s, bwd_op_s = None, REF_OP_S, REF_BWD_OP_S
