@@ -40,9 +40,9 @@ the intra-server path (NVLink or PCI); else the rings' time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sim.comm import nccl
+from sim.comm import nccl, nccl_ctas
 from sim.comm.rings import PEER_KINDS, Ring, ring_set
 from sim.events import EventKind
 from sim.hardware.comm_tables import CollectiveTable, find_table
@@ -163,6 +163,9 @@ class CollectivePlan:
             (:mod:`sim.hardware.comm_tables`).
         nic_Bps: across servers, the least NCCL rate of the network links its rings cross
             (bytes/s; 0 on one server or without network links).
+        cta_info: ``nccl_info`` for counting the thread blocks NCCL launches (:meth:`ctas`),
+            also where a preset leaves the compute capability unset to time collectives by
+            their links (the GPU's model's, :func:`sim.comm.nccl_ctas.capability`).
     """
 
     flat: Rings
@@ -175,6 +178,7 @@ class CollectivePlan:
     nccl_info: tuple[float, str, bool] | None = None
     tables: tuple[CollectiveTable, ...] = ()
     nic_Bps: float = 0.0
+    cta_info: tuple[float, str, bool] | None = None
     _times: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
@@ -276,6 +280,17 @@ class CollectivePlan:
             return None
         return self._model_choice(nbytes, kind)
 
+    def ctas(self, nbytes: float, kind: str) -> int:
+        """Thread blocks (SMs) a ``kind`` collective of ``nbytes`` launches on each member
+        (:func:`sim.comm.nccl_ctas.ctas` of the algorithm NCCL's model picks, even where a
+        measured table or the links time it: :attr:`cta_info`); 0 without NCCL (gloo on CPU
+        ranks)."""
+        view = self if self.nccl_info is not None else replace(self, nccl_info=self.cta_info)
+        comm = view.communicator(kind)
+        if comm is None or self.ranks < 2:
+            return 0
+        return nccl_ctas.ctas(comm, nccl.choose(comm, kind, nbytes).algorithm)
+
     def _model_choice(self, nbytes: float, kind: str) -> nccl.Choice | None:
         comm = self.communicator(kind)
         return None if comm is None else nccl.choose(comm, kind, nbytes)
@@ -305,13 +320,21 @@ class CollectivePlan:
         return model if table is None else min(model, table.time_s(nbytes))
 
 
-def nccl_view(topology: Topology, gpus: tuple[str, ...], routes: Routes) -> tuple | None:
+def nccl_view(
+    topology: Topology, gpus: tuple[str, ...], routes: Routes, by_model: bool = False
+) -> tuple | None:
     """``(compute capability, intra path, nvls)`` of a communicator for NCCL's model, or None
     when one of ``gpus`` does not run NCCL: the least compute capability (NCCL's
     ``minCompCap``), ``nvlink`` when every link of the server-local ``routes`` is NVLink or
-    NVSwitch (else ``pci``), NVLS when every GPU has it."""
+    NVSwitch (else ``pci``), NVLS when every GPU has it. ``by_model``: a GPU without one takes
+    its model's (:func:`sim.comm.nccl_ctas.capability`; for counting CTAs only)."""
     devices = [topology.gpu(int(g[3:])) for g in gpus]
-    ccs = [d.compute_capability for d in devices]
+    ccs = [
+        d.compute_capability
+        if d.compute_capability is not None or not by_model
+        else nccl_ctas.capability(d.model)
+        for d in devices
+    ]
     if any(cc is None for cc in ccs):
         return None
     kinds = {lk.kind for route in routes for lk in route}
@@ -337,15 +360,18 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
         return CollectivePlan(
             flat, links=_links(every), names=_names(every), ranks=n, servers=servers,
             nccl_info=view, tables=tables, nic_Bps=nic,
+            cta_info=nccl_view(topology, gpus, local_routes, by_model=True),
         )  # fmt: skip
     members = [tuple(by_server[k]) for k in sorted(by_server)]
     local = tuple(ring_set(topology, m) for m in members)
     rails = tuple(ring_set(topology, tuple(m[j] for m in members)) for j in range(len(members[0])))
     every = [route for rings in local + rails for ring in rings for route in ring.routes]
-    view = nccl_view(topology, gpus, [rt for rings in local for r in rings for rt in r.routes])
+    local_routes = [rt for rings in local for r in rings for rt in r.routes]
+    view = nccl_view(topology, gpus, local_routes)
     nic = _nic_Bps([rt for rings in rails for r in rings for rt in r.routes])
+    ctas = nccl_view(topology, gpus, local_routes, by_model=True)
     return CollectivePlan(
-        (), local, rails, _links(every), _names(every), n, servers, view, tables, nic
+        (), local, rails, _links(every), _names(every), n, servers, view, tables, nic, ctas
     )
 
 

@@ -22,6 +22,7 @@ import simpy
 
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.links import Bulk, Links
+from sim.engine.sm_share import SmShare
 from sim.events import Event, Stream
 from sim.hardware.parts import Link
 
@@ -61,6 +62,7 @@ def reduce_buckets(
     members: list,
     done: simpy.Event,
     held: tuple[Link, ...] | None = None,
+    share: SmShare | None = None,
 ) -> Iterator[simpy.Event]:
     """Process: reduce ``nbytes`` of gradients in buckets of ``bucket_bytes`` (``nbytes_bucket``,
     :func:`buckets`) with ``kind`` over ``plan``'s rings in order, each once it is ready and the previous one is done; consecutive
@@ -69,7 +71,9 @@ def reduce_buckets(
     of the backward that computes the gradients (module doc: bucket ``k`` is ready at ``start +
     duration * bytes_up_to_k / B``); ``members``: ``(stage replica, tags)`` of every replica, each
     logged an event per hold; ``done`` succeeds after the last bucket; ``held``: the links to
-    hold (default: all of ``plan``'s; :class:`~sim.engine.symmetry.HeldLinks` when mirrored)."""
+    hold (default: all of ``plan``'s; :class:`~sim.engine.symmetry.HeldLinks` when mirrored);
+    ``share``: where each hold's NCCL thread blocks are counted against the members' compute
+    (:mod:`sim.engine.sm_share`: ``plan.ctas`` at the hold's duty, kernel seconds over span)."""
     start_s, duration_s = window_s
     nbytes, bucket_bytes = nbytes_bucket
     sizes = buckets(nbytes, bucket_bytes)
@@ -93,7 +97,14 @@ def reduce_buckets(
         rec.end_s = max(begin + (last - first + 1) * cost, ready(last) + cost)
         local = tuple(lk for lk in plan.local_links() if lk in hold)
         busy = sum(plan.local_s(sizes[k], kind) for k in range(first, last + 1))
+        gpus, ctas = [rep.gpu for rep, _ in members], 0.0
+        if share is not None and rec.end_s > begin:
+            kernel_s = (last - first + 1) * cost
+            ctas = plan.ctas(sizes[first], kind) * min(1.0, kernel_s / (rec.end_s - begin))
+            share.change(gpus, ctas)
         yield from links.wait_bulk(reqs, rec, (local, busy))
+        if share is not None and ctas:
+            share.change(gpus, -ctas)
         label = f"b{first}" if first == last else f"b{first}-{last}"
         size = sum(sizes[first : last + 1])
         for rep, tags in members:

@@ -62,6 +62,7 @@ from sim.engine.joined import JoinedCollectives
 from sim.engine.links import Links
 from sim.engine.rendezvous import Rendezvous
 from sim.engine.replicas import StageReplica
+from sim.engine.sm_share import SmShare
 from sim.engine.symmetry import HeldLinks
 from sim.events import EventKind
 from sim.parallel.folding import expert_dp_group
@@ -98,12 +99,17 @@ class Collectives:
         env: the simulation environment.
         inp: the configuration (placement, width, bucket size).
         links: the link resources the ring holds.
+        share: the SMs the overlapped collectives take from compute
+            (:mod:`sim.engine.sm_share`); None: they take none.
     """
 
-    def __init__(self, env: simpy.Environment, inp: SimInput, links: Links):
+    def __init__(
+        self, env: simpy.Environment, inp: SimInput, links: Links, share: SmShare | None = None
+    ):
         self.env = env
         self.inp = inp
         self.links = links
+        self.share = share
         self._meet = Rendezvous(env)
         self._overlapped: dict[tuple, simpy.Event] = {}
         self._bucketed: dict[tuple, list] = {}
@@ -217,7 +223,16 @@ class Collectives:
         sizes = (nbytes, self.bucket_bytes(rep))
         window = (self.env.now, duration_s)
         return reduce_buckets(
-            self.env, self.links, plan, kind, sizes, window, joined, done, self.held(plan)
+            self.env,
+            self.links,
+            plan,
+            kind,
+            sizes,
+            window,
+            joined,
+            done,
+            self.held(plan),
+            self.share,
         )
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):

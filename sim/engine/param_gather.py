@@ -49,6 +49,7 @@ from sim.comm.hierarchical import CollectivePlan
 from sim.engine.buckets import buckets
 from sim.engine.collectives import Collectives
 from sim.engine.inputs import SimInput
+from sim.engine.links import Bulk
 from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import Event, EventKind, Stream
@@ -258,6 +259,24 @@ class ParamGathers:
                 )
             )
 
+    def _hold(self, chain: Chain, size: float, early: tuple):
+        """Process: one bucket's all-gather on ``chain``'s links (a bulk hold,
+        :meth:`~sim.engine.links.Links.hold`), its NCCL thread blocks counted against the
+        members' compute meanwhile (:mod:`sim.engine.sm_share`); returns when it began."""
+        links, plan, kind = self.coll.links, chain.plan, EventKind.ALL_GATHER
+        rec = Bulk()
+        reqs = yield from links.acquire(chain.held, rec)
+        begin = self.env.now
+        rec.end_s = begin + plan.time_s(size, kind)
+        share, gpus = self.coll.share, [m.gpu for m, _ in chain.members]
+        ctas = plan.ctas(size, kind) if share is not None else 0
+        if share is not None and ctas:
+            share.change(gpus, ctas)
+        yield from links.wait_bulk(reqs, rec, (early, plan.local_s(size, kind)))
+        if share is not None and ctas:
+            share.change(gpus, -ctas)
+        return begin
+
     def _run(self, rep: StageReplica, chain: Chain, shares: list[float] | None):
         """Process: the chain's buckets one after another (module doc); with ``shares`` (the
         forward's compute per bucket, ``"forward"``), bucket ``j + 1`` also waits until the
@@ -271,12 +290,7 @@ class ParamGathers:
                     yield self.env.timeout(reach - self.env.now)
             plan = chain.plan
             early = tuple(lk for lk in plan.local_links() if lk in chain.held)
-            begin = yield from self.coll.links.hold(
-                chain.held,
-                plan.time_s(size, kind),
-                bulk=True,
-                early=(early, plan.local_s(size, kind)),
-            )
+            begin = yield from self._hold(chain, size, early)
             chain.ends.append(self.env.now)
             for member, tags in chain.members:
                 self.coll.links.events.append(

@@ -43,6 +43,7 @@ from sim.engine.pair_host import full_only, pair_parts, pair_work
 from sim.engine.partitioned import PartitionedStates
 from sim.engine.replicas import StageReplica, stage_replicas
 from sim.engine.sends import StageSends
+from sim.engine.sm_share import SmShare
 from sim.engine.step import RankStep, step_ends, step_group
 from sim.engine.streams import ComputeStream
 from sim.engine.tensor_collectives import TensorCollectives
@@ -70,9 +71,11 @@ class Engine:
         self.ledger = Ledger(caps, pools={HOST_POOL: tuple(h.name for h in topo.hosts)})
         self.log = EventLog(capacity_bytes=caps)
         self.links = Links(env, topo, self.log.events)
-        self.compute = ComputeStream(env, self.log.events)
+        sms = {g.name: g.compute.sm_count if g.compute is not None else None for g in topo.gpus}
+        share = SmShare(env, sms)  # SMs the overlapped data-parallel collectives take
+        self.compute = ComputeStream(env, self.log.events, share)
         self.traffic = MemoryTraffic(env, self.links, self.ledger, self.compute, inp.microbatches)
-        self.collectives = Collectives(env, inp, self.links)
+        self.collectives = Collectives(env, inp, self.links, share)
         self.tensor = TensorCollectives(env, inp, self.links)
         self.groups = GroupCollectives(env, inp, self.links)
         self.hosts = HostThreads(env, inp.host_overhead, inp.host_syncs)

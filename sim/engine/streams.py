@@ -1,7 +1,8 @@
 """A GPU's compute stream: kernels run one after another, and waits for late data are stalls.
 
 With a host model (:mod:`sim.engine.host`), an action's kernels also wait for the host to issue
-them: :meth:`ComputeStream.run_issued`.
+them: :meth:`ComputeStream.run_issued`. While an overlapped data-parallel collective holds SMs
+of the GPU, a span runs longer by the work it loses (:mod:`sim.engine.sm_share`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import simpy
 
 from sim.engine.host import HostClock
+from sim.engine.sm_share import SmShare
 from sim.events import Event, EventKind, Stream
 from sim.hardware.host_ops import HostWork
 
@@ -19,17 +21,24 @@ class ComputeStream:
     Args:
         env: the simulation environment.
         events: the log's event list.
+        share: the SMs overlapped collectives take (:class:`~sim.engine.sm_share.SmShare`);
+            None: compute never slows.
     """
 
-    def __init__(self, env: simpy.Environment, events: list[Event]):
+    def __init__(self, env: simpy.Environment, events: list[Event], share: SmShare | None = None):
         self.env = env
         self.events = events
+        self.share = share
 
     def run(self, gpu: str, kind: str, name: str, duration_s: float, **tags):
-        """Process: occupy ``gpu``'s compute stream for ``duration_s`` and log it as ``kind``."""
+        """Process: occupy ``gpu``'s compute stream for ``duration_s`` of work (longer by
+        what overlapped collectives take, :mod:`sim.engine.sm_share`, unless it is a
+        ``host_wait``) and log it as ``kind``."""
         start = self.env.now
         if duration_s > 0:
             yield self.env.timeout(duration_s)
+            if self.share is not None and kind != EventKind.HOST_WAIT:
+                yield from self.share.finish(gpu, start)
         self.events.append(Event(kind, gpu, Stream.COMPUTE, name, start, self.env.now, **tags))
 
     def run_issued(self, gpu: str, kind: str, name: str, work: HostWork, host: HostClock, **tags):
@@ -48,6 +57,8 @@ class ComputeStream:
             Event(EventKind.HOST_WAIT, gpu, Stream.COMPUTE, f"host {name}", now, start, **tags)
         )
         yield self.env.timeout(end - now)
+        if self.share is not None:
+            yield from self.share.finish(gpu, start)
         self.events.append(Event(kind, gpu, Stream.COMPUTE, name, start, self.env.now, **tags))
 
     def wait(self, ev: simpy.Event, gpu: str, name: str, **tags):

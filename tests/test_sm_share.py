@@ -1,0 +1,53 @@
+"""The SMs an overlapped collective takes from compute (sim.engine.sm_share) and how many
+thread blocks NCCL launches for it (sim.comm.nccl_ctas)."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from sim.comm import nccl
+from sim.comm.nccl_ctas import ctas
+from sim.engine.sm_share import SmShare
+from sim.engine.streams import ComputeStream
+
+
+def _span_s(work_s: float, comm_s: float, comm_ctas: int, sms: int) -> float:
+    """A compute span of ``work_s`` and a collective of ``comm_s`` holding ``comm_ctas`` of
+    ``sms`` SMs, both starting at 0: the span's length."""
+    env = simpy.Environment()
+    share = SmShare(env, {"gpu0": sms})
+    stream = ComputeStream(env, [], share)
+
+    def collective():
+        share.change(["gpu0"], comm_ctas)
+        yield env.timeout(comm_s)
+        share.change(["gpu0"], -comm_ctas)
+
+    env.process(collective())
+    env.process(stream.run("gpu0", "compute", "B", work_s))
+    env.run()
+    return stream.events[-1].end_s - stream.events[-1].start_s
+
+
+def test_compute_runs_on_the_sms_the_collective_leaves():
+    # 20 of 100 SMs: compute at 0.8 of its speed while the collective runs.
+    # Collective of 4 s under 10 s of work: 3.2 s of work done in the first 4 s, the
+    # remaining 6.8 s at full speed: 10.8 s = T + C c / sm.
+    assert _span_s(10.0, 4.0, 20, 100) == pytest.approx(10.8, abs=1e-6)
+    # Collective of 20 s outlasting the span: all of it at 0.8: 10 / 0.8 = 12.5 s.
+    assert _span_s(10.0, 20.0, 20, 100) == pytest.approx(12.5, abs=1e-6)
+    # No collective: the work's own seconds.
+    assert _span_s(10.0, 0.0, 20, 100) == pytest.approx(10.0)
+
+
+def test_nccl_launches_one_cta_per_channel():
+    # 8 servers of 8 GPUs, one 96 GB/s NIC each, sm100: NCCL's inter-node ring graph has one
+    # channel per NIC at 48 GB/s (speedArrayInter's top; sm90+ keeps 8 channels below 50 GB/s),
+    # ncclTopoPostset doubles them: 16 CTAs; NVLS takes min(nvlsChannels 32, 16) across servers.
+    comm = nccl.Communicator(64, 8, 8 * 48e9, nccl.NVLINK, 10.0, nics=8, nic_Bps=96e9)
+    assert ctas(comm, nccl.RING) == 16
+    assert ctas(comm, nccl.NVLS) == 16
+    # One server of 8 sm90 GPUs: NVLS runs NVLS_NCHANNELS_SM90 = 16 CTAs.
+    one = nccl.Communicator(8, 1, 480e9, nccl.NVLINK, 9.0, nvls=True)
+    assert ctas(one, nccl.NVLS) == 16
