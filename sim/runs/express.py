@@ -387,6 +387,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
         tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
         dropout=bool(_feature(s, "dropout")),
+        cross_entropy_fusion=_feature(s, "cross_entropy") or "unfused",
     )  # fmt: skip
 
 

@@ -106,6 +106,8 @@ def read_megatron(
         # stated off (a Bridge recipe: the Nemotron-H family's eager router,
         # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
         shape = replace(shape, features=(*shape.features, "moe_router=unfused"))
+    if switch_on(r.flags.get("cross-entropy-loss-fusion")):
+        shape = replace(shape, features=(*shape.features, f"cross_entropy={_loss_fusion(r)}"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
@@ -273,6 +275,17 @@ def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
         except (TypeError, ValueError):
             out["defer_embedding_wgrad"] = 0
     return out
+
+
+def _loss_fusion(r: Reading) -> str:
+    """``te`` or ``native``: the fused loss of ``--cross-entropy-loss-fusion`` (Megatron's
+    default impl is ``native``), its passes over the logits timed by
+    :mod:`sim.compute.loss_fusion` (its memory by :func:`loss_options`)."""
+    impl = "te" if str(r.flags.get("cross-entropy-fusion-impl", "native")) == "te" else "native"
+    why = f"fused cross entropy ({impl}): its passes over the logits (sim.compute.loss_fusion)"
+    r.mapped("cross-entropy-loss-fusion", why)
+    r.mapped("cross-entropy-fusion-impl", why)
+    return impl
 
 
 def loss_options(flags: dict[str, Any]) -> dict[str, Any]:
