@@ -27,8 +27,11 @@ of ``d`` bytes on the rank (``V``: its vocabulary shard):
   backward ``element_mul_kernel`` (lines 258-262, in place: ``2N*d``), which
   ``transformer_engine/pytorch/triton/cross_entropy.py`` ``cross_entropy_backward`` skips
   only for a scalar output gradient of 1.0 (lines 119-138, same commit); Megatron's loss is
-  per token (``reduce_loss=False``), so it runs. No fp32 copy, no cast back. (TE 2.18,
-  @01bbe3eea, keeps the gradient in a separate fp32 buffer instead: not modelled here.)
+  per token (``reduce_loss=False``), so it runs. No fp32 copy, no cast back. TE 2.18
+  (@01bbe3eea, 2026-07-09; tagged 2026-08-04) writes the gradient to a separate fp32 buffer
+  instead (``N*(d + 4)`` forward, ``8N`` and an ``N*(4 + d)`` cast backward): not modelled;
+  Megatron-Bridge's releases up to 26.08 are taken to carry TE 2.17 or earlier (an
+  **assumption**: their containers' TE versions are not in the data).
 
 The collectives (Megatron's three all-reduces of ``t`` floats, native's two, TE's all-gather of
 ``3t`` floats) and the target masks are small and stay as :mod:`sim.parallel.megatron` counts
