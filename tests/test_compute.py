@@ -11,10 +11,11 @@ import pytest
 from sim.compute.attention import attention_bwd, attention_fwd
 from sim.compute.kernels import gemm, gemm_efficiency, gemm_time_s, kernel_time_s, mem, wave_factor
 from sim.compute.layers import cross_entropy_kernels
-from sim.compute.transformer import LLAMA2_7B, BlockShape, block_times
+from sim.compute.transformer import LLAMA2_7B, BlockShape, block_bwd, block_fwd, block_times
 from sim.errors import InputError
 from sim.hardware.gpu_compute import ComputeSpec, same_device
 from sim.hardware.loader import list_presets, load_hardware
+from sim.runs.express import FUSED_DROPOUT_ADD
 from sim.trace.adapt import adapt_trace, device_spec, rescale_time
 from sim.trace.generator import preset_trace, transformer_trace
 from sim.trace.loader import load_trace
@@ -464,3 +465,27 @@ def test_megatron_softmax_falls_back_to_eager_fp32_ops_off_the_kernels_batch_rul
     full64 = attention_fwd("math", 1, 64, 128, 4, d, causal=False, dropout=False)
     assert len([k for k in causal64 if k.name.startswith("softmax")]) == 5
     assert [k.name for k in full64 if k.name.startswith("softmax")] == ["softmax"]
+
+
+def test_megatron_deepspeeds_fused_bias_dropout_add_is_one_kernel_of_3d_plus_1_bytes():
+    """Megatron-DeepSpeed's TorchScript bias_dropout_add_fused_train under nvFuser
+    (Megatron-DeepSpeed@f4157be transformer.py l.1363-1378, initialize.py l.318-388): per
+    hidden dropout one kernel reads x and the residual and writes the sum and a 1-byte mask,
+    2 + 2 + 2 + 1 = 7 B per element at fp16, against the eager dropout (2 + 2 + 1) and add
+    (2 + 2 + 2): 11 B in two kernels. At b 1, s 8, h 16 (t 1): 128 elements, 896 B each; the
+    backward is the same either way. Only the megatron-deepspeed runs get it from express."""
+    eager = BlockShape(16, 2, 8, 64)
+    fused = replace(eager, fused_dropout_add=True)
+    names = [k.name for k in block_fwd(fused, 1, 2)]
+    adds = [k for k in block_fwd(fused, 1, 2) if k.name.endswith("_dropout_add")]
+    assert [k.bytes for k in adds] == [7 * 128, 7 * 128]
+    assert not any(n.endswith(("_residual", "mlp_dropout")) for n in names)
+    eager_bytes = sum(k.bytes for k in block_fwd(eager, 1, 2))
+    fused_bytes = sum(k.bytes for k in block_fwd(fused, 1, 2))
+    assert eager_bytes - fused_bytes == 2 * (11 - 7) * 128
+    assert len(block_fwd(eager, 1, 2)) - len(block_fwd(fused, 1, 2)) == 2
+    assert block_bwd(eager, 1, 2) == block_bwd(fused, 1, 2)
+    assert FUSED_DROPOUT_ADD == {"megatron-deepspeed"}
+    with pytest.raises(ValueError, match="dropout_add"):
+        transformer_trace("gpt", name="x", layers=1, hidden=16, heads=2, seq_len=8, vocab=32,
+                          microbatch_size=1, gpu_model="g", peak_flops=1e12, dropout_add="x")  # fmt: skip

@@ -127,6 +127,39 @@ def test_dgx1_nvlink_matrix_is_the_reference_one(preset):
     assert sum(counts.values()) == 24
 
 
+# PatrickStar's WeChat Yard node (experiments/patrickstar-v100.yaml): `nvidia-smi topo -m` in
+# Tencent/PatrickStar@e418c95 doc/yard_network_fabric.md (GPU columns; CPU affinity 0-23,48-71
+# for GPU0-3, 24-47,72-95 for GPU4-7).
+YARD_MATRIX = """
+GPU0   X   NV1  NV2  NV1  SYS  SYS  SYS  NV2
+GPU1  NV1   X   NV1  NV2  SYS  SYS  NV2  SYS
+GPU2  NV2  NV1   X   NV2  SYS  NV1  SYS  SYS
+GPU3  NV1  NV2  NV2   X   NV1  SYS  SYS  SYS
+GPU4  SYS  SYS  SYS  NV1   X   NV2  NV2  NV1
+GPU5  SYS  SYS  NV1  SYS  NV2   X   NV1  NV2
+GPU6  SYS  NV2  SYS  SYS  NV2  NV1   X   NV1
+GPU7  NV2  SYS  SYS  SYS  NV1  NV2  NV1   X
+"""
+YARD_TO_DGX1 = (0, 1, 3, 2, 6, 7, 5, 4)
+"""Yard GPU ``i`` is the DGX-1 preset's GPU ``YARD_TO_DGX1[i]`` (found by hand from the NV2 pairs)."""
+
+
+def test_yard_node_is_the_dgx1_cube_mesh_renumbered():
+    """The Yard node's NVLink matrix is the dgx1 preset's up to GPU numbering, sockets kept:
+    every pair has the same NV1/NV2/no-link count under ``YARD_TO_DGX1``."""
+    counts = nvlink_counts("dgx1-v100-32gb")
+    hosts = load_hardware_spec("dgx1-v100-32gb").gpu_hosts
+    rows = [line.split()[1:] for line in YARD_MATRIX.strip().splitlines()]
+    assert sorted(YARD_TO_DGX1) == list(range(8))
+    for i, j in itertools.combinations(range(8), 2):
+        want = {"NV1": 1, "NV2": 2, "SYS": 0}[rows[i][j]]
+        assert rows[j][i] == rows[i][j]
+        a, b = sorted((YARD_TO_DGX1[i], YARD_TO_DGX1[j]))
+        assert counts.get((a, b), 0) == want, (i, j)
+    assert hosts is not None
+    assert [hosts[YARD_TO_DGX1[i]] for i in range(8)] == ["cpu0"] * 4 + ["cpu1"] * 4
+
+
 @pytest.mark.parametrize("preset", DGX1)
 def test_dgx1_link_bandwidths_are_24_GBps_per_nvlink(preset):
     topo = load_hardware(preset)

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from sim.engine import simulate
 from sim.engine.host import LayerPart, action_work, layered_work
 from sim.engine.inputs import MicrobatchLoad
-from sim.engine.pair_host import pair_work
+from sim.engine.pair_host import pair_parts, pair_work
 from sim.engine.stage_cost import StageCost
 from sim.hardware.host_ops import HostOverhead, HostWork, issue_exactly
-from tests.helpers import uniform_input
+from sim.memory.plan import StagePlan
+from tests.helpers import chain_topology, uniform_input
 
 times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
 
@@ -343,3 +344,55 @@ def test_pair_work_host_issues_both_actions_and_waits_at_forward_sync():
     assert device_end == pytest.approx(2.016e-3)
     assert host_end == pytest.approx(2.008e-3)
     assert work.host_s == pytest.approx(2e-3)
+
+
+def _drained_stage(drains: tuple[int, ...]):
+    """One stage over 2 tensor ranks (1 GB/s links), one micro-batch: a layer of 2 forward
+    ops (1 s of host each) and 0.5 s of device, a host sync half-way, two all-reduces of
+    0.5 GB (0.5 s each: ring, 2 (t - 1)/t x bytes / bandwidth), the first issued before the
+    sync (``drains``); a backward of 1 op (1 s of host) and 0.5 s of device."""
+    inp = uniform_input("1f1b", 1, 1, topology=chain_topology(2, bandwidth_Bps=1e9))
+    ar = ("allreduce", 0.5e9)
+    cost = StageCost(
+        0.5, 0.5, 0.0, 0.0, tp_fwd=(("allreduce", 0.5e9, 2),), fwd_ops=2.0, bwd_ops=1.0,
+        fwd_layers=((0.5, 2.0, 0.0, 0.0, 0.0),), bwd_layers=((0.5, 1.0, 0.0),),
+        fwd_syncs=((0.5,),), tp_fwd_layers=((ar, ar),), fwd_sync_drains=drains,
+    )  # fmt: skip
+    plan = inp.plans[0][0]
+    return replace(
+        inp, costs=(cost,), tensor_groups=(((0, 1),),), tensor_plans=(((plan, plan),),),
+        host=HostOverhead(op_s=1.0, backward_op_s=1.0),
+    )  # fmt: skip
+
+
+def test_a_host_sync_after_a_collective_waits_for_it():
+    # First op: host 0-1, device 1-1.25 (K = max(1 + 0.25, 0.25 + 1) = 1.25).
+    # Without the drain (the all-reduces after the action's kernels): the sync finds the
+    #   device done at 1.25; host 1.25-2.25, device 2.25-2.5; both all-reduces 2.5-3.5. The
+    #   backward's op, issued 2.25-3.25, runs 3.5-4.0.
+    # With it (Megatron-DeepSpeed's scalars' copy after the attention's all-reduce): the
+    #   device runs the first all-reduce 1.25-1.75 and the sync waits for it; host 1.75-2.75,
+    #   device 2.75-3.0; the second all-reduce 3.0-3.5. The backward's op, issued 2.75-3.75,
+    #   runs 3.75-4.25: the host's lead lost to the drained all-reduce.
+    before, after = simulate(_drained_stage(())), simulate(_drained_stage((1,)))
+    assert before.iteration_ends_s == [4.0]
+    assert after.iteration_ends_s == [4.25]
+    tp = {(e.start_s, e.end_s, e.nbytes) for e in after.events if e.name == "tp allreduce 0F0"}
+    assert tp == {(3.0, 3.5, 0.5e9)}  # the drained one is device time before the sync
+
+
+def test_pair_forward_without_layer_costs_issues_its_recompute_ops_without_autograd():
+    """An overlapped F/B pair on a stage without per-layer costs, recompute on: the pair's
+    forward is one part whose 40 recomputed ops of 100 are issued without autograd recording,
+    as the engine's forward alone issues them (``nograd_ops = plan.recompute_ops``). By hand,
+    at 10 us per op, 6 us per op without autograd and 10 us per backward op: the forward's
+    host 60 x 10 + 40 x 6 = 840 us, the backward's 100 x 10 = 1000 us, 1.84 ms for the pair
+    (2 ms if the 40 ops were charged as recorded ones)."""
+    h = HostOverhead(op_s=10e-6, backward_op_s=10e-6, nograd_op_s=6e-6)
+    cost = StageCost(1e-3, 1e-3, 0.0, 0.0, fwd_ops=100.0, bwd_ops=100.0)
+    plan = StagePlan(0.0, 0.0, recompute_s=0.5e-3, recompute_ops=40.0, recompute_regions=1)
+    fwd, bwd = pair_parts(cost, plan, "F"), pair_parts(cost, plan, "B")
+    work = pair_work(lambda op, p: layered_work(h, op, p), fwd, bwd, 1.6e-3)
+    assert work.host_s == pytest.approx(1.84e-3)
+    alone = action_work(h, "F", 1e-3, 100.0, nograd_ops=plan.recompute_ops)
+    assert layered_work(h, "F", fwd).host_s == pytest.approx(alone.host_s)

@@ -74,9 +74,10 @@ def test_grouped_experts_issue_one_experts_ops_on_any_ep():
     assert (blk.fwd_ops, blk.bwd_ops, blk.fwd_modules, blk.fwd_functions) == (109, 112, 21, 10)
     b4 = shard_decoder(trace, ParallelLayout(dp_replicate=4, ep=4), gpu).trace.layers[1]
     # plus TE GroupedLinear's per-expert host work for the rank's 2 local experts, in BF16
-    # (sim/compute/te_grouped_host.py): fc1 and fc2 each 2 x 3 us forward, 2 x 15 us + 1 x
-    # (13.9 + 7.5) us backward, as 9.8 us forward and 13.9 us backward ops
-    fwd, bwd = 2 * 2 * 3.0 / 9.8, 2 * (2 * 15.0 + 21.4) / 13.9
+    # (sim/compute/te_grouped_host.py): fc1 and fc2 each 2 x 10 us forward (a GEMM's launch and
+    # TE's cuBLASLt set-up, sim/compute/cublaslt_host.py), 2 x 29 us + 1 x (13.9 + 7.5) us
+    # backward, as 9.8 us forward and 13.9 us backward ops
+    fwd, bwd = 2 * 2 * 10.0 / 9.8, 2 * (2 * 29.0 + 21.4) / 13.9
     assert (b4.fwd_ops, b4.bwd_ops) == pytest.approx((109 + fwd, 112 + bwd))
 
 

@@ -22,17 +22,18 @@ def test_four_experts_mxfp8_by_hand():
     # one MXFP8 quantize kernel and one cuBLASLt GEMM = 2 launches of 3 us: 18 us.
     # Backward: 2 restore_from_saved, split_quantize's object, update_usage, clear_tensor_data,
     # handle_custom_ddp_from_mcore = 6 calls (12 us); its torch.empty (5 us); quantize, dgrad,
-    # wgrad = 3 launches (9 us): 26 us; and for 3 of the 4 experts an AccumulateGrad node
-    # (13.9 us) and Megatron's DDP hook (7.5 us).
+    # wgrad = 3 launches (9 us): 26 us; each GEMM's cuBLASLt set-up in TE (10 us per call,
+    # NVIDIA/raft#1736, less the 3 us launch: 7 us; 1 forward, 2 backward); and for 3 of the
+    # 4 experts an AccumulateGrad node (13.9 us) and Megatron's DDP hook (7.5 us).
     fwd, bwd = grouped_linear_s(4, "mxfp8")
-    assert fwd == pytest.approx(4 * 18e-6)
-    assert bwd == pytest.approx(4 * 26e-6 + 3 * 21.4e-6)
+    assert fwd == pytest.approx(4 * (18e-6 + 7e-6))
+    assert bwd == pytest.approx(4 * (26e-6 + 14e-6) + 3 * 21.4e-6)
     # fc1 and fc2, handed on as the reference host's 9.8 us forward / 13.9 us backward ops
     ops = grouped_expert_ops(4, "mxfp8")
-    assert ops == pytest.approx((2 * 72 / 9.8, 2 * 168.2 / 13.9))
+    assert ops == pytest.approx((2 * 100 / 9.8, 2 * 224.2 / 13.9))
     # current scaling adds two kernels (amax, scale) per quantize; delayed scaling none
-    assert grouped_linear_s(4, "fp8-tensorwise")[0] == pytest.approx(4 * 24e-6)
-    assert grouped_linear_s(4, "fp8-delayed")[0] == pytest.approx(4 * 15e-6)
+    assert grouped_linear_s(4, "fp8-tensorwise")[0] == pytest.approx(4 * 31e-6)
+    assert grouped_linear_s(4, "fp8-delayed")[0] == pytest.approx(4 * 22e-6)
 
 
 def test_grace_prices_the_per_expert_python_and_launches_apart():
@@ -42,10 +43,11 @@ def test_grace_prices_the_per_expert_python_and_launches_apart():
     topo = load_hardware("gb200-nvl72")
     h = topo.host(topo.gpu(0).host).overhead
     py, ln, empty = h.module_s, h.kernel_launch_s, h.nograd_op_s - h.kernel_launch_s
+    setup = 7e-6 * ln / 3e-6  # TE's cuBLASLt set-up per GEMM, C++: scaled as the launch
     fwd, bwd = grouped_linear_s(4, "mxfp8", h)
-    assert fwd == pytest.approx(4 * (6 * py + 2 * ln))
+    assert fwd == pytest.approx(4 * (6 * py + 2 * ln + setup))
     assert bwd == pytest.approx(
-        4 * (6 * py + empty + 3 * ln) + 3 * (h.backward_op_s + h.function_backward_s)
+        4 * (6 * py + empty + 3 * ln + 2 * setup) + 3 * (h.backward_op_s + h.function_backward_s)
     )
     # handed on as that host's own ops, the engine's op prices give the seconds back
     f_ops, b_ops = grouped_expert_ops(4, "mxfp8", host=h)
@@ -70,13 +72,15 @@ def test_shard_charges_grouped_experts_unless_fused(fused):
     if fused:
         assert (one.fwd_ops, two.fwd_ops) == (109, 109)
         return
-    # 1 and 2 local experts in BF16: the second expert adds 2 x 3 us forward per layer
-    assert two.fwd_ops - one.fwd_ops == pytest.approx(2 * 3.0 / 9.8)
+    # 1 and 2 local experts in BF16: the second expert adds 2 x (3 + 7) us forward per layer
+    # (a GEMM's launch and TE's cuBLASLt set-up, in fc1 and fc2)
+    assert two.fwd_ops - one.fwd_ops == pytest.approx(2 * 10.0 / 9.8)
 
 
 def test_attn_graph_keeps_the_grouped_experts_host_work():
-    # 2 local experts in BF16 (ep 4 of 8): per GroupedLinear 2 x 3 us forward and 2 x 15 us +
-    # 1 x (13.9 + 7.5) us backward; fc1 and fc2 as 9.8 us / 13.9 us ops. A per-layer graph of
+    # 2 local experts in BF16 (ep 4 of 8): per GroupedLinear 2 x 10 us forward (GEMM launch
+    # 3 us + TE's cuBLASLt set-up 7 us) and 2 x 29 us + 1 x (13.9 + 7.5) us backward; fc1 and
+    # fc2 as 9.8 us / 13.9 us ops. A per-layer graph of
     # scope attn captures the attention half of the MoE block's other ops but none of the
     # experts' (Megatron-LM@d98e8a64 transformer_layer.py 1235-1261); moe captures both halves.
     from sim.engine.stage_cost import StageCost
@@ -87,7 +91,7 @@ def test_attn_graph_keeps_the_grouped_experts_host_work():
     m = DecoderShape(2, 4096, 32, 1024, 32000, 14336, kv_heads=8, moe=moe)
     trace = decoder_trace(m, name="mix2", microbatch_size=1, gpu=gpu)
     shard = shard_decoder(trace, ParallelLayout(dp_replicate=2, ep=4), gpu)
-    gf, gb = 2 * 6.0 / 9.8, 2 * (30.0 + 21.4) / 13.9
+    gf, gb = 2 * 20.0 / 9.8, 2 * (58.0 + 21.4) / 13.9
     kinds = ["embedding", "moe_block", "moe_block", "head"]
     flat = [x for pair in shard.grouped_ops for x in pair]
     assert flat == pytest.approx([0, 0, gf, gb, gf, gb, 0, 0])
@@ -120,3 +124,33 @@ def test_grouped_experts_host_work_is_issued_after_the_token_count_sync():
     assert end(50.0) == pytest.approx(2.505e-3)
     assert end(0.0) == pytest.approx(1.5e-3 + 0.75e-3 + 0.5e-3 / 75)
     assert end(50.0, ()) == end(0.0, ())  # without a sync the placement does not matter
+
+
+def test_nvfp4_expert_casts_follow_the_te_version_on_host_and_device():
+    """NVFP4's split_quantize of 3 experts, by the container's TE version, the same on both
+    sides. TE 2.9 (Bridge 25.11): per expert an amax, a row-wise and a column-wise Hadamard
+    cast, so the device's cast of the 3 experts stands for 9 launches and the host's forward
+    per expert is 6 Python calls (12 us) + 3 casts and the GEMM (4 x 3 us) + the GEMM's
+    cuBLASLt set-up (7 us) = 31 us. TE 2.14 (Bridge 26.04, the first release with NVFP4 MoE
+    rows): the casts are grouped (#2411, in 2.12), one launch on the device, and the host's
+    forward per expert 12 us + the GEMM's 3 us + its set-up 7 us = 22 us; its backward 12 + 5 +
+    2 x 3 + 2 x 7 = 37 us (46 us at 2.9)."""
+    from sim.compute.moe import grouped
+    from sim.compute.precision import get_recipe
+    from sim.compute.precision_rules import te_version
+    from sim.compute.quantize import quantize_layer
+    from sim.compute.te_grouped_host import per_expert_s
+    from sim.runs.bridge_software import transformer_engine
+
+    b200 = load_hardware("dgx-b200").gpus[0].compute
+    assert b200 is not None
+    fwd = [grouped("expert_up[128]", 128, 32, 64, 2, 3, "fwd")]
+    nvfp4 = get_recipe("nvfp4")
+    bridge = te_version(transformer_engine("26.04"))
+    launches = {}
+    for te in ((2, 9), bridge):
+        f, _, _ = quantize_layer((fwd, [], []), nvfp4, b200.low_rate("nvfp4"), te=te)
+        launches[te] = next(k for k in f if k.name == "quantize_expert_up").batch
+    assert launches == {(2, 9): 9, (2, 14): 1}
+    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=(2, 9))] == [31.0, 46.0]
+    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=bridge)] == [22.0, 37.0]

@@ -112,6 +112,32 @@ def attention_format(recipe_format: str) -> str:
     return ATTENTION_FORMAT.get(recipe_format, "fp8")
 
 
+TE_VERSION = (2, 16)
+"""The Transformer Engine version (major, minor) a recipe runs under where the run does not say
+(``training.precision_options.te_version``): assumption, the TE of the newest Megatron-Bridge
+container pipesim's sources trace (26.06, TE 2.16.0+4220403e: Megatron-Bridge v0.5.0
+``uv.lock``)."""
+
+
+def te_version(text: str | None) -> tuple[int, int]:
+    """``(major, minor)`` of a Transformer Engine version such as ``"2.14"`` or
+    ``"2.14.1+366798ef"``; :data:`TE_VERSION` for None or an empty string.
+
+    Raises:
+        ValueError: not ``major.minor[...]`` with integers.
+
+    >>> te_version("2.14.1+366798ef"), te_version(None)
+    ((2, 14), (2, 16))
+    """
+    if not text:
+        return TE_VERSION
+    parts = text.strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1].split("+")[0])
+    except (IndexError, ValueError):
+        raise ValueError(f"Transformer Engine version {text!r} is not major.minor") from None
+
+
 BLOCK_KINDS = ("block", "moe_block", "attention", "mlp", "moe", "mamba")
 """Layer kinds of the model's body (:mod:`sim.compute.decoder_shape`: uniform blocks, hybrid
 layers; ``swa_`` windowed ones too), counted by Megatron's first/last-layers rule."""
@@ -129,11 +155,14 @@ class LowPrecision:
             their format (``megatron/training/argument_utils.py:312``,
             ``param_and_grad_buffer.py:888-951``; needs the distributed optimizer,
             ``arguments.py:1095-1097``).
+        te: the Transformer Engine version ``(major, minor)`` the recipe runs under (what its
+            grouped experts' quantize launches, :func:`sim.compute.quantize.per_expert_casts`).
     """
 
     recipe: Recipe
     rules: LayerRules = LayerRules()
     param_gather: bool = False
+    te: tuple[int, int] = TE_VERSION
 
     def layer_low(self, kind: str, index: int, blocks: int) -> bool:
         """Whether layer ``kind`` (block ``index`` of ``blocks`` for a block) runs any GEMM in
@@ -146,7 +175,8 @@ class LowPrecision:
         return base == "head" and self.rules.head
 
     def to_dict(self) -> dict:
-        """JSON-able form (a trace's provenance), read back by :meth:`from_dict`."""
+        """JSON-able form (a trace's provenance), read back by :meth:`from_dict`; ``te`` only
+        where it is not :data:`TE_VERSION` (the traces written before it stay equal)."""
         r = self.rules
         return {
             "name": self.recipe.name,
@@ -159,7 +189,7 @@ class LowPrecision:
             "keep16": list(r.keep16),
             "attention": r.attention,
             "param_gather": self.param_gather,
-        }
+        } | ({"te": ".".join(map(str, self.te))} if self.te != TE_VERSION else {})
 
     @classmethod
     def from_dict(cls, data: dict) -> LowPrecision:
@@ -180,7 +210,8 @@ class LowPrecision:
             tuple(str(x) for x in data.get("keep16", ())),
             bool(data.get("attention", False)),
         )
-        return cls(recipe, rules, bool(data.get("param_gather", False)))
+        te = te_version(str(data["te"])) if data.get("te") else TE_VERSION
+        return cls(recipe, rules, bool(data.get("param_gather", False)), te)
 
     def describe(self) -> str:
         """One line for notes."""

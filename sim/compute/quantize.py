@@ -32,11 +32,12 @@ which runs the recipe's quantize kernels once per expert on the current stream
 (``multi_tensor_quantize_impl``, ``csrc/extensions/cast.cpp``: NVIDIA/TransformerEngine v2.7
 l.87-150, @70f5366 l.103-150, @71bbefb l.257-300, @4220403 l.394-440, the versions Megatron-Bridge's
 containers ship, :mod:`sim.compute.te_grouped_host`), except where a fused kernel covers all
-experts: delayed scaling's ``nvte_multi_cast_transpose`` (same lines) and, from TE 2.12
-(@5671fd3 ``split_quantize_nvfp4_impl``, l.803-1100), NVFP4's grouped Hadamard-amax and cast
-kernels. The cast of ``c`` experts is then one kernel of the same bytes standing for
-``c x`` :data:`PER_EXPERT_CASTS` launches (``Kernel.batch``), which
-:func:`sim.compute.kernels.kernel_time_s` runs back to back on one stream. Such an input is
+experts: delayed scaling's ``nvte_multi_cast_transpose`` (same lines) and, from TE 2.12,
+NVFP4's grouped Hadamard-amax and cast kernels (:func:`per_expert_casts`, by the run's TE
+version, :attr:`~sim.compute.precision_rules.LowPrecision.te`). Cast per expert, the input
+of ``c`` experts is one kernel of the same bytes standing for ``c x`` :func:`per_expert_casts`
+launches (``Kernel.batch``), which :func:`sim.compute.kernels.kernel_time_s` runs back to back
+on one stream. Such an input is
 the sum over its row groups (experts of different row counts are different inputs).
 """
 
@@ -47,7 +48,7 @@ from dataclasses import replace
 
 from sim.compute.kernels import Kernel, mem
 from sim.compute.precision import DTYPE_BYTES, TE, TORCHAO, Recipe, cast_bytes_per_element
-from sim.compute.precision_rules import LayerRules, LowPrecision, attention_format
+from sim.compute.precision_rules import TE_VERSION, LayerRules, LowPrecision, attention_format
 from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 
 LINEARS = frozenset(
@@ -74,8 +75,36 @@ PER_EXPERT_CASTS = {"fp8-tensorwise": 3, "fp8-blockwise": 1, "mxfp8": 1}
 doc): current scaling an amax, a scale and a cast (TE@70f5366 ``csrc/quantizer.cpp`` 497-535),
 block scaling and MXFP8 one ``nvte_quantize_v2`` (805-820, 1091-1101), at every TE version
 Megatron-Bridge ships (v2.7-v2.16: @4220403 ``cast.cpp`` ``split_quantize`` fuses only NVFP4).
-Recipes not listed (delayed scaling; NVFP4, grouped from TE 2.12, which every Bridge NVFP4 run
-has: 26.04 and later) quantize all experts in one fused launch."""
+NVFP4 depends on the version (:func:`per_expert_casts`); delayed scaling quantizes all experts
+in one fused launch."""
+NVFP4_CASTS = ((2, 11), 3), ((2, 12), 2)
+"""NVFP4's quantize kernels per expert before each TE version ``(major, minor)``, and none from
+TE 2.12 on. Before 2.11 ``multi_tensor_quantize_impl`` runs each expert's NVFP4 quantizer: an
+amax with the Hadamard transform, a row-wise cast and a column-wise Hadamard cast (TE@70f5366
+``csrc/quantizer.cpp`` 1481-1638). NVIDIA/TransformerEngine#2351 (89cc2a7e, in v2.11) makes the
+amax one grouped launch (``nvte_group_hadamard_transform_amax``; v2.11 ``cast.cpp`` 712-912
+``split_quantize_nvfp4_impl``: then per expert ``nvte_quantize_v2`` and the column-wise
+Hadamard cast, 2). #2411 (eb8e792b, in v2.12) makes the casts grouped too
+(``nvte_group_hadamard_transform_cast_fusion``, or ``nvte_group_nvfp4_quantize_with_amax`` and
+``nvte_group_hadamard_transform_cast_fusion_columnwise``: v2.12 @5671fd3 ``cast.cpp`` 803-963,
+taken for the recipe's inputs and gradients, which have the Hadamard transform: TE
+``common/recipe/__init__.py`` ``NVFP4BlockScaling``, ``disable_rht`` False by default); the
+grouped amax launch of 2.11 is not counted."""
+
+
+def per_expert_casts(recipe: str, te: tuple[int, int] = TE_VERSION) -> int:
+    """Quantize kernels ``split_quantize`` launches per expert under Transformer Engine recipe
+    ``recipe`` at TE version ``te`` (``(major, minor)``): :data:`PER_EXPERT_CASTS`, NVFP4 by
+    :data:`NVFP4_CASTS`; 0 for a recipe that quantizes all experts at once.
+
+    >>> per_expert_casts("nvfp4", (2, 9)), per_expert_casts("nvfp4", (2, 12))
+    (3, 0)
+    >>> per_expert_casts("mxfp8", (2, 9)), per_expert_casts("fp8-delayed")
+    (1, 0)
+    """
+    if recipe == "nvfp4":
+        return next((n for before, n in NVFP4_CASTS if te < before), 0)
+    return PER_EXPERT_CASTS.get(recipe, 0)
 
 
 def _base(name: str) -> tuple[str, str]:
@@ -118,9 +147,10 @@ def quantize_layer(
     recipe: Recipe,
     rate: LowPrecisionRate,
     rules: LayerRules = LayerRules(),
+    te: tuple[int, int] = TE_VERSION,
 ) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
     """``kernels`` (forward, input gradient, weight gradient) as ``recipe`` runs them on a GPU
-    with format ``rate`` (module doc).
+    with format ``rate`` under Transformer Engine ``te`` (``(major, minor)``; module doc).
 
     Raises:
         ValueError: ``rate`` is not the recipe's format.
@@ -142,7 +172,7 @@ def quantize_layer(
                 continue
             out[i] = _low(kern, recipe)
             key = SHARED_INPUT.get(base, base)
-            per = PER_EXPERT_CASTS.get(recipe.name, 0) if recipe.library == TE else 0
+            per = per_expert_casts(recipe.name, te) if recipe.library == TE else 0
             if kern.grouped and per:  # GroupedLinear's split_quantize (module doc)
                 launches[role, key] = launches.get((role, key), 0) + per * kern.batch
             if role == "fwd":
@@ -239,7 +269,8 @@ def precision_kernels(
     """
     if low is None or not low.layer_low(kind, index, blocks):
         return kernels
-    return quantize_layer(kernels, low.recipe, spec.low_rate(low.recipe.format), low.rules)
+    rate = spec.low_rate(low.recipe.format)
+    return quantize_layer(kernels, low.recipe, rate, low.rules, low.te)
 
 
 def layer_index(name: str) -> int:

@@ -20,7 +20,7 @@ GEMM serves the fused ops).
 
 * ``tex.split_quantize`` (l.127): per expert, one quantized tensor object built in Python
   (``csrc/extensions/cast.cpp`` 558-592) and the recipe's quantize kernels
-  (``multi_tensor_quantize_impl``, cast.cpp 145-148): :data:`QUANTIZE_LAUNCHES`. BF16 runs one
+  (``multi_tensor_quantize_impl``, cast.cpp 145-148): :func:`quantize_launches`. BF16 runs one
   ``torch.split`` instead (its views: not counted);
 * ``module.get_weight_workspace`` per weight (l.137-145): one Python call; the weight is
   quantized on a step's first micro-batch only (Megatron passes ``is_first_microbatch``,
@@ -28,6 +28,7 @@ GEMM serves the fused ops).
 * ``update_usage`` of the input and the weight copies (l.202-210), ``prepare_for_saving`` of
   the two quantized tensors (l.225-230): four Python calls under a recipe;
 * ``general_grouped_gemm`` (l.171): one cuBLASLt GEMM per expert over ``num_gemm_streams``
+  (each with TE's per-call descriptors and heuristic query, :mod:`sim.compute.cublaslt_host`)
   (``csrc/extensions/gemm.cpp`` 412-482 wraps each expert, ``nvte_multi_stream_cublas_gemm``
   launches each GEMM; MXFP8's scale swizzle is one multi-tensor launch per side, gemm.cpp
   488-491, not per expert).
@@ -35,7 +36,7 @@ GEMM serves the fused ops).
 **Backward, per expert** (``_GroupedLinear.backward``):
 
 * ``restore_from_saved`` of the two quantized tensors: two Python calls under a recipe;
-* ``tex.split_quantize`` of the output gradient (l.323): one object, :data:`QUANTIZE_LAUNCHES`;
+* ``tex.split_quantize`` of the output gradient (l.323): one object, :func:`quantize_launches`;
 * ``update_usage`` of the weight copy (l.357-362): one Python call under a recipe;
 * the dgrad and the wgrad grouped GEMMs (l.363, l.432): two cuBLASLt launches;
 * ``clear_tensor_data`` of the saved input (l.440): one Python call;
@@ -64,7 +65,7 @@ reference's (9.8 us, 13.9 us).
 (``makeTransformerEngineTensor`` from Python objects, ``at::from_blob`` views,
 ``convert_quantizer``, ``at::empty`` allocations: NVIDIA/TransformerEngine#1499 names
 ``torch.split`` and the ``2 x num_gemms`` ``torch.empty`` calls as ``GroupedLinear``'s CPU
-overhead, unmeasured per call), cuBLASLt's heuristic query inside each GEMM call, and trivial
+overhead, unmeasured per call), the multi-stream GEMM's event records and waits, and trivial
 Python (``set_usage``, the ``main_grad`` lambdas).
 
 **Where it is charged:** on a MoE layer's forward and backward ops, by the rank's shard
@@ -73,7 +74,7 @@ BF16; not for ``sequential_experts`` (their op counts already loop over the expe
 ``fused_grouped_mlp`` (TE's fused op runs each grouped GEMM as one kernel over the local
 experts, :mod:`sim.compute.moe`). The shard carries it as its own per-layer slot
 (``DecoderShard.grouped_ops``, ``StageCost.grouped_ops``), so that a CUDA graph takes it off
-only where it captures the experts (:func:`sim.framework.cuda_graphs.experts_captured`:
+only where it captures the experts (:func:`sim.framework.cuda_graphs.module_captured`:
 ``full_iteration``, ``moe`` in scope, or an empty scope: the whole layer); with ``attn`` (or
 ``moe_router``) and not ``moe`` it stays, while the layer's other ops lose their attention
 half. Within the layer it is issued after the dropless token-count sync
@@ -92,18 +93,30 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sim.compute.quantize import PER_EXPERT_CASTS
+from sim.compute.cublaslt_host import gemm_setup_s
+from sim.compute.precision import RECIPES, TE
+from sim.compute.precision_rules import TE_VERSION
+from sim.compute.quantize import per_expert_casts
 from sim.hardware.host_ops import HostOverhead
 
-QUANTIZE_LAUNCHES = {"fp8-delayed": 0, **PER_EXPERT_CASTS, "nvfp4": 3}
-"""Quantize kernels per expert tensor of ``split_quantize``, by recipe name
-(:mod:`sim.compute.precision`): the device model's per-expert casts
-(:data:`sim.compute.quantize.PER_EXPERT_CASTS`: current scaling ("tensorwise") an amax, a scale
-and a cast; blockwise and MXFP8 one ``nvte_quantize_v2``), none for delayed scaling (one fused
-``nvte_multi_cast_transpose`` for all experts, TE @70f5366 cast.cpp 132-143), and NVFP4 at TE
-2.9's count, an amax (with the Hadamard transform), a row-wise cast and a column-wise Hadamard
-cast (``csrc/quantizer.cpp`` 1481-1638), where the device model counts NVFP4 as grouped (TE
-2.12 and later). Unknown recipes count as MXFP8's one."""
+TE_RECIPES = frozenset(name for name, library in RECIPES if library == TE)
+"""The Transformer Engine recipes' names (:data:`sim.compute.precision.RECIPES`)."""
+
+
+def quantize_launches(recipe: str, te: tuple[int, int] = TE_VERSION) -> int:
+    """Quantize kernels per expert tensor of ``split_quantize`` under ``recipe`` (a
+    :mod:`sim.compute.precision` name) at Transformer Engine ``te`` (``(major, minor)``): the
+    device model's count (:func:`sim.compute.quantize.per_expert_casts`: current scaling
+    ("tensorwise") an amax, a scale and a cast; blockwise and MXFP8 one ``nvte_quantize_v2``;
+    NVFP4 three before TE 2.11, two at 2.11, none from 2.12, where its kernels are grouped;
+    none for delayed scaling, one fused ``nvte_multi_cast_transpose`` for all experts, TE
+    @70f5366 cast.cpp 132-143). Unknown recipes count as MXFP8's one.
+
+    >>> quantize_launches("nvfp4", (2, 9)), quantize_launches("nvfp4", (2, 14))
+    (3, 0)
+    """
+    return per_expert_casts(recipe, te) if recipe in TE_RECIPES else 1
+
 
 LAUNCH_S = 3.0e-6
 """A C++ kernel launch on the reference host (module doc: tritonbench#1017)."""
@@ -176,46 +189,57 @@ def prices(host: HostOverhead | None) -> Prices:
     )
 
 
-def per_expert_s(recipe: str | None, host: HostOverhead | None = None) -> tuple[float, float]:
+def per_expert_s(
+    recipe: str | None, host: HostOverhead | None = None, te: tuple[int, int] = TE_VERSION
+) -> tuple[float, float]:
     """``(forward, backward)`` host seconds one ``GroupedLinear`` spends per local expert under
     ``recipe`` (a :mod:`sim.compute.precision` name; None: BF16), besides the per-expert
     autograd node and hook (:func:`grouped_linear_s`), each kind at :func:`prices` of ``host``
-    (None: the reference host's). Module doc.
+    (None: the reference host's), at Transformer Engine ``te`` (:func:`quantize_launches`).
+    Module doc.
+
+    Each GEMM also pays TE's per-call cuBLASLt set-up (:func:`sim.compute.cublaslt_host.
+    gemm_setup_s`, 7 us on the reference host): one in the forward, two in the backward.
 
     Example: MXFP8 forward 4 calls + object + workspace (6 x 2 us) + quantize and GEMM (2 x
-    3 us) = 18 us; backward 6 calls (12 us) + dummy ``torch.empty`` (5 us) + 3 launches (9 us).
+    3 us) + the GEMM's set-up (7 us) = 25 us; backward 6 calls (12 us) + dummy
+    ``torch.empty`` (5 us) + 3 launches (9 us) + 2 set-ups (14 us) = 40 us.
 
     >>> [round(x * 1e6, 1) for x in per_expert_s("mxfp8")]
-    [18.0, 26.0]
+    [25.0, 40.0]
     >>> [round(x * 1e6, 1) for x in per_expert_s(None)]
-    [3.0, 15.0]
+    [10.0, 29.0]
     """
-    p = prices(host)
+    p, setup = prices(host), gemm_setup_s(host)
     if recipe is None:
-        fwd = p.launch_s  # the GEMM
-        bwd = 2 * p.py_call_s + p.nograd_op_s + 2 * p.launch_s  # clear, ddp + empty; 2 GEMMs
+        fwd = p.launch_s + setup  # the GEMM
+        bwd = 2 * p.py_call_s + p.nograd_op_s + 2 * (p.launch_s + setup)  # clear, ddp + empty
         return fwd, bwd
-    q = QUANTIZE_LAUNCHES.get(recipe, 1.0)
-    fwd = 6 * p.py_call_s + (q + 1) * p.launch_s
-    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2) * p.launch_s
+    q = quantize_launches(recipe, te)
+    fwd = 6 * p.py_call_s + (q + 1) * p.launch_s + setup
+    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2) * p.launch_s + 2 * setup
     return fwd, bwd
 
 
 def grouped_linear_s(
-    local_experts: float, recipe: str | None, host: HostOverhead | None = None
+    local_experts: float,
+    recipe: str | None,
+    host: HostOverhead | None = None,
+    te: tuple[int, int] = TE_VERSION,
 ) -> tuple[float, float]:
     """``(forward, backward)`` host seconds of one ``GroupedLinear`` with ``local_experts``
     experts beyond the one expert's ops the Megatron-Core counts hold: :func:`per_expert_s`
     for each expert, and an ``AccumulateGrad`` node and Megatron's DDP hook for each expert but
-    one (module doc); at ``host``'s prices (None: the reference host's).
+    one (module doc); at ``host``'s prices (None: the reference host's), at Transformer Engine
+    ``te``.
 
-    Example: 4 experts, MXFP8: 4 x 18 = 72 us forward; 4 x 26 + 3 x (13.9 + 7.5) = 168.2 us.
+    Example: 4 experts, MXFP8: 4 x 25 = 100 us forward; 4 x 40 + 3 x (13.9 + 7.5) = 224.2 us.
 
     >>> [round(x * 1e6, 1) for x in grouped_linear_s(4, "mxfp8")]
-    [72.0, 168.2]
+    [100.0, 224.2]
     """
     n = max(0.0, local_experts)
-    fwd, bwd = per_expert_s(recipe, host)
+    fwd, bwd = per_expert_s(recipe, host, te)
     p = prices(host)
     return n * fwd, n * bwd + max(0.0, n - 1) * (p.node_s + p.hook_s)
 
@@ -225,29 +249,31 @@ def grouped_expert_ops(
     recipe: str | None,
     linears: int = 2,
     host: HostOverhead | None = None,
+    te: tuple[int, int] = TE_VERSION,
 ) -> tuple[float, float]:
     """``(forward ops, backward ops)`` to add to a MoE layer whose experts run as ``linears``
     ``GroupedLinear`` modules (``TEGroupedMLP``: fc1 and fc2) of ``local_experts`` each: the
     seconds of :func:`grouped_linear_s` at ``host``'s prices per kind, in ``host``'s forward
     and backward op (the engine prices the ops at ``op_s`` and ``backward_op_s``, so the
     seconds come out as priced). None, or a host without per-op figures: the reference
-    host's prices and ops (:data:`REF_OP_S`, :data:`REF_BWD_OP_S`; module doc).
+    host's prices and ops (:data:`REF_OP_S`, :data:`REF_BWD_OP_S`; module doc); at Transformer
+    Engine ``te`` (:func:`quantize_launches`).
 
-    Example (4 experts, MXFP8): 2 x 72 us / 9.8 us and 2 x 168.2 us / 13.9 us.
+    Example (4 experts, MXFP8): 2 x 100 us / 9.8 us and 2 x 224.2 us / 13.9 us.
 
     >>> [round(x, 2) for x in grouped_expert_ops(4, "mxfp8")]
-    [14.69, 24.2]
+    [20.41, 32.26]
     """
     if host is None or host.op_s <= 0 or host.backward_op_s <= 0:
         host, op_s, bwd_op_s = None, REF_OP_S, REF_BWD_OP_S
     else:
         op_s, bwd_op_s = host.op_s, host.backward_op_s
-    fwd, bwd = grouped_linear_s(local_experts, recipe, host)
+    fwd, bwd = grouped_linear_s(local_experts, recipe, host, te)
     return linears * fwd / op_s, linears * bwd / bwd_op_s
 
 
 __all__ = [
-    "QUANTIZE_LAUNCHES",
+    "quantize_launches",
     "REFERENCE",
     "Prices",
     "prices",

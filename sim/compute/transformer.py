@@ -66,6 +66,9 @@ class BlockShape:
             attention sinks): ``a`` parameters, computed inside the attention kernel.
         rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
             concentration factor other than 1, GPT-OSS: :mod:`sim.compute.rope_unfused`).
+        fused_dropout_add: each hidden dropout and its residual add as one fused kernel
+            (Megatron-DeepSpeed's TorchScript ``bias_dropout_add_fused_train``, compiled by
+            nvFuser: :func:`_dropout_residual`); False: two eager kernels.
     """
 
     hidden: int
@@ -85,6 +88,7 @@ class BlockShape:
     bias: bool = False
     sinks: bool = False
     rope_unfused: bool = False
+    fused_dropout_add: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "heads", "seq_len", "ffn_hidden"):
@@ -231,7 +235,7 @@ def attention_half_fwd(
     out.append(gemms["proj"])
     if shape.bias:  # added by the unfused bias-dropout-add (attribute doc)
         out.append(mem("attn_proj_bias", 2 * r * h * d))
-    return out + _dropout_residual("attn", r, h, d, shape.dropout)
+    return out + _dropout_residual("attn", r, h, d, shape.dropout, shape.fused_dropout_add)
 
 
 def _qk_width(shape: BlockShape, t: int, tp: int) -> int:
@@ -252,10 +256,31 @@ def mlp_half_fwd(
     if shape.gated:
         out.append(mem("gate_mul", 3 * t * f // tp * d))
     out.append(gemms["down"])
-    return out + _dropout_residual("mlp", r, h, d, shape.dropout)
+    return out + _dropout_residual("mlp", r, h, d, shape.dropout, shape.fused_dropout_add)
 
 
-def _dropout_residual(tag: str, t: int, h: int, d: int, dropout: bool) -> list[Kernel]:
+def _dropout_residual(
+    tag: str, t: int, h: int, d: int, dropout: bool, fused: bool = False
+) -> list[Kernel]:
+    """The hidden dropout and residual add over ``t x h`` elements of ``d`` bytes.
+
+    Eager: a dropout kernel (reads ``x``, writes the output and a 1-byte mask: ``(2d + 1)``
+    bytes per element) and the add (reads two, writes one: ``3d``). ``fused`` (with dropout):
+    one kernel reading ``x`` and the residual and writing the sum and the mask, ``(3d + 1)``
+    bytes per element. Megatron-DeepSpeed runs the fused form by default
+    (microsoft/Megatron-DeepSpeed@f4157be): ``--no-bias-dropout-fusion`` is not given
+    (``megatron/arguments.py`` l.907-909), ``ParallelTransformerLayer.forward`` calls the
+    TorchScript ``bias_dropout_add_fused_train`` after the attention and the MLP
+    (``megatron/model/transformer.py`` l.1363-1378, l.1454), and ``pretrain`` calls
+    ``set_jit_fusion_options`` (``megatron/training.py`` l.140), which for torch >= 1.10 turns
+    on nvFuser and warms the function up for the forward and the recompute
+    (``megatron/initialize.py`` l.318-388).
+    Assumption: nvFuser emits the add, dropout and add as one kernel with the mask its only
+    extra output (the bias is ``h`` elements: not counted). The backward is unchanged (the
+    dropout's gradient reads the gradient and the mask; the residual's passes through).
+    """
+    if dropout and fused:
+        return [mem(f"{tag}_dropout_add", (3 * d + 1) * t * h)]
     drop = [mem(f"{tag}_dropout", (2 * d + 1) * t * h)] if dropout else []
     return drop + [mem(f"{tag}_residual", 3 * t * h * d)]
 

@@ -54,6 +54,14 @@ class PrecisionOptions(Strict):
         "by the distributed optimizer in their format (1 byte per FP8 parameter instead of 2); "
         "needs the distributed optimizer (memory_policy dist_opt or a framework that shards).",
     )
+    te_version: str | None = Field(
+        None,
+        description="The Transformer Engine version the run's container ships ('2.14'; "
+        "Megatron-Bridge rows: their release's, sim.runs.bridge_software): what a recipe's "
+        "version-dependent kernels are (NVFP4's per-expert quantize of grouped experts before "
+        "2.12, grouped from 2.12). Unset: 2.16 (assumption, sim.compute.precision_rules."
+        "TE_VERSION).",
+    )
 
 
 class TrainingConfig(Strict):

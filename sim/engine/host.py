@@ -49,6 +49,9 @@ class LayerPart(NamedTuple):
             :attr:`sim.engine.stage_cost.StageCost.grouped_ops`: after the token counts, one
             ``GroupedLinear`` per piece with the offset copy between fc1 and fc2); without a
             sync, as the others.
+        drain_s: device seconds of collectives the layer issues before its first host sync
+            and the sync waits for (:meth:`sim.engine.stage_cost.StageCost.drained`), run
+            after the kernels before it; without a sync, after all of its kernels.
     """
 
     device_s: float
@@ -59,6 +62,7 @@ class LayerPart(NamedTuple):
     te_modules: float
     sync_share: tuple[float, ...] = ()
     after_sync_ops: float = 0.0
+    drain_s: float = 0.0
 
 
 SYNC_POINTS = {
@@ -152,7 +156,7 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
     [2000, 2257]
     """
     out = HostWork.device_only(0.0)
-    for device_s, ops, nograd, modules, functions, te, sync, after in parts:
+    for device_s, ops, nograd, modules, functions, te, sync, after, drain in parts:
         regions = 1 if op == "R" else 0
         pieces = _pieces(sync)
         for i, (k, n) in enumerate(zip(pieces, _piece_ops(ops, after, pieces), strict=True)):
@@ -161,6 +165,8 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
                 out = out.then(HostWork.sync())
             g = nograd * n / ops if after and ops else nograd * k
             out = out.then(action_work(host, op, device_s * k, n, 0 if i else regions, g, calls))
+            if i == 0 and drain > 0:  # the collectives the first sync waits for
+                out = out.then(HostWork.device_only(drain))
     return out
 
 

@@ -26,10 +26,42 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from sim.engine.host import LayerPart
+from sim.engine.stage_cost import StageCost
 from sim.hardware.host_ops import HostWork
+from sim.memory.plan import StagePlan
 
 LayeredWork = Callable[[str, tuple[LayerPart, ...]], HostWork]
 """``(op, parts) -> HostWork``: a rank's :meth:`~sim.engine.host.HostThreads.layered`."""
+
+
+def full_only(plan: StagePlan) -> bool:
+    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
+    so that a forward and its recompute can be issued layer by layer."""
+    return plan.recompute_regions == len(plan.recompute_layers)
+
+
+def pair_parts(cost: StageCost, plan: StagePlan, op: str) -> tuple[LayerPart, ...]:
+    """The layer parts the host issues for action ``op`` (``"F"`` or ``"B"``) of a pair on a
+    stage of ``cost`` under ``plan``, as the engine issues the action alone: per layer where
+    the stage has per-layer costs (a forward only when its recompute is of whole layers,
+    :func:`full_only`: the checkpointed layers without autograd recording), else one part for
+    the whole action, whose forward issues ``plan.recompute_ops`` of its ops without autograd
+    recording (the engine's forward: :func:`~sim.engine.host.action_work` with
+    ``nograd_ops``).
+
+    Example: a stage without per-layer costs, 100 forward ops of which 40 recomputed.
+
+    >>> plan = StagePlan(0.0, 0.0, recompute_ops=40.0, recompute_regions=1)
+    >>> pair_parts(StageCost(1.0, 2.0, 0.0, 0.0, fwd_ops=100.0), plan, "F")[0].nograd_ops
+    40.0
+    """
+    if op == "F" and cost.fwd_layers and full_only(plan):
+        return cost.forward_parts(plan.recompute_layers)
+    if op == "B" and cost.bwd_layers:
+        return cost.backward_parts()
+    if op == "F":
+        return (LayerPart(cost.fwd_s, cost.fwd_ops, plan.recompute_ops, 0.0, 0.0, 0.0),)
+    return (LayerPart(cost.bwd_s, cost.bwd_ops, 0.0, 0.0, 0.0, 0.0),)
 
 
 def pair_work(

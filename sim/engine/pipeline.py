@@ -35,11 +35,11 @@ from sim.engine.collectives import Collectives
 from sim.engine.exchanges import Exchanges
 from sim.engine.fsdp import FsdpRuns
 from sim.engine.groups import GroupCollectives
-from sim.engine.host import HostThreads, LayerPart, layered_work
+from sim.engine.host import HostThreads, layered_work
 from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.overlap import PairOverlap, slowdown
-from sim.engine.pair_host import pair_work
+from sim.engine.pair_host import full_only, pair_parts, pair_work
 from sim.engine.partitioned import PartitionedStates
 from sim.engine.replicas import StageReplica, stage_replicas
 from sim.engine.sends import StageSends
@@ -216,9 +216,10 @@ class Engine:
         (:mod:`sim.engine.pair_host`); the wait is logged as ``host_wait``."""
         if len(pair) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
             return
-        parts = [self._pair_parts(self._rep(first, a), a) for a in pair]
+        reps = [self._rep(first, a) for a in pair]
+        parts = [pair_parts(r.cost, r.plan, a.op) for r, a in zip(reps, pair, strict=True)]
         gpu, now = first.gpu, self.env.now
-        receives = not self._rep(first, pair[0]).first or not self._rep(first, pair[1]).last
+        receives = not reps[0].first or not reps[1].last
         if receives and "recv" in self.hosts.syncs:  # the chains' receive syncs, at start
             issued = max(issued, start)
         # uncached: each pair's scaled parts are new, and would evict the actions' cached works
@@ -231,17 +232,6 @@ class Engine:
             a = pair[0]
             tags = first.tags(a.microbatch, a.microbatch // self.inp.microbatches)
             yield from self.compute.run(gpu, EventKind.HOST_WAIT, f"host {a}", end - now, **tags)
-
-    def _pair_parts(self, rep: StageReplica, a: Action) -> tuple[LayerPart, ...]:
-        """The layer parts the host issues for ``a`` (F or B) of a pair; one part for the
-        whole action where the stage has no per-layer costs."""
-        cost, plan = rep.cost, rep.plan
-        if a.op == "F" and cost.fwd_layers and _full_only(plan):
-            return cost.forward_parts(plan.recompute_layers)
-        if a.op == "B" and cost.bwd_layers:
-            return cost.backward_parts()
-        dur, ops = (cost.fwd_s, cost.fwd_ops) if a.op == "F" else (cost.bwd_s, cost.bwd_ops)
-        return (LayerPart(dur, ops, 0.0, 0.0, 0.0, 0.0),)
 
     def _pair_overlap(self, first: StageReplica, pair: tuple[Action, ...]) -> PairOverlap | None:
         """DualPipe's two chains for ``pair`` (:mod:`sim.engine.overlap`) when
@@ -311,7 +301,7 @@ class Engine:
                     parts = cost.recompute_parts(tuple(full))
                     redo = self.hosts.layered(gpu, "R", parts)
                     yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
-                elif plan.recompute_s > 0 and not _full_only(plan):
+                elif plan.recompute_s > 0 and not full_only(plan):
                     share = sum(fwd[i][0] for i in unit.layers) / total_f
                     redo = self.hosts.work(gpu, "R", plan.recompute_s * share, 0.0, 1)
                     yield from self._issue(rep, EventKind.RECOMPUTE, f"R{a}", redo, tags)
@@ -361,8 +351,11 @@ class Engine:
         elif plan.fsdp is not None:  # unit by unit (sim.engine.fsdp)
             yield from self.fsdp.forward(rep, a, tags, self._unit_runner(rep, a, tags, "F"))
         else:
-            if cost.fwd_layers and _full_only(plan):
-                work = self.hosts.layered(gpu, "F", cost.forward_parts(plan.recompute_layers))
+            if cost.fwd_layers and full_only(plan):
+                every = range(len(cost.fwd_layers))
+                drain_s, tp_after = self._drain(rep, every, tp_after)
+                parts = cost.forward_parts(plan.recompute_layers, drain_s)
+                work = self.hosts.layered(gpu, "F", parts)
             else:
                 work = self.hosts.work(
                     gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
@@ -459,6 +452,22 @@ class Engine:
         schedule the plan computed (activation offload and reload)."""
         yield from self.compute.wait(self.env.timeout(seconds), gpu, name, **tags)
 
+    def _drain(self, rep: StageReplica, layers, tp: tuple[tuple[str, float, int], ...]):
+        """Per layer of ``rep``'s stage (those in ``layers``, else 0), the seconds of the
+        collectives its first host sync waits for (:meth:`StageCost.drained`, each
+        uncontended on the group's ring: :meth:`TensorCollectives.comm_s`), and ``tp`` (the
+        action's collectives after its kernels) without them; ``((), tp)`` when there are none
+        or ``tp`` does not hold them all (they then stay after the kernels)."""
+        cost = rep.cost
+        ops = [op for i in layers for op in cost.drained(i)]
+        left = _less(tp, ops) if ops else None
+        if left is None:
+            return (), tp
+        drain_s = [0.0] * len(cost.fwd_layers)
+        for i in layers:
+            drain_s[i] = sum(self.tensor.comm_s(rep, k, nb) for k, nb in cost.drained(i))
+        return tuple(drain_s), left
+
     def _recompute(self, rep: StageReplica, a: Action, tags: dict, overlap: PairOverlap | None):
         """Process: the recompute before a B or I (its rebuilt bytes, its compute and the
         tensor-parallel collectives of the layers it runs again)."""
@@ -466,20 +475,21 @@ class Engine:
         self.ledger.change(
             self.env.now, gpu, plan.rebuild_bytes, MemCategory.ACTIVATIONS, f"recompute {a}"
         )
+        tp_rec = rep.cost.tp_recompute
         if overlap is not None:
             yield from overlap.compute(gpu, EventKind.RECOMPUTE, f"R{a}", plan.recompute_s, **tags)
         elif plan.fsdp is not None and a.op == "B":
             pass  # each unit recomputes before its backward (sim.engine.fsdp)
         else:
-            if rep.cost.fwd_layers and _full_only(plan):
-                parts = rep.cost.recompute_parts(plan.recompute_layers)
+            if rep.cost.fwd_layers and full_only(plan):
+                drain_s, tp_rec = self._drain(rep, plan.recompute_layers, tp_rec)
+                parts = rep.cost.recompute_parts(plan.recompute_layers, drain_s)
                 work = self.hosts.layered(gpu, "R", parts)
             else:
                 rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
                 work = self.hosts.work(gpu, "R", *rec)
             ovl = rep.cost.tp_recompute_overlap
             yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags)
-        tp_rec = rep.cost.tp_recompute
         if overlap is not None:
             tp_rec = tp_rec + _triples(rep.cost.tp_recompute_overlap)
         if tp_rec:
@@ -531,6 +541,30 @@ def _triples(ops) -> tuple[tuple[str, float, int], ...]:
     return tuple((op.kind, op.nbytes, op.count) for op in ops)
 
 
+def _less(
+    tp: tuple[tuple[str, float, int], ...], ops: list[tuple[str, float]]
+) -> tuple[tuple[str, float, int], ...] | None:
+    """``tp`` (``(kind, bytes each, count)``) less one of each of ``ops`` (``(kind, bytes)``),
+    entries left at 0 dropped; None when ``tp`` does not hold them all.
+
+    >>> _less((("allreduce", 8.0, 3), ("allreduce", 4.0, 1)), [("allreduce", 8.0)] * 2)
+    (('allreduce', 8.0, 1), ('allreduce', 4.0, 1))
+    >>> _less((("allreduce", 8.0, 1),), [("allreduce", 8.0)] * 2) is None
+    True
+    """
+    take: dict[tuple[str, float], int] = {}
+    for op in ops:
+        take[op] = take.get(op, 0) + 1
+    out = []
+    for kind, nbytes, count in tp:
+        n = count - take.pop((kind, nbytes), 0)
+        if n < 0:
+            return None
+        if n:
+            out.append((kind, nbytes, n))
+    return None if take else tuple(out)
+
+
 def _layered(pair: tuple[Action, ...], plans: list) -> float:
     """What a combined 1F1B step (a forward then a backward whose plans carry
     ``layer_shares``) holds less than its two whole stashes (:func:`~sim.memory.overlapped.
@@ -538,12 +572,6 @@ def _layered(pair: tuple[Action, ...], plans: list) -> float:
     if len(pair) != 2 or (pair[0].op, pair[1].op) != ("F", "B"):
         return 0.0
     return pair_delta(plans[0], plans[1])
-
-
-def _full_only(plan) -> bool:
-    """Whether the plan's recompute, if any, re-runs whole layers only (no selective part),
-    so that a forward and its recompute can be issued layer by layer."""
-    return plan.recompute_regions == len(plan.recompute_layers)
 
 
 def _stage_of(a: Action) -> int:

@@ -78,6 +78,13 @@ class StageCost:
             iteration's first micro-batch adds for accumulating the layer's weight gradients
             into ``.grad`` (PyTorch's ``AccumulateGrad`` in-place add, where the framework keeps
             ``.grad`` across micro-batches: :meth:`accumulating`); empty: none.
+        tp_fwd_layers: per layer, the tensor-parallel collectives of its forward in issue
+            order, ``(kind, bytes)`` each (:class:`~sim.parallel.megatron.LayerComm`'s
+            ``fwd``); empty: not given.
+        fwd_sync_drains: per layer, how many of the first :attr:`tp_fwd_layers` its first host
+            sync (:attr:`fwd_syncs`) waits for: collectives issued before the sync, whose
+            output the compute stream waits on before its next kernel, so that the host's
+            wait there drains them too (:meth:`drained`); empty: none.
     """
 
     fwd_s: float
@@ -104,6 +111,24 @@ class StageCost:
     grouped_ops: tuple[tuple[float, float], ...] = ()
     attn_ops: tuple[tuple[float, float], ...] = ()
     bwd_accumulate: tuple[float, ...] = ()
+    tp_fwd_layers: tuple[tuple[tuple[str, float], ...], ...] = ()
+    fwd_sync_drains: tuple[int, ...] = ()
+
+    def drained(self, i: int) -> tuple[tuple[str, float], ...]:
+        """The collectives of layer ``i``'s forward that its first host sync waits for
+        (:attr:`fwd_sync_drains`), in issue order; empty without a sync or without them.
+
+        Example:
+            >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_syncs=((0.7,), ()),
+            ...               tp_fwd_layers=((("allreduce", 8.0),) * 2,) * 2,
+            ...               fwd_sync_drains=(1, 1))
+            >>> c.drained(0), c.drained(1)
+            ((('allreduce', 8.0),), ())
+        """
+        if not self.sync_share(i) or i >= len(self.fwd_sync_drains):
+            return ()
+        ops = self.tp_fwd_layers[i] if i < len(self.tp_fwd_layers) else ()
+        return ops[: self.fwd_sync_drains[i]]
 
     def accumulating(self) -> StageCost:
         """This cost as a backward after an iteration's first micro-batch runs it: each layer's
@@ -163,18 +188,25 @@ class StageCost:
             bwd_ops=self.bwd_ops + sum(b),
         )
 
-    def forward_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
+    def forward_parts(
+        self, checkpointed: tuple[int, ...], drain_s: Sequence[float] = ()
+    ) -> tuple[LayerPart, ...]:
         """Each layer's forward (:class:`~sim.engine.host.LayerPart`), in issue order; the
-        ``checkpointed`` layers (indices in the stage) run without autograd recording."""
+        ``checkpointed`` layers (indices in the stage) run without autograd recording;
+        ``drain_s[i]``: seconds of layer ``i``'s collectives its first sync waits for
+        (:meth:`drained`, timed by the engine; missing: 0)."""
         full = set(checkpointed)
-        return tuple(self._forward_part(i, i in full) for i in range(len(self.fwd_layers)))
+        return tuple(
+            self._forward_part(i, i in full, drain_s[i] if i < len(drain_s) else 0.0)
+            for i in range(len(self.fwd_layers))
+        )
 
-    def _forward_part(self, i: int, nograd: bool) -> LayerPart:
+    def _forward_part(self, i: int, nograd: bool, drain_s: float = 0.0) -> LayerPart:
         """Layer ``i``'s forward; ``nograd``: run without autograd recording (its ops are also
-        its ``nograd_ops``)."""
+        its ``nograd_ops``); ``drain_s``: :attr:`~sim.engine.host.LayerPart.drain_s`."""
         sec, ops, mods, fns, te = self.fwd_layers[i]
         return LayerPart(sec, ops, ops if nograd else 0.0, mods, fns, te, self.sync_share(i),
-                         self.grouped_fwd(i))  # fmt: skip
+                         self.grouped_fwd(i), drain_s)  # fmt: skip
 
     def sync_share(self, i: int) -> tuple[float, ...]:
         """The shares of layer ``i``'s forward before its host syncs (:attr:`fwd_syncs`;
@@ -186,11 +218,17 @@ class StageCost:
         issued after its first host sync (:attr:`sim.engine.host.LayerPart.after_sync_ops`)."""
         return self.grouped_ops[i][0] if i < len(self.grouped_ops) else 0.0
 
-    def recompute_parts(self, checkpointed: tuple[int, ...]) -> tuple[LayerPart, ...]:
+    def recompute_parts(
+        self, checkpointed: tuple[int, ...], drain_s: Sequence[float] = ()
+    ) -> tuple[LayerPart, ...]:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
         order (Megatron recomputes each layer when the backward reaches it; their issue order
-        does not change the max-plus summary's host and device sums, only its span)."""
-        return tuple(self._forward_part(i, False) for i in sorted(checkpointed))
+        does not change the max-plus summary's host and device sums, only its span);
+        ``drain_s``: as in :meth:`forward_parts`, indexed by layer."""
+        return tuple(
+            self._forward_part(i, False, drain_s[i] if i < len(drain_s) else 0.0)
+            for i in sorted(checkpointed)
+        )
 
     def backward_layer_parts(self) -> tuple[LayerPart, ...]:
         """Each layer's backward in forward order, with its forward's Transformer Engine

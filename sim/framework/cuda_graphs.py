@@ -32,13 +32,13 @@ which a per-layer graph captures only with ``moe`` in scope (NVIDIA/Megatron-LM@
 (it "captures the whole layer", ``transformer_config.py`` 2872-2874, and with it the MoE part,
 ``transformer_layer.py`` 1366-1369; ``docs/user-guide/features/cuda_graph.md`` 77: "not
 working for MoE dynamic shapes", so a run with it pads its experts to capacity), or
-``full_iteration`` (:func:`experts_captured`). With ``attn`` alone the layer's other ops lose
+``full_iteration`` (:func:`module_captured`). With ``attn`` alone the layer's other ops lose
 their attention half and this work none of itself. (An empty scope's expert half of the
 other ops stays eager in :func:`captured_share`, the assumption above.)
 
 The host work inside the attention module that the generic counts lack (GPT-OSS's unfused
 rotary embedding and projection bias, :attr:`~sim.engine.stage_cost.StageCost.attn_ops`) goes
-whole where the attention is captured (:func:`attention_captured`): with ``attn`` (or an empty
+whole where the attention is captured (:func:`module_captured`): with ``attn`` (or an empty
 scope) the per-layer graph's callable runs ``_forward_attention`` (``transformer_layer.py``
 1284-1288, ``_te_cuda_graph_capture``), which applies the rotary embedding inside
 ``self.self_attention`` (line 673, ``rotary_pos_emb``) and the bias in
@@ -86,45 +86,37 @@ def captured_share(kind: str, impl: str, scope: tuple[str, ...]) -> float:
     return 0.0
 
 
-def experts_captured(kind: str, impl: str, scope: tuple[str, ...]) -> float:
-    """Whether (1.0) or not (0.0) a CUDA graph ``impl`` with ``scope`` captures the routed
-    experts of a layer of ``kind`` (module doc): ``full_iteration``; for a MoE layer ``moe`` in
-    scope or an empty scope (the whole layer), not ``attn``, ``moe_router`` or
-    ``moe_preprocess``.
+MODULE_KINDS = {"moe": ("moe_block", "moe"), "attn": ATTN}
+"""The layer kinds that hold each module a per-layer graph captures by its scope key: the
+routed experts (``moe``), the attention (``attn``)."""
+
+
+def module_captured(kind: str, impl: str, scope: tuple[str, ...], module: str) -> float:
+    """Whether (1.0) or not (0.0) a CUDA graph ``impl`` with ``scope`` captures ``module``
+    (a key of :data:`MODULE_KINDS`: ``"moe"`` the routed experts, ``"attn"`` the attention) of
+    a layer of ``kind`` (module doc): ``full_iteration``; a per-layer graph with ``module`` in
+    scope or an empty scope (the whole layer), for a layer that has the module (so not the
+    experts under ``attn``, ``moe_router`` or ``moe_preprocess``).
 
     Example:
-        >>> [experts_captured("moe_block", "local", s) for s in (("attn",), ("attn", "moe"), ())]
+        >>> [module_captured("moe_block", "local", s, "moe") for s in (("attn",), ("moe",), ())]
         [0.0, 1.0, 1.0]
-    """
-    if impl == "full_iteration":
-        return 1.0
-    if impl == "none" or base_kind(kind) not in ("moe_block", "moe"):
-        return 0.0
-    return float(not scope or "moe" in scope)
-
-
-def attention_captured(kind: str, impl: str, scope: tuple[str, ...]) -> float:
-    """Whether (1.0) or not (0.0) a CUDA graph ``impl`` with ``scope`` captures the attention
-    module of a layer of ``kind`` (module doc): ``full_iteration``; a per-layer graph with
-    ``attn`` in scope or an empty scope, for a layer with attention.
-
-    Example:
-        >>> [attention_captured("moe_block", "transformer_engine", s) for s in (("attn",),
-        ...                                                                     ("moe",), ())]
+        >>> [module_captured("moe_block", "transformer_engine", s, "attn")
+        ...  for s in (("attn",), ("moe",), ())]
         [1.0, 0.0, 1.0]
     """
     if impl == "full_iteration":
         return 1.0
-    if impl == "none" or base_kind(kind) not in ATTN:
+    if impl == "none" or base_kind(kind) not in MODULE_KINDS[module]:
         return 0.0
-    return float(not scope or "attn" in scope)
+    return float(not scope or module in scope)
 
 
 def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...]) -> StageCost:
     """``cost`` with the captured share (:func:`captured_share`) of each layer's host ops and
     Python calls removed, its grouped experts' host work (:attr:`StageCost.grouped_ops`) only
-    where the experts are captured (:func:`experts_captured`), its attention's own host work
-    (:attr:`StageCost.attn_ops`) only where the attention is not (:func:`attention_captured`);
+    where the experts are not captured, its attention's own host work (:attr:`StageCost.attn_ops`)
+    only where the attention is not (:func:`module_captured`);
     ``kinds``: the stage's layer kinds in order.
 
     Example: a MoE block of 100 forward ops, 20 of them its grouped experts', under ``attn``
@@ -144,18 +136,18 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
     if impl == "none":
         return cost
     shares = [1.0 - captured_share(k, impl, scope) for k in kinds]
-    eager = [1.0 - experts_captured(k, impl, scope) for k in kinds]
-    grouped = list(cost.grouped_ops) + [(0.0, 0.0)] * (len(kinds) - len(cost.grouped_ops))
-    attn = list(cost.attn_ops) + [(0.0, 0.0)] * (len(kinds) - len(cost.attn_ops))
-    attn_eager = [1.0 - attention_captured(k, impl, scope) for k in kinds]
-    kf = [
-        (k, (e, g[0]), (a, x[0]))
-        for k, e, g, a, x in zip(shares, eager, grouped, attn_eager, attn, strict=False)
-    ]
-    kb = [
-        (k, (e, g[1]), (a, x[1]))
-        for k, e, g, a, x in zip(shares, eager, grouped, attn_eager, attn, strict=False)
-    ]
+    eager = [1.0 - module_captured(k, impl, scope, "moe") for k in kinds]
+    attn_eager = [1.0 - module_captured(k, impl, scope, "attn") for k in kinds]
+    pad = [(0.0, 0.0)] * len(kinds)
+    rows = list(zip(shares, eager, [*cost.grouped_ops, *pad], attn_eager, [*cost.attn_ops, *pad],
+                    strict=False))  # fmt: skip
+
+    def side(j: int) -> list[tuple[float, tuple[float, float], tuple[float, float]]]:
+        """Per layer: its other ops' eager share and its own slots' ``(eager share, ops)`` of
+        side ``j`` (0 the forward, 1 the backward)."""
+        return [(k, (e, g[j]), (a, x[j])) for k, e, g, a, x in rows]
+
+    kf, kb = side(0), side(1)
 
     def kept(ops: float, k: float, *own: tuple[float, float]) -> float:
         """The layer's other ops at share ``k``, each own slot ``(eager share, ops)`` at its."""
@@ -175,8 +167,10 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
     else:
         mean = sum(shares) / len(shares) if shares else 1.0
         fwd_ops, bwd_ops = cost.fwd_ops * mean, cost.bwd_ops * mean
-    left = tuple((f * e, b * e) for (f, b), e in zip(cost.grouped_ops, eager, strict=False))
-    own = tuple((f * e, b * e) for (f, b), e in zip(cost.attn_ops, attn_eager, strict=False))
+    left, own = (
+        tuple((f * e, b * e) for (f, b), e in zip(slots, es, strict=False))
+        for slots, es in ((cost.grouped_ops, eager), (cost.attn_ops, attn_eager))
+    )
     return replace(
         cost,
         fwd_layers=fwd_layers,

@@ -24,10 +24,30 @@ forward op does (an assumption: the presets' ``op_s`` includes a kernel launch, 
 Python does not pay). Assumptions: a dense block of any model family (GPT, BERT, T5) and a
 Transformer Engine layer (TE replaces ``tensor_parallel/layers.py``, about a fifth of the
 Python, and :attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` charges TE's own beyond a
-torch Linear) pay the same; MoE, Mamba and MTP layers are not measured and get none.
+torch Linear) pay the same; Mamba and MTP layers are not measured and get none.
+
+**A MoE block** (``moe_block``: attention and a MoE MLP) is measured the same way by
+``scripts/time_mcore_moe_layer.py`` (``measurements/host/mcore_moe_layer.md``): megatron-core
+0.15.0's MoE layer (router with top-2 routing and the auxiliary loss, the ``allgather``
+dispatcher, ``SequentialMLP``) with 2 and 8 experts beside the dense layer, in the same run, with
+Python's automatic garbage collection off while timing, as Megatron-Bridge's ``manual_gc=True``
+runs a step. Its forward's difference is 124.0 forward-op equivalents of that CPU (2.78 us each)
+that do not grow with the experts (plus 3.3 per ``SequentialMLP`` expert, a loop the grouped
+experts do not run; the dense layer's 52.1 in the same run). That is Python, so it is charged
+in Python's unit, as :data:`MOE_BLOCK_PYTHON_CALLS` module-call equivalents of the same CPU
+(0.55 us each) priced at the host's ``module_s`` (2 us on the x86 presets: 1.25 ms per MoE
+block forward; 2.27 us on Grace, whose CPython runs 1.135x the x86 reference's:
+``gb200-nvl72.yaml``), instead of the dense block's forward ops, which a Grace preset prices at
+its C++ dispatch figure (3x). Assumptions: the ``alltoall`` dispatcher (it builds a CUDA
+stream at construction and cannot run on the CPU) and the fused router and permutation that
+Megatron-Bridge's MoE recipes run carry as much Python as the measured unfused ``allgather``
+path; one clean run on a loaded 2-core VM. A hybrid's MoE-only ``moe``
+layer (no attention) is not measured and gets none.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from sim.compute.decoder_shape import base_kind
 from sim.engine.stage_cost import StageCost
@@ -37,8 +57,18 @@ LAYER_PYTHON_OPS = 40.0
 (module doc: the fastest of five runs of ``scripts/time_mcore_layer.py``; 40-90 over the
 five)."""
 
-MEASURED_KINDS = frozenset({"block"})
-"""Layer kinds the measurement stands for (a dense attention + MLP block)."""
+MOE_BLOCK_PYTHON_CALLS = 124.0 * 2.78 / 0.55
+"""Megatron-Core's Python per MoE block forward, in module-call equivalents: 124.0 forward-op
+equivalents (2.78 us each) of the MoE block's part that does not grow with the experts, over the
+same CPU's module call (0.55 us), one run of ``scripts/time_mcore_moe_layer.py`` (module doc;
+``measurements/host/mcore_moe_layer.md``)."""
+
+MEASURED_OPS = {"block": LAYER_PYTHON_OPS}
+"""Python forward-op equivalents by the layer kinds the dense measurement stands for (a dense
+attention + MLP block)."""
+MEASURED_CALLS = {"moe_block": MOE_BLOCK_PYTHON_CALLS}
+"""Python module-call equivalents by the layer kinds the MoE measurement stands for (an
+attention + MoE block)."""
 
 
 def layer_python_ops(kind: str) -> float:
@@ -47,14 +77,27 @@ def layer_python_ops(kind: str) -> float:
     Example:
         >>> layer_python_ops("block"), layer_python_ops("embedding"), layer_python_ops("moe")
         (40.0, 0.0, 0.0)
+        >>> layer_python_ops("moe_block")
+        0.0
     """
-    return LAYER_PYTHON_OPS if base_kind(kind) in MEASURED_KINDS else 0.0
+    return MEASURED_OPS.get(base_kind(kind), 0.0)
+
+
+def layer_python_calls(kind: str) -> float:
+    """Module-call equivalents of Megatron-Core's Python in one forward of a ``kind`` layer
+    (the MoE block's, module doc; 0 for the others).
+
+    Example:
+        >>> round(layer_python_calls("moe_block"), 1), layer_python_calls("block")
+        (626.8, 0.0)
+    """
+    return MEASURED_CALLS.get(base_kind(kind), 0.0)
 
 
 def with_mcore_python(cost: StageCost, kinds: list[str]) -> StageCost:
     """``cost`` with each forward layer's ops raised by :func:`layer_python_ops` of its kind
-    (``kinds``: the stage's layer kinds in order) and the stage's ``fwd_ops`` by their sum.
-    Unchanged without per-layer forward counts.
+    (``kinds``: the stage's layer kinds in order) and the stage's ``fwd_ops`` by their sum, and
+    its module calls by :func:`layer_python_calls`. Unchanged without per-layer forward counts.
 
     Example:
         >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 2)
@@ -63,7 +106,20 @@ def with_mcore_python(cost: StageCost, kinds: list[str]) -> StageCost:
     """
     if not cost.fwd_layers:
         return cost
-    return cost.with_layer_ops([layer_python_ops(kind) for kind in kinds])
+    cost = cost.with_layer_ops([layer_python_ops(kind) for kind in kinds])
+    calls = [layer_python_calls(kind) for kind in kinds]
+    calls += [0.0] * (len(cost.fwd_layers) - len(calls))
+    layers = tuple(
+        (sec, ops, mods + x, fns, te)
+        for (sec, ops, mods, fns, te), x in zip(cost.fwd_layers, calls, strict=False)
+    )
+    return replace(cost, fwd_layers=layers)
 
 
-__all__ = ["LAYER_PYTHON_OPS", "layer_python_ops", "with_mcore_python"]
+__all__ = [
+    "LAYER_PYTHON_OPS",
+    "MOE_BLOCK_PYTHON_CALLS",
+    "layer_python_calls",
+    "layer_python_ops",
+    "with_mcore_python",
+]

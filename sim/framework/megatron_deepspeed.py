@@ -102,29 +102,58 @@ LAYER_SYNC = Setting(
     "(sim.compute.megatron_ops.BLOCK_FWD, in issue order), which the engine also applies to the "
     "layer's device seconds (an assumption: the attention half holds 0.5-0.6 of them; 0.55 "
     "moves vTrain's MAPE by 0.01 point). The copies' own latency (about the preset's read, "
-    "10 us each) is not charged",
+    "10 us each) is not charged. The wait also drains the attention's tensor-parallel "
+    "collective (ATTENTION_DRAIN)",
+)
+
+ATTENTION_DRAIN = Setting(
+    0.5,
+    "Megatron-DeepSpeed@4822c87e megatron/model/transformer.py::ParallelTransformerLayer."
+    "forward: self.self_attention (l.1242-1243) ends with ParallelAttention.forward's "
+    "self.dense (l.851), a RowParallelLinear whose forward all-reduces its output "
+    "(megatron/core/tensor_parallel/layers.py l.786 reduce_from_tensor_model_parallel_region "
+    "-> mappings.py::_reduce l.22 torch.distributed.all_reduce, blocking: ProcessGroupNCCL "
+    "makes the current stream wait for NCCL's); the bias-dropout-add (l.1270-1274) consumes "
+    "it, and only then the scalars' blocking copies (l.1319-1320, LAYER_SYNC) synchronize the "
+    "stream. So the host's wait there includes the attention's all-reduce (a reduce-scatter "
+    "with sequence parallelism, after its all-gather). The value is the share of a block's "
+    "forward collectives issued before the MLP: the attention's half "
+    "(sim.parallel.megatron.block_comm: the attention's, then the MLP's, as many each)",
 )
 
 
-def with_layer_syncs(cost: StageCost, kinds: list[str], share: float) -> StageCost:
+def with_layer_syncs(
+    cost: StageCost, kinds: list[str], share: float, drain: float = 0.0
+) -> StageCost:
     """``cost`` (a stage of layers of ``kinds``, in order) with a host sync at ``share`` of
     each block's forward (:data:`LAYER_SYNC`), kept with any the layer already has
-    (:attr:`StageCost.fwd_syncs`, sorted); other kinds unchanged. Unchanged without per-layer
-    forwards (:attr:`StageCost.fwd_layers` empty: no layer to cut).
+    (:attr:`StageCost.fwd_syncs`, sorted), which waits for the first ``drain`` share of the
+    block's forward collectives (:data:`ATTENTION_DRAIN`, :attr:`StageCost.fwd_sync_drains`;
+    a block with another sync before this one: none); other kinds unchanged. Unchanged
+    without per-layer forwards (:attr:`StageCost.fwd_layers` empty: no layer to cut).
 
     Example:
-        >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 3)
-        >>> with_layer_syncs(c, ["embedding", "block", "head"], 0.5).fwd_syncs
-        ((), (0.5,), ())
+        >>> ar = (("allreduce", 8.0),) * 2
+        >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 3,
+        ...               tp_fwd_layers=((ar[0],), ar, ()))
+        >>> d = with_layer_syncs(c, ["embedding", "block", "head"], 0.5, 0.5)
+        >>> d.fwd_syncs, d.fwd_sync_drains
+        (((), (0.5,), ()), (0, 1, 0))
     """
     if not cost.fwd_layers:
         return cost
+    blocks = [base_kind(k) == "block" for k in kinds[: len(cost.fwd_layers)]]
     syncs = tuple(
-        tuple(sorted({*cost.sync_share(i), share})) if base_kind(k) == "block" else
-        cost.sync_share(i)
-        for i, k in enumerate(kinds[: len(cost.fwd_layers)])
-    )  # fmt: skip
-    return replace(cost, fwd_syncs=syncs)
+        tuple(sorted({*cost.sync_share(i), share})) if b else cost.sync_share(i)
+        for i, b in enumerate(blocks)
+    )
+    drains = tuple(
+        int(drain * len(cost.tp_fwd_layers[i]))
+        if b and i < len(cost.tp_fwd_layers) and syncs[i][0] == share
+        else 0
+        for i, b in enumerate(blocks)
+    )
+    return replace(cost, fwd_syncs=syncs, fwd_sync_drains=drains)
 
 
 TIED_GRAD_SUM = Setting(
@@ -288,10 +317,12 @@ class MegatronDeepSpeed(PipelineEngine):
     microbatch_load = MICROBATCH_LOAD
     sync_after_p2p = SYNC_AFTER_P2P
     layer_sync = LAYER_SYNC
+    attention_drain = ATTENTION_DRAIN
     tied_grad_sum = TIED_GRAD_SUM
     accumulate_grad = ACCUMULATE_GRAD
     SETTINGS: ClassVar[tuple[str, ...]] = (
-        *PipelineEngine.SETTINGS, "layer_sync", "tied_grad_sum", "accumulate_grad",
+        *PipelineEngine.SETTINGS, "layer_sync", "attention_drain", "tied_grad_sum",
+        "accumulate_grad",
     )  # fmt: skip
 
     def stage_device_work(
@@ -316,4 +347,4 @@ class MegatronDeepSpeed(PipelineEngine):
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
         """``cost`` with each transformer layer's host sync before its MLP
         (:data:`LAYER_SYNC`, :func:`with_layer_syncs`); nothing is captured (eager)."""
-        return with_layer_syncs(cost, kinds, self.layer_sync.value)
+        return with_layer_syncs(cost, kinds, self.layer_sync.value, self.attention_drain.value)

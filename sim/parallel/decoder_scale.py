@@ -53,7 +53,8 @@ def kind_shard(
         made = layer_kernels(kind, m, b, d, *args)
         if low is None:
             return made
-        return quantize_layer(made, low.recipe, spec.low_rate(low.recipe.format), low.rules)
+        rate = spec.low_rate(low.recipe.format)
+        return quantize_layer(made, low.recipe, rate, low.rules, low.te)
 
     full = kernels(1, False, 1, one_rows)
     rank = _with_context(kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par)

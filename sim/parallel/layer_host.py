@@ -19,7 +19,7 @@ from sim.compute.kernels import Kernel, kernel_time_s
 from sim.compute.mcore_ops import expert_ops as sequential_expert_ops
 from sim.compute.moe import HOST_SYNC_KERNELS
 from sim.compute.precision import TE
-from sim.compute.precision_rules import LowPrecision
+from sim.compute.precision_rules import TE_VERSION, LowPrecision
 from sim.compute.te_grouped_host import grouped_expert_ops
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.host_ops import HostOverhead
@@ -77,7 +77,7 @@ def grouped_host_ops(
     grouped experts: Transformer Engine ``GroupedLinear``'s under the layer's recipe ``low``,
     each kind priced at ``host``'s figures (None: the reference host's)
     (:func:`sim.compute.te_grouped_host.grouped_expert_ops`; under BF16 or a Transformer Engine
-    recipe) and GPT-OSS's eager clamp and expert biases
+    recipe, at the recipe's Transformer Engine version ``low.te``) and GPT-OSS's eager clamp and expert biases
     (:func:`sim.compute.gptoss_host.expert_ops`), for a MoE layer whose trace counts host ops
     and whose experts run grouped (not ``sequential_experts``, not the fused grouped MLP);
     ``(0, 0)`` otherwise."""
@@ -91,8 +91,8 @@ def grouped_host_ops(
     fwd, bwd = expert_ops(m.moe, local)
     if low is not None and low.recipe.library != TE:
         return fwd, bwd
-    name = low.recipe.name if low is not None else None
-    te_fwd, te_bwd = grouped_expert_ops(local, name, host=host)
+    name, te = (low.recipe.name, low.te) if low is not None else (None, TE_VERSION)
+    te_fwd, te_bwd = grouped_expert_ops(local, name, host=host, te=te)
     return te_fwd + fwd, te_bwd + bwd
 
 

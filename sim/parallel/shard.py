@@ -146,6 +146,7 @@ def _block_shape(shape: dict[str, Any]) -> BlockShape:
         causal=shape["kind"] == "gpt",
         attention=str(shape.get("attention", "math")),
         dropout=bool(shape.get("dropout", True)),
+        fused_dropout_add=shape.get("dropout_add") == "fused",
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.compute.precision import get_recipe
-from sim.compute.precision_rules import LayerRules, LowPrecision
+from sim.compute.precision_rules import LayerRules, LowPrecision, te_version
 from sim.compute.quantize import LINEARS
 from sim.config import ExperimentConfig, PrecisionOptions
 from sim.framework.registry import get_framework
@@ -115,7 +115,8 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
     and ``training.precision_options``.
 
     Raises:
-        ValueError: as :func:`~sim.compute.precision.get_recipe`, or options the recipe refuses.
+        ValueError: as :func:`~sim.compute.precision.get_recipe`, options the recipe refuses,
+            or a ``te_version`` that is not ``major.minor``.
         KeyError: an unknown framework.
     """
     library = get_framework(exp.framework).low_precision_library.value
@@ -145,7 +146,7 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
             "transformer_config.py: 'fp8_output_proj requires fp8_recipe=mxfp8'), not "
             f"{recipe.name}"
         )
-    return LowPrecision(recipe, rules, opts.param_gather)
+    return LowPrecision(recipe, rules, opts.param_gather, te_version(opts.te_version))
 
 
 def _hardware(exp: ExperimentConfig, base: Path | None) -> str | dict[str, Any]:

@@ -38,6 +38,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
             else stage_tensors(kinds, norm_bytes),
             tp_fwd=aggregate([op for c in comm for op in c.fwd]),
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
+            tp_fwd_layers=tuple(tuple((op.kind, op.nbytes) for op in c.fwd) for c in comm),
         )
         if isinstance(sharded, DecoderShard):
             ops = sharded.group[lo:hi]

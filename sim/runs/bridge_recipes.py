@@ -23,7 +23,7 @@ import pandas as pd
 
 from sim.errors import InputError
 from sim.runs.bridge_env import expandable_segments
-from sim.runs.bridge_software import FLAG, cudnn_frontend
+from sim.runs.bridge_software import release_flags
 
 KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
        "gbs", "task")  # fmt: skip
@@ -264,17 +264,17 @@ def recipe_for(
 ) -> dict[str, Any] | None:
     """The recipe flags of one measured row: those its release's launcher set
     (:func:`read_recipes` keys them by :func:`recipe_key` and the release), else the table
-    row's own, with the cuDNN frontend its release's container ships
-    (:mod:`sim.runs.bridge_software`); None where the table has no row for it."""
+    row's own, with the cuDNN frontend and the Transformer Engine its release's container
+    ships (:mod:`sim.runs.bridge_software`); None where the table has no row for it."""
     if not recipes:
         return None
     key = recipe_key(row)
     release = release_of(row)
     flags = recipes.get((*key, release)) or recipes.get(key)
-    frontend = cudnn_frontend(release)
-    if flags is None or frontend is None:
+    extra = release_flags(release)
+    if flags is None or not extra:
         return flags
-    return {**flags, FLAG: frontend}
+    return {**flags, **extra}
 
 
 def read_recipes(path: str | Path) -> dict[tuple[str, ...], dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The cuDNN frontend each Megatron-Bridge release's container ships, for the Bridge rows.
+"""The cuDNN frontend and Transformer Engine each Megatron-Bridge release's container ships, for
+the Bridge rows.
 
 The NeMo container of a release installs the Python packages of Megatron-Bridge's ``uv.lock``
 at its tag; ``nvidia-cudnn-frontend`` there (NVIDIA-NeMo/Megatron-Bridge, ``uv.lock``; the
@@ -8,7 +9,8 @@ releases' tags by ``docs/versions1.json`` @067f987df0: "0.5.1 · 26.06.01", "0.6
 26.06) is another library. The version reaches a row as the pseudo-flag
 :data:`FLAG` (:func:`sim.runs.bridge_recipes.recipe_for`), which :mod:`sim.runs.megatron_args`
 reads (:mod:`sim.compute.dglu_regression`: v1.24 and v1.25 slow the dGLU kernel of biased
-experts).
+experts). ``transformer-engine`` there likewise reaches a row as :data:`TE_FLAG`
+(``training.precision_options.te_version``: :func:`sim.compute.quantize.per_expert_casts`).
 """
 
 from __future__ import annotations
@@ -19,23 +21,42 @@ from sim.runs.record import ArgNote
 
 FLAG = "cudnn-frontend-version"
 """The pseudo-flag that carries a row's cuDNN frontend version (not a Megatron flag)."""
+TE_FLAG = "te-version"
+"""The pseudo-flag that carries a row's Transformer Engine version (not a Megatron flag), read
+into ``training.precision_options.te_version`` (:mod:`sim.runs.precision_flags`)."""
 
-CUDNN_FRONTEND = {
-    "26.02": "1.18.0",  # v0.3.0
-    "26.02.01": "1.20.0",  # v0.3.1
-    "26.04": "1.22.1",  # v0.4.0
-    "26.04.01": "1.23.0",  # v0.4.2
-    "26.06": "1.23.0",  # v0.5.0
-    "26.06.01": "1.24.0",  # v0.5.1 (ca4d0ffdb "bump ... nvidia-cudnn-frontend to 1.24.0")
-    "26.08": "1.26.0",  # v0.6.0
+CONTAINER = {
+    "26.02": ("1.18.0", "2.12.0+5671fd36"),  # v0.3.0
+    "26.02.01": ("1.20.0", "2.12.0+5671fd36"),  # v0.3.1
+    "26.04": ("1.22.1", "2.14.0+71bbefbf"),  # v0.4.0
+    "26.04.01": ("1.23.0", "2.14.1+366798ef"),  # v0.4.2
+    "26.06": ("1.23.0", "2.16.0+4220403e"),  # v0.5.0
+    # v0.5.1 (ca4d0ffdb "bump ... nvidia-cudnn-frontend to 1.24.0")
+    "26.06.01": ("1.24.0", "2.16.0+b9d690e0"),
+    "26.08": ("1.26.0", "2.17.1+4329ff84"),  # v0.6.0
 }
-"""``nvidia-cudnn-frontend`` of each release's ``uv.lock`` (tag in the comment; module doc)."""
+"""``(nvidia-cudnn-frontend, transformer-engine)`` of each release's ``uv.lock``
+(NVIDIA-NeMo/Megatron-Bridge at the tag in the comment; module doc)."""
+
+
+def release_flags(release: str) -> dict[str, str]:
+    """The pseudo-flags of release ``release`` (``"26.06.01"``): :data:`FLAG` and
+    :data:`TE_FLAG` with its container's versions (:data:`CONTAINER`); {} where it does not
+    say."""
+    versions = CONTAINER.get(release.strip())
+    return dict(zip((FLAG, TE_FLAG), versions, strict=True)) if versions else {}
 
 
 def cudnn_frontend(release: str) -> str | None:
-    """The cuDNN frontend version release ``release`` (``"26.06.01"``) ships, None where
-    :data:`CUDNN_FRONTEND` does not say."""
-    return CUDNN_FRONTEND.get(release.strip())
+    """The cuDNN frontend version release ``release`` ships, None where :data:`CONTAINER`
+    does not say."""
+    return release_flags(release).get(FLAG)
+
+
+def transformer_engine(release: str) -> str | None:
+    """The Transformer Engine version release ``release`` ships, None where :data:`CONTAINER`
+    does not say."""
+    return release_flags(release).get(TE_FLAG)
 
 
 def dglu_feature(r: Reading, fused: bool, bias: bool) -> list[str]:

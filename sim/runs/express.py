@@ -56,6 +56,12 @@ FRAMEWORKS = {
 }  # fmt: skip
 """A run's framework -> pipesim's framework profile (:mod:`sim.framework`); Megatron-Bridge
 runs Megatron-Core's training loop (``megatron.bridge.training.train``)."""
+FUSED_DROPOUT_ADD = frozenset({"megatron-deepspeed"})
+"""Frameworks whose GPT layers run each hidden dropout and its residual add as one fused kernel
+(the generator's ``dropout_add="fused"``): Megatron-DeepSpeed's default ``bias_dropout_fusion``
+with nvFuser (:func:`sim.compute.transformer._dropout_residual` cites the code). Megatron-LM's
+legacy layers have the same default; Megatron-Core's (Transformer Engine) is another code path:
+neither is switched here (not checked against their sources in this change)."""
 
 
 @dataclass(frozen=True)
@@ -408,8 +414,11 @@ def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
     if uses_decoder(run):
         return "decoder", decoder_shape(s, seq, attention)
     mult = (s.ffn_hidden or 4 * (s.hidden or 0)) // (s.hidden or 1)
-    return s.arch, {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "seq_len": seq,
-                    "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
+    shape = {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "seq_len": seq,
+             "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
+    if run.framework in FUSED_DROPOUT_ADD:
+        shape["dropout_add"] = "fused"
+    return s.arch, shape
 
 
 def model_name(generator: str, shape: Any) -> str:

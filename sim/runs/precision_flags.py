@@ -23,6 +23,8 @@
   common.py:71``, NVIDIA-NeMo/Megatron-Bridge@067f987df0; traced from 26.06 on): the output
   layer's GEMMs in MXFP8 (:class:`~sim.compute.precision_rules.LayerRules`, ``head``); only
   with the MXFP8 recipe (Megatron-Core refuses it otherwise);
+* ``te-version`` (the pseudo-flag of a Bridge row's container, :mod:`sim.runs.bridge_software`):
+  ``te_version``, what a recipe's version-dependent kernels are;
 * ``quant-recipe`` (Megatron-Bridge's ``quant_recipe=load_quantization_recipe(<file>)``): a
   Transformer Engine quantization config whose ``bf16`` matchers keep modules in 16 bits,
   known files in :data:`QUANT_RECIPES`.
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.compute.precision import HIGH_PRECISION
+from sim.runs.bridge_software import TE_FLAG
 from sim.runs.megatron_reading import Reading
 from sim.runs.record import ArgNote
 
@@ -72,6 +75,10 @@ def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
     if r.switch("keep-mtp-spec-in-bf16") and low:
         out["mtp_bf16"] = True
     r.mapped("keep-mtp-spec-in-bf16", "training.precision_options.mtp_bf16")
+    te = r.text(TE_FLAG)
+    if te and low:
+        out["te_version"] = te
+    r.mapped(TE_FLAG, "training.precision_options.te_version (the container's)")
     path = r.text("quant-recipe")
     if path and low:
         known = next((v for k, v in QUANT_RECIPES.items() if path.strip("'\"").endswith(k)), None)

@@ -176,6 +176,7 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
         causal=kind == "gpt",
         attention=shape.get("attention", "flash"),
         dropout=bool(shape.get("dropout", True)),
+        fused_dropout_add=shape.get("dropout_add") == "fused",
     )
     return {
         "block": block_times(blk, b, spec, trace.dtype).total_s,

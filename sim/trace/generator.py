@@ -315,6 +315,7 @@ def transformer_trace(
     gpu: ComputeSpec | None = None,
     attention: str = "math",
     modeling: str = "megatron",
+    dropout_add: str = "eager",
 ) -> Trace:
     """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
 
@@ -341,17 +342,22 @@ def transformer_trace(
             ``BertForSequenceClassification`` as eager PyTorch runs it, PatrickStar's benchmark
             model (:mod:`sim.compute.hf_bert`: separate Q/K/V, unfused bias adds, scale and
             mask, layout copies; pooler and classifier head, no vocabulary projection).
+        dropout_add: ``"eager"`` (a dropout kernel, then the residual add) or ``"fused"``
+            (Megatron-DeepSpeed's fused bias-dropout-add: one kernel per hidden dropout,
+            :func:`sim.compute.transformer._dropout_residual`).
 
     Returns:
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
 
     Raises:
-        ValueError: unknown kind, dtype or attention, non-positive sizes,
+        ValueError: unknown kind, dtype, attention or dropout_add, non-positive sizes,
             ``hidden % heads != 0``, efficiency outside (0, 1], no GPU or peak given,
             non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
             with a GPT, without ``gpu`` or with a constant ``efficiency``.
     """
     check_modeling(modeling, kind, efficiency, gpu)
+    if dropout_add not in ("eager", "fused"):
+        raise ValueError(f"dropout_add must be 'eager' or 'fused', got {dropout_add!r}")
     _check(
         kind,
         layers=layers,
@@ -378,7 +384,13 @@ def transformer_trace(
         hf_shape(hidden, heads, seq_len, ffn_mult * hidden)
         if hf
         else BlockShape(
-            hidden, heads, seq_len, ffn_mult * hidden, causal=kind == "gpt", attention=attention
+            hidden,
+            heads,
+            seq_len,
+            ffn_mult * hidden,
+            causal=kind == "gpt",
+            attention=attention,
+            fused_dropout_add=dropout_add == "fused",
         )
     )
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
@@ -417,6 +429,8 @@ def transformer_trace(
     }
     if hf:  # recorded only when not the default, so other traces' provenance is unchanged
         inputs["modeling"] = modeling
+    if dropout_add != "eager":  # likewise
+        inputs["dropout_add"] = dropout_add
     if modelled:
         inputs["gpu"] = gpu.without_low_precision().to_dict()
         how = (
