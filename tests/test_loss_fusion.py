@@ -3,13 +3,20 @@ hand-counted 4 x 8 logits, and the flags that select them reaching the decoder's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sim.compute.decoder import layer_kernels
 from sim.compute.decoder_shape import DecoderShape
 from sim.compute.layers import cross_entropy_kernels
+from sim.compute.routing import Routing
+from sim.hardware.loader import load_hardware
+from sim.memory.layer_work import WorkOptions, decoder_work
+from sim.parallel.layout import ParallelLayout
 from sim.runs.express import decoder_shape
 from sim.runs.megatron_args import read_megatron
+from sim.trace.decoder import decoder_trace
 
 
 def _bytes(kernels):
@@ -56,3 +63,25 @@ def test_loss_fusion_flags_reach_the_decoder_head():
     assert decoder_shape(run.shape, 16, "flash").cross_entropy_fusion == "native"
     with pytest.raises(ValueError, match="cross_entropy_fusion"):
         DecoderShape(2, 64, 4, 16, 256, 256, cross_entropy_fusion="fused")
+
+
+def test_one_shape_field_sets_the_heads_time_and_its_memory():
+    """DecoderShape.cross_entropy_fusion = te, t = 16 tokens, V = 256, bf16: the head's
+    forward runs TE's passes (online softmax 16 x 256 x 2 + 12 x 16 = 8384 bytes) and the
+    memory model keeps the 16-bit logits instead of the fp32 softmax, (4 - 2) x 16 x 256 =
+    8192 bytes less stash than the unfused shape's head; nothing under ``memory:``."""
+    plain = DecoderShape(2, 64, 4, 16, 256, 256)
+    te = replace(plain, cross_entropy_fusion="te")
+    fwd, _, _ = layer_kernels("head", te, 1, 2)
+    assert [k.bytes for k in fwd if k.name == "ce_online_softmax"] == [8384]
+    gpu = load_hardware("dgx-h100").gpus[0].compute
+    lay = ParallelLayout(pp=1, dp_replicate=1)
+    works = []
+    for shape in (plain, te):
+        trace = decoder_trace(shape, name="m", microbatch_size=1, gpu=gpu)
+        head = [x.name for x in trace.layers].index("head")
+        works.append((trace.layers[head].act_bytes, decoder_work(trace, lay, Routing(),
+                                                                  WorkOptions())[head]))  # fmt: skip
+    (act, unfused), (_, fused) = works
+    assert unfused.stash_bytes is None
+    assert fused.stash_bytes == act - 8192

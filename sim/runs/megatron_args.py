@@ -280,7 +280,8 @@ def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
 def _loss_fusion(r: Reading) -> str:
     """``te`` or ``native``: the fused loss of ``--cross-entropy-loss-fusion`` (Megatron's
     default impl is ``native``), its passes over the logits timed by
-    :mod:`sim.compute.loss_fusion` (its memory by :func:`loss_options`)."""
+    :mod:`sim.compute.loss_fusion` and its memory by :mod:`sim.memory.layer_work`, both from the
+    model shape's ``cross_entropy_fusion`` (the ``cross_entropy`` feature)."""
     impl = "te" if str(r.flags.get("cross-entropy-fusion-impl", "native")) == "te" else "native"
     why = f"fused cross entropy ({impl}): its passes over the logits (sim.compute.loss_fusion)"
     r.mapped("cross-entropy-loss-fusion", why)
@@ -289,19 +290,11 @@ def _loss_fusion(r: Reading) -> str:
 
 
 def loss_options(flags: dict[str, Any]) -> dict[str, Any]:
-    """The loss and weight-gradient flags as the experiment's ``memory:`` fields (their time
-    notes stay in :mod:`sim.runs.megatron_table`): ``--cross-entropy-loss-fusion`` keeps
-    Megatron's fused vocab-parallel cross entropy (``cross_entropy: native``, one more fp32
-    copy of the logits) or, with ``--cross-entropy-fusion-impl te``, Transformer Engine's
-    (``te``: only the 16-bit logits kept); without it the unfused loss keeps fp32 logits
-    (MemoryConfig's default, :mod:`sim.memory.layer_work`;
-    NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/models/common/language_module/
-    language_module.py`` ``compute_language_model_loss``). ``--no-gradient-accumulation-fusion``
-    sets ``gradient_accumulation_fusion: false`` (a transient weight gradient per GEMM)."""
+    """The weight-gradient flags as the experiment's ``memory:`` fields:
+    ``--no-gradient-accumulation-fusion`` sets ``gradient_accumulation_fusion: false`` (a
+    transient weight gradient per GEMM). The loss flags are the model shape's
+    ``cross_entropy_fusion`` (:func:`_loss_fusion`), which sets the loss's time and memory."""
     out: dict[str, Any] = {}
-    if switch_on(flags.get("cross-entropy-loss-fusion")):
-        te = str(flags.get("cross-entropy-fusion-impl", "native")) == "te"
-        out["cross_entropy"] = "te" if te else "native"
     if switch_on(flags.get("no-gradient-accumulation-fusion")):
         out["gradient_accumulation_fusion"] = False
     return out
