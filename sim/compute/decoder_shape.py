@@ -98,7 +98,9 @@ class DecoderShape:
             concentration factor other than 1: GPT-OSS; :mod:`sim.compute.rope_unfused`).
         cross_entropy_fusion: the head's loss, one of :data:`sim.compute.loss_fusion.
             CROSS_ENTROPY_FUSIONS`: ``unfused`` (Megatron's fp32 chain), ``native`` or ``te``
-            (``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl``).
+            (``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl``): the one
+            field for the loss, read for its time here and for its memory by
+            :mod:`sim.memory.layer_work` (the ``memory:`` section has none).
     """
 
     layers: int
