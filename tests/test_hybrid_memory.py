@@ -6,6 +6,8 @@ d_i = 8 x 32 = 256, 8 experts of width 128 (top-2: n = 256 rows), shared 256, la
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sim.compute.decoder import DecoderShape
@@ -95,10 +97,12 @@ def test_mtp_loss_keeps_16_bit_logits_under_te_cross_entropy():
     compute_language_model_loss, so TE's cross entropy keeps its 16-bit logits (2 t V) instead
     of the fp32 softmax (4 t V) the trace's MTP stash counts."""
     trace = decoder_trace(HYBRID, name="h", microbatch_size=1, gpu=H100)
+    te_shape = replace(HYBRID, cross_entropy_fusion="te")
+    te_trace = decoder_trace(te_shape, name="h", microbatch_size=1, gpu=H100)
     lay = ParallelLayout(pp=1, dp_replicate=1)
     mtp = [i for i, x in enumerate(trace.layers) if x.name.startswith("mtp")]
     assert mtp
-    te = decoder_work(trace, lay, Routing(), WorkOptions(cross_entropy="te"))
+    te = decoder_work(te_trace, lay, Routing(), WorkOptions())
     plain = decoder_work(trace, lay, Routing(), WorkOptions())
     for i in mtp:
         act = trace.layers[i].act_bytes

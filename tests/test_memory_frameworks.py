@@ -30,7 +30,7 @@ from sim.memory.allocator import (
     segment_size,
 )
 from sim.memory.framework_memory import dummy_wgrad_bytes
-from sim.memory.layer_work import LayerWork, WorkOptions, stash_tensors
+from sim.memory.layer_work import LayerWork, WorkOptions, loss_work, stash_tensors
 from sim.memory.plan import StagePlan
 from sim.memory.rank_memory import kept_peak
 from sim.memory.tensor_program import tensor_program
@@ -189,7 +189,8 @@ def test_te_dummy_weight_gradients_one_per_distinct_shape():
 def test_te_cross_entropy_keeps_16_bit_logits_instead_of_the_fp32_softmax():
     """Unfused loss: the head keeps 4 t V (fp32 softmax); TE's: 2 t V (bf16 logits)."""
     unfused = point_memory(_prepared(), _point(policy="none", w=1, m=1)).ranks[0]
-    te = point_memory(_prepared(memory={"cross_entropy": "te"}), _point(policy="none", w=1, m=1))
+    te_shape = replace(SHAPE, cross_entropy_fusion="te")
+    te = point_memory(_prepared(shape=te_shape), _point(policy="none", w=1, m=1))
     diff = unfused.by_category["activations"] - te.ranks[0].by_category["activations"]
     assert diff == pytest.approx(2 * S * V)
 
@@ -439,9 +440,13 @@ def test_sim_memory_plans_as_sim_run_does(framework, kw):
     )
 
 
-def test_work_options_refuse_an_unknown_loss():
-    with pytest.raises(ValueError, match="cross_entropy"):
-        WorkOptions(cross_entropy="fused")
+def test_the_loss_is_the_shapes_and_memory_refuses_it():
+    """One field: memory.cross_entropy is refused, naming the shape's cross_entropy_fusion;
+    the memory model refuses an unknown loss."""
+    with pytest.raises(InputError, match="cross_entropy_fusion"):
+        _prepared(memory={"cross_entropy": "te"})
+    with pytest.raises(ValueError, match="cross_entropy_fusion"):
+        loss_work(4, 4, H, V, 2, WorkOptions(), stash=0.0, loss="fused")
 
 
 # ------------------------------------------------------------------ sim memory

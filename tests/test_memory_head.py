@@ -8,10 +8,13 @@ import pytest
 from sim.compute.decoder_shape import DecoderShape
 from sim.config import parse_experiment
 from sim.hardware.loader import load_hardware
+from sim.memory.layer_work import WorkOptions, gpt_work, loss_work
+from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.memory import point_memory
 from sim.trace.decoder import decoder_trace
+from sim.trace.generator import transformer_trace
 
 H, S, V = 64, 32, 256
 SHAPE = DecoderShape(layers=2, hidden=H, heads=4, seq_len=S, vocab=V, ffn_hidden=128)
@@ -54,9 +57,22 @@ def test_the_last_stage_keeps_limit_inputs_and_gradients(limit, n_in, n_grad):
 def test_megatrons_fused_cross_entropy_adds_one_fp32_copy_in_its_backward():
     """--cross-entropy-fusion-impl native: the compiled calculate_gradients works on a
     functional copy of the fp32 softmax, 4 t V_t bytes (t = 32 tokens, V_t = 256)."""
-    from sim.memory.layer_work import WorkOptions, loss_work
-
-    unfused = loss_work(32, 32, H, V, 2, WorkOptions("unfused"), stash=0.0)
-    native = loss_work(32, 32, H, V, 2, WorkOptions("native"), stash=0.0)
+    unfused = loss_work(32, 32, H, V, 2, WorkOptions(), stash=0.0, loss="unfused")
+    native = loss_work(32, 32, H, V, 2, WorkOptions(), stash=0.0, loss="native")
     assert native.bwd_bytes - unfused.bwd_bytes == 4 * 32 * V
     assert native.fwd_bytes == unfused.fwd_bytes
+
+
+def test_a_gpt_traces_loss_is_its_generator_input():
+    """transformer_trace(cross_entropy_fusion="native") records the loss in the model shape and
+    the memory model adds the compiled backward's fp32 copy, 4 t V = 4 x 32 x 256 bytes, to the
+    head (t = 32 tokens, V = 256, tp = 1); the head's time stays the unfused loss's."""
+    gpu = load_hardware("dgx-h100").gpus[0].compute
+    lay = ParallelLayout(pp=1, dp_replicate=1)
+    args = dict(name="g", layers=1, hidden=H, heads=4, seq_len=S, vocab=V, microbatch_size=1,
+                gpu=gpu, dtype="bf16")  # fmt: skip
+    plain = transformer_trace("gpt", **args)
+    native = transformer_trace("gpt", cross_entropy_fusion="native", **args)
+    head = (gpt_work(plain, lay, WorkOptions())[-1], gpt_work(native, lay, WorkOptions())[-1])
+    assert head[1].bwd_bytes - head[0].bwd_bytes == 4 * S * V
+    assert native.layers[-1].fwd_s == plain.layers[-1].fwd_s

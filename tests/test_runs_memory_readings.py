@@ -22,25 +22,26 @@ MIB, GIB = 2.0**20, 2.0**30
 
 
 def test_loss_flags_map_to_the_memory_fields():
+    """The loss is the shape's cross_entropy_fusion, not a memory: field; the weight-gradient
+    flag is."""
     assert loss_options({}) == {}
-    assert loss_options({"cross-entropy-loss-fusion": True}) == {"cross_entropy": "native"}
     te = {"cross-entropy-loss-fusion": True, "cross-entropy-fusion-impl": "te"}
-    assert loss_options(te) == {"cross_entropy": "te"}
-    assert loss_options({"cross-entropy-fusion-impl": "te"}) == {}  # no fusion, no impl
+    assert loss_options(te) == {}
     assert loss_options({"no-gradient-accumulation-fusion": True}) == {
         "gradient_accumulation_fusion": False
     }
     both = flag_memory_options(te | {"deterministic-mode": True})
-    assert both == {"cross_entropy": "te", "cublas_workspace_config": ":4096:8"}
+    assert both == {"cublas_workspace_config": ":4096:8"}
 
 
-def test_read_megatron_carries_the_loss_into_memory_options():
+def test_read_megatron_carries_the_loss_into_the_shape_only():
     flags = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4,
              "--seq-length": 128, "--vocab-size": 1024, "--micro-batch-size": 1,
              "--global-batch-size": 8, "--cross-entropy-loss-fusion": True,
              "--cross-entropy-fusion-impl": "te", "--bf16": True}  # fmt: skip
     run = read_megatron(flags, name="x", source="t", num_gpus=8)
-    assert dict(run.memory_options)["cross_entropy"] == "te"
+    assert "cross_entropy" not in dict(run.memory_options)
+    assert "cross_entropy=te" in run.shape.features
 
 
 def test_bridge_recipe_loss_cells():
@@ -69,10 +70,10 @@ def _simumax_row(case: str, experts: int | None) -> pd.Series:
 
 def test_simumax_rows_get_their_launcher_settings():
     dense = row_run(_simumax_row("l4_tp1_cef", None), source="t")
-    assert dict(dense.memory_options)["cross_entropy"] == "te"
+    assert "cross_entropy=te" in dense.shape.features
     assert dense.shape.moe_capacity_factor is None
     moe = row_run(_simumax_row("l4_ep8", 8), source="t")
-    assert "cross_entropy" not in dict(moe.memory_options)
+    assert not any(f.startswith("cross_entropy") for f in moe.shape.features)
     assert moe.shape.moe_capacity_factor == 1.0 and moe.shape.moe_pad_to_capacity
 
 

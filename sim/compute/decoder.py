@@ -118,7 +118,7 @@ def _mtp(m: DecoderShape, b: int, d: int, tp: int, sp: bool, cp: int, rows, etp=
     h, s, v = m.hidden, m.seq_len // cp, -(-m.vocab // tp)
     inner = mtp_inner(m)
     f, i, w = _body(inner, m, b, d, tp, sp, cp, rows, etp)
-    hf, hi, hw = head_kernels("gpt", b, s, h, v, d)
+    hf, hi, hw = head_kernels("gpt", b, s, h, v, d, m.cross_entropy_fusion)
     fwd = [mem("mtp_embedding", 8 * t + 2 * r * h * d), mem("mtp_norms", 4 * r * h * d)]
     fwd.append(gemm("eh_proj", t, h // tp, 2 * h, d))
     dx = [gemm("d_eh_proj_in", t, 2 * h, h // tp, d), mem("mtp_norms_bwd", 6 * r * h * d)]
@@ -177,7 +177,9 @@ def layer_kernels(
         fwd, bwd = embedding_kernels("gpt", b, s, m.hidden, -(-m.vocab // tp), d)
         return fwd, [], [] if m.lora else bwd
     if kind == "head":
-        fwd, bi, bw = head_kernels("gpt", b, s, m.hidden, -(-m.vocab // tp), d)
+        fwd, bi, bw = head_kernels(
+            "gpt", b, s, m.hidden, -(-m.vocab // tp), d, m.cross_entropy_fusion
+        )
         return fwd, bi, [] if m.lora else bw
     fwd, bi, bw = _body(kind, m, b, d, tp, sp, cp, rows, etp)
     if m.lora is None:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sim.compute.lora import LoRAShape
+from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.compute.mla import MLAShape
 from sim.compute.moe_shape import MoEShape
 from sim.compute.ssm import MambaShape
@@ -49,6 +50,7 @@ OPTIONAL = {
     "dropout": False,
     "lora": None,
     "rope_unfused": False,
+    "cross_entropy_fusion": "unfused",
 }
 """Fields added after the first shipped traces, with their defaults: :meth:`DecoderShape.to_dict`
 leaves them out at these values, so the shapes of older traces read and write unchanged."""
@@ -94,6 +96,11 @@ class DecoderShape:
             scores_act_bytes`); flash attention regenerates its mask from the RNG state.
         rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
             concentration factor other than 1: GPT-OSS; :mod:`sim.compute.rope_unfused`).
+        cross_entropy_fusion: the head's loss, one of :data:`sim.compute.loss_fusion.
+            CROSS_ENTROPY_FUSIONS`: ``unfused`` (Megatron's fp32 chain), ``native`` or ``te``
+            (``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl``): the one
+            field for the loss, read for its time here and for its memory by
+            :mod:`sim.memory.layer_work` (the ``memory:`` section has none).
     """
 
     layers: int
@@ -123,6 +130,7 @@ class DecoderShape:
     lora: LoRAShape | None = None
     dropout: bool = False
     rope_unfused: bool = False
+    cross_entropy_fusion: str = "unfused"
     block: BlockShape = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +159,8 @@ class DecoderShape:
             raise ValueError(f"moe.hidden {self.moe.hidden} != hidden {self.hidden}")
         if self.dense_layers < 0 or self.moe_every < 1:
             raise ValueError("dense_layers must be >= 0 and moe_every >= 1")
+        if self.cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
+            raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
         if self.mtp_layers < 0:
             raise ValueError(f"mtp_layers must be >= 0, got {self.mtp_layers}")
         if self.window < 0 or set(self.window_pattern) - {"S", "F"}:

@@ -16,6 +16,7 @@ With ``T = b*s`` tokens, ``h`` hidden, ``V`` vocabulary, ``d`` bytes per element
 from __future__ import annotations
 
 from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
+from sim.compute.loss_fusion import fused_kernels
 from sim.compute.transformer import BlockTimes
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -28,9 +29,13 @@ def embedding_kernels(
     return [mem("embedding", fwd)], [mem("embedding_bwd", b * s * h * d + (vocab + s) * h * d)]
 
 
-def cross_entropy_kernels(t: int, vocab: int, d: int) -> tuple[list[Kernel], list[Kernel]]:
+def cross_entropy_kernels(
+    t: int, vocab: int, d: int, fusion: str = "unfused"
+) -> tuple[list[Kernel], list[Kernel]]:
     """``(forward, backward)`` memory-bound kernels of Megatron's fp32 cross-entropy over
-    ``t`` tokens and ``vocab`` logits (the vocabulary shard of one tensor rank), ``N = t*vocab``.
+    ``t`` tokens and ``vocab`` logits (the vocabulary shard of one tensor rank), ``N = t*vocab``;
+    ``fusion`` ``native`` or ``te``: the fused losses of ``--cross-entropy-loss-fusion``
+    (:mod:`sim.compute.loss_fusion`).
 
     Counted from the code, each pass reading and writing the whole logits: the 16-bit logits
     made fp32 (``float16_to_fp32`` of Megatron-DeepSpeed's ``GPTModelPipe``,
@@ -41,6 +46,9 @@ def cross_entropy_kernels(t: int, vocab: int, d: int) -> tuple[list[Kernel], lis
     (``8N``, the softmax saved for backward). Backward: ``grad_input.mul_(grad_output)``
     (``8N``) and the fp32 gradient back to 16 bits (``N*(4 + d)``). The target gathers, the
     loss and the three all-reduces of ``t`` floats are small."""
+    fused = fused_kernels(fusion, t, vocab, d)
+    if fused is not None:
+        return fused
     n = float(t * vocab)
     half = d < 4
     fwd = [mem("logits_to_fp32", n * (d + 4))] if half else []
@@ -57,9 +65,10 @@ def cross_entropy_kernels(t: int, vocab: int, d: int) -> tuple[list[Kernel], lis
 
 
 def head_kernels(
-    kind: str, b: int, s: int, h: int, vocab: int, d: int
+    kind: str, b: int, s: int, h: int, vocab: int, d: int, ce_fusion: str = "unfused"
 ) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
-    """``(forward, backward input, backward weight)`` kernels of the head (module doc)."""
+    """``(forward, backward input, backward weight)`` kernels of the head (module doc);
+    ``ce_fusion``: the loss (:func:`cross_entropy_kernels`)."""
     t = b * s
     fwd = (
         [mem("final_norm", 2 * t * h * d)]
@@ -70,7 +79,7 @@ def head_kernels(
             mem("mlm_norm", 2 * t * h * d),
         ]
     )
-    ce_fwd, ce_bwd = cross_entropy_kernels(t, vocab, d)
+    ce_fwd, ce_bwd = cross_entropy_kernels(t, vocab, d, ce_fusion)
     fwd += [gemm("logits", t, vocab, h, d), *ce_fwd]
     bwd_in = [*ce_bwd, gemm("d_logits_in", t, h, vocab, d)]
     bwd_w = [gemm("d_logits_w", h, vocab, t, d)]

@@ -1,11 +1,11 @@
-"""The ``memory:`` section: how the framework and PyTorch's allocator lay out memory (loss
-implementation, gradient buffers, allocator settings, the precision-aware optimizer's dtypes)."""
+"""The ``memory:`` section: how the framework and PyTorch's allocator lay out memory (gradient
+buffers, allocator settings, the precision-aware optimizer's dtypes)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from sim.config.fields import Strict
@@ -15,13 +15,6 @@ class MemoryConfig(Strict):
     """How the framework and PyTorch's allocator lay out memory (sim.memory.framework_memory);
     unset fields take the framework profile's defaults."""
 
-    cross_entropy: Literal["unfused", "native", "te"] | None = Field(
-        None,
-        description="Loss implementation: Megatron's unfused vocab-parallel cross entropy "
-        "(fp32 softmax kept), 'native' (--cross-entropy-loss-fusion: the same, and one more fp32 "
-        "copy in its compiled backward) or 'te' "
-        "(--cross-entropy-fusion-impl te: only the 16-bit logits kept). Default: unfused.",
-    )
     gradient_accumulation_fusion: bool | None = Field(
         None,
         description="Weight gradients accumulate straight into the fp32 main_grad "
@@ -81,6 +74,21 @@ class MemoryConfig(Strict):
         "fp32", description="--exp-avg-sq-dtype: Adam's second moment (other than fp32 needs "
         "precision_aware_optimizer)."
     )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_is_the_shape(cls, data: Any) -> Any:
+        """``cross_entropy`` left this section: the loss is the model shape's
+        ``cross_entropy_fusion`` (:mod:`sim.compute.loss_fusion`), which times the head and
+        sizes its memory alike, so a YAML states it once."""
+        if isinstance(data, dict) and "cross_entropy" in data:
+            raise PydanticCustomError(
+                "loss_in_shape",
+                "memory.cross_entropy is the model shape's cross_entropy_fusion now (unfused, "
+                "native or te; a decoder trace's DecoderShape, a GPT/BERT trace's "
+                "transformer_trace input): it sets the loss's time and memory; give it there",
+            )
+        return data
 
     @field_validator("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
     @classmethod

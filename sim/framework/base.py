@@ -347,7 +347,7 @@ class Framework:
             dummy_wgrads=fusion and self.te_workspace.value,
             workspace_bytes=workspace,
             cublas_workspace_config=opts.cublas_workspace_config,
-            work=WorkOptions(opts.cross_entropy or "unfused", fusion, opts.defer_embedding_wgrad),
+            work=WorkOptions(fusion, opts.defer_embedding_wgrad),
             allocator=AllocatorConfig(expandable_segments=opts.expandable_segments),
             adam_state_bytes=adam_state_bytes(
                 dtype, opts.main_params_dtype, opts.exp_avg_dtype, opts.exp_avg_sq_dtype

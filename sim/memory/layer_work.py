@@ -34,7 +34,8 @@ Transformer Engine runs the layers (NVIDIA/Megatron-LM@d98e8a6, NVIDIA/Transform
   ``main_grad`` and returns TE's cached dummy (``get_dummy_wgrad``), counted once per shape;
 * **embedding backward**: ``F.embedding``'s dense weight gradient ``V_t*h*d`` (no fusion:
   ``VocabParallelEmbedding``) and the incoming ``r*h*d``;
-* **loss** (``LanguageModule.compute_language_model_loss``): unfused
+* **loss** (``LanguageModule.compute_language_model_loss``; which one: the model shape's
+  ``cross_entropy_fusion``, which also times it, :mod:`sim.compute.loss_fusion`): unfused
   (``tensor_parallel/cross_entropy.py``) and Megatron's fused (``fusions/fused_cross_entropy.py``)
   keep the fp32 softmax ``4*t*V_t`` and, while the forward casts it, the 16-bit logits
   ``d*t*V_t``; their backward writes the gradient into the softmax and casts it to 16 bit
@@ -76,16 +77,13 @@ from dataclasses import dataclass, replace
 
 from sim.compute.decoder import tokens
 from sim.compute.decoder_shape import DecoderShape, base_kind, kind_of
+from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.compute.routing import Routing
 from sim.parallel.expert import expert_plan
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import model_shape
 from sim.trace.decoder import decoder_shape, is_decoder
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
-
-CROSS_ENTROPY = ("unfused", "native", "te")
-"""Loss implementations: Megatron's unfused vocab-parallel cross entropy, its fused one
-(``--cross-entropy-loss-fusion --cross-entropy-fusion-impl native``) and TE's (``... te``)."""
 
 Shape = tuple[int, int]
 
@@ -94,24 +92,19 @@ Shape = tuple[int, int]
 class WorkOptions:
     """How the framework runs the layers (module doc).
 
+    The loss is not here: it is the model shape's ``cross_entropy_fusion``
+    (:class:`~sim.compute.decoder_shape.DecoderShape`, a GPT/BERT trace's generator input),
+    which times the head too (:mod:`sim.compute.loss_fusion`).
+
     Attributes:
-        cross_entropy: one of :data:`CROSS_ENTROPY`.
         wgrad_fusion: gradient-accumulation fusion: weight gradients go straight into
             ``main_grad`` (no per-layer transient; TE's dummy per shape instead).
         wgrad_deferral: Megatron's ``--defer-embedding-wgrad-compute`` with
             ``--wgrad-deferral-limit`` (0: every micro-batch); None: off (module doc).
     """
 
-    cross_entropy: str = "unfused"
     wgrad_fusion: bool = False
     wgrad_deferral: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.cross_entropy not in CROSS_ENTROPY:
-            raise ValueError(
-                f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)}, got "
-                f"{self.cross_entropy!r}"
-            )
 
 
 @dataclass(frozen=True)
@@ -164,28 +157,48 @@ def _wgrad(weights: tuple[Shape, ...], d: int, opts: WorkOptions) -> float:
 
 
 def loss_work(
-    t: int, r: int, h: int, vocab_rows: int, d: int, opts: WorkOptions, stash: float
+    t: int,
+    r: int,
+    h: int,
+    vocab_rows: int,
+    d: int,
+    opts: WorkOptions,
+    stash: float,
+    loss: str = "unfused",
 ) -> LayerWork:
-    """The output layer and the loss (module doc): ``stash`` is the trace's (unfused loss)."""
+    """The output layer and the loss (module doc): ``stash`` is the trace's (unfused loss);
+    ``loss``: the shape's ``cross_entropy_fusion``.
+
+    Raises:
+        ValueError: a loss not in :data:`~sim.compute.loss_fusion.CROSS_ENTROPY_FUSIONS`.
+    """
+    _check_loss(loss)
     weights = ((vocab_rows, h),)
     wg = _wgrad(weights, d, opts)
     logits = float(d * t * vocab_rows)
     norm = float(2 * r * h * d)
     deferred = (float(r * h * d), logits) if opts.wgrad_deferral is not None else (0.0, 0.0)
-    if opts.cross_entropy == "te":
+    if loss == "te":
         kept = stash - 4.0 * t * vocab_rows + logits
         return LayerWork(0.0, t * h * d + wg, kept, weights, (norm, logits), deferred)
     bwd = max(logits, logits - 4.0 * t * vocab_rows + t * h * d + wg)
-    if opts.cross_entropy == "native":  # the compiled gradient's functional fp32 copy
+    if loss == "native":  # the compiled gradient's functional fp32 copy
         bwd += 4.0 * t * vocab_rows
     return LayerWork(logits, bwd, None, weights, (norm, 4.0 * t * vocab_rows), deferred)
 
 
-def mtp_work(layer: LayerProfile, t: int, vocab_rows: int, d: int, opts: WorkOptions) -> LayerWork:
+def _check_loss(loss: str) -> None:
+    if loss not in CROSS_ENTROPY_FUSIONS:
+        raise ValueError(
+            f"cross_entropy_fusion must be one of {', '.join(CROSS_ENTROPY_FUSIONS)}, got {loss!r}"
+        )
+
+
+def mtp_work(layer: LayerProfile, t: int, vocab_rows: int, d: int, loss: str) -> LayerWork:
     """An MTP depth (not itemized: :func:`generic_work`), its loss as the framework keeps it: the
-    trace's stash holds the fp32 softmax ``4*t*V_t``, TE's cross entropy the 16-bit logits
-    ``d*t*V_t`` (module doc)."""
-    if opts.cross_entropy != "te":
+    trace's stash holds the fp32 softmax ``4*t*V_t``, TE's cross entropy (``loss``: the shape's
+    ``cross_entropy_fusion``) the 16-bit logits ``d*t*V_t`` (module doc)."""
+    if loss != "te":
         return generic_work(layer)
     kept = max(0.0, layer.act_bytes - (4.0 - d) * t * vocab_rows)
     return LayerWork(bwd_bytes=kept, stash_bytes=kept, tensors=(kept,))
@@ -302,7 +315,8 @@ def decoder_work(
         if base == "embedding":
             out.append(embedding_work(r, m.hidden, vt, d))
         elif base == "head":
-            out.append(loss_work(t, r, m.hidden, vt, d, opts, layer.act_bytes))
+            loss = m.cross_entropy_fusion
+            out.append(loss_work(t, r, m.hidden, vt, d, opts, layer.act_bytes, loss))
         elif base in ("block", "moe_block"):
             if base not in cache:
                 w = decoder_block_work(base, m, b, d, lay, rows)
@@ -314,7 +328,7 @@ def decoder_work(
                 cache[base] = replace(w, bwd_bytes=w.bwd_bytes + _wgrad(w.weights, d, opts))
             out.append(cache[base])
         elif base == "mtp":
-            out.append(mtp_work(layer, t, vt, d, opts))
+            out.append(mtp_work(layer, t, vt, d, m.cross_entropy_fusion))
         else:  # a hybrid model's mamba, attention or mlp layer: not itemized
             out.append(generic_work(layer))
     return tuple(out)
@@ -323,7 +337,8 @@ def decoder_work(
 def gpt_work(trace: Trace, lay: ParallelLayout, opts: WorkOptions) -> tuple[LayerWork, ...]:
     """Per layer of a GPT/BERT rank trace (:mod:`sim.trace.generator`'s shape: ``f =
     ffn_mult*h``, non-gated, multi-head attention; ``math`` attention unless it says flash;
-    the stash split in Korthikanti et al.'s terms, ``sbh`` units, as the tensors)."""
+    the stash split in Korthikanti et al.'s terms, ``sbh`` units, as the tensors; the loss:
+    its ``cross_entropy_fusion``, unfused when unrecorded)."""
     shape = model_shape(trace)
     assert shape is not None
     b, d, tp = trace.microbatch_size, dtype_bytes(trace.dtype), lay.tp
@@ -332,6 +347,7 @@ def gpt_work(trace: Trace, lay: ParallelLayout, opts: WorkOptions) -> tuple[Laye
     t = s * b
     r = t // tp if lay.sp else t
     vt = -(-v // tp)
+    loss = str(shape.get("cross_entropy_fusion", "unfused"))
     weights = ((3 * h // tp, h), (h, h // tp), (f, h), (h, f))
     attn = float(r * h * d + t * 4 * h // tp * d)
     fwd = 0.0
@@ -349,7 +365,7 @@ def gpt_work(trace: Trace, lay: ParallelLayout, opts: WorkOptions) -> tuple[Laye
         if kind == "embedding":
             out.append(embedding_work(r, h, vt, d))
         elif kind == "head":
-            out.append(loss_work(t, r, h, vt, d, opts, layer.act_bytes))
+            out.append(loss_work(t, r, h, vt, d, opts, layer.act_bytes, loss))
         else:
             out.append(block)
     return tuple(out)

@@ -393,6 +393,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
         tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
         dropout=bool(_feature(s, "dropout")),
+        cross_entropy_fusion=_feature(s, "cross_entropy") or "unfused",
     )  # fmt: skip
 
 
@@ -417,6 +418,8 @@ def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
              "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
     if run.framework in FUSED_DROPOUT_ADD:
         shape["dropout_add"] = "fused"
+    if _feature(s, "cross_entropy"):  # the loss's memory (its time: the unfused one)
+        shape["cross_entropy_fusion"] = _feature(s, "cross_entropy")
     return s.arch, shape
 
 

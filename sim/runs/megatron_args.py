@@ -106,6 +106,8 @@ def read_megatron(
         # stated off (a Bridge recipe: the Nemotron-H family's eager router,
         # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
         shape = replace(shape, features=(*shape.features, "moe_router=unfused"))
+    if switch_on(r.flags.get("cross-entropy-loss-fusion")):
+        shape = replace(shape, features=(*shape.features, f"cross_entropy={_loss_fusion(r)}"))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
@@ -275,20 +277,24 @@ def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _loss_fusion(r: Reading) -> str:
+    """``te`` or ``native``: the fused loss of ``--cross-entropy-loss-fusion`` (Megatron's
+    default impl is ``native``), its passes over the logits timed by
+    :mod:`sim.compute.loss_fusion` and its memory by :mod:`sim.memory.layer_work`, both from the
+    model shape's ``cross_entropy_fusion`` (the ``cross_entropy`` feature)."""
+    impl = "te" if str(r.flags.get("cross-entropy-fusion-impl", "native")) == "te" else "native"
+    why = f"fused cross entropy ({impl}): its passes over the logits (sim.compute.loss_fusion)"
+    r.mapped("cross-entropy-loss-fusion", why)
+    r.mapped("cross-entropy-fusion-impl", why)
+    return impl
+
+
 def loss_options(flags: dict[str, Any]) -> dict[str, Any]:
-    """The loss and weight-gradient flags as the experiment's ``memory:`` fields (their time
-    notes stay in :mod:`sim.runs.megatron_table`): ``--cross-entropy-loss-fusion`` keeps
-    Megatron's fused vocab-parallel cross entropy (``cross_entropy: native``, one more fp32
-    copy of the logits) or, with ``--cross-entropy-fusion-impl te``, Transformer Engine's
-    (``te``: only the 16-bit logits kept); without it the unfused loss keeps fp32 logits
-    (MemoryConfig's default, :mod:`sim.memory.layer_work`;
-    NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/models/common/language_module/
-    language_module.py`` ``compute_language_model_loss``). ``--no-gradient-accumulation-fusion``
-    sets ``gradient_accumulation_fusion: false`` (a transient weight gradient per GEMM)."""
+    """The weight-gradient flags as the experiment's ``memory:`` fields:
+    ``--no-gradient-accumulation-fusion`` sets ``gradient_accumulation_fusion: false`` (a
+    transient weight gradient per GEMM). The loss flags are the model shape's
+    ``cross_entropy_fusion`` (:func:`_loss_fusion`), which sets the loss's time and memory."""
     out: dict[str, Any] = {}
-    if switch_on(flags.get("cross-entropy-loss-fusion")):
-        te = str(flags.get("cross-entropy-fusion-impl", "native")) == "te"
-        out["cross_entropy"] = "te" if te else "native"
     if switch_on(flags.get("no-gradient-accumulation-fusion")):
         out["gradient_accumulation_fusion"] = False
     return out

@@ -153,8 +153,10 @@ APPROXIMATED: dict[str, str] = {
     "(ATen native/cuda/TensorFactories.cu empty_cuda); Megatron-LM's reading maps it to the "
     "megatron-lm option deterministic_mode (host ops of the fills, sim.framework."
     "deterministic); the fills' device writes and NCCL's ring-only choice are not modelled",
-    "cross-entropy-loss-fusion": "fused cross-entropy: fewer passes over the logits, not "
-    "modelled", "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
+    "cross-entropy-loss-fusion": "fused cross-entropy: fewer passes over the logits "
+    "(the shape's cross_entropy_fusion: its memory, sim.memory.layer_work; its time on decoder "
+    "models, sim.compute.loss_fusion; GPT/BERT traces: the unfused loss's time)",
+    "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
     "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
     "moe-router-fusion": "fused router: one top-k kernel each way (sim.compute.moe)",
     "no-moe-router-fusion": "a Megatron-Bridge recipe's moe_router_fusion=False: the eager "

@@ -54,6 +54,7 @@ from typing import Any
 
 from sim.compute.hf_bert import classifier_params, classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
+from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
@@ -316,6 +317,7 @@ def transformer_trace(
     attention: str = "math",
     modeling: str = "megatron",
     dropout_add: str = "eager",
+    cross_entropy_fusion: str = "unfused",
 ) -> Trace:
     """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
 
@@ -345,12 +347,18 @@ def transformer_trace(
         dropout_add: ``"eager"`` (a dropout kernel, then the residual add) or ``"fused"``
             (Megatron-DeepSpeed's fused bias-dropout-add: one kernel per hidden dropout,
             :func:`sim.compute.transformer._dropout_residual`).
+        cross_entropy_fusion: the loss, one of :data:`sim.compute.loss_fusion.
+            CROSS_ENTROPY_FUSIONS`, recorded in the model shape for the memory model
+            (:mod:`sim.memory.layer_work`); the head is timed with the unfused loss whatever it
+            says (an approximation: :mod:`sim.compute.loss_fusion` times the fused ones on
+            decoder models only).
 
     Returns:
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
 
     Raises:
-        ValueError: unknown kind, dtype, attention or dropout_add, non-positive sizes,
+        ValueError: unknown kind, dtype, attention, dropout_add or cross_entropy_fusion,
+            non-positive sizes,
             ``hidden % heads != 0``, efficiency outside (0, 1], no GPU or peak given,
             non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
             with a GPT, without ``gpu`` or with a constant ``efficiency``.
@@ -358,6 +366,8 @@ def transformer_trace(
     check_modeling(modeling, kind, efficiency, gpu)
     if dropout_add not in ("eager", "fused"):
         raise ValueError(f"dropout_add must be 'eager' or 'fused', got {dropout_add!r}")
+    if cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
+        raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
     _check(
         kind,
         layers=layers,
@@ -431,6 +441,8 @@ def transformer_trace(
         inputs["modeling"] = modeling
     if dropout_add != "eager":  # likewise
         inputs["dropout_add"] = dropout_add
+    if cross_entropy_fusion != "unfused":  # likewise
+        inputs["cross_entropy_fusion"] = cross_entropy_fusion
     if modelled:
         inputs["gpu"] = gpu.without_low_precision().to_dict()
         how = (
