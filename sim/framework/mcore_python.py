@@ -15,16 +15,22 @@ the figures ``sim calibrate`` measures on the same CPU
 (:func:`backends.torch.profile.host_overhead.measure_host_overhead`). In five runs on a
 loaded 2-core VM (``measurements/host/mcore_layer.md``) the backward is 0.89-1.13x the model
 (the autograd engine's C++ dispatches it) and the forward 1.54-2.20x; the fastest forward,
-323 us against 210 us modelled, is 113 us more, 40 times the same CPU's forward op (2.79 us;
-other processes only add time, so the fastest run is taken, as ``sim calibrate`` does).
-:data:`LAYER_PYTHON_OPS` charges that as
-forward-op equivalents at the host's ``op_s`` (``nograd_op_s`` in a forward without autograd
-recording) in every forward of a layer, first or recomputed, so it scales between hosts as a
-forward op does (an assumption: the presets' ``op_s`` includes a kernel launch, which plain
-Python does not pay). Assumptions: a dense block of any model family (GPT, BERT, T5) and a
-Transformer Engine layer (TE replaces ``tensor_parallel/layers.py``, about a fifth of the
-Python, and :attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` charges TE's own beyond a
-torch Linear) pay the same; Mamba and MTP layers are not measured and get none.
+323 us against 210 us modelled (run 3; other processes only add time, so the fastest run is
+taken, as ``sim calibrate`` does), is 113 us more. A cProfile of the forward puts 45 % of its time in C functions (the ops the
+model counts) and the rest in Python files (``megatron/core`` 27 %, ``torch/nn/modules/
+module.py`` 13 %): the excess is Python, so it is charged in Python's unit, as the MoE block's
+is below:
+:data:`LAYER_PYTHON_CALLS` = 113 / 0.60 = 188.3 module-call equivalents of that CPU (its module
+call in the same run, 0.60 us) priced at the host's ``module_s`` in every forward of a layer,
+first or recomputed (2 us on the x86 presets: 377 us per dense block forward; 2.27 us on
+Grace, whose CPython runs 1.135x the x86 reference's, ``gb200-nvl72.yaml``: 427 us). Until
+2026-11-30 it was charged as 40 forward-op equivalents at the host's ``op_s``, which prices
+Python at a Grace preset's C++ dispatch figure (3.03x the x86 one: 1.19 ms per block forward);
+on the x86 presets the two agree within 4 % (40 x 9.8 = 392 us). Assumptions: a dense block of
+any model family (GPT, BERT, T5) and a Transformer Engine layer (TE replaces
+``tensor_parallel/layers.py``, about a fifth of the Python, and
+:attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` charges TE's own beyond a torch Linear)
+pay the same; Mamba and MTP layers are not measured and get none.
 
 **A MoE block** (``moe_block``: attention and a MoE MLP) is measured the same way by
 ``scripts/time_mcore_moe_layer.py`` (``measurements/host/mcore_moe_layer.md``): megatron-core
@@ -36,9 +42,7 @@ that do not grow with the experts (plus 3.3 per ``SequentialMLP`` expert, a loop
 experts do not run; the dense layer's 52.1 in the same run). That is Python, so it is charged
 in Python's unit, as :data:`MOE_BLOCK_PYTHON_CALLS` module-call equivalents of the same CPU
 (0.55 us each) priced at the host's ``module_s`` (2 us on the x86 presets: 1.25 ms per MoE
-block forward; 2.27 us on Grace, whose CPython runs 1.135x the x86 reference's:
-``gb200-nvl72.yaml``), instead of the dense block's forward ops, which a Grace preset prices at
-its C++ dispatch figure (3x). Assumptions: the ``alltoall`` dispatcher (it builds a CUDA
+block forward; 2.27 us on Grace: 1.42 ms). Assumptions: the ``alltoall`` dispatcher (it builds a CUDA
 stream at construction and cannot run on the CPU) and the fused router and permutation that
 Megatron-Bridge's MoE recipes run carry as much Python as the measured unfused ``allgather``
 path; one clean run on a loaded 2-core VM. A hybrid's MoE-only ``moe``
@@ -52,10 +56,12 @@ from dataclasses import replace
 from sim.compute.decoder_shape import base_kind
 from sim.engine.stage_cost import StageCost
 
-LAYER_PYTHON_OPS = 40.0
-"""Megatron-Core's Python per dense layer forward, in forward-op equivalents of the same host
-(module doc: the fastest of five runs of ``scripts/time_mcore_layer.py``; 40-90 over the
-five)."""
+LAYER_PYTHON_CALLS = (323.0 - 210.0) / 0.60
+"""Megatron-Core's Python per dense layer forward, in module-call equivalents: the fastest
+forward of five runs of ``scripts/time_mcore_layer.py``, 323 us against 210 us of counted ops,
+module calls and Function nodes, over the same CPU's module call in that run (0.60 us)
+(module doc; ``measurements/host/mcore_layer.md`` run 3; the five runs' excess spreads 113-250
+us)."""
 
 MOE_BLOCK_PYTHON_CALLS = 124.0 * 2.78 / 0.55
 """Megatron-Core's Python per MoE block forward, in module-call equivalents: 124.0 forward-op
@@ -63,50 +69,36 @@ equivalents (2.78 us each) of the MoE block's part that does not grow with the e
 same CPU's module call (0.55 us), one run of ``scripts/time_mcore_moe_layer.py`` (module doc;
 ``measurements/host/mcore_moe_layer.md``)."""
 
-MEASURED_OPS = {"block": LAYER_PYTHON_OPS}
-"""Python forward-op equivalents by the layer kinds the dense measurement stands for (a dense
-attention + MLP block)."""
-MEASURED_CALLS = {"moe_block": MOE_BLOCK_PYTHON_CALLS}
-"""Python module-call equivalents by the layer kinds the MoE measurement stands for (an
-attention + MoE block)."""
-
-
-def layer_python_ops(kind: str) -> float:
-    """Forward-op equivalents of Megatron-Core's Python in one forward of a ``kind`` layer.
-
-    Example:
-        >>> layer_python_ops("block"), layer_python_ops("embedding"), layer_python_ops("moe")
-        (40.0, 0.0, 0.0)
-        >>> layer_python_ops("moe_block")
-        0.0
-    """
-    return MEASURED_OPS.get(base_kind(kind), 0.0)
+MEASURED_CALLS = {"block": LAYER_PYTHON_CALLS, "moe_block": MOE_BLOCK_PYTHON_CALLS}
+"""Python module-call equivalents by the layer kinds each measurement stands for (the dense
+measurement: an attention + MLP block; the MoE one: an attention + MoE block)."""
 
 
 def layer_python_calls(kind: str) -> float:
     """Module-call equivalents of Megatron-Core's Python in one forward of a ``kind`` layer
-    (the MoE block's, module doc; 0 for the others).
+    (the dense and the MoE block's, module doc; 0 for the others).
 
     Example:
-        >>> round(layer_python_calls("moe_block"), 1), layer_python_calls("block")
-        (626.8, 0.0)
+        >>> round(layer_python_calls("moe_block"), 1), round(layer_python_calls("block"), 1)
+        (626.8, 188.3)
+        >>> layer_python_calls("embedding"), layer_python_calls("moe")
+        (0.0, 0.0)
     """
     return MEASURED_CALLS.get(base_kind(kind), 0.0)
 
 
 def with_mcore_python(cost: StageCost, kinds: list[str]) -> StageCost:
-    """``cost`` with each forward layer's ops raised by :func:`layer_python_ops` of its kind
-    (``kinds``: the stage's layer kinds in order) and the stage's ``fwd_ops`` by their sum, and
-    its module calls by :func:`layer_python_calls`. Unchanged without per-layer forward counts.
+    """``cost`` with each forward layer's module calls raised by :func:`layer_python_calls` of
+    its kind (``kinds``: the stage's layer kinds in order). Unchanged without per-layer forward
+    counts.
 
     Example:
         >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 2)
-        >>> [x[1] for x in with_mcore_python(c, ["embedding", "block"]).fwd_layers]
-        [10.0, 50.0]
+        >>> [round(x[2], 1) for x in with_mcore_python(c, ["embedding", "block"]).fwd_layers]
+        [1.0, 189.3]
     """
     if not cost.fwd_layers:
         return cost
-    cost = cost.with_layer_ops([layer_python_ops(kind) for kind in kinds])
     calls = [layer_python_calls(kind) for kind in kinds]
     calls += [0.0] * (len(cost.fwd_layers) - len(calls))
     layers = tuple(
@@ -117,9 +109,8 @@ def with_mcore_python(cost: StageCost, kinds: list[str]) -> StageCost:
 
 
 __all__ = [
-    "LAYER_PYTHON_OPS",
+    "LAYER_PYTHON_CALLS",
     "MOE_BLOCK_PYTHON_CALLS",
     "layer_python_calls",
-    "layer_python_ops",
     "with_mcore_python",
 ]
