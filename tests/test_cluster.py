@@ -202,6 +202,10 @@ def test_inter_graph_speeds():
     assert nccl.inter_graph(8, 48e9, 9.0) == (8, 48.0)  # H100 + NDR: kept (sm90, <50, >4 ch)
     assert nccl.inter_graph(1, 48e9, 9.0) == (2, 24.0)  # one NIC: doubled
     assert nccl.inter_graph(8, 12.5e9, 8.0) == (8, 12.0)  # 100 Gb/s NICs
+    # Blackwell, 800 Gb/s NIC read as 96 GB/s: sm100 array starts at 96, doubled to 2 x 48
+    assert nccl.inter_graph(1, 96e9, 10.3) == (2, 48.0)
+    assert nccl.inter_graph(4, 96e9, 10.0) == (8, 48.0)
+    assert nccl.inter_graph(1, 48e9, 10.0) == (2, 24.0)  # 400 Gb/s: 48, doubled, as sm90
 
 
 def test_within_one_server_the_plan_is_the_ring():

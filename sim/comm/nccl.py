@@ -132,8 +132,13 @@ SPEEDS_INTER: tuple[float, ...] = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.
 SPEEDS_INTER += (9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
 SPEEDS_INTER_SM90: tuple[float, ...] = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5)
 SPEEDS_INTER_SM90 += (15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+SPEEDS_INTER_SM100: tuple[float, ...] = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0)
+SPEEDS_INTER_SM100 += (22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
 """``speedArrayInter`` / ``sm90SpeedArrayInter`` (GB/s per channel), src/graph/search.cc: the
-speeds a graph with network nodes may take."""
+speeds a graph with network nodes may take. ``sm100SpeedArrayInter`` (Blackwell, ``ccMin >=
+100``) is NCCL 2.30.7's (NVIDIA/nccl@5067397 src/graph/search.cc:1064-1065; 2.20.3 predates
+Blackwell): it starts at 96 GB/s, so an 800 Gb/s NIC read as 96 GB/s gets a 96 GB/s channel
+(then doubled at 48) where the sm90 array capped it at 48 (doubled at 24)."""
 MAX_CHANNELS = 16
 """The ring graph's most channels: ``MAXCHANNELS / 2`` (src/init.cc)."""
 NET_OVERHEAD_US = 1.0
@@ -216,7 +221,8 @@ def inter_graph(nics: int, nic_Bps: float, compute_capability: float) -> tuple[i
     """``(channels, GB/s per channel)`` of NCCL's ring graph across servers.
 
     NCCL's search (src/graph/search.cc ``ncclTopoCompute``, 2.20.3) starts at the fastest
-    speed of ``speedArrayInter`` (``sm90SpeedArrayInter`` on Hopper and newer) not above
+    speed of ``speedArrayInter`` (``sm90SpeedArrayInter`` on Hopper, ``sm100SpeedArrayInter``
+    on Blackwell) not above
     ``maxBw``, the best GPU-to-NIC path (the NIC's speed, or the PCIe link when slower: NCCL
     reads gen4 x16 as 24 GB/s, gen5 x16 as 48), and finds one channel per NIC (each channel
     enters and leaves a server through one NIC; rail-optimised, GPU ``i``'s NIC), so ``nics``
@@ -232,6 +238,7 @@ def inter_graph(nics: int, nic_Bps: float, compute_capability: float) -> tuple[i
     if nics < 1:
         raise ValueError("a graph across servers needs at least one NIC per server")
     speeds = SPEEDS_INTER_SM90 if compute_capability >= 9.0 else SPEEDS_INTER
+    speeds = SPEEDS_INTER_SM100 if compute_capability >= 10.0 else speeds
     speed = next((s for s in speeds if s <= nic_Bps / 1e9), speeds[-1])
     n = min(nics, MAX_CHANNELS)
     keeps = compute_capability > 8.0 and speed < 50.0 and n > 4
