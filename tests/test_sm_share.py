@@ -42,12 +42,17 @@ def test_compute_runs_on_the_sms_the_collective_leaves():
 
 
 def test_nccl_launches_one_cta_per_channel():
-    # 8 servers of 8 GPUs, one 96 GB/s NIC each, sm100: NCCL's inter-node ring graph has one
-    # channel per NIC at 48 GB/s (speedArrayInter's top; sm90+ keeps 8 channels below 50 GB/s),
-    # ncclTopoPostset doubles them: 16 CTAs; NVLS takes min(nvlsChannels 32, 16) across servers.
+    # 8 servers of 8 GPUs, one 96 GB/s NIC each, sm100: NCCL 2.30.7's inter-node ring graph has
+    # one channel per NIC at 96 GB/s (sm100SpeedArrayInter's top), duplicated at 48 GB/s (16
+    # channels), and ncclTopoPostset doubles them: 32 CTAs; NVLS takes min(nvlsChannels 32, 32)
+    # across servers.
     comm = nccl.Communicator(64, 8, 8 * 48e9, nccl.NVLINK, 10.0, nics=8, nic_Bps=96e9)
-    assert ctas(comm, nccl.RING) == 16
-    assert ctas(comm, nccl.NVLS) == 16
+    assert ctas(comm, nccl.RING) == 32
+    assert ctas(comm, nccl.NVLS) == 32
+    # The same on sm90 (sm90SpeedArrayInter's top 48 GB/s; sm90+ keeps 8 channels below 50
+    # GB/s): 8 graph channels, doubled by ncclTopoPostset: 16 CTAs.
+    hopper = nccl.Communicator(64, 8, 8 * 48e9, nccl.NVLINK, 9.0, nics=8, nic_Bps=96e9)
+    assert ctas(hopper, nccl.RING) == 16
     # One server of 8 sm90 GPUs: NVLS runs NVLS_NCHANNELS_SM90 = 16 CTAs.
     one = nccl.Communicator(8, 1, 480e9, nccl.NVLINK, 9.0, nvls=True)
     assert ctas(one, nccl.NVLS) == 16

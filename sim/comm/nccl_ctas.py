@@ -55,7 +55,7 @@ def comm_channels(comm: nccl.Communicator) -> int:
     Example:
         >>> from sim.comm.nccl import Communicator
         >>> comm_channels(Communicator(64, 8, 8 * 48e9, "nvlink", 10.0, nics=8, nic_Bps=100e9))
-        16
+        32
     """
     n = min(MAX_CHANNELS, 2 * nccl.channels(comm))
     if comm.servers > 1 and comm.nics > 0 and comm.compute_capability >= 9.0 and n < 16:
