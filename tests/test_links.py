@@ -8,8 +8,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.links import FifoLink, Links
-from sim.hardware.parts import Link
+from sim.engine.links import FifoLink
 
 # A job: (start delay, hold time, links it holds in order); delays and holds are small
 # integers so that many requests, releases and grants fall on the same instant (where the
@@ -70,27 +69,3 @@ def test_fifo_link_serves_in_request_order():
     trace = _trace([(0, 2, [0]), (0, 2, [0]), (0, 2, [0])], FifoLink)
     grants = [(t, j) for t, j, what, *_ in trace if what == "got"]
     assert grants == [(0, 0), (2, 1), (4, 2)]
-
-
-def test_multi_link_transfer_queues_on_every_link_at_once():
-    """No convoy: a collective over two rails, issued at 0.1 s while each rail is busy until
-    1 s, queues on both at once, so a second transfer on rail 2 issued at 0.5 s waits behind
-    it. Hand-computed: the collective holds both 1-2 s, the later transfer 2-3 s (acquiring
-    rail by rail, the later one took rail 2 first, 1-2 s, and the collective ran 2-3 s)."""
-    env = simpy.Environment()
-    links = Links(env, None, [])  # type: ignore[arg-type]
-    r1 = Link("r1", "gpu0", "sw1", 1e9, 0.0, kind="nvswitch")
-    r2 = Link("r2", "gpu1", "sw2", 1e9, 0.0, kind="nvswitch")
-    ends = {}
-
-    def job(name, at_s, held, dur_s):
-        yield env.timeout(at_s)
-        start = yield from links.hold(held, dur_s)
-        ends[name] = (start, env.now)
-
-    for name, at_s, held in [("x1", 0.0, (r1,)), ("x2", 0.0, (r2,)),
-                             ("wide", 0.1, (r1, r2)), ("y2", 0.5, (r2,))]:  # fmt: skip
-        env.process(job(name, at_s, held, 1.0))
-    env.run()
-    assert ends["wide"] == (1.0, 2.0)
-    assert ends["y2"] == (2.0, 3.0)

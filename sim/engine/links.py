@@ -3,16 +3,8 @@
 Every directed link is a FIFO resource of capacity 1 (hardware.md §6: each link is a shared
 resource): a transfer holds every link of its route for :func:`~sim.hardware.topology.
 transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers crossing one link
-take longer than one. A transfer is queued on every link of its route at once, when it is
-issued, and starts when it holds them all: FIFO by issue time on each link. Queued at once,
-two multi-link transfers never deadlock (every link's queue is in the one order of issue, so
-the earliest waiting transfer only ever waits for transfers that already hold their links).
-Acquiring the links one after another (name order, each requested once the one before is
-granted) let later, narrower transfers overtake a wide one on the links it had not yet
-reached: a data-parallel collective over every rail (a hierarchical all-gather of 64 GPUs)
-waited for one bucket of the expert-parallel all-gather on each of the 8 rails in turn,
-not for the longest (issue 26: GPT-OSS 120B on 64 B200, 16.4 ms of 19 ms per bucket pair,
-a 0.78 s stall at the first forward). The one-hop route (the common NVLink case) is one request.
+take longer than one. Links are acquired in name order, so two multi-link transfers never
+deadlock. A single-link route (the common NVLink case) skips the sorting.
 
 NCCL's sends between GPUs that run NCCL (a compute capability in the hardware description)
 take NCCL's own time (:meth:`Links.duration_s`, :func:`sim.comm.nccl.p2p_time_s`): its
@@ -167,14 +159,15 @@ class Links:
         return res
 
     def acquire(self, links: Iterable[Link], bulk: Bulk | None = None):
-        """Process: request ``links`` at once (in name order) and wait for all; returns the grants
+        """Process: request ``links`` in name order and wait for each; returns the grants
         (give them to :meth:`release`). With ``bulk`` (a data-parallel collective) its network
         links carry it once granted, for others to share (module doc)."""
-        ordered = sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name)
-        held = [self.resource(lk.name) for lk in ordered]
-        reqs = [(res, res.request()) for res in held]  # queued on every link at once
-        for lk, (res, req) in zip(ordered, reqs, strict=True):
+        reqs = []
+        for lk in sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name):
+            res = self.resource(lk.name)
+            req = res.request()
             yield req
+            reqs.append((res, req))
             if bulk is not None and lk.kind == NETWORK:
                 res.bulk = bulk
         return reqs
@@ -188,13 +181,17 @@ class Links:
                 res.bulk = None
             res.release(req)
 
-    def _claim(self, resources: list[FifoLink]):
-        """Process: request ``resources`` at once, passing through those a data-parallel
+    def _claim(self, resources: Iterable[FifoLink]):
+        """Process: request ``resources`` in order, passing through those a data-parallel
         collective holds (module doc); returns ``(grants, the holds passed through)``."""
-        bulks = [r.bulk for r in resources if r.bulk is not None and r.bulk.open]
-        reqs = [(r, r.request()) for r in resources if r.bulk is None or not r.bulk.open]
-        for _, req in reqs:  # queued on every link at once, granted in their own time
+        reqs, bulks = [], []
+        for res in resources:
+            if res.bulk is not None and res.bulk.open:
+                bulks.append(res.bulk)
+                continue
+            req = res.request()
             yield req
+            reqs.append((res, req))
         return reqs, bulks
 
     def _shared_s(self, bulks: list[Bulk], duration_s: float) -> float:
@@ -211,7 +208,7 @@ class Links:
         bulk: bool = False,
         early: tuple[tuple[Link, ...], float] = ((), 0.0),
     ):
-        """Process: acquire ``links`` (queued on all at once), hold them ``duration_s``, release them;
+        """Process: acquire ``links`` in name order, hold them ``duration_s``, release them;
         returns the time the hold started (when the last link was granted). ``bulk``: a
         data-parallel collective, which others share on its network links (it ends later by
         what they move); else network links such a collective holds are shared, not waited
@@ -220,7 +217,7 @@ class Links:
         :meth:`sim.comm.hierarchical.CollectivePlan.local_s`)."""
         if not bulk:
             reqs, bulks = yield from self._claim(
-                [self.resource(n) for n in sorted({lk.name for lk in links})]
+                self.resource(n) for n in sorted({lk.name for lk in links})
             )
             start = self.env.now
             yield self.env.timeout(duration_s + self._shared_s(bulks, duration_s))
