@@ -29,6 +29,18 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def all_positive(value: IntList | None) -> IntList | None:
+    """``value`` (one int or a list of them, or None) unchanged when every int is at least 1.
+
+    Raises:
+        ValueError: an int below 1 ("must be >= 1, got X").
+    """
+    for x in as_list(value) if value is not None else []:
+        if x < 1:
+            raise ValueError(f"must be >= 1, got {x}")
+    return value
+
+
 def no_empty_list(value: Any) -> Any:
     """A sweep axis or a model's own axis given as ``[]`` is an error naming the key (an empty
     axis would leave the grid without a configuration, and the message without its cause)."""

@@ -10,7 +10,7 @@ from sim.config.fields import (
     IntList,
     Strict,
     StrList,
-    as_list,
+    all_positive,
     no_empty_list,
 )
 
@@ -61,10 +61,7 @@ class ModelConfig(Strict):
     @field_validator("microbatch_size", "stages", "tensor_parallel", "dp_width", "virtual_stages")
     @classmethod
     def _positive(cls, v: IntList | None) -> IntList | None:
-        for x in as_list(v) if v is not None else []:
-            if x < 1:
-                raise ValueError(f"must be >= 1, got {x}")
-        return v
+        return all_positive(v)
 
     routing: str = Field(
         "balanced",

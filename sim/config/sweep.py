@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from sim.config.fields import IntList, Strict, StrList, as_list, no_empty_list
+from sim.config.fields import IntList, Strict, StrList, all_positive, as_list, no_empty_list
 from sim.config.limits import MAX_GPUS
 
 
@@ -134,10 +134,7 @@ class SweepConfig(Strict):
     )
     @classmethod
     def _positive(cls, v: IntList | None) -> IntList | None:
-        for x in as_list(v) if v is not None else []:
-            if x < 1:
-                raise ValueError(f"must be >= 1, got {x}")
-        return v
+        return all_positive(v)
 
     @field_validator("dp_shard")
     @classmethod
