@@ -100,7 +100,9 @@ def test_megatron_step_host_counts_from_its_code():
         {"log_interval": 1, "log_num_zeros_in_grad": True, "log_params_norm": True}, False
     )
     assert t.per_optimizer_tensor == 1 + 4
-    assert t.per_dense_tensor == 1 + 1
+    # the norm reads each parameter's fp32 master, no copy per tensor (_get_param_data): the
+    # one op per dense tensor is the optimizer's gradient copy alone
+    assert t.per_dense_tensor == 1 and PARAMS_NORM.per_dense_tensor == 0
     assert t.reads == 6 + COUNT_ZEROS.reads + PARAMS_NORM.reads + TRAINING_LOG.reads == 19
     assert t.reductions == 3 + 1 + 2 + 6 + 2 == 14
     # fp16 adds the loss scaler's found-inf check

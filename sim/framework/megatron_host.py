@@ -38,8 +38,11 @@ Options (:data:`HOST_OPTIONS`), each adding what its flag makes the loop do:
 ``log_num_zeros_in_grad`` (``clip_grads.py::count_zeros_fp32``: ``torch.zeros``, then per
 tensor ``.detach()``, ``count_nonzero``, ``numel -``, ``+``; the all-reduce and ``.item()``;
 then ``reduce_max_stat_across_model_parallel_group`` in ``train_step``); ``log_params_norm``
-(``MLM:megatron/training/utils/common_utils.py::calc_params_l2_norm``: ``param.data.float()``
-per tensor without a sharded master, eight ``_compute_norm_2`` (``multi_tensor_l2norm`` and
+(``MLM:megatron/training/utils/common_utils.py::calc_params_l2_norm``: no copy per tensor, as
+``_get_param_data`` (lines 63-77) takes each parameter's fp32 ``main_param``, which both
+mixed-precision optimizers set (``core/optimizer/optimizer.py`` 1021, ``distrib_optimizer.py``
+457), under ``--bf16`` and ``param.data`` otherwise; its ``param.data.float()`` runs only for a
+bf16 parameter without a master; eight ``_compute_norm_2`` (``multi_tensor_l2norm`` and
 ``norm * norm`` for the two lists that are not empty, ``torch.zeros`` for the six that are, an
 assumption of a dense model), six all-reduces, the sums, ``.item()``); ``log_interval``: every
 ``log_interval`` iterations ``training_log`` reduces the learning rate (``torch.tensor``,
@@ -135,7 +138,6 @@ all-reduce and two ``.item()``."""
 
 PARAMS_NORM = StepHost(
     ops=2 * 3 + 6 + 3 + 4,
-    per_dense_tensor=1,
     reads=2 + 1,
     reductions=6,
     source=f"{_MLM}/training/utils/common_utils.py::calc_params_l2_norm",
@@ -143,8 +145,11 @@ PARAMS_NORM = StepHost(
 """``--log-params-norm``: two non-empty norm lists (each its overflow buffer's
 ``torch.tensor([0])``, a read, then l2norm and the square: 3 ops), six empty ones
 (``torch.zeros``), three sums of the dense norms, four of the expert norms, six all-reduces,
-``.item()``; ``param.data.float()`` per tensor without a sharded master (an assumption of a
-dense model: its expert lists empty)."""
+``.item()`` (an assumption of a dense model: its expert lists empty). No op per tensor: the
+norm reads each parameter's fp32 master (``main_param``) or, without ``--bf16``, its data
+(``_get_param_data``, common_utils.py 63-77 at d98e8a64; the same branch at a73b4d2d4a,
+``training/utils.py`` 105-119); until 2026-11-30 a ``param.data.float()`` per tensor was
+charged, which Megatron's optimizers never run."""
 
 TRAINING_LOG = StepHost(
     ops=3,
