@@ -16,14 +16,17 @@ exchanges as the pair's chain (:class:`~sim.engine.overlap.PairOverlap`, :mod:`s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from functools import partial
 
-from sim.engine.drains import drain
+from sim.engine.drains import Drained, Triples, drain, drained
+from sim.engine.host import LayerPart
 from sim.engine.inputs import SimInput
 from sim.engine.overlap import PairOverlap
 from sim.engine.pair_host import full_only
 from sim.engine.parts import RunParts
 from sim.engine.replicas import StageReplica
+from sim.engine.streams import Wait
 from sim.events import EventKind, MemCategory
 from sim.hardware.host_ops import HostWork
 from sim.memory.transients import input_grad_send_bytes
@@ -52,21 +55,65 @@ class ActionRuns:
         self.bwd_done: dict[tuple[int, int, int], int] = {}
         self._action_s = {g.name: g.action_overhead_s for g in inp.topology.gpus}
 
-    def _issue(self, rep: StageReplica, kind: str, name: str, work: HostWork, tags: dict):
-        """Process: run an action's ops as ``rep``'s host thread issues them."""
+    def _issue(
+        self,
+        rep: StageReplica,
+        kind: str,
+        name: str,
+        work: HostWork,
+        tags: dict,
+        drains: tuple[Drained, ...] = (),
+    ):
+        """Process: run an action's ops as ``rep``'s host thread issues them; the collectives
+        its host syncs drain (``drains``, :mod:`sim.engine.drains`) are logged on the group's
+        stream, not as the action's compute."""
         clock = self.hosts.clock(rep.gpu)
-        yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, **tags)
+        waits = tuple(Wait(d.before, d.seconds) for d in drains)
+        spans = yield from self.compute.run_issued(rep.gpu, kind, name, work, clock, waits, **tags)
+        if drains:
+            self.tensor.log_drained(rep, name, spans, drains, tags)
 
-    def _compute(self, rep: StageReplica, kind: str, name: str, work: HostWork, ovl, tags: dict):
-        """Process: an action's compute ``work``; with tensor-parallel collectives overlapped
-        with its GEMMs (``ovl``: :class:`~sim.parallel.tp_overlap.OverlapOp` s), those start
-        beside it, the compute takes what the pairs add, and the rank waits for both."""
+    def _drained_work(
+        self,
+        rep: StageReplica,
+        op: str,
+        layers: Iterable[int],
+        tp: Triples,
+        parts_of: Callable[[tuple[float, ...]], tuple[LayerPart, ...]],
+    ) -> tuple[HostWork, Triples, tuple[Drained, ...]]:
+        """The layered work of action ``op`` (``F`` or ``R``) of ``rep``'s stage, its parts
+        ``parts_of(drain_s)``, with the collectives the host syncs of ``layers`` drain inside
+        it (:func:`~sim.engine.drains.drain`): ``(work, tp without them, where they run)``."""
+        comm_s = partial(self.tensor.comm_s, rep)
+        drain_s, left = drain(rep.cost, layers, tp, comm_s)
+        parts = parts_of(drain_s)
+        work = self.hosts.layered(rep.gpu, op, parts)
+        if not any(drain_s):
+            return work, left, ()
+        prefixes = self.hosts.drain_prefixes(rep.gpu, op, parts)
+        return work, left, drained(rep.cost, drain_s, prefixes, comm_s)
+
+    def _compute(
+        self,
+        rep: StageReplica,
+        kind: str,
+        name: str,
+        work: HostWork,
+        ovl,
+        tags: dict,
+        drains: tuple[Drained, ...] = (),
+    ):
+        """Process: an action's compute ``work`` (``drains``: as in :meth:`_issue`); with
+        tensor-parallel collectives overlapped with its GEMMs (``ovl``:
+        :class:`~sim.parallel.tp_overlap.OverlapOp` s), those start beside it, the compute
+        takes what the pairs add, and the rank waits for both."""
         if not ovl:
-            yield from self._issue(rep, kind, name, work, tags)
+            yield from self._issue(rep, kind, name, work, tags, drains)
             return
         comm = self.tensor.start(rep, name, ovl, tags)
         extra = self.tensor.overlap_extra_s(rep, ovl)
-        yield from self._issue(rep, kind, name, work.then(HostWork.device_only(extra)), tags)
+        work = work.then(HostWork.device_only(extra))
+        yield from self._issue(rep, kind, name, work, tags, drains)
         yield comm
 
     def _with_runtime(self, work: HostWork, gpu: str, op: str) -> HostWork:
@@ -155,20 +202,18 @@ class ActionRuns:
         elif plan.fsdp is not None:  # unit by unit (sim.engine.fsdp)
             yield from self.fsdp.forward(rep, a, tags, self._unit_runner(rep, a, tags, "F"))
         else:
+            drains: tuple[Drained, ...] = ()
             if cost.fwd_layers and full_only(plan):
                 every = range(len(cost.fwd_layers))
-                comm_s = partial(self.tensor.comm_s, rep)
-                drain_s, tp_after = drain(cost, every, tp_after, comm_s)
-                parts = cost.forward_parts(plan.recompute_layers, drain_s)
-                work = self.hosts.layered(gpu, "F", parts)
+                parts_of = partial(cost.forward_parts, plan.recompute_layers)
+                work, tp_after, drains = self._drained_work(rep, "F", every, tp_after, parts_of)
             else:
                 work = self.hosts.work(
                     gpu, "F", cost.fwd_s, cost.fwd_ops, nograd_ops=plan.recompute_ops
                 )
             work = self._with_runtime(work, gpu, "F")
-            yield from self._compute(
-                rep, EventKind.COMPUTE, str(a), work, cost.tp_fwd_overlap, tags
-            )
+            ovl = cost.tp_fwd_overlap
+            yield from self._compute(rep, EventKind.COMPUTE, str(a), work, ovl, tags, drains)
         if gathers.active:
             yield from gathers.after(rep, it, start, cost.fwd_s, tags)
         if plan.offload_fwd_stall_s > 0:  # TE's offload schedule (sim.memory.offload_schedule)
@@ -270,16 +315,16 @@ class ActionRuns:
         elif plan.fsdp is not None and a.op == "B":
             pass  # each unit recomputes before its backward (sim.engine.fsdp)
         else:
+            drains: tuple[Drained, ...] = ()
             if rep.cost.fwd_layers and full_only(plan):
-                comm_s = partial(self.tensor.comm_s, rep)
-                drain_s, tp_rec = drain(rep.cost, plan.recompute_layers, tp_rec, comm_s)
-                parts = rep.cost.recompute_parts(plan.recompute_layers, drain_s)
-                work = self.hosts.layered(gpu, "R", parts)
+                layers = plan.recompute_layers
+                parts_of = partial(rep.cost.recompute_parts, layers)
+                work, tp_rec, drains = self._drained_work(rep, "R", layers, tp_rec, parts_of)
             else:
                 rec = (plan.recompute_s, plan.recompute_ops, plan.recompute_regions)
                 work = self.hosts.work(gpu, "R", *rec)
             ovl = rep.cost.tp_recompute_overlap
-            yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags)
+            yield from self._compute(rep, EventKind.RECOMPUTE, f"R{a}", work, ovl, tags, drains)
         if overlap is not None:
             tp_rec = tp_rec + _triples(rep.cost.tp_recompute_overlap)
         if tp_rec:

@@ -5,14 +5,19 @@ sync waits for (:meth:`~sim.engine.stage_cost.StageCost.drained`: Megatron-DeepS
 copies before the MLP wait for the attention's ``RowParallelLinear`` all-reduce). The engine
 times them uncontended on the group's ring and puts them in the layer's device work before the
 sync (:attr:`~sim.engine.host.LayerPart.drain_s`), and removes them from the collectives the
-action joins after its kernels (:func:`drain`, :func:`less`).
+action joins after its kernels (:func:`drain`, :func:`less`). On the timeline they are what
+they are: gaps in the action's compute span (:class:`~sim.engine.streams.ComputeStream`) and
+collectives on the group's stream (:meth:`~sim.engine.tensor_collectives.TensorCollectives.
+log_drained`), where the work before them lets them start (:func:`drained`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from sim.engine.stage_cost import StageCost
+from sim.hardware.host_ops import HostWork
 
 Triples = tuple[tuple[str, float, int], ...]
 """Collectives as ``(kind, bytes each, count)``."""
@@ -36,6 +41,41 @@ def drain(
     for i in layers:
         drain_s[i] = sum(comm_s(k, nb) for k, nb in cost.drained(i))
     return tuple(drain_s), left
+
+
+class Drained(NamedTuple):
+    """The collectives one layer's first host sync waits for, as an action's work runs them.
+
+    Attributes:
+        before: the action's work issued before them (:func:`~sim.engine.host.drain_prefixes`).
+        ops: ``(kind, bytes, seconds)`` of each, in issue order, one after another.
+    """
+
+    before: HostWork
+    ops: tuple[tuple[str, float, float], ...]
+
+    @property
+    def seconds(self) -> float:
+        """Their seconds together (the layer's :attr:`~sim.engine.host.LayerPart.drain_s`)."""
+        return sum(sec for _, _, sec in self.ops)
+
+
+def drained(
+    cost: StageCost,
+    drain_s: Sequence[float],
+    prefixes: tuple[HostWork, ...],
+    comm_s: Callable[[str, float], float],
+) -> tuple[Drained, ...]:
+    """The drained collectives of an action's layered work, in order: one :class:`Drained`
+    per layer with ``drain_s > 0`` (from :func:`drain`; increasing layer order, as
+    :meth:`StageCost.forward_parts` and :meth:`StageCost.recompute_parts` order the parts),
+    each with its ``prefixes`` entry (:func:`~sim.engine.host.drain_prefixes` of those parts)
+    and its ops timed by ``comm_s`` as :func:`drain` timed them."""
+    layers = [i for i, sec in enumerate(drain_s) if sec > 0]
+    return tuple(
+        Drained(before, tuple((kind, nb, comm_s(kind, nb)) for kind, nb in cost.drained(i)))
+        for i, before in zip(layers, prefixes, strict=True)
+    )
 
 
 def less(tp: Triples, ops: list[tuple[str, float]]) -> Triples | None:
