@@ -113,7 +113,8 @@ class ComputeStream:
         done with its ``before`` and the host has issued that; each piece of work is logged as
         ``kind`` over the last of the seconds it has before its end, the device's idle time
         before it and before a wait as ``host_wait`` (as :meth:`run_issued` logs a whole
-        span)."""
+        span). What overlapped collectives took (:mod:`sim.engine.sm_share`) lengthens the last
+        piece only (assumption: the waits stay where the host model puts them)."""
         host_free, t, end = free
         done_s, spans = 0.0, []
         for w in waits:
