@@ -381,6 +381,29 @@ def test_a_host_sync_after_a_collective_waits_for_it():
     assert tp == {(3.0, 3.5, 0.5e9)}  # the drained one is device time before the sync
 
 
+def test_a_drained_all_reduce_is_logged_on_the_tensor_stream_not_as_compute():
+    # The drained stage above, by hand on gpu0: the host issues the first op 0-1 (the device
+    # idles), the device runs it 1-1.25, the drained all-reduce (0.5 s on the ring) 1.25-1.75
+    # on the group's stream, idles while the host issues the second op 1.75-2.75, runs it
+    # 2.75-3.0; the other all-reduce after the kernels 3.0-3.5. The forward's compute is its
+    # 0.5 s of device work, not 1.0 s with the all-reduce in it.
+    log = simulate(_drained_stage((1,)))
+    spans = [
+        (e.kind, e.stream, e.start_s, e.end_s)
+        for e in log.events
+        if e.device == "gpu0" and e.stage == 0 and e.name in ("0F0", "host 0F0", "tp allreduce 0F0 drained")
+    ]  # fmt: skip
+    assert sorted(spans, key=lambda x: x[2]) == [
+        ("host_wait", "compute", 0.0, 1.0),
+        ("compute", "compute", 1.0, 1.25),
+        ("allreduce", "tp", 1.25, 1.75),
+        ("host_wait", "compute", 1.75, 2.75),
+        ("compute", "compute", 2.75, 3.0),
+    ]
+    drained = [e for e in log.events if e.name == "tp allreduce 0F0 drained"]
+    assert [(e.device, e.nbytes) for e in drained] == [("gpu0", 0.5e9), ("gpu1", 0.5e9)]
+
+
 def test_pair_forward_without_layer_costs_issues_its_recompute_ops_without_autograd():
     """An overlapped F/B pair on a stage without per-layer costs, recompute on: the pair's
     forward is one part whose 40 recomputed ops of 100 are issued without autograd recording,

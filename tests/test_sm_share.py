@@ -7,9 +7,10 @@ import pytest
 import simpy
 
 from sim.comm import nccl
-from sim.comm.nccl_ctas import ctas
+from sim.comm.nccl_ctas import capability, ctas
 from sim.engine.sm_share import SmShare
 from sim.engine.streams import ComputeStream
+from sim.hardware import load_hardware
 
 
 def _span_s(work_s: float, comm_s: float, comm_ctas: int, sms: int) -> float:
@@ -56,3 +57,14 @@ def test_nccl_launches_one_cta_per_channel():
     # One server of 8 sm90 GPUs: NVLS runs NVLS_NCHANNELS_SM90 = 16 CTAs.
     one = nccl.Communicator(8, 1, 480e9, nccl.NVLINK, 9.0, nvls=True)
     assert ctas(one, nccl.NVLS) == 16
+
+
+def test_cta_count_reads_the_gpu_specs_capability_table_blackwell_left_unset():
+    # One table (sim.hardware.gpu_spec.COMPUTE_CAPABILITY, NVIDIA's CUDA GPU list): B200 10.0,
+    # B300 10.3, H100 9.0. The DGX B200/B300 presets leave the GPU's field unset (their
+    # collectives are not timed by NCCL's tuner), yet their CTAs are counted as sm100's.
+    for preset, model_cc in (("dgx-b200", 10.0), ("dgx-b300", 10.3), ("dgx-h100", 9.0)):
+        gpu = load_hardware(preset).gpus[0]
+        assert capability(gpu.model) == model_cc
+        assert gpu.compute_capability == (9.0 if preset == "dgx-h100" else None)
+    assert capability("MI300X") is None

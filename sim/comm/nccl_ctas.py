@@ -23,29 +23,22 @@ Source: NCCL at commit ``5067397c2676d5aed50042fc39e5c8ee96eb0027`` (github NVID
 from __future__ import annotations
 
 from sim.comm import nccl
-from sim.hardware.gpu_spec import COMPUTE_CAPABILITY
+from sim.hardware.gpu_spec import model_capability
 
 MAX_CHANNELS = 64
 """``MAXCHANNELS`` (NCCL ``src/include/device.h``)."""
 NVLS_CHANNELS_SM90, NVLS_CHANNELS_SM100_NVL, NVLS_CHANNELS_SM100 = 16, 24, 32
 """``NVLS_NCHANNELS_SM90``, ``_SM100_NVL`` (one server), ``_SM100`` (NCCL src/transport/nvls.cc)."""
-CUDA_CAPABILITY = {"B200": 10.0, "GB200": 10.0, "B300": 10.3, "GB300": 10.3}
-"""Compute capability by GPU model-name prefix where presets leave it unset (NVIDIA, "CUDA
-GPUs - Compute Capability", developer.nvidia.com/cuda-gpus: B200 / GB200 10.0, B300 / GB300
-10.3); used only to count CTAs (:func:`capability`)."""
 FAST_CHANNEL_GBPS = 45.0
 """``bwIntra`` above which NCCL doubles the channels again across servers on sm90+ (connect.cc)."""
 
 
 def capability(model: str) -> float | None:
-    """Compute capability of a GPU ``model`` for counting CTAs: the Hopper and older table of
-    :data:`sim.hardware.gpu_spec.COMPUTE_CAPABILITY`, then :data:`CUDA_CAPABILITY`; None if
-    neither knows it."""
-    table = {**COMPUTE_CAPABILITY, **CUDA_CAPABILITY}
-    return next(
-        (cc for p, cc in sorted(table.items(), key=lambda kv: -len(kv[0])) if model.startswith(p)),
-        None,
-    )
+    """Compute capability of a GPU ``model`` for counting CTAs: the GPU spec's table by name
+    prefix (:func:`sim.hardware.gpu_spec.model_capability`), Blackwell included where presets
+    leave the field unset (:data:`sim.hardware.gpu_spec.NOT_DEFAULTED`); None if it does not
+    know it."""
+    return model_capability(model)
 
 
 def comm_channels(comm: nccl.Communicator) -> int:

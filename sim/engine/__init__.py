@@ -6,8 +6,11 @@ one transfer-time formula), :mod:`~sim.engine.streams` (compute spans and stalls
 :mod:`~sim.engine.traffic` (the memory policy's copies), :mod:`~sim.engine.sends` (stage to
 stage sends), :mod:`~sim.engine.collectives` (data-parallel rings), :mod:`~sim.engine.buckets`
 (DDP's overlapped buckets), :mod:`~sim.engine.partitioned` (ZeRO-3 gathers and scatters),
-:mod:`~sim.engine.tensor_collectives` (Megatron's) and :mod:`~sim.engine.pipeline` (the stage
-replicas, :func:`simulate`).
+:mod:`~sim.engine.tensor_collectives` (Megatron's), :mod:`~sim.engine.drains` (collectives a
+host sync waits for), :mod:`~sim.engine.parts` (one run's composed parts),
+:mod:`~sim.engine.actions` (a forward, a backward, a recompute), :mod:`~sim.engine.pairs`
+(overlapped F/B pairs) and :mod:`~sim.engine.pipeline` (the stage replicas' processes,
+:func:`simulate`).
 """
 
 from sim.engine.inputs import DDP_BUCKET_BYTES, SimInput

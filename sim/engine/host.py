@@ -155,7 +155,30 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
     >>> [round(w.finish(0.0, 1e-3)[0] * 1e6) for w in (plain, synced)]
     [2000, 2257]
     """
-    out = HostWork.device_only(0.0)
+    return _layered(host, op, parts)[0]
+
+
+def drain_prefixes(
+    host: HostOverhead, op: str, parts: tuple[LayerPart, ...]
+) -> tuple[HostWork, ...]:
+    """For each part of ``parts`` with a ``drain_s``, in order, the work of
+    :func:`layered_work` issued before that drain: where the device runs it is
+    ``max(*prefix.finish(host_free_s, device_free_s))`` (a device-only op starts when the device
+    is done and the host has issued it), for ``drain_s`` seconds.
+
+    >>> h = HostOverhead(op_s=10e-6)
+    >>> part = LayerPart(1e-3, 100.0, 0.0, 0.0, 0.0, 0.0, (0.5,), 0.0, 2e-3)
+    >>> [round(t * 1e6) for t in drain_prefixes(h, "F", (part,))[0].finish(0.0, 0.0)]
+    [510, 500]
+    """
+    return _layered(host, op, parts)[1]
+
+
+def _layered(
+    host: HostOverhead, op: str, parts: tuple[LayerPart, ...]
+) -> tuple[HostWork, tuple[HostWork, ...]]:
+    """``(`` :func:`layered_work` ``,`` :func:`drain_prefixes` ``)``."""
+    out, before = HostWork.device_only(0.0), []
     for device_s, ops, nograd, modules, functions, te, sync, after, drain in parts:
         regions = 1 if op == "R" else 0
         pieces = _pieces(sync)
@@ -166,8 +189,9 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
             g = nograd * n / ops if after and ops else nograd * k
             out = out.then(action_work(host, op, device_s * k, n, 0 if i else regions, g, calls))
             if i == 0 and drain > 0:  # the collectives the first sync waits for
+                before.append(out)
                 out = out.then(HostWork.device_only(drain))
-    return out
+    return out, tuple(before)
 
 
 def _piece_ops(ops: float, after: float, pieces: tuple[float, ...]) -> tuple[float, ...]:
@@ -235,6 +259,12 @@ class HostThreads:
     def layered(self, gpu: str, op: str, parts: tuple[LayerPart, ...]) -> HostWork:
         """:func:`layered_work` with ``gpu``'s host overhead."""
         return layered_work(self.overhead_of(gpu), op, parts)
+
+    def drain_prefixes(
+        self, gpu: str, op: str, parts: tuple[LayerPart, ...]
+    ) -> tuple[HostWork, ...]:
+        """:func:`drain_prefixes` with ``gpu``'s host overhead."""
+        return drain_prefixes(self.overhead_of(gpu), op, parts)
 
     def work(
         self,

@@ -22,6 +22,7 @@ from functools import partial
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan, collective_plan
+from sim.engine.drains import Drained
 from sim.engine.inputs import SimInput
 from sim.engine.links import Links
 from sim.engine.rendezvous import Rendezvous
@@ -99,6 +100,27 @@ class TensorCollectives:
                     **tags,
                 )
             )
+
+    def log_drained(
+        self,
+        rep: StageReplica,
+        label: str,
+        spans: tuple[tuple[float, float], ...],
+        drains: tuple[Drained, ...],
+        tags: dict,
+    ) -> None:
+        """Log the collectives of action ``label`` that its layers' host syncs drained
+        (:mod:`sim.engine.drains`), each :class:`~sim.engine.drains.Drained` in its ``spans``
+        entry (``(start, end)`` seconds, :meth:`~sim.engine.streams.ComputeStream.run_issued`):
+        one event per collective on ``rep``'s GPU and stream ``tp``, one after another."""
+        names = self.ring(rep.replica, rep.stage).names
+        for (t, _), d in zip(spans, drains, strict=True):
+            for kind, nbytes, sec in d.ops:
+                self.links.events.append(
+                    Event(kind, rep.gpu, Stream.TP, f"tp {kind} {label} drained", t, t + sec,
+                          nbytes=nbytes, links=names, **tags)
+                )  # fmt: skip
+                t += sec
 
     def _run(self, rep: StageReplica, ops: tuple[tuple[str, float, int], ...], done: simpy.Event):
         plan = self.ring(rep.replica, rep.stage)

@@ -154,7 +154,7 @@ LOSS_READ = Setting(
 def with_loss_read(rt: PipelineRuntime) -> PipelineRuntime:
     """``rt`` with DeepSpeed's read of the loss before each backward of the last stage
     (:data:`LOSS_READ`): the engine's ``loss_reads``, which blocks the host after each
-    forward of the last stage (:meth:`sim.engine.pipeline` ``_read_loss``); the same point in
+    forward of the last stage (:meth:`sim.engine.actions.ActionRuns._read_loss`); the same point in
     1F1B, where a last stage's backward follows its forward.
 
     Example:

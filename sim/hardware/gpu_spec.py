@@ -136,7 +136,8 @@ class GPUSpec(BaseModel):
         description="CUDA compute capability (7.0 V100, 8.0 A100/A800, 9.0 H100/H200): the GPUs "
         "run NCCL, whose collectives and sends are timed by NCCL's own tuning model "
         "(sim.comm.nccl). Default: from `model` (COMPUTE_CAPABILITY; NVIDIA's CUDA GPU list), "
-        "none for other models (then the links' latency and rate time them).",
+        "none for Blackwell models (NOT_DEFAULTED) and other models (then the links' latency "
+        "and rate time them).",
     )
     nvls: bool = Field(
         default=False,
@@ -263,13 +264,38 @@ class GPUSpec(BaseModel):
 
 COMPUTE_CAPABILITY = {"V100": 7.0, "A100": 8.0, "A800": 8.0, "H100": 9.0, "H800": 9.0}
 COMPUTE_CAPABILITY |= {"H200": 9.0, "RTX-3090": 8.6, "RTX-4090": 8.9}
+COMPUTE_CAPABILITY |= {"B200": 10.0, "GB200": 10.0, "B300": 10.3, "GB300": 10.3}
 """Compute capability by model-name prefix (NVIDIA, "CUDA GPUs - Compute Capability",
-developer.nvidia.com/cuda-gpus): V100 7.0, A100 8.0, H100 9.0, RTX 3090 8.6, RTX 4090 8.9; the
-A800, H800 and H200 are the A100's and H100's dies."""
+developer.nvidia.com/cuda-gpus): V100 7.0, A100 8.0, H100 9.0, RTX 3090 8.6, RTX 4090 8.9,
+B200 / GB200 10.0, B300 / GB300 10.3; the A800, H800 and H200 are the A100's and H100's dies.
+No prefix is another's, so the order of the entries does not matter."""
+NOT_DEFAULTED = frozenset({"B200", "GB200", "B300", "GB300"})
+"""Prefixes of :data:`COMPUTE_CAPABILITY` that are not a GPU spec's default
+(:func:`compute_capability`): a capability switches NCCL's tuning model on for the GPU's
+collectives, and the DGX B200 and B300 presets leave it unset on purpose, their collectives
+timed by the links and the measured tables of SimuMax's B200 node (dgx-b200.yaml,
+dgx-b300.yaml), so a default would change their predictions (the GB200 and GB300 presets set
+theirs). Counting NCCL's CTAs reads them still (:func:`model_capability`,
+:func:`sim.comm.nccl_ctas.capability`)."""
+
+
+def model_capability(model: str) -> float | None:
+    """The :data:`COMPUTE_CAPABILITY` of GPU ``model``'s name prefix (every entry); None if
+    no prefix matches.
+
+    >>> model_capability("B300-SXM6-288GB"), model_capability("H100-SXM5-80GB")
+    (10.3, 9.0)
+    """
+    return next((cc for p, cc in COMPUTE_CAPABILITY.items() if model.startswith(p)), None)
 
 
 def compute_capability(g: GPUSpec) -> float | None:
-    """``g.compute_capability``, else the :data:`COMPUTE_CAPABILITY` of its model's prefix."""
+    """``g.compute_capability``, else the :data:`COMPUTE_CAPABILITY` of its model's prefix
+    unless that prefix is :data:`NOT_DEFAULTED`."""
     if g.compute_capability is not None:
         return g.compute_capability
-    return next((cc for p, cc in COMPUTE_CAPABILITY.items() if g.model.startswith(p)), None)
+    return next(
+        (cc for p, cc in COMPUTE_CAPABILITY.items()
+         if g.model.startswith(p) and p not in NOT_DEFAULTED),
+        None,
+    )  # fmt: skip

@@ -37,7 +37,7 @@ class GPU:
         action_overhead_s: ``(forward, backward)`` seconds the pipeline runtime adds to each
             F and each B or I on this GPU's compute stream beyond the layers and the link
             transfers (measured on CPU ranks by ``sim calibrate``; 0 elsewhere;
-            :mod:`sim.engine.pipeline`).
+            :mod:`sim.engine.actions`).
         step_costs: measured optimizer updates, ``(optimizer, seconds per parameter tensor,
             parameter bytes per second)`` each (:meth:`step_cost`); empty: the memory-bound
             estimate of :mod:`sim.memory.states`.

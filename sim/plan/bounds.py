@@ -8,7 +8,7 @@ stages, which do not depend on the partition, and the averaging argument (the la
 
 **Memory.** The engine charges each stage replica's model states on the GPU (weights of every
 version, gradients, optimizer state) and its runtime reserve (CUDA context, cuBLAS workspace,
-NCCL buffers of each peer) at t = 0 and keeps them (:meth:`sim.engine.pipeline.Pipeline.run`),
+NCCL buffers of each peer) at t = 0 and keeps them (:meth:`sim.engine.pipeline.Engine.run`),
 so a GPU's peak is at least its stage's static bytes plus that reserve. Per parameter, a policy
 keeps at least its :meth:`~sim.memory.base.MemoryPolicy.min_state_bytes_per_param` on the GPU
 (each class says: ``none``, ``recompute``, ``cpu_swap``: every state; ``d2d_swap`` and

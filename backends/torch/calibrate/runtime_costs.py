@@ -1,7 +1,7 @@
 """What our pipeline runtime and the replay's optimizer step cost a rank, measured for
 ``sim calibrate``.
 
-Two micro-quantities the simulator charges besides the profiled layers (``sim.engine.pipeline``,
+Two micro-quantities the simulator charges besides the profiled layers (``sim.engine.actions``,
 ``sim.memory.compose.stage_step_s``):
 
 * **Per-action overhead** (:func:`action_overhead`): the ranks run our runtime's own action path
