@@ -125,7 +125,9 @@ HOST_ADAM_BYTES = 2 + 3 * 4 + 3 * 4
 (Tencent/PatrickStar@6ee4fe8 and @4ef26cc ``patrickstar/ops/csrc/adam/cpu_adam.cpp``
 ``Adam_Optimizer::Step``) is called with the 16-bit gradients of the pinned read buffer
 (``FP16Adam.ds_cpu_adam_update`` gets ``read_chunk_buff.access_from_cache(...)``, a
-``torch.half`` chunk, ``patrickstar/ops/fp16_cpu_adam.py``), so with ``grad_half_precision`` it
+``torch.half`` chunk, ``patrickstar/ops/fp16_cpu_adam.py``; ``ds_adam_step`` sets
+``grad_half_precision`` from ``grads.options().dtype() == at::kHalf``, ``cpu_adam.cpp`` 737
+@4ef26cc), so it
 loads each gradient as 2 bytes (``SIMD_LOAD_HALF``; ``(float)grads_cast_h[k]`` in the scalar
 tail) and unscales it in the loop (``loss_scale``); the fp32 weight, momentum and variance are
 loaded and stored (4 bytes each, both ways): 26 bytes, against the 28 of DeepSpeed's CPU Adam
