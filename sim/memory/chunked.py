@@ -127,10 +127,9 @@ HOST_ADAM_BYTES = 2 + 3 * 4 + 3 * 4
 (``FP16Adam.ds_cpu_adam_update`` gets ``read_chunk_buff.access_from_cache(...)``, a
 ``torch.half`` chunk, ``patrickstar/ops/fp16_cpu_adam.py``; ``ds_adam_step`` sets
 ``grad_half_precision`` from ``grads.options().dtype() == at::kHalf``, ``cpu_adam.cpp`` 737
-@4ef26cc), so it
-loads each gradient as 2 bytes (``SIMD_LOAD_HALF``; ``(float)grads_cast_h[k]`` in the scalar
-tail) and unscales it in the loop (``loss_scale``); the fp32 weight, momentum and variance are
-loaded and stored (4 bytes each, both ways): 26 bytes, against the 28 of DeepSpeed's CPU Adam
+@4ef26cc), so it loads each gradient as 2 bytes (``SIMD_LOAD_HALF``; ``(float)grads_cast_h[k]``
+in the scalar tail) and unscales it in the loop (``loss_scale``); the fp32 weight, momentum and
+variance are loaded and stored (4 bytes each, both ways): 26 bytes, against the 28 of DeepSpeed's CPU Adam
 with fp32 gradients whose rate ZeRO-Offload's Table 4 measures
 (:data:`sim.memory.zero_offload.ADAM_HOST_BYTES`; the rate is taken as bound by DRAM
 bandwidth, :mod:`sim.memory.host_adam`)."""
