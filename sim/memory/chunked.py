@@ -52,7 +52,8 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   owned chunks: hybrid Adam keeps its margin's worth on the GPU
   (:func:`~sim.memory.memtracer.gpu_adam_chunks`), the rest live in host DRAM as pinned CPU
   chunks (``Chunk.allocate_payload``), within ``0.8 * MemTotal / ranks`` per rank, and CPU
-  Adam updates them (in the server's CPU-Adam pool, :mod:`sim.memory.host_adam`), with their
+  Adam updates them (in the server's CPU-Adam pool, :mod:`sim.memory.host_adam`; reading the
+  16-bit gradients, 26 bytes per element against DeepSpeed's 28, :func:`host_adam_s`), with their
   16-bit gradients copied down before the host step (``FP32ChunkReadBuffer``, a pinned 16-bit
   chunk) and their updated weights up after it in fp32, 4 bytes per element: PatrickStar's
   ``FP16ChunkWriteBuffer.write_from_cache`` copies each host fp32 chunk into a GPU fp32 buffer
@@ -103,6 +104,7 @@ from sim.memory.plan import StagePlan, Transfer
 from sim.memory.reserve import overhead
 from sim.memory.tensors import stage_groups
 from sim.memory.zero_offload import (
+    ADAM_HOST_BYTES,
     RECOMPUTE,
     base_plan,
     parse_options,
@@ -117,6 +119,20 @@ V045 = "v045"
 """PatrickStar's memory tracer as released up to v0.4.5 (2021-12-13), the code of both published
 throughput figures (module doc, "``v045``")."""
 
+
+HOST_ADAM_BYTES = 2 + 3 * 4 + 3 * 4
+"""Host DRAM bytes per element of PatrickStar's CPU Adam: its copy of DeepSpeed's loop
+(Tencent/PatrickStar@6ee4fe8 and @4ef26cc ``patrickstar/ops/csrc/adam/cpu_adam.cpp``
+``Adam_Optimizer::Step``) is called with the 16-bit gradients of the pinned read buffer
+(``FP16Adam.ds_cpu_adam_update`` gets ``read_chunk_buff.access_from_cache(...)``, a
+``torch.half`` chunk, ``patrickstar/ops/fp16_cpu_adam.py``; ``ds_adam_step`` sets
+``grad_half_precision`` from ``grads.options().dtype() == at::kHalf``, ``cpu_adam.cpp`` 737
+@4ef26cc), so it loads each gradient as 2 bytes (``SIMD_LOAD_HALF``; ``(float)grads_cast_h[k]``
+in the scalar tail) and unscales it in the loop (``loss_scale``); the fp32 weight, momentum and
+variance are loaded and stored (4 bytes each, both ways): 26 bytes, against the 28 of DeepSpeed's CPU Adam
+with fp32 gradients whose rate ZeRO-Offload's Table 4 measures
+(:data:`sim.memory.zero_offload.ADAM_HOST_BYTES`; the rate is taken as bound by DRAM
+bandwidth, :mod:`sim.memory.host_adam`)."""
 
 UPLOAD_BYTES = 4
 """Bytes per element of a host-updated weight on its way up: the fp32 master chunk
@@ -325,7 +341,7 @@ def chunk_states(
         + traffic.memset_s(hbm),
         host_bytes=host_chunk_bytes(ctx, lay, k),
         host_framework_bytes=host_framework_bytes(mem_total, ranks),
-        host_optimizer_s=os_host * lay.utilization / adam_rate(ctx),  # Adam runs per tensor
+        host_optimizer_s=host_adam_s(os_host * lay.utilization, adam_rate(ctx)),  # per tensor
         host_optimizer_pool=adam_pool(ctx),
         host_step_chunks=lay.real - k,
         step_transfers_before=_copy(ctx.gpu, ctx.host, back * g, "grads"),
@@ -386,6 +402,18 @@ def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
     host = ctx.topology.host(ctx.host).overhead
     reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=2)
     return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + reads
+
+
+def host_adam_s(elems: float, adam_params_per_s: float) -> float:
+    """Seconds of PatrickStar's CPU Adam over ``elems`` elements on a host whose DeepSpeed CPU
+    Adam (fp32 gradients) updates ``adam_params_per_s`` parameters per second: the DRAM-bound
+    rate scaled by the bytes each loop streams, :data:`HOST_ADAM_BYTES` (16-bit gradients)
+    against :data:`~sim.memory.zero_offload.ADAM_HOST_BYTES`.
+
+    >>> round(host_adam_s(2.8e9, 1e9), 6)
+    2.6
+    """
+    return elems / adam_params_per_s * HOST_ADAM_BYTES / ADAM_HOST_BYTES
 
 
 def pool_wait_s(host_s: float, copies_s: float, chunks: int, sharers: int) -> float:
