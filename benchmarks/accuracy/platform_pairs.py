@@ -12,7 +12,12 @@ Pairs: rows of ``measured/megatron_bridge_blackwell.csv`` with the same model, r
 ``table`` column's first field, e.g. ``26.04.01``), GPU count, tp / pp / vp / cp / ep, micro
 and global batch and precision, one on ``B200`` and one on ``GB200`` (or ``B300`` and
 ``GB300``). Their recipes may still differ by the settings the recipe table gives per GPU
-(``measurements/megatron-bridge/recipes.csv``: e.g. the CUDA-graph scope). Predictions: a
+(``measurements/megatron-bridge/recipes.csv``: e.g. the CUDA-graph scope, which for Qwen3-30B
+in 26.02.01-26.04.01 takes attention on B200 and not on GB200: NVIDIA-NeMo/Megatron-Bridge@f9b6319
+``scripts/performance/configs/qwen/qwen3_workload_base_configs.py``
+``QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1`` / ``..._GB200_FP8_MX_V1``). ``model_rows.py
+--host-as PRESET`` predicts the rows with every host priced alike, which shows what the hosts'
+pricing does to the ratios. Predictions: a
 ``predictions.csv`` of ``bench_measured_data.py`` (``where`` ends in the CSV row number,
 ``predicted_s``), or ``model_rows.py``'s output (``row``, ``predicted_s``). Nothing is fitted.
 
