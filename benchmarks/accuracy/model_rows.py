@@ -9,6 +9,11 @@ mean and the MAPE per model. Nothing is fitted.
 Run: ``PIPESIM_SHARED_DATA=../shared/data python benchmarks/accuracy/model_rows.py
 --models "GPT OSS,Nemotron_3_Super" --out /tmp/rows.csv``; run it on two checkouts and join on
 ``row``.
+
+``--host-as PRESET`` prices every row's host as that preset's ``host_overhead`` (an overlay
+over every hardware, :class:`sim.runs.predict.Predictor`): a counterfactual that isolates what
+the host pricing of each platform does (e.g. ``--host-as dgx-b200`` or ``gb200-nvl72`` for the
+x86 DGX against Grace rows, ``benchmarks/accuracy/platform_pairs.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy.bench_measured_data import DATA, RECIPES, SOURCES, read_source, record  # noqa: E402
+from sim.hardware.loader import load_hardware_spec  # noqa: E402
 from sim.runs.predict import Predictor  # noqa: E402
 
 
@@ -31,9 +37,16 @@ def main() -> None:
     ap.add_argument("--models", default="", help="model-name prefixes, comma-separated")
     ap.add_argument("--source", default="bridge", choices=sorted(SOURCES))
     ap.add_argument("--out", required=True, help="CSV to write")
+    ap.add_argument("--host-as", default="", help="price every host as this preset's")
     args = ap.parse_args()
     prefixes = tuple(m for m in args.models.split(",") if m)
-    pred, recs = Predictor(), []
+    over = None
+    if args.host_as:
+        host = load_hardware_spec(args.host_as).host_overhead
+        if host is None:
+            sys.exit(f"{args.host_as} has no host_overhead")
+        over = {"host_overhead": host.model_dump(exclude_unset=True)}
+    pred, recs = Predictor(over), []
     for run in read_source(args.source, DATA / SOURCES[args.source], RECIPES, 0):
         if args.source == "bridge" and prefixes and not run.name.startswith(prefixes):
             continue
