@@ -256,6 +256,27 @@ def test_cuda_graphs_remove_the_captured_layers_host_work():
         assert simulate(inp).iteration_ends_s == [pytest.approx(span)]
 
 
+def test_a_moe_router_graph_takes_the_router_region_off_the_eager_layer():
+    # A MoE block: 200 / 150 forward / backward ops (40 / 30 of them its grouped experts'),
+    # 700 module calls, 10 Function applies, 20 Python backward nodes. The router region
+    # (pre-MLP norm, router, preprocess: 38 / 29.5 ops, 2 modules, 2 Functions, counted by
+    # scripts/count_moe_router_region.py) is captured by moe_router (Megatron-LM@2edffadb
+    # transformer_layer.py 1034-1069, 821-833), the rest of the layer stays eager:
+    # 200 - 38 = 162, 150 - 29.5 = 120.5, 698, 8, 18. With attn too, the attention half of
+    # the other ops goes: (200 - 40 - 38) / 2 + 40 = 101, (150 - 30 - 29.5) / 2 + 30 = 75.25,
+    # (700 - 2) / 2 = 349. With moe the whole MoE half goes, region included: (200 - 40) / 2.
+    cost = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((1.0, 200.0, 700.0, 10.0, 0.0),),
+                     bwd_layers=((2.0, 150.0, 20.0),), grouped_ops=((40.0, 30.0),))  # fmt: skip
+    r = captured(cost, ["moe_block"], "transformer_engine", ("moe_router", "moe_preprocess"))
+    assert r.fwd_layers[0][1:4] == (162.0, 698.0, 8.0) and r.bwd_layers[0][1:] == (120.5, 18.0)
+    a = captured(cost, ["moe_block"], "transformer_engine", ("attn", "moe_router"))
+    assert (a.fwd_ops, a.bwd_ops, a.fwd_layers[0][2]) == (101.0, 75.25, 349.0)
+    m = captured(cost, ["moe_block"], "local", ("moe_router", "moe"))
+    assert (m.fwd_ops, m.bwd_ops) == (80.0, 60.0)
+    dense = captured(cost, ["block"], "transformer_engine", ("moe_router",))
+    assert (dense.fwd_ops, dense.bwd_ops) == (200.0, 150.0)  # no router in a dense block
+
+
 # -- expert all-to-alls: combined 1F1B, delayed weight gradients, DeepEP ---------------------
 def test_combined_1f1b_pairs_each_backward_with_the_next_forward():
     order = [Action.from_str(x) for x in ["0F0", "0F1", "0B0", "0F2", "0B1", "0B2", "0STEP0"]]

@@ -17,9 +17,27 @@ A layer's captured share of its ops is, by assumption (a trace records a layer's
 module's): 1 for a dense block, an MLP or a Mamba layer in scope (empty scope, or ``attn`` and
 ``mlp`` for a block); 1/2 for a block whose scope holds one of its two halves; a MoE block's
 attention half (1/2) when ``attn`` is in scope or the scope is empty, its expert half only with
-``moe`` (the dispatch has data-dependent shapes and stays eager otherwise, cuda_graph.md;
-``moe_router`` and ``moe_preprocess`` capture parts of it that are counted as eager, an
-assumption that keeps the expert half's host work).
+``moe`` (the dispatch has data-dependent shapes and stays eager otherwise, cuda_graph.md).
+
+**The router region** (``moe_router``, with or without ``moe_preprocess``, and not ``moe``):
+the per-layer graph runs the MoE layer's ``_forward_mlp`` up to the end of the router and the
+dispatcher's preprocess and returns there (NVIDIA/Megatron-LM@2edffadb, the Megatron-LM of
+Megatron-Bridge v0.4.2 / 26.04.01, ``megatron/core/transformer/transformer_layer.py``
+1034-1069 ``_te_cuda_graph_capture``, 821-833 the early return; ``_get_submodules_under_cudagraphs``
+1025-1026: ``pre_mlp_layernorm`` and ``mlp.router``; ``moe/moe_layer.py`` 401-429 ``route``
+and ``preprocess``, 556-573; the ``local`` implementation's partial graph likewise, 1366-1385),
+forward and backward; the replay resumes the MoE layer eagerly after it (1109-1171). That
+region's host work, :data:`ROUTER_REGION`, leaves the layer's other ops before the attention
+share is taken (:func:`router_captured`). Counted by ``scripts/count_moe_router_region.py``
+in the configuration the MoE block's op counts were taken in (:mod:`sim.compute.mcore_ops`:
+megatron-core 0.15.0, unfused top-2 router with the auxiliary loss, the ``allgather``
+dispatcher, whose ``dispatch_preprocess`` is one ``view``); timed on the same CPU the region
+runs no Python beyond its counted work (``measurements/host/mcore_moe_router_region.md``), so
+none of the MoE block's measured Python (:mod:`sim.framework.mcore_python`) leaves with it.
+Assumptions: the flex dispatcher's preprocess (``_initialize_metadata`` and HybridEP's
+``setup_metadata``: reshapes, token_dispatcher.py 1007-1026, 1422-1446 at 2edffadb) and the
+fused router issue as many host ops as the counted path (pipesim's MoE block counts do not
+change with router fusion either).
 
 A MoE layer's grouped experts' per-expert host work (Transformer Engine ``GroupedLinear``,
 :attr:`~sim.engine.stage_cost.StageCost.grouped_ops`) is not split so: it runs in the experts,
@@ -54,6 +72,8 @@ from sim.compute.decoder_shape import base_kind
 from sim.engine.stage_cost import StageCost
 
 DENSE = ("block", "attention", "mlp", "mamba", "mtp")
+_Slot = tuple[float, float]
+"""A layer's own slot of host work: ``(eager share, ops)``."""
 
 
 def captured_share(kind: str, impl: str, scope: tuple[str, ...]) -> float:
@@ -89,6 +109,35 @@ def captured_share(kind: str, impl: str, scope: tuple[str, ...]) -> float:
 MODULE_KINDS = {"moe": ("moe_block", "moe"), "attn": ATTN}
 """The layer kinds that hold each module a per-layer graph captures by its scope key: the
 routed experts (``moe``), the attention (``attn``)."""
+
+
+ROUTER_REGION = (38.0, 29.5, 2.0, 2.0)
+"""``(forward ops, backward ops, module calls, Function nodes)`` a ``moe_router`` graph
+captures in a MoE layer: the pre-MLP norm, the router and the dispatcher's preprocess
+(module doc; ``scripts/count_moe_router_region.py``: 38 forward ops with 2 and with 8 experts,
+30 and 29 backward ops, one following the random routing; the norm and the router modules; the
+auxiliary loss's two ``autograd.Function`` applies, each a Python node of the backward)."""
+
+
+def router_captured(kind: str, impl: str, scope: tuple[str, ...]) -> bool:
+    """Whether a per-layer CUDA graph ``impl`` with ``scope`` captures the router region of a
+    layer of ``kind`` (:data:`ROUTER_REGION`, module doc): a MoE layer, ``moe_router`` in a
+    scope without ``moe`` (which captures the whole MoE half). ``full_iteration`` and an
+    empty scope capture the whole layer anyway (:func:`captured_share`).
+
+    Example:
+        >>> [router_captured("moe_block", "transformer_engine", s)
+        ...  for s in (("moe_router", "moe_preprocess"), ("attn",), ("moe_router", "moe"))]
+        [True, False, False]
+        >>> router_captured("block", "local", ("moe_router",))
+        False
+    """
+    return (
+        impl in ("local", "transformer_engine")
+        and "moe_router" in scope
+        and "moe" not in scope
+        and base_kind(kind) in MODULE_KINDS["moe"]
+    )
 
 
 def module_captured(kind: str, impl: str, scope: tuple[str, ...], module: str) -> float:
@@ -138,28 +187,36 @@ def captured(cost: StageCost, kinds: list[str], impl: str, scope: tuple[str, ...
     shares = [1.0 - captured_share(k, impl, scope) for k in kinds]
     eager = [1.0 - module_captured(k, impl, scope, "moe") for k in kinds]
     attn_eager = [1.0 - module_captured(k, impl, scope, "attn") for k in kinds]
+    router = [ROUTER_REGION if router_captured(k, impl, scope) else (0.0,) * 4 for k in kinds]
     pad = [(0.0, 0.0)] * len(kinds)
     rows = list(zip(shares, eager, [*cost.grouped_ops, *pad], attn_eager, [*cost.attn_ops, *pad],
-                    strict=False))  # fmt: skip
+                    router, strict=False))  # fmt: skip
 
-    def side(j: int) -> list[tuple[float, tuple[float, float], tuple[float, float]]]:
+    def side(j: int) -> list[tuple[float, _Slot, _Slot, _Slot]]:
         """Per layer: its other ops' eager share and its own slots' ``(eager share, ops)`` of
-        side ``j`` (0 the forward, 1 the backward)."""
-        return [(k, (e, g[j]), (a, x[j])) for k, e, g, a, x in rows]
+        side ``j`` (0 the forward, 1 the backward): the grouped experts', the attention's, the
+        captured router region's (none eager)."""
+        return [(k, (e, g[j]), (a, x[j]), (0.0, r[j])) for k, e, g, a, x, r in rows]
 
     kf, kb = side(0), side(1)
 
     def kept(ops: float, k: float, *own: tuple[float, float]) -> float:
         """The layer's other ops at share ``k``, each own slot ``(eager share, ops)`` at its."""
-        return (ops - sum(n for _, n in own)) * k + sum(e * n for e, n in own)
+        return max(0.0, ops - sum(n for _, n in own)) * k + sum(e * n for e, n in own)
+
+    def calls(n: float, k: float, region: float) -> float:
+        """Module calls, Function applies or Python nodes less the router region's, at ``k``."""
+        return max(0.0, n - region) * k
 
     fwd_layers = tuple(
-        (sec, kept(ops, k, g, a), mods * k, fns * k, te * k)
-        for (sec, ops, mods, fns, te), (k, g, a) in zip(cost.fwd_layers, kf, strict=False)
+        (sec, kept(ops, k, *slots), calls(mods, k, r[2]), calls(fns, k, r[3]), te * k)
+        for (sec, ops, mods, fns, te), (k, *slots), r in zip(
+            cost.fwd_layers, kf, router, strict=False
+        )
     )
     bwd_layers = tuple(
-        (sec, kept(ops, k, g, a), nodes * k)
-        for (sec, ops, nodes), (k, g, a) in zip(cost.bwd_layers, kb, strict=False)
+        (sec, kept(ops, k, *slots), calls(nodes, k, r[3]))
+        for (sec, ops, nodes), (k, *slots), r in zip(cost.bwd_layers, kb, router, strict=False)
     )
     if cost.fwd_layers:
         fwd_ops = sum(x[1] for x in fwd_layers)
