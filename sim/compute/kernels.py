@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 from sim.compute import measured
+from sim.compute.fp8_attention_speed import fp8_causal_rate_flops
 from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
 from sim.compute.swa_speed import windowed_rate_flops
 from sim.hardware.gpu_compute import ComputeSpec
@@ -147,10 +148,11 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     ``attn`` kernels run at the measured efficiency of their shape where
     :mod:`sim.compute.measured` has one (a sliding-window kernel at its measured FLOP/s where
     :mod:`sim.compute.swa_speed` has it), else at ``attention_efficiency`` of the tensor peak
-    (or the fp32 peak for fp32), bounded below by their bytes at HBM rate; grouped expert
-    GEMMs and token permutations at their measured speeds where there are some, Mamba-2's scan
-    kernels at their measured share of HBM bandwidth (:mod:`sim.compute.ssd_speed`) (a grouped GEMM
-    in a low-precision format at its measured 16-bit speed times the format's achieved rate
+    (or the fp32 peak for fp32; a full FP8 attention kernel as
+    :mod:`sim.compute.fp8_attention_speed` measures it), bounded below by their bytes at HBM
+    rate; grouped expert GEMMs and token permutations at their measured speeds where there are
+    some, Mamba-2's scan kernels at their measured share of HBM bandwidth
+    (:mod:`sim.compute.ssd_speed`) (a grouped GEMM in a low-precision format at its measured 16-bit speed times the format's achieved rate
     over the 16-bit one, :meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`).
 
     A kernel with a ``slowdown`` runs that many times its time beyond the launch overhead.
@@ -191,6 +193,8 @@ def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
         if attn is None:  # a windowed kernel at its measured rate (sim.compute.swa_speed)
             eff = measured.attention_efficiency(kern, spec, dtype) or spec.attention_efficiency
             attn = spec.peak_flops(dtype) * eff
+            if kern.precision:  # FP8 attention, full causal (sim.compute.fp8_attention_speed)
+                attn = fp8_causal_rate_flops(kern, spec, attn) or attn
         return spec.kernel_overhead_s + max(kern.flops / attn, kern.bytes / spec.hbm_rate_Bps())
     raise ValueError(f"unknown kernel kind {kern.kind!r}; use gemm, mem or attn")
 

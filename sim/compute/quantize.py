@@ -23,7 +23,8 @@ quantize kernels that feed them (:mod:`sim.compute.precision` says which and why
 
 With TE's weight cache the weights are quantized once per step, not here
 (:func:`weight_quantize_bytes`). The attention core, norms, activations, router and
-permutations are untouched.
+permutations are untouched, except that FP8 attention (``rules.attention``) gives the core's
+kernels the attention format and adds TE's casts of its inputs (:mod:`sim.compute.dpa_casts`).
 
 **Grouped experts quantize per expert.** A MoE layer's experts as Transformer Engine's
 ``GroupedLinear`` (the grouped GEMMs of :mod:`sim.compute.moe`, not the fused grouped MLP) cast
@@ -46,6 +47,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from sim.compute.dpa_casts import dpa_casts
 from sim.compute.kernels import Kernel, mem
 from sim.compute.precision import DTYPE_BYTES, TE, TORCHAO, Recipe, cast_bytes_per_element
 from sim.compute.precision_rules import TE_VERSION, LayerRules, LowPrecision, attention_format
@@ -190,6 +192,8 @@ def quantize_layer(
         fmt = attention_format(recipe.format)
         fwd, bwd_in = ([replace(k, precision=fmt) if k.kind == "attn" else k for k in ks]
                        for ks in (fwd, bwd_in))  # fmt: skip
+        cast_f, cast_b = dpa_casts(fwd, fmt)  # TE's casts of Q, K, V and dO (sim.compute.dpa_casts)
+        fwd, bwd_in = fwd + cast_f, bwd_in + cast_b
     fwd = _input_casts(fwd, x_elems, recipe, rate, usages)
     fwd = [_launched(k, launches.get(("fwd", k.name.removeprefix("quantize_")))) for k in fwd]
     bwd_in = bwd_in + [

@@ -1,0 +1,171 @@
+"""Full causal attention under FP8 attention (``fp8_dpa``) on Blackwell, at cuDNN's measured speed.
+
+With FP8 attention (Transformer Engine's ``fp8_dpa``, Megatron-Bridge's
+``fp8_dot_product_attention``: the GB200/GB300 MXFP8 recipes of GPT-OSS 120B from 26.06 and of
+Nemotron 3 Super) the attention core runs cuDNN's FP8 (or MXFP8) SDPA kernel
+(:mod:`sim.compute.precision_rules`, :func:`~sim.compute.precision_rules.attention_format`). A
+windowed kernel is timed by :mod:`sim.compute.swa_speed`; a full causal kernel was timed at the
+16-bit speed (:mod:`sim.compute.measured`), whatever its format. cuDNN's own SDPA training
+benchmark measures the FP8 kernels (NVIDIA/cudnn-frontend@3929da2
+``benchmark/sdpa_benchmark_training``, cuDNN backend 9.22, non-deterministic backward,
+``top_left`` causal mask, inputs already quantized: the casts around the kernel are not in
+these times):
+
+* **Head dim 128** (``configs/llama.py``: 64 query and 8 key-value heads, batch 2; results
+  ``results/llama3.1/gb200/llama3.1_20260424_100750.csv`` and ``gb300/llama3.1_20260424_
+  100757.csv``): the FP8 and MXFP8 kernels' TFLOPS over the BF16 kernel's at the same length
+  (:data:`HD128_TFLOPS`). The forward gains (MXFP8 at 8192 tokens: 1902 against 1574 TFLOPS on
+  GB200), the MXFP8 backward does not (1287 against 1332). :func:`fp8_causal_rate_flops` scales
+  the 16-bit rate the model already gives the kernel by that ratio, interpolated in ``log2``
+  of the keys and clamped to 2048-32768 (the benchmark's lengths), so that the 16-bit table's
+  own shape dependence is kept.
+* **Head dim 64** (``configs/gpt_oss.py``: 2 samples x 128 heads of 64, window 128; results
+  ``results/gpt_oss/gb200/gpt_oss_20260424_100011.csv``, ``gb300/gpt_oss_20260424_100022.csv``):
+  only windowed kernels are measured. Their FP8 and MXFP8 backward does not skip the tiles
+  outside the window: its time grows with the square of the sequence (MXFP8 on GB200 0.642,
+  2.080, 7.427, 27.940, 108.370 ms at 2K to 32K). It does skip the tiles above the diagonal:
+  counted over the causal half, the 32K MXFP8 backward runs at 811 TFLOPS, against 1480 for the
+  same kernel with 128-wide heads and no mask at all (the llama table), which a 64-wide head,
+  slower per FLOP than a 128-wide one on Blackwell (:mod:`sim.compute.hd64_attention`), cannot
+  exceed; counted over the whole square it would be 1622. So the windowed FP8 backward visits
+  exactly the tiles a full causal backward visits, each with both of its GEMMs (the mask is
+  applied after ``Q K^T``), and a full causal FP8 backward of the same shape takes at least its
+  measured time: :func:`fp8_causal_rate_flops` times it at the causal backward's FLOPs
+  (``2.5 x 4 x b x s^2/2 x heads x 64``, :func:`sim.compute.attention.attention_bwd`) over the
+  measured time (:data:`HD64_WINDOW_BWD_MS`), i.e. 661 TFLOPS at 4096 on GB200 where the 16-bit
+  table gives 933. Assumption: the masked tiles cost what full ones do (a lower bound of the
+  full kernel's time). The FP8 forward at head dim 64 has no causal measurement: it keeps the
+  16-bit speed (an assumption; the windowed forward runs as fast in FP8 as in BF16, 161
+  against 161 TFLOPS at 4096).
+
+Which GPUs: GB200's tables also time B200 and GB300's B300 (as :mod:`sim.compute.swa_speed`
+carries them: the same silicon, an assumption). Other head dims, windows and GPUs: None (the
+16-bit speed stays).
+"""
+
+from __future__ import annotations
+
+from sim.compute.measured import log2_interp
+from sim.hardware.gpu_compute import ComputeSpec
+
+# {table: {format: {pass: [(sequence, TFLOPS), ...]}}}: cudnn-frontend@3929da2 llama3.1 results,
+# top_left, non-deterministic backward (module doc).
+HD128_TFLOPS: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {
+    "GB200": {
+        "bf16": {
+            "fwd": [(2048, 1097), (4096, 1408), (8192, 1574), (16384, 1708), (32768, 1622)],
+            "bwd": [(2048, 885), (4096, 1148), (8192, 1332), (16384, 1328), (32768, 1226)],
+        },
+        "fp8": {
+            "fwd": [(2048, 1420), (4096, 1805), (8192, 2047), (16384, 2154), (32768, 2197)],
+            "bwd": [(2048, 831), (4096, 1178), (8192, 1454), (16384, 1632), (32768, 1687)],
+        },
+        "mxfp8": {
+            "fwd": [(2048, 1330), (4096, 1685), (8192, 1902), (16384, 1999), (32768, 2046)],
+            "bwd": [(2048, 745), (4096, 1054), (8192, 1287), (16384, 1436), (32768, 1425)],
+        },
+    },
+    "GB300": {
+        "bf16": {
+            "fwd": [(2048, 1373), (4096, 1703), (8192, 1856), (16384, 1915), (32768, 1953)],
+            "bwd": [(2048, 967), (4096, 1248), (8192, 1435), (16384, 1507), (32768, 1490)],
+        },
+        "fp8": {
+            "fwd": [(2048, 1954), (4096, 2532), (8192, 2897), (16384, 3054), (32768, 3108)],
+            "bwd": [(2048, 944), (4096, 1396), (8192, 1781), (16384, 2035), (32768, 2128)],
+        },
+        "mxfp8": {
+            "fwd": [(2048, 1751), (4096, 2272), (8192, 2570), (16384, 2727), (32768, 2785)],
+            "bwd": [(2048, 811), (4096, 1143), (8192, 1404), (16384, 1563), (32768, 1590)],
+        },
+    },
+}
+"""cuDNN SDPA TFLOPS by GPU table, format and pass, head dim 128, causal (module doc)."""
+
+HD64_WINDOW_BWD_MS: dict[str, dict[str, list[tuple[float, float]]]] = {
+    "GB200": {
+        "fp8": [(2048, 0.536), (4096, 1.731), (8192, 6.176), (16384, 23.231), (32768, 90.348)],
+        "mxfp8": [(2048, 0.642), (4096, 2.080), (8192, 7.427), (16384, 27.940), (32768, 108.370)],
+    },
+    "GB300": {
+        "fp8": [(2048, 0.467), (4096, 1.480), (8192, 5.189), (16384, 19.354), (32768, 74.763)],
+        "mxfp8": [(2048, 0.581), (4096, 1.871), (8192, 6.648), (16384, 24.996), (32768, 96.913)],
+    },
+}
+"""Milliseconds of cuDNN's windowed (128) FP8 / MXFP8 backward, 2 samples x 128 heads of 64, by
+sequence (cudnn-frontend@3929da2 gpt_oss results; module doc)."""
+HD64_BENCH_HEADS = 2 * 128
+"""Samples x heads of the head-dim-64 benchmark (``configs/gpt_oss.py``, batch 2)."""
+TABLE_OF = (("GB300", "GB300"), ("B300", "GB300"), ("GB200", "GB200"), ("B200", "GB200"))
+"""GPU model prefix -> the table that times it (module doc)."""
+
+
+def _table(spec: ComputeSpec) -> str | None:
+    name = spec.model.upper()
+    return next((t for prefix, t in TABLE_OF if name.startswith(prefix)), None)
+
+
+def causal_bwd_flops(seq: float, heads: float, head_dim: int) -> float:
+    """FLOPs of a causal flash-attention backward over ``seq`` queries and keys, ``heads``
+    samples x heads of ``head_dim``: ``2.5 x 4 x seq^2/2 x heads x head_dim``
+    (:func:`sim.compute.attention.attention_bwd`'s count).
+
+    Example:
+        >>> causal_bwd_flops(4096, 256, 64) / 1e12
+        1.37438953472
+    """
+    return 2.5 * 4.0 * seq * seq * 0.5 * heads * head_dim
+
+
+def hd64_causal_bwd_rate_flops(table: str, fmt: str, seq: float) -> float | None:
+    """FLOP/s of a full causal FP8 backward at head dim 64 (module doc): the causal count of
+    the benchmark's shape over the measured windowed backward's time, interpolated in ``log2
+    seq`` (clamped); None without a measurement of ``fmt`` on ``table``.
+
+    Example: MXFP8 on GB200 at 4096 tokens, 1.374 TFLOP in 2.080 ms.
+        >>> round(hd64_causal_bwd_rate_flops("GB200", "mxfp8", 4096) / 1e12, 1)
+        660.8
+    """
+    times = HD64_WINDOW_BWD_MS.get(table, {}).get(fmt)
+    if times is None:
+        return None
+    rates = [(s, causal_bwd_flops(s, HD64_BENCH_HEADS, 64) / (ms * 1e-3)) for s, ms in times]
+    return log2_interp(rates, seq)
+
+
+def hd128_ratio(table: str, fmt: str, phase: str, seq: float) -> float | None:
+    """cuDNN's ``fmt`` TFLOPS over its BF16 TFLOPS at head dim 128, causal, ``phase`` (``fwd``
+    or ``bwd``), each interpolated in ``log2 seq`` (clamped); None without a measurement.
+
+    Example: MXFP8 on GB200 at 8192 tokens.
+        >>> round(hd128_ratio("GB200", "mxfp8", "fwd", 8192), 4), round(
+        ...     hd128_ratio("GB200", "mxfp8", "bwd", 8192), 4)
+        (1.2084, 0.9662)
+    """
+    by_fmt = HD128_TFLOPS.get(table, {})
+    if fmt not in by_fmt:
+        return None
+    return log2_interp(by_fmt[fmt][phase], seq) / log2_interp(by_fmt["bf16"][phase], seq)
+
+
+def fp8_causal_rate_flops(kern, spec: ComputeSpec, rate16_flops: float) -> float | None:
+    """FLOP/s of a full (not windowed) FP8 attention kernel (``kern.precision`` its format,
+    ``kern.k`` its head dim, ``kern.n`` its keys, ``kern.batch`` samples x heads; ``_bwd`` names
+    the backward) on ``spec`` whose 16-bit rate is ``rate16_flops`` (module doc), or None where
+    no measurement covers it (the 16-bit rate stays).
+
+    Raises:
+        ValueError: a non-positive ``rate16_flops``.
+    """
+    if rate16_flops <= 0:
+        raise ValueError(f"rate16_flops must be positive, got {rate16_flops}")
+    table = _table(spec)
+    if table is None or not kern.precision or kern.window or not kern.n:
+        return None
+    bwd = kern.name.endswith("_bwd")
+    if kern.k == 128:
+        ratio = hd128_ratio(table, kern.precision, "bwd" if bwd else "fwd", float(kern.n))
+        return None if ratio is None else rate16_flops * ratio
+    if kern.k == 64 and bwd:
+        return hd64_causal_bwd_rate_flops(table, kern.precision, float(kern.n))
+    return None
