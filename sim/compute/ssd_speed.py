@@ -39,6 +39,14 @@ both, and the same Triton tile configurations (no Blackwell measurement of these
 kernels was found). vLLM's kernels are ``mamba_ssm``'s v2.2.4 kernels with variable-length
 support added (its ``ssd_chunk_scan.py`` header); Megatron-Core calls ``mamba_ssm``'s own
 through ``mamba_split_conv1d_scan_combined``.
+
+**Cross-check** (not used to set anything): state-spaces/mamba#904 measured a pure Mamba-2
+model (``d_model`` 2048, 48 layers, batch 4 x 4096, bf16) training at 102.5 / 239.2 / 360.4
+TFLOP/s on A100 / H200 / GB200; its step-time ratios (the FLOP formula cancels) are GB200 /
+H200 x1.507 and H200 / A100 x2.334, where these kernels with the rest of the layer give
+x1.386 and x2.243 (``benchmarks/accuracy/mamba2_gpu_ratio.py``; the scan is 55 % of the
+GB200 step). So the per-SM carry does not make Blackwell too fast: if anything pipesim's
+GB200 is 8 % slow against its H200 here.
 """
 
 from __future__ import annotations
