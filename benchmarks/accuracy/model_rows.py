@@ -13,7 +13,10 @@ Run: ``PIPESIM_SHARED_DATA=../shared/data python benchmarks/accuracy/model_rows.
 ``--host-as PRESET`` prices every row's host as that preset's ``host_overhead`` (an overlay
 over every hardware, :class:`sim.runs.predict.Predictor`): a counterfactual that isolates what
 the host pricing of each platform does (e.g. ``--host-as dgx-b200`` or ``gb200-nvl72`` for the
-x86 DGX against Grace rows, ``benchmarks/accuracy/platform_pairs.py``).
+x86 DGX against Grace rows, ``benchmarks/accuracy/platform_pairs.py``). ``--host-set
+key=value,...`` sets ``host_overhead`` keys over every hardware's own (values as a preset writes
+them, ``te_module=0 us``; after ``--host-as``): e.g. the counterfactual of
+``measurements/host/grace_host.md`` (``--host-set "te_module=0 us"``).
 """
 
 from __future__ import annotations
@@ -32,20 +35,45 @@ from sim.hardware.loader import load_hardware_spec  # noqa: E402
 from sim.runs.predict import Predictor  # noqa: E402
 
 
+def host_overlay(host_as: str, host_set: str) -> dict | None:
+    """The hardware overlay of ``--host-as`` (that preset's whole ``host_overhead``, seconds)
+    and then ``--host-set`` (``"key=value,..."``, values as a preset writes them); None for
+    neither.
+
+    Raises:
+        ValueError: a preset without ``host_overhead``, or an item of ``host_set`` without ``=``.
+
+    >>> host_overlay("", "te_module=0 us, read = 5 us")
+    {'host_overhead': {'te_module': '0 us', 'read': '5 us'}}
+    """
+    over: dict | None = None
+    if host_as:
+        host = load_hardware_spec(host_as).host_overhead
+        if host is None:
+            raise ValueError(f"{host_as} has no host_overhead")
+        over = {"host_overhead": host.model_dump(exclude_unset=True)}
+    for item in filter(None, (x.strip() for x in host_set.split(","))):
+        if "=" not in item:
+            raise ValueError(f"--host-set item {item!r} is not key=value")
+        key, value = item.split("=", 1)
+        over = over or {"host_overhead": {}}
+        over["host_overhead"][key.strip()] = value.strip()
+    return over
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="", help="model-name prefixes, comma-separated")
     ap.add_argument("--source", default="bridge", choices=sorted(SOURCES))
     ap.add_argument("--out", required=True, help="CSV to write")
     ap.add_argument("--host-as", default="", help="price every host as this preset's")
+    ap.add_argument("--host-set", default="", help="host_overhead 'key=value,...' over every host")
     args = ap.parse_args()
     prefixes = tuple(m for m in args.models.split(",") if m)
-    over = None
-    if args.host_as:
-        host = load_hardware_spec(args.host_as).host_overhead
-        if host is None:
-            sys.exit(f"{args.host_as} has no host_overhead")
-        over = {"host_overhead": host.model_dump(exclude_unset=True)}
+    try:
+        over = host_overlay(args.host_as, args.host_set)
+    except ValueError as e:
+        sys.exit(str(e))
     pred, recs = Predictor(over), []
     for run in read_source(args.source, DATA / SOURCES[args.source], RECIPES, 0):
         if args.source == "bridge" and prefixes and not run.name.startswith(prefixes):

@@ -12,7 +12,10 @@ each TE module adds :attr:`~sim.hardware.host_ops.HostOverhead.te_module_s` on t
 (:data:`sim.compute.mcore_ops.TE_MODULES` per layer) in its forward, and as much again in its
 backward (an assumption: TE#2053 timed the forward only; NVIDIA/TransformerEngine#445 timed a
 host-bound ``te.Linear`` step on an H100 at 3.3x torch's, 0.574 against 0.176 ms, where the
-forward alone is 2.7x: :meth:`sim.hardware.host_ops.HostOverhead.calls_s`).
+forward alone is 2.7x: :meth:`sim.hardware.host_ops.HostOverhead.calls_s`). TE#2053 ran a TE of
+2025-08 (<= 2.6), before TE's CPU-overhead PRs (#2377 and #2400 in v2.10, #2559 in v2.14, #2957
+in v2.16), none of which states a host figure; the price is not made version-dependent for want
+of one (``measurements/host/grace_host.md``).
 """
 
 from __future__ import annotations
