@@ -75,7 +75,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import cast
 
 import simpy
@@ -142,7 +143,7 @@ class FifoLink:
         env: the simulation environment.
     """
 
-    __slots__ = ("env", "user", "waiting", "bulk", "name")
+    __slots__ = ("env", "user", "waiting", "bulk", "name", "_marks")
 
     def __init__(self, env: simpy.Environment, name: str = ""):
         self.env = env
@@ -150,11 +151,15 @@ class FifoLink:
         self.user: simpy.Event | None = None
         self.waiting: deque[simpy.Event] = deque()
         self.bulk: Bulk | None = None  # a network link held by a data-parallel collective
+        self._marks: dict[simpy.Event, Bulk] = {}
 
-    def request(self) -> simpy.Event:
+    def request(self, bulk: Bulk | None = None) -> simpy.Event:
         """An event that succeeds when the resource is granted (now, if it is free and no
-        request waits)."""
+        request waits); with ``bulk`` (a data-parallel collective's), :attr:`bulk` is that from
+        the grant, so that others pass through at once (:class:`Links`)."""
         req = simpy.Event(self.env)
+        if bulk is not None:
+            self._marks[req] = bulk
         self.waiting.append(req)
         self._grant()
         return req
@@ -171,6 +176,8 @@ class FifoLink:
     def _grant(self, _: object = None) -> None:
         if self.user is None and self.waiting:
             self.user = self.waiting.popleft()
+            if self._marks:
+                self.bulk = self._marks.pop(self.user, self.bulk)
             self.user.succeed()
 
 
@@ -190,7 +197,7 @@ class Links:
         self._res: dict[str, FifoLink] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
         self._durations: dict[tuple[str, str, float, bool], float] = {}
-        self._issued: list[tuple[int, int, list[FifoLink], bool, simpy.Event]] = []
+        self._issued: list[tuple[int, int, Callable[[], tuple], simpy.Event]] = []
         self._issues = 0
 
     def resource(self, name: str) -> FifoLink:
@@ -206,11 +213,11 @@ class Links:
         ``bulk`` (a data-parallel collective) its network links carry it once granted, for
         others to share (module doc)."""
         ordered = sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name)
-        reqs, _ = yield self._issue([self.resource(lk.name) for lk in ordered], order, False)
-        for lk, (res, req) in zip(ordered, reqs, strict=True):
+        resources = [self.resource(lk.name) for lk in ordered]
+        marks = [bulk if lk.kind == NETWORK else None for lk in ordered]
+        reqs, _ = yield self._issue(order, partial(_request, resources, False, marks))
+        for _, req in reqs:
             yield req
-            if bulk is not None and lk.kind == NETWORK:  # others pass (free until it starts)
-                res.bulk = bulk
         return reqs
 
     @staticmethod
@@ -222,21 +229,21 @@ class Links:
                 res.bulk = None
             res.release(req)
 
-    def _issue(self, resources: list[FifoLink], order: int, shared: bool) -> simpy.Event:
-        """An event that succeeds, at the end of this instant, with :func:`_request`'s
-        ``(grants, holds passed through)`` of ``resources``, requested after those of the
-        collectives of the instant with a lower ``order`` or issued before with the same."""
+    def _issue(self, order: int, request: Callable[[], tuple]) -> simpy.Event:
+        """An event that succeeds, at the end of this instant, with ``request()`` (of
+        :func:`_request`), called after those of the collectives of the instant with a lower
+        ``order`` or issued before with the same (module doc)."""
         if not self._issued:
             _EndOfInstant(self.env, self._queue_issued)
         issued = simpy.Event(self.env)
-        self._issued.append((order, self._issues, resources, shared, issued))
+        self._issued.append((order, self._issues, request, issued))
         self._issues += 1
         return issued
 
     def _queue_issued(self, _: object) -> None:
         batch, self._issued = sorted(self._issued, key=lambda x: (x[0], x[1])), []
-        for _, _, resources, shared, issued in batch:
-            issued.succeed(_request(resources, shared))
+        for _, _, request, issued in batch:
+            issued.succeed(request())
 
     def _claim(self, resources: list[FifoLink], order: int | None = None):
         """Process: request ``resources`` at once (now, or with ``order`` at the end of the
@@ -245,7 +252,7 @@ class Links:
         if order is None:
             reqs, bulks = _request(resources, True)
         else:
-            reqs, bulks = yield self._issue(resources, order, True)
+            reqs, bulks = yield self._issue(order, partial(_request, resources, True))
         for _, req in reqs:  # queued on every link at once, granted in their own time
             yield req
         return reqs, bulks
@@ -356,12 +363,18 @@ class Links:
         return start
 
 
-def _request(resources: list[FifoLink], shared: bool) -> tuple[list, list[Bulk]]:
+def _request(
+    resources: list[FifoLink], shared: bool, marks: list[Bulk | None] | None = None
+) -> tuple[list, list[Bulk]]:
     """Request every one of ``resources`` now: ``(grants, holds passed through)``; with
     ``shared``, a network link a data-parallel collective holds is passed through, not
-    requested (module doc)."""
+    requested (module doc); ``marks``: each request's :class:`Bulk`, if any
+    (:meth:`FifoLink.request`)."""
     if not shared:
-        return [(r, r.request()) for r in resources], []
+        return [
+            (r, r.request(m))
+            for r, m in zip(resources, marks or [None] * len(resources), strict=True)
+        ], []
     bulks = [r.bulk for r in resources if r.bulk is not None and r.bulk.open]
     return [(r, r.request()) for r in resources if r.bulk is None or not r.bulk.open], bulks
 
