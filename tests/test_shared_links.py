@@ -67,3 +67,29 @@ def test_hierarchical_collective_local_links_and_phases():
     assert plan.local_s(B, EventKind.ALLREDUCE) == pytest.approx(2 * step)
     flat = collective_plan(topo, ("gpu0", "gpu1"))
     assert flat.local_links() == () and flat.local_s(B, EventKind.ALLREDUCE) == 0.0
+
+
+def test_network_link_of_a_waiting_collective_is_free_to_pass():
+    """A collective over two NICs, issued at 0 s while NIC 2 is busy until 2 s, holds NIC 1
+    from 0 s (queued on both at once) but moves nothing until it starts: a 1 s send over
+    NIC 1 at 0.5 s passes at the full rate, 0.5-1.5 s, and the 1 s collective runs 2-3 s,
+    not later (sharing counts only while it runs, sim.engine.links.Bulk)."""
+    env = simpy.Environment()
+    links = Links(env, None, [])  # type: ignore[arg-type]
+    nic2 = Link("gpu1->leaf", "gpu1", "leaf", 50e9, 0.0, kind="network")
+    out = {}
+
+    def busy():
+        yield from links.hold((nic2,), 2.0)
+
+    def coll():
+        out["coll"] = (yield from links.hold((NIC, nic2), 1.0, bulk=True)), env.now
+
+    def send():
+        yield env.timeout(0.5)
+        out["send"] = (yield from links.hold((NIC,), 1.0)), env.now
+
+    for proc in (busy, coll, send):
+        env.process(proc())
+    env.run()
+    assert out == {"coll": (2.0, 3.0), "send": (0.5, 1.5)}

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan
-from sim.engine.links import Bulk, Links
+from sim.engine.links import DENSE, Bulk, Links
 from sim.engine.sm_share import SmShare
 from sim.events import Event, Stream
 from sim.hardware.parts import Link
@@ -63,6 +63,7 @@ def reduce_buckets(
     done: simpy.Event,
     held: tuple[Link, ...] | None = None,
     share: SmShare | None = None,
+    order: int = DENSE,
 ) -> Iterator[simpy.Event]:
     """Process: reduce ``nbytes`` of gradients in buckets of ``bucket_bytes`` (``nbytes_bucket``,
     :func:`buckets`) with ``kind`` over ``plan``'s rings in order, each once it is ready and the previous one is done; consecutive
@@ -73,7 +74,8 @@ def reduce_buckets(
     logged an event per hold; ``done`` succeeds after the last bucket; ``held``: the links to
     hold (default: all of ``plan``'s; :class:`~sim.engine.symmetry.HeldLinks` when mirrored);
     ``share``: where each hold's NCCL thread blocks are counted against the members' compute
-    (:mod:`sim.engine.sm_share`: ``plan.ctas`` at the hold's duty, kernel seconds over span)."""
+    (:mod:`sim.engine.sm_share`: ``plan.ctas`` at the hold's duty, kernel seconds over span);
+    ``order``: its place among the collectives issued at one instant (:mod:`sim.engine.links`)."""
     start_s, duration_s = window_s
     nbytes, bucket_bytes = nbytes_bucket
     sizes = buckets(nbytes, bucket_bytes)
@@ -89,7 +91,7 @@ def reduce_buckets(
             yield env.timeout(ready(first) - env.now)
         hold = plan.links if held is None else held
         rec = Bulk()  # shared on the network with other traffic (sim.engine.links)
-        reqs = yield from links.acquire(hold, rec)
+        reqs = yield from links.acquire(hold, rec, order)
         begin = env.now
         # buckets first..last back to back as each becomes ready (equal sizes but the
         # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved

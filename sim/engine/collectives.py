@@ -59,7 +59,7 @@ from sim.comm.hierarchical import RING_STEPS, CollectivePlan, collective_plan, r
 from sim.engine.buckets import reduce_buckets
 from sim.engine.inputs import SimInput
 from sim.engine.joined import JoinedCollectives
-from sim.engine.links import Links
+from sim.engine.links import DENSE, EXPERT, Links
 from sim.engine.rendezvous import Rendezvous
 from sim.engine.replicas import StageReplica
 from sim.engine.sm_share import SmShare
@@ -233,6 +233,7 @@ class Collectives:
             done,
             self.held(plan),
             self.share,
+            DENSE if replicas is None else EXPERT,
         )
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):

@@ -3,8 +3,34 @@
 Every directed link is a FIFO resource of capacity 1 (hardware.md §6: each link is a shared
 resource): a transfer holds every link of its route for :func:`~sim.hardware.topology.
 transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers crossing one link
-take longer than one. Links are acquired in name order, so two multi-link transfers never
-deadlock. A single-link route (the common NVLink case) skips the sorting.
+take longer than one.
+
+**A transfer over several links queues on all of them at once, when it is issued**, and starts
+when it holds them all: FIFO by issue time on each link. NCCL runs a collective as one kernel
+whose thread blocks each drive one channel (a ring over one NVLink set or NIC, a rail), all
+launched together (NVIDIA/nccl ``src/enqueue.cc``@5067397, l. 812: the task's channels
+``channelLo..channelHi`` join the plan's mask; l. 1756-1758: ``grid = {nChannels}``, one
+launch): a collective occupies its rails at once, not one after another. Acquiring the links in
+name order, each once the one before was granted, let later, narrower transfers overtake a wide
+one on the links it had not reached yet: a data-parallel all-gather over 8 rails waited for one
+expert-parallel bucket per rail in turn, not for the longest (issue 26: GPT-OSS 120B on 64
+B200, 16.4 ms of 19 ms per bucket pair, a 0.78 s stall at the first forward). Queued at once,
+two transfers never deadlock (every link's queue is in the one order of issue, so the earliest
+waiting transfer only waits for transfers that hold their links).
+
+**Collectives issued at one instant queue in their ranks' order.** A collective (:meth:`Links.
+acquire`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (a SimPy
+event of priority :data:`LATE`, after every other event of the instant), the collectives of
+one instant by ``order`` (:data:`DENSE` before :data:`EXPERT`: Megatron-Core starts the dense
+bucket groups' collectives before the expert-parallel ones, ``distributed_data_parallel.py``@
+d98e8a6 l. 638 and 664, ``self.bucket_groups + self.expert_parallel_bucket_groups``), then as
+issued. Else the order of two collectives issued at one instant, the data-parallel one of all
+replicas and an expert-data-parallel one of some, was the order in which the replicas'
+processes happened to complete them, which differs between replicas (replica 2 completes its
+expert group's before replica 3 the data-parallel one): the full simulation was not symmetric
+and differed from the mirrored one (:mod:`sim.engine.symmetry`; 1.127 against 1.090 s with EP 2
+and both overlaps, ``tests/test_symmetry.py``). Point-to-point transfers (:meth:`Links.
+transfer`: sends, copies) queue at once, before the collectives of their instant.
 
 NCCL's sends between GPUs that run NCCL (a compute capability in the hardware description)
 take NCCL's own time (:meth:`Links.duration_s`, :func:`sim.comm.nccl.p2p_time_s`): its
@@ -49,9 +75,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import cast
 
 import simpy
+from simpy.events import EventPriority
 
 from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
 from sim.comm.rings import PEER_KINDS
@@ -66,13 +95,25 @@ NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 they move at NCCL's rate of each link; every other transfer is a raw copy."""
 
 
+LATE = 2
+"""SimPy priority of the event that queues an instant's collectives: after ``URGENT`` (0) and
+``NORMAL`` (1), so after every other event of the instant (``simpy/core.py``: the event queue
+is ordered by time, then priority)."""
+DENSE = 0
+"""``order`` of a collective of every replica (and of any other but :data:`EXPERT`)."""
+EXPERT = 1
+"""``order`` of an expert-data-parallel collective: after the dense one of its instant."""
+
+
 class Bulk:
     """A data-parallel collective's hold that other traffic shares on network links (module
-    doc): ``end_s`` when it ends (moved later by what passes through), ``open`` while it runs."""
+    doc): ``end_s`` when it ends (moved later by what passes through; ``-inf`` until it holds
+    all its links: a transfer passing through meanwhile shares nothing, an assumption: what
+    overlaps the collective's start is not counted), ``open`` while it holds any."""
 
     __slots__ = ("end_s", "open")
 
-    def __init__(self, end_s: float = math.inf):
+    def __init__(self, end_s: float = -math.inf):
         self.end_s = end_s
         self.open = True
 
@@ -102,7 +143,7 @@ class FifoLink:
         env: the simulation environment.
     """
 
-    __slots__ = ("env", "user", "waiting", "bulk", "name")
+    __slots__ = ("env", "user", "waiting", "bulk", "name", "_marks")
 
     def __init__(self, env: simpy.Environment, name: str = ""):
         self.env = env
@@ -110,11 +151,15 @@ class FifoLink:
         self.user: simpy.Event | None = None
         self.waiting: deque[simpy.Event] = deque()
         self.bulk: Bulk | None = None  # a network link held by a data-parallel collective
+        self._marks: dict[simpy.Event, Bulk] = {}
 
-    def request(self) -> simpy.Event:
+    def request(self, bulk: Bulk | None = None) -> simpy.Event:
         """An event that succeeds when the resource is granted (now, if it is free and no
-        request waits)."""
+        request waits); with ``bulk`` (a data-parallel collective's), :attr:`bulk` is that from
+        the grant, so that others pass through at once (:class:`Links`)."""
         req = simpy.Event(self.env)
+        if bulk is not None:
+            self._marks[req] = bulk
         self.waiting.append(req)
         self._grant()
         return req
@@ -131,6 +176,8 @@ class FifoLink:
     def _grant(self, _: object = None) -> None:
         if self.user is None and self.waiting:
             self.user = self.waiting.popleft()
+            if self._marks:
+                self.bulk = self._marks.pop(self.user, self.bulk)
             self.user.succeed()
 
 
@@ -150,6 +197,8 @@ class Links:
         self._res: dict[str, FifoLink] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
         self._durations: dict[tuple[str, str, float, bool], float] = {}
+        self._issued: list[tuple[int, int, Callable[[], tuple], simpy.Event]] = []
+        self._issues = 0
 
     def resource(self, name: str) -> FifoLink:
         """The FIFO resource of link (or CPU) ``name``, created on first use."""
@@ -158,18 +207,17 @@ class Links:
             res = self._res[name] = FifoLink(self.env, name)
         return res
 
-    def acquire(self, links: Iterable[Link], bulk: Bulk | None = None):
-        """Process: request ``links`` in name order and wait for each; returns the grants
-        (give them to :meth:`release`). With ``bulk`` (a data-parallel collective) its network
-        links carry it once granted, for others to share (module doc)."""
-        reqs = []
-        for lk in sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name):
-            res = self.resource(lk.name)
-            req = res.request()
+    def acquire(self, links: Iterable[Link], bulk: Bulk | None = None, order: int = DENSE):
+        """Process: queue on every one of ``links`` at the end of this instant (by ``order``,
+        module doc) and wait for all; returns the grants (give them to :meth:`release`). With
+        ``bulk`` (a data-parallel collective) its network links carry it once granted, for
+        others to share (module doc)."""
+        ordered = sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name)
+        resources = [self.resource(lk.name) for lk in ordered]
+        marks = [bulk if lk.kind == NETWORK else None for lk in ordered]
+        reqs, _ = yield self._issue(order, partial(_request, resources, False, marks))
+        for _, req in reqs:
             yield req
-            reqs.append((res, req))
-            if bulk is not None and lk.kind == NETWORK:
-                res.bulk = bulk
         return reqs
 
     @staticmethod
@@ -181,17 +229,32 @@ class Links:
                 res.bulk = None
             res.release(req)
 
-    def _claim(self, resources: Iterable[FifoLink]):
-        """Process: request ``resources`` in order, passing through those a data-parallel
-        collective holds (module doc); returns ``(grants, the holds passed through)``."""
-        reqs, bulks = [], []
-        for res in resources:
-            if res.bulk is not None and res.bulk.open:
-                bulks.append(res.bulk)
-                continue
-            req = res.request()
+    def _issue(self, order: int, request: Callable[[], tuple]) -> simpy.Event:
+        """An event that succeeds, at the end of this instant, with ``request()`` (of
+        :func:`_request`), called after those of the collectives of the instant with a lower
+        ``order`` or issued before with the same (module doc)."""
+        if not self._issued:
+            _EndOfInstant(self.env, self._queue_issued)
+        issued = simpy.Event(self.env)
+        self._issued.append((order, self._issues, request, issued))
+        self._issues += 1
+        return issued
+
+    def _queue_issued(self, _: object) -> None:
+        batch, self._issued = sorted(self._issued, key=lambda x: (x[0], x[1])), []
+        for _, _, request, issued in batch:
+            issued.succeed(request())
+
+    def _claim(self, resources: list[FifoLink], order: int | None = None):
+        """Process: request ``resources`` at once (now, or with ``order`` at the end of the
+        instant, :meth:`_issue`), passing through those a data-parallel collective holds
+        (module doc); returns ``(grants, the holds passed through)``."""
+        if order is None:
+            reqs, bulks = _request(resources, True)
+        else:
+            reqs, bulks = yield self._issue(order, partial(_request, resources, True))
+        for _, req in reqs:  # queued on every link at once, granted in their own time
             yield req
-            reqs.append((res, req))
         return reqs, bulks
 
     def _shared_s(self, bulks: list[Bulk], duration_s: float) -> float:
@@ -207,9 +270,11 @@ class Links:
         *,
         bulk: bool = False,
         early: tuple[tuple[Link, ...], float] = ((), 0.0),
+        order: int = DENSE,
     ):
-        """Process: acquire ``links`` in name order, hold them ``duration_s``, release them;
-        returns the time the hold started (when the last link was granted). ``bulk``: a
+        """Process: acquire ``links`` (a collective's: queued on all at the end of the instant,
+        by ``order``, module doc), hold them ``duration_s``, release them; returns the time the
+        hold started (when the last link was granted). ``bulk``: a
         data-parallel collective, which others share on its network links (it ends later by
         what they move); else network links such a collective holds are shared, not waited
         for (module doc). ``early``: ``(links, seconds)`` of ``links`` released after their
@@ -217,14 +282,14 @@ class Links:
         :meth:`sim.comm.hierarchical.CollectivePlan.local_s`)."""
         if not bulk:
             reqs, bulks = yield from self._claim(
-                self.resource(n) for n in sorted({lk.name for lk in links})
+                [self.resource(n) for n in sorted({lk.name for lk in links})], order
             )
             start = self.env.now
             yield self.env.timeout(duration_s + self._shared_s(bulks, duration_s))
             self.release(reqs)
             return start
         rec = Bulk()
-        reqs = yield from self.acquire(links, rec)
+        reqs = yield from self.acquire(links, rec, order)
         start = self.env.now
         rec.end_s = start + duration_s
         yield from self.wait_bulk(reqs, rec, early)
@@ -296,6 +361,33 @@ class Links:
             Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes, links=names, **tags)
         )
         return start
+
+
+def _request(
+    resources: list[FifoLink], shared: bool, marks: list[Bulk | None] | None = None
+) -> tuple[list, list[Bulk]]:
+    """Request every one of ``resources`` now: ``(grants, holds passed through)``; with
+    ``shared``, a network link a data-parallel collective holds is passed through, not
+    requested (module doc); ``marks``: each request's :class:`Bulk`, if any
+    (:meth:`FifoLink.request`)."""
+    if not shared:
+        return [
+            (r, r.request(m))
+            for r, m in zip(resources, marks or [None] * len(resources), strict=True)
+        ], []
+    bulks = [r.bulk for r in resources if r.bulk is not None and r.bulk.open]
+    return [(r, r.request()) for r in resources if r.bulk is None or not r.bulk.open], bulks
+
+
+class _EndOfInstant(simpy.Event):
+    """An event processed after every other event of this instant (priority :data:`LATE`),
+    calling ``callback``."""
+
+    def __init__(self, env: simpy.Environment, callback):
+        super().__init__(env)
+        self.callbacks.append(callback)
+        self._ok, self._value = True, None
+        env.schedule(self, cast(EventPriority, LATE))
 
 
 def _runs_nccl(topology: Topology, node: str) -> bool:

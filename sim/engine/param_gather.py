@@ -49,7 +49,7 @@ from sim.comm.hierarchical import CollectivePlan
 from sim.engine.buckets import buckets
 from sim.engine.collectives import Collectives
 from sim.engine.inputs import SimInput
-from sim.engine.links import Bulk
+from sim.engine.links import DENSE, EXPERT, Bulk
 from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import Event, EventKind, Stream
@@ -265,7 +265,7 @@ class ParamGathers:
         members' compute meanwhile (:mod:`sim.engine.sm_share`); returns when it began."""
         links, plan, kind = self.coll.links, chain.plan, EventKind.ALL_GATHER
         rec = Bulk()
-        reqs = yield from links.acquire(chain.held, rec)
+        reqs = yield from links.acquire(chain.held, rec, EXPERT if chain.label else DENSE)
         begin = self.env.now
         rec.end_s = begin + plan.time_s(size, kind)
         share, gpus = self.coll.share, [m.gpu for m, _ in chain.members]
