@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.errors import InputError
+from sim.trace.hf_checks import check_sizes
 
 runner = CliRunner()
 
@@ -32,3 +35,23 @@ def test_analytic_trace_note_names_the_gpu_it_is_timed_on(tmp_path: Path) -> Non
     assert res.exit_code == 0, res.output
     note = next(line for line in res.output.splitlines() if "is analytic" in line)
     assert "on H100" in note and "V100" not in note, note
+
+
+def test_a_config_json_of_another_family_says_what_is_read() -> None:
+    """GPT-2's config.json names its sizes n_embd, n_head, n_layer: the message said only
+    "missing field 'hidden_size'", which adding hidden_size does not cure; it now says which
+    configs are read and what to do with another model."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}
+    with pytest.raises(InputError) as err:
+        check_sizes(gpt2, "config.json")
+    text = str(err.value)
+    assert "hidden_size" in text and "Llama-like" in text and "'gpt2'" in text, text
+    assert "FILE.py:FUNC" in text, text
+
+
+def test_a_folder_given_as_the_experiment(tmp_path: Path) -> None:
+    """`sim run FOLDER` said "expected a experiment file"."""
+    res = _run("run", tmp_path, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert "is a directory, expected an experiment file" in res.output, res.output
+    assert not (tmp_path / "out").exists()
