@@ -9,10 +9,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import sim.api
 from sim.cli import app
 from sim.errors import InputError
 from sim.trace.hf_checks import check_sizes
 
+ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
@@ -55,3 +57,17 @@ def test_a_folder_given_as_the_experiment(tmp_path: Path) -> None:
     assert res.exit_code == 2, res.output
     assert "is a directory, expected an experiment file" in res.output, res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_says_what_is_kept(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C mid-sweep ended `sim run` with exit code 130 and not a word; it now says the
+    output folder is unchanged and the rows simulated so far are cached for the next run."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.api, "run", interrupted)
+    res = _run("run", ROOT / "experiments" / "dgx1.yaml", "--out", tmp_path / "out")
+    assert res.exit_code == 130, res.output
+    assert "interrupted: the output folder is unchanged" in res.output, res.output
+    assert ".cache" in res.output and "Traceback" not in res.output
