@@ -71,3 +71,27 @@ def test_ctrl_c_says_what_is_kept(tmp_path: Path, monkeypatch) -> None:
     assert res.exit_code == 130, res.output
     assert "interrupted: the output folder is unchanged" in res.output, res.output
     assert ".cache" in res.output and "Traceback" not in res.output
+
+
+def test_a_rerun_says_it_reused_the_cache(tmp_path: Path) -> None:
+    """A second `sim run` into the same folder reads every simulated row from OUT/.cache; the
+    planner's line said "N simulated" both times, so the reuse was invisible."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    args = ("run", path, "--out", tmp_path / "out", "--jobs", 1, "--no-plots")
+    first = _run(*args)
+    assert first.exit_code == 0, first.output
+    assert "read from the cache" not in first.output, first.output
+    resolved = (tmp_path / "out" / "config.resolved.yaml").read_text()
+    second = _run(*args)
+    assert second.exit_code == 0, second.output
+    line = next(x for x in second.output.splitlines() if "planner:" in x)
+    simulated = int(line.split(" simulated")[0].rsplit(" ", 1)[1])
+    assert f"{simulated} simulated ({simulated} of them read from the cache)" in line, line
+    assert (tmp_path / "out" / "config.resolved.yaml").read_text() == resolved
