@@ -53,6 +53,7 @@ from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
 from sim.point.rows import pick_winner
 from sim.point.simulate import evaluate, resolve
+from sim.progress import progress as progress_bar
 from sim.replay import Replayer
 from sim.report.console import TABLES
 from sim.report.results import MemoryAnswer, PartitionPlan, Plan, RunOutcome, Simulation
@@ -465,7 +466,8 @@ def memory(
     prep = load(experiment)
     points, skipped = expand(prep)
     t0 = time.perf_counter()
-    results = grid_memory(prep, points, advice=advice)
+    with progress_bar(len(points), "computing memory", "configurations") as on_done:
+        results = grid_memory(prep, points, advice=advice, on_done=on_done)
     wall = time.perf_counter() - t0
     if out is None:
         return MemoryAnswer(results, skipped, None, wall)

@@ -95,3 +95,20 @@ def test_a_rerun_says_it_reused_the_cache(tmp_path: Path) -> None:
     simulated = int(line.split(" simulated")[0].rsplit(" ", 1)[1])
     assert f"{simulated} simulated ({simulated} of them read from the cache)" in line, line
     assert (tmp_path / "out" / "config.resolved.yaml").read_text() == resolved
+
+
+def test_sim_memory_shows_progress(tmp_path: Path) -> None:
+    """`sim memory` on a large grid (llama3-70b-64xh100: 92 configurations with advice, about
+    a minute on a loaded 2-core machine) printed nothing until it was done; it now reports
+    its progress as `sim run` does."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "out", "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert "computing memory: 4/4 configurations (100%)" in res.output, res.output
