@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import sim.api
 from sim.cli import app
+from sim.config.load import parse_experiment
 from sim.errors import InputError
 from sim.trace.hf_checks import check_sizes
 
@@ -131,3 +132,25 @@ def test_a_config_json_as_the_trace_says_how_to_make_one(tmp_path: Path) -> None
     assert res.exit_code == 2, res.output
     assert "models.0.trace" in res.output and "sim profile --model" in res.output, res.output
     assert "read_pipedream" not in res.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "said_before", "says_now"),
+    [
+        ({"training": "adam"}, "instance of TrainingConfig", "'adam' is not a mapping"),
+        ({"sweep": {"stages": 1.5}}, "(and 1 more problem(s))", "1.5 is not an integer or a list"),
+        ({"sweep": {"stages": 0}}, "Value error, ", "must be >= 1, got 0"),
+    ],
+)
+def test_experiment_messages_in_a_users_words(change, said_before, says_now) -> None:
+    """A wrong type named pydantic's class, a union's other branch counted as a second
+    problem, and a validator's message began with pydantic's "Value error, "."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        **change,
+    }
+    with pytest.raises(InputError) as err:
+        parse_experiment(exp, file="exp.yaml")
+    assert says_now in str(err.value) and said_before not in str(err.value), str(err.value)
