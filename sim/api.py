@@ -193,6 +193,11 @@ def run(
         raise InputError(f"{table!r} is not one of {', '.join(TABLES)}", field="table")
     if hardware_overlay is not None:
         _folder(hardware_overlay, "hardware_overlay")
+        if not Path(hardware_overlay).exists():
+            raise InputError(
+                f"{hardware_overlay} not found (`sim calibrate --from-runs` writes one)",
+                field="--hardware-overlay",
+            )
         read_overlay(Path(hardware_overlay))  # a bad overlay is refused before anything runs
         exp = exp.model_copy(update={"hardware_overlay": str(Path(hardware_overlay).resolve())})
     code = run_experiment(

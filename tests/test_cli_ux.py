@@ -154,3 +154,30 @@ def test_experiment_messages_in_a_users_words(change, said_before, says_now) -> 
     with pytest.raises(InputError) as err:
         parse_experiment(exp, file="exp.yaml")
     assert says_now in str(err.value) and said_before not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("in_file", "option", "names"),
+    [
+        (True, [], ["exp.yaml", "field 'hardware_overlay'", "nope.yaml not found"]),
+        (False, ["--hardware-overlay", "nope.yaml"], ["option '--hardware-overlay'", "nope.yaml"]),
+    ],
+)
+def test_a_missing_hardware_overlay_names_where_it_was_given(
+    tmp_path: Path, monkeypatch, in_file, option, names
+) -> None:
+    """A missing overlay said only "nope.yaml: hardware overlay not found", naming neither the
+    experiment's field nor the option that gave it."""
+    monkeypatch.chdir(tmp_path)
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
+        **({"hardware_overlay": "nope.yaml"} if in_file else {}),
+    }
+    Path("exp.yaml").write_text(yaml.safe_dump(exp))
+    res = _run("run", "exp.yaml", "--out", "out", *option)
+    assert res.exit_code == 2, res.output
+    assert all(n in res.output for n in names), res.output
+    assert not Path("out").exists()
