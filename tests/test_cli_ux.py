@@ -181,3 +181,22 @@ def test_a_missing_hardware_overlay_names_where_it_was_given(
     assert res.exit_code == 2, res.output
     assert all(n in res.output for n in names), res.output
     assert not Path("out").exists()
+
+
+def test_sim_memory_table_states_its_unit_and_columns(tmp_path: Path) -> None:
+    """The table of `sim memory` printed 15.24, 15.41, 15.81 against 15.78 with no unit and no
+    word on what allocated, reserved, device and capacity are."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "out", "--no-plots")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "peak memory per GPU, GiB" in text, res.output
+    assert "allocated: torch.cuda.max_memory_allocated" in text, res.output
+    assert "capacity: the GPU's memory as CUDA reports it" in text, res.output
