@@ -53,6 +53,7 @@ from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
 from sim.point.rows import pick_winner
 from sim.point.simulate import evaluate, resolve
+from sim.progress import progress as progress_bar
 from sim.replay import Replayer
 from sim.report.console import TABLES
 from sim.report.results import MemoryAnswer, PartitionPlan, Plan, RunOutcome, Simulation
@@ -192,6 +193,11 @@ def run(
         raise InputError(f"{table!r} is not one of {', '.join(TABLES)}", field="table")
     if hardware_overlay is not None:
         _folder(hardware_overlay, "hardware_overlay")
+        if not Path(hardware_overlay).exists():
+            raise InputError(
+                f"{hardware_overlay} not found (`sim calibrate --from-runs` writes one)",
+                field="--hardware-overlay",
+            )
         read_overlay(Path(hardware_overlay))  # a bad overlay is refused before anything runs
         exp = exp.model_copy(update={"hardware_overlay": str(Path(hardware_overlay).resolve())})
     code = run_experiment(
@@ -465,7 +471,8 @@ def memory(
     prep = load(experiment)
     points, skipped = expand(prep)
     t0 = time.perf_counter()
-    results = grid_memory(prep, points, advice=advice)
+    with progress_bar(len(points), "computing memory", "configurations") as on_done:
+        results = grid_memory(prep, points, advice=advice, on_done=on_done)
     wall = time.perf_counter() - t0
     if out is None:
         return MemoryAnswer(results, skipped, None, wall)

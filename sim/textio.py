@@ -53,7 +53,7 @@ def read_text(
     if not p.exists():
         raise InputError(f"{what} not found", file=name)
     if p.is_dir():
-        raise InputError(f"is a directory, expected a {what}", file=name)
+        raise InputError(f"is a directory, expected {_a(what)}", file=name)
     try:
         size = p.stat().st_size
         if size > max_bytes:
@@ -66,6 +66,16 @@ def read_text(
     return decode_text(data, label=name, what=what)
 
 
+def _a(what: str) -> str:
+    """``what`` with its indefinite article, by its first letter (``an experiment file``).
+
+    Example:
+        >>> _a("experiment file"), _a("trace file")
+        ('an experiment file', 'a trace file')
+    """
+    return f"{'an' if what[:1].lower() in 'aeiou' else 'a'} {what}"
+
+
 def decode_text(data: bytes, *, label: str, what: str = "file") -> str:
     """``data`` as UTF-8 text (a leading byte-order mark is dropped).
 
@@ -75,7 +85,8 @@ def decode_text(data: bytes, *, label: str, what: str = "file") -> str:
     nul = data.find(b"\x00")
     if nul >= 0:
         raise InputError(
-            f"is a binary file (NUL byte at offset {nul}), expected a UTF-8 text {what}", file=label
+            f"is a binary file (NUL byte at offset {nul}), expected {_a(what)} (UTF-8 text)",
+            file=label,
         )
     try:
         return data.decode("utf-8-sig")

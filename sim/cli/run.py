@@ -94,23 +94,38 @@ def run(
 
     Exit codes: 0 done; 1 some model has no configuration that fits; 2 bad input (nothing
     written); 3 some configurations failed with an internal error (a bug: their rows say
-    where; everything else is written).
+    where; everything else is written); 130 interrupted (Ctrl-C: nothing written).
     """
     apply_verbosity(verbose, quiet)
     table = "none" if fmt != Format.table or quiet_now() else "wide" if wide else "compact"
-    outcome = api.run(
-        experiment,
-        out=out_dir,
-        jobs=jobs or (os.cpu_count() or 1),
-        cache=not no_cache,
-        plots=plots,
-        console=out if fmt == Format.table else err,
-        executor=executor.value,
-        exhaustive=exhaustive,
-        table=table,
-        progress=not quiet_now(),
-        hardware_overlay=hardware_overlay,
-    )
+    try:
+        outcome = api.run(
+            experiment,
+            out=out_dir,
+            jobs=jobs or (os.cpu_count() or 1),
+            cache=not no_cache,
+            plots=plots,
+            console=out if fmt == Format.table else err,
+            executor=executor.value,
+            exhaustive=exhaustive,
+            table=table,
+            progress=not quiet_now(),
+            hardware_overlay=hardware_overlay,
+        )
+    except KeyboardInterrupt:
+        err.print(
+            "interrupted: the output folder is unchanged (a run writes its files together, "
+            "at its end); "
+            + (
+                "nothing simulated is kept (--no-cache)"
+                if no_cache
+                else "the configurations simulated so far are kept in its .cache, which the "
+                "next `sim run` of this experiment reuses"
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
     if fmt != Format.table:
         _dump(outcome.out_dir / "results.csv", fmt)
     raise typer.Exit(outcome.code)

@@ -42,27 +42,39 @@ def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConf
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = err["msg"]
-        loc = tuple(err["loc"])
-        if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "list_type"):
-            want = err["type"].split("_")[0].replace("string", "text").replace("int", "integer")
-            msg = f"{err['input']!r} is not {'an' if want == 'integer' else 'a'} {want}"
-            if len(exc.errors()) > 1 and "list" in str(loc[-1:]) + err["type"]:
-                msg += " or a list of them"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "string_pattern_mismatch":
-            msg = (
-                f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
-                "only, not starting with a dot (it names a folder under results/)"
-            )
-        elif err["type"] == "duplicate_name":
-            loc = loc + (err["ctx"]["index"], "name")
-        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-        raise InputError(msg + more, file=file, field=_field_path(loc)) from None
+        raise _first_problem(exc, file) from None
+
+
+def _first_problem(exc: ValidationError, file: str) -> InputError:
+    """The first of ``exc``'s problems in a user's words, naming its field; the union branches
+    pydantic tried for that field (``int`` or ``list[int]``) count as one problem."""
+    errors = exc.errors()
+    err = errors[0]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    loc = tuple(err["loc"])
+    here = _field_path(loc)
+    branches = [e for e in errors[1:] if _field_path(tuple(e["loc"])) == here]
+    if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "list_type"):
+        want = err["type"].split("_")[0].replace("string", "text").replace("int", "integer")
+        msg = f"{err['input']!r} is not {'an' if want == 'integer' else 'a'} {want}"
+        if any("list" in e["type"] + str(e["loc"][-1:]) for e in branches):
+            msg += " or a list of them"
+    elif err["type"] in ("model_type", "dict_type"):
+        msg = f"{err['input']!r} is not a mapping (key: value)"
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "string_pattern_mismatch":
+        msg = (
+            f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
+            "only, not starting with a dot (it names a folder under results/)"
+        )
+    elif err["type"] == "duplicate_name":
+        loc = loc + (err["ctx"]["index"], "name")
+    others = len({_field_path(tuple(e["loc"])) for e in errors} - {here})
+    more = f" (and {others} more problem(s))" if others else ""
+    return InputError(msg + more, file=file, field=_field_path(loc))
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

@@ -23,7 +23,7 @@ throughput is ``sim run``'s to judge).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sim.errors import InputError
 from sim.memory.rank_memory import CATEGORIES, RankMemory
@@ -169,25 +169,34 @@ def advise(prep: Prepared, memory: PointMemory, known: Known | None = None) -> A
 
 
 def grid_memory(
-    prep: Prepared, points: list[PointConfig], *, advice: bool = True
+    prep: Prepared,
+    points: list[PointConfig],
+    *,
+    advice: bool = True,
+    on_done: Callable[[int], None] | None = None,
 ) -> list[GridMemory]:
     """Each point's peaks per pipeline rank (module doc), with :func:`advise` for those that
-    do not fit (``advice=False``: none). Points that cannot be resolved carry the reason."""
+    do not fit (``advice=False``: none). Points that cannot be resolved carry the reason.
+    ``on_done(n)``: called as each point is done (its advice included), for a progress bar."""
     known: Known = {}
     out = []
     for point in points:
+        out.append(_point(prep, point, known, advice))
+        if on_done:
+            on_done(len(out))
+    return out
+
+
+def _point(prep: Prepared, point: PointConfig, known: Known, advice: bool) -> GridMemory:
+    """One point of :func:`grid_memory` (``known``: answers to reuse, filled by the advice of
+    earlier points too)."""
+    memory = known.get(point)
+    if memory is None:
         try:
-            known[point] = point_memory(prep, point)
+            memory = known[point] = point_memory(prep, point)
         except InputError as exc:
             known[point] = None
-            out.append(GridMemory(point, None, str(exc)))
-            continue
-        out.append(GridMemory(point, known[point]))
-    if not advice:
-        return out
-    return [
-        replace(gm, advice=advise(prep, gm.memory, known))
-        if gm.memory is not None and not gm.memory.fits
-        else gm
-        for gm in out
-    ]
+            return GridMemory(point, None, str(exc))
+    if advice and not memory.fits:
+        return GridMemory(point, memory, advice=advise(prep, memory, known))
+    return GridMemory(point, memory)

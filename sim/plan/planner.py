@@ -65,6 +65,7 @@ class PlanStats:
         pruned_resolved: of those, how many were pruned once resolved (partitioned).
         pruned_bound: not simulated: their throughput upper bound is below the best found.
         simulated: simulated (or read from the cache).
+        cached: of those, how many were read from the row cache (a rerun's reuse).
         prune: whether pruning was on.
     """
 
@@ -73,21 +74,27 @@ class PlanStats:
     pruned_resolved: int = 0
     pruned_bound: int = 0
     simulated: int = 0
+    cached: int = 0
     prune: bool = True
 
     def summary(self) -> str:
         """One line for the console."""
+        reused = f" ({self.cached} of them read from the cache)" if self.cached else ""
         if not self.prune:
-            return f"planner: exhaustive, {self.simulated} of {self.expanded} simulated"
+            return f"planner: exhaustive, {self.simulated} of {self.expanded} simulated{reused}"
         return (
             f"planner: {self.expanded} configurations, {self.pruned_memory} pruned by the "
             f"memory lower bound ({self.pruned_resolved} once partitioned), {self.pruned_bound} by the throughput bound, "
-            f"{self.simulated} simulated"
+            f"{self.simulated} simulated{reused}"
         )
 
+    def add_cached(self, n: int) -> None:
+        """Count ``n`` more rows read from the row cache."""
+        self.cached += n
+
     def as_dict(self) -> dict:
-        """For ``config.resolved.yaml``."""
-        return dict(self.__dict__)
+        """For ``config.resolved.yaml`` (less ``cached``: a rerun writes the same file)."""
+        return {k: v for k, v in self.__dict__.items() if k != "cached"}
 
 
 def point_bounds(model: BoundModel, point: PointConfig) -> PointBounds | None:
@@ -157,6 +164,7 @@ def _plan(
             on_done=on_done,
             on_warning=on_warning,
             best=winners,
+            on_cached=stats.add_cached,
         )
         stats.simulated = len(points)
         return rows, stats
@@ -214,6 +222,7 @@ def _plan(
             on_warning=on_warning,
             screen=True,
             best=winners,
+            on_cached=stats.add_cached,
         )
         for i, row in zip(batch, rows, strict=True):
             out[i] = row
@@ -248,6 +257,7 @@ def _diagnose(prep, points, out, stats, cache, executor, on_warning) -> None:
         cache=cache,
         executor=executor,
         on_warning=on_warning,
+        on_cached=stats.add_cached,
     )
     stats.pruned_resolved -= sum("as partitioned" in out[i].error for i in redo)
     for i, row in zip(redo, rows, strict=True):

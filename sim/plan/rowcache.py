@@ -116,6 +116,7 @@ def run_points(
     executor: Executor | None = None,
     screen: bool = False,
     best: BestRows | None = None,
+    on_cached: Callable[[int], None] | None = None,
 ) -> list[ResultRow]:
     """Rows for ``points`` in order, from the cache where possible, else computed in parallel.
 
@@ -134,12 +135,13 @@ def run_points(
             (:func:`sim.plan.point_row.point_row`); their rows are not cached.
         best: the best row per model so far; every row is offered to it with its event log
             (:meth:`BestRows.offer`), which the executor sends for the rows that may win.
+        on_cached: called once with the number of rows read from the cache.
     """
     if cache is None and cache_dir:
         with open_cache(cache_dir) as opened:
             return run_points(prep, points, cache_dir=None, cache=opened, jobs=jobs,
                               on_done=on_done, on_warning=on_warning, executor=executor,
-                              screen=screen, best=best)  # fmt: skip
+                              screen=screen, best=best, on_cached=on_cached)  # fmt: skip
     rows: list[ResultRow | None] = [None] * len(points)
     keys = [point_cache_key(prep, p) for p in points] if cache is not None else [""] * len(points)
     where = cache.directory if cache is not None else None
@@ -156,6 +158,8 @@ def run_points(
             on_warning(f"cache entry {key} in {where} is {got}; recomputing it")
         todo.append(i)
     done = len(points) - len(todo)
+    if on_cached:
+        on_cached(done)
     if on_done:
         on_done(done)
 

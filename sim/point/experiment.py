@@ -18,6 +18,7 @@ from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision, te_version
 from sim.compute.quantize import LINEARS
 from sim.config import ExperimentConfig, PrecisionOptions
+from sim.errors import InputError
 from sim.framework.registry import get_framework
 from sim.hardware.loader import is_preset, load_hardware
 from sim.hardware.overlay import apply_overlay, read_overlay
@@ -149,9 +150,13 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
     return LowPrecision(recipe, rules, opts.param_gather, te_version(opts.te_version))
 
 
-def _hardware(exp: ExperimentConfig, base: Path | None) -> str | dict[str, Any]:
+def _hardware(exp: ExperimentConfig, base: Path | None, file: str) -> str | dict[str, Any]:
     """The experiment's hardware, with its ``hardware_overlay`` set over it
-    (:mod:`sim.hardware.overlay`; paths relative to the experiment file)."""
+    (:mod:`sim.hardware.overlay`; paths relative to the experiment file).
+
+    Raises:
+        InputError: the overlay file is missing, naming the experiment ``file`` and field.
+    """
     if not exp.hardware_overlay:
         return exp.hardware
     hw = exp.hardware
@@ -159,6 +164,13 @@ def _hardware(exp: ExperimentConfig, base: Path | None) -> str | dict[str, Any]:
         hw = str(base / hw) if not Path(hw).is_absolute() else hw
     path = Path(exp.hardware_overlay)
     path = base / path if base is not None and not path.is_absolute() else path
+    if not path.exists():
+        raise InputError(
+            f"hardware overlay {path} not found (relative to the experiment file; "
+            "`sim calibrate --from-runs` writes one)",
+            file=file,
+            field="hardware_overlay",
+        )
     return apply_overlay(hw, read_overlay(path))
 
 
@@ -169,7 +181,7 @@ def prepare(exp: ExperimentConfig, file: str) -> Prepared:
         InputError: unknown preset, unreadable trace (naming the file and field).
     """
     base = Path(file).parent if file else None
-    topo = load_hardware(_hardware(exp, base), file=file, field="hardware")
+    topo = load_hardware(_hardware(exp, base, file), file=file, field="hardware")
     traces = {}
     for i, model in enumerate(exp.models):
         trace = load_trace(model.trace, base_dir=base, file=file, field=f"models.{i}.trace")

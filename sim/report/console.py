@@ -84,11 +84,14 @@ class Reporter:
             )
 
     def notes(self, notes: dict[str, list[str]], prep: Prepared) -> None:
-        """How each trace is brought to the grid, and where its times come from: a warning
-        when a roofline estimate stands in for a measurement (:mod:`sim.trace.origin`)."""
+        """How each trace is brought to the grid, and where its times come from (on the GPU
+        its times are computed for): a warning when a roofline estimate stands in for a
+        measurement (:mod:`sim.trace.origin`)."""
         for line in (n for model_notes in notes.values() for n in model_notes):
             log.info("%s", line)
-        for name, trace in prep.traces.items():
+        for name, shipped in prep.traces.items():
+            # as timed here: a generated trace is regenerated on this hardware's GPU
+            trace = prep.adapted(name, shipped.microbatch_size)[0]
             text = origin_warning(name, trace)
             if text is not None:
                 log.log(logging.WARNING if trace_origin(trace) == ROOFLINE else logging.INFO, text)

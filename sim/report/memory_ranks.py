@@ -89,10 +89,24 @@ def memory_frame(results: list[GridMemory]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+CAPTION = (
+    "allocated: torch.cuda.max_memory_allocated; reserved: max_memory_reserved (allocated plus "
+    "the caching allocator's cache); device: reserved plus the runtime reserve (CUDA context, "
+    "libraries); capacity: the GPU's memory as CUDA reports it (the hardware description: sim "
+    "hardware show)"
+)
+"""What :func:`memory_table`'s columns are (:class:`~sim.memory.rank_memory.RankMemory`)."""
+
+
 def memory_table(results: list[GridMemory]) -> Table:
     """One line per configuration: its tightest rank's allocated, reserved and device peaks
     (GiB) against the capacity, and what to change when it does not fit."""
-    table = Table(title="peak memory per GPU (tightest pipeline rank)", title_justify="left")
+    table = Table(
+        title="peak memory per GPU, GiB (tightest pipeline rank)",
+        title_justify="left",
+        caption=CAPTION,
+        caption_justify="left",
+    )
     for head in ("configuration", "rank", "allocated", "reserved", "device", "capacity"):
         table.add_column(head, justify="left" if head == "configuration" else "right")
     table.add_column("fits", justify="center")

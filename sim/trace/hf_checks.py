@@ -117,7 +117,14 @@ def check_sizes(data: dict[str, Any], file: str) -> None:
         if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
             continue
         if key not in data:
-            raise InputError(f"missing field {key!r} (a positive integer)", file=file, field=key)
+            raise InputError(
+                f"missing field {key!r} (a positive integer); pipesim reads the config.json of "
+                f"Llama-like decoders (model_type {data.get('model_type')!r} has no {key}): "
+                "profile another model as a function, --model FILE.py:FUNC "
+                "(docs/guides/own-model.md)",
+                file=file,
+                field=key,
+            )
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"must be a positive integer, got {v!r}", file=file, field=key)
     h, heads = data["hidden_size"], data["num_attention_heads"]

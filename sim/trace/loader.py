@@ -122,7 +122,9 @@ def load_trace(
 
     Raises:
         InputError: the reference resolves to nothing (the message lists the available names),
-            or the file it resolves to is malformed (the message names that file and field).
+            to a JSON file (a Hugging Face config or a torch profiler trace: the message says
+            how to make a trace of it), or to a malformed file (the message names that file
+            and field).
     """
     raw = Path(ref)
     given = raw if raw.is_absolute() or base_dir is None else Path(base_dir) / raw
@@ -131,6 +133,15 @@ def load_trace(
     candidates += [d / f"{ref}.csv", d / str(ref) / "graph.txt"]
     for p in candidates:
         if p.exists() and (p.is_file() or (p / "graph.txt").is_file()):
+            if p.suffix == ".json":
+                raise InputError(
+                    f"{p} is JSON, not a trace; a Hugging Face config.json becomes one with "
+                    f"`sim profile --model {p} --seq-len S -b B --for-gpu GPU --out "
+                    "traces/NAME` (then trace: traces/NAME), a torch profiler trace with `sim "
+                    "trace import-kineto` (docs/guides/own-model.md)",
+                    file=file,
+                    field=field,
+                )
             trace = _read_path(p)
             check_scale(trace, file=str(p))
             return trace
