@@ -5,7 +5,8 @@ and the copies and merges Transformer Engine's context parallelism adds
 (:mod:`sim.parallel.context_kernels`), times the layers and micro-batches a GPU runs.
 
 Rows: every row with ``cp > 1`` of the measured sources (``measured/simumax_b200.csv``,
-``measured/megatron_bridge_blackwell.csv``), read and predicted as
+``measured/megatron_bridge_blackwell.csv``), or the rows ``--rows`` names whatever their
+``cp`` (the same breakdown for any row, e.g. a deep pipeline's), read and predicted as
 ``bench_measured_data.py`` does (:mod:`sim.runs`). Prints figures only; nothing is fitted.
 
 Run: ``PIPESIM_SHARED_DATA=../shared/data python benchmarks/accuracy/cp_phases.py
@@ -100,7 +101,9 @@ def main() -> None:
         rec = read_recipes(RECIPES) if source == "bridge" else None
         runs = read_measured_csv(DATA / SOURCES[source], recipes=rec, generated=GENERATED)
         for run in runs:
-            if run.layout.cp <= 1 or (rows and run.source.rsplit(" ", 1)[-1] not in rows):
+            if rows and run.source.rsplit(" ", 1)[-1] not in rows:
+                continue
+            if not rows and run.layout.cp <= 1:
                 continue
             ex = express(run)
             if isinstance(ex, Expressed):
