@@ -13,18 +13,16 @@ Run: ``PIPESIM_SHARED_DATA=../shared/data python benchmarks/accuracy/model_rows.
 ``--host-as PRESET`` prices every row's host as that preset's ``host_overhead`` (an overlay
 over every hardware, :class:`sim.runs.predict.Predictor`): a counterfactual that isolates what
 the host pricing of each platform does (e.g. ``--host-as dgx-b200`` or ``gb200-nvl72`` for the
-    ap.add_argument("--host-set", default="", help="host_overhead 'key=value,...' over every host")
-    ap.add_argument(
-        "--nccl-nic", type=float, default=0.0, help="NCCL's NIC rate, GB/s (module doc)"
-    )
-    args = ap.parse_args()
-    prefixes = tuple(m for m in args.models.split(",") if m)
-    try:
-        over = host_overlay(args.host_as, args.host_set)
-    except ValueError as e:
-        sys.exit(str(e))
-    if args.nccl_nic > 0:
-        over = (over or {}) | {"network": {"nccl_nic_bandwidth": f"{args.nccl_nic} GB/s"}}
+x86 DGX against Grace rows, ``benchmarks/accuracy/platform_pairs.py``). ``--host-set
+key=value,...`` sets ``host_overhead`` keys over every hardware's own (values as a preset writes
+them, ``te_module=0 us``; after ``--host-as``): e.g. the counterfactual of
+``measurements/host/grace_host.md`` (``--host-set "te_module=0 us"``).
+
+``--nccl-nic GBPS`` sets every row's network ``nccl_nic_bandwidth`` (NCCL's rate of a GPU's NIC,
+GB/s) for the presets that have a network: a counterfactual that shows how much of a row's
+time rides on traffic between nodes (pipeline sends and collectives alike), e.g. the deep
+pipelines over InfiniBand (``--nccl-nic 14``: NCCL 2.29's own per-channel p2p rate over the
+network, NVIDIA/nccl@5067397 ``src/graph/paths.cc`` line 918). Not a model change.
 """
 
 from __future__ import annotations
@@ -75,29 +73,18 @@ def main() -> None:
     ap.add_argument("--source", default="bridge", choices=sorted(SOURCES))
     ap.add_argument("--out", required=True, help="CSV to write")
     ap.add_argument("--host-as", default="", help="price every host as this preset's")
-<<<<<<< HEAD
     ap.add_argument("--host-set", default="", help="host_overhead 'key=value,...' over every host")
+    ap.add_argument(
+        "--nccl-nic", type=float, default=0.0, help="NCCL's NIC rate, GB/s (module doc)"
+    )
     args = ap.parse_args()
     prefixes = tuple(m for m in args.models.split(",") if m)
     try:
         over = host_overlay(args.host_as, args.host_set)
     except ValueError as e:
         sys.exit(str(e))
-=======
-    ap.add_argument(
-        "--nccl-nic", type=float, default=0.0, help="NCCL's NIC rate, GB/s (module doc)"
-    )
-    args = ap.parse_args()
-    prefixes = tuple(m for m in args.models.split(",") if m)
-    over = None
-    if args.host_as:
-        host = load_hardware_spec(args.host_as).host_overhead
-        if host is None:
-            sys.exit(f"{args.host_as} has no host_overhead")
-        over = {"host_overhead": host.model_dump(exclude_unset=True)}
     if args.nccl_nic > 0:
         over = (over or {}) | {"network": {"nccl_nic_bandwidth": f"{args.nccl_nic} GB/s"}}
->>>>>>> bigpp
     pred, recs = Predictor(over), []
     for run in read_source(args.source, DATA / SOURCES[args.source], RECIPES, 0):
         if args.source == "bridge" and prefixes and not run.name.startswith(prefixes):
