@@ -115,3 +115,37 @@ def test_clamped_quick_geglu_copies_its_offset_with_a_second_sync():
     work = layered_work(HostOverhead(op_s=10e-6), "F", (part,))
     third = 1.25e-3 + 0.75e-3 + 0.5e-3 / 75
     assert work.finish(0.0, 1e-3)[0] == pytest.approx(third + 0.375e-3 + 0.25e-3 / 37.5)
+
+
+def test_moe_act_recompute_syncs_the_backward_too():
+    """Megatron-Core's ``moe_act`` recompute re-runs GPT-OSS's fused quick-GeGLU in a hook on
+    fc2's output gradient (Megatron-LM@d7288711 moe/experts.py 379-390, random.py 735-822), so
+    its blocking offset copy waits for the device in the backward as well, before fc2's input
+    gradient. Hand-computed: a backward of 100 ops of 10 us over 1 ms of device, the device
+    busy until 1 ms, the sync at 1/4: 25 ops run to 1.25 ms, the host waits there, then 75 ops
+    issued one by one end at 1.25 + 0.75 + 0.01 = 2.01 ms (2.00 ms without the sync). Only a
+    stage whose policy recomputes ``moe_act`` takes the share."""
+    from types import SimpleNamespace
+
+    from sim.engine.host import layered_work
+    from sim.engine.stage_cost import StageCost
+    from sim.hardware.host_ops import HostOverhead
+    from sim.memory.registry import parse_policy
+    from sim.parallel.decoder_shard import DecoderShard
+    from sim.point.stage_costs import with_recompute_syncs
+
+    h = HostOverhead(op_s=10e-6, backward_op_s=10e-6)
+    cost = StageCost(0.0, 1e-3, 0.0, 0.0, bwd_layers=((1e-3, 100.0, 0.0),))
+    synced = StageCost(0.0, 1e-3, 0.0, 0.0, bwd_layers=((1e-3, 100.0, 0.0),), bwd_syncs=(0.25,))
+    (part,) = synced.backward_layer_parts()
+    assert part.sync_share == (0.25,)
+    ends = [layered_work(h, "B", c.backward_parts()).finish(0.0, 1e-3)[0] for c in (cost, synced)]
+    assert ends == pytest.approx([2.0e-3, 2.01e-3])
+
+    trace = SimpleNamespace(layers=(0,))  # one layer: all the function reads of the trace
+    shard = DecoderShard(trace, (), (), (), None, recompute_syncs=(0.25,))  # type: ignore[arg-type]
+    for text, want in (("dist_opt:recompute:selective:layernorm,moe_act", (0.25,)),
+                       ("dist_opt:recompute:selective:layernorm", ()),
+                       ("dist_opt", ())):  # fmt: skip
+        (got,) = with_recompute_syncs((cost,), shard, [0], parse_policy(text))
+        assert got.bwd_syncs == want

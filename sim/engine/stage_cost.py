@@ -85,6 +85,9 @@ class StageCost:
             sync (:attr:`fwd_syncs`) waits for: collectives issued before the sync, whose
             output the compute stream waits on before its next kernel, so that the host's
             wait there drains them too (:meth:`drained`); empty: none.
+        bwd_syncs: per layer, the share of its backward issued before a host sync inside it
+            (a ``moe_act`` recompute's offset copy,
+            :func:`sim.parallel.layer_host.recompute_sync_share`), 0.0 for none; empty: none.
     """
 
     fwd_s: float
@@ -113,6 +116,7 @@ class StageCost:
     bwd_accumulate: tuple[float, ...] = ()
     tp_fwd_layers: tuple[tuple[tuple[str, float], ...], ...] = ()
     fwd_sync_drains: tuple[int, ...] = ()
+    bwd_syncs: tuple[float, ...] = ()
 
     def drained(self, i: int) -> tuple[tuple[str, float], ...]:
         """The collectives of layer ``i``'s forward that its first host sync waits for
@@ -233,15 +237,16 @@ class StageCost:
     def backward_layer_parts(self) -> tuple[LayerPart, ...]:
         """Each layer's backward in forward order, with its forward's Transformer Engine
         modules (each runs its Python backward too; none when the stage has no per-layer
-        forward, :attr:`fwd_layers` empty).
+        forward, :attr:`fwd_layers` empty), and its host sync (:attr:`bwd_syncs`) if any.
 
         Raises:
             ValueError: :attr:`fwd_layers` and :attr:`bwd_layers` are both given but not one
                 per layer each (zip's strict check)."""
         te = [x[4] for x in self.fwd_layers] if self.fwd_layers else [0.0] * len(self.bwd_layers)
+        syncs = [self.bwd_syncs[i] if i < len(self.bwd_syncs) else 0.0 for i in range(len(te))]
         return tuple(
-            LayerPart(sec, ops, 0.0, 0.0, nodes, t)
-            for (sec, ops, nodes), t in zip(self.bwd_layers, te, strict=True)
+            LayerPart(sec, ops, 0.0, 0.0, nodes, t, (k,) if k > 0 else ())
+            for (sec, ops, nodes), t, k in zip(self.bwd_layers, te, syncs, strict=True)
         )
 
     def backward_parts(self) -> tuple[LayerPart, ...]:

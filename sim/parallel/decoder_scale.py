@@ -22,7 +22,7 @@ from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context_kernels import context_kernels
 from sim.parallel.decoder_comm import group_ops, tp_comm
 from sim.parallel.decoder_split import attention_dims
-from sim.parallel.layer_host import sync_shares
+from sim.parallel.layer_host import recompute_sync_share, sync_shares
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.decoder import MOE_KINDS, single_gpu_rows
@@ -44,7 +44,10 @@ def kind_shard(
     kind, m, b, d, dt, par, spec, rows, plan, low: LowPrecision | None = None, regather=False
 ):
     """One layer kind's scaling on the rank (ratios, activations, parameter shares,
-    collectives); ``low``: the recipe, when this layer runs its linear layers under it."""
+    collectives, recompute choices, and the host syncs: its forward's shares before each,
+    :func:`~sim.parallel.layer_host.sync_shares`, and its backward's before a ``moe_act``
+    recompute's, :func:`~sim.parallel.layer_host.recompute_sync_share`); ``low``: the recipe,
+    when this layer runs its linear layers under it."""
     moe = base_kind(kind) in MOE_KINDS and m.moe is not None
     one_rows = single_gpu_rows(m, b) if moe else ()
     mine = rows if moe else ()
@@ -85,7 +88,8 @@ def kind_shard(
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     fc2 = saved if low is not None and "expert_down" not in low.rules.keep16 else None
     parts = _parts(kind, m, b, d, dt, par, mine, spec, rk[0], act1, fc2)
-    return ratios, act, share, tpc, ops, pair, parts, sync_shares(rank[0], spec, dt)
+    syncs = sync_shares(rank[0], spec, dt), recompute_sync_share(rank, spec, dt)
+    return ratios, act, share, tpc, ops, pair, parts, syncs
 
 
 def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout):

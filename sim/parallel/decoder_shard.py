@@ -87,6 +87,10 @@ class DecoderShard:
             attention module that the generic counts lack
             (:func:`~sim.parallel.layer_host.attention_host_ops`), counted in the layer's ops
             too; empty for none. A CUDA graph of the attention takes it whole.
+        recompute_syncs: per layer, the share of its backward's seconds before the host sync
+            of a ``moe_act`` recompute (:func:`~sim.parallel.layer_host.recompute_sync_share`;
+            0.0 for a layer without one), empty for none; in force only where the memory
+            policy recomputes ``moe_act`` (:func:`sim.point.stage_costs.with_recompute_syncs`).
     """
 
     trace: Trace
@@ -101,6 +105,7 @@ class DecoderShard:
     fwd_syncs: tuple[tuple[float, ...], ...] = ()
     grouped_ops: tuple[tuple[float, float], ...] = ()
     attn_ops: tuple[tuple[float, float], ...] = ()
+    recompute_syncs: tuple[float, ...] = ()
 
     @property
     def tensor_parallel(self) -> int:
@@ -139,6 +144,7 @@ def shard_decoder(
     cache: dict[tuple[str, bool], tuple] = {}
     layers, comm, group, expert, pairs, lows, syncs, grouped = [], [], [], [], [], [], [], []
     attn: list[tuple[float, float]] = []
+    rsyncs: list[float] = []
     kinds = trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in trace.layers]
     for layer, kind in zip(trace.layers, kinds, strict=True):
         runs_low = low is not None and low.layer_low(kind, layer_index(layer.name), m.layers)
@@ -146,8 +152,9 @@ def shard_decoder(
         key = (kind, lp is not None)
         if key not in cache:
             cache[key] = kind_shard(kind, m, b, d, dt, par, spec, rows, plan, lp, regather)
-        ratios, act, share, tpc, ops, pair, parts, sync = cache[key]
+        ratios, act, share, tpc, ops, pair, parts, (sync, rsync) = cache[key]
         syncs.append(sync)
+        rsyncs.append(rsync)
         scaled = scale_layer(layer, ratios, act, share[0] + share[1], par, parts)
         grouped.append(grouped_host_ops(scaled, kind, m, par, lp, host))
         attn.append(attention_host_ops(scaled, kind, m))
@@ -176,6 +183,7 @@ def shard_decoder(
         tuple(syncs),
         tuple(grouped) if any(f or b for f, b in grouped) else (),
         tuple(attn) if any(f or b for f, b in attn) else (),
+        tuple(rsyncs) if any(rsyncs) else (),
     )
 
 

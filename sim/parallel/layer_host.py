@@ -3,6 +3,7 @@ host ops of the experts the rank runs.
 
 Split from :mod:`sim.parallel.decoder_shard`, which calls these per layer: :func:`sync_shares`
 (the MoE dispatcher's token-count read-back, a clamped quick-GeGLU's offset copy),
+:func:`recompute_sync_share` (that copy again in a ``moe_act`` recompute, in the backward),
 :func:`attention_host_ops` (GPT-OSS's eager attention pieces), :func:`grouped_host_ops`
 (Transformer Engine ``GroupedLinear``'s per-expert host work) and
 :func:`rank_expert_ops` (a layer's host ops without the experts other ranks hold).
@@ -14,6 +15,7 @@ from dataclasses import replace
 
 from sim.compute.decoder import ATTN, DecoderShape
 from sim.compute.decoder_shape import base_kind
+from sim.compute.glu_clamp import OFFSET_COPY
 from sim.compute.gptoss_host import attention_ops, expert_ops
 from sim.compute.kernels import Kernel, kernel_time_s
 from sim.compute.mcore_ops import expert_ops as sequential_expert_ops
@@ -51,6 +53,50 @@ def sync_shares(kernels: list[Kernel], spec: ComputeSpec, dtype: str) -> tuple[f
         return ()
     cuts = [i for i, k in enumerate(kernels) if k.name in HOST_SYNC_KERNELS]
     return tuple(sum(times[: i + 1]) / total for i in cuts)
+
+
+RECOMPUTE_HOOK = "d_expert_down_in"
+"""The first backward kernel after a ``moe_act`` recompute: the experts' fc2 input gradient,
+which needs the recomputed activation (the recompute is a hook on fc2's output gradient)."""
+
+
+def recompute_sync_share(kernels: tuple[list[Kernel], ...], spec: ComputeSpec, dtype: str) -> float:
+    """Share of a layer's backward seconds (``kernels``: its forward, input-gradient and
+    weight-gradient kernels on the rank, :func:`sim.compute.decoder.layer_kernels`) issued
+    before the host sync of a ``moe_act`` recompute, or 0.0 for a layer without one.
+
+    Megatron-Core's ``moe_act`` recompute (``TEGroupedMLP.forward``: ``CheckpointWithoutOutput``
+    over ``bias_act_func``, then ``discard_output_and_register_recompute(output)``, fc2's
+    output) re-runs the activation in a hook on fc2's output gradient
+    (``tensor_parallel/random.py`` ``CheckpointWithoutOutput._recompute``: ``self.run_function``
+    under ``torch.enable_grad()``; NVIDIA/Megatron-LM@d7288711 ``moe/experts.py`` lines
+    379-390, ``random.py`` 735-822; the same at 0d8e0714 and b0cc2706, the Megatron-LM of
+    Megatron-Bridge v0.2.0 and v0.3.0). For a clamped quick-GeGLU the function is
+    ``weighted_bias_quick_geglu_impl``, whose ``torch.tensor(linear_offset, device=...)`` is a
+    blocking copy (:mod:`sim.compute.glu_clamp`): the host waits there for the device in the
+    backward too, after the backward kernels before fc2's input gradient
+    (:data:`RECOMPUTE_HOOK`; the recompute's own seconds run in the stage's recompute, not
+    here). The share counts the backward's input- and weight-gradient seconds together.
+
+    Example: 1 and 3 seconds' worth of bytes before and after the hook, nothing in the weight
+    gradient: 1/4.
+
+    >>> from sim.compute.kernels import mem
+    >>> from sim.hardware.gpu_compute import ComputeSpec
+    >>> g = ComputeSpec("x", 1e15, 1e14, 1e12, 100, 0.5, 0.5, hbm_efficiency=1.0,
+    ...                 kernel_overhead_s=0.0)
+    >>> fwd = [mem("expert_act_offset_h2d", 0.0)]
+    >>> dx = [mem("a", 1e12), mem("d_expert_down_in[8]", 3e12)]
+    >>> recompute_sync_share((fwd, dx, []), g, "bf16"), recompute_sync_share(([], dx, []), g, "bf16")
+    (0.25, 0.0)
+    """
+    fwd, dx, dw = kernels[:3]
+    names = [k.name.split("[")[0] for k in dx]
+    if not any(k.name == OFFSET_COPY for k in fwd) or RECOMPUTE_HOOK not in names:
+        return 0.0
+    times = [kernel_time_s(k, spec, dtype) for k in [*dx, *dw]]
+    total = sum(times)
+    return sum(times[: names.index(RECOMPUTE_HOOK)]) / total if total > 0 else 0.0
 
 
 def attention_host_ops(layer: LayerProfile, kind: str, m: DecoderShape) -> tuple[float, float]:

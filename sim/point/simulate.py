@@ -34,7 +34,7 @@ from sim.point.experiment import Prepared
 from sim.point.mirroring import mirror_intended, simulated
 from sim.point.overlap_costs import with_framework
 from sim.point.plans import layer_works, memory_plans, repartition, stage_low_params
-from sim.point.stage_costs import stage_costs, with_recompute_comm
+from sim.point.stage_costs import stage_costs, with_recompute_comm, with_recompute_syncs
 from sim.point.stages import Grid, make_schedule
 from sim.point.staging import stage_point
 from sim.schedules.base import Schedule
@@ -139,6 +139,7 @@ def resolve(
         combined,
     )
     costs = with_recompute_comm(stage_costs(sharded, boundaries), sharded, boundaries, plans)
+    costs = with_recompute_syncs(costs, sharded, boundaries, policy)
     try:
         costs = with_framework(costs, sharded, boundaries, plans, framework, topo.gpus[0].compute)
     except ValueError as exc:

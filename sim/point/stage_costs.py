@@ -69,3 +69,22 @@ def with_recompute_comm(
         ops = [op for i in plans[0][s].recompute_layers for op in sharded.comm[lo + i].fwd]
         out.append(replace(cost, tp_recompute=aggregate(ops)) if ops else cost)
     return tuple(out)
+
+
+def with_recompute_syncs(
+    costs: tuple[StageCost, ...], sharded: ShardedTrace | DecoderShard, boundaries, policy
+) -> tuple[StageCost, ...]:
+    """Each stage's cost with the host syncs of its layers' ``moe_act`` recompute in their
+    backward (:attr:`StageCost.bwd_syncs`, :attr:`DecoderShard.recompute_syncs`), where the
+    stage's memory ``policy`` recomputes ``moe_act`` (Megatron-Core's ``--recompute-modules``;
+    alone or under the distributed optimizer)."""
+    if not isinstance(sharded, DecoderShard) or not sharded.recompute_syncs:
+        return costs
+    out, edges = [], [*boundaries, len(sharded.trace.layers)]
+    for s, cost in enumerate(costs):
+        stage = policy.for_stage(s, len(costs))
+        choice = getattr(stage, "choice", None) or stage
+        if "moe_act" in getattr(choice, "modules", frozenset()):
+            cost = replace(cost, bwd_syncs=sharded.recompute_syncs[edges[s] : edges[s + 1]])
+        out.append(cost)
+    return tuple(out)
