@@ -44,10 +44,19 @@ def test_network_link_is_shared_with_a_data_parallel_collective():
     assert _run(10.0, 2.0, 1.0, NIC) == pytest.approx((11.0, 2.0, 4.0))
     # with 0.5 s of the collective left, the send shares 2 x 0.5 s, then runs alone 1.5 s
     assert _run(10.0, 9.5, 2.0, NIC) == pytest.approx((10.5, 9.5, 12.0))
-    # an NVLink stays FIFO: the send waits for the collective
-    assert _run(10.0, 2.0, 1.0, NVL) == pytest.approx((10.0, 10.0, 11.0))
-    # ... unless it is a local link, held only for its local phases (here 1.5 s)
-    assert _run(10.0, 0.5, 1.0, NVL, ((NVL,), 1.5)) == pytest.approx((10.0, 1.5, 2.5))
+
+
+def test_nvlink_is_shared_with_a_data_parallel_collective():
+    """Another communicator's send over an NVLink a collective holds passes at half rate (it
+    waited for the whole collective under FIFO: start 10, end 11)."""
+    assert _run(10.0, 2.0, 1.0, NVL) == pytest.approx((11.0, 2.0, 4.0))
+    # a local link held for its local phase (1.5 s): a 1 s send at 0.5 shares 0.5-2.5 with it
+    # (1 s of the phase's work left, at half rate both), the collective ends 1 s late
+    assert _run(10.0, 0.5, 1.0, NVL, ((NVL,), 1.5)) == pytest.approx((11.0, 0.5, 2.5))
+    # a send after the local phase: the link is free, the collective is not slowed
+    assert _run(10.0, 3.0, 1.0, NVL, ((NVL,), 1.5)) == pytest.approx((10.0, 3.0, 4.0))
+    # the network link stays shared after the local phase's NVLink is given back
+    assert _run(10.0, 3.0, 1.0, NIC, ((NVL,), 1.5)) == pytest.approx((11.0, 3.0, 5.0))
 
 
 def test_hierarchical_collective_local_links_and_phases():

@@ -65,10 +65,25 @@ NIC serves side by side. So a hold of a data-parallel collective (``bulk``: :met
 of ``d`` seconds that meets one there passes through at half the rate while the collective
 still runs (processor sharing of the two flows): it takes ``d + min(d, r)`` and the
 collective, with ``r`` seconds left, ends ``min(d, r)`` later (work conserving). Collectives
-among themselves, and everything on NVLink, PCIe and host links, keep the FIFO discipline. The
+among themselves, and everything on PCIe and host links, keep the FIFO discipline. The
 measured Megatron-Bridge runs of Llama-3.1-405B on 128 B200 (release 25.09 with the parameter
 all-gather under the forward, 25.11 with it beside the optimizer step) are equally fast
 (6.17-6.59 s), which FIFO on the NICs did not reproduce (+34/+43 %): a check, not a fit.
+
+**So is an NVLink** (:data:`SHARED_KINDS`). The two NCCL communicators are the same on NVLink:
+Megatron-Core issues a bucket's reduce-scatter or all-reduce with ``async_op`` on the
+data-parallel (distributed-optimizer instance) group (NVIDIA/Megatron-LM@d98e8a6
+``megatron/core/distributed/param_and_grad_buffer.py`` 600-735, ``start_grad_sync``; the
+all-gather likewise, ``start_param_sync`` 383-530), whose NCCL kernel runs on that
+communicator's stream beside the pipeline group's send kernel; both move their data through
+the GPU's NVLinks at once, neither waits for the other to end. Processor sharing as on a NIC
+(assumption: equal shares of the link between the two flows; NCCL's channels per communicator
+are not modelled). FIFO here made a stage's gradient send wait for a whole bucket's
+reduce-scatter when data parallelism and the pipeline share one NVLink domain (GB200/GB300
+NVL72; a DGX's pipeline inside the server): Megatron-Bridge's Llama-3 70B on 32 GB300 (pp 2,
+vp 20, dp 16, two micro-batches per pipeline) waited ~9 ms per backward pair for a 3.4 GB
+bucket, 1.060 and 1.071 s against 0.85 and 0.95 measured (FP8 current scaling, MXFP8); shared,
+0.936 and 0.947 s: a check, not a fit.
 """
 
 from __future__ import annotations
@@ -90,6 +105,9 @@ from sim.hardware.parts import Link
 from sim.hardware.topology import Topology
 from sim.hardware.transfer import transfer_time_s
 
+SHARED_KINDS = frozenset({NETWORK, *PEER_KINDS})
+"""Link kinds a data-parallel collective shares with other traffic (module doc): the network and
+NVLink (``nvlink``, ``nvswitch``); PCIe and host links stay FIFO."""
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 """Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
 they move at NCCL's rate of each link; every other transfer is a raw copy."""
@@ -106,8 +124,8 @@ EXPERT = 1
 
 
 class Bulk:
-    """A data-parallel collective's hold that other traffic shares on network links (module
-    doc): ``end_s`` when it ends (moved later by what passes through; ``-inf`` until it holds
+    """A data-parallel collective's hold that other traffic shares on network and NVLink links
+    (:data:`SHARED_KINDS`, module doc): ``end_s`` when it ends (moved later by what passes through; ``-inf`` until it holds
     all its links: a transfer passing through meanwhile shares nothing, an assumption: what
     overlaps the collective's start is not counted), ``open`` while it holds any."""
 
@@ -150,7 +168,7 @@ class FifoLink:
         self.name = name
         self.user: simpy.Event | None = None
         self.waiting: deque[simpy.Event] = deque()
-        self.bulk: Bulk | None = None  # a network link held by a data-parallel collective
+        self.bulk: Bulk | None = None  # a shared link held by a data-parallel collective
         self._marks: dict[simpy.Event, Bulk] = {}
 
     def request(self, bulk: Bulk | None = None) -> simpy.Event:
@@ -210,22 +228,24 @@ class Links:
     def acquire(self, links: Iterable[Link], bulk: Bulk | None = None, order: int = DENSE):
         """Process: queue on every one of ``links`` at the end of this instant (by ``order``,
         module doc) and wait for all; returns the grants (give them to :meth:`release`). With
-        ``bulk`` (a data-parallel collective) its network links carry it once granted, for
-        others to share (module doc)."""
+        ``bulk`` (a data-parallel collective) its network and NVLink links (:data:`SHARED_KINDS`)
+        carry it once granted, for others to share (module doc)."""
         ordered = sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name)
         resources = [self.resource(lk.name) for lk in ordered]
-        marks = [bulk if lk.kind == NETWORK else None for lk in ordered]
+        marks = [bulk if lk.kind in SHARED_KINDS else None for lk in ordered]
         reqs, _ = yield self._issue(order, partial(_request, resources, False, marks))
         for _, req in reqs:
             yield req
         return reqs
 
     @staticmethod
-    def release(reqs: list) -> None:
-        """Release the grants :meth:`acquire` returned (closing a collective's shared hold)."""
+    def release(reqs: list, close: bool = True) -> None:
+        """Release the grants :meth:`acquire` returned (closing a collective's shared hold;
+        ``close=False``: the hold goes on over its other links, only these are given back)."""
         for res, req in reqs:
             if res.bulk is not None and res.user is req:
-                res.bulk.open = False
+                if close:
+                    res.bulk.open = False
                 res.bulk = None
             res.release(req)
 
@@ -275,8 +295,8 @@ class Links:
         """Process: acquire ``links`` (a collective's: queued on all at the end of the instant,
         by ``order``, module doc), hold them ``duration_s``, release them; returns the time the
         hold started (when the last link was granted). ``bulk``: a
-        data-parallel collective, which others share on its network links (it ends later by
-        what they move); else network links such a collective holds are shared, not waited
+        data-parallel collective, which others share on its network and NVLink links (it ends
+        later by what they move); else such links a collective holds are shared, not waited
         for (module doc). ``early``: ``(links, seconds)`` of ``links`` released after their
         own seconds of work (a hierarchical collective's server-local links,
         :meth:`sim.comm.hierarchical.CollectivePlan.local_s`)."""
@@ -303,7 +323,7 @@ class Links:
         rest = [g for g in reqs if g[0].name not in names]
         if first:
             yield self.env.timeout(min(early[1], rec.end_s - self.env.now))
-            self.release(first)
+            self.release(first, close=False)
         while self.env.now < rec.end_s:
             yield self.env.timeout(rec.end_s - self.env.now)
         self.release(rest)
