@@ -267,6 +267,20 @@ def _b200_attention(seq: float, heads: float, hd: int, phase: int) -> float:
     return log2_interp(lengths, seq) * SIMUMAX_CAUSAL * narrow  # 64-wide heads: hd64_attention
 
 
+def causal_head_scale(seq: float, heads: float, measured: float, backward: bool) -> float:
+    """How much slower a head-dim-128 causal kernel of ``heads`` (samples x heads) runs than one
+    of ``measured`` heads at ``seq`` tokens, by the B200 table (its fall with fewer query tiles;
+    at most 1): carries another table measured at ``measured`` heads to fewer
+    (:mod:`sim.compute.cudnn_attention`).
+
+    >>> round(causal_head_scale(4096, 32, 128, False), 3)  # 0.732 / 0.997
+    0.734
+    """
+    phase = 1 if backward else 0
+    ratio = _b200_attention(seq, heads, 128, phase) / _b200_attention(seq, measured, 128, phase)
+    return min(1.0, ratio)
+
+
 def _h100_attention(seq: float, hd: int, phase: int) -> float:
     rows = _H100_FA2[int(_nearest(_H100_FA2, hd))]
     fwd = [(s, f * 1e12 / H100_PEAK) for s, f, _ in rows]
