@@ -113,7 +113,9 @@ TFLOPS per NVIDIA's GB300 NVL72 table: a higher clock and power point than the H
 1000 W maximum, whose DGX user guide shows a 700 W set point) keeps its roofline fractions: no
 measurement ties its kernels to the B200 node's, and its datasheet rates differ from it (GB200
 keeps the tables, as before this note); only its grouped GEMMs use the tables, relative to its
-own dense rate (above).
+own dense rate (above). Its head-dim-128 causal attention runs at cuDNN's own GB300 measurement,
+and FP8 attention on every Blackwell part at cuDNN's measured format ratio
+(:mod:`sim.compute.cudnn_attention`).
 
 Every number is a kernel-level measurement; none is fitted to an iteration time.
 """
