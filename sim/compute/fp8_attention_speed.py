@@ -14,7 +14,7 @@ these times):
 * **Head dim 128** (``configs/llama.py``: 64 query and 8 key-value heads, batch 2; results
   ``results/llama3.1/gb200/llama3.1_20260424_100750.csv`` and ``gb300/llama3.1_20260424_
   100757.csv``): the FP8 and MXFP8 kernels' TFLOPS over the BF16 kernel's at the same length
-  (:data:`HD128_TFLOPS`). The forward gains (MXFP8 at 8192 tokens: 1902 against 1574 TFLOPS on
+  (:func:`sim.compute.cudnn_attention.measured_tflops`). The forward gains (MXFP8 at 8192 tokens: 1902 against 1574 TFLOPS on
   GB200), the MXFP8 backward does not (1287 against 1332). :func:`fp8_causal_rate_flops` scales
   the 16-bit rate the model already gives the kernel by that ratio, interpolated in ``log2``
   of the keys and clamped to 2048-32768 (the benchmark's lengths), so that the 16-bit table's
@@ -45,42 +45,9 @@ carries them: the same silicon, an assumption). Other head dims, windows and GPU
 
 from __future__ import annotations
 
+from sim.compute.cudnn_attention import measured_tflops, table_of
 from sim.compute.measured import log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
-
-# {table: {format: {pass: [(sequence, TFLOPS), ...]}}}: cudnn-frontend@3929da2 llama3.1 results,
-# top_left, non-deterministic backward (module doc).
-HD128_TFLOPS: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {
-    "GB200": {
-        "bf16": {
-            "fwd": [(2048, 1097), (4096, 1408), (8192, 1574), (16384, 1708), (32768, 1622)],
-            "bwd": [(2048, 885), (4096, 1148), (8192, 1332), (16384, 1328), (32768, 1226)],
-        },
-        "fp8": {
-            "fwd": [(2048, 1420), (4096, 1805), (8192, 2047), (16384, 2154), (32768, 2197)],
-            "bwd": [(2048, 831), (4096, 1178), (8192, 1454), (16384, 1632), (32768, 1687)],
-        },
-        "mxfp8": {
-            "fwd": [(2048, 1330), (4096, 1685), (8192, 1902), (16384, 1999), (32768, 2046)],
-            "bwd": [(2048, 745), (4096, 1054), (8192, 1287), (16384, 1436), (32768, 1425)],
-        },
-    },
-    "GB300": {
-        "bf16": {
-            "fwd": [(2048, 1373), (4096, 1703), (8192, 1856), (16384, 1915), (32768, 1953)],
-            "bwd": [(2048, 967), (4096, 1248), (8192, 1435), (16384, 1507), (32768, 1490)],
-        },
-        "fp8": {
-            "fwd": [(2048, 1954), (4096, 2532), (8192, 2897), (16384, 3054), (32768, 3108)],
-            "bwd": [(2048, 944), (4096, 1396), (8192, 1781), (16384, 2035), (32768, 2128)],
-        },
-        "mxfp8": {
-            "fwd": [(2048, 1751), (4096, 2272), (8192, 2570), (16384, 2727), (32768, 2785)],
-            "bwd": [(2048, 811), (4096, 1143), (8192, 1404), (16384, 1563), (32768, 1590)],
-        },
-    },
-}
-"""cuDNN SDPA TFLOPS by GPU table, format and pass, head dim 128, causal (module doc)."""
 
 HD64_WINDOW_BWD_MS: dict[str, dict[str, list[tuple[float, float]]]] = {
     "GB200": {
@@ -96,13 +63,6 @@ HD64_WINDOW_BWD_MS: dict[str, dict[str, list[tuple[float, float]]]] = {
 sequence (cudnn-frontend@3929da2 gpt_oss results; module doc)."""
 HD64_BENCH_HEADS = 2 * 128
 """Samples x heads of the head-dim-64 benchmark (``configs/gpt_oss.py``, batch 2)."""
-TABLE_OF = (("GB300", "GB300"), ("B300", "GB300"), ("GB200", "GB200"), ("B200", "GB200"))
-"""GPU model prefix -> the table that times it (module doc)."""
-
-
-def _table(spec: ComputeSpec) -> str | None:
-    name = spec.model.upper()
-    return next((t for prefix, t in TABLE_OF if name.startswith(prefix)), None)
 
 
 def causal_bwd_flops(seq: float, heads: float, head_dim: int) -> float:
@@ -135,17 +95,17 @@ def hd64_causal_bwd_rate_flops(table: str, fmt: str, seq: float) -> float | None
 
 def hd128_ratio(table: str, fmt: str, phase: str, seq: float) -> float | None:
     """cuDNN's ``fmt`` TFLOPS over its BF16 TFLOPS at head dim 128, causal, ``phase`` (``fwd``
-    or ``bwd``), each interpolated in ``log2 seq`` (clamped); None without a measurement.
+    or ``bwd``), each interpolated in ``log2 seq`` (clamped; the table is
+    :func:`sim.compute.cudnn_attention.measured_tflops`'s); None without a measurement.
 
     Example: MXFP8 on GB200 at 8192 tokens.
         >>> round(hd128_ratio("GB200", "mxfp8", "fwd", 8192), 4), round(
         ...     hd128_ratio("GB200", "mxfp8", "bwd", 8192), 4)
         (1.2084, 0.9662)
     """
-    by_fmt = HD128_TFLOPS.get(table, {})
-    if fmt not in by_fmt:
-        return None
-    return log2_interp(by_fmt[fmt][phase], seq) / log2_interp(by_fmt["bf16"][phase], seq)
+    own = measured_tflops(table, fmt, phase, seq)
+    base = measured_tflops(table, "bf16", phase, seq)
+    return None if own is None or base is None else own / base
 
 
 def fp8_causal_rate_flops(kern, spec: ComputeSpec, rate16_flops: float) -> float | None:
@@ -159,7 +119,7 @@ def fp8_causal_rate_flops(kern, spec: ComputeSpec, rate16_flops: float) -> float
     """
     if rate16_flops <= 0:
         raise ValueError(f"rate16_flops must be positive, got {rate16_flops}")
-    table = _table(spec)
+    table = table_of(spec)
     if table is None or not kern.precision or kern.window or not kern.n:
         return None
     bwd = kern.name.endswith("_bwd")

@@ -23,7 +23,8 @@ operands' and its 16-bit output's.
 
 Where a published micro-benchmark measured a kind of kernel on the GPU, its speed replaces the
 roofline (:mod:`sim.compute.measured`): fused attention by sequence length, heads and head dim
-(instead of the flat ``attention_efficiency``), MoE grouped GEMMs by rows per expert, the token
+(instead of the flat ``attention_efficiency``; on GB300 and in FP8 formats cuDNN's own
+benchmark, :mod:`sim.compute.cudnn_attention`), MoE grouped GEMMs by rows per expert, the token
 permutation kernels; Mamba-2's SSD scan kernels move their bytes at their measured rate, carried to other GPUs
 per SM (:mod:`sim.compute.ssd_speed`).
 """
@@ -33,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.compute import measured
+from sim.compute import cudnn_attention, measured
 from sim.compute.fp8_attention_speed import fp8_causal_rate_flops
 from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
 from sim.compute.swa_speed import windowed_rate_flops
@@ -147,12 +148,15 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
 
     ``attn`` kernels run at the measured efficiency of their shape where
     :mod:`sim.compute.measured` has one (a sliding-window kernel at its measured FLOP/s where
-    :mod:`sim.compute.swa_speed` has it), else at ``attention_efficiency`` of the tensor peak
-    (or the fp32 peak for fp32; a full FP8 attention kernel as
+    :mod:`sim.compute.swa_speed` has it; a causal head-dim-128 kernel on GB300, or in an FP8
+    format on the other Blackwell parts, at cuDNN's measured FLOP/s,
+    :mod:`sim.compute.cudnn_attention`), else at ``attention_efficiency`` of the tensor peak
+    (or the fp32 peak for fp32; a full FP8 head-dim-64 backward as
     :mod:`sim.compute.fp8_attention_speed` measures it), bounded below by their bytes at HBM
     rate; grouped expert GEMMs and token permutations at their measured speeds where there are
     some, Mamba-2's scan kernels at their measured share of HBM bandwidth
-    (:mod:`sim.compute.ssd_speed`) (a grouped GEMM in a low-precision format at its measured 16-bit speed times the format's achieved rate
+    (:mod:`sim.compute.ssd_speed`) (a grouped GEMM in a low-precision format at its measured
+    16-bit speed times the format's achieved rate
     over the 16-bit one, :meth:`~sim.hardware.gpu_compute.ComputeSpec.matmul_rate`).
 
     A kernel with a ``slowdown`` runs that many times its time beyond the launch overhead.
@@ -190,6 +194,8 @@ def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
         return spec.kernel_overhead_s + chain + kern.bytes / spec.hbm_rate_Bps()
     if kern.kind == "attn":
         attn = windowed_rate_flops(kern, spec, dtype) if kern.window else None
+        if attn is None:  # cuDNN's measured causal kernels (sim.compute.cudnn_attention)
+            attn = cudnn_attention.rate_flops(kern, spec, dtype)
         if attn is None:  # a windowed kernel at its measured rate (sim.compute.swa_speed)
             eff = measured.attention_efficiency(kern, spec, dtype) or spec.attention_efficiency
             attn = spec.peak_flops(dtype) * eff

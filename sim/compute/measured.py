@@ -113,7 +113,9 @@ TFLOPS per NVIDIA's GB300 NVL72 table: a higher clock and power point than the H
 1000 W maximum, whose DGX user guide shows a 700 W set point) keeps its roofline fractions: no
 measurement ties its kernels to the B200 node's, and its datasheet rates differ from it (GB200
 keeps the tables, as before this note); only its grouped GEMMs use the tables, relative to its
-own dense rate (above).
+own dense rate (above). Its head-dim-128 causal attention runs at cuDNN's own GB300 measurement,
+and FP8 attention on every Blackwell part at cuDNN's measured format ratio
+(:mod:`sim.compute.cudnn_attention`).
 
 Every number is a kernel-level measurement; none is fitted to an iteration time.
 """
@@ -265,6 +267,20 @@ def _b200_attention(seq: float, heads: float, hd: int, phase: int) -> float:
     ]
     narrow = hd64_forward_ratio(seq) if hd <= NARROW_HEAD_DIM and phase == 0 else 1.0
     return log2_interp(lengths, seq) * SIMUMAX_CAUSAL * narrow  # 64-wide heads: hd64_attention
+
+
+def causal_head_scale(seq: float, heads: float, measured: float, backward: bool) -> float:
+    """How much slower a head-dim-128 causal kernel of ``heads`` (samples x heads) runs than one
+    of ``measured`` heads at ``seq`` tokens, by the B200 table (its fall with fewer query tiles;
+    at most 1): carries another table measured at ``measured`` heads to fewer
+    (:mod:`sim.compute.cudnn_attention`).
+
+    >>> round(causal_head_scale(4096, 32, 128, False), 3)  # 0.732 / 0.997
+    0.734
+    """
+    phase = 1 if backward else 0
+    ratio = _b200_attention(seq, heads, 128, phase) / _b200_attention(seq, measured, 128, phase)
+    return min(1.0, ratio)
 
 
 def _h100_attention(seq: float, hd: int, phase: int) -> float:

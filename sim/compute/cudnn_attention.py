@@ -1,0 +1,108 @@
+"""Causal attention at head dim 128 as cuDNN runs it on GB200 and GB300, measured, by format.
+
+cuDNN's SDPA training benchmark measures its fused attention on Llama 3.1's shape
+(NVIDIA/cudnn-frontend@3929da2 ``benchmark/sdpa_benchmark_training/results/llama3.1/gb200/
+llama3.1_20260424_100750.csv`` and ``results/llama3.1/gb300/llama3.1_20260424_100757.csv``:
+causal ``top_left`` mask, head dim 128, batch 2 x 64 query heads over 8 key-value heads (grouped
+query attention, 8 query heads per key-value head: Qwen3-30B-A3B's 32/4 alike), sequences 2K-32K,
+non-deterministic backward as Transformer Engine runs it by default, cuDNN backend 9.22). Its
+TFLOPS count the causal half as pipesim does (``benchmark_single_sdpa.py`` ``flops``: the
+``tril`` elements x 2 x (``d_qk + d_vo``) forward, 2.5x that backward;
+:mod:`sim.compute.attention`), so the table is the kernel's achieved FLOP/s by format
+(``bf16``, ``fp8`` current scaling, ``mxfp8``: Transformer Engine's ``fp8_dpa``, which an MXFP8
+training recipe runs as MXFP8 attention: :mod:`sim.compute.swa_speed`) and pass. At 4K tokens
+on GB300: BF16 1703 / 1248 TFLOPS forward / backward, MXFP8 2272 / 1143: FP8 attention speeds
+the forward and slows the backward.
+
+**Use** (:func:`rate_flops`):
+
+* GB300: the table as measured. Below the measured parallelism (``samples x heads x
+  queries / keys`` under 128, the benchmark's 2 x 64) it is scaled by the B200 table's own
+  fall with fewer heads at that length (:func:`sim.compute.measured.causal_head_scale`: query
+  tiles set the efficiency there, as that table's module says). GB300 has no other measured
+  attention (the preset's flat ``attention_efficiency`` stood for it).
+* B200, GB200, B300 in an FP8 format: their attention is timed by the SimuMax B200 table, which
+  is BF16 (:mod:`sim.compute.measured`); an FP8 kernel runs at that rate times the measured
+  ratio of the format to BF16 at that length on the GPU of the same generation (GB200's for B200
+  and GB200, GB300's for B300). In BF16 they keep the B200 table (None here).
+
+Only head dim 128 and no window are covered (other widths: :mod:`sim.compute.hd64_attention`;
+windows: :mod:`sim.compute.swa_speed`); between lengths ``log2`` interpolation, clamped.
+Every number is a kernel-level measurement; none is fitted to an iteration time.
+"""
+
+from __future__ import annotations
+
+from sim.compute.measured import SIXTEEN_BIT, attention_efficiency, causal_head_scale, log2_interp
+from sim.hardware.gpu_compute import ComputeSpec
+
+HEAD_DIM = 128
+"""The measured head dim."""
+MEASURED_HEADS = 128
+"""Samples x query heads of every measured point (batch 2 x 64 heads)."""
+_SEQ = (2048, 4096, 8192, 16384, 32768)
+# {table: {format: {pass: TFLOPS at _SEQ}}}: cudnn-frontend@3929da2 (module doc), top_left.
+_TFLOPS: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {
+    "GB200": {
+        "bf16": {"fwd": (1097, 1408, 1574, 1708, 1622), "bwd": (885, 1148, 1332, 1328, 1226)},
+        "fp8": {"fwd": (1420, 1805, 2047, 2154, 2197), "bwd": (831, 1178, 1454, 1632, 1687)},
+        "mxfp8": {"fwd": (1330, 1685, 1902, 1999, 2046), "bwd": (745, 1054, 1287, 1436, 1425)},
+    },
+    "GB300": {
+        "bf16": {"fwd": (1373, 1703, 1856, 1915, 1953), "bwd": (967, 1248, 1435, 1507, 1490)},
+        "fp8": {"fwd": (1954, 2532, 2897, 3054, 3108), "bwd": (944, 1396, 1781, 2035, 2128)},
+        "mxfp8": {"fwd": (1751, 2272, 2570, 2727, 2785), "bwd": (811, 1143, 1404, 1563, 1590)},
+    },
+}
+TABLE_OF = (("GB300", "GB300"), ("B300", "GB300"), ("GB200", "GB200"), ("B200", "GB200"))
+"""GPU model prefix -> the table of its generation (module doc)."""
+
+
+def table_of(spec: ComputeSpec) -> str | None:
+    """The measured table (``GB200``, ``GB300``) that times ``spec``'s GPU (:data:`TABLE_OF`), or
+    None for a GPU of another generation."""
+    name = spec.model.upper()
+    return next((t for prefix, t in TABLE_OF if name.startswith(prefix)), None)
+
+
+def measured_tflops(table: str, fmt: str, phase: str, seq: float) -> float | None:
+    """TFLOPS cuDNN measured on ``table`` (``GB200``, ``GB300``) in ``fmt`` for pass ``phase``
+    (``fwd``, ``bwd``) at ``seq`` tokens (interpolated in ``log2``, clamped), or None for an
+    unmeasured format.
+
+    >>> measured_tflops("GB300", "mxfp8", "bwd", 4096)
+    1143.0
+    """
+    by_pass = _TFLOPS[table].get(fmt)
+    if by_pass is None:
+        return None
+    return log2_interp(list(zip(_SEQ, by_pass[phase], strict=True)), seq)
+
+
+def rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
+    """Achieved FLOP/s of a causal flash-attention kernel (``m`` queries, ``n`` keys, head dim
+    ``k``, ``batch`` samples x heads; ``_bwd`` names the backward; ``kern.precision`` FP8
+    attention's format, else ``dtype``) on ``spec`` (module doc, "use"), or None where this
+    table does not time it (another head dim, a window, an unmeasured GPU or format, a 16-bit
+    kernel off GB300).
+
+    Example: a GB300 backward in MXFP8 at 4K tokens over 256 heads runs at 1143 TFLOPS.
+    """
+    table = table_of(spec)
+    fmt = kern.precision or ("bf16" if dtype in SIXTEEN_BIT else dtype)
+    if table is None or kern.k != HEAD_DIM or kern.window or not (kern.m and kern.n):
+        return None
+    phase = "bwd" if kern.name.endswith("_bwd") else "fwd"
+    seq, heads = float(kern.n), kern.batch * kern.m / kern.n
+    own = measured_tflops(table, fmt, phase, seq)
+    if own is None:
+        return None
+    if spec.model.upper().startswith("GB300"):
+        return own * 1e12 * causal_head_scale(seq, heads, MEASURED_HEADS, phase == "bwd")
+    if fmt == "bf16":
+        return None  # the B200 table times it (sim.compute.measured)
+    base = measured_tflops(table, "bf16", phase, seq)
+    eff = attention_efficiency(kern, spec, "bf16")  # the B200 table's BF16 fraction
+    if base is None or eff is None:
+        return None
+    return eff * spec.peak_flops("bf16") * own / base
