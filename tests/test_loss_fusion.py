@@ -1,5 +1,6 @@
 """Megatron's fused cross-entropy losses (sim.compute.loss_fusion): bytes per pass over a
-hand-counted 4 x 8 logits, and the flags that select them reaching the decoder's head."""
+hand-counted 4 x 8 logits, the flags that select them reaching the decoder's head, the GPT
+trace timing the loss it records, and the host ops each loss issues."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ import pytest
 from sim.compute.decoder import layer_kernels
 from sim.compute.decoder_shape import DecoderShape
 from sim.compute.layers import cross_entropy_kernels
+from sim.compute.megatron_ops import head_ops
 from sim.compute.routing import Routing
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
 from sim.memory.layer_work import WorkOptions, decoder_work
 from sim.parallel.layout import ParallelLayout
+from sim.parallel.shard import shard_trace
 from sim.runs.express import decoder_shape
 from sim.runs.megatron_args import read_megatron
 from sim.trace.decoder import decoder_trace
+from sim.trace.generator import transformer_trace
+from sim.trace.schema import Trace
 
 
 def _bytes(kernels):
@@ -85,3 +91,50 @@ def test_one_shape_field_sets_the_heads_time_and_its_memory():
     (act, unfused), (_, fused) = works
     assert unfused.stash_bytes is None
     assert fused.stash_bytes == act - 8192
+
+
+TINY = ComputeSpec("tiny", 1e15, 1e14, 1e12, 100, 0.5, 0.5, hbm_efficiency=1.0,
+                   kernel_overhead_s=1e-6)  # fmt: skip
+"""A GPU whose memory-bound kernel takes 1 us + bytes / 1e12 B/s."""
+
+
+def _gpt(fusion: str) -> Trace:
+    return transformer_trace("gpt", name="g", layers=1, hidden=8, heads=2, seq_len=4, vocab=8,
+                             microbatch_size=1, dtype="bf16", gpu=TINY,
+                             cross_entropy_fusion=fusion)  # fmt: skip
+
+
+def test_gpt_trace_times_the_fused_loss_it_records():
+    """GPT trace, b = 1, s = 4, V = 8, bf16, on TINY: the head with TE's loss against the
+    unfused one differs by the loss's passes only.
+
+    One rank (N = 32): forward 64 + 48 + 128 = 240 bytes in 2 kernels against 1216 in 6
+    (test above): -976 B and -4 kernels; backward (input) 128 in 1 against 256 + 192 in 2.
+    Two tensor ranks (V/2 = 4, N = 16): forward 32 + 48 + 64 = 144 in 2 against
+    16 x (6 + 4 + 8 + 8 + 4 + 8) = 608 in 6; backward 64 against 128 + 96 = 224."""
+    te, plain = _gpt("te").layers[-1], _gpt("unfused").layers[-1]
+    us = 1e-6
+    assert te.fwd_s - plain.fwd_s == pytest.approx(-976e-12 - 4 * us, abs=1e-15)
+    assert te.bwd_input_s - plain.bwd_input_s == pytest.approx(-320e-12 - us, abs=1e-15)
+    assert te.bwd_weight_s == pytest.approx(plain.bwd_weight_s, abs=1e-15)
+    te2, plain2 = (shard_trace(_gpt(f), 2, False, TINY).trace.layers[-1] for f in ("te", "unfused"))
+    assert te2.fwd_s - plain2.fwd_s == pytest.approx(-464e-12 - 4 * us, abs=1e-15)
+    assert te2.bwd_input_s - plain2.bwd_input_s == pytest.approx(-160e-12 - us, abs=1e-15)
+
+
+def test_fused_losses_issue_fewer_host_ops_on_both_paths():
+    """Counted from the code (sim.compute.loss_fusion.LOSS_OPS' lines): Megatron-LM's unfused
+    loss issues forward 2 (cast, max) + 3 all-reduces + 8 + 6 + 7 = 26 ops and backward
+    5 + 3 + 2 + 1 (the engine's cast) = 11; native three compiled calls + 2 all-reduces = 5 and
+    one compiled call; TE as_strided + 3 zeros + clamp + view + 2 launches + detach = 9 and
+    tensor + equal + clone + launch = 4. So a head with native issues 21 + 10 fewer ops per
+    micro-batch, with TE 17 + 7 fewer, on the GPT trace and on the decoder trace alike."""
+    plain, native, te = (head_ops("gpt", f) for f in ("unfused", "native", "te"))
+    assert (plain[0] - native[0], plain[1] - native[1]) == (21, 10)
+    assert (plain[0] - te[0], plain[1] - te[1]) == (17, 7)
+    dec = DecoderShape(1, 8, 2, 4, 8, 32, cross_entropy_fusion="te")
+    head = decoder_trace(dec, name="d", microbatch_size=1, gpu=TINY).layers[-1]
+    gpt = _gpt("te").layers[-1]
+    assert (head.fwd_ops, head.bwd_ops) == (gpt.fwd_ops, gpt.bwd_ops) == te
+    with pytest.raises(ValueError, match="cross_entropy_fusion"):
+        head_ops("gpt", "liger")

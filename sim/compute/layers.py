@@ -7,7 +7,8 @@ With ``T = b*s`` tokens, ``h`` hidden, ``V`` vocabulary, ``d`` bytes per element
   writes a dense gradient of both tables, ``b*s*h*d + (V + s)*h*d`` (PyTorch's default dense
   embedding gradient), all weight-gradient (as :mod:`sim.trace.generator` documents);
 * GPT head: final norm (``2*T*h*d``), logits GEMM ``[T, h] @ [h, V]``, and Megatron's fp32
-  vocabulary-parallel cross-entropy (:func:`cross_entropy_kernels`); backward: the loss
+  vocabulary-parallel cross-entropy (:func:`cross_entropy_kernels`), or a fused loss
+  (:mod:`sim.compute.loss_fusion`); backward: the loss
   gradient, ``dX = dY W^T`` and ``dW = X^T dY``, the norm backward;
 * BERT head: the MLM transform (GEMM ``[h, h]``, GELU, LayerNorm), the decoder GEMM and loss as
   above, the pooler ``[b, h] @ [h, h]`` and the NSP classifier ``[b, h] @ [h, 2]``.
@@ -117,11 +118,19 @@ def embedding_times(
 
 
 def head_times(
-    kind: str, b: int, s: int, h: int, vocab: int, spec: ComputeSpec, dtype: str
+    kind: str,
+    b: int,
+    s: int,
+    h: int,
+    vocab: int,
+    spec: ComputeSpec,
+    dtype: str,
+    ce_fusion: str = "unfused",
 ) -> BlockTimes:
-    """Seconds of the head layer (module doc)."""
+    """Seconds of the head layer (module doc); ``ce_fusion``: its loss
+    (:func:`cross_entropy_kernels`)."""
     d = 4 if dtype in ("fp32", "float32") else 2
-    return _times(*head_kernels(kind, b, s, h, vocab, d), spec, dtype)
+    return _times(*head_kernels(kind, b, s, h, vocab, d, ce_fusion), spec, dtype)
 
 
 EMPTY = PhaseTime(0.0, 0.0, 0.0, 0.0, 0)

@@ -36,6 +36,14 @@ of ``d`` bytes on the rank (``V``: its vocabulary shard):
 The collectives (Megatron's three all-reduces of ``t`` floats, native's two, TE's all-gather of
 ``3t`` floats) and the target masks are small and stay as :mod:`sim.parallel.megatron` counts
 them.
+
+**Host ops** (:func:`loss_ops`, the unit of :mod:`sim.compute.megatron_ops`: one call into
+PyTorch's dispatcher as a ``TorchDispatchMode`` sees it, on one tensor rank, 16-bit logits, no
+label smoothing), counted from the code (:data:`LOSS_OPS`): the unfused loss issues 26 forward
+(three all-reduces among them, called on a group of one too) and 11 backward ops, ``native``
+5 and 1, ``te`` 9 and 4. Two **assumptions**: a ``torch.compile``-d function (``native``) is one
+op per call, the one Inductor kernel its time assumes (guard checks and the generated wrapper
+not counted apart), and a Triton kernel's launch (``te``) is one op.
 """
 
 from __future__ import annotations
@@ -80,3 +88,58 @@ def fused_kernels(
     if fusion == "te":
         return te_kernels(t, vocab, d)
     return None
+
+
+LOSS_OPS: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "unfused": (
+        # NVIDIA/Megatron-LM@d98e8a64dd megatron/core/tensor_parallel/cross_entropy.py
+        ("l.25 .float() of the 16-bit logits (_to_copy); l.27 torch.max", 2, 0),
+        ("l.130, 146, 150: three torch.distributed.all_reduce", 3, 0),
+        ("l.42 unsqueeze, sub_; l.45 lt, ge, bitwise_or; l.46 clone, sub; l.47 index_put_", 8, 0),
+        ("l.53-54 two views; l.55 arange; l.56 index; l.57 clone; l.58 view_as", 6, 0),
+        ("l.59 index_put_; l.62 exp; l.63 sum; l.74 log, sub; l.77 unsqueeze, div_", 7, 0),
+        ("l.91 view; l.94 arange; l.96 view, .float() (_to_copy), rsub", 0, 5),
+        ("l.111 grad_2d[arange, target] -= update: index, sub_, index_put_", 0, 3),
+        ("l.114 unsqueeze, mul_", 0, 2),
+        # PyTorch torch/csrc/autograd/engine.cpp validate_outputs: a gradient whose dtype is
+        # not its input's is cast to it
+        ("the engine's cast of the fp32 gradient to the logits' 16-bit dtype (_to_copy)", 0, 1),
+    ),
+    "native": (
+        # NVIDIA/Megatron-LM@d98e8a64dd megatron/core/fusions/fused_cross_entropy.py;
+        # jit_fuser is torch.compile from PyTorch 2.2 (megatron/core/jit.py l.16-33)
+        ("l.93, 104, 116: three compiled functions, one op each (assumption)", 3, 0),
+        ("l.94, 112: two torch.distributed.all_reduce", 2, 0),
+        ("l.131 calculate_gradients, compiled; its l.82 cast makes the gradient bf16", 0, 1),
+    ),
+    "te": (
+        # NVIDIA/Megatron-LM@d98e8a64dd megatron/core/models/common/language_module/
+        # language_module.py (lm); NVIDIA/TransformerEngine@8b99682 transformer_engine/pytorch/
+        # cross_entropy.py (ce) and transformer_engine/pytorch/triton/cross_entropy.py (tr); on a
+        # tensor rank's group of one: tr l.78-84's all-gather is sim.parallel.megatron's
+        ("lm l.176 as_strided of the labels", 1, 0),
+        ("tr l.44, 47, 49 three torch.zeros; tr l.74 clamp; tr l.108 reshape (a view)", 5, 0),
+        ("tr l.59, 86 two Triton launches (one op each, assumption); ce l.62 detach", 3, 0),
+        ("tr l.121-122 torch.tensor(1.0) (lift_fresh), torch.equal (shapes differ: no sync)", 0, 2),
+        ("tr l.133 grad_output.contiguous(): a clone (lm l.205's transpose back, b > 1)", 0, 1),
+        ("tr l.130 element_mul_kernel's launch", 0, 1),
+    ),
+}
+"""``(what, forward ops, backward ops)`` of each loss on one tensor rank (module doc), lines of
+the files named in each group's comment."""
+
+
+def loss_ops(fusion: str) -> tuple[int, int]:
+    """``(forward, backward)`` host ops of the loss ``fusion`` (:data:`LOSS_OPS`).
+
+    Raises:
+        ValueError: a fusion not in :data:`CROSS_ENTROPY_FUSIONS`.
+
+    Example:
+        >>> loss_ops("unfused"), loss_ops("native"), loss_ops("te")
+        ((26, 11), (5, 1), (9, 4))
+    """
+    if fusion not in CROSS_ENTROPY_FUSIONS:
+        raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
+    rows = LOSS_OPS[fusion]
+    return sum(f for _, f, _ in rows), sum(b for _, _, b in rows)

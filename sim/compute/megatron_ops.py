@@ -26,6 +26,8 @@ fitted to any timing.
 
 from __future__ import annotations
 
+from sim.compute.loss_fusion import loss_ops
+
 BLOCK_FWD = (
     ("input_layernorm: fused_layer_norm_cuda.forward_affine (output, mean, invvar)", 3),
     ("query_key_value: copy_to_tensor_model_parallel_region + F.linear with bias", 5),
@@ -113,12 +115,13 @@ embedding backwards, the sum's and dropout's backwards, the mask's ``masked_fill
 accumulations."""
 
 HEAD_OPS = {"gpt": (34, 20), "bert": (52, 34)}
-"""``(forward, backward)`` ops of the head: GPT's final layer norm, ``parallel_lm_logits``
-(``copy_to`` + ``F.linear``), the transposes back to ``[b, s]``, and
+"""``(forward, backward)`` ops of the head with the unfused loss: GPT's final layer norm,
+``parallel_lm_logits`` (``copy_to`` + ``F.linear``), the transposes back to ``[b, s]``, and
 ``vocab_parallel_cross_entropy`` (an autograd ``Function`` of about 25 ops: max, all-reduce of
 the max, subtract, the target range mask, gather of the predicted logits, exp, sum, all-reduces,
 log, the loss) and the loss mask's mean; BERT adds the LM-head transform (dense, GeLU, layer
-norm), the pooler and the binary head."""
+norm), the pooler and the binary head. A fused loss replaces the unfused one's ops by its own
+(:func:`head_ops`)."""
 
 
 PARAM_TENSORS = {"block": (8, 4), "embedding": (0, 2), "head": (2, 0)}
@@ -181,9 +184,20 @@ def embedding_ops(kind: str) -> tuple[int, int]:
     return EMBEDDING_OPS[kind]
 
 
-def head_ops(kind: str) -> tuple[int, int]:
-    """``(forward, backward)`` ops of the head layer of a ``gpt`` or ``bert`` stack."""
-    return HEAD_OPS[kind]
+def head_ops(kind: str, fusion: str = "unfused") -> tuple[int, int]:
+    """``(forward, backward)`` ops of the head layer of a ``gpt`` or ``bert`` stack whose loss
+    is ``fusion`` (:data:`HEAD_OPS`, the unfused loss's ops taken out and ``fusion``'s put in:
+    :func:`sim.compute.loss_fusion.loss_ops`).
+
+    Raises:
+        ValueError: a fusion not in :data:`~sim.compute.loss_fusion.CROSS_ENTROPY_FUSIONS`.
+
+    Example:
+        >>> head_ops("gpt"), head_ops("gpt", "te")
+        ((34, 20), (17, 13))
+    """
+    (fwd, bwd), (uf, ub), (lf, lb) = HEAD_OPS[kind], loss_ops("unfused"), loss_ops(fusion)
+    return fwd - uf + lf, bwd - ub + lb
 
 
 WHOLE_BLOCK_KINDS = ("block", "moe_block", "mtp")
@@ -192,9 +206,10 @@ HALF_BLOCK_KINDS = ("attention", "mlp", "moe", "mamba")
 """Hybrid layer kinds that hold one of the two (Megatron-Core's ``*``, ``-``, ``E``, ``M``)."""
 
 
-def decoder_layer_ops(kind: str) -> tuple[float, float, float, float]:
+def decoder_layer_ops(kind: str, fusion: str = "unfused") -> tuple[float, float, float, float]:
     """``(forward ops, backward ops, module calls, Function applies)`` the host issues for one
-    layer of a decoder trace (:mod:`sim.trace.decoder`), by its base kind.
+    layer of a decoder trace (:mod:`sim.trace.decoder`), by its base kind; a head's loss is
+    ``fusion`` (:func:`head_ops`).
 
     An assumption, marked as such in the trace's provenance: Megatron-Core's layers (with
     Transformer Engine) have not been counted op by op as :data:`BLOCK_FWD` counts
@@ -212,7 +227,7 @@ def decoder_layer_ops(kind: str) -> tuple[float, float, float, float]:
         True
     """
     if kind in ("embedding", "head"):
-        fwd_ops, bwd_ops = embedding_ops("gpt") if kind == "embedding" else head_ops("gpt")
+        fwd_ops, bwd_ops = embedding_ops("gpt") if kind == "embedding" else head_ops("gpt", fusion)
         return float(fwd_ops), float(bwd_ops), 0.0, 0.0
     share = 1.0 if kind in WHOLE_BLOCK_KINDS else 0.5 if kind in HALF_BLOCK_KINDS else 0.0
     (fwd, bwd), (modules, functions) = block_ops(), block_calls()

@@ -168,7 +168,8 @@ def _layer_times(
         fwd, bwd = embedding_kernels(shape["kind"], b, s, h, vt, d)
         return run(fwd), 0.0, run(bwd)
     if kind == "head":
-        fwd, bwd_in, bwd_w = head_kernels(shape["kind"], b, s, h, vt, d)
+        loss = str(shape.get("cross_entropy_fusion", "unfused"))  # the head's loss
+        fwd, bwd_in, bwd_w = head_kernels(shape["kind"], b, s, h, vt, d, loss)
         return run(fwd), run(bwd_in), run(bwd_w)
     return _phases(block_times(_block_shape(shape), b, spec, dtype, t, sp))
 

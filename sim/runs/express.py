@@ -418,7 +418,7 @@ def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
              "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
     if run.framework in FUSED_DROPOUT_ADD:
         shape["dropout_add"] = "fused"
-    if _feature(s, "cross_entropy"):  # the loss's memory (its time: the unfused one)
+    if _feature(s, "cross_entropy"):  # the loss's kernels, host ops and memory
         shape["cross_entropy_fusion"] = _feature(s, "cross_entropy")
     return s.arch, shape
 

@@ -154,8 +154,8 @@ APPROXIMATED: dict[str, str] = {
     "megatron-lm option deterministic_mode (host ops of the fills, sim.framework."
     "deterministic); the fills' device writes and NCCL's ring-only choice are not modelled",
     "cross-entropy-loss-fusion": "fused cross-entropy: fewer passes over the logits "
-    "(the shape's cross_entropy_fusion: its memory, sim.memory.layer_work; its time on decoder "
-    "models, sim.compute.loss_fusion; GPT/BERT traces: the unfused loss's time)",
+    "(the shape's cross_entropy_fusion: its memory, sim.memory.layer_work; its kernels and host "
+    "ops, sim.compute.loss_fusion, on decoder models and GPT/BERT traces alike)",
     "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
     "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
     "moe-router-fusion": "fused router: one top-k kernel each way (sim.compute.moe)",

@@ -181,7 +181,9 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
     return {
         "block": block_times(blk, b, spec, trace.dtype).total_s,
         "embedding": embedding_times(kind, b, s, h, v, spec, trace.dtype).total_s,
-        "head": head_times(kind, b, s, h, v, spec, trace.dtype).total_s,
+        "head": head_times(
+            kind, b, s, h, v, spec, trace.dtype, str(shape.get("cross_entropy_fusion", "unfused"))
+        ).total_s,
     }
 
 

@@ -76,13 +76,14 @@ def layer_host_ops(kind: str, m: DecoderShape) -> tuple[float, float, float, flo
     (:func:`sim.compute.mcore_ops.moe_layer_ops`), with all ``E`` experts local when they run
     one by one (``sequential_experts``; expert parallelism takes the others off,
     :mod:`sim.parallel.decoder_shard`), else one grouped MLP issuing one expert's ops; any other
-    as :func:`sim.compute.megatron_ops.decoder_layer_ops`; a layer with attention plus the ops
+    as :func:`sim.compute.megatron_ops.decoder_layer_ops` (a head's loss: the shape's
+    ``cross_entropy_fusion``, :func:`sim.compute.loss_fusion.loss_ops`); a layer with attention plus the ops
     GPT-OSS's eager attention pieces add (:func:`sim.compute.gptoss_host.attention_ops`)."""
     base = base_kind(kind)
     if base in ("moe_block", "moe") and m.moe is not None:
         ops = moe_layer_ops(base, m.moe.experts if m.moe.sequential_experts else 1)
     else:
-        ops = decoder_layer_ops(base)
+        ops = decoder_layer_ops(base, m.cross_entropy_fusion)
     if base not in ATTN:
         return ops
     fwd, bwd = attention_ops(m)

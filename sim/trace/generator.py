@@ -42,7 +42,8 @@ NSP). Activation bytes ``4sbh + 4sbV`` (Megatron's estimate for the output layer
 cross-entropy, memory.md §2). ``out_bytes`` is 0: nothing leaves the last layer.
 
 Ops the host issues per layer (``fwd_ops``, ``bwd_ops``): those of Megatron's layers, counted
-from its code (:mod:`sim.compute.megatron_ops`); the same at every micro-batch size. A block
+from its code (:mod:`sim.compute.megatron_ops`; the head's loss as ``cross_entropy_fusion``
+says, :func:`sim.compute.loss_fusion.loss_ops`); the same at every micro-batch size. A block
 also records its ``nn.Module`` calls and ``autograd.Function`` applies (``fwd_modules``,
 ``fwd_functions``: :data:`sim.compute.megatron_ops.BLOCK_CALLS`); the embedding and the head do
 not (a few calls each, left out).
@@ -234,7 +235,15 @@ def _embedding(
 
 
 def _head(
-    kind: str, b: int, s: int, h: int, V: int, d: int, rate: float, t: BlockTimes | None
+    kind: str,
+    b: int,
+    s: int,
+    h: int,
+    V: int,
+    d: int,
+    rate: float,
+    t: BlockTimes | None,
+    fusion: str = "unfused",
 ) -> LayerProfile:
     if kind == "gpt":
         params = 2 * h + V * h
@@ -255,8 +264,8 @@ def _head(
         bwd_input_s=bwd_in,
         bwd_weight_s=bwd_w,
         flops=flops,
-        fwd_ops=float(head_ops(kind)[0]),
-        bwd_ops=float(head_ops(kind)[1]),
+        fwd_ops=float(head_ops(kind, fusion)[0]),
+        bwd_ops=float(head_ops(kind, fusion)[1]),
     )
 
 
@@ -348,10 +357,10 @@ def transformer_trace(
             (Megatron-DeepSpeed's fused bias-dropout-add: one kernel per hidden dropout,
             :func:`sim.compute.transformer._dropout_residual`).
         cross_entropy_fusion: the loss, one of :data:`sim.compute.loss_fusion.
-            CROSS_ENTROPY_FUSIONS`, recorded in the model shape for the memory model
-            (:mod:`sim.memory.layer_work`); the head is timed with the unfused loss whatever it
-            says (an approximation: :mod:`sim.compute.loss_fusion` times the fused ones on
-            decoder models only).
+            CROSS_ENTROPY_FUSIONS`, recorded in the model shape: the head's loss kernels
+            (kernel model; :func:`sim.compute.layers.head_kernels`, as the decoder path's) and
+            host ops (:func:`sim.compute.megatron_ops.head_ops`) are that loss's, and the memory
+            model keeps its stash (:mod:`sim.memory.layer_work`).
 
     Returns:
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
@@ -413,14 +422,16 @@ def transformer_trace(
         head_t: BlockTimes | None = classifier_times(b, h, gpu, dtype)
     else:
         blk_t = block_times(shape, b, gpu, dtype) if modelled else None
-        head_t = head_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
+        head_t = (
+            head_times(kind, b, s, h, vocab, gpu, dtype, cross_entropy_fusion) if modelled else None
+        )
     flash = attention == "flash"
     chain = [_embedding(kind, b, s, h, vocab, d, hbm, emb_t)]
     chain += [_block(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)]
     chain.append(
         classifier_head(b, h, d, head_t)
         if hf and head_t
-        else _head(kind, b, s, h, vocab, d, rate, head_t)
+        else _head(kind, b, s, h, vocab, d, rate, head_t, cross_entropy_fusion)
     )
     if hf:
         chain = with_tensors(chain)
