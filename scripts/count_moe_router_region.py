@@ -38,11 +38,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from mcore_cpu import OpCounter, module_calls, python_nodes, start, tiny_gpt  # noqa: E402
+from mcore_cpu import (  # noqa: E402
+    OpCounter,
+    cpu_host_overhead,
+    describe_host,
+    module_calls,
+    python_nodes,
+    start,
+    tiny_gpt,
+)
 from megatron.core.transformer.moe import moe_utils  # noqa: E402
-
-from backends.torch.profile.host_overhead import measure_host_overhead  # noqa: E402
-from sim.hardware.host_ops import HostOverhead  # noqa: E402
 
 torch.set_num_threads(1)
 start("29541")
@@ -108,19 +113,9 @@ def seconds(experts: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    cals = [measure_host_overhead(torch.device("cpu"), reps=9) for _ in range(ROUNDS)]
-    host = HostOverhead(
-        op_s=min(c["op_s"] for c in cals),
-        backward_op_s=min(c["backward_op_s"] for c in cals),
-        module_s=min(c["python"]["module_s"] for c in cals),
-        function_s=min(c["python"]["function_s"] for c in cals),
-        function_backward_s=min(c["python"]["function_backward_s"] for c in cals),
-    )
+    host = cpu_host_overhead(ROUNDS)
     us = 1e6
-    print(f"torch {torch.__version__}; this CPU (sim calibrate): op {host.op_s * us:.2f} us, "
-          f"backward op {host.backward_op_s * us:.2f}, module {host.module_s * us:.2f}, "
-          f"function {host.function_s * us:.2f}, function backward "
-          f"{host.function_backward_s * us:.2f}")  # fmt: skip
+    print(describe_host(host))
     for e in (2, 8):
         fwd_ops, bwd_ops, modules, functions = counts(e)
         runs = [seconds(e) for _ in range(ROUNDS)]

@@ -1,7 +1,7 @@
 """Megatron-Core on one CPU process: the set-up that ``count_mcore_ops.py`` and
 ``time_mcore_layer.py`` share.
 
-Importing this module puts ``$MCORE`` (default ``/tmp/mcore``, where
+Importing this module puts the repository root and ``$MCORE`` (default ``/tmp/mcore``, where
 ``pip install --target /tmp/mcore --no-deps megatron-core==0.15.0`` puts megatron-core) on
 ``sys.path`` and imports megatron-core; nothing else happens until :func:`start` is called.
 
@@ -22,6 +22,7 @@ from typing import Any
 
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.environ.get("MCORE", "/tmp/mcore"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -33,7 +34,19 @@ from megatron.core.transformer.moe import moe_utils  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-__all__ = ["GPTModel", "OpCounter", "module_calls", "python_nodes", "start", "tiny_gpt"]
+from backends.torch.profile.host_overhead import measure_host_overhead  # noqa: E402
+from sim.hardware.host_ops import HostOverhead  # noqa: E402
+
+__all__ = [
+    "GPTModel",
+    "OpCounter",
+    "cpu_host_overhead",
+    "describe_host",
+    "module_calls",
+    "python_nodes",
+    "start",
+    "tiny_gpt",
+]
 
 
 class _Tracker:
@@ -128,3 +141,27 @@ def python_nodes(t: torch.Tensor) -> int:
         n += hasattr(f, "_forward_cls")
         stack.extend(g for g, _ in f.next_functions)
     return n
+
+
+def cpu_host_overhead(rounds: int) -> HostOverhead:
+    """This CPU's host figures as ``sim calibrate`` measures them
+    (:func:`backends.torch.profile.host_overhead.measure_host_overhead`, 9 repetitions), each
+    the smallest over ``rounds`` calibrations (other processes only add time), as a
+    :class:`sim.hardware.host_ops.HostOverhead` (seconds)."""
+    cals = [measure_host_overhead(torch.device("cpu"), reps=9) for _ in range(rounds)]
+    return HostOverhead(
+        op_s=min(c["op_s"] for c in cals),
+        backward_op_s=min(c["backward_op_s"] for c in cals),
+        module_s=min(c["python"]["module_s"] for c in cals),
+        function_s=min(c["python"]["function_s"] for c in cals),
+        function_backward_s=min(c["python"]["function_backward_s"] for c in cals),
+    )
+
+
+def describe_host(host: HostOverhead) -> str:
+    """One line of ``host``'s figures in microseconds, with torch's version."""
+    us = 1e6
+    return (f"torch {torch.__version__}; this CPU (sim calibrate): op {host.op_s * us:.2f} us, "
+            f"backward op {host.backward_op_s * us:.2f}, module {host.module_s * us:.2f}, "
+            f"function {host.function_s * us:.2f}, function backward "
+            f"{host.function_backward_s * us:.2f}")  # fmt: skip

@@ -39,10 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from mcore_cpu import OpCounter, module_calls, python_nodes, start, tiny_gpt  # noqa: E402
-
-from backends.torch.profile.host_overhead import measure_host_overhead  # noqa: E402
-from sim.hardware.host_ops import HostOverhead  # noqa: E402
+from mcore_cpu import OpCounter, cpu_host_overhead, module_calls, python_nodes, start, tiny_gpt  # noqa: E402
 
 torch.set_num_threads(1)
 start("29535")
@@ -89,14 +86,7 @@ def host_seconds(layers: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    cals = [measure_host_overhead(torch.device("cpu"), reps=9) for _ in range(ROUNDS)]
-    host = HostOverhead(
-        op_s=min(c["op_s"] for c in cals),
-        backward_op_s=min(c["backward_op_s"] for c in cals),
-        module_s=min(c["python"]["module_s"] for c in cals),
-        function_s=min(c["python"]["function_s"] for c in cals),
-        function_backward_s=min(c["python"]["function_backward_s"] for c in cals),
-    )
+    host = cpu_host_overhead(ROUNDS)
     lo, hi = (counts(n) for n in LAYERS)
     span = LAYERS[1] - LAYERS[0]
     fwd_ops, bwd_ops, modules, functions = ((h - low) / span for h, low in zip(hi, lo, strict=True))
