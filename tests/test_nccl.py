@@ -165,6 +165,28 @@ def test_the_engine_times_a_preset_collective_by_nccls_choice():
     )
 
 
+def test_a_gb300_tp4_group_runs_ring_simple_at_nccls_blackwell_ring_speed():
+    """GB300 NVL72, a tensor-parallel group of 4 (gpu0-3, one compute tray): bus 18 NVLinks x
+    40.1 GB/s = 721.8 GB/s (SM100_NVLINK_BW), no NVLS, NCCL runs ring Simple for a 256 MiB
+    all-gather: (8.4 + 3 x 3.4) us + B / (721.8 GB/s x 4/3), all-reduce (8.4 + 6 x 3.4) us +
+    B / (721.8 x 4/6). NCCL 2.27-2.30.7's Blackwell tables give the same ring Simple figures
+    (sm100SpeedArrayIntra 90 GB/s x 8 channels, duplicated to 16 x 45 = 720 GB/s; baseLat and
+    NVLink hwLat unchanged) and price NVLS below the ring on 4 ranks (NVIDIA/nccl@73cf112 = v2.30.7: search.cc 1063, 1127-1137
+    four NVLS channels; tuning.cc 143, 306-323, 376-383: 4 x 90 x 0.74 x 3/4 x 3/4 = 150 GB/s
+    all-gather, no bus-to-algorithm conversion)."""
+    topo = load_hardware("gb300-nvl72")
+    plan = collective_plan(topo, ("gpu0", "gpu1", "gpu2", "gpu3"))
+    nbytes = 2**28
+    for kind, steps in ((AG, 3), (AR, 6)):
+        comm = plan.communicator(kind)
+        assert comm is not None and comm.bus_Bps == pytest.approx(18 * 40.1 * GB)
+        assert not comm.nvls
+        pick = plan.choice(nbytes, kind)
+        assert pick is not None and (pick.algorithm, pick.protocol) == (nccl.RING, nccl.SIMPLE)
+        hand = (8.4 + steps * 3.4) * 1e-6 + nbytes / (721.8 * GB * 4 / steps)
+        assert plan.time_s(nbytes, kind) == pytest.approx(hand)
+
+
 def test_nccl_send_latency_by_protocol():
     """A send between two A100s: LL up to 16 KiB (NCCL_P2P_LL_THRESHOLD) with baseLat 6.6 +
     hwLat 0.6 us at a third of the rate; Simple above, 8.4 + 3.4 us at the full NCCL rate."""
