@@ -138,3 +138,25 @@ def test_fused_losses_issue_fewer_host_ops_on_both_paths():
     assert (head.fwd_ops, head.bwd_ops) == (gpt.fwd_ops, gpt.bwd_ops) == te
     with pytest.raises(ValueError, match="cross_entropy_fusion"):
         head_ops("gpt", "liger")
+
+
+def test_the_losss_collectives_follow_its_fusion_and_count_their_host_ops_once():
+    """GPT trace, b = 1, s = 4 (4 tokens), two tensor ranks, no sequence parallelism.
+
+    Forward collectives of the head: unfused three all-reduces of 4 fp32 (16 B each;
+    Megatron-LM cross_entropy.py 130-150), native two of 16 and 32 B (the max; the target
+    logits concatenated with the sums, fused_cross_entropy.py 42, 94, 112), TE one all-gather
+    of 3 floats per token from each of 2 ranks, 4 x 3 x 4 x 2 = 96 B (TE cross_entropy.py
+    78-82). The all-reduces are already among the head's own ops at one rank (head_ops:
+    34, 13 forward), so the sharded head adds none of them; TE's all-gather adds its buffer's
+    zeros and its call: 17 + 2 = 19. Backward: the output layer's input all-reduce, +1 each:
+    20 + 1, 10 + 1, 13 + 1."""
+    heads = {f: shard_trace(_gpt(f), 2, False, TINY) for f in ("unfused", "native", "te")}
+    fwd = {f: [(op.kind, op.nbytes) for op in sh.comm[-1].fwd] for f, sh in heads.items()}
+    assert fwd == {
+        "unfused": [("allreduce", 16.0)] * 3,
+        "native": [("allreduce", 16.0), ("allreduce", 32.0)],
+        "te": [("all_gather", 96.0)],
+    }
+    ops = {f: (sh.trace.layers[-1].fwd_ops, sh.trace.layers[-1].bwd_ops) for f, sh in heads.items()}
+    assert ops == {"unfused": (34, 21), "native": (13, 11), "te": (19, 14)}

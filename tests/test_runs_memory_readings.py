@@ -89,6 +89,17 @@ def test_attention_by_te_image():
     assert run_attention({"transformer-impl": "local"}, "H100") == "math"
 
 
+def test_te_runs_its_unfused_attention_below_sm80():
+    """TE enables flash-attn and FusedAttention only at compute capability 8.0 and above (v1.2
+    attention.py 2001-2016; 8b99682 dot_product_attention/utils.py 487-494): a V100 (7.0,
+    NVIDIA's CUDA GPUs table, sim.hardware.gpu_spec) keeps the scores, deterministic or not, in
+    either image; an A800 (8.0) chooses as an A100 does."""
+    for env in (LTS_2401, LATER):
+        assert run_attention({}, "V100-SXM2-32GB", env) == "math"
+    assert run_attention({"deterministic-mode": True}, "A800-SXM4-80GB", LTS_2401) == "math"
+    assert run_attention({}, "A800-SXM4-80GB", LTS_2401) == "flash"
+
+
 @pytest.mark.parametrize(("preset", "mib"), [("dgx-b200", 182642), ("gb200-nvl72", 189471)])
 def test_blackwell_usable_capacity_is_what_the_device_reports(preset, mib):
     assert load_hardware(preset).gpus[0].memory_bytes == mib * MIB

@@ -33,17 +33,19 @@ of ``d`` bytes on the rank (``V``: its vocabulary shard):
   Megatron-Bridge's releases up to 26.08 are taken to carry TE 2.17 or earlier (an
   **assumption**: their containers' TE versions are not in the data).
 
-The collectives (Megatron's three all-reduces of ``t`` floats, native's two, TE's all-gather of
-``3t`` floats) and the target masks are small and stay as :mod:`sim.parallel.megatron` counts
-them.
+The collectives (Megatron's three all-reduces of ``t`` floats, native's two of ``t`` and
+``2t``, TE's all-gather of ``3t`` floats per rank) and the target masks are small and are
+:mod:`sim.parallel.megatron`'s (:func:`~sim.parallel.megatron.loss_comm`).
 
 **Host ops** (:func:`loss_ops`, the unit of :mod:`sim.compute.megatron_ops`: one call into
 PyTorch's dispatcher as a ``TorchDispatchMode`` sees it, on one tensor rank, 16-bit logits, no
 label smoothing), counted from the code (:data:`LOSS_OPS`): the unfused loss issues 26 forward
-(three all-reduces among them, called on a group of one too) and 11 backward ops, ``native``
-5 and 1, ``te`` 9 and 4. Two **assumptions**: a ``torch.compile``-d function (``native``) is one
-op per call, the one Inductor kernel its time assumes (guard checks and the generated wrapper
-not counted apart), and a Triton kernel's launch (``te``) is one op.
+(three all-reduces among them, called on a group of one too, so counted here at every ``t``
+and not again as collectives) and 11 backward ops, ``native`` 5 (two all-reduces) and 1, ``te``
+9 and 4 (its all-gather, issued only at ``t > 1``, is :mod:`sim.parallel.megatron`'s). Two
+**assumptions**: a ``torch.compile``-d function (``native``) is one op per call, the one
+Inductor kernel its time assumes (guard checks and the generated wrapper not counted apart),
+and a Triton kernel's launch (``te``) is one op.
 """
 
 from __future__ import annotations

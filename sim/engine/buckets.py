@@ -21,7 +21,8 @@ from collections.abc import Iterator
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan
-from sim.engine.links import DENSE, Bulk, Links
+from sim.engine.fifo_link import Bulk
+from sim.engine.links import DENSE, Links
 from sim.engine.sm_share import SmShare
 from sim.events import Event, Stream
 from sim.hardware.parts import Link

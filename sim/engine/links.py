@@ -19,9 +19,9 @@ two transfers never deadlock (every link's queue is in the one order of issue, s
 waiting transfer only waits for transfers that hold their links).
 
 **Collectives issued at one instant queue in their ranks' order.** A collective (:meth:`Links.
-acquire`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (a SimPy
-event of priority :data:`LATE`, after every other event of the instant), the collectives of
-one instant by ``order`` (:data:`DENSE` before :data:`EXPERT`: Megatron-Core starts the dense
+acquire`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (an
+:class:`~sim.engine.fifo_link.EndOfInstant` event, after every other event of the instant), the
+collectives of one instant by ``order`` (:data:`DENSE` before :data:`EXPERT`: Megatron-Core starts the dense
 bucket groups' collectives before the expert-parallel ones, ``distributed_data_parallel.py``@
 d98e8a6 l. 638 and 664, ``self.bucket_groups + self.expert_parallel_bucket_groups``), then as
 issued. Else the order of two collectives issued at one instant, the data-parallel one of all
@@ -61,8 +61,8 @@ all-gather run on their own communicator and stream (Megatron-Core's ``overlap_g
 ``overlap_param_gather``, the distributed optimizer) beside the pipeline's sends and the
 context- and expert-parallel exchanges, each with its own queue pairs on the NIC, which the
 NIC serves side by side. So a hold of a data-parallel collective (``bulk``: :meth:`Links.hold`,
-:class:`Bulk`) does not make other traffic wait on its network links: a transfer or exchange
-of ``d`` seconds that meets one there passes through at half the rate while the collective
+:class:`~sim.engine.fifo_link.Bulk`) does not make other traffic wait on its network links: a
+transfer or exchange of ``d`` seconds that meets one there passes through at half the rate while the collective
 still runs (processor sharing of the two flows): it takes ``d + min(d, r)`` and the
 collective, with ``r`` seconds left, ends ``min(d, r)`` later (work conserving). Collectives
 among themselves, and everything on PCIe and host links, keep the FIFO discipline. The
@@ -88,17 +88,14 @@ bucket, 1.060 and 1.071 s against 0.85 and 0.95 measured (FP8 current scaling, M
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import cast
 
 import simpy
-from simpy.events import EventPriority
 
 from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
 from sim.comm.rings import PEER_KINDS
+from sim.engine.fifo_link import LATE, Bulk, EndOfInstant, FifoLink
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
 from sim.hardware.fabric import NETWORK
 from sim.hardware.parts import Link
@@ -112,91 +109,14 @@ NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 """Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
 they move at NCCL's rate of each link; every other transfer is a raw copy."""
 
+__all__ = [  # Bulk, FifoLink and LATE live in sim.engine.fifo_link, importable from here too
+    "DENSE", "EXPERT", "LATE", "NCCL_KINDS", "SHARED_KINDS", "Bulk", "FifoLink", "Links",
+]  # fmt: skip
 
-LATE = 2
-"""SimPy priority of the event that queues an instant's collectives: after ``URGENT`` (0) and
-``NORMAL`` (1), so after every other event of the instant (``simpy/core.py``: the event queue
-is ordered by time, then priority)."""
 DENSE = 0
 """``order`` of a collective of every replica (and of any other but :data:`EXPERT`)."""
 EXPERT = 1
 """``order`` of an expert-data-parallel collective: after the dense one of its instant."""
-
-
-class Bulk:
-    """A data-parallel collective's hold that other traffic shares on network and NVLink links
-    (:data:`SHARED_KINDS`, module doc): ``end_s`` when it ends (moved later by what passes through; ``-inf`` until it holds
-    all its links: a transfer passing through meanwhile shares nothing, an assumption: what
-    overlaps the collective's start is not counted), ``open`` while it holds any."""
-
-    __slots__ = ("end_s", "open")
-
-    def __init__(self, end_s: float = -math.inf):
-        self.end_s = end_s
-        self.open = True
-
-    def share(self, now_s: float, duration_s: float) -> float:
-        """Seconds a transfer of ``duration_s`` that starts at ``now_s`` and passes through
-        is longer, ``min(d, r)``; the hold ends that much later."""
-        if not self.open or self.end_s <= now_s:
-            return 0.0
-        extra = min(duration_s, self.end_s - now_s)
-        self.end_s += extra
-        return extra
-
-
-class FifoLink:
-    """A FIFO resource of capacity 1 that schedules exactly what ``simpy.Resource(env, 1)``
-    schedules, with less work per grant (the links are most of a run's resource requests).
-
-    ``simpy.Resource`` (simpy 4.1, ``simpy/resources/base.py`` and ``resource.py``) grants a
-    request when it is made and the resource is free, or else when a release of the user is
-    *processed*, to the oldest waiting request; a release frees the resource at once and is
-    itself an event scheduled now. This class does the same steps in the same order (each
-    grant and each release one :meth:`simpy.Environment.schedule`, so the events' order, and
-    the simulation, are unchanged: ``tests/test_links.py`` runs both side by side), without
-    simpy's put and get queues, bound classes and no-op callbacks.
-
-    Args:
-        env: the simulation environment.
-    """
-
-    __slots__ = ("env", "user", "waiting", "bulk", "name", "_marks")
-
-    def __init__(self, env: simpy.Environment, name: str = ""):
-        self.env = env
-        self.name = name
-        self.user: simpy.Event | None = None
-        self.waiting: deque[simpy.Event] = deque()
-        self.bulk: Bulk | None = None  # a shared link held by a data-parallel collective
-        self._marks: dict[simpy.Event, Bulk] = {}
-
-    def request(self, bulk: Bulk | None = None) -> simpy.Event:
-        """An event that succeeds when the resource is granted (now, if it is free and no
-        request waits); with ``bulk`` (a data-parallel collective's), :attr:`bulk` is that from
-        the grant, so that others pass through at once (:class:`Links`)."""
-        req = simpy.Event(self.env)
-        if bulk is not None:
-            self._marks[req] = bulk
-        self.waiting.append(req)
-        self._grant()
-        return req
-
-    def release(self, req: simpy.Event) -> simpy.Event:
-        """Give the resource back (``req`` from :meth:`request`, granted); the oldest waiting
-        request gets it when the returned event is processed."""
-        if self.user is req:
-            self.user = None
-        done = simpy.Event(self.env)
-        done.callbacks.append(self._grant)
-        return done.succeed()
-
-    def _grant(self, _: object = None) -> None:
-        if self.user is None and self.waiting:
-            self.user = self.waiting.popleft()
-            if self._marks:
-                self.bulk = self._marks.pop(self.user, self.bulk)
-            self.user.succeed()
 
 
 class Links:
@@ -254,7 +174,7 @@ class Links:
         :func:`_request`), called after those of the collectives of the instant with a lower
         ``order`` or issued before with the same (module doc)."""
         if not self._issued:
-            _EndOfInstant(self.env, self._queue_issued)
+            EndOfInstant(self.env, self._queue_issued)
         issued = simpy.Event(self.env)
         self._issued.append((order, self._issues, request, issued))
         self._issues += 1
@@ -397,17 +317,6 @@ def _request(
         ], []
     bulks = [r.bulk for r in resources if r.bulk is not None and r.bulk.open]
     return [(r, r.request()) for r in resources if r.bulk is None or not r.bulk.open], bulks
-
-
-class _EndOfInstant(simpy.Event):
-    """An event processed after every other event of this instant (priority :data:`LATE`),
-    calling ``callback``."""
-
-    def __init__(self, env: simpy.Environment, callback):
-        super().__init__(env)
-        self.callbacks.append(callback)
-        self._ok, self._value = True, None
-        env.schedule(self, cast(EventPriority, LATE))
 
 
 def _runs_nccl(topology: Topology, node: str) -> bool:

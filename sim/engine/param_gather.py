@@ -48,8 +48,9 @@ import simpy
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.buckets import buckets
 from sim.engine.collectives import Collectives
+from sim.engine.fifo_link import Bulk
 from sim.engine.inputs import SimInput
-from sim.engine.links import DENSE, EXPERT, Bulk
+from sim.engine.links import DENSE, EXPERT
 from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
 from sim.events import Event, EventKind, Stream

@@ -52,12 +52,19 @@ rank's communicator runs on its own rail in a rail-optimised network; the engine
 time and peak memory, exactly, with data or tensor parallelism or both, interleaved stages,
 ZeRO-3 and blocking sends (``tests/test_symmetry.py``). One known difference: with both
 tensor and data parallelism *and* DDP buckets that overlap the backward, the full simulation
-is not symmetric itself: a bucket and another replica's tensor-parallel all-reduce request one
-NVSwitch port at the same instant and the links' FIFO serves them in the order of the links'
-names, which differs between replicas, so replicas drift apart by a few milliseconds (0.2 to
-0.6 % of the iteration on 16 to 64 A100s); the mirror gives the symmetric answer. Likewise an
-expert-parallel group whose all-to-alls cross the spine, beside the pipeline's sends over the
-same NICs: the full simulation's members join a little apart (6.4e-5 of the iteration,
+is not symmetric itself. A bucket's all-reduce, queued on all its links at once, starts when
+the last replica's tensor-parallel all-reduce frees its NVSwitch port; the pipeline send each
+replica issues at that instant crosses a NIC the bucket already holds, and shares it (half
+rate, :class:`~sim.engine.fifo_link.Bulk`) only if the bucket has started by the time the
+send holds its route, which within the one instant depends on the order in which the
+replicas' events are processed: the first replicas' sends pass at the full rate, the last
+ones' share, and those drift 0.1-0.25 ms behind (2 to 4 of the 16 (replica, tensor rank)
+pairs of a stage); the simulated replica's send always shares. Full over mirrored: -0.53 %
+of the iteration on 8 DGX A100 (t 2, p 4, w 8, pipesim's buckets, the small GPT of
+``tests/test_symmetry.py``), none on 16 or 32 GPUs (+0.64 % before data-parallel
+collectives shared NVLink, +0.73 % when transfers took their links one by one in name order);
+the mirror gives the symmetric answer. Likewise an expert-parallel group whose all-to-alls
+cross the spine, beside the pipeline's sends over the same NICs: the full simulation's members join a little apart (6.4e-5 of the iteration,
 DeepSeek-V3 trimmed to 16 layers under DualPipeV on 64 H100s with EP 32 over four servers,
 ``experiments/deepseek-v3-dualpipe-overlap.yaml`` at 32 micro-batches); within one server, or
 across servers without spine crossings, the mirror equals it (``tests/test_symmetry.py``).

@@ -17,7 +17,9 @@ probabilities (``"math"``, :mod:`sim.memory.attention`). Under determinism
   from TE 2 (d0067d0 ``utils.py`` 1555-1566).
 
 What remains on an A100 (8.0) under determinism with TE 1.2, or with an older flash-attn, is
-the unfused attention.
+the unfused attention. Below compute capability 8.0 (a V100's 7.0) neither fused kernel runs,
+deterministic or not: TE v1.2 ``attention.py`` 2001-2004 and 2013-2016 enable flash-attn and
+FusedAttention only at ``>= (8, 0)``, 8b99682 ``utils.py`` 487-494 disables both below sm80.
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ def te_attention_backend(
         'fused'
         >>> te_attention_backend(TeEnvironment((2, 8), (2, 7, 4)), (8, 0), True)
         'flash'
+        >>> te_attention_backend(TeEnvironment((2, 8), (2, 7, 4)), (7, 0), False)
+        'unfused'
     """
+    if compute_capability < (8, 0):  # no flash-attn, no FusedAttention below sm80 (module doc)
+        return "unfused"
     flash = env.flash_attn is not None and env.flash_attn >= (2,)
     fused = True
     if deterministic:

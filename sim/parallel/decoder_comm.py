@@ -55,7 +55,7 @@ def tp_comm(
     if kind == "embedding":
         return embedding_comm(b, s, h, d, t, par.sp)
     if kind == "head":
-        return head_comm(b, s, h, d, t, par.sp, regather)
+        return head_comm(b, s, h, d, t, par.sp, regather, m.cross_entropy_fusion)
     x = float(b * s * h * d)
     base = base_kind(kind)
     mixers = 2 if base in ("block", "moe_block", "mtp") else 1

@@ -13,9 +13,22 @@ becomes a reduce-scatter and each identity an all-gather, so the forward runs 2 
 is a reduce-scatter followed by an all-gather), and the backward as many. The vocabulary-split
 embedding all-reduces (sp: reduce-scatters) its output in the forward; the vocabulary-split
 output layer's input is all-reduced in the backward (sp: all-gathered in the forward and
-reduce-scattered in the backward), and the vocabulary-parallel cross-entropy all-reduces three
-``b*s`` fp32 vectors (max logit, target logit, sum of exponentials; Megatron-LM
-``tensor_parallel/cross_entropy.py``).
+reduce-scattered in the backward), and the vocabulary-parallel cross-entropy exchanges per
+token what its loss (:mod:`sim.compute.loss_fusion`) needs (:func:`loss_comm`): the unfused one
+all-reduces three ``b*s`` fp32 vectors (max logit, target logit, sum of exponentials;
+NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/tensor_parallel/cross_entropy.py`` lines 130,
+146, 150), ``native`` two, the max and the target logits concatenated with the sums
+(``megatron/core/fusions/fused_cross_entropy.py`` lines 94 and 112, the ``torch.cat`` of line
+42: ``2*b*s`` floats), and Transformer Engine's all-gathers each rank's three floats per token
+(NVIDIA/TransformerEngine@8b99682 ``transformer_engine/pytorch/triton/cross_entropy.py``
+lines 78-82, only with more than one rank).
+
+**Host ops**: a collective adds one op to the layer's count (:func:`comm_host_ops`): the call
+of Megatron's ``mappings.py`` functions, which at ``t = 1`` return their input (so the trace,
+counted at one rank, holds none). Not the loss's all-reduces: Megatron calls them on a group of
+one too, so the loss's own count holds them (:data:`sim.compute.loss_fusion.LOSS_OPS`); TE's
+all-gather adds two, its output buffer's ``torch.zeros`` and the call, issued only at ``t > 1``
+(``cross_entropy.py`` lines 79-82, same commit).
 
 **The saved input gathered again** (``regather``): with sequence parallelism a column-parallel
 linear layer (a block's QKV and first MLP GEMM, the output layer) keeps only its rank's
@@ -44,6 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.events import EventKind
 
 AR, AG, RS = EventKind.ALLREDUCE.value, EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value
@@ -54,7 +68,9 @@ SOURCES = {
     "all-gather + reduce-scatter)",
     "block_act": "Korthikanti et al. arXiv:2205.05198 Table 2: sbh(10 + 24/t + 5as/(ht)); "
     "sp: sbh/t (34 + 5as/h)",
-    "cross_entropy": "Megatron-LM tensor_parallel/cross_entropy.py: 3 all-reduces of b*s fp32",
+    "cross_entropy": "Megatron-LM@d98e8a64dd tensor_parallel/cross_entropy.py 130-150: 3 "
+    "all-reduces of b*s fp32; fusions/fused_cross_entropy.py 94, 112: 2 (b*s, 2*b*s); "
+    "TransformerEngine@8b99682 pytorch/triton/cross_entropy.py 78-82: an all-gather of 3*b*s fp32",
 }
 
 
@@ -66,10 +82,13 @@ class CommOp:
         kind: ``allreduce``, ``all_gather`` or ``reduce_scatter``.
         nbytes: bytes of the full buffer ``B`` (an all-gather's output, a reduce-scatter's
             input), as nccl-tests counts them.
+        host_ops: host ops it adds to its layer's count (module doc): one call; none for the
+            loss's all-reduces (counted in the loss's ops), two for TE's loss all-gather.
     """
 
     kind: str
     nbytes: float
+    host_ops: int = 1
 
 
 @dataclass(frozen=True)
@@ -114,28 +133,73 @@ def embedding_comm(b: int, s: int, h: int, d: int, t: int, sp: bool) -> LayerCom
     return LayerComm((CommOp(RS if sp else AR, float(b * s * h * d)),))
 
 
+def loss_comm(b: int, s: int, t: int, fusion: str = "unfused") -> tuple[CommOp, ...]:
+    """The forward collectives of the vocabulary-parallel loss ``fusion`` over ``b*s`` tokens
+    on ``t`` ranks (module doc): ``unfused`` three all-reduces of ``4*b*s`` bytes, ``native``
+    two of ``4*b*s`` and ``8*b*s``, ``te`` one all-gather of ``12*b*s*t`` (its output); none
+    at ``t = 1``. The backward has none.
+
+    Raises:
+        ValueError: a fusion not in :data:`~sim.compute.loss_fusion.CROSS_ENTROPY_FUSIONS`.
+    """
+    if fusion not in CROSS_ENTROPY_FUSIONS:
+        raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
+    if t == 1:
+        return ()
+    n = 4.0 * b * s  # one fp32 per token
+    if fusion == "native":
+        return CommOp(AR, n, host_ops=0), CommOp(AR, 2 * n, host_ops=0)
+    if fusion == "te":
+        return (CommOp(AG, 3 * n * t, host_ops=2),)
+    return (CommOp(AR, n, host_ops=0),) * 3
+
+
+def comm_host_ops(comm: LayerComm) -> tuple[int, int]:
+    """``(forward, backward)`` host ops ``comm``'s collectives add to their layer's count
+    (:attr:`CommOp.host_ops`, module doc)."""
+    return sum(op.host_ops for op in comm.fwd), sum(op.host_ops for op in comm.bwd)
+
+
 def head_comm(
-    b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False
+    b: int,
+    s: int,
+    h: int,
+    d: int,
+    t: int,
+    sp: bool,
+    regather: bool = False,
+    fusion: str = "unfused",
 ) -> LayerComm:
     """Vocabulary-parallel output layer and cross-entropy (module doc; ``regather``: the
-    output layer's input all-gathered again in the backward with ``sp``)."""
+    output layer's input all-gathered again in the backward with ``sp``; ``fusion``: the loss,
+    :func:`loss_comm`)."""
     if t == 1:
         return NO_COMM
-    x, ce = float(b * s * h * d), (CommOp(AR, 4.0 * b * s),) * 3
+    x, ce = float(b * s * h * d), loss_comm(b, s, t, fusion)
     if sp:
         return LayerComm((CommOp(AG, x),) + ce, (CommOp(RS, x),) + regathered(x, 1, regather))
     return LayerComm(ce, (CommOp(AR, x),))
 
 
 def layer_comm(
-    kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False
+    kind: str,
+    b: int,
+    s: int,
+    h: int,
+    d: int,
+    t: int,
+    sp: bool,
+    regather: bool = False,
+    fusion: str = "unfused",
 ) -> LayerComm:
     """The collectives of a layer of ``kind`` (``embedding``, ``head``; anything else is a
-    block): :func:`embedding_comm`, :func:`head_comm` or :func:`block_comm`."""
+    block): :func:`embedding_comm`, :func:`head_comm` (its loss ``fusion``) or
+    :func:`block_comm`."""
     if kind == "embedding":
         return embedding_comm(b, s, h, d, t, sp)
-    fn = head_comm if kind == "head" else block_comm
-    return fn(b, s, h, d, t, sp, regather)
+    if kind == "head":
+        return head_comm(b, s, h, d, t, sp, regather, fusion)
+    return block_comm(b, s, h, d, t, sp, regather)
 
 
 def parallel_modules(kind: str, sp: bool) -> int:

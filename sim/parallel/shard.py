@@ -32,7 +32,9 @@
   copies, collectives waiting for the peer).
 * **host ops**: each collective is one more op the host issues (``fwd_ops``/``bwd_ops``, when
   the trace has them): the ``all_reduce`` (or all-gather, reduce-scatter) call of Megatron's
-  ``mappings.py`` functions, which at ``t = 1`` return their input (already counted).
+  ``mappings.py`` functions, which at ``t = 1`` return their input; not the loss's
+  all-reduces, which the trace's head already counts (:func:`sim.parallel.megatron.
+  comm_host_ops`).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
 ``provenance.model_shape`` of a profiled one): :func:`model_shape`.
@@ -52,6 +54,7 @@ from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.megatron import (
     LayerComm,
     block_act_bytes_tp,
+    comm_host_ops,
     layer_comm,
     parallel_modules,
 )
@@ -224,10 +227,12 @@ def _shard_layer(
     )
 
 
-def _with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
-    """``layer`` with one host op more per collective (module doc)."""
-    fwd = None if layer.fwd_ops is None else layer.fwd_ops + len(comm.fwd)
-    bwd = None if layer.bwd_ops is None else layer.bwd_ops + len(comm.bwd)
+def with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
+    """``layer`` with the host ops its collectives add (module doc, :func:`~sim.parallel.
+    megatron.comm_host_ops`)."""
+    add_f, add_b = comm_host_ops(comm)
+    fwd = None if layer.fwd_ops is None else layer.fwd_ops + add_f
+    bwd = None if layer.bwd_ops is None else layer.bwd_ops + add_b
     return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
 
 
@@ -275,15 +280,16 @@ def shard_trace(
     layers, comm, pairs = [], [], []
     measured = measured_overheads(trace, t, sp)
     block = _block_kernels(shape, b, d, t) if sp and spec is not None else None
+    loss = str(shape.get("cross_entropy_fusion", "unfused"))  # the head's loss
     for layer in trace.layers:
         kind = layer_kind(layer.name)
-        comm.append(layer_comm(kind, b, s, h, d, t, sp, regather))
+        comm.append(layer_comm(kind, b, s, h, d, t, sp, regather, loss))
         if block is not None:
             pairs.append(partners(comm[-1], *block) if kind == "block" else Partners())
         sharded = _shard_layer(
             layer, kind, ratios[kind], shape, b, d, t, sp, overhead, measured.get(kind)
         )
-        layers.append(_with_comm_ops(sharded, comm[-1]))
+        layers.append(with_comm_ops(sharded, comm[-1]))
     how = f"t={t}{' with sequence parallelism' if sp else ''}"
     if measured:
         how += (

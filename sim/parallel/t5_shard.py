@@ -19,7 +19,8 @@ Megatron's (Shoeybi et al., arXiv:1909.08053, §3; Korthikanti et al., arXiv:220
   all-gathers of the four column-parallel inputs;
 * the head: :func:`~sim.parallel.megatron.head_comm` at ``s_d``.
 
-Each collective is one more host op (as :mod:`sim.parallel.shard`). The per-module DTensor
+Each collective adds its host ops as in :mod:`sim.parallel.shard` (the loss's all-reduces
+none: the head's own count holds them). The per-module DTensor
 overhead of the replay (``tp_module_overhead_s``) is not charged: Megatron's tensor
 parallelism has none.
 """
@@ -40,8 +41,8 @@ from sim.parallel.megatron import (
     head_comm,
     regathered,
 )
-from sim.parallel.shard import ShardedTrace
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.parallel.shard import ShardedTrace, with_comm_ops
+from sim.trace.schema import Trace, dtype_bytes
 from sim.trace.t5 import t5_layers, t5_shape
 
 
@@ -82,12 +83,6 @@ def t5_comm(
     return head_comm(b, m.decoder_seq, m.hidden, d, t, sp, regather)
 
 
-def _with_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
-    fwd = None if layer.fwd_ops is None else layer.fwd_ops + len(comm.fwd)
-    bwd = None if layer.bwd_ops is None else layer.bwd_ops + len(comm.bwd)
-    return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
-
-
 def shard_t5(
     trace: Trace, t: int, sp: bool, spec: ComputeSpec | None, regather: bool = False
 ) -> ShardedTrace:
@@ -115,7 +110,7 @@ def shard_t5(
     how = f"t={t}{' with sequence parallelism' if sp else ''} (T5: layers regenerated per rank)"
     out = replace(
         trace,
-        layers=tuple(_with_ops(x, c) for x, c in zip(layers, comm, strict=True)),
+        layers=tuple(with_comm_ops(x, c) for x, c in zip(layers, comm, strict=True)),
         provenance={**trace.provenance, "tensor_parallel": how},
         profiles={},
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.hardware.gpu_spec import COMPUTE_CAPABILITY
 from sim.memory.te_attention import TeEnvironment, memory_attention, te_attention_backend
 from sim.runs.argv import switch_on
 
@@ -34,10 +35,6 @@ LATER = TeEnvironment(
 LTS_BUMP = "2025-11-06"
 """NVIDIA/Megatron-LM@23a1dcaf74 "Bump LTS container": LTS golden values generated before it
 ran in the 24.01 image (:data:`LTS_2401`)."""
-COMPUTE_CAPABILITY = {"A100": (8, 0), "H100": (9, 0), "H200": (9, 0), "H800": (9, 0),
-                      "GB200": (10, 0), "B200": (10, 0), "GB300": (10, 3), "B300": (10, 3)}  # fmt: skip
-"""A part of a GPU's name -> its CUDA compute capability (NVIDIA's CUDA GPUs table), first
-match in this order."""
 
 
 def golden_environment(case: str, generated: str) -> TeEnvironment:
@@ -50,9 +47,16 @@ def golden_environment(case: str, generated: str) -> TeEnvironment:
 
 
 def compute_capability(gpu: str) -> tuple[int, int] | None:
-    """The compute capability of a GPU as a source names it (None: unknown)."""
+    """The compute capability ``(major, minor)`` of a GPU as a source names it: the first
+    model of :data:`sim.hardware.gpu_spec.COMPUTE_CAPABILITY` (NVIDIA's CUDA GPUs table) that
+    is a part of its name, in any case; None: unknown.
+
+    >>> compute_capability("A100-SXM-80GB"), compute_capability("B300"), compute_capability("x")
+    ((8, 0), (10, 3), None)
+    """
     name = gpu.upper()
-    return next((cc for part, cc in COMPUTE_CAPABILITY.items() if part in name), None)
+    cc = next((cc for part, cc in COMPUTE_CAPABILITY.items() if part in name), None)
+    return None if cc is None else (int(cc), round(cc * 10) % 10)
 
 
 def run_attention(flags: dict[str, Any], gpu: str, env: TeEnvironment = LATER) -> str:
