@@ -24,6 +24,21 @@ def _run(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
+def _small_bert(tmp_path: Path, sweep: dict | None = None) -> Path:
+    """A small experiment (BERT-large on a DGX-1, global batch 8) written to
+    ``tmp_path/exp.yaml``; ``sweep`` replaces its grid (default: gpipe and 1f1b over 2 and 4
+    stages, micro-batch 1)."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": sweep or {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    return path
+
+
 def test_analytic_trace_note_names_the_gpu_it_is_timed_on(tmp_path: Path) -> None:
     """gpt2-1.5b ships generated on a V100; on a DGX H100 it is regenerated there, so the note
     of where its times come from names the H100, not the V100 (it named the V100)."""
@@ -78,14 +93,7 @@ def test_ctrl_c_says_what_is_kept(tmp_path: Path, monkeypatch) -> None:
 def test_a_rerun_says_it_reused_the_cache(tmp_path: Path) -> None:
     """A second `sim run` into the same folder reads every simulated row from OUT/.cache; the
     planner's line said "N simulated" both times, so the reuse was invisible."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
+    path = _small_bert(tmp_path)
     args = ("run", path, "--out", tmp_path / "out", "--jobs", 1, "--no-plots")
     first = _run(*args)
     assert first.exit_code == 0, first.output
@@ -103,14 +111,7 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
     """`sim memory` on a large grid (llama3-70b-64xh100: 92 configurations with advice, about
     a minute on a loaded 2-core machine) printed nothing until it was done; it now reports
     its progress as `sim run` does."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
+    path = _small_bert(tmp_path)
     res = _run("memory", path, "--out", tmp_path / "out", "--no-plots")
     assert res.exit_code == 0, res.output
     assert "computing memory: 4/4 configurations (100%)" in res.output, res.output
@@ -187,14 +188,7 @@ def test_a_missing_hardware_overlay_names_where_it_was_given(
 def test_sim_memory_table_states_its_unit_and_columns(tmp_path: Path) -> None:
     """The table of `sim memory` printed 15.24, 15.41, 15.81 against 15.78 with no unit and no
     word on what allocated, reserved, device and capacity are."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
+    path = _small_bert(tmp_path, {"schedule": "1f1b", "stages": 2, "microbatch_size": 1})
     res = _run("memory", path, "--out", tmp_path / "out", "--no-plots")
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
