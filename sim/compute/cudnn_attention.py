@@ -79,6 +79,20 @@ def measured_tflops(table: str, fmt: str, phase: str, seq: float) -> float | Non
     return log2_interp(list(zip(_SEQ, by_pass[phase], strict=True)), seq)
 
 
+def format_ratio(table: str, fmt: str, phase: str, seq: float) -> float | None:
+    """cuDNN's ``fmt`` TFLOPS over its BF16 TFLOPS on ``table`` for ``phase`` at ``seq``
+    tokens (each interpolated in ``log2``, clamped); None without a measurement of ``fmt``.
+
+    Example: MXFP8 on GB200 at 8192 tokens.
+        >>> round(format_ratio("GB200", "mxfp8", "fwd", 8192), 4), round(
+        ...     format_ratio("GB200", "mxfp8", "bwd", 8192), 4)
+        (1.2084, 0.9662)
+    """
+    own = measured_tflops(table, fmt, phase, seq)
+    base = measured_tflops(table, "bf16", phase, seq)
+    return None if own is None or base is None else own / base
+
+
 def rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
     """Achieved FLOP/s of a causal flash-attention kernel (``m`` queries, ``n`` keys, head dim
     ``k``, ``batch`` samples x heads; ``_bwd`` names the backward; ``kern.precision`` FP8
@@ -101,8 +115,8 @@ def rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
         return own * 1e12 * causal_head_scale(seq, heads, MEASURED_HEADS, phase == "bwd")
     if fmt == "bf16":
         return None  # the B200 table times it (sim.compute.measured)
-    base = measured_tflops(table, "bf16", phase, seq)
+    ratio = format_ratio(table, fmt, phase, seq)
     eff = attention_efficiency(kern, spec, "bf16")  # the B200 table's BF16 fraction
-    if base is None or eff is None:
+    if ratio is None or eff is None:
         return None
-    return eff * spec.peak_flops("bf16") * own / base
+    return eff * spec.peak_flops("bf16") * ratio

@@ -45,7 +45,7 @@ carries them: the same silicon, an assumption). Other head dims, windows and GPU
 
 from __future__ import annotations
 
-from sim.compute.cudnn_attention import measured_tflops, table_of
+from sim.compute.cudnn_attention import format_ratio, table_of
 from sim.compute.measured import log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -93,21 +93,6 @@ def hd64_causal_bwd_rate_flops(table: str, fmt: str, seq: float) -> float | None
     return log2_interp(rates, seq)
 
 
-def hd128_ratio(table: str, fmt: str, phase: str, seq: float) -> float | None:
-    """cuDNN's ``fmt`` TFLOPS over its BF16 TFLOPS at head dim 128, causal, ``phase`` (``fwd``
-    or ``bwd``), each interpolated in ``log2 seq`` (clamped; the table is
-    :func:`sim.compute.cudnn_attention.measured_tflops`'s); None without a measurement.
-
-    Example: MXFP8 on GB200 at 8192 tokens.
-        >>> round(hd128_ratio("GB200", "mxfp8", "fwd", 8192), 4), round(
-        ...     hd128_ratio("GB200", "mxfp8", "bwd", 8192), 4)
-        (1.2084, 0.9662)
-    """
-    own = measured_tflops(table, fmt, phase, seq)
-    base = measured_tflops(table, "bf16", phase, seq)
-    return None if own is None or base is None else own / base
-
-
 def fp8_causal_rate_flops(kern, spec: ComputeSpec, rate16_flops: float) -> float | None:
     """FLOP/s of a full (not windowed) FP8 attention kernel (``kern.precision`` its format,
     ``kern.k`` its head dim, ``kern.n`` its keys, ``kern.batch`` samples x heads; ``_bwd`` names
@@ -124,7 +109,7 @@ def fp8_causal_rate_flops(kern, spec: ComputeSpec, rate16_flops: float) -> float
         return None
     bwd = kern.name.endswith("_bwd")
     if kern.k == 128:
-        ratio = hd128_ratio(table, kern.precision, "bwd" if bwd else "fwd", float(kern.n))
+        ratio = format_ratio(table, kern.precision, "bwd" if bwd else "fwd", float(kern.n))
         return None if ratio is None else rate16_flops * ratio
     if kern.k == 64 and bwd:
         return hd64_causal_bwd_rate_flops(table, kern.precision, float(kern.n))
