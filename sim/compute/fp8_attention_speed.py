@@ -14,8 +14,8 @@ these times):
 * **Head dim 128** (``configs/llama.py``: 64 query and 8 key-value heads, batch 2; results
   ``results/llama3.1/gb200/llama3.1_20260424_100750.csv`` and ``gb300/llama3.1_20260424_
   100757.csv``): the FP8 and MXFP8 kernels' TFLOPS over the BF16 kernel's at the same length
-  (:func:`sim.compute.cudnn_attention.measured_tflops`). The forward gains (MXFP8 at 8192 tokens: 1902 against 1574 TFLOPS on
-  GB200), the MXFP8 backward does not (1287 against 1332). :func:`fp8_causal_rate_flops` scales
+  (:func:`sim.compute.cudnn_attention.format_ratio`). The forward gains (MXFP8 at 8192
+  tokens: 1902 against 1574 TFLOPS on GB200), the MXFP8 backward does not (1287 against 1332). :func:`fp8_causal_rate_flops` scales
   the 16-bit rate the model already gives the kernel by that ratio, interpolated in ``log2``
   of the keys and clamped to 2048-32768 (the benchmark's lengths), so that the 16-bit table's
   own shape dependence is kept.
