@@ -22,7 +22,8 @@ the planner's row path, one simulation per distinct configuration
 simulator's peak less its runtime reserve, reserved against its whole peak.
 
 Prints, per source: rows, rows expressed, MAPE and signed mean error of time and of memory;
-per dimension (tp, pp, cp, ep, family, GPU, and the golden rows' framework version); planning
+per dimension (tp, pp, cp, ep, family, GPU, and the golden rows' framework version and
+platform: a one-node GB200 test apart, :func:`platform`); planning
 quality over the questions with several measured configurations (one model, one GPU count, one
 global batch): top-1, mean and max regret, Kendall tau; the rows not expressed grouped by
 their first reason, and every reason with the rows it blocks (alone or with others). Writes
@@ -71,7 +72,7 @@ SOURCES = {
     "vtrain-h2048": "vtrain/ground_truth_single_h2048.csv",
 }
 """Source name -> file under the data folder."""
-DIMENSIONS = ("tp", "pp", "cp", "ep", "family", "gpu", "version")
+DIMENSIONS = ("tp", "pp", "cp", "ep", "family", "gpu", "version", "platform")
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "working", "buffers",
               "reserve")  # fmt: skip
 """The predicted peak's categories written per row (``ResultRow.peak_<c>_bytes``; ``reserve``
@@ -111,6 +112,32 @@ def _version(run: MeasuredRun) -> str:
     return ""
 
 
+ONE_NODE_TAG = "_1node["
+"""What names a functional test of Megatron-LM's one-node GB200 recipes
+(``tests/test_utils/recipes/gb200/*-1node.yaml`` at NVIDIA/Megatron-LM@d98e8a64: ``nodes: 1``,
+``gpus: 4``; the other GB200 recipes run ``nodes: 2``, ``gpus: 4``): the test case's name ends
+in ``_1node``. Their logged steps are unsteady (``measurements/host/golden_rows.md``, golden6),
+so the benchmark reports them apart."""
+
+
+def platform(name: str, gpu: str, version: str) -> str:
+    """The functional tests' platform: ``gpu``, with `` 1-node`` for a one-node GB200 test
+    (:data:`ONE_NODE_TAG`); ``""`` for rows of other sources (``version`` empty), so that the
+    dimension repeats no ``gpu`` grouping there.
+
+    Example:
+        >>> platform("gpt3_mcore_te_tp1_pp1_1node[dev_dgx_gb200]", "GB200", "dev")
+        'GB200 1-node'
+        >>> platform("gpt3_mcore_te_tp1_pp1[dev_dgx_gb200]", "GB200", "dev")
+        'GB200'
+        >>> platform("LLAMA3_70B", "B200", "")
+        ''
+    """
+    if not version:
+        return ""
+    return f"{gpu} 1-node" if ONE_NODE_TAG in name else gpu
+
+
 def record(source: str, run: MeasuredRun, predictor: Predictor) -> dict:
     """One row of ``predictions.csv``."""
     ex = express(run)
@@ -121,6 +148,7 @@ def record(source: str, run: MeasuredRun, predictor: Predictor) -> dict:
         "precision": run.precision, "tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp,
         "ep": lay.ep, "dp": lay.dp, "mbs": run.microbatch_size,
         "family": "moe" if s.is_moe else s.arch, "version": _version(run),
+        "platform": platform(run.name, run.gpu, _version(run)),
         "shape": f"{s.arch} L{s.layers} h{s.hidden} a{s.heads} e{s.moe_experts}",
         "expressed": isinstance(ex, Expressed), "reasons": "",
         "measured_s": m.iteration_time_s, "predicted_s": math.nan,
