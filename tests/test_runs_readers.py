@@ -14,6 +14,7 @@ from sim.runs.argv import parse_command
 from sim.runs.express import Expressed, NotExpressed, express, gpu_preset, hardware_for
 from sim.runs.megatron_args import read_megatron
 from sim.runs.readers import detect, read_hf_config, read_runs
+from sim.runs.vtrain import padded_vocab
 from sim.runs.warmup import WarmupError, steady_time
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,6 +195,14 @@ def test_measured_and_vtrain_csv():
     vt = read_runs(DATA / "vtrain_sample.csv")
     assert [r.measured.iteration_time_s for r in vt] == [0.2505, 0.12025]
     assert vt[0].layout.tp == 2 and vt[1].microbatches == 1
+
+
+def test_vtrain_vocabulary_is_padded_as_megatron_deepspeed_pads_it():
+    # 50257 up to a multiple of 128 t: t 2 -> 256 x 197 = 50432 (256 x 196 = 50176 < 50257)
+    vt = read_runs(DATA / "vtrain_sample.csv")
+    assert vt[0].layout.tp == 2 and vt[0].shape.vocab == 50432
+    # t 8 -> 1024 x 50 = 51200, 6400 rows per rank (unpadded: 6282.1)
+    assert padded_vocab(50257, 8) == 51200 and padded_vocab(50304, 1) == 50304
 
 
 def test_presets_by_gpu_name():

@@ -10,7 +10,8 @@ GPT-style decoder (GeLU MLP of 4h, learned positions, tied embeddings), fp16 mix
 the configs), every transformer layer checkpointed
 (``use_checkpoint: true``), data-parallel gradients all-reduced after the backward without
 buckets (``use_gradient_bucket: false``: the ``megatron-deepspeed`` profile). The vocabulary
-is not stated: GPT-2's 50,257 tokens (an assumption, as Megatron's GPT examples use).
+is not stated: GPT-2's 50,257 tokens (an assumption, as Megatron's GPT examples use), padded
+as Megatron-DeepSpeed pads it (:func:`padded_vocab`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 
 from sim.errors import InputError
 from sim.parallel.layout import ParallelLayout
+from sim.runs.megatron_shape import VOCAB_DIVISIBLE_BY
 from sim.runs.record import ArgNote, Measured, MeasuredRun, ModelShape
 
 COLUMNS = (
@@ -32,6 +34,22 @@ VOCAB = 50257
 """GPT-2's BPE vocabulary: vTrain's configs do not state one (assumption)."""
 GPU = "A100"
 """vTrain's ``gpu_name: A100`` (memory size not stated)."""
+
+
+def padded_vocab(vocab: int, tensor_parallel: int) -> int:
+    """``vocab`` rounded up to a multiple of ``128 x tensor_parallel``: Megatron-DeepSpeed's
+    ``_vocab_size_with_padding`` (microsoft/Megatron-DeepSpeed@f4157bea
+    ``megatron/tokenizer/tokenizer.py`` l.58-71, called for every tokenizer at l.52-53),
+    ``--make-vocab-size-divisible-by`` 128 by default (``megatron/arguments.py`` l.644);
+    ``GPTModelPipe`` builds its tied word embedding with ``args.padded_vocab_size``
+    (``megatron/model/gpt_model.py`` l.355, 365), ``padded / t`` rows per rank.
+
+    Example:
+        >>> [padded_vocab(50257, t) for t in (1, 2, 4, 8)]
+        [50304, 50432, 50688, 51200]
+    """
+    multiple = VOCAB_DIVISIBLE_BY * tensor_parallel
+    return -(-vocab // multiple) * multiple
 
 
 def read_vtrain(path: str | Path) -> list[MeasuredRun]:
@@ -75,7 +93,8 @@ def _run(r: pd.Series, line: int, file: str) -> MeasuredRun:
         )  # fmt: skip
     h, a, layers, s = int(r.hidden), int(r.heads), int(r.layers), int(r.seq_len)
     shape = ModelShape(arch="gpt", layers=layers, hidden=h, heads=a, ffn_hidden=4 * h,
-                       vocab=VOCAB, tied_embeddings=True, source="vTrain GPT")  # fmt: skip
+                       vocab=padded_vocab(VOCAB, t), tied_embeddings=True,
+                       source="vTrain GPT")  # fmt: skip
     note = ArgNote(
         "use_gradient_bucket",
         "false",
@@ -90,5 +109,6 @@ def _run(r: pd.Series, line: int, file: str) -> MeasuredRun:
         shape=shape,
         measured=Measured(iteration_time_s=float(r.iteration_time_ms) / 1e3,
                           time_rule="vTrain's measured iteration_time_ms"),
-        args=(note,), notes=(f"vocabulary {VOCAB} assumed (GPT-2 BPE)",),
+        args=(note,),
+        notes=(f"vocabulary {VOCAB} assumed (GPT-2 BPE), padded to {padded_vocab(VOCAB, t)}",),
     )  # fmt: skip
