@@ -75,3 +75,5 @@ def test_own_threads_step_at_their_share_beside_the_other_rank() -> None:
     assert _ends(1, threads=0.5) == [12.0, 12.0]
     assert own_threads_wait_s(4.0, 2) == pytest.approx(4.0)
     assert own_threads_wait_s(4.0, 1) == 0.0
+    with pytest.raises(ValueError):
+        StagePlan(act_bytes=0.0, resident_act_bytes=0.0, host_optimizer_thread_share=0.0)

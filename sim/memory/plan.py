@@ -181,6 +181,10 @@ class StagePlan:
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.host_optimizer_thread_share <= 1.0:
+            raise ValueError(
+                f"host_optimizer_thread_share must be in (0, 1], got {self.host_optimizer_thread_share}"
+            )
         if self.swap_targets:
             total = sum(b for _, b in self.swap_targets)
             if self.swap_bytes and abs(total - self.swap_bytes) > 1e-6 * max(total, 1.0):
