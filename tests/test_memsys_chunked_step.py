@@ -1,6 +1,8 @@
 """PatrickStar's host step chunk by chunk (``StagePlan.host_step_chunks``,
 ``MemoryTraffic.chunked_step``; Tencent/PatrickStar@2384535 ``fp16_cpu_adam.py`` 336-467):
-two ranks sharing one CPU-Adam pool, worked by hand."""
+two ranks sharing one CPU-Adam pool, or each on its own half of its threads
+(``StagePlan.host_optimizer_thread_share``, PatrickStar's ``OMP_NUM_THREADS = cores /
+GPU_NUM``), worked by hand."""
 
 from types import SimpleNamespace
 
@@ -8,7 +10,7 @@ import pytest
 import simpy
 
 from sim.engine.traffic import MemoryTraffic
-from sim.memory.chunked import pool_wait_s
+from sim.memory.chunked import own_threads_wait_s
 from sim.memory.plan import StagePlan, Transfer
 
 
@@ -28,8 +30,9 @@ class _Links:
         return start
 
 
-def _rank(gpu: str, chunks: int) -> SimpleNamespace:
+def _rank(gpu: str, chunks: int, threads: float = 1.0) -> SimpleNamespace:
     plan = StagePlan(
+        host_optimizer_thread_share=threads,
         act_bytes=0.0,
         resident_act_bytes=0.0,
         host_optimizer_s=4.0,  # 2 s of CPU Adam per chunk
@@ -41,10 +44,11 @@ def _rank(gpu: str, chunks: int) -> SimpleNamespace:
     return SimpleNamespace(plan=plan, host="cpu0", stage=0, replica=int(gpu[-1]), tp_rank=0)
 
 
-def _ends(chunks: int) -> list[float]:
+def _ends(chunks: int, threads: float = 1.0) -> list[float]:
     env = simpy.Environment()
     traffic = MemoryTraffic(env, _Links(env), None, None, 1)  # type: ignore[arg-type]
-    done = [env.process(traffic.chunked_step(_rank(g, chunks), {})) for g in ("gpu0", "gpu1")]
+    ranks = [_rank(g, chunks, threads) for g in ("gpu0", "gpu1")]
+    done = [env.process(traffic.chunked_step(r, {})) for r in ranks]
     ends: list[float] = []
     for p in done:
         p.callbacks.append(lambda _e: ends.append(env.now))
@@ -61,11 +65,15 @@ def test_chunks_interleave_in_the_pool_while_the_other_rank_copies() -> None:
     assert _ends(1) == [8.0, 12.0]
 
 
-def test_pool_wait_estimate_is_the_pools_work_and_one_chunks_copies() -> None:
-    """The estimate for the same case: rank 1's path is 4 s of copies and 4 s of Adam; the pool
-    holds 2 x 4 s of work and one chunk's copies (4 / 2 s) add to it: 10 - 8 = 2 s of wait.
-    A rank alone, or a rank whose copies outlast the pool's work, waits nothing."""
-    assert pool_wait_s(4.0, 4.0, 2, 2) == pytest.approx(2.0)
-    assert pool_wait_s(4.0, 4.0, 1, 2) == pytest.approx(4.0)
-    assert pool_wait_s(4.0, 4.0, 2, 1) == 0.0
-    assert pool_wait_s(1.0, 40.0, 2, 2) == 0.0
+def test_own_threads_step_at_their_share_beside_the_other_rank() -> None:
+    """Each rank on half of the threads: per chunk 1 s down, 2 s of work at half the rate
+    (4 s), 1 s up, beside the other rank, no queue: both end at 2 x (1 + 4 + 1) = 12 s
+    (one chunk: 2 + 8 + 2 = 12 s too). The planner's estimate of the time beyond the rank's
+    serial path (copies and 4 s of CPU Adam at the whole rate) is the other 4 s; a rank alone
+    on its server, none."""
+    assert _ends(2, threads=0.5) == [12.0, 12.0]
+    assert _ends(1, threads=0.5) == [12.0, 12.0]
+    assert own_threads_wait_s(4.0, 2) == pytest.approx(4.0)
+    assert own_threads_wait_s(4.0, 1) == 0.0
+    with pytest.raises(ValueError):
+        StagePlan(act_bytes=0.0, resident_act_bytes=0.0, host_optimizer_thread_share=0.0)

@@ -16,7 +16,7 @@ speedup_high; each row with its source):
   batch_size * sequence_length * 2 * 4``, printed as ``Tflops Per GPU``; ``batch_size`` is per
   GPU), and how many of the published models are within 10 %;
 * **where PatrickStar's iterations go** (``breakdown``): per model, GPU 0's compute, GPU step and
-  waits, and the server's CPU-Adam pool's busy seconds (:func:`time_breakdown`), beside the
+  waits, and its rank's CPU-Adam seconds (:func:`time_breakdown`), beside the
   paper's iteration time (its TFLOPS inverted) with ``--papers``;
 * **the largest trainable model** per paper and server: PatrickStar's grid with the models
   above its largest added, at the batches of its benchmark loop (``for BS in 8 4 16``: 4 and 8;
@@ -138,10 +138,10 @@ def time_breakdown(events: pd.DataFrame, gpu: str = "gpu0") -> dict[str, float]:
     recompute kernels on the compute stream), ``gpu_step`` (the optimizer step on the GPU),
     ``wait`` (the compute stream stalled for gathers, chunk moves, gradients or the host step of
     some rank: what the engine logs as ``stall``), and ``host_adam`` (CPU-Adam seconds of
-    every rank of the server, summed: the busy time of the server's CPU-Adam pool,
-    :mod:`sim.memory.host_adam`, which the next iteration's first gather waits for)."""
+    ``gpu``'s rank, replica ``gpu``'s index of stage 0, on its own share of the server's
+    threads: :attr:`sim.memory.plan.StagePlan.host_optimizer_thread_share`)."""
     last = events[events.iteration == events.iteration.max()]
-    kind = last.kind.map(str)
+    kind, rank = last.kind.map(str), int(gpu.removeprefix("gpu"))
     on_gpu = (last.device == gpu) & (last.stream.map(str) == "compute")
 
     def total(mask: pd.Series) -> float:
@@ -151,7 +151,7 @@ def time_breakdown(events: pd.DataFrame, gpu: str = "gpu0") -> dict[str, float]:
         "compute": total(on_gpu & kind.isin(["compute", "recompute"])),
         "gpu_step": total(on_gpu & (kind == "optimizer")),
         "wait": total(on_gpu & (kind == "stall")),
-        "host_adam": total(kind == "host_optimizer"),
+        "host_adam": total((kind == "host_optimizer") & (last.stage == 0) & (last.replica == rank)),
     }
 
 
@@ -160,8 +160,8 @@ def patrickstar_breakdown() -> pd.DataFrame:
     batch :func:`patrickstar` reports, split by :func:`time_breakdown` on GPU 0, with the
     published iteration time (PatrickStar's formula inverted, with ``--papers``), and
     ``host_step``: the rest of the iteration, when GPU 0 neither computes nor stalls on its
-    compute stream: its rank's host step, chunk by chunk (gradient copies down, CPU-Adam pool
-    turns, weight copies up; :meth:`sim.engine.traffic.MemoryTraffic.chunked_step`)."""
+    compute stream: its rank's host step, chunk by chunk (gradient copies down, CPU Adam,
+    weight copies up; :meth:`sim.engine.traffic.MemoryTraffic.chunked_step`)."""
     pub = pd.read_csv(CLAIMS / "patrickstar_models.csv")
     given = _published("patrickstar.csv")
     out = []
@@ -351,9 +351,9 @@ def main(argv: list[str] | None = None) -> None:
         print(t.assign(error=t.error.map(_pct)).to_string(**fmt))
         print(f"within 10 %: {within} of {len(t)}\n")
     if "breakdown" in which:
-        print("PatrickStar: where pipesim's iteration goes on GPU 0 (s); host_adam: the server's")
-        print("CPU-Adam pool busy (all ranks); host_step: GPU 0's rank in its host step (copies,")
-        print("its CPU-Adam turns and the waits for the pool between them)")
+        print("PatrickStar: where pipesim's iteration goes on GPU 0 (s); host_adam: GPU 0's rank's")
+        print("CPU Adam on its own threads; host_step: GPU 0's rank in its host step (copies and")
+        print("its CPU Adam, chunk by chunk)")
         print(patrickstar_breakdown().to_string(**fmt), "\n")
     if "largest" in which:
         print("Largest trainable model (paper / pipesim)")

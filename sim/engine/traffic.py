@@ -250,15 +250,22 @@ class MemoryTraffic:
         (``host_optimizer_pool``: the server's sockets, :mod:`sim.memory.host_adam`; else the
         GPU's host socket): steps that meet in a pool run one after another at its full rate.
         ``started`` (if given) succeeds when this step gets the pool; ``share``: the part of
-        the host step this turn updates (one chunk's, :meth:`chunked_step`)."""
+        the host step this turn updates (one chunk's, :meth:`chunked_step`). With
+        ``host_optimizer_thread_share`` below 1 the step runs on the rank's own threads at
+        that share of the pool's rate, without queueing (PatrickStar's per-process OpenMP
+        teams, :mod:`sim.memory.chunked`)."""
+        threads = rep.plan.host_optimizer_thread_share
+        queued = threads >= 1.0
         cpu = self.links.resource(f"adam@{rep.plan.host_optimizer_pool or rep.host}")
-        req = cpu.request()
-        yield req
+        req = cpu.request() if queued else None
+        if req is not None:
+            yield req
         start = self.env.now
         if started is not None:
             started.succeed()
-        yield self.env.timeout(rep.plan.host_optimizer_s * share)
-        cpu.release(req)
+        yield self.env.timeout(rep.plan.host_optimizer_s * share / min(1.0, threads))
+        if req is not None:
+            cpu.release(req)
         s, r = rep.stage, rep.replica
         self.links.events.append(
             Event(
@@ -299,8 +306,9 @@ class MemoryTraffic:
         chunk's 16-bit gradients are copied into a pinned host buffer
         (``FP32ChunkReadBuffer.access_from_cache``, a blocking ``copy_``), CPU Adam updates
         the chunk, and its fp32 weights are copied up (``FP16ChunkWriteBuffer.
-        write_from_cache``, a blocking ``copy_``), one after another. Each chunk takes one turn
-        in the CPU-Adam pool, so the pool updates another rank's chunk while this one copies.
+        write_from_cache``, a blocking ``copy_``), one after another, each chunk's CPU Adam a
+        :meth:`host_step` of its share (on the rank's own threads with
+        ``host_optimizer_thread_share`` below 1, else one turn in the CPU-Adam pool).
         (PatrickStar copies chunk ``i``'s weights up after chunk ``i + 1``'s gradients come
         down; the per-rank sum is the same.)"""
         plan = rep.plan

@@ -52,7 +52,7 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   owned chunks: hybrid Adam keeps its margin's worth on the GPU
   (:func:`~sim.memory.memtracer.gpu_adam_chunks`), the rest live in host DRAM as pinned CPU
   chunks (``Chunk.allocate_payload``), within ``0.8 * MemTotal / ranks`` per rank, and CPU
-  Adam updates them (in the server's CPU-Adam pool, :mod:`sim.memory.host_adam`; reading the
+  Adam updates them (on the rank's share of the server's threads, :mod:`sim.memory.host_adam`; reading the
   16-bit gradients, 26 bytes per element against DeepSpeed's 28, :func:`host_adam_s`), with their
   16-bit gradients copied down before the host step (``FP32ChunkReadBuffer``, a pinned 16-bit
   chunk) and their updated weights up after it in fp32, 4 bytes per element: PatrickStar's
@@ -65,13 +65,24 @@ Per stage replica, with ``w`` replicas and chunks of ``C`` elements:
   chunks in order, the GPU margin's first (``FP32ChunkReadBuffer.access_from_cache``:
   ``cached_chunk_num < margin_chunk_num_for_gpu_adam``), then each host chunk's gradients
   down, its CPU Adam and its weights up, each copy a blocking ``copy_`` on the rank's one
-  Python thread; every rank does so at once, so the server's CPU-Adam pool updates one rank's
-  chunk while others copy (the engine's :meth:`~sim.engine.traffic.MemoryTraffic.
-  chunked_step`); the planner's estimate of the wait is :func:`pool_wait_s`. The pool gives a
-  chunk the server's whole rate (:mod:`sim.memory.host_adam`: CPU Adam is taken as bound by
-  DRAM bandwidth); were a process held to its ``cores / GPU_NUM`` OpenMP threads' share
-  (``examples/run_transformers.sh``), it would step as slowly as when the whole state waited
-  for one turn.
+  Python thread (the engine's :meth:`~sim.engine.traffic.MemoryTraffic.chunked_step`).
+* **Each rank's CPU Adam on its own threads** (``StagePlan.host_optimizer_thread_share``): the
+  launch scripts of both published figures give each of a server's ``GPU_NUM`` processes
+  ``OMP_NUM_THREADS = nproc / GPU_NUM`` (``examples/run_bert.sh``@6ee4fe8,
+  ``examples/run_transformers.sh``@4ef26cc 141-185: ``TNUM``), and the loop's ``#pragma omp parallel
+  for`` (``ops/csrc/adam/cpu_adam.cpp`` ``Step``) runs on the calling process's team, so a
+  rank's chunk updates at its team's share of the server's rate, ``1 / ranks``, whether or not
+  the other ranks are copying; its copies and its CPU Adam follow one another. Its share is
+  taken as its threads' share of the server's rate (an assumption: CPU Adam bound by the
+  cores running it, not by DRAM; ZeRO-Offload's Table 4, measured on every core of the DGX-2,
+  moves 51.5 GB/s per socket, 40 % of its peak DRAM bandwidth, so it does not saturate DRAM,
+  :mod:`sim.memory.host_adam`). The ranks also enter the loop together
+  (``FP16Adam.step``, ``fp16_cpu_adam.py``@4ef26cc 549: ``has_overflow_and_reset_param``, an
+  ``all_reduce`` and ``.item()`` just before it)
+  with equal chunks, so no rank finds the others' cores idle for long. A rank's host step is
+  its copies plus all ranks' CPU Adam; the planner's estimate of the time beyond its serial
+  path is :func:`own_threads_wait_s`. (Before: one FIFO pool at the server's whole rate, which
+  updated one rank's chunk while the others copied.)
 * The ``0.2`` of the GPU and of the host that the tracer keeps from chunks is charged to the
   framework (``framework_bytes``, ``host_framework_bytes``), so the engine's ledger overflows
   where PatrickStar would not place its chunks.
@@ -416,16 +427,15 @@ def host_adam_s(elems: float, adam_params_per_s: float) -> float:
     return elems / adam_params_per_s * HOST_ADAM_BYTES / ADAM_HOST_BYTES
 
 
-def pool_wait_s(host_s: float, copies_s: float, chunks: int, sharers: int) -> float:
-    """Estimated seconds a rank's chunk-by-chunk host step (``StagePlan.host_step_chunks``)
-    waits for the server's CPU-Adam pool beyond its own serial path (``copies_s`` of step
-    copies and ``host_s`` of CPU Adam over ``chunks`` chunks), with ``sharers`` ranks stepping
-    at once: the pool's work, ``sharers * host_s``, plus one chunk's copies (the first one
-    down, the last one up) when that is longer, else nothing (module doc)."""
-    if host_s <= 0 or sharers <= 1:
-        return 0.0
-    pooled = sharers * host_s + copies_s / max(1, chunks)
-    return max(0.0, pooled - (copies_s + host_s))
+def own_threads_wait_s(host_s: float, sharers: int) -> float:
+    """Estimated seconds a rank's host step takes beyond ``host_s`` (its CPU Adam at the
+    server's whole rate) when it runs on its own ``1 / sharers`` of the server's threads
+    (``StagePlan.host_optimizer_thread_share``, module doc): ``(sharers - 1) * host_s``.
+
+    >>> own_threads_wait_s(2.0, 8)
+    14.0
+    """
+    return max(0.0, (sharers - 1) * host_s)
 
 
 def _step_copies(plan: StagePlan) -> tuple[Transfer, ...]:
@@ -508,10 +518,9 @@ class ChunkedPolicy(MemoryPolicy):
             )
         except ValueError as exc:  # PatrickStar refuses the model at this chunk size
             return refused(ctx, act, label, str(exc))
-        copies = sum(copy_s(ctx, t.src, t.dst, t.nbytes) for t in _step_copies(plan))
-        added += pool_wait_s(
-            plan.host_optimizer_s, copies, plan.host_step_chunks, pool_sharers(contexts, ctx)
-        )
+        sharers = pool_sharers(contexts, ctx)
+        plan = replace(plan, host_optimizer_thread_share=1.0 / sharers)
+        added += own_threads_wait_s(plan.host_optimizer_s, sharers)
         added += ctx.microbatches * plan.recompute_s
         plan = with_overhead(ctx, plan)
         runtime = plan.reserve_bytes + plan.allocator_bytes

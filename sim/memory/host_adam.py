@@ -20,6 +20,11 @@ meet in the pool run one after another at the full rate, so they all end when an
 of the rate would end them (the engine's ``adam@<pool>`` resource, :mod:`sim.engine.traffic`).
 With one socket per server, or ranks spread evenly over the sockets, the ends are those of
 per-socket pools; a process alone on a two-socket server steps twice as fast as on one socket.
+PatrickStar's ranks instead step on their own teams (``StagePlan.host_optimizer_thread_share``
+= ``1 / pool_sharers``, :mod:`sim.memory.chunked`): each at its threads' share of the server's
+rate, beside the others, with no turn to wait for and no whole rate to borrow while the others
+copy (an assumption that the rate follows the threads: Table 4's loop moves 40 % of the
+DGX-2's peak DRAM bandwidth, below).
 
 **The rate** (:data:`REN_TABLE4`, :func:`rate_from_latencies`, :func:`dram_scaled_rate`). The one
 published micro-measurement of the kernel is ZeRO-Offload's Table 4 ("Adam latency (s) for

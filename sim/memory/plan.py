@@ -54,17 +54,20 @@ class StagePlan:
         host_optimizer_pool: the CPU-Adam pool the host step runs in (``server<i>``: every
             socket of the GPU's server, shared by its ranks; :mod:`sim.memory.host_adam`);
             None: the GPU's host socket.
+        host_optimizer_thread_share: the share of the pool's threads the rank's host step
+            runs on, beside the other ranks' (each process its own OpenMP team: PatrickStar's
+            ``OMP_NUM_THREADS = cores / GPU_NUM``, :mod:`sim.memory.chunked`), at that share of
+            the pool's rate and without queueing; 1.0: the pool's whole rate, in turn with the
+            other ranks' steps (FIFO).
         host_step_tiles: the host step updates the state in this many tiles and copies each
             tile's result to the GPU (``step_transfers_after``, split evenly) while the next
             tile updates (DeepSpeedCPUAdam's two pinned tiles at the ZeRO-Offload release,
             :mod:`sim.memory.deepspeed`); 0: the copies start when the whole step is done.
         host_step_chunks: the host step runs chunk by chunk on the rank's one host thread:
-            for each of this many chunks its share of ``step_transfers_before``, its turn in
-            the CPU-Adam pool (``host_optimizer_s`` split evenly) and its share of
-            ``step_transfers_after``, one after another, after the GPU step
-            (PatrickStar's ``FP16Adam.fp16_chunk_adam_ops``, :mod:`sim.memory.chunked`); the
-            pool is free between chunks, so other ranks' chunks update while this one copies.
-            0: whole-state copies before and after one pool turn.
+            for each of this many chunks its share of ``step_transfers_before``, its CPU Adam
+            (``host_optimizer_s`` split evenly) and its share of ``step_transfers_after``, one
+            after another, after the GPU step (PatrickStar's ``FP16Adam.fp16_chunk_adam_ops``,
+            :mod:`sim.memory.chunked`). 0: whole-state copies before and after one host step.
         step_transfers_before: copies done at the step before the host optimizer runs.
         step_transfers_after: copies done at the step after it.
         fetch_bytes: bytes fetched to the GPU before each F and each B (chunks on demand).
@@ -145,6 +148,7 @@ class StagePlan:
     optimizer_s: float = 0.0
     host_optimizer_s: float = 0.0
     host_optimizer_pool: str | None = None
+    host_optimizer_thread_share: float = 1.0
     host_step_tiles: int = 0
     host_step_chunks: int = 0
     step_transfers_before: tuple[Transfer, ...] = ()
@@ -177,6 +181,10 @@ class StagePlan:
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.host_optimizer_thread_share <= 1.0:
+            raise ValueError(
+                f"host_optimizer_thread_share must be in (0, 1], got {self.host_optimizer_thread_share}"
+            )
         if self.swap_targets:
             total = sum(b for _, b in self.swap_targets)
             if self.swap_bytes and abs(total - self.swap_bytes) > 1e-6 * max(total, 1.0):
