@@ -94,12 +94,11 @@ def shipped_run(session_once):
 # processes the forkserver of backends.torch.replay.start forked for it), measured at 72663e7
 # (``python -m pytest -n 2 --dist worksteal`` with a per-test ``getrusage`` hook that adds the
 # forkserver's ``/proc`` times); a prefix of a node id matches every test under it. Tests under
-# 6 CPU s are left out. The rest keep their order: the other ``slow`` tests next, then everything
-# else, each in collection order, so module fixtures are set up once per module part.
+# 6 CPU s are left out (mixtral and megatron-scaling too, since test_cli.py runs them on a cut
+# grid). The rest keep their order: the other ``slow`` tests next, then everything else, each in
+# collection order, so module fixtures are set up once per module part.
 LONGEST_FIRST_CPU_S = {
-    "tests/test_cli.py::test_every_shipped_experiment_runs[mixtral-8x7b-dgx-h100.yaml]": 73,
     "tests/test_numerics.py::test_the_tied_hf_config_replays_the_other_schedules_with_equal_numerics": 55,
-    "tests/test_cli.py::test_every_shipped_experiment_runs[megatron-scaling.yaml]": 54,
     "tests/test_bands.py::test_shipped_bands_are_the_validation_residuals": 44,
     "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-overlap-64xh100.yaml]": 31,
     "tests/test_cli.py::test_every_shipped_experiment_runs[llama3-70b-fp8-64xh100.yaml]": 29,
