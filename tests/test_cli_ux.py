@@ -117,25 +117,6 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
     assert "computing memory: 4/4 configurations (100%)" in res.output, res.output
 
 
-def test_a_config_json_as_the_trace_says_how_to_make_one(tmp_path: Path) -> None:
-    """`trace: config.json` was read as a PipeDream graph: "the profiling batch size of model
-    'hf' is not known; pass microbatch_size= to read_pipedream"; it now names the experiment's
-    field and the `sim profile` command that makes a trace of the config."""
-    config = ROOT / "examples" / "hf" / "tiny-llama-config.json"
-    exp = {
-        "name": "hf",
-        "hardware": "dgx-h100",
-        "models": [{"name": "m", "trace": str(config), "global_batch": 8}],
-        "sweep": {"schedule": "1f1b", "stages": 2},
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
-    res = _run("run", path, "--out", tmp_path / "out")
-    assert res.exit_code == 2, res.output
-    assert "models.0.trace" in res.output and "sim profile --model" in res.output, res.output
-    assert "read_pipedream" not in res.output and not (tmp_path / "out").exists()
-
-
 @pytest.mark.parametrize(
     ("change", "said_before", "says_now"),
     [
