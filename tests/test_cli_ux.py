@@ -186,3 +186,87 @@ def test_the_getting_started_experiment_loads() -> None:
     exp = parse_experiment(yaml.safe_load(block), file="getting-started.md")
     for model in exp.models:
         assert load_trace(model.trace).layers, model.trace
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        ({"models": [{"name": "b", "trace": "bert-large", "globl_batch": 8}]},
+         "models.0.globl_batch", "did you mean 'global_batch'?"),
+        ({"training": {"optimiser": "adam"}}, "training.optimiser", "did you mean 'optimizer'?"),
+        ({"sweeep": {}}, "sweeep", "did you mean 'sweep'?"),
+        ({"models": []}, "models", "needs at least one entry, got none"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_is_answered_with_the_key_it_resembles(change, field, says) -> None:
+    """An unknown key said "unknown key (... see `sim run --help`)", whose help lists no key,
+    and an empty models list said pydantic's "List should have at least 1 item after
+    validation, not 0"; the message now names the closest key and the keys allowed there."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        **change,
+    }
+    with pytest.raises(InputError) as err:
+        parse_experiment(exp, file="exp.yaml")
+    text = str(err.value)
+    assert f"exp.yaml: field '{field}'" in text and says in text, text
+    assert "sim run --help" not in text and "List should" not in text, text
+
+
+def test_a_typo_in_a_trace_or_schedule_name_suggests_the_name(tmp_path: Path) -> None:
+    """`trace: bert-larg` listed 60 names with no hint, and a schedule typo listed 10 with
+    their aliases; both now say which name was probably meant (as a preset typo does)."""
+    with pytest.raises(InputError) as err:
+        load_trace("bert-larg", file="exp.yaml", field="models.0.trace")
+    assert "(did you mean 'bert-large'?)" in str(err.value), str(err.value)
+    path = _small_bert(tmp_path, {"schedule": "interleaved_1fb1", "stages": 2})
+    res = _run("memory", path, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert "field 'sweep.schedule.0'" in res.output, res.output
+    assert "(did you mean 'interleaved_1f1b'?)" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "names", "not_named"),
+    [
+        (["schedule", "show", "1f1bb", "-p", "4", "-m", "8"], "field 'NAME'", "'--stages'"),
+        (["schedule", "show", "1f1b", "-p", "4", "-m", "2"], "option '--microbatches'",
+         "sweep.stages"),
+        (["hardware", "show", "h100"], "command line: field 'NAME'", "'hardware'"),
+    ],
+)  # fmt: skip
+def test_a_command_names_its_own_argument(args, names, not_named) -> None:
+    """`sim schedule show 1f1bb` blamed option '--stages' for the name, `-m 2 < -p 4` blamed
+    an experiment's field 'sweep.stages' and `sim hardware show h100` a field 'hardware':
+    none of which the user typed."""
+    res = _run(*args)
+    assert res.exit_code == 2, res.output
+    assert names in res.output and not_named not in res.output, res.output
+
+
+def test_the_comparison_plot_leaves_nothing_when_drawing_fails(tmp_path: Path, monkeypatch):
+    """compare.scatter saved into a fixed '.NAME.tmp.png' beside the plot and renamed it: a
+    failure mid-save left that file behind (and two runs shared its name); it now draws into
+    memory and writes through sim.atomic."""
+    import matplotlib.figure
+    import pandas as pd
+
+    from sim.compare import scatter
+
+    def broken(self, fname, **kw):
+        if hasattr(fname, "write"):
+            fname.write(b"\x89PNG partial")
+        else:
+            Path(fname).write_bytes(b"\x89PNG partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", broken)
+    df = pd.DataFrame(
+        {"measured_time_s": [1.0], "predicted_time_s": [1.1], "measured_memory_bytes": [None],
+         "predicted_memory_bytes": [None], "framework": ["megatron"]}
+    )  # fmt: skip
+    with pytest.raises(OSError):
+        scatter(df, tmp_path / "compare.png")
+    assert list(tmp_path.iterdir()) == []

@@ -22,6 +22,7 @@ Anything else is an :class:`InputError` that lists the available names.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import os
@@ -160,9 +161,11 @@ def load_trace(
             return trace
     names = available_traces(d)
     listing = ", ".join(names) if names else f"none ({d} has no traces)"
+    close = difflib.get_close_matches(str(ref), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(
         f"trace {str(ref)!r} not found as a path (relative to "
-        f"{base_dir or 'the working directory'}) nor as a name in {d}; "
+        f"{base_dir or 'the working directory'}) nor as a name in {d}{hint}; "
         f"available: {listing}",
         file=file,
         field=field,
