@@ -221,6 +221,9 @@ def test_a_typo_in_a_trace_or_schedule_name_suggests_the_name(tmp_path: Path) ->
     with pytest.raises(InputError) as err:
         load_trace("bert-larg", file="exp.yaml", field="models.0.trace")
     assert "(did you mean 'bert-large'?)" in str(err.value), str(err.value)
+    with pytest.raises(InputError) as err:  # a path to a shipped trace, from another folder
+        load_trace("../traces/gpt-tiny-cpu.csv", base_dir=tmp_path)
+    assert "(did you mean 'gpt-tiny-cpu'?)" in str(err.value), str(err.value)
     path = _small_bert(tmp_path, {"schedule": "interleaved_1fb1", "stages": 2})
     res = _run("memory", path, "--out", tmp_path / "out")
     assert res.exit_code == 2, res.output

@@ -161,7 +161,10 @@ def load_trace(
             return trace
     names = available_traces(d)
     listing = ", ".join(names) if names else f"none ({d} has no traces)"
-    close = difflib.get_close_matches(str(ref), names, n=1)
+    stem = raw.stem if raw.suffix in _NATIVE else str(ref)  # ../traces/x.csv: the name x
+    close = difflib.get_close_matches(stem, names, n=1) or difflib.get_close_matches(
+        str(ref), names, n=1
+    )
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(
         f"trace {str(ref)!r} not found as a path (relative to "
