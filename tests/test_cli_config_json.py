@@ -72,11 +72,15 @@ def test_sim_memory_takes_a_config_json_as_the_trace(tmp_path: Path) -> None:
 
 
 def test_sim_run_takes_a_config_json_as_the_trace(tmp_path: Path) -> None:
-    """The same experiment simulates: a winner, results.csv written."""
+    """The same experiment simulates, and its winner.yaml runs again: it kept seq_len (it
+    dropped it, and `sim run winner.yaml` asked for models.0.seq_len)."""
     path = _experiment(tmp_path, {"trace": str(TINY), "seq_len": 128})
     res = _run("run", path, "--out", tmp_path / "run", "--no-plots", "--jobs", 1)
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "run" / "results.csv").is_file()
+    winner = yaml.safe_load((tmp_path / "run" / "winner.yaml").read_text())
+    assert winner["models"][0]["seq_len"] == 128, winner["models"]
+    res = _run("run", tmp_path / "run" / "winner.yaml", "--out", tmp_path / "again", "--no-plots")
+    assert res.exit_code == 0, res.output
 
 
 def test_a_config_json_without_seq_len_names_the_field(tmp_path: Path) -> None:
