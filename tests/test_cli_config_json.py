@@ -151,3 +151,16 @@ def test_sim_memory_quiet_prints_only_the_table(tmp_path: Path) -> None:
         assert res.exit_code == 0 and "configurations in" in res.output, res.output
     finally:
         setup_logging(0, False)
+
+
+def test_sim_profile_of_a_config_json_without_torch_names_the_way_without(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`sim profile --model config.json` without torch said only "this command needs torch";
+    it now also gives the `sim trace from-config` command that needs none."""
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    out = tmp_path / "t"
+    res = _run("profile", "--model", TINY, "--seq-len", 64, "--for-gpu", "H100", "--out", out)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "needs torch" in text and f"sim trace from-config {TINY} --seq-len 64" in text, text

@@ -262,7 +262,12 @@ def profile(
     check_model_choice(model, for_gpu, loss, seq_len)
     check_options(out_path, kind=kind, name=name, dtype=dtype, device=device, hidden=hidden,
                   heads=heads, attention=attention, user_model=user)  # fmt: skip
-    need_torch()
+    need_torch(
+        f"`sim trace from-config {model} --seq-len {seq_len} --out {out_path}` times a "
+        "config.json's layers with the kernel model"
+        if model and model.endswith(".json")
+        else ""
+    )
     if not for_gpu:
         check_device(device)
     if user:
