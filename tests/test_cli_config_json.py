@@ -164,3 +164,15 @@ def test_sim_profile_of_a_config_json_without_torch_names_the_way_without(
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
     assert "needs torch" in text and f"sim trace from-config {TINY} --seq-len 64" in text, text
+
+
+def test_a_seq_len_beyond_the_configs_positions_is_warned(tmp_path: Path) -> None:
+    """tiny-llama's max_position_embeddings is 256: --seq-len 1024 is timed but warned of (on
+    the console and in the trace's notes); 256 is not."""
+    res = _run("trace", "from-config", TINY, "--seq-len", 1024, "--out", tmp_path / "long")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "warning: seq_len 1024 exceeds the config's max_position_embeddings 256" in text, text
+    assert "max_position_embeddings 256" in load_trace(f"{tmp_path}/long.csv").provenance["notes"]
+    res = _run("trace", "from-config", TINY, "--seq-len", 256, "--out", tmp_path / "ok")
+    assert res.exit_code == 0 and "warning" not in res.output, res.output

@@ -12,7 +12,7 @@ from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, out
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
-from sim.trace.from_config import DTYPES, config_trace
+from sim.trace.from_config import DTYPES, beyond_positions, config_trace
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
 from sim.trace.native import write_trace
@@ -210,6 +210,9 @@ def trace_from_config(
         name=name or out_path.name,
     )
     write_trace(trace, out_path)
+    beyond = beyond_positions(config, seq_len)
+    if beyond:
+        err.print(f"[yellow]warning:[/] {escape(beyond)}", highlight=False)
     out.print(
         escape(
             f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, "

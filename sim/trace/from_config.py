@@ -14,6 +14,7 @@ the model in torch.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,4 +79,20 @@ def config_trace(
     except ValueError as exc:
         raise InputError(str(exc), file=str(path)) from None
     prov = dict(trace.provenance, config=str(path), seq_len=seq_len)
+    beyond = beyond_positions(path, seq_len)
+    if beyond:
+        prov["notes"] = f"{prov['notes']} {beyond}"
     return replace(trace, provenance=prov)
+
+
+def beyond_positions(path: str | Path, seq_len: int) -> str:
+    """A warning when ``seq_len`` exceeds the config's ``max_position_embeddings`` (the
+    context the model was built for; a longer one needs RoPE scaling or is a typo), else ``""``.
+    The file was read by :func:`config_trace` already."""
+    limit = json.loads(Path(path).read_text(encoding="utf-8")).get("max_position_embeddings")
+    if isinstance(limit, int) and not isinstance(limit, bool) and seq_len > limit:
+        return (
+            f"seq_len {seq_len} exceeds the config's max_position_embeddings {limit} (its "
+            "context length): timed as asked, which needs RoPE scaling in training."
+        )
+    return ""
