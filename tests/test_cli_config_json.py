@@ -176,3 +176,14 @@ def test_a_seq_len_beyond_the_configs_positions_is_warned(tmp_path: Path) -> Non
     assert "max_position_embeddings 256" in load_trace(f"{tmp_path}/long.csv").provenance["notes"]
     res = _run("trace", "from-config", TINY, "--seq-len", 256, "--out", tmp_path / "ok")
     assert res.exit_code == 0 and "warning" not in res.output, res.output
+
+
+@pytest.mark.parametrize("args", [["partition", "{c}", "--stages", "2"], ["trace", "show", "{c}"]])
+def test_a_config_json_given_to_a_command_that_takes_a_trace(args) -> None:
+    """`sim partition config.json` (and `sim trace show`) pointed to `sim profile`, which needs
+    torch; it names the argument and `sim trace from-config`, not an experiment's seq_len."""
+    res = _run(*[a.format(c=TINY) for a in args])
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "field 'TRACE'" in text and f"sim trace from-config {TINY}" in text, text
+    assert "seq_len:" not in text, text

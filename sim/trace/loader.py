@@ -193,13 +193,19 @@ def _json_trace(
             field=field,
         )
     model = field.rsplit(".", 1)[0] if field and field.endswith(".trace") else None
+    make = f"`sim trace from-config {p} --seq-len S --out traces/NAME`"
+    if seq_len is None and model is None:  # a command's argument: it takes traces
+        raise InputError(
+            f"{p} is a Hugging Face config.json, not a trace: write a trace of it with {make}, "
+            "then give traces/NAME.csv",
+            file=file,
+            field=field,
+        )
     if seq_len is None:
-        where = f"{model}.seq_len" if model else "seq_len"
         raise InputError(
             f"{p} is a Hugging Face config.json: give the training sequence length as "
-            f"{where} (e.g. seq_len: 4096), or write a trace of it once with `sim trace "
-            f"from-config {p} --seq-len S --out traces/NAME`",
+            f"{model}.seq_len (e.g. seq_len: 4096), or write a trace of it once with {make}",
             file=file,
-            field=where,
+            field=f"{model}.seq_len",
         )
     return config_trace(p, seq_len=seq_len, gpu=gpu or preset_gpu("dgx-h100"), field=model)
