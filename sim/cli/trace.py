@@ -20,7 +20,10 @@ from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
 app = typer.Typer(
-    no_args_is_help=True, rich_markup_mode=None, help="Per-layer traces (profiles) of models."
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Per-layer traces (profiles) of models: list, show, import a Kineto trace, make one "
+    "from a Hugging Face config.json (no torch).",
 )
 
 
