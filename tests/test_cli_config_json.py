@@ -187,3 +187,14 @@ def test_a_config_json_given_to_a_command_that_takes_a_trace(args) -> None:
     text = " ".join(res.output.split())
     assert "field 'TRACE'" in text and f"sim trace from-config {TINY}" in text, text
     assert "seq_len:" not in text, text
+
+
+def test_an_out_ending_in_csv_names_the_files_written(tmp_path: Path) -> None:
+    """`--out traces/x.csv` wrote traces/x.csv and x.yaml but said "wrote traces/x.csv.csv/.yaml"
+    and told the user to use traces/x.csv.csv (the same in import-kineto and profile)."""
+    res = _run("trace", "from-config", TINY, "--seq-len", 64, "--out", tmp_path / "x.csv")
+    assert res.exit_code == 0, res.output
+    text = "".join(res.output.split())  # rich wraps long paths anywhere
+    assert ".csv.csv" not in text and f"wrote{tmp_path}/x.csv/.yaml" in text, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv", "x.yaml"]
+    assert load_trace(f"{tmp_path}/x.csv").name == "x"

@@ -28,7 +28,7 @@ from sim.cli.trace import estimate_text
 from sim.config import NAME_PATTERN
 from sim.errors import InputError
 from sim.progress import progress
-from sim.trace.native import write_trace
+from sim.trace.native import trace_stem, write_trace
 from sim.trace.schema import Trace
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,7 @@ def profile(
     ),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
+    out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     user = bool(model or for_gpu)
     if tensor_parallel and user:
         raise InputError("--tensor-parallel measures the GPT/BERT models of --layers/--hidden, "

@@ -15,7 +15,7 @@ from sim.hardware.loader import load_hardware
 from sim.trace.from_config import DTYPES, beyond_positions, config_trace
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
-from sim.trace.native import write_trace
+from sim.trace.native import trace_stem, write_trace
 from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
@@ -135,6 +135,7 @@ def trace_import_kineto(
 ) -> None:
     """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
     --bytes-from)."""
+    out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     if microbatch_size < 1:
         raise InputError(f"{microbatch_size}: must be >= 1", field="--microbatch-size")
     check_choice(dtype, ("fp32", "fp16", "bf16"), "--dtype")
@@ -198,6 +199,7 @@ def trace_from_config(
     """Make a trace of a Hugging Face config.json without torch or a GPU: every layer's
     forward and backward seconds from the kernel model on a preset GPU's datasheet figures,
     parameter and activation bytes from the tensor sizes (an estimate, not a measurement)."""
+    out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     check_choice(dtype, DTYPES, "--dtype")
     check_writable(out_path.with_name(out_path.name + ".csv"), option="--out")
     spec = load_hardware(gpu, file="command line", field="--gpu").gpus[0].compute
