@@ -273,3 +273,20 @@ def test_the_comparison_plot_leaves_nothing_when_drawing_fails(tmp_path: Path, m
     with pytest.raises(OSError):
         scatter(df, tmp_path / "compare.png")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_expert_parallel_grid_with_no_room_says_what_to_change(tmp_path: Path) -> None:
+    """Mixtral with expert_parallel 2 on p=4 x t=2 of 8 GPUs (dp_width 1) said only
+    "expert_parallel 2 must divide dp_width x context_parallel = 1"; it now names the change."""
+    exp = {
+        "name": "moe",
+        "hardware": "dgx-h100",
+        "models": [{"name": "m", "trace": "mixtral-8x7b", "global_batch": 8}],
+        "sweep": {"schedule": "1f1b", "stages": 4, "tensor_parallel": 2, "expert_parallel": 2},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "field 'sweep'" in text and "raise dp_width or lower expert_parallel" in text, text
