@@ -198,3 +198,14 @@ def test_an_out_ending_in_csv_names_the_files_written(tmp_path: Path) -> None:
     assert ".csv.csv" not in text and f"wrote{tmp_path}/x.csv/.yaml" in text, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv", "x.yaml"]
     assert load_trace(f"{tmp_path}/x.csv").name == "x"
+
+
+def test_from_config_keeps_at_most_the_configs_layers(tmp_path: Path) -> None:
+    """--layers 100 of a 4-layer config made a 100-layer model; the first L layers of 4 are at
+    most 4: refused, naming the option, and --layers 2 keeps embedding, 2 blocks and the head."""
+    res = _run("trace", "from-config", TINY, "--seq-len", 64, "--layers", 100, "-o", tmp_path / "a")
+    assert res.exit_code == 2, res.output
+    assert "option '--layers'" in res.output and "num_hidden_layers 4" in res.output, res.output
+    res = _run("trace", "from-config", TINY, "--seq-len", 64, "--layers", 2, "-o", tmp_path / "b")
+    assert res.exit_code == 0, res.output
+    assert len(load_trace(f"{tmp_path}/b.csv").layers) == 4

@@ -51,7 +51,8 @@ def config_trace(
         layers: keep the first ``layers`` layers (None: the config's ``num_hidden_layers``).
         name: the trace's name (default: the file's stem, ``-config`` dropped).
         field: where ``seq_len``, ``microbatch_size``, ``dtype`` and ``layers`` came from (an
-            experiment's ``models.0``, or ``command line``), named in errors about them.
+            experiment's ``models.0``), named in errors about them; None: the options of
+            ``sim trace from-config`` (``--seq-len``, ...).
 
     Returns:
         The :class:`Trace`: one layer per embedding, block and head; provenance ``config``
@@ -60,17 +61,27 @@ def config_trace(
     Raises:
         InputError: the file is unreadable, of an unsupported ``model_type``, or a field is
             missing or invalid (naming the file and the field); ``seq_len``,
-            ``microbatch_size`` or ``layers`` below 1, or an unknown ``dtype``.
+            ``microbatch_size`` or ``layers`` below 1, ``layers`` above the config's, or an
+            unknown ``dtype``.
     """
-    where = f"{field}." if field else ""
+
+    def named(key: str) -> str:  # models.0.seq_len, or the option --seq-len
+        return f"{field}.{key}" if field else "--" + key.replace("_", "-")
+
     for key, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size)):
         if value < 1:
-            raise InputError(f"must be >= 1, got {value}", field=where + key)
+            raise InputError(f"must be >= 1, got {value}", field=named(key))
     if layers is not None and layers < 1:
-        raise InputError(f"must be >= 1, got {layers}", field=where + "layers")
+        raise InputError(f"must be >= 1, got {layers}", field=named("layers"))
     if dtype not in DTYPES:
-        raise InputError(f"{dtype!r}: use one of {', '.join(DTYPES)}", field=where + "dtype")
+        raise InputError(f"{dtype!r}: use one of {', '.join(DTYPES)}", field=named("dtype"))
     shape = read_config(path, seq_len, layers=layers)
+    n = json.loads(Path(path).read_text(encoding="utf-8"))["num_hidden_layers"]
+    if layers is not None and layers > n:
+        raise InputError(
+            f"{layers} layers, but {path} has num_hidden_layers {n}: keep at most {n}",
+            field=named("layers"),
+        )
     stem = Path(path).stem.removesuffix("-config").removesuffix("_config") or "model"
     try:
         trace = decoder_trace(
