@@ -290,3 +290,11 @@ def test_an_expert_parallel_grid_with_no_room_says_what_to_change(tmp_path: Path
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
     assert "field 'sweep'" in text and "raise dp_width or lower expert_parallel" in text, text
+
+
+@pytest.mark.parametrize("command", ["run", "memory"])
+def test_the_experiment_argument_is_named_alike(command) -> None:
+    """`sim memory` without its argument said "Missing argument 'experiment'" and its help
+    `{experiment}`, where `sim run` says EXPERIMENT."""
+    res = _run(command)
+    assert res.exit_code == 2 and "Missing argument 'EXPERIMENT'" in res.output, res.output

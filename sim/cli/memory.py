@@ -13,7 +13,9 @@ from sim.report.memory_ranks import memory_table
 
 @friendly
 def memory(
-    experiment: Path = typer.Argument(..., help="Experiment YAML (e.g. experiments/dgx1.yaml)."),
+    experiment: Path = typer.Argument(
+        ..., metavar="EXPERIMENT", help="Experiment YAML (e.g. experiments/dgx1.yaml)."
+    ),
     out_dir: Path = typer.Option(
         None,
         "--out",
