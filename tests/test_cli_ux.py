@@ -298,3 +298,14 @@ def test_the_experiment_argument_is_named_alike(command) -> None:
     `{experiment}`, where `sim run` says EXPERIMENT."""
     res = _run(command)
     assert res.exit_code == 2 and "Missing argument 'EXPERIMENT'" in res.output, res.output
+
+
+def test_compare_with_nothing_compared_prints_no_nan(tmp_path: Path) -> None:
+    """`sim compare` of a file with no usable run printed "MAPE nan%, signed +nan%"; with
+    nothing compared the error is n/a, the reason listed above it."""
+    log = tmp_path / "g.log"
+    log.write_text("garbage\n")
+    res = _run("compare", log, "--out", tmp_path / "o", "--no-plot")
+    text = " ".join(res.output.split())
+    assert "nan%" not in text and "0 compared, MAPE n/a, signed n/a" in text, text
+    assert "not expressed" in text, text
