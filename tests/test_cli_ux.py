@@ -303,9 +303,22 @@ def test_the_experiment_argument_is_named_alike(command) -> None:
 def test_compare_with_nothing_compared_prints_no_nan(tmp_path: Path) -> None:
     """`sim compare` of a file with no usable run printed "MAPE nan%, signed +nan%"; with
     nothing compared the error is n/a, the reason listed above it."""
-    log = tmp_path / "g.log"
-    log.write_text("garbage\n")
+    log = tmp_path / "launch.sh"  # a command of no known GPU: listed, not expressed
+    log.write_text("python pretrain_gpt.py --num-layers 2\n")
     res = _run("compare", log, "--out", tmp_path / "o", "--no-plot")
     text = " ".join(res.output.split())
     assert "nan%" not in text and "0 compared, MAPE n/a, signed n/a" in text, text
     assert "not expressed" in text, text
+
+
+@pytest.mark.parametrize("command", ["import", "compare"])
+def test_a_file_that_is_no_run_is_named_as_such(tmp_path: Path, command) -> None:
+    """A file of neither command, config nor log was read as a launch command: `sim import`
+    said "option '--vocab-size': ... give --vocab-size" (no such option of sim import) and
+    `sim compare` compared nothing with exit code 0."""
+    log = tmp_path / "g.log"
+    log.write_text("garbage\n")
+    res = _run(command, log, "--out", tmp_path / "o")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"{log}: not recognised" in text, text
+    assert "--vocab-size" not in text and not (tmp_path / "o").exists(), text
