@@ -16,6 +16,7 @@ and memory, log-log, with the ±10 % lines) into the output folder, each atomica
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.atomic import atomic_write_text, check_writable
+from sim.atomic import atomic_write_bytes, atomic_write_text, check_writable
 from sim.bands import shipped_bands
 from sim.report.row_bands import band_of
 from sim.runs.express import Expressed, express
@@ -161,10 +162,12 @@ def scatter(df: pd.DataFrame, path: Path, title: str = "") -> bool:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    buf = io.BytesIO()  # drawn whole before a byte reaches the folder
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
     return True
 
 

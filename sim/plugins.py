@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
@@ -82,7 +83,9 @@ class Registry(Generic[T]):
             return self._classes[key]
         except KeyError:
             known = self._known(self.names(), list(self.aliases))
-            raise UnknownName(f"unknown {self.kind} {name!r}; {known}") from None
+            close = difflib.get_close_matches(key, self.names(aliases=True), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UnknownName(f"unknown {self.kind} {name!r}{hint}; {known}") from None
 
     def names(self, *, aliases: bool = False) -> list[str]:
         """Canonical names in registration order; with ``aliases`` every accepted name."""

@@ -117,25 +117,6 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
     assert "computing memory: 4/4 configurations (100%)" in res.output, res.output
 
 
-def test_a_config_json_as_the_trace_says_how_to_make_one(tmp_path: Path) -> None:
-    """`trace: config.json` was read as a PipeDream graph: "the profiling batch size of model
-    'hf' is not known; pass microbatch_size= to read_pipedream"; it now names the experiment's
-    field and the `sim profile` command that makes a trace of the config."""
-    config = ROOT / "examples" / "hf" / "tiny-llama-config.json"
-    exp = {
-        "name": "hf",
-        "hardware": "dgx-h100",
-        "models": [{"name": "m", "trace": str(config), "global_batch": 8}],
-        "sweep": {"schedule": "1f1b", "stages": 2},
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
-    res = _run("run", path, "--out", tmp_path / "out")
-    assert res.exit_code == 2, res.output
-    assert "models.0.trace" in res.output and "sim profile --model" in res.output, res.output
-    assert "read_pipedream" not in res.output and not (tmp_path / "out").exists()
-
-
 @pytest.mark.parametrize(
     ("change", "said_before", "says_now"),
     [
@@ -205,3 +186,139 @@ def test_the_getting_started_experiment_loads() -> None:
     exp = parse_experiment(yaml.safe_load(block), file="getting-started.md")
     for model in exp.models:
         assert load_trace(model.trace).layers, model.trace
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        ({"models": [{"name": "b", "trace": "bert-large", "globl_batch": 8}]},
+         "models.0.globl_batch", "did you mean 'global_batch'?"),
+        ({"training": {"optimiser": "adam"}}, "training.optimiser", "did you mean 'optimizer'?"),
+        ({"sweeep": {}}, "sweeep", "did you mean 'sweep'?"),
+        ({"models": []}, "models", "needs at least one entry, got none"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_is_answered_with_the_key_it_resembles(change, field, says) -> None:
+    """An unknown key said "unknown key (... see `sim run --help`)", whose help lists no key,
+    and an empty models list said pydantic's "List should have at least 1 item after
+    validation, not 0"; the message now names the closest key and the keys allowed there."""
+    exp = {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        **change,
+    }
+    with pytest.raises(InputError) as err:
+        parse_experiment(exp, file="exp.yaml")
+    text = str(err.value)
+    assert f"exp.yaml: field '{field}'" in text and says in text, text
+    assert "sim run --help" not in text and "List should" not in text, text
+
+
+def test_a_typo_in_a_trace_or_schedule_name_suggests_the_name(tmp_path: Path) -> None:
+    """`trace: bert-larg` listed 60 names with no hint, and a schedule typo listed 10 with
+    their aliases; both now say which name was probably meant (as a preset typo does)."""
+    with pytest.raises(InputError) as err:
+        load_trace("bert-larg", file="exp.yaml", field="models.0.trace")
+    assert "(did you mean 'bert-large'?)" in str(err.value), str(err.value)
+    with pytest.raises(InputError) as err:  # a path to a shipped trace, from another folder
+        load_trace("../traces/gpt-tiny-cpu.csv", base_dir=tmp_path)
+    assert "(did you mean 'gpt-tiny-cpu'?)" in str(err.value), str(err.value)
+    path = _small_bert(tmp_path, {"schedule": "interleaved_1fb1", "stages": 2})
+    res = _run("memory", path, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert "field 'sweep.schedule.0'" in res.output, res.output
+    assert "(did you mean 'interleaved_1f1b'?)" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "names", "not_named"),
+    [
+        (["schedule", "show", "1f1bb", "-p", "4", "-m", "8"], "field 'NAME'", "'--stages'"),
+        (["schedule", "show", "1f1b", "-p", "4", "-m", "2"], "option '--microbatches'",
+         "sweep.stages"),
+        (["hardware", "show", "h100"], "command line: field 'NAME'", "'hardware'"),
+    ],
+)  # fmt: skip
+def test_a_command_names_its_own_argument(args, names, not_named) -> None:
+    """`sim schedule show 1f1bb` blamed option '--stages' for the name, `-m 2 < -p 4` blamed
+    an experiment's field 'sweep.stages' and `sim hardware show h100` a field 'hardware':
+    none of which the user typed."""
+    res = _run(*args)
+    assert res.exit_code == 2, res.output
+    assert names in res.output and not_named not in res.output, res.output
+
+
+def test_the_comparison_plot_leaves_nothing_when_drawing_fails(tmp_path: Path, monkeypatch):
+    """compare.scatter saved into a fixed '.NAME.tmp.png' beside the plot and renamed it: a
+    failure mid-save left that file behind (and two runs shared its name); it now draws into
+    memory and writes through sim.atomic."""
+    import matplotlib.figure
+    import pandas as pd
+
+    from sim.compare import scatter
+
+    def broken(self, fname, **kw):
+        if hasattr(fname, "write"):
+            fname.write(b"\x89PNG partial")
+        else:
+            Path(fname).write_bytes(b"\x89PNG partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", broken)
+    df = pd.DataFrame(
+        {"measured_time_s": [1.0], "predicted_time_s": [1.1], "measured_memory_bytes": [None],
+         "predicted_memory_bytes": [None], "framework": ["megatron"]}
+    )  # fmt: skip
+    with pytest.raises(OSError):
+        scatter(df, tmp_path / "compare.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_expert_parallel_grid_with_no_room_says_what_to_change(tmp_path: Path) -> None:
+    """Mixtral with expert_parallel 2 on p=4 x t=2 of 8 GPUs (dp_width 1) said only
+    "expert_parallel 2 must divide dp_width x context_parallel = 1"; it now names the change."""
+    exp = {
+        "name": "moe",
+        "hardware": "dgx-h100",
+        "models": [{"name": "m", "trace": "mixtral-8x7b", "global_batch": 8}],
+        "sweep": {"schedule": "1f1b", "stages": 4, "tensor_parallel": 2, "expert_parallel": 2},
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "field 'sweep'" in text and "raise dp_width or lower expert_parallel" in text, text
+
+
+@pytest.mark.parametrize("command", ["run", "memory"])
+def test_the_experiment_argument_is_named_alike(command) -> None:
+    """`sim memory` without its argument said "Missing argument 'experiment'" and its help
+    `{experiment}`, where `sim run` says EXPERIMENT."""
+    res = _run(command)
+    assert res.exit_code == 2 and "Missing argument 'EXPERIMENT'" in res.output, res.output
+
+
+def test_compare_with_nothing_compared_prints_no_nan(tmp_path: Path) -> None:
+    """`sim compare` of a file with no usable run printed "MAPE nan%, signed +nan%"; with
+    nothing compared the error is n/a, the reason listed above it."""
+    log = tmp_path / "launch.sh"  # a command of no known GPU: listed, not expressed
+    log.write_text("python pretrain_gpt.py --num-layers 2\n")
+    res = _run("compare", log, "--out", tmp_path / "o", "--no-plot")
+    text = " ".join(res.output.split())
+    assert "nan%" not in text and "0 compared, MAPE n/a, signed n/a" in text, text
+    assert "not expressed" in text, text
+
+
+@pytest.mark.parametrize("command", ["import", "compare"])
+def test_a_file_that_is_no_run_is_named_as_such(tmp_path: Path, command) -> None:
+    """A file of neither command, config nor log was read as a launch command: `sim import`
+    said "option '--vocab-size': ... give --vocab-size" (no such option of sim import) and
+    `sim compare` compared nothing with exit code 0."""
+    log = tmp_path / "g.log"
+    log.write_text("garbage\n")
+    res = _run(command, log, "--out", tmp_path / "o")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"{log}: not recognised" in text, text
+    assert "--vocab-size" not in text and not (tmp_path / "o").exists(), text

@@ -92,8 +92,19 @@ def compare_cmd(
     s = summary(df)
     out.print(
         f"{s['runs']} runs, {s['expressed']} expressed; time: {s['time_n']} compared, MAPE "
-        f"{s['time_mape']:.1%}, signed {s['time_signed']:+.1%}; memory: {s['memory_n']} "
-        f"compared, MAPE {s['memory_mape']:.1%}, signed {s['memory_signed']:+.1%}",
+        f"{_pct(s['time_mape'])}, signed {_pct(s['time_signed'], '+')}; memory: "
+        f"{s['memory_n']} compared, MAPE {_pct(s['memory_mape'])}, signed "
+        f"{_pct(s['memory_signed'], '+')}",
         highlight=False,
     )
     out.print(escape("wrote " + ", ".join(str(p) for p in written)), highlight=False)
+
+
+def _pct(x: float, sign: str = "") -> str:
+    """``12.3%`` (``+12.3%`` with ``sign='+'``); ``n/a`` when nothing was compared (NaN).
+
+    Example:
+        >>> _pct(0.1234, "+"), _pct(float("nan"))
+        ('+12.3%', 'n/a')
+    """
+    return "n/a" if math.isnan(x) else f"{x:{sign}.1%}"

@@ -165,8 +165,9 @@ def friendly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def need_torch() -> None:
-    """Fail with install instructions when torch is absent (without importing it here).
+def need_torch(instead: str = "") -> None:
+    """Fail with install instructions when torch is absent (without importing it here);
+    ``instead`` names what does the job without torch, where something does.
 
     Raises:
         InputError: torch is not installed.
@@ -175,6 +176,7 @@ def need_torch() -> None:
         raise InputError(
             "this command needs torch: pip install -e '.[torch]' "
             "(CPU: pip install torch==2.13.0 first)"
+            + (f"; without torch: {instead}" if instead else "")
         )
 
 

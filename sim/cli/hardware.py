@@ -29,7 +29,7 @@ def hardware_show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (bytes, bytes/s, seconds)."),
 ) -> None:
     """Print a hardware description: GPUs (GiB, TFLOPS), links (GB/s, us) and routes."""
-    topo = load_hardware(name, field="hardware")
+    topo = load_hardware(name, file="command line", field="NAME")
     if as_json:
         print(json.dumps(topology_to_dict(topo), indent=2))
     else:

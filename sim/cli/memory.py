@@ -7,13 +7,15 @@ from pathlib import Path
 import typer
 
 from sim import api
-from sim.cli.console import friendly, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, friendly, out, quiet_now
 from sim.report.memory_ranks import memory_table
 
 
 @friendly
 def memory(
-    experiment: Path = typer.Argument(..., help="Experiment YAML (e.g. experiments/dgx1.yaml)."),
+    experiment: Path = typer.Argument(
+        ..., metavar="EXPERIMENT", help="Experiment YAML (e.g. experiments/dgx1.yaml)."
+    ),
     out_dir: Path = typer.Option(
         None,
         "--out",
@@ -27,6 +29,8 @@ def memory(
         "micro-batch, twice tp, twice pp and name the first that fits.",
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write memory_ranks.png."),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Peak memory per GPU of every configuration of the grid, per pipeline rank and category,
     without simulating time (the model of the planner's memory bound).
@@ -34,15 +38,18 @@ def memory(
     Prints one line per configuration (its tightest rank: allocated, reserved and device GiB
     against the capacity, and what to change when it does not fit); writes memory.csv (one row
     per configuration and pipeline rank, bytes) and memory_ranks.png (stacked bars). Exit code
-    1 when no configuration of some model fits.
+    1 when no configuration of some model fits. With -q only the table (no progress, notes or
+    summary line).
     """
+    apply_verbosity(verbose, quiet)
     from sim.config import load_experiment
 
     name = load_experiment(experiment).name
     folder = out_dir or Path("results") / f"{name}-memory"
     answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
     out.print(memory_table(answer.results))
-    out.print(f"{len(answer.results)} configurations in {answer.wall_s:.2f} s; wrote {folder}/")
+    if not quiet_now():
+        out.print(f"{len(answer.results)} configurations in {answer.wall_s:.2f} s; wrote {folder}/")
     fitting = {r.point.model for r in answer.results if r.memory is not None and r.memory.fits}
     models = {r.point.model for r in answer.results}
     raise typer.Exit(0 if models <= fitting else 1)

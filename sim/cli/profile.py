@@ -28,7 +28,7 @@ from sim.cli.trace import estimate_text
 from sim.config import NAME_PATTERN
 from sim.errors import InputError
 from sim.progress import progress
-from sim.trace.native import write_trace
+from sim.trace.native import trace_stem, write_trace
 from sim.trace.schema import Trace
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,7 @@ def profile(
     ),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
+    out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     user = bool(model or for_gpu)
     if tensor_parallel and user:
         raise InputError("--tensor-parallel measures the GPT/BERT models of --layers/--hidden, "
@@ -262,7 +263,12 @@ def profile(
     check_model_choice(model, for_gpu, loss, seq_len)
     check_options(out_path, kind=kind, name=name, dtype=dtype, device=device, hidden=hidden,
                   heads=heads, attention=attention, user_model=user)  # fmt: skip
-    need_torch()
+    need_torch(
+        f"`sim trace from-config {model} --seq-len {seq_len} --out {out_path}` times a "
+        "config.json's layers with the kernel model"
+        if model and model.endswith(".json")
+        else ""
+    )
     if not for_gpu:
         check_device(device)
     if user:

@@ -67,8 +67,9 @@ def schedule_show(
         stages,
         microbatches,
         file="command line",
-        field="--stages",
+        field="NAME",
         virtual_stages=virtual_stages,
+        shape_field="--microbatches",
     )
     print(format_grid(sched.program(iterations)))
     versions = [sched.weight_versions(s) for s in range(sched.num_stages)]

@@ -1,4 +1,4 @@
-"""``sim trace list|show|import-kineto``: per-layer traces (:mod:`sim.trace`)."""
+"""``sim trace list|show|import-kineto|from-config``: per-layer traces (:mod:`sim.trace`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,19 @@ from rich.table import Table
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, out
 from sim.errors import InputError
+from sim.hardware.loader import load_hardware
+from sim.trace.from_config import DTYPES, beyond_positions, config_trace
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
-from sim.trace.native import write_trace
+from sim.trace.native import trace_stem, write_trace
 from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
 app = typer.Typer(
-    no_args_is_help=True, rich_markup_mode=None, help="Per-layer traces (profiles) of models."
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Per-layer traces (profiles) of models: list, show, import a Kineto trace, make one "
+    "from a Hugging Face config.json (no torch).",
 )
 
 
@@ -130,6 +135,7 @@ def trace_import_kineto(
 ) -> None:
     """Import a Kineto (torch.profiler) trace as a per-layer trace (seconds; bytes from
     --bytes-from)."""
+    out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     if microbatch_size < 1:
         raise InputError(f"{microbatch_size}: must be >= 1", field="--microbatch-size")
     check_choice(dtype, ("fp32", "fp16", "bf16"), "--dtype")
@@ -156,3 +162,67 @@ def trace_import_kineto(
             "[yellow]warning:[/] parameter, activation and output bytes are 0 (a Kineto "
             "trace has none); give --bytes-from to fill them"
         )
+
+
+@app.command("from-config")
+@friendly
+def trace_from_config(
+    config: Path = typer.Argument(
+        ...,
+        metavar="CONFIG",
+        help="A Hugging Face config.json of a decoder LM (Llama-like, Mixtral, Qwen-MoE, "
+        "DeepSeek, GPT-OSS, Nemotron-H), read offline.",
+    ),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Trace to write: PATH.csv + PATH.yaml."),
+    seq_len: int = typer.Option(
+        ..., "--seq-len", min=1, help="Tokens per sample s (the training length)."
+    ),
+    microbatch_size: int = typer.Option(
+        1,
+        "--microbatch-size",
+        "-b",
+        min=1,
+        help="Samples per micro-batch (sim run regenerates the trace at every size it tries).",
+    ),
+    gpu: str = typer.Option(
+        "dgx-h100",
+        "--gpu",
+        help="Hardware preset whose GPU times the layers (sim hardware list; sim run "
+        "regenerates the trace on the experiment's GPU).",
+    ),
+    dtype: str = typer.Option("bf16", help=f"Parameters and activations: {', '.join(DTYPES)}."),
+    layers: int = typer.Option(
+        None, "--layers", min=1, help="Keep the first L layers [default: the config's]."
+    ),
+    name: str = typer.Option(None, help="Model name [default: the file name]."),
+) -> None:
+    """Make a trace of a Hugging Face config.json without torch or a GPU: every layer's
+    forward and backward seconds from the kernel model on a preset GPU's datasheet figures,
+    parameter and activation bytes from the tensor sizes (an estimate, not a measurement)."""
+    out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
+    check_choice(dtype, DTYPES, "--dtype")
+    check_writable(out_path.with_name(out_path.name + ".csv"), option="--out")
+    spec = load_hardware(gpu, file="command line", field="--gpu").gpus[0].compute
+    if spec is None:
+        raise InputError(f"{gpu}: its GPU has no compute figures to time layers", field="--gpu")
+    trace = config_trace(
+        config,
+        seq_len=seq_len,
+        gpu=spec,
+        microbatch_size=microbatch_size,
+        dtype=dtype,
+        layers=layers,
+        name=name or out_path.name,
+    )
+    write_trace(trace, out_path)
+    beyond = beyond_positions(config, seq_len)
+    if beyond:
+        err.print(f"[yellow]warning:[/] {escape(beyond)}", highlight=False)
+    out.print(
+        escape(
+            f"wrote {out_path}.csv/.yaml: {len(trace.layers)} layers, "
+            f"{trace.parameters:,} parameters, micro-batch {microbatch_size}, {dtype}, "
+            f"{trace.device} (analytic; use it as a model's trace: {out_path}.csv)"
+        ),
+        highlight=False,
+    )

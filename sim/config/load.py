@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sim.config.experiment import ExperimentConfig
 from sim.errors import InputError
@@ -29,6 +31,51 @@ _UNION_TAGS = {
 def _field_path(loc: tuple) -> str:
     """``('sweep', 'stages', 'int')`` -> ``sweep.stages`` (union branch names dropped)."""
     return ".".join(str(p) for p in loc if str(p).replace(" ", "").lower() not in _UNION_TAGS)
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the keys at ``loc`` (a key path from the top; list
+    indices and union tags skipped), or None where the path leaves the models."""
+    model: type[BaseModel] = ExperimentConfig
+    for part in loc:
+        if isinstance(part, int) or str(part).replace(" ", "").lower() in _UNION_TAGS:
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None
+        found = _model_in(info.annotation)
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The first pydantic model in ``annotation`` (``list[M]``, ``M | None``, ...)."""
+    todo = [annotation]
+    while todo:
+        t = todo.pop(0)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+        todo[:0] = typing.get_args(t)
+    return None
+
+
+def unknown_key_text(loc: tuple) -> str:
+    """What to say of an unknown key at ``loc``: the known key it is closest to, and the keys
+    allowed there.
+
+    Example:
+        >>> unknown_key_text(("models", 0, "globl_batch"))[:52]
+        "unknown key: did you mean 'global_batch'? Keys here:"
+    """
+    holder = _model_at(loc[:-1])
+    if holder is None:
+        return "unknown key (remove it or check its spelling; docs/reference/experiment.md)"
+    keys = list(holder.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    hint = f": did you mean {close[0]!r}?" if close else " (remove it or check its spelling)."
+    return f"unknown key{hint} Keys here: {', '.join(keys)} (docs/reference/experiment.md)"
 
 
 def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConfig:
@@ -62,7 +109,9 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
     elif err["type"] in ("model_type", "dict_type"):
         msg = f"{err['input']!r} is not a mapping (key: value)"
     elif err["type"] == "extra_forbidden":
-        msg = "unknown key (remove it or check its spelling; see `sim run --help`)"
+        msg = unknown_key_text(loc)
+    elif err["type"] == "too_short" and err.get("ctx", {}).get("min_length") == 1:
+        msg = "needs at least one entry, got none"
     elif err["type"] == "missing":
         msg = "required field is missing"
     elif err["type"] == "string_pattern_mismatch":

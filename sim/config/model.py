@@ -26,7 +26,14 @@ class ModelConfig(Strict):
     )
     trace: str = Field(
         description="Trace reference: a name in traces/ (e.g. 'gnmt16'), a path to a native "
-        "trace (.csv/.yaml) or a PipeDream graph.txt, relative to the experiment file."
+        "trace (.csv/.yaml), a PipeDream graph.txt or a Hugging Face config.json (with "
+        "seq_len), relative to the experiment file."
+    )
+    seq_len: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens per sample, required when trace is a Hugging Face config.json "
+        "(read offline; its layers timed by the kernel model on the experiment's GPU).",
     )
     global_batch: int | None = Field(
         None, gt=0, description="Samples per optimizer step for this model (overrides training)."

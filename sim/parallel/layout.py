@@ -189,8 +189,8 @@ class ParallelLayout:
         """What makes this layout impossible, whatever the model (empty when valid); each item
         names the flat field.
 
-        >>> ParallelLayout(dp_replicate=2, ep=4).problems()
-        ['expert_parallel 4 must divide dp_width x context_parallel = 2']
+        >>> ParallelLayout(dp_replicate=2, ep=4).problems()[0][:62]
+        'expert_parallel 4 must divide dp_width x context_parallel = 2 '
         """
         out = [
             f"{k} must be >= 1, got {getattr(self, f)}"
@@ -205,7 +205,8 @@ class ParallelLayout:
         if self.etp is None and self.replicas % self.ep:
             out.append(
                 f"expert_parallel {self.ep} must divide dp_width x context_parallel = "
-                f"{self.replicas}"
+                f"{self.replicas} (the experts are spread over those ranks: raise dp_width or "
+                "lower expert_parallel)"
             )
         elif self.etp is not None and (self.tp * self.replicas) % (self.etp * self.ep):
             out.append(

@@ -184,7 +184,14 @@ def prepare(exp: ExperimentConfig, file: str) -> Prepared:
     topo = load_hardware(_hardware(exp, base, file), file=file, field="hardware")
     traces = {}
     for i, model in enumerate(exp.models):
-        trace = load_trace(model.trace, base_dir=base, file=file, field=f"models.{i}.trace")
+        trace = load_trace(
+            model.trace,
+            base_dir=base,
+            file=file,
+            field=f"models.{i}.trace",
+            seq_len=model.seq_len,
+            gpu=topo.gpus[0].compute,
+        )
         if exp.training.dtype:
             trace = trace.with_dtype(exp.training.dtype)
         traces[model.name] = with_attention(trace)[0]

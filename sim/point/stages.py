@@ -47,9 +47,11 @@ def make_schedule(
     field: str = "sweep.schedule",
     virtual_stages: int | None = None,
     framework: Framework | None = None,
+    shape_field: str = "sweep.stages",
 ) -> Schedule:
     """Instantiate a schedule as ``framework`` runs it (default: pipesim's torch rules),
-    turning its errors into :class:`InputError`.
+    turning its errors into :class:`InputError`: ``field`` names where the schedule's name
+    was given, ``shape_field`` where its stages and micro-batches were.
 
     Raises:
         InputError: an unknown name, a schedule the framework does not run, or a
@@ -63,7 +65,7 @@ def make_schedule(
     try:
         return fw.make_schedule(cls, stages, microbatches, virtual_stages)
     except ScheduleError as exc:
-        raise InputError(str(exc), file=file, field="sweep.stages") from None
+        raise InputError(str(exc), file=file, field=shape_field) from None
 
 
 def check_schedule_name(

@@ -101,6 +101,7 @@ def winner_config(
         {
             "name": model.name,
             "trace": _portable_trace_ref(model.trace, exp_file),
+            **({"seq_len": model.seq_len} if model.seq_len is not None else {}),
             "global_batch": int(row.global_batch),
             "microbatch_size": int(row.microbatch_size),
             **({"routing": row.routing} if row.routing != "balanced" else {}),

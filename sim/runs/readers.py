@@ -84,9 +84,17 @@ def read_command(
     """A launch command (module doc) as a run (nothing measured).
 
     Raises:
-        InputError: unbalanced quotes, or a DeepSpeed command whose config is not given.
+        InputError: unbalanced quotes, text that is no command (no launcher, no flags), or a
+            DeepSpeed command whose config is not given.
     """
     cmd = parse_command(text, file=source)
+    if not cmd.flags and not cmd.launcher and not ds_config:
+        raise InputError(
+            "not recognised: no launch command (--flags of Megatron-LM, torchrun or deepspeed), "
+            "config (Megatron-Bridge YAML, torchtitan TOML, DeepSpeed JSON) or training log "
+            "(Megatron-LM, torchtitan, DeepSpeed) in it; `sim import --help` lists what is read",
+            file=source,
+        )
     ds_path = ds_config or cmd.flags.get("deepspeed-config") or cmd.flags.get("deepspeed_config")
     if cmd.launcher == "deepspeed" or ds_path:
         if not isinstance(ds_path, str | Path) or not Path(ds_path).is_file():

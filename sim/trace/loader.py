@@ -8,7 +8,9 @@ A reference is resolved in this order:
    * ``*.csv``, ``*.yaml``, ``*.yml``: a native trace (:func:`sim.trace.native.read_trace`);
    * ``*.txt`` or a directory holding ``graph.txt``: a PipeDream profile
      (:func:`sim.trace.pipedream.read_pipedream`);
-   * ``<path>`` without suffix where ``<path>.csv`` exists: that native trace.
+   * ``<path>`` without suffix where ``<path>.csv`` exists: that native trace;
+   * ``*.json`` with a ``model_type``: a Hugging Face ``config.json``, read offline into an
+     analytic trace at the caller's ``seq_len`` (:func:`sim.trace.from_config.config_trace`).
 
 2. **A name in the traces directory**: ``<traces>/<ref>.csv`` (e.g. ``gnmt16`` ->
    ``traces/gnmt16.csv``), then ``<traces>/<ref>/graph.txt`` (e.g. ``pipedream/vgg16``). The
@@ -20,11 +22,16 @@ Anything else is an :class:`InputError` that lists the available names.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import json
 import os
 from pathlib import Path
 
 from sim.errors import InputError
+from sim.hardware.gpu_compute import ComputeSpec
+from sim.trace.from_config import config_trace
+from sim.trace.generator import preset_gpu
 from sim.trace.native import read_trace
 from sim.trace.pipedream import read_pipedream
 from sim.trace.schema import Trace
@@ -107,6 +114,8 @@ def load_trace(
     base_dir: str | os.PathLike[str] | None = None,
     file: str | None = None,
     field: str | None = None,
+    seq_len: int | None = None,
+    gpu: ComputeSpec | None = None,
 ) -> Trace:
     """Load the trace ``ref`` names: a path or a shipped name (lookup order in the module doc).
 
@@ -116,14 +125,19 @@ def load_trace(
         base_dir: directory relative paths are resolved against (default: working directory).
         file: the file that holds the reference, named in the error when it cannot be resolved.
         field: the field of ``file`` that holds the reference, for the same message.
+        seq_len: tokens per sample, for a reference to a Hugging Face ``config.json``
+            (:func:`sim.trace.from_config.config_trace`; required for one).
+        gpu: the GPU that times a ``config.json``'s layers (default: the ``dgx-h100``
+            preset's H100; ``sim run`` regenerates the trace on the experiment's GPU).
 
     Returns:
         The :class:`Trace`.
 
     Raises:
         InputError: the reference resolves to nothing (the message lists the available names),
-            to a JSON file (a Hugging Face config or a torch profiler trace: the message says
-            how to make a trace of it), or to a malformed file (the message names that file
+            to a JSON file that is not a Hugging Face config (a torch profiler trace: the
+            message says how to make a trace of it), to a config without ``seq_len``, or to a
+            malformed file (the message names that file
             and field).
     """
     raw = Path(ref)
@@ -134,23 +148,64 @@ def load_trace(
     for p in candidates:
         if p.exists() and (p.is_file() or (p / "graph.txt").is_file()):
             if p.suffix == ".json":
+                return _json_trace(p, seq_len, gpu, file=file, field=field)
+            if seq_len is not None:
                 raise InputError(
-                    f"{p} is JSON, not a trace; a Hugging Face config.json becomes one with "
-                    f"`sim profile --model {p} --seq-len S -b B --for-gpu GPU --out "
-                    "traces/NAME` (then trace: traces/NAME), a torch profiler trace with `sim "
-                    "trace import-kineto` (docs/guides/own-model.md)",
+                    f"seq_len applies only to a trace that is a Hugging Face config.json; {p} "
+                    "is a trace of its own sequence length: remove seq_len",
                     file=file,
-                    field=field,
+                    field=field.removesuffix(".trace") + ".seq_len" if field else "seq_len",
                 )
             trace = _read_path(p)
             check_scale(trace, file=str(p))
             return trace
     names = available_traces(d)
     listing = ", ".join(names) if names else f"none ({d} has no traces)"
+    stem = raw.stem if raw.suffix in _NATIVE else str(ref)  # ../traces/x.csv: the name x
+    close = difflib.get_close_matches(stem, names, n=1) or difflib.get_close_matches(
+        str(ref), names, n=1
+    )
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(
         f"trace {str(ref)!r} not found as a path (relative to "
-        f"{base_dir or 'the working directory'}) nor as a name in {d}; "
+        f"{base_dir or 'the working directory'}) nor as a name in {d}{hint}; "
         f"available: {listing}",
         file=file,
         field=field,
     )
+
+
+def _json_trace(
+    p: Path, seq_len: int | None, gpu: ComputeSpec | None, *, file: str | None, field: str | None
+) -> Trace:
+    """A Hugging Face ``config.json`` (it has ``model_type``) as an analytic trace at
+    ``seq_len``; any other JSON (a torch profiler trace) is an error saying how to import it."""
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable JSON file: {exc}", file=str(p)) from None
+    if not (isinstance(data, dict) and "model_type" in data):
+        raise InputError(
+            f"{p} is JSON but not a Hugging Face config.json (it has no model_type); a torch "
+            "profiler trace becomes a trace with `sim trace import-kineto` "
+            "(docs/guides/own-model.md)",
+            file=file,
+            field=field,
+        )
+    model = field.rsplit(".", 1)[0] if field and field.endswith(".trace") else None
+    make = f"`sim trace from-config {p} --seq-len S --out traces/NAME`"
+    if seq_len is None and model is None:  # a command's argument: it takes traces
+        raise InputError(
+            f"{p} is a Hugging Face config.json, not a trace: write a trace of it with {make}, "
+            "then give traces/NAME.csv",
+            file=file,
+            field=field,
+        )
+    if seq_len is None:
+        raise InputError(
+            f"{p} is a Hugging Face config.json: give the training sequence length as "
+            f"{model}.seq_len (e.g. seq_len: 4096), or write a trace of it once with {make}",
+            file=file,
+            field=f"{model}.seq_len",
+        )
+    return config_trace(p, seq_len=seq_len, gpu=gpu or preset_gpu("dgx-h100"), field=model)

@@ -79,7 +79,7 @@ def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
     ``.yml`` is returned.
     """
     p = Path(path)
-    stem = _stem(p)
+    stem = trace_stem(p)
     csv_path = stem.with_name(stem.name + ".csv")
     yaml_path = stem.with_name(stem.name + ".yaml")
     if p.suffix == ".yml" or (
@@ -89,7 +89,9 @@ def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
     return csv_path, yaml_path
 
 
-def _stem(p: Path) -> Path:
+def trace_stem(p: Path) -> Path:
+    """A trace's path without ``.csv``/``.yaml``/``.yml``: ``traces/x.csv`` -> ``traces/x``
+    (its files are ``<stem>.csv`` and ``<stem>.yaml``)."""
     return p.with_suffix("") if p.suffix in (".csv", ".yaml", ".yml") else p
 
 
@@ -143,7 +145,7 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> tuple[Path, Path]
             {"layers": list(g.layers), "param_bytes": g.param_bytes, "names": list(g.names)}
             for g in trace.shared
         ]
-    stem = _stem(Path(path))
+    stem = trace_stem(Path(path))
     csv_path = stem.with_name(stem.name + ".csv")
     yaml_path = stem.with_name(stem.name + ".yaml")
     for b in sorted(trace.profiles):
@@ -186,7 +188,7 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     layers = _read_layers(csv_path)
     profiles = {}
     for b in meta.get("profiles") or []:
-        p = csv_path.with_name(f"{_stem(csv_path).name}.b{b}.csv")
+        p = csv_path.with_name(f"{trace_stem(csv_path).name}.b{b}.csv")
         profiles[b] = _read_layers(p)
         if [x.name for x in profiles[b]] != [x.name for x in layers]:
             raise InputError(
