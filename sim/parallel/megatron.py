@@ -28,7 +28,7 @@ sharding path: GPT and BERT :mod:`sim.parallel.shard`, T5 :mod:`sim.parallel.t5_
 :mod:`sim.parallel.decoder_shard`): the host's one ``torch.distributed`` call. Megatron's
 ``mappings.py`` functions issue one per collective and return their input at ``t = 1``
 (NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/tensor_parallel/mappings.py``: ``_reduce``
-27-35, ``_gather_along_first_dim`` 136-146, ``_reduce_scatter_along_first_dim`` 177-186), and
+27-35, ``_gather_along_first_dim`` 135-146, ``_reduce_scatter_along_first_dim`` 171-186), and
 so do Transformer Engine's linear layers, which a Megatron-Core decoder's attention and MLP
 collectives go through (NVIDIA/TransformerEngine@d0067d0d ``pytorch/module/layernorm_linear.py``
 283-309 and ``linear.py`` 407-412: the input's all-gather, ``gather_along_first_dim``;
@@ -36,12 +36,13 @@ collectives go through (NVIDIA/TransformerEngine@d0067d0d ``pytorch/module/layer
 ``pytorch/distributed.py`` 931-957, 1668-1691, 2095-2109: one call each, none on one rank);
 so the trace, counted at one rank, holds none. Not the loss's all-reduces: Megatron calls them
 on a group of one too, so the loss's own count holds them
-(:data:`sim.compute.loss_fusion.LOSS_OPS`); TE's all-gather adds two, its output buffer's
-``torch.zeros`` and the call, issued only at ``t > 1`` (``cross_entropy.py`` lines 79-82, same
-commit). Assumptions: an FP8 or MXFP8 input gathered as one call (TE gathers a quantized
-tensor's data and scales, ``distributed.py`` 1736-1760, under one coalescing manager), and
-userbuffers (``tp_comm_overlap``) issuing as many (their all-gather's ``copy_into_buffer``,
-``module/base.py`` 607-654; their reduce-scatter inside the GEMM call).
+(:data:`sim.compute.loss_fusion.LOSS_OPS`); TE's loss all-gather adds two, its output buffer's
+``torch.zeros`` and the call, issued only at ``t > 1`` (TransformerEngine@8b99682
+``pytorch/triton/cross_entropy.py`` lines 79-82). Assumptions: an FP8 or MXFP8 input gathered
+as one call (TE gathers a quantized tensor's data and scales under one coalescing manager,
+``distributed.py`` 1606-1640 and 1735-1773 at d0067d0d), and userbuffers (``tp_comm_overlap``)
+issuing as many (their all-gather's ``copy_into_buffer``, ``module/base.py`` 607-654; their
+reduce-scatter inside the GEMM call).
 
 **The saved input gathered again** (``regather``): with sequence parallelism a column-parallel
 linear layer (a block's QKV and first MLP GEMM, the output layer) keeps only its rank's
