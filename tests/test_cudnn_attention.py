@@ -11,6 +11,7 @@ import pytest
 from sim.compute.attention import attention_bwd, attention_fwd
 from sim.compute.cudnn_attention import rate_flops
 from sim.compute.kernels import kernel_time_s
+from sim.compute.measured import attention_efficiency
 from sim.hardware.loader import load_hardware
 
 
@@ -56,6 +57,32 @@ def test_b200_fp8_attention_is_the_bf16_table_times_the_measured_format_ratio():
     fwd8, bwd8 = (replace(k, precision="mxfp8") for k in (fwd, bwd))
     assert rate_flops(fwd8, b200, "bf16") == pytest.approx(0.997 / 2 * 2250e12 * 1685 / 1408)
     assert rate_flops(bwd8, b200, "bf16") == pytest.approx(0.832 / 2 * 2250e12 * 1054 / 1148)
+
+
+def test_fp8_ratio_is_taken_at_the_kernels_length_interpolated_in_log2():
+    """16 heads at 8192 tokens on GB200 (the ratio's table): MXFP8 forward 1902 against BF16
+    1574 TFLOPS, backward 1287 against 1332, FP8 forward 2047 / 1574, times the kernel's BF16
+    rate from the B200 table; at 5792 tokens (2^12.5 within 1e-5), between 4096 (1685 / 1408)
+    and 8192, the ratio of the TFLOPS interpolated halfway."""
+    gb200 = _gpu("gb200-nvl72")
+    args = ("flash", 1, 8192, 16 * 128, 16, 2)
+    fwd = attention_fwd(*args, causal=True, dropout=False)[0]
+    bwd = attention_bwd(*args, causal=True, dropout=False)[0]
+
+    def bf16(k):
+        eff = attention_efficiency(k, gb200, "bf16")
+        assert eff is not None
+        return eff * gb200.peak_flops("bf16")
+
+    for k, fmt, ratio in ((fwd, "mxfp8", 1902 / 1574), (bwd, "mxfp8", 1287 / 1332),
+                          (fwd, "fp8", 2047 / 1574)):  # fmt: skip
+        assert rate_flops(replace(k, precision=fmt), gb200, "bf16") == pytest.approx(
+            bf16(k) * ratio
+        )
+    mid = replace(fwd, m=int(2**12.5), n=int(2**12.5))
+    ratio = ((1685 + 1902) / 2) / ((1408 + 1574) / 2)
+    got = rate_flops(replace(mid, precision="mxfp8"), gb200, "bf16")
+    assert got == pytest.approx(bf16(mid) * ratio, rel=1e-5)
 
 
 def test_other_head_dims_are_not_covered():

@@ -1,24 +1,16 @@
-"""Full causal attention under FP8 attention (``fp8_dpa``) on Blackwell, at cuDNN's measured speed.
+"""The full causal FP8 attention backward at head dim 64 on Blackwell, at cuDNN's measured speed.
 
 With FP8 attention (Transformer Engine's ``fp8_dpa``, Megatron-Bridge's
 ``fp8_dot_product_attention``: the GB200/GB300 MXFP8 recipes of GPT-OSS 120B from 26.06 and of
 Nemotron 3 Super) the attention core runs cuDNN's FP8 (or MXFP8) SDPA kernel
 (:mod:`sim.compute.precision_rules`, :func:`~sim.compute.precision_rules.attention_format`). A
-windowed kernel is timed by :mod:`sim.compute.swa_speed`; a full causal kernel was timed at the
-16-bit speed (:mod:`sim.compute.measured`), whatever its format. cuDNN's own SDPA training
-benchmark measures the FP8 kernels (NVIDIA/cudnn-frontend@3929da2
-``benchmark/sdpa_benchmark_training``, cuDNN backend 9.22, non-deterministic backward,
-``top_left`` causal mask, inputs already quantized: the casts around the kernel are not in
-these times):
+windowed kernel is timed by :mod:`sim.compute.swa_speed`, a full causal one at head dim 128 by
+cuDNN's measured causal table (:mod:`sim.compute.cudnn_attention`: its FP8 / BF16 ratio). cuDNN's
+own SDPA training benchmark (NVIDIA/cudnn-frontend@3929da2 ``benchmark/sdpa_benchmark_training``,
+cuDNN backend 9.22, non-deterministic backward, ``top_left`` causal mask, inputs already
+quantized: the casts around the kernel are not in these times) measures no full causal kernel at
+head dim 64; this module times its backward from the windowed one:
 
-* **Head dim 128** (``configs/llama.py``: 64 query and 8 key-value heads, batch 2; results
-  ``results/llama3.1/gb200/llama3.1_20260424_100750.csv`` and ``gb300/llama3.1_20260424_
-  100757.csv``): the FP8 and MXFP8 kernels' TFLOPS over the BF16 kernel's at the same length
-  (:func:`sim.compute.cudnn_attention.format_ratio`). The forward gains (MXFP8 at 8192
-  tokens: 1902 against 1574 TFLOPS on GB200), the MXFP8 backward does not (1287 against 1332). :func:`fp8_causal_rate_flops` scales
-  the 16-bit rate the model already gives the kernel by that ratio, interpolated in ``log2``
-  of the keys and clamped to 2048-32768 (the benchmark's lengths), so that the 16-bit table's
-  own shape dependence is kept.
 * **Head dim 64** (``configs/gpt_oss.py``: 2 samples x 128 heads of 64, window 128; results
   ``results/gpt_oss/gb200/gpt_oss_20260424_100011.csv``, ``gb300/gpt_oss_20260424_100022.csv``):
   only windowed kernels are measured. Their FP8 and MXFP8 backward does not skip the tiles
@@ -30,7 +22,7 @@ these times):
   exceed; counted over the whole square it would be 1622. So the windowed FP8 backward visits
   exactly the tiles a full causal backward visits, each with both of its GEMMs (the mask is
   applied after ``Q K^T``), and a full causal FP8 backward of the same shape takes at least its
-  measured time: :func:`fp8_causal_rate_flops` times it at the causal backward's FLOPs
+  measured time: :func:`fp8_hd64_bwd_rate_flops` times it at the causal backward's FLOPs
   (``2.5 x 4 x b x s^2/2 x heads x 64``, :func:`sim.compute.attention.attention_bwd`) over the
   measured time (:data:`HD64_WINDOW_BWD_MS`), i.e. 661 TFLOPS at 4096 on GB200 where the 16-bit
   table gives 933. Assumption: the masked tiles cost what full ones do (a lower bound of the
@@ -38,14 +30,14 @@ these times):
   16-bit speed (an assumption; the windowed forward runs as fast in FP8 as in BF16, 161
   against 161 TFLOPS at 4096).
 
-Which GPUs: GB200's tables also time B200 and GB300's B300 (as :mod:`sim.compute.swa_speed`
+Which GPUs: GB200's table also times B200 and GB300's B300 (as :mod:`sim.compute.swa_speed`
 carries them: the same silicon, an assumption). Other head dims, windows and GPUs: None (the
 16-bit speed stays).
 """
 
 from __future__ import annotations
 
-from sim.compute.cudnn_attention import format_ratio, table_of
+from sim.compute.cudnn_attention import table_of
 from sim.compute.measured import log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -93,24 +85,16 @@ def hd64_causal_bwd_rate_flops(table: str, fmt: str, seq: float) -> float | None
     return log2_interp(rates, seq)
 
 
-def fp8_causal_rate_flops(kern, spec: ComputeSpec, rate16_flops: float) -> float | None:
-    """FLOP/s of a full (not windowed) FP8 attention kernel (``kern.precision`` its format,
-    ``kern.k`` its head dim, ``kern.n`` its keys, ``kern.batch`` samples x heads; ``_bwd`` names
-    the backward) on ``spec`` whose 16-bit rate is ``rate16_flops`` (module doc), or None where
-    no measurement covers it (the 16-bit rate stays).
-
-    Raises:
-        ValueError: a non-positive ``rate16_flops``.
+def fp8_hd64_bwd_rate_flops(kern, spec: ComputeSpec) -> float | None:
+    """FLOP/s of a full (not windowed) causal FP8 attention backward at head dim 64
+    (``kern.precision`` its format, ``kern.k`` its head dim, ``kern.n`` its keys; ``_bwd`` names
+    the backward) on ``spec`` (module doc), or None where no measurement covers it (another
+    head dim, a forward, a window, a 16-bit kernel, an unmeasured GPU or format: the 16-bit rate
+    stays).
     """
-    if rate16_flops <= 0:
-        raise ValueError(f"rate16_flops must be positive, got {rate16_flops}")
     table = table_of(spec)
     if table is None or not kern.precision or kern.window or not kern.n:
         return None
-    bwd = kern.name.endswith("_bwd")
-    if kern.k == 128:
-        ratio = format_ratio(table, kern.precision, "bwd" if bwd else "fwd", float(kern.n))
-        return None if ratio is None else rate16_flops * ratio
-    if kern.k == 64 and bwd:
-        return hd64_causal_bwd_rate_flops(table, kern.precision, float(kern.n))
-    return None
+    if kern.k != 64 or not kern.name.endswith("_bwd"):
+        return None
+    return hd64_causal_bwd_rate_flops(table, kern.precision, float(kern.n))

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 from sim.compute import cudnn_attention, measured
-from sim.compute.fp8_attention_speed import fp8_causal_rate_flops
+from sim.compute.fp8_attention_speed import fp8_hd64_bwd_rate_flops
 from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
 from sim.compute.swa_speed import windowed_rate_flops
 from sim.hardware.gpu_compute import ComputeSpec
@@ -193,14 +193,15 @@ def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
         chain = (kern.batch - 1) * BACK_TO_BACK_S  # launches after the first (module doc)
         return spec.kernel_overhead_s + chain + kern.bytes / spec.hbm_rate_Bps()
     if kern.kind == "attn":
+        # a windowed kernel at its measured rate (sim.compute.swa_speed)
         attn = windowed_rate_flops(kern, spec, dtype) if kern.window else None
         if attn is None:  # cuDNN's measured causal kernels (sim.compute.cudnn_attention)
             attn = cudnn_attention.rate_flops(kern, spec, dtype)
-        if attn is None:  # a windowed kernel at its measured rate (sim.compute.swa_speed)
+        if attn is None and kern.precision:  # FP8, head dim 64 (sim.compute.fp8_attention_speed)
+            attn = fp8_hd64_bwd_rate_flops(kern, spec)
+        if attn is None:
             eff = measured.attention_efficiency(kern, spec, dtype) or spec.attention_efficiency
             attn = spec.peak_flops(dtype) * eff
-            if kern.precision:  # FP8 attention, full causal (sim.compute.fp8_attention_speed)
-                attn = fp8_causal_rate_flops(kern, spec, attn) or attn
         return spec.kernel_overhead_s + max(kern.flops / attn, kern.bytes / spec.hbm_rate_Bps())
     raise ValueError(f"unknown kernel kind {kern.kind!r}; use gemm, mem or attn")
 

@@ -17,7 +17,10 @@
   (t*cp)`` (each tensor rank sends its share, as :mod:`sim.parallel.shard`);
 * **collectives**: the tensor-parallel ones as Megatron runs them with sequence parallelism,
   as :class:`~sim.parallel.megatron.LayerComm`; the expert- and context-parallel ones as
-  :class:`~sim.parallel.ops.GroupOp` (:mod:`sim.parallel.decoder_comm` says which).
+  :class:`~sim.parallel.ops.GroupOp` (:mod:`sim.parallel.decoder_comm` says which);
+* **host ops**: each tensor-parallel collective adds one op to its layer's count, as on the GPT
+  and T5 paths (:func:`~sim.parallel.megatron.with_comm_ops`: Transformer Engine's linear
+  layers issue one ``torch.distributed`` call per collective, none on one rank).
 
 Every MoE block of a stage is assumed to route the same shares (one :class:`Routing`). A layer's
 kind is its name's (:func:`~sim.compute.decoder_shape.kind_of`: ``embedding``, ``block.i``,
@@ -52,7 +55,7 @@ from sim.parallel.expert import expert_plan
 from sim.parallel.layer_host import attention_host_ops, grouped_host_ops, rank_expert_ops
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.low_params import low_precision_params
-from sim.parallel.megatron import LayerComm
+from sim.parallel.megatron import LayerComm, with_comm_ops
 from sim.parallel.ops import GroupOp
 from sim.parallel.tp_overlap import Partners
 from sim.trace.decoder import decoder_shape, trace_precision
@@ -158,7 +161,7 @@ def shard_decoder(
         scaled = scale_layer(layer, ratios, act, share[0] + share[1], par, parts)
         grouped.append(grouped_host_ops(scaled, kind, m, par, lp, host))
         attn.append(attention_host_ops(scaled, kind, m))
-        layers.append(rank_expert_ops(scaled, kind, m, par, grouped[-1]))
+        layers.append(with_comm_ops(rank_expert_ops(scaled, kind, m, par, grouped[-1]), tpc))
         comm.append(tpc)
         pairs.append(pair)
         group.append(ops)

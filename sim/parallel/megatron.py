@@ -23,12 +23,26 @@ NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/tensor_parallel/cross_entropy.py``
 (NVIDIA/TransformerEngine@8b99682 ``transformer_engine/pytorch/triton/cross_entropy.py``
 lines 78-82, only with more than one rank).
 
-**Host ops**: a collective adds one op to the layer's count (:func:`comm_host_ops`): the call
-of Megatron's ``mappings.py`` functions, which at ``t = 1`` return their input (so the trace,
-counted at one rank, holds none). Not the loss's all-reduces: Megatron calls them on a group of
-one too, so the loss's own count holds them (:data:`sim.compute.loss_fusion.LOSS_OPS`); TE's
-all-gather adds two, its output buffer's ``torch.zeros`` and the call, issued only at ``t > 1``
-(``cross_entropy.py`` lines 79-82, same commit).
+**Host ops**: a collective adds one op to its layer's count (:func:`with_comm_ops`, every
+sharding path: GPT and BERT :mod:`sim.parallel.shard`, T5 :mod:`sim.parallel.t5_shard`, decoders
+:mod:`sim.parallel.decoder_shard`): the host's one ``torch.distributed`` call. Megatron's
+``mappings.py`` functions issue one per collective and return their input at ``t = 1``
+(NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/tensor_parallel/mappings.py``: ``_reduce``
+27-35, ``_gather_along_first_dim`` 135-146, ``_reduce_scatter_along_first_dim`` 171-186), and
+so do Transformer Engine's linear layers, which a Megatron-Core decoder's attention and MLP
+collectives go through (NVIDIA/TransformerEngine@d0067d0d ``pytorch/module/layernorm_linear.py``
+283-309 and ``linear.py`` 407-412: the input's all-gather, ``gather_along_first_dim``;
+``linear.py`` 569-577: the row-parallel output's reduce-scatter or all-reduce;
+``pytorch/distributed.py`` 931-957, 1668-1691, 2095-2109: one call each, none on one rank);
+so the trace, counted at one rank, holds none. Not the loss's all-reduces: Megatron calls them
+on a group of one too, so the loss's own count holds them
+(:data:`sim.compute.loss_fusion.LOSS_OPS`); TE's loss all-gather adds two, its output buffer's
+``torch.zeros`` and the call, issued only at ``t > 1`` (TransformerEngine@8b99682
+``pytorch/triton/cross_entropy.py`` lines 79-82). Assumptions: an FP8 or MXFP8 input gathered
+as one call (TE gathers a quantized tensor's data and scales under one coalescing manager,
+``distributed.py`` 1606-1640 and 1735-1773 at d0067d0d), and userbuffers (``tp_comm_overlap``)
+issuing as many (their all-gather's ``copy_into_buffer``, ``module/base.py`` 607-654; their
+reduce-scatter inside the GEMM call).
 
 **The saved input gathered again** (``regather``): with sequence parallelism a column-parallel
 linear layer (a block's QKV and first MLP GEMM, the output layer) keeps only its rank's
@@ -55,10 +69,11 @@ replicated vectors are left out, as in the paper's count).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.events import EventKind
+from sim.trace.schema import LayerProfile
 
 AR, AG, RS = EventKind.ALLREDUCE.value, EventKind.ALL_GATHER.value, EventKind.REDUCE_SCATTER.value
 
@@ -154,10 +169,21 @@ def loss_comm(b: int, s: int, t: int, fusion: str = "unfused") -> tuple[CommOp, 
     return (CommOp(AR, n, host_ops=0),) * 3
 
 
-def comm_host_ops(comm: LayerComm) -> tuple[int, int]:
-    """``(forward, backward)`` host ops ``comm``'s collectives add to their layer's count
-    (:attr:`CommOp.host_ops`, module doc)."""
-    return sum(op.host_ops for op in comm.fwd), sum(op.host_ops for op in comm.bwd)
+def with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
+    """``layer`` with the host ops its collectives ``comm`` add to its ``fwd_ops`` and
+    ``bwd_ops`` (:attr:`CommOp.host_ops` each, module doc); a count the trace lacks (None)
+    stays None.
+
+    Example: a sequence-parallel block's two all-gathers and two reduce-scatters each way.
+        >>> blk = LayerProfile("block.0", 1.0, 2.0, 0.0, 0.0, 0.0, fwd_ops=60.0, bwd_ops=90.0)
+        >>> out = with_comm_ops(blk, block_comm(1, 8, 4, 2, 2, True))
+        >>> out.fwd_ops, out.bwd_ops
+        (64.0, 94.0)
+    """
+    add_f, add_b = (sum(op.host_ops for op in ops) for ops in (comm.fwd, comm.bwd))
+    fwd = None if layer.fwd_ops is None else layer.fwd_ops + add_f
+    bwd = None if layer.bwd_ops is None else layer.bwd_ops + add_b
+    return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
 
 
 def head_comm(

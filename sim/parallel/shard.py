@@ -34,7 +34,7 @@
   the trace has them): the ``all_reduce`` (or all-gather, reduce-scatter) call of Megatron's
   ``mappings.py`` functions, which at ``t = 1`` return their input; not the loss's
   all-reduces, which the trace's head already counts (:func:`sim.parallel.megatron.
-  comm_host_ops`).
+  with_comm_ops`).
 
 The trace must carry its model shape (``provenance.inputs`` of a generated trace, or
 ``provenance.model_shape`` of a profiled one): :func:`model_shape`.
@@ -54,9 +54,9 @@ from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.megatron import (
     LayerComm,
     block_act_bytes_tp,
-    comm_host_ops,
     layer_comm,
     parallel_modules,
+    with_comm_ops,
 )
 from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
@@ -225,15 +225,6 @@ def _shard_layer(
         attn_core_act_bytes=div(layer.attn_core_act_bytes),
         attn_core_flops=div(layer.attn_core_flops),
     )
-
-
-def with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
-    """``layer`` with the host ops its collectives add (module doc, :func:`~sim.parallel.
-    megatron.comm_host_ops`)."""
-    add_f, add_b = comm_host_ops(comm)
-    fwd = None if layer.fwd_ops is None else layer.fwd_ops + add_f
-    bwd = None if layer.bwd_ops is None else layer.bwd_ops + add_b
-    return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
 
 
 def shard_trace(

@@ -19,9 +19,8 @@ Megatron's (Shoeybi et al., arXiv:1909.08053, §3; Korthikanti et al., arXiv:220
   all-gathers of the four column-parallel inputs;
 * the head: :func:`~sim.parallel.megatron.head_comm` at ``s_d``.
 
-Each collective adds its host ops as in :mod:`sim.parallel.shard` (the loss's all-reduces
-none: the head's own count holds them). The per-module DTensor
-overhead of the replay (``tp_module_overhead_s``) is not charged: Megatron's tensor
+Each collective adds its host ops (:func:`~sim.parallel.megatron.with_comm_ops`; the loss's
+all-reduces none: the head's own count holds them). The per-module DTensor overhead of the replay (``tp_module_overhead_s``) is not charged: Megatron's tensor
 parallelism has none.
 """
 
@@ -40,8 +39,9 @@ from sim.parallel.megatron import (
     block_comm,
     head_comm,
     regathered,
+    with_comm_ops,
 )
-from sim.parallel.shard import ShardedTrace, with_comm_ops
+from sim.parallel.shard import ShardedTrace
 from sim.trace.schema import Trace, dtype_bytes
 from sim.trace.t5 import t5_layers, t5_shape
 
