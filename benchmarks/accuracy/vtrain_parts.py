@@ -24,6 +24,18 @@ same form closely (they are simulated, not composed). This prints, per hidden si
    per-micro-batch time ``f`` at ``b`` exceeds that at ``2 b``. One layer's forward,
    recompute and backward at twice the tokens runs the same ops on twice the data, so no
    mechanism makes it faster; such a ``(t, b)`` cell's error is not a mechanism's.
+4. **Head floor** (:func:`head_slopes`): at ``p = 1``, the rows' per-micro-batch part outside
+   the layers (``e``) grows with the micro-batch size ``b`` by ``de/db`` ms per sample
+   (least-squares slope over ``b``); beside it, what the code runs per sample outside the
+   layers, at the datasheet peaks (:func:`head_floor_ms`): the output layer's three GEMMs
+   (``parallel_lm_logits`` -> ``linear_with_grad_accumulation_and_async_allreduce``,
+   ``megatron/core/tensor_parallel/layers.py`` l.277, 318, 370 at f4157bea), the logits made
+   fp32 (``float16_to_fp32``, ``megatron/model/gpt_model.py`` l.438-439) and the
+   vocabulary-parallel cross-entropy's passes (``megatron/core/tensor_parallel/
+   cross_entropy.py`` l.19-95, 101-130), as :mod:`sim.compute.layers` counts them, over the
+   ``V / t`` vocabulary shard (Megatron-DeepSpeed's padding, :func:`sim.runs.vtrain.padded_vocab`).
+   A slope below the floor is faster than an A100 can run the code; a slope that does not
+   fall with ``t`` as ``V / t`` does is not the head's.
 
 Nothing here feeds pipesim. Run:
 ``python benchmarks/accuracy/vtrain_parts.py OUT/predictions.csv [OUT2/predictions.csv]``
@@ -37,14 +49,19 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy.vtrain_provenance import groups, shared_parts  # noqa: E402
+from sim.compute.kernels import Kernel, kernel_time_s  # noqa: E402
+from sim.compute.layers import embedding_kernels, head_kernels  # noqa: E402
 from sim.compute.megatron_ops import param_tensors  # noqa: E402
+from sim.hardware.gpu_compute import ComputeSpec  # noqa: E402
 from sim.hardware.loader import load_hardware_spec  # noqa: E402
+from sim.runs.vtrain import VOCAB, padded_vocab  # noqa: E402
 
 NAME = re.compile(r"h(\d+)-L(\d+)-t(\d+)p(\d+)w(\d+)b(\d+)B(\d+)")
 RAW = ["hidden", "layers", "tensor_parallel", "pipeline_parallel", "data_parallel",
@@ -129,6 +146,53 @@ def b_inversions(shared: pd.DataFrame) -> pd.DataFrame:
     return both[both.f_ms > both.f_2b_ms]
 
 
+def _outside_layers(b: int, s: int, h: int, t: int) -> list[Kernel]:
+    """One micro-batch's kernels outside the layers on one of ``t`` tensor ranks, fp16: the
+    embedding and the head with Megatron's fp32 cross-entropy (:mod:`sim.compute.layers`)."""
+    vocab = padded_vocab(VOCAB, t) // t
+    fwd, bwd_in, bwd_w = head_kernels("gpt", b, s, h, vocab, 2)
+    emb_fwd, emb_bwd = embedding_kernels("gpt", b, s, h, vocab, 2)
+    return [*emb_fwd, *fwd, *bwd_in, *bwd_w, *emb_bwd]
+
+
+def head_floor_ms(h: int, t: int, peak_flops: float, peak_Bps: float, s: int = 1024) -> float:
+    """Milliseconds per sample (the growth from ``b = 1`` to ``b = 2``) of the work outside the
+    layers (:func:`_outside_layers`) with each GEMM at ``max(flops / peak_flops, bytes /
+    peak_Bps)`` and each memory-bound kernel at ``bytes / peak_Bps``: no launch overhead, no
+    wave quantization, no lost bandwidth.
+
+    Example (``h`` 1024, ``t`` 8: ``V / t`` = 6400; three GEMMs of ``2 x 1024 x 6400 x 1024``
+    FLOPs = 40.27 GFLOP at 312 TFLOP/s = 0.1290 ms; 52 bytes per logit (6 + 4 + 8 + 8 + 4 + 8
+    forward, 8 + 6 backward) of 1024 x 6400 = 340.8 MB and the norm's and embedding's
+    (2 + 3 + 2 + 1) x 1024 x 1024 x 2 + 8 x 1024 = 16.8 MB, per sample, at 1555 GB/s = 0.2300 ms):
+        >>> round(head_floor_ms(1024, 8, 312e12, 1555e9), 4)
+        0.359
+    """
+
+    def floor_s(k: Kernel) -> float:
+        gemm_s = max(k.flops / peak_flops, k.bytes / peak_Bps)
+        return gemm_s if k.kind == "gemm" else k.bytes / peak_Bps
+
+    one, two = (sum(floor_s(k) for k in _outside_layers(b, s, h, t)) for b in (1, 2))
+    return (two - one) * 1e3
+
+
+def head_slopes(parts: pd.DataFrame, h: int, spec: ComputeSpec, s: int = 1024) -> pd.DataFrame:
+    """Per ``t`` at ``p = 1``: the rows' ``de/db`` (ms per sample, least squares over ``b``,
+    every ``w``), :func:`head_floor_ms` at ``spec``'s datasheet peaks (``floor_ms``), pipesim's
+    kernel model of the same kernels (``model_ms``) and whether the rows sit below the floor."""
+    sel = parts[parts.p == 1]
+    out = []
+    for t, g in sel.groupby("t"):
+        slope = float(np.polyfit(g.b, g.e, 1)[0])
+        model = [sum(kernel_time_s(k, spec, "fp16") for k in _outside_layers(b, s, h, int(t)))
+                 for b in (1, 2)]  # fmt: skip
+        floor = head_floor_ms(h, int(t), spec.matmul_flops, spec.hbm_bandwidth_Bps, s)
+        out.append({"t": t, "rows_de_db_ms": slope, "floor_ms": floor,
+                    "model_ms": (model[1] - model[0]) * 1e3, "rows_below_floor": slope < floor})  # fmt: skip
+    return pd.DataFrame(out)
+
+
 def check_host_s(preset: str) -> float:
     """Host seconds of the serial overflow check over one transformer block's parameter
     tensors on ``preset``'s ``host_overhead`` (0 without one)."""
@@ -158,6 +222,9 @@ def main() -> None:
         print(f"== h{h}: f at b above f at 2 b (ms)")
         inv = b_inversions(shared_parts(parts))[["t", "b", "f_ms", "f_2b_ms"]]
         print(inv.round(3).to_string(index=False))
+        print(f"== h{h}: per sample outside the layers at p 1: rows' de/db, the code's floor")
+        spec = load_hardware_spec(args.preset).gpu.compute_spec()
+        print(head_slopes(parts, int(h), spec).round(3).to_string(index=False))
 
 
 if __name__ == "__main__":
