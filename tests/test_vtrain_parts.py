@@ -9,9 +9,11 @@ import pytest
 from benchmarks.accuracy.vtrain_parts import (
     RAW,
     b_inversions,
+    block_params,
     check_host_s,
     head_floor_ms,
     head_slopes,
+    step_bytes_floor,
     step_floor,
     swap_errors,
     with_parts,
@@ -89,3 +91,16 @@ def test_head_slopes_flag_rows_growing_slower_than_the_floor():
     assert out.rows_de_db_ms.tolist() == pytest.approx([9.0, 1.0])
     assert out.rows_below_floor.tolist() == [False, True]
     assert (out.model_ms > out.floor_ms).all()  # launch overhead, waves, 85 % of HBM
+
+
+def test_step_bytes_floor_is_one_blocks_parameters_times_bytes_at_peak():
+    # h 2048, t 4: (12 x 2048^2 + 7 x 2048) / 4 + 6 x 2048 = 12,598,784 parameters;
+    # x 28 B / 1555 GB/s = 0.22686 ms, x 78 B = 0.63196 ms; p 2 and w 2 rows left out
+    parts = pd.DataFrame({"t": [4, 4, 4, 4], "p": [1, 1, 2, 1], "w": [1, 1, 1, 2],
+                          "b": [1, 2, 1, 1], "c": [0.25, 0.26, 9.0, 9.0]})  # fmt: skip
+    out = step_bytes_floor(parts, 2048, 1555e9, 78.0).iloc[0]
+    assert block_params(2048, 4) == 12_598_784
+    assert out.rows_step_ms == pytest.approx(0.255)
+    assert out.adam_floor_ms == pytest.approx(12_598_784 * 28 / 1555e9 * 1e3)
+    assert out.adam_floor_ms == pytest.approx(0.22686, abs=1e-5)
+    assert out.code_floor_ms == pytest.approx(0.63196, abs=1e-5)

@@ -36,6 +36,11 @@ same form closely (they are simulated, not composed). This prints, per hidden si
    ``V / t`` vocabulary shard (Megatron-DeepSpeed's padding, :func:`sim.runs.vtrain.padded_vocab`).
    A slope below the floor is faster than an A100 can run the code; a slope that does not
    fall with ``t`` as ``V / t`` does is not the head's.
+5. **Step bytes** (:func:`step_bytes_floor`): the rows' per-layer step at ``p = 1, w = 1``
+   beside one block's update at the datasheet HBM rate, with the fused Adam update's bytes
+   alone (:data:`FUSED_UPDATE_BYTES`) and with what ``FP16_Optimizer.step`` moves besides
+   (``MegatronDeepSpeed.step_extra_bytes``, ``reduce_extra_bytes``). A step below the second
+   is faster than the code's passes can run.
 
 Nothing here feeds pipesim. Run:
 ``python benchmarks/accuracy/vtrain_parts.py OUT/predictions.csv [OUT2/predictions.csv]``
@@ -59,6 +64,7 @@ from benchmarks.accuracy.vtrain_provenance import groups, shared_parts  # noqa: 
 from sim.compute.kernels import Kernel, kernel_time_s  # noqa: E402
 from sim.compute.layers import embedding_kernels, head_kernels  # noqa: E402
 from sim.compute.megatron_ops import param_tensors  # noqa: E402
+from sim.framework.megatron_deepspeed import MegatronDeepSpeed  # noqa: E402
 from sim.hardware.gpu_compute import ComputeSpec  # noqa: E402
 from sim.hardware.loader import load_hardware_spec  # noqa: E402
 from sim.runs.vtrain import VOCAB, padded_vocab  # noqa: E402
@@ -130,6 +136,44 @@ def step_floor(parts: pd.DataFrame, host_s: float) -> pd.DataFrame:
     out = sel.groupby("t").c.mean().rename("rows_step_ms").reset_index()
     return out.assign(check_host_ms=host_s * 1e3,
                       rows_below_check=out.rows_step_ms < host_s * 1e3)  # fmt: skip
+
+
+FUSED_UPDATE_BYTES = 28.0
+"""Bytes per parameter of the fused Adam update with 16-bit weights and gradients and fp32
+master weights and moments: ``grad + 2 x optimizer + weight`` = 2 + 2 x 12 + 2
+(:func:`sim.memory.states.optimizer_step_s`)."""
+
+
+def block_params(h: int, t: int) -> float:
+    """Parameters of one GPT block (GeLU MLP of ``4h``) on one of ``t`` tensor ranks: the
+    four weight matrices ``12 h^2 / t``, the column-parallel biases ``7 h / t`` (QKV, fc1), the
+    replicated ones ``6 h`` (proj and fc2 biases, two layer norms' weight and bias).
+
+    Example:
+        >>> block_params(1024, 2)
+        6301184.0
+    """
+    return (12 * h * h + 7 * h) / t + 6 * h
+
+
+def step_bytes_floor(
+    parts: pd.DataFrame, h: int, peak_Bps: float, code_bytes: float
+) -> pd.DataFrame:
+    """Per ``t`` at ``p = 1, w = 1``: the rows' per-layer step (``c``, ms, mean over ``b``)
+    beside one block's update at ``peak_Bps`` with the fused update's bytes alone
+    (:data:`FUSED_UPDATE_BYTES`, ``adam_floor_ms``) and with ``code_bytes`` per parameter
+    (what the framework's step moves: ``code_floor_ms``).
+
+    Example (t 2, h 1024: 6,301,184 parameters x 28 B at 1555 GB/s = 0.1135 ms; x 78 B = 0.3161):
+        >>> parts = pd.DataFrame({"t": [2], "p": [1], "w": [1], "b": [1], "c": [0.134]})
+        >>> step_bytes_floor(parts, 1024, 1555e9, 78.0).round(4).values.tolist()
+        [[2.0, 0.134, 0.1135, 0.3161]]
+    """
+    sel = parts[(parts.p == 1) & (parts.w == 1)]
+    out = sel.groupby("t").c.mean().rename("rows_step_ms").reset_index()
+    n = out.t.map(lambda t: block_params(h, int(t)))
+    return out.assign(adam_floor_ms=n * FUSED_UPDATE_BYTES / peak_Bps * 1e3,
+                      code_floor_ms=n * code_bytes / peak_Bps * 1e3)  # fmt: skip
 
 
 def b_inversions(shared: pd.DataFrame) -> pd.DataFrame:
@@ -219,11 +263,17 @@ def main() -> None:
         parts = groups(g.assign(iteration_time_ms=g.measured_ms))
         print(f"== h{h}: the rows' per-layer step at p 1, w 1 against the overflow check's host")
         print(step_floor(parts, host_s).round(3).to_string(index=False))
+        spec = load_hardware_spec(args.preset).gpu.compute_spec()
+        code = FUSED_UPDATE_BYTES + MegatronDeepSpeed.step_extra_bytes.value
+        code += MegatronDeepSpeed.reduce_extra_bytes.value[0]
+        print(f"== h{h}: the rows' per-layer step at p 1, w 1 against its bytes at HBM peak "
+              f"(fused update {FUSED_UPDATE_BYTES:g} B/param; the code's {code:g})")  # fmt: skip
+        print(step_bytes_floor(parts, int(h), spec.hbm_bandwidth_Bps, code).round(3)
+              .to_string(index=False))  # fmt: skip
         print(f"== h{h}: f at b above f at 2 b (ms)")
         inv = b_inversions(shared_parts(parts))[["t", "b", "f_ms", "f_2b_ms"]]
         print(inv.round(3).to_string(index=False))
         print(f"== h{h}: per sample outside the layers at p 1: rows' de/db, the code's floor")
-        spec = load_hardware_spec(args.preset).gpu.compute_spec()
         print(head_slopes(parts, int(h), spec).round(3).to_string(index=False))
 
 
