@@ -29,10 +29,10 @@ same form closely (they are simulated, not composed). This prints, per hidden si
    (least-squares slope over ``b``); beside it, what the code runs per sample outside the
    layers, at the datasheet peaks (:func:`head_floor_ms`): the output layer's three GEMMs
    (``parallel_lm_logits`` -> ``linear_with_grad_accumulation_and_async_allreduce``,
-   ``megatron/core/tensor_parallel/layers.py`` l.277, 318, 370 at f4157bea), the logits made
+   ``megatron/core/tensor_parallel/layers.py`` l.281, 317, 376 at f4157bea), the logits made
    fp32 (``float16_to_fp32``, ``megatron/model/gpt_model.py`` l.438-439) and the
    vocabulary-parallel cross-entropy's passes (``megatron/core/tensor_parallel/
-   cross_entropy.py`` l.19-95, 101-130), as :mod:`sim.compute.layers` counts them, over the
+   cross_entropy.py`` l.17-94, 97-126), as :mod:`sim.compute.layers` counts them, over the
    ``V / t`` vocabulary shard (Megatron-DeepSpeed's padding, :func:`sim.runs.vtrain.padded_vocab`).
    A slope below the floor is faster than an A100 can run the code; a slope that does not
    fall with ``t`` as ``V / t`` does is not the head's.
