@@ -24,6 +24,23 @@ same form closely (they are simulated, not composed). This prints, per hidden si
    per-micro-batch time ``f`` at ``b`` exceeds that at ``2 b``. One layer's forward,
    recompute and backward at twice the tokens runs the same ops on twice the data, so no
    mechanism makes it faster; such a ``(t, b)`` cell's error is not a mechanism's.
+4. **Head floor** (:func:`head_slopes`): at ``p = 1``, the rows' per-micro-batch part outside
+   the layers (``e``) grows with the micro-batch size ``b`` by ``de/db`` ms per sample
+   (least-squares slope over ``b``); beside it, what the code runs per sample outside the
+   layers, at the datasheet peaks (:func:`head_floor_ms`): the output layer's three GEMMs
+   (``parallel_lm_logits`` -> ``linear_with_grad_accumulation_and_async_allreduce``,
+   ``megatron/core/tensor_parallel/layers.py`` l.281, 317, 376 at f4157bea), the logits made
+   fp32 (``float16_to_fp32``, ``megatron/model/gpt_model.py`` l.438-439) and the
+   vocabulary-parallel cross-entropy's passes (``megatron/core/tensor_parallel/
+   cross_entropy.py`` l.17-94, 97-126), as :mod:`sim.compute.layers` counts them, over the
+   ``V / t`` vocabulary shard (Megatron-DeepSpeed's padding, :func:`sim.runs.vtrain.padded_vocab`).
+   A slope below the floor is faster than an A100 can run the code; a slope that does not
+   fall with ``t`` as ``V / t`` does is not the head's.
+5. **Step bytes** (:func:`step_bytes_floor`): the rows' per-layer step at ``p = 1, w = 1``
+   beside one block's update at the datasheet HBM rate, with the fused Adam update's bytes
+   alone (:data:`FUSED_UPDATE_BYTES`) and with what ``FP16_Optimizer.step`` moves besides
+   (``MegatronDeepSpeed.step_extra_bytes``, ``reduce_extra_bytes``). A step below the second
+   is faster than the code's passes can run.
 
 Nothing here feeds pipesim. Run:
 ``python benchmarks/accuracy/vtrain_parts.py OUT/predictions.csv [OUT2/predictions.csv]``
@@ -37,14 +54,20 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy.vtrain_provenance import groups, shared_parts  # noqa: E402
+from sim.compute.kernels import Kernel, kernel_time_s  # noqa: E402
+from sim.compute.layers import embedding_kernels, head_kernels  # noqa: E402
 from sim.compute.megatron_ops import param_tensors  # noqa: E402
+from sim.framework.megatron_deepspeed import MegatronDeepSpeed  # noqa: E402
+from sim.hardware.gpu_compute import ComputeSpec  # noqa: E402
 from sim.hardware.loader import load_hardware_spec  # noqa: E402
+from sim.runs.vtrain import VOCAB, padded_vocab  # noqa: E402
 
 NAME = re.compile(r"h(\d+)-L(\d+)-t(\d+)p(\d+)w(\d+)b(\d+)B(\d+)")
 RAW = ["hidden", "layers", "tensor_parallel", "pipeline_parallel", "data_parallel",
@@ -115,6 +138,44 @@ def step_floor(parts: pd.DataFrame, host_s: float) -> pd.DataFrame:
                       rows_below_check=out.rows_step_ms < host_s * 1e3)  # fmt: skip
 
 
+FUSED_UPDATE_BYTES = 28.0
+"""Bytes per parameter of the fused Adam update with 16-bit weights and gradients and fp32
+master weights and moments: ``grad + 2 x optimizer + weight`` = 2 + 2 x 12 + 2
+(:func:`sim.memory.states.optimizer_step_s`)."""
+
+
+def block_params(h: int, t: int) -> float:
+    """Parameters of one GPT block (GeLU MLP of ``4h``) on one of ``t`` tensor ranks: the
+    four weight matrices ``12 h^2 / t``, the column-parallel biases ``7 h / t`` (QKV, fc1), the
+    replicated ones ``6 h`` (proj and fc2 biases, two layer norms' weight and bias).
+
+    Example:
+        >>> block_params(1024, 2)
+        6301184.0
+    """
+    return (12 * h * h + 7 * h) / t + 6 * h
+
+
+def step_bytes_floor(
+    parts: pd.DataFrame, h: int, peak_Bps: float, code_bytes: float
+) -> pd.DataFrame:
+    """Per ``t`` at ``p = 1, w = 1``: the rows' per-layer step (``c``, ms, mean over ``b``)
+    beside one block's update at ``peak_Bps`` with the fused update's bytes alone
+    (:data:`FUSED_UPDATE_BYTES`, ``adam_floor_ms``) and with ``code_bytes`` per parameter
+    (what the framework's step moves: ``code_floor_ms``).
+
+    Example (t 2, h 1024: 6,301,184 parameters x 28 B at 1555 GB/s = 0.1135 ms; x 78 B = 0.3161):
+        >>> parts = pd.DataFrame({"t": [2], "p": [1], "w": [1], "b": [1], "c": [0.134]})
+        >>> step_bytes_floor(parts, 1024, 1555e9, 78.0).round(4).values.tolist()
+        [[2.0, 0.134, 0.1135, 0.3161]]
+    """
+    sel = parts[(parts.p == 1) & (parts.w == 1)]
+    out = sel.groupby("t").c.mean().rename("rows_step_ms").reset_index()
+    n = out.t.map(lambda t: block_params(h, int(t)))
+    return out.assign(adam_floor_ms=n * FUSED_UPDATE_BYTES / peak_Bps * 1e3,
+                      code_floor_ms=n * code_bytes / peak_Bps * 1e3)  # fmt: skip
+
+
 def b_inversions(shared: pd.DataFrame) -> pd.DataFrame:
     """The ``(t, b)`` of :func:`~benchmarks.accuracy.vtrain_provenance.shared_parts` whose
     ``f`` (ms) exceeds ``f`` at ``(t, 2 b)``.
@@ -127,6 +188,53 @@ def b_inversions(shared: pd.DataFrame) -> pd.DataFrame:
     twice = shared.assign(b=shared.b // 2).rename(columns={"f_ms": "f_2b_ms"})
     both = shared.merge(twice[twice.b > 0][["t", "b", "f_2b_ms"]], on=["t", "b"])
     return both[both.f_ms > both.f_2b_ms]
+
+
+def _outside_layers(b: int, s: int, h: int, t: int) -> list[Kernel]:
+    """One micro-batch's kernels outside the layers on one of ``t`` tensor ranks, fp16: the
+    embedding and the head with Megatron's fp32 cross-entropy (:mod:`sim.compute.layers`)."""
+    vocab = padded_vocab(VOCAB, t) // t
+    fwd, bwd_in, bwd_w = head_kernels("gpt", b, s, h, vocab, 2)
+    emb_fwd, emb_bwd = embedding_kernels("gpt", b, s, h, vocab, 2)
+    return [*emb_fwd, *fwd, *bwd_in, *bwd_w, *emb_bwd]
+
+
+def head_floor_ms(h: int, t: int, peak_flops: float, peak_Bps: float, s: int = 1024) -> float:
+    """Milliseconds per sample (the growth from ``b = 1`` to ``b = 2``) of the work outside the
+    layers (:func:`_outside_layers`) with each GEMM at ``max(flops / peak_flops, bytes /
+    peak_Bps)`` and each memory-bound kernel at ``bytes / peak_Bps``: no launch overhead, no
+    wave quantization, no lost bandwidth.
+
+    Example (``h`` 1024, ``t`` 8: ``V / t`` = 6400; three GEMMs of ``2 x 1024 x 6400 x 1024``
+    FLOPs = 40.27 GFLOP at 312 TFLOP/s = 0.1290 ms; 52 bytes per logit (6 + 4 + 8 + 8 + 4 + 8
+    forward, 8 + 6 backward) of 1024 x 6400 = 340.8 MB and the norm's and embedding's
+    (2 + 3 + 2 + 1) x 1024 x 1024 x 2 + 8 x 1024 = 16.8 MB, per sample, at 1555 GB/s = 0.2300 ms):
+        >>> round(head_floor_ms(1024, 8, 312e12, 1555e9), 4)
+        0.359
+    """
+
+    def floor_s(k: Kernel) -> float:
+        gemm_s = max(k.flops / peak_flops, k.bytes / peak_Bps)
+        return gemm_s if k.kind == "gemm" else k.bytes / peak_Bps
+
+    one, two = (sum(floor_s(k) for k in _outside_layers(b, s, h, t)) for b in (1, 2))
+    return (two - one) * 1e3
+
+
+def head_slopes(parts: pd.DataFrame, h: int, spec: ComputeSpec, s: int = 1024) -> pd.DataFrame:
+    """Per ``t`` at ``p = 1``: the rows' ``de/db`` (ms per sample, least squares over ``b``,
+    every ``w``), :func:`head_floor_ms` at ``spec``'s datasheet peaks (``floor_ms``), pipesim's
+    kernel model of the same kernels (``model_ms``) and whether the rows sit below the floor."""
+    sel = parts[parts.p == 1]
+    out = []
+    for t, g in sel.groupby("t"):
+        slope = float(np.polyfit(g.b, g.e, 1)[0])
+        model = [sum(kernel_time_s(k, spec, "fp16") for k in _outside_layers(b, s, h, int(t)))
+                 for b in (1, 2)]  # fmt: skip
+        floor = head_floor_ms(h, int(t), spec.matmul_flops, spec.hbm_bandwidth_Bps, s)
+        out.append({"t": t, "rows_de_db_ms": slope, "floor_ms": floor,
+                    "model_ms": (model[1] - model[0]) * 1e3, "rows_below_floor": slope < floor})  # fmt: skip
+    return pd.DataFrame(out)
 
 
 def check_host_s(preset: str) -> float:
@@ -155,9 +263,18 @@ def main() -> None:
         parts = groups(g.assign(iteration_time_ms=g.measured_ms))
         print(f"== h{h}: the rows' per-layer step at p 1, w 1 against the overflow check's host")
         print(step_floor(parts, host_s).round(3).to_string(index=False))
+        spec = load_hardware_spec(args.preset).gpu.compute_spec()
+        code = FUSED_UPDATE_BYTES + MegatronDeepSpeed.step_extra_bytes.value
+        code += MegatronDeepSpeed.reduce_extra_bytes.value[0]
+        print(f"== h{h}: the rows' per-layer step at p 1, w 1 against its bytes at HBM peak "
+              f"(fused update {FUSED_UPDATE_BYTES:g} B/param; the code's {code:g})")  # fmt: skip
+        print(step_bytes_floor(parts, int(h), spec.hbm_bandwidth_Bps, code).round(3)
+              .to_string(index=False))  # fmt: skip
         print(f"== h{h}: f at b above f at 2 b (ms)")
         inv = b_inversions(shared_parts(parts))[["t", "b", "f_ms", "f_2b_ms"]]
         print(inv.round(3).to_string(index=False))
+        print(f"== h{h}: per sample outside the layers at p 1: rows' de/db, the code's floor")
+        print(head_slopes(parts, int(h), spec).round(3).to_string(index=False))
 
 
 if __name__ == "__main__":
