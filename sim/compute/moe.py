@@ -9,8 +9,9 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 1. pre-MLP norm over the rank's ``r`` tokens (``r = T/t`` with sequence parallelism);
 2. router: GEMM ``[r, h] @ [h, E]`` (weights replicated over tensor ranks), softmax and top-k
    (reads the ``r*E`` logits, writes fp32 probabilities, ``r*k`` probabilities and int64
-   indices; without ``moe_router_fusion`` the eager ops counted in
-   :mod:`sim.compute.router_unfused`); unless every expert is padded to its capacity, the dispatcher then needs the
+   indices; with ``moe_router_fusion`` the random logits of forced balancing and the
+   auxiliary loss's kernels beside it, :mod:`sim.compute.router_fused`; without it the eager
+   ops counted in :mod:`sim.compute.router_unfused`); unless every expert is padded to its capacity, the dispatcher then needs the
    token counts on the host (``MoEAlltoAllTokenDispatcher.preprocess``: with expert or tensor
    parallelism an all-gather of the ``E`` counts over the TP x EP group, timed by the engine,
    :mod:`sim.parallel.decoder_shard`; then a device-to-host copy and a stream synchronisation
@@ -105,6 +106,7 @@ from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes,
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
+from sim.compute.router_fused import fused_extra_bwd, fused_extra_fwd
 from sim.compute.router_unfused import router_bwd, router_fwd
 
 TOKEN_COUNT_SYNC = "token_count_sync"
@@ -172,6 +174,9 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     permute runs on the receiving rank, :func:`_flex_permute`)."""
     e, k, h = shape.experts, shape.top_k, shape.hidden
     topk = [mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES))]
+    if shape.router_fused:  # its random logits and balancing loss (sim.compute.router_fused)
+        extra = fused_extra_fwd(r, e, d, shape.aux_loss, shape.random_logits)
+        topk = extra[:2] + topk + extra[2:] if shape.random_logits else topk + extra
     out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else router_fwd(r, e, k))]
     padded = shape.capacity_factor is not None and shape.pad_to_capacity
     sync = [] if padded else [mem(TOKEN_COUNT_SYNC, 0.0)]  # the host sync (module doc, step 2)
@@ -309,6 +314,7 @@ def moe_bwd(
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw
     topk = [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES))]
+    topk += fused_extra_bwd(r, e, d, shape.aux_loss)  # sim.compute.router_fused
     dx += topk if shape.router_fused else router_bwd(r, e, k)
     dx.append(gemm("d_router_in", r, h, e, d))
     dw.append(gemm("d_router_w", h, e, r, d))
