@@ -193,10 +193,14 @@ SIMUMAX_DROPOUT = {"attention-dropout": "0.0", "hidden-dropout": "0.0"}
 """SimuMax's launchers train without dropout (``run_pretrain_deepseekv2.sh`` ``MODEL_ARGS``;
 the Llama 3 launcher taken to do the same, as ``benchmarks/accuracy/memory_rows.py`` reads
 it)."""
-SIMUMAX_MOE = {"moe-expert-capacity-factor": "1", "moe-pad-expert-input-to-capacity": True}
+SIMUMAX_MOE = {
+    "moe-expert-capacity-factor": "1", "moe-pad-expert-input-to-capacity": True,
+    "moe-router-load-balancing-type": "seq_aux_loss", "moe-aux-loss-coeff": "3e-3",
+}  # fmt: skip
 """SimuMax's MoE launches (MooreThreads/SimuMax@1b8ca90 ``simu_tools/megatron_scripts/scripts/
 run_pretrain_deepseekv2.sh`` ``MOE_ARGS``): capacity factor 1 with each expert's input padded
-to it."""
+to it, and the sequence-level balancing loss (@4dcaae5 same file, lines 203 and 207:
+:mod:`sim.compute.router_fused`)."""
 SIMUMAX_CEF = {"cross-entropy-loss-fusion": True, "cross-entropy-fusion-impl": "te"}
 """SimuMax's ``_cef`` cases: Transformer Engine's fused cross entropy, added to the launchers'
 arguments through ``EXTRA_ARGS`` (the same reading as ``benchmarks/accuracy/memory_rows.py``
