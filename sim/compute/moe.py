@@ -106,6 +106,7 @@ from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes,
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
+from sim.compute.permute_map import chunk_sort_map, row_id_map
 from sim.compute.router_fused import fused_extra_bwd, fused_extra_fwd
 from sim.compute.router_unfused import router_bwd, router_fwd
 
@@ -185,7 +186,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     if shape.hybridep:
         sources = shape.experts // max(1, local) * etp
         return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync
-    return out + sync + latent + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
+    permute = _permute("permute", r * w * d + r * k * w * d, r, k, w, d)
+    return out + sync + latent + row_id_map(r, e) + [permute]  # TE's row map first
 
 
 def _flex_permute(
@@ -241,10 +243,12 @@ def moe_fwd(
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d, len(rows), etp)]
     fused = shape.fused_grouped_mlp
     sort: tuple[Kernel, ...] = ()
-    if sorts_by_expert(len(rows), shape.sort_by_expert):
-        sort = sort_fwd(_rows(rows), w, d)
+    if sorts_by_expert(len(rows), shape.sort_by_expert):  # each with its row map first
+        ahead, back = sort_fwd(_rows(rows), w, d)
+        maps = [chunk_sort_map(x.name, _rows(rows)) for x in (ahead, back)]
+        sort = (maps[0], ahead, maps[1], back)
     sort = sort or _flex_permute(shape, r, rows, d, etp, True)
-    out += sort[:1]
+    out += sort[: len(sort) // 2]
     copy = [offset_copy()] if shape.clamp and shape.fused_weighting else []
     for n, c in sorted(_groups(rows).items()):
         up = fe * (2 if shape.gated else 1)
@@ -258,7 +262,7 @@ def moe_fwd(
         out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
     if shape.bias and not fused:  # the down projection's bias, an eager chain per expert
         out += bias_fwd(_groups(rows), w, d)
-    out += sort[1:]
+    out += sort[len(sort) // 2 :]
     if not shape.hybridep:  # HybridEP's unpermute is its own (above)
         unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
         out.append(_permute("unpermute", unpermute, r, k, w, d))
