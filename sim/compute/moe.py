@@ -9,8 +9,9 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
 1. pre-MLP norm over the rank's ``r`` tokens (``r = T/t`` with sequence parallelism);
 2. router: GEMM ``[r, h] @ [h, E]`` (weights replicated over tensor ranks), softmax and top-k
    (reads the ``r*E`` logits, writes fp32 probabilities, ``r*k`` probabilities and int64
-   indices; without ``moe_router_fusion`` the eager ops counted in
-   :mod:`sim.compute.router_unfused`); unless every expert is padded to its capacity, the dispatcher then needs the
+   indices; with ``moe_router_fusion`` the random logits of forced balancing and the
+   auxiliary loss's kernels beside it, :mod:`sim.compute.router_fused`; without it the eager
+   ops counted in :mod:`sim.compute.router_unfused`); unless every expert is padded to its capacity, the dispatcher then needs the
    token counts on the host (``MoEAlltoAllTokenDispatcher.preprocess``: with expert or tensor
    parallelism an all-gather of the ``E`` counts over the TP x EP group, timed by the engine,
    :mod:`sim.parallel.decoder_shard`; then a device-to-host copy and a stream synchronisation
@@ -105,6 +106,8 @@ from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes,
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
+from sim.compute.permute_map import chunk_sort_map, row_id_map
+from sim.compute.router_fused import fused_extra_bwd, fused_extra_fwd
 from sim.compute.router_unfused import router_bwd, router_fwd
 
 TOKEN_COUNT_SYNC = "token_count_sync"
@@ -172,6 +175,9 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     permute runs on the receiving rank, :func:`_flex_permute`)."""
     e, k, h = shape.experts, shape.top_k, shape.hidden
     topk = [mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES))]
+    if shape.router_fused:  # its random logits and balancing loss (sim.compute.router_fused)
+        extra = fused_extra_fwd(r, e, d, shape.aux_loss, shape.random_logits)
+        topk = extra[:2] + topk + extra[2:] if shape.random_logits else topk + extra
     out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else router_fwd(r, e, k))]
     padded = shape.capacity_factor is not None and shape.pad_to_capacity
     sync = [] if padded else [mem(TOKEN_COUNT_SYNC, 0.0)]  # the host sync (module doc, step 2)
@@ -180,7 +186,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     if shape.hybridep:
         sources = shape.experts // max(1, local) * etp
         return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync
-    return out + sync + latent + [_permute("permute", r * w * d + r * k * w * d, r, k, w, d)]
+    permute = _permute("permute", r * w * d + r * k * w * d, r, k, w, d)
+    return out + sync + latent + row_id_map(r, e) + [permute]  # TE's row map first
 
 
 def _flex_permute(
@@ -236,10 +243,12 @@ def moe_fwd(
     out = [mem("norm2", 2 * r * h * d), *_router_fwd(shape, r, d, len(rows), etp)]
     fused = shape.fused_grouped_mlp
     sort: tuple[Kernel, ...] = ()
-    if sorts_by_expert(len(rows), shape.sort_by_expert):
-        sort = sort_fwd(_rows(rows), w, d)
+    if sorts_by_expert(len(rows), shape.sort_by_expert):  # each with its row map first
+        ahead, back = sort_fwd(_rows(rows), w, d)
+        maps = [chunk_sort_map(x.name, _rows(rows)) for x in (ahead, back)]
+        sort = (maps[0], ahead, maps[1], back)
     sort = sort or _flex_permute(shape, r, rows, d, etp, True)
-    out += sort[:1]
+    out += sort[: len(sort) // 2]
     copy = [offset_copy()] if shape.clamp and shape.fused_weighting else []
     for n, c in sorted(_groups(rows).items()):
         up = fe * (2 if shape.gated else 1)
@@ -253,7 +262,7 @@ def moe_fwd(
         out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
     if shape.bias and not fused:  # the down projection's bias, an eager chain per expert
         out += bias_fwd(_groups(rows), w, d)
-    out += sort[1:]
+    out += sort[len(sort) // 2 :]
     if not shape.hybridep:  # HybridEP's unpermute is its own (above)
         unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
         out.append(_permute("unpermute", unpermute, r, k, w, d))
@@ -309,6 +318,7 @@ def moe_bwd(
     ldx, ldw = _latent_bwd(shape, r, d, "down")
     dx, dw = dx + ldx, dw + ldw
     topk = [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES))]
+    topk += fused_extra_bwd(r, e, d, shape.aux_loss)  # sim.compute.router_fused
     dx += topk if shape.router_fused else router_bwd(r, e, k)
     dx.append(gemm("d_router_in", r, h, e, d))
     dw.append(gemm("d_router_w", h, e, r, d))

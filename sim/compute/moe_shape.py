@@ -63,6 +63,11 @@ class MoEShape:
             with a bias gradient is slow (v1.24, v1.25: :mod:`sim.compute.dglu_regression`);
             it slows the down projection's input gradient only with ``fused_grouped_mlp``
             and ``bias``.
+        aux_loss: the router adds an auxiliary balancing loss (``aux_loss`` or
+            ``seq_aux_loss`` with a coefficient above 0): with ``router_fused``, Transformer
+            Engine's score and loss kernels each way (:mod:`sim.compute.router_fused`).
+        random_logits: ``moe_router_force_load_balancing``: with ``router_fused``, the
+            random logits' copy and fill (:mod:`sim.compute.router_fused`).
     """
 
     hidden: int
@@ -83,6 +88,8 @@ class MoEShape:
     hybridep: bool = False
     router_fused: bool = True
     dglu_regressed: bool = False
+    aux_loss: bool = False
+    random_logits: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -182,6 +182,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
                       ("fp8_param_gather", "fp8-param-gather"),
                       ("fp8_dot_product_attention", "fp8-dot-product-attention"),
                       ("moe_router_fusion", "moe-router-fusion"),
+                      ("moe_router_force_load_balancing", "moe-router-force-load-balancing"),
                       ("calculate_per_token_loss", "calculate-per-token-loss")):  # fmt: skip
         if _true(get.get(col, "")):
             f[flag] = True

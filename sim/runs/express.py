@@ -374,6 +374,8 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             hybridep=_feature(s, "moe_dispatcher") == "hybridep",
             router_fused=_feature(s, "moe_router") != "unfused",
             dglu_regressed=_feature(s, "moe_dglu") == "regressed",
+            aux_loss=bool(_feature(s, "moe_aux_loss")),
+            random_logits=bool(_feature(s, "moe_random_logits")),
         )  # fmt: skip
     mla = None
     if s.mla:

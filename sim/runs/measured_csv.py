@@ -69,7 +69,11 @@ MLA_RANKS = {
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
 ``v_head_dim``; ``examples/hf/deepseek-v{2,3}-config.json``)."""
 NAMED_TRAITS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("qwen3", {"qk-layernorm": True}),
+    ("qwen3", {"qk-layernorm": True, "moe-router-load-balancing-type": "aux_loss",
+               "moe-aux-loss-coeff": "1e-3"}),
+    ("deepseekv3", {"moe-router-load-balancing-type": "seq_aux_loss",
+                    "moe-aux-loss-coeff": "1e-4"}),
+    ("kimi_k2", {"moe-router-load-balancing-type": "seq_aux_loss", "moe-aux-loss-coeff": "1e-3"}),
     ("tokendrop", {"moe-expert-capacity-factor": "1.0"}),
     ("w/ mtp", {"mtp-num-layers": "1"}),
     ("gpt oss", {"window-size": "128 0", "window-attn-skip-freq": "2", "softmax-type":
@@ -87,7 +91,13 @@ experts (``add_bias_linear``, HF ``GptOssExperts`` ``down_proj_bias``: :mod:`sim
 ``MoEShape.bias``) with their clamped GLU (HF ``swiglu_limit`` 7.0; the Bridge's
 ``activation_func_clamp_value = 7.0``: :mod:`sim.compute.glu_clamp`) and its YaRN rotary
 embedding (HF ``rope_scaling`` yarn, factor 32; the bridge's ``position_embedding_type =
-"yarn"``, ``yarn_rotary_scaling_factor = 32.0``: :mod:`sim.compute.rope_unfused`)."""
+"yarn"``, ``yarn_rotary_scaling_factor = 32.0``: :mod:`sim.compute.rope_unfused`). The MoE
+routers' balancing losses (:mod:`sim.compute.router_fused`; read only with experts) as the
+Bridge's model bridges set them (NVIDIA-NeMo/Megatron-Bridge@067f987
+``src/megatron/bridge/models/qwen/qwen3_moe_bridge.py`` lines 64-65: ``aux_loss`` 1e-3;
+``deepseek/deepseek_v3_bridge.py`` lines 68-71: ``seq_aux_loss``, HF ``aux_loss_alpha`` else
+1e-4; ``kimi/kimi_bridge.py`` lines 60 and 86: ``seq_aux_loss`` 1e-3); GPT-OSS's performance
+recipes set the coefficient to 0 (``perf_recipes/gpt_oss/common.py`` line 89)."""
 NAMED_UNMAPPED = (
     (
         "distill",
@@ -183,10 +193,14 @@ SIMUMAX_DROPOUT = {"attention-dropout": "0.0", "hidden-dropout": "0.0"}
 """SimuMax's launchers train without dropout (``run_pretrain_deepseekv2.sh`` ``MODEL_ARGS``;
 the Llama 3 launcher taken to do the same, as ``benchmarks/accuracy/memory_rows.py`` reads
 it)."""
-SIMUMAX_MOE = {"moe-expert-capacity-factor": "1", "moe-pad-expert-input-to-capacity": True}
+SIMUMAX_MOE = {
+    "moe-expert-capacity-factor": "1", "moe-pad-expert-input-to-capacity": True,
+    "moe-router-load-balancing-type": "seq_aux_loss", "moe-aux-loss-coeff": "3e-3",
+}  # fmt: skip
 """SimuMax's MoE launches (MooreThreads/SimuMax@1b8ca90 ``simu_tools/megatron_scripts/scripts/
 run_pretrain_deepseekv2.sh`` ``MOE_ARGS``): capacity factor 1 with each expert's input padded
-to it."""
+to it, and the sequence-level balancing loss (@4dcaae5 same file, lines 203 and 207:
+:mod:`sim.compute.router_fused`)."""
 SIMUMAX_CEF = {"cross-entropy-loss-fusion": True, "cross-entropy-fusion-impl": "te"}
 """SimuMax's ``_cef`` cases: Transformer Engine's fused cross entropy, added to the launchers'
 arguments through ``EXTRA_ARGS`` (the same reading as ``benchmarks/accuracy/memory_rows.py``

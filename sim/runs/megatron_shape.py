@@ -157,8 +157,35 @@ def shape_features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
     out += dglu_feature(r, "moe_experts=fused" in out, "moe_bias=true" in out)
     if r.flags.get("num-experts") and _float(r, "activation-func-clamp-value"):  # GPT-OSS
         out.append("moe_clamp=true")  # a clamped GLU (sim.compute.glu_clamp)
+    out += _router_features(r)
     out += _attention_features(r)
     return tuple(out)
+
+
+AUX_LOSSES = ("aux_loss", "seq_aux_loss")
+"""Balancing losses whose kernels :mod:`sim.compute.router_fused` counts (Megatron-Core's
+default ``--moe-router-load-balancing-type`` is ``aux_loss``; the loss runs when
+``--moe-aux-loss-coeff`` is above 0, its default 0: NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/transformer/moe/router.py`` lines 388-408)."""
+
+
+def _router_features(r: Reading) -> list[str]:
+    """The router's balancing loss and forced random logits (:mod:`sim.compute.router_fused`)."""
+    if not r.flags.get("num-experts"):
+        return []
+    out = []
+    kind = r.text("moe-router-load-balancing-type", "aux_loss")
+    if kind in AUX_LOSSES and (_float(r, "moe-aux-loss-coeff") or 0.0) > 0:
+        out.append("moe_aux_loss=true")
+    if r.switch("moe-router-force-load-balancing"):
+        out.append("moe_random_logits=true")
+    for flag in ("moe-router-load-balancing-type", "moe-aux-loss-coeff",
+                 "moe-router-force-load-balancing"):  # fmt: skip
+        if r.has(flag):
+            r.mapped(
+                flag, "the router's balancing loss and random logits (sim.compute.router_fused)"
+            )
+    return out
 
 
 def _yarn_scaled(r: Reading) -> bool:

@@ -158,7 +158,8 @@ APPROXIMATED: dict[str, str] = {
     "ops, sim.compute.loss_fusion, on decoder models and GPT/BERT traces alike)",
     "cross-entropy-fusion-impl": "as --cross-entropy-loss-fusion",
     "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
-    "moe-router-fusion": "fused router: one top-k kernel each way (sim.compute.moe)",
+    "moe-router-fusion": "fused router: one top-k kernel each way (sim.compute.moe), its "
+    "random logits and balancing loss as counted kernels (sim.compute.router_fused)",
     "no-moe-router-fusion": "a Megatron-Bridge recipe's moe_router_fusion=False: the eager "
     "router's counted kernels (sim.compute.router_unfused)",
     "moe-grouped-gemm": "experts' GEMMs grouped into one kernel: pipesim times each local "
