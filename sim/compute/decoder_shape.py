@@ -209,7 +209,7 @@ class DecoderShape:
             out["moe"] = {k: v for k, v in out["moe"].items()
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
                                             "sort_by_expert", "clamp", "hybridep",
-                                            "dglu_regressed")
+                                            "dglu_regressed", "paged_stash")
                               and not v)
                           and not (k in ("fused_weighting", "router_fused") and v)}  # fmt: skip
         if out.get("lora") is not None:

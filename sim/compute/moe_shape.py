@@ -63,6 +63,10 @@ class MoEShape:
             with a bias gradient is slow (v1.24, v1.25: :mod:`sim.compute.dglu_regression`);
             it slows the down projection's input gradient only with ``fused_grouped_mlp``
             and ``bias``.
+        paged_stash: the fused grouped MLP's saved tensors go through Megatron-Core's paged
+            stash (``--moe-paged-stash``): copied into pages after the experts and out of
+            them before their backward (:mod:`sim.compute.paged_stash`); only with
+            ``fused_grouped_mlp``.
     """
 
     hidden: int
@@ -83,6 +87,7 @@ class MoEShape:
     hybridep: bool = False
     router_fused: bool = True
     dglu_regressed: bool = False
+    paged_stash: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -374,6 +374,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             hybridep=_feature(s, "moe_dispatcher") == "hybridep",
             router_fused=_feature(s, "moe_router") != "unfused",
             dglu_regressed=_feature(s, "moe_dglu") == "regressed",
+            paged_stash=_feature(s, "moe_stash") == "paged",
         )  # fmt: skip
     mla = None
     if s.mla:
