@@ -20,7 +20,8 @@ copies of the GEMM inputs, lines 1765-1770), per row an expert receives:
 * the routing probability, fp32: 4 bytes;
 * the second GEMM's input, columnwise MXFP8: ``f_e`` bytes and ``f_e / 32`` of scales.
 
-Each is one Triton kernel over the rows the rank received (the device-side token count, not the
+Each is one Triton kernel, timed at its measured speed (:mod:`sim.compute.stash_copy_speed`),
+over the rows the rank received (the device-side token count, not the
 capacity-padded buffer: ``paged_stash_copy_kernel`` / ``paged_stash_pop_kernel``,
 ``moe/ops/paged_stash.py``), which reads and writes every byte: **forward** a copy into the
 pages after the experts (``stash_paged_tensors``, ``paged_stash.py`` 478-502), with two
@@ -28,7 +29,8 @@ pages after the experts (``stash_paged_tensors``, ``paged_stash.py`` 478-502), w
 (``offload_to_stash`` 198-249), and the token count's ``sum`` and ``clone`` before the experts
 (``experts.py`` 780, ``get_paged_stash_context`` 871); **backward** a copy out of the pages
 before the experts' backward (``reload_paged_tensors`` 516-549) and a ``copy_`` of the free-list
-tail (``reload_from_stash`` 251-298).
+tail (``reload_from_stash`` 251-298). The bookkeeping kernels move next to nothing: one chain of
+launches each way (a kernel whose ``batch`` is their count, :mod:`sim.compute.kernels`).
 
 **Timing.** The copies run on the manager's pack stream (one stream for both ways,
 ``paged_stash.py`` 404-407) while the compute stream goes on (the next layer's attention and
@@ -46,7 +48,10 @@ the pages' memory (sized from the balanced token count times
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.compute.kernels import Kernel, mem
+from sim.compute.stash_copy_speed import META_SUFFIX
 
 SCALE_BLOCK = 32
 """Elements per MXFP8 scale (E8M0, one byte), along the token dimension of a columnwise copy."""
@@ -86,7 +91,7 @@ def stash_fwd(rows: float, w: int, up: int, fe: int) -> list[Kernel]:
     tensors = saved_row_bytes(w, up, fe)
     small = FWD_SMALL_KERNELS_PER_LAYER + FWD_SMALL_KERNELS_PER_TENSOR * len(tensors)
     copies = [mem(f"paged_stash_{name}", 2.0 * rows * b) for name, b in tensors]
-    return copies + [mem("paged_stash_meta", 0.0)] * small
+    return copies + [replace(mem("paged_stash" + META_SUFFIX, 0.0), batch=small)]
 
 
 def stash_bwd(rows: float, w: int, up: int, fe: int) -> list[Kernel]:
@@ -94,4 +99,5 @@ def stash_bwd(rows: float, w: int, up: int, fe: int) -> list[Kernel]:
     free-list tail's ``copy_`` per tensor."""
     tensors = saved_row_bytes(w, up, fe)
     copies = [mem(f"paged_reload_{name}", 2.0 * rows * b) for name, b in tensors]
-    return copies + [mem("paged_reload_meta", 0.0)] * (BWD_SMALL_KERNELS_PER_TENSOR * len(tensors))
+    small = BWD_SMALL_KERNELS_PER_TENSOR * len(tensors)
+    return copies + [replace(mem("paged_reload" + META_SUFFIX, 0.0), batch=small)]
