@@ -38,7 +38,10 @@ dispatch; the experts of the next MoE layer wait for it, ``PipelinePreScheduleFu
 301-328). They are timed in line with the compute stream (an assumption): a copy is bound by
 HBM and by the SMs it gets, and the kernels it runs beside are either persistent compute
 kernels that hold every SM (cuDNN attention, the CuTe-DSL grouped GEMMs) or memory-bound ones
-that use the same HBM, so little of it hides; the copy's time is an upper bound of its cost.
+that use the same HBM, so little of it hides (Megatron-LM#6414 offers CuTe-DSL copies of 32
+threads per CTA because they "leave more SM capacity for the compute the pack stream overlaps
+with": the default Triton copy takes SMs from it); the copy's time is an upper bound of its
+cost.
 
 Not modelled: the last MoE layer of a stage whose backward follows at once keeps its tensors
 (``PipelinePostScheduleFunction`` 343-357: one layer of a stage's ``L``), every layer is charged;
