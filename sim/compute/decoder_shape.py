@@ -209,7 +209,8 @@ class DecoderShape:
             out["moe"] = {k: v for k, v in out["moe"].items()
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
                                             "sort_by_expert", "clamp", "hybridep",
-                                            "dglu_regressed", "aux_loss", "random_logits")
+                                            "dglu_regressed", "aux_loss", "random_logits",
+                                            "paged_stash")
                               and not v)
                           and not (k in ("fused_weighting", "router_fused") and v)}  # fmt: skip
         if out.get("lora") is not None:

@@ -26,7 +26,8 @@ roofline (:mod:`sim.compute.measured`): fused attention by sequence length, head
 (instead of the flat ``attention_efficiency``; on GB300 and in FP8 formats cuDNN's own
 benchmark, :mod:`sim.compute.cudnn_attention`), MoE grouped GEMMs by rows per expert, the token
 permutation kernels; Mamba-2's SSD scan kernels move their bytes at their measured rate, carried to other GPUs
-per SM (:mod:`sim.compute.ssd_speed`).
+per SM (:mod:`sim.compute.ssd_speed`); the MoE paged stash's copies at the measured speed of its
+copy kernel (:mod:`sim.compute.stash_copy_speed`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from sim.compute import cudnn_attention, measured
 from sim.compute.fp8_attention_speed import fp8_hd64_bwd_rate_flops
 from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
+from sim.compute.stash_copy_speed import copy_time_s
 from sim.compute.swa_speed import windowed_rate_flops
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -188,6 +190,8 @@ def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
         return gemm_time_s(kern, spec, dtype)
     if kern.kind == "mem":
         permute = measured.permute_time_s(kern, spec)
+        if permute is None:  # the paged stash's copies (sim.compute.stash_copy_speed)
+            permute = copy_time_s(kern.name, kern.bytes, spec)
         if permute is not None:
             return spec.kernel_overhead_s + permute
         chain = (kern.batch - 1) * BACK_TO_BACK_S  # launches after the first (module doc)

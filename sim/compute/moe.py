@@ -60,6 +60,9 @@ is one persistent kernel over the local experts. SimuMax's grouped-GEMM measurem
 (:mod:`sim.compute.measured`) are of Transformer Engine's ``GroupedLinear`` (cuBLAS), another
 kernel; no measurement of the CuTe-DSL kernels is published, so they are timed by the GEMM
 model as one batched GEMM (wave quantization over the group; an assumption).
+With Megatron-Core's paged stash (:attr:`MoEShape.paged_stash`) the fused op's saved tensors
+are copied into pages after the experts and back before their backward
+(:mod:`sim.compute.paged_stash`).
 Under cuDNN frontend v1.24 and v1.25 the down projection's input gradient (the dGLU kernel)
 of experts with biases runs 8.76x slower (:attr:`MoEShape.dglu_regressed`,
 :mod:`sim.compute.dglu_regression`).
@@ -100,7 +103,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from sim.compute import dglu_regression, hybridep
+from sim.compute import dglu_regression, hybridep, paged_stash
 from sim.compute.expert_bias import bias_bwd, bias_fwd
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
@@ -262,6 +265,8 @@ def moe_fwd(
         out.append(grouped(f"expert_down[{n}]", n, w, fe, d, c, "fwd", fused))
     if shape.bias and not fused:  # the down projection's bias, an eager chain per expert
         out += bias_fwd(_groups(rows), w, d)
+    if fused and shape.paged_stash:  # the saved tensors into pages (sim.compute.paged_stash)
+        out += paged_stash.stash_fwd(_rows(rows), w, fe * (2 if shape.gated else 1), fe)
     out += sort[len(sort) // 2 :]
     if not shape.hybridep:  # HybridEP's unpermute is its own (above)
         unpermute = r * k * w * d + r * k * PROB_BYTES + r * w * d
@@ -300,6 +305,8 @@ def moe_bwd(
     dx += sort[:1]
     if shape.bias and not fused:  # the chain's backward (sim.compute.expert_bias)
         dx += bias_bwd(_groups(rows), w, d)
+    if fused and shape.paged_stash:  # the saved tensors out of the pages
+        dx += paged_stash.stash_bwd(_rows(rows), w, up, fe)
     slow = dglu_regression.SLOWDOWN if fused and shape.bias and shape.dglu_regressed else 1.0
     for n, c in sorted(_groups(rows).items()):
         down = grouped(f"d_expert_down_in[{n}]", n, fe, w, d, c, "dgrad", fused)

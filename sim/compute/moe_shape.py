@@ -68,6 +68,10 @@ class MoEShape:
             Engine's score and loss kernels each way (:mod:`sim.compute.router_fused`).
         random_logits: ``moe_router_force_load_balancing``: with ``router_fused``, the
             random logits' copy and fill (:mod:`sim.compute.router_fused`).
+        paged_stash: the fused grouped MLP's saved tensors go through Megatron-Core's paged
+            stash (``--moe-paged-stash``): copied into pages after the experts and out of
+            them before their backward (:mod:`sim.compute.paged_stash`); only with
+            ``fused_grouped_mlp``.
     """
 
     hidden: int
@@ -90,6 +94,7 @@ class MoEShape:
     dglu_regressed: bool = False
     aux_loss: bool = False
     random_logits: bool = False
+    paged_stash: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -195,6 +195,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     f.update(_kept16_flags(get))
     if "use_transformer_engine_op_fuser=True" in get.get("moe_other", ""):
         f["use-transformer-engine-op-fuser"] = True  # the fused grouped MLP (sim.compute.moe)
+    if "moe_paged_stash=True" in get.get("moe_other", ""):
+        f["moe-paged-stash"] = True  # its copies (sim.compute.paged_stash)
     mtp = get.get("mtp_num_layers", "0").split(" ")[0]
     if mtp.isdigit() and int(mtp) > 0:
         f["mtp-num-layers"] = mtp

@@ -376,6 +376,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             dglu_regressed=_feature(s, "moe_dglu") == "regressed",
             aux_loss=bool(_feature(s, "moe_aux_loss")),
             random_logits=bool(_feature(s, "moe_random_logits")),
+            paged_stash=_feature(s, "moe_stash") == "paged",
         )  # fmt: skip
     mla = None
     if s.mla:

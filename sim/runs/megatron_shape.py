@@ -151,6 +151,8 @@ def shape_features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
         out.append("moe_experts=sequential")
     elif r.flags.get("num-experts") and _fused_grouped_mlp(r):
         out.append("moe_experts=fused")
+    if "moe_experts=fused" in out and r.switch("moe-paged-stash"):
+        out.append("moe_stash=paged")  # its copies (sim.compute.paged_stash)
     if r.flags.get("num-experts") and r.switch("add-bias-linear"):  # biased experts (GPT-OSS)
         out.append("moe_bias=true")
     # the container's cuDNN frontend, read for every model (sim.runs.bridge_software)

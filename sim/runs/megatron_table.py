@@ -160,6 +160,9 @@ APPROXIMATED: dict[str, str] = {
     "moe-permute-fusion": "fused token permutation: fewer memory-bound kernels, not modelled",
     "moe-router-fusion": "fused router: one top-k kernel each way (sim.compute.moe), its "
     "random logits and balancing loss as counted kernels (sim.compute.router_fused)",
+    "moe-paged-stash": "the fused grouped MLP's saved tensors copied into pages and back "
+    "(sim.compute.paged_stash, timed in line); the pages' memory counted as the activations "
+    "they hold",
     "no-moe-router-fusion": "a Megatron-Bridge recipe's moe_router_fusion=False: the eager "
     "router's counted kernels (sim.compute.router_unfused)",
     "moe-grouped-gemm": "experts' GEMMs grouped into one kernel: pipesim times each local "
