@@ -10,10 +10,14 @@ one parameter tensor's blocking overflow read and the next (Tencent/PatrickStar@
 * **Blocking reads, one per tensor** (``post_sub_module_backward_function``: per parameter
   ``client.optimizer.check_overflow(param)`` → ``DynamicLossScaler._has_inf_or_nan``:
   ``float(x.float().sum())``, two ops and a read that waits for the device,
-  ``fp16/loss_scaler.py`` 133-155). :meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`
-  prices each: a weight matrix is *large* (its ``.float()`` outlasts the host's issue of the
-  next op, ``h + read_s`` beyond the device's time), a bias or LayerNorm vector *small* (the
-  device finishes its two kernels before the host has issued them, ``3h + read_s``). A tensor is
+  ``fp16/loss_scaler.py`` 133-155; then ``tmp_tensor.copy_(param.grad)``, a kernel, and
+  ``client.release_dist``'s ``param.data = torch.tensor([], ..., device=param.device)``, an op
+  without a kernel, ``core/client.py``@4ef26cc 718-722).
+  :meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s` prices each, with the copy as a
+  third op: a weight matrix is *large* (its ``.float()`` and copy outlast the host's issue of
+  the next ops, ``h + read_s`` beyond the device's time), a bias or LayerNorm vector *small*
+  (the device finishes its kernels before the host has issued them, ``4h + read_s``, and the
+  empty tensor's ``h - launch``, :attr:`~sim.hardware.host_ops.HostOverhead.kernel_launch_s`). A tensor is
   large when it is a group's matrix: one per group larger than ``2h + 2`` elements (LayerNorm
   ``2h``, BERT's classifier ``2h + 2``); every other tensor of ``param_tensors`` is small.
   Without a transformer block to take ``h`` from, every tensor counts as large (the bound
@@ -44,6 +48,10 @@ HOOK_FUNCTIONS = 2
 CHECK_OPS = 2
 """Ops of one overflow check before its read (``x.float()``, ``.sum()``)."""
 
+HOOK_OPS = CHECK_OPS + 1
+"""Kernels the post-backward hook issues per tensor besides the read's own op: the check's two
+and the gradient's copy into its chunk (``tmp_tensor.copy_(param.grad)``)."""
+
 
 def hooked_tensors(ctx: StageContext) -> tuple[int, int, int]:
     """``(modules, large, small)``: the stage's hooked modules (its parameter groups) and its
@@ -59,11 +67,15 @@ def hooked_tensors(ctx: StageContext) -> tuple[int, int, int]:
 
 def hook_host_s(ctx: StageContext) -> float:
     """Host seconds per backward, on the device's critical path, of PatrickStar's post-backward
-    overflow reads (large and small tensors, :meth:`~sim.hardware.host_ops.HostOverhead.
-    serial_reads_s`) and its two Python backward nodes per hooked module
-    (``function_backward_s`` each); zero where the host is not modelled."""
+    hook per tensor (its overflow read, the gradient's copy and, for a small tensor, the empty
+    tensor release_dist leaves, :meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`) and
+    its two Python backward nodes per hooked module (``function_backward_s`` each); zero where
+    the host is not modelled."""
     host = ctx.topology.host(ctx.host).overhead
     modules, large, small = hooked_tensors(ctx)
-    reads = host.serial_reads_s(small=small, large=large, ops=CHECK_OPS)
-    nodes = modules * HOOK_FUNCTIONS * host.function_backward_s if host.eager else 0.0
-    return reads + nodes
+    reads = host.serial_reads_s(small=small, large=large, ops=HOOK_OPS)
+    if not host.eager:
+        return reads
+    nograd = host.op_s if host.nograd_op_s is None else host.nograd_op_s
+    empty = small * max(0.0, nograd - host.kernel_launch_s)  # release_dist's torch.tensor([])
+    return reads + empty + modules * HOOK_FUNCTIONS * host.function_backward_s
