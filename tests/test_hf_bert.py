@@ -104,7 +104,13 @@ def test_patrickstar_gradient_hooks_by_hand() -> None:
         host = SimpleNamespace(overhead=overhead)
         topology = SimpleNamespace(host=lambda name: host)
         return SimpleNamespace(
-            params=1e9, microbatches=2, param_tensors=100.0, topology=topology, host="cpu0"
+            params=1e9,
+            microbatches=2,
+            param_tensors=100.0,
+            topology=topology,
+            host="cpu0",
+            layers=(),
+            dtype_bytes=2,
         )
 
     assert grad_hooks_s(ctx(NO_HOST), 1e12) == pytest.approx(0.022)  # type: ignore[arg-type]

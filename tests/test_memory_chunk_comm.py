@@ -4,9 +4,13 @@ hand-computed case each."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from sim.hardware.host_ops import NO_HOST, HostOverhead
 from sim.memory.chunk_comm import chunk_blocks, fetches_per_iteration, memset_bytes, msc_factor
+from sim.memory.chunk_hooks import hook_host_s, hooked_tensors
 from sim.memory.tensors import param_groups
 from sim.trace.schema import LayerProfile
 from tests.helpers import chain_topology
@@ -64,3 +68,25 @@ def test_msc_plan_times_every_fetch_as_a_broadcast(w):
         assert plan.notes["chunk_fetches_per_iteration"] == 2
         assert plan.gather_bytes == pytest.approx(2 * C * w / (w - 1))
         assert plan.scatter_bytes == pytest.approx(2 * C * w / (w - 1))
+
+
+def test_patrickstar_backward_hooks_by_hand() -> None:
+    """One Hugging Face BertLayer (h = 64): 8 hooked modules, 6 weight matrices (large) and 10
+    vectors (small). With a no-grad op 8 us (3 us of it the launch), read 10 us, a Python
+    backward node 7.5 us: large 6 x (8 + 10); small 10 x (4 x 8 + 10 + (8 - 3)): the check's two
+    ops, the read's, the copy, the read, the empty tensor; nodes 8 x 2 x 7.5:
+    108 + 470 + 120 = 698 us."""
+    h = 64
+    block = LayerProfile("block.0", 1e-3, 2e-3, 2 * (12 * h * h + 13 * h), 0, 0, param_tensors=16.0)
+
+    def ctx(overhead: HostOverhead) -> SimpleNamespace:
+        host = SimpleNamespace(overhead=overhead)
+        return SimpleNamespace(
+            layers=(block,), dtype_bytes=2, param_tensors=16.0, host="cpu0",
+            topology=SimpleNamespace(host=lambda name: host),
+        )  # fmt: skip
+
+    assert hooked_tensors(ctx(NO_HOST)) == (8, 6, 10)  # type: ignore[arg-type]
+    assert hook_host_s(ctx(NO_HOST)) == 0.0  # type: ignore[arg-type]
+    over = HostOverhead(op_s=9.8e-6, nograd_op_s=8e-6, read_s=10e-6, function_backward_s=7.5e-6)
+    assert hook_host_s(ctx(over)) == pytest.approx(698e-6)  # type: ignore[arg-type]

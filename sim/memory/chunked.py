@@ -96,6 +96,7 @@ from dataclasses import dataclass, replace
 from sim.hardware.host_memory import cached_pinned_bytes
 from sim.memory.base import MemoryPolicy
 from sim.memory.chunk_comm import chunk_traffic
+from sim.memory.chunk_hooks import hook_host_s
 from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.compose import describe, gib, resident_plan
 from sim.memory.context import StageContext
@@ -405,14 +406,13 @@ def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
     (:data:`GRAD_ZERO_BYTES` + :data:`GRAD_HOOK_BYTES`), at the GPU's memory-bound rate
     ``hbm_Bps``; and each of its ``param_tensors`` tensors is read back by ``float(...)``, which
     waits for the device, so the device then idles while the host issues the next op and reads
-    (``nograd_op_s + read_s`` per tensor, the lower bound of
-    :meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s` that counts every tensor as a
-    large one; the socket's host model, zero where it is not modelled). PatrickStar runs one
+    (:meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`: weight matrices large, biases
+    and LayerNorm vectors small), and runs the hooks' two Python backward nodes per module
+    (:func:`~sim.memory.chunk_hooks.hook_host_s`; the socket's host model, zero where it is not
+    modelled). PatrickStar runs one
     backward per step (no gradient accumulation in its benchmarks); where pipesim's schedules
     run ``m > 1`` backwards per step, the other ``m - 1`` are left out."""
-    host = ctx.topology.host(ctx.host).overhead
-    reads = host.serial_reads_s(small=0, large=round(ctx.param_tensors), ops=2)
-    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + reads
+    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + hook_host_s(ctx)
 
 
 def host_adam_s(elems: float, adam_params_per_s: float) -> float:
