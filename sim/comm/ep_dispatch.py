@@ -17,11 +17,37 @@ assumption). Measurements (the project's ``research/gpus/microbench.md`` §4 quo
   intranode EP 8 dispatch 153 GB/s, combine 158 GB/s; internode EP 16 43 / 43, EP 32 58 / 57,
   EP 64 51 / 50 GB/s (DeepEP ``README.md`` at 2be0d4f, now ``docs/legacy.md``);
 * DeepEP (torch API) on B200, EP 8, 16 / 32 SMs: BF16 dispatch 348 / 619, combine 302 / 524
-  GB/s; Hybrid-EP at 16 SMs 536 / 531 (DeepEP@94a9f8f6 ``docs/README_Hybrid-EP.md``; B200
-  NVLink 900 GB/s per direction);
+  GB/s; Hybrid-EP at 16 SMs, "Only Kernel Time", 734.95 / 673.84 (DeepEP@94a9f8f6
+  ``docs/README_Hybrid-EP.md``; B200 NVLink 900 GB/s per direction; the same table's "Torch
+  API" 535.94 / 530.86 is not used: *measurement type* below);
 * Hybrid-EP on GB200 NVL72, kernel only, 16 / 32 SMs: 8 ranks BF16 dispatch 750 / 764,
   combine 684 / 737; 36 ranks 613 / 632 and 543 / 597 GB/s (same file);
-* Hybrid-EP on H100 with IB, 64 ranks, 16 SMs: BF16 dispatch 41.2, combine 46.6 GB/s.
+* Hybrid-EP on H100 with IB, 64 ranks, 16 SMs, "Torch API": BF16 dispatch 41.2, combine
+  46.6 GB/s (the RDMA row; its measurement type is not yet made consistent: below).
+
+**Measurement type.** Hybrid-EP's tables give two types. "Torch API" times the whole Python
+call with CUDA events; "Only Kernel Time" takes the ``dispatch_kernel`` / ``combine_kernel``
+from a Kineto trace. The B200 table came in with deepseek-ai/DeepEP@6ad6896 (2025-09-25), when
+the benchmark (``tests/test_mnnvlink_hybridep.py`` lines 187-199) timed ``buffer.dispatch``
+without a handle. That call scatters the top-k to a routing map, all-gathers it, runs the
+preprocessing kernel, syncs on ``.item()`` (``deep_ep/hybrid_ep_buffer.py`` lines 143-219), runs
+the dispatch kernel and then D2D-copies the received rows and probabilities out of the
+NVLink buffer (``csrc/hybrid_ep.cu`` lines 419-462). The combine D2D-copies its input into the
+buffer first (lines 662-672). At 94a9f8f6 the test still labels the type that way
+(``tests/test_hybrid_ep.py`` lines 359-366: ``dispatch_kernel + d2d + misc``). Megatron-Core
+calls ``dispatch_with_permute`` / ``combine_with_unpermute`` (NVIDIA/Megatron-LM@d98e8a64
+``fused_a2a.py`` lines 419-435, 454-460, 489-494, 507-514). Inside one NVLink domain these run
+no D2D copy: the permute kernel reads the NVLink buffer straight into the experts' layout, and
+the unpermute kernel writes into the combine buffer (DeepEP@94a9f8f6 ``executor/executor.cu``
+``dispatch_postprocess`` lines 309-387, ``combine_preprocess`` lines 389-431; at a484936 line 219 the
+code comment says "Use permute kernel to avoid standalone D2D memory copy"). pipesim prices
+the all-gather, the preprocessing, the sync and the permute kernels apart
+(:mod:`sim.compute.hybridep`). The kernel-only figure is therefore the one that counts each
+piece once, and every Hybrid-EP NVLink row here is kernel-only. Across NVLink domains
+(``num_of_nodes > 1``), ``dispatch_preprocess`` (lines 183-217) D2D-copies the input rows and
+probabilities into the RDMA buffer. Megatron's path does run that copy. The H100 RDMA row is
+still "Torch API" (kernel only: 49.97 / 49.77 GB/s), and this module does not price that copy
+apart.
 
 Dispatch and combine run at different rates; a :class:`~sim.parallel.ops.GroupOp` does not
 say which it is, so the mean of the two is used (an assumption). Hybrid-EP's NVLink efficiency
@@ -94,12 +120,12 @@ class Measured:
 _GB = 1e9
 _DEEPEP = "deepseek-ai/DeepEP README.md @2be0d4f (docs/legacy.md @dd758caf)"
 _HYBRID = "deepseek-ai/DeepEP@94a9f8f6 docs/README_Hybrid-EP.md"
-MEASURED: tuple[Measured, ...] = (
+MEASURED: tuple[Measured, ...] = (  # Hybrid-EP NVLink rows: kernel only (module doc)
     Measured("deepep", "hopper", "nvl", 20, 153 * _GB, 158 * _GB, 160 * _GB, _DEEPEP),
     Measured("deepep", "hopper", "rdma", 20, 51 * _GB, 50 * _GB, 50 * _GB, _DEEPEP + " (EP 64)"),
     Measured("deepep", "blackwell", "nvl", 16, 348 * _GB, 302 * _GB, 900 * _GB, _HYBRID),
     Measured("deepep", "blackwell", "nvl", 32, 619 * _GB, 524 * _GB, 900 * _GB, _HYBRID),
-    Measured("hybridep", "blackwell", "nvl", 16, 536 * _GB, 531 * _GB, 900 * _GB, _HYBRID),
+    Measured("hybridep", "blackwell", "nvl", 16, 734.95 * _GB, 673.84 * _GB, 900 * _GB, _HYBRID),
     Measured("hybridep", "blackwell", "nvl", 32, 764 * _GB, 737 * _GB, 900 * _GB, _HYBRID),
     Measured("hybridep", "hopper", "rdma", 16, 41.2 * _GB, 46.6 * _GB, 50 * _GB, _HYBRID),
 )
