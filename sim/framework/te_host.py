@@ -16,6 +16,20 @@ forward alone is 2.7x: :meth:`sim.hardware.host_ops.HostOverhead.calls_s`). TE#2
 2025-08 (<= 2.6), before TE's CPU-overhead PRs (#2377 and #2400 in v2.10, #2559 in v2.14, #2957
 in v2.16), none of which states a host figure; the price is not made version-dependent for want
 of one (``measurements/host/grace_host.md``).
+
+**What the extra is, and how it carries from Grace to x86.** TE#2053 measured the extra on
+Grace only (its x86 TE row is not readable). In BF16 what ``te.Linear``'s forward runs beyond
+``torch.nn.Linear``'s is Python (TE v2.6 = c90a7207, the last release before TE#2053:
+``module/linear.py`` 1307-1424, the module's checks, a walk of ``named_parameters()`` for
+``torch.cuda.device``, ``prepare_forward`` in ``module/base.py`` 980-1025, a 36-argument
+``_Linear.apply``; ``_Linear.forward`` 82-463, its branches and ~40 ``ctx`` attributes); its
+C++ is one ``tex.generic_gemm`` in place of torch's ``addmm`` (both allocate the output and run
+cuBLASLt), with no aten op of its own (``cast_if_needed`` returns its input when the dtype
+matches, ``utils.py`` 418-425). So an x86 host's ``te_module_s`` is GB200's over the Grace/x86
+ratio of Python work (1.135, pytorch/pytorch#187862, as ``module_s`` and ``function_s``):
+55.1 us, not torch Linear's ratio (2.75, which prices C++ dispatch; 22.8 us until 2026-11-30).
+Assumption: the few C++ calls among it (``cudaGetDevice`` / ``cudaSetDevice``, tensor property
+reads) are negligible.
 """
 
 from __future__ import annotations

@@ -187,7 +187,8 @@ class HostOverhead:
             over the ``torch.nn.Linear`` forward the trace's ops count, and again in its
             backward (:meth:`calls_s`)
             (:data:`sim.compute.mcore_ops.TE_MODULES`; NVIDIA/TransformerEngine#2053 measured both on
-            GB200, GH200 and an H100 DGX).
+            GB200, GH200 and an H100 DGX; the extra is Python, so it moves between hosts as
+            ``module_s`` does: :mod:`sim.framework.te_host`).
         launch_s: per kernel launched from C++ without a Python-level op around it (a CUDA
             driver ``cuLaunchKernel``, a cuBLASLt GEMM inside an extension's loop: what
             :mod:`sim.compute.te_grouped_host` charges per expert); None: the reference split of
