@@ -188,7 +188,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     latent = [gemm("latent_down", r, w, h, d)] if shape.latent else []
     if shape.hybridep:
         sources = shape.experts // max(1, local) * etp
-        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync
+        stage = [hybridep.rdma_stage(r, w, d, e, True)] if shape.hybridep_domains > 1 else []
+        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync + stage
     permute = _permute("permute", r * w * d + r * k * w * d, r, k, w, d)
     return out + sync + latent + row_id_map(r, e) + [permute]  # TE's row map first
 
@@ -295,6 +296,8 @@ def moe_bwd(
     w = shape.row_width
     up = fe * (2 if shape.gated else 1)
     dx, dw = _latent_bwd(shape, r, d, "up")
+    if shape.hybridep and shape.hybridep_domains > 1:  # the combine's backward dispatches
+        dx.append(hybridep.rdma_stage(r, w, d, e, False))
     if not shape.hybridep:  # HybridEP's own kernels instead (_flex_permute)
         dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     fused = shape.fused_grouped_mlp
