@@ -28,7 +28,8 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
    their experts (timed by the engine, :mod:`sim.parallel.expert`); HybridEP
    (:attr:`MoEShape.hybridep`) runs no Transformer Engine permutation but its own
-   preprocessing, permute and unpermute kernels (:mod:`sim.compute.hybridep`);
+   preprocessing, permute and unpermute kernels, and across NVLink domains its copy into
+   the RDMA buffer (:mod:`sim.compute.hybridep`);
 4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: Transformer Engine's
    ``GroupedLinear``, one cuBLASLt GEMM per expert over 4 streams and a cast per expert under
    a recipe, timed as its loop was measured: :mod:`sim.compute.measured`,
