@@ -31,14 +31,16 @@ def test_hybridep_rdma_point_is_the_h100_kernel_only_figure():
 def test_hybridep_copies_the_input_into_the_rdma_buffer_only_across_nvlink_domains():
     # r = 3 tokens of h = 4 in bf16 (d = 2), E = 4 experts, 2 local (EP 2), fp32 [r, E] probs:
     # forward dispatch 2 * (3*4*2 + 3*4*4) = 144 bytes read + written, the combine's backward
-    # (rows only) 2 * 24 = 48; none inside one NVLink domain.
-    def staged(domains):
+    # (rows only) 2 * 24 = 48; none inside one NVLink domain. With expert TP 2 the probabilities
+    # have etp * E = 8 columns: 2 * (24 + 3*8*4) = 240.
+    def staged(domains, etp=1):
         shape = MoEShape(4, 4, 2, 8, hybridep=True, hybridep_domains=domains)
-        fwd = moe_fwd(shape, 3, 3, (1.5, 1.5), 2)
-        dx, _ = moe_bwd(shape, 3, 3, (1.5, 1.5), 2)
+        fwd = moe_fwd(shape, 3, 3, (1.5, 1.5), 2, etp=etp)
+        dx, _ = moe_bwd(shape, 3, 3, (1.5, 1.5), 2, etp=etp)
         return [k.bytes for k in fwd + dx if k.name == "hybridep_rdma_stage"]
 
     assert staged(2) == [144.0, 48.0]
+    assert staged(2, etp=2) == [240.0, 48.0]
     assert staged(1) == []
 
 

@@ -136,17 +136,19 @@ def permute_bwd(received: float, rows: float, w: int, d: int) -> tuple[Kernel, K
             mem("hybridep_permute_bwd", float(rows * (row + 2 * PROB_BYTES) + received * row)))  # fmt: skip
 
 
-def rdma_stage(r: int, w: int, d: int, experts: int, probs: bool) -> Kernel:
+def rdma_stage(r: int, w: int, d: int, columns: int, probs: bool) -> Kernel:
     """The copy of a rank's ``r`` input rows of ``w`` elements (``d`` bytes each) into the RDMA
-    buffer before a dispatch across NVLink domains, with the ``[r, E]`` fp32 probabilities
-    Megatron passes (``_HybridEPManager.setup_metadata``, NVIDIA/Megatron-LM@d98e8a64
-    ``token_dispatcher.py`` line 1087) when ``probs`` (module doc): each byte read and
-    written, ``2 (r w d + r E 4)``.
+    buffer before a dispatch across NVLink domains, with the fp32 probabilities when ``probs``
+    (module doc): each byte read and written, ``2 (r w d + r C 4)``. Megatron passes them as
+    ``[r, C]``, ``C = etp x E`` columns (``MoEFlexTokenDispatcher._initialize_metadata``
+    replicates them over the expert-tensor ranks, NVIDIA/Megatron-LM@d98e8a64
+    ``token_dispatcher.py`` lines 1906-1917, 1849; ``_HybridEPManager.setup_metadata`` line
+    1087).
 
-    Example: 3 rows of 4 bf16, 2 experts: ``2 * (24 + 24) = 96`` bytes, ``48`` without.
+    Example: 3 rows of 4 bf16, 2 columns: ``2 * (24 + 24) = 96`` bytes, ``48`` without.
 
     >>> rdma_stage(3, 4, 2, 2, True).bytes, rdma_stage(3, 4, 2, 2, False).bytes
     (96.0, 48.0)
     """
-    nbytes = r * w * d + (r * experts * PROB_BYTES if probs else 0)
+    nbytes = r * w * d + (r * columns * PROB_BYTES if probs else 0)
     return mem("hybridep_rdma_stage", 2.0 * nbytes)

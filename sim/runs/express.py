@@ -416,11 +416,12 @@ def _lora(s: ModelShape) -> LoRAShape | None:
 
 
 def ep_domains(run: MeasuredRun, hardware: str) -> int:
-    """NVLink domains (a server of 8, an NVL72 rack) the first expert-parallel group's GPUs
-    span: Megatron-Core's expert ranks run ``etp`` innermost, then ``ep``
-    (``initialize_model_parallel``, order ``tp-ep-dp-pp``), so the group is every ``etp``-th of
-    the first ``ep * etp`` ranks, on the racks' GPUs as :func:`~sim.runs.slurm_segments.rank_gpu`
-    places them (in order on servers)."""
+    """NVLink domains (a server of 8, an NVL72 rack) the first flex dispatcher group's GPUs
+    span: the group is the ``etp x ep`` one (``MoEFlexTokenDispatcher``'s ``tp_ep_group``,
+    NVIDIA/Megatron-LM@d98e8a64 ``token_dispatcher.py`` lines 1838-1856), Megatron-Core's
+    expert ranks run ``etp`` innermost, then ``ep`` (order ``tp-ep-dp-pp``), so it is the first
+    ``ep * etp`` ranks (every ``etp``-th: the same GPUs' domains), on the racks' GPUs as
+    :func:`~sim.runs.slurm_segments.rank_gpu` places them, in order on servers."""
     lay = run.layout
     etp = lay.expert_tp
     rack = hardware.startswith("nvl72x") or hardware.endswith("-nvl72")
