@@ -22,8 +22,9 @@ assumption). Measurements (the project's ``research/gpus/microbench.md`` §4 quo
   API" 535.94 / 530.86 is not used: *measurement type* below);
 * Hybrid-EP on GB200 NVL72, kernel only, 16 / 32 SMs: 8 ranks BF16 dispatch 750 / 764,
   combine 684 / 737; 36 ranks 613 / 632 and 543 / 597 GB/s (same file);
-* Hybrid-EP on H100 with IB, 64 ranks, 16 SMs, "Torch API": BF16 dispatch 41.2, combine
-  46.6 GB/s (the RDMA row; its measurement type is not yet made consistent: below).
+* Hybrid-EP on H100 with IB (CX7 400 Gb/s), 64 ranks, 16 SMs, "Kernel Only": BF16 dispatch
+  49.97, combine 49.77 GB/s (the RDMA row; the same table's "Torch API" 41.24 / 46.57 is not
+  used: *measurement type* below).
 
 **Measurement type.** Hybrid-EP's tables give two types. "Torch API" times the whole Python
 call with CUDA events; "Only Kernel Time" takes the ``dispatch_kernel`` / ``combine_kernel``
@@ -43,11 +44,18 @@ the unpermute kernel writes into the combine buffer (DeepEP@94a9f8f6 ``executor/
 code comment says "Use permute kernel to avoid standalone D2D memory copy"). pipesim prices
 the all-gather, the preprocessing, the sync and the permute kernels apart
 (:mod:`sim.compute.hybridep`). The kernel-only figure is therefore the one that counts each
-piece once, and every Hybrid-EP NVLink row here is kernel-only. Across NVLink domains
-(``num_of_nodes > 1``), ``dispatch_preprocess`` (lines 183-217) D2D-copies the input rows and
-probabilities into the RDMA buffer. Megatron's path does run that copy. The H100 RDMA row is
-still "Torch API" (kernel only: 49.97 / 49.77 GB/s), and this module does not price that copy
-apart.
+piece once, and every Hybrid-EP row here is kernel-only. The H100 RDMA table came in with
+deepseek-ai/DeepEP@1dddd19 (2025-11-18, ``docs/Hybrid-EP_Implementation.md``), whose
+``tests/test_hybrid_ep.py`` times the "Torch API" the same way (lines 256-257 and 271-272: ``buffer.dispatch`` / ``buffer.combine`` without
+a handle) and the kernel-only figure from the trace's ``dispatch_kernel`` / ``combine_kernel``
+(lines 314-322). Across NVLink domains (``num_of_nodes > 1``: the group over the ranks per
+NVLink domain, ``deep_ep/hybrid_ep_buffer.py`` line 83 at 94a9f8f6),
+``Executor::dispatch_preprocess`` (``executor/executor.cu`` lines 183-217 at 94a9f8f6)
+``cudaMemcpyAsync``-copies the input rows, and with probabilities (``forward_dispatch_api``) the
+fp32 probabilities, into the RDMA buffer before the dispatch kernel; ``dispatch_with_permute``
+calls it (``csrc/hybrid_ep/hybrid_ep.cu`` lines 323-324), so Megatron's path runs it. That
+copy is a memory-bound kernel on the sending rank, priced apart
+(:func:`sim.compute.hybridep.rdma_stage`), not in this module's rate.
 
 Dispatch and combine run at different rates; a :class:`~sim.parallel.ops.GroupOp` does not
 say which it is, so the mean of the two is used (an assumption). Hybrid-EP's NVLink efficiency
@@ -120,14 +128,14 @@ class Measured:
 _GB = 1e9
 _DEEPEP = "deepseek-ai/DeepEP README.md @2be0d4f (docs/legacy.md @dd758caf)"
 _HYBRID = "deepseek-ai/DeepEP@94a9f8f6 docs/README_Hybrid-EP.md"
-MEASURED: tuple[Measured, ...] = (  # Hybrid-EP NVLink rows: kernel only (module doc)
+MEASURED: tuple[Measured, ...] = (  # Hybrid-EP rows: kernel only (module doc)
     Measured("deepep", "hopper", "nvl", 20, 153 * _GB, 158 * _GB, 160 * _GB, _DEEPEP),
     Measured("deepep", "hopper", "rdma", 20, 51 * _GB, 50 * _GB, 50 * _GB, _DEEPEP + " (EP 64)"),
     Measured("deepep", "blackwell", "nvl", 16, 348 * _GB, 302 * _GB, 900 * _GB, _HYBRID),
     Measured("deepep", "blackwell", "nvl", 32, 619 * _GB, 524 * _GB, 900 * _GB, _HYBRID),
     Measured("hybridep", "blackwell", "nvl", 16, 734.95 * _GB, 673.84 * _GB, 900 * _GB, _HYBRID),
     Measured("hybridep", "blackwell", "nvl", 32, 764 * _GB, 737 * _GB, 900 * _GB, _HYBRID),
-    Measured("hybridep", "hopper", "rdma", 16, 41.2 * _GB, 46.6 * _GB, 50 * _GB, _HYBRID),
+    Measured("hybridep", "hopper", "rdma", 16, 49.97 * _GB, 49.77 * _GB, 50 * _GB, _HYBRID),
 )
 """The measurements (module doc); ``hopper`` rows stand for H100/H200/H800, ``blackwell`` for
 B200/B300/GB200/GB300 (an assumption for the GPUs not measured)."""

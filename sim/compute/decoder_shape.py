@@ -212,7 +212,8 @@ class DecoderShape:
                                             "dglu_regressed", "aux_loss", "random_logits",
                                             "paged_stash")
                               and not v)
-                          and not (k in ("fused_weighting", "router_fused") and v)}  # fmt: skip
+                          and not (k in ("fused_weighting", "router_fused") and v)
+                          and not (k == "hybridep_domains" and v == 1)}  # fmt: skip
         if out.get("lora") is not None:
             out["lora"] = {**out["lora"], "targets": list(out["lora"]["targets"])}
         return {"kind": "decoder", **out}

@@ -30,6 +30,11 @@ side. HybridEP does the grouping itself (deepseek-ai/DeepEP@94a9f8f6, branch ``h
    line 246), a standalone permute kernel then copies each received row to every local expert
    it goes to, with its fp32 probability (``Executor::dispatch_postprocess``,
    ``permute_launcher``): :func:`permute_fwd`;
+   Where the group spans NVLink domains (HybridEP's ``num_of_nodes > 1``: the group's ranks
+   over the ranks per NVLink domain, ``deep_ep/hybrid_ep_buffer.py`` line 83), the dispatch
+   first copies the rank's input rows and fp32 probabilities into its RDMA buffer
+   (``Executor::dispatch_preprocess``, ``executor/executor.cu`` lines 183-217, a
+   ``cudaMemcpyAsync`` on the current stream; ``hybrid_ep.cu`` lines 323-324): :func:`rdma_stage`;
 4. after the experts, a standalone unpermute kernel gathers each token's local-expert rows
    back into one row per received token (``Executor::combine_preprocess``,
    ``unpermute_launcher``), and the combine kernel returns and sums them.
@@ -38,7 +43,10 @@ The backward runs the same kernels the other way: the combine's backward is a
 ``dispatch_with_permute`` with the forward's handle (no all-gather, no preprocessing, no sync;
 the permute without probabilities), the dispatch's backward a ``combine_with_unpermute`` that
 also carries the probabilities' gradients (``fused_a2a.py`` lines 449-470 and 502-513):
-:func:`permute_bwd`.
+:func:`permute_bwd`. Across NVLink domains the combine's backward, a dispatch without
+probabilities (``forward_dispatch_api`` false), copies the gradient rows alone into the RDMA
+buffer (:func:`rdma_stage`); the combine runs no such copy (``combine_preprocess``, lines
+389-431, copies into the NVLink buffer only without the unpermute).
 
 **Rows.** A rank receives one row per token and source that routes to at least one of its
 ``m`` local experts, ``sources * r * hit_share(E, k, m)`` (:func:`received_rows`; uniform
@@ -126,3 +134,21 @@ def permute_bwd(received: float, rows: float, w: int, d: int) -> tuple[Kernel, K
     row = w * d
     return (mem("hybridep_unpermute_bwd", float(received * row + rows * row)),
             mem("hybridep_permute_bwd", float(rows * (row + 2 * PROB_BYTES) + received * row)))  # fmt: skip
+
+
+def rdma_stage(r: int, w: int, d: int, columns: int, probs: bool) -> Kernel:
+    """The copy of a rank's ``r`` input rows of ``w`` elements (``d`` bytes each) into the RDMA
+    buffer before a dispatch across NVLink domains, with the fp32 probabilities when ``probs``
+    (module doc): each byte read and written, ``2 (r w d + r C 4)``. Megatron passes them as
+    ``[r, C]``, ``C = etp x E`` columns (``MoEFlexTokenDispatcher._initialize_metadata``
+    replicates them over the expert-tensor ranks, NVIDIA/Megatron-LM@d98e8a64
+    ``token_dispatcher.py`` lines 1906-1917, 1849; ``_HybridEPManager.setup_metadata`` line
+    1087).
+
+    Example: 3 rows of 4 bf16, 2 columns: ``2 * (24 + 24) = 96`` bytes, ``48`` without.
+
+    >>> rdma_stage(3, 4, 2, 2, True).bytes, rdma_stage(3, 4, 2, 2, False).bytes
+    (96.0, 48.0)
+    """
+    nbytes = r * w * d + (r * columns * PROB_BYTES if probs else 0)
+    return mem("hybridep_rdma_stage", 2.0 * nbytes)

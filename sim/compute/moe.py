@@ -28,7 +28,8 @@ as Megatron-LM's ``MoELayer`` with the ``alltoall`` token dispatcher runs it
    ``r*h*d`` and writes ``r*k*h*d``; the dispatch all-to-all moves the rows to the ranks of
    their experts (timed by the engine, :mod:`sim.parallel.expert`); HybridEP
    (:attr:`MoEShape.hybridep`) runs no Transformer Engine permutation but its own
-   preprocessing, permute and unpermute kernels (:mod:`sim.compute.hybridep`);
+   preprocessing, permute and unpermute kernels, and across NVLink domains its copy into
+   the RDMA buffer (:mod:`sim.compute.hybridep`);
 4. the rank's local experts as grouped GEMMs (``--moe-grouped-gemm``: Transformer Engine's
    ``GroupedLinear``, one cuBLASLt GEMM per expert over 4 streams and a cast per expert under
    a recipe, timed as its loop was measured: :mod:`sim.compute.measured`,
@@ -188,7 +189,9 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     latent = [gemm("latent_down", r, w, h, d)] if shape.latent else []
     if shape.hybridep:
         sources = shape.experts // max(1, local) * etp
-        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync
+        across = shape.hybridep_domains > 1  # probabilities over the etp x ep group's experts
+        stage = [hybridep.rdma_stage(r, w, d, e * etp, True)] if across else []
+        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync + stage
     permute = _permute("permute", r * w * d + r * k * w * d, r, k, w, d)
     return out + sync + latent + row_id_map(r, e) + [permute]  # TE's row map first
 
@@ -295,6 +298,8 @@ def moe_bwd(
     w = shape.row_width
     up = fe * (2 if shape.gated else 1)
     dx, dw = _latent_bwd(shape, r, d, "up")
+    if shape.hybridep and shape.hybridep_domains > 1:  # the combine's backward dispatches
+        dx.append(hybridep.rdma_stage(r, w, d, e, False))
     if not shape.hybridep:  # HybridEP's own kernels instead (_flex_permute)
         dx.append(_permute("unpermute_bwd", 1.5 * (r * k * w * d + r * w * d), r, k, w, d))
     fused = shape.fused_grouped_mlp

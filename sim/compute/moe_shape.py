@@ -56,6 +56,9 @@ class MoEShape:
             Transformer Engine permutation; HybridEP's preprocessing kernel before the dispatch
             (the token-count sync after it) and its own permute and unpermute kernels on the
             receiving rank, over the rows it receives.
+        hybridep_domains: NVLink domains HybridEP's group spans (its ``num_of_nodes``); above
+            1, each dispatch first copies the rank's input rows (the forward's with the
+            probabilities) into the RDMA buffer (:func:`sim.compute.hybridep.rdma_stage`).
         router_fused: the router's top-k and balancing loss as one kernel each way
             (``router_topk``); False: Megatron-Core's unfused router, its eager ops counted
             (:mod:`sim.compute.router_unfused`).
@@ -90,6 +93,7 @@ class MoEShape:
     sort_by_expert: bool = False
     clamp: bool = False
     hybridep: bool = False
+    hybridep_domains: int = 1
     router_fused: bool = True
     dglu_regressed: bool = False
     aux_loss: bool = False
@@ -107,6 +111,8 @@ class MoEShape:
             raise ValueError(f"shared_ffn must be >= 0, got {self.shared_ffn}")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
+        if isinstance(self.hybridep_domains, bool) or not self.hybridep_domains >= 1:
+            raise ValueError(f"hybridep_domains must be >= 1, got {self.hybridep_domains!r}")
         if isinstance(self.latent, bool) or not isinstance(self.latent, int) or self.latent < 0:
             raise ValueError(f"latent must be an integer >= 0, got {self.latent!r}")
 

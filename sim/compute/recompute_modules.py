@@ -191,6 +191,7 @@ def _in_moe(k: Kernel) -> bool:
         "router_topk",
         "token_count_sync",
         "hybridep_preprocess",
+        "hybridep_rdma_stage",
         "permute",
         "hybridep_permute",
         "sort_by_expert",

@@ -35,7 +35,7 @@ from sim.runs.approximations import (
 )
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
-from sim.runs.slurm_segments import racks, segment_placement
+from sim.runs.slurm_segments import RACK_GPUS, racks, rank_gpu, segment_placement
 from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -49,6 +49,8 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
 """The preset of a GPU named by a source, first match of a name part (upper case): a server of
 8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
 ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
+SERVER_GPUS = 8
+"""GPUs of a server preset (DGX/HGX), one NVLink domain."""
 FRAMEWORKS = {
     "megatron-lm": "megatron-lm", "megatron-bridge": "megatron-lm",
     "megatron-deepspeed": "megatron-deepspeed", "deepspeed": "deepspeed",
@@ -144,7 +146,7 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
     if preset == "":
         return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
     rack = preset.endswith("-nvl72")
-    n = racks(gpus) if rack else -(-gpus // 8)
+    n = racks(gpus) if rack else -(-gpus // SERVER_GPUS)
     if n == 1:
         return preset, ""
     return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
@@ -351,11 +353,14 @@ CHECKS: tuple[Callable[[MeasuredRun], list[str]], ...] = (
 """Every check, in the order reasons are listed (the first reason is the primary one)."""
 
 
-def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
+def decoder_shape(
+    s: ModelShape, seq_len: int, attention: str, hybridep_domains: int = 1
+) -> DecoderShape:
     """The :class:`DecoderShape` of a decoder (or MoE GPT) model: tied embeddings (Megatron
     ties them unless ``--untie-embeddings-and-output-weights``), the dense MLPs' gating
     (``--swiglu``), ``head_dim`` (``--kv-channels``), QK-norm (``--qk-layernorm``) and MTP depths
-    (``--mtp-num-layers``) as the decoder generator's fields (:mod:`sim.compute.decoder_shape`).
+    (``--mtp-num-layers``) as the decoder generator's fields (:mod:`sim.compute.decoder_shape`);
+    ``hybridep_domains``: the NVLink domains a HybridEP group spans (:func:`ep_domains`).
     A MoE GPT keeps the generator's rotary positions and RMSNorm (its learned position table,
     ``s*h`` parameters, and LayerNorm biases are left out)."""
     moe = None
@@ -372,6 +377,7 @@ def decoder_shape(s: ModelShape, seq_len: int, attention: str) -> DecoderShape:
             bias=bool(_feature(s, "moe_bias")),
             clamp=bool(_feature(s, "moe_clamp")),
             hybridep=_feature(s, "moe_dispatcher") == "hybridep",
+            hybridep_domains=hybridep_domains if _feature(s, "moe_dispatcher") == "hybridep" else 1,
             router_fused=_feature(s, "moe_router") != "unfused",
             dglu_regressed=_feature(s, "moe_dglu") == "regressed",
             aux_loss=bool(_feature(s, "moe_aux_loss")),
@@ -409,13 +415,28 @@ def _lora(s: ModelShape) -> LoRAShape | None:
     return LoRAShape(int(rank), tuple(targets.split("+")) if targets else DEFAULT_TARGETS)
 
 
-def _generator(run: MeasuredRun, attention: str) -> tuple[str, Any]:
+def ep_domains(run: MeasuredRun, hardware: str) -> int:
+    """NVLink domains (a server of 8, an NVL72 rack) the first flex dispatcher group's GPUs
+    span: the group is the ``etp x ep`` one (``MoEFlexTokenDispatcher``'s ``tp_ep_group``,
+    NVIDIA/Megatron-LM@d98e8a64 ``token_dispatcher.py`` lines 1838-1856), Megatron-Core's
+    expert ranks run ``etp`` innermost, then ``ep`` (order ``tp-ep-dp-pp``), so it is the first
+    ``ep * etp`` ranks (every ``etp``-th: the same GPUs' domains), on the racks' GPUs as
+    :func:`~sim.runs.slurm_segments.rank_gpu` places them, in order on servers."""
+    lay = run.layout
+    etp = lay.expert_tp
+    rack = hardware.startswith("nvl72x") or hardware.endswith("-nvl72")
+    gpus = run.num_gpus or lay.gpus
+    where = [rank_gpu(k, gpus) if rack else k for k in range(0, lay.ep * etp, etp)]
+    return len({g // (RACK_GPUS if rack else SERVER_GPUS) for g in where})
+
+
+def _generator(run: MeasuredRun, attention: str, hardware: str) -> tuple[str, Any]:
     s = run.shape
     seq = run.seq_len or 0
     if s.arch == "t5":
         return "t5", t5_shape(run)
     if uses_decoder(run):
-        return "decoder", decoder_shape(s, seq, attention)
+        return "decoder", decoder_shape(s, seq, attention, ep_domains(run, hardware))
     mult = (s.ffn_hidden or 4 * (s.hidden or 0)) // (s.hidden or 1)
     shape = {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "seq_len": seq,
              "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
@@ -447,7 +468,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     hardware = hardware_for(run.gpu, run.num_gpus or run.layout.gpus)[0] or ""
     attention = run.attention
     try:
-        generator, shape = _generator(run, attention)
+        generator, shape = _generator(run, attention, hardware)
     except ValueError as exc:
         return NotExpressed(run, (f"model shape: {exc}",))
     lay = run.layout
