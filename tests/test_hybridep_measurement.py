@@ -11,7 +11,7 @@ from sim.comm.ep_dispatch import efficiency
 from sim.compute.moe import moe_bwd, moe_fwd
 from sim.compute.moe_shape import MoEShape
 from sim.parallel.layout import ParallelLayout
-from sim.runs.express import ep_domains
+from sim.runs.decoder_express import ep_domains
 
 
 def test_hybridep_16_sm_point_is_the_b200_kernel_only_figure():

@@ -18,7 +18,7 @@ from sim.hardware.loader import load_hardware
 from sim.memory.layer_work import WorkOptions, decoder_work
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import shard_trace
-from sim.runs.express import decoder_shape
+from sim.runs.decoder_express import decoder_shape
 from sim.runs.megatron_args import read_megatron
 from sim.trace.decoder import decoder_trace
 from sim.trace.generator import transformer_trace

@@ -8,7 +8,7 @@ from dataclasses import replace
 from sim.compute.moe import moe_bwd, moe_fwd
 from sim.compute.moe_shape import MoEShape
 from sim.compute.router_fused import fused_extra_bwd, fused_extra_fwd
-from sim.runs.express import decoder_shape
+from sim.runs.decoder_express import decoder_shape
 from sim.runs.megatron_args import read_megatron
 
 

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.compute.decoder import DecoderShape
-from sim.compute.lora import DEFAULT_TARGETS, LoRAShape
-from sim.compute.mla import MLAShape
-from sim.compute.moe_shape import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.recompute_modules import MODULES
 from sim.compute.t5 import T5Shape
@@ -30,12 +27,12 @@ from sim.runs.approximations import (
     ALLGATHER_TP,
     APPROXIMATED_ACTIVATIONS,
     INSTANCES_TIME,
-    hybrid_fields,
     model_approximations,
 )
+from sim.runs.decoder_express import SERVER_GPUS, decoder_shape, ep_domains
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
-from sim.runs.slurm_segments import RACK_GPUS, racks, rank_gpu, segment_placement
+from sim.runs.slurm_segments import racks, segment_placement
 from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -49,8 +46,6 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
 """The preset of a GPU named by a source, first match of a name part (upper case): a server of
 8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
 ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
-SERVER_GPUS = 8
-"""GPUs of a server preset (DGX/HGX), one NVLink domain."""
 FRAMEWORKS = {
     "megatron-lm": "megatron-lm", "megatron-bridge": "megatron-lm",
     "megatron-deepspeed": "megatron-deepspeed", "deepspeed": "deepspeed",
@@ -351,83 +346,6 @@ CHECKS: tuple[Callable[[MeasuredRun], list[str]], ...] = (
     _precision, _hardware, _model, _framework, _policy, _layout, _pipeline_layout, _args,
 )  # fmt: skip
 """Every check, in the order reasons are listed (the first reason is the primary one)."""
-
-
-def decoder_shape(
-    s: ModelShape, seq_len: int, attention: str, hybridep_domains: int = 1
-) -> DecoderShape:
-    """The :class:`DecoderShape` of a decoder (or MoE GPT) model: tied embeddings (Megatron
-    ties them unless ``--untie-embeddings-and-output-weights``), the dense MLPs' gating
-    (``--swiglu``), ``head_dim`` (``--kv-channels``), QK-norm (``--qk-layernorm``) and MTP depths
-    (``--mtp-num-layers``) as the decoder generator's fields (:mod:`sim.compute.decoder_shape`);
-    ``hybridep_domains``: the NVLink domains a HybridEP group spans (:func:`ep_domains`).
-    A MoE GPT keeps the generator's rotary positions and RMSNorm (its learned position table,
-    ``s*h`` parameters, and LayerNorm biases are left out)."""
-    moe = None
-    if s.moe_experts:
-        moe = MoEShape(
-            s.hidden or 0, s.moe_experts, s.moe_topk or 2, s.moe_ffn_hidden or s.ffn_hidden or 0,
-            shared_ffn=s.moe_shared_ffn, gated=s.gated_mlp,
-            capacity_factor=s.moe_capacity_factor, pad_to_capacity=s.moe_pad_to_capacity,
-            latent=int(_feature(s, "moe_latent") or 0),
-            sequential_experts=_feature(s, "moe_experts") == "sequential",
-            fused_grouped_mlp=_feature(s, "moe_experts") == "fused",
-            fused_weighting=_feature(s, "moe_weighting") != "unfused",
-            sort_by_expert=_feature(s, "moe_dispatcher") == "alltoall",
-            bias=bool(_feature(s, "moe_bias")),
-            clamp=bool(_feature(s, "moe_clamp")),
-            hybridep=_feature(s, "moe_dispatcher") == "hybridep",
-            hybridep_domains=hybridep_domains if _feature(s, "moe_dispatcher") == "hybridep" else 1,
-            router_fused=_feature(s, "moe_router") != "unfused",
-            dglu_regressed=_feature(s, "moe_dglu") == "regressed",
-            aux_loss=bool(_feature(s, "moe_aux_loss")),
-            random_logits=bool(_feature(s, "moe_random_logits")),
-            paged_stash=_feature(s, "moe_stash") == "paged",
-        )  # fmt: skip
-    mla = None
-    if s.mla:
-        m = dict(s.mla)
-        mla = MLAShape(m["q_lora_rank"], m["kv_lora_rank"], m["qk_head_dim"],
-                       m["qk_pos_emb_head_dim"], m["v_head_dim"])  # fmt: skip
-    hybrid = hybrid_fields(s)
-    return DecoderShape(
-        **hybrid, layers=s.layers or 0, hidden=s.hidden or 0, heads=s.heads or 0, seq_len=seq_len,
-        vocab=s.vocab or 0, ffn_hidden=s.ffn_hidden or 4 * (s.hidden or 0),
-        kv_heads=s.kv_heads, attention=attention, mla=mla, moe=moe,
-        dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
-        gated_mlp=s.gated_mlp, rotary=_feature(s, "position") in (None, "rope", "yarn"),
-        rope_unfused=_feature(s, "rope") == "unfused",
-        window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
-        sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
-        qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
-        tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
-        dropout=bool(_feature(s, "dropout")),
-        cross_entropy_fusion=_feature(s, "cross_entropy") or "unfused",
-    )  # fmt: skip
-
-
-def _lora(s: ModelShape) -> LoRAShape | None:
-    """The ``lora=RANK:target+target`` feature (:mod:`sim.compute.lora`), or None."""
-    text = _feature(s, "lora")
-    if not text:
-        return None
-    rank, _, targets = text.partition(":")
-    return LoRAShape(int(rank), tuple(targets.split("+")) if targets else DEFAULT_TARGETS)
-
-
-def ep_domains(run: MeasuredRun, hardware: str) -> int:
-    """NVLink domains (a server of 8, an NVL72 rack) the first flex dispatcher group's GPUs
-    span: the group is the ``etp x ep`` one (``MoEFlexTokenDispatcher``'s ``tp_ep_group``,
-    NVIDIA/Megatron-LM@d98e8a64 ``token_dispatcher.py`` lines 1838-1856), Megatron-Core's
-    expert ranks run ``etp`` innermost, then ``ep`` (order ``tp-ep-dp-pp``), so it is the first
-    ``ep * etp`` ranks (every ``etp``-th: the same GPUs' domains), on the racks' GPUs as
-    :func:`~sim.runs.slurm_segments.rank_gpu` places them, in order on servers."""
-    lay = run.layout
-    etp = lay.expert_tp
-    rack = hardware.startswith("nvl72x") or hardware.endswith("-nvl72")
-    gpus = run.num_gpus or lay.gpus
-    where = [rank_gpu(k, gpus) if rack else k for k in range(0, lay.ep * etp, etp)]
-    return len({g // (RACK_GPUS if rack else SERVER_GPUS) for g in where})
 
 
 def _generator(run: MeasuredRun, attention: str, hardware: str) -> tuple[str, Any]:
