@@ -10,6 +10,7 @@ labelled as assumptions.
 
 from __future__ import annotations
 
+from sim.hardware.capacity import cuda_total_bytes
 from sim.hardware.host_ops import NO_HOST
 from sim.hardware.topology import Topology
 
@@ -29,6 +30,18 @@ def _or_assumption(text: str, source: str) -> str:
     return source if text.strip() else NO_SOURCE
 
 
+def memory_source(topo: Topology) -> str:
+    """Where the first GPU's memory (``GPU.memory_bytes``, the CUDA-reported total) comes from:
+    :data:`sim.hardware.capacity.CUDA_TOTAL_MIB`'s source for its model when the figure is that
+    entry's, else the description's ``cuda_memory``/``memory`` (:data:`DESCRIPTION`, or
+    :data:`NO_SOURCE` without a description)."""
+    gpu = topo.gpus[0]
+    total_bytes, source = cuda_total_bytes(gpu.model, -1.0)
+    if total_bytes == gpu.memory_bytes:
+        return f"sim.hardware.capacity.CUDA_TOTAL_MIB: {source}"
+    return _or_assumption(topo.description, DESCRIPTION)
+
+
 def figure_sources(topo: Topology) -> list[tuple[str, str]]:
     """The figures of ``sim hardware show`` and where each comes from.
 
@@ -44,7 +57,8 @@ def figure_sources(topo: Topology) -> list[tuple[str, str]]:
     server = topo.server if topo.server is not None else topo
     desc = server.description
     rows = [
-        ("GPUs: memory GiB, peak TFLOPS, HBM GB/s", _or_assumption(desc, DESCRIPTION)),
+        ("GPUs: memory GiB (as CUDA reports it)", memory_source(server)),
+        ("GPUs: peak TFLOPS, HBM GB/s", _or_assumption(desc, DESCRIPTION)),
         ("GPUs: to / from host GB/s; GPU-to-GPU route GB/s", ROUTE),
         ("hosts: DRAM GB, Adam params/s", _or_assumption(desc, DESCRIPTION)),
         ("links: GB/s, latency us", _or_assumption(desc, DESCRIPTION)),
