@@ -149,17 +149,26 @@ def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) 
     return 96.0 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
 
 
+NARAYANAN_SOURCE = (
+    "Narayanan et al. SC'21 (arXiv:2104.04473) eq. 3 FLOPs (recompute pass counted) "
+    "/ predicted iteration time / GPUs"
+)
+"""The ``flops_source`` of :func:`tflops_per_gpu`'s rows (``tflops_per_gpu.csv``)."""
+TFLOPS_COLUMNS = ["model", "parameters", "memory_policy", "tflops_per_gpu", "flops_source"]
+
+
 def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.DataFrame:
     """Best fitting TFLOPS per GPU per ``(model, memory_policy)``: :func:`narayanan_flops` of
     the row's global batch over its iteration time and ``stages * dp_width * tensor_parallel``
     GPUs. ``shapes``:
     per model ``{layers, hidden, seq_len, vocab}`` (a trace's generator inputs); models without
-    a shape are left out. Columns: ``model, parameters, memory_policy, tflops_per_gpu``."""
+    a shape are left out. Columns: :data:`TFLOPS_COLUMNS` (``flops_source``:
+    :data:`NARAYANAN_SOURCE`, which differs from results.csv's Megatron-LM count)."""
     ok = results_df[results_df["fits"].fillna(False).astype(bool)]
     ok = ok.dropna(subset=["iteration_time_s"])
     ok = ok[ok["model"].isin(list(shapes))]
     if ok.empty:
-        return pd.DataFrame(columns=["model", "parameters", "memory_policy", "tflops_per_gpu"])
+        return pd.DataFrame(columns=TFLOPS_COLUMNS)
     flops = [
         narayanan_flops(
             r.global_batch,
@@ -169,10 +178,10 @@ def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.Data
         / 1e12
         for r in ok.itertuples()
     ]
-    ok = ok.assign(tflops_per_gpu=flops)
+    ok = ok.assign(tflops_per_gpu=flops, flops_source=NARAYANAN_SOURCE)
     keys = ["model", "parameters", "memory_policy"]
     best = ok.sort_values("tflops_per_gpu", ascending=False).drop_duplicates(keys)
-    return best[keys + ["tflops_per_gpu"]].sort_values(["parameters", "memory_policy"])
+    return best[TFLOPS_COLUMNS].sort_values(["parameters", "memory_policy"])
 
 
 def plot_tflops_vs_size(

@@ -152,6 +152,7 @@ def winner_config(
             "trace_origin",
             "flops_per_s_per_gpu",
             "mfu",
+            "flops_source",
         )
     }
     data["prediction"].update(band or {})
