@@ -41,6 +41,7 @@ from sim.report.outputs import (
     write_yaml,
 )
 from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
+from sim.report.provenance import META_KEY, prediction_source
 from sim.report.row_bands import bands_for, winner_bands
 
 log = logging.getLogger(__name__)
@@ -302,6 +303,8 @@ def _write_winner(
     if log is None:
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         log = evaluate(res)[1]
+    trace = prep.traces[point.model]
+    log.meta[META_KEY] = prediction_source(prep.topology.name, trace.name, winner.trace_origin)
     title = (
         f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
         f"w={point.dp_width} t={point.tensor_parallel} "

@@ -1,0 +1,69 @@
+"""Where the winner's plots and timeline come from: :func:`prediction_source` and
+:func:`stamped`.
+
+``sim run`` writes the winner's plots (``timeline.png``, ``memory_per_gpu.png``,
+``memory_timeline.png``) and Chrome trace (``timeline.json``) from one simulation. A PNG or a
+JSON seen on its own does not say that its times and bytes are a prediction, nor on which
+hardware description and from which kind of trace; the run records that once in the event
+log's ``meta["provenance"]`` (so ``timeline.json``'s ``otherData.meta`` carries it) and
+:func:`stamped` writes it under each plot.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from sim.events import EventLog
+from sim.report._common import finish
+
+PREDICTED = "pipesim prediction (simulated, not measured)"
+"""The first words of every :func:`prediction_source`."""
+
+META_KEY = "provenance"
+"""The event log's ``meta`` key holding :func:`prediction_source`."""
+
+
+def prediction_source(hardware: str, trace: str, trace_origin: str) -> str:
+    """One line naming what a simulation's figures were predicted with.
+
+    Args:
+        hardware: the hardware description's name (``Topology.name``; its figures' sources:
+            ``sim hardware show``).
+        trace: the trace's name.
+        trace_origin: ``measured``, ``roofline estimate`` or ``analytic``
+            (:mod:`sim.trace.origin`).
+
+    Example:
+        >>> prediction_source("dgx1-v100-16gb", "gpt2-1.5b", "analytic")
+        'pipesim prediction (simulated, not measured): hardware dgx1-v100-16gb (sources: sim hardware show dgx1-v100-16gb), analytic trace gpt2-1.5b'
+    """  # noqa: E501
+    return (
+        f"{PREDICTED}: hardware {hardware} (sources: sim hardware show {hardware}), "
+        f"{trace_origin} trace {trace}"
+    )
+
+
+def stamped(
+    plot: Callable[..., Any], log: EventLog, path: str | os.PathLike | None, **kw: Any
+) -> Any:
+    """``plot(log, None, **kw)`` with ``log.meta["provenance"]`` written under the figure (when
+    the log has one), saved to ``path`` (PNG) when given. Returns the figure."""
+    fig = plot(log, None, **kw)
+    text = log.meta.get(META_KEY)
+    if text:
+        fig.text(0.01, _below_axes(fig), str(text), fontsize=7, color="0.35", va="top")
+    return finish(fig, path)
+
+
+def _below_axes(fig: Any) -> float:
+    """The figure-fraction height just under everything the axes draw (tick labels and axis
+    labels included), where a footnote overlaps nothing."""
+    if not hasattr(fig.canvas, "get_renderer"):  # a figure made without pyplot
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib on first use
+
+        FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
+    bottom_px = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)
+    return float(fig.transFigure.inverted().transform((0.0, bottom_px))[1]) - 0.01
