@@ -56,11 +56,13 @@ from sim.point.simulate import evaluate, resolve
 from sim.progress import progress as progress_bar
 from sim.replay import Replayer
 from sim.report.console import TABLES
+from sim.report.provenance import prediction_source
 from sim.report.results import MemoryAnswer, PartitionPlan, Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
 from sim.trace.adapt import adapt_trace
 from sim.trace.loader import load_trace
+from sim.trace.origin import trace_origin
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
 from sim.validate.spec import check_arguments
@@ -478,7 +480,13 @@ def memory(
         return MemoryAnswer(results, skipped, None, wall)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "memory.csv", memory_frame(results).to_csv(index=False))
+    sources = {
+        name: prediction_source(prep.topology.name, trace.name, trace_origin(trace))
+        for name, trace in prep.traces.items()
+    }
+    frame = memory_frame(results, sources)
+    atomic_write_text(folder / "memory.csv", frame.to_csv(index=False))
     if plots and any(r.memory is not None for r in results):
-        plot_memory_ranks(results, folder / "memory_ranks.png")
+        source = "; ".join(dict.fromkeys(sources.values()))
+        plot_memory_ranks(results, folder / "memory_ranks.png", source=source)
     return MemoryAnswer(results, skipped, folder, wall)

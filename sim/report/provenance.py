@@ -53,8 +53,14 @@ def stamped(
     fig = plot(log, None, **kw)
     text = log.meta.get(META_KEY)
     if text:
-        fig.text(0.01, _below_axes(fig), str(text), fontsize=7, color="0.35", va="top")
+        footnote(fig, str(text))
     return finish(fig, path)
+
+
+def footnote(fig: Any, text: str) -> None:
+    """Write ``text`` (e.g. a :func:`prediction_source`) small, under everything ``fig``'s
+    axes draw."""
+    fig.text(0.01, _below_axes(fig), text, fontsize=7, color="0.35", va="top")
 
 
 def _below_axes(fig: Any) -> float:
