@@ -56,13 +56,12 @@ from sim.point.simulate import evaluate, resolve
 from sim.progress import progress as progress_bar
 from sim.replay import Replayer
 from sim.report.console import TABLES
-from sim.report.provenance import prediction_source
+from sim.report.provenance import experiment_sources, joined
 from sim.report.results import MemoryAnswer, PartitionPlan, Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
 from sim.trace.adapt import adapt_trace
 from sim.trace.loader import load_trace
-from sim.trace.origin import trace_origin
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
 from sim.validate.spec import check_arguments
@@ -480,13 +479,9 @@ def memory(
         return MemoryAnswer(results, skipped, None, wall)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    sources = {
-        name: prediction_source(prep.topology.name, trace.name, trace_origin(trace))
-        for name, trace in prep.traces.items()
-    }
+    sources = experiment_sources(prep)
     frame = memory_frame(results, sources)
     atomic_write_text(folder / "memory.csv", frame.to_csv(index=False))
     if plots and any(r.memory is not None for r in results):
-        source = "; ".join(dict.fromkeys(sources.values()))
-        plot_memory_ranks(results, folder / "memory_ranks.png", source=source)
+        plot_memory_ranks(results, folder / "memory_ranks.png", source=joined(sources))
     return MemoryAnswer(results, skipped, folder, wall)

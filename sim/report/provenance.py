@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.events import EventLog
+from sim.point.experiment import Prepared
 from sim.report._common import finish
+from sim.trace.origin import trace_origin
 
 PREDICTED = "pipesim prediction (simulated, not measured)"
 """The first words of every :func:`prediction_source`."""
@@ -45,15 +47,42 @@ def prediction_source(hardware: str, trace: str, trace_origin: str) -> str:
     )
 
 
+def experiment_sources(prep: Prepared) -> dict[str, str]:
+    """Per model of a prepared experiment, its :func:`prediction_source` (the experiment's
+    hardware, the model's trace and its origin)."""
+    hardware = prep.topology.name
+    return {
+        name: prediction_source(hardware, trace.name, trace_origin(trace))
+        for name, trace in prep.traces.items()
+    }
+
+
+def joined(sources: dict[str, str]) -> str:
+    """The distinct texts of ``sources`` (:func:`experiment_sources`), ``"; "``-joined: one
+    footnote for a plot of several models."""
+    return "; ".join(dict.fromkeys(sources.values()))
+
+
 def stamped(
     plot: Callable[..., Any], log: EventLog, path: str | os.PathLike | None, **kw: Any
 ) -> Any:
     """``plot(log, None, **kw)`` with ``log.meta["provenance"]`` written under the figure (when
     the log has one), saved to ``path`` (PNG) when given. Returns the figure."""
-    fig = plot(log, None, **kw)
-    text = log.meta.get(META_KEY)
+    return footnoted(plot, log, path=path, text=str(log.meta.get(META_KEY) or ""), **kw)
+
+
+def footnoted(
+    plot: Callable[..., Any],
+    *args: Any,
+    path: str | os.PathLike | None,
+    text: str,
+    **kw: Any,
+) -> Any:
+    """``plot(*args, None, **kw)`` with ``text`` under the figure (:func:`footnote`; none when
+    empty), saved to ``path`` (PNG) when given. Returns the figure."""
+    fig = plot(*args, None, **kw)
     if text:
-        footnote(fig, str(text))
+        footnote(fig, text)
     return finish(fig, path)
 
 
