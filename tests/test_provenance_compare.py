@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.cli.compare import caption
 from sim.compare import COLUMNS, Compared, predicted_with
 from sim.runs.express import Expressed, express
 from sim.runs.predict import Prediction
@@ -25,3 +30,20 @@ def test_predicted_with_names_the_preset_its_overlay_and_the_trace_origin():
     assert {"hardware", "trace_origin"} <= set(COLUMNS)
     record = Compared(first, ex, (), bare).record()
     assert record["hardware"] == want
+
+
+def test_compare_table_caption_names_hardware_origin_and_band(tmp_path):
+
+    df = pd.DataFrame(
+        {"hardware": ["h1", "h1", "h2"], "trace_origin": ["analytic"] * 3, "band_source": ["b"] * 3}
+    )
+    want = "predicted (pipesim, not measured) on h1, h2, from analytic traces; band: b"
+    assert caption(df).startswith(want)
+    golden = (
+        SAMPLE.parent / "golden" / "gpt" / "gpt3_tiny_tp2_pp2" / "golden_values_dev_dgx_a100.json"
+    )
+    res = CliRunner().invoke(
+        app, ["compare", str(golden), "--no-plot", "--out", str(tmp_path)], env={"COLUMNS": "300"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "predicted (pipesim, not measured) on " in res.output and "analytic traces" in res.output
