@@ -59,3 +59,16 @@ def test_cluster_network_figures_point_to_the_network_comment():
     rows = dict(figure_sources(load_hardware("2x-dgx-h100")))
     assert "comment above `network`" in rows["network: NIC GB/s, oversubscription"]
     assert rows["network: servers, GPUs, rails, leaves, spines"].startswith("derived")
+
+
+def test_figures_set_over_a_base_without_a_description_are_named_as_such():
+    hosts = [{"name": "cpu0", "dram": "9 GiB"}, {"name": "cpu1", "dram": "9 GiB"}]
+    mine = {"base": "dgx1-v100-16gb", "name": "mine", "hosts": hosts, "num_gpus": 8}
+    text = load_hardware(mine).description
+    base = load_hardware("dgx1-v100-16gb").description
+    assert text.startswith(base) and text != base  # the base's sources do not cover 9 GiB
+    assert "Set over the base preset dgx1-v100-16gb" in text and "hosts, num_gpus (" in text
+    assert "else an assumption" in text
+    own = {**mine, "description": "my hosts: 9 GiB (measured)"}
+    assert load_hardware(own).description == "my hosts: 9 GiB (measured)"
+    assert "Set over the base" not in load_hardware("dgx-h200").description  # has its own
