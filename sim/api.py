@@ -56,6 +56,7 @@ from sim.point.simulate import evaluate, resolve
 from sim.progress import progress as progress_bar
 from sim.replay import Replayer
 from sim.report.console import TABLES
+from sim.report.provenance import experiment_sources, joined
 from sim.report.results import MemoryAnswer, PartitionPlan, Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
@@ -478,7 +479,9 @@ def memory(
         return MemoryAnswer(results, skipped, None, wall)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "memory.csv", memory_frame(results).to_csv(index=False))
+    sources = experiment_sources(prep)
+    frame = memory_frame(results, sources)
+    atomic_write_text(folder / "memory.csv", frame.to_csv(index=False))
     if plots and any(r.memory is not None for r in results):
-        plot_memory_ranks(results, folder / "memory_ranks.png")
+        plot_memory_ranks(results, folder / "memory_ranks.png", source=joined(sources))
     return MemoryAnswer(results, skipped, folder, wall)

@@ -37,9 +37,23 @@ COLUMNS = (
     "name", "source", "framework", "gpu", "num_gpus", "layout", "expressed", "reason",
     "measured_time_s", "predicted_time_s", "time_error", "band_low_s", "band_high_s", "in_band",
     "band_source", "measured_memory_bytes", "memory_kind", "predicted_memory_bytes",
-    "memory_error", "categories",
+    "memory_error", "categories", "hardware", "trace_origin",
 )  # fmt: skip
-"""The columns of ``compare.csv`` (seconds, bytes; errors as fractions)."""
+"""The columns of ``compare.csv`` (seconds, bytes; errors as fractions). Where the predicted
+figures come from: ``hardware`` (the preset the run is simulated on, ``+ overlay`` when a
+hardware overlay of the run's machine is set over it: :func:`predicted_with`) and
+``trace_origin`` (:mod:`sim.trace.origin`; ``analytic`` for a trace made from the run's
+shape); where the measured ones come from: ``source`` (file and row) and ``memory_kind``."""
+
+
+def predicted_with(ex: Expressed | None, p: Prediction | None) -> dict[str, str]:
+    """``hardware`` and ``trace_origin`` of a run's prediction (:data:`COLUMNS`), empty
+    strings for a run not expressed or a prediction without a row."""
+    hardware = ""
+    if ex is not None:
+        hardware = ex.hardware + (f" + overlay {ex.overlay}" if ex.overlay else "")
+    origin = p.row.trace_origin if p is not None and p.row is not None else ""
+    return {"hardware": hardware, "trace_origin": origin}
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,7 @@ class Compared:
             "in_band": bool(t and low <= t <= high) if src else None, "band_source": src,
             "measured_memory_bytes": mem, "memory_kind": kind,
             "predicted_memory_bytes": mem_pred, "memory_error": _err(mem_pred, mem),
-            "categories": _categories(m.categories, p),
+            "categories": _categories(m.categories, p), **predicted_with(self.expressed, p),
         }  # fmt: skip
 
 

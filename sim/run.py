@@ -41,6 +41,7 @@ from sim.report.outputs import (
     write_yaml,
 )
 from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
+from sim.report.provenance import META_KEY, experiment_sources, footnoted, joined, prediction_source
 from sim.report.row_bands import bands_for, winner_bands
 
 log = logging.getLogger(__name__)
@@ -164,17 +165,19 @@ def _write_all(
     written = [out / "results.csv", out / "config.resolved.yaml"]
     pending = _Pending()
     ok = df[df["error"].fillna("") == ""]
+    sources = experiment_sources(prep)
+    source = joined(sources)
     if plots and "throughput_samples_per_s" in df and ok["throughput_samples_per_s"].count() > 1:
         from sim.report.plots import plot_throughput  # matplotlib on first use
 
-        pending.drawings.append(
-            (out / "throughput.png", partial(plot_throughput, ok, out / "throughput.png"))
-        )
-        written.append(out / "throughput.png")
+        path = out / "throughput.png"
+        draw = partial(footnoted, plot_throughput, ok, path=path, text=source)
+        pending.drawings.append((path, draw))
+        written.append(path)
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
-        written += _memory_summary(ok, out, plots, say, _gpt_shapes(prep), pending)
+        written += _memory_summary(ok, out, plots, say, _gpt_shapes(prep), pending, sources)
     elif _gpt_shapes(prep):
-        written += _tflops(ok, out, plots, _gpt_shapes(prep), pending)
+        written += _tflops(ok, out, plots, _gpt_shapes(prep), pending, source)
     code = 0
     bands = winner_bands(df)
     answers: list[tuple[str, ResultRow | None, dict]] = []
@@ -247,13 +250,13 @@ def _gpt_shapes(prep) -> dict[str, dict]:
 
 
 def _memory_summary(
-    df, out: Path, plots: bool, say: Reporter, shapes: dict, pending: _Pending
+    df, out: Path, plots: bool, say: Reporter, shapes: dict, pending: _Pending, sources: dict
 ) -> list[Path]:
     """Largest model per policy and fastest policy per model: table, CSV and two plots (and
     TFLOPS per GPU for GPT models), the plots added to ``pending``."""
     from sim.report.memory_summary import write_memory_summary  # matplotlib on first use
 
-    table, written = write_memory_summary(df, out, plots, shapes, pending.drawings)
+    table, written = write_memory_summary(df, out, plots, shapes, pending.drawings, sources)
     if say.style == "none":
         return written
     console = say.console
@@ -269,13 +272,13 @@ def _memory_summary(
     return written
 
 
-def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending) -> list[Path]:
+def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending, source: str) -> list[Path]:
     """TFLOP/s per GPU of the GPT models as Narayanan et al. (SC'21 eq. 3, the recompute pass
     counted) report them, for comparison with the paper: CSV and plot (added to ``pending``).
     The console shows each winner's model-FLOPs TFLOP/s and MFU instead (:func:`sim.report.console.flops_text`)."""
     from sim.report.memory_summary import write_tflops  # matplotlib on first use
 
-    return write_tflops(df, out, plots, shapes, pending.drawings)[1]
+    return write_tflops(df, out, plots, shapes, pending.drawings, source)[1]
 
 
 def _write_winner(
@@ -302,6 +305,8 @@ def _write_winner(
     if log is None:
         res = resolve(exp, point, prep.topology, prep.traces[point.model], file=str(path))
         log = evaluate(res)[1]
+    trace = prep.traces[point.model]
+    log.meta[META_KEY] = prediction_source(prep.topology.name, trace.name, winner.trace_origin)
     title = (
         f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
         f"w={point.dp_width} t={point.tensor_parallel} "

@@ -44,6 +44,7 @@ def test_compare_tiny_run(tmp_path):
     assert g.predicted_memory_bytes == pytest.approx(pred.allocated_bytes)
     assert g.memory_error == pytest.approx(pred.allocated_bytes / 2.25e9 - 1)
     assert g.in_band == (g.band_low_s <= 0.23085 <= g.band_high_s)
+    assert g.trace_origin == "analytic" and g.hardware  # what the prediction was made with
     last = df.iloc[-1]  # the MXFP8 GB300 Qwen3 row: listed, not predicted, with its reasons
     assert not last.expressed and math.isnan(last.predicted_time_s)
     assert last.reason.startswith("recipe")  # Qwen3 is expressed; its recipe is not given

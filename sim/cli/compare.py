@@ -25,8 +25,32 @@ def _f(x: object, scale: float = 1.0, fmt: str = "{:.1f}") -> str:
     return fmt.format(float(x) * scale)  # type: ignore[arg-type]
 
 
+def caption(df: pd.DataFrame) -> str:
+    """Where the table's figures come from (compare.csv's ``source``, ``hardware``,
+    ``trace_origin`` and ``band_source``, each distinct value once).
+
+    Example:
+        >>> caption(pd.DataFrame({"hardware": ["h", "h"], "trace_origin": ["analytic"] * 2,
+        ...                       "band_source": ["b (n=3)", ""]}))
+        'predicted (pipesim, not measured) on h, from analytic traces; band: b (n=3); measured: compare.csv source'
+    """  # noqa: E501
+
+    def distinct(col: str) -> str:
+        values = [str(v) for v in df.get(col, pd.Series(dtype=str)).fillna("") if str(v)]
+        return ", ".join(dict.fromkeys(values)) or "-"
+
+    return (
+        f"predicted (pipesim, not measured) on {distinct('hardware')}, from "
+        f"{distinct('trace_origin')} traces; band: {distinct('band_source')}; measured: "
+        "compare.csv source"
+    )
+
+
 def _table(df: pd.DataFrame) -> Table:
-    t = Table(title="predicted against measured (errors: predicted / measured - 1)")
+    t = Table(
+        title="predicted against measured (errors: predicted / measured - 1)",
+        caption=escape(caption(df[df.expressed])),
+    )
     for col in (
         "run",
         "GPUs",

@@ -16,6 +16,7 @@ from sim.trace.from_config import DTYPES, beyond_positions, config_trace
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
 from sim.trace.native import trace_stem, write_trace
+from sim.trace.origin import gpu_figure_sources
 from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
@@ -104,6 +105,14 @@ def trace_show(ref: str = typer.Argument(..., metavar="TRACE", help="Trace name 
     if estimate:
         out.print(escape(estimate), highlight=False)
     out.print(trace.provenance)
+    sources = gpu_figure_sources(trace)
+    if sources:
+        table = Table(title="the kernel model's GPU figures (provenance.inputs.gpu): sources")
+        for col in ("figure", "value", "source"):
+            table.add_column(col)
+        for row in sources:
+            table.add_row(*(escape(cell) for cell in row))
+        out.print(table)
 
 
 @app.command("import-kineto")

@@ -11,9 +11,11 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from sim.hardware.host_ops import NO_HOST
 from sim.hardware.parts import Link
+from sim.hardware.provenance import figure_sources
 from sim.hardware.topology import Topology
 
 _GB = 1e9
@@ -142,11 +144,33 @@ def describe_topology(topo: Topology) -> Group:
 
     Returns:
         A :class:`rich.console.Group` of :func:`gpu_table`, :func:`host_table`,
-        :func:`link_table` and :func:`route_table` (``.renderables`` gives the tables).
+        :func:`link_table`, :func:`route_table` (and :func:`fabric_table` for a cluster), then
+        :func:`sources_table` and the description's text, which cites the figures
+        (``.renderables`` gives them).
     """
     if topo.server is not None and topo.fabric is not None:
-        return Group(*describe_topology(topo.server).renderables, fabric_table(topo))
-    return Group(gpu_table(topo), host_table(topo), link_table(topo), route_table(topo))
+        server = describe_topology(topo.server).renderables[:4]
+        return Group(*server, fabric_table(topo), *_sources(topo))
+    tables = (gpu_table(topo), host_table(topo), link_table(topo), route_table(topo))
+    return Group(*tables, *_sources(topo))
+
+
+def sources_table(topo: Topology) -> Table:
+    """Where each group of the figures above comes from (:func:`sim.hardware.provenance.
+    figure_sources`): a citation pointer, or a label starting "assumption" or "derived"."""
+    table = Table(title=f"{topo.name}: sources of the figures above")
+    table.add_column("figures")
+    table.add_column("source")
+    for figures, source in figure_sources(topo):
+        table.add_row(figures, source)
+    return table
+
+
+def _sources(topo: Topology) -> tuple[Table, Text]:
+    """:func:`sources_table` and the description it points to (the sources' text)."""
+    server = topo.server if topo.server is not None else topo
+    text = server.description.strip() or "(no description)"
+    return sources_table(topo), Text(f"description: {text}")
 
 
 def fabric_table(topo: Topology) -> Table:

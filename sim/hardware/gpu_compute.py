@@ -54,6 +54,35 @@ DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 """Fixed cost per kernel in seconds (assumption, see :data:`SOURCES`)."""
 
 
+PRESET_SOURCE = (
+    "the hardware preset's description (sim hardware show <preset> prints it), which cites it "
+    "or labels it an assumption"
+)
+"""Where a spec's datasheet peaks and preset-set fractions come from."""
+
+
+def spec_sources(spec: dict) -> dict[str, str]:
+    """Where each figure of a spec's dict (:meth:`ComputeSpec.to_dict`, as a trace's provenance
+    records it under ``inputs.gpu``) comes from: :data:`SOURCES` for ``hbm_efficiency`` and
+    ``kernel_overhead_s`` at their defaults (measured on the A100 / an assumption), else
+    :data:`PRESET_SOURCE`. ``model`` (a name, not a figure) is left out.
+
+    Example:
+        >>> spec_sources({"model": "X", "kernel_overhead_s": 5e-6})["kernel_overhead_s"][:10]
+        'assumption'
+    """
+    defaults = {
+        "hbm_efficiency": DEFAULT_HBM_EFFICIENCY,
+        "kernel_overhead_s": DEFAULT_KERNEL_OVERHEAD_S,
+    }
+    out = {}
+    for key, value in spec.items():
+        if key == "model":
+            continue
+        out[key] = SOURCES[key] if defaults.get(key) == value else PRESET_SOURCE
+    return out
+
+
 LOW_PRECISION_FORMATS = ("fp8", "mxfp8", "nvfp4")
 """GEMM formats below 16 bits: ``fp8`` (E4M3/E5M2 tensor cores: Hopper and Blackwell; per-tensor,
 row-wise or software block scales), ``mxfp8`` (E4M3 with an E8M0 scale per 32 elements, block

@@ -174,8 +174,21 @@ def _resolve_base(raw: dict[str, Any], file: str | None, field: str | None) -> d
             )
         chain.append(name)
         base = _preset_raw(name, file=file, field=_join(field, "base"))
-        raw = merge_spec(base, {k: v for k, v in raw.items() if k != "base"})
+        override = {k: v for k, v in raw.items() if k != "base"}
+        raw = merge_spec(base, override)
+        set_here = sorted(k for k in override if k not in ("name", "description"))
+        if set_here and "description" not in override:
+            note = BASE_NOTE.format(base=name, keys=", ".join(set_here))
+            raw["description"] = f"{raw.get('description', '')} {note}".strip()
     return {**raw, "base": chain[0]} if chain else raw
+
+
+BASE_NOTE = (
+    "Set over the base preset {base} by a description without a `description` of its own: "
+    "{keys} (their source is the file that sets them, if it gives one; else an assumption)."
+)
+"""Appended to the base's description when a ``base:`` description sets figures but no text:
+the base's sources do not cover them (``sim hardware show`` prints the description)."""
 
 
 def _join(prefix: str | None, rest: str) -> str:

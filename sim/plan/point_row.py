@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 import sim
-from sim.compute.model_flops import model_flops
+from sim.compute.model_flops import FORMULA, model_flops
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.hardware.parts import GPU
@@ -209,8 +209,8 @@ def peak_flops(gpu: GPU, dtype: str) -> float:
 
 def flops_figures(
     prep: Prepared, point: PointConfig, iteration_s: float
-) -> dict[str, float | None]:
-    """``iteration_flops``, ``flops_per_s_per_gpu`` and ``mfu`` of a simulated point
+) -> dict[str, float | str | None]:
+    """``iteration_flops``, ``flops_per_s_per_gpu``, ``mfu`` and ``flops_source`` of a simulated point
     (:class:`~sim.point.rows.ResultRow`): Megatron-LM's model FLOPs of the global batch
     (:func:`sim.compute.model_flops.model_flops`) over the iteration time and the point's GPUs,
     and that over the peak of its first GPU at the trace's dtype (:func:`peak_flops`). None
@@ -219,8 +219,26 @@ def flops_figures(
     shape = model_shape(trace)
     flops = model_flops(shape, point.global_batch) if shape else None
     if flops is None or not iteration_s > 0:
-        return {"iteration_flops": flops, "flops_per_s_per_gpu": None, "mfu": None}
+        none = {"flops_per_s_per_gpu": None, "mfu": None}
+        return {"iteration_flops": flops, **none, "flops_source": ""}
     gpus = point.layout.gpus
     per_gpu = flops / iteration_s / gpus
-    peak = peak_flops(prep.topology.gpus[0], trace.dtype)
-    return {"iteration_flops": flops, "flops_per_s_per_gpu": per_gpu, "mfu": per_gpu / peak}
+    gpu = prep.topology.gpus[0]
+    peak = peak_flops(gpu, trace.dtype)
+    return {
+        "iteration_flops": flops,
+        "flops_per_s_per_gpu": per_gpu,
+        "mfu": per_gpu / peak,
+        "flops_source": flops_source(gpu, trace.dtype),
+    }
+
+
+def flops_source(gpu: GPU, dtype: str) -> str:
+    """Where a row's ``iteration_flops`` and ``mfu`` come from: the FLOP count's formula
+    (:data:`sim.compute.model_flops.FORMULA`) and the peak MFU divides by, e.g. ``"...; peak:
+    V100-SXM2-16GB's 125 TFLOP/s fp16 dense peak (datasheet, the hardware description)"``."""
+    peak = peak_flops(gpu, dtype)
+    return (
+        f"{FORMULA}; peak: {gpu.model}'s {peak / 1e12:.4g} TFLOP/s {dtype} dense peak "
+        "(datasheet, the hardware description)"
+    )

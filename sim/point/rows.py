@@ -23,7 +23,7 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 10
+ROW_FORMAT = 11
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
@@ -49,7 +49,9 @@ class ResultRow(BaseModel):
     FLOPs of one iteration (:func:`sim.compute.model_flops.model_flops`, Megatron-LM's count;
     None for a model without a transformer shape), ``flops_per_s_per_gpu`` those over the
     iteration time and the GPUs, ``mfu`` that over the GPU's dense peak at the trace's dtype
-    (datasheet: :attr:`sim.hardware.parts.GPU.peak_flops`).
+    (datasheet: :attr:`sim.hardware.parts.GPU.peak_flops`); ``flops_source`` says so in the row
+    itself (the FLOP count's formula and the peak's GPU, figure and dtype;
+    :func:`sim.plan.point_row.flops_source`), empty when there are no FLOPs.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -108,6 +110,7 @@ class ResultRow(BaseModel):
     iteration_flops: float | None = _NonNeg
     flops_per_s_per_gpu: float | None = _NonNeg
     mfu: float | None = _NonNeg
+    flops_source: str = ""
 
     def __getitem__(self, name: str) -> Any:
         """``row["fits"]``: read a column by name, as from the CSV."""

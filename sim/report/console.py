@@ -25,10 +25,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 
-from sim.compute.model_flops import FORMULA as MFU_FORMULA
 from sim.errors import EXIT_INTERNAL, EXIT_OK
 from sim.plan.planner import PlanStats
-from sim.plan.point_row import peak_flops
+from sim.plan.point_row import flops_source
 from sim.plan.sweep import skip_kinds
 from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, ResultRow
@@ -202,16 +201,13 @@ class Reporter:
 
 
 def flops_text(row: ResultRow, prep: Prepared) -> str:
-    """``45.7 TFLOP/s per GPU, MFU 36.6 % (of the 125 TFLOP/s fp16 dense peak of
-    V100-SXM2-16GB, datasheet; Megatron-LM's ...; analytic trace)`` for a row with model
-    FLOPs, else ``""``."""
+    """``25.8 TFLOP/s per GPU, MFU 20.6 % (Megatron-LM's ...; peak: V100-SXM2-16GB's 125 TFLOP/s
+    fp16 dense peak (datasheet, ...)); analytic trace`` for a row with model FLOPs (its
+    ``flops_source``: :func:`sim.plan.point_row.flops_source`), else ``""``."""
     if row.flops_per_s_per_gpu is None or row.mfu is None:
         return ""
-    trace = prep.traces[row.model]
-    gpu = prep.topology.gpus[0]
-    peak = peak_flops(gpu, trace.dtype)
+    source = row.flops_source or flops_source(prep.topology.gpus[0], prep.traces[row.model].dtype)
     return (
-        f"{row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % of "
-        f"{gpu.model}'s {peak / 1e12:,.0f} TFLOP/s {trace.dtype} dense peak (datasheet); "
-        f"{MFU_FORMULA}; {row.trace_origin} trace"
+        f"{row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % "
+        f"({source}); {row.trace_origin} trace"
     )

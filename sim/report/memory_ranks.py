@@ -26,6 +26,7 @@ from sim.memory.rank_memory import CATEGORIES  # noqa: E402
 from sim.plan.memory_grid import GridMemory  # noqa: E402
 from sim.report._common import GIB, save_figure  # noqa: E402
 from sim.report.memory_plots import CATEGORY_COLORS  # noqa: E402
+from sim.report.provenance import footnote  # noqa: E402
 
 POINT_COLUMNS = (
     "model",
@@ -58,12 +59,15 @@ def label(gm: GridMemory) -> str:
     return f"{p.model} {p.schedule} " + " ".join(parts)
 
 
-def memory_frame(results: list[GridMemory]) -> pd.DataFrame:
+def memory_frame(results: list[GridMemory], sources: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per configuration and pipeline rank (module doc); a configuration that could
-    not be resolved has one row with its ``error``."""
+    not be resolved has one row with its ``error``. ``sources``: per model, what its figures
+    are predicted with (:func:`sim.report.provenance.prediction_source`), the ``source``
+    column ("" for a model not in it)."""
     rows = []
     for gm in results:
         base = {c: getattr(gm.point, c) for c in POINT_COLUMNS}
+        base["source"] = (sources or {}).get(gm.point.model, "")
         advice = gm.advice.text() if gm.advice else ""
         if gm.memory is None:
             rows.append({**base, "pipeline_rank": None, "error": gm.error})
@@ -124,9 +128,12 @@ def memory_table(results: list[GridMemory]) -> Table:
     return table
 
 
-def plot_memory_ranks(results: list[GridMemory], path: str | os.PathLike) -> Path:
+def plot_memory_ranks(
+    results: list[GridMemory], path: str | os.PathLike, *, source: str = ""
+) -> Path:
     """One panel per configuration (the first :data:`MAX_PANELS` that resolved): a bar per
-    pipeline rank, its peak stacked by category (GiB), the capacity dashed (module doc).
+    pipeline rank, its peak stacked by category (GiB), the capacity dashed (module doc);
+    ``source`` (what the figures are predicted with) written under the panels.
 
     Raises:
         ValueError: no configuration resolved.
@@ -161,6 +168,8 @@ def plot_memory_ranks(results: list[GridMemory], path: str | os.PathLike) -> Pat
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=7,
                bbox_to_anchor=(0.5, 1.02))  # fmt: skip
     fig.tight_layout()
+    if source:
+        footnote(fig, source)
     out = save_figure(fig, path)
     plt.close(fig)
     return out

@@ -33,6 +33,7 @@ import pandas as pd
 
 from sim.atomic import atomic_write_bytes
 from sim.report._common import axes_for, finish, series_style
+from sim.report.provenance import footnoted, joined
 from sim.report.tables import rank_results
 
 LARGEST = "largest model that fits"
@@ -149,17 +150,26 @@ def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) 
     return 96.0 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
 
 
+NARAYANAN_SOURCE = (
+    "Narayanan et al. SC'21 (arXiv:2104.04473) eq. 3 FLOPs (recompute pass counted) "
+    "/ predicted iteration time / GPUs"
+)
+"""The ``flops_source`` of :func:`tflops_per_gpu`'s rows (``tflops_per_gpu.csv``)."""
+TFLOPS_COLUMNS = ["model", "parameters", "memory_policy", "tflops_per_gpu", "flops_source"]
+
+
 def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.DataFrame:
     """Best fitting TFLOPS per GPU per ``(model, memory_policy)``: :func:`narayanan_flops` of
     the row's global batch over its iteration time and ``stages * dp_width * tensor_parallel``
     GPUs. ``shapes``:
     per model ``{layers, hidden, seq_len, vocab}`` (a trace's generator inputs); models without
-    a shape are left out. Columns: ``model, parameters, memory_policy, tflops_per_gpu``."""
+    a shape are left out. Columns: :data:`TFLOPS_COLUMNS` (``flops_source``:
+    :data:`NARAYANAN_SOURCE`, which differs from results.csv's Megatron-LM count)."""
     ok = results_df[results_df["fits"].fillna(False).astype(bool)]
     ok = ok.dropna(subset=["iteration_time_s"])
     ok = ok[ok["model"].isin(list(shapes))]
     if ok.empty:
-        return pd.DataFrame(columns=["model", "parameters", "memory_policy", "tflops_per_gpu"])
+        return pd.DataFrame(columns=TFLOPS_COLUMNS)
     flops = [
         narayanan_flops(
             r.global_batch,
@@ -169,10 +179,10 @@ def tflops_per_gpu(results_df: pd.DataFrame, shapes: dict[str, dict]) -> pd.Data
         / 1e12
         for r in ok.itertuples()
     ]
-    ok = ok.assign(tflops_per_gpu=flops)
+    ok = ok.assign(tflops_per_gpu=flops, flops_source=NARAYANAN_SOURCE)
     keys = ["model", "parameters", "memory_policy"]
     best = ok.sort_values("tflops_per_gpu", ascending=False).drop_duplicates(keys)
-    return best[keys + ["tflops_per_gpu"]].sort_values(["parameters", "memory_policy"])
+    return best[TFLOPS_COLUMNS].sort_values(["parameters", "memory_policy"])
 
 
 def plot_tflops_vs_size(
@@ -200,12 +210,17 @@ Deferred = list[tuple[Path, Callable[[], object]]]
 winners' on several processes, :func:`sim.report.drawing.draw`)."""
 
 
-def _plot(later: Deferred | None, path: Path, draw: Callable[..., Any], *args: object) -> Path:
-    """Draw ``draw(*args, path)`` now, or, with ``later``, add it there; returns ``path``."""
+def _plot(
+    later: Deferred | None, path: Path, draw: Callable[..., Any], *args: object, source: str = ""
+) -> Path:
+    """Draw ``draw(*args, path)`` with ``source`` as its footnote
+    (:func:`sim.report.provenance.footnoted`) now, or, with ``later``, add it there; returns
+    ``path``."""
+    call = partial(footnoted, draw, *args, path=path, text=source)
     if later is None:
-        draw(*args, path)
+        call()
         return path
-    later.append((path, partial(draw, *args, path)))
+    later.append((path, call))
     return path
 
 
@@ -215,24 +230,27 @@ def write_memory_summary(
     plots: bool = True,
     shapes: dict | None = None,
     later: Deferred | None = None,
+    sources: dict[str, str] | None = None,
 ) -> tuple[pd.DataFrame, list[Path]]:
     """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``; with
     ``shapes`` (model -> GPT shape) also ``tflops_per_gpu.csv`` and its plot. With ``later``
-    the plots are added there to draw instead of drawn (their files are listed either way)."""
+    the plots are added there to draw instead of drawn (their files are listed either way).
+    ``sources``: per model, what its figures are predicted with
+    (:func:`sim.report.provenance.experiment_sources`): the CSV's ``source`` column and,
+    joined, each plot's footnote."""
     table = memory_summary(results_df)
-    written = [atomic_write_bytes(out / "memory_summary.csv", table.to_csv().encode())]
+    sources = sources or {}
+    source = joined(sources)
+    csv = table.assign(source=[sources.get(str(m), "") for m in table.index])
+    written = [atomic_write_bytes(out / "memory_summary.csv", csv.to_csv().encode())]
     if plots:
-        written.append(
-            _plot(later, out / "max_model_per_policy.png", plot_max_model_per_policy, results_df)
-        )
+        name, draw = "max_model_per_policy.png", plot_max_model_per_policy
+        written.append(_plot(later, out / name, draw, results_df, source=source))
         if results_df["parameters"].nunique() > 1:  # no one-point lines
-            written.append(
-                _plot(
-                    later, out / "throughput_vs_model_size.png", plot_throughput_vs_size, results_df
-                )
-            )
+            name, draw = "throughput_vs_model_size.png", plot_throughput_vs_size
+            written.append(_plot(later, out / name, draw, results_df, source=source))
     if shapes:
-        written += write_tflops(results_df, out, plots, shapes, later)[1]
+        written += write_tflops(results_df, out, plots, shapes, later, source)[1]
     return table, written
 
 
@@ -242,6 +260,7 @@ def write_tflops(
     plots: bool,
     shapes: dict,
     later: Deferred | None = None,
+    source: str = "",
 ) -> tuple[pd.DataFrame, list[Path]]:
     """:func:`tflops_per_gpu` of ``results_df``, written to ``tflops_per_gpu.csv`` and, with
     ``plots``, ``tflops_vs_model_size.png`` in ``out`` (nothing written when no row has a
@@ -253,5 +272,6 @@ def write_tflops(
     csv = tf.to_csv(index=False, float_format="%.2f").encode()
     written = [atomic_write_bytes(out / "tflops_per_gpu.csv", csv)]
     if plots and tf["parameters"].nunique() > 1:  # no one-point plot
-        written.append(_plot(later, out / "tflops_vs_model_size.png", plot_tflops_vs_size, tf))
+        name = "tflops_vs_model_size.png"
+        written.append(_plot(later, out / name, plot_tflops_vs_size, tf, source=source))
     return tf, written

@@ -36,6 +36,7 @@ from sim.events import EventLog
 from sim.point.rows import ResultRow
 from sim.report.chrome_trace import write_chrome_trace
 from sim.report.drawing import Drawing, draw
+from sim.report.provenance import stamped
 from sim.report.row_bands import with_bands
 from sim.trace.loader import traces_dir
 
@@ -152,6 +153,7 @@ def winner_config(
             "trace_origin",
             "flops_per_s_per_gpu",
             "mfu",
+            "flops_source",
         )
     }
     data["prediction"].update(band or {})
@@ -171,12 +173,18 @@ def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
     n = len(log.iteration_ends_s)
     it = (n // 2 if n >= 3 else n - 1) if n >= 1 else None  # a steady-state iteration
     return [
-        (out / "memory_per_gpu.png", partial(plot_memory_per_gpu, log, out / "memory_per_gpu.png")),
+        (
+            out / "memory_per_gpu.png",
+            partial(stamped, plot_memory_per_gpu, log, out / "memory_per_gpu.png"),
+        ),
         (
             out / "memory_timeline.png",
-            partial(plot_memory_timeline, log, out / "memory_timeline.png"),
+            partial(stamped, plot_memory_timeline, log, out / "memory_timeline.png"),
         ),
-        (out / "timeline.png", partial(plot_gantt, log, out / "timeline.png", iteration=it)),
+        (
+            out / "timeline.png",
+            partial(stamped, plot_gantt, log, out / "timeline.png", iteration=it),
+        ),
         (
             out / "timeline.json",
             partial(write_chrome_trace, log, out / "timeline.json", title=title),

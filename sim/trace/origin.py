@@ -17,6 +17,7 @@ warns when an estimate stands in for a measurement.
 
 from __future__ import annotations
 
+from sim.hardware.gpu_compute import spec_sources
 from sim.trace.schema import Trace
 
 MEASURED, ROOFLINE, ANALYTIC = "measured", "roofline estimate", "analytic"
@@ -58,3 +59,14 @@ def origin_warning(model: str, trace: Trace) -> str | None:
             f"{trace.device}), not measured"
         )
     return None
+
+
+def gpu_figure_sources(trace: Trace) -> list[tuple[str, str, str]]:
+    """``(figure, value, source)`` per GPU figure an analytic trace's kernel model used
+    (``provenance.inputs.gpu``: :func:`sim.hardware.gpu_compute.spec_sources`), empty for a
+    trace without one (measured, or a roofline estimate)."""
+    inputs = (trace.provenance or {}).get("inputs")
+    gpu = inputs.get("gpu") if isinstance(inputs, dict) else None
+    if not isinstance(gpu, dict):
+        return []
+    return [(key, f"{gpu[key]}", src) for key, src in spec_sources(gpu).items()]
