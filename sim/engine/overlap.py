@@ -124,16 +124,16 @@ class PairOverlap:
         seq = self._order(ops)
         late = wgrad_s / (len(seq) + 1) if self.delay_wgrad and seq else 0.0
         seg = duration_s / (len(seq) + 1) - late
-        aside = []
+        aside, label = [], str(a)
         for i, op in enumerate([*seq, None]):
-            name = f"{a}" if not seq else f"{a}.{i}"
+            name = label if not seq else f"{label}.{i}"
             yield from self._segment(rep, name, seg, tags)
             if late > 0:
                 aside.append(self.env.process(self._segment(rep, f"{name}w", late, tags)))
             if op is not None:
                 end = self.env.now + self.groups.op_seconds(rep, op)
                 self.busy_until = max(self.busy_until, end)
-                yield from self.groups.join(rep, f"{a}#{i}", (op,), tags)
+                yield from self.groups.join(rep, f"{label}#{i}", (op,), tags)
         if aside:
             yield self.env.all_of(aside)
 
