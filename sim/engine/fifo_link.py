@@ -64,7 +64,7 @@ class FifoLink:
         env: the simulation environment.
     """
 
-    __slots__ = ("env", "user", "waiting", "bulk", "name", "_marks")
+    __slots__ = ("env", "user", "waiting", "bulk", "name", "_marks", "_granter")
 
     def __init__(self, env: simpy.Environment, name: str = ""):
         self.env = env
@@ -73,6 +73,7 @@ class FifoLink:
         self.waiting: deque[simpy.Event] = deque()
         self.bulk: Bulk | None = None  # a shared link held by a data-parallel collective
         self._marks: dict[simpy.Event, Bulk] = {}
+        self._granter = self._grant  # bound once: every release's callback
 
     def request(self, bulk: Bulk | None = None) -> simpy.Event:
         """An event that succeeds when the resource is granted (now, if it is free and no
@@ -91,15 +92,18 @@ class FifoLink:
         if self.user is req:
             self.user = None
         done = simpy.Event(self.env)
-        done.callbacks.append(self._grant)
-        return done.succeed()
+        done.callbacks.append(self._granter)
+        done._ok, done._value = True, None  # done.succeed(), inline: scheduled now, NORMAL
+        self.env.schedule(done)
+        return done
 
     def _grant(self, _: object = None) -> None:
         if self.user is None and self.waiting:
-            self.user = self.waiting.popleft()
+            user = self.user = self.waiting.popleft()
             if self._marks:
-                self.bulk = self._marks.pop(self.user, self.bulk)
-            self.user.succeed()
+                self.bulk = self._marks.pop(user, self.bulk)
+            user._ok, user._value = True, None  # user.succeed(), inline (it waited untriggered)
+            self.env.schedule(user)
 
 
 class EndOfInstant(simpy.Event):

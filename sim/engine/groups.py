@@ -93,6 +93,18 @@ def op_cost(topo: Topology, gpus: tuple[str, ...], op: GroupOp, cost=None) -> tu
     return tuple(plan.links), dur, dur
 
 
+class _Group:
+    """One rank's group as the run uses it: its ``members`` (``(replica, tensor rank)``), their
+    ``gpus``, how many of them join (``joining``, :meth:`~sim.engine.symmetry.HeldLinks.
+    members`), the rank's place in it (``rank``) and its exchanges' costs (``ops``, by op id)."""
+
+    __slots__ = ("gpus", "joining", "members", "ops", "rank")
+
+    def __init__(self, members: tuple, gpus: tuple[str, ...], joining: int, rank: int):
+        self.members, self.gpus, self.joining, self.rank = members, gpus, joining, rank
+        self.ops: dict[int, tuple] = {}
+
+
 class GroupCollectives:
     """The expert- and context-parallel exchanges of one run (module doc).
 
@@ -129,11 +141,14 @@ class GroupCollectives:
 
         self._cost = lru_cache(maxsize=None)(timed)
         self._joining = held.members
+        lay = inp.layout
+        self._sizes = {"cp": lay.cp, "ep": lay.ep, "etp": lay.expert_tp}
+        # the configuration fixes every group and exchange: computed once per run, not per event
+        self._groups: dict[tuple[int, int, int, str], _Group] = {}
 
     def size(self, group: str) -> int:
         """Members of a ``group`` (``ep``, ``cp`` or ``etp``)."""
-        lay = self.inp.layout
-        return {"cp": lay.cp, "ep": lay.ep, "etp": lay.expert_tp}[group]
+        return self._sizes[group]
 
     def members(self, rep: StageReplica, group: str) -> tuple[tuple[int, int], ...]:
         """``(replica, tensor rank)`` of ``rep``'s ``group``, in group-rank order (module doc)."""
@@ -150,26 +165,54 @@ class GroupCollectives:
             f"gpu{self.inp.gpu_index(r, rep.stage, k)}" for r, k in self.members(rep, group)
         )
 
+    def _group(self, rep: StageReplica, group: str) -> _Group:
+        """``rep``'s ``group``, built on first use (the same for the whole run)."""
+        key = (rep.replica, rep.stage, rep.tp_rank, group)
+        g = self._groups.get(key)
+        if g is None:
+            members = self.members(rep, group)
+            g = self._groups[key] = _Group(
+                members,
+                self.gpus(rep, group),
+                self._joining(members),
+                members.index((rep.replica, rep.tp_rank)),
+            )
+        return g
+
+    def _op(self, g: _Group, op: GroupOp) -> tuple:
+        """``(links, their FIFO resources, seconds, exposed seconds, bytes g's rank sends)``
+        of ``op`` on ``g`` (:func:`op_cost`), memoised by the op object (kept alive with it)."""
+        hit = g.ops.get(id(op))
+        if hit is None or hit[0] is not op:
+            links, dur, exposed = self._cost(g.gpus, op)
+            fifo = self.links.fifo(links)
+            hit = g.ops[id(op)] = (op, links, fifo, dur, exposed, op.total_bytes(g.rank))
+        return hit
+
     def op_seconds(self, rep: StageReplica, op: GroupOp) -> float:
         """Uncontended seconds ``rep`` waits for ``op`` on its group (all repetitions)."""
-        if self.size(op.group) < 2:
+        if self._sizes[op.group] < 2:
             return 0.0
-        return op.count * self._cost(self.gpus(rep, op.group), op)[2]
+        return op.count * self._op(self._group(rep, op.group), op)[4]
 
     def join(self, rep: StageReplica, label: str, ops: tuple[GroupOp, ...], tags: dict):
         """Process: run ``ops`` (context-parallel first, then expert-parallel) with the other
         members of ``rep``'s groups; returns when all have joined and the exchanges ran."""
+        if len(ops) == 1:  # the DualPipe overlap's one exchange at a time
+            group = ops[0].group
+            if self._sizes[group] > 1:
+                yield from self._join(rep, group, label, ops, tags)
+            return
         for group in GROUPS:
             mine = tuple(op for op in ops if op.group == group)
-            if mine and self.size(group) > 1:
+            if mine and self._sizes[group] > 1:
                 yield from self._join(rep, group, label, mine, tags)
 
     def _join(self, rep: StageReplica, group: str, label: str, ops: tuple, tags: dict):
-        members = self.members(rep, group)
-        key = (group, members[0], rep.stage, label)
+        g = self._group(rep, group)
+        key = (group, g.members[0], rep.stage, label)
         run = partial(self.run_ops, rep, group, ops)
-        start, spans = yield from self._meet.join(key, self._joining(members), run)
-        rank = members.index((rep.replica, rep.tp_rank))
+        start, spans = yield from self._meet.join(key, g.joining, run)
         for i, (op, begin, end) in enumerate(spans):
             self.links.events.append(
                 Event(
@@ -179,7 +222,7 @@ class GroupCollectives:
                     f"{group} {op.kind} {label}",
                     start if i == 0 else begin,
                     end,
-                    nbytes=op.total_bytes(rank),
+                    nbytes=self._op(g, op)[5],
                     **tags,
                 )
             )
@@ -188,15 +231,15 @@ class GroupCollectives:
         """Process: run ``ops`` one after another on ``rep``'s ``group``; ``done`` succeeds
         with ``[(op, begin, end)]`` once the members may go on (a ring's hidden part begins
         before it was joined)."""
-        gpus = self.gpus(rep, group)
+        g = self._group(rep, group)
         spans = []
         for op in ops:
-            links, dur, exposed = self._cost(gpus, op)
+            _, _, fifo, dur, exposed, _ = self._op(g, op)
             if exposed >= dur:
-                begin = yield from self.links.hold(links, op.count * dur)
+                begin = yield from self.links.hold_fifo(fifo, op.count * dur)
                 spans.append((op, begin, self.env.now))
                 continue
             hidden = op.count * (dur - exposed)  # ran under the attention, before now
-            begin = yield from self.links.hold(links, op.count * exposed)
+            begin = yield from self.links.hold_fifo(fifo, op.count * exposed)
             spans.append((op, begin - hidden, self.env.now))
         done.succeed(spans)

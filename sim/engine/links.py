@@ -221,18 +221,26 @@ class Links:
         own seconds of work (a hierarchical collective's server-local links,
         :meth:`sim.comm.hierarchical.CollectivePlan.local_s`)."""
         if not bulk:
-            reqs, bulks = yield from self._claim(
-                [self.resource(n) for n in sorted({lk.name for lk in links})], order
-            )
-            start = self.env.now
-            yield self.env.timeout(duration_s + self._shared_s(bulks, duration_s))
-            self.release(reqs)
-            return start
+            return (yield from self.hold_fifo(self.fifo(links), duration_s, order))
         rec = Bulk()
         reqs = yield from self.acquire(links, rec, order)
         start = self.env.now
         rec.end_s = start + duration_s
         yield from self.wait_bulk(reqs, rec, early)
+        return start
+
+    def fifo(self, links: Iterable[Link]) -> list[FifoLink]:
+        """The resources of ``links``, each once, in name order (as :meth:`hold` requests them;
+        a caller that holds the same links again keeps this for :meth:`hold_fifo`)."""
+        return [self.resource(n) for n in sorted({lk.name for lk in links})]
+
+    def hold_fifo(self, resources: list[FifoLink], duration_s: float, order: int = DENSE):
+        """Process: :meth:`hold` without ``bulk`` or ``early``, of the resources :meth:`fifo`
+        gave; returns the time the hold started."""
+        reqs, bulks = yield from self._claim(resources, order)
+        start = self.env.now
+        yield self.env.timeout(duration_s + self._shared_s(bulks, duration_s))
+        self.release(reqs)
         return start
 
     def wait_bulk(self, reqs: list, rec: Bulk, early=((), 0.0)):

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 
 import simpy
 
+from sim.engine.fifo_link import FifoLink
 from sim.engine.groups import GroupCollectives
 from sim.engine.replicas import StageReplica
 from sim.engine.streams import ComputeStream
@@ -73,6 +74,8 @@ class PairOverlap:
         compute: the compute streams (logs the segments).
         groups: the group exchanges.
         factor: compute time factor of overlapped segments (:func:`slowdown`).
+        delay_wgrad: Megatron's ``delay_wgrad_compute`` (:meth:`body`).
+        orders: the run's memo of :meth:`_order`, shared by its pairs (None: this pair's own).
     """
 
     def __init__(
@@ -82,22 +85,27 @@ class PairOverlap:
         groups: GroupCollectives,
         factor: float = 1.0,
         delay_wgrad: bool = False,
+        orders: dict | None = None,
     ):
         self.env = env
         self.compute_stream = compute
         self.groups = groups
         self.factor = factor
         self.delay_wgrad = delay_wgrad
-        self.stream = simpy.Resource(env, capacity=1)
+        self.stream = FifoLink(env, "pair")  # simpy.Resource(env, 1)'s schedule, less work
         self.busy_until = 0.0
+        self._orders: dict[int, tuple[tuple[GroupOp, ...], list[GroupOp]]] = (
+            {} if orders is None else orders
+        )
 
     def compute(self, gpu: str, kind: str, name: str, duration_s: float, **tags):
         """Process: ``duration_s`` of other compute of the pair (a recompute) on the shared
         stream, slowed while an exchange runs, as a chain's segments."""
-        with self.stream.request() as req:
-            yield req
-            dur = self.stretched(duration_s, self.busy_until - self.env.now)
-            yield from self.compute_stream.run(gpu, kind, name, dur, **tags)
+        req = self.stream.request()
+        yield req
+        dur = self.stretched(duration_s, self.busy_until - self.env.now)
+        yield from self.compute_stream.run(gpu, kind, name, dur, **tags)
+        self.stream.release(req)
 
     def body(
         self,
@@ -113,28 +121,37 @@ class PairOverlap:
         gradient ``wgrad_s`` (of ``duration_s``), each segment's share of it leaves the chain:
         it waits on the stream beside the segment's exchange instead of before it (Megatron's
         ``delay_wgrad_compute``: the expert wgrad runs while ``dispatch_bwd`` is in flight)."""
-        seq = list(exchange_order(ops))
+        seq = self._order(ops)
         late = wgrad_s / (len(seq) + 1) if self.delay_wgrad and seq else 0.0
         seg = duration_s / (len(seq) + 1) - late
-        aside = []
+        aside, label = [], str(a)
         for i, op in enumerate([*seq, None]):
-            name = f"{a}" if not seq else f"{a}.{i}"
+            name = label if not seq else f"{label}.{i}"
             yield from self._segment(rep, name, seg, tags)
             if late > 0:
                 aside.append(self.env.process(self._segment(rep, f"{name}w", late, tags)))
             if op is not None:
                 end = self.env.now + self.groups.op_seconds(rep, op)
                 self.busy_until = max(self.busy_until, end)
-                yield from self.groups.join(rep, f"{a}#{i}", (op,), tags)
+                yield from self.groups.join(rep, f"{label}#{i}", (op,), tags)
         if aside:
             yield self.env.all_of(aside)
 
+    def _order(self, ops: tuple[GroupOp, ...]) -> list[GroupOp]:
+        """:func:`exchange_order` of ``ops``, memoised by the tuple object (an action's ops are
+        the same every micro-batch; the same exchanges let the groups reuse their costs)."""
+        hit = self._orders.get(id(ops))
+        if hit is None or hit[0] is not ops:
+            hit = self._orders[id(ops)] = (ops, list(exchange_order(ops)))
+        return hit[1]
+
     def _segment(self, rep: StageReplica, name: str, work_s: float, tags):
         """Process: ``work_s`` of the pair's compute on the shared stream."""
-        with self.stream.request() as req:
-            yield req
-            dur = self.stretched(work_s, self.busy_until - self.env.now)
-            yield from self.compute_stream.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
+        req = self.stream.request()
+        yield req
+        dur = self.stretched(work_s, self.busy_until - self.env.now)
+        yield from self.compute_stream.run(rep.gpu, EventKind.COMPUTE, name, dur, **tags)
+        self.stream.release(req)
 
     def stretched(self, work_s: float, comm_left_s: float) -> float:
         """Seconds of ``work_s`` of compute that starts while an exchange has ``comm_left_s``

@@ -95,9 +95,13 @@ def pair_work(
     total = sum(p.device_s for p in forward) + sum(p.device_s for p in backward)
     scale = device_s / total if total > 0 else 0.0
     out = HostWork.device_only(0.0)
+    works: dict[tuple[str, LayerPart], HostWork] = {}  # a stage's layers are mostly alike
     for i in range(max(len(forward), len(backward))):
         for op, parts in (("F", forward), ("B", backward)):
             if i < len(parts):
                 part = parts[i]._replace(device_s=parts[i].device_s * scale)
-                out = out.then(layered(op, (part,)))
+                work = works.get((op, part))
+                if work is None:
+                    work = works[op, part] = layered(op, (part,))
+                out = out.then(work)
     return out

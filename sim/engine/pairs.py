@@ -42,6 +42,7 @@ class PairRuns:
         self.inp, self.actions, self._rep = inp, actions, rep_of
         self.env, self.ledger, self.compute = parts.env, parts.ledger, parts.compute
         self.hosts, self.groups, self.sends = parts.hosts, parts.groups, parts.sends
+        self._orders: dict = {}  # the pairs' exchange orders (PairOverlap._order), per run
 
     def overlap_pair(self, first: StageReplica, pair: tuple[Action, ...], ends: dict):
         """Process: torch's ``OVERLAP_F_B``: wait for both inputs, run the forward then the
@@ -121,7 +122,12 @@ class PairRuns:
         sms = gpu.sm_count if gpu is not None else None
         factor = slowdown(sms, self.inp.runtime.comm_sms)
         return PairOverlap(
-            self.env, self.compute, self.groups, factor, self.inp.runtime.delay_wgrad
+            self.env,
+            self.compute,
+            self.groups,
+            factor,
+            self.inp.runtime.delay_wgrad,
+            self._orders,
         )
 
 

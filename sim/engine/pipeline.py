@@ -33,6 +33,7 @@ from __future__ import annotations
 import gc
 
 from sim.engine.actions import ActionRuns
+from sim.engine.drive import run_to_end
 from sim.engine.inputs import SimInput
 from sim.engine.pairs import PairRuns
 from sim.engine.parts import compose
@@ -86,7 +87,7 @@ class Engine:
         paused = gc.isenabled()
         gc.disable()
         try:
-            self.env.run()
+            run_to_end(self.env)  # env.run(), its step inline (sim.engine.drive)
         finally:
             if paused:
                 gc.enable()

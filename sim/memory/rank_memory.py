@@ -219,42 +219,46 @@ def activation_peak(pairs: Sequence[Pair]) -> ActivationPeak:
     overlapped = pairs[0][0].overlapped
     live: dict[int, deque[float]] = {s: deque() for s in by_stage}
     states = {s: FsdpState() for s in by_stage}
+    # fixed per stage over the walk: computed once, not per action
+    moving = {s: _moving(c, p) for s, (c, p) in by_stage.items()}
+    rebuild = {s: p.rebuild_bytes for s, (_, p) in by_stage.items()}
+    fsdp_any = any(p.fsdp is not None for _, p in by_stage.values())
     total = 0.0
     best = ActivationPeak(0.0, 0.0, 0.0, "")
     for i, (stage, op, _) in enumerate(ops):
         if stage not in by_stage or (op != "F" and op not in BACKWARD_OPS):
             continue
         ctx, plan = by_stage[stage]
-        moving = _moving(ctx, plan)
-        fsdp = _fsdp_now(by_stage, states, stage, op)
+        fsdp = _fsdp_now(by_stage, states, stage, op) if fsdp_any else NONE
+        at = ""  # the moment's label; empty: no candidate (the sum it would have is t)
         if op == "F" and i in overlapped and ops[i + 1][0] in by_stage:
             bctx, bplan = by_stage[ops[i + 1][0]]
             bkept = live[bctx.stage][0] if live[bctx.stage] else 0.0
-            acts = total - bkept + _pair_stash(plan, bplan, bkept) + moving
-            acts += plan.rebuild_bytes + bplan.rebuild_bytes
+            acts = total - bkept + _pair_stash(plan, bplan, bkept) + moving[stage]
+            acts += rebuild[stage] + rebuild[bctx.stage]
             work = max(extra[stage][0], extra[bctx.stage][1]) + cache
             held = ctx.input_bytes + bctx.out_bytes + bctx.input_bytes
-            cand = ActivationPeak(acts, work, held, f"{stage}F+{bctx.stage}B", fsdp)
+            at = f"{stage}F+{bctx.stage}B"
             live[stage].append(plan.resident_act_bytes)
             total += plan.resident_act_bytes
         elif op == "F":
             kept = plan.resident_act_bytes
-            acts = total + kept + plan.rebuild_bytes + moving
-            cand = ActivationPeak(acts, extra[stage][0] + cache, ctx.input_bytes, f"{stage}F", fsdp)
+            acts = total + kept + rebuild[stage] + moving[stage]
+            work, held, at = extra[stage][0] + cache, ctx.input_bytes, f"{stage}F"
             live[stage].append(kept)
             total += kept
         else:
-            acts = total + plan.rebuild_bytes + moving
-            held = ctx.out_bytes + ctx.input_bytes
-            cand = ActivationPeak(acts, extra[stage][1] + cache, held, f"{stage}{op}", fsdp)
-            if i - 1 in overlapped:  # the second half of a combined step: counted with it
-                cand = best
+            acts = total + rebuild[stage] + moving[stage]
+            work, held = extra[stage][1] + cache, ctx.out_bytes + ctx.input_bytes
+            if i - 1 not in overlapped:  # the second half of a combined step: counted with it
+                at = f"{stage}{op}"
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
         if plan.fsdp is not None:
             states[stage] = after(plan.fsdp, states[stage], op, op in DONE_OPS)
-        if cand.total > best.total:
-            best = cand
+        # ActivationPeak.total's sum, in its order: built only when it is the largest yet
+        if at and acts + work + held + fsdp.total > best.total:
+            best = ActivationPeak(acts, work, held, at, fsdp)
     return best
 
 
@@ -278,6 +282,7 @@ def kept_peak(
         8.0
     """
     live: dict[int, deque[float]] = {s: deque() for s in plans}
+    rebuild = {s: p.rebuild_bytes for s, p in plans.items()}  # once per stage, not per op
     total = best = 0.0
     seq = list(ops)
     for i, (stage, op) in enumerate(seq):
@@ -289,16 +294,16 @@ def kept_peak(
             other = plans[seq[i + 1][0]]
             bkept = live[seq[i + 1][0]][0] if live[seq[i + 1][0]] else 0.0
             pair = _pair_stash(plan, other, bkept) - bkept
-            best = max(best, total + pair + plan.rebuild_bytes + other.rebuild_bytes)
+            best = max(best, total + pair + rebuild[stage] + rebuild[seq[i + 1][0]])
             total += plan.resident_act_bytes
             live[stage].append(plan.resident_act_bytes)
         elif op == "F":
             total += plan.resident_act_bytes
             live[stage].append(plan.resident_act_bytes)
-            best = max(best, total + plan.rebuild_bytes)
+            best = max(best, total + rebuild[stage])
         elif op in BACKWARD_OPS:
             if i - 1 not in overlapped or not plan.layer_shares:
-                best = max(best, total + plan.rebuild_bytes)
+                best = max(best, total + rebuild[stage])
             if op in DONE_OPS and live[stage]:
                 total -= live[stage].popleft()
     return best
