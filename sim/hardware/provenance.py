@@ -2,8 +2,8 @@
 
 A hardware description carries its sources as prose: the ``description`` (datasheet peaks, HBM,
 links, DRAM, CPU Adam rate, each cited there), ``host_overhead.source`` (the host's time per
-op), each measured collective's ``source``, and, for the network, the comment above the
-``network`` key of the file (YAML comments are not loaded). A figure the tool computes from
+op), each measured collective's ``source``, and, for the network, ``network.source``
+(:attr:`sim.hardware.fabric.RailFatTree.source`). A figure the tool computes from
 others (a route's bandwidth) says so. A description without a source text has its figures
 labelled as assumptions.
 """
@@ -19,6 +19,9 @@ NO_SOURCE = "assumption: the hardware description gives no source (empty `descri
 
 DESCRIPTION = "the hardware description's `description`, printed below"
 """The source of the figures a description's ``description`` text cites."""
+
+NO_NETWORK_SOURCE = "assumption: the hardware description gives no `network.source`"
+"""The label of the network's figures when its description cites none."""
 
 ROUTE = "derived: the slowest link of the route (links table; Topology.route_bandwidth_Bps)"
 """The source of a route's bandwidth, computed from the links."""
@@ -70,13 +73,8 @@ def figure_sources(topo: Topology) -> list[tuple[str, str]]:
         name = f"measured {t.kind}, {t.ranks} ranks"
         rows.append((name, t.source.strip() or NO_SOURCE))
     if topo.fabric is not None:
-        where = "the comment above `network` in the hardware file"
-        rows.append(
-            (
-                "network: NIC GB/s, oversubscription",
-                f"{where} (sim/hardware/presets/<preset>.yaml for a preset)",
-            )
-        )
+        source = topo.fabric.source.strip() or NO_NETWORK_SOURCE
+        rows.append(("network: NIC GB/s, oversubscription, latency", source))
         rows.append(
             ("network: servers, GPUs, rails, leaves, spines", "derived: the fabric's counts")
         )
