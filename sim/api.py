@@ -43,6 +43,7 @@ from sim.config import ExperimentConfig, load_experiment, parse_experiment
 from sim.errors import InputError, expect_int, expect_type
 from sim.hardware.loader import load_hardware
 from sim.hardware.overlay import read_overlay
+from sim.hardware.provenance import reserve_source
 from sim.parallel.partition import partition as split_layers
 from sim.parallel.placement import place
 from sim.plan.executors import open_executor
@@ -480,7 +481,7 @@ def memory(
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     sources = experiment_sources(prep)
-    frame = memory_frame(results, sources)
+    frame = memory_frame(results, sources, reserve_source(prep.topology.gpus[0].reserve))
     atomic_write_text(folder / "memory.csv", frame.to_csv(index=False))
     if plots and any(r.memory is not None for r in results):
         plot_memory_ranks(results, folder / "memory_ranks.png", source=joined(sources))

@@ -5,7 +5,14 @@ from __future__ import annotations
 from rich.console import Console
 
 from sim.hardware import describe_topology, load_hardware
-from sim.hardware.provenance import DESCRIPTION, NO_SOURCE, ROUTE, figure_sources
+from sim.hardware.loader import cluster_presets
+from sim.hardware.provenance import (
+    DESCRIPTION,
+    NO_NETWORK_SOURCE,
+    NO_SOURCE,
+    ROUTE,
+    figure_sources,
+)
 
 TOY = {
     "name": "toy",
@@ -55,10 +62,28 @@ def test_preset_show_prints_its_description_and_host_source():
     assert "pytorch/pytorch#41383" in text  # the host figures' source, not only the YAML
 
 
-def test_cluster_network_figures_point_to_the_network_comment():
-    rows = dict(figure_sources(load_hardware("2x-dgx-h100")))
-    assert "comment above `network`" in rows["network: NIC GB/s, oversubscription"]
+NETWORK = "network: NIC GB/s, oversubscription, latency"
+
+
+def test_cluster_network_figures_print_the_network_source():
+    topo = load_hardware("2x-dgx-h100")
+    rows = dict(figure_sources(topo))
+    assert "DGX H100 user guide" in rows[NETWORK]  # the preset's network.source, not a file
     assert rows["network: servers, GPUs, rails, leaves, spines"].startswith("derived")
+    assert "8x single-port OSFP ConnectX-7" in " ".join(_shown(topo).split())
+
+
+def test_a_network_without_a_source_is_labelled_an_assumption():
+    net = {"nic_bandwidth": "10 GB/s"}
+    topo = load_hardware({**TOY, "servers": 2, "network": net})
+    assert dict(figure_sources(topo))[NETWORK] == NO_NETWORK_SOURCE
+    assert NO_NETWORK_SOURCE.startswith("assumption")
+
+
+def test_every_preset_network_says_its_source():
+    for name in cluster_presets():
+        topo = load_hardware(f"2x-{name}")
+        assert topo.fabric is not None and topo.fabric.source.strip(), name
 
 
 def test_figures_set_over_a_base_without_a_description_are_named_as_such():

@@ -226,6 +226,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             "servers_per_leaf": f.servers_per_leaf,
             "oversubscription": f.oversubscription,
             "technology": f.technology,
+            "source": f.source,
         }
         if f.nccl_nic_Bps is not None:
             network["nccl_nic_bandwidth"] = f.nccl_nic_Bps

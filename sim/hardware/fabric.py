@@ -55,6 +55,8 @@ class RailFatTree:
         nccl_nic_Bps: the rate NCCL's graph search gives a GPU's path to its NIC (the NIC's
             speed or the GPU's PCIe link if slower, :func:`sim.comm.nccl.inter_graph`), the
             NIC links' NCCL rate; None: ``nic_Bps``.
+        source: where the NIC, switch and latency figures come from (the description's
+            ``network.source``), for people; "" when the description gives none.
 
     Raises:
         ValueError: a count below 1, a bandwidth or oversubscription not positive.
@@ -75,6 +77,7 @@ class RailFatTree:
     oversubscription: float = 1.0
     technology: str = ""
     nccl_nic_Bps: float | None = None
+    source: str = ""
 
     def __post_init__(self) -> None:
         if min(self.servers, self.gpus_per_server, self.servers_per_leaf) < 1:

@@ -91,6 +91,12 @@ class NetworkSpec(BaseModel):
         "x16 48 GB/s: NCCL src/graph/xml.h kvDictPciGen, width x speed / 80); default: "
         "nic_bandwidth. NCCL's sends and collectives cross the NIC at this rate.",
     )
+    source: str = Field(
+        default="",
+        description="Where the figures above come from (datasheet, reference architecture, "
+        "NCCL source), each figure without one labelled 'assumption'; sim hardware show "
+        "prints it in its sources table. Empty: the figures are labelled an assumption.",
+    )
 
     def fabric(self, servers: int, gpus_per_server: int) -> RailFatTree:
         """The :class:`~sim.hardware.fabric.RailFatTree` this describes for ``servers``."""
@@ -103,6 +109,7 @@ class NetworkSpec(BaseModel):
             self.oversubscription,
             self.technology,
             self.nccl_nic_bandwidth,
+            self.source,
         )
 
 

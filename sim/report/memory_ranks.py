@@ -59,11 +59,15 @@ def label(gm: GridMemory) -> str:
     return f"{p.model} {p.schedule} " + " ".join(parts)
 
 
-def memory_frame(results: list[GridMemory], sources: dict[str, str] | None = None) -> pd.DataFrame:
+def memory_frame(
+    results: list[GridMemory], sources: dict[str, str] | None = None, reserve_source: str = ""
+) -> pd.DataFrame:
     """One row per configuration and pipeline rank (module doc); a configuration that could
     not be resolved has one row with its ``error``. ``sources``: per model, what its figures
     are predicted with (:func:`sim.report.provenance.prediction_source`), the ``source``
-    column ("" for a model not in it)."""
+    column ("" for a model not in it). ``reserve_source``: where ``reserve_bytes`` comes from
+    (:func:`sim.hardware.provenance.reserve_source`), the ``reserve_source`` column of every
+    rank's row."""
     rows = []
     for gm in results:
         base = {c: getattr(gm.point, c) for c in POINT_COLUMNS}
@@ -79,6 +83,7 @@ def memory_frame(results: list[GridMemory], sources: dict[str, str] | None = Non
                     "pipeline_rank": rank,
                     "stages_on_rank": " ".join(str(s) for s in r.stages),
                     **{f"{c}_bytes": r.by_category.get(c, 0.0) for c in CATEGORIES},
+                    "reserve_source": reserve_source,
                     "allocated_bytes": r.allocated_bytes,
                     "reserved_bytes": r.reserved_bytes,
                     "device_bytes": r.device_bytes,

@@ -32,6 +32,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from sim.hardware.gpu_compute import PRESET_SOURCE, ComputeSpec, spec_sources
 from sim.trace.decoder import decoder_trace
 from sim.trace.generator import preset_gpu, preset_trace, transformer_trace
 from sim.trace.hf_config import read_config
@@ -129,6 +130,43 @@ experiments/llama3-70b-64xh100.yaml."""
 HF_DIR = Path(__file__).resolve().parents[2] / "examples" / "hf"
 
 
+DEVICE_PRESET = "dgx1-v100-16gb"
+"""The hardware preset whose GPU the shipped analytic traces are generated on."""
+
+_DEFAULT_NOTE = {
+    "hbm_efficiency": "HBM efficiency {v:g}: an A100 STREAM measurement "
+    "(te42kyfo/gpu-benches@cdcc732 cuda-stream/a100_80.txt), an assumption on this GPU",
+    "kernel_overhead_s": "{us:g} us per kernel: an assumption (unverified)",
+}
+
+
+def device_note(gpu: ComputeSpec) -> str:
+    """The sentence a shipped analytic trace's ``notes`` ends with: the GPU the kernel model ran
+    on and where its figures come from. The preset's description cites the peaks, HBM bandwidth
+    and SM count; ``hbm_efficiency`` and ``kernel_overhead_s`` at their defaults are not the
+    preset's (:func:`sim.hardware.gpu_compute.spec_sources`: an A100 STREAM measurement, an
+    assumption on other GPUs; an assumption), and the note names them so.
+
+    Args:
+        gpu: the kernel model's GPU (:func:`~sim.trace.generator.preset_gpu` of
+            :data:`DEVICE_PRESET`).
+    """
+    sources = spec_sources(gpu.to_dict())
+    figures = {"hbm_efficiency": gpu.hbm_efficiency, "kernel_overhead_s": gpu.kernel_overhead_s}
+    unsourced = [
+        _DEFAULT_NOTE[key].format(v=value, us=value * 1e6)
+        for key, value in figures.items()
+        if sources[key] != PRESET_SOURCE
+    ]
+    cites = "cites every number" if not unsourced else "cites the other numbers"
+    tail = "; ".join(unsourced) + ("; " if unsourced else "")
+    return (
+        f" Device model: the {DEVICE_PRESET} preset's GPU (its description {cites}); "
+        f"{tail}`sim trace show` lists each figure's source. At other micro-batch sizes and on "
+        "other GPUs `sim run` regenerates the trace with the same model."
+    )
+
+
 def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
     """The shipped traces, in memory, without ``date`` (deterministic).
 
@@ -152,13 +190,10 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
         )
         out.append(replace(t, provenance=prov))
     for name in GENERATED_SHIPPED + PATRICKSTAR_SHIPPED + PATRICKSTAR_BERT_SHIPPED:
-        t = preset_trace(name, microbatch_size=1, dtype="fp16", gpu=preset_gpu("dgx1-v100-16gb"))
+        gpu = preset_gpu(DEVICE_PRESET)
+        t = preset_trace(name, microbatch_size=1, dtype="fp16", gpu=gpu)
         prov = dict(t.provenance)
-        prov["notes"] += (
-            " Device model: the dgx1-v100-16gb preset's GPU (its description cites every "
-            "number); at other micro-batch sizes and on other GPUs `sim run` regenerates "
-            "the trace with the same model."
-        )
+        prov["notes"] += device_note(gpu)
         if name in PATRICKSTAR_BERT_SHIPPED:
             prov["shape_source"] = (
                 "Tencent/PatrickStar@04af7c9 examples/model_builder.py (hidden/seq/layers/heads; "
