@@ -26,6 +26,7 @@ from sim.framework.base import Framework, Setting
 from sim.framework.cuda_graphs import captured
 from sim.framework.ddp_hooks import with_grad_hooks
 from sim.framework.deterministic import DETERMINISM_OPTIONS, with_deterministic_fills
+from sim.framework.jit_fuser_host import with_jit_fuser
 from sim.framework.mcore_python import with_mcore_python
 from sim.framework.megatron_host import HOST_OPTIONS, LOSS_READS, megatron_step_host
 from sim.framework.megatron_options import (
@@ -307,7 +308,8 @@ class MegatronLM(Framework):
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
         """Megatron-Core's Python around each layer's forward (``mcore_layer_python``;
-        :func:`sim.framework.mcore_python.with_mcore_python`), the layers' Transformer Engine
+        :func:`sim.framework.mcore_python.with_mcore_python`) and its ``torch.compile``-d
+        ``jit_fuser`` calls (:func:`sim.framework.jit_fuser_host.with_jit_fuser`), the layers' Transformer Engine
         modules with ``transformer_impl`` (default ``transformer_engine``;
         :func:`sim.framework.te_host.with_te_modules`), the DDP's
         Python gradient hooks (:func:`sim.framework.ddp_hooks.with_grad_hooks`), the fills of
@@ -315,7 +317,7 @@ class MegatronLM(Framework):
         ``cuda_graph_impl`` / ``cuda_graph_scope`` capture run without host work
         (:mod:`sim.framework.cuda_graphs`)."""
         if self.mcore_layer_python.value:
-            cost = with_mcore_python(cost, kinds)
+            cost = with_jit_fuser(with_mcore_python(cost, kinds), kinds)
         v = self.values
         te = v.get("transformer_impl", "local") == "transformer_engine"
         if te:
