@@ -24,8 +24,12 @@ def test_a_te_block_costs_its_four_linears_more_on_the_host():
     h_te = layered_work(host, "F", te.forward_parts(())).host_s
     h_local = layered_work(host, "F", local.forward_parts(())).host_s
     # Megatron-Core's layer Python: 113 / 0.60 module calls more in the block
-    # (sim.framework.mcore_python)
-    assert h_local == pytest.approx(100e-6 + 686e-6 + 113 / 0.60 * 2e-6)
+    # (sim.framework.mcore_python); its torch.compile'd jit_fuser calls (sim.framework.
+    # jit_fuser_host): 2 with grad at 33.4 us over an op and 1 without at 9.4 us
+    # (pytorch/pytorch#122029), +76.2 us here at 2 us per module call, while each of the 2
+    # bias-dropout-adds' 4 eager ops becomes 1: -6 ops at 10 us
+    jit = 2 * 33.4e-6 + 9.4e-6 - 6 * 10e-6
+    assert h_local == pytest.approx(100e-6 + 686e-6 + 113 / 0.60 * 2e-6 + jit)
     assert h_te - h_local == pytest.approx(4 * 22.8e-6)
     # and as much again in its backward (assumption, TE#445), the embedding none
     h_te_b = layered_work(host, "B", te.backward_parts()).host_s
