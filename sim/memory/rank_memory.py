@@ -309,6 +309,19 @@ def kept_peak(
     return best
 
 
+BUFFERS_SOURCE = (
+    "framework buffers: the framework profile's GEMM workspaces (Transformer Engine's "
+    "get_cublas_workspace, transformer_engine/pytorch/cpp_extensions/gemm.py; PyTorch's two "
+    "CUBLAS_WORKSPACE_CONFIG-sized cuBLAS workspaces), TE's dummy weight gradients "
+    "(get_dummy_wgrad), deferred output-layer weight gradients and gradient buckets (DDP's "
+    "bucket copy, ZeRO's reduce bucket) (sim.memory.rank_memory.framework_buffer_bytes; "
+    "sim.memory.framework_memory); with a chunked (PatrickStar) policy also the GPU share "
+    "its memory tracer keeps out of reach, 1 - overall_gpu_mem_ratio (sim.memory.memtracer)"
+)
+"""Where :func:`framework_buffer_bytes` (the ``framework`` category of a GPU's peak) comes
+from, for ``results.csv``'s ``peak_reserve_source`` (:func:`sim.plan.point_row.peak_reserve_source`)."""
+
+
 def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     """Bytes of the framework's own persistent buffers on the GPU: Transformer Engine's dummy
     weight gradients (one per weight shape over every chunk, :func:`~sim.memory.

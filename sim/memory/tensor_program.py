@@ -226,6 +226,17 @@ def _layer_tensors(
     ]
 
 
+MARGIN_SOURCE = (
+    "allocator margin: max_memory_reserved - max_memory_allocated of a replay of the rank's "
+    "tensors through PyTorch's CUDACachingAllocator rules (c10/cuda/CUDACachingAllocator.cpp "
+    "@ pytorch/pytorch 001074d; sim.memory.allocator, "
+    "sim.memory.tensor_program.allocator_margin_bytes); the allocation order is modelled, not "
+    "measured, and micro-batches past the replayed ones reuse the first's blocks (assumption)"
+)
+"""Where :func:`allocator_margin_bytes` (the ``allocator`` category of a GPU's peak) comes
+from, for ``results.csv``'s ``peak_reserve_source`` (:func:`sim.plan.point_row.peak_reserve_source`)."""
+
+
 def allocator_margin_bytes(pairs: Sequence[Pair]) -> float:
     """Bytes PyTorch's caching allocator reserves beyond the allocated peak on this rank:
     ``max_memory_reserved - max_memory_allocated`` of a replay of :func:`tensor_program`

@@ -20,8 +20,12 @@ import sim
 from sim.compute.model_flops import FORMULA, model_flops
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.hardware.capacity import RuntimeReserve
 from sim.hardware.parts import GPU
+from sim.hardware.provenance import reserve_source
 from sim.memory.peak import device_peaks, row_breakdown
+from sim.memory.rank_memory import BUFFERS_SOURCE
+from sim.memory.tensor_program import MARGIN_SOURCE
 from sim.parallel.shard import model_shape
 from sim.plan.bounds import resolved_memory_excess
 from sim.point.config import PointConfig
@@ -173,6 +177,7 @@ def _point_row(
     except (InputError, ValueError) as exc:
         return ResultRow(**base, fits=False, error=str(exc)), None
     oom = met.oom[0] if met.oom else None
+    breakdown = row_breakdown(device_peaks(log.memory, log.capacity_bytes))
     row = ResultRow(
         **base,
         iteration_time_s=met.iteration_time_s,
@@ -193,7 +198,8 @@ def _point_row(
         policy_notes=json.dumps(log.meta.get("policy_notes", {}), default=str),
         staleness_steps=staleness_steps(res.schedule),
         attention=trace.provenance.get("attention", ""),
-        **row_breakdown(device_peaks(log.memory, log.capacity_bytes)),
+        **breakdown,
+        peak_reserve_source=_tightest_reserve_source(prep, breakdown["tightest_gpu"]),
         **flops_figures(prep, point, met.iteration_time_s),
     )
     return row, log
@@ -242,3 +248,39 @@ def flops_source(gpu: GPU, dtype: str) -> str:
         f"{FORMULA}; peak: {gpu.model}'s {peak / 1e12:.4g} TFLOP/s {dtype} dense peak "
         "(datasheet, the hardware description)"
     )
+
+
+def peak_reserve_source(rv: RuntimeReserve) -> str:
+    """Where a row's ``peak_reserve_bytes`` comes from: the three ledger categories it sums
+    (:data:`sim.memory.peak.ROW_CATEGORIES`), each with its source, e.g. ``"runtime reserve:
+    CUDA context 400 MiB: assumption (...); NCCL buffers ...; allocator margin: ...
+    CUDACachingAllocator rules (...); framework buffers: ..."``.
+
+    Args:
+        rv: the tightest GPU's :class:`~sim.hardware.capacity.RuntimeReserve`.
+
+    Returns:
+        One line: the runtime reserve's :func:`sim.hardware.provenance.reserve_source`, the
+        allocator margin's (:data:`sim.memory.tensor_program.MARGIN_SOURCE` when the margin is
+        the replay of PyTorch's allocator; else the description's fixed share, or none) and the
+        framework buffers' (:data:`sim.memory.rank_memory.BUFFERS_SOURCE`, none when the GPU
+        counts tensors only).
+    """
+    if rv.replays_allocator:
+        margin = MARGIN_SOURCE
+    elif rv.allocator_margin:
+        margin = (
+            f"allocator margin: {rv.allocator_margin:g} x the activation bytes "
+            "(set by the hardware description)"
+        )
+    else:
+        margin = "allocator margin: none (this GPU's description sets it to 0)"
+    buffers = BUFFERS_SOURCE if rv.working else "framework buffers: none (tensors only)"
+    return f"runtime reserve: {reserve_source(rv)}; {margin}; {buffers}"
+
+
+def _tightest_reserve_source(prep: Prepared, tightest_gpu: str) -> str:
+    """:func:`peak_reserve_source` of the GPU node ``tightest_gpu`` (``gpu3``); "" without one."""
+    if not tightest_gpu.startswith("gpu"):
+        return ""
+    return peak_reserve_source(prep.topology.gpu(int(tightest_gpu[3:])).reserve)

@@ -23,7 +23,7 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 11
+ROW_FORMAT = 12
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
@@ -52,6 +52,9 @@ class ResultRow(BaseModel):
     (datasheet: :attr:`sim.hardware.parts.GPU.peak_flops`); ``flops_source`` says so in the row
     itself (the FLOP count's formula and the peak's GPU, figure and dtype;
     :func:`sim.plan.point_row.flops_source`), empty when there are no FLOPs.
+    ``peak_reserve_source`` says where ``peak_reserve_bytes`` (runtime reserve + allocator
+    margin + framework buffers) comes from (:func:`sim.plan.point_row.peak_reserve_source`),
+    empty when the row has no tightest GPU.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,6 +107,7 @@ class ResultRow(BaseModel):
     peak_buffers_bytes: float | None = _NonNeg
     peak_working_bytes: float | None = _NonNeg
     peak_reserve_bytes: float | None = _NonNeg
+    peak_reserve_source: str = ""
     peak_allocated_bytes: float | None = _NonNeg
     peak_reserved_bytes: float | None = _NonNeg
     trace_origin: str = ""

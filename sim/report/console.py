@@ -124,8 +124,9 @@ class Reporter:
         )
 
     def winner(self, row: ResultRow, prep: Prepared, band: dict) -> None:
-        """The winner in one line (with its band when it has one), its MFU in a second, and
-        how many configurations are within its band."""
+        """The winner in one line (with its band when it has one), the source of its peak's
+        reserve (:func:`reserve_text`) and its MFU in the next, and how many configurations are
+        within its band."""
         wrap = not self.console.is_terminal  # logs: one line each, however long
         self.console.print(
             f"[bold green]{escape(row.model)} winner:[/] {escape(config_label(row))}",
@@ -143,6 +144,9 @@ class Reporter:
             f"peak {(row.peak_memory_bytes or math.nan) / 2**30:.2f} GiB"
         )
         self.console.print(text, highlight=False, soft_wrap=wrap)
+        reserve = reserve_text(row)
+        if reserve:
+            self.console.print(f"  {escape(reserve)}", highlight=False, soft_wrap=wrap)
         flops = flops_text(row, prep)
         if flops:
             self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=wrap)
@@ -198,6 +202,19 @@ class Reporter:
         )
         for p in paths:
             log.debug("  %s", p)
+
+
+def reserve_text(row: ResultRow) -> str:
+    """``reserve at gpu7's peak (the tightest GPU) 1.38 GiB (runtime reserve: CUDA context 400 MiB:
+    assumption ...; allocator margin: ...; framework buffers: ...)``: the winner's
+    ``peak_reserve_bytes`` with its ``peak_reserve_source``
+    (:func:`sim.plan.point_row.peak_reserve_source`), else ``""``."""
+    if row.peak_reserve_bytes is None or not row.peak_reserve_source:
+        return ""
+    return (
+        f"reserve at {row.tightest_gpu}'s peak (the tightest GPU) "
+        f"{row.peak_reserve_bytes / 2**30:.2f} GiB ({row.peak_reserve_source})"
+    )
 
 
 def flops_text(row: ResultRow, prep: Prepared) -> str:

@@ -149,6 +149,7 @@ def winner_config(
             "throughput_samples_per_s",
             "bubble_fraction",
             "peak_memory_bytes",
+            "peak_reserve_source",
             "microbatches",
             "trace_origin",
             "flops_per_s_per_gpu",
