@@ -95,7 +95,7 @@ def test_patrickstar_gradient_hooks_by_hand() -> None:
     host's blocking read per parameter tensor."""
     from types import SimpleNamespace
 
-    from sim.memory.chunked import GRAD_HOOK_BYTES, GRAD_ZERO_BYTES, grad_hooks_s
+    from sim.memory.chunk_step import GRAD_HOOK_BYTES, GRAD_ZERO_BYTES, grad_hooks_s
 
     assert (GRAD_ZERO_BYTES, GRAD_HOOK_BYTES) == (2, 6 + 6 + 4 + 4)
     from sim.hardware.host_ops import NO_HOST, HostOverhead

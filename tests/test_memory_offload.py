@@ -17,7 +17,9 @@ from sim.hardware.host_memory import (
     pinned_bytes,
 )
 from sim.hardware.parts import Host
-from sim.memory.chunked import ChunkedPolicy, chunk_layout, chunk_states
+from sim.memory.chunk_layout import chunk_layout
+from sim.memory.chunk_plan import chunk_states
+from sim.memory.chunked import ChunkedPolicy
 from sim.memory.chunks import pack, utilization
 from sim.memory.context import StageContext
 from sim.memory.deepspeed import (

@@ -10,7 +10,7 @@ import pytest
 import simpy
 
 from sim.engine.traffic import MemoryTraffic
-from sim.memory.chunked import own_threads_wait_s
+from sim.memory.chunk_step import own_threads_wait_s
 from sim.memory.plan import StagePlan, Transfer
 
 

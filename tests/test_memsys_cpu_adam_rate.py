@@ -100,7 +100,7 @@ def test_patrickstar_cpu_adam_streams_16_bit_gradients() -> None:
     26 bytes per element, against the 28 of DeepSpeed's loop with fp32 gradients whose rate
     Table 4 gives. Hand-computed: a host whose DeepSpeed CPU Adam runs 1e9 params/s streams
     28e9 B/s, so 2.8e9 elements at 26 bytes take 72.8e9 / 28e9 = 2.6 s."""
-    from sim.memory.chunked import HOST_ADAM_BYTES, host_adam_s
+    from sim.memory.chunk_step import HOST_ADAM_BYTES, host_adam_s
 
     assert HOST_ADAM_BYTES == 2 + 3 * 4 + 3 * 4
     assert host_adam_s(2.8e9, 1e9) == pytest.approx(2.6)

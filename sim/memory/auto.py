@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sim.memory.base import MemoryPolicy
-from sim.memory.chunked import chunk_states
+from sim.memory.chunk_plan import chunk_states
 from sim.memory.compose import activation_plan, describe, ms, note_reservations, resident_plan
 from sim.memory.context import StageContext
 from sim.memory.estimate import (

@@ -120,10 +120,10 @@ def chunk_traffic(
     reduced once, timed as all-gathers and reduce-scatters of ``w / (w - 1)`` times the bytes.
     The memsets run once per fetch and reduce; they are charged in the optimizer step's GPU
     time, one forward and backward's worth per step, as
-    :func:`~sim.memory.chunked.grad_hooks_s` charges the gradient path (PatrickStar runs one
+    :func:`~sim.memory.chunk_step.grad_hooks_s` charges the gradient path (PatrickStar runs one
     micro-batch per step; a schedule that steps after every micro-batch, PipeDream's, gets
     them once per micro-batch). Nothing without data parallelism. ``owned``: the replica's ``(chunks, real chunks)``
-    (:class:`~sim.memory.chunked.ChunkLayout`); ``chunk_elems``: a chunk's capacity.
+    (:class:`~sim.memory.chunk_layout.ChunkLayout`); ``chunk_elems``: a chunk's capacity.
 
     Raises:
         ValueError: a parameter group larger than a chunk.

@@ -1,6 +1,6 @@
 """PatrickStar's per-module hooks in the backward on the host: what the device waits for between
 one parameter tensor's blocking overflow read and the next (Tencent/PatrickStar@2384535 and
-@4ef26cc, the A100 figure's code; :mod:`sim.memory.chunked` charges it in ``grad_hooks_s``).
+@4ef26cc, the A100 figure's code; :mod:`sim.memory.chunk_step` charges it in ``grad_hooks_s``).
 
 * **Which modules** (``core/hook.py`` ``_register_hooks_recursively``): every module that owns
   parameters of its own (``named_parameters(recurse=False)``), i.e. each leaf ``Linear``,
