@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
@@ -66,9 +66,6 @@ from sim.trace.loader import load_trace
 from sim.trace.schema import Trace
 from sim.validate import Validation, ValidationSpec, run_validation
 from sim.validate.spec import check_arguments
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "Experiment",
