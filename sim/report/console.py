@@ -147,6 +147,7 @@ class Reporter:
         reserve = reserve_text(row)
         if reserve:
             self.console.print(f"  {escape(reserve)}", highlight=False, soft_wrap=wrap)
+            log.debug("%s reserve: %s", row.model, row.peak_reserve_source)
         flops = flops_text(row, prep)
         if flops:
             self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=wrap)
@@ -205,15 +206,17 @@ class Reporter:
 
 
 def reserve_text(row: ResultRow) -> str:
-    """``reserve at gpu7's peak (the tightest GPU) 1.38 GiB (runtime reserve: CUDA context 400 MiB:
-    assumption ...; allocator margin: ...; framework buffers: ...)``: the winner's
-    ``peak_reserve_bytes`` with its ``peak_reserve_source``
-    (:func:`sim.plan.point_row.peak_reserve_source`), else ``""``."""
+    """``reserve at gpu7's peak (the tightest GPU) 1.38 GiB: runtime reserve, allocator margin and
+    framework buffers; their sources and assumptions: results.csv peak_reserve_source``: the
+    winner's ``peak_reserve_bytes`` and where its source is written (the full text,
+    :func:`sim.plan.point_row.peak_reserve_source`, runs to about 1,000 characters: the console
+    shows it with ``-v``), else ``""``."""
     if row.peak_reserve_bytes is None or not row.peak_reserve_source:
         return ""
     return (
         f"reserve at {row.tightest_gpu}'s peak (the tightest GPU) "
-        f"{row.peak_reserve_bytes / 2**30:.2f} GiB ({row.peak_reserve_source})"
+        f"{row.peak_reserve_bytes / 2**30:.2f} GiB: runtime reserve, allocator margin and "
+        "framework buffers; their sources and assumptions: results.csv peak_reserve_source"
     )
 
 
