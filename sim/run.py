@@ -202,7 +202,7 @@ def _write_all(
             if winner is None:
                 say.no_fit(name)
             else:
-                say.winner(winner, prep, band)
+                say.winner(winner, band)
 
     pending.finish(jobs, say, meanwhile)
     return code, written

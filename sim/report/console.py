@@ -27,7 +27,6 @@ from rich.measure import Measurement
 
 from sim.errors import EXIT_INTERNAL, EXIT_OK
 from sim.plan.planner import PlanStats
-from sim.plan.point_row import flops_source
 from sim.plan.sweep import skip_kinds
 from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, ResultRow
@@ -123,7 +122,7 @@ class Reporter:
             "memory policy."
         )
 
-    def winner(self, row: ResultRow, prep: Prepared, band: dict) -> None:
+    def winner(self, row: ResultRow, band: dict) -> None:
         """The winner in one line (with its band when it has one), the source of its peak's
         reserve (:func:`reserve_text`) and its MFU in the next, and how many configurations are
         within its band."""
@@ -148,7 +147,7 @@ class Reporter:
         if reserve:
             self.console.print(f"  {escape(reserve)}", highlight=False, soft_wrap=wrap)
             log.debug("%s reserve: %s", row.model, row.peak_reserve_source)
-        flops = flops_text(row, prep)
+        flops = flops_text(row)
         if flops:
             self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=wrap)
         if band:
@@ -220,14 +219,13 @@ def reserve_text(row: ResultRow) -> str:
     )
 
 
-def flops_text(row: ResultRow, prep: Prepared) -> str:
+def flops_text(row: ResultRow) -> str:
     """``25.8 TFLOP/s per GPU, MFU 20.6 % (Megatron-LM's ...; peak: V100-SXM2-16GB's 125 TFLOP/s
     fp16 dense peak (datasheet, ...)); analytic trace`` for a row with model FLOPs (its
-    ``flops_source``: :func:`sim.plan.point_row.flops_source`), else ``""``."""
+    ``flops_source``, set with them: :func:`sim.plan.point_row.flops_figures`), else ``""``."""
     if row.flops_per_s_per_gpu is None or row.mfu is None:
         return ""
-    source = row.flops_source or flops_source(prep.topology.gpus[0], prep.traces[row.model].dtype)
     return (
         f"{row.flops_per_s_per_gpu / 1e12:,.1f} TFLOP/s per GPU, MFU {row.mfu * 100:.1f} % "
-        f"({source}); {row.trace_origin} trace"
+        f"({row.flops_source}); {row.trace_origin} trace"
     )
