@@ -34,6 +34,11 @@ def _small_bert(tmp_path: Path, sweep: dict | None = None) -> Path:
         "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
         "sweep": sweep or {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
     }
+    return _write_exp(tmp_path, exp)
+
+
+def _write_exp(tmp_path: Path, exp: dict) -> Path:
+    """``exp`` written to ``tmp_path/exp.yaml``."""
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(exp))
     return path
@@ -48,8 +53,7 @@ def test_analytic_trace_note_names_the_gpu_it_is_timed_on(tmp_path: Path) -> Non
         "models": [{"name": "g", "trace": "gpt2-1.5b", "global_batch": 8}],
         "sweep": {"schedule": "1f1b", "stages": 4, "dp_width": 1, "microbatch_size": 1},
     }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
+    path = _write_exp(tmp_path, exp)
     res = _run("run", path, "--out", tmp_path / "out", "--jobs", 1, "--no-plots")
     assert res.exit_code == 0, res.output
     note = next(line for line in res.output.splitlines() if "is analytic" in line)
@@ -284,8 +288,7 @@ def test_an_expert_parallel_grid_with_no_room_says_what_to_change(tmp_path: Path
         "models": [{"name": "m", "trace": "mixtral-8x7b", "global_batch": 8}],
         "sweep": {"schedule": "1f1b", "stages": 4, "tensor_parallel": 2, "expert_parallel": 2},
     }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(exp))
+    path = _write_exp(tmp_path, exp)
     res = _run("memory", path, "--out", tmp_path / "out")
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
