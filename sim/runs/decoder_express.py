@@ -10,7 +10,7 @@ from sim.compute.mla import MLAShape
 from sim.compute.moe_shape import MoEShape
 from sim.runs.approximations import hybrid_fields
 from sim.runs.record import MeasuredRun, ModelShape, feature
-from sim.runs.slurm_segments import RACK_GPUS, rank_gpu
+from sim.runs.slurm_segments import RACK_GPUS, on_racks, rank_gpu
 
 SERVER_GPUS = 8
 """GPUs of a server preset (DGX/HGX), one NVLink domain."""
@@ -88,7 +88,7 @@ def ep_domains(run: MeasuredRun, hardware: str) -> int:
     :func:`~sim.runs.slurm_segments.rank_gpu` places them, in order on servers."""
     lay = run.layout
     etp = lay.expert_tp
-    rack = hardware.startswith("nvl72x") or hardware.endswith("-nvl72")
+    rack = on_racks(hardware)
     gpus = run.num_gpus or lay.gpus
     where = [rank_gpu(k, gpus) if rack else k for k in range(0, lay.ep * etp, etp)]
     return len({g // (RACK_GPUS if rack else SERVER_GPUS) for g in where})

@@ -32,7 +32,7 @@ from sim.runs.approximations import (
 from sim.runs.decoder_express import SERVER_GPUS, decoder_shape, ep_domains
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
-from sim.runs.slurm_segments import racks, segment_placement
+from sim.runs.slurm_segments import on_racks, racks, segment_placement
 from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -140,7 +140,7 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
         return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"
     if preset == "":
         return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
-    rack = preset.endswith("-nvl72")
+    rack = on_racks(preset)
     n = racks(gpus) if rack else -(-gpus // SERVER_GPUS)
     if n == 1:
         return preset, ""

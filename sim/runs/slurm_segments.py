@@ -26,6 +26,16 @@ TRAY_GPUS = 4
 RACK_GPUS = RACK_TRAYS * TRAY_GPUS
 
 
+def on_racks(hardware: str) -> bool:
+    """Whether a preset name is of NVL72 racks: one (``gb200-nvl72``) or several
+    (``nvl72x2-gb200``, :mod:`sim.hardware.cluster`).
+
+    >>> on_racks("gb300-nvl72"), on_racks("nvl72x4-gb200"), on_racks("4x-dgx-b200")
+    (True, True, False)
+    """
+    return hardware.startswith("nvl72x") or hardware.endswith("-nvl72")
+
+
 def segment_nodes(nodes: int) -> int:
     """Bridge's ``--segment`` for ``nodes`` trays (module doc)."""
     if nodes <= RACK_TRAYS:
