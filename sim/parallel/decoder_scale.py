@@ -16,7 +16,7 @@ from sim.compute.kernels import Kernel, phase_time
 from sim.compute.low_precision_act import keeps_original, quantized_input_savings
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
-from sim.compute.quantize import quantize_layer
+from sim.compute.quantize import quantize_for
 from sim.compute.recompute_modules import module_parts
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context_kernels import context_kernels
@@ -54,10 +54,7 @@ def kind_shard(
 
     def kernels(*args):
         made = layer_kernels(kind, m, b, d, *args)
-        if low is None:
-            return made
-        rate = spec.low_rate(low.recipe.format)
-        return quantize_layer(made, low.recipe, rate, low.rules, low.te)
+        return made if low is None else quantize_for(made, low, spec)
 
     full = kernels(1, False, 1, one_rows)
     rank = _with_context(kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par)
