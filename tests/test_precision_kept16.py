@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sim.compute.decoder import DecoderShape, layer_kernels, layer_names
 from sim.compute.kernels import gemm
+from sim.compute.low_precision_act import recipe_input_savings
 from sim.compute.moe_shape import MoEShape
 from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision
@@ -78,3 +79,13 @@ def test_te_quant_cfg_runs_mamba_out_proj_in_mxfp8_under_nvfp4():
     assert {"quantize_in_proj", "quantize_out_proj", "quantize_dgrad_out_proj"} <= set(by)
     # the MXFP8 recipe itself takes no mxfp8 matchers: nothing to move
     assert LayerRules.default(get_recipe("mxfp8"), mxfp8=("out_proj",)).mxfp8 == ()
+
+
+def test_mxfp8_out_proj_saves_its_input_at_mxfp8_size_under_nvfp4():
+    """A Mamba layer (2 heads x 4, 8 tokens, hidden 16) under NVFP4 with out_proj in MXFP8:
+    in_proj's 8 x 16 input saved at 0.5 + 1/16 bytes instead of 2, out_proj's 8 x 8 at 1 + 1/32."""
+    m = DecoderShape(1, 16, 2, 8, 32, 16, pattern="M", mamba=MambaShape(2, 4, 4, 1, 4, 8))
+    mixed = LowPrecision(NVFP4, LayerRules(mxfp8=("out_proj",)))
+    assert recipe_input_savings("mamba", m, 1, 2, mixed) == 128 * 1.4375 + 64 * (2 - 1.03125)
+    plain = LowPrecision(NVFP4, LayerRules())
+    assert recipe_input_savings("mamba", m, 1, 2, plain) == (128 + 64) * 1.4375

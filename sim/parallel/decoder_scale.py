@@ -13,7 +13,7 @@ from dataclasses import replace
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import Kernel, phase_time
-from sim.compute.low_precision_act import keeps_original, quantized_input_savings
+from sim.compute.low_precision_act import recipe_input_savings
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import quantize_for
@@ -67,9 +67,8 @@ def kind_shard(
     saved = None
     if low is not None and low.recipe.library == TE and low.recipe.wgrad:  # quantized inputs
         saved = low.recipe.data_bytes + low.recipe.scale_bytes
-        act -= quantized_input_savings(kind, m, b, d, saved, par.tp, par.sp, par.cp, mine,
-                                       par.expert_tp, low.rules.keep16,
-                                       keeps_original(low.recipe.name))  # fmt: skip
+        act -= recipe_input_savings(kind, m, b, d, low, par.tp, par.sp, par.cp, mine,
+                                    par.expert_tp)  # fmt: skip
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0

@@ -46,8 +46,7 @@ NEMOTRON_TE_QUANT = (
     "Megatron-Bridge's Nemotron 3 NVFP4 config (NVIDIA-NeMo/Megatron-Bridge@067f987df0 "
     "src/megatron/bridge/perf_recipes/nemotronh/te_quant.cfg): bf16 matchers '*.linear_qkv', "
     "'*.linear_proj', '*mlp.fc[12]_latent_proj', 'mtp.*' kept in 16 bits, its mxfp8 matcher "
-    "'*mixer.out_proj' (Mamba's output projection) in MXFP8; approximated: that projection's "
-    "saved input counted at the run's NVFP4 size",
+    "'*mixer.out_proj' (Mamba's output projection) in MXFP8",
     ("out_proj",),
 )
 QUANT_RECIPES: dict[str, tuple[tuple[str, ...], bool, str, tuple[str, ...]]] = {
