@@ -20,6 +20,13 @@ layout needs none); the optimizer step, embedding and loss are left out (small a
 tokens a step). Each kernel is timed by :func:`~sim.compute.kernels.kernel_time_s` on the
 preset's GPU.
 
+**Absolute bound** (printed after the ratios, nothing fitted): the issue's FLOP count is at
+least the usual training count ``6 N T`` (assumption: the issue does not state it; ``N`` the
+model's parameters, ``T`` = 16,384 tokens a step; counting the SSD's own FLOPs too would add
+about 6 % at this shape), so its measured step lasts at least ``6 N T / (TFLOP/s)``: with ``N``
+the 48 layers' 1.24 B parameters (:meth:`MambaShape.params`), and with the tied embedding
+(1.34 B). pipesim's step leaves out the optimizer, embedding and loss (a few ms at 1.3 B).
+
 Run: ``python benchmarks/accuracy/mamba2_gpu_ratio.py``.
 """
 
@@ -58,6 +65,17 @@ def step_parts_s(preset: str) -> dict[str, float]:
     return dict(parts)
 
 
+def lower_bound_step_s(tflops: float, embedding: bool) -> float:
+    """The least step time a measured ``tflops`` allows if the count is ``6 N T`` (module doc,
+    "Absolute bound"); ``embedding``: ``N`` with the tied embedding.
+
+    >>> round(lower_bound_step_s(360.4, False) * 1e3, 1)
+    338.4
+    """
+    n = LAYERS * SHAPE.params(HIDDEN) + (VOCAB * HIDDEN if embedding else 0)
+    return 6.0 * n * BATCH * SEQ / (tflops * 1e12)
+
+
 def main() -> None:
     steps = {}
     for preset, tflops in MEASURED_TFLOPS.items():
@@ -71,6 +89,11 @@ def main() -> None:
         pred = steps[slow] / steps[fast]
         print(f"{fast} over {slow}: measured x{meas:.3f}, pipesim x{pred:.3f} "
               f"({(pred / meas - 1) * 100:+.1f} %)")  # fmt: skip
+    for preset, tflops in MEASURED_TFLOPS.items():
+        body, full = (lower_bound_step_s(tflops, e) for e in (False, True))
+        print(f"{preset:14s} measured step >= {body * 1e3:6.1f} ms (6NT, layers) / "
+              f"{full * 1e3:6.1f} ms (with embedding): pipesim {steps[preset] * 1e3:6.1f} ms, "
+              f"{(steps[preset] / body - 1) * 100:+.1f} / {(steps[preset] / full - 1) * 100:+.1f} %")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -49,6 +49,10 @@ its linears are TE modules (``megatron/core/models/hybrid/hybrid_layer_specs.py`
   input ``r x h`` and ``out_proj`` (a ``TERowParallelLinear``) the gated norm's output ``t x
   d_i / tp`` (``megatron/core/ssm/mamba_mixer.py`` lines 281, 437, 510-525).
 
+A quantization config's MXFP8 linears under another recipe (``te_quant.cfg``'s Mamba
+``out_proj`` under NVFP4, :attr:`~sim.compute.precision_rules.LayerRules.mxfp8`) save their
+input at MXFP8's ``1 + 1/32`` bytes (:func:`recipe_input_savings`).
+
 Not changed: norms' inputs, the attention core's tensors (FP8 attention is off by default),
 activation-function inputs, the router, embedding, output layer, the Mamba scan's tensors
 (``in_proj``'s output, the conv output, ``dt``), and MTP layers.
@@ -58,6 +62,9 @@ from __future__ import annotations
 
 from sim.compute.decoder import ATTN, tokens
 from sim.compute.decoder_shape import DecoderShape, base_kind
+from sim.compute.precision import TE, get_recipe
+from sim.compute.precision_rules import LowPrecision
+from sim.compute.quantize import LINEARS
 
 QUANTIZED_KINDS = ("block", "moe_block", "attention", "mlp", "moe", "mamba")
 """Layer kinds whose linear inputs a recipe saves quantized (module doc); MTP depths, the
@@ -153,6 +160,49 @@ def quantized_input_savings(
     kept = [(rep, add) for name, rep, add in inputs if name not in keep16]
     rep, add = sum(x for x, _ in kept), sum(y for _, y in kept)
     return max(0.0, rep * (d - saved_bytes) - add * saved_bytes)
+
+
+def recipe_input_savings(
+    kind: str,
+    m: DecoderShape,
+    b: int,
+    d: int,
+    low: LowPrecision,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    rows: tuple[float, ...] = (),
+    etp: int | None = None,
+) -> float:
+    """:func:`quantized_input_savings` under ``low`` (a TE recipe that runs its weight gradient
+    low): its linears save ``data_bytes + scale_bytes`` per input element, those of
+    ``low.rules.mxfp8`` MXFP8's (module doc), ``low.rules.keep16`` their 16-bit input.
+
+    Example (``out_proj`` in MXFP8 under NVFP4; a Mamba layer of 2 heads x 4, 8 tokens, h 16):
+        >>> from sim.compute.decoder_shape import DecoderShape
+        >>> from sim.compute.precision import get_recipe
+        >>> from sim.compute.precision_rules import LayerRules, LowPrecision
+        >>> from sim.compute.ssm import MambaShape
+        >>> m = DecoderShape(layers=1, hidden=16, heads=2, seq_len=8, vocab=32, ffn_hidden=16,
+        ...                  pattern="M", mamba=MambaShape(2, 4, 4, 1, 4, 8))
+        >>> nvfp4 = get_recipe("nvfp4")
+        >>> low = LowPrecision(nvfp4, LayerRules(mxfp8=("out_proj",)))
+        >>> # in_proj 8 x 16 at 2 - (0.5 + 1/16) B, out_proj 8 x 8 at 2 - (1 + 1/32) B
+        >>> recipe_input_savings("mamba", m, 1, 2, low), 128 * 1.4375 + 64 * (2 - 33 / 32)
+        (246.0, 246.0)
+    """
+    recipe, mx = low.recipe, low.rules.mxfp8
+    orig = keeps_original(recipe.name)
+
+    def savings(saved: float, keep16: tuple[str, ...]) -> float:
+        return quantized_input_savings(kind, m, b, d, saved, tp, sp, cp, rows, etp, keep16, orig)
+
+    out = savings(recipe.data_bytes + recipe.scale_bytes, tuple(low.rules.keep16) + tuple(mx))
+    mxfp8 = get_recipe("mxfp8", TE) if mx else None
+    if mxfp8 is not None:
+        others = tuple(sorted(LINEARS - set(mx))) + tuple(low.rules.keep16)
+        out += savings(mxfp8.data_bytes + mxfp8.scale_bytes, others)
+    return out
 
 
 def keeps_original(recipe_name: str) -> bool:

@@ -37,6 +37,10 @@ class LayerRules:
         attention: the attention core in FP8 too (Megatron's ``--fp8-dot-product-attention``,
             Transformer Engine's ``fp8_dpa``): its kernels carry the format
             (:func:`attention_format`), which :mod:`sim.compute.swa_speed` times where measured.
+        mxfp8: linear layers (GEMM names, as ``keep16``) run in MXFP8 under another recipe, as
+            a Transformer Engine quantization-recipe config's ``mxfp8`` matchers run modules
+            (``te_quant.cfg``'s ``'*mixer.out_proj'`` under the NVFP4 recipe:
+            :func:`sim.compute.quantize.quantize_layer`); nothing under the MXFP8 recipe.
     """
 
     bf16_start: int = 0
@@ -46,6 +50,7 @@ class LayerRules:
     mtp: bool = True
     keep16: tuple[str, ...] = ()
     attention: bool = False
+    mxfp8: tuple[str, ...] = ()
 
     @classmethod
     def default(
@@ -58,6 +63,7 @@ class LayerRules:
         keep16: tuple[str, ...] = (),
         attention: bool = False,
         head: bool = False,
+        mxfp8: tuple[str, ...] = (),
     ):
         """The library's defaults (TE: blocks only, optionally the first and last in 16 bits,
         and the output layer with ``head``, Megatron-Core's ``fp8_output_proj``; torchao: every
@@ -74,7 +80,8 @@ class LayerRules:
         keep = (start, end) if first_last_bf16 else (0, 0)
         if recipe.library == TORCHAO:
             return cls(*keep, head=True, router=True, mtp=mtp, keep16=keep16)
-        return cls(*keep, head=head, mtp=mtp, keep16=keep16, attention=attention)
+        mx = mxfp8 if recipe.format != "mxfp8" else ()
+        return cls(*keep, head=head, mtp=mtp, keep16=keep16, attention=attention, mxfp8=mx)
 
     def block_low(self, index: int, blocks: int) -> bool:
         """Whether transformer block ``index`` (of ``blocks``) runs in low precision."""
@@ -89,6 +96,8 @@ class LayerRules:
             out.append("MTP depths in 16 bits")
         if self.keep16:
             out.append(f"{', '.join(self.keep16)} in 16 bits")
+        if self.mxfp8:
+            out.append(f"{', '.join(self.mxfp8)} in MXFP8")
         out.append("output layer " + ("low precision" if self.head else "in 16 bits"))
         out.append("router " + ("low precision" if self.router else "in 16 bits"))
         core = "embedding" if self.attention else "attention core, embedding"
@@ -178,18 +187,22 @@ class LowPrecision:
         """JSON-able form (a trace's provenance), read back by :meth:`from_dict`; ``te`` only
         where it is not :data:`TE_VERSION` (the traces written before it stay equal)."""
         r = self.rules
-        return {
-            "name": self.recipe.name,
-            "library": self.recipe.library,
-            "bf16_start": r.bf16_start,
-            "bf16_end": r.bf16_end,
-            "head": r.head,
-            "router": r.router,
-            "mtp": r.mtp,
-            "keep16": list(r.keep16),
-            "attention": r.attention,
-            "param_gather": self.param_gather,
-        } | ({"te": ".".join(map(str, self.te))} if self.te != TE_VERSION else {})
+        return (
+            {
+                "name": self.recipe.name,
+                "library": self.recipe.library,
+                "bf16_start": r.bf16_start,
+                "bf16_end": r.bf16_end,
+                "head": r.head,
+                "router": r.router,
+                "mtp": r.mtp,
+                "keep16": list(r.keep16),
+                "attention": r.attention,
+                "param_gather": self.param_gather,
+            }
+            | ({"te": ".".join(map(str, self.te))} if self.te != TE_VERSION else {})
+            | ({"mxfp8": list(r.mxfp8)} if r.mxfp8 else {})
+        )
 
     @classmethod
     def from_dict(cls, data: dict) -> LowPrecision:
@@ -209,6 +222,7 @@ class LowPrecision:
             bool(data.get("mtp", True)),
             tuple(str(x) for x in data.get("keep16", ())),
             bool(data.get("attention", False)),
+            tuple(str(x) for x in data.get("mxfp8", ())),
         )
         te = te_version(str(data["te"])) if data.get("te") else TE_VERSION
         return cls(recipe, rules, bool(data.get("param_gather", False)), te)

@@ -21,6 +21,12 @@ quantize kernels that feed them (:mod:`sim.compute.precision` says which and why
   norm's output is quantized before the all-gather, over the rank's own tokens (the norm's:
   :data:`NORM_INPUT`).
 
+A quantization config's ``mxfp8`` matchers (:attr:`LayerRules.mxfp8`; Megatron-Bridge's Nemotron
+3 NVFP4 ``te_quant.cfg`` runs Mamba's ``'*mixer.out_proj'`` in MXFP8, NVIDIA-NeMo/Megatron-Bridge
+@067f987df0 ``src/megatron/bridge/perf_recipes/nemotronh/te_quant.cfg``) take those linears out of
+the run's recipe and give them MXFP8's GEMMs and casts (a second pass with TE's MXFP8 recipe over
+those names only, at the GPU's MXFP8 rate).
+
 With TE's weight cache the weights are quantized once per step, not here
 (:func:`weight_quantize_bytes`). The attention core, norms, activations, router and
 permutations are untouched, except that FP8 attention (``rules.attention``) gives the core's
@@ -49,7 +55,14 @@ from dataclasses import replace
 
 from sim.compute.dpa_casts import dpa_casts
 from sim.compute.kernels import Kernel, mem
-from sim.compute.precision import DTYPE_BYTES, TE, TORCHAO, Recipe, cast_bytes_per_element
+from sim.compute.precision import (
+    DTYPE_BYTES,
+    TE,
+    TORCHAO,
+    Recipe,
+    cast_bytes_per_element,
+    get_recipe,
+)
 from sim.compute.precision_rules import TE_VERSION, LayerRules, LowPrecision, attention_format
 from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 
@@ -150,15 +163,20 @@ def quantize_layer(
     rate: LowPrecisionRate,
     rules: LayerRules = LayerRules(),
     te: tuple[int, int] = TE_VERSION,
+    mixed: LowPrecisionRate | None = None,
 ) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
     """``kernels`` (forward, input gradient, weight gradient) as ``recipe`` runs them on a GPU
-    with format ``rate`` under Transformer Engine ``te`` (``(major, minor)``; module doc).
+    with format ``rate`` under Transformer Engine ``te`` (``(major, minor)``; module doc);
+    ``mixed``: the GPU's MXFP8 rate, for the linears of ``rules.mxfp8``.
 
     Raises:
-        ValueError: ``rate`` is not the recipe's format.
+        ValueError: ``rate`` is not the recipe's format; ``rules.mxfp8`` without an MXFP8
+            ``mixed`` rate.
     """
     if rate.format != recipe.format:
         raise ValueError(f"{recipe.name} runs {recipe.format} GEMMs, not {rate.format}")
+    if rules.mxfp8:
+        return _mixed(kernels, recipe, rate, rules, te, mixed)
     extra = {"logits"} if rules.head else set()
     names = (LINEARS - set(rules.keep16)) | extra | ({"router"} if rules.router else set())
     fwd, bwd_in, bwd_w = ([*k] for k in kernels)
@@ -208,6 +226,25 @@ def quantize_layer(
         fwd.append(mem("quantize_weights", w_elems[0] * one))
         bwd_in.append(mem("quantize_weights_t", w_elems[1] * one))
     return fwd, bwd_in, bwd_w
+
+
+def _mixed(
+    kernels: tuple[list[Kernel], list[Kernel], list[Kernel]],
+    recipe: Recipe,
+    rate: LowPrecisionRate,
+    rules: LayerRules,
+    te: tuple[int, int],
+    mixed: LowPrecisionRate | None,
+) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
+    """:func:`quantize_layer` with ``rules.mxfp8``'s linears in MXFP8 (module doc): the run's
+    recipe over the others, then TE's MXFP8 recipe over those alone."""
+    mx = get_recipe("mxfp8", TE)
+    if mixed is None or mx is None or mixed.format != "mxfp8":
+        raise ValueError(f"{', '.join(rules.mxfp8)} in MXFP8 needs the GPU's mxfp8 rate")
+    first = replace(rules, keep16=tuple(set(rules.keep16) | set(rules.mxfp8)), mxfp8=())
+    out = quantize_layer(kernels, recipe, rate, first, te)
+    only = LayerRules(keep16=tuple(sorted(LINEARS - set(rules.mxfp8) - set(rules.keep16))))
+    return quantize_layer(out, mx, mixed, only, te)
 
 
 def _launched(kern: Kernel, launches: int | None) -> Kernel:
@@ -273,8 +310,21 @@ def precision_kernels(
     """
     if low is None or not low.layer_low(kind, index, blocks):
         return kernels
+    return quantize_for(kernels, low, spec)
+
+
+def quantize_for(
+    kernels: tuple[list[Kernel], list[Kernel], list[Kernel]], low: LowPrecision, spec: ComputeSpec
+) -> tuple[list[Kernel], list[Kernel], list[Kernel]]:
+    """:func:`quantize_layer` of ``kernels`` under ``low`` at ``spec``'s rates (its MXFP8 rate
+    too where ``low.rules.mxfp8`` names linears).
+
+    Raises:
+        ValueError: ``spec`` does not run the recipe's format (or MXFP8 where needed).
+    """
     rate = spec.low_rate(low.recipe.format)
-    return quantize_layer(kernels, low.recipe, rate, low.rules, low.te)
+    mixed = spec.low_rate("mxfp8") if low.rules.mxfp8 else None
+    return quantize_layer(kernels, low.recipe, rate, low.rules, low.te, mixed)
 
 
 def layer_index(name: str) -> int:

@@ -36,6 +36,12 @@ class PrecisionOptions(Strict):
         "(qkv, proj, in_proj, out_proj, shared_up, latent_down, ...), as a Transformer Engine "
         "quantization-recipe config's matchers keep modules in bf16.",
     )
+    mxfp8_linears: list[str] = Field(
+        default_factory=list,
+        description="Linear layers run in MXFP8 under another recipe (NVFP4), by pipesim's GEMM "
+        "names, as a Transformer Engine quantization-recipe config's mxfp8 matchers run modules "
+        "(Megatron-Bridge's Nemotron 3 te_quant.cfg: Mamba's out_proj).",
+    )
     fp8_attention: bool = Field(
         False,
         description="Megatron's --fp8-dot-product-attention (Transformer Engine's fp8_dpa): the "

@@ -13,10 +13,10 @@ from dataclasses import replace
 from sim.compute.decoder import DecoderShape, layer_act_bytes, layer_kernels, layer_params, tokens
 from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import Kernel, phase_time
-from sim.compute.low_precision_act import keeps_original, quantized_input_savings
+from sim.compute.low_precision_act import recipe_input_savings
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
-from sim.compute.quantize import quantize_layer
+from sim.compute.quantize import quantize_for
 from sim.compute.recompute_modules import module_parts
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context_kernels import context_kernels
@@ -54,10 +54,7 @@ def kind_shard(
 
     def kernels(*args):
         made = layer_kernels(kind, m, b, d, *args)
-        if low is None:
-            return made
-        rate = spec.low_rate(low.recipe.format)
-        return quantize_layer(made, low.recipe, rate, low.rules, low.te)
+        return made if low is None else quantize_for(made, low, spec)
 
     full = kernels(1, False, 1, one_rows)
     rank = _with_context(kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par)
@@ -70,9 +67,8 @@ def kind_shard(
     saved = None
     if low is not None and low.recipe.library == TE and low.recipe.wgrad:  # quantized inputs
         saved = low.recipe.data_bytes + low.recipe.scale_bytes
-        act -= quantized_input_savings(kind, m, b, d, saved, par.tp, par.sp, par.cp, mine,
-                                       par.expert_tp, low.rules.keep16,
-                                       keeps_original(low.recipe.name))  # fmt: skip
+        act -= recipe_input_savings(kind, m, b, d, low, par.tp, par.sp, par.cp, mine,
+                                    par.expert_tp)  # fmt: skip
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
     total = float(dense + expert) or 1.0

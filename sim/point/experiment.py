@@ -125,12 +125,16 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
     if recipe is None:
         return None
     opts = exp.training.precision_options or PrecisionOptions()
-    unknown = sorted(set(opts.bf16_linears) - LINEARS)
-    if unknown:
-        raise ValueError(
-            f"training.precision_options.bf16_linears: {', '.join(unknown)} is not a linear "
-            f"layer; use {', '.join(sorted(LINEARS))}"
-        )
+    for option, names in (
+        ("bf16_linears", opts.bf16_linears),
+        ("mxfp8_linears", opts.mxfp8_linears),
+    ):
+        unknown = sorted(set(names) - LINEARS)
+        if unknown:
+            raise ValueError(
+                f"training.precision_options.{option}: {', '.join(unknown)} is not a linear "
+                f"layer; use {', '.join(sorted(LINEARS))}"
+            )
     rules = LayerRules.default(
         recipe,
         opts.first_last_layers_bf16,
@@ -140,6 +144,7 @@ def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | Non
         keep16=tuple(opts.bf16_linears),
         attention=opts.fp8_attention,
         head=opts.fp8_output_proj,
+        mxfp8=tuple(opts.mxfp8_linears),
     )
     if opts.fp8_output_proj and recipe.format != "mxfp8":
         raise ValueError(

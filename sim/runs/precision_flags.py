@@ -26,7 +26,8 @@
 * ``te-version`` (the pseudo-flag of a Bridge row's container, :mod:`sim.runs.bridge_software`):
   ``te_version``, what a recipe's version-dependent kernels are;
 * ``quant-recipe`` (Megatron-Bridge's ``quant_recipe=load_quantization_recipe(<file>)``): a
-  Transformer Engine quantization config whose ``bf16`` matchers keep modules in 16 bits,
+  Transformer Engine quantization config whose ``bf16`` matchers keep modules in 16 bits and
+  whose ``mxfp8`` matchers run modules in MXFP8 under another recipe (``mxfp8_linears``),
   known files in :data:`QUANT_RECIPES`.
 """
 
@@ -44,14 +45,15 @@ NEMOTRON_TE_QUANT = (
     True,
     "Megatron-Bridge's Nemotron 3 NVFP4 config (NVIDIA-NeMo/Megatron-Bridge@067f987df0 "
     "src/megatron/bridge/perf_recipes/nemotronh/te_quant.cfg): bf16 matchers '*.linear_qkv', "
-    "'*.linear_proj', '*mlp.fc[12]_latent_proj', 'mtp.*' kept in 16 bits; approximated: its "
-    "'*mixer.out_proj' (Mamba's output projection) in MXFP8 is simulated in the run's NVFP4",
+    "'*.linear_proj', '*mlp.fc[12]_latent_proj', 'mtp.*' kept in 16 bits, its mxfp8 matcher "
+    "'*mixer.out_proj' (Mamba's output projection) in MXFP8",
+    ("out_proj",),
 )
-QUANT_RECIPES: dict[str, tuple[tuple[str, ...], bool, str]] = {
+QUANT_RECIPES: dict[str, tuple[tuple[str, ...], bool, str, tuple[str, ...]]] = {
     "nemotronh/te_quant.cfg": NEMOTRON_TE_QUANT,
 }
 """A quantization config (its path's tail) -> (linear layers in 16 bits, MTP in 16 bits, what
-it says and what is approximated)."""
+it says and what is approximated, linear layers in MXFP8)."""
 
 
 def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
@@ -85,8 +87,10 @@ def precision_flags(r: Reading, precision: str) -> dict[str, Any]:
         if known is None:
             r.unmapped("quant-recipe", "unknown quantization config: its modules run the recipe")
             return out
-        linears, mtp, what = known
+        linears, mtp, what, mx = known
         out["bf16_linears"] = list(linears)
+        if mx and not precision.endswith("mxfp8"):
+            out["mxfp8_linears"] = list(mx)
         out["mtp_bf16"] = out.get("mtp_bf16", False) or mtp
         r.notes.append(ArgNote("quant-recipe", path, "approximated", what))
     return out
