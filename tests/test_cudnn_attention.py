@@ -86,6 +86,25 @@ def test_fp8_ratio_is_taken_at_the_kernels_length_interpolated_in_log2():
 
 
 def test_other_head_dims_are_not_covered():
-    """Head dim 64 (GPT-OSS) is not the measured 128: None (sim.compute.hd64_attention)."""
-    fwd, _ = _pair(2, 64, hd=64)
+    """Head dim 256 is neither the measured 128 nor a 64-wide head (below): None."""
+    fwd, _ = _pair(2, 64, hd=256)
     assert rate_flops(replace(fwd, precision="mxfp8"), _gpu("gb300-nvl72"), "bf16") is None
+
+
+def test_gb300_64_wide_heads_run_at_the_gb300_table_times_fa4s_ratio():
+    """GPT-OSS's full-attention kernel at micro-batch 4 (4 x 64 = 256 heads of 64, 4K tokens)
+    on GB300: forward 1703 TFLOPS (the BF16 table at 4K, 256 >= 128 heads: no scaling) x FA4's
+    64/128 forward ratio 708 / 1062, backward 1248 (the 128-wide rate); an MXFP8 forward keeps
+    that BF16 speed, an MXFP8 backward is left to fp8_attention_speed (None); GB200 keeps the
+    B200 table (None here). Before, the flat 0.70 x 2500 = 1750 TFLOPS timed both passes."""
+    gb300 = _gpu("gb300-nvl72")
+    fwd, bwd = _pair(4, 64, hd=64)
+    want_fwd = 1703e12 * 708 / 1062
+    assert rate_flops(fwd, gb300, "bf16") == pytest.approx(want_fwd)
+    assert rate_flops(bwd, gb300, "bf16") == pytest.approx(1248e12)
+    assert rate_flops(replace(fwd, precision="mxfp8"), gb300, "bf16") == pytest.approx(want_fwd)
+    assert rate_flops(replace(bwd, precision="mxfp8"), gb300, "bf16") is None
+    assert rate_flops(fwd, _gpu("gb200-nvl72"), "bf16") is None
+    assert kernel_time_s(fwd, gb300, "bf16") == pytest.approx(
+        gb300.kernel_overhead_s + max(fwd.flops / want_fwd, fwd.bytes / gb300.hbm_rate_Bps())
+    )

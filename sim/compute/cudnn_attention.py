@@ -26,13 +26,26 @@ the forward and slows the backward.
   ratio of the format to BF16 at that length on the GPU of the same generation (GB200's for B200
   and GB200, GB300's for B300). In BF16 they keep the B200 table (None here).
 
-Only head dim 128 and no window are covered (other widths: :mod:`sim.compute.hd64_attention`;
-windows: :mod:`sim.compute.swa_speed`); between lengths ``log2`` interpolation, clamped.
-Every number is a kernel-level measurement; none is fitted to an iteration time.
+Only head dim 128 and no window are measured (windows: :mod:`sim.compute.swa_speed`); between
+lengths ``log2`` interpolation, clamped. Every number is a kernel-level measurement; none is
+fitted to an iteration time.
+
+**64-wide heads on GB300** (GPT-OSS's full-attention layers): the B200 family times them by the
+B200 table times FlashAttention-4's measured forward ratio of 64- to 128-wide heads
+(:mod:`sim.compute.hd64_attention`: 0.667 at 4K), but GB300 has no B200 table, so until now a
+64-wide kernel there fell to the preset's flat ``attention_efficiency`` (0.70 of 2500 TFLOPS:
+1750 TFLOPS both ways, above this table's own 128-wide BF16 kernel, 1703 / 1248 at 4K, which
+the narrower head cannot exceed). :func:`rate_flops` now times it on GB300 as the B200 family is
+timed: this table's BF16 rate at the kernel's length (and parallelism), the forward times
+:func:`~sim.compute.hd64_attention.hd64_forward_ratio`, the backward at the 128-wide rate
+(:mod:`sim.compute.hd64_attention`'s assumption: no Blackwell measurement of a 64-wide backward).
+An FP8 forward keeps that 16-bit speed (:mod:`sim.compute.fp8_attention_speed`'s assumption:
+no causal FP8 measurement at head dim 64); an FP8 backward is that module's.
 """
 
 from __future__ import annotations
 
+from sim.compute.hd64_attention import NARROW_HEAD_DIM, hd64_forward_ratio
 from sim.compute.measured import SIXTEEN_BIT, attention_efficiency, causal_head_scale, log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -100,11 +113,16 @@ def rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
     table does not time it (another head dim, a window, an unmeasured GPU or format, a 16-bit
     kernel off GB300).
 
-    Example: a GB300 backward in MXFP8 at 4K tokens over 256 heads runs at 1143 TFLOPS.
+    Example: a GB300 backward in MXFP8 at 4K tokens over 256 heads runs at 1143 TFLOPS; a
+    64-wide head on GB300 (:func:`narrow_gb300_rate_flops`).
     """
     table = table_of(spec)
     fmt = kern.precision or ("bf16" if dtype in SIXTEEN_BIT else dtype)
-    if table is None or kern.k != HEAD_DIM or kern.window or not (kern.m and kern.n):
+    if table is None or kern.window or not (kern.m and kern.n):
+        return None
+    if kern.k <= NARROW_HEAD_DIM:
+        return narrow_gb300_rate_flops(kern, spec, dtype)
+    if kern.k != HEAD_DIM:
         return None
     phase = "bwd" if kern.name.endswith("_bwd") else "fwd"
     seq, heads = float(kern.n), kern.batch * kern.m / kern.n
@@ -120,3 +138,27 @@ def rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
     if ratio is None or eff is None:
         return None
     return eff * spec.peak_flops("bf16") * ratio
+
+
+def narrow_gb300_rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None:
+    """FLOP/s of a causal, unwindowed flash-attention kernel with heads at most
+    :data:`~sim.compute.hd64_attention.NARROW_HEAD_DIM` wide on GB300 (module doc, "64-wide
+    heads on GB300"): the GB300 BF16 table at the kernel's length, scaled below the measured
+    parallelism as :func:`rate_flops` scales it, the forward times
+    :func:`~sim.compute.hd64_attention.hd64_forward_ratio`; None off GB300 (the B200 table
+    times it there), for an FP8 backward (:mod:`sim.compute.fp8_attention_speed`) and for a
+    format other than 16 bits or FP8.
+
+    Example: GB300, 4K tokens, 256 heads of 64: forward 1703 x 708 / 1062 = 1135.3 TFLOPS,
+    backward 1248.
+    """
+    if not spec.model.upper().startswith("GB300") or kern.k > NARROW_HEAD_DIM:
+        return None
+    backward = kern.name.endswith("_bwd")
+    if (kern.precision and backward) or (not kern.precision and dtype not in SIXTEEN_BIT):
+        return None
+    seq, heads = float(kern.n), kern.batch * kern.m / kern.n
+    own = measured_tflops("GB300", "bf16", "bwd" if backward else "fwd", seq)
+    assert own is not None  # the BF16 rows are always in the table
+    ratio = 1.0 if backward else hd64_forward_ratio(seq)
+    return own * 1e12 * ratio * causal_head_scale(seq, heads, MEASURED_HEADS, backward)

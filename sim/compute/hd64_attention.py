@@ -31,7 +31,10 @@ non-causal ratio is flat from 4096 to 16384, 0.714 / 0.709 / 0.695, so the clamp
 flat too: an assumption).
 
 **Use.** :func:`sim.compute.measured.attention_efficiency` multiplies the B200 table's forward
-efficiency of a kernel of head dim at most :data:`NARROW_HEAD_DIM` by this ratio.
+efficiency of a kernel of head dim at most :data:`NARROW_HEAD_DIM` by this ratio; on GB300,
+which has no B200 table, :func:`sim.compute.cudnn_attention.narrow_gb300_rate_flops` multiplies
+cuDNN's GB300 BF16 causal table by it (before, GB300 timed these kernels at its preset's flat
+``attention_efficiency``).
 Assumptions: cuDNN's kernel (what Transformer Engine runs) has FlashAttention-4's ratio (the
 same thread's cuDNN forward at head dim 64, causal, 4096: 977 TFLOPS against FA4's 917, within
 7 %); the backward is unchanged (no Blackwell measurement of it at head dim 64 was found; it

@@ -151,7 +151,8 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     ``attn`` kernels run at the measured efficiency of their shape where
     :mod:`sim.compute.measured` has one (a sliding-window kernel at its measured FLOP/s where
     :mod:`sim.compute.swa_speed` has it; a causal head-dim-128 kernel on GB300, or in an FP8
-    format on the other Blackwell parts, at cuDNN's measured FLOP/s,
+    format on the other Blackwell parts, at cuDNN's measured FLOP/s, and a 64-wide one on
+    GB300 at that table times the measured 64/128 forward ratio,
     :mod:`sim.compute.cudnn_attention`), else at ``attention_efficiency`` of the tensor peak
     (or the fp32 peak for fp32; a full FP8 head-dim-64 backward as
     :mod:`sim.compute.fp8_attention_speed` measures it), bounded below by their bytes at HBM
