@@ -66,33 +66,35 @@ class BlockLists:
         return block
 
     def _merge(self, block: Block) -> None:
+        """Free ``block`` into its pool's list, merged with its free neighbours first
+        (``try_merge_blocks`` with the next block, then the previous one)."""
         nxt = block.next
         if nxt is not None and nxt.free:
             self._unlist(nxt)
-            block.size += nxt.size
-            block.unmapped += nxt.unmapped
-            block.next = nxt.next
-            if nxt.next is not None:
-                nxt.next.prev = block
-            else:
-                self._segments[block.segment].tail = block
+            self._absorb(block, nxt)
         prev = block.prev
         if prev is not None and prev.free:
             self._unlist(prev)
-            prev.size += block.size
-            prev.unmapped += block.unmapped
-            prev.next = block.next
-            if block.next is not None:
-                block.next.prev = prev
-            else:
-                self._segments[block.segment].tail = prev
+            self._absorb(prev, block)
             block = prev
         self._list(block)
 
+    def _absorb(self, block: Block, nxt: Block) -> None:
+        """``block`` grown over ``nxt``, the block after it, which leaves the address list."""
+        block.size += nxt.size
+        block.unmapped += nxt.unmapped
+        block.next = nxt.next
+        if nxt.next is not None:
+            nxt.next.prev = block
+        else:
+            self._segments[block.segment].tail = block
+
     def _list(self, block: Block) -> None:
+        """Cache ``block`` in its pool's free list."""
         insort(self._free[block.small], (block.size, block.segment, block.offset, block))
 
     def _unlist(self, block: Block) -> None:
+        """Take ``block`` out of its pool's free list (if it is there)."""
         pool = self._free[block.small]
         i = bisect_left(pool, (block.size, block.segment, block.offset))
         if i < len(pool) and pool[i][3] is block:
