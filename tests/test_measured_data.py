@@ -8,14 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.accuracy.bench_measured import (
-    COLUMNS,
-    RowsError,
-    load_vtrain,
-    model_hardware,
-    row_hardware,
-)
 from benchmarks.accuracy.measured_sc21 import eq3_flops, load_sc21, tflops_per_gpu
+from benchmarks.accuracy.vtrain_predict import model_hardware, row_hardware
+from benchmarks.accuracy.vtrain_rows import COLUMNS, RowsError, load_vtrain
 from sim.comm.hierarchical import collective_plan
 from sim.hardware.loader import load_hardware
 

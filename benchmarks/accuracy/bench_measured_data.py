@@ -52,8 +52,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.accuracy.bench_measured import kendall_tau  # noqa: E402
 from benchmarks.accuracy.memory_rows import GENERATED  # noqa: E402
+from benchmarks.accuracy.planning_quality import kendall_tau  # noqa: E402
 from sim.compare import scatter  # noqa: E402
 from sim.runs.bridge_recipes import read_recipes  # noqa: E402
 from sim.runs.express import Expressed, express  # noqa: E402

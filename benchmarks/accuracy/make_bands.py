@@ -5,7 +5,7 @@ residual (measured / predicted iteration time, :class:`sim.bands.Residual`):
 
 * ``measurements/vtrain/ground_truth_single_h2048.csv``: 720 Megatron-DeepSpeed iterations on one
   8 x A100 node, predicted exactly as ``benchmarks/accuracy/bench_measured.py`` does by default
-  (:func:`bench_measured.predict`: ``framework: megatron-deepspeed``, ``recompute:full``, 1F1B,
+  (:func:`vtrain_predict.predict`: ``framework: megatron-deepspeed``, ``recompute:full``, 1F1B,
   ``dgx-a100-40gb``, whose preset carries vTrain's measured all-reduce tables);
 * ``measurements/megatron-sc21/table1.csv``: Megatron-LM's weak-scaling runs pipesim simulates
   (:func:`measured_sc21.predict_sc21`); measured iteration time from the paper's TFLOP/s per GPU
@@ -32,8 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.accuracy.bench_measured import FRAMEWORK, load_vtrain, predict  # noqa: E402
 from benchmarks.accuracy.measured_sc21 import FRAMEWORKS, load_sc21, predict_sc21  # noqa: E402
+from benchmarks.accuracy.vtrain_predict import FRAMEWORK, predict  # noqa: E402
+from benchmarks.accuracy.vtrain_rows import load_vtrain  # noqa: E402
 from sim.api import plan  # noqa: E402
 from sim.bands import (  # noqa: E402
     HIGH_Q,
@@ -59,7 +60,7 @@ DGX1_BEGIN, DGX1_END = "<!-- dgx1-answer:begin -->", "<!-- dgx1-answer:end -->"
 
 
 def vtrain_residuals() -> list[Residual]:
-    """One residual per vTrain row pipesim predicts (``bench_measured.predict``'s defaults)."""
+    """One residual per vTrain row pipesim predicts (``vtrain_predict.predict``'s defaults)."""
     res = predict(load_vtrain(), "dgx-a100-40gb")
     return [
         Residual(FRAMEWORK, int(r.tensor_parallel), int(r.microbatch_size), ratio, "vtrain")

@@ -40,138 +40,34 @@ One stream is modelled (blocks freed on another stream wait for its events; trai
 allocate activations on the compute stream). :class:`CachingAllocator` replays
 ``alloc``/``free`` calls (and, as shortcuts with the same peaks, a transient's ``touch`` and a
 layer's stash as one ``alloc_all``/``free_all``); :func:`replay` runs a list of them and
-returns the peaks.
+returns the peaks. The sizes are :mod:`sim.memory.allocator_rules`; the blocks and segments, with
+their splits and merges, :mod:`sim.memory.allocator_blocks`.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MIB = 1 << 20
-MIN_BLOCK_BYTES = 512
-"""``kMinBlockSize``: every size is rounded to a multiple of 512 bytes."""
-SMALL_SIZE_BYTES = MIB
-"""``kSmallSize``: the largest small-pool request."""
-SMALL_BUFFER_BYTES = 2 * MIB
-"""``kSmallBuffer``: small-pool segment size (and its expandable page size)."""
-MIN_LARGE_ALLOC_BYTES = 10 * MIB
-"""``kMinLargeAlloc``: requests between 1 and 10 MiB take a 20 MiB segment."""
-ROUND_LARGE_BYTES = 2 * MIB
-"""``kRoundLarge``: larger requests get a segment rounded up to 2 MiB."""
-LARGE_BUFFER_BYTES = 20 * MIB
-"""``kLargeBuffer``: large segment for mid-size requests (and the large pool's expandable page
-size, ``large_segment_size_mb`` in torch 2.13)."""
-MAX_NON_SPLIT_ROUNDING_BYTES = 20 * MIB
-"""``max_non_split_rounding_mb`` default: how much larger an unsplit cached oversize block may
-be than the request."""
+from sim.memory.allocator_blocks import Block, BlockLists, FreeBlock, Segment
+from sim.memory.allocator_rules import (
+    LARGE_BUFFER_BYTES,
+    MAX_NON_SPLIT_ROUNDING_BYTES,
+    MIB,  # noqa: F401 (replay's example uses it)
+    MIN_BLOCK_BYTES,
+    SMALL_BUFFER_BYTES,
+    SMALL_SIZE_BYTES,
+    AllocatorConfig,
+    is_small,
+    round_size,
+    segment_size,
+)
 
 
-@dataclass(frozen=True)
-class AllocatorConfig:
-    """``PYTORCH_CUDA_ALLOC_CONF`` options the model follows (defaults: PyTorch's).
-
-    Attributes:
-        expandable_segments: ``expandable_segments:True``.
-        roundup_power2_divisions: ``roundup_power2_divisions`` (0: 512-byte rounding only).
-        max_split_size_bytes: ``max_split_size_mb`` in bytes (inf: unlimited).
-    """
-
-    expandable_segments: bool = False
-    roundup_power2_divisions: int = 0
-    max_split_size_bytes: float = math.inf
-
-    def __post_init__(self) -> None:
-        if self.roundup_power2_divisions < 0:
-            raise ValueError("roundup_power2_divisions must be >= 0")
-        if self.max_split_size_bytes <= LARGE_BUFFER_BYTES:
-            raise ValueError("max_split_size must be more than 20 MiB (PyTorch's lower limit)")
-
-
-def roundup_power2_next_division(size: int, divisions: int) -> int:
-    """``size`` rounded up to the next of ``divisions`` equal steps between the powers of two
-    around it (``roundup_power2_next_division``; ``divisions`` taken as its power-of-two floor).
-
-    Example:
-        >>> roundup_power2_next_division(1200, 4)  # steps of 256 between 1024 and 2048
-        1280
-        >>> roundup_power2_next_division(1024, 4)
-        1024
-    """
-    if size & (size - 1) == 0:
-        return size
-    floor2 = 1 << (size.bit_length() - 1)
-    step = floor2 >> (divisions.bit_length() - 1)
-    if step == 0:
-        return floor2 << 1
-    low = size & ~(step - 1)
-    return size if low == size else low + step
-
-
-def round_size(nbytes: float, divisions: int = 0) -> int:
-    """The block size of a request of ``nbytes`` (``round_size``).
-
-    Example:
-        >>> round_size(1), round_size(512), round_size(513), round_size(1200, divisions=4)
-        (512, 512, 1024, 1536)
-    """
-    size = math.ceil(nbytes)
-    if size < MIN_BLOCK_BYTES:
-        return MIN_BLOCK_BYTES
-    if divisions > 1 and size > MIN_BLOCK_BYTES * divisions:
-        return roundup_power2_next_division(size, divisions)
-    return -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
-
-
-def is_small(size: int) -> bool:
-    """Whether a rounded request comes from the small pool (``size <= 1 MiB``)."""
-    return size <= SMALL_SIZE_BYTES
-
-
-def segment_size(size: int) -> int:
-    """Bytes of the new segment a rounded request ``size`` reserves (``get_allocation_size``).
-
-    Example:
-        >>> [segment_size(n) // MIB for n in (512, MIB, MIB + 512, 10 * MIB, 11 * MIB + 1)]
-        [2, 2, 20, 10, 12]
-    """
-    if size <= SMALL_SIZE_BYTES:
-        return SMALL_BUFFER_BYTES
-    if size < MIN_LARGE_ALLOC_BYTES:
-        return LARGE_BUFFER_BYTES
-    return ROUND_LARGE_BYTES * math.ceil(size / ROUND_LARGE_BYTES)
-
-
-class _Block:
-    """A block of a segment: a doubly linked list by address (``prev``/``next``)."""
-
-    __slots__ = ("segment", "offset", "size", "small", "free", "prev", "next", "unmapped")
-
-    def __init__(self, segment: int, offset: int, size: int, small: bool):
-        self.segment, self.offset, self.size, self.small = segment, offset, size, small
-        self.free = True
-        self.unmapped = 0  # bytes of its pages unmapped by a release (expandable segments)
-        self.prev: _Block | None = None
-        self.next: _Block | None = None
-
-
-_Free = tuple[int, int, int, _Block]
-"""A cached free block in its pool's list, ``(size, segment, offset, block)``: sorted as
-``get_free_block``'s set is (by size, then address; ``(segment, offset)`` is unique, so the
-block itself is never compared)."""
-
-
-@dataclass
-class _Segment:
-    small: bool
-    size: int = 0
-    tail: _Block | None = None  # the last block by address
-
-
-class CachingAllocator:
+class CachingAllocator(BlockLists):
     """A replay of the caching allocator's block and segment rules (module doc).
 
     Attributes:
@@ -187,11 +83,10 @@ class CachingAllocator:
         self.config = config or AllocatorConfig()
         self.capacity_bytes = capacity_bytes
         self.allocated = self.reserved = self.requested = 0
+        super().__init__()
         self.peak_allocated = self.peak_reserved = self.peak_requested = 0
-        self._segments: list[_Segment] = []
-        self._free: dict[bool, list[_Free]] = {True: [], False: []}
-        self._live: dict[object, tuple[_Block, int]] = {}
-        self._groups: dict[object, list[tuple[_Block, int]]] = {}
+        self._live: dict[object, tuple[Block, int]] = {}
+        self._groups: dict[object, list[tuple[Block, int]]] = {}
         self._expandable: dict[bool, int] = {}
         self._divisions = self.config.roundup_power2_divisions
         self._cap = self.config.max_split_size_bytes
@@ -249,7 +144,7 @@ class CachingAllocator:
             self._give(*entry)
 
     # -- internals ----------------------------------------------------------------------
-    def _take(self, nbytes: float) -> tuple[_Block, int]:
+    def _take(self, nbytes: float) -> tuple[Block, int]:
         """The block handed out for a request of ``nbytes`` (> 0) and the bytes asked."""
         asked, size, small, pool, i = self._request(nbytes)  # the best fit, else a new block
         block = self._new_block(small, size) if i is None else pool.pop(i)[3]
@@ -275,14 +170,14 @@ class CachingAllocator:
             self.peak_requested = self.requested
         return block, asked
 
-    def _give(self, block: _Block, asked: int) -> None:
+    def _give(self, block: Block, asked: int) -> None:
         """Return ``block`` (handed out for ``asked`` bytes) to the cache."""
         self.allocated -= block.size
         self.requested -= asked
         block.free = True
         self._merge(block)
 
-    def _request(self, nbytes: float) -> tuple[int, int, bool, list[_Free], int | None]:
+    def _request(self, nbytes: float) -> tuple[int, int, bool, list[FreeBlock], int | None]:
         """A request of ``nbytes`` (> 0): the bytes asked, its rounded size, its pool (small or
         large, :func:`is_small`), that pool's free list and where the block it takes is in it
         (:meth:`_fit`; None: a new block)."""
@@ -292,7 +187,7 @@ class CachingAllocator:
         pool = self._free[small]
         return asked, size, small, pool, self._fit(pool, size)
 
-    def _fit(self, pool: list[_Free], size: int) -> int | None:
+    def _fit(self, pool: list[FreeBlock], size: int) -> int | None:
         """Where in ``pool`` (a pool's free blocks) the block a request of ``size`` takes is:
         the smallest cached block that fits (only that one is considered, as
         ``get_free_block`` takes the set's lower bound), unless the oversize rules refuse it
@@ -308,23 +203,23 @@ class CachingAllocator:
             return None
         return i
 
-    def _new_block(self, small: bool, size: int) -> _Block:
+    def _new_block(self, small: bool, size: int) -> Block:
         if self.config.expandable_segments:
             return self._expand(small, size)
         nbytes = segment_size(size)
         if self.reserved + nbytes > self.capacity_bytes:
             self._release_cached()
-        seg = _Segment(small, size=nbytes)
+        seg = Segment(small, size=nbytes)
         self._segments.append(seg)
-        block = _Block(len(self._segments) - 1, 0, nbytes, small)
+        block = Block(len(self._segments) - 1, 0, nbytes, small)
         seg.tail = block
         self._grow(nbytes)
         return block
 
-    def _expand(self, small: bool, size: int) -> _Block:
+    def _expand(self, small: bool, size: int) -> Block:
         page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
         if small not in self._expandable:
-            self._segments.append(_Segment(small))
+            self._segments.append(Segment(small))
             self._expandable[small] = len(self._segments) - 1
         idx = self._expandable[small]
         seg = self._segments[idx]
@@ -341,7 +236,7 @@ class CachingAllocator:
             self._unlist(tail)
             tail.size += mapped
             return tail
-        block = _Block(idx, seg.size - mapped, mapped, small)
+        block = Block(idx, seg.size - mapped, mapped, small)
         block.prev = seg.tail
         if seg.tail is not None:
             seg.tail.next = block
@@ -367,7 +262,7 @@ class CachingAllocator:
                     keep.append(entry)
             self._free[small] = keep
 
-    def _unmap(self, small: bool, block: _Block) -> None:
+    def _unmap(self, small: bool, block: Block) -> None:
         page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
         start = page * math.ceil(block.offset / page)
         end = page * ((block.offset + block.size) // page)
@@ -387,53 +282,6 @@ class CachingAllocator:
         if small or self.config.expandable_segments:
             return rest >= MIN_BLOCK_BYTES
         return size < self._cap and rest > SMALL_SIZE_BYTES
-
-    def _split(self, block: _Block, size: int) -> _Block:
-        """``block`` cut to ``size`` bytes, the rest a free block after it."""
-        rest = block.size - size
-        remainder = _Block(block.segment, block.offset + size, rest, block.small)
-        remainder.prev, remainder.next = block, block.next
-        if block.next is not None:
-            block.next.prev = remainder
-        else:
-            self._segments[block.segment].tail = remainder
-        block.next = remainder
-        block.size = size
-        self._list(remainder)
-        return block
-
-    def _merge(self, block: _Block) -> None:
-        nxt = block.next
-        if nxt is not None and nxt.free:
-            self._unlist(nxt)
-            block.size += nxt.size
-            block.unmapped += nxt.unmapped
-            block.next = nxt.next
-            if nxt.next is not None:
-                nxt.next.prev = block
-            else:
-                self._segments[block.segment].tail = block
-        prev = block.prev
-        if prev is not None and prev.free:
-            self._unlist(prev)
-            prev.size += block.size
-            prev.unmapped += block.unmapped
-            prev.next = block.next
-            if block.next is not None:
-                block.next.prev = prev
-            else:
-                self._segments[block.segment].tail = prev
-            block = prev
-        self._list(block)
-
-    def _list(self, block: _Block) -> None:
-        insort(self._free[block.small], (block.size, block.segment, block.offset, block))
-
-    def _unlist(self, block: _Block) -> None:
-        pool = self._free[block.small]
-        i = bisect_left(pool, (block.size, block.segment, block.offset))
-        if i < len(pool) and pool[i][3] is block:
-            del pool[i]
 
 
 OPS = ("alloc", "free", "touch", "alloc_all", "free_all")
