@@ -10,7 +10,14 @@ import pytest
 
 from sim.hardware.host_ops import NO_HOST, HostOverhead
 from sim.memory.chunk_comm import chunk_blocks, fetches_per_iteration, memset_bytes, msc_factor
-from sim.memory.chunk_hooks import hook_host_s, hooked_tensors
+from sim.memory.chunk_hooks import (
+    MEMORY_ALLOCATED_OPS,
+    POST_HOOK_PYTHON_OPS,
+    PRE_HOOK_PYTHON_OPS,
+    hook_host_s,
+    hooked_tensors,
+    pre_hook_host_s,
+)
 from sim.memory.tensors import param_groups
 from sim.trace.schema import LayerProfile
 from tests.helpers import chain_topology
@@ -75,7 +82,8 @@ def test_patrickstar_backward_hooks_by_hand() -> None:
     vectors (small). With a no-grad op 8 us (3 us of it the launch), read 10 us, a Python
     backward node 7.5 us: large 6 x (8 + 10); small 10 x (4 x 8 + 10 + (8 - 3)): the check's two
     ops, the read's, the copy, the read, the empty tensor; nodes 8 x 2 x 7.5:
-    108 + 470 + 120 = 698 us."""
+    108 + 470 + 120 = 698 us; and release_dist's Python after each small tensor's read,
+    POST_HOOK_PYTHON_OPS ops without a kernel (5 us) each."""
     h = 64
     block = LayerProfile("block.0", 1e-3, 2e-3, 2 * (12 * h * h + 13 * h), 0, 0, param_tensors=16.0)
 
@@ -89,4 +97,51 @@ def test_patrickstar_backward_hooks_by_hand() -> None:
     assert hooked_tensors(ctx(NO_HOST)) == (8, 6, 10)  # type: ignore[arg-type]
     assert hook_host_s(ctx(NO_HOST)) == 0.0  # type: ignore[arg-type]
     over = HostOverhead(op_s=9.8e-6, nograd_op_s=8e-6, read_s=10e-6, function_backward_s=7.5e-6)
-    assert hook_host_s(ctx(over)) == pytest.approx(698e-6)  # type: ignore[arg-type]
+    python = 10 * POST_HOOK_PYTHON_OPS * 5e-6
+    assert hook_host_s(ctx(over)) == pytest.approx(698e-6 + python)  # type: ignore[arg-type]
+
+
+def _bert_layer_ctx(overhead: HostOverhead) -> SimpleNamespace:
+    block = LayerProfile("block.0", 1e-3, 2e-3, 2 * (12 * H * H + 13 * H), 0, 0, param_tensors=16.0)
+    host = SimpleNamespace(overhead=overhead)
+    return SimpleNamespace(
+        layers=(block,), dtype_bytes=2, param_tensors=16.0, host="cpu0",
+        topology=SimpleNamespace(host=lambda name: host),
+    )  # fmt: skip
+
+
+def test_patrickstar_pre_backward_hook_by_hand() -> None:
+    """One BertLayer (h = 64; 8 modules, 6 matrices with their biases, 2 LayerNorms): a no-grad
+    op 8 us (3 us the launch, so 5 us without a kernel). Per tensor ``a = (P + 2) x 5 + 8`` us
+    (P: PRE_HOOK_PYTHON_OPS; two views; zeros_like), per module ``M x 5`` us (M:
+    MEMORY_ALLOCATED_OPS). HBM so slow that every weight's zeros_like outlasts its bias's issue:
+    the 6 biases hidden, 10 tensors exposed, ``10 a + 8 M 5``; so fast that none is hidden:
+    ``16 a + 8 M 5``; at 8192 B/us each matrix group's zeros_like (2 bytes per element, under
+    ``a``) hides that long of its bias: ``16 a - (4 x 8320 + 33280 + 32896) / 8192 us + 8 M 5``."""
+    a = ((PRE_HOOK_PYTHON_OPS + 2) * 5 + 8) * 1e-6
+    per_module = 8 * MEMORY_ALLOCATED_OPS * 5e-6
+    over = HostOverhead(op_s=9.8e-6, nograd_op_s=8e-6)
+    ctx = _bert_layer_ctx(over)
+    assert pre_hook_host_s(_bert_layer_ctx(NO_HOST), 1e12) == 0.0  # type: ignore[arg-type]
+    assert pre_hook_host_s(ctx, 1.0) == pytest.approx(10 * a + per_module)  # type: ignore[arg-type]
+    assert pre_hook_host_s(ctx, 1e30) == pytest.approx(16 * a + per_module)  # type: ignore[arg-type]
+    # the 4 (h^2 + h) matrices write 2 x 4160 B in 1.015625 us at 8192e6 B/s; the FFN's two
+    # (4h^2 + 4h, 4h^2 + h) 33280 and 32896 B in 4.0625 and 4.015625 us
+    hidden = (4 * 8320 + 33280 + 32896) / 8192e6
+    got = pre_hook_host_s(ctx, 8192e6)  # type: ignore[arg-type]
+    assert got == pytest.approx(16 * a - hidden + per_module)
+
+
+def test_patrickstar_hook_python_is_the_measurement_s_median() -> None:
+    """The hooks' Python constants are the medians measurements/host/patrickstar_hooks.py wrote."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "measurements/host/patrickstar_hooks.yaml"
+    median = yaml.safe_load(path.read_text())["median"]
+    assert PRE_HOOK_PYTHON_OPS == pytest.approx(median["pre_hook_python_ops_per_tensor"], abs=0.01)
+    assert POST_HOOK_PYTHON_OPS == pytest.approx(
+        median["post_hook_python_ops_per_tensor"], abs=0.01
+    )
+    assert MEMORY_ALLOCATED_OPS == pytest.approx(median["memory_allocated_ops"], abs=0.01)

@@ -5,7 +5,7 @@ gradient path, and the seconds they take.
 
 from __future__ import annotations
 
-from sim.memory.chunk_hooks import hook_host_s
+from sim.memory.chunk_hooks import hook_host_s, pre_hook_host_s
 from sim.memory.context import StageContext
 from sim.memory.zero_offload import ADAM_HOST_BYTES
 
@@ -63,11 +63,13 @@ def grad_hooks_s(ctx: StageContext, hbm_Bps: float) -> float:
     waits for the device, so the device then idles while the host issues the next op and reads
     (:meth:`~sim.hardware.host_ops.HostOverhead.serial_reads_s`: weight matrices large, biases
     and LayerNorm vectors small), and runs the hooks' two Python backward nodes per module
-    (:func:`~sim.memory.chunk_hooks.hook_host_s`; the socket's host model, zero where it is not
-    modelled). PatrickStar runs one
+    (:func:`~sim.memory.chunk_hooks.hook_host_s`), and the pre-backward hooks' Python, views and
+    ``zeros_like`` where the device idles (:func:`~sim.memory.chunk_hooks.pre_hook_host_s`; the
+    socket's host model, zero where it is not modelled). PatrickStar runs one
     backward per step (no gradient accumulation in its benchmarks); where pipesim's schedules
     run ``m > 1`` backwards per step, the other ``m - 1`` are left out."""
-    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + hook_host_s(ctx)
+    hooks_s = hook_host_s(ctx) + pre_hook_host_s(ctx, hbm_Bps)
+    return ctx.params * (GRAD_ZERO_BYTES + GRAD_HOOK_BYTES) / hbm_Bps + hooks_s
 
 
 def host_adam_s(elems: float, adam_params_per_s: float) -> float:
