@@ -5,7 +5,9 @@ Sources: NVIDIA/TransformerEngine@d0067d0 docs/examples/gemm_profiling/gemm_prof
 (B300 SXM6 AC, --pre-quantize, per-layer ms: BF16 13.102, FP8 current 6.812, NVFP4 3.764);
 MAMF, stas00/ml-engineering@744d01e compute/accelerator/README.md (TFLOPS: BF16 B200 1745.0,
 B300 1769.0, GB200 1822; FP8 e4m3 B200 3432.5, B300 3353.3, GB200 3615.6); SimuMax's
-b200_bf16_ceperm.json matmul efficient_factor 0.4878.
+b200_bf16_ceperm.json matmul efficient_factor 0.4878; B300 zero-filled against random-data rates
+at its 1100 W limit, ademeure/QuickRunCUDA b300_clean (B300_TRUE_REFERENCE.md @0992a72 §2,
+NVFP4_CUTEDSL_THROTTLE_DEEP_DIVE.md @2070c70), for GB300.
 """
 
 from __future__ import annotations
