@@ -65,7 +65,10 @@ swizzles (its quantizer keeps ``optimize_for_gemm`` False, ``quantized_tensor.py
 training's ``te.Linear`` quantizers avoid (``linear.py:2095-2103``): the presets keep MXFP8 at
 the FP8 efficiency, within 5 % of that bound. The Blackwell presets'
 GEMM efficiencies per format are that benchmark's (``dgx-b300``; moved to B200 and GB200 by the
-MAMF ratio of each format: their descriptions), so its BF16, FP8 and NVFP4 times are the
+MAMF ratio of each format: their descriptions; to GB300 by what B300's 1100 W limit costs each
+format on random data, which GB300's 1400 W is assumed to buy back: ``gb300-nvl72``'s
+description), so its
+BF16, FP8 and NVFP4 times are the
 preset's within wave quantization and launch overhead, and NVFP4 runs 3.48x as fast as BF16
 (1.81x FP8) at its shapes; its three passes (K = 4096-16384) run alike, so the NVFP4 rate is
 flat. Azure's cuBLASLt sweep on GB200 (research/gpus/microbench.md §1.2) measures 1.83x FP8 at
