@@ -18,8 +18,14 @@ launch (NVTX): "approx 10us -> 5us". So a GEMM called as TE calls it costs the h
 (:mod:`sim.compute.te_grouped_host`) charged a bare kernel launch (3 us on the reference host,
 meta-pytorch/tritonbench#1017): :data:`SETUP_S` = 7 us more per GEMM. Assumptions: RAFT's CPU
 (not stated) runs it as the reference x86 host (``dgx-h100``) does; on another host the set-up
-scales as that host's C++ kernel launch does (:attr:`~sim.hardware.host_ops.HostOverhead.
-kernel_launch_s` over 3 us: it is C++ work below Python). Where it applies: the per-expert GEMMs
+scales as that host's eager op does (:attr:`~sim.hardware.host_ops.HostOverhead.op_s` over the
+reference's 9.8 us): it is C++ library work below Python (descriptor objects, attribute calls,
+the heuristic query), the kind whose Grace/x86 ratio the Grace presets take from a whole
+``torch.nn.Linear`` forward (NVIDIA/TransformerEngine#2053, whose ``addmm`` builds cuBLASLt
+descriptors too), not a driver launch, which GB200 measures at the reference's 3 us
+(meta-pytorch/tritonbench#1017; ``sim/hardware/presets/gb200-nvl72.yaml``). Until 2026-11-30
+it scaled as the host's kernel launch, the same on every host whose preset gives no launch
+of its own. Where it applies: the per-expert GEMMs
 of ``GroupedLinear`` (:func:`sim.compute.te_grouped_host.per_expert_s`); a TE Linear's own GEMM
 is inside the Linear's measured host time (:attr:`~sim.hardware.host_ops.HostOverhead.
 te_module_s`, NVIDIA/TransformerEngine#2053 timed the whole module's forward).
@@ -36,24 +42,28 @@ from sim.hardware.host_ops import HostOverhead
 TE_GEMM_CALL_S = 10.0e-6
 """Host seconds of one un-memoised cuBLASLt GEMM call, wrapper to launch (NVIDIA/raft#1736)."""
 REF_LAUNCH_S = 3.0e-6
-"""A kernel launch from C++ on the reference host (meta-pytorch/tritonbench#1017)."""
+"""A kernel launch from C++ (meta-pytorch/tritonbench#1017, measured on GB200; the reference
+host's by assumption)."""
 SETUP_S = TE_GEMM_CALL_S - REF_LAUNCH_S
 """What a TE GEMM call costs the reference host beyond its launch: 7 us (module doc)."""
+REF_OP_S = 9.8e-6
+"""The reference host's eager op (``dgx-h100`` ``op``), which :func:`gemm_setup_s` scales by."""
 
 
 def gemm_setup_s(host: HostOverhead | None = None) -> float:
     """Seconds one Transformer Engine cuBLASLt GEMM costs ``host`` beyond a kernel launch:
-    :data:`SETUP_S` scaled by the host's C++ launch over the reference's 3 us (None: the
-    reference host). Module doc: the descriptors and the heuristic query TE builds per call.
+    :data:`SETUP_S` scaled by the host's eager op over the reference's 9.8 us (None: the
+    reference host). Module doc: the descriptors and the heuristic query TE
+    builds per call, C++ work whose host ratio is the eager op's, not the driver launch's.
 
     >>> round(gemm_setup_s() * 1e6, 2)
     7.0
-    >>> round(gemm_setup_s(HostOverhead(op_s=9.8e-6, launch_s=9.1e-6)) * 1e6, 2)
-    21.23
+    >>> round(gemm_setup_s(HostOverhead(op_s=29.7e-6, launch_s=3.0e-6)) * 1e6, 2)
+    21.21
     """
     if host is None:
         return SETUP_S
-    return SETUP_S * host.kernel_launch_s / REF_LAUNCH_S
+    return SETUP_S * host.op_s / REF_OP_S
 
 
-__all__ = ["REF_LAUNCH_S", "SETUP_S", "TE_GEMM_CALL_S", "gemm_setup_s"]
+__all__ = ["REF_LAUNCH_S", "REF_OP_S", "SETUP_S", "TE_GEMM_CALL_S", "gemm_setup_s"]

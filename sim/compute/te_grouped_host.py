@@ -55,8 +55,9 @@ Python call 2 us (pytorch/pytorch#50431, "~2 microseconds for empty module": the
 ``module``); an autograd node 13.9 us (the preset's ``backward_op``) and a Python hook 7.5 us
 (its ``function_backward``). On another host each kind takes that host's own figure
 (:func:`prices`: ``launch``, ``module``, ``nograd_op``, ``backward_op``, ``function_backward``),
-so a Grace host (``gb200-nvl72``), whose Python runs about as fast as the x86 reference's and
-whose C++ and launch path about 3x slower, prices the Python calls and the launches apart. The
+so a Grace host (``gb200-nvl72``), whose Python runs about as fast as the x86 reference's,
+whose C++ dispatch and autograd about 3x slower and whose bare driver launch was measured at the
+reference's 3 us (meta-pytorch/tritonbench#1017, on GB200), prices each kind apart. The
 seconds are handed to the engine in that host's forward and backward ops (``op_s``,
 ``backward_op_s``), which the engine prices back to the same seconds; without a host, in the
 reference's (9.8 us, 13.9 us).
@@ -164,8 +165,8 @@ def prices(host: HostOverhead | None) -> Prices:
     ``backward_op_s``, a hook at ``function_backward_s``. A kind the host leaves at 0 takes the
     reference price scaled by ``op_s / 9.8 us`` (every host figure scaled alike, as before the
     split). On the reference figures this is :data:`REFERENCE`; on Grace (``gb200-nvl72``) the
-    Python kinds scale by CPython's own ratio and the C++ ones by the launch path's (the
-    preset's comment above ``host_overhead``).
+    Python kinds scale by CPython's own ratio, the C++ ones by the dispatcher's, and the
+    launch is GB200's own measurement (the preset's comment above ``host_overhead``).
 
     >>> from sim.hardware.host_ops import HostOverhead
     >>> ref = HostOverhead(op_s=9.8e-6, backward_op_s=13.9e-6, nograd_op_s=8e-6, module_s=2e-6,

@@ -153,7 +153,7 @@ def issue_exactly(
 LAUNCH_SHARE = 3.0 / 9.8
 """The kernel launch's share of an eager op on the reference host (``dgx-h100``: 9.8 us per op
 = 6.8 us of Python, dispatcher and autograd recording, pytorch/pytorch#41383, + 3.0 us of raw
-``cuLaunchKernel``, meta-pytorch/tritonbench#1017): a host's :attr:`HostOverhead.launch_s` when
+``cuLaunchKernel``, meta-pytorch/tritonbench#1017, measured on GB200): a host's :attr:`HostOverhead.launch_s` when
 its description gives none."""
 
 
