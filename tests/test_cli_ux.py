@@ -28,13 +28,27 @@ def _small_bert(tmp_path: Path, sweep: dict | None = None) -> Path:
     """A small experiment (BERT-large on a DGX-1, global batch 8) written to
     ``tmp_path/exp.yaml``; ``sweep`` replaces its grid (default: gpipe and 1f1b over 2 and 4
     stages, micro-batch 1)."""
-    exp = {
+    grid = {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1}
+    return _write_exp(tmp_path, _small_bert_exp({"sweep": sweep or grid}))
+
+
+def _small_bert_exp(change: dict) -> dict:
+    """The small experiment (BERT-large on a DGX-1, global batch 8, no sweep) as a mapping,
+    with ``change``'s keys added after its own (or replacing them)."""
+    return {
         "name": "small",
         "hardware": "dgx1-v100-16gb",
         "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": sweep or {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+        **change,
     }
-    return _write_exp(tmp_path, exp)
+
+
+def _parse_error(change: dict) -> str:
+    """The :class:`InputError` message that ``parse_experiment`` raises for the small
+    experiment with ``change`` (as file ``exp.yaml``)."""
+    with pytest.raises(InputError) as err:
+        parse_experiment(_small_bert_exp(change), file="exp.yaml")
+    return str(err.value)
 
 
 def _write_exp(tmp_path: Path, exp: dict) -> Path:
@@ -132,15 +146,8 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
 def test_experiment_messages_in_a_users_words(change, said_before, says_now) -> None:
     """A wrong type named pydantic's class, a union's other branch counted as a second
     problem, and a validator's message began with pydantic's "Value error, "."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        **change,
-    }
-    with pytest.raises(InputError) as err:
-        parse_experiment(exp, file="exp.yaml")
-    assert says_now in str(err.value) and said_before not in str(err.value), str(err.value)
+    text = _parse_error(change)
+    assert says_now in text and said_before not in text, text
 
 
 @pytest.mark.parametrize(
@@ -156,13 +163,12 @@ def test_a_missing_hardware_overlay_names_where_it_was_given(
     """A missing overlay said only "nope.yaml: hardware overlay not found", naming neither the
     experiment's field nor the option that gave it."""
     monkeypatch.chdir(tmp_path)
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
-        **({"hardware_overlay": "nope.yaml"} if in_file else {}),
-    }
+    exp = _small_bert_exp(
+        {
+            "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
+            **({"hardware_overlay": "nope.yaml"} if in_file else {}),
+        }
+    )
     Path("exp.yaml").write_text(yaml.safe_dump(exp))
     res = _run("run", "exp.yaml", "--out", "out", *option)
     assert res.exit_code == 2, res.output
@@ -206,15 +212,7 @@ def test_a_misspelt_key_is_answered_with_the_key_it_resembles(change, field, say
     """An unknown key said "unknown key (... see `sim run --help`)", whose help lists no key,
     and an empty models list said pydantic's "List should have at least 1 item after
     validation, not 0"; the message now names the closest key and the keys allowed there."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        **change,
-    }
-    with pytest.raises(InputError) as err:
-        parse_experiment(exp, file="exp.yaml")
-    text = str(err.value)
+    text = _parse_error(change)
     assert f"exp.yaml: field '{field}'" in text and says in text, text
     assert "sim run --help" not in text and "List should" not in text, text
 
