@@ -68,9 +68,11 @@ through ``mamba_split_conv1d_scan_combined``.
 model (``d_model`` 2048, 48 layers, batch 4 x 4096, bf16) training at 102.5 / 239.2 / 360.4
 TFLOP/s on A100 / H200 / GB200; its step-time ratios (the FLOP formula cancels) are GB200 /
 H200 x1.507 and H200 / A100 x2.334, where these kernels with the rest of the layer give
-x1.386 and x2.243 (``benchmarks/accuracy/mamba2_gpu_ratio.py``; the scan is 55 % of the
+x1.357 and x2.189 (``benchmarks/accuracy/mamba2_gpu_ratio.py``; the scan is 60 % of the
 GB200 step). So the per-SM carry does not make Blackwell too fast: if anything pipesim's
-GB200 is 8 % slow against its H200 here.
+GB200 is 10 % slow against its H200 here. If the issue's TFLOP/s count at least ``6 N T``,
+its steps last at least 338 / 510 / 1190 ms where pipesim gives 323 / 438 / 959 ms (-5 / -14 /
+-19 %; -15 / -22 / -25 % with the backward at the forward's rate).
 """
 
 from __future__ import annotations
