@@ -31,6 +31,7 @@ from sim.memory.deepspeed import (
 from sim.memory.memtracer import (
     chunk_candidates,
     chunkable_gpu_bytes,
+    gpu_adam_chunk_count,
     gpu_adam_chunks,
     gpu_framework_bytes,
     host_chunk_cap_bytes,
@@ -115,6 +116,13 @@ def test_patrickstar_memtracer_budgets_by_hand():
     assert host_chunk_cap_bytes(1008 * GiB, 8) == pytest.approx(0.8 * 126 * GiB)
     assert host_framework_bytes(1008 * GiB, 8) == pytest.approx(0.2 * 126 * GiB)
     assert gpu_framework_bytes(T, 1 * GiB) == pytest.approx(7 * GiB)
+
+
+def test_patrickstar_gpu_adam_chunks_are_those_counted_below_the_margin():
+    """``FP32ChunkReadBuffer`` counts the step's chunks 1, 2, 3, ... and sends chunk ``k`` to the
+    GPU while ``k < margin``: a margin of 3.6 sends chunks 1-3, one of exactly 3 chunks 1-2,
+    one of 1 or less none."""
+    assert [gpu_adam_chunk_count(m) for m in (3.6, 3.0, 1.0, 0.5, 0.0)] == [3, 2, 0, 0, 0]
 
 
 def test_transformer_layers_split_into_module_groups():
