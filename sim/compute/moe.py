@@ -191,7 +191,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
         sources = shape.experts // max(1, local) * etp
         across = shape.hybridep_domains > 1  # probabilities over the etp x ep group's experts
         stage = [hybridep.rdma_stage(r, w, d, e * etp, True)] if across else []
-        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync + stage
+        prep = hybridep.preprocess(r, sources, e * etp, local, shape.hybridep_domains)
+        return out + latent + [prep] + sync + stage
     permute = _permute("permute", r * w * d + r * k * w * d, r, k, w, d)
     return out + sync + latent + row_id_map(r, e) + [permute]  # TE's row map first
 
