@@ -59,3 +59,19 @@ def test_forward_dispatch_carries_the_domains_probabilities():
         want = plan.dispatch[0][1] * (1024 + 4 * cols) / 1028
         assert dispatch.pairs[0][1] == pytest.approx(want)
         assert combine.pairs == plan.combine
+
+
+def test_flex_dispatcher_replicates_map_and_probabilities_over_expert_tp():
+    """r = 3 tokens, E = 4, etp 2: forward copy of bool + fp32 [3, 4] into [3, 8], read once and
+    written twice: 12 * 5 + 24 * 5 = 180 bytes; backward sums the [3, 8] fp32 gradients into
+    [3, 4]: 24 * 4 + 12 * 4 = 144. Nothing at etp 1."""
+    from sim.compute.moe import moe_bwd
+
+    def copies(etp):
+        shape = MoEShape(4, 4, 2, 8, hybridep=True)
+        fwd = moe_fwd(shape, 3, 3, (1.5, 1.5), 2, etp=etp)
+        dx, _ = moe_bwd(shape, 3, 3, (1.5, 1.5), 2, etp=etp)
+        return [k.bytes for k in fwd + dx if k.name.startswith("flex_replicate")]
+
+    assert copies(2) == [180.0, 144.0]
+    assert copies(1) == []

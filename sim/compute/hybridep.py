@@ -134,6 +134,27 @@ def preprocess(r: int, sources: int, columns: int, local: int, domains: int = 1)
     return mem("hybridep_preprocess", read + sources * r * local * MAP_BYTES)
 
 
+def replicate(r: int, experts: int, etp: int, fwd: bool) -> list[Kernel]:
+    """Megatron's copy of the ``[r, E]`` routing map (bool) and fp32 probabilities into
+    ``[r, etp x E]`` before HybridEP (``_initialize_metadata``'s ``expand(...).contiguous()``,
+    ``token_dispatcher.py``@d98e8a64 lines 1906-1917; module doc step 1): each read once and
+    written ``etp`` times; its backward sums the probabilities' gradients back over the
+    ``etp`` copies (read ``etp`` times, written once). None at ``etp`` 1 (the expand of a
+    size-1 axis is a view, ``contiguous`` copies nothing). The map's bool and the fp32
+    probabilities: ``(1 + 4)`` bytes per entry forward, ``4`` backward.
+
+    Example: 3 tokens, 4 experts, etp 2: ``12 * 5 + 24 * 5 = 180`` and ``24 * 4 + 12 * 4 = 144``.
+
+    >>> [k.bytes for k in replicate(3, 4, 2, True) + replicate(3, 4, 2, False)]
+    [180.0, 144.0]
+    """
+    if etp <= 1:
+        return []
+    entry = 1 + PROB_BYTES if fwd else PROB_BYTES
+    name = "flex_replicate" if fwd else "flex_replicate_bwd"
+    return [mem(name, float(r * experts * entry * (1 + etp)))]
+
+
 def dispatch_payload(row_bytes: float, columns: int, domains: int = 1) -> float:
     """Bytes the forward dispatch moves per token and destination over the bytes of its
     routed copy as :func:`sim.parallel.expert.expert_plan` counts it (the row and one fp32
