@@ -325,3 +325,28 @@ def test_a_file_that_is_no_run_is_named_as_such(tmp_path: Path, command) -> None
     text = " ".join(res.output.split())
     assert res.exit_code == 2 and f"{log}: not recognised" in text, text
     assert "--vocab-size" not in text and not (tmp_path / "o").exists(), text
+
+
+def test_configurations_within_the_winners_band_are_named_as_in_the_table() -> None:
+    """The note 'N other configurations are within each other's band ... best: ...' and
+    winner.yaml named a row without its v, cp, +sp and precision, so two rows of the table
+    (p=8 v=5 t=4+sp cp=2 and p=8 t=4) read alike (it printed 'interleaved_1f1b p=8 w=1 t=4 b=1
+    m=128 dist_opt' for the first)."""
+    from sim.report.row_bands import describe
+
+    rec = {
+        "schedule": "interleaved_1f1b",
+        "stages": 8,
+        "virtual_stages": 5,
+        "dp_width": 1,
+        "tensor_parallel": 4,
+        "sequence_parallel": True,
+        "context_parallel": 2,
+        "microbatch_size": 1,
+        "microbatches": 128,
+        "memory_policy": "dist_opt",
+        "precision": "fp8-delayed",
+    }
+    assert (
+        describe(rec) == "interleaved_1f1b p=8 v=5 w=1 t=4+sp cp=2 b=1 m=128 dist_opt fp8-delayed"
+    )
