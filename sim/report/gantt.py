@@ -78,6 +78,24 @@ def _window_s(log: EventLog, iteration: int | None) -> tuple[float, float]:
     return start, end
 
 
+def _shade_gaps(ax, log: EventLog, lo_s: float, hi_s: float) -> None:
+    """Shade the spans where :mod:`sim.engine.periodic` inserted steady-state periods it
+    simulated once (``log.meta["periodic_gaps_s"]``): the log has no events there, so without
+    the shading the timeline reads as idle GPUs."""
+    gaps = [(a, b) for a, b in log.meta.get("periodic_gaps_s", []) if b >= lo_s and a <= hi_s]
+    for i, (a, b) in enumerate(gaps):
+        ax.axvspan(
+            a * 1e3,
+            b * 1e3,
+            facecolor="0.93",
+            hatch="//",
+            edgecolor="0.75",
+            linewidth=0,
+            zorder=0,
+            label="steady state, simulated once, not drawn" if i == 0 else None,
+        )
+
+
 def _text_color(color: str) -> str:
     r, g, b = to_rgb(color)
     return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
@@ -170,6 +188,7 @@ def plot_gantt(
             linewidth=0.8,
             label="iteration end" if i == 0 else None,
         )
+    _shade_gaps(ax, log, lo_s, hi_s)
     for i in range(1, len(keys)):
         if keys[i][0] != keys[i - 1][0]:
             ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
