@@ -350,3 +350,15 @@ def test_configurations_within_the_winners_band_are_named_as_in_the_table() -> N
     assert (
         describe(rec) == "interleaved_1f1b p=8 v=5 w=1 t=4+sp cp=2 b=1 m=128 dist_opt fp8-delayed"
     )
+
+
+def test_a_rack_scale_preset_shows_in_a_terminal() -> None:
+    """`sim hardware show gb300-nvl72` printed 72 equal GPU rows, 36 host rows, 144 link rows
+    and a 72 x 72 route matrix that no terminal renders (382 lines of box characters); equal
+    rows now merge (gpu0 .. gpu71) and the routes are grouped: 72 x 71 = 5112 ordered pairs,
+    all through the NVLink switch at 900 GB/s."""
+    res = _run("hardware", "show", "gb300-nvl72")
+    assert res.exit_code == 0, res.output
+    assert "gpu0 .. gpu71 (72)" in res.output and "cpu0 .. cpu35 (36)" in res.output
+    assert "5112" in res.output and "900.0" in res.output
+    assert len(res.output.splitlines()) < 80
