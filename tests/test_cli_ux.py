@@ -332,24 +332,40 @@ def test_configurations_within_the_winners_band_are_named_as_in_the_table() -> N
     winner.yaml named a row without its v, cp, +sp and precision, so two rows of the table
     (p=8 v=5 t=4+sp cp=2 and p=8 t=4) read alike (it printed 'interleaved_1f1b p=8 w=1 t=4 b=1
     m=128 dist_opt' for the first)."""
-    from sim.report.row_bands import describe
+    import pandas as pd
 
-    rec = {
+    from sim.bands import Bands, Residual, build_bands
+    from sim.report.row_bands import winner_bands, with_bands
+
+    bands = Bands(build_bands([Residual("megatron-lm", 4, 1, 1.0 + i / 18) for i in range(10)]))
+    row = {
+        "model": "m",
+        "framework": "megatron-lm",
         "schedule": "interleaved_1f1b",
         "stages": 8,
         "virtual_stages": 5,
         "dp_width": 1,
+        "dp_shard": 1,
         "tensor_parallel": 4,
         "sequence_parallel": True,
         "context_parallel": 2,
+        "expert_parallel": 1,
+        "expert_tensor_parallel": None,
         "microbatch_size": 1,
         "microbatches": 128,
         "memory_policy": "dist_opt",
         "precision": "fp8-delayed",
+        "fits": True,
+        "error": "",
     }
-    assert (
-        describe(rec) == "interleaved_1f1b p=8 v=5 w=1 t=4+sp cp=2 b=1 m=128 dist_opt fp8-delayed"
+    df = pd.DataFrame(
+        [
+            {**row, "iteration_time_s": 1.0, "throughput_samples_per_s": 128.0},
+            {**row, "iteration_time_s": 1.05, "throughput_samples_per_s": 122.0},
+        ]
     )
+    best = winner_bands(with_bands(df, bands))["m"]["within_band"]["best"]
+    assert best == ["interleaved_1f1b p=8 v=5 w=1 t=4+sp cp=2 b=1 m=128 dist_opt fp8-delayed"]
 
 
 def test_a_rack_scale_preset_shows_in_a_terminal() -> None:
@@ -362,3 +378,4 @@ def test_a_rack_scale_preset_shows_in_a_terminal() -> None:
     assert "gpu0 .. gpu71 (72)" in res.output and "cpu0 .. cpu35 (36)" in res.output
     assert "5112" in res.output and "900.0" in res.output
     assert len(res.output.splitlines()) < 80
+

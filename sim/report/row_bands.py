@@ -118,9 +118,14 @@ _READ = (
     "tensor_parallel",
     "context_parallel",
     "sequence_parallel",
+    "virtual_stages",
+    "dp_shard",
+    "expert_parallel",
+    "expert_tensor_parallel",
     "microbatch_size",
     "microbatches",
     "memory_policy",
+    "precision",
     *BAND_COLUMNS,
 )
 """Columns read here: :func:`_fields`, :func:`sim.point.rows.rank_key`, :func:`describe`."""
