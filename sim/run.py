@@ -91,6 +91,9 @@ def run_experiment(
     recover_out_dir(out)
     say = Reporter(console, table, progress_shown)
     say.start(exp.name, len(points), prep.topology.name, skipped)
+    idle = unused_gpus_note(prep, points)
+    if idle:
+        log.info("%s", idle)
     notes = _compute_notes(prep, points)
     say.notes(notes, prep)
     jobs = min(jobs, len(points))
@@ -319,6 +322,23 @@ def _write_winner(
     for d in others:
         written += [d / f.name for f in drawn]
     return written + drawn
+
+
+def unused_gpus_note(prep: Prepared, points: list[PointConfig]) -> str | None:
+    """When the sweep sets neither ``dp_width`` nor ``gpus`` (so w = 1) and no configuration
+    uses all of the hardware's GPUs: say so, since samples/s then compares jobs of different
+    sizes on a partly idle machine; else None."""
+    sw = prep.exp.sweep
+    total = prep.topology.num_gpus
+    used = sorted({p.layout.gpus for p in points})
+    if {"dp_width", "gpus"} & sw.model_fields_set or not used or used[-1] >= total:
+        return None
+    span = str(used[0]) if len(used) == 1 else f"{used[0]} to {used[-1]}"
+    return (
+        f"sweep sets neither dp_width nor gpus, so every configuration has w=1 and uses "
+        f"{span} of {prep.topology.name}'s {total} GPUs; set sweep.gpus: {total} to plan "
+        "for all of them (dp_width = gpus / (stages x t x cp))"
+    )
 
 
 def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:

@@ -379,3 +379,24 @@ def test_a_rack_scale_preset_shows_in_a_terminal() -> None:
     assert "5112" in res.output and "900.0" in res.output
     assert len(res.output.splitlines()) < 80
 
+
+def test_a_grid_that_leaves_gpus_idle_says_so(tmp_path: Path) -> None:
+    """dp_width defaults to 1: the getting-started grid on a DGX H100 compared configurations
+    of 1 to 4 of its 8 GPUs by samples/s without a word; now a note says how many GPUs the
+    configurations use and to set sweep.gpus (and none once it is set)."""
+    from sim.config import load_experiment
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
+    from sim.run import unused_gpus_note
+
+    def note(sweep: dict) -> str | None:
+        path = _small_bert(tmp_path, sweep)
+        prep = prepare(load_experiment(path), str(path))
+        return unused_gpus_note(prep, expand(prep)[0])
+
+    grid = {"schedule": "1f1b", "stages": [2, 4], "microbatch_size": 1}
+    said = note(grid)
+    assert said is not None and "uses 2 to 4 of dgx1-v100-16gb's 8 GPUs" in said, said
+    assert "sweep.gpus: 8" in said
+    assert note({**grid, "gpus": 8}) is None
+    assert note({**grid, "dp_width": 1}) is None
