@@ -400,3 +400,23 @@ def test_a_grid_that_leaves_gpus_idle_says_so(tmp_path: Path) -> None:
     assert "sweep.gpus: 8" in said
     assert note({**grid, "gpus": 8}) is None
     assert note({**grid, "dp_width": 1}) is None
+
+
+def test_an_fsdp_option_in_a_grid_without_fsdp_is_refused(tmp_path: Path) -> None:
+    """options.fsdp_reshard_after_forward with sweep.dp_shard left at 1 was silently ignored
+    (the run predicted as if it were not there); now exit 2 naming the field and the fix, and
+    accepted once the grid has FSDP."""
+    grid = {"schedule": "1f1b", "stages": 2, "dp_width": 2, "microbatch_size": 1}
+    path = _small_bert(tmp_path, grid)
+    exp = yaml.safe_load(path.read_text())
+    exp["options"] = {"fsdp_reshard_after_forward": False}
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "m", "--no-plots", "--no-advice")
+    assert res.exit_code == 2, res.output
+    assert "options.fsdp_reshard_after_forward" in res.output and "sweep.dp_shard" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "m").exists()
+    exp["sweep"]["dp_shard"] = -1
+    exp["sweep"]["memory_policy"] = "none"
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "m", "--no-plots", "--no-advice")
+    assert res.exit_code in (0, 1), res.output

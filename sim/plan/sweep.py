@@ -301,7 +301,8 @@ def check_options(prep: Prepared) -> None:
     Raises:
         InputError: a boundary out of range, not starting at 0 or not increasing; a placement
             that is not rectangular, names a GPU the hardware lacks, or uses one twice;
-            ``sweep.gpus`` and ``sweep.dp_width`` both set.
+            ``sweep.gpus`` and ``sweep.dp_width`` both set; ``options.fsdp_reshard_after_forward``
+            in a grid without FSDP (``sweep.dp_shard`` 1 throughout).
     """
     opts, file = prep.exp.options, prep.file
     if prep.exp.sweep.gpus is not None and "dp_width" in prep.exp.sweep.model_fields_set:
@@ -309,6 +310,14 @@ def check_options(prep: Prepared) -> None:
             "set either sweep.gpus (dp_width follows from it) or sweep.dp_width, not both",
             file=file,
             field="sweep.dp_width",
+        )
+    if opts.fsdp_reshard_after_forward is not None and set(as_list(prep.exp.sweep.dp_shard)) == {1}:
+        raise InputError(
+            "applies to FSDP only, and sweep.dp_shard is 1 (no FSDP) in every configuration, "
+            "so it would change nothing: remove it, or set sweep.dp_shard (e.g. -1: all of "
+            "dp_width)",
+            file=file,
+            field="options.fsdp_reshard_after_forward",
         )
     if opts.boundaries is not None:
         b = opts.boundaries
