@@ -268,11 +268,23 @@ def _memory_summary(
         "last row: the largest model that fits per policy"
     )
     console.print(
-        table.to_string(float_format=lambda v: f"{v:,.2f}", na_rep="—"),
+        table.to_string(
+            float_format=lambda v: f"{v:,.2f}",
+            formatters={"parameters": _count},
+            na_rep="—",
+        ),
         highlight=False,
         soft_wrap=True,
     )
     return written
+
+
+def _count(value) -> str:
+    """A parameter count with thousands separators; ``—`` for a blank (the last row's)."""
+    try:
+        return f"{float(value):,.0f}" if float(value) == float(value) else "—"
+    except (TypeError, ValueError):
+        return "—"
 
 
 def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending, source: str) -> list[Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -420,3 +421,25 @@ def test_an_fsdp_option_in_a_grid_without_fsdp_is_refused(tmp_path: Path) -> Non
     path.write_text(yaml.safe_dump(exp))
     res = _run("memory", path, "--out", tmp_path / "m", "--no-plots", "--no-advice")
     assert res.exit_code in (0, 1), res.output
+
+
+def test_one_model_over_several_policies_draws_no_empty_comparison(tmp_path: Path) -> None:
+    """One model, two memory policies: 'largest trainable model per policy' was drawn with one
+    bar per policy, all the same model (deepseek-v3-256xgb200: two 671.0 B bars), and the
+    console's memory-policy table printed the parameter count as 671026404352; now no such
+    plot, and the count with thousands separators (BERT-large here)."""
+    from sim.report.memory_summary import write_memory_summary
+
+    rows = [
+        dict(model="m", parameters=8e9, memory_policy=pol, fits=True, throughput_samples_per_s=t)
+        for pol, t in (("none", 2.0), ("recompute", 1.5))
+    ]
+    _, written = write_memory_summary(pd.DataFrame(rows), tmp_path, True)
+    assert [p.name for p in written] == ["memory_summary.csv"]
+    grid = {"schedule": "1f1b", "stages": 2, "microbatch_size": 1,
+            "memory_policy": ["none", "recompute"]}  # fmt: skip
+    res = _run("run", _small_bert(tmp_path, grid), "--out", tmp_path / "o", "--no-plots", "-j", 1)
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("bert "))
+    params = int(line.split()[1].replace(",", ""))
+    assert params > 3e8 and f"{params:,}" in line, line
