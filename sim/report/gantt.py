@@ -18,7 +18,14 @@ from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
 from sim.events import Event, EventLog
-from sim.report._common import axes_for, finish, row_key, row_label, stream_lanes
+from sim.report._common import (
+    axes_for,
+    finish,
+    row_key,
+    row_label,
+    shade_periodic_gaps,
+    stream_lanes,
+)
 from sim.report.scale import plotted_view
 
 # (colour, hatch, legend label) per bar class, in legend order.
@@ -76,24 +83,6 @@ def _window_s(log: EventLog, iteration: int | None) -> tuple[float, float]:
         start = min(e.start_s for e in own)
         end = max(end, max(e.end_s for e in own))
     return start, end
-
-
-def _shade_gaps(ax, log: EventLog, lo_s: float, hi_s: float) -> None:
-    """Shade the spans where :mod:`sim.engine.periodic` inserted steady-state periods it
-    simulated once (``log.meta["periodic_gaps_s"]``): the log has no events there, so without
-    the shading the timeline reads as idle GPUs."""
-    gaps = [(a, b) for a, b in log.meta.get("periodic_gaps_s", []) if b >= lo_s and a <= hi_s]
-    for i, (a, b) in enumerate(gaps):
-        ax.axvspan(
-            a * 1e3,
-            b * 1e3,
-            facecolor="0.93",
-            hatch="//",
-            edgecolor="0.75",
-            linewidth=0,
-            zorder=0,
-            label="steady state, simulated once, not drawn" if i == 0 else None,
-        )
 
 
 def _text_color(color: str) -> str:
@@ -188,7 +177,7 @@ def plot_gantt(
             linewidth=0.8,
             label="iteration end" if i == 0 else None,
         )
-    _shade_gaps(ax, log, lo_s, hi_s)
+    shade_periodic_gaps(ax, log, lo_s, hi_s)
     for i in range(1, len(keys)):
         if keys[i][0] != keys[i - 1][0]:
             ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
