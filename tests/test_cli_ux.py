@@ -443,3 +443,16 @@ def test_one_model_over_several_policies_draws_no_empty_comparison(tmp_path: Pat
     line = next(x for x in res.output.splitlines() if x.startswith("bert "))
     params = int(line.split()[1].replace(",", ""))
     assert params > 3e8 and f"{params:,}" in line, line
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [("8x-dgx-h200x", "'8x-dgx-h200'"), ("nvl72x4-gb20", "'nvl72x4-gb200'"),
+     ("4x-gb200", "'4x-gb200-nvl72'"), ("dgx-h10", "'dgx-h100'")],
+)  # fmt: skip
+def test_a_misspelt_cluster_preset_suggests_the_cluster_name(name, suggested) -> None:
+    """'8x-dgx-h200x' was answered "did you mean 'dgx-h200'?" (one server: pasting it changes
+    the job from 64 GPUs to 8); the suggestion now keeps the 'Nx-' / 'nvlDxN-' form."""
+    res = _run("hardware", "show", name)
+    assert res.exit_code == 2
+    assert f"(did you mean {suggested}?)" in res.output, res.output
