@@ -456,3 +456,21 @@ def test_a_misspelt_cluster_preset_suggests_the_cluster_name(name, suggested) ->
     res = _run("hardware", "show", name)
     assert res.exit_code == 2
     assert f"(did you mean {suggested}?)" in res.output, res.output
+
+
+def test_sim_memory_names_configurations_as_sim_run_does() -> None:
+    """`sim memory` labelled t=2 with and without sequence parallelism alike ('p1 w32 t2 b1 m2
+    none' twice in llama3.1-8b-torchtitan-fsdp2-tp), dropped FSDP's shard and the precision,
+    and wrote 'p1 w4' where `sim run` writes 'p=1 w=4'; it now uses sim run's label."""
+    from types import SimpleNamespace
+
+    from sim.point.config import PointConfig
+    from sim.report.memory_ranks import label
+
+    common = dict(model="l", schedule="1f1b", stages=1, dp_width=32, dp_shard=32,
+                  microbatch_size=1, tensor_parallel=2, microbatches=2, memory_policy="none",
+                  global_batch=64, precision="fp8-rowwise")  # fmt: skip
+    sp, no_sp = (label(SimpleNamespace(point=PointConfig(**common, sequence_parallel=x)))
+                 for x in (True, False))  # fmt: skip
+    assert sp == "l 1f1b p=1 w=32 shard=32 t=2+sp b=1 m=2 none fp8-rowwise"
+    assert no_sp == "l 1f1b p=1 w=32 shard=32 t=2 b=1 m=2 none fp8-rowwise"
