@@ -474,3 +474,19 @@ def test_sim_memory_names_configurations_as_sim_run_does() -> None:
                  for x in (True, False))  # fmt: skip
     assert sp == "l 1f1b p=1 w=32 shard=32 t=2+sp b=1 m=2 none fp8-rowwise"
     assert no_sp == "l 1f1b p=1 w=32 shard=32 t=2 b=1 m=2 none fp8-rowwise"
+
+
+def test_the_throughput_plot_names_every_knob_it_maximises_over() -> None:
+    """llama3-70b-fp8-64xh100's throughput.png said 'each point: best config over stages, DP
+    width' while tensor and context parallelism were swept too (t=4 or 8, cp=1 or 2)."""
+    from sim.report.plots import plot_throughput
+
+    rows = [
+        dict(model="m", schedule="1f1b", microbatches=m, fits=True, stages=4, dp_width=8 // t // cp,
+             tensor_parallel=t, context_parallel=cp, throughput_samples_per_s=float(t + cp + m))
+        for m in (4, 8) for t in (4, 8) for cp in (1, 2)
+    ]  # fmt: skip
+    fig = plot_throughput(pd.DataFrame(rows))
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "tensor parallel" in title and "context parallel" in title and "DP width" in title
+    assert "stages" not in title  # not varied

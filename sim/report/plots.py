@@ -12,6 +12,7 @@ Every function writes its PNG atomically, closes its figure and returns the path
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Any
 
 import matplotlib
@@ -28,9 +29,16 @@ __all__ = ["plot_gantt", "plot_memory_per_gpu", "plot_memory_timeline", "plot_th
 _THROUGHPUT_COLUMNS = ("model", "schedule", "microbatches", "throughput_samples_per_s", "fits")
 _OTHER_KNOBS = {
     "stages": "stages",
+    "virtual_stages": "virtual stages",
     "dp_width": "DP width",
+    "dp_shard": "FSDP shard",
+    "tensor_parallel": "tensor parallel",
+    "sequence_parallel": "sequence parallel",
+    "context_parallel": "context parallel",
+    "expert_parallel": "expert parallel",
     "microbatch_size": "micro-batch size",
     "memory_policy": "memory policy",
+    "precision": "precision",
 }
 
 
@@ -128,7 +136,8 @@ def plot_throughput(
     varied = [
         name for col, name in _OTHER_KNOBS.items() if col in df.columns and df[col].nunique() > 1
     ]
-    sub = f"\n(each point: best config over {', '.join(varied)})" if varied else ""
+    over = textwrap.fill(f"(each point: best config over {', '.join(varied)})", 70)
+    sub = f"\n{over}" if varied else ""
     fig.suptitle(f"Throughput (samples/s) vs micro-batches per iteration{sub}")
     return finish(fig, path)
 
