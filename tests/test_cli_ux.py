@@ -490,3 +490,25 @@ def test_the_throughput_plot_names_every_knob_it_maximises_over() -> None:
     title = fig._suptitle.get_text().replace("\n", " ")
     assert "tensor parallel" in title and "context parallel" in title and "DP width" in title
     assert "stages" not in title  # not varied
+
+
+def test_the_throughput_plot_shows_each_points_band() -> None:
+    """The table gives each prediction its band ('12.7 (11.8–15.7)') but throughput.png drew
+    bare points; now the best fitting row's band is an error bar, named in the legend."""
+    from matplotlib.container import ErrorbarContainer
+
+    from sim.report.plots import BAND_LABEL, plot_throughput
+
+    rows = [
+        dict(model="m", schedule="1f1b", microbatches=8, fits=True, stages=p,
+             throughput_samples_per_s=t, throughput_low_samples_per_s=t - 1,
+             throughput_high_samples_per_s=t + 2)
+        for p, t in ((2, 10.0), (4, 12.0))
+    ]  # fmt: skip
+    fig = plot_throughput(pd.DataFrame(rows))
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 1
+    (segment,) = bars[0].lines[2][0].get_segments()
+    assert [y for _, y in segment] == [11.0, 14.0]  # the best row (12 samples/s): 12 - 1, 12 + 2
+    assert BAND_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
