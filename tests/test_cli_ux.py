@@ -512,3 +512,13 @@ def test_the_throughput_plot_shows_each_points_band() -> None:
     (segment,) = bars[0].lines[2][0].get_segments()
     assert [y for _, y in segment] == [11.0, 14.0]  # the best row (12 samples/s): 12 - 1, 12 + 2
     assert BAND_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_an_indivisible_batch_names_where_the_batch_is_set(tmp_path: Path) -> None:
+    """A micro-batch that does not divide a model's own global_batch said 'change
+    training.global_batch', a key the experiment did not have (qwen3-30b-a3b-b200 sets
+    models[0].global_batch); it names the key the batch comes from."""
+    grid = {"schedule": "1f1b", "stages": 2, "microbatch_size": 3}
+    res = _run("memory", _small_bert(tmp_path, grid), "--out", tmp_path / "m", "--no-plots")
+    assert res.exit_code == 2, res.output
+    assert "change models.0.global_batch or sweep.microbatch_size" in res.output, res.output

@@ -389,6 +389,15 @@ def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
 
 
+def _batch_field(prep: Prepared, model: str) -> str:
+    """Where ``model``'s global batch is set: ``models.<i>.global_batch`` when that model
+    gives one, else ``training.global_batch``."""
+    for i, m in enumerate(prep.exp.models):
+        if m.name == model and m.global_batch is not None:
+            return f"models.{i}.global_batch"
+    return "training.global_batch"
+
+
 def _invalid(
     prep: Prepared,
     model: str,
@@ -411,7 +420,7 @@ def _invalid(
     if gb % (w * b):
         return (
             f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
-            f"(change training.global_batch or sweep.microbatch_size)"
+            f"(change {_batch_field(prep, model)} or sweep.microbatch_size)"
         )
     m = gb // (w * b)
     if m > MAX_MICROBATCHES:
