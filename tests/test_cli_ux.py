@@ -522,3 +522,34 @@ def test_an_indivisible_batch_names_where_the_batch_is_set(tmp_path: Path) -> No
     res = _run("memory", _small_bert(tmp_path, grid), "--out", tmp_path / "m", "--no-plots")
     assert res.exit_code == 2, res.output
     assert "change models.0.global_batch or sweep.microbatch_size" in res.output, res.output
+
+
+def test_a_rank_holding_several_stage_chunks_is_labelled_with_all_of_them() -> None:
+    """Without tensor parallelism the log's placement listed ranks, not stage chunks, so
+    deepseek-v3-256xgb200's timeline (p=4, v=4) labelled the rank of stages 0, 4, 8, 12
+    'stage 0' (with t > 1, llama3-70b's read 'stage 0,4,8,12,16'); both now list every chunk."""
+    from sim.report.scale import gpu_stage_labels
+
+    one = sim.api.simulate(
+        {
+            "name": "v",
+            "hardware": "dgx1-v100-16gb",
+            "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+            "sweep": {
+                "schedule": "interleaved_1f1b",
+                "stages": 2,
+                "virtual_stages": 2,
+                "microbatch_size": 1,
+            },
+        },  # fmt: skip
+        model="bert",
+        schedule="interleaved_1f1b",
+        stages=2,
+        virtual_stages=2,
+        dp_width=1,
+        microbatch_size=1,
+        memory_policy="none",
+    )
+    labels = gpu_stage_labels(one.log)
+    stages = sorted(text.split(" (", 1)[1] for text in labels.values())
+    assert stages == ["stages 0,2)", "stages 1,3)"], labels
