@@ -55,6 +55,9 @@ STYLES: dict[str, tuple[str, str, str]] = {
 
 _OP_RE = re.compile(r"^\s*\d+([FBIW])\d+")
 _LABELLED = ("compute", "recompute")
+EDGE_PX = 3.0
+"""Bars narrower than this (pixels) are drawn without the white edge that separates wide
+ones: two 0.5-pt white edges covered them (deepseek-v3's all-to-alls read as blank rows)."""
 _CHAR_PX = 6.0  # approximate width of one 7-pt character at 100 dpi
 
 
@@ -158,16 +161,21 @@ def plot_gantt(
         bars[bar_class(ev)][row].append((ev.start_s * 1e3, ev.duration_s * 1e3))
 
     fig, ax = axes_for(ax, (14.0, max(2.5, 0.38 * len(keys) + 1.6)))
+    px_per_ms = ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12)
     for cls, (color, hatch, _) in STYLES.items():
         for row, spans in bars.get(cls, {}).items():
-            ax.broken_barh(
-                spans,
-                (row - 0.4, 0.8),
-                facecolors=color,
-                hatch=hatch or None,
-                edgecolor="white",
-                linewidth=0.5,
-            )
+            wide = [sp for sp in spans if sp[1] * px_per_ms >= EDGE_PX]
+            thin = [sp for sp in spans if sp[1] * px_per_ms < EDGE_PX]
+            for group, edge in ((wide, 0.5), (thin, 0.0)):
+                if group:
+                    ax.broken_barh(
+                        group,
+                        (row - 0.4, 0.8),
+                        facecolors=color,
+                        hatch=hatch or None,
+                        edgecolor="white" if edge else "none",
+                        linewidth=edge,
+                    )
     shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
     for i, end_s in enumerate(shown_ends):
         ax.axvline(
