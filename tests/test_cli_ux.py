@@ -553,3 +553,14 @@ def test_a_rank_holding_several_stage_chunks_is_labelled_with_all_of_them() -> N
     labels = gpu_stage_labels(one.log)
     stages = sorted(text.split(" (", 1)[1] for text in labels.values())
     assert stages == ["stages 0,2)", "stages 1,3)"], labels
+
+
+def test_hardware_list_says_what_each_preset_is() -> None:
+    """`sim hardware list` printed bare names ('grand-teton-h100', 'pcie-8gpu'): which GPUs and
+    how many took a `show` each, and the 'Nx-' cluster form was nowhere in it."""
+    res = _run("hardware", "list")
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert any(x.split()[:4] == ["pcie-8gpu", "8", "x", "RTX-4090-24GB"] for x in lines), lines
+    assert any(x.split()[:4] == ["gb300-nvl72", "72", "x", "GB300-288GB"] for x in lines)
+    assert "'Nx-PRESET'" in res.output
