@@ -173,10 +173,10 @@ def _write_all(
     if plots and "throughput_samples_per_s" in df and ok["throughput_samples_per_s"].count() > 1:
         from sim.report.plots import plot_throughput  # matplotlib on first use
 
-        path = out / "throughput.png"
-        draw = partial(footnoted, plot_throughput, ok, path=path, text=source)
-        pending.drawings.append((path, draw))
-        written.append(path)
+        png = out / "throughput.png"  # not `path`: that is the experiment's, for winner.yaml
+        draw = partial(footnoted, plot_throughput, ok, path=png, text=source)
+        pending.drawings.append((png, draw))
+        written.append(png)
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
         written += _memory_summary(ok, out, plots, say, _gpt_shapes(prep), pending, sources)
     elif _gpt_shapes(prep):

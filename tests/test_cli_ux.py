@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 import sim.api
+import sim.run
 from sim.cli import app
 from sim.config.load import parse_experiment
 from sim.errors import InputError
@@ -564,3 +565,24 @@ def test_hardware_list_says_what_each_preset_is() -> None:
     assert any(x.split()[:4] == ["pcie-8gpu", "8", "x", "RTX-4090-24GB"] for x in lines), lines
     assert any(x.split()[:4] == ["gb300-nvl72", "72", "x", "GB300-288GB"] for x in lines)
     assert "'Nx-PRESET'" in res.output
+
+
+def test_winner_yaml_keeps_a_relative_trace_path_with_plots(tmp_path: Path, monkeypatch) -> None:
+    """With plots, the experiment's path was overwritten by throughput.png's inside the
+    staging folder, so winner.yaml named a relative trace (a config.json beside the
+    experiment) as '<out>/.<name>.new-PID/config.json', a folder gone after the run: `sim run
+    winner.yaml` failed with 'trace not found'."""
+    import shutil
+
+    for ext in ("csv", "yaml"):
+        shutil.copy(ROOT / "traces" / f"bert-large.{ext}", tmp_path / f"mine.{ext}")
+    path = _small_bert(tmp_path)
+    exp = yaml.safe_load(path.read_text())
+    exp["models"][0]["trace"] = "mine.csv"
+    path.write_text(yaml.safe_dump(exp))
+    # the plots are asked for but not drawn (drawing takes seconds and is not what is tested)
+    monkeypatch.setattr(sim.run._Pending, "finish", lambda self, jobs, say, meanwhile: meanwhile())
+    res = _run("run", path, "--out", tmp_path / "o", "-j", 1)
+    assert res.exit_code == 0, res.output
+    winner = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
+    assert winner["models"][0]["trace"] == str((tmp_path / "mine.csv").resolve())
