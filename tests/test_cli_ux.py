@@ -586,3 +586,16 @@ def test_winner_yaml_keeps_a_relative_trace_path_with_plots(tmp_path: Path, monk
     assert res.exit_code == 0, res.output
     winner = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
     assert winner["models"][0]["trace"] == str((tmp_path / "mine.csv").resolve())
+
+
+def test_memory_ranks_legend_names_the_dashed_line(tmp_path: Path, monkeypatch) -> None:
+    """memory_ranks.png (sim memory) dashed each panel's capacity with no legend entry; the
+    legend now says what the dashed line is."""
+    import sim.report.memory_ranks as mr
+
+    figs = []
+    monkeypatch.setattr(mr, "save_figure", lambda fig, path: figs.append(fig) or Path(path))
+    res = _run("memory", _small_bert(tmp_path), "--out", tmp_path / "m", "--no-advice")
+    assert res.exit_code == 0, res.output
+    (fig,) = figs
+    assert "GPU capacity" in [t.get_text() for t in fig.legends[0].get_texts()]

@@ -157,7 +157,7 @@ def plot_memory_ranks(
                    color=CATEGORY_COLORS.get(cat, "#d9d9d9"))  # fmt: skip
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         cap = ranks[0].capacity_bytes / GIB
-        ax.axhline(cap, color="black", linestyle="--", linewidth=1)
+        ax.axhline(cap, color="black", linestyle="--", linewidth=1, label="GPU capacity")
         ax.set_title(label(gm), fontsize=7)
         ax.set_xlabel("pipeline rank", fontsize=8)
         ax.set_ylabel("GiB", fontsize=8)
