@@ -337,13 +337,15 @@ def _write_winner(
 
 
 def unused_gpus_note(prep: Prepared, points: list[PointConfig]) -> str | None:
-    """When the sweep sets neither ``dp_width`` nor ``gpus`` (so w = 1) and no configuration
-    uses all of the hardware's GPUs: say so, since samples/s then compares jobs of different
-    sizes on a partly idle machine; else None."""
+    """When the sweep sets neither ``dp_width`` nor ``gpus`` and no model its own ``dp_width``
+    (so w = 1) and no configuration uses all of the hardware's GPUs: say so, since samples/s
+    then compares jobs of different sizes on a partly idle machine; else None."""
     sw = prep.exp.sweep
     total = prep.topology.num_gpus
     used = sorted({p.layout.gpus for p in points})
     if {"dp_width", "gpus"} & sw.model_fields_set or not used or used[-1] >= total:
+        return None
+    if any(m.dp_width is not None for m in prep.exp.models):  # a model pins its own width
         return None
     span = str(used[0]) if len(used) == 1 else f"{used[0]} to {used[-1]}"
     return (

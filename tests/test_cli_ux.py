@@ -402,6 +402,12 @@ def test_a_grid_that_leaves_gpus_idle_says_so(tmp_path: Path) -> None:
     assert "sweep.gpus: 8" in said
     assert note({**grid, "gpus": 8}) is None
     assert note({**grid, "dp_width": 1}) is None
+    path = _small_bert(tmp_path, grid)  # a model's own dp_width (megatron-scaling.yaml's form)
+    exp = yaml.safe_load(path.read_text())
+    exp["models"][0]["dp_width"] = 1
+    path.write_text(yaml.safe_dump(exp))
+    prep = prepare(load_experiment(path), str(path))
+    assert unused_gpus_note(prep, expand(prep)[0]) is None
 
 
 def test_an_fsdp_option_in_a_grid_without_fsdp_is_refused(tmp_path: Path) -> None:
