@@ -605,3 +605,14 @@ def test_memory_ranks_legend_names_the_dashed_line(tmp_path: Path, monkeypatch) 
     assert res.exit_code == 0, res.output
     (fig,) = figs
     assert "GPU capacity" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_hardware_show_says_which_peak_it_prints() -> None:
+    """`sim hardware show` headed GB300's 2500 'peak TFLOPS' though the preset's FP8 peak is
+    5000 and NVFP4's 15000: the column is the dense 16-bit tensor peak (MFU's denominator)."""
+    from sim.hardware import load_hardware
+    from sim.hardware.describe import gpu_table
+
+    table = gpu_table(load_hardware("gb300-nvl72"))
+    headers = [str(c.header) for c in table.columns]
+    assert "16-bit dense TFLOPS" in headers and "peak TFLOPS" not in headers

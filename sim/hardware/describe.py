@@ -58,9 +58,10 @@ def _relays(topo: Topology, route: tuple[Link, ...]) -> list[str]:
 
 
 def gpu_table(topo: Topology) -> Table:
-    """One row per GPU: model, memory (GiB), peak TFLOPS, HBM GB/s, host, host route GB/s."""
+    """One row per GPU: model, memory (GiB), dense fp16/bf16 tensor peak TFLOPS, HBM GB/s, host,
+    host route GB/s."""
     table = Table(title=f"{topo.name}: GPUs")
-    for col in ("GPU", "model", "memory GiB", "peak TFLOPS", "HBM GB/s", "host"):
+    for col in ("GPU", "model", "memory GiB", "16-bit dense TFLOPS", "HBM GB/s", "host"):
         table.add_column(col, justify="left" if col in ("GPU", "model", "host") else "right")
     table.add_column("to host GB/s", justify="right")
     table.add_column("from host GB/s", justify="right")
