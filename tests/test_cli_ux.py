@@ -15,6 +15,7 @@ import sim.run
 from sim.cli import app
 from sim.config.load import parse_experiment
 from sim.errors import InputError
+from sim.plan.memory_grid import Advice
 from sim.trace.hf_checks import check_sizes
 from sim.trace.loader import load_trace
 
@@ -614,3 +615,11 @@ def test_hardware_show_says_which_peak_it_prints() -> None:
     table = gpu_table(load_hardware("gb300-nvl72"))
     headers = [str(c.header) for c in table.columns]
     assert "16-bit dense TFLOPS" in headers and "peak TFLOPS" not in headers
+
+
+def test_memory_advice_reads_as_a_sentence_for_a_plural_category() -> None:
+    """'activations overflows' read wrong; the advice names the bytes over and the largest
+    category: 3 GiB over with activations the largest."""
+    text = Advice(category="activations", over_bytes=3 * 2.0**30).text()
+    assert text.startswith("3.00 GiB over capacity (largest category: activations)")
+    assert "overflows" not in text
