@@ -38,7 +38,7 @@ def test_te_benchmark_autocast_cast_bytes_hand_computed():
 @pytest.mark.parametrize("preset", ["dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"])
 def test_blackwell_mxfp8_gemms_at_te_measured_fraction_of_fp8(preset):
     # TE's B300 benchmark runs the same 12 GEMMs in 7.161 ms in MXFP8 and 6.812 ms with
-    # per-tensor FP8, the MXFP8 calls swizzling both operands' scales as training's TE 2.7-2.17
+    # per-tensor FP8, the MXFP8 calls swizzling both operands' scales as training's TE 2.6-2.17
     # does (sim.compute.precision): MXFP8 at 6.812 / 7.161 = 0.9513 of the FP8 rate, same peak
     # (each preset's efficiency rounded to 3 digits)
     spec = load_hardware(preset).gpus[0].compute

@@ -65,8 +65,10 @@ Blackwell presets run MXFP8 at that fraction of their FP8 efficiency (their desc
 MXFP8 times include a scale swizzle of both operands per GEMM call (the benchmark's quantizer
 keeps ``optimize_for_gemm`` False, so ``gemm.cpp`` swizzles: ``swizzle_scaling_factors``,
 TE@v2.9 ``pytorch/csrc/util.cpp:12-85``, a separate kernel per operand), which is what the
-Transformer Engine of Megatron-Bridge's releases runs in training too (Bridge v0.1-v0.6 pin
-TE 2.7-2.17.1 in ``uv.lock``): through TE 2.11 every MXFP8 operand is swizzled per GEMM call;
+Transformer Engine of Megatron-Bridge's releases runs in training too (NVIDIA-NeMo/Megatron-Bridge
+tags v0.1.0rc3 to v0.6.0, 2025-10 to 2026-08, pin TE 2.6 to 2.17.1 in ``uv.lock``: v0.2.0 2.9,
+v0.3.0 2.12, v0.4.0 2.14, v0.5.0 2.16, v0.6.0 2.17.1): through TE 2.11 every MXFP8 operand is
+swizzled per GEMM call;
 from 2.12 ``te.Linear`` has the cast write swizzled scales for the input (not a column-parallel
 layer's under sequence parallelism, whose input is all-gathered) and the output gradient (not a
 row-parallel layer's under sequence parallelism), TE@v2.12 ``module/linear.py:1486-1496``, while
