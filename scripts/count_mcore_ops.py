@@ -22,23 +22,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from mcore_cpu import OpCounter, module_calls, python_nodes, start, tiny_gpt  # noqa: E402
-from megatron.core.transformer.moe import moe_utils  # noqa: E402
+from mcore_cpu import OpCounter, module_calls, moe_gpt, python_nodes, start  # noqa: E402
 
 start("29534")
 
 
 def count(layers: int, experts: int | None, pe: str) -> dict[str, int]:
-    """Counts of a ``layers``-layer model (``experts``: MoE with top-2 routing)."""
-    moe_utils.get_moe_layer_wise_logging_tracker().clear()
-    moe = dict(
-        moe_router_topk=2,
-        moe_token_dispatcher_type="allgather",
-        moe_aux_loss_coeff=1e-2,
-        moe_router_load_balancing_type="aux_loss",
-        add_bias_linear=False,
-    )
-    model = tiny_gpt(layers, experts, pe, **moe)
+    """Counts of a ``layers``-layer model (``experts``: MoE with top-2 routing,
+    ``mcore_cpu.MOE``)."""
+    model = moe_gpt(layers, experts, pe)
     b, s = 2, 32
     tokens = torch.randint(0, 128, (b, s))
     pos = torch.arange(s).unsqueeze(0).expand(b, s)

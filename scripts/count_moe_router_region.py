@@ -35,37 +35,28 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 from mcore_cpu import (  # noqa: E402
     OpCounter,
     cpu_host_overhead,
     describe_host,
+    modelled_s,
     module_calls,
+    moe_gpt,
     python_nodes,
     start,
-    tiny_gpt,
 )
 from megatron.core.transformer.moe import moe_utils  # noqa: E402
 
 torch.set_num_threads(1)
 start("29541")
 REPS, ROUNDS = 200, 3
-MOE = dict(
-    moe_router_topk=2,
-    moe_token_dispatcher_type="allgather",
-    moe_aux_loss_coeff=1e-2,
-    moe_router_load_balancing_type="aux_loss",
-    add_bias_linear=False,
-)
-"""The MoE fields of ``scripts/count_mcore_ops.py``."""
 _S, _B, _H = 8, 1, 64
 
 
 def _layer(experts: int):
-    moe_utils.get_moe_layer_wise_logging_tracker().clear()
-    return tiny_gpt(1, experts, **MOE).decoder.layers[0]
+    return moe_gpt(1, experts).decoder.layers[0]
 
 
 def region(layer, x: torch.Tensor):
@@ -120,8 +111,7 @@ def main() -> None:
         fwd_ops, bwd_ops, modules, functions = counts(e)
         runs = [seconds(e) for _ in range(ROUNDS)]
         fwd_s, bwd_s = min(r[0] for r in runs), min(r[1] for r in runs)
-        model_fwd = host.forward_s(fwd_ops) + host.calls_s(modules, functions)
-        model_bwd = host.backward_s(bwd_ops) + host.calls_s(modules, functions, backward=True)
+        model_fwd, model_bwd = modelled_s(host, fwd_ops, bwd_ops, modules, functions)
         print(f"experts {e}: {fwd_ops} forward ops, {bwd_ops} backward ops, {modules} module "
               f"calls, {functions} Function nodes")  # fmt: skip
         for name, got, model in (("forward", fwd_s, model_fwd), ("backward", bwd_s, model_bwd)):

@@ -1,5 +1,6 @@
-"""Megatron-Core on one CPU process: the set-up that ``count_mcore_ops.py`` and
-``time_mcore_layer.py`` share.
+"""Megatron-Core on one CPU process: the set-up that ``count_mcore_ops.py``,
+``time_mcore_layer.py``, ``time_mcore_moe_layer.py`` and ``count_moe_router_region.py`` share,
+with the MoE configuration they count and time in (:data:`MOE`, :func:`moe_gpt`).
 
 Importing this module puts the repository root and ``$MCORE`` (default ``/tmp/mcore``, where
 ``pip install --target /tmp/mcore --no-deps megatron-core==0.15.0`` puts megatron-core) on
@@ -38,15 +39,29 @@ from backends.torch.profile.host_overhead import measure_host_overhead  # noqa: 
 from sim.hardware.host_ops import HostOverhead  # noqa: E402
 
 __all__ = [
+    "MOE",
     "GPTModel",
     "OpCounter",
     "cpu_host_overhead",
     "describe_host",
+    "modelled_s",
     "module_calls",
+    "moe_gpt",
     "python_nodes",
     "start",
     "tiny_gpt",
 ]
+
+MOE: dict[str, Any] = dict(
+    moe_router_topk=2,
+    moe_token_dispatcher_type="allgather",
+    moe_aux_loss_coeff=1e-2,
+    moe_router_load_balancing_type="aux_loss",
+    add_bias_linear=False,
+)
+"""The MoE config fields of the counting configuration: top-2 routing with the auxiliary
+load-balancing loss, the ``allgather`` token dispatcher (the ``alltoall`` one builds a CUDA
+stream at construction), no linear biases."""
 
 
 class _Tracker:
@@ -98,6 +113,14 @@ def tiny_gpt(layers: int, experts: int | None = None, pe: str = "learned_absolut
         max_sequence_length=32,
         position_embedding_type=pe,
     )
+
+
+def moe_gpt(layers: int, experts: int | None, pe: str = "learned_absolute") -> GPTModel:
+    """:func:`tiny_gpt` with ``experts`` local experts and :data:`MOE`'s fields (``experts``
+    0 or None: the dense model), built after clearing megatron-core's MoE logging tracker
+    (each MoE layer's forward adds its auxiliary loss to it)."""
+    moe_utils.get_moe_layer_wise_logging_tracker().clear()
+    return tiny_gpt(layers, experts or None, pe, **MOE)
 
 
 class OpCounter(TorchDispatchMode):
@@ -165,3 +188,13 @@ def describe_host(host: HostOverhead) -> str:
             f"backward op {host.backward_op_s * us:.2f}, module {host.module_s * us:.2f}, "
             f"function {host.function_s * us:.2f}, function backward "
             f"{host.function_backward_s * us:.2f}")  # fmt: skip
+
+
+def modelled_s(host: HostOverhead, fwd_ops: float, bwd_ops: float, modules: float,
+               functions: float) -> tuple[float, float]:  # fmt: skip
+    """Forward and backward host seconds that pipesim charges for ``fwd_ops`` and ``bwd_ops``
+    ATen ops, ``modules`` module calls and ``functions`` Function nodes at ``host``'s
+    figures (:meth:`~sim.hardware.host_ops.HostOverhead.forward_s`, ``backward_s``,
+    ``calls_s``)."""
+    fwd_s = host.forward_s(fwd_ops) + host.calls_s(modules, functions)
+    return fwd_s, host.backward_s(bwd_ops) + host.calls_s(modules, functions, backward=True)

@@ -35,17 +35,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 from mcore_cpu import (  # noqa: E402
     OpCounter,
     cpu_host_overhead,
     describe_host,
+    modelled_s,
     module_calls,
+    moe_gpt,
     python_nodes,
     start,
-    tiny_gpt,
 )
 from megatron.core.transformer.moe import moe_utils  # noqa: E402
 
@@ -60,14 +60,6 @@ LAYERS = (1, 9)
 EXPERTS = (0, 2, 8)
 """Local experts of the two MoE configurations (0: the dense layer, as a reference taken in the
 same run)."""
-MOE = dict(
-    moe_router_topk=2,
-    moe_token_dispatcher_type="allgather",
-    moe_aux_loss_coeff=1e-2,
-    moe_router_load_balancing_type="aux_loss",
-    add_bias_linear=False,
-)
-"""The MoE fields (``scripts/count_mcore_ops.py``'s)."""
 
 _B, _S = 1, 8
 _TOKENS = torch.randint(0, 128, (_B, _S))
@@ -76,14 +68,9 @@ _MASK = torch.ones(_B, 1, _S, _S, dtype=torch.bool).triu(1)
 _LABELS = torch.randint(0, 128, (_B, _S))
 
 
-def _model(layers: int, experts: int):
-    moe_utils.get_moe_layer_wise_logging_tracker().clear()
-    return tiny_gpt(layers, experts, **MOE) if experts else tiny_gpt(layers)
-
-
 def counts(layers: int, experts: int) -> tuple[int, int, int, int]:
     """``(forward ops, backward ops, module calls, Function nodes)`` of a model."""
-    m = _model(layers, experts)
+    m = moe_gpt(layers, experts)
     with module_calls() as calls:  # removed before anything is timed
         with OpCounter() as fwd:
             loss = m(_TOKENS, _POS, _MASK, labels=_LABELS).float().mean()
@@ -95,7 +82,7 @@ def counts(layers: int, experts: int) -> tuple[int, int, int, int]:
 
 def host_seconds(layers: int, experts: int) -> tuple[float, float]:
     """Fastest forward and backward wall seconds of a model over ``REPS`` runs."""
-    m, fwd, bwd = _model(layers, experts), [], []
+    m, fwd, bwd = moe_gpt(layers, experts), [], []
     if os.environ.get("MANUAL_GC"):
         gc.collect()
         gc.disable()  # Megatron-Bridge's manual_gc: no automatic collection inside a step
@@ -127,8 +114,7 @@ def main() -> None:
         rounds = [[host_seconds(n, e) for n in LAYERS] for _ in range(ROUNDS)]
         fwd_s = min(hi[0] - lo[0] for lo, hi in rounds) / span
         bwd_s = min(hi[1] - lo[1] for lo, hi in rounds) / span
-        model_fwd = host.forward_s(fwd_ops) + host.calls_s(modules, functions)
-        model_bwd = host.backward_s(bwd_ops) + host.calls_s(modules, functions, backward=True)
+        model_fwd, model_bwd = modelled_s(host, fwd_ops, bwd_ops, modules, functions)
         extra[e] = (fwd_s - model_fwd) / host.op_s
         print(f"experts {e}: {fwd_ops:.1f} forward ops, {bwd_ops:.1f} backward ops, {modules:.0f} "
               f"module calls, {functions:.0f} Function nodes")  # fmt: skip

@@ -91,6 +91,9 @@ def run_experiment(
     recover_out_dir(out)
     say = Reporter(console, table, progress_shown)
     say.start(exp.name, len(points), prep.topology.name, skipped)
+    idle = unused_gpus_note(prep, points)
+    if idle:
+        log.info("%s", idle)
     notes = _compute_notes(prep, points)
     say.notes(notes, prep)
     jobs = min(jobs, len(points))
@@ -170,10 +173,10 @@ def _write_all(
     if plots and "throughput_samples_per_s" in df and ok["throughput_samples_per_s"].count() > 1:
         from sim.report.plots import plot_throughput  # matplotlib on first use
 
-        path = out / "throughput.png"
-        draw = partial(footnoted, plot_throughput, ok, path=path, text=source)
-        pending.drawings.append((path, draw))
-        written.append(path)
+        png = out / "throughput.png"  # not `path`: that is the experiment's, for winner.yaml
+        draw = partial(footnoted, plot_throughput, ok, path=png, text=source)
+        pending.drawings.append((png, draw))
+        written.append(png)
     if "memory_policy" in ok and ok["memory_policy"].nunique() > 1:
         written += _memory_summary(ok, out, plots, say, _gpt_shapes(prep), pending, sources)
     elif _gpt_shapes(prep):
@@ -265,11 +268,23 @@ def _memory_summary(
         "last row: the largest model that fits per policy"
     )
     console.print(
-        table.to_string(float_format=lambda v: f"{v:,.2f}", na_rep="—"),
+        table.to_string(
+            float_format=lambda v: f"{v:,.2f}",
+            formatters={"parameters": _count},
+            na_rep="—",
+        ),
         highlight=False,
         soft_wrap=True,
     )
     return written
+
+
+def _count(value) -> str:
+    """A parameter count with thousands separators; ``—`` for a blank (the last row's)."""
+    try:
+        return f"{float(value):,.0f}" if float(value) == float(value) else "—"
+    except (TypeError, ValueError):
+        return "—"
 
 
 def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending, source: str) -> list[Path]:
@@ -319,6 +334,25 @@ def _write_winner(
     for d in others:
         written += [d / f.name for f in drawn]
     return written + drawn
+
+
+def unused_gpus_note(prep: Prepared, points: list[PointConfig]) -> str | None:
+    """When the sweep sets neither ``dp_width`` nor ``gpus`` and no model its own ``dp_width``
+    (so w = 1) and no configuration uses all of the hardware's GPUs: say so, since samples/s
+    then compares jobs of different sizes on a partly idle machine; else None."""
+    sw = prep.exp.sweep
+    total = prep.topology.num_gpus
+    used = sorted({p.layout.gpus for p in points})
+    if {"dp_width", "gpus"} & sw.model_fields_set or not used or used[-1] >= total:
+        return None
+    if any(m.dp_width is not None for m in prep.exp.models):  # a model pins its own width
+        return None
+    span = str(used[0]) if len(used) == 1 else f"{used[0]} to {used[-1]}"
+    return (
+        f"sweep sets neither dp_width nor gpus, so every configuration has w=1 and uses "
+        f"{span} of {prep.topology.name}'s {total} GPUs; set sweep.gpus: {total} to plan "
+        "for all of them (dp_width = gpus / (stages x t x cp))"
+    )
 
 
 def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:

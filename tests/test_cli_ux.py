@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 import sim.api
+import sim.run
 from sim.cli import app
 from sim.config.load import parse_experiment
 from sim.errors import InputError
+from sim.plan.memory_grid import Advice
 from sim.trace.hf_checks import check_sizes
 from sim.trace.loader import load_trace
 
@@ -28,13 +31,27 @@ def _small_bert(tmp_path: Path, sweep: dict | None = None) -> Path:
     """A small experiment (BERT-large on a DGX-1, global batch 8) written to
     ``tmp_path/exp.yaml``; ``sweep`` replaces its grid (default: gpipe and 1f1b over 2 and 4
     stages, micro-batch 1)."""
-    exp = {
+    grid = {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1}
+    return _write_exp(tmp_path, _small_bert_exp({"sweep": sweep or grid}))
+
+
+def _small_bert_exp(change: dict) -> dict:
+    """The small experiment (BERT-large on a DGX-1, global batch 8, no sweep) as a mapping,
+    with ``change``'s keys added after its own (or replacing them)."""
+    return {
         "name": "small",
         "hardware": "dgx1-v100-16gb",
         "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": sweep or {"schedule": ["gpipe", "1f1b"], "stages": [2, 4], "microbatch_size": 1},
+        **change,
     }
-    return _write_exp(tmp_path, exp)
+
+
+def _parse_error(change: dict) -> str:
+    """The :class:`InputError` message that ``parse_experiment`` raises for the small
+    experiment with ``change`` (as file ``exp.yaml``)."""
+    with pytest.raises(InputError) as err:
+        parse_experiment(_small_bert_exp(change), file="exp.yaml")
+    return str(err.value)
 
 
 def _write_exp(tmp_path: Path, exp: dict) -> Path:
@@ -132,15 +149,8 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
 def test_experiment_messages_in_a_users_words(change, said_before, says_now) -> None:
     """A wrong type named pydantic's class, a union's other branch counted as a second
     problem, and a validator's message began with pydantic's "Value error, "."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        **change,
-    }
-    with pytest.raises(InputError) as err:
-        parse_experiment(exp, file="exp.yaml")
-    assert says_now in str(err.value) and said_before not in str(err.value), str(err.value)
+    text = _parse_error(change)
+    assert says_now in text and said_before not in text, text
 
 
 @pytest.mark.parametrize(
@@ -156,13 +166,12 @@ def test_a_missing_hardware_overlay_names_where_it_was_given(
     """A missing overlay said only "nope.yaml: hardware overlay not found", naming neither the
     experiment's field nor the option that gave it."""
     monkeypatch.chdir(tmp_path)
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
-        **({"hardware_overlay": "nope.yaml"} if in_file else {}),
-    }
+    exp = _small_bert_exp(
+        {
+            "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
+            **({"hardware_overlay": "nope.yaml"} if in_file else {}),
+        }
+    )
     Path("exp.yaml").write_text(yaml.safe_dump(exp))
     res = _run("run", "exp.yaml", "--out", "out", *option)
     assert res.exit_code == 2, res.output
@@ -206,15 +215,7 @@ def test_a_misspelt_key_is_answered_with_the_key_it_resembles(change, field, say
     """An unknown key said "unknown key (... see `sim run --help`)", whose help lists no key,
     and an empty models list said pydantic's "List should have at least 1 item after
     validation, not 0"; the message now names the closest key and the keys allowed there."""
-    exp = {
-        "name": "small",
-        "hardware": "dgx1-v100-16gb",
-        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
-        **change,
-    }
-    with pytest.raises(InputError) as err:
-        parse_experiment(exp, file="exp.yaml")
-    text = str(err.value)
+    text = _parse_error(change)
     assert f"exp.yaml: field '{field}'" in text and says in text, text
     assert "sim run --help" not in text and "List should" not in text, text
 
@@ -325,3 +326,300 @@ def test_a_file_that_is_no_run_is_named_as_such(tmp_path: Path, command) -> None
     text = " ".join(res.output.split())
     assert res.exit_code == 2 and f"{log}: not recognised" in text, text
     assert "--vocab-size" not in text and not (tmp_path / "o").exists(), text
+
+
+def test_configurations_within_the_winners_band_are_named_as_in_the_table() -> None:
+    """The note 'N other configurations are within each other's band ... best: ...' and
+    winner.yaml named a row without its v, cp, +sp and precision, so two rows of the table
+    (p=8 v=5 t=4+sp cp=2 and p=8 t=4) read alike (it printed 'interleaved_1f1b p=8 w=1 t=4 b=1
+    m=128 dist_opt' for the first)."""
+    import pandas as pd
+
+    from sim.bands import Bands, Residual, build_bands
+    from sim.report.row_bands import winner_bands, with_bands
+
+    bands = Bands(build_bands([Residual("megatron-lm", 4, 1, 1.0 + i / 18) for i in range(10)]))
+    row = {
+        "model": "m",
+        "framework": "megatron-lm",
+        "schedule": "interleaved_1f1b",
+        "stages": 8,
+        "virtual_stages": 5,
+        "dp_width": 1,
+        "dp_shard": 1,
+        "tensor_parallel": 4,
+        "sequence_parallel": True,
+        "context_parallel": 2,
+        "expert_parallel": 1,
+        "expert_tensor_parallel": None,
+        "microbatch_size": 1,
+        "microbatches": 128,
+        "memory_policy": "dist_opt",
+        "precision": "fp8-delayed",
+        "fits": True,
+        "error": "",
+    }
+    df = pd.DataFrame(
+        [
+            {**row, "iteration_time_s": 1.0, "throughput_samples_per_s": 128.0},
+            {**row, "iteration_time_s": 1.05, "throughput_samples_per_s": 122.0},
+        ]
+    )
+    best = winner_bands(with_bands(df, bands))["m"]["within_band"]["best"]
+    assert best == ["interleaved_1f1b p=8 v=5 w=1 t=4+sp cp=2 b=1 m=128 dist_opt fp8-delayed"]
+
+
+def test_a_rack_scale_preset_shows_in_a_terminal() -> None:
+    """`sim hardware show gb300-nvl72` printed 72 equal GPU rows, 36 host rows, 144 link rows
+    and a 72 x 72 route matrix that no terminal renders (382 lines of box characters); equal
+    rows now merge (gpu0 .. gpu71) and the routes are grouped: 72 x 71 = 5112 ordered pairs,
+    all through the NVLink switch at 900 GB/s."""
+    res = _run("hardware", "show", "gb300-nvl72")
+    assert res.exit_code == 0, res.output
+    assert "gpu0 .. gpu71 (72)" in res.output and "cpu0 .. cpu35 (36)" in res.output
+    assert "5112" in res.output and "900.0" in res.output
+    assert len(res.output.splitlines()) < 80
+
+
+def test_a_grid_that_leaves_gpus_idle_says_so(tmp_path: Path) -> None:
+    """dp_width defaults to 1: the getting-started grid on a DGX H100 compared configurations
+    of 1 to 4 of its 8 GPUs by samples/s without a word; now a note says how many GPUs the
+    configurations use and to set sweep.gpus (and none once it is set)."""
+    from sim.config import load_experiment
+    from sim.plan.sweep import expand
+    from sim.point.experiment import prepare
+    from sim.run import unused_gpus_note
+
+    def note(sweep: dict) -> str | None:
+        path = _small_bert(tmp_path, sweep)
+        prep = prepare(load_experiment(path), str(path))
+        return unused_gpus_note(prep, expand(prep)[0])
+
+    grid = {"schedule": "1f1b", "stages": [2, 4], "microbatch_size": 1}
+    said = note(grid)
+    assert said is not None and "uses 2 to 4 of dgx1-v100-16gb's 8 GPUs" in said, said
+    assert "sweep.gpus: 8" in said
+    assert note({**grid, "gpus": 8}) is None
+    assert note({**grid, "dp_width": 1}) is None
+    path = _small_bert(tmp_path, grid)  # a model's own dp_width (megatron-scaling.yaml's form)
+    exp = yaml.safe_load(path.read_text())
+    exp["models"][0]["dp_width"] = 1
+    path.write_text(yaml.safe_dump(exp))
+    prep = prepare(load_experiment(path), str(path))
+    assert unused_gpus_note(prep, expand(prep)[0]) is None
+
+
+def test_an_fsdp_option_in_a_grid_without_fsdp_is_refused(tmp_path: Path) -> None:
+    """options.fsdp_reshard_after_forward with sweep.dp_shard left at 1 was silently ignored
+    (the run predicted as if it were not there); now exit 2 naming the field and the fix, and
+    accepted once the grid has FSDP."""
+    grid = {"schedule": "1f1b", "stages": 2, "dp_width": 2, "microbatch_size": 1}
+    path = _small_bert(tmp_path, grid)
+    exp = yaml.safe_load(path.read_text())
+    exp["options"] = {"fsdp_reshard_after_forward": False}
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "m", "--no-plots", "--no-advice")
+    assert res.exit_code == 2, res.output
+    assert "options.fsdp_reshard_after_forward" in res.output and "sweep.dp_shard" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "m").exists()
+    exp["sweep"]["dp_shard"] = -1
+    exp["sweep"]["memory_policy"] = "none"
+    path.write_text(yaml.safe_dump(exp))
+    res = _run("memory", path, "--out", tmp_path / "m", "--no-plots", "--no-advice")
+    assert res.exit_code in (0, 1), res.output
+
+
+def test_one_model_over_several_policies_draws_no_empty_comparison(tmp_path: Path) -> None:
+    """One model, two memory policies: 'largest trainable model per policy' was drawn with one
+    bar per policy, all the same model (deepseek-v3-256xgb200: two 671.0 B bars), and the
+    console's memory-policy table printed the parameter count as 671026404352; now no such
+    plot, and the count with thousands separators (BERT-large here)."""
+    from sim.report.memory_summary import write_memory_summary
+
+    rows = [
+        dict(model="m", parameters=8e9, memory_policy=pol, fits=True, throughput_samples_per_s=t)
+        for pol, t in (("none", 2.0), ("recompute", 1.5))
+    ]
+    _, written = write_memory_summary(pd.DataFrame(rows), tmp_path, True)
+    assert [p.name for p in written] == ["memory_summary.csv"]
+    grid = {"schedule": "1f1b", "stages": 2, "microbatch_size": 1,
+            "memory_policy": ["none", "recompute"]}  # fmt: skip
+    res = _run("run", _small_bert(tmp_path, grid), "--out", tmp_path / "o", "--no-plots", "-j", 1)
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("bert "))
+    params = int(line.split()[1].replace(",", ""))
+    assert params > 3e8 and f"{params:,}" in line, line
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [("8x-dgx-h200x", "'8x-dgx-h200'"), ("nvl72x4-gb20", "'nvl72x4-gb200'"),
+     ("4x-gb200", "'4x-gb200-nvl72'"), ("dgx-h10", "'dgx-h100'")],
+)  # fmt: skip
+def test_a_misspelt_cluster_preset_suggests_the_cluster_name(name, suggested) -> None:
+    """'8x-dgx-h200x' was answered "did you mean 'dgx-h200'?" (one server: pasting it changes
+    the job from 64 GPUs to 8); the suggestion now keeps the 'Nx-' / 'nvlDxN-' form."""
+    res = _run("hardware", "show", name)
+    assert res.exit_code == 2
+    assert f"(did you mean {suggested}?)" in res.output, res.output
+
+
+def test_sim_memory_names_configurations_as_sim_run_does() -> None:
+    """`sim memory` labelled t=2 with and without sequence parallelism alike ('p1 w32 t2 b1 m2
+    none' twice in llama3.1-8b-torchtitan-fsdp2-tp), dropped FSDP's shard and the precision,
+    and wrote 'p1 w4' where `sim run` writes 'p=1 w=4'; it now uses sim run's label."""
+    from types import SimpleNamespace
+
+    from sim.point.config import PointConfig
+    from sim.report.memory_ranks import label
+
+    common = dict(model="l", schedule="1f1b", stages=1, dp_width=32, dp_shard=32,
+                  microbatch_size=1, tensor_parallel=2, microbatches=2, memory_policy="none",
+                  global_batch=64, precision="fp8-rowwise")  # fmt: skip
+    sp, no_sp = (label(SimpleNamespace(point=PointConfig(**common, sequence_parallel=x)))
+                 for x in (True, False))  # fmt: skip
+    assert sp == "l 1f1b p=1 w=32 shard=32 t=2+sp b=1 m=2 none fp8-rowwise"
+    assert no_sp == "l 1f1b p=1 w=32 shard=32 t=2 b=1 m=2 none fp8-rowwise"
+
+
+def test_the_throughput_plot_names_every_knob_it_maximises_over() -> None:
+    """llama3-70b-fp8-64xh100's throughput.png said 'each point: best config over stages, DP
+    width' while tensor and context parallelism were swept too (t=4 or 8, cp=1 or 2)."""
+    from sim.report.plots import plot_throughput
+
+    rows = [
+        dict(model="m", schedule="1f1b", microbatches=m, fits=True, stages=4, dp_width=8 // t // cp,
+             tensor_parallel=t, context_parallel=cp, throughput_samples_per_s=float(t + cp + m))
+        for m in (4, 8) for t in (4, 8) for cp in (1, 2)
+    ]  # fmt: skip
+    fig = plot_throughput(pd.DataFrame(rows))
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "tensor parallel" in title and "context parallel" in title and "DP width" in title
+    assert "stages" not in title  # not varied
+
+
+def test_the_throughput_plot_shows_each_points_band() -> None:
+    """The table gives each prediction its band ('12.7 (11.8–15.7)') but throughput.png drew
+    bare points; now the best fitting row's band is an error bar, named in the legend."""
+    from matplotlib.container import ErrorbarContainer
+
+    from sim.report.plots import BAND_LABEL, plot_throughput
+
+    rows = [
+        dict(model="m", schedule="1f1b", microbatches=8, fits=True, stages=p,
+             throughput_samples_per_s=t, throughput_low_samples_per_s=t - 1,
+             throughput_high_samples_per_s=t + 2)
+        for p, t in ((2, 10.0), (4, 12.0))
+    ]  # fmt: skip
+    fig = plot_throughput(pd.DataFrame(rows))
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 1
+    (segment,) = bars[0].lines[2][0].get_segments()
+    assert [y for _, y in segment] == [11.0, 14.0]  # the best row (12 samples/s): 12 - 1, 12 + 2
+    assert BAND_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_an_indivisible_batch_names_where_the_batch_is_set(tmp_path: Path) -> None:
+    """A micro-batch that does not divide a model's own global_batch said 'change
+    training.global_batch', a key the experiment did not have (qwen3-30b-a3b-b200 sets
+    models[0].global_batch); it names the key the batch comes from."""
+    grid = {"schedule": "1f1b", "stages": 2, "microbatch_size": 3}
+    res = _run("memory", _small_bert(tmp_path, grid), "--out", tmp_path / "m", "--no-plots")
+    assert res.exit_code == 2, res.output
+    assert "change models.0.global_batch or sweep.microbatch_size" in res.output, res.output
+
+
+def test_a_rank_holding_several_stage_chunks_is_labelled_with_all_of_them() -> None:
+    """Without tensor parallelism the log's placement listed ranks, not stage chunks, so
+    deepseek-v3-256xgb200's timeline (p=4, v=4) labelled the rank of stages 0, 4, 8, 12
+    'stage 0' (with t > 1, llama3-70b's read 'stage 0,4,8,12,16'); both now list every chunk."""
+    from sim.report.scale import gpu_stage_labels
+
+    one = sim.api.simulate(
+        {
+            "name": "v",
+            "hardware": "dgx1-v100-16gb",
+            "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+            "sweep": {
+                "schedule": "interleaved_1f1b",
+                "stages": 2,
+                "virtual_stages": 2,
+                "microbatch_size": 1,
+            },
+        },  # fmt: skip
+        model="bert",
+        schedule="interleaved_1f1b",
+        stages=2,
+        virtual_stages=2,
+        dp_width=1,
+        microbatch_size=1,
+        memory_policy="none",
+    )
+    labels = gpu_stage_labels(one.log)
+    stages = sorted(text.split(" (", 1)[1] for text in labels.values())
+    assert stages == ["stages 0,2)", "stages 1,3)"], labels
+
+
+def test_hardware_list_says_what_each_preset_is() -> None:
+    """`sim hardware list` printed bare names ('grand-teton-h100', 'pcie-8gpu'): which GPUs and
+    how many took a `show` each, and the 'Nx-' cluster form was nowhere in it."""
+    res = _run("hardware", "list")
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert any(x.split()[:4] == ["pcie-8gpu", "8", "x", "RTX-4090-24GB"] for x in lines), lines
+    assert any(x.split()[:4] == ["gb300-nvl72", "72", "x", "GB300-288GB"] for x in lines)
+    assert "'Nx-PRESET'" in res.output
+
+
+def test_winner_yaml_keeps_a_relative_trace_path_with_plots(tmp_path: Path, monkeypatch) -> None:
+    """With plots, the experiment's path was overwritten by throughput.png's inside the
+    staging folder, so winner.yaml named a relative trace (a config.json beside the
+    experiment) as '<out>/.<name>.new-PID/config.json', a folder gone after the run: `sim run
+    winner.yaml` failed with 'trace not found'."""
+    import shutil
+
+    for ext in ("csv", "yaml"):
+        shutil.copy(ROOT / "traces" / f"bert-large.{ext}", tmp_path / f"mine.{ext}")
+    path = _small_bert(tmp_path)
+    exp = yaml.safe_load(path.read_text())
+    exp["models"][0]["trace"] = "mine.csv"
+    path.write_text(yaml.safe_dump(exp))
+    # the plots are asked for but not drawn (drawing takes seconds and is not what is tested)
+    monkeypatch.setattr(sim.run._Pending, "finish", lambda self, jobs, say, meanwhile: meanwhile())
+    res = _run("run", path, "--out", tmp_path / "o", "-j", 1)
+    assert res.exit_code == 0, res.output
+    winner = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
+    assert winner["models"][0]["trace"] == str((tmp_path / "mine.csv").resolve())
+
+
+def test_memory_ranks_legend_names_the_dashed_line(tmp_path: Path, monkeypatch) -> None:
+    """memory_ranks.png (sim memory) dashed each panel's capacity with no legend entry; the
+    legend now says what the dashed line is."""
+    import sim.report.memory_ranks as mr
+
+    figs = []
+    monkeypatch.setattr(mr, "save_figure", lambda fig, path: figs.append(fig) or Path(path))
+    res = _run("memory", _small_bert(tmp_path), "--out", tmp_path / "m", "--no-advice")
+    assert res.exit_code == 0, res.output
+    (fig,) = figs
+    assert "GPU capacity" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_hardware_show_says_which_peak_it_prints() -> None:
+    """`sim hardware show` headed GB300's 2500 'peak TFLOPS' though the preset's FP8 peak is
+    5000 and NVFP4's 15000: the column is the dense 16-bit tensor peak (MFU's denominator)."""
+    from sim.hardware import load_hardware
+    from sim.hardware.describe import gpu_table
+
+    table = gpu_table(load_hardware("gb300-nvl72"))
+    headers = [str(c.header) for c in table.columns]
+    assert "16-bit dense TFLOPS" in headers and "peak TFLOPS" not in headers
+
+
+def test_memory_advice_reads_as_a_sentence_for_a_plural_category() -> None:
+    """'activations overflows' read wrong; the advice names the bytes over and the largest
+    category: 3 GiB over with activations the largest."""
+    text = Advice(category="activations", over_bytes=3 * 2.0**30).text()
+    assert text.startswith("3.00 GiB over capacity (largest category: activations)")
+    assert "overflows" not in text

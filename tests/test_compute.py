@@ -55,6 +55,15 @@ def test_presets_carry_datasheet_peaks(preset, peak, fp32, hbm, sms, eff):
     assert s.matmul_efficiency == eff
 
 
+def test_a100_40gb_moves_an_elementwise_kernels_bytes_at_its_measured_scale_stream():
+    """dgx-a100-40gb's HBM efficiency is its own STREAM 'scale' figure (te42kyfo/gpu-benches
+    @cdcc732 README.md l.145, A100-SXM4-40GB, full occupancy: 1378 GB/s): a memory-bound kernel
+    of 1.378 GB takes 1 ms at that rate, plus the preset's 5 us per kernel."""
+    s = gpu("dgx-a100-40gb")
+    got = kernel_time_s(mem("scale", 1.378e9), s, "fp16")
+    assert got == pytest.approx(1e-3 + 5e-6, rel=1e-3)
+
+
 def test_presets_have_no_placeholder_adam_rate():
     from sim.hardware.loader import list_presets
 

@@ -54,3 +54,23 @@ def test_the_expert_group_spans_the_servers_its_ranks_fill():
     assert domains("8x-dgx-b200", 64, 8, 1, 1) == 1  # ranks 0-7
     assert domains("8x-dgx-b200", 64, 8, 2, 2) == 2  # ranks 0, 2, ..., 14
     assert domains("gb200-nvl72", 64, 64, 1, 1) == 1
+
+
+def test_hybridep_rates_count_the_benchmarks_probabilities_as_link_bytes():
+    # The benchmark's tokens carry 8 local experts x R ranks fp32 per destination besides
+    # 7168 bf16: 1 + 256/14336 at 8 ranks, 1 + 1152/14336 at 36 (and beyond, clamped).
+    # EP 8 in a DGX B200 at 16 SMs: the same bytes take 1/1.017857 of the time they took.
+    from sim.comm.alltoall import alltoall_time_s
+    from sim.comm.ep_dispatch import bench_payload, dispatch_cost
+    from sim.hardware.loader import load_hardware
+
+    assert bench_payload(8) == pytest.approx(1 + 256 / 14336)
+    assert bench_payload(36) == pytest.approx(1 + 1152 / 14336)
+    assert bench_payload(72) == bench_payload(36)
+    hw = load_hardware("dgx-b200")
+    gpus = tuple(f"gpu{i}" for i in range(8))
+    pairs = tuple(tuple(0.0 if i == j else 1e8 for j in range(8)) for i in range(8))
+    lat = max(sum(lk.latency_s for lk in hw.route(a, b)) for a in gpus for b in gpus if a != b)
+    link = hw.route("gpu0", "gpu1")[0].rate_Bps()
+    t = alltoall_time_s(hw, gpus, pairs, dispatch_cost("hybridep", 16)) - lat
+    assert t == pytest.approx(7e8 / (0.7826611 * (1 + 256 / 14336) * link), rel=1e-5)

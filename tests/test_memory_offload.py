@@ -31,6 +31,7 @@ from sim.memory.deepspeed import (
 from sim.memory.memtracer import (
     chunk_candidates,
     chunkable_gpu_bytes,
+    gpu_adam_chunk_count,
     gpu_adam_chunks,
     gpu_framework_bytes,
     host_chunk_cap_bytes,
@@ -44,11 +45,28 @@ from sim.plan.point_row import point_row
 from sim.plan.sweep import expand
 from sim.point.experiment import prepare
 from sim.trace.generator import transformer_trace
-from sim.trace.schema import LayerProfile
+from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology
 from tests.test_memory_policies import run
 
 MiB, GiB = 2**20, 2**30
+
+
+def _small_gpt(layers: int, hidden: int, heads: int) -> Trace:
+    """An analytic GPT trace of ``layers`` x ``hidden`` (``heads`` heads), 64 tokens, a
+    vocabulary of 512, micro-batch 1, fp16, timed on a GPU "x" of 1e14 FLOP/s."""
+    return transformer_trace(
+        "gpt",
+        name="g",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        seq_len=64,
+        vocab=512,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=1e14,
+    )
 
 
 def test_chunks_pack_next_fit_and_refuse_an_oversized_group():
@@ -100,6 +118,13 @@ def test_patrickstar_memtracer_budgets_by_hand():
     assert gpu_framework_bytes(T, 1 * GiB) == pytest.approx(7 * GiB)
 
 
+def test_patrickstar_gpu_adam_chunks_are_those_counted_below_the_margin():
+    """``FP32ChunkReadBuffer`` counts the step's chunks 1, 2, 3, ... and sends chunk ``k`` to the
+    GPU while ``k < margin``: a margin of 3.6 sends chunks 1-3, one of exactly 3 chunks 1-2,
+    one of 1 or less none."""
+    assert [gpu_adam_chunk_count(m) for m in (3.6, 3.0, 1.0, 0.5, 0.0)] == [3, 2, 0, 0, 0]
+
+
 def test_transformer_layers_split_into_module_groups():
     """A block of 12h^2 + 13h parameters is GPT-2's six modules; the GPT head splits into its
     LayerNorm 2h and V*h; the largest group of a stage sets the smallest chunk."""
@@ -136,18 +161,7 @@ def test_chunked_plan_holds_whole_chunks_and_patrickstar_limits():
     of the optimizer chunks there and the host the other n - k (12C each: three fp32 chunks,
     exact under PatrickStar's torch 1.x); the host keeps 0.2 of MemTotal from the chunks, the
     GPU 0.2 of its total less the runtime reserve."""
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=4,
-        hidden=256,
-        heads=4,
-        seq_len=64,
-        vocab=512,
-        microbatch_size=1,
-        gpu_model="x",
-        peak_flops=1e14,
-    )
+    trace = _small_gpt(layers=4, hidden=256, heads=4)
     topo = chain_topology(1, memory_bytes=8 * GiB)
     C = 2**20
     n = len(pack(stage_groups(trace.layers, 2), C))
@@ -171,18 +185,7 @@ def test_v045_memory_tracer_reserves_a_chunk_group_with_msc():
     3) / 15 >= 1 chunk with MSC accounted, (0.8 T - sys - (1 + 7) 2C) / 12C * 0.8 < 6.75 / 15
     < 1 with v0.4.5's: one optimizer chunk on the GPU against none; one remote chunk live in
     both."""
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=4,
-        hidden=256,
-        heads=4,
-        seq_len=64,
-        vocab=512,
-        microbatch_size=1,
-        gpu_model="x",
-        peak_flops=1e14,
-    )
+    trace = _small_gpt(layers=4, hidden=256, heads=4)
     C = 2**20
     T = 22.75 * C / 0.8
     ctx = StageContext(
@@ -203,18 +206,7 @@ def test_v045_memory_tracer_reserves_a_chunk_group_with_msc():
 def test_chunked_refuses_a_chunk_smaller_than_a_parameter_group():
     """PatrickStar raises when a module's parameters exceed the chunk: the plan does not fit
     and says why."""
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=2,
-        hidden=1024,
-        heads=8,
-        seq_len=64,
-        vocab=512,
-        microbatch_size=1,
-        gpu_model="x",
-        peak_flops=1e14,
-    )
+    trace = _small_gpt(layers=2, hidden=1024, heads=8)
     topo = chain_topology(1, memory_bytes=64 * GiB)
     res, met, _ = run(trace, topo, "chunked:1", p=1, w=1, m=1, schedule="gpipe")
     assert not met.fits

@@ -240,3 +240,26 @@ def test_windows_that_differ_are_no_period():
     )
     log.events[i] = log.events[i]._replace(end_s=log.events[i].end_s + 0.25)
     assert isinstance(find_period(log, 1), str)
+
+
+def test_the_inserted_periods_are_marked_where_the_log_has_none():
+    """Free-communication 1F1B, f = 1 s, b = 2 s: each micro-batch left out adds f + b = 3 s
+    to an iteration, so the gaps recorded per iteration sum to (m - M) x 3 s, no event starts
+    inside one, and the timeline plot shades them with a legend entry (the log had no record
+    of them: a 5 s blank in llama3-70b-fp8-64xh100's timeline read as idle GPUs)."""
+    from sim.report.gantt import plot_gantt
+    from sim.report.memory_plots import plot_memory_timeline
+
+    p, m = 4, 64
+    inp = uniform_input("1f1b", p, m, fwd_s=1.0, bwd_s=2.0, act_bytes=1e6, iterations=2)
+    log, rep = simulate_periodic(inp, OneFOneB(p, m))
+    assert rep is not None, log.meta["periodic"]
+    short = int(log.meta["periodic"].split()[1])
+    gaps = log.meta["periodic_gaps_s"]
+    assert len(gaps) == 2
+    for a, b in gaps:
+        assert b - a == pytest.approx((m - short) * 3.0, rel=1e-12)
+        assert not [e for e in log.events if a + 1e-9 < e.start_s < b - 1e-9]
+    for fig in (plot_gantt(log, iteration=1), plot_memory_timeline(log)):
+        labels = fig.axes[0].get_legend_handles_labels()[1]
+        assert "steady state, simulated once, not drawn" in labels

@@ -41,7 +41,7 @@ def _shown(topo) -> str:
 def test_figures_of_a_description_without_sources_are_labelled_assumptions():
     rows = dict(figure_sources(load_hardware(TOY)))
     assert rows["GPUs: memory GiB (as CUDA reports it)"] == NO_SOURCE  # model X: not known
-    assert rows["GPUs: peak TFLOPS, HBM GB/s"] == NO_SOURCE
+    assert rows["GPUs: 16-bit dense TFLOPS, HBM GB/s"] == NO_SOURCE
     assert rows["links: GB/s, latency us"] == NO_SOURCE
     assert rows["hosts: DRAM GB, Adam params/s"] == NO_SOURCE
     assert NO_SOURCE.startswith("assumption")
@@ -51,7 +51,7 @@ def test_figures_of_a_description_without_sources_are_labelled_assumptions():
 def test_preset_show_prints_its_description_and_host_source():
     topo = load_hardware("dgx1-v100-16gb")
     rows = dict(figure_sources(topo))
-    assert rows["GPUs: peak TFLOPS, HBM GB/s"] == DESCRIPTION
+    assert rows["GPUs: 16-bit dense TFLOPS, HBM GB/s"] == DESCRIPTION
     memory = rows["GPUs: memory GiB (as CUDA reports it)"]
     assert "16160MB" in memory and memory.startswith("sim.hardware.capacity")  # 15.8 GiB shown
     assert rows["GPUs: to / from host GB/s; GPU-to-GPU route GB/s"] == ROUTE

@@ -432,3 +432,26 @@ def test_an_event_log_pickles_to_the_same_records_of_the_same_types():
     assert [type(m) for m in back.memory] == [MemoryEvent] * len(log.memory)
     assert back.events[-1].kind is EventKind.ALLREDUCE and back.events[-1].links == ("l0",)
     assert back.events[-1].duration_s == 1.0
+
+
+def test_narrow_timeline_bars_keep_their_colour():
+    """A bar a pixel wide drawn with the 0.5-pt white edge of wide bars came out white
+    (deepseek-v3-256xgb200's all-to-all rows looked empty): bars narrower than EDGE_PX have no
+    edge; wide ones keep theirs."""
+    from sim.engine import simulate
+    from sim.report.gantt import EDGE_PX, plot_gantt
+    from tests.helpers import uniform_input
+
+    p, m = 2, 4
+    inp = uniform_input("1f1b", p, m, fwd_s=1.0, bwd_s=2.0, out_bytes=1e3, iterations=1)
+    log = simulate(inp)
+    fig = plot_gantt(log)
+    ax = fig.axes[0]
+    px_per_ms = ax.get_window_extent().width / (ax.get_xlim()[1] - ax.get_xlim()[0])
+    for coll in ax.collections:
+        widths_px = [path.get_extents().width * px_per_ms for path in coll.get_paths()]
+        if widths_px and max(widths_px) < EDGE_PX:
+            assert list(coll.get_linewidths()) == [0.0]
+        elif widths_px and min(widths_px) >= EDGE_PX:
+            assert list(coll.get_linewidths()) == [0.5]
+    assert any(list(c.get_linewidths()) == [0.0] for c in ax.collections)  # the sends

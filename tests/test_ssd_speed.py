@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 
 from sim.compute.kernels import kernel_time_s, mem
-from sim.compute.ssd_speed import SSD_HBM_FRACTION, is_ssd, ssd_hbm_rate_Bps
-from sim.compute.ssm import MambaShape, _scan_fwd
+from sim.compute.ssd_speed import (
+    SSD_BWD_RATE_RATIO,
+    SSD_HBM_FRACTION,
+    is_ssd,
+    is_ssd_bwd,
+    ssd_hbm_rate_Bps,
+)
+from sim.compute.ssm import MambaShape, _scan_bwd, _scan_fwd
 from sim.hardware.loader import load_hardware
 
 H100 = load_hardware("dgx-h100").gpus[0].compute
@@ -55,3 +61,34 @@ def test_rate_carries_to_other_gpus_per_sm():
     b200 = load_hardware("dgx-b200").gpus[0].compute
     scan = mem("ssd_state_passing", 1e9)
     assert kernel_time_s(scan, b200, "bf16") == pytest.approx(5e-6 + 1e9 / (h100_sm * 148))
+
+
+TFLA = MambaShape(heads=128, head_dim=64, state=64, groups=1, chunk=256)
+"""The TFLA benchmark's ``mamba2`` kernel (module doc: "Backward measurement")."""
+
+
+def test_backward_ratio_is_the_tfla_measurement():
+    """8 x 8192 tokens (T = 65,536, 256 chunks): forward 7.074 ms, forward + backward 44.376 ms.
+    Copies at 0.85 x 3.35 TB/s plus 5 us each: conv 2 x T x 8320 x 2 B = 2.181 GB forward,
+    3.272 GB backward; harness T/8 x 8192 x 2 B (loss), T x 8192 x 2 B + T/8 x 8192 x 2 B
+    (gradient of out[0]), T x 16640 x 6 B (bf16 -> fp32) and x 12 B (in-place accumulate).
+    The forward's kernels then run at r_f = 7.365 GB / (6.303 ms - 5 launches), the
+    backward's own at 0.741 r_f once the four recomputed kernels are priced at r_f."""
+    t, chunks, copy_Bps = 65536, 256, 0.85 * 3.35e12
+    copies = [2 * t * 8320 * 2, 3 * t * 8320 * 2, t // 8 * 8192 * 2,
+              t * 8192 * 2 + t // 8 * 8192 * 2, t * 16640 * 6, t * 16640 * 12]  # fmt: skip
+    conv_f, conv_b, *harness = (5e-6 + b / copy_Bps for b in copies)
+    fwd, bwd = _scan_fwd(TFLA, chunks, 2, 1), _scan_bwd(TFLA, chunks, 2, 1)
+    recomputed, own = bwd[:4], bwd[4:]
+    assert not any(map(is_ssd_bwd, recomputed)) and all(map(is_ssd_bwd, own))
+    r_f = sum(k.bytes for k in fwd) / (7.074272e-3 - conv_f - 5 * 5e-6)
+    assert r_f == pytest.approx(1.173e12, rel=1e-3)
+    bwd_s = 44.375969e-3 - 7.074272e-3 - conv_f - conv_b - sum(harness)
+    own_s = bwd_s - sum(5e-6 + k.bytes / r_f for k in recomputed) - len(own) * 5e-6
+    ratio = sum(k.bytes for k in own) / own_s / r_f
+    assert ratio == pytest.approx(SSD_BWD_RATE_RATIO, abs=1e-3)
+    back, again = mem("ssd_bwd_dz", 1e9), mem("ssd_chunk_state", 1e9)
+    assert kernel_time_s(back, H100, "bf16") == pytest.approx(
+        5e-6 + 1e9 / (3.35e12 * 0.410 * 0.741)
+    )
+    assert kernel_time_s(again, H100, "bf16") == pytest.approx(5e-6 + 1e9 / (3.35e12 * 0.410))

@@ -8,8 +8,10 @@ import pytest
 
 from benchmarks.accuracy.vtrain_provenance import (
     GIB,
+    LAYOUT,
     dp_adjustment_s,
     groups,
+    inversion_floor,
     ring_s,
     shared_parts,
     vtrain_comm_s,
@@ -55,3 +57,13 @@ def test_composed_rows_share_f_and_e_across_widths_and_c_is_step_plus_bubble():
     shared = shared_parts(groups(rows))
     assert shared.f_spread.iloc[0] == pytest.approx(0.0, abs=1e-9)
     assert shared.groups.iloc[0] == 3
+
+
+def test_a_layout_faster_at_the_larger_size_forces_error_on_a_monotone_model():
+    # two layouts: the larger size runs the first 20 % faster (100 -> 80 ms), the second slower
+    small = pd.DataFrame({**{c: [1, 2] for c in LAYOUT}, "iteration_time_ms": [100.0, 50.0]})
+    large = small.assign(iteration_time_ms=[80.0, 90.0])
+    # predicting both at 80 ms: 20 % on the small row, 0 on the large; any x in [80, 100]
+    # costs (100 - x) / 100 + (x - 80) / 80 >= 0.2; per 2 small rows: 10 points of MAPE
+    assert inversion_floor(small, large) == (1, pytest.approx(10.0))
+    assert inversion_floor(small, small) == (0, 0.0)

@@ -104,7 +104,12 @@ def main() -> None:
         for mode, a, b in zip(("pre-quantized", "autocast"), te, ours, strict=True):
             print(f"{precision:16s} {mode:13s} {a:8.3f} {b:8.3f} {b / a:6.2f}")
     spec = load_hardware("dgx-b300").gpus[0].compute
-    for precision, fmt in (("bf16", "bf16"), ("fp8-tensorwise", "fp8"), ("nvfp4", "nvfp4")):
+    for precision, fmt in (
+        ("bf16", "bf16"),
+        ("fp8-tensorwise", "fp8"),
+        ("mxfp8", "mxfp8"),
+        ("nvfp4", "nvfp4"),
+    ):
         eff = efficiency(precision, spec.peak_flops(fmt))
         ours = spec.matmul_rate(fmt) / spec.peak_flops(fmt)
         print(f"{precision} TE FLOP rate / B300 peak {eff:.3f}, dgx-b300 efficiency {ours:.3f}")

@@ -20,9 +20,12 @@ them, ``te_module=0 us``; after ``--host-as``): e.g. the counterfactual of
 
 ``--nccl-nic GBPS`` sets every row's network ``nccl_nic_bandwidth`` (NCCL's rate of a GPU's NIC,
 GB/s) for the presets that have a network: a counterfactual that shows how much of a row's
-time rides on traffic between nodes (pipeline sends and collectives alike), e.g. the deep
-pipelines over InfiniBand (``--nccl-nic 14``: NCCL 2.29's own per-channel p2p rate over the
-network, NVIDIA/nccl@5067397 ``src/graph/paths.cc`` line 918). Not a model change.
+time rides on traffic between nodes (pipeline sends and collectives alike). NCCL's 14 GB/s
+(NVIDIA/nccl@5067397 ``src/graph/paths.cc`` line 918) is the rate of one p2p channel, not of a
+peer: a send to another server moves at ``min(NIC, channels x 14 GB/s)``, now modelled
+(:mod:`sim.comm.p2p_net`). ``--nccl-p2p-channels N`` sets NCCL's p2p channels per network peer
+on every row (2: NCCL <= 2.28, which the shipped overlay ``nccl-2.28`` sets for old Bridge
+releases, :mod:`sim.runs.bridge_nccl`; over a row's shipped overlay). Not model changes.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ def main() -> None:
     ap.add_argument(
         "--nccl-nic", type=float, default=0.0, help="NCCL's NIC rate, GB/s (module doc)"
     )
+    ap.add_argument(
+        "--nccl-p2p-channels", type=int, default=0, help="NCCL's p2p channels per network peer"
+    )
     args = ap.parse_args()
     prefixes = tuple(m for m in args.models.split(",") if m)
     try:
@@ -85,6 +91,11 @@ def main() -> None:
         sys.exit(str(e))
     if args.nccl_nic > 0:
         over = (over or {}) | {"network": {"nccl_nic_bandwidth": f"{args.nccl_nic} GB/s"}}
+    if args.nccl_p2p_channels > 0:
+        net = (over or {}).get("network", {}) | {
+            "nccl_p2p_channels_per_peer": args.nccl_p2p_channels
+        }
+        over = (over or {}) | {"network": net}
     pred, recs = Predictor(over), []
     for run in read_source(args.source, DATA / SOURCES[args.source], RECIPES, 0):
         if args.source == "bridge" and prefixes and not run.name.startswith(prefixes):

@@ -3,7 +3,7 @@
 ``../shared/data/vtrain/`` holds VIA-Research/vTrain@f8dda84's ``data/ground_truth_single.csv``
 split by hidden size. Within one ``(h, t, p, w, b)`` group the rows fit
 ``T = a + c L + m (e + f L)`` (layers ``L``, micro-batches ``m``: :func:`fit`) to 1e-5, and this
-prints three things that measured wall times of separate runs cannot show:
+prints four things that measured wall times of separate runs cannot show:
 
 1. ``e`` and ``f`` (per micro-batch, per micro-batch and layer, ``f`` scaled by ``p``) are one
    number per ``(h, t, b)``, shared by every pipeline and data-parallel width to about six
@@ -20,8 +20,18 @@ prints three things that measured wall times of separate runs cannot show:
    table (:func:`dp_steps`); no all-reduce gets faster with more bytes.
 
 So the per-iteration data-parallel part of these rows is vTrain's model, not a measurement.
+
+4. The same layout ``(L, t, p, w, b, B)`` runs faster at ``h = 2048`` than at ``h = 1024`` in
+   112 of the 720 pairs (t 4 and t 8, b <= 2, by up to 15 %: :func:`size_inversions`), though
+   the larger model runs the same ops and host calls on more data. A model that is never faster
+   at the larger size has, on each such pair, at least ``(T_1024 - T_2048) / T_1024`` of
+   absolute relative error summed over its two rows (both predicted at ``T_2048``; any other
+   prediction costs more): :func:`inversion_floor`, 1.36 points of a hidden size's 720-row MAPE
+   in all, to be shared between them.
+
 With ``--predictions OUT/predictions.csv`` (``bench_measured_data.py``'s) it also prints each
-hidden size's MAPE against the rows as they are and against the rows with that term run as a
+hidden size's MAPE against the rows as they are and against the rows with the data-parallel
+term of 2 and 3 run as a
 ring over the same table (:func:`ring_s`, :func:`dp_adjustment_s`): a what-if that says how much
 of the error is the formula's, never a target.
 
@@ -44,6 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("PIPESIM_SHARED_DATA", ROOT.parent / "shared" / "data")) / "vtrain"
 LUT = ROOT / "measurements" / "vtrain" / "allreduce_lut.csv"
 GROUP = ["tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size"]
+LAYOUT = ["layers", "global_batch", *GROUP]
+"""A row's layout but its hidden size (vTrain's column names)."""
 GIB = 2**30
 VOCAB = 50257
 """vTrain's GPT vocabulary (GPT-2 BPE, unpadded: ``src/model/gpt_model.py`` at f8dda84)."""
@@ -196,6 +208,36 @@ def what_if(path: str, lut: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def size_inversions(small: pd.DataFrame, large: pd.DataFrame) -> pd.DataFrame:
+    """The layouts of vTrain's rows (columns :data:`LAYOUT`) that the ``large`` hidden size
+    runs faster than the ``small`` one, with both times (``ms_small``, ``ms_large``) and
+    ``floor``, the least summed absolute relative error of any prediction not faster at the
+    larger size (module doc): ``(ms_small - ms_large) / ms_small``.
+
+    Example (one layout inverted by 10 %, one not):
+        >>> a = pd.DataFrame({**{c: [1, 2] for c in LAYOUT}, "iteration_time_ms": [10.0, 5.0]})
+        >>> b = a.assign(iteration_time_ms=[9.0, 8.0])
+        >>> size_inversions(a, b)[["ms_small", "ms_large", "floor"]].round(2).values.tolist()
+        [[10.0, 9.0, 0.1]]
+    """
+    both = small.merge(large, on=LAYOUT, suffixes=("_s", "_l"))
+    both = both.rename(
+        columns={"iteration_time_ms_s": "ms_small", "iteration_time_ms_l": "ms_large"}
+    )
+    inv = both[both.ms_large < both.ms_small]
+    return inv[LAYOUT + ["ms_small", "ms_large"]].assign(
+        floor=(inv.ms_small - inv.ms_large) / inv.ms_small
+    )
+
+
+def inversion_floor(small: pd.DataFrame, large: pd.DataFrame) -> tuple[int, float]:
+    """``(inverted pairs, points)``: how many layouts :func:`size_inversions` finds and the
+    least summed absolute percentage error they force, in points of one hidden size's MAPE
+    (the sum of ``floor`` x 100 over the ``small`` side's row count)."""
+    inv = size_inversions(small, large)
+    return len(inv), float(inv.floor.sum() * 100 / len(small))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--predictions", help="bench_measured_data.py's predictions.csv")
@@ -212,6 +254,13 @@ def main() -> None:
     rows = pd.read_csv(DATA / "ground_truth_single_h2048.csv")
     print("== h2048, t 2, p 1, w 4 against w 1, b 1 (ms)")
     print(dp_steps(rows, 2048, 2, 4, lut).round(3).to_string(index=False))
+    small, large = (pd.read_csv(DATA / f"ground_truth_single_h{h}.csv") for h in (1024, 2048))
+    inv = size_inversions(small, large)
+    n, pts = inversion_floor(small, large)
+    print(f"== layouts faster at h2048 than at h1024: {n} of {len(small)}; forced error "
+          f"{pts:.2f} points of one size's MAPE")  # fmt: skip
+    print(inv.groupby(["tensor_parallel", "microbatch_size"]).floor.agg(["count", "max"])
+          .round(3).to_string())  # fmt: skip
     if args.predictions:
         print("== what-if: the rows' data-parallel term as a ring over the same table (%)")
         print(what_if(args.predictions, lut).round(2).to_string(index=False))

@@ -17,9 +17,20 @@ app = typer.Typer(
 
 @app.command("list")
 def hardware_list() -> None:
-    """List hardware presets."""
+    """List hardware presets: name, GPUs per server (or NVLink domain) and their model and
+    memory (GiB as CUDA reports it), then the multi-server forms."""
     for name in list_presets():
-        out.print(name)
+        topo = load_hardware(name)
+        g = topo.gpus[0]
+        out.print(
+            f"{name:<18} {topo.num_gpus:>3} x {g.model} ({g.memory_bytes / 2**30:.1f} GiB)",
+            highlight=False,
+        )
+    out.print(
+        "'Nx-PRESET': N servers of a preset with a network (e.g. 8x-dgx-h100); "
+        "'nvlDxN-GPU': N NVLink domains (e.g. nvl72x4-gb200); details: sim hardware show NAME",
+        highlight=False,
+    )
 
 
 @app.command("show")

@@ -57,6 +57,19 @@ calls it (``csrc/hybrid_ep/hybrid_ep.cu`` lines 323-324), so Megatron's path run
 copy is a memory-bound kernel on the sending rank, priced apart
 (:func:`sim.compute.hybridep.rdma_stage`), not in this module's rate.
 
+**Probabilities in the measured bytes.** Both kernels of these benchmarks carried fp32
+probabilities (``dispatch`` with ``topk_weights``, ``combine`` with the dispatched probs:
+deepseek-ai/DeepEP@41cad94 ``tests/test_hybrid_ep.py`` lines 313-319 and 396-401), each token
+with its NVLink domain's ``experts_per_rank x ranks_per_node`` of them to every destination
+(:func:`sim.compute.hybridep.dispatch_payload`), while the bandwidth counts the hidden bytes
+alone. Hybrid-EP's link bytes per counted byte were therefore
+:func:`bench_payload`: ``1 + 4 x 8 x R / (7168 x 2)`` (8 local experts, hidden 7168 in bf16,
+``R`` ranks per domain: 8 in the B200 and H100 tables, 8 to 36 in the GB200 one), and its
+efficiencies here are of link bytes: the measured figure times that. Each Hybrid-EP
+exchange then brings its own payload in its pairs (the forward dispatch its probabilities,
+:mod:`sim.parallel.decoder_comm`; the combine none). Assumption: the combine's probabilities
+(the dispatch's backward in training) are as many as the dispatch's.
+
 Dispatch and combine run at different rates; a :class:`~sim.parallel.ops.GroupOp` does not
 say which it is, so the mean of the two is used (an assumption). Hybrid-EP's NVLink efficiency
 on Blackwell is the 8-rank one scaled by its measured fall with the group's ranks inside the
@@ -167,6 +180,25 @@ def efficiency(backend: str, family: str, link: str, sms: int) -> float:
     return a.efficiency + w * (b.efficiency - a.efficiency)
 
 
+BENCH_ROW_BYTES = 7168 * 2
+"""Bytes of a token's row in Hybrid-EP's benchmark (``HIDDEN_DIM`` 7168 in bf16,
+DeepEP@41cad94 ``tests/test_hybrid_ep.py`` line 12)."""
+BENCH_LOCAL_EXPERTS = 8
+"""Experts per rank in Hybrid-EP's benchmark (``NUM_LOCAL_EXPERTS``, same file line 16)."""
+
+
+def bench_payload(ranks: int) -> float:
+    """Bytes Hybrid-EP's benchmark moved per counted byte with ``ranks`` ranks per NVLink
+    domain (clamped to the 8 to 36 measured): ``1 + 4 x 8 x R / 14336`` (module doc).
+
+    Example:
+        >>> round(bench_payload(8), 4), round(bench_payload(64), 4)
+        (1.0179, 1.0804)
+    """
+    r = min(max(ranks, 8), 36)
+    return 1.0 + 4 * BENCH_LOCAL_EXPERTS * r / BENCH_ROW_BYTES
+
+
 def family_of(topology: Topology, gpu: str) -> str:
     """``blackwell`` or ``hopper`` (the default) from the GPU's name (B200, GB200, B300 ...)."""
     name = topology.gpu(int(gpu[3:])).model.upper() if gpu.startswith("gpu") else ""
@@ -219,6 +251,10 @@ def dispatch_cost(backend: str, sms: int, routed: tuple[int, int] | None = None)
     def cost(topology: Topology, gpus: Sequence[str], pairs) -> float:
         fam = family_of(topology, gpus[0])
         eff = {link: efficiency(backend, fam, link, sms) for link in ("nvl", "rdma")}
+        if backend == "hybridep":  # link bytes per counted byte of its benchmark (module doc)
+            ranks = nvlink_members(topology, gpus) if fam == "blackwell" else 8
+            eff["nvl"] *= bench_payload(ranks)
+            eff["rdma"] *= bench_payload(8)
         if backend == "hybridep" and fam == "blackwell":  # more NVLink peers: hybridep_ranks
             eff["nvl"] *= rank_factor(nvlink_members(topology, gpus), sms)
         n, worst, latency = len(gpus), 0.0, 0.0

@@ -10,14 +10,25 @@ side. HybridEP does the grouping itself (deepseek-ai/DeepEP@94a9f8f6, branch ``h
 ``combine_with_unpermute``; ``executor/executor.cu``; ``docs/Hybrid-EP_Implementation.md``
 §7). Per MoE layer forward:
 
-1. the routing map (``bool [r, E]`` per rank) is all-gathered over the dispatcher's group
+1. the routing map is all-gathered over the dispatcher's group, the ``etp x ep`` ranks
    (``Executor::allgather_routing_map``: ``torch.distributed.all_gather_into_tensor``, unless
    the experimental custom all-gather is enabled, off by default): :func:`routing_map_bytes`,
-   an exchange the engine times in place of the alltoall dispatcher's token counts;
+   an exchange the engine times in place of the alltoall dispatcher's token counts. Each
+   rank's map is ``bool [r, C]`` with ``C = etp x E`` columns: Megatron's flex dispatcher
+   replicates the map and the probabilities over the expert-tensor ranks
+   (``MoEFlexTokenDispatcher._initialize_metadata``, NVIDIA/Megatron-LM@d98e8a64
+   ``token_dispatcher.py`` lines 1906-1917; ``_HybridEPManager`` gets ``num_experts = tp_size x
+   num_moe_experts``, line 1849, ``tp_size`` being the expert-tensor group's, line 89), and
+   HybridEP gathers ``routing_map.size(-1)`` columns, asserting it is ``experts_per_rank x
+   ranks`` (DeepEP@94a9f8f6 ``executor/executor.cu`` lines 32-50);
 2. a preprocessing kernel scans the gathered map and writes the per-token routing metadata
    (``metadata_preprocess_core``: ``local_expert_routing_map`` ``bool`` and
    ``dense_to_expert_map`` ``int32``, one each per received token and local expert):
-   :func:`preprocess`; without a token budget (``num_permuted_tokens``; Megatron's
+   :func:`preprocess`. Of each of the ``etp x ep x r`` gathered tokens it loads only the
+   columns of its own NVLink domain, ``C / domains`` (``scan`` in
+   ``backend/hybrid_ep_backend.cuh`` lines 4953-4955 and 5335-5337 at 94a9f8f6: the load starts
+   at ``node_rank x experts_per_rank x ranks_per_node``; the second pass re-reads a block's
+   sub-chunk, taken as hitting L2, an assumption); without a token budget (``num_permuted_tokens``; Megatron's
    ``moe_expert_rank_capacity_factor``, unset in the Bridge recipes) the stream is then
    synchronised to size the output (the token-count host sync of :mod:`sim.compute.moe`);
 3. the dispatch kernel sends each token once to every rank holding one of its experts (timed
@@ -95,16 +106,74 @@ def received_rows(r: int, sources: int, experts: int, top_k: int, local: int) ->
     return sources * r * hit_share(experts, top_k, local)
 
 
-def routing_map_bytes(r: int, experts: int, sources: int) -> float:
-    """Bytes of the gathered routing map: ``bool [r, E]`` from each of ``sources`` ranks."""
-    return float(r * experts * sources)
+def routing_map_bytes(r: int, columns: int, sources: int) -> float:
+    """Bytes of the gathered routing map: ``bool [r, C]`` from each of ``sources`` ranks, ``C``
+    the columns of a rank's map, ``etp x E`` (module doc, step 1).
+
+    Example: 3 tokens, 4 experts replicated over 2 expert-tensor ranks, 2 x 2 sources:
+    ``3 * 8 * 4 = 96`` bytes.
+
+    >>> routing_map_bytes(3, 2 * 4, 4)
+    96.0
+    """
+    return float(r * columns * sources)
 
 
-def preprocess(r: int, sources: int, experts: int, local: int) -> Kernel:
-    """The preprocessing kernel: reads the gathered map, writes the per-token metadata of
-    every received candidate (``sources * r`` tokens, ``local`` experts each; module doc)."""
-    return mem("hybridep_preprocess", routing_map_bytes(r, experts, sources)
-               + sources * r * local * MAP_BYTES)  # fmt: skip
+def preprocess(r: int, sources: int, columns: int, local: int, domains: int = 1) -> Kernel:
+    """The preprocessing kernel: reads of every gathered token (``sources * r``) its NVLink
+    domain's ``columns / domains`` map entries, writes the per-token metadata of every received
+    candidate (``sources * r`` tokens, ``local`` experts each; module doc, step 2).
+
+    Example: 3 tokens from 4 sources, 8 columns over 2 domains, 2 local experts:
+    ``12 * 4 + 12 * 2 * 5 = 168`` bytes.
+
+    >>> preprocess(3, 4, 8, 2, 2).bytes
+    168.0
+    """
+    read = sources * r * columns / domains
+    return mem("hybridep_preprocess", read + sources * r * local * MAP_BYTES)
+
+
+def replicate(r: int, experts: int, etp: int, fwd: bool) -> list[Kernel]:
+    """Megatron's copy of the ``[r, E]`` routing map (bool) and fp32 probabilities into
+    ``[r, etp x E]`` before HybridEP (``_initialize_metadata``'s ``expand(...).contiguous()``,
+    ``token_dispatcher.py``@d98e8a64 lines 1906-1917; module doc step 1): each read once and
+    written ``etp`` times; its backward sums the probabilities' gradients back over the
+    ``etp`` copies (read ``etp`` times, written once). None at ``etp`` 1 (the expand of a
+    size-1 axis is a view, ``contiguous`` copies nothing). The map's bool and the fp32
+    probabilities: ``(1 + 4)`` bytes per entry forward, ``4`` backward.
+
+    Example: 3 tokens, 4 experts, etp 2: ``12 * 5 + 24 * 5 = 180`` and ``24 * 4 + 12 * 4 = 144``.
+
+    >>> [k.bytes for k in replicate(3, 4, 2, True) + replicate(3, 4, 2, False)]
+    [180.0, 144.0]
+    """
+    if etp <= 1:
+        return []
+    entry = 1 + PROB_BYTES if fwd else PROB_BYTES
+    name = "flex_replicate" if fwd else "flex_replicate_bwd"
+    return [mem(name, float(r * experts * entry * (1 + etp)))]
+
+
+def dispatch_payload(row_bytes: float, columns: int, domains: int = 1) -> float:
+    """Bytes the forward dispatch moves per token and destination over the bytes of its
+    routed copy as :func:`sim.parallel.expert.expert_plan` counts it (the row and one fp32
+    probability): ``(row + 4 C / domains) / (row + 4)``. HybridEP sends a token with its NVLink
+    domain's probabilities, ``experts_per_rank x ranks_per_node = C / domains`` fp32 (of the
+    ``[r, etp x E]`` Megatron passes, module doc step 1), to every rank (over NVLink) and every
+    remote domain (over RDMA) it goes to (``dispatch_kernel``, ``FORWARD_DISPATCH``: the
+    ``cp_async_bulk`` of ``NUM_OF_EXPERTS_PER_RANK * NUM_OF_RANKS_PER_NODE`` floats per
+    destination, ``backend/hybrid_ep_backend.cuh`` lines 1340-1365 and 1638-1646 at 94a9f8f6;
+    RDMA lines 766-770). The dispatch's backward, a combine with the probabilities'
+    gradients, carries them back (an assumption: the same columns); the combine and its
+    backward carry none.
+
+    Example: rows of 8 bytes, 16 columns over 2 domains: ``(8 + 32) / (8 + 4) = 3.333``.
+
+    >>> round(dispatch_payload(8, 16, 2), 3)
+    3.333
+    """
+    return (row_bytes + PROB_BYTES * columns / domains) / (row_bytes + PROB_BYTES)
 
 
 def permute_fwd(received: float, rows: float, w: int, d: int) -> tuple[Kernel, Kernel]:

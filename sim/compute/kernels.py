@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from sim.compute import cudnn_attention, measured
 from sim.compute.fp8_attention_speed import fp8_hd64_bwd_rate_flops
-from sim.compute.ssd_speed import is_ssd, ssd_hbm_rate_Bps
+from sim.compute.ssd_speed import is_ssd, ssd_kernel_rate_Bps
 from sim.compute.stash_copy_speed import copy_time_s
 from sim.compute.swa_speed import windowed_rate_flops
 from sim.hardware.gpu_compute import ComputeSpec
@@ -176,7 +176,7 @@ def kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
 def _kernel_time_s(kern: Kernel, spec: ComputeSpec, dtype: str) -> float:
     """:func:`kernel_time_s` without the kernel's ``slowdown``."""
     if is_ssd(kern):  # Mamba-2's scan kernels at their measured bandwidth (sim.compute.ssd_speed)
-        hbm = ssd_hbm_rate_Bps(spec.hbm_bandwidth_Bps, spec.sm_count)
+        hbm = ssd_kernel_rate_Bps(kern, spec.hbm_bandwidth_Bps, spec.sm_count)
         if kern.kind == "gemm":
             return gemm_time_s(kern, spec, dtype, hbm)
         return spec.kernel_overhead_s + kern.bytes / hbm

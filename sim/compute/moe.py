@@ -191,7 +191,9 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
         sources = shape.experts // max(1, local) * etp
         across = shape.hybridep_domains > 1  # probabilities over the etp x ep group's experts
         stage = [hybridep.rdma_stage(r, w, d, e * etp, True)] if across else []
-        return out + latent + [hybridep.preprocess(r, sources, e, local)] + sync + stage
+        prep = hybridep.preprocess(r, sources, e * etp, local, shape.hybridep_domains)
+        rep = hybridep.replicate(r, e, etp, True)  # [r, etp x E] for the flex dispatcher
+        return out + latent + rep + [prep] + sync + stage
     permute = _permute("permute", r * w * d + r * k * w * d, r, k, w, d)
     return out + sync + latent + row_id_map(r, e) + [permute]  # TE's row map first
 
@@ -331,6 +333,7 @@ def moe_bwd(
     dx, dw = dx + ldx, dw + ldw
     topk = [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES))]
     topk += fused_extra_bwd(r, e, d, shape.aux_loss)  # sim.compute.router_fused
+    dx += hybridep.replicate(r, e, etp, False) if shape.hybridep else []
     dx += topk if shape.router_fused else router_bwd(r, e, k)
     dx.append(gemm("d_router_in", r, h, e, d))
     dw.append(gemm("d_router_w", h, e, r, d))

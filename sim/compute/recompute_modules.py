@@ -190,6 +190,7 @@ def _in_moe(k: Kernel) -> bool:
         "router",
         "router_topk",
         "token_count_sync",
+        "flex_replicate",
         "hybridep_preprocess",
         "hybridep_rdma_stage",
         "permute",

@@ -17,9 +17,33 @@ by :func:`sim.compute.ssm._scan_fwd`'s count (without the gate ``z``); less five
 ``kernel_overhead_s`` (5 us, dgx-h100) that is **0.410 of the H100's 3.35 TB/s**
 (:data:`SSD_HBM_FRACTION`; ``tests/test_ssd_speed.py`` recomputes it).
 
-**Use.** Every ``ssd_*`` kernel (forward and backward) moves its bytes at
-:func:`ssd_hbm_rate_Bps` instead of the preset's ``hbm_efficiency``; its FLOPs bound it as a
-GEMM's would. Assumption: the backward kernels (not measured) run at the forward's rate.
+**Use.** Every ``ssd_*`` kernel moves its bytes at :func:`ssd_hbm_rate_Bps` instead of the
+preset's ``hbm_efficiency``; its FLOPs bound it as a GEMM's would. The backward's own kernels
+(``*_bwd*``: :func:`is_ssd_bwd`) move theirs at :data:`SSD_BWD_RATE_RATIO` of that rate; the
+forward kernels the backward recomputes (cumsum, ``CB``, chunk states, state passing) keep it.
+
+**Backward measurement** (:data:`SSD_BWD_RATE_RATIO`): the TFLA paper's constant-token
+kernel benchmark (Beck et al., "Tiled Flash Linear Attention", arXiv:2503.14376; its data
+NX-AI/mlstm_kernels@39d3c61
+``notebooks/plots_mlstm_kernel_benchmark_tfla_paper/mlstm_tfla_paper_consttoken_benchmark_results_rerun.p``,
+H100) times ``mamba_ssm``'s ``mamba_split_conv1d_scan_combined`` (Megatron's training call)
+forward and forward + backward: 128 heads of 64, 1 group, state 64, chunk 256, conv 4, bf16,
+65,536 tokens a call (``scripts/run_training_kernel_benchmarks.py``
+``consttoken_benchmark_mamba``, lines 568-706; ``mlstm_kernels/utils/benchmark/benchmarks/
+training_kernel_benchmarks.py`` ``MambaKernelBenchmark``). At 8 x 8192: forward 7.074 ms,
+forward + backward 44.376 ms. The harness adds, in the timed backward, the gradient of
+``out[0]`` (zeros of ``out``), the bf16 -> fp32 copy back to its fp32 leaf ``zxbcdt`` and the
+gradient accumulated in place into that leaf's ``.grad`` (no ``grad_to_none``: 2 + 4 and
+4 + 4 + 4 bytes an element of ``zxbcdt``; its peak memory, 21.6 GB against 6.1 GB forward,
+holds both fp32 gradients). With those, the conv (2 and 3 passes over ``xBC``) and the
+recomputed forward kernels priced as pipesim prices them, the forward's five kernels move
+their 7.365 GB (:func:`sim.compute.ssm._scan_fwd`) at 1.173 TB/s and the backward's own
+eleven kernels their 22.297 GB at 0.869 TB/s: **0.741** of the forward's rate (0.728-0.746
+over the benchmark's other batch x sequence splits). ``tests/test_ssd_speed.py``
+recomputes it. Assumptions: the harness's PyTorch copies at the preset's
+``hbm_efficiency``; the ratio of this January 2025 ``mamba_ssm`` carried to today's kernels
+and to other shapes and GPUs. (That forward itself runs at 0.350 of the H100's HBM, 15 %
+slower than vllm#27299's 0.410 at state 128: not used, the forward keeps vllm's figure.)
 
 **Another GPU: per SM, not per byte of HBM.** The kernels are bound inside the SM (few warps
 per SM, TRT-LLM#11345 above), and an occupancy-bound kernel moves what its resident warps have
@@ -44,9 +68,11 @@ through ``mamba_split_conv1d_scan_combined``.
 model (``d_model`` 2048, 48 layers, batch 4 x 4096, bf16) training at 102.5 / 239.2 / 360.4
 TFLOP/s on A100 / H200 / GB200; its step-time ratios (the FLOP formula cancels) are GB200 /
 H200 x1.507 and H200 / A100 x2.334, where these kernels with the rest of the layer give
-x1.386 and x2.243 (``benchmarks/accuracy/mamba2_gpu_ratio.py``; the scan is 55 % of the
+x1.357 and x2.189 (``benchmarks/accuracy/mamba2_gpu_ratio.py``; the scan is 60 % of the
 GB200 step). So the per-SM carry does not make Blackwell too fast: if anything pipesim's
-GB200 is 8 % slow against its H200 here.
+GB200 is 10 % slow against its H200 here. If the issue's TFLOP/s count at least ``6 N T``,
+its steps last at least 338 / 510 / 1190 ms where pipesim gives 323 / 438 / 959 ms (-5 / -14 /
+-19 %; -15 / -22 / -25 % with the backward at the forward's rate).
 """
 
 from __future__ import annotations
@@ -62,8 +88,13 @@ H100_HBM_Bps = 3.35e12
 SSD_SM_RATE_Bps = SSD_HBM_FRACTION * H100_HBM_Bps / H100_SM_COUNT
 """Bytes per second one SM moves running the SSD kernels: the measured H100 rate over its SMs
 (module doc: "Another GPU"), 10.4 GB/s."""
+SSD_BWD_RATE_RATIO = 0.741
+"""Bytes per second of the scan's backward kernels over the forward kernels' (module doc:
+"Backward measurement", the TFLA benchmark's ``mamba_split_conv1d_scan_combined`` on an H100)."""
 SSD_PREFIX = "ssd_"
 """Names of the scan's kernels in :mod:`sim.compute.ssm` start with this."""
+SSD_BWD_MARK = "_bwd"
+"""Names of the backward's own scan kernels contain this (not the forward ones it recomputes)."""
 
 
 class _Kernel(Protocol):
@@ -74,6 +105,25 @@ class _Kernel(Protocol):
 def is_ssd(kern: _Kernel) -> bool:
     """Whether ``kern`` is one of the SSD scan's Triton kernels (module doc)."""
     return kern.name.startswith(SSD_PREFIX)
+
+
+def is_ssd_bwd(kern: _Kernel) -> bool:
+    """Whether ``kern`` is one of the scan's backward kernels (module doc: "Use")."""
+    return is_ssd(kern) and SSD_BWD_MARK in kern.name
+
+
+def ssd_kernel_rate_Bps(kern: _Kernel, hbm_bandwidth_Bps: float, sm_count: int) -> float:
+    """Bytes per second the SSD kernel ``kern`` moves: :func:`ssd_hbm_rate_Bps`, times
+    :data:`SSD_BWD_RATE_RATIO` for a backward kernel (module doc: "Use").
+
+    Example:
+        >>> class K:
+        ...     name = "ssd_bwd_dx"
+        >>> round(ssd_kernel_rate_Bps(K(), 3.35e12, 132) / 1e12, 4)
+        1.0178
+    """
+    rate = ssd_hbm_rate_Bps(hbm_bandwidth_Bps, sm_count)
+    return rate * SSD_BWD_RATE_RATIO if is_ssd_bwd(kern) else rate
 
 
 def ssd_hbm_rate_Bps(hbm_bandwidth_Bps: float, sm_count: int) -> float:

@@ -94,6 +94,7 @@ from functools import partial
 import simpy
 
 from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
+from sim.comm.p2p_net import peer_rate_Bps
 from sim.comm.rings import PEER_KINDS
 from sim.engine.fifo_link import LATE, Bulk, EndOfInstant, FifoLink
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
@@ -272,12 +273,17 @@ class Links:
         """Uncontended seconds of moving ``nbytes`` over ``route`` from ``src`` to ``dst``: an
         NCCL send between two GPUs that run NCCL by NCCL's model (:func:`sim.comm.nccl.
         p2p_time_s`: its protocol's latency, the path's NCCL rate); any other transfer by
-        :func:`~sim.hardware.transfer.transfer_time_s` (the links' latencies and rate)."""
+        :func:`~sim.hardware.transfer.transfer_time_s` (the links' latencies and rate). An
+        NCCL send between servers moves at most at its p2p channels' rate
+        (:func:`sim.comm.p2p_net.peer_rate_Bps`)."""
+        kinds = {lk.kind for lk in route}
+        rate = min(lk.rate_Bps(nccl) for lk in route)
+        if nccl and NETWORK in kinds and self.topology.fabric is not None:  # p2p channels
+            rate = min(rate, peer_rate_Bps(rate, self.topology.fabric.nccl_p2p_channels))
         if nccl and _runs_nccl(self.topology, src) and _runs_nccl(self.topology, dst):
-            kinds = {lk.kind for lk in route}
-            hw = NET if "network" in kinds else NVLINK if kinds <= PEER_KINDS else PCI
-            return p2p_time_s(hw, min(lk.rate_Bps(True) for lk in route), nbytes)
-        return transfer_time_s(route, nbytes, nccl=nccl)
+            hw = NET if NETWORK in kinds else NVLINK if kinds <= PEER_KINDS else PCI
+            return p2p_time_s(hw, rate, nbytes)
+        return transfer_time_s(route, nbytes, rate, nccl=nccl)
 
     def transfer(
         self, src: str, dst: str, nbytes: float, kind: str, name: str, stream: str, **tags

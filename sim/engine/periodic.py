@@ -18,8 +18,9 @@ whole periods inserted at those cuts (:func:`~sim.engine.period_program.splice_r
 inserts the ``m - M`` missing micro-batches' periods at each iteration's cut: every later
 event, memory change and iteration end moves by ``(m - M) / q`` periods per cut passed. The
 peaks are the short run's (the inserted periods repeat a period it ran). The returned log is
-the full run's log without the inserted periods (a gap at each cut; the micro-batch numbers
-after a cut are the short run's); :class:`Repeated` carries one period's events and how many
+the full run's log without the inserted periods (a gap at each cut, ``log.meta["periodic_gaps_s"]``:
+``[start_s, end_s]`` per cut, which the timeline plot shades; the micro-batch numbers after a
+cut are the short run's); :class:`Repeated` carries one period's events and how many
 times the metrics' window left them out, which :func:`sim.metrics.compute_metrics` adds to
 its sums.
 
@@ -214,7 +215,9 @@ def _splice(
     q, delta = periods[0].microbatches, periods[0].delta_s
     count = (m - short) // q
     cuts = [per.cut_s for per in periods]
-    moved = _insert(log, cuts, [per.delta_s * count for per in periods])
+    shifts = [per.delta_s * count for per in periods]
+    moved = _insert(log, cuts, shifts)
+    log.meta["periodic_gaps_s"] = [[c, c + s] for c, s in zip(moved, shifts, strict=True)]
     t0, t1, _ = steady_window(
         log.iteration_ends_s,
         schedule.stages,
@@ -226,7 +229,7 @@ def _splice(
     log.meta["periodic"] = (
         f"periodic: {short} of {m} micro-batches per iteration simulated; {count} "
         f"steady-state periods of {q} micro-batch(es), {delta:.6g} s each, inserted per "
-        "iteration (not in the event log)"
+        "iteration (not in the event log: the spans in meta['periodic_gaps_s'], seconds)"
     )
     return Repeated(periods[-1].events, count * inside)
 

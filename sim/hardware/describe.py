@@ -58,14 +58,15 @@ def _relays(topo: Topology, route: tuple[Link, ...]) -> list[str]:
 
 
 def gpu_table(topo: Topology) -> Table:
-    """One row per GPU: model, memory (GiB), peak TFLOPS, HBM GB/s, host, host route GB/s."""
+    """One row per GPU: model, memory (GiB), dense fp16/bf16 tensor peak TFLOPS, HBM GB/s, host,
+    host route GB/s."""
     table = Table(title=f"{topo.name}: GPUs")
-    for col in ("GPU", "model", "memory GiB", "peak TFLOPS", "HBM GB/s", "host"):
+    for col in ("GPU", "model", "memory GiB", "16-bit dense TFLOPS", "HBM GB/s", "host"):
         table.add_column(col, justify="left" if col in ("GPU", "model", "host") else "right")
     table.add_column("to host GB/s", justify="right")
     table.add_column("from host GB/s", justify="right")
-    for g in topo.gpus:
-        table.add_row(
+    rows = [
+        [
             g.name,
             g.model,
             f"{g.memory_bytes / _GIB:.1f}",
@@ -74,7 +75,10 @@ def gpu_table(topo: Topology) -> Table:
             g.host,
             f"{topo.route_bandwidth_Bps(g.name, g.host) / _GB:.1f}",
             f"{topo.route_bandwidth_Bps(g.host, g.name) / _GB:.1f}",
-        )
+        ]
+        for g in topo.gpus
+    ]
+    _add_rows(table, topo, rows, varying=(0, 5))
     return table
 
 
@@ -86,6 +90,7 @@ def host_table(topo: Topology) -> Table:
     table.add_column("host")
     for col in ("DRAM GB", "DRAM GiB", "Adam params/s", "op / bwd op / ckpt us"):
         table.add_column(col, justify="right")
+    rows: list[list[str]] = []
     for h in topo.hosts:
         o = h.overhead
         per_op = (
@@ -94,13 +99,16 @@ def host_table(topo: Topology) -> Table:
             else f"{o.op_s * 1e6:.3g} / {o.backward_op_s * 1e6:.3g} / {o.checkpoint_s * 1e6:.3g}"
             + ("" if o.eager else f" ({o.mode}: 0)")
         )
-        table.add_row(
-            h.name,
-            f"{h.dram_bytes / _GB:.0f}",
-            f"{h.dram_bytes / _GIB:.0f}",
-            f"{h.adam_params_per_s:.3g}",
-            per_op,
+        rows.append(
+            [
+                h.name,
+                f"{h.dram_bytes / _GB:.0f}",
+                f"{h.dram_bytes / _GIB:.0f}",
+                f"{h.adam_params_per_s:.3g}",
+                per_op,
+            ]
         )
+    _add_rows(table, topo, rows, varying=(0,))
     return table
 
 
@@ -109,10 +117,49 @@ def link_table(topo: Topology) -> Table:
     table = Table(title=f"{topo.name}: links (bandwidth per direction)")
     for col in ("link", "kind", "GB/s", "latency us"):
         table.add_column(col, justify="right" if col in ("GB/s", "latency us") else "left")
-    for lk, rev in _pairs(topo):
-        name = f"{lk.src} <-> {lk.dst}" if rev else f"{lk.src} -> {lk.dst}"
-        table.add_row(name, lk.kind, f"{lk.bandwidth_Bps / _GB:.2f}", f"{lk.latency_s * 1e6:.1f}")
+    rows = [
+        [
+            f"{lk.src} <-> {lk.dst}" if rev else f"{lk.src} -> {lk.dst}",
+            lk.kind,
+            f"{lk.bandwidth_Bps / _GB:.2f}",
+            f"{lk.latency_s * 1e6:.1f}",
+        ]
+        for lk, rev in _pairs(topo)
+    ]
+    _add_rows(table, topo, rows, varying=(0,))
     return table
+
+
+MATRIX_GPUS = 16
+"""Above this many GPUs ``sim hardware show`` merges runs of equal rows and summarizes the
+route matrix (72 x 72 cells do not fit a terminal); ``--json`` lists every one."""
+
+
+def _add_rows(
+    table: Table, topo: Topology, rows: list[list[str]], varying: tuple[int, ...]
+) -> None:
+    """Add ``rows`` to ``table``; above :data:`MATRIX_GPUS` GPUs, consecutive rows equal but
+    for the ``varying`` columns become one, those columns written ``first .. last`` and the
+    first with the count (``gpu0 .. gpu71 (72)``)."""
+    if topo.num_gpus <= MATRIX_GPUS:
+        for row in rows:
+            table.add_row(*row)
+        return
+    same = [i for i in range(len(rows[0]))] if rows else []
+    same = [i for i in same if i not in varying]
+    i = 0
+    while i < len(rows):
+        j = i + 1
+        while j < len(rows) and all(rows[j][k] == rows[i][k] for k in same):
+            j += 1
+        row = list(rows[i])
+        if j - i > 1:
+            for k in varying:
+                first, last = rows[i][k], rows[j - 1][k]
+                row[k] = first if first == last else f"{first} .. {last}"
+            row[varying[0]] += f" ({j - i})"
+        table.add_row(*row)
+        i = j
 
 
 def route_table(topo: Topology) -> Table:
@@ -121,6 +168,8 @@ def route_table(topo: Topology) -> Table:
     A cell names the GPUs and hosts a route relays through, e.g. ``24.0 (gpu4)``; switches
     are not named.
     """
+    if topo.num_gpus > MATRIX_GPUS:
+        return _route_summary(topo)
     table = Table(title=f"{topo.name}: GPU-to-GPU route bandwidth, GB/s (relays in brackets)")
     table.add_column("from \\ to")
     for g in topo.gpus:
@@ -136,6 +185,31 @@ def route_table(topo: Topology) -> Table:
             bw = f"{topo.route_bandwidth_Bps(src.name, dst.name) / _GB:.1f}"
             cells.append(f"{bw} ({', '.join(relays)})" if relays else bw)
         table.add_row(src.name, *cells)
+    return table
+
+
+def _route_summary(topo: Topology) -> Table:
+    """The route matrix of a topology above :data:`MATRIX_GPUS` GPUs as one row per distinct
+    bottleneck bandwidth and relay count: how many ordered GPU pairs, and the first of them."""
+    groups: dict[tuple[float, int], list[tuple[str, str, list[str]]]] = {}
+    for src in topo.gpus:
+        for dst in topo.gpus:
+            if src is not dst:
+                relays = _relays(topo, topo.route(src.name, dst.name))
+                bw = topo.route_bandwidth_Bps(src.name, dst.name) / _GB
+                groups.setdefault((round(bw, 1), len(relays)), []).append(
+                    (src.name, dst.name, relays)
+                )
+    table = Table(
+        title=f"{topo.name}: GPU-to-GPU routes",
+        caption=f"{topo.num_gpus} GPUs: ordered pairs grouped by bottleneck GB/s (--json: each)",
+    )
+    for col in ("GB/s", "relays", "GPU pairs", "e.g."):
+        table.add_column(col, justify="left" if col == "e.g." else "right")
+    for (bw, hops), pairs in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        a, b, relays = pairs[0]
+        example = f"{a} -> {b}" + (f" ({', '.join(relays)})" if relays else "")
+        table.add_row(f"{bw:.1f}", str(hops), str(len(pairs)), example)
     return table
 
 

@@ -57,6 +57,8 @@ class RailFatTree:
             NIC links' NCCL rate; None: ``nic_Bps``.
         source: where the NIC, switch and latency figures come from (the description's
             ``network.source``), for people; "" when the description gives none.
+        nccl_p2p_channels: NCCL's p2p channels per network peer (2 up to NCCL 2.28); None:
+            NCCL >= 2.29.2's count from the NIC rate (:mod:`sim.comm.p2p_net`).
 
     Raises:
         ValueError: a count below 1, a bandwidth or oversubscription not positive.
@@ -78,10 +80,15 @@ class RailFatTree:
     technology: str = ""
     nccl_nic_Bps: float | None = None
     source: str = ""
+    nccl_p2p_channels: int | None = None
 
     def __post_init__(self) -> None:
-        if min(self.servers, self.gpus_per_server, self.servers_per_leaf) < 1:
-            raise ValueError("servers, gpus_per_server and servers_per_leaf must be >= 1")
+        if min(self.servers, self.gpus_per_server, self.servers_per_leaf) < 1 or (
+            self.nccl_p2p_channels is not None and self.nccl_p2p_channels < 1
+        ):
+            raise ValueError(
+                "servers, gpus_per_server, servers_per_leaf and nccl_p2p_channels must be >= 1"
+            )
         if self.nic_Bps <= 0 or self.oversubscription <= 0 or self.latency_s < 0:
             raise ValueError("nic_Bps and oversubscription must be > 0, latency_s >= 0")
 

@@ -97,6 +97,13 @@ class NetworkSpec(BaseModel):
         "NCCL source), each figure without one labelled 'assumption'; sim hardware show "
         "prints it in its sources table. Empty: the figures are labelled an assumption.",
     )
+    nccl_p2p_channels_per_peer: int | None = Field(
+        default=None,
+        ge=1,
+        description="NCCL's p2p channels per network peer, each carrying at most 14 GB/s "
+        "(sim.comm.p2p_net): 2 up to NCCL 2.28 (an overlay sets it for software that old); "
+        "default: NCCL >= 2.29.2's count from nccl_nic_bandwidth (4 at 48 GB/s, 8 at 96).",
+    )
 
     def fabric(self, servers: int, gpus_per_server: int) -> RailFatTree:
         """The :class:`~sim.hardware.fabric.RailFatTree` this describes for ``servers``."""
@@ -110,6 +117,7 @@ class NetworkSpec(BaseModel):
             self.technology,
             self.nccl_nic_bandwidth,
             self.source,
+            self.nccl_p2p_channels_per_peer,
         )
 
 

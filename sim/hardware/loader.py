@@ -106,11 +106,20 @@ def read_yaml(text: str, *, file: str | None = None) -> Any:
 
 def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
     known = list_presets()
-    m = MULTI_SERVER.match(name) or NVL_DOMAINS.match(name)
+    several, nvl_m = MULTI_SERVER.match(name), NVL_DOMAINS.match(name)
+    m = several or nvl_m
     server = m.group(m.lastindex or 0) if m else name
-    close = [k for k in known if k.startswith(server)] or difflib.get_close_matches(
-        server, known, n=1
+    pool = cluster_presets() if several else known
+    close = [k for k in pool if k.startswith(server)] or difflib.get_close_matches(
+        server, pool, n=1
     )
+    if several:  # the whole name, as it would load: '8x-dgx-h200' for '8x-dgx-h200x'
+        close = [f"{several.group(1)}x-{c}" for c in close]
+    elif nvl_m:
+        d, n = nvl_m.group(1), nvl_m.group(2)
+        close = [
+            f"nvl{d}x{n}-{c.removesuffix(f'-nvl{d}')}" for c in close if c.endswith(f"-nvl{d}")
+        ]
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     nvl = [k for k in known if re.search(r"-nvl\d+$", k)]
     forms = (

@@ -17,7 +17,8 @@ File format (YAML)::
 
 Overlays shipped with pipesim (``sim/hardware/overlays/NAME.yaml``, package data) describe a
 machine whose measured runs are in the project's checking data: :func:`bundled_overlay` reads one
-by name (``simumax-b200``: SimuMax's B200 node, which its validation runs use).
+by name (``simumax-b200``: SimuMax's B200 node, which its validation runs use; ``nccl-2.28``:
+NCCL's p2p channels per network peer before 2.29.2, which old Megatron-Bridge releases ship).
 
 Only the keys of :data:`ALLOWED` may be set (the figures calibration fits, and the host
 overheads ``sim calibrate --device cuda`` measures); values take the units hardware files
@@ -39,7 +40,9 @@ ALLOWED: dict[str, frozenset[str] | None] = {
         "matmul_efficiency", "attention_efficiency", "hbm_efficiency", "kernel_overhead",
         "nccl_nvlink_bandwidth", "tp_module_overhead", "action_overhead", "optimizer_step",
     }),
-    "network": frozenset({"nccl_nic_bandwidth", "nic_bandwidth", "latency"}),
+    "network": frozenset({
+        "nccl_nic_bandwidth", "nic_bandwidth", "latency", "nccl_p2p_channels_per_peer",
+    }),
     "host_overhead": None,
 }  # fmt: skip
 """Sections and keys an overlay may set (None: any key of that section)."""

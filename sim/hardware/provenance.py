@@ -68,7 +68,7 @@ def figure_sources(topo: Topology) -> list[tuple[str, str]]:
     desc = server.description
     rows = [
         ("GPUs: memory GiB (as CUDA reports it)", memory_source(server)),
-        ("GPUs: peak TFLOPS, HBM GB/s", _or_assumption(desc, DESCRIPTION)),
+        ("GPUs: 16-bit dense TFLOPS, HBM GB/s", _or_assumption(desc, DESCRIPTION)),
         ("GPUs: to / from host GB/s; GPU-to-GPU route GB/s", ROUTE),
         ("hosts: DRAM GB, Adam params/s", _or_assumption(desc, DESCRIPTION)),
         ("links: GB/s, latency us", _or_assumption(desc, DESCRIPTION)),

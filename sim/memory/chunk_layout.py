@@ -13,7 +13,12 @@ from sim.hardware.host_memory import cached_pinned_bytes
 from sim.memory.chunks import pack, steady_misses, utilization
 from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes
-from sim.memory.memtracer import PINNED_ROUNDING, chunkable_gpu_bytes, gpu_adam_chunks
+from sim.memory.memtracer import (
+    PINNED_ROUNDING,
+    chunkable_gpu_bytes,
+    gpu_adam_chunk_count,
+    gpu_adam_chunks,
+)
 from sim.memory.plan import StagePlan
 from sim.memory.reserve import overhead
 from sim.memory.tensors import stage_groups
@@ -129,7 +134,8 @@ def chunk_layout(
 def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout, msc: bool = False) -> int:
     """Optimizer chunk groups (fp32 weight, momentum, variance) kept and updated on the GPU:
     hybrid Adam's margin (:func:`~sim.memory.memtracer.gpu_adam_chunks`; ``msc``: the tracer
-    counts one remote chunk, not a group's, False for ``v045``), within what the chunks may use
+    counts one remote chunk, not a group's, False for ``v045``) as the step counts its chunks
+    (:func:`~sim.memory.memtracer.gpu_adam_chunk_count`), within what the chunks may use
     during a forward or backward next to the resident 16-bit chunks (otherwise PatrickStar
     evicts them to the host), and only for resident chunks."""
     if ctx.state.optimizer <= 0:
@@ -139,7 +145,8 @@ def gpu_optimizer_chunks(ctx: StageContext, lay: ChunkLayout, msc: bool = False)
     margin = gpu_adam_chunks(ctx.capacity_bytes, lay.sys_bytes, lay.chunks, w, e, d, msc)
     staging = 2 * STAGING * e * d if lay.streamed else 0.0
     room = (lay.free_bytes - lay.resident * lay.slot_bytes - staging) / (e * ctx.state.optimizer)
-    return max(0, min(lay.real, lay.resident, math.floor(margin), math.floor(room)))
+    count = gpu_adam_chunk_count(margin)
+    return max(0, min(lay.real, lay.resident, count, math.floor(room)))
 
 
 def host_chunk_bytes(ctx: StageContext, lay: ChunkLayout, os_gpu_chunks: int) -> float:

@@ -19,8 +19,9 @@ memory as CUDA reports it (``torch.cuda.get_device_properties(rank).total_memory
   (``n`` chunks owned, plus one group's remote chunks), or ``n * 2C + 2C`` with MSC from
   b4cd853 (2021-12-16; at 2384535 ``client.py`` 311-334); up to v0.4.5 the group's with MSC
   too (e98f4e1 ``client.py`` 307-321); ``margin / (12 C) * margin_use_ratio``
-  (default 0.8) chunks of fp32 parameter, momentum and variance are updated on the GPU
-  ("12 = 4 + 4 + 4 fp32 + m + v"); the rest go through CPU Adam.
+  (default 0.8) chunk groups of fp32 parameter, momentum and variance may be updated on the
+  GPU ("12 = 4 + 4 + 4 fp32 + m + v"): the step's first ``ceil(margin) - 1`` owned chunks
+  (:func:`gpu_adam_chunk_count`); the rest go through CPU Adam.
 * **Host** (``__init__``): ``overall_cpu_mem = psutil total * overall_cpu_mem_ratio (0.8) /
   world_size``: chunks a rank may keep in host DRAM. ``psutil``'s total is ``MemTotal``
   (:func:`sim.hardware.host_memory.os_usable_bytes`). On one server ``world_size`` is its ranks.
@@ -42,6 +43,7 @@ best utilization (:func:`search_score`; the search times nothing).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sim.hardware.host_memory import EXACT
@@ -105,6 +107,21 @@ def gpu_adam_chunks(
     fp16 = owned * chunk_elems * d + remote * chunk_elems * d
     margin = overall_gpu_bytes(cuda_total_bytes) - sys_bytes - fp16
     return max(0.0, margin / (chunk_elems * OS_BYTES) * MARGIN_USE_RATIO)
+
+
+def gpu_adam_chunk_count(margin: float) -> int:
+    """Optimizer chunks hybrid Adam updates on the GPU for a margin of ``margin`` chunk groups
+    (:func:`gpu_adam_chunks`): ``FP32ChunkReadBuffer.access_from_cache`` counts the owned chunks
+    as the step visits them, ``cached_chunk_num += 1``, and sends a chunk to the GPU while
+    ``cached_chunk_num < margin_chunk_num_for_gpu_adam`` (Tencent/PatrickStar@4ef26cc
+    ``patrickstar/ops/chunk_io_buff.py`` 235-236; the same at 6ee4fe8 and 2384535): chunks
+    1, 2, ... strictly below the margin, ``ceil(margin) - 1`` of them (``floor(margin)`` but for
+    a whole margin, which gets one fewer), never fewer than 0.
+
+    >>> gpu_adam_chunk_count(3.62), gpu_adam_chunk_count(3.0), gpu_adam_chunk_count(0.4)
+    (3, 2, 0)
+    """
+    return max(0, math.ceil(margin) - 1)
 
 
 def host_chunk_cap_bytes(mem_total_bytes: float, ranks: int) -> float:

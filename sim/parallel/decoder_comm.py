@@ -7,7 +7,8 @@ experts; and of the routed rows around the experts, expert tensor parallelism), 
 :class:`~sim.parallel.megatron.LayerComm`; the expert- and context-parallel ones as
 :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and direction, and before the
 forward's dispatch the all-gather of the token counts of a dropless layer, :data:`COUNT_BYTES`,
-or with HybridEP of the routing map, :func:`~sim.compute.hybridep.routing_map_bytes`; the
+or with HybridEP of the routing map, :func:`~sim.compute.hybridep.routing_map_bytes`, whose
+dispatch carries each token's probabilities, :func:`~sim.compute.hybridep.dispatch_payload`; the
 attention's exchanges, ring steps hiding under ``1/cp`` of the attention core). Split from
 :mod:`sim.parallel.decoder_shard`, which calls both per layer kind
 (:mod:`sim.parallel.decoder_scale`).
@@ -15,9 +16,11 @@ attention's exchanges, ring steps hiding under ``1/cp`` of the attention core). 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sim.compute.decoder import ATTN, DecoderShape, tokens
 from sim.compute.decoder_shape import base_kind
-from sim.compute.hybridep import routing_map_bytes
+from sim.compute.hybridep import dispatch_payload, routing_map_bytes
 from sim.events import EventKind
 from sim.parallel.context import context_comm
 from sim.parallel.decoder_split import attention_dims
@@ -103,8 +106,12 @@ def group_ops(
         )
         if m.moe.hybridep:  # HybridEP gathers the routing map instead (sim.compute.hybridep)
             _, r = tokens(m, b, par.tp, par.sp, par.cp)
-            nb = routing_map_bytes(r, m.moe.experts, par.ep * par.expert_tp)
+            cols = m.moe.experts * par.expert_tp  # replicated over the expert-tensor ranks
+            nb = routing_map_bytes(r, cols, par.ep * par.expert_tp)
             fwd.append(GroupOp("ep", "all_gather", nb))
+            scale = dispatch_payload(m.moe.row_width * d, cols, m.moe.hybridep_domains)
+            pairs = tuple(tuple(x * scale for x in row) for row in plan.dispatch)
+            a2a = (replace(a2a[0], pairs=pairs), a2a[1])  # with the domain's probabilities
         elif not (m.moe.capacity_factor is not None and m.moe.pad_to_capacity):
             fwd.append(GroupOp("ep", "all_gather", float(COUNT_BYTES * m.moe.experts * par.ep)))
         fwd += a2a

@@ -186,16 +186,8 @@ def with_comm_ops(layer: LayerProfile, comm: LayerComm) -> LayerProfile:
     return replace(layer, fwd_ops=fwd, bwd_ops=bwd)
 
 
-def head_comm(
-    b: int,
-    s: int,
-    h: int,
-    d: int,
-    t: int,
-    sp: bool,
-    regather: bool = False,
-    fusion: str = "unfused",
-) -> LayerComm:
+def head_comm(b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False,
+              fusion: str = "unfused") -> LayerComm:  # fmt: skip
     """Vocabulary-parallel output layer and cross-entropy (module doc; ``regather``: the
     output layer's input all-gathered again in the backward with ``sp``; ``fusion``: the loss,
     :func:`loss_comm`)."""
@@ -207,17 +199,8 @@ def head_comm(
     return LayerComm(ce, (CommOp(AR, x),))
 
 
-def layer_comm(
-    kind: str,
-    b: int,
-    s: int,
-    h: int,
-    d: int,
-    t: int,
-    sp: bool,
-    regather: bool = False,
-    fusion: str = "unfused",
-) -> LayerComm:
+def layer_comm(kind: str, b: int, s: int, h: int, d: int, t: int, sp: bool, regather: bool = False,
+               fusion: str = "unfused") -> LayerComm:  # fmt: skip
     """The collectives of a layer of ``kind`` (``embedding``, ``head``; anything else is a
     block): :func:`embedding_comm`, :func:`head_comm` (its loss ``fusion``) or
     :func:`block_comm`."""

@@ -54,7 +54,7 @@ class Advice:
 
     def text(self) -> str:
         """One line for the table and the CSV."""
-        head = f"{self.category} overflows ({self.over_bytes / GIB:.2f} GiB over)"
+        head = f"{self.over_bytes / GIB:.2f} GiB over capacity (largest category: {self.category})"
         if self.point is None:
             return f"{head}; no single change of dist_opt, recompute, b, tp, pp fits"
         return f"{head}; fits with {self.change} ({self.device_bytes / GIB:.2f} GiB)"

@@ -65,7 +65,8 @@ def _check(prep: Prepared, name: str, field: str) -> str:
         model = gpu.model if gpu is not None else "this hardware's GPU"
         raise InputError(
             f"{name} runs {low.recipe.format} GEMMs, which {model} has no rate for "
-            "(gpu.low_precision of the hardware: MXFP8 and NVFP4 need Blackwell)",
+            "(gpu.low_precision of the hardware: FP8 GEMMs need Hopper or Blackwell, MXFP8 "
+            "and NVFP4 Blackwell)",
             file=prep.file,
             field=field,
         )

@@ -301,7 +301,8 @@ def check_options(prep: Prepared) -> None:
     Raises:
         InputError: a boundary out of range, not starting at 0 or not increasing; a placement
             that is not rectangular, names a GPU the hardware lacks, or uses one twice;
-            ``sweep.gpus`` and ``sweep.dp_width`` both set.
+            ``sweep.gpus`` and ``sweep.dp_width`` both set; ``options.fsdp_reshard_after_forward``
+            in a grid without FSDP (``sweep.dp_shard`` 1 throughout).
     """
     opts, file = prep.exp.options, prep.file
     if prep.exp.sweep.gpus is not None and "dp_width" in prep.exp.sweep.model_fields_set:
@@ -309,6 +310,14 @@ def check_options(prep: Prepared) -> None:
             "set either sweep.gpus (dp_width follows from it) or sweep.dp_width, not both",
             file=file,
             field="sweep.dp_width",
+        )
+    if opts.fsdp_reshard_after_forward is not None and set(as_list(prep.exp.sweep.dp_shard)) == {1}:
+        raise InputError(
+            "applies to FSDP only, and sweep.dp_shard is 1 (no FSDP) in every configuration, "
+            "so it would change nothing: remove it, or set sweep.dp_shard (e.g. -1: all of "
+            "dp_width)",
+            file=file,
+            field="options.fsdp_reshard_after_forward",
         )
     if opts.boundaries is not None:
         b = opts.boundaries
@@ -380,6 +389,15 @@ def _tensor_invalid(prep: Prepared, mi: int, t: int, sp: bool) -> str:
     return shape_problem(prep.traces[prep.exp.models[mi].name], t, sp)
 
 
+def _batch_field(prep: Prepared, model: str) -> str:
+    """Where ``model``'s global batch is set: ``models.<i>.global_batch`` when that model
+    gives one, else ``training.global_batch``."""
+    for i, m in enumerate(prep.exp.models):
+        if m.name == model and m.global_batch is not None:
+            return f"models.{i}.global_batch"
+    return "training.global_batch"
+
+
 def _invalid(
     prep: Prepared,
     model: str,
@@ -402,7 +420,7 @@ def _invalid(
     if gb % (w * b):
         return (
             f"global batch {gb} is not divisible by dp_width x microbatch_size = {w * b} "
-            f"(change training.global_batch or sweep.microbatch_size)"
+            f"(change {_batch_field(prep, model)} or sweep.microbatch_size)"
         )
     m = gb // (w * b)
     if m > MAX_MICROBATCHES:

@@ -212,7 +212,7 @@ def evaluate(res: Resolved) -> tuple[Metrics, EventLog]:
     )
     log.meta.update(
         boundaries=list(res.boundaries),
-        placement=placement_json(res),
+        placement=stage_placement_json(res),
         schedule=p.schedule,
         microbatches=p.microbatches,
         policy_notes=policy_notes(res),
@@ -240,6 +240,17 @@ def placement_json(res: Resolved) -> list:
     if groups:
         return [[list(g) for g in row] for row in groups]
     return [list(r) for r in res.placement]
+
+
+def stage_placement_json(res: Resolved) -> list:
+    """GPU per ``[replica][stage]`` over all ``p x v`` stage chunks (``[replica][stage][tensor
+    rank]`` with tensor parallelism), for the plots' stage labels (:mod:`sim.report.scale`):
+    :func:`placement_json` lists ranks, not chunks, without tensor parallelism, so a rank
+    holding stages 0, 4, 8, 12 was labelled 'stage 0'."""
+    groups = res.sim_input.tensor_groups
+    if groups:
+        return [[list(g) for g in row] for row in groups]
+    return [list(r) for r in res.sim_input.placement]
 
 
 def policy_notes(res: Resolved) -> dict:

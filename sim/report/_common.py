@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.atomic import atomic_write_bytes
-from sim.events import Event
+from sim.events import Event, EventLog
 
 GIB = float(2**30)
 """Bytes per GiB."""
@@ -175,3 +175,22 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:
         pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL},
     )
     return atomic_write_bytes(path, buf.getvalue())
+
+
+def shade_periodic_gaps(ax: Any, log: EventLog, lo_s: float, hi_s: float) -> None:
+    """Shade the spans where :mod:`sim.engine.periodic` inserted steady-state periods it
+    simulated once (``log.meta["periodic_gaps_s"]``): the log has no events there, so without
+    the shading a timeline reads as idle GPUs (a memory plot as flat memory). ``lo_s``,
+    ``hi_s``: the time window drawn (seconds)."""
+    gaps = [(a, b) for a, b in log.meta.get("periodic_gaps_s", []) if b >= lo_s and a <= hi_s]
+    for i, (a, b) in enumerate(gaps):
+        ax.axvspan(
+            a * 1e3,
+            b * 1e3,
+            facecolor="0.93",
+            hatch="//",
+            edgecolor="0.75",
+            linewidth=0,
+            zorder=0,
+            label="steady state, simulated once, not drawn" if i == 0 else None,
+        )

@@ -161,12 +161,15 @@ class Reporter:
             )
             near = band["within_band"]
             if near["count"]:
+                count = near["count"]
                 log.info(
-                    "%s: %d other configurations are within each other's band with the "
+                    "%s: %d other configuration%s within each other's band with the "
                     "winner (results.csv within_winner_band), so the pick is not clearly "
-                    "faster than them; best: %s",
+                    "faster than %s; best: %s",
                     row.model,
-                    near["count"],
+                    count,
+                    " is" if count == 1 else "s are",
+                    "it" if count == 1 else "them",
                     "; ".join(near["best"]),
                 )
 

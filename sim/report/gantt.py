@@ -18,7 +18,14 @@ from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
 from sim.events import Event, EventLog
-from sim.report._common import axes_for, finish, row_key, row_label, stream_lanes
+from sim.report._common import (
+    axes_for,
+    finish,
+    row_key,
+    row_label,
+    shade_periodic_gaps,
+    stream_lanes,
+)
 from sim.report.scale import plotted_view
 
 # (colour, hatch, legend label) per bar class, in legend order.
@@ -48,6 +55,9 @@ STYLES: dict[str, tuple[str, str, str]] = {
 
 _OP_RE = re.compile(r"^\s*\d+([FBIW])\d+")
 _LABELLED = ("compute", "recompute")
+EDGE_PX = 3.0
+"""Bars narrower than this (pixels) are drawn without the white edge that separates wide
+ones: two 0.5-pt white edges covered them (deepseek-v3's all-to-alls read as blank rows)."""
 _CHAR_PX = 6.0  # approximate width of one 7-pt character at 100 dpi
 
 
@@ -151,16 +161,21 @@ def plot_gantt(
         bars[bar_class(ev)][row].append((ev.start_s * 1e3, ev.duration_s * 1e3))
 
     fig, ax = axes_for(ax, (14.0, max(2.5, 0.38 * len(keys) + 1.6)))
+    px_per_ms = ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12)
     for cls, (color, hatch, _) in STYLES.items():
         for row, spans in bars.get(cls, {}).items():
-            ax.broken_barh(
-                spans,
-                (row - 0.4, 0.8),
-                facecolors=color,
-                hatch=hatch or None,
-                edgecolor="white",
-                linewidth=0.5,
-            )
+            wide = [sp for sp in spans if sp[1] * px_per_ms >= EDGE_PX]
+            thin = [sp for sp in spans if sp[1] * px_per_ms < EDGE_PX]
+            for group, edge in ((wide, 0.5), (thin, 0.0)):
+                if group:
+                    ax.broken_barh(
+                        group,
+                        (row - 0.4, 0.8),
+                        facecolors=color,
+                        hatch=hatch or None,
+                        edgecolor="white" if edge else "none",
+                        linewidth=edge,
+                    )
     shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
     for i, end_s in enumerate(shown_ends):
         ax.axvline(
@@ -170,6 +185,7 @@ def plot_gantt(
             linewidth=0.8,
             label="iteration end" if i == 0 else None,
         )
+    shade_periodic_gaps(ax, log, lo_s, hi_s)
     for i in range(1, len(keys)):
         if keys[i][0] != keys[i - 1][0]:
             ax.axhline(i - 0.5, color="0.75", linewidth=0.6)

@@ -13,7 +13,14 @@ from typing import Any
 import matplotlib
 
 from sim.events import EventLog
-from sim.report._common import GIB, axes_for, category_key, finish, is_host
+from sim.report._common import (
+    GIB,
+    axes_for,
+    category_key,
+    finish,
+    is_host,
+    shade_periodic_gaps,
+)
 from sim.report.memory import memory_timeline, peaks_by_category
 from sim.report.scale import plotted_view
 
@@ -197,6 +204,7 @@ def plot_memory_timeline(
             linewidth=0.9,
             label="iteration end" if j == 0 else None,
         )
+    shade_periodic_gaps(ax, log, 0.0, end_ms / 1e3)
     ax.set_xlim(0, max(end_ms, 1e-9))
     ax.set_ylim(bottom=0)
     ax.set_xlabel("time (ms)")

@@ -27,6 +27,7 @@ from sim.plan.memory_grid import GridMemory  # noqa: E402
 from sim.report._common import GIB, save_figure  # noqa: E402
 from sim.report.memory_plots import CATEGORY_COLORS  # noqa: E402
 from sim.report.provenance import footnote  # noqa: E402
+from sim.report.tables import config_label  # noqa: E402
 
 POINT_COLUMNS = (
     "model",
@@ -49,14 +50,9 @@ MAX_PANELS = 12
 
 
 def label(gm: GridMemory) -> str:
-    """A short name of the configuration (``p4 v1 w8 t2 b1 m16 dist_opt``)."""
-    p = gm.point
-    parts = [f"p{p.stages}", f"w{p.dp_width}", f"t{p.tensor_parallel}"]
-    parts += [f"v{p.virtual_stages}"] if p.virtual_stages > 1 else []
-    parts += [f"cp{p.context_parallel}"] if p.context_parallel > 1 else []
-    parts += [f"ep{p.expert_parallel}"] if p.expert_parallel > 1 else []
-    parts += [f"b{p.microbatch_size}", f"m{p.microbatches}", p.memory_policy]
-    return f"{p.model} {p.schedule} " + " ".join(parts)
+    """The model and its configuration as ``sim run``'s table names it
+    (:func:`~sim.report.tables.config_label`: ``llama 1f1b p=4 w=8 t=2+sp b=1 m=16 dist_opt``)."""
+    return f"{gm.point.model} {config_label(gm.point)}"
 
 
 def memory_frame(
@@ -161,7 +157,7 @@ def plot_memory_ranks(
                    color=CATEGORY_COLORS.get(cat, "#d9d9d9"))  # fmt: skip
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         cap = ranks[0].capacity_bytes / GIB
-        ax.axhline(cap, color="black", linestyle="--", linewidth=1)
+        ax.axhline(cap, color="black", linestyle="--", linewidth=1, label="GPU capacity")
         ax.set_title(label(gm), fontsize=7)
         ax.set_xlabel("pipeline rank", fontsize=8)
         ax.set_ylabel("GiB", fontsize=8)

@@ -232,7 +232,8 @@ def write_memory_summary(
     later: Deferred | None = None,
     sources: dict[str, str] | None = None,
 ) -> tuple[pd.DataFrame, list[Path]]:
-    """Write ``memory_summary.csv`` and, with ``plots``, the two PNGs into ``out``; with
+    """Write ``memory_summary.csv`` and, with ``plots`` and models of more than one size, the
+    two PNGs into ``out``; with
     ``shapes`` (model -> GPT shape) also ``tflops_per_gpu.csv`` and its plot. With ``later``
     the plots are added there to draw instead of drawn (their files are listed either way).
     ``sources``: per model, what its figures are predicted with
@@ -243,12 +244,11 @@ def write_memory_summary(
     source = joined(sources)
     csv = table.assign(source=[sources.get(str(m), "") for m in table.index])
     written = [atomic_write_bytes(out / "memory_summary.csv", csv.to_csv().encode())]
-    if plots:
+    if plots and results_df["parameters"].nunique() > 1:  # one model: nothing to compare
         name, draw = "max_model_per_policy.png", plot_max_model_per_policy
         written.append(_plot(later, out / name, draw, results_df, source=source))
-        if results_df["parameters"].nunique() > 1:  # no one-point lines
-            name, draw = "throughput_vs_model_size.png", plot_throughput_vs_size
-            written.append(_plot(later, out / name, draw, results_df, source=source))
+        name, draw = "throughput_vs_model_size.png", plot_throughput_vs_size
+        written.append(_plot(later, out / name, draw, results_df, source=source))
     if shapes:
         written += write_tflops(results_df, out, plots, shapes, later, source)[1]
     return table, written

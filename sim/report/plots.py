@@ -12,6 +12,7 @@ Every function writes its PNG atomically, closes its figure and returns the path
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Any
 
 import matplotlib
@@ -28,10 +29,36 @@ __all__ = ["plot_gantt", "plot_memory_per_gpu", "plot_memory_timeline", "plot_th
 _THROUGHPUT_COLUMNS = ("model", "schedule", "microbatches", "throughput_samples_per_s", "fits")
 _OTHER_KNOBS = {
     "stages": "stages",
+    "virtual_stages": "virtual stages",
     "dp_width": "DP width",
+    "dp_shard": "FSDP shard",
+    "tensor_parallel": "tensor parallel",
+    "sequence_parallel": "sequence parallel",
+    "context_parallel": "context parallel",
+    "expert_parallel": "expert parallel",
     "microbatch_size": "micro-batch size",
     "memory_policy": "memory policy",
+    "precision": "precision",
 }
+
+
+_BAND = ("throughput_low_samples_per_s", "throughput_high_samples_per_s")
+BAND_LABEL = "band: p10–p90 of measured / predicted"
+"""Legend entry of the error bars (:mod:`sim.report.row_bands`)."""
+
+
+def _band_bars(ax, fitting: pd.DataFrame, color: Any) -> bool:
+    """Error bars from each micro-batch count's best fitting row's band (its
+    ``throughput_low/high_samples_per_s``, :mod:`sim.report.row_bands`); False when the rows
+    have none."""
+    if not set(_BAND) <= set(fitting.columns) or fitting[_BAND[0]].isna().all():
+        return False
+    best = fitting.loc[fitting.groupby("microbatches")["throughput_samples_per_s"].idxmax()]
+    best = best.dropna(subset=list(_BAND))
+    y = best["throughput_samples_per_s"]
+    err = [y - best[_BAND[0]], best[_BAND[1]] - y]
+    ax.errorbar(best["microbatches"], y, yerr=err, fmt="none", ecolor=color, capsize=3, alpha=0.6)
+    return True
 
 
 def _throughput_facet(
@@ -46,6 +73,7 @@ def _throughput_facet(
         best_oom = rows[~rows["fits"]].groupby("microbatches")["throughput_samples_per_s"].max()
         if len(best_fit):
             ax.plot(best_fit.index, best_fit.values, color=color, alpha=0.9, **style)
+            _band_bars(ax, rows[rows["fits"]], color)
         if len(best_oom):
             ax.plot(
                 best_oom.index,
@@ -75,7 +103,8 @@ def plot_throughput(
 
     Each point is the best configuration at that ``(model, schedule, microbatches)`` over the
     other swept knobs (stages, DP width, micro-batch size, memory policy). Filled markers joined
-    by lines: the best configuration that fits in memory. Hollow markers: the best one that does
+    by lines: the best configuration that fits in memory, with its prediction band as error bars
+    where the table has one (``throughput_low/high_samples_per_s``: :mod:`sim.report.row_bands`). Hollow markers: the best one that does
     not fit (what it would give with more memory). Several models give one panel per model.
 
     Args:
@@ -112,6 +141,8 @@ def plot_throughput(
         panel.set_visible(False)
     handles = [Line2D([], [], color=colors[s], label=s, **styles[s]) for s in schedules]
     handles.append(Line2D([], [], color="k", marker="o", label="fits in memory"))
+    if set(_BAND) <= set(df.columns) and df[_BAND[0]].notna().any():
+        handles.append(Line2D([], [], color="k", marker="|", linestyle="none", label=BAND_LABEL))
     if (~df["fits"]).any():
         handles.append(
             Line2D(
@@ -128,7 +159,8 @@ def plot_throughput(
     varied = [
         name for col, name in _OTHER_KNOBS.items() if col in df.columns and df[col].nunique() > 1
     ]
-    sub = f"\n(each point: best config over {', '.join(varied)})" if varied else ""
+    over = textwrap.fill(f"(each point: best config over {', '.join(varied)})", 70)
+    sub = f"\n{over}" if varied else ""
     fig.suptitle(f"Throughput (samples/s) vs micro-batches per iteration{sub}")
     return finish(fig, path)
 

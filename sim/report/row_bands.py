@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from sim.bands import Band, Bands, shipped_bands
 from sim.point.rows import ResultRow, rank_key
+from sim.report.tables import config_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,9 +118,14 @@ _READ = (
     "tensor_parallel",
     "context_parallel",
     "sequence_parallel",
+    "virtual_stages",
+    "dp_shard",
+    "expert_parallel",
+    "expert_tensor_parallel",
     "microbatch_size",
     "microbatches",
     "memory_policy",
+    "precision",
     *BAND_COLUMNS,
 )
 """Columns read here: :func:`_fields`, :func:`sim.point.rows.rank_key`, :func:`describe`."""
@@ -171,12 +177,10 @@ def _near_flags(recs: list[dict[str, Any]]) -> list[bool]:
 
 
 def describe(rec: Mapping[str, Any]) -> str:
-    """``1f1b p=4 w=2 t=1 b=2 m=16 recompute`` for a row."""
-    return (
-        f"{rec['schedule']} p={int(rec['stages'])} w={int(rec['dp_width'])} "
-        f"t={int(rec['tensor_parallel'])} b={int(rec['microbatch_size'])} "
-        f"m={int(rec['microbatches'])} {rec['memory_policy']}"
-    )
+    """A row's label as the table prints it (:func:`~sim.report.tables.config_label`:
+    ``1f1b p=4 v=2 w=2 t=2+sp cp=2 b=1 m=16 dist_opt fp8-delayed``), so a configuration named
+    within the winner's band can be found in the table."""
+    return config_label(rec)
 
 
 def winner_bands(df: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,8 @@ APPROXIMATED_ACTIVATIONS = {
 SSD_RATE = (
     "assumption: Mamba-2's SSD scan kernels (mamba_ssm Triton) at their measured H100 rate "
     "(vllm#27299: 0.410 of 3.35 TB/s), carried to other GPUs per SM and bounded by that HBM "
-    "fraction; the backward at the forward's rate (sim.compute.ssd_speed)"
+    "fraction; the backward's own kernels at 0.741 of that rate (TFLA benchmark of "
+    "mamba_split_conv1d_scan_combined, H100; sim.compute.ssd_speed)"
 )
 """The assumption behind a hybrid model's scan times (shown with its rows)."""
 

@@ -48,6 +48,7 @@ from sim.runs.bridge_errata import (
     recipe_note,
     recipe_row,
 )
+from sim.runs.bridge_nccl import overlay_for
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for
 from sim.runs.megatron_args import read_megatron
 from sim.runs.model_shapes import shape_flags
@@ -350,6 +351,9 @@ def row_run(
             "approximated: ")))  # fmt: skip
     source_id = str(row.get("source_id", ""))
     overlay = next((o for prefix, o in NODE_OVERLAYS if source_id.startswith(prefix)), "")
+    if not overlay and golden is None and "megatron-bridge" in run.framework:  # bridge_nccl
+        release = str(row.get("table", "")).split(" ", 1)[0]
+        overlay = overlay_for(release, str(row.get("model", "")), str(row.get("task", "")))
     return replace(
         run, measured=measured_of(row), task=str(row.get("task", "pretrain")), args=tuple(notes),
         notes=run.notes + tuple(extra), shape=shape, hardware_overlay=overlay,
