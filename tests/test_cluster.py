@@ -66,7 +66,7 @@ def test_a_bad_name_lists_what_exists():
     with pytest.raises(InputError) as err:
         load_hardware("384x-dgx-a100-8gb")
     msg = str(err.value)
-    assert "\n" not in msg and "did you mean 'dgx-a100-80gb'" in msg
+    assert "\n" not in msg and "did you mean '384x-dgx-a100-80gb'" in msg
     assert "dgx-h100" in msg and "nvl72x4-gb200" in msg and "Nx-PRESET" in msg
 
 

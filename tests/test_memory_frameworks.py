@@ -475,9 +475,9 @@ def test_sim_memory_names_what_overflows_and_a_change_that_fits(tmp_path):
         app, ["memory", str(_experiment(tmp_path)), "--out", str(tmp_path / "o")]
     )
     assert res.exit_code == 1, res.output
-    assert "overflows" in res.output
+    assert "over capacity" in res.output
     csv = (tmp_path / "o" / "memory.csv").read_text()
-    assert "optimizer overflows" in csv and "pipeline_rank" in csv
+    assert "largest category: optimizer" in csv and "pipeline_rank" in csv
     assert (tmp_path / "o" / "memory_ranks.png").stat().st_size > 0
 
 
