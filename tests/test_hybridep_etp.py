@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sim.compute.decoder import DecoderShape
-from sim.compute.moe import moe_fwd
+from sim.compute.moe import moe_bwd, moe_fwd
 from sim.compute.moe_shape import MoEShape
 from sim.compute.routing import Routing
 from sim.parallel.decoder_comm import group_ops
@@ -65,7 +65,6 @@ def test_flex_dispatcher_replicates_map_and_probabilities_over_expert_tp():
     """r = 3 tokens, E = 4, etp 2: forward copy of bool + fp32 [3, 4] into [3, 8], read once and
     written twice: 12 * 5 + 24 * 5 = 180 bytes; backward sums the [3, 8] fp32 gradients into
     [3, 4]: 24 * 4 + 12 * 4 = 144. Nothing at etp 1."""
-    from sim.compute.moe import moe_bwd
 
     def copies(etp):
         shape = MoEShape(4, 4, 2, 8, hybridep=True)

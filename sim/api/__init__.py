@@ -3,16 +3,16 @@
 Each ``sim`` command is a thin adapter over one of these functions, so the command line and a
 notebook run the same code:
 
-==============  ================================================================  ==============
-function        does                                                              command
-==============  ================================================================  ==============
-:func:`run`     plan an experiment's grid and write results, winner, plots        ``sim run``
-:func:`plan`    the same planning, nothing written: rows and winners in memory   (none)
-:func:`simulate`  one configuration: metrics and the event log                    (none)
-:func:`validate`  replay a configuration on real devices, compare, write          ``sim validate``
-:func:`partition` split a trace's layers into pipeline stages                     ``sim partition``
-:func:`memory`  every configuration's peak memory per pipeline rank, no simulation  ``sim memory``
-==============  ================================================================  ==============
+=================  ==================================================================  =================
+function           does                                                                command
+=================  ==================================================================  =================
+:func:`run`        plan an experiment's grid and write results, winner, plots          ``sim run``
+:func:`plan`       the same planning, nothing written: rows and winners in memory      (none)
+:func:`simulate`   one configuration: metrics and the event log                        (none)
+:func:`validate`   replay a configuration on real devices, compare, write              ``sim validate``
+:func:`partition`  split a trace's layers into pipeline stages                         ``sim partition``
+:func:`memory`     every configuration's peak memory per pipeline rank, no simulation  ``sim memory``
+=================  ==================================================================  =================
 
 This module only gathers them; each family of entry points is a module of its own:
 :mod:`sim.api.planning` (``run``, ``plan``, ``simulate``), :mod:`sim.api.validation`

@@ -26,35 +26,34 @@ assumption). Measurements (the project's ``research/gpus/microbench.md`` §4 quo
   49.97, combine 49.77 GB/s (the RDMA row; the same table's "Torch API" 41.24 / 46.57 is not
   used: *measurement type* below).
 
-**Measurement type.** Hybrid-EP's tables give two types. "Torch API" times the whole Python
-call with CUDA events; "Only Kernel Time" takes the ``dispatch_kernel`` / ``combine_kernel``
-from a Kineto trace. The B200 table came in with deepseek-ai/DeepEP@6ad6896 (2025-09-25), when
-the benchmark (``tests/test_mnnvlink_hybridep.py`` lines 187-199) timed ``buffer.dispatch``
-without a handle. That call scatters the top-k to a routing map, all-gathers it, runs the
-preprocessing kernel, syncs on ``.item()`` (``deep_ep/hybrid_ep_buffer.py`` lines 143-219), runs
-the dispatch kernel and then D2D-copies the received rows and probabilities out of the
-NVLink buffer (``csrc/hybrid_ep.cu`` lines 419-462). The combine D2D-copies its input into the
-buffer first (lines 662-672). At 94a9f8f6 the test still labels the type that way
-(``tests/test_hybrid_ep.py`` lines 359-366: ``dispatch_kernel + d2d + misc``). Megatron-Core
-calls ``dispatch_with_permute`` / ``combine_with_unpermute`` (NVIDIA/Megatron-LM@d98e8a64
-``fused_a2a.py`` lines 419-435, 454-460, 489-494, 507-514). Inside one NVLink domain these run
-no D2D copy: the permute kernel reads the NVLink buffer straight into the experts' layout, and
-the unpermute kernel writes into the combine buffer (DeepEP@94a9f8f6 ``executor/executor.cu``
-``dispatch_postprocess`` lines 309-387, ``combine_preprocess`` lines 389-431; at a484936 line 219 the
-code comment says "Use permute kernel to avoid standalone D2D memory copy"). pipesim prices
-the all-gather, the preprocessing, the sync and the permute kernels apart
-(:mod:`sim.compute.hybridep`). The kernel-only figure is therefore the one that counts each
-piece once, and every Hybrid-EP row here is kernel-only. The H100 RDMA table came in with
-deepseek-ai/DeepEP@1dddd19 (2025-11-18, ``docs/Hybrid-EP_Implementation.md``), whose
-``tests/test_hybrid_ep.py`` times the "Torch API" the same way (lines 256-257 and 271-272: ``buffer.dispatch`` / ``buffer.combine`` without
-a handle) and the kernel-only figure from the trace's ``dispatch_kernel`` / ``combine_kernel``
-(lines 314-322). Across NVLink domains (``num_of_nodes > 1``: the group over the ranks per
-NVLink domain, ``deep_ep/hybrid_ep_buffer.py`` line 83 at 94a9f8f6),
-``Executor::dispatch_preprocess`` (``executor/executor.cu`` lines 183-217 at 94a9f8f6)
-``cudaMemcpyAsync``-copies the input rows, and with probabilities (``forward_dispatch_api``) the
-fp32 probabilities, into the RDMA buffer before the dispatch kernel; ``dispatch_with_permute``
-calls it (``csrc/hybrid_ep/hybrid_ep.cu`` lines 323-324), so Megatron's path runs it. That
-copy is a memory-bound kernel on the sending rank, priced apart
+**Measurement type.** Hybrid-EP's tables give two types. "Torch API" times the whole Python call
+with CUDA events; "Only Kernel Time" takes the ``dispatch_kernel`` / ``combine_kernel`` from a
+Kineto trace. The B200 table came in with deepseek-ai/DeepEP@6ad6896 (2025-09-25), when the
+benchmark (``tests/test_mnnvlink_hybridep.py`` lines 187-199) timed ``buffer.dispatch`` without a
+handle. That call scatters the top-k to a routing map, all-gathers it, runs the preprocessing
+kernel, syncs on ``.item()`` (``deep_ep/hybrid_ep_buffer.py`` lines 143-219), runs the dispatch
+kernel and then D2D-copies the received rows and probabilities out of the NVLink buffer
+(``csrc/hybrid_ep.cu`` lines 419-462). The combine D2D-copies its input into the buffer first
+(lines 662-672). At 94a9f8f6 the test still labels the type that way (``tests/test_hybrid_ep.py``
+lines 359-366: ``dispatch_kernel + d2d + misc``). Megatron-Core calls ``dispatch_with_permute`` /
+``combine_with_unpermute`` (NVIDIA/Megatron-LM@d98e8a64 ``fused_a2a.py`` lines 419-435, 454-460,
+489-494, 507-514). Inside one NVLink domain these run no D2D copy: the permute kernel reads the
+NVLink buffer straight into the experts' layout, and the unpermute kernel writes into the combine
+buffer (DeepEP@94a9f8f6 ``executor/executor.cu`` ``dispatch_postprocess`` lines 309-387,
+``combine_preprocess`` lines 389-431; at a484936 line 219 the code comment says "Use permute kernel
+to avoid standalone D2D memory copy"). pipesim prices the all-gather, the preprocessing, the sync
+and the permute kernels apart (:mod:`sim.compute.hybridep`). The kernel-only figure is therefore
+the one that counts each piece once, and every Hybrid-EP row here is kernel-only. The H100 RDMA
+table came in with deepseek-ai/DeepEP@1dddd19 (2025-11-18, ``docs/Hybrid-EP_Implementation.md``),
+whose ``tests/test_hybrid_ep.py`` times the "Torch API" the same way (lines 256-257 and 271-272:
+``buffer.dispatch`` / ``buffer.combine`` without a handle) and the kernel-only figure from the
+trace's ``dispatch_kernel`` / ``combine_kernel`` (lines 314-322). Across NVLink domains
+(``num_of_nodes > 1``: the group over the ranks per NVLink domain, ``deep_ep/hybrid_ep_buffer.py``
+line 83 at 94a9f8f6), ``Executor::dispatch_preprocess`` (``executor/executor.cu`` lines 183-217 at
+94a9f8f6) ``cudaMemcpyAsync``-copies the input rows, and with probabilities
+(``forward_dispatch_api``) the fp32 probabilities, into the RDMA buffer before the dispatch kernel;
+``dispatch_with_permute`` calls it (``csrc/hybrid_ep/hybrid_ep.cu`` lines 323-324), so Megatron's
+path runs it. That copy is a memory-bound kernel on the sending rank, priced apart
 (:func:`sim.compute.hybridep.rdma_stage`), not in this module's rate.
 
 **Probabilities in the measured bytes.** Both kernels of these benchmarks carried fp32

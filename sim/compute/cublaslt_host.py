@@ -29,9 +29,10 @@ the reference's 3 us (meta-pytorch/tritonbench#1017). On a host whose preset giv
 of its own (every x86 preset) this is the eager op's ratio, ``op_s / 9.8 us``. Until
 2026-11-30 it scaled by ``op_s / 9.8 us`` on every host (Grace: 29.7 / 9.8 = 3.03, 21.2 us;
 now 3.75, 26.3 us), and before that as the host's kernel launch, the same on every host whose
-preset gives no launch of its own. Where it applies: the per-expert GEMMs of ``GroupedLinear`` (:func:`sim.compute.te_grouped_host.per_expert_s`); a TE Linear's own GEMM
-is inside the Linear's measured host time (:attr:`~sim.hardware.host_ops.HostOverhead.
-te_module_s`, NVIDIA/TransformerEngine#2053 timed the whole module's forward).
+preset gives no launch of its own. Where it applies: the per-expert GEMMs of ``GroupedLinear``
+(:func:`sim.compute.te_grouped_host.per_expert_s`); a TE Linear's own GEMM is inside the
+Linear's measured host time (:attr:`~sim.hardware.host_ops.HostOverhead.te_module_s`,
+NVIDIA/TransformerEngine#2053 timed the whole module's forward).
 
 Not counted: ``nvte_multi_stream_cublas_gemm``'s event records and stream waits (one record on
 the main stream, a wait per compute stream before, a record and a wait per compute stream after:

@@ -1,4 +1,5 @@
-"""Causal attention at head dim 128 as cuDNN runs it on GB200 and GB300, measured, by format.
+"""Causal attention at head dim 128 as cuDNN runs it on GB200 and GB300, measured, by format
+(and 64-wide heads on GB300 from that table: "64-wide heads on GB300" below).
 
 cuDNN's SDPA training benchmark measures its fused attention on Llama 3.1's shape
 (NVIDIA/cudnn-frontend@3929da2 ``benchmark/sdpa_benchmark_training/results/llama3.1/gb200/

@@ -28,9 +28,10 @@ side. HybridEP does the grouping itself (deepseek-ai/DeepEP@94a9f8f6, branch ``h
    columns of its own NVLink domain, ``C / domains`` (``scan`` in
    ``backend/hybrid_ep_backend.cuh`` lines 4953-4955 and 5335-5337 at 94a9f8f6: the load starts
    at ``node_rank x experts_per_rank x ranks_per_node``; the second pass re-reads a block's
-   sub-chunk, taken as hitting L2, an assumption); without a token budget (``num_permuted_tokens``; Megatron's
-   ``moe_expert_rank_capacity_factor``, unset in the Bridge recipes) the stream is then
-   synchronised to size the output (the token-count host sync of :mod:`sim.compute.moe`);
+   sub-chunk, taken as hitting L2, an assumption); without a token budget
+   (``num_permuted_tokens``; Megatron's ``moe_expert_rank_capacity_factor``, unset in the
+   Bridge recipes) the stream is then synchronised to size the output (the token-count host
+   sync of :mod:`sim.compute.moe`);
 3. the dispatch kernel sends each token once to every rank holding one of its experts (timed
    by the engine, :mod:`sim.comm.ep_dispatch`); unless ``moe_permute_fusion_into_hybridep``
    (Megatron-Core's default ``False`` at every Bridge release's commit that has it:

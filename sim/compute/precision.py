@@ -55,44 +55,42 @@ The linear layers' saved inputs, which TE keeps quantized (``linear.py:596-621``
 counted at the recipe's bytes: :mod:`sim.compute.low_precision_act`.
 
 Checked against Transformer Engine's own GEMM benchmark on a B300 (TE@d0067d0
-``docs/examples/gemm_profiling/gemm_profiling.rst``: one layer's 12 GEMMs, pre-quantized and
-under ``te.autocast``; ``benchmarks/accuracy/bench_te_gemm_profile.py``): the casts its autocast
-mode adds, 2.335 ms with current scaling and 1.823 ms with MXFP8, are predicted from the bytes
-above at 2.450 and 1.822 ms; per-tensor FP8 GEMMs run 1.92x as fast as BF16 there, 1.89x in
-the ``dgx-b300`` preset; MXFP8 GEMMs take 7.161 ms against FP8's 6.812 (x 0.951 the rate:
-forward 2.365 / 2.158, input gradient 2.397 / 2.329, weight gradient 2.400 / 2.325 ms), and the
-Blackwell presets run MXFP8 at that fraction of their FP8 efficiency (their descriptions). Those
-MXFP8 times include a scale swizzle of both operands per GEMM call (the benchmark's quantizer
-keeps ``optimize_for_gemm`` False, so ``gemm.cpp`` swizzles: ``swizzle_scaling_factors``,
-TE@v2.9 ``pytorch/csrc/util.cpp:12-85``, a separate kernel per operand), which is what the
-Transformer Engine of Megatron-Bridge's releases runs in training too (NVIDIA-NeMo/Megatron-Bridge
-tags v0.1.0rc3 to v0.6.0, 2025-10 to 2026-08, pin TE 2.6 to 2.17.1 in ``uv.lock``: v0.2.0 2.9,
-v0.3.0 2.12, v0.4.0 2.14, v0.5.0 2.16, v0.6.0 2.17.1): through TE 2.11 every MXFP8 operand is
-swizzled per GEMM call;
-from 2.12 ``te.Linear`` has the cast write swizzled scales for the input (not a column-parallel
-layer's under sequence parallelism, whose input is all-gathered) and the output gradient (not a
-row-parallel layer's under sequence parallelism), TE@v2.12 ``module/linear.py:1486-1496``, while
-the cached weight stays unswizzled and is swizzled in each forward and input-gradient call until
-TE 2.18 (``_enable_weight_preswizzle``, TE@d0067d0 ``module/base.py:1277-1303``). The swizzle
-reads and writes ``1/32`` byte per operand element: 2.48e9 elements per benchmarked layer, 155 MB,
-29 us at 0.666 x 8 TB/s plus 24 small kernels, about a quarter of the 0.349 ms gap (estimate, not
-measured); where TE 2.12-2.17 skips it for an activation the rate overstates the cost by up to
-half that share (assumption: about 1 % of an MXFP8 GEMM). MXFP8 needs both a row- and
-a column-wise copy of each operand (its scales run along K) where per-tensor FP8 on Blackwell
-uses one: one TE kernel writes both (``cast_kernels.cuh:1580-1590``, ``ScalingType::BIDIMENSIONAL``
-at TE@v2.9), counted by :func:`cast_bytes_per_element`. The Blackwell presets'
-GEMM efficiencies per format are that benchmark's (``dgx-b300``; moved to B200 and GB200 by the
-MAMF ratio of each format: their descriptions; to GB300 by what B300's 1100 W limit costs each
-format on random data, which GB300's 1400 W is assumed to buy back: ``gb300-nvl72``'s
-description), so its
-BF16, FP8 and NVFP4 times are the
-preset's within wave quantization and launch overhead, and NVFP4 runs 3.48x as fast as BF16
-(1.81x FP8) at its shapes; its three passes (K = 4096-16384) run alike, so the NVFP4 rate is
-flat. Azure's cuBLASLt sweep on GB200 (research/gpus/microbench.md §1.2) measures 1.83x FP8 at
-4096^3 but 2.62x at 8192^3 and above: a large GEMM's NVFP4 may be up to 1.45x faster than
-modelled. SimuMax's B200 node measured slower BF16 GEMMs (0.488 of peak, against 0.642 moved
-from TE's benchmark): its figure is a shipped overlay (``sim/hardware/overlays/simumax-b200.yaml``)
-that SimuMax's runs use.
+``docs/examples/gemm_profiling/gemm_profiling.rst``: one layer's 12 GEMMs, pre-quantized and under
+``te.autocast``; ``benchmarks/accuracy/bench_te_gemm_profile.py``): the casts its autocast mode
+adds, 2.335 ms with current scaling and 1.823 ms with MXFP8, are predicted from the bytes above at
+2.450 and 1.822 ms; per-tensor FP8 GEMMs run 1.92x as fast as BF16 there, 1.89x in the ``dgx-b300``
+preset; MXFP8 GEMMs take 7.161 ms against FP8's 6.812 (x 0.951 the rate: forward 2.365 / 2.158,
+input gradient 2.397 / 2.329, weight gradient 2.400 / 2.325 ms), and the Blackwell presets run
+MXFP8 at that fraction of their FP8 efficiency (their descriptions). Those MXFP8 times include a
+scale swizzle of both operands per GEMM call (the benchmark's quantizer keeps ``optimize_for_gemm``
+False, so ``gemm.cpp`` swizzles: ``swizzle_scaling_factors``, TE@v2.9
+``pytorch/csrc/util.cpp:12-85``, a separate kernel per operand), which is what the Transformer
+Engine of Megatron-Bridge's releases runs in training too (NVIDIA-NeMo/Megatron-Bridge tags
+v0.1.0rc3 to v0.6.0, 2025-10 to 2026-08, pin TE 2.6 to 2.17.1 in ``uv.lock``: v0.2.0 2.9, v0.3.0
+2.12, v0.4.0 2.14, v0.5.0 2.16, v0.6.0 2.17.1): through TE 2.11 every MXFP8 operand is swizzled per
+GEMM call; from 2.12 ``te.Linear`` has the cast write swizzled scales for the input (not a
+column-parallel layer's under sequence parallelism, whose input is all-gathered) and the output
+gradient (not a row-parallel layer's under sequence parallelism), TE@v2.12
+``module/linear.py:1486-1496``, while the cached weight stays unswizzled and is swizzled in each
+forward and input-gradient call until TE 2.18 (``_enable_weight_preswizzle``, TE@d0067d0
+``module/base.py:1277-1303``). The swizzle reads and writes ``1/32`` byte per operand element:
+2.48e9 elements per benchmarked layer, 155 MB, 29 us at 0.666 x 8 TB/s plus 24 small kernels, about
+a quarter of the 0.349 ms gap (estimate, not measured); where TE 2.12-2.17 skips it for an
+activation the rate overstates the cost by up to half that share (assumption: about 1 % of an MXFP8
+GEMM). MXFP8 needs both a row- and a column-wise copy of each operand (its scales run along K)
+where per-tensor FP8 on Blackwell uses one: one TE kernel writes both
+(``cast_kernels.cuh:1580-1590``, ``ScalingType::BIDIMENSIONAL`` at TE@v2.9), counted by
+:func:`cast_bytes_per_element`. The Blackwell presets' GEMM efficiencies per format are that
+benchmark's (``dgx-b300``; moved to B200 and GB200 by the MAMF ratio of each format: their
+descriptions; to GB300 by what B300's 1100 W limit costs each format on random data, which GB300's
+1400 W is assumed to buy back: ``gb300-nvl72``'s description), so its BF16, FP8 and NVFP4 times are
+the ``dgx-b300`` preset's within wave quantization and launch overhead, and NVFP4 runs 3.48x as
+fast as BF16 (1.81x FP8) at its shapes; its three passes (K = 4096-16384) run alike, so the NVFP4
+rate is flat. Azure's cuBLASLt sweep on GB200 (research/gpus/microbench.md §1.2) measures 1.83x FP8
+at 4096^3 but 2.62x at 8192^3 and above: a large GEMM's NVFP4 may be up to 1.45x faster than
+modelled. SimuMax's B200 node measured slower BF16 GEMMs (0.488 of peak, against 0.642 moved from
+TE's benchmark): its figure is a shipped overlay (``sim/hardware/overlays/simumax-b200.yaml``) that
+SimuMax's runs use.
 
 Where Megatron runs the norm (``--normalization RMSNorm``) fused with the quantization
 (``NVTE_NORM_FWD_USE_CUDNN=1`` with MXFP8: ``FULLY_FUSED``, ``normalization.cpp:343-350``; set

@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sim.hardware.describe_large import MATRIX_GPUS, add_rows, route_relays, route_summary
 from sim.hardware.host_ops import NO_HOST
 from sim.hardware.parts import Link
 from sim.hardware.provenance import figure_sources
@@ -51,12 +52,6 @@ def _pairs(topo: Topology) -> list[tuple[Link, Link | None]]:
     return out
 
 
-def _relays(topo: Topology, route: tuple[Link, ...]) -> list[str]:
-    """Intermediate GPUs and hosts of a route (switches are not listed)."""
-    keep = {g.name for g in topo.gpus} | {h.name for h in topo.hosts}
-    return [lk.dst for lk in route[:-1] if lk.dst in keep]
-
-
 def gpu_table(topo: Topology) -> Table:
     """One row per GPU: model, memory (GiB), dense fp16/bf16 tensor peak TFLOPS, HBM GB/s, host,
     host route GB/s."""
@@ -78,7 +73,7 @@ def gpu_table(topo: Topology) -> Table:
         ]
         for g in topo.gpus
     ]
-    _add_rows(table, topo, rows, varying=(0, 5))
+    add_rows(table, topo, rows, varying=(0, 5))
     return table
 
 
@@ -108,7 +103,7 @@ def host_table(topo: Topology) -> Table:
                 per_op,
             ]
         )
-    _add_rows(table, topo, rows, varying=(0,))
+    add_rows(table, topo, rows, varying=(0,))
     return table
 
 
@@ -126,40 +121,8 @@ def link_table(topo: Topology) -> Table:
         ]
         for lk, rev in _pairs(topo)
     ]
-    _add_rows(table, topo, rows, varying=(0,))
+    add_rows(table, topo, rows, varying=(0,))
     return table
-
-
-MATRIX_GPUS = 16
-"""Above this many GPUs ``sim hardware show`` merges runs of equal rows and summarizes the
-route matrix (72 x 72 cells do not fit a terminal); ``--json`` lists every one."""
-
-
-def _add_rows(
-    table: Table, topo: Topology, rows: list[list[str]], varying: tuple[int, ...]
-) -> None:
-    """Add ``rows`` to ``table``; above :data:`MATRIX_GPUS` GPUs, consecutive rows equal but
-    for the ``varying`` columns become one, those columns written ``first .. last`` and the
-    first with the count (``gpu0 .. gpu71 (72)``)."""
-    if topo.num_gpus <= MATRIX_GPUS:
-        for row in rows:
-            table.add_row(*row)
-        return
-    same = [i for i in range(len(rows[0]))] if rows else []
-    same = [i for i in same if i not in varying]
-    i = 0
-    while i < len(rows):
-        j = i + 1
-        while j < len(rows) and all(rows[j][k] == rows[i][k] for k in same):
-            j += 1
-        row = list(rows[i])
-        if j - i > 1:
-            for k in varying:
-                first, last = rows[i][k], rows[j - 1][k]
-                row[k] = first if first == last else f"{first} .. {last}"
-            row[varying[0]] += f" ({j - i})"
-        table.add_row(*row)
-        i = j
 
 
 def route_table(topo: Topology) -> Table:
@@ -169,7 +132,7 @@ def route_table(topo: Topology) -> Table:
     are not named.
     """
     if topo.num_gpus > MATRIX_GPUS:
-        return _route_summary(topo)
+        return route_summary(topo)
     table = Table(title=f"{topo.name}: GPU-to-GPU route bandwidth, GB/s (relays in brackets)")
     table.add_column("from \\ to")
     for g in topo.gpus:
@@ -181,35 +144,10 @@ def route_table(topo: Topology) -> Table:
                 cells.append("-")
                 continue
             route = topo.route(src.name, dst.name)
-            relays = _relays(topo, route)
+            relays = route_relays(topo, route)
             bw = f"{topo.route_bandwidth_Bps(src.name, dst.name) / _GB:.1f}"
             cells.append(f"{bw} ({', '.join(relays)})" if relays else bw)
         table.add_row(src.name, *cells)
-    return table
-
-
-def _route_summary(topo: Topology) -> Table:
-    """The route matrix of a topology above :data:`MATRIX_GPUS` GPUs as one row per distinct
-    bottleneck bandwidth and relay count: how many ordered GPU pairs, and the first of them."""
-    groups: dict[tuple[float, int], list[tuple[str, str, list[str]]]] = {}
-    for src in topo.gpus:
-        for dst in topo.gpus:
-            if src is not dst:
-                relays = _relays(topo, topo.route(src.name, dst.name))
-                bw = topo.route_bandwidth_Bps(src.name, dst.name) / _GB
-                groups.setdefault((round(bw, 1), len(relays)), []).append(
-                    (src.name, dst.name, relays)
-                )
-    table = Table(
-        title=f"{topo.name}: GPU-to-GPU routes",
-        caption=f"{topo.num_gpus} GPUs: ordered pairs grouped by bottleneck GB/s (--json: each)",
-    )
-    for col in ("GB/s", "relays", "GPU pairs", "e.g."):
-        table.add_column(col, justify="left" if col == "e.g." else "right")
-    for (bw, hops), pairs in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
-        a, b, relays = pairs[0]
-        example = f"{a} -> {b}" + (f" ({', '.join(relays)})" if relays else "")
-        table.add_row(f"{bw:.1f}", str(hops), str(len(pairs)), example)
     return table
 
 

@@ -54,9 +54,10 @@ one parameter tensor's blocking overflow read and the next (Tencent/PatrickStar@
   visit: one kernel), all without autograd recording (the engine runs the hook with grad mode
   off: :attr:`~sim.hardware.host_ops.HostOverhead.nograd_op_s`, a view ``h - launch``); per
   module ``torch.cuda.memory_allocated``'s Python. The device idles while the host issues them
-  but for the weight matrix's ``zeros_like`` (``2 x`` its elements written at the HBM rate),
-  which runs while the host issues the bias after it (a matrix group is a weight and its bias,
-  every other tensor a vector: exposed in full). Without a transformer block to take ``h``
+  but for the weight matrix's ``zeros_like`` (``2 x`` its elements: 16-bit, as
+  :data:`~sim.memory.chunk_step.GRAD_ZERO_BYTES`, written at the HBM rate), which runs while
+  the host issues the bias after it (a matrix group is a weight and its bias, every other
+  tensor a vector: exposed in full). Without a transformer block to take ``h``
   from, one tensor per module is counted. The ``zeros_like`` kernels' HBM time is charged
   already (:data:`~sim.memory.chunk_step.GRAD_ZERO_BYTES`).
 * **The post-backward hook's Python** (:func:`hook_host_s`): ``release_dist`` after each small
@@ -123,8 +124,8 @@ def hook_host_s(ctx: StageContext) -> float:
     reads = host.serial_reads_s(small=small, large=large, ops=HOOK_OPS)
     if not host.eager:
         return reads
-    unit = no_kernel_op_s(host)
-    empty = small * (1 + POST_HOOK_PYTHON_OPS) * unit  # torch.tensor([]) and the Python
+    unit_s = no_kernel_op_s(host)
+    empty = small * (1 + POST_HOOK_PYTHON_OPS) * unit_s  # torch.tensor([]) and the Python
     return reads + empty + modules * HOOK_FUNCTIONS * host.function_backward_s
 
 
@@ -145,14 +146,15 @@ def pre_hook_host_s(ctx: StageContext, hbm_Bps: float) -> float:
     host = ctx.topology.host(ctx.host).overhead
     if not host.eager:
         return 0.0
-    unit = no_kernel_op_s(host)
-    nograd = host.op_s if host.nograd_op_s is None else host.nograd_op_s
-    a = (PRE_HOOK_PYTHON_OPS + PRE_HOOK_VIEWS) * unit + nograd
+    unit_s = no_kernel_op_s(host)
+    nograd_s = host.op_s if host.nograd_op_s is None else host.nograd_op_s
+    a_s = (PRE_HOOK_PYTHON_OPS + PRE_HOOK_VIEWS) * unit_s + nograd_s
     modules, large, small = hooked_tensors(ctx)
-    per_module = modules * MEMORY_ALLOCATED_OPS * unit
-    h = stage_hidden(ctx.layers, ctx.dtype_bytes)
-    if h is None:
-        return modules * a + per_module
-    matrices = [g for g in stage_groups(ctx.layers, ctx.dtype_bytes) if g > 2 * h + 2][:large]
-    biases = sum(max(0.0, a - 2 * g / hbm_Bps) for g in matrices[:small])
-    return large * a + biases + max(0, small - len(matrices)) * a + per_module
+    per_module_s = modules * MEMORY_ALLOCATED_OPS * unit_s
+    hidden = stage_hidden(ctx.layers, ctx.dtype_bytes)
+    if hidden is None:
+        return modules * a_s + per_module_s
+    groups = stage_groups(ctx.layers, ctx.dtype_bytes)
+    matrices = [g for g in groups if g > 2 * hidden + 2][:large]
+    biases_s = sum(max(0.0, a_s - 2 * g / hbm_Bps) for g in matrices[:small])
+    return large * a_s + biases_s + max(0, small - len(matrices)) * a_s + per_module_s
