@@ -29,8 +29,6 @@ import math
 PER_CHANNEL_Bps = 14e9
 """``NCCL_P2P_PER_CHANNEL_NET_BW`` default, 14 GB/s (NVIDIA/nccl@5067397 ``src/graph/paths.cc``
 918): what NCCL takes one p2p channel over the network to carry."""
-LEGACY_CHANNELS = 2
-"""Channels per network peer up to NCCL 2.28 (nccl@v2.28.9-1 ``src/graph/paths.cc`` 836-850)."""
 
 
 def channels_per_peer(nic_Bps: float, nics: int = 1) -> int:
