@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
 from sim.errors import InputError
@@ -32,6 +31,7 @@ from sim.plan.axes import (
     tensor_axes,
     virtual_reason,
 )
+from sim.plan.option_checks import check_options
 from sim.plan.parallel_axes import (
     is_decoder_model,
     overlap_invalid,
@@ -292,85 +292,6 @@ def _asynchronous(sw: SweepConfig, cls: type[Schedule]) -> str:
     if sw.synchronous_only and not cls.synchronous:
         return f"{cls.name} updates with stale weights and sweep.synchronous_only is set"
     return ""
-
-
-def check_options(prep: Prepared) -> None:
-    """Check ``options.boundaries`` and ``options.placement`` against every model and the
-    hardware before anything is simulated (their length is matched per point in :func:`expand`).
-
-    Raises:
-        InputError: a boundary out of range, not starting at 0 or not increasing; a placement
-            that is not rectangular, names a GPU the hardware lacks, or uses one twice;
-            ``sweep.gpus`` and ``sweep.dp_width`` both set; ``options.fsdp_reshard_after_forward``
-            in a grid without FSDP (``sweep.dp_shard`` 1 throughout).
-    """
-    opts, file = prep.exp.options, prep.file
-    if prep.exp.sweep.gpus is not None and "dp_width" in prep.exp.sweep.model_fields_set:
-        raise InputError(
-            "set either sweep.gpus (dp_width follows from it) or sweep.dp_width, not both",
-            file=file,
-            field="sweep.dp_width",
-        )
-    if opts.fsdp_reshard_after_forward is not None and set(as_list(prep.exp.sweep.dp_shard)) == {1}:
-        raise InputError(
-            "applies to FSDP only, and sweep.dp_shard is 1 (no FSDP) in every configuration, "
-            "so it would change nothing: remove it, or set sweep.dp_shard (e.g. -1: all of "
-            "dp_width)",
-            file=file,
-            field="options.fsdp_reshard_after_forward",
-        )
-    if opts.boundaries is not None:
-        b = opts.boundaries
-        layers = min((len(t.layers), name) for name, t in prep.traces.items())
-        if not b or b[0] != 0:
-            raise InputError(
-                "the first stage must start at layer 0", file=file, field="options.boundaries.0"
-            )
-        for i in range(1, len(b)):
-            if b[i] <= b[i - 1]:
-                raise InputError(
-                    f"{b[i]} is not after {b[i - 1]}: stage start layers must increase",
-                    file=file,
-                    field=f"options.boundaries.{i}",
-                )
-            if b[i] >= layers[0]:
-                raise InputError(
-                    f"layer {b[i]} does not exist: model {layers[1]} has "
-                    f"{layers[0]} layers (0..{layers[0] - 1})",
-                    file=file,
-                    field=f"options.boundaries.{i}",
-                )
-    if opts.placement is not None:
-        n = prep.topology.num_gpus
-        rows: list[list[Any]] = list(opts.placement)
-        if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
-            raise InputError(
-                "must be a non-empty list of equally long rows [replica][stage] (of GPU "
-                "indices, or of lists of t GPU indices with tensor parallelism)",
-                file=file,
-                field="options.placement",
-            )
-        seen: dict[int, str] = {}
-        for r, row in enumerate(rows):
-            cells: list[tuple[str, int]] = []
-            for j, x in enumerate(row):
-                group: list[int] = x if isinstance(x, list) else [x]
-                cells += [
-                    (f"{j}.{k}" if isinstance(x, list) else str(j), g) for k, g in enumerate(group)
-                ]
-            for s, g in cells:
-                where = f"options.placement.{r}.{s}"
-                if not 0 <= g < n:
-                    raise InputError(
-                        f"GPU {g} does not exist: {prep.topology.name} has GPUs 0..{n - 1}",
-                        file=file,
-                        field=where,
-                    )
-                if g in seen:
-                    raise InputError(
-                        f"GPU {g} is already used at {seen[g]}", file=file, field=where
-                    )
-                seen[g] = where
 
 
 def _stage_count(text: str, policy: MemoryPolicy, p: int) -> str:
