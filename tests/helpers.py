@@ -186,3 +186,21 @@ def replay_in_turn(jobs: list) -> list:
         threads=first.threads,
     )
     return [collect_result(j, [rank[i] for rank in ranks]) for i, j in enumerate(jobs)]
+
+
+def small_gpt2_1f1b(global_batch: int) -> dict:
+    """GPT-2 1.5B on a DGX-1 (V100 16 GB): 1F1B over 8 stages, micro-batch 1, no memory
+    policy: the small experiment the provenance tests plan and print."""
+    return {
+        "name": "small",
+        "hardware": "dgx1-v100-16gb",
+        "models": [
+            {
+                "name": "gpt",
+                "trace": "gpt2-1.5b",
+                "global_batch": global_batch,
+                "microbatch_size": 1,
+            }
+        ],
+        "sweep": {"schedule": "1f1b", "stages": 8, "dp_width": 1, "memory_policy": "none"},
+    }

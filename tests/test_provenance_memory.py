@@ -9,13 +9,9 @@ import sim.api
 from sim.hardware.capacity import MIB, NO_RESERVE, RuntimeReserve
 from sim.hardware.provenance import reserve_source
 from sim.report.memory_ranks import memory_frame
+from tests.helpers import small_gpt2_1f1b
 
-SMALL = {
-    "name": "small",
-    "hardware": "dgx1-v100-16gb",
-    "models": [{"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 64, "microbatch_size": 1}],
-    "sweep": {"schedule": "1f1b", "stages": 8, "dp_width": 1, "memory_policy": "none"},
-}
+SMALL = small_gpt2_1f1b(global_batch=64)
 WANT = (
     "pipesim prediction (simulated, not measured): hardware dgx1-v100-16gb (sources: sim "
     "hardware show dgx1-v100-16gb), analytic trace gpt2-1.5b"

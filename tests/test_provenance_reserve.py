@@ -16,13 +16,9 @@ from sim.plan.point_row import peak_reserve_source
 from sim.point.rows import ResultRow
 from sim.report.console import reserve_text
 from sim.report.outputs import winner_config
+from tests.helpers import small_gpt2_1f1b
 
-SMALL = {
-    "name": "small",
-    "hardware": "dgx1-v100-16gb",
-    "models": [{"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 16, "microbatch_size": 1}],
-    "sweep": {"schedule": "1f1b", "stages": 8, "dp_width": 1, "memory_policy": "none"},
-}
+SMALL = small_gpt2_1f1b(global_batch=16)
 
 
 def test_peak_reserve_source_names_each_summed_category():

@@ -14,13 +14,9 @@ from sim.plan.point_row import flops_source
 from sim.point.rows import ResultRow
 from sim.report.memory_summary import NARAYANAN_SOURCE, narayanan_flops, tflops_per_gpu
 from sim.report.outputs import winner_config
+from tests.helpers import small_gpt2_1f1b
 
-SMALL = {
-    "name": "small",
-    "hardware": "dgx1-v100-16gb",
-    "models": [{"name": "gpt", "trace": "gpt2-1.5b", "global_batch": 64, "microbatch_size": 1}],
-    "sweep": {"schedule": "1f1b", "stages": 8, "dp_width": 1, "memory_policy": "none"},
-}
+SMALL = small_gpt2_1f1b(global_batch=64)
 
 
 def test_flops_source_names_the_formula_and_the_datasheet_peak():
