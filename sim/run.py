@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -16,14 +15,13 @@ from rich.console import Console
 from sim.config import ExperimentConfig, load_experiment
 from sim.errors import EXIT_NOTHING_FITS
 from sim.events import EventLog
-from sim.hardware.describe import topology_to_dict
 from sim.plan.executors import LocalExecutor, RayExecutor, open_executor
 from sim.plan.planner import PlanStats, plan_points
 from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared, prepare
 from sim.point.rows import BestRows, ResultRow, pick_winner
-from sim.point.simulate import evaluate, resolve, split_note
+from sim.point.simulate import evaluate, resolve
 from sim.progress import progress
 from sim.report.console import Reporter
 from sim.report.drawing import Drawing, sharing
@@ -42,6 +40,7 @@ from sim.report.outputs import (
 )
 from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.provenance import META_KEY, experiment_sources, footnoted, joined, prediction_source
+from sim.report.resolved import compute_notes, unused_gpus_note, write_resolved
 from sim.report.row_bands import bands_for, winner_bands
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ def run_experiment(
     idle = unused_gpus_note(prep, points)
     if idle:
         log.info("%s", idle)
-    notes = _compute_notes(prep, points)
+    notes = compute_notes(prep, points)
     say.notes(notes, prep)
     jobs = min(jobs, len(points))
     if jobs > 1 and executor == "local":
@@ -199,7 +198,7 @@ def _write_all(
 
     def meanwhile() -> None:
         write_frame_csv(df, out / "results.csv")
-        _write_resolved(out, exp, prep, points, skipped, notes, stats)
+        write_resolved(out, exp, prep, points, skipped, notes, stats)
         for name, winner, band in answers:
             say.table(df[df["model"] == name], name)
             if winner is None:
@@ -336,66 +335,9 @@ def _write_winner(
     return written + drawn
 
 
-def unused_gpus_note(prep: Prepared, points: list[PointConfig]) -> str | None:
-    """When the sweep sets neither ``dp_width`` nor ``gpus`` and no model its own ``dp_width``
-    (so w = 1) and no configuration uses all of the hardware's GPUs: say so, since samples/s
-    then compares jobs of different sizes on a partly idle machine; else None."""
-    sw = prep.exp.sweep
-    total = prep.topology.num_gpus
-    used = sorted({p.layout.gpus for p in points})
-    if {"dp_width", "gpus"} & sw.model_fields_set or not used or used[-1] >= total:
-        return None
-    if any(m.dp_width is not None for m in prep.exp.models):  # a model pins its own width
-        return None
-    span = str(used[0]) if len(used) == 1 else f"{used[0]} to {used[-1]}"
-    return (
-        f"sweep sets neither dp_width nor gpus, so every configuration has w=1 and uses "
-        f"{span} of {prep.topology.name}'s {total} GPUs; set sweep.gpus: {total} to plan "
-        "for all of them (dp_width = gpus / (stages x t x cp))"
-    )
-
-
-def _compute_notes(prep: Prepared, points: list[PointConfig]) -> dict[str, list[str]]:
-    """Per model, how its trace is brought to each micro-batch size and to this GPU."""
-    out: dict[str, list[str]] = {}
-    for name in prep.traces:
-        notes = out.setdefault(name, [])
-        pairs = sorted({(p.microbatch_size, p.precision) for p in points if p.model == name})
-        for b, precision in pairs:
-            notes += [n for n in prep.adapted(name, b, precision)[1] if n not in notes]
-    for name, t in prep.traces.items():  # the I/W split assumption (sim.engine.inputs)
-        if any(x.bwd_input_s is None or x.bwd_weight_s is None for x in t.layers):
-            split = sorted(
-                {p.schedule for p in points if p.model == name and p.schedule_class.splits_backward}
-            )
-            out[name] += [f"{name}: {split_note(s)}" for s in split]
-    return out
-
-
-def _write_resolved(out: Path, exp, prep, points, skipped, notes, stats=None) -> None:
-    data = {
-        "experiment": exp.model_dump(mode="json"),
-        "hardware": topology_to_dict(prep.topology),
-        "traces": {
-            name: {
-                "layers": len(t.layers),
-                "parameters": t.parameters,
-                "microbatch_size": t.microbatch_size,
-                "dtype": t.dtype,
-                "device": t.device,
-                "provenance": json.loads(json.dumps(t.provenance, default=str)),
-            }
-            for name, t in prep.traces.items()
-        },
-        "compute_notes": notes,
-        "points": len(points),
-        "skipped": [{"config": d, "reason": r} for d, r in skipped],
-    }
-    if stats is not None:
-        data["planner"] = stats.as_dict()
-    write_yaml(out / "config.resolved.yaml", data)
-
-
 def _v(virtual_stages: int) -> str:
     """`` v=2`` for a point with stage chunks per rank; nothing for one stage per rank."""
     return f" v={virtual_stages}" if virtual_stages > 1 else ""
+
+
+__all__ = ["run_experiment", "unused_gpus_note"]  # unused_gpus_note: sim.report.resolved

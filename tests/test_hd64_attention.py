@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sim.compute.attention import attention_bwd, attention_fwd
-from sim.compute.hd64_attention import hd64_forward_ratio
+from sim.compute.hd64_attention import hd64_forward_ratio, narrow_head_ratio
 from sim.compute.measured import attention_efficiency
 from sim.hardware.loader import load_hardware
 
@@ -26,6 +26,14 @@ def test_ratio_is_the_measured_tflops_ratio_interpolated_in_log2():
     assert hd64_forward_ratio(2**11.5) == pytest.approx(mid)
     assert hd64_forward_ratio(32768) == pytest.approx(708 / 1062)
     assert hd64_forward_ratio(256) == pytest.approx(384 / 660)
+
+
+def test_narrow_head_ratio_applies_to_narrow_forwards_only():
+    """The one lookup both tables use: 708 / 1062 for a 64-wide forward at 4096 keys, 1.0 for
+    its backward (no measurement: unchanged) and for a 128-wide head (nearer 128 in log2)."""
+    assert narrow_head_ratio(64, 4096, backward=False) == pytest.approx(708 / 1062)
+    assert narrow_head_ratio(64, 4096, backward=True) == 1.0
+    assert narrow_head_ratio(128, 4096, backward=False) == 1.0
 
 
 def test_b200_head_dim_64_forward_is_the_128_row_times_the_ratio():

@@ -103,6 +103,7 @@ from dataclasses import dataclass
 
 from sim.comm.alltoall import routed_pairs
 from sim.comm.hybridep_ranks import rank_factor
+from sim.hardware.formats import FP32_BYTES
 from sim.hardware.topology import Topology
 
 NETWORK = "network"
@@ -184,6 +185,9 @@ BENCH_ROW_BYTES = 7168 * 2
 DeepEP@41cad94 ``tests/test_hybrid_ep.py`` line 12)."""
 BENCH_LOCAL_EXPERTS = 8
 """Experts per rank in Hybrid-EP's benchmark (``NUM_LOCAL_EXPERTS``, same file line 16)."""
+BENCH_PROB_BYTES = FP32_BYTES
+"""Bytes of one routing probability the benchmark carried: fp32 ``topk_weights`` (same file
+lines 313-319), as HybridEP requires (:data:`sim.compute.hybridep.PROB_BYTES`)."""
 
 
 def bench_payload(ranks: int) -> float:
@@ -195,7 +199,7 @@ def bench_payload(ranks: int) -> float:
         (1.0179, 1.0804)
     """
     r = min(max(ranks, 8), 36)
-    return 1.0 + 4 * BENCH_LOCAL_EXPERTS * r / BENCH_ROW_BYTES
+    return 1.0 + BENCH_PROB_BYTES * BENCH_LOCAL_EXPERTS * r / BENCH_ROW_BYTES
 
 
 def family_of(topology: Topology, gpu: str) -> str:

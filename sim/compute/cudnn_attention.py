@@ -38,7 +38,7 @@ B200 table times FlashAttention-4's measured forward ratio of 64- to 128-wide he
 1750 TFLOPS both ways, above this table's own 128-wide BF16 kernel, 1703 / 1248 at 4K, which
 the narrower head cannot exceed). :func:`rate_flops` now times it on GB300 as the B200 family is
 timed: this table's BF16 rate at the kernel's length (and parallelism), the forward times
-:func:`~sim.compute.hd64_attention.hd64_forward_ratio`, the backward at the 128-wide rate
+:func:`~sim.compute.hd64_attention.narrow_head_ratio`, the backward at the 128-wide rate
 (:mod:`sim.compute.hd64_attention`'s assumption: no Blackwell measurement of a 64-wide backward).
 An FP8 forward keeps that 16-bit speed (:mod:`sim.compute.fp8_attention_speed`'s assumption:
 no causal FP8 measurement at head dim 64); an FP8 backward is that module's.
@@ -46,7 +46,7 @@ no causal FP8 measurement at head dim 64); an FP8 backward is that module's.
 
 from __future__ import annotations
 
-from sim.compute.hd64_attention import NARROW_HEAD_DIM, hd64_forward_ratio
+from sim.compute.hd64_attention import NARROW_HEAD_DIM, narrow_head_ratio
 from sim.compute.measured import SIXTEEN_BIT, attention_efficiency, causal_head_scale, log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -145,10 +145,10 @@ def narrow_gb300_rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None
     """FLOP/s of a causal, unwindowed flash-attention kernel with heads at most
     :data:`~sim.compute.hd64_attention.NARROW_HEAD_DIM` wide on GB300 (module doc, "64-wide
     heads on GB300"): the GB300 BF16 table at the kernel's length, scaled below the measured
-    parallelism as :func:`rate_flops` scales it, the forward times
-    :func:`~sim.compute.hd64_attention.hd64_forward_ratio`; None off GB300 (the B200 table
-    times it there), for an FP8 backward (:mod:`sim.compute.fp8_attention_speed`) and for a
-    format other than 16 bits or FP8.
+    parallelism as :func:`rate_flops` scales it, times
+    :func:`~sim.compute.hd64_attention.narrow_head_ratio` (the forward's 64/128 ratio); None
+    off GB300 (the B200 table times it there), for an FP8 backward
+    (:mod:`sim.compute.fp8_attention_speed`) and for a format other than 16 bits or FP8.
 
     Example: GB300, 4K tokens, 256 heads of 64: forward 1703 x 708 / 1062 = 1135.3 TFLOPS,
     backward 1248.
@@ -161,5 +161,5 @@ def narrow_gb300_rate_flops(kern, spec: ComputeSpec, dtype: str) -> float | None
     seq, heads = float(kern.n), kern.batch * kern.m / kern.n
     own = measured_tflops("GB300", "bf16", "bwd" if backward else "fwd", seq)
     assert own is not None  # the BF16 rows are always in the table
-    ratio = 1.0 if backward else hd64_forward_ratio(seq)
+    ratio = narrow_head_ratio(kern.k, seq, backward)
     return own * 1e12 * ratio * causal_head_scale(seq, heads, MEASURED_HEADS, backward)

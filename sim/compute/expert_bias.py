@@ -12,7 +12,7 @@ Megatron-Bridge v0.2.0 to v0.4.1). Each op is a kernel (the ``split`` s are view
 * forward, per expert: ``b * p`` writes fp32 (``4``), the add reads ``t`` and the product and
   writes fp32 (``d + 8``); then ``cat`` over all rows (``8``) and the cast back (``4 + d``):
   ``2 N + 2`` kernels for ``N`` local experts, ``(24 + 2d)`` bytes per element in all
-  (:func:`sim.compute.moe.expert_bias_bytes`);
+  (:func:`expert_bias_bytes`);
 * backward (counted with torch 2.13's dispatch mode, ``scripts/count_gptoss_ops.py``): the
   cast's backward over all rows (``d + 4``; ``cat``'s backward is views), then per expert the
   add's gradient cast to ``t``'s dtype (``4 + d``), ``g * p`` (``8``) and its sum over the rows
@@ -84,3 +84,20 @@ def bias_bwd(groups: dict[int, int], w: int, d: int) -> list[Kernel]:
             ]
     return out + [mem("expert_bias_dout_cat", 2 * d * total * w),
                   mem("expert_bias_dprobs_cat", 2 * FP32 * total)]  # fmt: skip
+
+
+def expert_bias_bytes(rows: float, w: int, d: int) -> float:
+    """Bytes the unfused bias of the experts' down projection moves in the forward (GPT-OSS;
+    its kernels, one pair per expert: :func:`bias_fwd`).
+
+    Megatron-Core's ``TEGroupedMLP`` builds ``linear_fc2`` with its bias returned apart and adds
+    it after the GEMM, weighted by the routing probabilities: ``torch.cat([t + b * p for t, b, p
+    in zip(split(out), biases, split(probs))]).to(out.dtype)`` (NVIDIA/Megatron-LM@d98e8a64
+    ``megatron/core/transformer/moe/experts.py`` ``_apply_bias``, lines 345-381; added by
+    a329dd6 "Enable bias in expert mlp [gpt-oss 5/5]"). Over the ``rows x w`` output: ``b * p``
+    writes fp32 (4), the add reads ``d + 4`` and writes 4, ``cat`` reads and writes 4 each, the
+    cast reads 4 and writes ``d``: ``(24 + 2d)`` bytes per element.
+
+    Example: 2 rows of width 3 in bf16: ``6 * 28 = 168`` bytes.
+    """
+    return rows * w * (6 * FP32 + 2 * d)

@@ -30,8 +30,9 @@ outside 1024-4096 (the thread's 128-wide causal rows beyond 4096 are not given; 
 non-causal ratio is flat from 4096 to 16384, 0.714 / 0.709 / 0.695, so the clamp is taken as
 flat too: an assumption).
 
-**Use.** :func:`sim.compute.measured.attention_efficiency` multiplies the B200 table's forward
-efficiency of a kernel of head dim at most :data:`NARROW_HEAD_DIM` by this ratio; on GB300,
+**Use.** :func:`narrow_head_ratio` is the one lookup both timing paths make:
+:func:`sim.compute.measured.attention_efficiency` multiplies the B200 table's forward
+efficiency of a kernel of head dim at most :data:`NARROW_HEAD_DIM` by it; on GB300,
 which has no B200 table, :func:`sim.compute.cudnn_attention.narrow_gb300_rate_flops` multiplies
 cuDNN's GB300 BF16 causal table by it (before, GB300 timed these kernels at its preset's flat
 ``attention_efficiency``).
@@ -71,3 +72,22 @@ def hd64_forward_ratio(seq: float) -> float:
             w = (math.log2(seq) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
             return y0 + w * (y1 - y0)
     return pts[-1][1]
+
+
+def narrow_head_ratio(head_dim: float, seq: float, backward: bool) -> float:
+    """Factor on a 128-wide causal attention kernel's FLOP rate for a kernel of ``head_dim``
+    (elements per head) at ``seq`` keys: :func:`hd64_forward_ratio` for a forward with heads
+    at most :data:`NARROW_HEAD_DIM` wide, else 1.0 (a wider head, or any backward: module doc,
+    the backward is unchanged, an assumption). The one lookup both the B200 table
+    (:mod:`sim.compute.measured`) and cuDNN's GB300 table (:mod:`sim.compute.cudnn_attention`)
+    make. Source: Dao-AILab/flash-attention#2605 (module doc).
+
+    Example:
+        >>> round(narrow_head_ratio(64, 4096, False), 3), narrow_head_ratio(64, 4096, True)
+        (0.667, 1.0)
+        >>> narrow_head_ratio(128, 4096, False)
+        1.0
+    """
+    if head_dim > NARROW_HEAD_DIM or backward:
+        return 1.0
+    return hd64_forward_ratio(seq)

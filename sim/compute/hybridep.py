@@ -77,8 +77,9 @@ from __future__ import annotations
 import math
 
 from sim.compute.kernels import Kernel, mem
+from sim.hardware.formats import FP32_BYTES
 
-PROB_BYTES = 4
+PROB_BYTES = FP32_BYTES
 """fp32 routing probabilities (HybridEP asserts ``torch::kFloat32``, ``hybrid_ep.cu``)."""
 MAP_BYTES = 1 + 4
 """Per received token and local expert: ``local_expert_routing_map`` (bool) and

@@ -126,7 +126,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from sim.compute.hd64_attention import NARROW_HEAD_DIM, hd64_forward_ratio
+from sim.compute.hd64_attention import narrow_head_ratio
 from sim.hardware.gpu_compute import ComputeSpec
 
 SIXTEEN_BIT = ("bf16", "fp16", "bfloat16", "float16")
@@ -265,8 +265,8 @@ def _b200_attention(seq: float, heads: float, hd: int, phase: int) -> float:
     lengths = [
         (s, log2_interp([(r[1], r[2 + phase]) for r in rows if r[0] == s], heads)) for s in seqs
     ]
-    narrow = hd64_forward_ratio(seq) if hd <= NARROW_HEAD_DIM and phase == 0 else 1.0
-    return log2_interp(lengths, seq) * SIMUMAX_CAUSAL * narrow  # 64-wide heads: hd64_attention
+    narrow = narrow_head_ratio(hd, seq, backward=phase != 0)  # 64-wide heads: hd64_attention
+    return log2_interp(lengths, seq) * SIMUMAX_CAUSAL * narrow
 
 
 def causal_head_scale(seq: float, heads: float, measured: float, backward: bool) -> float:

@@ -105,7 +105,7 @@ import math
 from dataclasses import replace
 
 from sim.compute import dglu_regression, hybridep, paged_stash
-from sim.compute.expert_bias import bias_bwd, bias_fwd
+from sim.compute.expert_bias import bias_bwd, bias_fwd, expert_bias_bytes
 from sim.compute.glu_clamp import OFFSET_COPY, clamp_bwd, clamp_fwd, kept_bytes, offset_copy
 from sim.compute.kernels import Kernel, gemm, mem
 from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
@@ -120,28 +120,6 @@ HOST_SYNC_KERNELS = (TOKEN_COUNT_SYNC, OFFSET_COPY)
 """Kernels at which the host waits for the device inside a MoE layer's forward: the token
 counts' read-back (step 2) and a clamped quick-GeGLU's blocking copy of its offset
 (:func:`sim.compute.glu_clamp.offset_copy`)."""
-
-
-BIAS_FP32_BYTES = 4
-"""The down projection's bias path computes in fp32 (Megatron-Core ``TEGroupedMLP._apply_bias``:
-``b * p`` with fp32 probabilities promotes to fp32)."""
-
-
-def expert_bias_bytes(rows: float, w: int, d: int) -> float:
-    """Bytes the unfused bias of the experts' down projection moves in the forward (GPT-OSS;
-    its kernels, one pair per expert: :mod:`sim.compute.expert_bias`).
-
-    Megatron-Core's ``TEGroupedMLP`` builds ``linear_fc2`` with its bias returned apart and adds
-    it after the GEMM, weighted by the routing probabilities: ``torch.cat([t + b * p for t, b, p
-    in zip(split(out), biases, split(probs))]).to(out.dtype)`` (NVIDIA/Megatron-LM@d98e8a64
-    ``megatron/core/transformer/moe/experts.py`` ``_apply_bias``, lines 345-381; added by
-    a329dd6 "Enable bias in expert mlp [gpt-oss 5/5]"). Over the ``rows x w`` output: ``b * p``
-    writes fp32 (4), the add reads ``d + 4`` and writes 4, ``cat`` reads and writes 4 each, the
-    cast reads 4 and writes ``d``: ``(24 + 2d)`` bytes per element.
-
-    Example: 2 rows of width 3 in bf16: ``6 * 28 = 168`` bytes.
-    """
-    return rows * w * (6 * BIAS_FP32_BYTES + 2 * d)
 
 
 def _groups(rows: tuple[float, ...]) -> dict[int, int]:
@@ -402,3 +380,14 @@ def _check_tp(shape: MoEShape, tp: int, etp: int | None = None) -> int:
             f" and tensor-parallel size {tp} the shared width {shape.shared_ffn}"
         )
     return etp
+
+
+__all__ = [
+    "HOST_SYNC_KERNELS",
+    "TOKEN_COUNT_SYNC",
+    "expert_bias_bytes",  # re-exported: sim.compute.expert_bias
+    "grouped",
+    "moe_act_bytes",
+    "moe_bwd",
+    "moe_fwd",
+]

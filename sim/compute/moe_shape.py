@@ -29,7 +29,7 @@ class MoEShape:
         bias: biased experts and router (GPT-OSS: ``gate_up_proj_bias`` ``[E, 2f_e]``,
             ``down_proj_bias`` ``[E, h]``, a router bias ``[E]``; HF ``GptOssExperts``): their
             parameters; the up projection's bias is added in the fused activation, the down
-            projection's as a chain of memory-bound fp32 kernels (:func:`sim.compute.moe.expert_bias_bytes`).
+            projection's as a chain of memory-bound fp32 kernels (:func:`sim.compute.expert_bias.expert_bias_bytes`).
         latent: the routed experts' latent width ``l`` (:mod:`sim.compute.moe`, "Latent MoE"); 0: none.
         sequential_experts: the local experts run one by one in Python (Megatron-Core's
             ``SequentialMLP``, without ``--moe-grouped-gemm``): the host issues each expert's

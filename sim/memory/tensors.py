@@ -72,7 +72,7 @@ def param_groups(
 
 
 def head_groups(params: float, h: int) -> tuple[float, ...]:
-    """The generator's heads (:func:`sim.trace.generator._head`), split into modules: GPT, final
+    """The generator's heads (:func:`sim.trace.analytic_layers.head_layer`), split into modules: GPT, final
     LayerNorm ``2h`` and the output projection ``V*h``; BERT, MLM transform ``h^2 + h``, its
     LayerNorm ``2h``, decoder ``V*h + V``, pooler ``h^2 + h`` and classifier ``2h + 2``; any
     other size stays one group."""

@@ -11,7 +11,8 @@
   (:mod:`~sim.runs.deepspeed`); the measured-data CSV layouts (:mod:`~sim.runs.measured_csv`,
   :mod:`~sim.runs.vtrain`); launch commands (:mod:`~sim.runs.argv`); the warm-up rule
   (:mod:`~sim.runs.warmup`);
-* :mod:`sim.runs.express`: a run as pipesim simulates it, or every reason it cannot;
+* :mod:`sim.runs.express`: a run as pipesim simulates it, or every reason it cannot (its
+  hardware: :mod:`~sim.runs.express_hardware`; its memory policy: :mod:`~sim.runs.express_policy`);
 * :mod:`sim.runs.predict`: expressed runs simulated, one simulation per configuration.
 
 The workflows over them are :mod:`sim.import_runs` (``sim import``), :mod:`sim.compare`

@@ -20,7 +20,6 @@ from typing import Any
 
 from sim.compute.decoder import DecoderShape
 from sim.compute.precision import get_recipe
-from sim.compute.recompute_modules import MODULES
 from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
 from sim.runs.approximations import (
@@ -29,23 +28,16 @@ from sim.runs.approximations import (
     INSTANCES_TIME,
     model_approximations,
 )
-from sim.runs.decoder_express import SERVER_GPUS, decoder_shape, ep_domains
+from sim.runs.decoder_express import decoder_shape, ep_domains
+from sim.runs.express_hardware import GPU_PRESETS, gpu_preset, hardware_for
+from sim.runs.express_policy import policy
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
-from sim.runs.slurm_segments import on_racks, racks, segment_placement
+from sim.runs.slurm_segments import segment_placement
 from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
-GPU_PRESETS: tuple[tuple[str, str], ...] = (
-    ("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
-    ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("H800", "dgx-h100"), ("A800", "hgx-a800-80gb"),
-    ("A100-SXM-80GB", "dgx-a100-80gb"), ("A100-80", "dgx-a100-80gb"), ("A100", "dgx-a100-40gb"),
-    ("V100-SXM2-32GB", "dgx1-v100-32gb"), ("V100", "dgx1-v100-16gb"),
-)  # fmt: skip
-"""The preset of a GPU named by a source, first match of a name part (upper case): a server of
-8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
-``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
 FRAMEWORKS = {
     "megatron-lm": "megatron-lm", "megatron-bridge": "megatron-lm",
     "megatron-deepspeed": "megatron-deepspeed", "deepspeed": "deepspeed",
@@ -126,27 +118,6 @@ class Expressed:
                 self.optimizer, self.placement)  # fmt: skip
 
 
-def gpu_preset(gpu: str) -> str | None:
-    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`); None: unknown,
-    "": known, no preset yet."""
-    name = gpu.upper().replace(" ", "-")
-    return next((p for part, p in GPU_PRESETS if part in name), None)
-
-
-def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
-    """The hardware a job of ``gpus`` GPUs named ``gpu`` runs on, or None and the reason."""
-    preset = gpu_preset(gpu)
-    if preset is None:
-        return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"
-    if preset == "":
-        return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
-    rack = on_racks(preset)
-    n = racks(gpus) if rack else -(-gpus // SERVER_GPUS)
-    if n == 1:
-        return preset, ""
-    return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
-
-
 _feature = feature
 
 
@@ -220,61 +191,6 @@ def _gpt_model(s: ModelShape) -> list[str]:
     if not s.is_moe and s.hidden and s.ffn_hidden and s.ffn_hidden % s.hidden:
         out.append(f"FFN width {s.ffn_hidden} not a multiple of hidden {s.hidden} (GPT generator)")
     return out
-
-
-def policy(run: MeasuredRun) -> tuple[str | None, str]:
-    """The memory policy of a run's optimizer sharding and recompute, or None and why
-    (``dist_opt:instances=N:...`` with several distributed-optimizer instances;
-    ``act_offload:SHARE`` for Megatron's activation offloading where nothing else is planned:
-    FSDP or plain DDP without recompute)."""
-    name, why = _policy_name(run)
-    if name == "none" and run.activation_offload > 0:  # sim.memory.act_offload
-        return f"act_offload:{run.activation_offload:.6g}", why
-    if name and name.startswith("dist_opt") and run.optimizer_instances > 1:
-        name = f"dist_opt:instances={run.optimizer_instances}" + name[len("dist_opt") :]
-    return name, why
-
-
-def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
-    rc, dist = run.recompute, run.distributed_optimizer
-    if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
-        mods = rc.split(":", 1)[1].replace("+", ",")
-        if set(mods.split(",")) - set(MODULES):
-            return None, f"recompute modules {mods} (pipesim has {', '.join(MODULES)})"
-        rc = f"selective:{mods}"
-    if run.layout.dp_shard > 1:  # FSDP shards the states itself (sim.memory.fsdp)
-        return ("none" if rc == "none" else f"recompute:{rc}"), ""
-    if (dist or run.zero_stage == 1) and rc.startswith("selective"):
-        return f"dist_opt:recompute:{rc}", ""
-    tail = "" if rc == "none" else ":recompute" if rc == "full" else None
-    if run.zero_stage >= 3:
-        name = "zero3" + (":offload" if run.offload else "")
-        return (name + tail if tail is not None else None), (
-            f"recompute {rc} with ZeRO-3 / FSDP (issue 26 item 5)"
-        )
-    if run.zero_stage == 2 and "optimizer" in run.offload:
-        return ("zero_offload" + tail if tail is not None else None), (
-            f"recompute {rc} with ZeRO-Offload (issue 26 item 5)"
-        )
-    if run.zero_stage == 2:
-        return None, "ZeRO-2 (gradients partitioned too): no pipesim policy (issue 26 item 3)"
-    if dist or run.zero_stage == 1:
-        if rc in ("none", "full"):
-            return ("dist_opt" if rc == "none" else "dist_opt:recompute"), ""
-        return (
-            None,
-            f"recompute {rc} with the distributed optimizer (issue 26 item 5: module-"
-            "level selective recompute with any data-parallel strategy)",
-        )
-    if rc == "none":
-        return "none", ""
-    if rc.startswith("selective:"):
-        return f"recompute:{rc}", ""
-    if rc in ("full", "selective") or rc.startswith("full:uniform"):
-        return ("recompute:selective" if rc == "selective" else "recompute:full"), ""
-    if rc.startswith("full:block:"):
-        return f"recompute:full:{rc.rsplit(':', 1)[1]}", ""
-    return None, f"recompute {rc} (issue 26 item 5: module-level selective recompute)"
 
 
 def _layout(run: MeasuredRun) -> list[str]:
@@ -442,3 +358,22 @@ def framework_spec(run: MeasuredRun) -> str:
     if not run.framework_options:
         return name
     return f"{name}[{','.join(f'{k}={v}' for k, v in run.framework_options)}]"
+
+
+__all__ = [
+    "CHECKS",
+    "DTYPES",
+    "FRAMEWORKS",
+    "FUSED_DROPOUT_ADD",
+    "GPU_PRESETS",  # re-exported: sim.runs.express_hardware
+    "Expressed",
+    "NotExpressed",
+    "express",
+    "framework_spec",
+    "gpu_preset",  # re-exported: sim.runs.express_hardware
+    "hardware_for",  # re-exported: sim.runs.express_hardware
+    "low_precision",
+    "model_name",
+    "policy",  # re-exported: sim.runs.express_policy
+    "uses_decoder",
+]

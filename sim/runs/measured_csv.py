@@ -19,10 +19,10 @@ give the same run:
   comm overlap"); for Megatron-Bridge rows the recipe's settings (recompute, overlaps,
   distributed optimizer, MTP, CUDA graphs, dispatcher) when a recipe table is given
   (:mod:`sim.runs.bridge_recipes`), else the row says the settings are unknown. Model traits
-  the columns cannot say are taken from the model's name (:data:`NAMED_TRAITS`). The few
-  Megatron-Bridge rows whose printed layout no preset of their release's launcher produces are
-  read with the launcher's (:mod:`sim.runs.bridge_errata`), and say so among their
-  approximations.
+  the columns cannot say are taken from the model's name
+  (:data:`~sim.runs.csv_shape.NAMED_TRAITS`). The few Megatron-Bridge rows whose printed
+  layout no preset of their release's launcher produces are read with the launcher's
+  (:mod:`sim.runs.bridge_errata`), and say so among their approximations.
 
 A source measured on one machine whose own figures pipesim ships as a hardware overlay runs
 with it (:data:`NODE_OVERLAYS`): SimuMax's rows on SimuMax's B200 node.
@@ -31,7 +31,6 @@ with it (:data:`NODE_OVERLAYS`): SimuMax's rows on SimuMax's B200 node.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -50,8 +49,8 @@ from sim.runs.bridge_errata import (
 )
 from sim.runs.bridge_nccl import overlay_for
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for
+from sim.runs.csv_shape import cell_float, cell_int, known_shape, row_shape_flags
 from sim.runs.megatron_args import read_megatron
-from sim.runs.model_shapes import shape_flags
 from sim.runs.record import ArgNote, Measured, MeasuredRun
 from sim.runs.te_environment import golden_environment
 
@@ -62,43 +61,6 @@ measured on (``sim/hardware/overlays/simumax-b200.yaml``: SimuMax's B200 node, w
 tests measured its BF16 GEMMs; the dgx-b200 preset carries Transformer Engine's benchmark)."""
 NEEDED = ("model", "gpu", "tp", "pp", "gbs", "mbs", "precision", "seq_len")
 """Columns every row needs."""
-MLA_RANKS = {
-    "q-lora-rank": 1536, "kv-lora-rank": 512, "qk-head-dim": 128, "qk-pos-emb-head-dim": 64,
-    "v-head-dim": 128,
-}  # fmt: skip
-"""MLA ranks of DeepSeek-V2, DeepSeek-V3 and Kimi K2 (their Hugging Face ``config.json``:
-``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
-``v_head_dim``; ``examples/hf/deepseek-v{2,3}-config.json``)."""
-NAMED_TRAITS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("qwen3", {"qk-layernorm": True, "moe-router-load-balancing-type": "aux_loss",
-               "moe-aux-loss-coeff": "1e-3"}),
-    ("deepseekv3", {"moe-router-load-balancing-type": "seq_aux_loss",
-                    "moe-aux-loss-coeff": "1e-4"}),
-    ("kimi_k2", {"moe-router-load-balancing-type": "seq_aux_loss", "moe-aux-loss-coeff": "1e-3"}),
-    ("tokendrop", {"moe-expert-capacity-factor": "1.0"}),
-    ("w/ mtp", {"mtp-num-layers": "1"}),
-    ("gpt oss", {"window-size": "128 0", "window-attn-skip-freq": "2", "softmax-type":
-                 "learnable", "add-qkv-bias": True, "add-bias-linear": True,
-                 "activation-func-clamp-value": "7.0", "position-embedding-type": "yarn",
-                 "yarn-rotary-scaling-factor": "32.0"}),
-)  # fmt: skip
-"""Traits the columns cannot say, by a (lower-case) part of the model name: Qwen3's QK-norm
-(``Qwen3Config``: q_norm and k_norm), token-drop rows (a capacity factor), DeepSeek-V3 with its
-MTP layer, GPT-OSS's attention (examples/hf/gpt-oss-120b-config.json: ``sliding_window`` 128
-on every other layer, ``layer_types`` starting with a windowed one, ``attention_bias``, a
-learned sink per head; NeMo ``gpt_oss.py`` GPTOSSConfig: ``window_size (128, 0)``,
-``window_attn_skip_freq 2``, ``softmax_type learnable``, ``add_qkv_bias``) and its biased
-experts (``add_bias_linear``, HF ``GptOssExperts`` ``down_proj_bias``: :mod:`sim.compute.moe`,
-``MoEShape.bias``) with their clamped GLU (HF ``swiglu_limit`` 7.0; the Bridge's
-``activation_func_clamp_value = 7.0``: :mod:`sim.compute.glu_clamp`) and its YaRN rotary
-embedding (HF ``rope_scaling`` yarn, factor 32; the bridge's ``position_embedding_type =
-"yarn"``, ``yarn_rotary_scaling_factor = 32.0``: :mod:`sim.compute.rope_unfused`). The MoE
-routers' balancing losses (:mod:`sim.compute.router_fused`; read only with experts) as the
-Bridge's model bridges set them (NVIDIA-NeMo/Megatron-Bridge@067f987
-``src/megatron/bridge/models/qwen/qwen3_moe_bridge.py`` lines 64-65: ``aux_loss`` 1e-3;
-``deepseek/deepseek_v3_bridge.py`` lines 68-71: ``seq_aux_loss``, HF ``aux_loss_alpha`` else
-1e-4; ``kimi/kimi_bridge.py`` lines 60 and 86: ``seq_aux_loss`` 1e-3); GPT-OSS's performance
-recipes set the coefficient to 0 (``perf_recipes/gpt_oss/common.py`` line 89)."""
 NAMED_UNMAPPED = (
     (
         "distill",
@@ -119,68 +81,9 @@ PRECISION_FLAGS = (
 names), NVFP4, BF16, FP16."""
 
 
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def _int(v: Any) -> int | None:
-    x = _num(v)
-    return int(x) if x is not None and x == int(x) else None
-
-
 def _golden_flags(row: pd.Series) -> dict[str, Any] | None:
     m = re.search(r"MODEL_ARGS=(\{.*\})", str(row.get("note", "")))
     return json.loads(m.group(1)) if m else None
-
-
-def _known_shape(row: pd.Series) -> dict[str, Any] | None:
-    """The published shape of a row whose shape columns are empty (:mod:`sim.runs.model_shapes`)."""
-    if _int(row.get("layers")) is not None and _int(row.get("hidden")) is not None:
-        return None
-    return shape_flags(str(row.get("model", "")))
-
-
-def _shape_flags(row: pd.Series) -> dict[str, Any]:
-    known = _known_shape(row)
-    if known is not None:
-        return known | (
-            {"seq-length": _int(row.get("seq_len"))} if _int(row.get("seq_len")) else {}
-        )
-    f: dict[str, Any] = {}
-    for col, flag in (("layers", "num-layers"), ("hidden", "hidden-size"),
-                      ("ffn_hidden", "ffn-hidden-size"), ("heads", "num-attention-heads"),
-                      ("seq_len", "seq-length"), ("vocab", "vocab-size"),
-                      ("head_dim", "kv-channels")):  # fmt: skip
-        if _int(row.get(col)) is not None:
-            f[flag] = _int(row.get(col))
-    kv, heads = _int(row.get("kv_heads")), _int(row.get("heads"))
-    if kv and heads and kv < heads:
-        f["group-query-attention"], f["num-query-groups"] = True, kv
-    experts = _int(row.get("moe_experts"))
-    if experts:
-        f["num-experts"] = experts
-        f["moe-router-topk"] = _int(row.get("moe_topk")) or 2
-        f["moe-ffn-hidden-size"] = _int(row.get("moe_ffn_hidden")) or f.get("ffn-hidden-size")
-        f["moe-shared-expert-intermediate-size"] = _int(row.get("moe_shared_ffn")) or 0
-        dense, layers = _int(row.get("moe_dense_layers")) or 0, f.get("num-layers", 0)
-        f["moe-layer-freq"] = f"([0]*{dense}+[1]*{max(0, layers - dense)})"
-        f["moe-token-dispatcher-type"] = "alltoall"
-    if str(row.get("attention", "")).lower() == "mla":
-        f["multi-latent-attention"] = True
-        f.update(MLA_RANKS)
-    f.update({"swiglu": True, "untie-embeddings-and-output-weights": True,
-              "position-embedding-type": "rope", "normalization": "RMSNorm"})  # fmt: skip
-    name = str(row.get("model", "")).lower()
-    for part, traits in NAMED_TRAITS:
-        if part in name:
-            f.update(traits)
-    if "hybrid" in str(row.get("family", "")):
-        f["is-hybrid-model"] = True
-    return f
 
 
 GOLDEN_TOKENIZER = {
@@ -215,7 +118,7 @@ def _launcher_flags(row: pd.Series) -> dict[str, Any]:
     if not str(row.get("source_id", "")).startswith("simumax"):
         return {}
     f: dict[str, Any] = dict(SIMUMAX_DROPOUT)
-    if _int(row.get("moe_experts")):
+    if cell_int(row.get("moe_experts")):
         f |= SIMUMAX_MOE
     case = re.search(r"case (\S+);", str(row.get("note", "")))
     if case and case.group(1).endswith("_cef"):
@@ -225,19 +128,19 @@ def _launcher_flags(row: pd.Series) -> dict[str, Any]:
 
 def _run_flags(row: pd.Series) -> dict[str, Any]:
     """Flags of a row that is not a functional test (module doc)."""
-    f = _shape_flags(row) | _launcher_flags(row)
+    f = row_shape_flags(row) | _launcher_flags(row)
     for col, flag in (("tp", "tensor-model-parallel-size"), ("pp", "pipeline-model-parallel-size"),
                       ("cp", "context-parallel-size"), ("ep", "expert-model-parallel-size"),
                       ("etp", "expert-tensor-parallel-size"), ("mbs", "micro-batch-size"),
                       ("gbs", "global-batch-size")):  # fmt: skip
-        if _int(row.get(col)) is not None:
-            f[flag] = _int(row.get(col))
-    vp = _int(row.get("vp"))
+        if cell_int(row.get(col)) is not None:
+            f[flag] = cell_int(row.get(col))
+    vp = cell_int(row.get("vp"))
     if vp and vp > 1:
         f["num-virtual-stages-per-pipeline-rank"] = vp
-    if (_int(row.get("tp")) or 1) > 1:
+    if (cell_int(row.get("tp")) or 1) > 1:
         f["sequence-parallel"] = True
-    if (_int(row.get("fsdp")) or 0) > 0:
+    if (cell_int(row.get("fsdp")) or 0) > 0:
         f["use-megatron-fsdp"] = True
     prec = str(row.get("precision", "")).lower()
     f.update(next((flags for key, flags in PRECISION_FLAGS if key in prec), {}))
@@ -265,8 +168,8 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
     if not recipe and not re.match(r"none|full (uniform|block) \d+|selective", text):
         out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
                            "recipe's recompute setting"))  # fmt: skip
-    if _known_shape(row) is None and (_int(row.get("layers")) is None or
-                                      _int(row.get("hidden")) is None):  # fmt: skip
+    if known_shape(row) is None and (cell_int(row.get("layers")) is None or
+                                      cell_int(row.get("hidden")) is None):  # fmt: skip
         out.append(ArgNote("shape_ref", str(row.get("shape_ref", "")), "unmapped",
                            "the model's shape is not in the table"))  # fmt: skip
     return out
@@ -288,9 +191,9 @@ def _recompute_flags(row: pd.Series) -> dict[str, Any]:
 
 def measured_of(row: pd.Series) -> Measured:
     """The measurements of a row (seconds, bytes)."""
-    t, derived = _num(row.get("step_time_s")), _num(row.get("step_time_derived_s"))
-    mem = _num(row.get("peak_mem_gib"))
-    mfu = _num(row.get("mfu"))
+    t, derived = cell_float(row.get("step_time_s")), cell_float(row.get("step_time_derived_s"))
+    mem = cell_float(row.get("peak_mem_gib"))
+    mfu = cell_float(row.get("mfu"))
     kind = str(row.get("mem_kind", "")) if mem is not None else ""
     return Measured(
         iteration_time_s=t if t is not None else derived,
@@ -299,8 +202,8 @@ def measured_of(row: pd.Series) -> Measured:
         peak_allocated_bytes=mem * GiB if mem is not None and "reserved" not in kind else None,
         peak_reserved_bytes=mem * GiB if mem is not None and "reserved" in kind else None,
         memory_kind=kind,
-        tokens_per_s_per_gpu=_num(row.get("tokens_per_s_per_gpu")),
-        tflops_per_gpu=_num(row.get("tflops_per_gpu")),
+        tokens_per_s_per_gpu=cell_float(row.get("tokens_per_s_per_gpu")),
+        tflops_per_gpu=cell_float(row.get("tflops_per_gpu")),
         mfu=mfu / 100 if mfu is not None and mfu > 1 else mfu,
     )  # fmt: skip
 
@@ -321,7 +224,7 @@ def row_run(
     else:
         flags = _run_flags(row) | _recompute_flags(row) | (recipe or {})
         arch = "hybrid" if "hybrid" in str(row.get("family", "")) else "decoder"
-    gpus = _int(row.get("num_gpus"))
+    gpus = cell_int(row.get("num_gpus"))
     tag = re.search(r"\[[^\]]+\]", str(row.get("table", ""))) if golden is not None else None
     name = str(row.get("model")) + (tag.group(0) if tag else "")
     run = read_megatron(

@@ -32,16 +32,17 @@ from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
 from sim.runs.argv import switch_on
 from sim.runs.megatron_host_flags import read_host_options
-from sim.runs.megatron_model_flags import (
-    activation_offload,
-    optimizer_instances,
-    pattern_layout,
-    uneven_layout,
+from sim.runs.megatron_layout_flags import LAYER_WISE, read_layout, read_pipeline_layout, read_world
+from sim.runs.megatron_memory_flags import (
+    flag_memory_options,
+    loss_options,
+    read_memory_options,
+    workspace_options,
 )
+from sim.runs.megatron_model_flags import activation_offload, optimizer_instances
 from sim.runs.megatron_overlap import read_options
 from sim.runs.megatron_reading import Reading
 from sim.runs.megatron_shape import model_shape
-from sim.runs.pipeline_layout import parse_layout, split_layout
 from sim.runs.precision_flags import precision_flags
 from sim.runs.record import ArgNote, MeasuredRun
 from sim.runs.te_environment import LATER, run_attention
@@ -89,9 +90,9 @@ def read_megatron(
             under ``--deterministic-mode``; :mod:`sim.runs.te_environment`).
     """
     r = Reading(normalise(flags), strict)
-    world = _world(r)  # the launcher's flags are read (mapped) even when num_gpus is given
+    world = read_world(r)  # the launcher's flags are read (mapped) even when num_gpus is given
     world = num_gpus or world
-    lay, dist = _layout(r, world)
+    lay, dist = read_layout(r, world)
     shape, seq = model_shape(r, lay, arch, grouped=framework == "megatron-bridge")
     if _dropout(r, framework):
         shape = replace(shape, features=(*shape.features, "dropout=true"))
@@ -117,9 +118,8 @@ def read_megatron(
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
-    memory = _memory_options(r, dist) | _grad_buffer(r) | _allocator(r)
-    memory |= flag_memory_options(r.flags)
-    layout = _pipeline_layout(r, lay)
+    memory = read_memory_options(r, dist)
+    layout = read_pipeline_layout(r, lay)
     instances = optimizer_instances(r, lay, dist)
     offload = activation_offload(r, shape.layers or 0)
     _conditional(r, lay, dist)
@@ -213,70 +213,6 @@ def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
     return options
 
 
-OPTIMIZER_DTYPES = {
-    "main-grads-dtype": "main_grads_dtype", "main-params-dtype": "main_params_dtype",
-    "exp-avg-dtype": "exp_avg_dtype", "exp-avg-sq-dtype": "exp_avg_sq_dtype",
-}  # fmt: skip
-"""Megatron's precision-aware optimizer flags -> :class:`~sim.config.MemoryConfig` fields."""
-DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16",
-               "bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8", "uint8": "fp8"}  # fmt: skip
-"""A dtype as Megatron's flags (``fp32``...) or Megatron-Bridge's configs (``bfloat16``...)
-spell it -> pipesim's name."""
-
-
-def _grad_buffer(r: Reading) -> dict[str, Any]:
-    """``--grad-reduce-in-bf16`` as the experiment's ``memory: grad_reduce_in_bf16``: the
-    gradient buffer in the parameters' 16-bit dtype instead of fp32 (Megatron-LM's
-    ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` for ``--bf16`` unless this
-    flag; NVIDIA/Megatron-LM@d98e8a64 ``megatron/training/arguments.py``; the buffer's dtype is
-    ``DistributedDataParallelConfig.grad_reduce_in_fp32``,
-    ``megatron/core/distributed/distributed_data_parallel.py:192``). Megatron-Bridge sets that
-    field directly (its performance recipes set it False: NVIDIA-NeMo/Megatron-Bridge@067f987df0
-    ``src/megatron/bridge/perf_recipes/_common.py:72-74``), so its configs reach here as this
-    flag (:mod:`sim.runs.bridge_recipes`)."""
-    if not r.switch("grad-reduce-in-bf16"):
-        return {}
-    r.mapped("grad-reduce-in-bf16", "memory: grad_reduce_in_bf16 (16-bit gradient buffer)")
-    return {"grad_reduce_in_bf16": True}
-
-
-def _allocator(r: Reading) -> dict[str, Any]:
-    """The run's ``PYTORCH_CUDA_ALLOC_CONF`` (an environment variable, not a Megatron flag:
-    Megatron-Bridge's performance scripts set it, :mod:`sim.runs.bridge_env`) as the
-    experiment's ``memory: expandable_segments``."""
-    conf = str(r.text("pytorch-cuda-alloc-conf", ""))
-    if not conf:
-        return {}
-    r.mapped("pytorch-cuda-alloc-conf", "memory: expandable_segments (the caching allocator)")
-    return {"expandable_segments": True} if "expandable_segments:True" in conf else {}
-
-
-DETERMINISTIC_CUBLAS = ":4096:8"
-"""``CUBLAS_WORKSPACE_CONFIG`` of a ``--deterministic-mode`` run: Megatron sets it
-(``megatron/training/determinism.py`` ``DETERMINISM_ENV_VAR_DEFAULTS``, NVIDIA/Megatron-LM@d98e8a64dd)."""
-
-
-def workspace_options(flags: dict[str, Any]) -> dict[str, Any]:
-    """The workspaces and held buffers three flags add, as the experiment's ``memory:`` fields
-    (the flags keep their time notes in :mod:`sim.runs.megatron_table`): ``--deterministic-mode``
-    sizes PyTorch's cuBLAS workspaces (``cublas_workspace_config``, :mod:`sim.memory.
-    cublas_workspace`), ``--moe-grouped-gemm`` with Transformer Engine adds TE's grouped-GEMM
-    workspaces (``te_grouped_gemm``), ``--defer-embedding-wgrad-compute`` keeps the output
-    layer's inputs and gradients of ``--wgrad-deferral-limit`` micro-batches
-    (``defer_embedding_wgrad``)."""
-    out: dict[str, Any] = {}
-    if switch_on(flags.get("deterministic-mode")):
-        out["cublas_workspace_config"] = DETERMINISTIC_CUBLAS
-    if switch_on(flags.get("moe-grouped-gemm")) and flags.get("transformer-impl") != "local":
-        out["te_grouped_gemm"] = True
-    if switch_on(flags.get("defer-embedding-wgrad-compute")):
-        try:
-            out["defer_embedding_wgrad"] = max(0, int(float(flags.get("wgrad-deferral-limit", 0))))
-        except (TypeError, ValueError):
-            out["defer_embedding_wgrad"] = 0
-    return out
-
-
 def _loss_fusion(r: Reading) -> str:
     """``te`` or ``native``: the fused loss of ``--cross-entropy-loss-fusion`` (Megatron's
     default impl is ``native``), its passes over the logits timed by
@@ -287,51 +223,6 @@ def _loss_fusion(r: Reading) -> str:
     r.mapped("cross-entropy-loss-fusion", why)
     r.mapped("cross-entropy-fusion-impl", why)
     return impl
-
-
-def loss_options(flags: dict[str, Any]) -> dict[str, Any]:
-    """The weight-gradient flags as the experiment's ``memory:`` fields:
-    ``--no-gradient-accumulation-fusion`` sets ``gradient_accumulation_fusion: false`` (a
-    transient weight gradient per GEMM). The loss flags are the model shape's
-    ``cross_entropy_fusion`` (:func:`_loss_fusion`), which sets the loss's time and memory."""
-    out: dict[str, Any] = {}
-    if switch_on(flags.get("no-gradient-accumulation-fusion")):
-        out["gradient_accumulation_fusion"] = False
-    return out
-
-
-def flag_memory_options(flags: dict[str, Any]) -> dict[str, Any]:
-    """Every ``memory:`` field the flags alone set (:func:`workspace_options`,
-    :func:`loss_options`): what ``sim import`` and the memory benchmark both read."""
-    return workspace_options(flags) | loss_options(flags)
-
-
-def _memory_options(r: Reading, dist: bool) -> dict[str, Any]:
-    """``--use-precision-aware-optimizer`` and its dtypes as the experiment's ``memory:``
-    fields (:mod:`sim.memory.precision_aware`); unmapped where Megatron-Core would refuse them
-    (another optimizer than Adam, no distributed optimizer, a dtype it does not take)."""
-    aware = r.switch("use-precision-aware-optimizer")
-    out: dict[str, Any] = {"precision_aware_optimizer": True} if aware else {}
-    for flag, field_name in OPTIMIZER_DTYPES.items():
-        value = str(r.text(flag, "fp32")).removeprefix("torch.")
-        if value not in DTYPE_NAMES:
-            r.unmapped(flag, f"{value!r}: not a dtype Megatron-Core takes")
-        elif DTYPE_NAMES[value] != "fp32":
-            out[field_name] = DTYPE_NAMES[value]
-    if out and not aware:
-        for flag in OPTIMIZER_DTYPES:
-            if r.has(flag):
-                r.unmapped(flag, "lower-precision optimizer state without "
-                           "--use-precision-aware-optimizer (Megatron-Core asserts fp32)")  # fmt: skip
-        return {}
-    if aware and (not dist or str(r.flags.get("optimizer", "adam")) != "adam"):
-        r.unmapped("use-precision-aware-optimizer", "needs Adam and the distributed optimizer "
-                   "(megatron/core/optimizer/optimizer_config.py asserts both)")  # fmt: skip
-        return {}
-    for flag in ("use-precision-aware-optimizer", *OPTIMIZER_DTYPES):
-        if r.has(flag) and not any(n.name == flag for n in r.notes):
-            r.mapped(flag, "memory: precision-aware optimizer (sim.memory.precision_aware)")
-    return out
 
 
 def _dropout(r: Reading, framework: str) -> bool:
@@ -386,146 +277,6 @@ def _attention(flags: dict[str, Any], framework: str, gpu: str, env: TeEnvironme
     if framework == "megatron-deepspeed" and "attention-backend" not in flags:
         return "flash" if flags.get("use-flash-attn") else "math"
     return run_attention(flags, gpu, env)
-
-
-def _world(r: Reading) -> int | None:
-    world = r.int("world-size")
-    if world:
-        r.mapped("world-size", "GPUs in the job")
-        return world
-    nproc, nodes = r.int("nproc-per-node"), r.int("nnodes", 1) or 1
-    for f in ("nproc-per-node", "nnodes"):
-        r.mapped(f, "GPUs in the job: nproc-per-node x nnodes")
-    return nproc * nodes if nproc else None
-
-
-A2A_P2P = (
-    "hierarchical CP 'a2a+p2p' simulated as the p2p ring over all cp ranks: Transformer "
-    "Engine runs an all-to-all inside each group of the first --hierarchical-context-parallel-"
-    "sizes (heads split) and the KV ring only across the groups (fewer, larger ring steps; "
-    "NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
-    "context_parallel.py, AttnFuncWithCPAndKVP2P with cp_group_a2a)"
-)
-"""What the reader changes of an ``a2a+p2p`` run."""
-
-
-def _layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
-    tp = r.int("tensor-model-parallel-size", 1) or 1
-    pp = r.int("pipeline-model-parallel-size", 1) or 1
-    cp = r.int("context-parallel-size", 1) or 1
-    ep = r.int("expert-model-parallel-size", 1) or 1
-    etp = r.int("expert-tensor-parallel-size")
-    layers = r.int("num-layers") or r.int("decoder-num-layers") or 0
-    vp = r.int("num-virtual-stages-per-pipeline-rank") or 1
-    per_vstage = r.int("num-layers-per-virtual-pipeline-stage")
-    if per_vstage and layers and pp:
-        vp = max(1, layers // (pp * per_vstage))
-    vp = _layout_vp(r, pp, vp)
-    dp = max(1, world // (tp * pp * cp)) if world else 1
-    comm = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
-    cp_comm = r.text("cp-comm-type", "p2p") or "p2p"
-    if cp > 1 and cp_comm == "a2a+p2p":
-        r.done.add("cp-comm-type")
-        r.notes.append(ArgNote("cp-comm-type", cp_comm, "approximated", A2A_P2P))
-        r.mapped("hierarchical-context-parallel-sizes", "the a2a+p2p split (approximated, "
-                 "see cp-comm-type)")  # fmt: skip
-        cp_comm = "p2p"
-    elif cp > 1 and cp_comm not in comm:
-        r.unmapped("cp-comm-type", f"{cp_comm!r}: hierarchical CP exchange (issue 26 item 7)")
-    if etp is None and ep > 1 and (dp * cp) % ep:
-        etp = _folded_etp(tp, cp, dp, ep)
-    fsdp = r.switch("use-megatron-fsdp")
-    lay = ParallelLayout(
-        pp=pp, vp=vp, dp_replicate=1 if fsdp else dp, dp_shard=dp if fsdp else 1, cp=cp, tp=tp,
-        sp=r.switch("sequence-parallel") and tp > 1, ep=ep,
-        etp=etp if etp not in (None, tp) else None, cp_comm=comm.get(cp_comm, "p2p"),
-    )  # fmt: skip
-    if fsdp:
-        r.mapped("use-megatron-fsdp", f"layout.dp_shard = dp = {dp} (sim.memory.fsdp)")
-        for f in ("data-parallel-sharding-strategy", "megatron-fsdp-main-params-dtype",
-                  "megatron-fsdp-main-grads-dtype", "megatron-fsdp-grad-comm-dtype"):  # fmt: skip
-            if r.has(f):
-                r.mapped(f, "Megatron-FSDP as the megatron-lm profile's fsdp setting")
-    for f, what in (
-        ("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
-        ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
-        ("expert-tensor-parallel-size", "etp"), ("sequence-parallel", "sp"),
-        ("num-layers-per-virtual-pipeline-stage", f"vp = layers / (pp x this) = {vp}"),
-        ("num-virtual-stages-per-pipeline-rank", "vp"), ("cp-comm-type", "cp_comm"),
-    ):  # fmt: skip
-        r.mapped(f, f"layout.{what}" if " " not in what else what)
-    dist = r.switch("use-distributed-optimizer") or _layer_wise(r)
-    r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
-    return lay, dist
-
-
-LAYER_WISE = (
-    "layer-wise distributed optimizer (--optimizer dist_*): each data-parallel rank keeps the "
-    "optimizer state of its share of the parameters, dense ones over dp x cp, expert ones "
-    "over the expert data-parallel group, as the distributed optimizer's shards: memory policy "
-    "dist_opt (NVIDIA/Megatron-LM@addc601 megatron/core/optimizer/__init__.py lines 746-755: "
-    "'dist_muon' is 'muon' with use_layer_wise; layer_wise_optimizer.py LayerWiseDistributed"
-    "Optimizer.shard_params, lines 433-462); its gradients are all-reduced and its parameters "
-    "all-gathered, timed as the distributed optimizer's reduce-scatter and all-gather"
-)
-"""What the simulation changes of a layer-wise distributed optimizer run."""
-
-
-def _layer_wise(r: Reading) -> bool:
-    """Whether ``--optimizer`` names a layer-wise distributed optimizer (``dist_muon``:
-    :data:`LAYER_WISE`), which shards the state without ``--use-distributed-optimizer``."""
-    return str(r.flags.get("optimizer", "")).startswith("dist_")
-
-
-def _pipeline_layout(r: Reading, lay: ParallelLayout) -> str:
-    """The run's pipeline layout (:mod:`sim.runs.pipeline_layout`): ``--pipeline-model-
-    parallel-layout``, or Megatron's even split over several virtual stages (the embedding on
-    the first, the output layer and loss on the last, or counted as layers with
-    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``:
-    :func:`~sim.runs.pipeline_layout.split_layout`); "" for one stage or layers that do not
-    split evenly (Megatron asserts they do)."""
-    layout = r.text("pipeline-model-parallel-layout") or pattern_layout(r) or uneven_layout(r, lay)
-    r.mapped("pipeline-model-parallel-layout", "options.boundaries (sim.runs.pipeline_layout)")
-    flags = ("account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split")
-    emb, loss = (r.switch(f) for f in flags)
-    if layout:
-        return layout
-    if lay.pp * lay.vp == 1:
-        for f in flags:
-            r.mapped(f, "one stage: the split does not change")
-        return ""
-    try:
-        layout = split_layout(r.int("num-layers") or 0, lay.pp * lay.vp, emb, loss,
-                              r.int("mtp-num-layers") or 0)  # fmt: skip
-    except ValueError as exc:
-        for f in flags:
-            if r.has(f):
-                r.unmapped(f, str(exc))
-        return ""
-    for f in flags:
-        r.mapped(f, f"options.boundaries of the layout {layout} (sim.runs.pipeline_layout)")
-    return layout
-
-
-def _layout_vp(r: Reading, pp: int, vp: int) -> int:
-    """``--pipeline-model-parallel-layout``'s virtual stages per rank: its stages over ``pp``
-    (``PipelineParallelLayerLayout.__init__``; :mod:`sim.runs.pipeline_layout`), else ``vp``."""
-    text = r.text("pipeline-model-parallel-layout") or pattern_layout(r)
-    try:
-        n = len(parse_layout(text)) if text else 0
-    except ValueError:
-        return vp
-    return n // pp if n and n % pp == 0 else vp
-
-
-def _folded_etp(tp: int, cp: int, dp: int, ep: int) -> int | None:
-    """The expert tensor-parallel size a run with ``ep`` not dividing ``dp x cp`` must use:
-    the largest divisor of ``tp`` with ``ep x etp`` dividing ``tp x cp x dp`` (Megatron-Core's
-    ``initialize_model_parallel`` refuses any other; MoE parallel folding), or None."""
-    for e in range(tp, 0, -1):
-        if tp % e == 0 and (tp * cp * dp) % (ep * e) == 0:
-            return e
-    return None
 
 
 def _recompute(r: Reading) -> str:
@@ -633,3 +384,14 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
                  "not to change time or memory)")
             )  # fmt: skip
         r.notes.append(ArgNote(flag, str(value), status, reason))  # type: ignore[arg-type]
+
+
+__all__ = [
+    "MUON",
+    "OPTIMIZERS",
+    "flag_memory_options",  # re-exported: sim.runs.megatron_memory_flags
+    "loss_options",
+    "normalise",
+    "read_megatron",
+    "workspace_options",
+]

@@ -56,13 +56,22 @@ from typing import Any
 from sim.compute.hf_bert import classifier_params, classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
-from sim.compute.megatron_ops import block_calls, block_ops, embedding_ops, head_ops
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.loader import load_hardware
+from sim.trace.analytic_layers import (
+    attn_core_act_bytes,
+    block_act_bytes,
+    block_fwd_flops,
+    block_layer,
+    block_params,
+    embedding_layer,
+    head_layer,
+)
 from sim.trace.hf_layers import check_modeling, classifier_head, with_tensors
-from sim.trace.schema import LayerProfile, Trace, dtype_bytes
+from sim.trace.model_presets import MODEL_PRESETS
+from sim.trace.schema import Trace, dtype_bytes
 
 SOURCES = {
     "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
@@ -76,96 +85,6 @@ SOURCES = {
     "ops": "host ops per layer counted from Megatron-DeepSpeed's code (sim.compute.megatron_ops)",
 }
 
-#: Published model shapes. ``gpt-5b`` is the 44-layer, h=3072 GPT of ~5B parameters.
-MODEL_PRESETS: dict[str, dict[str, int | str]] = {
-    "gpt2-1.5b": {
-        "kind": "gpt",
-        "layers": 48,
-        "hidden": 1600,
-        "heads": 25,
-        "seq_len": 1024,
-        "vocab": 50257,
-    },
-    "bert-large": {
-        "kind": "bert",
-        "layers": 24,
-        "hidden": 1024,
-        "heads": 16,
-        "seq_len": 512,
-        "vocab": 30522,
-    },
-    "gpt-5b": {
-        "kind": "gpt",
-        "layers": 44,
-        "hidden": 3072,
-        "heads": 24,
-        "seq_len": 1024,
-        "vocab": 50257,
-    },
-    **{
-        name: {"kind": "gpt", "hidden": h, "seq_len": s, "layers": L, "heads": a, "vocab": 50257}
-        for name, (h, s, L, a) in {
-            # PatrickStar's GPT configs (Tencent/PatrickStar@2384535 examples/model_builder.py,
-            # hidden/seq/layers/heads; memory.md §5.4), GPT-2 vocabulary.
-            "gpt2-1b": (2048, 1024, 20, 16),
-            "gpt2-4b": (2304, 1024, 64, 16),
-            "gpt3-8b": (3072, 1024, 72, 16),
-            "gpt3-10b": (4096, 1024, 50, 16),
-            "gpt3-13b": (4096, 1024, 65, 16),
-            "gpt3-15b": (4096, 1024, 78, 16),
-            "gpt3-18b": (4096, 1024, 90, 16),
-            "gpt-ds-20b": (8192, 1024, 25, 16),
-            "gpt-ds-40b": (8192, 1024, 50, 16),
-            "gpt-ds-50b": (8192, 1024, 62, 16),
-            "gpt-ds-60b": (8192, 1024, 75, 16),
-            "gpt-ds-68b": (9216, 1024, 66, 16),
-            # later additions to the same file (Tencent/PatrickStar@04af7c9):
-            # GPT_DS_70B and GPT_NV_76B (Narayanan et al.'s 76B shape)
-            "gpt-ds-70b": (9216, 1024, 69, 16),
-            "gpt-nv-76b": (10240, 1024, 60, 16),
-            # The ZeRO-Offload tutorial's 10B GPT-2 (deepspeedai/DeepSpeed@2dea61f28
-            # docs/_tutorials/zero-offload.md: --num-layers 50 --hidden-size 4096
-            # --num-attention-heads 32), the model of the paper's "40 TFlops ... for 10B".
-            "zo-gpt2-10b": (4096, 1024, 50, 32),
-        }.items()
-    },
-    **{
-        f"ps-{name}": {
-            "kind": "bert",
-            "hidden": h,
-            "seq_len": s,
-            "layers": L,
-            "heads": a,
-            "vocab": 30522,
-            "modeling": "hf",
-        }
-        for name, (h, s, L, a) in {
-            # The same configs as PatrickStar's benchmark builds them: BERT
-            # (transformers.BertForSequenceClassification over BertConfig(hidden_size,
-            # num_hidden_layers, num_attention_heads, max_position_embeddings=seq), BERT's
-            # vocabulary of 30522; Tencent/PatrickStar@04af7c9 examples/model_builder.py
-            # build_transformer_model), with Hugging Face's kernels and classification head
-            # (modeling "hf": sim.compute.hf_bert).
-            "gpt2-1b": (2048, 1024, 20, 16),
-            "gpt2-2b": (2048, 1024, 40, 16),
-            "gpt2-4b": (2304, 1024, 64, 16),
-            "gpt3-6b": (3072, 1024, 53, 16),
-            "gpt3-8b": (3072, 1024, 72, 16),
-            "gpt3-10b": (4096, 1024, 50, 16),
-            "gpt3-12b": (4096, 1024, 60, 16),
-            "gpt3-15b": (4096, 1024, 78, 16),
-            "gpt3-18b": (4096, 1024, 90, 16),
-            "gpt-ds-20b": (8192, 1024, 25, 16),
-            "gpt-ds-40b": (8192, 1024, 50, 16),
-            "gpt-ds-50b": (8192, 1024, 62, 16),
-            "gpt-ds-60b": (8192, 1024, 75, 16),
-            "gpt-ds-68b": (9216, 1024, 66, 16),
-            "gpt-ds-70b": (9216, 1024, 69, 16),
-            "gpt-nv-76b": (10240, 1024, 60, 16),
-        }.items()
-    },
-}
-
 V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps": 900e9}
 """V100 SXM2 peaks: 125 TFLOPS dense fp16 tensor, 900 GB/s HBM2 (hardware.md §1)."""
 
@@ -177,31 +96,6 @@ def preset_gpu(preset: str = "dgx1-v100-16gb") -> ComputeSpec:
     return spec
 
 
-def block_params(hidden: int, ffn_mult: int = 4) -> int:
-    """Parameters of one transformer block: ``(4 + 2f)h^2 + (9 + f)h`` (12h^2 + 13h at f=4)."""
-    h, f = hidden, ffn_mult
-    return (4 + 2 * f) * h * h + (9 + f) * h
-
-
-def block_fwd_flops(b: int, s: int, h: int, ffn_mult: int = 4) -> float:
-    """Forward FLOPs of one block per micro-batch: ``(8 + 4f)bsh^2 + 4bs^2h`` (Narayanan 2021)."""
-    return float((8 + 4 * ffn_mult) * b * s * h * h + 4 * b * s * s * h)
-
-
-def block_act_bytes(
-    b: int, s: int, h: int, a: int, ffn_mult: int = 4, elem_bytes: int = 2
-) -> float:
-    """Bytes a block stashes for backward: ``sbh(34 + 5as/h)`` at 16 bit, f=4 (Korthikanti)."""
-    sbh, as2b = s * b * h, a * s * s * b
-    return float(elem_bytes * ((8 + 2 * ffn_mult) * sbh + 2 * as2b) + 2 * sbh + as2b)
-
-
-def attn_core_act_bytes(b: int, s: int, a: int, elem_bytes: int = 2) -> float:
-    """Bytes of the attention core's stash: softmax output and dropout output (``elem_bytes``
-    each) and the dropout mask (1 byte) per score, ``5*a*s^2*b`` at 16 bit (Korthikanti)."""
-    return float((2 * elem_bytes + 1) * a * s * s * b)
-
-
 def _check(kind: str, **ints: int) -> None:
     if kind not in ("gpt", "bert"):
         raise ValueError(f"kind must be 'gpt' or 'bert', got {kind!r}")
@@ -210,100 +104,6 @@ def _check(kind: str, **ints: int) -> None:
             raise ValueError(f"{key} must be a positive integer, got {v!r}")
     if ints["hidden"] % ints["heads"]:
         raise ValueError(f"hidden {ints['hidden']} is not divisible by heads {ints['heads']}")
-
-
-def _embedding(
-    kind: str, b: int, s: int, h: int, V: int, d: int, hbm: float, t: BlockTimes | None
-) -> LayerProfile:
-    params = (V + s) * h + ((2 * h + 2 * h) if kind == "bert" else 0)
-    fwd_bytes = 8 * b * s + (2 * b + 1) * s * h * d + (2 * b * s * h * d if kind == "bert" else 0)
-    fwd_s = t.fwd.total_s if t else fwd_bytes / hbm
-    bwd_s = t.bwd_weight.total_s if t else (b * s * h * d + (V + s) * h * d) / hbm
-    return LayerProfile(
-        name="embedding",
-        fwd_s=fwd_s,
-        bwd_s=bwd_s,
-        param_bytes=float(params * d),
-        act_bytes=float(8 * s * b + s * b * h),
-        out_bytes=float(s * b * h * d),
-        bwd_input_s=0.0,
-        bwd_weight_s=bwd_s,
-        flops=0.0,
-        fwd_ops=float(embedding_ops(kind)[0]),
-        bwd_ops=float(embedding_ops(kind)[1]),
-    )
-
-
-def _head(
-    kind: str,
-    b: int,
-    s: int,
-    h: int,
-    V: int,
-    d: int,
-    rate: float,
-    t: BlockTimes | None,
-    fusion: str = "unfused",
-) -> LayerProfile:
-    if kind == "gpt":
-        params = 2 * h + V * h
-        flops = 2.0 * b * s * h * V
-    else:  # MLM transform (dense + LayerNorm), decoder copy + bias, pooler, NSP classifier
-        params = (h * h + h) + 2 * h + (V * h + V) + (h * h + h) + (2 * h + 2)
-        flops = 2.0 * b * s * h * V + 2.0 * b * s * h * h + 2.0 * b * h * h + 4.0 * b * h
-    fwd_s = t.fwd.total_s if t else flops / rate
-    bwd_in = t.bwd_input.total_s if t else fwd_s
-    bwd_w = t.bwd_weight.total_s if t else fwd_s
-    return LayerProfile(
-        name="head",
-        fwd_s=fwd_s,
-        bwd_s=bwd_in + bwd_w,
-        param_bytes=float(params * d),
-        act_bytes=float(4 * s * b * h + 4 * s * b * V),
-        out_bytes=0.0,
-        bwd_input_s=bwd_in,
-        bwd_weight_s=bwd_w,
-        flops=flops,
-        fwd_ops=float(head_ops(kind, fusion)[0]),
-        bwd_ops=float(head_ops(kind, fusion)[1]),
-    )
-
-
-def _block(
-    i: int,
-    b: int,
-    s: int,
-    h: int,
-    a: int,
-    f: int,
-    d: int,
-    rate: float,
-    t: BlockTimes | None,
-    flash: bool,
-) -> LayerProfile:
-    flops = block_fwd_flops(b, s, h, f)
-    gemm = float((8 + 4 * f) * b * s * h * h)
-    core = attn_core_act_bytes(b, s, a, d)
-    act = block_act_bytes(b, s, h, a, f, d)
-    if flash:  # no s^2 stash; the kernel keeps the fp32 log-sum-exp (b*a*s floats)
-        act, core = act - core + 4.0 * b * a * s, 0.0
-    return LayerProfile(
-        name=f"block.{i}",
-        fwd_s=t.fwd.total_s if t else flops / rate,
-        bwd_s=t.bwd_input.total_s + t.bwd_weight.total_s if t else 2 * flops / rate,
-        param_bytes=float(block_params(h, f) * d),
-        act_bytes=act,
-        out_bytes=float(s * b * h * d),
-        bwd_input_s=t.bwd_input.total_s if t else (2 * flops - gemm) / rate,
-        bwd_weight_s=t.bwd_weight.total_s if t else gemm / rate,
-        flops=flops,
-        attn_core_act_bytes=core,
-        attn_core_flops=0.0 if flash else float(4 * b * s * s * h),
-        fwd_ops=float(block_ops()[0]),
-        bwd_ops=float(block_ops()[1]),
-        fwd_modules=float(block_calls()[0]),
-        fwd_functions=float(block_calls()[1]),
-    )
 
 
 def transformer_trace(
@@ -426,12 +226,14 @@ def transformer_trace(
             head_times(kind, b, s, h, vocab, gpu, dtype, cross_entropy_fusion) if modelled else None
         )
     flash = attention == "flash"
-    chain = [_embedding(kind, b, s, h, vocab, d, hbm, emb_t)]
-    chain += [_block(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)]
+    chain = [embedding_layer(kind, b, s, h, vocab, d, hbm, emb_t)]
+    chain += [
+        block_layer(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)
+    ]
     chain.append(
         classifier_head(b, h, d, head_t)
         if hf and head_t
-        else _head(kind, b, s, h, vocab, d, rate, head_t, cross_entropy_fusion)
+        else head_layer(kind, b, s, h, vocab, d, rate, head_t, cross_entropy_fusion)
     )
     if hf:
         chain = with_tensors(chain)
@@ -554,3 +356,18 @@ def preset_trace(
         attention=attention,
         **shape,
     )  # type: ignore[arg-type]
+
+
+__all__ = [
+    "MODEL_PRESETS",  # re-exported: sim.trace.model_presets
+    "SOURCES",
+    "V100_SXM2",
+    "attn_core_act_bytes",  # re-exported: sim.trace.analytic_layers
+    "block_act_bytes",
+    "block_fwd_flops",
+    "block_params",
+    "preset_gpu",
+    "preset_trace",
+    "transformer_trace",
+    "unique_parameters",
+]

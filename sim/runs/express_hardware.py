@@ -1,0 +1,39 @@
+"""The hardware a measured run's GPU names, for :func:`sim.runs.express.express`: the preset of
+its GPU (a server of 8, or an NVL72 rack for GB200/GB300) and how many of them the job's GPUs
+fill (``4x-dgx-h100``, ``nvl72x2-gb200``)."""
+
+from __future__ import annotations
+
+from sim.runs.decoder_express import SERVER_GPUS
+from sim.runs.slurm_segments import on_racks, racks
+
+GPU_PRESETS: tuple[tuple[str, str], ...] = (
+    ("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
+    ("H200", "dgx-h200"), ("H100", "dgx-h100"), ("H800", "dgx-h100"), ("A800", "hgx-a800-80gb"),
+    ("A100-SXM-80GB", "dgx-a100-80gb"), ("A100-80", "dgx-a100-80gb"), ("A100", "dgx-a100-40gb"),
+    ("V100-SXM2-32GB", "dgx1-v100-32gb"), ("V100", "dgx1-v100-16gb"),
+)  # fmt: skip
+"""The preset of a GPU named by a source, first match of a name part (upper case): a server of
+8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
+``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
+
+
+def gpu_preset(gpu: str) -> str | None:
+    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`); None: unknown,
+    "": known, no preset yet."""
+    name = gpu.upper().replace(" ", "-")
+    return next((p for part, p in GPU_PRESETS if part in name), None)
+
+
+def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
+    """The hardware a job of ``gpus`` GPUs named ``gpu`` runs on, or None and the reason."""
+    preset = gpu_preset(gpu)
+    if preset is None:
+        return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"
+    if preset == "":
+        return None, f"GPU {gpu!r}: no preset yet (issue 26 item 6: B300 / GB300 presets)"
+    rack = on_racks(preset)
+    n = racks(gpus) if rack else -(-gpus // SERVER_GPUS)
+    if n == 1:
+        return preset, ""
+    return (f"nvl72x{n}-{preset.split('-')[0]}" if rack else f"{n}x-{preset}"), ""
