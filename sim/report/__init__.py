@@ -1,7 +1,9 @@
 """Reports of a simulation: Chrome-trace timelines, memory analyses, PNG plots, summary tables.
 
-Everything here reads an :class:`~sim.events.EventLog` or the sweep's results table and nothing
-else, so reports cannot disagree with the simulation. Files are written atomically.
+Timelines, plots and tables read an :class:`~sim.events.EventLog` or the sweep's results table and
+nothing else, so they cannot disagree with the simulation; the run's provenance and resolved-config
+reports (``outputs``, ``provenance``, ``resolved``) also read the prepared run they describe.
+Files are written atomically.
 
 The plotting functions are imported on first use, so ``import sim.report`` for a trace or a
 table does not import matplotlib (the plot modules select its Agg backend when they load).
