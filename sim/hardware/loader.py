@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from sim.config import MAX_GPUS
 from sim.errors import InputError
 from sim.hardware.build import topology_from_spec
+from sim.hardware.preset_names import suggest_presets
 from sim.hardware.spec import HardwareSpec
 from sim.hardware.topology import Topology
 from sim.textio import load_yaml, read_text
@@ -104,6 +105,16 @@ def read_yaml(text: str, *, file: str | None = None) -> Any:
     return load_yaml(text, file=file)
 
 
+def _gpu_models() -> dict[str, str]:
+    """Every bundled preset and its ``gpu.model``, for :func:`suggest_presets`."""
+    out = {}
+    for name in list_presets():
+        raw = _resolve_base(_preset_raw(name, file=None, field=None), None, None)
+        gpu = raw.get("gpu")
+        out[name] = str(gpu.get("model", "")) if isinstance(gpu, dict) else ""
+    return out
+
+
 def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
     known = list_presets()
     several, nvl_m = MULTI_SERVER.match(name), NVL_DOMAINS.match(name)
@@ -113,7 +124,9 @@ def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputE
     close = [k for k in pool if k.startswith(server)] or difflib.get_close_matches(
         server, pool, n=1
     )
-    if several:  # the whole name, as it would load: '8x-dgx-h200' for '8x-dgx-h200x'
+    if not m:
+        close = suggest_presets(name, _gpu_models(), cluster_presets())
+    elif several:  # the whole name, as it would load: '8x-dgx-h200' for '8x-dgx-h200x'
         close = [f"{several.group(1)}x-{c}" for c in close]
     elif nvl_m:
         d, n = nvl_m.group(1), nvl_m.group(2)
