@@ -28,3 +28,20 @@ def test_a_gpu_name_or_its_case_suggests_the_presets_of_that_gpu() -> None:
         res = _run("hardware", "show", name)
         assert res.exit_code == 2, res.output
         assert says in res.output, res.output
+
+
+def test_a_unit_in_the_wrong_case_suggests_the_unit(tmp_path) -> None:
+    """'80 gb' was refused with "unknown unit 'gb'" and no hint; it now offers GB and GiB
+    (a datasheet's 80 GB is often meant as GiB), and 'tflops' TFLOPS."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {base: dgx-h100, gpu: {memory: 80 gb}}\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    assert "field 'hardware.gpu.memory'" in res.output, res.output
+    assert "(did you mean 'GB' (1e9 B) or 'GiB' (2**30 B)?)" in res.output, res.output
+    exp.write_text(exp.read_text().replace("memory: 80 gb", "peak_flops: 989 tflops"))
+    res = _run("memory", exp, "--out", tmp_path / "o")
+    assert "(did you mean 'TFLOPS'?)" in res.output, res.output
