@@ -45,3 +45,19 @@ def test_a_unit_in_the_wrong_case_suggests_the_unit(tmp_path) -> None:
     exp.write_text(exp.read_text().replace("memory: 80 gb", "peak_flops: 989 tflops"))
     res = _run("memory", exp, "--out", tmp_path / "o")
     assert "(did you mean 'TFLOPS'?)" in res.output, res.output
+
+
+def test_a_misnamed_hardware_key_is_named_first_with_the_key_meant(tmp_path) -> None:
+    """`hardware: {preset: dgx-b200, gpu_memory: ...}` was answered first with "field
+    'hardware.name': Field required" (the keys a preset would have set), the misnamed keys last
+    and with no hint; the unknown keys now come first, each with the key it probably meant."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {preset: dgx-b200, gpu_memory: 80 GiB}\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    first = res.output.splitlines()[0]
+    assert "field 'hardware.preset'" in first and "(did you mean 'base'?)" in first, first
+    assert "unknown key 'gpu_memory' (did you mean 'gpu: {memory: ...}'?)" in res.output

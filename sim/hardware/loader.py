@@ -235,14 +235,29 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str] | None:
     return None
 
 
+KEY_MEANT = {"preset": "base", "gpu_memory": "gpu: {memory: ...}", "gpus": "num_gpus"}
+"""Keys a newcomer writes for a hardware key of another name (``preset: dgx-h100`` for
+``base:``), offered when the key is unknown."""
+
+
+def _key_hint(key: str, allowed: list[str]) -> str:
+    meant = KEY_MEANT.get(key)
+    if meant is None or meant.split(":")[0] not in allowed:
+        close = difflib.get_close_matches(key, allowed, n=1)
+        meant = close[0] if close else None
+    return f" (did you mean '{meant}'?)" if meant else ""
+
+
 def _input_error(exc: ValidationError, file: str | None, field: str | None) -> InputError:
     lines = []
-    for err in exc.errors(include_url=False):
+    # unknown keys first: a misnamed key also leaves the keys it meant "Field required"
+    errors = exc.errors(include_url=False)
+    for err in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
         loc = tuple(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc)
-            msg = f"unknown key '{loc[-1]}'" + (
+            msg = f"unknown key '{loc[-1]}'{_key_hint(str(loc[-1]), allowed or [])}" + (
                 f"; allowed keys: {', '.join(allowed)}" if allowed else ""
             )
         lines.append((_join(field, ".".join(str(p) for p in loc)), msg))
