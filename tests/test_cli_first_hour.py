@@ -47,6 +47,21 @@ def test_a_unit_in_the_wrong_case_suggests_the_unit(tmp_path) -> None:
     assert "(did you mean 'TFLOPS'?)" in res.output, res.output
 
 
+def test_a_gpu_figure_without_its_unit_is_refused(tmp_path) -> None:
+    """'memory: 80' was read as 80 bytes: every configuration was "over capacity", exit 1,
+    with no word of the unit; a GPU figure under 1 MiB (1 MFLOP/s, 1 MB/s) is now an input
+    error that names the unit a bare number is in and writes the number with one."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {base: dgx-h100, gpu: {memory: 80}}\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    assert "field 'hardware.gpu.memory'" in res.output, res.output
+    assert "a number without a unit is in bytes" in res.output and "'80 GiB'" in res.output
+
+
 def test_a_misnamed_hardware_key_is_named_first_with_the_key_meant(tmp_path) -> None:
     """`hardware: {preset: dgx-b200, gpu_memory: ...}` was answered first with "field
     'hardware.name': Field required" (the keys a preset would have set), the misnamed keys last
