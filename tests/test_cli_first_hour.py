@@ -3,10 +3,15 @@ fields a newcomer gets wrong, and what ``sim`` answers (each test failed before 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
 
+ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
@@ -76,3 +81,19 @@ def test_a_misnamed_hardware_key_is_named_first_with_the_key_meant(tmp_path) -> 
     first = res.output.splitlines()[0]
     assert "field 'hardware.preset'" in first and "(did you mean 'base'?)" in first, first
     assert "unknown key 'gpu_memory' (did you mean 'gpu: {memory: ...}'?)" in res.output
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "num_key_value_heads"])
+def test_a_misspelt_config_json_size_is_named_with_the_spelling_found(tmp_path, key) -> None:
+    """A hand-written config.json with 'num_hidden_layer' was answered "model_type 'llama'
+    has no num_hidden_layers: profile another model as a function"; one with
+    'num_key_value_head' was read as multi-head attention (KV heads = heads), silently. Both
+    now name the key the config has."""
+    cfg = json.loads((ROOT / "examples" / "hf" / "tiny-llama-config.json").read_text())
+    cfg[key[:-1]] = cfg.pop(key)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = _run("trace", "from-config", path, "--seq-len", 64, "--out", tmp_path / "t")
+    assert res.exit_code == 2, res.output
+    assert f"field '{key}'" in res.output, res.output
+    assert f"(the config has '{key[:-1]}': a misspelling of it?)" in res.output, res.output
