@@ -42,6 +42,7 @@ from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.provenance import META_KEY, experiment_sources, footnoted, joined, prediction_source
 from sim.report.resolved import compute_notes, unused_gpus_note, write_resolved
 from sim.report.row_bands import bands_for, winner_bands
+from sim.report.tables import policy_table
 
 log = logging.getLogger(__name__)
 
@@ -261,29 +262,8 @@ def _memory_summary(
     table, written = write_memory_summary(df, out, plots, shapes, pending.drawings, sources)
     if say.style == "none":
         return written
-    console = say.console
-    console.print(
-        "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
-        "last row: the largest model that fits per policy"
-    )
-    console.print(
-        table.to_string(
-            float_format=lambda v: f"{v:,.2f}",
-            formatters={"parameters": _count},
-            na_rep="—",
-        ),
-        highlight=False,
-        soft_wrap=True,
-    )
+    say.console.print(policy_table(table))
     return written
-
-
-def _count(value) -> str:
-    """A parameter count with thousands separators; ``—`` for a blank (the last row's)."""
-    try:
-        return f"{float(value):,.0f}" if float(value) == float(value) else "—"
-    except (TypeError, ValueError):
-        return "—"
 
 
 def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending, source: str) -> list[Path]:

@@ -97,3 +97,27 @@ def test_a_misspelt_config_json_size_is_named_with_the_spelling_found(tmp_path, 
     assert res.exit_code == 2, res.output
     assert f"field '{key}'" in res.output, res.output
     assert f"(the config has '{key[:-1]}': a misspelling of it?)" in res.output, res.output
+
+
+def test_the_memory_policy_summary_wraps_to_the_terminal() -> None:
+    """`sim run` printed the policy summary with pandas' to_string: one 210-column line per
+    row for DeepSeek-V3's two selective-recompute policies, headers run together
+    ('parameters fastest policy samples/s'); it is now a table that folds to the width."""
+    import pandas as pd
+    from rich.console import Console
+
+    from sim.report.memory_summary import memory_summary
+    from sim.report.tables import policy_table
+
+    long = ["dist_opt:recompute:selective:mla_up_proj", "dist_opt:recompute:selective:moe_act"]
+    rows = [
+        dict(model="dsv3", parameters=671e9, memory_policy=p, fits=True,
+             throughput_samples_per_s=190.0 - i)
+        for i, p in enumerate(long)
+    ]  # fmt: skip
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(policy_table(memory_summary(pd.DataFrame(rows))))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "671,000,000,000" in text and "190.00" in text and "189.00" in text, text
+    assert "largest model that fits" in text and "dsv3" in text, text
