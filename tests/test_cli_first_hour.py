@@ -10,6 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.trace.loader import load_trace
+from sim.trace.origin import origin_warning
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -121,3 +123,24 @@ def test_the_memory_policy_summary_wraps_to_the_terminal() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80, text
     assert "671,000,000,000" in text and "190.00" in text and "189.00" in text, text
     assert "largest model that fits" in text and "dsv3" in text, text
+
+
+def test_a_config_json_trace_is_named_as_the_user_named_it(tmp_path) -> None:
+    """`trace: config.json` was noted as "trace config is analytic" (the file's stem, a name
+    the user never wrote); now "trace config.json (a Hugging Face config)", and a shipped trace
+    written from a config says so."""
+    (tmp_path / "config.json").write_text(
+        (ROOT / "examples" / "hf" / "tiny-llama-config.json").read_text()
+    )
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx-h100\n"
+        "models: [{name: m, trace: config.json, seq_len: 64, global_batch: 8}]\n"
+        "sweep: {schedule: 1f1b, stages: 2, dp_width: 1, microbatch_size: 1}\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o", "--no-plots", "-j", 1)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "m: trace config.json (a Hugging Face config) is analytic" in said, said
+    shipped = origin_warning("q", load_trace("qwen3-30b-a3b"), "qwen3-30b-a3b")
+    assert "q: trace qwen3-30b-a3b (from a Hugging Face config) is analytic" in str(shipped)

@@ -87,10 +87,11 @@ class Reporter:
         measurement (:mod:`sim.trace.origin`)."""
         for line in (n for model_notes in notes.values() for n in model_notes):
             log.info("%s", line)
+        refs = {m.name: str(m.trace) for m in prep.exp.models}
         for name, shipped in prep.traces.items():
             # as timed here: a generated trace is regenerated on this hardware's GPU
             trace = prep.adapted(name, shipped.microbatch_size)[0]
-            text = origin_warning(name, trace)
+            text = origin_warning(name, trace, refs.get(name))
             if text is not None:
                 log.log(logging.WARNING if trace_origin(trace) == ROOFLINE else logging.INFO, text)
 
