@@ -42,7 +42,7 @@ from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.provenance import META_KEY, experiment_sources, footnoted, joined, prediction_source
 from sim.report.resolved import compute_notes, unused_gpus_note, write_resolved
 from sim.report.row_bands import bands_for, winner_bands
-from sim.report.tables import policy_table
+from sim.report.tables import config_label, policy_table
 
 log = logging.getLogger(__name__)
 
@@ -301,11 +301,7 @@ def _write_winner(
         log = evaluate(res)[1]
     trace = prep.traces[point.model]
     log.meta[META_KEY] = prediction_source(prep.topology.name, trace.name, winner.trace_origin)
-    title = (
-        f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
-        f"w={point.dp_width} t={point.tensor_parallel} "
-        f"b={point.microbatch_size} m={point.microbatches}"
-    )
+    title = f"{point.model} winner: {config_label(winner)}"  # as the console's table names it
     drawings = winner_artifacts(dirs[-1], log, title)
     others = dirs[:-1]
     pending.drawings += [(f, partial(_draw_and_copy, call, f, others)) for f, call in drawings]
@@ -313,11 +309,6 @@ def _write_winner(
     for d in others:
         written += [d / f.name for f in drawn]
     return written + drawn
-
-
-def _v(virtual_stages: int) -> str:
-    """`` v=2`` for a point with stage chunks per rank; nothing for one stage per rank."""
-    return f" v={virtual_stages}" if virtual_stages > 1 else ""
 
 
 __all__ = ["run_experiment", "unused_gpus_note"]  # unused_gpus_note: sim.report.resolved

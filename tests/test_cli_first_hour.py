@@ -144,3 +144,29 @@ def test_a_config_json_trace_is_named_as_the_user_named_it(tmp_path) -> None:
     assert "m: trace config.json (a Hugging Face config) is analytic" in said, said
     shipped = origin_warning("q", load_trace("qwen3-30b-a3b"), "qwen3-30b-a3b")
     assert "q: trace qwen3-30b-a3b (from a Hugging Face config) is analytic" in str(shipped)
+
+
+def test_the_winners_plots_name_the_winner(tmp_path) -> None:
+    """timeline.png, memory_per_gpu.png and memory_timeline.png never said which configuration
+    they draw (the Perfetto trace's title did, without ep, cp or the memory policy); each is now
+    titled with the winner as the console's table names it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import sim.api
+    from sim.report.outputs import winner_artifacts
+
+    exp = {
+        "name": "v",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "bert", "trace": "bert-large", "global_batch": 8}],
+        "sweep": {"schedule": "1f1b", "stages": 2, "microbatch_size": 1},
+    }
+    log = sim.api.simulate(exp, memory_policy="none").log
+    for path, call in winner_artifacts(tmp_path, log, "bert winner: 1f1b p=2 w=1 b=1 m=8 none"):
+        if path.suffix == ".png":
+            fig = call()
+            assert fig.axes[0].get_title().startswith("bert winner: 1f1b p=2"), path
+            plt.close(fig)

@@ -166,8 +166,8 @@ def write_yaml(path: Path, data: dict) -> Path:
 
 
 def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
-    """The winner's memory plots, Gantt timeline and Chrome trace in ``out``: each file with
-    the call that draws it (:func:`draw`)."""
+    """The winner's memory plots, Gantt timeline and Chrome trace in ``out``, each titled with
+    ``title`` (the configuration): each file with the call that draws it (:func:`draw`)."""
     from sim.report.gantt import plot_gantt  # matplotlib on first use: `import sim.api` is fast
     from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 
@@ -176,15 +176,15 @@ def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
     return [
         (
             out / "memory_per_gpu.png",
-            partial(stamped, plot_memory_per_gpu, log, out / "memory_per_gpu.png"),
+            partial(stamped, plot_memory_per_gpu, log, out / "memory_per_gpu.png", title=title),
         ),
         (
             out / "memory_timeline.png",
-            partial(stamped, plot_memory_timeline, log, out / "memory_timeline.png"),
+            partial(stamped, plot_memory_timeline, log, out / "memory_timeline.png", title=title),
         ),
         (
             out / "timeline.png",
-            partial(stamped, plot_gantt, log, out / "timeline.png", iteration=it),
+            partial(stamped, plot_gantt, log, out / "timeline.png", iteration=it, title=title),
         ),
         (
             out / "timeline.json",
