@@ -170,3 +170,16 @@ def test_the_winners_plots_name_the_winner(tmp_path) -> None:
             fig = call()
             assert fig.axes[0].get_title().startswith("bert winner: 1f1b p=2"), path
             plt.close(fig)
+
+
+def test_a_missing_experiment_suggests_the_file_meant(tmp_path, monkeypatch) -> None:
+    """`sim run dgx1` (README: `sim run experiments/dgx1.yaml`) and `sim run experiments/dgx.yaml`
+    were answered "experiment file not found" and nothing more; now with the file meant, in
+    the folder given or in experiments/."""
+    monkeypatch.chdir(ROOT)
+    for given in ("dgx1", "experiments/dgx.yaml", "llama3-70b-fp8-64xh100.yaml"):
+        res = _run("run", given, "--out", tmp_path / "o")
+        assert res.exit_code == 2, res.output
+        assert "experiment file not found (did you mean 'experiments/" in res.output, res.output
+    res = _run("memory", "no-such-thing.yaml")
+    assert res.exit_code == 2 and "did you mean" not in res.output, res.output

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.config.experiment import ExperimentConfig
 from sim.errors import InputError
-from sim.textio import read_yaml_file
+from sim.textio import nearby_file, read_yaml_file
 
 _UNION_TAGS = {
     "int",
@@ -132,5 +132,8 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     Raises:
         InputError: the file is missing, is not valid YAML, or fails validation.
     """
+    if not Path(path).exists():  # a name or a path from elsewhere: the shipped experiments
+        hint = nearby_file(Path(path), also_in=(Path("experiments"),))
+        raise InputError(f"experiment file not found{hint}", file=str(path))
     data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))
