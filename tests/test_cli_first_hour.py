@@ -183,3 +183,23 @@ def test_a_missing_experiment_suggests_the_file_meant(tmp_path, monkeypatch) -> 
         assert "experiment file not found (did you mean 'experiments/" in res.output, res.output
     res = _run("memory", "no-such-thing.yaml")
     assert res.exit_code == 2 and "did you mean" not in res.output, res.output
+
+
+def test_winner_yaml_states_one_global_batch_and_the_whole_configuration(tmp_path) -> None:
+    """winner.yaml said `training: {global_batch: 64}` (the default for models without their
+    own) beside the model's `global_batch: 512`, and its description left out ep, cp, the
+    micro-batch count and the memory policy; now one global batch and the table's label."""
+    import yaml
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx1-v100-16gb\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 16}]\n"
+        "sweep: {schedule: 1f1b, stages: 2, dp_width: 1, microbatch_size: 1, "
+        "memory_policy: recompute}\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o", "--no-plots", "-j", 1)
+    assert res.exit_code == 0, res.output
+    winner = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
+    assert winner["training"]["global_batch"] == winner["models"][0]["global_batch"] == 16
+    assert winner["description"].endswith("bert 1f1b p=2 w=1 b=1 m=16 recompute"), winner

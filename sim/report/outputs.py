@@ -38,6 +38,7 @@ from sim.report.chrome_trace import write_chrome_trace
 from sim.report.drawing import Drawing, draw
 from sim.report.provenance import stamped
 from sim.report.row_bands import with_bands
+from sim.report.tables import config_label
 from sim.trace.loader import traces_dir
 
 if TYPE_CHECKING:
@@ -94,10 +95,9 @@ def winner_config(
     if isinstance(hw, str) and (hw.endswith((".yaml", ".yml")) or "/" in hw):
         data["hardware"] = str((Path(exp_file).parent / hw).resolve())
     data["name"] = f"{exp.name[:120]}-winner"
-    data["description"] = (
-        f"Winner of experiment {exp.name}: {row.model} {row.schedule} "
-        f"p={row.stages} w={row.dp_width} b={row.microbatch_size}"
-    )
+    data["description"] = f"Winner of experiment {exp.name}: {row.model} {config_label(row)}"
+    # the model's own global batch, not training's default for models without one (64)
+    data.setdefault("training", {})["global_batch"] = int(row.global_batch)
     data["models"] = [
         {
             "name": model.name,
