@@ -203,3 +203,22 @@ def test_winner_yaml_states_one_global_batch_and_the_whole_configuration(tmp_pat
     winner = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
     assert winner["training"]["global_batch"] == winner["models"][0]["global_batch"] == 16
     assert winner["description"].endswith("bert 1f1b p=2 w=1 b=1 m=16 recompute"), winner
+
+
+def test_a_choice_written_another_way_suggests_the_choice() -> None:
+    """`optimizer: adamw` and `dtype: bfloat16` (a training script's words) were answered with
+    the choices alone; now with the one meant (AdamW: Adam's state, so 'adam')."""
+    import pytest
+
+    from sim.config.load import parse_experiment
+    from sim.errors import InputError
+
+    base = {"name": "x", "hardware": "dgx-h100", "models": [{"name": "b", "trace": "bert-large"}]}
+    for training, says in (
+        ({"optimizer": "adamw"}, "(did you mean 'adam'? AdamW keeps Adam's state"),
+        ({"dtype": "bfloat16"}, "(did you mean 'bf16'?)"),
+        ({"dtype": "BF16"}, "(did you mean 'bf16'?)"),
+    ):
+        with pytest.raises(InputError) as err:
+            parse_experiment({**base, "training": training}, file="exp.yaml")
+        assert says in str(err.value), str(err.value)
