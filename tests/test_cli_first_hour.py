@@ -222,3 +222,19 @@ def test_a_choice_written_another_way_suggests_the_choice() -> None:
         with pytest.raises(InputError) as err:
             parse_experiment({**base, "training": training}, file="exp.yaml")
         assert says in str(err.value), str(err.value)
+
+
+def test_more_gpus_than_the_hardware_names_the_cluster_preset(tmp_path) -> None:
+    """`sweep: {gpus: 64}` on `hardware: dgx-b200` was answered "no valid configuration in the
+    grid: stages x dp_width = 64 exceeds the 8 GPUs of dgx-b200", not how to get 64."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx-b200\n"
+        "models: [{name: b, trace: bert-large, global_batch: 64}]\n"
+        "sweep: {gpus: 64, schedule: 1f1b, stages: 2, microbatch_size: 1}\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert "field 'sweep.gpus'" in said, said
+    assert "64 GPUs, but dgx-b200 has 8: for 8 servers of it write hardware: 8x-dgx-b200" in said
