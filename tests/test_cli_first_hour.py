@@ -238,3 +238,23 @@ def test_more_gpus_than_the_hardware_names_the_cluster_preset(tmp_path) -> None:
     said = " ".join(res.output.split())
     assert "field 'sweep.gpus'" in said, said
     assert "64 GPUs, but dgx-b200 has 8: for 8 servers of it write hardware: 8x-dgx-b200" in said
+
+
+def test_a_hand_written_trace_is_told_what_its_files_need(tmp_path) -> None:
+    """A user's own trace: a CSV without its sidecar was told "every <name>.csv needs a
+    <name>.yaml" (not what goes in it), a sidecar without provenance "missing", and a header
+    with 'fwd_ms' that the header "must be" all 17 columns (6 are needed)."""
+    csv = tmp_path / "mine.csv"
+    csv.write_text("name,fwd_ms,bwd_s,param_bytes,act_bytes,out_bytes\nl0,1,2,8,8,8\n")
+    res = _run("trace", "show", csv)
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and "provenance: {source: where the times come from}" in said, said
+    (tmp_path / "mine.yaml").write_text("name: m\nmicrobatch_size: 1\ndtype: bf16\ndevice: X\n")
+    said = " ".join(_run("trace", "show", csv).output.split())
+    assert "field 'provenance': missing: where the times come from" in said, said
+    (tmp_path / "mine.yaml").write_text(
+        "name: m\nmicrobatch_size: 1\ndtype: bf16\ndevice: X\nprovenance: {source: hand}\n"
+    )
+    said = " ".join(_run("trace", "show", csv).output.split())
+    assert "(the header has 'fwd_ms': write fwd_s, in seconds)" in said, said
+    assert "the header needs name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes (" in said, said
