@@ -258,3 +258,15 @@ def test_a_hand_written_trace_is_told_what_its_files_need(tmp_path) -> None:
     said = " ".join(_run("trace", "show", csv).output.split())
     assert "(the header has 'fwd_ms': write fwd_s, in seconds)" in said, said
     assert "the header needs name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes (" in said, said
+
+
+def test_trace_list_says_what_each_trace_is_and_lists_only_traces() -> None:
+    """`sim trace list` printed bare names, among them 'gpt-tiny-cpu.b4' (a further profile
+    of gpt-tiny-cpu, which `sim trace show` then refused for want of a sidecar); it now lists
+    loadable traces only, each with its size, micro-batch, dtype, GPU and measured/analytic."""
+    res = _run("trace", "list")
+    assert res.exit_code == 0, res.output
+    assert "gpt-tiny-cpu.b4" not in res.output, res.output
+    rows = {line.split()[0]: line.split() for line in res.output.splitlines() if line.strip()}
+    assert rows["qwen3-30b-a3b"][1:6] == ["50", "30,532,122,624", "1", "bf16", "analytic"]
+    assert rows["gnmt16"][3:6] == ["64", "fp32", "measured"], rows["gnmt16"]
