@@ -203,7 +203,7 @@ def _write_all(
         for name, winner, band in answers:
             say.table(df[df["model"] == name], name)
             if winner is None:
-                say.no_fit(name)
+                say.no_fit(name, str(path))
             else:
                 say.winner(winner, band)
 

@@ -270,3 +270,19 @@ def test_trace_list_says_what_each_trace_is_and_lists_only_traces() -> None:
     rows = {line.split()[0]: line.split() for line in res.output.splitlines() if line.strip()}
     assert rows["qwen3-30b-a3b"][1:6] == ["50", "30,532,122,624", "1", "bf16", "analytic"]
     assert rows["gnmt16"][3:6] == ["64", "fp32", "measured"], rows["gnmt16"]
+
+
+def test_nothing_fits_names_the_command_that_says_what_would(tmp_path) -> None:
+    """ "no configuration fits in memory ... try more stages, a smaller micro-batch or a memory
+    policy" named no way to find which; it now names `sim memory EXPERIMENT`, whose advice
+    tries those changes per configuration."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx1-v100-16gb\n"
+        "models: [{name: g, trace: gpt2-4b, global_batch: 8}]\n"
+        "sweep: {schedule: 1f1b, stages: 2, dp_width: 1, microbatch_size: 1}\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o", "--no-plots", "-j", 1)
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.output.split())
+    assert f"`sim memory {exp}` names each configuration's category over capacity" in said, said

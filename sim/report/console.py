@@ -116,11 +116,15 @@ class Reporter:
                 color_system=self.console.color_system,  # type: ignore[arg-type]
             ).print(table)
 
-    def no_fit(self, model: str) -> None:
+    def no_fit(self, model: str, experiment: str = "EXPERIMENT") -> None:
+        """``model`` has no configuration that fits: where to look, and the command that
+        names, per configuration, the category over capacity and the smallest change that
+        fits (``sim memory``'s advice)."""
         self.console.print(
             f"[bold red]{escape(model)}: no configuration fits in memory.[/] See results.csv "
-            "(peak_memory_bytes, oom_device); try more stages, a smaller micro-batch or a "
-            "memory policy."
+            "(peak_memory_bytes, oom_device); `sim memory "
+            f"{escape(experiment)}` names each configuration's category over capacity and the "
+            "first of dist_opt, recompute, half the micro-batch, twice tp or twice pp that fits."
         )
 
     def winner(self, row: ResultRow, band: dict) -> None:
