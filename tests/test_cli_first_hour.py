@@ -286,3 +286,19 @@ def test_nothing_fits_names_the_command_that_says_what_would(tmp_path) -> None:
     assert res.exit_code == 1, res.output
     said = " ".join(res.output.split())
     assert f"`sim memory {exp}` names each configuration's category over capacity" in said, said
+
+
+def test_one_configuration_is_said_in_the_singular(tmp_path) -> None:
+    """A one-point grid read "1 configurations on ...", "planner: 1 configurations" and (sim
+    memory) "1 configurations in"."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx1-v100-16gb\n"
+        "models: [{name: b, trace: bert-large, global_batch: 8}]\n"
+        "sweep: {schedule: 1f1b, stages: 2, dp_width: 1, microbatch_size: 1}\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "m", "--no-plots")
+    assert "\n1 configuration in" in res.output and "\n1 configurations" not in res.output
+    res = _run("run", exp, "--out", tmp_path / "o", "--no-plots", "-j", 1)
+    assert res.exit_code == 0, res.output
+    assert "x: 1 configuration on" in res.output and "planner: 1 configuration," in res.output

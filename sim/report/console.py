@@ -70,7 +70,8 @@ class Reporter:
     def start(self, name: str, points: int, hardware: str, skipped: list[tuple[str, str]]) -> None:
         """The grid: how many configurations, and the skipped ones by kind."""
         tail = f" ({len(skipped)} combinations skipped)" if skipped else ""
-        log.info("%s: %d configurations on %s%s", name, points, hardware, tail)
+        many = "configuration" if points == 1 else "configurations"
+        log.info("%s: %d %s on %s%s", name, points, many, hardware, tail)
         kinds = skip_kinds(skipped)
         for i, (n, example) in enumerate(kinds):
             level = logging.INFO if i < KINDS_SHOWN else logging.DEBUG
