@@ -155,7 +155,7 @@ def _caption(results_df: pd.DataFrame, shown: pd.DataFrame, compact: bool) -> st
             caption += f"; not simulated: {n_over} over memory, {n_slower} slower (by bounds)"
         if sources:
             caption += f"; band: p10–p90 of measured/predicted, {', '.join(sources)}"
-        return caption
+        return caption + _outside_band(shown)
     caption = f"showing {len(shown)} of {len(results_df)} configurations; {n_fit} fit in memory"
     if n_slower or n_over:
         caption += (
@@ -168,6 +168,25 @@ def _caption(results_df: pd.DataFrame, shown: pd.DataFrame, compact: bool) -> st
             f"(sim/data/bands.csv: {', '.join(sources)})"
         )
     return caption
+
+
+def _outside_band(shown: pd.DataFrame) -> str:
+    """A clause for shown rows whose throughput lies outside their own band (the p10 of their
+    regime's measured/predicted above 1 or its p90 below: every run measured slower, or
+    faster, than predicted), which a reader would otherwise take for an error; else empty."""
+    cols = ("throughput_samples_per_s", "throughput_low_samples_per_s")
+    if not all(c in shown for c in (*cols, "throughput_high_samples_per_s")):
+        return ""
+    tput = shown["throughput_samples_per_s"]
+    below = bool((shown["throughput_high_samples_per_s"] < tput).any())
+    above = bool((shown["throughput_low_samples_per_s"] > tput).any())
+    said = [
+        f"a band {side} its prediction: 90 % of that regime's measured runs ran {how} than "
+        "predicted"
+        for side, how, hit in (("below", "slower", below), ("above", "faster", above))
+        if hit
+    ]
+    return "".join(f"; {x}" for x in said)
 
 
 def _ranked_shown(results_df: pd.DataFrame, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
