@@ -325,3 +325,17 @@ def test_a_band_that_leaves_out_its_prediction_is_explained() -> None:
     console.print(compact_table(pd.DataFrame([row])))
     inside = " ".join(console.export_text().split())  # a band around its prediction
     assert "band: p10–p90" in inside and "its prediction" not in inside, inside
+
+
+def test_a_hardware_mapping_without_base_says_how_to_set_figures_over_a_preset(tmp_path):
+    """`hardware: {gpu: {memory: 40 GiB}}` (base: forgotten) was answered "field
+    'hardware.name': Field required" and five more, not that a preset goes under base."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {gpu: {memory: 40 GiB}}\n"
+        "models: [{name: b, trace: bert-large, global_batch: 8}]\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert "to change some of a preset's figures write base: PRESET beside them" in said, said
