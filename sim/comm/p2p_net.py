@@ -28,7 +28,7 @@ single P2P, preserve the old two-rank behavior", ``getKeySendRecv``; Megatron-Br
 ``training/initialize.py`` 570-578 passes no ``device_id``, so no eager communicator), but a
 ``batch_isend_irecv`` (Megatron's ``batch_p2p_comm``) on the group's communicator: the
 pipeline group of ``p`` ranks. Up to 2.28 the 2 channels halve while ``2 x nRanks >
-4 x p2pnChannels`` (nccl@v2.28.9-1 ``paths.cc`` 842-843); from 2.29.2 the per-peer count
+4 x p2pnChannels`` (nccl@v2.28.9-1 ``paths.cc`` 846); from 2.29.2 the per-peer count
 halves while ``count x ceil(nRanks / 8) > p2pnChannels`` (nccl@v2.29.2-1 ``paths.cc`` 896,
 ``NCCL_MAX_DEV_WORK_P2P_PER_BATCH`` 8, ``device.h`` 384), where ``p2pnChannels`` is the
 communicator's channel count (``ncclTopoComputeP2pChannels``), :func:`comm_channels`
