@@ -25,8 +25,8 @@ Which communicator a send runs on matters too: NCCL caps the channels per peer b
 communicator's own channel count and its number of ranks. PyTorch runs a lone ``isend`` /
 ``irecv`` on a two-rank communicator of the pair (pytorch/pytorch@0007e752
 ``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`` ``pointToPoint``: "For single P2P,
-preserve the old two-rank behavior", ``getKeySendRecv``; newer releases reuse the group's
-communicator only when it was created eagerly, with a ``device_id``; Megatron-Bridge v0.3.0
+preserve the old two-rank behavior", ``getKeySendRecv``; assumption: the containers'
+PyTorch keeps this for a group created lazily, without a ``device_id``; Megatron-Bridge v0.3.0
 ``training/initialize.py`` 570-578 passes no ``device_id``, so no eager communicator), but a
 ``batch_isend_irecv`` (Megatron's ``batch_p2p_comm``) on the group's communicator: the
 pipeline group of ``p`` ranks. Up to 2.28 the 2 channels halve while ``2 x nRanks >
