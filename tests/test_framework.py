@@ -581,6 +581,8 @@ def test_megatron_overlaps_p2p_only_under_the_interleaved_schedule():
     assert not plain.overlap_p2p and plain.sync_after_p2p
     off = get_framework("megatron-lm[overlap_p2p_comm=false]").runtime(topo, trace, 1, 2)
     assert not off.overlap_p2p and off.sync_after_p2p
+    # batch_p2p_comm (the pipeline group's communicator) exactly where overlap_p2p_comm is off
+    assert not inter.batched_p2p and plain.batched_p2p and off.batched_p2p
 
 
 def test_overlapped_p2p_keeps_the_golden_interleaved_makespan():
