@@ -50,6 +50,10 @@ of ``c`` experts is one kernel of the same bytes standing for ``c x`` :func:`per
 launches (``Kernel.batch``), which :func:`sim.compute.kernels.kernel_time_s` runs back to back
 on one stream. Such an input is
 the sum over its row groups (experts of different row counts are different inputs).
+
+**The fused grouped MLP** casts its first GEMM's input and its second GEMM's output gradient
+once over all experts; in MXFP8 its GLU and dGLU kernels write the other two operands quantized,
+so no cast is counted for them (:mod:`sim.compute.fused_mlp_casts`).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import re
 from dataclasses import replace
 
 from sim.compute.dpa_casts import dpa_casts
+from sim.compute.fused_mlp_casts import epilogue_cast
 from sim.compute.kernels import Kernel, mem
 from sim.compute.nvfp4_alpha import alpha_kernels, alpha_launches
 from sim.compute.precision import (
@@ -196,6 +201,8 @@ def quantize_layer(
             if not base:
                 continue
             out[i] = _low(kern, recipe)
+            if epilogue_cast(kern, base, role, recipe.format):  # sim.compute.fused_mlp_casts
+                continue
             key = SHARED_INPUT.get(base, base)
             per = per_expert_casts(recipe.name, te) if recipe.library == TE else 0
             if kern.grouped and per:  # GroupedLinear's split_quantize (module doc)
