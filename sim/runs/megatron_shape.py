@@ -129,7 +129,12 @@ def shape_features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
     """The shape's features; ``grouped``: the experts run as grouped GEMMs unless the flags say
     otherwise (Megatron-Bridge's MoE providers set ``moe_grouped_gemm: bool = True``, e.g.
     its Qwen3-MoE and GPT-OSS providers; Megatron-LM's ``--moe-grouped-gemm`` is off by
-    default: ``SequentialMLP``)."""
+    default: ``SequentialMLP``).
+
+    Raises:
+        ValueError: the row's Transformer Engine version
+            (:data:`~sim.runs.bridge_software.TE_FLAG`) is not ``major.minor[...]``, where the
+            fused grouped MLP depends on it."""
     out = []
     pos = r.text("position-embedding-type", "learned_absolute")
     if r.switch("use-rotary-position-embeddings"):
