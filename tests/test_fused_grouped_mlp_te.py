@@ -18,7 +18,7 @@ BASE = {"num-experts": 8, "use-transformer-engine-op-fuser": True}
     [
         ({"fp4-recipe": "nvfp4"}, "2.16.0+4220403e", False),  # 26.06 / 26.06.01 containers
         ({"fp4-recipe": "nvfp4"}, "2.17.1+4329ff84", True),  # 26.08
-        ({"fp4-recipe": "nvfp4"}, None, True),  # no version named: the newest behaviour
+        ({"fp4-recipe": "nvfp4"}, None, False),  # no version named: TE_VERSION's (2.16)
         ({"fp8-recipe": "mxfp8"}, "2.14.0+71bbefbf", True),  # MXFP8 fused in every release
         ({"fp8-recipe": "tensorwise"}, "2.17.1+4329ff84", False),  # not block-scaled
     ],

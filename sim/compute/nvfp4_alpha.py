@@ -58,10 +58,8 @@ def alpha_kernels(phase: list[Kernel]) -> list[Kernel]:
     """The per-tensor scale kernels of ``phase``'s NVFP4 GEMMs (module doc), in order: one per
     GEMM, a grouped GEMM's as one kernel of ``batch`` = its experts, each of
     :data:`ALPHA_BYTES` per launch; none for other kernels, nor for a batched GEMM that is not
-    ``GroupedLinear``'s loop (the fused grouped MLP's CuTe-DSL kernel calls no cuBLASLt).
-
-    Raises:
-        ValueError: none; a phase without NVFP4 GEMMs gives ``[]``.
+    ``GroupedLinear``'s loop (the fused grouped MLP's CuTe-DSL kernel calls no cuBLASLt); ``[]``
+    for a phase without NVFP4 GEMMs. Raises nothing.
 
     >>> from sim.compute.kernels import gemm
     >>> g = replace(gemm("expert_up[64]", 64, 32, 16, 1, 8), grouped="fwd", precision="nvfp4")

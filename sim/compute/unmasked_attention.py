@@ -50,6 +50,9 @@ def no_mask_tflops(table: str, fmt: str, phase: str, seq: float) -> float | None
     16-bit dtype counts as ``bf16``) for ``phase`` (``fwd``, ``bwd``) at ``seq`` queries and keys
     (interpolated in ``log2``, clamped); None for another table or format.
 
+    Raises:
+        KeyError: ``phase`` is not ``fwd`` or ``bwd`` (for a measured table and format).
+
     >>> no_mask_tflops("GB300", "bf16", "bwd", 8192), no_mask_tflops("GB200", "nvfp4", "fwd", 8192)
     (1531.0, None)
     """

@@ -91,7 +91,10 @@ def kind_shard(
     return ratios, act, share, tpc, ops, pair, parts, syncs
 
 
-def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, spec, dt):
+def _with_context(
+    rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, spec: ComputeSpec,
+    dt: str,
+):  # fmt: skip
     """``rank``'s kernels with the copies and merges TE's context parallelism adds to an
     attention layer (:mod:`sim.parallel.context_kernels`) in its forward and input gradient,
     and with ``p2p`` its attention core at the speed of the ring's step kernels on ``spec``

@@ -64,7 +64,10 @@ def ring_slowdown(table: str | None, fmt: str, phase: str, s: int, cp: int) -> f
     """How many times longer ``cp`` ring steps over ``s`` tokens take than one causal kernel of
     ``s`` keys doing the same work, on cuDNN's ``table`` (``GB200``, ``GB300``) in ``fmt`` for
     ``phase`` (``fwd``, ``bwd``) (module doc); 1.0 for ``cp == 1``, no table or an unmeasured
-    format.
+    format. ``s`` in tokens; the ratio has no unit.
+
+    Raises:
+        KeyError: ``phase`` is not ``fwd`` or ``bwd`` (for a measured table and format).
 
     Example: GB300 BF16 backward, 8192 tokens over 2 ranks: a causal 4096 kernel (1248
     TFLOPS), an unmasked one of 2048 keys (1213) and one of 4096 (1429), each pair sharing
