@@ -280,6 +280,28 @@ def test_megatron_deepspeed_layers_wait_for_the_device_before_their_mlp():
     assert ends[1] == (pytest.approx(1.020e-3), pytest.approx(1e-5 + 1e-3 * 44 / 63 + 19e-5))
 
 
+def test_megatron_deepspeed_layers_wait_out_their_two_scalar_copies():
+    # The two torch.tensor(0.0, device=...) before the MLP are blocking copies (cudaMemcpyAsync
+    # then cudaStreamSynchronize): after the wait each costs the host a read (10 us here) while
+    # the drained device runs nothing else. The block of the test above, both free at 0: the
+    # device ends the first 44 ops at 0.01 + 1e-3 * 44/63 = 0.7084 ms; the host waits to it,
+    # then 2 x 10 us of copies (0.7284 ms), then issues 19 ops (0.19 ms: host at 0.9184 ms);
+    # the device resumes one op later and ends 0.7284 + 19/63 ms + 0.19/19 ms = 1.040 ms,
+    # 20 us after the block without the copies (1.020 ms). Plain DeepSpeed makes none.
+    layer = (1e-3, 63.0, 0.0, 0.0, 0.0)
+    cost = StageCost(3e-3, 6e-3, 0.0, 0.0, fwd_layers=(layer,) * 3)
+    kinds = ["embedding", "block", "head"]
+    synced = get_framework("megatron-deepspeed").host_captured(cost, kinds)
+    assert synced.fwd_sync_reads == ((), (2.0,), ())
+    assert get_framework("deepspeed").host_captured(cost, kinds).fwd_sync_reads == ()
+    host = HostOverhead(op_s=10e-6, read_s=10e-6)
+    block = synced.forward_parts(())[1]
+    end = layered_work(host, "F", (block,)).finish(0.0, 0.0)
+    assert end == (pytest.approx(1.040e-3), pytest.approx(1e-5 + 1e-3 * 44 / 63 + 2e-5 + 19e-5))
+    recomputed = layered_work(host, "R", synced.recompute_parts((1,))).finish(0.0, 0.0)
+    assert recomputed[0] == pytest.approx(1.040e-3)  # the recompute makes them again
+
+
 @pytest.mark.parametrize(
     "schedule, p, m, makespan",
     [("1f1b", 4, 8, 33.0), ("1f1b", 8, 16, 69.0), ("interleaved_1f1b", 4, 8, 28.5)],
@@ -559,6 +581,8 @@ def test_megatron_overlaps_p2p_only_under_the_interleaved_schedule():
     assert not plain.overlap_p2p and plain.sync_after_p2p
     off = get_framework("megatron-lm[overlap_p2p_comm=false]").runtime(topo, trace, 1, 2)
     assert not off.overlap_p2p and off.sync_after_p2p
+    # batch_p2p_comm (the pipeline group's communicator) exactly where overlap_p2p_comm is off
+    assert not inter.batched_p2p and plain.batched_p2p and off.batched_p2p
 
 
 def test_overlapped_p2p_keeps_the_golden_interleaved_makespan():

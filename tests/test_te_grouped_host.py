@@ -131,11 +131,12 @@ def test_nvfp4_expert_casts_follow_the_te_version_on_host_and_device():
     """NVFP4's split_quantize of 3 experts, by the container's TE version, the same on both
     sides. TE 2.9 (Bridge 25.11): per expert an amax, a row-wise and a column-wise Hadamard
     cast, so the device's cast of the 3 experts stands for 9 launches and the host's forward
-    per expert is 6 Python calls (12 us) + 3 casts and the GEMM (4 x 3 us) + the GEMM's
-    cuBLASLt set-up (7 us) = 31 us. TE 2.14 (Bridge 26.04, the first release with NVFP4 MoE
-    rows): the casts are grouped (#2411, in 2.12), one launch on the device, and the host's
-    forward per expert 12 us + the GEMM's 3 us + its set-up 7 us = 22 us; its backward 12 + 5 +
-    2 x 3 + 2 x 7 = 37 us (46 us at 2.9)."""
+    per expert is 6 Python calls (12 us) + 3 casts, the GEMM's per-tensor scale kernel and the
+    GEMM (5 x 3 us) + the GEMM's cuBLASLt set-up (7 us) = 34 us. TE 2.14 (Bridge 26.04, the
+    first release with NVFP4 MoE rows): the casts are grouped (#2411, in 2.12), one launch on
+    the device, and the host's forward per expert 12 us + the scale kernel's and the GEMM's
+    2 x 3 us + its set-up 7 us = 25 us; its backward 12 + 5 + 4 x 3 (two GEMMs, each with its
+    scale kernel) + 2 x 7 = 43 us (52 us at 2.9, with the 3 casts)."""
     from sim.compute.moe import grouped
     from sim.compute.precision import get_recipe
     from sim.compute.precision_rules import te_version
@@ -153,5 +154,5 @@ def test_nvfp4_expert_casts_follow_the_te_version_on_host_and_device():
         f, _, _ = quantize_layer((fwd, [], []), nvfp4, b200.low_rate("nvfp4"), te=te)
         launches[te] = next(k for k in f if k.name == "quantize_expert_up").batch
     assert launches == {(2, 9): 9, (2, 14): 1}
-    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=(2, 9))] == [31.0, 46.0]
-    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=bridge)] == [22.0, 37.0]
+    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=(2, 9))] == [34.0, 52.0]
+    assert [round(x * 1e6, 6) for x in per_expert_s("nvfp4", te=bridge)] == [25.0, 43.0]

@@ -63,7 +63,7 @@ reps=5, all_pairs=False, matmul_n=None, name=None, path=None, timeout_s=300, thr
 stage, seed)``, ``make_batch(spec, microbatch_size, seed)``
     The models (:mod:`backends.torch.models.transformer`): GPT/BERT chains of ``layers + 2``
     modules with the analytic generator's sizes; ``as_spec`` also accepts
-    ``sim.trace.generator.MODEL_PRESETS`` names. ``boundaries`` are start layers per stage, as
+    ``sim.trace.model_presets.MODEL_PRESETS`` names. ``boundaries`` are start layers per stage, as
     ``sim.parallel.partition.Partition.boundaries``; the default split is
     ``sim.parallel.partition.uniform_partition`` (the simulator's own).
 

@@ -7,7 +7,7 @@ bf16, for micro-batch sizes 1..12 (``layertype_0_bsz{b}_seq2048``, ms, which equ
 it timed, so only the *shape* is compared: per-sample time relative to the largest ``b``.
 
 The prediction is :func:`sim.compute.transformer.block_times` of
-:data:`~sim.compute.transformer.LLAMA2_7B` (flash attention as torch SDPA runs it, SwiGLU,
+:data:`~sim.compute.block_shape.LLAMA2_7B` (flash attention as torch SDPA runs it, SwiGLU,
 no fused QKV, RoPE, no dropout) on the GPU of a hardware preset. Assumption: the file was timed
 on an A100-80GB (``dgx-a100-80gb``); the H100 row is shown for comparison (its absolute layer
 time is close to the file's, which hints that the file may come from an H100-class GPU). No

@@ -18,8 +18,8 @@ Predicted with pipesim's formulas, nothing fitted to these files:
 * model states: :func:`sim.memory.states.stage_state_bytes_per_param` (16 bytes/param for bf16
   Adam) x the rank's parameters / dp (ZeRO-3); Llama-2-7B layer ``4h^2 + 3hf + 2h``,
   embedding and untied output layer ``V*h`` each;
-* activations: :func:`sim.trace.generator.block_act_bytes` (Korthikanti et al.,
-  ``34sbh + 5as^2b``) minus :func:`~sim.trace.generator.attn_core_act_bytes` (flash attention,
+* activations: :func:`sim.trace.analytic_layers.block_act_bytes` (Korthikanti et al.,
+  ``34sbh + 5as^2b``) minus :func:`~sim.trace.analytic_layers.attn_core_act_bytes` (flash attention,
   :mod:`sim.memory.attention`); embedding ``8sb + sbh`` (generator); output layer: the logits in
   the training dtype ``d*s*b*V`` plus the final norm's input and output ``4sbh``; a non-last
   stage also keeps its output per micro-batch (:func:`sim.memory.reserve.output_cache_bytes`);

@@ -31,6 +31,7 @@ from sim.compute.kernels import kernel_time_s  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
 from sim.parallel.context_kernels import context_kernels  # noqa: E402
 from sim.parallel.decoder_split import attention_dims  # noqa: E402
+from sim.parallel.ring_steps import with_ring_steps  # noqa: E402
 from sim.plan.point_row import point_row  # noqa: E402
 from sim.point.experiment import Prepared  # noqa: E402
 from sim.runs.bridge_recipes import read_recipes  # noqa: E402
@@ -50,8 +51,9 @@ def layer_split(ex: Expressed, topo, trace) -> dict[str, float]:
     kind = "block" if m.moe is None else "moe_block"
     out: dict[str, float] = defaultdict(float)
     d = dtype_bytes(trace.dtype)
+    ring = cp if p["context_parallel_comm"] == "p2p" else 1  # TE's step kernels (ring_steps)
     for phase in layer_kernels(kind, m, 1, d, tp, sp, cp):
-        for k in phase:
+        for k in with_ring_steps(phase, m.seq_len, ring, spec, trace.dtype):
             part = {"gemm": "gemm", "attn": "attention core"}.get(k.kind, "memory-bound")
             out[part] += kernel_time_s(k, spec, trace.dtype)
     t, _ = tokens(m, 1, tp, sp, cp)

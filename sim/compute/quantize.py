@@ -27,6 +27,10 @@ A quantization config's ``mxfp8`` matchers (:attr:`LayerRules.mxfp8`; Megatron-B
 the run's recipe and give them MXFP8's GEMMs and casts (a second pass with TE's MXFP8 recipe over
 those names only, at the GPU's MXFP8 rate).
 
+Under TE's NVFP4 recipe each NVFP4 GEMM is preceded by a single-thread kernel that folds the
+operands' per-tensor scales into its ``alpha`` (one per expert in ``GroupedLinear``'s loop,
+:mod:`sim.compute.nvfp4_alpha`), appended to each phase.
+
 With TE's weight cache the weights are quantized once per step, not here
 (:func:`weight_quantize_bytes`). The attention core, norms, activations, router and
 permutations are untouched, except that FP8 attention (``rules.attention``) gives the core's
@@ -46,6 +50,10 @@ of ``c`` experts is one kernel of the same bytes standing for ``c x`` :func:`per
 launches (``Kernel.batch``), which :func:`sim.compute.kernels.kernel_time_s` runs back to back
 on one stream. Such an input is
 the sum over its row groups (experts of different row counts are different inputs).
+
+**The fused grouped MLP** casts its first GEMM's input and its second GEMM's output gradient
+once over all experts; in MXFP8 its GLU and dGLU kernels write the other two operands quantized,
+so no cast is counted for them (:mod:`sim.compute.fused_mlp_casts`).
 """
 
 from __future__ import annotations
@@ -54,7 +62,9 @@ import re
 from dataclasses import replace
 
 from sim.compute.dpa_casts import dpa_casts
+from sim.compute.fused_mlp_casts import epilogue_cast
 from sim.compute.kernels import Kernel, mem
+from sim.compute.nvfp4_alpha import alpha_kernels, alpha_launches
 from sim.compute.precision import (
     DTYPE_BYTES,
     TE,
@@ -191,6 +201,8 @@ def quantize_layer(
             if not base:
                 continue
             out[i] = _low(kern, recipe)
+            if epilogue_cast(kern, base, role, recipe.format):  # sim.compute.fused_mlp_casts
+                continue
             key = SHARED_INPUT.get(base, base)
             per = per_expert_casts(recipe.name, te) if recipe.library == TE else 0
             if kern.grouped and per:  # GroupedLinear's split_quantize (module doc)
@@ -225,6 +237,8 @@ def quantize_layer(
         one = cast_bytes_per_element(recipe, 1, rate.non_tn, weight=True)
         fwd.append(mem("quantize_weights", w_elems[0] * one))
         bwd_in.append(mem("quantize_weights_t", w_elems[1] * one))
+    if recipe.library == TE and alpha_launches(recipe.format):  # sim.compute.nvfp4_alpha
+        fwd, bwd_in, bwd_w = (ks + alpha_kernels(ks) for ks in (fwd, bwd_in, bwd_w))
     return fwd, bwd_in, bwd_w
 
 

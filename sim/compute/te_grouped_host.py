@@ -39,6 +39,8 @@ GEMM serves the fused ops).
 * ``tex.split_quantize`` of the output gradient (l.323): one object, :func:`quantize_launches`;
 * ``update_usage`` of the weight copy (l.357-362): one Python call under a recipe;
 * the dgrad and the wgrad grouped GEMMs (l.363, l.432): two cuBLASLt launches;
+* under NVFP4, before each of its GEMMs (forward too) the per-tensor scale kernel that
+  ``cublas_gemm`` launches (:mod:`sim.compute.nvfp4_alpha`): one launch per GEMM;
 * ``clear_tensor_data`` of the saved input (l.440): one Python call;
 * ``handle_custom_ddp_from_mcore`` (l.442-472): Megatron's DDP sets ``grad_added_to_main_grad``
   (``distributed_data_parallel.py`` 187), so TE returns a dummy ``torch.empty`` wgrad: one
@@ -95,6 +97,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sim.compute.cublaslt_host import gemm_setup_s
+from sim.compute.nvfp4_alpha import alpha_launches
 from sim.compute.precision import RECIPES, TE
 from sim.compute.precision_rules import TE_VERSION
 from sim.compute.quantize import per_expert_casts
@@ -200,7 +203,9 @@ def per_expert_s(
     Module doc.
 
     Each GEMM also pays TE's per-call cuBLASLt set-up (:func:`sim.compute.cublaslt_host.
-    gemm_setup_s`, 7 us on the reference host): one in the forward, two in the backward.
+    gemm_setup_s`, 7 us on the reference host): one in the forward, two in the backward; under
+    NVFP4 each GEMM launches its per-tensor scale kernel first (:func:`sim.compute.nvfp4_alpha.
+    alpha_launches`): one more launch in the forward, two in the backward.
 
     Example: MXFP8 forward 4 calls + object + workspace (6 x 2 us) + quantize and GEMM (2 x
     3 us) + the GEMM's set-up (7 us) = 25 us; backward 6 calls (12 us) + dummy
@@ -216,9 +221,9 @@ def per_expert_s(
         fwd = p.launch_s + setup  # the GEMM
         bwd = 2 * p.py_call_s + p.nograd_op_s + 2 * (p.launch_s + setup)  # clear, ddp + empty
         return fwd, bwd
-    q = quantize_launches(recipe, te)
-    fwd = 6 * p.py_call_s + (q + 1) * p.launch_s + setup
-    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2) * p.launch_s + 2 * setup
+    q, a = quantize_launches(recipe, te), alpha_launches(recipe)
+    fwd = 6 * p.py_call_s + (q + 1 + a) * p.launch_s + setup
+    bwd = 6 * p.py_call_s + p.nograd_op_s + (q + 2 + 2 * a) * p.launch_s + 2 * setup
     return fwd, bwd
 
 

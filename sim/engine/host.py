@@ -52,6 +52,11 @@ class LayerPart(NamedTuple):
         drain_s: device seconds of collectives the layer issues before its first host sync
             and the sync waits for (:meth:`sim.engine.stage_cost.StageCost.drained`), run
             after the kernels before it; without a sync, after all of its kernels.
+        sync_reads: per host sync of ``sync_share`` (same order; missing: 0), the blocking
+            host-device copies of a few bytes made there: after the wait the host spends
+            :attr:`~sim.hardware.host_ops.HostOverhead.read_s` on each while the drained
+            device runs nothing else (Megatron-DeepSpeed's two scalars,
+            :data:`sim.framework.megatron_deepspeed.LAYER_SYNC_READS`).
     """
 
     device_s: float
@@ -63,6 +68,7 @@ class LayerPart(NamedTuple):
     sync_share: tuple[float, ...] = ()
     after_sync_ops: float = 0.0
     drain_s: float = 0.0
+    sync_reads: tuple[float, ...] = ()
 
 
 SYNC_POINTS = {
@@ -138,7 +144,7 @@ def layered_work(host: HostOverhead, op: str, parts: tuple[LayerPart, ...]) -> H
     syncs inside (``sync_share``, each in (0, 1)) as the pieces of device seconds, ops and
     calls between them with :meth:`HostWork.sync` at each cut (the ops alike, as within any
     layer, but its ``after_sync_ops`` evenly over the pieces after the first sync,
-    :func:`_piece_ops`).
+    :func:`_piece_ops`), then the cut's blocking copies (``sync_reads``, ``read_s`` each).
 
     Layer by layer, a host-bound layer (many small ops) and a device-bound one (a large GEMM)
     no longer hide each other's slack, as they would in one summary of the whole action
@@ -179,13 +185,15 @@ def _layered(
 ) -> tuple[HostWork, tuple[HostWork, ...]]:
     """``(`` :func:`layered_work` ``,`` :func:`drain_prefixes` ``)``."""
     out, before = HostWork.device_only(0.0), []
-    for device_s, ops, nograd, modules, functions, te, sync, after, drain in parts:
+    for device_s, ops, nograd, modules, functions, te, sync, after, drain, reads in parts:
         regions = 1 if op == "R" else 0
-        pieces = _pieces(sync)
+        pieces, copies = _pieces(sync), _cut_reads(sync, reads)
         for i, (k, n) in enumerate(zip(pieces, _piece_ops(ops, after, pieces), strict=True)):
             calls = (modules * k, functions * k, te * k)
             if i:
                 out = out.then(HostWork.sync())
+                if copies[i - 1] > 0 and host.read_s > 0:  # the copies after the wait
+                    out = out.then(HostWork.of_ops(1.0, copies[i - 1] * host.read_s, 0.0))
             g = nograd * n / ops if after and ops else nograd * k
             out = out.then(action_work(host, op, device_s * k, n, 0 if i else regions, g, calls))
             if i == 0 and drain > 0:  # the collectives the first sync waits for
@@ -205,6 +213,17 @@ def _piece_ops(ops: float, after: float, pieces: tuple[float, ...]) -> tuple[flo
         return (ops,)
     each = after / (len(pieces) - 1)
     return tuple((ops - after) * k + (each if i else 0.0) for i, k in enumerate(pieces))
+
+
+def _cut_reads(cuts: tuple[float, ...], reads: tuple[float, ...]) -> tuple[float, ...]:
+    """The blocking copies at each of a layer's sync ``cuts`` that :func:`_pieces` keeps (those
+    inside (0, 1), in order), from ``reads`` (one per cut; missing: 0).
+
+    >>> _cut_reads((0.0, 0.5, 0.75), (1.0, 2.0)), _cut_reads((0.5,), ())
+    ((2.0, 0.0), (0.0,))
+    """
+    padded = (*reads, *(0.0,) * (len(cuts) - len(reads)))
+    return tuple(r for c, r in zip(cuts, padded, strict=False) if 0.0 < c < 1.0)
 
 
 def _pieces(cuts: tuple[float, ...]) -> tuple[float, ...]:

@@ -93,6 +93,10 @@ class PipelineRuntime:
             ``src/init.cc`` ``computeBuffSizes``; "ncclSend needs to wait for ncclRecv ...
             especially if the size is larger than the internal buffer size", NVIDIA/nccl#1025),
             and it arrives without the receiver; 0: every send waits for its receive.
+        batched_p2p: with ``blocking_p2p``, each exchange is one ``batch_isend_irecv`` on the
+            pipeline group's NCCL communicator (Megatron's ``batch_p2p_comm``), whose ranks cap
+            NCCL's channels per network peer (:func:`sim.comm.p2p_net.group_channels_per_peer`);
+            False: lone sends on PyTorch's two-rank communicator of the pair.
         sync_after_p2p: the host synchronizes with the device after every exchange of sends and
             receives (its clock waits for the device before it issues the next action's ops:
             :meth:`sim.engine.host.HostThreads.wait`).
@@ -148,6 +152,7 @@ class PipelineRuntime:
     blocking_p2p: bool = False
     overlap_p2p: bool = False
     eager_send_bytes: float = 0.0
+    batched_p2p: bool = False
     sync_after_p2p: bool = False
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0

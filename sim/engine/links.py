@@ -94,7 +94,7 @@ from functools import partial
 import simpy
 
 from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
-from sim.comm.p2p_net import peer_rate_Bps
+from sim.comm.p2p_net import group_channels_per_peer, peer_rate_Bps
 from sim.comm.rings import PEER_KINDS
 from sim.engine.fifo_link import LATE, Bulk, EndOfInstant, FifoLink
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
@@ -129,13 +129,19 @@ class Links:
         events: the log's event list; every transfer appends its :class:`Event` when it ends.
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology, events: list[Event]):
+    def __init__(
+        self, env: simpy.Environment, topology: Topology, events: list[Event], p2p_ranks: int = 2
+    ):
         self.env = env
         self.topology = topology
         self.events = events
+        self.p2p_ranks = p2p_ranks
+        """Ranks of the NCCL communicator the stage sends (``TRANSFER``) run on: 2 for lone
+        sends, the pipeline group's for batched ones (:func:`sim.comm.p2p_net.
+        group_channels_per_peer`)."""
         self._res: dict[str, FifoLink] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
-        self._durations: dict[tuple[str, str, float, bool], float] = {}
+        self._durations: dict[tuple[str, str, float, bool, bool], float] = {}
         self._issued: list[tuple[int, int, Callable[[], tuple], simpy.Event]] = []
         self._issues = 0
 
@@ -268,18 +274,21 @@ class Links:
         return path
 
     def duration_s(
-        self, src: str, dst: str, route: tuple[Link, ...], nbytes: float, nccl: bool
-    ) -> float:
+        self, src: str, dst: str, route: tuple[Link, ...], nbytes: float, nccl: bool,
+        ranks: int = 2,
+    ) -> float:  # fmt: skip
         """Uncontended seconds of moving ``nbytes`` over ``route`` from ``src`` to ``dst``: an
         NCCL send between two GPUs that run NCCL by NCCL's model (:func:`sim.comm.nccl.
         p2p_time_s`: its protocol's latency, the path's NCCL rate); any other transfer by
         :func:`~sim.hardware.transfer.transfer_time_s` (the links' latencies and rate). An
         NCCL send between servers moves at most at its p2p channels' rate
-        (:func:`sim.comm.p2p_net.peer_rate_Bps`)."""
+        (:func:`sim.comm.p2p_net.peer_rate_Bps`) on a communicator of ``ranks`` ranks
+        (:func:`sim.comm.p2p_net.group_channels_per_peer`)."""
         kinds = {lk.kind for lk in route}
         rate = min(lk.rate_Bps(nccl) for lk in route)
         if nccl and NETWORK in kinds and self.topology.fabric is not None:  # p2p channels
-            rate = min(rate, peer_rate_Bps(rate, self.topology.fabric.nccl_p2p_channels))
+            channels = group_channels_per_peer(rate, ranks, self.topology.fabric.nccl_p2p_channels)
+            rate = min(rate, peer_rate_Bps(rate, channels))
         if nccl and _runs_nccl(self.topology, src) and _runs_nccl(self.topology, dst):
             hw = NET if NETWORK in kinds else NVLINK if kinds <= PEER_KINDS else PCI
             return p2p_time_s(hw, rate, nbytes)
@@ -295,10 +304,11 @@ class Links:
         route, names, resources = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
-        key = (src, dst, nbytes, kind in NCCL_KINDS)
+        key = (src, dst, nbytes, kind in NCCL_KINDS, kind == EventKind.TRANSFER)
         dur = self._durations.get(key)
         if dur is None:  # the same sends recur every micro-batch: computed once each
-            dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3])
+            ranks = self.p2p_ranks if key[4] else 2
+            dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3], ranks)
         if len(resources) == 1 and resources[0].bulk is None:  # fast path: one link
             res = resources[0]
             req = res.request()

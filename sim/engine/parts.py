@@ -59,6 +59,19 @@ class RunParts:
     partitioned: PartitionedStates
 
 
+def p2p_ranks(inp: SimInput) -> int:
+    """Ranks of the NCCL communicator the stage sends run on: the pipeline's ranks when the
+    exchanges are batched (:attr:`~sim.engine.inputs.PipelineRuntime.batched_p2p`) and each
+    of replica 0's ranks is on its own server (what :func:`sim.comm.p2p_net.comm_channels`
+    derives); else 2 (lone sends; assumption: a group with several GPUs on one server keeps
+    the two-rank figure, its channels not derived)."""
+    ranks = len(inp.program)
+    if not inp.runtime.batched_p2p or ranks < 2:
+        return 2
+    servers = {inp.topology.server_of(inp.gpu_index(0, s)) for s in range(len(inp.costs))}
+    return ranks if len(servers) == ranks else 2
+
+
 def compose(inp: SimInput) -> RunParts:
     """A new environment and the parts of a run of ``inp`` in it (module doc); the ledger
     and the log know every GPU's and host's capacity (bytes), the host DRAMs as one pool."""
@@ -68,7 +81,7 @@ def compose(inp: SimInput) -> RunParts:
     caps.update({h.name: h.dram_bytes for h in topo.hosts})
     ledger = Ledger(caps, pools={HOST_POOL: tuple(h.name for h in topo.hosts)})
     log = EventLog(capacity_bytes=caps)
-    links = Links(env, topo, log.events)
+    links = Links(env, topo, log.events, p2p_ranks(inp))
     sms = {g.name: g.compute.sm_count if g.compute is not None else None for g in topo.gpus}
     share = SmShare(env, sms)  # SMs the overlapped data-parallel collectives take
     compute = ComputeStream(env, log.events, share)

@@ -85,6 +85,10 @@ class StageCost:
             sync (:attr:`fwd_syncs`) waits for: collectives issued before the sync, whose
             output the compute stream waits on before its next kernel, so that the host's
             wait there drains them too (:meth:`drained`); empty: none.
+        fwd_sync_reads: per layer, per host sync of :attr:`fwd_syncs` (same order), the
+            blocking host-device copies of a few bytes made there
+            (:attr:`sim.engine.host.LayerPart.sync_reads`), in the forward and in a recompute
+            of it; empty: none.
         bwd_syncs: per layer, the share of its backward issued before a host sync inside it
             (a ``moe_act`` recompute's offset copy,
             :func:`sim.parallel.layer_host.recompute_sync_share`), 0.0 for none; empty: none.
@@ -116,6 +120,7 @@ class StageCost:
     bwd_accumulate: tuple[float, ...] = ()
     tp_fwd_layers: tuple[tuple[tuple[str, float], ...], ...] = ()
     fwd_sync_drains: tuple[int, ...] = ()
+    fwd_sync_reads: tuple[tuple[float, ...], ...] = ()
     bwd_syncs: tuple[float, ...] = ()
 
     def drained(self, i: int) -> tuple[tuple[str, float], ...]:
@@ -209,8 +214,9 @@ class StageCost:
         """Layer ``i``'s forward; ``nograd``: run without autograd recording (its ops are also
         its ``nograd_ops``); ``drain_s``: :attr:`~sim.engine.host.LayerPart.drain_s`."""
         sec, ops, mods, fns, te = self.fwd_layers[i]
+        reads = self.fwd_sync_reads[i] if i < len(self.fwd_sync_reads) else ()
         return LayerPart(sec, ops, ops if nograd else 0.0, mods, fns, te, self.sync_share(i),
-                         self.grouped_fwd(i), drain_s)  # fmt: skip
+                         self.grouped_fwd(i), drain_s, reads)  # fmt: skip
 
     def sync_share(self, i: int) -> tuple[float, ...]:
         """The shares of layer ``i``'s forward before its host syncs (:attr:`fwd_syncs`;

@@ -11,7 +11,8 @@ data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
 
 Each transformer layer's forward, first or recomputed, makes the host wait for the device once
 before its MLP: two scalars built on the GPU with blocking copies (:data:`LAYER_SYNC`,
-:func:`with_layer_syncs`).
+:func:`with_layer_syncs`), each a round trip the host and the drained device wait out
+(:data:`LAYER_SYNC_READS`).
 
 Where the tied word embedding's two ends sit on one stage (``p = 1``), autograd sums its two
 gradients (the lookup's and the output projection's) every micro-batch before accumulating them
@@ -101,9 +102,23 @@ LAYER_SYNC = Setting(
     "share of the block's forward before the wait: 44 of its 63 counted ops "
     "(sim.compute.megatron_ops.BLOCK_FWD, in issue order), which the engine also applies to the "
     "layer's device seconds (an assumption: the attention half holds 0.5-0.6 of them; 0.55 "
-    "moves vTrain's MAPE by 0.01 point). The copies' own latency (about the preset's read, "
-    "10 us each) is not charged. The wait also drains the attention's tensor-parallel "
-    "collective (ATTENTION_DRAIN)",
+    "moves vTrain's MAPE by 0.01 point). The copies' own latency is LAYER_SYNC_READS. The "
+    "wait also drains the attention's tensor-parallel collective (ATTENTION_DRAIN)",
+)
+
+LAYER_SYNC_READS = Setting(
+    2,
+    "Megatron-DeepSpeed megatron/model/transformer.py::ParallelTransformerLayer.forward "
+    "(l.1319-1320 @4822c87e): moe_loss and mlp_bias are two torch.tensor(0.0, device=...) "
+    "calls, each one blocking host-to-device copy (tensor_new.cpp::internal_new_from_data -> "
+    ".to(device, non_blocking=False) -> Copy.cu::copy_kernel_cuda -> at::cuda::"
+    "memcpy_and_sync: cudaMemcpyAsync, then cudaStreamSynchronize). The first waits for the "
+    "device (LAYER_SYNC); then each copy runs on the drained stream and the host waits for "
+    "it, so both the host and the device spend a copy's round trip on it, twice per block "
+    "forward, first or recomputed. Each is charged as every blocking copy of a few bytes in "
+    "this model (MICROBATCH_LOAD's, the loss read's): the preset's host_overhead.read. "
+    "Published figure for one copy's cost: 'a cudaMemcpy can incur in a 6-7us overhead' "
+    "(NVIDIA/gdrcopy@9347e62 README.md, 'What is inside'); dgx-a100-40gb's read is 10 us",
 )
 
 ATTENTION_DRAIN = Setting(
@@ -123,22 +138,24 @@ ATTENTION_DRAIN = Setting(
 
 
 def with_layer_syncs(
-    cost: StageCost, kinds: list[str], share: float, drain: float = 0.0
+    cost: StageCost, kinds: list[str], share: float, drain: float = 0.0, reads: float = 0.0
 ) -> StageCost:
     """``cost`` (a stage of layers of ``kinds``, in order) with a host sync at ``share`` of
     each block's forward (:data:`LAYER_SYNC`), kept with any the layer already has
     (:attr:`StageCost.fwd_syncs`, sorted), which waits for the first ``drain`` share of the
     block's forward collectives (:data:`ATTENTION_DRAIN`, :attr:`StageCost.fwd_sync_drains`;
-    a block with another sync before this one: none); other kinds unchanged. Unchanged
-    without per-layer forwards (:attr:`StageCost.fwd_layers` empty: no layer to cut).
+    a block with another sync before this one: none) and makes ``reads`` blocking copies
+    (:data:`LAYER_SYNC_READS`, :attr:`StageCost.fwd_sync_reads`; the layer's other syncs
+    keep none); other kinds unchanged. Unchanged without per-layer forwards
+    (:attr:`StageCost.fwd_layers` empty: no layer to cut).
 
     Example:
         >>> ar = (("allreduce", 8.0),) * 2
         >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 3,
-        ...               tp_fwd_layers=((ar[0],), ar, ()))
-        >>> d = with_layer_syncs(c, ["embedding", "block", "head"], 0.5, 0.5)
-        >>> d.fwd_syncs, d.fwd_sync_drains
-        (((), (0.5,), ()), (0, 1, 0))
+        ...               tp_fwd_layers=((ar[0],), ar, ()), fwd_syncs=((), (0.25,), ()))
+        >>> d = with_layer_syncs(c, ["embedding", "block", "head"], 0.5, 0.5, 2)
+        >>> d.fwd_syncs, d.fwd_sync_drains, d.fwd_sync_reads
+        (((), (0.25, 0.5), ()), (0, 0, 0), ((), (0.0, 2.0), ()))
     """
     if not cost.fwd_layers:
         return cost
@@ -153,7 +170,11 @@ def with_layer_syncs(
         else 0
         for i, b in enumerate(blocks)
     )
-    return replace(cost, fwd_syncs=syncs, fwd_sync_drains=drains)
+    copies = tuple(
+        tuple(float(reads) if x == share else 0.0 for x in syncs[i]) if b else ()
+        for i, b in enumerate(blocks)
+    )
+    return replace(cost, fwd_syncs=syncs, fwd_sync_drains=drains, fwd_sync_reads=copies)
 
 
 TIED_GRAD_SUM = Setting(
@@ -317,12 +338,13 @@ class MegatronDeepSpeed(PipelineEngine):
     microbatch_load = MICROBATCH_LOAD
     sync_after_p2p = SYNC_AFTER_P2P
     layer_sync = LAYER_SYNC
+    layer_sync_reads = LAYER_SYNC_READS
     attention_drain = ATTENTION_DRAIN
     tied_grad_sum = TIED_GRAD_SUM
     accumulate_grad = ACCUMULATE_GRAD
     SETTINGS: ClassVar[tuple[str, ...]] = (
-        *PipelineEngine.SETTINGS, "layer_sync", "attention_drain", "tied_grad_sum",
-        "accumulate_grad",
+        *PipelineEngine.SETTINGS, "layer_sync", "layer_sync_reads", "attention_drain",
+        "tied_grad_sum", "accumulate_grad",
     )  # fmt: skip
 
     def stage_device_work(
@@ -346,5 +368,9 @@ class MegatronDeepSpeed(PipelineEngine):
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
         """``cost`` with each transformer layer's host sync before its MLP
-        (:data:`LAYER_SYNC`, :func:`with_layer_syncs`); nothing is captured (eager)."""
-        return with_layer_syncs(cost, kinds, self.layer_sync.value, self.attention_drain.value)
+        (:data:`LAYER_SYNC`, :func:`with_layer_syncs`) and its two blocking copies
+        (:data:`LAYER_SYNC_READS`); nothing is captured (eager)."""
+        return with_layer_syncs(
+            cost, kinds, self.layer_sync.value, self.attention_drain.value,
+            self.layer_sync_reads.value,
+        )  # fmt: skip

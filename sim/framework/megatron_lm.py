@@ -248,7 +248,9 @@ class MegatronLM(Framework):
         (``overlap_param_gather``; aligned across chunks with ``align_param_gather`` under the
         interleaved schedule, ``megatron/training/arguments.py`` forces it off otherwise), the
         weight gradients delayed into the all-to-alls (``delay_wgrad_compute``), the expert
-        dispatcher and its SMs (:meth:`dispatcher`)."""
+        dispatcher and its SMs (:meth:`dispatcher`), the blocking exchanges batched on the
+        pipeline group's communicator (``batch_p2p_comm``, True by default,
+        ``model_parallel_config.py``; ``p2p_communication.py::_batched_p2p_ops``)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
         v = self.values
         gather, buckets = "step", "first" if v.get("overlap_grad_reduce") else rt.bucket_stages
@@ -267,7 +269,7 @@ class MegatronLM(Framework):
             delay_wgrad=bool(v.get("delay_wgrad_compute")),
             dispatcher=backend,
             comm_sms=sms or None,
-            **self._p2p_overlap(rt, virtual_stages),
+            **({"batched_p2p": rt.blocking_p2p} | self._p2p_overlap(rt, virtual_stages)),
         )
 
     def _p2p_overlap(self, rt: PipelineRuntime, virtual_stages: int) -> dict:
@@ -275,7 +277,8 @@ class MegatronLM(Framework):
         waited by direction (:attr:`PipelineRuntime.overlap_p2p`), sends that fit NCCL's FIFO
         complete without their receive (:attr:`PipelineRuntime.eager_send_bytes`: the
         schedule's separate ``isend``/``irecv`` rely on it, :mod:`sim.engine.exchanges`) and,
-        ``batch_p2p_comm`` off, no ``batch_p2p_sync`` synchronize after the exchanges; the
+        ``batch_p2p_comm`` off, no ``batch_p2p_sync`` synchronize after the exchanges and lone
+        sends on two-rank communicators (:attr:`PipelineRuntime.batched_p2p`); the
         non-interleaved schedule refuses it (schedules.py raises), so there nothing changes."""
         if not (self.values.get("overlap_p2p_comm") and virtual_stages > 1):
             return {}
@@ -283,6 +286,7 @@ class MegatronLM(Framework):
             "overlap_p2p": rt.blocking_p2p,
             "eager_send_bytes": P2P_FIFO_BYTES,
             "sync_after_p2p": False,
+            "batched_p2p": False,
         }
 
     def regathers_sp_input(self) -> bool:

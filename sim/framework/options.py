@@ -1,6 +1,6 @@
 """Options of a framework profile: the switches a user of the framework sets, each with its source.
 
-A profile (:class:`~sim.framework.base.Framework`) has fixed :class:`~sim.framework.base.Setting`
+A profile (:class:`~sim.framework.base.Framework`) has fixed :class:`~sim.framework.settings.Setting`
 s (what the framework always does) and :class:`Option` s (what its command line or config
 chooses, e.g. Megatron-LM's ``--overlap-grad-reduce``). An experiment names the options with
 the profile, as a mapping or as a spec string::

@@ -109,7 +109,7 @@ ALLOCATOR_MARGIN = 0.05
 """Caching-allocator overhead (rounding to 512 B blocks, fragmentation) as a share of the
 activation memory, whose allocations churn every micro-batch (model states are allocated once),
 used while policies plan (before the replay of the caching allocator's rules,
-:func:`sim.memory.rank_memory.allocator_margin_bytes`, gives the finalized plan's margin).
+:func:`sim.memory.tensor_program.allocator_margin_bytes`, gives the finalized plan's margin).
 Megatron's memory estimator multiplies its activation estimate by 1.05
 (``theoretical_memory_usage.py``, memory.md §2); the CUDA caching allocator rounds to 512 B
 (memory.md §1)."""

@@ -9,10 +9,10 @@ the rank model (:mod:`sim.memory.rank_memory`):
   communicator the stage uses (:func:`nccl_peers`);
 * ``allocator``: what the caching allocator reserves beyond the allocated bytes; planning uses
   :meth:`RuntimeReserve.allocator_bytes` of the activation memory, the finalized plan the
-  allocator replay (:func:`sim.memory.rank_memory.allocator_margin_bytes`);
+  allocator replay (:func:`sim.memory.tensor_program.allocator_margin_bytes`);
 * ``working``: what is live only while an action runs (its layers' transients,
-  :func:`sim.memory.rank_memory.stage_transients`) and the stage outputs a framework keeps
-  until their backward (:func:`sim.memory.rank_memory.output_cache`), charged for the whole
+  :func:`sim.memory.activation_peak.stage_transients`) and the stage outputs a framework keeps
+  until their backward (:func:`sim.memory.activation_peak.output_cache`), charged for the whole
   run because the peak of every schedule falls in an action;
 * ``framework buffers``: the framework's persistent buffers
   (:func:`sim.memory.rank_memory.framework_buffer_bytes`).
@@ -20,9 +20,10 @@ the rank model (:mod:`sim.memory.rank_memory`):
 
 from __future__ import annotations
 
+from sim.memory.activation_peak import output_cache
 from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
-from sim.memory.rank_memory import framework_buffer_bytes, output_cache
+from sim.memory.rank_memory import framework_buffer_bytes
 
 
 def nccl_peers(
@@ -55,14 +56,14 @@ def runtime_reserve_bytes(ctx: StageContext) -> float:
 def backward_working_bytes(ctx: StageContext) -> float:
     """Working memory of the stage's largest action whatever the policy keeps: the largest
     transient of its layers (:class:`~sim.memory.layer_work.LayerWork`), an upper bound of
-    :func:`~sim.memory.rank_memory.stage_transients`, which subtracts the stash the layers
+    :func:`~sim.memory.activation_peak.stage_transients`, which subtracts the stash the layers
     behind a layer have freed (as much as the policy keeps: nothing when it recomputes)."""
     return max((max(w.fwd_bytes, w.bwd_bytes) for w in ctx.layer_work), default=0.0)
 
 
 def output_cache_bytes(ctx: StageContext) -> float:
     """The stage outputs its framework keeps until their backward
-    (:func:`~sim.memory.rank_memory.output_cache`)."""
+    (:func:`~sim.memory.activation_peak.output_cache`)."""
     return output_cache(ctx)
 
 

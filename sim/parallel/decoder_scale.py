@@ -24,6 +24,7 @@ from sim.parallel.decoder_comm import group_ops, tp_comm
 from sim.parallel.decoder_split import attention_dims
 from sim.parallel.layer_host import recompute_sync_share, sync_shares
 from sim.parallel.layout import ParallelLayout
+from sim.parallel.ring_steps import with_ring_steps
 from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.decoder import MOE_KINDS, single_gpu_rows
 from sim.trace.schema import LayerProfile
@@ -57,7 +58,9 @@ def kind_shard(
         return made if low is None else quantize_for(made, low, spec)
 
     full = kernels(1, False, 1, one_rows)
-    rank = _with_context(kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par)
+    rank = _with_context(
+        kernels(par.tp, par.sp, par.cp, mine, par.expert_tp), kind, m, b, d, par, spec, dt
+    )
     f1, rk = _times(full, spec, dt), _times(rank, spec, dt)
     fl1, flr = (sum(k.flops for k in x[0]) for x in (full, rank))
     ratios = tuple(x / y if y > 0 else 1.0 for x, y in zip(rk, f1, strict=True))
@@ -88,14 +91,23 @@ def kind_shard(
     return ratios, act, share, tpc, ops, pair, parts, syncs
 
 
-def _with_context(rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout):
+def _with_context(
+    rank, kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, spec: ComputeSpec,
+    dt: str,
+):  # fmt: skip
     """``rank``'s kernels with the copies and merges TE's context parallelism adds to an
-    attention layer (:mod:`sim.parallel.context_kernels`) in its forward and input gradient."""
+    attention layer (:mod:`sim.parallel.context_kernels`) in its forward and input gradient,
+    and with ``p2p`` its attention core at the speed of the ring's step kernels on ``spec``
+    (:mod:`sim.parallel.ring_steps`)."""
     if par.cp == 1 or base_kind(kind) not in ("block", "moe_block", "attention", "mtp"):
         return rank
     t, _ = tokens(m, b, par.tp, par.sp, par.cp)
     fwd, bwd = context_kernels(attention_dims(m, par.tp), t, par.cp, d, par.cp_comm)
-    return (rank[0] + fwd, rank[1] + bwd, *rank[2:])
+    core_f, core_b = list(rank[0]), list(rank[1])
+    if par.cp_comm == "p2p":
+        core_f = with_ring_steps(core_f, m.seq_len, par.cp, spec, dt)
+        core_b = with_ring_steps(core_b, m.seq_len, par.cp, spec, dt)
+    return (core_f + fwd, core_b + bwd, *rank[2:])
 
 
 def _parts(kind, m, b, d, dt, par, rows, spec, fwd_s: float, act1: float, saved=None) -> tuple:

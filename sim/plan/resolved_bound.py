@@ -10,7 +10,7 @@ it to full simulation.
 from __future__ import annotations
 
 from sim.engine.replicas import stage_replicas
-from sim.memory.rank_memory import kept_peak
+from sim.memory.activation_peak import kept_peak
 from sim.schedules.action import flatten
 from sim.schedules.combined import paired_forwards
 

@@ -79,7 +79,7 @@ def _offload_flags(text: str) -> dict[str, Any]:
 def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
     """The table's ``cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl`` and
     ``gradient_accumulation_fusion`` cells as Megatron's flags (their memory:
-    :func:`sim.runs.megatron_args.loss_options`). ``auto`` gradient-accumulation fusion is
+    :func:`sim.runs.megatron_memory_flags.loss_options`). ``auto`` gradient-accumulation fusion is
     on where Transformer Engine or Apex is installed (Megatron-Bridge ``fusions.
     can_enable_gradient_accumulation_fusion``; the NeMo container has TE), so only ``False``
     turns it off."""
@@ -211,7 +211,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     if expandable_segments(get):  # an environment variable of the run (sim.runs.bridge_env)
         f["pytorch-cuda-alloc-conf"] = "expandable_segments:True"
     opt = get.get("optimizer", "").split(" ")[0]
-    if opt and opt != "adam":  # Kimi K2's dist_muon (sim.runs.megatron_args.LAYER_WISE)
+    if opt and opt != "adam":  # Kimi K2's dist_muon (sim.runs.megatron_layout_flags.LAYER_WISE)
         f["optimizer"] = opt
     aware = get.get("precision_aware_optimizer", "")
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import re
 
+from sim.compute.precision_rules import te_version
 from sim.compute.rope_unfused import yarn_concentration
 from sim.parallel.layout import ParallelLayout
 from sim.runs.argv import switch_on
-from sim.runs.bridge_software import dglu_feature
+from sim.runs.bridge_software import TE_FLAG, dglu_feature
 from sim.runs.megatron_model_flags import hybrid_features, hybrid_pattern
 from sim.runs.megatron_reading import Reading
 from sim.runs.record import ArgNote, ModelShape
@@ -128,7 +129,12 @@ def shape_features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
     """The shape's features; ``grouped``: the experts run as grouped GEMMs unless the flags say
     otherwise (Megatron-Bridge's MoE providers set ``moe_grouped_gemm: bool = True``, e.g.
     its Qwen3-MoE and GPT-OSS providers; Megatron-LM's ``--moe-grouped-gemm`` is off by
-    default: ``SequentialMLP``)."""
+    default: ``SequentialMLP``).
+
+    Raises:
+        ValueError: the row's Transformer Engine version
+            (:data:`~sim.runs.bridge_software.TE_FLAG`) is not ``major.minor[...]``, where the
+            fused grouped MLP depends on it."""
     out = []
     pos = r.text("position-embedding-type", "learned_absolute")
     if r.switch("use-rotary-position-embeddings"):
@@ -199,12 +205,31 @@ def _yarn_scaled(r: Reading) -> bool:
     return yarn_concentration(factor) != 1.0 and not overridden
 
 
+NVFP4_FUSED_TE = (2, 17)
+"""The first Transformer Engine release whose op fuser builds the fused grouped MLP under NVFP4:
+up to v2.16 ``fuse_grouped_mlp_ops`` returns the ops unfused unless ``recipe.mxfp8()``
+(NVIDIA/TransformerEngine v2.16 = 4220403e ``transformer_engine/pytorch/ops/_common.py``
+244-245; v2.14 line 132); v2.17.1 = 4329ff84 ``ops/fused/grouped_mlp.py`` 707 takes
+``recipe.mxfp8() or recipe.nvfp4()``."""
+
+
 def _fused_grouped_mlp(r: Reading) -> bool:
     """The experts run as Transformer Engine's fused grouped MLP (:mod:`sim.compute.moe`,
     "Fused grouped MLP"): ``--use-transformer-engine-op-fuser`` with a block-scaled recipe
-    (MXFP8, NVFP4), the formats its CuTe-DSL kernels take (``GroupedMLP_CuTeGEMM``)."""
-    scaled = r.text("fp8-recipe") == "mxfp8" or r.text("fp4-recipe") == "nvfp4"
-    return r.switch("use-transformer-engine-op-fuser") and scaled
+    the op fuser fuses, the formats its CuTe-DSL kernels take (``GroupedMLP_CuTeGEMM``): MXFP8,
+    and NVFP4 from TE 2.17 (:data:`NVFP4_FUSED_TE`; where the row names no TE version, as a
+    user's own run, the version every other TE-dependent rule takes,
+    :data:`sim.compute.precision_rules.TE_VERSION`, an assumption).
+
+    Raises:
+        ValueError: a TE version that is not ``major.minor[...]``
+            (:func:`~sim.compute.precision_rules.te_version`)."""
+    if not r.switch("use-transformer-engine-op-fuser"):
+        return False
+    if r.text("fp8-recipe") == "mxfp8":
+        return True
+    nvfp4 = r.text("fp4-recipe") == "nvfp4"
+    return nvfp4 and te_version(r.text(TE_FLAG)) >= NVFP4_FUSED_TE
 
 
 def _attention_features(r: Reading) -> list[str]:

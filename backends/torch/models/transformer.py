@@ -79,7 +79,7 @@ class ModelSpec:
 
 
 def as_spec(model: ModelSpec | Mapping[str, Any] | str | Any) -> ModelSpec:
-    """A :class:`ModelSpec` from a spec, a dict, a ``sim.trace.generator.MODEL_PRESETS`` name,
+    """A :class:`ModelSpec` from a spec, a dict, a ``sim.trace.model_presets.MODEL_PRESETS`` name,
     or any object with the same attributes.
 
     Unknown dict keys raise (unless their value is ``None``), so typos are caught.

@@ -100,7 +100,7 @@ class ReplayJob:
 
     Attributes:
         model: the model: a dict of :class:`backends.torch.models.transformer.ModelSpec` fields, a
-            ``ModelSpec``, or a ``sim.trace.generator.MODEL_PRESETS`` name.
+            ``ModelSpec``, or a ``sim.trace.model_presets.MODEL_PRESETS`` name.
         boundaries: start layer of each stage (as ``sim.parallel.partition.Partition.boundaries``);
             ``None`` splits the ``layers + 2`` chain evenly.
         schedule: ``gpipe``, ``1f1b``, ``pipedream_2bw``, ``pipedream`` or ``pipemare`` (any
