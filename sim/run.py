@@ -42,6 +42,7 @@ from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.provenance import META_KEY, experiment_sources, footnoted, joined, prediction_source
 from sim.report.resolved import compute_notes, unused_gpus_note, write_resolved
 from sim.report.row_bands import bands_for, winner_bands
+from sim.report.tables import config_label, policy_table
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ def _write_all(
         for name, winner, band in answers:
             say.table(df[df["model"] == name], name)
             if winner is None:
-                say.no_fit(name)
+                say.no_fit(name, str(path))
             else:
                 say.winner(winner, band)
 
@@ -261,29 +262,8 @@ def _memory_summary(
     table, written = write_memory_summary(df, out, plots, shapes, pending.drawings, sources)
     if say.style == "none":
         return written
-    console = say.console
-    console.print(
-        "[bold]Memory policies[/]: best fitting samples/s per model and policy; "
-        "last row: the largest model that fits per policy"
-    )
-    console.print(
-        table.to_string(
-            float_format=lambda v: f"{v:,.2f}",
-            formatters={"parameters": _count},
-            na_rep="—",
-        ),
-        highlight=False,
-        soft_wrap=True,
-    )
+    say.console.print(policy_table(table))
     return written
-
-
-def _count(value) -> str:
-    """A parameter count with thousands separators; ``—`` for a blank (the last row's)."""
-    try:
-        return f"{float(value):,.0f}" if float(value) == float(value) else "—"
-    except (TypeError, ValueError):
-        return "—"
 
 
 def _tflops(df, out: Path, plots: bool, shapes: dict, pending: _Pending, source: str) -> list[Path]:
@@ -321,11 +301,7 @@ def _write_winner(
         log = evaluate(res)[1]
     trace = prep.traces[point.model]
     log.meta[META_KEY] = prediction_source(prep.topology.name, trace.name, winner.trace_origin)
-    title = (
-        f"{point.model} {point.schedule} p={point.stages}{_v(point.virtual_stages)} "
-        f"w={point.dp_width} t={point.tensor_parallel} "
-        f"b={point.microbatch_size} m={point.microbatches}"
-    )
+    title = f"{point.model} winner: {config_label(winner)}"  # as the console's table names it
     drawings = winner_artifacts(dirs[-1], log, title)
     others = dirs[:-1]
     pending.drawings += [(f, partial(_draw_and_copy, call, f, others)) for f, call in drawings]
@@ -333,11 +309,6 @@ def _write_winner(
     for d in others:
         written += [d / f.name for f in drawn]
     return written + drawn
-
-
-def _v(virtual_stages: int) -> str:
-    """`` v=2`` for a point with stage chunks per rank; nothing for one stage per rank."""
-    return f" v={virtual_stages}" if virtual_stages > 1 else ""
 
 
 __all__ = ["run_experiment", "unused_gpus_note"]  # unused_gpus_note: sim.report.resolved

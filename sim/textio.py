@@ -13,7 +13,9 @@ refused in well under a second: :data:`MAX_TEXT_BYTES`, :data:`MAX_YAML_DEPTH`,
 
 from __future__ import annotations
 
+import difflib
 import os
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,7 @@ def read_text(
     p = Path(path)
     name = label or str(p)
     if not p.exists():
-        raise InputError(f"{what} not found", file=name)
+        raise InputError(f"{what} not found{nearby_file(p)}", file=name)
     if p.is_dir():
         raise InputError(f"is a directory, expected {_a(what)}", file=name)
     try:
@@ -64,6 +66,31 @@ def read_text(
     except OSError as exc:
         raise InputError(f"cannot read {what}: {exc.strerror}", file=name) from None
     return decode_text(data, label=name, what=what)
+
+
+MAX_LISTED = 5000
+"""Most entries of a folder compared with a missing file's name (:func:`nearby_file`)."""
+
+
+def nearby_file(path: Path, also_in: tuple[Path, ...] = ()) -> str:
+    """``" (did you mean 'experiments/dgx1.yaml'?)"`` for a missing ``path``: the file of its
+    folder, or of a folder of ``also_in``, whose name is closest to its own or to it with
+    ``.yaml`` added (:func:`difflib.get_close_matches`, cutoff 0.75); empty when none is.
+
+    Example:
+        >>> nearby_file(Path("experiments/dgx1"))
+        " (did you mean 'experiments/dgx1.yaml'?)"
+    """
+    for folder in (path.parent, *also_in):
+        try:
+            names = [e.name for e in islice(folder.iterdir(), MAX_LISTED) if e.is_file()]
+        except OSError:
+            continue
+        for name in (path.name, path.name + ".yaml"):
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+            if close:
+                return f" (did you mean '{folder / close[0]}'?)"
+    return ""
 
 
 def _a(what: str) -> str:

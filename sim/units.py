@@ -137,7 +137,28 @@ def _parse(value: str | float | int, base: str, what: str, example: str) -> floa
     try:
         return number * _factor(unit, base)
     except ValueError as err:
-        raise ValueError(f"{value!r} is not {what} (expected e.g. '{example}'): {err}") from None
+        msg = f"{value!r} is not {what} (expected e.g. '{example}'): {err}"
+        raise ValueError(msg + _unit_hint(unit, base)) from None
+
+
+def _unit_hint(unit: str, base: str) -> str:
+    """``" (did you mean 'GB' (1e9 B) or 'GiB' (2**30 B)?)"`` for a unit that differs from a
+    common unit of ``base`` only in letter case (``gb``, ``GIB``, ``tflops``) or lacks its
+    ``B`` (``Gi``); a decimal byte unit is offered with its binary twin, as ``80 GB`` is often
+    meant as ``80 GiB``. Empty when nothing is close."""
+    names: dict[str, str] = {}
+    for u, b in COMMON_UNITS:
+        if b == base:
+            names.setdefault(u.lower(), u)
+    hit = names.get(unit.lower()) or names.get(unit.lower() + "b")
+    if hit is None:
+        return ""
+    power = "kKMGTP".find(hit[0]) if hit[1:2] != "i" and base in ("B", "B/s") else -1
+    if power < 0:
+        return f" (did you mean '{hit}'?)"
+    n = max(power, 1)  # k and K are both kilo
+    twin = f"{'KMGTP'[n - 1]}i{hit[1:]}"
+    return f" (did you mean '{hit}' (1e{3 * n} {base}) or '{twin}' (2**{10 * n} {base})?)"
 
 
 def parse_bytes(value: str | float | int) -> float:

@@ -49,7 +49,9 @@ def memory(
     answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
     out.print(memory_table(answer.results))
     if not quiet_now():
-        out.print(f"{len(answer.results)} configurations in {answer.wall_s:.2f} s; wrote {folder}/")
+        n = len(answer.results)
+        many = "configuration" if n == 1 else "configurations"
+        out.print(f"{n} {many} in {answer.wall_s:.2f} s; wrote {folder}/")
     fitting = {r.point.model for r in answer.results if r.memory is not None and r.memory.fits}
     models = {r.point.model for r in answer.results}
     raise typer.Exit(0 if models <= fitting else 1)

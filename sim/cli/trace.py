@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -16,7 +17,7 @@ from sim.trace.from_config import DTYPES, beyond_positions, config_trace
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
 from sim.trace.native import trace_stem, write_trace
-from sim.trace.origin import gpu_figure_sources
+from sim.trace.origin import gpu_figure_sources, trace_origin
 from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
@@ -30,9 +31,26 @@ app = typer.Typer(
 
 @app.command("list")
 def trace_list() -> None:
-    """List the traces shipped in traces/."""
+    """List the traces shipped in traces/: layers, parameters, the micro-batch size and dtype
+    their seconds and bytes are for, the GPU, and whether they are measured or analytic."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("trace", "layers", "parameters", "b", "dtype", "times", "device"):
+        right = col in ("layers", "parameters", "b")
+        table.add_column(col, justify="right" if right else "left", overflow="fold")
     for name in available_traces():
-        out.print(name)
+        try:
+            t = load_trace(name)
+        except InputError as exc:
+            table.add_row(escape(name), "", "", "", "", "unreadable", escape(str(exc)))
+            continue
+        cells = (len(t.layers), f"{t.parameters:,}", t.microbatch_size, t.dtype, trace_origin(t))
+        table.add_row(escape(name), *(escape(str(c)) for c in cells), escape(t.device))
+    out.print(table)
+    out.print(
+        "times: measured (profiled), analytic (the kernel model from the model's shapes: an "
+        "estimate) or roofline estimate; details: sim trace show NAME",
+        highlight=False,
+    )
 
 
 def layer_table(trace: Trace) -> Table:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.config.experiment import ExperimentConfig
 from sim.errors import InputError
-from sim.textio import read_yaml_file
+from sim.textio import nearby_file, read_yaml_file
 
 _UNION_TAGS = {
     "int",
@@ -119,11 +120,36 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
             f"{err['input']!r} is not a valid name: use letters, digits and . _ + - "
             "only, not starting with a dot (it names a folder under results/)"
         )
+    elif err["type"] == "literal_error":
+        msg += _literal_hint(str(err["input"]), str(err.get("ctx", {}).get("expected", "")))
     elif err["type"] == "duplicate_name":
         loc = loc + (err["ctx"]["index"], "name")
     others = len({_field_path(tuple(e["loc"])) for e in errors} - {here})
     more = f" (and {others} more problem(s))" if others else ""
     return InputError(msg + more, file=file, field=_field_path(loc))
+
+
+LITERAL_MEANT = {
+    "adamw": ("adam", "AdamW keeps Adam's state, two moments per parameter: torch.optim.AdamW"),
+    "bfloat16": ("bf16", ""),
+    "float16": ("fp16", ""),
+    "half": ("fp16", ""),
+    "float32": ("fp32", ""),
+    "float": ("fp32", ""),
+}
+"""Values a newcomer writes for an allowed one of another name, with why it is the same."""
+
+
+def _literal_hint(value: str, expected: str) -> str:
+    """``" (did you mean 'adam'? ...)"`` for a value outside a field's choices: the synonym of
+    :data:`LITERAL_MEANT`, else the closest choice in letter case or spelling."""
+    choices = re.findall(r"'([^']*)'", expected)
+    meant, why = LITERAL_MEANT.get(value.lower(), (None, ""))
+    if meant not in choices:
+        lower = {c.lower(): c for c in choices}
+        close = difflib.get_close_matches(value.lower(), list(lower), n=1)
+        meant, why = (lower[close[0]] if close else None), ""
+    return f" (did you mean {meant!r}?{' ' + why if why else ''})" if meant else ""
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
@@ -132,5 +158,8 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     Raises:
         InputError: the file is missing, is not valid YAML, or fails validation.
     """
+    if not Path(path).exists():  # a name or a path from elsewhere: the shipped experiments
+        hint = nearby_file(Path(path), also_in=(Path("experiments"),))
+        raise InputError(f"experiment file not found{hint}", file=str(path))
     data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))

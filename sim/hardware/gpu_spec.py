@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from sim.hardware.gpu_compute import (
     DEFAULT_HBM_EFFICIENCY,
@@ -15,6 +15,16 @@ from sim.hardware.gpu_compute import (
     LowPrecisionRate,
 )
 from sim.hardware.spec_fields import Bandwidth, Bytes, Flops, Seconds
+
+_FLOORS = {
+    "memory": (2.0**20, "bytes", "GiB"),
+    "cuda_memory": (2.0**20, "bytes", "MiB"),
+    "peak_flops": (1e6, "FLOP/s", "TFLOPS"),
+    "hbm_bandwidth": (1e6, "B/s", "GB/s"),
+}
+"""Values below which a GPU figure is a unit left out, not a GPU (``memory: 80`` is 80
+bytes): 1 MiB, 1 MFLOP/s, 1 MB/s, far under any device pipesim models, the calibrated CPU
+ranks included (0.1 TFLOPS, 28 GB/s); with the unit the message suggests."""
 
 
 class TPOverheadSpec(BaseModel):
@@ -194,6 +204,17 @@ class GPUSpec(BaseModel):
         description="Run the GPUs under this power limit in W: one of power_caps' watts, whose "
         "measured GEMM slow-down then applies. Default: none (the GPU's default limit).",
     )
+
+    @field_validator("memory", "cuda_memory", "peak_flops", "hbm_bandwidth")
+    @classmethod
+    def _a_unit_left_out(cls, value: float | None, info: ValidationInfo) -> float | None:
+        floor, unit, meant = _FLOORS[str(info.field_name)]
+        if value is not None and 0 < value < floor:
+            raise ValueError(
+                f"{value:g} {unit} is no GPU's figure: a number without a unit is in {unit}; "
+                f"write the unit, e.g. '{value:g} {meant}'"
+            )
+        return value
 
     @model_validator(mode="after")
     def _known_cap(self) -> GPUSpec:

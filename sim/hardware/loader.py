@@ -12,14 +12,16 @@ import difflib
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from sim.config import MAX_GPUS
 from sim.errors import InputError
 from sim.hardware.build import topology_from_spec
+from sim.hardware.preset_names import suggest_presets
 from sim.hardware.spec import HardwareSpec
+from sim.hardware.spec_errors import join_field, spec_error
 from sim.hardware.topology import Topology
 from sim.textio import load_yaml, read_text
 
@@ -104,6 +106,16 @@ def read_yaml(text: str, *, file: str | None = None) -> Any:
     return load_yaml(text, file=file)
 
 
+def _gpu_models() -> dict[str, str]:
+    """Every bundled preset and its ``gpu.model``, for :func:`suggest_presets`."""
+    out = {}
+    for name in list_presets():
+        raw = _resolve_base(_preset_raw(name, file=None, field=None), None, None)
+        gpu = raw.get("gpu")
+        out[name] = str(gpu.get("model", "")) if isinstance(gpu, dict) else ""
+    return out
+
+
 def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
     known = list_presets()
     several, nvl_m = MULTI_SERVER.match(name), NVL_DOMAINS.match(name)
@@ -113,7 +125,9 @@ def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputE
     close = [k for k in pool if k.startswith(server)] or difflib.get_close_matches(
         server, pool, n=1
     )
-    if several:  # the whole name, as it would load: '8x-dgx-h200' for '8x-dgx-h200x'
+    if not m:
+        close = suggest_presets(name, _gpu_models(), cluster_presets())
+    elif several:  # the whole name, as it would load: '8x-dgx-h200' for '8x-dgx-h200x'
         close = [f"{several.group(1)}x-{c}" for c in close]
     elif nvl_m:
         d, n = nvl_m.group(1), nvl_m.group(2)
@@ -179,10 +193,10 @@ def _resolve_base(raw: dict[str, Any], file: str | None, field: str | None) -> d
             raise InputError(
                 f"'base' presets form a cycle: {chain + [name]}",
                 file=file,
-                field=_join(field, "base"),
+                field=join_field(field, "base"),
             )
         chain.append(name)
-        base = _preset_raw(name, file=file, field=_join(field, "base"))
+        base = _preset_raw(name, file=file, field=join_field(field, "base"))
         override = {k: v for k, v in raw.items() if k != "base"}
         raw = merge_spec(base, override)
         set_here = sorted(k for k in override if k not in ("name", "description"))
@@ -198,48 +212,6 @@ BASE_NOTE = (
 )
 """Appended to the base's description when a ``base:`` description sets figures but no text:
 the base's sources do not cover them (``sim hardware show`` prints the description)."""
-
-
-def _join(prefix: str | None, rest: str) -> str:
-    return f"{prefix}.{rest}" if prefix and rest else (prefix or rest)
-
-
-def _allowed_keys(loc: tuple[Any, ...]) -> list[str] | None:
-    model: Any = HardwareSpec
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        if (
-            not (isinstance(model, type) and issubclass(model, BaseModel))
-            or part not in model.model_fields
-        ):
-            return None
-        model = model.model_fields[part].annotation
-        while get_origin(model) is not None:  # list[X], X | None
-            model = next((a for a in get_args(model) if a is not type(None)), None)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return list(model.model_fields)
-    return None
-
-
-def _input_error(exc: ValidationError, file: str | None, field: str | None) -> InputError:
-    lines = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(loc)
-            msg = f"unknown key '{loc[-1]}'" + (
-                f"; allowed keys: {', '.join(allowed)}" if allowed else ""
-            )
-        lines.append((_join(field, ".".join(str(p) for p in loc)), msg))
-    first_field, first_msg = lines[0]
-    more = "".join(f"\n  {f}: {m}" for f, m in lines[1:])
-    return InputError(
-        first_msg + (f"\n  (and {len(lines) - 1} more){more}" if more else ""),
-        file=file,
-        field=first_field,
-    )
 
 
 def _load(
@@ -280,7 +252,7 @@ def _load(
     try:
         return HardwareSpec.model_validate(raw), err_file, err_field
     except ValidationError as exc:
-        raise _input_error(exc, err_file, err_field) from None
+        raise spec_error(exc, err_file, err_field, based="base" in raw) from None
 
 
 def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> None:
@@ -302,14 +274,14 @@ def _check_size(raw: dict[str, Any], file: str | None, field: str | None) -> Non
             f"{', '.join(list_presets())}, and 'Nx-PRESET' for N servers of one "
             f"(N x its GPUs up to {MAX_GPUS:,}, e.g. '{MAX_GPUS // 8}x-dgx-h100')",
             file=file,
-            field=_join(field, where),
+            field=join_field(field, where),
         )
     links = raw.get("links")
     if isinstance(links, list) and len(links) > MAX_LINKS:
         raise InputError(
             f"{len(links)} links is more than the {MAX_LINKS} accepted",
             file=file,
-            field=_join(field, "links"),
+            field=join_field(field, "links"),
         )
 
 

@@ -1,6 +1,7 @@
 """What an experiment's ``options`` and ``sweep`` say that no configuration could honour,
 refused before anything is simulated (:func:`check_options`, called by
-:func:`sim.plan.sweep.expand`): both ``sweep.gpus`` and ``sweep.dp_width`` set,
+:func:`sim.plan.sweep.expand`): ``sweep.gpus`` beyond the hardware's GPUs, both
+``sweep.gpus`` and ``sweep.dp_width`` set,
 ``options.fsdp_reshard_after_forward`` without FSDP, ``options.boundaries`` out of the models'
 layers, and an ``options.placement`` that is not a rectangle of distinct GPUs of the hardware.
 Each error names the file and the field; their lengths per point are matched in ``expand``.
@@ -12,6 +13,7 @@ from typing import Any
 
 from sim.config import as_list
 from sim.errors import InputError
+from sim.hardware.loader import cluster_presets
 from sim.point.experiment import Prepared
 
 
@@ -23,7 +25,8 @@ def check_options(prep: Prepared) -> None:
     Raises:
         InputError: a boundary out of range, not starting at 0 or not increasing; a placement
             that is not rectangular, names a GPU the hardware lacks, or uses one twice;
-            ``sweep.gpus`` and ``sweep.dp_width`` both set; ``options.fsdp_reshard_after_forward``
+            ``sweep.gpus`` above the hardware's GPUs, or set with ``sweep.dp_width``;
+            ``options.fsdp_reshard_after_forward``
             in a grid without FSDP (``sweep.dp_shard`` 1 throughout).
     """
     opts, file = prep.exp.options, prep.file
@@ -33,6 +36,7 @@ def check_options(prep: Prepared) -> None:
             file=file,
             field="sweep.dp_width",
         )
+    _check_gpus(prep)
     if opts.fsdp_reshard_after_forward is not None and set(as_list(prep.exp.sweep.dp_shard)) == {1}:
         raise InputError(
             "applies to FSDP only, and sweep.dp_shard is 1 (no FSDP) in every configuration, "
@@ -45,6 +49,22 @@ def check_options(prep: Prepared) -> None:
         _check_boundaries(prep, list(opts.boundaries))
     if opts.placement is not None:
         _check_placement(prep, list(opts.placement))
+
+
+def _check_gpus(prep: Prepared) -> None:
+    """``sweep.gpus`` within the hardware's GPUs; beyond one server of a preset that takes
+    ``Nx-PRESET``, the message names the cluster that has them."""
+    gpus, n, hw = prep.exp.sweep.gpus, prep.topology.num_gpus, prep.exp.hardware
+    if gpus is None or gpus <= n:
+        return
+    hint = ""
+    if isinstance(hw, str) and hw in cluster_presets():
+        hint = f": for {-(-gpus // n)} servers of it write hardware: {-(-gpus // n)}x-{hw}"
+    raise InputError(
+        f"{gpus} GPUs, but {prep.topology.name} has {n}{hint}",
+        file=prep.file,
+        field="sweep.gpus",
+    )
 
 
 def _check_boundaries(prep: Prepared, b: list[int]) -> None:

@@ -83,7 +83,8 @@ class PlanStats:
         if not self.prune:
             return f"planner: exhaustive, {self.simulated} of {self.expanded} simulated{reused}"
         return (
-            f"planner: {self.expanded} configurations, {self.pruned_memory} pruned by the "
+            f"planner: {self.expanded} configuration{'' if self.expanded == 1 else 's'}, "
+            f"{self.pruned_memory} pruned by the "
             f"memory lower bound ({self.pruned_resolved} once partitioned), {self.pruned_bound} by the throughput bound, "
             f"{self.simulated} simulated{reused}"
         )

@@ -70,7 +70,8 @@ class Reporter:
     def start(self, name: str, points: int, hardware: str, skipped: list[tuple[str, str]]) -> None:
         """The grid: how many configurations, and the skipped ones by kind."""
         tail = f" ({len(skipped)} combinations skipped)" if skipped else ""
-        log.info("%s: %d configurations on %s%s", name, points, hardware, tail)
+        many = "configuration" if points == 1 else "configurations"
+        log.info("%s: %d %s on %s%s", name, points, many, hardware, tail)
         kinds = skip_kinds(skipped)
         for i, (n, example) in enumerate(kinds):
             level = logging.INFO if i < KINDS_SHOWN else logging.DEBUG
@@ -87,10 +88,11 @@ class Reporter:
         measurement (:mod:`sim.trace.origin`)."""
         for line in (n for model_notes in notes.values() for n in model_notes):
             log.info("%s", line)
+        refs = {m.name: str(m.trace) for m in prep.exp.models}
         for name, shipped in prep.traces.items():
             # as timed here: a generated trace is regenerated on this hardware's GPU
             trace = prep.adapted(name, shipped.microbatch_size)[0]
-            text = origin_warning(name, trace)
+            text = origin_warning(name, trace, refs.get(name))
             if text is not None:
                 log.log(logging.WARNING if trace_origin(trace) == ROOFLINE else logging.INFO, text)
 
@@ -115,11 +117,15 @@ class Reporter:
                 color_system=self.console.color_system,  # type: ignore[arg-type]
             ).print(table)
 
-    def no_fit(self, model: str) -> None:
+    def no_fit(self, model: str, experiment: str = "EXPERIMENT") -> None:
+        """``model`` has no configuration that fits: where to look, and the command that
+        names, per configuration, the category over capacity and the smallest change that
+        fits (``sim memory``'s advice)."""
         self.console.print(
             f"[bold red]{escape(model)}: no configuration fits in memory.[/] See results.csv "
-            "(peak_memory_bytes, oom_device); try more stages, a smaller micro-batch or a "
-            "memory policy."
+            "(peak_memory_bytes, oom_device); `sim memory "
+            f"{escape(experiment)}` names each configuration's category over capacity and the "
+            "first of dist_opt, recompute, half the micro-batch, twice tp or twice pp that fits."
         )
 
     def winner(self, row: ResultRow, band: dict) -> None:

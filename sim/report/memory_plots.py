@@ -61,7 +61,7 @@ def _end_time_s(log: EventLog) -> float:
 
 
 def plot_memory_per_gpu(
-    log: EventLog, path: str | os.PathLike | None = None, *, ax: Any = None
+    log: EventLog, path: str | os.PathLike | None = None, *, title: str = "", ax: Any = None
 ) -> Any:
     """One bar per GPU: its peak memory (GiB), stacked by what is live at that peak.
 
@@ -74,6 +74,7 @@ def plot_memory_per_gpu(
     Args:
         log: the simulation's event log.
         path: PNG to write (None: write nothing).
+        title: a line above the plot's own title (``sim run``: the winner's configuration).
         ax: draw into these matplotlib axes (a notebook's) instead of a new figure.
 
     Returns:
@@ -139,14 +140,17 @@ def plot_memory_per_gpu(
     ax.set_xlabel("pipeline stage (its GPU with the highest peak)" if per_stage else "GPU")
     over_note = "; red numbers exceed capacity" if any_over else ""
     per = "stage" if per_stage else "GPU"
-    ax.set_title(f"Peak memory per {per} (GiB), stacked by category at each GPU's peak{over_note}")
+    head = f"{title}\n" if title else ""  # the configuration (sim run: the winner)
+    ax.set_title(
+        f"{head}Peak memory per {per} (GiB), stacked by category at each GPU's peak{over_note}"
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
     return finish(fig, path)
 
 
 def plot_memory_timeline(
-    log: EventLog, path: str | os.PathLike | None = None, *, ax: Any = None
+    log: EventLog, path: str | os.PathLike | None = None, *, title: str = "", ax: Any = None
 ) -> Any:
     """Each GPU's memory in use (GiB) over time (ms) as step lines, with capacities.
 
@@ -159,6 +163,7 @@ def plot_memory_timeline(
     Args:
         log: the simulation's event log.
         path: PNG to write (None: write nothing).
+        title: a line above the plot's own title (``sim run``: the winner's configuration).
         ax: draw into these matplotlib axes (a notebook's) instead of a new figure.
 
     Returns:
@@ -209,7 +214,8 @@ def plot_memory_timeline(
     ax.set_ylim(bottom=0)
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("memory in use (GiB)")
-    ax.set_title(f"Memory in use per {'stage' if per_stage else 'GPU'} over time (GiB)")
+    head = f"{title}\n" if title else ""  # the configuration (sim run: the winner)
+    ax.set_title(f"{head}Memory in use per {'stage' if per_stage else 'GPU'} over time (GiB)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     return finish(fig, path)

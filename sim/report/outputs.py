@@ -38,6 +38,7 @@ from sim.report.chrome_trace import write_chrome_trace
 from sim.report.drawing import Drawing, draw
 from sim.report.provenance import stamped
 from sim.report.row_bands import with_bands
+from sim.report.tables import config_label
 from sim.trace.loader import traces_dir
 
 if TYPE_CHECKING:
@@ -94,10 +95,9 @@ def winner_config(
     if isinstance(hw, str) and (hw.endswith((".yaml", ".yml")) or "/" in hw):
         data["hardware"] = str((Path(exp_file).parent / hw).resolve())
     data["name"] = f"{exp.name[:120]}-winner"
-    data["description"] = (
-        f"Winner of experiment {exp.name}: {row.model} {row.schedule} "
-        f"p={row.stages} w={row.dp_width} b={row.microbatch_size}"
-    )
+    data["description"] = f"Winner of experiment {exp.name}: {row.model} {config_label(row)}"
+    # the model's own global batch, not training's default for models without one (64)
+    data.setdefault("training", {})["global_batch"] = int(row.global_batch)
     data["models"] = [
         {
             "name": model.name,
@@ -166,8 +166,8 @@ def write_yaml(path: Path, data: dict) -> Path:
 
 
 def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
-    """The winner's memory plots, Gantt timeline and Chrome trace in ``out``: each file with
-    the call that draws it (:func:`draw`)."""
+    """The winner's memory plots, Gantt timeline and Chrome trace in ``out``, each titled with
+    ``title`` (the configuration): each file with the call that draws it (:func:`draw`)."""
     from sim.report.gantt import plot_gantt  # matplotlib on first use: `import sim.api` is fast
     from sim.report.memory_plots import plot_memory_per_gpu, plot_memory_timeline
 
@@ -176,15 +176,15 @@ def winner_artifacts(out: Path, log: EventLog, title: str) -> list[Drawing]:
     return [
         (
             out / "memory_per_gpu.png",
-            partial(stamped, plot_memory_per_gpu, log, out / "memory_per_gpu.png"),
+            partial(stamped, plot_memory_per_gpu, log, out / "memory_per_gpu.png", title=title),
         ),
         (
             out / "memory_timeline.png",
-            partial(stamped, plot_memory_timeline, log, out / "memory_timeline.png"),
+            partial(stamped, plot_memory_timeline, log, out / "memory_timeline.png", title=title),
         ),
         (
             out / "timeline.png",
-            partial(stamped, plot_gantt, log, out / "timeline.png", iteration=it),
+            partial(stamped, plot_gantt, log, out / "timeline.png", iteration=it, title=title),
         ),
         (
             out / "timeline.json",

@@ -155,7 +155,7 @@ def _caption(results_df: pd.DataFrame, shown: pd.DataFrame, compact: bool) -> st
             caption += f"; not simulated: {n_over} over memory, {n_slower} slower (by bounds)"
         if sources:
             caption += f"; band: p10–p90 of measured/predicted, {', '.join(sources)}"
-        return caption
+        return caption + _outside_band(shown)
     caption = f"showing {len(shown)} of {len(results_df)} configurations; {n_fit} fit in memory"
     if n_slower or n_over:
         caption += (
@@ -168,6 +168,25 @@ def _caption(results_df: pd.DataFrame, shown: pd.DataFrame, compact: bool) -> st
             f"(sim/data/bands.csv: {', '.join(sources)})"
         )
     return caption
+
+
+def _outside_band(shown: pd.DataFrame) -> str:
+    """A clause for shown rows whose throughput lies outside their own band (the p10 of their
+    regime's measured/predicted above 1 or its p90 below: every run measured slower, or
+    faster, than predicted), which a reader would otherwise take for an error; else empty."""
+    cols = ("throughput_samples_per_s", "throughput_low_samples_per_s")
+    if not all(c in shown for c in (*cols, "throughput_high_samples_per_s")):
+        return ""
+    tput = shown["throughput_samples_per_s"]
+    below = bool((shown["throughput_high_samples_per_s"] < tput).any())
+    above = bool((shown["throughput_low_samples_per_s"] > tput).any())
+    said = [
+        f"a band {side} its prediction: 90 % of that regime's measured runs ran {how} than "
+        "predicted"
+        for side, how, hit in (("below", "slower", below), ("above", "faster", above))
+        if hit
+    ]
+    return "".join(f"; {x}" for x in said)
 
 
 def _ranked_shown(results_df: pd.DataFrame, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -259,3 +278,35 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
             str(rank), *cells, "[green]✓[/]" if fits else "[red]✗[/]", style=None if fits else "dim"
         )
     return table
+
+
+def policy_table(summary: pd.DataFrame) -> Table:
+    """The memory-policy summary (:func:`sim.report.memory_summary.memory_summary`: one row
+    per model and a last row, the largest model that fits per policy; columns parameters,
+    fastest policy, samples/s, one per policy) as a rich table that wraps to the terminal,
+    long policy names folded in their headers; samples/s with two decimals, a blank as —."""
+    table = Table(
+        title="Memory policies: best fitting samples/s per model and policy; last row: the "
+        "largest model that fits per policy",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        title_justify="left",
+    )
+    table.add_column("model", overflow="fold")
+    for column in summary.columns:
+        left, whole = column == "fastest policy", column in ("parameters", "samples/s")
+        justify: Any = "left" if left else "right"
+        table.add_column(escape(str(column)), overflow="fold", justify=justify, no_wrap=whole)
+    for model, row in summary.iterrows():
+        cells = [_policy_cell(column, row[column]) for column in summary.columns]
+        table.add_row(escape(str(model)), *cells)
+    return table
+
+
+def _policy_cell(column: object, value: object) -> str:
+    if isinstance(value, str):
+        return escape(value) if value else "—"
+    if not isinstance(value, (int, float)) or value != value:
+        return "—"
+    return f"{value:,.0f}" if column == "parameters" else f"{value:,.2f}"

@@ -7,6 +7,7 @@ read one field; :func:`check_sizes` checks a Llama-like config's sizes and its p
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from sim.errors import InputError
@@ -38,6 +39,13 @@ class ConfigError(ValueError):
         self.field = field
 
 
+def _near(cfg: dict[str, Any], key: str) -> str:
+    """``" (the config has 'num_hidden_layer': a misspelling of it?)"`` for a config key
+    close to the missing ``key`` (a hand-written config's typo), else empty."""
+    close = difflib.get_close_matches(key, [k for k in cfg if isinstance(k, str)], n=1, cutoff=0.8)
+    return f" (the config has {close[0]!r}: a misspelling of it?)" if close else ""
+
+
 def positive(cfg: dict[str, Any], key: str, default: Any = ..., most: int | None = None) -> int:
     """``cfg[key]`` as a positive integer (``default`` when absent, if given; at most
     ``most``).
@@ -47,7 +55,7 @@ def positive(cfg: dict[str, Any], key: str, default: Any = ..., most: int | None
     """
     if key not in cfg or cfg[key] is None:
         if default is ...:
-            raise ConfigError(f"missing field {key!r} (a positive integer)", key)
+            raise ConfigError(f"missing field {key!r} (a positive integer){_near(cfg, key)}", key)
         return default
     v = cfg[key]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -114,6 +122,8 @@ def check_sizes(data: dict[str, Any], file: str) -> None:
     """
     for key in SIZES:
         v = data.get(key)
+        if key not in data and _near(data, key):  # a typo of an optional one too: not MHA
+            raise InputError(f"missing field {key!r}{_near(data, key)}", file=file, field=key)
         if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
             continue
         if key not in data:

@@ -91,11 +91,13 @@ def traces_dir() -> Path:
 
 
 def available_traces(directory: str | os.PathLike[str] | None = None) -> list[str]:
-    """Names :func:`load_trace` resolves in ``directory`` (default :func:`traces_dir`), sorted."""
+    """Names :func:`load_trace` resolves in ``directory`` (default :func:`traces_dir`), sorted:
+    the CSVs with their sidecar (not a trace's further profiles, ``NAME.b4.csv``) and the
+    PipeDream ``graph.txt`` folders."""
     d = Path(directory) if directory is not None else traces_dir()
     if not d.is_dir():
         return []
-    names = {p.stem for p in d.glob("*.csv")}
+    names = {p.stem for p in d.glob("*.csv") if p.with_suffix(".yaml").is_file()}
     names |= {str(p.parent.relative_to(d)) for p in d.rglob("graph.txt")}
     return sorted(names)
 

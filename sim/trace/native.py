@@ -32,6 +32,7 @@ directory, then :func:`os.replace`), so a reader never sees half a trace file.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 import os
@@ -70,6 +71,19 @@ EXTRA = COLUMNS[9:]
 op counts)."""
 SIDECAR_KEYS = ("name", "microbatch_size", "dtype", "device", "provenance")
 OPTIONAL_KEYS = ("profiles", "shared")
+SIDECAR_MEANING = {
+    "name": "the model's name",
+    "microbatch_size": "the samples per micro-batch the CSV's seconds and bytes are for",
+    "dtype": "the training dtype, fp16, bf16 or fp32",
+    "device": "the GPU the times were measured on (e.g. H100-SXM5-80GB)",
+    "provenance": "where the times come from, a mapping with at least 'source' (e.g. "
+    "{source: 'torch.profiler on 1x H100, my_train.py'}; by convention command, date, notes)",
+}
+"""What each sidecar key says, for the message when one is missing."""
+SIDECAR_EXAMPLE = (
+    "'name: {name}, microbatch_size: 1, dtype: bf16, device: H100-SXM5-80GB, provenance: "
+    "{{source: where the times come from}}', one key per line (docs: sim.trace.native)"
+)
 
 
 def trace_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -242,7 +256,11 @@ def _read_shared(raw: Any, n_layers: int, f: str) -> tuple[SharedParams, ...]:
 def _read_sidecar(path: Path) -> dict[str, Any]:
     f = str(path)
     if not path.exists():
-        raise InputError("trace sidecar not found (every <name>.csv needs a <name>.yaml)", file=f)
+        raise InputError(
+            "trace sidecar not found: every <name>.csv needs a <name>.yaml beside it, e.g. "
+            + SIDECAR_EXAMPLE.format(name=path.stem),
+            file=f,
+        )
     meta = read_yaml_file(path, what="trace sidecar")
     if not isinstance(meta, dict):
         raise InputError("expected a mapping with keys " + ", ".join(SIDECAR_KEYS), file=f)
@@ -272,7 +290,7 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
         )
     for key in SIDECAR_KEYS:
         if meta.get(key) is None:
-            raise InputError("missing", file=f, field=key)
+            raise InputError(f"missing: {SIDECAR_MEANING[key]}", file=f, field=key)
     for key in ("name", "dtype", "device"):
         if not isinstance(meta[key], str):
             raise InputError(f"must be a string, got {meta[key]!r}", file=f, field=key)
@@ -294,8 +312,14 @@ def _read_layers(path: Path) -> tuple[LayerProfile, ...]:
     cols, records = _regular_rows(text) or _pandas_rows(text, f)
     for c in REQUIRED:
         if c not in cols:
+            near = difflib.get_close_matches(c, [x for x in cols if x not in COLUMNS], n=1)
+            unit = "seconds" if c.endswith("_s") else "bytes" if c.endswith("_bytes") else "text"
+            had = f" (the header has {near[0]!r}: write {c}, in {unit})" if near else ""
             raise InputError(
-                f"missing column; the header must be {','.join(COLUMNS)}", file=f, field=c
+                f"missing column{had}; the header needs {','.join(REQUIRED)} (seconds and "
+                f"bytes per micro-batch), then any of {','.join(COLUMNS[6:])}",
+                file=f,
+                field=c,
             )
     unknown = [c for c in cols if c not in COLUMNS]
     if unknown:

@@ -43,8 +43,9 @@ def trace_origin(trace: Trace) -> str:
     return MEASURED
 
 
-def origin_warning(model: str, trace: Trace) -> str | None:
-    """What ``sim run`` says about ``model``'s trace when it is not measured, or None."""
+def origin_warning(model: str, trace: Trace, ref: str | None = None) -> str | None:
+    """What ``sim run`` says about ``model``'s trace when it is not measured, or None
+    (``ref``: the model's ``trace:`` as the experiment writes it, when known)."""
     origin = trace_origin(trace)
     if origin == ROOFLINE:
         return (
@@ -54,11 +55,23 @@ def origin_warning(model: str, trace: Trace) -> str | None:
             "--device cuda) for a measurement"
         )
     if origin == ANALYTIC:
+        what = _trace_label(trace, ref)
         return (
-            f"{model}: trace {trace.name} is analytic (the kernel model of sim.compute on "
+            f"{model}: trace {what} is analytic (the kernel model of sim.compute on "
             f"{trace.device}), not measured"
         )
     return None
+
+
+def _trace_label(trace: Trace, ref: str | None) -> str:
+    """The trace as the user named it: ``config.json (a Hugging Face config)`` for a
+    ``trace:`` that is a config (whose trace name is the file's stem, ``config``), ``NAME
+    (from a Hugging Face config)`` for a trace written from one, else its name."""
+    if ref is not None and ref.endswith(".json"):
+        return f"{ref} (a Hugging Face config)"
+    if (trace.provenance or {}).get("config"):
+        return f"{trace.name} (from a Hugging Face config)"
+    return trace.name
 
 
 def gpu_figure_sources(trace: Trace) -> list[tuple[str, str, str]]:
