@@ -54,8 +54,10 @@ HEAD_DIM = 128
 """The measured head dim."""
 MEASURED_HEADS = 128
 """Samples x query heads of every measured point (batch 2 x 64 heads)."""
-_SEQ = (2048, 4096, 8192, 16384, 32768)
-# {table: {format: {pass: TFLOPS at _SEQ}}}: cudnn-frontend@3929da2 (module doc), top_left.
+SEQ = (2048, 4096, 8192, 16384, 32768)
+"""The measured lengths (queries = keys) of every table here and in
+:mod:`sim.compute.unmasked_attention`."""
+# {table: {format: {pass: TFLOPS at SEQ}}}: cudnn-frontend@3929da2 (module doc), top_left.
 _TFLOPS: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {
     "GB200": {
         "bf16": {"fwd": (1097, 1408, 1574, 1708, 1622), "bwd": (885, 1148, 1332, 1328, 1226)},
@@ -90,7 +92,7 @@ def measured_tflops(table: str, fmt: str, phase: str, seq: float) -> float | Non
     by_pass = _TFLOPS[table].get(fmt)
     if by_pass is None:
         return None
-    return log2_interp(list(zip(_SEQ, by_pass[phase], strict=True)), seq)
+    return log2_interp(list(zip(SEQ, by_pass[phase], strict=True)), seq)
 
 
 def format_ratio(table: str, fmt: str, phase: str, seq: float) -> float | None:

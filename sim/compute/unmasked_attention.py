@@ -26,10 +26,9 @@ fitted.
 
 from __future__ import annotations
 
+from sim.compute.cudnn_attention import SEQ
 from sim.compute.measured import SIXTEEN_BIT, log2_interp
 
-SEQ = (2048, 4096, 8192, 16384, 32768)
-"""The measured lengths (queries = keys), as :mod:`sim.compute.cudnn_attention`'s."""
 # {table: {format: {pass: no_mask TFLOPS at SEQ}}}: cudnn-frontend@3929da2 (module doc).
 _NO_MASK: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {
     "GB200": {
