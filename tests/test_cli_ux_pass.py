@@ -1,0 +1,45 @@
+"""The last UX pass's defects (session 13): what ``sim`` now says where it silently did
+something else than the user typed (each test failed before its fix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.hardware.loader import load_hardware
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_a_gpu_memory_override_replaced_by_the_cuda_total_names_cuda_memory(tmp_path) -> None:
+    """`{base: dgx-h100, gpu: {memory: 75 GiB}}` planned with the CUDA total, 79.65 GiB
+    (75 >= 0.9 x 79.65 = 71.7 is read as a datasheet figure) and said nothing; `sim hardware
+    show` and `sim run` now say so and name gpu.cuda_memory. A preset's own datasheet figure
+    (dgx-b200's 180 GB, also replaced) and a memory below 90 % (used as given) say nothing."""
+    hw = tmp_path / "h.yaml"
+    hw.write_text("base: dgx-h100\ngpu: {memory: 75 GiB}\n")
+    res = _run("hardware", "show", hw)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "gpu.memory 75.00 GiB" in said and "CUDA total 79.65 GiB is used" in said, said
+    assert "set gpu.cuda_memory: 75.00 GiB instead" in said, said
+    assert load_hardware("dgx-b200").notes == ()
+    assert load_hardware({"base": "dgx-b200"}).notes == ()
+    assert load_hardware({"base": "dgx-h100", "gpu": {"memory": "70 GiB"}}).notes == ()
+    cap = {"memory": "75 GiB", "cuda_memory": "75 GiB"}
+    assert load_hardware({"base": "dgx-h100", "gpu": cap}).notes == ()
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {base: dgx-h100, gpu: {memory: 75 GiB}}\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    assert "set gpu.cuda_memory: 75.00 GiB instead" in " ".join(res.output.split())
