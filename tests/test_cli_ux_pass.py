@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import typer
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.cli.console import friendly
+from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +46,24 @@ def test_a_gpu_memory_override_replaced_by_the_cuda_total_names_cuda_memory(tmp_
     res = _run("run", exp, "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     assert "set gpu.cuda_memory: 75.00 GiB instead" in " ".join(res.output.split())
+
+
+def test_a_command_line_error_names_the_argument_or_option_typed() -> None:
+    """`sim hardware show nosuch` said "command line: field 'NAME'" (a file's word for what
+    is an argument); a parameter named in Python (`seq_len`) now reads as the option typed."""
+    res = _run("hardware", "show", "nosuch")
+    assert res.exit_code == 2, res.output
+    assert "command line: argument 'NAME': unknown hardware preset 'nosuch'" in res.output
+    res = _run("trace", "show", "nosuch")
+    assert res.exit_code == 2, res.output
+    assert "argument 'TRACE': trace 'nosuch' not found" in res.output, res.output
+    demo = typer.Typer()
+
+    @demo.command()
+    @friendly
+    def go(seq_len: int = typer.Option(1, "--seq-len", "-s"), other: int = 0) -> None:
+        raise InputError("must be <= 8192, got 99999", field="seq_len")
+
+    res = runner.invoke(demo, ["--seq-len", "99999"])
+    assert res.exit_code == 2, res.output
+    assert "option '--seq-len': must be <= 8192" in " ".join(res.output.split()), res.output
