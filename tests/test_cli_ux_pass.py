@@ -12,6 +12,7 @@ from sim.cli import app
 from sim.cli.console import friendly
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
+from sim.plan import point_row, rowcache
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -67,3 +68,27 @@ def test_a_command_line_error_names_the_argument_or_option_typed() -> None:
     res = runner.invoke(demo, ["--seq-len", "99999"])
     assert res.exit_code == 2, res.output
     assert "option '--seq-len': must be <= 8192" in " ".join(res.output.split()), res.output
+
+
+def test_a_cache_of_another_pipesim_says_why_every_row_is_simulated_again(
+    tmp_path, monkeypatch
+) -> None:
+    """An upgrade changes every row's cache key (the code hash is in it), so a rerun silently
+    simulated everything again; it now says the cached rows were made by another version.
+    The same pipesim's rerun reads its row and says nothing of it."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx-h100\nmodels: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+    )
+    with monkeypatch.context() as m:
+        for module in (point_row, rowcache):  # both imported before: restored to the real one
+            m.setattr(module, "model_code_hash", lambda: "0123456789abcdef", raising=False)
+        assert _run("run", exp, "--out", tmp_path / "o").exit_code == 0
+    res = _run("run", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "the 1 cached row(s) in" in said, said
+    assert "were made by another pipesim version (code 0123456789abcdef, now" in said, said
+    assert "every configuration is simulated again" in said, said
+    res = _run("run", exp, "--out", tmp_path / "o")
+    assert "another pipesim" not in res.output and "read from the cache" in res.output
