@@ -92,3 +92,24 @@ def test_a_cache_of_another_pipesim_says_why_every_row_is_simulated_again(
     assert "every configuration is simulated again" in said, said
     res = _run("run", exp, "--out", tmp_path / "o")
     assert "another pipesim" not in res.output and "read from the cache" in res.output
+
+
+def test_a_hand_written_trace_is_not_listed_as_measured(tmp_path, monkeypatch) -> None:
+    """`provenance: {source: hand}` was listed as "measured" by `sim trace list` (everything
+    not analytic nor a roofline estimate was); a trace is measured only when its provenance
+    names a profiler or measurement, else hand-written or unknown."""
+    csv = "name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes\nl0,0.001,0.002,1024,2048,512\n"
+    sources = {"mine": "hand", "timed": "torch.profiler on 1x H100, train.py", "odd": "a friend"}
+    for name, source in sources.items():
+        (tmp_path / f"{name}.csv").write_text(csv)
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nmicrobatch_size: 1\ndtype: fp32\ndevice: cpu\n"
+            f"provenance: {{source: '{source}'}}\n"
+        )
+    monkeypatch.setenv("PIPESIM_TRACES", str(tmp_path))
+    res = _run("trace", "list")
+    assert res.exit_code == 0, res.output
+    rows = {ln.split()[0]: ln.split() for ln in res.output.splitlines() if ln.strip()}
+    assert rows["mine"][5] == "hand-written", rows["mine"]
+    assert rows["timed"][5] == "measured", rows["timed"]
+    assert rows["odd"][5] == "unknown", rows["odd"]
