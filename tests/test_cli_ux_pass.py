@@ -98,7 +98,9 @@ def test_a_hand_written_trace_is_not_listed_as_measured(tmp_path, monkeypatch) -
     """`provenance: {source: hand}` was listed as "measured" by `sim trace list` (everything
     not analytic nor a roofline estimate was); a trace is measured only when its provenance
     names a profiler or measurement, else hand-written or unknown."""
-    csv = "name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes\nl0,0.001,0.002,1024,2048,512\n"
+    csv = "name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes\n" + "".join(
+        f"l{i},0.001,0.002,1024,2048,512\n" for i in range(4)
+    )
     sources = {"mine": "hand", "timed": "torch.profiler on 1x H100, train.py", "odd": "a friend"}
     for name, source in sources.items():
         (tmp_path / f"{name}.csv").write_text(csv)
@@ -113,3 +115,11 @@ def test_a_hand_written_trace_is_not_listed_as_measured(tmp_path, monkeypatch) -
     assert rows["mine"][5] == "hand-written", rows["mine"]
     assert rows["timed"][5] == "measured", rows["timed"]
     assert rows["odd"][5] == "unknown", rows["odd"]
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx-h100\nmodels: [{name: m, trace: mine, global_batch: 4}]\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o", "--no-plots")
+    assert res.exit_code in (0, 1), res.output
+    said = " ".join(res.output.split())
+    assert "m: trace mine's times are hand-written (provenance source: hand)" in said, said

@@ -80,6 +80,12 @@ def origin_warning(model: str, trace: Trace, ref: str | None = None) -> str | No
             f"{model}: trace {what} is analytic (the kernel model of sim.compute on "
             f"{trace.device}), not measured"
         )
+    if origin in (HAND, UNKNOWN):  # listed as measured before: say what the times are
+        said = (trace.provenance or {}).get("source", "none")
+        return (
+            f"{model}: trace {trace.name}'s times are {origin} (provenance source: {said}), "
+            "not a measurement a profiler made"
+        )
     return None
 
 
