@@ -44,9 +44,10 @@ def test_a_gpu_memory_override_replaced_by_the_cuda_total_names_cuda_memory(tmp_
         "name: x\nhardware: {base: dgx-h100, gpu: {memory: 75 GiB}}\n"
         "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
     )
-    res = _run("run", exp, "--out", tmp_path / "o")
-    assert res.exit_code == 0, res.output
-    assert "set gpu.cuda_memory: 75.00 GiB instead" in " ".join(res.output.split())
+    for command in ("run", "memory"):
+        res = _run(command, exp, "--out", tmp_path / command)
+        assert res.exit_code == 0, res.output
+        assert "set gpu.cuda_memory: 75.00 GiB instead" in " ".join(res.output.split())
 
 
 def test_a_command_line_error_names_the_argument_or_option_typed() -> None:
