@@ -6,6 +6,8 @@ field) and exits with code 2, without a traceback.
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK, EXIT_NOTHING_FITS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 """``sim`` exit codes: 0 done; 1 some model has no configuration that fits (or an operating
 system fault such as a full disk); 2 bad input (one message naming the file or option and
@@ -20,7 +22,8 @@ class InputError(Exception):
         message: what is wrong and how to fix it.
         file: the file the input came from, if any.
         field: the dotted path of the offending field inside that file, if any; or the
-            command-line option (``--out``), named as an option.
+            command-line option (``--out``), named as an option, or argument (``NAME``, in
+            capitals), named as an argument.
         line: the line of ``file`` where ``field`` is written (1-based), where known
             (:func:`sim.textio.located` finds it).
     """
@@ -45,6 +48,8 @@ class InputError(Exception):
             where = f"{self.file}"
         if self.field:
             kind = "option" if self.field.startswith("-") else "field"
+            if re.fullmatch(r"[A-Z][A-Z_]*", self.field):  # a command's argument: NAME, TRACE
+                kind = "argument"
             where = f"{where}: {kind} '{self.field}'" if where else f"{kind} '{self.field}'"
         if self.line is not None:
             where = f"{where} (line {self.line})" if self.field else f"{where}, line {self.line}"

@@ -185,7 +185,7 @@ def test_a_config_json_given_to_a_command_that_takes_a_trace(args) -> None:
     res = _run(*[a.format(c=TINY) for a in args])
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
-    assert "field 'TRACE'" in text and f"sim trace from-config {TINY}" in text, text
+    assert "argument 'TRACE'" in text and f"sim trace from-config {TINY}" in text, text
     assert "seq_len:" not in text, text
 
 

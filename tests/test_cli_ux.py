@@ -239,10 +239,10 @@ def test_a_typo_in_a_trace_or_schedule_name_suggests_the_name(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("args", "names", "not_named"),
     [
-        (["schedule", "show", "1f1bb", "-p", "4", "-m", "8"], "field 'NAME'", "'--stages'"),
+        (["schedule", "show", "1f1bb", "-p", "4", "-m", "8"], "argument 'NAME'", "'--stages'"),
         (["schedule", "show", "1f1b", "-p", "4", "-m", "2"], "option '--microbatches'",
          "sweep.stages"),
-        (["hardware", "show", "h100"], "command line: field 'NAME'", "'hardware'"),
+        (["hardware", "show", "h100"], "command line: argument 'NAME'", "'hardware'"),
     ],
 )  # fmt: skip
 def test_a_command_names_its_own_argument(args, names, not_named) -> None:

@@ -360,6 +360,22 @@ def test_plot_gantt_writes_png(tmp_path, iteration):
     assert_png(tmp_path / "gantt.png")
 
 
+def test_plot_gantt_of_one_iteration_is_drawn_from_its_start():
+    """Iteration 1 of small_log runs from 10 ms (its first start) to 19.9 ms (its end) of the
+    run: its x-axis was 10-20 ms (absolute; 13,400-26,800 ms on dgx1 read as a bug); it now
+    starts at 0, bars and the iteration-end line shifted by 10 ms, the label saying so."""
+    ax = plot_gantt(small_log(), iteration=1).axes[0]
+    lo, hi = ax.get_xlim()
+    assert lo == pytest.approx(0.0)
+    assert hi == pytest.approx(9.9 * 1.01)  # 9.9 ms of work and a 1 % pad
+    assert "from iteration 1's start" in ax.get_xlabel()
+    assert "(ms)" in ax.get_xlabel()
+    ends = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_label() == "iteration end"]
+    assert ends == [pytest.approx(9.9)]
+    whole = plot_gantt(small_log()).axes[0]
+    assert whole.get_xlim()[0] == 0.0 and whole.get_xlabel() == "time (ms)"
+
+
 def test_plot_gantt_rejects_unknown_iteration(tmp_path):
     with pytest.raises(ValueError, match="iteration 5"):
         plot_gantt(small_log(), tmp_path / "g.png", iteration=5)

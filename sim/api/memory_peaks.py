@@ -62,7 +62,7 @@ def memory(
         results = grid_memory(prep, points, advice=advice, on_done=on_done)
     wall = time.perf_counter() - t0
     if out is None:
-        return MemoryAnswer(results, skipped, None, wall)
+        return MemoryAnswer(results, skipped, None, wall, prep.topology.notes)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     sources = experiment_sources(prep)
@@ -70,4 +70,4 @@ def memory(
     atomic_write_text(folder / "memory.csv", frame.to_csv(index=False))
     if plots and any(r.memory is not None for r in results):
         plot_memory_ranks(results, folder / "memory_ranks.png", source=joined(sources))
-    return MemoryAnswer(results, skipped, folder, wall)
+    return MemoryAnswer(results, skipped, folder, wall, prep.topology.notes)

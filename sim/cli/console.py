@@ -15,6 +15,7 @@ tracebacks).
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from rich.highlighter import NullHighlighter
 from rich.logging import RichHandler
 from rich.markup import escape
 from rich.text import Text
+from typer.models import ArgumentInfo, OptionInfo
 
 from sim.errors import EXIT_INTERNAL, InputError
 from sim.textio import located
@@ -129,6 +131,29 @@ def quiet_now() -> bool:
     return not logging.getLogger("sim").isEnabledFor(logging.INFO)
 
 
+def as_typed(exc: InputError, fn: Callable[..., Any]) -> InputError:
+    """``exc`` with its field named as the user typed it: a parameter of the command ``fn``
+    (``seq_len``, ``stages``) becomes its long option (``--seq-len``), an argument its metavar
+    (``NAME``, said "argument"); others (a file's fields, an option already) are returned as
+    they are. Errors read "command line: field 'NAME'" before."""
+    if exc.file not in (None, "command line") or not exc.field or exc.field.startswith("-"):
+        return exc
+    for name, par in inspect.signature(fn).parameters.items():
+        info = par.default
+        metavar = getattr(info, "metavar", None)
+        if exc.field not in (name, name.upper(), metavar):
+            continue
+        if isinstance(info, OptionInfo):
+            opts = [o for d in info.param_decls or () for o in d.split("/") if o.startswith("--")]
+            typed = opts[0] if opts else "--" + name.replace("_", "-")
+        elif isinstance(info, ArgumentInfo):
+            typed = (metavar or name).upper()
+        else:
+            return exc
+        return InputError(exc.message, file=exc.file, field=typed, line=exc.line)
+    return exc
+
+
 def friendly(fn: F) -> F:
     """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2, an
     operating-system fault (disk full, permission lost mid-run) one line and exit code 1, any
@@ -141,7 +166,7 @@ def friendly(fn: F) -> F:
         except (typer.Exit, typer.Abort, click.ClickException):
             raise
         except InputError as exc:
-            shown = str(located(exc))  # with the line where the field is written
+            shown = str(located(as_typed(exc, fn)))  # with the line where the field is written
             err.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except OSError as exc:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.markup import escape
 
-from sim.cli.console import friendly, out
+from sim.cli.console import err, friendly, out
 from sim.hardware.describe import describe_topology, topology_to_dict
 from sim.hardware.loader import list_presets, load_hardware
 
@@ -45,3 +46,5 @@ def hardware_show(
         print(json.dumps(topology_to_dict(topo), indent=2))
     else:
         out.print(describe_topology(topo))
+    for note in topo.notes:  # e.g. a gpu.memory override replaced by the CUDA total
+        err.print(f"note: {escape(note)}", highlight=False)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from sim import api
-from sim.cli.console import QUIET, VERBOSE, apply_verbosity, friendly, out, quiet_now
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out, quiet_now
 from sim.report.memory_ranks import memory_table
 
 
@@ -49,6 +50,8 @@ def memory(
     answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
     out.print(memory_table(answer.results))
     if not quiet_now():
+        for note in answer.notes:  # e.g. a gpu.memory override not used (sim.hardware)
+            err.print(f"warning: {escape(note)}", highlight=False)
         n = len(answer.results)
         many = "configuration" if n == 1 else "configurations"
         out.print(f"{n} {many} in {answer.wall_s:.2f} s; wrote {folder}/")

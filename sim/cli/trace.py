@@ -32,7 +32,8 @@ app = typer.Typer(
 @app.command("list")
 def trace_list() -> None:
     """List the traces shipped in traces/: layers, parameters, the micro-batch size and dtype
-    their seconds and bytes are for, the GPU, and whether they are measured or analytic."""
+    their seconds and bytes are for, the GPU, and where their times come from (measured,
+    analytic, roofline estimate, hand-written or unknown: sim.trace.origin)."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for col in ("trace", "layers", "parameters", "b", "dtype", "times", "device"):
         right = col in ("layers", "parameters", "b")
@@ -47,8 +48,10 @@ def trace_list() -> None:
         table.add_row(escape(name), *(escape(str(c)) for c in cells), escape(t.device))
     out.print(table)
     out.print(
-        "times: measured (profiled), analytic (the kernel model from the model's shapes: an "
-        "estimate) or roofline estimate; details: sim trace show NAME",
+        "times: measured (its provenance names a profiler or measurement), analytic (the "
+        "kernel model from the model's shapes: an estimate), roofline estimate, hand-written "
+        "(provenance source: hand) or unknown (a provenance that names no measurement); "
+        "details: sim trace show NAME",
         highlight=False,
     )
 

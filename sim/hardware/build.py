@@ -42,6 +42,22 @@ def gpu_memory(g: GPUSpec) -> tuple[float, RuntimeReserve]:
     return usable, replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
+def memory_note(g: GPUSpec) -> str | None:
+    """A sentence when :func:`gpu_memory` does not use the ``memory`` the description gives:
+    a figure from 90 % of the CUDA total up to it is read as a datasheet figure and replaced by
+    the CUDA total (``memory: 75 GiB`` on an H100 still plans with 79.65 GiB), so the user is
+    told to set ``cuda_memory`` to cap it; None when ``memory`` is used or ``cuda_memory`` set."""
+    cuda_total = cuda_total_bytes(g.model, g.memory)[0]
+    if g.cuda_memory is not None or not 0.9 * cuda_total <= g.memory < cuda_total:
+        return None
+    gib = 2.0**30
+    return (
+        f"gpu.memory {g.memory / gib:.2f} GiB is within 10 % of {g.model}'s CUDA total, so it "
+        f"is read as a datasheet figure and the CUDA total {cuda_total / gib:.2f} GiB is used; "
+        f"to plan with less, set gpu.cuda_memory: {g.memory / gib:.2f} GiB instead"
+    )
+
+
 def nccl_bandwidth_Bps(link: LinkSpec, gpu: GPUSpec) -> float | None:
     """Bytes/s NCCL achieves over ``link``: its ``nccl_bandwidth``, else ``count`` NVLinks at
     ``gpu.nccl_nvlink_bandwidth`` for an ``nvlink``/``nvswitch`` link (NCCL's own model of an
@@ -112,7 +128,11 @@ def reference_problems(spec: HardwareSpec) -> list[tuple[str, str]]:
 
 
 def topology_from_spec(
-    spec: HardwareSpec, *, file: str | None = None, field: str | None = None
+    spec: HardwareSpec,
+    *,
+    file: str | None = None,
+    field: str | None = None,
+    note_memory: bool = True,
 ) -> Topology:
     """Build the :class:`Topology` a :class:`HardwareSpec` describes.
 
@@ -121,6 +141,8 @@ def topology_from_spec(
         file: the file the description came from, for error messages.
         field: dotted path of the description inside that file (e.g. ``"hardware"``), prefixed
             to the field named in errors.
+        note_memory: put :func:`memory_note` in the topology's ``notes`` (False when
+            ``gpu.memory`` is a bundled preset's datasheet figure, replaced on purpose).
 
     Returns:
         The topology, links in spec order (``a->b`` then ``b->a`` for undirected links).
@@ -141,7 +163,7 @@ def topology_from_spec(
                 field=where("servers"),
             )
         one = spec.model_copy(update={"servers": 1})
-        server = topology_from_spec(one, file=file, field=field)
+        server = topology_from_spec(one, file=file, field=field, note_memory=note_memory)
         fabric = spec.network.fabric(spec.servers, spec.num_gpus)
         return build_cluster(server, fabric, spec.name)
     problems = reference_problems(spec)
@@ -202,6 +224,7 @@ def topology_from_spec(
         tuple(spec.switches),
         spec.description,
         tuple(tables),
+        notes=tuple(n for n in (memory_note(g),) if n is not None and note_memory),
     )
     _check_reachable(topo, file, where("links"))
     return topo

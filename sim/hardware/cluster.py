@@ -124,4 +124,5 @@ def build_cluster(server: Topology, fabric: RailFatTree, name: str) -> Topology:
         server.collectives,
         fabric=fabric,
         server=server,
+        notes=server.notes,
     )

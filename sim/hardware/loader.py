@@ -340,4 +340,25 @@ def load_hardware(
             wrong ``gpu_hosts`` entry, or a GPU that cannot reach another GPU or its host.
     """
     spec, err_file, err_field = _load(source, file, field)
-    return topology_from_spec(spec, file=err_file, field=err_field)
+    own = _sets_gpu_memory(source, file)
+    return topology_from_spec(spec, file=err_file, field=err_field, note_memory=own)
+
+
+def _sets_gpu_memory(source: str | Path | dict[str, Any] | HardwareSpec, file: str | None) -> bool:
+    """Whether the user's own text sets ``gpu.memory`` (not a bundled preset, not a ``base:``):
+    only then is a ``memory`` replaced by the CUDA total worth a note
+    (:func:`sim.hardware.build.memory_note`; a preset's is its datasheet figure). A validated
+    spec is the caller's own."""
+    if isinstance(source, HardwareSpec):
+        return True
+    if isinstance(source, str) and is_preset(source):
+        return False
+    if isinstance(source, dict):
+        raw: Any = source
+    else:
+        path = Path(source)
+        if not path.is_absolute() and file is not None:
+            path = Path(file).parent / path
+        raw = read_yaml(read_text(path, what="hardware file"), file=str(path))
+    gpu = raw.get("gpu") if isinstance(raw, dict) else None
+    return isinstance(gpu, dict) and "memory" in gpu

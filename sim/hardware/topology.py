@@ -59,6 +59,9 @@ class Topology:
             server ``g // fabric.gpus_per_server``, traffic between servers follows
             :meth:`RailFatTree.route_names` and searches inside a server never leave it.
         server: the one server the cluster is made of (its own topology), with ``fabric``.
+        notes: what the description asked for and did not get, one sentence each (a GPU
+            ``memory`` replaced by the CUDA total: :func:`sim.hardware.build.memory_note`);
+            printed by ``sim hardware show`` and ``sim run``.
 
     Raises:
         ValueError: a link names an unknown node, or two links share a name.
@@ -73,6 +76,7 @@ class Topology:
     collectives: tuple[CollectiveTable, ...] = ()
     fabric: RailFatTree | None = None
     server: Topology | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
     _route_cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 from sim.plan.bounds import BoundModel, PointBounds
 from sim.plan.executors import Executor
 from sim.plan.point_row import pruned_row
-from sim.plan.rowcache import open_cache, run_points
+from sim.plan.rowcache import open_cache, run_points, stale_cache_note
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.rows import PRUNED, BestRows, ResultRow
@@ -130,7 +130,8 @@ def plan_points(
         prune: False: simulate every point (``--exhaustive``).
         jobs: workers of ``executor`` (sets the batch size).
         on_done: called with the number of rows finished so far.
-        on_warning: called with each cache warning.
+        on_warning: called with each cache warning, and once when the cache's rows were made
+            by another pipesim (:func:`~sim.plan.rowcache.stale_cache_note`).
         winners: filled with each model's best row and, where it was simulated here, its event
             log (:class:`~sim.point.rows.BestRows`), so the winner is not simulated again.
 
@@ -138,6 +139,9 @@ def plan_points(
         The rows and :class:`PlanStats`.
     """
     with open_cache(cache_dir) if cache_dir else nullcontext() as cache:  # once per sweep
+        note = stale_cache_note(cache) if cache is not None else None
+        if note and on_warning:  # an upgrade made every row's key new: say why all rerun
+            on_warning(note)
         return _plan(prep, points, cache, executor, prune, jobs, on_done, on_warning, winners)
 
 

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from sim.atomic import atomic_write_text
 from sim.config import config_hash
 from sim.errors import InputError
 from sim.events import EventLog
 from sim.plan.executors import Executor, LocalExecutor
-from sim.plan.point_row import point_cache_key
+from sim.plan.point_row import model_code_hash, point_cache_key
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, PRUNED, ROW_FORMAT, BestRows, ResultRow
@@ -63,6 +64,30 @@ def open_cache(cache_dir: Path) -> diskcache.Cache:
     for old in Path(cache_dir).glob("*.json"):
         old.unlink(missing_ok=True)
     return cache
+
+
+CODE_FILE = "sim-code.txt"
+"""The file beside the cache's entries that holds the :func:`~sim.plan.point_row.model_code_hash`
+of the pipesim that last used the cache (not an entry: the cache holds only rows)."""
+
+
+def stale_cache_note(cache: diskcache.Cache) -> str | None:
+    """A line when the rows in ``cache`` were made by another pipesim (its code differs: every
+    row's key does, so none is reused and the sweep is simulated again), else None; records
+    this pipesim's code beside the cache (:data:`CODE_FILE`). Rows with no record are of a
+    pipesim before the record was kept."""
+    code, path = model_code_hash(), Path(cache.directory) / CODE_FILE
+    was = path.read_text(encoding="utf-8").strip() if path.is_file() else None
+    if was != code:
+        atomic_write_text(path, code + "\n")
+    rows = len(cache)
+    if was == code or rows == 0:
+        return None
+    by = f"another pipesim version (code {was}, now {code})" if was else "an earlier pipesim"
+    return (
+        f"the {rows} cached row(s) in {cache.directory} were made by {by} (or of other "
+        "inputs) and are not reused: every configuration is simulated again"
+    )
 
 
 def read_cached(entry: object, key: str, point: PointConfig) -> ResultRow | str:

@@ -45,7 +45,7 @@ class ResultRow(BaseModel):
     ``boundaries``, ``placement`` and ``policy_notes`` are JSON text (as in the CSV).
 
     ``trace_origin`` says where the trace's times come from (``measured``, ``roofline
-    estimate``, ``analytic``: :mod:`sim.trace.origin`). ``iteration_flops`` is the model
+    estimate``, ``analytic``, ``hand-written``, ``unknown``: :mod:`sim.trace.origin`). ``iteration_flops`` is the model
     FLOPs of one iteration (:func:`sim.compute.model_flops.model_flops`, Megatron-LM's count;
     None for a model without a transformer shape), ``flops_per_s_per_gpu`` those over the
     iteration time and the GPUs, ``mfu`` that over the GPU's dense peak at the trace's dtype

@@ -177,16 +177,19 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 120) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
-def shade_periodic_gaps(ax: Any, log: EventLog, lo_s: float, hi_s: float) -> None:
+def shade_periodic_gaps(
+    ax: Any, log: EventLog, lo_s: float, hi_s: float, *, origin_s: float = 0.0
+) -> None:
     """Shade the spans where :mod:`sim.engine.periodic` inserted steady-state periods it
     simulated once (``log.meta["periodic_gaps_s"]``): the log has no events there, so without
     the shading a timeline reads as idle GPUs (a memory plot as flat memory). ``lo_s``,
-    ``hi_s``: the time window drawn (seconds)."""
+    ``hi_s``: the time window drawn (seconds); ``origin_s``: the time at the axis' 0 (a plot of
+    one iteration is drawn from its start)."""
     gaps = [(a, b) for a, b in log.meta.get("periodic_gaps_s", []) if b >= lo_s and a <= hi_s]
     for i, (a, b) in enumerate(gaps):
         ax.axvspan(
-            a * 1e3,
-            b * 1e3,
+            (a - origin_s) * 1e3,
+            (b - origin_s) * 1e3,
             facecolor="0.93",
             hatch="//",
             edgecolor="0.75",

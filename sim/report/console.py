@@ -86,6 +86,8 @@ class Reporter:
         """How each trace is brought to the grid, and where its times come from (on the GPU
         its times are computed for): a warning when a roofline estimate stands in for a
         measurement (:mod:`sim.trace.origin`)."""
+        for line in prep.topology.notes:  # e.g. a gpu.memory override not used (sim.hardware)
+            log.warning("%s", line)
         for line in (n for model_notes in notes.values() for n in model_notes):
             log.info("%s", line)
         refs = {m.name: str(m.trace) for m in prep.exp.models}

@@ -93,13 +93,17 @@ def _text_color(color: str) -> str:
     return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
 
 
-def _label_bars(ax, shown: list[tuple[Event, int]], lo_ms: float, hi_ms: float) -> None:
-    """Write micro-batch numbers inside compute bars wide enough for them."""
+def _label_bars(
+    ax, shown: list[tuple[Event, int]], lo_ms: float, hi_ms: float, origin_ms: float
+) -> None:
+    """Write micro-batch numbers inside compute bars wide enough for them (``lo_ms``,
+    ``hi_ms``: the window drawn, in axis coordinates, i.e. ms after ``origin_ms``)."""
     px_per_ms = ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12)
     for ev, row in shown:
         if ev.kind not in _LABELLED or ev.microbatch is None:
             continue
-        a, b = max(ev.start_s * 1e3, lo_ms), min(ev.end_s * 1e3, hi_ms)
+        a = max(ev.start_s * 1e3 - origin_ms, lo_ms)
+        b = min(ev.end_s * 1e3 - origin_ms, hi_ms)
         text = str(ev.microbatch)
         if (b - a) * px_per_ms < len(text) * _CHAR_PX + 4:
             continue
@@ -132,7 +136,8 @@ def plot_gantt(
         path: PNG to write (None: write nothing).
         iteration: show only this optimizer step (0-based): from the first start of its
             micro-batches' work (or the previous iteration's end) to its end in
-            ``log.iteration_ends_s``. ``None`` shows the whole run.
+            ``log.iteration_ends_s``, its x-axis in ms from that start (0 at the left edge).
+            ``None`` shows the whole run, its x-axis in ms from the simulation's start.
         title: prefix of the figure title.
         ax: draw into these matplotlib axes (a notebook's) instead of a new figure.
 
@@ -147,7 +152,9 @@ def plot_gantt(
     log, labels, per_stage = plotted_view(log)
     lo_s, hi_s = _window_s(log, iteration)
     pad_ms = 0.01 * max(hi_s - lo_s, 1e-9) * 1e3  # keep an iteration-end line off the frame
-    lo_ms, hi_ms = lo_s * 1e3, hi_s * 1e3 + pad_ms
+    # one iteration is drawn from its own start (an absolute 13,400-26,800 ms read as a bug)
+    origin_ms = lo_s * 1e3 if iteration is not None else 0.0
+    lo_ms, hi_ms = lo_s * 1e3 - origin_ms, hi_s * 1e3 + pad_ms - origin_ms
     lanes = stream_lanes(log.events)
     keys = sorted(set(lanes), key=row_key)
     rows = {k: i for i, k in enumerate(keys)}
@@ -158,7 +165,7 @@ def plot_gantt(
     ]
     bars: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for ev, row in shown:
-        bars[bar_class(ev)][row].append((ev.start_s * 1e3, ev.duration_s * 1e3))
+        bars[bar_class(ev)][row].append((ev.start_s * 1e3 - origin_ms, ev.duration_s * 1e3))
 
     fig, ax = axes_for(ax, (14.0, max(2.5, 0.38 * len(keys) + 1.6)))
     px_per_ms = ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12)
@@ -179,20 +186,24 @@ def plot_gantt(
     shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
     for i, end_s in enumerate(shown_ends):
         ax.axvline(
-            end_s * 1e3,
+            end_s * 1e3 - origin_ms,
             color="k",
             linestyle="--",
             linewidth=0.8,
             label="iteration end" if i == 0 else None,
         )
-    shade_periodic_gaps(ax, log, lo_s, hi_s)
+    shade_periodic_gaps(ax, log, lo_s, hi_s, origin_s=origin_ms / 1e3)
     for i in range(1, len(keys)):
         if keys[i][0] != keys[i - 1][0]:
             ax.axhline(i - 0.5, color="0.75", linewidth=0.6)
     ax.set_yticks(range(len(keys)), [f"{labels.get(d, d)} {row_label(s, n)}" for d, s, n in keys])
     ax.set_ylim(len(keys) - 0.5, -0.5)
     ax.set_xlim(lo_ms, hi_ms)
-    ax.set_xlabel("time (ms)")
+    ax.set_xlabel(
+        "time (ms)"
+        if iteration is None
+        else f"time (ms) from iteration {iteration}'s start ({origin_ms:,.1f} ms into the run)"
+    )
     ax.set_ylabel("device, stream")
     handles: list[Any] = [
         Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
@@ -209,5 +220,5 @@ def plot_gantt(
         else "pipeline timeline"
     )
     ax.set_title(f"{head}{what}, {span} (time in ms; numbers are micro-batches)")
-    _label_bars(ax, shown, lo_ms, hi_ms)
+    _label_bars(ax, shown, lo_ms, hi_ms, origin_ms)
     return finish(fig, path)

@@ -34,8 +34,8 @@ def prediction_source(hardware: str, trace: str, trace_origin: str) -> str:
         hardware: the hardware description's name (``Topology.name``; its figures' sources:
             ``sim hardware show``).
         trace: the trace's name.
-        trace_origin: ``measured``, ``roofline estimate`` or ``analytic``
-            (:mod:`sim.trace.origin`).
+        trace_origin: ``measured``, ``roofline estimate``, ``analytic``, ``hand-written`` or
+            ``unknown`` (:mod:`sim.trace.origin`).
 
     Example:
         >>> prediction_source("dgx1-v100-16gb", "gpt2-1.5b", "analytic")

@@ -147,12 +147,15 @@ class MemoryAnswer:
         skipped: ``(configuration, reason)`` of the combinations that are not valid.
         out_dir: where ``memory.csv`` and ``memory_ranks.png`` were written (None: nothing).
         wall_s: seconds the model took over the grid (reading the experiment excluded).
+        notes: what the hardware description asked for and did not get (its topology's
+            ``notes``: a ``gpu.memory`` replaced by the CUDA total).
     """
 
     results: list[GridMemory]
     skipped: list[tuple[str, str]]
     out_dir: Path | None = None
     wall_s: float = 0.0
+    notes: tuple[str, ...] = ()
 
     def to_frame(self) -> pd.DataFrame:
         """One row per configuration and pipeline rank (:func:`sim.report.memory_ranks.

@@ -8,8 +8,13 @@
 * ``analytic``: generated from the model's shape by :mod:`sim.trace.generator` /
   :mod:`sim.trace.decoder` (``provenance.source`` ``analytic: ...``): the kernel model of
   :mod:`sim.compute` on the GPU (achievable fractions of the datasheet peaks);
-* ``measured``: anything else: layers timed on a device (``sim profile``), read from a torch
-  profiler trace (``sim trace import-kineto``) or from a published profile (PipeDream's).
+* ``measured``: a provenance that names a measurement or profiler (:data:`MEASURED_WORDS` in
+  its ``source``, ``format`` or ``timing``): layers timed on a device (``sim profile``,
+  ``backends.torch``), read from a torch profiler trace (``sim trace import-kineto``) or from
+  a published profile (PipeDream's);
+* ``hand-written``: ``provenance.source`` says ``hand`` (``{source: hand}``, ``hand-typed``);
+* ``unknown``: anything else (no provenance, or one that names no measurement): listed as
+  such, not as measured.
 
 Every row of ``results.csv`` and every winner carry it (``trace_origin``), and ``sim run``
 warns when an estimate stands in for a measurement.
@@ -21,7 +26,14 @@ from sim.hardware.gpu_compute import spec_sources
 from sim.trace.schema import Trace
 
 MEASURED, ROOFLINE, ANALYTIC = "measured", "roofline estimate", "analytic"
-ORIGINS = (MEASURED, ROOFLINE, ANALYTIC)
+HAND, UNKNOWN = "hand-written", "unknown"
+ORIGINS = (MEASURED, ROOFLINE, ANALYTIC, HAND, UNKNOWN)
+
+MEASURED_WORDS = ("profil", "measur", "kineto", "pipedream", "backends.torch", "nsys", "nsight")
+"""Words (lower case) of a provenance that names a measurement or a profiler: ``sim
+profile``'s ``backends.torch.profile...``, ``sim.trace.kineto.read_kineto``, PipeDream's
+``github.com/msr-fiddle/pipedream@...`` (its graph.txt: "times ... as profiled")."""
+_SAID_BY = ("source", "format", "timing")
 
 
 def trace_origin(trace: Trace) -> str:
@@ -34,13 +46,21 @@ def trace_origin(trace: Trace) -> str:
         'roofline estimate'
         >>> trace_origin(Trace("t", (), 1, "fp32", "cpu", {"source": "backends.torch.profile"}))
         'measured'
+        >>> trace_origin(Trace("t", (), 1, "fp32", "cpu", {"source": "hand"}))
+        'hand-written'
     """
     prov = trace.provenance or {}
+    source = str(prov.get("source", "")).strip().lower()
     if prov.get("method"):
         return ROOFLINE
-    if str(prov.get("source", "")).startswith("analytic"):
+    if source.startswith("analytic"):
         return ANALYTIC
-    return MEASURED
+    said = " ".join(str(prov.get(k, "")) for k in _SAID_BY).lower()
+    if any(w in said for w in MEASURED_WORDS):
+        return MEASURED
+    if source.startswith("hand") or source.startswith("by hand"):
+        return HAND
+    return UNKNOWN
 
 
 def origin_warning(model: str, trace: Trace, ref: str | None = None) -> str | None:
@@ -59,6 +79,12 @@ def origin_warning(model: str, trace: Trace, ref: str | None = None) -> str | No
         return (
             f"{model}: trace {what} is analytic (the kernel model of sim.compute on "
             f"{trace.device}), not measured"
+        )
+    if origin in (HAND, UNKNOWN):  # listed as measured before: say what the times are
+        said = (trace.provenance or {}).get("source", "none")
+        return (
+            f"{model}: trace {trace.name}'s times are {origin} (provenance source: {said}), "
+            "not a measurement a profiler made"
         )
     return None
 
