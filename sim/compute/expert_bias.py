@@ -30,8 +30,9 @@ have one. Transformer Engine's fused grouped MLP adds the biases in its kernels 
 from __future__ import annotations
 
 from sim.compute.kernels import Kernel, mem
+from sim.hardware.formats import FP32_BYTES
 
-FP32 = 4
+FP32 = FP32_BYTES
 """Bytes of an element of ``b * p`` (fp32: the probabilities are fp32; module doc)."""
 
 

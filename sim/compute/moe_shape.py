@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.hardware.formats import FP32_BYTES
+
 INDEX_BYTES = 8
 """int64 routing indices (``torch.topk``)."""
-PROB_BYTES = 4
+PROB_BYTES = FP32_BYTES
 """fp32 routing probabilities (Megatron-LM casts the router's softmax to fp32)."""
 
 

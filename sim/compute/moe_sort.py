@@ -26,8 +26,9 @@ bound.
 from __future__ import annotations
 
 from sim.compute.kernels import Kernel, mem
+from sim.hardware.formats import FP32_BYTES
 
-PROB_BYTES = 4
+PROB_BYTES = FP32_BYTES
 """fp32 routing probabilities sorted with the dispatched rows (``global_probs``)."""
 
 

@@ -55,12 +55,13 @@ from dataclasses import replace
 
 from sim.compute.kernels import Kernel, mem
 from sim.compute.stash_copy_speed import META_SUFFIX
+from sim.hardware.formats import FP32_BYTES
 
 SCALE_BLOCK = 32
 """Elements per MXFP8 scale (E8M0, one byte), along the token dimension of a columnwise copy."""
 ACT_IN_BYTES = 2
 """Bytes per element of the saved first-GEMM output (BF16, ``c_dtype``)."""
-PROB_BYTES = 4
+PROB_BYTES = FP32_BYTES
 """Bytes of a row's routing probability (fp32)."""
 FWD_SMALL_KERNELS_PER_TENSOR = 3
 """``page_record.zero_()``, ``spilled_to_host.zero_()``, ``free_list_head.copy_()``."""

@@ -38,8 +38,9 @@ with the router (:mod:`sim.compute.recompute_modules`).
 from __future__ import annotations
 
 from sim.compute.kernels import Kernel, mem
+from sim.hardware.formats import FP32_BYTES
 
-SCORE_FP32_BYTES = 4
+SCORE_FP32_BYTES = FP32_BYTES
 """Transformer Engine's aux-loss scores, intermediate and their gradients are fp32
 (``router.cpp`` lines 359 and 364)."""
 MAP_BYTES = 1

@@ -79,8 +79,9 @@ import math
 from dataclasses import dataclass, replace
 
 from sim.compute.kernels import Kernel, gemm, mem
+from sim.hardware.formats import FP32_BYTES
 
-FP32 = 4
+FP32 = FP32_BYTES
 """Bytes of the scan's fp32 tensors (``dt``, ``dA_cumsum``, the chunk states, ``rstd``)."""
 
 
