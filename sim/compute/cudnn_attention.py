@@ -47,7 +47,8 @@ no causal FP8 measurement at head dim 64); an FP8 backward is that module's.
 from __future__ import annotations
 
 from sim.compute.hd64_attention import NARROW_HEAD_DIM, narrow_head_ratio
-from sim.compute.measured import SIXTEEN_BIT, attention_efficiency, causal_head_scale, log2_interp
+from sim.compute.log_interp import log2_interp
+from sim.compute.measured import SIXTEEN_BIT, attention_efficiency, causal_head_scale
 from sim.hardware.gpu_compute import ComputeSpec
 
 HEAD_DIM = 128

@@ -38,7 +38,7 @@ carries them: the same silicon, an assumption). Other head dims, windows and GPU
 from __future__ import annotations
 
 from sim.compute.cudnn_attention import table_of
-from sim.compute.measured import log2_interp
+from sim.compute.log_interp import log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
 HD64_WINDOW_BWD_MS: dict[str, dict[str, list[tuple[float, float]]]] = {

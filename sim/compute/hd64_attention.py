@@ -46,7 +46,7 @@ is an upper bound of its cost there, as the table is a lower bound of its speed)
 
 from __future__ import annotations
 
-import math
+from sim.compute.log_interp import log2_interp
 
 NARROW_HEAD_DIM = 90
 """Head dims up to this are the measured 64-wide case (nearer 64 than 128 in ``log2``, whose
@@ -64,14 +64,7 @@ def hd64_forward_ratio(seq: float) -> float:
         >>> round(hd64_forward_ratio(4096), 3), round(hd64_forward_ratio(8192), 3)
         (0.667, 0.667)
     """
-    pts = HD64_FWD_RATIO
-    if seq <= pts[0][0]:
-        return pts[0][1]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
-        if seq <= x1:
-            w = (math.log2(seq) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
-            return y0 + w * (y1 - y0)
-    return pts[-1][1]
+    return log2_interp(HD64_FWD_RATIO, seq)
 
 
 def narrow_head_ratio(head_dim: float, seq: float, backward: bool) -> float:

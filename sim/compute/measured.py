@@ -122,11 +122,10 @@ Every number is a kernel-level measurement; none is fitted to an iteration time.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Sequence
 
 from sim.compute.hd64_attention import narrow_head_ratio
+from sim.compute.log_interp import log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
 SIXTEEN_BIT = ("bf16", "fp16", "bfloat16", "float16")
@@ -238,19 +237,6 @@ def family(spec: ComputeSpec) -> str | None:
     if name.startswith(("H100", "H200", "GH200")):
         return "H100"
     return None
-
-
-def log2_interp(points: Sequence[tuple[float, float]], x: float) -> float:
-    """Linear interpolation in ``log2 x`` over ``(x, y)`` points sorted by ``x``, clamped."""
-    xs = [p[0] for p in points]
-    if x <= xs[0]:
-        return points[0][1]
-    if x >= xs[-1]:
-        return points[-1][1]
-    i = bisect.bisect_right(xs, x)
-    (x0, y0), (x1, y1) = points[i - 1], points[i]
-    w = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
-    return y0 + w * (y1 - y0)
 
 
 def _nearest(keys, value: float) -> float:

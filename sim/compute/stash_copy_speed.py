@@ -19,7 +19,7 @@ is taken at the same speed (assumption: the same Triton loop the other way, not 
 
 from __future__ import annotations
 
-from sim.compute.measured import log2_interp
+from sim.compute.log_interp import log2_interp
 from sim.hardware.gpu_compute import ComputeSpec
 
 MIB = 2**20

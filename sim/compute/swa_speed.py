@@ -38,7 +38,8 @@ fused grouped MLP's dGLU kernel, :mod:`sim.compute.dglu_regression`).
 
 from __future__ import annotations
 
-from sim.compute.measured import SIXTEEN_BIT, log2_interp
+from sim.compute.log_interp import log2_interp
+from sim.compute.measured import SIXTEEN_BIT
 from sim.hardware.gpu_compute import ComputeSpec
 
 WINDOW = 128

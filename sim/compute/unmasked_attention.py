@@ -27,7 +27,8 @@ fitted.
 from __future__ import annotations
 
 from sim.compute.cudnn_attention import SEQ
-from sim.compute.measured import SIXTEEN_BIT, log2_interp
+from sim.compute.log_interp import log2_interp
+from sim.compute.measured import SIXTEEN_BIT
 
 # {table: {format: {pass: no_mask TFLOPS at SEQ}}}: cudnn-frontend@3929da2 (module doc).
 _NO_MASK: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {
