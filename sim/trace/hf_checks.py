@@ -122,8 +122,9 @@ def check_sizes(data: dict[str, Any], file: str) -> None:
     """
     for key in SIZES:
         v = data.get(key)
-        if key not in data and _near(data, key):  # a typo of an optional one too: not MHA
-            raise InputError(f"missing field {key!r}{_near(data, key)}", file=file, field=key)
+        near = _near(data, key) if key not in data else ""
+        if near:  # a typo of an optional one too: not MHA
+            raise InputError(f"missing field {key!r}{near}", file=file, field=key)
         if v is None and key in ("num_key_value_heads", "max_position_embeddings"):
             continue
         if key not in data:
