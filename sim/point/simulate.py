@@ -23,11 +23,9 @@ from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.rank import rank_trace
 from sim.point.checked import (
-    check_point_size,
     checked_precision,
+    checked_schedule,
     checked_shard,
-    point_framework,
-    point_policy,
 )
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
@@ -35,7 +33,7 @@ from sim.point.mirroring import mirror_intended, simulated
 from sim.point.overlap_costs import with_framework
 from sim.point.plans import layer_works, memory_plans, repartition, stage_low_params
 from sim.point.stage_costs import stage_costs, with_recompute_comm, with_recompute_syncs
-from sim.point.stages import Grid, make_schedule
+from sim.point.stages import Grid
 from sim.point.staging import stage_point
 from sim.schedules.base import Schedule
 from sim.trace.adapt import adapt_trace
@@ -81,17 +79,7 @@ def resolve(
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
-    framework = point_framework(point, file)
-    schedule = make_schedule(
-        point.schedule,
-        point.stages,
-        point.microbatches,
-        file=file,
-        virtual_stages=point.virtual_stages,
-        framework=framework,
-    )
-    check_point_size(point, schedule, topo, base_trace, file)
-    policy = point_policy(point, file)
+    framework, schedule, policy = checked_schedule(point, topo, base_trace, file)
     if shared is None:
         low = checked_precision(exp, point, file)
         trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute, low)
