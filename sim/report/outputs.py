@@ -28,6 +28,7 @@ from sim.atomic import (
     check_writable,
     pid_alive,
     remove_stale_temps,
+    scratch_folder,
 )
 from sim.bands import Bands
 from sim.config import ExperimentConfig
@@ -329,13 +330,8 @@ def staged_output(out: Path):
     :func:`commit_output`. On an error the staging folder is removed and ``out`` is untouched.
     """
     recover_out_dir(out)
-    stage = out.parent / f".{out.name}.new-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    try:
+    with scratch_folder(out.parent / f".{out.name}.new-{os.getpid()}") as stage:
         yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def commit_output(stage: Path, out: Path) -> None:
