@@ -163,6 +163,7 @@ def winner_config(
 
 
 def write_yaml(path: Path, data: dict) -> Path:
+    """Write ``data`` to ``path`` as YAML in its own key order, atomically; returns ``path``."""
     return atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
