@@ -94,21 +94,7 @@ def read_megatron(
     world = num_gpus or world
     lay, dist = read_layout(r, world)
     shape, seq = model_shape(r, lay, arch, grouped=framework == "megatron-bridge")
-    if _dropout(r, framework):
-        shape = replace(shape, features=(*shape.features, "dropout=true"))
-    if not _fused_weighting(r, framework):
-        shape = replace(shape, features=(*shape.features, "moe_weighting=unfused"))
-    if r.flags.get("num-experts") and r.flags.get("moe-token-dispatcher-type") == "alltoall":
-        # its second permutation, rows sorted by local expert (sim.compute.moe_sort)
-        shape = replace(shape, features=(*shape.features, "moe_dispatcher=alltoall"))
-    if _hybridep(r, lay):  # HybridEP's own permutation kernels (sim.compute.hybridep)
-        shape = replace(shape, features=(*shape.features, "moe_dispatcher=hybridep"))
-    if r.flags.get("num-experts") and r.switch("no-moe-router-fusion"):
-        # stated off (a Bridge recipe: the Nemotron-H family's eager router,
-        # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
-        shape = replace(shape, features=(*shape.features, "moe_router=unfused"))
-    if switch_on(r.flags.get("cross-entropy-loss-fusion")):
-        shape = replace(shape, features=(*shape.features, f"cross_entropy={_loss_fusion(r)}"))
+    shape = replace(shape, features=(*shape.features, *_run_features(r, lay, framework)))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
@@ -154,6 +140,25 @@ def read_megatron(
         token_dispatcher=_dispatcher(r.flags, lay),
         optimizer=OPTIMIZERS.get(str(r.flags.get("optimizer", "adam")), "adam"),
     )
+
+
+def _run_features(r: Reading, lay: ParallelLayout, framework: str) -> list[str]:
+    """The shape features the run's flags add (in this order): dropout, unfused MoE weighting,
+    the alltoall or HybridEP dispatcher's permutations, the eager router, the loss fusion."""
+    out = ["dropout=true"] if _dropout(r, framework) else []
+    if not _fused_weighting(r, framework):
+        out.append("moe_weighting=unfused")
+    if r.flags.get("num-experts") and r.flags.get("moe-token-dispatcher-type") == "alltoall":
+        out.append("moe_dispatcher=alltoall")  # its second permutation (sim.compute.moe_sort)
+    if _hybridep(r, lay):  # HybridEP's own permutation kernels (sim.compute.hybridep)
+        out.append("moe_dispatcher=hybridep")
+    if r.flags.get("num-experts") and r.switch("no-moe-router-fusion"):
+        # stated off (a Bridge recipe: the Nemotron-H family's eager router,
+        # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
+        out.append("moe_router=unfused")
+    if switch_on(r.flags.get("cross-entropy-loss-fusion")):
+        out.append(f"cross_entropy={_loss_fusion(r)}")
+    return out
 
 
 OPTIMIZERS = {"adam": "adam", "sgd": "sgd_momentum", "muon": "sgd_momentum",
