@@ -136,6 +136,7 @@ def _model_points(
 ) -> None:
     """Append model ``mi``'s valid points to ``points`` and ``(point, reason)`` of the others
     to ``skipped``, in the order of the axes."""
+    # Long: the grid loop and its reason chain read as one; reasons are functions.
     exp, sw, model = prep.exp, prep.exp.sweep, prep.exp.models[mi]
     gb = model.global_batch or exp.training.global_batch
     stages, widths, mbs = model_axes(model, sw)

@@ -84,6 +84,7 @@ def resolve(
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
+    # Long: its steps are functions; left are their order and SimInput's fields.
     framework, schedule, policy = checked_schedule(point, topo, base_trace, file)
     sharded, notes = _rank_trace(exp, point, topo, base_trace, file, shared)
     memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)

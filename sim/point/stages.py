@@ -109,6 +109,7 @@ def stage_contexts(
     sizes; ``expert_dp``: ranks holding the same routed experts, 0: ``dp_width /
     expert_parallel``; ``layered_pairs``: the program's ``OVERLAP_F_B`` pairs are Megatron's
     combined 1F1B steps, :attr:`StageContext.overlapped`)."""
+    # Long by StageContext's fields, assembled once per stage; no seam.
     sb = memory.state(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None

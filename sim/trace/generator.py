@@ -169,6 +169,7 @@ def transformer_trace(
             non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
             with a GPT, without ``gpu`` or with a constant ``efficiency``.
     """
+    # Long by its provenance inputs record; the rest is in functions.
     check_modeling(modeling, kind, efficiency, gpu)
     _check(
         kind,

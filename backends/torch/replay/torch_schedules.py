@@ -82,6 +82,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     Raises:
         RuntimeError: torch lacks the gloo p2p fix (CPU).
     """
+    # Long: the rank's life in order; its parts are functions.
     job = ReplayJob.from_dict(payload)
     if ctx.device.type == "cpu" and not has_gloo_p2p_fix():
         raise RuntimeError(
