@@ -59,6 +59,7 @@ from sim.parallel.megatron import (
     with_comm_ops,
 )
 from sim.parallel.tp_overlap import Partners, partners
+from sim.trace.generator import megatron_block
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 SHAPE_KEYS = ("kind", "hidden", "heads", "seq_len", "vocab")
@@ -140,16 +141,16 @@ def measured_overheads(trace: Trace, t: int, sp: bool) -> dict[str, tuple[float,
 
 
 def _block_shape(shape: dict[str, Any]) -> BlockShape:
-    h = int(shape["hidden"])
-    return BlockShape(
-        h,
+    """The block of a generated GPT or BERT trace, from its recorded inputs."""
+    return megatron_block(
+        str(shape["kind"]),
+        int(shape["hidden"]),
         int(shape["heads"]),
         int(shape["seq_len"]),
-        int(shape.get("ffn_mult", 4)) * h,
-        causal=shape["kind"] == "gpt",
-        attention=str(shape.get("attention", "math")),
+        int(shape.get("ffn_mult", 4)),
+        str(shape.get("attention", "math")),
+        str(shape.get("dropout_add", "eager")),
         dropout=bool(shape.get("dropout", True)),
-        fused_dropout_add=shape.get("dropout_add") == "fused",
     )
 
 

@@ -252,11 +252,30 @@ def _block_shape(
     (``hf``, :func:`sim.compute.hf_bert.hf_shape`) or Megatron's (causal for a GPT)."""
     if hf:
         return hf_shape(hidden, heads, seq_len, ffn_mult * hidden)
+    return megatron_block(kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add)
+
+
+def megatron_block(
+    kind: str,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    ffn_mult: int = 4,
+    attention: str = "math",
+    dropout_add: str = "eager",
+    dropout: bool = True,
+) -> BlockShape:
+    """The Megatron-LM transformer block of an analytic ``kind`` (``gpt``: causal; ``bert``)
+    stack: FFN width ``ffn_mult * hidden``, the ``attention`` core, the hidden dropouts
+    fused with their residual adds when ``dropout_add`` is ``fused``. What
+    :func:`transformer_trace` times and :mod:`sim.parallel.shard` splits from its recorded
+    inputs."""
     return BlockShape(
         hidden,
         heads,
         seq_len,
         ffn_mult * hidden,
+        dropout=dropout,
         causal=kind == "gpt",
         attention=attention,
         fused_dropout_add=dropout_add == "fused",
@@ -344,6 +363,7 @@ __all__ = [
     "block_fwd_flops",
     "block_params",
     "preset_gpu",
+    "megatron_block",
     "preset_trace",
     "transformer_trace",
     "unique_parameters",  # re-exported: sim.trace.analytic_provenance
