@@ -189,7 +189,7 @@ def transformer_trace(
     shape = _block_shape(kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add, hf)
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
     modelled = efficiency is None
-    rate = gpu.peak_flops(dtype) * (efficiency or 1.0)
+    flops_per_s = gpu.peak_flops(dtype) * (efficiency or 1.0)
     hbm = gpu.hbm_bandwidth_Bps
     emb_t = embedding_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
     if hf:
@@ -203,12 +203,13 @@ def transformer_trace(
     flash = attention == "flash"
     chain = [embedding_layer(kind, b, s, h, vocab, d, hbm, emb_t)]
     chain += [
-        block_layer(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)
+        block_layer(i, b, s, h, heads, ffn_mult, d, flops_per_s, blk_t, flash)
+        for i in range(layers)
     ]
     chain.append(
         classifier_head(b, h, d, head_t)
         if hf and head_t
-        else head_layer(kind, b, s, h, vocab, d, rate, head_t, cross_entropy_fusion)
+        else head_layer(kind, b, s, h, vocab, d, flops_per_s, head_t, cross_entropy_fusion)
     )
     if hf:
         chain = with_tensors(chain)
