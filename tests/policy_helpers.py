@@ -112,3 +112,19 @@ def stage_gpus(key: str, placement) -> set[str]:
     assert m, key
     replicas = range(len(placement)) if m.group(1) is None else [int(m.group(1))]
     return {f"gpu{placement[r][int(m.group(2))]}" for r in replicas}
+
+
+def d2d_trace(b: int) -> Trace:
+    """The 16-layer h=1536 GPT of the d2d and auto tests at micro-batch ``b``."""
+    return transformer_trace(
+        "gpt",
+        name="g",
+        layers=16,
+        hidden=1536,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=b,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )

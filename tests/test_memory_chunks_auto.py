@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.trace.generator import transformer_trace
 from tests.helpers import chain_topology
-from tests.policy_helpers import POLICIES, GiB, dgx1, run, stage_gpus, tiny_gpt
+from tests.policy_helpers import POLICIES, GiB, d2d_trace, dgx1, run, stage_gpus, tiny_gpt
 
 # ------------------------------------------------------------------ chunks (PatrickStar)
 
@@ -129,18 +129,7 @@ def test_auto_picks_the_strictly_best_policy():
     one NVLink hop away. Parking stashes there (MPress) costs nothing; every other policy is
     strictly slower (selective recompute a little, full recompute, swaps over the shared PCIe
     uplinks and host optimizers much more): auto must pick d2d for the heavy stages."""
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=16,
-        hidden=1536,
-        heads=16,
-        seq_len=1024,
-        vocab=50257,
-        microbatch_size=4,
-        gpu_model="x",
-        peak_flops=62.5e12,
-    )
+    trace = d2d_trace(4)
     kw = dict(schedule="1f1b", p=8, m=16, partition="uniform")
     results = {pol: _fitting(trace, dgx1(8.0), pol, **kw) for pol in POLICIES}
     fit = {pol: met.throughput_samples_per_s for pol, (met, _) in results.items() if met.fits}

@@ -26,10 +26,9 @@ from sim.memory.registry import parse_policy
 from sim.memory.states import StateBytes
 from sim.point.stages import stage_contexts
 from sim.schedules.analysis import peak_in_flight
-from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology, uniform_input
-from tests.policy_helpers import GiB, dgx1, run, stage_gpus
+from tests.policy_helpers import GiB, d2d_trace, dgx1, run, stage_gpus
 
 # ------------------------------------------------------------------ swaps on real links
 
@@ -148,21 +147,6 @@ def test_striped_parts_sharing_a_link_queue_and_the_estimate_sums_them(shared, o
 
 
 # ------------------------------------------------------------------ MPress d2d swap
-
-
-def d2d_trace(b: int) -> Trace:
-    return transformer_trace(
-        "gpt",
-        name="g",
-        layers=16,
-        hidden=1536,
-        heads=16,
-        seq_len=1024,
-        vocab=50257,
-        microbatch_size=b,
-        gpu_model="x",
-        peak_flops=62.5e12,
-    )
 
 
 def planned(res, policy: str, trace: Trace, **options):
@@ -325,18 +309,7 @@ def test_d2d_weights_fits_whenever_none_fits(b, sched, layout, margin):
 
 
 def test_d2d_uses_light_peers_over_nvlink_and_reports_them():
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=16,
-        hidden=1536,
-        heads=16,
-        seq_len=1024,
-        vocab=50257,
-        microbatch_size=4,
-        gpu_model="x",
-        peak_flops=62.5e12,
-    )
+    trace = d2d_trace(4)
     kw = dict(schedule="1f1b", p=8, m=16, partition="uniform")  # stage 0 heaviest
     res, met, log = run(trace, dgx1(8.0), "d2d_swap", **kw)
     notes = log.meta["policy_notes"]["s0"]
