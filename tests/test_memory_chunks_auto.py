@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sim.memory.chunks import access_sequence, belady, steady_misses
 from sim.trace.generator import transformer_trace
+from sim.trace.schema import Trace
 from tests.helpers import chain_topology
 from tests.policy_helpers import POLICIES, GiB, d2d_trace, dgx1, run, stage_gpus, tiny_gpt
 
@@ -87,6 +88,22 @@ def test_sharded_data_parallel_reduce_scatters_and_all_gathers():
 # ------------------------------------------------------------------ auto
 
 
+def _gpt24() -> Trace:
+    """The 24-layer h=2048 GPT of the auto tests, at micro-batch 1."""
+    return transformer_trace(
+        "gpt",
+        name="g",
+        layers=24,
+        hidden=2048,
+        heads=16,
+        seq_len=1024,
+        vocab=50257,
+        microbatch_size=1,
+        gpu_model="x",
+        peak_flops=62.5e12,
+    )
+
+
 def _fitting(trace, topo, policy, **kw):
     _, met, log = run(trace, topo, policy, **kw)
     return met, log
@@ -99,18 +116,7 @@ def test_auto_fits_when_a_single_policy_fits_and_is_about_as_fast(cap, sched, p)
     """Each case is one where keeping everything (``none``) does not fit and some single policy
     does (asserted, so every case exercises auto's choice): auto must fit, say so in its notes,
     and be within 5% of the fastest single policy that fits."""
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=24,
-        hidden=2048,
-        heads=16,
-        seq_len=1024,
-        vocab=50257,
-        microbatch_size=1,
-        gpu_model="x",
-        peak_flops=62.5e12,
-    )
+    trace = _gpt24()
     topo = dgx1(cap)
     auto, log = _fitting(trace, topo, "auto", schedule=sched, p=p, m=16)
     others = {
@@ -156,18 +162,7 @@ def test_a_stage_whose_notes_say_it_fits_does_fit(policy, cap, sched, p, w):
     every stage whose notes say ``fits`` runs on GPUs the engine's ledger keeps within capacity.
     Each case overflows without a policy yet leaves some stage fitting under every policy
     (asserted), so every sample checks at least one stage."""
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=24,
-        hidden=2048,
-        heads=16,
-        seq_len=1024,
-        vocab=50257,
-        microbatch_size=1,
-        gpu_model="x",
-        peak_flops=62.5e12,
-    )
+    trace = _gpt24()
     res, met, log = run(
         trace, dgx1(cap), policy, schedule=sched, p=p, w=w, m=16, partition="uniform"
     )
@@ -181,18 +176,7 @@ def test_a_stage_whose_notes_say_it_fits_does_fit(policy, cap, sched, p, w):
 
 
 def test_the_notes_cases_overflow_without_a_policy():
-    trace = transformer_trace(
-        "gpt",
-        name="g",
-        layers=24,
-        hidden=2048,
-        heads=16,
-        seq_len=1024,
-        vocab=50257,
-        microbatch_size=1,
-        gpu_model="x",
-        peak_flops=62.5e12,
-    )
+    trace = _gpt24()
     for cap, sched, p, w in [
         (20.0, "gpipe", 4, 2),
         (6.0, "1f1b", 8, 1),
