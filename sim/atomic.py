@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sim.errors import InputError
@@ -52,6 +55,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8, line endings as given) to ``path`` atomically."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def scratch_folder(path: Path) -> Iterator[Path]:
+    """Yield ``path`` as a new empty folder (whatever was there is removed first, parents
+    created) and remove it with what is left in it when the block ends, normally or not: the
+    staging folder of a set of files that is moved elsewhere once complete."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pid_alive(pid: int) -> bool:

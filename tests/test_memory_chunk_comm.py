@@ -21,8 +21,8 @@ from sim.memory.chunk_hooks import (
 from sim.memory.tensors import param_groups
 from sim.trace.schema import LayerProfile
 from tests.helpers import chain_topology
+from tests.policy_helpers import run
 from tests.test_memory_partitioned import tiny_gpt
-from tests.test_memory_policies import run
 
 H = 64
 BLOCK = 12 * H * H + 13 * H  # 49,984 parameters, BERT's and GPT-2's alike

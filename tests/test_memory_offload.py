@@ -47,7 +47,7 @@ from sim.point.experiment import prepare
 from sim.trace.generator import transformer_trace
 from sim.trace.schema import LayerProfile, Trace
 from tests.helpers import chain_topology
-from tests.test_memory_policies import run
+from tests.policy_helpers import run
 
 MiB, GiB = 2**20, 2**30
 

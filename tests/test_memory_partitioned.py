@@ -13,7 +13,7 @@ from sim.hardware.topology import Topology
 from sim.memory.registry import parse_policy
 from sim.trace.generator import transformer_trace
 from tests.helpers import chain_topology
-from tests.test_memory_policies import category_peak, run, tiny_gpt
+from tests.policy_helpers import category_peak, run, tiny_gpt
 
 GiB = 2.0**30
 

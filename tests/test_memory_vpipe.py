@@ -9,7 +9,7 @@ from sim.memory.recompute import RecomputePolicy
 from sim.memory.registry import parse_policy
 from sim.memory.vpipe import VPipePolicy, moves
 from tests.helpers import chain_topology
-from tests.test_memory_policies import run, tiny_gpt
+from tests.policy_helpers import run, tiny_gpt
 
 GiB = 2.0**30
 

@@ -18,7 +18,7 @@ from sim.memory.zero_offload import (
 )
 from sim.trace.generator import transformer_trace
 from tests.helpers import chain_topology
-from tests.test_memory_policies import run
+from tests.policy_helpers import run
 
 GiB = 2.0**30
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from sim.api.experiment import Experiment, check_flags, folder_arg, load
@@ -47,8 +48,6 @@ def memory(
         >>> a.results[0].memory.fits, len(a.results[0].memory.ranks)
         (True, 4)
     """
-    import time
-
     from sim.report.memory_ranks import memory_frame, plot_memory_ranks  # pandas, matplotlib
 
     check_flags(advice=advice, plots=plots)

@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from sim import api
 from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out, quiet_now
+from sim.config import load_experiment
 from sim.report.memory_ranks import memory_table
 
 
@@ -43,8 +44,6 @@ def memory(
     summary line).
     """
     apply_verbosity(verbose, quiet)
-    from sim.config import load_experiment
-
     name = load_experiment(experiment).name
     folder = out_dir or Path("results") / f"{name}-memory"
     answer = api.memory(experiment, out=folder, advice=advice, plots=plots)

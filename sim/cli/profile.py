@@ -255,6 +255,7 @@ def profile(
     ),
 ) -> None:
     """Measure a real torch model layer by layer into a trace (seconds and bytes per layer)."""
+    # Long: two branches (user model; GPT/BERT per -b) share the checks and options.
     out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     user = bool(model or for_gpu)
     if tensor_parallel and user:

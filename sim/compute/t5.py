@@ -299,7 +299,11 @@ def layer_params(kind: str, m: T5Shape, t: int = 1) -> int:
     whole; the embedding's word table split by vocabulary, its position table whole; the head
     the output layer's bias ``V/t``, the decoder's final norm ``2h`` and, as the GPT generator
     counts it, a copy of the word table ``V/t x h`` (:mod:`sim.trace.generator`: the framework
-    drops it where the embedding and the head share a stage)."""
+    drops it where the embedding and the head share a stage).
+
+    Raises:
+        ValueError: an unknown layer ``kind``.
+    """
     h, q, vt = m.hidden, m.q, -(-m.vocab // t)
     if kind == "embedding":
         return vt * h + m.positions * h
@@ -344,7 +348,11 @@ def layer_act_bytes(kind: str, m: T5Shape, b: int, d: int, t: int = 1, sp: bool 
     """Bytes a layer keeps for its backward per micro-batch on one of ``t`` tensor ranks
     (module doc). Embedding: token ids (8 bytes each) and the dropout mask of each call;
     head: ``4 s_d b h + 4 s_d b V/t`` (the GPT generator's count: the output layer's input and
-    the fp32 logits)."""
+    the fp32 logits). ``b``: micro-batch size; ``d``: bytes per element.
+
+    Raises:
+        ValueError: an unknown layer ``kind``.
+    """
     h, se, sd = m.hidden, m.encoder_seq, m.decoder_seq
     if kind == "embedding":
         mask = (se + sd) * b * h

@@ -179,7 +179,21 @@ NO_ZERO = Setting(
 class PipelineEngine(Framework):
     """What every profile on DeepSpeed's ``PipelineEngine`` shares: its runtime, with the
     partitioned exchanges at ``t > 1`` (:func:`with_partitioned_exchanges`) and the loss read
-    before each backward of the last stage (:func:`with_loss_read`)."""
+    before each backward of the last stage (:func:`with_loss_read`), and the settings of the
+    engine itself (its schedule's exchanges, syncs and step, the DP all-reduce after the
+    backward, no ZeRO unless configured), each with its source above."""
+
+    dp_bucket_bytes = DP_AFTER_BACKWARD
+    fewer_microbatches = FEWER_MICROBATCHES
+    blocking_p2p = BLOCKING_P2P
+    sync_before_forward = SYNC_BEFORE_FORWARD
+    step_barrier = STEP_BARRIER
+    distributed_optimizer = NO_ZERO
+    step_extra_bytes = STEP_EXTRA_BYTES
+    reduce_extra_bytes = REDUCE_EXTRA_BYTES
+    step_transient = STEP_TRANSIENT
+    overflow_check_ops = OVERFLOW_CHECK_OPS
+    sync_after_p2p = SYNC_AFTER_P2P
 
     def runtime(
         self,
@@ -211,7 +225,6 @@ class DeepSpeed(PipelineEngine):
         "deepspeed/runtime/zero/stage3.py: DeepSpeed shards states by ZeRO-3 over the "
         "data-parallel group (memory_policy zero3), not by a dp_shard dimension",
     )
-    dp_bucket_bytes = DP_AFTER_BACKWARD
     tied_embedding = Setting(
         False,
         f"{PIPE}/module.py::PipelineModule: only TiedLayerSpec layers are tied "
@@ -222,13 +235,3 @@ class DeepSpeed(PipelineEngine):
         f"{PIPE}/module.py::PipelineModule(partition_method='parameters') default -> "
         "_partition_layers -> runtime/utils.py::partition_balanced over parameter counts",
     )
-    fewer_microbatches = FEWER_MICROBATCHES
-    blocking_p2p = BLOCKING_P2P
-    sync_before_forward = SYNC_BEFORE_FORWARD
-    step_barrier = STEP_BARRIER
-    distributed_optimizer = NO_ZERO
-    step_extra_bytes = STEP_EXTRA_BYTES
-    reduce_extra_bytes = REDUCE_EXTRA_BYTES
-    step_transient = STEP_TRANSIENT
-    overflow_check_ops = OVERFLOW_CHECK_OPS
-    sync_after_p2p = SYNC_AFTER_P2P

@@ -32,18 +32,7 @@ from sim.compute.megatron_ops import BLOCK_FWD, param_tensors
 from sim.engine.stage_cost import StageCost
 from sim.framework.base import Setting, tied_embedding_bytes
 from sim.framework.deepspeed import (
-    BLOCKING_P2P,
-    DP_AFTER_BACKWARD,
-    FEWER_MICROBATCHES,
-    NO_ZERO,
-    OVERFLOW_CHECK_OPS,
     PIPE,
-    REDUCE_EXTRA_BYTES,
-    STEP_BARRIER,
-    STEP_EXTRA_BYTES,
-    STEP_TRANSIENT,
-    SYNC_AFTER_P2P,
-    SYNC_BEFORE_FORWARD,
     PipelineEngine,
 )
 from sim.hardware.gpu_compute import ComputeSpec
@@ -308,7 +297,6 @@ class MegatronDeepSpeed(PipelineEngine):
         "Megatron-DeepSpeed megatron/training.py::train_step (args.deepspeed and "
         f"ds_pipeline_enabled -> model[0].train_batch) -> {PIPE}/engine.py TrainSchedule",
     )
-    dp_bucket_bytes = DP_AFTER_BACKWARD
     fsdp = Setting(
         None,
         "DeepSpeed shards states by ZeRO-3 over the data-parallel group (memory_policy zero3)",
@@ -326,17 +314,7 @@ class MegatronDeepSpeed(PipelineEngine):
         f"{GPT_PIPE} (partition_method='type:transformer' unless --pp-partition-method) -> "
         f"{PIPE}/module.py::_partition_layers",
     )
-    fewer_microbatches = FEWER_MICROBATCHES
-    blocking_p2p = BLOCKING_P2P
-    sync_before_forward = SYNC_BEFORE_FORWARD
-    step_barrier = STEP_BARRIER
-    distributed_optimizer = NO_ZERO
-    step_extra_bytes = STEP_EXTRA_BYTES
-    reduce_extra_bytes = REDUCE_EXTRA_BYTES
-    step_transient = STEP_TRANSIENT
-    overflow_check_ops = OVERFLOW_CHECK_OPS
     microbatch_load = MICROBATCH_LOAD
-    sync_after_p2p = SYNC_AFTER_P2P
     layer_sync = LAYER_SYNC
     layer_sync_reads = LAYER_SYNC_READS
     attention_drain = ATTENTION_DRAIN

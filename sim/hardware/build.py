@@ -170,8 +170,32 @@ def topology_from_spec(
     if problems:
         name, message = problems[0]
         raise InputError(message, file=file, field=where(name))
+    hosts, gpus, links = _hosts(spec), _gpus(spec), _links(spec)
+    tables = []
+    for i, t in enumerate(spec.collectives):
+        try:
+            tables.append(t.table())
+        except ValueError as exc:
+            raise InputError(str(exc), file=file, field=where(f"collectives.{i}")) from None
+    topo = Topology(
+        spec.name,
+        gpus,
+        hosts,
+        links,
+        tuple(spec.switches),
+        spec.description,
+        tuple(tables),
+        notes=tuple(n for n in (memory_note(spec.gpu),) if n is not None and note_memory),
+    )
+    _check_reachable(topo, file, where("links"))
+    return topo
+
+
+def _hosts(spec: HardwareSpec) -> tuple[Host, ...]:
+    """The hosts of ``spec``: usable DRAM in bytes (the OS's share of ``dram`` unless
+    ``usable_dram`` is given), CPU Adam params/s and the host overhead every host shares."""
     over = spec.host_overhead.overhead() if spec.host_overhead else NO_HOST
-    hosts = tuple(
+    return tuple(
         Host(
             h.name,
             os_usable_bytes(h.dram) if h.usable_dram is None else h.usable_dram,
@@ -180,11 +204,17 @@ def topology_from_spec(
         )
         for h in spec.hosts
     )
+
+
+def _gpus(spec: HardwareSpec) -> tuple[GPU, ...]:
+    """The GPUs of ``spec``, all of its one GPU model, each on its host (``gpu_hosts``, else the
+    first host): usable and reserved memory in bytes, peak FLOP/s, HBM B/s, the compute model
+    and the measured overheads (s) and optimizer step costs."""
     gpu_hosts = spec.gpu_hosts or [spec.hosts[0].name] * spec.num_gpus
     g = spec.gpu
     usable, reserve = gpu_memory(g)
     cc = compute_capability(g)
-    gpus = tuple(
+    return tuple(
         GPU(
             name,
             g.model,
@@ -204,30 +234,18 @@ def topology_from_spec(
         )
         for name, host in zip(gpu_names(spec), gpu_hosts, strict=True)
     )
+
+
+def _links(spec: HardwareSpec) -> tuple[Link, ...]:
+    """The directed links of ``spec`` in its order (``a->b`` then ``b->a`` for an undirected
+    one): bandwidth B/s, latency s, and the bandwidth NCCL reaches over it (B/s)."""
     links: list[Link] = []
     for lk in spec.links:
         ends = [(lk.a, lk.b)] if lk.directed else [(lk.a, lk.b), (lk.b, lk.a)]
-        nccl = nccl_bandwidth_Bps(lk, g)
+        nccl = nccl_bandwidth_Bps(lk, spec.gpu)
         for src, dst in ends:
             links.append(Link(f"{src}->{dst}", src, dst, lk.bandwidth, lk.latency, lk.kind, nccl))
-    tables = []
-    for i, t in enumerate(spec.collectives):
-        try:
-            tables.append(t.table())
-        except ValueError as exc:
-            raise InputError(str(exc), file=file, field=where(f"collectives.{i}")) from None
-    topo = Topology(
-        spec.name,
-        gpus,
-        hosts,
-        tuple(links),
-        tuple(spec.switches),
-        spec.description,
-        tuple(tables),
-        notes=tuple(n for n in (memory_note(g),) if n is not None and note_memory),
-    )
-    _check_reachable(topo, file, where("links"))
-    return topo
+    return tuple(links)
 
 
 def _check_reachable(topo: Topology, file: str | None, field: str) -> None:

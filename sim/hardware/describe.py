@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sim.hardware.describe_large import MATRIX_GPUS, add_rows, route_relays, route_summary
+from sim.hardware.fabric import RailFatTree
 from sim.hardware.host_ops import NO_HOST
 from sim.hardware.parts import Link
 from sim.hardware.provenance import figure_sources
@@ -231,34 +232,15 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             order (a hardware description cannot express that).
     """
     if topo.server is not None and topo.fabric is not None:
-        f = topo.fabric
-        network = {
-            "nic_bandwidth": f.nic_Bps,
-            "latency": f.latency_s,
-            "servers_per_leaf": f.servers_per_leaf,
-            "oversubscription": f.oversubscription,
-            "technology": f.technology,
-            "source": f.source,
-        }
-        if f.nccl_nic_Bps is not None:
-            network["nccl_nic_bandwidth"] = f.nccl_nic_Bps
         one = topology_to_dict(topo.server)
-        return {**one, "name": topo.name, "servers": f.servers, "network": network}
+        network = _network_fields(topo.fabric)
+        return {**one, "name": topo.name, "servers": topo.fabric.servers, "network": network}
     g0 = topo.gpus[0]
     kinds = {(g.model, g.memory_bytes, g.peak_flops, g.hbm_bandwidth_Bps) for g in topo.gpus}
     if len(kinds) != 1:
         raise ValueError(f"topology {topo.name} mixes GPU types; a description has one `gpu`")
     if [g.name for g in topo.gpus] != [f"gpu{i}" for i in range(topo.num_gpus)]:
         raise ValueError(f"topology {topo.name}: GPUs must be named gpu0..gpu{topo.num_gpus - 1}")
-    links = []
-    for lk, rev in _pairs(topo):
-        entry: dict[str, Any] = {"a": lk.src, "b": lk.dst, "bandwidth": lk.bandwidth_Bps}
-        entry.update(latency=lk.latency_s, kind=lk.kind)
-        if lk.nccl_bandwidth_Bps is not None:
-            entry["nccl_bandwidth"] = lk.nccl_bandwidth_Bps
-        if rev is None:
-            entry["directed"] = True
-        links.append(entry)
     return {
         "name": topo.name,
         "description": topo.description,
@@ -283,7 +265,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         ],
         "gpu_hosts": [g.host for g in topo.gpus],
         "switches": list(topo.switches),
-        "links": links,
+        "links": _link_entries(topo),
         "collectives": [
             {
                 "kind": t.kind,
@@ -297,6 +279,37 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         ],
         **_host_overhead_fields(topo),
     }
+
+
+def _network_fields(f: RailFatTree) -> dict[str, Any]:
+    """The ``network`` mapping of a multi-server description: NIC B/s per GPU (and NCCL's, when
+    it differs), latency s, servers per leaf switch, oversubscription, technology, source."""
+    network = {
+        "nic_bandwidth": f.nic_Bps,
+        "latency": f.latency_s,
+        "servers_per_leaf": f.servers_per_leaf,
+        "oversubscription": f.oversubscription,
+        "technology": f.technology,
+        "source": f.source,
+    }
+    if f.nccl_nic_Bps is not None:
+        network["nccl_nic_bandwidth"] = f.nccl_nic_Bps
+    return network
+
+
+def _link_entries(topo: Topology) -> list[dict[str, Any]]:
+    """The ``links`` of a description: one undirected entry for a link equal both ways, else
+    ``directed: true``; bandwidth (and NCCL's) in B/s, latency in s."""
+    links = []
+    for lk, rev in _pairs(topo):
+        entry: dict[str, Any] = {"a": lk.src, "b": lk.dst, "bandwidth": lk.bandwidth_Bps}
+        entry.update(latency=lk.latency_s, kind=lk.kind)
+        if lk.nccl_bandwidth_Bps is not None:
+            entry["nccl_bandwidth"] = lk.nccl_bandwidth_Bps
+        if rev is None:
+            entry["directed"] = True
+        links.append(entry)
+    return links
 
 
 def _nccl_fields(gpu: Any) -> dict[str, Any]:

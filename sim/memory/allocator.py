@@ -314,8 +314,12 @@ class AllocatorPeaks:
 def replay(
     ops: Iterable[Op], config: AllocatorConfig | None = None, capacity_bytes: float = math.inf
 ) -> AllocatorPeaks:
-    """Run ``ops`` through a :class:`CachingAllocator` (that may reserve ``capacity_bytes``
-    before it releases its cached segments) and return its peaks.
+    """Run ``ops`` (``(op, tensor name, bytes)``, ``op`` one of :data:`OPS`) through a
+    :class:`CachingAllocator` (that may reserve ``capacity_bytes`` before it releases its
+    cached segments) and return its peaks (bytes).
+
+    Raises:
+        ValueError: an op not in :data:`OPS`.
 
     Example:
         >>> ops = [("alloc", "a", 16 * MIB), ("alloc", "b", 16 * MIB), ("free", "a", 0),

@@ -46,6 +46,7 @@ def chunk_states(
     Raises:
         ValueError: a parameter group larger than a chunk.
     """
+    # Long by StagePlan's 23 fields and 11 notes; the arithmetic fits.
     tracer_msc = msc and not v045
     lay = chunk_layout(ctx, act, chunk_elems, msc, tracer_msc)
     m, d, g, o = ctx.microbatches, ctx.state.weight, ctx.state.grad, ctx.state.optimizer

@@ -135,4 +135,6 @@ def full_order(ctx: StageContext) -> list[int]:
 
 
 def has_attn_core(ctx: StageContext) -> bool:
+    """Whether some layer of the stage records an attention core that selective recompute can
+    drop (``attn_core_act_bytes`` > 0)."""
     return any(_attn_core(layer)[0] > 0 for layer in ctx.layers)

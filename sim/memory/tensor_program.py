@@ -62,20 +62,10 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
       one pair per parameter tensor, carved from whatever the first iteration left cached;
       then the second iteration (:data:`REPLAY_STEPS`).
     """
-    ops: list[Op] = []
     by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
     chunk = {s: k for k, s in enumerate(by_stage)}  # names free of stage numbers: alike ranks
     params = {s: _param_tensors(c) for s, (c, _) in by_stage.items()}  # replay alike
-    for s, (_, plan) in by_stage.items():
-        ops.extend(("alloc", ("p", chunk[s], i), plan.weight_bytes * sh) for i, sh in params[s])
-    for s, (ctx, plan) in by_stage.items():
-        k = chunk[s]
-        if not ctx.framework.bucket_copy:
-            ops.append(("alloc", ("g", k), plan.grad_bytes))
-            if plan.dp_sharded:
-                ops.append(("alloc", ("pbuf", k), plan.weight_bytes))
-                ops.extend(("free", ("p", k, i), 0.0) for i, _ in params[s])
-        ops.extend(("alloc", ("m", k, i), plan.optimizer_bytes * sh / 3) for i, sh in params[s])
+    ops = _construction(by_stage, chunk, params)
     ops.append(("alloc", "framework", framework_buffer_bytes(pairs) - _dummy(pairs)))
     layers = {s: _layer_tensors(c, p) for s, (c, p) in by_stage.items()}
     ctx0 = pairs[0][0]
@@ -122,6 +112,28 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
         ops.extend(x for part in _interleaved(held, parts) for x in part)
         held = []
     ops.extend(x for part in held for x in part)
+    return ops
+
+
+def _construction(
+    by_stage: dict[int, Pair],
+    chunk: dict[int, int],
+    params: dict[int, list[tuple[int, float]]],
+) -> list[Op]:
+    """The model's construction (:func:`tensor_program`'s first two items): every stage's
+    parameters, then per stage its contiguous gradient buffer (and, sharded, its parameter
+    buffer, freeing the parameters' own storage) and its fp32 master copies (bytes)."""
+    ops: list[Op] = []
+    for s, (_, plan) in by_stage.items():
+        ops.extend(("alloc", ("p", chunk[s], i), plan.weight_bytes * sh) for i, sh in params[s])
+    for s, (ctx, plan) in by_stage.items():
+        k = chunk[s]
+        if not ctx.framework.bucket_copy:
+            ops.append(("alloc", ("g", k), plan.grad_bytes))
+            if plan.dp_sharded:
+                ops.append(("alloc", ("pbuf", k), plan.weight_bytes))
+                ops.extend(("free", ("p", k, i), 0.0) for i, _ in params[s])
+        ops.extend(("alloc", ("m", k, i), plan.optimizer_bytes * sh / 3) for i, sh in params[s])
     return ops
 
 

@@ -63,6 +63,9 @@ def context_kernels(
     to one attention layer of a rank holding ``t`` tokens, ``d`` bytes per element (module doc;
     ``[]`` for ``cp == 1``).
 
+    Raises:
+        ValueError: ``kind`` not ``p2p``, ``all_gather`` or ``a2a``.
+
     Example (``t = 4`` tokens, Q and O 8 wide, K and V 2, bf16; Ulysses copies each of the
     ``4*20*2 = 160`` bytes of Q, K, V, O twice on each side, reading and writing):
         >>> f, b = context_kernels(AttentionDims(8, 2, 2, 8, 1), 4, 2, 2, "a2a")

@@ -245,6 +245,9 @@ class ParallelLayout:
     def coords(self, rank: int) -> dict[str, int]:
         """The coordinate of global ``rank`` along each dimension of :data:`ORDER`.
 
+        Raises:
+            ValueError: ``rank`` outside ``0 .. gpus - 1``.
+
         >>> ParallelLayout(pp=2, dp_replicate=2, tp=2).coords(5)
         {'tp': 1, 'cp': 0, 'dp': 0, 'pp': 1}
         """

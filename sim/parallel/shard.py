@@ -59,6 +59,7 @@ from sim.parallel.megatron import (
     with_comm_ops,
 )
 from sim.parallel.tp_overlap import Partners, partners
+from sim.trace.generator import megatron_block
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
 
 SHAPE_KEYS = ("kind", "hidden", "heads", "seq_len", "vocab")
@@ -140,16 +141,16 @@ def measured_overheads(trace: Trace, t: int, sp: bool) -> dict[str, tuple[float,
 
 
 def _block_shape(shape: dict[str, Any]) -> BlockShape:
-    h = int(shape["hidden"])
-    return BlockShape(
-        h,
+    """The block of a generated GPT or BERT trace, from its recorded inputs."""
+    return megatron_block(
+        str(shape["kind"]),
+        int(shape["hidden"]),
         int(shape["heads"]),
         int(shape["seq_len"]),
-        int(shape.get("ffn_mult", 4)) * h,
-        causal=shape["kind"] == "gpt",
-        attention=str(shape.get("attention", "math")),
+        int(shape.get("ffn_mult", 4)),
+        str(shape.get("attention", "math")),
+        str(shape.get("dropout_add", "eager")),
         dropout=bool(shape.get("dropout", True)),
-        fused_dropout_add=shape.get("dropout_add") == "fused",
     )
 
 
@@ -190,12 +191,12 @@ def _shard_layer(
     d: int,
     t: int,
     sp: bool,
-    overhead: tuple[float, float] = (0.0, 0.0),
-    measured: tuple[float, float] | None = None,
+    module_overhead_s: tuple[float, float] = (0.0, 0.0),
+    measured_s: tuple[float, float] | None = None,
 ) -> LayerProfile:
     kf, ki, kw, kb = ratios
     mods = parallel_modules(kind, sp)
-    extra_f, extra_b = measured or (mods * overhead[0], mods * overhead[1])
+    extra_f, extra_b = measured_s or (mods * module_overhead_s[0], mods * module_overhead_s[1])
     s, h = int(shape["seq_len"]), int(shape["hidden"])
     bi: float | None = None
     bw: float | None = None
@@ -232,7 +233,7 @@ def shard_trace(
     t: int,
     sp: bool,
     spec: ComputeSpec | None,
-    overhead: tuple[float, float] = (0.0, 0.0),
+    module_overhead_s: tuple[float, float] = (0.0, 0.0),
     regather: bool = False,
 ) -> ShardedTrace:
     """``trace`` (at its micro-batch size, on the target GPU) as one of ``t`` ranks runs it.
@@ -242,7 +243,7 @@ def shard_trace(
         t: tensor-parallel size (1: the trace unchanged, no collectives).
         sp: sequence parallelism.
         spec: the GPU whose compute model gives the time ratios; None: every phase ``/ t``.
-        overhead: ``(forward, backward)`` seconds per tensor-parallel module
+        module_overhead_s: ``(forward, backward)`` seconds per tensor-parallel module
             (:attr:`~sim.hardware.parts.GPU.tp_module_overhead_s`; module doc); a layer
             kind with a measured overhead (:func:`measured_overheads`) is charged that instead.
         regather: with ``sp`` the backward all-gathers the column-parallel layers' saved
@@ -278,7 +279,7 @@ def shard_trace(
         if block is not None:
             pairs.append(partners(comm[-1], *block) if kind == "block" else Partners())
         sharded = _shard_layer(
-            layer, kind, ratios[kind], shape, b, d, t, sp, overhead, measured.get(kind)
+            layer, kind, ratios[kind], shape, b, d, t, sp, module_overhead_s, measured.get(kind)
         )
         layers.append(with_comm_ops(sharded, comm[-1]))
     how = f"t={t}{' with sequence parallelism' if sp else ''}"

@@ -185,36 +185,13 @@ def _plan(
         if on_done:
             on_done(done)
 
-    cap = model.capacity_bytes
-    todo = []
-    for i, (p, b) in enumerate(zip(points, bounds, strict=True)):
-        if b is not None and b.memory_bytes > cap:
-            reason = (
-                f"memory lower bound {b.memory_bytes / GIB:.2f} GiB > capacity {cap / GIB:.2f} GiB"
-            )
-            finished(i, pruned_row(prep, p, reason))
-            stats.pruned_memory += 1
-        else:
-            todo.append(i)
+    todo = _fitting(prep, points, bounds, model.capacity_bytes, finished, stats)
     todo.sort(key=lambda i: (-_upper(bounds[i]), i))
     best: dict[tuple[str, str], float] = {}  # per (model, memory policy)
     size = max(1, jobs * BATCH_PER_JOB)
     queue = deque(todo)
     while queue:
-        batch: list[int] = []
-        while queue and len(batch) < size:
-            i = queue.popleft()
-            p, ub = points[i], _upper(bounds[i])
-            key = (p.model, p.memory_policy)
-            if ub * (1 + BOUND_SLACK) < best.get(key, -1.0):
-                reason = (
-                    f"throughput upper bound {ub:.4g} samples/s < best "
-                    f"{best[key]:.4g} samples/s of {p.memory_policy}"
-                )
-                finished(i, pruned_row(prep, p, reason))
-                stats.pruned_bound += 1
-            else:
-                batch.append(i)
+        batch = _next_batch(prep, points, bounds, queue, size, best, finished, stats)
         if not batch:
             continue
         rows = run_points(
@@ -241,6 +218,62 @@ def _plan(
         stats.simulated += len(batch) - screened
     _diagnose(prep, points, out, stats, cache, executor, on_warning)
     return out, stats  # type: ignore[return-value]
+
+
+def _fitting(
+    prep: Prepared,
+    points: list[PointConfig],
+    bounds: list[PointBounds | None],
+    capacity_bytes: float,
+    finished: Callable[[int, ResultRow], None],
+    stats: PlanStats,
+) -> list[int]:
+    """The indices of the ``points`` whose memory lower bound fits in ``capacity_bytes`` (or
+    that have no bound); each other one is ``finished`` as a pruned row and counted in
+    ``stats.pruned_memory``."""
+    todo = []
+    for i, (p, b) in enumerate(zip(points, bounds, strict=True)):
+        if b is not None and b.memory_bytes > capacity_bytes:
+            cap = capacity_bytes
+            reason = (
+                f"memory lower bound {b.memory_bytes / GIB:.2f} GiB > capacity {cap / GIB:.2f} GiB"
+            )
+            finished(i, pruned_row(prep, p, reason))
+            stats.pruned_memory += 1
+        else:
+            todo.append(i)
+    return todo
+
+
+def _next_batch(
+    prep: Prepared,
+    points: list[PointConfig],
+    bounds: list[PointBounds | None],
+    queue: deque[int],
+    size: int,
+    best: dict[tuple[str, str], float],
+    finished: Callable[[int, ResultRow], None],
+    stats: PlanStats,
+) -> list[int]:
+    """Up to ``size`` indices taken from the front of ``queue`` to simulate: each point whose
+    throughput upper bound (samples/s, with :data:`BOUND_SLACK`) is below the ``best`` row of
+    its model and memory policy so far is ``finished`` as a pruned row instead and counted in
+    ``stats.pruned_bound``."""
+    batch: list[int] = []
+    while queue and len(batch) < size:
+        i = queue.popleft()
+        p, ub = points[i], _upper(bounds[i])
+        key = (p.model, p.memory_policy)
+        if ub * (1 + BOUND_SLACK) < best.get(key, -1.0):
+            reason = (
+                f"throughput upper bound {ub:.4g} samples/s < best "
+                f"{best[key]:.4g} samples/s of {p.memory_policy}"
+            )
+            finished(i, pruned_row(prep, p, reason))
+            stats.pruned_bound += 1
+        else:
+            batch.append(i)
+    return batch
 
 
 def _diagnose(prep, points, out, stats, cache, executor, on_warning) -> None:

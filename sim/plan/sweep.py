@@ -136,6 +136,7 @@ def _model_points(
 ) -> None:
     """Append model ``mi``'s valid points to ``points`` and ``(point, reason)`` of the others
     to ``skipped``, in the order of the axes."""
+    # Long: the grid loop and its reason chain read as one; reasons are functions.
     exp, sw, model = prep.exp, prep.exp.sweep, prep.exp.models[mi]
     gb = model.global_batch or exp.training.global_batch
     stages, widths, mbs = model_axes(model, sw)
@@ -185,15 +186,7 @@ def _model_points(
             or precision_invalid(prep, prec, policy, axes.framework)
         )
         if reason:
-            tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
-            vs = f" v={v}" if v > 1 else ""
-            desc_par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({cpc})" if cp > 1 else "")
-            desc_par += f" etp={etp}" if etp is not None else ""
-            desc_par += f" shard={shard}" if shard > 1 else ""
-            desc_par += " overlap" if ov else ""
-            desc_par += f" {prec}" if prec else ""
-            desc = f"{model.name} {sched} p={p}{vs} w={w}{tp_desc}{desc_par} b={b} {text}"
-            skipped.append((desc, reason))
+            skipped.append((_skipped_name(model.name, sched, lay, w, b, text, ov, prec), reason))
             continue
         points.append(
             PointConfig(
@@ -210,6 +203,30 @@ def _model_points(
                 precision=prec,
             )
         )
+
+
+def _skipped_name(
+    model: str,
+    schedule: str,
+    lay: ParallelLayout,
+    w: int,
+    b: int,
+    policy: str,
+    overlap: bool,
+    precision: str | None,
+) -> str:
+    """How ``sim run`` names a skipped point: ``model schedule p=.. [v=..] w=.. [t=..[+sp]]``
+    then the expert, context, sharding, overlap and precision axes that are not their default,
+    the micro-batch size ``b`` and the memory policy (``w``: the data-parallel width)."""
+    p, v, t, sp, ep, cp = lay.pp, lay.vp, lay.tp, lay.sp, lay.ep, lay.cp
+    tp_desc = f" t={t}{'+sp' if sp else ''}" if t > 1 or sp else ""
+    vs = f" v={v}" if v > 1 else ""
+    desc_par = (f" ep={ep}" if ep > 1 else "") + (f" cp={cp} ({lay.cp_comm})" if cp > 1 else "")
+    desc_par += f" etp={lay.etp}" if lay.etp is not None else ""
+    desc_par += f" shard={lay.dp_shard}" if lay.dp_shard > 1 else ""
+    desc_par += " overlap" if overlap else ""
+    desc_par += f" {precision}" if precision else ""
+    return f"{model} {schedule} p={p}{vs} w={w}{tp_desc}{desc_par} b={b} {policy}"
 
 
 def skip_kinds(skipped: list[tuple[str, str]]) -> list[tuple[int, str]]:

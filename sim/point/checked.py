@@ -15,6 +15,7 @@ from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.shard import ShardedTrace
 from sim.point.config import PointConfig
 from sim.point.experiment import point_precision
+from sim.point.stages import make_schedule
 from sim.schedules.base import Schedule
 from sim.trace.schema import Trace
 
@@ -77,6 +78,31 @@ def point_policy(point: PointConfig, file: str) -> MemoryPolicy:
         return point.policy
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc.args[0]), file=file, field="sweep.memory_policy") from None
+
+
+def checked_schedule(
+    point: PointConfig, topo: Topology, trace: Trace, file: str
+) -> tuple[Framework, Schedule, MemoryPolicy]:
+    """The point's framework profile, its schedule (checked against the hardware and the
+    trace: :func:`check_point_size`) and its memory policy, as both simulating a point
+    (:func:`~sim.point.simulate.resolve`) and its memory alone
+    (:func:`~sim.point.memory.point_memory`) make them.
+
+    Raises:
+        InputError: what :func:`point_framework`, :func:`~sim.point.stages.make_schedule`,
+            :func:`check_point_size` and :func:`point_policy` raise.
+    """
+    framework = point_framework(point, file)
+    schedule = make_schedule(
+        point.schedule,
+        point.stages,
+        point.microbatches,
+        file=file,
+        virtual_stages=point.virtual_stages,
+        framework=framework,
+    )
+    check_point_size(point, schedule, topo, trace, file)
+    return framework, schedule, point_policy(point, file)
 
 
 def checked_shard(

@@ -17,11 +17,11 @@ from sim.memory.context import StageContext
 from sim.memory.layer_work import with_framework_stash
 from sim.memory.rank_memory import RankMemory, rank_memory
 from sim.parallel.decoder_shard import DecoderShard
-from sim.point.checked import check_point_size, checked_shard, point_framework, point_policy
+from sim.point.checked import checked_schedule, checked_shard
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.plans import layer_works, plan_contexts, stage_low_params
-from sim.point.stages import make_schedule, stage_contexts
+from sim.point.stages import stage_contexts
 from sim.point.staging import stage_point
 from sim.trace.shared import place_shared
 
@@ -57,18 +57,8 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
         InputError: what :func:`~sim.point.simulate.resolve` raises for the point.
     """
     exp, topo, file = prep.exp, prep.topology, prep.file
-    framework = point_framework(point, file)
-    schedule = make_schedule(
-        point.schedule,
-        point.stages,
-        point.microbatches,
-        file=file,
-        virtual_stages=point.virtual_stages,
-        framework=framework,
-    )
     base = prep.traces[point.model]
-    check_point_size(point, schedule, topo, base, file)
-    policy = point_policy(point, file)
+    framework, schedule, policy = checked_schedule(point, topo, base, file)
     sharded = checked_shard(lambda: prep.rank_trace(point, point.microbatch_size), file)
     memory = framework.memory(base.dtype, topo.gpus[0].model, exp.memory)
     works = layer_works(sharded, point, memory)

@@ -9,25 +9,28 @@ resolved raise :class:`~sim.errors.InputError`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sim.config import ExperimentConfig
 from sim.engine import SimInput, simulate
 from sim.engine.periodic import Repeated, simulate_periodic
-from sim.engine.stage_cost import DEFAULT_INPUT_SHARE
+from sim.engine.stage_cost import DEFAULT_INPUT_SHARE, StageCost
 from sim.errors import InputError
 from sim.events import EventLog
+from sim.framework.base import Framework
 from sim.hardware.topology import Topology
+from sim.memory.base import MemoryPolicy
 from sim.memory.layer_work import with_framework_stash
+from sim.memory.plan import StagePlan
 from sim.metrics import Metrics, compute_metrics
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.rank import rank_trace
+from sim.parallel.shard import ShardedTrace
 from sim.point.checked import (
-    check_point_size,
     checked_precision,
+    checked_schedule,
     checked_shard,
-    point_framework,
-    point_policy,
 )
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
@@ -35,7 +38,7 @@ from sim.point.mirroring import mirror_intended, simulated
 from sim.point.overlap_costs import with_framework
 from sim.point.plans import layer_works, memory_plans, repartition, stage_low_params
 from sim.point.stage_costs import stage_costs, with_recompute_comm, with_recompute_syncs
-from sim.point.stages import Grid, make_schedule
+from sim.point.stages import Grid
 from sim.point.staging import stage_point
 from sim.schedules.base import Schedule
 from sim.trace.adapt import adapt_trace
@@ -81,25 +84,9 @@ def resolve(
         InputError: unknown schedule or policy, m < p where the schedule needs m >= p, too
             many GPUs, more stages than layers, bad fixed boundaries or placement.
     """
-    framework = point_framework(point, file)
-    schedule = make_schedule(
-        point.schedule,
-        point.stages,
-        point.microbatches,
-        file=file,
-        virtual_stages=point.virtual_stages,
-        framework=framework,
-    )
-    check_point_size(point, schedule, topo, base_trace, file)
-    policy = point_policy(point, file)
-    if shared is None:
-        low = checked_precision(exp, point, file)
-        trace, notes = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute, low)
-        sharded = checked_shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file)
-    else:
-        trace, shared_notes = shared.adapted(point.model, point.microbatch_size, point.precision)
-        notes = list(shared_notes)
-        sharded = checked_shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
+    # Long: its steps are functions; left are their order and SimInput's fields.
+    framework, schedule, policy = checked_schedule(point, topo, base_trace, file)
+    sharded, notes = _rank_trace(exp, point, topo, base_trace, file, shared)
     memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
     works = layer_works(sharded, point, memory)
     trace = with_framework_stash(sharded.trace, works)
@@ -138,12 +125,7 @@ def resolve(
         stage_low_params(sharded, boundaries),
         combined,
     )
-    costs = with_recompute_comm(stage_costs(sharded, boundaries), sharded, boundaries, plans)
-    costs = with_recompute_syncs(costs, sharded, boundaries, policy)
-    try:
-        costs = with_framework(costs, sharded, boundaries, plans, framework, topo.gpus[0].compute)
-    except ValueError as exc:
-        raise InputError(str(exc), file=file, field="framework") from None
+    costs = _stage_costs(sharded, boundaries, plans, policy, framework, topo, file)
     if schedule.splits_backward and not all(c.has_split for c in costs):
         notes = [*notes, split_note(schedule.name)]
     sim_input = SimInput(
@@ -179,6 +161,54 @@ def resolve(
         tuple(notes),
         steady=sim_input.mirrored or (single and mirror_intended(exp, point)),
     )
+
+
+def _rank_trace(
+    exp: ExperimentConfig,
+    point: PointConfig,
+    topo: Topology,
+    base_trace: Trace,
+    file: str,
+    shared: Prepared | None,
+) -> tuple[ShardedTrace | DecoderShard, list[str]]:
+    """The point's trace on one rank (adapted to its micro-batch size, GPU and precision, then
+    split: :func:`~sim.parallel.rank.rank_trace`), and the adaptation's notes; from
+    ``shared``'s cache when given.
+
+    Raises:
+        InputError: what :func:`checked_precision` and :func:`checked_shard` raise.
+    """
+    if shared is not None:
+        _, cached = shared.adapted(point.model, point.microbatch_size, point.precision)
+        sharded = checked_shard(lambda: shared.rank_trace(point, point.microbatch_size), file)
+        return sharded, list(cached)
+    low = checked_precision(exp, point, file)
+    trace, adapted = adapt_trace(base_trace, point.microbatch_size, topo.gpus[0].compute, low)
+    return checked_shard(lambda: rank_trace(trace, point, *_gpu_model(topo)), file), list(adapted)
+
+
+def _stage_costs(
+    sharded: ShardedTrace | DecoderShard,
+    boundaries: Sequence[int],
+    plans: Sequence[Sequence[StagePlan]],
+    policy: MemoryPolicy,
+    framework: Framework,
+    topo: Topology,
+    file: str,
+) -> tuple[StageCost, ...]:
+    """Each stage's device work: its layers' times (:func:`stage_costs`), the policy's
+    recompute collectives and syncs, and the framework's work around them
+    (:func:`~sim.point.overlap_costs.with_framework`).
+
+    Raises:
+        InputError: the framework cannot run the stage (field ``framework``).
+    """
+    costs = with_recompute_comm(stage_costs(sharded, boundaries), sharded, boundaries, plans)
+    costs = with_recompute_syncs(costs, sharded, boundaries, policy)
+    try:
+        return with_framework(costs, sharded, boundaries, plans, framework, topo.gpus[0].compute)
+    except ValueError as exc:
+        raise InputError(str(exc), file=file, field="framework") from None
 
 
 def _gpu_model(topo: Topology):

@@ -109,6 +109,7 @@ def stage_contexts(
     sizes; ``expert_dp``: ranks holding the same routed experts, 0: ``dp_width /
     expert_parallel``; ``layered_pairs``: the program's ``OVERLAP_F_B`` pairs are Megatron's
     combined 1F1B steps, :attr:`StageContext.overlapped`)."""
+    # Long by StageContext's fields, assembled once per stage; no seam.
     sb = memory.state(trace.dtype, exp.training.optimizer)
     edges = list(boundaries) + [len(trace.layers)]
     orders = _stage_orders(program, schedule.microbatches) if program else None
@@ -247,7 +248,17 @@ def choose_boundaries(
     With ``v`` stage chunks per rank, the ``p * v`` chunks are partitioned like stages (min
     bottleneck chunk); each chunk may use ``1/v`` of its GPU's capacity (an assumption: equal
     shares), and a boundary between two chunks on the same GPU costs no communication.
-    ``placement`` is per ``[replica][stage]``."""
+    ``placement`` is per ``[replica][stage]``; ``in_flight``: micro-batches each stage holds
+    at its peak.
+
+    Returns:
+        The first layer index of each of the ``p * v`` stages.
+
+    Raises:
+        InputError: ``options.boundaries`` without one entry per stage; what
+            :func:`sim.parallel.partition.partition` raises (more stages than layers, an
+            invalid layer). A partition that does not fit in memory is returned, not raised.
+    """
     p = schedule.num_stages
     v = schedule.virtual_stages
     if exp.options.boundaries is not None:

@@ -119,6 +119,10 @@ def _label_bars(
         )
 
 
+Bars = dict[str, dict[int, list[tuple[float, float]]]]
+"""``{bar class: {row: [(start ms, length ms), ...]}}``: what :func:`plot_gantt` draws."""
+
+
 def plot_gantt(
     log: EventLog,
     path: str | os.PathLike | None = None,
@@ -163,26 +167,12 @@ def plot_gantt(
         for ev, lane in zip(log.events, lanes, strict=True)
         if ev.end_s >= lo_s and ev.start_s <= hi_s
     ]
-    bars: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    bars: Bars = defaultdict(lambda: defaultdict(list))
     for ev, row in shown:
         bars[bar_class(ev)][row].append((ev.start_s * 1e3 - origin_ms, ev.duration_s * 1e3))
 
     fig, ax = axes_for(ax, (14.0, max(2.5, 0.38 * len(keys) + 1.6)))
-    px_per_ms = ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12)
-    for cls, (color, hatch, _) in STYLES.items():
-        for row, spans in bars.get(cls, {}).items():
-            wide = [sp for sp in spans if sp[1] * px_per_ms >= EDGE_PX]
-            thin = [sp for sp in spans if sp[1] * px_per_ms < EDGE_PX]
-            for group, edge in ((wide, 0.5), (thin, 0.0)):
-                if group:
-                    ax.broken_barh(
-                        group,
-                        (row - 0.4, 0.8),
-                        facecolors=color,
-                        hatch=hatch or None,
-                        edgecolor="white" if edge else "none",
-                        linewidth=edge,
-                    )
+    _draw_bars(ax, bars, ax.get_window_extent().width / max(hi_ms - lo_ms, 1e-12))
     shown_ends = [t for t in log.iteration_ends_s if lo_s <= t <= hi_s]
     for i, end_s in enumerate(shown_ends):
         ax.axvline(
@@ -205,13 +195,7 @@ def plot_gantt(
         else f"time (ms) from iteration {iteration}'s start ({origin_ms:,.1f} ms into the run)"
     )
     ax.set_ylabel("device, stream")
-    handles: list[Any] = [
-        Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
-        for cls, (c, h, lab) in STYLES.items()
-        if cls in bars
-    ]
-    handles += ax.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+    _legend(ax, bars)
     span = "whole run" if iteration is None else f"iteration {iteration}"
     head = f"{title}: " if title else ""
     what = (
@@ -222,3 +206,34 @@ def plot_gantt(
     ax.set_title(f"{head}{what}, {span} (time in ms; numbers are micro-batches)")
     _label_bars(ax, shown, lo_ms, hi_ms, origin_ms)
     return finish(fig, path)
+
+
+def _draw_bars(ax: Any, bars: Bars, px_per_ms: float) -> None:
+    """Draw ``bars`` in their :data:`STYLES`, each row a band of height 0.8; a bar narrower than
+    :data:`EDGE_PX` pixels at ``px_per_ms`` has no white edge (it would hide its colour)."""
+    for cls, (color, hatch, _) in STYLES.items():
+        for row, spans in bars.get(cls, {}).items():
+            wide = [sp for sp in spans if sp[1] * px_per_ms >= EDGE_PX]
+            thin = [sp for sp in spans if sp[1] * px_per_ms < EDGE_PX]
+            for group, edge in ((wide, 0.5), (thin, 0.0)):
+                if group:
+                    ax.broken_barh(
+                        group,
+                        (row - 0.4, 0.8),
+                        facecolors=color,
+                        hatch=hatch or None,
+                        edgecolor="white" if edge else "none",
+                        linewidth=edge,
+                    )
+
+
+def _legend(ax: Any, bars: Bars) -> None:
+    """The legend right of the axes: a patch for each bar class drawn, then the lines'
+    labels (the iteration end)."""
+    handles: list[Any] = [
+        Patch(facecolor=c, hatch=h or None, edgecolor="white", label=lab)
+        for cls, (c, h, lab) in STYLES.items()
+        if cls in bars
+    ]
+    handles += ax.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))

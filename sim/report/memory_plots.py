@@ -90,11 +90,37 @@ def plot_memory_per_gpu(
     categories = sorted({c for p in parts.values() for c in p}, key=category_key)
     fig, ax = axes_for(ax, (max(6.0, 0.9 * len(devices) + 2.5), 4.5))
     xs = range(len(devices))
+    bottom = _stacked_bars(ax, devices, parts, categories)
+    top, any_over = _totals_and_capacities(ax, devices, bottom, log.capacity_bytes)
+    ax.set_xticks(
+        list(xs),
+        [labels.get(d, d).replace(" (", "\n(") for d in devices],
+        fontsize=8,
+    )
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    ax.set_ylabel("memory at peak (GiB)")
+    ax.set_xlabel("pipeline stage (its GPU with the highest peak)" if per_stage else "GPU")
+    over_note = "; red numbers exceed capacity" if any_over else ""
+    per = "stage" if per_stage else "GPU"
+    head = f"{title}\n" if title else ""  # the configuration (sim run: the winner)
+    ax.set_title(
+        f"{head}Peak memory per {per} (GiB), stacked by category at each GPU's peak{over_note}"
+    )
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return finish(fig, path)
+
+
+def _stacked_bars(
+    ax: Any, devices: list[str], parts: dict[str, dict[str, float]], categories: list[str]
+) -> list[float]:
+    """One bar per device stacking each category's bytes at its peak, in GiB; returns the
+    bars' heights (GiB)."""
     bottom = [0.0] * len(devices)
     for cat in categories:
         heights = [parts[d].get(cat, 0.0) / GIB for d in devices]
         ax.bar(
-            xs,
+            range(len(devices)),
             heights,
             bottom=bottom,
             width=0.7,
@@ -102,11 +128,19 @@ def plot_memory_per_gpu(
             color=CATEGORY_COLORS.get(cat, "#7f7f7f"),
         )
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    return bottom
+
+
+def _totals_and_capacities(
+    ax: Any, devices: list[str], bottom: list[float], capacity_bytes: dict[str, float]
+) -> tuple[float, bool]:
+    """Each bar's total (GiB) above it, red where it exceeds the device's capacity, and the
+    capacity as a dashed line; returns the highest of both (GiB) and whether any exceeds."""
     top = max(bottom, default=0.0)
     cap_label: str | None = "capacity"
     any_over = False
     for x, dev in enumerate(devices):
-        cap = log.capacity_bytes.get(dev)
+        cap = capacity_bytes.get(dev)
         over = cap is not None and bottom[x] * GIB > cap
         any_over = any_over or over
         ax.annotate(
@@ -130,23 +164,7 @@ def plot_memory_per_gpu(
             )
             cap_label = None
             top = max(top, cap / GIB)
-    ax.set_xticks(
-        list(xs),
-        [labels.get(d, d).replace(" (", "\n(") for d in devices],
-        fontsize=8,
-    )
-    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
-    ax.set_ylabel("memory at peak (GiB)")
-    ax.set_xlabel("pipeline stage (its GPU with the highest peak)" if per_stage else "GPU")
-    over_note = "; red numbers exceed capacity" if any_over else ""
-    per = "stage" if per_stage else "GPU"
-    head = f"{title}\n" if title else ""  # the configuration (sim run: the winner)
-    ax.set_title(
-        f"{head}Peak memory per {per} (GiB), stacked by category at each GPU's peak{over_note}"
-    )
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(axis="y", alpha=0.3)
-    return finish(fig, path)
+    return top, any_over
 
 
 def plot_memory_timeline(

@@ -18,7 +18,7 @@ import shutil
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -28,6 +28,7 @@ from sim.atomic import (
     check_writable,
     pid_alive,
     remove_stale_temps,
+    scratch_folder,
 )
 from sim.bands import Bands
 from sim.config import ExperimentConfig
@@ -108,33 +109,11 @@ def winner_config(
             **({"routing": row.routing} if row.routing != "balanced" else {}),
         }
     ]
-    data["sweep"] = {
-        "schedule": row.schedule,
-        "stages": int(row.stages),
-        "dp_width": int(row.dp_width),
-        "microbatch_size": int(row.microbatch_size),
-        "memory_policy": row.memory_policy,
-    }
-    if row.tensor_parallel > 1:
-        data["sweep"]["tensor_parallel"] = int(row.tensor_parallel)
-        data["sweep"]["sequence_parallel"] = bool(row.sequence_parallel)
-    if row.virtual_stages > 1:
-        data["sweep"]["virtual_stages"] = int(row.virtual_stages)
+    data["sweep"] = _winner_sweep(row)
     if row.precision:
         data.setdefault("training", {})["precision"] = row.precision
     elif "training" in data:
         data["training"].pop("precision", None)
-    if row.expert_parallel > 1:
-        data["sweep"]["expert_parallel"] = int(row.expert_parallel)
-    if row.ep_overlap:
-        data["sweep"]["ep_overlap"] = True
-    if row.context_parallel > 1:
-        data["sweep"]["context_parallel"] = int(row.context_parallel)
-        data["sweep"]["context_parallel_comm"] = row.context_parallel_comm
-    if row.dp_shard > 1:
-        data["sweep"]["dp_shard"] = int(row.dp_shard)
-    if row.expert_tensor_parallel is not None:
-        data["sweep"]["expert_tensor_parallel"] = int(row.expert_tensor_parallel)
     grouped = row.tensor_parallel > 1 or row.expert_parallel > 1 or row.context_parallel > 1
     data["options"] = {
         "partition": exp.options.partition,
@@ -142,26 +121,57 @@ def winner_config(
         # tensor/expert/context groups are placed automatically (sim.parallel.domains)
         "placement": None if grouped else json.loads(row.placement),
     }
-    data["prediction"] = {
-        k: getattr(row, k)
-        for k in (
-            "iteration_time_s",
-            "throughput_samples_per_s",
-            "bubble_fraction",
-            "peak_memory_bytes",
-            "peak_reserve_source",
-            "microbatches",
-            "trace_origin",
-            "flops_per_s_per_gpu",
-            "mfu",
-            "flops_source",
-        )
-    }
+    data["prediction"] = {k: getattr(row, k) for k in PREDICTION_KEYS}
     data["prediction"].update(band or {})
     return data
 
 
+PREDICTION_KEYS = (
+    "iteration_time_s",
+    "throughput_samples_per_s",
+    "bubble_fraction",
+    "peak_memory_bytes",
+    "peak_reserve_source",
+    "microbatches",
+    "trace_origin",
+    "flops_per_s_per_gpu",
+    "mfu",
+    "flops_source",
+)
+"""The fields of the winner's row that ``winner.yaml`` records under ``prediction``."""
+
+
+def _winner_sweep(row: ResultRow) -> dict[str, Any]:
+    """The one-point ``sweep`` of the winner ``row``: its schedule, stages, data-parallel width,
+    micro-batch size and memory policy, and each parallel dimension that is not 1 (off)."""
+    sweep: dict[str, Any] = {
+        "schedule": row.schedule,
+        "stages": int(row.stages),
+        "dp_width": int(row.dp_width),
+        "microbatch_size": int(row.microbatch_size),
+        "memory_policy": row.memory_policy,
+    }
+    if row.tensor_parallel > 1:
+        sweep["tensor_parallel"] = int(row.tensor_parallel)
+        sweep["sequence_parallel"] = bool(row.sequence_parallel)
+    if row.virtual_stages > 1:
+        sweep["virtual_stages"] = int(row.virtual_stages)
+    if row.expert_parallel > 1:
+        sweep["expert_parallel"] = int(row.expert_parallel)
+    if row.ep_overlap:
+        sweep["ep_overlap"] = True
+    if row.context_parallel > 1:
+        sweep["context_parallel"] = int(row.context_parallel)
+        sweep["context_parallel_comm"] = row.context_parallel_comm
+    if row.dp_shard > 1:
+        sweep["dp_shard"] = int(row.dp_shard)
+    if row.expert_tensor_parallel is not None:
+        sweep["expert_tensor_parallel"] = int(row.expert_tensor_parallel)
+    return sweep
+
+
 def write_yaml(path: Path, data: dict) -> Path:
+    """Write ``data`` to ``path`` as YAML in its own key order, atomically; returns ``path``."""
     return atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
@@ -329,13 +339,8 @@ def staged_output(out: Path):
     :func:`commit_output`. On an error the staging folder is removed and ``out`` is untouched.
     """
     recover_out_dir(out)
-    stage = out.parent / f".{out.name}.new-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    try:
+    with scratch_folder(out.parent / f".{out.name}.new-{os.getpid()}") as stage:
         yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def commit_output(stage: Path, out: Path) -> None:

@@ -141,16 +141,7 @@ def _token_drop_flags(text: str) -> dict[str, Any]:
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc)."""
     get = {k: _cell(v) for k, v in rec.items()}
-    f: dict[str, Any] = {}
-    gran = get.get("recompute_granularity", "none")
-    if gran in ("full", "selective"):
-        f["recompute-granularity"] = gran
-        mods = get.get("recompute_modules", "").split(" (")[0].strip("[]").replace(",", " ")
-        if gran == "selective" and mods.strip():
-            f["recompute-modules"] = mods
-        for col in ("recompute_method", "recompute_num_layers"):
-            if get.get(col):
-                f[col.replace("_", "-")] = get[col]
+    f = _recompute_flags(get)
     f.update(_offload_flags(get.get("activation_offloading", "none")))
     graphs = get.get("cuda_graph_impl", "none")
     if graphs not in ("", "none") and "False" not in graphs:
@@ -160,30 +151,9 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     bucket = get.get("ddp_bucket_size", "").split(" ")[0]
     if bucket.isdigit():
         f["ddp-bucket-size"] = bucket
-    sms = get.get("moe_hybridep_num_sms", "").split(" ")[0]
-    if sms.isdigit() and get.get("moe_flex_dispatcher_backend", "").startswith("hybridep"):
-        f["moe-hybridep-num-sms"] = sms
-    disp = get.get("moe_token_dispatcher_type", "")
-    if disp and not disp.startswith("n/a"):
-        f["moe-token-dispatcher-type"] = disp.split(" ")[0]
-        backend = get.get("moe_flex_dispatcher_backend", "")
-        if disp.startswith("flex") and backend and not backend.startswith("n/a"):
-            f["moe-flex-dispatcher-backend"] = backend
+    f.update(_dispatch_flags(get))
     f.update(_token_drop_flags(get.get("moe_token_drop", "")))
-    for col, flag in (("moe_a2a_overlap", "overlap-moe-expert-parallel-comm"),
-                      ("delay_wgrad_compute", "delay-wgrad-compute"),
-                      ("tp_comm_overlap_effective", "tp-comm-overlap"),
-                      ("overlap_grad_reduce", "overlap-grad-reduce"),
-                      ("overlap_param_gather", "overlap-param-gather"),
-                      ("overlap_param_gather_with_optimizer_step",
-                       "overlap-param-gather-with-optimizer-step"),
-                      ("use_distributed_optimizer", "use-distributed-optimizer"),
-                      ("megatron_fsdp", "use-megatron-fsdp"),
-                      ("fp8_param_gather", "fp8-param-gather"),
-                      ("fp8_dot_product_attention", "fp8-dot-product-attention"),
-                      ("moe_router_fusion", "moe-router-fusion"),
-                      ("moe_router_force_load_balancing", "moe-router-force-load-balancing"),
-                      ("calculate_per_token_loss", "calculate-per-token-loss")):  # fmt: skip
+    for col, flag in SWITCHES:
         if _true(get.get(col, "")):
             f[flag] = True
     if get.get("moe_router_fusion", "").strip().lower().startswith("false"):
@@ -210,6 +180,61 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
             f[flag] = True
     if expandable_segments(get):  # an environment variable of the run (sim.runs.bridge_env)
         f["pytorch-cuda-alloc-conf"] = "expandable_segments:True"
+    f.update(_optimizer_flags(get))
+    return f
+
+
+SWITCHES = (
+    ("moe_a2a_overlap", "overlap-moe-expert-parallel-comm"),
+    ("delay_wgrad_compute", "delay-wgrad-compute"),
+    ("tp_comm_overlap_effective", "tp-comm-overlap"),
+    ("overlap_grad_reduce", "overlap-grad-reduce"),
+    ("overlap_param_gather", "overlap-param-gather"),
+    ("overlap_param_gather_with_optimizer_step", "overlap-param-gather-with-optimizer-step"),
+    ("use_distributed_optimizer", "use-distributed-optimizer"),
+    ("megatron_fsdp", "use-megatron-fsdp"),
+    ("fp8_param_gather", "fp8-param-gather"),
+    ("fp8_dot_product_attention", "fp8-dot-product-attention"),
+    ("moe_router_fusion", "moe-router-fusion"),
+    ("moe_router_force_load_balancing", "moe-router-force-load-balancing"),
+    ("calculate_per_token_loss", "calculate-per-token-loss"),
+)
+"""``(column, flag)``: the recipe-table columns whose true cell is a Megatron-LM switch."""
+
+
+def _recompute_flags(get: dict[str, str]) -> dict[str, Any]:
+    """``--recompute-granularity`` (full or selective), its modules, method and layers."""
+    f: dict[str, Any] = {}
+    gran = get.get("recompute_granularity", "none")
+    if gran in ("full", "selective"):
+        f["recompute-granularity"] = gran
+        mods = get.get("recompute_modules", "").split(" (")[0].strip("[]").replace(",", " ")
+        if gran == "selective" and mods.strip():
+            f["recompute-modules"] = mods
+        for col in ("recompute_method", "recompute_num_layers"):
+            if get.get(col):
+                f[col.replace("_", "-")] = get[col]
+    return f
+
+
+def _dispatch_flags(get: dict[str, str]) -> dict[str, Any]:
+    """The MoE token dispatcher, its flex backend and Hybrid-EP's SM count."""
+    f: dict[str, Any] = {}
+    sms = get.get("moe_hybridep_num_sms", "").split(" ")[0]
+    if sms.isdigit() and get.get("moe_flex_dispatcher_backend", "").startswith("hybridep"):
+        f["moe-hybridep-num-sms"] = sms
+    disp = get.get("moe_token_dispatcher_type", "")
+    if disp and not disp.startswith("n/a"):
+        f["moe-token-dispatcher-type"] = disp.split(" ")[0]
+        backend = get.get("moe_flex_dispatcher_backend", "")
+        if disp.startswith("flex") and backend and not backend.startswith("n/a"):
+            f["moe-flex-dispatcher-backend"] = backend
+    return f
+
+
+def _optimizer_flags(get: dict[str, str]) -> dict[str, Any]:
+    """An optimizer other than Adam, and the precision-aware optimizer with its dtypes."""
+    f: dict[str, Any] = {}
     opt = get.get("optimizer", "").split(" ")[0]
     if opt and opt != "adam":  # Kimi K2's dist_muon (sim.runs.megatron_layout_flags.LAYER_WISE)
         f["optimizer"] = opt

@@ -30,7 +30,7 @@ from sim.compute.precision import HIGH_PRECISION
 from sim.memory.te_attention import TeEnvironment
 from sim.parallel.layout import ParallelLayout
 from sim.runs import megatron_table as table
-from sim.runs.argv import switch_on
+from sim.runs.megatron_features import run_features
 from sim.runs.megatron_host_flags import read_host_options
 from sim.runs.megatron_layout_flags import LAYER_WISE, read_layout, read_pipeline_layout, read_world
 from sim.runs.megatron_memory_flags import (
@@ -94,21 +94,7 @@ def read_megatron(
     world = num_gpus or world
     lay, dist = read_layout(r, world)
     shape, seq = model_shape(r, lay, arch, grouped=framework == "megatron-bridge")
-    if _dropout(r, framework):
-        shape = replace(shape, features=(*shape.features, "dropout=true"))
-    if not _fused_weighting(r, framework):
-        shape = replace(shape, features=(*shape.features, "moe_weighting=unfused"))
-    if r.flags.get("num-experts") and r.flags.get("moe-token-dispatcher-type") == "alltoall":
-        # its second permutation, rows sorted by local expert (sim.compute.moe_sort)
-        shape = replace(shape, features=(*shape.features, "moe_dispatcher=alltoall"))
-    if _hybridep(r, lay):  # HybridEP's own permutation kernels (sim.compute.hybridep)
-        shape = replace(shape, features=(*shape.features, "moe_dispatcher=hybridep"))
-    if r.flags.get("num-experts") and r.switch("no-moe-router-fusion"):
-        # stated off (a Bridge recipe: the Nemotron-H family's eager router,
-        # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
-        shape = replace(shape, features=(*shape.features, "moe_router=unfused"))
-    if switch_on(r.flags.get("cross-entropy-loss-fusion")):
-        shape = replace(shape, features=(*shape.features, f"cross_entropy={_loss_fusion(r)}"))
+    shape = replace(shape, features=(*shape.features, *run_features(r, lay, framework)))
     recompute = _recompute(r)
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
@@ -172,24 +158,6 @@ MUON = (
 """What the simulation changes of a Muon run."""
 
 
-def _hybridep(r: Reading, lay: ParallelLayout) -> bool:
-    """Whether the experts are dispatched by the flex dispatcher's HybridEP backend with its
-    standalone permute kernels (:mod:`sim.compute.hybridep`): ``flex`` with
-    ``--moe-flex-dispatcher-backend hybridep`` over more than one expert rank (as
-    :mod:`sim.runs.megatron_overlap` reads it), without ``moe_permute_fusion_into_hybridep``
-    (Megatron-Core's default)."""
-    fused = r.switch("moe-permute-fusion-into-hybridep")
-    r.mapped("moe-permute-fusion-into-hybridep", "HybridEP's permutation inside its dispatch "
-             "kernel: approximated by the all-to-all dispatcher's permute kernels "
-             "(MoEShape.hybridep off)")  # fmt: skip
-    flags = r.flags
-    return bool(
-        flags.get("num-experts") and lay.ep > 1 and not fused
-        and flags.get("moe-token-dispatcher-type") == "flex"
-        and flags.get("moe-flex-dispatcher-backend") == "hybridep"
-    )  # fmt: skip
-
-
 def _dispatcher(flags: dict[str, Any], lay: ParallelLayout) -> str:
     """``allgather`` for Megatron's all-gather token dispatcher with experts spread over ranks
     (its default when the flag is absent, ``megatron/training/arguments.py``), else
@@ -211,62 +179,6 @@ def _options(r: Reading, lay: ParallelLayout, dist: bool) -> dict[str, str]:
         r.done.add(flag)
         r.notes.append(ArgNote(flag, str(r.flags.get(flag, "")), status, reason))
     return options
-
-
-def _loss_fusion(r: Reading) -> str:
-    """``te`` or ``native``: the fused loss of ``--cross-entropy-loss-fusion`` (Megatron's
-    default impl is ``native``), its passes over the logits timed by
-    :mod:`sim.compute.loss_fusion` and its memory by :mod:`sim.memory.layer_work`, both from the
-    model shape's ``cross_entropy_fusion`` (the ``cross_entropy`` feature)."""
-    impl = "te" if str(r.flags.get("cross-entropy-fusion-impl", "native")) == "te" else "native"
-    why = f"fused cross entropy ({impl}): its passes over the logits (sim.compute.loss_fusion)"
-    r.mapped("cross-entropy-loss-fusion", why)
-    r.mapped("cross-entropy-fusion-impl", why)
-    return impl
-
-
-def _dropout(r: Reading, framework: str) -> bool:
-    """Attention or hidden dropout with p > 0: the decoder keeps its masks
-    (:attr:`sim.compute.decoder_shape.DecoderShape.dropout`). Megatron-LM's defaults are 0.1
-    for both (``megatron/training/arguments.py`` ``--attention-dropout``, ``--hidden-dropout``,
-    NVIDIA/Megatron-LM@d98e8a64dd); a Megatron-Bridge run without them is taken to train
-    without dropout, as its providers of the Llama-like decoders do (an assumption)."""
-    default = 0.1 if framework == "megatron-lm" else 0.0
-    on = False
-    for flag in ("attention-dropout", "hidden-dropout"):
-        try:
-            p = float(r.flags.get(flag, default))
-        except (TypeError, ValueError):
-            p = default
-        on = on or p > 0
-        r.mapped(flag, "dropout masks kept (DecoderShape.dropout)" if p > 0 else "no dropout")
-    return on
-
-
-def _fused_weighting(r: Reading, framework: str) -> bool:
-    """Whether a MoE run's experts multiply the routing probabilities in inside a fused
-    activation (:attr:`sim.compute.moe_shape.MoEShape.fused_weighting`). Megatron-LM fuses a gated
-    SiLU unless ``--no-bias-swiglu-fusion`` (``bias_activation_fusion`` is
-    ``--bias-swiglu-fusion`` with ``--swiglu``, else ``--bias-gelu-fusion``:
-    ``megatron/training/arguments.py``) and squared ReLU with
-    ``--use-fused-weighted-squared-relu``; a GeLU expert has no fused form (``experts.py``
-    raises for it, so its runs pass ``--no-bias-gelu-fusion``). Megatron-Bridge's performance
-    recipes set the fusions (``bias_activation_fusion = True``: e.g. NVIDIA-NeMo/
-    Megatron-Bridge@067f987df0 ``perf_recipes/qwen/b200/qwen3_moe.py:39``, the DeepSeek,
-    Kimi and GPT-OSS bridges; ``use_fused_weighted_squared_relu = True``:
-    ``perf_recipes/nemotronh/common.py:120``): fused."""
-    if not r.flags.get("num-experts") or framework != "megatron-lm":
-        return True
-    if r.switch("swiglu"):
-        r.mapped("no-bias-swiglu-fusion", "the experts' SiLU and probabilities unfused "
-                 "(MoEShape.fused_weighting)")  # fmt: skip
-        return not r.switch("no-bias-swiglu-fusion")
-    if r.switch("squared-relu"):
-        r.mapped("use-fused-weighted-squared-relu", "MoEShape.fused_weighting")
-        return r.switch("use-fused-weighted-squared-relu")
-    r.mapped("no-bias-gelu-fusion", "a GeLU expert: activation and probabilities unfused "
-             "(MoEShape.fused_weighting)")  # fmt: skip
-    return False
 
 
 def _attention(flags: dict[str, Any], framework: str, gpu: str, env: TeEnvironment) -> str:

@@ -61,6 +61,11 @@ def _arch(r: Reading, arch: str | None) -> str:
 def model_shape(
     r: Reading, lay: ParallelLayout, arch: str | None, grouped: bool = False
 ) -> tuple[ModelShape, int | None]:
+    """The model shape a Megatron-LM command line ``r`` describes (GPT, decoder with its MoE,
+    MLA or hybrid layers, or T5: ``arch``, else read from the flags; the vocabulary padded for
+    ``lay``'s tensor parallelism) and its sequence length (``--seq-length`` or
+    ``--encoder-seq-length``; None when neither is given); ``grouped``: its experts run as
+    grouped GEMMs (a shape feature). Each flag read is noted on ``r``."""
     kind = _arch(r, arch)
     h = r.int("hidden-size") or 0
     heads = r.int("num-attention-heads") or 0

@@ -78,7 +78,11 @@ def predicted_categories(log: EventLog | None, iteration_s: float | None) -> dic
 
 def build_trace(item: Expressed, topo: Topology) -> Trace:
     """The analytic trace of ``item``'s model at micro-batch 1 on ``topo``'s GPU, in its dtype
-    (``sim run`` regenerates it at each micro-batch size: :mod:`sim.trace.adapt`)."""
+    (``sim run`` regenerates it at each micro-batch size: :mod:`sim.trace.adapt`).
+
+    Raises:
+        ValueError: ``topo``'s GPU has no compute model.
+    """
     gpu = topo.gpus[0].compute
     if gpu is None:
         raise ValueError(f"{topo.name}: its GPU has no compute model (peak FLOP/s, HBM)")

@@ -68,7 +68,7 @@ def grid_table(program: Program, *, include_steps: bool = True, title: str | Non
 
     Cells are coloured by op: F green, B/I blue, W cyan, STEP dim.
     """
-    from rich.table import Table
+    from rich.table import Table  # the CLI's dependency: `import sim.schedules` does without
 
     styles = {"F": "green", "B": "blue", "I": "blue", "W": "cyan", STEP: "dim", OVERLAP: "magenta"}
     table = Table(title=title)

@@ -69,21 +69,21 @@ def head_layer(
     h: int,
     V: int,
     d: int,
-    rate: float,
+    flops_per_s: float,
     t: BlockTimes | None,
     fusion: str = "unfused",
 ) -> LayerProfile:
     """The ``head`` layer (final LayerNorm and output projection for ``gpt``; MLM transform,
     pooler and NSP classifier for ``bert``) with Megatron's copy of the word embedding: shape
-    arguments as :func:`embedding_layer`; its times from ``t`` or FLOPs / ``rate`` (FLOP/s);
-    its host ops those of the ``fusion`` loss (:func:`sim.compute.megatron_ops.head_ops`)."""
+    arguments as :func:`embedding_layer`; its times from ``t`` or FLOPs / ``flops_per_s``; its
+    host ops those of the ``fusion`` loss (:func:`sim.compute.megatron_ops.head_ops`)."""
     if kind == "gpt":
         params = 2 * h + V * h
         flops = 2.0 * b * s * h * V
     else:  # MLM transform (dense + LayerNorm), decoder copy + bias, pooler, NSP classifier
         params = (h * h + h) + 2 * h + (V * h + V) + (h * h + h) + (2 * h + 2)
         flops = 2.0 * b * s * h * V + 2.0 * b * s * h * h + 2.0 * b * h * h + 4.0 * b * h
-    fwd_s = t.fwd.total_s if t else flops / rate
+    fwd_s = t.fwd.total_s if t else flops / flops_per_s
     bwd_in = t.bwd_input.total_s if t else fwd_s
     bwd_w = t.bwd_weight.total_s if t else fwd_s
     return LayerProfile(
@@ -109,14 +109,14 @@ def block_layer(
     a: int,
     f: int,
     d: int,
-    rate: float,
+    flops_per_s: float,
     t: BlockTimes | None,
     flash: bool,
 ) -> LayerProfile:
     """Transformer block ``i`` (``block.{i}``): ``b`` samples of ``s`` tokens, hidden ``h``,
-    ``a`` heads, FFN ``f x h``, ``d`` bytes per element; times from ``t`` or FLOPs / ``rate``
-    (FLOP/s; backward 2x, weight gradient the GEMM FLOPs); ``flash``: no ``s^2`` stash, the
-    fp32 log-sum-exp kept instead (:mod:`sim.trace.generator`'s module doc)."""
+    ``a`` heads, FFN ``f x h``, ``d`` bytes per element; times from ``t`` or FLOPs /
+    ``flops_per_s`` (backward 2x, weight gradient the GEMM FLOPs); ``flash``: no ``s^2`` stash,
+    the fp32 log-sum-exp kept instead (:mod:`sim.trace.generator`'s module doc)."""
     flops = block_fwd_flops(b, s, h, f)
     gemm = float((8 + 4 * f) * b * s * h * h)
     core = attn_core_act_bytes(b, s, a, d)
@@ -125,13 +125,13 @@ def block_layer(
         act, core = act - core + 4.0 * b * a * s, 0.0
     return LayerProfile(
         name=f"block.{i}",
-        fwd_s=t.fwd.total_s if t else flops / rate,
-        bwd_s=t.bwd_input.total_s + t.bwd_weight.total_s if t else 2 * flops / rate,
+        fwd_s=t.fwd.total_s if t else flops / flops_per_s,
+        bwd_s=t.bwd_input.total_s + t.bwd_weight.total_s if t else 2 * flops / flops_per_s,
         param_bytes=float(block_params(h, f) * d),
         act_bytes=act,
         out_bytes=float(s * b * h * d),
-        bwd_input_s=t.bwd_input.total_s if t else (2 * flops - gemm) / rate,
-        bwd_weight_s=t.bwd_weight.total_s if t else gemm / rate,
+        bwd_input_s=t.bwd_input.total_s if t else (2 * flops - gemm) / flops_per_s,
+        bwd_weight_s=t.bwd_weight.total_s if t else gemm / flops_per_s,
         flops=flops,
         attn_core_act_bytes=core,
         attn_core_flops=0.0 if flash else float(4 * b * s * s * h),

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.compute.hf_bert import classifier_params, classifier_times, hf_block_times, hf_shape
+from sim.compute.hf_bert import classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
 from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
@@ -69,21 +69,10 @@ from sim.trace.analytic_layers import (
     embedding_layer,
     head_layer,
 )
+from sim.trace.analytic_provenance import SOURCES, analytic_provenance, unique_parameters
 from sim.trace.hf_layers import check_modeling, classifier_head, with_tensors
 from sim.trace.model_presets import MODEL_PRESETS
 from sim.trace.schema import Trace, dtype_bytes
-
-SOURCES = {
-    "block_flops": "Narayanan et al. SC'21 arXiv:2104.04473 eq. 3; Korthikanti et al. arXiv:2205.05198",
-    "block_act_bytes": "Korthikanti et al. arXiv:2205.05198 Table 2 (memory.md §2): sbh(34 + 5as/h)",
-    "attn_core": "selective recompute: attention core stashes 5as^2b bytes, costs 4bs^2h FLOPs "
-    "(Korthikanti et al. arXiv:2205.05198)",
-    "block_params": "12h^2 + 13h: QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, 2 LayerNorm 4h",
-    "bwd": "backward = 2 x forward FLOPs; W = GEMM FLOPs, I = rest (Qi et al. arXiv:2401.10241)",
-    "embedding": "time = bytes moved / HBM bandwidth; act 8sb + sbh (Megatron theoretical_memory_usage.py)",
-    "head": "separate V*h copy of the word embedding on the last stage (Megatron); act 4sbh + 4sbV",
-    "ops": "host ops per layer counted from Megatron-DeepSpeed's code (sim.compute.megatron_ops)",
-}
 
 V100_SXM2 = {"gpu_model": "V100-SXM2", "peak_flops": 125e12, "hbm_bandwidth_Bps": 900e9}
 """V100 SXM2 peaks: 125 TFLOPS dense fp16 tensor, 900 GB/s HBM2 (hardware.md §1)."""
@@ -96,7 +85,15 @@ def preset_gpu(preset: str = "dgx1-v100-16gb") -> ComputeSpec:
     return spec
 
 
-def _check(kind: str, **ints: int) -> None:
+def _check(kind: str, dropout_add: str, cross_entropy_fusion: str, **ints: int) -> None:
+    """Raises:
+    ValueError: an unknown ``dropout_add``, ``cross_entropy_fusion`` or ``kind``, a size
+        that is not a positive integer, ``hidden % heads != 0``.
+    """
+    if dropout_add not in ("eager", "fused"):
+        raise ValueError(f"dropout_add must be 'eager' or 'fused', got {dropout_add!r}")
+    if cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
+        raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
     if kind not in ("gpt", "bert"):
         raise ValueError(f"kind must be 'gpt' or 'bert', got {kind!r}")
     for key, v in ints.items():
@@ -172,13 +169,12 @@ def transformer_trace(
             non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
             with a GPT, without ``gpu`` or with a constant ``efficiency``.
     """
+    # Long by its provenance inputs record; the rest is in functions.
     check_modeling(modeling, kind, efficiency, gpu)
-    if dropout_add not in ("eager", "fused"):
-        raise ValueError(f"dropout_add must be 'eager' or 'fused', got {dropout_add!r}")
-    if cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
-        raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
     _check(
         kind,
+        dropout_add,
+        cross_entropy_fusion,
         layers=layers,
         hidden=hidden,
         heads=heads,
@@ -187,34 +183,13 @@ def transformer_trace(
         microbatch_size=microbatch_size,
         ffn_mult=ffn_mult,
     )
-    if efficiency is not None and not 0 < efficiency <= 1:
-        raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
-    if gpu is None:
-        if peak_flops is None or gpu_model is None:
-            raise ValueError("give gpu= (a ComputeSpec) or gpu_model= and peak_flops=")
-        if not (peak_flops > 0 and hbm_bandwidth_Bps > 0):
-            raise ValueError("peak_flops and hbm_bandwidth_Bps must be > 0")
-        efficiency = efficiency or 0.5
-        # only the peaks matter to the constant-efficiency model
-        gpu = ComputeSpec(gpu_model, peak_flops, peak_flops, hbm_bandwidth_Bps, 1, 1.0, 1.0)
+    gpu, efficiency = _timing_gpu(gpu, gpu_model, peak_flops, efficiency, hbm_bandwidth_Bps)
     gpu_model = gpu_model or gpu.model
     hf = modeling == "hf"
-    shape = (
-        hf_shape(hidden, heads, seq_len, ffn_mult * hidden)
-        if hf
-        else BlockShape(
-            hidden,
-            heads,
-            seq_len,
-            ffn_mult * hidden,
-            causal=kind == "gpt",
-            attention=attention,
-            fused_dropout_add=dropout_add == "fused",
-        )
-    )
+    shape = _block_shape(kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add, hf)
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
     modelled = efficiency is None
-    rate = gpu.peak_flops(dtype) * (efficiency or 1.0)
+    flops_per_s = gpu.peak_flops(dtype) * (efficiency or 1.0)
     hbm = gpu.hbm_bandwidth_Bps
     emb_t = embedding_times(kind, b, s, h, vocab, gpu, dtype) if modelled else None
     if hf:
@@ -228,12 +203,13 @@ def transformer_trace(
     flash = attention == "flash"
     chain = [embedding_layer(kind, b, s, h, vocab, d, hbm, emb_t)]
     chain += [
-        block_layer(i, b, s, h, heads, ffn_mult, d, rate, blk_t, flash) for i in range(layers)
+        block_layer(i, b, s, h, heads, ffn_mult, d, flops_per_s, blk_t, flash)
+        for i in range(layers)
     ]
     chain.append(
         classifier_head(b, h, d, head_t)
         if hf and head_t
-        else head_layer(kind, b, s, h, vocab, d, rate, head_t, cross_entropy_fusion)
+        else head_layer(kind, b, s, h, vocab, d, flops_per_s, head_t, cross_entropy_fusion)
     )
     if hf:
         chain = with_tensors(chain)
@@ -250,68 +226,89 @@ def transformer_trace(
         "ffn_mult": ffn_mult,
         "attention": attention,
     }
-    if hf:  # recorded only when not the default, so other traces' provenance is unchanged
-        inputs["modeling"] = modeling
-    if dropout_add != "eager":  # likewise
-        inputs["dropout_add"] = dropout_add
-    if cross_entropy_fusion != "unfused":  # likewise
-        inputs["cross_entropy_fusion"] = cross_entropy_fusion
-    if modelled:
-        inputs["gpu"] = gpu.without_low_precision().to_dict()
-        how = (
-            f"kernel model (sim.compute) on {gpu.model}: matmul {gpu.matmul_efficiency:g} x "
-            f"{gpu.peak_flops(dtype) / 1e12:g} TFLOP/s with wave quantization on "
-            f"{gpu.sm_count} SMs, HBM {gpu.hbm_efficiency:g} x "
-            f"{gpu.hbm_bandwidth_Bps / 1e9:g} GB/s, {attention} attention, "
-            f"{gpu.kernel_overhead_s * 1e6:g} us per kernel"
-        )
-    else:
-        eff = float(efficiency or 1.0)
-        inputs.update(peak_flops=float(rate / eff), efficiency=eff, hbm_bandwidth_Bps=float(hbm))
-        how = f"FLOPs / ({rate / eff / 1e12:g} TFLOP/s x {eff}) on {gpu_model}"
-    prov = {
-        "source": "analytic: sim.trace.generator.transformer_trace",
-        "inputs": inputs,
-        "formulas": dict(SOURCES),
-        "unique_parameters": unique_parameters(
-            kind, layers, hidden, seq_len, vocab, ffn_mult, modeling
-        ),
-        "notes": f"Generated, not measured: times from the {how}. "
-        + (
-            "Hugging Face's BertForSequenceClassification (sim.compute.hf_bert): no head copy "
-            "of the word embedding."
-            if hf
-            else f"param_bytes include Megatron's second copy of the word embedding in the "
-            f"head ({vocab}x{hidden})."
-        ),
-    }
+    options = dict(
+        modeling=modeling, dropout_add=dropout_add, cross_entropy_fusion=cross_entropy_fusion
+    )
     return Trace(
         name=name,
         layers=tuple(chain),
         microbatch_size=microbatch_size,
         dtype=dtype,
         device=gpu_model,
-        provenance=prov,
+        provenance=analytic_provenance(inputs, options, gpu, efficiency),
     )
 
 
-def unique_parameters(
+def _block_shape(
     kind: str,
-    layers: int,
     hidden: int,
+    heads: int,
     seq_len: int,
-    vocab: int,
+    ffn_mult: int,
+    attention: str,
+    dropout_add: str,
+    hf: bool,
+) -> BlockShape:
+    """The transformer block :func:`transformer_trace` times: Hugging Face's BERT layer
+    (``hf``, :func:`sim.compute.hf_bert.hf_shape`) or Megatron's (causal for a GPT)."""
+    if hf:
+        return hf_shape(hidden, heads, seq_len, ffn_mult * hidden)
+    return megatron_block(kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add)
+
+
+def megatron_block(
+    kind: str,
+    hidden: int,
+    heads: int,
+    seq_len: int,
     ffn_mult: int = 4,
-    modeling: str = "megatron",
-) -> int:
-    """Parameters of the model without the head's copy of the word embedding (``modeling``
-    ``hf``: Hugging Face's ``BertForSequenceClassification``, ``model.numel()``)."""
-    h = hidden
-    emb = (vocab + seq_len) * h + (4 * h if kind == "bert" else 0)
-    if modeling == "hf":
-        return emb + layers * block_params(h, ffn_mult) + classifier_params(h)
-    head = 2 * h if kind == "gpt" else 2 * (h * h + h) + 2 * h + vocab + 2 * h + 2
-    return emb + layers * block_params(h, ffn_mult) + head
+    attention: str = "math",
+    dropout_add: str = "eager",
+    dropout: bool = True,
+) -> BlockShape:
+    """The Megatron-LM transformer block of an analytic ``kind`` (``gpt``: causal; ``bert``)
+    stack: FFN width ``ffn_mult * hidden``, the ``attention`` core, the hidden dropouts
+    fused with their residual adds when ``dropout_add`` is ``fused``. What
+    :func:`transformer_trace` times and :mod:`sim.parallel.shard` splits from its recorded
+    inputs."""
+    return BlockShape(
+        hidden,
+        heads,
+        seq_len,
+        ffn_mult * hidden,
+        dropout=dropout,
+        causal=kind == "gpt",
+        attention=attention,
+        fused_dropout_add=dropout_add == "fused",
+    )
+
+
+def _timing_gpu(
+    gpu: ComputeSpec | None,
+    gpu_model: str | None,
+    peak_flops: float | None,
+    efficiency: float | None,
+    hbm_bandwidth_Bps: float,
+) -> tuple[ComputeSpec, float | None]:
+    """The GPU that times :func:`transformer_trace`'s layers and the constant efficiency
+    (None: the kernel model of ``gpu``): without ``gpu``, a spec of only ``peak_flops``
+    (FLOP/s) and ``hbm_bandwidth_Bps`` (B/s) at ``efficiency`` (default 0.5).
+
+    Raises:
+        ValueError: efficiency outside (0, 1]; no ``gpu`` and no ``gpu_model`` and
+            ``peak_flops``; a non-positive peak or bandwidth.
+    """
+    if efficiency is not None and not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
+    if gpu is not None:
+        return gpu, efficiency
+    if peak_flops is None or gpu_model is None:
+        raise ValueError("give gpu= (a ComputeSpec) or gpu_model= and peak_flops=")
+    if not (peak_flops > 0 and hbm_bandwidth_Bps > 0):
+        raise ValueError("peak_flops and hbm_bandwidth_Bps must be > 0")
+    # only the peaks matter to the constant-efficiency model
+    spec = ComputeSpec(gpu_model, peak_flops, peak_flops, hbm_bandwidth_Bps, 1, 1.0, 1.0)
+    return spec, efficiency or 0.5
 
 
 def preset_trace(
@@ -360,14 +357,15 @@ def preset_trace(
 
 __all__ = [
     "MODEL_PRESETS",  # re-exported: sim.trace.model_presets
-    "SOURCES",
+    "SOURCES",  # re-exported: sim.trace.analytic_provenance
     "V100_SXM2",
     "attn_core_act_bytes",  # re-exported: sim.trace.analytic_layers
     "block_act_bytes",
     "block_fwd_flops",
     "block_params",
     "preset_gpu",
+    "megatron_block",
     "preset_trace",
     "transformer_trace",
-    "unique_parameters",
+    "unique_parameters",  # re-exported: sim.trace.analytic_provenance
 ]

@@ -293,38 +293,10 @@ def read_kineto(
     spans = layer_spans(events, layers, file)
     index = _Index(events)
     ref = bytes_from.scaled_to_microbatch(microbatch_size) if bytes_from else None
-    out = []
-    for i, (layer, occurrences) in enumerate(spans.items()):
-        fwd, bwd, fwd_ops, bwd_ops, modules, functions = [], [], [], [], [], []
-        for span in occurrences:
-            fwd.append(index.busy_us(span))
-            fwd_ops.append(index.ops_in(span))
-            calls = index.calls_in(span)
-            modules.append(calls[0])
-            functions.append(calls[1])
-            nodes = [b for q in index.seqs_in(span) for b in index.backward.get(q, [])]
-            bwd.append(sum(index.busy_us(b) for b in nodes))
-            bwd_ops.append(sum(index.ops_in(b) for b in nodes))
-        if not any(bwd):
-            raise InputError(
-                f"layer {layer!r}: no backward events (autograd::engine::"
-                "evaluate_function with the forward's sequence numbers); profile "
-                "the backward too, with record_shapes or default settings",
-                file=file,
-                field="--layers",
-            )
-        out.append(
-            LayerProfile(
-                name=layer,
-                fwd_s=statistics.median(fwd) * 1e-6,
-                bwd_s=statistics.median(bwd) * 1e-6,
-                fwd_ops=float(statistics.median(fwd_ops)),
-                bwd_ops=float(statistics.median(bwd_ops)),
-                fwd_modules=float(statistics.median(modules)) if index.has_python else None,
-                fwd_functions=float(statistics.median(functions)) if index.has_python else None,
-                **_bytes_for(layer, i, ref, len(spans)),
-            )
-        )
+    out = [
+        _layer_profile(layer, i, occurrences, index, ref, len(spans), file)
+        for i, (layer, occurrences) in enumerate(spans.items())
+    ]
     steps = max(len(v) for v in spans.values())
     prov = {
         "source": "sim.trace.kineto.read_kineto",
@@ -349,4 +321,50 @@ def read_kineto(
         dtype=dtype,
         device=(gpu_name or "cuda") if index.gpu else "cpu",
         provenance=prov,
+    )
+
+
+def _layer_profile(
+    layer: str,
+    i: int,
+    occurrences: list[_Span],
+    index: _Index,
+    ref: Trace | None,
+    n_layers: int,
+    file: str,
+) -> LayerProfile:
+    """Layer ``i`` of ``n_layers`` (``layer``) from its forward spans: medians over the
+    occurrences of its forward busy time, its backward nodes' (matched by sequence number), op
+    and call counts (s, counts); bytes and FLOPs from ``ref``.
+
+    Raises:
+        InputError: the layer has no backward events.
+    """
+    fwd, bwd, fwd_ops, bwd_ops, modules, functions = [], [], [], [], [], []
+    for span in occurrences:
+        fwd.append(index.busy_us(span))
+        fwd_ops.append(index.ops_in(span))
+        calls = index.calls_in(span)
+        modules.append(calls[0])
+        functions.append(calls[1])
+        nodes = [b for q in index.seqs_in(span) for b in index.backward.get(q, [])]
+        bwd.append(sum(index.busy_us(b) for b in nodes))
+        bwd_ops.append(sum(index.ops_in(b) for b in nodes))
+    if not any(bwd):
+        raise InputError(
+            f"layer {layer!r}: no backward events (autograd::engine::"
+            "evaluate_function with the forward's sequence numbers); profile "
+            "the backward too, with record_shapes or default settings",
+            file=file,
+            field="--layers",
+        )
+    return LayerProfile(
+        name=layer,
+        fwd_s=statistics.median(fwd) * 1e-6,
+        bwd_s=statistics.median(bwd) * 1e-6,
+        fwd_ops=float(statistics.median(fwd_ops)),
+        bwd_ops=float(statistics.median(bwd_ops)),
+        fwd_modules=float(statistics.median(modules)) if index.has_python else None,
+        fwd_functions=float(statistics.median(functions)) if index.has_python else None,
+        **_bytes_for(layer, i, ref, n_layers),
     )

@@ -44,27 +44,10 @@ import yaml
 from sim.atomic import atomic_write_text
 from sim.errors import InputError
 from sim.textio import read_text, read_yaml_file
-from sim.trace.schema import LayerProfile, SharedParams, Trace, dtype_bytes
+from sim.trace.schema import OPTIONAL_FIELDS, LayerProfile, SharedParams, Trace, dtype_bytes
 
-COLUMNS = (
-    "name",
-    "fwd_s",
-    "bwd_s",
-    "param_bytes",
-    "act_bytes",
-    "out_bytes",
-    "bwd_input_s",
-    "bwd_weight_s",
-    "flops",
-    "attn_core_act_bytes",
-    "attn_core_flops",
-    "fwd_ops",
-    "bwd_ops",
-    "fwd_modules",
-    "fwd_functions",
-    "param_tensors",
-    "trainable_bytes",
-)
+COLUMNS = ("name", "fwd_s", "bwd_s", "param_bytes", "act_bytes", "out_bytes", *OPTIONAL_FIELDS)
+"""The CSV's columns: the six required, then :data:`~sim.trace.schema.OPTIONAL_FIELDS`."""
 REQUIRED = COLUMNS[:6]
 EXTRA = COLUMNS[9:]
 """Optional columns written only when some layer has a value (selective-recompute inputs,

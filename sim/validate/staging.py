@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sim.atomic import atomic_write_text, pid_alive
+from sim.atomic import atomic_write_text, pid_alive, scratch_folder
 
 STAGE_PREFIX = ".validation.new-"
 """A validation's files are written into ``<out>/.validation.new-<pid>/`` first."""
@@ -53,13 +53,8 @@ def staged_validation(dest: Path) -> Iterator[Path]:
     :func:`commit_validation`. On an error the staging folder is removed and ``dest`` keeps
     its previous set."""
     remove_stale_stages(dest)
-    stage = dest / f"{STAGE_PREFIX}{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    try:
+    with scratch_folder(dest / f"{STAGE_PREFIX}{os.getpid()}") as stage:
         yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def commit_validation(stage: Path, dest: Path) -> list[Path]:

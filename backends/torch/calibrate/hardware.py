@@ -258,23 +258,8 @@ def calibrate(
     if nproc < 1:
         raise ValueError(f"calibration needs nproc >= 1, got {nproc}")
     kind = device.split(":")[0]
-    pairs = [[a, b] for a in range(nproc) for b in range(a + 1, nproc) if all_pairs or b == a + 1]
-    host_sizes = [2**12, 2**20, 2**24, 2**26]
-    payload = {
-        "sizes": list(sizes),
-        "reps": reps,
-        "pairs": pairs,
-        "host_sizes": host_sizes,
-        "matmul_n": matmul_n or (8192 if kind == "cuda" else 1024),
-        "copy_bytes": 2**30 if kind == "cuda" else 2**26,
-        "collective_sizes": list(DEFAULT_COLLECTIVE_SIZES) if collectives else [],
-        "gemm_shapes": [
-            list(x)
-            for x in (
-                GEMM_SHAPES if kind == "cuda" else [(64, 64, 64), (256, 256, 256), (512, 512, 512)]
-            )
-        ],
-    }
+    payload = _payload(nproc, kind, sizes, reps, all_pairs, matmul_n, collectives)
+    host_sizes = payload["host_sizes"]
     ranks = run_ranks(
         "backends.torch.calibrate.rank:run_rank",
         payload,
@@ -289,22 +274,10 @@ def calibrate(
     rank_threads = threads or max(1, (os.cpu_count() or 1) // nproc)
     adam = cpu_adam_rate(threads=os.cpu_count() or 1)
     memory = ranks[0].get("memory_bytes", _host_ram_bytes() / nproc)
-    detail = ranks[0]["device_name"] if kind == "cuda" else cpu_model_name()
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     hardware: dict[str, Any] = {
         "name": name or f"calibrated-{platform.node()}-{kind}",
-        "description": (
-            f"Measured by backends.torch.calibrate.hardware on {date}: {nproc} ranks on {detail}, "
-            f"{'NCCL' if kind == 'cuda' else 'gloo'}, torch {torch.__version__}. Effective numbers: "
-            f"peak_flops = slowest rank's {payload['matmul_n']}^3 "
-            f"{'bf16' if kind == 'cuda' else 'fp32'} matmul; hbm_bandwidth = 2*bytes/t of a copy; "
-            "links = latency + bytes/bandwidth of ping-pong one-way times (bandwidth: "
-            "least-squares slope; latency: the smallest message). "
-            f"GEMM by shape (rank 0, m x n x k: TFLOP/s): {_gemm_summary(ranks[0])}. "
-            f"CPU Adam: {adam['implementation']} torch.optim.Adam step over "
-            f"{adam['params']} fp32 params with {adam['threads']} threads: "
-            f"{adam['params_per_s']:.3g} params/s."
-        ),
+        "description": _description(ranks, kind, nproc, payload, date, adam),
         "gpu": {
             "model": ranks[0]["device_name"],
             "memory": f"{memory / 2**30:.3f} GiB",
@@ -323,18 +296,6 @@ def calibrate(
         "gpu_hosts": ["cpu0"] * nproc,
         "links": _links(ranks, kind, host_sizes),
     }
-    if kind == "cuda":
-        copies, big = ranks[0]["host_copies"], host_sizes[-1]
-        hardware["description"] += (
-            f" Pinned copies of {big / 2**20:.0f} MiB (rank 0): H2D {big / copies['h2d'][-1] / 1e9:.2f}, "
-            f"D2H {big / copies['d2h'][-1] / 1e9:.2f}, both at once "
-            f"{big / copies['both'][-1] / 1e9:.2f} GB/s each way. GEMM fp16 by shape: "
-            + ", ".join(
-                f"{g['m']}x{g['n']}x{g['k']}: {g['flops_per_s'] / 1e12:.3g}"
-                for g in ranks[0]["gemm_by_shape_fp16"]
-            )
-            + " TFLOP/s."
-        )
     if ranks[0].get("collectives"):
         _comm_fields(hardware, ranks, list(DEFAULT_COLLECTIVE_SIZES), date, kind)
     runtime_fields(hardware, ranks, kind)
@@ -346,3 +307,69 @@ def calibrate(
     if path is not None:
         result.write_yaml(path)
     return result
+
+
+def _payload(
+    nproc: int,
+    kind: str,
+    sizes: tuple[int, ...],
+    reps: int,
+    all_pairs: bool,
+    matmul_n: int | None,
+    collectives: bool,
+) -> dict[str, Any]:
+    """What :func:`calibrate` asks each rank to measure
+    (:func:`backends.torch.calibrate.rank.run_rank`): ping-pong ``sizes`` (bytes) between
+    neighbours (every pair with ``all_pairs``), host copies, an ``n^3`` matmul, a device copy,
+    the collectives (with ``collectives``) and GEMMs by shape (smaller ones on a CPU)."""
+    pairs = [[a, b] for a in range(nproc) for b in range(a + 1, nproc) if all_pairs or b == a + 1]
+    cpu_gemms = [(64, 64, 64), (256, 256, 256), (512, 512, 512)]
+    return {
+        "sizes": list(sizes),
+        "reps": reps,
+        "pairs": pairs,
+        "host_sizes": [2**12, 2**20, 2**24, 2**26],
+        "matmul_n": matmul_n or (8192 if kind == "cuda" else 1024),
+        "copy_bytes": 2**30 if kind == "cuda" else 2**26,
+        "collective_sizes": list(DEFAULT_COLLECTIVE_SIZES) if collectives else [],
+        "gemm_shapes": [list(x) for x in (GEMM_SHAPES if kind == "cuda" else cpu_gemms)],
+    }
+
+
+def _description(
+    ranks: list[dict[str, Any]],
+    kind: str,
+    nproc: int,
+    payload: dict[str, Any],
+    date: str,
+    adam: dict[str, Any],
+) -> str:
+    """The calibrated hardware's ``description``: when, where and how each effective number
+    was measured, rank 0's GEMMs by shape, the CPU Adam rate, and on GPUs the pinned host
+    copies and fp16 GEMMs."""
+    detail = ranks[0]["device_name"] if kind == "cuda" else cpu_model_name()
+    text = (
+        f"Measured by backends.torch.calibrate.hardware on {date}: {nproc} ranks on {detail}, "
+        f"{'NCCL' if kind == 'cuda' else 'gloo'}, torch {torch.__version__}. Effective numbers: "
+        f"peak_flops = slowest rank's {payload['matmul_n']}^3 "
+        f"{'bf16' if kind == 'cuda' else 'fp32'} matmul; hbm_bandwidth = 2*bytes/t of a copy; "
+        "links = latency + bytes/bandwidth of ping-pong one-way times (bandwidth: "
+        "least-squares slope; latency: the smallest message). "
+        f"GEMM by shape (rank 0, m x n x k: TFLOP/s): {_gemm_summary(ranks[0])}. "
+        f"CPU Adam: {adam['implementation']} torch.optim.Adam step over "
+        f"{adam['params']} fp32 params with {adam['threads']} threads: "
+        f"{adam['params_per_s']:.3g} params/s."
+    )
+    if kind != "cuda":
+        return text
+    copies, big = ranks[0]["host_copies"], payload["host_sizes"][-1]
+    return text + (
+        f" Pinned copies of {big / 2**20:.0f} MiB (rank 0): H2D {big / copies['h2d'][-1] / 1e9:.2f}, "
+        f"D2H {big / copies['d2h'][-1] / 1e9:.2f}, both at once "
+        f"{big / copies['both'][-1] / 1e9:.2f} GB/s each way. GEMM fp16 by shape: "
+        + ", ".join(
+            f"{g['m']}x{g['n']}x{g['k']}: {g['flops_per_s'] / 1e12:.3g}"
+            for g in ranks[0]["gemm_by_shape_fp16"]
+        )
+        + " TFLOP/s."
+    )

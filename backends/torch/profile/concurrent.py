@@ -24,7 +24,7 @@ from sim.trace.schema import Trace
 
 def _child(barrier: Any, queue: Any, index: int, spec: dict, kwargs: dict, parent_pid: int) -> None:
     die_with_parent(parent_pid)
-    from backends.torch.profile.layers import profile_model
+    from backends.torch.profile.layers import profile_model  # torch after die_with_parent
 
     try:
         barrier.wait(timeout=120)
@@ -61,12 +61,13 @@ def profile_concurrent(
     Raises:
         RuntimeError: a copy failed or the copies did not finish within ``timeout_s``.
     """
+    # torch on first use: `sim profile` imports this module before it knows it profiles
     from backends.torch.models.transformer import as_spec
     from backends.torch.profile.layers import profile_model
 
     spec = as_spec(spec)
     if microbatch_sizes:
-        from backends.torch.profile.layers import merge_sizes
+        from backends.torch.profile.layers import merge_sizes  # torch, as above
 
         kwargs.pop("microbatch_size", None)
         trace = merge_sizes(

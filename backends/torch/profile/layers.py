@@ -160,6 +160,7 @@ def profile_layer(
     Returns:
         The layer's :class:`sim.trace.schema.LayerProfile` (seconds and bytes).
     """
+    # Long: timing then counting; the timed closures share state.
     needs_input_grad = x.is_floating_point()
     x = x.detach().requires_grad_(needs_input_grad)
     state: dict[str, torch.Tensor] = {}

@@ -139,21 +139,7 @@ def profile_user_model(
     finally:
         torch.set_num_threads(old_threads)
     layers_once, shared = counted_once(out, [m for _, m in chain])
-    notes = [
-        "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
-        "parameters excluded); the last layer includes the loss"
-        + ("" if loss else " (stand-in loss mean(output^2), an assumption)")
-    ]
-    if shared:
-        notes.append(
-            f"{len(shared)} group(s) of parameters shared by several layers, counted once "
-            "(trace.shared); kept tied across stages by an all-reduce"
-        )
-    warnings = [note] if note else []
-    if uncovered:
-        warnings.append(
-            f"parameters outside the layer chain (not profiled, not replayed): {uncovered[:8]}"
-        )
+    notes, warnings = _notes(bool(loss), len(shared), note, uncovered)
     prov = {
         "source": "backends.torch.profile.user.profile_user_model",
         "command": " ".join(sys.argv),
@@ -225,3 +211,27 @@ def _profile_chain(
                 field="--layers" if i else "--model",
             )
     return out
+
+
+def _notes(
+    own_loss: bool, shared_groups: int, note: str | None, uncovered: list[str]
+) -> tuple[list[str], list[str]]:
+    """The profile's notes (how it was measured; the ``shared_groups`` of parameters counted
+    once) and warnings (``note`` on the model's forward, :func:`forward_note`; parameters outside the chain,
+    the first 8 of ``uncovered``)."""
+    notes = [
+        "per-layer median wall time; act_bytes from saved_tensors_hooks (per storage, "
+        "parameters excluded); the last layer includes the loss"
+        + ("" if own_loss else " (stand-in loss mean(output^2), an assumption)")
+    ]
+    if shared_groups:
+        notes.append(
+            f"{shared_groups} group(s) of parameters shared by several layers, counted once "
+            "(trace.shared); kept tied across stages by an all-reduce"
+        )
+    warnings = [note] if note else []
+    if uncovered:
+        warnings.append(
+            f"parameters outside the layer chain (not profiled, not replayed): {uncovered[:8]}"
+        )
+    return notes, warnings

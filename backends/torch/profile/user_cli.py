@@ -15,7 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sim.compute.decoder import layer_names
 from sim.errors import InputError
+from sim.trace.decoder import decoder_trace
+from sim.trace.hf_config import is_supported, read_config
 from sim.trace.native import write_trace
 from sim.trace.schema import Trace
 
@@ -179,8 +182,6 @@ def decoder_config(model: str, seq_len: int):
     """The :class:`~sim.compute.decoder.DecoderShape` of a Hugging Face config ``model`` that
     :mod:`sim.trace.hf_config` reads (:data:`~sim.trace.hf_config.SUPPORTED`), else None (a
     function reference, or another architecture)."""
-    from sim.trace.hf_config import is_supported, read_config
-
     if not model.endswith(".json") or not is_supported(model):
         return None
     return read_config(model, seq_len)
@@ -191,11 +192,6 @@ def with_shape(trace: Trace, shape, out_path: Path) -> Trace:
     tensor, expert and context parallelism can split it, :mod:`sim.parallel.decoder_shard`),
     rewritten; unchanged without a shape or when the chain is not the Hugging Face one
     (``embed``, ``layer<i>``, ``norm``, ``lm_head``: :mod:`backends.torch.models.hf`)."""
-    from dataclasses import replace
-
-    from sim.compute.decoder import layer_names
-    from sim.trace.native import write_trace
-
     if shape is None:
         return trace
     blocks = [k for _, k in layer_names(shape)][1:-1]
@@ -214,9 +210,7 @@ def analytic_moe(shape, model: str, for_gpu: str, out_path: Path, name, b, dtype
     (:mod:`sim.trace.decoder`: grouped expert GEMMs at their balanced rows, the SSD scan's
     kernels, the kernel model of the GPU) instead of fake tensors, whose token counts per expert
     are data-dependent and whose Mamba kernels are custom."""
-    from backends.torch.profile.fake import resolve_gpu
-    from sim.trace.decoder import decoder_trace
-    from sim.trace.native import write_trace
+    from backends.torch.profile.fake import resolve_gpu  # imports torch: only when needed
 
     preset, gpu = resolve_gpu(for_gpu)
     if gpu.compute is None:

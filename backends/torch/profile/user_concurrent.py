@@ -25,7 +25,7 @@ from sim.trace.schema import Trace
 
 def _child(barrier: Any, queue: Any, index: int, kwargs: dict, parent: int) -> None:
     die_with_parent(parent)  # kill -9 of `sim profile` takes the copies with it
-    from backends.torch.profile.user import profile_user_model
+    from backends.torch.profile.user import profile_user_model  # torch after die_with_parent
 
     try:
         barrier.wait(timeout=120)
@@ -49,7 +49,7 @@ def profile_user_concurrent(
         sim.errors.InputError: bad model, layers, loss or sample; a copy failed; the copies
             did not finish within ``timeout_s`` (``--timeout``; every copy is killed).
     """
-    from backends.torch.profile.user import prepare, profile_user_model
+    from backends.torch.profile.user import prepare, profile_user_model  # torch on first use
 
     if copies <= 1:
         return profile_user_model(path=path, **kwargs)

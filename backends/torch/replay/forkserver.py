@@ -77,6 +77,7 @@ def _child(req: dict, server_pid: int) -> None:
     code = 1
     try:
         os.setsid()
+        # imports in the child only: the server imports PRELOAD and nothing else (module doc)
         from sim.procs import die_with_parent
 
         die_with_parent(server_pid)

@@ -191,6 +191,7 @@ class ReplayJob:
 
     def problems(self) -> list[str]:
         """Every invalid field as ``'field: reason'``."""
+        # Long: a flat list of independent field checks; no seam.
         out = []
         try:
             sched = get_schedule(self.schedule)(self.stages, self.microbatches, self.virtual_stages)
@@ -244,10 +245,7 @@ class ReplayJob:
             )
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             out.append(f"device: {self.device!r} must be 'cpu' or 'cuda'")
-        if self.boundaries is not None and len(self.boundaries) not in (
-            n_stages,
-            n_stages + 1,
-        ):
+        if self.boundaries is not None and len(self.boundaries) not in (n_stages, n_stages + 1):
             out.append(
                 f"boundaries: need one start layer per stage ({n_stages}), got {self.boundaries}"
             )

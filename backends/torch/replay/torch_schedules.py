@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
 from backends.torch.models.replay_model import ReplayModel
+from backends.torch.models.transformer import StageModule
 from backends.torch.profile.layers import device_model_name
 from backends.torch.profile.saved_bytes import SavedBytes, tensor_bytes
 from backends.torch.replay.cpu_memory import ResidentPeak, rehearse, stage_input
@@ -81,6 +82,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     Raises:
         RuntimeError: torch lacks the gloo p2p fix (CPU).
     """
+    # Long: the rank's life in order; its parts are functions.
     job = ReplayJob.from_dict(payload)
     if ctx.device.type == "cpu" and not has_gloo_p2p_fix():
         raise RuntimeError(
@@ -95,19 +97,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     peak = ResidentPeak(param_bytes + sum(tensor_bytes(m.buffers()) for m in built.values()))
     modules = {s: built[s].to(dev) for s in local}
     tracker = SavedBytes(params) if dev.type == "cpu" else None
-    notes: list[str] = []
-    stages, tallies = [], []
-    for s in local:
-        policy = apply_policy(modules[s], job.memory_policy, s, n, tracker)
-        notes += [x for x in policy.notes if x not in notes]
-        if policy.swap_loss and s == n - 1:
-            notes.append(
-                "cpu_swap: torch's schedule computes the loss outside the stage module, so "
-                "the loss's saved tensors stay on the device"
-            )
-        stage = PipelineStage(WithPolicy(modules[s], tracker), s, n, dev)
-        tallies.append(count_actions(stage))
-        stages.append(stage)
+    stages, tallies, notes = _pipeline_stages(job, modules, n, tracker, dev)
     schedule = torch_schedule(job, stages, job.torch_csv, loss_of(model))
     first, last = 0 in local, (n - 1) in local
     total, m = job.warmup_iterations + job.iterations, job.microbatches
@@ -132,14 +122,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         schedule.step(*(cat_inputs(inputs, dev) if first else ()), **kwargs)
         if last:
             losses += [(k * m + i, float(v)) for i, v in enumerate(kwargs["losses"])]
-        grads = [None if p.grad is None else p.grad.div_(m) for p in params]  # mean over m
-        ties.reduce(names, grads)
-        if job.dump_dir:
-            save_step(job.dump_dir, rank, k, names, grads)
-        for p, g in zip(params, grads, strict=True):
-            if g is not None:
-                sgd_update_(p.data, g, job.lr)
-            p.grad = None
+        _step(job, rank, k, names, params, ties)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         step_times.append(time.perf_counter())
@@ -148,17 +131,7 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
     resident = peak.stop() if dev.type == "cpu" else math.nan
     if job.dump_dir:
         save_end(job.dump_dir, rank, losses, names, params)
-    memory = {"param_bytes": float(param_bytes), "versions": 1.0, "grad_bytes": float(param_bytes)}
-    if tracker is not None:  # weights + gradients + the peak of saved activations, counted
-        memory["act_peak_bytes"] = float(tracker.peak_bytes)
-        memory["host_act_peak_bytes"] = float(tracker.host_peak_bytes)
-        memory["counted_peak_bytes"] = float(2 * param_bytes + tracker.peak_bytes)
-        memory["resident_peak_bytes"] = resident
-        peaked = memory["counted_peak_bytes"] if math.isnan(resident) else resident
-    else:
-        peaked = float(torch.cuda.max_memory_allocated(dev))
-        memory["cuda_max_allocated"] = peaked
-        memory["cuda_max_reserved"] = float(torch.cuda.max_memory_reserved(dev))
+    memory, peaked = _memory(param_bytes, tracker, resident, dev)
     v = len(local)
     what = f"CSV runtime of {job.schedule}" if job.torch_csv else job.schedule
     return {
@@ -174,3 +147,65 @@ def run_rank(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
         "device_name": device_model_name(dev),
         "notes": notes + [f"torch.distributed.pipelining {what}, stages {local}"] * (rank == 0),
     }
+
+
+def _pipeline_stages(
+    job: ReplayJob,
+    modules: dict[int, StageModule],
+    n: int,
+    tracker: SavedBytes | None,
+    dev: torch.device,
+) -> tuple[list[PipelineStage], list[Counter], list[str]]:
+    """torch's ``PipelineStage`` of each of this rank's ``modules`` (by stage index, of ``n``
+    stages) under the job's memory policy, the counters of the actions each runs, and the
+    policies' notes (each once)."""
+    notes: list[str] = []
+    stages, tallies = [], []
+    for s, module in modules.items():
+        policy = apply_policy(module, job.memory_policy, s, n, tracker)
+        notes += [x for x in policy.notes if x not in notes]
+        if policy.swap_loss and s == n - 1:
+            notes.append(
+                "cpu_swap: torch's schedule computes the loss outside the stage module, so "
+                "the loss's saved tensors stay on the device"
+            )
+        stage = PipelineStage(WithPolicy(module, tracker), s, n, dev)
+        tallies.append(count_actions(stage))
+        stages.append(stage)
+    return stages, tallies, notes
+
+
+def _step(job: ReplayJob, rank: int, k: int, names: list[str], params: list, ties: Any) -> None:
+    """Iteration ``k``'s optimizer step on this rank: each gradient averaged over the
+    ``job.microbatches`` micro-batches, the tied parameters' gradients summed across their
+    stages (``ties.reduce``), dumped where ``job.dump_dir`` asks, then plain SGD at ``job.lr``
+    and the gradients cleared."""
+    m = job.microbatches
+    grads = [None if p.grad is None else p.grad.div_(m) for p in params]  # mean over m
+    ties.reduce(names, grads)
+    if job.dump_dir:
+        save_step(job.dump_dir, rank, k, names, grads)
+    for p, g in zip(params, grads, strict=True):
+        if g is not None:
+            sgd_update_(p.data, g, job.lr)
+        p.grad = None
+
+
+def _memory(
+    param_bytes: int, tracker: SavedBytes | None, resident: float, dev: torch.device
+) -> tuple[dict[str, float], float]:
+    """The rank's memory statistics (bytes; one weight version, gradients as large as the
+    weights) and its peak: on a CPU, weights + gradients + the peak of saved activations as
+    ``tracker`` counted them, or the process's ``resident`` peak where it was measured; on a
+    GPU, CUDA's ``max_memory_allocated``."""
+    memory = {"param_bytes": float(param_bytes), "versions": 1.0, "grad_bytes": float(param_bytes)}
+    if tracker is not None:  # weights + gradients + the peak of saved activations, counted
+        memory["act_peak_bytes"] = float(tracker.peak_bytes)
+        memory["host_act_peak_bytes"] = float(tracker.host_peak_bytes)
+        memory["counted_peak_bytes"] = float(2 * param_bytes + tracker.peak_bytes)
+        memory["resident_peak_bytes"] = resident
+        return memory, memory["counted_peak_bytes"] if math.isnan(resident) else resident
+    peaked = float(torch.cuda.max_memory_allocated(dev))
+    memory["cuda_max_allocated"] = peaked
+    memory["cuda_max_reserved"] = float(torch.cuda.max_memory_reserved(dev))
+    return memory, peaked
