@@ -15,16 +15,22 @@ Megatron's rank order: tensor, then data, then pipeline), on two networks:
 
 Prints and writes (``--out``/``multinode.csv``), per point and network, the iteration time and
 its split on the first GPU of the first stage (seconds per iteration by event kind, from the
-engine's event log): compute (forward, backward, recompute, optimizer, host waits), the
-tensor-parallel all-reduces, the data-parallel all-reduce (after the backward, one fp16 buffer:
-exposed whole, as DeepSpeed's pipeline engine runs it), the tied-embedding all-reduce, pipeline
-sends; beside it ``dp_bytes`` (the all-reduced gradient bytes) and ``dp_rail_s``, the
+engine's event log, with the steady-state periods a long pipeline's periodic simulation leaves
+out of it counted, :func:`simulate`): compute (forward, backward, recompute, optimizer, host
+waits), the tensor-parallel all-reduces, the data-parallel all-reduce (after the backward, one
+fp16 buffer: exposed whole, as DeepSpeed's pipeline engine runs it), the tied-embedding
+all-reduce, pipeline sends (blocking), other device work, and ``idle`` (the rest of the
+iteration: pipeline fill and drain, waits for a peer); beside it ``dp_bytes`` (the all-reduced gradient bytes) and ``dp_rail_s``, the
 all-reduce's network term by hand: ``2 (n - 1) / n x dp_bytes / (L x r)`` for a group spread over
 ``n`` nodes with ``L`` members each, every member's rail at ``r`` (12.5 or 25 GB/s; the
 hierarchical algorithm's rail phase, :mod:`sim.comm.hierarchical`).
 
+``--vtrain-multi`` predicts instead a few of vTrain's own multi-node configurations
+(:data:`MULTI_CONFIGS`: the settings of ``config/validation/multi/*.json``, never their measured
+times) at their own GPU counts, on both networks.
+
 Nothing here is measured or fitted. Run:
-``python benchmarks/accuracy/vtrain_multinode.py [--nodes 1,8,16,32,64] [--out DIR]``.
+``python benchmarks/accuracy/vtrain_multinode.py [--nodes 1,8,16,32,64] [--vtrain-multi] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -40,9 +46,14 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.accuracy.vtrain_phases import _simulate  # noqa: E402
-from sim.events import EventLog  # noqa: E402
-from sim.runs.predict import Predictor  # noqa: E402
+from sim.config import parse_experiment  # noqa: E402
+from sim.engine.periodic import simulate_periodic  # noqa: E402
+from sim.events import Event  # noqa: E402
+from sim.point.experiment import Prepared  # noqa: E402
+from sim.point.simulate import resolve  # noqa: E402
+from sim.runs.express import Expressed, express  # noqa: E402
+from sim.runs.predict import Predictor, build_trace, experiment_of, point_of  # noqa: E402
+from sim.runs.record import MeasuredRun  # noqa: E402
 from sim.runs.vtrain import NODE_SIZE, _run  # noqa: E402
 
 CONFIGS = (
@@ -55,15 +66,29 @@ CONFIGS = (
 """``(t, p, w, b, B)`` of single-node vTrain configurations (8 GPUs, hidden 2048, 16 heads, 24
 layers, sequence 1024), configuration columns of ``ground_truth_single_h2048.csv``."""
 HIDDEN, HEADS, LAYERS, SEQ = 2048, 16, 24, 1024
+MULTI_CONFIGS = (
+    ("config_val_3B_8_8_1_8", 3072, 30, 32, 8, 1, 8, 8, 512),
+    ("config_val_3B_1_32_2_4", 3072, 30, 32, 1, 2, 32, 4, 512),
+    ("config_val_18B_8_32_1_4", 6144, 40, 48, 8, 1, 32, 4, 1024),
+    ("config_val_18B_16_16_1_2", 6144, 40, 48, 16, 1, 16, 2, 1024),
+    ("config_val_39B_8_8_8_4", 8192, 48, 64, 8, 8, 8, 4, 1536),
+    ("config_val_175B_8_8_8_2", 12288, 96, 96, 8, 8, 8, 2, 1536),
+)
+"""``(file, h, L, heads, t, p, w, b, B)`` of vTrain's multi-node configurations
+(VIA-Research/vTrain@f8dda84 ``config/validation/multi/<file>.json``, sequence 2048; files
+named ``<size>_<t>_<w>_<p>_<b>``). Settings only: their measured times are held out."""
+MULTI_SEQ = 2048
 RAIL_BPS = {"vtrain": 12.5e9, "preset": 25e9}
 """Each GPU's rail: vTrain's 800 Gb/s / 8 GPUs; the preset's HDR 200 Gb/s NIC per GPU."""
 
 
-def run_of(t: int, p: int, w: int, b: int, batch: int, nodes: int):
-    """The vTrain-layout run of a configuration scaled to ``nodes`` nodes (module doc)."""
+def run_of(t: int, p: int, w: int, b: int, batch: int, nodes: int, shape=None):
+    """The vTrain-layout run of a configuration scaled to ``nodes`` nodes (module doc);
+    ``shape``: ``(h, L, heads, seq)``, default the single-node rows' 2048, 24, 16, 1024."""
+    h, layers, heads, seq = shape or (HIDDEN, LAYERS, HEADS, SEQ)
     row = pd.Series({
         "gpus": t * p * w * nodes, "global_batch": batch * nodes, "microbatch_size": b,
-        "hidden": HIDDEN, "heads": HEADS, "layers": LAYERS, "seq_len": SEQ,
+        "hidden": h, "heads": heads, "layers": layers, "seq_len": seq,
         "tensor_parallel": t, "data_parallel": w * nodes, "pipeline_parallel": p,
         "iteration_time_ms": 1.0,  # placeholder: read_vtrain needs a positive value
     })  # fmt: skip
@@ -76,18 +101,42 @@ SPLIT = {
     "dp_allreduce": (),
     "tied_allreduce": (),
     "sends": (),
+    "other": (),
 }
 
 
-def split(log: EventLog, device: str = "gpu0") -> dict[str, float]:
+def simulate(pred: Predictor, run: MeasuredRun) -> tuple[float, list[tuple[Event, int]]]:
+    """Predicted seconds per iteration of ``run`` (as ``bench_measured_data.py`` predicts it)
+    and the events of its last iteration, each with how many times it counts: a long pipeline's
+    steady state is simulated once per period (:func:`sim.engine.periodic.simulate_periodic`,
+    as :func:`sim.point.simulate.evaluate` runs it), and the periods it leaves out of the log
+    count their one period's events ``repeats`` times."""
+    item = express(run)
+    if not isinstance(item, Expressed):
+        raise ValueError(f"{run.name}: not expressed ({item})")
+    topo = pred.topology(item.hardware, item.overlay)
+    exp = parse_experiment(experiment_of(item, pred.hardware(item.hardware, item.overlay),
+                                         item.model))  # fmt: skip
+    trace = build_trace(item, topo)
+    prep = Prepared(exp, "<synthetic>", topo, {item.model: trace})
+    res = resolve(exp, point_of(item), topo, trace, shared=prep)
+    log, repeated = simulate_periodic(res.sim_input, res.schedule)
+    ends = log.iteration_ends_s
+    start, end = (ends[-2], ends[-1]) if len(ends) > 1 else (0.0, ends[-1])
+    out = [(ev, 1) for ev in log.events if start <= ev.start_s < end]
+    if repeated is not None:
+        out += [(ev, repeated.repeats) for ev in repeated.events]
+    return end - start, out
+
+
+def split(events: list[tuple[Event, int]], device: str = "gpu0") -> dict[str, float]:
     """Seconds per iteration on ``device`` by part (module doc), and the data-parallel
     all-reduce's bytes."""
     out: dict[str, float] = defaultdict(float)
-    n = max(1, len(log.iteration_ends_s))
-    for ev in log.events:
+    for ev, n in events:
         if ev.device != device:
             continue
-        d = (ev.end_s - ev.start_s) / n
+        d = (ev.end_s - ev.start_s) * n
         if ev.kind in SPLIT["compute"]:
             out["compute"] += d
         elif ev.kind == "allreduce" and ev.stream == "tp":
@@ -120,35 +169,50 @@ def rail_s(nbytes: float, t: int, w: int, rail_Bps: float) -> float:
     return 2 * (nodes - 1) / nodes * nbytes / (members * rail_Bps)
 
 
-def points(nodes: list[int]) -> pd.DataFrame:
-    """Every configuration at every node count on both networks (module doc)."""
+def cases(nodes: list[int], multi: bool) -> list[tuple[str, int, int, object]]:
+    """``(config, nodes, t, run)`` of every point (module doc)."""
+    if multi:
+        out = []
+        for name, h, layers, heads, t, p, w, b, batch in MULTI_CONFIGS:
+            run = run_of(t, p, w, b, batch, 1, (h, layers, heads, MULTI_SEQ))
+            out.append((name, t * p * w // NODE_SIZE, t, run))
+        return out
+    return [(f"t{t}p{p}w{w}b{b}B{batch}", n, t, run_of(t, p, w, b, batch, n))
+            for t, p, w, b, batch in CONFIGS for n in nodes]  # fmt: skip
+
+
+def points(nodes: list[int], multi: bool = False) -> pd.DataFrame:
+    """Every point on both networks (module doc)."""
     pred = Predictor()
     rows = []
-    for t, p, w, b, batch in CONFIGS:
-        for n in nodes:
-            run = run_of(t, p, w, b, batch, n)
-            nets = ("vtrain", "preset") if n > 1 else ("one node",)
-            for net in nets:
-                r = run if net == "vtrain" else replace(run, hardware_overlay="")
-                s, log = _simulate(pred, r)
-                parts = split(log) if log is not None else {}
-                nbytes = parts.pop("dp_bytes", 0.0)
-                rows.append({
-                    "config": f"t{t}p{p}w{w}b{b}B{batch}", "nodes": n, "gpus": 8 * n,
-                    "network": net, "iteration_ms": s * 1e3,
-                    **{k: parts.get(k, 0.0) * 1e3 for k in SPLIT},
-                    "dp_bytes": nbytes,
-                    "dp_rail_ms": rail_s(nbytes, t, w * n, RAIL_BPS.get(net, 25e9)) * 1e3,
-                })  # fmt: skip
+    for name, n, t, run in cases(nodes, multi):
+        for net in ("vtrain", "preset") if n > 1 else ("one node",):
+            r = run if net == "vtrain" else replace(run, hardware_overlay="")  # type: ignore[type-var]
+            s, events = simulate(pred, r)  # type: ignore[arg-type]
+            parts = split(events)
+            nbytes = parts.pop("dp_bytes", 0.0)
+            w = run.layout.dp_replicate  # type: ignore[attr-defined]
+            rows.append({
+                "config": name, "nodes": n, "gpus": 8 * n, "network": net,
+                "iteration_ms": s * 1e3, **{k: parts.get(k, 0.0) * 1e3 for k in SPLIT},
+                "idle_ms": (s - sum(parts.get(k, 0.0) for k in SPLIT)) * 1e3,
+                "dp_bytes": nbytes,
+                "dp_rail_ms": rail_s(nbytes, t, w, RAIL_BPS.get(net, 25e9)) * 1e3,
+            })  # fmt: skip
     return pd.DataFrame(rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,8,16,32,64", help="node counts (default: %(default)s)")
+    ap.add_argument(
+        "--vtrain-multi",
+        action="store_true",
+        help="vTrain's own multi-node configurations instead (settings only)",
+    )
     ap.add_argument("--out", default="results/vtrain_multinode", help="folder for the CSV")
     args = ap.parse_args()
-    df = points([int(x) for x in args.nodes.split(",")])
+    df = points([int(x) for x in args.nodes.split(",")], args.vtrain_multi)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "multinode.csv", index=False)
