@@ -63,7 +63,7 @@ def check_options(hardware: str, framework: str, policy: str, cluster_overlay: s
         try:
             bundled_overlay(cluster_overlay)
         except InputError as exc:
-            raise InputError(str(exc.args[0]), field="--cluster-overlay") from None
+            raise InputError(exc.message, field="--cluster-overlay") from None
 
 
 def row_hardware(
