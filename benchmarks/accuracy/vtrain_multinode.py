@@ -29,8 +29,15 @@ hierarchical algorithm's rail phase, :mod:`sim.comm.hierarchical`).
 (:data:`MULTI_CONFIGS`: the settings of ``config/validation/multi/*.json``, never their measured
 times) at their own GPU counts, on both networks.
 
+``--fits PRESET[,PRESET]`` asks instead which of vTrain's 108 multi-node configurations
+(``measurements/vtrain/multi_configs.csv``: settings only) fit each A100 preset in pipesim's
+memory model, as ``bench_measured.py --rows`` runs them (:func:`fits`): vTrain ran them all, so
+one that does not fit says something about the GPU (40 or 80 GB, which vTrain does not state)
+or about a setting vTrain does not state (ZeRO), or about the memory model.
+
 Nothing here is measured or fitted. Run:
-``python benchmarks/accuracy/vtrain_multinode.py [--nodes 1,8,16,32,64] [--vtrain-multi] [--out DIR]``.
+``python benchmarks/accuracy/vtrain_multinode.py [--nodes 1,8,16,32,64] [--vtrain-multi]
+[--fits dgx-a100-40gb,dgx-a100-80gb] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.accuracy.vtrain_predict import predict  # noqa: E402
 from sim.config import parse_experiment  # noqa: E402
 from sim.engine.periodic import simulate_periodic  # noqa: E402
 from sim.events import Event  # noqa: E402
@@ -54,7 +62,7 @@ from sim.point.simulate import resolve  # noqa: E402
 from sim.runs.express import Expressed, express  # noqa: E402
 from sim.runs.predict import Predictor, build_trace, experiment_of, point_of  # noqa: E402
 from sim.runs.record import MeasuredRun  # noqa: E402
-from sim.runs.vtrain import NODE_SIZE, _run  # noqa: E402
+from sim.runs.vtrain import NODE_SIZE, run_of_row  # noqa: E402
 
 CONFIGS = (
     (8, 1, 1, 8, 16),
@@ -92,7 +100,7 @@ def run_of(t: int, p: int, w: int, b: int, batch: int, nodes: int, shape=None):
         "tensor_parallel": t, "data_parallel": w * nodes, "pipeline_parallel": p,
         "iteration_time_ms": 1.0,  # placeholder: read_vtrain needs a positive value
     })  # fmt: skip
-    return _run(row, 0, "synthetic")
+    return run_of_row(row, 0, "synthetic")
 
 
 SPLIT = {
@@ -202,6 +210,22 @@ def points(nodes: list[int], multi: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MULTI_CSV = ROOT / "measurements" / "vtrain" / "multi_configs.csv"
+"""vTrain's multi-node configurations, settings only (the file's header says its source)."""
+
+
+def fits(presets: list[str]) -> pd.DataFrame:
+    """Every configuration of :data:`MULTI_CSV` with, per preset, whether pipesim says it fits
+    (``fits_<preset>``: ``bench_measured.py --rows``'s prediction, on ``Nx-<preset>`` with
+    vTrain's cluster network)."""
+    df = pd.read_csv(MULTI_CSV, comment="#")
+    rows = df.assign(iteration_time_ms=1.0)  # placeholder: no time is read or compared
+    rows["microbatches"] = rows.global_batch // (rows.microbatch_size * rows.data_parallel)
+    for preset in presets:
+        df[f"fits_{preset}"] = predict(rows, preset).fits.astype(bool).to_numpy()
+    return df
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,8,16,32,64", help="node counts (default: %(default)s)")
@@ -210,8 +234,17 @@ def main() -> None:
         action="store_true",
         help="vTrain's own multi-node configurations instead (settings only)",
     )
+    ap.add_argument("--fits", default="", help="presets to check vTrain's multi configs' memory on")
     ap.add_argument("--out", default="results/vtrain_multinode", help="folder for the CSV")
     args = ap.parse_args()
+    if args.fits:
+        table = fits(args.fits.split(","))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        table.to_csv(Path(args.out) / "fits.csv", index=False)
+        for col in [c for c in table.columns if c.startswith("fits_")]:
+            print(f"{col[5:]}: {int(table[col].sum())} of {len(table)} fit; not: "
+                  + ", ".join(table.file[~table[col]].str.removeprefix("config_val_")))  # fmt: skip
+        return
     df = points([int(x) for x in args.nodes.split(",")], args.vtrain_multi)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

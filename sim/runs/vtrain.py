@@ -100,11 +100,17 @@ def read_vtrain(path: str | Path) -> list[MeasuredRun]:
                          file=str(path), field=col)  # fmt: skip
     out = []
     for i, r in num.iterrows():
-        out.append(_run(r, int(str(i)) + 2, str(path)))
+        out.append(run_of_row(r, int(str(i)) + 2, str(path)))
     return out
 
 
-def _run(r: pd.Series, line: int, file: str) -> MeasuredRun:
+def run_of_row(r: pd.Series, line: int, file: str) -> MeasuredRun:
+    """The run of one vTrain-layout row ``r`` (:data:`COLUMNS`, numbers), read from line
+    ``line`` of ``file`` (named in its source and errors).
+
+    Raises:
+        InputError: ``gpus != t p w`` or a global batch not a multiple of ``b w``.
+    """
     t, p, w = int(r.tensor_parallel), int(r.pipeline_parallel), int(r.data_parallel)
     b, g = int(r.microbatch_size), int(r.global_batch)
     source = f"{file} row {line}"
