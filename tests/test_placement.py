@@ -92,3 +92,15 @@ def test_exhaustive_search_is_the_first_best_of_every_assignment(p, w):
         if score > best * (1 + 1e-12):
             best, choice = score, perm
     assert _exhaustive(topo, bw, p, w) == choice
+
+
+def test_across_servers_ranks_follow_megatron_order():
+    """Across servers (2 x DGX A100, 16 GPUs): replica ``r`` of stage ``s`` is GPU ``r + w s``
+    (Megatron ``tp-cp-ep-dp-pp``, DeepSpeed ``pipe, data, model``; here ``t = 1``): with
+    ``p = 4, w = 4`` stage 0's data-parallel group is GPUs 0-3 (one server) and the pipeline
+    crosses to the second server between stages 1 and 2; within one server the search
+    decides (an NVSwitch box: the identity order, replicas consecutive)."""
+    grid = place(load_hardware("2x-dgx-a100-40gb"), 4, 4)
+    assert [row[0] for row in grid] == [0, 1, 2, 3]
+    assert grid[0] == [0, 4, 8, 12]
+    assert place(load_hardware("dgx-a100-40gb"), 4, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]

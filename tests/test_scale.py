@@ -57,9 +57,10 @@ def test_plots_show_one_gpu_per_stage_above_the_threshold(gpt, tmp_path):
     sim = api.simulate(_cluster(gpt, 16, stages=2, dp_width=64))  # 128 GPUs, mirrored
     assert 2 * 64 > PER_STAGE_ABOVE_GPUS and sim.resolved.sim_input.mirrored
     view, labels = stage_view(sim.log)
-    # without tensor parallelism a replica's stages sit on neighbouring GPUs (sim.parallel.placement)
-    assert labels == {"gpu0": "stage 0 (gpu0, x64)", "gpu1": "stage 1 (gpu1, x64)"}
-    assert {e.device for e in view.events} == {"gpu0", "gpu1"}
+    # across servers the ranks follow Megatron's order (sim.parallel.placement): replica r of
+    # stage s is GPU r + 64 s
+    assert labels == {"gpu0": "stage 0 (gpu0, x64)", "gpu64": "stage 1 (gpu64, x64)"}
+    assert {e.device for e in view.events} == {"gpu0", "gpu64"}
     kinds = {e.kind for e in view.events if e.device == "gpu0"}
     assert "allreduce" in kinds  # its data-parallel collective, on the pipeline's rows
     for draw in (plot_memory_per_gpu, plot_memory_timeline, plot_gantt):

@@ -43,7 +43,9 @@ The parts: :mod:`vtrain_rows` reads and checks the rows, :mod:`vtrain_predict` s
 
 Run: ``python benchmarks/accuracy/bench_measured.py [--hardware dgx-a100-40gb] [--out DIR] [--rows CSV]``
 (``--rows``: other measured iterations in the same column layout, e.g. vTrain's other hidden
-sizes or its multi-node rows).
+sizes or its multi-node rows; a row over one server runs on the fewest servers that hold it,
+``Nx-<hardware>``, with vTrain's cluster network, ``--cluster-overlay``, default
+``vtrain-a100-cluster``: 800 Gb/s per 8-GPU node, measurements/vtrain/multinode.md).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from benchmarks.accuracy.planning_quality import planning, summary  # noqa: E402
 from benchmarks.accuracy.vtrain_predict import FRAMEWORK, POLICY, check_options, predict  # noqa: E402
 from benchmarks.accuracy.vtrain_rows import COLUMNS, VTRAIN, RowsError, load_vtrain  # noqa: E402
 from sim.errors import InputError  # noqa: E402
+from sim.runs.vtrain import MULTI_NODE_OVERLAY  # noqa: E402
 
 
 def scatter(res: pd.DataFrame, path: Path) -> bool:
@@ -136,10 +139,16 @@ def main() -> None:
         + "; iteration_time_ms in milliseconds); rows over one server run on the fewest "
         "servers of --hardware that hold them (default: the 720 rows in measurements/vtrain/)",
     )
+    ap.add_argument(
+        "--cluster-overlay",
+        default=MULTI_NODE_OVERLAY,
+        help="shipped hardware overlay set over the Nx- cluster of rows over one server "
+        "(default: %(default)s, vTrain's 800 Gb/s per node; '' keeps the preset's network)",
+    )
     args = ap.parse_args()
     try:
         rows = load_vtrain(args.rows)
-        check_options(args.hardware, args.framework, args.memory_policy)
+        check_options(args.hardware, args.framework, args.memory_policy, args.cluster_overlay)
     except RowsError as exc:
         print(f"error: --rows {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -147,7 +156,8 @@ def main() -> None:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     t0 = time.perf_counter()
-    res = predict(rows, args.hardware, args.framework, args.memory_policy, args.collectives)
+    res = predict(rows, args.hardware, args.framework, args.memory_policy, args.collectives,
+                  args.cluster_overlay)  # fmt: skip
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

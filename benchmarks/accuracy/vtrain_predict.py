@@ -1,7 +1,9 @@
 """Measured vTrain rows predicted by pipesim, for ``bench_measured.py``: each row becomes the
 configuration it measured (an analytic GPT trace timed by the kernel model, ``t``, ``p``, ``w``,
 ``b``, ``m = B / (b w)``, 1F1B) run as Megatron-DeepSpeed runs it (:mod:`sim.framework`), on
-the fewest servers of the hardware that hold it. Nothing here is fitted.
+the fewest servers of the hardware that hold it; a row over one server runs with vTrain's
+cluster network set over the preset's (:data:`sim.runs.vtrain.MULTI_NODE_OVERLAY`, 800 Gb/s per
+node) unless ``cluster_overlay=""``. Nothing here is fitted.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from sim.config import parse_experiment
 from sim.errors import InputError
 from sim.framework.registry import get_framework
 from sim.hardware.loader import is_preset, load_hardware
+from sim.hardware.overlay import bundled_overlay, with_overlays
 from sim.memory.registry import parse_policy
 from sim.plan.point_row import point_row
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
+from sim.runs.vtrain import MULTI_NODE_OVERLAY
 from sim.trace.generator import preset_gpu, transformer_trace
 
 VOCAB = 50257
@@ -31,8 +35,9 @@ POLICY = "recompute:full"
 """vTrain's configs say ``use_checkpoint: true``: every transformer layer checkpointed."""
 
 
-def check_options(hardware: str, framework: str, policy: str) -> None:
-    """``--hardware``, ``--framework`` and ``--memory-policy`` before any row is simulated.
+def check_options(hardware: str, framework: str, policy: str, cluster_overlay: str = "") -> None:
+    """``--hardware``, ``--framework``, ``--memory-policy`` and ``--cluster-overlay`` before any
+    row is simulated.
 
     Raises:
         InputError: naming the option.
@@ -54,13 +59,30 @@ def check_options(hardware: str, framework: str, policy: str) -> None:
     if topo.gpus[0].compute is None:
         raise InputError(f"{hardware} has no GPU compute model (a CPU description?)",
                          field="--hardware")  # fmt: skip
+    if cluster_overlay:
+        try:
+            bundled_overlay(cluster_overlay)
+        except InputError as exc:
+            raise InputError(exc.message, field="--cluster-overlay") from None
 
 
-def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict | None:
+def row_hardware(
+    hardware: str | dict, gpus: int, per_server: int, cluster_overlay: str = ""
+) -> str | dict | None:
     """The hardware a row of ``gpus`` GPUs runs on: ``hardware`` itself when one server holds
     them, else ``Nx-<preset>`` with the fewest servers of ``per_server`` GPUs that do (its
-    network from the preset; :mod:`sim.hardware.cluster`), or ``None`` when ``hardware`` is a
-    description file (``sim calibrate``'s) and not a preset that ``Nx-`` can repeat."""
+    network from the preset; :mod:`sim.hardware.cluster`) with the shipped overlay
+    ``cluster_overlay`` set over it ("" none; :func:`sim.hardware.overlay.with_overlays`), or
+    ``None`` when ``hardware`` is a description file (``sim calibrate``'s) and not a preset
+    that ``Nx-`` can repeat.
+
+    Raises:
+        InputError: no shipped overlay named ``cluster_overlay``.
+
+    Example:
+        >>> row_hardware("dgx-a100-40gb", 64, 8, "vtrain-a100-cluster")["network"]["nic_bandwidth"]
+        '12.5 GB/s'
+    """
     if gpus <= per_server:
         return hardware
     base = hardware["base"] if isinstance(hardware, dict) else hardware
@@ -68,8 +90,16 @@ def row_hardware(hardware: str | dict, gpus: int, per_server: int) -> str | dict
         return None
     servers = -(-gpus // per_server)
     if isinstance(hardware, dict):
-        return {**hardware, "base": f"{servers}x-{hardware['base']}"}
-    return f"{servers}x-{hardware}"
+        multi: str | dict = {**hardware, "base": f"{servers}x-{hardware['base']}"}
+    else:
+        multi = f"{servers}x-{hardware}"
+    if not cluster_overlay:
+        return multi
+    if isinstance(multi, dict):
+        return with_overlays(
+            multi["base"], cluster_overlay, {k: v for k, v in multi.items() if k != "base"}
+        )
+    return with_overlays(multi, cluster_overlay)
 
 
 def model_hardware(preset: str) -> dict:
@@ -84,12 +114,14 @@ def predict(
     framework: str = FRAMEWORK,
     policy: str = POLICY,
     collectives: str = "preset",
+    cluster_overlay: str = MULTI_NODE_OVERLAY,
 ) -> pd.DataFrame:
     """``df`` with ``predicted_ms``, ``fits`` and ``error_text`` (one simulation per row),
     each row run as ``framework`` runs it (:mod:`sim.framework`); ``collectives="preset"``
     times collectives as the preset does (the DGX A100 presets carry vTrain's measured
     all-reduce tables for 2-8 GPUs of one server), ``"model"`` by NCCL's cost model alone
-    (:func:`model_hardware`)."""
+    (:func:`model_hardware`); rows over one server get ``cluster_overlay`` (vTrain's
+    800 Gb/s per node; "" the preset's own network, :func:`row_hardware`)."""
     gpu = preset_gpu(hardware)
     base: str | dict = model_hardware(hardware) if collectives == "model" else hardware
     per_server = load_hardware(base).num_gpus
@@ -97,7 +129,7 @@ def predict(
     traces = {}
     out = []
     for rec in df.itertuples(index=False):
-        hw = row_hardware(base, int(rec.gpus), per_server)
+        hw = row_hardware(base, int(rec.gpus), per_server, cluster_overlay)
         if hw is None:
             why = f"{rec.gpus} GPUs: more than the {per_server} of {hardware} (not a preset)"
             out.append({"predicted_ms": math.nan, "fits": False, "error_text": why})

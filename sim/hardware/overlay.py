@@ -18,7 +18,8 @@ File format (YAML)::
 Overlays shipped with pipesim (``sim/hardware/overlays/NAME.yaml``, package data) describe a
 machine whose measured runs are in the project's checking data: :func:`bundled_overlay` reads one
 by name (``simumax-b200``: SimuMax's B200 node, which its validation runs use; ``nccl-2.28``:
-NCCL's p2p channels per network peer before 2.29.2, which old Megatron-Bridge releases ship).
+NCCL's p2p channels per network peer before 2.29.2, which old Megatron-Bridge releases ship;
+``vtrain-a100-cluster``: the 800 Gb/s per node network of vTrain's multi-node A100 runs).
 
 Only the keys of :data:`ALLOWED` may be set (the figures calibration fits, and the host
 overheads ``sim calibrate --device cuda`` measures); values take the units hardware files
@@ -42,10 +43,13 @@ ALLOWED: dict[str, frozenset[str] | None] = {
     }),
     "network": frozenset({
         "nccl_nic_bandwidth", "nic_bandwidth", "latency", "nccl_p2p_channels_per_peer",
+        "technology", "source",
     }),
     "host_overhead": None,
 }  # fmt: skip
-"""Sections and keys an overlay may set (None: any key of that section)."""
+"""Sections and keys an overlay may set (None: any key of that section). ``network.technology``
+and ``network.source`` are text for people: an overlay that changes the NICs says what they are
+and where the figures come from (``vtrain-a100-cluster``)."""
 PROVENANCE = "calibration"
 """The section that records where an overlay came from (not applied)."""
 

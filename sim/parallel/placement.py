@@ -16,6 +16,16 @@ pipelines alone are optimised (Held-Karp) and the data-parallel term is not. Pla
 skipped (identity order) when nothing differs: one stage and every GPU used, or a uniform fabric
 (all pairs score the same, e.g. NVSwitch boxes). On DGX-1 this finds the NV2 (50 GB/s) path of
 the hybrid cube-mesh, and keeps data-parallel peers on NVLink instead of across the sockets.
+
+Across servers (a cluster, ``Nx-PRESET``) nothing is searched: the ranks follow the frameworks'
+rank order, as tensor-parallel groups do (:func:`sim.parallel.groups.tensor_groups` with
+``t = 1``): Megatron-LM's ``tp-cp-ep-dp-pp`` and DeepSpeed's ``PipeModelDataParallelTopology``
+(axes ``pipe, data, model``) put the data-parallel ranks of a stage next to each other and the
+pipeline outermost, so replica ``r`` of stage ``s`` is GPU ``r + w s``: a stage's data-parallel
+group fills as few servers as it can, and pipeline neighbours are ``w`` GPUs apart (across
+servers once ``w`` fills one). Before, the identity order made replicas consecutive (stage
+innermost), which put every stage's data-parallel group across all the servers and kept the
+pipeline inside them: no framework pipesim models runs that way.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from functools import lru_cache
 from itertools import combinations
 
 from sim.hardware.topology import Topology
+from sim.parallel.groups import tensor_groups
 
 MAX_ASSIGNMENTS = 50_000
 """Largest number of (p x w) assignments scored exhaustively (about a second in Python)."""
@@ -42,6 +53,8 @@ def place(topology: Topology, stages: int, dp_width: int) -> list[list[int]]:
         raise ValueError(
             f"{stages} stages x {dp_width} replicas need {k} GPUs; {topology.name} has {n}"
         )
+    if len(topology.servers) > 1:  # a cluster: the frameworks' rank order (module doc)
+        return [[g[0] for g in row] for row in tensor_groups(topology, stages, dp_width, 1)]
     order = _best_order(topology, stages, dp_width)
     return [list(order[r * stages : (r + 1) * stages]) for r in range(dp_width)]
 

@@ -12,6 +12,12 @@ the configs), every transformer layer checkpointed
 buckets (``use_gradient_bucket: false``: the ``megatron-deepspeed`` profile). The vocabulary
 is not stated: GPT-2's 50,257 tokens (an assumption, as Megatron's GPT examples use), padded
 as Megatron-DeepSpeed pads it (:func:`padded_vocab`).
+
+A row over :data:`NODE_SIZE` GPUs (vTrain's multi-node ground truth, ``data/ground_truth_multi.csv``:
+64-512 A100s, held out of this repository) ran on vTrain's cluster, whose network its configs
+give as 800 Gb/s per 8-GPU node: such a run carries the shipped hardware overlay
+:data:`MULTI_NODE_OVERLAY` (``sim/hardware/overlays/vtrain-a100-cluster.yaml``), set over the
+``Nx-dgx-a100-40gb`` the GPUs fill (:func:`sim.runs.express_hardware.hardware_for`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,23 @@ VOCAB = 50257
 """GPT-2's BPE vocabulary: vTrain's configs do not state one (assumption)."""
 GPU = "A100"
 """vTrain's ``gpu_name: A100`` (memory size not stated)."""
+NODE_SIZE = 8
+"""GPUs per node: ``node_size: 8`` in every vTrain config (VIA-Research/vTrain@f8dda84
+``config/validation/single/*.json`` and ``config/validation/multi/*.json``)."""
+MULTI_NODE_OVERLAY = "vtrain-a100-cluster"
+"""The shipped overlay of vTrain's multi-node cluster (:mod:`sim.hardware.overlay`): its configs'
+``inter_node_bandwidth: 800`` Gb/s per node (``src/config.py``), 12.5 GB/s per GPU."""
+
+
+def row_overlay(gpus: int) -> str:
+    """The shipped hardware overlay of a vTrain row of ``gpus`` GPUs: :data:`MULTI_NODE_OVERLAY`
+    when it spans nodes (more than :data:`NODE_SIZE` GPUs), else "" (one node: no network).
+
+    Example:
+        >>> row_overlay(8), row_overlay(64)
+        ('', 'vtrain-a100-cluster')
+    """
+    return MULTI_NODE_OVERLAY if gpus > NODE_SIZE else ""
 
 
 def padded_vocab(vocab: int, tensor_parallel: int) -> int:
@@ -77,11 +100,17 @@ def read_vtrain(path: str | Path) -> list[MeasuredRun]:
                          file=str(path), field=col)  # fmt: skip
     out = []
     for i, r in num.iterrows():
-        out.append(_run(r, int(str(i)) + 2, str(path)))
+        out.append(run_of_row(r, int(str(i)) + 2, str(path)))
     return out
 
 
-def _run(r: pd.Series, line: int, file: str) -> MeasuredRun:
+def run_of_row(r: pd.Series, line: int, file: str) -> MeasuredRun:
+    """The run of one vTrain-layout row ``r`` (:data:`COLUMNS`, numbers), read from line
+    ``line`` of ``file`` (named in its source and errors).
+
+    Raises:
+        InputError: ``gpus != t p w`` or a global batch not a multiple of ``b w``.
+    """
     t, p, w = int(r.tensor_parallel), int(r.pipeline_parallel), int(r.data_parallel)
     b, g = int(r.microbatch_size), int(r.global_batch)
     source = f"{file} row {line}"
@@ -111,4 +140,5 @@ def _run(r: pd.Series, line: int, file: str) -> MeasuredRun:
                           time_rule="vTrain's measured iteration_time_ms"),
         args=(note,),
         notes=(f"vocabulary {VOCAB} assumed (GPT-2 BPE), padded to {padded_vocab(VOCAB, t)}",),
+        hardware_overlay=row_overlay(int(r.gpus)),
     )  # fmt: skip
