@@ -170,8 +170,10 @@ def main() -> None:
         print(res[res.predicted_ms.isna()].error_text.str[:100].value_counts().to_string())
     unfit = int((res.predicted_ms.notna() & ~res.fits.astype(bool)).sum())
     if unfit:
-        print(f"{unfit} predicted rows ran although pipesim's memory model says they do not fit "
-              "this GPU (column fits; --hardware dgx-a100-80gb if the runs' A100s had 80 GB)")
+        print(
+            f"{unfit} predicted rows ran although pipesim's memory model says they do not fit "
+            "this GPU (column fits; --hardware dgx-a100-80gb if the runs' A100s had 80 GB)"
+        )
     print(summary(res).to_string(index=False, float_format=lambda x: f"{x:+.3f}"))
     plan = planning(res)
     if plan.empty:
