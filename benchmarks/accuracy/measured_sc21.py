@@ -36,6 +36,10 @@ VOCAB = 51200
 GPUS_PER_SERVER = 8
 MAX_SERVERS = 384
 """Largest cluster simulated: 384 DGX A100 (3,072 GPUs, every row of Table 1), on the rail-optimised HDR fat tree of the preset (sim.hardware.fabric)."""
+LINEAR_BIAS = "unfused"
+"""The runs' container, NGC PyTorch 20.12 (NVIDIA/Megatron-LM@6985e58938
+``examples/sc21/SRUN.sh``; PyTorch 1.8): ``F.linear`` on a 3-D input adds the QKV bias in its
+own kernel (:mod:`sim.compute.linear_bias`)."""
 FRAMEWORKS = {"torch": "megatron-lm-torch-ddp", "local": "megatron-lm"}
 """``--DDP-impl`` of ``run_table_1.sh`` -> pipesim framework profile."""
 
@@ -101,6 +105,7 @@ def _predict_one(row, servers: int) -> dict:
         microbatch_size=1,
         dtype="fp16",
         gpu=preset_gpu("dgx-a100-80gb"),
+        linear_bias=LINEAR_BIAS,
     )
     exp = parse_experiment(
         {

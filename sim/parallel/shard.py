@@ -150,6 +150,7 @@ def _block_shape(shape: dict[str, Any]) -> BlockShape:
         attention=str(shape.get("attention", "math")),
         dropout=bool(shape.get("dropout", True)),
         fused_dropout_add=shape.get("dropout_add") == "fused",
+        unfused_qkv_bias=shape.get("linear_bias") == "unfused",
     )
 
 

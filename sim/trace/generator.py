@@ -55,6 +55,7 @@ from typing import Any
 
 from sim.compute.hf_bert import classifier_params, classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
+from sim.compute.linear_bias import check_linear_bias
 from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
@@ -127,6 +128,7 @@ def transformer_trace(
     modeling: str = "megatron",
     dropout_add: str = "eager",
     cross_entropy_fusion: str = "unfused",
+    linear_bias: str = "fused",
 ) -> Trace:
     """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
 
@@ -166,7 +168,8 @@ def transformer_trace(
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
 
     Raises:
-        ValueError: unknown kind, dtype, attention, dropout_add or cross_entropy_fusion,
+        ValueError: unknown kind, dtype, attention, dropout_add, cross_entropy_fusion or
+            linear_bias,
             non-positive sizes,
             ``hidden % heads != 0``, efficiency outside (0, 1], no GPU or peak given,
             non-positive peak or bandwidth; ``modeling`` not ``megatron`` or ``hf``, or ``hf``
@@ -175,6 +178,7 @@ def transformer_trace(
     check_modeling(modeling, kind, efficiency, gpu)
     if dropout_add not in ("eager", "fused"):
         raise ValueError(f"dropout_add must be 'eager' or 'fused', got {dropout_add!r}")
+    check_linear_bias(linear_bias)
     if cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
         raise ValueError(f"cross_entropy_fusion must be one of {CROSS_ENTROPY_FUSIONS}")
     _check(
@@ -210,6 +214,7 @@ def transformer_trace(
             causal=kind == "gpt",
             attention=attention,
             fused_dropout_add=dropout_add == "fused",
+            unfused_qkv_bias=linear_bias == "unfused",
         )
     )
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
@@ -254,6 +259,8 @@ def transformer_trace(
         inputs["modeling"] = modeling
     if dropout_add != "eager":  # likewise
         inputs["dropout_add"] = dropout_add
+    if linear_bias != "fused":  # likewise
+        inputs["linear_bias"] = linear_bias
     if cross_entropy_fusion != "unfused":  # likewise
         inputs["cross_entropy_fusion"] = cross_entropy_fusion
     if modelled:
