@@ -220,6 +220,11 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
     return out
 
 
+SC21_LINEAR_BIAS = "unfused"
+"""The SC'21 runs' PyTorch 1.8 (NGC 20.12, NVIDIA/Megatron-LM@6985e58938 ``examples/sc21/
+SRUN.sh``) adds the QKV bias in its own kernel (:mod:`sim.compute.linear_bias`)."""
+
+
 def _sc21_traces() -> list[Trace]:
     """The :data:`SC21_SHIPPED` traces (analytic GPT, micro-batch 1, fp16, A100-SXM4-80GB)."""
     gpu = preset_gpu("dgx-a100-80gb")
@@ -236,6 +241,7 @@ def _sc21_traces() -> list[Trace]:
             microbatch_size=1,
             dtype="fp16",
             gpu=gpu,
+            linear_bias=SC21_LINEAR_BIAS,
         )
         prov = dict(t.provenance)
         prov["shape_source"] = (
