@@ -8,6 +8,8 @@ from sim.compute.linear_bias import check_linear_bias, qkv_bias_add
 from sim.compute.transformer import block_bwd, block_fwd
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.trace.generator import transformer_trace
+from sim.trace.loader import load_trace
+from sim.trace.shipped import SC21_DROPOUT_ADD, SC21_LINEAR_BIAS
 
 A100 = ComputeSpec("A100", 312e12, 19.5e12, 2.0e12, 108, 0.86, 0.6, 0.85)
 
@@ -47,3 +49,11 @@ def test_trace_records_it_and_times_the_block_slower_by_the_kernel():
 def test_unknown_value_is_refused():
     with pytest.raises(ValueError, match="linear_bias"):
         check_linear_bias("epilogue")
+
+
+def test_shipped_sc21_traces_run_the_2021_block():
+    # the SC'21 runs' PyTorch 1.8: QKV bias unfused, TorchScript bias-dropout-add fused; the
+    # shipped traces record both, as measured_sc21 builds them
+    inputs = load_trace("gpt-sc21-1.7b").provenance["inputs"]
+    assert (SC21_LINEAR_BIAS, SC21_DROPOUT_ADD) == ("unfused", "fused")
+    assert (inputs["linear_bias"], inputs["dropout_add"]) == ("unfused", "fused")
