@@ -9,8 +9,9 @@ bias-dropout-add, l.64-84, 179-184), and ``ColumnParallelLinear.forward`` calls
 (``megatron/mpu/layers.py`` l.283-284). PyTorch's ``F.linear`` takes the fused ``addmm`` (bias
 in the GEMM) only for a 2-D input; for any other it runs ``input.matmul(weight.t())`` and then
 ``output += bias`` (pytorch/pytorch#39661, "F.linear goes down to addmm for 2d tensors and to
-matmul + add_ for other cases", 2020-06); the N-D input took the ``addmm`` path from
-pytorch/pytorch#74070 (2022-03, "Linear bias fusion for ND input", first in 1.12). The SC'21
+matmul + add_ for other cases", 2020-06); the N-D input took the ``addmm`` path with
+pytorch/pytorch#74070 (2022-03, "Linear bias fusion for ND input", which addresses #39661;
+its thread places it in PyTorch 1.12, a reading of the thread, not a release note). The SC'21
 runs used NGC PyTorch 20.12 (``examples/sc21/SRUN.sh``: ``nvcr.io#nvidia/pytorch:20.12-py3``;
 the README of the same commit: PyTorch 1.8, CUDA 11.1, NCCL 2.8.3), so every QKV projection
 there is a GEMM followed by an in-place broadcast add that reads and writes the GEMM's output:
