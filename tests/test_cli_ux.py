@@ -523,6 +523,23 @@ def test_the_throughput_plot_shows_each_points_band() -> None:
     assert BAND_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
+def test_a_band_below_its_prediction_still_draws() -> None:
+    """experiments/megatron-scaling.yaml's t = 8 rows have bands wholly below the prediction
+    (measured / predicted p90 < 1): the bars were anchored on the prediction, so one side was
+    negative and matplotlib refused the plot (internal error, rc 3); the bar spans the band."""
+    from matplotlib.container import ErrorbarContainer
+
+    from sim.report.plots import plot_throughput
+
+    row = dict(model="m", schedule="1f1b", microbatches=8, fits=True, stages=2,
+               throughput_samples_per_s=120.0, throughput_low_samples_per_s=86.0,
+               throughput_high_samples_per_s=118.0)  # fmt: skip
+    ax = plot_throughput(pd.DataFrame([row])).axes[0]
+    (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    (segment,) = bars.lines[2][0].get_segments()
+    assert [y for _, y in segment] == [86.0, 118.0]
+
+
 def test_an_indivisible_batch_names_where_the_batch_is_set(tmp_path: Path) -> None:
     """A micro-batch that does not divide a model's own global_batch said 'change
     training.global_batch', a key the experiment did not have (qwen3-30b-a3b-b200 sets

@@ -34,3 +34,17 @@ def test_stamped_writes_the_source_under_the_axes(tmp_path):
     under = fig.axes[0].get_tightbbox(renderer).y0  # below the x label, not over it
     assert text.get_window_extent(renderer).y1 <= under
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_footnote_skips_hidden_axes():
+    # a grid's spare panel is hidden: its get_tightbbox is None, which ended the run of
+    # experiments/megatron-scaling.yaml (internal error, rc 3); the footnote goes under the
+    # visible panel
+    from sim.report.provenance import footnote
+
+    fig = Figure(figsize=(4.0, 3.0))
+    shown, hidden = fig.subplots(1, 2)
+    hidden.set_visible(False)
+    footnote(fig, "note")
+    (text,) = fig.texts
+    assert text.get_text() == "note" and text.get_position()[1] < shown.get_position().y0

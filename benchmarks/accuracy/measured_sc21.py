@@ -6,8 +6,9 @@ Table 1, with the micro-batch sizes and DDP implementation of NVIDIA/Megatron-LM
 :data:`MAX_SERVERS` DGX A100 servers becomes the configuration it measured: an analytic GPT
 trace (sequence 2048, vocabulary 51,200, fp16) timed by the kernel model on
 ``Nx-dgx-a100-80gb``, ``t``, ``p``, ``w = n / (t p)``, micro-batch ``b``, ``m = B / (b w)``,
-``recompute:full``, 1F1B (interleaved 1F1B with the script's ``virtual_stages`` chunks per
-rank where ``--num-layers-per-virtual-pipeline-stage`` is set: 76B-530B), ``framework: megatron-lm-torch-ddp`` for ``--DDP-impl torch`` runs and
+``recompute:full``, the blocks as that Megatron-LM and PyTorch 1.8 run them
+(:data:`sim.trace.shipped.SC21_LINEAR_BIAS`, ``SC21_DROPOUT_ADD``), 1F1B (interleaved 1F1B
+with the script's ``virtual_stages`` chunks per rank where ``--num-layers-per-virtual-pipeline-stage`` is set: 76B-530B), ``framework: megatron-lm-torch-ddp`` for ``--DDP-impl torch`` runs and
 ``megatron-lm`` for ``local`` ones. Both the measured and the predicted TFLOP/s per GPU use the
 paper's eq. 3, ``F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs per iteration.
 Nothing here is fitted: the rows are what the model predicts.
@@ -26,6 +27,7 @@ from sim.plan.point_row import point_row
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.trace.generator import preset_gpu, transformer_trace
+from sim.trace.shipped import SC21_DROPOUT_ADD, SC21_LINEAR_BIAS
 
 ROOT = Path(__file__).resolve().parents[2]
 SC21 = ROOT / "measurements" / "megatron-sc21" / "table1.csv"
@@ -101,6 +103,8 @@ def _predict_one(row, servers: int) -> dict:
         microbatch_size=1,
         dtype="fp16",
         gpu=preset_gpu("dgx-a100-80gb"),
+        linear_bias=SC21_LINEAR_BIAS,
+        dropout_add=SC21_DROPOUT_ADD,
     )
     exp = parse_experiment(
         {

@@ -49,6 +49,9 @@ class BlockShape:
         fused_dropout_add: each hidden dropout and its residual add as one fused kernel
             (Megatron-DeepSpeed's TorchScript ``bias_dropout_add_fused_train``, compiled by
             nvFuser: :func:`_dropout_residual`); False: two eager kernels.
+        unfused_qkv_bias: the fused QKV projection's bias added by its own kernel after the
+            GEMM (Megatron-LM 2021 under PyTorch < 1.12: :mod:`sim.compute.linear_bias`);
+            False: in the GEMM's epilogue or no bias (no kernel).
     """
 
     hidden: int
@@ -69,6 +72,7 @@ class BlockShape:
     sinks: bool = False
     rope_unfused: bool = False
     fused_dropout_add: bool = False
+    unfused_qkv_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "heads", "seq_len", "ffn_hidden"):

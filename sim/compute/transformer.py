@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sim.compute.attention import attention_bwd, attention_fwd
 from sim.compute.block_shape import LLAMA2_7B, BlockShape
 from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
+from sim.compute.linear_bias import qkv_bias_add
 from sim.compute.rope_unfused import rope_bwd, rope_fwd
 from sim.hardware.gpu_compute import ComputeSpec
 
@@ -95,6 +96,8 @@ def attention_half_fwd(
     gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
     out = [mem("norm1", 2 * r * h * d)]
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
+    if shape.unfused_qkv_bias and "qkv" in gemms:
+        out.append(qkv_bias_add(gemms["qkv"].m, gemms["qkv"].n, d))
     if shape.qk_norm:
         out.append(mem("qk_norm", 2 * _qk_width(shape, t, tp) * d))
     if shape.rotary and shape.rope_unfused:  # YaRN's scaled RoPE, eager (rope_unfused)

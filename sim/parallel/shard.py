@@ -151,6 +151,7 @@ def _block_shape(shape: dict[str, Any]) -> BlockShape:
         str(shape.get("attention", "math")),
         str(shape.get("dropout_add", "eager")),
         dropout=bool(shape.get("dropout", True)),
+        linear_bias=str(shape.get("linear_bias", "fused")),
     )
 
 

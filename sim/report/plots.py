@@ -49,15 +49,20 @@ BAND_LABEL = "band: p10–p90 of measured / predicted"
 
 def _band_bars(ax, fitting: pd.DataFrame, color: Any) -> bool:
     """Error bars from each micro-batch count's best fitting row's band (its
-    ``throughput_low/high_samples_per_s``, :mod:`sim.report.row_bands`); False when the rows
-    have none."""
+    ``throughput_low/high_samples_per_s``, :mod:`sim.report.row_bands`), drawn from low to high
+    about the band's own middle: a band may lie wholly below (or above) its prediction (a
+    regime pipesim predicts too fast: ``experiments/megatron-scaling.yaml`` at t = 8), where
+    bars anchored on the prediction would have a negative side; False when the rows have
+    none."""
     if not set(_BAND) <= set(fitting.columns) or fitting[_BAND[0]].isna().all():
         return False
     best = fitting.loc[fitting.groupby("microbatches")["throughput_samples_per_s"].idxmax()]
     best = best.dropna(subset=list(_BAND))
-    y = best["throughput_samples_per_s"]
-    err = [y - best[_BAND[0]], best[_BAND[1]] - y]
-    ax.errorbar(best["microbatches"], y, yerr=err, fmt="none", ecolor=color, capsize=3, alpha=0.6)
+    low, high = best[_BAND[0]], best[_BAND[1]]
+    mid, half = (low + high) / 2, (high - low).abs() / 2
+    ax.errorbar(
+        best["microbatches"], mid, yerr=half, fmt="none", ecolor=color, capsize=3, alpha=0.6
+    )
     return True
 
 

@@ -94,11 +94,16 @@ def footnote(fig: Any, text: str) -> None:
 
 def _below_axes(fig: Any) -> float:
     """The figure-fraction height just under everything the axes draw (tick labels and axis
-    labels included), where a footnote overlaps nothing."""
+    labels included), where a footnote overlaps nothing. An axes that draws nothing (hidden:
+    ``get_tightbbox`` is None, as the spare panels of a grid) is left out; with none drawn,
+    the figure's bottom."""
     if not hasattr(fig.canvas, "get_renderer"):  # a figure made without pyplot
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib on first use
 
         FigureCanvasAgg(fig)
     renderer = fig.canvas.get_renderer()
-    bottom_px = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)
+    boxes = [b for b in (ax.get_tightbbox(renderer) for ax in fig.axes) if b is not None]
+    if not boxes:
+        return 0.03
+    bottom_px = min(b.y0 for b in boxes)
     return float(fig.transFigure.inverted().transform((0.0, bottom_px))[1]) - 0.01

@@ -177,6 +177,7 @@ def _shape_times(trace: Trace, b: int, spec: ComputeSpec) -> dict[str, float] | 
         attention=shape.get("attention", "flash"),
         dropout=bool(shape.get("dropout", True)),
         fused_dropout_add=shape.get("dropout_add") == "fused",
+        unfused_qkv_bias=shape.get("linear_bias") == "unfused",
     )
     return {
         "block": block_times(blk, b, spec, trace.dtype).total_s,

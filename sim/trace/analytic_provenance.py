@@ -30,12 +30,17 @@ def analytic_provenance(
 ) -> dict[str, Any]:
     """:func:`sim.trace.generator.transformer_trace`'s provenance: its ``inputs`` (the shape,
     dtype and device), to which are added the ``options`` (``modeling``, ``dropout_add``,
-    ``cross_entropy_fusion``) that are not the default (so the provenance of traces made before
+    ``cross_entropy_fusion``, ``linear_bias``) that are not the default (so the provenance of traces made before
     an option existed is unchanged) and the GPU's spec, or the constant ``efficiency``'s peak
     FLOP/s, efficiency and HBM B/s; the formulas' sources, the unique parameter count and how
     the layers were timed.
     """
-    defaults = {"modeling": "megatron", "dropout_add": "eager", "cross_entropy_fusion": "unfused"}
+    defaults = {
+        "modeling": "megatron",
+        "dropout_add": "eager",
+        "cross_entropy_fusion": "unfused",
+        "linear_bias": "fused",
+    }
     inputs.update((k, v) for k, v in options.items() if v != defaults[k])
     modeling = options["modeling"]
     dtype, gpu_model, hidden, vocab = (inputs[k] for k in ("dtype", "gpu_model", "hidden", "vocab"))

@@ -55,6 +55,7 @@ from typing import Any
 
 from sim.compute.hf_bert import classifier_times, hf_block_times, hf_shape
 from sim.compute.layers import embedding_times, head_times
+from sim.compute.linear_bias import check_linear_bias
 from sim.compute.loss_fusion import CROSS_ENTROPY_FUSIONS
 from sim.compute.transformer import BlockShape, BlockTimes, block_times
 from sim.errors import InputError
@@ -124,6 +125,7 @@ def transformer_trace(
     modeling: str = "megatron",
     dropout_add: str = "eager",
     cross_entropy_fusion: str = "unfused",
+    linear_bias: str = "fused",
 ) -> Trace:
     """An analytic trace of a GPT or BERT stack (formulas and sources in the module doc).
 
@@ -158,6 +160,9 @@ def transformer_trace(
             (kernel model; :func:`sim.compute.layers.head_kernels`, as the decoder path's) and
             host ops (:func:`sim.compute.megatron_ops.head_ops`) are that loss's, and the memory
             model keeps its stash (:mod:`sim.memory.layer_work`).
+        linear_bias: ``"fused"`` (the QKV bias added in its GEMM, PyTorch >= 1.12) or
+            ``"unfused"`` (a separate add kernel after the QKV GEMM, as ``F.linear`` on a 3-D
+            input runs it before PyTorch 1.12: :mod:`sim.compute.linear_bias`).
 
     Returns:
         ``layers + 2`` layers: ``embedding``, ``block.0`` ... ``block.{L-1}``, ``head``.
@@ -171,6 +176,7 @@ def transformer_trace(
     """
     # Long by its provenance inputs record; the rest is in functions.
     check_modeling(modeling, kind, efficiency, gpu)
+    check_linear_bias(linear_bias)
     _check(
         kind,
         dropout_add,
@@ -186,7 +192,9 @@ def transformer_trace(
     gpu, efficiency = _timing_gpu(gpu, gpu_model, peak_flops, efficiency, hbm_bandwidth_Bps)
     gpu_model = gpu_model or gpu.model
     hf = modeling == "hf"
-    shape = _block_shape(kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add, hf)
+    shape = _block_shape(
+        kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add, hf, linear_bias
+    )
     d, b, s, h = dtype_bytes(dtype), microbatch_size, seq_len, hidden
     modelled = efficiency is None
     flops_per_s = gpu.peak_flops(dtype) * (efficiency or 1.0)
@@ -227,7 +235,10 @@ def transformer_trace(
         "attention": attention,
     }
     options = dict(
-        modeling=modeling, dropout_add=dropout_add, cross_entropy_fusion=cross_entropy_fusion
+        modeling=modeling,
+        dropout_add=dropout_add,
+        cross_entropy_fusion=cross_entropy_fusion,
+        linear_bias=linear_bias,
     )
     return Trace(
         name=name,
@@ -248,12 +259,15 @@ def _block_shape(
     attention: str,
     dropout_add: str,
     hf: bool,
+    linear_bias: str = "fused",
 ) -> BlockShape:
     """The transformer block :func:`transformer_trace` times: Hugging Face's BERT layer
     (``hf``, :func:`sim.compute.hf_bert.hf_shape`) or Megatron's (causal for a GPT)."""
     if hf:
         return hf_shape(hidden, heads, seq_len, ffn_mult * hidden)
-    return megatron_block(kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add)
+    return megatron_block(
+        kind, hidden, heads, seq_len, ffn_mult, attention, dropout_add, linear_bias=linear_bias
+    )
 
 
 def megatron_block(
@@ -265,10 +279,12 @@ def megatron_block(
     attention: str = "math",
     dropout_add: str = "eager",
     dropout: bool = True,
+    linear_bias: str = "fused",
 ) -> BlockShape:
     """The Megatron-LM transformer block of an analytic ``kind`` (``gpt``: causal; ``bert``)
     stack: FFN width ``ffn_mult * hidden``, the ``attention`` core, the hidden dropouts
-    fused with their residual adds when ``dropout_add`` is ``fused``. What
+    fused with their residual adds when ``dropout_add`` is ``fused``, the QKV bias its own
+    kernel when ``linear_bias`` is ``unfused`` (:mod:`sim.compute.linear_bias`). What
     :func:`transformer_trace` times and :mod:`sim.parallel.shard` splits from its recorded
     inputs."""
     return BlockShape(
@@ -280,6 +296,7 @@ def megatron_block(
         causal=kind == "gpt",
         attention=attention,
         fused_dropout_add=dropout_add == "fused",
+        unfused_qkv_bias=linear_bias == "unfused",
     )
 
 

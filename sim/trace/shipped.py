@@ -220,6 +220,25 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
     return out
 
 
+SC21_LINEAR_BIAS = "unfused"
+SC21_DROPOUT_ADD = "fused"
+"""How the SC'21 runs' Megatron-LM (NVIDIA/Megatron-LM@6985e58938, ``examples/sc21/``) in NGC
+PyTorch 20.12 (``SRUN.sh``; PyTorch 1.8) runs a block, as the :func:`transformer_trace`
+options ``linear_bias`` and ``dropout_add``:
+
+* ``linear_bias="unfused"``: the QKV bias added by its own kernel
+  (:mod:`sim.compute.linear_bias`);
+* ``dropout_add="fused"``: ``bias_dropout_add_fused_train`` is ``@torch.jit.script``
+  (``megatron/model/transformer.py`` l.355-371, called at l.464-520), run by the legacy
+  executor with the legacy GPU fuser (l.30-34: ``_jit_set_profiling_executor(False)``,
+  ``_jit_override_can_fuse_on_gpu(True)``), whose autodiff lowers ``dropout`` on CUDA to
+  ``rand_like(input) < p1m`` and multiplies ("lowering is specialized for cuda because cuda fuser
+  can efficiently fuse those operations", PyTorch ``torch/csrc/jit/runtime/symbolic_script.cpp``,
+  ``def dropout``), so bias add, dropout and residual add are one kernel writing the output and
+  a 1-byte mask, as :func:`sim.compute.transformer._dropout_residual` models nvFuser's.
+"""
+
+
 def _sc21_traces() -> list[Trace]:
     """The :data:`SC21_SHIPPED` traces (analytic GPT, micro-batch 1, fp16, A100-SXM4-80GB)."""
     gpu = preset_gpu("dgx-a100-80gb")
@@ -236,6 +255,8 @@ def _sc21_traces() -> list[Trace]:
             microbatch_size=1,
             dtype="fp16",
             gpu=gpu,
+            linear_bias=SC21_LINEAR_BIAS,
+            dropout_add=SC21_DROPOUT_ADD,
         )
         prov = dict(t.provenance)
         prov["shape_source"] = (
