@@ -4,12 +4,17 @@ and the small frictions found on the way (each test failed before its fix)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.report.memory_summary import memory_summary
+from sim.report.policy_table import policies_shown, policy_table
 from sim.trace.loader import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,3 +51,62 @@ def test_trace_from_config_lists_the_gpus_for_an_unknown_one(tmp_path) -> None:
     assert "option '--gpu': 'X9' is neither a hardware preset nor the GPU of one" in text, text
     assert "dgx-b200" in text and "B200-SXM-180GB" in text and "RTX-4090-24GB" in text, text
     assert not (tmp_path / "t.csv").exists()
+
+
+def _policy_rows(*rows: tuple) -> pd.DataFrame:
+    """``(model, parameters, memory_policy, fits, samples/s)`` rows of results.csv."""
+    keys = ("model", "parameters", "memory_policy", "fits", "throughput_samples_per_s")
+    return pd.DataFrame([dict(zip(keys, r, strict=True)) for r in rows])
+
+
+def _text(table) -> str:
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text()
+
+
+def test_one_models_policy_table_is_a_row_per_policy() -> None:
+    """One model over three policies printed a model row (its parameters, fastest policy and
+    samples/s: the winner again) and "largest model that fits | — | — | — | m | m"; it is
+    now a row per policy, fastest first, with how much slower each is (30 / 40 - 1 = -25 %),
+    and a policy that fits nowhere says so."""
+    df = _policy_rows(
+        ("m", 1e9, "none", False, 50.0),
+        ("m", 1e9, "recompute", True, 30.0),
+        ("m", 1e9, "dist_opt", True, 40.0),
+    )
+    text = _text(policy_table(memory_summary(df)))
+    lines = [line.split() for line in text.splitlines()]
+    assert ["dist_opt", "40.00", "fastest"] in lines, text
+    assert ["recompute", "30.00", "-25.0", "%"] in lines, text
+    assert ["none", "none", "fits"] in lines, text
+    assert "largest model" not in text and "1,000,000,000" not in text, text
+
+
+def test_policy_table_left_out_when_the_best_configurations_show_each_policy() -> None:
+    """``sim run`` of one model printed the policy table even when the table of its best
+    configurations already showed each policy's best; it is left out then (and shown when a
+    policy's best is below the rows shown, or a policy fits nowhere)."""
+    df = _policy_rows(
+        ("m", 1e9, "dist_opt", True, 40.0),
+        ("m", 1e9, "dist_opt", True, 39.0),
+        ("m", 1e9, "recompute", True, 30.0),
+    )
+    assert policies_shown(df, top=5) and policies_shown(df, top=3)
+    assert not policies_shown(df, top=2)  # recompute's 30.0 is the third row
+    assert not policies_shown(pd.concat([df, _policy_rows(("m", 1e9, "none", False, 50.0))]), 5)
+
+
+def test_several_models_policy_table_says_nothing_twice() -> None:
+    """With several models, the last row ("largest model that fits") printed — under
+    parameters, fastest policy and samples/s; those cells are now blank, and when every
+    policy fits the same largest model the row is one caption line."""
+    both = [("a", 1e9, "none", True, 10.0), ("a", 1e9, "recompute", True, 8.0),
+            ("b", 2e9, "none", True, 5.0), ("b", 2e9, "recompute", True, 4.0)]  # fmt: skip
+    text = _text(policy_table(memory_summary(_policy_rows(*both))))
+    assert "largest model that fits: b, under every policy" in text, text
+    assert "largest model that fits per policy" not in text, text
+    both[2] = ("b", 2e9, "none", False, 5.0)  # none fits a, recompute fits b
+    text = _text(policy_table(memory_summary(_policy_rows(*both))))
+    last = next(line for line in text.splitlines() if line.startswith("largest"))
+    assert last.split() == ["largest", "model", "that", "fits", "a", "b"], text
