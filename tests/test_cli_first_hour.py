@@ -112,11 +112,12 @@ def test_the_memory_policy_summary_wraps_to_the_terminal() -> None:
     from sim.report.policy_table import policy_table
 
     long = ["dist_opt:recompute:selective:mla_up_proj", "dist_opt:recompute:selective:moe_act"]
+    # two models: one model's table is a row per policy (session 14)
     rows = [
         dict(model=m, parameters=n, memory_policy=p, fits=i == 0 or m == "small",
              throughput_samples_per_s=190.0 - i)
         for m, n in (("small", 16e9), ("dsv3", 671e9)) for i, p in enumerate(long)
-    ]  # fmt: skip (two models: one model's table is a row per policy, session 14)
+    ]  # fmt: skip
     console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(policy_table(memory_summary(pd.DataFrame(rows))))
     text = console.export_text()
