@@ -60,6 +60,7 @@ def run_experiment(
     exp: ExperimentConfig | None = None,
     table: str = "compact",
     progress_shown: bool | None = None,
+    said: list[dict[str, str]] | None = None,
 ) -> int:
     """Run one experiment file; returns the process exit code (:data:`sim.errors.EXIT_OK`;
     1 when some model has no configuration that fits; 3 when some points failed with an
@@ -75,6 +76,8 @@ def run_experiment(
             (:data:`sim.report.console.TABLES`).
         progress_shown: show progress (None: when the ``sim`` logger shows notes;
             :func:`sim.progress.shown`).
+        said: where the notes the console prints besides the log's are appended (the
+            winners' reserve and MFU lines: :class:`sim.report.console.Reporter`).
 
     Raises:
         InputError: bad experiment, hardware, trace or grid, or ``--executor ray`` without
@@ -89,7 +92,7 @@ def run_experiment(
     check_out_dir(out)
     out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)
-    say = Reporter(console, table, progress_shown)
+    say = Reporter(console, table, progress_shown, said)
     say.start(exp.name, len(points), prep.topology.name, skipped)
     idle = unused_gpus_note(prep, points)
     if idle:

@@ -5,6 +5,7 @@ and the small frictions found on the way (each test failed before its fix)."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -110,3 +111,28 @@ def test_several_models_policy_table_says_nothing_twice() -> None:
     text = _text(policy_table(memory_summary(_policy_rows(*both))))
     last = next(line for line in text.splitlines() if line.startswith("largest"))
     assert last.split() == ["largest", "model", "that", "fits", "a", "b"], text
+
+
+def test_run_json_carries_every_note_the_console_shows(tmp_path) -> None:
+    """``sim run --format json`` printed the rows only: the warning that gpu.memory 75 GiB
+    was replaced by the H100's CUDA total and the winner's reserve were on the console and
+    nowhere in the JSON; it is now ``{"rows": [...], "notes": [...]}`` with each of them
+    (``--json`` is ``--format json``, as in ``sim hardware show --json``)."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {base: dgx-h100, gpu: {memory: 75 GiB}}\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+        "sweep: {schedule: 1f1b, stages: 2, dp_width: 1, microbatch_size: 4}\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o", "--no-plots", "-j", 1, "--json")
+    assert res.exit_code == 0, res.output
+    said = json.loads(res.stdout)
+    assert len(said["rows"]) == 1 and said["rows"][0]["model"] == "bert"
+    warnings = [n["text"] for n in said["notes"] if n["level"] == "warning"]
+    assert any(t.startswith("gpu.memory 75.00 GiB is within 10 %") for t in warnings), said
+    notes = [n["text"] for n in said["notes"] if n["level"] == "note"]
+    assert any(t.startswith("bert winner: reserve at gpu") for t in notes), said
+    assert any(t.startswith("planner: 1 configuration") for t in notes), said
+    logged = [line.split(": ", 1) for line in res.stderr.splitlines()]
+    shown = {text for level, *text in logged if level in ("note", "warning") for text in text}
+    assert shown and shown <= {n["text"] for n in said["notes"]}, (shown, said["notes"])
