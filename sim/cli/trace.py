@@ -30,7 +30,7 @@ app = typer.Typer(
 )
 
 
-@app.command("list")
+@app.command("list", short_help="The traces shipped in traces/ and their sources.")
 def trace_list() -> None:
     """List the traces shipped in traces/: layers, parameters, the micro-batch size and dtype
     their seconds and bytes are for, the GPU, and where their times come from (measured,
@@ -137,7 +137,7 @@ def trace_show(ref: str = typer.Argument(..., metavar="TRACE", help="Trace name 
         out.print(table)
 
 
-@app.command("import-kineto")
+@app.command("import-kineto", short_help="A Kineto (torch.profiler) trace as a trace.")
 @friendly
 def trace_import_kineto(
     source: Path = typer.Argument(
@@ -195,7 +195,7 @@ def trace_import_kineto(
         )
 
 
-@app.command("from-config")
+@app.command("from-config", short_help="A trace of a Hugging Face config.json (no torch).")
 @friendly
 def trace_from_config(
     config: Path = typer.Argument(
