@@ -149,3 +149,21 @@ def test_help_lists_each_command_in_one_uncut_line(group) -> None:
     assert listed and all(len(line) <= 80 for line in listed), res.output
     assert not any(line.rstrip().endswith("...") for line in listed), res.output
     assert all(line.startswith("  ") and len(line.split()) > 2 for line in listed), res.output
+
+
+def test_a_second_problem_in_the_experiment_is_named(tmp_path) -> None:
+    """A key misspelt in both models was answered for the first "(and 1 more problem(s))":
+    fixing it led to a second run and the second error; the message now names where the
+    others are."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx-h100\nmodels:\n"
+        "  - {name: a, trace: bert-large, global_batch: 8, microbatch_sizes: [1]}\n"
+        "  - {name: b, trace: bert-large, global_batch: 8, microbatch_sizes: [2]}\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "field 'models.0.microbatch_sizes' (line 4)" in text, text
+    assert "(and 1 more problem, at field 'models.1.microbatch_sizes')" in text, text
+    assert not (tmp_path / "o").exists()

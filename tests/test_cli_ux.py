@@ -142,7 +142,7 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
     ("change", "said_before", "says_now"),
     [
         ({"training": "adam"}, "instance of TrainingConfig", "'adam' is not a mapping"),
-        ({"sweep": {"stages": 1.5}}, "(and 1 more problem(s))", "1.5 is not an integer or a list"),
+        ({"sweep": {"stages": 1.5}}, "1 more problem", "1.5 is not an integer or a list"),
         ({"sweep": {"stages": 0}}, "Value error, ", "must be >= 1, got 0"),
     ],
 )
