@@ -167,3 +167,59 @@ def test_a_second_problem_in_the_experiment_is_named(tmp_path) -> None:
     assert "field 'models.0.microbatch_sizes' (line 4)" in text, text
     assert "(and 1 more problem, at field 'models.1.microbatch_sizes')" in text, text
     assert not (tmp_path / "o").exists()
+
+
+RUNS = ROOT / "tests" / "data" / "runs"
+ARGV = (
+    "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 "
+    "--pipeline-model-parallel-size 2 --num-layers 32 --hidden-size 4096 "
+    "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+    "--micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 32000"
+)
+
+
+def test_import_of_a_long_command_in_quotes_is_read_as_a_command(tmp_path) -> None:
+    """A Megatron launch command over 255 characters, in quotes as the help says, was
+    answered "File name too long" (exit 1): the reader asked the file system whether it was a
+    file, which raises for such a name; it is now read as the command."""
+    assert len(ARGV) > 255
+    res = _run("import", ARGV, "--gpu", "H100", "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "<command>: 12 arguments" in res.output, res.output
+    assert (tmp_path / "pretrain_gpt.yaml").is_file()
+
+
+def test_import_without_a_gpu_says_to_give_one(tmp_path) -> None:
+    """A launch script that names no GPU was refused with "GPU '': no preset matches it";
+    it now says the files do not name it and to give --gpu."""
+    res = _run("import", RUNS / "megatron_llama3_70b_64xh100.sh", "--out", tmp_path)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "GPU not named by the run's files: give it with --gpu (e.g. H100" in text, text
+    assert "GPU ''" not in text, text
+
+
+def test_torchtitan_shard_degree_minus_one_says_what_it_assumed(tmp_path) -> None:
+    """torchtitan's ``data_parallel_shard_degree = -1`` (every GPU left) without ``--gpus``
+    was read as 1 GPU and reported "mapped | layout"; it is now "approximated", with the GPU
+    count assumed and how to give it, and with ``--gpus 8`` it is 8 (FSDP over 8)."""
+    toml = RUNS / "torchtitan_llama3_8b.toml"
+    res = _run("import", toml, "--gpu", "H100", "--out", tmp_path / "a")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "assumed parallelism.data_parallel_shard_degree: -1 is every GPU" in text, text
+    assert "1 assumed (give --gpus N)" in text, text
+    res = _run("import", toml, "--gpu", "H100", "--gpus", 8, "--out", tmp_path / "b")
+    assert res.exit_code == 0 and "assumed" not in res.output, res.output
+    assert "dp_width: 8" in (tmp_path / "b" / "torchtitan_llama3_8b.yaml").read_text()
+
+
+@pytest.mark.parametrize(("command", "metavar"), [("import", "SOURCE"), ("compare", "SOURCE")])
+def test_help_names_the_arguments_in_capitals(command, metavar) -> None:
+    """``sim import --help`` and ``sim compare --help`` showed "{sources}..." and "sources...
+    <list[str]>" (the Python parameter's name) where every other command shows its argument
+    in capitals (EXPERIMENT, CONFIG)."""
+    res = runner.invoke(app, [command, "--help"], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    assert f"{{{metavar}}}..." in res.output.splitlines()[0], res.output
+    assert "sources" not in res.output, res.output

@@ -55,7 +55,10 @@ def _report(result: Fit, path: Path) -> None:
 @friendly
 def calibrate(
     runs: list[str] = typer.Argument(
-        None, help="With --from-runs: measured runs (logs, golden JSON, measured-run CSVs)."
+        None,
+        metavar="RUN",
+        show_default=False,
+        help="With --from-runs: measured runs (logs, golden JSON, measured-run CSVs).",
     ),
     out_path: Path = typer.Option(
         ...,

@@ -82,11 +82,15 @@ def _table(df: pd.DataFrame) -> Table:
 def compare_cmd(
     sources: list[str] = typer.Argument(
         ...,
+        metavar="SOURCE",
         help="Measured runs: training logs, functional-test golden JSON, measured-run CSVs "
         "(../shared/data/measured/ or vTrain's layout), configs or launch commands.",
     ),  # fmt: skip
     out_dir: Path = typer.Option(Path("compare"), "--out", "-o", help="Folder for CSV and PNG."),
-    gpu: str = typer.Option("", help="The GPU the runs used, when their files do not say."),
+    gpu: str = typer.Option(
+        "",
+        help="The GPU the runs used, when their files do not say (e.g. H100, B200, A100-SXM-80GB).",
+    ),
     gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs in the job, when not given."),
     config: Path = typer.Option(None, help="Companion file (as for sim import)."),
     command: str = typer.Option(None, help="The launch command of a DeepSpeed log."),
