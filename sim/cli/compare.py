@@ -110,7 +110,8 @@ def compare_cmd(
         sources, out=out_dir, overlay=overlay, plot=plot, gpu=gpu, num_gpus=gpus,
         config=config, command=command, hf_config=hf, seq_len=seq_len,
     )  # fmt: skip
-    out.print(_table(df))
+    if df.expressed.any():  # else an empty table, its caption "on -, from - traces"
+        out.print(_table(df))
     missing = df[~df.expressed]
     if len(missing):
         out.print(f"[yellow]{len(missing)} run(s) not expressed[/], by first reason:")
@@ -119,7 +120,7 @@ def compare_cmd(
             out.print(escape(f"  {n:4d}  {why}"), highlight=False)
     s = summary(df)
     out.print(
-        f"{s['runs']} runs, {s['expressed']} expressed; time: {s['time_n']} compared, MAPE "
+        f"{s['runs']} run{'' if s['runs'] == 1 else 's'}, {s['expressed']} expressed; time: {s['time_n']} compared, MAPE "
         f"{_pct(s['time_mape'])}, signed {_pct(s['time_signed'], '+')}; memory: "
         f"{s['memory_n']} compared, MAPE {_pct(s['memory_mape'])}, signed "
         f"{_pct(s['memory_signed'], '+')}",

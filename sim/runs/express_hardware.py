@@ -30,8 +30,8 @@ def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
     (``gpu`` "": the run's files do not name it, and the reason says how to)."""
     if not gpu.strip():
         return None, (
-            "GPU not named by the run's files: give it with --gpu (e.g. H100, B200, "
-            "A100-SXM-80GB; sim hardware list)"
+            "GPU not named by the run's files: give it with --gpu (e.g. H100, B200 or "
+            "A100-SXM-80GB, as sim hardware list names them)"
         )
     preset = gpu_preset(gpu)
     if preset is None:
