@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing as mp
+import os
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.plan.executors import _init_worker
 from sim.report.memory_summary import memory_summary
 from sim.report.policy_table import policies_shown, policy_table
 from sim.trace.loader import load_trace
@@ -235,3 +240,20 @@ def test_compare_with_nothing_to_compare_prints_no_empty_table(tmp_path) -> None
     assert "predicted against measured" not in text and "on -, from -" not in text, text
     assert "give it with --gpu (e.g. H100, B200 or A100-SXM-80GB, as sim hardware" in text, text
     assert "1 run, 0 expressed" in text, text
+
+
+def _worker_interrupted() -> None:
+    """A pool worker's start, then the SIGINT a terminal's Ctrl-C sends the whole group."""
+    _init_worker(None, os.getppid())  # type: ignore[arg-type]
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)  # the signal is handled (or not) by now
+
+
+def test_ctrl_c_leaves_the_pool_workers_quiet() -> None:
+    """Ctrl-C of ``sim run`` printed, under "interrupted: the output folder is unchanged",
+    each worker's ``KeyboardInterrupt`` traceback of its queue read; a worker now ignores
+    SIGINT (its parent stops the pool), so it ends normally (exit code 0, not 1)."""
+    proc = mp.get_context("fork").Process(target=_worker_interrupted)
+    proc.start()
+    proc.join(5)
+    assert proc.exitcode == 0
