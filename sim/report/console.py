@@ -31,6 +31,7 @@ from sim.plan.planner import PlanStats
 from sim.plan.sweep import skip_kinds
 from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, ResultRow
+from sim.report.note_merge import merge_by_microbatch
 from sim.report.row_bands import describe
 from sim.report.tables import compact_table, config_label, summary_table
 from sim.trace.origin import ROOFLINE, origin_warning, trace_origin
@@ -131,8 +132,9 @@ class Reporter:
         measurement (:mod:`sim.trace.origin`)."""
         for line in prep.topology.notes:  # e.g. a gpu.memory override not used (sim.hardware)
             log.warning("%s", line)
-        for line in (n for model_notes in notes.values() for n in model_notes):
-            log.info("%s", line)
+        for model_notes in notes.values():  # one line for the micro-batch sizes alike
+            for line in merge_by_microbatch(model_notes):
+                log.info("%s", line)
         refs = {m.name: str(m.trace) for m in prep.exp.models}
         for name, shipped in prep.traces.items():
             # as timed here: a generated trace is regenerated on this hardware's GPU
