@@ -276,3 +276,17 @@ def test_notes_alike_but_for_the_microbatch_size_are_said_once() -> None:
         "q: trace q is analytic, not measured",
         "g: b=16, 32 is outside the measured b=64",
     ]
+
+
+def test_a_missing_vocabulary_is_asked_for_not_ignored(tmp_path) -> None:
+    """A Megatron command without ``--vocab-size`` (and no tokenizer) was answered
+    "1 argument(s) change the answer ...: vocab-size = : no vocabulary; give --vocab-size. Pass
+    --ignore NAME for each to run without it": an empty value, and advice that cannot work
+    (ignored, the model has no vocabulary); it now says the argument is not given, to add it."""
+    argv = ARGV.replace(" --vocab-size 32000", "")
+    res = _run("import", argv, "--gpu", "H100", "--out", tmp_path)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "1 argument changes the answer" in text and "vocab-size not given" in text, text
+    assert "Add each one not given to the command or config" in text, text
+    assert "--ignore" not in text and "vocab-size = :" not in text, text
