@@ -290,3 +290,19 @@ def test_a_missing_vocabulary_is_asked_for_not_ignored(tmp_path) -> None:
     assert "1 argument changes the answer" in text and "vocab-size not given" in text, text
     assert "Add each one not given to the command or config" in text, text
     assert "--ignore" not in text and "vocab-size = :" not in text, text
+
+
+def test_partition_table_says_what_its_columns_are() -> None:
+    """``sim partition`` printed time, comm and memory with no word of what they count (per
+    micro-batch of how many samples? memory against what?); its caption now says it: one
+    micro-batch of the trace's size, the trace's origin, the memory model and the capacity
+    (V100-SXM2-16GB: 16,160 MiB as CUDA reports it = 15.78 GiB)."""
+    res = runner.invoke(
+        app, ["partition", "gnmt16", "-p", "2", "--hardware", "dgx1-v100-16gb"],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "forward + backward of one micro-batch (64 samples) from trace gnmt16 (measured)" in text
+    assert "8 x the parameter bytes" in text, text
+    assert "against 15.78 GiB per GPU (dgx1-v100-16gb, as CUDA reports it)" in text, text
