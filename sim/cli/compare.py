@@ -114,7 +114,8 @@ def compare_cmd(
         out.print(_table(df))
     missing = df[~df.expressed]
     if len(missing):
-        out.print(f"[yellow]{len(missing)} run(s) not expressed[/], by first reason:")
+        runs = "1 run" if len(missing) == 1 else f"{len(missing)} runs"
+        out.print(f"[yellow]{runs} not expressed[/], by first reason:")
         firsts = missing.reason.str.split("; ").str[0].value_counts()
         for why, n in firsts.items():
             out.print(escape(f"  {n:4d}  {why}"), highlight=False)
