@@ -76,6 +76,23 @@ def flag_name(name: str) -> str:
     return name if "." in name or " " in name or name.startswith("-") else f"--{name}"
 
 
+def _unmapped_text(bad: list[ArgNote]) -> str:
+    """What the arguments ``bad`` change that pipesim cannot express, and what to do: one
+    given with a value can be left out (``--ignore NAME``); one missing (no value: a
+    vocabulary no tokenizer gives) must be added."""
+    what = "; ".join(
+        f"{a.name} = {a.value}: {a.reason}" if a.value else f"{a.name} not given: {a.reason}"
+        for a in bad
+    )
+    many = "1 argument changes" if len(bad) == 1 else f"{len(bad)} arguments change"
+    todo = []
+    if any(a.value for a in bad):
+        todo.append("pass --ignore NAME for each given one to run without it")
+    if any(not a.value for a in bad):
+        todo.append("add each one not given to the command or config")
+    return f"{many} the answer and cannot be expressed yet: {what}. " + "; ".join(todo).capitalize()
+
+
 def check_expressed(run: MeasuredRun) -> Expressed:
     """The run as pipesim simulates it.
 
@@ -85,12 +102,7 @@ def check_expressed(run: MeasuredRun) -> Expressed:
     """
     bad = run.unmapped()
     if bad:
-        what = "; ".join(f"{a.name} = {a.value}: {a.reason}" for a in bad)
-        raise InputError(
-            f"{len(bad)} argument(s) change the answer and cannot be expressed yet: {what}. "
-            "Pass --ignore NAME for each to run without it",
-            file=run.source, field=flag_name(bad[0].name),
-        )  # fmt: skip
+        raise InputError(_unmapped_text(bad), file=run.source, field=flag_name(bad[0].name))
     ex = express(run)
     if isinstance(ex, NotExpressed):
         first = ex.reasons[0]

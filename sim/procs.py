@@ -8,6 +8,11 @@ workers or replay ranks. Each child therefore calls :func:`die_with_parent` firs
 * everywhere, a daemon thread polls ``os.getppid()`` every :data:`POLL_S` seconds and ends the
   process when the parent has changed (it was re-parented to init or a subreaper).
 
+A child whose parent stops it itself (a pool worker, a drawing process) also leaves Ctrl-C to
+the parent (:func:`leave_interrupts_to_parent`): the terminal sends SIGINT to every process
+of the foreground group, and each worker printed a ``KeyboardInterrupt`` traceback of its
+queue read under the parent's one-line "interrupted" message.
+
 No I/O besides that; the simulator itself never starts processes from here.
 """
 
@@ -41,6 +46,12 @@ def _watch(parent_pid: int) -> None:
         if os.getppid() != parent_pid:
             os._exit(137)
         time.sleep(POLL_S)
+
+
+def leave_interrupts_to_parent() -> None:
+    """Ignore SIGINT (Ctrl-C) in this child: its parent gets it too, and stops the child
+    (``ProcessPoolExecutor.shutdown``, ``Process.terminate``) once it has said so."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -23,7 +23,7 @@ from sim.point.experiment import Prepared, prepare
 from sim.point.rows import BestRows, ResultRow, pick_winner
 from sim.point.simulate import evaluate, resolve
 from sim.progress import progress
-from sim.report.console import Reporter
+from sim.report.console import TOP, Reporter
 from sim.report.drawing import Drawing, sharing
 from sim.report.outputs import (
     check_model_names,
@@ -42,7 +42,7 @@ from sim.report.prefetch import PLOT_MODULES, TABLE_MODULES, Prefetch
 from sim.report.provenance import META_KEY, experiment_sources, footnoted, joined, prediction_source
 from sim.report.resolved import compute_notes, unused_gpus_note, write_resolved
 from sim.report.row_bands import bands_for, winner_bands
-from sim.report.tables import config_label, policy_table
+from sim.report.tables import config_label
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def run_experiment(
     exp: ExperimentConfig | None = None,
     table: str = "compact",
     progress_shown: bool | None = None,
+    said: list[dict[str, str]] | None = None,
 ) -> int:
     """Run one experiment file; returns the process exit code (:data:`sim.errors.EXIT_OK`;
     1 when some model has no configuration that fits; 3 when some points failed with an
@@ -75,6 +76,8 @@ def run_experiment(
             (:data:`sim.report.console.TABLES`).
         progress_shown: show progress (None: when the ``sim`` logger shows notes;
             :func:`sim.progress.shown`).
+        said: where the notes the console prints besides the log's are appended (the
+            winners' reserve and MFU lines: :class:`sim.report.console.Reporter`).
 
     Raises:
         InputError: bad experiment, hardware, trace or grid, or ``--executor ray`` without
@@ -89,7 +92,7 @@ def run_experiment(
     check_out_dir(out)
     out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)
-    say = Reporter(console, table, progress_shown)
+    say = Reporter(console, table, progress_shown, said)
     say.start(exp.name, len(points), prep.topology.name, skipped)
     idle = unused_gpus_note(prep, points)
     if idle:
@@ -256,12 +259,15 @@ def _memory_summary(
     df, out: Path, plots: bool, say: Reporter, shapes: dict, pending: _Pending, sources: dict
 ) -> list[Path]:
     """Largest model per policy and fastest policy per model: table, CSV and two plots (and
-    TFLOPS per GPU for GPT models), the plots added to ``pending``."""
+    TFLOPS per GPU for GPT models), the plots added to ``pending``. The console's table
+    (:mod:`sim.report.policy_table`) is left out for one model whose table of best
+    configurations already shows each policy's best."""
     from sim.report.memory_summary import write_memory_summary  # matplotlib on first use
+    from sim.report.policy_table import policies_shown, policy_table
 
     table, written = write_memory_summary(df, out, plots, shapes, pending.drawings, sources)
-    if say.style == "none":
-        return written
+    if say.style == "none" or (df["model"].nunique() == 1 and policies_shown(df, TOP)):
+        return written  # one model whose table of best configurations shows every policy's best
     say.console.print(policy_table(table))
     return written
 

@@ -98,4 +98,4 @@ def test_bad_inputs(tmp_path):
                                    str(tmp_path / "r")])  # fmt: skip
     assert res.exit_code == 2 and "o.yaml" in res.output and "gpu.peak_flops" in res.output
     res = CliRunner().invoke(app, ["calibrate", "--from-runs", "--out", str(tmp_path / "c.yaml")])
-    assert res.exit_code == 2 and "RUNS" in res.output
+    assert res.exit_code == 2 and "argument 'RUN'" in res.output

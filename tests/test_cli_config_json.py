@@ -125,7 +125,7 @@ def test_a_config_missing_a_field_names_the_file_and_the_field(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("args", "names"),
     [
-        (["--gpu", "h100"], ["--gpu", "did you mean 'dgx-h100'"]),
+        (["--gpu", "dgx-h10"], ["--gpu", "did you mean 'dgx-h100'"]),  # h100: a GPU
         (["--dtype", "bf8"], ["--dtype", "bf16, fp16, fp32"]),
         (["--seq-len", "0"], ["--seq-len", "greater than or equal to 1"]),
     ],

@@ -109,20 +109,21 @@ def test_the_memory_policy_summary_wraps_to_the_terminal() -> None:
     from rich.console import Console
 
     from sim.report.memory_summary import memory_summary
-    from sim.report.tables import policy_table
+    from sim.report.policy_table import policy_table
 
     long = ["dist_opt:recompute:selective:mla_up_proj", "dist_opt:recompute:selective:moe_act"]
+    # two models: one model's table is a row per policy (session 14)
     rows = [
-        dict(model="dsv3", parameters=671e9, memory_policy=p, fits=True,
+        dict(model=m, parameters=n, memory_policy=p, fits=i == 0 or m == "small",
              throughput_samples_per_s=190.0 - i)
-        for i, p in enumerate(long)
+        for m, n in (("small", 16e9), ("dsv3", 671e9)) for i, p in enumerate(long)
     ]  # fmt: skip
     console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(policy_table(memory_summary(pd.DataFrame(rows))))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80, text
     assert "671,000,000,000" in text and "190.00" in text and "189.00" in text, text
-    assert "largest model that fits" in text and "dsv3" in text, text
+    assert "largest model that fits" in text and "dsv3" in text and "small" in text, text
 
 
 def test_a_config_json_trace_is_named_as_the_user_named_it(tmp_path) -> None:

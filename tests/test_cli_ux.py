@@ -142,7 +142,7 @@ def test_sim_memory_shows_progress(tmp_path: Path) -> None:
     ("change", "said_before", "says_now"),
     [
         ({"training": "adam"}, "instance of TrainingConfig", "'adam' is not a mapping"),
-        ({"sweep": {"stages": 1.5}}, "(and 1 more problem(s))", "1.5 is not an integer or a list"),
+        ({"sweep": {"stages": 1.5}}, "1 more problem", "1.5 is not an integer or a list"),
         ({"sweep": {"stages": 0}}, "Value error, ", "must be >= 1, got 0"),
     ],
 )
@@ -436,7 +436,8 @@ def test_one_model_over_several_policies_draws_no_empty_comparison(tmp_path: Pat
     """One model, two memory policies: 'largest trainable model per policy' was drawn with one
     bar per policy, all the same model (deepseek-v3-256xgb200: two 671.0 B bars), and the
     console's memory-policy table printed the parameter count as 671026404352; now no such
-    plot, and the count with thousands separators (BERT-large here)."""
+    plot, and (session 14) no such table when the best configurations show each policy's
+    best (it repeated them: tests/test_cli_first_hour_again.py)."""
     from sim.report.memory_summary import write_memory_summary
 
     rows = [
@@ -449,9 +450,7 @@ def test_one_model_over_several_policies_draws_no_empty_comparison(tmp_path: Pat
             "memory_policy": ["none", "recompute"]}  # fmt: skip
     res = _run("run", _small_bert(tmp_path, grid), "--out", tmp_path / "o", "--no-plots", "-j", 1)
     assert res.exit_code == 0, res.output
-    line = next(x for x in res.output.splitlines() if x.startswith("bert "))
-    params = int(line.split()[1].replace(",", ""))
-    assert params > 3e8 and f"{params:,}" in line, line
+    assert "Memory policies" not in res.output and "recompute" in res.output, res.output
 
 
 @pytest.mark.parametrize(

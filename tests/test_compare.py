@@ -55,7 +55,7 @@ def test_compare_tiny_run(tmp_path):
 def test_cli_compare(tmp_path):
     res = CliRunner().invoke(app, ["compare", str(GOLDEN), "--out", str(tmp_path), "--no-plot"])
     assert res.exit_code == 0, res.output
-    assert "1 runs, 1 expressed" in res.output and not (tmp_path / "compare.png").exists()
+    assert "1 run, 1 expressed" in res.output and not (tmp_path / "compare.png").exists()
     csv = tmp_path / "rows.csv"
     csv.write_text("model,gpu,tp\nx,B200,1\n")
     bad = CliRunner().invoke(app, ["compare", str(csv), "--out", str(tmp_path / "o")])

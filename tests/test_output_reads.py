@@ -68,7 +68,7 @@ def test_default_wide_csv_and_json(tmp_path):
     assert csv.exit_code == 0
     assert csv.stdout == (tmp_path / "o" / "results.csv").read_text()
     js = _run(tmp_path, "--format", "json")
-    records = json.loads(js.stdout)
+    records = json.loads(js.stdout)["rows"]
     assert len(records) == len(pd.read_csv(tmp_path / "o" / "results.csv"))
     assert {"schedule", "throughput_samples_per_s", "mfu"} <= set(records[0])
 

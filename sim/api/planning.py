@@ -23,7 +23,7 @@ from sim.plan.sweep import expand
 from sim.point.config import PointConfig
 from sim.point.rows import pick_winner
 from sim.point.simulate import evaluate, resolve
-from sim.report.console import TABLES
+from sim.report.console import TABLES, noting
 from sim.report.results import Plan, RunOutcome, Simulation
 from sim.report.row_bands import bands_for
 from sim.run import run_experiment
@@ -62,7 +62,7 @@ def run(
             instead of the experiment's ``hardware_overlay``.
 
     Returns:
-        The exit code and the folder written.
+        The exit code, the folder written and the notes shown (:class:`RunOutcome`).
 
     Raises:
         InputError: bad experiment, hardware, trace, grid or folder, or an argument of the
@@ -84,20 +84,23 @@ def run(
             )
         read_overlay(Path(hardware_overlay))  # a bad overlay is refused before anything runs
         exp = exp.model_copy(update={"hardware_overlay": str(Path(hardware_overlay).resolve())})
-    code = run_experiment(
-        Path(file),
-        exp=exp,
-        out_dir=out_dir,
-        jobs=jobs,
-        use_cache=cache,
-        plots=plots,
-        console=console or Console(),
-        executor=executor,
-        exhaustive=exhaustive,
-        table=table,
-        progress_shown=progress,
-    )
-    return RunOutcome(code, out_dir)
+    notes: list[dict[str, str]] = []
+    with noting(notes):  # what the `sim` logger shows, and the winners' notes
+        code = run_experiment(
+            Path(file),
+            exp=exp,
+            out_dir=out_dir,
+            jobs=jobs,
+            use_cache=cache,
+            plots=plots,
+            console=console or Console(),
+            executor=executor,
+            exhaustive=exhaustive,
+            table=table,
+            progress_shown=progress,
+            said=notes,
+        )
+    return RunOutcome(code, out_dir, notes)
 
 
 def plan(

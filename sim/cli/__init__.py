@@ -65,6 +65,24 @@ in it. A module is imported when its command runs (or ``--help`` lists them all)
 importing every command took)."""
 
 
+SHORT_HELP: dict[str, str] = {
+    "run": "Simulate a grid: the fastest configuration that fits.",
+    "partition": "Split a trace's layers into P stages, minimising the slowest.",
+    "memory": "Peak memory per GPU of every configuration (no timing).",
+    "profile": "Measure a torch model layer by layer into a trace.",
+    "calibrate": "Measure this machine, or fit a cluster to its runs.",
+    "validate": "Replay a configuration with torch against its prediction.",
+    "import": "Launch arguments, configs and logs into experiments.",
+    "compare": "Predicted against measured runs: error and band.",
+    "hardware": "Hardware presets (GPUs, links, hosts): list, show.",
+    "schedule": "Pipeline schedules as per-rank actions.",
+    "trace": "Per-layer traces: list, show, import, from a config.json.",
+}
+"""Each command's line in ``sim --help`` (click cuts a docstring's first sentence at the
+terminal's width with "...": "run  Simulate every configuration of an experiment's grid
+and..."); short enough for 80 columns."""
+
+
 def _settle_heap() -> None:
     """Move what the imports allocated (about 220,000 objects: pandas, matplotlib, pydantic's
     models) out of the garbage collector's reach, then turn it back on.
@@ -97,13 +115,13 @@ def _load(name: str) -> Command:
         _settle_heap()
     if isinstance(obj, typer.Typer):
         return get_group_from_info(
-            TyperInfo(obj, name=name),
+            TyperInfo(obj, name=name, short_help=SHORT_HELP[name]),
             pretty_exceptions_short=app.pretty_exceptions_short,
             suggest_commands=app.suggest_commands,
             rich_markup_mode=app.rich_markup_mode,
         )
     return get_command_from_info(
-        CommandInfo(name=name, callback=obj),
+        CommandInfo(name=name, callback=obj, short_help=SHORT_HELP[name]),
         pretty_exceptions_short=app.pretty_exceptions_short,
         rich_markup_mode=app.rich_markup_mode,
     )

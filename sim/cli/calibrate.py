@@ -55,7 +55,10 @@ def _report(result: Fit, path: Path) -> None:
 @friendly
 def calibrate(
     runs: list[str] = typer.Argument(
-        None, help="With --from-runs: measured runs (logs, golden JSON, measured-run CSVs)."
+        None,
+        metavar="RUN",
+        show_default=False,
+        help="With --from-runs: measured runs (logs, golden JSON, measured-run CSVs).",
     ),
     out_path: Path = typer.Option(
         ...,
@@ -76,7 +79,7 @@ def calibrate(
         "--from-runs",
         help="Fit the declared parameters of one's cluster (GEMM, "
         "attention and memory-bound efficiency, kernel overhead, NCCL bandwidths) to measured "
-        "runs (RUNS) instead of measuring this machine.",
+        "runs (RUN...) instead of measuring this machine.",
     ),  # fmt: skip
     parameters: str = typer.Option(
         None,
@@ -95,7 +98,7 @@ def calibrate(
     hardware overlay (sim run --hardware-overlay)."""
     if from_runs:
         if not runs:
-            raise InputError("give the measured runs to fit", field="RUNS")
+            raise InputError("give the measured runs to fit", field="RUN")
         only = [x.strip() for x in parameters.split(",")] if parameters else None
         result = calibrate_from_runs(
             runs, out=out_path, only=only, gpu=gpu, num_gpus=gpus,
@@ -104,7 +107,7 @@ def calibrate(
         _report(result, out_path)
         return
     if runs:
-        raise InputError("run files are read only with --from-runs", field="RUNS")
+        raise InputError("run files are read only with --from-runs", field="RUN")
     check_device_name(device)
     check_writable(out_path, option="--out")  # fail now, not after the measurement
     need_torch()

@@ -82,11 +82,15 @@ def _table(df: pd.DataFrame) -> Table:
 def compare_cmd(
     sources: list[str] = typer.Argument(
         ...,
+        metavar="SOURCE",
         help="Measured runs: training logs, functional-test golden JSON, measured-run CSVs "
         "(../shared/data/measured/ or vTrain's layout), configs or launch commands.",
     ),  # fmt: skip
     out_dir: Path = typer.Option(Path("compare"), "--out", "-o", help="Folder for CSV and PNG."),
-    gpu: str = typer.Option("", help="The GPU the runs used, when their files do not say."),
+    gpu: str = typer.Option(
+        "",
+        help="The GPU the runs used, when their files do not say (e.g. H100, B200, A100-SXM-80GB).",
+    ),
     gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs in the job, when not given."),
     config: Path = typer.Option(None, help="Companion file (as for sim import)."),
     command: str = typer.Option(None, help="The launch command of a DeepSpeed log."),
@@ -106,16 +110,18 @@ def compare_cmd(
         sources, out=out_dir, overlay=overlay, plot=plot, gpu=gpu, num_gpus=gpus,
         config=config, command=command, hf_config=hf, seq_len=seq_len,
     )  # fmt: skip
-    out.print(_table(df))
+    if df.expressed.any():  # else an empty table, its caption "on -, from - traces"
+        out.print(_table(df))
     missing = df[~df.expressed]
     if len(missing):
-        out.print(f"[yellow]{len(missing)} run(s) not expressed[/], by first reason:")
+        runs = "1 run" if len(missing) == 1 else f"{len(missing)} runs"
+        out.print(f"[yellow]{runs} not expressed[/], by first reason:")
         firsts = missing.reason.str.split("; ").str[0].value_counts()
         for why, n in firsts.items():
             out.print(escape(f"  {n:4d}  {why}"), highlight=False)
     s = summary(df)
     out.print(
-        f"{s['runs']} runs, {s['expressed']} expressed; time: {s['time_n']} compared, MAPE "
+        f"{s['runs']} run{'' if s['runs'] == 1 else 's'}, {s['expressed']} expressed; time: {s['time_n']} compared, MAPE "
         f"{_pct(s['time_mape'])}, signed {_pct(s['time_signed'], '+')}; memory: "
         f"{s['memory_n']} compared, MAPE {_pct(s['memory_mape'])}, signed "
         f"{_pct(s['memory_signed'], '+')}",

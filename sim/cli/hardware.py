@@ -16,7 +16,7 @@ app = typer.Typer(
 )
 
 
-@app.command("list")
+@app.command("list", short_help="The presets: GPUs per server, GPU model, memory.")
 def hardware_list() -> None:
     """List hardware presets: name, GPUs per server (or NVLink domain) and their model and
     memory (GiB as CUDA reports it), then the multi-server forms."""
@@ -34,7 +34,7 @@ def hardware_list() -> None:
     )
 
 
-@app.command("show")
+@app.command("show", short_help="A hardware description and its figures' sources.")
 @friendly
 def hardware_show(
     name: str = typer.Argument(..., metavar="NAME", help="Preset name or hardware YAML path."),

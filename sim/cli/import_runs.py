@@ -19,6 +19,7 @@ STYLE = {"mapped": "green", "ignored": "dim", "approximated": "yellow", "unmappe
 def import_cmd(
     sources: list[str] = typer.Argument(
         ...,
+        metavar="SOURCE",
         help="Launch commands (a file, or the command in quotes), configs (Megatron-Bridge "
         "YAML, torchtitan TOML, DeepSpeed JSON, a functional test's model_config.yaml) or "
         "training logs (Megatron-LM, torchtitan, DeepSpeed, functional-test golden JSON).",

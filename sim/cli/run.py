@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from enum import StrEnum
@@ -11,6 +12,7 @@ import typer
 
 from sim import api
 from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out, quiet_now
+from sim.errors import InputError
 
 
 class Format(StrEnum):
@@ -80,9 +82,11 @@ def run(
     fmt: Format = typer.Option(
         "table",
         "--format",
-        help="table: the best configurations per model; csv or json: every row of "
-        "results.csv on standard output (everything else on standard error).",
+        help="table: the best configurations per model; csv: every row of results.csv on "
+        'standard output; json: {"rows": every row of results.csv, "notes": every note and '
+        "warning the console shows} on standard output (the rest on standard error).",
     ),
+    as_json: bool = typer.Option(False, "--json", help="As --format json."),
     verbose: int = VERBOSE,
     quiet: bool = QUIET,
 ) -> None:
@@ -97,6 +101,9 @@ def run(
     where; everything else is written); 130 interrupted (Ctrl-C: nothing written).
     """
     apply_verbosity(verbose, quiet)
+    if as_json and fmt == Format.csv:
+        raise InputError("--json is --format json: give one of them", field="--json")
+    fmt = Format.json if as_json else fmt
     table = "none" if fmt != Format.table or quiet_now() else "wide" if wide else "compact"
     try:
         outcome = api.run(
@@ -127,16 +134,19 @@ def run(
         )
         raise typer.Exit(130) from None
     if fmt != Format.table:
-        _dump(outcome.out_dir / "results.csv", fmt)
+        _dump(outcome.out_dir / "results.csv", fmt, outcome.notes)
     raise typer.Exit(outcome.code)
 
 
-def _dump(results: Path, fmt: Format) -> None:
-    """results.csv on standard output, as it is (csv) or as a JSON list of records."""
+def _dump(results: Path, fmt: Format, notes: list[dict[str, str]]) -> None:
+    """results.csv on standard output, as it is (csv) or as JSON: ``{"rows": [one record per
+    row], "notes": [{"level": "note" | "warning" | ..., "text": ...}, ...]}`` (the notes the
+    console showed: :attr:`sim.report.results.RunOutcome.notes`)."""
     if fmt == Format.csv:
         sys.stdout.write(results.read_text(encoding="utf-8"))
         return
     import pandas as pd  # on first use: the sweep does not wait for its import
 
     df = pd.read_csv(results, keep_default_na=False, na_values=[""])
-    sys.stdout.write(df.to_json(orient="records", indent=1) + "\n")
+    rows = json.loads(df.to_json(orient="records"))
+    sys.stdout.write(json.dumps({"rows": rows, "notes": notes}, indent=1) + "\n")

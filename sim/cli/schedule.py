@@ -26,7 +26,7 @@ def schedule_list() -> None:
         out.print(f"{name:15s} {get_schedule(name).description}")
 
 
-@app.command("show")
+@app.command("show", short_help="A schedule as a step x rank grid of actions.")
 @friendly
 def schedule_show(
     name: str = typer.Argument(

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sim.atomic import check_writable
 from sim.cli.console import check_choice, err, friendly, out
+from sim.cli.gpu_names import gpu_hardware
 from sim.errors import InputError
 from sim.hardware.loader import load_hardware
 from sim.trace.from_config import DTYPES, beyond_positions, config_trace
@@ -29,7 +30,7 @@ app = typer.Typer(
 )
 
 
-@app.command("list")
+@app.command("list", short_help="The traces shipped in traces/ and their sources.")
 def trace_list() -> None:
     """List the traces shipped in traces/: layers, parameters, the micro-batch size and dtype
     their seconds and bytes are for, the GPU, and where their times come from (measured,
@@ -136,7 +137,7 @@ def trace_show(ref: str = typer.Argument(..., metavar="TRACE", help="Trace name 
         out.print(table)
 
 
-@app.command("import-kineto")
+@app.command("import-kineto", short_help="A Kineto (torch.profiler) trace as a trace.")
 @friendly
 def trace_import_kineto(
     source: Path = typer.Argument(
@@ -194,7 +195,7 @@ def trace_import_kineto(
         )
 
 
-@app.command("from-config")
+@app.command("from-config", short_help="A trace of a Hugging Face config.json (no torch).")
 @friendly
 def trace_from_config(
     config: Path = typer.Argument(
@@ -217,8 +218,9 @@ def trace_from_config(
     gpu: str = typer.Option(
         "dgx-h100",
         "--gpu",
-        help="Hardware preset whose GPU times the layers (sim hardware list; sim run "
-        "regenerates the trace on the experiment's GPU).",
+        help="GPU that times the layers: a hardware preset (sim hardware list), its GPU "
+        "model (H100-SXM5-80GB) or a GPU name (B200, 'A100 80GB'); sim run regenerates the "
+        "trace on the experiment's GPU.",
     ),
     dtype: str = typer.Option("bf16", help=f"Parameters and activations: {', '.join(DTYPES)}."),
     layers: int = typer.Option(
@@ -232,7 +234,8 @@ def trace_from_config(
     out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     check_choice(dtype, DTYPES, "--dtype")
     check_writable(out_path.with_name(out_path.name + ".csv"), option="--out")
-    spec = load_hardware(gpu, file="command line", field="--gpu").gpus[0].compute
+    hardware, read_as = gpu_hardware(gpu)
+    spec = load_hardware(hardware, file="command line", field="--gpu").gpus[0].compute
     if spec is None:
         raise InputError(f"{gpu}: its GPU has no compute figures to time layers", field="--gpu")
     trace = config_trace(
@@ -245,6 +248,8 @@ def trace_from_config(
         name=name or out_path.name,
     )
     write_trace(trace, out_path)
+    if read_as:
+        err.print(f"note: {escape(read_as)}", highlight=False)
     beyond = beyond_positions(config, seq_len)
     if beyond:
         err.print(f"[yellow]warning:[/] {escape(beyond)}", highlight=False)

@@ -124,9 +124,20 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
         msg += _literal_hint(str(err["input"]), str(err.get("ctx", {}).get("expected", "")))
     elif err["type"] == "duplicate_name":
         loc = loc + (err["ctx"]["index"], "name")
-    others = len({_field_path(tuple(e["loc"])) for e in errors} - {here})
-    more = f" (and {others} more problem(s))" if others else ""
-    return InputError(msg + more, file=file, field=_field_path(loc))
+    paths = dict.fromkeys(_field_path(tuple(e["loc"])) for e in errors)
+    others = [f for f in paths if f != here]
+    return InputError(msg + _more(others), file=file, field=_field_path(loc))
+
+
+def _more(fields: list[str], shown: int = 3) -> str:
+    """`` (and 1 more problem, at field 'models.1.b')``: where the other problems are (the
+    first ``shown``), so that one fix does not lead to the next surprise; "" for none."""
+    if not fields:
+        return ""
+    named = ", ".join(f"'{f}'" for f in fields[:shown])
+    rest = f" and {len(fields) - shown} more" if len(fields) > shown else ""
+    many = "problem, at field" if len(fields) == 1 else "problems, at fields"
+    return f" (and {len(fields)} more {many} {named}{rest})"
 
 
 LITERAL_MEANT = {

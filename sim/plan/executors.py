@@ -42,7 +42,7 @@ from sim.plan.point_row import failed_row, point_row
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.point.rows import BestRows, ResultRow
-from sim.procs import die_with_parent
+from sim.procs import die_with_parent, leave_interrupts_to_parent
 
 EXECUTORS = ("local", "ray")
 """Names accepted by ``sim run --executor``."""
@@ -119,6 +119,7 @@ _WORKER: dict = {}
 
 def _init_worker(prep: Prepared, parent_pid: int) -> None:
     die_with_parent(parent_pid)
+    leave_interrupts_to_parent()  # Ctrl-C: the parent says "interrupted" and stops the pool
     _WORKER["prep"] = prep
     _WORKER["best"] = BestRows()
 

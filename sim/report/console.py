@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from sim.plan.planner import PlanStats
 from sim.plan.sweep import skip_kinds
 from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, ResultRow
+from sim.report.note_merge import merge_by_microbatch
 from sim.report.row_bands import describe
 from sim.report.tables import compact_table, config_label, summary_table
 from sim.trace.origin import ROOFLINE, origin_warning, trace_origin
@@ -51,6 +53,40 @@ FAILED_SHOWN = 5
 """Points of an internal error named (all are in results.csv)."""
 
 
+LEVELS = {logging.INFO: "note", logging.WARNING: "warning"}
+"""The level of a note (:class:`NoteSink`) by its logging level (``error`` above WARNING,
+``debug`` below INFO), as the console labels it (:mod:`sim.cli.console`)."""
+
+
+class NoteSink(logging.Handler):
+    """Keeps every message the ``sim`` logger shows (at its level: ``-q`` keeps warnings and
+    errors, ``-v`` adds details) as ``{"level": "note" | "warning" | ..., "text": ...}`` in
+    :attr:`notes`, so that ``sim run --format json`` carries what the console said."""
+
+    def __init__(self, notes: list[dict[str, str]]) -> None:
+        super().__init__()
+        self.notes = notes
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = LEVELS.get(record.levelno, "error" if record.levelno > logging.WARNING else "debug")
+        self.notes.append({"level": level, "text": record.getMessage()})
+
+
+@contextmanager
+def noting(notes: list[dict[str, str]] | None) -> Iterator[None]:
+    """While open, every message the ``sim`` logger shows is appended to ``notes`` too
+    (:class:`NoteSink`; nothing when ``notes`` is None)."""
+    if notes is None:
+        yield
+        return
+    logger, sink = logging.getLogger("sim"), NoteSink(notes)
+    logger.addHandler(sink)
+    try:
+        yield
+    finally:
+        logger.removeHandler(sink)
+
+
 class Reporter:
     """``sim run``'s console (module doc).
 
@@ -58,14 +94,22 @@ class Reporter:
         console: where the answer goes.
         table: one of :data:`TABLES`.
         progress: show progress bars (None: :func:`sim.progress.shown`).
+        notes: where the winners' notes printed on the console (the reserve at the peak, the
+            MFU and its source) and a model with nothing that fits are also appended
+            (``{"level": ..., "text": ...}``, as :class:`NoteSink`'s).
     """
 
     def __init__(
-        self, console: Console, table: str = "compact", progress: bool | None = None
+        self,
+        console: Console,
+        table: str = "compact",
+        progress: bool | None = None,
+        notes: list[dict[str, str]] | None = None,
     ) -> None:
         if table not in TABLES:
             raise ValueError(f"table must be one of {TABLES}, got {table!r}")
         self.console, self.style, self.progress = console, table, progress
+        self.said = notes if notes is not None else []
 
     def start(self, name: str, points: int, hardware: str, skipped: list[tuple[str, str]]) -> None:
         """The grid: how many configurations, and the skipped ones by kind."""
@@ -88,8 +132,9 @@ class Reporter:
         measurement (:mod:`sim.trace.origin`)."""
         for line in prep.topology.notes:  # e.g. a gpu.memory override not used (sim.hardware)
             log.warning("%s", line)
-        for line in (n for model_notes in notes.values() for n in model_notes):
-            log.info("%s", line)
+        for model_notes in notes.values():  # one line for the micro-batch sizes alike
+            for line in merge_by_microbatch(model_notes):
+                log.info("%s", line)
         refs = {m.name: str(m.trace) for m in prep.exp.models}
         for name, shipped in prep.traces.items():
             # as timed here: a generated trace is regenerated on this hardware's GPU
@@ -123,12 +168,15 @@ class Reporter:
         """``model`` has no configuration that fits: where to look, and the command that
         names, per configuration, the category over capacity and the smallest change that
         fits (``sim memory``'s advice)."""
-        self.console.print(
-            f"[bold red]{escape(model)}: no configuration fits in memory.[/] See results.csv "
-            "(peak_memory_bytes, oom_device); `sim memory "
-            f"{escape(experiment)}` names each configuration's category over capacity and the "
-            "first of dist_opt, recompute, half the micro-batch, twice tp or twice pp that fits."
+        text = (
+            f"{model}: no configuration fits in memory. See results.csv "
+            f"(peak_memory_bytes, oom_device); `sim memory {experiment}` names each "
+            "configuration's category over capacity and the first of dist_opt, recompute, half "
+            "the micro-batch, twice tp or twice pp that fits."
         )
+        self.said.append({"level": "warning", "text": text})
+        head, rest = text.split(" See ", 1)
+        self.console.print(f"[bold red]{escape(head)}[/] See {escape(rest)}")
 
     def winner(self, row: ResultRow, band: dict) -> None:
         """The winner in one line (with its band when it has one), the source of its peak's
@@ -154,10 +202,12 @@ class Reporter:
         reserve = reserve_text(row)
         if reserve:
             self.console.print(f"  {escape(reserve)}", highlight=False, soft_wrap=wrap)
+            self.said.append({"level": "note", "text": f"{row.model} winner: {reserve}"})
             log.debug("%s reserve: %s", row.model, row.peak_reserve_source)
         flops = flops_text(row)
         if flops:
             self.console.print(f"  {escape(flops)}", highlight=False, soft_wrap=wrap)
+            self.said.append({"level": "note", "text": f"{row.model} winner: {flops}"})
         if band:
             log.debug(
                 "%s band: p10–p90 of measured/predicted iteration times of %s "

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.plan.executors import collector_paused
-from sim.procs import die_with_parent
+from sim.procs import die_with_parent, leave_interrupts_to_parent
 from sim.report import prefetch
 
 Drawing = tuple[Path, Callable[[], object]]
@@ -136,5 +136,6 @@ def _cost_rank(drawing: Drawing) -> int:
 
 def _draw_share(share: Shared, parent_pid: int) -> None:
     die_with_parent(parent_pid)
+    leave_interrupts_to_parent()  # Ctrl-C: the parent terminates this process (sharing)
     share.children = []  # the parent's, not this process's
     share.draw_next()

@@ -6,7 +6,7 @@ each takes ``ax=`` and returns its matplotlib figure). pandas and matplotlib loa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,10 +35,15 @@ class RunOutcome:
             when some configurations failed with an internal error (their rows say so;
             :data:`sim.errors.EXIT_INTERNAL`).
         out_dir: the output folder (``results.csv``, ``winner.yaml``, plots, timeline).
+        notes: every note and warning the run showed, in order, as ``{"level": "note" |
+            "warning" | "error" | "debug", "text": ...}``: the ``sim`` logger's at its level
+            (``sim -q``: warnings and errors; :class:`sim.report.console.NoteSink`; none below
+            WARNING when logging is not set up) and the winners' reserve and MFU lines.
     """
 
     code: int
     out_dir: Path
+    notes: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def results(self) -> pd.DataFrame:

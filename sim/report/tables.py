@@ -196,6 +196,13 @@ def _ranked_shown(results_df: pd.DataFrame, top: int) -> tuple[pd.DataFrame, pd.
     return ranked, (ranked.head(top) if top > 0 else ranked)
 
 
+def shown_values(results_df: pd.DataFrame, top: int, column: str) -> set[str]:
+    """The values of ``column`` in the fitting rows among the ``top`` that
+    :func:`compact_table` shows (``memory_policy``: the policies whose best is shown)."""
+    shown = _ranked_shown(results_df, top)[1]
+    return set(shown.loc[shown["fits"].fillna(False).astype(bool), column].astype(str))
+
+
 def compact_table(results_df: pd.DataFrame, top: int = 5, title: str = "") -> Table:
     """The ``top`` best configurations in six or seven columns that fit 100 terminal columns:
     rank, the configuration (:func:`config_label`), iteration time (ms), throughput
@@ -278,35 +285,3 @@ def summary_table(results_df: pd.DataFrame, top: int = 10) -> Table:
             str(rank), *cells, "[green]✓[/]" if fits else "[red]✗[/]", style=None if fits else "dim"
         )
     return table
-
-
-def policy_table(summary: pd.DataFrame) -> Table:
-    """The memory-policy summary (:func:`sim.report.memory_summary.memory_summary`: one row
-    per model and a last row, the largest model that fits per policy; columns parameters,
-    fastest policy, samples/s, one per policy) as a rich table that wraps to the terminal,
-    long policy names folded in their headers; samples/s with two decimals, a blank as —."""
-    table = Table(
-        title="Memory policies: best fitting samples/s per model and policy; last row: the "
-        "largest model that fits per policy",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        show_edge=False,
-        title_justify="left",
-    )
-    table.add_column("model", overflow="fold")
-    for column in summary.columns:
-        left, whole = column == "fastest policy", column in ("parameters", "samples/s")
-        justify: Any = "left" if left else "right"
-        table.add_column(escape(str(column)), overflow="fold", justify=justify, no_wrap=whole)
-    for model, row in summary.iterrows():
-        cells = [_policy_cell(column, row[column]) for column in summary.columns]
-        table.add_row(escape(str(model)), *cells)
-    return table
-
-
-def _policy_cell(column: object, value: object) -> str:
-    if isinstance(value, str):
-        return escape(value) if value else "—"
-    if not isinstance(value, (int, float)) or value != value:
-        return "—"
-    return f"{value:,.0f}" if column == "parameters" else f"{value:,.2f}"

@@ -26,7 +26,13 @@ def gpu_preset(gpu: str) -> str | None:
 
 
 def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
-    """The hardware a job of ``gpus`` GPUs named ``gpu`` runs on, or None and the reason."""
+    """The hardware a job of ``gpus`` GPUs named ``gpu`` runs on, or None and the reason
+    (``gpu`` "": the run's files do not name it, and the reason says how to)."""
+    if not gpu.strip():
+        return None, (
+            "GPU not named by the run's files: give it with --gpu (e.g. H100, B200 or "
+            "A100-SXM-80GB, as sim hardware list names them)"
+        )
     preset = gpu_preset(gpu)
     if preset is None:
         return None, f"GPU {gpu!r}: no preset matches it (sim hardware list)"

@@ -118,6 +118,15 @@ def read_command(
     return replace(run, args=run.args + tuple(extra))
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where the name cannot be a file's (a launch command longer
+    than the 255 bytes a file name may have: ``is_file`` raises ENAMETOOLONG on Linux)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def read_runs(source: str | Path, **opts: Any) -> list[MeasuredRun]:
     """The runs in ``source`` (a file, or a launch command given as text).
 
@@ -133,7 +142,7 @@ def read_runs(source: str | Path, **opts: Any) -> list[MeasuredRun]:
     """
     path = Path(source)
     gpu, gpus = opts.get("gpu", ""), opts.get("num_gpus")
-    if not path.is_file():
+    if not _is_file(path):
         if isinstance(source, str) and (" --" in source or source.startswith("--")):
             return [read_command(source, source="<command>", gpu=gpu, num_gpus=gpus,
                                  ds_config=opts.get("config"), hf_config=opts.get("hf_config"),

@@ -206,6 +206,9 @@ def read_torchtitan_config(
                              str(c.get("parallelism.pipeline_parallel_layers_per_stage")),
                              "approximated", "2 stages per rank assumed for a multi-stage "
                              "schedule (torchtitan sizes stages by layers per stage)"))  # fmt: skip
+    assumed = _world_assumed(c, num_gpus, mesh, lay.gpus)
+    if assumed:
+        notes.append(ArgNote(SHARD_KEY, "-1", "approximated", assumed))
     recompute = _recompute(c, notes, used)
     precision = _precision(c, notes, used)
     _options(c, lay, notes, used, rep, shard)
@@ -215,7 +218,25 @@ def read_torchtitan_config(
         num_gpus=num_gpus or lay.gpus, layout=lay, microbatch_size=mbs, global_batch=glob,
         seq_len=seq, precision=precision, recompute=recompute, schedule=sched or "1f1b",
         zero_stage=3 if shard > 1 else 0, shape=replace(shape), args=tuple(notes),
+        notes=(f"{SHARD_KEY}: {assumed}",) if assumed else (),
     )  # fmt: skip
+
+
+SHARD_KEY = "parallelism.data_parallel_shard_degree"
+
+
+def _world_assumed(
+    c: dict[str, Any], num_gpus: int | None, mesh: dict[str, int] | None, gpus: int
+) -> str:
+    """What was assumed for a shard degree of -1 (torchtitan: the GPUs the other dimensions
+    leave) when neither the job's GPU count (``--gpus``) nor a log's device mesh says how
+    many GPUs that is; "" when nothing was."""
+    if mesh or num_gpus or int(c.get(SHARD_KEY, -1)) != -1:
+        return ""
+    return (
+        f"-1 is every GPU the other dimensions leave, and the file does not say how many "
+        f"GPUs the job has: {gpus} assumed (give --gpus N)"
+    )
 
 
 def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
