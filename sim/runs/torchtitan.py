@@ -318,6 +318,26 @@ STEP = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([0-9.]+)GiB.*?tps:\s*([0-9,]+)"
 MESH = re.compile(r"Building device mesh with parallelism: (.*)")
 CAPACITY = re.compile(r"(?:CUDA|GPU) capacity: (.*?) with ([0-9.]+)GiB memory")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+HBM2E_GIB = (85.0, 100.0)
+"""CUDA totals (GiB) at which a log's plain ``H100`` is the 96 GB HBM2e part: it reports 94 GiB
+(Ujeniya et al., arXiv:2604.11391, the Helma cluster's H100 HBM2e), the 80 GB HBM3 SXM5
+79.6 GiB (81559 MiB, sim.hardware.capacity) and the H200 139.8 GiB; the bounds lie between."""
+
+
+def capacity_gpu(name: str, gib: float) -> str:
+    """The GPU a log's ``CUDA capacity: <name> with <gib>GiB memory`` line names: ``name``, with
+    ``96GB HBM2e`` added for an H100 (not an NVL) of :data:`HBM2E_GIB` (the part torchtitan's
+    published H100 runs used, ``grand-teton-h100-96gb``: sim.runs.express_hardware).
+
+    >>> capacity_gpu("NVIDIA H100", 94.5), capacity_gpu("NVIDIA H100 80GB HBM3", 79.1)
+    ('NVIDIA H100 96GB HBM2e', 'NVIDIA H100 80GB HBM3')
+    """
+    upper = name.upper()
+    if "H100" in upper and "NVL" not in upper and HBM2E_GIB[0] < gib < HBM2E_GIB[1]:
+        return f"{name} 96GB HBM2e"
+    return name
+
+
 MARKER = "tps:"
 
 
@@ -356,7 +376,7 @@ def read_torchtitan_log(
     cap = CAPACITY.search(text)
     run = read_torchtitan_config(
         cfg, source=str(path), name=Path(path).stem, num_gpus=num_gpus,
-        gpu=gpu or (cap.group(1) if cap else ""), model_args=model_args, mesh=mesh,
+        gpu=gpu or (capacity_gpu(cap.group(1), float(cap.group(2))) if cap else ""), model_args=model_args, mesh=mesh,
         strict=False,
     )  # fmt: skip
     steps = {int(m.group(1)): m for m in STEP.finditer(text)}
