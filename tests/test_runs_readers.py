@@ -133,6 +133,20 @@ def test_torchtitan_log_of_a_94_gib_h100_runs_on_the_hbm2e_preset(tmp_path):
     assert gpu_preset("NVIDIA H100 NVL") == "dgx-h100"  # 94 GB HBM3: another part
 
 
+def test_torchtitan_kernels_and_per_op_sac_from_its_config(tmp_path):
+    # a December 2024 config (model.norm_type, removed 2025-04) runs torchtitan's fp32 RMSNorm
+    # ops and repeat_kv; every llama3 its complex fp32 RoPE; selective 'op' is per-op SAC
+    text = (DATA / "torchtitan_llama3_8b.toml").read_text()
+    old = text.replace('mode = "full"', 'mode = "selective"\nselective_ac_option = "op"')
+    path = tmp_path / "titan_2412.toml"
+    path.write_text(old.replace("[model]", '[model]\nnorm_type = "rmsnorm"'))
+    ex = express(one(path, gpu="H100", num_gpus=8))
+    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "recompute:sac"
+    assert (ex.shape.rope_complex, ex.shape.norm_fp32, ex.shape.kv_repeat) == (True, True, True)
+    ex = express(one(DATA / "torchtitan_llama3_8b.toml", gpu="H100", num_gpus=8))
+    assert (ex.shape.rope_complex, ex.shape.norm_fp32, ex.shape.kv_repeat) == (True, False, False)
+
+
 def test_deepspeed_log_with_launch_command():
     hf = read_hf_config(ROOT / "examples" / "hf" / "llama3-8b-config.json")
     cmd = (DATA / "deepspeed_launch.sh").read_text()

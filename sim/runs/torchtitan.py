@@ -189,6 +189,7 @@ def read_torchtitan_config(
     seq = int(c.get("training.seq_len", 2048))
     model, flavor = str(c.get("model.name", "llama3")), str(c.get("model.flavor", "debugmodel"))
     shape = _shape(model, flavor, model_args, notes)
+    shape = replace(shape, features=shape.features + _kernels(c, model, used))
     for k in ("model.name", "model.flavor"):
         used[k] = "model shape"
     for k in ("training.local_batch_size", "training.global_batch_size", "training.seq_len",
@@ -218,6 +219,23 @@ def read_torchtitan_config(
     )  # fmt: skip
 
 
+def _kernels(c: dict[str, Any], model: str, used: dict) -> tuple[str, ...]:
+    """The eager kernels of torchtitan's Llama 3 as shape features (:mod:`sim.compute.
+    torchtitan_ops`): ``rope=complex`` (``apply_rotary_emb``); a config with ``model.norm_type``
+    is torchtitan before its removal (#1131, 2025-04-23), so also before GQA without repeats
+    (#2259, 2026-01-27): ``kv_repeat=1``, and ``norm_ops=fp32`` for ``rmsnorm`` (its own fp32
+    ``RMSNorm``; ``fused_rmsnorm`` is one Triton kernel each way, as pipesim's fused norm).
+    Without ``norm_type``: ``nn.RMSNorm``, taken as one fused kernel (torch 2.13 has
+    ``aten::_fused_rms_norm``; an assumption for older torch)."""
+    if model != "llama3":
+        return ()
+    norm = c.get("model.norm_type")
+    if norm is None:
+        return ("rope=complex",)
+    used["model.norm_type"] = f"kernels ({norm})"
+    return ("rope=complex", "kv_repeat=1") + (("norm_ops=fp32",) if norm == "rmsnorm" else ())
+
+
 def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
     mode = str(c.get("activation_checkpoint.mode", "selective"))
     opt = str(c.get("activation_checkpoint.selective_ac_option", "2"))
@@ -228,6 +246,8 @@ def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
         return "none"
     if mode == "full" or (mode == "selective" and opt == "1"):
         return "full"
+    if mode == "selective" and opt == "op":  # per-op SAC: sim.compute.recompute_modules
+        return "sac"
     what = (
         "per-op selective AC (every second matmul saved)"
         if opt == "op"
