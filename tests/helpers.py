@@ -20,9 +20,10 @@ def chain_topology(
     latency_s: float = 0.0,
     memory_bytes: float = 16 * GiB,
     shared: bool = False,
+    hbm_Bps: float = 1e12,
 ) -> Topology:
     """``n`` GPUs; each pair joined directly (or, with ``shared``, all through one switch)."""
-    gpus = tuple(GPU(f"gpu{i}", "test", memory_bytes, 100e12, 1e12, "cpu0") for i in range(n))
+    gpus = tuple(GPU(f"gpu{i}", "test", memory_bytes, 100e12, hbm_Bps, "cpu0") for i in range(n))
     links = []
     if shared:
         for i in range(n):

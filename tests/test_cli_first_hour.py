@@ -25,8 +25,9 @@ def test_a_gpu_name_or_its_case_suggests_the_presets_of_that_gpu() -> None:
     """'dgx-h100-80gb' was answered "did you mean 'dgx-a100-80gb'?" (another GPU, one letter
     away); 'H100', 'B200' and 'DGX-H100' got no suggestion, '8xdgx-h100' one server."""
     cases = {
-        "dgx-h100-80gb": "(did you mean 'dgx-h100' or 'grand-teton-h100'?)",
-        "H100": "(did you mean 'dgx-h100' or 'grand-teton-h100'?)",
+        "dgx-h100-80gb": "(did you mean 'dgx-h100' or 'grand-teton-h100-96gb' or "
+        "'grand-teton-h100'?)",
+        "H100": "(did you mean 'dgx-h100' or 'grand-teton-h100' or 'grand-teton-h100-96gb'?)",
         "B200": "(did you mean 'dgx-b200'?)",
         "DGX-H100": "(did you mean 'dgx-h100'?)",
         "8xdgx-h100": "(did you mean '8x-dgx-h100'?)",

@@ -5,10 +5,13 @@ The cases: two transformer blocks of 1e9 bytes each (fp16 trace: 5e8 parameters 
 and B = 2 s per block, on GPUs joined by 1 GB/s links with no latency, torchtitan's FSDP
 (bf16 all-gathers, fp32 reduce-scatters, fp32 shards). A ring of ``n`` moves ``(n-1)/n`` of a
 collective's bytes over each link: an all-gather of one block over 2 ranks is 0.5 s, its
-reduce-scatter (fp32: 2e9 bytes) 1 s.
+reduce-scatter (fp32: 2e9 bytes) 1 s. The GPUs' memory is infinitely fast (FSDP2's copies on the
+compute stream take no time) except where a test gives a rate.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from helpers import chain_topology
@@ -37,7 +40,7 @@ def _trace(n: int = 2) -> Trace:
     return Trace("t", layers, 1, "fp16", "test")
 
 
-def _run(p: int, w: int, shard: int, m: int, options: dict | None = None, n: int = 2):
+def _run(p: int, w: int, shard: int, m: int, options: dict | None = None, n: int = 2, hbm=math.inf):
     exp = parse_experiment(
         {
             "name": "x",
@@ -60,7 +63,7 @@ def _run(p: int, w: int, shard: int, m: int, options: dict | None = None, n: int
         global_batch=m * w,
         framework="torchtitan",
     )
-    topo = chain_topology(p * w, bandwidth_Bps=1 * GB, memory_bytes=1e12)
+    topo = chain_topology(p * w, bandwidth_Bps=1 * GB, memory_bytes=1e12, hbm_Bps=hbm)
     res = resolve(exp, point, topo, _trace(n))
     return res, *evaluate(res)
 
@@ -104,6 +107,33 @@ def test_one_unit_ahead_all_gathers_and_reduce_scatters_timeline():
         ("0B0u0", 7.0, 8.0, 2 * GB),
     ]
     assert met.iteration_time_s == pytest.approx(8.0)
+
+
+def test_copy_out_and_copy_in_take_the_compute_stream():
+    # The case above at 1e12 B/s of memory: copy-out 2 x 1e9 B = 2 ms, copy-in 5e8 x (2 + 4) B
+    # = 3 ms (FsdpPlan.copy_Bps). Forward: AG u0 [0, 0.5], copy-out [0.5, 0.502], F u0 [0.502,
+    # 1.502] with AG u1 [0.502, 1.002]; copy-out [1.502, 1.504], F u1 [1.504, 2.504]. Backward:
+    # AG u1 [2.504, 3.004], copy-out to 3.006, B u1 [3.006, 5.006] with AG u0 [3.006, 3.506];
+    # copy-in [5.006, 5.009], RS u1 [5.009, 6.009]; copy-out u0 to 5.011, B u0 [5.011, 7.011];
+    # copy-in to 7.014, RS u0 [7.014, 8.014]; the step waits: 8.014.
+    _, met, log = _run(p=1, w=2, shard=2, m=1, hbm=1e12)
+    assert [x[:3] for x in _spans(log, EventKind.REDUCE_SCATTER)] == [
+        ("0B0u1", 5.009, 6.009),
+        ("0B0u0", 7.014, 8.014),
+    ]
+    copies = [
+        (e.name.split()[-1], round(e.start_s, 9), round(e.end_s, 9))
+        for e in log.events
+        if e.kind == EventKind.COMPUTE
+        and e.device == "gpu0"
+        and "fsdp copy" in e.name
+        and e.iteration == 0
+    ]
+    assert copies == [
+        ("0F0u0", 0.5, 0.502), ("0F0u1", 1.502, 1.504), ("0B0u1", 3.004, 3.006),
+        ("0B0u1", 5.006, 5.009), ("0B0u0", 5.009, 5.011), ("0B0u0", 7.011, 7.014),
+    ]  # fmt: skip
+    assert met.iteration_time_s == pytest.approx(8.014)
 
 
 def test_unsharded_block_bytes_and_their_lifetime():

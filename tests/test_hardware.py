@@ -58,6 +58,7 @@ EXPECTED = {
     "pcie-8gpu": (8, 24217 * MIB, 512 * GIB),
     "gb200-nvl72": (72, 189471 * MIB, 36 * 480e9),
     "grand-teton-h100": (8, 81559 * MIB, 2e12),
+    "grand-teton-h100-96gb": (8, 94 * GIB, 2e12),
     "dgx-b300": (8, 274115 * MIB, 2e12),
     "gb300-nvl72": (72, 284208 * MIB, 36 * 472e9),
     "gh200-96gb": (1, 96e9, 512e9),
@@ -442,3 +443,15 @@ def test_describe_topology_renders_tables():
     console = Console(record=True, width=250)
     console.print(describe_topology(load_hardware("pcie-8gpu")))
     assert "22.0 (cpu0)" in console.export_text()
+
+
+def test_hbm2e_h100_runs_memory_bound_kernels_at_its_own_2_4_tbps():
+    # torchtitan's Grand Teton H100: 96 GB HBM2e, 2.4 TB/s (vs 3.35 TB/s HBM3); same die, peak
+    g80, g96 = (
+        load_hardware(p).gpus[0].compute for p in ("grand-teton-h100", "grand-teton-h100-96gb")
+    )
+    assert g96.hbm_rate_Bps() == pytest.approx(2.4e12 * g80.hbm_efficiency)
+    assert g96.hbm_rate_Bps() / g80.hbm_rate_Bps() == pytest.approx(2.4 / 3.35)
+    assert g96.matmul_flops == g80.matmul_flops and g96.sm_count == 132
+    spec = load_hardware_spec("grand-teton-h100-96gb")
+    assert spec.gpu.power_caps == [] and "500 W" in spec.description  # a fact, no throughput

@@ -5,6 +5,7 @@ worked out by hand from those files."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,38 @@ def test_torchtitan_toml_and_log():
     assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "recompute:full"
     assert ex.point["dp_shard"] == 8  # FSDP2 over the 8 ranks (sim.memory.fsdp)
     assert ex.point["dp_width"] == 8 and ex.framework == "torchtitan"
+
+
+def test_torchtitan_log_of_a_94_gib_h100_runs_on_the_hbm2e_preset(tmp_path):
+    # torchtitan's published H100 runs used 96 GB HBM2e parts (torchtitan benchmarks doc); such
+    # an H100 reports 94 GiB (arXiv:2604.11391), the 80 GB HBM3 one 79.6 GiB (81559 MiB)
+    text = (DATA / "torchtitan_llama3_8b.log").read_text()
+    for gib, preset in (("94.50", "grand-teton-h100-96gb"), ("79.10", "dgx-h100")):
+        path = tmp_path / f"titan_{gib}.log"
+        path.write_text(
+            re.sub(
+                r"capacity: (.*?) with [0-9.]+GiB", rf"capacity: NVIDIA H100 with {gib}GiB", text
+            )
+        )
+        assert gpu_preset(one(path).gpu) == preset
+    assert hardware_for("NVIDIA H100", 16)[0] == "2x-dgx-h100"
+    assert hardware_for("H100 96GB", 16)[0] == "2x-grand-teton-h100-96gb"
+    assert gpu_preset("H100-HBM2e") == gpu_preset("H100-SXM5-96GB") == "grand-teton-h100-96gb"
+    assert gpu_preset("NVIDIA H100 NVL") == "dgx-h100"  # 94 GB HBM3: another part
+
+
+def test_torchtitan_kernels_and_per_op_sac_from_its_config(tmp_path):
+    # a December 2024 config (model.norm_type, removed 2025-04) runs torchtitan's fp32 RMSNorm
+    # ops and repeat_kv; every llama3 its complex fp32 RoPE; selective 'op' is per-op SAC
+    text = (DATA / "torchtitan_llama3_8b.toml").read_text()
+    old = text.replace('mode = "full"', 'mode = "selective"\nselective_ac_option = "op"')
+    path = tmp_path / "titan_2412.toml"
+    path.write_text(old.replace("[model]", '[model]\nnorm_type = "rmsnorm"'))
+    ex = express(one(path, gpu="H100", num_gpus=8))
+    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "recompute:sac"
+    assert (ex.shape.rope_complex, ex.shape.norm_fp32, ex.shape.kv_repeat) == (True, True, True)
+    ex = express(one(DATA / "torchtitan_llama3_8b.toml", gpu="H100", num_gpus=8))
+    assert (ex.shape.rope_complex, ex.shape.norm_fp32, ex.shape.kv_repeat) == (True, False, False)
 
 
 def test_deepspeed_log_with_launch_command():

@@ -487,8 +487,8 @@ def test_shipped_files_match_regeneration(tmp_path):
         prov = dict(shipped.provenance, date="1970-01-01")
         assert fresh == replace(shipped, provenance=prov), csv.stem
     assert (
-        len(list(tmp_path.glob("*.yaml"))) == 55
-    )  # 34 + 10 SC'21 + Llama 405B, 70B, 3.1-8B + Qwen3 + 7 memsys
+        len(list(tmp_path.glob("*.yaml"))) == 57
+    )  # 34 + 10 SC'21 + Llama 405B, 70B, 3.1-8B (+ 2 torchtitan kernels) + Qwen3 + 7 memsys
 
 
 def test_attention_core_fields_for_selective_recompute(tmp_path):

@@ -46,6 +46,12 @@ class BlockShape:
             attention sinks): ``a`` parameters, computed inside the attention kernel.
         rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
             concentration factor other than 1, GPT-OSS: :mod:`sim.compute.rope_unfused`).
+        rope_complex: the rotary embedding as torchtitan's complex multiply in fp32 (three
+            kernels per tensor each way; :mod:`sim.compute.torchtitan_ops`).
+        norm_fp32: each RMSNorm as fp32 ATen ops (torchtitan's ``RMSNorm`` of ``norm_type =
+            "rmsnorm"``, to 2025-04; :mod:`sim.compute.torchtitan_ops`) instead of one kernel.
+        kv_repeat: grouped-query keys and values copied to ``heads`` before attention
+            (torchtitan's ``repeat_kv``, to 2026-01; :mod:`sim.compute.torchtitan_ops`).
         fused_dropout_add: each hidden dropout and its residual add as one fused kernel
             (Megatron-DeepSpeed's TorchScript ``bias_dropout_add_fused_train``, compiled by
             nvFuser: :func:`_dropout_residual`); False: two eager kernels.
@@ -71,6 +77,9 @@ class BlockShape:
     bias: bool = False
     sinks: bool = False
     rope_unfused: bool = False
+    rope_complex: bool = False
+    norm_fp32: bool = False
+    kv_repeat: bool = False
     fused_dropout_add: bool = False
     unfused_qkv_bias: bool = False
 

@@ -42,6 +42,7 @@ from sim.compute.lora import (
 from sim.compute.mla import mla_act_bytes, mla_half_bwd, mla_half_fwd
 from sim.compute.moe import moe_act_bytes, moe_bwd, moe_fwd
 from sim.compute.ssm import mamba_act_bytes, mamba_bwd, mamba_fwd
+from sim.compute.torchtitan_ops import rms_norm_fp32_bwd, rms_norm_fp32_fwd
 from sim.compute.transformer import (
     BlockShape,
     attention_half_bwd,
@@ -180,6 +181,9 @@ def layer_kernels(
         fwd, bi, bw = head_kernels(
             "gpt", b, s, m.hidden, -(-m.vocab // tp), d, m.cross_entropy_fusion
         )
+        if m.norm_fp32:  # torchtitan's fp32 RMSNorm ops for the final norm too
+            fwd = _fp32_final_norm(fwd, rms_norm_fp32_fwd("final_norm", b * s, m.hidden, d))
+            bi = _fp32_final_norm(bi, rms_norm_fp32_bwd("final_norm", b * s, m.hidden, d))
         return fwd, bi, [] if m.lora else bw
     fwd, bi, bw = _body(kind, m, b, d, tp, sp, cp, rows, etp)
     if m.lora is None:
@@ -188,6 +192,13 @@ def layer_kernels(
     lf = lora_fwd(m.lora, lin, t, d, tp)
     li, lw = lora_bwd(m.lora, lin, t, d, tp)
     return fwd + lf, li + bi, lw
+
+
+def _fp32_final_norm(kernels: list[Kernel], ops: list[Kernel]) -> list[Kernel]:
+    """``kernels`` with the fused ``final_norm`` (or ``final_norm_bwd``) kernel replaced by
+    ``ops``."""
+    at = next(i for i, k in enumerate(kernels) if k.name.startswith("final_norm"))
+    return kernels[:at] + ops + kernels[at + 1 :]
 
 
 def _linears(kind: str, m: DecoderShape) -> list[Linear]:

@@ -51,6 +51,9 @@ OPTIONAL = {
     "lora": None,
     "rope_unfused": False,
     "cross_entropy_fusion": "unfused",
+    "rope_complex": False,
+    "norm_fp32": False,
+    "kv_repeat": False,
 }
 """Fields added after the first shipped traces, with their defaults: :meth:`DecoderShape.to_dict`
 leaves them out at these values, so the shapes of older traces read and write unchanged."""
@@ -96,6 +99,9 @@ class DecoderShape:
             scores_act_bytes`); flash attention regenerates its mask from the RNG state.
         rope_unfused: the rotary embedding as Megatron-Core's unfused eager ops (YaRN with a
             concentration factor other than 1: GPT-OSS; :mod:`sim.compute.rope_unfused`).
+        rope_complex, norm_fp32, kv_repeat: torchtitan's eager kernels (complex fp32 RoPE,
+            fp32 RMSNorm ops, also for the final norm, repeated keys and values;
+            :mod:`sim.compute.torchtitan_ops`), dense attention blocks only.
         cross_entropy_fusion: the head's loss, one of :data:`sim.compute.loss_fusion.
             CROSS_ENTROPY_FUSIONS`: ``unfused`` (Megatron's fp32 chain), ``native`` or ``te``
             (``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl``): the one
@@ -131,6 +137,9 @@ class DecoderShape:
     dropout: bool = False
     rope_unfused: bool = False
     cross_entropy_fusion: str = "unfused"
+    rope_complex: bool = False
+    norm_fp32: bool = False
+    kv_repeat: bool = False
     block: BlockShape = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +160,9 @@ class DecoderShape:
             bias=self.attn_bias,
             sinks=self.sinks,
             rope_unfused=self.rope_unfused,
+            rope_complex=self.rope_complex,
+            norm_fp32=self.norm_fp32,
+            kv_repeat=self.kv_repeat,
         )
         object.__setattr__(self, "block", block)
         if self.layers < 1 or self.vocab < 1:

@@ -28,6 +28,14 @@ from sim.compute.block_shape import LLAMA2_7B, BlockShape
 from sim.compute.kernels import Kernel, PhaseTime, gemm, mem, phase_time
 from sim.compute.linear_bias import qkv_bias_add
 from sim.compute.rope_unfused import rope_bwd, rope_fwd
+from sim.compute.torchtitan_ops import (
+    kv_repeat_bwd,
+    kv_repeat_fwd,
+    rms_norm_fp32_bwd,
+    rms_norm_fp32_fwd,
+    rope_complex_bwd,
+    rope_complex_fwd,
+)
 from sim.hardware.gpu_compute import ComputeSpec
 
 ROW_PARALLEL = ("proj", "down")
@@ -94,18 +102,24 @@ def attention_half_fwd(
     s, h, a, q = shape.seq_len, shape.hidden, shape.heads, shape.heads * shape.hd
     t, r = _tokens(shape, b, tp, sp, cp)
     gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
-    out = [mem("norm1", 2 * r * h * d)]
+    out = _norm_fwd(shape, "norm1", r, h, d)
     out += [gemms[n] for n in ("qkv", "q", "k", "v") if n in gemms]
     if shape.unfused_qkv_bias and "qkv" in gemms:
         out.append(qkv_bias_add(gemms["qkv"].m, gemms["qkv"].n, d))
     if shape.qk_norm:
         out.append(mem("qk_norm", 2 * _qk_width(shape, t, tp) * d))
+    k = t * max(1, shape.kv // tp) * shape.hd  # the keys' own heads (grouped-query)
     if shape.rotary and shape.rope_unfused:  # YaRN's scaled RoPE, eager (rope_unfused)
-        k = t * max(1, shape.kv // tp) * shape.hd
         out += rope_fwd("rotary_q", t * q // tp, d) + rope_fwd("rotary_k", k, d)
+    elif shape.rotary and shape.rope_complex:  # torchtitan's complex fp32 RoPE
+        out += rope_complex_fwd("rotary_q", t * q // tp, s // cp, shape.hd, d)
+        out += rope_complex_fwd("rotary_k", k, s // cp, shape.hd, d)
     elif shape.rotary:
         k = t * max(1, shape.kv // tp) * shape.hd  # the keys' own heads (grouped-query)
         out += [mem("rotary_q", 2 * t * q // tp * d), mem("rotary_k", 2 * k * d)]
+    if shape.kv_repeat:  # torchtitan's repeat_kv: keys and values copied to a/kv heads
+        out += kv_repeat_fwd("k", k, shape.heads // shape.kv, d)
+        out += kv_repeat_fwd("v", k, shape.heads // shape.kv, d)
     out += attention_fwd(
         shape.attention,
         b,
@@ -124,6 +138,19 @@ def attention_half_fwd(
     return out + _dropout_residual("attn", r, h, d, shape.dropout, shape.fused_dropout_add)
 
 
+def _norm_fwd(shape: BlockShape, name: str, r: int, h: int, d: int) -> list[Kernel]:
+    """A pre-norm over ``r`` rows: one fused kernel (``2 r h d``), or torchtitan's fp32 ops
+    (``norm_fp32``, :mod:`sim.compute.torchtitan_ops`)."""
+    return rms_norm_fp32_fwd(name, r, h, d) if shape.norm_fp32 else [mem(name, 2 * r * h * d)]
+
+
+def _norm_bwd(shape: BlockShape, name: str, r: int, h: int, d: int) -> list[Kernel]:
+    """The backward of :func:`_norm_fwd` (the fused kernel's: ``3 r h d``)."""
+    if shape.norm_fp32:
+        return rms_norm_fp32_bwd(name, r, h, d)
+    return [mem(f"{name}_bwd", 3 * r * h * d)]
+
+
 def _qk_width(shape: BlockShape, t: int, tp: int) -> int:
     """Elements of a rank's Q and K: ``t*(a/tp + max(1, kv/tp))*hd``."""
     return t * (shape.heads // tp + max(1, shape.kv // tp)) * shape.hd
@@ -136,7 +163,7 @@ def mlp_half_fwd(
     h, f = shape.hidden, shape.ffn_hidden
     t, r = _tokens(shape, b, tp, sp, cp)
     gemms = {name: gemm(name, t, n, k, d) for name, k, n in _linears(shape, tp)}
-    out = [mem("norm2", 2 * r * h * d)]
+    out = _norm_fwd(shape, "norm2", r, h, d)
     out += [gemms[n] for n in ("gate", "up") if n in gemms]
     out.append(mem("act", 2 * t * f // tp * d))
     if shape.gated:
@@ -200,7 +227,7 @@ def mlp_half_bwd(
         out.append(mem("gate_mul_bwd", 5 * t * f // tp * d))
     out.append(mem("act_bwd", 3 * t * f // tp * d))
     out += [dx[n] for n in ("gate", "up") if n in dx]
-    out += [mem("norm2_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
+    out += _norm_bwd(shape, "norm2", r, h, d) + [mem("residual_grad_add", 3 * r * h * d)]
     return out, dw
 
 
@@ -229,16 +256,21 @@ def attention_half_bwd(
         kv=s,
         window=shape.window,
     )
+    k = t * max(1, shape.kv // tp) * shape.hd
+    if shape.kv_repeat:
+        out += kv_repeat_bwd("k", k, shape.heads // shape.kv, d)
+        out += kv_repeat_bwd("v", k, shape.heads // shape.kv, d)
     if shape.rotary and shape.rope_unfused:
-        k = t * max(1, shape.kv // tp) * shape.hd
         out += rope_bwd("rotary_q", t * q // tp, d) + rope_bwd("rotary_k", k, d)
+    elif shape.rotary and shape.rope_complex:
+        out += rope_complex_bwd("rotary_q", t * q // tp, s // cp, shape.hd, d)
+        out += rope_complex_bwd("rotary_k", k, s // cp, shape.hd, d)
     elif shape.rotary:
-        k = t * max(1, shape.kv // tp) * shape.hd
         out += [mem("rotary_q_bwd", 2 * t * q // tp * d), mem("rotary_k_bwd", 2 * k * d)]
     if shape.qk_norm:
         out.append(mem("qk_norm_bwd", 3 * _qk_width(shape, t, tp) * d))
     out += [dx[n] for n in ("qkv", "q", "k", "v") if n in dx]
-    out += [mem("norm1_bwd", 3 * r * h * d), mem("residual_grad_add", 3 * r * h * d)]
+    out += _norm_bwd(shape, "norm1", r, h, d) + [mem("residual_grad_add", 3 * r * h * d)]
     return out, dw
 
 

@@ -15,7 +15,9 @@ and its backward unit by unit (torch 2.13 ``torch/distributed/fsdp/_fully_shard/
   unit ahead. After the unit's backward its gradients go into a ``reduce_dtype``
   reduce-scatter input and are reduce-scattered over the shard group on their own stream; one
   such buffer may be in flight (``reduce_scatter_max_input_buffers = 1``, §4.4), so the
-  compute waits for the previous unit's reduce-scatter before copying in. With HSDP the
+  compute waits for the previous unit's reduce-scatter before copying in. The all-gather's
+  copy-out and the reduce-scatter's copy-in take the compute stream where the plan times them
+  (:attr:`~sim.memory.fsdp_units.FsdpPlan.copy_Bps`, torch FSDP2). With HSDP the
   reduce-scatter's output is then all-reduced over the replicate group on a third stream.
   The unit is resharded after its backward.
 * **With pipeline parallelism** (:attr:`~sim.memory.fsdp.FsdpPlan.accumulate`, §4.4 "PP"): the
@@ -149,6 +151,11 @@ class FsdpRuns:
         parameters appear) and frees the previous unit's all-gather output."""
         fs = _fs(rep)
         yield from self.compute.wait(proc, rep.gpu, f"wait fsdp ag {label}", **tags)
+        copy_s = fs.copy_out_s(fs.units[i])
+        if copy_s:  # FsdpPlan.copy_Bps: the copy-out on the compute stream
+            yield from self.compute.run(
+                rep.gpu, EventKind.COMPUTE, f"fsdp copy-out {label}", copy_s, **tags
+            )
         now = self.env.now
         held = fs.held_bytes(fs.units[i]) if self._live.get((*rep.key, i)) == "partial" else 0.0
         self.ledger.change(
@@ -265,6 +272,11 @@ class FsdpRuns:
         prev = self._rs_tail.get(rep.key)
         if prev is not None and not prev.triggered:  # one reduce-scatter input in flight
             yield from self.compute.wait(prev, rep.gpu, f"wait fsdp rs {label}", **tags)
+        copy_s = fs.copy_in_s(unit)
+        if copy_s:  # FsdpPlan.copy_Bps: the reduce-scatter copy-in on the compute stream
+            yield from self.compute.run(
+                rep.gpu, EventKind.COMPUTE, f"fsdp copy-in {label}", copy_s, **tags
+            )
         held = self._rs_held.pop(rep.key, 0.0)
         now = self.env.now
         self.ledger.change(now, rep.gpu, -held, MemCategory.GRADIENTS, f"fsdp rs drop {label}")

@@ -74,12 +74,15 @@ class Torchtitan(Framework):
             reshard_with_pp=False,
             head_reshard=False,
             accumulate_with_pp=True,
+            compute_copies=True,
         ),
         f"{_FSDP}::apply_fsdp_to_decoder (MixedPrecisionPolicy(param_dtype=bf16, "
         "reduce_dtype=fp32), training.dtype float32: torchtitan/config/configs.py; "
         "fsdp_reshard_after_forward 'default': True per block, False with PP, [norm, output] "
         "False); torch/distributed/pipelining/stage.py (no gradient sync nor resharding per "
-        "micro-batch, reduce-scatter at REDUCE_GRAD)",
+        "micro-batch, reduce-scatter at REDUCE_GRAD); all-gather copy-out and reduce-scatter "
+        "copy-in on the compute stream (torch 2.13 torch/distributed/fsdp/_fully_shard/"
+        "_fsdp_collectives.py 431-489, 592-607: sim.memory.fsdp_units.FsdpPlan.copy_Bps)",
     )
 
     OPTIONS = (

@@ -74,6 +74,9 @@ class FsdpSpec:
             "FSDP would prefetch them immediately").
         accumulate_with_pp: with pipeline parallelism the gradients accumulate unsharded
             and are reduce-scattered at the step (torch pipelining).
+        compute_copies: torch FSDP2's all-gather copy-out and reduce-scatter copy-in run on
+            the compute stream (:class:`~sim.memory.fsdp_units.FsdpPlan` ``copy_Bps``);
+            False: not timed.
     """
 
     param_bytes: float | None = None
@@ -83,6 +86,7 @@ class FsdpSpec:
     reshard_with_pp: Reshard = True
     head_reshard: Reshard = True
     accumulate_with_pp: bool = False
+    compute_copies: bool = False
 
 
 def _units(ctx: StageContext, expert_bytes: tuple[float, ...], spec: FsdpSpec) -> list[FsdpUnit]:
@@ -147,6 +151,7 @@ def fsdp_plan(
         shard,
         expert_shard,
         accumulate=spec.accumulate_with_pp and ctx.stages > 1,
+        copy_Bps=hbm if spec.compute_copies else 0.0,
     )
     sharded = StateBytes(int(w), int(g), int(o))
     out = replace(

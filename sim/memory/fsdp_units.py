@@ -43,6 +43,18 @@ class FsdpPlan:
         shard: ranks of the dense shard group (``dp_shard x cp``).
         expert_shard: ranks of the experts' shard group.
         accumulate: gradients kept unsharded across micro-batches, reduced at the step.
+        copy_Bps: bytes per second of the copies FSDP2 runs on the compute stream (the GPU's
+            memory-bound rate; 0: not timed): after a unit's all-gather its output is copied
+            out into the unsharded parameters (``split_with_sizes_copy``: reads and writes
+            :meth:`unsharded_bytes`), and before its reduce-scatter the gradients are copied
+            in, cast to ``reduce_dtype`` (``_chunk_cat``: reads ``param_bytes``, writes
+            ``reduce_bytes`` per element), both on the current stream (torch 2.13
+            ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``: the copy-out after
+            ``current_stream().wait_event(all_gather_event)`` in
+            ``foreach_all_gather_copy_out``, lines 431-489; the copy-in
+            ``foreach_reduce_scatter_copy_in`` before ``reduce_scatter_stream.wait_stream
+            (current_stream)`` in ``foreach_reduce``, lines 592-607). The all-gather's
+            copy-in runs on its own stream (lines 336-362) and is not timed.
     """
 
     units: tuple[FsdpUnit, ...]
@@ -51,6 +63,16 @@ class FsdpPlan:
     shard: int
     expert_shard: int = 1
     accumulate: bool = False
+    copy_Bps: float = 0.0
+
+    def copy_out_s(self, unit: FsdpUnit) -> float:
+        """Seconds of ``unit``'s all-gather copy-out on the compute stream (``copy_Bps``)."""
+        return 2 * self.unsharded_bytes(unit) / self.copy_Bps if self.copy_Bps else 0.0
+
+    def copy_in_s(self, unit: FsdpUnit) -> float:
+        """Seconds of ``unit``'s reduce-scatter copy-in on the compute stream."""
+        b = unit.elements * (self.param_bytes + self.reduce_bytes)
+        return b / self.copy_Bps if self.copy_Bps else 0.0
 
     def unsharded_bytes(self, unit: FsdpUnit) -> float:
         """Bytes of ``unit``'s unsharded parameters (and of its all-gather output)."""

@@ -61,6 +61,8 @@ def decoder_shape(
         dense_layers=s.moe_dense_layers, moe_every=s.moe_every, head_dim=s.head_dim,
         gated_mlp=s.gated_mlp, rotary=_feature(s, "position") in (None, "rope", "yarn"),
         rope_unfused=_feature(s, "rope") == "unfused",
+        rope_complex=_feature(s, "rope") == "complex", norm_fp32=_feature(s, "norm_ops") == "fp32",
+        kv_repeat=bool(_feature(s, "kv_repeat")),
         window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
         sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),

@@ -16,12 +16,24 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
 """The preset of a GPU named by a source, first match of a name part (upper case): a server of
 8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack; "" where there is no preset yet.
 ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
+H100_HBM2E_MARKS = ("96GB", "HBM2E")
+"""Name parts that make an H100 the 96 GB HBM2e SXM part (2.4 TB/s, 500 W) of Meta's Grand Teton
+servers, ``grand-teton-h100-96gb`` (pytorch/torchtitan@b5bcd76
+benchmarks/llama3_h100_202412_torchtitan.md, "Hardware"); an ``NVL`` (94 GB HBM3, 3.9 TB/s) is
+another part and keeps the H100 row."""
+H100_HBM2E_PRESET = "grand-teton-h100-96gb"
 
 
 def gpu_preset(gpu: str) -> str | None:
-    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`); None: unknown,
-    "": known, no preset yet."""
+    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`; an H100 named 96 GB or
+    HBM2e: :data:`H100_HBM2E_PRESET`); None: unknown, "": known, no preset yet.
+
+    >>> gpu_preset("H100 96GB"), gpu_preset("NVIDIA H100 80GB HBM3"), gpu_preset("H100 NVL")
+    ('grand-teton-h100-96gb', 'dgx-h100', 'dgx-h100')
+    """
     name = gpu.upper().replace(" ", "-")
+    if "H100" in name and "NVL" not in name and any(m in name for m in H100_HBM2E_MARKS):
+        return H100_HBM2E_PRESET
     return next((p for part, p in GPU_PRESETS if part in name), None)
 
 

@@ -189,6 +189,7 @@ def read_torchtitan_config(
     seq = int(c.get("training.seq_len", 2048))
     model, flavor = str(c.get("model.name", "llama3")), str(c.get("model.flavor", "debugmodel"))
     shape = _shape(model, flavor, model_args, notes)
+    shape = replace(shape, features=shape.features + _kernels(c, model, used))
     for k in ("model.name", "model.flavor"):
         used[k] = "model shape"
     for k in ("training.local_batch_size", "training.global_batch_size", "training.seq_len",
@@ -239,6 +240,23 @@ def _world_assumed(
     )
 
 
+def _kernels(c: dict[str, Any], model: str, used: dict) -> tuple[str, ...]:
+    """The eager kernels of torchtitan's Llama 3 as shape features (:mod:`sim.compute.
+    torchtitan_ops`): ``rope=complex`` (``apply_rotary_emb``); a config with ``model.norm_type``
+    is torchtitan before its removal (#1131, 2025-04-23), so also before GQA without repeats
+    (#2259, 2026-01-27): ``kv_repeat=1``, and ``norm_ops=fp32`` for ``rmsnorm`` (its own fp32
+    ``RMSNorm``; ``fused_rmsnorm`` is one Triton kernel each way, as pipesim's fused norm).
+    Without ``norm_type``: ``nn.RMSNorm``, taken as one fused kernel (torch 2.13 has
+    ``aten::_fused_rms_norm``; an assumption for older torch)."""
+    if model != "llama3":
+        return ()
+    norm = c.get("model.norm_type")
+    if norm is None:
+        return ("rope=complex",)
+    used["model.norm_type"] = f"kernels ({norm})"
+    return ("rope=complex", "kv_repeat=1") + (("norm_ops=fp32",) if norm == "rmsnorm" else ())
+
+
 def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
     mode = str(c.get("activation_checkpoint.mode", "selective"))
     opt = str(c.get("activation_checkpoint.selective_ac_option", "2"))
@@ -249,6 +267,8 @@ def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
         return "none"
     if mode == "full" or (mode == "selective" and opt == "1"):
         return "full"
+    if mode == "selective" and opt == "op":  # per-op SAC: sim.compute.recompute_modules
+        return "sac"
     what = (
         "per-op selective AC (every second matmul saved)"
         if opt == "op"
@@ -339,6 +359,26 @@ STEP = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([0-9.]+)GiB.*?tps:\s*([0-9,]+)"
 MESH = re.compile(r"Building device mesh with parallelism: (.*)")
 CAPACITY = re.compile(r"(?:CUDA|GPU) capacity: (.*?) with ([0-9.]+)GiB memory")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+HBM2E_GIB = (85.0, 100.0)
+"""CUDA totals (GiB) at which a log's plain ``H100`` is the 96 GB HBM2e part: it reports 94 GiB
+(Ujeniya et al., arXiv:2604.11391, the Helma cluster's H100 HBM2e), the 80 GB HBM3 SXM5
+79.6 GiB (81559 MiB, sim.hardware.capacity) and the H200 139.8 GiB; the bounds lie between."""
+
+
+def capacity_gpu(name: str, gib: float) -> str:
+    """The GPU a log's ``CUDA capacity: <name> with <gib>GiB memory`` line names: ``name``, with
+    ``96GB HBM2e`` added for an H100 (not an NVL) of :data:`HBM2E_GIB` (the part torchtitan's
+    published H100 runs used, ``grand-teton-h100-96gb``: sim.runs.express_hardware).
+
+    >>> capacity_gpu("NVIDIA H100", 94.5), capacity_gpu("NVIDIA H100 80GB HBM3", 79.1)
+    ('NVIDIA H100 96GB HBM2e', 'NVIDIA H100 80GB HBM3')
+    """
+    upper = name.upper()
+    if "H100" in upper and "NVL" not in upper and HBM2E_GIB[0] < gib < HBM2E_GIB[1]:
+        return f"{name} 96GB HBM2e"
+    return name
+
+
 MARKER = "tps:"
 
 
@@ -377,7 +417,7 @@ def read_torchtitan_log(
     cap = CAPACITY.search(text)
     run = read_torchtitan_config(
         cfg, source=str(path), name=Path(path).stem, num_gpus=num_gpus,
-        gpu=gpu or (cap.group(1) if cap else ""), model_args=model_args, mesh=mesh,
+        gpu=gpu or (capacity_gpu(cap.group(1), float(cap.group(2))) if cap else ""), model_args=model_args, mesh=mesh,
         strict=False,
     )  # fmt: skip
     steps = {int(m.group(1)): m for m in STEP.finditer(text)}

@@ -31,6 +31,7 @@ import datetime as _dt
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from sim.hardware.gpu_compute import PRESET_SOURCE, ComputeSpec, spec_sources
 from sim.trace.decoder import decoder_trace
@@ -128,6 +129,18 @@ Llama 3 70B config's format, at the pre-training sequence length 8,192 (§3.4.1)
 28,672, 64 heads, 8 key/value heads, vocabulary 128,256) at sequence 8,192, for
 experiments/llama3-70b-64xh100.yaml."""
 HF_DIR = Path(__file__).resolve().parents[2] / "examples" / "hf"
+DECODER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama3.1-8b-torchtitan": ("llama3.1-8b", {"rope_complex": True}),
+    "llama3.1-8b-torchtitan-2412": (
+        "llama3.1-8b",
+        {"rope_complex": True, "norm_fp32": True, "kv_repeat": True},
+    ),
+}
+"""Decoder traces of a :data:`DECODER_SHIPPED` model with another framework's kernels:
+``name: (model, DecoderShape fields)``. ``llama3.1-8b-torchtitan``: torchtitan's eager Llama 3
+today (pytorch/torchtitan@b5bcd76: complex fp32 RoPE; ``nn.RMSNorm``, fused in torch 2.13;
+SDPA with ``enable_gqa``); ``-2412``: the code of its December 2024 H100 benchmarks
+(@ba2469780: also its fp32 ``RMSNorm`` ops and ``repeat_kv``), :mod:`sim.compute.torchtitan_ops`."""
 
 
 DEVICE_PRESET = "dgx1-v100-16gb"
@@ -212,8 +225,12 @@ def shipped_traces(pipedream_dir: str | os.PathLike[str]) -> list[Trace]:
         out.append(replace(t, provenance=prov))
     out += _sc21_traces()
     gpu = preset_gpu("dgx-h100")
-    for name, (config, seq_len, layers) in DECODER_SHIPPED.items():
-        shape = read_config(HF_DIR / config, seq_len, layers=layers)
+    models: dict[str, tuple[tuple[str, int, int | None], dict[str, Any]]] = {
+        n: (v, {}) for n, v in DECODER_SHIPPED.items()
+    }
+    models |= {n: (DECODER_SHIPPED[m], f) for n, (m, f) in DECODER_VARIANTS.items()}
+    for name, ((config, seq_len, layers), fields) in models.items():
+        shape = replace(read_config(HF_DIR / config, seq_len, layers=layers), **fields)
         t = decoder_trace(shape, name=name, microbatch_size=1, gpu=gpu, dtype="bf16")
         prov = dict(t.provenance, config=f"examples/hf/{config}", seq_len=seq_len)
         out.append(replace(t, provenance=prov))
