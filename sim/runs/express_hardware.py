@@ -4,6 +4,9 @@ fill (``4x-dgx-h100``, ``nvl72x2-gb200``)."""
 
 from __future__ import annotations
 
+from functools import cache
+
+from sim.hardware.loader import load_hardware_spec
 from sim.runs.decoder_express import SERVER_GPUS
 from sim.runs.slurm_segments import on_racks, racks
 
@@ -18,11 +21,30 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
 ``A100`` alone is the 40 GB DGX (vTrain's rows do not say which)."""
 
 
+A100_80GB = ("80GB", "80-GB", "-80G")
+"""What names an 80 GB A100 however a source spells it (``A100-SXM4-80GB``, ``A100 80GB``,
+``A100-80G``): the 40 GB DGX otherwise (an ``A100`` alone)."""
+
+
 def gpu_preset(gpu: str) -> str | None:
-    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`); None: unknown,
-    "": known, no preset yet."""
+    """The preset for a GPU as a source names it (:data:`GPU_PRESETS`; an A100 named with
+    80 GB, :data:`A100_80GB`, is the 80 GB DGX); None: unknown, "": known, no preset yet.
+
+    >>> gpu_preset("A100-SXM4-80GB"), gpu_preset("A100 80GB"), gpu_preset("A100-SXM4-40GB")
+    ('dgx-a100-80gb', 'dgx-a100-80gb', 'dgx-a100-40gb')
+    """
     name = gpu.upper().replace(" ", "-")
-    return next((p for part, p in GPU_PRESETS if part in name), None)
+    preset = next((p for part, p in GPU_PRESETS if part in name), None)
+    if preset == "dgx-a100-40gb" and any(tag in name for tag in A100_80GB):
+        return "dgx-a100-80gb"
+    return preset
+
+
+@cache
+def gpu_formats(preset: str) -> tuple[str, ...]:
+    """The low-precision GEMM formats the GPU of ``preset`` runs (its ``gpu.low_precision``:
+    ``fp8`` on Hopper, ``fp8``, ``mxfp8``, ``nvfp4`` on Blackwell)."""
+    return tuple(load_hardware_spec(preset).gpu.low_precision)
 
 
 def hardware_for(gpu: str, gpus: int) -> tuple[str | None, str]:
