@@ -80,3 +80,13 @@ def test_torchtitan_row_is_read_as_its_job_config(tmp_path):
                                   precision="BF16"))  # fmt: skip
     assert isinstance(compiled, NotExpressed)
     assert any(r.startswith("compile.enable") for r in compiled.reasons)
+
+
+def test_model_settings_of_a_base_recipe_are_kept_without_a_recipe_entry(tmp_path):
+    # Llama 3.1 405B counts embedding and loss as pipeline layers: 6 layers + 2 over 8 stages
+    run = bridge_row(tmp_path, model="LLAMA3.1_405B", layers=6, pp=8, dp=1, gbs=16, gpu="H100",
+                     precision="BF16")  # fmt: skip
+    assert run.pipeline_layout == "E|t|t|t|t|t|t|L"
+    plain = bridge_row(tmp_path, model="LLAMA3_70B", layers=6, pp=8, dp=1, gbs=16, gpu="H100",
+                       precision="BF16")  # fmt: skip
+    assert not plain.pipeline_layout

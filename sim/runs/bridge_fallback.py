@@ -47,6 +47,17 @@ MOE: dict[str, Any] = {
     "moe-token-dispatcher-type": "alltoall", "moe-router-force-load-balancing": True,
 }  # fmt: skip
 """Flags of an MoE row (module doc)."""
+MODEL_SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("405b", "", {"account-for-embedding-in-pipeline-split": True,
+                  "account-for-loss-in-pipeline-split": True}),
+    ("deepseekv3", "w/o mtp", {"mtp-num-layers": 1}),
+)  # fmt: skip
+"""``(part of the model name (lower case), unless this part, flags)``: what a model's base
+recipe sets on every GPU, which a row without a recipe entry keeps: Llama 3.1 405B counts the
+embedding and the loss as pipeline layers (``src/megatron/bridge/recipes/llama/h100/llama3.py:
+1227-1228``, ``llama31_405b_pretrain_256gpu_h100_bf16_config``; every 405B row of
+``recipes.csv`` too), so that 126 layers fill 128 pipeline stages; DeepSeek-V3 has one MTP
+layer (``recipes/deepseek/h100/deepseek_v3.py:137``) unless the table says "w/o MTP"."""
 FALLBACK_NOTE = (
     "assumption: no recipe-table entry for this configuration (sim.runs.bridge_fallback): "
     "only the settings every Megatron-Bridge performance recipe shares are set (distributed "
@@ -57,19 +68,22 @@ FALLBACK_NOTE = (
 """The approximation a run read with :func:`fallback_flags` carries."""
 
 
-def fallback_flags(precision: str, moe: bool, dp: int) -> dict[str, Any]:
+def fallback_flags(precision: str, moe: bool, dp: int, model: str = "") -> dict[str, Any]:
     """Megatron-LM flags for a Megatron-Bridge row without a recipe entry (module doc).
 
     Args:
         precision: the row's ``precision`` cell (``BF16``, ``FP8-CS``, ``FP8-DS``...).
         moe: whether the model has experts.
         dp: the data-parallel width (the bucket is set above 1).
+        model: the table's model name (:data:`MODEL_SETTINGS`).
 
     Example:
         >>> sorted(fallback_flags("BF16", False, 1))[-1]
         'use-precision-aware-optimizer'
         >>> fallback_flags("FP8-CS", True, 8)["ddp-bucket-size"]
         134217728
+        >>> "mtp-num-layers" in fallback_flags("BF16", True, 8, "DeepSeekV3 (w/o MTP)")
+        False
     """
     f = dict(COMMON)
     text = precision.lower()
@@ -81,6 +95,10 @@ def fallback_flags(precision: str, moe: bool, dp: int) -> dict[str, Any]:
         f |= MOE
     if dp > 1:
         f["ddp-bucket-size"] = BUCKET_PARAMS
+    name = model.lower()
+    for part, unless, flags in MODEL_SETTINGS:
+        if part in name and not (unless and unless in name):
+            f |= flags
     return f
 
 

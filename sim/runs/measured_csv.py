@@ -256,7 +256,7 @@ def row_run(
         moe = (cell_int(row.get("moe_experts")) or 0) > 0
         tp, pp, cp = (cell_int(row.get(c)) or 1 for c in ("tp", "pp", "cp"))
         dp = (cell_int(row.get("num_gpus")) or 8) // (tp * pp * cp)
-        recipe = fallback_flags(str(row.get("precision", "")), moe, dp)
+        recipe = fallback_flags(str(row.get("precision", "")), moe, dp, str(row.get("model")))
     family = str(row.get("model", "")).split("_")[0]
     arch = {"bert": "bert", "t5": "t5", "hybrid": "hybrid"}.get(family)
     if golden is not None:
