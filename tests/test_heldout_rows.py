@@ -42,6 +42,8 @@ def test_formats_a_gpu_lacks_are_refused_and_hopper_labels_mapped(tmp_path):
     assert any("no mxfp8 GEMMs" in r for r in why.reasons)
     assert isinstance(express(bridge_row(tmp_path, gpu="B200")), Expressed)
     assert bridge_row(tmp_path, gpu="H100", precision="FP8-DS").precision == "fp8-delayed"
+    sc = bridge_row(tmp_path, gpu="H100", precision="FP8-SC")  # subchannel: blocks, bf16 gather
+    assert sc.precision == "fp8-blockwise" and not sc.param_gather
     alt = "FP8 alt granularity (MX 32x32 on GB200/B200; 128x128 w / 1x128 act blockwise on H100)"
     assert bridge_row(tmp_path, gpu="H200", precision=alt).precision == "fp8-blockwise"
     assert bridge_row(tmp_path, gpu="B200", precision=alt).precision == "fp8-mxfp8"

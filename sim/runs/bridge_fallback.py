@@ -58,6 +58,9 @@ embedding and the loss as pipeline layers (``src/megatron/bridge/recipes/llama/h
 1227-1228``, ``llama31_405b_pretrain_256gpu_h100_bf16_config``; every 405B row of
 ``recipes.csv`` too), so that 126 layers fill 128 pipeline stages; DeepSeek-V3 has one MTP
 layer (``recipes/deepseek/h100/deepseek_v3.py:137``) unless the table says "w/o MTP"."""
+SUBCHANNEL = ("fp8-sc", "fp8_sc", "subchannel", "sub-channel")
+"""Labels of Bridge's FP8 subchannel (blockwise) scaling, which gathers parameters in bf16
+(``training/mixed_precision.py:373-385``: ``fp8_param_gather = False``)."""
 FALLBACK_NOTE = (
     "assumption: no recipe-table entry for this configuration (sim.runs.bridge_fallback): "
     "only the settings every Megatron-Bridge performance recipe shares are set (distributed "
@@ -84,10 +87,14 @@ def fallback_flags(precision: str, moe: bool, dp: int, model: str = "") -> dict[
         134217728
         >>> "mtp-num-layers" in fallback_flags("BF16", True, 8, "DeepSeekV3 (w/o MTP)")
         False
+        >>> "fp8-param-gather" in fallback_flags("FP8-SC", True, 8)
+        False
     """
     f = dict(COMMON)
     text = precision.lower()
-    if "fp8" in text or "fp4" in text:
+    if any(sc in text for sc in SUBCHANNEL):
+        pass  # bf16_with_fp8_subchannel_scaling_mixed: fp8_param_gather = False
+    elif "fp8" in text or "fp4" in text:
         f["fp8-param-gather"] = True
     elif text.startswith("bf16"):
         f["use-precision-aware-optimizer"] = True

@@ -79,6 +79,10 @@ PRECISION_FLAGS = (
     ("nvfp4", {"fp4-format": "e2m1", "fp4-recipe": "nvfp4"}),
     ("alt granularity", {"fp8-format": "e4m3", "fp8-recipe": "mxfp8"}),
     ("blockwise", BLOCKWISE),
+    ("fp8-sc", BLOCKWISE),
+    ("fp8_sc", BLOCKWISE),
+    ("subchannel", BLOCKWISE),
+    ("sub-channel", BLOCKWISE),
     ("mx", {"fp8-format": "e4m3", "fp8-recipe": "mxfp8"}),
     ("delayed", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
     ("fp8-ds", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
@@ -90,7 +94,8 @@ PRECISION_FLAGS = (
 )
 """A ``precision`` cell (lower case) -> Megatron flags, first match: NVFP4; Megatron-Bridge's
 "alternative granularity" FP8 (MXFP8 on Blackwell; on Hopper its 128x128 / 1x128 blocks,
-:func:`precision_flags`), blockwise FP8, MXFP8/FP8-MX; FP8 delayed scaling (``FP8-DS``, Bridge's
+:func:`precision_flags`), blockwise FP8 (and Bridge's ``FP8-SC``, "subchannel" scaling: ``bf16_with_fp8_subchannel_scaling_mixed``,
+``mixed_precision.py:373-385``, ``fp8_recipe = "blockwise"``), MXFP8/FP8-MX; FP8 delayed scaling (``FP8-DS``, Bridge's
 ``fp8_ds``: ``bf16_with_fp8_delayed_scaling_mixed``, NVIDIA-NeMo/Megatron-Bridge@067f987df0
 ``src/megatron/bridge/training/mixed_precision.py:217-232``, ``fp8_recipe = "delayed"``);
 FP8/FP8-CS (current scaling, Transformer Engine's ``Float8CurrentScaling`` is ``tensorwise`` in
