@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.runs.express import Expressed, NotExpressed, express, gpu_preset
+from sim.runs.express import Expressed, NotExpressed, express, gpu_preset, hardware_for
 from sim.runs.measured_csv import read_measured_csv
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "runs" / "measured_sample.csv"
@@ -55,6 +55,9 @@ def test_a100_80gb_spellings_and_hopper_names():
     assert gpu_preset("A100") == gpu_preset("A100-SXM4-40GB") == "dgx-a100-40gb"
     assert gpu_preset("H100-SXM5-80GB") == gpu_preset("DGX-H100") == "dgx-h100"
     assert gpu_preset("H200 141GB") == "dgx-h200"
+    assert gpu_preset("GH200") == "gh200-96gb"  # one Grace Hopper superchip, not an H200 server
+    assert hardware_for("GH200", 1)[0] == "gh200-96gb" and hardware_for("GH200", 8)[0] is None
+    assert hardware_for("H100 PCIe", 8)[0] is None and "PCIe" in hardware_for("H100 PCIe", 8)[1]
 
 
 def test_framework_names(tmp_path):
