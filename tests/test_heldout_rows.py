@@ -95,3 +95,25 @@ def test_model_settings_of_a_base_recipe_are_kept_without_a_recipe_entry(tmp_pat
     plain = bridge_row(tmp_path, model="LLAMA3_70B", layers=6, pp=8, dp=1, gbs=16, gpu="H100",
                        precision="BF16")  # fmt: skip
     assert not plain.pipeline_layout
+
+
+def megatron_row(tmp_path: Path, **cells):
+    """The sample's Megatron-LM row (Llama-like, B200, BF16, no recompute) with ``cells``."""
+    df = pd.read_csv(SAMPLE).iloc[[0]].copy()
+    for k, v in cells.items():
+        df[k] = v
+    path = tmp_path / "mrows.csv"
+    df.to_csv(path, index=False)
+    return read_measured_csv(path)[0]
+
+
+def test_megatron_rows_read_fp8_and_recompute_as_megatron_defaults(tmp_path):
+    # a bare FP8: Megatron-Core's default recipe (delayed); Bridge's tables mean current scaling
+    assert megatron_row(tmp_path, gpu="H100", precision="FP8").precision == "fp8-delayed"
+    assert bridge_row(tmp_path, gpu="H100", precision="FP8").precision == "fp8-tensorwise"
+    # "selective": Megatron's default modules; a bare "full": every layer, stated
+    assert megatron_row(tmp_path, recompute="selective").recompute == "selective"
+    full = megatron_row(tmp_path, recompute="full")
+    assert full.recompute == "full"
+    ex = express(full)
+    assert isinstance(ex, Expressed) and any("bare 'full'" in a for a in ex.approximations)

@@ -88,6 +88,9 @@ PRECISION_FLAGS = (
     ("fp8-ds", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
     ("fp8_ds", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
     ("fp8 ds", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
+    ("current", {"fp8-format": "hybrid", "fp8-recipe": "tensorwise"}),
+    ("tensorwise", {"fp8-format": "hybrid", "fp8-recipe": "tensorwise"}),
+    ("fp8-cs", {"fp8-format": "hybrid", "fp8-recipe": "tensorwise"}),
     ("fp8", {"fp8-format": "hybrid", "fp8-recipe": "tensorwise"}),
     ("bf16", {"bf16": True}),
     ("fp16", {"fp16": True}),
@@ -102,21 +105,34 @@ FP8/FP8-CS (current scaling, Transformer Engine's ``Float8CurrentScaling`` is ``
 Megatron's names); BF16, FP16."""
 
 
-def precision_flags(cell: str, gpu: str) -> dict[str, Any]:
+MEGATRON_FP8 = {"fp8-format": "hybrid", "fp8-recipe": "delayed"}
+"""A bare "FP8" of a Megatron-LM row: Megatron-Core's default recipe, delayed scaling
+(NVIDIA/Megatron-LM@d98e8a64dd ``megatron/core/transformer/transformer_config.py:594-596``,
+``fp8_recipe = "delayed"``); Megatron-Bridge's and NeMo's tables call current scaling "FP8"
+(``measurements/megatron-bridge/README.md``, "Precision labels")."""
+
+
+def precision_flags(cell: str, gpu: str, framework: str = "megatron-bridge") -> dict[str, Any]:
     """Megatron flags of a ``precision`` cell (:data:`PRECISION_FLAGS`) on ``gpu``: Megatron-
     Bridge's "alt granularity" FP8 is MXFP8 on Blackwell and 128x128 weight / 1x128 activation
     blocks (Transformer Engine's ``Float8BlockScaling``, Megatron's ``blockwise``) on Hopper,
-    as the tables' header says (``measurements/megatron-bridge/README.md``, "Precision labels").
+    as the tables' header says (``measurements/megatron-bridge/README.md``, "Precision labels");
+    a bare "FP8" of a ``megatron-lm`` row is Megatron's default (:data:`MEGATRON_FP8`).
 
     >>> precision_flags("FP8 alt granularity (MX 32x32 ...)", "H100")["fp8-recipe"]
     'blockwise'
     >>> precision_flags("FP8-DS", "H100")["fp8-recipe"], precision_flags("FP8-CS", "H100")["fp8-recipe"]
     ('delayed', 'tensorwise')
+    >>> precision_flags("FP8", "H100", "megatron-lm")["fp8-recipe"]
+    'delayed'
     """
     prec = cell.lower()
     if "alt granularity" in prec and any(h in gpu.upper() for h in HOPPER):
         return dict(BLOCKWISE)
-    return dict(next((flags for key, flags in PRECISION_FLAGS if key in prec), {}))
+    key, flags = next(((k, f) for k, f in PRECISION_FLAGS if k in prec), ("", {}))
+    if key == "fp8" and framework == "megatron-lm":
+        return dict(MEGATRON_FP8)
+    return dict(flags)
 
 
 def _golden_flags(row: pd.Series) -> dict[str, Any] | None:
@@ -180,7 +196,8 @@ def _run_flags(row: pd.Series) -> dict[str, Any]:
         f["sequence-parallel"] = True
     if (cell_int(row.get("fsdp")) or 0) > 0:
         f["use-megatron-fsdp"] = True
-    f.update(precision_flags(str(row.get("precision", "")), str(row.get("gpu", ""))))
+    f.update(precision_flags(str(row.get("precision", "")), str(row.get("gpu", "")),
+                             _framework(row)))  # fmt: skip
     note = str(row.get("note", "")).lower()
     if "distributed optimizer" in note:
         f["use-distributed-optimizer"] = True
@@ -203,13 +220,28 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
             for part, why in NAMED_UNMAPPED if part in name]  # fmt: skip
     text = str(row.get("recompute", "none")).lower()
     if not recipe and not re.match(r"none|full (uniform|block) \d+|selective", text):
-        out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
-                           "recipe's recompute setting"))  # fmt: skip
+        if BARE_FULL.match(text):
+            out.append(ArgNote("recompute", text, "approximated", FULL_NOTE.split(": ", 1)[1]))
+        else:
+            out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
+                               "recipe's recompute setting"))  # fmt: skip
     if known_shape(row) is None and (cell_int(row.get("layers")) is None or
                                       cell_int(row.get("hidden")) is None):  # fmt: skip
         out.append(ArgNote("shape_ref", str(row.get("shape_ref", "")), "unmapped",
                            "the model's shape is not in the table"))  # fmt: skip
     return out
+
+
+BARE_FULL = re.compile(r"full\s*$|full (recompute|activation)")
+"""A ``recompute`` cell that says "full" without Megatron's method and layer count."""
+FULL_EVERY_LAYER = {"recompute-granularity": "full", "recompute-method": "uniform",
+                    "recompute-num-layers": 1}  # fmt: skip
+"""What a bare "full" is read as: every layer recomputed whole (``uniform`` over 1 layer; Megatron
+needs a method with full recompute, NVIDIA/Megatron-LM@d98e8a64dd
+``megatron/core/transformer/transformer_config.py:1908-1917``; ``block`` over every layer of a
+stage recomputes the same work), stated among the run's approximations."""
+FULL_NOTE = ("approximated: a bare 'full' recompute is read as Megatron's --recompute-method "
+             "uniform --recompute-num-layers 1 (every layer recomputed)")  # fmt: skip
 
 
 def _recompute_flags(row: pd.Series) -> dict[str, Any]:
@@ -223,6 +255,10 @@ def _recompute_flags(row: pd.Series) -> dict[str, Any]:
     m = re.match(r"selective\s*\[(.*)\]", text)
     if m:
         return {"recompute-granularity": "selective", "recompute-modules": m.group(1)}
+    if text.startswith("selective"):  # Megatron's default modules (core attention)
+        return {"recompute-granularity": "selective"}
+    if BARE_FULL.match(text):
+        return dict(FULL_EVERY_LAYER)
     return {}
 
 
