@@ -81,6 +81,9 @@ def test_torchtitan_row_is_read_as_its_job_config(tmp_path):
     assert run.shape.ffn_hidden == 6144 and run.shape.kv_heads == 4  # the shape columns
     ex = express(run)
     assert isinstance(ex, Expressed) and ex.framework.startswith("torchtitan")
+    moe = express(bridge_row(tmp_path, framework="torchtitan", gpu="H100", precision="BF16",
+                             moe_experts=8, moe_topk=2))  # fmt: skip
+    assert isinstance(moe, NotExpressed) and any("MoE" in r for r in moe.reasons)
     compiled = express(bridge_row(tmp_path, framework="torchtitan (torch.compile)", gpu="H100",
                                   precision="BF16"))  # fmt: skip
     assert isinstance(compiled, NotExpressed)

@@ -15,7 +15,8 @@ converter (``tensorwise`` unless the cell says ``rowwise``), MXFP8 -> ``mx``; a 
 naming ``torch.compile`` / ``compile`` -> ``compile.enable``, ``async TP`` ->
 ``parallelism.enable_async_tensor_parallel``. The model's sizes come from the shape columns as
 torchtitan's model args (``dim``, ``n_layers``, ``n_heads``, ``n_kv_heads``, ``vocab_size``),
-the FFN width from ``ffn_hidden``.
+the FFN width from ``ffn_hidden``; a row with experts or MLA is refused (the model is built
+as a dense Llama 3).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from sim.runs.csv_shape import cell_int
-from sim.runs.record import MeasuredRun
+from sim.runs.record import ArgNote, MeasuredRun
 from sim.runs.torchtitan import read_torchtitan_config
 
 
@@ -84,4 +85,12 @@ def torchtitan_row_run(row: pd.Series, *, source: str) -> MeasuredRun:
         model_args=_model_args(row),
     )  # fmt: skip
     ffn = cell_int(row.get("ffn_hidden"))
-    return replace(run, shape=replace(run.shape, ffn_hidden=ffn)) if ffn else run
+    if ffn:
+        run = replace(run, shape=replace(run.shape, ffn_hidden=ffn))
+    if (cell_int(row.get("moe_experts")) or 0) > 0 or str(row.get("attention")).lower() == "mla":
+        why = ("a torchtitan MoE or MLA model (deepseek_v3, llama4, qwen3 MoE): its sizes are "
+               "read as a dense Llama 3 here, so it is not simulated")  # fmt: skip
+        run = replace(
+            run, args=(*run.args, ArgNote("model", str(row.get("model")), "unmapped", why))
+        )
+    return run
