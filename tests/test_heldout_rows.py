@@ -81,6 +81,9 @@ def test_torchtitan_row_is_read_as_its_job_config(tmp_path):
     assert run.shape.ffn_hidden == 6144 and run.shape.kv_heads == 4  # the shape columns
     ex = express(run)
     assert isinstance(ex, Expressed) and ex.framework.startswith("torchtitan")
+    piped = bridge_row(tmp_path, framework="torchtitan", gpu="H100", precision="BF16", pp=2,
+                       dp=4, schedule="Interleaved 1F1B")  # fmt: skip
+    assert piped.schedule == "interleaved_1f1b" and piped.layout.vp == 2
     moe = express(bridge_row(tmp_path, framework="torchtitan", gpu="H100", precision="BF16",
                              moe_experts=8, moe_topk=2))  # fmt: skip
     assert isinstance(moe, NotExpressed) and any("MoE" in r for r in moe.reasons)

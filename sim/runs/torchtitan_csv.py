@@ -9,6 +9,7 @@ torchtitan's ``data_parallel_shard_degree = -1``) and ``dp / fsdp`` ->
 ``data_parallel_shard_degree`` / ``data_parallel_replicate_degree`` (HSDP); ``mbs`` ->
 ``training.local_batch_size`` (and the pipeline's micro-batch); ``gbs`` ->
 ``training.global_batch_size`` (gradient accumulation above ``mbs x dp``); ``seq_len``;
+``schedule`` (pipelines; ``1F1B``, ``Interleaved 1F1B``...) -> ``pipeline_parallel_schedule``;
 ``recompute`` -> ``activation_checkpoint.mode`` (``none``, ``full``; ``selective`` is
 torchtitan's per-op SAC, which pipesim does not have); ``precision`` FP8 -> the ``float8``
 converter (``tensorwise`` unless the cell says ``rowwise``), MXFP8 -> ``mx``; a framework cell
@@ -46,12 +47,15 @@ def job_config(row: pd.Series) -> dict[str, Any]:
     dp = cell_int(row.get("dp")) or max(1, gpus // (tp * pp * cp))
     shard = cell_int(row.get("fsdp")) or dp
     mbs = cell_int(row.get("mbs")) or 1
-    par = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp,
+    par: dict[str, Any] = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp,
            "context_parallel_degree": cp, "expert_parallel_degree": cell_int(row.get("ep")) or 1,
            "data_parallel_shard_degree": shard,
            "data_parallel_replicate_degree": max(1, dp // shard)}  # fmt: skip
     if pp > 1:
         par["pipeline_parallel_microbatch_size"] = mbs
+        sched = str(row.get("schedule", "")).replace(" ", "").replace("_", "").replace("-", "")
+        if sched and sched.lower() != "nan":  # torchtitan's names, case-free: Interleaved1F1B
+            par["pipeline_parallel_schedule"] = sched
     text = str(row.get("framework", "")).lower()
     if "async" in text:
         par["enable_async_tensor_parallel"] = True
