@@ -68,6 +68,10 @@ def test_framework_names(tmp_path):
     auto = express(bridge_row(tmp_path, gpu="H100", precision="BF16", framework="NeMo AutoModel"))
     assert isinstance(auto, NotExpressed)
     assert any("nemo-automodel" in r for r in auto.reasons)
+    mds = megatron_row(tmp_path, framework="Megatron-DeepSpeed")
+    assert mds.framework == "megatron-deepspeed" and isinstance(express(mds), Expressed)
+    zero = express(megatron_row(tmp_path, framework="DeepSpeed ZeRO"))
+    assert isinstance(zero, NotExpressed) and any("ZeRO stage" in r for r in zero.reasons)
 
 
 def test_torchtitan_row_is_read_as_its_job_config(tmp_path):

@@ -349,14 +349,17 @@ def row_run(
 
 FRAMEWORK_NAMES = (
     ("bridge", "megatron-bridge"), ("automodel", "nemo-automodel"), ("nemo", "megatron-bridge"),
-    ("torchtitan", "torchtitan"),
+    ("torchtitan", "torchtitan"), ("megatron-deepspeed", "megatron-deepspeed"),
+    ("megatron deepspeed", "megatron-deepspeed"), ("deepspeed", "deepspeed (ZeRO stage not given)"),
 )  # fmt: skip
 """A ``framework`` cell (lower case) -> the reader's framework, first match; any other cell is
 Megatron-LM. NeMo 2.0's performance recipes (NVIDIA/NeMo ``scripts/performance/llm``) train
 Megatron-Core models as Megatron-Bridge's do and are read the same way
 (:data:`~sim.runs.bridge_fallback.NEMO_NOTE`); NeMo AutoModel trains Hugging Face models under
 PyTorch FSDP2, for which pipesim has no profile (the run is refused with that reason); torchtitan
-rows are read as its job config (:mod:`sim.runs.torchtitan_csv`)."""
+rows are read as its job config (:mod:`sim.runs.torchtitan_csv`); Megatron-DeepSpeed rows with
+its profile (Megatron's flags); a plain DeepSpeed row is refused (its ZeRO stage, which decides
+memory and communication, is no column)."""
 
 
 def _framework(row: pd.Series) -> str:
