@@ -127,3 +127,17 @@ def test_megatron_rows_read_fp8_and_recompute_as_megatron_defaults(tmp_path):
     assert full.recompute == "full"
     ex = express(full)
     assert isinstance(ex, Expressed) and any("bare 'full'" in a for a in ex.approximations)
+
+
+def test_torchtitan_selective_checkpointing_maps_to_pipesim_policies(tmp_path):
+    # per-op SAC: pipesim's recompute:sac under FSDP2 (dp 8 shards)
+    op = bridge_row(tmp_path, framework="torchtitan", gpu="H100", precision="BF16",
+                    recompute="selective op")  # fmt: skip
+    assert op.recompute == "sac"
+    ex = express(op)
+    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "recompute:sac"
+    # layer SAC, torchtitan's default every 2nd layer: 4 layers, 1 stage -> 2 layers recomputed
+    layer = express(bridge_row(tmp_path, framework="torchtitan", gpu="H100", precision="BF16",
+                               recompute="selective layer"))  # fmt: skip
+    assert isinstance(layer, Expressed) and layer.point["memory_policy"] == "recompute:full:2"
+    assert any("every 2th layer" in a for a in layer.approximations)

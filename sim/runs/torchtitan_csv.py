@@ -10,8 +10,8 @@ torchtitan's ``data_parallel_shard_degree = -1``) and ``dp / fsdp`` ->
 ``training.local_batch_size`` (and the pipeline's micro-batch); ``gbs`` ->
 ``training.global_batch_size`` (gradient accumulation above ``mbs x dp``); ``seq_len``;
 ``schedule`` (pipelines; ``1F1B``, ``Interleaved 1F1B``...) -> ``pipeline_parallel_schedule``;
-``recompute`` -> ``activation_checkpoint.mode`` (``none``, ``full``; ``selective`` is
-torchtitan's per-op SAC, which pipesim does not have); ``precision`` FP8 -> the ``float8``
+``recompute`` -> ``activation_checkpoint.mode`` (``none``, ``full``, ``selective`` with
+``selective_ac_option``: ``op`` or every N-th layer, :func:`_ac_option`); ``precision`` FP8 -> the ``float8``
 converter (``tensorwise`` unless the cell says ``rowwise``), MXFP8 -> ``mx``; a framework cell
 naming ``torch.compile`` / ``compile`` -> ``compile.enable``, ``async TP`` ->
 ``parallelism.enable_async_tensor_parallel``. The model's sizes come from the shape columns as
@@ -22,6 +22,7 @@ as a dense Llama 3).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +39,18 @@ def _model_args(row: pd.Series) -> dict[str, Any] | None:
     if not (sizes["dim"] and sizes["n_layers"] and sizes["n_heads"]):
         return None
     return {k: v for k, v in sizes.items() if v}
+
+
+def _ac_option(cell: str) -> str:
+    """torchtitan's ``selective_ac_option`` of a ``selective ...`` recompute cell: ``op`` for
+    per-op SAC, ``N`` for "every N layers"; torchtitan's default ``2`` for "selective layer"
+    or a bare "selective" (the reader's default, :func:`sim.runs.torchtitan.read_torchtitan_config`).
+
+    >>> _ac_option("selective op"), _ac_option("selective layer"), _ac_option("selective layer 3")
+    ('op', '2', '3')
+    """
+    digits = re.search(r"\d+", cell)
+    return "op" if re.search(r"\bop\b", cell) else digits.group(0) if digits else "2"
 
 
 def job_config(row: pd.Series) -> dict[str, Any]:
@@ -67,7 +80,7 @@ def job_config(row: pd.Series) -> dict[str, Any]:
         "training": {"local_batch_size": mbs, "global_batch_size": cell_int(row.get("gbs")) or -1,
                      "seq_len": cell_int(row.get("seq_len")) or 2048},
         "parallelism": par,
-        "activation_checkpoint": {"mode": mode} | ({"selective_ac_option": "op"}
+        "activation_checkpoint": {"mode": mode} | ({"selective_ac_option": _ac_option(rc)}
                                                     if mode == "selective" else {}),
     }  # fmt: skip
     prec = str(row.get("precision", "")).lower()
