@@ -155,7 +155,7 @@ def _precision(run: MeasuredRun) -> list[str]:
     if recipe is not None and preset and recipe.format not in gpu_formats(preset):
         runs = ", ".join(gpu_formats(preset)) or "none"
         return [f"precision {run.precision}: the {run.gpu} GPU has no {recipe.format} GEMMs "
-                f"(its formats: {runs}; the {preset} preset)"]  # fmt: skip
+                f"(its formats: {runs}, in the {preset} preset)"]  # fmt: skip
     return []
 
 
