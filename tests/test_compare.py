@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -45,11 +44,10 @@ def test_compare_tiny_run(tmp_path):
     assert g.memory_error == pytest.approx(pred.allocated_bytes / 2.25e9 - 1)
     assert g.in_band == (g.band_low_s <= 0.23085 <= g.band_high_s)
     assert g.trace_origin == "analytic" and g.hardware  # what the prediction was made with
-    last = df.iloc[-1]  # the MXFP8 GB300 Qwen3 row: listed, not predicted, with its reasons
-    assert not last.expressed and math.isnan(last.predicted_time_s)
-    assert last.reason.startswith("recipe")  # Qwen3 is expressed; its recipe is not given
+    last = df.iloc[-1]  # the MXFP8 GB300 Qwen3 row: no recipe given, the shared settings
+    assert last.expressed and last.predicted_time_s > 0  # (sim.runs.bridge_fallback)
     again = pd.read_csv(tmp_path / "compare.csv")
-    assert len(again) == 3 and again.expressed.tolist() == [True, True, False]
+    assert len(again) == 3 and again.expressed.tolist() == [True, True, True]
 
 
 def test_cli_compare(tmp_path):
@@ -61,3 +59,11 @@ def test_cli_compare(tmp_path):
     bad = CliRunner().invoke(app, ["compare", str(csv), "--out", str(tmp_path / "o")])
     assert bad.exit_code == 2
     assert "rows.csv" in bad.output and "'pp'" in bad.output  # the first missing column
+
+
+def test_cli_compare_reads_the_bridge_recipe_table_it_is_given(tmp_path):
+    missing = tmp_path / "none.csv"
+    res = CliRunner().invoke(app, ["compare", str(DATA / "measured_sample.csv"), "--out",
+                                   str(tmp_path / "o"), "--no-plot", "--bridge-recipes",
+                                   str(missing)])  # fmt: skip
+    assert res.exit_code == 2 and "none.csv" in res.output  # the table is read, not skipped

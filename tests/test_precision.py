@@ -83,6 +83,8 @@ def test_a_gpu_without_the_format_refuses_it():
         ("nvfp4", TE, True, 2, 2 + 2 + 2 * (0.5 + 1 / 16)),  # amax, E4M3 per 16
         ("fp8-rowwise", TORCHAO, False, 2, 2 * 2 + 2 * 1),  # one cast per usage
         ("fp8-rowwise", TORCHAO, False, 1, 2 + 1),
+        ("fp8-tensorwise", TORCHAO, True, 2, 2 * (2 + 2) + 2 * 1),  # amax + cast per usage
+        ("fp8-tensorwise", TORCHAO, False, 1, 2 + 2 + 1),
     ],
 )
 def test_cast_kernel_bytes_per_element(name, library, non_tn, usages, want):

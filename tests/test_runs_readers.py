@@ -130,7 +130,7 @@ def test_torchtitan_log_of_a_94_gib_h100_runs_on_the_hbm2e_preset(tmp_path):
     assert hardware_for("NVIDIA H100", 16)[0] == "2x-dgx-h100"
     assert hardware_for("H100 96GB", 16)[0] == "2x-grand-teton-h100-96gb"
     assert gpu_preset("H100-HBM2e") == gpu_preset("H100-SXM5-96GB") == "grand-teton-h100-96gb"
-    assert gpu_preset("NVIDIA H100 NVL") == "dgx-h100"  # 94 GB HBM3: another part
+    assert gpu_preset("NVIDIA H100 NVL") is None  # 94 GB HBM3 PCIe card: refused (NOT_SXM)
 
 
 def test_torchtitan_kernels_and_per_op_sac_from_its_config(tmp_path):
@@ -220,10 +220,11 @@ def test_measured_and_vtrain_csv():
     rows = read_runs(DATA / "measured_sample.csv")
     assert rows[0].measured.peak_allocated_bytes == 40.5 * GiB
     assert isinstance(express(rows[0]), Expressed)
-    why = express(rows[1])  # MXFP8 on GB300 and Qwen3's head_dim are expressed (issue 26)
-    assert isinstance(why, NotExpressed)
-    assert not any("precision" in r or "GB300" in r or "head_dim" in r for r in why.reasons)
-    assert [r.split(":")[0] for r in why.reasons] == ["recipe"]  # its recipe is not given
+    # MXFP8 on GB300 and Qwen3's head_dim are expressed (issue 26); without a recipe table the
+    # Bridge row runs with the settings every recipe shares (sim.runs.bridge_fallback)
+    ex = express(rows[1])
+    assert isinstance(ex, Expressed)
+    assert any("no recipe-table entry" in a for a in ex.approximations)
     assert rows[1].measured.iteration_time_s == 1.2  # step_time_derived_s
     vt = read_runs(DATA / "vtrain_sample.csv")
     assert [r.measured.iteration_time_s for r in vt] == [0.2505, 0.12025]

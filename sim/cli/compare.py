@@ -13,6 +13,7 @@ from rich.table import Table
 from sim.cli.console import friendly, out
 from sim.compare import compare, summary
 from sim.hardware.overlay import read_overlay
+from sim.runs.bridge_recipes import SHIPPED, read_recipes
 from sim.runs.readers import read_hf_config
 
 SHOWN = 40
@@ -100,15 +101,23 @@ def compare_cmd(
         None, "--hardware-overlay", help="Predict with this overlay (sim calibrate --from-runs)."
     ),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Draw compare.png."),
+    bridge_recipes: Path = typer.Option(
+        None,
+        "--bridge-recipes",
+        help="Megatron-Bridge recipe table for measured-CSV rows "
+        "(default: measurements/megatron-bridge/recipes.csv of the checkout).",
+    ),  # fmt: skip
 ) -> None:
     """Predict measured runs and show predicted against measured iteration time and memory
     (per category where the log has it), the error and the band; write compare.csv and a
     scatter plot."""
     overlay = read_overlay(hardware_overlay) if hardware_overlay else None
     hf = read_hf_config(model_config) if model_config else None
+    table = bridge_recipes or (SHIPPED if SHIPPED.is_file() else None)
     df, written = compare(
         sources, out=out_dir, overlay=overlay, plot=plot, gpu=gpu, num_gpus=gpus,
         config=config, command=command, hf_config=hf, seq_len=seq_len,
+        recipes=read_recipes(table) if table else None,
     )  # fmt: skip
     if df.expressed.any():  # else an empty table, its caption "on -, from - traces"
         out.print(_table(df))

@@ -13,7 +13,8 @@ MXFP8 or NVFP4 while the parameters and activations stay in the training dtype (
   NVIDIA/Megatron-LM@d98e8a6 ``megatron/core/fp8_utils.py:752-810``.
 * **torchao** (torchtitan's ``Float8LinearConverter``, pytorch/torchtitan@b5bcd76
   ``torchtitan/components/quantization/float8.py:58``: recipes ``rowwise`` (default) and
-  ``rowwise_with_gw_hp``; ``mx.py`` for ``mxfp8``): ``fp8-rowwise`` and ``fp8-rowwise-gw-hp``
+  ``rowwise_with_gw_hp``; ``mx.py`` for ``mxfp8``; without a recipe name torchao's default
+  ``Float8LinearConfig``, per-tensor dynamic scaling, ``fp8-tensorwise``): ``fp8-rowwise`` and ``fp8-rowwise-gw-hp``
   (pytorch/ao@36027d8 ``torchao/float8/config.py:317-378``: axis-wise scales for input, weight
   and output gradient; the second keeps the weight-gradient GEMM in high precision), ``mxfp8``.
 
@@ -267,6 +268,24 @@ RECIPES: dict[tuple[str, str], Recipe] = {
             f"{_TORCHAO} ROWWISE (axis-wise scales for input, weight, output gradient)",
         ),
         Recipe(
+            "fp8-tensorwise",
+            TORCHAO,
+            "fp8",
+            1.0,
+            0.0,
+            0.0,
+            False,
+            True,
+            True,
+            "",
+            False,
+            True,
+            "pytorch/ao@36027d8 torchao/float8/config.py:141-157, 331 TENSORWISE (the default "
+            "Float8LinearConfig: one dynamic scale per tensor); float8_linear.py:38-205 "
+            "matmul_with_hp_or_float8_args casts each usage from the saved 16-bit tensor, each "
+            "after its own amax (float8_utils.py tensor_to_amax: torch.max(torch.abs(x)))",
+        ),
+        Recipe(
             "fp8-rowwise-gw-hp",
             TORCHAO,
             "fp8",
@@ -344,11 +363,14 @@ def cast_bytes_per_element(
     when the library casts each usage apart), writes ``copies x (data + scales)``.
 
     Example (per-tensor FP8, both usages): Hopper ``2 + 2 x 1 = 4``; Blackwell ``2 + 1 = 3``;
-    current scaling adds the amax read: 6 and 5.
+    current scaling adds the amax read: 6 and 5. A library that casts each usage apart with
+    a dynamic per-tensor scale (torchao's tensorwise) reads the tensor twice per usage:
+    ``2 x 2 x 2 + 2 x 1 = 10``.
     """
     copies = recipe.copies(non_tn) if usages > 1 else 1
     scale = recipe.weight_scale_bytes if weight else recipe.scale_bytes
-    reads = DTYPE_BYTES * ((usages if recipe.cast_per_usage else 1) + recipe.amax_pass)
+    casts = usages if recipe.cast_per_usage else 1  # each cast reads once more for its amax
+    reads = DTYPE_BYTES * (casts + (casts if recipe.cast_per_usage else 1) * recipe.amax_pass)
     return reads + copies * (recipe.data_bytes + scale)
 
 

@@ -25,6 +25,9 @@ from sim.errors import InputError
 from sim.runs.bridge_env import expandable_segments
 from sim.runs.bridge_software import release_flags
 
+SHIPPED = Path(__file__).resolve().parents[2] / "measurements" / "megatron-bridge" / "recipes.csv"
+"""The recipe table of a source checkout (absent from an installed package: then None is given
+and Bridge rows run with :mod:`sim.runs.bridge_fallback`)."""
 KEY = ("model", "gpu", "num_gpus", "precision", "tp", "pp", "vp", "cp", "ep", "etp", "mbs",
        "gbs", "task")  # fmt: skip
 """Columns that identify a configuration in both the measured CSV and the recipe table."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.compute.decoder import DecoderShape
-from sim.compute.precision import get_recipe
+from sim.compute.precision import TE, get_recipe
 from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
 from sim.runs.approximations import (
@@ -29,7 +29,7 @@ from sim.runs.approximations import (
     model_approximations,
 )
 from sim.runs.decoder_express import decoder_shape, ep_domains
-from sim.runs.express_hardware import GPU_PRESETS, gpu_preset, hardware_for
+from sim.runs.express_hardware import GPU_PRESETS, gpu_formats, gpu_preset, hardware_for
 from sim.runs.express_policy import policy
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
@@ -133,14 +133,30 @@ def low_precision(precision: str) -> str:
     return "mxfp8" if precision == "fp8-mxfp8" else precision
 
 
+def _library(run: MeasuredRun) -> str:
+    """Whose recipes the run's framework profile runs (``low_precision_library``: Transformer
+    Engine for Megatron, torchao for torchtitan); Transformer Engine for an unknown one (its
+    own reason: :func:`_framework`)."""
+    try:
+        return str(get_framework(FRAMEWORKS[run.framework]).low_precision_library.value)
+    except KeyError:
+        return TE
+
+
 def _precision(run: MeasuredRun) -> list[str]:
     name = low_precision(run.precision)
     try:
-        if not name or get_recipe(name) is not None:
-            return []
+        recipe = get_recipe(name, _library(run))
     except ValueError as exc:
         return [f"precision {run.precision}: {exc}"]
-    return [f"precision {run.precision}: no recipe"]
+    if name and recipe is None:
+        return [f"precision {run.precision}: no recipe"]
+    preset = gpu_preset(run.gpu)
+    if recipe is not None and preset and recipe.format not in gpu_formats(preset):
+        runs = ", ".join(gpu_formats(preset)) or "none"
+        return [f"precision {run.precision}: the {run.gpu} GPU has no {recipe.format} GEMMs "
+                f"(its formats: {runs}, in the {preset} preset)"]  # fmt: skip
+    return []
 
 
 def _model(run: MeasuredRun) -> list[str]:

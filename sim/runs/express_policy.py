@@ -4,7 +4,7 @@ of pipesim's policy names (:mod:`sim.memory`), or None and the reason pipesim ha
 
 from __future__ import annotations
 
-from sim.compute.recompute_modules import MODULES
+from sim.compute.recompute_modules import MODULES, SAC
 from sim.runs.record import MeasuredRun
 
 
@@ -21,6 +21,16 @@ def policy(run: MeasuredRun) -> tuple[str | None, str]:
     return name, why
 
 
+def _block(rc: str) -> str:
+    """A run's recompute as the recompute policy's argument: Megatron's ``full:block:N`` is
+    ``full:N`` (the first N layers of each stage, :mod:`sim.memory.recompute`).
+
+    >>> _block("full:block:4"), _block("selective:core_attn")
+    ('full:4', 'selective:core_attn')
+    """
+    return f"full:{rc.rsplit(':', 1)[1]}" if rc.startswith("full:block:") else rc
+
+
 def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
     rc, dist = run.recompute, run.distributed_optimizer
     if rc.startswith("selective:"):  # Megatron's --recompute-modules (sim.memory.recompute)
@@ -29,7 +39,9 @@ def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
             return None, f"recompute modules {mods} (pipesim has {', '.join(MODULES)})"
         rc = f"selective:{mods}"
     if run.layout.dp_shard > 1:  # FSDP shards the states itself (sim.memory.fsdp)
-        return ("none" if rc == "none" else f"recompute:{rc}"), ""
+        return ("none" if rc == "none" else f"recompute:{_block(rc)}"), ""
+    if rc == SAC:  # torchtitan's per-op SAC (sim.memory.recompute)
+        return ("dist_opt:recompute:sac" if dist or run.zero_stage == 1 else "recompute:sac"), ""
     if (dist or run.zero_stage == 1) and rc.startswith("selective"):
         return f"dist_opt:recompute:{rc}", ""
     tail = "" if rc == "none" else ":recompute" if rc == "full" else None

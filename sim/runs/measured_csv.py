@@ -47,12 +47,15 @@ from sim.runs.bridge_errata import (
     recipe_note,
     recipe_row,
 )
+from sim.runs.bridge_fallback import FALLBACK_NOTE, NEMO_NOTE, fallback_flags
 from sim.runs.bridge_nccl import overlay_for
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for
+from sim.runs.csv_precision import precision_flags
 from sim.runs.csv_shape import cell_float, cell_int, known_shape, row_shape_flags
 from sim.runs.megatron_args import read_megatron
 from sim.runs.record import ArgNote, Measured, MeasuredRun
 from sim.runs.te_environment import golden_environment
+from sim.runs.torchtitan_csv import torchtitan_row_run
 
 GiB = 2.0**30
 NODE_OVERLAYS = (("simumax_b200", "simumax-b200"),)
@@ -69,16 +72,6 @@ NAMED_UNMAPPED = (
     ),
 )
 """Models whose architecture no flag of the table can say, with what they need."""
-PRECISION_FLAGS = (
-    ("nvfp4", {"fp4-format": "e2m1", "fp4-recipe": "nvfp4"}),
-    ("mx", {"fp8-format": "e4m3", "fp8-recipe": "mxfp8"}),
-    ("fp8", {"fp8-format": "hybrid", "fp8-recipe": "tensorwise"}),
-    ("bf16", {"bf16": True}),
-    ("fp16", {"fp16": True}),
-)
-"""A ``precision`` cell (lower case) -> Megatron flags, first match: MXFP8/FP8-MX, FP8/FP8-CS
-(current scaling, Transformer Engine's ``Float8CurrentScaling`` is ``tensorwise`` in Megatron's
-names), NVFP4, BF16, FP16."""
 
 
 def _golden_flags(row: pd.Series) -> dict[str, Any] | None:
@@ -142,8 +135,8 @@ def _run_flags(row: pd.Series) -> dict[str, Any]:
         f["sequence-parallel"] = True
     if (cell_int(row.get("fsdp")) or 0) > 0:
         f["use-megatron-fsdp"] = True
-    prec = str(row.get("precision", "")).lower()
-    f.update(next((flags for key, flags in PRECISION_FLAGS if key in prec), {}))
+    f.update(precision_flags(str(row.get("precision", "")), str(row.get("gpu", "")),
+                             _framework(row)))  # fmt: skip
     note = str(row.get("note", "")).lower()
     if "distributed optimizer" in note:
         f["use-distributed-optimizer"] = True
@@ -166,13 +159,28 @@ def _row_notes(row: pd.Series, recipe: bool) -> list[ArgNote]:
             for part, why in NAMED_UNMAPPED if part in name]  # fmt: skip
     text = str(row.get("recompute", "none")).lower()
     if not recipe and not re.match(r"none|full (uniform|block) \d+|selective", text):
-        out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
-                           "recipe's recompute setting"))  # fmt: skip
+        if BARE_FULL.match(text):
+            out.append(ArgNote("recompute", text, "approximated", FULL_NOTE.split(": ", 1)[1]))
+        else:
+            out.append(ArgNote("recompute", text, "unmapped", "the table does not give the "
+                               "recipe's recompute setting"))  # fmt: skip
     if known_shape(row) is None and (cell_int(row.get("layers")) is None or
                                       cell_int(row.get("hidden")) is None):  # fmt: skip
         out.append(ArgNote("shape_ref", str(row.get("shape_ref", "")), "unmapped",
                            "the model's shape is not in the table"))  # fmt: skip
     return out
+
+
+BARE_FULL = re.compile(r"full\s*$|full (recompute|activation)")
+"""A ``recompute`` cell that says "full" without Megatron's method and layer count."""
+FULL_EVERY_LAYER = {"recompute-granularity": "full", "recompute-method": "uniform",
+                    "recompute-num-layers": 1}  # fmt: skip
+"""What a bare "full" is read as: every layer recomputed whole (``uniform`` over 1 layer; Megatron
+needs a method with full recompute, NVIDIA/Megatron-LM@d98e8a64dd
+``megatron/core/transformer/transformer_config.py:1908-1917``; ``block`` over every layer of a
+stage recomputes the same work), stated among the run's approximations."""
+FULL_NOTE = ("approximated: a bare 'full' recompute is read as Megatron's --recompute-method "
+             "uniform --recompute-num-layers 1 (every layer recomputed)")  # fmt: skip
 
 
 def _recompute_flags(row: pd.Series) -> dict[str, Any]:
@@ -186,6 +194,10 @@ def _recompute_flags(row: pd.Series) -> dict[str, Any]:
     m = re.match(r"selective\s*\[(.*)\]", text)
     if m:
         return {"recompute-granularity": "selective", "recompute-modules": m.group(1)}
+    if text.startswith("selective"):  # Megatron's default modules (core attention)
+        return {"recompute-granularity": "selective"}
+    if BARE_FULL.match(text):
+        return dict(FULL_EVERY_LAYER)
     return {}
 
 
@@ -215,6 +227,16 @@ def row_run(
     ``generated``: the date a functional test's golden values were generated (its TE image:
     :func:`sim.runs.te_environment.golden_environment`)."""
     golden = _golden_flags(row)
+    framework = _framework(row)
+    if golden is None and framework == "torchtitan":  # sim.runs.torchtitan_csv
+        run = torchtitan_row_run(row, source=source)
+        return replace(run, measured=measured_of(row), task=str(row.get("task", "pretrain")))
+    fallback = golden is None and framework == "megatron-bridge" and recipe is None
+    if fallback:  # no recipe-table entry: the settings every recipe shares (bridge_fallback)
+        moe = (cell_int(row.get("moe_experts")) or 0) > 0
+        tp, pp, cp = (cell_int(row.get(c)) or 1 for c in ("tp", "pp", "cp"))
+        dp = (cell_int(row.get("num_gpus")) or 8) // (tp * pp * cp)
+        recipe = fallback_flags(str(row.get("precision", "")), moe, dp, str(row.get("model")))
     family = str(row.get("model", "")).split("_")[0]
     arch = {"bert": "bert", "t5": "t5", "hybrid": "hybrid"}.get(family)
     if golden is not None:
@@ -229,7 +251,7 @@ def row_run(
     name = str(row.get("model")) + (tag.group(0) if tag else "")
     run = read_megatron(
         flags, name=name, source=source, strict=True, arch=arch,
-        gpu=str(row.get("gpu", "")), num_gpus=gpus or 8, framework=_framework(row),
+        gpu=str(row.get("gpu", "")), num_gpus=gpus or 8, framework=framework,
         te_env=golden_environment(name, generated),
     )  # fmt: skip
     extra = []
@@ -242,10 +264,11 @@ def row_run(
     cons = str(row.get("config_consistent", "True"))
     if cons not in ("True", "nan") and not cons.startswith("num_gpus assumed"):
         notes.append(ArgNote("config_consistent", cons, "unmapped", f"inconsistent row: {cons}"))
-    if golden is None and "megatron-bridge" in run.framework and recipe is None:
-        notes.append(ArgNote("recipe", "", "unmapped", "the recipe's recompute, overlap, CUDA-"
-                             "graph and dispatcher settings are not in the table (give the "
-                             "recipe table: sim/runs/bridge_recipes.py)"))  # fmt: skip
+    if fallback:
+        notes.append(ArgNote("recipe", "", "approximated", FALLBACK_NOTE))
+    if golden is None and "nemo" in str(row.get("framework", "")).lower() and (
+            "bridge" not in str(row.get("framework", "")).lower()):  # fmt: skip
+        notes.append(ArgNote("framework", str(row.get("framework")), "approximated", NEMO_NOTE))
     shape = run.shape
     if golden is None and str(row.get("task")) == "lora" and "bridge" in run.framework:
         lora = f"lora={LORA_RANK}:{'+'.join(LORA_TARGETS)}"  # sim.runs.bridge_recipes
@@ -263,9 +286,24 @@ def row_run(
     )  # fmt: skip
 
 
+FRAMEWORK_NAMES = (
+    ("bridge", "megatron-bridge"), ("automodel", "nemo-automodel"), ("nemo", "megatron-bridge"),
+    ("torchtitan", "torchtitan"), ("megatron-deepspeed", "megatron-deepspeed"),
+    ("megatron deepspeed", "megatron-deepspeed"), ("deepspeed", "deepspeed (ZeRO stage not given)"),
+)  # fmt: skip
+"""A ``framework`` cell (lower case) -> the reader's framework, first match; any other cell is
+Megatron-LM. NeMo 2.0's performance recipes (NVIDIA/NeMo ``scripts/performance/llm``) train
+Megatron-Core models as Megatron-Bridge's do and are read the same way
+(:data:`~sim.runs.bridge_fallback.NEMO_NOTE`); NeMo AutoModel trains Hugging Face models under
+PyTorch FSDP2, for which pipesim has no profile (the run is refused with that reason); torchtitan
+rows are read as its job config (:mod:`sim.runs.torchtitan_csv`); Megatron-DeepSpeed rows with
+its profile (Megatron's flags); a plain DeepSpeed row is refused (its ZeRO stage, which decides
+memory and communication, is no column)."""
+
+
 def _framework(row: pd.Series) -> str:
     text = str(row.get("framework", "")).lower()
-    return "megatron-bridge" if "bridge" in text else "megatron-lm"
+    return next((name for part, name in FRAMEWORK_NAMES if part in text), "megatron-lm")
 
 
 def read_measured_csv(

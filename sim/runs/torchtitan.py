@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sim.compute.recompute_modules import SAC
 from sim.errors import InputError
 from sim.parallel.layout import ParallelLayout
 from sim.runs.record import ArgNote, Measured, MeasuredRun, ModelShape
@@ -210,7 +211,7 @@ def read_torchtitan_config(
     assumed = _world_assumed(c, num_gpus, mesh, lay.gpus)
     if assumed:
         notes.append(ArgNote(SHARD_KEY, "-1", "approximated", assumed))
-    recompute = _recompute(c, notes, used)
+    recompute = _recompute(c, notes, used, (shape.layers or 0) // max(1, pp))
     precision = _precision(c, notes, used)
     _options(c, lay, notes, used, rep, shard)
     _rest(c, notes, used, strict)
@@ -257,7 +258,12 @@ def _kernels(c: dict[str, Any], model: str, used: dict) -> tuple[str, ...]:
     return ("rope=complex", "kv_repeat=1") + (("norm_ops=fp32",) if norm == "rmsnorm" else ())
 
 
-def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
+def _recompute(c: dict[str, Any], notes: list, used: dict, per_stage: int) -> str:
+    """The run's recompute (:attr:`MeasuredRun.recompute`) from ``[activation_checkpoint]``:
+    ``none``; ``full`` (also layer SAC of every layer); per-op SAC (``op``) as
+    :data:`~sim.compute.recompute_modules.SAC`; layer SAC of every ``N``-th layer
+    (``_apply_layer_sac``: the layers whose count is a multiple of ``N``) as the first
+    ``per_stage // N`` layers of each stage, stated; anything else unmapped."""
     mode = str(c.get("activation_checkpoint.mode", "selective"))
     opt = str(c.get("activation_checkpoint.selective_ac_option", "2"))
     used["activation_checkpoint.mode"] = used["activation_checkpoint.selective_ac_option"] = (
@@ -267,8 +273,15 @@ def _recompute(c: dict[str, Any], notes: list, used: dict) -> str:
         return "none"
     if mode == "full" or (mode == "selective" and opt == "1"):
         return "full"
-    if mode == "selective" and opt == "op":  # per-op SAC: sim.compute.recompute_modules
-        return "sac"
+    if mode == "selective" and opt == "op":  # pipesim's recompute:sac (sim.memory.recompute)
+        return SAC
+    if mode == "selective" and opt.isdigit() and int(opt) > 1:
+        k = per_stage // int(opt)
+        notes.append(ArgNote("activation_checkpoint.selective_ac_option", opt, "approximated",
+                             f"every {opt}th layer checkpointed whole (torchtitan's layer SAC): "
+                             f"simulated as the first {k} layers of each stage (recompute:full:"
+                             f"{k}: as many layers, others)"))  # fmt: skip
+        return f"full:block:{k}" if k else "none"
     what = (
         "per-op selective AC (every second matmul saved)"
         if opt == "op"
