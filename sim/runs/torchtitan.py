@@ -310,8 +310,6 @@ def _precision(c: dict[str, Any], notes: list, used: dict) -> str:
 def _options(c: dict[str, Any], lay: ParallelLayout, notes: list, used: dict, rep: int,
              shard: int) -> None:  # fmt: skip
     checks = (
-        ("compile.enable", bool(c.get("compile.enable")), "torch.compile fuses kernels and "
-         "removes host work (issue 26 item 2)"),
         ("parallelism.enable_async_tensor_parallel", bool(c.get(
             "parallelism.enable_async_tensor_parallel")) and lay.tp > 1, "AsyncTP "
          "(issue 26 item 2)"),
@@ -324,11 +322,23 @@ def _options(c: dict[str, Any], lay: ParallelLayout, notes: list, used: dict, re
             "parallelism.expert_parallel_comm_backend", "standard")) != "standard",
          "DeepEP dispatcher (issue 26 item 2)"),
     )  # fmt: skip
+    if c.get("compile.enable"):
+        notes.append(ArgNote("compile.enable", str(c.get("compile.enable")), "approximated",
+                             COMPILE_APPROXIMATION))  # fmt: skip
     for key, bad, why in checks:
         if key in c:
             used.setdefault(key, "option")
         if bad:
             notes.append(ArgNote(key, str(c.get(key)), "unmapped", why))
+
+
+COMPILE_APPROXIMATION = (
+    "torch.compile of each TransformerBlock (torchtitan distributed/compile.py) simulated as "
+    "eager: the kernels Inductor fuses and the host work it removes are not modelled "
+    "(assumption: an upper bound on the step)"
+)
+"""What a compiled torchtitan run is simulated as (the torchtitan profile's ``compile`` option
+says the same: :mod:`sim.framework.torchtitan`)."""
 
 
 def _rest(c: dict[str, Any], notes: list, used: dict, strict: bool) -> None:
