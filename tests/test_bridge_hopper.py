@@ -56,14 +56,22 @@ def test_llama3_70b_h100_gets_tp_overlap():
 
 
 def test_other_layout_or_h200_keeps_the_shared_fallback():
-    for other in ({"cp": 2}, {"num_gpus": 16}, {"gpu": "H200"}, {"precision": "FP8-DS"}):
+    for other in ({"cp": 2}, {"num_gpus": 16}, {"gpu": "H200"}, {"tp": 2}):
         row = LLAMA8B | other
         assert hopper_entry(row, "26.06.01") is None
         assert recipe_note(row_run(pd.Series(row), source="t")) == FALLBACK_NOTE
 
 
 def test_a_release_without_the_preset_takes_the_latest_and_says_so():
-    entry = hopper_entry(LLAMA8B | {"table": "26.08 / x"}, "26.08")
-    assert entry is not None and "26.06.01's used" in entry.note
-    assert "v0.5.1:scripts/performance/configs/llama/llama3_workload_base_configs.py:473" in (
-        entry.note)  # fmt: skip
+    entry = hopper_entry(LLAMA8B | {"table": "26.10 / x"}, "26.10")
+    assert entry is not None and "26.08's used" in entry.note  # v0.6.0's flat recipe
+    assert "v0.6.0:src/megatron/bridge/perf_recipes/llama/h100/llama3.py:72" in entry.note
+    assert entry.flags["recompute-num-layers"] == "5"  # llama3.py:87-89 (as 26.06.01's preset)
+
+
+def test_25_09_fp8_runs_megatron_fsdp():
+    # v0.1.0rc3 llama3_8b_llm_pretrain.yaml perf_matrix h100 fp8_cs: use_megatron_fsdp true
+    row = LLAMA8B | {"table": "25.09 / x", "precision": "FP8 (precision column absent)"}
+    entry = hopper_entry(row, "25.09")
+    assert entry is not None and entry.flags.get("use-megatron-fsdp") is True
+    assert "recompute-granularity" not in entry.flags

@@ -28,6 +28,11 @@ import re
 import subprocess
 import sys
 import typing
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from build_hopper_flat import flat_rows  # noqa: E402
+from build_hopper_yaml import yaml_rows  # noqa: E402
 
 RELEASES = (("25.11", "v0.2.0"), ("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"),
             ("26.04", "v0.4.0"), ("26.04.01", "v0.4.1"), ("26.06", "v0.5.0"),
@@ -151,15 +156,17 @@ COLUMNS = ("release", "tag", "preset", "model", "gpu", "precision", "task", "num
            "recompute_modules", "recompute_method", "recompute_num_layers",
            "activation_offloading", "cuda_graph_impl", "cuda_graph_scope",
            "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_a2a_overlap",
-           "delay_wgrad_compute", "tp_comm_overlap_effective",
+           "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp", "tp_comm_overlap_effective",
            "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout",
            "source")  # fmt: skip
 
 
 def main(repo: str, out: str) -> None:
-    rows = [r for release, tag in RELEASES for r in release_rows(repo, release, tag)]
+    rows = yaml_rows(repo)
+    rows += [r for release, tag in RELEASES for r in release_rows(repo, release, tag)]
+    rows += [r for r in flat_rows(repo) if r["gbs"] and r["tp"] and r["_layout"]]
     with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, COLUMNS)
+        w = csv.DictWriter(fh, COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(len(rows), "rows")

@@ -1,21 +1,22 @@
 """Megatron-Bridge's H100 performance presets, for an H100 Bridge row without a recipe-table
 entry (:mod:`sim.runs.bridge_fallback`).
 
-``measurements/megatron-bridge/hopper_recipes.csv`` has one row per H100 preset of each
-release 25.11 .. 26.06.01 (NVIDIA-NeMo/Megatron-Bridge v0.2.0 .. v0.5.1,
-``scripts/performance/configs/*/*workload_base_configs.py``, ``*_H100_*``; built by
-``measurements/megatron-bridge/build_hopper_recipes.py`` from the tags, each row with its
-``tag:file:line``): the layout and what the preset sets beyond the shared settings (recompute,
-CUDA graphs, flex dispatcher, EP overlap, pipeline layout) plus the H100 functions' TP overlap
-(Llama 3 70B / 3.1 405B) and ``CommOverlapConfig``'s ``overlap_param_gather_with_optimizer_step``
-rule. Its columns are those of ``recipes.csv``, so :func:`sim.runs.bridge_recipes.recipe_flags`
+``measurements/megatron-bridge/hopper_recipes.csv`` has one row per H100 configuration of each
+release 25.09 .. 26.08 (NVIDIA-NeMo/Megatron-Bridge at the release's tag, each row with its
+``tag:file:line``; built by ``measurements/megatron-bridge/build_hopper_recipes.py``): 25.09's
+``perf_matrix: h100`` YAML and ``run_script.py`` rules (v0.1.0rc3), 25.11 .. 26.06.01's
+``scripts/performance/configs/*/*workload_base_configs.py`` presets ``*_H100_*`` (v0.2.0 ..
+v0.5.1) with the H100 functions' userbuffers TP overlap, 26.08's flat recipes
+``src/megatron/bridge/perf_recipes/*/h100/`` (v0.6.0). Each row: the layout and what the
+recipe sets beyond the shared settings (recompute, CUDA graphs, flex dispatcher, EP overlap,
+token drop, Megatron FSDP, pipeline layout, TP overlap, ``overlap_param_gather_with_optimizer_
+step``). Its columns are those of ``recipes.csv``, so :func:`sim.runs.bridge_recipes.recipe_flags`
 turns an entry into Megatron flags as it does a Blackwell recipe row.
 
 A row matches an entry of the same model, GPU (H100), precision and, where the row gives
 them, TP, PP, CP, VP, EP, MBS and GPU count (:func:`matches`); the entry of the row's own
 release is taken, else that of the latest release that has one (an assumption: a preset a
-later release keeps unchanged runs the same; 26.08's flat recipes, ``perf_recipes/*/h100``,
-are not encoded). H200 has no preset in any release (no ``*_H200_*`` name): an H200 row keeps
+later release keeps unchanged runs the same). H200 has no preset in any release (no ``*_H200_*`` name): an H200 row keeps
 the shared fallback.
 """
 
@@ -40,7 +41,8 @@ LAYOUT = ("tp", "pp", "cp", "vp", "ep", "mbs", "num_gpus")
 SETTINGS = ("recompute_granularity", "recompute_modules", "recompute_method",
             "recompute_num_layers", "activation_offloading", "cuda_graph_impl",
             "cuda_graph_scope", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
-            "moe_a2a_overlap", "delay_wgrad_compute", "tp_comm_overlap_effective",
+            "moe_a2a_overlap", "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp",
+            "tp_comm_overlap_effective",
             "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout")  # fmt: skip
 """The setting columns an entry carries (``recipes.csv``'s names)."""
 
