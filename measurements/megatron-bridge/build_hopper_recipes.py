@@ -158,7 +158,23 @@ COLUMNS = ("release", "tag", "preset", "model", "gpu", "precision", "task", "num
            "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_a2a_overlap",
            "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp", "tp_comm_overlap_effective",
            "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout",
-           "source")  # fmt: skip
+           "settings_from", "launcher_cli", "source")  # fmt: skip
+
+
+RECIPE = {"LLAMA3_8B": "llama3_8b", "LLAMA3_70B": "llama3_70b", "LLAMA3.1_405B": "llama31_405b",
+          "DeepSeekV3": "deepseek_v3", "GPT OSS 120B": "gpt_oss_120b",
+          "Qwen3_30B_a3B": "qwen3_30b_a3b", "Qwen3_235B_a22B": "qwen3_235b_a22b",
+          "Kimi_K2": "kimi_k2", "Nemotron_3_Nano": "nemotron_3_nano",
+          "Nemotron_3_Super": "nemotron_3_super", "NemotronH_56B": "nemotronh_56b"}  # fmt: skip
+DTYPE = {"BF16": "bf16", "FP8-CS": "fp8_cs", "FP8-SC": "fp8_sc", "FP8-DS": "fp8_ds",
+         "MXFP8": "fp8_mx", "NVFP4": "nvfp4"}  # fmt: skip
+
+
+def with_launcher(r: dict) -> dict:
+    """``settings_from`` and ``launcher_cli`` as ``recipes.csv`` writes them, which
+    ``sim.runs.bridge_env.expandable_segments`` reads (the allocator option by release)."""
+    cli = f"-mr {RECIPE[r['model']]} -g h100 -c {DTYPE[r['precision']]} --task pretrain"
+    return r | {"settings_from": r["tag"], "launcher_cli": cli}
 
 
 def main(repo: str, out: str) -> None:
@@ -168,7 +184,7 @@ def main(repo: str, out: str) -> None:
     with open(out, "w", newline="") as fh:
         w = csv.DictWriter(fh, COLUMNS, extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(with_launcher(r) for r in rows)
     print(len(rows), "rows")
 
 

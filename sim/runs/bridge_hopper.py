@@ -42,9 +42,10 @@ SETTINGS = ("recompute_granularity", "recompute_modules", "recompute_method",
             "recompute_num_layers", "activation_offloading", "cuda_graph_impl",
             "cuda_graph_scope", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
             "moe_a2a_overlap", "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp",
-            "tp_comm_overlap_effective",
+            "tp_comm_overlap_effective", "settings_from", "launcher_cli",
             "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout")  # fmt: skip
-"""The setting columns an entry carries (``recipes.csv``'s names)."""
+"""The setting columns an entry carries (``recipes.csv``'s names; ``settings_from`` and
+``launcher_cli`` give the allocator option, :func:`sim.runs.bridge_env.expandable_segments`)."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,14 @@ def hopper_entry(row: pd.Series | dict, release: str = "",
     own = "" if best["release"] == release else (
         f" (the row's release {release or '?'} has no such preset: {best['release']}'s used,"
         " assumption)")  # fmt: skip
-    set_ = ", ".join(f"{k}={v}" for k, v in rec.items() if v != "False") or "none"
+    set_ = (
+        ", ".join(
+            f"{k}={v}"
+            for k, v in rec.items()
+            if v != "False" and k not in ("settings_from", "launcher_cli")
+        )
+        or "none"
+    )
     note = (f"recipe: Megatron-Bridge H100 preset {best['preset']} of {best['release']}{own} "
             f"({best['source']}; sim.runs.bridge_hopper): {set_}; with the settings every "
             "recipe shares (sim.runs.bridge_fallback); the model's base recipe and the NCCL "
