@@ -26,8 +26,11 @@ Only what the shared code sets for every recipe is set (NVIDIA-NeMo/Megatron-Bri
   dispatcher"; an assumption for the rest: the 26.08 Qwen3 H100 recipe runs the flex
   dispatcher with HybridEP, ``perf_recipes/qwen/h100/qwen3_moe.py:90-91``).
 
-Everything a recipe chooses per model and GPU is left at Megatron-Core's default and stated
-among the run's approximations (:data:`FALLBACK_NOTE`): recompute, activation offloading, CUDA
+An H100 row whose configuration is one of its release's H100 recipes also gets that recipe's
+own settings (:mod:`sim.runs.bridge_hopper`, ``measurements/megatron-bridge/hopper_recipes.csv``),
+stated instead of :data:`FALLBACK_NOTE`. Otherwise everything a recipe chooses per model and GPU
+is left at Megatron-Core's default and stated among the run's approximations
+(:data:`FALLBACK_NOTE`): recompute, activation offloading, CUDA
 graphs, tensor-parallel communication overlap, the flex dispatcher, MTP, FSDP.
 """
 

@@ -59,6 +59,8 @@ def _policy_name(run: MeasuredRun) -> tuple[str | None, str]:
     if dist or run.zero_stage == 1:
         if rc in ("none", "full"):
             return ("dist_opt" if rc == "none" else "dist_opt:recompute"), ""
+        if rc.startswith("full:block:"):  # Megatron's block recompute (sim.memory.dist_opt)
+            return f"dist_opt:recompute:{_block(rc)}", ""
         return (
             None,
             f"recompute {rc} with the distributed optimizer (issue 26 item 5: module-"

@@ -1,0 +1,144 @@
+"""Rows of ``hopper_recipes.csv`` for 26.08 (v0.6.0): Megatron-Bridge's flat H100 recipes
+(``src/megatron/bridge/perf_recipes/<family>/h100/*.py``, functions
+``<model>_pretrain_<n>gpu_h100_<precision>_config``), read with :mod:`ast`.
+
+Each function's statements are read in order, a call ``_helper(cfg)`` of a function of the
+same file read in its place: ``cfg.model.<field> = <constant>`` (layout, recompute, CUDA
+graphs, dispatcher, pipeline layout, MTP), ``cfg.train.{global,micro}_batch_size``,
+``cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=...)``,
+``cfg.comm_overlap.tp_comm_overlap_cfg = <userbuffers config>`` (TP overlap) and
+``_enable_overlap_param_gather_with_optimizer_step(cfg)`` (``perf_recipes/_common.py:90-94``).
+TP overlap is effective with TP > 1 and sequence parallelism (``training/comm_overlap.py``,
+``recipes.csv``'s rule). Used by ``build_hopper_recipes.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from typing import Any
+
+FUNC = re.compile(r"^(\w+?)_pretrain_(\d+)gpu_h100_(\w+?)_config$")
+MODELS = {"llama3_8b": "LLAMA3_8B", "llama3_70b": "LLAMA3_70B", "llama31_405b": "LLAMA3.1_405B",
+          "deepseek_v3": "DeepSeekV3", "gpt_oss_120b": "GPT OSS 120B",
+          "qwen3_30b_a3b": "Qwen3_30B_a3B", "qwen3_235b_a22b": "Qwen3_235B_a22B",
+          "kimi_k2": "Kimi_K2", "nemotron_3_nano": "Nemotron_3_Nano",
+          "nemotron_3_super": "Nemotron_3_Super"}  # fmt: skip
+PRECISIONS = {"bf16": "BF16", "fp8cs": "FP8-CS", "fp8sc": "FP8-SC", "fp8mx": "MXFP8",
+              "nvfp4": "NVFP4"}  # fmt: skip
+
+
+def _target(node: ast.expr) -> str:
+    return ast.unparse(node)
+
+
+def _read(fn: ast.FunctionDef, helpers: dict[str, ast.FunctionDef], out: dict[str, Any],
+          lines: dict[str, int]) -> None:  # fmt: skip
+    for st in fn.body:
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+            name = _target(st.value.func)
+            if name == "_enable_overlap_param_gather_with_optimizer_step":
+                out["overlap_param_gather_with_optimizer_step"] = True
+                lines["overlap_param_gather_with_optimizer_step"] = st.lineno
+            elif name in helpers:
+                _read(helpers[name], helpers, out, lines)
+            elif name == "set_cuda_graph_modules" and len(st.value.args) == 2:
+                out["cuda_graph_scope"] = ast.literal_eval(st.value.args[1])
+                lines["cuda_graph_scope"] = st.lineno
+        if not isinstance(st, ast.Assign) or len(st.targets) != 1:
+            continue
+        tgt = _target(st.targets[0])
+        call = st.value if isinstance(st.value, ast.Call) else None
+        if tgt == "cfg" and call is not None:  # cfg = other_config() / _with_global_batch_size
+            inner = call.args[0] if call.args and isinstance(call.args[0], ast.Call) else call
+            if _target(inner.func) in helpers:
+                _read(helpers[_target(inner.func)], helpers, out, lines)
+            if _target(call.func) == "_with_global_batch_size":  # llama/common.py:44-46
+                out["global_batch_size"] = ast.literal_eval(call.args[1])
+                lines["global_batch_size"] = st.lineno
+            continue
+        if tgt == "cfg.comm_overlap" and isinstance(st.value, ast.Call):
+            for kw in st.value.keywords:
+                if kw.arg == "tp_comm_overlap" and isinstance(kw.value, ast.Constant):
+                    out["tp_comm_overlap"], lines["tp_comm_overlap"] = kw.value.value, st.lineno
+        elif tgt == "cfg.comm_overlap.tp_comm_overlap_cfg":
+            out["tp_comm_overlap"], lines["tp_comm_overlap"] = True, st.lineno
+        elif tgt.startswith(("cfg.model.", "cfg.train.", "cfg.comm_overlap.")):
+            try:
+                value = ast.literal_eval(st.value)
+            except ValueError:
+                continue
+            field = tgt.rsplit(".", 1)[1]
+            out[field], lines[field] = value, st.lineno
+
+
+def flat_rows(repo: str, tag: str = "v0.6.0", release: str = "26.08") -> list[dict]:
+    """The recipe rows of every H100 pre-training function at ``tag`` (module doc)."""
+    files = subprocess.run(["git", "--git-dir", repo, "ls-tree", "-r", "--name-only", tag,
+                            "src/megatron/bridge/perf_recipes"], check=True,
+                           capture_output=True, text=True).stdout.split()  # fmt: skip
+    rows = []
+    for path in [f for f in files if "/h100/" in f and not f.endswith("__init__.py")]:
+        src = subprocess.run(["git", "--git-dir", repo, "show", f"{tag}:{path}"], check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+        tree = ast.parse(src)
+        funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for name, fn in funcs.items():
+            m = FUNC.match(name)
+            if not m or m.group(1) not in MODELS or m.group(3) not in PRECISIONS:
+                continue
+            got: dict[str, Any] = {}
+            lines: dict[str, int] = {}
+            _read(fn, funcs, got, lines)
+            rows.append(_row(got, lines, release, tag, path, fn, m))
+    return rows
+
+
+def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> dict:
+    tp = got.get("tensor_model_parallel_size") or 1
+    pp = got.get("pipeline_model_parallel_size") or 1
+    cp = got.get("context_parallel_size") or 1
+    vp = got.get("virtual_pipeline_model_parallel_size") or 1
+    n = int(m.group(2))
+    r: dict[str, Any] = {"release": release, "tag": tag, "preset": fn.name,
+         "model": MODELS[m.group(1)], "gpu": "H100", "precision": PRECISIONS[m.group(3)],
+         "task": "pretrain", "num_gpus": n, "tp": tp, "pp": pp, "vp": vp, "cp": cp,
+         "ep": got.get("expert_model_parallel_size") or 1,
+         "etp": got.get("expert_tensor_parallel_size") or "",
+         "mbs": got.get("micro_batch_size") or 1, "gbs": got.get("global_batch_size")}  # fmt: skip
+    gran = got.get("recompute_granularity")
+    mods = got.get("recompute_modules")
+    if gran in ("full", "selective") or mods:
+        r["recompute_granularity"] = gran
+        if gran == "full":
+            r["recompute_method"] = got.get("recompute_method") or ""
+            r["recompute_num_layers"] = got.get("recompute_num_layers") or ""
+        if gran is None and mods:  # modules only act under selective (assumption: the
+            gran = r["recompute_granularity"] = "selective"  # base recipe's, as 26.06.01's)
+        if gran == "selective" and mods:
+            r["recompute_modules"] = "[" + ",".join(mods) + "]"
+    if got.get("cuda_graph_impl") not in (None, "none"):
+        scope = got.get("cuda_graph_scope") or ""
+        r["cuda_graph_impl"] = got["cuda_graph_impl"]
+        r["cuda_graph_scope"] = ",".join(scope) if isinstance(scope, list) else scope
+    disp = got.get("moe_token_dispatcher_type")
+    if disp and MODELS[m.group(1)] not in ("LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B"):
+        r["moe_token_dispatcher_type"] = disp
+        if disp == "flex" and got.get("moe_flex_dispatcher_backend"):
+            r["moe_flex_dispatcher_backend"] = got["moe_flex_dispatcher_backend"]
+    if got.get("moe_a2a_overlap") or got.get("overlap_moe_expert_parallel_comm"):
+        r["moe_a2a_overlap"] = True
+        r["delay_wgrad_compute"] = bool(got.get("delay_wgrad_compute"))
+    if got.get("pipeline_model_parallel_layout"):
+        r["pipeline_model_parallel_layout"] = got["pipeline_model_parallel_layout"]
+    sp = got.get("sequence_parallel", tp > 1)
+    r["tp_comm_overlap_effective"] = bool(got.get("tp_comm_overlap") and tp > 1 and sp)
+    r["overlap_param_gather_with_optimizer_step"] = bool(
+        got.get("overlap_param_gather_with_optimizer_step")
+    )
+    cited = ", ".join(f"{k}@{v}" for k, v in sorted(lines.items(), key=lambda kv: kv[1])
+                      if k not in ("seq_length",))  # fmt: skip
+    r["source"] = f"{tag}:{path}:{fn.lineno} ({fn.name}; {cited})"
+    r["_layout"] = "tensor_model_parallel_size" in got  # else the library recipe's (not read)
+    return r

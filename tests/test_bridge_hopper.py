@@ -1,0 +1,77 @@
+"""sim.runs.bridge_hopper: an H100 Bridge row takes its release's H100 preset (hand-checked
+against NVIDIA-NeMo/Megatron-Bridge v0.5.1 ``scripts/performance/configs/llama/
+llama3_workload_base_configs.py`` 190-195 and 473-477, ``utils/overrides.py`` 150-153,
+``configs/llama/llama3_llm_pretrain.py`` 239-249)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.runs.bridge_fallback import FALLBACK_NOTE
+from sim.runs.bridge_hopper import hopper_entry
+from sim.runs.express import Expressed, express
+from sim.runs.measured_csv import row_run
+
+LLAMA8B = {"table": "26.06.01 / Pre-Training Performance / Model: LLAMA3_8B", "task": "pretrain",
+           "model": "LLAMA3_8B", "family": "dense", "layers": 32, "hidden": 4096,
+           "ffn_hidden": 14336, "heads": 32, "kv_heads": 8, "head_dim": 128, "vocab": 128256,
+           "seq_len": 8192, "attention": "gqa", "gpu": "H100", "num_gpus": 8, "tp": 1, "pp": 1,
+           "vp": 1, "cp": 1, "ep": 1, "gbs": 128, "mbs": 1, "precision": "FP8-CS",
+           "framework": "Megatron-Bridge/Megatron-Core", "config_consistent": "True"}  # fmt: skip
+LLAMA70B = LLAMA8B | {"table": "26.06.01 / Pre-Training Performance / Model: LLAMA3_70B",
+                      "model": "LLAMA3_70B", "layers": 80, "hidden": 8192, "ffn_hidden": 28672,
+                      "heads": 64, "num_gpus": 64, "tp": 4, "pp": 8, "vp": 5,
+                      "gbs": 256}  # fmt: skip
+
+
+def recipe_note(run) -> str:
+    return next(a.reason for a in run.args if a.name == "recipe")
+
+
+def test_llama3_8b_fp8cs_h100_gets_full_block_recompute_of_5_layers():
+    # preset LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1: recompute_num_layers=5, which
+    # _set_recompute_overrides turns into granularity full, method block, 5 layers
+    entry = hopper_entry(LLAMA8B, "26.06.01")
+    assert entry is not None
+    assert (entry.flags["recompute-granularity"], entry.flags["recompute-method"],
+            entry.flags["recompute-num-layers"]) == ("full", "block", "5")  # fmt: skip
+    run = row_run(pd.Series(LLAMA8B), source="t")
+    assert run.recompute == "full:block:5"
+    assert "LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1" in recipe_note(run)
+    ex = express(run)  # with the distributed optimizer: the first 5 layers of the stage
+    assert isinstance(ex, Expressed) and ex.point["memory_policy"] == "dist_opt:recompute:full:5"
+    bf16 = row_run(pd.Series(LLAMA8B | {"precision": "BF16", "cp": 2}), source="t")
+    assert bf16.recompute == "none"  # the BF16 preset (CP 2) sets no recompute
+
+
+def test_llama3_70b_h100_gets_tp_overlap():
+    # the H100 function sets the userbuffers TP overlap; TP 4 with sequence parallelism;
+    # DP = 64 / (4 * 8) = 2 > 1, PP 8 > 1, VP 5 > 1: param gather with the optimizer step
+    entry = hopper_entry(LLAMA70B, "26.06.01")
+    assert entry is not None and entry.flags["tp-comm-overlap"] is True
+    assert entry.flags["overlap-param-gather-with-optimizer-step"] is True
+    assert "recompute-granularity" not in entry.flags
+    run = row_run(pd.Series(LLAMA70B), source="t")
+    assert ("tp_comm_overlap", "true") in run.framework_options
+
+
+def test_other_layout_or_h200_keeps_the_shared_fallback():
+    for other in ({"cp": 2}, {"num_gpus": 16}, {"gpu": "H200"}, {"tp": 2}):
+        row = LLAMA8B | other
+        assert hopper_entry(row, "26.06.01") is None
+        assert recipe_note(row_run(pd.Series(row), source="t")) == FALLBACK_NOTE
+
+
+def test_a_release_without_the_preset_takes_the_latest_and_says_so():
+    entry = hopper_entry(LLAMA8B | {"table": "26.10 / x"}, "26.10")
+    assert entry is not None and "26.08's used" in entry.note  # v0.6.0's flat recipe
+    assert "v0.6.0:src/megatron/bridge/perf_recipes/llama/h100/llama3.py:72" in entry.note
+    assert entry.flags["recompute-num-layers"] == "5"  # llama3.py:87-89 (as 26.06.01's preset)
+
+
+def test_25_09_fp8_runs_megatron_fsdp():
+    # v0.1.0rc3 llama3_8b_llm_pretrain.yaml perf_matrix h100 fp8_cs: use_megatron_fsdp true
+    row = LLAMA8B | {"table": "25.09 / x", "precision": "FP8 (precision column absent)"}
+    entry = hopper_entry(row, "25.09")
+    assert entry is not None and entry.flags.get("use-megatron-fsdp") is True
+    assert "recompute-granularity" not in entry.flags
