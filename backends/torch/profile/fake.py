@@ -49,6 +49,7 @@ from backends.torch.profile.op_count import layer_calls, layer_ops
 from backends.torch.profile.saved_bytes import tensor_bytes
 from sim.errors import InputError
 from sim.hardware.loader import list_presets, load_hardware
+from sim.runs.express_hardware import gpu_preset
 from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 
@@ -147,7 +148,9 @@ class FakeSavedBytes:
 
 def resolve_gpu(name: str) -> tuple[str, Any]:
     """The hardware a ``--for-gpu`` name means: a preset or hardware YAML, or a GPU model
-    substring such as ``H100`` matched against the presets' GPUs.
+    substring such as ``H100`` matched against the presets' GPUs (where several GPU models
+    match, the one of the preset :func:`sim.runs.express_hardware.gpu_preset` names: ``H100``
+    is the 80 GB ``dgx-h100``'s, not the 96 GB HBM2e part's).
 
     Returns:
         ``(preset or file, sim.hardware.parts.GPU)``.
@@ -165,6 +168,10 @@ def resolve_gpu(name: str) -> tuple[str, Any]:
             hits.setdefault(gpu.model, (preset, gpu))
     if len(hits) == 1:
         return next(iter(hits.values()))
+    guess = gpu_preset(name)  # several (H100: 80 and 96 GB): the one a source means by it
+    chosen = [hit for hit in hits.values() if hit[0] == guess]
+    if chosen:
+        return chosen[0]
     models = sorted({load_hardware(p).gpu(0).model for p in list_presets()})
     what = f"matches several GPUs ({', '.join(sorted(hits))})" if hits else "matches no preset"
     raise InputError(
