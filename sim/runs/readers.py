@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import InputError
-from sim.runs import deepspeed, megatron_log, torchtitan
+from sim.runs import deepspeed, megatron_log, torchtitan, torchtitan_log
 from sim.runs.argv import parse_command
 from sim.runs.bridge import read_bridge_yaml
 from sim.runs.measured_csv import read_measured_csv
@@ -71,7 +71,7 @@ def detect(path: Path) -> str:
         return "megatron-log"
     if deepspeed.MARKER in text:
         return "deepspeed-log"
-    if torchtitan.MARKER in text and "step:" in text:
+    if torchtitan_log.MARKER in text and "step:" in text:
         return "torchtitan-log"
     return "command"
 
@@ -170,7 +170,7 @@ def read_runs(source: str | Path, **opts: Any) -> list[MeasuredRun]:
     if kind == "megatron-log":
         return [megatron_log.read_megatron_log(path, gpu=gpu, num_gpus=gpus)]
     if kind == "torchtitan-log":
-        return [torchtitan.read_torchtitan_log(path, config=cfg, gpu=gpu, num_gpus=gpus)]
+        return [torchtitan_log.read_torchtitan_log(path, config=cfg, gpu=gpu, num_gpus=gpus)]
     if kind == "deepspeed-log":
         return [deepspeed.read_deepspeed_log(path, command=opts.get("command"), gpu=gpu,
                                              num_gpus=gpus, hf_config=opts.get("hf_config"),
