@@ -234,9 +234,10 @@ def test_help_names_the_arguments_in_capitals(command, metavar) -> None:
 def test_compare_with_nothing_to_compare_prints_no_empty_table(tmp_path) -> None:
     """``sim compare LOG`` of a log that names no GPU printed an empty table captioned
     "predicted ... on -, from - traces; band: -", the reason cut at its first "; ", and
-    "1 runs", "1 run(s)"; now the reason whole, no table, and "1 run"."""
+    "1 runs", "1 run(s)" and exited 0; now the reason whole, no table, "1 run", and exit code 1
+    (nothing was compared: a script must see it)."""
     res = _run("compare", RUNS / "megatron_llama_tp2_pp2.log", "--out", tmp_path, "--no-plot")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output
     text = " ".join(res.output.split())
     assert "predicted against measured" not in text and "on -, from -" not in text, text
     assert "give it with --gpu (e.g. H100, B200 or A100-SXM-80GB, as sim hardware" in text, text

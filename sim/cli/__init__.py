@@ -197,7 +197,7 @@ app = SimApp(
     rich_markup_mode=None,  # help text is plain: "pipesim[ray]" keeps its brackets
     help="pipesim: which pipeline schedule, partition, micro-batching and "
     "memory policy trains fastest on this server, and does it fit?\n\n"
-    "Exit codes: 0 done; 1 nothing fits (or a disk or permission fault); 2 bad input (one "
+    "Exit codes: 0 done; 1 nothing fits, or nothing to compare (or a disk or permission fault); 2 bad input (one "
     "line naming the file or option and field); 3 an internal error (a bug).",
 )
 
@@ -219,7 +219,7 @@ def main(
     """pipesim: which pipeline schedule, partition, micro-batching and memory policy trains
     fastest on this server, and does it fit?
 
-    Exit codes: 0 done; 1 nothing fits (or a disk or permission fault); 2 bad input (one line
+    Exit codes: 0 done; 1 nothing fits, or nothing to compare (or a disk or permission fault); 2 bad input (one line
     naming the file or option and field); 3 an internal error (a bug).
     """
     setup_logging(verbose, quiet)

@@ -110,7 +110,7 @@ def compare_cmd(
 ) -> None:
     """Predict measured runs and show predicted against measured iteration time and memory
     (per category where the log has it), the error and the band; write compare.csv and a
-    scatter plot."""
+    scatter plot. Exit code 1 when no run could be expressed (the reasons are printed)."""
     overlay = read_overlay(hardware_overlay) if hardware_overlay else None
     hf = read_hf_config(model_config) if model_config else None
     table = bridge_recipes or (SHIPPED if SHIPPED.is_file() else None)
@@ -137,6 +137,8 @@ def compare_cmd(
         highlight=False,
     )
     out.print(escape("wrote " + ", ".join(str(p) for p in written)), highlight=False)
+    if not df.expressed.any():  # nothing compared: a script must see it (as `sim run`'s 1)
+        raise typer.Exit(1)
 
 
 def _pct(x: float, sign: str = "") -> str:
