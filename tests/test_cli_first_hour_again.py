@@ -144,6 +144,25 @@ def test_run_json_carries_every_note_the_console_shows(tmp_path) -> None:
     assert shown and shown <= {n["text"] for n in said["notes"]}, (shown, said["notes"])
 
 
+def test_memory_json_carries_the_rows_and_the_warnings(tmp_path) -> None:
+    """``sim memory`` had no JSON: its gpu.memory warning reached stderr only. ``--json``
+    prints ``{"rows": memory.csv's rows, "notes": [{"level", "text"}]}`` and nothing else on
+    standard output."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "name: x\nhardware: {base: dgx-h100, gpu: {memory: 75 GiB}}\n"
+        "models: [{name: bert, trace: bert-large, global_batch: 8}]\n"
+        "sweep: {schedule: 1f1b, stages: 2, dp_width: 1, microbatch_size: 4}\n"
+    )
+    res = _run("memory", exp, "--out", tmp_path / "o", "--no-plots", "--json")
+    assert res.exit_code == 0, res.output
+    said = json.loads(res.stdout)
+    # one configuration, two pipeline ranks: memory.csv's two rows
+    assert len(said["rows"]) == 2 and {r["model"] for r in said["rows"]} == {"bert"}
+    warnings = [n["text"] for n in said["notes"] if n["level"] == "warning"]
+    assert any(t.startswith("gpu.memory 75.00 GiB is within 10 %") for t in warnings), said
+
+
 @pytest.mark.parametrize("group", [[], ["trace"], ["hardware"], ["schedule"]])
 def test_help_lists_each_command_in_one_uncut_line(group) -> None:
     """``sim --help`` at 80 columns cut most commands' summaries mid-sentence ("run  Simulate

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
+import pandas as pd
 import typer
 from rich.markup import escape
 
@@ -31,6 +34,12 @@ def memory(
         "micro-batch, twice tp, twice pp and name the first that fits.",
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write memory_ranks.png."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"rows": every row of memory.csv (bytes), "notes": every warning as '
+        '{"level", "text"}} as JSON on standard output instead of the table.',
+    ),
     verbose: int = VERBOSE,
     quiet: bool = QUIET,
 ) -> None:
@@ -41,16 +50,23 @@ def memory(
     against the capacity, and what to change when it does not fit); writes memory.csv (one row
     per configuration and pipeline rank, bytes) and memory_ranks.png (stacked bars). Exit code
     1 when no configuration of some model fits. With -q only the table (no progress, notes or
-    summary line).
+    summary line). ``--json``: the rows of memory.csv and the warnings as JSON, nothing else on
+    standard output.
     """
     apply_verbosity(verbose, quiet)
     name = load_experiment(experiment).name
     folder = out_dir or Path("results") / f"{name}-memory"
     answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
-    out.print(memory_table(answer.results))
+    if as_json:
+        rows = json.loads(pd.read_csv(folder / "memory.csv").to_json(orient="records"))
+        notes = [{"level": "warning", "text": n} for n in answer.notes]  # as sim run --json's
+        sys.stdout.write(json.dumps({"rows": rows, "notes": notes}, indent=1) + "\n")
+    else:
+        out.print(memory_table(answer.results))
     if not quiet_now():
         for note in answer.notes:  # e.g. a gpu.memory override not used (sim.hardware)
             err.print(f"warning: {escape(note)}", highlight=False)
+    if not quiet_now() and not as_json:
         n = len(answer.results)
         many = "configuration" if n == 1 else "configurations"
         out.print(f"{n} {many} in {answer.wall_s:.2f} s; wrote {folder}/")
