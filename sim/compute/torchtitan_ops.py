@@ -48,8 +48,9 @@ core then runs over ``a`` key heads, as pipesim's flash model already counts its
 from __future__ import annotations
 
 from sim.compute.kernels import Kernel, mem
+from sim.hardware.formats import FP32_BYTES
 
-FP32 = 4
+FP32 = FP32_BYTES
 """Bytes of an fp32 element."""
 
 
