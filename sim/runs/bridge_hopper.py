@@ -22,7 +22,6 @@ the shared fallback.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -32,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from sim.runs.bridge_recipes import recipe_flags
+from sim.runs.csv_shape import cell_int
 
 SHIPPED = Path(__file__).resolve().parents[2] / "measurements" / "megatron-bridge" / (
     "hopper_recipes.csv")  # fmt: skip
@@ -54,15 +54,6 @@ class HopperEntry:
 
     flags: dict[str, Any]
     note: str
-
-
-def _num(v: Any) -> int | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == "":
-        return None
-    try:
-        return int(float(v))
-    except ValueError:
-        return None
 
 
 def model_key(name: str) -> str:
@@ -106,10 +97,10 @@ def matches(row: pd.Series | dict, entry: dict[str, Any]) -> bool:
     if task not in ("nan", entry["task"]):
         return False
     for col in LAYOUT:
-        got = _num(row.get(col))
+        got = cell_int(row.get(col))
         if col in ("vp", "ep") and got is None:
             got = 1
-        if got is not None and got != _num(entry[col]):
+        if got is not None and got != cell_int(entry[col]):
             return False
     return True
 
@@ -121,7 +112,7 @@ def _table(path: str) -> tuple[dict[str, Any], ...]:
 
 
 def _rank(entry: dict[str, Any], release: str, gbs: int | None) -> tuple[bool, bool, str]:
-    return (entry["release"] == release, _num(entry["gbs"]) == gbs, entry["release"])
+    return (entry["release"] == release, cell_int(entry["gbs"]) == gbs, entry["release"])
 
 
 def hopper_entry(row: pd.Series | dict, release: str = "",
@@ -137,7 +128,7 @@ def hopper_entry(row: pd.Series | dict, release: str = "",
     found = [e for e in _table(str(path)) if matches(row, e)]
     if not found:
         return None
-    best = max(found, key=lambda e: _rank(e, release, _num(row.get("gbs"))))
+    best = max(found, key=lambda e: _rank(e, release, cell_int(row.get("gbs"))))
     rec = {k: v for k, v in best.items() if k in SETTINGS and isinstance(v, str)}
     flags = recipe_flags(rec)
     own = "" if best["release"] == release else (
