@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -216,3 +218,14 @@ def check_choice(value: str, allowed: tuple[str, ...], option: str) -> None:
     """
     if value not in allowed:
         raise InputError(f"{value!r} is not one of {', '.join(allowed)}", field=option)
+
+
+def print_csv_as_json(table: Path, notes: list[dict[str, str]]) -> None:
+    """A command's CSV as JSON on standard output: ``{"rows": [one record per row], "notes":
+    [{"level": "note" | "warning" | ..., "text": ...}, ...]}`` (``sim run --json``'s
+    results.csv, ``sim memory --json``'s memory.csv; an empty cell is null)."""
+    import pandas as pd  # on first use: a sweep does not wait for its import
+
+    df = pd.read_csv(table, keep_default_na=False, na_values=[""])
+    rows = json.loads(df.to_json(orient="records"))
+    sys.stdout.write(json.dumps({"rows": rows, "notes": notes}, indent=1) + "\n")

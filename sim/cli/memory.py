@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-import pandas as pd
 import typer
 from rich.markup import escape
 
 from sim import api
-from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out, quiet_now
+from sim.cli.console import (
+    QUIET,
+    VERBOSE,
+    apply_verbosity,
+    err,
+    friendly,
+    out,
+    print_csv_as_json,
+    quiet_now,
+)
 from sim.config import load_experiment
 from sim.report.memory_ranks import memory_table
 
@@ -57,10 +63,10 @@ def memory(
     name = load_experiment(experiment).name
     folder = out_dir or Path("results") / f"{name}-memory"
     answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
-    if as_json:
-        rows = json.loads(pd.read_csv(folder / "memory.csv").to_json(orient="records"))
-        notes = [{"level": "warning", "text": n} for n in answer.notes]  # as sim run --json's
-        sys.stdout.write(json.dumps({"rows": rows, "notes": notes}, indent=1) + "\n")
+    if as_json:  # the notes as sim run --json's
+        print_csv_as_json(
+            folder / "memory.csv", [{"level": "warning", "text": n} for n in answer.notes]
+        )
     else:
         out.print(memory_table(answer.results))
     if not quiet_now():

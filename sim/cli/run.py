@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from enum import StrEnum
@@ -11,7 +10,16 @@ from pathlib import Path
 import typer
 
 from sim import api
-from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out, quiet_now
+from sim.cli.console import (
+    QUIET,
+    VERBOSE,
+    apply_verbosity,
+    err,
+    friendly,
+    out,
+    print_csv_as_json,
+    quiet_now,
+)
 from sim.errors import InputError
 
 
@@ -145,8 +153,4 @@ def _dump(results: Path, fmt: Format, notes: list[dict[str, str]]) -> None:
     if fmt == Format.csv:
         sys.stdout.write(results.read_text(encoding="utf-8"))
         return
-    import pandas as pd  # on first use: the sweep does not wait for its import
-
-    df = pd.read_csv(results, keep_default_na=False, na_values=[""])
-    rows = json.loads(df.to_json(orient="records"))
-    sys.stdout.write(json.dumps({"rows": rows, "notes": notes}, indent=1) + "\n")
+    print_csv_as_json(results, notes)
