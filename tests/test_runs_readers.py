@@ -104,6 +104,7 @@ def test_torchtitan_toml_and_log():
     assert (run.layout.dp_shard, run.layout.dp, run.zero_stage) == (8, 8, 3)
     assert (run.global_batch, run.recompute) == (16, "full")
     assert status(run, "optimizer.lr") == "ignored"
+    assert status(run, "compile.enable") == "mapped"  # off: the eager model, nothing approximated
     log = one(DATA / "torchtitan_llama3_8b.log")
     assert log.gpu.startswith("NVIDIA H100")
     # 2 x 8192 tokens per rank per step / tps; the middle tps of steps 3-10 are 5120 and 5120

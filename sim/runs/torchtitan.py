@@ -320,6 +320,8 @@ def _options(c: dict[str, Any], lay: ParallelLayout, notes: list, used: dict, re
             "parallelism.expert_parallel_comm_backend", "standard")) != "standard",
          "DeepEP dispatcher (issue 26 item 2)"),
     )  # fmt: skip
+    if "compile.enable" in c:
+        used.setdefault("compile.enable", "option")  # off: mapped, as the other options
     if c.get("compile.enable"):
         notes.append(ArgNote("compile.enable", str(c.get("compile.enable")), "approximated",
                              COMPILE_APPROXIMATION))  # fmt: skip
