@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.runs.csv_precision import SUBCHANNEL
+
 BUCKET_PARAMS = 134217728
 """``CommOverlapConfig``'s data-parallel bucket, 128 Mi parameters (``comm_overlap.py:562-586``)."""
 COMMON: dict[str, Any] = {
@@ -61,9 +63,6 @@ embedding and the loss as pipeline layers (``src/megatron/bridge/recipes/llama/h
 1227-1228``, ``llama31_405b_pretrain_256gpu_h100_bf16_config``; every 405B row of
 ``recipes.csv`` too), so that 126 layers fill 128 pipeline stages; DeepSeek-V3 has one MTP
 layer (``recipes/deepseek/h100/deepseek_v3.py:137``) unless the table says "w/o MTP"."""
-SUBCHANNEL = ("fp8-sc", "fp8_sc", "subchannel", "sub-channel")
-"""Labels of Bridge's FP8 subchannel (blockwise) scaling, which gathers parameters in bf16
-(``training/mixed_precision.py:373-385``: ``fp8_param_gather = False``)."""
 FALLBACK_NOTE = (
     "assumption: no recipe-table entry for this configuration (sim.runs.bridge_fallback): "
     "only the settings every Megatron-Bridge performance recipe shares are set (distributed "

@@ -11,14 +11,15 @@ HOPPER = ("H100", "H200", "H800", "H20", "GH200")
 """GPU names of the Hopper generation (FP8 tensor cores, no MXFP8 or NVFP4: the H100 datasheet
 lists FP8 only; the presets' ``gpu.low_precision``)."""
 BLOCKWISE = {"fp8-format": "e4m3", "fp8-recipe": "blockwise"}
-PRECISION_FLAGS = (
+SUBCHANNEL = ("fp8-sc", "fp8_sc", "subchannel", "sub-channel")
+"""Labels of Megatron-Bridge's FP8 subchannel scaling (``bf16_with_fp8_subchannel_scaling_mixed``,
+``training/mixed_precision.py:373-385``: ``fp8_recipe = "blockwise"``, and it gathers parameters
+in bf16, ``fp8_param_gather = False``: :mod:`sim.runs.bridge_fallback`)."""
+PRECISION_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("nvfp4", {"fp4-format": "e2m1", "fp4-recipe": "nvfp4"}),
     ("alt granularity", {"fp8-format": "e4m3", "fp8-recipe": "mxfp8"}),
     ("blockwise", BLOCKWISE),
-    ("fp8-sc", BLOCKWISE),
-    ("fp8_sc", BLOCKWISE),
-    ("subchannel", BLOCKWISE),
-    ("sub-channel", BLOCKWISE),
+    *((label, BLOCKWISE) for label in SUBCHANNEL),
     ("mx", {"fp8-format": "e4m3", "fp8-recipe": "mxfp8"}),
     ("delayed", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
     ("fp8-ds", {"fp8-format": "hybrid", "fp8-recipe": "delayed"}),
