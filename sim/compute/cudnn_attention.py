@@ -90,7 +90,20 @@ def measured_tflops(table: str, fmt: str, phase: str, seq: float) -> float | Non
     >>> measured_tflops("GB300", "mxfp8", "bwd", 4096)
     1143.0
     """
-    by_pass = _TFLOPS[table].get(fmt)
+    return seq_tflops(_TFLOPS[table], fmt, phase, seq)
+
+
+def seq_tflops(
+    by_format: dict[str, dict[str, tuple[float, ...]]], fmt: str, phase: str, seq: float
+) -> float | None:
+    """TFLOPS of one measured table (``{format: {pass: TFLOPS at SEQ}}``) in ``fmt`` for pass
+    ``phase`` at ``seq`` tokens, interpolated in ``log2`` and clamped; None for a format it has
+    not. :func:`measured_tflops` and :mod:`sim.compute.unmasked_attention` read theirs so.
+
+    Raises:
+        KeyError: ``phase`` not in the format's passes.
+    """
+    by_pass = by_format.get(fmt)
     if by_pass is None:
         return None
     return log2_interp(list(zip(SEQ, by_pass[phase], strict=True)), seq)

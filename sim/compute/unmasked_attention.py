@@ -26,8 +26,7 @@ fitted.
 
 from __future__ import annotations
 
-from sim.compute.cudnn_attention import SEQ
-from sim.compute.log_interp import log2_interp
+from sim.compute.cudnn_attention import seq_tflops
 from sim.compute.measured import SIXTEEN_BIT
 
 # {table: {format: {pass: no_mask TFLOPS at SEQ}}}: cudnn-frontend@3929da2 (module doc).
@@ -57,7 +56,4 @@ def no_mask_tflops(table: str, fmt: str, phase: str, seq: float) -> float | None
     (1531.0, None)
     """
     fmt = "bf16" if fmt in SIXTEEN_BIT else fmt
-    by_pass = _NO_MASK.get(table, {}).get(fmt)
-    if by_pass is None:
-        return None
-    return log2_interp(list(zip(SEQ, by_pass[phase], strict=True)), seq)
+    return seq_tflops(_NO_MASK.get(table, {}), fmt, phase, seq)
