@@ -207,5 +207,5 @@ def _account(e: Event, busy_s: float, frac: float, busy: dict, moved: dict, weig
         moved["comm"] += e.nbytes * frac * copies
     elif e.kind in COLLECTIVE_KINDS and e.replica == 0:
         moved["comm"] += e.nbytes * frac * (1 / tp_logged if e.stream == Stream.TP else dp_copies)
-    elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0 sends (its own bytes)
-        moved["comm"] += e.nbytes * frac
+    elif e.kind in GROUP_KINDS and e.replica == 0:  # what replica 0's tensor ranks send
+        moved["comm"] += e.nbytes * frac * dp_copies  # mirrored: tensor rank 0 for all t

@@ -24,6 +24,7 @@ from sim.schedules.interleaved_1f1b import Interleaved1F1B
 from sim.schedules.one_f_one_b import OneFOneB
 from sim.schedules.registry import get_schedule
 from tests.helpers import cluster_1f1b, small_gpt_csv, uniform_input
+from tests.test_symmetry import _moe
 
 REL = 1e-11  # float rounding of sums of many durations (sim.engine.period_check.REL_TOL)
 
@@ -263,3 +264,18 @@ def test_the_inserted_periods_are_marked_where_the_log_has_none():
     for fig in (plot_gantt(log, iteration=1), plot_memory_timeline(log)):
         labels = fig.axes[0].get_legend_handles_labels()[1]
         assert "steady state, simulated once, not drawn" in labels
+
+
+def test_periodic_equals_full_under_megatrons_combined_1f1b():
+    """Megatron's combined 1F1B (``overlap_moe_expert_parallel_comm``: each backward paired
+    with the next forward, run as two chains of layer parts, ``"0B1.3"``): the short run is
+    paired as the long program is (``SimInput.combined_pairs``), stage 0's backwards are
+    counted once each, not once per layer part, so a period is found and spliced; the
+    iteration is the full simulation's (16 GPUs, EP 4, v 2, 64 micro-batches)."""
+    sweep = {"expert_parallel": 4, "schedule": "interleaved_1f1b", "virtual_stages": 2,
+             "gb": 256, "framework": "megatron-lm[overlap_moe_expert_parallel_comm=true]"}  # fmt: skip
+    full = api.simulate(_moe("full", **dict(sweep)))
+    per = api.simulate(_moe("symmetric", **dict(sweep)))
+    assert per.resolved.sim_input.combined_pairs
+    assert per.log.meta["periodic"].startswith("periodic:"), per.log.meta["periodic"]
+    _assert_equal(full.metrics, per.metrics)

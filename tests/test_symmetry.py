@@ -94,6 +94,16 @@ def _moe(mode: str, **sweep) -> dict:
             "expert_parallel": 2,
             "framework": "megatron-lm[overlap_grad_reduce=true,overlap_param_gather=true]",
         },  # dense and expert-data-parallel buckets issued at one instant on shared links
+        # MoE parallel folding: expert groups across tensor ranks (etp 1 < tp 2), and the
+        # experts' tensor group across replicas (etp 2 > tp 1)
+        {
+            "tensor_parallel": 2,
+            "sequence_parallel": True,
+            "expert_parallel": 4,
+            "expert_tensor_parallel": 1,
+            "dp_width": 2,
+        },
+        {"tensor_parallel": 1, "expert_parallel": 2, "expert_tensor_parallel": 2},
     ],
 )
 def test_symmetric_equals_full_with_expert_and_context_parallelism(sweep):

@@ -239,6 +239,10 @@ class SimInput:
         overlap_pairs: run an ``OVERLAP_F_B`` pair's two actions as interleaved chains, one's
             exchanges under the other's compute (DualPipe, :mod:`sim.engine.overlap`); False:
             one after the other, as torch's runtime does by default.
+        combined_pairs: ``program`` is the schedule's with each backward paired with the
+            forward after it (Megatron's combined 1F1B, :func:`sim.schedules.combined.
+            combine_pairs`); a shorter run of the schedule (:mod:`sim.engine.periodic`) is
+            paired the same way.
         runtime: what the framework's pipeline engine does around the actions
             (:class:`PipelineRuntime`).
         host: what issuing an op costs every rank's host thread (:mod:`sim.hardware.host_ops`),
@@ -266,6 +270,7 @@ class SimInput:
     tensor_plans: tuple[tuple[tuple[StagePlan, ...], ...], ...] = ()
     layout: ParallelLayout = ParallelLayout()
     overlap_pairs: bool = False
+    combined_pairs: bool = False
     runtime: PipelineRuntime = PipelineRuntime()
     host: HostOverhead | None = None
     host_syncs: frozenset[str] = DEFAULT_SYNCS

@@ -108,13 +108,27 @@ def _steady_ranges(log: EventLog, iteration: int) -> tuple[float, float, list[fl
         op = _op(e.name)
         if op in ("B", "I"):
             first_b[e.stage] = min(first_b.get(e.stage, e.start_s), e.start_s)
-            if e.stage == 0 and e.replica == 0:
+            if e.stage == 0 and e.replica == 0 and _first_part(e.name):
                 b0.append(e.start_s)
         elif op == "F":
             last_f[e.stage] = max(last_f.get(e.stage, e.start_s), e.start_s)
     if not first_b or set(first_b) != set(last_f):
         return None
     return max(first_b.values()), min(last_f.values()), sorted(set(b0))
+
+
+def _first_part(name: str) -> bool:
+    """Whether a compute event is its action's first: a whole action (``"3B17"``) or the
+    first layer part of one an overlapped pair runs as chains (``"3B17.0"``,
+    :mod:`sim.engine.overlap`); a backward's later parts are not backwards of their own."""
+    _, dot, part = name.partition(".")
+    return not dot or part == "0"
+
+
+def action_name(name: str) -> str:
+    """The action a compute event belongs to: its name less a layer part's ``.k`` suffix
+    (``"3B17.4"`` -> ``"3B17"``, :mod:`sim.engine.overlap`)."""
+    return name.partition(".")[0]
 
 
 def _op(name: str) -> str:

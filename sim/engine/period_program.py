@@ -23,6 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from sim.engine.period_check import action_name
 from sim.events import EventKind, EventLog
 from sim.schedules.action import STEP, Action
 
@@ -36,12 +37,14 @@ def _name(a: Action) -> str:
 
 def first_starts(log: EventLog, devices: set[str]) -> dict[str, dict[str, float]]:
     """Per device of ``devices``, the start of its first compute or optimizer event of each
-    name (replica 0's); one pass over ``log``."""
+    action (replica 0's; an overlapped pair's layer parts, ``"3B17.4"``, count as their
+    action's, :func:`~sim.engine.period_check.action_name`); one pass over ``log``."""
     out: dict[str, dict[str, float]] = {d: {} for d in devices}
     for e in log.events:
         mine = out.get(e.device)
         if mine is not None and e.kind in _TIMED and e.replica in (0, None):
-            mine.setdefault(e.name, e.start_s)
+            name = action_name(e.name)
+            mine[name] = min(mine.get(name, e.start_s), e.start_s)
     return out
 
 

@@ -59,6 +59,7 @@ from sim.events import Event, EventLog, MemoryEvent
 from sim.metrics import steady_window
 from sim.schedules.action import STEP, flatten
 from sim.schedules.base import Schedule
+from sim.schedules.combined import combine_pairs
 from sim.schedules.errors import ScheduleError
 
 SLACK_MICROBATCHES = 4
@@ -157,6 +158,8 @@ def _short_run(inp: SimInput, schedule: Schedule, short: int, most: int) -> Foun
         return f"a run of {short} micro-batches is measured over other iterations"
     iterations = _iterations(inp, schedule)
     prog = sched.program(iterations)
+    if inp.combined_pairs:  # the long program's pairs (Megatron's combined 1F1B)
+        prog = combine_pairs(prog)
     log = simulate(replace(inp, program=type(inp.program)(prog), microbatches=short))
     step = schedule.period_microbatches()
     periods = _periods(log, iterations, most, step)

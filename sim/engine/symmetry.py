@@ -18,7 +18,11 @@ full one. Expert and context parallelism: the replicas are the ``dp x cp`` data-
 ranks (:mod:`sim.engine.groups`); every context rank and every rank of an expert-parallel group
 runs the same program (Megatron balances the causal attention over the context ranks, and the
 router's load is the same on every rank of a group, :mod:`sim.compute.routing`), so replica 0
-stands for them too.
+stands for them too. Under MoE parallel folding (:mod:`sim.parallel.folding`) the simulated
+rank's expert group spans tensor ranks (``etp < t``) or its experts' tensor group spans
+replicas (``etp > t``): every member still runs the same program, each folded group joins with
+its simulated members only (:meth:`HeldLinks.members`), and the checks below walk the folded
+groups (``tests/test_symmetry.py``: the full simulation's time, peak and traffic, exactly).
 
 The checks, each cheap enough for 16,384 GPUs (linear in GPUs and links):
 
@@ -79,6 +83,7 @@ from sim.engine.inputs import SimInput
 from sim.hardware.parts import GPU, Link
 from sim.hardware.topology import Topology
 from sim.memory.plan import StagePlan
+from sim.parallel.folding import expert_group, expert_tp_group, folds
 
 
 def asymmetry(inp: SimInput) -> str | None:
@@ -88,9 +93,6 @@ def asymmetry(inp: SimInput) -> str | None:
         A short reason, e.g. ``"a straggler GPU (gpu5 x1.3)"``; None also when there is
         nothing to mirror (one replica and one tensor rank).
     """
-    lay = inp.layout
-    if lay.ep > 1 and lay.etp is not None and lay.expert_tp != lay.tp:
-        return "MoE parallel folding (expert groups across tensor ranks)"
     job = _job_gpus(inp)
     slow = [(g, f) for g, f in inp.stragglers if g in job and f != 1.0]
     if slow:
@@ -277,16 +279,34 @@ def _group_asymmetry(inp: SimInput) -> str | None:
     return None
 
 
+def _simulated_groups(inp: SimInput) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
+    """``(group, members)`` of the simulated rank's (replica 0, tensor rank 0) context-,
+    expert- and expert-tensor-parallel groups, members as ``(replica, tensor rank)``: the
+    ``cp`` or ``ep`` consecutive replicas of tensor rank 0, or under MoE parallel folding the
+    folded expert mesh's groups (:mod:`sim.parallel.folding`), as :mod:`sim.engine.groups`
+    runs them."""
+    lay, out = inp.layout, []
+    if lay.cp > 1:
+        out.append(("cp", tuple((r, 0) for r in range(lay.cp))))
+    if lay.ep > 1:
+        folded = lay.etp is not None
+        out.append(
+            ("ep", expert_group(lay, 0, 0) if folded else tuple((r, 0) for r in range(lay.ep)))
+        )
+    if lay.etp is not None and folds(lay) and lay.expert_tp > 1:
+        out.append(("etp", expert_tp_group(lay, 0, 0)))
+    return tuple(out)
+
+
 def _group_hops(inp: SimInput):
-    """``(group, src, dst, link)`` for each link between two members of replica 0's expert-
-    or context-parallel groups (tensor rank 0, every stage) that touches neither of the two
-    GPUs (every pair: an all-to-all's routes; the rings' hops are among them)."""
+    """``(group, src, dst, link)`` for each link between two members of the simulated rank's
+    expert-, expert-tensor- or context-parallel groups (:func:`_simulated_groups`, every stage)
+    that touches neither of the two GPUs (every pair: an all-to-all's routes; the rings' hops
+    are among them)."""
     topo = inp.topology
-    for group, size in (("cp", inp.layout.cp), ("ep", inp.layout.ep)):
-        if size < 2:
-            continue
+    for group, members in _simulated_groups(inp):
         for s in range(inp.stages):
-            gpus = [f"gpu{inp.gpu_index(r, s, 0)}" for r in range(size)]
+            gpus = [f"gpu{inp.gpu_index(r, s, k)}" for r, k in members]
             for src in gpus:
                 for dst in gpus:
                     if src == dst:

@@ -139,6 +139,7 @@ def resolve(
         tensor_plans=tensor_plans if point.tensor_parallel > 1 else (),
         layout=point.layout,
         overlap_pairs=point.ep_overlap or combined,
+        combined_pairs=combined,
         dp_bucket_bytes=framework.bucket_bytes(trace, point.layout.replicas),
         runtime=replace(
             framework.runtime(topo, trace, point.tensor_parallel, point.virtual_stages, memory),
