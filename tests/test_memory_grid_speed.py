@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import cache
 
 from sim.api.experiment import load
+from sim.plan import memory_jobs
 from sim.plan.memory_grid import CHANGES, Advice, GridMemory, advise, grid_memory, overflowing
 from sim.plan.sweep import expand
 from sim.point.experiment import Prepared
@@ -64,8 +65,11 @@ def test_grid_memory_gives_the_direct_paths_rows():
     assert [p.memory_policy for p in over] == ["dist_opt"]
 
 
-def test_worker_processes_give_the_same_rows():
+def test_worker_processes_give_the_same_rows(monkeypatch):
     prep, points = _small()
+    monkeypatch.setattr(memory_jobs, "MIN_POINTS", 2)  # a pool for three points
+    with memory_jobs.ahead(prep, list(points), 2) as ahead:  # computed by the workers
+        assert all(isinstance(m, PointMemory) for m in ahead)
     assert grid_memory(prep, list(points), jobs=2) == grid_memory(prep, list(points))
 
 

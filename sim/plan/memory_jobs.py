@@ -24,6 +24,11 @@ from sim.point.experiment import Prepared
 from sim.point.memory import PointMemory, point_memory
 from sim.procs import die_with_parent, leave_interrupts_to_parent
 
+MIN_POINTS = 32
+"""Fewest points worth a pool (an assumption from two timings on the loaded 2-core machine,
+issue 26: forking and feeding the workers cost about 0.5 s of wall time, more than the 2 and
+9 points of ``deepseek-v3-256xgb200`` and ``llama3.1-8b-torchtitan-fsdp2-tp`` take in this
+process); ``experiments/dgx1.yaml`` has 174."""
 CHUNKS_PER_JOB = 8
 """Slices of the points per worker: enough for load balance (points of 8 stages cost several
 times those of 2), few enough that handing them out is cheap."""
@@ -50,14 +55,14 @@ def _worker_memory(point: PointConfig) -> PointMemory | None:
 def ahead(prep: Prepared, points: list[PointConfig], jobs: int) -> Iterator[Iterator]:
     """An iterator over ``points``' peaks (a :class:`~sim.point.memory.PointMemory`, or None:
     not computed ahead), in order, computed by ``jobs`` forked workers while the caller uses
-    the earlier ones; with ``jobs <= 1`` or fewer than two points, None for each (the caller
-    computes them). The workers stop when the block ends.
+    the earlier ones; with ``jobs <= 1`` or fewer than :data:`MIN_POINTS` points, None for
+    each (the caller computes them). The workers stop when the block ends.
 
     Raises:
         Exception: what :func:`~sim.point.memory.point_memory` raises in a worker, other than
             :class:`~sim.errors.InputError`.
     """
-    if jobs <= 1 or len(points) < 2 or not hasattr(os, "fork"):
+    if jobs <= 1 or len(points) < MIN_POINTS or not hasattr(os, "fork"):
         yield iter([None] * len(points))
         return
     pool = ProcessPoolExecutor(
