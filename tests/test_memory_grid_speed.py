@@ -7,6 +7,8 @@ from __future__ import annotations
 from functools import cache
 
 from sim.api.experiment import load
+from sim.memory.allocator import replay
+from sim.memory.allocator_rules import MIB
 from sim.plan import memory_jobs
 from sim.plan.memory_grid import CHANGES, Advice, GridMemory, advise, grid_memory, overflowing
 from sim.plan.sweep import expand
@@ -86,3 +88,13 @@ def test_the_bound_without_replay_is_the_peak_less_the_allocator_margin():
             rest = {k: v for k, v in r_full.by_category.items() if k != "allocator"}
             assert {k: v for k, v in r_low.by_category.items() if k != "allocator"} == rest
             assert r_low.device_bytes <= r_full.device_bytes
+
+
+def test_a_segment_freed_after_a_release_is_released_by_the_next():
+    """The allocator replay skips its scan for wholly free segments while none can be there;
+    one freed after a scan found none is still released. Capacity 60 MiB: a (20 MiB) and b
+    (30 MiB) take 50; c (20 MiB) finds nothing to release and goes over, to 70; a freed, d
+    (25 MiB, a 26 MiB segment) releases a's segment first: 50 + 26 = 76 MiB, not 96."""
+    ops = [("alloc", "a", 20 * MIB), ("alloc", "b", 30 * MIB), ("alloc", "c", 20 * MIB)]
+    ops += [("free", "a", 0), ("alloc", "d", 25 * MIB)]
+    assert replay(ops, capacity_bytes=60 * MIB).reserved == 76 * MIB
