@@ -4,13 +4,21 @@ in order would give them (:mod:`sim.plan.memory_grid`)."""
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 
 from sim.api.experiment import load
 from sim.memory.allocator import replay
 from sim.memory.allocator_rules import MIB
 from sim.plan import memory_jobs
-from sim.plan.memory_grid import CHANGES, Advice, GridMemory, advise, grid_memory, overflowing
+from sim.plan.memory_grid import (
+    CHANGES,
+    Advice,
+    GridMemory,
+    _memo_point,
+    advise,
+    grid_memory,
+    overflowing,
+)
 from sim.plan.sweep import expand
 from sim.point.experiment import Prepared
 from sim.point.memory import PointMemory, point_memory
@@ -70,8 +78,9 @@ def test_grid_memory_gives_the_direct_paths_rows():
 def test_worker_processes_give_the_same_rows(monkeypatch):
     prep, points = _small()
     monkeypatch.setattr(memory_jobs, "MIN_POINTS", 2)  # a pool for three points
-    with memory_jobs.ahead(prep, list(points), 2) as ahead:  # computed by the workers
-        assert all(isinstance(m, PointMemory) for m in ahead)
+    work = partial(_memo_point, advice=True)
+    with memory_jobs.ahead(prep, list(points), 2, work) as ahead:  # computed by the workers
+        assert all(isinstance(g, GridMemory) for g in ahead)
     assert grid_memory(prep, list(points), jobs=2) == grid_memory(prep, list(points))
 
 

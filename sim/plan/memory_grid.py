@@ -23,7 +23,7 @@ Speed, with the same numbers: each point is resolved once (``known``, shared by 
 the advice); a change is first bounded without the allocator replay
 (:func:`~sim.point.memory.point_memory` with ``replay=False``: the replay's margin is at least
 0) and ruled out when that bound does not fit, which most changes that do not fit are; the
-grid's points can be computed ahead in worker processes (``jobs``,
+grid's points and their advice can be computed ahead in worker processes (``jobs``,
 :mod:`sim.plan.memory_jobs`). ``experiments/dgx1.yaml``: 174 points, 83 with advice.
 """
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from sim.errors import InputError
 from sim.memory.rank_memory import CATEGORIES, RankMemory
@@ -211,19 +212,23 @@ def grid_memory(
     """Each point's peaks per pipeline rank (module doc), with :func:`advise` for those that
     do not fit (``advice=False``: none). Points that cannot be resolved carry the reason.
     ``on_done(n)``: called as each point is done (its advice included), for a progress bar.
-    ``jobs``: worker processes computing the points ahead (:func:`sim.plan.memory_jobs.ahead`;
-    the same answers)."""
+    ``jobs``: worker processes computing the points and their advice ahead
+    (:func:`sim.plan.memory_jobs.ahead`; the same answers)."""
     known: Known = {}
     over: Over = set()
     out = []
-    with ahead(prep, points, jobs) as computed:
-        for point, memory in zip(points, computed, strict=True):
-            if memory is not None:
-                known.setdefault(point, memory)
-            out.append(_point(prep, point, known, over, advice))
+    with ahead(prep, points, jobs, partial(_memo_point, advice=advice)) as computed:
+        for point, answer in zip(points, computed, strict=True):
+            out.append(answer or _point(prep, point, known, over, advice))
             if on_done:
                 on_done(len(out))
     return out
+
+
+def _memo_point(prep: Prepared, point: PointConfig, memo: dict, advice: bool) -> GridMemory:
+    """:func:`_point` with ``known`` and ``over`` kept in ``memo`` (a worker's,
+    :func:`sim.plan.memory_jobs.ahead`)."""
+    return _point(prep, point, memo.setdefault("known", {}), memo.setdefault("over", set()), advice)
 
 
 def _point(
