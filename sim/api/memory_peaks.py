@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sim.api.experiment import Experiment, check_flags, folder_arg, load
 from sim.atomic import atomic_write_text, check_writable
+from sim.errors import expect_int
 from sim.hardware.provenance import reserve_source
 from sim.plan.memory_grid import grid_memory
 from sim.plan.sweep import expand
@@ -25,6 +26,7 @@ def memory(
     out: str | os.PathLike[str] | None = None,
     advice: bool = True,
     plots: bool = True,
+    jobs: int = 1,
 ) -> MemoryAnswer:
     """Every configuration's peak memory per pipeline rank, by category, without simulating
     time (:func:`sim.plan.memory_grid.grid_memory`, the model of the planner's memory bound):
@@ -36,9 +38,12 @@ def memory(
         out: folder to write into (created; files of the same names replaced atomically).
         advice: for configurations that do not fit, find the first single change that fits.
         plots: write the PNG.
+        jobs: worker processes computing the configurations (forked; the same answers,
+            :mod:`sim.plan.memory_jobs`).
 
     Raises:
-        InputError: bad experiment, hardware, trace, grid or output folder (nothing written).
+        InputError: bad experiment, hardware, trace, grid, output folder or ``jobs`` (nothing
+            written).
 
     Example:
         >>> exp = {"name": "b", "hardware": "dgx1-v100-16gb",
@@ -51,6 +56,7 @@ def memory(
     from sim.report.memory_ranks import memory_frame, plot_memory_ranks  # pandas, matplotlib
 
     check_flags(advice=advice, plots=plots)
+    expect_int(jobs, "jobs", 1)
     if out is not None:
         folder_arg(out)
         check_writable(out, option="--out", directory=True)
@@ -58,7 +64,7 @@ def memory(
     points, skipped = expand(prep)
     t0 = time.perf_counter()
     with progress_bar(len(points), "computing memory", "configurations") as on_done:
-        results = grid_memory(prep, points, advice=advice, on_done=on_done)
+        results = grid_memory(prep, points, advice=advice, on_done=on_done, jobs=jobs)
     wall = time.perf_counter() - t0
     if out is None:
         return MemoryAnswer(results, skipped, None, wall, prep.topology.notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -40,6 +41,9 @@ def memory(
         "micro-batch, twice tp, twice pp and name the first that fits.",
     ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write memory_ranks.png."),
+    jobs: int = typer.Option(
+        0, "--jobs", "-j", min=0, help="Worker processes; 0: one per CPU core."
+    ),
     as_json: bool = typer.Option(
         False,
         "--json",
@@ -62,7 +66,9 @@ def memory(
     apply_verbosity(verbose, quiet)
     name = load_experiment(experiment).name
     folder = out_dir or Path("results") / f"{name}-memory"
-    answer = api.memory(experiment, out=folder, advice=advice, plots=plots)
+    answer = api.memory(
+        experiment, out=folder, advice=advice, plots=plots, jobs=jobs or (os.cpu_count() or 1)
+    )
     if as_json:  # the notes as sim run --json's
         print_csv_as_json(
             folder / "memory.csv", [{"level": "warning", "text": n} for n in answer.notes]

@@ -90,6 +90,7 @@ class CachingAllocator(BlockLists):
         self._expandable: dict[bool, int] = {}
         self._divisions = self.config.roundup_power2_divisions
         self._cap = self.config.max_split_size_bytes
+        self._sizes: dict[float, tuple[int, int, bool]] = {}  # bytes -> asked, size, pool
 
     # -- public ------------------------------------------------------------------------
     def alloc(self, key: object, nbytes: float) -> None:
@@ -150,7 +151,12 @@ class CachingAllocator(BlockLists):
         block = self._new_block(small, size) if i is None else pool.pop(i)[3]
         unmapped = block.unmapped
         whole = block.size
-        if self._splits(whole - size, size, small):
+        rest = whole - size  # should_split (_splits), inline: this runs for every tensor
+        if small or self.config.expandable_segments:
+            split = rest >= MIN_BLOCK_BYTES
+        else:
+            split = size < self._cap and rest > SMALL_SIZE_BYTES
+        if split:
             block = self._split(block, size)
         if unmapped:  # map_block: the pages the allocation covers come back first
             block.unmapped = 0
@@ -181,9 +187,12 @@ class CachingAllocator(BlockLists):
         """A request of ``nbytes`` (> 0): the bytes asked, its rounded size, its pool (small or
         large, :func:`is_small`), that pool's free list and where the block it takes is in it
         (:meth:`_fit`; None: a new block)."""
-        asked = math.ceil(nbytes)
-        size = round_size(asked, self._divisions)
-        small = is_small(size)
+        known = self._sizes.get(nbytes)  # tensors of a size recur: rounded once
+        if known is None:
+            asked = math.ceil(nbytes)
+            size = round_size(asked, self._divisions)
+            known = self._sizes[nbytes] = (asked, size, is_small(size))
+        asked, size, small = known
         pool = self._free[small]
         return asked, size, small, pool, self._fit(pool, size)
 
@@ -246,12 +255,16 @@ class CachingAllocator(BlockLists):
     def _release_cached(self) -> None:
         """``release_cached_blocks``: every segment that is one free block goes back to the
         driver; in an expandable segment every free block unmaps its whole pages
-        (``unmap_block``)."""
+        (``unmap_block``). Without a wholly free segment (``_whole_free``) nothing goes."""
+        expandable = self.config.expandable_segments
+        if not expandable and not self._whole_free:
+            return
+        self._whole_free = False  # the scan releases every one
         for small, pool in self._free.items():
             keep = []
             for entry in pool:
                 block = entry[3]
-                if self.config.expandable_segments:
+                if expandable:
                     self._unmap(small, block)
                     keep.append(entry)
                 elif block.prev is None and block.next is None:

@@ -50,6 +50,10 @@ class BlockLists:
     def __init__(self) -> None:
         self._segments: list[Segment] = []
         self._free: dict[bool, list[FreeBlock]] = {True: [], False: []}
+        self._whole_free = False
+        """Whether a block listed since this was last cleared is a whole segment (no
+        neighbour): where it is False no cached segment is wholly free (a free block's
+        neighbours change only as it is freed, merged and listed again)."""
 
     def _split(self, block: Block, size: int) -> Block:
         """``block`` cut to ``size`` bytes, the rest a free block after it."""
@@ -91,6 +95,8 @@ class BlockLists:
 
     def _list(self, block: Block) -> None:
         """Cache ``block`` in its pool's free list."""
+        if block.prev is None and block.next is None:
+            self._whole_free = True
         insort(self._free[block.small], (block.size, block.segment, block.offset, block))
 
     def _unlist(self, block: Block) -> None:

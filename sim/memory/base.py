@@ -58,6 +58,14 @@ class MemoryPolicy(ABC):
     """True when a policy that shards states shards the routed experts' over their own
     expert-data-parallel group (ZeRO-3 with expert parallelism), so it runs with ``ep > 1``."""
 
+    plans_to_capacity: ClassVar[bool] = True
+    """False when the bytes of the policy's plans do not depend on the GPU's capacity (only
+    their ``fits`` notes do: ``none``, ``recompute``, ``dist_opt``), so a refit
+    (:func:`sim.memory.compose.plan_to_fit`) never changes them and ``sim memory``'s advice
+    may rule a change out by a lower bound without the allocator replay
+    (:func:`sim.point.memory.point_memory` with ``replay=False``). True (the safe default)
+    for a policy that sizes its plan to the memory it has."""
+
     repartitions: ClassVar[bool] = False
     """True when the policy also moves layers between stages (:meth:`repartition`, vPipe)."""
 

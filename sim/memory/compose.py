@@ -172,7 +172,9 @@ def note_host_capacity(contexts: list[StageContext], plans: list[StagePlan]) -> 
     return out
 
 
-def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list[StagePlan]:
+def finalize_plans(
+    contexts: list[StageContext], plans: list[StagePlan], *, replay: bool = True
+) -> list[StagePlan]:
     """The plans the engine runs, with what each GPU's process holds besides its stashes
     computed for what the policies chose (planning used the everything-resident values), by
     the rank model (:mod:`sim.memory.rank_memory`) over the stage chunks each GPU runs: the
@@ -181,7 +183,8 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
     the caching allocator's margin (a replay of the rank's tensors). They are charged once per
     GPU, on its first chunk (the others get 0). A stage running Megatron's combined 1F1B
     gets its layers' shares of the stash (:mod:`sim.memory.overlapped`). Then
-    :func:`note_host_capacity`."""
+    :func:`note_host_capacity`. ``replay=False``: a margin of 0 where the allocator replay
+    would give it (:func:`gpu_charges`)."""
     by_gpu: dict[str, list[int]] = {}
     for i, ctx in enumerate(contexts):
         by_gpu.setdefault(ctx.gpu, []).append(i)
@@ -192,7 +195,7 @@ def finalize_plans(contexts: list[StageContext], plans: list[StagePlan]) -> list
     plans = list(out)
     for idx in by_gpu.values():
         pairs = [(contexts[i], plans[i]) for i in idx]
-        charges = gpu_charges(pairs)
+        charges = gpu_charges(pairs, replay=replay)
         for k, i in enumerate(idx):
             own = charges if k == 0 else dict.fromkeys(charges, 0.0)
             out[i] = replace(plans[i], **own)  # type: ignore[arg-type]
@@ -216,9 +219,14 @@ def replayable(plan: StagePlan) -> bool:
     return not moves_states and plan.gather_bytes == 0 and plan.scatter_bytes == 0
 
 
-def gpu_charges(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]:
+def gpu_charges(
+    pairs: list[tuple[StageContext, StagePlan]], *, replay: bool = True
+) -> dict[str, float]:
     """``reserve_bytes, working_bytes, framework_buffer_bytes, allocator_bytes`` of the GPU
-    running ``pairs`` (module doc of :mod:`sim.memory.rank_memory`)."""
+    running ``pairs`` (module doc of :mod:`sim.memory.rank_memory`). ``replay=False``: an
+    ``allocator_bytes`` of 0 where the allocator replay would give it (the replay's margin is
+    at least 0, so the GPU's bytes are a lower bound: ``sim memory``'s advice rules a change
+    out with it, :func:`sim.point.memory.point_memory`), the rest as with it."""
     ctx0 = pairs[0][0]
     rv = ctx0.topology.gpu(ctx0.gpu_index).reserve
     working = 0.0
@@ -235,7 +243,9 @@ def gpu_charges(pairs: list[tuple[StageContext, StagePlan]]) -> dict[str, float]
         for k, (c, p) in enumerate(pairs)
     ]
     if rv.replays_allocator and all(replayable(p) for _, p in pairs):
-        margin = allocator_margin_bytes(list(zip([c for c, _ in pairs], charged, strict=True)))
+        margin = 0.0
+        if replay:
+            margin = allocator_margin_bytes(list(zip([c for c, _ in pairs], charged, strict=True)))
     else:
         margin = sum(rv.allocator_bytes(activation_peak_bytes(p, c)) for c, p in pairs)
     return {
@@ -250,7 +260,9 @@ REFIT_ROUNDS = 2
 """Times :func:`plan_to_fit` plans again with a smaller capacity."""
 
 
-def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[StagePlan]:
+def plan_to_fit(
+    policy: MemoryPolicy, contexts: list[StageContext], *, replay: bool = True
+) -> list[StagePlan]:
     """The policy's finalized plans, planned again where they overflow a GPU.
 
     A policy plans against the estimate (:mod:`sim.memory.estimate`, with the allocator's
@@ -260,10 +272,11 @@ def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stag
     PatrickStar's tracer, which measure with the real allocator) then plans again as if each
     GPU had that much less, up to :data:`REFIT_ROUNDS` times (only where the policy thought its
     plan fits and the overshoot is an estimate's, :func:`_overshoot`); a policy whose plan does
-    not depend on the capacity gives the same plans and is left as it is.
+    not depend on the capacity gives the same plans and is left as it is. ``replay``: see
+    :func:`finalize_plans`.
     """
     raw = policy.plan_all(contexts)
-    plans = finalize_plans(contexts, raw)
+    plans = finalize_plans(contexts, raw, replay=replay)
     for _ in range(REFIT_ROUNDS):
         over = _overshoot(contexts, plans)
         if not over:
@@ -274,7 +287,7 @@ def plan_to_fit(policy: MemoryPolicy, contexts: list[StageContext]) -> list[Stag
         again = policy.plan_all(shrunk)
         if again == raw:  # the plan does not depend on the capacity
             break
-        raw, plans = again, finalize_plans(contexts, again)
+        raw, plans = again, finalize_plans(contexts, again, replay=replay)
     return plans
 
 

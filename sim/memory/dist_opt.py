@@ -55,6 +55,7 @@ class DistOptPolicy(MemoryPolicy):
 
     name = "dist_opt"
     description = "Megatron's distributed optimizer (ZeRO-1): optimizer state sharded"
+    plans_to_capacity = False  # no plan reads ctx.capacity_bytes (only describe's notes)
 
     def __init__(
         self, recompute: bool = False, choice: RecomputePolicy | None = None, instances: int = 1

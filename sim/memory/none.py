@@ -17,6 +17,7 @@ class NoPolicy(MemoryPolicy):
     name = "none"
     description = "everything resident on the GPU"
     replayable = True
+    plans_to_capacity = False  # no plan reads ctx.capacity_bytes (only describe's notes)
     keeps_everything = True
 
     def plan(self, ctx: StageContext) -> StagePlan:

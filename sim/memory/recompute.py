@@ -64,6 +64,7 @@ class RecomputePolicy(MemoryPolicy):
         "(torchtitan's per-op) or partition (GPipe's)"
     )
     replayable = True
+    plans_to_capacity = False  # no plan reads ctx.capacity_bytes (only describe's notes)
 
     def __init__(
         self, mode: str = "full", layers: int | None = None, modules: frozenset[str] = frozenset()

@@ -50,8 +50,15 @@ class PointMemory:
         return all(r.fits for r in self.ranks)
 
 
-def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
+def point_memory(prep: Prepared, point: PointConfig, *, replay: bool = True) -> PointMemory:
     """Each pipeline rank's peak memory of ``point`` (module doc).
+
+    ``replay=False``: a lower bound of each rank's bytes, cheaper, for ruling a point out (its
+    ``fits`` False means the point does not fit): the allocator replay's margin
+    (:func:`~sim.memory.tensor_program.allocator_margin_bytes`, at least 0) is taken as 0
+    where the plans' other bytes cannot depend on it (FSDP's states, planned once, or a policy
+    that does not plan to the capacity, :attr:`~sim.memory.base.MemoryPolicy.
+    plans_to_capacity`); elsewhere the exact peaks.
 
     Raises:
         InputError: what :func:`~sim.point.simulate.resolve` raises for the point.
@@ -93,9 +100,10 @@ def point_memory(prep: Prepared, point: PointConfig) -> PointMemory:
     )[0]
     contexts = [_with_width(c, point) for c in contexts]
     low = (*stage_low_params(sharded, boundaries), topo.gpus[0].compute)
+    bound = not replay and (point.layout.dp_shard > 1 or not policy.plans_to_capacity)
     plans = plan_contexts(
         exp, point, policy, framework, contexts, memory, trace.dtype, low,
-        schedule.num_stages, file, mirror=False,
+        schedule.num_stages, file, mirror=False, replay=not bound,
     )  # fmt: skip
     by_rank: dict[int, list] = {}
     for ctx, plan in zip(contexts, plans, strict=True):

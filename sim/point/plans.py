@@ -122,6 +122,7 @@ def plan_contexts(
     file: str,
     *,
     mirror: bool = True,
+    replay: bool = True,
 ) -> list[StagePlan]:
     """The finalized plan of each of ``contexts`` (ordered stage-fastest, ``stages`` per row):
     FSDP's states where the point shards (:mod:`sim.memory.fsdp`), else the policy's (planned
@@ -130,7 +131,8 @@ def plan_contexts(
     (:meth:`~sim.framework.base.Framework.plans`); then the low-precision recipe's weight copies
     and parameter gather (``low``: the recipe, each stage's low-precision parameters and the
     GPU's compute spec, :mod:`sim.memory.precision`). ``sim run`` and ``sim memory`` plan
-    through it alike.
+    through it alike. ``replay=False``: no allocator replay, its margin 0 (a lower bound,
+    :func:`~sim.memory.compose.finalize_plans`).
 
     Raises:
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
@@ -138,10 +140,10 @@ def plan_contexts(
     try:
         if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
             fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
-            flat = finalize_plans(contexts, fsdp.plan_all(contexts))
+            flat = finalize_plans(contexts, fsdp.plan_all(contexts), replay=replay)
         else:
             alike = plan_alike(policy, contexts) if mirror and mirror_intended(exp, point) else None
-            flat = alike or plan_to_fit(policy, contexts)
+            flat = alike or plan_to_fit(policy, contexts, replay=replay)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
     flat = framework.plans(flat, point.dp_width, memory.state(dtype, exp.training.optimizer))
