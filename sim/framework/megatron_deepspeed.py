@@ -37,7 +37,7 @@ from sim.framework.deepspeed import (
     PIPE,
     PipelineEngine,
 )
-from sim.framework.tied_positions import position_table_bytes, with_tied_positions
+from sim.framework.tied_positions import with_tied_positions
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.shard import model_shape
 from sim.schedules.base import Schedule
@@ -250,15 +250,15 @@ ACCUMULATE_GRAD = Setting(
 
 def accumulate_seconds(
     layers: tuple[LayerProfile, ...], kinds: list[str], spec: ComputeSpec, dtype: str,
-    bytes_per_byte: float, shared_bytes: float = 0.0, unused_bytes: float = 0.0,
+    bytes_per_byte: float, shared_bytes: float = 0.0,
 ) -> tuple[float, ...]:  # fmt: skip
     """Per layer of a stage (``layers`` of ``kinds``, one tensor rank's), the seconds on ``spec``
     of adding its new weight gradients into ``.grad`` (:data:`ACCUMULATE_GRAD`): one
     memory-bound kernel per parameter tensor, ``bytes_per_byte x`` the layer's parameter bytes
     in all, less ``shared_bytes`` for a ``head`` whose output weight is the embedding's
-    (counted there) and less ``unused_bytes`` for a ``head`` holding parameters no backward
-    reaches (the last stage's position embedding, :mod:`sim.framework.tied_positions`). A
-    layer without parameters: 0.
+    (counted there). A layer without parameters: 0. The layers are the sharded trace's,
+    before :meth:`MegatronDeepSpeed.tie`: without the last stage's position embedding, whose
+    gradient no backward accumulates.
 
     Example (a block of 12 tensors, 1 MB of parameters, on a GPU of 10 us per kernel and
     1 GB/s: 12 x 10 us + 3 MB / 1 GB/s = 3.12 ms):
@@ -272,7 +272,7 @@ def accumulate_seconds(
     out = []
     for layer, kind in zip(layers, kinds, strict=False):
         base = base_kind(kind)
-        nbytes = layer.param_bytes - (shared_bytes + unused_bytes if base == "head" else 0.0)
+        nbytes = layer.param_bytes - (shared_bytes if base == "head" else 0.0)
         if nbytes <= 0:
             out.append(0.0)
             continue
@@ -353,12 +353,10 @@ class MegatronDeepSpeed(PipelineEngine):
         cost = with_tied_grad_sum(cost, kinds, tied)
         both = {"embedding", "head"} <= {base_kind(k) for k in kinds}
         shared = tied_embedding_bytes(trace, tensor_parallel) if both else 0.0
-        held = self.ties(trace) and self.tied_positions.value and not both
-        unused = position_table_bytes(trace) if held else 0.0
         return replace(
             cost,
             bwd_accumulate=accumulate_seconds(
-                layers, kinds, spec, trace.dtype, self.accumulate_grad.value, shared, unused
+                layers, kinds, spec, trace.dtype, self.accumulate_grad.value, shared
             ),
         )
 
