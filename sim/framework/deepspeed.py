@@ -218,8 +218,10 @@ class PipelineEngine(Framework):
         memory: FrameworkMemory | None = None,
     ) -> PipelineRuntime:
         """The pipeline engine (:meth:`Framework.runtime`), with its partitioned exchanges at
-        ``t > 1`` (:func:`with_partitioned_exchanges`) and its loss read
-        (:func:`with_loss_read`)."""
+        ``t > 1`` (:func:`with_partitioned_exchanges`), its loss read
+        (:func:`with_loss_read`) and its all-reduce after the backward in buckets of
+        :data:`SERIAL_BUCKET` gradient elements (``dp_serial_bucket_bytes``: 2 bytes each for
+        16-bit gradients, 4 for fp32 ones)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
         fp32 = memory is not None and memory.main_grads_fp32
         grad = 4 if fp32 else dtype_bytes(trace.dtype)  # bytes per gradient element
