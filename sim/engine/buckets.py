@@ -32,6 +32,26 @@ MAX_HOLDS = 4
 25 MiB; simulating each would dominate the run)."""
 
 
+def serial_bucket_bytes(nbytes: float, limit_bytes: float) -> tuple[float, ...]:
+    """Sizes of the buckets an exposed all-reduce of ``nbytes`` runs in, one after another,
+    each of at most ``limit_bytes`` (DeepSpeed's ``allreduce_no_retain``:
+    :data:`sim.framework.deepspeed.SERIAL_BUCKET`): ``ceil(nbytes / limit)`` buckets, all full
+    but the last. ``limit_bytes <= 0`` or ``nbytes <= limit_bytes``: one, ``(nbytes,)``.
+    Assumption: tensor boundaries ignored (the code closes a bucket after the tensor that
+    crosses the limit, so its buckets are larger by up to one tensor).
+
+    Example (2.8e9 two-byte gradients in buckets of 5e8 elements: six, the last 3e8):
+        >>> serial_bucket_bytes(5.6e9, 1e9)
+        (1000000000.0, 1000000000.0, 1000000000.0, 1000000000.0, 1000000000.0, 600000000.0)
+        >>> serial_bucket_bytes(8e8, 1e9), serial_bucket_bytes(8e8, 0.0)
+        ((800000000.0,), (800000000.0,))
+    """
+    if limit_bytes <= 0 or nbytes <= limit_bytes:
+        return (nbytes,)
+    n = math.ceil(nbytes / limit_bytes)
+    return (float(limit_bytes),) * (n - 1) + (nbytes - limit_bytes * (n - 1),)
+
+
 def hold_groups(n: int) -> list[tuple[int, int]]:
     """``(first, last)`` bucket indices of each link hold: one per bucket up to
     :data:`MAX_HOLDS`; beyond, the last bucket alone and the others in ``MAX_HOLDS - 1``

@@ -56,7 +56,7 @@ from functools import partial
 import simpy
 
 from sim.comm.hierarchical import RING_STEPS, CollectivePlan, collective_plan, ring_time_s
-from sim.engine.buckets import reduce_buckets
+from sim.engine.buckets import reduce_buckets, serial_bucket_bytes
 from sim.engine.inputs import SimInput
 from sim.engine.joined import JoinedCollectives
 from sim.engine.links import DENSE, EXPERT, Links
@@ -136,6 +136,13 @@ class Collectives:
         """Bytes reduced over all replicas: ``dp_grad_bytes``, else ``grad_bytes``, less the
         routed experts' share with expert parallelism (:meth:`expert_nbytes`)."""
         return self._all_bytes(rep) * (1.0 - self.expert_share(rep))
+
+    def serial_buckets(self, rep: StageReplica) -> tuple[float, ...]:
+        """Bytes of each bucket of ``rep``'s all-reduce at the step, reduced one after another
+        (:attr:`PipelineRuntime.dp_serial_bucket_bytes`, :func:`serial_bucket_bytes`); one
+        bucket of :meth:`nbytes` without it or with sharded optimizer state."""
+        limit = 0.0 if rep.plan.dp_sharded else self.inp.runtime.dp_serial_bucket_bytes
+        return serial_bucket_bytes(self.nbytes(rep), limit)
 
     def expert_nbytes(self, rep: StageReplica) -> float:
         """Bytes of routed-expert gradients, reduced over the expert-data-parallel group only

@@ -125,6 +125,10 @@ class PipelineRuntime:
             idle (:class:`~sim.engine.step_host.StepHost`); the default: none.
         loss_reads: blocking reads of the loss after each forward of the last stage (a NaN
             check: the host waits for the forward, then reads); 0: none.
+        dp_serial_bucket_bytes: the data-parallel all-reduce at the step (not overlapped with
+            the backward) runs in buckets of at most this many bytes, one after another
+            (:func:`sim.engine.buckets.serial_bucket_bytes`: DeepSpeed's
+            ``allreduce_no_retain``); 0: one collective.
         bucket_stages: which stage chunks reduce their gradients in buckets of
             ``SimInput.dp_bucket_bytes`` during their last backward (:mod:`sim.engine.buckets`):
             ``"all"``, or ``"first"``: stage 0 only (Megatron-Core buckets only pipeline rank 0's
@@ -169,10 +173,13 @@ class PipelineRuntime:
     dispatcher: str = "alltoall"
     step_host: StepHost = StepHost()
     loss_reads: int = 0
+    dp_serial_bucket_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.loss_reads < 0:
             raise ValueError("loss_reads must be >= 0")
+        if self.dp_serial_bucket_bytes < 0:
+            raise ValueError("dp_serial_bucket_bytes must be >= 0")
         if self.bucket_stages not in ("all", "first", "none"):
             raise ValueError(
                 f"bucket_stages must be all, first or none, not {self.bucket_stages!r}"

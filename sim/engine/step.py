@@ -108,7 +108,9 @@ class RankStep:
             yield overlapped
         elif self.inp.dp_width > 1 and rep.plan.scatter_bytes <= 0:
             kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
-            yield from self.collectives.join(rep, k, tags, kind)
+            for i, size in enumerate(self.collectives.serial_buckets(rep)):
+                key = k if i == 0 else f"{k}#{i}"  # buckets one after another
+                yield from self.collectives.join_keyed(rep, key, size, kind, tags)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, kind)
 

@@ -29,7 +29,7 @@ from sim.engine.inputs import PipelineRuntime
 from sim.framework.base import Framework, Setting
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
-from sim.trace.schema import Trace
+from sim.trace.schema import Trace, dtype_bytes
 
 PIPE = "deepspeed/runtime/pipe"
 SCHEDULES = Setting(
@@ -40,8 +40,20 @@ DP_AFTER_BACKWARD = Setting(
     0.0,
     f"{PIPE}/schedule.py::TrainSchedule.steps (ReduceGrads at the last step) and "
     f"{PIPE}/engine.py::_exec_reduce_grads -> runtime/engine.py::allreduce_gradients"
-    "(bucket_size=MEMORY_OPT_ALLREDUCE_SIZE, 5e8 elements: one buffer here), after the "
+    "(bucket_size=MEMORY_OPT_ALLREDUCE_SIZE, 5e8 elements: SERIAL_BUCKET), after the "
     "backward; PipelineEngine.__init__ sets enable_backward_allreduce = False",
+)
+SERIAL_BUCKET = Setting(
+    5e8,
+    "elements per bucket of the all-reduce after the backward: microsoft/DeepSpeed@f5dde36 "
+    "deepspeed/runtime/engine.py l.100 MEMORY_OPT_ALLREDUCE_SIZE = 500000000; "
+    f"{PIPE}/engine.py::_exec_reduce_grads (l.251) -> allreduce_gradients(bucket_size="
+    "MEMORY_OPT_ALLREDUCE_SIZE) (l.1794) -> buffered_allreduce_fallback(elements_per_buffer) "
+    "(l.2314) -> _reduce_non_expert_gradients (l.2286) -> allreduce_no_retain (l.2245-2256): "
+    "gradient tensors appended in named_parameters order until numel > numel_per_bucket, then "
+    "allreduce_and_copy (flatten, dist.all_reduce, copy back) before the next bucket is "
+    "filled: buckets one after another. Assumption: tensor boundaries ignored "
+    "(sim.engine.buckets.serial_bucket_bytes)",
 )
 FEWER_MICROBATCHES = Setting(
     True,
@@ -194,6 +206,8 @@ class PipelineEngine(Framework):
     step_transient = STEP_TRANSIENT
     overflow_check_ops = OVERFLOW_CHECK_OPS
     sync_after_p2p = SYNC_AFTER_P2P
+    serial_bucket = SERIAL_BUCKET
+    SETTINGS: ClassVar[tuple[str, ...]] = (*Framework.SETTINGS, "serial_bucket")
 
     def runtime(
         self,
@@ -204,9 +218,14 @@ class PipelineEngine(Framework):
         memory: FrameworkMemory | None = None,
     ) -> PipelineRuntime:
         """The pipeline engine (:meth:`Framework.runtime`), with its partitioned exchanges at
-        ``t > 1`` (:func:`with_partitioned_exchanges`) and its loss read
-        (:func:`with_loss_read`)."""
+        ``t > 1`` (:func:`with_partitioned_exchanges`), its loss read
+        (:func:`with_loss_read`) and its all-reduce after the backward in buckets of
+        :data:`SERIAL_BUCKET` gradient elements (``dp_serial_bucket_bytes``: 2 bytes each for
+        16-bit gradients, 4 for fp32 ones)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
+        fp32 = memory is not None and memory.main_grads_fp32
+        grad = 4 if fp32 else dtype_bytes(trace.dtype)  # bytes per gradient element
+        rt = replace(rt, dp_serial_bucket_bytes=self.serial_bucket.value * grad)
         return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
 
 

@@ -7,7 +7,9 @@ With pipeline parallelism on (the default: ``--no-pipeline-parallel`` unset),
 each backward, the data-parallel all-reduce after the backward, a loss broadcast after the step). ``GPTModelPipe`` splits the transformer layers evenly
 (``type:transformer``), keeps the word embedding on the first and the last stage
 (``TiedLayerSpec('embed')``), and all-reduces its gradient between the two before the
-data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``).
+data-parallel reduction (``ReduceTiedGrads`` before ``ReduceGrads``). With ``p > 1`` the last
+stage's copy is a whole ``EmbeddingPipe``, whose unused position embedding is in its memory and
+its data-parallel all-reduce (:data:`TIED_POSITIONS`, :mod:`sim.framework.tied_positions`).
 
 Each transformer layer's forward, first or recomputed, makes the host wait for the device once
 before its MLP: two scalars built on the GPU with blocking copies (:data:`LAYER_SYNC`,
@@ -35,8 +37,10 @@ from sim.framework.deepspeed import (
     PIPE,
     PipelineEngine,
 )
+from sim.framework.tied_positions import with_tied_positions
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.shard import model_shape
+from sim.schedules.base import Schedule
 from sim.trace.schema import LayerProfile, Trace
 
 GPT_PIPE = "Megatron-DeepSpeed megatron/model/gpt_model.py::GPTModelPipe"
@@ -252,7 +256,9 @@ def accumulate_seconds(
     of adding its new weight gradients into ``.grad`` (:data:`ACCUMULATE_GRAD`): one
     memory-bound kernel per parameter tensor, ``bytes_per_byte x`` the layer's parameter bytes
     in all, less ``shared_bytes`` for a ``head`` whose output weight is the embedding's
-    (counted there). A layer without parameters: 0.
+    (counted there). A layer without parameters: 0. The layers are the sharded trace's,
+    before :meth:`MegatronDeepSpeed.tie`: without the last stage's position embedding, whose
+    gradient no backward accumulates.
 
     Example (a block of 12 tensors, 1 MB of parameters, on a GPU of 10 us per kernel and
     1 GB/s: 12 x 10 us + 3 MB / 1 GB/s = 3.12 ms):
@@ -276,6 +282,15 @@ def accumulate_seconds(
         kernels += [mem("grad_accumulate", 0.0)] * (n - 1)
         out.append(phase_time(kernels, spec, dtype).total_s)
     return tuple(out)
+
+
+TIED_POSITIONS = Setting(
+    True,
+    f"{GPT_PIPE}: the last stage's TiedLayerSpec('embed', EmbeddingPipe, ...) is a whole "
+    f"EmbeddingPipe (DeepSpeed {PIPE}/module.py::_build: layer.build()), whose position "
+    "embedding no backward reaches; runtime/engine.py::_get_gradients_for_reduction "
+    "zero-fills its .grad and all-reduces it (sim.framework.tied_positions)",
+)
 
 
 class MegatronDeepSpeed(PipelineEngine):
@@ -320,9 +335,10 @@ class MegatronDeepSpeed(PipelineEngine):
     attention_drain = ATTENTION_DRAIN
     tied_grad_sum = TIED_GRAD_SUM
     accumulate_grad = ACCUMULATE_GRAD
+    tied_positions = TIED_POSITIONS
     SETTINGS: ClassVar[tuple[str, ...]] = (
         *PipelineEngine.SETTINGS, "layer_sync", "layer_sync_reads", "attention_drain",
-        "tied_grad_sum", "accumulate_grad",
+        "tied_grad_sum", "accumulate_grad", "tied_positions",
     )  # fmt: skip
 
     def stage_device_work(
@@ -343,6 +359,15 @@ class MegatronDeepSpeed(PipelineEngine):
                 layers, kinds, spec, trace.dtype, self.accumulate_grad.value, shared
             ),
         )
+
+    def tie(self, trace: Trace, schedule: Schedule, tensor_parallel: int = 1) -> Trace:
+        """``trace`` (one tensor rank's) with the word embedding stored once where both its
+        ends sit on one rank (:meth:`Framework.tie`), else with the last stage's second
+        ``EmbeddingPipe``'s position embedding in its head (:data:`TIED_POSITIONS`)."""
+        last = schedule.num_stages - 1
+        if not self.ties(trace) or schedule.stage_rank(0) == schedule.stage_rank(last):
+            return super().tie(trace, schedule, tensor_parallel)
+        return with_tied_positions(trace) if self.tied_positions.value else trace
 
     def host_captured(self, cost: StageCost, kinds: list[str]) -> StageCost:
         """``cost`` with each transformer layer's host sync before its MLP

@@ -10,7 +10,9 @@
   times are the model's, so they become ``model(t)`` exactly; a measured trace keeps its
   measured-to-modelled ratio. Communication is not in these times: it is the engine's
   (:mod:`sim.engine.collectives`);
-* **memory**: parameters (hence gradients and optimizer states) ``/ t``; a block's stash per
+* **memory**: the split parameters (hence gradients and optimizer states) ``/ t``, the rest
+  whole on every rank (the position embedding, LayerNorms, row-parallel biases:
+  :mod:`sim.parallel.replicated`); a block's stash per
   Korthikanti et al. (:func:`~sim.parallel.megatron.block_act_bytes_tp`); the embedding's and
   head's stash ``/ t`` (their large parts, the vocabulary-sized logits, are split);
   ``out_bytes / t``: each rank sends its ``1/t`` of the boundary activation to its peer in the
@@ -58,6 +60,7 @@ from sim.parallel.megatron import (
     parallel_modules,
     with_comm_ops,
 )
+from sim.parallel.replicated import rank_param_bytes, split_params
 from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.generator import megatron_block
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes, layer_kind
@@ -183,6 +186,13 @@ def _ratio(new: float, old: float) -> float:
     return new / old if old > 0 else 1.0
 
 
+def _split_bytes(kind: str, shape: dict[str, Any], d: int) -> float:
+    """Bytes of a ``kind`` layer's parameters that Megatron splits over the tensor ranks
+    (:func:`~sim.parallel.replicated.split_params`), ``d`` bytes per element."""
+    h, v, f = int(shape["hidden"]), int(shape["vocab"]), int(shape.get("ffn_mult", 4))
+    return float(split_params(kind, str(shape["kind"]), h, v, f) * d)
+
+
 def _shard_layer(
     layer: LayerProfile,
     kind: str,
@@ -220,7 +230,7 @@ def _shard_layer(
         bwd_s=bwd,
         bwd_input_s=bi,
         bwd_weight_s=bw,
-        param_bytes=layer.param_bytes / t,
+        param_bytes=rank_param_bytes(layer.param_bytes, _split_bytes(kind, shape, d), t),
         act_bytes=act,
         out_bytes=layer.out_bytes / t,
         flops=div(layer.flops),
