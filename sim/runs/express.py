@@ -22,6 +22,7 @@ from sim.compute.decoder import DecoderShape
 from sim.compute.precision import TE, get_recipe
 from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
+from sim.hardware.gpu_names import GPU_PRESETS
 from sim.runs.approximations import (
     ALLGATHER_TP,
     APPROXIMATED_ACTIVATIONS,
@@ -29,7 +30,7 @@ from sim.runs.approximations import (
     model_approximations,
 )
 from sim.runs.decoder_express import decoder_shape, ep_domains
-from sim.runs.express_hardware import GPU_PRESETS, gpu_formats, gpu_preset, hardware_for
+from sim.runs.express_hardware import gpu_formats, gpu_preset, hardware_for
 from sim.runs.express_policy import policy
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
@@ -381,7 +382,7 @@ __all__ = [
     "DTYPES",
     "FRAMEWORKS",
     "FUSED_DROPOUT_ADD",
-    "GPU_PRESETS",  # re-exported: sim.runs.express_hardware
+    "GPU_PRESETS",  # re-exported: sim.hardware.gpu_names
     "Expressed",
     "NotExpressed",
     "express",
