@@ -14,7 +14,8 @@ Every place that takes a GPU name reads it here: a measured run's GPU
    dash-separated parts of it that name its GPU (``GH200``, ``A100-80GB``, not ``80GB``): when
    one GPU model has them, the first preset with it; when several do, the one the source
    spellings of step 4 name if it is among them (``H100`` is the 80 GB ``dgx-h100``'s, not
-   the 96 GB HBM2e part's); otherwise refused, naming the GPUs;
+   the 96 GB HBM2e part's); otherwise refused, naming the GPUs (``V100-32GB``: the DGX-1's
+   V100-SXM2-32GB or the DGX-2's V100-SXM3-32GB, hardware.md §3.1, §3.2);
 4. a source's spelling (:data:`GPU_PRESETS`, :data:`A100_80GB`, :data:`H100_HBM2E_MARKS`:
    ``NVIDIA H100 80GB HBM3``, ``B200 (8 GPUs, 1 node)``, ``H800``);
 5. anything else: refused, no preset matches it.
@@ -37,8 +38,9 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
 """The preset of a GPU named by a source, first match of a name part (upper case): a server of
 8 (a DGX/HGX) or, for the GB200 and GB300, the NVL72 rack. ``A100`` alone is the 40 GB DGX
 (vTrain's rows do not say which). A GH200 is one Grace Hopper superchip (``gh200-96gb``), not
-an H200 server. ``H100`` is the 80 GB HBM3 SXM5 part of ``dgx-h100`` (the DGX H100 datasheet's
-GPU) unless :data:`H100_HBM2E_MARKS` say otherwise."""
+an H200 server. ``H100`` is the DGX H100's H100-SXM5-80GB (``dgx-h100``; ../shared/reference/
+hardware.md §3.4: MLPerf Training v3.0 ``NVIDIA/systems/dgxh100_ngc23.04_pytorch.json``)
+unless :data:`H100_HBM2E_MARKS` say otherwise."""
 NOT_SXM = ("PCIE", "H100-NVL", "H100NVL", "H200-NVL", "H200NVL")
 """Name parts of PCIe cards (the H100/H200 NVL are PCIe boards too: 94 / 141 GB, lower power):
 no preset is one of them (the DGX/HGX presets are SXM servers), so the name is refused rather

@@ -22,7 +22,6 @@ from sim.compute.decoder import DecoderShape
 from sim.compute.precision import TE, get_recipe
 from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
-from sim.hardware.gpu_names import GPU_PRESETS
 from sim.runs.approximations import (
     ALLGATHER_TP,
     APPROXIMATED_ACTIVATIONS,
@@ -382,7 +381,6 @@ __all__ = [
     "DTYPES",
     "FRAMEWORKS",
     "FUSED_DROPOUT_ADD",
-    "GPU_PRESETS",  # re-exported: sim.hardware.gpu_names
     "Expressed",
     "NotExpressed",
     "express",
