@@ -40,7 +40,7 @@ def gpu_hardware(name: str, option: str = "--gpu") -> tuple[str, str]:
 
 def _not_a_gpu(reading: GpuReading, option: str) -> InputError:
     models = preset_gpus()
-    why = "" if reading.refused == "unknown" else f" ({reading.reason})"
+    why = "" if reading.refused == "unknown" else f": {reading.reason}"
     close = suggest_presets(reading.name, models, cluster_presets())
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     return InputError(
