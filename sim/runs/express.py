@@ -29,7 +29,7 @@ from sim.runs.approximations import (
     model_approximations,
 )
 from sim.runs.decoder_express import decoder_shape, ep_domains
-from sim.runs.express_hardware import GPU_PRESETS, gpu_formats, gpu_preset, hardware_for
+from sim.runs.express_hardware import gpu_formats, gpu_preset, hardware_for
 from sim.runs.express_policy import policy
 from sim.runs.pipeline_layout import layout_boundaries
 from sim.runs.record import MeasuredRun, ModelShape, feature
@@ -381,7 +381,6 @@ __all__ = [
     "DTYPES",
     "FRAMEWORKS",
     "FUSED_DROPOUT_ADD",
-    "GPU_PRESETS",  # re-exported: sim.runs.express_hardware
     "Expressed",
     "NotExpressed",
     "express",

@@ -48,8 +48,8 @@ from backends.torch.profile.flops import cpu_attention_flops
 from backends.torch.profile.op_count import layer_calls, layer_ops
 from backends.torch.profile.saved_bytes import tensor_bytes
 from sim.errors import InputError
-from sim.hardware.loader import list_presets, load_hardware
-from sim.runs.express_hardware import gpu_preset
+from sim.hardware.gpu_names import preset_gpus, read_gpu
+from sim.hardware.loader import load_hardware
 from sim.trace.native import write_trace
 from sim.trace.schema import LayerProfile, Trace
 
@@ -147,36 +147,29 @@ class FakeSavedBytes:
 
 
 def resolve_gpu(name: str) -> tuple[str, Any]:
-    """The hardware a ``--for-gpu`` name means: a preset or hardware YAML, or a GPU model
-    substring such as ``H100`` matched against the presets' GPUs (where several GPU models
-    match, the one of the preset :func:`sim.runs.express_hardware.gpu_preset` names: ``H100``
-    is the 80 GB ``dgx-h100``'s, not the 96 GB HBM2e part's).
+    """The hardware a ``--for-gpu`` name means: a preset or hardware YAML, or a GPU name as
+    :func:`sim.hardware.gpu_names.read_gpu` reads it (``H100`` is the 80 GB ``dgx-h100``'s,
+    not the 96 GB HBM2e part's; ``A100 80GB``, ``GH200``).
 
     Returns:
         ``(preset or file, sim.hardware.parts.GPU)``.
 
     Raises:
-        InputError: no preset matches, or several GPU models do.
+        InputError: no preset matches, several GPU models do, or a PCIe card (naming
+            ``--for-gpu``, every preset and every GPU model).
     """
-
-    if name in list_presets() or name.endswith((".yaml", ".yml")):
+    if name.endswith((".yaml", ".yml")):
         return name, load_hardware(name, field="--for-gpu").gpu(0)
-    hits: dict[str, tuple[str, Any]] = {}
-    for preset in list_presets():
-        gpu = load_hardware(preset).gpu(0)
-        if name.lower() in gpu.model.lower():
-            hits.setdefault(gpu.model, (preset, gpu))
-    if len(hits) == 1:
-        return next(iter(hits.values()))
-    guess = gpu_preset(name)  # several (H100: 80 and 96 GB): the one a source means by it
-    chosen = [hit for hit in hits.values() if hit[0] == guess]
-    if chosen:
-        return chosen[0]
-    models = sorted({load_hardware(p).gpu(0).model for p in list_presets()})
-    what = f"matches several GPUs ({', '.join(sorted(hits))})" if hits else "matches no preset"
+    reading = read_gpu(name)
+    if reading.preset:
+        return reading.preset, load_hardware(reading.preset, field="--for-gpu").gpu(0)
+    models = preset_gpus()
+    what = {"unknown": "matches no preset", "pcie": f"is {reading.reason}"}.get(
+        reading.refused, reading.reason
+    )
     raise InputError(
-        f"{name!r} {what}; name a preset ({', '.join(list_presets())}) or one of "
-        f"{', '.join(models)}",
+        f"{name!r} {what}; name a preset ({', '.join(models)}) or one of "
+        f"{', '.join(sorted(set(models.values())))}",
         field="--for-gpu",
     )
 
