@@ -54,6 +54,8 @@ class HopperEntry:
 
     flags: dict[str, Any]
     note: str
+    release: str = ""
+    """The release whose preset it is (:mod:`sim.runs.bridge_offswitch` keys on it)."""
 
 
 def model_key(name: str) -> str:
@@ -146,4 +148,4 @@ def hopper_entry(row: pd.Series | dict, release: str = "",
             f"({best['source']}; sim.runs.bridge_hopper): {set_}; with the settings every "
             "recipe shares (sim.runs.bridge_fallback); the model's base recipe and the NCCL "
             "environment are not traced")  # fmt: skip
-    return HopperEntry(flags, note)
+    return HopperEntry(flags, note, best["release"])
