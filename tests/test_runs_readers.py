@@ -464,6 +464,6 @@ def test_bridge_rows_of_an_earlier_release_get_that_release_s_settings(tmp_path)
     assert old is not None and new is not None
     assert old["cuda-graph-impl"] == "transformer_engine"
     assert old["cuda-graph-scope"] == "moe_router,moe_preprocess"
-    assert "overlap-moe-expert-parallel-comm" not in old
+    assert not old.get("overlap-moe-expert-parallel-comm")  # off (recipe_flags: flag: False)
     assert new["cuda-graph-impl"] == "full_iteration"
     assert new["overlap-moe-expert-parallel-comm"] is True

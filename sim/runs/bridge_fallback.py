@@ -28,7 +28,8 @@ Only what the shared code sets for every recipe is set (NVIDIA-NeMo/Megatron-Bri
 
 An H100 row whose configuration is one of its release's H100 recipes also gets that recipe's
 own settings (:mod:`sim.runs.bridge_hopper`, ``measurements/megatron-bridge/hopper_recipes.csv``),
-stated instead of :data:`FALLBACK_NOTE`. Otherwise everything a recipe chooses per model and GPU
+stated instead of :data:`FALLBACK_NOTE`; an H100 row whose release's recipe turns one of the
+shared settings off gets it off (:mod:`sim.runs.bridge_offswitch`). Otherwise everything a recipe chooses per model and GPU
 is left at Megatron-Core's default and stated among the run's approximations
 (:data:`FALLBACK_NOTE`): recompute, activation offloading, CUDA
 graphs, tensor-parallel communication overlap, the flex dispatcher, MTP, FSDP.

@@ -16,8 +16,10 @@ turns an entry into Megatron flags as it does a Blackwell recipe row.
 A row matches an entry of the same model, GPU (H100), precision and, where the row gives
 them, TP, PP, CP, VP, EP, MBS and GPU count (:func:`matches`); the entry of the row's own
 release is taken, else that of the latest release that has one (an assumption: a preset a
-later release keeps unchanged runs the same). H200 has no preset in any release (no ``*_H200_*`` name): an H200 row keeps
-the shared fallback.
+later release keeps unchanged runs the same). H200 has no preset in any release: no ``*_H200_*``
+name, and the launcher's ``-g`` refuses ``h200`` (``scripts/performance/argument_parser.py:54`` at
+v0.1.0rc3 .. ``30-38``, ``NUM_GPUS_PER_NODE_MAP``, at v0.6.0): an H200 row keeps the shared
+fallback. Switches a preset turns off: :mod:`sim.runs.bridge_offswitch`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class HopperEntry:
 
     flags: dict[str, Any]
     note: str
+    release: str = ""
+    """The release whose preset it is (:mod:`sim.runs.bridge_offswitch` keys on it)."""
 
 
 def model_key(name: str) -> str:
@@ -146,4 +150,4 @@ def hopper_entry(row: pd.Series | dict, release: str = "",
             f"({best['source']}; sim.runs.bridge_hopper): {set_}; with the settings every "
             "recipe shares (sim.runs.bridge_fallback); the model's base recipe and the NCCL "
             "environment are not traced")  # fmt: skip
-    return HopperEntry(flags, note)
+    return HopperEntry(flags, note, best["release"])

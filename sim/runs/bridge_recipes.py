@@ -66,6 +66,10 @@ def _true(text: str) -> bool:
     return text.strip().lower().startswith("true")
 
 
+def _false(text: str) -> bool:
+    return text.strip().lower().startswith("false")
+
+
 def _offload_flags(text: str) -> dict[str, Any]:
     """The table's ``activation_offloading`` cell (``cpu_offloading num_layers=40
     weights=False``, ``fine_grained offload_modules=[fused_group_mlp]``) as Megatron's flags."""
@@ -87,6 +91,8 @@ def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
     can_enable_gradient_accumulation_fusion``; the NeMo container has TE), so only ``False``
     turns it off."""
     f: dict[str, Any] = {}
+    if _false(get.get("cross_entropy_loss_fusion", "")):
+        f["cross-entropy-loss-fusion"] = False  # an explicit off (recipe_flags)
     if _true(get.get("cross_entropy_loss_fusion", "")):
         f["cross-entropy-loss-fusion"] = True
         impl = get.get("cross_entropy_fusion_impl", "").split(" ")[0]
@@ -142,7 +148,18 @@ def _token_drop_flags(text: str) -> dict[str, Any]:
 
 
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
-    """The Megatron-LM flags of one recipe-table row (module doc)."""
+    """The Megatron-LM flags of one recipe-table row (module doc).
+
+    A switch the row turns off (a :data:`SWITCHES` column, ``precision_aware_optimizer`` or
+    ``cross_entropy_loss_fusion`` whose cell reads ``False ...``) is given as ``flag: False``:
+    Megatron-LM's reader drops it (:func:`sim.runs.megatron_args.normalise`, the flag's default
+    is off), and merged over flags that turn it on (the shared settings of
+    :mod:`sim.runs.bridge_fallback`) it turns them off again
+    (``measurements/megatron-bridge/hopper.md``, "Switches a recipe turns off").
+
+    >>> recipe_flags({"overlap_grad_reduce": "False (run_script.py:95)"})
+    {'overlap-grad-reduce': False}
+    """
     get = {k: _cell(v) for k, v in rec.items()}
     f = _recompute_flags(get)
     f.update(_offload_flags(get.get("activation_offloading", "none")))
@@ -159,6 +176,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     for col, flag in SWITCHES:
         if _true(get.get(col, "")):
             f[flag] = True
+        elif _false(get.get(col, "")):
+            f[flag] = False  # an explicit off (docstring)
     if get.get("moe_router_fusion", "").strip().lower().startswith("false"):
         f["no-moe-router-fusion"] = True  # the eager router, stated (sim.compute.router_unfused)
     if get.get("grad_reduce_in_fp32", "").strip().lower().startswith("false"):
@@ -242,6 +261,8 @@ def _optimizer_flags(get: dict[str, str]) -> dict[str, Any]:
     if opt and opt != "adam":  # Kimi K2's dist_muon (sim.runs.megatron_layout_flags.LAYER_WISE)
         f["optimizer"] = opt
     aware = get.get("precision_aware_optimizer", "")
+    if _false(aware):
+        f["use-precision-aware-optimizer"] = False  # an explicit off (recipe_flags)
     if _true(aware):  # "True; main_grads_dtype=bfloat16, main_params_dtype=float32, ..."
         f["use-precision-aware-optimizer"] = True
         for key, value in re.findall(r"(\w+_dtype)=(\w+)", aware):

@@ -50,6 +50,7 @@ from sim.runs.bridge_errata import (
 from sim.runs.bridge_fallback import FALLBACK_NOTE, NEMO_NOTE, fallback_flags
 from sim.runs.bridge_hopper import hopper_entry
 from sim.runs.bridge_nccl import overlay_for
+from sim.runs.bridge_offswitch import off_switches
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for, release_of
 from sim.runs.csv_precision import precision_flags
 from sim.runs.csv_shape import cell_float, cell_int, known_shape, row_shape_flags
@@ -234,12 +235,16 @@ def row_run(
         return replace(run, measured=measured_of(row), task=str(row.get("task", "pretrain")))
     fallback = golden is None and framework == "megatron-bridge" and recipe is None
     hopper = hopper_entry(row, release_of(row)) if fallback else None
+    off = off_switches(str(row.get("model", "")), str(row.get("gpu", "")),
+                       str(row.get("precision", "")), hopper.release if hopper else
+                       release_of(row)) if fallback else None  # fmt: skip
     if fallback:  # no recipe-table entry: the settings every recipe shares (bridge_fallback)
         moe = (cell_int(row.get("moe_experts")) or 0) > 0
         tp, pp, cp = (cell_int(row.get(c)) or 1 for c in ("tp", "pp", "cp"))
         dp = (cell_int(row.get("num_gpus")) or 8) // (tp * pp * cp)
         recipe = fallback_flags(str(row.get("precision", "")), moe, dp, str(row.get("model")))
         recipe |= hopper.flags if hopper else {}  # an H100 preset (sim.runs.bridge_hopper)
+        recipe |= off.flags if off else {}  # switches its recipe turns off (bridge_offswitch)
     family = str(row.get("model", "")).split("_")[0]
     arch = {"bert": "bert", "t5": "t5", "hybrid": "hybrid"}.get(family)
     if golden is not None:
@@ -270,6 +275,8 @@ def row_run(
     if fallback:
         note = hopper.note if hopper else FALLBACK_NOTE
         notes.append(ArgNote("recipe", "", "approximated", note))
+        if off:
+            notes.append(ArgNote("recipe", "", "approximated", off.note))
     if golden is None and "nemo" in str(row.get("framework", "")).lower() and (
             "bridge" not in str(row.get("framework", "")).lower()):  # fmt: skip
         notes.append(ArgNote("framework", str(row.get("framework")), "approximated", NEMO_NOTE))
