@@ -56,7 +56,7 @@ def test_llama3_70b_h100_gets_tp_overlap():
 
 
 def test_other_layout_or_h200_keeps_the_shared_fallback():
-    for other in ({"cp": 2}, {"num_gpus": 16}, {"gpu": "H200"}, {"tp": 2}):
+    for other in ({"cp": 2}, {"gpu": "H200"}, {"tp": 2}):
         row = LLAMA8B | other
         assert hopper_entry(row, "26.06.01") is None
         assert recipe_note(row_run(pd.Series(row), source="t")) == FALLBACK_NOTE
@@ -75,3 +75,42 @@ def test_25_09_fp8_runs_megatron_fsdp():
     entry = hopper_entry(row, "25.09")
     assert entry is not None and entry.flags.get("use-megatron-fsdp") is True
     assert "recompute-granularity" not in entry.flags
+
+
+def test_another_gpu_count_takes_the_preset_with_dp_and_gbs_following():
+    # v0.5.1 overrides.py:524-543: the preset runs at any -ng; GBS int(GBS / 64 * N);
+    # DP = N / (TP 4 * PP 8 * CP 1); param gather with the optimizer step only where DP > 1
+    at128 = hopper_entry(LLAMA70B | {"num_gpus": 128, "gbs": 512}, "26.06.01")
+    assert at128 is not None and "read at 128 GPUs, the preset's own 64" in at128.note
+    assert "_FP8_CS_V2" in at128.note and "GBS 256 scales to 512" in at128.note  # 256 / 64 * 128
+    assert "v0.5.1:scripts/performance/utils/overrides.py:524-543" in at128.note
+    assert at128.flags["overlap-param-gather-with-optimizer-step"] is True  # DP 4
+    at32 = hopper_entry(LLAMA70B | {"num_gpus": 32, "gbs": 64}, "26.06.01")
+    assert at32 is not None and "_FP8_CS_V1" in at32.note  # V1's GBS 128 / 64 * 32 = 64
+    assert at32.flags["overlap-param-gather-with-optimizer-step"] is False  # DP 32 / 32 = 1
+    assert at32.flags["tp-comm-overlap"] is True  # the preset's own settings stay
+    assert hopper_entry(LLAMA70B | {"num_gpus": 48}, "26.06.01") is None  # 48 % 32 != 0
+    exact = hopper_entry(LLAMA8B, "26.06.01")  # the exact count says nothing of a count
+    assert exact is not None and "read at" not in exact.note
+
+
+def test_26_08_at_another_count_takes_the_launchers_default_flat_recipe():
+    # v0.6.0 utils.py:66-87: Llama 3 8B H100's default is the 8-GPU recipe (not the 64-GPU
+    # one, whose GBS scales alike: 1024 * 8 / 32 = 256); Llama 3.1 405B's the largest (1024)
+    row = LLAMA8B | {"precision": "BF16", "cp": 2, "num_gpus": 16, "gbs": 256}
+    entry = hopper_entry(row, "26.08")
+    assert entry is not None and "llama3_8b_pretrain_8gpu_h100_bf16_config" in entry.note
+    assert "GBS 128 scales to 256" in entry.note  # 128 * DP 8 / DP 4
+    big = LLAMA70B | {"model": "LLAMA3.1_405B", "precision": "BF16", "num_gpus": 256,
+                      "tp": 8, "pp": 8, "cp": 2, "vp": 8, "gbs": 384}  # fmt: skip
+    entry = hopper_entry(big, "26.08")
+    assert entry is not None and "llama31_405b_pretrain_1024gpu_h100_bf16_config" in entry.note
+    assert "GBS 1536 scales to 384" in entry.note  # 1536 * DP 2 / DP 8
+
+
+def test_25_09_keys_presets_by_gpu_count():
+    # v0.1.0rc3 utils/common.py:25-30: perf_matrix.h100.num_gpus_16 absent for Llama 3 8B,
+    # so no preset runs (helpers.py:140-144); later releases' 8-GPU presets are not taken
+    row = LLAMA8B | {"table": "25.09 / x", "precision": "FP8", "num_gpus": 16, "gbs": 256}
+    assert hopper_entry(row, "25.09") is None
+    assert hopper_entry(row | {"table": "26.06.01 / x"}, "26.06.01") is not None
