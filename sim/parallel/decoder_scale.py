@@ -22,6 +22,7 @@ from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context_kernels import context_kernels
 from sim.parallel.decoder_comm import group_ops, tp_comm
 from sim.parallel.decoder_split import attention_dims
+from sim.parallel.decoder_whole import rank_dense_params, whole_params
 from sim.parallel.layer_host import recompute_sync_share, sync_shares
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.ring_steps import with_ring_steps
@@ -74,9 +75,11 @@ def kind_shard(
                                     par.expert_tp)  # fmt: skip
     act = act / act1 if act1 else 1.0
     dense, expert = layer_params(kind, m)
+    if kind == "head" and m.tied_embeddings:
+        dense = m.hidden  # the traced head holds its final norm only (sim.trace.decoder)
     total = float(dense + expert) or 1.0
     share = (
-        dense / par.shards("dense_params") / total,
+        rank_dense_params(dense, whole_params(kind, m), par.shards("dense_params")) / total,
         expert / par.shards("expert_params") / total,
     )
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))

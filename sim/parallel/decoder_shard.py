@@ -11,7 +11,9 @@
   in the combine all-to-all); with ``cp > 1`` an attention layer's forward and input gradient
   also run the copies and merges Transformer Engine's context parallelism adds
   (:mod:`sim.parallel.context_kernels`). A generated trace's times become ``model(rank)`` exactly;
-* **memory**: dense parameters ``/ t``, routed-expert parameters ``/ (ep*t)``; activations as
+* **memory**: dense parameters ``/ t`` but for the norms, router, MLA down projections and
+  row-parallel biases every tensor rank keeps whole (:mod:`sim.parallel.decoder_whole`),
+  routed-expert parameters ``/ (ep*t)``; activations as
   the model counts them on the rank (:func:`~sim.compute.decoder.layer_act_bytes`, the busiest
   EP rank's rows), in the ratio to the one-GPU count for a measured trace; ``out_bytes /
   (t*cp)`` (each tensor rank sends its share, as :mod:`sim.parallel.shard`);
