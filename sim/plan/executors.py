@@ -137,7 +137,7 @@ class WorkerDied(RuntimeError):
     """A pool worker ended without a result (the row of the point it ran says so)."""
 
 
-def _fork_context() -> Any:
+def fork_context() -> Any:
     """Forked workers where the platform forks (they inherit the prepared experiment)."""
     return mp.get_context("fork") if hasattr(os, "fork") else mp.get_context()
 
@@ -192,7 +192,7 @@ class LocalExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.jobs,
-                mp_context=_fork_context(),
+                mp_context=fork_context(),
                 initializer=_init_worker,
                 initargs=(self.prep, os.getpid()),
             )
@@ -217,7 +217,7 @@ class LocalExecutor:
         pool = None
         for i in range(start, len(jobs)):
             if pool is None:
-                pool = ProcessPoolExecutor(1, mp_context=_fork_context(), initializer=_init_worker,
+                pool = ProcessPoolExecutor(1, mp_context=fork_context(), initializer=_init_worker,
                                            initargs=(self.prep, os.getpid()))  # fmt: skip
             try:
                 row, log = pool.submit(_worker_row, jobs[i]).result()

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from sim.plan.executors import _fork_context, collector_paused
+from sim.plan.executors import collector_paused, fork_context
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.procs import die_with_parent, leave_interrupts_to_parent
@@ -67,7 +67,7 @@ def ahead(prep: Prepared, points: list[PointConfig], jobs: int, work: Work) -> I
         return
     pool = ProcessPoolExecutor(
         max_workers=jobs,
-        mp_context=_fork_context(),
+        mp_context=fork_context(),
         initializer=_init_worker,
         initargs=(prep, work, os.getpid()),
     )
