@@ -201,8 +201,26 @@ def _point_row(
         **breakdown,
         peak_reserve_source=_tightest_reserve_source(prep, breakdown["tightest_gpu"]),
         **flops_figures(prep, point, met.iteration_time_s),
+        simulated_as=simulated_as(res.sim_input.mirrored, point.layout.gpus, log),
     )
     return row, log
+
+
+def simulated_as(mirrored: bool, gpus: int, log: EventLog) -> str:
+    """How the engine ran a point of ``gpus`` GPUs: ``"every GPU"`` or ``"mirrored: replica
+    0, tensor rank 0 of N GPUs"`` (:mod:`sim.engine.symmetry`; ``options.simulation``, ``auto``
+    mirrors above 64 GPUs), then ``"; steady state once"`` where the log's periodic note says a
+    period was inserted (:mod:`sim.engine.periodic`).
+
+    >>> simulated_as(True, 256, EventLog(meta={"periodic": "periodic: 8 of 64 ..."}))
+    'mirrored: replica 0, tensor rank 0 of 256 GPUs; steady state once'
+    >>> simulated_as(False, 8, EventLog())
+    'every GPU'
+    """
+    out = f"mirrored: replica 0, tensor rank 0 of {gpus} GPUs" if mirrored else "every GPU"
+    if str(log.meta.get("periodic", "")).startswith("periodic:"):
+        out += "; steady state once"
+    return out
 
 
 def peak_flops(gpu: GPU, dtype: str) -> float:

@@ -23,7 +23,7 @@ from sim.events import EventLog
 from sim.parallel.layout import ParallelLayout
 from sim.point.config import PointConfig
 
-ROW_FORMAT = 12
+ROW_FORMAT = 13
 """Bump when the columns of a result row change, so cached rows of the old shape are not reused."""
 PRUNED = "pruned: "
 """Prefix of the ``error`` of a row the planner did not simulate (:mod:`sim.plan.planner`); such
@@ -54,7 +54,10 @@ class ResultRow(BaseModel):
     :func:`sim.plan.point_row.flops_source`), empty when there are no FLOPs.
     ``peak_reserve_source`` says where ``peak_reserve_bytes`` (runtime reserve + allocator
     margin + framework buffers) comes from (:func:`sim.plan.point_row.peak_reserve_source`),
-    empty when the row has no tightest GPU.
+    empty when the row has no tightest GPU. ``simulated_as`` says how the engine ran the point
+    (:func:`sim.plan.point_row.simulated_as`): every GPU, or mirrored (replica 0, tensor rank
+    0: :mod:`sim.engine.symmetry`), and whether the steady state was simulated once
+    (:mod:`sim.engine.periodic`); empty for a point that did not run.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -115,6 +118,7 @@ class ResultRow(BaseModel):
     flops_per_s_per_gpu: float | None = _NonNeg
     mfu: float | None = _NonNeg
     flops_source: str = ""
+    simulated_as: str = ""
 
     def __getitem__(self, name: str) -> Any:
         """``row["fits"]``: read a column by name, as from the CSV."""
