@@ -6,11 +6,13 @@ llama3_workload_base_configs.py`` 190-195 and 473-477, ``utils/overrides.py`` 15
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from sim.runs.bridge_fallback import FALLBACK_NOTE
 from sim.runs.bridge_hopper import hopper_entry
 from sim.runs.express import Expressed, express
 from sim.runs.measured_csv import row_run
+from sim.runs.predict import Predictor
 
 LLAMA8B = {"table": "26.06.01 / Pre-Training Performance / Model: LLAMA3_8B", "task": "pretrain",
            "model": "LLAMA3_8B", "family": "dense", "layers": 32, "hidden": 4096,
@@ -114,3 +116,37 @@ def test_25_09_keys_presets_by_gpu_count():
     row = LLAMA8B | {"table": "25.09 / x", "precision": "FP8", "num_gpus": 16, "gbs": 256}
     assert hopper_entry(row, "25.09") is None
     assert hopper_entry(row | {"table": "26.06.01 / x"}, "26.06.01") is not None
+
+
+SUPER = {"table": "26.08 / Pre-Training Performance / Model: Nemotron_3_Super",
+         "task": "pretrain", "model": "Nemotron_3_Super", "family": "hybrid-moe",
+         "seq_len": 4096, "gpu": "H100", "num_gpus": 64, "tp": 1, "pp": 2, "vp": 1, "cp": 1,
+         "ep": 32, "gbs": 1280, "mbs": 1, "precision": "BF16",
+         "framework": "Megatron-Bridge/Megatron-Core", "config_consistent": "True"}  # fmt: skip
+
+
+def test_nemotron_3_super_26_08_reads_its_library_recipe_and_fits_an_h100():
+    # v0.6.0 perf_recipes/nemotronh/h100/nemotronh.py:73 starts from the library recipe,
+    # recipes/nemotronh/h100/nemotron_3_super.py:217-226 (selective recompute of layernorm,
+    # moe_act, moe, core_attn; precision-aware Adam: bf16 grads, fp16 master, bf16 moments)
+    run = row_run(pd.Series(SUPER), source="t")
+    assert run.recompute == "selective:layernorm+moe_act+moe+core_attn"
+    mem = dict(run.memory_options)
+    assert (mem["main_params_dtype"], mem["exp_avg_dtype"], mem["exp_avg_sq_dtype"],
+            mem["main_grads_dtype"]) == ("fp16", "bf16", "bf16", "bf16")  # fmt: skip
+    # hand count of pipeline stage 0 (44 layers: 20 Mamba, 20 MoE, 4 attention, embedding;
+    # sim.runs.model_shapes' Nemotron 3 Super): each MoE layer keeps 512 / EP 32 = 16 latent
+    # experts (1024 x 2688 up and down) whole (expert DP = 64 / (PP 2 x EP 32) = 1), the
+    # rest is sharded over DP 32 by the distributed optimizer
+    h = 4096
+    mamba = h * 18560 + 10240 * 5 + 3 * 128 + 8192 + 8192 * h + h  # in_proj, conv, A D dt, norms
+    attn = h * (4096 + 512) + 4096 * h + h
+    moe_dense = 2 * h * 5376 + 2 * h * 1024 + h * 512 + h  # shared expert, latent, router, norm
+    expert = 20 * 16 * 2 * 1024 * 2688
+    dense = 20 * mamba + 4 * attn + 20 * moe_dense + 131072 * h
+    p = Predictor().predict(express(run))
+    assert p.row is not None and p.fits
+    assert p.row.peak_weights_bytes == pytest.approx(2 * (dense + expert), rel=1e-3)
+    # 6 bytes a parameter (2 + 2 + 2), not the fp32 moments' 10 (2-byte remainder + 4 + 4)
+    assert p.row.peak_optimizer_bytes == pytest.approx(6 * (expert + dense / 32), rel=1e-3)
+    assert p.peak_bytes < 80e9  # NVIDIA ran the preset on 80 GB H100s

@@ -67,8 +67,11 @@ def test_nemotron_3_super_26_08_h100_bf16_overlaps_neither():
     # nemotron_3_super.py 232-233 (no CommOverlapConfig on the way): ddp values hold
     opts = options(SUPER)
     assert "overlap_grad_reduce" not in opts and "overlap_param_gather" not in opts
-    earlier = options(SUPER | {"table": "26.06.01 / x"})  # no such switch before 26.08
+    # no such switch before 26.08 (the H100 preset of 26.08 is the only one: a 26.06.01 row of
+    # its layout takes it, switches and all, sim.runs.bridge_hopper; another layout does not)
+    earlier = options(SUPER | {"table": "26.06.01 / x", "pp": 1, "ep": 64})
     assert earlier["overlap_grad_reduce"] == "true"
+    assert "overlap_grad_reduce" not in options(SUPER | {"table": "26.06.01 / x"})
 
 
 def test_a_blackwell_recipe_row_without_an_off_switch_reads_as_before():

@@ -5,11 +5,13 @@
 Each function's statements are read in order, a call ``_helper(cfg)`` of a function of the
 same file read in its place: ``cfg.model.<field> = <constant>`` (layout, recompute, CUDA
 graphs, dispatcher, pipeline layout, MTP), ``cfg.train.{global,micro}_batch_size``,
+``cfg.optimizer.use_precision_aware_optimizer`` and its ``*_dtype`` fields (``torch.<dtype>``),
 ``cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=...)``,
 ``cfg.comm_overlap.tp_comm_overlap_cfg = <userbuffers config>`` (TP overlap) and
 ``_enable_overlap_param_gather_with_optimizer_step(cfg)`` (``perf_recipes/_common.py:90-94``).
 TP overlap is effective with TP > 1 and sequence parallelism (``training/comm_overlap.py``,
-``recipes.csv``'s rule). Used by ``build_hopper_recipes.py``.
+``recipes.csv``'s rule). A function that starts from a library recipe of another file
+(:data:`LIBRARY`) reads that recipe's statements first. Used by ``build_hopper_recipes.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ MODELS = {"llama3_8b": "LLAMA3_8B", "llama3_70b": "LLAMA3_70B", "llama31_405b": 
           "qwen3_30b_a3b": "Qwen3_30B_a3B", "qwen3_235b_a22b": "Qwen3_235B_a22B",
           "kimi_k2": "Kimi_K2", "nemotron_3_nano": "Nemotron_3_Nano",
           "nemotron_3_super": "Nemotron_3_Super"}  # fmt: skip
+LIBRARY = {
+    "nemotron_3_super_pretrain_config": (
+        "src/megatron/bridge/recipes/nemotronh/h100/nemotron_3_super.py",
+        "_nemotron_3_super_pretrain_64gpu_h100_bf16_config",
+    )
+}
+"""Library recipes a flat H100 recipe starts from -> (file, function it returns) at v0.6.0:
+``perf_recipes/nemotronh/h100/nemotronh.py:27, 73`` imports and calls
+``recipes/nemotronh/nemotron_3_super.py:32-34``, which returns the H100 file's 64-GPU function
+(its layout, recompute and dispatcher; it starts from the 16-GPU function of the same file)."""
+OPTIMIZER_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+"""``cfg.optimizer`` dtype fields of the precision-aware optimizer (``OptimizerConfig``)."""
 PRECISIONS = {"bf16": "BF16", "fp8cs": "FP8-CS", "fp8sc": "FP8-SC", "fp8mx": "MXFP8",
               "nvfp4": "NVFP4"}  # fmt: skip
 
@@ -64,6 +78,13 @@ def _read(fn: ast.FunctionDef, helpers: dict[str, ast.FunctionDef], out: dict[st
                     out["tp_comm_overlap"], lines["tp_comm_overlap"] = kw.value.value, st.lineno
         elif tgt == "cfg.comm_overlap.tp_comm_overlap_cfg":
             out["tp_comm_overlap"], lines["tp_comm_overlap"] = True, st.lineno
+        elif tgt.startswith("cfg.optimizer.") and tgt.endswith(("_dtype", "_optimizer")):
+            v = st.value  # torch.bfloat16 -> "bfloat16"; use_precision_aware_optimizer: a bool
+            field = tgt.rsplit(".", 1)[1]
+            if isinstance(v, ast.Attribute) and _target(v.value) == "torch":
+                out[field], lines[field] = v.attr, st.lineno
+            elif isinstance(v, ast.Constant):
+                out[field], lines[field] = v.value, st.lineno
         elif tgt.startswith(("cfg.model.", "cfg.train.", "cfg.comm_overlap.")):
             try:
                 value = ast.literal_eval(st.value)
@@ -83,8 +104,9 @@ def flat_rows(repo: str, tag: str = "v0.6.0", release: str = "26.08") -> list[di
         src = subprocess.run(["git", "--git-dir", repo, "show", f"{tag}:{path}"], check=True,
                              capture_output=True, text=True).stdout  # fmt: skip
         tree = ast.parse(src)
-        funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        for name, fn in funcs.items():
+        own = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        funcs = _library(repo, tag, src) | own
+        for name, fn in own.items():
             m = FUNC.match(name)
             if not m or m.group(1) not in MODELS or m.group(3) not in PRECISIONS:
                 continue
@@ -93,6 +115,20 @@ def flat_rows(repo: str, tag: str = "v0.6.0", release: str = "26.08") -> list[di
             _read(fn, funcs, got, lines)
             rows.append(_row(got, lines, release, tag, path, fn, m))
     return rows
+
+
+def _library(repo: str, tag: str, src: str) -> dict[str, ast.FunctionDef]:
+    """The library recipes (:data:`LIBRARY`) ``src`` names, under the name it calls, with
+    the functions of their file (which they call in turn)."""
+    out: dict[str, ast.FunctionDef] = {}
+    for alias, (path, target) in LIBRARY.items():
+        if f"import {alias}" not in src:
+            continue
+        lib = subprocess.run(["git", "--git-dir", repo, "show", f"{tag}:{path}"], check=True,
+                             capture_output=True, text=True).stdout  # fmt: skip
+        fns = {n.name: n for n in ast.parse(lib).body if isinstance(n, ast.FunctionDef)}
+        out |= fns | {alias: fns[target]}
+    return out
 
 
 def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> dict:
@@ -132,6 +168,10 @@ def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> di
         r["delay_wgrad_compute"] = bool(got.get("delay_wgrad_compute"))
     if got.get("pipeline_model_parallel_layout"):
         r["pipeline_model_parallel_layout"] = got["pipeline_model_parallel_layout"]
+    aware = got.get("use_precision_aware_optimizer")
+    if aware is not None:  # recipes.csv's form; only the dtypes the recipe sets (else fp32)
+        dtypes = ", ".join(f"{k}={got[k]}" for k in OPTIMIZER_DTYPES if k in got)
+        r["precision_aware_optimizer"] = f"{aware}; {dtypes}" if aware and dtypes else str(aware)
     sp = got.get("sequence_parallel", tp > 1)
     r["tp_comm_overlap_effective"] = bool(got.get("tp_comm_overlap") and tp > 1 and sp)
     r["overlap_param_gather_with_optimizer_step"] = bool(
@@ -139,6 +179,8 @@ def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> di
     )
     cited = ", ".join(f"{k}@{v}" for k, v in sorted(lines.items(), key=lambda kv: kv[1])
                       if k not in ("seq_length",))  # fmt: skip
-    r["source"] = f"{tag}:{path}:{fn.lineno} ({fn.name}; {cited})"
+    lib = [p for a, (p, _) in LIBRARY.items() if a in ast.unparse(fn)]
+    via = f"; from the library recipe {tag}:{lib[0]} (the lines of what it sets)" if lib else ""
+    r["source"] = f"{tag}:{path}:{fn.lineno} ({fn.name}; {cited}{via})"
     r["_layout"] = "tensor_model_parallel_size" in got  # else the library recipe's (not read)
     return r

@@ -50,7 +50,8 @@ SETTINGS = ("recompute_granularity", "recompute_modules", "recompute_method",
             "cuda_graph_scope", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
             "moe_a2a_overlap", "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp",
             "tp_comm_overlap_effective", "settings_from", "launcher_cli",
-            "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout")  # fmt: skip
+            "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout",
+            "precision_aware_optimizer")  # fmt: skip
 """The setting columns an entry carries (``recipes.csv``'s names; ``settings_from`` and
 ``launcher_cli`` give the allocator option, :func:`sim.runs.bridge_env.expandable_segments`)."""
 EXACT_COUNT = frozenset({"25.09"})
