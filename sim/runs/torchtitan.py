@@ -42,6 +42,7 @@ from sim.compute.recompute_modules import SAC
 from sim.errors import InputError
 from sim.parallel.layout import ParallelLayout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
+from sim.runs.torchtitan_async_tp import async_tp_options
 from sim.textio import read_text
 
 GiB = 2.0**30
@@ -212,12 +213,14 @@ def read_torchtitan_config(
     recompute = _recompute(c, notes, used, (shape.layers or 0) // max(1, pp))
     precision = _precision(c, notes, used)
     _options(c, lay, notes, used, rep, shard)
+    options = async_tp_options(c, lay, notes, used)
     _rest(c, notes, used, strict)
     return MeasuredRun(
         name=name or f"{model}-{flavor}", source=source, framework="torchtitan", gpu=gpu,
         num_gpus=num_gpus or lay.gpus, layout=lay, microbatch_size=mbs, global_batch=glob,
         seq_len=seq, precision=precision, recompute=recompute, schedule=sched or "1f1b",
         zero_stage=3 if shard > 1 else 0, shape=replace(shape), args=tuple(notes),
+        framework_options=options,
         notes=(f"{SHARD_KEY}: {assumed}",) if assumed else (),
     )  # fmt: skip
 
@@ -308,9 +311,6 @@ def _precision(c: dict[str, Any], notes: list, used: dict) -> str:
 def _options(c: dict[str, Any], lay: ParallelLayout, notes: list, used: dict, rep: int,
              shard: int) -> None:  # fmt: skip
     checks = (
-        ("parallelism.enable_async_tensor_parallel", bool(c.get(
-            "parallelism.enable_async_tensor_parallel")) and lay.tp > 1, "AsyncTP "
-         "(issue 26 item 2)"),
         ("training.enable_cpu_offload", bool(c.get("training.enable_cpu_offload")),
          "FSDP2 CPU offload (not a pipesim policy)"),
         ("parallelism.fsdp_reshard_after_forward", str(c.get(
