@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sim.runs.bridge_fallback import FALLBACK_NOTE
-from sim.runs.bridge_hopper import hopper_entry
+from sim.runs.bridge_hopper import SHIPPED, hopper_entry
 from sim.runs.express import Expressed, express
 from sim.runs.measured_csv import row_run
 from sim.runs.predict import Predictor
@@ -150,3 +150,45 @@ def test_nemotron_3_super_26_08_reads_its_library_recipe_and_fits_an_h100():
     # 6 bytes a parameter (2 + 2 + 2), not the fp32 moments' 10 (2-byte remainder + 4 + 4)
     assert p.row.peak_optimizer_bytes == pytest.approx(6 * (expert + dense / 32), rel=1e-3)
     assert p.peak_bytes < 80e9  # NVIDIA ran the preset on 80 GB H100s
+
+
+QWEN30B = {"table": "26.08 / Pre-Training Performance / Model: Qwen3_30B_a3B",
+           "task": "pretrain", "model": "Qwen3_30B_a3B", "gpu": "H100", "num_gpus": 16,
+           "tp": 1, "pp": 1, "vp": 1, "cp": 1, "ep": 16, "gbs": 1024, "mbs": 1,
+           "precision": "BF16"}  # fmt: skip
+
+
+def test_qwen3_30b_a3b_26_08_bf16_reads_its_library_recipe():
+    # v0.6.0 perf_recipes/qwen/h100/qwen3_moe.py:30-32, 37 start from the library's 16-GPU
+    # function, recipes/qwen/h100/qwen3_moe.py:146-225: TP 1 PP 1 CP 1 EP 16 ETP 1, MBS 1
+    # (:169-178); no recompute (:163-165 undo the 8-GPU function's full/uniform/1, :92-94);
+    # HybridEP flex dispatch (:205-206); TE graphs of the router (:213-214); the perf file
+    # adds EP overlap without delayed wgrad (:40-41)
+    entry = hopper_entry(QWEN30B, "26.08")
+    assert entry is not None and "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config" in entry.note
+    assert "recipes/qwen/h100/qwen3_moe.py" in entry.note
+    table = pd.read_csv(SHIPPED, dtype=str, keep_default_na=False)
+    own = table[table.preset == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"].iloc[0]
+    assert (own.tp, own.pp, own.vp, own.cp, own.ep, own.etp, own.mbs) == (
+        "1", "1", "1", "1", "16", "1", "1")  # fmt: skip
+    assert own.recompute_granularity == "" and "recompute-granularity" not in entry.flags
+    f = entry.flags
+    assert (f["moe-token-dispatcher-type"], f["moe-flex-dispatcher-backend"]) == (
+        "flex",
+        "hybridep",
+    )
+    assert f["cuda-graph-scope"] == "moe_router,moe_preprocess"
+    assert f["overlap-moe-expert-parallel-comm"] is True and f["delay-wgrad-compute"] is False
+    assert f["use-precision-aware-optimizer"] is True and f["exp-avg-dtype"] == "float32"
+
+
+def test_deepseek_v3_26_08_fp8sc_takes_the_layout_helpers_pp8_vp2_entry():
+    # v0.6.0 recipes/deepseek/h100/deepseek_v3.py:65-75: (8, 2) -> embedding + 4 decoders,
+    # 14 stages of 4, then 1 decoder + MTP + loss (61 decoders, mtp_num_layers 1, :123)
+    row = QWEN30B | {"table": "26.08 / x", "model": "DeepSeekV3", "num_gpus": 1024,
+                     "tp": 2, "pp": 8, "vp": 2, "ep": 64, "gbs": 16384, "precision": "FP8-SC"}  # fmt: skip
+    entry = hopper_entry(row, "26.08")
+    assert entry is not None and "fp8sc" in entry.note
+    assert entry.flags["pipeline-model-parallel-layout"] == "|".join(
+        ["Etttt"] + ["tttt"] * 14 + ["tmL"]
+    )

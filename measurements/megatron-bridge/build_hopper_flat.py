@@ -11,7 +11,8 @@ graphs, dispatcher, pipeline layout, MTP), ``cfg.train.{global,micro}_batch_size
 ``_enable_overlap_param_gather_with_optimizer_step(cfg)`` (``perf_recipes/_common.py:90-94``).
 TP overlap is effective with TP > 1 and sequence parallelism (``training/comm_overlap.py``,
 ``recipes.csv``'s rule). A function that starts from a library recipe of another file
-(:data:`LIBRARY`) reads that recipe's statements first. Used by ``build_hopper_recipes.py``.
+(:data:`LIBRARY`) reads that recipe's statements first; DeepSeek-V3's layout helper
+(:data:`LAYOUT_HELPER`) is evaluated where it is called. Used by ``build_hopper_recipes.py``.
 """
 
 from __future__ import annotations
@@ -31,12 +32,31 @@ LIBRARY = {
     "nemotron_3_super_pretrain_config": (
         "src/megatron/bridge/recipes/nemotronh/h100/nemotron_3_super.py",
         "_nemotron_3_super_pretrain_64gpu_h100_bf16_config",
-    )
+    ),
+    "_qwen3_30b_a3b_default_pretrain_config": (
+        "src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py",
+        "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config",
+    ),
 }
-"""Library recipes a flat H100 recipe starts from -> (file, function it returns) at v0.6.0:
-``perf_recipes/nemotronh/h100/nemotronh.py:27, 73`` imports and calls
-``recipes/nemotronh/nemotron_3_super.py:32-34``, which returns the H100 file's 64-GPU function
-(its layout, recompute and dispatcher; it starts from the 16-GPU function of the same file)."""
+"""Library recipes a flat H100 recipe starts from, by the name the perf file binds ->
+(file, function it is) at v0.6.0. ``perf_recipes/nemotronh/h100/nemotronh.py:27, 73`` imports
+and calls ``recipes/nemotronh/nemotron_3_super.py:32-34``, which returns the H100 file's 64-GPU
+function (its layout, recompute and dispatcher; it starts from the 16-GPU function of the same
+file). ``perf_recipes/qwen/h100/qwen3_moe.py:30-32, 37`` imports the library's 16-GPU BF16
+function under this name and starts its 16-GPU BF16 recipe (and, ``:249``, the 64-GPU one)
+from it: ``recipes/qwen/h100/qwen3_moe.py:146-225`` (layout :169-178, no recompute :163-165,
+precision-aware optimizer :157 with fp32 dtypes :190-193, HybridEP :205-209, CUDA graphs
+:213-214), which starts from the 8-GPU function :32-143 of that file. Only this alias: the FP8
+rows start from ``qwen3_30b_a3b_pretrain_config`` and set their layout themselves."""
+LAYOUT_HELPER = "set_deepseek_v3_pipeline_model_parallel_layout"
+"""``recipes/deepseek/h100/deepseek_v3.py:50-88`` at v0.6.0 (re-exported by
+``recipes/deepseek/deepseek_v3.py:19-21``, imported by ``perf_recipes/deepseek/common.py``):
+a layout argument is the layout (:61-63); without one, the entry of its ``layout_map``
+(:69-77) for (PP, VP), the last stage ``["mtp"] * mtp_num_layers + ["loss"]`` (:65-66; the
+library recipe sets ``mtp_num_layers = 1``, :123)."""
+LAYOUT_FILE = "src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py"
+LETTERS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+"""Megatron's layer letters (``pipeline_parallel_layer_layout.py``'s ``char2layer_type``)."""
 OPTIMIZER_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
 """``cfg.optimizer`` dtype fields of the precision-aware optimizer (``OptimizerConfig``)."""
 PRECISIONS = {"bf16": "BF16", "fp8cs": "FP8-CS", "fp8sc": "FP8-SC", "fp8mx": "MXFP8",
@@ -57,6 +77,9 @@ def _read(fn: ast.FunctionDef, helpers: dict[str, ast.FunctionDef], out: dict[st
                 lines["overlap_param_gather_with_optimizer_step"] = st.lineno
             elif name in helpers:
                 _read(helpers[name], helpers, out, lines)
+            elif name == LAYOUT_HELPER:
+                out["pipeline_model_parallel_layout"] = _helper_layout(st.value, out)
+                lines["pipeline_model_parallel_layout"] = st.lineno
             elif name == "set_cuda_graph_modules" and len(st.value.args) == 2:
                 out["cuda_graph_scope"] = ast.literal_eval(st.value.args[1])
                 lines["cuda_graph_scope"] = st.lineno
@@ -105,30 +128,75 @@ def flat_rows(repo: str, tag: str = "v0.6.0", release: str = "26.08") -> list[di
                              capture_output=True, text=True).stdout  # fmt: skip
         tree = ast.parse(src)
         own = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        funcs = _library(repo, tag, src) | own
+        funcs = _library(repo, tag, tree) | own
+        helper_map = _layout_map(repo, tag) if LAYOUT_HELPER in src else None
         for name, fn in own.items():
             m = FUNC.match(name)
             if not m or m.group(1) not in MODELS or m.group(3) not in PRECISIONS:
                 continue
-            got: dict[str, Any] = {}
+            got: dict[str, Any] = {"_layout_map": helper_map}
             lines: dict[str, int] = {}
             _read(fn, funcs, got, lines)
             rows.append(_row(got, lines, release, tag, path, fn, m))
     return rows
 
 
-def _library(repo: str, tag: str, src: str) -> dict[str, ast.FunctionDef]:
-    """The library recipes (:data:`LIBRARY`) ``src`` names, under the name it calls, with
-    the functions of their file (which they call in turn)."""
+def _library(repo: str, tag: str, tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """The library recipes (:data:`LIBRARY`) the module ``tree`` imports, under the name it
+    binds, with the functions of their file (which they call in turn)."""
+    bound = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+             for a in n.names}  # fmt: skip
     out: dict[str, ast.FunctionDef] = {}
     for alias, (path, target) in LIBRARY.items():
-        if f"import {alias}" not in src:
+        if alias not in bound:
             continue
         lib = subprocess.run(["git", "--git-dir", repo, "show", f"{tag}:{path}"], check=True,
                              capture_output=True, text=True).stdout  # fmt: skip
         fns = {n.name: n for n in ast.parse(lib).body if isinstance(n, ast.FunctionDef)}
         out |= fns | {alias: fns[target]}
     return out
+
+
+def _layout_map(repo: str, tag: str) -> ast.Dict:
+    """The ``layout_map`` literal of :data:`LAYOUT_HELPER` at ``tag``."""
+    lib = subprocess.run(["git", "--git-dir", repo, "show", f"{tag}:{LAYOUT_FILE}"], check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    fn = next(n for n in ast.parse(lib).body
+              if isinstance(n, ast.FunctionDef) and n.name == LAYOUT_HELPER)  # fmt: skip
+    return next(n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                and _target(n.targets[0]) == "layout_map" and isinstance(n.value, ast.Dict))  # fmt: skip
+
+
+def _helper_layout(call: ast.Call, got: dict[str, Any]) -> str:
+    """The layout string :data:`LAYOUT_HELPER` sets for ``call`` given the settings ``got``
+    read so far, ``got["_layout_map"]`` the helper's map (its layout argument, else the map's
+    entry for (PP, VP); "" where none)."""
+    args = call.args[1:] + [k.value for k in call.keywords if k.arg == "layout"]
+    if args:
+        return ast.literal_eval(args[0]) or ""
+    pp = got.get("pipeline_model_parallel_size") or 1
+    vp = got.get("virtual_pipeline_model_parallel_size") or 1
+    last = ["mtp"] * got.get("mtp_num_layers", 1) + ["loss"]
+    table: ast.Dict = got["_layout_map"]
+    for key, value in zip(table.keys, table.values, strict=True):
+        if key is not None and ast.literal_eval(key) == (pp, vp):
+            stages = _list_expr(value, last)
+            return "|".join("".join(LETTERS[k] for k in st) for st in stages) if stages else ""
+    return ""
+
+
+def _list_expr(node: ast.expr, last: list[str]) -> Any:
+    """Evaluate the map's list arithmetic (lists, strings, ints, ``+``, ``*``, ``last_layer``)."""
+    if isinstance(node, ast.Name) and node.id == "last_layer":
+        return list(last)
+    if isinstance(node, ast.List):
+        return [_list_expr(e, last) for e in node.elts]
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        a, b = _list_expr(node.left, last), _list_expr(node.right, last)
+        return a + b if isinstance(node.op, ast.Add) else a * b
+    raise ValueError(f"layout_map: unexpected {ast.unparse(node)!r}")
 
 
 def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> dict:
