@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.plan.executors import _init_worker
+from sim.plan.executors import _forked, _init_worker
 from sim.report.memory_summary import memory_summary
 from sim.report.note_merge import merge_by_microbatch
 from sim.report.policy_table import policies_shown, policy_table
@@ -265,7 +265,7 @@ def test_compare_with_nothing_to_compare_prints_no_empty_table(tmp_path) -> None
 
 def _worker_interrupted() -> None:
     """A pool worker's start, then the SIGINT a terminal's Ctrl-C sends the whole group."""
-    _init_worker(None, os.getppid())  # type: ignore[arg-type]
+    _forked(os.getppid(), _init_worker, (None,))  # what forked_pool's workers run first
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.05)  # the signal is handled (or not) by now
 

@@ -114,12 +114,41 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+CHUNKS_PER_JOB = 8
+"""Slices of a batch's points per worker: enough for load balance (points of 8 stages cost
+several times those of 2), few enough that handing them out is cheap."""
+
+
+def chunk_size(points: int, jobs: int) -> int:
+    """Points per task handed to a pool of ``jobs`` workers (:data:`CHUNKS_PER_JOB`)."""
+    return max(1, points // (jobs * CHUNKS_PER_JOB))
+
+
+def forked_pool(
+    jobs: int, initializer: Callable[..., None], initargs: tuple
+) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` forked workers (they inherit what this process has loaded; the
+    ``initargs`` reach them by fork), each dying with this process and leaving Ctrl-C to it
+    (the parent says "interrupted" and stops the pool), then running
+    ``initializer(*initargs)``."""
+    return ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=fork_context(),
+        initializer=_forked,
+        initargs=(os.getpid(), initializer, initargs),
+    )
+
+
+def _forked(parent_pid: int, initializer: Callable[..., None], initargs: tuple) -> None:
+    die_with_parent(parent_pid)
+    leave_interrupts_to_parent()
+    initializer(*initargs)
+
+
 _WORKER: dict = {}
 
 
-def _init_worker(prep: Prepared, parent_pid: int) -> None:
-    die_with_parent(parent_pid)
-    leave_interrupts_to_parent()  # Ctrl-C: the parent says "interrupted" and stops the pool
+def _init_worker(prep: Prepared) -> None:
     _WORKER["prep"] = prep
     _WORKER["best"] = BestRows()
 
@@ -190,13 +219,8 @@ class LocalExecutor:
                     on_row(i, *_row_and_log(self.prep, p, screen, seen))
             return
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.jobs,
-                mp_context=fork_context(),
-                initializer=_init_worker,
-                initargs=(self.prep, os.getpid()),
-            )
-        chunk = max(1, len(points) // (self.jobs * 8))
+            self._pool = forked_pool(self.jobs, _init_worker, (self.prep,))
+        chunk = chunk_size(len(points), self.jobs)
         jobs = [(p, screen, best) for p in points]
         done = 0
         try:
@@ -217,8 +241,7 @@ class LocalExecutor:
         pool = None
         for i in range(start, len(jobs)):
             if pool is None:
-                pool = ProcessPoolExecutor(1, mp_context=fork_context(), initializer=_init_worker,
-                                           initargs=(self.prep, os.getpid()))  # fmt: skip
+                pool = forked_pool(1, _init_worker, (self.prep,))
             try:
                 row, log = pool.submit(_worker_row, jobs[i]).result()
             except BrokenProcessPool:

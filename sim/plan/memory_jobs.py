@@ -14,24 +14,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from sim.plan.executors import collector_paused, fork_context
+from sim.plan.executors import chunk_size, collector_paused, forked_pool
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
-from sim.procs import die_with_parent, leave_interrupts_to_parent
 
 MIN_POINTS = 32
 """Fewest points worth a pool (an assumption from two timings on the loaded 2-core machine,
 issue 26: forking and feeding the workers cost about 0.5 s of wall time, more than the 2 and
 9 points of ``deepseek-v3-256xgb200`` and ``llama3.1-8b-torchtitan-fsdp2-tp`` take in this
 process); ``experiments/dgx1.yaml`` has 174."""
-CHUNKS_PER_JOB = 8
-"""Slices of the points per worker: enough for load balance (points of 8 stages cost several
-times those of 2), few enough that handing them out is cheap."""
-
 Work = Callable[[Prepared, PointConfig, dict], Any]
 """``work(prep, point, memo)``: a point's answer; ``memo`` is the worker's own, kept across
 its points."""
@@ -39,9 +33,7 @@ its points."""
 _WORKER: dict = {}
 
 
-def _init_worker(prep: Prepared, work: Work, parent_pid: int) -> None:
-    die_with_parent(parent_pid)
-    leave_interrupts_to_parent()
+def _init_worker(prep: Prepared, work: Work) -> None:
     _WORKER.update(prep=prep, work=work, memo={})
 
 
@@ -65,14 +57,8 @@ def ahead(prep: Prepared, points: list[PointConfig], jobs: int, work: Work) -> I
     if jobs <= 1 or len(points) < MIN_POINTS or not hasattr(os, "fork"):
         yield iter([None] * len(points))
         return
-    pool = ProcessPoolExecutor(
-        max_workers=jobs,
-        mp_context=fork_context(),
-        initializer=_init_worker,
-        initargs=(prep, work, os.getpid()),
-    )
+    pool = forked_pool(jobs, _init_worker, (prep, work))
     try:
-        chunk = max(1, len(points) // (jobs * CHUNKS_PER_JOB))
-        yield pool.map(_in_worker, points, chunksize=chunk)
+        yield pool.map(_in_worker, points, chunksize=chunk_size(len(points), jobs))
     finally:
         pool.shutdown(cancel_futures=True)
