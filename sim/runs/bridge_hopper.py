@@ -215,11 +215,9 @@ def _candidates(row: pd.Series | dict, release: str,
                 table: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:  # fmt: skip
     """The entries ``row`` matches: at its GPU count, and, unless its release is 25.09, those
     of a release whose launcher runs a preset at any count (:data:`ANY_COUNT`)."""
-    exact = [e for e in table if matches(row, e)]
-    if release in EXACT_COUNT:
-        return exact
-    other = [e for e in table if e["tag"] in ANY_COUNT and matches(row, e, any_count=True)]
-    return exact + [e for e in other if all(e is not x for x in exact)]
+    any_count = release not in EXACT_COUNT
+    return [e for e in table if matches(row, e)
+            or (any_count and e["tag"] in ANY_COUNT and matches(row, e, any_count=True))]  # fmt: skip
 
 
 def _key(e: dict[str, Any], row: pd.Series | dict, release: str,
