@@ -98,7 +98,7 @@ def _loss_flags(get: dict[str, str]) -> dict[str, Any]:
         impl = get.get("cross_entropy_fusion_impl", "").split(" ")[0]
         if impl:
             f["cross-entropy-fusion-impl"] = impl
-    if get.get("gradient_accumulation_fusion", "").strip().lower().startswith("false"):
+    if _false(get.get("gradient_accumulation_fusion", "")):
         f["no-gradient-accumulation-fusion"] = True
     return f
 
@@ -178,9 +178,9 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
             f[flag] = True
         elif _false(get.get(col, "")):
             f[flag] = False  # an explicit off (docstring)
-    if get.get("moe_router_fusion", "").strip().lower().startswith("false"):
+    if _false(get.get("moe_router_fusion", "")):
         f["no-moe-router-fusion"] = True  # the eager router, stated (sim.compute.router_unfused)
-    if get.get("grad_reduce_in_fp32", "").strip().lower().startswith("false"):
+    if _false(get.get("grad_reduce_in_fp32", "")):
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True
     f.update(_loss_flags(get))
