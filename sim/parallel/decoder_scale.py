@@ -22,9 +22,10 @@ from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.context_kernels import context_kernels
 from sim.parallel.decoder_comm import group_ops, tp_comm
 from sim.parallel.decoder_split import attention_dims
-from sim.parallel.decoder_whole import rank_dense_params, whole_params
+from sim.parallel.decoder_whole import whole_params
 from sim.parallel.layer_host import recompute_sync_share, sync_shares
 from sim.parallel.layout import ParallelLayout
+from sim.parallel.replicated import rank_param_bytes
 from sim.parallel.ring_steps import with_ring_steps
 from sim.parallel.tp_overlap import Partners, partners
 from sim.trace.decoder import MOE_KINDS, single_gpu_rows
@@ -78,8 +79,11 @@ def kind_shard(
     if kind == "head" and m.tied_embeddings:
         dense = m.hidden  # the traced head holds its final norm only (sim.trace.decoder)
     total = float(dense + expert) or 1.0
+    # the split part; a layer counted without its whole parts is all whole. Counts, not bytes,
+    # go through rank_param_bytes: only their ratio to ``total`` is used
+    split = max(dense - whole_params(kind, m), 0)
     share = (
-        rank_dense_params(dense, whole_params(kind, m), par.shards("dense_params")) / total,
+        rank_param_bytes(dense, split, par.shards("dense_params")) / total,
         expert / par.shards("expert_params") / total,
     )
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))

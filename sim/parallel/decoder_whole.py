@@ -54,7 +54,8 @@ def _attn_whole(m: DecoderShape) -> int:
 def whole_params(kind: str, m: DecoderShape) -> int:
     """Dense parameters of a ``kind`` layer of ``m`` that every tensor rank holds whole
     (module doc); the rest of :func:`~sim.compute.decoder.layer_params`'s dense count is split
-    over ``t``. Kinds without any (``embedding``, an unknown kind): 0.
+    over ``t`` (a rank's share: :func:`~sim.parallel.replicated.rank_param_bytes` of the split
+    part, ``dense - whole``). Kinds without any (``embedding``, an unknown kind): 0.
 
     Example (h = 8, head_dim 4 with QK-norm: a dense block keeps its two norms, ``2h``, and the
     QK-norms, ``2 hd``; the head its final norm):
@@ -75,16 +76,3 @@ def whole_params(kind: str, m: DecoderShape) -> int:
     if base in ("moe_block", "moe") and m.moe is not None:
         out += m.moe.router_params()
     return out
-
-
-def rank_dense_params(dense: int, whole: int, t: int) -> float:
-    """Dense parameters of a layer on one of ``t`` tensor ranks: ``whole`` whole, the rest
-    over ``t``. A ``whole`` above ``dense`` (a layer counted without its whole parts) is
-    clipped to ``dense``.
-
-    Example (a Llama-7B block, ``h = 4096``: ``202,383,360`` parameters, ``2h`` norms):
-        >>> rank_dense_params(202_383_360, 8192, 8) == (202_383_360 - 8192) / 8 + 8192
-        True
-    """
-    whole = min(whole, dense)
-    return (dense - whole) / t + whole
