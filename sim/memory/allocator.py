@@ -151,12 +151,7 @@ class CachingAllocator(BlockLists):
         block = self._new_block(small, size) if i is None else pool.pop(i)[3]
         unmapped = block.unmapped
         whole = block.size
-        rest = whole - size  # should_split (_splits), inline: this runs for every tensor
-        if small or self.config.expandable_segments:
-            split = rest >= MIN_BLOCK_BYTES
-        else:
-            split = size < self._cap and rest > SMALL_SIZE_BYTES
-        if split:
+        if self._splits(whole - size, size, small):
             block = self._split(block, size)
         if unmapped:  # map_block: the pages the allocation covers come back first
             block.unmapped = 0
