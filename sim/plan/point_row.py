@@ -209,16 +209,16 @@ def _point_row(
 def simulated_as(mirrored: bool, gpus: int, log: EventLog) -> str:
     """How the engine ran a point of ``gpus`` GPUs: ``"every GPU"`` or ``"mirrored: replica
     0, tensor rank 0 of N GPUs"`` (:mod:`sim.engine.symmetry`; ``options.simulation``, ``auto``
-    mirrors above 64 GPUs), then ``"; steady state once"`` where the log's periodic note says a
-    period was inserted (:mod:`sim.engine.periodic`).
+    mirrors above 64 GPUs), then ``"; steady state once"`` where steady-state periods were
+    inserted into the log (its ``periodic_gaps_s``, :mod:`sim.engine.periodic`).
 
-    >>> simulated_as(True, 256, EventLog(meta={"periodic": "periodic: 8 of 64 ..."}))
+    >>> simulated_as(True, 256, EventLog(meta={"periodic_gaps_s": [[1.0, 2.0]]}))
     'mirrored: replica 0, tensor rank 0 of 256 GPUs; steady state once'
     >>> simulated_as(False, 8, EventLog())
     'every GPU'
     """
     out = f"mirrored: replica 0, tensor rank 0 of {gpus} GPUs" if mirrored else "every GPU"
-    if str(log.meta.get("periodic", "")).startswith("periodic:"):
+    if "periodic_gaps_s" in log.meta:
         out += "; steady state once"
     return out
 
