@@ -24,10 +24,9 @@ Every place that takes a GPU name reads it here: a measured run's GPU
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Literal
 
-from sim.hardware.loader import list_presets, load_hardware_spec
+from sim.hardware.loader import preset_gpu_models
 
 GPU_PRESETS: tuple[tuple[str, str], ...] = (
     ("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
@@ -90,15 +89,15 @@ def name_key(name: str) -> str:
     return name.strip().upper().replace(" ", "-").replace("_", "-")
 
 
-@cache
 def _preset_gpus() -> tuple[tuple[str, str], ...]:
-    return tuple((p, load_hardware_spec(p).gpu.model) for p in list_presets())
+    return tuple(preset_gpu_models().items())
 
 
 def preset_gpus() -> dict[str, str]:
     """Each bundled preset's GPU model (``{'dgx-h100': 'H100-SXM5-80GB', ...}``), in
-    :func:`~sim.hardware.loader.list_presets` order."""
-    return dict(_preset_gpus())
+    :func:`~sim.hardware.loader.list_presets` order (:func:`~sim.hardware.loader.
+    preset_gpu_models`)."""
+    return preset_gpu_models()
 
 
 def source_preset(key: str) -> str:

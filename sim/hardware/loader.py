@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -106,14 +107,21 @@ def read_yaml(text: str, *, file: str | None = None) -> Any:
     return load_yaml(text, file=file)
 
 
-def _gpu_models() -> dict[str, str]:
-    """Every bundled preset and its ``gpu.model``, for :func:`suggest_presets`."""
-    out = {}
+@cache
+def _preset_gpu_models() -> tuple[tuple[str, str], ...]:
+    out = []
     for name in list_presets():
         raw = _resolve_base(_preset_raw(name, file=None, field=None), None, None)
         gpu = raw.get("gpu")
-        out[name] = str(gpu.get("model", "")) if isinstance(gpu, dict) else ""
-    return out
+        out.append((name, str(gpu.get("model", "")) if isinstance(gpu, dict) else ""))
+    return tuple(out)
+
+
+def preset_gpu_models() -> dict[str, str]:
+    """Each bundled preset's GPU model, as its YAML (after ``base:``) gives ``gpu.model``
+    (``{'dgx-h100': 'H100-SXM5-80GB', ...}``), in :func:`list_presets` order; read once per
+    process. The one table :func:`suggest_presets` and :mod:`sim.hardware.gpu_names` read."""
+    return dict(_preset_gpu_models())
 
 
 def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputError:
@@ -126,7 +134,7 @@ def _unknown_preset(name: str, *, file: str | None, field: str | None) -> InputE
         server, pool, n=1
     )
     if not m:
-        close = suggest_presets(name, _gpu_models(), cluster_presets())
+        close = suggest_presets(name, preset_gpu_models(), cluster_presets())
     elif several:  # the whole name, as it would load: '8x-dgx-h200' for '8x-dgx-h200x'
         close = [f"{several.group(1)}x-{c}" for c in close]
     elif nvl_m:
