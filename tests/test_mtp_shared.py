@@ -82,3 +82,14 @@ def test_hybridep_pads_after_its_dispatch_the_alltoall_before():
     assert a2a.dispatch[0][1] == 12 * (h * d + PROB_BYTES)
     assert hep.dispatch[0][1] == 8 * (h * d + PROB_BYTES)
     assert (a2a.routed, hep.routed) == (None, (8, 2))
+
+
+def test_super_without_an_h100_recipe_entry_keeps_its_base_recipes_shared_mtp():
+    # every Bridge recipe of Super sets two depths of one shared layer (bridge_fallback.SHARED_MTP)
+    row = SUPER | {"table": "26.06 / Pre-Training Performance / Model: Nemotron_3_Super",
+                   "precision": "FP8-CS", "tp": 2, "pp": 1, "ep": 64, "seq_len": 8192,
+                   "gbs": 512}  # fmt: skip
+    assert hopper_entry(row, "26.06") is None
+    ex = express(row_run(pd.Series(row), source="t"))
+    assert isinstance(ex, Expressed)
+    assert (ex.shape.mtp_layers, ex.shape.mtp_shared) == (2, True)
