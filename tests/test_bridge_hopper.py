@@ -134,7 +134,7 @@ def test_nemotron_3_super_26_08_reads_its_library_recipe_and_fits_an_h100():
     mem = dict(run.memory_options)
     assert (mem["main_params_dtype"], mem["exp_avg_dtype"], mem["exp_avg_sq_dtype"],
             mem["main_grads_dtype"]) == ("fp16", "bf16", "bf16", "bf16")  # fmt: skip
-    # hand count of pipeline stage 0 (44 layers: 20 Mamba, 20 MoE, 4 attention, embedding;
+    # hand count of a pipeline stage (44 layers: 20 Mamba, 20 MoE, 4 attention, embedding;
     # sim.runs.model_shapes' Nemotron 3 Super): each MoE layer keeps 512 / EP 32 = 16 latent
     # experts (1024 x 2688 up and down) whole (expert DP = 64 / (PP 2 x EP 32) = 1), the
     # rest is sharded over DP 32 by the distributed optimizer
@@ -144,6 +144,11 @@ def test_nemotron_3_super_26_08_reads_its_library_recipe_and_fits_an_h100():
     moe_dense = 2 * h * 5376 + 2 * h * 1024 + h * 512 + h  # shared expert, latent, router, norm
     expert = 20 * 16 * 2 * 1024 * 2688
     dense = 20 * mamba + 4 * attn + 20 * moe_dense + 131072 * h
+    # the peak is stage 1: the same layers, the head (V h and the final norm) for the
+    # embedding, and the recipe's MTP (lines 98-102: two depths of one shared layer, held
+    # once): eh_proj 2 h^2, three norms, an attention and a MoE layer
+    expert += 16 * 2 * 1024 * 2688
+    dense += h + 2 * h * h + 3 * h + attn + moe_dense
     p = Predictor().predict(express(run))
     assert p.row is not None and p.fits
     assert p.row.peak_weights_bytes == pytest.approx(2 * (dense + expert), rel=1e-3)

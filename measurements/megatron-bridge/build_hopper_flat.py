@@ -240,6 +240,7 @@ def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> di
     if aware is not None:  # recipes.csv's form; only the dtypes the recipe sets (else fp32)
         dtypes = ", ".join(f"{k}={got[k]}" for k in OPTIMIZER_DTYPES if k in got)
         r["precision_aware_optimizer"] = f"{aware}; {dtypes}" if aware and dtypes else str(aware)
+    r.update(_mtp_and_drop(got))
     sp = got.get("sequence_parallel", tp > 1)
     r["tp_comm_overlap_effective"] = bool(got.get("tp_comm_overlap") and tp > 1 and sp)
     r["overlap_param_gather_with_optimizer_step"] = bool(
@@ -252,3 +253,25 @@ def _row(got: dict, lines: dict, release: str, tag: str, path: str, fn, m) -> di
     r["source"] = f"{tag}:{path}:{fn.lineno} ({fn.name}; {cited}{via})"
     r["_layout"] = "tensor_model_parallel_size" in got  # else the library recipe's (not read)
     return r
+
+
+def _mtp_and_drop(got: dict) -> dict:
+    """``mtp_num_layers`` and ``moe_token_drop`` in ``recipes.csv``'s forms (read by
+    ``sim.runs.bridge_recipes.recipe_flags``): the depths, then ``; mtp_use_repeated_layer=True``
+    where one MTP layer's weights serve every depth; ``capacity_factor=<c>
+    pad_to_capacity=<bool>`` where the recipe sets a capacity factor (Super's 26.08 library
+    recipe: 1.10, padded; ``recipes/nemotronh/h100/nemotron_3_super.py:203-204``).
+
+    >>> _mtp_and_drop({"mtp_num_layers": 2, "mtp_use_repeated_layer": True,
+    ...                "moe_expert_capacity_factor": 1.1, "moe_pad_expert_input_to_capacity": True})
+    {'mtp_num_layers': '2; mtp_use_repeated_layer=True', 'moe_token_drop': 'capacity_factor=1.1 pad_to_capacity=True'}
+    """
+    out = {}
+    if got.get("mtp_num_layers"):
+        rep = "; mtp_use_repeated_layer=True" if got.get("mtp_use_repeated_layer") else ""
+        out["mtp_num_layers"] = f"{got['mtp_num_layers']}{rep}"
+    factor = got.get("moe_expert_capacity_factor")
+    if factor is not None and factor > 0:  # < 0: None (transformer_config.py:1836-1838)
+        pad = bool(got.get("moe_pad_expert_input_to_capacity"))
+        out["moe_token_drop"] = f"capacity_factor={factor:g} pad_to_capacity={pad}"
+    return out

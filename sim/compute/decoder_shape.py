@@ -54,6 +54,7 @@ OPTIONAL = {
     "rope_complex": False,
     "norm_fp32": False,
     "kv_repeat": False,
+    "mtp_shared": False,
 }
 """Fields added after the first shipped traces, with their defaults: :meth:`DecoderShape.to_dict`
 leaves them out at these values, so the shapes of older traces read and write unchanged."""
@@ -87,6 +88,12 @@ class DecoderShape:
         pattern: hybrid layer pattern (:data:`PATTERN_KINDS`); empty: uniform blocks.
         mamba: the Mamba-2 mixer of the ``M`` layers.
         mtp_layers: DeepSeek-V3 multi-token-prediction depths (``num_nextn_predict_layers``).
+        mtp_shared: one MTP layer's weights serve every depth (Megatron-Core's
+            ``mtp_use_repeated_layer``: ``MultiTokenPredictionBlock._build_layers`` builds one
+            layer and its forward applies ``self.layers[0]`` at each of the ``mtp_num_layers``
+            depths, NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/
+            multi_token_prediction.py`` lines 1958-1993 and 2048-2049; the Nemotron 3 recipes
+            set it): every depth computes, the parameters are held once (``mtp.0``).
         tied_embeddings: the output layer shares the word embedding's weight (Hugging Face
             ``tie_word_embeddings``; Llama, Mixtral, DeepSeek and Qwen3-MoE are untied).
         lora: adapters on a frozen base (None: full training).
@@ -140,6 +147,7 @@ class DecoderShape:
     rope_complex: bool = False
     norm_fp32: bool = False
     kv_repeat: bool = False
+    mtp_shared: bool = False
     block: BlockShape = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

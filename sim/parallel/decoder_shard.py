@@ -168,7 +168,8 @@ def shard_decoder(
         pairs.append(pair)
         group.append(ops)
         expert.append(0.0 if m.lora else layer.param_bytes * share[1])
-        lows.append(low_precision_params(kind, m, par, lp) if lp is not None else 0.0)
+        held = layer.param_bytes > 0  # none: a shared MTP depth's (sim.trace.decoder)
+        lows.append(low_precision_params(kind, m, par, lp) if lp is not None and held else 0.0)
     prov = {**trace.provenance, "parallel": _describe(par, routing)}
     shared = tuple(
         replace(g, param_bytes=g.param_bytes / par.shards("dense_params")) for g in trace.shared

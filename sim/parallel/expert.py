@@ -22,7 +22,12 @@ Per-pair bytes (the engine times every pair on its route, :mod:`sim.comm.alltoal
 shares ``w_e`` of routed assignments per expert (:mod:`sim.compute.routing`) and ``r`` tokens
 routed per tensor rank, rank ``i`` sends rank ``j`` ``r*k*W_j`` rows, ``W_j`` the summed share of
 ``j``'s experts (capped at each expert's capacity with a capacity factor, padded to it with
-``pad_to_capacity``); ``i = j`` stays local.
+``pad_to_capacity``); ``i = j`` stays local. HybridEP (the ``flex`` dispatcher) pads after its
+dispatch: with ``moe_pad_expert_input_to_capacity`` it sends the routed tokens (its routing map,
+capacity-cut by the router) and sizes the experts' input at ``capacity x group size`` per local
+expert (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/moe/token_dispatcher.py``
+lines 1112-1124, ``_HybridEPManager.setup_metadata``), so its pairs carry the unpadded rows
+and, where nothing is cut, balanced top-``k``'s copies (:attr:`ExpertPlan.routed`).
 
 With the ``allgather`` dispatcher (``MoEAllGatherTokenDispatcher``, NVIDIA/Megatron-LM@d98e8a64
 ``megatron/core/transformer/moe/token_dispatcher.py`` lines 233-370; routing
@@ -60,13 +65,14 @@ def local_experts(moe: MoEShape, ep: int, rank: int) -> range:
     return range(rank * n, (rank + 1) * n)
 
 
-def _kept(moe: MoEShape, r: int, loads: tuple[float, ...]) -> list[float]:
-    """Rows one source of ``r`` tokens sends each expert (capacity applied)."""
+def _kept(moe: MoEShape, r: int, loads: tuple[float, ...], pad: bool) -> list[float]:
+    """Rows one source of ``r`` tokens sends each expert (capacity applied; ``pad``: padded
+    to it)."""
     sent = [r * moe.top_k * w for w in loads]
     if moe.capacity_factor is None:
         return sent
     cap = float(capacity(r, moe.experts, moe.top_k, moe.capacity_factor))
-    return [cap if moe.pad_to_capacity else min(x, cap) for x in sent]
+    return [cap if pad else min(x, cap) for x in sent]
 
 
 @dataclass(frozen=True)
@@ -81,8 +87,8 @@ class ExpertPlan:
         combine: bytes of the combine all-to-all (``dispatch`` transposed, no probabilities).
         routed: ``(experts, top_k)`` where the two matrices are the copies of balanced, dropless
             top-k routing over contiguous experts (what a deduplicating dispatcher needs:
-            :mod:`sim.comm.ep_dispatch`); None with another routing, a capacity or the
-            ``allgather`` dispatcher.
+            :mod:`sim.comm.ep_dispatch`); None with another routing, a capacity that cuts or
+            pads the sent rows, or the ``allgather`` dispatcher.
     """
 
     ep: int
@@ -119,9 +125,12 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
     why = check_ep(moe, ep)
     if why:
         raise ValueError(why)
-    kept = _kept(moe, r, routing.loads(moe.experts))
+    loads = routing.loads(moe.experts)
+    kept = _kept(moe, r, loads, moe.pad_to_capacity)
     rows = tuple(tuple(ep * tp * kept[e] for e in local_experts(moe, ep, j)) for j in range(ep))
-    to_rank = [sum(kept[e] for e in local_experts(moe, ep, j)) for j in range(ep)]
+    # HybridEP dispatches the kept tokens and pads on the receiving rank (module doc)
+    sent = _kept(moe, r, loads, False) if moe.hybridep else kept
+    to_rank = [sum(sent[e] for e in local_experts(moe, ep, j)) for j in range(ep)]
     row_bytes = moe.row_width * d  # the latent width with --moe-latent-size
     if routing.dispatcher == "allgather":
         return ExpertPlan(ep, rows, *_allgather(moe, r * tp, ep, row_bytes))
@@ -132,7 +141,8 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
     combine = tuple(
         tuple(0.0 if i == j else to_rank[i] * row_bytes for j in range(ep)) for i in range(ep)
     )
-    plain = routing.kind == "balanced" and moe.capacity_factor is None
+    dropless = sent == [r * moe.top_k * w for w in loads]  # no capacity cut or padding
+    plain = routing.kind == "balanced" and dropless
     return ExpertPlan(ep, rows, dispatch, combine, (moe.experts, moe.top_k) if plain else None)
 
 

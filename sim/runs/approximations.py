@@ -38,12 +38,25 @@ def model_approximations(run: MeasuredRun, decoder: bool) -> tuple[str, ...]:
         out.append(SSD_RATE)
     out.extend(shape_assumptions(run.name))
     if feature(s, "hybrid_pattern") and feature(s, "mtp"):
-        depths = feature(s, "hybrid_mtp") or "(the recipe's)"
-        out.append(f"approximated: hybrid MTP depths {depths} built as the "
-                   "decoder generator's MTP depth (projection + attention + the model's MoE "
-                   "layer where it has experts, Nemotron 3's '*E', else a dense MLP of "
-                   "ffn_hidden)")  # fmt: skip
+        out.extend(_hybrid_mtp(s))
     return tuple(out)
+
+
+def _hybrid_mtp(s: ModelShape) -> tuple[str, ...]:
+    """The ``approximated:`` entry of a hybrid model's MTP depths, or none where they are what
+    the decoder generator builds: projection, then an attention and a MoE layer (``*E``, where
+    the model has experts) or an attention and an MLP layer (``*-``), the shared output layer's
+    logits and loss (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/
+    multi_token_prediction.py`` lines 1183-1214: ``eh_proj``, then a ``HybridStack`` of the
+    depth's pattern)."""
+    built = "*E" if s.moe_experts else "*-"
+    depths = feature(s, "hybrid_mtp")
+    if depths and all(d == built for d in depths.split(",")):
+        return ()
+    seen = depths or "(the recipe's, from the model's Hugging Face config: not read)"
+    return (f"approximated: hybrid MTP depths {seen} built as '{built}' (projection, "
+            "attention, the model's MoE layer where it has experts, else a dense MLP of "
+            "ffn_hidden)",)  # fmt: skip
 
 
 INSTANCES_TIME = (

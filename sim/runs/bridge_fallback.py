@@ -53,17 +53,27 @@ MOE: dict[str, Any] = {
     "moe-token-dispatcher-type": "alltoall", "moe-router-force-load-balancing": True,
 }  # fmt: skip
 """Flags of an MoE row (module doc)."""
+SHARED_MTP: dict[str, Any] = {"mtp-num-layers": 2, "mtp-use-repeated-layer": True,
+                              "keep-mtp-spec-in-bf16": True}  # fmt: skip
+"""Two MTP depths of one shared layer, kept in 16 bits, as every Megatron-Bridge recipe of
+Nemotron 3 Super sets them (v0.4.1 and v0.5.0 ``src/megatron/bridge/recipes/nemotronh/
+nemotron_3_super.py:94-98``, v0.6.0 ``recipes/nemotronh/h100/nemotron_3_super.py:98-102``),
+Ultra (v0.6.0 ``recipes/nemotronh/h100/nemotron_3_ultra.py:61-64``) and 3.5 Lightning (v0.6.0
+``recipes/nemotronh/h100/nemotron_3_nano.py:267-270``)."""
 MODEL_SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("405b", "", {"account-for-embedding-in-pipeline-split": True,
                   "account-for-loss-in-pipeline-split": True}),
     ("deepseekv3", "w/o mtp", {"mtp-num-layers": 1}),
+    ("nemotron_3_super", "", SHARED_MTP), ("nemotron_3_ultra", "", SHARED_MTP),
+    ("nemotron_3_5_lightning", "", SHARED_MTP),
 )  # fmt: skip
 """``(part of the model name (lower case), unless this part, flags)``: what a model's base
 recipe sets on every GPU, which a row without a recipe entry keeps: Llama 3.1 405B counts the
 embedding and the loss as pipeline layers (``src/megatron/bridge/recipes/llama/h100/llama3.py:
 1227-1228``, ``llama31_405b_pretrain_256gpu_h100_bf16_config``; every 405B row of
 ``recipes.csv`` too), so that 126 layers fill 128 pipeline stages; DeepSeek-V3 has one MTP
-layer (``recipes/deepseek/h100/deepseek_v3.py:137``) unless the table says "w/o MTP"."""
+layer (``recipes/deepseek/h100/deepseek_v3.py:137``) unless the table says "w/o MTP"; Nemotron 3
+Super, Ultra and 3.5 Lightning run two MTP depths of one shared layer (:data:`SHARED_MTP`)."""
 FALLBACK_NOTE = (
     "assumption: no recipe-table entry for this configuration (sim.runs.bridge_fallback): "
     "only the settings every Megatron-Bridge performance recipe shares are set (distributed "

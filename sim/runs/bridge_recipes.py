@@ -147,6 +147,26 @@ def _token_drop_flags(text: str) -> dict[str, Any]:
     return f
 
 
+def _mtp_flags(text: str) -> dict[str, Any]:
+    """The table's ``mtp_num_layers`` cell (``2``, ``2; mtp_use_repeated_layer=True``, ``0
+    (default)``) as Megatron's flags: the depths, and ``--mtp-use-repeated-layer`` where one MTP
+    layer's weights serve every depth (Megatron-Core ``MultiTokenPredictionBlock``; the Nemotron 3
+    recipes set it: ``recipes.csv`` cites the line).
+
+    >>> _mtp_flags("2; mtp_use_repeated_layer=True (recipes/nemotronh/nemotron_3_super.py:98)")
+    {'mtp-num-layers': '2', 'mtp-use-repeated-layer': True}
+    >>> _mtp_flags("1"), _mtp_flags("0 (default)")
+    ({'mtp-num-layers': '1'}, {})
+    """
+    m = re.match(r"\s*(\d+)", text)
+    if not m or int(m.group(1)) == 0:
+        return {}
+    f: dict[str, Any] = {"mtp-num-layers": m.group(1)}
+    if "mtp_use_repeated_layer=True" in text:
+        f["mtp-use-repeated-layer"] = True
+    return f
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc).
 
@@ -189,9 +209,7 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         f["use-transformer-engine-op-fuser"] = True  # the fused grouped MLP (sim.compute.moe)
     if "moe_paged_stash=True" in get.get("moe_other", ""):
         f["moe-paged-stash"] = True  # its copies (sim.compute.paged_stash)
-    mtp = get.get("mtp_num_layers", "0").split(" ")[0]
-    if mtp.isdigit() and int(mtp) > 0:
-        f["mtp-num-layers"] = mtp
+    f.update(_mtp_flags(get.get("mtp_num_layers", "")))
     if get.get("pipeline_model_parallel_layout"):
         # the table adds a legend after the string: "Etttt|...|tmL (E=embedding ...)"
         f["pipeline-model-parallel-layout"] = get["pipeline_model_parallel_layout"].split(" ")[0]

@@ -23,7 +23,8 @@ def decoder_shape(
     """The :class:`DecoderShape` of a decoder (or MoE GPT) model: tied embeddings (Megatron
     ties them unless ``--untie-embeddings-and-output-weights``), the dense MLPs' gating
     (``--swiglu``), ``head_dim`` (``--kv-channels``), QK-norm (``--qk-layernorm``) and MTP depths
-    (``--mtp-num-layers``) as the decoder generator's fields (:mod:`sim.compute.decoder_shape`);
+    (``--mtp-num-layers``; ``--mtp-use-repeated-layer``: one layer's weights) as the decoder
+    generator's fields (:mod:`sim.compute.decoder_shape`);
     ``hybridep_domains``: the NVLink domains a HybridEP group spans (:func:`ep_domains`).
     A MoE GPT keeps the generator's rotary positions and RMSNorm (its learned position table,
     ``s*h`` parameters, and LayerNorm biases are left out)."""
@@ -66,6 +67,7 @@ def decoder_shape(
         window=int(_feature(s, "window") or 0), window_pattern=_feature(s, "window_pattern") or "",
         sinks=bool(_feature(s, "sinks")), attn_bias=bool(_feature(s, "attn_bias")),
         qk_norm=bool(_feature(s, "qk_norm")), mtp_layers=int(_feature(s, "mtp") or 0),
+        mtp_shared=bool(_feature(s, "mtp_shared")),
         tied_embeddings=bool(s.tied_embeddings), lora=_lora(s),
         dropout=bool(_feature(s, "dropout")),
         cross_entropy_fusion=_feature(s, "cross_entropy") or "unfused",

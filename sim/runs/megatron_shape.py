@@ -112,7 +112,7 @@ def _note_shape(r: Reading) -> None:
         "tokenizer-type", "make-vocab-size-divisible-by", "vocab-file", "merge-file",
         "tokenizer-model", "position-embedding-type", "use-rotary-position-embeddings",
         "normalization", "squared-relu", "spec", "is-hybrid-model", "hybrid-layer-pattern",
-        "qk-layernorm", "mtp-num-layers", "moe-expert-capacity-factor",
+        "qk-layernorm", "mtp-num-layers", "mtp-use-repeated-layer", "moe-expert-capacity-factor",
         "moe-pad-expert-input-to-capacity", "window-size", "window-attn-skip-freq",
         "softmax-type", "add-qkv-bias", "activation-func-clamp-value",
         "yarn-rotary-scaling-factor", "yarn-mscale", "yarn-mscale-all-dim",
@@ -154,6 +154,8 @@ def shape_features(r: Reading, grouped: bool = False) -> tuple[str, ...]:
         out.append("qk_norm=true")
     if r.int("mtp-num-layers"):
         out.append(f"mtp={r.int('mtp-num-layers')}")
+    if r.switch("mtp-use-repeated-layer"):  # one MTP layer for every depth (DecoderShape)
+        out.append("mtp_shared=true")
     if r.int("moe-latent-size"):  # latent MoE (sim.compute.moe, "Latent MoE")
         out.append(f"moe_latent={r.int('moe-latent-size')}")
     flag = r.flags.get("moe-grouped-gemm")

@@ -32,7 +32,7 @@ MAPPED = frozenset(
         "moe-shared-expert-intermediate-size", "moe-layer-freq", "first-k-dense-replace",
         "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim",
         "qk-pos-emb-head-dim", "v-head-dim", "qk-layernorm", "mtp-num-layers",
-        "tensor-model-parallel-size", "pipeline-model-parallel-size",
+        "mtp-use-repeated-layer", "tensor-model-parallel-size", "pipeline-model-parallel-size",
         "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size", "sequence-parallel", "micro-batch-size",
@@ -196,9 +196,7 @@ APPROXIMATED: dict[str, str] = {
     "use-packed-sequence": "packed sequences (THD, several documents per sequence): the "
     "attention core runs causal over each whole sequence of --seq-length tokens, an upper "
     "bound (the documents' lengths, which shorten it, are not in the arguments); the GEMMs and "
-    "memory are the same", "mtp-use-repeated-layer": "one MTP layer's weights shared by every MTP depth "
-    "(Megatron-Core MultiTokenPredictionBlock): pipesim counts each depth's weights, gradients "
-    "and optimizer state (the compute is the same)", "max-position-embeddings": "size of the learned position table (GPT): "
+    "memory are the same", "max-position-embeddings": "size of the learned position table (GPT): "
     "pipesim's GPT generator sizes it by the sequence length",
 }  # fmt: skip
 """Flags that change time or memory a little; the run is simulated without them."""

@@ -13,7 +13,9 @@ size and on any GPU, and split over ranks.
 Layers (:func:`~sim.compute.decoder_shape.layer_names`): ``embedding`` (``V*h`` parameters; no
 position table: rotary), ``block.i`` (dense MLP) or ``moe_block.i`` (``swa_`` prefixed where
 windowed), or a hybrid's ``mamba.i``, ``attention.i``, ``mlp.i``, ``moe.i``; ``mtp.j``;
-``head`` (final RMSNorm and the ``V*h`` output layer, fp32 cross-entropy). A model that ties
+``head`` (final RMSNorm and the ``V*h`` output layer, fp32 cross-entropy). With
+``mtp_shared`` (Megatron-Core's ``mtp_use_repeated_layer``) ``mtp.0`` holds the MTP layer's
+parameters and the later depths none (:func:`holds_params`): each depth still runs its kernels. A model that ties
 its embeddings (``tied_embeddings``) has a head of the norm only and the word embedding as a
 shared group of the embedding and the head (:class:`~sim.trace.schema.SharedParams`: one
 copy where both sit on one GPU, else a copy on each and an all-reduce, :mod:`sim.trace.shared`).
@@ -106,7 +108,7 @@ def decoder_layer(
     kernels = layer_kernels(kind, m, b, d, rows=rows)
     fwd, bwd_in, bwd_w = precision_kernels(kernels, kind, layer_index(name), m.layers, low, gpu)
     f, i, w = (phase_time(k, gpu, dtype).total_s if k else 0.0 for k in (fwd, bwd_in, bwd_w))
-    dense, expert = layer_params(kind, m)
+    dense, expert = layer_params(kind, m) if holds_params(name, m) else (0, 0)
     if kind == "head" and m.tied_embeddings:
         dense = m.hidden  # the output weight is the embedding's (shared group)
     hidden = float(b * m.seq_len * m.hidden * d)
@@ -122,12 +124,27 @@ def decoder_layer(
         bwd_input_s=i,
         bwd_weight_s=w,
         flops=float(sum(k.flops for k in fwd)),
-        trainable_bytes=float(trainable_params(kind, m) * d) if m.lora else None,
+        trainable_bytes=float(trainable_params(kind, m) * d * holds_params(name, m))
+        if m.lora
+        else None,
         fwd_ops=fwd_ops,
         bwd_ops=bwd_ops,
         fwd_modules=modules,
         fwd_functions=functions,
     )
+
+
+def holds_params(name: str, m: DecoderShape) -> bool:
+    """Whether layer ``name`` holds its parameters: all but the MTP depths after the first
+    where one MTP layer serves every depth (``m.mtp_shared``; their weights, gradients and
+    optimizer state are ``mtp.0``'s, their compute their own).
+
+    >>> from sim.compute.decoder_shape import DecoderShape
+    >>> m = DecoderShape(1, 8, 1, 4, 16, 8, mtp_layers=2, mtp_shared=True)
+    >>> holds_params("mtp.0", m), holds_params("mtp.1", m), holds_params("block.0", m)
+    (True, False, True)
+    """
+    return not (m.mtp_shared and name.startswith("mtp.") and name != "mtp.0")
 
 
 def tied_groups(m: DecoderShape, n_layers: int, d: int) -> tuple[SharedParams, ...]:
@@ -169,10 +186,11 @@ def decoder_trace(
     layers = tuple(
         decoder_layer(n, k, m, microbatch_size, gpu, dtype, low) for n, k in layer_names(m)
     )
-    dense = sum(layer_params(k, m)[0] for _, k in layer_names(m))
+    held = [k for n, k in layer_names(m) if holds_params(n, m)]
+    dense = sum(layer_params(k, m)[0] for k in held)
     if m.tied_embeddings:
         dense -= m.vocab * m.hidden
-    expert = sum(layer_params(k, m)[1] for _, k in layer_names(m))
+    expert = sum(layer_params(k, m)[1] for k in held)
     shape_dict = m.to_dict()
     gpu_dict = (gpu if low is not None else gpu.without_low_precision()).to_dict()
     inputs = {**m.to_dict(), "microbatch_size": microbatch_size, "dtype": dtype, "gpu": gpu_dict}
