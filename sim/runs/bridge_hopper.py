@@ -51,7 +51,9 @@ SETTINGS = ("recompute_granularity", "recompute_modules", "recompute_method",
             "moe_a2a_overlap", "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp",
             "tp_comm_overlap_effective", "settings_from", "launcher_cli",
             "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout",
-            "precision_aware_optimizer")  # fmt: skip
+            "precision_aware_optimizer", "mtp_num_layers", "moe_router_fusion",
+            "cross_entropy_loss_fusion", "moe_hybridep_num_sms",
+            "account_for_embedding_loss_in_pp_split")  # fmt: skip
 """The setting columns an entry carries (``recipes.csv``'s names; ``settings_from`` and
 ``launcher_cli`` give the allocator option, :func:`sim.runs.bridge_env.expandable_segments`)."""
 EXACT_COUNT = frozenset({"25.09"})
