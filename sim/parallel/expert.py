@@ -35,11 +35,20 @@ dispatch and ``r`` partial rows (``r*h*d``) in the combine, whatever the routing
 compute the same rows. The exchange is timed over the EP ranks of one tensor rank with the
 ``tp`` tensor ranks' tokens folded into it (``r*tp`` rows per pair): exact at ``tp = 1``, the
 TP part of the TP x EP gather otherwise.
+
+A capacity that drops nothing keeps the deduplicating flex dispatchers' ``routed`` copies
+(:attr:`ExpertPlan.routed`): under balanced routing every expert's share fits a capacity factor
+>= 1, and with ``pad_to_capacity`` HybridEP still dispatches each token by its routing map,
+padding only the permuted rows it hands the experts (``num_permuted_tokens = capacity x EP x
+local experts``; NVIDIA/Megatron-LM@d98e8a64 ``token_dispatcher.py`` lines 1113-1127, 1149-1160).
+Approximation: the pairs stay the padded rows (what the ``alltoall`` dispatcher sends), so a
+deduplicating dispatcher's bytes count the padding too (``capacity / share``, 1.10 at factor
+1.1).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.compute.moe_shape import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing, capacity
@@ -132,7 +141,9 @@ def expert_plan(moe: MoEShape, routing: Routing, r: int, ep: int, tp: int, d: in
     combine = tuple(
         tuple(0.0 if i == j else to_rank[i] * row_bytes for j in range(ep)) for i in range(ep)
     )
-    plain = routing.kind == "balanced" and moe.capacity_factor is None
+    sent = _kept(replace(moe, capacity_factor=None), r, routing.loads(moe.experts))
+    dropless = all(k >= x for k, x in zip(kept, sent, strict=True))  # module doc, "capacity"
+    plain = routing.kind == "balanced" and dropless
     return ExpertPlan(ep, rows, dispatch, combine, (moe.experts, moe.top_k) if plain else None)
 
 
