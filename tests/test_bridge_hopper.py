@@ -197,3 +197,39 @@ def test_deepseek_v3_26_08_fp8sc_takes_the_layout_helpers_pp8_vp2_entry():
     assert entry.flags["pipeline-model-parallel-layout"] == "|".join(
         ["Etttt"] + ["tttt"] * 14 + ["tmL"]
     )
+
+
+def test_deepseek_v3_26_08_fp8cs_64gpu_reads_its_library_dispatcher_and_optimizer():
+    # the perf function (v0.6.0 perf_recipes/deepseek/h100/deepseek_v3.py:192-194) starts from
+    # deepseek_v3_pretrain_config, bound through perf_recipes/deepseek/common.py:24 and
+    # recipes/deepseek/deepseek_v3.py:26-27 to recipes/deepseek/h100/deepseek_v3.py:91, which
+    # sets HybridEP (:145) and flex dispatch on an H100 (apply_flex_dispatcher_backend,
+    # training/flex_dispatcher_backend.py:53-80), and the precision-aware optimizer with fp32
+    # master weights and bf16 gradients and moments (:206-210); the perf function sets neither
+    row = QWEN30B | {"table": "26.08 / x", "model": "DeepSeekV3", "num_gpus": 64, "tp": 2,
+                     "pp": 8, "vp": 4, "ep": 64, "gbs": 1024, "precision": "FP8-CS"}  # fmt: skip
+    entry = hopper_entry(row, "26.08")
+    assert entry is not None and "deepseek_v3_pretrain_64gpu_h100_fp8cs_config" in entry.note
+    f = entry.flags
+    assert (f["moe-token-dispatcher-type"], f["moe-flex-dispatcher-backend"]) == (
+        "flex",
+        "hybridep",
+    )
+    assert f["use-precision-aware-optimizer"] is True  # an FP8 row: the launcher's rule is BF16's
+    assert (f["main-params-dtype"], f["main-grads-dtype"], f["exp-avg-dtype"],
+            f["exp-avg-sq-dtype"]) == ("float32", "bfloat16", "bfloat16", "bfloat16")  # fmt: skip
+
+
+def test_26_08_library_router_fusion_and_muon_reach_their_rows():
+    # Nemotron 3 Nano: the library's moe_router_fusion = False (recipes/nemotronh/h100/
+    # nemotron_3_nano.py:163 at v0.6.0) is not overridden by the perf function: the eager router.
+    # Kimi K2: _apply_kimi_k2_optimizer(cfg, "muon") (recipes/kimi/h100/kimi_k2.py:200) takes
+    # the muon branch (:66-75, dist_muon), so the launcher's BF16 Adam rule does not turn the
+    # precision-aware optimizer on (run_script.py:149-151)
+    nano = QWEN30B | {"table": "26.08 / x", "model": "Nemotron_3_Nano", "ep": 8}
+    entry = hopper_entry(nano, "26.08")
+    assert entry is not None and entry.flags["no-moe-router-fusion"] is True
+    assert entry.flags["moe-flex-dispatcher-backend"] == "hybridep"
+    table = pd.read_csv(SHIPPED, dtype=str, keep_default_na=False)
+    kimi = table[table.preset == "kimi_k2_pretrain_1024gpu_h100_bf16_config"].iloc[0]
+    assert kimi.precision_aware_optimizer == "False"

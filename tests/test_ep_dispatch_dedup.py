@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from sim.comm.alltoall import alltoall_time_s
 from sim.comm.ep_dispatch import dedup_scales, dispatch_cost, hit_share
-from sim.compute.moe_shape import MoEShape
+from sim.compute.moe_shape import PROB_BYTES, MoEShape
 from sim.compute.routing import Routing
 from sim.hardware.loader import load_hardware
 from sim.parallel.expert import expert_plan
@@ -45,3 +46,24 @@ def test_dispatcher_moves_each_token_once_per_rank_and_per_server():
     assert inside == pytest.approx((1 - math.comb(240, 8) / math.comb(256, 8)) / 0.5)
     assert per_member == pytest.approx([server] * 16)
     assert expert_plan(moe, Routing("imbalance", imbalance=2.0), 4096, 8, 1, 2).routed is None
+
+
+def test_a_capacity_that_drops_nothing_keeps_the_routed_copies():
+    """Balanced top-8 over 256 experts, 4096 tokens a source: each expert's share is
+    4096*8/256 = 128 rows; capacity factor 1.1 gives ceil(140.8) = 141 >= 128, so nothing is
+    dropped and HybridEP still sends each token once per rank (it dispatches by the routing
+    map and pads only the permuted rows, Megatron-LM@d98e8a64 token_dispatcher.py 1113-1127):
+    a pair carries 32 experts x 128 rows, while padding makes every expert compute 8 x 141
+    rows. Without HybridEP the padded rows are sent (32 x 141 a pair) and are not the routed
+    copies. A factor 0.5 (cap 64 < 128) drops copies: the pairs are no longer the routed ones."""
+    pad = MoEShape(hidden=7168, experts=256, top_k=8, expert_ffn=2048, capacity_factor=1.1,
+                   pad_to_capacity=True, hybridep=True)  # fmt: skip
+    plan = expert_plan(pad, Routing(), 4096, 8, 1, 2)
+    assert plan.routed == (256, 8)
+    assert plan.rows[0] == (8 * 141.0,) * 32
+    assert plan.dispatch[0][1] == 32 * 128 * (7168 * 2 + PROB_BYTES)
+    plain = expert_plan(replace(pad, hybridep=False), Routing(), 4096, 8, 1, 2)
+    assert plain.routed is None
+    assert plain.dispatch[0][1] == 32 * 141 * (7168 * 2 + PROB_BYTES)
+    drop = MoEShape(hidden=7168, experts=256, top_k=8, expert_ffn=2048, capacity_factor=0.5)
+    assert expert_plan(drop, Routing(), 4096, 8, 1, 2).routed is None

@@ -158,7 +158,9 @@ COLUMNS = ("release", "tag", "preset", "model", "gpu", "precision", "task", "num
            "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_a2a_overlap",
            "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp", "tp_comm_overlap_effective",
            "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout",
-           "precision_aware_optimizer", "mtp_num_layers", "settings_from", "launcher_cli", "source")  # fmt: skip
+           "precision_aware_optimizer", "mtp_num_layers", "moe_router_fusion",
+           "cross_entropy_loss_fusion", "moe_hybridep_num_sms",
+           "account_for_embedding_loss_in_pp_split", "settings_from", "launcher_cli", "source")  # fmt: skip
 
 
 RECIPE = {"LLAMA3_8B": "llama3_8b", "LLAMA3_70B": "llama3_70b", "LLAMA3.1_405B": "llama31_405b",

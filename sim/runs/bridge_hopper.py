@@ -10,7 +10,8 @@ v0.5.1) with the H100 functions' userbuffers TP overlap, 26.08's flat recipes
 ``src/megatron/bridge/perf_recipes/*/h100/`` (v0.6.0). Each row: the layout and what the
 recipe sets beyond the shared settings (recompute, CUDA graphs, flex dispatcher, EP overlap,
 token drop, Megatron FSDP, pipeline layout, TP overlap, ``overlap_param_gather_with_optimizer_
-step``). Its columns are those of ``recipes.csv``, so :func:`sim.runs.bridge_recipes.recipe_flags`
+step``; for 26.08 also what the starting library recipe sets: the precision-aware optimizer,
+MTP depth, router and loss fusion, HybridEP's SMs, the embedding/loss pipeline split). Its columns are those of ``recipes.csv``, so :func:`sim.runs.bridge_recipes.recipe_flags`
 turns an entry into Megatron flags as it does a Blackwell recipe row.
 
 A row matches an entry of the same model, GPU (H100), precision and, where the row gives
@@ -51,7 +52,9 @@ SETTINGS = ("recompute_granularity", "recompute_modules", "recompute_method",
             "moe_a2a_overlap", "delay_wgrad_compute", "moe_token_drop", "megatron_fsdp",
             "tp_comm_overlap_effective", "settings_from", "launcher_cli",
             "overlap_param_gather_with_optimizer_step", "pipeline_model_parallel_layout",
-            "precision_aware_optimizer", "mtp_num_layers")  # fmt: skip
+            "precision_aware_optimizer", "mtp_num_layers", "moe_router_fusion",
+            "cross_entropy_loss_fusion", "moe_hybridep_num_sms",
+            "account_for_embedding_loss_in_pp_split")  # fmt: skip
 """The setting columns an entry carries (``recipes.csv``'s names; ``settings_from`` and
 ``launcher_cli`` give the allocator option, :func:`sim.runs.bridge_env.expandable_segments`)."""
 EXACT_COUNT = frozenset({"25.09"})
@@ -280,6 +283,6 @@ def hopper_entry(row: pd.Series | dict, release: str = "",
     )
     note = (f"recipe: Megatron-Bridge H100 preset {best['preset']} of {best['release']}{own}"
             f"{count} ({best['source']}; sim.runs.bridge_hopper): {set_}; with the settings "
-            "every recipe shares (sim.runs.bridge_fallback); the model's base recipe and the "
-            "NCCL environment are not traced")  # fmt: skip
+            "every recipe shares (sim.runs.bridge_fallback); the model's base recipe (read "
+            "for 26.08 only) and the NCCL environment are not traced")  # fmt: skip
     return HopperEntry(flags, note, best["release"])
