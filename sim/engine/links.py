@@ -88,7 +88,7 @@ bucket, 1.060 and 1.071 s against 0.85 and 0.95 measured (FP8 current scaling, M
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from functools import partial
 
 import simpy
@@ -96,7 +96,8 @@ import simpy
 from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
 from sim.comm.p2p_net import group_channels_per_peer, peer_rate_Bps
 from sim.comm.rings import PEER_KINDS
-from sim.engine.fifo_link import LATE, Bulk, EndOfInstant, FifoLink
+from sim.engine.fair_share import FairShare
+from sim.engine.fifo_link import LATE, EndOfInstant, FifoLink
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
 from sim.hardware.fabric import NETWORK
 from sim.hardware.parts import Link
@@ -104,20 +105,32 @@ from sim.hardware.topology import Topology
 from sim.hardware.transfer import transfer_time_s
 
 SHARED_KINDS = frozenset({NETWORK, *PEER_KINDS})
-"""Link kinds a data-parallel collective shares with other traffic (module doc): the network and
-NVLink (``nvlink``, ``nvswitch``); PCIe and host links stay FIFO."""
+"""Link kinds whose bandwidth the communicators share (module doc): the network and NVLink
+(``nvlink``, ``nvswitch``); PCIe and host links stay FIFO."""
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 """Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
 they move at NCCL's rate of each link; every other transfer is a raw copy."""
 
-__all__ = [  # Bulk, FifoLink and LATE live in sim.engine.fifo_link, importable from here too
-    "DENSE", "EXPERT", "LATE", "NCCL_KINDS", "SHARED_KINDS", "Bulk", "FifoLink", "Links",
+__all__ = [  # FifoLink and LATE live in sim.engine.fifo_link, importable from here too
+    "DENSE", "EXPERT", "LATE", "NCCL_KINDS", "SHARED_KINDS", "FifoLink", "Links", "Ticket",
 ]  # fmt: skip
 
 DENSE = 0
 """``order`` of a collective of every replica (and of any other but :data:`EXPERT`)."""
 EXPERT = 1
 """``order`` of an expert-data-parallel collective: after the dense one of its instant."""
+
+
+class Ticket:
+    """What an operation of a communicator holds once :meth:`Links.take` granted it: the
+    grants (``(resource, request)``: the communicator's token first, then the FIFO links)
+    and the names of its shared links (sorted)."""
+
+    __slots__ = ("grants", "shared")
+
+    def __init__(self, grants: list, shared: tuple[str, ...]):
+        self.grants = grants
+        self.shared = shared
 
 
 class Links:
@@ -127,6 +140,7 @@ class Links:
         env: the simulation environment.
         topology: the server.
         events: the log's event list; every transfer appends its :class:`Event` when it ends.
+        p2p_ranks: ranks of the NCCL communicator the stage sends run on (below).
     """
 
     def __init__(
@@ -139,10 +153,13 @@ class Links:
         """Ranks of the NCCL communicator the stage sends (``TRANSFER``) run on: 2 for lone
         sends, the pipeline group's for batched ones (:func:`sim.comm.p2p_net.
         group_channels_per_peer`)."""
+        self.share = FairShare(env)
         self._res: dict[str, FifoLink] = {}
+        self._comms: dict[Hashable, FifoLink] = {}
+        self._split: dict[tuple[str, ...], tuple[list[FifoLink], tuple[str, ...]]] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
         self._durations: dict[tuple[str, str, float, bool, bool], float] = {}
-        self._issued: list[tuple[int, int, Callable[[], tuple], simpy.Event]] = []
+        self._issued: list[tuple[int, int, Callable[[], list], simpy.Event]] = []
         self._issues = 0
 
     def resource(self, name: str) -> FifoLink:
@@ -152,31 +169,84 @@ class Links:
             res = self._res[name] = FifoLink(self.env, name)
         return res
 
-    def acquire(self, links: Iterable[Link], bulk: Bulk | None = None, order: int = DENSE):
-        """Process: queue on every one of ``links`` at the end of this instant (by ``order``,
-        module doc) and wait for all; returns the grants (give them to :meth:`release`). With
-        ``bulk`` (a data-parallel collective) its network and NVLink links (:data:`SHARED_KINDS`)
-        carry it once granted, for others to share (module doc)."""
-        ordered = sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name)
-        resources = [self.resource(lk.name) for lk in ordered]
-        marks = [bulk if lk.kind in SHARED_KINDS else None for lk in ordered]
-        reqs, _ = yield self._issue(order, partial(_request, resources, False, marks))
-        for _, req in reqs:
+    def token(self, comm: Hashable) -> FifoLink:
+        """The FIFO token of communicator ``comm`` (group kind and members, module doc): its
+        operations hold it one after another."""
+        res = self._comms.get(comm)
+        if res is None:
+            res = self._comms[comm] = FifoLink(self.env, str(comm))
+        return res
+
+    def split(self, links: Iterable[Link]) -> tuple[list[FifoLink], tuple[str, ...]]:
+        """``(FIFO resources, shared link names)`` of ``links``, each in name order: PCIe and
+        host links are FIFO, :data:`SHARED_KINDS` shared (memoised by the names)."""
+        by_name = {lk.name: lk for lk in links}
+        key = tuple(sorted(by_name))
+        hit = self._split.get(key)
+        if hit is None:
+            fifo = [self.resource(n) for n in key if by_name[n].kind not in SHARED_KINDS]
+            shared = tuple(n for n in key if by_name[n].kind in SHARED_KINDS)
+            hit = self._split[key] = (fifo, shared)
+        return hit
+
+    def take(self, comm: Hashable, links: Iterable[Link], order: int = DENSE):
+        """Process: queue, at the end of this instant (by ``order``, module doc), on
+        ``comm``'s token and on the FIFO ones of ``links`` at once, and wait for all; returns
+        the :class:`Ticket` (run on it with :meth:`run`, give it back with :meth:`give`)."""
+        fifo, shared = self.split(links)
+        resources = [self.token(comm), *fifo]
+        grants = yield self._issue(order, partial(_request, resources))
+        for _, req in grants:
             yield req
-        return reqs
+        return Ticket(grants, shared)
+
+    def run(self, ticket: Ticket, work_s: float, early: tuple[tuple[Link, ...], float] = ((), 0.0)):
+        """Process: move ``work_s`` seconds of work (at the full rate) over ``ticket``'s links,
+        sharing its shared ones (:class:`~sim.engine.fair_share.FairShare`); ``early``:
+        ``(links, seconds)`` given back after that much of the work (FIFO ones after as many
+        seconds)."""
+        names = {lk.name for lk in early[0]}
+        if ticket.shared:
+            done = self.share.start(ticket.shared, work_s, (tuple(sorted(names)), early[1]))
+        else:
+            done = self.env.timeout(work_s)
+        first = [g for g in ticket.grants[1:] if g[0].name in names]
+        if first and early[1] < work_s:
+            yield self.env.timeout(early[1])
+            for res, req in first:
+                res.release(req)
+            ticket.grants = [g for g in ticket.grants if g not in first]
+        yield done
 
     @staticmethod
-    def release(reqs: list, close: bool = True) -> None:
-        """Release the grants :meth:`acquire` returned (closing a collective's shared hold;
-        ``close=False``: the hold goes on over its other links, only these are given back)."""
-        for res, req in reqs:
-            if res.bulk is not None and res.user is req:
-                if close:
-                    res.bulk.open = False
-                res.bulk = None
+    def give(ticket: Ticket) -> None:
+        """Give back what ``ticket`` holds (the communicator's token, the FIFO links)."""
+        for res, req in ticket.grants:
             res.release(req)
+        ticket.grants = []
 
-    def _issue(self, order: int, request: Callable[[], tuple]) -> simpy.Event:
+    def hold(
+        self,
+        links: Iterable[Link],
+        duration_s: float,
+        *,
+        comm: Hashable,
+        early: tuple[tuple[Link, ...], float] = ((), 0.0),
+        order: int = DENSE,
+    ):
+        """Process: one operation of communicator ``comm`` (a collective) of ``duration_s``
+        uncontended seconds over ``links``: :meth:`take`, :meth:`run`, :meth:`give` (module
+        doc); returns the time it started (when it held its token and FIFO links).
+        ``early``: ``(links, seconds)`` given back after their own seconds of work (a
+        hierarchical collective's server-local links, :meth:`sim.comm.hierarchical.
+        CollectivePlan.local_s`)."""
+        ticket = yield from self.take(comm, links, order)
+        start = self.env.now
+        yield from self.run(ticket, duration_s, early)
+        self.give(ticket)
+        return start
+
+    def _issue(self, order: int, request: Callable[[], list]) -> simpy.Event:
         """An event that succeeds, at the end of this instant, with ``request()`` (of
         :func:`_request`), called after those of the collectives of the instant with a lower
         ``order`` or issued before with the same (module doc)."""
@@ -192,85 +262,15 @@ class Links:
         for _, _, request, issued in batch:
             issued.succeed(request())
 
-    def _claim(self, resources: list[FifoLink], order: int | None = None):
-        """Process: request ``resources`` at once (now, or with ``order`` at the end of the
-        instant, :meth:`_issue`), passing through those a data-parallel collective holds
-        (module doc); returns ``(grants, the holds passed through)``."""
-        if order is None:
-            reqs, bulks = _request(resources, True)
-        else:
-            reqs, bulks = yield self._issue(order, partial(_request, resources, True))
-        for _, req in reqs:  # queued on every link at once, granted in their own time
-            yield req
-        return reqs, bulks
-
-    def _shared_s(self, bulks: list[Bulk], duration_s: float) -> float:
-        """Extra seconds of a transfer of ``duration_s`` starting now through ``bulks``."""
-        now = self.env.now
-        return max((b.share(now, duration_s) for b in {id(b): b for b in bulks}.values()),
-                   default=0.0)  # fmt: skip
-
-    def hold(
-        self,
-        links: Iterable[Link],
-        duration_s: float,
-        *,
-        bulk: bool = False,
-        early: tuple[tuple[Link, ...], float] = ((), 0.0),
-        order: int = DENSE,
-    ):
-        """Process: acquire ``links`` (a collective's: queued on all at the end of the instant,
-        by ``order``, module doc), hold them ``duration_s``, release them; returns the time the
-        hold started (when the last link was granted). ``bulk``: a
-        data-parallel collective, which others share on its network and NVLink links (it ends
-        later by what they move); else such links a collective holds are shared, not waited
-        for (module doc). ``early``: ``(links, seconds)`` of ``links`` released after their
-        own seconds of work (a hierarchical collective's server-local links,
-        :meth:`sim.comm.hierarchical.CollectivePlan.local_s`)."""
-        if not bulk:
-            return (yield from self.hold_fifo(self.fifo(links), duration_s, order))
-        rec = Bulk()
-        reqs = yield from self.acquire(links, rec, order)
-        start = self.env.now
-        rec.end_s = start + duration_s
-        yield from self.wait_bulk(reqs, rec, early)
-        return start
-
-    def fifo(self, links: Iterable[Link]) -> list[FifoLink]:
-        """The resources of ``links``, each once, in name order (as :meth:`hold` requests them;
-        a caller that holds the same links again keeps this for :meth:`hold_fifo`)."""
-        return [self.resource(n) for n in sorted({lk.name for lk in links})]
-
-    def hold_fifo(self, resources: list[FifoLink], duration_s: float, order: int = DENSE):
-        """Process: :meth:`hold` without ``bulk`` or ``early``, of the resources :meth:`fifo`
-        gave; returns the time the hold started."""
-        reqs, bulks = yield from self._claim(resources, order)
-        start = self.env.now
-        yield self.env.timeout(duration_s + self._shared_s(bulks, duration_s))
-        self.release(reqs)
-        return start
-
-    def wait_bulk(self, reqs: list, rec: Bulk, early=((), 0.0)):
-        """Process: hold the grants ``reqs`` of a data-parallel collective until ``rec``
-        ends (later by what shares it), ``early``'s links only their own seconds; then release."""
-        names = {lk.name for lk in early[0]}
-        first = [g for g in reqs if g[0].name in names]
-        rest = [g for g in reqs if g[0].name not in names]
-        if first:
-            yield self.env.timeout(min(early[1], rec.end_s - self.env.now))
-            self.release(first, close=False)
-        while self.env.now < rec.end_s:
-            yield self.env.timeout(rec.end_s - self.env.now)
-        self.release(rest)
-
     def _path(self, src: str, dst: str) -> tuple:
-        """``(route, link names, resources in name order)`` of ``src -> dst``, cached."""
+        """``(route, link names, FIFO resources, shared names)`` of ``src -> dst`` (both in
+        name order, :meth:`split`), cached."""
         key = (src, dst)
         path = self._paths.get(key)
         if path is None:
             route = self.topology.route(src, dst)
-            names = tuple(lk.name for lk in route)
-            path = self._paths[key] = (route, names, [self.resource(n) for n in sorted(set(names))])
+            fifo, shared = self.split(route)
+            path = self._paths[key] = (route, tuple(lk.name for lk in route), fifo, shared)
         return path
 
     def duration_s(
@@ -301,7 +301,7 @@ class Links:
         ``stream`` of ``src``; returns its start time (now, and nothing logged, when
         ``src == dst`` or ``nbytes <= 0``). A kind of :data:`NCCL_KINDS` moves at NCCL's rate
         of the route's links, any other (a swap, a fetch) at their raw rate."""
-        route, names, resources = self._path(src, dst)
+        route, names, fifo, shared = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
         key = (src, dst, nbytes, kind in NCCL_KINDS, kind == EventKind.TRANSFER)
@@ -309,38 +309,37 @@ class Links:
         if dur is None:  # the same sends recur every micro-batch: computed once each
             ranks = self.p2p_ranks if key[4] else 2
             dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3], ranks)
-        if len(resources) == 1 and resources[0].bulk is None:  # fast path: one link
-            res = resources[0]
+        if shared:  # a flow of the pair's communicator (module doc)
+            reqs = _request([self.token(("p2p", src, dst)), *fifo])
+            for _, req in reqs:
+                yield req
+            start = self.env.now
+            yield self.share.start(shared, dur)
+        elif len(fifo) == 1:  # fast path: one FIFO link
+            res = fifo[0]
             req = res.request()
             yield req
             start = self.env.now
             yield self.env.timeout(dur)
             res.release(req)
+            reqs = []
         else:
-            reqs, bulks = yield from self._claim(resources)
+            reqs = _request(fifo)
+            for _, req in reqs:
+                yield req
             start = self.env.now
-            yield self.env.timeout(dur + self._shared_s(bulks, dur))
-            self.release(reqs)
+            yield self.env.timeout(dur)
+        for res, req in reqs:
+            res.release(req)
         self.events.append(
             Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes, links=names, **tags)
         )
         return start
 
 
-def _request(
-    resources: list[FifoLink], shared: bool, marks: list[Bulk | None] | None = None
-) -> tuple[list, list[Bulk]]:
-    """Request every one of ``resources`` now: ``(grants, holds passed through)``; with
-    ``shared``, a network link a data-parallel collective holds is passed through, not
-    requested (module doc); ``marks``: each request's :class:`Bulk`, if any
-    (:meth:`FifoLink.request`)."""
-    if not shared:
-        return [
-            (r, r.request(m))
-            for r, m in zip(resources, marks or [None] * len(resources), strict=True)
-        ], []
-    bulks = [r.bulk for r in resources if r.bulk is not None and r.bulk.open]
-    return [(r, r.request()) for r in resources if r.bulk is None or not r.bulk.open], bulks
+def _request(resources: list[FifoLink]) -> list[tuple[FifoLink, simpy.Event]]:
+    """Request every one of ``resources`` now (all at once, module doc): the grants."""
+    return [(r, r.request()) for r in resources]
 
 
 def _runs_nccl(topology: Topology, node: str) -> bool:
