@@ -108,6 +108,24 @@ def test_alone_flow_takes_its_work_and_rates_are_recomputed_on_end():
     assert done == {"a": 3.0, "b": 1.0}
 
 
+def test_early_links_leave_the_flow_after_their_work():
+    """A (3 s) gives l1 back after 1 s of its work; B (2 s) shares l1 from 0: both at 1/2
+    until A's first 1 s is done at 2 s (B has 1 s done), then B alone ends at 3 s and A's
+    other 2 s, on no shared link, at the full rate end at 4 s."""
+    env = simpy.Environment()
+    share = FairShare(env)
+    done = {}
+
+    def flow(name, work_s, early):
+        yield share.start(("l1",), work_s, early)
+        done[name] = env.now
+
+    env.process(flow("a", 3.0, (("l1",), 1.0)))
+    env.process(flow("b", 2.0, ((), 0.0)))
+    env.run()
+    assert done == {"a": pytest.approx(4.0), "b": pytest.approx(3.0)}
+
+
 def _toy(mode: str) -> dict:
     """Llama-3.1-8B under torchtitan on one DGX H100: 2 replicas x TP 2 + SP, FSDP2 over
     the replicas, SAC (the 64-GPU experiment cut to 4 GPUs)."""

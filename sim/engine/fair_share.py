@@ -141,8 +141,9 @@ class FairShare:
             dropped, flow.early = flow.early, ()
             flow.links = tuple(n for n in flow.links if n not in dropped)
             touched = self._leave(flow, dropped)
-            if not flow.links:
-                flow.done.succeed()
+            if not flow.links:  # the rest of its work crosses no shared link: at full rate
+                rest = self.env.timeout(flow.left_s)
+                rest.callbacks.append(lambda _: flow.done.succeed())
             else:
                 touched.append(flow)
         else:

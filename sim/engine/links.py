@@ -1,25 +1,50 @@
-"""The links of the server as SimPy resources, and transfers over them.
+"""The links of the server, and the operations and transfers over them.
 
-Every directed link is a FIFO resource of capacity 1 (hardware.md §6: each link is a shared
-resource): a transfer holds every link of its route for :func:`~sim.hardware.topology.
-transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers crossing one link
-take longer than one.
+**Network and NVLink links are shared between NCCL communicators, FIFO within one**
+(:data:`SHARED_KINDS`; ``measurements/engine/link_sharing.md``). An operation (a collective,
+a send) belongs to one communicator: a group kind and its members (``("tp", gpus)``,
+``("dp", gpus)``, ``("ep", gpus)``, ``("p2p", src, dst)``, ...). NCCL serialises the
+operations of one communicator (NVIDIA/nccl#574: "NCCL collective operations on a given
+communicator are always serialized"; #1262), so each communicator has a FIFO token
+(:meth:`Links.token`) its operations hold one after another. Operations of different
+communicators on one link progress together, each slower (NVIDIA/nccl#204: two broadcasts of
+two communicators at half the rate each; meta-pytorch/torchrec#4251: process groups "compete
+for NVLink bandwidth"; fair congestion control, CASSINI NSDI'24, MLTCP): every operation is a
+flow whose work is its uncontended duration (latencies and bytes over its bottleneck, the
+plan's :meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, :meth:`Links.duration_s`) and
+whose rate is its max-min fair share of its links (:mod:`sim.engine.fair_share`, recomputed
+at each flow's start and end). Equal shares per link are an **assumption** (NCCL's channels
+per communicator are not modelled). Two equal operations of two communicators on one link both
+end at 2T (FIFO: T and 2T); both disciplines are work conserving. What changes most is a
+collective over many replicas' links: under FIFO it started when all were free at once, so it
+waited for the latest of the other groups' operations on any of them, which made the full
+simulation of alike replicas slower than the mirrored one (:mod:`sim.engine.symmetry`;
+Llama-3.1-8B TP 2 + FSDP2: +9 % at 16 H100, +41 % at 64); shared, it progresses on all of
+them at its bottleneck share, and the two agree (``tests/test_fair_share.py``). The former
+rule for a data-parallel collective (other traffic passed through its hold at half rate,
+``d + min(d, r)``) is the two-flow, one-link case (``tests/test_shared_links.py``); its checks
+(Llama-3.1-405B on 128 B200 with the parameter all-gather under the forward or beside the
+step equally fast; Llama-3 70B on 32 GB300 whose gradient sends waited for whole buckets under
+FIFO) are kept. A hierarchical collective gives its server-local links back after its local
+phases' work (``early``, :meth:`~sim.comm.hierarchical.CollectivePlan.local_s`).
 
-**A transfer over several links queues on all of them at once, when it is issued**, and starts
-when it holds them all: FIFO by issue time on each link. NCCL runs a collective as one kernel
-whose thread blocks each drive one channel (a ring over one NVLink set or NIC, a rail), all
-launched together (NVIDIA/nccl ``src/enqueue.cc``@5067397, l. 812: the task's channels
-``channelLo..channelHi`` join the plan's mask; l. 1756-1758: ``grid = {nChannels}``, one
-launch): a collective occupies its rails at once, not one after another. Acquiring the links in
-name order, each once the one before was granted, let later, narrower transfers overtake a wide
-one on the links it had not reached yet: a data-parallel all-gather over 8 rails waited for one
-expert-parallel bucket per rail in turn, not for the longest (issue 26: GPT-OSS 120B on 64
-B200, 16.4 ms of 19 ms per bucket pair, a 0.78 s stall at the first forward). Queued at once,
-two transfers never deadlock (every link's queue is in the one order of issue, so the earliest
-waiting transfer only waits for transfers that hold their links).
+**PCIe and host links stay FIFO resources of capacity 1** (:class:`~sim.engine.fifo_link.
+FifoLink`; hardware.md §6), as the CPUs: a transfer holds every FIFO link of its route for its
+duration. NVIDIA/nccl#204's two broadcasts shared a PCIe switch, but PCIe's duplex
+interference (H2D measured while D2H runs drops to 11-16 of 24-26 GB/s on RTX 4090 boxes,
+NVIDIA/nvbandwidth#15) is a separate open item, so PCIe keeps FIFO.
+
+**An operation queues on its communicator's token and all its FIFO links at once, when it is
+issued**, and starts when it holds them all: FIFO by issue time on each. NCCL runs a collective
+as one kernel whose thread blocks each drive one channel (a ring over one NVLink set or NIC, a
+rail), all launched together (NVIDIA/nccl ``src/enqueue.cc``@5067397, l. 812: the task's
+channels ``channelLo..channelHi`` join the plan's mask; l. 1756-1758: ``grid = {nChannels}``,
+one launch): a collective occupies its rails at once, not one after another (on FIFO links:
+a wide one is not overtaken rail by rail, issue 26). Queued at once, two operations never
+deadlock (every queue is in the one order of issue).
 
 **Collectives issued at one instant queue in their ranks' order.** A collective (:meth:`Links.
-acquire`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (an
+take`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (an
 :class:`~sim.engine.fifo_link.EndOfInstant` event, after every other event of the instant), the
 collectives of one instant by ``order`` (:data:`DENSE` before :data:`EXPERT`: Megatron-Core starts the dense
 bucket groups' collectives before the expert-parallel ones, ``distributed_data_parallel.py``@
@@ -41,49 +66,6 @@ collectives) moves at NCCL's achieved rate (:meth:`~sim.hardware.parts.Link.rate
 25 GB/s per NVLink, NCCL ``src/graph/topo.h``: NCCL's SM copies move 128-byte payloads, copy
 engines 256, NVIDIA/nccl-tests#149); raw copies (swaps, chunk fetches, write-backs, step copies:
 ``cudaMemcpy`` on copy engines) keep the link's raw ``bandwidth_Bps``.
-
-FIFO, not shared bandwidth (issue 12: "choose by what measurements show"): the measurements at
-hand do not separate the two. Links are per direction, and NVLink's bidirectional rate is
-twice the unidirectional one (H100: 740-773 vs 371-377 GB/s, NVIDIA/nccl#1264, hardware.md §4),
-which both models give; in every configuration of Galvatron's nccl-tests files each link
-direction carries at most one flow of the model, so the files cannot tell the disciplines apart
-(their p2p decline with more concurrent pairs, 164 -> 139 -> 109 GB/s, is not link sharing:
-no link is shared by two pairs there; see ``benchmarks/accuracy/accuracy_comm.py``). Both disciplines are
-work conserving, so a set of transfers crossing one link ends at the same time either way (two
-equal copies: 2T); they differ only in which copy finishes first (FIFO: T and 2T; shared: 2T and
-2T). FIFO is what one CUDA stream or one NCCL communicator does with its own operations, so it is
-kept. Not modelled: the duplex interference of PCIe (H2D measured while D2H runs drops to 11-16
-of 24-26 GB/s on RTX 4090 boxes, NVIDIA/nvbandwidth#15).
-
-**A network link is shared with a data-parallel collective.** FIFO is what one NCCL
-communicator does with its own operations; the data-parallel gradient reduction and parameter
-all-gather run on their own communicator and stream (Megatron-Core's ``overlap_grad_reduce`` /
-``overlap_param_gather``, the distributed optimizer) beside the pipeline's sends and the
-context- and expert-parallel exchanges, each with its own queue pairs on the NIC, which the
-NIC serves side by side. So a hold of a data-parallel collective (``bulk``: :meth:`Links.hold`,
-:class:`~sim.engine.fifo_link.Bulk`) does not make other traffic wait on its network links: a
-transfer or exchange of ``d`` seconds that meets one there passes through at half the rate while the collective
-still runs (processor sharing of the two flows): it takes ``d + min(d, r)`` and the
-collective, with ``r`` seconds left, ends ``min(d, r)`` later (work conserving). Collectives
-among themselves, and everything on PCIe and host links, keep the FIFO discipline. The
-measured Megatron-Bridge runs of Llama-3.1-405B on 128 B200 (release 25.09 with the parameter
-all-gather under the forward, 25.11 with it beside the optimizer step) are equally fast
-(6.17-6.59 s), which FIFO on the NICs did not reproduce (+34/+43 %): a check, not a fit.
-
-**So is an NVLink** (:data:`SHARED_KINDS`). The two NCCL communicators are the same on NVLink:
-Megatron-Core issues a bucket's reduce-scatter or all-reduce with ``async_op`` on the
-data-parallel (distributed-optimizer instance) group (NVIDIA/Megatron-LM@d98e8a6
-``megatron/core/distributed/param_and_grad_buffer.py`` 600-735, ``start_grad_sync``; the
-all-gather likewise, ``start_param_sync`` 383-530), whose NCCL kernel runs on that
-communicator's stream beside the pipeline group's send kernel; both move their data through
-the GPU's NVLinks at once, neither waits for the other to end. Processor sharing as on a NIC
-(assumption: equal shares of the link between the two flows; NCCL's channels per communicator
-are not modelled). FIFO here made a stage's gradient send wait for a whole bucket's
-reduce-scatter when data parallelism and the pipeline share one NVLink domain (GB200/GB300
-NVL72; a DGX's pipeline inside the server): Megatron-Bridge's Llama-3 70B on 32 GB300 (pp 2,
-vp 20, dp 16, two micro-batches per pipeline) waited ~9 ms per backward pair for a 3.4 GB
-bucket, 1.060 and 1.071 s against 0.85 and 0.95 measured (FP8 current scaling, MXFP8); shared,
-0.936 and 0.947 s: a check, not a fit.
 """
 
 from __future__ import annotations
