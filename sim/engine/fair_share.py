@@ -143,7 +143,7 @@ class FairShare:
             touched = self._leave(flow, dropped)
             if not flow.links:  # the rest of its work crosses no shared link: at full rate
                 rest = self.env.timeout(flow.left_s)
-                rest.callbacks.append(lambda _: flow.done.succeed())
+                rest.callbacks.append(lambda _: _succeed(flow.done))
             else:
                 touched.append(flow)
         else:
@@ -220,3 +220,7 @@ def max_min_rates(flows: list[Flow], links: list[str], on: dict[str, list[Flow]]
                     cap[m] -= level
                     count[m] -= 1
     return [max(rate[f.seq], 1e-12) for f in flows]
+
+
+def _succeed(event: simpy.Event) -> None:
+    event.succeed()
