@@ -3,7 +3,7 @@
 **Network and NVLink links are shared between NCCL communicators, FIFO within one**
 (:data:`SHARED_KINDS`; ``measurements/engine/link_sharing.md``). An operation (a collective,
 a send) belongs to one communicator: a group kind and its members (``("tp", gpus)``,
-``("dp", gpus)``, ``("ep", gpus)``, ``("p2p", src, dst)``, ...). NCCL serialises the
+``("dp", gpus)``, ``("ep", gpus)``, the pipeline's sends, ...). NCCL serialises the
 operations of one communicator (NVIDIA/nccl#574: "NCCL collective operations on a given
 communicator are always serialized"; #1262), so each communicator has a FIFO token
 (:meth:`Links.token`) its operations hold one after another. Operations of different
@@ -27,6 +27,17 @@ rule for a data-parallel collective (other traffic passed through its hold at ha
 step equally fast; Llama-3 70B on 32 GB300 whose gradient sends waited for whole buckets under
 FIFO) are kept. A hierarchical collective gives its server-local links back after its local
 phases' work (``early``, :meth:`~sim.comm.hierarchical.CollectivePlan.local_s`).
+
+**Sends and copies are flows of the pipeline's communicator, FIFO among themselves on each
+link.** A stage-boundary send shares a network or NVLink link with the collectives of other
+communicators, as above; the sends run on one communicator, the pipeline-parallel group
+(Megatron-LM: ``torch.distributed.send(..., group=get_pipeline_model_parallel_group())``,
+``batch_isend_irecv`` on that group), so two sends crossing one link go one after another (a
+FIFO lane per link, :meth:`Links._lanes`), and sends over disjoint routes run at once, as the
+engine had them (**assumption**: FIFO per link rather than per rank or shared; no source
+measured a rank's two sends to two peers on one NIC. Shared, one rank's sends to its next and
+previous stage slowed each other: Megatron-Bridge Qwen3-235B on 256 B200, PP 4, EP 32, +3.2
+points of error on three rows and no steady period, :mod:`sim.engine.periodic`).
 
 **PCIe and host links stay FIFO resources of capacity 1** (:class:`~sim.engine.fifo_link.
 FifoLink`; hardware.md §6), as the CPUs: a transfer holds every FIFO link of its route for its
@@ -244,6 +255,11 @@ class Links:
         for _, _, request, issued in batch:
             issued.succeed(request())
 
+    def _lanes(self, shared: tuple[str, ...]) -> list[FifoLink]:
+        """The point-to-point lanes of the shared links ``shared``: FIFO resources that order
+        the sends and copies crossing each link among themselves (module doc)."""
+        return [self.resource(f"p2p|{n}") for n in shared]
+
     def _path(self, src: str, dst: str) -> tuple:
         """``(route, link names, FIFO resources, shared names)`` of ``src -> dst`` (both in
         name order, :meth:`split`), cached."""
@@ -291,8 +307,8 @@ class Links:
         if dur is None:  # the same sends recur every micro-batch: computed once each
             ranks = self.p2p_ranks if key[4] else 2
             dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3], ranks)
-        if shared:  # a flow of the pair's communicator (module doc)
-            reqs = _request([self.token(("p2p", src, dst)), *fifo])
+        if shared:  # a flow of the pipeline's communicator, FIFO per link (module doc)
+            reqs = _request([*self._lanes(shared), *fifo])
             for _, req in reqs:
                 yield req
             start = self.env.now
