@@ -72,8 +72,10 @@ def test_fifo_link_serves_in_request_order():
     assert grants == [(0, 0), (2, 1), (4, 2)]
 
 
-R1 = Link("r1", "gpu0", "sw1", 1e9, 0.0, kind="nvswitch")
-R2 = Link("r2", "gpu1", "sw2", 1e9, 0.0, kind="nvswitch")
+# FIFO links (PCIe): the order of grants below is what FIFO links keep; network and NVLink
+# links are shared between communicators instead (tests/test_fair_share.py)
+R1 = Link("r1", "gpu0", "sw1", 1e9, 0.0, kind="pcie")
+R2 = Link("r2", "gpu1", "sw2", 1e9, 0.0, kind="pcie")
 
 
 def _timeline(jobs: list[tuple]) -> dict[str, tuple[float, float]]:
@@ -85,7 +87,7 @@ def _timeline(jobs: list[tuple]) -> dict[str, tuple[float, float]]:
 
     def job(name, at_s, held, dur_s, order):
         yield env.timeout(at_s)
-        start = yield from links.hold(held, dur_s, order=order)
+        start = yield from links.hold(held, dur_s, comm=name, order=order)
         ends[name] = (start, env.now)
 
     for name, at_s, held, dur_s, order in jobs:
@@ -129,7 +131,7 @@ def test_point_to_point_transfer_queues_before_a_collective_of_its_instant():
     0 s goes first (sends queue at once, collectives at the instant's end): send 0-1 s, then
     the collective 1-3 s (its 2e9 bytes at 1 GB/s would be 0-2 s as issued)."""
     env = simpy.Environment()
-    link = Link("gpu0->gpu1", "gpu0", "gpu1", 1e9, 0.0, kind="nvlink")
+    link = Link("gpu0->gpu1", "gpu0", "gpu1", 1e9, 0.0, kind="pcie")  # FIFO
 
     class Topo:  # the one route the send asks for
         links = (link,)
@@ -143,7 +145,7 @@ def test_point_to_point_transfer_queues_before_a_collective_of_its_instant():
     ends = {}
 
     def coll():
-        start = yield from links.hold(topo.links, 2.0)
+        start = yield from links.hold(topo.links, 2.0, comm="c")
         ends["coll"] = (start, env.now)
 
     def send():

@@ -34,7 +34,7 @@ def test_channel_count_and_peer_rate_by_hand():
 def _send_s(overlay: str, src: str, dst: str, nbytes: float, ranks: int = 2) -> float:
     topo = load_hardware(with_overlays("2x-dgx-b200", overlay), file="<test>")
     links = Links(simpy.Environment(), topo, [])
-    route, _, _ = links._path(src, dst)
+    route = links._path(src, dst)[0]
     return links.duration_s(src, dst, route, nbytes, True, ranks)
 
 

@@ -25,12 +25,12 @@ def _run(bulk_s: float, send_at: float, send_s: float, link: Link, early=((), 0.
     out = {}
 
     def coll():
-        yield from links.hold((NIC, NVL), bulk_s, bulk=True, early=early)
+        yield from links.hold((NIC, NVL), bulk_s, comm="dp", early=early)
         out["coll"] = env.now
 
     def other():
         yield env.timeout(send_at)
-        out["start"] = yield from links.hold((link,), send_s)
+        out["start"] = yield from links.hold((link,), send_s, comm="pp")
         out["end"] = env.now
 
     env.process(coll())
@@ -79,24 +79,24 @@ def test_hierarchical_collective_local_links_and_phases():
 
 
 def test_network_link_of_a_waiting_collective_is_free_to_pass():
-    """A collective over two NICs, issued at 0 s while NIC 2 is busy until 2 s, holds NIC 1
-    from 0 s (queued on both at once) but moves nothing until it starts: a 1 s send over
-    NIC 1 at 0.5 s passes at the full rate, 0.5-1.5 s, and the 1 s collective runs 2-3 s,
-    not later (sharing counts only while it runs, sim.engine.links.Bulk)."""
+    """A collective over two NICs, issued at 0 s while its communicator's previous one holds
+    NIC 2 until 2 s, waits for it (FIFO within a communicator, NVIDIA/nccl#574) and moves
+    nothing meanwhile: a 1 s send over NIC 1 at 0.5 s passes at the full rate, 0.5-1.5 s,
+    and the 1 s collective runs 2-3 s, not later (sharing counts only while it runs)."""
     env = simpy.Environment()
     links = Links(env, None, [])  # type: ignore[arg-type]
     nic2 = Link("gpu1->leaf", "gpu1", "leaf", 50e9, 0.0, kind="network")
     out = {}
 
     def busy():
-        yield from links.hold((nic2,), 2.0)
+        yield from links.hold((nic2,), 2.0, comm="dp")
 
     def coll():
-        out["coll"] = (yield from links.hold((NIC, nic2), 1.0, bulk=True)), env.now
+        out["coll"] = (yield from links.hold((NIC, nic2), 1.0, comm="dp")), env.now
 
     def send():
         yield env.timeout(0.5)
-        out["send"] = (yield from links.hold((NIC,), 1.0)), env.now
+        out["send"] = (yield from links.hold((NIC,), 1.0, comm="pp")), env.now
 
     for proc in (busy, coll, send):
         env.process(proc())

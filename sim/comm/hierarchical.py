@@ -166,6 +166,8 @@ class CollectivePlan:
         cta_info: ``nccl_info`` for counting the thread blocks NCCL launches (:meth:`ctas`),
             also where a preset leaves the compute capability unset to time collectives by
             their links (the GPU's model's, :func:`sim.comm.nccl_ctas.capability`).
+        members: the communicator's GPUs, in rank order (with a group kind, the key of its
+            communicator: :mod:`sim.engine.links`).
     """
 
     flat: Rings
@@ -179,6 +181,7 @@ class CollectivePlan:
     tables: tuple[CollectiveTable, ...] = ()
     nic_Bps: float = 0.0
     cta_info: tuple[float, str, bool] | None = None
+    members: tuple[str, ...] = ()
     _times: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
@@ -360,7 +363,7 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
         return CollectivePlan(
             flat, links=_links(every), names=_names(every), ranks=n, servers=servers,
             nccl_info=view, tables=tables, nic_Bps=nic,
-            cta_info=nccl_view(topology, gpus, local_routes, by_model=True),
+            cta_info=nccl_view(topology, gpus, local_routes, by_model=True), members=gpus,
         )  # fmt: skip
     members = [tuple(by_server[k]) for k in sorted(by_server)]
     local = tuple(ring_set(topology, m) for m in members)
@@ -371,7 +374,7 @@ def collective_plan(topology: Topology, gpus: tuple[str, ...]) -> CollectivePlan
     nic = _nic_Bps([rt for rings in rails for r in rings for rt in r.routes])
     ctas = nccl_view(topology, gpus, local_routes, by_model=True)
     return CollectivePlan(
-        (), local, rails, _links(every), _names(every), n, servers, view, tables, nic, ctas
+        (), local, rails, _links(every), _names(every), n, servers, view, tables, nic, ctas, gpus
     )
 
 

@@ -21,8 +21,7 @@ from collections.abc import Iterator
 import simpy
 
 from sim.comm.hierarchical import CollectivePlan
-from sim.engine.fifo_link import Bulk
-from sim.engine.links import DENSE, Links
+from sim.engine.links import DENSE, Links, Ticket
 from sim.engine.sm_share import SmShare
 from sim.events import Event, Stream
 from sim.hardware.parts import Link
@@ -111,21 +110,22 @@ def reduce_buckets(
         if ready(first) > env.now:
             yield env.timeout(ready(first) - env.now)
         hold = plan.links if held is None else held
-        rec = Bulk()  # shared on the network with other traffic (sim.engine.links)
-        reqs = yield from links.acquire(hold, rec, order)
+        comm = ("dp" if order == DENSE else "edp", plan.members)  # expert: its own group
+        ticket = yield from links.take(comm, hold, order)
         begin = env.now
         # buckets first..last back to back as each becomes ready (equal sizes but the
         # last bucket, which is alone): end_k = max(end_k-1, ready_k) + cost_k, solved
         cost = last_s if last == n - 1 else full_s
-        rec.end_s = max(begin + (last - first + 1) * cost, ready(last) + cost)
-        local = tuple(lk for lk in plan.local_links() if lk in hold)
-        busy = sum(plan.local_s(sizes[k], kind) for k in range(first, last + 1))
+        count = last - first + 1
+        end_s = max(begin + count * cost, ready(last) + cost)  # uncontended
         gpus, ctas = [rep.gpu for rep, _ in members], 0.0
-        if share is not None and rec.end_s > begin:
-            kernel_s = (last - first + 1) * cost
-            ctas = plan.ctas(sizes[first], kind) * min(1.0, kernel_s / (rec.end_s - begin))
+        if share is not None and end_s > begin:
+            ctas = plan.ctas(sizes[first], kind) * min(1.0, count * cost / (end_s - begin))
             share.change(gpus, ctas)
-        yield from links.wait_bulk(reqs, rec, (local, busy))
+        local = tuple(lk for lk in plan.local_links() if lk in hold)
+        yield from _run_held(env, links, ticket, (plan, kind, local), sizes[first : last + 1],
+                             ready(last))  # fmt: skip
+        links.give(ticket)
         if share is not None and ctas:
             share.change(gpus, -ctas)
         label = f"b{first}" if first == last else f"b{first}-{last}"
@@ -145,3 +145,20 @@ def reduce_buckets(
                 )
             )
     done.succeed()
+
+
+def _run_held(env: simpy.Environment, links: Links, ticket: Ticket, how: tuple,
+              sizes: list[float], ready_s: float) -> Iterator[simpy.Event]:  # fmt: skip
+    """Process: buckets of ``sizes`` bytes on ``ticket`` back to back (:meth:`Links.run
+    <sim.engine.links.Links.run>`: shared with other communicators), the last not before
+    ``ready_s`` (when it is computed); ``how``: ``(plan, kind, local links)``, the local links
+    given back after the buckets' local phases (:meth:`~sim.comm.hierarchical.
+    CollectivePlan.local_s`)."""
+    plan, kind, local = how
+    cost_s = [plan.time_s(b, kind) for b in sizes]
+    busy_s = [plan.local_s(b, kind) for b in sizes]
+    if len(sizes) > 1:
+        yield from links.run(ticket, sum(cost_s[:-1]), (local, sum(busy_s[:-1])))
+    if ready_s > env.now:
+        yield env.timeout(ready_s - env.now)
+    yield from links.run(ticket, cost_s[-1], (local, busy_s[-1]))

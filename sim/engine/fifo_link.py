@@ -1,17 +1,16 @@
-"""One link as a SimPy resource: a FIFO of capacity 1, the data-parallel hold others share on
-it, and the event that runs at the end of an instant.
+"""One link as a SimPy resource: a FIFO of capacity 1, and the event that runs at the end of
+an instant.
 
-:class:`FifoLink` is the resource every directed link (and CPU) of :class:`~sim.engine.links.
-Links` is: it schedules exactly what ``simpy.Resource(env, 1)`` schedules. :class:`Bulk` is a
-data-parallel collective's hold that other traffic passes through on network and NVLink links
-(processor sharing, :mod:`sim.engine.links`). :class:`EndOfInstant` is processed after every
+:class:`FifoLink` is the resource every FIFO link (PCIe, host; and CPU) and every
+communicator's token of :class:`~sim.engine.links.Links` is: it schedules exactly what
+``simpy.Resource(env, 1)`` schedules (shared links are :mod:`sim.engine.fair_share`'s).
+:class:`EndOfInstant` is processed after every
 other event of its instant (priority :data:`LATE`): :class:`~sim.engine.links.Links` queues
 the collectives issued at one instant there, in their ranks' order.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from typing import cast
@@ -23,29 +22,6 @@ LATE = 2
 """SimPy priority of the event that queues an instant's collectives: after ``URGENT`` (0) and
 ``NORMAL`` (1), so after every other event of the instant (``simpy/core.py``: the event queue
 is ordered by time, then priority)."""
-
-
-class Bulk:
-    """A data-parallel collective's hold that other traffic shares on network and NVLink links
-    (:data:`sim.engine.links.SHARED_KINDS`, :mod:`sim.engine.links`): ``end_s`` when it ends
-    (moved later by what passes through; ``-inf`` until it holds all its links: a transfer
-    passing through meanwhile shares nothing, an assumption: what overlaps the collective's
-    start is not counted), ``open`` while it holds any."""
-
-    __slots__ = ("end_s", "open")
-
-    def __init__(self, end_s: float = -math.inf):
-        self.end_s = end_s
-        self.open = True
-
-    def share(self, now_s: float, duration_s: float) -> float:
-        """Seconds a transfer of ``duration_s`` that starts at ``now_s`` and passes through
-        is longer, ``min(d, r)``; the hold ends that much later."""
-        if not self.open or self.end_s <= now_s:
-            return 0.0
-        extra = min(duration_s, self.end_s - now_s)
-        self.end_s += extra
-        return extra
 
 
 class FifoLink:
@@ -64,24 +40,19 @@ class FifoLink:
         env: the simulation environment.
     """
 
-    __slots__ = ("env", "user", "waiting", "bulk", "name", "_marks", "_granter")
+    __slots__ = ("env", "user", "waiting", "name", "_granter")
 
     def __init__(self, env: simpy.Environment, name: str = ""):
         self.env = env
         self.name = name
         self.user: simpy.Event | None = None
         self.waiting: deque[simpy.Event] = deque()
-        self.bulk: Bulk | None = None  # a shared link held by a data-parallel collective
-        self._marks: dict[simpy.Event, Bulk] = {}
         self._granter = self._grant  # bound once: every release's callback
 
-    def request(self, bulk: Bulk | None = None) -> simpy.Event:
+    def request(self) -> simpy.Event:
         """An event that succeeds when the resource is granted (now, if it is free and no
-        request waits); with ``bulk`` (a data-parallel collective's), :attr:`bulk` is that from
-        the grant, so that others pass through at once (:class:`~sim.engine.links.Links`)."""
+        request waits)."""
         req = simpy.Event(self.env)
-        if bulk is not None:
-            self._marks[req] = bulk
         self.waiting.append(req)
         self._grant()
         return req
@@ -100,8 +71,6 @@ class FifoLink:
     def _grant(self, _: object = None) -> None:
         if self.user is None and self.waiting:
             user = self.user = self.waiting.popleft()
-            if self._marks:
-                self.bulk = self._marks.pop(user, self.bulk)
             user._ok, user._value = True, None  # user.succeed(), inline (it waited untriggered)
             self.env.schedule(user)
 

@@ -180,20 +180,19 @@ class GroupCollectives:
         return g
 
     def _op(self, g: _Group, op: GroupOp) -> tuple:
-        """``(links, their FIFO resources, seconds, exposed seconds, bytes g's rank sends)``
+        """``(op, links, seconds, exposed seconds, bytes g's rank sends)``
         of ``op`` on ``g`` (:func:`op_cost`), memoised by the op object (kept alive with it)."""
         hit = g.ops.get(id(op))
         if hit is None or hit[0] is not op:
             links, dur, exposed = self._cost(g.gpus, op)
-            fifo = self.links.fifo(links)
-            hit = g.ops[id(op)] = (op, links, fifo, dur, exposed, op.total_bytes(g.rank))
+            hit = g.ops[id(op)] = (op, links, dur, exposed, op.total_bytes(g.rank))
         return hit
 
     def op_seconds(self, rep: StageReplica, op: GroupOp) -> float:
         """Uncontended seconds ``rep`` waits for ``op`` on its group (all repetitions)."""
         if self._sizes[op.group] < 2:
             return 0.0
-        return op.count * self._op(self._group(rep, op.group), op)[4]
+        return op.count * self._op(self._group(rep, op.group), op)[3]
 
     def join(self, rep: StageReplica, label: str, ops: tuple[GroupOp, ...], tags: dict):
         """Process: run ``ops`` (context-parallel first, then expert-parallel) with the other
@@ -222,7 +221,7 @@ class GroupCollectives:
                     f"{group} {op.kind} {label}",
                     start if i == 0 else begin,
                     end,
-                    nbytes=self._op(g, op)[5],
+                    nbytes=self._op(g, op)[4],
                     **tags,
                 )
             )
@@ -234,12 +233,13 @@ class GroupCollectives:
         g = self._group(rep, group)
         spans = []
         for op in ops:
-            _, _, fifo, dur, exposed, _ = self._op(g, op)
+            _, links, dur, exposed, _ = self._op(g, op)
+            comm = (group, g.gpus)
             if exposed >= dur:
-                begin = yield from self.links.hold_fifo(fifo, op.count * dur)
+                begin = yield from self.links.hold(links, op.count * dur, comm=comm)
                 spans.append((op, begin, self.env.now))
                 continue
             hidden = op.count * (dur - exposed)  # ran under the attention, before now
-            begin = yield from self.links.hold_fifo(fifo, op.count * exposed)
+            begin = yield from self.links.hold(links, op.count * exposed, comm=comm)
             spans.append((op, begin - hidden, self.env.now))
         done.succeed(spans)

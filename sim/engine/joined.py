@@ -85,5 +85,6 @@ class JoinedCollectives:
         (:meth:`sim.engine.links.Links.hold`); then ``done`` succeeds."""
         held = self.held(plan)
         early = tuple(lk for lk in plan.local_links() if lk in held), plan.local_s(nbytes, kind)
-        yield from self.links.hold(held, plan.time_s(nbytes, kind), bulk=True, early=early)
+        comm = ("dp", plan.members)
+        yield from self.links.hold(held, plan.time_s(nbytes, kind), comm=comm, early=early)
         done.succeed()

@@ -1,25 +1,61 @@
-"""The links of the server as SimPy resources, and transfers over them.
+"""The links of the server, and the operations and transfers over them.
 
-Every directed link is a FIFO resource of capacity 1 (hardware.md §6: each link is a shared
-resource): a transfer holds every link of its route for :func:`~sim.hardware.topology.
-transfer_time_s` (latencies plus bytes over the bottleneck), so two transfers crossing one link
-take longer than one.
+**Network and NVLink links are shared between NCCL communicators, FIFO within one**
+(:data:`SHARED_KINDS`; ``measurements/engine/link_sharing.md``). An operation (a collective,
+a send) belongs to one communicator: a group kind and its members (``("tp", gpus)``,
+``("dp", gpus)``, ``("ep", gpus)``, the pipeline's sends, ...). NCCL serialises the
+operations of one communicator (NVIDIA/nccl#574: "NCCL collective operations on a given
+communicator are always serialized"; #1262), so each communicator has a FIFO token
+(:meth:`Links.token`) its operations hold one after another. Operations of different
+communicators on one link progress together, each slower (NVIDIA/nccl#204: two broadcasts of
+two communicators at half the rate each; meta-pytorch/torchrec#4251: process groups "compete
+for NVLink bandwidth"; fair congestion control, CASSINI NSDI'24, MLTCP): every operation is a
+flow whose work is its uncontended duration (latencies and bytes over its bottleneck, the
+plan's :meth:`~sim.comm.hierarchical.CollectivePlan.time_s`, :meth:`Links.duration_s`) and
+whose rate is its max-min fair share of its links (:mod:`sim.engine.fair_share`, recomputed
+at each flow's start and end). Equal shares per link are an **assumption** (NCCL's channels
+per communicator are not modelled). Two equal operations of two communicators on one link both
+end at 2T (FIFO: T and 2T); both disciplines are work conserving. What changes most is a
+collective over many replicas' links: under FIFO it started when all were free at once, so it
+waited for the latest of the other groups' operations on any of them, which made the full
+simulation of alike replicas slower than the mirrored one (:mod:`sim.engine.symmetry`;
+Llama-3.1-8B TP 2 + FSDP2: +9 % at 16 H100, +41 % at 64); shared, it progresses on all of
+them at its bottleneck share, and the two agree (``tests/test_fair_share.py``). The former
+rule for a data-parallel collective (other traffic passed through its hold at half rate,
+``d + min(d, r)``) is the two-flow, one-link case (``tests/test_shared_links.py``); its checks
+(Llama-3.1-405B on 128 B200 with the parameter all-gather under the forward or beside the
+step equally fast; Llama-3 70B on 32 GB300 whose gradient sends waited for whole buckets under
+FIFO) are kept. A hierarchical collective gives its server-local links back after its local
+phases' work (``early``, :meth:`~sim.comm.hierarchical.CollectivePlan.local_s`).
 
-**A transfer over several links queues on all of them at once, when it is issued**, and starts
-when it holds them all: FIFO by issue time on each link. NCCL runs a collective as one kernel
-whose thread blocks each drive one channel (a ring over one NVLink set or NIC, a rail), all
-launched together (NVIDIA/nccl ``src/enqueue.cc``@5067397, l. 812: the task's channels
-``channelLo..channelHi`` join the plan's mask; l. 1756-1758: ``grid = {nChannels}``, one
-launch): a collective occupies its rails at once, not one after another. Acquiring the links in
-name order, each once the one before was granted, let later, narrower transfers overtake a wide
-one on the links it had not reached yet: a data-parallel all-gather over 8 rails waited for one
-expert-parallel bucket per rail in turn, not for the longest (issue 26: GPT-OSS 120B on 64
-B200, 16.4 ms of 19 ms per bucket pair, a 0.78 s stall at the first forward). Queued at once,
-two transfers never deadlock (every link's queue is in the one order of issue, so the earliest
-waiting transfer only waits for transfers that hold their links).
+**Sends and copies are flows of the pipeline's communicator, FIFO among themselves on each
+link.** A stage-boundary send shares a network or NVLink link with the collectives of other
+communicators, as above; the sends run on one communicator, the pipeline-parallel group
+(Megatron-LM: ``torch.distributed.send(..., group=get_pipeline_model_parallel_group())``,
+``batch_isend_irecv`` on that group), so two sends crossing one link go one after another (a
+FIFO lane per link, :meth:`Links._lanes`), and sends over disjoint routes run at once, as the
+engine had them (**assumption**: FIFO per link rather than per rank or shared; no source
+measured a rank's two sends to two peers on one NIC. Shared, one rank's sends to its next and
+previous stage slowed each other: Megatron-Bridge Qwen3-235B on 256 B200, PP 4, EP 32, +3.2
+points of error on three rows and no steady period, :mod:`sim.engine.periodic`).
+
+**PCIe and host links stay FIFO resources of capacity 1** (:class:`~sim.engine.fifo_link.
+FifoLink`; hardware.md §6), as the CPUs: a transfer holds every FIFO link of its route for its
+duration. NVIDIA/nccl#204's two broadcasts shared a PCIe switch, but PCIe's duplex
+interference (H2D measured while D2H runs drops to 11-16 of 24-26 GB/s on RTX 4090 boxes,
+NVIDIA/nvbandwidth#15) is a separate open item, so PCIe keeps FIFO.
+
+**An operation queues on its communicator's token and all its FIFO links at once, when it is
+issued**, and starts when it holds them all: FIFO by issue time on each. NCCL runs a collective
+as one kernel whose thread blocks each drive one channel (a ring over one NVLink set or NIC, a
+rail), all launched together (NVIDIA/nccl ``src/enqueue.cc``@5067397, l. 812: the task's
+channels ``channelLo..channelHi`` join the plan's mask; l. 1756-1758: ``grid = {nChannels}``,
+one launch): a collective occupies its rails at once, not one after another (on FIFO links:
+a wide one is not overtaken rail by rail, issue 26). Queued at once, two operations never
+deadlock (every queue is in the one order of issue).
 
 **Collectives issued at one instant queue in their ranks' order.** A collective (:meth:`Links.
-acquire`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (an
+take`, :meth:`Links.hold`) joins the queues at the end of the instant it is issued (an
 :class:`~sim.engine.fifo_link.EndOfInstant` event, after every other event of the instant), the
 collectives of one instant by ``order`` (:data:`DENSE` before :data:`EXPERT`: Megatron-Core starts the dense
 bucket groups' collectives before the expert-parallel ones, ``distributed_data_parallel.py``@
@@ -41,54 +77,11 @@ collectives) moves at NCCL's achieved rate (:meth:`~sim.hardware.parts.Link.rate
 25 GB/s per NVLink, NCCL ``src/graph/topo.h``: NCCL's SM copies move 128-byte payloads, copy
 engines 256, NVIDIA/nccl-tests#149); raw copies (swaps, chunk fetches, write-backs, step copies:
 ``cudaMemcpy`` on copy engines) keep the link's raw ``bandwidth_Bps``.
-
-FIFO, not shared bandwidth (issue 12: "choose by what measurements show"): the measurements at
-hand do not separate the two. Links are per direction, and NVLink's bidirectional rate is
-twice the unidirectional one (H100: 740-773 vs 371-377 GB/s, NVIDIA/nccl#1264, hardware.md §4),
-which both models give; in every configuration of Galvatron's nccl-tests files each link
-direction carries at most one flow of the model, so the files cannot tell the disciplines apart
-(their p2p decline with more concurrent pairs, 164 -> 139 -> 109 GB/s, is not link sharing:
-no link is shared by two pairs there; see ``benchmarks/accuracy/accuracy_comm.py``). Both disciplines are
-work conserving, so a set of transfers crossing one link ends at the same time either way (two
-equal copies: 2T); they differ only in which copy finishes first (FIFO: T and 2T; shared: 2T and
-2T). FIFO is what one CUDA stream or one NCCL communicator does with its own operations, so it is
-kept. Not modelled: the duplex interference of PCIe (H2D measured while D2H runs drops to 11-16
-of 24-26 GB/s on RTX 4090 boxes, NVIDIA/nvbandwidth#15).
-
-**A network link is shared with a data-parallel collective.** FIFO is what one NCCL
-communicator does with its own operations; the data-parallel gradient reduction and parameter
-all-gather run on their own communicator and stream (Megatron-Core's ``overlap_grad_reduce`` /
-``overlap_param_gather``, the distributed optimizer) beside the pipeline's sends and the
-context- and expert-parallel exchanges, each with its own queue pairs on the NIC, which the
-NIC serves side by side. So a hold of a data-parallel collective (``bulk``: :meth:`Links.hold`,
-:class:`~sim.engine.fifo_link.Bulk`) does not make other traffic wait on its network links: a
-transfer or exchange of ``d`` seconds that meets one there passes through at half the rate while the collective
-still runs (processor sharing of the two flows): it takes ``d + min(d, r)`` and the
-collective, with ``r`` seconds left, ends ``min(d, r)`` later (work conserving). Collectives
-among themselves, and everything on PCIe and host links, keep the FIFO discipline. The
-measured Megatron-Bridge runs of Llama-3.1-405B on 128 B200 (release 25.09 with the parameter
-all-gather under the forward, 25.11 with it beside the optimizer step) are equally fast
-(6.17-6.59 s), which FIFO on the NICs did not reproduce (+34/+43 %): a check, not a fit.
-
-**So is an NVLink** (:data:`SHARED_KINDS`). The two NCCL communicators are the same on NVLink:
-Megatron-Core issues a bucket's reduce-scatter or all-reduce with ``async_op`` on the
-data-parallel (distributed-optimizer instance) group (NVIDIA/Megatron-LM@d98e8a6
-``megatron/core/distributed/param_and_grad_buffer.py`` 600-735, ``start_grad_sync``; the
-all-gather likewise, ``start_param_sync`` 383-530), whose NCCL kernel runs on that
-communicator's stream beside the pipeline group's send kernel; both move their data through
-the GPU's NVLinks at once, neither waits for the other to end. Processor sharing as on a NIC
-(assumption: equal shares of the link between the two flows; NCCL's channels per communicator
-are not modelled). FIFO here made a stage's gradient send wait for a whole bucket's
-reduce-scatter when data parallelism and the pipeline share one NVLink domain (GB200/GB300
-NVL72; a DGX's pipeline inside the server): Megatron-Bridge's Llama-3 70B on 32 GB300 (pp 2,
-vp 20, dp 16, two micro-batches per pipeline) waited ~9 ms per backward pair for a 3.4 GB
-bucket, 1.060 and 1.071 s against 0.85 and 0.95 measured (FP8 current scaling, MXFP8); shared,
-0.936 and 0.947 s: a check, not a fit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from functools import partial
 
 import simpy
@@ -96,7 +89,8 @@ import simpy
 from sim.comm.nccl import NET, NVLINK, PCI, p2p_time_s
 from sim.comm.p2p_net import group_channels_per_peer, peer_rate_Bps
 from sim.comm.rings import PEER_KINDS
-from sim.engine.fifo_link import LATE, Bulk, EndOfInstant, FifoLink
+from sim.engine.fair_share import FairShare
+from sim.engine.fifo_link import LATE, EndOfInstant, FifoLink
 from sim.events import COLLECTIVE_KINDS, Event, EventKind
 from sim.hardware.fabric import NETWORK
 from sim.hardware.parts import Link
@@ -104,20 +98,32 @@ from sim.hardware.topology import Topology
 from sim.hardware.transfer import transfer_time_s
 
 SHARED_KINDS = frozenset({NETWORK, *PEER_KINDS})
-"""Link kinds a data-parallel collective shares with other traffic (module doc): the network and
-NVLink (``nvlink``, ``nvswitch``); PCIe and host links stay FIFO."""
+"""Link kinds whose bandwidth the communicators share (module doc): the network and NVLink
+(``nvlink``, ``nvswitch``); PCIe and host links stay FIFO."""
 NCCL_KINDS = frozenset({EventKind.TRANSFER, *COLLECTIVE_KINDS})
 """Event kinds NCCL carries (torch.distributed send/recv and collectives on the NCCL backend):
 they move at NCCL's rate of each link; every other transfer is a raw copy."""
 
-__all__ = [  # Bulk, FifoLink and LATE live in sim.engine.fifo_link, importable from here too
-    "DENSE", "EXPERT", "LATE", "NCCL_KINDS", "SHARED_KINDS", "Bulk", "FifoLink", "Links",
+__all__ = [  # FifoLink and LATE live in sim.engine.fifo_link, importable from here too
+    "DENSE", "EXPERT", "LATE", "NCCL_KINDS", "SHARED_KINDS", "FifoLink", "Links", "Ticket",
 ]  # fmt: skip
 
 DENSE = 0
 """``order`` of a collective of every replica (and of any other but :data:`EXPERT`)."""
 EXPERT = 1
 """``order`` of an expert-data-parallel collective: after the dense one of its instant."""
+
+
+class Ticket:
+    """What an operation of a communicator holds once :meth:`Links.take` granted it: the
+    grants (``(resource, request)``: the communicator's token first, then the FIFO links)
+    and the names of its shared links (sorted)."""
+
+    __slots__ = ("grants", "shared")
+
+    def __init__(self, grants: list, shared: tuple[str, ...]):
+        self.grants = grants
+        self.shared = shared
 
 
 class Links:
@@ -127,6 +133,7 @@ class Links:
         env: the simulation environment.
         topology: the server.
         events: the log's event list; every transfer appends its :class:`Event` when it ends.
+        p2p_ranks: ranks of the NCCL communicator the stage sends run on (below).
     """
 
     def __init__(
@@ -139,10 +146,13 @@ class Links:
         """Ranks of the NCCL communicator the stage sends (``TRANSFER``) run on: 2 for lone
         sends, the pipeline group's for batched ones (:func:`sim.comm.p2p_net.
         group_channels_per_peer`)."""
+        self.share = FairShare(env)
         self._res: dict[str, FifoLink] = {}
+        self._comms: dict[Hashable, FifoLink] = {}
+        self._split: dict[tuple[str, ...], tuple[list[FifoLink], tuple[str, ...]]] = {}
         self._paths: dict[tuple[str, str], tuple] = {}
         self._durations: dict[tuple[str, str, float, bool, bool], float] = {}
-        self._issued: list[tuple[int, int, Callable[[], tuple], simpy.Event]] = []
+        self._issued: list[tuple[int, int, Callable[[], list], simpy.Event]] = []
         self._issues = 0
 
     def resource(self, name: str) -> FifoLink:
@@ -152,31 +162,84 @@ class Links:
             res = self._res[name] = FifoLink(self.env, name)
         return res
 
-    def acquire(self, links: Iterable[Link], bulk: Bulk | None = None, order: int = DENSE):
-        """Process: queue on every one of ``links`` at the end of this instant (by ``order``,
-        module doc) and wait for all; returns the grants (give them to :meth:`release`). With
-        ``bulk`` (a data-parallel collective) its network and NVLink links (:data:`SHARED_KINDS`)
-        carry it once granted, for others to share (module doc)."""
-        ordered = sorted({lk.name: lk for lk in links}.values(), key=lambda x: x.name)
-        resources = [self.resource(lk.name) for lk in ordered]
-        marks = [bulk if lk.kind in SHARED_KINDS else None for lk in ordered]
-        reqs, _ = yield self._issue(order, partial(_request, resources, False, marks))
-        for _, req in reqs:
+    def token(self, comm: Hashable) -> FifoLink:
+        """The FIFO token of communicator ``comm`` (group kind and members, module doc): its
+        operations hold it one after another."""
+        res = self._comms.get(comm)
+        if res is None:
+            res = self._comms[comm] = FifoLink(self.env, str(comm))
+        return res
+
+    def split(self, links: Iterable[Link]) -> tuple[list[FifoLink], tuple[str, ...]]:
+        """``(FIFO resources, shared link names)`` of ``links``, each in name order: PCIe and
+        host links are FIFO, :data:`SHARED_KINDS` shared (memoised by the names)."""
+        by_name = {lk.name: lk for lk in links}
+        key = tuple(sorted(by_name))
+        hit = self._split.get(key)
+        if hit is None:
+            fifo = [self.resource(n) for n in key if by_name[n].kind not in SHARED_KINDS]
+            shared = tuple(n for n in key if by_name[n].kind in SHARED_KINDS)
+            hit = self._split[key] = (fifo, shared)
+        return hit
+
+    def take(self, comm: Hashable, links: Iterable[Link], order: int = DENSE):
+        """Process: queue, at the end of this instant (by ``order``, module doc), on
+        ``comm``'s token and on the FIFO ones of ``links`` at once, and wait for all; returns
+        the :class:`Ticket` (run on it with :meth:`run`, give it back with :meth:`give`)."""
+        fifo, shared = self.split(links)
+        resources = [self.token(comm), *fifo]
+        grants = yield self._issue(order, partial(_request, resources))
+        for _, req in grants:
             yield req
-        return reqs
+        return Ticket(grants, shared)
+
+    def run(self, ticket: Ticket, work_s: float, early: tuple[tuple[Link, ...], float] = ((), 0.0)):
+        """Process: move ``work_s`` seconds of work (at the full rate) over ``ticket``'s links,
+        sharing its shared ones (:class:`~sim.engine.fair_share.FairShare`); ``early``:
+        ``(links, seconds)`` given back after that much of the work (FIFO ones after as many
+        seconds)."""
+        names = {lk.name for lk in early[0]}
+        if ticket.shared:
+            done = self.share.start(ticket.shared, work_s, (tuple(sorted(names)), early[1]))
+        else:
+            done = self.env.timeout(work_s)
+        first = [g for g in ticket.grants[1:] if g[0].name in names]
+        if first and early[1] < work_s:
+            yield self.env.timeout(early[1])
+            for res, req in first:
+                res.release(req)
+            ticket.grants = [g for g in ticket.grants if g not in first]
+        yield done
 
     @staticmethod
-    def release(reqs: list, close: bool = True) -> None:
-        """Release the grants :meth:`acquire` returned (closing a collective's shared hold;
-        ``close=False``: the hold goes on over its other links, only these are given back)."""
-        for res, req in reqs:
-            if res.bulk is not None and res.user is req:
-                if close:
-                    res.bulk.open = False
-                res.bulk = None
+    def give(ticket: Ticket) -> None:
+        """Give back what ``ticket`` holds (the communicator's token, the FIFO links)."""
+        for res, req in ticket.grants:
             res.release(req)
+        ticket.grants = []
 
-    def _issue(self, order: int, request: Callable[[], tuple]) -> simpy.Event:
+    def hold(
+        self,
+        links: Iterable[Link],
+        duration_s: float,
+        *,
+        comm: Hashable,
+        early: tuple[tuple[Link, ...], float] = ((), 0.0),
+        order: int = DENSE,
+    ):
+        """Process: one operation of communicator ``comm`` (a collective) of ``duration_s``
+        uncontended seconds over ``links``: :meth:`take`, :meth:`run`, :meth:`give` (module
+        doc); returns the time it started (when it held its token and FIFO links).
+        ``early``: ``(links, seconds)`` given back after their own seconds of work (a
+        hierarchical collective's server-local links, :meth:`sim.comm.hierarchical.
+        CollectivePlan.local_s`)."""
+        ticket = yield from self.take(comm, links, order)
+        start = self.env.now
+        yield from self.run(ticket, duration_s, early)
+        self.give(ticket)
+        return start
+
+    def _issue(self, order: int, request: Callable[[], list]) -> simpy.Event:
         """An event that succeeds, at the end of this instant, with ``request()`` (of
         :func:`_request`), called after those of the collectives of the instant with a lower
         ``order`` or issued before with the same (module doc)."""
@@ -192,85 +255,20 @@ class Links:
         for _, _, request, issued in batch:
             issued.succeed(request())
 
-    def _claim(self, resources: list[FifoLink], order: int | None = None):
-        """Process: request ``resources`` at once (now, or with ``order`` at the end of the
-        instant, :meth:`_issue`), passing through those a data-parallel collective holds
-        (module doc); returns ``(grants, the holds passed through)``."""
-        if order is None:
-            reqs, bulks = _request(resources, True)
-        else:
-            reqs, bulks = yield self._issue(order, partial(_request, resources, True))
-        for _, req in reqs:  # queued on every link at once, granted in their own time
-            yield req
-        return reqs, bulks
-
-    def _shared_s(self, bulks: list[Bulk], duration_s: float) -> float:
-        """Extra seconds of a transfer of ``duration_s`` starting now through ``bulks``."""
-        now = self.env.now
-        return max((b.share(now, duration_s) for b in {id(b): b for b in bulks}.values()),
-                   default=0.0)  # fmt: skip
-
-    def hold(
-        self,
-        links: Iterable[Link],
-        duration_s: float,
-        *,
-        bulk: bool = False,
-        early: tuple[tuple[Link, ...], float] = ((), 0.0),
-        order: int = DENSE,
-    ):
-        """Process: acquire ``links`` (a collective's: queued on all at the end of the instant,
-        by ``order``, module doc), hold them ``duration_s``, release them; returns the time the
-        hold started (when the last link was granted). ``bulk``: a
-        data-parallel collective, which others share on its network and NVLink links (it ends
-        later by what they move); else such links a collective holds are shared, not waited
-        for (module doc). ``early``: ``(links, seconds)`` of ``links`` released after their
-        own seconds of work (a hierarchical collective's server-local links,
-        :meth:`sim.comm.hierarchical.CollectivePlan.local_s`)."""
-        if not bulk:
-            return (yield from self.hold_fifo(self.fifo(links), duration_s, order))
-        rec = Bulk()
-        reqs = yield from self.acquire(links, rec, order)
-        start = self.env.now
-        rec.end_s = start + duration_s
-        yield from self.wait_bulk(reqs, rec, early)
-        return start
-
-    def fifo(self, links: Iterable[Link]) -> list[FifoLink]:
-        """The resources of ``links``, each once, in name order (as :meth:`hold` requests them;
-        a caller that holds the same links again keeps this for :meth:`hold_fifo`)."""
-        return [self.resource(n) for n in sorted({lk.name for lk in links})]
-
-    def hold_fifo(self, resources: list[FifoLink], duration_s: float, order: int = DENSE):
-        """Process: :meth:`hold` without ``bulk`` or ``early``, of the resources :meth:`fifo`
-        gave; returns the time the hold started."""
-        reqs, bulks = yield from self._claim(resources, order)
-        start = self.env.now
-        yield self.env.timeout(duration_s + self._shared_s(bulks, duration_s))
-        self.release(reqs)
-        return start
-
-    def wait_bulk(self, reqs: list, rec: Bulk, early=((), 0.0)):
-        """Process: hold the grants ``reqs`` of a data-parallel collective until ``rec``
-        ends (later by what shares it), ``early``'s links only their own seconds; then release."""
-        names = {lk.name for lk in early[0]}
-        first = [g for g in reqs if g[0].name in names]
-        rest = [g for g in reqs if g[0].name not in names]
-        if first:
-            yield self.env.timeout(min(early[1], rec.end_s - self.env.now))
-            self.release(first, close=False)
-        while self.env.now < rec.end_s:
-            yield self.env.timeout(rec.end_s - self.env.now)
-        self.release(rest)
+    def _lanes(self, shared: tuple[str, ...]) -> list[FifoLink]:
+        """The point-to-point lanes of the shared links ``shared``: FIFO resources that order
+        the sends and copies crossing each link among themselves (module doc)."""
+        return [self.resource(f"p2p|{n}") for n in shared]
 
     def _path(self, src: str, dst: str) -> tuple:
-        """``(route, link names, resources in name order)`` of ``src -> dst``, cached."""
+        """``(route, link names, FIFO resources, shared names)`` of ``src -> dst`` (both in
+        name order, :meth:`split`), cached."""
         key = (src, dst)
         path = self._paths.get(key)
         if path is None:
             route = self.topology.route(src, dst)
-            names = tuple(lk.name for lk in route)
-            path = self._paths[key] = (route, names, [self.resource(n) for n in sorted(set(names))])
+            fifo, shared = self.split(route)
+            path = self._paths[key] = (route, tuple(lk.name for lk in route), fifo, shared)
         return path
 
     def duration_s(
@@ -301,7 +299,7 @@ class Links:
         ``stream`` of ``src``; returns its start time (now, and nothing logged, when
         ``src == dst`` or ``nbytes <= 0``). A kind of :data:`NCCL_KINDS` moves at NCCL's rate
         of the route's links, any other (a swap, a fetch) at their raw rate."""
-        route, names, resources = self._path(src, dst)
+        route, names, fifo, shared = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
         key = (src, dst, nbytes, kind in NCCL_KINDS, kind == EventKind.TRANSFER)
@@ -309,38 +307,37 @@ class Links:
         if dur is None:  # the same sends recur every micro-batch: computed once each
             ranks = self.p2p_ranks if key[4] else 2
             dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3], ranks)
-        if len(resources) == 1 and resources[0].bulk is None:  # fast path: one link
-            res = resources[0]
+        if shared:  # a flow of the pipeline's communicator, FIFO per link (module doc)
+            reqs = _request([*self._lanes(shared), *fifo])
+            for _, req in reqs:
+                yield req
+            start = self.env.now
+            yield self.share.start(shared, dur)
+        elif len(fifo) == 1:  # fast path: one FIFO link
+            res = fifo[0]
             req = res.request()
             yield req
             start = self.env.now
             yield self.env.timeout(dur)
             res.release(req)
+            reqs = []
         else:
-            reqs, bulks = yield from self._claim(resources)
+            reqs = _request(fifo)
+            for _, req in reqs:
+                yield req
             start = self.env.now
-            yield self.env.timeout(dur + self._shared_s(bulks, dur))
-            self.release(reqs)
+            yield self.env.timeout(dur)
+        for res, req in reqs:
+            res.release(req)
         self.events.append(
             Event(kind, src, stream, name, start, self.env.now, nbytes=nbytes, links=names, **tags)
         )
         return start
 
 
-def _request(
-    resources: list[FifoLink], shared: bool, marks: list[Bulk | None] | None = None
-) -> tuple[list, list[Bulk]]:
-    """Request every one of ``resources`` now: ``(grants, holds passed through)``; with
-    ``shared``, a network link a data-parallel collective holds is passed through, not
-    requested (module doc); ``marks``: each request's :class:`Bulk`, if any
-    (:meth:`FifoLink.request`)."""
-    if not shared:
-        return [
-            (r, r.request(m))
-            for r, m in zip(resources, marks or [None] * len(resources), strict=True)
-        ], []
-    bulks = [r.bulk for r in resources if r.bulk is not None and r.bulk.open]
-    return [(r, r.request()) for r in resources if r.bulk is None or not r.bulk.open], bulks
+def _request(resources: list[FifoLink]) -> list[tuple[FifoLink, simpy.Event]]:
+    """Request every one of ``resources`` now (all at once, module doc): the grants."""
+    return [(r, r.request()) for r in resources]
 
 
 def _runs_nccl(topology: Topology, node: str) -> bool:

@@ -48,7 +48,6 @@ import simpy
 from sim.comm.hierarchical import CollectivePlan
 from sim.engine.buckets import buckets
 from sim.engine.collectives import Collectives
-from sim.engine.fifo_link import Bulk
 from sim.engine.inputs import SimInput
 from sim.engine.links import DENSE, EXPERT
 from sim.engine.replicas import StageReplica
@@ -261,19 +260,19 @@ class ParamGathers:
             )
 
     def _hold(self, chain: Chain, size: float, early: tuple):
-        """Process: one bucket's all-gather on ``chain``'s links (a bulk hold,
+        """Process: one bucket's all-gather on ``chain``'s links (one operation of its communicator,
         :meth:`~sim.engine.links.Links.hold`), its NCCL thread blocks counted against the
         members' compute meanwhile (:mod:`sim.engine.sm_share`); returns when it began."""
         links, plan, kind = self.coll.links, chain.plan, EventKind.ALL_GATHER
-        rec = Bulk()
-        reqs = yield from links.acquire(chain.held, rec, EXPERT if chain.label else DENSE)
+        comm = ("edp" if chain.label else "dp", plan.members)  # the buckets' (sim.engine.buckets)
+        ticket = yield from links.take(comm, chain.held, EXPERT if chain.label else DENSE)
         begin = self.env.now
-        rec.end_s = begin + plan.time_s(size, kind)
         share, gpus = self.coll.share, [m.gpu for m, _ in chain.members]
         ctas = plan.ctas(size, kind) if share is not None else 0
         if share is not None and ctas:
             share.change(gpus, ctas)
-        yield from links.wait_bulk(reqs, rec, (early, plan.local_s(size, kind)))
+        yield from links.run(ticket, plan.time_s(size, kind), (early, plan.local_s(size, kind)))
+        links.give(ticket)
         if share is not None and ctas:
             share.change(gpus, -ctas)
         return begin

@@ -54,21 +54,17 @@ and contention between the data-parallel collectives of different tensor ranks (
 rank's communicator runs on its own rail in a rail-optimised network; the engine times rank
 0's). Where a full simulation runs (up to 64 GPUs), the tests compare both: the same iteration
 time and peak memory, exactly, with data or tensor parallelism or both, interleaved stages,
-ZeRO-3 and blocking sends (``tests/test_symmetry.py``). One known difference: with both
-tensor and data parallelism *and* DDP buckets that overlap the backward, the full simulation
-is not symmetric itself. A bucket's all-reduce, queued on all its links at once, starts when
-the last replica's tensor-parallel all-reduce frees its NVSwitch port; the pipeline send each
-replica issues at that instant crosses a NIC the bucket already holds, and shares it (half
-rate, :class:`~sim.engine.fifo_link.Bulk`) only if the bucket has started by the time the
-send holds its route, which within the one instant depends on the order in which the
-replicas' events are processed: the first replicas' sends pass at the full rate, the last
-ones' share, and those drift 0.1-0.25 ms behind (2 to 4 of the 16 (replica, tensor rank)
-pairs of a stage); the simulated replica's send always shares. Full over mirrored: -0.53 %
-of the iteration on 8 DGX A100 (t 2, p 4, w 8, pipesim's buckets, the small GPT of
-``tests/test_symmetry.py``), none on 16 or 32 GPUs (+0.64 % before data-parallel
-collectives shared NVLink, +0.73 % when transfers took their links one by one in name order);
-the mirror gives the symmetric answer. Likewise an expert-parallel group whose all-to-alls
-cross the spine, beside the pipeline's sends over the same NICs: the full simulation's members join a little apart (6.4e-5 of the iteration,
+ZeRO-3 and blocking sends (``tests/test_symmetry.py``). Collectives of different communicators
+share network and NVLink links (max-min fair, :mod:`sim.engine.links`): per link the same
+flows in every replica, so the full run of alike replicas is symmetric itself. (Under FIFO
+links, with tensor and data parallelism and buckets overlapping the backward, a bucket's
+all-reduce started when the last replica's tensor-parallel all-reduce freed its port and the
+replicas' pipeline sends shared the bucket's NICs or not by the order of events in one
+instant: full over mirrored -0.53 % on 8 DGX A100, t 2, p 4, w 8, pipesim's buckets; now
+0.11525 s both. Llama-3.1-8B TP 2 + FSDP2: +9 % at 16 H100, +41 % at 64; now equal,
+``tests/test_fair_share.py``.) An expert-parallel group whose all-to-alls
+cross the spine, beside the pipeline's sends over the same NICs: the full simulation's members
+joined a little apart under FIFO links (6.4e-5 of the iteration, not re-measured since,
 DeepSeek-V3 trimmed to 16 layers under DualPipeV on 64 H100s with EP 32 over four servers,
 ``experiments/deepseek-v3-dualpipe-overlap.yaml`` at 32 micro-batches); within one server, or
 across servers without spine crossings, the mirror equals it (``tests/test_symmetry.py``).

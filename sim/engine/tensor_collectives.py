@@ -128,7 +128,9 @@ class TensorCollectives:
         for kind in dict.fromkeys(k for k, _, _ in ops):
             mine = [(nb, c) for k, nb, c in ops if k == kind]
             begin = yield from self.links.hold(
-                self.held(plan), sum(c * plan.time_s(nb, kind) for nb, c in mine)
+                self.held(plan),
+                sum(c * plan.time_s(nb, kind) for nb, c in mine),
+                comm=("tp", plan.members),
             )
             spans.append((kind, begin, self.env.now, sum(nb * c for nb, c in mine)))
         done.succeed(spans)
