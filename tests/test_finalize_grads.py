@@ -18,6 +18,7 @@ from sim.parallel.finalize_grads import tp_summed_params
 from sim.point.config import PointConfig
 from sim.point.simulate import evaluate, resolve
 from sim.trace.decoder import decoder_trace
+from sim.trace.generator import transformer_trace
 
 H100 = load_hardware("dgx-h100").gpus[0].compute
 # h = 8, 2 heads of 4, 2 KV heads, SwiGLU f = 16, V = 32, one block, Qwen3's QK-norm
@@ -38,7 +39,11 @@ def _toy_gpus() -> dict:
 
 def _finalize_events(shape, t: int, sp: bool, framework: str = "megatron-lm") -> list:
     hw = _toy_gpus()
-    trace = decoder_trace(shape, name="q", microbatch_size=1, gpu=H100)
+    trace = (
+        shape
+        if not isinstance(shape, DecoderShape)
+        else decoder_trace(shape, name="q", microbatch_size=1, gpu=H100)
+    )
     exp = parse_experiment({
         "name": "x", "hardware": hw, "models": [{"name": "m", "trace": "q"}],
         "training": {"global_batch": 2, "iterations": 2}, "framework": framework,
@@ -88,3 +93,16 @@ def test_mla_latent_norms_only_with_sequence_parallelism():
     m = DecoderShape(1, 8, 2, 4, vocab=32, ffn_hidden=16, mla=MLAShape(16, 8, 4, 2, 4))
     assert tp_summed_params("block", m, False) == 0
     assert tp_summed_params("block", m, True) == 248
+
+
+def test_gpt_trace_allreduces_its_layernorms_and_row_biases():
+    """A GPT trace (h = 64, 2 blocks, bf16) at t = 2 with sequence parallelism: per block two
+    LayerNorms (2 x 2h) and the two row-parallel biases (2h), 6h; the head's final LayerNorm
+    2h: 14h = 896 parameters, 4 B each (fp32 main gradients): 3584 B, once per step."""
+    gpt = transformer_trace(
+        "gpt", name="q", layers=2, hidden=64, heads=4, seq_len=128, vocab=256,
+        microbatch_size=1, dtype="bf16", gpu=H100,
+    )  # fmt: skip
+    events = _finalize_events(gpt, 2, True)
+    assert {e.nbytes for e in events} == {14 * 64 * 4.0} and len(events) == 2 * 2
+    assert _finalize_events(gpt, 2, False) == []

@@ -22,9 +22,17 @@ its row-parallel biases (NVIDIA/TransformerEngine@d0067d0d
 ``transformer_engine/pytorch/module/layernorm_linear.py`` l.1653-1670, ``linear.py``
 l.1866-1868), ``TENorm``'s ``RMSNorm`` / ``LayerNorm`` weights (``module/rmsnorm.py``
 l.141-142, ``module/layernorm.py`` l.138-139); Megatron's duplicated ``TELinear`` (MLA's down
-projections, ``megatron/core/extensions/transformer_engine.py`` l.1313-1316), the row-parallel
-bias (l.1998), the router's weight and bias (``megatron/core/transformer/moe/router.py``
-l.85-88): exactly the whole parameters of :mod:`sim.parallel.decoder_whole`. Without sequence
+projections, ``megatron/core/extensions/transformer_engine.py`` l.1313-1316), the router's weight and bias
+(``megatron/core/transformer/moe/router.py`` l.85-88): exactly the whole parameters of
+:mod:`sim.parallel.decoder_whole`. Without Transformer Engine (``--transformer-impl local``)
+``FusedLayerNorm`` and ``RowParallelLinear``'s bias carry it too
+(``megatron/core/fusions/fused_layer_norm.py`` l.119-120, ``tensor_parallel/layers.py``
+l.1499). GPT and BERT traces (:mod:`sim.parallel.replicated`): a block's two LayerNorms and two
+row-parallel biases (``6h``), the head's final LayerNorm (``2h``) and BERT's masked-LM head
+transform, ``dense`` and its LayerNorm (``h^2 + 3h``, ``megatron/core/models/bert/
+bert_lm_head.py`` l.31-40); not BERT's pooler, which gathers the sequence first
+(``models/bert/pooler.py`` l.44-50), nor its binary head, nor the position embedding (a plain
+``Embedding`` before the scatter to the sequence-parallel region). Without sequence
 parallelism only the QK-norms of standard attention remain (``q_layernorm`` / ``k_layernorm``
 over ``head_dim``, on each rank's own heads); MLA's latent norms are Transformer Engine's
 ``LayerNormLinear`` norm of ``linear_q_up_proj`` / ``linear_kv_up_proj``
@@ -35,14 +43,18 @@ The collective: one all-reduce per rank and optimizer step of the sum of those p
 the rank's chunks, in the ``main_grad`` dtype (fp32 with ``grad_reduce_in_fp32``), over the
 stage's tensor group (:meth:`sim.engine.step.RankStep.run`). Not modelled: a shared expert's
 ``gate_weight`` (``moe/shared_experts.py`` l.143, ``h`` per layer with
-``moe_shared_expert_gate``), GPT/BERT traces' layers (:mod:`sim.parallel.replicated`).
+``moe_shared_expert_gate``); QK-norms of GPT traces (their shape does not record them); T5.
 """
 
 from __future__ import annotations
 
 from sim.compute.decoder import ATTN, DecoderShape, mtp_inner
-from sim.compute.decoder_shape import base_kind
+from sim.compute.decoder_shape import base_kind, kind_of
+from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.decoder_whole import whole_params
+from sim.parallel.shard import ShardedTrace, model_shape
+from sim.trace.decoder import decoder_shape
+from sim.trace.schema import layer_kind
 
 
 def qk_norm_params(kind: str, m: DecoderShape) -> int:
@@ -78,12 +90,43 @@ def tp_summed_params(kind: str, m: DecoderShape, sequence_parallel: bool) -> int
     return whole_params(kind, m) if sequence_parallel else qk_norm_params(kind, m)
 
 
-def stage_tp_summed_params(
-    kinds: list[str] | tuple[str, ...], m: DecoderShape, tp: int, sequence_parallel: bool
-) -> float:
-    """Parameters of a stage of layers ``kinds`` (one tensor rank's, each whole on it) whose
-    gradients the finalize all-reduces over the ``tp`` ranks: the sum of
-    :func:`tp_summed_params`; 0 when ``tp < 2`` (l.427-428)."""
-    if tp < 2:
-        return 0.0
-    return float(sum(tp_summed_params(k, m, sequence_parallel) for k in kinds))
+def gpt_tp_summed_params(kind: str, model: str, hidden: int, sequence_parallel: bool) -> int:
+    """The same for a ``kind`` layer (``embedding``, ``block``, ``head``) of a GPT or BERT
+    trace (``model``) of hidden size ``hidden`` (module doc); 0 without sequence parallelism.
+
+    Example (h = 4: a block's ``6h``; a GPT head's final LayerNorm ``2h``; a BERT head's with
+    its masked-LM transform, ``h^2 + 5h``):
+        >>> [gpt_tp_summed_params(k, "gpt", 4, True) for k in ("embedding", "block", "head")]
+        [0, 24, 8]
+        >>> gpt_tp_summed_params("head", "bert", 4, True), gpt_tp_summed_params("block", "gpt", 4, False)
+        (36, 0)
+    """
+    h = hidden
+    if not sequence_parallel:
+        return 0
+    if kind == "block":
+        return 6 * h
+    if kind == "head":
+        return 2 * h + (h * h + 3 * h if model == "bert" else 0)
+    return 0
+
+
+def layer_tp_summed_params(sharded: ShardedTrace | DecoderShard) -> tuple[float, ...]:
+    """Per layer of ``sharded``'s trace (one tensor rank's), the parameters whose gradients
+    the finalize sums over the tensor group: :func:`tp_summed_params` for a decoder,
+    :func:`gpt_tp_summed_params` for a GPT or BERT trace, 0 for any other (T5, no shape) and
+    for every layer with one tensor rank (``finalize_model_grads.py`` l.427-428)."""
+    layers = sharded.trace.layers
+    if sharded.tensor_parallel < 2:
+        return (0.0,) * len(layers)
+    if isinstance(sharded, DecoderShard):
+        m, sp = decoder_shape(sharded.trace), sharded.layout.sp
+        kinds = sharded.trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in layers]
+        return tuple(float(tp_summed_params(k, m, sp)) for k in kinds)
+    shape = model_shape(sharded.trace)
+    if shape is None or shape["kind"] not in ("gpt", "bert"):
+        return (0.0,) * len(layers)
+    h, sp = int(shape["hidden"]), sharded.sequence_parallel
+    return tuple(
+        float(gpt_tp_summed_params(layer_kind(x.name), shape["kind"], h, sp)) for x in layers
+    )

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.compute.decoder_shape import kind_of
 from sim.compute.megatron_ops import stage_tensors
 from sim.engine.stage_cost import StageCost
 from sim.parallel.decoder_shard import DecoderShard
-from sim.parallel.finalize_grads import stage_tp_summed_params
+from sim.parallel.finalize_grads import layer_tp_summed_params
 from sim.parallel.megatron import aggregate
 from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.shard import ShardedTrace, model_shape
-from sim.trace.decoder import decoder_shape
 from sim.trace.schema import dtype_bytes, layer_kind
 from sim.trace.t5 import is_t5, stage_tensors_t5
 
@@ -27,9 +25,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
     shape = model_shape(sharded.trace)
     d = dtype_bytes(sharded.trace.dtype)
     norm_bytes = 2 * int(shape["hidden"]) * d if shape else float("inf")
-    if isinstance(sharded, DecoderShard):
-        m = decoder_shape(sharded.trace)
-        names = sharded.trace.provenance.get("layer_kinds") or [kind_of(x.name) for x in layers]
+    summed = layer_tp_summed_params(sharded)  # finalize_model_grads' tensor-group all-reduce
     out = []
     for s in range(len(boundaries)):
         lo, hi = edges[s], edges[s + 1]
@@ -45,6 +41,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
             tp_fwd=aggregate([op for c in comm for op in c.fwd]),
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
             tp_fwd_layers=tuple(tuple((op.kind, op.nbytes) for op in c.fwd) for c in comm),
+            tp_summed_params=sum(summed[lo:hi]),
         )
         if isinstance(sharded, DecoderShard):
             ops = sharded.group[lo:hi]
@@ -57,9 +54,6 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
                 fwd_syncs=sharded.fwd_syncs[lo:hi],
                 grouped_ops=sharded.grouped_ops[lo:hi],
                 attn_ops=sharded.attn_ops[lo:hi],
-                tp_summed_params=stage_tp_summed_params(
-                    names[lo:hi], m, sharded.layout.tp, sharded.layout.sp
-                ),
             )
         out.append(cost)
     return tuple(out)
