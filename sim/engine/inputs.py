@@ -106,6 +106,11 @@ class PipelineRuntime:
             ends); 0: none.
         tied_after_dp: the tied all-reduce runs after the data-parallel gradient reduction
             (else before it).
+        tp_grad_elem_bytes: bytes per element of the gradients of
+            :attr:`~sim.engine.stage_cost.StageCost.tp_summed_params`, which each rank
+            all-reduces over its tensor group once per optimizer step, after the data-parallel
+            reduction (Megatron-Core's ``finalize_model_grads``,
+            :mod:`sim.parallel.finalize_grads`; the ``main_grad`` dtype); 0: no such all-reduce.
         tied_groups: further gradients kept equal across stages, ``((stages, bytes), ...)``:
             parameters several layers of the model share whose holders sit on several ranks
             (``sim.trace.shared.place_shared``), all-reduced between those stages' GPUs at each
@@ -161,6 +166,7 @@ class PipelineRuntime:
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
+    tp_grad_elem_bytes: float = 0.0
     tied_groups: tuple[tuple[tuple[int, ...], float], ...] = ()
     step_barrier: str = "none"
     step_transient: float = 0.0
@@ -194,6 +200,8 @@ class PipelineRuntime:
             )
         if min(self.tied_grad_bytes, self.step_transient, self.overflow_check_ops) < 0:
             raise ValueError("tied_grad_bytes, step_transient and overflow_check_ops must be >= 0")
+        if self.tp_grad_elem_bytes < 0:
+            raise ValueError("tp_grad_elem_bytes must be >= 0")
         if any(len(set(st)) < 2 or size < 0 for st, size in self.tied_groups):
             raise ValueError("tied_groups: each needs two stages or more and bytes >= 0")
 

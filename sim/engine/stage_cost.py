@@ -92,6 +92,10 @@ class StageCost:
         bwd_syncs: per layer, the share of its backward issued before a host sync inside it
             (a ``moe_act`` recompute's offset copy,
             :func:`sim.parallel.layer_host.recompute_sync_share`), 0.0 for none; empty: none.
+        tp_summed_params: parameters of the stage, whole on each tensor rank, whose gradients
+            Megatron-Core's ``finalize_model_grads`` all-reduces over the tensor group at the
+            step (norms with sequence parallelism, QK-norms: :mod:`sim.parallel.finalize_grads`;
+            bytes: :attr:`~sim.engine.inputs.PipelineRuntime.tp_grad_elem_bytes` each); 0: none.
     """
 
     fwd_s: float
@@ -122,6 +126,7 @@ class StageCost:
     fwd_sync_drains: tuple[int, ...] = ()
     fwd_sync_reads: tuple[tuple[float, ...], ...] = ()
     bwd_syncs: tuple[float, ...] = ()
+    tp_summed_params: float = 0.0
 
     def drained(self, i: int) -> tuple[tuple[str, float], ...]:
         """The collectives of layer ``i``'s forward that its first host sync waits for

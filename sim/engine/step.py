@@ -7,8 +7,11 @@ runs them as one step, in the order the frameworks do:
 1. its last sends (blocking exchanges) and the memory policy's write-backs;
 2. the data-parallel gradient reduction of each chunk, in program order (the end of its
    bucketed all-reduce, or its all-reduce or reduce-scatter, and its routed experts' over
-   their group), and the tied all-reduce (``PipelineRuntime.tied_grad_bytes``) on the ranks
-   of the first and the last chunk, before or after them (``tied_after_dp``);
+   their group), then, where the framework runs it, one all-reduce over the rank's tensor
+   group of the gradients its chunks keep whole but compute from their own tokens
+   (``PipelineRuntime.tp_grad_elem_bytes``, :mod:`sim.parallel.finalize_grads`), and the tied
+   all-reduce (``PipelineRuntime.tied_grad_bytes``) on the ranks of the first and the last
+   chunk, before or after them (``tied_after_dp``);
 3. the step barrier ``before_update``, once for the rank;
 4. the update of each chunk (step copies, host step, optimizer kernel, the all-gather of
    sharded parameters, or, with ``PipelineRuntime.param_gather``, its deferral to the next
@@ -17,6 +20,7 @@ runs them as one step, in the order the frameworks do:
 
 Sources: Megatron-LM ``megatron/core/distributed/finalize_model_grads.py::
 finalize_model_grads`` (``finish_grad_sync`` of every model chunk, then
+``_allreduce_non_tensor_model_parallel_grads`` over the tensor group, then
 ``_allreduce_embedding_grads`` over the embedding group, the first and the last pipeline rank
 with ``ignore_virtual=True``), called once per rank with the list of its chunks at the end of
 ``megatron/core/pipeline_parallel/schedules.py::forward_backward_pipelining_with_interleaving``;
@@ -41,10 +45,16 @@ from sim.engine.param_gather import ParamGathers
 from sim.engine.replicas import StageReplica
 from sim.engine.step_host import shard_tensors, step_host_s
 from sim.engine.streams import ComputeStream
+from sim.engine.tensor_collectives import TensorCollectives
 from sim.engine.traffic import MemoryTraffic
 from sim.events import Event, EventKind, MemCategory, Stream
 from sim.ledger import Ledger
 from sim.schedules.action import STEP, Action, flatten
+
+FINALIZE_TP = "non-tensor-parallel-grads"
+"""Label of the tensor-group all-reduce after the data-parallel reduction (Megatron's timer
+``non-tensor-parallel-grads-all-reduce``); its event is ``tp allreduce {FINALIZE_TP} <stage>STEP<k>``
+on stream ``tp`` (:meth:`RankStep.run`)."""
 
 
 class RankStep:
@@ -71,6 +81,7 @@ class RankStep:
         self.exchanges, self.traffic, self.collectives, self.compute, self.ledger, self.hosts = (
             parts
         )
+        self.tensor: TensorCollectives = self.exchanges.tensor  # the step's tensor-group all-reduce
         self._tiny_s: float | None = None
         self.gathers = ParamGathers(env, inp, self.collectives, self.compute)
 
@@ -88,6 +99,7 @@ class RankStep:
                 yield from self.collectives.join_tied(rep, k, t)
         for rep, t in zip(reps, tags, strict=True):
             yield from self._reduce(rep, k, t)
+        yield from self._tensor_grads(reps, k, tags[0])
         if rt.tied_after_dp:
             for rep, t in zip(reps, tags, strict=True):
                 yield from self.collectives.join_tied(rep, k, t)
@@ -113,6 +125,30 @@ class RankStep:
                 yield from self.collectives.join_keyed(rep, key, size, kind, tags)
             if self.collectives.expert_nbytes(rep) > 0:
                 yield from self.collectives.join_expert(rep, k, tags, kind)
+
+    def tensor_grad_bytes(self, reps: list[StageReplica]) -> float:
+        """Bytes of the rank's tensor-group all-reduce after the data-parallel reduction: its
+        chunks' :attr:`~sim.engine.stage_cost.StageCost.tp_summed_params` flattened into one
+        buffer of ``tp_grad_elem_bytes`` each (``_flatten_dense_tensors`` over the model
+        chunks, Megatron-LM@d98e8a64 ``finalize_model_grads.py`` l.435-474); a chunk under
+        FSDP contributes its shard (``grad._local_tensor``, l.460-461: ``1/shard`` of them,
+        assumption: evenly sharded); 0 with one tensor rank."""
+        elem = self.inp.runtime.tp_grad_elem_bytes
+        if elem <= 0 or self.inp.tensor_parallel < 2:
+            return 0.0
+        return sum(
+            rep.cost.tp_summed_params * elem / (rep.plan.fsdp.shard if rep.plan.fsdp else 1)
+            for rep in reps
+        )
+
+    def _tensor_grads(self, reps: list[StageReplica], k: int, tags: dict):
+        """Process: the tensor-group all-reduce of :meth:`tensor_grad_bytes` of the rank whose
+        chunks are ``reps`` at step ``k`` (none when 0), logged as
+        ``tp allreduce`` :data:`FINALIZE_TP` ``<stage>STEP<k>``."""
+        nbytes = self.tensor_grad_bytes(reps)
+        if nbytes > 0:
+            label = f"{FINALIZE_TP} {reps[0].stage}STEP{k}"
+            yield from self.tensor.join(reps[0], label, ((EventKind.ALLREDUCE, nbytes, 1),), tags)
 
     def _update(self, rep: StageReplica, k: int, tags: dict):
         """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step (its

@@ -246,11 +246,22 @@ class Framework(FrameworkSettings):
             sync_before_forward=self.sync_before_forward.value,
             tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
             tied_after_dp=self.tied_after_dp.value,
+            tp_grad_elem_bytes=self._tp_grad_elem_bytes(trace, tensor_parallel, memory),
             step_barrier=self.step_barrier.value,
             step_transient=self.step_transient.value if copies else 0.0,
             overflow_check_ops=self.overflow_check_ops.value if sixteen else 0,
             microbatch_load=MicrobatchLoad(*self.microbatch_load.value),
         )
+
+    def _tp_grad_elem_bytes(
+        self, trace: Trace, tensor_parallel: int, memory: FrameworkMemory | None
+    ) -> float:
+        """Bytes per gradient element of the tensor-group all-reduce after the data-parallel
+        reduction (``tp_grad_allreduce``, :mod:`sim.parallel.finalize_grads`): the gradient
+        buffer's dtype, 4 with fp32 main gradients; 0 without it or with one tensor rank."""
+        if not self.tp_grad_allreduce.value or tensor_parallel < 2:
+            return 0.0
+        return 4.0 if memory is not None and memory.main_grads_fp32 else dtype_bytes(trace.dtype)
 
     def regathers_sp_input(self) -> bool:
         """Whether the backward gathers the column-parallel layers' saved inputs again

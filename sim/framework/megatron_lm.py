@@ -83,6 +83,13 @@ class MegatronLM(Framework):
         f"{CORE}/distributed/finalize_model_grads.py::finalize_model_grads (finish_grad_sync, "
         "then the embedding all-reduce)",
     )
+    tp_grad_allreduce = Setting(
+        True,
+        f"NVIDIA/Megatron-LM@d98e8a64 {CORE}/distributed/finalize_model_grads.py:416-484 "
+        "_allreduce_non_tensor_model_parallel_grads (l.661, after finish_grad_sync: the grads "
+        "of sequence_parallel-marked and q/k_layernorm parameters flattened into one buffer "
+        "and all-reduced over the tensor group when it has more than one rank)",
+    )
     placement = Setting(
         "megatron",
         f"{CORE}/transformer/transformer_block.py::get_num_layers_to_build (num_layers // pp "

@@ -41,6 +41,10 @@ class FrameworkSettings:
         tied_embedding: the word embedding is kept on the first and the last stage and its
             gradient all-reduced between those two stages at every step.
         tied_after_dp: that all-reduce runs after the data-parallel reduction (else before).
+        tp_grad_allreduce: after the data-parallel reduction, the gradients of parameters
+            every tensor rank keeps whole but computes from its own tokens or heads (norms with
+            sequence parallelism, QK-norms) are all-reduced over the tensor group, in the
+            gradient buffer's dtype (:mod:`sim.parallel.finalize_grads`).
         placement: how ``partition: uniform`` places layers on stages
             (:data:`sim.framework.placement.PLACEMENTS`: ``layers``, ``megatron``,
             ``parameters``): embedding and head placement.
@@ -93,6 +97,7 @@ class FrameworkSettings:
     dp_bucket_bytes: ClassVar[Setting] = Setting(DDP_BUCKET_BYTES, PIPESIM)
     tied_embedding: ClassVar[Setting] = Setting(False, PIPESIM)
     tied_after_dp: ClassVar[Setting] = Setting(False, PIPESIM)
+    tp_grad_allreduce: ClassVar[Setting] = Setting(False, PIPESIM)
     placement: ClassVar[Setting] = Setting("layers", PIPESIM)
     fewer_microbatches: ClassVar[Setting] = Setting(False, PIPESIM)
     blocking_p2p: ClassVar[Setting] = Setting(False, PIPESIM)
@@ -139,6 +144,7 @@ class FrameworkSettings:
         "dp_bucket_bytes",
         "tied_embedding",
         "tied_after_dp",
+        "tp_grad_allreduce",
         "placement",
         "fewer_microbatches",
         "blocking_p2p",

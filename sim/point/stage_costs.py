@@ -9,6 +9,7 @@ from dataclasses import replace
 from sim.compute.megatron_ops import stage_tensors
 from sim.engine.stage_cost import StageCost
 from sim.parallel.decoder_shard import DecoderShard
+from sim.parallel.finalize_grads import layer_tp_summed_params
 from sim.parallel.megatron import aggregate
 from sim.parallel.ops import aggregate as aggregate_groups
 from sim.parallel.shard import ShardedTrace, model_shape
@@ -24,6 +25,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
     shape = model_shape(sharded.trace)
     d = dtype_bytes(sharded.trace.dtype)
     norm_bytes = 2 * int(shape["hidden"]) * d if shape else float("inf")
+    summed = layer_tp_summed_params(sharded)  # finalize_model_grads' tensor-group all-reduce
     out = []
     for s in range(len(boundaries)):
         lo, hi = edges[s], edges[s + 1]
@@ -39,6 +41,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
             tp_fwd=aggregate([op for c in comm for op in c.fwd]),
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
             tp_fwd_layers=tuple(tuple((op.kind, op.nbytes) for op in c.fwd) for c in comm),
+            tp_summed_params=sum(summed[lo:hi]),
         )
         if isinstance(sharded, DecoderShard):
             ops = sharded.group[lo:hi]

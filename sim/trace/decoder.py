@@ -19,6 +19,13 @@ parameters and the later depths none (:func:`holds_params`): each depth still ru
 its embeddings (``tied_embeddings``) has a head of the norm only and the word embedding as a
 shared group of the embedding and the head (:class:`~sim.trace.schema.SharedParams`: one
 copy where both sit on one GPU, else a copy on each and an all-reduce, :mod:`sim.trace.shared`).
+A model with MTP depths holds the word embedding in its first depth too: Megatron-Core builds a
+``LanguageModelEmbedding`` on the MTP stage (NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/models/gpt/gpt_model.py`` l.173-174, ``if self.pre_process or
+self.mtp_process``), a duplicate of the first stage's kept in sync by the word-embedding
+all-reduce (``models/common/language_module/language_module.py`` l.253-257;
+``distributed/finalize_model_grads.py`` l.146-147: ``share_embeddings_and_output_weights or
+mtp_num_layers``), so the depth joins the group, tied or not.
 With LoRA every layer's ``trainable_bytes`` is its adapters'. ``out_bytes`` is the hidden
 state ``b*s*h*d`` (twice that after an MTP depth: the main and the MTP hidden states).
 ``flops`` is the sum of the forward kernels' FLOPs (attention core included, halved for the
@@ -148,11 +155,20 @@ def holds_params(name: str, m: DecoderShape) -> bool:
 
 
 def tied_groups(m: DecoderShape, n_layers: int, d: int) -> tuple[SharedParams, ...]:
-    """The word embedding as a group of the embedding (layer 0) and the head (the last
-    layer) when ``m`` ties them (module doc)."""
-    if not m.tied_embeddings:
+    """The word embedding as a group of the embedding (layer 0), the first MTP depth (layer
+    ``n_layers - 1 - mtp_layers``) when ``m`` has any and the head (the last layer) when ``m``
+    ties them (module doc); none when only the embedding holds it.
+
+    Example (V = 32, h = 8, bf16; one MTP depth, untied: embedding, block, mtp.0, head):
+        >>> m = DecoderShape(1, 8, 2, 4, vocab=32, ffn_hidden=16, mtp_layers=1)
+        >>> [(g.layers, g.param_bytes) for g in tied_groups(m, 4, 2)]
+        [((0, 2), 512.0)]
+    """
+    holders = (0,) + ((n_layers - 1 - m.mtp_layers,) if m.mtp_layers else ())
+    holders += (n_layers - 1,) if m.tied_embeddings else ()
+    if len(holders) < 2:
         return ()
-    return (SharedParams((0, n_layers - 1), float(m.vocab * m.hidden * d), ("embedding.weight",)),)
+    return (SharedParams(holders, float(m.vocab * m.hidden * d), ("embedding.weight",)),)
 
 
 def decoder_trace(
