@@ -48,6 +48,7 @@ from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
 from sim.memory.precision_aware import adam_state_bytes
 from sim.memory.states import StateBytes
+from sim.parallel.finalize_grads import main_grad_bytes
 from sim.parallel.shard import layer_kind, model_shape
 from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
@@ -244,7 +245,11 @@ class Framework(FrameworkSettings):
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
             sync_before_forward=self.sync_before_forward.value,
-            tied_grad_bytes=tied_embedding_bytes(trace, tensor_parallel) if tied else 0.0,
+            tied_grad_bytes=(
+                tied_embedding_bytes(trace, tensor_parallel) * self.tied_grad_scale(trace, memory)
+                if tied
+                else 0.0
+            ),
             tied_after_dp=self.tied_after_dp.value,
             tp_grad_elem_bytes=self._tp_grad_elem_bytes(trace, tensor_parallel, memory),
             step_barrier=self.step_barrier.value,
@@ -261,7 +266,30 @@ class Framework(FrameworkSettings):
         buffer's dtype, 4 with fp32 main gradients; 0 without it or with one tensor rank."""
         if not self.tp_grad_allreduce.value or tensor_parallel < 2:
             return 0.0
-        return 4.0 if memory is not None and memory.main_grads_fp32 else dtype_bytes(trace.dtype)
+        return main_grad_bytes(trace.dtype, memory is not None and memory.main_grads_fp32)
+
+    def tied_grad_scale(self, trace: Trace, memory: FrameworkMemory | None) -> float:
+        """Gradient bytes all-reduced between stages per byte of a tied or shared parameter of
+        ``trace`` (the word embedding kept on the first and the last or MTP stage:
+        :func:`tied_embedding_bytes`, :func:`sim.trace.shared.place_shared`, both in the
+        trace's dtype): the gradient's dtype over the parameter's, by the rule of the
+        tensor-group all-reduce (:func:`sim.parallel.finalize_grads.main_grad_bytes`; 2 with
+        fp32 main gradients of bf16 weights: Megatron-Core's ``_allreduce_embedding_grad``
+        all-reduces the ``main_grad``, NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/
+        distributed/finalize_model_grads.py`` l.250-258); 1 otherwise (DeepSpeed's fp16
+        ``weight.grad``, ``deepspeed/runtime/pipe/engine.py``@f5dde36 l.239-240)."""
+        fp32 = memory is not None and memory.main_grads_fp32
+        return main_grad_bytes(trace.dtype, fp32) / dtype_bytes(trace.dtype)
+
+    def tied_grad_groups(
+        self, groups: tuple[tuple[tuple[int, ...], float], ...], trace: Trace,
+        memory: FrameworkMemory | None,
+    ) -> tuple[tuple[tuple[int, ...], float], ...]:  # fmt: skip
+        """``groups`` (``(stages, bytes)`` of :func:`sim.trace.shared.place_shared`, in the
+        trace's dtype) with their all-reduces' bytes in the gradient's dtype
+        (:meth:`tied_grad_scale`)."""
+        scale = self.tied_grad_scale(trace, memory)
+        return tuple((stages, nbytes * scale) for stages, nbytes in groups)
 
     def regathers_sp_input(self) -> bool:
         """Whether the backward gathers the column-parallel layers' saved inputs again

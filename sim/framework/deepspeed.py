@@ -29,7 +29,8 @@ from sim.engine.inputs import PipelineRuntime
 from sim.framework.base import Framework, Setting
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
-from sim.trace.schema import Trace, dtype_bytes
+from sim.parallel.finalize_grads import main_grad_bytes
+from sim.trace.schema import Trace
 
 PIPE = "deepspeed/runtime/pipe"
 SCHEDULES = Setting(
@@ -224,7 +225,7 @@ class PipelineEngine(Framework):
         16-bit gradients, 4 for fp32 ones)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
         fp32 = memory is not None and memory.main_grads_fp32
-        grad = 4 if fp32 else dtype_bytes(trace.dtype)  # bytes per gradient element
+        grad = main_grad_bytes(trace.dtype, fp32)  # bytes per gradient element
         rt = replace(rt, dp_serial_bucket_bytes=self.serial_bucket.value * grad)
         return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
 

@@ -41,7 +41,10 @@ gradient is all-reduced before the norm's backward without sequence parallelism.
 
 The collective: one all-reduce per rank and optimizer step of the sum of those parameters over
 the rank's chunks, in the ``main_grad`` dtype (fp32 with ``grad_reduce_in_fp32``), over the
-stage's tensor group (:meth:`sim.engine.step.RankStep.run`). Not modelled: a shared expert's
+stage's tensor group (:meth:`sim.engine.step.RankStep.run`). The word-embedding all-reduce
+between the first and the last (or the MTP) stage that follows (``_allreduce_embedding_grad``,
+l.243-258) reduces the same ``main_grad`` (``_get_main_grad_attr``, l.34-37), so it is priced
+in the same dtype (:func:`main_grad_bytes`). Not modelled: a shared expert's
 ``gate_weight`` (``moe/shared_experts.py`` l.143, ``h`` per layer with
 ``moe_shared_expert_gate``); QK-norms of GPT traces (their shape does not record them); T5.
 """
@@ -54,7 +57,22 @@ from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.decoder_whole import whole_params
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.trace.decoder import decoder_shape
-from sim.trace.schema import layer_kind
+from sim.trace.schema import dtype_bytes, layer_kind
+
+
+def main_grad_bytes(dtype: str, fp32_main_grads: bool) -> float:
+    """Bytes per element of the gradients ``finalize_model_grads`` all-reduces (the tensor
+    group's, module doc, and the word embedding's between pipeline stages): the ``main_grad``
+    of the gradient buffer, fp32 when ``fp32_main_grads`` (``grad_reduce_in_fp32``; Megatron's
+    ``validate_args`` sets it with ``--bf16``), else the parameters' ``dtype``
+    (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/distributed/param_and_grad_buffer.py`` l.924:
+    ``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``).
+
+    Example:
+        >>> main_grad_bytes("bf16", True), main_grad_bytes("bf16", False), main_grad_bytes("fp16", False)
+        (4.0, 2.0, 2.0)
+    """
+    return 4.0 if fp32_main_grads else float(dtype_bytes(dtype))
 
 
 def qk_norm_params(kind: str, m: DecoderShape) -> int:

@@ -143,7 +143,7 @@ def resolve(
         dp_bucket_bytes=framework.bucket_bytes(trace, point.layout.replicas),
         runtime=replace(
             framework.runtime(topo, trace, point.tensor_parallel, point.virtual_stages, memory),
-            tied_groups=tied,
+            tied_groups=framework.tied_grad_groups(tied, trace, memory),
         ),
         stragglers=tuple(sorted(exp.options.stragglers.items())),
     )
