@@ -63,6 +63,30 @@ def test_alltoall_after_each_action_blocks_the_rank():
     assert {e.nbytes for e in log.events if e.kind == "alltoall"} == {GB}
 
 
+def test_last_gradient_bucket_waits_for_the_backwards_all_to_all():
+    # Two replicas (gpu0, gpu1) joined by network links of 1 GB/s (shared max-min fairly
+    # between communicators, sim.engine.fair_share), EP 2, no routed experts: 1 GB of
+    # gradients all-reduced over
+    # both in one overlapped bucket (dp_bucket_bytes = 1 GB), an all-to-all of 1 GB each way
+    # after every backward. GPipe m = 2: F0 [0,1] F1 [1,2] B0 [2,4] a2a [4,5] B1 [5,7]
+    # a2a [7,8]. The bucket holds the stage's first layers' gradients, computed after the
+    # all-to-all (Megatron-Core: register_grad_ready from the gradient hook of the bucket's last
+    # parameter), so its ring (2 steps of 0.5 GB at 1 GB/s) runs [8,9] after the all-to-all.
+    # Released at the end of B1's compute instead, it would share both links with the
+    # all-to-all from 7: both at half rate, [7,9] each.
+    a2a = GroupOp("ep", "alltoall", 0.0, pairs=((0.0, GB), (GB, 0.0)))
+    plan = StagePlan(act_bytes=0.0, resident_act_bytes=0.0, grad_bytes=1 * GB)
+    topo = chain_topology(2, 1 * GB)
+    topo = replace(topo, links=tuple(replace(lk, kind="network") for lk in topo.links))
+    inp = replace(ep_input(2, (), (a2a,), plan=plan), topology=topo, dp_bucket_bytes=1 * GB)
+    inp = replace(inp, layout=ParallelLayout(dp_replicate=2, ep=2))
+    log = simulate(inp)
+    for g in ("gpu0", "gpu1"):
+        assert ("alltoall", g, "ep alltoall 0B1", 7.0, 8.0) in spans(log)
+        assert ("allreduce", g, "allreduce s0 b0", 8.0, 9.0) in spans(log)
+    assert log.iteration_ends_s == [9.0]
+
+
 def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     # 4 replicas, EP 2: dense gradients (half of 2 GB) all-reduced over all 4 (ring:
     # 2*3 steps of 0.25 GB at 1 GB/s = 1.5 s), expert gradients (the other 1 GB) over the

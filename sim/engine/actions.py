@@ -271,9 +271,9 @@ class ActionRuns:
         if uses_grad and (plan.recompute_s > 0 or plan.rebuild_bytes > 0):
             yield from self._recompute(rep, a, tags, overlap)
         dur = {"B": cost.bwd_s, "I": cost.input_s}.get(a.op, cost.weight_s)
+        done = self.env.event()  # the backward's end, its exchanges included
         if step_no is not None and a.op in ("B", "W") and self.collectives.overlaps(rep):
-            self.collectives.start_overlapped(rep, step_no, dur, tags)
-        done = self.env.event()
+            self.collectives.start_overlapped(rep, step_no, dur, tags, done)
         if self.partitioned.streams(rep, a):  # buckets leave while the backward computes
             self.partitioned.stream_gradients(rep, a, dur, done, tags)
         tp_after = rep.cost.tp_bwd

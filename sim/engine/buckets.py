@@ -5,7 +5,14 @@ optimizer step runs in buckets of ``SimInput.dp_bucket_bytes`` while the backwar
 Gradients are assumed to become ready at a uniform rate over the backward (an assumption: the
 engine has per-stage, not per-layer, times), so bucket ``k`` of ``n`` is ready at
 ``start + dur * bytes_up_to_k / B``; buckets are reduced one after another (one NCCL stream), and
-the optimizer step waits for the last one: only the tail is exposed. Within a hold of several
+the optimizer step waits for the last one: only the tail is exposed. The engine runs a
+backward's tensor- and expert-parallel exchanges after its compute (:mod:`sim.engine.groups`),
+but in the model they sit inside the layers, before the gradients of the layers below them:
+the last bucket (the stage's first layers' gradients, computed last; DDP's and Megatron-Core's
+buckets are filled in reverse parameter order, ``param_and_grad_buffer.py``) is ready only at
+the end of the whole backward, its exchanges included (Megatron-Core launches a bucket group's
+collective from the gradient hook of its last parameter, ``distributed_data_parallel.py``
+``_make_backward_post_hook`` -> ``register_grad_ready``). Within a hold of several
 buckets (more than :data:`MAX_HOLDS` buckets), the buckets still run back to back as each
 becomes ready; only contention with other traffic is resolved per hold instead of per bucket.
 With sharded optimizer state the buckets are reduce-scattered instead (FSDP2's per-block
@@ -84,6 +91,7 @@ def reduce_buckets(
     held: tuple[Link, ...] | None = None,
     share: SmShare | None = None,
     order: int = DENSE,
+    grads_done: simpy.Event | None = None,
 ) -> Iterator[simpy.Event]:
     """Process: reduce ``nbytes`` of gradients in buckets of ``bucket_bytes`` (``nbytes_bucket``,
     :func:`buckets`) with ``kind`` over ``plan``'s rings in order, each once it is ready and the previous one is done; consecutive
@@ -95,7 +103,9 @@ def reduce_buckets(
     hold (default: all of ``plan``'s; :class:`~sim.engine.symmetry.HeldLinks` when mirrored);
     ``share``: where each hold's NCCL thread blocks are counted against the members' compute
     (:mod:`sim.engine.sm_share`: ``plan.ctas`` at the hold's duty, kernel seconds over span);
-    ``order``: its place among the collectives issued at one instant (:mod:`sim.engine.links`)."""
+    ``order``: its place among the collectives issued at one instant (:mod:`sim.engine.links`);
+    ``grads_done``: the members' backward ends, exchanges included (module doc): the last
+    bucket is not ready before it (None: at the end of the window)."""
     start_s, duration_s = window_s
     nbytes, bucket_bytes = nbytes_bucket
     sizes = buckets(nbytes, bucket_bytes)
@@ -109,6 +119,8 @@ def reduce_buckets(
     for first, last in hold_groups(n):
         if ready(first) > env.now:
             yield env.timeout(ready(first) - env.now)
+        if last == n - 1 and grads_done is not None and not grads_done.processed:
+            yield grads_done  # the last bucket alone (hold_groups): ready after the exchanges
         hold = plan.links if held is None else held
         comm = ("dp" if order == DENSE else "edp", plan.members)  # expert: its own group
         ticket = yield from links.take(comm, hold, order)

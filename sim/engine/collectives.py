@@ -113,6 +113,7 @@ class Collectives:
         self._meet = Rendezvous(env)
         self._overlapped: dict[tuple, simpy.Event] = {}
         self._bucketed: dict[tuple, list] = {}
+        self._grads_done: dict[tuple, list[simpy.Event]] = {}
         self._rings: dict[tuple, CollectivePlan] = {}
         self.held = HeldLinks(inp)
         self._joined = JoinedCollectives(env, inp, links, self.held)
@@ -184,11 +185,21 @@ class Collectives:
         return self.inp.dp_bucket_bytes
 
     def start_overlapped(
-        self, rep: StageReplica, step_no: int, duration_s: float, tags: dict
+        self,
+        rep: StageReplica,
+        step_no: int,
+        duration_s: float,
+        tags: dict,
+        grads_done: simpy.Event | None = None,
     ) -> None:
-        """``rep`` starts now the backward (of ``duration_s``) that ends step ``step_no``; when
-        every replica of the stage has, the bucketed all-reduce starts (bucket ``k`` is ready on
-        all of them once the last one has computed it)."""
+        """``rep`` starts now the backward (of ``duration_s`` of compute) that ends step
+        ``step_no``; when every replica of the stage has, the bucketed all-reduce starts
+        (bucket ``k`` is ready on all of them once the last one has computed it).
+        ``grads_done``: the end of ``rep``'s backward, the tensor- and expert-parallel
+        exchanges that follow its compute included (:meth:`~sim.engine.actions.Actions.
+        backward`); the last bucket waits for it on every member (its gradients, the chunk's
+        first layers', are computed after the layers' all-to-alls and all-gathers: module
+        doc of :mod:`sim.engine.buckets`)."""
         parts: list[tuple[tuple, int, float, tuple | None]] = [
             ((rep.stage, rep.tp_rank, step_no), self.inp.simulated_replicas, self.nbytes(rep), None)
         ]
@@ -199,7 +210,10 @@ class Collectives:
         for key, size, nbytes, members in parts:
             joined = self._bucketed.setdefault(key, [])
             joined.append((rep, tags))
-            start = partial(self._buckets, rep, nbytes, duration_s, joined, members)
+            ends = self._grads_done.setdefault(key, [])
+            if grads_done is not None:
+                ends.append(grads_done)
+            start = partial(self._buckets, rep, nbytes, (duration_s, ends), joined, members)
             self._overlapped[key] = self._meet.arrive(key, size, start)
 
     def finish_overlapped(self, rep: StageReplica, step_no: int) -> simpy.Event | None:
@@ -216,15 +230,17 @@ class Collectives:
         self,
         rep: StageReplica,
         nbytes: float,
-        duration_s: float,
+        backward: tuple[float, list[simpy.Event]],
         joined: list,
         replicas: tuple[int, ...] | None,
         done: simpy.Event,
     ):
         """The bucketed reduction (:func:`~sim.engine.buckets.reduce_buckets`) of ``nbytes``
-        over ``rep``'s stage from now, over ``duration_s``, for the replicas that ``joined``
-        (``(rep, tags)`` each), ending with ``done``; ``replicas``: the communicator's (None:
-        all; else an expert group)."""
+        over ``rep``'s stage from now, over the backward's compute seconds, for the replicas
+        that ``joined`` (``(rep, tags)`` each), ending with ``done``; ``backward``: the compute
+        seconds and the members' backward ends (the last bucket waits for them all);
+        ``replicas``: the communicator's (None: all; else an expert group)."""
+        duration_s, ends = backward
         kind = EventKind.REDUCE_SCATTER if rep.plan.dp_sharded else EventKind.ALLREDUCE
         plan = self.ring(rep.stage, rep.tp_rank, replicas)
         sizes = (nbytes, self.bucket_bytes(rep))
@@ -241,6 +257,7 @@ class Collectives:
             self.held(plan),
             self.share,
             DENSE if replicas is None else EXPERT,
+            self.env.all_of(ends) if ends else None,
         )
 
     def join(self, rep: StageReplica, step_no: int, tags: dict, kind: str, share: float = 1.0):
