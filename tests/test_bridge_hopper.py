@@ -13,6 +13,7 @@ from sim.runs.bridge_hopper import SHIPPED, hopper_entry
 from sim.runs.express import Expressed, express
 from sim.runs.measured_csv import row_run
 from sim.runs.predict import Predictor
+from tests.bridge_rows import SUPER_H100_26_08
 
 LLAMA8B = {"table": "26.06.01 / Pre-Training Performance / Model: LLAMA3_8B", "task": "pretrain",
            "model": "LLAMA3_8B", "family": "dense", "layers": 32, "hidden": 4096,
@@ -118,11 +119,7 @@ def test_25_09_keys_presets_by_gpu_count():
     assert hopper_entry(row | {"table": "26.06.01 / x"}, "26.06.01") is not None
 
 
-SUPER = {"table": "26.08 / Pre-Training Performance / Model: Nemotron_3_Super",
-         "task": "pretrain", "model": "Nemotron_3_Super", "family": "hybrid-moe",
-         "seq_len": 4096, "gpu": "H100", "num_gpus": 64, "tp": 1, "pp": 2, "vp": 1, "cp": 1,
-         "ep": 32, "gbs": 1280, "mbs": 1, "precision": "BF16",
-         "framework": "Megatron-Bridge/Megatron-Core", "config_consistent": "True"}  # fmt: skip
+SUPER = SUPER_H100_26_08
 
 
 def test_nemotron_3_super_26_08_reads_its_library_recipe_and_fits_an_h100():

@@ -21,6 +21,7 @@ from sim.runs.bridge_hopper import hopper_entry
 from sim.runs.express import Expressed, express
 from sim.runs.measured_csv import row_run
 from sim.trace.decoder import decoder_trace
+from tests.bridge_rows import SUPER_H100_26_08
 
 H100 = load_hardware("dgx-h100").gpus[0].compute
 
@@ -40,11 +41,7 @@ def test_repeated_mtp_layer_holds_its_weights_once_and_runs_every_depth():
     assert counted[0] - counted[1] == one_depth
 
 
-SUPER = {"table": "26.08 / Pre-Training Performance / Model: Nemotron_3_Super",
-         "task": "pretrain", "model": "Nemotron_3_Super", "family": "hybrid-moe",
-         "seq_len": 4096, "gpu": "H100", "num_gpus": 64, "tp": 1, "pp": 2, "vp": 1, "cp": 1,
-         "ep": 32, "gbs": 1280, "mbs": 1, "precision": "BF16",
-         "framework": "Megatron-Bridge/Megatron-Core", "config_consistent": "True"}  # fmt: skip
+SUPER = SUPER_H100_26_08
 
 
 def test_super_h100_recipe_runs_two_shared_mtp_depths_and_padded_capacity():
