@@ -261,14 +261,16 @@ class Links:
         return [self.resource(f"p2p|{n}") for n in shared]
 
     def _path(self, src: str, dst: str) -> tuple:
-        """``(route, link names, FIFO resources, shared names)`` of ``src -> dst`` (both in
-        name order, :meth:`split`), cached."""
+        """``(route, link names, FIFO resources, shared names, queues)`` of ``src -> dst``
+        (both in name order, :meth:`split`; ``queues``: what a send over shared links
+        requests, the shared links' lanes then the FIFO links), cached."""
         key = (src, dst)
         path = self._paths.get(key)
         if path is None:
             route = self.topology.route(src, dst)
             fifo, shared = self.split(route)
-            path = self._paths[key] = (route, tuple(lk.name for lk in route), fifo, shared)
+            queues = [*self._lanes(shared), *fifo]
+            path = self._paths[key] = (route, tuple(lk.name for lk in route), fifo, shared, queues)
         return path
 
     def duration_s(
@@ -299,7 +301,7 @@ class Links:
         ``stream`` of ``src``; returns its start time (now, and nothing logged, when
         ``src == dst`` or ``nbytes <= 0``). A kind of :data:`NCCL_KINDS` moves at NCCL's rate
         of the route's links, any other (a swap, a fetch) at their raw rate."""
-        route, names, fifo, shared = self._path(src, dst)
+        route, names, fifo, shared, queues = self._path(src, dst)
         if not route or nbytes <= 0:
             return self.env.now
         key = (src, dst, nbytes, kind in NCCL_KINDS, kind == EventKind.TRANSFER)
@@ -308,7 +310,7 @@ class Links:
             ranks = self.p2p_ranks if key[4] else 2
             dur = self._durations[key] = self.duration_s(src, dst, route, nbytes, key[3], ranks)
         if shared:  # a flow of the pipeline's communicator, FIFO per link (module doc)
-            reqs = _request([*self._lanes(shared), *fifo])
+            reqs = _request(queues)
             for _, req in reqs:
                 yield req
             start = self.env.now
