@@ -45,7 +45,8 @@ Tied gradients (:meth:`Collectives.join_tied`): the word embedding kept on the f
 last stage has its gradient all-reduced between those two GPUs at every step
 (``PipelineRuntime.tied_grad_bytes``), before or after the data-parallel reduction of all the
 rank's stage chunks (:mod:`sim.engine.step`); so do the parameters a model shares between layers
-on several ranks (``PipelineRuntime.tied_groups``).
+on several ranks (``PipelineRuntime.tied_groups``). Under FSDP a profile may reduce each rank's
+shard of them only (``PipelineRuntime.tied_fsdp_shard``: Megatron FSDP).
 """
 
 from __future__ import annotations
@@ -287,10 +288,12 @@ class Collectives:
         (:meth:`PipelineRuntime.all_tied`: Megatron's word embedding between the first and the
         last stage; parameters a model shares across stages) that ``rep``'s replica and tensor
         rank run at step ``step_no``, one after another; nothing for a stage holding none, or
-        when every holder sits on one GPU."""
+        when every holder sits on one GPU. Under FSDP with ``tied_fsdp_shard`` each moves the
+        rank's shard, ``1/shard`` of the bytes (assumption: evenly sharded)."""
+        shard = rep.plan.fsdp.shard if rep.plan.fsdp and self.inp.runtime.tied_fsdp_shard else 1
         for index, (stages, size) in enumerate(self.inp.runtime.all_tied(self.inp.stages)):
             if size > 0 and rep.stage in stages:
-                yield from self._join_tied_group(rep, step_no, tags, index, stages, size)
+                yield from self._join_tied_group(rep, step_no, tags, index, stages, size / shard)
 
     def _join_tied_group(self, rep, step_no: int, tags: dict, index: int, stages, size: float):
         r, k = rep.replica, rep.tp_rank

@@ -106,6 +106,9 @@ class PipelineRuntime:
             ends); 0: none.
         tied_after_dp: the tied all-reduce runs after the data-parallel gradient reduction
             (else before it).
+        tied_fsdp_shard: a stage under FSDP (its plan's :attr:`~sim.memory.plan.StagePlan.fsdp`)
+            all-reduces only its shard of the tied gradients, ``1/shard`` of their bytes
+            (Megatron FSDP's ``grad._local_tensor``); False: the whole gradient.
         tp_grad_elem_bytes: bytes per element of the gradients of
             :attr:`~sim.engine.stage_cost.StageCost.tp_summed_params`, which each rank
             all-reduces over its tensor group once per optimizer step, after the data-parallel
@@ -166,6 +169,7 @@ class PipelineRuntime:
     sync_before_forward: bool = False
     tied_grad_bytes: float = 0.0
     tied_after_dp: bool = False
+    tied_fsdp_shard: bool = False
     tp_grad_elem_bytes: float = 0.0
     tied_groups: tuple[tuple[tuple[int, ...], float], ...] = ()
     step_barrier: str = "none"

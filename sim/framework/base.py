@@ -276,8 +276,8 @@ class Framework(FrameworkSettings):
         tensor-group all-reduce (:func:`sim.parallel.finalize_grads.main_grad_bytes`; 2 with
         fp32 main gradients of bf16 weights: Megatron-Core's ``_allreduce_embedding_grad``
         all-reduces the ``main_grad``, NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/
-        distributed/finalize_model_grads.py`` l.250-258); 1 otherwise (DeepSpeed's fp16
-        ``weight.grad``, ``deepspeed/runtime/pipe/engine.py``@f5dde36 l.239-240)."""
+        distributed/finalize_model_grads.py`` l.250-258); 1 otherwise (DeepSpeed's pipeline
+        engine says its own: :meth:`sim.framework.deepspeed.PipelineEngine.tied_grad_scale`)."""
         fp32 = memory is not None and memory.main_grads_fp32
         return main_grad_bytes(trace.dtype, fp32) / dtype_bytes(trace.dtype)
 

@@ -30,7 +30,7 @@ from sim.framework.base import Framework, Setting
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
 from sim.parallel.finalize_grads import main_grad_bytes
-from sim.trace.schema import Trace
+from sim.trace.schema import Trace, dtype_bytes
 
 PIPE = "deepspeed/runtime/pipe"
 SCHEDULES = Setting(
@@ -228,6 +228,22 @@ class PipelineEngine(Framework):
         grad = main_grad_bytes(trace.dtype, fp32)  # bytes per gradient element
         rt = replace(rt, dp_serial_bucket_bytes=self.serial_bucket.value * grad)
         return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
+
+    def tied_grad_scale(self, trace: Trace, memory: FrameworkMemory | None) -> float:
+        """Gradient bytes its tied all-reduce moves per byte of a tied parameter of ``trace``
+        (:meth:`Framework.tied_grad_scale`): ``_exec_reduce_tied_grads`` all-reduces
+        ``weight._hp_grad`` with bf16, else ``weight.grad`` (microsoft/DeepSpeed@f5dde36
+        ``deepspeed/runtime/pipe/engine.py`` l.237-240). bf16 weights without ZeRO run the
+        ``BF16_Optimizer`` (``runtime/engine.py`` l.839-843: fp32 gradient accumulation,
+        l.1144-1145), whose ``_hp_grad`` is the fp32 gradient (``runtime/bf16_optimizer.py``
+        l.124, l.280-285; the only writer of ``_hp_grad`` at that commit): 2 for bf16, 1 for
+        fp16 and fp32 (the parameters' own ``.grad``).
+
+        Example:
+            >>> [DeepSpeed().tied_grad_scale(Trace("t", (), 1, d, "x"), None) for d in ("bf16", "fp16")]
+            [2.0, 1.0]
+        """
+        return main_grad_bytes(trace.dtype, trace.dtype == "bf16") / dtype_bytes(trace.dtype)
 
 
 class DeepSpeed(PipelineEngine):

@@ -257,7 +257,12 @@ class MegatronLM(Framework):
         weight gradients delayed into the all-to-alls (``delay_wgrad_compute``), the expert
         dispatcher and its SMs (:meth:`dispatcher`), the blocking exchanges batched on the
         pipeline group's communicator (``batch_p2p_comm``, True by default,
-        ``model_parallel_config.py``; ``p2p_communication.py::_batched_p2p_ops``)."""
+        ``model_parallel_config.py``; ``p2p_communication.py::_batched_p2p_ops``). Under Megatron
+        FSDP the word embedding's all-reduce between the first and the last (or MTP) stage
+        moves each rank's shard of the gradient (``tied_fsdp_shard``):
+        ``_allreduce_embedding_grad`` takes ``orig_grad._local_tensor`` when
+        ``ddp_config.use_megatron_fsdp`` and all-reduces it (NVIDIA/Megatron-LM@d98e8a64
+        ``megatron/core/distributed/finalize_model_grads.py`` l.251-253, l.258)."""
         rt = super().runtime(topo, trace, tensor_parallel, virtual_stages, memory)
         v = self.values
         gather, buckets = "step", "first" if v.get("overlap_grad_reduce") else rt.bucket_stages
@@ -274,6 +279,7 @@ class MegatronLM(Framework):
             bucket_stages=buckets,
             param_gather=gather,
             delay_wgrad=bool(v.get("delay_wgrad_compute")),
+            tied_fsdp_shard=True,
             dispatcher=backend,
             comm_sms=sms or None,
             **({"batched_p2p": rt.blocking_p2p} | self._p2p_overlap(rt, virtual_stages)),
