@@ -29,8 +29,8 @@ How it is priced: the all-reduce of :func:`update_bytes` over the stage's GPUs
 :data:`ROUTER_BIAS` ``<stage>STEP<k>``) and the kernels of :func:`update_kernels` on the compute
 stream (:func:`update_s`), once per rank and step. Assumption: a framework other than
 Megatron-Core that reads a shape with the flag (torchtitan's ``load_balance_coeff`` update is
-its counterpart) runs the same. Not modelled: the forward's per-micro-batch count
-(``routing_map.sum(dim=0)`` and the add, l.744).
+its counterpart) runs the same. The forward's per-micro-batch count (``routing_map.sum(dim=0)``
+and the add, l.744) is the router's kernel (:mod:`sim.compute.router_fused`, step 4).
 """
 
 from __future__ import annotations
