@@ -126,7 +126,9 @@ def test_hybrid_moe_pattern_reads_nemotron_3_nano():
     m = read_config(HF / "nemotron-3-nano-30b-a3b-config.json", 4096)
     kinds = [k for _, k in layer_names(m)]
     assert (kinds.count("mamba"), kinds.count("moe"), kinds.count("attention")) == (23, 23, 6)
-    assert m.moe == MoEShape(2688, 128, 6, 1856, shared_ffn=3712, gated=False)
+    assert m.moe == MoEShape(
+        2688, 128, 6, 1856, shared_ffn=3712, gated=False, router_expert_bias=True
+    )  # its router's e_score_correction_bias
 
 
 def test_mtp_depth_counts_and_params():

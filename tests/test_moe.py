@@ -32,7 +32,7 @@ DSV3 = DecoderShape(
     129280,
     18432,
     mla=MLAShape(1536, 512, 128, 64, 128),
-    moe=MoEShape(7168, 256, 8, 2048, shared_ffn=2048),
+    moe=MoEShape(7168, 256, 8, 2048, shared_ffn=2048, router_expert_bias=True),  # noaux_tc
     dense_layers=3,
 )
 """DeepSeek-V3 (arXiv:2412.19437 §4.2; HF config.json), without the MTP module."""

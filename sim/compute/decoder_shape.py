@@ -230,7 +230,7 @@ class DecoderShape:
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
                                             "sort_by_expert", "clamp", "hybridep",
                                             "dglu_regressed", "aux_loss", "random_logits",
-                                            "paged_stash")
+                                            "paged_stash", "router_expert_bias")
                               and not v)
                           and not (k in ("fused_weighting", "router_fused") and v)
                           and not (k == "hybridep_domains" and v == 1)}  # fmt: skip

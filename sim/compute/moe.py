@@ -158,7 +158,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
     e, k, h = shape.experts, shape.top_k, shape.hidden
     topk = [mem("router_topk", r * e * (d + PROB_BYTES) + r * k * (PROB_BYTES + INDEX_BYTES))]
     if shape.router_fused:  # its random logits and balancing loss (sim.compute.router_fused)
-        extra = fused_extra_fwd(r, e, d, shape.aux_loss, shape.random_logits)
+        bias = shape.router_expert_bias
+        extra = fused_extra_fwd(r, e, d, shape.aux_loss, shape.random_logits, bias)
         topk = extra[:2] + topk + extra[2:] if shape.random_logits else topk + extra
     out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else router_fwd(r, e, k))]
     padded = shape.capacity_factor is not None and shape.pad_to_capacity

@@ -77,6 +77,11 @@ class MoEShape:
             stash (``--moe-paged-stash``): copied into pages after the experts and out of
             them before their backward (:mod:`sim.compute.paged_stash`); only with
             ``fused_grouped_mlp``.
+        router_expert_bias: the router keeps a per-expert score bias that the step updates
+            from the tokens each expert received (aux-loss-free balancing, Megatron-Core's
+            ``moe_router_enable_expert_bias``; Hugging Face DeepSeek-V3's ``topk_method:
+            noaux_tc``): its all-reduce and update kernels at the step
+            (:mod:`sim.parallel.router_bias`).
     """
 
     hidden: int
@@ -101,6 +106,7 @@ class MoEShape:
     aux_loss: bool = False
     random_logits: bool = False
     paged_stash: bool = False
+    router_expert_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

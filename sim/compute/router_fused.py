@@ -18,7 +18,14 @@ router.py`` ``forward`` lines 845-870, ``routing`` lines 746-838):
    lines 342-389: reads the logits, writes fp32 scores, a bool routing map and an fp32
    intermediate: ``(L + 9) r E``), ``routing_map.sum(dim=0)`` (``moe_utils.py`` line 276:
    reads ``r E`` bools) and ``fused_moe_aux_loss`` (``moe_utils.py`` lines 136-144: reads the
-   fp32 scores, ``4 r E``).
+   fp32 scores, ``4 r E``);
+4. with an expert bias (``moe_router_enable_expert_bias``, :mod:`sim.parallel.router_bias`),
+   ``_apply_expert_bias`` (``router.py`` lines 733-744, called at line 835):
+   ``local_tokens_per_expert += routing_map.sum(dim=0)`` under ``@jit_fuser``, which is
+   ``torch.compile`` from torch 2.2 (``megatron/core/jit.py`` lines 7-33): one reduction
+   kernel with the add fused (assumption), reading the ``r x E`` bool map and the ``E`` fp32
+   counts and writing the counts (``r E + 8 E``). It runs only with gradients enabled
+   (line 740); the unfused router's count has it already (:mod:`sim.compute.router_unfused`).
 
 Backward of 3 (TE ``transformer_engine/pytorch/router.py`` lines 385-398 and 477-488):
 ``fused_moe_aux_loss_bwd`` writes the scores' fp32 gradient (``4 r E``);
@@ -77,8 +84,24 @@ def aux_loss_bwd(r: int, experts: int, logit_bytes: int) -> list[Kernel]:
             mem("router_topk_bwd[grad_sum]", 3 * logit_bytes * n)]  # fmt: skip
 
 
+def bias_count_fwd(r: int, experts: int) -> list[Kernel]:
+    """The expert bias's token count in the forward (module doc, step 4).
+
+    Example: 2 tokens, 4 experts: the map's 8 bytes, the counts' 16 read and 16 written.
+
+    >>> [k.bytes for k in bias_count_fwd(2, 4)]
+    [40.0]
+    """
+    return [mem("router_topk[bias_count]", MAP_BYTES * r * experts + 2 * FP32_BYTES * experts)]
+
+
 def fused_extra_fwd(
-    r: int, experts: int, logit_bytes: int, aux_loss: bool, random_logits: bool
+    r: int,
+    experts: int,
+    logit_bytes: int,
+    aux_loss: bool,
+    random_logits: bool,
+    expert_bias: bool = False,
 ) -> list[Kernel]:
     """The fused router's forward kernels besides the GEMM and the top-k (module doc).
 
@@ -86,9 +109,11 @@ def fused_extra_fwd(
         r: tokens the rank routes; experts: ``E``; logit_bytes: ``L``.
         aux_loss: an ``aux_loss`` / ``seq_aux_loss`` with a coefficient above 0.
         random_logits: ``moe_router_force_load_balancing``.
+        expert_bias: ``moe_router_enable_expert_bias`` (its count, step 4).
     """
     out = random_logits_fwd(r, experts, logit_bytes) if random_logits else []
-    return out + (aux_loss_fwd(r, experts, logit_bytes) if aux_loss else [])
+    out += aux_loss_fwd(r, experts, logit_bytes) if aux_loss else []
+    return out + (bias_count_fwd(r, experts) if expert_bias else [])
 
 
 def fused_extra_bwd(r: int, experts: int, logit_bytes: int, aux_loss: bool) -> list[Kernel]:

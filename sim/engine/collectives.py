@@ -311,6 +311,29 @@ class Collectives:
             tags=tags,
         )
 
+    def join_stage(self, rep: StageReplica, key: object, nbytes: float, name: str, tags: dict):
+        """Process: ``rep`` joins the all-reduce of ``nbytes`` under ``key`` over every GPU of
+        its stage (each replica's every tensor rank: Megatron-Core's tensor-and-data-parallel
+        group with context parallelism, whose ranks are the stage's ``dp x cp`` replicas times
+        its ``t`` tensor ranks: :mod:`sim.parallel.router_bias`), logged as ``name``; nothing
+        when the stage has one GPU."""
+        members = tuple(
+            (r, k) for r in range(self.inp.dp_width) for k in range(self.inp.tensor_parallel)
+        )
+        if len(members) < 2:
+            return
+        gpus = tuple(f"gpu{self.inp.gpu_index(r, rep.stage, k)}" for r, k in members)
+        yield from self._joined.join(
+            rep,
+            ("stage", rep.stage, key),
+            self.held.members(members),
+            self._joined.plan(gpus),
+            kind=EventKind.ALLREDUCE,
+            nbytes=nbytes,
+            name=name,
+            tags=tags,
+        )
+
     def ring(self, s: int, k: int = 0, replicas: tuple | None = None) -> CollectivePlan:
         """The data-parallel communicator of tensor rank ``k`` of stage ``s`` (rank ``k`` of
         every replica, or of ``replicas``: replica indices, or ``(replica, tensor rank)``

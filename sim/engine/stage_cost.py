@@ -96,6 +96,9 @@ class StageCost:
             Megatron-Core's ``finalize_model_grads`` all-reduces over the tensor group at the
             step (norms with sequence parallelism, QK-norms: :mod:`sim.parallel.finalize_grads`;
             bytes: :attr:`~sim.engine.inputs.PipelineRuntime.tp_grad_elem_bytes` each); 0: none.
+        router_bias_experts: per MoE router of the stage with an expert bias, its experts
+            (Megatron-Core's expert-bias update at the step: :mod:`sim.parallel.router_bias`);
+            empty: none.
     """
 
     fwd_s: float
@@ -127,6 +130,7 @@ class StageCost:
     fwd_sync_reads: tuple[tuple[float, ...], ...] = ()
     bwd_syncs: tuple[float, ...] = ()
     tp_summed_params: float = 0.0
+    router_bias_experts: tuple[int, ...] = ()
 
     def drained(self, i: int) -> tuple[tuple[str, float], ...]:
         """The collectives of layer ``i``'s forward that its first host sync waits for

@@ -11,7 +11,9 @@ runs them as one step, in the order the frameworks do:
    group of the gradients its chunks keep whole but compute from their own tokens
    (``PipelineRuntime.tp_grad_elem_bytes``, :mod:`sim.parallel.finalize_grads`), and the tied
    all-reduce (``PipelineRuntime.tied_grad_bytes``) on the ranks of the first and the last
-   chunk, before or after them (``tied_after_dp``);
+   chunk, before or after them (``tied_after_dp``); then, for a rank whose chunks hold MoE
+   routers with an expert bias, their counts' all-reduce over every GPU of its stage and the
+   bias update kernels (:mod:`sim.parallel.router_bias`, :meth:`RankStep.router_bias`);
 3. the step barrier ``before_update``, once for the rank;
 4. the update of each chunk (step copies, host step, optimizer kernel, the all-gather of
    sharded parameters, or, with ``PipelineRuntime.param_gather``, its deferral to the next
@@ -49,6 +51,7 @@ from sim.engine.tensor_collectives import TensorCollectives
 from sim.engine.traffic import MemoryTraffic
 from sim.events import Event, EventKind, MemCategory, Stream
 from sim.ledger import Ledger
+from sim.parallel.router_bias import ROUTER_BIAS, update_bytes, update_s
 from sim.schedules.action import STEP, Action, flatten
 
 FINALIZE_TP = "non-tensor-parallel-grads"
@@ -103,6 +106,7 @@ class RankStep:
         if rt.tied_after_dp:
             for rep, t in zip(reps, tags, strict=True):
                 yield from self.collectives.join_tied(rep, k, t)
+        yield from self.router_bias(reps, k, tags[0])
         yield from self.exchanges.barrier(head, k, "before_update", tags[0])
         for rep, t in zip(reps, tags, strict=True):
             yield from self._update(rep, k, t)
@@ -149,6 +153,24 @@ class RankStep:
         if nbytes > 0:
             label = f"{FINALIZE_TP} {reps[0].stage}STEP{k}"
             yield from self.tensor.join(reps[0], label, ((EventKind.ALLREDUCE, nbytes, 1),), tags)
+
+    def router_bias(self, reps: list[StageReplica], k: int, tags: dict):
+        """Process: the router expert-bias update of the rank whose chunks are ``reps`` at step
+        ``k`` (:mod:`sim.parallel.router_bias`; none without such routers): the all-reduce of
+        their stacked fp32 counts over every GPU of the stage, logged as ``allreduce``
+        :data:`~sim.parallel.router_bias.ROUTER_BIAS` ``<stage>STEP<k>``, then the update
+        kernels on the compute stream (``optimizer`` event ``... update``)."""
+        experts = tuple(e for rep in reps for e in rep.cost.router_bias_experts)
+        if not experts:
+            return
+        head, label = reps[0], f"{ROUTER_BIAS} {reps[0].stage}STEP{k}"
+        name = f"{EventKind.ALLREDUCE} {label}"
+        yield from self.collectives.join_stage(head, k, update_bytes(experts), name, tags)
+        gpu = self.inp.topology.gpu(self.inp.gpu_index(head.replica, head.stage, head.tp_rank))
+        seconds = update_s(experts, gpu.compute) if gpu.compute is not None else 0.0
+        yield from self.compute.run(
+            head.gpu, EventKind.OPTIMIZER, f"{label} update", seconds, **tags
+        )
 
     def _update(self, rep: StageReplica, k: int, tags: dict):
         """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step (its

@@ -12,6 +12,7 @@ from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.finalize_grads import layer_tp_summed_params
 from sim.parallel.megatron import aggregate
 from sim.parallel.ops import aggregate as aggregate_groups
+from sim.parallel.router_bias import layer_router_experts
 from sim.parallel.shard import ShardedTrace, model_shape
 from sim.trace.schema import dtype_bytes, layer_kind
 from sim.trace.t5 import is_t5, stage_tensors_t5
@@ -26,6 +27,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
     d = dtype_bytes(sharded.trace.dtype)
     norm_bytes = 2 * int(shape["hidden"]) * d if shape else float("inf")
     summed = layer_tp_summed_params(sharded)  # finalize_model_grads' tensor-group all-reduce
+    routers = layer_router_experts(sharded)  # and its router expert-bias update
     out = []
     for s in range(len(boundaries)):
         lo, hi = edges[s], edges[s + 1]
@@ -42,6 +44,7 @@ def stage_costs(sharded: ShardedTrace | DecoderShard, boundaries) -> tuple[Stage
             tp_bwd=aggregate([op for c in comm for op in c.bwd]),
             tp_fwd_layers=tuple(tuple((op.kind, op.nbytes) for op in c.fwd) for c in comm),
             tp_summed_params=sum(summed[lo:hi]),
+            router_bias_experts=tuple(e for e in routers[lo:hi] if e > 0),
         )
         if isinstance(sharded, DecoderShard):
             ops = sharded.group[lo:hi]

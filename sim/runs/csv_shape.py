@@ -23,8 +23,9 @@ NAMED_TRAITS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("qwen3", {"qk-layernorm": True, "moe-router-load-balancing-type": "aux_loss",
                "moe-aux-loss-coeff": "1e-3"}),
     ("deepseekv3", {"moe-router-load-balancing-type": "seq_aux_loss",
-                    "moe-aux-loss-coeff": "1e-4"}),
-    ("kimi_k2", {"moe-router-load-balancing-type": "seq_aux_loss", "moe-aux-loss-coeff": "1e-3"}),
+                    "moe-aux-loss-coeff": "1e-4", "moe-router-enable-expert-bias": True}),
+    ("kimi_k2", {"moe-router-load-balancing-type": "seq_aux_loss", "moe-aux-loss-coeff": "1e-3",
+                 "moe-router-enable-expert-bias": True}),
     ("tokendrop", {"moe-expert-capacity-factor": "1.0"}),
     ("w/ mtp", {"mtp-num-layers": "1"}),
     ("gpt oss", {"window-size": "128 0", "window-attn-skip-freq": "2", "softmax-type":
@@ -48,7 +49,10 @@ Bridge's model bridges set them (NVIDIA-NeMo/Megatron-Bridge@067f987
 ``src/megatron/bridge/models/qwen/qwen3_moe_bridge.py`` lines 64-65: ``aux_loss`` 1e-3;
 ``deepseek/deepseek_v3_bridge.py`` lines 68-71: ``seq_aux_loss``, HF ``aux_loss_alpha`` else
 1e-4; ``kimi/kimi_bridge.py`` lines 60 and 86: ``seq_aux_loss`` 1e-3); GPT-OSS's performance
-recipes set the coefficient to 0 (``perf_recipes/gpt_oss/common.py`` line 89)."""
+recipes set the coefficient to 0 (``perf_recipes/gpt_oss/common.py`` line 89). The DeepSeek-V3
+and Kimi K2 bridges also set ``moe_router_enable_expert_bias = True`` (``deepseek_v3_bridge.py``
+line 74, ``kimi_bridge.py`` line 62): the step's expert-bias update
+(:mod:`sim.parallel.router_bias`); the Qwen3-MoE and GPT-OSS bridges leave it off."""
 
 
 def cell_float(v: Any) -> float | None:

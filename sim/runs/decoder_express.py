@@ -48,6 +48,7 @@ def decoder_shape(
             aux_loss=bool(_feature(s, "moe_aux_loss")),
             random_logits=bool(_feature(s, "moe_random_logits")),
             paged_stash=_feature(s, "moe_stash") == "paged",
+            router_expert_bias=bool(_feature(s, "moe_expert_bias")),
         )  # fmt: skip
     mla = None
     if s.mla:

@@ -185,7 +185,9 @@ default ``--moe-router-load-balancing-type`` is ``aux_loss``; the loss runs when
 
 
 def _router_features(r: Reading) -> list[str]:
-    """The router's balancing loss and forced random logits (:mod:`sim.compute.router_fused`)."""
+    """The router's balancing loss and forced random logits (:mod:`sim.compute.router_fused`)
+    and its expert bias, updated at the step (``--moe-router-enable-expert-bias``,
+    :mod:`sim.parallel.router_bias`)."""
     if not r.flags.get("num-experts"):
         return []
     out = []
@@ -200,6 +202,10 @@ def _router_features(r: Reading) -> list[str]:
             r.mapped(
                 flag, "the router's balancing loss and random logits (sim.compute.router_fused)"
             )
+    if r.switch("moe-router-enable-expert-bias"):  # aux-loss-free balancing
+        out.append("moe_expert_bias=true")
+        r.mapped("moe-router-enable-expert-bias", "the step's router expert-bias update "
+                 "(sim.parallel.router_bias)")  # fmt: skip
     return out
 
 

@@ -109,8 +109,8 @@ IGNORED: dict[str, str] = {
     "use-rope-scaling": _NUM, "mscale": _NUM, "mscale-all-dim": _NUM, "rope-type": _NUM,
     "moe-aux-loss-coeff": _NUM, "moe-z-loss-coeff": _NUM, "moe-router-topk-scaling-factor":
     _NUM, "moe-router-bias-update-rate": _NUM, "moe-input-jitter-eps": _NUM,
-    "moe-router-dtype": _NUM, "moe-router-pre-softmax": _NUM, "moe-router-enable-expert-bias":
-    _NUM, "moe-router-num-groups": _NUM, "moe-router-group-topk": _NUM,
+    "moe-router-dtype": _NUM, "moe-router-pre-softmax": _NUM, "moe-router-num-groups": _NUM,
+    "moe-router-group-topk": _NUM,
     "moe-router-score-function": _NUM, "mtp-loss-scaling-factor": _NUM,
     "no-check-for-nan-in-loss-and-grad": _NUM,
     "check-for-nan-in-loss-and-grad": _NUM, "check-for-large-grads": _NUM,

@@ -34,7 +34,11 @@ Sources:
   recipe uses too: ``recipes/nemotronh/nemotron_3_super.py:56``). Ultra's recipe uses its own
   checkpoint's tokenizer (``recipes/nemotronh/h100/nemotron_3_ultra.py:67``), whose size no
   source the project reads gives: 131,072 is an assumption there (:data:`ASSUMED`, shown with
-  its rows).
+  its rows);
+* router expert bias (``--moe-router-enable-expert-bias``, :mod:`sim.parallel.router_bias`):
+  every Nemotron 3 provider sets it, the Nano recipe's ``HybridModelProvider`` (@067f987df0
+  ``recipes/nemotronh/h100/nemotron_3_nano.py`` line 111) and the Hugging Face bridge that
+  builds Super and Ultra (``AutoBridge``: ``models/nemotronh/nemotron_h_bridge.py`` line 312).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ _NANO: dict[str, Any] = {
     "moe-shared-expert-intermediate-size": 3712, "moe-router-topk": 6,
     "vocab-size": NEMOTRON_VOCAB, "squared-relu": True, "position-embedding-type": "none",
     "normalization": "RMSNorm", "untie-embeddings-and-output-weights": True,
-    "is-hybrid-model": True,
+    "is-hybrid-model": True, "moe-router-enable-expert-bias": True,
 }  # fmt: skip
 _SUPER: dict[str, Any] = {
     "hybrid-layer-pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
@@ -64,6 +68,7 @@ _SUPER: dict[str, Any] = {
     "moe-router-topk": 22, "moe-latent-size": 1024, "vocab-size": NEMOTRON_VOCAB,
     "squared-relu": True, "position-embedding-type": "none", "normalization": "RMSNorm",
     "untie-embeddings-and-output-weights": True, "is-hybrid-model": True,
+    "moe-router-enable-expert-bias": True,
 }  # fmt: skip
 _ULTRA: dict[str, Any] = {
     "hybrid-layer-pattern": "MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*"
@@ -75,6 +80,7 @@ _ULTRA: dict[str, Any] = {
     "moe-router-topk": 22, "moe-latent-size": 2048, "vocab-size": NEMOTRON_VOCAB,
     "squared-relu": True, "position-embedding-type": "none", "normalization": "RMSNorm",
     "untie-embeddings-and-output-weights": True, "is-hybrid-model": True,
+    "moe-router-enable-expert-bias": True,
 }  # fmt: skip
 SHAPES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("nemotron_3_5_lightning", _NANO),

@@ -22,6 +22,12 @@ Read offline (plain JSON; ``transformers`` is not needed). Field names are those
   query compression), ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
   ``v_head_dim``; ``num_nextn_predict_layers`` multi-token-prediction depths when asked
   (``mtp=True``; Megatron trains them only with ``--mtp-num-layers``, off by default);
+  ``topk_method: noaux_tc`` (DeepSeek-V3, Kimi K2: the gate's ``e_score_correction_bias``)
+  is aux-loss-free balancing, Megatron-Core's router expert bias, which Megatron-Bridge's
+  DeepSeek-V3 and Kimi bridges turn on (NVIDIA-NeMo/Megatron-Bridge@067f987df0
+  ``src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py`` line 74,
+  ``kimi/kimi_bridge.py`` line 62; ``deepseek/common.py`` line 47 maps the gate's
+  ``e_score_correction_bias`` onto the router's ``expert_bias``): ``MoEShape.router_expert_bias``;
 * GPT-OSS (``gpt_oss``, ``GptOssConfig``): ``head_dim``, ``attention_bias``, attention sinks,
   ``layer_types`` (``sliding_attention`` / ``full_attention``; default alternating, sliding
   first) with window ``sliding_window``; ``num_local_experts`` biased experts of width
@@ -35,7 +41,9 @@ Read offline (plain JSON; ``transformers`` is not needed). Field names are those
   Nemotron-H provider: ``position_embedding_type = "none"``); squared-ReLU MLPs of width
   ``intermediate_size`` (``mlp_hidden_act: relu2``: up and down only); MoE layers with
   ``n_routed_experts`` of width ``moe_intermediate_size`` (squared ReLU) and shared experts of
-  total width ``moe_shared_expert_intermediate_size``.
+  total width ``moe_shared_expert_intermediate_size``, their router with an expert bias
+  (``nemotron_h_bridge.py`` line 312 sets ``moe_router_enable_expert_bias``; line 425 maps
+  the checkpoint's ``mixer.gate.e_score_correction_bias`` onto it).
 
 A config states the model, not the training run: the sequence length (``max_position_embeddings``
 is the model's limit) and LoRA (:func:`read_adapter_config`, PEFT's ``adapter_config.json``) come
@@ -107,8 +115,11 @@ def _deepseek(cfg: dict[str, Any], mtp: bool) -> dict[str, Any]:
         positive(cfg, "qk_rope_head_dim"),
         positive(cfg, "v_head_dim"),
     )
+    bias = cfg.get("topk_method") == "noaux_tc"  # e_score_correction_bias (module doc)
+    moe = _moe(cfg, "n_routed_experts", "moe_intermediate_size", shared_ffn=shared,
+               router_expert_bias=bias)  # fmt: skip
     return {
-        "moe": _moe(cfg, "n_routed_experts", "moe_intermediate_size", shared_ffn=shared),
+        "moe": moe,
         "dense_layers": non_negative(cfg, "first_k_dense_replace"),
         "moe_every": positive(cfg, "moe_layer_freq", 1),
         "mla": mla,
@@ -174,8 +185,9 @@ def _nemotron_h(cfg: dict[str, Any], n: int) -> dict[str, Any]:
     if "E" in pattern:
         shared = non_negative(cfg, "moe_shared_expert_intermediate_size")
         out["moe"] = _moe(
-            cfg, "n_routed_experts", "moe_intermediate_size", shared_ffn=shared, gated=False
-        )
+            cfg, "n_routed_experts", "moe_intermediate_size", shared_ffn=shared, gated=False,
+            router_expert_bias=True,
+        )  # fmt: skip
     return out
 
 
