@@ -38,6 +38,7 @@ from sim.framework.base import Framework, Setting
 from sim.framework.deepspeed_bf16 import (
     HP_GRAD_BYTES,
     NORM_OPS,
+    OWN_BUCKET,
     bf16_plan,
     with_hp_grad_update,
 )
@@ -257,7 +258,8 @@ class PipelineEngine(Framework):
         """Its memory layout (:meth:`Framework.memory`), with bf16 weights the
         ``BF16_Optimizer``'s fp32 gradient buffer beside the bf16 gradients
         (:data:`~sim.framework.deepspeed_bf16.HP_GRAD_BYTES`: 2 + 4 bytes of gradients per
-        parameter).
+        parameter), which is its own reduction bucket (no copy of the gradients into buckets:
+        :data:`~sim.framework.deepspeed_bf16.OWN_BUCKET`).
 
         Example:
             >>> [DeepSpeed().memory(d, "A100").state(d, "adam").grad for d in ("bf16", "fp16")]
@@ -266,7 +268,7 @@ class PipelineEngine(Framework):
         out = super().memory(dtype, gpu_model, options)
         if dtype != "bf16" or out.main_grads_fp32:
             return out
-        return replace(out, hp_grad_bytes=HP_GRAD_BYTES.value)
+        return replace(out, hp_grad_bytes=HP_GRAD_BYTES.value, bucket_copy=not OWN_BUCKET.value)
 
     def plans(
         self, plans: list[StagePlan], dp_width: int, state: StateBytes,

@@ -103,6 +103,15 @@ STEP_BYTES = Setting(
     "update_lp_params copies fp32 to bf16, 4 + 2, of which the fused update's weight "
     "write counts 2: 4",
 )
+OWN_BUCKET = Setting(
+    True,
+    "microsoft/DeepSpeed@f5dde36 deepspeed/runtime/engine.py l.2245-2256 allreduce_no_retain "
+    "over get_grads_for_reduction (one flat fp32 tensor per parameter group, "
+    f"{BF16} l.292-294): allreduce_bucket's self.flatten of a one-tensor bucket returns the "
+    "tensor (torch flatten_dense_tensors of one tensor: a view, assumption stated in the "
+    "module doc), so no copy of the gradients is kept in buckets (FrameworkMemory.bucket_copy "
+    "False); the bucket's bf16 cast (2 B per element, during the all-reduce) is not modelled",
+)
 NORM_OPS = Setting(
     1,
     "microsoft/DeepSpeed@f5dde36 deepspeed/runtime/utils.py l.875: "
