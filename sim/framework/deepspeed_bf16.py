@@ -40,8 +40,12 @@ What it runs:
   (:data:`COMMUNICATION_BYTES`), not the buffer's 4. The casts move 4 + 2 and 2 + 4 bytes per
   element, the ``mul_(1 / w)`` of the bf16 copy 2 + 2 with ``w > 1`` (postscaled, l.2225-2229)
   (:data:`REDUCE_BYTES`). Assumption: one tensor per bucket (one parameter group, or each group
-  above ``MEMORY_OPT_ALLREDUCE_SIZE`` elements): ``flatten`` of one tensor is a view of it and
-  the copy back onto itself does nothing; the bucket is the whole group, one all-reduce;
+  above ``MEMORY_OPT_ALLREDUCE_SIZE`` elements). ``flatten`` of one tensor is then a view of it
+  (DeepSpeed ``csrc/utils/flatten_unflatten.cpp`` l.15-17 -> PyTorch
+  ``torch/csrc/utils/tensor_flatten.h::flatten_dense_tensors``: one tensor returns
+  ``t.contiguous().view({-1})``), the cast back writes into the buffer itself, and
+  ``allreduce_and_copy``'s ``buf.copy_(synced)`` copies a view onto the same memory (assumption:
+  not charged); the bucket is the whole group, one all-reduce;
 * the step (``step``, l.234-256): the global norm over the fp32 gradients, a ``norm`` and a
   blocking ``.item()`` per tensor (``runtime/utils.py::get_global_norm_of_tensors`` l.875;
   :data:`NORM_OPS`), reading 4 bytes per parameter; the wrapped optimizer on the partition;
@@ -107,10 +111,11 @@ OWN_BUCKET = Setting(
     True,
     "microsoft/DeepSpeed@f5dde36 deepspeed/runtime/engine.py l.2245-2256 allreduce_no_retain "
     "over get_grads_for_reduction (one flat fp32 tensor per parameter group, "
-    f"{BF16} l.292-294): allreduce_bucket's self.flatten of a one-tensor bucket returns the "
-    "tensor (torch flatten_dense_tensors of one tensor: a view, assumption stated in the "
-    "module doc), so no copy of the gradients is kept in buckets (FrameworkMemory.bucket_copy "
-    "False); the bucket's bf16 cast (2 B per element, during the all-reduce) is not modelled",
+    f"{BF16} l.292-294): allreduce_bucket's self.flatten of a one-tensor bucket returns a view "
+    "of it (csrc/utils/flatten_unflatten.cpp l.15-17 -> torch/csrc/utils/tensor_flatten.h::"
+    "flatten_dense_tensors; one tensor per bucket: assumption, module doc), so no copy of the "
+    "gradients is kept in buckets (FrameworkMemory.bucket_copy False); the bucket's bf16 cast "
+    "(2 B per element, during the all-reduce) is not modelled",
 )
 NORM_OPS = Setting(
     1,
