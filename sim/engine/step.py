@@ -175,7 +175,8 @@ class RankStep:
     def _update(self, rep: StageReplica, k: int, tags: dict):
         """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step (its
         copies back tile by tile during it with ``host_step_tiles``), the optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
-        all-gather of its parameters when its optimizer state is sharded."""
+        all-gather of its parameters when its optimizer state is sharded (``dp_sharded``, or
+        ``step_gather`` after an all-reduce)."""
         plan = rep.plan
         if plan.host_optimizer_s > 0 and plan.host_step_chunks > 0:
             yield from self._chunked_update(rep, k, tags)
@@ -197,7 +198,8 @@ class RankStep:
             rep.gpu, EventKind.OPTIMIZER, f"{rep.stage}STEP{k}", plan.optimizer_s, **tags
         )
         self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"step {k} done")
-        if self.inp.dp_width > 1 and plan.dp_sharded and plan.gather_bytes <= 0 and not plan.fsdp:
+        gathers = plan.dp_sharded or plan.step_gather  # a partitioned update
+        if self.inp.dp_width > 1 and gathers and plan.gather_bytes <= 0 and not plan.fsdp:
             if self.gathers.active:  # under the next forward (sim.engine.param_gather)
                 self.gathers.defer([rep], k)
                 return

@@ -305,13 +305,18 @@ class Framework(FrameworkSettings):
             self.grad_buffer_passes.value,
         )
 
-    def plans(self, plans: list[StagePlan], dp_width: int, state: StateBytes) -> list[StagePlan]:
+    def plans(
+        self, plans: list[StagePlan], dp_width: int, state: StateBytes,
+        memory: FrameworkMemory | None = None,
+    ) -> list[StagePlan]:  # fmt: skip
         """The memory plans as the framework runs the step: its distributed optimizer (when
         it shards and a plan does not already: optimizer state and step ``1/w``, gradients
         reduce-scattered, parameters all-gathered, :attr:`StagePlan.dp_sharded`), and, for
         16-bit weights (``state``: bytes per parameter), its step's and its gradient
         reduction's extra memory passes on the GPU (:mod:`sim.framework.step_work`: on the
-        shard of a sharded step too where the profile says how its code runs them)."""
+        shard of a sharded step too where the profile says how its code runs them).
+        ``memory``: the layout ``state`` comes from (a profile may step its own way with it:
+        :meth:`sim.framework.deepspeed.PipelineEngine.plans`); unused here."""
         work = self.step_work()
         whole = work.main_grad_extra_bytes is not None or any(work.grad_passes)
         always, with_dp = work.reduce_bytes

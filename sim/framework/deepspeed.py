@@ -18,6 +18,12 @@ between stages over the tensor-parallel group, and each exchange blocks the host
 On the last stage every micro-batch's backward starts with ``DeepSpeedEngine.backward``, which
 reads the loss back to the host (``loss.mean().item()``), so the host waits for the forward and
 its loss before it issues the backward (:data:`LOSS_READ`).
+
+With bf16 weights the engine runs the ``BF16_Optimizer`` (:mod:`sim.framework.deepspeed_bf16`):
+fp32 gradients beside the bf16 ones, an fp32 accumulation after every backward, the
+data-parallel all-reduce cast to bf16, optimizer state and update partitioned over the
+replicas and the parameters all-gathered after the step; fp16 runs ``FP16_Optimizer`` (the
+settings below).
 """
 
 from __future__ import annotations
@@ -25,12 +31,24 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
+from sim.config import MemoryConfig
 from sim.engine.inputs import PipelineRuntime
+from sim.engine.stage_cost import StageCost
 from sim.framework.base import Framework, Setting
+from sim.framework.deepspeed_bf16 import (
+    HP_GRAD_BYTES,
+    NORM_OPS,
+    OWN_BUCKET,
+    bf16_plan,
+    with_hp_grad_update,
+)
+from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
+from sim.memory.plan import StagePlan
+from sim.memory.states import StateBytes
 from sim.parallel.finalize_grads import main_grad_bytes
-from sim.trace.schema import Trace, dtype_bytes
+from sim.trace.schema import LayerProfile, Trace, dtype_bytes
 
 PIPE = "deepspeed/runtime/pipe"
 SCHEDULES = Setting(
@@ -227,7 +245,56 @@ class PipelineEngine(Framework):
         fp32 = memory is not None and memory.main_grads_fp32
         grad = main_grad_bytes(trace.dtype, fp32)  # bytes per gradient element
         rt = replace(rt, dp_serial_bucket_bytes=self.serial_bucket.value * grad)
+        if memory is not None and memory.hp_grad_bytes > 0:  # BF16_Optimizer
+            rt = replace(
+                rt, dp_serial_bucket_bytes=0.0, step_transient=0.0,
+                overflow_check_ops=NORM_OPS.value,
+            )  # fmt: skip
         return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
+
+    def memory(
+        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None
+    ) -> FrameworkMemory:
+        """Its memory layout (:meth:`Framework.memory`), with bf16 weights the
+        ``BF16_Optimizer``'s fp32 gradient buffer beside the bf16 gradients
+        (:data:`~sim.framework.deepspeed_bf16.HP_GRAD_BYTES`: 2 + 4 bytes of gradients per
+        parameter), which is its own reduction bucket (no copy of the gradients into buckets:
+        :data:`~sim.framework.deepspeed_bf16.OWN_BUCKET`).
+
+        Example:
+            >>> [DeepSpeed().memory(d, "A100").state(d, "adam").grad for d in ("bf16", "fp16")]
+            [6, 2]
+        """
+        out = super().memory(dtype, gpu_model, options)
+        if dtype != "bf16" or out.main_grads_fp32:
+            return out
+        return replace(out, hp_grad_bytes=HP_GRAD_BYTES.value, bucket_copy=not OWN_BUCKET.value)
+
+    def plans(
+        self, plans: list[StagePlan], dp_width: int, state: StateBytes,
+        memory: FrameworkMemory | None = None,
+    ) -> list[StagePlan]:  # fmt: skip
+        """The memory plans as the engine's optimizer steps: with bf16 weights (``memory``'s
+        ``hp_grad_bytes``) the ``BF16_Optimizer``'s (:func:`~sim.framework.deepspeed_bf16.
+        bf16_plan`), else ``FP16_Optimizer``'s (:meth:`Framework.plans`)."""
+        if memory is None or memory.hp_grad_bytes <= 0:
+            return super().plans(plans, dp_width, state, memory)
+        done: dict[int, StagePlan] = {}  # a plan shared by many stage replicas, once
+        for p in plans:
+            if id(p) not in done:
+                done[id(p)] = bf16_plan(p, dp_width, state)
+        return [done[id(p)] for p in plans]
+
+    def stage_device_work(
+        self, cost: StageCost, kinds: list[str], layers: tuple[LayerProfile, ...],
+        trace: Trace, tensor_parallel: int, spec: ComputeSpec,
+    ) -> StageCost:  # fmt: skip
+        """``cost`` with, for bf16 weights, the ``BF16_Optimizer``'s fp32 accumulation after
+        every backward over the stage's parameters (:func:`~sim.framework.deepspeed_bf16.
+        with_hp_grad_update`); unchanged for fp16."""
+        if trace.dtype != "bf16":
+            return cost
+        return with_hp_grad_update(cost, sum(x.param_bytes for x in layers), spec)
 
     def tied_grad_scale(self, trace: Trace, memory: FrameworkMemory | None) -> float:
         """Gradient bytes its tied all-reduce moves per byte of a tied parameter of ``trace``

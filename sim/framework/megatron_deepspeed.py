@@ -37,6 +37,7 @@ from sim.framework.deepspeed import (
     PIPE,
     PipelineEngine,
 )
+from sim.framework.deepspeed_bf16 import with_hp_grad_update
 from sim.framework.tied_positions import with_tied_positions
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.shard import model_shape
@@ -346,13 +347,19 @@ class MegatronDeepSpeed(PipelineEngine):
         trace: Trace, tensor_parallel: int, spec: ComputeSpec,
     ) -> StageCost:  # fmt: skip
         """``cost`` with the sum of the tied embedding's two gradients where the stage holds
-        both its ends (:func:`with_tied_grad_sum`, :func:`tied_grad_sum_s`) and each layer's
-        accumulation into ``.grad`` after an iteration's first micro-batch
-        (:func:`accumulate_seconds`)."""
+        both its ends (:func:`with_tied_grad_sum`, :func:`tied_grad_sum_s`) and, with fp16,
+        each layer's accumulation into ``.grad`` after an iteration's first micro-batch
+        (:func:`accumulate_seconds`); with bf16 the ``BF16_Optimizer`` clears ``.grad``
+        before every backward and accumulates in fp32 after it instead
+        (:func:`~sim.framework.deepspeed_bf16.with_hp_grad_update`, the tied embedding's
+        weight once)."""
         tied = tied_grad_sum_s(trace, tensor_parallel, spec, self.tied_grad_sum.value)
         cost = with_tied_grad_sum(cost, kinds, tied)
         both = {"embedding", "head"} <= {base_kind(k) for k in kinds}
         shared = tied_embedding_bytes(trace, tensor_parallel) if both else 0.0
+        if trace.dtype == "bf16":
+            params = sum(x.param_bytes for x in layers) - shared
+            return with_hp_grad_update(cost, params, spec)
         return replace(
             cost,
             bwd_accumulate=accumulate_seconds(

@@ -12,6 +12,9 @@ count the same bytes:
   ``megatron/training/arguments.py`` ``validate_args``; ``grad_dtype = torch.float if
   grad_reduce_in_fp32``, ``megatron/core/distributed/param_and_grad_buffer.py``), 4 bytes per
   parameter where ZeRO's accounting has 2 (:func:`sim.memory.states.state_bytes`);
+* **fp32 gradient copy** (``hp_grad_bytes``): DeepSpeed's ``BF16_Optimizer`` keeps an fp32
+  gradient buffer beside the bf16 ``.grad`` of every parameter (:mod:`sim.framework.
+  deepspeed_bf16`): 2 + 4 bytes of gradients per parameter;
 * **bucket copy** (``bucket_copy``): ``torch.nn.parallel.DistributedDataParallel`` (default
   ``gradient_as_bucket_view=False``) copies the gradients it reduces into flat buckets, one more
   copy of the GPU gradients with data parallelism; Megatron's contiguous gradient buffer *is*
@@ -89,6 +92,9 @@ class FrameworkMemory:
             :func:`sim.memory.precision_aware.adam_state_bytes`); None: ZeRO's 12 (or 8).
         decoupled_grad: the optimizer takes the 16-bit gradient as it is (no fp32 copy of the
             gradient shard at the step: the precision-aware optimizer's ``decoupled_grad``).
+        hp_grad_bytes: bytes per parameter of a gradient copy kept beside the 16-bit ``.grad``
+            (DeepSpeed's ``BF16_Optimizer``: 4, fp32; :mod:`sim.framework.deepspeed_bf16`),
+            counted as gradients; 0: none.
     """
 
     main_grads_fp32: bool = False
@@ -102,6 +108,7 @@ class FrameworkMemory:
     weight_copy_bytes: int = 0
     adam_state_bytes: int | None = None
     decoupled_grad: bool = False
+    hp_grad_bytes: int = 0
 
     def state(self, dtype: str, optimizer: str) -> StateBytes:
         """Bytes per parameter of each model-state class: ZeRO's accounting
@@ -109,7 +116,8 @@ class FrameworkMemory:
         ``main_grads_fp32`` (Megatron's 2 + 4 + 12 = 18 for bf16 Adam), the weights'
         further copies (``weight_copy_bytes``) and Adam's state in the dtypes the framework
         sets (``adam_state_bytes``: 2 + 2 + 6 = 10 for the precision-aware optimizer with bf16
-        gradients and moments).
+        gradients and moments), and a gradient copy beside 16-bit gradients
+        (``hp_grad_bytes``: DeepSpeed's bf16 2 + 4 = 6).
 
         Raises:
             ValueError: unknown dtype or optimizer.
@@ -117,6 +125,8 @@ class FrameworkMemory:
         sb = state_bytes(dtype, optimizer)
         if self.main_grads_fp32 and sb.grad < 4:
             sb = replace(sb, grad=4)
+        elif self.hp_grad_bytes and sb.grad < 4:
+            sb = replace(sb, grad=sb.grad + self.hp_grad_bytes)
         if self.weight_copy_bytes:
             sb = replace(sb, weight=sb.weight + self.weight_copy_bytes)
         if self.adam_state_bytes is not None and optimizer == "adam":

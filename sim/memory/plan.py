@@ -96,6 +96,11 @@ class StagePlan:
         dp_gather_bytes: bytes of the parameter all-gather after a sharded step
             (``dp_sharded``); None: the reduction's bytes. Less with parameters kept in a
             low-precision format (Megatron's ``--fp8-param-gather``: :mod:`sim.memory.precision`).
+        step_gather: with data parallelism, the gradients are all-reduced whole before the step
+            (not ``dp_sharded``) but each replica updates its partition of the parameters and
+            the updated parameters are all-gathered after it, ``dp_grad_bytes`` (else
+            ``grad_bytes``) of them (DeepSpeed's ``BF16_Optimizer``:
+            :mod:`sim.framework.deepspeed_bf16`).
         gather_bytes: 16-bit parameter bytes all-gathered over the data-parallel group before
             each F and each B/I (parameters partitioned over the replicas: ZeRO-3, PatrickStar's
             chunk groups); each replica holds ``1/w`` of them. 0: parameters are replicated.
@@ -164,6 +169,7 @@ class StagePlan:
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
     dp_gather_bytes: float | None = None
+    step_gather: bool = False
     gather_bytes: float = 0.0
     gather_live_bytes: float | None = None
     scatter_bytes: float = 0.0

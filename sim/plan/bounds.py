@@ -15,7 +15,9 @@ keeps at least its :meth:`~sim.memory.base.MemoryPolicy.min_state_bytes_per_para
 ``d2d_swap+recompute``: one weight version and the rest; ``zero_offload``: the 16-bit weights;
 ``zero3``: a ``1/w`` shard, 0 with ``:offload``; ``chunked``, ``auto``: 0; one policy per
 stage: the least of its stages'; with FP8 parameters, ``precision_options.param_gather``, less
-the 16-bit weights they replace). Where every stash stays on the GPU
+the 16-bit weights they replace; with DeepSpeed's ``BF16_Optimizer``, whose optimizer state is
+partitioned over the ``w`` replicas, less ``(1 - 1/w)`` of that state,
+:func:`sim.framework.deepspeed_bf16.bf16_plan`). Where every stash stays on the GPU
 (:meth:`~sim.memory.base.MemoryPolicy.keeps_every_stash`: ``none``), a stage with its ``n_s``
 in-flight micro-batches (the schedule's own :func:`~sim.schedules.analysis.peak_in_flight`)
 holds ``n_s x act_s``, and DistributedDataParallel's buckets hold one more copy of the
@@ -278,7 +280,11 @@ class BoundModel:
         all_none = all_none and point.virtual_stages == 1  # (a rank's in-flight count mixes chunks)
         gpus = self.prep.topology.gpus
         working = all(g.reserve.working for g in gpus)
-        bucket = self._memory(point, self.prep.traces[point.model].dtype).bucket_copy
+        memory = self._memory(point, self.prep.traces[point.model].dtype)
+        if memory.hp_grad_bytes > 0 and point.dp_width > 1:  # BF16_Optimizer: state 1/w
+            share = 1.0 - 1.0 / point.dp_width  # (sim.framework.deepspeed_bf16.bf16_plan)
+            per_param = max(0.0, per_param - tot.state.optimizer * share)
+        bucket = memory.bucket_copy
         if point.dp_shard == 1 and all_none and w > 1 and working and bucket:
             per_param += tot.state.grad  # DDP buckets (module doc)
         peers = nccl_peers(p - 1, p, w)

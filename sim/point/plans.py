@@ -146,7 +146,8 @@ def plan_contexts(
             flat = alike or plan_to_fit(policy, contexts, replay=replay)
     except ValueError as exc:
         raise InputError(str(exc), file=file, field="sweep.memory_policy") from None
-    flat = framework.plans(flat, point.dp_width, memory.state(dtype, exp.training.optimizer))
+    state = memory.state(dtype, exp.training.optimizer)
+    flat = framework.plans(flat, point.dp_width, state, memory)
     recipe, low_params, spec = low
     if recipe is None or spec is None or not any(low_params):
         return flat
