@@ -10,12 +10,18 @@ import pytest
 from sim.compute.decoder import DecoderShape
 from sim.compute.mamba_cp import alltoall_bytes, copies_bwd, copies_fwd, cp_problem, rank_mixer
 from sim.compute.ssm import MambaShape, mamba_act_bytes, mamba_bwd, mamba_fwd
+from sim.hardware.loader import load_hardware
 from sim.parallel.decoder_comm import group_ops
+from sim.parallel.decoder_shard import shard_decoder
 from sim.parallel.decoder_split import decoder_problem
 from sim.parallel.layout import ParallelLayout
+from sim.runs.express import Expressed, express
+from sim.runs.megatron_args import read_megatron
+from sim.trace.decoder import decoder_trace
 
 M = MambaShape(8, 4, 4, 2, 4, 8)
 H, S, B, D = 16, 16, 1, 2
+H100 = load_hardware("dgx-h100").gpus[0].compute
 
 
 def test_all_to_alls_move_z_x_b_c_dt_then_y():
@@ -89,3 +95,34 @@ def test_megatron_refuses_what_does_not_divide(heads, groups, tp, cp, field):
     assert cp_problem(M, 1, 4) == cp_problem(M, 1, 8) == cp_problem(M, 2, 2) == ""
     shape = DecoderShape(1, H, 2, S, 64, 64, pattern="M", mamba=MambaShape(heads, 4, 4, groups))
     assert field in decoder_problem(shape, ParallelLayout(cp=cp, tp=tp))
+
+
+def test_express_takes_what_megatron_takes():
+    """The golden hybrid test's layout (hidden 1024: 32 heads, 8 groups; tp 2, cp 4: 4 heads
+    and 1 group per rank) is expressed; 6 groups over tp 2 x cp 2 (3 per tensor rank, not
+    divisible by 2) is refused with Megatron's constraint."""
+    flags = {"hybrid-layer-pattern": "M-M*", "num-layers": 4, "spec": "hybrid",
+             "tensor-model-parallel-size": 2, "context-parallel-size": 4}  # fmt: skip
+    gpt = {"num-layers": 4, "hidden-size": 1024, "num-attention-heads": 16, "seq-length": 1024,
+           "micro-batch-size": 4, "global-batch-size": 32, "bf16": True, "vocab-size": 50257,
+           "pipeline-model-parallel-size": 1}  # fmt: skip
+    run = read_megatron(gpt | flags, name="t", source="<test>", num_gpus=8, gpu="A100-SXM-80GB")
+    assert isinstance(express(run), Expressed)
+    odd = gpt | flags | {"context-parallel-size": 2, "mamba-num-heads": 48, "mamba-num-groups": 6}
+    ex = express(read_megatron(odd, name="t", source="<test>", num_gpus=4, gpu="A100-SXM-80GB"))
+    assert not isinstance(ex, Expressed) and any("mamba.groups 6" in r for r in ex.reasons)
+
+
+def test_host_ops_land_on_the_mamba_layer():
+    """MambaContextParallel's ATen ops (mamba_cp.HOST_FWD / HOST_BWD): 1 split + 5 x 6 per
+    sp2hp all-to-all + 8 for the two repeats + 3 cats + 9 after the scan + 13 parameter slices =
+    64 forward; backward 69 + 10 cp = 89 at cp = 2. Only the Mamba layer gets them."""
+    shape = DecoderShape(2, H, 2, S, 64, 64, pattern="M*", mamba=M)
+    trace = decoder_trace(shape, name="m", microbatch_size=1, gpu=H100)
+    one, two = (shard_decoder(trace, ParallelLayout(cp=cp), H100).trace.layers for cp in (1, 2))
+    added = {
+        a.name: (b.fwd_ops - a.fwd_ops, b.bwd_ops - a.bwd_ops)
+        for a, b in zip(one, two, strict=True)
+    }
+    assert added["mamba.0"] == (64, 89)
+    assert added["attention.1"] == (0, 0)

@@ -9,7 +9,8 @@ experts; and of the routed rows around the experts, expert tensor parallelism), 
 forward's dispatch the all-gather of the token counts of a dropless layer, :data:`COUNT_BYTES`,
 or with HybridEP of the routing map, :func:`~sim.compute.hybridep.routing_map_bytes`, whose
 dispatch carries each token's probabilities, :func:`~sim.compute.hybridep.dispatch_payload`; the
-attention's exchanges, ring steps hiding under ``1/cp`` of the attention core). Split from
+attention's exchanges, ring steps hiding under ``1/cp`` of the attention core; a Mamba layer's
+all-to-alls, :mod:`sim.compute.mamba_cp`). Split from
 :mod:`sim.parallel.decoder_shard`, which calls both per layer kind
 (:mod:`sim.parallel.decoder_scale`).
 """

@@ -229,14 +229,13 @@ def _layout(run: MeasuredRun) -> list[str]:
 
 def _mamba_cp(run: MeasuredRun) -> list[str]:
     """Megatron-Core's refusal of context parallelism over the run's Mamba-2 layers
-    (``MambaContextParallel.__init__``: :func:`sim.compute.mamba_cp.cp_problem`), or []."""
+    (``MambaContextParallel.__init__``: :func:`sim.compute.mamba_cp.cp_problem`; a tensor split
+    that does not divide them is the decoder's refusal), or []."""
     lay, s = run.layout, run.shape
     if lay.cp == 1 or "M" not in (_feature(s, "hybrid_pattern") or "") or not _feature(s, "mamba"):
         return []
-    mamba = hybrid_fields(s)["mamba"]
-    if mamba.heads % lay.tp or mamba.groups % lay.tp:  # the tensor split's refusal (decoder)
-        return []
-    why = cp_problem(mamba, lay.tp, lay.cp)
+    m = hybrid_fields(s)["mamba"]
+    why = "" if m.heads % lay.tp or m.groups % lay.tp else cp_problem(m, lay.tp, lay.cp)
     return [why] if why else []
 
 
