@@ -76,64 +76,15 @@ ends with, ``H*P*N`` per sample, is what inference keeps instead of a KV cache.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sim.compute.kernels import Kernel, gemm, mem
+from sim.compute.mamba_cp import copies_bwd, copies_fwd, rank_mixer
+from sim.compute.mamba_shape import MambaShape
 from sim.hardware.formats import FP32_BYTES
 
 FP32 = FP32_BYTES
 """Bytes of the scan's fp32 tensors (``dt``, ``dA_cumsum``, the chunk states, ``rstd``)."""
-
-
-@dataclass(frozen=True)
-class MambaShape:
-    """A Mamba-2 mixer (module doc).
-
-    Attributes:
-        heads: ``H`` (``mamba_num_heads``).
-        head_dim: ``P`` (``mamba_head_dim``).
-        state: ``N`` (``ssm_state_size``).
-        groups: ``G`` (``n_groups``), dividing ``H``.
-        conv_kernel: ``K`` (``conv_kernel``).
-        chunk: ``Q`` (``chunk_size``).
-    """
-
-    heads: int
-    head_dim: int
-    state: int
-    groups: int = 1
-    conv_kernel: int = 4
-    chunk: int = 256
-
-    def __post_init__(self) -> None:
-        for name in ("heads", "head_dim", "state", "groups", "conv_kernel", "chunk"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"mamba.{name} must be a positive integer, got {v!r}")
-        if self.heads % self.groups:
-            raise ValueError(f"mamba.groups {self.groups} must divide mamba.heads {self.heads}")
-
-    @property
-    def inner(self) -> int:
-        """``d_i = H * P``."""
-        return self.heads * self.head_dim
-
-    @property
-    def conv_width(self) -> int:
-        """Channels of the conv: ``d_i + 2 G N``."""
-        return self.inner + 2 * self.groups * self.state
-
-    @property
-    def in_width(self) -> int:
-        """Output width of ``in_proj``: ``2 d_i + 2 G N + H``."""
-        return 2 * self.inner + 2 * self.groups * self.state + self.heads
-
-    def params(self, h: int) -> int:
-        """Parameters of the mixer and its pre-norm: ``in_proj``, the conv's weight and bias,
-        ``dt_bias``, ``A_log`` and ``D`` (``H`` each), the gated norm's weight, ``out_proj``, the
-        pre-norm's ``h`` (no projection biases: Nemotron-H ``mamba_proj_bias`` false)."""
-        conv = self.conv_width * (self.conv_kernel + 1)
-        return h * self.in_width + conv + 3 * self.heads + self.inner + self.inner * h + h
 
 
 def check_tp(m: MambaShape, tp: int) -> str:
@@ -237,33 +188,40 @@ def _scan_bwd(m: MambaShape, c: int, d: int, tp: int, z: bool = True) -> list[Ke
     ]  # fmt: skip
 
 
-def _tokens(m: MambaShape, b: int, s: int, tp: int, sp: bool, cp: int) -> tuple[int, int]:
+def _tokens(m: MambaShape, b: int, s: int, tp: int, sp: bool, cp: int):
+    """``(t, r, loc)``: the rank's tokens ``b*s/cp`` (the projections'), its sequence-parallel
+    share (``t/tp`` with sequence parallelism, else ``t``), and the mixer its conv and scan run
+    over all ``b*s`` tokens: ``H/(tp*cp)`` heads (:func:`sim.compute.mamba_cp.rank_mixer`)."""
     why = check_tp(m, tp)
     if why:
         raise ValueError(why)
-    if cp != 1:
-        raise ValueError("context parallelism over Mamba layers is not modelled")
-    t = b * s
-    return t, t // tp if sp else t
+    t = b * s // cp
+    return t, t // tp if sp else t, rank_mixer(m, tp, cp)
 
 
 def mamba_fwd(
     m: MambaShape, h: int, s: int, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
 ) -> list[Kernel]:
-    """Forward kernels of a Mamba-2 layer on one rank (module doc).
+    """Forward kernels of a Mamba-2 layer on one rank (module doc); with ``cp > 1`` the conv and
+    scan run the whole sequence for ``1/cp`` of the heads between the copies of Megatron-Core's
+    context parallelism (:mod:`sim.compute.mamba_cp`; its all-to-alls are
+    :mod:`sim.parallel.decoder_comm`'s).
 
     Raises:
-        ValueError: ``tp`` does not divide the heads or groups; ``cp > 1``.
+        ValueError: ``tp`` does not divide the heads or groups;
+            :func:`~sim.compute.mamba_cp.cp_problem`.
     """
-    t, r = _tokens(m, b, s, tp, sp, cp)
-    cw, di, iw = m.conv_width // tp, m.inner // tp, m.in_width // tp
+    t, r, loc = _tokens(m, b, s, tp, sp, cp)
+    ts, di, iw = b * s, m.inner // tp, m.in_width // tp
     c = _chunks(b, s, m.chunk)
-    out = [mem("norm1", 2 * r * h * d), gemm("in_proj", t, iw, h, d)]
-    out += _transpose("zxbcdt_to_bld", b, t * iw * d)
-    out.append(mem("conv1d", 2 * t * cw * d, flops=2.0 * t * cw * m.conv_kernel))
-    out += _scan_fwd(m, c, d, tp)
-    out += _transpose("y_to_lbd", b, t * di * d)
-    out += [mem("gated_norm", 2 * t * di * d), gemm("out_proj", t, h, di, d)]
+    before, after = copies_fwd(m, t, tp, cp, d)
+    out = [mem("norm1", 2 * r * h * d), gemm("in_proj", t, iw, h, d), *before]
+    out += _transpose("zxbcdt_to_bld", b, ts * loc.in_width * d)
+    cw = loc.conv_width
+    out.append(mem("conv1d", 2 * ts * cw * d, flops=2.0 * ts * cw * m.conv_kernel))
+    out += _scan_fwd(loc, c, d, 1)
+    out += _transpose("y_to_lbd", b, ts * loc.inner * d)
+    out += [*after, mem("gated_norm", 2 * t * di * d), gemm("out_proj", t, h, di, d)]
     return out + [mem("mamba_residual", 3 * r * h * d)]
 
 
@@ -285,15 +243,16 @@ def mamba_bwd(
     Raises:
         ValueError: as :func:`mamba_fwd`.
     """
-    t, r = _tokens(m, b, s, tp, sp, cp)
-    cw, di, iw = m.conv_width // tp, m.inner // tp, m.in_width // tp
+    t, r, loc = _tokens(m, b, s, tp, sp, cp)
+    ts, cw, di, iw = b * s, loc.conv_width, m.inner // tp, m.in_width // tp
     c = _chunks(b, s, m.chunk)
-    dx = [gemm("d_out_proj_in", t, di, h, d), mem("gated_norm_bwd", 3 * t * di * d)]
-    dx.append(mem("conv1d_recompute", 2 * t * cw * d, flops=2.0 * t * cw * m.conv_kernel))
-    dx += _scan_bwd(m, c, d, tp)
-    dx.append(mem("conv1d_bwd", 3 * t * cw * d, flops=4.0 * t * cw * m.conv_kernel))
-    dx += _transpose("dzxbcdt_to_lbd", b, t * iw * d)
-    dx += [gemm("d_in_proj_in", t, h, iw, d), mem("norm1_bwd", 3 * r * h * d)]
+    before, after = copies_bwd(m, t, tp, cp, d)
+    dx = [gemm("d_out_proj_in", t, di, h, d), mem("gated_norm_bwd", 3 * t * di * d), *before]
+    dx.append(mem("conv1d_recompute", 2 * ts * cw * d, flops=2.0 * ts * cw * m.conv_kernel))
+    dx += _scan_bwd(loc, c, d, 1)
+    dx.append(mem("conv1d_bwd", 3 * ts * cw * d, flops=4.0 * ts * cw * m.conv_kernel))
+    dx += _transpose("dzxbcdt_to_lbd", b, ts * loc.in_width * d)
+    dx += [*after, gemm("d_in_proj_in", t, h, iw, d), mem("norm1_bwd", 3 * r * h * d)]
     dx.append(mem("residual_grad_add", 3 * r * h * d))
     dw = [gemm("d_in_proj_w", h, iw, t, d), gemm("d_out_proj_w", di, h, t, d)]
     return dx, dw
@@ -302,11 +261,17 @@ def mamba_bwd(
 def mamba_act_bytes(
     m: MambaShape, h: int, s: int, b: int, d: int, tp: int = 1, sp: bool = False, cp: int = 1
 ) -> float:
-    """Bytes a Mamba-2 layer keeps for its backward on one rank, one micro-batch (module doc).
+    """Bytes a Mamba-2 layer keeps for its backward on one rank, one micro-batch (module doc):
+    with ``cp > 1`` the scan's saved ``zxBCdt`` and ``out_x`` are the whole sequence's for the
+    rank's ``1/cp`` of the heads (:func:`~sim.compute.mamba_cp.rank_mixer`), the gated norm's
+    and ``out_proj``'s inputs the rank's ``b*s/cp`` tokens (the norm follows the all-to-all;
+    Megatron's exchanges and copies save nothing).
 
     Raises:
         ValueError: as :func:`mamba_fwd`.
     """
-    t, r = _tokens(m, b, s, tp, sp, cp)
-    iw, di = m.in_width / tp, m.inner / tp
-    return 2 * r * h * d + t * d * (iw + 3 * di) + FP32 * t * m.groups / tp
+    t, r, loc = _tokens(m, b, s, tp, sp, cp)
+    iw, di, rstd = m.in_width / tp, m.inner / tp, FP32 * t * m.groups / tp
+    if cp == 1:
+        return 2 * r * h * d + t * d * (iw + 3 * di) + rstd
+    return 2 * r * h * d + b * s * d * (loc.in_width + loc.inner) + t * d * 2 * di + rstd

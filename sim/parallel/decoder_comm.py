@@ -9,7 +9,8 @@ experts; and of the routed rows around the experts, expert tensor parallelism), 
 forward's dispatch the all-gather of the token counts of a dropless layer, :data:`COUNT_BYTES`,
 or with HybridEP of the routing map, :func:`~sim.compute.hybridep.routing_map_bytes`, whose
 dispatch carries each token's probabilities, :func:`~sim.compute.hybridep.dispatch_payload`; the
-attention's exchanges, ring steps hiding under ``1/cp`` of the attention core). Split from
+attention's exchanges, ring steps hiding under ``1/cp`` of the attention core; a Mamba layer's
+all-to-alls, :mod:`sim.compute.mamba_cp`). Split from
 :mod:`sim.parallel.decoder_shard`, which calls both per layer kind
 (:mod:`sim.parallel.decoder_scale`).
 """
@@ -21,6 +22,7 @@ from dataclasses import replace
 from sim.compute.decoder import ATTN, DecoderShape, tokens
 from sim.compute.decoder_shape import base_kind
 from sim.compute.hybridep import dispatch_payload, routing_map_bytes
+from sim.compute.mamba_cp import alltoall_bytes
 from sim.events import EventKind
 from sim.parallel.context import context_comm
 from sim.parallel.decoder_split import attention_dims
@@ -80,7 +82,9 @@ def group_ops(
     kind: str, m: DecoderShape, b: int, d: int, par: ParallelLayout, core: tuple[float, float], plan
 ) -> tuple[tuple[GroupOp, ...], tuple[GroupOp, ...]]:
     """The layer's expert- and context-parallel exchanges: the CP exchange of a layer with
-    attention (:data:`~sim.compute.decoder.ATTN`), the EP dispatch and combine of a layer
+    attention (:data:`~sim.compute.decoder.ATTN`), the six all-to-alls each way of a Mamba
+    layer's context parallelism (:func:`sim.compute.mamba_cp.alltoall_bytes`: synchronous,
+    nothing hides them), the EP dispatch and combine of a layer
     with routed experts (``plan``: a dense block's, a MoE block's, a hybrid model's ``moe``
     layer's or an MTP depth's)."""
     fwd: list[GroupOp] = []
@@ -92,6 +96,12 @@ def group_ops(
             for coll, nb, n in ops:
                 hidden = hide / par.cp if coll == "ring" else 0.0
                 out.append(GroupOp("cp", coll, nb, n, hidden_s=hidden))
+    if par.cp > 1 and base_kind(kind) == "mamba":
+        assert m.mamba is not None
+        t, _ = tokens(m, b, par.tp, par.sp, par.cp)
+        mf, mb = alltoall_bytes(m.mamba, t, par.tp, par.cp, d)
+        fwd += [GroupOp("cp", "alltoall", nb) for _, nb in mf]
+        bwd += [GroupOp("cp", "alltoall", nb) for _, nb in mb]
     if plan is not None and 1 < par.expert_tp != par.tp:  # folded expert TP (sim.parallel.folding)
         nb = float(sum(plan.rows[plan.busiest])) * m.hidden * d
         etp = (GroupOp("etp", "all_gather", nb), GroupOp("etp", "reduce_scatter", nb))

@@ -10,7 +10,9 @@
   experts compute (:mod:`sim.parallel.expert`; it sets the layer's pace, the others wait for it
   in the combine all-to-all); with ``cp > 1`` an attention layer's forward and input gradient
   also run the copies and merges Transformer Engine's context parallelism adds
-  (:mod:`sim.parallel.context_kernels`). A generated trace's times become ``model(rank)`` exactly;
+  (:mod:`sim.parallel.context_kernels`); a Mamba layer's conv and scan run the whole sequence
+  for ``1/cp`` of its heads between Megatron-Core's all-to-alls and their copies, which add host
+  ops too (:mod:`sim.compute.mamba_cp`). A generated trace's times become ``model(rank)`` exactly;
 * **memory**: dense parameters ``/ t`` but for the norms, router, MLA down projections and
   row-parallel biases every tensor rank keeps whole (:mod:`sim.parallel.decoder_whole`),
   routed-expert parameters ``/ (ep*t)``; activations as
@@ -54,7 +56,12 @@ from sim.hardware.host_ops import HostOverhead
 from sim.parallel.decoder_scale import kind_shard, scale_layer
 from sim.parallel.decoder_split import decoder_problem
 from sim.parallel.expert import expert_plan
-from sim.parallel.layer_host import attention_host_ops, grouped_host_ops, rank_expert_ops
+from sim.parallel.layer_host import (
+    attention_host_ops,
+    grouped_host_ops,
+    rank_expert_ops,
+    with_mamba_cp_ops,
+)
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.low_params import low_precision_params
 from sim.parallel.megatron import LayerComm, with_comm_ops
@@ -163,7 +170,8 @@ def shard_decoder(
         scaled = scale_layer(layer, ratios, act, share[0] + share[1], par, parts)
         grouped.append(grouped_host_ops(scaled, kind, m, par, lp, host))
         attn.append(attention_host_ops(scaled, kind, m))
-        layers.append(with_comm_ops(rank_expert_ops(scaled, kind, m, par, grouped[-1]), tpc))
+        scaled = with_mamba_cp_ops(rank_expert_ops(scaled, kind, m, par, grouped[-1]), kind, par)
+        layers.append(with_comm_ops(scaled, tpc))
         comm.append(tpc)
         pairs.append(pair)
         group.append(ops)

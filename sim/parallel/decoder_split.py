@@ -9,6 +9,7 @@ names and sizes the context-parallel kernels and exchanges of a rank with
 from __future__ import annotations
 
 from sim.compute.decoder import DecoderShape
+from sim.compute.mamba_cp import cp_problem as mamba_cp_problem
 from sim.compute.ssm import check_tp as mamba_tp_problem
 from sim.parallel.context import AttentionDims, check_cp
 from sim.parallel.expert import check_ep
@@ -36,9 +37,9 @@ def decoder_problem(m: DecoderShape, par: ParallelLayout) -> str:
     elif par.ep > 1:
         return f"expert_parallel {par.ep} needs a MoE model"
     if m.mamba is not None:
-        why = mamba_tp_problem(m.mamba, t)
-        if why or par.cp > 1:
-            return why or f"context_parallel {par.cp} over Mamba layers is not modelled"
+        why = mamba_tp_problem(m.mamba, t) or mamba_cp_problem(m.mamba, t, par.cp)
+        if why:
+            return why
     if par.sp and (m.seq_len // par.cp) % t:
         return f"sequence parallelism needs seq_len/cp divisible by {t}"
     return check_cp(par.cp, m.seq_len, m.heads, t, par.cp_comm)

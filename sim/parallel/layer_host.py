@@ -5,8 +5,9 @@ Split from :mod:`sim.parallel.decoder_shard`, which calls these per layer: :func
 (the MoE dispatcher's token-count read-back, a clamped quick-GeGLU's offset copy),
 :func:`recompute_sync_share` (that copy again in a ``moe_act`` recompute, in the backward),
 :func:`attention_host_ops` (GPT-OSS's eager attention pieces), :func:`grouped_host_ops`
-(Transformer Engine ``GroupedLinear``'s per-expert host work) and
-:func:`rank_expert_ops` (a layer's host ops without the experts other ranks hold).
+(Transformer Engine ``GroupedLinear``'s per-expert host work),
+:func:`rank_expert_ops` (a layer's host ops without the experts other ranks hold) and
+:func:`with_mamba_cp_ops` (the ops of Megatron-Core's context parallelism over a Mamba layer).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sim.compute.decoder_shape import base_kind
 from sim.compute.glu_clamp import OFFSET_COPY
 from sim.compute.gptoss_host import attention_ops, expert_ops
 from sim.compute.kernels import Kernel, kernel_time_s
+from sim.compute.mamba_cp import host_ops as mamba_cp_ops
 from sim.compute.mcore_ops import expert_ops as sequential_expert_ops
 from sim.compute.moe import HOST_SYNC_KERNELS
 from sim.compute.precision import TE
@@ -176,3 +178,13 @@ def rank_expert_ops(
         fwd_modules=less(layer.fwd_modules, mods),
         fwd_functions=less(layer.fwd_functions, fns),
     )
+
+
+def with_mamba_cp_ops(layer: LayerProfile, kind: str, par: ParallelLayout) -> LayerProfile:
+    """``layer`` with the host ops Megatron-Core's context parallelism adds to a Mamba layer
+    (:func:`sim.compute.mamba_cp.host_ops`; none for ``cp == 1`` or another kind); a count the
+    trace lacks (None) stays None."""
+    if base_kind(kind) != "mamba" or par.cp == 1 or layer.fwd_ops is None or layer.bwd_ops is None:
+        return layer
+    fwd, bwd = mamba_cp_ops(par.cp)
+    return replace(layer, fwd_ops=layer.fwd_ops + fwd, bwd_ops=layer.bwd_ops + bwd)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.compute.decoder import DecoderShape
+from sim.compute.mamba_cp import cp_problem
 from sim.compute.precision import TE, get_recipe
 from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
@@ -26,6 +27,7 @@ from sim.runs.approximations import (
     ALLGATHER_TP,
     APPROXIMATED_ACTIVATIONS,
     INSTANCES_TIME,
+    hybrid_fields,
     model_approximations,
 )
 from sim.runs.decoder_express import decoder_shape, ep_domains
@@ -216,15 +218,25 @@ def _layout(run: MeasuredRun) -> list[str]:
     out += lay.problems()  # MoE parallel folding: ep x etp over tp x cp x dp
     if lay.ep > 1 and run.shape.moe_experts and run.shape.moe_experts % lay.ep:
         out.append(f"{run.shape.moe_experts} experts not divisible by expert parallel {lay.ep}")
-    if lay.cp > 1 and "M" in (_feature(run.shape, "hybrid_pattern") or ""):
-        out.append("context parallelism over Mamba-2 layers (the generator splits attention "
-                   "sequences only)")  # fmt: skip
+    out += _mamba_cp(run)
     if lay.cp > 1 and run.shape.arch == "bert":
         out.append("context parallelism on a BERT (pipesim splits sequences of decoder traces "
                    "only)")  # fmt: skip
     if run.microbatches is None:
         out.append("global batch is not a multiple of micro-batch x data-parallel width")
     return out
+
+
+def _mamba_cp(run: MeasuredRun) -> list[str]:
+    """Megatron-Core's refusal of context parallelism over the run's Mamba-2 layers
+    (``MambaContextParallel.__init__``: :func:`sim.compute.mamba_cp.cp_problem`; a tensor split
+    that does not divide them is the decoder's refusal), or []."""
+    lay, s = run.layout, run.shape
+    if lay.cp == 1 or "M" not in (_feature(s, "hybrid_pattern") or "") or not _feature(s, "mamba"):
+        return []
+    m = hybrid_fields(s)["mamba"]
+    why = "" if m.heads % lay.tp or m.groups % lay.tp else cp_problem(m, lay.tp, lay.cp)
+    return [why] if why else []
 
 
 def _framework(run: MeasuredRun) -> list[str]:
