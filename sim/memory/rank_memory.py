@@ -215,7 +215,7 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     cats["gradients"] += act.fsdp.gradients
     at = act.at
     bucket = reduce_bucket_bytes(pairs)  # after the last backward: nothing in flight
-    if bucket > cats["activations"] + cats["working"] + cats["buffers"]:
+    if bucket > 0 and bucket > cats["activations"] + cats["working"] + cats["buffers"]:
         cats.update(activations=0.0, working=bucket, buffers=0.0)
         at = REDUCE_MOMENT
     ctx0 = pairs[0][0]
