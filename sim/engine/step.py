@@ -115,10 +115,20 @@ class RankStep:
         self.hosts.sync(head.gpu, "step")
 
     def _reduce(self, rep: StageReplica, k: int, tags: dict):
-        """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``."""
+        """Process: the data-parallel gradient reduction of ``rep``'s chunk at step ``k``,
+        holding the plan's flat bucket (``reduce_bucket_bytes``, DeepSpeed's: at any width,
+        :mod:`sim.memory.flat_reduce`) while it runs."""
         if rep.plan.fsdp is not None and self.fsdp is not None:
             yield from self.fsdp.at_step(rep, k, tags)
             return
+        held = rep.plan.reduce_bucket_bytes
+        self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"reduce {k}")
+        yield from self._reduce_grads(rep, k, tags)
+        self.ledger.change(self.env.now, rep.gpu, -held, MemCategory.WORKING, f"reduce {k} done")
+
+    def _reduce_grads(self, rep: StageReplica, k: int, tags: dict):
+        """Process: :meth:`_reduce`'s collectives (overlapped buckets, serial buckets, the
+        expert group's)."""
         overlapped = self.collectives.finish_overlapped(rep, k)
         if overlapped is not None:
             yield overlapped

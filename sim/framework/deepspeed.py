@@ -74,6 +74,19 @@ SERIAL_BUCKET = Setting(
     "filled: buckets one after another. Assumption: tensor boundaries ignored "
     "(sim.engine.buckets.serial_bucket_bytes)",
 )
+FLAT_BUCKETS = Setting(
+    True,
+    "memory of the all-reduce after the backward (fp16 and fp32; microsoft/DeepSpeed@f5dde36): "
+    "runtime/engine.py::allreduce_bucket (l.2215-2238) flattens each bucket of "
+    "allreduce_no_retain (l.2245-2256: tensors until numel > numel_per_bucket) into a new "
+    "tensor (self.flatten = csrc/utils/flatten_unflatten.cpp::flatten -> torch::utils::"
+    "flatten_dense_tensors, a cat), all-reduces and scales it in place (no cast: "
+    "communication_data_type is fp16 with fp16, l.783-794), and allreduce_and_copy "
+    "(l.2240-2243) copies it back through unflatten's views and drops it before the next "
+    "bucket: one bucket at a time, none kept, at any width (pipeline_enable_backward_allreduce "
+    f"= True, {PIPE}/engine.py l.67); no copy of the whole gradient "
+    "(FrameworkMemory.reduce_bucket_bytes, sim.memory.flat_reduce)",
+)
 FEWER_MICROBATCHES = Setting(
     True,
     f"{PIPE}/schedule.py::TrainSchedule.steps: 2(m + p - 1) steps, ids outside 0..m-1 skipped "
@@ -226,7 +239,8 @@ class PipelineEngine(Framework):
     overflow_check_ops = OVERFLOW_CHECK_OPS
     sync_after_p2p = SYNC_AFTER_P2P
     serial_bucket = SERIAL_BUCKET
-    SETTINGS: ClassVar[tuple[str, ...]] = (*Framework.SETTINGS, "serial_bucket")
+    flat_buckets = FLAT_BUCKETS
+    SETTINGS: ClassVar[tuple[str, ...]] = (*Framework.SETTINGS, "serial_bucket", "flat_buckets")
 
     def runtime(
         self,
@@ -259,15 +273,22 @@ class PipelineEngine(Framework):
         ``BF16_Optimizer``'s fp32 gradient buffer beside the bf16 gradients
         (:data:`~sim.framework.deepspeed_bf16.HP_GRAD_BYTES`: 2 + 4 bytes of gradients per
         parameter), which is its own reduction bucket (no copy of the gradients into buckets:
-        :data:`~sim.framework.deepspeed_bf16.OWN_BUCKET`).
+        :data:`~sim.framework.deepspeed_bf16.OWN_BUCKET`); else the all-reduce's flat buckets
+        of :data:`SERIAL_BUCKET` gradient elements, one at a time, freed after the copy back,
+        instead of DDP's copy of the whole gradient (:data:`FLAT_BUCKETS`,
+        :mod:`sim.memory.flat_reduce`).
 
         Example:
             >>> [DeepSpeed().memory(d, "A100").state(d, "adam").grad for d in ("bf16", "fp16")]
             [6, 2]
+            >>> [DeepSpeed().memory(d, "A100").reduce_bucket_bytes for d in ("bf16", "fp16")]
+            [0.0, 1000000000.0]
         """
         out = super().memory(dtype, gpu_model, options)
         if dtype != "bf16" or out.main_grads_fp32:
-            return out
+            grad = main_grad_bytes(dtype, out.main_grads_fp32)  # bytes per gradient element
+            bucket = self.serial_bucket.value * grad if self.flat_buckets.value else 0.0
+            return replace(out, reduce_bucket_bytes=bucket)
         return replace(out, hp_grad_bytes=HP_GRAD_BYTES.value, bucket_copy=not OWN_BUCKET.value)
 
     def plans(

@@ -15,6 +15,7 @@ from sim.memory.estimate import (
     incoming_bytes,
     planned_peak_bytes,
 )
+from sim.memory.flat_reduce import reduce_bucket_bytes
 from sim.memory.overlapped import layer_shares
 from sim.memory.plan import StagePlan, SwapParts
 from sim.memory.rank_memory import (
@@ -222,7 +223,8 @@ def replayable(plan: StagePlan) -> bool:
 def gpu_charges(
     pairs: list[tuple[StageContext, StagePlan]], *, replay: bool = True
 ) -> dict[str, float]:
-    """``reserve_bytes, working_bytes, framework_buffer_bytes, allocator_bytes`` of the GPU
+    """``reserve_bytes, working_bytes, framework_buffer_bytes, reduce_bucket_bytes,
+    allocator_bytes`` of the GPU
     running ``pairs`` (module doc of :mod:`sim.memory.rank_memory`). ``replay=False``: an
     ``allocator_bytes`` of 0 where the allocator replay would give it (the replay's margin is
     at least 0, so the GPU's bytes are a lower bound: ``sim memory``'s advice rules a change
@@ -251,6 +253,7 @@ def gpu_charges(
     return {
         "reserve_bytes": charged[0].reserve_bytes,
         "framework_buffer_bytes": charged[0].framework_buffer_bytes,
+        "reduce_bucket_bytes": reduce_bucket_bytes(pairs),
         "working_bytes": working,
         "allocator_bytes": margin,
     }

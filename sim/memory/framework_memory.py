@@ -20,6 +20,10 @@ count the same bytes:
   copy of the GPU gradients with data parallelism; Megatron's contiguous gradient buffer *is*
   the bucket (``_ParamAndGradBuffer``: each ``param.main_grad`` is a view into ``grad_data``),
   so nothing is added;
+* **flat reduce buckets** (``reduce_bucket_bytes``): DeepSpeed's pipeline engine flattens the
+  gradients it reduces into one bucket at a time and frees it after copying it back
+  (:mod:`sim.memory.flat_reduce`): no copy of the whole gradient, one bucket of at most this
+  many bytes (plus the tensor that crosses it) after the backward;
 * **stage outputs** (``deallocate_outputs``): Megatron pseudo-deallocates a stage's output
   once it is sent (``deallocate_output_tensor``, ``megatron/core/pipeline_parallel/
   schedules.py``; ``deallocate_pipeline_outputs = True`` in ``megatron/training/
@@ -95,6 +99,10 @@ class FrameworkMemory:
         hp_grad_bytes: bytes per parameter of a gradient copy kept beside the 16-bit ``.grad``
             (DeepSpeed's ``BF16_Optimizer``: 4, fp32; :mod:`sim.framework.deepspeed_bf16`),
             counted as gradients; 0: none.
+        reduce_bucket_bytes: the gradient reduction after the backward flattens the gradients
+            into buckets of this many bytes, one at a time, freed after the copy back
+            (DeepSpeed's ``allreduce_no_retain``, :mod:`sim.memory.flat_reduce`), instead of
+            DDP's copy of the whole gradient (``bucket_copy``); 0: none.
     """
 
     main_grads_fp32: bool = False
@@ -109,6 +117,7 @@ class FrameworkMemory:
     adam_state_bytes: int | None = None
     decoupled_grad: bool = False
     hp_grad_bytes: int = 0
+    reduce_bucket_bytes: float = 0.0
 
     def state(self, dtype: str, optimizer: str) -> StateBytes:
         """Bytes per parameter of each model-state class: ZeRO's accounting

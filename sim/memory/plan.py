@@ -122,6 +122,10 @@ class StagePlan:
         framework_buffer_bytes: the framework's persistent buffers on the GPU: gradient
             buckets, Transformer Engine's weight-gradient buffers, GEMM workspaces
             (:func:`sim.memory.rank_memory.framework_buffer_bytes`).
+        reduce_bucket_bytes: the largest flat bucket the GPU's gradient reduction after the
+            backward allocates and frees (DeepSpeed's: :func:`sim.memory.flat_reduce.
+            reduce_bucket_bytes`), held while the chunk's gradients are reduced; on the GPU's
+            first chunk (0 on the others and without it).
         host_framework_bytes: host bytes the framework allocates besides the model states
             (pinned staging buffers: DeepSpeed's, :mod:`sim.memory.deepspeed`) or keeps out
             of its own reach (PatrickStar's ``1 - overall_cpu_mem_ratio``).
@@ -179,6 +183,7 @@ class StagePlan:
     working_bytes: float = 0.0
     framework_bytes: float = 0.0
     framework_buffer_bytes: float = 0.0
+    reduce_bucket_bytes: float = 0.0
     host_framework_bytes: float = 0.0
     fsdp: FsdpPlan | None = None
     layer_shares: tuple[float, ...] = ()

@@ -20,6 +20,10 @@ running action's transient + pipeline buffers) + reserved-but-unallocated + runt
   (:func:`~sim.memory.activation_peak.stage_transients`), and the pipeline output cache of a
   framework that keeps stage outputs (:func:`~sim.memory.activation_peak.output_cache`);
   the rebuilt bytes of recomputed layers (``StagePlan.rebuild_bytes``) count as activations;
+* **the reduction's bucket**: where the framework flattens its gradients one bucket at a time
+  after the last backward (DeepSpeed's pipeline engine, :mod:`sim.memory.flat_reduce`), that
+  moment holds the model states and one bucket, counted as ``working``; it is the peak where
+  the bucket exceeds the activation moment's activations, working memory and buffers;
 * **buffers**: the stage input received for a forward and the output gradient for a backward,
   and the input gradient held until it is sent;
 * **FSDP's unsharded bytes** (a plan with FSDP units): the running action's unsharded
@@ -53,6 +57,7 @@ from sim.memory.activation_peak import (
 )
 from sim.memory.context import StageContext
 from sim.memory.cublas_workspace import torch_cublas_bytes
+from sim.memory.flat_reduce import flat_reduced, reduce_bucket_bytes
 from sim.memory.framework_memory import dummy_wgrad_bytes
 
 ALLOCATED = (
@@ -141,7 +146,9 @@ def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     weight-gradient buffers (:func:`deferred_wgrad_bytes`), and the gradient-reduction
     buffers: DDP's bucket copy of the
     GPU gradients with data parallelism, or a plan's own bucket (ZeRO's
-    ``grad_bucket_bytes``). None on a rank that counts tensors only (a CPU rank)."""
+    ``grad_bucket_bytes``); none where the framework flattens one bucket at a time after the
+    backward (DeepSpeed's, :func:`~sim.memory.flat_reduce.flat_reduced`: a moment of its own,
+    :func:`rank_memory`). None on a rank that counts tensors only (a CPU rank)."""
     ctx0 = pairs[0][0]
     rv = ctx0.topology.gpu(ctx0.gpu_index).reserve
     if not rv.working:
@@ -156,7 +163,7 @@ def framework_buffer_bytes(pairs: Sequence[Pair]) -> float:
     for ctx, plan in pairs:
         if plan.grad_bucket_bytes is not None:
             out += plan.grad_bucket_bytes
-        elif fw.bucket_copy and ctx.dp_width > 1:
+        elif fw.bucket_copy and ctx.dp_width > 1 and not flat_reduced(ctx, plan):
             out += plan.grad_bytes
     return out
 
@@ -181,9 +188,17 @@ def deferred_wgrad_bytes(ctx: StageContext) -> float:
     return n * inputs + min(n, m - 1) * grads
 
 
+REDUCE_MOMENT = "reduce"
+"""``peak_at`` of a peak at the gradient reduction after the last backward (a flat bucket
+larger than the busiest action's stashes, transients and buffers: :mod:`sim.memory.flat_reduce`)."""
+
+
 def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     """The peak of the GPU running ``pairs`` (its stage chunks, finalized plans), by category
-    (module doc)."""
+    (module doc), or, where the framework flattens its gradients one bucket at a time after
+    the last backward and that bucket exceeds the activation moment's activations, working
+    memory and buffers, that moment (:data:`REDUCE_MOMENT`: the bucket as working memory,
+    no activations or buffers; :func:`~sim.memory.flat_reduce.reduce_bucket_bytes`)."""
     act = activation_peak(pairs)
     cats = {c: 0.0 for c in CATEGORIES}
     for _, plan in pairs:
@@ -198,6 +213,11 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     cats["buffers"] = act.buffers + act.fsdp.buffers
     cats["weights"] += act.fsdp.weights
     cats["gradients"] += act.fsdp.gradients
+    at = act.at
+    bucket = reduce_bucket_bytes(pairs)  # after the last backward: nothing in flight
+    if bucket > 0 and bucket > cats["activations"] + cats["working"] + cats["buffers"]:
+        cats.update(activations=0.0, working=bucket, buffers=0.0)
+        at = REDUCE_MOMENT
     ctx0 = pairs[0][0]
     charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
     ops = ((s, op) for s, op, _ in ctx0.ops)
@@ -206,7 +226,7 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
         stages=tuple(c.stage for c, _ in pairs),
         by_category=cats,
         capacity_bytes=ctx0.capacity_bytes,
-        peak_at=act.at,
+        peak_at=at,
         floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}, ctx0.overlapped),
     )
 
@@ -218,6 +238,7 @@ __all__ = [
     "Pair",  # re-exported: sim.memory.activation_peak
     "BUFFERS_SOURCE",
     "CATEGORIES",
+    "REDUCE_MOMENT",
     "RankMemory",
     "deferred_wgrad_bytes",
     "framework_buffer_bytes",

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from sim.memory.allocator import AllocatorConfig, AllocatorPeaks, Op, replay
 from sim.memory.context import StageContext
+from sim.memory.flat_reduce import param_shares, reduce_bucket_bytes
 from sim.memory.framework_memory import dummy_wgrad_bytes
 from sim.memory.layer_work import stash_tensors
 from sim.memory.plan import StagePlan
@@ -60,7 +61,9 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
       gradients (no contiguous buffer) at the first backward too;
     * Adam's moments at the first optimizer step (``torch.optim`` creates its state lazily),
       one pair per parameter tensor, carved from whatever the first iteration left cached;
-      then the second iteration (:data:`REPLAY_STEPS`).
+      then the second iteration (:data:`REPLAY_STEPS`); before each step, a framework that
+      reduces through flat buckets one at a time allocates its largest and frees it
+      (:func:`~sim.memory.flat_reduce.reduce_bucket_bytes`).
     """
     by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
     chunk = {s: k for k, s in enumerate(by_stage)}  # names free of stage numbers: alike ranks
@@ -75,6 +78,7 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
     started: set[int] = set()
     dummies: set[tuple[int, int]] = set()
     steps = 0
+    bucket = reduce_bucket_bytes(pairs)
     n = 0
     held: list[list[Op]] = []  # a combined step's forward, merged with its backward
     for pos, (stage, op, mb) in enumerate(order):
@@ -84,6 +88,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
             steps += 1
             if steps > REPLAY_STEPS:
                 break
+            if bucket > 0:  # the reduction's flat bucket, freed after its copy back
+                ops.extend((("alloc", "reduce", bucket), ("free", "reduce", 0.0)))
             if steps > 1:
                 continue
             for s, (_, plan) in by_stage.items():
@@ -183,19 +189,7 @@ def _interleaved(fwd: list[list[Op]], bwd: list[list[Op]]) -> list[list[Op]]:
 def _param_tensors(ctx: StageContext) -> list[tuple[int, float]]:
     """``(index, share of the stage's parameters)`` of each parameter tensor: the layers'
     GEMM weights and one tensor for the rest of each layer."""
-    total = sum(x.param_bytes for x in ctx.layers)
-    if total <= 0:
-        return []
-    out: list[float] = []
-    for layer, work in zip(ctx.layers, ctx.layer_work, strict=True):
-        weights = [r * c * ctx.dtype_bytes for r, c in work.weights]
-        if sum(weights) > layer.param_bytes:
-            weights = []
-        rest = layer.param_bytes - sum(weights)
-        out.extend(w / total for w in weights if w > 0)
-        if rest > 0:
-            out.append(rest / total)
-    return list(enumerate(out))
+    return list(enumerate(param_shares(ctx)))
 
 
 def _dummy(pairs: Sequence[Pair]) -> float:

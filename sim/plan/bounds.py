@@ -284,7 +284,7 @@ class BoundModel:
         if memory.hp_grad_bytes > 0 and point.dp_width > 1:  # BF16_Optimizer: state 1/w
             share = 1.0 - 1.0 / point.dp_width  # (sim.framework.deepspeed_bf16.bf16_plan)
             per_param = max(0.0, per_param - tot.state.optimizer * share)
-        bucket = memory.bucket_copy
+        bucket = memory.bucket_copy and memory.reduce_bucket_bytes <= 0  # (flat_reduce: one)
         if point.dp_shard == 1 and all_none and w > 1 and working and bucket:
             per_param += tot.state.grad  # DDP buckets (module doc)
         peers = nccl_peers(p - 1, p, w)
